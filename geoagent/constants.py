@@ -1,0 +1,73 @@
+"""Every queue, stage, file and environment-variable name in one place (imports nothing of ours).
+
+Data flows one way (see ARCHITECTURE in README):
+
+    crawl:    cities -> screener -> admitted -> sampler -> sites -> fetcher -> images -> image_auditor
+              sites -> referenceability auditor -> rated -> ladder builder -> ladders
+    evaluate: planner -> requests -> model caller -> responses -> parser -> answers
+              -> (geocoder, GeoHint only) -> located -> scorer -> scored -> aggregator
+"""
+
+from __future__ import annotations
+
+# --- environment variables -------------------------------------------------------------------
+ENV_QUEUES_ROOT = "GEOAGENT_QUEUES"
+ENV_STATE_ROOT = "GEOAGENT_STATE"
+ENV_RELEASE_DIR = "GEOAGENT_RELEASE"
+
+# --- default data roots (relative to the working directory) ----------------------------------
+DEFAULT_QUEUES_ROOT = "queues"
+DEFAULT_STATE_ROOT = "state"
+DEFAULT_RELEASE_DIR = "../shared/reference/geocontext"
+
+# --- queue edges (one SQLite file per edge under queues/<campaign>/) -------------------------
+EDGE_REQUESTS = "requests"  # planner -> model caller
+EDGE_RESPONSES = "responses"  # model caller -> parser
+EDGE_ANSWERS = "answers"  # parser -> geocoder (GeoHint) or scorer (GeoVerify)
+EDGE_LOCATED = "located"  # geocoder -> scorer
+EDGE_SCORED = "scored"  # scorer -> aggregator
+
+EDGE_CITIES = "cities"  # config -> city screener
+EDGE_ADMITTED = "admitted"  # screener -> site sampler
+EDGE_SITES = "sites"  # sampler -> imagery fetcher and referenceability auditor
+EDGE_IMAGES = "images"  # fetcher -> image auditor
+EDGE_SITES_FOR_AUDIT = "sites_for_audit"  # sampler -> referenceability auditor
+EDGE_RATED = "rated"  # referenceability auditor -> ladder builder
+
+# --- stage (worker) names ---------------------------------------------------------------------
+STAGE_PLANNER = "planner"
+STAGE_MODEL_CALLER = "model_caller"
+STAGE_PARSER = "parser"
+STAGE_GEOCODER = "geocoder"
+STAGE_SCORER = "scorer"
+STAGE_AGGREGATOR = "aggregator"
+STAGE_SCREENER = "city_screener"
+STAGE_SAMPLER = "site_sampler"
+STAGE_FETCHER = "imagery_fetcher"
+STAGE_IMAGE_AUDITOR = "image_auditor"
+STAGE_REF_AUDITOR = "referenceability_auditor"
+STAGE_LADDER_BUILDER = "ladder_builder"
+
+# --- files under state/<campaign>/ ------------------------------------------------------------
+CAMPAIGN_DB = "campaign.sqlite"  # response store + ledger (one file so store+settle is one transaction)
+MANIFEST_FILE = "manifest.json"
+PROGRESS_FILE = "progress.jsonl"
+RESULTS_PARQUET = "results.parquet"
+RESULTS_CSV = "results.csv"
+REPORT_DIR = "report"
+AUDIT_DECISIONS_FILE = "audit_decisions.jsonl"
+AUDIT_SENSITIVE_FILE = "audit_sensitive.jsonl"
+IMAGES_DIR = "images"  # state/images/<site>/<image_id>.jpg
+
+# --- queue defaults ---------------------------------------------------------------------------
+DEFAULT_VISIBILITY_TIMEOUT_S = 300.0
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_BACKOFF_BASE_S = 2.0
+DEFAULT_BACKOFF_MAX_S = 300.0
+
+# --- protocol constants (seed 000) ------------------------------------------------------------
+EARTH_RADIUS_KM = 6371.0088  # mean Earth radius (IUGG); matches the release's d_km to 1e-4 km
+GEOVERIFY_TAU_KM = 0.15  # Sec. 5: claim tolerance tau = 150 m
+GEOVERIFY_DECOY_BANDS_KM = ((0.15, 0.3), (0.3, 0.7), (0.7, 1.5), (1.5, 3.0), (3.0, 6.0))  # Sec. 5.2
+LADDER_BANDS_KM = ((0.5, 1.5), (1.5, 3.0), (3.0, 6.0))  # Sec. 3.3
+HIT_THRESHOLD_KM = 1.0  # Sec. 4.2: hit = error < 1 km and finer than city

@@ -1,0 +1,184 @@
+"""The model-provider interface: prompt text + optional image bytes + params -> text + usage + latency.
+
+Every provider (OpenAI-compatible Chat Completions, Anthropic Messages, Gemini generateContent, replay,
+simulated) implements one async method, :meth:`Provider.generate`. Transport (rate limits, retries,
+``Retry-After``) lives in :mod:`geoagent.runtime.http`; providers only build the wire request and parse
+the wire response. Providers never see the ledger or the store: the model-caller worker does that.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One request to a model.
+
+    Attributes
+    ----------
+    provider : str
+        Provider kind: ``openai``, ``anthropic``, ``gemini``, ``replay`` or ``simulated``.
+    model : str
+        The provider's model identifier (e.g. ``gpt-4o-mini``).
+    prompt : str
+        Full user prompt text (already rendered from its template).
+    image_id : str or None
+        Stable identifier of the image (part of the request key; bytes are not hashed).
+    image : bytes or None
+        JPEG/PNG bytes sent with the prompt, or None for text-only requests.
+    image_mime : str
+        MIME type of ``image`` (``image/jpeg`` default).
+    params : dict
+        Sampling parameters: ``max_output_tokens`` (int, required for cost reservation),
+        ``temperature`` (float), optional ``system`` (str), ``seed`` (int), ``json_mode`` (bool).
+    meta : dict
+        Caller metadata not sent to the model and not part of the key (e.g. ``replay_key``, trial id).
+    """
+
+    provider: str
+    model: str
+    prompt: str
+    image_id: str | None = None
+    image: bytes | None = None
+    image_mime: str = "image/jpeg"
+    params: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_output_tokens(self) -> int:
+        return int(self.params.get("max_output_tokens", 1024))
+
+    def key(self) -> str:
+        """Stable request key: SHA-256 hex of (provider, model, prompt, image id, params).
+
+        The same logical request always gets the same key across processes and restarts, so its stored
+        response is found and no second paid call is made (exactly-once spend, issue 2 point 6).
+        """
+        return request_key(self.provider, self.model, self.prompt, self.image_id, self.params)
+
+
+def request_key(provider: str, model: str, prompt: str, image_id: str | None, params: dict[str, Any]) -> str:
+    """SHA-256 hex digest of the canonical JSON of the request's identifying fields (sorted keys)."""
+    blob = orjson.dumps(
+        {"provider": provider, "model": model, "prompt": prompt, "image_id": image_id, "params": params},
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(blob).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage reported by the provider (tokens)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def cost_usd(self, price_input_per_mtok: float, price_output_per_mtok: float) -> float:
+        """Cost in USD given prices in USD per 1M input/output tokens."""
+        return (self.input_tokens * price_input_per_mtok + self.output_tokens * price_output_per_mtok) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """A model's answer.
+
+    Attributes
+    ----------
+    text : str
+        The raw answer text (untrusted; never executed; kept verbatim).
+    usage : Usage
+        Token usage as reported by the provider.
+    latency_s : float
+        Wall time of the call in seconds (0 for replay).
+    finish_reason : str or None
+        Provider's stop reason (``stop``, ``length``, ``end_turn``, ``MAX_TOKENS``, ...).
+    provider_model : str or None
+        Model name echoed by the provider, if any.
+    """
+
+    text: str
+    usage: Usage
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    provider_model: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens,
+            "latency_s": self.latency_s,
+            "finish_reason": self.finish_reason,
+            "provider_model": self.provider_model,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ModelResponse":
+        return cls(
+            text=d["text"],
+            usage=Usage(int(d.get("input_tokens", 0)), int(d.get("output_tokens", 0))),
+            latency_s=float(d.get("latency_s", 0.0)),
+            finish_reason=d.get("finish_reason"),
+            provider_model=d.get("provider_model"),
+        )
+
+
+class ProviderError(RuntimeError):
+    """A provider-level failure that is not a transport error (e.g. a malformed success body)."""
+
+
+class Provider(abc.ABC):
+    """Base class of model providers; register subclasses with :func:`register`."""
+
+    kind: ClassVar[str]
+    #: whether calls cost money (replay and simulated are free; the ledger still records their usage)
+    paid: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send ``request`` and return the parsed response.
+
+        Raises
+        ------
+        geoagent.runtime.http.PermanentHTTPError
+            Non-retryable 4xx (bad request, auth): goes to the dead-letter queue.
+        geoagent.runtime.http.RetriesExhausted
+            Retryable failures (429, 5xx, timeouts, resets) that outlived the retry policy.
+        geoagent.runtime.http.OutcomeUnknown
+            The connection dropped after the request body was sent: the provider may have billed it.
+        ProviderError
+            A 200 response whose body is not the documented shape.
+        """
+
+    def estimate_input_tokens(self, request: ModelRequest) -> int:
+        """Upper-bound-ish estimate of input tokens for cost reservation (text ~ chars/3 + image budget)."""
+        image_tokens = 1600 if request.image is not None or request.image_id else 0
+        return len(request.prompt) // 3 + 16 + image_tokens
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+
+_REGISTRY: dict[str, type[Provider]] = {}
+
+
+def register(cls: type[Provider]) -> type[Provider]:
+    """Class decorator registering a provider under ``cls.kind``."""
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def provider_class(kind: str) -> type[Provider]:
+    """Look up a registered provider class by kind (imports the built-in providers lazily)."""
+    if not _REGISTRY:
+        import geoagent.providers  # noqa: F401  (registers built-ins)
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise KeyError(f"unknown provider {kind!r}; known: {sorted(_REGISTRY)}") from None

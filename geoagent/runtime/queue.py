@@ -1,0 +1,154 @@
+"""The durable work-queue interface shared by every backend (SQLite WAL now, Redis Streams later).
+
+A queue holds *tasks*, each identified by a caller-chosen ``key`` (unique within the queue) and carrying a
+JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
+
+* ``put``/``put_many`` are idempotent by key: putting a key that already exists (in any state: ready,
+  leased, done or dead) is a no-op and returns False for that key.
+* ``lease(n, visibility_timeout_s)`` hands out up to n ready tasks whose ``not_before`` has passed; each
+  becomes *leased* until ``visibility_timeout_s`` elapses, after which it is ready again (a crashed worker's
+  tasks come back). Each lease gets a fresh ``lease_id``; ack/nack/release with a stale lease id (the task
+  was re-leased by someone else after expiry) raise ``StaleLease`` and change nothing.
+* ``ack`` marks a task done (kept, so a later put of the same key stays a no-op).
+* ``nack(task, reason)`` increments the attempt count; the task becomes ready again after an exponential
+  backoff, or *dead* (dead-letter) once ``attempts >= max_attempts``, keeping ``reason``.
+* ``dead_letter(task, reason)`` sends a task straight to dead (permanent failure: e.g. HTTP 400).
+* ``release(task)`` returns a leased task to ready without counting an attempt (graceful shutdown,
+  budget stop).
+* ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
+
+All methods are async so network backends fit the same interface.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class QueueError(RuntimeError):
+    """Base class of queue errors."""
+
+
+class StaleLease(QueueError):
+    """The lease id no longer owns the task (its visibility timeout expired and it was re-leased)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One leased task.
+
+    Attributes
+    ----------
+    key : str
+        Caller-chosen unique key (idempotency key).
+    payload : dict
+        JSON-serialisable message body.
+    attempts : int
+        Number of failed attempts so far (nacks), 0 on first delivery.
+    lease_id : str
+        Token proving ownership of this lease.
+    last_error : str or None
+        Reason given at the last nack, if any.
+    """
+
+    key: str
+    payload: dict[str, Any]
+    attempts: int
+    lease_id: str
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """Task counts by state."""
+
+    ready: int = 0
+    leased: int = 0
+    done: int = 0
+    dead: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.leased + self.done + self.dead
+
+    @property
+    def pending(self) -> int:
+        """Tasks not yet finished either way (ready + leased)."""
+        return self.ready + self.leased
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A task that failed permanently."""
+
+    key: str
+    payload: dict[str, Any]
+    attempts: int
+    reason: str
+    failed_at: float = field(default=0.0)  # unix seconds
+
+
+class WorkQueue(abc.ABC):
+    """Abstract durable queue for one edge between two workers."""
+
+    name: str
+
+    @abc.abstractmethod
+    async def put(self, key: str, payload: dict[str, Any]) -> bool:
+        """Enqueue one task; return True if added, False if the key already existed (no-op)."""
+
+    @abc.abstractmethod
+    async def put_many(self, items: Iterable[tuple[str, dict[str, Any]]]) -> int:
+        """Enqueue many tasks in one transaction; return the number actually added."""
+
+    @abc.abstractmethod
+    async def lease(self, n: int, visibility_timeout_s: float) -> list[Task]:
+        """Lease up to ``n`` ready tasks for ``visibility_timeout_s`` seconds (may return fewer or none)."""
+
+    @abc.abstractmethod
+    async def ack(self, tasks: Task | Sequence[Task]) -> None:
+        """Mark leased tasks done. Raises ``StaleLease`` if a lease is no longer held."""
+
+    @abc.abstractmethod
+    async def nack(self, task: Task, reason: str, *, backoff_s: float | None = None) -> str:
+        """Record a failed attempt; return the new state, ``"ready"`` or ``"dead"``.
+
+        ``backoff_s`` overrides the computed exponential backoff (e.g. from ``Retry-After``).
+        """
+
+    @abc.abstractmethod
+    async def dead_letter(self, task: Task, reason: str) -> None:
+        """Move a leased task straight to the dead-letter state with ``reason``."""
+
+    @abc.abstractmethod
+    async def release(self, tasks: Task | Sequence[Task]) -> None:
+        """Return leased tasks to ready without counting an attempt."""
+
+    @abc.abstractmethod
+    async def counts(self) -> QueueCounts:
+        """Current counts by state."""
+
+    @abc.abstractmethod
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Most recent dead tasks with their reasons."""
+
+    @abc.abstractmethod
+    async def requeue_dead(self, keys: Sequence[str] | None = None) -> int:
+        """Move dead tasks (all, or the given keys) back to ready with attempts reset; return count."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release resources (connections)."""
+
+
+def open_queue(root: "str | bytes | object", campaign: str, edge: str, **options: Any) -> WorkQueue:
+    """Open the SQLite queue for ``edge`` of ``campaign`` under ``root`` (``queues/<campaign>/<edge>.sqlite``).
+
+    Options: ``max_attempts`` (default 5), ``backoff_base_s`` (2.0), ``backoff_max_s`` (300.0).
+    """
+    from geoagent.runtime.sqlite_queue import SQLiteQueue  # local import keeps the interface light
+
+    return SQLiteQueue.open(root, campaign, edge, **options)

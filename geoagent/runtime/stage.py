@@ -1,0 +1,79 @@
+"""The worker (stage) interface: an async consumer of one queue that produces into the next.
+
+INTERFACE FILE (the runner that drives stages lives in :mod:`geoagent.runtime.worker`).
+
+A stage leases tasks from its ``input_edge``, calls :meth:`Stage.handle` for each (at most
+``concurrency`` at once), puts the returned messages on its ``output_edge`` (idempotent by key), and only
+then acks the input task. So a crash at any point redelivers the task and the keyed outputs make the
+redelivery harmless. Exceptions decide the task's fate:
+
+* :class:`PermanentFailure` (or ``PermanentHTTPError``) -> dead-letter with the reason, no retry;
+* :class:`BudgetStop` -> the task is released untouched and the runner stops leasing (budget exhausted);
+* :class:`Missing` -> the work is recorded as missing (retries exhausted): dead-letter, counted by reports;
+* any other exception -> nack (attempt counted, exponential backoff, dead after max attempts).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from geoagent.runtime.queue import Task
+
+Message = tuple[str, dict[str, Any]]  # (key, payload) for the output edge
+
+
+class PermanentFailure(Exception):
+    """The task can never succeed (bad input, 4xx): dead-letter it with this reason."""
+
+
+class Missing(PermanentFailure):
+    """Retries exhausted: the result is *missing*, never a wrong answer (issue 2 point 10)."""
+
+
+class BudgetStop(Exception):
+    """The cost cap would be exceeded: stop dispatching, release the task, drain."""
+
+
+@dataclass(slots=True)
+class StageContext:
+    """What the runner gives a stage: campaign name, roots and shared services by name.
+
+    ``services`` holds process-wide singletons (``http`` client, ``store``, ``ledger``, ``providers``
+    by model name, ``config``); stages look up what they need and must not create their own sessions.
+    """
+
+    campaign: str
+    services: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str) -> Any:
+        try:
+            return self.services[name]
+        except KeyError:
+            raise KeyError(f"stage context has no service {name!r}; have {sorted(self.services)}") from None
+
+
+class Stage(abc.ABC):
+    """One worker's job. Subclasses set the class attributes and implement :meth:`handle`."""
+
+    name: str
+    input_edge: str
+    output_edge: str | None = None
+    concurrency: int = 8
+    #: tasks leased per round trip to the queue
+    lease_batch: int = 32
+    visibility_timeout_s: float = 300.0
+
+    async def start(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
+        """Called once before the first task (open files, warm caches)."""
+
+    @abc.abstractmethod
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        """Process one task and return the messages for ``output_edge`` (empty list if none)."""
+
+    async def flush(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
+        """Called after each batch and at shutdown (aggregators write their state here)."""
+
+    async def stop(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
+        """Called once at shutdown after the last flush."""
