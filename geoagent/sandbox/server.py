@@ -1,0 +1,73 @@
+"""Run a local fake-API aiohttp application on a loopback port (in-process or in a child process).
+
+Every fake API in :mod:`geoagent.sandbox` is an ``aiohttp.web.Application`` factory; tests, the offline
+demo, dry runs and benchmarks all serve them through :func:`serve` (same event loop) or :func:`spawn`
+(separate process, for crash tests and benchmarks where the server must survive the client).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import multiprocessing as mp
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a currently free TCP port on ``host`` (loopback only)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def serve(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Serve ``app`` on ``host:port`` (0 = any free port) inside the running loop; yield its base URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+    bound = sockets[0].getsockname()[1] if sockets else port
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        await runner.cleanup()
+
+
+def _child_main(factory_path: str, kwargs: dict[str, Any], host: str, port: int) -> None:
+    module_name, _, attr = factory_path.partition(":")
+    factory: Callable[..., web.Application] = getattr(importlib.import_module(module_name), attr)
+    web.run_app(factory(**kwargs), host=host, port=port, access_log=None, print=None)
+
+
+def spawn(factory_path: str, host: str = "127.0.0.1", port: int | None = None, **kwargs: Any) -> tuple[mp.Process, str]:
+    """Start ``module:factory(**kwargs)`` in a child process; return ``(process, base_url)``.
+
+    The caller waits for readiness (e.g. :func:`wait_ready`) and terminates the process when done.
+    """
+    port = port or free_port(host)
+    proc = mp.get_context("spawn").Process(target=_child_main, args=(factory_path, kwargs, host, port), daemon=True)
+    proc.start()
+    return proc, f"http://{host}:{port}"
+
+
+def wait_ready(base_url: str, timeout_s: float = 20.0) -> None:
+    """Block until a TCP connection to ``base_url`` succeeds, or raise ``TimeoutError``."""
+    import time
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((parts.hostname, parts.port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server at {base_url} not ready after {timeout_s} s") from None
+            time.sleep(0.05)
