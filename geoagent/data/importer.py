@@ -1,0 +1,479 @@
+"""Release importer: a GeoContext release folder -> data-model records + an :class:`ImportReport`.
+
+Reads ``sites.csv``, ``ladders/*.csv``, ``verify_trials*.csv`` and ``verify_raw*.jsonl`` (the full
+files or our ``*_sample`` beginnings; a full file wins over its sample when both exist). Copes with
+quoted CSV fields, a UTF-8 BOM, non-ASCII names, Windows backslash paths (``streetview\\site\\id.jpg``
+becomes ``streetview/site/id.jpg``) and missing optional columns (they become None). A malformed row
+is recorded in the report with file, line and reason and the import continues with the next row.
+
+Source: the public release (``Yifan1209/geocontext``, see ``../shared/reference/geocontext/SOURCE.md``);
+column meanings from seed 000 Sec. 3 and 5.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import orjson
+
+from geoagent import paths
+from geoagent.data.model import (
+    ContextLadder,
+    Image,
+    RawVerifyResponse,
+    ReferencePoint,
+    Site,
+    VerifyTrial,
+    tier_of,
+)
+
+
+class RowError(ValueError):
+    """A row that cannot be imported (the message is the reason)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportIssue:
+    """One problem found while importing: ``file`` (path as given), 1-based physical ``line``, ``reason``."""
+
+    file: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+@dataclass
+class ImportReport:
+    """Per-file row counts and every malformed row (file, line, reason)."""
+
+    imported: dict[str, int] = field(default_factory=dict)
+    issues: list[ImportIssue] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def add(self, file: Path | str, line: int, reason: str) -> None:
+        self.issues.append(ImportIssue(str(file), int(line), reason))
+
+    def count(self, file: Path | str, n: int = 1) -> None:
+        self.imported[str(file)] = self.imported.get(str(file), 0) + n
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "imported": self.imported,
+            "issues": [{"file": i.file, "line": i.line, "reason": i.reason} for i in self.issues],
+        }
+
+    def summary(self) -> str:
+        lines = [f"{n:6d} rows  {f}" for f, n in self.imported.items()]
+        lines.append(f"{len(self.issues)} malformed rows")
+        lines += [f"  {i}" for i in self.issues[:50]]
+        if len(self.issues) > 50:
+            lines.append(f"  ... and {len(self.issues) - 50} more")
+        return "\n".join(lines)
+
+
+@dataclass
+class Release:
+    """Everything imported from one release folder."""
+
+    root: Path
+    sites: dict[str, Site] = field(default_factory=dict)
+    ladders: dict[str, ContextLadder] = field(default_factory=dict)
+    images: dict[str, Image] = field(default_factory=dict)
+    trials: list[VerifyTrial] = field(default_factory=list)
+    raw: list[RawVerifyResponse] = field(default_factory=list)
+    report: ImportReport = field(default_factory=ImportReport)
+
+    def records(self) -> Iterator[Any]:
+        """All records, for :meth:`geoagent.data.store.DataStore.put_many`."""
+        yield from self.sites.values()
+        yield from self.ladders.values()
+        for lad in self.ladders.values():
+            yield from lad.points
+        yield from self.images.values()
+        yield from self.trials
+        yield from self.raw
+
+
+# --- field converters (raise RowError with a reason) -----------------------------------------
+
+
+def _req(row: dict[str, Any], col: str) -> str:
+    v = row.get(col)
+    if v is None or str(v).strip() == "":
+        raise RowError(f"missing value for required column {col!r}")
+    return str(v).strip()
+
+
+def _opt(row: dict[str, Any], col: str) -> str | None:
+    v = row.get(col)
+    if v is None:
+        return None
+    v = str(v).strip()
+    return v or None
+
+
+def _float(value: Any, col: str, *, lo: float | None = None, hi: float | None = None) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise RowError(f"column {col!r}: not a number: {value!r}") from None
+    if not math.isfinite(x):
+        raise RowError(f"column {col!r}: not finite: {value!r}")
+    if (lo is not None and x < lo) or (hi is not None and x > hi):
+        raise RowError(f"column {col!r}: {x} outside [{lo}, {hi}]")
+    return x
+
+
+def _opt_float(row: dict[str, Any], col: str, **kw: float) -> float | None:
+    v = _opt(row, col)
+    return None if v is None else _float(v, col, **kw)
+
+
+def _opt_int(row: dict[str, Any], col: str, **kw: float) -> int | None:
+    x = _opt_float(row, col, **kw)
+    return None if x is None else int(round(x))
+
+
+def _image_id(value: Any) -> str:
+    text = str(value).strip()
+    if re.fullmatch(r"[0-9]+\.0", text):  # ids read back through a float column
+        text = text[:-2]
+    try:
+        return paths.safe_image_id(text)
+    except ValueError as exc:
+        raise RowError(str(exc)) from None
+
+
+def normalize_rel_path(value: str | None) -> str | None:
+    """Release path -> relative POSIX path (backslashes to ``/``); rejects absolute paths and ``..``.
+
+    Raises
+    ------
+    RowError
+        The path is absolute or escapes its root.
+    """
+    if value is None or not value.strip():
+        return None
+    text = value.strip().replace("\\", "/")
+    p = PurePosixPath(text)
+    if p.is_absolute() or re.match(r"^[A-Za-z]:", text) or ".." in p.parts:
+        raise RowError(f"unsafe image path {value!r}")
+    return str(p)
+
+
+# --- CSV reading with physical line numbers ---------------------------------------------------
+
+
+def _read_csv(
+    path: Path,
+    report: ImportReport,
+    required: tuple[str, ...],
+    convert: Callable[[dict[str, Any]], Any],
+) -> Iterator[Any]:
+    """Yield ``convert(row)`` for each good row; report bad rows (file, line, reason) and go on."""
+    try:
+        fh = path.open("r", encoding="utf-8-sig", newline="")
+    except OSError as exc:
+        report.add(path, 0, f"cannot open: {exc}")
+        return
+    report.files.append(str(path))
+    with fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader)
+        except StopIteration:
+            report.add(path, 1, "empty file (no header)")
+            return
+        except (csv.Error, UnicodeDecodeError) as exc:
+            report.add(path, 1, f"unreadable header: {exc}")
+            return
+        header = [h.strip() for h in header]
+        missing = [c for c in required if c not in header]
+        if missing:
+            report.add(path, 1, f"header lacks required column(s) {missing}; have {header}")
+            return
+        prev_end = reader.line_num
+        while True:
+            start = prev_end + 1
+            try:
+                values = next(reader)
+            except StopIteration:
+                break
+            except (csv.Error, UnicodeDecodeError) as exc:
+                report.add(path, start, f"CSV syntax error: {exc}")
+                prev_end = reader.line_num
+                continue
+            prev_end = reader.line_num
+            if not values or all(not v.strip() for v in values):
+                continue
+            if len(values) != len(header):
+                report.add(path, start, f"expected {len(header)} fields, got {len(values)}")
+                continue
+            row = dict(zip(header, values))
+            try:
+                rec = convert(row)
+            except RowError as exc:
+                report.add(path, start, str(exc))
+                continue
+            report.count(path)
+            yield rec
+
+
+# --- per-file converters ------------------------------------------------------------------------
+
+
+def _site(row: dict[str, Any]) -> Site:
+    site_id = _req(row, "site")
+    try:
+        paths.safe_name(site_id, what="site id")
+    except ValueError as exc:
+        raise RowError(str(exc)) from None
+    return Site(
+        site_id=site_id,
+        city=_req(row, "city"),
+        country=_opt(row, "country") or "",
+        continent=_opt(row, "continent") or "",
+        lat=_float(_req(row, "lat"), "lat", lo=-90, hi=90),
+        lon=_float(_req(row, "lon"), "lon", lo=-180, hi=180),
+        landmark=_opt(row, "landmark"),
+        qid=_opt(row, "qid"),
+        type=_opt(row, "wd_type") or _opt(row, "type"),
+        sitelinks=_opt_float(row, "sitelinks"),
+        sv_perspective=_opt_float(row, "sv_perspective"),
+        selection_method=_opt(row, "selection_method"),
+    )
+
+
+def _ladder_point(site_id: str) -> Callable[[dict[str, Any]], ReferencePoint]:
+    def convert(row: dict[str, Any]) -> ReferencePoint:
+        fam = _opt_float(row, "familiarity", lo=0, hi=5)
+        name_en = _opt(row, "name_en")
+        qid = _opt(row, "qid")
+        if name_en is None and qid is None:
+            raise RowError("row has neither 'name_en' nor 'qid'")
+        return ReferencePoint(
+            qid=qid,
+            name_en=name_en,
+            name_zh=_opt(row, "name_zh"),
+            lat=_opt_float(row, "lat", lo=-90, hi=90),
+            lon=_opt_float(row, "lon", lo=-180, hi=180),
+            dist_km=_opt_float(row, "dist_km", lo=0),
+            referenceability=None if fam is None else int(round(fam)),
+            usable=True,
+            band=_opt(row, "band"),
+            tier=_opt(row, "tier") or tier_of(fam),
+            pageviews=_opt_int(row, "pageviews", lo=0),
+            site_id=site_id,
+            label_raw=_opt(row, "label_raw"),
+            n_in_cell=_opt_int(row, "n_in_cell", lo=0),
+            n_taken=_opt_int(row, "n_taken", lo=0),
+        )
+
+    return convert
+
+
+def _trial(row: dict[str, Any]) -> VerifyTrial:
+    image_id = _image_id(_req(row, "image_id"))
+    arm = _req(row, "arm")
+    truth = _req(row, "truth").lower()
+    if truth not in ("yes", "no"):
+        raise RowError(f"column 'truth': expected yes/no, got {truth!r}")
+    cand_lat = _opt_float(row, "cand_lat", lo=-90, hi=90)
+    cand_lon = _opt_float(row, "cand_lon", lo=-180, hi=180)
+    return VerifyTrial(
+        image_id=image_id,
+        site_id=_req(row, "site"),
+        arm=arm,
+        cand=_req(row, "cand"),
+        img_lat=_float(_req(row, "img_lat"), "img_lat", lo=-90, hi=90),
+        img_lon=_float(_req(row, "img_lon"), "img_lon", lo=-180, hi=180),
+        cand_lat=cand_lat,
+        cand_lon=cand_lon,
+        referenceability=_opt_float(row, "fam", lo=0, hi=5),
+        d_km=_opt_float(row, "d_km", lo=0),
+        band=_opt(row, "band"),
+        truth=truth,
+        continent=_opt(row, "cont"),
+        path=normalize_rel_path(_opt(row, "path")),
+        image_ref=_opt(row, "image_ref") or (image_id if arm == "main" else None),
+        cand_qid=_opt(row, "cand_qid") or _opt(row, "qid"),
+    )
+
+
+def _raw_record(d: Any) -> RawVerifyResponse:
+    if not isinstance(d, dict):
+        raise RowError(f"expected a JSON object, got {type(d).__name__}")
+    trial_id = d.get("trial_id")
+    model = d.get("model")
+    if not isinstance(trial_id, str) or not trial_id:
+        raise RowError("missing or non-string 'trial_id'")
+    if not isinstance(model, str) or not model:
+        raise RowError("missing or non-string 'model'")
+    raw = d.get("raw")
+    if raw is not None and not isinstance(raw, str):
+        raise RowError(f"'raw' must be a string or null, got {type(raw).__name__}")
+    usage = d.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise RowError("'usage' must be an object")
+
+    def tok(name: str) -> int:
+        v = usage.get(name)
+        if v is None:
+            return 0
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            raise RowError(f"usage.{name}: not an integer: {v!r}") from None
+        if n < 0:
+            raise RowError(f"usage.{name}: negative: {n}")
+        return n
+
+    err = d.get("error")
+    image_id = d.get("image_id")
+    return RawVerifyResponse(
+        trial_id=trial_id,
+        model=model,
+        raw=raw,
+        input_tokens=tok("input_tokens"),
+        output_tokens=tok("output_tokens"),
+        stop_reason=usage.get("stop_reason"),
+        error=None if err in (None, "") else str(err),
+        ts=float(d["ts"]) if isinstance(d.get("ts"), (int, float)) else None,
+        image_id=None if image_id is None else _image_id(image_id),
+        site_id=d.get("site"),
+        arm=d.get("arm"),
+        band=d.get("band"),
+        cand=d.get("cand"),
+        truth=d.get("truth"),
+        d_km=float(d["d_km"]) if isinstance(d.get("d_km"), (int, float)) else None,
+        referenceability=float(d["fam"]) if isinstance(d.get("fam"), (int, float)) else None,
+    )
+
+
+def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyResponse]:
+    """Yield raw GeoVerify responses from a JSONL file; bad lines go to ``report``."""
+    report.files.append(str(path))
+    with path.open("rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                d = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                report.add(path, lineno, f"invalid JSON: {exc}")
+                continue
+            try:
+                rec = _raw_record(d)
+            except RowError as exc:
+                report.add(path, lineno, str(exc))
+                continue
+            report.count(path)
+            yield rec
+
+
+# --- folder-level import ------------------------------------------------------------------------
+
+
+def _data_root(root: Path) -> Path:
+    if (root / "sites.csv").is_file():
+        return root
+    if (root / "data" / "sites.csv").is_file():  # a checkout of the release repository
+        return root / "data"
+    raise FileNotFoundError(f"no sites.csv in release folder {root} (nor in {root / 'data'})")
+
+
+def _pick(root: Path, stem: str, suffix: str) -> Path | None:
+    """``stem.suffix`` if present, else ``stem_sample.suffix``, else None."""
+    for name in (f"{stem}{suffix}", f"{stem}_sample{suffix}"):
+        if (root / name).is_file():
+            return root / name
+    return None
+
+
+_LADDER_NAME = re.compile(r"^(?P<site>.+?)_ladder(?:_.*)?\.csv$")
+
+
+def import_release(root: str | Path) -> Release:
+    """Import a GeoContext release folder.
+
+    Parameters
+    ----------
+    root : str or Path
+        The folder holding ``sites.csv`` (or a release checkout with it under ``data/``).
+
+    Returns
+    -------
+    Release
+        Sites, ladders, images (derived from the trial table), trials, raw responses and the
+        :class:`ImportReport` listing every malformed row.
+
+    Raises
+    ------
+    FileNotFoundError
+        No ``sites.csv`` in the folder.
+    """
+    root = _data_root(Path(root))
+    rel = Release(root=root)
+    rep = rel.report
+    for site in _read_csv(root / "sites.csv", rep, ("site", "city", "lat", "lon"), _site):
+        if site.site_id in rel.sites:
+            rep.add(root / "sites.csv", 0, f"duplicate site id {site.site_id!r}; kept the first")
+            continue
+        rel.sites[site.site_id] = site
+
+    ladder_dir = root / "ladders"
+    for path in sorted(ladder_dir.glob("*.csv")) if ladder_dir.is_dir() else []:
+        m = _LADDER_NAME.match(path.name)
+        if not m:
+            rep.add(path, 0, "file name is not <site>_ladder*.csv; skipped")
+            continue
+        site_id = m.group("site")
+        if site_id not in rel.sites:
+            rep.add(path, 0, f"ladder for unknown site {site_id!r} (not in sites.csv); imported anyway")
+        pts = tuple(_read_csv(path, rep, ("band", "dist_km"), _ladder_point(site_id)))
+        rel.ladders[site_id] = ContextLadder(site_id=site_id, points=pts)
+
+    trials_path = _pick(root, "verify_trials", ".csv")
+    if trials_path is not None:
+        required = ("image_id", "site", "img_lat", "img_lon", "cand", "truth", "arm")
+        for t in _read_csv(trials_path, rep, required, _trial):
+            rel.trials.append(t)
+            if t.arm == "main" and t.image_id not in rel.images:
+                site = rel.sites.get(t.site_id)
+                rel.images[t.image_id] = Image(
+                    image_id=t.image_id,
+                    site_id=t.site_id,
+                    lat=t.img_lat,
+                    lon=t.img_lon,
+                    path=t.path,
+                    continent=t.continent or (site.continent if site else None),
+                )
+    raw_path = _pick(root, "verify_raw", ".jsonl")
+    if raw_path is not None:
+        rel.raw.extend(read_raw_jsonl(raw_path, rep))
+    return rel
+
+
+def import_into_store(root: str | Path, store: Any) -> ImportReport:
+    """Import a release folder into a :class:`geoagent.data.store.DataStore`; returns the report.
+
+    The report is also stored under meta key ``import_report``.
+    """
+    rel = import_release(root)
+    store.put_many(rel.records())
+    store.set_meta("import_report", rel.report.to_json())
+    store.set_meta("release_root", str(rel.root))
+    return rel.report

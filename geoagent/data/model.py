@@ -1,0 +1,278 @@
+"""The data model shared by crawl, importer and evaluations: sites, images, reference points, ladders.
+
+Frozen dataclasses, one per record kind, plus the two GeoVerify record kinds the release carries
+(:class:`VerifyTrial`, a row of the trial table, and :class:`RawVerifyResponse`, one raw model answer).
+Every record has a ``key()`` that is unique within its kind; :mod:`geoagent.data.store` stores records
+by (kind, key).
+
+Sources: seed 000 Sec. 3 (sites, images, context ladders, referenceability 0-5 and tiers),
+Sec. 5.2 (GeoVerify trials, bands, tau = 150 m), Sec. 5.4 (control arms).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from geoagent import constants as C
+
+# --- GeoVerify arms (names as in the release's trial table and raw responses) -----------------
+ARM_MAIN = "main"
+ARM_MISMATCH = "ctrl_mismatch"  # same candidate, image from another continent (Sec. 5.4)
+ARM_BLANK = "ctrl_noimage"  # same candidate, uniform gray field (Sec. 5.4)
+ARMS = (ARM_MAIN, ARM_MISMATCH, ARM_BLANK)
+BLANK_IMAGE_REF = "blank:gray"  # image_ref of the blank-image control arm
+
+BAND_SIGNAL = "signal"
+TRUTH_YES = "yes"
+TRUTH_NO = "no"
+
+TIER_HIGH, TIER_MID, TIER_LOW = "high", "mid", "low"
+TIERS = (TIER_LOW, TIER_MID, TIER_HIGH)  # ordered: index difference = tier distance
+
+
+def band_label(lo_km: float, hi_km: float) -> str:
+    """Release spelling of a distance band, e.g. ``(1.5, 3.0) -> "1.5-3.0km"``."""
+    return f"{float(lo_km)}-{float(hi_km)}km"
+
+
+DECOY_BAND_LABELS = tuple(band_label(lo, hi) for lo, hi in C.GEOVERIFY_DECOY_BANDS_KM)
+LADDER_BAND_LABELS = tuple(band_label(lo, hi) for lo, hi in C.LADDER_BANDS_KM)
+
+
+def tier_of(referenceability: int | float | None) -> str | None:
+    """Referenceability tier (Sec. 3.3): 4-5 ``high``, 2-3 ``mid``, 0-1 ``low``; None stays None.
+
+    Raises
+    ------
+    ValueError
+        If the score lies outside [0, 5].
+    """
+    if referenceability is None:
+        return None
+    r = float(referenceability)
+    if not 0.0 <= r <= 5.0:
+        raise ValueError(f"referenceability must be in [0, 5], got {referenceability!r}")
+    if r >= 4:
+        return TIER_HIGH
+    if r >= 2:
+        return TIER_MID
+    return TIER_LOW
+
+
+def verify_band(d_km: float, tau_km: float = C.GEOVERIFY_TAU_KM) -> str | None:
+    """GeoVerify band of a camera-candidate distance (Sec. 5.2).
+
+    Returns ``"signal"`` when ``d_km < tau_km``, the decoy band label (``"0.15-0.3km"`` ...) when
+    ``lo <= d_km < hi`` for one of ``constants.GEOVERIFY_DECOY_BANDS_KM``, else None (farther than
+    the last band). Units: km.
+    """
+    if d_km < tau_km:
+        return BAND_SIGNAL
+    for (lo, hi), label in zip(C.GEOVERIFY_DECOY_BANDS_KM, DECOY_BAND_LABELS):
+        if lo <= d_km < hi:
+            return label
+    return None
+
+
+def ladder_band(dist_km: float) -> str | None:
+    """Context-ladder band (Sec. 3.3) of a site-to-reference distance in km, or None outside them."""
+    for (lo, hi), label in zip(C.LADDER_BANDS_KM, LADDER_BAND_LABELS):
+        if lo <= dist_km < hi:
+            return label
+    return None
+
+
+class _Record:
+    """Mixin: ``to_dict`` / ``from_dict`` for flat frozen dataclasses."""
+
+    __slots__ = ()
+    kind: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True)
+class Site(_Record):
+    """A site: a landmark-centred location at which images are taken (Sec. 3.1-3.2).
+
+    Units: ``lat``/``lon`` in degrees. ``continent`` is kept as released (two-letter code).
+    """
+
+    kind = "site"
+    site_id: str
+    city: str
+    country: str
+    continent: str
+    lat: float
+    lon: float
+    landmark: str | None = None
+    qid: str | None = None
+    type: str | None = None
+    sitelinks: float | None = None
+    sv_perspective: float | None = None
+    selection_method: str | None = None
+
+    def key(self) -> str:
+        return self.site_id
+
+
+@dataclass(frozen=True, slots=True)
+class Image(_Record):
+    """A street-level image at a site. ``lat``/``lon`` are the camera position (degrees).
+
+    ``path`` is relative to the campaign's image root, always with ``/`` separators.
+    ``captured_at`` is ISO 8601 UTC text when known; ``compass_angle_deg`` in degrees.
+    """
+
+    kind = "image"
+    image_id: str
+    site_id: str
+    lat: float
+    lon: float
+    captured_at: str | None = None
+    compass_angle_deg: float | None = None
+    source: str = "mapillary"
+    path: str | None = None
+    continent: str | None = None
+
+    def key(self) -> str:
+        return self.image_id
+
+
+@dataclass(frozen=True, slots=True)
+class ReferencePoint(_Record):
+    """A Wikidata place usable as a location hint (Sec. 3.3).
+
+    Either ``lat``/``lon`` (degrees) or ``dist_km`` (km from the site centre) is known; ladders in the
+    release carry only ``dist_km``. ``referenceability`` is the audited 0-5 score; ``tier`` follows it.
+    """
+
+    kind = "reference_point"
+    qid: str | None
+    name_en: str | None
+    name_zh: str | None = None
+    lat: float | None = None
+    lon: float | None = None
+    dist_km: float | None = None
+    referenceability: int | None = None
+    usable: bool = True
+    band: str | None = None
+    tier: str | None = None
+    pageviews: int | None = None
+    site_id: str | None = None
+    label_raw: str | None = None
+    n_in_cell: int | None = None
+    n_taken: int | None = None
+
+    def key(self) -> str:
+        return f"{self.site_id}|{self.qid or self.name_en}"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLadder(_Record):
+    """A site's context ladder: reference points by band x tier (Sec. 3.3)."""
+
+    kind = "ladder"
+    site_id: str
+    points: tuple[ReferencePoint, ...] = field(default_factory=tuple)
+
+    def key(self) -> str:
+        return self.site_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"site_id": self.site_id, "points": [p.to_dict() for p in self.points]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ContextLadder":
+        return cls(site_id=d["site_id"], points=tuple(ReferencePoint.from_dict(p) for p in d.get("points", ())))
+
+    def cell(self, band: str, tier: str) -> tuple[ReferencePoint, ...]:
+        """Reference points of one (band, tier) cell."""
+        return tuple(p for p in self.points if p.band == band and p.tier == tier)
+
+
+def make_trial_id(image_id: str, arm: str, cand: str) -> str:
+    """Release trial id ``image_id|arm|cand`` (the raw responses are keyed by (trial_id, model))."""
+    return f"{image_id}|{arm}|{cand}"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyTrial(_Record):
+    """One GeoVerify trial: image x candidate x arm (Sec. 5.2, 5.4).
+
+    ``image_id`` is the image whose camera position defines the truth; ``image_ref`` is what the model
+    is shown (the same id for ``main``, another continent's image id for ``ctrl_mismatch``,
+    ``"blank:gray"`` for ``ctrl_noimage``). Distances in km, coordinates in degrees. ``truth`` is
+    ``"yes"`` iff ``d_km < tau`` (Eq. 1) on the main arm; control arms are all ``"no"``.
+    """
+
+    kind = "verify_trial"
+    image_id: str
+    site_id: str
+    arm: str
+    cand: str
+    img_lat: float
+    img_lon: float
+    cand_lat: float | None
+    cand_lon: float | None
+    referenceability: float | None
+    d_km: float | None
+    band: str | None
+    truth: str
+    continent: str | None = None
+    path: str | None = None
+    image_ref: str | None = None
+    cand_qid: str | None = None
+
+    @property
+    def trial_id(self) -> str:
+        return make_trial_id(self.image_id, self.arm, self.cand)
+
+    def key(self) -> str:
+        return self.trial_id
+
+
+@dataclass(frozen=True, slots=True)
+class RawVerifyResponse(_Record):
+    """One recorded GeoVerify model answer from the release (``verify_raw*.jsonl``).
+
+    ``raw`` is the model's verbatim text (untrusted). Token counts in tokens.
+    """
+
+    kind = "verify_raw"
+    trial_id: str
+    model: str
+    raw: str | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stop_reason: str | None = None
+    error: str | None = None
+    ts: float | None = None
+    image_id: str | None = None
+    site_id: str | None = None
+    arm: str | None = None
+    band: str | None = None
+    cand: str | None = None
+    truth: str | None = None
+    d_km: float | None = None
+    referenceability: float | None = None
+
+    @property
+    def replay_key(self) -> str:
+        return f"{self.trial_id}|{self.model}"
+
+    def key(self) -> str:
+        return self.replay_key
+
+
+RECORD_TYPES: dict[str, type] = {
+    t.kind: t for t in (Site, Image, ReferencePoint, ContextLadder, VerifyTrial, RawVerifyResponse)
+}

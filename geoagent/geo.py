@@ -1,0 +1,65 @@
+"""Great-circle geometry: haversine distance in km (imports only constants).
+
+Source: seed 000, Sec. 5.2 Eq. 1 (``d`` is the haversine distance); Earth radius
+``constants.EARTH_RADIUS_KM`` (mean radius, 6371.0088 km), which reproduces the release's ``d_km``
+to within 1e-4 km.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from geoagent import constants as C
+
+
+def haversine_km(lat1_deg: float, lon1_deg: float, lat2_deg: float, lon2_deg: float) -> float:
+    """Great-circle distance in km between two points given in decimal degrees.
+
+    Parameters
+    ----------
+    lat1_deg, lon1_deg, lat2_deg, lon2_deg : float
+        WGS84 latitude/longitude in degrees.
+
+    Returns
+    -------
+    float
+        Haversine distance in km on a sphere of radius ``constants.EARTH_RADIUS_KM``.
+
+    Raises
+    ------
+    ValueError
+        If a coordinate is not finite or a latitude lies outside [-90, 90].
+    """
+    for v in (lat1_deg, lon1_deg, lat2_deg, lon2_deg):
+        if not math.isfinite(v):
+            raise ValueError(f"coordinate must be finite, got {v!r}")
+    if abs(lat1_deg) > 90 or abs(lat2_deg) > 90:
+        raise ValueError(f"latitude out of range: {lat1_deg!r}, {lat2_deg!r}")
+    p1, p2 = math.radians(lat1_deg), math.radians(lat2_deg)
+    dp = p2 - p1
+    dl = math.radians(lon2_deg - lon1_deg)
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2.0 * C.EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(a)))
+
+
+def haversine_km_array(lat1_deg: Any, lon1_deg: Any, lat2_deg: Any, lon2_deg: Any) -> np.ndarray:
+    """Vectorised :func:`haversine_km` over broadcastable arrays (degrees in, km out).
+
+    Parameters
+    ----------
+    lat1_deg, lon1_deg, lat2_deg, lon2_deg : array-like, broadcastable to a common shape ``(n,)``
+        Coordinates in degrees.
+
+    Returns
+    -------
+    ndarray of shape ``(n,)``
+        Distances in km (NaN where an input is NaN).
+    """
+    p1 = np.radians(np.asarray(lat1_deg, dtype=float))
+    p2 = np.radians(np.asarray(lat2_deg, dtype=float))
+    dl = np.radians(np.asarray(lon2_deg, dtype=float) - np.asarray(lon1_deg, dtype=float))
+    a = np.sin((p2 - p1) / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dl / 2) ** 2
+    return 2.0 * C.EARTH_RADIUS_KM * np.arcsin(np.minimum(1.0, np.sqrt(a)))
