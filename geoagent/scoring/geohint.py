@@ -1,0 +1,113 @@
+"""GeoHint per-response metrics: hit, error/hint-distance ratio, geometric means, binomial intervals.
+
+Seed 000: Sec. 4.2 (hit = error < 1 km *and* resolution finer than city; city-level resolution is
+censored), Sec. 6.2.2 (Table 5: geometric means of d_ref and err, median of err/d_ref, on answers that
+resolved finer than city level), Fig. 2 (95 % binomial intervals).
+
+Resolution levels use the geocoder's names ``building``, ``area``, ``city``, ``none``; the release's
+``place`` (and an empty field) map to ``building`` (and ``none``) via :func:`normalize_level`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from geoagent.constants import HIT_THRESHOLD_KM
+
+LEVELS = ("building", "area", "city", "none")
+FINE_LEVELS = frozenset({"building", "area"})
+_LEVEL_ALIASES = {
+    "building": "building",
+    "place": "building",
+    "area": "area",
+    "city": "city",
+    "none": "none",
+    "": "none",
+    "failed": "none",
+    "unresolved": "none",
+}
+
+
+def normalize_level(level: str | None) -> str:
+    """Map a resolution level (ours or the release's) to one of :data:`LEVELS`.
+
+    Raises
+    ------
+    ValueError
+        An unknown level name.
+    """
+    key = (level or "").strip().lower()
+    try:
+        return _LEVEL_ALIASES[key]
+    except KeyError:
+        raise ValueError(f"unknown resolution level {level!r}; expected one of {LEVELS} or 'place'") from None
+
+
+def is_fine(level: str | None) -> bool:
+    """True when the answer resolved finer than city level (building or area)."""
+    return normalize_level(level) in FINE_LEVELS
+
+
+def is_hit(error_km: float | None, resolved_level: str | None, *, threshold_km: float = HIT_THRESHOLD_KM) -> bool:
+    """Hit (Sec. 4.2): ``error_km < threshold_km`` and resolution finer than city.
+
+    A missing or non-finite error, and any city-level or failed resolution, is not a hit (censored).
+    """
+    if error_km is None:
+        return False
+    try:
+        e = float(error_km)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(e) and e < threshold_km and is_fine(resolved_level)
+
+
+def hits(error_km: np.ndarray, resolved_level: np.ndarray, *, threshold_km: float = HIT_THRESHOLD_KM) -> np.ndarray:
+    """Vectorised :func:`is_hit`: arrays of shape (n,) -> bool array of shape (n,). NaN error = no hit."""
+    e = np.asarray(error_km, dtype=float)
+    fine = np.array([is_fine(lv) for lv in np.asarray(resolved_level, dtype=object)], dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return fine & np.isfinite(e) & (e < threshold_km)
+
+
+def error_ratio(error_km: np.ndarray, d_ref_km: np.ndarray) -> np.ndarray:
+    """Per-response ratio ``err_km / d_ref_km`` (Table 5); 1 means the answer is as far as the hint.
+
+    Raises
+    ------
+    ValueError
+        A non-positive hint distance.
+    """
+    e = np.asarray(error_km, dtype=float)
+    d = np.asarray(d_ref_km, dtype=float)
+    if np.any(d <= 0):
+        raise ValueError("hint distance d_ref_km must be positive")
+    return e / d
+
+
+def geometric_mean(x_km: np.ndarray, *, floor_km: float = 1e-3) -> float:
+    """Geometric mean ``exp(mean(log(max(x, floor))))`` of positive distances (km); NaN when empty."""
+    x = np.asarray(x_km, dtype=float)
+    if x.size == 0:
+        return float("nan")
+    return float(np.exp(np.mean(np.log(np.maximum(x, floor_km)))))
+
+
+def wilson_interval(k: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion ``k / n`` (Fig. 2 error bars).
+
+    Returns ``(nan, nan)`` when ``n == 0``.
+    """
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    if not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))

@@ -1,0 +1,74 @@
+"""Site-flip permutation test: exact enumeration, scipy cross-check, reproducibility (issue 4 point 5)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from geoagent.scoring.permutation import paired_site_permutation_test, site_sums
+
+
+def _pairs(seed=1, n_sites=9, effect=0.15):
+    rng = np.random.default_rng(seed)
+    sites, t, c = [], [], []
+    for s in range(n_sites):
+        m = int(rng.integers(5, 30))
+        p = rng.uniform(0.2, 0.7)
+        c += list(rng.random(m) < p)
+        t += list(rng.random(m) < p + effect)
+        sites += [f"s{s}"] * m
+    return sites, np.array(t, float), np.array(c, float)
+
+
+def _exact_by_hand(sites, t, c):
+    labels = sorted(set(sites))
+    D = np.array([sum(ti - ci for si, ti, ci in zip(sites, t, c) if si == s) for s in labels])
+    obs = abs(D.sum())
+    hits = sum(1 for eps in itertools.product([-1, 1], repeat=len(D)) if abs(np.dot(eps, D)) >= obs - 1e-9)
+    return hits / 2 ** len(D)
+
+
+def test_exact_mode_equals_hand_enumeration_and_scipy():
+    sites, t, c = _pairs()
+    res = paired_site_permutation_test(sites, t, c, exact=True)
+    assert res.delta == pytest.approx(np.mean(t - c))
+    assert res.p_value == pytest.approx(_exact_by_hand(sites, t, c), abs=1e-12)
+    _, D, counts = site_sums(sites, t - c)
+    ref = stats.permutation_test(
+        (D,), lambda x: np.sum(x) / counts.sum(), permutation_type="samples", n_resamples=np.inf,
+        alternative="two-sided",
+    )
+    assert res.p_value == pytest.approx(ref.pvalue, abs=1e-12)
+
+
+def test_random_flips_are_reproducible_and_close_to_exact():
+    sites, t, c = _pairs(seed=4, n_sites=12, effect=0.08)
+    exact = paired_site_permutation_test(sites, t, c, exact=True).p_value
+    a = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=7)
+    b = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=7)
+    other = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=8)
+    assert a.p_value == b.p_value
+    assert a.n_flips == 10_000 and a.seed == 7
+    se = np.sqrt(exact * (1 - exact) / 10_000)
+    assert abs(a.p_value - exact) < 5 * se + 2e-4
+    assert abs(other.p_value - exact) < 5 * se + 2e-4
+
+
+def test_no_difference_gives_p_one_and_flipping_is_by_site():
+    sites = ["a"] * 4 + ["b"] * 4
+    t = [1, 1, 0, 0, 1, 0, 1, 0]
+    res = paired_site_permutation_test(sites, t, t, n_flips=500, seed=0)
+    assert res.delta == 0 and res.p_value == 1.0
+    # All pairs from one site: flipping that one site is the only move, so |T*| = |T| always.
+    one = paired_site_permutation_test(["x"] * 30, [1] * 30, [0] * 30, n_flips=200, seed=0)
+    assert one.p_value == 1.0 and one.n_sites == 1
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="shape"):
+        paired_site_permutation_test(["a"], [1, 0], [1])
+    with pytest.raises(ValueError, match="at least one pair"):
+        paired_site_permutation_test([], [], [])
