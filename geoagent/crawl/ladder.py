@@ -1,0 +1,226 @@
+"""Context-ladder builder (seed 000, Sec. 3.3): reference points stratified by distance band x tier.
+
+Bands (km, lower edge inclusive, upper exclusive): 0.5-1.5, 1.5-3, 3-6. Referenceability tiers: high
+(4-5), mid (2-3), low (0-1). Candidates are de-duplicated by QID (the nearest statement wins), the
+site's own entity and name are excluded, and each (band, tier) cell gets up to ``draws_per_cell``
+random draws (default 2, as in the paper; the release holds up to 4): random, never sorted by distance,
+because sorting once cost the most diagnostic condition (Sec. 3.3). One CSV per site with the release's
+ladder columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+
+#: Columns of a released ladder file (``data/ladders/<site>_ladder_<auditor>-<lang>.csv``), in order.
+LADDER_COLUMNS: tuple[str, ...] = (
+    "band", "tier", "name_zh", "name_en", "label_raw", "qid", "dist_km", "familiarity", "pageviews",
+    "n_in_cell", "n_taken",
+)
+
+#: Tier names and the referenceability scores (0-5) they cover.
+TIERS: tuple[tuple[str, tuple[int, ...]], ...] = (("high", (4, 5)), ("mid", (2, 3)), ("low", (0, 1)))
+
+
+def band_label(lo_km: float, hi_km: float) -> str:
+    """The release's band label, e.g. ``0.5-1.5km``, ``3.0-6.0km``."""
+    return f"{lo_km:.1f}-{hi_km:.1f}km"
+
+
+BAND_LABELS: tuple[str, ...] = tuple(band_label(lo, hi) for lo, hi in C.LADDER_BANDS_KM)
+
+
+def band_for(dist_km: float, bands_km: Sequence[tuple[float, float]] = C.LADDER_BANDS_KM) -> str | None:
+    """The band label containing ``dist_km`` (``lo <= d < hi``), or None outside every band."""
+    for lo, hi in bands_km:
+        if lo <= dist_km < hi:
+            return band_label(lo, hi)
+    return None
+
+
+def tier_for(familiarity: int | float | str | None) -> str | None:
+    """``high`` for referenceability 4-5, ``mid`` for 2-3, ``low`` for 0-1; None when missing/invalid."""
+    if familiarity is None or familiarity == "":
+        return None
+    try:
+        value = float(familiarity)
+    except (TypeError, ValueError):
+        return None
+    if not value.is_integer():
+        return None
+    for name, scores in TIERS:
+        if int(value) in scores:
+            return name
+    return None
+
+
+def normalise_name(name: str | None) -> str:
+    """Case-, accent- and punctuation-insensitive form of a place name for the own-name exclusion."""
+    if not name:
+        return ""
+    text = unicodedata.normalize("NFKD", name)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch)).casefold()
+    text = re.sub(r"[\W_]+", " ", text)
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True, slots=True)
+class RatedCandidate:
+    """A reference-point candidate after the referenceability audit.
+
+    Attributes
+    ----------
+    qid : str
+        Wikidata id.
+    label_raw : str
+        The label as retrieved from Wikidata.
+    dist_km : float
+        Haversine distance from the site, km.
+    familiarity : int or None
+        Referenceability 0-5 (None if the auditor gave none).
+    ok : bool
+        The auditor's "usable as a reference point".
+    name_en, name_zh : str or None
+        Canonical names from the auditor.
+    sensitive : bool
+        Flagged by the contentious-name screening pass (excluded: dataset policy).
+    pageviews : int or None
+        Optional Wikipedia pageviews.
+    """
+
+    qid: str
+    label_raw: str
+    dist_km: float
+    familiarity: int | None
+    ok: bool = True
+    name_en: str | None = None
+    name_zh: str | None = None
+    sensitive: bool = False
+    pageviews: int | None = None
+
+
+def dedupe_by_qid(candidates: Iterable[RatedCandidate]) -> list[RatedCandidate]:
+    """Keep one candidate per QID (the nearest one; ties keep the first seen), in first-seen order."""
+    best: dict[str, RatedCandidate] = {}
+    order: list[str] = []
+    for c in candidates:
+        prev = best.get(c.qid)
+        if prev is None:
+            order.append(c.qid)
+            best[c.qid] = c
+        elif c.dist_km < prev.dist_km:
+            best[c.qid] = c
+    return [best[q] for q in order]
+
+
+def eligible_candidates(candidates: Iterable[RatedCandidate], *, site_qid: str | None = None,
+                        site_names: Sequence[str] = ()) -> list[RatedCandidate]:
+    """Usable, not sensitive, rated, with an English name, not the site itself (by QID or by name)."""
+    own = {normalise_name(n) for n in site_names if normalise_name(n)}
+    out = []
+    for c in dedupe_by_qid(candidates):
+        if not c.ok or c.sensitive or tier_for(c.familiarity) is None or not c.name_en:
+            continue
+        if site_qid and c.qid == site_qid:
+            continue
+        if own and (normalise_name(c.name_en) in own or normalise_name(c.label_raw) in own):
+            continue
+        out.append(c)
+    return out
+
+
+def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, draws_per_cell: int = 2,
+                 site_qid: str | None = None, site_names: Sequence[str] = (),
+                 bands_km: Sequence[tuple[float, float]] = C.LADDER_BANDS_KM) -> list[dict[str, Any]]:
+    """Build one site's context ladder.
+
+    Parameters
+    ----------
+    candidates : iterable of RatedCandidate
+        Audited candidates around the site (any order; duplicates by QID allowed).
+    rng : random.Random
+        Source of the within-cell draws (seed it from the campaign seed and site id for reproducibility).
+    draws_per_cell : int
+        Maximum reference points per (band, tier) cell; 2 in the paper.
+    site_qid, site_names
+        The site's own QID and names, excluded from its ladder.
+
+    Returns
+    -------
+    list of dict
+        Rows with :data:`LADDER_COLUMNS`, ordered by band (near to far) then tier (high, mid, low);
+        within a cell in draw order. ``n_in_cell`` is the cell's candidate count, ``n_taken`` the draws.
+    """
+    if draws_per_cell < 1:
+        raise ValueError(f"draws_per_cell must be >= 1, got {draws_per_cell}")
+    cells: dict[tuple[str, str], list[RatedCandidate]] = {}
+    for c in eligible_candidates(candidates, site_qid=site_qid, site_names=site_names):
+        band = band_for(c.dist_km, bands_km)
+        tier = tier_for(c.familiarity)
+        if band is None or tier is None:
+            continue
+        cells.setdefault((band, tier), []).append(c)
+    rows: list[dict[str, Any]] = []
+    for lo, hi in bands_km:
+        band = band_label(lo, hi)
+        for tier, _ in TIERS:
+            pool = sorted(cells.get((band, tier), []), key=lambda c: c.qid)  # canonical order before drawing
+            if not pool:
+                continue
+            taken = rng.sample(pool, min(draws_per_cell, len(pool)))
+            for c in taken:
+                rows.append({
+                    "band": band,
+                    "tier": tier,
+                    "name_zh": c.name_zh or "",
+                    "name_en": c.name_en or "",
+                    "label_raw": c.label_raw,
+                    "qid": c.qid,
+                    "dist_km": round(c.dist_km, 3),
+                    "familiarity": int(c.familiarity) if c.familiarity is not None else "",
+                    "pageviews": "" if c.pageviews is None else int(c.pageviews),
+                    "n_in_cell": len(pool),
+                    "n_taken": len(taken),
+                })
+    return rows
+
+
+def write_ladder_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Write ladder rows as CSV (UTF-8, the release's columns) atomically; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(LADDER_COLUMNS))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in LADDER_COLUMNS})
+    tmp.replace(path)
+    return path
+
+
+def read_ladder_csv(path: str | Path) -> list[dict[str, str]]:
+    """Read a ladder CSV (ours or the release's); raises ``ValueError`` naming the file on bad columns."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in LADDER_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: ladder file lacks columns {missing}")
+        return list(reader)
+
+
+def ladder_file_name(site: str, auditor: str = "auditor", lang: str = "en") -> str:
+    """``<site>_ladder_<auditor>-<lang>.csv`` as in the release (site id checked by ``safe_name``)."""
+    from geoagent.paths import safe_name
+
+    return f"{safe_name(site, what='site id')}_ladder_{safe_name(auditor, what='auditor')}-{safe_name(lang, what='lang')}.csv"

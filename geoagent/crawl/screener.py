@@ -1,0 +1,230 @@
+"""City screener (seed 000, Sec. 3.1 and 3.2.1): is a city's spatial granularity comparable to the others?
+
+For a city centre, take the OSM ``place=neighbourhood|suburb|quarter`` point nodes within 6 km, drop
+addressing units (Japanese X-chome street-numbering blocks, plus configurable numbered-unit patterns),
+and compute ``L_district``, the median nearest-neighbour haversine distance between the remaining nodes
+(at least 3 needed). Coverage is the number of perspective (non-panorama) Mapillary images within 1 km.
+A city is admitted when coverage >= 30 and 0.32 <= L_district <= 0.65 km (all configurable).
+
+The output row has the columns of the release's ``city_pool.csv``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from geoagent.crawl.geo import haversine_matrix_km
+from geoagent.crawl.settings import CitySpec, ScreenerSettings
+
+#: Columns of the release's ``data/city_pool.csv``, in order.
+CITY_POOL_COLUMNS: tuple[str, ...] = (
+    "city", "country", "continent", "lat", "lon", "sv_total", "sv_perspective", "L_district",
+    "ok_streetview", "ok_scale", "eligible",
+)
+
+
+@lru_cache(maxsize=64)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
+
+
+def is_addressing_unit(name: str | None, patterns: Sequence[str]) -> bool:
+    """True if an OSM place name is an addressing unit rather than a neighbourhood.
+
+    Parameters
+    ----------
+    name : str or None
+        The node's ``name`` tag (a node without a name is kept: it is still a place node).
+    patterns : sequence of str
+        Regular expressions searched in the name (see
+        :data:`geoagent.crawl.settings.CHOME_PATTERNS` for the Japanese X-chome forms).
+    """
+    if not name:
+        return False
+    return any(p.search(name) for p in _compiled(tuple(patterns)))
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceNode:
+    """An OSM place node (lat/lon in degrees)."""
+
+    osm_id: int
+    lat: float
+    lon: float
+    name: str | None
+    place: str | None
+
+
+def place_nodes_from_overpass(elements: Iterable[dict[str, Any]]) -> list[PlaceNode]:
+    """Turn Overpass ``elements`` (``[out:json]``) into :class:`PlaceNode`s; non-nodes and nodes without
+    coordinates are skipped, ``tags`` may be absent."""
+    out = []
+    for el in elements:
+        if el.get("type") != "node" or "lat" not in el or "lon" not in el:
+            continue
+        tags = el.get("tags") or {}
+        out.append(PlaceNode(int(el["id"]), float(el["lat"]), float(el["lon"]), tags.get("name"), tags.get("place")))
+    return out
+
+
+def exclude_addressing_units(nodes: Sequence[PlaceNode], patterns: Sequence[str]) -> list[PlaceNode]:
+    """Drop nodes whose name matches an addressing-unit pattern (Sec. 3.1, "addressing units must be
+    excluded")."""
+    return [n for n in nodes if not is_addressing_unit(n.name, patterns)]
+
+
+def nearest_neighbour_km(lat_deg: Sequence[float], lon_deg: Sequence[float]) -> np.ndarray:
+    """Nearest-neighbour haversine distance of each point to any other point.
+
+    Parameters
+    ----------
+    lat_deg, lon_deg : array-like of shape (n,)
+        Degrees; n >= 2.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        km. Coincident points give 0.
+    """
+    d = haversine_matrix_km(lat_deg, lon_deg)
+    np.fill_diagonal(d, np.inf)
+    return d.min(axis=1)
+
+
+def l_district_km(lat_deg: Sequence[float], lon_deg: Sequence[float], *, min_points: int = 3) -> float | None:
+    """``L_district``: the median nearest-neighbour haversine distance in km (Sec. 3.1).
+
+    Returns None when fewer than ``min_points`` (default 3) points are given: the scale is undefined
+    (the release leaves such cities' ``L_district`` empty, e.g. Krakow, Jakarta, Montreal).
+    """
+    n = len(lat_deg)
+    if n != len(lon_deg):
+        raise ValueError(f"lat and lon differ in length ({n} vs {len(lon_deg)})")
+    if n < max(2, min_points):
+        return None
+    return float(np.median(nearest_neighbour_km(lat_deg, lon_deg)))
+
+
+def l_district_mean_km(lat_deg: Sequence[float], lon_deg: Sequence[float], *, min_points: int = 3) -> float | None:
+    """Mean nearest-neighbour distance in km (the release's ``district_scale.csv`` reports it too)."""
+    if len(lat_deg) < max(2, min_points):
+        return None
+    return float(np.mean(nearest_neighbour_km(lat_deg, lon_deg)))
+
+
+def nodes_per_km2(n_nodes: int, radius_km: float = 6.0) -> float:
+    """Density of place nodes over the search disc, ``n / (pi * radius_km**2)`` (``district_scale.csv``)."""
+    return n_nodes / (math.pi * radius_km**2)
+
+
+def scale_ok(l_district: float | None, settings: ScreenerSettings) -> bool:
+    """``l_min_km <= L_district <= l_max_km`` (both ends inclusive); False when undefined."""
+    if l_district is None or (isinstance(l_district, float) and math.isnan(l_district)):
+        return False
+    return settings.l_min_km <= l_district <= settings.l_max_km
+
+
+def streetview_ok(sv_perspective: int | None, settings: ScreenerSettings) -> bool:
+    """Coverage rule: at least ``min_coverage`` (30) perspective images within ``coverage_radius_km``."""
+    return sv_perspective is not None and sv_perspective >= settings.min_coverage
+
+
+def admit(sv_perspective: int | None, l_district: float | None, settings: ScreenerSettings) -> bool:
+    """The admission rule of Sec. 3.2.1: coverage >= 30 and L_district in [0.32, 0.65] km."""
+    return streetview_ok(sv_perspective, settings) and scale_ok(l_district, settings)
+
+
+@dataclass(frozen=True, slots=True)
+class CityScreening:
+    """One screened city: the measured quantities and the decisions."""
+
+    city: CitySpec
+    n_nodes_raw: int
+    n_nodes_filtered: int
+    l_district_km: float | None
+    l_district_mean_km: float | None
+    sv_total: int
+    sv_perspective: int
+    ok_streetview: bool
+    ok_scale: bool
+    eligible: bool
+
+    def row(self) -> dict[str, Any]:
+        """The ``city_pool.csv`` row (L_district rounded to 0.01 km as released; empty when undefined)."""
+        return {
+            "city": self.city.city,
+            "country": self.city.country,
+            "continent": self.city.continent,
+            "lat": self.city.lat,
+            "lon": self.city.lon,
+            "sv_total": self.sv_total,
+            "sv_perspective": self.sv_perspective,
+            "L_district": "" if self.l_district_km is None else round(self.l_district_km, 2),
+            "ok_streetview": self.ok_streetview,
+            "ok_scale": self.ok_scale,
+            "eligible": self.eligible,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "city": self.city.model_dump(),
+            "n_nodes_raw": self.n_nodes_raw,
+            "n_nodes_filtered": self.n_nodes_filtered,
+            "l_district_km": self.l_district_km,
+            "l_district_mean_km": self.l_district_mean_km,
+            "sv_total": self.sv_total,
+            "sv_perspective": self.sv_perspective,
+            "ok_streetview": self.ok_streetview,
+            "ok_scale": self.ok_scale,
+            "eligible": self.eligible,
+        }
+
+
+def evaluate_city(city: CitySpec, nodes: Sequence[PlaceNode], sv_total: int, sv_perspective: int,
+                  settings: ScreenerSettings) -> CityScreening:
+    """Apply the screener to already-fetched place nodes and image counts (pure; no I/O)."""
+    kept = exclude_addressing_units(nodes, settings.addressing_unit_patterns)
+    lats = [n.lat for n in kept]
+    lons = [n.lon for n in kept]
+    l_med = l_district_km(lats, lons, min_points=settings.min_points)
+    l_mean = l_district_mean_km(lats, lons, min_points=settings.min_points)
+    ok_sv = streetview_ok(sv_perspective, settings)
+    ok_sc = scale_ok(l_med, settings)
+    return CityScreening(city, len(nodes), len(kept), l_med, l_mean, sv_total, sv_perspective, ok_sv, ok_sc, ok_sv and ok_sc)
+
+
+def place_query(lat: float, lon: float, settings: ScreenerSettings) -> str:
+    """Overpass QL for the place nodes around a centre (``around`` takes radius in m, then lat, lon)."""
+    values = "|".join(re.escape(v) for v in settings.place_values)
+    radius_m = int(round(settings.radius_km * 1000))
+    return (
+        f"[out:json][timeout:{settings.overpass_timeout_s}];\n"
+        f'node[place~"^({values})$"](around:{radius_m},{lat:.6f},{lon:.6f});\n'
+        "out body;"
+    )
+
+
+async def screen_city(city: CitySpec, overpass: Any, mapillary: Any, settings: ScreenerSettings) -> CityScreening:
+    """Screen one city with the live clients.
+
+    Parameters
+    ----------
+    overpass : geoagent.clients.overpass.OverpassClient
+    mapillary : geoagent.clients.mapillary.MapillaryClient
+
+    Raises
+    ------
+    geoagent.clients.overpass.OverpassError, geoagent.clients.mapillary.MapillaryError
+        On API failures (a 200 with a runtime-error ``remark`` is one).
+    """
+    data = await overpass.interpreter(place_query(city.lat, city.lon, settings))
+    nodes = place_nodes_from_overpass(data.get("elements", []))
+    counts = await mapillary.count_images_within(city.lat, city.lon, settings.coverage_radius_km * 1000.0)
+    return evaluate_city(city, nodes, counts.total, counts.perspective, settings)

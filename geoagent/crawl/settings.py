@@ -1,0 +1,288 @@
+"""The ``[crawl]`` section of a campaign config: thresholds, type QIDs, endpoints and API usage policies.
+
+Every number that the paper fixes (seed 000, Sec. 3.1-3.3) is a default here and can be changed in the
+config. Public APIs' usage policies are encoded as :class:`~geoagent.runtime.http.HostPolicy` defaults
+(see ``/work/shared/api-notes.md`` and each client module for the source of each figure).
+
+Example::
+
+    [crawl]
+    contact = "mailto:me@example.org"
+    seed = 0
+
+    [[crawl.cities]]
+    city = "Lisbon"
+    country = "PT"
+    continent = "EU"
+    lat = 38.71
+    lon = -9.14
+
+    [crawl.screener]
+    l_min_km = 0.32
+
+Load with :func:`load_crawl_settings` (a mapping already parsed from TOML); errors name the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from geoagent.runtime.http import HostPolicy
+
+
+class CrawlConfigError(ValueError):
+    """The ``[crawl]`` config section is invalid; the message names the key and what was expected."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+#: The 16 photographable types of Sec. 3.2.1 with their Wikidata QIDs (class items; instances of
+#: subclasses count too, via ``wdt:P31/wdt:P279*``). Editable in config.
+DEFAULT_SITE_TYPES: dict[str, str] = {
+    "museum": "Q33506",
+    "park": "Q22698",
+    "church building": "Q16970",
+    "theatre building": "Q24354",
+    "marketplace": "Q132510",
+    "bridge": "Q12280",
+    "square": "Q174782",
+    "library": "Q7075",
+    "castle": "Q23413",
+    "botanical garden": "Q167346",
+    "monument": "Q4989906",
+    "railway station": "Q55488",
+    "university": "Q3918",
+    "stadium": "Q483110",
+    "fountain": "Q483453",
+    "clock tower": "Q1068842",
+}
+
+#: Japanese street-numbering blocks ("X-chome"): kanji or digit numerals followed by 丁目, or the
+#: romanised "N-chome"/"N-chōme"/"Nchome" forms (Sec. 3.1: 573 of 800 Shibuya nodes are such blocks).
+CHOME_PATTERNS: tuple[str, ...] = (
+    r"[0-9０-９一二三四五六七八九十百〇]+\s*丁目",
+    r"(?i)\b[0-9]+\s*-?\s*ch[oōô]u?me\b",
+)
+
+#: Other numbered addressing units, excluded by default (configurable): a bare number, "Block 12",
+#: "Sector 5", "Ward 3", "Zone 2", "Quadra 7", "Phường 12", "Arrondissement 11" style names.
+DEFAULT_EXTRA_UNIT_PATTERNS: tuple[str, ...] = (
+    r"^\s*[0-9]+\s*$",
+    r"(?i)^\s*(block|sector|ward|zone|quadra|lot|phường|phuong)\s*[0-9]+[a-z]?\s*$",
+)
+
+
+class ScreenerSettings(_Section):
+    """City screener (Sec. 3.1, 3.2.1)."""
+
+    place_values: tuple[str, ...] = ("neighbourhood", "suburb", "quarter")
+    radius_km: float = Field(6.0, gt=0)
+    min_points: int = Field(3, ge=2)
+    addressing_unit_patterns: tuple[str, ...] = CHOME_PATTERNS + DEFAULT_EXTRA_UNIT_PATTERNS
+    coverage_radius_km: float = Field(1.0, gt=0)
+    min_coverage: int = Field(30, ge=0)
+    l_min_km: float = Field(0.32, ge=0)
+    l_max_km: float = Field(0.65, gt=0)
+    overpass_timeout_s: int = Field(25, gt=0)
+
+    @field_validator("addressing_unit_patterns")
+    @classmethod
+    def _compile(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"bad regular expression {p!r}: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _order(self) -> "ScreenerSettings":
+        if self.l_min_km > self.l_max_km:
+            raise ValueError(f"l_min_km ({self.l_min_km}) must not exceed l_max_km ({self.l_max_km})")
+        return self
+
+
+class SamplerSettings(_Section):
+    """Site sampler (Sec. 3.2.1)."""
+
+    radius_km: float = Field(3.0, gt=0)
+    site_types: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SITE_TYPES))
+    max_sitelinks: int = Field(60, ge=0)
+    min_spacing_m: float = Field(250.0, ge=0)
+    coverage_radius_m: float = Field(150.0, gt=0)
+    min_coverage: int = Field(8, ge=0)
+    sites_per_city: int = Field(3, ge=1)
+    page_size: int = Field(1000, ge=10)
+
+    @field_validator("site_types")
+    @classmethod
+    def _qids(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, qid in v.items():
+            if not re.fullmatch(r"Q[1-9][0-9]*", qid):
+                raise ValueError(f"site type {name!r}: {qid!r} is not a Wikidata item id like Q33506")
+        return v
+
+
+class FetcherSettings(_Section):
+    """Imagery fetcher (Sec. 3.2)."""
+
+    radius_m: float = Field(150.0, gt=0)
+    min_separation_m: float = Field(40.0, ge=0)
+    max_images_per_site: int = Field(8, ge=1)
+    min_brightness: float = Field(90.0, ge=0, le=255)
+    grey_size_px: int = Field(32, ge=4)
+    thumb_field: str = "thumb_1024_url"
+    dedupe_hamming_max: int = Field(4, ge=0, le=64)
+
+
+class ImageAuditSettings(_Section):
+    """Vision-model image audit (Sec. 3.2, App. A.4). ``model`` must not be an evaluated model."""
+
+    provider: str = "simulated"
+    model: str = "sim-vision-auditor"
+    max_output_tokens: int = Field(400, ge=16)
+    temperature: float = 0.0
+
+
+class ReferenceabilitySettings(_Section):
+    """Text-only referenceability auditor (Sec. 3.3, App. A.3)."""
+
+    radius_km: float = Field(6.0, gt=0)
+    page_size: int = Field(500, ge=10)
+    batch_size: int = Field(40, ge=1)
+    provider: str = "simulated"
+    model: str = "sim-text-auditor"
+    max_output_tokens: int = Field(4000, ge=64)
+    temperature: float = 0.0
+    sensitive_screen: bool = True
+    pageviews: bool = False
+    pageviews_start: str = "20240101"
+    pageviews_end: str = "20241231"
+    #: a (pageviews, LLM) pair goes to human review when the pageview percentile tier and the LLM tier
+    #: differ by at least this many tiers (high/mid/low are 2 apart at most)
+    review_tier_gap: int = Field(2, ge=1, le=2)
+
+
+class LadderSettings(_Section):
+    """Context-ladder builder (Sec. 3.3): 3 bands x 3 tiers, ``draws_per_cell`` random draws per cell."""
+
+    draws_per_cell: int = Field(2, ge=1)
+    seed: int | None = None
+
+
+class EndpointSettings(_Section):
+    """Base URLs of the public APIs (point them at the sandbox for offline runs)."""
+
+    overpass: str = "https://overpass-api.de/api"
+    wdqs: str = "https://query.wikidata.org/sparql"
+    pageviews: str = "https://wikimedia.org/api/rest_v1"
+    mapillary: str = "https://graph.mapillary.com"
+    mapillary_token_env: str = "MAPILLARY_TOKEN"
+
+
+def _policy(**kw: Any) -> dict[str, Any]:
+    return kw
+
+
+#: Usage policies of each public API as HostPolicy fields (sources in api-notes.md sections 1, 2, 4, 6):
+#: Overpass: 2 slots per IP and ~10,000 requests/day -> at most 2 in flight, 1 request per 10 s.
+#: WDQS: one query at a time, 60 s of query time per minute (tracked by the client) -> concurrency 1.
+#: Pageviews: soft cap ~200 req/s per client -> a polite 20/s, 4 in flight.
+#: Mapillary search API: 10,000 requests/min per app -> 20/s, 8 in flight.
+DEFAULT_POLICIES: dict[str, dict[str, Any]] = {
+    "overpass": _policy(rate=1.0, period_s=10.0, concurrency=2, max_attempts=4, backoff_base_s=5.0, backoff_max_s=120.0, timeout_s=60.0),
+    "wdqs": _policy(rate=1.0, period_s=1.0, concurrency=1, max_attempts=4, backoff_base_s=2.0, backoff_max_s=120.0, timeout_s=70.0),
+    "pageviews": _policy(rate=20.0, period_s=1.0, concurrency=4, max_attempts=4, timeout_s=30.0),
+    "mapillary": _policy(rate=20.0, period_s=1.0, concurrency=8, max_attempts=4, timeout_s=60.0),
+    "thumbnails": _policy(rate=20.0, period_s=1.0, concurrency=8, max_attempts=3, timeout_s=60.0),
+}
+
+
+class CitySpec(_Section):
+    """One candidate city (the paper's list of 58 is an input that can be edited freely)."""
+
+    city: str
+    country: str = ""
+    continent: str = ""
+    lat: float = Field(ge=-90, le=90)
+    lon: float = Field(ge=-180, le=180)
+
+
+class CrawlSettings(_Section):
+    """The whole ``[crawl]`` section."""
+
+    contact: str = Field(min_length=3)
+    tool_name: str = "geoagent-crawl/0.1"
+    seed: int = 0
+    watch: bool = False
+    cities: tuple[CitySpec, ...] = ()
+    evaluated_models: tuple[str, ...] = ()
+    screener: ScreenerSettings = ScreenerSettings()
+    sampler: SamplerSettings = SamplerSettings()
+    fetcher: FetcherSettings = FetcherSettings()
+    image_audit: ImageAuditSettings = ImageAuditSettings()
+    referenceability: ReferenceabilitySettings = ReferenceabilitySettings()
+    ladder: LadderSettings = LadderSettings()
+    endpoints: EndpointSettings = EndpointSettings()
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _auditor_not_evaluated(self) -> "CrawlSettings":
+        # Sec. 3.3 constraint 1 (and Sec. 3.2 for the image audit): the auditor must not be an
+        # evaluated model, else the benchmark sets its own exam.
+        evaluated = set(self.evaluated_models)
+        for key, model in (("image_audit.model", self.image_audit.model), ("referenceability.model", self.referenceability.model)):
+            if model in evaluated:
+                raise ValueError(f"{key} = {model!r} is also an evaluated model; the auditor must not be one")
+        return self
+
+    @property
+    def user_agent(self) -> str:
+        """Descriptive User-Agent with contact (Wikimedia User-Agent policy; courteous for OSM too)."""
+        return f"{self.tool_name} (GeoContext benchmark crawler; contact: {self.contact})"
+
+    def host_policy(self, api: str) -> HostPolicy:
+        """The :class:`HostPolicy` for ``api`` (``overpass``, ``wdqs``, ``pageviews``, ``mapillary``,
+        ``thumbnails``): the default usage policy overlaid with ``[crawl.policies.<api>]``."""
+        base = dict(DEFAULT_POLICIES.get(api, {}))
+        base.update(self.policies.get(api, {}))
+        try:
+            return HostPolicy(**base)
+        except TypeError as e:
+            raise CrawlConfigError(f"[crawl.policies.{api}]: {e}") from None
+
+
+def _format_errors(err: ValidationError, where: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        lines.append(f"{where}: key 'crawl.{loc}': {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_crawl_settings(section: Mapping[str, Any], *, where: str = "config") -> CrawlSettings:
+    """Validate a parsed ``[crawl]`` mapping.
+
+    Parameters
+    ----------
+    section : mapping
+        The ``crawl`` table of a TOML config.
+    where : str
+        File name used in error messages.
+
+    Raises
+    ------
+    CrawlConfigError
+        Naming each bad key (``crawl.screener.l_min_km``...) with what was expected, including the
+        auditor-is-an-evaluated-model rule.
+    """
+    try:
+        return CrawlSettings.model_validate(dict(section))
+    except ValidationError as e:
+        raise CrawlConfigError(_format_errors(e, where)) from None
