@@ -1,0 +1,431 @@
+"""Parse a GeoVerify answer (untrusted model text) into verdict, confidence and evidence. Never raises.
+
+The claim prompt (Appendix A.2 of seed 000, our template ``prompts/geoverify_claim.txt``) asks for a JSON
+object ``{"verdict": "yes"|"no", "confidence": 0..1, "evidence": [str, ...]}``. Models wrap it in code
+fences, add prose, use single quotes, trailing commas or comments, write ``"Yes."`` or ``"80%"``, or are
+cut off by the token limit. :func:`parse_verdict` handles each of those with a small lenient JSON reader
+(no ``eval``), records which leniency rules fired, and returns a parse *failure* with the raw text and a
+reason when no yes/no verdict can be recovered. A failure is never turned into a verdict.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# leniency rule names (reported per answer, counted by the report)
+RULE_CODE_FENCE = "code_fence"
+RULE_PROSE = "prose_around_json"
+RULE_SINGLE_QUOTES = "single_quotes"
+RULE_TRAILING_COMMA = "trailing_comma"
+RULE_COMMENTS = "comments"
+RULE_BARE_WORDS = "unquoted_keys_or_words"
+RULE_TRUNCATED = "truncated"
+RULE_VERDICT_NORMALIZED = "verdict_case_or_punctuation"
+RULE_VERDICT_BOOLEAN = "verdict_boolean"
+RULE_CONF_STRING = "confidence_string"
+RULE_CONF_PERCENT = "confidence_percent"
+RULE_CONF_INVALID = "confidence_invalid"
+RULE_REGEX_FALLBACK = "regex_fallback"
+
+_VERDICT_KEYS = ("verdict", "answer", "decision")
+_CONF_KEYS = ("confidence", "conf", "certainty")
+_EVIDENCE_KEYS = ("evidence", "reasons", "visible_evidence")
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedVerdict:
+    """Result of parsing one answer.
+
+    Attributes
+    ----------
+    ok : bool
+        True when a yes/no verdict was recovered.
+    verdict : {"yes", "no"} or None
+    confidence : float in [0, 1] or None
+        None when absent or unusable (the verdict still counts).
+    evidence : tuple of str
+    reason : str or None
+        Why parsing failed (``ok`` False) or None.
+    rules : tuple of str
+        Leniency rules that fired (``RULE_*`` names).
+    raw : str
+        The verbatim answer text.
+    """
+
+    ok: bool
+    verdict: str | None
+    confidence: float | None
+    evidence: tuple[str, ...] = ()
+    reason: str | None = None
+    rules: tuple[str, ...] = ()
+    raw: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "confidence": self.confidence,
+            "evidence": list(self.evidence),
+            "reason": self.reason,
+            "rules": list(self.rules),
+        }
+
+
+# --- lenient JSON reader ------------------------------------------------------------------------
+
+
+class _Syntax(Exception):
+    pass
+
+
+class _EOF(Exception):
+    pass
+
+
+_NUM = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+_QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019"}
+_ESC = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"', "'": "'"}
+
+
+class _Reader:
+    """Recursive-descent reader for JSON with the usual model deviations. Containers cut off by the end
+    of the text return what they completed and set ``truncated``."""
+
+    def __init__(self, text: str, pos: int) -> None:
+        self.s = text
+        self.i = pos
+        self.rules: set[str] = set()
+        self.truncated = False
+
+    def ws(self) -> None:
+        s = self.s
+        while self.i < len(s):
+            c = s[self.i]
+            if c.isspace():
+                self.i += 1
+            elif s.startswith("//", self.i) or c == "#":
+                self.rules.add(RULE_COMMENTS)
+                j = s.find("\n", self.i)
+                self.i = len(s) if j < 0 else j + 1
+            elif s.startswith("/*", self.i):
+                self.rules.add(RULE_COMMENTS)
+                j = s.find("*/", self.i + 2)
+                self.i = len(s) if j < 0 else j + 2
+            else:
+                break
+
+    def value(self) -> Any:
+        self.ws()
+        if self.i >= len(self.s):
+            raise _EOF
+        c = self.s[self.i]
+        if c == "{":
+            return self.obj()
+        if c == "[":
+            return self.arr()
+        if c in _QUOTES:
+            return self.string()
+        m = _NUM.match(self.s, self.i)
+        if m:
+            self.i = m.end()
+            j = self.i
+            while j < len(self.s) and self.s[j] == " ":
+                j += 1
+            if j < len(self.s) and self.s[j] == "%":
+                self.i = j + 1
+                return _Percent(float(m.group()))
+            if self.i >= len(self.s):
+                raise _EOF  # a number cut off by the end may be incomplete
+            return float(m.group()) if any(ch in m.group() for ch in ".eE") else int(m.group())
+        m = _WORD.match(self.s, self.i)
+        if m:
+            self.i = m.end()
+            w = m.group()
+            lw = w.lower()
+            if lw == "true":
+                return True
+            if lw == "false":
+                return False
+            if lw in ("null", "none"):
+                return None
+            self.rules.add(RULE_BARE_WORDS)
+            return w
+        raise _Syntax(f"unexpected {c!r} at {self.i}")
+
+    def string(self) -> str:
+        s = self.s
+        q = s[self.i]
+        close = _QUOTES[q]
+        if q != '"':
+            self.rules.add(RULE_SINGLE_QUOTES)
+        self.i += 1
+        out: list[str] = []
+        while True:
+            if self.i >= len(s):
+                raise _EOF
+            c = s[self.i]
+            if c == "\\":
+                if self.i + 1 >= len(s):
+                    raise _EOF
+                e = s[self.i + 1]
+                if e == "u":
+                    hexd = s[self.i + 2 : self.i + 6]
+                    if len(hexd) < 4:
+                        raise _EOF
+                    try:
+                        out.append(chr(int(hexd, 16)))
+                    except ValueError:
+                        raise _Syntax("bad \\u escape") from None
+                    self.i += 6
+                    continue
+                out.append(_ESC.get(e, e))
+                self.i += 2
+                continue
+            if c == close:
+                # an apostrophe inside a single-quoted word (it's) closes only if followed by a delimiter
+                if q == "'" and self.i + 1 < len(s) and s[self.i + 1].isalpha():
+                    out.append(c)
+                    self.i += 1
+                    continue
+                self.i += 1
+                return "".join(out)
+            out.append(c)
+            self.i += 1
+
+    def key(self) -> str:
+        self.ws()
+        if self.i >= len(self.s):
+            raise _EOF
+        c = self.s[self.i]
+        if c in _QUOTES:
+            return self.string()
+        m = _WORD.match(self.s, self.i)
+        if m:
+            self.rules.add(RULE_BARE_WORDS)
+            self.i = m.end()
+            return m.group()
+        raise _Syntax(f"expected a key at {self.i}, got {c!r}")
+
+    def obj(self) -> dict[str, Any]:
+        self.i += 1
+        out: dict[str, Any] = {}
+        try:
+            while True:
+                self.ws()
+                if self.i >= len(self.s):
+                    raise _EOF
+                if self.s[self.i] == "}":
+                    self.i += 1
+                    return out
+                k = self.key()
+                self.ws()
+                if self.i >= len(self.s):
+                    raise _EOF
+                if self.s[self.i] not in ":=":
+                    raise _Syntax(f"expected ':' after key {k!r}")
+                self.i += 1
+                v = self.value()
+                out[k] = v
+                self.ws()
+                if self.i >= len(self.s):
+                    raise _EOF
+                c = self.s[self.i]
+                if c == ",":
+                    self.i += 1
+                    self.ws()
+                    if self.i < len(self.s) and self.s[self.i] == "}":
+                        self.rules.add(RULE_TRAILING_COMMA)
+                elif c != "}":
+                    raise _Syntax(f"expected ',' or '}}' after value of {k!r}, got {c!r}")
+        except _EOF:
+            self.truncated = True
+            return out
+
+    def arr(self) -> list[Any]:
+        self.i += 1
+        out: list[Any] = []
+        try:
+            while True:
+                self.ws()
+                if self.i >= len(self.s):
+                    raise _EOF
+                if self.s[self.i] == "]":
+                    self.i += 1
+                    return out
+                out.append(self.value())
+                self.ws()
+                if self.i >= len(self.s):
+                    raise _EOF
+                c = self.s[self.i]
+                if c == ",":
+                    self.i += 1
+                    self.ws()
+                    if self.i < len(self.s) and self.s[self.i] == "]":
+                        self.rules.add(RULE_TRAILING_COMMA)
+                elif c != "]":
+                    raise _Syntax(f"expected ',' or ']' in list, got {c!r}")
+        except _EOF:
+            self.truncated = True
+            return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Percent:
+    value: float
+
+
+# --- field normalisation --------------------------------------------------------------------------
+
+_VERDICT_WORD = re.compile(r"^[\s\"'`*_.!,;:()\[\]]*(yes|no)[\s\"'`*_.!,;:()\[\]]*$", re.I)
+
+
+def _norm_verdict(v: Any, rules: set[str]) -> str | None:
+    if isinstance(v, bool):
+        rules.add(RULE_VERDICT_BOOLEAN)
+        return "yes" if v else "no"
+    if not isinstance(v, str):
+        return None
+    if v in ("yes", "no"):
+        return v
+    m = _VERDICT_WORD.match(v)
+    if m:
+        rules.add(RULE_VERDICT_NORMALIZED)
+        return m.group(1).lower()
+    return None
+
+
+def _norm_conf(v: Any, rules: set[str]) -> float | None:
+    pct = False
+    if isinstance(v, _Percent):
+        pct, v = True, v.value
+    elif isinstance(v, str):
+        rules.add(RULE_CONF_STRING)
+        m = re.fullmatch(r"\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%)?\s*", v)
+        if not m:
+            rules.add(RULE_CONF_INVALID)
+            return None
+        pct = bool(m.group(2))
+        v = float(m.group(1))
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if v is not None:
+            rules.add(RULE_CONF_INVALID)
+        return None
+    x = float(v)
+    if pct or 1.0 < x <= 100.0:
+        rules.add(RULE_CONF_PERCENT)
+        x /= 100.0
+    if not 0.0 <= x <= 1.0:
+        rules.add(RULE_CONF_INVALID)
+        return None
+    return x
+
+
+def _norm_evidence(v: Any) -> tuple[str, ...]:
+    if isinstance(v, str):
+        return (v,)
+    if isinstance(v, list):
+        return tuple(str(x) for x in v if isinstance(x, (str, int, float)) and not isinstance(x, bool))
+    return ()
+
+
+def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
+    lower = {str(k).strip().lower(): v for k, v in d.items()}
+    for k in keys:
+        if k in lower:
+            return True, lower[k]
+    return False, None
+
+
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", re.S)
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=]\s*[\"'*]*\s*(yes|no)\b", re.I)
+_RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=]\s*[\"']?\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*%?)", re.I)
+_RX_BARE = re.compile(r"^[\s\"'`*_]*(yes|no)\b[\s\"'`*_.!,;:]*", re.I)
+
+
+def parse_verdict(raw: str | None) -> ParsedVerdict:
+    """Parse one GeoVerify answer; never raises.
+
+    Parameters
+    ----------
+    raw : str or None
+        The model's verbatim answer text.
+
+    Returns
+    -------
+    ParsedVerdict
+        ``ok`` with verdict ``"yes"``/``"no"``, confidence in [0, 1] (or None) and evidence strings; or a
+        failure with ``reason`` and the raw text kept.
+
+    Notes
+    -----
+    Order: (1) take the first fenced block if there is one (an unterminated fence is read to the end);
+    (2) read each ``{`` in turn with the lenient reader until one yields an object with a verdict key;
+    (3) otherwise a regex for ``verdict: yes|no`` anywhere; (4) otherwise a bare leading ``Yes``/``No``.
+    Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
+    [0, 1] becomes None (rule ``confidence_invalid``).
+    """
+    try:
+        return _parse(raw)
+    except Exception as exc:  # defensive: parsing must never take a worker down
+        return ParsedVerdict(False, None, None, (), f"parser error: {type(exc).__name__}: {exc}", (), raw or "")
+
+
+def _parse(raw: str | None) -> ParsedVerdict:
+    text = raw if isinstance(raw, str) else ""
+    if not text.strip():
+        return ParsedVerdict(False, None, None, (), "empty answer", (), text)
+    rules: set[str] = set()
+    body = text
+    m = _FENCE.search(text)
+    if m:
+        rules.add(RULE_CODE_FENCE)
+        body = m.group(1)
+        if text[: m.start()].strip() or text[m.end() :].strip():
+            rules.add(RULE_PROSE)
+    best_reason = "no JSON object found"
+    candidates = [body] if body is text else [body, text]
+    for src in candidates:
+        start = src.find("{")
+        while start >= 0:
+            r = _Reader(src, start)
+            try:
+                obj = r.obj()
+            except _Syntax as exc:
+                best_reason = f"malformed JSON: {exc}"
+                start = src.find("{", start + 1)
+                continue
+            has_v, v = _lookup(obj, _VERDICT_KEYS)
+            if not has_v:
+                best_reason = "truncated before the verdict" if r.truncated else "JSON object has no 'verdict'"
+                start = src.find("{", start + 1)
+                continue
+            rules |= r.rules
+            if r.truncated:
+                rules.add(RULE_TRUNCATED)
+            if src[:start].strip() or (not r.truncated and src[r.i :].strip()):
+                rules.add(RULE_PROSE)
+            verdict = _norm_verdict(v, rules)
+            if verdict is None:
+                return ParsedVerdict(False, None, None, (), f"verdict is not yes/no: {v!r}", tuple(sorted(rules)), text)
+            _, c = _lookup(obj, _CONF_KEYS)
+            conf = _norm_conf(c, rules)
+            _, ev = _lookup(obj, _EVIDENCE_KEYS)
+            return ParsedVerdict(True, verdict, conf, _norm_evidence(ev), None, tuple(sorted(rules)), text)
+    mv = _RX_VERDICT.search(text)
+    if mv:
+        rules.add(RULE_REGEX_FALLBACK)
+        mc = _RX_CONF.search(text)
+        conf = _norm_conf(mc.group(1), rules) if mc else None
+        rules.discard(RULE_CONF_STRING)
+        return ParsedVerdict(True, mv.group(1).lower(), conf, (), None, tuple(sorted(rules)), text)
+    mb = _RX_BARE.match(text)
+    if mb:
+        rules |= {RULE_REGEX_FALLBACK, RULE_PROSE} if text[mb.end() :].strip() else {RULE_REGEX_FALLBACK}
+        mc = _RX_CONF.search(text)
+        conf = _norm_conf(mc.group(1), rules) if mc else None
+        rules.discard(RULE_CONF_STRING)
+        return ParsedVerdict(True, mb.group(1).lower(), conf, (), None, tuple(sorted(rules)), text)
+    return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
