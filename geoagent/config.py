@@ -1,0 +1,768 @@
+"""Campaign configuration: one TOML file, validated at load with errors that name the key and expected type.
+
+Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.toml`` for complete examples)::
+
+    [campaign]   name (a safe file name), kind = geoverify | geohint | crawl | generic, seed, description
+    [paths]      queues, state, release_dir         (env GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE win)
+    [budget]     cap_usd, reserve = "worst_case", input_estimate_factor
+    [[models]]   name, provider, model, base_url, api_key_env (the variable NAME, never the key), prices in
+                 USD per 1M input/output tokens, max_output_tokens, temperature, concurrency,
+                 rate = {requests, period_s}, sampling_rate, seed, replay = {...}, params = {...}
+    [hosts."api.example.org"]  rate, period_s, concurrency, ... (non-model APIs: Mapillary, Wikidata, ...)
+    [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s
+    [geoverify], [geohint], [crawl]   task sections: free tables until a task module registers a pydantic
+                 model for them with :func:`register_section`; then they are validated like the rest.
+
+Values are validated strictly (a quoted ``"0.15"`` is not a number; integers are accepted where a float is
+expected). Every error is reported as ``<file>: <key path>: expected <type>, got <value>``, e.g.
+``campaign.toml: models[1].price_input_usd_per_mtok: expected a number, got 'cheap'``.
+
+Relative paths in ``[paths]`` are taken relative to the working directory (like the default roots).
+Prices, rates and token limits come from each provider's public pricing/limits pages; the 1/3 sampling
+rate for an expensive model follows the paper (Sec. 6, claude-opus-5 sampled at one third the rate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from geoagent import constants as C
+from geoagent.paths import safe_name
+
+PROVIDER_KINDS = ("openai", "anthropic", "gemini", "replay", "simulated")
+CAMPAIGN_KINDS = ("geoverify", "geohint", "crawl", "generic")
+TASK_SECTIONS = ("geoverify", "geohint", "crawl")
+#: tokens reserved for one image when estimating input size (the provider base uses the same budget)
+IMAGE_INPUT_TOKENS = 1600
+
+
+class ConfigError(ValueError):
+    """The campaign file cannot be used. ``problems`` lists one ``key path: message`` line per error."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: {p}" for p in problems]
+        super().__init__(lines[0] if len(lines) == 1 else "\n".join([f"{source}: {len(lines)} problems"] + lines))
+
+
+# ------------------------------------------------------------------------------------------------
+# sections
+# ------------------------------------------------------------------------------------------------
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class CampaignSection(_Section):
+    """``[campaign]``: identity of the campaign (its name names the queue and state folders)."""
+
+    name: str
+    kind: Literal["geoverify", "geohint", "crawl", "generic"] = "generic"
+    seed: int = 0
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _safe(cls, v: str) -> str:
+        try:
+            return safe_name(v, what="campaign name")
+        except ValueError:
+            raise ValueError("a safe file name (letters, digits, _ . -; starting with a letter or digit)") from None
+
+
+class PathsSection(_Section):
+    """``[paths]``: data roots. The environment (``GEOAGENT_QUEUES``/``_STATE``/``_RELEASE``) overrides these."""
+
+    queues: str | None = None
+    state: str | None = None
+    release_dir: str | None = None
+
+
+class BudgetSection(_Section):
+    """``[budget]``: the hard cost cap in USD and how much each call reserves before it starts.
+
+    ``reserve = "worst_case"``: estimated input tokens x ``input_estimate_factor`` x input price +
+    ``max_output_tokens`` x output price (issue 2 point 7).
+    """
+
+    cap_usd: float = Field(ge=0)
+    reserve: Literal["worst_case"] = "worst_case"
+    input_estimate_factor: float = Field(default=1.25, ge=1.0)
+
+
+class RateSpec(_Section):
+    """A rate limit: ``requests`` per ``period_s`` seconds."""
+
+    requests: float = Field(gt=0)
+    period_s: float = Field(default=1.0, gt=0)
+
+
+class ReplaySection(_Section):
+    """``models[].replay``: for the ``replay`` provider, the recorded JSONL file and how rows are keyed."""
+
+    path: str | None = None
+    #: row field matched against the request: ``request_key`` (our key) or a ``meta`` field name
+    key_field: str = "request_key"
+    #: what a request with no recorded answer does: ``missing`` (recorded as missing) or ``error``
+    on_missing: Literal["missing", "error"] = "missing"
+
+
+class ModelConfig(_Section):
+    """One ``[[models]]`` entry: a model reached through one provider."""
+
+    name: str
+    provider: Literal["openai", "anthropic", "gemini", "replay", "simulated"]
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    price_input_usd_per_mtok: float = Field(default=0.0, ge=0)
+    price_output_usd_per_mtok: float = Field(default=0.0, ge=0)
+    max_output_tokens: int = Field(default=1024, gt=0)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    concurrency: int = Field(default=8, ge=1)
+    rate: RateSpec = RateSpec(requests=10.0, period_s=1.0)
+    sampling_rate: float = Field(default=1.0, gt=0, le=1)
+    seed: int | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_attempts: int = Field(default=5, ge=1)
+    replay: ReplaySection = ReplaySection()
+    #: extra provider parameters sent with every request (``system``, ``json_mode``, ...); part of the key
+    params: dict[str, Any] = Field(default_factory=dict)
+    #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
+    expected_output_tokens: int | None = Field(default=None, ge=0)
+    expected_latency_s: float = Field(default=2.0, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _safe(cls, v: str) -> str:
+        try:
+            return safe_name(v, what="model name")
+        except ValueError:
+            raise ValueError("a safe file name (letters, digits, _ . -; starting with a letter or digit)") from None
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        # the message never echoes the value: a key pasted here by mistake must not reach a log
+        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", v):
+            raise ValueError("the NAME of an environment variable (letters, digits, _), not the key itself")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None:
+            parts = urlsplit(v)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("an http(s) URL such as 'https://api.openai.com/v1'")
+            if parts.username or parts.password:
+                raise ValueError("a URL without credentials (put the key in the variable api_key_env names)")
+        return v
+
+    @model_validator(mode="after")
+    def _replay_needs_path(self) -> "ModelConfig":
+        if self.provider == "replay" and not self.replay.path:
+            raise ValueError("replay.path: expected the recorded JSONL file for a replay model")
+        return self
+
+    # -- derived values --------------------------------------------------------------------------
+
+    @property
+    def paid(self) -> bool:
+        """Whether calls can cost money (replay and simulated never do)."""
+        return self.provider not in ("replay", "simulated")
+
+    @property
+    def host(self) -> str | None:
+        """``hostname:port`` (port only when explicit) of ``base_url``, the key of its rate limits."""
+        if not self.base_url:
+            return None
+        parts = urlsplit(self.base_url)
+        return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+
+    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
+        """Cost in USD of a call with these token counts at this model's prices (USD per 1M tokens)."""
+        return (input_tokens * self.price_input_usd_per_mtok + output_tokens * self.price_output_usd_per_mtok) / 1e6
+
+    def worst_case_usd(self, estimated_input_tokens: int, max_output_tokens: int | None = None) -> float:
+        """Reservation for one call: input estimate x input price + max output tokens x output price (USD)."""
+        out = self.max_output_tokens if max_output_tokens is None else max_output_tokens
+        return self.cost_usd(estimated_input_tokens, out)
+
+    def default_params(self) -> dict[str, Any]:
+        """Request parameters every call of this model carries (part of the request key)."""
+        params: dict[str, Any] = {"max_output_tokens": self.max_output_tokens, "temperature": self.temperature}
+        if self.seed is not None:
+            params["seed"] = self.seed
+        params.update(self.params)
+        return params
+
+
+class HostSection(_Section):
+    """``[hosts."name"]``: limits for a non-model API host (``hostname`` or ``hostname:port``)."""
+
+    rate: float = Field(gt=0)
+    period_s: float = Field(default=1.0, gt=0)
+    concurrency: int = Field(default=4, ge=1)
+    max_attempts: int = Field(default=5, ge=1)
+    backoff_base_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    timeout_s: float = Field(default=60.0, gt=0)
+
+
+class QueueSection(_Section):
+    """``[queue]``: redelivery policy shared by every edge of the campaign."""
+
+    max_attempts: int = Field(default=C.DEFAULT_MAX_ATTEMPTS, ge=1)
+    visibility_timeout_s: float = Field(default=C.DEFAULT_VISIBILITY_TIMEOUT_S, gt=0)
+    backoff_base_s: float = Field(default=C.DEFAULT_BACKOFF_BASE_S, ge=0)
+    backoff_max_s: float = Field(default=C.DEFAULT_BACKOFF_MAX_S, ge=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# task-section registry
+# ------------------------------------------------------------------------------------------------
+
+_SECTIONS: dict[str, type[BaseModel]] = {}
+
+
+def register_section(name: str, model_cls: type[BaseModel]) -> type[BaseModel]:
+    """Register the pydantic model that validates top-level table ``[name]`` (e.g. ``geoverify``).
+
+    Task modules call this at import time. Configs loaded afterwards validate the section at load; a
+    config loaded before still validates it lazily in :meth:`CampaignConfig.section`. Registering a new
+    name also allows that table in campaign files. Returns ``model_cls`` (usable as a decorator helper).
+    """
+    if not re.match(r"^[a-z][a-z0-9_]*$", name) or name in CampaignConfig.model_fields:
+        raise ValueError(f"cannot register config section {name!r}")
+    _SECTIONS[name] = model_cls
+    return model_cls
+
+
+def registered_sections() -> dict[str, type[BaseModel]]:
+    """Copy of the section registry (name -> pydantic model)."""
+    return dict(_SECTIONS)
+
+
+# ------------------------------------------------------------------------------------------------
+# the whole file
+# ------------------------------------------------------------------------------------------------
+
+
+class CampaignConfig(_Section):
+    """A validated campaign file. Build with :func:`load_config` or :func:`config_from_dict`."""
+
+    campaign: CampaignSection
+    paths: PathsSection = PathsSection()
+    budget: BudgetSection
+    models: list[ModelConfig] = Field(default_factory=list)
+    hosts: dict[str, HostSection] = Field(default_factory=dict)
+    queue: QueueSection = QueueSection()
+    #: task tables (``geoverify``, ``geohint``, ``crawl`` and registered names), raw as read
+    tasks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: where the config came from (file path or ``<dict>``), for error messages and the manifest
+    source: str = "<dict>"
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, v: list[ModelConfig]) -> list[ModelConfig]:
+        seen: set[str] = set()
+        for m in v:
+            if m.name in seen:
+                raise ValueError(f"unique model names; {m.name!r} appears twice")
+            seen.add(m.name)
+        return v
+
+    # -- look-ups ---------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.campaign.name
+
+    def model(self, name: str) -> ModelConfig:
+        """The ``[[models]]`` entry called ``name``; ``KeyError`` naming the known ones otherwise."""
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"{self.source}: no model named {name!r}; models: {[m.name for m in self.models]}")
+
+    def section(self, name: str) -> Any:
+        """Task table ``[name]``: an instance of its registered model, else the raw dict ({} if absent).
+
+        Raises
+        ------
+        ConfigError
+            The table does not validate against its registered model (key path and expected type named).
+        """
+        raw = self.tasks.get(name, {})
+        model_cls = _SECTIONS.get(name)
+        if model_cls is None:
+            return dict(raw)
+        try:
+            return model_cls.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(self.source, _problems(exc, prefix=(name,))) from None
+
+    # -- roots (environment wins, then config, then the default) ---------------------------------
+
+    def queues_root(self) -> Path:
+        return Path(os.environ.get(C.ENV_QUEUES_ROOT) or self.paths.queues or C.DEFAULT_QUEUES_ROOT)
+
+    def state_root(self) -> Path:
+        return Path(os.environ.get(C.ENV_STATE_ROOT) or self.paths.state or C.DEFAULT_STATE_ROOT)
+
+    def release_dir(self) -> Path:
+        return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR)
+
+    def state_dir(self) -> Path:
+        """``<state root>/<campaign>``: ledger, store, manifest, progress."""
+        return self.state_root() / self.campaign.name
+
+    def queue_options(self) -> dict[str, Any]:
+        """Keyword options for :func:`geoagent.runtime.queue.open_queue`."""
+        return {
+            "max_attempts": self.queue.max_attempts,
+            "backoff_base_s": self.queue.backoff_base_s,
+            "backoff_max_s": self.queue.backoff_max_s,
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# loading and error formatting
+# ------------------------------------------------------------------------------------------------
+
+_EXPECTED = {
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "finite_number": "a finite number",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+    "list_type": "an array",
+    "missing": "a value (required key is missing)",
+    "extra_forbidden": "no such key (unknown key)",
+}
+_NO_ECHO_FIELDS = {"api_key_env"}
+
+
+def _fmt_loc(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(part)):
+            out += ("." if out else "") + str(part)
+        else:
+            out += ("." if out else "") + '"' + str(part).replace('"', '\\"') + '"'
+    return out or "<top level>"
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _problems(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = prefix + tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+        kind = err["type"]
+        path = _fmt_loc(loc)
+        no_echo = any(str(p) in _NO_ECHO_FIELDS for p in loc)
+        if kind == "missing":
+            problems.append(f"{path}: required key is missing")
+            continue
+        if kind == "extra_forbidden":
+            problems.append(f"{path}: unknown key")
+            continue
+        ctx = err.get("ctx") or {}
+        if kind in _EXPECTED:
+            expected = _EXPECTED[kind]
+        elif kind == "literal_error":
+            expected = f"one of {ctx.get('expected', '')}"
+        elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+            sign = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
+            bound = next(iter(ctx.values()), "")
+            expected = f"a number {sign} {bound}"
+        elif kind == "value_error":
+            expected = str(ctx.get("error", err["msg"]))
+        else:
+            expected = err["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
+        got = "" if no_echo else f", got {_fmt_value(err.get('input'))}"
+        problems.append(f"{path}: expected {expected}{got}")
+    return problems
+
+
+def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> CampaignConfig:
+    """Validate a parsed TOML document (dict) into a :class:`CampaignConfig`.
+
+    Raises
+    ------
+    ConfigError
+        One line per problem, each naming the key path and the expected type.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(source, ["<top level>: expected a table"])
+    doc = dict(data)
+    tasks: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for name in list(doc):
+        if name in TASK_SECTIONS or name in _SECTIONS:
+            value = doc.pop(name)
+            if not isinstance(value, dict):
+                problems.append(f"{name}: expected a table, got {_fmt_value(value)}")
+                continue
+            tasks[name] = value
+    for reserved in ("tasks", "source"):
+        if reserved in doc:
+            problems.append(f"{reserved}: unknown key")
+            doc.pop(reserved)
+    try:
+        cfg = CampaignConfig.model_validate({**doc, "tasks": tasks, "source": source})
+    except ValidationError as exc:
+        problems.extend(_problems(exc))
+        cfg = None
+    for name, raw in tasks.items():  # validate registered task sections now
+        model_cls = _SECTIONS.get(name)
+        if model_cls is not None:
+            try:
+                model_cls.model_validate(raw)
+            except ValidationError as exc:
+                problems.extend(_problems(exc, prefix=(name,)))
+    if problems or cfg is None:
+        raise ConfigError(source, problems)
+    return cfg
+
+
+def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
+    """Read and validate a campaign TOML file.
+
+    Parameters
+    ----------
+    path : path
+        The ``.toml`` file; a bare name such as ``"demo"`` also finds ``geoagent/configs/demo.toml``.
+
+    Raises
+    ------
+    ConfigError
+        File missing, TOML syntax error (with line and column), or invalid values (key path + expected type).
+    """
+    p = Path(path)
+    if not p.exists():
+        shipped = packaged_config_path(str(path))
+        if shipped is None:
+            raise ConfigError(str(path), ["file not found"])
+        p = shipped
+    label = p.name if p.is_relative_to(Path(__file__).parent) else str(p)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(label, [f"cannot read: {exc.strerror}"]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(label, [f"not UTF-8 text (byte {exc.start})"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(label, [f"invalid TOML: {exc}"]) from None
+    return config_from_dict(data, source=label)
+
+
+def packaged_config_path(name: str) -> Path | None:
+    """Path of a config shipped in ``geoagent/configs/`` (``"demo"`` or ``"demo.toml"``), or None."""
+    stem = name.removesuffix(".toml")
+    if not re.match(r"^[A-Za-z0-9_-]+$", stem):
+        return None
+    p = Path(__file__).parent / "configs" / f"{stem}.toml"
+    return p if p.is_file() else None
+
+
+def resolved_dict(cfg: CampaignConfig) -> dict[str, Any]:
+    """The config as plain JSON-able data with roots resolved, for the manifest. Holds no secrets.
+
+    API keys never enter a :class:`CampaignConfig` (only variable names do), so nothing needs masking;
+    the resolved data roots (after environment overrides) are added under ``paths``.
+    """
+    data = cfg.model_dump(mode="json", exclude={"tasks", "source"})
+    data["paths"] = {
+        "queues": str(cfg.queues_root()),
+        "state": str(cfg.state_root()),
+        "release_dir": str(cfg.release_dir()),
+    }
+    for name, raw in sorted(cfg.tasks.items()):
+        section = cfg.section(name)
+        data[name] = section.model_dump(mode="json") if isinstance(section, BaseModel) else raw
+    data["source"] = cfg.source
+    return data
+
+
+def config_sha256(cfg: CampaignConfig) -> str:
+    """SHA-256 hex of the canonical JSON of :func:`resolved_dict` minus the data roots (stable across hosts)."""
+    data = resolved_dict(cfg)
+    data.pop("paths", None)
+    data.pop("source", None)
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# derived settings for other layers
+# ------------------------------------------------------------------------------------------------
+
+
+def is_sampled(key: str, rate: float, seed: int = 0) -> bool:
+    """Deterministic Bernoulli(``rate``) draw for item ``key``: the same key, rate and seed always agree.
+
+    Used by planners to apply ``models[].sampling_rate`` (the paper samples an expensive model at 1/3 of
+    the others' rate). Uses the first 8 bytes of SHA-256(seed:key) as a uniform number in [0, 1).
+    """
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 < rate
+
+
+def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
+    """``{host: HostPolicy}`` for every ``[hosts]`` entry and every model ``base_url`` host.
+
+    A model's policy takes its ``rate``/``concurrency``; paid model hosts never retry a request whose
+    outcome is unknown (it may have been billed). Where a host appears in both, ``[hosts]`` wins.
+    """
+    from geoagent.runtime.http import HostPolicy
+
+    out: dict[str, Any] = {}
+    for m in cfg.models:
+        if m.host:
+            out[m.host] = HostPolicy(
+                rate=m.rate.requests,
+                period_s=m.rate.period_s,
+                concurrency=m.concurrency,
+                max_attempts=m.max_attempts,
+                timeout_s=m.timeout_s,
+                retry_unknown_outcome=not m.paid,
+            )
+    for host, h in cfg.hosts.items():
+        out[host] = HostPolicy(
+            rate=h.rate,
+            period_s=h.period_s,
+            concurrency=h.concurrency,
+            max_attempts=h.max_attempts,
+            backoff_base_s=h.backoff_base_s,
+            backoff_max_s=h.backoff_max_s,
+            timeout_s=h.timeout_s,
+            retry_unknown_outcome=True,
+        )
+    return out
+
+
+def provider_settings(
+    cfg: CampaignConfig,
+    model_name: str,
+    *,
+    dotenv_path: str | os.PathLike[str] | None = None,
+    require_key: bool = True,
+) -> Any:
+    """Build the :class:`geoagent.providers.settings.ProviderSettings` for model ``model_name``.
+
+    The API key is looked up here, by the variable name in ``api_key_env`` (environment, then ``.env``),
+    and passed on as a :class:`geoagent.secrets.Secret`.
+
+    Raises
+    ------
+    KeyError
+        No such model.
+    geoagent.secrets.SecretNotFound
+        ``require_key`` and the variable is set nowhere (the message names the variable, not a value).
+    """
+    from geoagent.secrets import get_secret, lookup_secret
+
+    m = cfg.model(model_name)
+    api_key = None
+    if m.api_key_env:
+        api_key = (get_secret if require_key and m.paid else lookup_secret)(m.api_key_env, dotenv_path=dotenv_path)
+    return _build_provider_settings(cfg, m, api_key)
+
+
+def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) -> Any:
+    from geoagent.providers import settings as ps
+
+    values: dict[str, Any] = {
+        "kind": m.provider,
+        "model": m.model,
+        "base_url": m.base_url,
+        "api_key": api_key,
+        "seed": m.seed if m.seed is not None else cfg.campaign.seed,
+        "replay_path": m.replay.path,
+        "replay_key_field": m.replay.key_field,
+        "replay_on_missing": m.replay.on_missing,
+        "timeout_s": m.timeout_s,
+        "name": m.name,
+    }
+    cls = ps.ProviderSettings
+    accepted = _accepted_fields(cls)
+    return cls(**{k: v for k, v in values.items() if accepted is None or k in accepted})
+
+
+def _accepted_fields(cls: type) -> set[str] | None:
+    fields = getattr(cls, "__dataclass_fields__", None) or getattr(cls, "model_fields", None)
+    return set(fields) if fields else None
+
+
+# ------------------------------------------------------------------------------------------------
+# dry-run estimate (--simulate)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ModelEstimate:
+    """Estimate for one model: calls, tokens, USD (expected and worst case), duration (s)."""
+
+    model: str
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    worst_output_tokens: int = 0
+    cost_usd: float = 0.0
+    worst_case_usd: float = 0.0
+    duration_s: float = 0.0
+    throughput_per_s: float = 0.0
+
+
+@dataclass(slots=True)
+class Estimate:
+    """Totals of :func:`estimate`; ``by_model`` holds the per-model parts."""
+
+    calls: int = 0
+    cached: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    worst_case_usd: float = 0.0
+    duration_s: float = 0.0
+    cap_usd: float = 0.0
+    by_model: dict[str, ModelEstimate] = field(default_factory=dict)
+
+    @property
+    def within_cap(self) -> bool:
+        return self.worst_case_usd <= self.cap_usd + 1e-12
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "cached": self.cached,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "worst_case_usd": self.worst_case_usd,
+            "duration_s": self.duration_s,
+            "cap_usd": self.cap_usd,
+            "by_model": {k: vars_of(v) for k, v in self.by_model.items()},
+        }
+
+
+def vars_of(obj: Any) -> dict[str, Any]:
+    return {k: getattr(obj, k) for k in obj.__slots__}
+
+
+def estimate_input_tokens(prompt: str, has_image: bool) -> int:
+    """Input-token estimate used for reservations and dry runs: chars/3 + 16 + 1600 per image (tokens).
+
+    Matches :meth:`geoagent.providers.base.Provider.estimate_input_tokens` (a deliberate over-estimate for
+    English text, ~4 chars per token, so reservations err high).
+    """
+    return len(prompt) // 3 + 16 + (IMAGE_INPUT_TOKENS if has_image else 0)
+
+
+def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None) -> Estimate:
+    """Estimate calls, tokens, USD and duration of a campaign before any spend (``--simulate``).
+
+    Parameters
+    ----------
+    cfg : CampaignConfig
+    planned_requests : iterable
+        Model-caller payloads (dicts with ``model``, ``prompt``, optional ``image_ref``/``image_id`` and
+        ``params``) or ``(model_name, ModelRequest)`` pairs.
+    store : ResponseStore, optional
+        If given, requests whose response is already stored are counted as ``cached`` and cost nothing.
+
+    Returns
+    -------
+    Estimate
+        ``cost_usd`` uses ``expected_output_tokens`` (default: ``max_output_tokens``); ``worst_case_usd``
+        always uses ``max_output_tokens`` and the reservation's input factor, i.e. what the ledger would
+        reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency / expected
+        latency); hosts run in parallel, so the total is the slowest host's.
+    """
+    from geoagent.providers.base import ModelRequest
+
+    est = Estimate(cap_usd=cfg.budget.cap_usd)
+    factor = cfg.budget.input_estimate_factor
+    for item in planned_requests:
+        if isinstance(item, tuple):
+            model_name, req = item
+            prompt, has_image, params, image_id = req.prompt, bool(req.image is not None or req.image_id), req.params, req.image_id
+        else:
+            model_name = item["model"]
+            prompt = item.get("prompt", "")
+            image_id = item.get("image_id") or item.get("image_ref")
+            has_image = bool(image_id)
+            params = item.get("params") or {}
+        m = cfg.model(model_name)
+        merged = {**m.default_params(), **params}
+        if store is not None:
+            req = ModelRequest(m.provider, m.model, prompt, image_id=image_id, params=merged)
+            if store.has(req.key()):
+                est.cached += 1
+                continue
+        me = est.by_model.setdefault(m.name, ModelEstimate(model=m.name))
+        n_in = estimate_input_tokens(prompt, has_image)
+        max_out = int(merged.get("max_output_tokens", m.max_output_tokens))
+        exp_out = min(max_out, m.expected_output_tokens) if m.expected_output_tokens is not None else max_out
+        me.calls += 1
+        me.input_tokens += n_in
+        me.output_tokens += exp_out
+        me.worst_output_tokens += max_out
+        me.cost_usd += m.cost_usd(n_in, exp_out)
+        me.worst_case_usd += m.cost_usd(math.ceil(n_in * factor), max_out)
+    by_host: dict[str, float] = {}
+    for name, me in est.by_model.items():
+        m = cfg.model(name)
+        rate_per_s = m.rate.requests / m.rate.period_s
+        host = cfg.hosts.get(m.host or "")
+        if host is not None:
+            rate_per_s = min(rate_per_s, host.rate / host.period_s)
+        me.throughput_per_s = min(rate_per_s, m.concurrency / m.expected_latency_s)
+        me.duration_s = me.calls / me.throughput_per_s if me.calls else 0.0
+        key = m.host or f"<{m.provider}:{m.name}>"
+        by_host[key] = by_host.get(key, 0.0) + me.duration_s  # models on one host share its limit
+        est.calls += me.calls
+        est.input_tokens += me.input_tokens
+        est.output_tokens += me.output_tokens
+        est.cost_usd += me.cost_usd
+        est.worst_case_usd += me.worst_case_usd
+    est.duration_s = max(by_host.values(), default=0.0)
+    return est

@@ -1,0 +1,533 @@
+"""Cost ledger with a hard cap, in ``state/<campaign>/campaign.sqlite`` (shared with the response store).
+
+Issue 2 point 7. Before a paid call the model caller *reserves* a worst-case cost (estimated input tokens x
+input price + ``max_output_tokens`` x output price); the call starts only if
+
+    spent + unknown + open reservations + this reservation <= cap           (all in USD)
+
+and the check-and-insert runs in one ``BEGIN IMMEDIATE`` transaction, so it holds across coroutines,
+threads and processes sharing the file. Afterwards exactly one of these closes the reservation:
+
+* :meth:`Ledger.settle` - the call returned; its actual cost becomes spend (the response store calls it
+  inside the same transaction that stores the response, so "stored" and "paid for" never disagree);
+* :meth:`Ledger.release` - the call was certainly not sent or not billed (e.g. HTTP 400): nothing spent;
+* :meth:`Ledger.mark_unknown` - the outcome is unknown (connection dropped after sending): the provider may
+  have billed it, so it stays counted at the reservation amount as *unknown-outcome spend*.
+
+Crash recovery (conservative, by design): when a :class:`Ledger` opens, reservations still *open* whose
+owning process is gone (same host, pid no longer running or reused) are converted to unknown-outcome
+spend at their reservation amount. A crashed process may have sent those calls; we cannot know whether
+the provider billed them, so we count them. Reservations of live processes (other workers on the same
+file) are left alone; ``recover_all=True`` converts every open reservation (use it only when no other
+process can be using the file). This can make the ledger's total exceed the provider's real bill, never
+fall short of it.
+
+Amounts are stored as integer nano-USD (1e-9 USD) so cap comparisons are exact (20 x $0.05 == $1.00);
+reservations round up, settlements round to nearest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import secrets as _pysecrets
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from geoagent.runtime.stage import BudgetStop
+
+T = TypeVar("T")
+
+NANO_PER_USD = 1_000_000_000
+
+
+def usd_to_nano(usd: float, *, round_up: bool = False) -> int:
+    """USD -> integer nano-USD (ceil when ``round_up``, for reservations; else nearest)."""
+    if not math.isfinite(usd) or usd < 0:
+        raise ValueError(f"amount must be a finite, non-negative number of USD, got {usd!r}")
+    scaled = usd * NANO_PER_USD
+    # tolerate binary-float noise (0.05 * 1e9 = 50000000.00000001) before rounding up
+    return int(math.ceil(scaled - 1e-6)) if round_up else int(round(scaled))
+
+
+def nano_to_usd(nano: int) -> float:
+    return nano / NANO_PER_USD
+
+
+class LedgerError(RuntimeError):
+    """Misuse of the ledger (unknown reservation id, corrupt state)."""
+
+
+class BudgetExhausted(BudgetStop):
+    """Reserving this call could push spend past the cap. The model caller turns it into ``BudgetStop``.
+
+    Attributes are in USD: ``requested_usd``, ``spent_usd``, ``unknown_usd``, ``reserved_usd``, ``cap_usd``.
+    """
+
+    def __init__(self, requested_usd: float, spent_usd: float, unknown_usd: float, reserved_usd: float, cap_usd: float):
+        self.requested_usd = requested_usd
+        self.spent_usd = spent_usd
+        self.unknown_usd = unknown_usd
+        self.reserved_usd = reserved_usd
+        self.cap_usd = cap_usd
+        super().__init__(
+            f"budget exhausted: spent ${spent_usd:.6f} + unknown ${unknown_usd:.6f} + reserved ${reserved_usd:.6f}"
+            f" + this call ${requested_usd:.6f} > cap ${cap_usd:.6f}"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# the shared SQLite file
+# ------------------------------------------------------------------------------------------------
+
+
+class CampaignDB:
+    """One connection to ``campaign.sqlite`` (WAL) shared by the ledger and the response store.
+
+    Every transaction is ``BEGIN IMMEDIATE`` (the write lock is taken up front, so concurrent
+    read-modify-write across processes cannot interleave) under a per-connection re-entrant lock, so a
+    store ``put`` can call ``ledger.settle`` inside its own transaction. Async callers use :meth:`run`,
+    which executes on one dedicated thread so the event loop never blocks on the file lock.
+
+    Parameters
+    ----------
+    path : path
+        The SQLite file (parent folders are created).
+    busy_timeout_s : float
+        How long a transaction waits for another process's write lock before failing (s).
+    synchronous : {"NORMAL", "FULL"}
+        SQLite ``synchronous`` pragma. ``NORMAL`` (default) in WAL mode survives process crashes (SIGKILL);
+        ``FULL`` also survives power loss at the cost of an fsync per commit.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 60.0, synchronous: str = "NORMAL"):
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError("synchronous must be NORMAL or FULL")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(
+            self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise LedgerError(f"{self.path}: could not switch to WAL mode (got {mode})")
+        self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error); nested use joins the outer one."""
+        with self._lock:
+            if self._closed:
+                raise LedgerError(f"{self.path}: database is closed")
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self._conn
+                finally:
+                    self._depth -= 1
+                return
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._depth = 1
+            try:
+                yield self._conn
+            except BaseException:
+                self._depth = 0
+                self._conn.execute("ROLLBACK")
+                raise
+            self._depth = 0
+            self._conn.execute("COMMIT")
+
+    def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run one read-only query (autocommit snapshot) and return all rows."""
+        with self._lock:
+            if self._closed:
+                raise LedgerError(f"{self.path}: database is closed")
+            return self._conn.execute(sql, params).fetchall()
+
+    def executescript(self, script: str) -> None:
+        with self._lock:
+            self._conn.executescript(script)
+
+    def submit_future(self, fn: Callable[[], T]) -> "Future[T]":
+        """Queue ``fn()`` on this database's own thread; return its concurrent future."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"campaign-db-{self.path.stem}")
+        return self._executor.submit(fn)
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking ``fn(*args, **kwargs)`` on this database's own thread and await its result."""
+        return await asyncio.wrap_future(self.submit_future(partial(fn, *args, **kwargs)))
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Fire-and-forget ``fn(*args)`` on the database thread (used for clean-up after cancellation)."""
+        self.submit_future(partial(fn, *args))
+
+    def close(self) -> None:
+        """Finish queued work, then close the connection (idempotent)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# ledger
+# ------------------------------------------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledger_totals (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    cap_nusd INTEGER NOT NULL DEFAULT 0,
+    spent_nusd INTEGER NOT NULL DEFAULT 0,
+    reserved_nusd INTEGER NOT NULL DEFAULT 0,
+    unknown_nusd INTEGER NOT NULL DEFAULT 0,
+    overrun_nusd INTEGER NOT NULL DEFAULT 0,
+    calls INTEGER NOT NULL DEFAULT 0,
+    unknown_calls INTEGER NOT NULL DEFAULT 0,
+    released_calls INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0
+);
+INSERT OR IGNORE INTO ledger_totals (id) VALUES (1);
+CREATE TABLE IF NOT EXISTS reservations (
+    id INTEGER PRIMARY KEY,
+    request_key TEXT NOT NULL,
+    model TEXT,
+    amount_nusd INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('open', 'settled', 'released', 'unknown')),
+    actual_nusd INTEGER,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    owner TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    closed_at REAL,
+    note TEXT
+);
+CREATE INDEX IF NOT EXISTS reservations_open ON reservations (owner) WHERE state = 'open';
+CREATE INDEX IF NOT EXISTS reservations_key ON reservations (request_key);
+CREATE TABLE IF NOT EXISTS ledger_owners (
+    token TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    proc_start TEXT,
+    started_at REAL NOT NULL
+);
+"""
+
+
+def _proc_start(pid: int) -> str | None:
+    """Kernel start time of ``pid`` (Linux ``/proc/<pid>/stat`` field 22), to detect pid reuse; None elsewhere."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _pid_alive(pid: int, proc_start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    if proc_start is not None:
+        now = _proc_start(pid)
+        if now is not None and now != proc_start:
+            return False  # the pid was reused by a new process
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """An open reservation: ``amount_usd`` is held against the cap until settled, released or marked unknown."""
+
+    id: int
+    request_key: str
+    amount_nusd: int
+    model: str | None = None
+
+    @property
+    def amount_usd(self) -> float:
+        return nano_to_usd(self.amount_nusd)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSummary:
+    """Ledger totals. USD amounts; ``calls`` are settled calls; tokens are settled usage."""
+
+    cap_usd: float
+    spent_usd: float
+    reserved_usd: float
+    unknown_usd: float
+    overrun_usd: float
+    calls: int
+    unknown_calls: int
+    released_calls: int
+    input_tokens: int
+    output_tokens: int
+    open_reservations: int
+
+    @property
+    def total_usd(self) -> float:
+        """Spend that counts against the cap once in-flight calls finish: settled + unknown outcome."""
+        return self.spent_usd + self.unknown_usd
+
+    @property
+    def committed_usd(self) -> float:
+        """``total_usd`` plus open reservations."""
+        return self.spent_usd + self.unknown_usd + self.reserved_usd
+
+    @property
+    def remaining_usd(self) -> float:
+        return max(0.0, self.cap_usd - self.committed_usd)
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__slots__}
+        d.update(total_usd=self.total_usd, committed_usd=self.committed_usd, remaining_usd=self.remaining_usd)
+        return d
+
+
+class Ledger:
+    """Reserve / settle / release / mark-unknown against a hard cap (see module docstring).
+
+    Parameters
+    ----------
+    db : CampaignDB
+        The campaign database (shared with :class:`geoagent.runtime.store.ResponseStore`).
+    cap_usd : float, optional
+        The cap (USD). Stored in the file; None keeps the stored cap (e.g. a read-only ``status``).
+    recover : bool
+        Convert open reservations of dead processes to unknown-outcome spend on open (default True).
+    recover_all : bool
+        Convert *every* open reservation (only when no other process can be using the file).
+    """
+
+    def __init__(self, db: CampaignDB, cap_usd: float | None = None, *, recover: bool = True, recover_all: bool = False):
+        self.db = db
+        db.executescript(_SCHEMA)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{_pysecrets.token_hex(6)}"
+        with db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO ledger_owners (token, host, pid, proc_start, started_at) VALUES (?, ?, ?, ?, ?)",
+                (self.owner, socket.gethostname(), os.getpid(), _proc_start(os.getpid()), time.time()),
+            )
+            if cap_usd is not None:
+                conn.execute("UPDATE ledger_totals SET cap_nusd = ? WHERE id = 1", (usd_to_nano(cap_usd),))
+        self.recovered = self.recover(all_owners=recover_all) if (recover or recover_all) else 0
+
+    # -- start-up recovery ------------------------------------------------------------------------
+
+    def recover(self, *, all_owners: bool = False) -> int:
+        """Turn open reservations of crashed processes into unknown-outcome spend; return how many."""
+        host = socket.gethostname()
+        now = time.time()
+        with self.db.transaction() as conn:
+            owners = {
+                token: (h, pid, ps)
+                for token, h, pid, ps in conn.execute(
+                    "SELECT token, host, pid, proc_start FROM ledger_owners"
+                    " WHERE token IN (SELECT DISTINCT owner FROM reservations WHERE state = 'open')"
+                )
+            }
+            dead = []
+            for token, (h, pid, ps) in owners.items():
+                if token == self.owner:
+                    continue
+                if all_owners or (h == host and not _pid_alive(pid, ps)):
+                    dead.append(token)
+            converted = 0
+            for token in dead:
+                rows = conn.execute(
+                    "SELECT id, amount_nusd FROM reservations WHERE owner = ? AND state = 'open'", (token,)
+                ).fetchall()
+                total = sum(a for _, a in rows)
+                conn.execute(
+                    "UPDATE reservations SET state = 'unknown', closed_at = ?, note = 'owner process gone'"
+                    " WHERE owner = ? AND state = 'open'",
+                    (now, token),
+                )
+                conn.execute(
+                    "UPDATE ledger_totals SET reserved_nusd = reserved_nusd - ?, unknown_nusd = unknown_nusd + ?,"
+                    " unknown_calls = unknown_calls + ? WHERE id = 1",
+                    (total, total, len(rows)),
+                )
+                conn.execute("DELETE FROM ledger_owners WHERE token = ?", (token,))
+                converted += len(rows)
+        return converted
+
+    # -- the four operations ------------------------------------------------------------------------
+
+    def reserve(self, request_key: str, worst_case_usd: float, *, model: str | None = None) -> Reservation:
+        """Hold ``worst_case_usd`` against the cap for one call; raise :class:`BudgetExhausted` if it does not fit.
+
+        Raises
+        ------
+        BudgetExhausted
+            spent + unknown + open reservations + ``worst_case_usd`` > cap (USD).
+        """
+        amount = usd_to_nano(worst_case_usd, round_up=True)
+        with self.db.transaction() as conn:
+            cap, spent, reserved, unknown = conn.execute(
+                "SELECT cap_nusd, spent_nusd, reserved_nusd, unknown_nusd FROM ledger_totals WHERE id = 1"
+            ).fetchone()
+            if spent + unknown + reserved + amount > cap:
+                raise BudgetExhausted(
+                    nano_to_usd(amount), nano_to_usd(spent), nano_to_usd(unknown), nano_to_usd(reserved), nano_to_usd(cap)
+                )
+            cur = conn.execute(
+                "INSERT INTO reservations (request_key, model, amount_nusd, state, owner, created_at)"
+                " VALUES (?, ?, ?, 'open', ?, ?)",
+                (request_key, model, amount, self.owner, time.time()),
+            )
+            conn.execute("UPDATE ledger_totals SET reserved_nusd = reserved_nusd + ? WHERE id = 1", (amount,))
+            return Reservation(int(cur.lastrowid), request_key, amount, model)
+
+    def settle(self, reservation: Reservation, usage: Any, actual_usd: float) -> None:
+        """Close a reservation with the call's real usage (``Usage``: input/output tokens) and cost (USD).
+
+        Idempotent: settling an already-settled reservation changes nothing. A reservation marked unknown
+        (e.g. by recovery) is settled too, replacing its worst-case amount with the actual cost. If the
+        actual cost exceeds the reservation the excess is recorded as ``overrun_usd``.
+        """
+        actual = usd_to_nano(actual_usd)
+        n_in, n_out = int(getattr(usage, "input_tokens", 0)), int(getattr(usage, "output_tokens", 0))
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT state, amount_nusd FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
+            if row is None:
+                raise LedgerError(f"no reservation {reservation.id}")
+            state, amount = row
+            if state == "settled":
+                return
+            conn.execute(
+                "UPDATE reservations SET state = 'settled', actual_nusd = ?, input_tokens = ?, output_tokens = ?,"
+                " closed_at = ? WHERE id = ?",
+                (actual, n_in, n_out, time.time(), reservation.id),
+            )
+            d_reserved = amount if state == "open" else 0
+            d_unknown = amount if state == "unknown" else 0
+            conn.execute(
+                "UPDATE ledger_totals SET spent_nusd = spent_nusd + ?, reserved_nusd = reserved_nusd - ?,"
+                " unknown_nusd = unknown_nusd - ?, unknown_calls = unknown_calls - ?, overrun_nusd = overrun_nusd + ?,"
+                " calls = calls + 1, input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = 1",
+                (actual, d_reserved, d_unknown, 1 if d_unknown else 0, max(0, actual - amount), n_in, n_out),
+            )
+
+    def release(self, reservation: Reservation, *, note: str | None = None) -> None:
+        """Drop an open reservation: the call was certainly not sent or not billed. No-op if not open."""
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE reservations SET state = 'released', closed_at = ?, note = ? WHERE id = ? AND state = 'open'",
+                (time.time(), note, reservation.id),
+            )
+            if cur.rowcount:
+                conn.execute(
+                    "UPDATE ledger_totals SET reserved_nusd = reserved_nusd - ?, released_calls = released_calls + 1"
+                    " WHERE id = 1",
+                    (reservation.amount_nusd,),
+                )
+
+    def mark_unknown(self, reservation: Reservation, *, note: str | None = None) -> None:
+        """The call's outcome is unknown (maybe billed): keep it counted at the reservation amount."""
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE reservations SET state = 'unknown', closed_at = ?, note = ? WHERE id = ? AND state = 'open'",
+                (time.time(), note, reservation.id),
+            )
+            if cur.rowcount:
+                conn.execute(
+                    "UPDATE ledger_totals SET reserved_nusd = reserved_nusd - ?, unknown_nusd = unknown_nusd + ?,"
+                    " unknown_calls = unknown_calls + 1 WHERE id = 1",
+                    (reservation.amount_nusd, reservation.amount_nusd),
+                )
+
+    def summary(self) -> LedgerSummary:
+        """Current totals (a consistent snapshot)."""
+        row = self.db.read(
+            "SELECT cap_nusd, spent_nusd, reserved_nusd, unknown_nusd, overrun_nusd, calls, unknown_calls,"
+            " released_calls, input_tokens, output_tokens FROM ledger_totals WHERE id = 1"
+        )[0]
+        n_open = self.db.read("SELECT COUNT(*) FROM reservations WHERE state = 'open'")[0][0]
+        cap, spent, reserved, unknown, overrun, calls, unknown_calls, released, n_in, n_out = row
+        return LedgerSummary(
+            cap_usd=nano_to_usd(cap),
+            spent_usd=nano_to_usd(spent),
+            reserved_usd=nano_to_usd(reserved),
+            unknown_usd=nano_to_usd(unknown),
+            overrun_usd=nano_to_usd(overrun),
+            calls=calls,
+            unknown_calls=unknown_calls,
+            released_calls=released,
+            input_tokens=n_in,
+            output_tokens=n_out,
+            open_reservations=n_open,
+        )
+
+    def check_consistency(self) -> list[str]:
+        """Recompute the totals from the reservation rows; return a list of mismatches (empty if none)."""
+        rows = self.db.read(
+            "SELECT state, COALESCE(SUM(amount_nusd), 0), COALESCE(SUM(actual_nusd), 0), COUNT(*),"
+            " COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) FROM reservations GROUP BY state"
+        )
+        by = {r[0]: r[1:] for r in rows}
+        zero = (0, 0, 0, 0, 0)
+        t = self.db.read(
+            "SELECT spent_nusd, reserved_nusd, unknown_nusd, calls, unknown_calls, input_tokens, output_tokens"
+            " FROM ledger_totals WHERE id = 1"
+        )[0]
+        expect = {
+            "spent_nusd": by.get("settled", zero)[1],
+            "reserved_nusd": by.get("open", zero)[0],
+            "unknown_nusd": by.get("unknown", zero)[0],
+            "calls": by.get("settled", zero)[2],
+            "unknown_calls": by.get("unknown", zero)[2],
+            "input_tokens": by.get("settled", zero)[3],
+            "output_tokens": by.get("settled", zero)[4],
+        }
+        got = dict(zip(expect, t))
+        return [f"{k}: totals {got[k]} != rows {v}" for k, v in expect.items() if got[k] != v]
+
+    # -- async front-ends (run on the database thread) --------------------------------------------
+
+    async def areserve(self, request_key: str, worst_case_usd: float, *, model: str | None = None) -> Reservation:
+        """Async :meth:`reserve`. If the caller is cancelled meanwhile, the reservation is released."""
+        fut = self.db.submit_future(partial(self.reserve, request_key, worst_case_usd, model=model))
+        try:
+            return await asyncio.shield(asyncio.wrap_future(fut))
+        except asyncio.CancelledError:
+            def _undo(f: Any) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    self.db.submit(self.release, f.result(), note="caller cancelled before sending")
+
+            fut.add_done_callback(_undo)
+            raise
+
+    async def asettle(self, reservation: Reservation, usage: Any, actual_usd: float) -> None:
+        await self.db.run(self.settle, reservation, usage, actual_usd)
+
+    async def arelease(self, reservation: Reservation, *, note: str | None = None) -> None:
+        await self.db.run(self.release, reservation, note=note)
+
+    async def amark_unknown(self, reservation: Reservation, *, note: str | None = None) -> None:
+        await self.db.run(self.mark_unknown, reservation, note=note)
+
+    async def asummary(self) -> LedgerSummary:
+        return await self.db.run(self.summary)

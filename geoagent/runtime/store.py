@@ -1,0 +1,310 @@
+"""Response store and results tables, in the same ``campaign.sqlite`` as the ledger.
+
+Issue 2 point 6 (exactly-once spend): every model response is stored under its request key *before* the
+queue ack, in the same transaction that settles its ledger reservation, so a redelivered or re-run request
+finds it (:meth:`ResponseStore.get`) and makes no second paid call; and the ledger can never show a paid
+call without its stored answer, or a stored answer that was never paid for.
+
+Downstream stages (parser, scorer, aggregator, crawl stages) keep their keyed outputs in generic *results
+tables*: ``put_result("answers", key, row)`` writes one JSON row per key and table (a redelivered task
+overwrites its own row with the same content). :mod:`geoagent.runtime.export` turns tables into Parquet/CSV.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent import constants as C
+from geoagent.paths import safe_name, state_root
+from geoagent.providers.base import ModelResponse
+from geoagent.runtime.ledger import CampaignDB, Ledger, Reservation
+
+_TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    model TEXT,
+    request_meta TEXT NOT NULL,
+    response TEXT NOT NULL,
+    reservation_id INTEGER,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS results (
+    tbl TEXT NOT NULL,
+    key TEXT NOT NULL,
+    row TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tbl, key)
+);
+"""
+
+
+def _check_table(table: str) -> str:
+    if not isinstance(table, str) or not _TABLE_RE.match(table):
+        raise ValueError(f"results table name must be letters, digits and _ (max 64), got {table!r}")
+    return table
+
+
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+class ResponseStore:
+    """Response cache keyed by request key, plus keyed JSON results tables.
+
+    Parameters
+    ----------
+    db : CampaignDB
+        The campaign database shared with ``ledger``.
+    ledger : Ledger, optional
+        Settled inside :meth:`put`'s transaction when a reservation is given.
+    """
+
+    def __init__(self, db: CampaignDB, ledger: Ledger | None = None) -> None:
+        self.db = db
+        self.ledger = ledger
+        db.executescript(_SCHEMA)
+
+    # -- responses ------------------------------------------------------------------------------------
+
+    def has(self, key: str) -> bool:
+        """Whether a response for request ``key`` is stored."""
+        return bool(self.db.read("SELECT 1 FROM responses WHERE key = ?", (key,)))
+
+    def get(self, key: str) -> ModelResponse | None:
+        """The stored response for request ``key``, or None."""
+        rows = self.db.read("SELECT response FROM responses WHERE key = ?", (key,))
+        return ModelResponse.from_json(orjson.loads(rows[0][0])) if rows else None
+
+    def get_record(self, key: str) -> dict[str, Any] | None:
+        """Stored response with its request metadata, cost (USD) and time, or None."""
+        rows = self.db.read(
+            "SELECT model, request_meta, response, reservation_id, cost_usd, created_at FROM responses WHERE key = ?",
+            (key,),
+        )
+        if not rows:
+            return None
+        model, meta, resp, rid, cost, created = rows[0]
+        return {
+            "key": key,
+            "model": model,
+            "request_meta": orjson.loads(meta),
+            "response": orjson.loads(resp),
+            "reservation_id": rid,
+            "cost_usd": cost,
+            "created_at": created,
+        }
+
+    def put(
+        self,
+        key: str,
+        request_meta: dict[str, Any],
+        response: ModelResponse,
+        reservation: Reservation | None,
+        *,
+        cost_usd: float = 0.0,
+    ) -> bool:
+        """Store ``response`` under ``key`` and settle ``reservation`` with its usage in ONE transaction.
+
+        Parameters
+        ----------
+        key : str
+            Request key (:func:`geoagent.providers.base.request_key`).
+        request_meta : dict
+            JSON-able description of the request (model, params, image id, prompt hash...). Never secrets
+            and never image bytes.
+        response : ModelResponse
+        reservation : Reservation or None
+            The ledger reservation of this call; settled at ``cost_usd`` with ``response.usage``.
+        cost_usd : float
+            Actual cost of the call (USD), from the usage and the model's prices.
+
+        Returns
+        -------
+        bool
+            True if stored now; False if a response was already stored under ``key`` (the first one is
+            kept; the reservation is still settled, since this call was made and paid for).
+        """
+        meta_text = _dumps(request_meta)
+        resp_text = _dumps(response.to_json())
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO responses (key, model, request_meta, response, reservation_id, cost_usd,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    request_meta.get("model_name") or request_meta.get("model"),
+                    meta_text,
+                    resp_text,
+                    reservation.id if reservation is not None else None,
+                    float(cost_usd),
+                    time.time(),
+                ),
+            )
+            if reservation is not None:
+                if self.ledger is None:
+                    raise RuntimeError("ResponseStore.put got a reservation but the store has no ledger")
+                self.ledger.settle(reservation, response.usage, cost_usd)
+            return cur.rowcount == 1
+
+    def count_responses(self) -> int:
+        return int(self.db.read("SELECT COUNT(*) FROM responses")[0][0])
+
+    def iter_responses(self, *, batch: int = 1000) -> Iterator[dict[str, Any]]:
+        """Every stored response as a flat dict (key, model, cost_usd, created_at, request_meta, response fields)."""
+        last = -1
+        while True:
+            rows = self.db.read(
+                "SELECT rowid, key, model, request_meta, response, cost_usd, created_at FROM responses"
+                " WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                (last, batch),
+            )
+            if not rows:
+                return
+            for rowid, key, model, meta, resp, cost, created in rows:
+                last = rowid
+                yield {
+                    "key": key,
+                    "model": model,
+                    "cost_usd": cost,
+                    "created_at": created,
+                    "request_meta": orjson.loads(meta),
+                    **orjson.loads(resp),
+                }
+
+    # -- results tables ---------------------------------------------------------------------------
+
+    def put_result(self, table: str, key: str, row: dict[str, Any], *, overwrite: bool = True) -> bool:
+        """Write ``row`` (JSON-able dict) under ``(table, key)``; return True if written.
+
+        ``overwrite=False`` keeps an existing row (first writer wins) and returns False for it.
+        """
+        return self.put_results(table, [(key, row)], overwrite=overwrite) == 1
+
+    def put_results(self, table: str, items: Iterable[tuple[str, dict[str, Any]]], *, overwrite: bool = True) -> int:
+        """Write many rows of one table in one transaction; return how many were written."""
+        _check_table(table)
+        verb = "INSERT OR REPLACE" if overwrite else "INSERT OR IGNORE"
+        now = time.time()
+        payload = [(table, str(k), _dumps(r), now) for k, r in items]
+        with self.db.transaction() as conn:
+            n = 0
+            for params in payload:
+                n += conn.execute(f"{verb} INTO results (tbl, key, row, updated_at) VALUES (?, ?, ?, ?)", params).rowcount
+            return n
+
+    def get_result(self, table: str, key: str) -> dict[str, Any] | None:
+        rows = self.db.read("SELECT row FROM results WHERE tbl = ? AND key = ?", (_check_table(table), key))
+        return orjson.loads(rows[0][0]) if rows else None
+
+    def count_results(self, table: str) -> int:
+        return int(self.db.read("SELECT COUNT(*) FROM results WHERE tbl = ?", (_check_table(table),))[0][0])
+
+    def result_tables(self) -> list[str]:
+        """Names of the non-empty results tables, sorted."""
+        return [r[0] for r in self.db.read("SELECT DISTINCT tbl FROM results ORDER BY tbl")]
+
+    def iter_results(self, table: str, *, batch: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(key, row)`` pairs of ``table`` in key order, fetched in batches (constant memory)."""
+        _check_table(table)
+        last: str | None = None
+        while True:
+            if last is None:
+                sql, params = "SELECT key, row FROM results WHERE tbl = ? ORDER BY key LIMIT ?", (table, batch)
+            else:
+                sql = "SELECT key, row FROM results WHERE tbl = ? AND key > ? ORDER BY key LIMIT ?"
+                params = (table, last, batch)
+            rows = self.db.read(sql, params)
+            if not rows:
+                return
+            for key, row in rows:
+                last = key
+                yield key, orjson.loads(row)
+
+    # -- async front-ends (run on the database thread) --------------------------------------------
+
+    async def aget(self, key: str) -> ModelResponse | None:
+        return await self.db.run(self.get, key)
+
+    async def ahas(self, key: str) -> bool:
+        return await self.db.run(self.has, key)
+
+    async def aput(
+        self, key: str, request_meta: dict[str, Any], response: ModelResponse, reservation: Reservation | None, *, cost_usd: float = 0.0
+    ) -> bool:
+        return await self.db.run(self.put, key, request_meta, response, reservation, cost_usd=cost_usd)
+
+    async def aput_result(self, table: str, key: str, row: dict[str, Any], *, overwrite: bool = True) -> bool:
+        return await self.db.run(self.put_result, table, key, row, overwrite=overwrite)
+
+    async def aput_results(self, table: str, items: list[tuple[str, dict[str, Any]]], *, overwrite: bool = True) -> int:
+        return await self.db.run(self.put_results, table, items, overwrite=overwrite)
+
+    async def aget_result(self, table: str, key: str) -> dict[str, Any] | None:
+        return await self.db.run(self.get_result, table, key)
+
+
+@dataclass
+class CampaignState:
+    """The opened campaign database with its ledger and store (close with :meth:`close`)."""
+
+    db: CampaignDB
+    ledger: Ledger
+    store: ResponseStore
+
+    @property
+    def state_dir(self) -> Path:
+        return self.db.path.parent
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "CampaignState":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_campaign_state(
+    campaign: str,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    cap_usd: float | None = None,
+    recover: bool = True,
+    recover_all: bool = False,
+    synchronous: str = "NORMAL",
+) -> CampaignState:
+    """Open ``<state root>/<campaign>/campaign.sqlite`` and return its ledger and store.
+
+    Parameters
+    ----------
+    campaign : str
+        Campaign name (a safe file name).
+    root : path, optional
+        State root (default :func:`geoagent.paths.state_root`: ``$GEOAGENT_STATE`` or ``state/``);
+        pass ``cfg.state_root()`` to honour the config.
+    cap_usd : float, optional
+        The budget cap to record (None keeps the stored one).
+    recover, recover_all : bool
+        Crash recovery of open reservations, see :class:`geoagent.runtime.ledger.Ledger`.
+    """
+    directory = state_root(root) / safe_name(campaign, what="campaign name")
+    db = CampaignDB(directory / C.CAMPAIGN_DB, synchronous=synchronous)
+    try:
+        ledger = Ledger(db, cap_usd, recover=recover, recover_all=recover_all)
+        store = ResponseStore(db, ledger)
+    except BaseException:
+        db.close()
+        raise
+    return CampaignState(db, ledger, store)

@@ -1,0 +1,178 @@
+"""API keys: looked up by the configured variable NAME in the environment or a ``.env`` file; never shown.
+
+Issue 2 point 8: keys come only from the environment or ``.env`` and are never written to state, logs,
+reports or tracebacks. The config holds only the *name* of the variable (``api_key_env``); the value is
+read here, wrapped in :class:`Secret` (whose ``repr``/``str`` is ``'***'``) and unwrapped only at the moment
+a provider builds its request headers (:meth:`Secret.reveal`).
+
+Lookup order: the real process environment first, then the ``.env`` file (python-dotenv's parser; the file
+is read, never loaded into ``os.environ``, so a real variable always wins and child processes do not
+inherit values they were not given). Every value revealed through this module is remembered (in memory
+only) so :func:`redact` and :class:`RedactingFilter` can scrub it from any text before it is logged, stored
+or raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from dotenv import dotenv_values
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MASK = "***"
+
+_known_lock = threading.Lock()
+_known_values: set[str] = set()  # secret values seen in this process (memory only), longest first on use
+
+
+class SecretNotFound(KeyError):
+    """The configured environment variable is set neither in the environment nor in ``.env``."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "secret not found"
+
+
+class Secret:
+    """An opaque secret string: ``repr``/``str``/``format`` give ``'***'``; :meth:`reveal` gives the value.
+
+    It cannot be pickled (so it never lands in a file by accident) and compares only by identity.
+    """
+
+    __slots__ = ("_value", "name")
+
+    def __init__(self, value: str, name: str = "") -> None:
+        if not isinstance(value, str) or not value:
+            raise ValueError("a Secret needs a non-empty string value")
+        self._value = value
+        self.name = name
+        _remember(value)
+
+    def reveal(self) -> str:
+        """Return the secret value (call only where it goes on the wire, e.g. an auth header)."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({self.name!r}, {MASK!r})" if self.name else f"Secret({MASK!r})"
+
+    def __str__(self) -> str:
+        return MASK
+
+    def __format__(self, spec: str) -> str:
+        return MASK
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __reduce__(self) -> Any:
+        raise TypeError("Secret values cannot be pickled; look the key up by name in the other process")
+
+
+def _remember(value: str) -> None:
+    if len(value) >= 4:  # masking 1-3 character strings would mangle ordinary text
+        with _known_lock:
+            _known_values.add(value)
+
+
+def dotenv_path_default() -> Path:
+    """The ``.env`` file consulted by default: ``$GEOAGENT_DOTENV`` if set, else ``./.env``."""
+    return Path(os.environ.get("GEOAGENT_DOTENV") or ".env")
+
+
+def read_dotenv(path: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Parse a ``.env`` file (python-dotenv syntax) without touching ``os.environ``; {} if it is absent."""
+    p = Path(path) if path is not None else dotenv_path_default()
+    if not p.is_file():
+        return {}
+    return {k: v for k, v in dotenv_values(p).items() if v is not None}
+
+
+def lookup_secret(
+    env_name: str,
+    *,
+    dotenv_path: str | os.PathLike[str] | None = None,
+    environ: dict[str, str] | None = None,
+) -> Secret | None:
+    """Return the secret held by variable ``env_name`` (environment first, then ``.env``), or None.
+
+    Parameters
+    ----------
+    env_name : str
+        The NAME of the variable (e.g. ``OPENAI_API_KEY``), as configured in ``models[].api_key_env``.
+    dotenv_path : path, optional
+        The ``.env`` file to consult (default :func:`dotenv_path_default`).
+    environ : dict, optional
+        Environment to consult instead of ``os.environ`` (tests).
+
+    Raises
+    ------
+    ValueError
+        ``env_name`` is not a valid variable name (the offending value is not echoed: it may be a key).
+    """
+    if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name):
+        raise ValueError("api_key_env must be the NAME of an environment variable (letters, digits, _)")
+    env = os.environ if environ is None else environ
+    value = env.get(env_name)
+    if not value:
+        value = read_dotenv(dotenv_path).get(env_name)
+    return Secret(value, env_name) if value else None
+
+
+def get_secret(
+    env_name: str,
+    *,
+    dotenv_path: str | os.PathLike[str] | None = None,
+    environ: dict[str, str] | None = None,
+) -> Secret:
+    """Like :func:`lookup_secret` but raise :class:`SecretNotFound` (naming the variable) when unset."""
+    secret = lookup_secret(env_name, dotenv_path=dotenv_path, environ=environ)
+    if secret is None:
+        where = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
+        raise SecretNotFound(f"API key variable {env_name} is not set in the environment or in {where}")
+    return secret
+
+
+def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ()) -> str:
+    """Replace every known secret value (and ``extra`` values) in ``text`` with ``'***'``."""
+    if not text:
+        return text
+    with _known_lock:
+        values = set(_known_values)
+    for item in extra:
+        values.add(item.reveal() if isinstance(item, Secret) else item)
+    for value in sorted((v for v in values if v and len(v) >= 4), key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, MASK)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that scrubs known secret values from each record's message and arguments."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: leave it to logging's own error path
+            return True
+        cleaned = redact(message)
+        if cleaned != message or record.args:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+def install_log_redaction(logger: logging.Logger | None = None) -> RedactingFilter:
+    """Attach a :class:`RedactingFilter` to every handler of ``logger`` (root by default); return it."""
+    target = logger or logging.getLogger()
+    flt = RedactingFilter()
+    for handler in target.handlers:
+        handler.addFilter(flt)
+    target.addFilter(flt)
+    return flt
