@@ -1,0 +1,64 @@
+"""Turn one parsed GeoVerify answer into a scored row (the payload of edge ``scored``).
+
+A scored row is flat: trial fields (``trial_id, image_id, site, arm, band, truth, cand, d_km,
+referenceability``), ``model``, the parsed ``verdict`` (``"yes"``/``"no"``, or None for a parse failure),
+``conf`` (float in [0, 1] or None), ``correct`` (verdict == truth; None on failure) and ``parse_reason``.
+Source: seed 000 Sec. 5.2 (Eq. 1 truth), Sec. 5.3 (answers feed H and F).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from geoagent.data.importer import Release
+from geoagent.geoverify.parse import ParsedVerdict, parse_verdict
+
+SCORED_FIELDS = (
+    "trial_id", "model", "image_id", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
+    "verdict", "conf", "correct", "parse_ok", "parse_reason",
+)
+
+
+def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict) -> dict[str, Any]:
+    """Scored row from trial fields (a ``VerifyTrial.to_dict()``-like mapping plus ``trial_id``) and a parse.
+
+    Raises
+    ------
+    KeyError
+        A required trial field (``trial_id, site, arm, band, truth``) is missing.
+    """
+    truth = trial["truth"]
+    return {
+        "trial_id": trial["trial_id"],
+        "model": model,
+        "image_id": None if trial.get("image_id") is None else str(trial.get("image_id")),
+        "site": trial.get("site_id") or trial["site"],
+        "arm": trial["arm"],
+        "band": trial["band"],
+        "truth": truth,
+        "cand": trial.get("cand"),
+        "d_km": trial.get("d_km"),
+        "referenceability": trial.get("referenceability"),
+        "verdict": parsed.verdict if parsed.ok else None,
+        "conf": parsed.confidence if parsed.ok else None,
+        "correct": (parsed.verdict == truth) if parsed.ok else None,
+        "parse_ok": parsed.ok,
+        "parse_reason": parsed.reason,
+    }
+
+
+def scored_rows_from_release(rel: Release) -> list[dict[str, Any]]:
+    """Parse and score every raw response of an imported release (records with an API error are skipped,
+    as in the release's own analysis; duplicates of (trial_id, model) keep the first)."""
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for r in rel.raw:
+        if r.error is not None or r.replay_key in seen:
+            continue
+        seen.add(r.replay_key)
+        trial = {
+            "trial_id": r.trial_id, "image_id": r.image_id, "site": r.site_id, "arm": r.arm, "band": r.band,
+            "truth": r.truth, "cand": r.cand, "d_km": r.d_km, "referenceability": r.referenceability,
+        }
+        rows.append(scored_row(trial, r.model, parse_verdict(r.raw)))
+    return rows

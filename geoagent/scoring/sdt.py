@@ -1,0 +1,392 @@
+"""Signal-detection scoring of GeoVerify (seed 000 Sec. 5.3-5.4, Eq. 2-4; Table 12).
+
+Inputs are sufficient statistics, never raw rows: a *cell table* with one row per
+(model, site, arm, band) and the counts ``n_yes``, ``n_no`` (parsed answers) and ``n_fail`` (parse
+failures, excluded from every rate), and optionally a *confidence table* with one row per
+(model, arm, band, verdict, conf) and a count ``n``. The incremental aggregator
+(:mod:`geoagent.geoverify.aggregate`) maintains both.
+
+Formulas (per model and pooled over models):
+
+* hit rate ``H = yes / n`` over main-arm signal trials; false-alarm rate ``F(band)`` likewise per decoy band;
+* log-linear correction (Hautus 1995): ``rate' = (yes + 0.5) / (n + 1)`` before taking ``z``;
+* ``d' = z(H') - z(F')`` and ``c = -(z(H') + z(F')) / 2`` with ``z = scipy.stats.norm.ppf`` (Eq. 3);
+* discrimination radius ``delta_1``: the first decoy band (nearest first) with ``d' >= 1`` (Eq. 4), else None;
+* control arms: raw ``F`` of ``ctrl_mismatch`` and ``ctrl_noimage`` (all their trials are noise);
+* confidence of false acceptances (main arm, noise, verdict yes): median and share ``>= 0.8``;
+* pre-registered read-out (Sec. 5.4): ``invalid`` if mismatched-image F > 20 % or blank-image F within
+  5 points of the main arm's F; else ``uninformative`` if nearest-band d' > 2; else ``informative`` if
+  nearest-band d' < 0.5 and farthest-band d' > 1.5; else ``inconclusive``;
+* bootstrap confidence intervals resample *sites* with replacement (seeded), recomputing every statistic.
+
+Raw rates H and F are reported uncorrected (as in Table 12); the correction enters only d' and c.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+from scipy.stats import norm
+
+from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BAND_SIGNAL, DECOY_BAND_LABELS
+
+POOLED = "pooled"
+CONF_HIGH = 0.8
+MISMATCH_F_MAX = 0.20
+BLANK_F_MIN_GAP = 0.05
+UNINFORMATIVE_NEAR_DPRIME = 2.0
+INFORMATIVE_NEAR_DPRIME = 0.5
+INFORMATIVE_FAR_DPRIME = 1.5
+DPRIME_USABLE = 1.0
+
+CELL_COLUMNS = ("model", "site", "arm", "band", "n_yes", "n_no", "n_fail")
+CONF_COLUMNS = ("model", "arm", "band", "verdict", "conf", "n")
+
+
+def loglinear_rate(n_yes: Any, n: Any) -> Any:
+    """Log-linear corrected rate ``(n_yes + 0.5) / (n + 1)`` (Hautus 1995); scalars or arrays."""
+    return (np.asarray(n_yes, dtype=float) + 0.5) / (np.asarray(n, dtype=float) + 1.0)
+
+
+def dprime_c(h_yes: Any, h_n: Any, f_yes: Any, f_n: Any) -> tuple[Any, Any]:
+    """Sensitivity d' and criterion c from raw counts with the log-linear correction (Eq. 3).
+
+    Parameters
+    ----------
+    h_yes, h_n : int or array of shape (k,)
+        "yes" answers and total answers on signal trials.
+    f_yes, f_n : int or array of shape (k,)
+        "yes" answers and total answers on noise trials of one band.
+
+    Returns
+    -------
+    (d_prime, c) : floats or arrays of shape (k,)
+        NaN where ``h_n == 0`` or ``f_n == 0`` (no trials: undefined, never silently 0).
+    """
+    h_n_a, f_n_a = np.asarray(h_n, dtype=float), np.asarray(f_n, dtype=float)
+    zh = norm.ppf(loglinear_rate(h_yes, h_n_a))
+    zf = norm.ppf(loglinear_rate(f_yes, f_n_a))
+    undefined = (h_n_a <= 0) | (f_n_a <= 0)
+    d = np.where(undefined, np.nan, zh - zf)
+    c = np.where(undefined, np.nan, -0.5 * (zh + zf))
+    if np.ndim(d) == 0:
+        return float(d), float(c)
+    return d, c
+
+
+def rate(n_yes: float, n: float) -> float:
+    """Raw rate ``n_yes / n``; NaN when ``n == 0``."""
+    return float(n_yes) / float(n) if n > 0 else math.nan
+
+
+def discrimination_radius(bands: list[str], dprimes: list[float], threshold: float = DPRIME_USABLE) -> str | None:
+    """``delta_1`` (Eq. 4): label of the first band (nearest first) with ``d' >= threshold``, else None."""
+    for b, d in zip(bands, dprimes):
+        if d is not None and not math.isnan(d) and d >= threshold:
+            return b
+    return None
+
+
+def median_from_counts(values: Any, counts: Any) -> float:
+    """Median of a sample given as distinct values with multiplicities (numpy.median convention).
+
+    Returns NaN for an empty sample.
+    """
+    v = np.asarray(values, dtype=float)
+    k = np.asarray(counts, dtype=np.int64)
+    keep = k > 0
+    v, k = v[keep], k[keep]
+    total = int(k.sum())
+    if total == 0:
+        return math.nan
+    order = np.argsort(v, kind="stable")
+    v, cum = v[order], np.cumsum(k[order])
+    lo = v[np.searchsorted(cum, (total - 1) // 2 + 1)]
+    hi = v[np.searchsorted(cum, total // 2 + 1)]
+    return float((lo + hi) / 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BandScore:
+    """One decoy band: raw false-alarm rate F, corrected d' and c (main arm)."""
+
+    band: str
+    n: int
+    n_yes: int
+    f: float
+    d_prime: float
+    c: float
+
+
+@dataclass(frozen=True, slots=True)
+class Readout:
+    """Pre-registered read-out (Sec. 5.4): ``invalid``, ``uninformative``, ``informative``, ``inconclusive``."""
+
+    verdict: str
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass
+class ModelScores:
+    """All Table 12 statistics for one model (or ``pooled``). Rates in [0, 1]; NaN when undefined."""
+
+    model: str
+    n_signal: int
+    n_hits: int
+    h: float
+    n_noise: int
+    n_false_acceptances: int
+    f: float
+    bands: list[BandScore]
+    controls: dict[str, tuple[int, int, float]]  # arm -> (n, n_yes, F)
+    delta_1: str | None
+    fa_conf_median: float
+    fa_conf_share_high: float
+    hit_conf_median: float
+    n_parse_failures: int
+    readout: Readout
+    ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def band(self, label: str) -> BandScore:
+        return next(b for b in self.bands if b.band == label)
+
+
+def empty_cells() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={"model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8,
+                "n_yes": pl.Int64, "n_no": pl.Int64, "n_fail": pl.Int64}
+    )
+
+
+def empty_conf() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={"model": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8, "verdict": pl.Utf8,
+                "conf": pl.Float64, "n": pl.Int64}
+    )
+
+
+def cells_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """From-scratch cell table from scored rows (columns model, site, arm, band, verdict; verdict None =
+    parse failure). Used by tests and as the reference the incremental aggregator must equal."""
+    if rows.height == 0:
+        return empty_cells()
+    return (
+        rows.group_by(["model", "site", "arm", "band"])
+        .agg(
+            (pl.col("verdict") == "yes").sum().cast(pl.Int64).alias("n_yes"),
+            (pl.col("verdict") == "no").sum().cast(pl.Int64).alias("n_no"),
+            pl.col("verdict").is_null().sum().cast(pl.Int64).alias("n_fail"),
+        )
+        .sort(["model", "site", "arm", "band"])
+    )
+
+
+def conf_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """From-scratch confidence table (counts per model, arm, band, verdict, conf) from scored rows."""
+    sub = rows.filter(pl.col("verdict").is_not_null() & pl.col("conf").is_not_null())
+    if sub.height == 0:
+        return empty_conf()
+    return (
+        sub.group_by(["model", "arm", "band", "verdict", "conf"])
+        .agg(pl.len().cast(pl.Int64).alias("n"))
+        .sort(["model", "arm", "band", "verdict", "conf"])
+    )
+
+
+# --- core computation on a (sites x cells) count matrix ------------------------------------------------
+
+
+def _stat_vector(yes: np.ndarray, n: np.ndarray, bands: list[str]) -> dict[str, np.ndarray]:
+    """Statistics from count arrays of shape (..., 1 + len(bands) + 2): [signal, bands..., mismatch, blank]."""
+    k = len(bands)
+    hy, hn = yes[..., 0], n[..., 0]
+    out: dict[str, np.ndarray] = {"H": np.where(hn > 0, hy / np.maximum(hn, 1), np.nan)}
+    fy, fn = yes[..., 1 : 1 + k].sum(-1), n[..., 1 : 1 + k].sum(-1)
+    out["F"] = np.where(fn > 0, fy / np.maximum(fn, 1), np.nan)
+    for j, b in enumerate(bands):
+        d, c = dprime_c(hy, hn, yes[..., 1 + j], n[..., 1 + j])
+        out[f"F[{b}]"] = np.where(n[..., 1 + j] > 0, yes[..., 1 + j] / np.maximum(n[..., 1 + j], 1), np.nan)
+        out[f"d'[{b}]"] = np.asarray(d)
+        out[f"c[{b}]"] = np.asarray(c)
+    for j, arm in enumerate((ARM_MISMATCH, ARM_BLANK)):
+        cy, cn = yes[..., 1 + k + j], n[..., 1 + k + j]
+        out[f"F[{arm}]"] = np.where(cn > 0, cy / np.maximum(cn, 1), np.nan)
+    return out
+
+
+def _matrix(cells: pl.DataFrame, bands: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Per-site count matrices (n_sites, 1 + len(bands) + 2) of yes and of parsed answers."""
+    cols = [(ARM_MAIN, BAND_SIGNAL)] + [(ARM_MAIN, b) for b in bands] + [(ARM_MISMATCH, None), (ARM_BLANK, None)]
+    sites = sorted(cells["site"].unique().to_list()) if cells.height else []
+    idx = {s: i for i, s in enumerate(sites)}
+    yes = np.zeros((len(sites), len(cols)))
+    n = np.zeros((len(sites), len(cols)))
+    col_of = {c: j for j, c in enumerate(cols)}
+    for r in cells.iter_rows(named=True):
+        arm = r["arm"]
+        key = (arm, r["band"]) if arm == ARM_MAIN else (arm, None)
+        j = col_of.get(key)
+        if j is None:
+            continue
+        i = idx[r["site"]]
+        yes[i, j] += r["n_yes"]
+        n[i, j] += r["n_yes"] + r["n_no"]
+    return sites, yes, n
+
+
+def readout(
+    near_dprime: float, far_dprime: float, f_main: float, f_mismatch: float | None, f_blank: float | None
+) -> Readout:
+    """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None = arm not run."""
+    reasons: list[str] = []
+    if f_mismatch is not None and not math.isnan(f_mismatch) and f_mismatch > MISMATCH_F_MAX:
+        reasons.append(f"mismatched-image F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}")
+    if (
+        f_blank is not None
+        and not math.isnan(f_blank)
+        and not math.isnan(f_main)
+        and abs(f_blank - f_main) <= BLANK_F_MIN_GAP
+    ):
+        reasons.append(f"blank-image F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}")
+    if reasons:
+        return Readout("invalid", tuple(reasons))
+    notes = []
+    if f_mismatch is None or (isinstance(f_mismatch, float) and math.isnan(f_mismatch)):
+        notes.append("mismatched-image control not run")
+    if f_blank is None or (isinstance(f_blank, float) and math.isnan(f_blank)):
+        notes.append("blank-image control not run")
+    if not math.isnan(near_dprime) and near_dprime > UNINFORMATIVE_NEAR_DPRIME:
+        return Readout("uninformative", (f"nearest-band d' {near_dprime:.2f} > 2", *notes))
+    if (
+        not math.isnan(near_dprime)
+        and not math.isnan(far_dprime)
+        and near_dprime < INFORMATIVE_NEAR_DPRIME
+        and far_dprime > INFORMATIVE_FAR_DPRIME
+    ):
+        return Readout("informative", (f"nearest-band d' {near_dprime:.2f} < 0.5, farthest {far_dprime:.2f} > 1.5", *notes))
+    return Readout("inconclusive", (f"nearest-band d' {near_dprime:.2f}, farthest-band d' {far_dprime:.2f}", *notes))
+
+
+def bootstrap_site_indices(n_sites: int, n_boot: int, seed: int) -> np.ndarray:
+    """Site indices drawn with replacement, shape (n_boot, n_sites), from ``numpy.random.default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n_sites, size=(n_boot, n_sites))
+
+
+def _score_one(
+    model: str,
+    cells: pl.DataFrame,
+    conf: pl.DataFrame,
+    bands: list[str],
+    n_boot: int,
+    seed: int,
+    ci_level: float,
+) -> ModelScores:
+    sites, yes, n = _matrix(cells, bands)
+    tot_y, tot_n = yes.sum(0), n.sum(0)
+    st = _stat_vector(tot_y, tot_n, bands)
+    k = len(bands)
+    band_scores = [
+        BandScore(b, int(tot_n[1 + j]), int(tot_y[1 + j]), float(st[f"F[{b}]"]), float(st[f"d'[{b}]"]), float(st[f"c[{b}]"]))
+        for j, b in enumerate(bands)
+    ]
+    controls = {
+        arm: (int(tot_n[1 + k + j]), int(tot_y[1 + k + j]), float(st[f"F[{arm}]"]))
+        for j, arm in enumerate((ARM_MISMATCH, ARM_BLANK))
+    }
+    fa = conf.filter(
+        (pl.col("arm") == ARM_MAIN) & (pl.col("band") != BAND_SIGNAL) & (pl.col("verdict") == "yes")
+    )
+    fa_vals, fa_n = fa["conf"].to_numpy(), fa["n"].to_numpy()
+    fa_total = int(fa_n.sum()) if fa.height else 0
+    hit = conf.filter((pl.col("arm") == ARM_MAIN) & (pl.col("band") == BAND_SIGNAL) & (pl.col("verdict") == "yes"))
+    near = band_scores[0].d_prime if band_scores else math.nan
+    far = band_scores[-1].d_prime if band_scores else math.nan
+    ro = readout(
+        near,
+        far,
+        float(st["F"]),
+        controls[ARM_MISMATCH][2] if controls[ARM_MISMATCH][0] else None,
+        controls[ARM_BLANK][2] if controls[ARM_BLANK][0] else None,
+    )
+    ci: dict[str, tuple[float, float]] = {}
+    if n_boot > 0 and len(sites) > 0:
+        idx = bootstrap_site_indices(len(sites), n_boot, seed)
+        by = yes[idx].sum(1)  # (n_boot, cols)
+        bn = n[idx].sum(1)
+        bs = _stat_vector(by, bn, bands)
+        alpha = (1 - ci_level) / 2
+        for name, vals in bs.items():
+            vals = np.asarray(vals, dtype=float)
+            ok = vals[~np.isnan(vals)]
+            if ok.size:
+                ci[name] = (float(np.quantile(ok, alpha)), float(np.quantile(ok, 1 - alpha)))
+    n_fail = int(cells["n_fail"].sum()) if cells.height else 0
+    return ModelScores(
+        model=model,
+        n_signal=int(tot_n[0]),
+        n_hits=int(tot_y[0]),
+        h=float(st["H"]),
+        n_noise=int(tot_n[1 : 1 + k].sum()),
+        n_false_acceptances=int(tot_y[1 : 1 + k].sum()),
+        f=float(st["F"]),
+        bands=band_scores,
+        controls=controls,
+        delta_1=discrimination_radius(bands, [b.d_prime for b in band_scores]),
+        fa_conf_median=median_from_counts(fa_vals, fa_n),
+        fa_conf_share_high=float(fa_n[fa_vals >= CONF_HIGH - 1e-12].sum() / fa_total) if fa_total else math.nan,
+        hit_conf_median=median_from_counts(hit["conf"].to_numpy(), hit["n"].to_numpy()),
+        n_parse_failures=n_fail,
+        readout=ro,
+        ci=ci,
+    )
+
+
+def score(
+    cells: pl.DataFrame,
+    conf: pl.DataFrame | None = None,
+    *,
+    bands: tuple[str, ...] = DECOY_BAND_LABELS,
+    n_boot: int = 0,
+    seed: int = 0,
+    ci_level: float = 0.95,
+    pooled: bool = True,
+) -> dict[str, ModelScores]:
+    """Score every model in a cell table, plus ``pooled`` over models (Table 12 columns).
+
+    Parameters
+    ----------
+    cells : polars.DataFrame
+        Columns ``model, site, arm, band, n_yes, n_no, n_fail`` (see module doc). Control-arm rows may
+        carry any band; they are pooled per arm.
+    conf : polars.DataFrame, optional
+        Columns ``model, arm, band, verdict, conf, n``: counts of stated confidences.
+    bands : tuple of str
+        Decoy band labels, nearest first.
+    n_boot : int
+        Bootstrap replicates resampling sites (0 = no CIs). The same seed gives the same CIs.
+    seed : int
+        Seed of ``numpy.random.default_rng`` for the bootstrap.
+    ci_level : float
+        Central interval mass (0.95 = percentile 2.5-97.5).
+
+    Returns
+    -------
+    dict of model name -> ModelScores
+        Models in sorted order, then ``"pooled"`` (sums of all models' counts; a site's trials across
+        models resample together).
+    """
+    conf = conf if conf is not None else empty_conf()
+    out: dict[str, ModelScores] = {}
+    models = sorted(cells["model"].unique().to_list()) if cells.height else []
+    for i, m in enumerate(models):
+        out[m] = _score_one(
+            m, cells.filter(pl.col("model") == m), conf.filter(pl.col("model") == m), list(bands), n_boot, seed + i, ci_level
+        )
+    if pooled:
+        out[POOLED] = _score_one(POOLED, cells, conf, list(bands), n_boot, seed + len(models), ci_level)
+    return out
