@@ -19,7 +19,9 @@ Routes (any method unless noted)
 ``/script``
     Plays a per-server script of statuses in order, one per request (``make_app(script=[503, 200])``);
     ``200`` entries answer like ``/echo``, ``"reset"`` aborts the connection after reading the body,
-    ``"malformed"`` sends a truncated JSON body; after the script ends every request gets ``200``.
+    ``"malformed"`` sends a truncated JSON body, ``"stall"`` waits ``stall_s`` (default 2 s) and then
+    answers like ``/echo``, ``"429:<s>"`` answers 429 with ``Retry-After: <s>``; after the script ends
+    every request gets ``200``.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from geoagent.sandbox.faults import FAULTS_KEY, FaultConfig, _truncate_json, fault_middleware
+from geoagent.sandbox.faults import FAULTS_KEY, FaultConfig, _stall, _truncate_json, fault_middleware
 
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
 SCRIPT_KEY: web.AppKey[list[int | str]] = web.AppKey("echo_script", list)
 COUNTER_KEY: web.AppKey[dict[str, int]] = web.AppKey("echo_counter", dict)
+STALL_KEY: web.AppKey[float] = web.AppKey("echo_stall_s", float)
 
 
 async def _echo_body(request: web.Request) -> dict[str, object]:
@@ -76,6 +79,15 @@ async def _script(request: web.Request) -> web.StreamResponse:
         if request.transport is not None:
             request.transport.abort()
         raise asyncio.CancelledError()
+    if step == "stall":
+        await request.read()
+        if not await _stall(request, request.app[STALL_KEY]):
+            raise asyncio.CancelledError()  # client gave up: nothing to send
+        return await _echo(request)
+    if isinstance(step, str) and step.startswith("429:"):
+        resp = web.json_response({"error": {"message": "scripted 429", "code": 429}}, status=429)
+        resp.headers["Retry-After"] = step.split(":", 1)[1]
+        return resp
     if step == "malformed":
         await request.read()
         body = web.json_response(await _echo_body(request)).body
@@ -90,7 +102,7 @@ async def _script(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def make_app(faults: FaultConfig | None = None, script: Sequence[int | str] = ()) -> web.Application:
+def make_app(faults: FaultConfig | None = None, script: Sequence[int | str] = (), stall_s: float = 2.0) -> web.Application:
     """Build the echo app.
 
     Parameters
@@ -98,13 +110,16 @@ def make_app(faults: FaultConfig | None = None, script: Sequence[int | str] = ()
     faults : FaultConfig, optional
         Fault injection config (default: none, request log only). Its state is at ``app[FAULTS_KEY]``.
     script : sequence of int or str
-        Statuses (or ``"reset"``/``"malformed"``) that ``/script`` plays in order.
+        Statuses (or ``"reset"``, ``"malformed"``, ``"stall"``, ``"429:<s>"``) that ``/script`` plays in order.
+    stall_s : float
+        Delay of a ``"stall"`` step, in seconds.
     """
     mw = fault_middleware(faults)
     app = web.Application(middlewares=[mw])
     app[FAULTS_KEY] = mw.fault_state
     app[SCRIPT_KEY] = list(script)
     app[COUNTER_KEY] = {}
+    app[STALL_KEY] = float(stall_s)
     app.router.add_route("*", "/echo", _echo)
     app.router.add_route("*", "/status/{code:\\d{3}}", _status)
     app.router.add_route("*", "/slow", _slow)
