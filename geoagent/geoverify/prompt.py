@@ -1,0 +1,69 @@
+"""Render the GeoVerify claim prompt from an editable template (seed 000 Sec. 5.2, Appendix A.2).
+
+The template is plain text with two placeholders, ``{candidate}`` (the candidate's name, the only thing
+the model learns about it: no coordinates, city or description) and ``{tau_m}`` (the tolerance in
+metres). Placeholders are replaced literally (no ``str.format``), so JSON braces in the template need
+no escaping. A campaign can point at its own template with config key ``geoverify.prompt_template``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+
+DEFAULT_TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "prompts" / "geoverify_claim.txt"
+CONFIG_KEY = "prompt_template"  # under the campaign config's ``geoverify`` section
+
+
+class TemplateError(ValueError):
+    """The template file is missing or lacks the ``{candidate}`` placeholder."""
+
+
+def load_template(path: str | Path | None = None) -> str:
+    """Read a claim template (default: ``geoagent/prompts/geoverify_claim.txt``).
+
+    Raises
+    ------
+    TemplateError
+        The file cannot be read or has no ``{candidate}`` placeholder.
+    """
+    p = Path(path) if path else DEFAULT_TEMPLATE_PATH
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TemplateError(f"cannot read GeoVerify prompt template {p}: {exc}") from None
+    if "{candidate}" not in text:
+        raise TemplateError(f"GeoVerify prompt template {p} has no {{candidate}} placeholder")
+    return text
+
+
+def template_from_config(config: dict[str, Any] | None) -> str:
+    """Template named by ``config["geoverify"]["prompt_template"]`` if set, else the default."""
+    path = ((config or {}).get("geoverify") or {}).get(CONFIG_KEY)
+    return load_template(path)
+
+
+def render_claim(candidate: str, template: str | None = None, tau_km: float = C.GEOVERIFY_TAU_KM) -> str:
+    """The claim prompt for one candidate name.
+
+    Parameters
+    ----------
+    candidate : str
+        The candidate's name (e.g. ``"Schreierstoren"``); surrounding whitespace is stripped.
+    template : str, optional
+        Template text (default: the packaged template).
+    tau_km : float
+        Tolerance in km; written as whole metres.
+
+    Raises
+    ------
+    ValueError
+        Empty candidate name.
+    """
+    name = (candidate or "").strip()
+    if not name:
+        raise ValueError("candidate name is empty")
+    text = template if template is not None else load_template()
+    return text.replace("{tau_m}", f"{round(tau_km * 1000):d}").replace("{candidate}", name)

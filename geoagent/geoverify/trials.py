@@ -1,0 +1,223 @@
+"""GeoVerify trial builder (seed 000 Sec. 5.2 trials, Sec. 5.4 control arms).
+
+Per image:
+
+* **signal** trials: every pool candidate with haversine distance < tau (150 m) from the camera, truth yes;
+* **noise** trials: up to ``n_per_band`` candidates from each decoy band (0.15-0.3, 0.3-0.7, 0.7-1.5,
+  1.5-3 and 3-6 km), truth no, matched on referenceability to the image's signal candidates: draws prefer
+  the same tier, then a tier one step away, and fall back to any tier only where the cell has nothing
+  closer (counted as *unmatched*);
+* **control arms** on ``n_control`` of the image's main-arm candidates: ``ctrl_mismatch`` (same candidate,
+  image from another continent, ``image_ref`` = that image's id) and ``ctrl_noimage`` (``image_ref`` =
+  ``"blank:gray"``). All control trials are noise (truth no); they keep the main trial's band and d_km.
+
+Randomness comes from ``random.Random(f"{seed}|{image_id}")``, so each image's draws depend only on the
+seed and that image, not on the order of images.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from geoagent import constants as C
+from geoagent.data.model import (
+    ARM_BLANK,
+    ARM_MAIN,
+    ARM_MISMATCH,
+    BAND_SIGNAL,
+    BLANK_IMAGE_REF,
+    DECOY_BAND_LABELS,
+    TIERS,
+    TRUTH_NO,
+    TRUTH_YES,
+    Image,
+    ReferencePoint,
+    VerifyTrial,
+    tier_of,
+    verify_band,
+)
+from geoagent.geo import haversine_km
+
+
+def label_trial(
+    img_lat: float, img_lon: float, cand_lat: float, cand_lon: float, tau_km: float = C.GEOVERIFY_TAU_KM
+) -> tuple[float, str | None, str]:
+    """``(d_km, band, truth)`` of a camera-candidate pair (Eq. 1): truth ``yes`` iff ``d_km < tau_km``."""
+    d = haversine_km(img_lat, img_lon, cand_lat, cand_lon)
+    return d, verify_band(d, tau_km), TRUTH_YES if d < tau_km else TRUTH_NO
+
+
+@dataclass
+class BuildReport:
+    """Counts from one build: trials per (arm, band), images without signal, unmatched decoys, short cells."""
+
+    counts: Counter = field(default_factory=Counter)
+    n_images: int = 0
+    images_without_signal: int = 0
+    unmatched_decoys: int = 0
+    short_cells: int = 0  # (image, band) cells with fewer candidates than n_per_band
+    images_without_mismatch: int = 0
+
+    def per_band(self, arm: str = ARM_MAIN) -> dict[str, int]:
+        return {b: self.counts.get((arm, b), 0) for b in (BAND_SIGNAL, *DECOY_BAND_LABELS)}
+
+
+def _tier_index(p: ReferencePoint) -> int | None:
+    t = p.tier or tier_of(p.referenceability)
+    return TIERS.index(t) if t in TIERS else None
+
+
+def _pick_decoys(
+    rng: random.Random, cell: list[ReferencePoint], targets: list[int | None], k: int
+) -> tuple[list[ReferencePoint], int]:
+    """Draw up to ``k`` decoys from one band cell, matching tiers to ``targets`` in turn."""
+    remaining = list(cell)
+    chosen: list[ReferencePoint] = []
+    unmatched = 0
+    for j in range(min(k, len(remaining))):
+        target = targets[j % len(targets)] if targets else None
+        pool = remaining
+        if target is not None:
+            same = [p for p in remaining if _tier_index(p) == target]
+            near = [p for p in remaining if (ti := _tier_index(p)) is not None and abs(ti - target) <= 1]
+            if same:
+                pool = same
+            elif near:
+                pool = near
+            else:
+                unmatched += 1
+        p = pool[rng.randrange(len(pool))]
+        chosen.append(p)
+        remaining.remove(p)
+    return chosen, unmatched
+
+
+def build_trials(
+    images: Sequence[Image],
+    pools: Mapping[str, Iterable[ReferencePoint]],
+    *,
+    seed: int = 0,
+    n_per_band: int | None = 2,
+    max_signal: int | None = None,
+    n_control: int = 2,
+    tau_km: float = C.GEOVERIFY_TAU_KM,
+    continents: Mapping[str, str] | None = None,
+) -> tuple[list[VerifyTrial], BuildReport]:
+    """Build GeoVerify trials for ``images`` from per-site candidate pools.
+
+    Parameters
+    ----------
+    images : sequence of Image
+        Camera positions (degrees); ``continent`` is used for the mismatched-image arm (else
+        ``continents[site_id]``).
+    pools : mapping site_id -> iterable of ReferencePoint
+        Audited, usable candidates with ``lat``/``lon``; points without coordinates or ``usable=False``
+        are ignored. Names (``name_en``) are what the model sees.
+    seed : int
+        Build seed; with the same inputs the same trials come out.
+    n_per_band : int or None
+        Decoys drawn per band per image (None = every candidate in the band).
+    max_signal : int or None
+        Cap on signal trials per image (None = all within tau).
+    n_control : int
+        Main-arm candidates per image that also get the two control arms (0 = no controls).
+    tau_km : float
+        Claim tolerance in km (150 m).
+    continents : mapping site_id -> continent, optional
+
+    Returns
+    -------
+    (trials, report) : list of VerifyTrial, BuildReport
+    """
+    rep = BuildReport()
+    trials: list[VerifyTrial] = []
+    cont_of = dict(continents or {})
+    by_continent: dict[str, list[Image]] = {}
+    for im in images:
+        c = im.continent or cont_of.get(im.site_id)
+        if c:
+            by_continent.setdefault(c, []).append(im)
+    for im in images:
+        rep.n_images += 1
+        rng = random.Random(f"{seed}|{im.image_id}")
+        cont = im.continent or cont_of.get(im.site_id)
+        signal: list[tuple[float, ReferencePoint]] = []
+        cells: dict[str, list[tuple[float, ReferencePoint]]] = {b: [] for b in DECOY_BAND_LABELS}
+        seen: set[str] = set()
+        for p in pools.get(im.site_id, ()):
+            if not p.usable or p.lat is None or p.lon is None or not p.name_en or p.name_en in seen:
+                continue
+            seen.add(p.name_en)
+            d, band, _ = label_trial(im.lat, im.lon, p.lat, p.lon, tau_km)
+            if band == BAND_SIGNAL:
+                signal.append((d, p))
+            elif band is not None:
+                cells[band].append((d, p))
+        signal.sort(key=lambda x: (x[0], x[1].name_en))
+        if max_signal is not None:
+            signal = signal[:max_signal]
+        if not signal:
+            rep.images_without_signal += 1
+        dist = {p.name_en: d for d, p in signal}
+        main: list[VerifyTrial] = []
+
+        def mk(p: ReferencePoint, d: float, band: str, truth: str, arm: str = ARM_MAIN, ref: str | None = None) -> VerifyTrial:
+            return VerifyTrial(
+                image_id=im.image_id, site_id=im.site_id, arm=arm, cand=p.name_en or "", img_lat=im.lat,
+                img_lon=im.lon, cand_lat=p.lat, cand_lon=p.lon,
+                referenceability=None if p.referenceability is None else float(p.referenceability),
+                d_km=round(d, 4), band=band, truth=truth, continent=cont, path=im.path,
+                image_ref=ref if ref is not None else im.image_id, cand_qid=p.qid,
+            )
+
+        for d, p in signal:
+            main.append(mk(p, d, BAND_SIGNAL, TRUTH_YES))
+        targets = [_tier_index(p) for _, p in signal]
+        for band in DECOY_BAND_LABELS:
+            cell = sorted(cells[band], key=lambda x: x[1].name_en or "")
+            for _, p in cell:
+                dist[p.name_en] = next(d for d, q in cell if q is p)
+            k = len(cell) if n_per_band is None else n_per_band
+            if len(cell) < k:
+                rep.short_cells += 1
+            chosen, unmatched = _pick_decoys(rng, [p for _, p in cell], targets, k)
+            rep.unmatched_decoys += unmatched
+            for p in chosen:
+                main.append(mk(p, dist[p.name_en], band, TRUTH_NO))
+        trials.extend(main)
+        if n_control > 0 and main:
+            ctrl = rng.sample(main, min(n_control, len(main)))
+            others = [o for c, ims in sorted(by_continent.items()) if c != cont for o in ims]
+            for t in ctrl:
+                p = ReferencePoint(qid=t.cand_qid, name_en=t.cand, lat=t.cand_lat, lon=t.cand_lon,
+                                   referenceability=None if t.referenceability is None else int(t.referenceability))
+                d = t.d_km if t.d_km is not None else 0.0
+                if others:
+                    other = others[rng.randrange(len(others))]
+                    trials.append(mk(p, d, t.band or "", TRUTH_NO, ARM_MISMATCH, other.image_id))
+                else:
+                    rep.images_without_mismatch += 1
+                trials.append(mk(p, d, t.band or "", TRUTH_NO, ARM_BLANK, BLANK_IMAGE_REF))
+    for t in trials:
+        rep.counts[(t.arm, t.band)] += 1
+    return trials, rep
+
+
+def pools_from_trials(trials: Iterable[VerifyTrial]) -> dict[str, list[ReferencePoint]]:
+    """Candidate pools per site recovered from a trial table (name, coordinates, referenceability).
+
+    Used to rebuild the release's trials from coordinates; the release ladders carry distances only.
+    """
+    pools: dict[str, dict[str, ReferencePoint]] = {}
+    for t in trials:
+        if t.cand_lat is None or t.cand_lon is None:
+            continue
+        site = pools.setdefault(t.site_id, {})
+        if t.cand not in site:
+            ref = None if t.referenceability is None else int(round(t.referenceability))
+            site[t.cand] = ReferencePoint(qid=t.cand_qid, name_en=t.cand, lat=t.cand_lat, lon=t.cand_lon,
+                                          referenceability=ref, tier=tier_of(ref), site_id=t.site_id)
+    return {s: list(v.values()) for s, v in pools.items()}
