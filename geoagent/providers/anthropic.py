@@ -1,0 +1,87 @@
+"""Anthropic Messages API provider.
+
+Wire format (Claude API docs: Messages, Vision, Errors; ``shared/api-notes.md`` section 8):
+
+* ``POST {base_url}/v1/messages`` (base ``https://api.anthropic.com``) with headers ``x-api-key``,
+  ``anthropic-version: 2023-06-01`` (``ProviderSettings.anthropic_version``) and
+  ``content-type: application/json``.
+* Body: ``model``, ``max_tokens`` (required by the API), optional top-level ``system`` (from
+  ``params.system``; never a message role), ``temperature``, ``top_p``, and one user message whose
+  content is ``[{"type": "image", "source": {"type": "base64", "media_type": <mime>, "data": <b64>}},
+  {"type": "text", "text": <prompt>}]`` (image first, as the vision guide recommends; ``data`` has no
+  ``data:`` prefix) or just the text block without an image. The Messages API has no sampling seed
+  and no JSON mode: ``params.seed`` / ``params.json_mode`` are not sent.
+* Answer: the ``text`` blocks of ``content`` joined in order (other block types such as ``thinking``
+  are skipped), ``stop_reason`` (``end_turn``, ``max_tokens``, ``stop_sequence``, ``refusal``, ...),
+  ``usage.input_tokens`` / ``usage.output_tokens`` (cache-creation and cache-read input tokens, when
+  reported, are added to input tokens), ``model``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
+from geoagent.providers.errors import MalformedResponse, body_excerpt
+from geoagent.providers.http_base import HttpProvider, as_int, b64
+
+
+@register
+class AnthropicProvider(HttpProvider):
+    """Anthropic Messages over HTTP; ``kind = "anthropic"``."""
+
+    kind = "anthropic"
+
+    def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
+        params = request.params
+        content: list[dict[str, Any]] = []
+        if request.image is not None:
+            content.append(
+                {"type": "image", "source": {"type": "base64", "media_type": request.image_mime, "data": b64(request.image)}}
+            )
+        content.append({"type": "text", "text": request.prompt})
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_output_tokens,
+            "messages": [{"role": "user", "content": content}],
+        }
+        if params.get("system"):
+            body["system"] = str(params["system"])
+        for name in ("temperature", "top_p"):
+            if params.get(name) is not None:
+                body[name] = params[name]
+        headers = self.common_headers(request)
+        headers["anthropic-version"] = self.settings.anthropic_version
+        key = self._api_key()
+        if key:
+            headers["x-api-key"] = key
+        return f"{self.base_url}/v1/messages", body, headers
+
+    def parse(self, request: ModelRequest, data: Any, raw: bytes) -> ModelResponse:
+        if not isinstance(data, dict):
+            raise MalformedResponse(self.kind, "body is not a JSON object", body_excerpt(raw))
+        if data.get("type") == "error" or data.get("error") is not None:
+            err = data.get("error")
+            msg = err.get("message") if isinstance(err, dict) else err
+            raise MalformedResponse(self.kind, f"error in 2xx body: {str(msg)[:300]}")
+        blocks = data.get("content")
+        if not isinstance(blocks, list):
+            raise MalformedResponse(self.kind, "content is not a list", body_excerpt(raw))
+        texts = [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+        if any(not isinstance(t, str) for t in texts):
+            raise MalformedResponse(self.kind, "a text block has no text", body_excerpt(raw))
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            raise MalformedResponse(self.kind, "usage missing", body_excerpt(raw))
+        n_in = as_int(usage.get("input_tokens"), "usage.input_tokens", self.kind, raw)
+        for extra in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+            if usage.get(extra) is not None:
+                n_in += as_int(usage.get(extra), f"usage.{extra}", self.kind, raw)
+        n_out = as_int(usage.get("output_tokens"), "usage.output_tokens", self.kind, raw)
+        stop = data.get("stop_reason")
+        return ModelResponse(
+            text="".join(texts),  # type: ignore[arg-type]
+            usage=Usage(n_in, n_out),
+            finish_reason=stop if isinstance(stop, str) else None,
+            provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
+        )

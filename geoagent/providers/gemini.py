@@ -1,0 +1,116 @@
+"""Google Gemini ``generateContent`` provider.
+
+Wire format (Gemini API reference ``models.generateContent``; ``shared/api-notes.md`` section 9):
+
+* ``POST {base_url}/v1beta/models/{model}:generateContent`` (base
+  ``https://generativelanguage.googleapis.com``) with the key in the ``x-goog-api-key`` header (never
+  in the URL, so it cannot leak through logged URLs or error messages).
+* Body (lowerCamelCase, the spelling responses use): ``contents = [{"role": "user", "parts":
+  [{"inlineData": {"mimeType": <mime>, "data": <b64>}}, {"text": <prompt>}]}]`` (image first; raw
+  base64, no ``data:`` prefix), optional ``systemInstruction = {"parts": [{"text": <params.system>}]}``,
+  ``generationConfig = {"maxOutputTokens", "temperature"?, "topP"?, "seed"?,
+  "responseMimeType": "application/json" (with params.json_mode)}``.
+* Answer: the ``text`` parts of ``candidates[0].content.parts`` joined in order (``thought`` parts of
+  thinking models skipped), ``candidates[0].finishReason``, ``usageMetadata.promptTokenCount`` and
+  output = ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output),
+  ``modelVersion``.
+* A blocked prompt comes back as ``promptFeedback.blockReason`` with no ``candidates``; a blocked answer
+  as a candidate without ``content`` and ``finishReason`` ``SAFETY`` (or similar): both raise
+  :class:`ContentBlocked` carrying the usage reported. No candidates at all otherwise ->
+  :class:`MalformedResponse`. A candidate without parts that stopped on ``MAX_TOKENS`` (e.g. all budget
+  spent thinking) is an empty answer with finish reason ``MAX_TOKENS``, not an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
+from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
+from geoagent.providers.http_base import HttpProvider, as_int, b64
+
+#: finishReason values that mean the answer was withheld rather than completed or cut.
+BLOCKING_FINISH_REASONS = frozenset(
+    {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE"}
+)
+
+
+@register
+class GeminiProvider(HttpProvider):
+    """Gemini generateContent over HTTP; ``kind = "gemini"``."""
+
+    kind = "gemini"
+
+    def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
+        params = request.params
+        parts: list[dict[str, Any]] = []
+        if request.image is not None:
+            parts.append({"inlineData": {"mimeType": request.image_mime, "data": b64(request.image)}})
+        parts.append({"text": request.prompt})
+        gen: dict[str, Any] = {"maxOutputTokens": request.max_output_tokens}
+        for name, wire in (("temperature", "temperature"), ("top_p", "topP"), ("seed", "seed")):
+            if params.get(name) is not None:
+                gen[wire] = params[name]
+        if params.get("json_mode"):
+            gen["responseMimeType"] = "application/json"
+        body: dict[str, Any] = {"contents": [{"role": "user", "parts": parts}], "generationConfig": gen}
+        if params.get("system"):
+            body["systemInstruction"] = {"parts": [{"text": str(params["system"])}]}
+        model = request.model.removeprefix("models/")
+        headers = self.common_headers(request)
+        key = self._api_key()
+        if key:
+            headers["x-goog-api-key"] = key
+        return f"{self.base_url}/v1beta/models/{quote(model, safe='-._~')}:generateContent", body, headers
+
+    def _usage(self, data: dict[str, Any], raw: bytes) -> Usage:
+        meta = data.get("usageMetadata")
+        if not isinstance(meta, dict):
+            raise MalformedResponse(self.kind, "usageMetadata missing", body_excerpt(raw))
+        n_in = as_int(meta.get("promptTokenCount", 0), "usageMetadata.promptTokenCount", self.kind, raw)
+        n_out = as_int(meta.get("candidatesTokenCount", 0), "usageMetadata.candidatesTokenCount", self.kind, raw)
+        n_out += as_int(meta.get("thoughtsTokenCount", 0), "usageMetadata.thoughtsTokenCount", self.kind, raw)
+        return Usage(n_in, n_out)
+
+    def parse(self, request: ModelRequest, data: Any, raw: bytes) -> ModelResponse:
+        if not isinstance(data, dict):
+            raise MalformedResponse(self.kind, "body is not a JSON object", body_excerpt(raw))
+        if data.get("error") is not None:
+            err = data["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            raise MalformedResponse(self.kind, f"error in 2xx body: {str(msg)[:300]}")
+        candidates = data.get("candidates")
+        feedback = data.get("promptFeedback")
+        block = feedback.get("blockReason") if isinstance(feedback, dict) else None
+        if not candidates:
+            usage = self._usage(data, raw) if isinstance(data.get("usageMetadata"), dict) else None
+            if block:
+                raise ContentBlocked(self.kind, f"prompt blocked: {block}", usage)
+            raise MalformedResponse(self.kind, "no candidates", body_excerpt(raw), usage)
+        if not isinstance(candidates, list) or not isinstance(candidates[0], dict):
+            raise MalformedResponse(self.kind, "candidates is not a list of objects", body_excerpt(raw))
+        cand = candidates[0]
+        finish = cand.get("finishReason") if isinstance(cand.get("finishReason"), str) else None
+        usage = self._usage(data, raw)
+        content = cand.get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if not parts:
+            if finish in BLOCKING_FINISH_REASONS:
+                raise ContentBlocked(self.kind, f"answer withheld: finishReason {finish}", usage)
+            if finish == "MAX_TOKENS":
+                texts: list[str] = []
+            else:
+                raise MalformedResponse(self.kind, f"candidate has no parts (finishReason {finish})", body_excerpt(raw), usage)
+        else:
+            if not isinstance(parts, list):
+                raise MalformedResponse(self.kind, "content.parts is not a list", body_excerpt(raw))
+            texts = [
+                p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
+            ]
+        return ModelResponse(
+            text="".join(texts),
+            usage=usage,
+            finish_reason=finish,
+            provider_model=data.get("modelVersion") if isinstance(data.get("modelVersion"), str) else None,
+        )

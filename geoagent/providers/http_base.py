@@ -1,0 +1,231 @@
+"""Shared plumbing of the HTTP model providers (OpenAI-compatible, Anthropic, Gemini).
+
+A subclass builds the wire request (:meth:`HttpProvider.build`) and parses the wire response
+(:meth:`HttpProvider.parse`); this base posts it through the shared :class:`~geoagent.runtime.http.HttpClient`
+(which owns rate limits, retries and ``Retry-After``), adds the ``X-Request-Key`` / ``X-Image-Id`` headers,
+measures latency, turns a 2xx body that is not JSON into :class:`~geoagent.providers.errors.MalformedResponse`
+and scrubs the API key out of every error that passes through.
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+import dataclasses
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from geoagent.providers.base import ModelRequest, ModelResponse, Provider, ProviderError
+from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
+from geoagent.providers.settings import ProviderSettings
+
+#: Header carrying ``ModelRequest.key()`` on every call (our local servers log calls per key; real APIs
+#: ignore unknown headers).
+REQUEST_KEY_HEADER = "X-Request-Key"
+#: Header carrying ``ModelRequest.image_id`` when set (lets the local fake servers answer per image).
+IMAGE_ID_HEADER = "X-Image-Id"
+
+_MASK = "***"
+
+
+def reveal_key(api_key: Any) -> str | None:
+    """The plain key from a ``str`` or a :class:`geoagent.secrets.Secret` (``None`` stays ``None``)."""
+    if api_key is None:
+        return None
+    reveal = getattr(api_key, "reveal", None)
+    return str(reveal()) if callable(reveal) else str(api_key)
+
+
+def b64(data: bytes) -> str:
+    """Standard base64 (with padding) of ``data`` as ASCII text, no ``data:`` prefix."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def paid_policy(policy: Any) -> Any:
+    """``policy`` with ``retry_unknown_outcome=False`` (default ``HostPolicy`` when ``None``).
+
+    A paid endpoint must not re-send a request whose connection dropped after the body was sent: the
+    provider may have billed it (issue 2, point 4).
+    """
+    from geoagent.runtime.http import HostPolicy
+
+    if policy is None:
+        return HostPolicy(retry_unknown_outcome=False)
+    if getattr(policy, "retry_unknown_outcome", False):
+        return dataclasses.replace(policy, retry_unknown_outcome=False)
+    return policy
+
+
+def _scrub_exception(exc: BaseException, secret: str) -> BaseException | None:
+    """A copy of ``exc`` with ``secret`` masked in its message and string attributes, or None if clean."""
+    if not secret or len(secret) < 4:
+        return None
+    attrs = getattr(exc, "__dict__", {})
+    dirty = secret in str(exc) or any(isinstance(v, str) and secret in v for v in attrs.values())
+    if not dirty:
+        return None
+    clone = exc.__class__.__new__(exc.__class__)
+    for k, v in attrs.items():
+        setattr(clone, k, v.replace(secret, _MASK) if isinstance(v, str) else v)
+    clone.args = tuple(a.replace(secret, _MASK) if isinstance(a, str) else a for a in exc.args)
+    return clone
+
+
+class HttpProvider(Provider, abc.ABC):
+    """Base of the providers that call a remote (or local fake) HTTP API."""
+
+    paid = True
+
+    def __init__(self, model_cfg: ProviderSettings, http: Any = None) -> None:
+        self.settings = model_cfg
+        self.base_url = model_cfg.resolved_base_url()
+        self._http = http
+        self._own_http: Any = None
+        self._policy_cache: tuple[Any, Any] | None = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}(model={self.settings.model!r}, base_url={self.base_url!r})"
+
+    # -- subclass hooks -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """Return ``(url, json_body, headers)`` for ``request`` (auth headers included)."""
+
+    @abc.abstractmethod
+    def parse(self, request: ModelRequest, data: Any, raw: bytes) -> ModelResponse:
+        """Turn the decoded 2xx body into a :class:`ModelResponse` (``latency_s`` is filled in later).
+
+        Raises :class:`MalformedResponse` / :class:`ContentBlocked` for bodies that carry no answer.
+        """
+
+    # -- transport ------------------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        """``hostname:port`` (or ``hostname`` when the URL has no explicit port) of the API."""
+        parts = urlsplit(self.base_url)
+        return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+
+    async def _client(self) -> Any:
+        if self._http is not None:
+            return self._http
+        if self._own_http is None:
+            from geoagent.runtime.http import HttpClient
+
+            client = HttpClient()
+            await client.__aenter__()
+            self._own_http = client
+        return self._own_http
+
+    def _api_key(self) -> str | None:
+        return reveal_key(self.settings.api_key)
+
+    def common_headers(self, request: ModelRequest) -> dict[str, str]:
+        """Content type, extra headers from settings, ``X-Request-Key`` and (if set) ``X-Image-Id``."""
+        headers = {"Content-Type": "application/json"}
+        headers.update(dict(self.settings.headers))
+        headers[REQUEST_KEY_HEADER] = request.key()
+        if request.image_id is not None:
+            headers[IMAGE_ID_HEADER] = str(request.image_id)
+        return headers
+
+    def _call_policy(self, http: Any) -> Any:
+        """Retry/timeout policy for one call: settings' policy, else the client's policy for this host;
+        for paid providers always with ``retry_unknown_outcome=False`` (rate and concurrency stay the
+        host's, as the HTTP layer applies them per host)."""
+        base = self.settings.policy
+        if base is None:
+            policy_for = getattr(http, "policy_for", None)
+            base = policy_for(self.host) if callable(policy_for) else None
+        cached = self._policy_cache
+        if cached is not None and cached[0] is base:
+            return cached[1]
+        pol = paid_policy(base) if self.paid else base
+        self._policy_cache = (base, pol)
+        return pol
+
+    def decode(self, request: ModelRequest, body: bytes) -> ModelResponse:
+        """Decode and parse one 2xx body (``latency_s`` 0).
+
+        Raises
+        ------
+        MalformedResponse
+            Not JSON, or not the documented shape.
+        ContentBlocked
+            The API withheld the answer.
+        """
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise MalformedResponse(self.kind, f"body is not JSON ({exc})", body_excerpt(body)) from None
+        return self.parse(request, data, body)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """POST the request built by :meth:`build`, parse the answer with :meth:`parse`.
+
+        A 2xx body that does not parse fails the HTTP layer's ``validate`` check, so the call is retried
+        there like a 5xx (the attempt may have been billed: the HTTP layer counts it in
+        ``possibly_billed``); when every attempt fails that way the HTTP layer raises
+        :class:`RetriesExhausted` with reason ``invalid body``.
+
+        Raises
+        ------
+        PermanentHTTPError, RetriesExhausted, OutcomeUnknown
+            From the HTTP layer (messages never include the API key).
+        ContentBlocked
+            The API withheld the answer (``retryable = False``; not retried).
+        """
+        url, body, headers = self.build(request)
+        http = await self._client()
+        secret = self._api_key() or ""
+        parsed: list[ModelResponse] = []
+        blocked: list[ProviderError] = []
+
+        def _validate(resp: Any) -> None:
+            parsed.clear()
+            blocked.clear()
+            if not 200 <= resp.status < 300:
+                raise MalformedResponse(self.kind, f"unexpected HTTP status {resp.status}", body_excerpt(resp.body))
+            try:
+                parsed.append(self.decode(request, resp.body))
+            except ContentBlocked as exc:  # a definite answer: do not retry
+                blocked.append(exc)
+
+        t0 = time.perf_counter()
+        try:
+            resp = await http.request(
+                "POST", url, json=body, headers=headers, policy=self._call_policy(http), validate=_validate
+            )
+            if blocked:
+                raise blocked[0]
+            if not parsed:
+                _validate(resp)
+                if blocked:
+                    raise blocked[0]
+        except Exception as exc:
+            clean = _scrub_exception(exc, secret)
+            if clean is not None:
+                raise clean from None
+            raise
+        return dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0)
+
+    async def aclose(self) -> None:
+        """Close the private HTTP client if this provider opened one (a shared client is left alone)."""
+        if self._own_http is not None:
+            client, self._own_http = self._own_http, None
+            await client.__aexit__(None, None, None)
+
+
+def as_int(value: Any, what: str, provider: str, raw: bytes) -> int:
+    """``value`` as a non-negative int (JSON number or numeric string), else :class:`MalformedResponse`."""
+    if isinstance(value, bool):
+        value = None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise MalformedResponse(provider, f"{what} is not a non-negative integer: {value!r}", body_excerpt(raw))

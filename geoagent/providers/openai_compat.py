@@ -1,0 +1,110 @@
+"""OpenAI-compatible Chat Completions provider (OpenAI, OpenRouter, vLLM, Ollama, other compatible servers).
+
+Wire format (OpenAI API reference, "Create chat completion"; see also ``shared/api-notes.md`` section 7):
+
+* ``POST {base_url}/chat/completions`` with ``Authorization: Bearer <key>``. Base URLs:
+  OpenAI ``https://api.openai.com/v1``, OpenRouter ``https://openrouter.ai/api/v1``,
+  vLLM ``http://<host>:8000/v1``, Ollama ``http://<host>:11434/v1`` (Ollama ignores the key; any
+  non-empty value works; no ``Authorization`` header is sent when no key is configured).
+* Body: ``model``; ``messages`` = optional ``{"role": "system", "content": <params.system>}`` and one user
+  message whose ``content`` is the prompt string, or, with an image, the parts
+  ``[{"type": "text", ...}, {"type": "image_url", "image_url": {"url": "data:<mime>;base64,<b64>"}}]``;
+  the output cap as ``max_completion_tokens`` (OpenAI's current field; reasoning models reject
+  ``max_tokens``) for ``api.openai.com`` and ``max_tokens`` elsewhere (vLLM, Ollama and OpenRouter
+  document ``max_tokens``); override with ``ProviderSettings.max_tokens_field``. Optional
+  ``temperature``, ``seed``, ``top_p`` and, with ``params.json_mode``, ``response_format =
+  {"type": "json_object"}``.
+* Answer: ``choices[0].message.content`` (a refusal has ``content: null`` and the text in ``refusal``;
+  that text is returned as the answer), ``choices[0].finish_reason``, ``usage.prompt_tokens`` /
+  ``usage.completion_tokens`` (completion tokens include reasoning tokens), ``model``.
+* OpenRouter reports errors that happen after generation started inside an HTTP 200 body
+  (``{"error": {"code": <int>, "message": ...}}``): raised as :class:`MalformedResponse` (retryable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
+from geoagent.providers.errors import MalformedResponse, body_excerpt
+from geoagent.providers.http_base import HttpProvider, as_int, b64
+
+
+def _error_message(err: Any) -> str:
+    if isinstance(err, dict):
+        return str(err.get("message") or err)[:300]
+    return str(err)[:300]
+
+
+@register
+class OpenAICompatProvider(HttpProvider):
+    """Chat Completions over HTTP; ``kind = "openai"``."""
+
+    kind = "openai"
+
+    @property
+    def max_tokens_field(self) -> str:
+        """Body field of the output cap (see module docstring)."""
+        if self.settings.max_tokens_field:
+            return self.settings.max_tokens_field
+        host = urlsplit(self.base_url).hostname or ""
+        return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
+
+    def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
+        params = request.params
+        messages: list[dict[str, Any]] = []
+        if params.get("system"):
+            messages.append({"role": "system", "content": str(params["system"])})
+        if request.image is not None:
+            url = f"data:{request.image_mime};base64,{b64(request.image)}"
+            content: Any = [
+                {"type": "text", "text": request.prompt},
+                {"type": "image_url", "image_url": {"url": url, **({"detail": params["detail"]} if params.get("detail") else {})}},
+            ]
+        else:
+            content = request.prompt
+        messages.append({"role": "user", "content": content})
+        body: dict[str, Any] = {"model": request.model, "messages": messages, self.max_tokens_field: request.max_output_tokens}
+        for name in ("temperature", "top_p", "seed"):
+            if params.get(name) is not None:
+                body[name] = params[name]
+        if params.get("json_mode"):
+            body["response_format"] = {"type": "json_object"}
+        headers = self.common_headers(request)
+        key = self._api_key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return f"{self.base_url}/chat/completions", body, headers
+
+    def parse(self, request: ModelRequest, data: Any, raw: bytes) -> ModelResponse:
+        if not isinstance(data, dict):
+            raise MalformedResponse(self.kind, "body is not a JSON object", body_excerpt(raw))
+        if data.get("error") is not None:  # OpenRouter: error inside a 200
+            raise MalformedResponse(self.kind, f"error in 200 body: {_error_message(data['error'])}")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise MalformedResponse(self.kind, "no choices[0]", body_excerpt(raw))
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise MalformedResponse(self.kind, "choices[0].message missing", body_excerpt(raw))
+        text = message.get("content")
+        if text is None and isinstance(message.get("refusal"), str):
+            text = message["refusal"]
+        if text is None and isinstance(choice.get("error"), dict):  # OpenRouter mid-generation error
+            raise MalformedResponse(self.kind, f"error in choice: {_error_message(choice['error'])}")
+        if not isinstance(text, str):
+            raise MalformedResponse(self.kind, "choices[0].message.content is not text", body_excerpt(raw))
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            raise MalformedResponse(self.kind, "usage missing", body_excerpt(raw))
+        return ModelResponse(
+            text=text,
+            usage=Usage(
+                as_int(usage.get("prompt_tokens"), "usage.prompt_tokens", self.kind, raw),
+                as_int(usage.get("completion_tokens", 0), "usage.completion_tokens", self.kind, raw),
+            ),
+            finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+            provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
+        )

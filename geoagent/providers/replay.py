@@ -1,0 +1,199 @@
+"""The ``replay`` provider: answers from a recorded JSONL file, with the recorded token usage.
+
+Use it to re-run a released campaign (e.g. the GeoContext release's ``data/verify_raw.jsonl``) through the
+same parser, scorer and aggregator as a live one, without any call. Each line of the file is one JSON
+object (a record); its key is the ``ProviderSettings.replay_key_fields`` values joined with ``|``. A
+request is answered by the record whose key equals
+
+* ``request.meta[replay_key_field]`` when ``replay_key_field`` is set (a list/tuple value is joined
+  with ``|``, so a planner can pass ``[trial_id, model]``), or
+* ``request.key()`` otherwise (our own recordings store it in a ``key`` field).
+
+For the release's ``verify_raw.jsonl`` use ``replay_key_fields = ["trial_id", "model"]``,
+``replay_text_field = "raw"``, ``replay_usage_field = "usage"`` (``usage`` holds ``input_tokens``,
+``output_tokens``, ``stop_reason``).
+
+The file is indexed once, on first use: a dict from key to (byte offset, length) of its line. Answer texts
+stay on disk and are read with ``os.pread`` when asked for, so memory grows with the number of keys, not
+with the text. When a key occurs more than once, a record without an ``error`` beats one with an error,
+and among equals the later line wins (a re-run that succeeded overrides an earlier attempt).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage, register
+from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
+from geoagent.providers.settings import ProviderSettings
+
+
+class ReplayIndex:
+    """Key -> line location index of one JSONL file.
+
+    Parameters
+    ----------
+    path : path-like
+        The JSONL file.
+    key_fields : sequence of str
+        Record fields whose values, joined with ``|``, form the key.
+    error_field : str
+        Record field that marks a recorded failure when not null/empty.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    ValueError
+        A line is not a JSON object or lacks a key field (the message names file and line number).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key_fields: tuple[str, ...], error_field: str = "error") -> None:
+        self.path = Path(path)
+        self.key_fields = tuple(key_fields)
+        self.error_field = error_field
+        self._loc: dict[str, tuple[int, int, bool]] = {}  # key -> (offset, length, is_error)
+        self.n_lines = 0
+        self.n_duplicates = 0
+        self._build()
+
+    def record_key(self, rec: dict[str, Any]) -> str:
+        """The key of one record (fields joined with ``|``; ``None`` values become empty strings)."""
+        return "|".join("" if rec[f] is None else str(rec[f]) for f in self.key_fields)
+
+    def _build(self) -> None:
+        offset = 0
+        with self.path.open("rb") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                length = len(line)
+                stripped = line.strip()
+                if stripped:
+                    try:
+                        rec = orjson.loads(stripped)
+                    except orjson.JSONDecodeError as exc:
+                        raise ValueError(f"{self.path}:{lineno}: not valid JSON ({exc})") from None
+                    if not isinstance(rec, dict):
+                        raise ValueError(f"{self.path}:{lineno}: a record must be a JSON object")
+                    missing = [f for f in self.key_fields if f not in rec]
+                    if missing:
+                        raise ValueError(f"{self.path}:{lineno}: record lacks key field(s) {missing}")
+                    key = self.record_key(rec)
+                    is_error = bool(rec.get(self.error_field))
+                    old = self._loc.get(key)
+                    if old is not None:
+                        self.n_duplicates += 1
+                    if old is None or not (is_error and not old[2]):
+                        self._loc[key] = (offset, length, is_error)
+                    self.n_lines += 1
+                offset += length
+
+    def __len__(self) -> int:
+        return len(self._loc)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._loc
+
+    def keys(self) -> list[str]:
+        """All keys, in first-seen order."""
+        return list(self._loc)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record for ``key`` read from disk, or None."""
+        loc = self._loc.get(key)
+        if loc is None:
+            return None
+        offset, length, _ = loc
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            data = os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+        return orjson.loads(data)
+
+
+@register
+class ReplayProvider(Provider):
+    """Answers from a recorded JSONL file; ``kind = "replay"``, ``paid = False``."""
+
+    kind = "replay"
+    paid = False
+
+    def __init__(self, model_cfg: ProviderSettings, http: Any = None) -> None:
+        if not model_cfg.replay_path:
+            raise ValueError(f"replay provider for model {model_cfg.model!r} needs 'replay_path'")
+        self.settings = model_cfg
+        self.path = Path(model_cfg.replay_path)
+        self._index: ReplayIndex | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ReplayProvider(model={self.settings.model!r}, path={str(self.path)!r})"
+
+    @property
+    def index(self) -> ReplayIndex:
+        """The file's index (built on first access)."""
+        if self._index is None:
+            with self._lock:
+                if self._index is None:
+                    self._index = ReplayIndex(self.path, self.settings.replay_key_fields)
+        return self._index
+
+    def lookup_key(self, request: ModelRequest) -> str:
+        """The key ``request`` is answered by (see module docstring).
+
+        Raises
+        ------
+        ReplayMiss
+            ``replay_key_field`` is configured but absent from ``request.meta``.
+        """
+        field = self.settings.replay_key_field
+        if not field:
+            return request.key()
+        if field not in request.meta:
+            raise ReplayMiss(f"<meta[{field!r}] missing>", str(self.path), f"request meta has no {field!r}")
+        value = request.meta[field]
+        if isinstance(value, (list, tuple)):
+            return "|".join("" if v is None else str(v) for v in value)
+        return str(value)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The recorded answer for ``request``.
+
+        Returns
+        -------
+        ModelResponse
+            ``text`` = the record's text field verbatim; ``usage`` = recorded input/output tokens (0 when
+            absent); ``finish_reason`` = recorded ``stop_reason``/``finish_reason``; ``latency_s`` = 0.
+
+        Raises
+        ------
+        ReplayMiss
+            No record for the key (the message names the key and the file).
+        ReplayRecordedError
+            The record is a recorded failure (``error`` set), or its text field is missing/not text.
+        """
+        key = self.lookup_key(request)
+        rec = self.index.get(key)
+        if rec is None:
+            raise ReplayMiss(key, str(self.path))
+        s = self.settings
+        if rec.get("error"):
+            raise ReplayRecordedError(key, str(self.path), str(rec["error"])[:300])
+        text = rec.get(s.replay_text_field)
+        if not isinstance(text, str):
+            raise ReplayRecordedError(key, str(self.path), f"field {s.replay_text_field!r} is missing or not text")
+        usage_src = rec.get(s.replay_usage_field) if s.replay_usage_field else rec
+        usage_src = usage_src if isinstance(usage_src, dict) else {}
+        finish = usage_src.get("stop_reason") or usage_src.get("finish_reason") or rec.get("finish_reason")
+        return ModelResponse(
+            text=text,
+            usage=Usage(int(usage_src.get("input_tokens") or 0), int(usage_src.get("output_tokens") or 0)),
+            latency_s=0.0,
+            finish_reason=str(finish) if finish is not None else None,
+            provider_model=str(rec["model"]) if rec.get("model") is not None else request.model,
+        )

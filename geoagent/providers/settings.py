@@ -1,0 +1,150 @@
+"""Plain, frozen settings of one model provider (built by the config loader from a campaign's TOML).
+
+Every provider class is constructed the same way::
+
+    provider = provider_class(settings.kind)(settings, http)
+
+where ``http`` is the process's shared :class:`geoagent.runtime.http.HttpClient` (or ``None``: the provider
+then opens a private client on first use and closes it in ``aclose()``).
+
+The API key is held in a field that is left out of ``repr()`` and of :meth:`ProviderSettings.public_dict`,
+so neither a traceback, a log line nor a campaign manifest ever shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+#: Default base URLs per provider kind. Paths appended by the providers:
+#: openai -> ``{base_url}/chat/completions``; anthropic -> ``{base_url}/v1/messages``;
+#: gemini -> ``{base_url}/v1beta/models/{model}:generateContent``.
+DEFAULT_BASE_URLS: dict[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
+
+#: Base URLs of common OpenAI-compatible servers (use with ``kind = "openai"``).
+OPENAI_COMPATIBLE_BASE_URLS: dict[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "openrouter": "https://openrouter.ai/api/v1",
+    "vllm": "http://localhost:8000/v1",  # `vllm serve <model>` default port
+    "ollama": "http://localhost:11434/v1",  # Ollama's OpenAI-compatibility endpoint
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    """Settings of one provider instance.
+
+    Attributes
+    ----------
+    kind : str
+        Provider kind: ``openai`` (any OpenAI-compatible Chat Completions server), ``anthropic``,
+        ``gemini``, ``replay`` or ``simulated``.
+    model : str
+        Model identifier sent to the API (e.g. ``gpt-4o-mini``, ``claude-haiku-4-5``, ``gemini-2.5-flash``).
+    base_url : str or None
+        API root; ``None`` uses :data:`DEFAULT_BASE_URLS` for the kind. For OpenAI-compatible servers it
+        includes the version segment (``https://openrouter.ai/api/v1``, ``http://localhost:11434/v1``).
+    api_key : str or None
+        Secret key, read by the config loader from the environment or ``.env``; never shown by ``repr``.
+    seed : int
+        Seed of the ``simulated`` provider (and of nothing else; a model's sampling seed goes in
+        ``ModelRequest.params["seed"]``).
+    replay_path : str or None
+        JSONL file the ``replay`` provider answers from.
+    replay_key_field : str or None
+        Name of the ``ModelRequest.meta`` entry holding the replay lookup key; ``None`` looks up
+        ``request.key()``. A list/tuple value in meta is joined with ``|``.
+    replay_key_fields : tuple of str
+        Record fields joined with ``|`` to form each record's key (release ``verify_raw.jsonl``:
+        ``("trial_id", "model")``; our own recordings: ``("key",)``).
+    replay_text_field : str
+        Record field holding the raw answer text (release: ``raw``; ours: ``text``).
+    replay_usage_field : str or None
+        Record field holding ``{"input_tokens", "output_tokens"[, "stop_reason"]}``; ``None`` reads
+        ``input_tokens``/``output_tokens`` from the record's top level.
+    max_tokens_field : str or None
+        OpenAI-compatible only: body field carrying the output-token cap. ``None`` chooses
+        ``max_completion_tokens`` for ``api.openai.com`` (its current name; reasoning models reject
+        ``max_tokens``) and ``max_tokens`` elsewhere (vLLM, Ollama, OpenRouter accept it).
+    anthropic_version : str
+        Value of the ``anthropic-version`` header.
+    headers : tuple of (str, str)
+        Extra request headers (e.g. OpenRouter's ``HTTP-Referer``/``X-Title``). A mapping is accepted
+        and stored as sorted pairs.
+    policy : HostPolicy or None
+        Per-host limits for this provider's API host, passed to the HTTP layer with every request.
+        ``None`` uses ``HostPolicy(retry_unknown_outcome=False)`` for paid providers. A policy given here
+        is used as is, except that paid providers always get ``retry_unknown_outcome=False``.
+    """
+
+    kind: str
+    model: str
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False, compare=False)
+    seed: int = 0
+    replay_path: str | None = None
+    replay_key_field: str | None = None
+    replay_key_fields: tuple[str, ...] = ("key",)
+    replay_text_field: str = "text"
+    replay_usage_field: str | None = "usage"
+    max_tokens_field: str | None = None
+    anthropic_version: str = "2023-06-01"
+    headers: tuple[tuple[str, str], ...] = ()
+    policy: Any = None  # geoagent.runtime.http.HostPolicy | None (kept Any: no import cycle at config time)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not self.kind:
+            raise ValueError(f"provider settings: 'kind' must be a non-empty string, got {self.kind!r}")
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"provider settings: 'model' must be a non-empty string, got {self.model!r}")
+        if isinstance(self.headers, Mapping):
+            object.__setattr__(self, "headers", tuple(sorted((str(k), str(v)) for k, v in self.headers.items())))
+        else:
+            object.__setattr__(self, "headers", tuple((str(k), str(v)) for k, v in self.headers))
+        if isinstance(self.replay_key_fields, str):
+            object.__setattr__(self, "replay_key_fields", (self.replay_key_fields,))
+        else:
+            object.__setattr__(self, "replay_key_fields", tuple(self.replay_key_fields))
+        if not self.replay_key_fields:
+            raise ValueError("provider settings: 'replay_key_fields' must name at least one field")
+        if self.max_tokens_field not in (None, "max_tokens", "max_completion_tokens"):
+            raise ValueError(
+                "provider settings: 'max_tokens_field' must be 'max_tokens' or 'max_completion_tokens', "
+                f"got {self.max_tokens_field!r}"
+            )
+
+    def resolved_base_url(self) -> str:
+        """``base_url`` without a trailing slash, or the kind's default.
+
+        Raises
+        ------
+        ValueError
+            No base URL configured and the kind has no default.
+        """
+        url = self.base_url or DEFAULT_BASE_URLS.get(self.kind)
+        if not url:
+            raise ValueError(f"provider {self.kind!r} (model {self.model!r}) needs a base_url")
+        return url.rstrip("/")
+
+    def public_dict(self) -> dict[str, Any]:
+        """All settings except the API key (for manifests and logs); ``api_key_set`` says if one is held."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "api_key":
+                continue
+            value = getattr(self, f.name)
+            if f.name == "headers":
+                value = [list(p) for p in value]
+            elif f.name == "policy" and value is not None:
+                value = {g: getattr(value, g) for g in getattr(value, "__slots__", ())} or repr(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        out["api_key_set"] = bool(self.api_key)
+        return out
+

@@ -1,0 +1,220 @@
+"""Shared parts of the local fake LLM API servers (:mod:`llm_openai`, :mod:`llm_anthropic`, :mod:`llm_gemini`).
+
+* :class:`CallLog` - the server-side log of every model call: ``app[CALLS_KEY]`` (also reachable as
+  ``app["calls"]``) is a list of dicts, one per request that reached the handler, and each entry is
+  optionally appended as one JSON line to a file (``token_log``) so that a test can read the log of a
+  server running in another process (also after that process was killed: every line is written with
+  one ``write`` on an ``O_APPEND`` descriptor).
+* Key checking, base64 checks, the image id a fake derives, and the ``python -m`` entry point.
+
+Log entry fields: ``api`` (openai/anthropic/gemini), ``key`` (the ``X-Request-Key`` header or None),
+``t_wall`` / ``t_mono`` (s), ``status`` (HTTP status the handler answered), ``model``,
+``input_tokens`` / ``output_tokens`` (usage put in the response; 0 for errors), ``image_id``,
+``image_sha256`` (SHA-256 hex of the image bytes the server decoded from the documented field),
+``finish_reason``, ``error`` (error type for 4xx answers). An entry means the handler processed the
+request and, for a 2xx, "billed" it, even if a fault (``reset``) then kept the answer from the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import hashlib
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from geoagent.sandbox.faults import FAULTS_KEY, FaultConfig, fault_middleware
+
+REQUEST_KEY_HEADER = "X-Request-Key"
+IMAGE_ID_HEADER = "X-Image-Id"
+
+
+class CallLog:
+    """Append-only list of call records, mirrored to a JSONL file when ``path`` is given.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        JSONL file to append every record to (created if missing; never truncated).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.path = Path(path) if path is not None else None
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Add one record (and write it as one line to the file, if any)."""
+        with self._lock:
+            self.records.append(record)
+            if self._fd is not None:
+                os.write(self._fd, orjson.dumps(record) + b"\n")
+
+    def close(self) -> None:
+        """Close the file descriptor (records stay in memory)."""
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    @staticmethod
+    def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+        """Read a JSONL call log written by (possibly another process's) :class:`CallLog`.
+
+        A torn last line (the writer was killed mid-write) is ignored.
+        """
+        out = []
+        p = Path(path)
+        if not p.exists():
+            return out
+        for line in p.read_bytes().splitlines():
+            if line.strip():
+                try:
+                    out.append(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    continue
+        return out
+
+
+CALLS_KEY: web.AppKey[list] = web.AppKey("llm_calls", list)
+CALL_LOG_KEY: web.AppKey[CallLog] = web.AppKey("llm_call_log", CallLog)
+SEED_KEY: web.AppKey[int] = web.AppKey("llm_seed", int)
+API_KEYS_KEY: web.AppKey[Any] = web.AppKey("llm_api_keys", object)
+
+
+def build_app(
+    routes: Sequence[tuple[str, str, Callable[[web.Request], Any]]],
+    *,
+    faults: FaultConfig | dict[str, Any] | None,
+    seed: int,
+    token_log: str | os.PathLike[str] | None,
+    api_keys: Collection[str] | None,
+) -> web.Application:
+    """Assemble a fake LLM app: fault middleware (rate 0 unless ``faults``), call log, seed, keys."""
+    cfg = FaultConfig(**faults) if isinstance(faults, dict) else faults
+    mw = fault_middleware(cfg)
+    app = web.Application(middlewares=[mw], client_max_size=64 * 1024**2)
+    app[FAULTS_KEY] = mw.fault_state
+    log = CallLog(token_log)
+    app[CALL_LOG_KEY] = log
+    app[CALLS_KEY] = log.records
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        app["calls"] = log.records  # the plain-string alias the brief names; same list object
+    app[SEED_KEY] = int(seed)
+    app[API_KEYS_KEY] = None if api_keys is None else frozenset(api_keys)
+
+    async def _close(app_: web.Application) -> None:
+        log.close()
+
+    app.on_cleanup.append(_close)
+    for method, path, handler in routes:
+        app.router.add_route(method, path, handler)
+    return app
+
+
+def key_ok(app: web.Application, key: str | None) -> bool:
+    """Whether ``key`` is accepted: any non-empty key when the app has no key list, else membership."""
+    if not key:
+        return False
+    allowed = app[API_KEYS_KEY]
+    return allowed is None or key in allowed
+
+
+def log_call(request: web.Request, api: str, status: int, **fields: Any) -> dict[str, Any]:
+    """Append one record to the app's call log and return it."""
+    rec: dict[str, Any] = {
+        "api": api,
+        "key": request.headers.get(REQUEST_KEY_HEADER),
+        "t_wall": time.time(),
+        "t_mono": time.monotonic(),
+        "status": status,
+        "model": None,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "image_id": None,
+        "image_sha256": None,
+        "finish_reason": None,
+        "error": None,
+    }
+    rec.update(fields)
+    request.app[CALL_LOG_KEY].append(rec)
+    return rec
+
+
+def decode_b64(data: Any) -> bytes | None:
+    """Strict standard (or URL-safe) base64 decode; None when ``data`` is not valid base64 text."""
+    if not isinstance(data, str) or not data:
+        return None
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        try:
+            return base64.urlsafe_b64decode(data) if all(c.isalnum() or c in "-_=" for c in data) else None
+        except (binascii.Error, ValueError):
+            return None
+
+
+def image_id_for(request: web.Request, image: bytes | None, fallback: str | None = None) -> str | None:
+    """The image id a fake answers with: ``X-Image-Id`` header, else ``sha256:<16 hex>`` of the bytes."""
+    header = request.headers.get(IMAGE_ID_HEADER)
+    if header:
+        return header
+    if image is not None:
+        return "sha256:" + hashlib.sha256(image).hexdigest()[:16]
+    return fallback
+
+
+def sha256_hex(data: bytes | None) -> str | None:
+    """SHA-256 hex digest of ``data`` (None stays None)."""
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def short_id(*parts: Any) -> str:
+    """Deterministic 24-hex id from the parts (for response ids)."""
+    return hashlib.sha256("\x00".join(str(p) for p in parts).encode()).hexdigest()[:24]
+
+
+async def read_json(request: web.Request) -> tuple[Any, str | None]:
+    """``(body, None)`` or ``(None, error message)`` when the body is not JSON."""
+    raw = await request.read()
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
+        return None, str(exc)
+
+
+def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[str] | None = None) -> None:
+    """``python -m geoagent.sandbox.llm_<api> --port N [--log calls.jsonl] [--seed S] [--api-key K ...]
+    [--fault-rate R --fault-kinds 429,500,...]``: serve the fake on 127.0.0.1 until killed."""
+    ap = argparse.ArgumentParser(prog=prog, description="Local fake LLM API server (loopback only).")
+    ap.add_argument("--host", default="127.0.0.1", help="bind address (loopback only by default)")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--log", default=None, help="JSONL file to append every call record to")
+    ap.add_argument("--seed", type=int, default=0, help="simulation seed of the answers")
+    ap.add_argument("--api-key", action="append", default=None, help="accepted key (repeat; default: any)")
+    ap.add_argument("--fault-rate", type=float, default=0.0, help="fraction of requests that get a fault")
+    ap.add_argument("--fault-kinds", default=None, help="comma-separated subset of 429,500,503,timeout,reset,malformed")
+    ap.add_argument("--fault-seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    faults = None
+    if args.fault_rate > 0 or args.fault_kinds:
+        kw: dict[str, Any] = {"rate": args.fault_rate, "seed": args.fault_seed}
+        if args.fault_kinds:
+            kw["kinds"] = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
+        faults = FaultConfig(**kw)
+    app = factory(faults=faults, seed=args.seed, token_log=args.log, api_keys=args.api_key)
+    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)

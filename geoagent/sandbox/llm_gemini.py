@@ -1,0 +1,252 @@
+"""Local fake of the Google Gemini API ``models.generateContent``.
+
+``POST /v1beta/models/{model}:generateContent``. It checks the request as the real API does and answers in
+the documented shapes (Gemini API reference ``models.generateContent``, ``GenerateContentResponse``;
+``shared/api-notes.md`` section 9):
+
+* Key in the ``x-goog-api-key`` header or the ``key`` query parameter. Missing -> 403
+  ``PERMISSION_DENIED`` ("Method doesn't allow unregistered callers ..."); unknown -> 400
+  ``INVALID_ARGUMENT`` with an ``ErrorInfo`` detail ``reason: API_KEY_INVALID`` (what the real API
+  sends for a bad key, not a 401).
+* Body: protobuf JSON, so every field is accepted in lowerCamelCase or snake_case (``inlineData`` /
+  ``inline_data``, ``generationConfig`` / ``generation_config``, ...); an unknown field name -> 400
+  ``Invalid JSON payload received. Unknown name "..."``. ``contents`` must be non-empty; each part holds
+  ``text`` or ``inlineData {mimeType, data}`` (raw base64, no ``data:`` prefix; MIME png/jpeg/webp/heic/heif);
+  ``generationConfig.maxOutputTokens`` a positive integer (default 8192); ``temperature`` in [0, 2].
+* Errors: ``{"error": {"code", "message", "status"[, "details"]}}``.
+* Success: ``{"candidates": [{"content": {"role": "model", "parts": [{"text"}]}, "finishReason":
+  "STOP"|"MAX_TOKENS", "index": 0}], "usageMetadata": {"promptTokenCount", "candidatesTokenCount",
+  "totalTokenCount"}, "modelVersion", "responseId"}``.
+* A prompt containing :data:`BLOCK_MARKER` is answered like a prompt the safety filter blocked:
+  ``promptFeedback.blockReason = "OTHER"``, no ``candidates`` (usage reports only prompt tokens).
+
+Run standalone with ``python -m geoagent.sandbox.llm_gemini --port 8003 --log calls.jsonl``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Collection
+from typing import Any
+
+from aiohttp import web
+
+from geoagent.sandbox.faults import FaultConfig
+from geoagent.sandbox.llm_common import (
+    SEED_KEY,
+    build_app,
+    cli_main,
+    decode_b64,
+    image_id_for,
+    key_ok,
+    log_call,
+    read_json,
+    sha256_hex,
+    short_id,
+)
+from geoagent.sandbox.responders import SIM_CHARS_PER_TOKEN, SIM_IMAGE_TOKENS, simulate_answer
+
+API = "gemini"
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
+IMAGE_MIME = ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")
+#: Prompt text that makes the fake answer as if the prompt had been blocked.
+BLOCK_MARKER = "[[sandbox:block]]"
+
+_STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}
+_TOP_FIELDS = {
+    "contents", "systemInstruction", "generationConfig", "safetySettings", "tools", "toolConfig", "cachedContent",
+}  # fmt: skip
+_GEN_FIELDS = {
+    "maxOutputTokens", "temperature", "topP", "topK", "candidateCount", "stopSequences", "responseMimeType",
+    "responseSchema", "responseJsonSchema", "seed", "thinkingConfig", "presencePenalty", "frequencyPenalty",
+    "responseLogprobs", "logprobs", "responseModalities", "mediaResolution",
+}  # fmt: skip
+_PART_FIELDS = {"text", "inlineData", "fileData", "thought", "thoughtSignature", "functionCall", "functionResponse"}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def _norm(obj: dict[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
+    """Map snake_case names to lowerCamelCase; raise on unknown names (as protobuf JSON parsing does)."""
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        ck = _camel(k)
+        if ck not in allowed:
+            raise _Bad(f'Invalid JSON payload received. Unknown name "{k}" at \'{where}\': Cannot find field.')
+        out[ck] = v
+    return out
+
+
+class _Bad(Exception):
+    pass
+
+
+def _err(code: int, message: str, details: list[dict[str, Any]] | None = None) -> web.Response:
+    err: dict[str, Any] = {"code": code, "message": message, "status": _STATUS.get(code, "INVALID_ARGUMENT")}
+    if details:
+        err["details"] = details
+    return web.json_response({"error": err}, status=code)
+
+
+def _parse(body: dict[str, Any]) -> tuple[str, str, bytes | None, int, Any]:
+    """Validate the request; return (user text, system text, first image, maxOutputTokens, temperature)."""
+    top = _norm(body, _TOP_FIELDS, "")
+    contents = top.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise _Bad("* GenerateContentRequest.contents: contents is not specified")
+    user_texts: list[str] = []
+    image: bytes | None = None
+    for i, content in enumerate(contents):
+        if not isinstance(content, dict):
+            raise _Bad(f"Invalid value at 'contents[{i}]': expected an object")
+        c = _norm(content, {"role", "parts"}, f"contents[{i}]")
+        if c.get("role") not in (None, "user", "model"):
+            raise _Bad(f"* GenerateContentRequest.contents[{i}].role: Please use a valid role: user, model.")
+        parts = c.get("parts")
+        if not isinstance(parts, list) or not parts:
+            raise _Bad(f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty.")
+        texts = []
+        for j, part in enumerate(parts):
+            where = f"contents[{i}].parts[{j}]"
+            if not isinstance(part, dict):
+                raise _Bad(f"Invalid value at '{where}': expected an object")
+            p = _norm(part, _PART_FIELDS, where)
+            if "text" in p:
+                if not isinstance(p["text"], str):
+                    raise _Bad(f"Invalid value at '{where}.text': expected a string")
+                texts.append(p["text"])
+            elif "inlineData" in p:
+                blob = p["inlineData"]
+                if not isinstance(blob, dict):
+                    raise _Bad(f"Invalid value at '{where}.inline_data': expected an object")
+                b = _norm(blob, {"mimeType", "data"}, f"{where}.inline_data")
+                if b.get("mimeType") not in IMAGE_MIME:
+                    raise _Bad(f"* GenerateContentRequest.{where}.inline_data.mime_type: Unsupported MIME type: {b.get('mimeType')}")
+                data = b.get("data")
+                raw = None if (isinstance(data, str) and data.startswith("data:")) else decode_b64(data)
+                if raw is None:
+                    raise _Bad(f"Invalid value at '{where}.inline_data.data' (TYPE_BYTES), Base64 decoding failed")
+                if image is None:
+                    image = raw
+            else:
+                raise _Bad(f"* GenerateContentRequest.{where}.data: required oneof field 'data' must have one initialized field")
+        if c.get("role", "user") == "user":
+            user_texts.append("\n".join(texts))
+    system = ""
+    si = top.get("systemInstruction")
+    if si is not None:
+        if not isinstance(si, dict):
+            raise _Bad("Invalid value at 'system_instruction': expected an object")
+        s = _norm(si, {"role", "parts"}, "system_instruction")
+        sparts = s.get("parts") or []
+        if not isinstance(sparts, list):
+            raise _Bad("Invalid value at 'system_instruction.parts': expected a list")
+        system = "\n".join(
+            str(_norm(sp, _PART_FIELDS, "system_instruction.parts").get("text", "")) for sp in sparts if isinstance(sp, dict)
+        )
+    gen = top.get("generationConfig") or {}
+    if not isinstance(gen, dict):
+        raise _Bad("Invalid value at 'generation_config': expected an object")
+    g = _norm(gen, _GEN_FIELDS, "generation_config")
+    max_out = g.get("maxOutputTokens", DEFAULT_MAX_OUTPUT_TOKENS)
+    if isinstance(max_out, bool) or not isinstance(max_out, int) or max_out < 1:
+        raise _Bad(f"Invalid value at 'generation_config.max_output_tokens' (TYPE_INT32), {max_out!r}")
+    temp = g.get("temperature")
+    if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or not 0 <= temp <= 2):
+        raise _Bad("* GenerateContentRequest.generation_config.temperature: must be in [0.0, 2.0]")
+    if g.get("candidateCount", 1) != 1:
+        raise _Bad("* GenerateContentRequest.generation_config.candidate_count: only 1 candidate is supported here")
+    return "\n".join(user_texts), system, image, max_out, temp
+
+
+async def generate_content(request: web.Request) -> web.Response:
+    """The ``/v1beta/models/{model}:generateContent`` handler."""
+    name = request.match_info["name"]
+    model, sep, method = name.rpartition(":")
+    if not sep or method != "generateContent" or not model:
+        log_call(request, API, 404, error="NOT_FOUND")
+        return _err(404, f"Method not found: {name}")
+    key = request.headers.get("x-goog-api-key") or request.query.get("key")
+    if not key:
+        log_call(request, API, 403, error="PERMISSION_DENIED", model=model)
+        return _err(
+            403,
+            "Method doesn't allow unregistered callers (callers without established identity). "
+            "Please use API Key or other form of API consumer identity to call this API.",
+        )
+    if not key_ok(request.app, key):
+        log_call(request, API, 400, error="API_KEY_INVALID", model=model)
+        return _err(
+            400,
+            "API key not valid. Please pass a valid API key.",
+            [
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "API_KEY_INVALID",
+                    "domain": "googleapis.com",
+                    "metadata": {"service": "generativelanguage.googleapis.com"},
+                }
+            ],
+        )
+    body, problem = await read_json(request)
+    if problem is not None or not isinstance(body, dict):
+        log_call(request, API, 400, error="INVALID_ARGUMENT", model=model)
+        return _err(400, f"Invalid JSON payload received. {problem or 'Expected an object.'}")
+    try:
+        prompt, system, image, max_out, _temp = _parse(body)
+    except _Bad as bad:
+        log_call(request, API, 400, error="INVALID_ARGUMENT", model=model)
+        return _err(400, str(bad))
+
+    image_id = image_id_for(request, image)
+    rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
+    if BLOCK_MARKER in prompt:
+        n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (SIM_IMAGE_TOKENS if image is not None else 0)
+        log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=0, image_id=image_id, image_sha256=sha256_hex(image), finish_reason="BLOCKED:OTHER")
+        return web.json_response(
+            {
+                "promptFeedback": {"blockReason": "OTHER"},
+                "usageMetadata": {"promptTokenCount": n_in, "totalTokenCount": n_in},
+                "modelVersion": model,
+                "responseId": rid,
+            }
+        )
+    text, n_in, n_out, truncated = simulate_answer(
+        prompt,
+        image_id,
+        model,
+        request.app[SEED_KEY],
+        max_out,
+        has_image=image is not None,
+        system=system,
+        key=request.headers.get("X-Request-Key"),
+    )
+    finish = "MAX_TOKENS" if truncated else "STOP"
+    log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id, image_sha256=sha256_hex(image), finish_reason=finish)
+    payload = {
+        "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": finish, "index": 0}],
+        "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": n_out, "totalTokenCount": n_in + n_out},
+        "modelVersion": model,
+        "responseId": rid,
+    }
+    return web.json_response(payload)
+
+
+def make_app(
+    faults: FaultConfig | dict[str, Any] | None = None,
+    seed: int = 0,
+    token_log: str | os.PathLike[str] | None = None,
+    api_keys: Collection[str] | None = None,
+) -> web.Application:
+    """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`)."""
+    routes = [("POST", "/v1beta/models/{name}", generate_content)]
+    return build_app(routes, faults=faults, seed=seed, token_log=token_log, api_keys=api_keys)
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test
+    cli_main(make_app, "python -m geoagent.sandbox.llm_gemini")

@@ -1,0 +1,266 @@
+"""Local fake of the OpenAI Chat Completions API (also stands in for OpenRouter, vLLM and Ollama).
+
+``POST /v1/chat/completions`` (and ``/chat/completions``, so both ``http://host:port/v1`` and
+``http://host:port`` work as a provider base URL). It checks the request as the real API does and answers
+in the documented shapes (OpenAI API reference "Create chat completion" and "Error codes";
+``shared/api-notes.md`` section 7):
+
+* ``Authorization: Bearer <key>``: missing -> 401 (``invalid_request_error``, "You didn't provide an API
+  key"); unknown -> 401 ``invalid_api_key`` with the key masked in the message, as OpenAI does.
+* Body: JSON object with ``model`` (string) and non-empty ``messages``; roles ``system``, ``developer``,
+  ``user``, ``assistant``, ``tool``; ``content`` a string or a list of ``text`` / ``image_url`` parts;
+  an ``image_url.url`` is an ``http(s)`` URL or a ``data:image/<jpeg|png|gif|webp>;base64,...`` URL with
+  valid base64; ``max_tokens`` / ``max_completion_tokens`` positive integers; ``temperature`` in [0, 2];
+  ``response_format = {"type": "json_object"}`` needs the word "json" in the messages. A violation ->
+  400 ``invalid_request_error`` with ``param`` naming the field.
+* Success: ``{"id": "chatcmpl-...", "object": "chat.completion", "created", "model", "choices": [{"index": 0,
+  "message": {"role": "assistant", "content", "refusal": null}, "logprobs": null, "finish_reason":
+  "stop"|"length"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
+  "system_fingerprint"}`` plus ``x-request-id`` and ``x-ratelimit-*`` headers.
+
+Answer text comes from :func:`geoagent.sandbox.responders.simulate_answer` (same text and usage as the
+``simulated`` provider for the same request key and seed). Run standalone with
+``python -m geoagent.sandbox.llm_openai --port 8001 --log calls.jsonl``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Collection
+from typing import Any
+
+from aiohttp import web
+
+from geoagent.sandbox.faults import FaultConfig
+from geoagent.sandbox.llm_common import (
+    SEED_KEY,
+    build_app,
+    cli_main,
+    decode_b64,
+    image_id_for,
+    key_ok,
+    log_call,
+    read_json,
+    sha256_hex,
+    short_id,
+)
+from geoagent.sandbox.responders import simulate_answer
+
+API = "openai"
+DEFAULT_MAX_TOKENS = 4096
+IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _err(status: int, message: str, type_: str, code: str | None = None, param: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers={"x-request-id": "req_" + short_id(time.time_ns())})
+
+
+def _mask(key: str) -> str:
+    return (key[:3] + "*" * 4 + key[-4:]) if len(key) > 8 else "****"
+
+
+class _Bad(Exception):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, bool]:
+    """Validate ``messages``; return (user text, system text, first image bytes, image URL, mentions json)."""
+    if not isinstance(messages, list) or not messages:
+        raise _Bad("'messages' must be a non-empty array.", "messages")
+    user_texts: list[str] = []
+    system_texts: list[str] = []
+    image: bytes | None = None
+    image_url: str | None = None
+    mentions_json = False
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise _Bad(f"Invalid type for 'messages[{i}]': expected an object.", f"messages[{i}]")
+        role = msg.get("role")
+        if role not in ROLES:
+            raise _Bad(f"Invalid value for 'messages[{i}].role': {role!r}.", f"messages[{i}].role")
+        content = msg.get("content")
+        texts: list[str] = []
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for j, part in enumerate(content):
+                where = f"messages[{i}].content[{j}]"
+                if not isinstance(part, dict):
+                    raise _Bad(f"Invalid type for '{where}': expected an object.", where)
+                ptype = part.get("type")
+                if ptype == "text":
+                    if not isinstance(part.get("text"), str):
+                        raise _Bad(f"Missing required parameter: '{where}.text'.", f"{where}.text")
+                    texts.append(part["text"])
+                elif ptype == "image_url":
+                    if role != "user":
+                        raise _Bad(f"Image content is only allowed in user messages ('{where}').", where)
+                    iu = part.get("image_url")
+                    url = iu.get("url") if isinstance(iu, dict) else None
+                    if not isinstance(url, str):
+                        raise _Bad(f"Missing required parameter: '{where}.image_url.url'.", f"{where}.image_url.url")
+                    detail = iu.get("detail", "auto")
+                    if detail not in ("auto", "low", "high"):
+                        raise _Bad(f"Invalid value for '{where}.image_url.detail': {detail!r}.", f"{where}.image_url.detail")
+                    if url.startswith("data:"):
+                        head, sep, data = url.partition(",")
+                        mime = head[5:].split(";")[0]
+                        if not sep or ";base64" not in head or mime not in IMAGE_MIME:
+                            raise _Bad(
+                                "Invalid image URL: expected data:image/<jpeg|png|gif|webp>;base64,<data>.",
+                                f"{where}.image_url.url",
+                                "invalid_image_url",
+                            )
+                        raw = decode_b64(data)
+                        if raw is None:
+                            raise _Bad("You uploaded an unsupported image: invalid base64 data.", f"{where}.image_url.url", "invalid_image_format")
+                        if image is None:
+                            image = raw
+                    elif url.startswith(("http://", "https://")):
+                        image_url = image_url or url
+                    else:
+                        raise _Bad("Invalid image URL: must be an http(s) URL or a base64 data URL.", f"{where}.image_url.url", "invalid_image_url")
+                else:
+                    raise _Bad(f"Invalid value for '{where}.type': {ptype!r}.", f"{where}.type")
+        elif content is None and role == "assistant":
+            pass
+        else:
+            raise _Bad(f"Invalid type for 'messages[{i}].content': expected a string or an array.", f"messages[{i}].content")
+        joined = "\n".join(texts)
+        mentions_json = mentions_json or "json" in joined.lower()
+        if role in ("system", "developer"):
+            system_texts.append(joined)
+        elif role == "user":
+            user_texts.append(joined)
+    return "\n".join(user_texts), "\n".join(system_texts), image, image_url, mentions_json
+
+
+def _positive_int(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _Bad(f"Invalid '{name}': expected an integer >= 1, got {value!r}.", name, "integer_below_min_value")
+    return value
+
+
+async def chat_completions(request: web.Request) -> web.Response:
+    """The ``/v1/chat/completions`` handler."""
+    auth = request.headers.get("Authorization", "")
+    if not auth:
+        log_call(request, API, 401, error="missing_api_key")
+        return _err(
+            401,
+            "You didn't provide an API key. You need to provide your API key in an Authorization header "
+            "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            "invalid_request_error",
+        )
+    token = auth[7:].strip() if auth.startswith("Bearer ") else ""
+    if not key_ok(request.app, token):
+        log_call(request, API, 401, error="invalid_api_key")
+        return _err(401, f"Incorrect API key provided: {_mask(token)}.", "invalid_request_error", "invalid_api_key")
+    body, problem = await read_json(request)
+    if problem is not None or not isinstance(body, dict):
+        log_call(request, API, 400, error="invalid_json")
+        return _err(400, "We could not parse the JSON body of your request. (HINT: the body must be a JSON object.)", "invalid_request_error")
+    try:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise _Bad("you must provide a model parameter", "model")
+        prompt, system, image, image_url, mentions_json = _parse_messages(body.get("messages"))
+        cap_a = _positive_int(body, "max_tokens")
+        cap_b = _positive_int(body, "max_completion_tokens")
+        temp = body.get("temperature")
+        if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or not 0 <= temp <= 2):
+            raise _Bad(f"Invalid 'temperature': expected a number in [0, 2], got {temp!r}.", "temperature", "decimal_above_max_value")
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise _Bad(f"Invalid 'seed': expected an integer, got {seed!r}.", "seed")
+        rf = body.get("response_format")
+        if rf is not None:
+            if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+                raise _Bad("Invalid 'response_format': expected type text, json_object or json_schema.", "response_format")
+            if rf["type"] == "json_object" and not mentions_json:
+                raise _Bad(
+                    "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.",
+                    "messages",
+                )
+    except _Bad as bad:
+        log_call(request, API, 400, error="invalid_request_error", model=body.get("model"))
+        return _err(400, str(bad), "invalid_request_error", bad.code, bad.param)
+
+    max_tokens = cap_b or cap_a or DEFAULT_MAX_TOKENS
+    image_id = image_id_for(request, image, image_url)
+    text, n_in, n_out, truncated = simulate_answer(
+        prompt,
+        image_id,
+        model,
+        request.app[SEED_KEY],
+        max_tokens,
+        has_image=image is not None or image_url is not None,
+        system=system,
+        key=request.headers.get("X-Request-Key"),
+    )
+    finish = "length" if truncated else "stop"
+    log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id, image_sha256=sha256_hex(image), finish_reason=finish)
+    rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
+    payload = {
+        "id": f"chatcmpl-{rid}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None}, "logprobs": None, "finish_reason": finish}
+        ],
+        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+        "system_fingerprint": "fp_sandbox",
+    }
+    headers = {
+        "x-request-id": f"req_{rid}",
+        "openai-processing-ms": "1",
+        "x-ratelimit-limit-requests": "10000",
+        "x-ratelimit-remaining-requests": "9999",
+        "x-ratelimit-reset-requests": "6ms",
+        "x-ratelimit-limit-tokens": "10000000",
+        "x-ratelimit-remaining-tokens": str(max(0, 10_000_000 - n_in - max_tokens)),
+        "x-ratelimit-reset-tokens": "0s",
+    }
+    return web.json_response(payload, headers=headers)
+
+
+def make_app(
+    faults: FaultConfig | dict[str, Any] | None = None,
+    seed: int = 0,
+    token_log: str | os.PathLike[str] | None = None,
+    api_keys: Collection[str] | None = None,
+) -> web.Application:
+    """Build the fake OpenAI Chat Completions app.
+
+    Parameters
+    ----------
+    faults : FaultConfig or dict, optional
+        Fault injection (:mod:`geoagent.sandbox.faults`); default none (request log only).
+    seed : int
+        Simulation seed of the answers (use the ``simulated`` provider's seed to get identical answers).
+    token_log : path, optional
+        JSONL file every call record is appended to (see :class:`~geoagent.sandbox.llm_common.CallLog`).
+    api_keys : collection of str, optional
+        Accepted keys; default any non-empty key.
+
+    Returns
+    -------
+    aiohttp.web.Application
+        Call records in ``app["calls"]`` / ``app[CALLS_KEY]``; fault state in ``app[FAULTS_KEY]``.
+    """
+    routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", chat_completions)]
+    return build_app(routes, faults=faults, seed=seed, token_log=token_log, api_keys=api_keys)
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test
+    cli_main(make_app, "python -m geoagent.sandbox.llm_openai")
