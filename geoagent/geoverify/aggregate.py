@@ -1,0 +1,130 @@
+"""Incremental GeoVerify aggregator: per-group counts updated per batch of scored rows (Polars).
+
+State (the sufficient statistics of every statistic in :mod:`geoagent.scoring.sdt`):
+
+* ``cells``: one row per (model, site, arm, band) with ``n_yes``, ``n_no``, ``n_fail``;
+* ``conf``: one row per (model, arm, band, verdict, conf) with a count ``n`` (confidence rounded to
+  ``CONF_DECIMALS``), from which medians, shares and confidence sums follow exactly;
+* the set of (trial_id, model) keys already counted, so a redelivered scored row is not counted twice.
+
+:meth:`GeoVerifyAggregator.update` groups only the new batch and merges it into the state
+(``concat`` + ``group_by().sum()`` over existing *groups*, not over all rows seen so far).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from geoagent.scoring import sdt
+
+CONF_DECIMALS = 6
+CELL_KEYS = ["model", "site", "arm", "band"]
+CONF_KEYS = ["model", "arm", "band", "verdict", "conf"]
+ROW_SCHEMA = {
+    "trial_id": pl.Utf8, "model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8,
+    "verdict": pl.Utf8, "conf": pl.Float64,
+}
+
+
+def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
+    """Scored rows (dicts) -> a DataFrame with the columns the aggregator needs (``conf`` rounded)."""
+    data = {k: [] for k in ROW_SCHEMA}
+    for r in rows:
+        for k in ROW_SCHEMA:
+            v = r.get(k)
+            if k == "conf" and v is not None:
+                v = round(float(v), CONF_DECIMALS)
+            data[k].append(v)
+    return pl.DataFrame(data, schema=ROW_SCHEMA)
+
+
+class GeoVerifyAggregator:
+    """Running counts of scored GeoVerify rows; :meth:`scores` gives Table 12 at any moment."""
+
+    def __init__(self) -> None:
+        self.cells = sdt.empty_cells()
+        self.conf = sdt.empty_conf()
+        self._seen: set[str] = set()
+        self.n_rows = 0
+        self.n_duplicates = 0
+
+    def update(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
+        """Merge one batch of scored rows; returns how many were new.
+
+        Parameters
+        ----------
+        rows : iterable of dict or polars.DataFrame
+            Scored rows with at least ``trial_id, model, site, arm, band, verdict, conf`` (verdict None =
+            parse failure).
+        """
+        df = rows if isinstance(rows, pl.DataFrame) else rows_frame(rows)
+        if df.height == 0:
+            return 0
+        if "conf" in df.columns:
+            df = df.with_columns(pl.col("conf").cast(pl.Float64).round(CONF_DECIMALS))
+        keys = (df["trial_id"].cast(pl.Utf8) + "|" + df["model"]).to_list()
+        keep = []
+        for k in keys:
+            if k in self._seen:
+                keep.append(False)
+                self.n_duplicates += 1
+            else:
+                self._seen.add(k)
+                keep.append(True)
+        df = df.filter(pl.Series(keep))
+        if df.height == 0:
+            return 0
+        self.n_rows += df.height
+        delta = sdt.cells_from_rows(df)
+        self.cells = (
+            pl.concat([self.cells, delta])
+            .group_by(CELL_KEYS)
+            .agg(pl.col("n_yes").sum(), pl.col("n_no").sum(), pl.col("n_fail").sum())
+            .sort(CELL_KEYS)
+        )
+        dconf = sdt.conf_from_rows(df)
+        if dconf.height:
+            self.conf = (
+                pl.concat([self.conf, dconf]).group_by(CONF_KEYS).agg(pl.col("n").sum()).sort(CONF_KEYS)
+            )
+        return df.height
+
+    def scores(self, *, n_boot: int = 0, seed: int = 0) -> dict[str, sdt.ModelScores]:
+        """Table 12 statistics from the current counts (see :func:`geoagent.scoring.sdt.score`)."""
+        return sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed)
+
+    def conf_sums(self) -> pl.DataFrame:
+        """Per (model, arm, band, verdict): number of stated confidences and their sum."""
+        return (
+            self.conf.group_by(["model", "arm", "band", "verdict"])
+            .agg(pl.col("n").sum().alias("n_conf"), (pl.col("conf") * pl.col("n")).sum().alias("conf_sum"))
+            .sort(["model", "arm", "band", "verdict"])
+        )
+
+    # --- persistence (parquet, written atomically) ---------------------------------------------
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``agg_cells.parquet``, ``agg_conf.parquet`` and ``agg_seen.parquet`` under ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        seen = pl.DataFrame({"key": sorted(self._seen)}, schema={"key": pl.Utf8})
+        for name, df in (("agg_cells", self.cells), ("agg_conf", self.conf), ("agg_seen", seen)):
+            tmp = folder / f".{name}.parquet.tmp"
+            df.write_parquet(tmp)
+            tmp.replace(folder / f"{name}.parquet")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "GeoVerifyAggregator":
+        """Read state written by :meth:`save` (an empty aggregator if nothing was saved)."""
+        folder = Path(folder)
+        agg = cls()
+        if (folder / "agg_cells.parquet").is_file():
+            agg.cells = pl.read_parquet(folder / "agg_cells.parquet")
+            agg.conf = pl.read_parquet(folder / "agg_conf.parquet")
+            agg._seen = set(pl.read_parquet(folder / "agg_seen.parquet")["key"].to_list())
+            agg.n_rows = len(agg._seen)
+        return agg
