@@ -1,0 +1,175 @@
+"""Run a pipeline of stages in one process: queues wired by edge name, signals, progress ticks.
+
+Every stage gets its own :class:`~geoagent.runtime.worker.StageRunner`; all run concurrently in one anyio
+task group. A stage's *upstream* is every stage in this process whose output edge is its input edge; in burst
+mode it finishes once those have finished and its input is drained. Stages whose upstream runs in another
+process (scale-out with ``--stages``) should run with ``burst=False`` (daemon mode) or treat the upstream as
+finished.
+
+Signals: the first SIGINT/SIGTERM asks every runner to stop (stop leasing, finish or release in-flight work,
+commit, flush); a second one exits at once with status 130. That loses nothing acknowledged: every ack and
+every stored response is an already-committed SQLite transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from geoagent.runtime.queue import QueueCounts, WorkQueue, open_queue
+from geoagent.runtime.stage import Stage, StageContext
+from geoagent.runtime.worker import StageRunner, StageStats
+
+log = logging.getLogger(__name__)
+
+Tick = Callable[["PipelineRun"], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class PipelineRun:
+    """Live view of a running pipeline, passed to tick callbacks and returned at the end."""
+
+    campaign: str
+    runners: list[StageRunner]
+    queues: dict[str, WorkQueue]
+    started_at: float = field(default_factory=time.time)
+    stopped_by_signal: bool = False
+    finished_at: float | None = None
+
+    @property
+    def budget_stopped(self) -> bool:
+        return any(r.budget_stopped for r in self.runners)
+
+    def stats(self) -> list[StageStats]:
+        return [r.stats for r in self.runners]
+
+    async def counts(self) -> dict[str, QueueCounts]:
+        return {name: await q.counts() for name, q in self.queues.items()}
+
+
+def upstream_map(stages: Sequence[Stage]) -> dict[str, list[str]]:
+    """For each stage name, the names of stages in ``stages`` that feed its input edge."""
+    producers: dict[str, list[str]] = {}
+    for s in stages:
+        if s.output_edge:
+            producers.setdefault(s.output_edge, []).append(s.name)
+    return {s.name: producers.get(s.input_edge, []) for s in stages}
+
+
+def open_edge_queues(
+    queues_root: str | Path, campaign: str, stages: Sequence[Stage], **queue_options: Any
+) -> dict[str, WorkQueue]:
+    """Open (creating if needed) the queue of every edge any stage reads or writes."""
+    edges: list[str] = []
+    for s in stages:
+        for e in (s.input_edge, s.output_edge):
+            if e and e not in edges:
+                edges.append(e)
+    return {e: open_queue(queues_root, campaign, e, **queue_options) for e in edges}
+
+
+async def run_pipeline(
+    campaign: str,
+    stages: Sequence[Stage],
+    queues: dict[str, WorkQueue],
+    ctx: StageContext,
+    *,
+    burst: bool = True,
+    tick: Tick | None = None,
+    tick_interval_s: float = 1.0,
+    handle_signals: bool = True,
+    grace_s: float = 30.0,
+    runner_options: dict[str, Any] | None = None,
+) -> PipelineRun:
+    """Run ``stages`` until they finish (burst) or a signal stops them; returns the run's final view.
+
+    Parameters
+    ----------
+    campaign : str
+        Campaign name (for logs and the returned view).
+    stages : sequence of Stage
+        Stages in data-flow order; edges connect them by name.
+    queues : dict
+        Edge name -> open queue (see :func:`open_edge_queues`).
+    ctx : StageContext
+        Shared services for the stages.
+    burst : bool
+        Finish when all input is drained (campaigns) or keep polling (daemon, ``--watch``).
+    tick : async callable or None
+        Called every ``tick_interval_s`` seconds and once at the end (progress display, JSONL stream).
+    handle_signals : bool
+        Install SIGINT/SIGTERM handling (main thread only).
+    grace_s : float
+        Seconds in-flight tasks may run after a stop request before they are released.
+    """
+    ups = upstream_map(stages)
+    runners: list[StageRunner] = []
+    by_name: dict[str, StageRunner] = {}
+    for s in stages:
+        upstream_runners = [by_name[u] for u in ups[s.name] if u in by_name]
+        upstream_done: anyio.Event | None = None
+        if upstream_runners:
+            upstream_done = anyio.Event()
+        runner = StageRunner(
+            s,
+            queues[s.input_edge],
+            queues[s.output_edge] if s.output_edge else None,
+            ctx,
+            burst=burst,
+            upstream_done=upstream_done,
+            grace_s=grace_s,
+            **(runner_options or {}),
+        )
+        runner._upstream_runners = upstream_runners  # type: ignore[attr-defined]
+        runners.append(runner)
+        by_name[s.name] = runner
+    view = PipelineRun(campaign, runners, queues)
+
+    async def watch_upstream(r: StageRunner) -> None:
+        for u in r._upstream_runners:  # type: ignore[attr-defined]
+            await u.finished.wait()
+        assert r.upstream_done is not None
+        r.upstream_done.set()
+
+    async def signal_watcher(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            count = 0
+            async for signum in signals:
+                count += 1
+                if count == 1:
+                    log.warning("signal %s: stopping (finishing in-flight work; again to force)", signum)
+                    view.stopped_by_signal = True
+                    for r in runners:
+                        r.request_stop()
+                else:
+                    log.warning("second signal: exiting now; acknowledged work is already durable")
+                    os._exit(130)
+
+    async def ticker() -> None:
+        while True:
+            await anyio.sleep(tick_interval_s)
+            if tick is not None:
+                await tick(view)
+
+    async with anyio.create_task_group() as outer:
+        if handle_signals:
+            outer.start_soon(signal_watcher, outer.cancel_scope)
+        outer.start_soon(ticker)
+        async with anyio.create_task_group() as tg:
+            for r in runners:
+                if r.upstream_done is not None:
+                    tg.start_soon(watch_upstream, r)
+                tg.start_soon(r.run)
+        outer.cancel_scope.cancel()
+    view.finished_at = time.time()
+    if tick is not None:
+        await tick(view)
+    return view

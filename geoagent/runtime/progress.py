@@ -1,0 +1,130 @@
+"""Streaming progress: a JSONL stream in ``state/<campaign>/progress.jsonl`` and a live terminal display.
+
+Each tick appends one JSON object per line (another process can ``tail -f`` it)::
+
+    {"t": 1764500000.1, "campaign": "demo", "elapsed_s": 12.3,
+     "stages": [{"stage": "model_caller", "done": 120, "rate_per_s": 9.8, ...}, ...],
+     "queues": {"requests": {"ready": 80, "leased": 8, "done": 120, "dead": 0}, ...},
+     "spend": {"spent_usd": 0.12, "cap_usd": 5.0, ...}, "eta_s": 8.2}
+
+The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
+is not a TTY, so logs and CI output stay clean.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent.runtime.daemon import PipelineRun
+from geoagent.runtime.worker import eta_s
+
+SpendFn = Callable[[], dict[str, Any]]
+
+
+class Progress:
+    """Tick callback for :func:`geoagent.runtime.daemon.run_pipeline`.
+
+    Parameters
+    ----------
+    path : Path
+        The JSONL stream file (appended; created with its folder).
+    spend : callable or None
+        Returns the ledger summary dict (``spent_usd``, ``cap_usd``, ...), or None for no ledger.
+    live : bool or None
+        Force the rich display on/off; default: on when stdout is a TTY.
+    eta_edge : str or None
+        The edge whose pending count drives the ETA (usually ``requests``).
+    """
+
+    def __init__(self, path: Path, spend: SpendFn | None = None, live: bool | None = None, eta_edge: str | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.spend = spend
+        self.eta_edge = eta_edge
+        self.live_enabled = sys.stdout.isatty() if live is None else live
+        self._live: Any = None
+        self._t0 = time.time()
+
+    async def __call__(self, run: PipelineRun) -> None:
+        record = await self.snapshot(run)
+        with self.path.open("ab") as fh:
+            fh.write(orjson.dumps(record) + b"\n")
+        if self.live_enabled:
+            self._render(record, final=run.finished_at is not None)
+
+    async def snapshot(self, run: PipelineRun) -> dict[str, Any]:
+        counts = await run.counts()
+        stages = [s.as_dict() for s in run.stats()]
+        eta = None
+        if self.eta_edge and self.eta_edge in counts:
+            c = counts[self.eta_edge]
+            rate = next((s["rate_per_s"] for s in stages if s["stage"] and _consumes(run, s["stage"], self.eta_edge)), 0.0)
+            eta = eta_s(c.ready + c.leased, rate)
+        return {
+            "t": round(time.time(), 3),
+            "campaign": run.campaign,
+            "elapsed_s": round(time.time() - run.started_at, 3),
+            "stages": stages,
+            "queues": {k: asdict(v) for k, v in counts.items()},
+            "spend": self.spend() if self.spend else None,
+            "eta_s": None if eta is None else round(eta, 1),
+            "budget_stopped": run.budget_stopped,
+            "finished": run.finished_at is not None,
+        }
+
+    def _render(self, record: dict[str, Any], final: bool) -> None:
+        from rich.live import Live
+        from rich.table import Table
+
+        table = Table(title=f"campaign {record['campaign']}  elapsed {record['elapsed_s']:.0f} s", expand=False)
+        for col in ("stage", "done", "in flight", "retried", "dead", "rate/s"):
+            table.add_column(col, justify="right" if col != "stage" else "left")
+        for s in record["stages"]:
+            table.add_row(s["stage"], str(s["done"]), str(s["in_flight"]), str(s["failed"]), str(s["dead"]),
+                          f"{s['rate_per_s']:.1f}")
+        spend = record.get("spend") or {}
+        caption = []
+        if spend:
+            caption.append(f"spend ${spend.get('spent_usd', 0):.4f} / cap ${spend.get('cap_usd', 0):.2f}")
+        if record.get("eta_s") is not None:
+            caption.append(f"ETA {record['eta_s']:.0f} s")
+        if record.get("budget_stopped"):
+            caption.append("BUDGET EXHAUSTED - draining")
+        table.caption = "   ".join(caption)
+        if self._live is None:
+            self._live = Live(table, refresh_per_second=4, transient=False)
+            self._live.start()
+        else:
+            self._live.update(table)
+        if final:
+            self._live.stop()
+            self._live = None
+
+
+def _consumes(run: PipelineRun, stage_name: str, edge: str) -> bool:
+    return any(r.stage.name == stage_name and r.stage.input_edge == edge for r in run.runners)
+
+
+def read_last(path: Path) -> dict[str, Any] | None:
+    """The last complete record of a progress stream, or None if there is none (for ``status``)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        fh.seek(0, 2)
+        size = fh.tell()
+        fh.seek(max(0, size - 65536))
+        lines = fh.read().splitlines()
+    for line in reversed(lines):
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+    return None

@@ -1,0 +1,317 @@
+"""The stage runner: drives one :class:`~geoagent.runtime.stage.Stage` over its input queue.
+
+For each stage the runner loops: lease a batch from the input edge (never more than the free concurrency
+slots), run :meth:`Stage.handle` for each task inside an anyio task group (at most ``stage.concurrency`` at
+once), and commit finished tasks in groups: first the outputs of the whole group go to the output edge in one
+``put_many`` (idempotent by key), then the group's input tasks are acked in one call. A crash anywhere
+before the ack redelivers the task after its visibility timeout; because outputs are keyed, the redelivery
+is harmless. Errors decide a task's fate (see :mod:`geoagent.runtime.stage`).
+
+Stopping
+--------
+* ``burst`` mode (campaigns): a stage finishes when every upstream stage has finished and its input edge has
+  nothing ready or leased. The first stage's upstream is the planner, which has already enqueued everything.
+* :meth:`StageRunner.request_stop` (SIGINT/SIGTERM via :mod:`geoagent.runtime.daemon`): stop leasing, let
+  in-flight tasks finish for ``grace_s`` seconds, then cancel the rest and *release* their leases (no attempt
+  counted), commit what finished, flush the stage.
+* :class:`~geoagent.runtime.stage.BudgetStop` from a task: the task is released untouched, the runner stops
+  leasing and drains what is in flight; the campaign reports ``budget exhausted``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from geoagent.runtime.http import PermanentHTTPError
+from geoagent.runtime.queue import StaleLease, Task, WorkQueue
+from geoagent.runtime.stage import BudgetStop, Message, Missing, PermanentFailure, Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StageStats:
+    """Live counters of one stage (for progress display, ``status`` and the progress stream)."""
+
+    name: str
+    done: int = 0
+    failed: int = 0  # nacked attempts (will be retried)
+    dead: int = 0  # dead-lettered by this process (permanent or missing)
+    missing: int = 0  # dead-lettered because retries were exhausted
+    released: int = 0
+    in_flight: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    finished: bool = False
+    budget_stopped: bool = False
+    last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
+    error_reasons: Counter[str] = field(default_factory=Counter)
+    _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+
+    def record_done(self, n: int) -> None:
+        self.done += n
+        self._recent.append((time.monotonic(), self.done))
+
+    def rate_per_s(self) -> float:
+        """Tasks completed per second over the last ~64 commits (falls back to the run average)."""
+        if len(self._recent) >= 2:
+            (t0, n0), (t1, n1) = self._recent[0], self._recent[-1]
+            if t1 > t0:
+                return (n1 - n0) / (t1 - t0)
+        elapsed = time.monotonic() - self.started_at
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.name,
+            "done": self.done,
+            "failed": self.failed,
+            "dead": self.dead,
+            "missing": self.missing,
+            "released": self.released,
+            "in_flight": self.in_flight,
+            "rate_per_s": round(self.rate_per_s(), 3),
+            "finished": self.finished,
+            "budget_stopped": self.budget_stopped,
+            "last_errors": list(self.last_errors),
+        }
+
+
+def _reason(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+class StageRunner:
+    """Run one stage until its input is exhausted (burst) or it is asked to stop.
+
+    Parameters
+    ----------
+    stage : Stage
+        The worker's job.
+    input_queue : WorkQueue
+        Queue of ``stage.input_edge``.
+    output_queue : WorkQueue or None
+        Queue of ``stage.output_edge`` (None for sinks such as the aggregator).
+    ctx : StageContext
+        Shared services.
+    burst : bool
+        Finish when upstream is finished and the input is drained (True), or keep polling forever (False).
+    upstream_done : anyio.Event or None
+        Set when every upstream stage has finished; None means "no upstream" (already finished).
+    poll_s : float
+        Sleep between empty leases, seconds.
+    commit_every : int
+        Commit (put outputs, ack inputs) after this many finished tasks, or after ``commit_interval_s``.
+    grace_s : float
+        On stop, how long in-flight tasks may run before they are cancelled and released, seconds.
+    """
+
+    def __init__(
+        self,
+        stage: Stage,
+        input_queue: WorkQueue,
+        output_queue: WorkQueue | None,
+        ctx: StageContext,
+        *,
+        burst: bool = True,
+        upstream_done: anyio.Event | None = None,
+        poll_s: float = 0.05,
+        commit_every: int = 64,
+        commit_interval_s: float = 0.05,
+        grace_s: float = 30.0,
+    ) -> None:
+        self.stage = stage
+        self.inq = input_queue
+        self.outq = output_queue
+        self.ctx = ctx
+        self.burst = burst
+        self.upstream_done = upstream_done
+        self.poll_s = poll_s
+        self.commit_every = commit_every
+        self.commit_interval_s = commit_interval_s
+        self.grace_s = grace_s
+        self.stats = StageStats(stage.name)
+        self.finished = anyio.Event()
+        self._stop = anyio.Event()
+        self._budget = anyio.Event()
+        self._pending: list[tuple[Task, list[Message]]] = []
+        self._last_commit = time.monotonic()
+        self._commit_lock = anyio.Lock()
+        self._slots = anyio.Semaphore(max(1, stage.concurrency))
+
+    # -- control ------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Stop leasing; in-flight tasks get ``grace_s`` seconds, then are released."""
+        self._stop.set()
+
+    @property
+    def budget_stopped(self) -> bool:
+        return self._budget.is_set()
+
+    # -- main loop ------------------------------------------------------------------------------
+    async def run(self) -> StageStats:
+        """Run until finished; returns the stage's counters. Never raises for task-level errors."""
+        await self.stage.start(self.ctx)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._commit_ticker)
+                async with anyio.create_task_group() as work:
+                    await self._lease_loop(work)
+                    # stop leasing: wait for in-flight work, bounded by the grace period on stop
+                    if self._stop.is_set() and self.stats.in_flight:
+                        with anyio.move_on_after(self.grace_s):
+                            while self.stats.in_flight:
+                                await anyio.sleep(0.02)
+                        work.cancel_scope.cancel()
+                await self._commit()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._commit()
+                await self.stage.flush(self.ctx)
+                await self.stage.stop(self.ctx)
+                self.stats.finished = True
+                self.stats.budget_stopped = self._budget.is_set()
+                self.finished.set()
+        return self.stats
+
+    async def _lease_loop(self, work: anyio.abc.TaskGroup) -> None:
+        while not self._stop.is_set() and not self._budget.is_set():
+            free = self.stage.concurrency - self.stats.in_flight
+            if free <= 0:
+                await anyio.sleep(0.005)
+                continue
+            tasks = await self.inq.lease(min(free, self.stage.lease_batch), self.stage.visibility_timeout_s)
+            if not tasks:
+                if await self._input_exhausted():
+                    return
+                await self._maybe_commit()
+                await self._sleep_or_stop(self.poll_s)
+                continue
+            for task in tasks:
+                self.stats.in_flight += 1
+                work.start_soon(self._process, task)
+            # let started tasks run before leasing again
+            await anyio.sleep(0)
+
+    async def _input_exhausted(self) -> bool:
+        if not self.burst:
+            return False
+        if self.upstream_done is not None and not self.upstream_done.is_set():
+            return False
+        if self.stats.in_flight or self._pending:
+            return False
+        counts = await self.inq.counts()
+        return counts.ready == 0 and counts.leased == 0
+
+    async def _sleep_or_stop(self, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await self._stop.wait()
+
+    # -- one task -----------------------------------------------------------------------------
+    async def _process(self, task: Task) -> None:
+        committed = False
+        try:
+            async with self._slots:
+                try:
+                    outputs = await self.stage.handle(task, self.ctx)
+                except BudgetStop as exc:
+                    self._budget.set()
+                    self.stats.last_errors.append(_reason(exc))
+                    await self._safe(self.inq.release(task))
+                    self.stats.released += 1
+                    committed = True
+                    return
+                except (PermanentFailure, PermanentHTTPError) as exc:
+                    reason = _reason(exc)
+                    await self._safe(self.inq.dead_letter(task, reason))
+                    self.stats.dead += 1
+                    if isinstance(exc, Missing):
+                        self.stats.missing += 1
+                    self._note_error(reason)
+                    committed = True
+                    return
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any other failure is retried
+                    reason = _reason(exc)
+                    state = await self._safe(self.inq.nack(task, reason))
+                    self.stats.failed += 1
+                    if state == "dead":
+                        self.stats.dead += 1
+                    self._note_error(reason)
+                    log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
+                    committed = True
+                    return
+                self._pending.append((task, list(outputs or [])))
+                committed = True
+        finally:
+            self.stats.in_flight -= 1
+            if not committed:
+                # cancelled mid-flight (shutdown after grace): give the task back untouched
+                with anyio.CancelScope(shield=True):
+                    await self._safe(self.inq.release(task))
+                    self.stats.released += 1
+        await self._maybe_commit()
+
+    def _note_error(self, reason: str) -> None:
+        self.stats.last_errors.append(reason)
+        self.stats.error_reasons[reason.split(":", 1)[0]] += 1
+
+    async def _safe(self, awaitable: Any) -> Any:
+        try:
+            return await awaitable
+        except StaleLease:
+            # our lease expired and the task went to someone else; they own it now
+            log.warning("stage %s: stale lease ignored", self.stage.name)
+            return None
+
+    # -- commits --------------------------------------------------------------------------------
+    async def _maybe_commit(self) -> None:
+        if len(self._pending) >= self.commit_every or (
+            self._pending and time.monotonic() - self._last_commit >= self.commit_interval_s
+        ):
+            await self._commit()
+
+    async def _commit_ticker(self) -> None:
+        while True:
+            await anyio.sleep(self.commit_interval_s)
+            await self._maybe_commit()
+
+    async def _commit(self) -> None:
+        """Put the outputs of finished tasks, then ack those tasks (outputs first: crash-safe order)."""
+        async with self._commit_lock:
+            if not self._pending:
+                return
+            batch, self._pending = self._pending, []
+            with anyio.CancelScope(shield=True):
+                messages = [m for _, outs in batch for m in outs]
+                if messages:
+                    if self.outq is None:
+                        raise RuntimeError(f"stage {self.stage.name} produced output but has no output edge")
+                    await self.outq.put_many(messages)
+                tasks = [t for t, _ in batch]
+                try:
+                    await self.inq.ack(tasks)
+                except StaleLease:
+                    # ack one by one so a single expired lease does not hold back the others
+                    for t in tasks:
+                        await self._safe(self.inq.ack(t))
+                self.stats.record_done(len(tasks))
+                self._last_commit = time.monotonic()
+
+
+def eta_s(pending: int, rate_per_s: float) -> float | None:
+    """Seconds left at the current rate, or None when the rate is zero (shape: scalar, seconds)."""
+    if pending <= 0:
+        return 0.0
+    if rate_per_s <= 0 or math.isnan(rate_per_s):
+        return None
+    return pending / rate_per_s

@@ -1,0 +1,136 @@
+"""Stage runner and pipeline: burst completion, error routing, budget stop, graceful stop."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+from geoagent.runtime.stage import BudgetStop, Missing, PermanentFailure, Stage, StageContext
+
+
+class Double(Stage):
+    name = "double"
+    input_edge = "a"
+    output_edge = "b"
+    concurrency = 4
+
+    def __init__(self, fail_keys=(), perm_keys=(), missing_keys=(), budget_after=None):
+        self.fail_keys = set(fail_keys)
+        self.perm_keys = set(perm_keys)
+        self.missing_keys = set(missing_keys)
+        self.budget_after = budget_after
+        self.calls: dict[str, int] = {}
+
+    async def handle(self, task, ctx):
+        n = self.calls[task.key] = self.calls.get(task.key, 0) + 1
+        if self.budget_after is not None and sum(self.calls.values()) > self.budget_after:
+            raise BudgetStop("cap")
+        if task.key in self.perm_keys:
+            raise PermanentFailure("HTTP 400: bad request")
+        if task.key in self.missing_keys:
+            raise Missing("retries exhausted")
+        if task.key in self.fail_keys and n == 1:
+            raise RuntimeError("transient")
+        await anyio.sleep(0)
+        return [(task.key, {"x": task.payload["x"] * 2})]
+
+
+class Collect(Stage):
+    name = "collect"
+    input_edge = "b"
+    output_edge = None
+    concurrency = 2
+
+    def __init__(self):
+        self.seen: dict[str, int] = {}
+        self.flushes = 0
+
+    async def handle(self, task, ctx):
+        self.seen[task.key] = task.payload["x"]
+        return []
+
+    async def flush(self, ctx):
+        self.flushes += 1
+
+
+def _run(stages, tmp_path, items, **kw):
+    async def main():
+        queues = open_edge_queues(tmp_path / "q", "t", stages, backoff_base_s=0.01, backoff_max_s=0.02, max_attempts=3)
+        await queues["a"].put_many(items)
+        run = await run_pipeline("t", stages, queues, StageContext("t"), handle_signals=False, **kw)
+        counts = await run.counts()
+        dead = await queues["a"].dead_letters()
+        for q in queues.values():
+            await q.close()
+        return run, counts, dead
+
+    return anyio.run(main)
+
+
+def test_burst_pipeline_moves_every_task_once(tmp_path):
+    d, c = Double(fail_keys={"k3"}), Collect()
+    items = [(f"k{i}", {"x": i}) for i in range(200)]
+    run, counts, dead = _run([d, c], tmp_path, items)
+    assert c.seen == {f"k{i}": 2 * i for i in range(200)}
+    assert counts["a"].done == 200 and counts["b"].done == 200
+    assert counts["a"].ready == counts["a"].leased == 0
+    assert d.calls["k3"] == 2  # nacked once, retried once
+    assert c.flushes >= 1 and not run.budget_stopped
+
+
+def test_permanent_and_missing_go_to_dead_letter_with_reason(tmp_path):
+    d, c = Double(perm_keys={"k1"}, missing_keys={"k2"}), Collect()
+    run, counts, dead = _run([d, c], tmp_path, [(f"k{i}", {"x": i}) for i in range(5)])
+    assert counts["a"].dead == 2 and counts["a"].done == 3
+    reasons = {x.key: x.reason for x in dead}
+    assert "HTTP 400" in reasons["k1"] and "Missing" in reasons["k2"]
+    stats = {s.name: s for s in run.stats()}
+    assert stats["double"].missing == 1 and stats["double"].dead == 2
+    assert set(c.seen) == {"k0", "k3", "k4"}
+
+
+def test_budget_stop_releases_task_and_drains(tmp_path):
+    d, c = Double(budget_after=10), Collect()
+    d.concurrency = 1
+    run, counts, dead = _run([d, c], tmp_path, [(f"k{i}", {"x": i}) for i in range(50)])
+    assert run.budget_stopped
+    assert counts["a"].done == 10 and counts["a"].ready == 40 and counts["a"].dead == 0
+    assert counts["b"].done == 10  # downstream drained what was produced
+    assert len(c.seen) == 10
+
+
+def test_stop_request_releases_in_flight_work(tmp_path):
+    class Slow(Double):
+        async def handle(self, task, ctx):
+            await anyio.sleep(30)
+            return []
+
+    s = Slow()
+    s.output_edge = None
+
+    async def main():
+        queues = open_edge_queues(tmp_path / "q", "t", [s])
+        await queues["a"].put_many([(f"k{i}", {"x": i}) for i in range(10)])
+
+        async def stopper(run_holder):
+            await anyio.sleep(0.5)
+            for r in run_holder:
+                r.request_stop()
+
+        holder = []
+
+        async def tick(view):
+            if not holder:
+                holder.extend(view.runners)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stopper, holder)
+            run = await run_pipeline("t", [s], queues, StageContext("t"), handle_signals=False, tick=tick,
+                                     tick_interval_s=0.1, grace_s=0.2)
+        counts = await queues["a"].counts()
+        return run, counts
+
+    run, counts = anyio.run(main)
+    assert counts.leased == 0 and counts.ready == 10 and counts.done == 0
+    assert run.stats()[0].released == 4
