@@ -1,0 +1,309 @@
+"""Incremental aggregation of scored GeoHint answers into per-site sufficient statistics.
+
+Every statistic of the GeoHint report (seed 000 Sec. 6, Tables 1-11) is a function of these per-site
+sums, so the report can be refreshed after every batch of geocoded answers without revisiting rows
+(issue 4 point 6), and regimes (which sites are legible) can be re-assigned at any time because the
+sums are kept per site:
+
+* ``cells[(site, model, condition, band, tier)]`` -> :class:`Cell` (counts of responses, hits, echoes,
+  building-level and finer-than-city resolutions, parse failures, checklist compliance, and for
+  finer-than-city answers the sums of log d_ref and log err and the list of err/d_ref ratios, whose
+  median is not a sum statistic);
+* ``ols[(model, condition, fine_only)]`` -> :class:`~geoagent.scoring.regression.ClusterOLS` with one
+  cluster per site (``log10 err ~ d_ref``);
+* ``pairs[site][(model, image, reference point, repeat)][condition]`` -> the outcome of that item under
+  that condition, for strictly paired comparisons (Tables 8-10).
+
+Adding the same result key twice is a no-op (redelivered queue messages are harmless).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from geoagent.data.model import LADDER_BAND_LABELS
+from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
+from geoagent.geohint.result import GeoHintResult
+from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
+from geoagent.scoring.regime import assign_regimes
+from geoagent.scoring.regression import ClusterOLS, design_slope, log10_error
+
+CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition, band, tier
+PairKey = tuple[str, str, str, int]  # model, image, reference point, repeat
+BANDS = LADDER_BAND_LABELS
+ERROR_FLOOR_KM = 1e-3
+
+
+@dataclass(slots=True)
+class Cell:
+    """Sufficient statistics of one (site, model, condition, band, tier) cell (counts are responses)."""
+
+    n: int = 0
+    hits: int = 0
+    echo_n: int = 0
+    echoes: int = 0
+    n_building: int = 0
+    n_fine: int = 0
+    n_city: int = 0
+    n_none: int = 0
+    n_parse_fail: int = 0
+    fine_dref_n: int = 0
+    fine_log_dref: float = 0.0
+    fine_log_err: float = 0.0
+    ratios: list[float] = field(default_factory=list)
+    evidence_present: int = 0
+    evidence_parsed: int = 0
+    slots_filled: dict[str, int] = field(default_factory=dict)
+    slots_not_visible: dict[str, int] = field(default_factory=dict)
+
+    def add(self, r: GeoHintResult) -> None:
+        self.n += 1
+        self.hits += bool(r.hit)
+        if r.echo is not None:
+            self.echo_n += 1
+            self.echoes += bool(r.echo)
+        level = r.resolved_level
+        self.n_building += level == "building"
+        self.n_city += level == "city"
+        self.n_none += level == "none"
+        if not r.parse_ok:
+            self.n_parse_fail += 1
+        if level in FINE_LEVELS and r.error_km is not None:
+            self.n_fine += 1
+            if r.dist_km is not None and r.dist_km > 0:
+                self.fine_dref_n += 1
+                self.fine_log_dref += math.log(max(r.dist_km, ERROR_FLOOR_KM))
+                self.fine_log_err += math.log(max(r.error_km, ERROR_FLOOR_KM))
+                self.ratios.append(r.error_km / r.dist_km)
+        if r.condition == "forced_chain" and r.parse_ok:
+            self.evidence_parsed += 1
+            if r.evidence:
+                self.evidence_present += 1
+                for cat in EVIDENCE_CATEGORIES:
+                    if cat in r.evidence:
+                        self.slots_filled[cat] = self.slots_filled.get(cat, 0) + 1
+                        if str(r.evidence[cat]).strip().lower().startswith(NOT_VISIBLE):
+                            self.slots_not_visible[cat] = self.slots_not_visible.get(cat, 0) + 1
+
+    def merge(self, o: "Cell") -> "Cell":
+        for name in ("n", "hits", "echo_n", "echoes", "n_building", "n_fine", "n_city", "n_none", "n_parse_fail",
+                     "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed"):
+            setattr(self, name, getattr(self, name) + getattr(o, name))
+        self.ratios.extend(o.ratios)
+        for cat, v in o.slots_filled.items():
+            self.slots_filled[cat] = self.slots_filled.get(cat, 0) + v
+        for cat, v in o.slots_not_visible.items():
+            self.slots_not_visible[cat] = self.slots_not_visible.get(cat, 0) + v
+        return self
+
+    # --- derived (NaN when undefined) ---
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.n if self.n else float("nan")
+
+    @property
+    def echo_rate(self) -> float:
+        return self.echoes / self.echo_n if self.echo_n else float("nan")
+
+    @property
+    def building_share(self) -> float:
+        return self.n_building / self.n if self.n else float("nan")
+
+    @property
+    def geo_mean_dref_km(self) -> float:
+        return math.exp(self.fine_log_dref / self.fine_dref_n) if self.fine_dref_n else float("nan")
+
+    @property
+    def geo_mean_err_km(self) -> float:
+        return math.exp(self.fine_log_err / self.fine_dref_n) if self.fine_dref_n else float("nan")
+
+    @property
+    def median_ratio(self) -> float:
+        return float(np.median(self.ratios)) if self.ratios else float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class PairObs:
+    """One item's outcome under one condition (for strictly paired comparisons)."""
+
+    hit: bool
+    building: bool
+    echo: bool | None
+    fine: bool
+    band: str | None
+    ratio: float | None
+
+
+class GeoHintAggregator:
+    """Per-site sufficient statistics of a GeoHint campaign; feed with :meth:`add` / :meth:`add_many`."""
+
+    def __init__(self, *, baseline_condition: str = "baseline") -> None:
+        self.baseline_condition = baseline_condition
+        self.cells: dict[CellKey, Cell] = {}
+        self.ols: dict[tuple[str, str, bool], ClusterOLS] = {}
+        self.pairs: dict[str, dict[PairKey, dict[str, PairObs]]] = {}
+        self.keys: set[str] = set()
+        self.models: list[str] = []
+        self.conditions: list[str] = []
+
+    # --- updating ---------------------------------------------------------------------------
+    def add(self, r: GeoHintResult) -> bool:
+        """Add one scored result; returns False (and changes nothing) for an already-seen key."""
+        if r.key in self.keys:
+            return False
+        self.keys.add(r.key)
+        if r.model not in self.models:
+            self.models.append(r.model)
+        if r.condition not in self.conditions:
+            self.conditions.append(r.condition)
+        ck = (r.site, r.model, r.condition, r.band, r.tier)
+        cell = self.cells.get(ck)
+        if cell is None:
+            cell = self.cells[ck] = Cell()
+        cell.add(r)
+        if r.has_context and r.dist_km is not None and r.error_km is not None:
+            X = design_slope([r.dist_km])
+            y = log10_error([r.error_km], floor_km=ERROR_FLOOR_KM)
+            self._ols(r.model, r.condition, False).add(r.site, X, y)
+            if r.resolved_level in FINE_LEVELS:
+                self._ols(r.model, r.condition, True).add(r.site, X, y)
+        if r.has_context:
+            pk = (r.model, r.image_id, r.ref_qid or f"name:{r.ref_name}", int(r.repeat))
+            fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
+            ratio = r.error_km / r.dist_km if fine and r.dist_km else None
+            obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio)
+            self.pairs.setdefault(r.site, {}).setdefault(pk, {})[r.condition] = obs
+        return True
+
+    def add_many(self, results: Iterable[GeoHintResult]) -> int:
+        """Add results; returns how many were new."""
+        return sum(self.add(r) for r in results)
+
+    def _ols(self, model: str, condition: str, fine: bool) -> ClusterOLS:
+        key = (model, condition, fine)
+        if key not in self.ols:
+            self.ols[key] = ClusterOLS(k=2)
+        return self.ols[key]
+
+    # --- queries ----------------------------------------------------------------------------
+    @property
+    def sites(self) -> list[str]:
+        return sorted({k[0] for k in self.cells})
+
+    def cell(self, pred: Callable[[CellKey], bool]) -> Cell:
+        """Sum of every cell whose key satisfies ``pred((site, model, condition, band, tier))``."""
+        out = Cell()
+        for k, c in self.cells.items():
+            if pred(k):
+                out.merge(c)
+        return out
+
+    def select(
+        self,
+        *,
+        sites: set[str] | None = None,
+        model: str | None = None,
+        condition: str | None = None,
+        band: str | None = None,
+        tier: str | None = None,
+    ) -> Cell:
+        """Sum of cells matching the given fields (None = any)."""
+        return self.cell(
+            lambda k: (sites is None or k[0] in sites)
+            and (model is None or k[1] == model)
+            and (condition is None or k[2] == condition)
+            and (band is None or k[3] == band)
+            and (tier is None or k[4] == tier)
+        )
+
+    def baseline_counts(self, condition: str | None = None) -> dict[str, dict[str, tuple[int, int]]]:
+        """site -> model -> (hits, n) of the no-context condition."""
+        cond = condition or self.baseline_condition
+        out: dict[str, dict[str, tuple[int, int]]] = {}
+        for (site, model, c, _b, _t), cell in self.cells.items():
+            if c == cond and cell.n:
+                k, n = out.setdefault(site, {}).get(model, (0, 0))
+                out[site][model] = (k + cell.hits, n + cell.n)
+        return out
+
+    def regimes(self, *, threshold: float = 0.5, condition: str | None = None) -> dict[str, str]:
+        """site -> ``legible``/``illegible`` from the pooled no-context hit rate (sites without a baseline are absent)."""
+        pooled = {
+            s: (sum(k for k, _ in per.values()), sum(n for _, n in per.values()))
+            for s, per in self.baseline_counts(condition).items()
+        }
+        return assign_regimes(pooled, threshold=threshold)
+
+    def regression(self, *, models: Iterable[str] | None = None, condition: str, fine_only: bool = False) -> ClusterOLS:
+        """A ClusterOLS pooling the per-site statistics of ``models`` (all by default) for one condition."""
+        out = ClusterOLS(k=2)
+        for m in models if models is not None else self.models:
+            o = self.ols.get((m, condition, fine_only))
+            if o is not None:
+                out.merge(o)
+        return out
+
+    def paired(
+        self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None
+    ) -> list[tuple[str, PairObs, PairObs]]:
+        """Strictly paired items (same site, image, model, reference point, repeat) observed under both
+        conditions: list of ``(site, treatment_obs, control_obs)``, in a deterministic order."""
+        out = []
+        for site in sorted(self.pairs):
+            if sites is not None and site not in sites:
+                continue
+            for pk in sorted(self.pairs[site]):
+                if model is not None and pk[0] != model:
+                    continue
+                conds = self.pairs[site][pk]
+                if treatment in conds and control in conds:
+                    out.append((site, conds[treatment], conds[control]))
+        return out
+
+    def baseline_arrays(self, condition: str | None = None) -> tuple[list[str], list[str], list[int]]:
+        """No-context responses as per-response arrays (site, model, hit), rebuilt from counts (the order
+        within a (site, model) group carries no information, so a random split of these equals a random
+        split of the responses)."""
+        s_out, m_out, h_out = [], [], []
+        for site, per in sorted(self.baseline_counts(condition).items()):
+            for model, (k, n) in sorted(per.items()):
+                s_out += [site] * n
+                m_out += [model] * n
+                h_out += [1] * k + [0] * (n - k)
+        return s_out, m_out, h_out
+
+    def context_arrays(self, condition: str, band: str) -> tuple[list[str], list[str], list[int]]:
+        """Context responses of one condition and band as per-response arrays (site, model, hit)."""
+        s_out, m_out, h_out = [], [], []
+        acc: dict[tuple[str, str], list[int]] = {}
+        for (site, model, c, b, _t), cell in self.cells.items():
+            if c == condition and b == band:
+                kn = acc.setdefault((site, model), [0, 0])
+                kn[0] += cell.hits
+                kn[1] += cell.n
+        for (site, model), (k, n) in sorted(acc.items()):
+            s_out += [site] * n
+            m_out += [model] * n
+            h_out += [1] * k + [0] * (n - k)
+        return s_out, m_out, h_out
+
+    def summary(self) -> dict[str, Any]:
+        total = self.select()
+        return {
+            "results": len(self.keys),
+            "sites": len(self.sites),
+            "models": list(self.models),
+            "conditions": list(self.conditions),
+            "hit_rate": total.hit_rate,
+            "parse_failures": total.n_parse_fail,
+        }
+
+
+def geo_means(dref_km: Iterable[float], err_km: Iterable[float]) -> tuple[float, float]:
+    """Geometric means of hint distance and error (Table 5), from raw rows (for cross-checks)."""
+    return geometric_mean(np.asarray(list(dref_km))), geometric_mean(np.asarray(list(err_km)))

@@ -1,0 +1,506 @@
+"""GeoHint geocoder: turn a parsed answer (city, area, building) into a coordinate and an error in km.
+
+Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
+
+1. **Anchor first.** The model's *own* answered city is resolved first (Wikidata, Nominatim fallback);
+   its coordinate is the anchor that disambiguates every finer name. The ground truth is never used to
+   choose a candidate: it enters only :attr:`LocatedAnswer.error_km`, after resolution. (Using the truth
+   would launder "London Soho" into "New York SoHo".)
+2. **Building -> area -> city.** The building is tried first, then the area; the level that resolved is
+   recorded (``building``, ``area``, ``city`` or ``none``).
+3. **Exact names, parenthetical aliases stripped (fault 1).** Each level tries
+   :func:`~geoagent.geohint.placenames.name_variants`: the text as given, then without parenthetical
+   asides ("Shibuya (Miyamasuzaka)" -> "Shibuya"), then the segments of compound answers. A Wikidata
+   search hit counts only when the variant equals one of its labels or aliases after folding.
+4. **Linear features are area-level (fault 2, Sec. 7).** A building answer whose primary name is a
+   street, road, avenue, dōri, calle, rue, Straße ... (by name, :func:`is_linear_name`, or by the
+   Wikidata class of the resolved item, :data:`LINEAR_CLASSES`, or Nominatim's ``highway`` category) is
+   not scored as a point: the area decides. Only if the area fails is the linear feature itself
+   resolved, and then it counts as ``area`` level.
+5. **No global fallback (fault 3).** A candidate farther than ``anchor_radius_km`` from the anchor is
+   rejected; if no candidate lies within the radius the level fails (trace outcome
+   ``out-of-anchor``). With no anchor (the city did not resolve) nothing finer is tried and the
+   level is ``none``.
+6. **City level is censored (fault 4).** A ``city`` result keeps its coordinate and ``error_km`` for
+   reference, but :attr:`LocatedAnswer.hit` is always False for it: the answer is only known to be no
+   finer than the city. An area or building candidate that *is* the anchor city (same QID) counts as
+   city level too.
+
+Nominatim is a fallback per name after Wikidata finds no usable candidate (Appendix B), bounded to
+the anchor's box. Transport failures propagate (a missing answer must never become a wrong one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from geoagent import constants as C
+from geoagent.clients.nominatim import NominatimClient, NominatimPlace
+from geoagent.clients.wikidata import Entity, WikidataClient
+from geoagent.geo import haversine_km
+from geoagent.geohint.placenames import fold, is_linear_name, is_null_answer, name_variants, primary_name
+
+#: Default anchor radius in km. A project choice (the paper gives no value), derived from the release:
+#: sites lie at most 8.6 km from their city's screening centre (tokyo_shimokita, ``city_pool.csv``) and
+#: ladder reference points at most 6 km from their site (Sec. 3.3; released maximum 5.983 km), so every
+#: place a GeoHint answer could plausibly name lies within ~15 km of the city centre; 25 km leaves room
+#: for the offset between Wikidata's city coordinate and the screening centre while excluding every
+#: other city that shares a district name (London Soho vs New York SoHo: ~5,570 km).
+DEFAULT_ANCHOR_RADIUS_KM = 25.0
+
+#: Wikidata classes (P31) of linear features: street Q79007, road Q34442, thoroughfare Q83620, avenue
+#: Q7543083 and Q207934, boulevard Q54114, dead-end street Q12731. (QIDs as used in public Wikidata
+#: tooling; extend through ``Geocoder(linear_classes=...)``.)
+LINEAR_CLASSES = frozenset({"Q79007", "Q34442", "Q83620", "Q7543083", "Q207934", "Q54114", "Q12731"})
+
+#: Wikidata classes preferred when several exact hits for a city name have coordinates: city Q515,
+#: big city Q1549591, capital Q5119, city with millions of inhabitants Q1637706, metropolis Q200250,
+#: city of the United States Q1093829.
+CITY_CLASSES = frozenset({"Q515", "Q1549591", "Q5119", "Q1637706", "Q200250", "Q1093829"})
+
+LEVELS = ("building", "area", "city", "none")
+#: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
+RELEASE_LEVELS = {"building": "place", "area": "area", "city": "city", "none": ""}
+
+
+def level_from_release(value: str | None) -> str:
+    """Map a release ``resolved_level`` (``place``/``area``/``city``/empty) to ours.
+
+    Raises
+    ------
+    ValueError
+        On any other value.
+    """
+    v = (value or "").strip().lower()
+    for ours, theirs in RELEASE_LEVELS.items():
+        if v == theirs or v == ours:
+            return ours
+    raise ValueError(f"unknown resolved_level {value!r}; expected one of place, area, city or empty")
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAnswer:
+    """The three named levels of one GeoHint answer (untrusted model text; None or "unknown" = absent)."""
+
+    city: str | None = None
+    area: str | None = None
+    building: str | None = None
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> ParsedAnswer:
+        """Read ``city``, ``area`` and ``building`` (or the release's ``place``) from a message payload.
+
+        Looks in ``payload["parsed"]`` or ``payload["answer"]`` when those are objects, else at the top
+        level. Non-string values are ignored.
+        """
+        src: Mapping[str, Any] = payload
+        for key in ("parsed", "answer"):
+            if isinstance(payload.get(key), Mapping):
+                src = payload[key]
+                break
+
+        def text(*keys: str) -> str | None:
+            for k in keys:
+                v = src.get(k)
+                if isinstance(v, str) and v.strip():
+                    return v.strip()
+            return None
+
+        return cls(city=text("city"), area=text("area"), building=text("building", "place"))
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """One step of the geocoder's trace.
+
+    Attributes
+    ----------
+    level : str
+        ``city``, ``building`` or ``area``.
+    query : str
+        The name variant tried.
+    source : str
+        ``wikidata``, ``nominatim`` or ``-`` (decided without a lookup).
+    outcome : str
+        ``resolved``, ``no-match`` (no exact name match), ``out-of-anchor`` (matches exist but none within
+        the radius), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level),
+        ``same-as-city`` (the candidate is the anchor city itself), ``null`` (no answer given),
+        ``no-anchor`` (finer levels skipped because the city did not resolve).
+    qid, label : str or None
+        The candidate concerned (the resolved one, or the nearest rejected one).
+    anchor_distance_km : float or None
+        Distance of that candidate from the anchor, km.
+    """
+
+    level: str
+    query: str
+    source: str
+    outcome: str
+    qid: str | None = None
+    label: str | None = None
+    anchor_distance_km: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A resolved place: id (QID or ``osm:<type>/<id>``), label, coordinate, source and linearity."""
+
+    qid: str
+    label: str
+    lat: float
+    lon: float
+    source: str
+    linear: bool = False
+
+
+@dataclass(slots=True)
+class LocatedAnswer:
+    """A geocoded answer.
+
+    Attributes
+    ----------
+    resolved_level : str
+        ``building``, ``area``, ``city`` or ``none`` (release names: ``place``, ``area``, ``city``, empty).
+    lat, lon : float or None
+        Resolved coordinate in degrees (None for ``none``).
+    label : str or None
+        Label of the resolved item (the release's ``resolved_label``).
+    qid : str or None
+        Wikidata QID of the resolved item (``osm:<type>/<id>`` when only Nominatim knew it).
+    error_km : float or None
+        Haversine distance from the resolved coordinate to the site's true coordinate, km (None when
+        nothing resolved or no truth was given). Kept for ``city`` results but censored in :attr:`hit`.
+    trace : list of Lookup
+        Every lookup made, in order.
+    anchor_qid, anchor_label : str or None
+        The city anchor used.
+    source : str or None
+        ``wikidata`` or ``nominatim`` for the resolved item.
+    linear : bool
+        True when the result is a linear feature scored at area level.
+    """
+
+    resolved_level: str
+    lat: float | None = None
+    lon: float | None = None
+    label: str | None = None
+    qid: str | None = None
+    error_km: float | None = None
+    trace: list[Lookup] = field(default_factory=list)
+    anchor_qid: str | None = None
+    anchor_label: str | None = None
+    source: str | None = None
+    linear: bool = False
+
+    @property
+    def hit(self) -> bool:
+        """Sec. 4.2: ``error_km < 1`` and finer than the city (city level is censored, never a hit)."""
+        return (
+            self.resolved_level in ("building", "area")
+            and self.error_km is not None
+            and self.error_km < C.HIT_THRESHOLD_KM
+        )
+
+    @property
+    def finer_than_city(self) -> bool:
+        return self.resolved_level in ("building", "area")
+
+    def as_payload(self) -> dict[str, Any]:
+        """JSON-ready dict: every field, the trace as a list of dicts, plus ``hit``."""
+        d = asdict(self)
+        d["hit"] = self.hit
+        return d
+
+    def as_release_row(self) -> dict[str, Any]:
+        """The release's columns: ``resolved_level`` (place/area/city/empty), ``resolved_label``,
+        ``error_km`` (rounded to 3 decimals, empty when None) and ``hit``."""
+        return {
+            "resolved_level": RELEASE_LEVELS[self.resolved_level],
+            "resolved_label": self.label or "",
+            "error_km": "" if self.error_km is None else round(self.error_km, 3),
+            "hit": self.hit,
+        }
+
+    @classmethod
+    def from_payload(cls, d: Mapping[str, Any]) -> LocatedAnswer:
+        """Inverse of :meth:`as_payload` (``hit`` is recomputed, never trusted)."""
+        trace = [Lookup(**t) for t in d.get("trace") or []]
+        names = set(cls.__dataclass_fields__) - {"trace"}
+        return cls(trace=trace, **{k: d.get(k) for k in names if k in d})
+
+
+class Geocoder:
+    """Resolves :class:`ParsedAnswer` objects against Wikidata (and optionally Nominatim).
+
+    Parameters
+    ----------
+    wikidata : WikidataClient
+        Primary source.
+    nominatim : NominatimClient, optional
+        Fallback for names Wikidata cannot place within the anchor radius (Appendix B); None disables it.
+    anchor_radius_km : float
+        Radius around the anchor city within which finer candidates are accepted, km (default
+        :data:`DEFAULT_ANCHOR_RADIUS_KM`, see there for its derivation).
+    language : str
+        Search language.
+    search_limit : int
+        Wikidata search results examined per variant (1..50).
+    max_variants : int
+        Name variants tried per level.
+    linear_classes : frozenset of str
+        Wikidata classes treated as linear features.
+
+    Raises
+    ------
+    ValueError
+        If ``anchor_radius_km`` is not a positive finite number.
+    """
+
+    def __init__(
+        self,
+        wikidata: WikidataClient,
+        nominatim: NominatimClient | None = None,
+        *,
+        anchor_radius_km: float = DEFAULT_ANCHOR_RADIUS_KM,
+        language: str = "en",
+        search_limit: int = 10,
+        max_variants: int = 6,
+        linear_classes: frozenset[str] = LINEAR_CLASSES,
+    ) -> None:
+        if not (isinstance(anchor_radius_km, (int, float)) and math.isfinite(anchor_radius_km) and anchor_radius_km > 0):
+            raise ValueError(f"anchor_radius_km must be a positive number of km, got {anchor_radius_km!r}")
+        self.wikidata = wikidata
+        self.nominatim = nominatim
+        self.anchor_radius_km = float(anchor_radius_km)
+        self.language = language
+        self.search_limit = int(search_limit)
+        self.max_variants = int(max_variants)
+        self.linear_classes = frozenset(linear_classes)
+
+    # ---- public ---------------------------------------------------------------------------------
+
+    async def locate(
+        self, answer: ParsedAnswer, *, true_lat: float | None = None, true_lon: float | None = None
+    ) -> LocatedAnswer:
+        """Geocode one answer; see the module docstring for the protocol.
+
+        Parameters
+        ----------
+        answer : ParsedAnswer
+            The model's city, area and building.
+        true_lat, true_lon : float, optional
+            The site's true coordinate in degrees, used ONLY for ``error_km`` after resolution.
+
+        Returns
+        -------
+        LocatedAnswer
+
+        Raises
+        ------
+        geoagent.runtime.http.HttpError, WikidataError, NominatimBudgetExceeded
+            Lookups that could not be made; nothing is guessed in their place.
+        """
+        trace: list[Lookup] = []
+        anchor = await self._resolve_city(answer.city, trace)
+        if anchor is None:
+            for level, text in (("building", answer.building), ("area", answer.area)):
+                if not is_null_answer(text):
+                    trace.append(Lookup(level, str(text), "-", "no-anchor"))
+            return self._finish("none", None, None, trace, true_lat, true_lon)
+
+        deferred: list[Candidate | str] = []
+        building = await self._resolve_building(answer.building, anchor, trace, deferred)
+        if building is not None:
+            return self._finish("building", building, anchor, trace, true_lat, true_lon)
+        area = await self._resolve_fine(answer.area, "area", anchor, trace)
+        if area is not None:
+            return self._finish("area", area, anchor, trace, true_lat, true_lon)
+        for item in deferred:  # linear building answers, scored at area level only when the area failed
+            cand = item if isinstance(item, Candidate) else await self._resolve_fine(item, "area", anchor, trace)
+            if cand is not None:
+                linear = Candidate(cand.qid, cand.label, cand.lat, cand.lon, cand.source, linear=True)
+                return self._finish("area", linear, anchor, trace, true_lat, true_lon)
+        return self._finish("city", anchor, anchor, trace, true_lat, true_lon)
+
+    # ---- levels ---------------------------------------------------------------------------------
+
+    async def _resolve_city(self, text: str | None, trace: list[Lookup]) -> Candidate | None:
+        variants = name_variants(text, max_variants=self.max_variants)
+        if not variants:
+            trace.append(Lookup("city", text or "", "-", "null"))
+            return None
+        for variant in variants:
+            hits = await self._exact_hits(variant)
+            if hits:
+                ents = await self.wikidata.get_entities([h for h in hits], props=("labels", "claims"), languages=self._langs())
+                located = [ents[q] for q in hits if ents[q].has_coordinates]
+                if located:
+                    best = next((e for e in located if set(e.classes) & CITY_CLASSES), located[0])
+                    cand = self._from_entity(best)
+                    trace.append(Lookup("city", variant, "wikidata", "resolved", cand.qid, cand.label))
+                    return cand
+                trace.append(Lookup("city", variant, "wikidata", "no-coordinates", hits[0]))
+                continue
+            trace.append(Lookup("city", variant, "wikidata", "no-match"))
+        if self.nominatim is not None:
+            for variant in variants[:2]:
+                places = await self.nominatim.search(variant, limit=5)
+                named = [p for p in places if fold(p.name) == fold(variant)]
+                pick = next((p for p in named if p.category in ("boundary", "place")), named[0] if named else None)
+                if pick is not None:
+                    cand = self._from_place(pick)
+                    trace.append(Lookup("city", variant, "nominatim", "resolved", cand.qid, cand.label))
+                    return cand
+                trace.append(Lookup("city", variant, "nominatim", "no-match"))
+        return None
+
+    async def _resolve_building(
+        self, text: str | None, anchor: Candidate, trace: list[Lookup], deferred: list[Candidate | str]
+    ) -> Candidate | None:
+        if is_null_answer(text):
+            trace.append(Lookup("building", text or "", "-", "null"))
+            return None
+        assert text is not None
+        head = primary_name(text)
+        if is_linear_name(head):
+            # fault 2: a street cannot be scored as a point; the area decides (Sec. 4.3, Sec. 7)
+            trace.append(Lookup("building", head, "-", "linear-deferred"))
+            deferred.append(text)
+            return None
+        cand = await self._resolve_fine(text, "building", anchor, trace, stop_on_linear=True)
+        if cand is not None and cand.linear:
+            deferred.append(cand)
+            return None
+        return cand
+
+    async def _resolve_fine(
+        self, text: str | None, level: str, anchor: Candidate, trace: list[Lookup], *, stop_on_linear: bool = False
+    ) -> Candidate | None:
+        """First candidate within the anchor radius over the name variants (Wikidata, then Nominatim)."""
+        variants = name_variants(text, max_variants=self.max_variants)
+        if not variants:
+            trace.append(Lookup(level, text or "", "-", "null"))
+            return None
+        for variant in variants:
+            cand = await self._wikidata_near(variant, level, anchor, trace)
+            if cand is None:
+                continue
+            if cand.qid == anchor.qid:
+                trace.append(Lookup(level, variant, cand.source, "same-as-city", cand.qid, cand.label, 0.0))
+                continue
+            if stop_on_linear and cand.linear:
+                trace.append(Lookup(level, variant, cand.source, "linear-deferred", cand.qid, cand.label))
+                return cand
+            return cand
+        if self.nominatim is not None:
+            for variant in variants[:3]:
+                cand = await self._nominatim_near(variant, level, anchor, trace)
+                if cand is None:
+                    continue
+                if stop_on_linear and cand.linear:
+                    trace.append(Lookup(level, variant, cand.source, "linear-deferred", cand.qid, cand.label))
+                return cand
+        return None
+
+    # ---- sources --------------------------------------------------------------------------------
+
+    def _langs(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.language, "en")))
+
+    async def _exact_hits(self, variant: str) -> list[str]:
+        """QIDs of search hits whose label, matched text or alias equals ``variant`` after folding."""
+        key = fold(variant)
+        hits = await self.wikidata.search_entities(variant, language=self.language, limit=self.search_limit)
+        return list(dict.fromkeys(h.qid for h in hits if any(fold(n) == key for n in h.names())))
+
+    async def _wikidata_near(self, variant: str, level: str, anchor: Candidate, trace: list[Lookup]) -> Candidate | None:
+        hits = await self._exact_hits(variant)
+        if not hits:
+            trace.append(Lookup(level, variant, "wikidata", "no-match"))
+            return None
+        ents = await self.wikidata.get_entities(hits, props=("labels", "claims"), languages=self._langs())
+        nearest: tuple[float, Entity] | None = None
+        for qid in hits:
+            ent = ents[qid]
+            if not ent.has_coordinates:
+                continue
+            d = haversine_km(anchor.lat, anchor.lon, ent.lat, ent.lon)  # type: ignore[arg-type]
+            if d <= self.anchor_radius_km:
+                cand = self._from_entity(ent)
+                trace.append(Lookup(level, variant, "wikidata", "resolved", cand.qid, cand.label, round(d, 3)))
+                return cand
+            if nearest is None or d < nearest[0]:
+                nearest = (d, ent)
+        if nearest is None:
+            trace.append(Lookup(level, variant, "wikidata", "no-coordinates", hits[0]))
+        else:
+            d, ent = nearest
+            trace.append(Lookup(level, variant, "wikidata", "out-of-anchor", ent.qid, ent.label(self.language), round(d, 3)))
+        return None
+
+    async def _nominatim_near(self, variant: str, level: str, anchor: Candidate, trace: list[Lookup]) -> Candidate | None:
+        assert self.nominatim is not None
+        dlat = self.anchor_radius_km / 111.0
+        dlon = self.anchor_radius_km / max(1e-6, 111.0 * math.cos(math.radians(anchor.lat)))
+        box = (anchor.lon - dlon, anchor.lat + dlat, anchor.lon + dlon, anchor.lat - dlat)
+        places = await self.nominatim.search(variant, limit=5, viewbox=box, bounded=True)
+        key = fold(variant)
+        named = [p for p in places if fold(p.name) == key]
+        for p in named:
+            d = haversine_km(anchor.lat, anchor.lon, p.lat, p.lon)
+            if d <= self.anchor_radius_km:
+                cand = self._from_place(p)
+                trace.append(Lookup(level, variant, "nominatim", "resolved", cand.qid, cand.label, round(d, 3)))
+                return cand
+        trace.append(Lookup(level, variant, "nominatim", "out-of-anchor" if named else "no-match"))
+        return None
+
+    def _from_entity(self, ent: Entity) -> Candidate:
+        return Candidate(
+            qid=ent.qid,
+            label=ent.label(self.language),
+            lat=float(ent.lat),  # type: ignore[arg-type]
+            lon=float(ent.lon),  # type: ignore[arg-type]
+            source="wikidata",
+            linear=bool(set(ent.classes) & self.linear_classes),
+        )
+
+    @staticmethod
+    def _from_place(p: NominatimPlace) -> Candidate:
+        return Candidate(
+            qid=p.wikidata or f"osm:{p.key}",
+            label=p.name,
+            lat=p.lat,
+            lon=p.lon,
+            source="nominatim",
+            linear=p.is_linear,
+        )
+
+    @staticmethod
+    def _finish(
+        level: str,
+        cand: Candidate | None,
+        anchor: Candidate | None,
+        trace: list[Lookup],
+        true_lat: float | None,
+        true_lon: float | None,
+    ) -> LocatedAnswer:
+        err = None
+        if cand is not None and true_lat is not None and true_lon is not None:
+            err = haversine_km(cand.lat, cand.lon, float(true_lat), float(true_lon))
+        return LocatedAnswer(
+            resolved_level=level,
+            lat=None if cand is None else cand.lat,
+            lon=None if cand is None else cand.lon,
+            label=None if cand is None else cand.label,
+            qid=None if cand is None else cand.qid,
+            error_km=err,
+            trace=trace,
+            anchor_qid=None if anchor is None else anchor.qid,
+            anchor_label=None if anchor is None else anchor.label,
+            source=None if cand is None else cand.source,
+            linear=False if cand is None else cand.linear,
+        )

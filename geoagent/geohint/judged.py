@@ -1,0 +1,194 @@
+"""Import a released GeoHint campaign (``answers_judged*.csv``) as scored results, with no model calls.
+
+Seed 000 release, ``data/answers_judged.csv`` (issue 4 point 7). Columns: ``site, model, schema, lang,
+context, path, city, area, place, conf_area, conf_fine, error_km, resolved_level, resolved_label, hit``.
+
+* ``context`` is ``none`` (no hint) or ``<tier>_<band>_<QID>`` with band codes ``05_15km``,
+  ``15_30km``, ``30_60km`` for 0.5-1.5, 1.5-3 and 3-6 km (Sec. 3.3);
+* the hint distance ``d_ref`` and the names used for echo detection come from the site's ladder by QID
+  (``ladders/<site>_ladder*.csv``); a QID missing from the ladder keeps ``dist_km``/``echo`` as None and
+  is listed in the import report;
+* ``resolved_level`` ``place`` is our ``building``, an empty level is ``none``;
+* ``hit`` is recomputed from ``error_km`` and ``resolved_level`` (:func:`geoagent.scoring.geohint.is_hit`);
+  the release's own value is kept in ``extra["release_hit"]``.
+* ``condition``: the release's schema (``forced``, ``forced_warn``, ``forced_chain``, ``v1``), or
+  ``baseline`` / ``<schema>_baseline`` when the context is ``none``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path, PurePosixPath
+
+from geoagent import paths
+from geoagent.data.importer import ImportReport, import_release
+from geoagent.data.model import LADDER_BAND_LABELS, ContextLadder, ReferencePoint
+from geoagent.geohint.echo import is_echo
+from geoagent.geohint.result import GeoHintResult
+from geoagent.scoring.geohint import is_hit, normalize_level
+
+REQUIRED = ("site", "model", "schema", "context", "path", "error_km", "resolved_level")
+BAND_CODES = {"05_15km": LADDER_BAND_LABELS[0], "15_30km": LADDER_BAND_LABELS[1], "30_60km": LADDER_BAND_LABELS[2]}
+_CONTEXT = re.compile(r"^(?P<tier>high|mid|low)_(?P<band>\d\d_\d\dkm)_(?P<qid>Q\d+)$")
+
+
+def parse_context_label(label: str) -> tuple[str, str, str] | None:
+    """``"high_05_15km_Q1069457" -> ("high", "0.5-1.5km", "Q1069457")``; ``"none"`` -> None.
+
+    Raises
+    ------
+    ValueError
+        A label of neither form, or an unknown band code.
+    """
+    text = (label or "").strip()
+    if text.lower() in {"none", ""}:
+        return None
+    m = _CONTEXT.match(text)
+    if not m:
+        raise ValueError(f"context label {label!r} is neither 'none' nor tier_band_QID")
+    band = BAND_CODES.get(m.group("band"))
+    if band is None:
+        raise ValueError(f"unknown band code {m.group('band')!r} in context label {label!r}")
+    return m.group("tier"), band, m.group("qid")
+
+
+def image_id_from_path(path: str) -> str:
+    """``streetview\\site\\123.jpg`` -> ``"123"`` (validated as a Mapillary id)."""
+    name = PurePosixPath(path.strip().replace("\\", "/")).name
+    return paths.safe_image_id(name.rsplit(".", 1)[0])
+
+
+def _float(text: str | None) -> float | None:
+    if text is None or not text.strip():
+        return None
+    x = float(text)
+    return x if math.isfinite(x) else None
+
+
+def _opt(text: str | None) -> str | None:
+    return text.strip() if text and text.strip() else None
+
+
+def ladder_index(ladders: Mapping[str, ContextLadder]) -> dict[tuple[str, str], ReferencePoint]:
+    """(site_id, QID) -> reference point."""
+    return {(site, p.qid): p for site, lad in ladders.items() for p in lad.points if p.qid}
+
+
+def iter_judged(
+    path: str | Path,
+    ladders: Mapping[str, ContextLadder],
+    report: ImportReport | None = None,
+    *,
+    aliases: Mapping[str, list[str]] | None = None,
+) -> Iterator[GeoHintResult]:
+    """Yield one :class:`GeoHintResult` per well-formed row of a judged-answers CSV.
+
+    Parameters
+    ----------
+    path : path of ``answers_judged*.csv``
+    ladders : mapping site_id -> ContextLadder (from :func:`geoagent.data.importer.import_release`)
+    report : ImportReport, optional
+        Collects malformed rows (file, line, reason) and unknown QIDs; rows with errors are skipped.
+    aliases : mapping QID -> list of names, optional
+        Wikidata aliases added to the echo names.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    ValueError
+        A required column is missing (names the file and the column).
+    """
+    path = Path(path)
+    rep = report if report is not None else ImportReport()
+    index = ladder_index(ladders)
+    aliases = aliases or {}
+    rep.files.append(str(path))
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {missing}")
+        unknown_refs: set[tuple[str, str]] = set()
+        for row in reader:
+            line = reader.line_num
+            try:
+                site = row["site"].strip()
+                paths.safe_name(site, what="site id")
+                ctx = parse_context_label(row["context"])
+                level = normalize_level(row.get("resolved_level"))
+                error_km = _float(row.get("error_km"))
+                schema = row["schema"].strip()
+                image_id = image_id_from_path(row["path"])
+            except (ValueError, KeyError) as exc:
+                rep.add(path, line, str(exc))
+                continue
+            area, building = _opt(row.get("area")), _opt(row.get("place") or row.get("building"))
+            city = _opt(row.get("city"))
+            res = GeoHintResult(
+                key=f"release|{path.name}|{line}",
+                site=site,
+                image_id=image_id,
+                model=row["model"].strip(),
+                condition=schema if ctx else ("baseline" if schema == "forced" else f"{schema}_baseline"),
+                schema=schema,
+                repeat=int(row["repeat"]) if (row.get("repeat") or "").strip().isdigit() else 0,
+                city=city,
+                area=area,
+                building=building,
+                confidence_area=_float(row.get("conf_area")),
+                confidence_building=_float(row.get("conf_fine")),
+                parse_ok=bool(city or area or building),
+                resolved_level=level,
+                resolved_label=_opt(row.get("resolved_label")),
+                error_km=error_km,
+                hit=is_hit(error_km, level),
+                source="release",
+                extra={"release_hit": (row.get("hit") or "").strip(), "lang": (row.get("lang") or "").strip(), "line": line},
+            )
+            if ctx:
+                tier, band, qid = ctx
+                res.tier, res.band, res.ref_qid = tier, band, qid
+                point = index.get((site, qid))
+                if point is None:
+                    if (site, qid) not in unknown_refs:
+                        unknown_refs.add((site, qid))
+                        rep.add(path, line, f"reference point {qid} is not in the ladder of {site!r}; d_ref and echo left empty")
+                else:
+                    res.ref_name = point.name_en
+                    res.dist_km = point.dist_km
+                    names = [point.name_en, point.label_raw, point.name_zh, *aliases.get(qid, [])]
+                    res.echo = is_echo(area, building, names)
+            rep.count(path)
+            yield res
+
+
+def import_judged(
+    release_dir: str | Path, *, filename: str | None = None
+) -> tuple[list[GeoHintResult], ImportReport]:
+    """Import ``answers_judged.csv`` (or ``answers_judged_sample.csv``) of a release folder.
+
+    Returns
+    -------
+    (list of GeoHintResult, ImportReport)
+        The report holds the ladder import's issues and this file's.
+
+    Raises
+    ------
+    FileNotFoundError
+        No judged-answers file in the folder.
+    """
+    rel = import_release(release_dir)
+    root = rel.root
+    if filename is None:
+        for cand in ("answers_judged.csv", "answers_judged_sample.csv"):
+            if (root / cand).is_file():
+                filename = cand
+                break
+        else:
+            raise FileNotFoundError(f"no answers_judged*.csv in {root}")
+    rows = list(iter_judged(root / filename, rel.ladders, rel.report))
+    return rows, rel.report

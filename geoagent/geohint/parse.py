@@ -1,0 +1,365 @@
+"""Defensive parser of GeoHint answers (untrusted model text -> fields), never eval/exec.
+
+The forced schema (seed 000 Sec. 4.1, App. A.1) asks for a JSON object with ``city``, ``area``,
+``building``, ``confidence_area``, ``confidence_building`` and ``clues``; the evidence-checklist
+condition adds an ``evidence`` object with one string per category; the permissive control (v1) uses
+``country``, ``city``, ``area``, ``place``, ``confidence``, ``clues``. Real answers wrap the JSON in code
+fences, put prose (or a whole checklist in Markdown) before it, use single quotes, leave trailing commas
+or comments, or are cut off at the token limit (release ``forced_chain_raw.jsonl``).
+
+Strategy: collect candidate JSON texts (fenced blocks first, then every balanced ``{...}`` span, then an
+unterminated tail), try strict JSON, then a repaired version (comments and trailing commas removed,
+single-quoted strings and Python literals converted, unterminated strings and brackets closed). The
+candidate with the most schema keys wins. If nothing parses, ``"key": "value"`` pairs are read with a
+regular expression. The raw text is always kept; a failure is recorded, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_KEYS = frozenset(
+    {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
+)
+EVIDENCE_CATEGORIES = ("infrastructure", "vegetation", "architecture", "script", "terrain")
+NOT_VISIBLE = "not visible"
+
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)(?:```|$)", re.S)
+_PAIR = re.compile(r"""["']?(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?))""")
+
+
+@dataclass(slots=True)
+class ParsedAnswer:
+    """A parsed GeoHint answer.
+
+    Attributes
+    ----------
+    ok : bool
+        A JSON object (possibly repaired) or at least one schema field was recovered.
+    city, area, building : str or None
+        Answer fields; the permissive schema's ``place`` is stored as ``building``.
+    confidence_area, confidence_building : float or None
+        Confidences in [0, 1] (v1's single ``confidence`` fills both).
+    clues : list of str
+    evidence : dict or None
+        Checklist answers by canonical category (:data:`EVIDENCE_CATEGORIES`), when an ``evidence``
+        object was present.
+    country : str or None
+    method : str
+        ``json``, ``repaired``, ``regex`` or ``failed``.
+    error : str or None
+        Why parsing failed or needed repair.
+    truncated : bool
+        The JSON object was not closed (answer cut off).
+    raw : str
+        The verbatim text.
+    """
+
+    ok: bool
+    raw: str
+    city: str | None = None
+    area: str | None = None
+    building: str | None = None
+    confidence_area: float | None = None
+    confidence_building: float | None = None
+    clues: list[str] = field(default_factory=list)
+    evidence: dict[str, str] | None = None
+    country: str | None = None
+    method: str = "failed"
+    error: str | None = None
+    truncated: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def evidence_not_visible(self) -> dict[str, bool]:
+        """Per category: the slot is answered "not visible" (starts with it, any case)."""
+        if not self.evidence:
+            return {}
+        return {k: v.strip().lower().startswith(NOT_VISIBLE) for k, v in self.evidence.items()}
+
+
+def canonical_category(key: str) -> str | None:
+    """Map an evidence key as models write it ("Language", "terrain_climate_vehicles", "1. Infrastructure")
+    to a canonical category, or None."""
+    k = key.lower()
+    if "infra" in k:
+        return "infrastructure"
+    if "veget" in k or "flora" in k:
+        return "vegetation"
+    if "archi" in k or "building" in k:
+        return "architecture"
+    if "script" in k or "lang" in k or "text" in k:
+        return "script"
+    if any(w in k for w in ("terrain", "climate", "vehicle", "road", "surface")):
+        return "terrain"
+    return None
+
+
+# --- candidate extraction ------------------------------------------------------------------------
+def _balanced_spans(text: str) -> list[tuple[str, bool]]:
+    """Every top-level ``{...}`` span (string-aware); an unclosed last span is returned with True."""
+    spans: list[tuple[str, bool]] = []
+    i, n = 0, len(text)
+    while i < n:
+        start = text.find("{", i)
+        if start < 0:
+            break
+        depth, j, in_str, quote, esc = 0, start, False, "", False
+        while j < n:
+            ch = text[j]
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == quote:
+                    in_str = False
+            elif ch in "\"'":
+                # an apostrophe inside a word is not a quote ("don't")
+                if ch == "'" and j > 0 and text[j - 1].isalnum() and j + 1 < n and text[j + 1].isalnum():
+                    pass
+                else:
+                    in_str, quote = True, ch
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    spans.append((text[start : j + 1], False))
+                    break
+            j += 1
+        else:
+            spans.append((text[start:], True))
+            break
+        i = j + 1
+    return spans
+
+
+def _candidates(text: str) -> list[tuple[str, bool]]:
+    out: list[tuple[str, bool]] = []
+    for m in _FENCE.finditer(text):
+        body = m.group(1)
+        out.extend(_balanced_spans(body))
+    out.extend(_balanced_spans(text))
+    return out
+
+
+# --- repair -----------------------------------------------------------------------------------
+def _strip_comments(s: str) -> str:
+    out, i, n, in_str, quote = [], 0, len(s), False, ""
+    while i < n:
+        ch = s[i]
+        if in_str:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(s[i + 1])
+                i += 2
+                continue
+            if ch == quote:
+                in_str = False
+        elif ch == '"':
+            in_str, quote = True, ch
+            out.append(ch)
+        elif s.startswith("//", i):
+            j = s.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        elif s.startswith("/*", i):
+            j = s.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _single_to_double(s: str) -> str:
+    """Convert single-quoted strings to double-quoted ones outside double-quoted strings."""
+    out, i, n = [], 0, len(s)
+    in_dq = False
+    while i < n:
+        ch = s[i]
+        if in_dq:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(s[i + 1])
+                i += 2
+                continue
+            if ch == '"':
+                in_dq = False
+        elif ch == '"':
+            in_dq = True
+            out.append(ch)
+        elif ch == "'" and not (i > 0 and s[i - 1].isalnum() and i + 1 < n and s[i + 1].isalnum()):
+            j = i + 1
+            buf = []
+            while j < n and s[j] != "'":
+                if s[j] == "\\" and j + 1 < n:
+                    buf.append(s[j + 1])
+                    j += 2
+                    continue
+                buf.append(s[j])
+                j += 1
+            out.append(json.dumps("".join(buf), ensure_ascii=False))
+            i = j + 1
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _close_truncated(s: str) -> str:
+    """Close an unterminated string and any open brackets; drop a dangling key or comma."""
+    stack, in_str, esc = [], False, False
+    for ch in s:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    if in_str:
+        s += '"'
+    s = s.rstrip()
+    if stack and stack[-1] == "}":
+        # inside an object: a trailing string not preceded by ':' is a dangling key -> drop it
+        s = re.sub(r'(?<=[,{])\s*"[^"]*"\s*:?\s*$', "", s)
+    s = re.sub(r"[,:]\s*$", "", s)
+    return s + "".join(reversed(stack))
+
+
+def _repair(s: str, truncated: bool) -> str:
+    s = _strip_comments(s)
+    s = _single_to_double(s)
+    s = re.sub(r"\bTrue\b", "true", s)
+    s = re.sub(r"\bFalse\b", "false", s)
+    s = re.sub(r"\bNone\b", "null", s)
+    if truncated:
+        s = _close_truncated(s)
+    s = re.sub(r",\s*([}\]])", r"\1", s)
+    return s
+
+
+def _try_load(s: str) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(s)
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+# --- field coercion ---------------------------------------------------------------------------
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        v = ", ".join(str(x) for x in v if x is not None)
+    s = str(v).strip()
+    return s or None
+
+
+def _conf(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        x = float(str(v).strip().rstrip("%"))
+    except ValueError:
+        return None
+    if isinstance(v, str) and v.strip().endswith("%"):
+        x /= 100
+    if x > 1 and x <= 100:
+        x /= 100
+    return x if 0 <= x <= 1 else None
+
+
+def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
+    low = {str(k).strip().lower(): v for k, v in obj.items()}
+    ans.city = _text(low.get("city"))
+    ans.area = _text(low.get("area"))
+    ans.building = _text(low.get("building", low.get("place")))
+    ans.country = _text(low.get("country"))
+    conf = _conf(low.get("confidence"))
+    ans.confidence_area = _conf(low.get("confidence_area", conf))
+    ans.confidence_building = _conf(low.get("confidence_building", conf))
+    clues = low.get("clues")
+    if isinstance(clues, list):
+        ans.clues = [str(c) for c in clues if c is not None]
+    elif isinstance(clues, str):
+        ans.clues = [clues]
+    ev = low.get("evidence")
+    if isinstance(ev, dict):
+        out: dict[str, str] = {}
+        for k, v in ev.items():
+            cat = canonical_category(str(k))
+            if cat and cat not in out:
+                out[cat] = _text(v) or ""
+        ans.evidence = out
+
+
+def _score(obj: dict[str, Any]) -> int:
+    return sum(1 for k in obj if str(k).strip().lower() in SCHEMA_KEYS)
+
+
+def parse_answer(text: str | None) -> ParsedAnswer:
+    """Parse a GeoHint answer; never raises on bad text.
+
+    Parameters
+    ----------
+    text : str or None
+        The model's verbatim answer.
+
+    Returns
+    -------
+    ParsedAnswer
+        ``ok`` False (with ``error``) when no schema field could be recovered.
+    """
+    raw = "" if text is None else str(text)
+    ans = ParsedAnswer(ok=False, raw=raw)
+    if not raw.strip():
+        ans.error = "empty answer"
+        return ans
+    best: tuple[int, dict[str, Any], str, bool] | None = None
+    for cand, truncated in _candidates(raw):
+        obj = None if truncated else _try_load(cand)
+        method = "json"
+        if obj is None:
+            obj = _try_load(_repair(cand, truncated))
+            method = "repaired"
+        if obj is None:
+            continue
+        sc = _score(obj)
+        if sc and (best is None or sc > best[0] or (sc == best[0] and method == "json" and best[2] != "json")):
+            best = (sc, obj, method, truncated)
+    if best is not None:
+        _, obj, method, truncated = best
+        _fill(ans, obj)
+        ans.ok, ans.method, ans.truncated = True, method, truncated
+        if method == "repaired":
+            ans.error = "answer was truncated; closed and parsed" if truncated else "answer needed repair (quotes, commas or comments)"
+        return ans
+    pairs = {}
+    for m in _PAIR.finditer(raw):
+        key = m.group("key").lower()
+        if key in SCHEMA_KEYS and key not in pairs:
+            val = m.group("dq") if m.group("dq") is not None else m.group("sq") if m.group("sq") is not None else m.group("num")
+            pairs[key] = val
+    if pairs:
+        _fill(ans, pairs)
+        ans.ok, ans.method = True, "regex"
+        ans.error = "no parsable JSON object; fields read with a pattern"
+        return ans
+    ans.error = "no JSON object and no schema fields found"
+    return ans

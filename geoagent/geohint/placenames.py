@@ -1,0 +1,176 @@
+"""Place-name text helpers for the GeoHint geocoder: folding, linear-feature detection, query variants.
+
+Pure functions over strings (imports nothing of ours). Model output is untrusted text: nothing here
+evaluates it, and every function accepts any string (or None) without raising.
+
+Sources: seed 000 Sec. 4.3 fault 1 (parenthetical aliases must be stripped and the lookup retried),
+fault 2 and Sec. 7 (linear features such as streets and avenues cannot be scored as points).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+#: Answer texts that mean "no answer" (the permissive schema allows "unknown"; models also write these).
+NULL_ANSWERS = frozenset(
+    {"", "unknown", "unk", "n/a", "na", "none", "null", "not visible", "not sure", "unclear", "unsure", "-", "?"}
+)
+
+# Street designators that END a linear feature's name ("Canal Street", "Meiji-dori", "Friedrichstraße").
+_LINEAR_SUFFIX_WORDS = (
+    "street", "st", "road", "rd", "avenue", "ave", "av", "boulevard", "blvd", "lane", "ln", "drive", "dr",
+    "highway", "parkway", "pkwy", "expressway", "alley", "dori", "dōri", "doori", "dôri", "douri",
+    "strasse", "straße", "str", "gasse", "allee", "laan", "straat", "gade", "gatan", "vej", "utca", "ulica",
+    "caddesi", "sokak", "promenade", "embankment", "broadway",
+)
+# Designators that START a linear feature's name ("Rue de Rivoli", "Calle Mayor", "Avenida Paulista").
+_LINEAR_PREFIX_WORDS = (
+    "rue", "calle", "avenida", "avenue", "av", "boulevard", "bd", "blvd", "via", "viale", "carrer", "rua",
+    "calzada", "paseo", "passeig", "strada", "corso", "quai", "gran via", "allée", "allee", "rambla",
+    "ulitsa", "odos", "leoforos", "jalan", "duong", "đường", "phố", "pho",
+)
+# Compound endings written without a space ("Friedrichstraße", "Omotesando-dori", "表参道通り").
+_LINEAR_COMPOUND_ENDINGS = ("straße", "strasse", "gasse", "allee", "straat", "gatan", "-dori", "-dōri", "通り", "大街", "路")
+
+_SUFFIX_RE = re.compile(r"(?:^|\s)(?:" + "|".join(re.escape(w) for w in _LINEAR_SUFFIX_WORDS) + r")\.?$", re.IGNORECASE)
+_PREFIX_RE = re.compile(r"^(?:" + "|".join(re.escape(w) for w in _LINEAR_PREFIX_WORDS) + r")\s+\S", re.IGNORECASE)
+_HOUSE_NUMBER_RE = re.compile(r"^\d+[a-z]?\s", re.IGNORECASE)  # "500 Fifth Avenue" is a building address
+_PAREN_RE = re.compile(r"\s*[\(\[（【][^\)\]）】]*[\)\]）】]")
+_PAREN_CONTENT_RE = re.compile(r"[\(\[（【]([^\)\]）】]*)[\)\]）】]")
+_SPLIT_RE = re.compile(
+    r"\s*(?:/|;|\||,|\s+or\s+|\s+[—–-]\s+|\s+&\s+|\s+and\s+|\s+near\s+|\s+at\s+)\s*", re.IGNORECASE
+)
+_LEAD_RE = re.compile(r"^(?:near|around|by|off|in|at|the area (?:of|around)|just off|close to|next to)\s+", re.IGNORECASE)
+_TRAIL_RE = re.compile(
+    r"\s+(?:area|district|neighbourhood|neighborhood|vicinity|region|intersection|ward)$", re.IGNORECASE
+)
+_PUNCT_RE = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def is_null_answer(text: str | None) -> bool:
+    """True when ``text`` is empty or a stock "no answer" word (``unknown``, ``n/a``, ...), case-insensitive."""
+    if text is None:
+        return True
+    return text.strip().strip(".").casefold() in NULL_ANSWERS
+
+
+def fold(text: str | None) -> str:
+    """Case-, diacritic-, punctuation- and article-insensitive key of a name.
+
+    ``"Meiji-Dōri"`` and ``"meiji dori"`` fold to ``"meiji dori"``; a leading English article ("the")
+    is dropped; CJK characters are kept as they are.
+
+    Parameters
+    ----------
+    text : str or None
+        Any text (None folds to ``""``).
+
+    Returns
+    -------
+    str
+        Lower-case ASCII-folded words joined by single spaces.
+    """
+    if not text:
+        return ""
+    decomposed = unicodedata.normalize("NFKD", text)
+    stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    words = _PUNCT_RE.sub(" ", stripped.casefold()).split()
+    if len(words) > 1 and words[0] == "the":
+        words = words[1:]
+    return " ".join(words)
+
+
+def strip_parentheticals(text: str) -> str:
+    """Remove parenthesised asides: ``"Fire Street (Jinnan 1-chome)"`` -> ``"Fire Street"`` (fault 1)."""
+    return re.sub(r"\s{2,}", " ", _PAREN_RE.sub("", text)).strip()
+
+
+def is_linear_name(text: str | None) -> bool:
+    """Whether a name denotes a linear feature (street, road, avenue, dōri, calle, rue, Straße, ...).
+
+    A name is linear when, after removing parenthetical asides, it ends with a street designator
+    ("Canal Street", "Meiji-dōri", "Friedrichstraße") or starts with one in a language that puts it
+    first ("Rue de Rivoli", "Calle Mayor"). Addresses with a house number ("500 Fifth Avenue") name a
+    building, and names that merely contain a designator ("Park Street Church", "Broadway station") are
+    not linear. Wikidata classes catch the rest (see :data:`geoagent.geohint.geocode.LINEAR_CLASSES`).
+
+    Source: seed 000 Sec. 4.3 fault 2 and Sec. 7.
+    """
+    if not text:
+        return False
+    core = strip_parentheticals(text).strip().rstrip(".")
+    if not core or _HOUSE_NUMBER_RE.match(core):
+        return False
+    if _SUFFIX_RE.search(core) or _PREFIX_RE.search(core):
+        return True
+    low = core.casefold()
+    return any(low.endswith(e) and len(low) > len(e) for e in _LINEAR_COMPOUND_ENDINGS)
+
+
+def _clean_segment(seg: str) -> list[str]:
+    """The segment without a leading "near/around/in", then also without a trailing "area/district"."""
+    seg = _LEAD_RE.sub("", seg.strip().strip(".,;:'\"")).strip()
+    return [seg, _TRAIL_RE.sub("", seg).strip()]
+
+
+def name_variants(text: str | None, *, max_variants: int = 6) -> list[str]:
+    """Lookup strings to try for one answered name, most specific first, without duplicates.
+
+    Order: the text as given; the text with parenthetical asides removed (fault 1, Sec. 4.3); each
+    segment of a compound answer split on ``/ ; , or — & and near at``, with a leading "near/around/in"
+    removed, then also with a trailing "area/district/neighbourhood/intersection" removed; finally the contents of the parentheses
+    (``"Shibuya (宮益坂)"`` also tries ``"宮益坂"``). A null answer (see :func:`is_null_answer`) gives ``[]``.
+
+    Parameters
+    ----------
+    text : str or None
+        The model's answer for one level (untrusted free text).
+    max_variants : int
+        Upper bound on the number of variants returned (bounds API traffic per answer).
+
+    Returns
+    -------
+    list of str
+        Variants, each at least 2 characters long.
+    """
+    if text is None or is_null_answer(text):
+        return []
+    text = " ".join(str(text).split())[:300]
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def add(candidate: str) -> None:
+        c = candidate.strip()
+        key = fold(c)
+        if len(c) >= 2 and key and key not in seen and not is_null_answer(c):
+            seen.add(key)
+            out.append(c)
+
+    add(text)
+    bare = strip_parentheticals(text)
+    add(bare)
+    for seg in _SPLIT_RE.split(bare):
+        for cleaned in _clean_segment(seg):
+            add(cleaned)
+    for inner in _PAREN_CONTENT_RE.findall(text):
+        for seg in _SPLIT_RE.split(inner):
+            for cleaned in _clean_segment(seg):
+                add(cleaned)
+    return out[:max_variants]
+
+
+def primary_name(text: str | None) -> str:
+    """The first named thing in an answer: parentheticals removed, first segment of a compound answer.
+
+    ``"Yamate-dori near Naka-Meguro Station"`` -> ``"Yamate-dori"``; ``"Fire Street (Jinnan 1-chome)"``
+    -> ``"Fire Street"``. Empty for a null answer.
+    """
+    if text is None or is_null_answer(text):
+        return ""
+    bare = strip_parentheticals(" ".join(str(text).split()))
+    for seg in _SPLIT_RE.split(bare):
+        cleaned = _clean_segment(seg)[0]
+        if cleaned:
+            return cleaned
+    return ""

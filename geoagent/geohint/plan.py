@@ -1,0 +1,255 @@
+"""The GeoHint request plan: image x model x condition x reference point (seed 000 Sec. 4, 6).
+
+* Every context condition gets one request per image x model x reference point of the site's ladder;
+  baseline conditions (no hint) get ``baseline_repeats`` requests per image x model.
+* Strictly paired: the sampling decision is made per *unit* (model, site, image, reference point),
+  never per condition, so forced, forced_warn and forced_chain share image, model and reference point
+  whenever any of them is planned (Sec. 6.3: "strictly paired").
+* Per-model sampling rates (the paper samples claude-opus-5 at one third, Sec. 6) are deterministic
+  under the campaign seed: unit ``u`` is kept iff ``U(seed, u) < rate`` with ``U`` a SHA-256 hash
+  mapped to [0, 1). Each request records its rate in ``meta.sample_rate``; :class:`PlanSummary` records
+  rates and kept/total units per model for the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from geoagent.data.model import ContextLadder, Image, ReferencePoint, Site
+from geoagent.geohint.conditions import Condition, PromptBook
+
+DEFAULT_MAX_OUTPUT_TOKENS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A model in the campaign: provider kind, model id, sampling rate in (0, 1]."""
+
+    model: str
+    provider: str = "simulated"
+    sample_rate: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < float(self.sample_rate) <= 1.0:
+            raise ValueError(f"sample_rate of model {self.model!r} must be in (0, 1], got {self.sample_rate!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    """One planned model request (the payload of a ``requests`` message, see :meth:`payload`)."""
+
+    key: str
+    provider: str
+    model: str
+    prompt: str
+    image_id: str
+    image_ref: str
+    params: dict[str, Any]
+    meta: dict[str, Any]
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "prompt": self.prompt,
+            "image_id": self.image_id,
+            "image_ref": self.image_ref,
+            "params": dict(self.params),
+            "meta": dict(self.meta),
+        }
+
+
+@dataclass(slots=True)
+class PlanSummary:
+    """What the plan contains, for the campaign manifest."""
+
+    seed: int
+    conditions: list[str]
+    baseline_repeats: int
+    sample_rates: dict[str, float] = field(default_factory=dict)
+    units_total: dict[str, int] = field(default_factory=dict)
+    units_kept: dict[str, int] = field(default_factory=dict)
+    requests_by_condition: dict[str, int] = field(default_factory=dict)
+    requests_by_model: dict[str, int] = field(default_factory=dict)
+    sites_without_ladder: list[str] = field(default_factory=list)
+    sites_without_images: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def unit_uniform(seed: int, *parts: str) -> float:
+    """Deterministic uniform number in [0, 1) from the seed and a unit's identifying parts."""
+    h = hashlib.sha256("|".join([str(seed), *map(str, parts)]).encode("utf-8")).digest()
+    return int.from_bytes(h[:8], "big") / 2**64
+
+
+def message_key(model: str, site_id: str, image_id: str, condition: str, ref: str, repeat: int) -> str:
+    """Queue idempotency key of one planned request (readable, unique within a campaign)."""
+    return f"gh|{model}|{site_id}|{image_id}|{condition}|{ref}|r{repeat}"
+
+
+def _ref_id(p: ReferencePoint) -> str:
+    return p.qid or f"name:{p.name_en}"
+
+
+def plan_requests(
+    sites: Mapping[str, Site],
+    images: Iterable[Image],
+    ladders: Mapping[str, ContextLadder],
+    models: Sequence[ModelSpec],
+    conditions: Sequence[Condition],
+    *,
+    seed: int = 0,
+    baseline_repeats: int = 1,
+    context_repeats: int = 1,
+    params: Mapping[str, Any] | None = None,
+    prompts: PromptBook | None = None,
+    images_per_site: int | None = None,
+) -> tuple[list[PlannedRequest], PlanSummary]:
+    """Build the full request plan.
+
+    Parameters
+    ----------
+    sites : mapping site_id -> Site
+    images : iterable of Image
+        Images to ask about (their ``site_id`` must be in ``sites``).
+    ladders : mapping site_id -> ContextLadder
+        Reference points per site; points without a name or ``dist_km`` are skipped.
+    models : sequence of ModelSpec
+    conditions : sequence of Condition
+        In the configured order (``geohint.conditions``).
+    seed : int
+        Campaign seed for the per-model sampling.
+    baseline_repeats, context_repeats : int
+        Requests per unit for baseline and context conditions; repeats beyond the first carry
+        ``params["seed"] = repeat`` so each is a distinct request key.
+    params : mapping
+        Sampling parameters for every request; ``max_output_tokens`` defaults to 1024 tokens.
+    prompts : PromptBook, optional
+        Template source (packaged templates by default).
+    images_per_site : int, optional
+        Keep at most this many images per site (in id order), for small demos.
+
+    Returns
+    -------
+    (list of PlannedRequest, PlanSummary)
+        Requests in a deterministic order (site, image, model, reference point, condition, repeat).
+
+    Raises
+    ------
+    ValueError
+        Repeats below 1, or an image of an unknown site.
+    """
+    if baseline_repeats < 1 or context_repeats < 1:
+        raise ValueError("baseline_repeats and context_repeats must be >= 1")
+    book = prompts or PromptBook()
+    base_params = {"max_output_tokens": DEFAULT_MAX_OUTPUT_TOKENS, **dict(params or {})}
+    summary = PlanSummary(seed=seed, conditions=[c.name for c in conditions], baseline_repeats=baseline_repeats)
+    for m in models:
+        summary.sample_rates[m.model] = float(m.sample_rate)
+        summary.units_total[m.model] = 0
+        summary.units_kept[m.model] = 0
+        summary.requests_by_model[m.model] = 0
+    by_site: dict[str, list[Image]] = {}
+    for img in images:
+        if img.site_id not in sites:
+            raise ValueError(f"image {img.image_id!r} belongs to unknown site {img.site_id!r}")
+        by_site.setdefault(img.site_id, []).append(img)
+    context_conds = [c for c in conditions if c.uses_context]
+    baseline_conds = [c for c in conditions if not c.uses_context]
+    out: list[PlannedRequest] = []
+
+    def emit(cond: Condition, spec: ModelSpec, site: Site, img: Image, point: ReferencePoint | None, repeat: int) -> None:
+        p = dict(base_params)
+        if repeat > 0:
+            p["seed"] = repeat
+        ref_name = point.name_en if point else None
+        meta = {
+            "task": "geohint",
+            "site": site.site_id,
+            "condition": cond.name,
+            "schema": cond.schema,
+            "repeat": repeat,
+            "ref_qid": point.qid if point else None,
+            "ref_name": ref_name,
+            "ref_names": list(dict.fromkeys(n for n in (point.name_en, point.label_raw, point.name_zh) if n)) if point else [],
+            "band": point.band if point else None,
+            "tier": point.tier if point else None,
+            "dist_km": point.dist_km if point else None,
+            "referenceability": point.referenceability if point else None,
+            "sample_rate": float(spec.sample_rate),
+            "site_lat": site.lat,
+            "site_lon": site.lon,
+            "site_city": site.city,
+        }
+        key = message_key(spec.model, site.site_id, img.image_id, cond.name, _ref_id(point) if point else "none", repeat)
+        out.append(
+            PlannedRequest(
+                key=key,
+                provider=spec.provider,
+                model=spec.model,
+                prompt=book.render(cond, ref_name),
+                image_id=img.image_id,
+                image_ref=img.path or img.image_id,
+                params=p,
+                meta=meta,
+            )
+        )
+        summary.requests_by_condition[cond.name] = summary.requests_by_condition.get(cond.name, 0) + 1
+        summary.requests_by_model[spec.model] += 1
+
+    for site_id in sorted(by_site):
+        site = sites[site_id]
+        imgs = sorted(by_site[site_id], key=lambda i: i.image_id)
+        if images_per_site is not None:
+            imgs = imgs[:images_per_site]
+        ladder = ladders.get(site_id)
+        points = [p for p in (ladder.points if ladder else ()) if p.name_en and p.dist_km is not None and p.usable]
+        if context_conds and not points:
+            summary.sites_without_ladder.append(site_id)
+        for img in imgs:
+            for spec in models:
+                if baseline_conds:
+                    summary.units_total[spec.model] += 1
+                    if unit_uniform(seed, spec.model, site_id, img.image_id, "baseline") < spec.sample_rate:
+                        summary.units_kept[spec.model] += 1
+                        for cond in baseline_conds:
+                            for r in range(baseline_repeats):
+                                emit(cond, spec, site, img, None, r)
+                if not context_conds:
+                    continue
+                for point in points:
+                    summary.units_total[spec.model] += 1
+                    if unit_uniform(seed, spec.model, site_id, img.image_id, _ref_id(point)) >= spec.sample_rate:
+                        continue
+                    summary.units_kept[spec.model] += 1
+                    for cond in context_conds:
+                        for r in range(context_repeats):
+                            emit(cond, spec, site, img, point, r)
+    summary.sites_without_images = sorted(s for s in sites if s not in by_site)
+    return out, summary
+
+
+def models_from_config(config: Mapping[str, Any]) -> list[ModelSpec]:
+    """Model specs from ``config["models"]`` (list of {model, provider, sample_rate}) with
+    ``config["geohint"]["sample_rates"]`` (model -> rate) overriding.
+
+    Raises
+    ------
+    ValueError
+        A model entry without ``model``.
+    """
+    rates = dict((config.get("geohint") or {}).get("sample_rates") or {})
+    out = []
+    for i, m in enumerate(config.get("models") or []):
+        if isinstance(m, str):
+            m = {"model": m}
+        if "model" not in m:
+            raise ValueError(f"models[{i}] has no 'model' key")
+        rate = rates.get(m["model"], m.get("sample_rate", 1.0))
+        out.append(ModelSpec(model=m["model"], provider=m.get("provider", "simulated"), sample_rate=float(rate)))
+    return out

@@ -1,0 +1,100 @@
+"""One scored GeoHint answer: the record the scorer emits, the aggregator consumes and the release
+importer produces (seed 000 Sec. 4.2, 6).
+
+Field units: ``dist_km`` is the hint distance ``d_ref`` (site to reference point, km); ``error_km`` the
+distance from the site to the geocoded answer (km); coordinates in degrees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class GeoHintResult:
+    """A scored GeoHint response.
+
+    Attributes
+    ----------
+    key : str
+        Unique key (the request's queue key, or ``release|<file>|<line>`` for imported rows).
+    site, image_id, model : str
+    condition : str
+        ``baseline``, ``forced``, ``forced_warn``, ``forced_chain``, ``v1`` or ``v1_baseline``.
+    schema : str
+        ``forced`` or ``v1`` (for imports, the release's schema name).
+    repeat : int
+    ref_qid, ref_name : str or None
+        The reference point given as hint (None for baselines).
+    band, tier : str or None
+        Ladder band label (``"0.5-1.5km"``, ...) and referenceability tier (``high``/``mid``/``low``).
+    dist_km : float or None
+        Hint distance d_ref, km (None when the reference point is not in the site's ladder).
+    city, area, building : str or None
+        Parsed answer (``place`` in the permissive schema).
+    confidence_area, confidence_building : float or None
+    parse_ok : bool
+    evidence : dict or None
+        Checklist answers by category (forced_chain).
+    resolved_level : str
+        ``building``, ``area``, ``city`` or ``none``.
+    resolved_label : str or None
+    lat, lon : float or None
+        Geocoded answer position.
+    error_km : float or None
+        Site-to-answer distance, km (None when nothing resolved).
+    hit : bool
+        ``error_km < 1`` and resolved finer than city (Sec. 4.2).
+    echo : bool or None
+        Area or building names the reference point (None for baselines or unknown reference point).
+    source : str
+        ``campaign`` or ``release``.
+    extra : dict
+        Anything else worth keeping (release's own ``hit``, sample rate, ...).
+    """
+
+    key: str
+    site: str
+    image_id: str
+    model: str
+    condition: str
+    schema: str
+    repeat: int = 0
+    ref_qid: str | None = None
+    ref_name: str | None = None
+    band: str | None = None
+    tier: str | None = None
+    dist_km: float | None = None
+    city: str | None = None
+    area: str | None = None
+    building: str | None = None
+    confidence_area: float | None = None
+    confidence_building: float | None = None
+    parse_ok: bool = True
+    evidence: dict[str, str] | None = None
+    resolved_level: str = "none"
+    resolved_label: str | None = None
+    lat: float | None = None
+    lon: float | None = None
+    error_km: float | None = None
+    hit: bool = False
+    echo: bool | None = None
+    source: str = "campaign"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_context(self) -> bool:
+        return self.ref_qid is not None or self.ref_name is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "GeoHintResult":
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = [n for n in ("key", "site", "image_id", "model", "condition", "schema") if n not in d]
+        if missing:
+            raise ValueError(f"GeoHint result lacks {missing}: {sorted(d)[:12]}")
+        return cls(**{k: v for k, v in d.items() if k in names})

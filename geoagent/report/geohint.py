@@ -1,0 +1,524 @@
+"""GeoHint report: the paper's tables (seed 000 Tables 1-11) and figures (Fig. 2, Fig. 3) from a
+:class:`~geoagent.geohint.aggregate.GeoHintAggregator`, rendered to the terminal (rich), Markdown and CSV;
+figures as PNG through matplotlib's Agg backend.
+
+Every number is computed from the aggregator's per-site sums (never from ad-hoc recomputation over
+rows), so the same report can be refreshed live during a campaign or from a released campaign
+(:mod:`geoagent.geohint.judged`). Rates are in percent, distances in km, slopes in log10 units per km.
+Undefined cells (no rows) are NaN in the data and print as an em dash.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
+from geoagent.geohint.parse import EVIDENCE_CATEGORIES
+from geoagent.scoring.geohint import wilson_interval
+from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutation_test
+from geoagent.scoring.regime import ILLEGIBLE, LEGIBLE, REGIMES, split_half_correction
+
+BAND_NAMES = ("Near", "Mid", "Far")
+TIERS_ORDER = ("high", "mid", "low")
+DASH = "\u2014"
+
+
+@dataclass(slots=True)
+class Table:
+    """A report table: raw values in ``rows`` and a display format per column.
+
+    Formats: ``text``, ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
+    signed, 2 decimals), ``f2``, ``f4`` (signed 4 decimals), ``p`` (p-value, 2 significant digits).
+    """
+
+    name: str
+    title: str
+    columns: list[str]
+    formats: list[str]
+    rows: list[list[Any]]
+    notes: str = ""
+
+    def display_rows(self) -> list[list[str]]:
+        return [[_fmt(v, f) for v, f in zip(row, self.formats)] for row in self.rows]
+
+    def to_markdown(self) -> str:
+        out = [f"### {self.title}", ""]
+        out.append("| " + " | ".join(self.columns) + " |")
+        out.append("|" + "|".join("---" if f == "text" else "---:" for f in self.formats) + "|")
+        for row in self.display_rows():
+            out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+        if self.notes:
+            out += ["", self.notes]
+        return "\n".join(out) + "\n"
+
+    def to_csv(self) -> str:
+        """Raw values (full precision; empty for NaN/None) under the column names."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(self.columns)
+        for row in self.rows:
+            w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
+        return buf.getvalue()
+
+    def to_rich(self):
+        from rich.table import Table as RichTable
+
+        t = RichTable(title=self.title, caption=self.notes or None)
+        for c, f in zip(self.columns, self.formats):
+            t.add_column(c, justify="left" if f == "text" else "right")
+        for row in self.display_rows():
+            t.add_row(*row)
+        return t
+
+
+def _fmt(v: Any, f: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return DASH
+    if f == "text":
+        return str(v)
+    if f == "int":
+        return f"{int(v)}"
+    if f == "pct":
+        return f"{100 * v:.1f}"
+    if f == "pp":
+        return f"{v:+.2f}"
+    if f == "f2":
+        return f"{v:.2f}"
+    if f == "f4":
+        return f"{v:+.4f}"
+    if f == "se":
+        return f"{v:.4f}"
+    if f == "p":
+        return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
+    return str(v)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def default_conditions(agg: GeoHintAggregator) -> tuple[str, str]:
+    """(context condition, baseline condition) to report: ``forced``/``baseline`` when present, else the
+    permissive ``v1``/``v1_baseline`` (a v1-only release sample), else the first context condition."""
+    conds = agg.conditions
+    if "forced" in conds or not conds:
+        return "forced", "baseline"
+    if "v1" in conds:
+        return "v1", "v1_baseline"
+    ctx = [c for c in conds if not c.endswith("baseline")]
+    return (ctx[0] if ctx else conds[0]), "baseline"
+
+
+def _regime_sites(agg: GeoHintAggregator, baseline: str) -> dict[str, set[str]]:
+    reg = agg.regimes(condition=baseline)
+    return {r: {s for s, v in reg.items() if v == r} for r in REGIMES}
+
+
+def _model_order(agg: GeoHintAggregator, condition: str) -> list[str]:
+    """Models by overall hit rate in ``condition`` (descending), as the paper orders its rows."""
+    rates = {m: agg.select(model=m, condition=condition).hit_rate for m in agg.models}
+    return sorted(agg.models, key=lambda m: (-(rates[m] if not math.isnan(rates[m]) else -1), m))
+
+
+# --- tables -----------------------------------------------------------------------------------
+def table1(agg: GeoHintAggregator, condition: str = "forced") -> Table:
+    """Table 1: per model, context condition only: n, hit rate, hit rate per band, echo rate."""
+    rows = []
+    for m in _model_order(agg, condition):
+        c = agg.select(model=m, condition=condition)
+        rows.append([m, c.n, c.hit_rate, *[agg.select(model=m, condition=condition, band=b).hit_rate for b in BANDS], c.echo_rate])
+    return Table(
+        "table1",
+        f"Table 1: per-model results, condition {condition} (baselines excluded); hit rate and echo rate in %",
+        ["Model", "n", "Hit rate", *BANDS, "Echo rate"],
+        ["text", "int", "pct", "pct", "pct", "pct", "pct"],
+        rows,
+    )
+
+
+def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> Table:
+    """Table 2: Table 1 within each regime, plus the no-context hit rate of the same sites and model."""
+    groups = _regime_sites(agg, baseline)
+    rows = []
+    for regime in REGIMES:
+        sites = groups[regime]
+        for m in _model_order(agg, condition):
+            c = agg.select(sites=sites, model=m, condition=condition)
+            nc = agg.select(sites=sites, model=m, condition=baseline)
+            rows.append([
+                f"{regime} ({len(sites)} sites)", m, c.n, nc.hit_rate, c.hit_rate,
+                *[agg.select(sites=sites, model=m, condition=condition, band=b).hit_rate for b in BANDS], c.echo_rate,
+            ])
+    return Table(
+        "table2",
+        f"Table 2: per-model results within each regime (50 % no-context threshold), condition {condition}",
+        ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate"],
+        ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct"],
+        rows,
+    )
+
+
+def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *, n_splits: int = 200, seed: int = 0) -> Table:
+    """Table 3: near-band minus no-context, uncorrected and split-half corrected (mean +- SD over splits)."""
+    bs, bm, bh = agg.baseline_arrays(baseline)
+    ns, nm, nh = agg.context_arrays(condition, BANDS[0])
+    rows = []
+    notes = ""
+    if bs and ns:
+        res = split_half_correction(bs, bm, bh, ns, nm, nh, n_splits=n_splits, seed=seed)
+        order = {m: i for i, m in enumerate(_model_order(agg, condition))}
+        for r in sorted(res.rows, key=lambda r: (REGIMES.index(r.regime), order.get(r.model, 99))):
+            rows.append([r.regime, r.model, r.uncorrected, r.corrected, r.corrected_sd, r.shift])
+        notes = f"{n_splits} random half splits (seed {seed}); on average {res.mean_sites_switching:.1f} sites change side per split."
+    return Table(
+        "table3",
+        "Table 3: near-band hit rate minus no-context hit rate (points), before and after the split-half correction",
+        ["Regime", "Model", "Uncorrected", "Corrected", "SD", "Shift"],
+        ["text", "text", "pp", "pp", "f2", "pp"],
+        rows,
+        notes,
+    )
+
+
+def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
+    """Table 4: echo rate (%) by referenceability tier x distance band, with margins."""
+    rows = []
+    for tier in TIERS_ORDER:
+        rows.append([tier, *[agg.select(condition=condition, tier=tier, band=b).echo_rate for b in BANDS],
+                     agg.select(condition=condition, tier=tier).echo_rate])
+    rows.append(["All", *[agg.select(condition=condition, band=b).echo_rate for b in BANDS], agg.select(condition=condition).echo_rate])
+    return Table(
+        "table4",
+        f"Table 4: echo rate (%) by referenceability tier and band, condition {condition}",
+        ["Tier", *BANDS, "All"],
+        ["text", "pct", "pct", "pct", "pct"],
+        rows,
+    )
+
+
+def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> Table:
+    """Table 5: geometric means of d_ref and err, median err/d_ref, finer-than-city answers, by regime x band."""
+    groups = _regime_sites(agg, baseline)
+    rows = []
+    for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None)):
+        label = f"{regime} ({len(sites)} sites)" if sites is not None else f"all sites ({len(agg.sites)})"
+        for b in BANDS:
+            c = agg.select(sites=sites, condition=condition, band=b)
+            rows.append([label, b, c.fine_dref_n, c.geo_mean_dref_km, c.geo_mean_err_km, c.median_ratio])
+    return Table(
+        "table5",
+        f"Table 5: distance to the reference point and to the answer (km, geometric means) and median ratio err/d_ref, finer than city only, condition {condition}",
+        ["Regime", "Band", "n", "d_ref", "err", "Median ratio"],
+        ["text", "text", "int", "f2", "f2", "f2"],
+        rows,
+    )
+
+
+def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition: str, fine: bool, sites: set[str] | None = None):
+    ols = agg.regression(models=models, condition=condition, fine_only=fine)
+    try:
+        return ols.fit(sorted(sites) if sites is not None else None)
+    except ValueError:
+        return None
+
+
+def table6(agg: GeoHintAggregator, condition: str = "forced") -> Table:
+    """Table 6: slope of log10(err) on d_ref per model (site-clustered SE), all and finer-than-city."""
+    rows = []
+    models = _model_order(agg, condition)
+    for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], ("All", models)]:
+        r = _slope_cells(agg, ms, condition, False)
+        rf = _slope_cells(agg, ms, condition, True)
+        rows.append([
+            label, r.nobs if r else 0, r.slope if r else float("nan"), r.slope_se if r else float("nan"),
+            r.slope_p if r else float("nan"), rf.slope if rf else float("nan"),
+        ])
+    return Table(
+        "table6",
+        f"Table 6: log10(err_km) ~ d_ref per model, SE clustered by site, condition {condition}",
+        ["Model", "n", "beta", "SE", "p", "beta (fine only)"],
+        ["text", "int", "f4", "se", "p", "f4"],
+        rows,
+    )
+
+
+def _slope_sort(agg: GeoHintAggregator, model: str, condition: str) -> float:
+    r = _slope_cells(agg, [model], condition, False)
+    return -(r.slope if r else -math.inf)
+
+
+def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> Table:
+    """Table 7: the slope fitted separately within each regime, per model and pooled."""
+    groups = _regime_sites(agg, baseline)
+    rows = []
+    models = _model_order(agg, condition)
+    for label, ms in [*[(m, [m]) for m in models], ("All", models)]:
+        row: list[Any] = [label]
+        for sites in (groups[ILLEGIBLE], groups[LEGIBLE], None):
+            r = _slope_cells(agg, ms, condition, False, sites)
+            row += [r.nobs if r else 0, r.slope if r else float("nan"), r.slope_p if r else float("nan")]
+        rows.append(row)
+    return Table(
+        "table7",
+        f"Table 7: log10(err_km) ~ d_ref within each regime, condition {condition}",
+        ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all"],
+        ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p"],
+        rows,
+    )
+
+
+def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
+    pairs = agg.paired(treatment, control, sites=sites, model=model)
+    out = {"n": len(pairs)}
+    for cond_i, cond in ((1, treatment), (2, control)):
+        out[cond] = {
+            "bands": [
+                (lambda sel: (sum(p[cond_i].hit for p in sel) / len(sel)) if sel else float("nan"))([p for p in pairs if p[cond_i].band == b])
+                for b in BANDS
+            ],
+            "overall": (sum(p[cond_i].hit for p in pairs) / len(pairs)) if pairs else float("nan"),
+            "echo": _rate([p[cond_i].echo for p in pairs if p[cond_i].echo is not None]),
+            "building": _rate([p[cond_i].building for p in pairs]),
+            "ratio": [
+                (lambda xs: float(np.median(xs)) if xs else float("nan"))(
+                    [p[cond_i].ratio for p in pairs if p[cond_i].band == b and p[cond_i].ratio is not None]
+                )
+                for b in BANDS
+            ],
+        }
+    if pairs:
+        res = paired_site_permutation_test(
+            [p[0] for p in pairs], [p[1].hit for p in pairs], [p[2].hit for p in pairs], n_flips=n_flips, seed=seed
+        )
+        out["delta_pp"], out["p"] = 100 * res.delta, res.p_value
+        out["n_sites"] = res.n_sites
+        bres = paired_site_permutation_test(
+            [p[0] for p in pairs], [p[1].building for p in pairs], [p[2].building for p in pairs], n_flips=n_flips, seed=seed
+        )
+        out["building_delta_pp"], out["building_p"] = 100 * bres.delta, bres.p_value
+    else:
+        out["delta_pp"] = out["p"] = out["building_delta_pp"] = out["building_p"] = float("nan")
+        out["n_sites"] = 0
+    return out
+
+
+def _rate(xs: list[bool]) -> float:
+    return sum(bool(x) for x in xs) / len(xs) if xs else float("nan")
+
+
+def table_paired(
+    agg: GeoHintAggregator,
+    treatment: str,
+    control: str = "forced",
+    baseline: str = "baseline",
+    *,
+    name: str = "table8",
+    n_flips: int = DEFAULT_N_FLIPS,
+    seed: int = 0,
+) -> Table:
+    """Tables 8 and 10: hit rate (%) by regime and band for two conditions on strictly paired items,
+    the paired difference (points) with a site-flip permutation p-value, echo rate, building-level share
+    and the median err/d_ref ratio per band (finer than city)."""
+    groups = _regime_sites(agg, baseline)
+    rows = []
+    for label, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all sites", None)):
+        blk = _paired_block(agg, treatment, control, sites, None, n_flips, seed)
+        for cond in (control, treatment):
+            d = blk[cond]
+            rows.append([
+                label, cond, blk["n"], *d["bands"], d["overall"],
+                blk["delta_pp"] if cond == treatment else None, blk["p"] if cond == treatment else None,
+                d["echo"], d["building"], " / ".join(_fmt(x, "f2") for x in d["ratio"]),
+            ])
+    title = {
+        "table8": f"Table 8: hit rate (%) by regime, strictly paired, {treatment} vs {control}",
+        "table10": f"Table 10: {treatment} vs {control}, strictly paired",
+    }.get(name, f"{treatment} vs {control}, strictly paired")
+    return Table(
+        name,
+        title,
+        ["Regime", "Condition", "n pairs", *BAND_NAMES, "Overall", "Paired delta (pp)", "p", "Echo rate", "Building level", "Median ratio (near/mid/far)"],
+        ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "text"],
+        rows,
+        f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}.",
+    )
+
+
+def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str = "forced", baseline: str = "baseline", *, n_flips: int = DEFAULT_N_FLIPS, seed: int = 0) -> Table:
+    """Table 9: paired difference in hit rate (points) per model: all sites, illegible, legible."""
+    groups = _regime_sites(agg, baseline)
+    rows = []
+    for m in _model_order(agg, control):
+        all_ = _paired_block(agg, treatment, control, None, m, n_flips, seed)
+        il = _paired_block(agg, treatment, control, groups[ILLEGIBLE], m, n_flips, seed)
+        le = _paired_block(agg, treatment, control, groups[LEGIBLE], m, n_flips, seed)
+        rows.append([m, all_["n"], all_["delta_pp"], all_["p"], il["delta_pp"], le["delta_pp"]])
+    return Table(
+        "table9",
+        f"Table 9: paired difference in hit rate (points), {treatment} minus {control}, by model",
+        ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
+        ["text", "int", "pp", "p", "pp", "pp"],
+        rows,
+    )
+
+
+def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
+    """Table 11: checklist compliance: share with an evidence object, share of "not visible" per category."""
+    rows = []
+    for m in agg.models:
+        c = agg.select(model=m, condition=condition)
+        if not c.n:
+            continue
+        rows.append([
+            m, c.n, c.evidence_present / c.evidence_parsed if c.evidence_parsed else float("nan"),
+            *[(c.slots_not_visible.get(k, 0) / c.slots_filled[k]) if c.slots_filled.get(k) else float("nan") for k in EVIDENCE_CATEGORIES],
+            c.n_parse_fail,
+        ])
+    return Table(
+        "table11",
+        f"Table 11: {condition} compliance: evidence object present (% of parsed) and 'not visible' share per category (%)",
+        ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparsed"],
+        ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
+        rows,
+    )
+
+
+def build_tables(
+    agg: GeoHintAggregator,
+    *,
+    condition: str | None = None,
+    baseline: str | None = None,
+    n_flips: int = DEFAULT_N_FLIPS,
+    n_splits: int = 200,
+    seed: int = 0,
+) -> list[Table]:
+    """Every table the data supports (paired tables only when both conditions are present)."""
+    dc, db = default_conditions(agg)
+    condition, baseline = condition or dc, baseline or db
+    tables = [table1(agg, condition), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
+              table4(agg, condition), table5(agg, condition, baseline), table6(agg, condition), table7(agg, condition, baseline)]
+    if "forced_warn" in agg.conditions and condition in agg.conditions:
+        tables.append(table_paired(agg, "forced_warn", condition, baseline, name="table8", n_flips=n_flips, seed=seed))
+        tables.append(table9(agg, "forced_warn", condition, baseline, n_flips=n_flips, seed=seed))
+    if "forced_chain" in agg.conditions and condition in agg.conditions:
+        tables.append(table_paired(agg, "forced_chain", condition, baseline, name="table10", n_flips=n_flips, seed=seed))
+        tables.append(table11(agg))
+    return tables
+
+
+# --- figures ----------------------------------------------------------------------------------
+def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline") -> Path:
+    """Fig. 2: hit rate by band, one line per regime, with 95 % Wilson intervals. Writes a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = _regime_sites(agg, baseline)
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    x = np.arange(len(BANDS))
+    for regime, marker in ((LEGIBLE, "o"), (ILLEGIBLE, "s")):
+        ks = [agg.select(sites=groups[regime], condition=condition, band=b) for b in BANDS]
+        rates = np.array([c.hit_rate for c in ks]) * 100
+        ci = np.array([wilson_interval(c.hits, c.n) for c in ks]) * 100
+        err = np.vstack([rates - ci[:, 0], ci[:, 1] - rates])
+        ax.errorbar(x, rates, yerr=np.nan_to_num(err), marker=marker, capsize=4, label=f"{regime} ({len(groups[regime])} sites)")
+    ax.set_xticks(x, [f"{b}" for b in BANDS])
+    ax.set_xlabel("distance from the site to the reference point")
+    ax.set_ylabel("hit rate (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"Hit rate by band, {condition}")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str = "forced") -> Path:
+    """Fig. 3: echo rate (%) heatmap, referenceability tier x distance band. Writes a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.array([[agg.select(condition=condition, tier=t, band=b).echo_rate * 100 for b in BANDS] for t in TIERS_ORDER])
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0))
+    for i in range(len(TIERS_ORDER)):
+        for j in range(len(BANDS)):
+            ax.text(j, i, DASH if np.isnan(grid[i, j]) else f"{grid[i, j]:.1f}", ha="center", va="center", color="w")
+    ax.set_xticks(range(len(BANDS)), BANDS)
+    ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
+    ax.set_xlabel("band")
+    ax.set_ylabel("referenceability tier")
+    ax.set_title(f"Echo rate (%), {condition}")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# --- writing ----------------------------------------------------------------------------------
+def write_report(
+    agg: GeoHintAggregator,
+    out_dir: str | Path,
+    *,
+    condition: str | None = None,
+    baseline: str | None = None,
+    n_flips: int = DEFAULT_N_FLIPS,
+    n_splits: int = 200,
+    seed: int = 0,
+    figures: bool = True,
+) -> list[Table]:
+    """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
+
+    Files are written to a temporary name and renamed, so a reader never sees a half-written report.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dc, db = default_conditions(agg)
+    condition, baseline = condition or dc, baseline or db
+    tables = build_tables(agg, condition=condition, baseline=baseline, n_flips=n_flips, n_splits=n_splits, seed=seed)
+    summary = agg.summary()
+    md = [
+        "# GeoHint report",
+        "",
+        f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
+        f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
+        "",
+    ]
+    for t in tables:
+        md.append(t.to_markdown())
+        _atomic_write(out / f"{t.name}.csv", t.to_csv())
+    if figures:
+        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline)
+        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition)
+        md += ["![hit rate by band](fig_hit_by_band.png)", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
+    _atomic_write(out / "report.md", "\n".join(md))
+    return tables
+
+
+def print_report(tables: Sequence[Table], console=None) -> None:
+    """Print the tables to the terminal with rich."""
+    from rich.console import Console
+
+    console = console or Console()
+    for t in tables:
+        console.print(t.to_rich())
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
