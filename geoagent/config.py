@@ -112,13 +112,21 @@ class RateSpec(_Section):
 
 
 class ReplaySection(_Section):
-    """``models[].replay``: for the ``replay`` provider, the recorded JSONL file and how rows are keyed."""
+    """``models[].replay``: for the ``replay`` provider, the recorded JSONL file and how records are keyed.
+
+    Release ``verify_raw.jsonl``: ``record_key_fields = ["trial_id", "model"]``, ``text_field = "raw"``,
+    ``key_field = "replay_key"`` (the planner puts ``trial_id|model`` in the request meta). Our own
+    recordings: defaults (records keyed by ``key`` = request key, text in ``text``, usage in ``usage``).
+    """
 
     path: str | None = None
-    #: row field matched against the request: ``request_key`` (our key) or a ``meta`` field name
-    key_field: str = "request_key"
-    #: what a request with no recorded answer does: ``missing`` (recorded as missing) or ``error``
-    on_missing: Literal["missing", "error"] = "missing"
+    #: name of the request ``meta`` entry holding the lookup key; absent: the request key
+    key_field: str | None = None
+    #: record fields joined with ``|`` to form each record's key
+    record_key_fields: list[str] = Field(default_factory=lambda: ["key"], min_length=1)
+    text_field: str = "text"
+    #: record field holding the token usage; ``""`` reads input/output tokens from the record's top level
+    usage_field: str = "usage"
 
 
 class ModelConfig(_Section):
@@ -142,6 +150,10 @@ class ModelConfig(_Section):
     replay: ReplaySection = ReplaySection()
     #: extra provider parameters sent with every request (``system``, ``json_mode``, ...); part of the key
     params: dict[str, Any] = Field(default_factory=dict)
+    #: extra HTTP headers (e.g. OpenRouter's ``HTTP-Referer``); never put a key here
+    headers: dict[str, str] = Field(default_factory=dict)
+    #: OpenAI-compatible only: ``max_tokens`` or ``max_completion_tokens`` (default chosen by host)
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None
     #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
     expected_output_tokens: int | None = Field(default=None, ge=0)
     expected_latency_s: float = Field(default=2.0, gt=0)
@@ -608,7 +620,7 @@ def provider_settings(
 
 
 def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) -> Any:
-    from geoagent.providers import settings as ps
+    from geoagent.providers.settings import ProviderSettings
 
     values: dict[str, Any] = {
         "kind": m.provider,
@@ -618,13 +630,15 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "seed": m.seed if m.seed is not None else cfg.campaign.seed,
         "replay_path": m.replay.path,
         "replay_key_field": m.replay.key_field,
-        "replay_on_missing": m.replay.on_missing,
-        "timeout_s": m.timeout_s,
-        "name": m.name,
+        "replay_key_fields": tuple(m.replay.record_key_fields),
+        "replay_text_field": m.replay.text_field,
+        "replay_usage_field": m.replay.usage_field or None,
+        "max_tokens_field": m.max_tokens_field,
+        "headers": dict(m.headers),
+        "policy": host_policies(cfg).get(m.host) if m.host else None,
     }
-    cls = ps.ProviderSettings
-    accepted = _accepted_fields(cls)
-    return cls(**{k: v for k, v in values.items() if accepted is None or k in accepted})
+    accepted = _accepted_fields(ProviderSettings)
+    return ProviderSettings(**{k: v for k, v in values.items() if accepted is None or k in accepted})
 
 
 def _accepted_fields(cls: type) -> set[str] | None:

@@ -1,0 +1,130 @@
+"""Export results tables (and stored responses) to Parquet and CSV via Polars.
+
+Issue 2 point 8: results are exported for Polars, pandas or DuckDB users. Each table of the response
+store (:meth:`geoagent.runtime.store.ResponseStore.put_result`) becomes ``<table>.parquet`` and
+``<table>.csv`` with a leading ``key`` column; rows are flattened one level (``{"a": {"b": 1}}`` ->
+column ``a.b``). Parquet keeps lists natively; CSV cannot, so list and dict cells are written as JSON
+text there. Files are written to a temporary name and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+RESPONSES_TABLE = "model_responses"
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedTable:
+    """One exported table: row count and the two files written."""
+
+    table: str
+    rows: int
+    parquet: Path
+    csv: Path
+
+
+def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and v and not prefix:  # one level only: deeper dicts stay JSON
+            for k2, v2 in v.items():
+                out[f"{name}.{k2}"] = orjson.dumps(v2).decode() if isinstance(v2, dict) else v2
+        elif isinstance(v, dict):
+            out[name] = orjson.dumps(v).decode()
+        else:
+            out[name] = v
+    return out
+
+
+def rows_to_frame(rows: Iterable[tuple[str, dict[str, Any]]]) -> pl.DataFrame:
+    """A DataFrame from ``(key, row)`` pairs: ``key`` first, then the flattened row columns (first-seen order).
+
+    Columns whose values mix types (e.g. int and str across rows) are stored as strings; missing
+    values become nulls.
+    """
+    records = [{"key": key, **_flatten(row)} for key, row in rows]
+    if not records:
+        return pl.DataFrame({"key": pl.Series([], dtype=pl.String)})
+    columns: dict[str, None] = {}
+    for r in records:
+        for c in r:
+            columns.setdefault(c, None)
+    data = {c: [r.get(c) for r in records] for c in columns}
+    series = []
+    for name, values in data.items():
+        try:
+            s = pl.Series(name, values, strict=True)
+        except (TypeError, pl.exceptions.PolarsError, OverflowError):
+            s = pl.Series(name, [None if v is None else _text(v) for v in values], dtype=pl.String)
+        series.append(s)
+    return pl.DataFrame(series)
+
+
+def _text(v: Any) -> str:
+    return v if isinstance(v, str) else orjson.dumps(v).decode()
+
+
+def _csv_ready(df: pl.DataFrame) -> pl.DataFrame:
+    nested = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Array, pl.Struct, pl.Object))]
+    if not nested:
+        return df
+    return df.with_columns(
+        pl.Series(c, [None if v is None else orjson.dumps(v).decode() for v in df[c].to_list()], dtype=pl.String)
+        for c in nested
+    )
+
+
+def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path: str | os.PathLike[str]) -> None:
+    """Write ``df`` to Parquet (zstd) and CSV, each atomically (temp file, then rename)."""
+    for path, writer in ((Path(parquet_path), "parquet"), (Path(csv_path), "csv")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        if writer == "parquet":
+            df.write_parquet(tmp, compression="zstd")
+        else:
+            _csv_ready(df).write_csv(tmp)
+        os.replace(tmp, path)
+
+
+def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    for rec in store.iter_responses():
+        row = dict(rec)
+        key = row.pop("key")
+        yield key, row
+
+
+def export_table(store: Any, table: str, out_dir: str | os.PathLike[str], *, stem: str | None = None) -> ExportedTable:
+    """Export one results table (or ``"model_responses"``, the stored model responses) to ``out_dir``.
+
+    Parameters
+    ----------
+    store : ResponseStore
+    table : str
+        A results table name, or ``"responses"`` for the response cache (text, usage, cost_usd, request meta).
+    out_dir : path
+        Folder for ``<stem>.parquet`` and ``<stem>.csv`` (stem defaults to the table name).
+    """
+    rows = _response_rows(store) if table == RESPONSES_TABLE else store.iter_results(table)
+    df = rows_to_frame(rows)
+    out = Path(out_dir)
+    name = stem or table
+    parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"
+    write_frame(df, parquet, csv)
+    return ExportedTable(table, df.height, parquet, csv)
+
+
+def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True) -> list[ExportedTable]:
+    """Export every non-empty results table (and the responses, unless ``include_responses=False``)."""
+    tables = list(store.result_tables())
+    if include_responses:
+        tables.append(RESPONSES_TABLE)
+    return [export_table(store, t, out_dir) for t in tables]

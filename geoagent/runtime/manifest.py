@@ -1,0 +1,208 @@
+"""Campaign manifest: what produced a result (``state/<campaign>/manifest.json``).
+
+Issue 2 point 8. The manifest holds the resolved config without secrets (the config only ever holds
+variable *names*), its SHA-256, the SHA-256 of every prompt template, the seeds, package and Python
+versions, the git commit when the package runs from a checkout, and one entry per run with its start and
+stop times (a list that grows: re-running a campaign appends). Written atomically (temp file + rename)
+under an exclusive ``fcntl`` lock, so concurrent starts cannot lose an entry.
+
+If the resolved config changes between runs, the new config is recorded in the run entry
+(``config_sha256``) and the top-level ``config`` is replaced; ``config_history`` keeps every hash seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import secrets as _pysecrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent import __version__
+from geoagent import constants as C
+from geoagent.secrets import redact
+
+PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def prompt_hashes(prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> dict[str, str]:
+    """``{relative path: SHA-256 hex}`` of every ``*.txt`` template under ``prompts_dir`` (sorted)."""
+    root = Path(prompts_dir)
+    if not root.is_dir():
+        return {}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*.txt"))
+        if p.is_file()
+    }
+
+
+def git_commit(repo_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """``HEAD`` commit of the checkout holding the package (with ``-dirty`` if it has changes), or None."""
+    cwd = Path(repo_dir) if repo_dir is not None else Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head or None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(path.suffix + ".lock"), "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def read_manifest(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The manifest of the campaign whose state folder is ``state_dir``, or None if there is none yet."""
+    path = Path(state_dir) / C.MANIFEST_FILE
+    try:
+        return orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    text = redact(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode())
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class Manifest:
+    """Record runs of one campaign in its ``manifest.json``.
+
+    Usage::
+
+        manifest = Manifest(cfg)                       # or Manifest(cfg, state_dir=...)
+        run_id = manifest.start_run(command="run")     # writes config, hashes, versions, a new run entry
+        ...
+        manifest.stop_run(run_id, status="complete", summary={...})
+    """
+
+    def __init__(self, cfg: Any, *, state_dir: str | os.PathLike[str] | None = None, prompts_dir: str | os.PathLike[str] = PROMPTS_DIR):
+        self.cfg = cfg
+        self.state_dir = Path(state_dir) if state_dir is not None else cfg.state_dir()
+        self.path = self.state_dir / C.MANIFEST_FILE
+        self.prompts_dir = Path(prompts_dir)
+
+    def _static(self) -> dict[str, Any]:
+        from geoagent.config import config_sha256, resolved_dict
+
+        cfg = self.cfg
+        seeds = {"campaign": cfg.campaign.seed}
+        seeds.update({f"model:{m.name}": m.seed for m in cfg.models if m.seed is not None})
+        return {
+            "campaign": cfg.campaign.name,
+            "kind": cfg.campaign.kind,
+            "config": resolved_dict(cfg),
+            "config_sha256": config_sha256(cfg),
+            "prompt_templates_sha256": prompt_hashes(self.prompts_dir),
+            "seeds": seeds,
+            "package": {"name": "geoagent", "version": __version__},
+            "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
+            "platform": platform.platform(),
+            "git_commit": git_commit(),
+        }
+
+    def start_run(self, *, command: str = "run", extra: dict[str, Any] | None = None) -> str:
+        """Refresh the static fields, append a run entry with its start time; return the run id."""
+        now = time.time()
+        run_id = f"{datetime.fromtimestamp(now, UTC).strftime('%Y%m%dT%H%M%SZ')}-{_pysecrets.token_hex(3)}"
+        static = self._static()
+        with _locked(self.path):
+            data = read_manifest(self.state_dir) or {"created_at": _iso(now), "runs": []}
+            history = list(data.get("config_history", []))
+            if static["config_sha256"] not in history:
+                history.append(static["config_sha256"])
+            data.update(static)
+            data["config_history"] = history
+            data["runs"] = list(data.get("runs", [])) + [
+                {
+                    "run_id": run_id,
+                    "command": command,
+                    "started_at": _iso(now),
+                    "started_unix": now,
+                    "stopped_at": None,
+                    "status": "running",
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "config_sha256": static["config_sha256"],
+                    "git_commit": static["git_commit"],
+                    "python": sys.version.split()[0],
+                    **(extra or {}),
+                }
+            ]
+            data["updated_at"] = _iso(now)
+            _write(self.path, data)
+        return run_id
+
+    def stop_run(self, run_id: str, *, status: str = "complete", summary: dict[str, Any] | None = None) -> None:
+        """Set the stop time, final status (``complete``, ``incomplete``, ``budget_exhausted``, ``interrupted``,
+        ``failed``) and an optional summary of run ``run_id``.
+
+        Raises
+        ------
+        KeyError
+            No run ``run_id`` in the manifest.
+        """
+        now = time.time()
+        with _locked(self.path):
+            data = read_manifest(self.state_dir)
+            runs = (data or {}).get("runs", [])
+            for run in runs:
+                if run.get("run_id") == run_id:
+                    run["stopped_at"] = _iso(now)
+                    run["duration_s"] = round(now - float(run.get("started_unix", now)), 3)
+                    run["status"] = status
+                    if summary is not None:
+                        run["summary"] = summary
+                    break
+            else:
+                raise KeyError(f"{self.path}: no run {run_id!r}")
+            data["updated_at"] = _iso(now)
+            _write(self.path, data)
+
+    @contextlib.contextmanager
+    def run(self, *, command: str = "run") -> Iterator[dict[str, Any]]:
+        """Context manager: start a run, yield a dict where the caller may set ``status``/``summary``, stop it.
+
+        An exception marks the run ``failed`` (``interrupted`` for KeyboardInterrupt) and propagates.
+        """
+        run_id = self.start_run(command=command)
+        outcome: dict[str, Any] = {"run_id": run_id, "status": "complete", "summary": None}
+        try:
+            yield outcome
+        except KeyboardInterrupt:
+            self.stop_run(run_id, status="interrupted", summary=outcome.get("summary"))
+            raise
+        except BaseException:
+            self.stop_run(run_id, status="failed", summary=outcome.get("summary"))
+            raise
+        self.stop_run(run_id, status=outcome.get("status", "complete"), summary=outcome.get("summary"))

@@ -1,0 +1,151 @@
+"""Image bytes for model requests: a file, a blank uniform gray image, or a deterministic placeholder.
+
+The model caller attaches pixels according to the payload's ``image_ref``:
+
+* a file path (``/abs/x.jpg``, ``images/site/123.jpg``; Windows separators as in the release's
+  ``streetview\\site\\id.jpg`` are accepted) -> the file's bytes; a missing file is an error, never a
+  silent substitute;
+* ``"blank:gray"`` -> a uniform mid-gray image (RGB 128,128,128): the no-image control condition;
+* ``"synthetic:<seed>"``, or no ``image_ref`` but an ``image_id`` -> a deterministic synthetic placeholder
+  (colour blocks seeded by SHA-256 of the seed text). The public GeoContext release ships no pixels, so
+  re-running a released campaign against the simulated provider or a local fake uses these; the same
+  id always gives the same bytes.
+
+The request key hashes the image *id*, never the bytes (:class:`geoagent.providers.base.ModelRequest`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path, PureWindowsPath
+
+BLANK_GRAY_REF = "blank:gray"
+SYNTHETIC_PREFIX = "synthetic:"
+GRAY_LEVEL = 128
+BLANK_SIZE_PX = (512, 512)
+PLACEHOLDER_SIZE_PX = (640, 480)
+
+
+class ImageNotFound(FileNotFoundError):
+    """The payload names an image file that does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedImage:
+    """Image bytes ready to send: ``data`` (encoded bytes), ``mime``, the ``image_id`` used in the request key,
+    and ``source`` (``file``, ``blank`` or ``synthetic``)."""
+
+    data: bytes
+    mime: str
+    image_id: str
+    source: str
+
+
+def sniff_mime(data: bytes) -> str | None:
+    """MIME type from magic bytes (JPEG, PNG, WebP, GIF), or None."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "image/jpeg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "image/png"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    return None
+
+
+def _encode_jpeg(img: object) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=85)  # type: ignore[attr-defined]
+    return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=4)
+def blank_gray_jpeg(size_px: tuple[int, int] = BLANK_SIZE_PX, level: int = GRAY_LEVEL) -> bytes:
+    """JPEG bytes of a uniform gray image (``level`` 0-255 in each RGB channel) of ``size_px`` (w, h)."""
+    from PIL import Image
+
+    return _encode_jpeg(Image.new("RGB", size_px, (level, level, level)))
+
+
+@functools.lru_cache(maxsize=256)
+def synthetic_jpeg(seed_text: str, size_px: tuple[int, int] = PLACEHOLDER_SIZE_PX) -> bytes:
+    """Deterministic placeholder JPEG for ``seed_text``: a sky/ground split and a few colour blocks.
+
+    The same ``seed_text`` gives the same pixels (and, with the same Pillow build, the same bytes).
+    """
+    import numpy as np
+    from PIL import Image
+
+    seed = int.from_bytes(hashlib.sha256(seed_text.encode("utf-8")).digest()[:8], "big")
+    rng = np.random.default_rng(seed)
+    w, h = size_px
+    arr = np.empty((h, w, 3), dtype=np.uint8)
+    horizon = int(h * rng.uniform(0.35, 0.6))
+    arr[:horizon] = rng.integers(120, 230, size=3, dtype=np.uint8)  # sky
+    arr[horizon:] = rng.integers(40, 140, size=3, dtype=np.uint8)  # ground
+    for _ in range(int(rng.integers(4, 10))):  # facades
+        x0, x1 = sorted(rng.integers(0, w, size=2))
+        y0 = int(rng.integers(h // 8, horizon + 1))
+        arr[y0:horizon, x0 : max(x1, x0 + 8)] = rng.integers(30, 220, size=3, dtype=np.uint8)
+    return _encode_jpeg(Image.fromarray(arr, "RGB"))
+
+
+def resolve_image_path(image_ref: str, base_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Path of a file ``image_ref`` (backslashes read as separators), relative to ``base_dir`` if not absolute."""
+    ref = image_ref
+    if "\\" in ref:
+        ref = "/".join(PureWindowsPath(ref).parts)
+    p = Path(ref)
+    if not p.is_absolute() and base_dir is not None:
+        p = Path(base_dir) / p
+    return p
+
+
+def load_image(
+    image_ref: str | None,
+    image_id: str | None = None,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> LoadedImage | None:
+    """Bytes to attach for a request, or None for a text-only request (no ``image_ref`` and no ``image_id``).
+
+    Parameters
+    ----------
+    image_ref : str or None
+        File path, ``"blank:gray"`` or ``"synthetic:<seed>"`` (see module docstring).
+    image_id : str or None
+        Stable id for the request key; defaults to ``image_ref`` for blank/synthetic refs and to the
+        file name stem for files.
+    base_dir : path, optional
+        Folder that relative file paths are resolved against.
+
+    Raises
+    ------
+    ImageNotFound
+        ``image_ref`` is a path and no such file exists.
+    ValueError
+        The file is not a JPEG, PNG, WebP or GIF image.
+    """
+    if not image_ref:
+        if image_id is None:
+            return None
+        return LoadedImage(synthetic_jpeg(str(image_id)), "image/jpeg", str(image_id), "synthetic")
+    if image_ref == BLANK_GRAY_REF:
+        return LoadedImage(blank_gray_jpeg(), "image/jpeg", str(image_id or BLANK_GRAY_REF), "blank")
+    if image_ref.startswith(SYNTHETIC_PREFIX):
+        seed_text = image_ref[len(SYNTHETIC_PREFIX) :] or str(image_id or "")
+        return LoadedImage(synthetic_jpeg(seed_text), "image/jpeg", str(image_id or image_ref), "synthetic")
+    path = resolve_image_path(image_ref, base_dir)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ImageNotFound(f"image file not found: {path}") from None
+    mime = sniff_mime(data)
+    if mime is None:
+        raise ValueError(f"not a JPEG/PNG/WebP/GIF image: {path}")
+    return LoadedImage(data, mime, str(image_id or path.stem), "file")

@@ -1,0 +1,254 @@
+"""Model-caller worker: ``requests`` -> (store, ledger, provider) -> ``responses``.
+
+Issue 2 points 6, 7 and 10. For each task (payload below) the worker:
+
+1. builds the :class:`~geoagent.providers.base.ModelRequest` (model defaults from config, then the payload's
+   params) and its request key;
+2. if the store already holds a response for that key, emits it without any call (exactly-once spend: a
+   redelivered or re-run task never pays twice);
+3. otherwise reserves the worst case in the ledger (estimated input tokens x input-estimate factor x input
+   price + max output tokens x output price); :class:`~geoagent.runtime.ledger.BudgetExhausted` becomes
+   :class:`~geoagent.runtime.stage.BudgetStop` (the runner releases the task and stops dispatching);
+4. calls the provider, then stores the response and settles the reservation in ONE transaction and emits.
+
+Failures, and what they do to the reservation and the task:
+
+==========================  ==================================  =========================================
+provider raised             reservation                         task
+==========================  ==================================  =========================================
+PermanentHTTPError (4xx)    released (not billed)               ``PermanentFailure`` -> dead letter
+RetriesExhausted            released; or unknown-outcome spend  ``Missing`` -> dead letter, reported as
+                            if an attempt may have been billed   missing (never a wrong answer)
+OutcomeUnknown              unknown-outcome spend               re-raised -> nack, retried (reserves again)
+MalformedResponse (2xx)     unknown-outcome spend (or settled   retried (nack)
+                            with the usage the API reported)
+ContentBlocked              settled with reported usage, else   ``PermanentFailure``
+                            unknown-outcome spend
+ReplayMiss / recorded error released (replay is free)           ``Missing``
+cancelled while in flight   unknown-outcome spend               (runner releases the task)
+==========================  ==================================  =========================================
+
+Payload (``requests`` edge)::
+
+    {"model": "<models[].name>", "prompt": "<rendered text>",
+     "image_ref": "<path> | blank:gray | synthetic:<seed> | null", "image_id": "<id> | null",
+     "params": {...overrides of the model's defaults...}, "meta": {...carried through, not hashed...}}
+
+Output (``responses`` edge, keyed by the input task key)::
+
+    {"request_key", "model", "provider", "model_id", "image_id", "text", "input_tokens", "output_tokens",
+     "latency_s", "finish_reason", "cost_usd", "cached", "meta"}
+
+Services used from the :class:`~geoagent.runtime.stage.StageContext`: ``config`` (CampaignConfig),
+``providers`` (model name -> Provider), ``ledger``, ``store``; optional ``image_base_dir``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import math
+from contextlib import asynccontextmanager
+from typing import Any
+
+from geoagent import constants as C
+from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
+from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted
+from geoagent.runtime.ledger import BudgetExhausted
+from geoagent.runtime.queue import Task
+from geoagent.runtime.stage import BudgetStop, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.secrets import redact
+from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
+
+EXCERPT_CHARS = 300
+
+
+class CallFailed(RuntimeError):
+    """A retryable call failure (outcome unknown, malformed body): the runner nacks and retries the task."""
+
+
+def _excerpt(text: str) -> str:
+    text = redact(text)
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
+
+
+class ModelCaller(Stage):
+    """The stage that turns request tasks into stored, paid-for-once responses (see module docstring).
+
+    Parameters
+    ----------
+    concurrency : int, optional
+        Tasks handled at once by this worker (default: the sum of the configured models' concurrency,
+        capped at 256, read in :meth:`start`; per-host limits still apply in the HTTP layer).
+    """
+
+    name = C.STAGE_MODEL_CALLER
+    input_edge = C.EDGE_REQUESTS
+    output_edge = C.EDGE_RESPONSES
+    concurrency = 16
+
+    def __init__(self, *, concurrency: int | None = None) -> None:
+        self._fixed_concurrency = concurrency
+        if concurrency is not None:
+            self.concurrency = concurrency
+        self._key_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    async def start(self, ctx: StageContext) -> None:
+        cfg = ctx.services.get("config")
+        if self._fixed_concurrency is None and cfg is not None and cfg.models:
+            self.concurrency = max(1, min(256, sum(m.concurrency for m in cfg.models)))
+
+    # -- per-key de-duplication inside this process ---------------------------------------------------
+
+    @asynccontextmanager
+    async def _one_call_per_key(self, key: str) -> Any:
+        """Serialise tasks that share a request key, so the second finds the first's stored response."""
+        lock, users = self._key_locks.get(key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._key_locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock_, users = self._key_locks[key]
+            if users <= 1:
+                del self._key_locks[key]
+            else:
+                self._key_locks[key] = (lock_, users - 1)
+
+    # -- the job ------------------------------------------------------------------------------------
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        payload = task.payload
+        cfg = ctx.get("config")
+        model_name = payload.get("model")
+        try:
+            m = cfg.model(model_name)
+        except KeyError as exc:
+            raise PermanentFailure(f"unknown model {model_name!r}: {exc}") from None
+        prompt = payload.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise PermanentFailure("payload has no prompt text")
+        providers = ctx.get("providers")
+        try:
+            provider = providers[m.name]
+        except KeyError:
+            raise PermanentFailure(f"no provider configured for model {m.name!r}") from None
+        ledger, store = ctx.get("ledger"), ctx.get("store")
+
+        params = {**m.default_params(), **(payload.get("params") or {})}
+        image_ref = payload.get("image_ref")
+        image_id = payload.get("image_id")
+        if image_id is None and image_ref:
+            # the key hashes the image id, so fix it before building the request (never from the bytes)
+            is_generated = image_ref.startswith(("blank:", "synthetic:"))
+            image_id = image_ref if is_generated else resolve_image_path(image_ref).stem
+        request = ModelRequest(
+            provider=m.provider,
+            model=m.model,
+            prompt=prompt,
+            image_id=None if image_id is None else str(image_id),
+            params=params,
+            meta=dict(payload.get("meta") or {}),
+        )
+        key = request.key()
+
+        async with self._one_call_per_key(key):
+            cached = await store.aget(key)
+            if cached is not None:
+                return [self._message(task, key, m, request, cached, cost_usd=None, cached=True)]
+
+            if image_ref or image_id is not None:
+                try:
+                    img = await asyncio.to_thread(
+                        load_image, image_ref, request.image_id, base_dir=ctx.services.get("image_base_dir")
+                    )
+                except (ImageNotFound, ValueError) as exc:
+                    raise PermanentFailure(f"image: {exc}") from None
+                if img is not None:
+                    request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
+
+            est_in = math.ceil(provider.estimate_input_tokens(request) * cfg.budget.input_estimate_factor)
+            worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
+            try:
+                reservation = await ledger.areserve(key, worst_usd, model=m.name)
+            except BudgetExhausted as exc:
+                raise BudgetStop(str(exc)) from None
+
+            response = await self._call(provider, request, ledger, reservation, m)
+
+            cost_usd = m.cost_usd(response.usage.input_tokens, response.usage.output_tokens)
+            meta = {
+                "model_name": m.name,
+                "provider": m.provider,
+                "model": m.model,
+                "image_id": request.image_id,
+                "params": params,
+                "prompt_sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
+                "prompt_chars": len(prompt),
+                "reserved_usd": reservation.amount_usd,
+                "task_key": task.key,
+            }
+            # store + settle in one transaction; shielded so a shutdown cannot cut it in half
+            await asyncio.shield(store.aput(key, meta, response, reservation, cost_usd=cost_usd))
+            return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
+
+    async def _call(self, provider: Any, request: ModelRequest, ledger: Any, reservation: Any, m: Any) -> ModelResponse:
+        """Call the provider and close the reservation on every failure path (see the module table)."""
+        try:
+            return await provider.generate(request)
+        except PermanentHTTPError as exc:
+            await ledger.arelease(reservation, note=f"http {exc.status}")
+            raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
+        except RetriesExhausted as exc:
+            if getattr(exc, "possibly_billed", 0):
+                await ledger.amark_unknown(reservation, note="retries exhausted; an attempt may have been billed")
+            else:
+                await ledger.arelease(reservation, note="retries exhausted")
+            raise Missing(f"retries exhausted after {exc.attempts} attempts: {_excerpt(exc.last)}") from None
+        except OutcomeUnknown as exc:
+            await ledger.amark_unknown(reservation, note="outcome unknown")
+            raise CallFailed(f"outcome unknown: {_excerpt(exc.detail)}") from None
+        except ProviderError as exc:
+            usage = getattr(exc, "usage", None)
+            retryable = bool(getattr(exc, "retryable", True))
+            if not m.paid and not retryable:
+                await ledger.arelease(reservation, note=type(exc).__name__)
+                raise Missing(f"{type(exc).__name__}: {_excerpt(str(exc))}") from None
+            if usage is not None:
+                await ledger.asettle(reservation, usage, m.cost_usd(usage.input_tokens, usage.output_tokens))
+            else:
+                await ledger.amark_unknown(reservation, note=type(exc).__name__)
+            if retryable:
+                raise CallFailed(f"{type(exc).__name__}: {_excerpt(str(exc))}") from None
+            raise PermanentFailure(f"{type(exc).__name__}: {_excerpt(str(exc))}") from None
+        except BaseException:
+            # cancelled or an unexpected error while the request may have been on the wire: count it
+            # (fire-and-forget on the database thread: awaiting inside a cancelled task is not reliable)
+            ledger.db.submit(ledger.mark_unknown, reservation)
+            raise
+
+    @staticmethod
+    def _message(
+        task: Task, key: str, m: Any, request: ModelRequest, response: ModelResponse, *, cost_usd: float | None, cached: bool
+    ) -> Message:
+        return (
+            task.key,
+            {
+                "request_key": key,
+                "model": m.name,
+                "provider": m.provider,
+                "model_id": m.model,
+                "image_id": request.image_id,
+                "text": response.text,
+                "input_tokens": response.usage.input_tokens,
+                "output_tokens": response.usage.output_tokens,
+                "latency_s": response.latency_s,
+                "finish_reason": response.finish_reason,
+                "cost_usd": cost_usd if cost_usd is not None else m.cost_usd(response.usage.input_tokens, response.usage.output_tokens),
+                "cached": cached,
+                "meta": dict(task.payload.get("meta") or {}),
+            },
+        )

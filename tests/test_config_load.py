@@ -1,0 +1,249 @@
+"""Campaign config: validation errors name the key path and the expected type; roots; estimate; sampling."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+from scipy import stats
+
+from geoagent import config as config_mod
+from geoagent.config import (
+    ConfigError,
+    config_from_dict,
+    config_sha256,
+    estimate,
+    host_policies,
+    is_sampled,
+    load_config,
+    register_section,
+    resolved_dict,
+)
+
+GOOD = textwrap.dedent(
+    """
+    [campaign]
+    name = "t1"
+    kind = "geoverify"
+    seed = 3
+
+    [budget]
+    cap_usd = 2.5
+
+    [[models]]
+    name = "a"
+    provider = "simulated"
+    model = "sim-a"
+    price_input_usd_per_mtok = 1.0
+    price_output_usd_per_mtok = 4.0
+    max_output_tokens = 100
+    concurrency = 4
+    rate = { requests = 10, period_s = 1.0 }
+    expected_output_tokens = 50
+    expected_latency_s = 0.5
+
+    [[models]]
+    name = "b"
+    provider = "openai"
+    model = "gpt-x"
+    base_url = "http://127.0.0.1:9/v1"
+    api_key_env = "T1_KEY"
+    price_input_usd_per_mtok = 2.0
+    price_output_usd_per_mtok = 8.0
+    max_output_tokens = 200
+    concurrency = 2
+    rate = { requests = 1, period_s = 2.0 }
+
+    [hosts."nominatim.openstreetmap.org"]
+    rate = 1
+    concurrency = 1
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def write(tmp_path: Path, text: str, name: str = "campaign.toml") -> Path:
+    """Write the file in the working directory (a temp dir) and return its relative path."""
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    return Path(name)
+
+
+def test_good_config_loads_with_defaults(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    assert cfg.name == "t1" and cfg.campaign.kind == "geoverify" and cfg.campaign.seed == 3
+    assert [m.name for m in cfg.models] == ["a", "b"]
+    b = cfg.model("b")
+    assert b.host == "127.0.0.1:9" and b.paid and not cfg.model("a").paid
+    assert cfg.queue.max_attempts == 5 and cfg.budget.reserve == "worst_case"
+    # worst case by hand: 1000 in x $2/M + 200 out x $8/M = 0.002 + 0.0016
+    assert math.isclose(b.worst_case_usd(1000), 0.0036)
+    assert b.default_params() == {"max_output_tokens": 200, "temperature": 0.0}
+
+
+def test_error_names_key_path_and_expected_type(tmp_path):
+    bad = GOOD.replace("price_input_usd_per_mtok = 2.0", 'price_input_usd_per_mtok = "cheap"')
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, bad))
+    assert str(ei.value) == "campaign.toml: models[1].price_input_usd_per_mtok: expected a number, got 'cheap'"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("max_output_tokens = 200", "max_output_tokens = 2.5", "models[1].max_output_tokens: expected an integer, got 2.5"),
+        ("max_output_tokens = 200", "max_output_tokens = 0", "models[1].max_output_tokens: expected a number > 0, got 0"),
+        ('provider = "openai"', 'provider = "opneai"', "models[1].provider: expected one of 'openai', 'anthropic', 'gemini', 'replay' or 'simulated', got 'opneai'"),
+        ("cap_usd = 2.5", 'cap_usd = "2.5"', "budget.cap_usd: expected a number, got '2.5'"),
+        ("rate = { requests = 1, period_s = 2.0 }", "rate = { requests = 1, period_s = true }", "models[1].rate.period_s: expected a number, got True"),
+        ('[hosts."nominatim.openstreetmap.org"]\nrate = 1', '[hosts."nominatim.openstreetmap.org"]\nrate = "1"', 'hosts."nominatim.openstreetmap.org".rate: expected a number, got \'1\''),
+        ('name = "t1"', 'name = "../evil"', "campaign.name: expected a safe file name"),
+        ("seed = 3", "seed = 3\ncolour = 1", "campaign.colour: unknown key"),
+        ('kind = "geoverify"', 'kind = "eval"', "campaign.kind: expected one of"),
+        ("concurrency = 2", "concurrency = [2]", "models[1].concurrency: expected an integer, got an array"),
+    ],
+)
+def test_each_error_kind_is_named(tmp_path, old, new, expected):
+    assert old in GOOD
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, GOOD.replace(old, new, 1)))
+    assert any(p.startswith(expected) for p in ei.value.problems), ei.value.problems
+    assert str(ei.value).startswith("campaign.toml: ")
+
+
+def test_missing_sections_and_unknown_top_level(tmp_path):
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, '[campaign]\nname = "x"\n[modles]\na = 1\n'))
+    assert set(ei.value.problems) == {"budget: required key is missing", "modles: unknown key"}
+
+
+def test_toml_syntax_error_gives_line(tmp_path):
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, '[campaign]\nname = "x"\ncap = \n'))
+    assert "invalid TOML" in str(ei.value) and "line 3" in str(ei.value)
+
+
+def test_missing_file_and_packaged_configs():
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config("/nonexistent/campaign.toml")
+    for name in ("demo", "example", "geocontext_replay"):
+        cfg = load_config(name)
+        assert cfg.source == f"{name}.toml"
+        for m in cfg.models:
+            assert m.api_key_env is None or m.api_key_env.isupper()
+
+
+def test_key_pasted_into_api_key_env_is_not_echoed(tmp_path):
+    key = "sk-proj-REALLYSECRET123"
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, GOOD.replace('api_key_env = "T1_KEY"', f'api_key_env = "{key}"')))
+    assert key not in str(ei.value)
+    assert "models[1].api_key_env: expected the NAME of an environment variable" in str(ei.value)
+
+
+def test_duplicate_model_names_and_replay_without_path(tmp_path):
+    dup = GOOD.replace('name = "b"', 'name = "a"')
+    with pytest.raises(ConfigError, match=r"models: expected unique model names; 'a' appears twice"):
+        load_config(write(tmp_path, dup))
+    rep = GOOD.replace('provider = "openai"', 'provider = "replay"')
+    with pytest.raises(ConfigError, match=r"models\[1\]: expected replay.path"):
+        load_config(write(tmp_path, rep))
+
+
+def test_env_overrides_roots(tmp_path, monkeypatch):
+    text = GOOD.replace("[budget]", '[paths]\nqueues = "cfgq"\nstate = "cfgs"\n\n[budget]')
+    monkeypatch.delenv("GEOAGENT_QUEUES", raising=False)
+    monkeypatch.delenv("GEOAGENT_STATE", raising=False)
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.queues_root() == Path("cfgq") and cfg.state_dir() == Path("cfgs") / "t1"
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "q"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "s"))
+    assert cfg.queues_root() == tmp_path / "q" and cfg.state_dir() == tmp_path / "s" / "t1"
+    assert resolved_dict(cfg)["paths"]["state"] == str(tmp_path / "s")
+    # the config hash ignores where the data lives
+    h = config_sha256(cfg)
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "elsewhere"))
+    assert config_sha256(cfg) == h
+
+
+def test_registered_section_validated_at_load_and_lazily(tmp_path, monkeypatch):
+    class GV(BaseModel):
+        model_config = ConfigDict(strict=True, extra="forbid")
+        tau_km: float = 0.15
+        arms: list[str] = ["main"]
+
+    text = GOOD + "\n[geoverify]\ntau_km = 0.2\n"
+    cfg_before = load_config(write(tmp_path, text))
+    assert cfg_before.section("geoverify") == {"tau_km": 0.2}  # nothing registered yet: raw dict
+    monkeypatch.setattr(config_mod, "_SECTIONS", {})
+    register_section("geoverify", GV)
+    assert cfg_before.section("geoverify") == GV(tau_km=0.2)  # lazy validation
+    assert resolved_dict(cfg_before)["geoverify"] == {"tau_km": 0.2, "arms": ["main"]}
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, GOOD + '\n[geoverify]\ntau_km = "far"\n'))
+    assert ei.value.problems == ["geoverify.tau_km: expected a number, got 'far'"]
+    # a newly registered name becomes a legal table
+    register_section("report", GV)
+    cfg = load_config(write(tmp_path, GOOD + "\n[report]\ntau_km = 1\n"))
+    assert cfg.section("report").tau_km == 1.0
+    with pytest.raises(ValueError):
+        register_section("models", GV)
+
+
+def test_resolved_dict_has_no_secret_values(tmp_path, monkeypatch):
+    monkeypatch.setenv("T1_KEY", "sk-test-never-in-manifest")
+    cfg = load_config(write(tmp_path, GOOD))
+    text = repr(resolved_dict(cfg)) + repr(cfg)
+    assert "sk-test-never-in-manifest" not in text
+    assert resolved_dict(cfg)["models"][1]["api_key_env"] == "T1_KEY"
+
+
+def test_host_policies(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    pols = host_policies(cfg)
+    assert pols["127.0.0.1:9"].rate == 1 and pols["127.0.0.1:9"].period_s == 2.0
+    assert pols["127.0.0.1:9"].concurrency == 2 and pols["127.0.0.1:9"].retry_unknown_outcome is False
+    assert pols["nominatim.openstreetmap.org"].rate == 1 and pols["nominatim.openstreetmap.org"].concurrency == 1
+
+
+def test_estimate_matches_hand_computation(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    prompt = "x" * 300  # 300 // 3 + 16 = 116 tokens; + 1600 with an image
+    planned = [{"model": "a", "prompt": prompt, "image_id": "1"}] * 30 + [{"model": "b", "prompt": prompt}] * 10
+    est = estimate(cfg, planned)
+    assert est.calls == 40
+    assert est.input_tokens == 30 * 1716 + 10 * 116
+    # a: expected output 50 tokens; b: no expected -> max_output_tokens 200
+    assert est.output_tokens == 30 * 50 + 10 * 200
+    cost_a = 30 * (1716 * 1.0 + 50 * 4.0) / 1e6
+    cost_b = 10 * (116 * 2.0 + 200 * 8.0) / 1e6
+    assert math.isclose(est.cost_usd, cost_a + cost_b)
+    worst_a = 30 * (math.ceil(1716 * 1.25) * 1.0 + 100 * 4.0) / 1e6
+    worst_b = 10 * (math.ceil(116 * 1.25) * 2.0 + 200 * 8.0) / 1e6
+    assert math.isclose(est.worst_case_usd, worst_a + worst_b)
+    # a: min(10/s, 4 / 0.5 s = 8/s) -> 30 / 8; b: min(0.5/s, 2 / 2 s = 1/s) -> 10 / 0.5 = 20 s (the slowest)
+    assert math.isclose(est.by_model["a"].duration_s, 30 / 8)
+    assert math.isclose(est.duration_s, 20.0)
+    assert est.within_cap
+
+
+def test_is_sampled_is_deterministic_and_has_the_rate():
+    keys = [f"trial-{i}" for i in range(6000)]
+    draws = [is_sampled(k, 1 / 3, seed=11) for k in keys]
+    assert draws == [is_sampled(k, 1 / 3, seed=11) for k in keys]
+    # two-sided binomial test against p = 1/3 (scipy)
+    assert stats.binomtest(sum(draws), len(draws), 1 / 3).pvalue > 0.001
+    assert all(is_sampled(k, 1.0) for k in keys[:10]) and not any(is_sampled(k, 0.0) for k in keys[:10])
+    other = [is_sampled(k, 1 / 3, seed=12) for k in keys]
+    assert other != draws
+
+
+def test_config_from_dict_rejects_non_table():
+    with pytest.raises(ConfigError):
+        config_from_dict([1, 2])  # type: ignore[arg-type]
