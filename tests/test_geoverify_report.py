@@ -1,0 +1,63 @@
+"""GeoVerify report: Table 12 layout in Markdown/CSV/terminal and the psychometric PNG."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from PIL import Image as PILImage
+
+from geoagent.data.importer import import_release
+from geoagent.geoverify.aggregate import GeoVerifyAggregator
+from geoagent.geoverify.score import scored_rows_from_release
+from geoagent.report import geoverify as R
+
+
+@pytest.fixture(scope="module")
+def scores(release_dir):
+    agg = GeoVerifyAggregator()
+    agg.update(scored_rows_from_release(import_release(release_dir)))
+    return agg.scores()
+
+
+def test_csv_values_and_layout(scores):
+    rows = list(csv.reader(io.StringIO(R.render_csv(scores))))
+    header = rows[0]
+    assert header[:2] == ["section", "row"]
+    assert header[2:] == ["claude-haiku-4-5", "gemini-flash", "qwen3-vl-235b", "qwen3-vl-8b", "pooled"]
+    by_label = {r[1]: dict(zip(header[2:], r[2:])) for r in rows[1:]}
+    # rows of Table 12, in order
+    labels = [r[1] for r in rows[1:]]
+    want = ["H (signal accepted)", "F (decoy accepted)", "control: swapped image", "control: gray field",
+            "0.15–0.3 km", "0.3–0.7 km", "0.7–1.5 km", "1.5–3.0 km", "3.0–6.0 km", "delta_1",
+            "nearest band", "farthest band", "median", "share >= 0.8"]
+    assert [lab for lab in labels if lab in want] == want
+    for m, s in scores.items():
+        assert float(by_label["H (signal accepted)"][m]) == pytest.approx(s.h)
+        assert float(by_label["F (decoy accepted)"][m]) == pytest.approx(s.f)
+        assert float(by_label["0.15–0.3 km"][m]) == pytest.approx(s.bands[0].d_prime)
+        assert float(by_label["farthest band"][m]) == pytest.approx(s.bands[-1].c)
+        assert by_label["delta_1"][m] == (s.delta_1 or "none")
+        assert by_label["control: swapped image"][m] == ""  # the sample has no control arms
+        assert by_label["pre-registered"][m] == s.readout.verdict
+
+
+def test_markdown_and_terminal(scores):
+    md = R.render_markdown(scores)
+    head = md.splitlines()[0]
+    assert head.count("|") == len(scores) + 2 and "pooled" in head
+    assert f"{100 * scores['pooled'].h:.1f} %" in md
+    txt = R.render_terminal(scores)
+    assert "GeoVerify" in txt and "qwen3-vl-8b" in txt and "\x1b[" not in txt
+    assert R.render_markdown({}).startswith("_no scored")
+
+
+def test_write_report_repeatedly(scores, tmp_path):
+    for _ in range(2):  # live refresh: same call again overwrites atomically
+        paths = R.write_report(scores, tmp_path)
+    assert set(paths) == {"md", "csv", "txt", "png"}
+    with PILImage.open(paths["png"]) as im:
+        assert im.format == "PNG" and im.size[0] > 300
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert R.write_report({}, tmp_path / "empty").keys() == {"md", "csv", "txt"}
