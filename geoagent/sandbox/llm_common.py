@@ -199,7 +199,7 @@ async def read_json(request: web.Request) -> tuple[Any, str | None]:
 
 def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[str] | None = None) -> None:
     """``python -m geoagent.sandbox.llm_<api> --port N [--log calls.jsonl] [--seed S] [--api-key K ...]
-    [--fault-rate R --fault-kinds 429,500,...]``: serve the fake on 127.0.0.1 until killed."""
+    [--fault-rate R --fault-kinds 429,500,... --fault-retry-after-s S]``: serve the fake on 127.0.0.1 until killed."""
     ap = argparse.ArgumentParser(prog=prog, description="Local fake LLM API server (loopback only).")
     ap.add_argument("--host", default="127.0.0.1", help="bind address (loopback only by default)")
     ap.add_argument("--port", type=int, required=True)
@@ -209,10 +209,11 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     ap.add_argument("--fault-rate", type=float, default=0.0, help="fraction of requests that get a fault")
     ap.add_argument("--fault-kinds", default=None, help="comma-separated subset of 429,500,503,timeout,reset,malformed")
     ap.add_argument("--fault-seed", type=int, default=0)
+    ap.add_argument("--fault-retry-after-s", type=float, default=1.0, help="Retry-After of injected 429s (s)")
     args = ap.parse_args(argv)
     faults = None
     if args.fault_rate > 0 or args.fault_kinds:
-        kw: dict[str, Any] = {"rate": args.fault_rate, "seed": args.fault_seed}
+        kw: dict[str, Any] = {"rate": args.fault_rate, "seed": args.fault_seed, "retry_after_s": args.fault_retry_after_s}
         if args.fault_kinds:
             kw["kinds"] = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
         faults = FaultConfig(**kw)

@@ -115,15 +115,17 @@ def responder_names() -> list[str]:
     return [n for n, _, _ in _RESPONDERS]
 
 
-def load_builtin_responders() -> list[str]:
+def load_builtin_responders(modules: tuple[str, ...] | None = None) -> list[str]:
     """Import the task modules that register responders; return the ones that loaded.
+
+    ``modules`` defaults to :data:`BUILTIN_RESPONDER_MODULES`.
 
     A module that does not exist is skipped; one that exists but fails to import with ``ImportError``
     is skipped with a warning. Other exceptions propagate (a bug in a task module must surface).
     """
     global _BUILTINS_LOADED
     loaded = []
-    for mod in BUILTIN_RESPONDER_MODULES:
+    for mod in BUILTIN_RESPONDER_MODULES if modules is None else modules:
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:
