@@ -1,0 +1,302 @@
+"""Mapillary Graph API v4 client: bbox image search with quadrant splitting, single images, thumbnails.
+
+Sources: Mapillary API documentation and FAQ (https://www.mapillary.com/developer/api-documentation),
+the official mapillary-python-sdk field list, api-notes.md section 6.
+
+* ``GET {base}/images?fields=...&bbox=west,south,east,north&limit=N`` (longitude first). ``fields`` is
+  always explicit: only the listed fields come back. ``limit`` is at most 2,000 and bbox search does not
+  paginate, so a response holding ``limit`` images may be truncated: the box is split into four
+  quadrants and each is searched again; the same happens when a dense box fails with a 5xx (after the
+  HTTP layer's retries). Boxes stop splitting at ``min_box_deg`` (then :class:`MapillaryError`).
+* The token goes in ``Authorization: OAuth <token>`` (never in the URL, so it is never logged).
+* Errors are Graph-style ``{"error": {"message", "type", "code", "error_subcode", "fbtrace_id"}}``,
+  possibly inside an HTTP 200: checked before ``data``.
+* ``captured_at`` is milliseconds since the epoch; geometries are GeoJSON ``[lon, lat]``.
+* ``thumb_*_url`` are signed CDN URLs that expire: fetch them per image right before downloading
+  (:meth:`MapillaryClient.fresh_thumb_url`) and download at once.
+
+Policy (``mapillary``/``thumbnails`` defaults in the crawl settings): the search API allows 10,000
+requests per minute per app; we stay far below (20/s, 8 in flight).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from geoagent.clients.overpass import host_of
+from geoagent import constants as C
+from geoagent.geo import haversine_km
+from geoagent.paths import safe_image_id
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
+
+MAX_LIMIT = 2000
+SEARCH_FIELDS = ("id", "computed_geometry", "geometry", "captured_at", "is_pano", "camera_type", "compass_angle")
+PANO_CAMERA_TYPES = frozenset({"equirectangular", "spherical"})
+
+
+class MapillaryError(RuntimeError):
+    """A Mapillary request failed, or answered an error object / unexpected shape."""
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class MapillaryImage:
+    """Metadata of one image. ``lat``/``lon`` are the camera position (computed geometry when present,
+    else the raw GPS geometry), degrees; ``captured_at_ms`` epoch milliseconds; ``compass_angle`` degrees."""
+
+    image_id: str
+    lat: float
+    lon: float
+    captured_at_ms: int | None
+    is_pano: bool
+    camera_type: str | None
+    compass_angle: float | None
+    thumb_url: str | None = None
+
+    @property
+    def perspective(self) -> bool:
+        """Not a panorama (``is_pano`` false and not an equirectangular/spherical camera)."""
+        return not self.is_pano and (self.camera_type or "perspective") not in PANO_CAMERA_TYPES
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image_id": self.image_id, "lat": self.lat, "lon": self.lon, "captured_at_ms": self.captured_at_ms,
+                "is_pano": self.is_pano, "camera_type": self.camera_type, "compass_angle": self.compass_angle}
+
+
+def _point(geom: Any) -> tuple[float, float] | None:
+    if not isinstance(geom, dict) or geom.get("type") != "Point":
+        return None
+    c = geom.get("coordinates")
+    if not isinstance(c, list) or len(c) < 2:
+        return None
+    try:
+        lon, lat = float(c[0]), float(c[1])
+    except (TypeError, ValueError):
+        return None
+    if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+        return None
+    return lat, lon
+
+
+def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> MapillaryImage | None:
+    """Parse one image object; None when the id is not digits or there is no usable position."""
+    try:
+        image_id = safe_image_id(obj.get("id", ""))
+    except ValueError:
+        return None
+    pt = _point(obj.get("computed_geometry")) or _point(obj.get("geometry"))
+    if pt is None:
+        return None
+    cap = obj.get("captured_at")
+    try:
+        cap_ms = int(cap) if cap is not None else None
+    except (TypeError, ValueError):
+        cap_ms = None
+    ang = obj.get("compass_angle")
+    try:
+        angle = float(ang) if ang is not None else None
+    except (TypeError, ValueError):
+        angle = None
+    thumb = obj.get(thumb_field) if thumb_field else None
+    return MapillaryImage(image_id, pt[0], pt[1], cap_ms, bool(obj.get("is_pano", False)), obj.get("camera_type"),
+                          angle, thumb if isinstance(thumb, str) else None)
+
+
+def bbox_around(lat: float, lon: float, radius_m: float) -> tuple[float, float, float, float]:
+    """Box ``(west, south, east, north)`` in degrees enclosing the circle of ``radius_m`` around a point.
+
+    The longitude half-width is taken at the pole-ward edge, so every point within ``radius_m`` lies
+    inside the box."""
+    dlat = math.degrees(radius_m / 1000.0 / C.EARTH_RADIUS_KM)
+    far_lat = min(89.9, abs(lat) + dlat)
+    dlon = dlat / max(1e-6, math.cos(math.radians(far_lat)))
+    return (lon - dlon, lat - dlat, lon + dlon, lat + dlat)
+
+
+def quadrants(bbox: tuple[float, float, float, float]) -> list[tuple[float, float, float, float]]:
+    """Split ``(west, south, east, north)`` into its four quadrants (SW, SE, NW, NE)."""
+    w, s, e, n = bbox
+    mx, my = (w + e) / 2, (s + n) / 2
+    return [(w, s, mx, my), (mx, s, e, my), (w, my, mx, n), (mx, my, e, n)]
+
+
+def _server_error(exc: RetriesExhausted) -> bool:
+    return bool(re.match(r"http 5\d\d", exc.last or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageCount:
+    """Images within a radius: all of them and the perspective (non-panorama) ones."""
+
+    total: int
+    perspective: int
+
+
+class MapillaryClient:
+    """Async Mapillary Graph API v4 client.
+
+    Parameters
+    ----------
+    http : geoagent.runtime.http.HttpClient
+    base_url : str
+        ``https://graph.mapillary.com`` or a sandbox URL.
+    token : str
+        Client token ``MLY|...`` (from the environment; never logged).
+    user_agent : str
+        Descriptive UA with contact.
+    limit : int
+        Page size of bbox searches, at most 2,000.
+    min_box_deg : float
+        Smallest box side (degrees) that is still split when full or failing.
+    """
+
+    def __init__(self, http: Any, base_url: str, token: str, user_agent: str, *, policy: HostPolicy | None = None,
+                 thumb_policy: HostPolicy | None = None, limit: int = MAX_LIMIT, min_box_deg: float = 1e-4) -> None:
+        if not 1 <= limit <= MAX_LIMIT:
+            raise ValueError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
+        if not token:
+            raise ValueError("a Mapillary access token is required")
+        self.http = http
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self.user_agent = user_agent
+        self.limit = limit
+        self.min_box_deg = min_box_deg
+        self.thumb_policy = thumb_policy
+        self.host = host_of(self.base_url)
+        self.requests_made = 0
+        self.splits = 0
+        if policy is not None:
+            http.set_policy(self.host, policy)
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"OAuth {self._token}", "User-Agent": self.user_agent, "Accept": "application/json"}
+
+    def _decode(self, body: bytes) -> Any:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise MapillaryError(f"Mapillary answered non-JSON: {body[:200]!r}") from None
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            err = data["error"]
+            raise MapillaryError(f"Mapillary error {err.get('code')}: {err.get('message')}", code=err.get("code"))
+        return data
+
+    async def _search_once(self, bbox: tuple[float, float, float, float], fields: tuple[str, ...],
+                           extra: dict[str, str]) -> list[dict[str, Any]]:
+        w, s, e, n = bbox
+        params = {"fields": ",".join(fields), "bbox": f"{w:.7f},{s:.7f},{e:.7f},{n:.7f}", "limit": str(self.limit), **extra}
+        self.requests_made += 1
+        try:
+            resp = await self.http.request("GET", f"{self.base_url}/images", params=params, headers=self._headers())
+        except PermanentHTTPError as e:
+            try:
+                self._decode(e.body_excerpt.encode())
+            except MapillaryError as me:
+                raise MapillaryError(f"HTTP {e.status}: {me}", code=me.code) from None
+            raise
+        data = self._decode(resp.body)
+        rows = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            raise MapillaryError(f"Mapillary JSON without a data list: {resp.text[:200]!r}")
+        return rows
+
+    async def search_images(self, bbox: tuple[float, float, float, float], *, fields: tuple[str, ...] = SEARCH_FIELDS,
+                            is_pano: bool | None = None, thumb_field: str | None = None) -> list[MapillaryImage]:
+        """All images in ``bbox`` = ``(west, south, east, north)`` degrees, splitting full or failing boxes.
+
+        Raises
+        ------
+        MapillaryError
+            Error objects, bad shapes, or a box still full/failing at ``min_box_deg``.
+        geoagent.runtime.http.RetriesExhausted
+            429 or connection failures that outlived the retries (5xx leads to a split instead).
+        """
+        fields = tuple(dict.fromkeys(fields + ((thumb_field,) if thumb_field else ())))
+        extra = {} if is_pano is None else {"is_pano": "true" if is_pano else "false"}
+        seen: dict[str, MapillaryImage] = {}
+        stack = [bbox]
+        while stack:
+            box = stack.pop()
+            small = (box[2] - box[0]) <= self.min_box_deg or (box[3] - box[1]) <= self.min_box_deg
+            try:
+                rows = await self._search_once(box, fields, extra)
+            except RetriesExhausted as e:
+                if not _server_error(e):
+                    raise
+                if small:
+                    raise MapillaryError(f"Mapillary keeps failing on a minimal box {box}: {e.last}") from None
+                self.splits += 1
+                stack.extend(quadrants(box))
+                continue
+            if len(rows) >= self.limit:
+                if small:
+                    raise MapillaryError(f"Mapillary box {box} is still full ({len(rows)}) at the minimum size")
+                self.splits += 1
+                stack.extend(quadrants(box))
+                continue
+            for r in rows:
+                img = parse_image(r, thumb_field) if isinstance(r, dict) else None
+                if img is not None:
+                    seen.setdefault(img.image_id, img)  # quadrant edges may repeat an image
+        return sorted(seen.values(), key=lambda i: int(i.image_id))
+
+    async def images_within(self, lat: float, lon: float, radius_m: float, *, thumb_field: str | None = None,
+                            is_pano: bool | None = None) -> list[tuple[MapillaryImage, float]]:
+        """Images whose camera lies within ``radius_m`` of a point, with their haversine distance (m),
+        nearest first."""
+        found = await self.search_images(bbox_around(lat, lon, radius_m), is_pano=is_pano, thumb_field=thumb_field)
+        out = []
+        for img in found:
+            d_m = haversine_km(lat, lon, img.lat, img.lon) * 1000.0
+            if d_m <= radius_m:
+                out.append((img, d_m))
+        out.sort(key=lambda t: (t[1], int(t[0].image_id)))
+        return out
+
+    async def count_images_within(self, lat: float, lon: float, radius_m: float) -> CoverageCount:
+        """Coverage: images within ``radius_m`` (all, and perspective only)."""
+        imgs = await self.images_within(lat, lon, radius_m)
+        return CoverageCount(len(imgs), sum(1 for i, _ in imgs if i.perspective))
+
+    async def image(self, image_id: str, fields: tuple[str, ...]) -> dict[str, Any]:
+        """``GET {base}/{image_id}?fields=...``: one bare image object (only the listed fields)."""
+        iid = safe_image_id(image_id)
+        resp = await self.http.request("GET", f"{self.base_url}/{iid}", params={"fields": ",".join(fields)},
+                                       headers=self._headers())
+        data = self._decode(resp.body)
+        if not isinstance(data, dict) or str(data.get("id")) != iid:
+            raise MapillaryError(f"Mapillary image {iid}: unexpected body {resp.text[:200]!r}")
+        return data
+
+    async def fresh_thumb_url(self, image_id: str, thumb_field: str = "thumb_1024_url") -> str:
+        """A just-issued signed thumbnail URL for ``image_id`` (they expire, so ask right before use)."""
+        data = await self.image(image_id, ("id", thumb_field))
+        url = data.get(thumb_field)
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise MapillaryError(f"Mapillary image {image_id} has no {thumb_field}")
+        return url
+
+    async def download_thumbnail(self, image_id: str, thumb_field: str = "thumb_1024_url") -> bytes:
+        """Fetch a fresh thumbnail URL and download it at once; returns the JPEG bytes.
+
+        Raises
+        ------
+        MapillaryError
+            When the body is not a JPEG (e.g. an expired-URL error page).
+        """
+        url = await self.fresh_thumb_url(image_id, thumb_field)
+        if self.thumb_policy is not None:
+            self.http.set_policy(host_of(url), self.thumb_policy)
+        resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent})
+        if not resp.body.startswith(b"\xff\xd8"):
+            raise MapillaryError(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})")
+        return resp.body

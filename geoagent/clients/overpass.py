@@ -1,0 +1,193 @@
+"""OSM Overpass API client (``/api/interpreter`` with ``[out:json]``, ``/api/status``).
+
+Source: Overpass user manual ("Commons"), overpy, api-notes.md section 1. Usage policy (encoded as the
+``overpass`` default in :data:`geoagent.crawl.settings.DEFAULT_POLICIES`): each IP has 2 query slots,
+and the guideline is under ~10,000 requests and ~1 GB a day; no scraping by stitching boxes. So: at
+most 2 queries in flight, one new query every 10 s, a small ``[timeout:]`` in every query, and a look
+at ``/api/status`` before querying when no slot is free.
+
+Failure shapes handled: a 200 whose JSON carries a top-level ``remark`` starting ``runtime error``
+(query timed out or ran out of memory) is a failure, never an empty result (:class:`OverpassRuntimeError`);
+400 with an HTML page of parse errors (:class:`OverpassQueryError`, permanent); 429/502/503/504 are
+retried by the HTTP layer; any non-JSON body where JSON was expected is an :class:`OverpassError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError
+
+
+class OverpassError(RuntimeError):
+    """An Overpass request failed (retryable unless a subclass says otherwise)."""
+
+
+class OverpassRuntimeError(OverpassError):
+    """HTTP 200 with ``remark: "runtime error: ..."``: the (possibly empty) elements are not an answer."""
+
+    def __init__(self, remark: str, n_elements: int) -> None:
+        self.remark = remark
+        self.n_elements = n_elements
+        super().__init__(f"Overpass runtime error ({n_elements} partial elements discarded): {remark}")
+
+
+class OverpassQueryError(OverpassError):
+    """HTTP 400: the query does not parse (permanent; the messages come from the HTML error page)."""
+
+    def __init__(self, messages: list[str], body_excerpt: str) -> None:
+        self.messages = messages
+        super().__init__("Overpass rejected the query: " + ("; ".join(messages) or body_excerpt))
+
+
+def host_of(url: str) -> str:
+    """``hostname:port`` when the URL names a port, else ``hostname`` (the HttpClient policy key)."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"not an absolute URL: {url!r}")
+    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+
+
+@dataclass(frozen=True, slots=True)
+class OverpassStatus:
+    """Parsed ``/api/status``: slot quota, free slots now, and seconds until the next slot frees up."""
+
+    rate_limit: int | None
+    slots_available: int
+    wait_s: list[float]
+
+    @property
+    def next_free_s(self) -> float:
+        """Seconds until a slot is free (0 when one is free now)."""
+        if self.slots_available > 0 or not self.wait_s:
+            return 0.0
+        return min(self.wait_s)
+
+
+_ERR_P = re.compile(r'<strong[^>]*>\s*Error\s*</strong>\s*:\s*(.*?)</p>', re.S | re.I)
+
+
+def parse_status(text: str) -> OverpassStatus:
+    """Parse the plain-text ``/api/status`` report (keys on ``Rate limit:``, ``slots available now`` and
+    ``in N seconds``, like the parsers in the wild)."""
+    rate = None
+    m = re.search(r"^Rate limit:\s*(\d+)", text, re.M)
+    if m:
+        rate = int(m.group(1))
+    m = re.search(r"^(\d+)\s+slots? available now", text, re.M)
+    free = int(m.group(1)) if m else 0
+    waits = [float(x) for x in re.findall(r"in\s+(-?\d+)\s+seconds", text)]
+    return OverpassStatus(rate, free, [max(0.0, w) for w in waits])
+
+
+def parse_error_page(page: str) -> list[str]:
+    """Messages of an Overpass HTML error page (``<p><strong ...>Error</strong>: line N: ...</p>``)."""
+    return [html.unescape(re.sub(r"<[^>]+>", "", m)).strip() for m in _ERR_P.findall(page)]
+
+
+def check_remark(data: dict[str, Any]) -> None:
+    """Raise :class:`OverpassRuntimeError` if ``data['remark']`` reports a runtime error or timeout.
+
+    Informational ``runtime remark:`` texts pass."""
+    remark = data.get("remark")
+    if not remark:
+        return
+    text = str(remark)
+    low = text.lower()
+    if "runtime error" in low or "timed out" in low or "out of memory" in low:
+        raise OverpassRuntimeError(text, len(data.get("elements") or []))
+
+
+class OverpassClient:
+    """Async client of one Overpass instance.
+
+    Parameters
+    ----------
+    http : geoagent.runtime.http.HttpClient
+        The process-wide HTTP client (rate limits, retries, Retry-After).
+    base_url : str
+        The API root, e.g. ``https://overpass-api.de/api`` (``/interpreter`` and ``/status`` are appended).
+    user_agent : str
+        Descriptive User-Agent with a contact (from ``[crawl] contact``).
+    policy : HostPolicy or None
+        Installed for the host if given (the usage-policy default comes from the crawl settings).
+    check_slots : bool
+        Read ``/api/status`` before each query and wait (up to ``max_slot_wait_s``) when no slot is free.
+    """
+
+    def __init__(self, http: Any, base_url: str, user_agent: str, *, policy: HostPolicy | None = None,
+                 check_slots: bool = True, max_slot_wait_s: float = 120.0) -> None:
+        self.http = http
+        self.base_url = base_url.rstrip("/")
+        self.user_agent = user_agent
+        self.check_slots = check_slots
+        self.max_slot_wait_s = max_slot_wait_s
+        self.host = host_of(self.base_url)
+        if policy is not None:
+            http.set_policy(self.host, policy)
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        return {"User-Agent": self.user_agent, "Accept": accept}
+
+    async def status(self) -> OverpassStatus:
+        """GET ``/status`` and parse it."""
+        resp = await self.http.request("GET", f"{self.base_url}/status", headers=self._headers("text/plain"))
+        return parse_status(resp.text)
+
+    async def wait_for_slot(self) -> OverpassStatus:
+        """Wait until ``/status`` reports a free slot (at most ``max_slot_wait_s`` s in total)."""
+        waited = 0.0
+        while True:
+            st = await self.status()
+            if st.slots_available > 0:
+                return st
+            delay = min(max(st.next_free_s, 1.0), self.max_slot_wait_s - waited)
+            if delay <= 0:
+                raise OverpassError(f"no free Overpass slot after {waited:.0f} s")
+            await asyncio.sleep(delay)
+            waited += delay
+
+    async def interpreter(self, query: str) -> dict[str, Any]:
+        """POST an ``[out:json]`` Overpass QL query (form field ``data``) and return the parsed JSON.
+
+        Raises
+        ------
+        OverpassRuntimeError
+            200 with a runtime-error/timeout ``remark``.
+        OverpassQueryError
+            400 (syntax error); permanent.
+        OverpassError
+            Non-JSON body, or JSON that is not an object with ``elements``.
+        geoagent.runtime.http.RetriesExhausted
+            429/5xx/timeouts that outlived the host policy's retries.
+        """
+        if "[out:json]" not in query:
+            raise ValueError("Overpass queries must request [out:json]")
+        if self.check_slots:
+            await self.wait_for_slot()
+        try:
+            resp = await self.http.request(
+                "POST", f"{self.base_url}/interpreter", data={"data": query},
+                headers=self._headers("application/json"),
+            )
+        except PermanentHTTPError as e:
+            if e.status == 400:
+                # the HTTP layer keeps only a body excerpt, so the messages may be cut off
+                raise OverpassQueryError(parse_error_page(e.body_excerpt), e.body_excerpt[:300]) from None
+            raise
+        ctype = resp.headers.get("Content-Type", resp.headers.get("content-type", ""))
+        try:
+            data = orjson.loads(resp.body)
+        except orjson.JSONDecodeError:
+            raise OverpassError(f"Overpass answered {ctype or 'no content type'} that is not JSON: {resp.text[:200]!r}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("elements", None), list):
+            raise OverpassError(f"Overpass JSON without an 'elements' list: {resp.text[:200]!r}")
+        check_remark(data)
+        return data

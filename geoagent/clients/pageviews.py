@@ -1,0 +1,99 @@
+"""Wikimedia pageviews REST client (per-article totals over a date range).
+
+Source: Wikimedia AQS REST docs (``/metrics/pageviews/per-article``), api-notes.md section 4.
+URL: ``{base}/metrics/pageviews/per-article/{project}/{access}/{agent}/{article}/{granularity}/{start}/{end}``
+with the title's spaces as underscores and every reserved character (``/`` too) percent-encoded.
+Days with zero views are omitted from ``items``; a 404 means no data in the whole range and is read as
+0 views, not a failure. Policy (``pageviews`` default in the crawl settings): descriptive User-Agent,
+a few requests at once; results for past days never change, so the caller may cache them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from geoagent.clients.overpass import host_of
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError
+
+
+class PageviewsError(RuntimeError):
+    """A pageviews request failed or answered an unexpected shape."""
+
+
+_DATE = re.compile(r"^[0-9]{8}([0-9]{2})?$")
+
+
+def article_path(title: str) -> str:
+    """Encode an article title for the URL path (spaces -> underscores, ``/`` -> ``%2F``)."""
+    if not title or not title.strip():
+        raise ValueError("empty article title")
+    return quote(title.strip().replace(" ", "_"), safe="")
+
+
+@dataclass(frozen=True, slots=True)
+class PageviewTotal:
+    """Total views of one article over a range and the number of days with data."""
+
+    article: str
+    views: int
+    days_with_data: int
+
+
+class PageviewsClient:
+    """Async client of the pageviews REST API.
+
+    Parameters
+    ----------
+    http : geoagent.runtime.http.HttpClient
+    base_url : str
+        ``https://wikimedia.org/api/rest_v1`` or a sandbox URL.
+    user_agent : str
+        Descriptive UA with contact (Wikimedia User-Agent policy).
+    """
+
+    def __init__(self, http: Any, base_url: str, user_agent: str, *, policy: HostPolicy | None = None,
+                 project: str = "en.wikipedia", access: str = "all-access", agent: str = "user") -> None:
+        self.http = http
+        self.base_url = base_url.rstrip("/")
+        self.user_agent = user_agent
+        self.project, self.access, self.agent = project, access, agent
+        self.host = host_of(self.base_url)
+        if policy is not None:
+            http.set_policy(self.host, policy)
+
+    def url(self, title: str, start: str, end: str, granularity: str = "daily") -> str:
+        for name, d in (("start", start), ("end", end)):
+            if not _DATE.match(d):
+                raise ValueError(f"{name} must be YYYYMMDD or YYYYMMDDHH, got {d!r}")
+        return (f"{self.base_url}/metrics/pageviews/per-article/{self.project}/{self.access}/{self.agent}/"
+                f"{article_path(title)}/{granularity}/{start}/{end}")
+
+    async def total(self, title: str, start: str, end: str) -> PageviewTotal:
+        """Sum of daily views of ``title`` from ``start`` to ``end`` (inclusive, ``YYYYMMDD``).
+
+        Raises
+        ------
+        PageviewsError
+            On a body that is not the documented ``{"items": [...]}`` shape.
+        geoagent.runtime.http.PermanentHTTPError
+            On 4xx other than 404 (404 is read as 0 views).
+        """
+        try:
+            resp = await self.http.request("GET", self.url(title, start, end),
+                                           headers={"User-Agent": self.user_agent, "Accept": "application/json"})
+        except PermanentHTTPError as e:
+            if e.status == 404:
+                return PageviewTotal(title, 0, 0)
+            raise
+        try:
+            data = orjson.loads(resp.body)
+            items = data["items"]
+            views = sum(int(it["views"]) for it in items)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise PageviewsError(f"pageviews answered an unexpected body: {resp.text[:200]!r}") from None
+        return PageviewTotal(title, views, len(items))

@@ -1,0 +1,326 @@
+"""Wikidata Query Service (SPARQL) client: one query at a time, a query-time budget, Retry-After honoured.
+
+Sources: W3C SPARQL 1.1 Query Results JSON Format; WDQS User Manual ("Query limits"); Wikitech
+"Wikidata Query Service/Technical interactions"; api-notes.md section 2. Policy encoded here and in
+:data:`geoagent.crawl.settings.DEFAULT_POLICIES` (``wdqs``):
+
+* one query in flight per client (an ``asyncio.Lock``; WMF asks for one request at a time);
+* a client gets 60 s of query processing per 60 s: :class:`QueryTimeBudget` delays the next query
+  while the wall time of this client's queries in the last 60 s exceeds the budget;
+* HTTP 429 carries ``Retry-After`` (seconds): the HTTP layer pauses the host for that long; if the
+  retries run out the client raises :class:`WdqsThrottled` and refuses to send anything until the
+  ``Retry-After`` has passed (60 s when absent): ignoring 429s gets a client banned for 24 h;
+* a query timeout shows up as a non-JSON body (``java.util.concurrent.TimeoutException``) or as JSON
+  that stops midway followed by a stack trace: both raise :class:`WdqsTimeout`.
+
+Every binding value in the results is a string (numbers included), and unbound OPTIONAL variables are
+absent from a binding; the parsers below never rely on ``datatype``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from geoagent.clients.overpass import host_of
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
+
+ENTITY_PREFIX = "http://www.wikidata.org/entity/"
+
+
+class WdqsError(RuntimeError):
+    """A WDQS request failed."""
+
+
+class WdqsTimeout(WdqsError):
+    """The query hit the 60 s server deadline (non-JSON or truncated-JSON answer)."""
+
+
+class WdqsThrottled(WdqsError):
+    """429 persisted; do not query again for ``retry_after_s`` seconds."""
+
+    def __init__(self, retry_after_s: float, detail: str = "") -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(f"WDQS throttled this client; retry after {retry_after_s:.0f} s {detail}".strip())
+
+
+class WdqsQueryError(WdqsError):
+    """400: malformed SPARQL (permanent)."""
+
+
+class QueryTimeBudget:
+    """Sliding-window budget of query wall time: at most ``budget_s`` seconds per ``window_s``.
+
+    Parameters
+    ----------
+    budget_s : float
+        Seconds of query time allowed per window (WDQS: 60 s per 60 s).
+    window_s : float
+        Window length in seconds.
+    clock : callable
+        Monotonic clock in seconds (injectable for tests).
+    """
+
+    def __init__(self, budget_s: float = 60.0, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget_s = budget_s
+        self.window_s = window_s
+        self.clock = clock
+        self._spent: deque[tuple[float, float]] = deque()  # (end time, duration s)
+
+    def record(self, start: float, end: float) -> None:
+        """Account one query that ran from ``start`` to ``end`` (clock seconds)."""
+        self._spent.append((end, max(0.0, end - start)))
+
+    def used_s(self, now: float | None = None) -> float:
+        """Query seconds spent in the window ending ``now``."""
+        now = self.clock() if now is None else now
+        while self._spent and self._spent[0][0] <= now - self.window_s:
+            self._spent.popleft()
+        return sum(d for _, d in self._spent)
+
+    def delay_s(self, now: float | None = None) -> float:
+        """Seconds to wait before the next query may start (0 when under budget)."""
+        now = self.clock() if now is None else now
+        used = self.used_s(now)
+        if used < self.budget_s:
+            return 0.0
+        # wait until enough old queries leave the window to bring usage under budget
+        excess = used - self.budget_s
+        freed = 0.0
+        for end, dur in self._spent:
+            freed += dur
+            if freed > excess:
+                return max(0.0, end + self.window_s - now)
+        return self.window_s
+
+
+@dataclass(frozen=True, slots=True)
+class WdEntity:
+    """One Wikidata item from a geo query.
+
+    ``dist_km`` is the service's distance from the query centre (km); ``sitelinks`` may be None when
+    the query did not ask for it; ``type_qid``/``type_label`` are set by the site-candidate query.
+    """
+
+    qid: str
+    label: str
+    lat: float
+    lon: float
+    dist_km: float | None
+    sitelinks: int | None = None
+    type_qid: str | None = None
+    type_label: str | None = None
+    enwiki_title: str | None = None
+
+
+_POINT = re.compile(r"Point\(\s*(-?[0-9.eE+-]+)\s+(-?[0-9.eE+-]+)\s*\)")
+
+
+def _value(binding: dict[str, Any], var: str) -> str | None:
+    v = binding.get(var)
+    if not isinstance(v, dict):
+        return None
+    val = v.get("value")
+    return val if isinstance(val, str) else None
+
+
+def qid_from_uri(uri: str | None) -> str | None:
+    """``http://www.wikidata.org/entity/Q42`` -> ``Q42`` (None for anything else)."""
+    if not uri or not uri.startswith(ENTITY_PREFIX):
+        return None
+    q = uri[len(ENTITY_PREFIX):]
+    return q if re.fullmatch(r"Q[1-9][0-9]*", q) else None
+
+
+def parse_point(wkt: str | None) -> tuple[float, float] | None:
+    """WKT ``Point(LON LAT)`` (longitude first) -> ``(lat, lon)``."""
+    if not wkt:
+        return None
+    m = _POINT.search(wkt)
+    if not m:
+        return None
+    lon, lat = float(m.group(1)), float(m.group(2))
+    if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+        return None
+    return lat, lon
+
+
+def entity_from_binding(b: dict[str, Any]) -> WdEntity | None:
+    """Parse one binding of the geo queries below; None if it lacks an item or a usable coordinate."""
+    qid = qid_from_uri(_value(b, "item"))
+    pt = parse_point(_value(b, "coord"))
+    if qid is None or pt is None:
+        return None
+    dist = _value(b, "dist")
+    links = _value(b, "links")
+    label = _value(b, "itemLabel") or qid
+    try:
+        dist_km = float(dist) if dist is not None else None
+    except ValueError:
+        dist_km = None
+    try:
+        n_links = int(float(links)) if links is not None else None
+    except ValueError:
+        n_links = None
+    return WdEntity(qid, label, pt[0], pt[1], dist_km, n_links, qid_from_uri(_value(b, "type")),
+                    _value(b, "typeLabel"), _value(b, "title"))
+
+
+def around_query(lat: float, lon: float, radius_km: float, *, limit: int, offset: int, lang: str = "en") -> str:
+    """SPARQL for ALL items with coordinates within ``radius_km`` (Sec. 3.3), one page.
+
+    Ordered by item IRI (a stable order unrelated to fame, so paging never truncates toward famous
+    items), with sitelinks and the English Wikipedia title when present."""
+    return f"""SELECT ?item ?itemLabel ?coord ?dist ?links ?title WHERE {{
+  SERVICE wikibase:around {{
+    ?item wdt:P625 ?coord .
+    bd:serviceParam wikibase:center "Point({lon:.6f} {lat:.6f})"^^geo:wktLiteral .
+    bd:serviceParam wikibase:radius "{radius_km:g}" .
+    bd:serviceParam wikibase:distance ?dist .
+  }}
+  OPTIONAL {{ ?item wikibase:sitelinks ?links . }}
+  OPTIONAL {{ ?article schema:about ?item ; schema:isPartOf <https://{lang}.wikipedia.org/> ; schema:name ?title . }}
+  SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{lang},mul". }}
+}} ORDER BY ?item ?coord LIMIT {int(limit)} OFFSET {int(offset)}"""
+
+
+def site_candidates_query(lat: float, lon: float, radius_km: float, type_qids: Sequence[str], max_sitelinks: int,
+                          *, limit: int, offset: int, lang: str = "en") -> str:
+    """SPARQL for items within ``radius_km`` that are instances (or subclass instances) of one of
+    ``type_qids`` and have at most ``max_sitelinks`` sitelinks (Sec. 3.2.1), one page."""
+    for q in type_qids:
+        if not re.fullmatch(r"Q[1-9][0-9]*", q):
+            raise ValueError(f"not a QID: {q!r}")
+    values = " ".join(f"wd:{q}" for q in type_qids)
+    return f"""SELECT ?item ?itemLabel ?coord ?dist ?links ?type ?typeLabel WHERE {{
+  SERVICE wikibase:around {{
+    ?item wdt:P625 ?coord .
+    bd:serviceParam wikibase:center "Point({lon:.6f} {lat:.6f})"^^geo:wktLiteral .
+    bd:serviceParam wikibase:radius "{radius_km:g}" .
+    bd:serviceParam wikibase:distance ?dist .
+  }}
+  VALUES ?type {{ {values} }}
+  ?item wdt:P31/wdt:P279* ?type .
+  ?item wikibase:sitelinks ?links .
+  FILTER(?links <= {int(max_sitelinks)})
+  SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{lang},mul". }}
+}} ORDER BY ?item ?type LIMIT {int(limit)} OFFSET {int(offset)}"""
+
+
+class WdqsClient:
+    """Async WDQS client.
+
+    Parameters
+    ----------
+    http : geoagent.runtime.http.HttpClient
+    endpoint : str
+        ``https://query.wikidata.org/sparql`` or a sandbox URL.
+    user_agent : str
+        Descriptive UA with contact (Wikimedia User-Agent policy).
+    policy : HostPolicy, optional
+        Installed for the host if given.
+    budget_s, window_s : float
+        Query-time budget (60 s of processing per 60 s).
+    default_retry_after_s : float
+        Wait after a 429 that carried no ``Retry-After`` (WMF advice: 60 s).
+    """
+
+    def __init__(self, http: Any, endpoint: str, user_agent: str, *, policy: HostPolicy | None = None,
+                 budget_s: float = 60.0, window_s: float = 60.0, default_retry_after_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.http = http
+        self.endpoint = endpoint
+        self.user_agent = user_agent
+        self.host = host_of(endpoint)
+        self.budget = QueryTimeBudget(budget_s, window_s, clock)
+        self.default_retry_after_s = default_retry_after_s
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._not_before = 0.0
+        self.queries_sent = 0
+        if policy is not None:
+            http.set_policy(self.host, policy)
+
+    async def select(self, query: str) -> list[dict[str, Any]]:
+        """Run a SELECT query (POST, form field ``query``) and return ``results.bindings``.
+
+        Raises
+        ------
+        WdqsThrottled
+            429 outlived the retries; the client also refuses further queries until it has passed.
+        WdqsTimeout
+            Server deadline hit (non-JSON, truncated JSON, or a TimeoutException 5xx).
+        WdqsQueryError
+            400 (permanent).
+        """
+        async with self._lock:  # one query at a time per client
+            wait = max(self._not_before - self._clock(), self.budget.delay_s())
+            if wait > 0:
+                await asyncio.sleep(wait)
+            start = self._clock()
+            try:
+                self.queries_sent += 1
+                resp = await self.http.request(
+                    "POST", self.endpoint, data={"query": query},
+                    headers={"User-Agent": self.user_agent, "Accept": "application/sparql-results+json"},
+                )
+            except PermanentHTTPError as e:
+                if e.status == 400:
+                    raise WdqsQueryError(f"WDQS rejected the query: {e.body_excerpt[:300]}") from None
+                raise
+            except RetriesExhausted as e:
+                if e.retry_after_s is not None or "429" in e.last:
+                    ra = e.retry_after_s if e.retry_after_s is not None else self.default_retry_after_s
+                    self._not_before = self._clock() + ra
+                    raise WdqsThrottled(ra, f"({e.last})") from None
+                if "TimeoutException" in e.last:
+                    raise WdqsTimeout(f"WDQS query timed out: {e.last}") from None
+                raise
+            finally:
+                self.budget.record(start, self._clock())
+        try:
+            data = orjson.loads(resp.body)
+        except orjson.JSONDecodeError:
+            excerpt = resp.text[:300]
+            raise WdqsTimeout(f"WDQS answered non-JSON (query deadline hit?): {excerpt!r}") from None
+        try:
+            bindings = data["results"]["bindings"]
+        except (KeyError, TypeError):
+            raise WdqsError(f"WDQS JSON without results.bindings: {resp.text[:200]!r}") from None
+        if not isinstance(bindings, list):
+            raise WdqsError("WDQS results.bindings is not a list")
+        return bindings
+
+    async def _paged(self, make_query: Callable[[int, int], str], page_size: int) -> list[WdEntity]:
+        out: list[WdEntity] = []
+        offset = 0
+        while True:
+            rows = await self.select(make_query(page_size, offset))
+            for b in rows:
+                e = entity_from_binding(b)
+                if e is not None:
+                    out.append(e)
+            if len(rows) < page_size:
+                return out
+            offset += page_size
+
+    async def entities_around(self, lat: float, lon: float, radius_km: float, *, page_size: int = 500) -> list[WdEntity]:
+        """Every item with a coordinate within ``radius_km`` (all pages; duplicates by QID possible when
+        an item has several coordinates or articles)."""
+        return await self._paged(lambda lim, off: around_query(lat, lon, radius_km, limit=lim, offset=off), page_size)
+
+    async def site_candidates(self, lat: float, lon: float, radius_km: float, type_qids: Sequence[str],
+                              max_sitelinks: int, *, page_size: int = 1000) -> list[WdEntity]:
+        """Items of the photographable types within ``radius_km`` with at most ``max_sitelinks``
+        sitelinks (all pages; one row per matching type)."""
+        return await self._paged(
+            lambda lim, off: site_candidates_query(lat, lon, radius_km, type_qids, max_sitelinks, limit=lim, offset=off),
+            page_size,
+        )

@@ -1,0 +1,217 @@
+"""Local fake of the Mapillary Graph API v4 (``/images`` bbox search, ``/{id}``, expiring thumbnails).
+
+Wire format per api-notes.md section 6: ``GET /images?fields=...&bbox=west,south,east,north&limit=N``
+answers ``{"data": [...]}`` holding ONLY the requested fields (``id`` as a digit string,
+``computed_geometry``/``geometry`` GeoJSON points ``[lon, lat]``, ``captured_at`` epoch ms,
+``compass_angle``, ``is_pano``, ``camera_type``, ``thumb_*_url``); no pagination; at most ``limit``
+(<= 2,000) results, so a full page means "there may be more". ``GET /{id}?fields=...`` answers the bare
+object. Errors are Graph-style ``{"error": {"message", "type", "code", "error_subcode", "fbtrace_id"}}``.
+
+Failure shapes: no token -> 401 ``OAuthException`` code 190; unknown field, ``limit`` > 2,000 or a bbox
+over ``max_bbox_deg2`` -> 400; a "dense" box (more than ``dense_threshold`` images) -> 500 (the client
+must split it); thumbnail URLs carry an expiry (``ttl_s``) and a signature: an expired or forged one
+gets 403 with a text body. Thumbnails are JPEGs rendered on demand whose mean grey level is the image's
+``brightness`` (so the brightness filter has something real to measure).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from geoagent.sandbox.faults import FaultConfig, fault_middleware
+
+KNOWN_FIELDS = frozenset({
+    "id", "geometry", "computed_geometry", "captured_at", "compass_angle", "computed_compass_angle", "is_pano",
+    "camera_type", "thumb_256_url", "thumb_1024_url", "thumb_2048_url", "thumb_original_url", "sequence",
+    "height", "width", "quality_score", "creator",
+})
+THUMB_SIZES = {"thumb_256_url": 256, "thumb_1024_url": 1024, "thumb_2048_url": 2048, "thumb_original_url": 2048}
+
+
+@dataclass
+class FakeImage:
+    """One image of the fake: camera position (degrees), capture time (epoch ms), and the mean grey
+    level (0-255) its rendered thumbnail will have."""
+
+    image_id: str
+    lat: float
+    lon: float
+    captured_at_ms: int = 1_700_000_000_000
+    compass_angle: float = 0.0
+    is_pano: bool = False
+    camera_type: str = "perspective"
+    brightness: float = 140.0
+    sequence: str = "seq0"
+
+
+@dataclass
+class MapillaryFakeState:
+    images: list[FakeImage] = field(default_factory=list)
+    dense_threshold: int = 10_000
+    max_bbox_deg2: float = 0.01
+    ttl_s: float = 600.0
+    thumb_px: int = 64  # rendered edge length (kept small: tests and the demo stay fast)
+    secret: bytes = b"sandbox-cdn-secret"
+    search_requests: list[str] = field(default_factory=list)
+    thumb_requests: list[str] = field(default_factory=list)
+    image_requests: list[str] = field(default_factory=list)
+    _jpeg_cache: dict[str, bytes] = field(default_factory=dict)
+
+    def by_id(self) -> dict[str, FakeImage]:
+        return {i.image_id: i for i in self.images}
+
+
+MAPILLARY_STATE: web.AppKey[MapillaryFakeState] = web.AppKey("mapillary_state", MapillaryFakeState)
+
+
+def graph_error(status: int, message: str, code: int, etype: str = "OAuthException", subcode: int = 0) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": etype, "code": code, "error_subcode": subcode,
+                                        "error_user_msg": "", "fbtrace_id": "AsandboxTRACE0"}}, status=status)
+
+
+def render_thumbnail(image_id: str, brightness: float, px: int = 64) -> bytes:
+    """A deterministic JPEG (``px`` x ``px``, RGB) whose grey mean is close to ``brightness`` (0-255):
+    a textured street-like pattern seeded by the image id, shifted to the target mean."""
+    from PIL import Image
+
+    rng = random.Random(int(hashlib.sha256(image_id.encode()).hexdigest()[:12], 16))
+    amp = min(40.0, brightness, 255.0 - brightness)
+    pix = []
+    for y in range(px):
+        for x in range(px):
+            v = brightness + amp * (((x // 8 + y // 8) % 2) * 2 - 1) * 0.6 + rng.uniform(-amp, amp) * 0.4
+            g = max(0, min(255, int(round(v))))
+            pix.append((g, max(0, min(255, g + 6)), max(0, min(255, g - 6))))
+    img = Image.new("RGB", (px, px))
+    img.putdata(pix)
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _authorised(request: web.Request) -> bool:
+    auth = request.headers.get("Authorization", "")
+    return auth.startswith("OAuth MLY|") or request.query.get("access_token", "").startswith("MLY|")
+
+
+def _sign(st: MapillaryFakeState, image_id: str, size: int, exp: int) -> str:
+    return hmac.new(st.secret, f"{image_id}:{size}:{exp}".encode(), "sha256").hexdigest()[:32]
+
+
+def _render(request: web.Request, st: MapillaryFakeState, img: FakeImage, fields: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields:
+        if f == "id":
+            out["id"] = img.image_id
+        elif f in ("geometry", "computed_geometry"):
+            out[f] = {"type": "Point", "coordinates": [img.lon, img.lat]}
+        elif f == "captured_at":
+            out[f] = img.captured_at_ms
+        elif f in ("compass_angle", "computed_compass_angle"):
+            out[f] = img.compass_angle
+        elif f == "is_pano":
+            out[f] = img.is_pano
+        elif f == "camera_type":
+            out[f] = img.camera_type
+        elif f == "sequence":
+            out[f] = img.sequence
+        elif f in THUMB_SIZES:
+            exp = int(time.time() + st.ttl_s)
+            size = THUMB_SIZES[f]
+            base = f"{request.scheme}://{request.host}"
+            out[f] = f"{base}/cdn/{img.image_id}/{size}.jpg?exp={exp}&sig={_sign(st, img.image_id, size, exp)}"
+    return out
+
+
+def _fields(request: web.Request) -> list[str] | web.Response:
+    raw = request.query.get("fields", "id")
+    fields = [f.strip() for f in raw.split(",") if f.strip()]
+    bad = [f for f in fields if f not in KNOWN_FIELDS]
+    if bad:
+        return graph_error(400, f"Tried accessing nonexisting field ({bad[0]}) on node type (Image)", 100, "GraphMethodException")
+    return fields
+
+
+async def _images(request: web.Request) -> web.Response:
+    st = request.app[MAPILLARY_STATE]
+    if not _authorised(request):
+        return graph_error(401, "An access token is required to request this resource.", 190)
+    st.search_requests.append(request.query_string)
+    fields = _fields(request)
+    if isinstance(fields, web.Response):
+        return fields
+    try:
+        limit = int(request.query.get("limit", "2000"))
+        w, s, e, n = (float(x) for x in request.query["bbox"].split(","))
+    except (KeyError, ValueError):
+        return graph_error(400, "Invalid parameter: bbox must be west,south,east,north and limit an integer", 100, "GraphMethodException")
+    if not 1 <= limit <= 2000:
+        return graph_error(400, "Invalid parameter: limit must be between 1 and 2000", 100, "GraphMethodException")
+    if not (w < e and s < n and -180 <= w and e <= 180 and -90 <= s and n <= 90):
+        return graph_error(400, "Invalid parameter: bbox", 100, "GraphMethodException")
+    if (e - w) * (n - s) > st.max_bbox_deg2:
+        return graph_error(400, "Bounding box too large; split it into smaller tiles", 100, "GraphMethodException")
+    pano = request.query.get("is_pano")
+    hits = [i for i in st.images if w <= i.lon <= e and s <= i.lat <= n
+            and (pano is None or i.is_pano == (pano == "true"))]
+    if len(hits) > st.dense_threshold:
+        return graph_error(500, "Please reduce the amount of data you're asking for, then retry your request", 1,
+                           "OAuthException")
+    hits.sort(key=lambda i: int(i.image_id))
+    return web.json_response({"data": [_render(request, st, i, fields) for i in hits[:limit]]})
+
+
+async def _one(request: web.Request) -> web.Response:
+    st = request.app[MAPILLARY_STATE]
+    if not _authorised(request):
+        return graph_error(401, "An access token is required to request this resource.", 190)
+    iid = request.match_info["image_id"]
+    st.image_requests.append(iid)
+    fields = _fields(request)
+    if isinstance(fields, web.Response):
+        return fields
+    img = st.by_id().get(iid)
+    if img is None:
+        return graph_error(404, f"Unsupported get request. Object with ID '{iid}' does not exist", 100, "GraphMethodException", 33)
+    return web.json_response(_render(request, st, img, fields))
+
+
+async def _cdn(request: web.Request) -> web.Response:
+    st = request.app[MAPILLARY_STATE]
+    iid, size = request.match_info["image_id"], int(request.match_info["size"])
+    st.thumb_requests.append(iid)
+    try:
+        exp = int(request.query["exp"])
+        sig = request.query["sig"]
+    except (KeyError, ValueError):
+        return web.Response(status=403, text="Bad URL hash", content_type="text/plain")
+    if not hmac.compare_digest(sig, _sign(st, iid, size, exp)):
+        return web.Response(status=403, text="Bad URL hash", content_type="text/plain")
+    if time.time() > exp:
+        return web.Response(status=403, text="URL signature expired", content_type="text/plain")
+    img = st.by_id().get(iid)
+    if img is None:
+        return web.Response(status=404, text="Not Found", content_type="text/plain")
+    key = f"{iid}:{st.thumb_px}"
+    if key not in st._jpeg_cache:
+        st._jpeg_cache[key] = render_thumbnail(iid, img.brightness, st.thumb_px)
+    return web.Response(body=st._jpeg_cache[key], content_type="image/jpeg")
+
+
+def make_app(images: list[FakeImage] | None = None, *, faults: FaultConfig | None = None,
+             state: MapillaryFakeState | None = None, dense_threshold: int = 10_000, ttl_s: float = 600.0) -> web.Application:
+    """Build the fake Graph API app (``/images``, ``/{image_id}``) and its thumbnail CDN (``/cdn/...``)."""
+    app = web.Application(middlewares=[fault_middleware(faults)] if faults is not None else [])
+    app[MAPILLARY_STATE] = state or MapillaryFakeState(images=list(images or []), dense_threshold=dense_threshold, ttl_s=ttl_s)
+    app.router.add_get("/images", _images)
+    app.router.add_get("/cdn/{image_id:[0-9]+}/{size:[0-9]+}.jpg", _cdn)
+    app.router.add_get("/{image_id:[0-9]+}", _one)
+    return app

@@ -1,0 +1,212 @@
+"""Local fake of the Wikidata Query Service SPARQL endpoint (JSON results), with its failure shapes.
+
+It answers the two geo queries the project sends (:func:`geoagent.clients.wdqs.around_query` and
+:func:`~geoagent.clients.wdqs.site_candidates_query`): it reads the ``wikibase:around`` centre
+(``Point(LON LAT)``, longitude first) and radius (km), an optional ``VALUES ?type {...}`` with
+``wdt:P31/wdt:P279*`` (instances of subclasses count), an optional ``FILTER(?links <= N)``, and
+``LIMIT``/``OFFSET``; rows are ordered by item IRI. Answers follow the W3C SPARQL 1.1 JSON results
+format: every value a string, ``type`` uri/literal, ``datatype`` or ``xml:lang``, unbound OPTIONAL
+variables absent. Content type ``application/sparql-results+json``.
+
+Failure shapes (fields of :class:`WdqsFakeState` at ``app[WDQS_STATE]``): ``throttle_next`` answers
+that many queries with 429 + ``Retry-After: retry_after_s``; a second query arriving while one from
+the same User-Agent is in flight also gets 429 (one query at a time); a query sent before a previous
+429's ``Retry-After`` expired is counted in ``ignored_retry_after`` (the real service bans such clients);
+``timeout_next`` answers with the Blazegraph TimeoutException as text/plain 500 (``timeout_mode="500"``)
+or as JSON cut midway followed by a stack trace (``"truncated"``); a generic or contact-less User-Agent
+gets 403 (Wikimedia User-Agent policy); unparseable queries get 400 ``MalformedQueryException``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from geoagent.sandbox.faults import FaultConfig, fault_middleware
+from geoagent.sandbox.overpass import ua_problem
+
+ENTITY = "http://www.wikidata.org/entity/"
+XSD = "http://www.w3.org/2001/XMLSchema#"
+WKT = "http://www.opengis.net/ont/geosparql#wktLiteral"
+
+
+@dataclass
+class FakeEntity:
+    """An item of the fake: coordinates in degrees, direct ``P31`` classes, sitelink count, enwiki title."""
+
+    qid: str
+    label: str
+    lat: float
+    lon: float
+    sitelinks: int = 0
+    instance_of: tuple[str, ...] = ()
+    title: str | None = None
+
+
+@dataclass
+class WdqsFakeState:
+    entities: list[FakeEntity] = field(default_factory=list)
+    #: class QID -> its direct superclasses (``wdt:P279``)
+    subclass_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    class_labels: dict[str, str] = field(default_factory=dict)
+    latency_s: float = 0.0
+    throttle_next: int = 0
+    retry_after_s: int = 2
+    timeout_next: int = 0
+    timeout_mode: str = "500"  # or "truncated"
+    queries: list[str] = field(default_factory=list)
+    in_flight: dict[str, int] = field(default_factory=dict)
+    max_in_flight: int = 0
+    blocked_until: dict[str, float] = field(default_factory=dict)
+    ignored_retry_after: int = 0
+    throttled: int = 0
+
+
+WDQS_STATE: web.AppKey[WdqsFakeState] = web.AppKey("wdqs_state", WdqsFakeState)
+
+_CENTER = re.compile(r'wikibase:center\s+"Point\(\s*(-?[0-9.]+)\s+(-?[0-9.]+)\s*\)"')
+_RADIUS = re.compile(r'wikibase:radius\s+"([0-9.]+)"')
+_VALUES = re.compile(r"VALUES\s+\?type\s*\{([^}]*)\}")
+_FILTER = re.compile(r"FILTER\s*\(\s*\?links\s*<=\s*([0-9]+)\s*\)")
+_LIMIT = re.compile(r"LIMIT\s+([0-9]+)")
+_OFFSET = re.compile(r"OFFSET\s+([0-9]+)")
+
+
+def _km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2
+    return 2 * 6371.0088 * math.asin(min(1.0, math.sqrt(a)))
+
+
+def _closure(cls: str, sub: dict[str, tuple[str, ...]]) -> set[str]:
+    seen, stack = set(), [cls]
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        stack.extend(sub.get(c, ()))
+    return seen
+
+
+def _lit(value: Any, dtype: str | None = None, lang: str | None = None) -> dict[str, str]:
+    d = {"type": "literal", "value": str(value)}
+    if dtype:
+        d["datatype"] = dtype
+    elif lang:
+        d["xml:lang"] = lang
+    return d
+
+
+def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Evaluate one supported query against the fake's entities; ``ValueError`` if unsupported."""
+    c = _CENTER.search(query)
+    r = _RADIUS.search(query)
+    if not c or not r or "wdt:P625" not in query:
+        raise ValueError("only wikibase:around geo queries over wdt:P625 are supported by this fake")
+    lon0, lat0, radius = float(c.group(1)), float(c.group(2)), float(r.group(1))
+    vm = _VALUES.search(query)
+    types = re.findall(r"wd:(Q[0-9]+)", vm.group(1)) if vm else None
+    fm = _FILTER.search(query)
+    max_links = int(fm.group(1)) if fm else None
+    lm, om = _LIMIT.search(query), _OFFSET.search(query)
+    limit = int(lm.group(1)) if lm else None
+    offset = int(om.group(1)) if om else 0
+    rows: list[tuple[str, str, dict[str, Any]]] = []
+    for e in st.entities:
+        d = _km(lat0, lon0, e.lat, e.lon)
+        if d > radius:
+            continue
+        if max_links is not None and e.sitelinks > max_links:
+            continue
+        b: dict[str, Any] = {
+            "item": {"type": "uri", "value": ENTITY + e.qid},
+            "itemLabel": _lit(e.label, lang="en"),
+            "coord": _lit(f"Point({e.lon} {e.lat})", WKT),
+            "dist": _lit(f"{d:.3f}", XSD + "double"),
+            "links": _lit(e.sitelinks, XSD + "integer"),
+        }
+        if types is None:
+            if e.title:
+                b["title"] = _lit(e.title, lang="en")
+            rows.append((ENTITY + e.qid, "", b))
+            continue
+        classes: set[str] = set()
+        for c0 in e.instance_of:
+            classes |= _closure(c0, st.subclass_of)
+        for t in types:
+            if t in classes:
+                bt = dict(b)
+                bt["type"] = {"type": "uri", "value": ENTITY + t}
+                bt["typeLabel"] = _lit(st.class_labels.get(t, t), lang="en")
+                rows.append((ENTITY + e.qid, ENTITY + t, bt))
+    rows.sort(key=lambda x: (x[0], x[1]))
+    sel = rows[offset: offset + limit if limit is not None else None]
+    head = ["item", "itemLabel", "coord", "dist", "links"] + (["title"] if types is None else ["type", "typeLabel"])
+    return head, [b for _, _, b in sel]
+
+
+async def _sparql(request: web.Request) -> web.StreamResponse:
+    st = request.app[WDQS_STATE]
+    ua = request.headers.get("User-Agent", "")
+    problem = ua_problem(ua)
+    if problem:
+        return web.Response(status=403, text=f"Forbidden. Please comply with the User-Agent policy: {problem}\n",
+                            content_type="text/plain")
+    if request.method == "GET":
+        query = request.query.get("query", "")
+    else:
+        form = await request.post()
+        query = str(form.get("query", ""))
+    now = time.monotonic()
+    if st.blocked_until.get(ua, 0.0) > now:
+        st.ignored_retry_after += 1
+    if st.in_flight.get(ua, 0) >= 1 or st.throttle_next > 0:
+        if st.throttle_next > 0:
+            st.throttle_next -= 1
+        st.throttled += 1
+        st.blocked_until[ua] = now + st.retry_after_s
+        return web.Response(status=429, text="Too Many Requests - Please retry in %d seconds.\n" % st.retry_after_s,
+                            headers={"Retry-After": str(st.retry_after_s)}, content_type="text/plain")
+    st.in_flight[ua] = st.in_flight.get(ua, 0) + 1
+    st.max_in_flight = max(st.max_in_flight, st.in_flight[ua])
+    try:
+        st.queries.append(query)
+        if st.latency_s:
+            await asyncio.sleep(st.latency_s)
+        if st.timeout_next > 0:
+            st.timeout_next -= 1
+            trace = ("SPARQL-QUERY: queryStr=" + query[:80] + "\njava.util.concurrent.TimeoutException\n"
+                     "\tat java.util.concurrent.FutureTask.get(FutureTask.java:205)\n")
+            if st.timeout_mode == "truncated":
+                head, rows = answer(st, query)
+                full = orjson.dumps({"head": {"vars": head}, "results": {"bindings": rows}}).decode()
+                return web.Response(text=full[: max(40, len(full) // 2)] + "\n" + trace,
+                                    content_type="application/sparql-results+json")
+            return web.Response(status=500, text=trace, content_type="text/plain")
+        try:
+            head, rows = answer(st, query)
+        except ValueError as e:
+            return web.Response(status=400, text=f"MalformedQueryException: {e}\n", content_type="text/plain")
+        body = orjson.dumps({"head": {"vars": head}, "results": {"bindings": rows}})
+        return web.Response(body=body, content_type="application/sparql-results+json")
+    finally:
+        st.in_flight[ua] -= 1
+
+
+def make_app(entities: list[FakeEntity] | None = None, *, subclass_of: dict[str, tuple[str, ...]] | None = None,
+             class_labels: dict[str, str] | None = None, faults: FaultConfig | None = None,
+             state: WdqsFakeState | None = None) -> web.Application:
+    """Build the fake WDQS app serving ``/sparql`` (GET ``?query=`` or POST form ``query=``)."""
+    app = web.Application(middlewares=[fault_middleware(faults)] if faults is not None else [])
+    app[WDQS_STATE] = state or WdqsFakeState(entities=list(entities or []), subclass_of=dict(subclass_of or {}),
+                                             class_labels=dict(class_labels or {}))
+    app.router.add_route("*", "/sparql", _sparql)
+    return app

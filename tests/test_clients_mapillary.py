@@ -1,0 +1,124 @@
+"""Mapillary client against the local Graph API v4 fake (full pages and 5xx split into quadrants)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import random
+
+import pytest
+from PIL import Image, ImageStat
+
+from geoagent.clients.mapillary import MapillaryClient, MapillaryError, bbox_around, parse_image, quadrants
+from geoagent.geo import haversine_km
+from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
+from geoagent.sandbox import mapillary as fake
+from geoagent.sandbox.server import serve
+
+UA = "geoagent-test/0.1 (contact: mailto:test@example.org)"
+TOKEN = "MLY|123|secretsecret"
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=5)
+LAT0, LON0 = 52.37, 4.895
+
+
+def _images(n=600, seed=4, spread=0.006):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        out.append(fake.FakeImage(image_id=str(10**14 + i * 7919), lat=LAT0 + rng.uniform(-spread, spread),
+                                  lon=LON0 + rng.uniform(-spread, spread), is_pano=(i % 5 == 0),
+                                  camera_type="equirectangular" if i % 5 == 0 else rng.choice(["perspective", "fisheye"]),
+                                  compass_angle=rng.uniform(0, 360), captured_at_ms=1_600_000_000_000 + i * 1000,
+                                  brightness=rng.choice([40.0, 120.0, 200.0])))
+    return out
+
+
+async def _run(app, fn, limit=2000, token=TOKEN):
+    async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+        c = MapillaryClient(http, base, token, UA, limit=limit)
+        return await fn(c), c
+
+
+def test_bbox_search_returns_requested_fields():
+    imgs = _images(80)
+    app = fake.make_app(imgs)
+    box = bbox_around(LAT0, LON0, 1000)
+    got, c = asyncio.run(_run(app, lambda c: c.search_images(box)))
+    assert {g.image_id for g in got} == {i.image_id for i in imgs}
+    q = app[fake.MAPILLARY_STATE].search_requests[0]
+    assert "fields=id%2Ccomputed_geometry" in q or "fields=id,computed_geometry" in q
+    assert "access_token" not in q  # the token travels in the Authorization header
+    g0 = next(g for g in got if g.image_id == imgs[3].image_id)
+    assert (g0.lat, g0.lon) == pytest.approx((imgs[3].lat, imgs[3].lon))  # [lon, lat] parsed correctly
+    assert g0.captured_at_ms == imgs[3].captured_at_ms and g0.compass_angle == pytest.approx(imgs[3].compass_angle)
+
+
+def test_full_page_splits_into_quadrants_without_losing_or_duplicating():
+    imgs = _images(600)
+    app = fake.make_app(imgs)
+    box = bbox_around(LAT0, LON0, 1000)
+    got, c = asyncio.run(_run(app, lambda c: c.search_images(box), limit=100))
+    assert sorted(g.image_id for g in got) == sorted(i.image_id for i in imgs)
+    assert c.splits >= 3 and c.requests_made == 1 + 4 * c.splits
+
+
+def test_dense_box_500_splits():
+    imgs = _images(600)
+    app = fake.make_app(imgs, dense_threshold=200)
+    box = bbox_around(LAT0, LON0, 1000)
+    got, c = asyncio.run(_run(app, lambda c: c.search_images(box)))
+    assert len(got) == 600 and c.splits >= 1
+
+
+def test_dense_point_that_never_splits_enough_fails_loudly():
+    imgs = [fake.FakeImage(image_id=str(1000 + i), lat=LAT0, lon=LON0) for i in range(30)]
+    app = fake.make_app(imgs)
+    with pytest.raises(MapillaryError, match="still full"):
+        asyncio.run(_run(app, lambda c: c.search_images(bbox_around(LAT0, LON0, 50)), limit=10))
+
+
+def test_coverage_count_perspective_within_radius():
+    imgs = _images(400)
+    app = fake.make_app(imgs)
+    cov, _ = asyncio.run(_run(app, lambda c: c.count_images_within(LAT0, LON0, 300)))
+    inside = [i for i in imgs if haversine_km(LAT0, LON0, i.lat, i.lon) * 1000 <= 300]
+    assert cov.total == len(inside) > 0
+    assert cov.perspective == sum(1 for i in inside if not i.is_pano and i.camera_type not in ("equirectangular", "spherical"))
+
+
+def test_thumbnail_download_fresh_url_and_brightness():
+    imgs = _images(10)
+    app = fake.make_app(imgs)
+    data, _ = asyncio.run(_run(app, lambda c: c.download_thumbnail(imgs[2].image_id)))
+    grey = Image.open(io.BytesIO(data)).convert("L")
+    assert abs(ImageStat.Stat(grey).mean[0] - imgs[2].brightness) < 6
+    assert app[fake.MAPILLARY_STATE].image_requests == [imgs[2].image_id]
+
+
+def test_expired_thumbnail_url_is_refused():
+    imgs = _images(3)
+    app = fake.make_app(imgs, ttl_s=-1.0)  # every URL is already expired
+    with pytest.raises(PermanentHTTPError) as ei:
+        asyncio.run(_run(app, lambda c: c.download_thumbnail(imgs[0].image_id)))
+    assert ei.value.status == 403
+
+
+def test_error_objects_and_bad_ids():
+    app = fake.make_app(_images(5))
+
+    async def no_token():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            c = MapillaryClient(http, base, "MLY|x|y", UA)
+            c._token = "nope"
+            return await c.search_images(bbox_around(LAT0, LON0, 100))
+
+    with pytest.raises(MapillaryError) as ei:
+        asyncio.run(no_token())
+    assert ei.value.code == 190
+    with pytest.raises(ValueError):
+        asyncio.run(_run(fake.make_app(_images(5)), lambda c: c.image("../etc/passwd", ("id",))))
+    assert parse_image({"id": "12a", "geometry": {"type": "Point", "coordinates": [1, 2]}}) is None
+    assert parse_image({"id": "12", "geometry": {"type": "Point", "coordinates": [1, 2]}}).lat == 2
+    with pytest.raises(ValueError):
+        MapillaryClient(None, "http://x", TOKEN, UA, limit=2001)
+    assert len(quadrants((0, 0, 2, 2))) == 4

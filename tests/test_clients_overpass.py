@@ -1,0 +1,159 @@
+"""Overpass client against the local fake speaking the real wire format (api-notes.md section 1)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+
+import pytest
+
+from geoagent.clients.overpass import (
+    OverpassClient,
+    OverpassError,
+    OverpassQueryError,
+    OverpassRuntimeError,
+    parse_error_page,
+    parse_status,
+)
+from geoagent.crawl.screener import place_query
+from geoagent.crawl.settings import ScreenerSettings
+from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
+from geoagent.sandbox import overpass as fake
+from geoagent.sandbox.faults import FaultConfig
+from geoagent.sandbox.server import serve
+
+UA = "geoagent-test/0.1 (contact: mailto:test@example.org)"
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=6, backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=5)
+LAT0, LON0 = 48.86, 2.34
+
+
+def _elements(n=120, seed=3):
+    rng = random.Random(seed)
+    els = []
+    for i in range(n):
+        lat, lon = LAT0 + rng.uniform(-0.08, 0.08), LON0 + rng.uniform(-0.12, 0.12)
+        place = rng.choice(["neighbourhood", "suburb", "quarter", "city", "locality"])
+        els.append({"type": "node", "id": 1000 + i, "lat": lat, "lon": lon, "tags": {"place": place, "name": f"P{i}"}})
+    els.append({"type": "node", "id": 5, "lat": LAT0, "lon": LON0})  # untagged node
+    return els
+
+
+def _within(el, r_m=6000):
+    p1, p2 = math.radians(LAT0), math.radians(el["lat"])
+    a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(el["lon"] - LON0) / 2) ** 2
+    return 2 * 6371008.8 * math.asin(math.sqrt(a)) <= r_m
+
+
+async def _with_client(app, fn, **kw):
+    async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+        client = OverpassClient(http, base + "/api", UA, **kw)
+        return await fn(client)
+
+
+def test_place_nodes_within_radius():
+    els = _elements()
+    expected = sorted(e["id"] for e in els if (e.get("tags") or {}).get("place") in {"neighbourhood", "suburb", "quarter"} and _within(e))
+    app = fake.make_app(els)
+    data = asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings()))))
+    assert sorted(e["id"] for e in data["elements"]) == expected
+    assert 10 < len(expected) < len(els)
+    st = app[fake.OVERPASS_STATE]
+    assert st.user_agents == [UA] and st.status_calls == 1  # slots checked before the query
+
+
+def test_swapped_coordinates_find_nothing():
+    """around takes lat then lon; a query built with (lon, lat) lands elsewhere and finds nothing."""
+    app = fake.make_app(_elements())
+    data = asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LON0, LAT0, ScreenerSettings()))))
+    assert data["elements"] == []
+
+
+@pytest.mark.parametrize("mode", ["timeout", "oom"])
+def test_runtime_error_remark_is_a_failure(mode):
+    app = fake.make_app(_elements())
+    app[fake.OVERPASS_STATE].remark_mode = mode
+    with pytest.raises(OverpassRuntimeError) as ei:
+        asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings()))))
+    assert "runtime error" in ei.value.remark
+    assert ei.value.n_elements > 0  # partial elements were present and still not accepted
+
+
+def test_informational_remark_passes():
+    from geoagent.clients.overpass import check_remark
+
+    check_remark({"elements": [], "remark": "runtime remark: Timeout is 25 and maxsize is 536870912."})
+    with pytest.raises(OverpassRuntimeError):
+        check_remark({"elements": [], "remark": 'runtime error: Query timed out in "query" at line 2 after 25 seconds.'})
+
+
+def test_syntax_error_page_is_permanent_with_messages():
+    app = fake.make_app(_elements())
+    with pytest.raises(OverpassQueryError) as ei:
+        asyncio.run(_with_client(app, lambda c: c.interpreter("[out:json][timeout:25];\nrel[foo](1,2,3,4);\nout;")))
+    assert "Error" in str(ei.value)
+    assert app[fake.OVERPASS_STATE].queries  # sent once, not retried
+    page = ('<html><body><p>The data included in this document is from www.openstreetmap.org.</p>\n'
+            '<p><strong style="color:#FF0000">Error</strong>: line 2: parse error: Unknown type &quot;rel&quot;</p>\n'
+            '<p><strong style="color:#FF0000">Error</strong>: line 2: parse error: An empty query is not allowed</p></body></html>')
+    assert parse_error_page(page) == ['line 2: parse error: Unknown type "rel"', "line 2: parse error: An empty query is not allowed"]
+
+
+def test_status_parsing_and_waiting_for_a_slot():
+    text = ("Connected as: 1\nCurrent time: 2025-01-01T12:00:00Z\nRate limit: 2\n"
+            "Slot available after: 2025-01-01T12:16:08Z, in 968 seconds.\n"
+            "Slot available after: 2025-01-01T12:00:08Z, in 8 seconds.\nCurrently running queries (pid, space limit, time limit, start time):\n")
+    st = parse_status(text)
+    assert (st.rate_limit, st.slots_available, st.next_free_s) == (2, 0, 8.0)
+    assert parse_status("Rate limit: 2\n2 slots available now.\n").slots_available == 2
+
+    app = fake.make_app(_elements())
+    app[fake.OVERPASS_STATE].slots_available = 0
+    app[fake.OVERPASS_STATE].slot_wait_s = 1
+
+    async def go(c):
+        async def free_later():
+            await asyncio.sleep(0.3)
+            app[fake.OVERPASS_STATE].slots_available = 1
+        t = asyncio.create_task(free_later())
+        data = await c.interpreter(place_query(LAT0, LON0, ScreenerSettings()))
+        await t
+        return data
+
+    data = asyncio.run(_with_client(app, go))
+    assert data["elements"] and app[fake.OVERPASS_STATE].status_calls >= 2
+    # no slot and no patience: fail before sending the query at all
+    app2 = fake.make_app(_elements())
+    app2[fake.OVERPASS_STATE].slots_available = 0
+    with pytest.raises(OverpassError, match="no free Overpass slot"):
+        asyncio.run(_with_client(app2, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings())), max_slot_wait_s=0.0))
+    assert app2[fake.OVERPASS_STATE].queries == []
+
+
+def test_rate_limited_429_page_without_status_check():
+    app = fake.make_app(_elements())
+    app[fake.OVERPASS_STATE].slots_available = 0
+    from geoagent.runtime.http import RetriesExhausted
+
+    with pytest.raises(RetriesExhausted, match="429"):
+        asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings())), check_slots=False))
+
+
+def test_generic_user_agent_is_refused():
+    app = fake.make_app(_elements())
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            return await OverpassClient(http, base + "/api", "python-requests/2.31", check_slots=False).interpreter(
+                place_query(LAT0, LON0, ScreenerSettings()))
+
+    with pytest.raises(PermanentHTTPError) as ei:
+        asyncio.run(go())
+    assert ei.value.status == 403
+
+
+def test_survives_injected_faults():
+    els = _elements()
+    app = fake.make_app(els, faults=FaultConfig(rate=0.4, kinds=("429", "500", "503"), seed=2, retry_after_s=0.02))
+    data = asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings())), check_slots=False))
+    assert len(data["elements"]) == sum(1 for e in els if (e.get("tags") or {}).get("place") in {"neighbourhood", "suburb", "quarter"} and _within(e))

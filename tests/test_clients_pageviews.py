@@ -1,0 +1,57 @@
+"""Pageviews client against the local REST fake (zero days omitted, 404 = no data)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+from geoagent.clients.pageviews import PageviewsClient, article_path
+from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
+from geoagent.sandbox import pageviews as fake
+from geoagent.sandbox.server import serve
+
+UA = "geoagent-test/0.1 (contact: mailto:test@example.org)"
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=5)
+
+
+async def _run(app, fn, ua=UA):
+    async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+        return await fn(PageviewsClient(http, base, ua))
+
+
+def test_totals_fill_zero_days_and_404_is_zero():
+    app = fake.make_app({"AC/DC_Museum": 10, "Rose_Garden": 3}, zero_every=7)
+
+    async def go(c):
+        return (await c.total("AC/DC Museum", "20240101", "20240131"), await c.total("Rose Garden", "20240101", "20240107"),
+                await c.total("Nobody Reads This", "20240101", "20240131"))
+
+    a, b, z = asyncio.run(_run(app, go))
+    days = (dt.date(2024, 1, 31) - dt.date(2024, 1, 1)).days + 1
+    zero_days = days // 7  # every 7th day has no item
+    assert (a.views, a.days_with_data) == (10 * (days - zero_days), days - zero_days)
+    assert (b.views, b.days_with_data) == (3 * 6, 6)
+    assert (z.views, z.days_with_data) == (0, 0)
+    assert app[fake.PAGEVIEWS_STATE].requests[0] == "AC/DC_Museum"  # the slash travelled as %2F
+
+
+def test_article_encoding_and_bad_input():
+    assert article_path("AC/DC Museum") == "AC%2FDC_Museum"
+    assert article_path("Café de Flore") == "Caf%C3%A9_de_Flore"
+    with pytest.raises(ValueError):
+        article_path("  ")
+    app = fake.make_app({})
+    with pytest.raises(ValueError):
+        asyncio.run(_run(app, lambda c: c.total("X", "2024-01-01", "20240131")))
+
+
+def test_bad_range_is_permanent_and_generic_ua_refused():
+    app = fake.make_app({"X": 1})
+    with pytest.raises(PermanentHTTPError) as ei:
+        asyncio.run(_run(app, lambda c: c.total("X", "20240131", "20240101")))
+    assert ei.value.status == 400
+    with pytest.raises(PermanentHTTPError) as ei:
+        asyncio.run(_run(fake.make_app({"X": 1}), lambda c: c.total("X", "20240101", "20240131"), ua="aiohttp/3.9"))
+    assert ei.value.status == 403

@@ -1,0 +1,153 @@
+"""WDQS client against the local SPARQL fake (W3C JSON results; 429 + Retry-After; timeouts)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+
+import pytest
+
+from geoagent.clients.wdqs import (
+    QueryTimeBudget,
+    WdqsClient,
+    WdqsThrottled,
+    WdqsTimeout,
+    entity_from_binding,
+    parse_point,
+)
+from geoagent.runtime.http import HostPolicy, HttpClient
+from geoagent.sandbox import wdqs as fake
+from geoagent.sandbox.server import serve
+
+UA = "geoagent-test/0.1 (contact: mailto:test@example.org)"
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=3, backoff_base_s=0.01, backoff_max_s=5.0, timeout_s=5)
+LAT0, LON0 = 41.39, 2.17
+MUSEUM, ART_MUSEUM, PARK, HUMAN = "Q33506", "Q207694", "Q22698", "Q5"
+
+
+def _world(n=400, seed=1):
+    rng = random.Random(seed)
+    ents = []
+    for i in range(n):
+        cls = rng.choice([MUSEUM, ART_MUSEUM, PARK, HUMAN])
+        ents.append(fake.FakeEntity(qid=f"Q{100 + i}", label=f"Thing {i}", lat=LAT0 + rng.uniform(-0.07, 0.07),
+                                    lon=LON0 + rng.uniform(-0.09, 0.09), sitelinks=rng.choice([0, 3, 12, 40, 61, 150]),
+                                    instance_of=(cls,), title=f"Thing {i}" if i % 3 else None))
+    return ents
+
+
+def _km(e):
+    p1, p2 = math.radians(LAT0), math.radians(e.lat)
+    a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(e.lon - LON0) / 2) ** 2
+    return 2 * 6371.0088 * math.asin(math.sqrt(a))
+
+
+async def _run(app, fn, policy=FAST, **kw):
+    async with serve(app) as base, HttpClient(default_policy=policy) as http:
+        return await fn(WdqsClient(http, base + "/sparql", UA, **kw))
+
+
+def test_entities_around_paginates_every_item():
+    ents = _world()
+    app = fake.make_app(ents)
+    got = asyncio.run(_run(app, lambda c: c.entities_around(LAT0, LON0, 6.0, page_size=50)))
+    expected = {e.qid for e in ents if _km(e) <= 6.0}
+    assert {g.qid for g in got} == expected and len(got) == len(expected)
+    assert len(expected) > 150  # several pages
+    st = app[fake.WDQS_STATE]
+    assert len(st.queries) == len(expected) // 50 + 1
+    # nothing truncated toward famous items: the high-sitelink ones are there and so are the zeros
+    assert {g.sitelinks for g in got} >= {0, 150}
+    by = {g.qid: g for g in got}
+    e0 = next(e for e in ents if e.qid in by)
+    assert by[e0.qid].lat == pytest.approx(e0.lat) and by[e0.qid].lon == pytest.approx(e0.lon)  # Point(lon lat) parsed
+    assert by[e0.qid].dist_km == pytest.approx(_km(e0), abs=1e-3)
+
+
+def test_site_candidates_types_subclasses_and_sitelink_ceiling():
+    ents = _world()
+    app = fake.make_app(ents, subclass_of={ART_MUSEUM: (MUSEUM,)}, class_labels={MUSEUM: "museum", PARK: "park"})
+    got = asyncio.run(_run(app, lambda c: c.site_candidates(LAT0, LON0, 3.0, [MUSEUM, PARK], 60, page_size=40)))
+    expected = {(e.qid, MUSEUM if e.instance_of[0] in (MUSEUM, ART_MUSEUM) else PARK) for e in ents
+                if _km(e) <= 3.0 and e.sitelinks <= 60 and e.instance_of[0] != HUMAN}
+    assert {(g.qid, g.type_qid) for g in got} == expected
+    assert all(g.sitelinks <= 60 for g in got) and {g.type_label for g in got} == {"museum", "park"}
+    assert any(e.instance_of[0] == ART_MUSEUM for e in ents if (e.qid, MUSEUM) in expected)  # subclass instance kept
+
+
+def test_429_retry_after_is_honoured():
+    app = fake.make_app(_world(50))
+    st = app[fake.WDQS_STATE]
+    st.throttle_next, st.retry_after_s = 1, 1
+    t0 = time.monotonic()
+    got = asyncio.run(_run(app, lambda c: c.entities_around(LAT0, LON0, 6.0)))
+    assert got and st.throttled == 1
+    assert time.monotonic() - t0 >= 0.95  # waited out Retry-After before the retry
+    assert st.ignored_retry_after == 0
+
+
+def test_persistent_429_raises_throttled_and_blocks_the_client():
+    app = fake.make_app(_world(50))
+    st = app[fake.WDQS_STATE]
+    st.throttle_next, st.retry_after_s = 100, 30  # longer than backoff_max_s: give up at once
+
+    async def go(c):
+        with pytest.raises(WdqsThrottled) as ei:
+            await c.entities_around(LAT0, LON0, 6.0)
+        assert ei.value.retry_after_s == 30
+        n = len(st.queries) + st.throttled
+        # the next call must not reach the server before Retry-After has passed
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(c.entities_around(LAT0, LON0, 6.0), 0.3)
+        return n
+
+    n_before = asyncio.run(_run(app, go))
+    assert st.throttled == 1 and n_before == 1 and st.ignored_retry_after == 0
+
+
+@pytest.mark.parametrize("mode", ["500", "truncated"])
+def test_timeouts_raise_wdqs_timeout(mode):
+    app = fake.make_app(_world(50))
+    st = app[fake.WDQS_STATE]
+    st.timeout_next, st.timeout_mode = 100, mode
+    with pytest.raises(WdqsTimeout):
+        asyncio.run(_run(app, lambda c: c.entities_around(LAT0, LON0, 6.0)))
+
+
+def test_one_query_at_a_time_per_client():
+    app = fake.make_app(_world(100))
+    st = app[fake.WDQS_STATE]
+    st.latency_s = 0.05
+
+    async def go(c):
+        await asyncio.gather(*(c.entities_around(LAT0, LON0, r) for r in (1.0, 2.0, 3.0, 4.0, 5.0)))
+
+    asyncio.run(_run(app, go))
+    assert st.max_in_flight == 1 and st.throttled == 0 and len(st.queries) == 5
+
+
+def test_query_time_budget_sliding_window():
+    now = [0.0]
+    b = QueryTimeBudget(budget_s=60.0, window_s=60.0, clock=lambda: now[0])
+    b.record(0.0, 40.0)
+    now[0] = 40.0
+    assert b.delay_s() == 0.0
+    b.record(40.0, 65.0)  # 65 s used within the window ending at 65
+    now[0] = 65.0
+    # the first query (ended at 40) must leave the window: at t = 100 usage drops to 25 s
+    assert b.delay_s() == pytest.approx(35.0)
+    now[0] = 100.0
+    assert b.delay_s() == 0.0 and b.used_s() == pytest.approx(25.0)
+
+
+def test_binding_parsing_is_defensive():
+    assert parse_point("Point(13.38 52.51)") == (52.51, 13.38)
+    assert parse_point("Point(200 10)") is None and parse_point(None) is None
+    b = {"item": {"type": "uri", "value": "http://www.wikidata.org/entity/Q64"},
+         "coord": {"type": "literal", "value": "Point(13.383333 52.516667)"},
+         "dist": {"type": "literal", "value": "0.5"}, "links": {"type": "literal", "value": "250"}}
+    e = entity_from_binding(b)
+    assert (e.qid, e.label, e.sitelinks, e.dist_km) == ("Q64", "Q64", 250, 0.5)  # label falls back to the QID
+    assert entity_from_binding({"item": {"type": "uri", "value": "http://example.org/x"}}) is None
