@@ -41,10 +41,20 @@ class Progress:
         Force the rich display on/off; default: on when stdout is a TTY.
     eta_edge : str or None
         The edge whose pending count drives the ETA (usually ``requests``).
+    http : callable or None
+        Returns per-host HTTP counters (requests, retries, errors by reason): the API error rates.
     """
 
-    def __init__(self, path: Path, spend: SpendFn | None = None, live: bool | None = None, eta_edge: str | None = None):
+    def __init__(
+        self,
+        path: Path,
+        spend: SpendFn | None = None,
+        live: bool | None = None,
+        eta_edge: str | None = None,
+        http: Callable[[], dict[str, Any]] | None = None,
+    ):
         self.path = Path(path)
+        self.http = http
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.spend = spend
         self.eta_edge = eta_edge
@@ -75,6 +85,7 @@ class Progress:
             "queues": {k: asdict(v) for k, v in counts.items()},
             "spend": self.spend() if self.spend else None,
             "eta_s": None if eta is None else round(eta, 1),
+            "http": self.http() if self.http else None,
             "budget_stopped": run.budget_stopped,
             "finished": run.finished_at is not None,
         }

@@ -1,0 +1,153 @@
+"""Command line (``python run.py ...`` or ``geoagent ...``).
+
+Commands
+--------
+run CONFIG        run (or resume) a campaign; ``--simulate`` estimates calls, tokens, USD and time first
+status CONFIG     per-queue ready/leased/done/dead, spend vs cap, calls/s, ETA, last errors
+demo              the embedded default: a small complete campaign offline, through local fake APIs
+crawl CONFIG      the crawl daemon (``--watch`` keeps watching the config for new cities)
+dead CONFIG       list dead-lettered tasks (``--requeue`` puts them back)
+export CONFIG     write results as Parquet and CSV under state/<campaign>/
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+
+def _load(path: str) -> Any:
+    from geoagent.config import load_config
+
+    return load_config(path)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from geoagent.engine import run_campaign
+
+    cfg = _load(args.config)
+    stages = args.stages.split(",") if args.stages else None
+    outcome = anyio.run(
+        lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
+                             only_stages=stages, watch=args.watch)
+    )
+    print(outcome.summary())
+    return outcome.exit_code
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from geoagent.status import campaign_status, format_status
+
+    cfg = _load(args.config)
+    print(format_status(campaign_status(cfg)))
+    return 0
+
+
+def _cmd_dead(args: argparse.Namespace) -> int:
+    from geoagent.status import dead_letters, requeue_dead
+
+    cfg = _load(args.config)
+    if args.requeue:
+        n = requeue_dead(cfg, args.edge)
+        print(f"requeued {n} dead tasks; re-run the campaign to process them")
+        return 0
+    for edge, items in dead_letters(cfg, limit=args.limit).items():
+        for d in items:
+            print(f"{edge}\t{d.key}\tattempts={d.attempts}\t{d.reason}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from geoagent.runtime.export import export_all
+    from geoagent.runtime.store import open_campaign_state
+
+    cfg = _load(args.config)
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
+        for t in export_all(state.store, cfg.state_dir()):
+            print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from geoagent.demo import run_demo
+
+    return run_demo(workdir=Path(args.workdir) if args.workdir else None, live=False if args.no_live else None)
+
+
+def _cmd_crawl(args: argparse.Namespace) -> int:
+    from geoagent.engine import run_campaign
+
+    cfg = _load(args.config)
+    if cfg.campaign.kind != "crawl":
+        print(f"{args.config}: [campaign] kind must be 'crawl' for the crawl command, got {cfg.campaign.kind!r}",
+              file=sys.stderr)
+        return 2
+    outcome = anyio.run(lambda: run_campaign(cfg, live=False if args.no_live else None, watch=args.watch))
+    print(outcome.summary())
+    return outcome.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run.py",
+        description="geoagent: crawl open map/photo APIs and run resumable, cost-capped VLM geolocation campaigns.",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)")
+    r.add_argument("config", help="campaign TOML file")
+    r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend")
+    r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out)")
+    r.add_argument("--watch", action="store_true", help="daemon mode: keep polling queues instead of finishing")
+    r.add_argument("--no-live", action="store_true", help="no live terminal display")
+    r.set_defaults(fn=_cmd_run)
+
+    s = sub.add_parser("status", help="queues, spend vs cap, rates, ETA, last errors")
+    s.add_argument("config")
+    s.set_defaults(fn=_cmd_status)
+
+    d = sub.add_parser("demo", help="offline demo on the embedded default campaign")
+    d.add_argument("--workdir", help="where queues/ and state/ of the demo go (default: a fresh temp folder)")
+    d.add_argument("--no-live", action="store_true")
+    d.set_defaults(fn=_cmd_demo)
+
+    c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders")
+    c.add_argument("config")
+    c.add_argument("--watch", action="store_true", help="keep running and pick up new cities added to the config")
+    c.add_argument("--no-live", action="store_true")
+    c.set_defaults(fn=_cmd_crawl)
+
+    dl = sub.add_parser("dead", help="list (or requeue) dead-lettered tasks")
+    dl.add_argument("config")
+    dl.add_argument("--requeue", action="store_true")
+    dl.add_argument("--edge", help="only this edge")
+    dl.add_argument("--limit", type=int, default=50)
+    dl.set_defaults(fn=_cmd_dead)
+
+    e = sub.add_parser("export", help="export results as Parquet and CSV")
+    e.add_argument("config")
+    e.set_defaults(fn=_cmd_export)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code (see :mod:`geoagent.engine` for campaign codes)."""
+    from geoagent.config import ConfigError
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.fn(args))
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

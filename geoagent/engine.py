@@ -1,0 +1,303 @@
+"""Campaign engine: open the services, plan the work, run the stages, report and export.
+
+``run_campaign(cfg)`` is what ``python run.py run CONFIG`` calls. Re-running it with the same config resumes:
+the plan is re-enqueued idempotently (existing task keys are no-ops), stored responses are never paid for
+twice, and counts and spend are read from the durable queues and ledger, so they are cumulative across
+restarts.
+
+Outcomes and exit codes
+-----------------------
+=================  =====  =====================================================================
+status             code   meaning
+=================  =====  =====================================================================
+complete           0      every planned task reached the end of the pipeline
+incomplete         3      some work is missing (dead-lettered: retries exhausted or permanent error)
+budget exhausted   4      the cost cap stopped dispatching; the rest of the work is reported
+interrupted        130    stopped by SIGINT/SIGTERM; re-run the same command to resume
+=================  =====  =====================================================================
+
+Campaign kinds (``[campaign] kind``) are looked up in :data:`KINDS` and imported lazily.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import importlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from geoagent import __version__
+from geoagent import constants as C
+from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
+from geoagent.runtime.progress import Progress
+from geoagent.runtime.queue import DeadLetter, QueueCounts
+from geoagent.runtime.stage import Message, Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+EXIT_COMPLETE = 0
+EXIT_CONFIG = 2
+EXIT_INCOMPLETE = 3
+EXIT_BUDGET = 4
+EXIT_INTERRUPTED = 130
+
+#: campaign kind -> "module:Class"
+KINDS: dict[str, str] = {
+    "generic": "geoagent.campaigns.generic:GenericCampaign",
+    "geoverify": "geoagent.campaigns.geoverify:GeoVerifyCampaign",
+    "geohint": "geoagent.campaigns.geohint:GeoHintCampaign",
+    "crawl": "geoagent.campaigns.crawl:CrawlCampaign",
+}
+
+
+class CampaignKind(abc.ABC):
+    """One kind of campaign: which stages run, what the planner enqueues, how the report is written."""
+
+    kind: str
+    #: the edge the planner fills
+    plan_edge: str = C.EDGE_REQUESTS
+    #: the edge whose backlog drives the ETA
+    eta_edge: str = C.EDGE_REQUESTS
+
+    @abc.abstractmethod
+    def stages(self, cfg: Any) -> list[Stage]:
+        """The campaign's stages in data-flow order."""
+
+    @abc.abstractmethod
+    async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
+        """Every message of ``plan_edge`` (keys stable across runs, so re-planning is a no-op)."""
+
+    async def report(self, cfg: Any, ctx: StageContext, outcome: "Outcome") -> list[Path]:
+        """Write the campaign's report files under ``state/<campaign>/report``; return their paths."""
+        return []
+
+    def summary_lines(self, cfg: Any, ctx: StageContext, outcome: "Outcome") -> list[str]:
+        """Extra lines for the end-of-run summary."""
+        return []
+
+
+def load_kind(kind: str) -> CampaignKind:
+    """Instantiate the campaign kind ``kind`` (raises ``KeyError`` naming the known kinds)."""
+    try:
+        target = KINDS[kind]
+    except KeyError:
+        raise KeyError(f"unknown campaign kind {kind!r}; known: {sorted(KINDS)}") from None
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)()
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The end of one run of a campaign."""
+
+    campaign: str
+    status: str
+    exit_code: int
+    planned: int
+    counts: dict[str, QueueCounts]
+    spend: dict[str, Any] | None
+    dead: dict[str, list[DeadLetter]] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    report_files: list[Path] = field(default_factory=list)
+    export_files: list[Path] = field(default_factory=list)
+    extra_lines: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> int:
+        """Tasks that ended in a dead-letter queue on any edge (missing results, never wrong answers)."""
+        return sum(c.dead for c in self.counts.values())
+
+    def remaining(self, edge: str = C.EDGE_REQUESTS) -> int:
+        c = self.counts.get(edge)
+        return c.ready + c.leased if c else 0
+
+    def summary(self) -> str:
+        lines = [f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"]
+        lines.append(f"  planned {self.planned} requests")
+        for edge, c in self.counts.items():
+            lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}")
+        if self.spend:
+            s = self.spend
+            lines.append(
+                f"  spend ${s.get('spent_usd', 0.0):.6f} settled + ${s.get('unknown_usd', 0.0):.6f} unknown-outcome"
+                f" of cap ${s.get('cap_usd') or 0.0:.2f}; calls {s.get('calls', 0)}"
+            )
+        if self.status == "budget exhausted":
+            lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
+        if self.missing:
+            lines.append(f"  missing: {self.missing} tasks dead-lettered (see `run.py status`); scorers exclude them")
+            for edge, items in self.dead.items():
+                for d in items[:3]:
+                    lines.append(f"    {edge}/{d.key[:16]}: {d.reason[:160]}")
+        lines.extend(self.extra_lines)
+        for p in self.report_files:
+            lines.append(f"  report: {p}")
+        for p in self.export_files:
+            lines.append(f"  export: {p}")
+        return "\n".join(lines)
+
+
+@contextlib.asynccontextmanager
+async def open_services(cfg: Any, *, dotenv_path: str | Path | None = None) -> AsyncIterator[StageContext]:
+    """Open the process-wide services of a campaign and yield the stage context.
+
+    Services: ``config``, ``http`` (one :class:`~geoagent.runtime.http.HttpClient` per process with the
+    config's per-host policies), ``state`` / ``ledger`` / ``store`` (``state/<campaign>/campaign.sqlite``),
+    ``providers`` (model name -> provider), ``state_dir``, ``queues_root``.
+    """
+    from geoagent.config import host_policies, provider_settings
+    from geoagent.providers.base import provider_class
+    from geoagent.runtime.http import HttpClient
+    from geoagent.runtime.store import open_campaign_state
+
+    state = open_campaign_state(cfg.name, root=cfg.state_root(), cap_usd=cfg.budget.cap_usd)
+    contact = getattr(cfg.campaign, "contact", None) or "set [campaign] contact"
+    http = HttpClient(policies=host_policies(cfg), user_agent=f"geoagent/{__version__} ({contact})")
+    providers: dict[str, Any] = {}
+    try:
+        async with http:
+            for m in cfg.models:
+                settings = provider_settings(cfg, m.name, dotenv_path=dotenv_path)
+                providers[m.name] = provider_class(settings.kind)(settings, http)
+            ctx = StageContext(
+                cfg.name,
+                {
+                    "config": cfg,
+                    "http": http,
+                    "state": state,
+                    "ledger": state.ledger,
+                    "store": state.store,
+                    "providers": providers,
+                    "state_dir": cfg.state_dir(),
+                    "queues_root": cfg.queues_root(),
+                },
+            )
+            try:
+                yield ctx
+            finally:
+                for p in providers.values():
+                    with contextlib.suppress(Exception):
+                        await p.aclose()
+    finally:
+        state.close()
+
+
+async def run_campaign(
+    cfg: Any,
+    *,
+    simulate: bool = False,
+    live: bool | None = None,
+    only_stages: Sequence[str] | None = None,
+    watch: bool = False,
+    handle_signals: bool = True,
+    dotenv_path: str | Path | None = None,
+    export: bool = True,
+) -> Outcome:
+    """Plan and run campaign ``cfg`` to completion (or the cap, or a signal); see the module docstring.
+
+    Parameters
+    ----------
+    cfg : CampaignConfig
+        Validated campaign config (:func:`geoagent.config.load_config`).
+    simulate : bool
+        Dry run: plan and estimate calls, tokens, USD and duration; make no call and enqueue nothing.
+    live : bool or None
+        Live terminal display (default: when stdout is a TTY).
+    only_stages : sequence of str or None
+        Run only these stages in this process (scale-out: other processes run the rest; implies ``watch``
+        for stages whose upstream is elsewhere).
+    watch : bool
+        Daemon mode: keep polling the queues instead of finishing when they drain.
+    """
+    from geoagent.runtime.export import export_all
+    from geoagent.runtime.manifest import Manifest
+
+    t0 = time.monotonic()
+    kind = load_kind(cfg.campaign.kind)
+    async with open_services(cfg, dotenv_path=dotenv_path) as ctx:
+        planned_messages = list(await kind.plan(cfg, ctx))
+        if simulate:
+            return _estimate_outcome(cfg, kind, planned_messages, ctx, t0)
+        stages = kind.stages(cfg)
+        if only_stages:
+            unknown = set(only_stages) - {s.name for s in stages}
+            if unknown:
+                raise KeyError(f"unknown stage(s) {sorted(unknown)}; this campaign has {[s.name for s in stages]}")
+            stages = [s for s in stages if s.name in set(only_stages)]
+        queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), **cfg.queue_options())
+        manifest = Manifest(cfg, state_dir=cfg.state_dir())
+        run_id = manifest.start_run(command="run", extra={"planned": len(planned_messages), "stages": [s.name for s in stages]})
+        status = "interrupted"
+        view: PipelineRun | None = None
+        try:
+            if kind.plan_edge in queues:
+                await queues[kind.plan_edge].put_many(planned_messages)
+            ledger = ctx.get("ledger")
+            progress = Progress(
+                cfg.state_dir() / C.PROGRESS_FILE,
+                spend=lambda: ledger.summary().to_json(),
+                live=live,
+                eta_edge=kind.eta_edge,
+                http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
+            )
+            view = await run_pipeline(
+                cfg.name,
+                stages,
+                queues,
+                ctx,
+                burst=not watch,
+                tick=progress,
+                handle_signals=handle_signals,
+            )
+            counts = await view.counts()
+            dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
+            if view.stopped_by_signal:
+                status, code = "interrupted", EXIT_INTERRUPTED
+            elif view.budget_stopped:
+                status, code = "budget exhausted", EXIT_BUDGET
+            elif any(c.dead for c in counts.values()) or any(c.ready or c.leased for c in counts.values()):
+                status, code = "incomplete", EXIT_INCOMPLETE
+            else:
+                status, code = "complete", EXIT_COMPLETE
+            outcome = Outcome(
+                cfg.name, status, code, len(planned_messages), counts, ledger.summary().to_json(), dead,
+                elapsed_s=time.monotonic() - t0,
+            )
+            if export:
+                outcome.export_files = [t.parquet for t in export_all(ctx.get("store"), cfg.state_dir())]
+            outcome.report_files = await kind.report(cfg, ctx, outcome)
+            outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+            return outcome
+        finally:
+            for q in queues.values():
+                await q.close()
+            manifest.stop_run(run_id, status=status, summary={"planned": len(planned_messages)})
+
+
+def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx: StageContext, t0: float) -> Outcome:
+    from geoagent.config import estimate
+
+    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"))
+    out = Outcome(cfg.name, "dry run", EXIT_COMPLETE, len(messages), {}, None, elapsed_s=time.monotonic() - t0)
+    out.extra_lines = ["  dry run (no call made, nothing enqueued):", *("  " + line for line in _estimate_lines(est))]
+    return out
+
+
+def _estimate_lines(est: Any) -> list[str]:
+    lines = []
+    for name, m in est.by_model.items():
+        lines.append(
+            f"  {name}: {m.calls} calls, {m.input_tokens} in / {m.output_tokens} out tokens, "
+            f"${m.cost_usd:.4f} expected (worst ${m.worst_case_usd:.4f}), about {m.duration_s:.0f} s"
+        )
+    lines.append(
+        f"  total: {est.calls} calls ({est.cached} already stored), ${est.cost_usd:.4f} expected, "
+        f"worst ${est.worst_case_usd:.4f}, cap ${est.cap_usd:.2f}"
+        f" ({'within' if est.within_cap else 'OVER'} cap), about {est.duration_s:.0f} s"
+    )
+    return lines
