@@ -388,9 +388,6 @@ class Geocoder:
             cand = await self._wikidata_near(variant, level, anchor, trace)
             if cand is None:
                 continue
-            if cand.qid == anchor.qid:
-                trace.append(Lookup(level, variant, cand.source, "same-as-city", cand.qid, cand.label, 0.0))
-                continue
             if stop_on_linear and cand.linear:
                 trace.append(Lookup(level, variant, cand.source, "linear-deferred", cand.qid, cand.label))
                 return cand
@@ -427,6 +424,9 @@ class Geocoder:
             ent = ents[qid]
             if not ent.has_coordinates:
                 continue
+            if qid == anchor.qid:  # fault 4: naming the city itself is no finer than the city
+                trace.append(Lookup(level, variant, "wikidata", "same-as-city", qid, anchor.label, 0.0))
+                continue
             d = haversine_km(anchor.lat, anchor.lon, ent.lat, ent.lon)  # type: ignore[arg-type]
             if d <= self.anchor_radius_km:
                 cand = self._from_entity(ent)
@@ -435,7 +435,8 @@ class Geocoder:
             if nearest is None or d < nearest[0]:
                 nearest = (d, ent)
         if nearest is None:
-            trace.append(Lookup(level, variant, "wikidata", "no-coordinates", hits[0]))
+            if not any(q == anchor.qid for q in hits):
+                trace.append(Lookup(level, variant, "wikidata", "no-coordinates", hits[0]))
         else:
             d, ent = nearest
             trace.append(Lookup(level, variant, "wikidata", "out-of-anchor", ent.qid, ent.label(self.language), round(d, 3)))
@@ -450,6 +451,9 @@ class Geocoder:
         key = fold(variant)
         named = [p for p in places if fold(p.name) == key]
         for p in named:
+            if self._is_anchor_place(p, anchor):
+                trace.append(Lookup(level, variant, "nominatim", "same-as-city", anchor.qid, anchor.label, 0.0))
+                continue
             d = haversine_km(anchor.lat, anchor.lon, p.lat, p.lon)
             if d <= self.anchor_radius_km:
                 cand = self._from_place(p)
@@ -457,6 +461,14 @@ class Geocoder:
                 return cand
         trace.append(Lookup(level, variant, "nominatim", "out-of-anchor" if named else "no-match"))
         return None
+
+    @staticmethod
+    def _is_anchor_place(p: NominatimPlace, anchor: Candidate) -> bool:
+        """Whether a Nominatim place is the anchor city itself (same QID, or a city object of that name)."""
+        if p.wikidata is not None:
+            return p.wikidata == anchor.qid
+        is_city = p.addresstype in ("city", "town", "municipality") or p.category == "boundary"
+        return is_city and fold(p.name) == fold(anchor.label)
 
     def _from_entity(self, ent: Entity) -> Candidate:
         return Candidate(

@@ -1,0 +1,157 @@
+"""Persistent HTTP response cache (SQLite) shared by the geocoding clients.
+
+Both the OSMF Nominatim usage policy ("cache results", api-notes.md Sec. 5) and Wikimedia's API
+etiquette (api-notes.md Sec. 3) ask clients not to repeat identical requests. Responses are keyed by the
+request's method, URL and canonicalised query parameters, so the same lookup made in a later process (a
+resumed campaign, a re-run of the report) is answered from disk with no network call.
+
+Only successful answers are stored: the clients call :meth:`ResponseCache.put` after they have checked
+that the body is not an error envelope (a Wikidata ``maxlag`` error arrives as HTTP 200 and must never
+be cached). Entries may expire after ``ttl_s`` seconds; ``ttl_s=None`` keeps them forever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key        TEXT PRIMARY KEY,
+    method     TEXT NOT NULL,
+    url        TEXT NOT NULL,
+    params     TEXT NOT NULL,
+    status     INTEGER NOT NULL,
+    body       BLOB NOT NULL,
+    stored_at  REAL NOT NULL
+)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedResponse:
+    """A stored response: HTTP ``status``, raw ``body`` bytes and ``stored_at`` (unix seconds)."""
+
+    status: int
+    body: bytes
+    stored_at: float
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+def canonical_params(params: Mapping[str, Any] | None, ignore: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """Sorted ``(name, value)`` pairs with values as strings, leaving out the names in ``ignore``.
+
+    Parameters
+    ----------
+    params : mapping or None
+        Query parameters as sent (values of any scalar type; ``None`` values are dropped, like aiohttp).
+    ignore : iterable of str
+        Names that do not change the answer (e.g. Wikidata's ``maxlag``) and so stay out of the key.
+
+    Returns
+    -------
+    list of (str, str)
+        Pairs sorted by name then value.
+    """
+    skip = set(ignore)
+    pairs = [(str(k), str(v)) for k, v in (params or {}).items() if v is not None and k not in skip]
+    return sorted(pairs)
+
+
+def cache_key(method: str, url: str, params: Mapping[str, Any] | None, ignore: Iterable[str] = ()) -> str:
+    """SHA-256 hex key of (upper-cased method, URL, canonical params); see :func:`canonical_params`."""
+    blob = orjson.dumps([method.upper(), url, canonical_params(params, ignore)])
+    return hashlib.sha256(blob).hexdigest()
+
+
+class ResponseCache:
+    """A SQLite file of responses keyed by request; safe to share between coroutines and threads.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The SQLite file (created with its parent folder if absent). ``":memory:"`` for a throwaway cache.
+    ttl_s : float or None
+        Age in seconds after which an entry counts as absent (and is replaced on the next ``put``);
+        ``None`` (default) never expires entries.
+    ignore_params : iterable of str
+        Parameter names left out of every key (default: ``maxlag``, which only tells the server how
+        much replica lag the client tolerates and does not change the answer).
+
+    Raises
+    ------
+    ValueError
+        If ``ttl_s`` is not positive.
+    sqlite3.DatabaseError
+        If ``path`` exists but is not a SQLite database (the message names the file).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ttl_s: float | None = None,
+        ignore_params: Iterable[str] = ("maxlag",),
+    ) -> None:
+        if ttl_s is not None and not ttl_s > 0:
+            raise ValueError(f"ResponseCache ttl_s must be positive or None, got {ttl_s!r}")
+        self.path = str(path)
+        self.ttl_s = ttl_s
+        self.ignore_params = tuple(ignore_params)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise sqlite3.DatabaseError(f"response cache {self.path}: {exc}") from exc
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, method: str, url: str, params: Mapping[str, Any] | None) -> str:
+        """The cache key of a request (see :func:`cache_key`)."""
+        return cache_key(method, url, params, self.ignore_params)
+
+    def get(self, method: str, url: str, params: Mapping[str, Any] | None = None) -> CachedResponse | None:
+        """Return the stored response of this request, or None if absent or older than ``ttl_s``."""
+        k = self.key(method, url, params)
+        with self._lock:
+            row = self._db.execute("SELECT status, body, stored_at FROM responses WHERE key = ?", (k,)).fetchone()
+        if row is None or (self.ttl_s is not None and time.time() - float(row[2]) > self.ttl_s):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return CachedResponse(status=int(row[0]), body=bytes(row[1]), stored_at=float(row[2]))
+
+    def put(self, method: str, url: str, params: Mapping[str, Any] | None, status: int, body: bytes) -> None:
+        """Store (or replace) the response of this request."""
+        k = self.key(method, url, params)
+        canon = orjson.dumps(canonical_params(params, self.ignore_params)).decode()
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, method, url, params, status, body, stored_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (k, method.upper(), url, canon, int(status), bytes(body), time.time()),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the database connection."""
+        with self._lock:
+            self._db.close()

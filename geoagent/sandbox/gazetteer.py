@@ -1,0 +1,443 @@
+"""A small gazetteer behind the local Wikidata and Nominatim fakes.
+
+Entries carry what both fakes need to answer in the real wire formats: a QID, labels and aliases by
+language, a description, a coordinate, a *kind* (``building``, ``area``, ``city`` or ``linear``), the
+city it belongs to, a sitelink count (search ranking) and Wikidata ``instance of`` (P31) classes.
+
+Two ways to get one:
+
+* :meth:`Gazetteer.from_jsonl` reads a hand-made fixture (one JSON object per line, see
+  :meth:`GazetteerEntry.from_json` for the fields); the test fixtures live in ``tests/fixtures/``.
+* :meth:`Gazetteer.from_release` builds one from a GeoContext release folder: the 109 sites
+  (``sites.csv``, real Wikidata coordinates), the candidate cities (``city_pool.csv``, screening
+  centres) and every context-ladder reference point (``ladders/*.csv``). The release gives ladder points
+  only a distance ``dist_km`` from their site, so they are placed at exactly that haversine distance on
+  a bearing drawn from a seeded hash of (seed, site, QID). **Those ladder coordinates are SYNTHETIC**:
+  distances to the site are right, directions are invented, so distances between two ladder points mean
+  nothing. Use them only to exercise the pipeline offline, never as data.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent import constants as C
+from geoagent.geohint.placenames import fold, is_linear_name
+
+KINDS = ("building", "area", "city", "linear")
+
+#: Default Wikidata P31 class per kind, used when an entry lists none: building (Q41176),
+#: neighbourhood (Q123705), city (Q515), street (Q79007).
+KIND_CLASSES: dict[str, tuple[str, ...]] = {
+    "building": ("Q41176",),
+    "area": ("Q123705",),
+    "city": ("Q515",),
+    "linear": ("Q79007",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GazetteerEntry:
+    """One place.
+
+    Attributes
+    ----------
+    qid : str
+        Wikidata id (``Q`` + digits). Fixture entries may use ids that are not real items.
+    labels : dict of str to str
+        Label by language code (``{"en": "Shibuya", "ja": "渋谷"}``).
+    aliases : dict of str to tuple of str
+        Aliases by language code.
+    description : str
+        Short English description.
+    lat, lon : float
+        Coordinate in decimal degrees (WGS84). SYNTHETIC for ladder points built from a release.
+    kind : str
+        ``building``, ``area``, ``city`` or ``linear``.
+    city : str
+        Name of the city the place belongs to (its own name for a city).
+    sitelinks : int
+        Number of Wikipedia sitelinks (ranks search results, most linked first).
+    classes : tuple of str
+        Wikidata P31 classes; defaults to :data:`KIND_CLASSES` of the kind.
+    synthetic : bool
+        True when the coordinate was invented (ladder points from a release).
+    """
+
+    qid: str
+    labels: dict[str, str]
+    lat: float
+    lon: float
+    kind: str
+    city: str
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    description: str = ""
+    sitelinks: int = 0
+    classes: tuple[str, ...] = ()
+    synthetic: bool = False
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.qid, str) and self.qid[:1] == "Q" and self.qid[1:].isdigit()):
+            raise ValueError(f"gazetteer entry has a bad qid {self.qid!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"gazetteer entry {self.qid}: kind must be one of {KINDS}, got {self.kind!r}")
+        if not (math.isfinite(self.lat) and math.isfinite(self.lon) and abs(self.lat) <= 90 and abs(self.lon) <= 180):
+            raise ValueError(f"gazetteer entry {self.qid}: bad coordinate ({self.lat!r}, {self.lon!r})")
+        if not self.labels:
+            raise ValueError(f"gazetteer entry {self.qid}: needs at least one label")
+        if not self.classes:
+            object.__setattr__(self, "classes", KIND_CLASSES[self.kind])
+
+    @property
+    def label_en(self) -> str:
+        """English label, else the first label."""
+        return self.labels.get("en") or next(iter(self.labels.values()))
+
+    def names(self, language: str | None = None) -> Iterator[tuple[str, str, str]]:
+        """Yield ``(kind_of_match, language, text)`` for labels then aliases (one language or all)."""
+        for lang, text in self.labels.items():
+            if language is None or lang == language:
+                yield "label", lang, text
+        for lang, texts in self.aliases.items():
+            if language is None or lang == language:
+                for text in texts:
+                    yield "alias", lang, text
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], *, where: str = "entry") -> GazetteerEntry:
+        """Build from a JSON object with keys ``qid, labels, lat, lon, kind, city`` and optional
+        ``aliases`` (lists), ``description``, ``sitelinks``, ``classes``, ``synthetic``.
+
+        Raises
+        ------
+        ValueError
+            Naming ``where`` (file:line) and the missing or bad key.
+        """
+        try:
+            return cls(
+                qid=str(obj["qid"]),
+                labels={str(k): str(v) for k, v in dict(obj["labels"]).items()},
+                lat=float(obj["lat"]),
+                lon=float(obj["lon"]),
+                kind=str(obj["kind"]),
+                city=str(obj["city"]),
+                aliases={str(k): tuple(str(x) for x in v) for k, v in dict(obj.get("aliases") or {}).items()},
+                description=str(obj.get("description") or ""),
+                sitelinks=int(obj.get("sitelinks") or 0),
+                classes=tuple(str(c) for c in obj.get("classes") or ()),
+                synthetic=bool(obj.get("synthetic", False)),
+            )
+        except KeyError as exc:
+            raise ValueError(f"{where}: missing key {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON view (inverse of :meth:`from_json`)."""
+        return {
+            "qid": self.qid,
+            "labels": dict(self.labels),
+            "aliases": {k: list(v) for k, v in self.aliases.items()},
+            "description": self.description,
+            "lat": self.lat,
+            "lon": self.lon,
+            "kind": self.kind,
+            "city": self.city,
+            "sitelinks": self.sitelinks,
+            "classes": list(self.classes),
+            "synthetic": self.synthetic,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NameMatch:
+    """A search result: the entry, how it matched (``label``/``alias``/``entityId``), the language and
+    text of the matching name, and whether the whole name matched (``exact``) or only a prefix."""
+
+    entry: GazetteerEntry
+    match_type: str
+    language: str
+    text: str
+    exact: bool
+
+
+def destination_point(lat_deg: float, lon_deg: float, bearing_deg: float, distance_km: float) -> tuple[float, float]:
+    """Point at ``distance_km`` along a great circle from ``(lat_deg, lon_deg)`` on ``bearing_deg``.
+
+    Spherical-Earth formula on radius ``constants.EARTH_RADIUS_KM`` (the same sphere as
+    :func:`geoagent.geo.haversine_km`, so the haversine distance back equals ``distance_km``).
+
+    Returns
+    -------
+    (float, float)
+        Latitude and longitude in degrees, longitude wrapped to [-180, 180).
+    """
+    delta = distance_km / C.EARTH_RADIUS_KM
+    theta = math.radians(bearing_deg)
+    p1, l1 = math.radians(lat_deg), math.radians(lon_deg)
+    p2 = math.asin(math.sin(p1) * math.cos(delta) + math.cos(p1) * math.sin(delta) * math.cos(theta))
+    l2 = l1 + math.atan2(math.sin(theta) * math.sin(delta) * math.cos(p1), math.cos(delta) - math.sin(p1) * math.sin(p2))
+    lon2 = (math.degrees(l2) + 540.0) % 360.0 - 180.0
+    return math.degrees(p2), lon2
+
+
+def seeded_bearing_deg(seed: int, *parts: str) -> float:
+    """Deterministic bearing in [0, 360) degrees from a SHA-256 of ``seed`` and ``parts``."""
+    digest = hashlib.sha256("\x1f".join([str(seed), *parts]).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * 360.0
+
+
+class Gazetteer:
+    """An in-memory list of :class:`GazetteerEntry` with QID and name indexes.
+
+    Parameters
+    ----------
+    entries : iterable of GazetteerEntry
+        Places; a QID seen twice keeps the first entry.
+    """
+
+    def __init__(self, entries: Iterable[GazetteerEntry] = ()) -> None:
+        self._by_qid: dict[str, GazetteerEntry] = {}
+        for e in entries:
+            self._by_qid.setdefault(e.qid, e)
+
+    def __len__(self) -> int:
+        return len(self._by_qid)
+
+    def __iter__(self) -> Iterator[GazetteerEntry]:
+        return iter(self._by_qid.values())
+
+    def get(self, qid: str) -> GazetteerEntry | None:
+        """The entry with this QID, or None."""
+        return self._by_qid.get(qid)
+
+    def add(self, entry: GazetteerEntry) -> bool:
+        """Add an entry; return False (and keep the old one) if its QID is already present."""
+        if entry.qid in self._by_qid:
+            return False
+        self._by_qid[entry.qid] = entry
+        return True
+
+    def search(self, text: str, language: str | None = "en", *, prefix: bool = True) -> list[NameMatch]:
+        """Entries whose label or alias matches ``text``, best first.
+
+        Matching folds case, diacritics and punctuation (:func:`geoagent.geohint.placenames.fold`), like
+        the real search's normalisation. A whole-name match is ``exact``; with ``prefix`` also names that
+        start with the text match (``wbsearchentities`` is a prefix search). ``language=None`` searches
+        every language; otherwise names in that language come first and other languages are a fallback
+        (as the real API does without ``strictlanguage``). A text that is a QID matches that entry
+        (``entityId``). Order: exact before prefix, requested language before fallback, then sitelinks
+        descending, then QID.
+        """
+        key = fold(text)
+        if not key:
+            return []
+        out: list[tuple[tuple[Any, ...], NameMatch]] = []
+        q = text.strip().upper()
+        if q[:1] == "Q" and q[1:].isdigit() and q in self._by_qid:
+            e = self._by_qid[q]
+            out.append(((0, 0, -e.sitelinks, e.qid), NameMatch(e, "entityId", language or "en", q, True)))
+        for e in self._by_qid.values():
+            best: tuple[tuple[Any, ...], NameMatch] | None = None
+            for mtype, lang, name in e.names(None):
+                nk = fold(name)
+                exact = nk == key
+                if not (exact or (prefix and nk.startswith(key))):
+                    continue
+                other_lang = 0 if (language is None or lang == language) else 1
+                rank = (0 if exact else 1, other_lang, 0 if mtype == "label" else 1, -e.sitelinks, e.qid)
+                if best is None or rank < best[0]:
+                    best = (rank, NameMatch(e, mtype, lang, name, exact))
+            if best is not None and not any(m.entry.qid == e.qid for _, m in out):
+                out.append(best)
+        out.sort(key=lambda t: t[0])
+        return [m for _, m in out]
+
+    # --- loading and saving -------------------------------------------------------------------
+
+    @classmethod
+    def from_jsonl(cls, path: str | os.PathLike[str]) -> Gazetteer:
+        """Read one entry per non-blank line of a JSONL file.
+
+        Raises
+        ------
+        ValueError
+            On a line that is not a JSON object or lacks a field (message names file and line).
+        """
+        entries = []
+        with open(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    raise ValueError(f"{where}: not JSON ({exc})") from None
+                if not isinstance(obj, dict):
+                    raise ValueError(f"{where}: expected a JSON object")
+                entries.append(GazetteerEntry.from_json(obj, where=where))
+        return cls(entries)
+
+    def to_jsonl(self, path: str | os.PathLike[str]) -> None:
+        """Write the entries as JSONL (one object per line, QID order)."""
+        with open(path, "wb") as fh:
+            for e in sorted(self._by_qid.values(), key=lambda x: int(x.qid[1:])):
+                fh.write(orjson.dumps(e.to_json()) + b"\n")
+
+    @classmethod
+    def from_release(cls, release_dir: str | os.PathLike[str], *, seed: int = 0, include_ladders: bool = True) -> Gazetteer:
+        """Build a gazetteer from a GeoContext release folder.
+
+        Cities come from ``city_pool.csv`` (the screening centre coordinate, kind ``city``; their QIDs
+        are not in the release, so stable fixture ids ``Q9100000000 + row`` are used). Sites come from
+        ``sites.csv`` with their real QIDs and coordinates (kind ``linear`` when the name or Wikidata
+        type is a street, else ``building``). Ladder reference points come from ``ladders/*.csv`` with
+        their real QIDs and English/Chinese names; their coordinates are SYNTHETIC (see module docstring):
+        ``dist_km`` from the site on :func:`seeded_bearing_deg` ``(seed, site, qid)``. A QID found in
+        several ladders keeps the placement from the alphabetically first site file. Sitelinks (search
+        rank) are the released ``sitelinks`` for sites and ``familiarity`` for ladder points.
+
+        Parameters
+        ----------
+        release_dir : path
+            Folder holding ``sites.csv``, ``city_pool.csv`` and ``ladders/``.
+        seed : int
+            Seed of the synthetic bearings.
+        include_ladders : bool
+            Whether to add the ladder reference points.
+
+        Raises
+        ------
+        FileNotFoundError
+            If ``sites.csv`` or ``city_pool.csv`` is missing (message names the path).
+        ValueError
+            On a row with a bad number (message names file, line and column).
+        """
+        root = Path(release_dir)
+        for name in ("sites.csv", "city_pool.csv"):
+            if not (root / name).is_file():
+                raise FileNotFoundError(f"GeoContext release file not found: {root / name}")
+        gaz = cls()
+
+        def num(row: dict[str, str], col: str, where: str) -> float:
+            try:
+                return float(row[col])
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{where}: column {col!r} is not a number: {row.get(col)!r}") from None
+
+        with open(root / "city_pool.csv", newline="", encoding="utf-8") as fh:
+            for i, row in enumerate(csv.DictReader(fh), start=2):
+                where = f"{root / 'city_pool.csv'}:{i}"
+                name = (row.get("city") or "").strip()
+                if not name:
+                    raise ValueError(f"{where}: empty city")
+                gaz.add(
+                    GazetteerEntry(
+                        qid=f"Q{9_100_000_000 + i}",
+                        labels={"en": name},
+                        lat=num(row, "lat", where),
+                        lon=num(row, "lon", where),
+                        kind="city",
+                        city=name,
+                        description=f"city in {row.get('country', '').strip()} (release screening centre)",
+                        sitelinks=1000,
+                    )
+                )
+        sites: dict[str, tuple[float, float, str]] = {}
+        with open(root / "sites.csv", newline="", encoding="utf-8") as fh:
+            for i, row in enumerate(csv.DictReader(fh), start=2):
+                where = f"{root / 'sites.csv'}:{i}"
+                lat, lon = num(row, "lat", where), num(row, "lon", where)
+                site, city, name = row["site"].strip(), row["city"].strip(), row["landmark"].strip()
+                sites[site] = (lat, lon, city)
+                qid = (row.get("qid") or "").strip()
+                if not (qid[:1] == "Q" and qid[1:].isdigit()) or not name:
+                    continue
+                wd_type = (row.get("wd_type") or "").strip()
+                linear = is_linear_name(name) or wd_type in {"street", "avenue", "road", "boulevard"}
+                try:
+                    sitelinks = int(float(row.get("sitelinks") or 0))
+                except ValueError:
+                    sitelinks = 0
+                gaz.add(
+                    GazetteerEntry(
+                        qid=qid,
+                        labels={"en": name},
+                        lat=lat,
+                        lon=lon,
+                        kind="linear" if linear else "building",
+                        city=city,
+                        description=f"{wd_type} in {city}" if wd_type else f"place in {city}",
+                        sitelinks=sitelinks,
+                    )
+                )
+        if include_ladders and (root / "ladders").is_dir():
+            for path in sorted((root / "ladders").glob("*.csv")):
+                site = path.name.split("_ladder")[0]
+                if site not in sites:
+                    continue
+                s_lat, s_lon, city = sites[site]
+                with open(path, newline="", encoding="utf-8") as fh:
+                    for i, row in enumerate(csv.DictReader(fh), start=2):
+                        where = f"{path}:{i}"
+                        qid = (row.get("qid") or "").strip()
+                        name_en = (row.get("name_en") or "").strip()
+                        if not (qid[:1] == "Q" and qid[1:].isdigit()) or not name_en or gaz.get(qid):
+                            continue
+                        dist_km = num(row, "dist_km", where)
+                        lat, lon = destination_point(s_lat, s_lon, seeded_bearing_deg(seed, site, qid), dist_km)
+                        labels = {"en": name_en}
+                        if (row.get("name_zh") or "").strip():
+                            labels["zh"] = row["name_zh"].strip()
+                        raw = (row.get("label_raw") or "").strip()
+                        aliases = {"zh": (raw,)} if raw and raw not in labels.values() else {}
+                        try:
+                            fam = int(float(row.get("familiarity") or 0))
+                        except ValueError:
+                            fam = 0
+                        gaz.add(
+                            GazetteerEntry(
+                                qid=qid,
+                                labels=labels,
+                                aliases=aliases,
+                                lat=lat,
+                                lon=lon,
+                                kind="linear" if is_linear_name(name_en) else "building",
+                                city=city,
+                                description=f"reference point near {site} (SYNTHETIC coordinate)",
+                                sitelinks=fam,
+                                synthetic=True,
+                            )
+                        )
+        return gaz
+
+
+def load_gazetteer(source: Gazetteer | str | os.PathLike[str], *, seed: int = 0) -> Gazetteer:
+    """A :class:`Gazetteer` from itself, a JSONL file, or a GeoContext release folder (``from_release``).
+
+    Lets fake-API factories take a path, so :func:`geoagent.sandbox.server.spawn` can start them in a
+    child process with plain arguments.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the path does not exist.
+    """
+    if isinstance(source, Gazetteer):
+        return source
+    path = Path(source)
+    if path.is_dir():
+        return Gazetteer.from_release(path, seed=seed)
+    if not path.is_file():
+        raise FileNotFoundError(f"gazetteer source not found: {path}")
+    return Gazetteer.from_jsonl(path)
