@@ -401,3 +401,20 @@ def test_key_echoed_by_a_server_is_scrubbed_from_errors():
     err = asyncio.run(run())
     assert err.status == 400
     assert KEY not in str(err) and KEY not in err.body_excerpt and KEY not in repr(err.args)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+def test_no_auth_server_accepts_keyless_calls_but_still_checks_sent_keys(kind):
+    async def run():
+        app = MODULES[kind].make_app(api_keys=(KEY,), require_auth=False, calls_max=2)
+        async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+            keyless = make_provider(ProviderSettings(kind=kind, model="m", base_url=_base(kind, url)), http)
+            outs = [await keyless.generate(ModelRequest(provider=kind, model="m", prompt=f"q{i}")) for i in range(3)]
+            wrong = make_provider(ProviderSettings(kind=kind, model="m", base_url=_base(kind, url), api_key="sk-wrong-000000"), http)
+            with pytest.raises(PermanentHTTPError):
+                await wrong.generate(ModelRequest(provider=kind, model="m", prompt="q"))
+        return outs, app
+
+    outs, app = asyncio.run(run())
+    assert all(o.text for o in outs)
+    assert [c["status"] for c in app["calls"]] == [200, BAD_KEY_STATUS[kind]]  # bounded to the newest 2

@@ -37,6 +37,7 @@ from geoagent.sandbox.llm_common import (
     cli_main,
     decode_b64,
     image_id_for,
+    auth_required,
     key_ok,
     log_call,
     read_json,
@@ -145,7 +146,7 @@ def _parse_messages(messages: Any) -> tuple[str, bytes | None, str | None]:
 async def messages(request: web.Request) -> web.Response:
     """The ``/v1/messages`` handler."""
     key = request.headers.get("x-api-key")
-    if not key:
+    if not key and auth_required(request.app):
         log_call(request, API, 401, error="authentication_error")
         return _err(401, "authentication_error", "x-api-key header is required")
     if not key_ok(request.app, key):
@@ -208,9 +209,19 @@ def make_app(
     seed: int = 0,
     token_log: str | os.PathLike[str] | None = None,
     api_keys: Collection[str] | None = None,
+    require_auth: bool = True,
+    calls_max: int | None = None,
 ) -> web.Application:
     """Build the fake Anthropic Messages app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`)."""
-    return build_app([("POST", "/v1/messages", messages)], faults=faults, seed=seed, token_log=token_log, api_keys=api_keys)
+    return build_app(
+        [("POST", "/v1/messages", messages)],
+        faults=faults,
+        seed=seed,
+        token_log=token_log,
+        api_keys=api_keys,
+        require_auth=require_auth,
+        calls_max=calls_max,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test

@@ -18,6 +18,7 @@ request and, for a 2xx, "billed" it, even if a fault (``reset``) then kept the a
 from __future__ import annotations
 
 import argparse
+from collections import deque
 import base64
 import binascii
 import hashlib
@@ -45,10 +46,12 @@ class CallLog:
     ----------
     path : path-like, optional
         JSONL file to append every record to (created if missing; never truncated).
+    max_records : int, optional
+        Keep only the newest ``max_records`` in memory (a ``deque``); default: all (a ``list``).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.records: list[dict[str, Any]] = []
+    def __init__(self, path: str | os.PathLike[str] | None = None, max_records: int | None = None) -> None:
+        self.records: Any = [] if max_records is None else deque(maxlen=max_records)
         self.path = Path(path) if path is not None else None
         self._fd: int | None = None
         self._lock = threading.Lock()
@@ -89,10 +92,11 @@ class CallLog:
         return out
 
 
-CALLS_KEY: web.AppKey[list] = web.AppKey("llm_calls", list)
+CALLS_KEY: web.AppKey[Any] = web.AppKey("llm_calls", object)
 CALL_LOG_KEY: web.AppKey[CallLog] = web.AppKey("llm_call_log", CallLog)
 SEED_KEY: web.AppKey[int] = web.AppKey("llm_seed", int)
 API_KEYS_KEY: web.AppKey[Any] = web.AppKey("llm_api_keys", object)
+REQUIRE_AUTH_KEY: web.AppKey[bool] = web.AppKey("llm_require_auth", bool)
 
 
 def build_app(
@@ -102,13 +106,20 @@ def build_app(
     seed: int,
     token_log: str | os.PathLike[str] | None,
     api_keys: Collection[str] | None,
+    require_auth: bool = True,
+    calls_max: int | None = None,
 ) -> web.Application:
-    """Assemble a fake LLM app: fault middleware (rate 0 unless ``faults``), call log, seed, keys."""
+    """Assemble a fake LLM app: fault middleware (rate 0 unless ``faults``), call log, seed, keys.
+
+    ``require_auth=False`` accepts requests without a key (like a local vLLM/Ollama server; a key that is
+    sent must still be valid when ``api_keys`` is given). ``calls_max`` bounds the in-memory call list
+    (newest kept; the JSONL file always gets every record) for long benchmarks.
+    """
     cfg = FaultConfig(**faults) if isinstance(faults, dict) else faults
     mw = fault_middleware(cfg)
     app = web.Application(middlewares=[mw], client_max_size=64 * 1024**2)
     app[FAULTS_KEY] = mw.fault_state
-    log = CallLog(token_log)
+    log = CallLog(token_log, max_records=calls_max)
     app[CALL_LOG_KEY] = log
     app[CALLS_KEY] = log.records
     with warnings.catch_warnings():
@@ -116,6 +127,7 @@ def build_app(
         app["calls"] = log.records  # the plain-string alias the brief names; same list object
     app[SEED_KEY] = int(seed)
     app[API_KEYS_KEY] = None if api_keys is None else frozenset(api_keys)
+    app[REQUIRE_AUTH_KEY] = bool(require_auth)
 
     async def _close(app_: web.Application) -> None:
         log.close()
@@ -126,10 +138,16 @@ def build_app(
     return app
 
 
+def auth_required(app: web.Application) -> bool:
+    """Whether requests without a key are refused (401/403)."""
+    return app[REQUIRE_AUTH_KEY]
+
+
 def key_ok(app: web.Application, key: str | None) -> bool:
-    """Whether ``key`` is accepted: any non-empty key when the app has no key list, else membership."""
+    """Whether ``key`` is accepted: any non-empty key when the app has no key list, else membership;
+    no key at all is accepted only when the app does not require auth."""
     if not key:
-        return False
+        return not app[REQUIRE_AUTH_KEY]
     allowed = app[API_KEYS_KEY]
     return allowed is None or key in allowed
 
@@ -206,6 +224,8 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     ap.add_argument("--log", default=None, help="JSONL file to append every call record to")
     ap.add_argument("--seed", type=int, default=0, help="simulation seed of the answers")
     ap.add_argument("--api-key", action="append", default=None, help="accepted key (repeat; default: any)")
+    ap.add_argument("--no-auth", action="store_true", help="accept requests without a key (like vLLM/Ollama)")
+    ap.add_argument("--calls-max", type=int, default=10_000, help="call records kept in memory (file gets all)")
     ap.add_argument("--fault-rate", type=float, default=0.0, help="fraction of requests that get a fault")
     ap.add_argument("--fault-kinds", default=None, help="comma-separated subset of 429,500,503,timeout,reset,malformed")
     ap.add_argument("--fault-seed", type=int, default=0)
@@ -217,5 +237,12 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
         if args.fault_kinds:
             kw["kinds"] = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
         faults = FaultConfig(**kw)
-    app = factory(faults=faults, seed=args.seed, token_log=args.log, api_keys=args.api_key)
+    app = factory(
+        faults=faults,
+        seed=args.seed,
+        token_log=args.log,
+        api_keys=args.api_key,
+        require_auth=not args.no_auth,
+        calls_max=args.calls_max,
+    )
     web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)

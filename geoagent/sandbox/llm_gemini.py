@@ -40,6 +40,7 @@ from geoagent.sandbox.llm_common import (
     cli_main,
     decode_b64,
     image_id_for,
+    auth_required,
     key_ok,
     log_call,
     read_json,
@@ -172,7 +173,7 @@ async def generate_content(request: web.Request) -> web.Response:
         log_call(request, API, 404, error="NOT_FOUND")
         return _err(404, f"Method not found: {name}")
     key = request.headers.get("x-goog-api-key") or request.query.get("key")
-    if not key:
+    if not key and auth_required(request.app):
         log_call(request, API, 403, error="PERMISSION_DENIED", model=model)
         return _err(
             403,
@@ -242,10 +243,20 @@ def make_app(
     seed: int = 0,
     token_log: str | os.PathLike[str] | None = None,
     api_keys: Collection[str] | None = None,
+    require_auth: bool = True,
+    calls_max: int | None = None,
 ) -> web.Application:
     """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`)."""
     routes = [("POST", "/v1beta/models/{name}", generate_content)]
-    return build_app(routes, faults=faults, seed=seed, token_log=token_log, api_keys=api_keys)
+    return build_app(
+        routes,
+        faults=faults,
+        seed=seed,
+        token_log=token_log,
+        api_keys=api_keys,
+        require_auth=require_auth,
+        calls_max=calls_max,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test

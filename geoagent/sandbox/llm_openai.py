@@ -39,6 +39,7 @@ from geoagent.sandbox.llm_common import (
     cli_main,
     decode_b64,
     image_id_for,
+    auth_required,
     key_ok,
     log_call,
     read_json,
@@ -153,7 +154,7 @@ def _positive_int(body: dict[str, Any], name: str) -> int | None:
 async def chat_completions(request: web.Request) -> web.Response:
     """The ``/v1/chat/completions`` handler."""
     auth = request.headers.get("Authorization", "")
-    if not auth:
+    if not auth and auth_required(request.app):
         log_call(request, API, 401, error="missing_api_key")
         return _err(
             401,
@@ -162,7 +163,10 @@ async def chat_completions(request: web.Request) -> web.Response:
             "invalid_request_error",
         )
     token = auth[7:].strip() if auth.startswith("Bearer ") else ""
-    if not key_ok(request.app, token):
+    if auth and not token:  # not Bearer auth
+        log_call(request, API, 401, error="invalid_api_key")
+        return _err(401, "Invalid authorization header: expected 'Bearer <key>'.", "invalid_request_error", "invalid_api_key")
+    if not key_ok(request.app, token or None):
         log_call(request, API, 401, error="invalid_api_key")
         return _err(401, f"Incorrect API key provided: {_mask(token)}.", "invalid_request_error", "invalid_api_key")
     body, problem = await read_json(request)
@@ -239,6 +243,8 @@ def make_app(
     seed: int = 0,
     token_log: str | os.PathLike[str] | None = None,
     api_keys: Collection[str] | None = None,
+    require_auth: bool = True,
+    calls_max: int | None = None,
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -252,6 +258,10 @@ def make_app(
         JSONL file every call record is appended to (see :class:`~geoagent.sandbox.llm_common.CallLog`).
     api_keys : collection of str, optional
         Accepted keys; default any non-empty key.
+    require_auth : bool
+        ``False`` accepts requests without a key (like a local vLLM/Ollama server; the offline demo).
+    calls_max : int, optional
+        Newest call records kept in memory (default all; the ``token_log`` file always gets every one).
 
     Returns
     -------
@@ -259,7 +269,15 @@ def make_app(
         Call records in ``app["calls"]`` / ``app[CALLS_KEY]``; fault state in ``app[FAULTS_KEY]``.
     """
     routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", chat_completions)]
-    return build_app(routes, faults=faults, seed=seed, token_log=token_log, api_keys=api_keys)
+    return build_app(
+        routes,
+        faults=faults,
+        seed=seed,
+        token_log=token_log,
+        api_keys=api_keys,
+        require_auth=require_auth,
+        calls_max=calls_max,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test
