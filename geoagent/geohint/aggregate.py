@@ -148,8 +148,8 @@ class GeoHintAggregator:
         self.ols: dict[tuple[str, str, bool], ClusterOLS] = {}
         self.pairs: dict[str, dict[PairKey, dict[str, PairObs]]] = {}
         self.keys: set[str] = set()
-        self.models: list[str] = []
-        self.conditions: list[str] = []
+        self._models: set[str] = set()
+        self._conditions: set[str] = set()
 
     # --- updating ---------------------------------------------------------------------------
     def add(self, r: GeoHintResult) -> bool:
@@ -157,10 +157,8 @@ class GeoHintAggregator:
         if r.key in self.keys:
             return False
         self.keys.add(r.key)
-        if r.model not in self.models:
-            self.models.append(r.model)
-        if r.condition not in self.conditions:
-            self.conditions.append(r.condition)
+        self._models.add(r.model)
+        self._conditions.add(r.condition)
         ck = (r.site, r.model, r.condition, r.band, r.tier)
         cell = self.cells.get(ck)
         if cell is None:
@@ -191,6 +189,16 @@ class GeoHintAggregator:
         return self.ols[key]
 
     # --- queries ----------------------------------------------------------------------------
+    @property
+    def models(self) -> list[str]:
+        """Models seen, sorted."""
+        return sorted(self._models)
+
+    @property
+    def conditions(self) -> list[str]:
+        """Conditions seen, sorted."""
+        return sorted(self._conditions)
+
     @property
     def sites(self) -> list[str]:
         return sorted({k[0] for k in self.cells})

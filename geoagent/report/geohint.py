@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,7 +223,9 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition: str, fine: bool, sites: set[str] | None = None):
     ols = agg.regression(models=models, condition=condition, fine_only=fine)
     try:
-        return ols.fit(sorted(sites) if sites is not None else None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # fewer than 2 sites: SE is NaN, shown as a dash
+            return ols.fit(sorted(sites) if sites is not None else None)
     except ValueError:
         return None
 
