@@ -267,6 +267,43 @@ def test_persistent_429_exhausts_retries(kind):
     assert app["calls"] == []  # the handler never ran
 
 
+@pytest.mark.parametrize(
+    ("kind", "fault", "want"),
+    [
+        ("openai", "429", ["http 429", '"rate_limit_exceeded"']),
+        ("anthropic", "429", ["http 429", '"rate_limit_error"']),
+        ("anthropic", "503", ["http 529", '"overloaded_error"']),  # Anthropic's overload status
+        ("gemini", "429", ["http 429", '"RESOURCE_EXHAUSTED"', "google.rpc.QuotaFailure"]),
+        ("gemini", "500", ["http 500", '"INTERNAL"']),
+    ],
+)
+def test_injected_faults_speak_each_apis_error_shape(kind, fault, want):
+    cfg = FaultConfig(rate=1.0, kinds=(fault,), retry_after_s=0)
+    out, _ = asyncio.run(_call(kind, _request(kind, None), faults=cfg, policy=HostPolicy(**{**_fast_kw(), "max_attempts": 2})))
+    assert isinstance(out, RetriesExhausted)
+    last = out.last.replace(" ", "")
+    for w in want:
+        assert w.replace(" ", "") in last, (w, out.last)
+
+
+def test_gemini_injected_429_carries_retry_info_and_header():
+    app = llm_gemini.make_app(faults=FaultConfig(rate=1.0, kinds=("429",), retry_after_s=7))
+
+    async def run():
+        import aiohttp
+
+        async with serve(app) as url, aiohttp.ClientSession() as s:
+            body = {"contents": [{"parts": [{"text": "hi"}]}]}
+            async with s.post(url + "/v1beta/models/g:generateContent", json=body, headers={"x-goog-api-key": KEY}) as r:
+                return r.status, r.headers.get("Retry-After"), await r.json()
+
+    status, retry_after, err = asyncio.run(run())
+    assert status == 429 and retry_after == "7"
+    types = [d["@type"] for d in err["error"]["details"]]
+    assert "type.googleapis.com/google.rpc.RetryInfo" in types
+    assert err["error"]["details"][types.index("type.googleapis.com/google.rpc.RetryInfo")]["retryDelay"] == "7s"
+
+
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_malformed_200_is_retried_then_reported(kind):
     cfg = FaultConfig(rate=1.0, kinds=("malformed",))

@@ -17,6 +17,8 @@
 * Success: ``{"id": "msg_...", "type": "message", "role": "assistant", "model", "content": [{"type": "text",
   "text"}], "stop_reason": "end_turn"|"max_tokens", "stop_sequence": null, "usage": {"input_tokens",
   "output_tokens", "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}``.
+* Injected faults (``faults=``) answer in this error shape: 429 ``rate_limit_error``, 500 ``api_error``,
+  and a 503 fault is sent as 529 ``overloaded_error`` (Anthropic's overload status); ``Retry-After`` kept.
 
 Run standalone with ``python -m geoagent.sandbox.llm_anthropic --port 8002 --log calls.jsonl``.
 """
@@ -215,6 +217,7 @@ def make_app(
     """Build the fake Anthropic Messages app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`)."""
     return build_app(
         [("POST", "/v1/messages", messages)],
+        api=API,
         faults=faults,
         seed=seed,
         token_log=token_log,

@@ -99,9 +99,72 @@ API_KEYS_KEY: web.AppKey[Any] = web.AppKey("llm_api_keys", object)
 REQUIRE_AUTH_KEY: web.AppKey[bool] = web.AppKey("llm_require_auth", bool)
 
 
+def _shaped_error(api: str, status: int, message: str, retry_after: str | None) -> tuple[int, dict[str, Any]]:
+    """(status, body) of a throttle/server error in ``api``'s documented error shape."""
+    if api == "anthropic":
+        if status == 503:
+            status = 529  # Anthropic signals API-wide overload with 529 overloaded_error
+        etype = {429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+        return status, {"type": "error", "error": {"type": etype, "message": message}, "request_id": "req_" + short_id(time.time_ns())}
+    if api == "gemini":
+        gstatus = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}.get(status, "UNKNOWN")
+        err: dict[str, Any] = {"code": status, "message": message, "status": gstatus}
+        if status == 429:
+            details: list[dict[str, Any]] = [
+                {
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [
+                        {
+                            "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
+                            "quotaId": "GenerateRequestsPerMinutePerProjectPerModel",
+                        }
+                    ],
+                }
+            ]
+            if retry_after is not None:
+                details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after}s"})
+            err["details"] = details
+        return status, {"error": err}
+    # openai (and compatible servers)
+    etype, code = {429: ("requests", "rate_limit_exceeded")}.get(status, ("server_error", None))
+    return status, {"error": {"message": message, "type": etype, "param": None, "code": code}}
+
+
+def api_error_middleware(api: str) -> Any:
+    """Outermost middleware: rewrite the fault middleware's generic 429/500/503 bodies into ``api``'s
+    documented error shape (OpenAI ``{"error": {message, type, param, code}}``; Anthropic
+    ``{"type": "error", "error": {type, message}, "request_id"}`` with 503 sent as 529
+    ``overloaded_error``; Gemini ``{"error": {code, message, status, details}}`` with a ``QuotaFailure``
+    and, when a ``Retry-After`` was set, a ``RetryInfo`` detail). Headers such as ``Retry-After`` are kept.
+    """
+
+    @web.middleware
+    async def _shape(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        resp = await handler(request)
+        if request.path.startswith("/_sandbox/") or resp.status not in (429, 500, 503):
+            return resp
+        if not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
+            return resp
+        try:
+            generic = orjson.loads(resp.body)
+            message = str(generic["error"]["message"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return resp  # not the fault middleware's body: leave it
+        retry_after = resp.headers.get("Retry-After")
+        status, body = _shaped_error(api, resp.status, message, retry_after)
+        out = web.json_response(body, status=status)
+        for h in ("Retry-After",):
+            if h in resp.headers:
+                out.headers[h] = resp.headers[h]
+        return out
+
+    return _shape
+
+
 def build_app(
     routes: Sequence[tuple[str, str, Callable[[web.Request], Any]]],
     *,
+    api: str = "openai",
     faults: FaultConfig | dict[str, Any] | None,
     seed: int,
     token_log: str | os.PathLike[str] | None,
@@ -109,7 +172,8 @@ def build_app(
     require_auth: bool = True,
     calls_max: int | None = None,
 ) -> web.Application:
-    """Assemble a fake LLM app: fault middleware (rate 0 unless ``faults``), call log, seed, keys.
+    """Assemble a fake LLM app: fault middleware (rate 0 unless ``faults``) wrapped by
+    :func:`api_error_middleware` for ``api``, call log, seed, keys.
 
     ``require_auth=False`` accepts requests without a key (like a local vLLM/Ollama server; a key that is
     sent must still be valid when ``api_keys`` is given). ``calls_max`` bounds the in-memory call list
@@ -117,7 +181,7 @@ def build_app(
     """
     cfg = FaultConfig(**faults) if isinstance(faults, dict) else faults
     mw = fault_middleware(cfg)
-    app = web.Application(middlewares=[mw], client_max_size=64 * 1024**2)
+    app = web.Application(middlewares=[api_error_middleware(api), mw], client_max_size=64 * 1024**2)
     app[FAULTS_KEY] = mw.fault_state
     log = CallLog(token_log, max_records=calls_max)
     app[CALL_LOG_KEY] = log

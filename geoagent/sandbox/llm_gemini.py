@@ -20,6 +20,10 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
 * A prompt containing :data:`BLOCK_MARKER` is answered like a prompt the safety filter blocked:
   ``promptFeedback.blockReason = "OTHER"``, no ``candidates`` (usage reports only prompt tokens).
 
+* Injected faults (``faults=``) answer in this error shape: 429 ``RESOURCE_EXHAUSTED`` with a
+  ``QuotaFailure`` detail and a ``RetryInfo`` (``retryDelay``) mirroring ``Retry-After``; 500 ``INTERNAL``;
+  503 ``UNAVAILABLE``.
+
 Run standalone with ``python -m geoagent.sandbox.llm_gemini --port 8003 --log calls.jsonl``.
 """
 
@@ -250,6 +254,7 @@ def make_app(
     routes = [("POST", "/v1beta/models/{name}", generate_content)]
     return build_app(
         routes,
+        api=API,
         faults=faults,
         seed=seed,
         token_log=token_log,

@@ -18,6 +18,9 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   "stop"|"length"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
   "system_fingerprint"}`` plus ``x-request-id`` and ``x-ratelimit-*`` headers.
 
+* Injected faults (``faults=``, :mod:`geoagent.sandbox.faults`) answer 429/500/503 in this error shape
+  (429: type ``requests``, code ``rate_limit_exceeded``), keeping ``Retry-After``.
+
 Answer text comes from :func:`geoagent.sandbox.responders.simulate_answer` (same text and usage as the
 ``simulated`` provider for the same request key and seed). Run standalone with
 ``python -m geoagent.sandbox.llm_openai --port 8001 --log calls.jsonl``.
@@ -271,6 +274,7 @@ def make_app(
     routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", chat_completions)]
     return build_app(
         routes,
+        api=API,
         faults=faults,
         seed=seed,
         token_log=token_log,
