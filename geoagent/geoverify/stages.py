@@ -1,0 +1,335 @@
+"""GeoVerify pipeline pieces: the planner function and the parser, scorer and aggregator stages.
+
+Data flow (constants.EDGE_*)::
+
+    plan_requests(trials, models) -> requests -> [model caller] -> responses
+        -> GeoVerifyParserStage -> answers -> GeoVerifyScorerStage -> scored -> GeoVerifyAggregatorStage
+        -> report
+
+Message keys are ``f"{trial_id}|{model}"`` on every edge (a stable trial x model key, equal to the replay
+key of the release's raw responses, whose ``trial_id`` is ``image_id|arm|cand``).
+
+Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional except where said):
+``store`` (the campaign's ResponseStore: response text by request key, and the ``geoverify_scored``
+results table), ``report_dir`` (folder of the live report; default ``<state root>/<campaign>/report``),
+``geoverify_report_interval_s`` (minimum seconds between report rewrites, default 5).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+from geoagent import paths
+from geoagent.data.importer import Release
+from geoagent.data.model import ARM_BLANK, ARM_MISMATCH, BLANK_IMAGE_REF, VerifyTrial
+from geoagent.geoverify.aggregate import GeoVerifyAggregator
+from geoagent.geoverify.parse import ParsedVerdict, parse_verdict
+from geoagent.geoverify.prompt import render_claim
+from geoagent.geoverify.score import scored_row
+from geoagent.runtime.queue import Task
+from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
+
+TASK_NAME = "geoverify"
+SCORED_TABLE = "geoverify_scored"
+DEFAULT_MAX_OUTPUT_TOKENS = 512
+
+
+def message_key(trial_id: str, model: str) -> str:
+    """Stable trial x model key (also the replay key): ``f"{trial_id}|{model}"``."""
+    return f"{trial_id}|{model}"
+
+
+def trial_meta(t: VerifyTrial) -> dict[str, Any]:
+    """Trial fields carried in request ``meta`` (JSON-able; ``site`` as in scored rows)."""
+    d = t.to_dict()
+    d["trial_id"] = t.trial_id
+    d["site"] = t.site_id
+    return d
+
+
+def _image_fields(t: VerifyTrial, image_root: str | Path | None, paths_by_image: dict[str, str]) -> tuple[str | None, str | None]:
+    """(image_id, image_ref) for the model caller: blank field, or the shown image's file if it exists,
+    else only its id (the caller then attaches a deterministic placeholder: the release has no pixels)."""
+    if t.arm == ARM_BLANK:
+        return BLANK_IMAGE_REF, BLANK_IMAGE_REF
+    shown = t.image_ref if (t.arm == ARM_MISMATCH and t.image_ref) else t.image_id
+    rel = paths_by_image.get(shown)
+    if image_root is not None and rel:
+        p = Path(image_root) / rel
+        if p.is_file():
+            return shown, str(p)
+    return shown, None
+
+
+def plan_requests(
+    trials: Iterable[VerifyTrial],
+    models: Sequence[str],
+    *,
+    template: str | None = None,
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    image_root: str | Path | None = None,
+    tau_km: float = C.GEOVERIFY_TAU_KM,
+    replay_model_of: Mapping[str, str] | None = None,
+    pairs: Collection[tuple[str, str]] | None = None,
+) -> list[Message]:
+    """Request messages (edge ``requests``) for every trial x model.
+
+    Parameters
+    ----------
+    trials : iterable of VerifyTrial
+    models : sequence of str
+        Model names as in the campaign config (``models[].name``).
+    template : str, optional
+        Claim template text (default: ``prompts/geoverify_claim.txt``).
+    max_output_tokens : int
+        Output cap in tokens (enters the request key and the cost reservation).
+    image_root : path, optional
+        Folder holding images at their ``path`` (``streetview/<site>/<id>.jpg``); files that exist are
+        sent, otherwise only the image id (placeholder pixels).
+    replay_model_of : mapping, optional
+        Config model name -> recorded model name used in ``meta.replay_key`` (default: the name itself),
+        so a config entry ``name = "haiku", provider = "replay", model = "claude-haiku-4-5"`` finds the
+        release's records of ``claude-haiku-4-5``.
+    pairs : collection of (trial_id, recorded model), optional
+        Plan only these pairs (e.g. those the release has raw responses for); default all.
+
+    Returns
+    -------
+    list of (key, payload)
+        Payload: ``model, prompt, image_id, image_ref, params{max_output_tokens}, meta{task, trial_id,
+        replay_key, trial}``; key ``f"{trial_id}|{model}"`` (duplicates dropped).
+
+    Raises
+    ------
+    ValueError
+        An empty candidate name.
+    """
+    trials = list(trials)
+    paths_by_image = {t.image_id: t.path for t in trials if t.path}
+    out: list[Message] = []
+    seen: set[str] = set()
+    for t in trials:
+        prompt = render_claim(t.cand, template, tau_km)
+        image_id, image_ref = _image_fields(t, image_root, paths_by_image)
+        meta_trial = trial_meta(t)
+        for model in models:
+            recorded = (replay_model_of or {}).get(model, model)
+            if pairs is not None and (t.trial_id, recorded) not in pairs:
+                continue
+            key = message_key(t.trial_id, model)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(
+                (
+                    key,
+                    {
+                        "model": model,
+                        "prompt": prompt,
+                        "image_id": image_id,
+                        "image_ref": image_ref,
+                        "params": {"max_output_tokens": int(max_output_tokens)},
+                        "meta": {
+                            "task": TASK_NAME,
+                            "trial_id": t.trial_id,
+                            "replay_key": message_key(t.trial_id, recorded),
+                            "trial": meta_trial,
+                        },
+                    },
+                )
+            )
+    return out
+
+
+def release_replay_plan(rel: Release) -> tuple[list[VerifyTrial], set[tuple[str, str]], list[str]]:
+    """Trials, (trial_id, model) pairs and model names for replaying a release's raw responses.
+
+    Trials come from the trial table; a raw record whose trial is not in the table (e.g. the full raw
+    file with the sampled table) gets a trial rebuilt from the record's own fields (coordinates from the
+    image table when known, else NaN). Records with a recorded API error are left out.
+    """
+    trials = {t.trial_id: t for t in rel.trials}
+    pairs: set[tuple[str, str]] = set()
+    models: set[str] = set()
+    for r in rel.raw:
+        if r.error is not None:
+            continue
+        pairs.add((r.trial_id, r.model))
+        models.add(r.model)
+        if r.trial_id not in trials and r.image_id and r.arm and r.cand and r.truth:
+            im = rel.images.get(r.image_id)
+            trials[r.trial_id] = VerifyTrial(
+                image_id=r.image_id, site_id=r.site_id or (im.site_id if im else ""), arm=r.arm, cand=r.cand,
+                img_lat=im.lat if im else math.nan, img_lon=im.lon if im else math.nan, cand_lat=None,
+                cand_lon=None, referenceability=r.referenceability, d_km=r.d_km, band=r.band, truth=r.truth,
+                continent=im.continent if im else None, path=im.path if im else None,
+                image_ref=r.image_id if r.arm == "main" else None,
+            )
+    used = [trials[tid] for tid in sorted({tid for tid, _ in pairs}) if tid in trials]
+    return used, pairs, sorted(models)
+
+
+def _trial_of(payload: dict[str, Any]) -> dict[str, Any]:
+    trial = payload.get("trial")
+    if trial is None:
+        trial = (payload.get("meta") or {}).get("trial")
+    if not isinstance(trial, dict) or "trial_id" not in trial:
+        raise PermanentFailure("message has no GeoVerify trial (trial or meta.trial, with trial_id)")
+    return trial
+
+
+class GeoVerifyParserStage(Stage):
+    """``responses`` -> ``answers``: parse the answer text (never raises on bad text)."""
+
+    name = C.STAGE_PARSER
+    input_edge = C.EDGE_RESPONSES
+    output_edge = C.EDGE_ANSWERS
+    concurrency = 16
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        p = task.payload
+        trial = _trial_of(p)
+        text = p.get("text")
+        if text is None and p.get("request_key"):
+            store = ctx.services.get("store")
+            if store is None:
+                raise PermanentFailure("response has no text and no store service to read it from")
+            resp = await store.aget(p["request_key"])
+            if resp is None:
+                raise PermanentFailure(f"no stored response for request key {p['request_key']}")
+            text = resp.text
+        parsed = parse_verdict(text)
+        answer = {
+            "model": p.get("model"),
+            "request_key": p.get("request_key"),
+            "trial": trial,
+            "parsed": parsed.to_json(),
+            "input_tokens": p.get("input_tokens"),
+            "output_tokens": p.get("output_tokens"),
+            "finish_reason": p.get("finish_reason"),
+        }
+        if not parsed.ok:
+            answer["raw"] = text  # kept with the failure (the store keeps it too)
+        return [(task.key, answer)]
+
+
+def _parsed_from_json(d: dict[str, Any]) -> ParsedVerdict:
+    return ParsedVerdict(
+        ok=bool(d.get("ok")),
+        verdict=d.get("verdict"),
+        confidence=d.get("confidence"),
+        evidence=tuple(d.get("evidence") or ()),
+        reason=d.get("reason"),
+        rules=tuple(d.get("rules") or ()),
+    )
+
+
+class GeoVerifyScorerStage(Stage):
+    """``answers`` -> ``scored``: one flat scored row per answer; also written to results table
+    ``geoverify_scored`` (key = message key) when a ``store`` service exists."""
+
+    name = C.STAGE_SCORER
+    input_edge = C.EDGE_ANSWERS
+    output_edge = C.EDGE_SCORED
+    concurrency = 16
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        p = task.payload
+        trial = _trial_of(p)
+        model = p.get("model")
+        if not model:
+            raise PermanentFailure("answer has no model")
+        try:
+            row = scored_row(trial, model, _parsed_from_json(p.get("parsed") or {}))
+        except KeyError as exc:
+            raise PermanentFailure(f"trial lacks field {exc}") from None
+        row["request_key"] = p.get("request_key")
+        row["input_tokens"] = p.get("input_tokens")
+        row["output_tokens"] = p.get("output_tokens")
+        if not row["parse_ok"]:
+            row["raw"] = p.get("raw")
+        store = ctx.services.get("store")
+        if store is not None:
+            await store.aput_result(SCORED_TABLE, task.key, row)
+        return [(task.key, row)]
+
+
+class GeoVerifyAggregatorStage(Stage):
+    """``scored`` -> (none): updates the incremental aggregator; rewrites the report on flush.
+
+    On start it rebuilds its counts from results table ``geoverify_scored`` (if a store exists), so a
+    restart after a crash loses nothing; rows delivered again are recognised by (trial_id, model).
+    """
+
+    name = C.STAGE_AGGREGATOR
+    input_edge = C.EDGE_SCORED
+    output_edge = None
+    concurrency = 1
+    lease_batch = 256
+
+    def __init__(self, *, report_interval_s: float | None = None, n_boot: int = 0, seed: int = 0) -> None:
+        self.agg = GeoVerifyAggregator()
+        self.report_interval_s = report_interval_s
+        self.n_boot = n_boot
+        self.seed = seed
+        self._pending: list[dict[str, Any]] = []
+        self._last_write = -math.inf
+        self._dirty = True
+        self.report_paths: dict[str, Path] = {}
+
+    def _report_dir(self, ctx: StageContext) -> Path:
+        d = ctx.services.get("report_dir")
+        return Path(d) if d else paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
+
+    async def start(self, ctx: StageContext) -> None:
+        store = ctx.services.get("store")
+        if store is not None and hasattr(store, "iter_results"):
+            batch: list[dict[str, Any]] = []
+            for _key, row in store.iter_results(SCORED_TABLE):
+                batch.append(row)
+                if len(batch) >= 5000:
+                    self.agg.update(batch)
+                    batch = []
+            self.agg.update(batch)
+        if self.report_interval_s is None:
+            self.report_interval_s = float(ctx.services.get("geoverify_report_interval_s", 5.0))
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        self._pending.append(task.payload)
+        if len(self._pending) >= 256:
+            self._drain()
+        return []
+
+    def _drain(self) -> None:
+        if self._pending:
+            if self.agg.update(self._pending):
+                self._dirty = True
+            self._pending = []
+
+    def write_report(self, ctx: StageContext) -> dict[str, Path]:
+        """Write the report now (Table 12 text/Markdown/CSV + plot) from the current counts."""
+        from geoagent.report.geoverify import write_report
+
+        self._drain()
+        self.report_paths = write_report(self.agg.scores(n_boot=self.n_boot, seed=self.seed), self._report_dir(ctx))
+        self._last_write = time.monotonic()
+        self._dirty = False
+        return self.report_paths
+
+    async def flush(self, ctx: StageContext) -> None:
+        self._drain()
+        if self._dirty and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
+            self.write_report(ctx)
+
+    async def stop(self, ctx: StageContext) -> None:
+        self.write_report(ctx)
+
+
+def geoverify_stages(**aggregator_kw: Any) -> list[Stage]:
+    """The three GeoVerify stages after the model caller, in data-flow order."""
+    return [GeoVerifyParserStage(), GeoVerifyScorerStage(), GeoVerifyAggregatorStage(**aggregator_kw)]
