@@ -35,12 +35,14 @@ def test_deterministic_and_seeded():
 
 def test_usage_model_by_hand():
     prompt = "p" * 1001
-    r = _req(prompt=prompt, params={"max_output_tokens": 300, "system": "s" * 10})
+    r = _req(prompt=prompt, image=b"\xff\xd8jpeg", params={"max_output_tokens": 300, "system": "s" * 10})
     out = _gen(r)
-    assert out.usage.input_tokens == math.ceil(1011 / 4) + 765  # image id set -> image counted
+    assert out.usage.input_tokens == math.ceil(1011 / 4) + 765  # image bytes attached -> image counted
     assert out.usage.output_tokens == math.ceil(len(out.text) / 4)
     text_only = _gen(_req(prompt=prompt, image_id=None))
     assert text_only.usage.input_tokens == math.ceil(1001 / 4)
+    id_only = _gen(_req(prompt=prompt))  # an image id without bytes seeds the answer but costs nothing
+    assert id_only.usage.input_tokens == math.ceil(1001 / 4)
 
 
 def test_truncation_at_output_cap():
@@ -103,3 +105,25 @@ def test_load_builtin_responders_tolerates_missing_modules():
 def test_truncate_to_tokens(n):
     text, cut = responders.truncate_to_tokens("abcdefghij", n)
     assert text == "abcdefghij"[: 4 * n] and cut == (4 * n < 10)
+
+
+def test_simulated_over_http_matches_in_process():
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.sandbox import llm_openai
+    from geoagent.sandbox.server import serve
+
+    reqs = [_req(prompt=f"question {i}", image_id=str(i), image=b"img%d" % i if i % 2 else None) for i in range(4)]
+    local = [_gen(r, seed=7) for r in reqs]
+
+    async def run():
+        app = llm_openai.make_app(seed=7, require_auth=False)
+        async with serve(app) as url, HttpClient(default_policy=HostPolicy(backoff_base_s=0.01, backoff_max_s=0.05)) as http:
+            prov = make_provider(ProviderSettings(kind="simulated", model="sim-1", seed=7, base_url=url + "/v1"), http)
+            outs = [await prov.generate(r) for r in reqs]
+            await prov.aclose()
+        return outs, app
+
+    remote, app = asyncio.run(run())
+    for a, b in zip(local, remote, strict=True):
+        assert a.text == b.text and a.usage == b.usage and a.finish_reason == b.finish_reason
+    assert [c["key"] for c in app["calls"]] == [r.key() for r in reqs]

@@ -9,6 +9,7 @@ demo campaign over HTTP records.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -26,16 +27,31 @@ class SimulatedProvider(Provider):
     def __init__(self, model_cfg: ProviderSettings, http: Any = None) -> None:
         self.settings = model_cfg
         self.seed = int(model_cfg.seed)
+        self._remote: Any = None
+        if model_cfg.base_url:
+            from geoagent.providers.openai_compat import OpenAICompatProvider
+
+            self._remote = OpenAICompatProvider(dataclasses.replace(model_cfg, kind="openai"), http)
 
     def __repr__(self) -> str:
-        return f"SimulatedProvider(model={self.settings.model!r}, seed={self.seed})"
+        where = f", base_url={self.settings.base_url!r}" if self._remote is not None else ""
+        return f"SimulatedProvider(model={self.settings.model!r}, seed={self.seed}{where})"
+
+    async def aclose(self) -> None:
+        if self._remote is not None:
+            await self._remote.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Answer ``request`` from the responder registry.
 
         ``finish_reason`` is ``stop``, or ``length`` when the answer was cut to
-        ``request.max_output_tokens``. An image counts when bytes are attached or an ``image_id`` is set.
+        ``request.max_output_tokens``. An image counts (765 tokens) when image bytes are attached, as on the
+        fake servers; an ``image_id`` alone only seeds the answer.
+        With ``base_url`` set, the call goes over HTTP to the local fake (see module docstring) and may
+        raise the HTTP layer's errors.
         """
+        if self._remote is not None:
+            return await self._remote.generate(request)
         from geoagent.sandbox.responders import simulate_answer
 
         t0 = time.perf_counter()
@@ -45,7 +61,7 @@ class SimulatedProvider(Provider):
             request.model,
             self.seed,
             request.max_output_tokens,
-            has_image=request.image is not None or request.image_id is not None,
+            has_image=request.image is not None,
             system=str(request.params.get("system") or ""),
             key=request.key(),
         )
