@@ -286,3 +286,15 @@ def load_crawl_settings(section: Mapping[str, Any], *, where: str = "config") ->
         return CrawlSettings.model_validate(dict(section))
     except ValidationError as e:
         raise CrawlConfigError(_format_errors(e, where)) from None
+
+
+def _register() -> None:
+    """Let campaign configs validate their ``[crawl]`` table with :class:`CrawlSettings`."""
+    try:
+        from geoagent.config import register_section
+    except ImportError:  # config module not available (partial checkout)
+        return
+    register_section("crawl", CrawlSettings)
+
+
+_register()

@@ -1,0 +1,286 @@
+"""Two-track image audit (seed 000, Sec. 3.2 and App. A.4): a vision-model audit and a human verdict.
+
+The model half rates each kept image on answer leakage (overlaid text naming a place or printing
+coordinates), scene type, shooting through glass, tourist infrastructure, quality 0-5 and usability;
+our prompt is ``prompts/crawl_image_audit.txt``. The human half is a keep/exclude verdict with a reason,
+imported from a CSV. Agreement is reported as raw agreement, Cohen's kappa, and the two disagreement
+tables (human excludes / model accepts, and the reverse). Exclusion follows the human verdict
+(``usable`` column), as in the release's ``image_audit.csv``. The auditor must not be an evaluated model
+(:class:`geoagent.crawl.settings.CrawlSettings` refuses such a config).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json
+from geoagent.crawl.settings import ImageAuditSettings
+from geoagent.providers.base import ModelRequest
+
+SCENE_TYPES = ("street", "indoor", "vehicle_interior", "closeup", "other")
+PROMPT_MARKER = "STREET-LEVEL PHOTO AUDIT"
+
+#: Columns of the release's ``data/image_audit.csv``, in order.
+IMAGE_AUDIT_COLUMNS: tuple[str, ...] = (
+    "image", "site", "batch", "usable", "ai_answer_overlay", "ai_overlay_text", "ai_scene_type", "ai_through_glass",
+    "ai_tourist_infrastructure", "ai_quality", "ai_usable", "ai_why", "human_verdict", "human_reason",
+    "human_verified_by", "human_note",
+)
+HUMAN_VERDICTS = ("keep", "exclude")
+
+
+def load_prompt(name: str) -> str:
+    """Text of ``geoagent/prompts/<name>`` (packaged template)."""
+    return resources.files("geoagent").joinpath("prompts", name).read_text(encoding="utf-8")
+
+
+def usable_by_rule(answer_overlay: bool, scene_type: str, quality: int) -> bool:
+    """App. A.4's rule: unusable when overlay text leaks the answer, the scene is not a street, or
+    quality <= 1 (tourist infrastructure does not matter)."""
+    return (not answer_overlay) and scene_type == "street" and quality > 1
+
+
+@dataclass(frozen=True, slots=True)
+class ImageAudit:
+    """One parsed model audit. ``parsed`` False means the text could not be read (``reason`` says why);
+    ``raw`` is the model's verbatim text."""
+
+    parsed: bool
+    answer_overlay: bool | None = None
+    overlay_text: str = ""
+    scene_type: str | None = None
+    through_glass: bool | None = None
+    tourist_infrastructure: bool | None = None
+    quality: int | None = None
+    usable: bool | None = None
+    why: str = ""
+    reason: str = ""
+    raw: str = ""
+
+    @property
+    def usable_rule(self) -> bool | None:
+        """Usability recomputed from the fields (None when unparsed)."""
+        if not self.parsed or self.answer_overlay is None or self.scene_type is None or self.quality is None:
+            return None
+        return usable_by_rule(self.answer_overlay, self.scene_type, self.quality)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("parsed", "answer_overlay", "overlay_text", "scene_type", "through_glass",
+                                             "tourist_infrastructure", "quality", "usable", "why", "reason", "raw")}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ImageAudit":
+        return cls(**{k: d.get(k) for k in cls.__slots__ if k in d})  # type: ignore[attr-defined]
+
+
+def parse_image_audit(text: str | None) -> ImageAudit:
+    """Parse the model's answer (untrusted text); never raises. Missing ``usable`` is filled by the rule;
+    an unknown scene type or a quality outside 0-5 makes the answer unparsed."""
+    raw = text if isinstance(text, str) else ""
+    obj = extract_json(raw, dict)
+    if obj is None:
+        return ImageAudit(False, reason="no JSON object in the answer", raw=raw)
+    overlay = as_bool(obj.get("answer_overlay"))
+    scene = str(obj.get("scene_type", "")).strip().lower().replace(" ", "_").replace("-", "_")
+    quality = as_int_in(obj.get("quality"), 0, 5)
+    if overlay is None:
+        return ImageAudit(False, reason="answer_overlay missing or not a boolean", raw=raw)
+    if scene not in SCENE_TYPES:
+        return ImageAudit(False, reason=f"scene_type {obj.get('scene_type')!r} is not one of {SCENE_TYPES}", raw=raw)
+    if quality is None:
+        return ImageAudit(False, reason=f"quality {obj.get('quality')!r} is not an integer 0-5", raw=raw)
+    usable = as_bool(obj.get("usable"))
+    if usable is None:
+        usable = usable_by_rule(overlay, scene, quality)
+    overlay_text = obj.get("overlay_text")
+    return ImageAudit(
+        True, overlay, str(overlay_text) if overlay_text not in (None, False) else "", scene,
+        as_bool(obj.get("through_glass")), as_bool(obj.get("tourist_infrastructure")), quality, usable,
+        str(obj.get("why", ""))[:300], "", raw,
+    )
+
+
+def build_request(image_id: str, jpeg: bytes, settings: ImageAuditSettings, prompt: str | None = None) -> ModelRequest:
+    """The vision request for one image (prompt from ``crawl_image_audit.txt``)."""
+    return ModelRequest(
+        provider=settings.provider, model=settings.model, prompt=prompt or load_prompt("crawl_image_audit.txt"),
+        image_id=image_id, image=jpeg, image_mime="image/jpeg",
+        params={"max_output_tokens": settings.max_output_tokens, "temperature": settings.temperature, "json_mode": True},
+        meta={"task": "crawl_image_audit"},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# human verdicts and agreement
+# --------------------------------------------------------------------------------------------------
+
+_ID_IN_PATH = re.compile(r"([0-9]{1,32})\.jpe?g$", re.I)
+
+
+def image_key(path_or_id: str) -> str:
+    """Image id from ``streetview\\site\\123.jpg``, ``images/site/123.jpg`` or ``123``."""
+    s = str(path_or_id).strip()
+    m = _ID_IN_PATH.search(s.replace("\\", "/"))
+    if m:
+        return m.group(1)
+    if s.isdigit():
+        return s
+    raise ValueError(f"cannot find an image id in {path_or_id!r}")
+
+
+def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
+    """Read a human-verdict CSV (columns ``image`` and ``human_verdict``; optional ``human_reason``,
+    ``human_verified_by``, ``human_note``; e.g. the release's ``image_audit.csv``).
+
+    Returns
+    -------
+    dict
+        image id -> {"human_verdict", "human_reason", "human_verified_by", "human_note"}.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and line for a missing column, a bad image reference, a verdict other than
+        keep/exclude, or the same image twice with different verdicts.
+    """
+    path = Path(path)
+    out: dict[str, dict[str, str]] = {}
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        for col in ("image", "human_verdict"):
+            if col not in (reader.fieldnames or []):
+                raise ValueError(f"{path}: missing column {col!r} (have {reader.fieldnames})")
+        for row in reader:
+            line = reader.line_num
+            verdict = (row.get("human_verdict") or "").strip().lower()
+            if verdict not in HUMAN_VERDICTS:
+                raise ValueError(f"{path}:{line}: human_verdict must be keep or exclude, got {row.get('human_verdict')!r}")
+            try:
+                key = image_key(row["image"])
+            except ValueError as e:
+                raise ValueError(f"{path}:{line}: {e}") from None
+            rec = {"human_verdict": verdict, "human_reason": (row.get("human_reason") or "").strip(),
+                   "human_verified_by": (row.get("human_verified_by") or "").strip(), "human_note": (row.get("human_note") or "").strip()}
+            if key in out and out[key]["human_verdict"] != verdict:
+                raise ValueError(f"{path}:{line}: image {key} has conflicting verdicts")
+            out[key] = rec
+    return out
+
+
+def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
+    """Cohen's kappa of two raters' labels, ``(p_o - p_e) / (1 - p_e)``.
+
+    Parameters
+    ----------
+    a, b : sequence of shape (n,)
+        Labels of the two raters for the same n items (any hashable categories).
+
+    Returns
+    -------
+    float
+        Kappa in [-1, 1]; NaN when ``p_e == 1`` (both raters used one and the same single label).
+
+    Raises
+    ------
+    ValueError
+        On unequal lengths or no items.
+
+    Source: Cohen (1960); seed 000 Sec. 3.2 reports kappa = 0.185 for human vs model keep/exclude.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"raters labelled different numbers of items ({len(a)} vs {len(b)})")
+    n = len(a)
+    if n == 0:
+        raise ValueError("no items")
+    p_o = sum(1 for x, y in zip(a, b) if x == y) / n
+    ca, cb = Counter(a), Counter(b)
+    p_e = sum(ca[k] * cb.get(k, 0) for k in ca) / (n * n)
+    if p_e == 1.0:
+        return float("nan")
+    return (p_o - p_e) / (1.0 - p_e)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditAgreement:
+    """Human vs model agreement over images audited by both."""
+
+    n: int
+    n_agree: int
+    kappa: float
+    human_excludes_model_accepts: list[dict[str, Any]]
+    model_rejects_human_keeps: list[dict[str, Any]]
+
+    @property
+    def agreement(self) -> float:
+        return self.n_agree / self.n if self.n else float("nan")
+
+    def scene_types_of_model_rejects(self) -> Counter[str]:
+        """Scene types among "model rejects, human keeps" (the paper: 17 of 21 are vehicle interiors)."""
+        return Counter(str(r.get("ai_scene_type", "")) for r in self.model_rejects_human_keeps)
+
+
+def _truthy(v: Any) -> bool | None:
+    return as_bool(v)
+
+
+def agreement(rows: Iterable[Mapping[str, Any]]) -> AuditAgreement:
+    """Agreement of ``ai_usable`` with ``human_verdict`` over rows in the ``image_audit.csv`` form
+    (rows lacking either side are skipped)."""
+    pairs: list[tuple[bool, bool, Mapping[str, Any]]] = []
+    for r in rows:
+        model = _truthy(r.get("ai_usable"))
+        human = (str(r.get("human_verdict") or "")).strip().lower()
+        if model is None or human not in HUMAN_VERDICTS:
+            continue
+        pairs.append((model, human == "keep", r))
+    a = [m for m, _, _ in pairs]
+    b = [h for _, h, _ in pairs]
+    kappa = cohen_kappa(a, b) if pairs else float("nan")
+    return AuditAgreement(
+        n=len(pairs), n_agree=sum(1 for m, h, _ in pairs if m == h), kappa=kappa,
+        human_excludes_model_accepts=[dict(r) for m, h, r in pairs if m and not h],
+        model_rejects_human_keeps=[dict(r) for m, h, r in pairs if h and not m],
+    )
+
+
+def audit_row(image_path: str, site: str, audit: ImageAudit | None, human: Mapping[str, str] | None = None,
+              batch: str | int = "") -> dict[str, Any]:
+    """One ``image_audit.csv`` row; ``usable`` follows the human verdict when there is one (the release's
+    policy), else the model's verdict."""
+    human = human or {}
+    hv = human.get("human_verdict", "")
+    a = audit or ImageAudit(False)
+
+    def fmt(v: Any) -> Any:
+        return "" if v is None else v
+
+    usable = (hv == "keep") if hv else (a.usable if a.parsed else "")
+    return {
+        "image": image_path, "site": site, "batch": batch, "usable": fmt(usable),
+        "ai_answer_overlay": fmt(a.answer_overlay), "ai_overlay_text": a.overlay_text, "ai_scene_type": fmt(a.scene_type),
+        "ai_through_glass": fmt(a.through_glass), "ai_tourist_infrastructure": fmt(a.tourist_infrastructure),
+        "ai_quality": "" if a.quality is None else float(a.quality), "ai_usable": fmt(a.usable), "ai_why": a.why,
+        "human_verdict": hv, "human_reason": human.get("human_reason", ""),
+        "human_verified_by": human.get("human_verified_by", ""), "human_note": human.get("human_note", ""),
+    }
+
+
+def write_image_audit_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write rows with :data:`IMAGE_AUDIT_COLUMNS` (atomic replace)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(IMAGE_AUDIT_COLUMNS))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in IMAGE_AUDIT_COLUMNS})
+    tmp.replace(path)
+    return path
