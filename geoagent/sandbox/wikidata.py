@@ -66,8 +66,9 @@ class WikidataFakeState:
         Simulated replica lag in seconds; requests whose ``maxlag`` is below it get the maxlag error.
     lagged_requests : int
         How many more maxlag-carrying requests see the lag (-1: all of them, until changed).
-    retry_after_s : int
-        ``Retry-After`` header of the maxlag error, whole seconds (MediaWiki sends 5).
+    retry_after_s : int or None
+        ``Retry-After`` header of the maxlag error, whole seconds (MediaWiki sends 5); None sends no
+        header (clients must then fall back to the ``lag`` field).
     ratelimited_requests : int
         How many more requests get the ``ratelimited`` error.
     requests : list of dict
@@ -76,7 +77,7 @@ class WikidataFakeState:
 
     lag_s: float = 0.0
     lagged_requests: int = 0
-    retry_after_s: int = 5
+    retry_after_s: int | None = 5
     ratelimited_requests: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -231,7 +232,10 @@ async def _api(request: web.Request) -> web.Response:
             return _error(
                 "maxlag",
                 f"Waiting for db-replica-sandbox: {lag} seconds lagged.",
-                headers={"Retry-After": str(int(state.retry_after_s)), "X-Database-Lag": str(int(state.lag_s))},
+                headers={
+                    "X-Database-Lag": str(int(state.lag_s)),
+                    **({} if state.retry_after_s is None else {"Retry-After": str(int(state.retry_after_s))}),
+                },
                 host="db-replica-sandbox",
                 lag=lag,
             )
