@@ -39,6 +39,7 @@ from geoagent.sandbox.llm_common import (
     cli_main,
     decode_b64,
     image_id_for,
+    json_response,
     auth_required,
     key_ok,
     log_call,
@@ -55,7 +56,7 @@ IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
 def _err(status: int, type_: str, message: str) -> web.Response:
     rid = "req_" + short_id(time.time_ns(), message)
     body = {"type": "error", "error": {"type": type_, "message": message}, "request_id": rid}
-    return web.json_response(body, status=status, headers={"request-id": rid})
+    return json_response(body, status=status, headers={"request-id": rid})
 
 
 class _Bad(Exception):
@@ -203,7 +204,7 @@ async def messages(request: web.Request) -> web.Response:
         "stop_sequence": None,
         "usage": {"input_tokens": n_in, "output_tokens": n_out, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     }
-    return web.json_response(payload, headers={"request-id": f"req_{mid}"})
+    return json_response(payload, headers={"request-id": f"req_{mid}"})
 
 
 def make_app(

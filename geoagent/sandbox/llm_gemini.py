@@ -44,6 +44,7 @@ from geoagent.sandbox.llm_common import (
     cli_main,
     decode_b64,
     image_id_for,
+    json_response,
     auth_required,
     key_ok,
     log_call,
@@ -95,7 +96,7 @@ def _err(code: int, message: str, details: list[dict[str, Any]] | None = None) -
     err: dict[str, Any] = {"code": code, "message": message, "status": _STATUS.get(code, "INVALID_ARGUMENT")}
     if details:
         err["details"] = details
-    return web.json_response({"error": err}, status=code)
+    return json_response({"error": err}, status=code)
 
 
 def _parse(body: dict[str, Any]) -> tuple[str, str, bytes | None, int, Any]:
@@ -213,7 +214,7 @@ async def generate_content(request: web.Request) -> web.Response:
     if BLOCK_MARKER in prompt:
         n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (SIM_IMAGE_TOKENS if image is not None else 0)
         log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=0, image_id=image_id, image_sha256=sha256_hex(image), finish_reason="BLOCKED:OTHER")
-        return web.json_response(
+        return json_response(
             {
                 "promptFeedback": {"blockReason": "OTHER"},
                 "usageMetadata": {"promptTokenCount": n_in, "totalTokenCount": n_in},
@@ -239,7 +240,7 @@ async def generate_content(request: web.Request) -> web.Response:
         "modelVersion": model,
         "responseId": rid,
     }
-    return web.json_response(payload)
+    return json_response(payload)
 
 
 def make_app(

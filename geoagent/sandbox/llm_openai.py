@@ -42,6 +42,7 @@ from geoagent.sandbox.llm_common import (
     cli_main,
     decode_b64,
     image_id_for,
+    json_response,
     auth_required,
     key_ok,
     log_call,
@@ -59,7 +60,7 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 
 def _err(status: int, message: str, type_: str, code: str | None = None, param: str | None = None) -> web.Response:
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return web.json_response(body, status=status, headers={"x-request-id": "req_" + short_id(time.time_ns())})
+    return json_response(body, status=status, headers={"x-request-id": "req_" + short_id(time.time_ns())})
 
 
 def _mask(key: str) -> str:
@@ -238,7 +239,7 @@ async def chat_completions(request: web.Request) -> web.Response:
         "x-ratelimit-remaining-tokens": str(max(0, 10_000_000 - n_in - max_tokens)),
         "x-ratelimit-reset-tokens": "0s",
     }
-    return web.json_response(payload, headers=headers)
+    return json_response(payload, headers=headers)
 
 
 def make_app(
