@@ -217,6 +217,7 @@ CREATE TABLE IF NOT EXISTS reservations (
     input_tokens INTEGER,
     output_tokens INTEGER,
     owner TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 1,
     created_at REAL NOT NULL,
     closed_at REAL,
     note TEXT
@@ -411,24 +412,26 @@ class Ledger:
         actual = usd_to_nano(actual_usd)
         n_in, n_out = int(getattr(usage, "input_tokens", 0)), int(getattr(usage, "output_tokens", 0))
         with self.db.transaction() as conn:
-            row = conn.execute("SELECT state, amount_nusd FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
+            row = conn.execute(
+                "SELECT state, amount_nusd, attempts FROM reservations WHERE id = ?", (reservation.id,)
+            ).fetchone()
             if row is None:
                 raise LedgerError(f"no reservation {reservation.id}")
-            state, amount = row
+            state, amount, attempts = row
             if state == "settled":
                 return
             conn.execute(
                 "UPDATE reservations SET state = 'settled', actual_nusd = ?, input_tokens = ?, output_tokens = ?,"
-                " closed_at = ? WHERE id = ?",
+                " attempts = 1, closed_at = ? WHERE id = ?",
                 (actual, n_in, n_out, time.time(), reservation.id),
             )
             d_reserved = amount if state == "open" else 0
-            d_unknown = amount if state == "unknown" else 0
+            d_unknown = amount * attempts if state == "unknown" else 0
             conn.execute(
                 "UPDATE ledger_totals SET spent_nusd = spent_nusd + ?, reserved_nusd = reserved_nusd - ?,"
                 " unknown_nusd = unknown_nusd - ?, unknown_calls = unknown_calls - ?, overrun_nusd = overrun_nusd + ?,"
                 " calls = calls + 1, input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = 1",
-                (actual, d_reserved, d_unknown, 1 if d_unknown else 0, max(0, actual - amount), n_in, n_out),
+                (actual, d_reserved, d_unknown, attempts if d_unknown else 0, max(0, actual - amount), n_in, n_out),
             )
 
     def release(self, reservation: Reservation, *, note: str | None = None) -> None:
@@ -445,18 +448,26 @@ class Ledger:
                     (reservation.amount_nusd,),
                 )
 
-    def mark_unknown(self, reservation: Reservation, *, note: str | None = None) -> None:
-        """The call's outcome is unknown (maybe billed): keep it counted at the reservation amount."""
+    def mark_unknown(self, reservation: Reservation, *, note: str | None = None, attempts: int = 1) -> None:
+        """The call's outcome is unknown (maybe billed): keep it counted at the reservation amount.
+
+        ``attempts`` > 1 when the HTTP layer made several attempts that the provider may each have billed
+        (e.g. 2xx bodies that did not parse): each is counted at the reservation amount. That can take
+        the total past the cap after the fact; the next reservation then fails.
+        """
+        attempts = max(1, int(attempts))
+        total = reservation.amount_nusd * attempts
         with self.db.transaction() as conn:
             cur = conn.execute(
-                "UPDATE reservations SET state = 'unknown', closed_at = ?, note = ? WHERE id = ? AND state = 'open'",
-                (time.time(), note, reservation.id),
+                "UPDATE reservations SET state = 'unknown', closed_at = ?, note = ?, attempts = ?"
+                " WHERE id = ? AND state = 'open'",
+                (time.time(), note, attempts, reservation.id),
             )
             if cur.rowcount:
                 conn.execute(
                     "UPDATE ledger_totals SET reserved_nusd = reserved_nusd - ?, unknown_nusd = unknown_nusd + ?,"
-                    " unknown_calls = unknown_calls + 1 WHERE id = 1",
-                    (reservation.amount_nusd, reservation.amount_nusd),
+                    " unknown_calls = unknown_calls + ? WHERE id = 1",
+                    (reservation.amount_nusd, total, attempts),
                 )
 
     def summary(self) -> LedgerSummary:
@@ -484,11 +495,12 @@ class Ledger:
     def check_consistency(self) -> list[str]:
         """Recompute the totals from the reservation rows; return a list of mismatches (empty if none)."""
         rows = self.db.read(
-            "SELECT state, COALESCE(SUM(amount_nusd), 0), COALESCE(SUM(actual_nusd), 0), COUNT(*),"
-            " COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) FROM reservations GROUP BY state"
+            "SELECT state, COALESCE(SUM(amount_nusd * attempts), 0), COALESCE(SUM(actual_nusd), 0), COUNT(*),"
+            " COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), COALESCE(SUM(attempts), 0)"
+            " FROM reservations GROUP BY state"
         )
         by = {r[0]: r[1:] for r in rows}
-        zero = (0, 0, 0, 0, 0)
+        zero = (0, 0, 0, 0, 0, 0)
         t = self.db.read(
             "SELECT spent_nusd, reserved_nusd, unknown_nusd, calls, unknown_calls, input_tokens, output_tokens"
             " FROM ledger_totals WHERE id = 1"
@@ -498,7 +510,7 @@ class Ledger:
             "reserved_nusd": by.get("open", zero)[0],
             "unknown_nusd": by.get("unknown", zero)[0],
             "calls": by.get("settled", zero)[2],
-            "unknown_calls": by.get("unknown", zero)[2],
+            "unknown_calls": by.get("unknown", zero)[5],
             "input_tokens": by.get("settled", zero)[3],
             "output_tokens": by.get("settled", zero)[4],
         }
@@ -526,8 +538,8 @@ class Ledger:
     async def arelease(self, reservation: Reservation, *, note: str | None = None) -> None:
         await self.db.run(self.release, reservation, note=note)
 
-    async def amark_unknown(self, reservation: Reservation, *, note: str | None = None) -> None:
-        await self.db.run(self.mark_unknown, reservation, note=note)
+    async def amark_unknown(self, reservation: Reservation, *, note: str | None = None, attempts: int = 1) -> None:
+        await self.db.run(self.mark_unknown, reservation, note=note, attempts=attempts)
 
     async def asummary(self) -> LedgerSummary:
         return await self.db.run(self.summary)

@@ -203,13 +203,17 @@ class ModelCaller(Stage):
             await ledger.arelease(reservation, note=f"http {exc.status}")
             raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
         except RetriesExhausted as exc:
-            if getattr(exc, "possibly_billed", 0):
-                await ledger.amark_unknown(reservation, note="retries exhausted; an attempt may have been billed")
+            maybe_billed = int(getattr(exc, "possibly_billed", 0) or 0)
+            if maybe_billed:
+                await ledger.amark_unknown(
+                    reservation, note="retries exhausted; attempts may have been billed", attempts=maybe_billed
+                )
             else:
                 await ledger.arelease(reservation, note="retries exhausted")
             raise Missing(f"retries exhausted after {exc.attempts} attempts: {_excerpt(exc.last)}") from None
         except OutcomeUnknown as exc:
-            await ledger.amark_unknown(reservation, note="outcome unknown")
+            maybe_billed = max(1, int(getattr(exc, "possibly_billed", 1) or 1))
+            await ledger.amark_unknown(reservation, note="outcome unknown", attempts=maybe_billed)
             raise CallFailed(f"outcome unknown: {_excerpt(exc.detail)}") from None
         except ProviderError as exc:
             usage = getattr(exc, "usage", None)
