@@ -38,7 +38,7 @@ def test_python_m_server_logs_to_jsonl_and_survives_as_file(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port), "--log", str(log), "--api-key", KEY,
            "--fault-rate", "0.3", "--fault-kinds", "429,500", "--fault-retry-after-s", "0", "--seed", "9"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_ready(f"http://127.0.0.1:{port}", timeout_s=30)
         results = asyncio.run(_calls("openai", f"http://127.0.0.1:{port}/v1", 20))
