@@ -25,15 +25,23 @@ from geoagent.providers import make_provider
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 from geoagent.runtime.stage import StageContext
 from geoagent.runtime.store import open_campaign_state
+from geoagent.geoverify.trials import build_trials, pools_from_trials
+from geoagent.runtime.http import HostPolicy, HttpClient
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.server import serve
 from geoagent.workers.model_caller import ModelCaller
+
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=16, max_attempts=3, backoff_base_s=0.005, backoff_max_s=0.02, timeout_s=10.0)
 
 MODELS = ["claude-haiku-4-5", "gemini-flash", "qwen3-vl-235b", "qwen3-vl-8b"]
 
 
-def _cfg(release_dir, provider):
+def _cfg(release_dir, provider, base_url=None, models_=MODELS):
     models = []
-    for m in MODELS:
+    for m in models_:
         entry = {"name": m, "provider": provider, "model": m, "max_output_tokens": 512}
+        if base_url:
+            entry["base_url"] = base_url
         if provider == "replay":
             entry["replay"] = {"path": str(release_dir / "verify_raw_sample.jsonl"), "key_field": "replay_key",
                                "record_key_fields": ["trial_id", "model"], "text_field": "raw"}
@@ -42,12 +50,18 @@ def _cfg(release_dir, provider):
                              "budget": {"cap_usd": 0.0}, "models": models})
 
 
-def _run(tmp_path, cfg, messages):
+def _run(tmp_path, cfg, messages, live_models=None):
     async def main():
+        if live_models is None:
+            return await pipeline(cfg, None)
+        async with serve(llm_openai.make_app(require_auth=False)) as url, HttpClient(default_policy=FAST) as http:
+            return await pipeline(_cfg(None, "openai", base_url=url + "/v1", models_=live_models), http)
+
+    async def pipeline(cfg, http):
         stages = [ModelCaller(), *geoverify_stages(report_interval_s=0.0)]
         state = open_campaign_state("gv-test", root=tmp_path / "state", cap_usd=0.0)
         queues = open_edge_queues(tmp_path / "queues", "gv-test", stages)
-        providers = {m.name: make_provider(provider_settings(cfg, m.name, require_key=False)) for m in cfg.models}
+        providers = {m.name: make_provider(provider_settings(cfg, m.name, require_key=False), http) for m in cfg.models}
         ctx = StageContext("gv-test", {"config": cfg, "providers": providers, "ledger": state.ledger,
                                        "store": state.store, "report_dir": tmp_path / "report"})
         await queues[C.EDGE_REQUESTS].put_many(messages)
@@ -127,3 +141,39 @@ def test_simulated_responder_is_deterministic_and_varied():
     assert {"code_fence", "single_quotes", "prose_around_json"} <= rules
     blank = [parse_verdict(respond(prompt, "blank:gray", "model-a", 0, key=f"b{i}")) for i in range(100)]
     assert sum(p.verdict == "yes" for p in blank) <= 8
+
+
+def _built_trials(release_dir):
+    rel = import_release(release_dir)
+    trials, _ = build_trials(list(rel.images.values()), pools_from_trials(rel.trials), seed=1, n_per_band=1, n_control=2)
+    return trials
+
+
+def test_built_trials_with_controls_simulated(release_dir, tmp_path):
+    trials = _built_trials(release_dir)
+    arms = {t.arm for t in trials}
+    assert arms == {"main", "ctrl_mismatch", "ctrl_noimage"}
+    msgs = plan_requests(trials, ["sim-a"])
+    blank = [p for _, p in msgs if p["meta"]["trial"]["arm"] == "ctrl_noimage"]
+    assert blank and all(p["image_ref"] == "blank:gray" for p in blank)
+    mism = [p for _, p in msgs if p["meta"]["trial"]["arm"] == "ctrl_mismatch"]
+    assert all(p["image_id"] == p["meta"]["trial"]["image_ref"] != p["meta"]["trial"]["image_id"] for p in mism)
+    cfg = _cfg(release_dir, "simulated", models_=["sim-a"])
+    agg_stage, counts, rows, _, _ = _run(tmp_path, cfg, msgs)
+    assert len(rows) == len(msgs)
+    s = agg_stage.agg.scores()["sim-a"]
+    n_blank, y_blank, f_blank = s.controls["ctrl_noimage"]
+    want = [r for r in rows if r["arm"] == "ctrl_noimage" and r["verdict"] is not None]
+    assert n_blank == len(want) and y_blank == sum(r["verdict"] == "yes" for r in want)
+    assert f_blank < 0.2
+
+
+def test_live_path_local_openai_server(release_dir, tmp_path):
+    rel = import_release(release_dir)
+    trials, _, _ = release_replay_plan(rel)
+    msgs = plan_requests(trials[:15], ["live-a"])
+    agg_stage, counts, rows, summary, n_resp = _run(tmp_path, None, msgs, live_models=["live-a"])
+    assert counts[C.EDGE_SCORED].done == len(msgs) == len(rows) == n_resp
+    assert summary.input_tokens > 0 and summary.output_tokens > 0
+    assert sum(r["parse_ok"] for r in rows) >= 0.9 * len(rows)
+    assert agg_stage.agg.n_rows == len(msgs)
