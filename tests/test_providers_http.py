@@ -455,3 +455,17 @@ def test_no_auth_server_accepts_keyless_calls_but_still_checks_sent_keys(kind):
     outs, app = asyncio.run(run())
     assert all(o.text for o in outs)
     assert [c["status"] for c in app["calls"]] == [200, BAD_KEY_STATUS[kind]]  # bounded to the newest 2
+
+
+def test_provider_without_shared_client_opens_and_closes_its_own():
+    async def run():
+        app = llm_anthropic.make_app(api_keys=(KEY,))
+        async with serve(app) as url:
+            prov = make_provider(ProviderSettings(kind="anthropic", model="m", base_url=url, api_key=KEY, policy=FAST))
+            out = await prov.generate(ModelRequest(provider="anthropic", model="m", prompt="hello"))
+            own = prov._own_http
+            await prov.aclose()
+            return out, own, prov._own_http
+
+    out, own, after = asyncio.run(run())
+    assert out.text and own is not None and after is None

@@ -17,7 +17,6 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   "message": {"role": "assistant", "content", "refusal": null}, "logprobs": null, "finish_reason":
   "stop"|"length"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
   "system_fingerprint"}`` plus ``x-request-id`` and ``x-ratelimit-*`` headers.
-
 * Injected faults (``faults=``, :mod:`geoagent.sandbox.faults`) answer 429/500/503 in this error shape
   (429: type ``requests``, code ``rate_limit_exceeded``), keeping ``Retry-After``.
 
