@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from geoagent.data.model import ContextLadder, Image, ReferencePoint, Site
@@ -46,7 +47,7 @@ class PlannedRequest:
     model: str
     prompt: str
     image_id: str
-    image_ref: str
+    image_ref: str | None
     params: dict[str, Any]
     meta: dict[str, Any]
 
@@ -92,6 +93,13 @@ def message_key(model: str, site_id: str, image_id: str, condition: str, ref: st
     return f"gh|{model}|{site_id}|{image_id}|{condition}|{ref}|r{repeat}"
 
 
+def _image_ref(img: Image, image_root: str | Path | None) -> str | None:
+    if image_root is None or not img.path:
+        return None
+    p = Path(image_root) / img.path
+    return str(p) if p.is_file() else None
+
+
 def _ref_id(p: ReferencePoint) -> str:
     return p.qid or f"name:{p.name_en}"
 
@@ -109,6 +117,7 @@ def plan_requests(
     params: Mapping[str, Any] | None = None,
     prompts: PromptBook | None = None,
     images_per_site: int | None = None,
+    image_root: str | Path | None = None,
 ) -> tuple[list[PlannedRequest], PlanSummary]:
     """Build the full request plan.
 
@@ -133,6 +142,10 @@ def plan_requests(
         Template source (packaged templates by default).
     images_per_site : int, optional
         Keep at most this many images per site (in id order), for small demos.
+    image_root : path, optional
+        Folder holding images at their ``path``; a file that exists is sent (``image_ref``), otherwise
+        ``image_ref`` is None and the model caller attaches deterministic placeholder pixels (the
+        release ships no pixels).
 
     Returns
     -------
@@ -194,7 +207,7 @@ def plan_requests(
                 model=spec.model,
                 prompt=book.render(cond, ref_name),
                 image_id=img.image_id,
-                image_ref=img.path or img.image_id,
+                image_ref=_image_ref(img, image_root),
                 params=p,
                 meta=meta,
             )

@@ -1,0 +1,214 @@
+"""Simulated GeoHint answers for the ``simulated`` provider and the local fake model servers.
+
+Registers responder ``geohint`` with :mod:`geoagent.sandbox.responders` on import (the registry is
+imported lazily, so this module has no hard dependency on it). The answer is plausible JSON in the
+prompt's schema:
+
+* the site is found from the hint ("I took this photo near X"): the alphabetically first site whose
+  context ladder has a reference point named X; for no-hint prompts from the image id (when
+  :func:`configure` gave images), else no site is known;
+* each site gets a fixed legibility ``L`` in [0, 1) from SHA-256 of (site, "legibility"); a model a
+  fixed skill offset from SHA-256 of its name;
+* with probability ``L + skill`` the answer names the site's landmark (area = landmark, building =
+  landmark): a likely hit; otherwise, for context prompts, it echoes the hint as area with probability
+  0.7 (x 0.6 under the warning), else names another reference point of the same ladder;
+* the permissive schema (``"place"`` key) answers "unknown" sometimes; the checklist prompt gets an
+  ``evidence`` object with some "not visible" slots;
+* the text varies in format like real models: plain JSON, fenced JSON, prose before fenced JSON.
+
+All draws use ``ctx.rng`` (seeded by the request key), so the same request always gets the same text.
+The real-site demo geocodes these names against the local Wikidata fake built from the release
+gazetteer (sites, cities, ladder points).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import re
+import string
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from geoagent import constants as C
+from geoagent.geohint.conditions import CONTEXT_TEMPLATE, PROMPTS_DIR
+
+RESPONDER_NAME = "geohint"
+
+
+@dataclass
+class _Index:
+    sites: dict[str, tuple[str, str]] = field(default_factory=dict)  # site -> (city, landmark)
+    ladder_names: dict[str, list[str]] = field(default_factory=dict)  # site -> reference names
+    by_name: dict[str, list[str]] = field(default_factory=dict)  # reference name -> sites
+    image_site: dict[str, str] = field(default_factory=dict)
+
+
+_INDEX: _Index | None = None
+_LOCK = threading.Lock()
+
+
+def _hint_regex() -> re.Pattern[str]:
+    try:
+        tmpl = (PROMPTS_DIR / CONTEXT_TEMPLATE).read_text(encoding="utf-8").strip()
+    except OSError:
+        tmpl = "I took this photo near ${reference_point}."
+    parts = tmpl.split("${reference_point}")
+    if len(parts) != 2:
+        parts = ["I took this photo near ", "."]
+    return re.compile(re.escape(parts[0]) + r"(?P<ref>.+?)" + re.escape(parts[1].rstrip()) + r"\s")
+
+
+_HINT = _hint_regex()
+
+
+def configure(
+    sites: Mapping[str, object],
+    ladders: Mapping[str, object],
+    images: Iterable[object] = (),
+) -> None:
+    """Give the responder the campaign's sites (``Site``), ladders (``ContextLadder``) and images
+    (``Image``) in-process, instead of reading the release folder."""
+    idx = _Index()
+    for sid, s in sites.items():
+        idx.sites[sid] = (getattr(s, "city", "") or "", getattr(s, "landmark", None) or getattr(s, "city", "") or sid)
+    for sid, lad in ladders.items():
+        names = [p.name_en for p in getattr(lad, "points", ()) if getattr(p, "name_en", None)]
+        idx.ladder_names[sid] = names
+        for n in names:
+            idx.by_name.setdefault(n, []).append(sid)
+    for img in images:
+        idx.image_site[str(getattr(img, "image_id"))] = getattr(img, "site_id")
+    for v in idx.by_name.values():
+        v.sort()
+    global _INDEX
+    with _LOCK:
+        _INDEX = idx
+
+
+def _release_dir() -> Path | None:
+    for cand in (os.environ.get(C.ENV_RELEASE_DIR), C.DEFAULT_RELEASE_DIR, str(Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "geocontext")):
+        if cand and (Path(cand) / "sites.csv").is_file():
+            return Path(cand)
+    return None
+
+
+def _index() -> _Index:
+    global _INDEX
+    with _LOCK:
+        if _INDEX is not None:
+            return _INDEX
+        idx = _Index()
+        root = _release_dir()
+        if root is not None:
+            with (root / "sites.csv").open(newline="", encoding="utf-8") as fh:
+                for row in csv.DictReader(fh):
+                    idx.sites[row["site"]] = (row.get("city") or "", row.get("landmark") or row.get("city") or row["site"])
+            for path in sorted((root / "ladders").glob("*.csv")):
+                sid = path.name.split("_ladder")[0]
+                with path.open(newline="", encoding="utf-8") as fh:
+                    names = [r["name_en"] for r in csv.DictReader(fh) if r.get("name_en")]
+                idx.ladder_names[sid] = names
+                for n in names:
+                    idx.by_name.setdefault(n, []).append(sid)
+        _INDEX = idx
+        return idx
+
+
+def matches(prompt: str) -> bool:
+    """Whether ``prompt`` is a GeoHint prompt (asks where a photo was taken, JSON with city and area)."""
+    low = prompt.lower()
+    return '"city"' in low and '"area"' in low and ("where was this photo" in low or "photograph" in low)
+
+
+def _u(*parts: str) -> float:
+    return int.from_bytes(hashlib.sha256("|".join(parts).encode()).digest()[:8], "big") / 2**64
+
+
+def site_legibility(site: str) -> float:
+    """Fixed simulated legibility of a site in [0, 1)."""
+    return _u(site, "legibility")
+
+
+def model_skill(model: str) -> float:
+    """Fixed simulated skill offset of a model in [-0.15, 0.15)."""
+    return 0.3 * _u(model, "skill") - 0.15
+
+
+_CLUES = (
+    "multi-storey facades with shopfronts at street level",
+    "narrow pavement with bollards",
+    "parked cars along the kerb",
+    "street signs on poles",
+    "overhead tram or trolley wires",
+    "trees lining the street",
+    "pedestrian crossing markings",
+)
+_EVIDENCE = {
+    "infrastructure": ("bollards and painted kerbs", "traffic lights on poles", "not visible"),
+    "vegetation": ("temperate street trees", "not visible", "potted plants only"),
+    "architecture": ("stone facades, regular window rhythm", "concrete mid-rise blocks", "brick rowhouses"),
+    "script": ("Latin", "CJK", "not visible", "Arabic"),
+    "terrain": ("flat paved street, compact cars", "gentle slope, asphalt road", "not visible"),
+}
+
+
+def respond(ctx) -> str:  # ctx: geoagent.sandbox.responders.SimContext
+    """Answer text for one GeoHint prompt (deterministic given ``ctx.rng``)."""
+    rng = ctx.rng
+    idx = _index()
+    m = _HINT.search(ctx.prompt)
+    hint = m.group("ref").strip() if m else None
+    site = None
+    if hint and idx.by_name.get(hint):
+        site = idx.by_name[hint][0]
+    elif ctx.image_id and str(ctx.image_id) in idx.image_site:
+        site = idx.image_site[str(ctx.image_id)]
+    city, landmark = idx.sites.get(site, ("", None)) if site else ("", None)
+    permissive = '"place"' in ctx.prompt
+    warned = "could be wrong" in ctx.prompt or "may be wrong" in ctx.prompt.lower()
+    checklist = '"evidence"' in ctx.prompt
+    p_landmark = min(max(site_legibility(site) + model_skill(ctx.model), 0.02), 0.98) if site else 0.0
+    others = [n for n in idx.ladder_names.get(site, []) if n != hint] if site else []
+    roll = rng.random()
+    if landmark and roll < p_landmark:
+        area, building = landmark, landmark
+    elif hint and rng.random() < 0.7 * (0.6 if warned else 1.0):
+        area, building = hint, rng.choice(("corner shop", "apartment block", "cafe", hint))
+    elif others:
+        other = rng.choice(others)
+        area, building = other, other
+    else:
+        area, building = (hint or city or "city centre"), "residential building"
+    answer: dict[str, object]
+    conf_a, conf_b = round(rng.uniform(0.3, 0.95), 2), round(rng.uniform(0.2, 0.9), 2)
+    clues = rng.sample(_CLUES, 3)
+    if permissive:
+        if rng.random() < 0.4:
+            building = "unknown"
+        answer = {"country": "", "city": city or "unknown", "area": area, "place": building, "confidence": conf_a, "clues": clues}
+    else:
+        answer = {"city": city or "Unknown city", "area": area, "building": building,
+                  "confidence_area": conf_a, "confidence_building": conf_b, "clues": clues}
+        if checklist:
+            answer["evidence"] = {k: rng.choice(v) for k, v in _EVIDENCE.items()}
+    body = json.dumps(answer, ensure_ascii=False, indent=2 if rng.random() < 0.5 else None)
+    style = rng.random()
+    if style < 0.5:
+        return body
+    if style < 0.85:
+        return f"```json\n{body}\n```"
+    return f"Looking at the facades and street furniture, here is my answer.\n\n```json\n{body}\n```"
+
+
+def _register() -> None:
+    from geoagent.sandbox.responders import register_responder
+
+    register_responder(RESPONDER_NAME, matches, respond)
+
+
+_register()

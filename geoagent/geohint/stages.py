@@ -1,0 +1,314 @@
+"""GeoHint pipeline pieces: the planner function and the parser, scorer and aggregator stages.
+
+Data flow (constants.EDGE_*)::
+
+    plan_messages(...) -> requests -> [model caller] -> responses -> GeoHintParserStage -> answers
+        -> [geocoder] -> located -> GeoHintScorerStage -> scored -> GeoHintAggregatorStage -> report
+
+Message keys are the planner's ``gh|model|site|image|condition|reference point|r<repeat>`` on every edge.
+
+Payloads
+--------
+``requests``: ``model, prompt, image_id, image_ref, params{max_output_tokens, ...}, meta`` with ``meta``
+= ``task="geohint", site, condition, schema, repeat, ref_qid, ref_name, ref_names, band, tier, dist_km,
+referenceability, sample_rate, site_lat, site_lon, site_city`` (see :mod:`geoagent.geohint.plan`).
+
+``responses`` (model caller): ``request_key, model, text, input_tokens, output_tokens, finish_reason, meta``.
+
+``answers`` (parser): ``model, request_key, image_id, meta, parsed`` where ``parsed`` is
+:meth:`ParsedAnswer.to_json` (``ok, raw, city, area, building, confidence_area, confidence_building,
+clues, evidence, country, method, error, truncated``), plus token counts.
+
+``located`` (geocoder): the answer payload plus ``resolved_level`` (``building/area/city/none``), ``lat``,
+``lon``, ``error_km`` and optionally ``label``/``resolved_label``, ``qid``, ``ref_aliases``; the same
+fields nested under ``located`` are accepted too.
+
+``scored`` (scorer): :meth:`GeoHintResult.to_json`.
+
+Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional): ``store`` (response
+text by request key; results table ``geohint_scored``), ``report_dir`` (default
+``<state root>/<campaign>/report``), ``geohint_report_interval_s`` (minimum seconds between report
+rewrites, default 5).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+from geoagent import paths
+from geoagent.data.model import ContextLadder, Image, Site
+from geoagent.geo import haversine_km
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.conditions import Condition, PromptBook
+from geoagent.geohint.echo import is_echo
+from geoagent.geohint.parse import parse_answer
+from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
+from geoagent.geohint.result import GeoHintResult
+from geoagent.runtime.queue import Task
+from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
+from geoagent.scoring.geohint import is_hit, normalize_level
+
+TASK_NAME = "geohint"
+SCORED_TABLE = "geohint_scored"
+
+
+def plan_messages(
+    sites: Mapping[str, Site],
+    images: Iterable[Image],
+    ladders: Mapping[str, ContextLadder],
+    models: Sequence[ModelSpec],
+    conditions: Sequence[Condition],
+    **kw: Any,
+) -> tuple[list[Message], PlanSummary]:
+    """Planner function: ``(key, payload)`` messages for the ``requests`` edge plus the plan summary.
+
+    Keyword arguments go to :func:`geoagent.geohint.plan.plan_requests` (seed, baseline_repeats,
+    params, prompts, images_per_site, image_root). Payloads carry no ``provider`` (the model caller
+    resolves the provider from the campaign config's model entry).
+    """
+    reqs, summary = plan_requests(sites, images, ladders, models, conditions, **kw)
+    out: list[Message] = []
+    for r in reqs:
+        payload = r.payload()
+        payload.pop("provider", None)
+        out.append((r.key, payload))
+    return out, summary
+
+
+def _meta(payload: Mapping[str, Any]) -> dict[str, Any]:
+    meta = payload.get("meta")
+    if not isinstance(meta, Mapping) or meta.get("task") != TASK_NAME or "site" not in meta or "condition" not in meta:
+        raise PermanentFailure("message meta is not a GeoHint request's (needs task='geohint', site, condition)")
+    return dict(meta)
+
+
+class GeoHintParserStage(Stage):
+    """``responses`` -> ``answers``: parse the answer text defensively (never raises on bad text)."""
+
+    name = C.STAGE_PARSER
+    input_edge = C.EDGE_RESPONSES
+    output_edge = C.EDGE_ANSWERS
+    concurrency = 16
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        p = task.payload
+        meta = _meta(p)
+        text = p.get("text")
+        if text is None and p.get("request_key"):
+            store = ctx.services.get("store")
+            if store is None:
+                raise PermanentFailure("response has no text and no store service to read it from")
+            resp = await store.aget(p["request_key"])
+            if resp is None:
+                raise PermanentFailure(f"no stored response for request key {p['request_key']}")
+            text = resp.text
+        if text is None:
+            raise PermanentFailure("response payload has neither text nor request_key")
+        parsed = parse_answer(text)
+        answer = {
+            "model": p.get("model"),
+            "request_key": p.get("request_key"),
+            "image_id": p.get("image_id"),
+            "meta": meta,
+            "parsed": parsed.to_json(),
+            "input_tokens": p.get("input_tokens"),
+            "output_tokens": p.get("output_tokens"),
+            "finish_reason": p.get("finish_reason"),
+        }
+        return [(task.key, answer)]
+
+
+def _f(x: Any) -> float | None:
+    if x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def score_located(key: str, payload: Mapping[str, Any]) -> GeoHintResult:
+    """Turn one ``located`` payload into a :class:`GeoHintResult` (hit, echo, d_ref, fields).
+
+    Raises
+    ------
+    PermanentFailure
+        The payload lacks GeoHint meta, a model, or any resolution level.
+    """
+    meta = _meta(payload)
+    model = payload.get("model")
+    if not model:
+        raise PermanentFailure("located answer has no model")
+    loc = payload.get("located") if isinstance(payload.get("located"), Mapping) else payload
+    if "resolved_level" not in loc:
+        raise PermanentFailure("located answer has no resolved_level (geocoder output expected)")
+    try:
+        level = normalize_level(loc.get("resolved_level"))
+    except ValueError as exc:
+        raise PermanentFailure(str(exc)) from None
+    lat, lon = _f(loc.get("lat")), _f(loc.get("lon"))
+    error_km = _f(loc.get("error_km"))
+    site_lat, site_lon = _f(meta.get("site_lat")), _f(meta.get("site_lon"))
+    if error_km is None and level != "none" and None not in (lat, lon, site_lat, site_lon):
+        error_km = haversine_km(site_lat, site_lon, lat, lon)
+    if level == "none":
+        error_km = None
+    parsed = payload.get("parsed") if isinstance(payload.get("parsed"), Mapping) else {}
+    area, building = parsed.get("area"), parsed.get("building")
+    has_ref = bool(meta.get("ref_qid") or meta.get("ref_name"))
+    echo = None
+    if has_ref:
+        names = [*(meta.get("ref_names") or []), meta.get("ref_name"), *(meta.get("ref_aliases") or []), *(loc.get("ref_aliases") or [])]
+        echo = is_echo(area, building, names)
+    return GeoHintResult(
+        key=key,
+        site=str(meta["site"]),
+        image_id=str(payload.get("image_id") or meta.get("image_id") or ""),
+        model=str(model),
+        condition=str(meta["condition"]),
+        schema=str(meta.get("schema") or "forced"),
+        repeat=int(meta.get("repeat") or 0),
+        ref_qid=meta.get("ref_qid"),
+        ref_name=meta.get("ref_name"),
+        band=meta.get("band"),
+        tier=meta.get("tier"),
+        dist_km=_f(meta.get("dist_km")),
+        city=parsed.get("city"),
+        area=area,
+        building=building,
+        confidence_area=_f(parsed.get("confidence_area")),
+        confidence_building=_f(parsed.get("confidence_building")),
+        parse_ok=bool(parsed.get("ok")),
+        evidence=parsed.get("evidence") if isinstance(parsed.get("evidence"), dict) else None,
+        resolved_level=level,
+        resolved_label=loc.get("resolved_label") or loc.get("label"),
+        lat=lat,
+        lon=lon,
+        error_km=error_km,
+        hit=is_hit(error_km, level),
+        echo=echo,
+        source="campaign",
+        extra={
+            "request_key": payload.get("request_key"),
+            "sample_rate": meta.get("sample_rate"),
+            "qid": loc.get("qid"),
+            "parse_error": parsed.get("error"),
+            "raw": parsed.get("raw") if not parsed.get("ok") else None,
+        },
+    )
+
+
+class GeoHintScorerStage(Stage):
+    """``located`` -> ``scored``: hit (Sec. 4.2), echo (Sec. 6.2.1), d_ref; also written to the results
+    table ``geohint_scored`` (key = message key) when a ``store`` service exists."""
+
+    name = C.STAGE_SCORER
+    input_edge = C.EDGE_LOCATED
+    output_edge = C.EDGE_SCORED
+    concurrency = 16
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        row = score_located(task.key, task.payload).to_json()
+        store = ctx.services.get("store")
+        if store is not None:
+            await store.aput_result(SCORED_TABLE, task.key, row)
+        return [(task.key, row)]
+
+
+class GeoHintAggregatorStage(Stage):
+    """``scored`` -> (none): feeds the per-site aggregator; rewrites the report on flush (rate-limited)
+    and at stop.
+
+    On start it rebuilds from the results table ``geohint_scored`` (if a store exists), so a restart
+    loses nothing; a row delivered again is recognised by its key and ignored.
+    """
+
+    name = C.STAGE_AGGREGATOR
+    input_edge = C.EDGE_SCORED
+    output_edge = None
+    concurrency = 1
+    lease_batch = 256
+
+    def __init__(
+        self,
+        *,
+        report_interval_s: float | None = None,
+        n_flips: int = 10_000,
+        n_splits: int = 200,
+        seed: int = 0,
+        figures: bool = True,
+    ) -> None:
+        self.agg = GeoHintAggregator()
+        self.report_interval_s = report_interval_s
+        self.n_flips, self.n_splits, self.seed, self.figures = n_flips, n_splits, seed, figures
+        self._last_write = -math.inf
+        self._dirty = True
+        self.tables: list[Any] = []
+
+    def _report_dir(self, ctx: StageContext) -> Path:
+        d = ctx.services.get("report_dir")
+        return Path(d) if d else paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
+
+    async def start(self, ctx: StageContext) -> None:
+        store = ctx.services.get("store")
+        if store is not None and hasattr(store, "iter_results"):
+            for _key, row in store.iter_results(SCORED_TABLE):
+                self.agg.add(GeoHintResult.from_json(row))
+        if self.report_interval_s is None:
+            self.report_interval_s = float(ctx.services.get("geohint_report_interval_s", 5.0))
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        try:
+            res = GeoHintResult.from_json(task.payload)
+        except (TypeError, ValueError) as exc:
+            raise PermanentFailure(f"scored row is malformed: {exc}") from None
+        if self.agg.add(res):
+            self._dirty = True
+        return []
+
+    def write_report(self, ctx: StageContext) -> list[Any]:
+        """Write the report now from the current sums; returns the tables."""
+        from geoagent.report.geohint import write_report
+
+        self.tables = write_report(
+            self.agg, self._report_dir(ctx), n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures
+        )
+        self._last_write = time.monotonic()
+        self._dirty = False
+        return self.tables
+
+    async def flush(self, ctx: StageContext) -> None:
+        if self._dirty and self.agg.keys and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
+            self.write_report(ctx)
+
+    async def stop(self, ctx: StageContext) -> None:
+        if self.agg.keys:
+            self.write_report(ctx)
+
+
+def geohint_stages(**aggregator_kw: Any) -> dict[str, Stage]:
+    """The GeoHint stages this module owns, by edge position: ``parser``, ``scorer``, ``aggregator``
+    (the geocoder stage, between parser and scorer, lives in :mod:`geoagent.geohint.geocode`)."""
+    return {
+        "parser": GeoHintParserStage(),
+        "scorer": GeoHintScorerStage(),
+        "aggregator": GeoHintAggregatorStage(**aggregator_kw),
+    }
+
+
+__all__ = [
+    "GeoHintAggregatorStage",
+    "GeoHintParserStage",
+    "GeoHintScorerStage",
+    "PromptBook",
+    "SCORED_TABLE",
+    "geohint_stages",
+    "plan_messages",
+    "score_located",
+]
