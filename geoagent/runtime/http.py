@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
 
 
 class HttpError(RuntimeError):
@@ -166,6 +166,14 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def _with_params(url: str, params: Mapping[str, Any] | None) -> str:
+    """``url`` with ``params`` appended (display only; aiohttp builds the real URL)."""
+    if not params:
+        return url
+    sep = "&" if urlsplit(url).query else "?"
+    return url + sep + urlencode([(str(k), str(v)) for k, v in params.items()])
+
+
 def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str, str] | None) -> list[str]:
     """Secret values present in this request (header values, secret query values), longest first."""
     out: set[str] = set()
@@ -183,6 +191,7 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
     for k, v in pairs:
         if SECRET_PARAM_RE.search(str(k)) and v not in (None, ""):
             out.add(str(v))
+    out |= {quote_plus(s) for s in out} | {quote(s, safe="") for s in out}  # as they appear inside URLs
     return sorted((s for s in out if len(s) >= 4), key=len, reverse=True)
 
 
@@ -240,27 +249,54 @@ class _Retryable(Exception):
 
 
 class _SlidingWindowThrottler:
-    """asyncio-throttle's sliding-window ``Throttler``, waking exactly when a slot frees (no busy polling).
+    """asyncio-throttle's sliding-window ``Throttler``, stamped at SEND time, waking when a slot frees.
 
-    A request is admitted only when fewer than ``rate_limit`` admissions happened in the last ``period``
-    seconds, so no window of that length ever holds more than ``rate_limit`` admissions: an idle spell
-    does not bank a burst (unlike a token bucket with capacity > rate).
+    Admission is asyncio-throttle's rule: a request may start only when fewer than ``rate_limit``
+    stamps lie within the last ``period`` seconds, so an idle spell never banks a burst (unlike a
+    token bucket with capacity > rate). Two changes make the guarantee hold at the SERVER:
+
+    * An admitted request's stamp is ``+inf`` (it occupies its slot and cannot expire) until its
+      headers are handed to the socket; then it is re-stamped with that send time. Time spent opening
+      a connection after admission therefore cannot squeeze arrivals together. An attempt that ends
+      without sending is stamped with its end time (conservative).
+    * Waiters sleep until the oldest stamp leaves the window instead of polling every 10 ms.
+
+    Re-stamping can leave the deque out of order; ``Throttler.flush`` only evicts from the head, so
+    an out-of-order entry can only keep slots occupied longer (slower, never faster).
     """
+
+    _POLL_S = 0.005  # re-check interval while the oldest slot is still unsent (+inf)
 
     def __init__(self, rate_limit: int, period_s: float) -> None:
         from asyncio_throttle import Throttler
 
         self.inner = Throttler(rate_limit=rate_limit, period=period_s, retry_interval=0.001)
+        self._evicted = 0  # entries popped from the deque's head so far (absolute index offset)
 
-    async def acquire(self) -> None:
+    def _flush(self) -> None:
+        before = len(self.inner._task_logs)
+        self.inner.flush()
+        self._evicted += before - len(self.inner._task_logs)
+
+    async def acquire(self) -> int:
+        """Wait for a slot; return its id (pass it to :meth:`stamp`)."""
         t = self.inner
         while True:
-            t.flush()
+            self._flush()
             if len(t._task_logs) < t.rate_limit:
                 break
-            # oldest admission leaves the window at log[0] + period (flush uses a strict ">")
-            await asyncio.sleep(max(0.0, t._task_logs[0] + t.period - time.monotonic()) + t.retry_interval)
-        t._task_logs.append(time.monotonic())
+            # the oldest stamp leaves the window at log[0] + period (flush uses a strict ">")
+            wait = t._task_logs[0] + t.period - time.monotonic()
+            await asyncio.sleep(self._POLL_S if wait == float("inf") else max(0.0, wait) + t.retry_interval)
+        t._task_logs.append(float("inf"))
+        return self._evicted + len(t._task_logs) - 1
+
+    def stamp(self, slot: int, when_s: float) -> None:
+        """Set the time (``time.monotonic()``, s) of slot ``slot``; no-op if it already left the window."""
+        pos = slot - self._evicted
+        logs = self.inner._task_logs
+        if 0 <= pos < len(logs):
+            logs[pos] = when_s
 
     def reconfigure(self, rate_limit: int, period_s: float) -> None:
         self.inner.rate_limit = rate_limit
@@ -307,27 +343,35 @@ class _HostState:
             self.pauses.append((now, until))
             del self.pauses[:-100]
 
-    async def admit(self) -> None:
-        """Wait out any host pause, then take a rate slot (re-checking pauses set meanwhile)."""
+    async def admit(self) -> int:
+        """Wait out any host pause, then take a rate slot (re-checking pauses set meanwhile).
+
+        Returns the slot id; the caller must :meth:`_SlidingWindowThrottler.stamp` it when the request
+        is sent (or when the attempt ends unsent).
+        """
         while True:
             wait = self.paused_until - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
                 continue
-            await self.throttle.acquire()
+            slot = await self.throttle.acquire()
             if time.monotonic() >= self.paused_until:
-                return
+                return slot
             # a Retry-After arrived while we waited for a slot: the slot is spent (safe side), wait again
+            self.throttle.stamp(slot, time.monotonic())
 
     def count_error(self, reason: str) -> None:
         self.stats.errors[reason] = self.stats.errors.get(reason, 0) + 1
 
 
 def _on_headers_sent(session: Any, ctx: SimpleNamespace, params: Any) -> Any:
+    """aiohttp trace hook: the request's headers are being written to the socket now."""
+
     async def _mark() -> None:
         req_ctx = ctx.trace_request_ctx
-        if isinstance(req_ctx, SimpleNamespace):
+        if isinstance(req_ctx, SimpleNamespace) and not req_ctx.sent:
             req_ctx.sent = True
+            req_ctx.on_sent(time.monotonic())
 
     return _mark()
 
@@ -514,8 +558,8 @@ class HttpClient:
         key = host_key(url)
         host = self._state(key)
         pol = policy or host.policy
-        shown_url = redact_url(url)
         secrets = _secrets_of(url, params, headers)
+        shown_url = _scrub(redact_url(_with_params(url, params)), secrets)
         if json is not None:
             import orjson
 
@@ -566,10 +610,11 @@ class HttpClient:
         import aiohttp
 
         async with host.semaphore:
-            await host.admit()
+            slot = await host.admit()
             counter.attempts += 1
             host.stats.requests += 1
-            ctx = SimpleNamespace(sent=False)
+            throttle = host.throttle
+            ctx = SimpleNamespace(sent=False, on_sent=lambda t: throttle.stamp(slot, t))
             t0 = time.monotonic()
             try:
                 async with self._session.request(
@@ -599,6 +644,9 @@ class HttpClient:
                     counter.possibly_billed += 1
                 host.count_error(reason)
                 raise _Retryable(reason, detail, maybe_processed=ctx.sent) from None
+            finally:
+                if not ctx.sent:  # never reached the socket: free the slot's +inf stamp
+                    throttle.stamp(slot, time.monotonic())
             elapsed = time.monotonic() - t0
 
         resp = HttpResponse(status=status, headers=resp_headers, body=body, url=shown_url, elapsed_s=elapsed)
