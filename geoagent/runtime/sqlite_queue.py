@@ -210,6 +210,9 @@ class SQLiteQueue(WorkQueue):
         tools such as ``status`` must not create queues).
     seed : int, optional
         Seed of the backoff jitter generator (tests).
+    clock : callable, optional
+        Returns the current unix time in s (default ``time.time``; every process sharing the file must
+        use the same clock). Tests pass a fake clock to check expiry and backoff without sleeping.
 
     Raises
     ------
@@ -237,6 +240,7 @@ class SQLiteQueue(WorkQueue):
         inline_max_items: int = 256,
         create: bool = True,
         seed: int | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if int(max_attempts) < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts!r}")
@@ -259,6 +263,7 @@ class SQLiteQueue(WorkQueue):
         self.inline_max_items = int(inline_max_items)
         self._busy_ms = int(busy_timeout_s * 1000)
         self._rng = random.Random(seed)
+        self._clock = clock
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
@@ -303,6 +308,8 @@ class SQLiteQueue(WorkQueue):
             conn.execute(f"PRAGMA synchronous = {synchronous}")
             conn.execute(f"PRAGMA cache_size = {-abs(cache_size_kib)}")
             conn.execute("PRAGMA journal_size_limit = 67108864")  # truncate the WAL back to 64 MiB
+            if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                return conn  # an existing queue: no write lock needed (status readers stay read-only)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -342,7 +349,7 @@ class SQLiteQueue(WorkQueue):
         try:
             conn.execute("BEGIN IMMEDIATE" if op.write else "BEGIN")
             try:
-                raw = op.tx(conn, time.time())
+                raw = op.tx(conn, self._clock())
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
