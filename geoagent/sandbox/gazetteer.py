@@ -207,6 +207,7 @@ class Gazetteer:
 
     def __init__(self, entries: Iterable[GazetteerEntry] = ()) -> None:
         self._by_qid: dict[str, GazetteerEntry] = {}
+        self._names: list[tuple[GazetteerEntry, str, str, str, str]] | None = None  # folded-name index
         for e in entries:
             self._by_qid.setdefault(e.qid, e)
 
@@ -225,7 +226,14 @@ class Gazetteer:
         if entry.qid in self._by_qid:
             return False
         self._by_qid[entry.qid] = entry
+        self._names = None
         return True
+
+    def _name_index(self) -> list[tuple[GazetteerEntry, str, str, str, str]]:
+        """``(entry, match_type, language, text, folded text)`` for every name, built once."""
+        if self._names is None:
+            self._names = [(e, mt, lang, text, fold(text)) for e in self._by_qid.values() for mt, lang, text in e.names(None)]
+        return self._names
 
     def search(self, text: str, language: str | None = "en", *, prefix: bool = True) -> list[NameMatch]:
         """Entries whose label or alias matches ``text``, best first.
@@ -246,20 +254,16 @@ class Gazetteer:
         if q[:1] == "Q" and q[1:].isdigit() and q in self._by_qid:
             e = self._by_qid[q]
             out.append(((0, 0, -e.sitelinks, e.qid), NameMatch(e, "entityId", language or "en", q, True)))
-        for e in self._by_qid.values():
-            best: tuple[tuple[Any, ...], NameMatch] | None = None
-            for mtype, lang, name in e.names(None):
-                nk = fold(name)
-                exact = nk == key
-                if not (exact or (prefix and nk.startswith(key))):
-                    continue
-                other_lang = 0 if (language is None or lang == language) else 1
-                rank = (0 if exact else 1, other_lang, 0 if mtype == "label" else 1, -e.sitelinks, e.qid)
-                if best is None or rank < best[0]:
-                    best = (rank, NameMatch(e, mtype, lang, name, exact))
-            if best is not None and not any(m.entry.qid == e.qid for _, m in out):
-                out.append(best)
-        out.sort(key=lambda t: t[0])
+        best: dict[str, tuple[tuple[Any, ...], NameMatch]] = {m.entry.qid: (r, m) for r, m in out}
+        for e, mtype, lang, name, nk in self._name_index():
+            exact = nk == key
+            if not (exact or (prefix and nk.startswith(key))):
+                continue
+            other_lang = 0 if (language is None or lang == language) else 1
+            rank = (0 if exact else 1, other_lang, 0 if mtype == "label" else 1, -e.sitelinks, e.qid)
+            if e.qid not in best or rank < best[e.qid][0]:
+                best[e.qid] = (rank, NameMatch(e, mtype, lang, name, exact))
+        out = sorted(best.values(), key=lambda t: t[0])
         return [m for _, m in out]
 
     # --- loading and saving -------------------------------------------------------------------

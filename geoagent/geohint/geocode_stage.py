@@ -1,0 +1,266 @@
+"""The geocoder worker: ``answers`` -> [GeocodeStage] -> ``located`` (GeoHint only).
+
+Input payload (parser, see :mod:`geoagent.geohint.stages`): ``model, request_key, image_id, meta,
+parsed`` with ``parsed.city/area/building`` (model text) and ``meta.site``, ``meta.site_lat``,
+``meta.site_lon`` (the truth, used only for ``error_km``) and optionally ``meta.ref_qid``.
+
+Output payload: the input payload plus flat fields ``resolved_level`` (``building/area/city/none``),
+``resolved_label`` (= ``label``), ``lat``, ``lon``, ``qid``, ``error_km``, ``anchor_qid``,
+``anchor_label``, ``geocode_source``, ``linear``, ``geocode_trace`` (list of lookups) and
+``ref_aliases`` (labels and aliases of the reference point ``meta.ref_qid`` from Wikidata, for echo
+matching, issue 4 point 4). The message key is the input key (idempotent on redelivery).
+
+Services (:class:`~geoagent.runtime.stage.StageContext`): ``geocoder`` (a ready
+:class:`~geoagent.geohint.geocode.Geocoder`), else one is built from ``http`` and the config's
+``[geohint.geocoder]`` table (:class:`GeocoderSettings`); ``sites`` (site id -> object or mapping with
+``lat``/``lon``) is a fallback source of the truth; ``state_dir`` holds the default cache file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+from geoagent.clients.cache import ResponseCache
+from geoagent.clients.nominatim import NOMINATIM_URL, NominatimBudgetExceeded, NominatimClient
+from geoagent.clients.wikidata import WIKIDATA_API_URL, WikidataClient, WikidataError
+from geoagent.geohint.geocode import DEFAULT_ANCHOR_RADIUS_KM, Geocoder, LocatedAnswer, ParsedAnswer
+from geoagent.runtime.queue import Task
+from geoagent.runtime.stage import BudgetStop, Message, PermanentFailure, Stage, StageContext
+
+#: Default cache file name under the campaign's state folder.
+GEOCODE_CACHE_FILE = "geocode_cache.sqlite"
+
+
+@dataclass(frozen=True, slots=True)
+class GeocoderSettings:
+    """The ``[geohint.geocoder]`` table of a campaign config.
+
+    Attributes
+    ----------
+    contact : str or None
+        Contact e-mail or URL for the User-Agents (Wikimedia and OSMF policies); defaults to
+        ``[campaign] contact``. Required.
+    wikidata_url : str
+        Wikidata ``api.php`` endpoint.
+    nominatim_url : str or None
+        Nominatim root; empty or None disables the Nominatim fallback.
+    anchor_radius_km : float
+        Anchor radius in km (:data:`~geoagent.geohint.geocode.DEFAULT_ANCHOR_RADIUS_KM`).
+    language : str
+        Search language.
+    cache_path : str or None
+        SQLite response cache; default ``<state_dir>/geocode_cache.sqlite`` (no cache without a state dir).
+    cache_ttl_s : float or None
+        Cache entry lifetime in seconds (None: forever).
+    nominatim_max_requests : int or None
+        Cap on Nominatim network requests per process (no bulk geocoding).
+    ref_aliases : bool
+        Whether to fetch the reference point's Wikidata labels and aliases into ``ref_aliases``.
+    """
+
+    contact: str | None = None
+    wikidata_url: str = WIKIDATA_API_URL
+    nominatim_url: str | None = NOMINATIM_URL
+    anchor_radius_km: float = DEFAULT_ANCHOR_RADIUS_KM
+    language: str = "en"
+    cache_path: str | None = None
+    cache_ttl_s: float | None = None
+    nominatim_max_requests: int | None = 1000
+    ref_aliases: bool = True
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], *, where: str = "[geohint.geocoder]") -> GeocoderSettings:
+        """Build from a plain table; unknown keys raise ``ValueError`` naming the key and ``where``."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - names)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(names)}")
+        s = cls(**dict(raw))
+        if not (isinstance(s.anchor_radius_km, (int, float)) and math.isfinite(s.anchor_radius_km) and s.anchor_radius_km > 0):
+            raise ValueError(f"{where}.anchor_radius_km: expected a positive number of km, got {s.anchor_radius_km!r}")
+        return s
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> GeocoderSettings:
+        """Read ``[geohint.geocoder]`` from a campaign config (dict section or registered model), falling
+        back to ``[campaign] contact`` for the contact. Absent table: defaults."""
+        section: Any = {}
+        if cfg is not None and hasattr(cfg, "section"):
+            section = cfg.section("geohint")
+        elif isinstance(cfg, Mapping):
+            section = cfg.get("geohint", {})
+        table = section.get("geocoder") if isinstance(section, Mapping) else getattr(section, "geocoder", None)
+        if table is not None and not isinstance(table, Mapping):
+            table = table.model_dump() if hasattr(table, "model_dump") else vars(table)
+        settings = cls.from_mapping(table or {})
+        if not settings.contact:
+            campaign = getattr(cfg, "campaign", None)
+            contact = getattr(campaign, "contact", None) if campaign is not None else None
+            if contact:
+                settings = cls(**{**{f.name: getattr(settings, f.name) for f in fields(cls)}, "contact": contact})
+        return settings
+
+
+def build_geocoder(http: Any, settings: GeocoderSettings, *, state_dir: str | os.PathLike[str] | None = None) -> Geocoder:
+    """A :class:`Geocoder` with Wikidata (and Nominatim) clients on the shared ``http`` client.
+
+    Raises
+    ------
+    ValueError
+        If no contact is configured (both APIs require an identifying User-Agent).
+    """
+    if not settings.contact:
+        raise ValueError(
+            "geocoder needs a contact (e-mail or URL) for its User-Agent: set [geohint.geocoder] contact "
+            "or [campaign] contact"
+        )
+    cache_path = settings.cache_path or (str(Path(state_dir) / GEOCODE_CACHE_FILE) if state_dir else None)
+    cache = ResponseCache(cache_path, ttl_s=settings.cache_ttl_s) if cache_path else None
+    ua = f"geoagent/0.1 (+{settings.contact}) GeoContext GeoHint geocoder"
+    wikidata = WikidataClient(http, user_agent=ua, base_url=settings.wikidata_url, cache=cache)
+    nominatim = None
+    if settings.nominatim_url:
+        nominatim = NominatimClient(
+            http, contact=settings.contact, base_url=settings.nominatim_url, cache=cache, max_requests=settings.nominatim_max_requests
+        )
+    return Geocoder(wikidata, nominatim, anchor_radius_km=settings.anchor_radius_km, language=settings.language)
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+class GeocodeStage(Stage):
+    """``answers`` -> ``located``: geocode each parsed answer (seed 000 Sec. 4.2-4.3, Appendix B).
+
+    Parameters
+    ----------
+    geocoder : Geocoder, optional
+        Use this geocoder; otherwise one comes from the context (see module docstring) at :meth:`start`.
+    settings : GeocoderSettings, optional
+        Settings used when building the geocoder (default: from the context's ``config``).
+    sites : mapping, optional
+        Site id -> object/mapping with ``lat``/``lon``: truth for payloads without ``meta.site_lat``.
+    """
+
+    name = C.STAGE_GEOCODER
+    input_edge = C.EDGE_ANSWERS
+    output_edge = C.EDGE_LOCATED
+    concurrency = 4
+
+    def __init__(
+        self,
+        geocoder: Geocoder | None = None,
+        settings: GeocoderSettings | None = None,
+        *,
+        sites: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.geocoder = geocoder
+        self.settings = settings
+        self.sites = sites
+        self._aliases: dict[str, list[str]] = {}
+
+    async def start(self, ctx: StageContext) -> None:
+        if self.sites is None:
+            self.sites = ctx.services.get("sites")
+        if self.geocoder is not None:
+            return
+        if "geocoder" in ctx.services:
+            self.geocoder = ctx.services["geocoder"]
+            return
+        if self.settings is None:
+            self.settings = GeocoderSettings.from_config(ctx.services.get("config"))
+        self.geocoder = build_geocoder(ctx.get("http"), self.settings, state_dir=ctx.services.get("state_dir"))
+
+    def _truth(self, task: Task) -> tuple[float, float]:
+        payload = task.payload
+        meta = payload.get("meta") if isinstance(payload.get("meta"), Mapping) else {}
+        for src in (meta, payload):
+            lat, lon = _num(src.get("site_lat")), _num(src.get("site_lon"))
+            if lat is not None and lon is not None:
+                return lat, lon
+        site = meta.get("site") or payload.get("site")
+        if site is not None and self.sites is not None and site in self.sites:
+            s = self.sites[site]
+            lat = _num(s.get("lat") if isinstance(s, Mapping) else getattr(s, "lat", None))
+            lon = _num(s.get("lon") if isinstance(s, Mapping) else getattr(s, "lon", None))
+            if lat is not None and lon is not None:
+                return lat, lon
+        raise PermanentFailure(
+            f"answer {task.key}: no site coordinate (meta.site_lat/meta.site_lon, or a known meta.site), "
+            "so error_km cannot be computed"
+        )
+
+    async def _ref_aliases(self, ref_qid: Any) -> list[str]:
+        if not (isinstance(ref_qid, str) and ref_qid[:1] == "Q" and ref_qid[1:].isdigit()):
+            return []
+        if ref_qid not in self._aliases:
+            assert self.geocoder is not None
+            ents = await self.geocoder.wikidata.get_entities([ref_qid], props=("labels", "aliases"))
+            ent = ents.get(ref_qid)
+            self._aliases[ref_qid] = [] if ent is None or ent.missing else list(dict.fromkeys(ent.names()))
+        return self._aliases[ref_qid]
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        """Geocode one answer and return it on ``located`` under the same key.
+
+        Raises
+        ------
+        PermanentFailure
+            No truth coordinate, or a non-retryable Wikidata error (bad request).
+        BudgetStop
+            The Nominatim request cap was reached (the usage policy forbids bulk use).
+        """
+        if self.geocoder is None:
+            await self.start(ctx)
+        assert self.geocoder is not None
+        true_lat, true_lon = self._truth(task)
+        answer = ParsedAnswer.from_payload(task.payload)
+        meta = task.payload.get("meta") if isinstance(task.payload.get("meta"), Mapping) else {}
+        try:
+            located = await self.geocoder.locate(answer, true_lat=true_lat, true_lon=true_lon)
+            use_aliases = self.settings.ref_aliases if self.settings is not None else True
+            aliases = await self._ref_aliases(meta.get("ref_qid")) if use_aliases else []
+        except NominatimBudgetExceeded as exc:
+            raise BudgetStop(str(exc)) from None
+        except WikidataError as exc:
+            if exc.code in ("maxlag", "ratelimited"):
+                raise  # transient: nack and retry later
+            raise PermanentFailure(f"answer {task.key}: {exc}") from None
+        return [(task.key, located_payload(task.payload, located, aliases))]
+
+
+def located_payload(answer_payload: Mapping[str, Any], located: LocatedAnswer, ref_aliases: list[str] | None = None) -> dict[str, Any]:
+    """The ``located`` message: the answer payload plus the geocoder's flat fields (module docstring)."""
+    out = dict(answer_payload)
+    out.update(
+        {
+            "resolved_level": located.resolved_level,
+            "resolved_label": located.label,
+            "label": located.label,
+            "lat": located.lat,
+            "lon": located.lon,
+            "qid": located.qid,
+            "error_km": located.error_km,
+            "anchor_qid": located.anchor_qid,
+            "anchor_label": located.anchor_label,
+            "geocode_source": located.source,
+            "linear": located.linear,
+            "geocode_trace": [
+                {k: getattr(t, k) for k in ("level", "query", "source", "outcome", "qid", "label", "anchor_distance_km")}
+                for t in located.trace
+            ],
+            "ref_aliases": list(ref_aliases or []),
+        }
+    )
+    return out
