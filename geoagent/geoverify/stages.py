@@ -205,7 +205,7 @@ class GeoVerifyParserStage(Stage):
             text = resp.text
         parsed = parse_verdict(text)
         answer = {
-            "model": p.get("model"),
+            "model": ((p.get("meta") or {}).get("report_model")) or p.get("model"),
             "request_key": p.get("request_key"),
             "trial": trial,
             "parsed": parsed.to_json(),

@@ -1,0 +1,121 @@
+"""Plan a GeoVerify campaign from its config: import the release, choose trials, emit request messages.
+
+:func:`plan_campaign` is what a campaign kind's ``plan()`` calls. It
+
+1. imports the release folder (``[geoverify] release_dir`` or the config's ``release_dir``) and stores it
+   in ``<state root>/<campaign>/data/data.sqlite`` (:mod:`geoagent.data.store`), keeping the import report;
+2. takes the trials: the release's trial table (``trials = "release"``), or new ones built from the
+   release's images and candidate pools (``trials = "build"``, Sec. 5.2, with both control arms);
+3. emits one ``requests`` message per trial x model (:func:`geoagent.geoverify.stages.plan_requests`),
+   honouring each model's ``sampling_rate``.
+
+Replay models: a ``provider = "replay"`` model whose ``model`` value is one of the recorded model names
+replays that model; any other replay model (e.g. ``model = "recorded"``) replays *every* recorded model,
+and its answers are reported under the recorded names (``meta.report_model``). Replay models are planned
+only for the (trial, model) pairs the raw file holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from geoagent import constants as C
+from geoagent.data.importer import ImportReport, Release, import_release
+from geoagent.data.model import VerifyTrial
+from geoagent.data.store import DataStore
+from geoagent.geoverify.prompt import load_template
+from geoagent.geoverify.settings import GeoVerifySettings
+from geoagent.geoverify.stages import plan_requests, release_replay_plan
+from geoagent.geoverify.trials import BuildReport, build_trials, pools_from_trials
+from geoagent.runtime.stage import Message
+
+
+@dataclass
+class CampaignPlan:
+    """What :func:`plan_campaign` produced."""
+
+    messages: list[Message]
+    trials: list[VerifyTrial]
+    import_report: ImportReport
+    build_report: BuildReport | None = None
+    per_model: dict[str, int] = field(default_factory=dict)
+
+
+def settings_of(cfg: Any) -> GeoVerifySettings:
+    sec = cfg.section("geoverify") if hasattr(cfg, "section") else None
+    if sec is None:
+        return GeoVerifySettings()
+    return sec if isinstance(sec, GeoVerifySettings) else GeoVerifySettings.model_validate(sec or {})
+
+
+def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool = True) -> CampaignPlan:
+    """Plan every request message of a GeoVerify campaign (see module docstring).
+
+    Parameters
+    ----------
+    cfg : geoagent.config.CampaignConfig
+    release : Release, optional
+        An already imported release (default: import from the configured folder).
+    store_data : bool
+        Write the imported records to the campaign's data store.
+
+    Raises
+    ------
+    FileNotFoundError
+        The release folder has no ``sites.csv``.
+    geoagent.geoverify.prompt.TemplateError
+        The configured prompt template is missing or lacks ``{candidate}``.
+    """
+    from geoagent.config import is_sampled
+
+    s = settings_of(cfg)
+    if release is None:
+        release = import_release(s.release_dir or cfg.release_dir())
+    if store_data:
+        with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
+            ds.put_many(release.records())
+            ds.set_meta("import_report", release.report.to_json())
+            ds.set_meta("release_root", str(release.root))
+    template = load_template(s.prompt_template)
+    tau_km = s.tau_m / 1000.0
+    build_rep = None
+    if s.trials == "build":
+        continents = {sid: site.continent for sid, site in release.sites.items()}
+        trials, build_rep = build_trials(
+            list(release.images.values()), pools_from_trials(release.trials),
+            seed=s.build_seed if s.build_seed is not None else cfg.campaign.seed,
+            n_per_band=s.n_per_band, max_signal=s.max_signal, n_control=s.n_control, tau_km=tau_km,
+            continents=continents,
+        )
+        replay_trials, pairs, recorded = list(trials), set(), []
+    else:
+        trials = list(release.trials)
+        replay_trials, pairs, recorded = release_replay_plan(release)
+    common = dict(template=template, max_output_tokens=s.max_output_tokens, image_root=s.image_root, tau_km=tau_km)
+    messages: list[Message] = []
+    per_model: dict[str, int] = {}
+    for m in cfg.models:
+        if m.provider == "replay":
+            names = [m.model] if m.model in recorded else recorded
+            for rec in names:
+                msgs = plan_requests(replay_trials, [m.name], replay_model_of={m.name: rec}, pairs=pairs, **common)
+                for key, payload in msgs:
+                    if rec != m.name:
+                        key = f"{payload['meta']['trial_id']}|{m.name}|{rec}"
+                        payload["meta"]["report_model"] = rec
+                        # the request key hashes params, not meta: keep one stored answer per recorded model
+                        payload["params"]["replay_of"] = rec
+                    messages.append((key, payload))
+        else:
+            messages.extend(plan_requests(trials, [m.name], **common))
+    kept = []
+    for key, payload in messages:
+        model = next(mm for mm in cfg.models if mm.name == payload["model"])
+        if is_sampled(key, model.sampling_rate, cfg.campaign.seed):
+            kept.append((key, payload))
+            per_model[payload["model"]] = per_model.get(payload["model"], 0) + 1
+    return CampaignPlan(kept, trials, release.report, build_rep, per_model)
+
+
+PLAN_EDGE = C.EDGE_REQUESTS

@@ -1,0 +1,52 @@
+"""``[geoverify]`` campaign settings (pydantic), registered with the config loader on import.
+
+Example::
+
+    [geoverify]
+    trials = "release"            # "release": the release's trial table; "build": new trials from its
+                                  # images and candidate pools (Sec. 5.2), with control arms
+    prompt_template = "my_claim.txt"   # optional; default geoagent/prompts/geoverify_claim.txt
+    max_output_tokens = 512
+    n_per_band = 2                # build only: decoys per band per image
+    n_control = 2                 # build only: candidates per image that get the two control arms
+    image_root = "images"         # optional folder holding streetview/<site>/<id>.jpg
+    report_interval_s = 5.0       # live report refresh
+    n_boot = 1000                 # bootstrap replicates over sites for the CIs (0 = none)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GeoVerifySettings(BaseModel):
+    """Validated ``[geoverify]`` table (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trials: Literal["release", "build"] = "release"
+    release_dir: str | None = Field(None, description="release folder; default: the config's release_dir")
+    prompt_template: str | None = None
+    max_output_tokens: int = Field(512, gt=0)
+    tau_m: float = Field(150.0, gt=0)
+    n_per_band: int | None = Field(2, ge=0)
+    max_signal: int | None = Field(None, ge=0)
+    n_control: int = Field(2, ge=0)
+    build_seed: int | None = None
+    image_root: str | None = None
+    report_interval_s: float = Field(5.0, ge=0)
+    n_boot: int = Field(0, ge=0)
+    boot_seed: int = 0
+
+
+def _register() -> None:
+    try:
+        from geoagent.config import register_section
+    except ImportError:  # partial checkout
+        return
+    register_section("geoverify", GeoVerifySettings)
+
+
+_register()
