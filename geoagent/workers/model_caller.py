@@ -7,7 +7,9 @@ Issue 2 points 6, 7 and 10. For each task (payload below) the worker:
 2. if the store already holds a response for that key, emits it without any call (exactly-once spend: a
    redelivered or re-run task never pays twice);
 3. otherwise reserves the worst case in the ledger (estimated input tokens x input-estimate factor x input
-   price + max output tokens x output price); :class:`~geoagent.runtime.ledger.BudgetExhausted` becomes
+   price + max output tokens x output price). If the cap is only reached because of other calls' open
+   reservations, it waits for them to settle (they usually cost far less than their worst case); once
+   spent + unknown + this worst case exceeds the cap by itself, it raises
    :class:`~geoagent.runtime.stage.BudgetStop` (the runner releases the task and stops dispatching);
 4. calls the provider, then stores the response and settles the reservation in ONE transaction and emits.
 
@@ -87,6 +89,8 @@ class ModelCaller(Stage):
     input_edge = C.EDGE_REQUESTS
     output_edge = C.EDGE_RESPONSES
     concurrency = 16
+    #: longest wait (s) for in-flight calls to settle when the budget is only held by their reservations
+    budget_wait_s: float = 600.0
 
     def __init__(self, *, concurrency: int | None = None) -> None:
         self._fixed_concurrency = concurrency
@@ -172,10 +176,7 @@ class ModelCaller(Stage):
 
             est_in = math.ceil(provider.estimate_input_tokens(request) * cfg.budget.input_estimate_factor)
             worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
-            try:
-                reservation = await ledger.areserve(key, worst_usd, model=m.name)
-            except BudgetExhausted as exc:
-                raise BudgetStop(str(exc)) from None
+            reservation = await self._reserve(ledger, key, worst_usd, m.name)
 
             response = await self._call(provider, request, ledger, reservation, m)
 
@@ -194,6 +195,33 @@ class ModelCaller(Stage):
             # store + settle in one transaction; shielded so a shutdown cannot cut it in half
             await asyncio.shield(store.aput(key, meta, response, reservation, cost_usd=cost_usd))
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
+
+    async def _reserve(self, ledger: Any, key: str, worst_usd: float, model_name: str) -> Any:
+        """Reserve ``worst_usd``; while it only fails because of other calls' open reservations, wait for them.
+
+        In-flight calls hold their worst case, and most settle far below it, so a refusal with open
+        reservations is usually temporary: the task waits (polling, up to ``budget_wait_s``) instead of
+        stopping the campaign with budget left. It raises :class:`BudgetStop` once
+        spent + unknown-outcome spend + this call's worst case exceeds the cap by itself (no settlement
+        can make room), or when the wait times out. Meanwhile the ledger's crash recovery runs every few
+        seconds, so reservations of a dead process cannot block the wait for ever.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.budget_wait_s
+        next_recover = loop.time() + 5.0
+        delay_s = 0.01
+        while True:
+            try:
+                return await ledger.areserve(key, worst_usd, model=model_name)
+            except BudgetExhausted as exc:
+                final = exc.reserved_usd <= 0 or exc.spent_usd + exc.unknown_usd + exc.requested_usd > exc.cap_usd
+                if final or loop.time() >= deadline:
+                    raise BudgetStop(str(exc)) from None
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.25)
+            if loop.time() >= next_recover:
+                await ledger.db.run(ledger.recover)
+                next_recover = loop.time() + 5.0
 
     async def _call(self, provider: Any, request: ModelRequest, ledger: Any, reservation: Any, m: Any) -> ModelResponse:
         """Call the provider and close the reservation on every failure path (see the module table)."""
