@@ -220,3 +220,18 @@ def test_parse_entity_prefers_preferred_rank_and_skips_deprecated_and_novalue():
     obj["claims"]["P625"] = [st(None, "normal", "somevalue"), st(5.0, "deprecated")]
     assert parse_entity("Q1", obj).lat is None
     assert parse_entity("Q2", {"id": "Q2", "missing": ""}).missing
+
+
+def test_response_cache_keys_ignore_maxlag_and_param_order_and_honour_ttl(tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite", ttl_s=0.2)
+    cache.put("GET", "http://h/api", {"b": 2, "a": "x", "maxlag": 5}, 200, b'{"ok": 1}')
+    assert cache.get("get", "http://h/api", {"a": "x", "b": "2", "maxlag": 9}).json() == {"ok": 1}
+    assert cache.get("GET", "http://h/api", {"a": "x"}) is None  # a different request
+    time.sleep(0.3)
+    assert cache.get("GET", "http://h/api", {"a": "x", "b": 2}) is None  # expired
+    with pytest.raises(ValueError, match="ttl_s"):
+        ResponseCache(":memory:", ttl_s=0)
+    bad = tmp_path / "not-a-db.sqlite"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(Exception, match="not-a-db.sqlite"):
+        ResponseCache(bad)

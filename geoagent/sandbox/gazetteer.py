@@ -71,6 +71,8 @@ class GazetteerEntry:
         Wikidata P31 classes; defaults to :data:`KIND_CLASSES` of the kind.
     synthetic : bool
         True when the coordinate was invented (ladder points from a release).
+    origin : str
+        For synthetic entries, the site id the point was placed from (``""`` otherwise).
     """
 
     qid: str
@@ -84,6 +86,7 @@ class GazetteerEntry:
     sitelinks: int = 0
     classes: tuple[str, ...] = ()
     synthetic: bool = False
+    origin: str = ""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.qid, str) and self.qid[:1] == "Q" and self.qid[1:].isdigit()):
@@ -135,6 +138,7 @@ class GazetteerEntry:
                 sitelinks=int(obj.get("sitelinks") or 0),
                 classes=tuple(str(c) for c in obj.get("classes") or ()),
                 synthetic=bool(obj.get("synthetic", False)),
+                origin=str(obj.get("origin") or ""),
             )
         except KeyError as exc:
             raise ValueError(f"{where}: missing key {exc.args[0]!r}") from None
@@ -155,6 +159,7 @@ class GazetteerEntry:
             "sitelinks": self.sitelinks,
             "classes": list(self.classes),
             "synthetic": self.synthetic,
+            "origin": self.origin,
         }
 
 
@@ -421,6 +426,7 @@ class Gazetteer:
                                 description=f"reference point near {site} (SYNTHETIC coordinate)",
                                 sitelinks=fam,
                                 synthetic=True,
+                                origin=site,
                             )
                         )
         return gaz
