@@ -11,7 +11,8 @@ key of the release's raw responses, whose ``trial_id`` is ``image_id|arm|cand``)
 
 Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional except where said):
 ``store`` (the campaign's ResponseStore: response text by request key, and the ``geoverify_scored``
-results table), ``report_dir`` (folder of the live report; default ``<state root>/<campaign>/report``),
+results table), ``report_dir`` (folder of the live report; default ``<state_dir>/report``, with
+``state_dir`` the service of that name or ``<state root>/<campaign>``),
 ``geoverify_report_interval_s`` (minimum seconds between report rewrites, default 5).
 """
 
@@ -284,7 +285,12 @@ class GeoVerifyAggregatorStage(Stage):
 
     def _report_dir(self, ctx: StageContext) -> Path:
         d = ctx.services.get("report_dir")
-        return Path(d) if d else paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
+        if d:
+            return Path(d)
+        state_dir = ctx.services.get("state_dir")
+        if state_dir:
+            return Path(state_dir) / C.REPORT_DIR
+        return paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
 
     async def start(self, ctx: StageContext) -> None:
         store = ctx.services.get("store")

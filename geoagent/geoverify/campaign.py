@@ -1,0 +1,78 @@
+"""The GeoVerify campaign kind for :mod:`geoagent.engine` (``[campaign] kind = "geoverify"``).
+
+Stages: model caller -> parser -> scorer -> aggregator (live report). Plan: :func:`plan_campaign`.
+The final report is rebuilt from the results table ``geoverify_scored`` (so it is complete also when the
+aggregator ran in another process) with the configured bootstrap over sites.
+
+The engine looks kinds up as ``geoagent.campaigns.geoverify:GeoVerifyCampaign``; that module re-exports
+this class.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+from geoagent.engine import CampaignKind
+from geoagent.geoverify.aggregate import GeoVerifyAggregator
+from geoagent.geoverify.plan import plan_campaign, settings_of
+from geoagent.geoverify.stages import SCORED_TABLE, geoverify_stages
+from geoagent.runtime.stage import Message, Stage, StageContext
+from geoagent.scoring.sdt import POOLED
+
+
+def aggregate_from_store(store: Any) -> GeoVerifyAggregator:
+    """A fresh aggregator filled from results table ``geoverify_scored`` in batches."""
+    agg = GeoVerifyAggregator()
+    batch: list[dict[str, Any]] = []
+    for _key, row in store.iter_results(SCORED_TABLE):
+        batch.append(row)
+        if len(batch) >= 5000:
+            agg.update(batch)
+            batch = []
+    agg.update(batch)
+    return agg
+
+
+class GeoVerifyCampaign(CampaignKind):
+    """GeoVerify (seed 000 Sec. 5): claim verification scored with signal detection theory."""
+
+    kind = "geoverify"
+
+    def stages(self, cfg: Any) -> list[Stage]:
+        from geoagent.workers.model_caller import ModelCaller
+
+        s = settings_of(cfg)
+        return [ModelCaller(), *geoverify_stages(report_interval_s=s.report_interval_s)]
+
+    async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
+        return plan_campaign(cfg).messages
+
+    async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
+        from geoagent.report.geoverify import write_report
+
+        s = settings_of(cfg)
+        agg = aggregate_from_store(ctx.get("store"))
+        self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
+        out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
+        return list(write_report(self._scores, out).values())
+
+    def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
+        scores = getattr(self, "_scores", None)
+        if scores is None:
+            scores = aggregate_from_store(ctx.get("store")).scores()
+        if not scores:
+            return ["  GeoVerify: no scored responses"]
+        lines = []
+        for name, sc in scores.items():
+            near = sc.bands[0].d_prime if sc.bands else math.nan
+            lines.append(
+                f"  {name:>20}: H {sc.h:.1%}  F {sc.f:.1%}  d'(nearest) {near:.2f}  delta_1 {sc.delta_1 or 'none'}"
+                f"  parse failures {sc.n_parse_failures}  read-out {sc.readout.verdict}"
+            )
+        if POOLED in scores:
+            lines.append(f"  pre-registered read-out (pooled): {scores[POOLED].readout.verdict}: "
+                         + "; ".join(scores[POOLED].readout.reasons))
+        return lines
