@@ -115,3 +115,19 @@ def test_paired_table_matches_direct_pairing_and_permutation():
     assert treat[7] == pytest.approx(100 * ref.delta)
     assert treat[8] == ref.p_value
     assert treat[10] == pytest.approx(np.mean([p[1].resolved_level == "building" for p in pairs]))
+
+
+def test_building_level_paired_difference_matches_permutation():
+    rows = synth_results(seed=6)
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    t8 = table_paired(agg, "forced_warn", "forced", n_flips=1000, seed=1)
+    treat = [row for row in t8.rows if row[0] == "all sites"][1]
+    by_item = {}
+    for r in rows:
+        if r.condition in ("forced", "forced_warn"):
+            by_item.setdefault((r.site, r.model, r.image_id, r.ref_qid), {})[r.condition] = r
+    pairs = [(k[0], v["forced_warn"], v["forced"]) for k, v in sorted(by_item.items()) if len(v) == 2]
+    ref = paired_site_permutation_test([p[0] for p in pairs], [p[1].resolved_level == "building" for p in pairs],
+                                       [p[2].resolved_level == "building" for p in pairs], n_flips=1000, seed=1)
+    assert treat[11] == pytest.approx(100 * ref.delta) and treat[12] == ref.p_value

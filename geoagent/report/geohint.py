@@ -336,7 +336,9 @@ def table_paired(
             rows.append([
                 label, cond, blk["n"], *d["bands"], d["overall"],
                 blk["delta_pp"] if cond == treatment else None, blk["p"] if cond == treatment else None,
-                d["echo"], d["building"], " / ".join(_fmt(x, "f2") for x in d["ratio"]),
+                d["echo"], d["building"],
+                blk["building_delta_pp"] if cond == treatment else None, blk["building_p"] if cond == treatment else None,
+                " / ".join(_fmt(x, "f2") for x in d["ratio"]),
             ])
     title = {
         "table8": f"Table 8: hit rate (%) by regime, strictly paired, {treatment} vs {control}",
@@ -345,8 +347,9 @@ def table_paired(
     return Table(
         name,
         title,
-        ["Regime", "Condition", "n pairs", *BAND_NAMES, "Overall", "Paired delta (pp)", "p", "Echo rate", "Building level", "Median ratio (near/mid/far)"],
-        ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "text"],
+        ["Regime", "Condition", "n pairs", *BAND_NAMES, "Overall", "Paired delta (pp)", "p", "Echo rate", "Building level",
+         "Building delta (pp)", "p (building)", "Median ratio (near/mid/far)"],
+        ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "text"],
         rows,
         f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}.",
     )

@@ -1,0 +1,74 @@
+"""GeoHint report rendering: Markdown, CSV, rich and PNG figures in the paper's table shapes (issue 4 point 6)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from _geohint_synth import synth_results
+from PIL import Image as PILImage
+from rich.console import Console
+
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.judged import import_judged
+from geoagent.report.geohint import build_tables, print_report, write_report
+
+
+@pytest.fixture(scope="module")
+def agg():
+    a = GeoHintAggregator()
+    a.add_many(synth_results(seed=7))
+    return a
+
+
+def test_paper_table_shapes(agg):
+    tables = {t.name: t for t in build_tables(agg, n_flips=200, n_splits=10)}
+    assert set(tables) >= {"table1", "table2", "table3", "table4", "table5", "table6", "table7", "table8", "table9", "table10", "table11"}
+    t1 = tables["table1"]
+    assert t1.columns == ["Model", "n", "Hit rate", "0.5-1.5km", "1.5-3.0km", "3.0-6.0km", "Echo rate"]
+    assert len(t1.rows) == len(agg.models)
+    assert [r[0] for r in tables["table4"].rows] == ["high", "mid", "low", "All"]
+    assert len(tables["table4"].columns) == 5
+    assert len(tables["table5"].rows) == 9  # (illegible, legible, all) x 3 bands
+    assert [r[0] for r in tables["table6"].rows][-1] == "All"
+    assert len(tables["table8"].rows) == 6  # (illegible, legible, all) x (control, treatment)
+    assert len(tables["table10"].rows) == 6
+    t3 = tables["table3"]
+    assert len(t3.rows) == 2 * len(agg.models) and "splits" in t3.notes
+    # table 8 rows: rates are fractions in [0, 1]
+    for row in tables["table8"].rows:
+        assert all(0 <= v <= 1 for v in row[3:7])
+
+
+def test_written_files_agree_with_tables(agg, tmp_path):
+    tables = write_report(agg, tmp_path, n_flips=200, n_splits=10)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    for t in tables:
+        assert t.title in md
+        rows = list(csv.reader(io.StringIO((tmp_path / f"{t.name}.csv").read_text(encoding="utf-8"))))
+        assert rows[0] == t.columns and len(rows) == len(t.rows) + 1
+        for got, want in zip(rows[1:], t.rows):
+            for g, w in zip(got, want):
+                if isinstance(w, float) and w == w:
+                    assert float(g) == pytest.approx(w)
+    for fig in ("fig_hit_by_band.png", "fig_echo_heatmap.png"):
+        with PILImage.open(tmp_path / fig) as im:
+            assert im.format == "PNG" and im.size[0] > 300
+    buf = io.StringIO()
+    print_report(tables, Console(file=buf, width=200))
+    assert "Table 1" in buf.getvalue() and "Table 8" in buf.getvalue()
+
+
+def test_report_from_release_sample(release_dir, tmp_path):
+    rows, _ = import_judged(release_dir)
+    a = GeoHintAggregator()
+    a.add_many(rows)
+    tables = write_report(a, tmp_path, n_flips=100, n_splits=5)
+    names = [t.name for t in tables]
+    assert names[:7] == ["table1", "table2", "table3", "table4", "table5", "table6", "table7"]
+    assert "table8" not in names  # the sample has only the permissive schema (v1)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "condition v1" in md
+    t1 = tables[0]
+    assert sum(r[1] for r in t1.rows) == len(rows)
