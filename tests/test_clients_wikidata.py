@@ -235,3 +235,23 @@ def test_response_cache_keys_ignore_maxlag_and_param_order_and_honour_ttl(tmp_pa
     bad.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(Exception, match="not-a-db.sqlite"):
         ResponseCache(bad)
+
+
+def test_fake_serves_from_a_child_process_given_a_fixture_path():
+    """``spawn`` passes plain arguments: the factory accepts a gazetteer path (JSONL or release folder)."""
+    from geoagent.sandbox.server import spawn, wait_ready
+
+    proc, base = spawn("geoagent.sandbox.wikidata:make_app", gazetteer=str(GAZETTEER))
+    try:
+        wait_ready(base)
+
+        async def go():
+            async with HttpClient(default_policy=FAST) as http:
+                c = WikidataClient(http, user_agent=UA, base_url=base + "/w/api.php", policy=FAST)
+                return await c.coordinates(["Q90", "Q99000001"])
+
+        coords = asyncio.run(go())
+    finally:
+        proc.terminate()
+        proc.join(10)
+    assert coords == {"Q90": (48.856667, 2.352222), "Q99000001": (35.6595, 139.7005)}

@@ -104,3 +104,21 @@ def test_settings_table_is_validated_and_contact_required():
     assert s.contact == CONTACT and s.anchor_radius_km == 12 and s.nominatim_url
     with pytest.raises(ValueError, match="contact"):
         build_geocoder(object(), GeocoderSettings())
+
+
+def test_build_geocoder_installs_polite_host_policies_unless_the_config_sets_them():
+    from geoagent.clients.nominatim import DEFAULT_NOMINATIM_POLICY
+    from geoagent.clients.wikidata import DEFAULT_WIKIDATA_POLICY
+    from geoagent.runtime.http import HostPolicy, HttpClient
+
+    custom = HostPolicy(rate=50, period_s=1.0, concurrency=2)
+    http = HttpClient(policies={"127.0.0.1:9": custom})
+    settings = GeocoderSettings(contact=CONTACT, nominatim_url="http://127.0.0.1:9")
+    g = build_geocoder(http, settings, configured_hosts=["127.0.0.1:9"])
+    assert http.policy_for("www.wikidata.org") == DEFAULT_WIKIDATA_POLICY
+    assert http.policy_for("127.0.0.1:9") == custom  # the config's [hosts] entry is kept
+    assert g.nominatim is not None and g.wikidata.cache is None  # no state dir: no cache file
+    http2 = HttpClient()
+    build_geocoder(http2, GeocoderSettings(contact=CONTACT))
+    pol = http2.policy_for("nominatim.openstreetmap.org")
+    assert pol == DEFAULT_NOMINATIM_POLICY and (pol.rate, pol.period_s, pol.concurrency) == (1.0, 1.0, 1)

@@ -173,8 +173,9 @@ class NominatimClient:
         Persistent cache; cached answers cost no request and do not count toward ``max_requests``.
     max_requests : int or None
         Network requests allowed over this client's life (None: no cap). Default 1000.
-    policy : HostPolicy
-        Host policy (default 1 request per second, one at a time).
+    policy : HostPolicy or None
+        Host policy (default 1 request per second, one at a time); None keeps the policy the HttpClient
+        already has for the host (e.g. a config ``[hosts]`` entry for a local instance).
     accept_language : str
         ``accept-language`` parameter (names in results).
 
@@ -192,7 +193,7 @@ class NominatimClient:
         base_url: str = NOMINATIM_URL,
         cache: ResponseCache | None = None,
         max_requests: int | None = DEFAULT_MAX_REQUESTS,
-        policy: HostPolicy = DEFAULT_NOMINATIM_POLICY,
+        policy: HostPolicy | None = DEFAULT_NOMINATIM_POLICY,
         accept_language: str = "en",
     ) -> None:
         self.http = http
@@ -203,7 +204,8 @@ class NominatimClient:
         self.accept_language = accept_language
         self.host = host_key(self.base_url)
         self.requests_sent = 0
-        http.set_policy(self.host, policy)
+        if policy is not None:  # None: keep the policy the HttpClient already has for this host (config)
+            http.set_policy(self.host, policy)
 
     async def search(
         self,

@@ -250,8 +250,9 @@ class WikidataClient:
     maxlag_min_wait_s : float
         Floor of the wait after a maxlag error when the server sends no ``Retry-After``, seconds.
         Manual:Maxlag says wait at least 5 s; a ``Retry-After`` header is always honoured as sent.
-    policy : HostPolicy
-        Rate/concurrency policy installed for the API host (default :data:`DEFAULT_WIKIDATA_POLICY`).
+    policy : HostPolicy or None
+        Rate/concurrency policy installed for the API host (default :data:`DEFAULT_WIKIDATA_POLICY`);
+        None keeps whatever policy the HttpClient already has for the host (e.g. from ``[hosts]``).
     sleep : callable
         ``await sleep(seconds)`` used for maxlag waits (``asyncio.sleep``).
 
@@ -278,7 +279,7 @@ class WikidataClient:
         maxlag_s: int = DEFAULT_MAXLAG_S,
         maxlag_max_retries: int = 5,
         maxlag_min_wait_s: float = 5.0,
-        policy: HostPolicy = DEFAULT_WIKIDATA_POLICY,
+        policy: HostPolicy | None = DEFAULT_WIKIDATA_POLICY,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if not user_agent or not user_agent.strip():
@@ -294,7 +295,8 @@ class WikidataClient:
         self._sleep = sleep
         self.maxlag_waits_s: list[float] = []
         self.requests_sent = 0
-        http.set_policy(self.host, policy)
+        if policy is not None:  # None: keep the policy the HttpClient already has for this host (config)
+            http.set_policy(self.host, policy)
 
     async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
         """GET the API with ``params`` (+ format, maxlag); handle error envelopes; use the cache."""

@@ -516,3 +516,13 @@ class Geocoder:
             source=None if cand is None else cand.source,
             linear=False if cand is None else cand.linear,
         )
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy re-export: ``geoagent.geohint.geocode.GeocodeStage`` is the stage of
+    :mod:`geoagent.geohint.geocode_stage` (kept there so this module does not import the runtime)."""
+    if name in ("GeocodeStage", "GeocoderSettings", "build_geocoder"):
+        from geoagent.geohint import geocode_stage
+
+        return getattr(geocode_stage, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

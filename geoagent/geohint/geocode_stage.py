@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from geoagent.clients.cache import ResponseCache
 from geoagent.clients.nominatim import NOMINATIM_URL, NominatimBudgetExceeded, NominatimClient
 from geoagent.clients.wikidata import WIKIDATA_API_URL, WikidataClient, WikidataError
 from geoagent.geohint.geocode import DEFAULT_ANCHOR_RADIUS_KM, Geocoder, LocatedAnswer, ParsedAnswer
+from geoagent.runtime.http import host_key
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import BudgetStop, Message, PermanentFailure, Stage, StageContext
 
@@ -107,8 +108,18 @@ class GeocoderSettings:
         return settings
 
 
-def build_geocoder(http: Any, settings: GeocoderSettings, *, state_dir: str | os.PathLike[str] | None = None) -> Geocoder:
+def build_geocoder(
+    http: Any,
+    settings: GeocoderSettings,
+    *,
+    state_dir: str | os.PathLike[str] | None = None,
+    configured_hosts: Iterable[str] = (),
+) -> Geocoder:
     """A :class:`Geocoder` with Wikidata (and Nominatim) clients on the shared ``http`` client.
+
+    Each client installs its policy-abiding default host policy (Wikidata: serial; Nominatim: 1 request
+    per second) unless the API's host is in ``configured_hosts`` (``"hostname:port"`` or ``"hostname"``,
+    e.g. the config's ``[hosts]`` keys), whose policy the HttpClient already applies.
 
     Raises
     ------
@@ -122,12 +133,25 @@ def build_geocoder(http: Any, settings: GeocoderSettings, *, state_dir: str | os
         )
     cache_path = settings.cache_path or (str(Path(state_dir) / GEOCODE_CACHE_FILE) if state_dir else None)
     cache = ResponseCache(cache_path, ttl_s=settings.cache_ttl_s) if cache_path else None
+    configured = set(configured_hosts)
+
+    def keep(url: str) -> bool:
+        key = host_key(url)
+        return key in configured or key.rsplit(":", 1)[0] in configured
+
     ua = f"geoagent/0.1 (+{settings.contact}) GeoContext GeoHint geocoder"
-    wikidata = WikidataClient(http, user_agent=ua, base_url=settings.wikidata_url, cache=cache)
+    wd_kw: dict[str, Any] = {"policy": None} if keep(settings.wikidata_url) else {}
+    wikidata = WikidataClient(http, user_agent=ua, base_url=settings.wikidata_url, cache=cache, **wd_kw)
     nominatim = None
     if settings.nominatim_url:
+        nm_kw: dict[str, Any] = {"policy": None} if keep(settings.nominatim_url) else {}
         nominatim = NominatimClient(
-            http, contact=settings.contact, base_url=settings.nominatim_url, cache=cache, max_requests=settings.nominatim_max_requests
+            http,
+            contact=settings.contact,
+            base_url=settings.nominatim_url,
+            cache=cache,
+            max_requests=settings.nominatim_max_requests,
+            **nm_kw,
         )
     return Geocoder(wikidata, nominatim, anchor_radius_km=settings.anchor_radius_km, language=settings.language)
 
@@ -178,9 +202,13 @@ class GeocodeStage(Stage):
         if "geocoder" in ctx.services:
             self.geocoder = ctx.services["geocoder"]
             return
+        cfg = ctx.services.get("config")
         if self.settings is None:
-            self.settings = GeocoderSettings.from_config(ctx.services.get("config"))
-        self.geocoder = build_geocoder(ctx.get("http"), self.settings, state_dir=ctx.services.get("state_dir"))
+            self.settings = GeocoderSettings.from_config(cfg)
+        hosts = list(getattr(cfg, "hosts", None) or {}) if cfg is not None and not isinstance(cfg, Mapping) else []
+        self.geocoder = build_geocoder(
+            ctx.get("http"), self.settings, state_dir=ctx.services.get("state_dir"), configured_hosts=hosts
+        )
 
     def _truth(self, task: Task) -> tuple[float, float]:
         payload = task.payload
