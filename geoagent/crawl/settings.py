@@ -148,6 +148,8 @@ class ImageAuditSettings(_Section):
     model: str = "sim-vision-auditor"
     max_output_tokens: int = Field(400, ge=16)
     temperature: float = 0.0
+    #: optional CSV of human keep/exclude verdicts (columns image, human_verdict[, human_reason, ...])
+    human_verdicts: str | None = None
 
 
 class ReferenceabilitySettings(_Section):

@@ -50,6 +50,7 @@ class FakeImage:
     camera_type: str = "perspective"
     brightness: float = 140.0
     sequence: str = "seq0"
+    pattern_seed: str | None = None  # images sharing one render as near-duplicates
 
 
 @dataclass
@@ -77,17 +78,25 @@ def graph_error(status: int, message: str, code: int, etype: str = "OAuthExcepti
                                         "error_user_msg": "", "fbtrace_id": "AsandboxTRACE0"}}, status=status)
 
 
-def render_thumbnail(image_id: str, brightness: float, px: int = 64) -> bytes:
-    """A deterministic JPEG (``px`` x ``px``, RGB) whose grey mean is close to ``brightness`` (0-255):
-    a textured street-like pattern seeded by the image id, shifted to the target mean."""
+def render_thumbnail(image_id: str, brightness: float, px: int = 64, pattern_seed: str | None = None) -> bytes:
+    """A deterministic JPEG (``px`` x ``px``, RGB) whose grey mean is close to ``brightness`` (0-255).
+
+    The texture (block size, phase, gradient direction, noise) is seeded by ``pattern_seed`` (default:
+    the image id), so different images look different to a perceptual hash while two images given the
+    same ``pattern_seed`` are near-duplicates."""
     from PIL import Image
 
-    rng = random.Random(int(hashlib.sha256(image_id.encode()).hexdigest()[:12], 16))
+    rng = random.Random(int(hashlib.sha256((pattern_seed or image_id).encode()).hexdigest()[:12], 16))
     amp = min(40.0, brightness, 255.0 - brightness)
+    block = rng.choice([5, 7, 9, 11, 13])
+    ox, oy = rng.randrange(block), rng.randrange(block)
+    gx, gy = rng.uniform(-1, 1), rng.uniform(-1, 1)
     pix = []
     for y in range(px):
         for x in range(px):
-            v = brightness + amp * (((x // 8 + y // 8) % 2) * 2 - 1) * 0.6 + rng.uniform(-amp, amp) * 0.4
+            check = (((x + ox) // block + (y + oy) // block) % 2) * 2 - 1
+            grad = (gx * (x - px / 2) + gy * (y - px / 2)) / px
+            v = brightness + amp * (0.45 * check + 0.5 * grad) + rng.uniform(-amp, amp) * 0.2
             g = max(0, min(255, int(round(v))))
             pix.append((g, max(0, min(255, g + 6)), max(0, min(255, g - 6))))
     img = Image.new("RGB", (px, px))
@@ -202,7 +211,7 @@ async def _cdn(request: web.Request) -> web.Response:
         return web.Response(status=404, text="Not Found", content_type="text/plain")
     key = f"{iid}:{st.thumb_px}"
     if key not in st._jpeg_cache:
-        st._jpeg_cache[key] = render_thumbnail(iid, img.brightness, st.thumb_px)
+        st._jpeg_cache[key] = render_thumbnail(iid, img.brightness, st.thumb_px, img.pattern_seed)
     return web.Response(body=st._jpeg_cache[key], content_type="image/jpeg")
 
 

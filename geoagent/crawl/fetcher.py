@@ -1,0 +1,160 @@
+"""Imagery fetcher (seed 000, Sec. 3.2): perspective street-level images near a site, spread out,
+bright enough, not duplicated; thumbnails saved as ``<images root>/<site>/<image_id>.jpg``.
+
+Walk: perspective images within ``radius_m`` of the site, nearest first; an image within
+``min_separation_m`` (40 m) of an already kept one is skipped without downloading; otherwise a fresh
+thumbnail URL is requested and the JPEG downloaded at once (the URLs expire); it is rejected if the mean
+of a small greyscale copy is below ``min_brightness`` (90 on 0-255, the daylight filter) or if its
+64-bit difference hash is within ``dedupe_hamming_max`` bits of a kept image (a near-duplicate). Kept
+images and every rejection are recorded with the metadata (id, camera lat/lon, capture time, compass
+angle) in ``<site>/images.json``. Image ids are validated as digits before they touch a path.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from PIL import Image, ImageStat
+
+from geoagent.clients.mapillary import MapillaryImage
+from geoagent.crawl.settings import FetcherSettings
+from geoagent.geo import haversine_km
+from geoagent.paths import safe_image_id, safe_name
+
+METADATA_FILE = "images.json"
+
+
+def mean_brightness(jpeg: bytes, size_px: int = 32) -> float:
+    """Mean grey level (0-255) of a ``size_px`` x ``size_px`` greyscale copy of the image.
+
+    Raises
+    ------
+    ValueError
+        When the bytes are not a readable image.
+    """
+    try:
+        with Image.open(io.BytesIO(jpeg)) as im:
+            grey = im.convert("L").resize((size_px, size_px), Image.Resampling.BILINEAR)
+    except Exception as e:  # PIL raises several types for bad data
+        raise ValueError(f"not a readable image: {type(e).__name__}: {e}") from None
+    return float(ImageStat.Stat(grey).mean[0])
+
+
+def dhash64(jpeg: bytes) -> int:
+    """64-bit difference hash (9x8 greyscale, horizontal gradients): near-identical frames differ in few bits."""
+    with Image.open(io.BytesIO(jpeg)) as im:
+        g = im.convert("L").resize((9, 8), Image.Resampling.BILINEAR)
+        px = list(g.tobytes())
+    bits = 0
+    for y in range(8):
+        for x in range(8):
+            bits = (bits << 1) | (1 if px[y * 9 + x] > px[y * 9 + x + 1] else 0)
+    return bits
+
+
+def hamming(a: int, b: int) -> int:
+    return (a ^ b).bit_count()
+
+
+def site_dir(images_root: str | Path, site: str) -> Path:
+    return Path(images_root) / safe_name(site, what="site id")
+
+
+def image_path(images_root: str | Path, site: str, image_id: str) -> Path:
+    """``<images_root>/<site>/<image_id>.jpg`` with both parts validated."""
+    return site_dir(images_root, site) / f"{safe_image_id(image_id)}.jpg"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def too_close(img: MapillaryImage, kept: list[dict[str, Any]], min_sep_m: float) -> str | None:
+    """Id of a kept image within ``min_sep_m`` of ``img`` (None if it is far enough from all)."""
+    for k in kept:
+        if haversine_km(img.lat, img.lon, k["lat"], k["lon"]) * 1000.0 < min_sep_m:
+            return k["image_id"]
+    return None
+
+
+@dataclass
+class FetchResult:
+    """Kept images (metadata dicts with ``path``, ``brightness``, ``dhash``) and rejections with reasons."""
+
+    site: str
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    downloads: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"site": self.site, "kept": self.kept, "rejected": self.rejected, "downloads": self.downloads}
+
+
+async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: FetcherSettings,
+                            images_root: str | Path) -> FetchResult:
+    """Fetch, filter and store the images of one site (see module docstring).
+
+    Parameters
+    ----------
+    site : dict
+        A ``sites.csv`` row (needs ``site``, ``lat``, ``lon``).
+    mapillary : geoagent.clients.mapillary.MapillaryClient
+    images_root : path
+        Root folder; images go to ``<root>/<site>/<id>.jpg`` (default root: ``state/images``).
+    """
+    sid = safe_name(str(site["site"]), what="site id")
+    lat, lon = float(site["lat"]), float(site["lon"])
+    res = FetchResult(sid)
+    found = await mapillary.images_within(lat, lon, settings.radius_m)
+    hashes: list[int] = []
+    for img, d_m in found:
+        if len(res.kept) >= settings.max_images_per_site:
+            break
+        meta = img.to_json() | {"dist_m": round(d_m, 1)}
+        if not img.perspective:
+            res.rejected.append(meta | {"reason": "panorama"})
+            continue
+        near = too_close(img, res.kept, settings.min_separation_m)
+        if near:
+            res.rejected.append(meta | {"reason": f"within {settings.min_separation_m:g} m of {near}"})
+            continue
+        try:
+            path = image_path(images_root, sid, img.image_id)
+        except ValueError as e:
+            res.rejected.append(meta | {"reason": str(e)})
+            continue
+        if path.is_file():  # already fetched in an earlier (interrupted) run
+            jpeg = path.read_bytes()
+        else:
+            jpeg = await mapillary.download_thumbnail(img.image_id, settings.thumb_field)
+            res.downloads += 1
+        try:
+            bright = mean_brightness(jpeg, settings.grey_size_px)
+            h = dhash64(jpeg)
+        except ValueError as e:
+            res.rejected.append(meta | {"reason": str(e)})
+            continue
+        if bright < settings.min_brightness:
+            res.rejected.append(meta | {"reason": f"too dark (mean {bright:.1f} < {settings.min_brightness:g})", "brightness": round(bright, 2)})
+            continue
+        dup = next((k for k, hk in zip(res.kept, hashes) if hamming(h, hk) <= settings.dedupe_hamming_max), None)
+        if dup is not None:
+            res.rejected.append(meta | {"reason": f"near-duplicate of {dup['image_id']}"})
+            continue
+        if not path.is_file():
+            _atomic_write(path, jpeg)
+        hashes.append(h)
+        res.kept.append(meta | {"path": f"{sid}/{path.name}", "brightness": round(bright, 2), "dhash": f"{h:016x}"})
+    _atomic_write(site_dir(images_root, sid) / METADATA_FILE, orjson.dumps(res.to_json(), option=orjson.OPT_INDENT_2))
+    return res

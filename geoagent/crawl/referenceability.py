@@ -1,0 +1,321 @@
+"""Referenceability auditor (seed 000, Sec. 3.3 and App. A.3): rate every nearby Wikidata entity as a
+location hint, screen contentious names, and optionally compare with Wikipedia pageviews.
+
+For each site, ALL Wikidata items with coordinates within 6 km are fetched (WDQS, paginated in an order
+unrelated to fame, see :func:`geoagent.clients.wdqs.around_query`), de-duplicated by QID (nearest
+coordinate), and sent in batches to a text-only LLM with ``prompts/crawl_referenceability.txt``: for each
+candidate ``ok`` (usable as a reference point), ``familiarity`` (referenceability 0-5: how often people
+use it to say where they are, not fame), ``zh``/``en`` canonical names and a short ``why``. Output that
+cannot be read is never guessed at: the batch is split in halves and each half retried, down to single
+candidates, which are then recorded as failed. Every decision is appended to ``audit_decisions.jsonl``
+(the release's record shape); decisions already logged for the same auditor model are reused, so a
+restart re-asks nothing. A separate, deliberately narrow screening pass (``prompts/crawl_sensitive.txt``)
+writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate whose pageview tier (tertiles
+within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to a human review queue
+(``audit_review_queue.jsonl``), never to an automatic override (Sec. 3.3, constraint 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent.crawl.image_audit import load_prompt
+from geoagent.crawl.ladder import RatedCandidate, tier_for
+from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json
+from geoagent.crawl.settings import ReferenceabilitySettings
+from geoagent.geo import haversine_km
+from geoagent.providers.base import ModelRequest
+
+REF_MARKER = "REFERENCE-POINT CANDIDATES"
+SENS_MARKER = "CONTENTIOUS-NAME SCREEN"
+REVIEW_QUEUE_FILE = "audit_review_queue.jsonl"
+#: keys of one released audit_decisions.jsonl record, in order
+DECISION_KEYS = ("qid", "label", "model", "ok", "familiarity", "name_zh", "name_en", "why", "ts")
+SENSITIVE_KEYS = ("qid", "label", "model", "auditor", "sensitive", "why", "ts")
+
+
+@dataclass(frozen=True, slots=True)
+class RefCandidate:
+    """A Wikidata entity near a site: distance from the site in km, sitelinks, English Wikipedia title."""
+
+    qid: str
+    label: str
+    dist_km: float
+    lat: float
+    lon: float
+    sitelinks: int | None = None
+    enwiki_title: str | None = None
+
+
+def candidates_for_site(entities: Iterable[Any], site_lat: float, site_lon: float, radius_km: float) -> list[RefCandidate]:
+    """One candidate per QID within ``radius_km`` of the site (haversine from the site; the nearest
+    coordinate of a multi-coordinate item wins), sorted by QID number."""
+    best: dict[str, RefCandidate] = {}
+    titles: dict[str, str] = {}
+    for e in entities:
+        title = getattr(e, "enwiki_title", None)
+        if title:
+            titles.setdefault(e.qid, title)
+        d = haversine_km(site_lat, site_lon, e.lat, e.lon)
+        if d > radius_km:
+            continue
+        prev = best.get(e.qid)
+        if prev is None or d < prev.dist_km:
+            best[e.qid] = RefCandidate(e.qid, e.label, d, e.lat, e.lon, e.sitelinks, None)
+    best = {q: RefCandidate(c.qid, c.label, c.dist_km, c.lat, c.lon, c.sitelinks, titles.get(q)) for q, c in best.items()}
+    return sorted(best.values(), key=lambda c: int(c.qid[1:]))
+
+
+def render_candidates(batch: Sequence[RefCandidate], with_distance: bool = True) -> str:
+    """Numbered candidate lines for a prompt: ``0. Label (1.23 km)``. Labels are data, never instructions:
+    newlines are flattened."""
+    lines = []
+    for i, c in enumerate(batch):
+        label = " ".join(str(c.label).split())[:200]
+        lines.append(f"{i}. {label} ({c.dist_km:.2f} km)" if with_distance else f"{i}. {label}")
+    return "\n".join(lines)
+
+
+def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | None:
+    """Read the auditor's JSON array for a batch of ``n`` candidates.
+
+    Returns
+    -------
+    dict or None
+        idx -> {"ok", "familiarity", "name_zh", "name_en", "why"} for each element that is complete and
+        valid (``ok`` boolean, ``familiarity`` integer 0-5, idx in range, first occurrence wins); None when
+        no JSON array can be found at all. Candidates missing from the dict must be asked again.
+    """
+    arr = extract_json(text, list)
+    if arr is None:
+        return None
+    out: dict[int, dict[str, Any]] = {}
+    for el in arr:
+        if not isinstance(el, dict):
+            continue
+        idx = as_int_in(el.get("idx"), 0, n - 1)
+        ok = as_bool(el.get("ok"))
+        fam = as_int_in(el.get("familiarity"), 0, 5)
+        if idx is None or ok is None or fam is None or idx in out:
+            continue
+        zh, en = el.get("zh"), el.get("en")
+        out[idx] = {"ok": ok, "familiarity": fam, "name_zh": zh if isinstance(zh, str) and zh.strip() else None,
+                    "name_en": en if isinstance(en, str) and en.strip() else None, "why": str(el.get("why", ""))[:200]}
+    return out
+
+
+def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | None:
+    """Read the screening pass's JSON array: idx -> {"sensitive": bool, "why": str}; None if no array."""
+    arr = extract_json(text, list)
+    if arr is None:
+        return None
+    out: dict[int, dict[str, Any]] = {}
+    for el in arr:
+        if not isinstance(el, dict):
+            continue
+        idx = as_int_in(el.get("idx"), 0, n - 1)
+        sens = as_bool(el.get("sensitive"))
+        if idx is None or sens is None or idx in out:
+            continue
+        out[idx] = {"sensitive": sens, "why": str(el.get("why", ""))[:200]}
+    return out
+
+
+class JsonlLog:
+    """Append-only JSONL file of decisions keyed by (model, qid); the last record of a key wins on load.
+
+    Appends are serialised by an asyncio lock and fsynced per batch, so a crash loses at most the batch
+    being written and never corrupts earlier lines (a torn last line is skipped on load).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = asyncio.Lock()
+        self.records: dict[tuple[str, str], dict[str, Any]] = {}
+        if self.path.is_file():
+            with self.path.open("rb") as f:
+                for line in f:
+                    try:
+                        rec = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if isinstance(rec, dict) and "qid" in rec and "model" in rec:
+                        self.records[(str(rec["model"]), str(rec["qid"]))] = rec
+
+    def get(self, model: str, qid: str) -> dict[str, Any] | None:
+        return self.records.get((model, qid))
+
+    async def append(self, recs: Sequence[dict[str, Any]]) -> None:
+        if not recs:
+            return
+        async with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            data = b"".join(orjson.dumps(r) + b"\n" for r in recs)
+            with self.path.open("ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            for r in recs:
+                self.records[(str(r["model"]), str(r["qid"]))] = r
+
+
+def pageview_tiers(views: dict[str, int]) -> dict[str, str]:
+    """Tier by pageview tertile within one site: top third ``high``, middle ``mid``, bottom ``low``."""
+    order = sorted(views, key=lambda q: (views[q], q))
+    n = len(order)
+    out = {}
+    for rank, q in enumerate(order):
+        out[q] = "low" if rank < n / 3 else ("mid" if rank < 2 * n / 3 else "high")
+    return out
+
+
+_TIER_INDEX = {"low": 0, "mid": 1, "high": 2}
+
+
+class ReferenceabilityAuditor:
+    """Runs the audit for one site's candidates against a text-only provider.
+
+    Parameters
+    ----------
+    provider : geoagent.providers.base.Provider
+        Text-only model (the request carries no image).
+    settings : ReferenceabilitySettings
+    state_dir : path
+        Where ``audit_decisions.jsonl``, ``audit_sensitive.jsonl`` and the review queue live.
+    pageviews : geoagent.clients.pageviews.PageviewsClient, optional
+        Used when ``settings.pageviews`` is true.
+    """
+
+    def __init__(self, provider: Any, settings: ReferenceabilitySettings, state_dir: str | Path, *,
+                 pageviews: Any = None, decisions: JsonlLog | None = None, sensitive: JsonlLog | None = None) -> None:
+        from geoagent import constants as C
+
+        self.provider = provider
+        self.settings = settings
+        self.state_dir = Path(state_dir)
+        self.decisions = decisions or JsonlLog(self.state_dir / C.AUDIT_DECISIONS_FILE)
+        self.sensitive = sensitive or JsonlLog(self.state_dir / C.AUDIT_SENSITIVE_FILE)
+        self.review = JsonlLog(self.state_dir / REVIEW_QUEUE_FILE)
+        self.pageviews = pageviews
+        self.ref_template = load_prompt("crawl_referenceability.txt")
+        self.sens_template = load_prompt("crawl_sensitive.txt")
+        self.calls = 0
+        self.splits = 0
+
+    @property
+    def sens_model(self) -> str:
+        return f"sens|{self.settings.model}"
+
+    def _request(self, prompt: str, task: str) -> ModelRequest:
+        return ModelRequest(provider=self.settings.provider, model=self.settings.model, prompt=prompt,
+                            params={"max_output_tokens": self.settings.max_output_tokens, "temperature": self.settings.temperature},
+                            meta={"task": task})
+
+    async def _ask(self, prompt: str, task: str) -> str:
+        self.calls += 1
+        resp = await self.provider.generate(self._request(prompt, task))
+        return resp.text
+
+    async def _rate(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
+        """Decisions for ``batch``; unparseable output -> split in halves and retry; single failures logged."""
+        text = await self._ask(self.ref_template.replace("{candidates}", render_candidates(batch)), "crawl_referenceability")
+        parsed = parse_ref_batch(text, len(batch)) or {}
+        ts = time.time()
+        out = []
+        missing = []
+        for i, c in enumerate(batch):
+            d = parsed.get(i)
+            if d is None:
+                missing.append(c)
+                continue
+            out.append({"qid": c.qid, "label": c.label, "model": self.settings.model, **d, "ts": ts})
+        if missing:
+            if len(batch) == 1:
+                c = batch[0]
+                out.append({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": None, "familiarity": None,
+                            "name_zh": None, "name_en": None, "why": "", "ts": ts,
+                            "error": "unparseable answer", "raw": (text or "")[:500]})
+            else:
+                self.splits += 1
+                half = (len(missing) + 1) // 2
+                for part in (missing[:half], missing[half:]):
+                    if part:
+                        out.extend(await self._rate(part))
+        return out
+
+    async def _screen(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
+        text = await self._ask(self.sens_template.replace("{candidates}", render_candidates(batch, with_distance=False)),
+                               "crawl_sensitive")
+        parsed = parse_sensitive_batch(text, len(batch)) or {}
+        ts = time.time()
+        out, missing = [], []
+        for i, c in enumerate(batch):
+            d = parsed.get(i)
+            if d is None:
+                missing.append(c)
+                continue
+            out.append({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model, **d, "ts": ts})
+        if missing:
+            if len(batch) == 1:
+                c = batch[0]
+                out.append({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
+                            "sensitive": None, "why": "", "ts": ts, "error": "unparseable answer", "raw": (text or "")[:500]})
+            else:
+                self.splits += 1
+                half = (len(missing) + 1) // 2
+                for part in (missing[:half], missing[half:]):
+                    if part:
+                        out.extend(await self._screen(part))
+        return out
+
+    async def audit(self, site: str, candidates: Sequence[RefCandidate]) -> list[RatedCandidate]:
+        """Rate (and screen) ``candidates`` of ``site``; returns one :class:`RatedCandidate` per candidate
+        (failed ratings come back with ``familiarity=None`` and are dropped by the ladder builder)."""
+        todo = [c for c in candidates if self.decisions.get(self.settings.model, c.qid) is None]
+        bs = self.settings.batch_size
+        for i in range(0, len(todo), bs):
+            await self.decisions.append(await self._rate(list(todo[i:i + bs])))
+        if self.settings.sensitive_screen:
+            todo = [c for c in candidates if self.sensitive.get(self.sens_model, c.qid) is None]
+            for i in range(0, len(todo), bs):
+                await self.sensitive.append(await self._screen(list(todo[i:i + bs])))
+        views: dict[str, int] = {}
+        if self.settings.pageviews and self.pageviews is not None:
+            for c in candidates:
+                if c.enwiki_title:
+                    tot = await self.pageviews.total(c.enwiki_title, self.settings.pageviews_start, self.settings.pageviews_end)
+                    views[c.qid] = tot.views
+        rated = []
+        for c in candidates:
+            d = self.decisions.get(self.settings.model, c.qid) or {}
+            s = self.sensitive.get(self.sens_model, c.qid) or {}
+            rated.append(RatedCandidate(
+                qid=c.qid, label_raw=c.label, dist_km=c.dist_km, familiarity=d.get("familiarity"),
+                ok=bool(d.get("ok")), name_en=d.get("name_en"), name_zh=d.get("name_zh"),
+                sensitive=bool(s.get("sensitive")), pageviews=views.get(c.qid)))
+        if views:
+            await self.review.append(self.review_items(site, rated, views))
+        return rated
+
+    def review_items(self, site: str, rated: Sequence[RatedCandidate], views: dict[str, int]) -> list[dict[str, Any]]:
+        """Candidates whose pageview tier and LLM tier differ by at least ``review_tier_gap`` tiers."""
+        pv_tier = pageview_tiers(views)
+        out = []
+        for r in rated:
+            llm = tier_for(r.familiarity)
+            pv = pv_tier.get(r.qid)
+            if llm is None or pv is None or not r.ok:
+                continue
+            if abs(_TIER_INDEX[llm] - _TIER_INDEX[pv]) >= self.settings.review_tier_gap:
+                out.append({"qid": r.qid, "label": r.label_raw, "model": f"review|{site}", "site": site,
+                            "familiarity": r.familiarity, "tier_llm": llm, "pageviews": views[r.qid], "tier_pageviews": pv,
+                            "status": "pending", "ts": time.time()})
+        return out

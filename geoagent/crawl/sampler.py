@@ -1,0 +1,179 @@
+"""Site sampler (seed 000, Sec. 3.2.1): pick three sites per admitted city, reproducibly and not by fame.
+
+Candidates are Wikidata items within 3 km of the city centre that are instances (or subclass instances)
+of the 16 photographable types and have at most 60 sitelinks. They are put in a canonical order (by
+QID), shuffled with a recorded seed (the shuffle is what keeps the batch from being "the most famous
+eligible landmarks"), and walked in that order: a candidate within 250 m of an already chosen site is
+skipped BEFORE any coverage call is spent on it; otherwise coverage is counted (perspective Mapillary
+images within 150 m) and the candidate is taken when it has at least 8. The first three that pass
+become sites. Output rows have the columns of the release's ``sites.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from geoagent.clients.wdqs import WdEntity
+from geoagent.geo import haversine_km
+from geoagent.crawl.settings import CitySpec, SamplerSettings
+from geoagent.paths import safe_name
+
+#: Columns of the release's ``data/sites.csv``, in order.
+SITES_COLUMNS: tuple[str, ...] = (
+    "site", "city", "country", "continent", "landmark", "qid", "wd_type", "lat", "lon", "sitelinks", "sv_perspective",
+    "selection_method",
+)
+_STOP = {"the", "a", "an", "la", "le", "les", "el", "los", "las", "l", "il", "lo", "de", "del", "der", "die", "das",
+         "of", "st", "saint", "san", "santa", "new"}
+
+
+def slug(text: str) -> str:
+    """ASCII lower-case letters and digits only (``"Mexico City"`` -> ``"mexicocity"``)."""
+    t = unicodedata.normalize("NFKD", text)
+    t = "".join(ch for ch in t if not unicodedata.combining(ch)).lower()
+    return re.sub(r"[^a-z0-9]+", "", t)
+
+
+def site_id(city: str, landmark: str, taken: Iterable[str] = ()) -> str:
+    """A release-style site id: ``<city slug>_<first significant word of the landmark>`` (e.g.
+    ``boston_chinatown``), suffixed ``_2``, ``_3`` on a clash; checked by :func:`safe_name`."""
+    words = [slug(w) for w in re.split(r"[\s\-/,()'’.]+", landmark)]
+    words = [w for w in words if w]
+    head = next((w for w in words if w not in _STOP), words[0] if words else "site")
+    base = f"{slug(city) or 'city'}_{head}"[:100]
+    taken = set(taken)
+    sid, k = base, 2
+    while sid in taken:
+        sid = f"{base}_{k}"
+        k += 1
+    return safe_name(sid, what="site id")
+
+
+@dataclass(frozen=True, slots=True)
+class SiteCandidate:
+    """One eligible Wikidata item (merged over its matching types)."""
+
+    qid: str
+    label: str
+    lat: float
+    lon: float
+    sitelinks: int
+    type_label: str
+    dist_km: float | None
+
+
+def merge_candidates(entities: Iterable[WdEntity], type_order: Sequence[str] = ()) -> list[SiteCandidate]:
+    """One candidate per QID (an item matching several types keeps the first type in ``type_order``),
+    sorted by QID number (the canonical order the shuffle starts from)."""
+    rank = {q: i for i, q in enumerate(type_order)}
+    best: dict[str, WdEntity] = {}
+    for e in entities:
+        prev = best.get(e.qid)
+        if prev is None or rank.get(e.type_qid or "", 10**6) < rank.get(prev.type_qid or "", 10**6):
+            best[e.qid] = e
+    out = [SiteCandidate(e.qid, e.label, e.lat, e.lon, int(e.sitelinks or 0), e.type_label or "", e.dist_km)
+           for e in best.values()]
+    out.sort(key=lambda c: int(c.qid[1:]))
+    return out
+
+
+def shuffled(cands: Sequence[SiteCandidate], seed: int) -> list[SiteCandidate]:
+    """The candidates in the order ``random.Random(seed).shuffle`` gives from the canonical (QID) order."""
+    order = sorted(cands, key=lambda c: int(c.qid[1:]))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def city_seed(campaign_seed: int, city: str) -> int:
+    """Per-city shuffle seed derived from the campaign seed (recorded with the result)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{campaign_seed}:{city}".encode()).digest()[:8], "big")
+
+
+@dataclass
+class SamplingResult:
+    """Chosen sites plus the walk that led to them (every decision, for the audit trail)."""
+
+    city: CitySpec
+    seed: int
+    n_candidates: int
+    sites: list[dict[str, Any]] = field(default_factory=list)
+    walk: list[dict[str, Any]] = field(default_factory=list)
+    coverage_calls: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"city": self.city.model_dump(), "seed": self.seed, "n_candidates": self.n_candidates, "sites": self.sites,
+                "walk": self.walk, "coverage_calls": self.coverage_calls}
+
+
+async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], coverage: Any, settings: SamplerSettings,
+                          seed: int, *, n_candidates: int | None = None, taken_ids: Iterable[str] = ()) -> SamplingResult:
+    """Walk shuffled candidates: spacing check first (no API call), then coverage, first N that pass.
+
+    Parameters
+    ----------
+    coverage : async callable ``(lat, lon, radius_m) -> int``
+        Number of perspective images within ``radius_m`` (one Mapillary search per call).
+    """
+    res = SamplingResult(city, seed, len(order) if n_candidates is None else n_candidates)
+    chosen: list[SiteCandidate] = []
+    ids = set(taken_ids)
+    for c in order:
+        if len(chosen) >= settings.sites_per_city:
+            break
+        near = [s for s in chosen if haversine_km(c.lat, c.lon, s.lat, s.lon) * 1000.0 < settings.min_spacing_m]
+        if near:
+            res.walk.append({"qid": c.qid, "decision": "skip_spacing", "near": near[0].qid})
+            continue
+        n_img = await coverage(c.lat, c.lon, settings.coverage_radius_m)
+        res.coverage_calls += 1
+        if n_img < settings.min_coverage:
+            res.walk.append({"qid": c.qid, "decision": "skip_coverage", "sv_perspective": n_img})
+            continue
+        chosen.append(c)
+        sid = site_id(city.city, c.label, ids)
+        ids.add(sid)
+        res.walk.append({"qid": c.qid, "decision": "take", "sv_perspective": n_img, "site": sid})
+        res.sites.append({
+            "site": sid, "city": city.city, "country": city.country, "continent": city.continent, "landmark": c.label,
+            "qid": c.qid, "wd_type": c.type_label, "lat": c.lat, "lon": c.lon, "sitelinks": float(c.sitelinks),
+            "sv_perspective": float(n_img), "selection_method": "algorithm",
+        })
+    return res
+
+
+async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: SamplerSettings, seed: int,
+                       *, taken_ids: Iterable[str] = ()) -> SamplingResult:
+    """Query candidates (WDQS), shuffle with ``seed``, and walk them with Mapillary coverage counts."""
+    type_qids = list(settings.site_types.values())
+    ents = await wdqs.site_candidates(city.lat, city.lon, settings.radius_km, type_qids, settings.max_sitelinks,
+                                      page_size=settings.page_size)
+    cands = [c for c in merge_candidates(ents, type_qids) if c.sitelinks <= settings.max_sitelinks]
+
+    async def coverage(lat: float, lon: float, radius_m: float) -> int:
+        return (await mapillary.count_images_within(lat, lon, radius_m)).perspective
+
+    return await walk_candidates(city, shuffled(cands, seed), coverage, settings, seed, n_candidates=len(cands),
+                                 taken_ids=taken_ids)
+
+
+def write_sites_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Write site rows with :data:`SITES_COLUMNS` (atomic replace)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(SITES_COLUMNS))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in SITES_COLUMNS})
+    tmp.replace(path)
+    return path

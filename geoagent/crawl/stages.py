@@ -1,0 +1,429 @@
+"""The crawl as runtime stages (issue 5 point 8): one :class:`~geoagent.runtime.stage.Stage` per worker.
+
+Data flow (one durable queue per edge, every message keyed so redelivery is harmless)::
+
+    cities --[city_screener]--> admitted --[site_sampler]--> sites --[imagery_fetcher]--> images
+    images --[image_auditor]--> sites_for_audit --[referenceability_auditor]--> rated --[ladder_builder]
+
+The chain is linear (each stage has one output edge, so the runner's burst mode knows every stage's
+upstream); the image auditor passes each site on to the referenceability auditor once its images are
+audited. Every stage writes its result files under ``<state_dir>`` (``screening/``, ``sampling/``,
+``image_audit/``, ``rated/``, ``ladders/`` and the tables ``city_pool.csv``, ``sites.csv``,
+``image_audit.csv``, ``audit_decisions.jsonl``, ``audit_sensitive.jsonl``) and reuses a result that is
+already there, so a restarted crawl repeats no API or model call that had completed. Thumbnails go to
+``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``).
+
+Stages find their shared services at ``ctx.services["crawl"]`` (a :class:`CrawlServices`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent import constants as C
+from geoagent import paths
+from geoagent.clients.mapillary import MapillaryClient
+from geoagent.clients.overpass import OverpassClient, OverpassQueryError
+from geoagent.clients.pageviews import PageviewsClient
+from geoagent.clients.wdqs import WdqsClient, WdqsQueryError
+from geoagent.crawl import fetcher as fetch_mod
+from geoagent.crawl import image_audit as ia
+from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_file_name, write_ladder_csv
+from geoagent.crawl.referenceability import ReferenceabilityAuditor, candidates_for_site
+from geoagent.crawl.sampler import city_seed, sample_sites, slug, write_sites_csv
+from geoagent.crawl.screener import CITY_POOL_COLUMNS, screen_city
+from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
+from geoagent.runtime.queue import Task, WorkQueue
+from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
+
+
+def _dump(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.replace(path)
+
+
+def _load(path: Path) -> Any | None:
+    if not path.is_file():
+        return None
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        return None  # a torn file from a crash: redo the work
+
+
+def city_key(city: str) -> str:
+    """Queue key and file stem of a city (``"Mexico City"`` -> ``mexicocity``)."""
+    s = slug(city)
+    if not s:
+        raise ValueError(f"city name {city!r} has no letters or digits")
+    return paths.safe_name(s, what="city key")
+
+
+@dataclass
+class CrawlServices:
+    """Process-wide crawl services shared by the stages (clients, providers, output folders, locks)."""
+
+    settings: CrawlSettings
+    http: Any
+    state_dir: Path
+    images_root: Path
+    overpass: OverpassClient
+    wdqs: WdqsClient
+    mapillary: MapillaryClient
+    pageviews: PageviewsClient | None
+    image_provider: Any
+    ref_provider: Any
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    _ref_auditor: ReferenceabilityAuditor | None = None
+
+    def lock(self, name: str) -> asyncio.Lock:
+        if name not in self.locks:
+            self.locks[name] = asyncio.Lock()
+        return self.locks[name]
+
+    @property
+    def ref_auditor(self) -> ReferenceabilityAuditor:
+        if self._ref_auditor is None:
+            self._ref_auditor = ReferenceabilityAuditor(self.ref_provider, self.settings.referenceability, self.state_dir,
+                                                        pageviews=self.pageviews)
+        return self._ref_auditor
+
+    def api_stats(self) -> dict[str, dict[str, Any]]:
+        """Per API: requests, retries, errors by reason and error rate (for ``status``)."""
+        stats = self.http.stats()
+        out = {}
+        for api, client in (("overpass", self.overpass), ("wdqs", self.wdqs), ("mapillary", self.mapillary),
+                            ("pageviews", self.pageviews)):
+            if client is None:
+                continue
+            st = stats.get(client.host)
+            if st is None:
+                out[api] = {"requests": 0, "retries": 0, "errors": {}, "error_rate": 0.0}
+                continue
+            n_err = sum(st.errors.values())
+            out[api] = {"requests": st.requests, "retries": st.retries, "errors": dict(st.errors),
+                        "error_rate": round(n_err / st.requests, 4) if st.requests else 0.0}
+        return out
+
+
+def _provider_for(kind: str, model: str, providers: dict[str, Any] | None, http: Any, seed: int) -> Any:
+    if providers and model in providers:
+        return providers[model]
+    if kind == "simulated":
+        import geoagent.crawl.simulate  # noqa: F401  (registers the audit responders)
+        from geoagent.providers import make_provider
+        from geoagent.providers.settings import ProviderSettings
+
+        return make_provider(ProviderSettings(kind="simulated", model=model, seed=seed), http)
+    raise CrawlConfigError(f"no provider configured for auditor model {model!r} (add it to [[models]])")
+
+
+def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str | Path, images_root: str | Path | None = None,
+                         mapillary_token: str | None = None, providers: dict[str, Any] | None = None,
+                         overpass_check_slots: bool = True) -> CrawlServices:
+    """Create the clients (with the usage-policy host limits) and providers for a crawl.
+
+    Raises
+    ------
+    CrawlConfigError
+        When the Mapillary token is missing (names the environment variable) or an auditor has no provider.
+    """
+    ep = settings.endpoints
+    token = mapillary_token or os.environ.get(ep.mapillary_token_env, "")
+    if not token:
+        raise CrawlConfigError(f"Mapillary token missing: set the environment variable {ep.mapillary_token_env}")
+    ua = settings.user_agent
+    pv = None
+    if settings.referenceability.pageviews:
+        pv = PageviewsClient(http, ep.pageviews, ua, policy=settings.host_policy("pageviews"))
+    return CrawlServices(
+        settings=settings, http=http, state_dir=Path(state_dir),
+        images_root=Path(images_root) if images_root else paths.state_root() / C.IMAGES_DIR,
+        overpass=OverpassClient(http, ep.overpass, ua, policy=settings.host_policy("overpass"), check_slots=overpass_check_slots),
+        wdqs=WdqsClient(http, ep.wdqs, ua, policy=settings.host_policy("wdqs")),
+        mapillary=MapillaryClient(http, ep.mapillary, token, ua, policy=settings.host_policy("mapillary"),
+                                  thumb_policy=settings.host_policy("thumbnails")),
+        pageviews=pv,
+        image_provider=_provider_for(settings.image_audit.provider, settings.image_audit.model, providers, http, settings.seed),
+        ref_provider=_provider_for(settings.referenceability.provider, settings.referenceability.model, providers, http, settings.seed),
+    )
+
+
+def _svc(ctx: StageContext) -> CrawlServices:
+    return ctx.get("crawl")
+
+
+def _permanent(exc: Exception) -> bool:
+    return isinstance(exc, (OverpassQueryError, WdqsQueryError, ValueError))
+
+
+class CityScreenerStage(Stage):
+    """cities -> admitted: screen one city (Sec. 3.1, 3.2.1); rewrite ``city_pool.csv``."""
+
+    name = C.STAGE_SCREENER
+    input_edge = C.EDGE_CITIES
+    output_edge = C.EDGE_ADMITTED
+    concurrency = 2
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        svc = _svc(ctx)
+        try:
+            city = CitySpec.model_validate(task.payload["city"])
+            key = city_key(city.city)
+        except Exception as e:  # noqa: BLE001 - bad task payload
+            raise PermanentFailure(f"bad city task {task.key}: {e}") from None
+        path = svc.state_dir / "screening" / f"{key}.json"
+        rec = _load(path)
+        if rec is None:
+            try:
+                res = await screen_city(city, svc.overpass, svc.mapillary, svc.settings.screener)
+            except Exception as e:
+                if _permanent(e):
+                    raise PermanentFailure(str(e)) from None
+                raise
+            rec = res.to_json() | {"row": res.row()}
+            _dump(path, rec)
+        async with svc.lock("city_pool"):
+            rows = [r["row"] for p in sorted((svc.state_dir / "screening").glob("*.json")) if (r := _load(p))]
+            _write_csv(rows, svc.state_dir / "city_pool.csv", CITY_POOL_COLUMNS)
+        if not rec["eligible"]:
+            return []
+        return [(f"city:{key}", {"city": city.model_dump(), "screening": {k: v for k, v in rec.items() if k != "row"}})]
+
+
+def _write_csv(rows: Sequence[dict[str, Any]], path: Path, columns: Sequence[str]) -> None:
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in columns})
+    tmp.replace(path)
+
+
+class SiteSamplerStage(Stage):
+    """admitted -> sites: shuffled, spacing-first, coverage-checked site choice (Sec. 3.2.1)."""
+
+    name = C.STAGE_SAMPLER
+    input_edge = C.EDGE_ADMITTED
+    output_edge = C.EDGE_SITES
+    concurrency = 2
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        svc = _svc(ctx)
+        city = CitySpec.model_validate(task.payload["city"])
+        key = city_key(city.city)
+        path = svc.state_dir / "sampling" / f"{key}.json"
+        rec = _load(path)
+        if rec is None:
+            seed = city_seed(svc.settings.seed, city.city)
+            try:
+                res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed)
+            except Exception as e:
+                if _permanent(e):
+                    raise PermanentFailure(str(e)) from None
+                raise
+            rec = res.to_json()
+            _dump(path, rec)
+        async with svc.lock("sites"):
+            rows = [s for p in sorted((svc.state_dir / "sampling").glob("*.json")) if (r := _load(p)) for s in r["sites"]]
+            write_sites_csv(rows, svc.state_dir / "sites.csv")
+        return [(f"site:{s['site']}", {"site": s}) for s in rec["sites"]]
+
+
+class ImageryFetcherStage(Stage):
+    """sites -> images: spread, bright, de-duplicated thumbnails per site (Sec. 3.2)."""
+
+    name = C.STAGE_FETCHER
+    input_edge = C.EDGE_SITES
+    output_edge = C.EDGE_IMAGES
+    concurrency = 4
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        svc = _svc(ctx)
+        site = task.payload["site"]
+        sid = paths.safe_name(str(site["site"]), what="site id")
+        meta_path = fetch_mod.site_dir(svc.images_root, sid) / fetch_mod.METADATA_FILE
+        rec = _load(meta_path)
+        if rec is None:
+            res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root)
+            rec = res.to_json()
+        return [(f"site:{sid}", {"site": site, "images": rec["kept"]})]
+
+
+class ImageAuditorStage(Stage):
+    """images -> sites_for_audit: the vision-model audit of each kept image, merged with human verdicts
+    into ``image_audit.csv``; the site then moves on to the referenceability audit."""
+
+    name = C.STAGE_IMAGE_AUDITOR
+    input_edge = C.EDGE_IMAGES
+    output_edge = C.EDGE_SITES_FOR_AUDIT
+    concurrency = 4
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        svc = _svc(ctx)
+        site = task.payload["site"]
+        sid = paths.safe_name(str(site["site"]), what="site id")
+        prompt = ia.load_prompt("crawl_image_audit.txt")
+        for img in task.payload.get("images", []):
+            iid = paths.safe_image_id(img["image_id"])
+            out = svc.state_dir / "image_audit" / sid / f"{iid}.json"
+            if _load(out) is not None:
+                continue
+            jpeg = fetch_mod.image_path(svc.images_root, sid, iid).read_bytes()
+            req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt)
+            resp = await svc.image_provider.generate(req)
+            audit = ia.parse_image_audit(resp.text)
+            _dump(out, {"image_id": iid, "site": sid, "model": svc.settings.image_audit.model, "audit": audit.to_json(),
+                        "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens})
+        async with svc.lock("image_audit"):
+            rewrite_image_audit_csv(svc)
+        return [(f"site:{sid}", {"site": site})]
+
+
+def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
+    """Rebuild ``image_audit.csv`` from the stored model audits and the human-verdict CSV (if any)."""
+    human: dict[str, dict[str, str]] = {}
+    hv_path = svc.settings.image_audit.human_verdicts
+    if hv_path and Path(hv_path).is_file():
+        human = ia.read_human_verdicts(hv_path)
+    rows = []
+    root = svc.state_dir / "image_audit"
+    for p in sorted(root.glob("*/*.json")) if root.is_dir() else []:
+        rec = _load(p)
+        if not rec:
+            continue
+        audit = ia.ImageAudit.from_json(rec["audit"])
+        rows.append(ia.audit_row(f"{C.IMAGES_DIR}/{rec['site']}/{rec['image_id']}.jpg", rec["site"], audit,
+                                 human.get(rec["image_id"])))
+    return ia.write_image_audit_csv(rows, svc.state_dir / "image_audit.csv")
+
+
+class ReferenceabilityAuditorStage(Stage):
+    """sites_for_audit -> rated: every entity within 6 km of the site, rated and screened (Sec. 3.3)."""
+
+    name = C.STAGE_REF_AUDITOR
+    input_edge = C.EDGE_SITES_FOR_AUDIT
+    output_edge = C.EDGE_RATED
+    concurrency = 1  # WDQS allows one query at a time per client anyway
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        svc = _svc(ctx)
+        site = task.payload["site"]
+        sid = paths.safe_name(str(site["site"]), what="site id")
+        out = svc.state_dir / "rated" / f"{sid}.json"
+        if _load(out) is None:
+            lat, lon = float(site["lat"]), float(site["lon"])
+            rs = svc.settings.referenceability
+            try:
+                ents = await svc.wdqs.entities_around(lat, lon, rs.radius_km, page_size=rs.page_size)
+            except Exception as e:
+                if _permanent(e):
+                    raise PermanentFailure(str(e)) from None
+                raise
+            cands = candidates_for_site(ents, lat, lon, rs.radius_km)
+            rated = await svc.ref_auditor.audit(sid, cands)
+            _dump(out, {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated]})
+        return [(f"site:{sid}", {"site": site})]
+
+
+def _rated_json(r: RatedCandidate) -> dict[str, Any]:
+    return {k: getattr(r, k) for k in ("qid", "label_raw", "dist_km", "familiarity", "ok", "name_en", "name_zh", "sensitive", "pageviews")}
+
+
+class LadderBuilderStage(Stage):
+    """rated -> (files): one context ladder CSV per site (Sec. 3.3)."""
+
+    name = C.STAGE_LADDER_BUILDER
+    input_edge = C.EDGE_RATED
+    output_edge = None
+    concurrency = 4
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        svc = _svc(ctx)
+        site = task.payload["site"]
+        sid = paths.safe_name(str(site["site"]), what="site id")
+        rec = _load(svc.state_dir / "rated" / f"{sid}.json")
+        if rec is None:
+            raise PermanentFailure(f"no rated candidates stored for site {sid}")
+        cands = [RatedCandidate(**r) for r in rec["rated"]]
+        ls = svc.settings.ladder
+        seed = ls.seed if ls.seed is not None else svc.settings.seed
+        rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
+                            site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
+        auditor = re.sub(r"[^A-Za-z0-9_.-]+", "-", svc.settings.referenceability.model).strip("-") or "auditor"
+        write_ladder_csv(rows, svc.state_dir / "ladders" / ladder_file_name(sid, auditor, "en"))
+        return []
+
+
+def crawl_stages() -> list[Stage]:
+    """The six crawl stages in data-flow order."""
+    return [CityScreenerStage(), SiteSamplerStage(), ImageryFetcherStage(), ImageAuditorStage(),
+            ReferenceabilityAuditorStage(), LadderBuilderStage()]
+
+
+async def enqueue_cities(queue: WorkQueue, cities: Sequence[CitySpec]) -> int:
+    """Put each city on the ``cities`` edge (key ``city:<slug>``; already known cities are no-ops)."""
+    return await queue.put_many((f"city:{city_key(c.city)}", {"city": c.model_dump()}) for c in cities)
+
+
+async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, interval_s: float = 10.0,
+                              stop: asyncio.Event | None = None) -> None:
+    """Re-read the config every ``interval_s`` and enqueue cities added to ``[[crawl.cities]]`` (daemon
+    ``--watch``). A config that fails to parse is skipped (logged) and the previous cities stay."""
+    import logging
+    import tomllib
+
+    from geoagent.crawl.settings import load_crawl_settings
+
+    log = logging.getLogger(__name__)
+    stop = stop or asyncio.Event()
+    while not stop.is_set():
+        try:
+            with open(config_path, "rb") as f:
+                data = tomllib.load(f)
+            settings = load_crawl_settings(data.get("crawl", {}), where=str(config_path))
+            added = await enqueue_cities(queue, settings.cities)
+            if added:
+                log.info("crawl: %d new cities from %s", added, config_path)
+        except (OSError, ValueError) as e:
+            log.warning("crawl: cannot re-read %s: %s", config_path, e)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def run_crawl(settings: CrawlSettings, *, campaign: str, queues_root: str | Path, state_dir: str | Path,
+                    http: Any, images_root: str | Path | None = None, mapillary_token: str | None = None,
+                    providers: dict[str, Any] | None = None, burst: bool = True, handle_signals: bool = False,
+                    tick: Any = None) -> Any:
+    """Run the whole crawl pipeline over ``settings.cities`` (burst: until done); returns the runtime's
+    ``PipelineRun``. Resumable: re-running picks up from the queues and the stored results."""
+    from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+
+    svc = build_crawl_services(settings, http, state_dir=state_dir, images_root=images_root,
+                               mapillary_token=mapillary_token, providers=providers)
+    stages = crawl_stages()
+    queues = open_edge_queues(queues_root, campaign, stages)
+    try:
+        await enqueue_cities(queues[C.EDGE_CITIES], settings.cities)
+        ctx = StageContext(campaign, {"crawl": svc, "config": settings})
+        return await run_pipeline(campaign, stages, queues, ctx, burst=burst, handle_signals=handle_signals, tick=tick)
+    finally:
+        for q in queues.values():
+            await q.close()
