@@ -61,3 +61,19 @@ def test_write_report_repeatedly(scores, tmp_path):
         assert im.format == "PNG" and im.size[0] > 300
     assert not list(tmp_path.glob(".*.tmp"))
     assert R.write_report({}, tmp_path / "empty").keys() == {"md", "csv", "txt"}
+
+
+def test_parse_failures_listed(release_dir, tmp_path):
+    rows = scored_rows_from_release(import_release(release_dir))
+    bad = [{**r, "trial_id": r["trial_id"] + "#x", "verdict": None, "conf": None, "parse_reason": "no JSON object found"}
+           for r in rows[:3]]
+    agg = GeoVerifyAggregator()
+    agg.update(rows + bad)
+    fails = agg.parse_failures()
+    assert [f["trial_id"] for f in fails] == sorted(r["trial_id"] for r in bad)
+    paths = R.write_report(agg.scores(), tmp_path, parse_failures=fails)
+    md = paths["md"].read_text(encoding="utf-8")
+    assert "Parse failures (3)" in md and "no JSON object found" in md
+    lines = paths["failures"].read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "model,trial_id,reason" and len(lines) == 4
+    assert sum(s.n_parse_failures for m, s in agg.scores().items() if m != "pooled") == 3

@@ -49,6 +49,7 @@ class GeoVerifyAggregator:
         self.cells = sdt.empty_cells()
         self.conf = sdt.empty_conf()
         self._seen: set[str] = set()
+        self.failures: dict[str, dict[str, Any]] = {}  # key -> model, trial_id, reason (parse failures)
         self.n_rows = 0
         self.n_duplicates = 0
 
@@ -61,6 +62,14 @@ class GeoVerifyAggregator:
             Scored rows with at least ``trial_id, model, site, arm, band, verdict, conf`` (verdict None =
             parse failure).
         """
+        if not isinstance(rows, pl.DataFrame):
+            rows = list(rows)
+            for r in rows:
+                if r.get("verdict") is None and r.get("trial_id") is not None:
+                    k = f"{r['trial_id']}|{r.get('model')}"
+                    if k not in self._seen:
+                        self.failures[k] = {"model": r.get("model"), "trial_id": r["trial_id"],
+                                            "reason": r.get("parse_reason") or "unparseable"}
         df = rows if isinstance(rows, pl.DataFrame) else rows_frame(rows)
         if df.height == 0:
             return 0
@@ -96,6 +105,11 @@ class GeoVerifyAggregator:
     def scores(self, *, n_boot: int = 0, seed: int = 0) -> dict[str, sdt.ModelScores]:
         """Table 12 statistics from the current counts (see :func:`geoagent.scoring.sdt.score`)."""
         return sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed)
+
+    def parse_failures(self) -> list[dict[str, Any]]:
+        """Every parse failure seen (model, trial_id, reason), sorted; rows given as DataFrames are not
+        listed (only counted)."""
+        return [self.failures[k] for k in sorted(self.failures)]
 
     def conf_sums(self) -> pl.DataFrame:
         """Per (model, arm, band, verdict): number of stated confidences and their sum."""

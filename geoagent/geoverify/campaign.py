@@ -57,7 +57,7 @@ class GeoVerifyCampaign(CampaignKind):
         agg = aggregate_from_store(ctx.get("store"))
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
-        return list(write_report(self._scores, out).values())
+        return list(write_report(self._scores, out, parse_failures=agg.parse_failures()).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         scores = getattr(self, "_scores", None)

@@ -322,7 +322,10 @@ class GeoVerifyAggregatorStage(Stage):
         from geoagent.report.geoverify import write_report
 
         self._drain()
-        self.report_paths = write_report(self.agg.scores(n_boot=self.n_boot, seed=self.seed), self._report_dir(ctx))
+        self.report_paths = write_report(
+            self.agg.scores(n_boot=self.n_boot, seed=self.seed), self._report_dir(ctx),
+            parse_failures=self.agg.parse_failures(),
+        )
         self._last_write = time.monotonic()
         self._dirty = False
         return self.report_paths

@@ -23,6 +23,7 @@ TABLE_MD = "geoverify_table.md"
 TABLE_CSV = "geoverify_table.csv"
 TABLE_TXT = "geoverify_table.txt"
 PLOT_PNG = "geoverify_dprime.png"
+FAILURES_CSV = "geoverify_parse_failures.csv"
 
 
 def _pct(x: float) -> str:
@@ -188,19 +189,44 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_report(scores: Mapping[str, ModelScores], out_dir: str | Path, *, plot: bool = True) -> dict[str, Path]:
+def render_failures_md(failures: list[dict]) -> str:
+    """Markdown list of parse failures (model, trial, reason)."""
+    if not failures:
+        return "\nParse failures: none.\n"
+    lines = [f"\nParse failures ({len(failures)}):\n"]
+    lines += [f"- {f.get('model')} / {f.get('trial_id')}: {f.get('reason')}" for f in failures]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    scores: Mapping[str, ModelScores],
+    out_dir: str | Path,
+    *,
+    plot: bool = True,
+    parse_failures: list[dict] | None = None,
+) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
 
     Returns
     -------
     dict
-        ``{"md", "csv", "txt", "png"}`` -> written paths (``png`` absent when ``plot`` is False or no
-        scores exist yet).
+        ``{"md", "csv", "txt", "png", "failures"}`` -> written paths (``png`` absent when ``plot`` is False
+        or no scores exist yet; ``failures`` only when ``parse_failures`` is given).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / TABLE_MD, "csv": out / TABLE_CSV, "txt": out / TABLE_TXT}
-    _atomic_write(paths["md"], render_markdown(scores))
+    md = render_markdown(scores)
+    if parse_failures is not None:
+        md += render_failures_md(parse_failures)
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["model", "trial_id", "reason"])
+        for f in parse_failures:
+            w.writerow([f.get("model"), f.get("trial_id"), f.get("reason")])
+        paths["failures"] = out / FAILURES_CSV
+        _atomic_write(paths["failures"], buf.getvalue())
+    _atomic_write(paths["md"], md)
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], render_terminal(scores))
     if plot and scores:
