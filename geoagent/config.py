@@ -2,7 +2,8 @@
 
 Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.toml`` for complete examples)::
 
-    [campaign]   name (a safe file name), kind = geoverify | geohint | crawl | generic, seed, description
+    [campaign]   name (a safe file name), kind = geoverify | geohint | crawl | generic, seed, description,
+                 contact (for the HTTP User-Agent)
     [paths]      queues, state, release_dir         (env GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE win)
     [budget]     cap_usd, reserve = "worst_case", input_estimate_factor
     [[models]]   name, provider, model, base_url, api_key_env (the variable NAME, never the key), prices in
@@ -32,7 +33,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import orjson
@@ -43,7 +44,7 @@ from geoagent.paths import safe_name
 
 PROVIDER_KINDS = ("openai", "anthropic", "gemini", "replay", "simulated")
 CAMPAIGN_KINDS = ("geoverify", "geohint", "crawl", "generic")
-TASK_SECTIONS = ("geoverify", "geohint", "crawl")
+TASK_SECTIONS = ("geoverify", "geohint", "crawl", "generic")
 #: tokens reserved for one image when estimating input size (the provider base uses the same budget)
 IMAGE_INPUT_TOKENS = 1600
 
@@ -74,6 +75,8 @@ class CampaignSection(_Section):
     kind: Literal["geoverify", "geohint", "crawl", "generic"] = "generic"
     seed: int = 0
     description: str = ""
+    #: contact (URL or e-mail) put in the HTTP User-Agent; public APIs such as Nominatim ask for one
+    contact: str = ""
 
     @field_validator("name")
     @classmethod

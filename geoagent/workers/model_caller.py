@@ -28,6 +28,7 @@ ContentBlocked              settled with reported usage, else   ``PermanentFailu
                             unknown-outcome spend
 ReplayMiss / recorded error released (replay is free)           ``Missing``
 cancelled while in flight   unknown-outcome spend               (runner releases the task)
+image file missing/invalid  released (nothing sent)             ``PermanentFailure``
 ==========================  ==================================  =========================================
 
 Payload (``requests`` edge)::
@@ -73,6 +74,37 @@ class CallFailed(RuntimeError):
 def _excerpt(text: str) -> str:
     text = redact(text)
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
+
+
+async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float, model_name: str) -> tuple[Any, Any]:
+    """On the database thread: the stored response for ``key``, else a new reservation (or the refusal).
+
+    Returns ``(response, None)``, ``(None, Reservation)`` or ``(None, BudgetExhausted)``. If the caller is
+    cancelled meanwhile, a reservation made for it is released (nothing was sent).
+    """
+
+    def job() -> tuple[Any, Any]:
+        cached = store.get(key)
+        if cached is not None:
+            return cached, None
+        try:
+            return None, ledger.reserve(key, worst_usd, model=model_name)
+        except BudgetExhausted as exc:
+            return None, exc
+
+    fut = ledger.db.submit_future(job)
+    try:
+        return await asyncio.shield(asyncio.wrap_future(fut))
+    except asyncio.CancelledError:
+
+        def _undo(f: Any) -> None:
+            if not f.cancelled() and f.exception() is None:
+                res = f.result()[1]
+                if res is not None and not isinstance(res, BudgetExhausted):
+                    ledger.db.submit(ledger.release, res)
+
+        fut.add_done_callback(_undo)
+        raise
 
 
 class ModelCaller(Stage):
@@ -160,23 +192,27 @@ class ModelCaller(Stage):
         key = request.key()
 
         async with self._one_call_per_key(key):
-            cached = await store.aget(key)
+            # the estimate counts an image by its id, so it needs no pixels: look up and reserve in one hop
+            est_in = math.ceil(provider.estimate_input_tokens(request) * cfg.budget.input_estimate_factor)
+            worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
+            cached, reservation = await _lookup_or_reserve(store, ledger, key, worst_usd, m.name)
             if cached is not None:
                 return [self._message(task, key, m, request, cached, cost_usd=None, cached=True)]
+            if isinstance(reservation, BudgetExhausted):
+                reservation = await self._reserve(ledger, key, worst_usd, m.name, first=reservation)
 
             if image_ref or image_id is not None:
                 try:
                     img = await asyncio.to_thread(
                         load_image, image_ref, request.image_id, base_dir=ctx.services.get("image_base_dir")
                     )
-                except (ImageNotFound, ValueError) as exc:
-                    raise PermanentFailure(f"image: {exc}") from None
+                except BaseException as exc:
+                    await ledger.arelease(reservation, note="image not loaded; nothing sent")
+                    if isinstance(exc, (ImageNotFound, ValueError)):
+                        raise PermanentFailure(f"image: {exc}") from None
+                    raise
                 if img is not None:
                     request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
-
-            est_in = math.ceil(provider.estimate_input_tokens(request) * cfg.budget.input_estimate_factor)
-            worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
-            reservation = await self._reserve(ledger, key, worst_usd, m.name)
 
             response = await self._call(provider, request, ledger, reservation, m)
 
@@ -196,7 +232,7 @@ class ModelCaller(Stage):
             await asyncio.shield(store.aput(key, meta, response, reservation, cost_usd=cost_usd))
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
 
-    async def _reserve(self, ledger: Any, key: str, worst_usd: float, model_name: str) -> Any:
+    async def _reserve(self, ledger: Any, key: str, worst_usd: float, model_name: str, first: BudgetExhausted) -> Any:
         """Reserve ``worst_usd``; while it only fails because of other calls' open reservations, wait for them.
 
         In-flight calls hold their worst case, and most settle far below it, so a refusal with open
@@ -210,18 +246,20 @@ class ModelCaller(Stage):
         deadline = loop.time() + self.budget_wait_s
         next_recover = loop.time() + 5.0
         delay_s = 0.01
+        exc: BudgetExhausted = first
         while True:
-            try:
-                return await ledger.areserve(key, worst_usd, model=model_name)
-            except BudgetExhausted as exc:
-                final = exc.reserved_usd <= 0 or exc.spent_usd + exc.unknown_usd + exc.requested_usd > exc.cap_usd
-                if final or loop.time() >= deadline:
-                    raise BudgetStop(str(exc)) from None
+            final = exc.reserved_usd <= 0 or exc.spent_usd + exc.unknown_usd + exc.requested_usd > exc.cap_usd
+            if final or loop.time() >= deadline:
+                raise BudgetStop(str(exc)) from None
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 0.25)
             if loop.time() >= next_recover:
                 await ledger.db.run(ledger.recover)
                 next_recover = loop.time() + 5.0
+            try:
+                return await ledger.areserve(key, worst_usd, model=model_name)
+            except BudgetExhausted as again:
+                exc = again
 
     async def _call(self, provider: Any, request: ModelRequest, ledger: Any, reservation: Any, m: Any) -> ModelResponse:
         """Call the provider and close the reservation on every failure path (see the module table)."""
