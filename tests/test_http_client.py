@@ -173,6 +173,8 @@ def test_secrets_never_in_exception_text():
     for exc in errors:
         text = "".join(traceback.format_exception(exc)) + repr(exc) + repr(vars(exc))
         assert key not in text and qkey not in text, text
+        # nothing chained either (an aiohttp exception could carry the request headers)
+        assert exc.__cause__ is None and exc.__context__ is None
     assert "REDACTED" in errors[0].url and "<redacted>" in errors[0].body_excerpt
 
 

@@ -9,6 +9,15 @@ INTERFACE FILE (signatures fixed; implementation owned by the HTTP-layer work it
   a ``Retry-After`` pauses that host for *every* caller sharing this client; other 4xx raise
   :class:`PermanentHTTPError` at once (status + body excerpt); a connection dropped after the body was
   sent raises :class:`OutcomeUnknown` (not retried for paid endpoints: the provider may have billed it).
+
+Implementation notes (see :class:`HttpClient` for the full contract):
+
+* rate slots are stamped when the request's headers reach the socket, not when the slot is granted,
+  plus a small margin (:data:`RATE_MARGIN_FRACTION`), so the limit holds for SERVER-side arrival times;
+* timeouts after sending are unknown outcomes too (the server may finish and bill the call);
+* ``HttpResponse.attempts`` / ``possibly_billed`` (and a ``possibly_billed`` attribute on
+  ``RetriesExhausted`` / ``OutcomeUnknown``) tell a ledger how many attempts may have been charged;
+* limits are per :class:`HttpClient`, i.e. per process: run one client per process and share it.
 """
 
 from __future__ import annotations
@@ -392,9 +401,11 @@ class HttpClient:
     -----
     Per host (shared by every task that calls it through this client; limits are per process):
 
-    * rate: at most ``rate`` admissions per ``period_s`` in ANY sliding window (asyncio-throttle), plus a
-      safety margin (:data:`RATE_MARGIN_FRACTION`) for send-time jitter; an idle spell never banks a
-      burst. Rate and concurrency always come from the HOST policy; a per-call ``policy=`` only changes
+    * rate: at most ``rate`` requests per ``period_s`` in ANY sliding window (asyncio-throttle's
+      algorithm), counted at the moment the headers are written (a slot granted while a connection
+      is still being opened stays occupied until then), widened by a safety margin
+      (:data:`RATE_MARGIN_FRACTION`) for the remaining socket-to-server delay jitter; an idle spell
+      never banks a burst. Rate and concurrency always come from the HOST policy; a per-call ``policy=`` only changes
       that call's retry/timeout fields.
     * concurrency: an ``asyncio.Semaphore(concurrency)``; released while a caller sleeps between retries.
     * ``Retry-After`` on a 429 or 503 (seconds or HTTP-date) pauses the host for every caller (including
@@ -561,6 +572,8 @@ class HttpClient:
         secrets = _secrets_of(url, params, headers)
         shown_url = _scrub(redact_url(_with_params(url, params)), secrets)
         if json is not None:
+            if data is not None:
+                raise ValueError("pass either json= or data=, not both")
             import orjson
 
             data = orjson.dumps(json)
@@ -586,9 +599,13 @@ class HttpClient:
                 with attempt:
                     resp = await self._attempt(host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter)
         except _Retryable as exc:
-            err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{exc.reason}: {exc.detail}", secrets), exc.retry_after_s)
+            last: _Retryable | None = exc
+        else:
+            last = None
+        if last is not None:
+            err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{last.reason}: {last.detail}", secrets), last.retry_after_s)
             err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
-            raise err from None
+            raise err
         resp.attempts = counter.attempts
         resp.possibly_billed = counter.possibly_billed
         return resp
@@ -616,6 +633,8 @@ class HttpClient:
             throttle = host.throttle
             ctx = SimpleNamespace(sent=False, on_sent=lambda t: throttle.stamp(slot, t))
             t0 = time.monotonic()
+            failure: BaseException | None = None  # raised below, outside the except block, so no
+            # aiohttp exception (which may carry request headers) is chained as __context__
             try:
                 async with self._session.request(
                     method,
@@ -630,34 +649,38 @@ class HttpClient:
                     status = r.status
                     resp_headers = {k: v for k, v in r.headers.items()}
             except aiohttp.InvalidURL:
-                raise ValueError(f"invalid URL {shown_url}") from None
+                failure = ValueError(f"invalid URL {shown_url}")
             except (TimeoutError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
                 timeout = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
                 reason = "timeout" if timeout else "connection"
                 detail = _scrub(f"{type(exc).__name__}: {exc}"[:300], secrets)
-                if ctx.sent:
-                    if not pol.retry_unknown_outcome:
-                        host.count_error("outcome unknown")
-                        err = OutcomeUnknown(shown_url, f"{reason} after the request was sent ({detail})")
-                        err.possibly_billed = counter.possibly_billed + 1  # type: ignore[attr-defined]
-                        raise err from None
-                    counter.possibly_billed += 1
-                host.count_error(reason)
-                raise _Retryable(reason, detail, maybe_processed=ctx.sent) from None
+                if ctx.sent and not pol.retry_unknown_outcome:
+                    host.count_error("outcome unknown")
+                    failure = OutcomeUnknown(shown_url, f"{reason} after the request was sent ({detail})")
+                    failure.possibly_billed = counter.possibly_billed + 1  # type: ignore[attr-defined]
+                else:
+                    counter.possibly_billed += int(ctx.sent)
+                    host.count_error(reason)
+                    failure = _Retryable(reason, detail, maybe_processed=ctx.sent)
             finally:
                 if not ctx.sent:  # never reached the socket: free the slot's +inf stamp
                     throttle.stamp(slot, time.monotonic())
+            if failure is not None:
+                raise failure
             elapsed = time.monotonic() - t0
 
         resp = HttpResponse(status=status, headers=resp_headers, body=body, url=shown_url, elapsed_s=elapsed)
         if status < 400:
             if validate is not None:
+                invalid = None
                 try:
                     validate(resp)
                 except Exception as exc:  # the caller's check: any exception means "bad body, retry"
+                    invalid = _scrub(f"{type(exc).__name__}: {exc}"[:300], secrets)
+                if invalid is not None:
                     host.count_error("invalid body")
                     counter.possibly_billed += 1
-                    raise _Retryable("invalid body", _scrub(f"{type(exc).__name__}: {exc}"[:300], secrets)) from None
+                    raise _Retryable("invalid body", invalid)
             return resp
         excerpt = _scrub(resp.text[:BODY_EXCERPT_CHARS], secrets)[:BODY_EXCERPT_CHARS]
         if status in (408, 425, 429) or status >= 500:
