@@ -30,6 +30,8 @@ def test_fold_is_case_diacritic_punctuation_and_article_insensitive():
     assert fold("Meiji-Dōri") == fold("meiji dori") == "meiji dori"
     assert fold("The Marais") == "marais" and fold("Île de la Cité") == "ile de la cite"
     assert fold("宮益坂") == "宮益坂" and fold(None) == ""
+    assert fold("Tràng Tiền Street") == "trang tien street"
+    assert fold("ガ") != fold("カ") and fold("ファイヤー通り") == "ファイヤー通り"
 
 
 def test_parentheticals_are_stripped_first_and_their_content_tried_last():

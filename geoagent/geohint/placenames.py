@@ -55,11 +55,17 @@ def is_null_answer(text: str | None) -> bool:
     return text.strip().strip(".").casefold() in NULL_ANSWERS
 
 
+def _is_latin(ch: str) -> bool:
+    o = ord(ch)
+    return o < 0x0250 or 0x1E00 <= o <= 0x1EFF
+
+
 def fold(text: str | None) -> str:
     """Case-, diacritic-, punctuation- and article-insensitive key of a name.
 
     ``"Meiji-Dōri"`` and ``"meiji dori"`` fold to ``"meiji dori"``; a leading English article ("the")
-    is dropped; CJK characters are kept as they are.
+    is dropped; accents are removed from Latin letters only, so CJK and kana (with their voicing marks)
+    are kept as they are.
 
     Parameters
     ----------
@@ -74,7 +80,13 @@ def fold(text: str | None) -> str:
     if not text:
         return ""
     decomposed = unicodedata.normalize("NFKD", text)
-    stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    kept: list[str] = []
+    for ch in decomposed:
+        # drop accents on Latin letters only (Vietnamese included); kana voicing marks etc. stay
+        if unicodedata.combining(ch) and kept and _is_latin(kept[-1]):
+            continue
+        kept.append(ch)
+    stripped = unicodedata.normalize("NFC", "".join(kept))
     words = _PUNCT_RE.sub(" ", stripped.casefold()).split()
     if len(words) > 1 and words[0] == "the":
         words = words[1:]
