@@ -30,8 +30,6 @@ SITES_COLUMNS: tuple[str, ...] = (
     "site", "city", "country", "continent", "landmark", "qid", "wd_type", "lat", "lon", "sitelinks", "sv_perspective",
     "selection_method",
 )
-_STOP = {"the", "a", "an", "la", "le", "les", "el", "los", "las", "l", "il", "lo", "de", "del", "der", "die", "das",
-         "of", "st", "saint", "san", "santa", "new"}
 
 
 def slug(text: str) -> str:
@@ -41,12 +39,23 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", t)
 
 
+#: leading articles skipped when naming a site ("The Morgan Library" -> morgan, "La Moneda" -> moneda)
+_ARTICLES = frozenset({"the", "la", "le", "les", "el", "los", "las", "il", "lo"})
+
+
+def _ascii_word(word: str) -> str:
+    # the release keeps only ASCII letters/digits of each word (no transliteration: "Ópera" -> "pera")
+    return re.sub(r"[^a-z0-9]+", "", word.lower())
+
+
 def site_id(city: str, landmark: str, taken: Iterable[str] = ()) -> str:
-    """A release-style site id: ``<city slug>_<first significant word of the landmark>`` (e.g.
-    ``boston_chinatown``), suffixed ``_2``, ``_3`` on a clash; checked by :func:`safe_name`."""
-    words = [slug(w) for w in re.split(r"[\s\-/,()'’.]+", landmark)]
-    words = [w for w in words if w]
-    head = next((w for w in words if w not in _STOP), words[0] if words else "site")
+    """A release-style site id: ``<city slug>_<first word of the landmark that is not an article and
+    not a word of the city's name>``, keeping only ASCII letters and digits (e.g. ``"Barcelona Sants railway
+    station"`` -> ``barcelona_sants``; ``"Ópera"`` -> ``madrid_pera`` as released), suffixed ``_2``,
+    ``_3`` on a clash; checked by :func:`safe_name`."""
+    city_words = {_ascii_word(w) for w in city.split()} | _ARTICLES
+    words = [w for w in (_ascii_word(x) for x in landmark.split()) if w]
+    head = next((w for w in words if w not in city_words), words[0] if words else "site")
     base = f"{slug(city) or 'city'}_{head}"[:100]
     taken = set(taken)
     sid, k = base, 2
