@@ -11,7 +11,7 @@ reason when no yes/no verdict can be recovered. A failure is never turned into a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # leniency rule names (reported per answer, counted by the report)

@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from geoagent import constants as C
 from geoagent.data.importer import ImportReport, Release, import_release
 from geoagent.data.model import VerifyTrial
 from geoagent.data.store import DataStore
@@ -117,5 +116,3 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
             per_model[payload["model"]] = per_model.get(payload["model"], 0) + 1
     return CampaignPlan(kept, trials, release.report, build_rep, per_model)
 
-
-PLAN_EDGE = C.EDGE_REQUESTS
