@@ -131,3 +131,17 @@ def test_building_level_paired_difference_matches_permutation():
     ref = paired_site_permutation_test([p[0] for p in pairs], [p[1].resolved_level == "building" for p in pairs],
                                        [p[2].resolved_level == "building" for p in pairs], n_flips=1000, seed=1)
     assert treat[11] == pytest.approx(100 * ref.delta) and treat[12] == ref.p_value
+
+
+def test_reciting_endpoint_slope_matches_polyfit():
+    rows = synth_results(seed=8, n_sites=6, models=("m-a",), images_per_site=1)
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    use = [r for r in rows if r.condition == "forced" and r.error_km is not None]
+    d = np.array([r.dist_km for r in use])
+    want = np.polyfit(d, np.log10(d), 1)[0]
+    assert agg.regression(condition="forced", recite=True).fit().slope == pytest.approx(want, abs=1e-10)
+    from geoagent.report.geohint import table6
+
+    row = [r for r in table6(agg, "forced").rows if r[0] == "All"][0]
+    assert row[6] == pytest.approx(want, abs=1e-10) and row[7] == pytest.approx(row[2] / want)

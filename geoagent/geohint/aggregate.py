@@ -31,7 +31,7 @@ from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
 from geoagent.scoring.regime import assign_regimes
-from geoagent.scoring.regression import ClusterOLS, design_slope, log10_error
+from geoagent.scoring.regression import ClusterOLS
 
 CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition, band, tier
 PairKey = tuple[str, str, str, int]  # model, image, reference point, repeat
@@ -146,6 +146,9 @@ class GeoHintAggregator:
         self.baseline_condition = baseline_condition
         self.cells: dict[CellKey, Cell] = {}
         self.ols: dict[tuple[str, str, bool], ClusterOLS] = {}
+        #: same rows with y = log10(d_ref): the slope a model reciting the hint would get (Sec. 6.2.3)
+        self.ols_recite: dict[tuple[str, str, bool], ClusterOLS] = {}
+        self._by_condition: dict[str, dict[CellKey, Cell]] = {}
         self.pairs: dict[str, dict[PairKey, dict[str, PairObs]]] = {}
         self.keys: set[str] = set()
         self._models: set[str] = set()
@@ -163,13 +166,16 @@ class GeoHintAggregator:
         cell = self.cells.get(ck)
         if cell is None:
             cell = self.cells[ck] = Cell()
+            self._by_condition.setdefault(r.condition, {})[ck] = cell
         cell.add(r)
         if r.has_context and r.dist_km is not None and r.error_km is not None:
-            X = design_slope([r.dist_km])
-            y = log10_error([r.error_km], floor_km=ERROR_FLOOR_KM)
-            self._ols(r.model, r.condition, False).add(r.site, X, y)
+            x = (1.0, float(r.dist_km))
+            y = math.log10(max(float(r.error_km), ERROR_FLOOR_KM))
+            self._ols(r.model, r.condition, False).add_row(r.site, x, y)
             if r.resolved_level in FINE_LEVELS:
-                self._ols(r.model, r.condition, True).add(r.site, X, y)
+                self._ols(r.model, r.condition, True).add_row(r.site, x, y)
+            # the "always recite the hint" endpoint (err = d_ref) on the same rows (Sec. 6.2.3)
+            self._ols(r.model, r.condition, False, recite=True).add_row(r.site, x, math.log10(max(float(r.dist_km), ERROR_FLOOR_KM)))
         if r.has_context:
             pk = (r.model, r.image_id, r.ref_qid or f"name:{r.ref_name}", int(r.repeat))
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
@@ -182,11 +188,12 @@ class GeoHintAggregator:
         """Add results; returns how many were new."""
         return sum(self.add(r) for r in results)
 
-    def _ols(self, model: str, condition: str, fine: bool) -> ClusterOLS:
+    def _ols(self, model: str, condition: str, fine: bool, *, recite: bool = False) -> ClusterOLS:
+        store = self.ols_recite if recite else self.ols
         key = (model, condition, fine)
-        if key not in self.ols:
-            self.ols[key] = ClusterOLS(k=2)
-        return self.ols[key]
+        if key not in store:
+            store[key] = ClusterOLS(k=2)
+        return store[key]
 
     # --- queries ----------------------------------------------------------------------------
     @property
@@ -203,10 +210,12 @@ class GeoHintAggregator:
     def sites(self) -> list[str]:
         return sorted({k[0] for k in self.cells})
 
-    def cell(self, pred: Callable[[CellKey], bool]) -> Cell:
-        """Sum of every cell whose key satisfies ``pred((site, model, condition, band, tier))``."""
+    def cell(self, pred: Callable[[CellKey], bool], *, condition: str | None = None) -> Cell:
+        """Sum of every cell whose key satisfies ``pred((site, model, condition, band, tier))``
+        (only cells of ``condition`` are visited when it is given)."""
         out = Cell()
-        for k, c in self.cells.items():
+        source = self.cells if condition is None else self._by_condition.get(condition, {})
+        for k, c in source.items():
             if pred(k):
                 out.merge(c)
         return out
@@ -226,7 +235,8 @@ class GeoHintAggregator:
             and (model is None or k[1] == model)
             and (condition is None or k[2] == condition)
             and (band is None or k[3] == band)
-            and (tier is None or k[4] == tier)
+            and (tier is None or k[4] == tier),
+            condition=condition,
         )
 
     def baseline_counts(self, condition: str | None = None) -> dict[str, dict[str, tuple[int, int]]]:
@@ -247,11 +257,15 @@ class GeoHintAggregator:
         }
         return assign_regimes(pooled, threshold=threshold)
 
-    def regression(self, *, models: Iterable[str] | None = None, condition: str, fine_only: bool = False) -> ClusterOLS:
-        """A ClusterOLS pooling the per-site statistics of ``models`` (all by default) for one condition."""
+    def regression(
+        self, *, models: Iterable[str] | None = None, condition: str, fine_only: bool = False, recite: bool = False
+    ) -> ClusterOLS:
+        """A ClusterOLS pooling the per-site statistics of ``models`` (all by default) for one condition;
+        ``recite=True`` gives the same rows with ``y = log10(d_ref)`` (the reciting endpoint)."""
         out = ClusterOLS(k=2)
+        store = self.ols_recite if recite else self.ols
         for m in models if models is not None else self.models:
-            o = self.ols.get((m, condition, fine_only))
+            o = store.get((m, condition, fine_only))
             if o is not None:
                 out.merge(o)
         return out

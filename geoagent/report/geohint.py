@@ -220,8 +220,8 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     )
 
 
-def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition: str, fine: bool, sites: set[str] | None = None):
-    ols = agg.regression(models=models, condition=condition, fine_only=fine)
+def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition: str, fine: bool, sites: set[str] | None = None, recite: bool = False):
+    ols = agg.regression(models=models, condition=condition, fine_only=fine, recite=recite)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # fewer than 2 sites: SE is NaN, shown as a dash
@@ -237,16 +237,21 @@ def table6(agg: GeoHintAggregator, condition: str = "forced") -> Table:
     for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], ("All", models)]:
         r = _slope_cells(agg, ms, condition, False)
         rf = _slope_cells(agg, ms, condition, True)
+        rr = _slope_cells(agg, ms, condition, False, recite=True)
+        nan = float("nan")
+        share = r.slope / rr.slope if (r and rr and rr.slope) else nan
         rows.append([
-            label, r.nobs if r else 0, r.slope if r else float("nan"), r.slope_se if r else float("nan"),
-            r.slope_p if r else float("nan"), rf.slope if rf else float("nan"),
+            label, r.nobs if r else 0, r.slope if r else nan, r.slope_se if r else nan,
+            r.slope_p if r else nan, rf.slope if rf else nan, rr.slope if rr else nan, share,
         ])
     return Table(
         "table6",
         f"Table 6: log10(err_km) ~ d_ref per model, SE clustered by site, condition {condition}",
-        ["Model", "n", "beta", "SE", "p", "beta (fine only)"],
-        ["text", "int", "f4", "se", "p", "f4"],
+        ["Model", "n", "beta", "SE", "p", "beta (fine only)", "beta if reciting", "Share of reciting"],
+        ["text", "int", "f4", "se", "p", "f4", "f4", "pct"],
         rows,
+        "'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers with the "
+        "hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it (100 %).",
     )
 
 

@@ -133,6 +133,29 @@ class ClusterOLS:
         st.yty += float(y @ y)
         st.n += int(X.shape[0])
 
+    def add_row(self, cluster: Hashable, x: tuple[float, ...] | list[float], y: float) -> None:
+        """Add one row ``x`` (length k) with response ``y`` (fast path for streaming updates).
+
+        Raises
+        ------
+        ValueError
+            Wrong length or non-finite values.
+        """
+        k = self.k
+        if len(x) != k:
+            raise ValueError(f"row of length {len(x)} does not fit k={k}")
+        xs = [float(v) for v in x]
+        y = float(y)
+        if not all(np.isfinite(xs)) or not np.isfinite(y):
+            raise ValueError("X and y must be finite")
+        st = self.clusters.get(cluster)
+        if st is None:
+            st = self.clusters[cluster] = ClusterStats(np.zeros((k, k)), np.zeros(k), 0.0, 0)
+        st.xtx += np.outer(xs, xs)
+        st.xty += np.multiply(xs, y)
+        st.yty += y * y
+        st.n += 1
+
     def add_stats(self, cluster: Hashable, other: ClusterStats) -> None:
         """Add already-summed statistics to ``cluster`` (merging aggregators)."""
         st = self.clusters.get(cluster)
