@@ -1,0 +1,160 @@
+"""Referenceability auditor (seed 000 Sec. 3.3, App. A.3): batching, split-and-retry, logs, review queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import orjson
+import pytest
+
+from geoagent import constants as C
+from geoagent.clients.wdqs import WdEntity
+from geoagent.crawl.image_audit import load_prompt
+from geoagent.crawl.referenceability import (
+    DECISION_KEYS,
+    SENSITIVE_KEYS,
+    RefCandidate,
+    ReferenceabilityAuditor,
+    candidates_for_site,
+    pageview_tiers,
+    parse_ref_batch,
+)
+from geoagent.crawl.settings import ReferenceabilitySettings
+from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage
+
+
+class ScriptedProvider(Provider):
+    """A provider whose answers follow a rule over the prompt (a test double of the Provider interface)."""
+
+    kind = "scripted-test"
+    paid = False
+
+    def __init__(self, *, garble_above: int = 10**6, drop_label: str | None = None, always_garble: str | None = None):
+        self.garble_above = garble_above
+        self.drop_label = drop_label
+        self.always_garble = always_garble
+        self.batches: list[list[str]] = []
+        self.kinds: list[str] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        assert request.image is None  # text-only auditor
+        body = request.prompt.split("Candidates", 1)[-1] if "Candidates" in request.prompt else request.prompt.split("Names:", 1)[-1]
+        items = re.findall(r"^(\d+)\. (.*?)(?: \(([0-9.]+) km\))?$", body, re.M)
+        labels = [lab for _, lab, _ in items]
+        self.batches.append(labels)
+        self.kinds.append("sens" if "CONTENTIOUS" in request.prompt else "ref")
+        if "CONTENTIOUS" in request.prompt:
+            text = orjson.dumps([{"idx": int(i), "sensitive": "Glorious" in lab, "why": "x"} for i, lab, _ in items]).decode()
+        elif len(items) > self.garble_above or (self.always_garble and self.always_garble in labels):
+            text = "Sorry, here you go: [{\"idx\": 0, \"ok\": tru"
+        else:
+            arr = [{"idx": int(i), "ok": "District" not in lab, "familiarity": (len(lab) % 6), "zh": None, "en": lab.upper(), "why": "w"}
+                   for i, lab, _ in items if lab != self.drop_label]
+            text = "```json\n" + orjson.dumps(arr).decode() + "\n```"
+        return ModelResponse(text=text, usage=Usage(10, 10))
+
+
+def _cands(n):
+    return [RefCandidate(f"Q{10 + i}", f"Place {i}" + (" District" if i % 7 == 0 else ""), 0.5 + i * 0.05, 0, 0) for i in range(n)]
+
+
+def _auditor(tmp_path, provider, **kw):
+    return ReferenceabilityAuditor(provider, ReferenceabilitySettings(model="aud-1", **kw), tmp_path)
+
+
+def _lines(p):
+    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines()]
+
+
+def test_unparseable_batches_are_split_and_retried(tmp_path):
+    prov = ScriptedProvider(garble_above=3)
+    aud = _auditor(tmp_path, prov, batch_size=10)
+    rated = asyncio.run(aud.audit("s1", _cands(10)))
+    assert all(r.familiarity is not None for r in rated)
+    sizes = [len(b) for b, k in zip(prov.batches, prov.kinds) if k == "ref"]
+    assert sizes[0] == 10 and max(sizes[1:]) <= 5 and sum(s for s in sizes if s <= 3) == 10
+    assert aud.splits >= 2
+    decisions = _lines(tmp_path / C.AUDIT_DECISIONS_FILE)
+    assert sorted(d["qid"] for d in decisions) == sorted(c.qid for c in _cands(10))
+    # the batch's numbering is per prompt: names come back to the right QID
+    by = {d["qid"]: d for d in decisions}
+    assert by["Q13"]["name_en"] == "PLACE 3" and by["Q13"]["familiarity"] == len("Place 3") % 6
+
+
+def test_missing_item_is_asked_again_and_hopeless_one_logged_as_failure(tmp_path):
+    prov = ScriptedProvider(drop_label="Place 4", always_garble="Place 4")
+    aud = _auditor(tmp_path, prov, batch_size=6)
+    rated = asyncio.run(aud.audit("s1", _cands(6)))
+    d = {x["qid"]: x for x in _lines(tmp_path / C.AUDIT_DECISIONS_FILE)}
+    assert d["Q14"]["ok"] is None and d["Q14"]["error"] == "unparseable answer" and d["Q14"]["raw"]
+    assert [b for b in prov.batches if b == ["Place 4"]]  # asked alone at the end
+    r4 = next(r for r in rated if r.qid == "Q14")
+    assert r4.familiarity is None and not r4.ok  # never guessed
+
+
+def test_log_formats_match_release_samples(tmp_path, release_dir):
+    rel_dec = [json.loads(x) for x in (release_dir / "audit_decisions_sample.jsonl").read_text(encoding="utf-8").splitlines()]
+    rel_sen = [json.loads(x) for x in (release_dir / "audit_sensitive_sample.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert tuple(rel_dec[0]) == DECISION_KEYS and tuple(rel_sen[0]) == SENSITIVE_KEYS
+    prov = ScriptedProvider()
+    asyncio.run(_auditor(tmp_path, prov).audit("s1", _cands(5) + [RefCandidate("Q99", "Glorious Leader Shrine", 2.0, 0, 0)]))
+    ours = _lines(tmp_path / C.AUDIT_DECISIONS_FILE)
+    sens = _lines(tmp_path / C.AUDIT_SENSITIVE_FILE)
+    assert all(tuple(d) == DECISION_KEYS for d in ours)
+    assert all(tuple(s) == SENSITIVE_KEYS for s in sens)
+    for ref, mine in ((rel_dec[0], ours[0]), (rel_sen[0], sens[0])):
+        for k in ref:
+            assert type(mine[k]) is type(ref[k]) or ref[k] is None or mine[k] is None, k
+    assert sens[-1]["model"] == "sens|aud-1" and sens[-1]["auditor"] == "aud-1" and sens[-1]["sensitive"] is True
+    assert rel_sen[0]["model"].startswith("sens|")
+
+
+def test_restart_reuses_logged_decisions(tmp_path):
+    prov = ScriptedProvider()
+    asyncio.run(_auditor(tmp_path, prov).audit("s1", _cands(8)))
+    n = len(prov.batches)
+    prov2 = ScriptedProvider()
+    rated = asyncio.run(_auditor(tmp_path, prov2).audit("s2", _cands(8)))
+    assert prov2.batches == [] and n > 0 and len(rated) == 8
+    with (tmp_path / C.AUDIT_DECISIONS_FILE).open("ab") as f:  # a torn last line from a crash is skipped
+        f.write(b'{"qid": "Q1", "mod')
+    asyncio.run(_auditor(tmp_path, ScriptedProvider()).audit("s3", _cands(8)))
+
+
+def test_candidates_for_site_dedupes_and_keeps_all_within_radius():
+    ents = [WdEntity("Q1", "A", 0.0, 0.0100, 9.0, 3), WdEntity("Q1", "A", 0.0, 0.0200, 9.0, 3, enwiki_title="A_(x)"),
+            WdEntity("Q2", "B", 0.0, 0.0600, 9.0, 500), WdEntity("Q3", "C", 0.0, 0.0450, 9.0, 0)]
+    c = candidates_for_site(ents, 0.0, 0.0, 6.0)
+    assert [x.qid for x in c] == ["Q1", "Q3"]  # Q2 is 6.67 km away
+    assert c[0].dist_km == pytest.approx(1.1119, abs=1e-3) and c[0].enwiki_title == "A_(x)"
+
+
+def test_pageview_review_queue(tmp_path):
+    from geoagent.crawl.ladder import RatedCandidate
+
+    aud = _auditor(tmp_path, ScriptedProvider(), pageviews=True)
+    views = {"Q1": 5846, "Q2": 2294, "Q3": 10, "Q4": 900, "Q5": 400, "Q6": 50}
+    rated = [RatedCandidate("Q1", "Rosicrucian Park", 1.0, 1), RatedCandidate("Q2", "Municipal Rose Garden", 1.0, 4),
+             RatedCandidate("Q3", "Main Station", 1.0, 5), RatedCandidate("Q4", "X", 1.0, 2),
+             RatedCandidate("Q5", "Y", 1.0, 3), RatedCandidate("Q6", "Z", 1.0, 0, ok=False)]
+    assert pageview_tiers(views) == {"Q3": "low", "Q6": "low", "Q5": "mid", "Q4": "mid", "Q2": "high", "Q1": "high"}
+    items = aud.review_items("sj", rated, views)
+    # Rosicrucian Park: many readers (high) but rated 1 (low); Main Station: few readers but rated 5
+    assert sorted(i["qid"] for i in items) == ["Q1", "Q3"]
+    assert all(i["status"] == "pending" for i in items)
+
+
+def test_parse_ref_batch_defensive():
+    assert parse_ref_batch("no json here", 3) is None
+    got = parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 4}, {"idx": 0, "ok": false, "familiarity": 1},'
+                          ' {"idx": 1, "ok": "yes", "familiarity": 9}, {"idx": 7, "ok": true, "familiarity": 2}, "junk"]', 3)
+    assert got == {0: {"ok": True, "familiarity": 4, "name_zh": None, "name_en": None, "why": ""}}
+
+
+def test_prompt_states_referenceability_is_not_fame():
+    p = load_prompt("crawl_referenceability.txt")
+    assert "NOT fame" in p and "{candidates}" in p
+    for f in ('"ok"', '"familiarity"', '"zh"', '"en"', '"why"', '"idx"'):
+        assert f in p
