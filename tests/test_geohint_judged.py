@@ -146,3 +146,13 @@ def test_bad_rows_are_reported_with_line_numbers(tmp_path):
     bad.write_text("site,model\n", encoding="utf-8")
     with pytest.raises(ValueError, match="missing column"):
         list(iter_judged(bad, {}))
+
+
+def test_replication_command_writes_the_report(release_dir, tmp_path, capsys):
+    from geoagent.geohint.judged import main
+
+    assert main([str(release_dir), str(tmp_path), "--flips", "100", "--splits", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "Table 1" in out and "Q242803" in out
+    rows = list(csv.DictReader((tmp_path / "table1.csv").open(encoding="utf-8")))
+    assert sum(int(r["n"]) for r in rows) == 966

@@ -192,3 +192,61 @@ def import_judged(
             raise FileNotFoundError(f"no answers_judged*.csv in {root}")
     rows = list(iter_judged(root / filename, rel.ladders, rel.report))
     return rows, rel.report
+
+
+def replicate_report(
+    release_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    filename: str | None = None,
+    n_flips: int = 10_000,
+    n_splits: int = 200,
+    seed: int = 0,
+    figures: bool = True,
+):
+    """Recompute the GeoHint report from a released campaign, with no model calls.
+
+    Imports ``answers_judged*.csv`` (see :func:`import_judged`), aggregates it and writes the report
+    (:func:`geoagent.report.geohint.write_report`) under ``out_dir``. With the full released file the
+    paper's Tables 1 and 4 come out of it.
+
+    Returns
+    -------
+    (list of Table, ImportReport)
+    """
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.report.geohint import write_report
+
+    rows, report = import_judged(release_dir, filename=filename)
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures)
+    return tables, report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S]``."""
+    import argparse
+
+    from geoagent.report.geohint import print_report
+
+    ap = argparse.ArgumentParser(description="Recompute the GeoHint report from a release's judged answers.")
+    ap.add_argument("release_dir")
+    ap.add_argument("out_dir")
+    ap.add_argument("--file", default=None, help="judged-answers file name (default answers_judged.csv, else _sample)")
+    ap.add_argument("--flips", type=int, default=10_000, help="permutation sign flips")
+    ap.add_argument("--splits", type=int, default=200, help="split-half correction splits")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    tables, report = replicate_report(args.release_dir, args.out_dir, filename=args.file, n_flips=args.flips,
+                                      n_splits=args.splits, seed=args.seed)
+    print_report(tables)
+    for issue in report.issues[:20]:
+        print(f"note: {issue}")
+    if len(report.issues) > 20:
+        print(f"note: ... {len(report.issues) - 20} more import notes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

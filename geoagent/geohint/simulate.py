@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import string
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field

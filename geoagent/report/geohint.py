@@ -462,10 +462,13 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
 
     grid = np.array([[agg.select(condition=condition, tier=t, band=b).echo_rate * 100 for b in BANDS] for t in TIERS_ORDER])
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0))
+    vmax = max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0)
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=vmax)
     for i in range(len(TIERS_ORDER)):
         for j in range(len(BANDS)):
-            ax.text(j, i, DASH if np.isnan(grid[i, j]) else f"{grid[i, j]:.1f}", ha="center", va="center", color="w")
+            v = grid[i, j]
+            colour = "k" if np.isfinite(v) and v > 0.6 * vmax else "w"
+            ax.text(j, i, DASH if np.isnan(v) else f"{v:.1f}", ha="center", va="center", color=colour)
     ax.set_xticks(range(len(BANDS)), BANDS)
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
