@@ -151,3 +151,28 @@ def test_rerun_resumes_without_new_calls(crawled, tmp_path):
     assert apps2["overpass"][overpass.OVERPASS_STATE].queries == []
     assert apps2["wdqs"][wdqs.WDQS_STATE].queries == []
     assert apps2["mapillary"][mapillary.MAPILLARY_STATE].search_requests == []
+
+
+def test_results_feed_the_evaluations(crawled):
+    """The crawl's state folder imports like a release (sites, ladders), and its images and rated
+    candidates build GeoVerify trials with signal and decoy bands."""
+    from geoagent.crawl.export import crawl_records
+    from geoagent.data.importer import import_release
+    from geoagent.geoverify.trials import build_trials
+
+    tmp, world, run, apps, counts = crawled
+    rel = import_release(tmp / "state")
+    recs = crawl_records(tmp / "state", tmp / "images")
+    assert len(recs["sites"]) == 3 and recs["images"] and recs["reference_points"]
+    assert {s.site_id for s in recs["sites"]} == {im.site_id for im in recs["images"]}
+    assert all(p.lat is not None and p.band in (None, "0.5-1.5km", "1.5-3.0km", "3.0-6.0km") for p in recs["reference_points"])
+    pools = {}
+    for p in recs["reference_points"]:
+        pools.setdefault(p.site_id, []).append(p)
+    trials, rep = build_trials(recs["images"], pools, seed=1)
+    bands = {t.band for t in trials}
+    assert "signal" in bands and len(bands) >= 4, bands
+    with (tmp / "state" / "images.csv").open(encoding="utf-8") as f:
+        assert sum(1 for r in csv.DictReader(f) if r["usable"] == "True") == len(recs["images"])
+    assert set(rel.sites) == {s.site_id for s in recs["sites"]} and set(rel.ladders) == set(rel.sites)
+    assert rel.report.ok, rel.report.summary()

@@ -310,6 +310,9 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
         audit = ia.ImageAudit.from_json(rec["audit"])
         rows.append(ia.audit_row(f"{C.IMAGES_DIR}/{rec['site']}/{rec['image_id']}.jpg", rec["site"], audit,
                                  human.get(rec["image_id"])))
+    from geoagent.crawl.export import usable_images, write_images_csv
+
+    write_images_csv(usable_images(svc.state_dir, svc.images_root, hv_path), svc.state_dir / "images.csv")
     return ia.write_image_audit_csv(rows, svc.state_dir / "image_audit.csv")
 
 
@@ -337,7 +340,9 @@ class ReferenceabilityAuditorStage(Stage):
                 raise
             cands = candidates_for_site(ents, lat, lon, rs.radius_km)
             rated = await svc.ref_auditor.audit(sid, cands)
-            _dump(out, {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated]})
+            coords = {c.qid: (c.lat, c.lon) for c in cands}
+            _dump(out, {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
+                        "coords": {q: list(v) for q, v in coords.items()}})
         return [(f"site:{sid}", {"site": site})]
 
 
