@@ -180,3 +180,13 @@ def test_bootstrap_resamples_sites(sample_rows):
     assert ci[f"d'[{BANDS[0]}]"] == pytest.approx((np.quantile(d_near, 0.025), np.quantile(d_near, 0.975)))
     lo, hi = ci["H"]
     assert lo <= got["pooled"].h <= hi
+
+
+def test_control_arm_counts_only_noise_trials():
+    rows = [dict(model="m", site="s", arm="main", band="signal", truth="yes", verdict="yes")] * 2
+    rows += [dict(model="m", site="s", arm="main", band=BANDS[0], truth="no", verdict="no")] * 2
+    rows += [dict(model="m", site="s", arm="ctrl_noimage", band="signal", truth="yes", verdict="yes")] * 5
+    rows += [dict(model="m", site="s", arm="ctrl_noimage", band=BANDS[1], truth="no", verdict="yes")]
+    rows += [dict(model="m", site="s", arm="ctrl_noimage", band=BANDS[1], truth="no", verdict="no")] * 3
+    s = sdt.score(sdt.cells_from_rows(pl.DataFrame(rows)))["m"]
+    assert s.controls["ctrl_noimage"] == (4, 1, 0.25)

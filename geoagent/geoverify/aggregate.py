@@ -2,7 +2,7 @@
 
 State (the sufficient statistics of every statistic in :mod:`geoagent.scoring.sdt`):
 
-* ``cells``: one row per (model, site, arm, band) with ``n_yes``, ``n_no``, ``n_fail``;
+* ``cells``: one row per (model, site, arm, band, truth) with ``n_yes``, ``n_no``, ``n_fail``;
 * ``conf``: one row per (model, arm, band, verdict, conf) with a count ``n`` (confidence rounded to
   ``CONF_DECIMALS``), from which medians, shares and confidence sums follow exactly;
 * the set of (trial_id, model) keys already counted, so a redelivered scored row is not counted twice.
@@ -22,10 +22,10 @@ import polars as pl
 from geoagent.scoring import sdt
 
 CONF_DECIMALS = 6
-CELL_KEYS = ["model", "site", "arm", "band"]
+CELL_KEYS = ["model", "site", "arm", "band", "truth"]
 CONF_KEYS = ["model", "arm", "band", "verdict", "conf"]
 ROW_SCHEMA = {
-    "trial_id": pl.Utf8, "model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8,
+    "trial_id": pl.Utf8, "model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8, "truth": pl.Utf8,
     "verdict": pl.Utf8, "conf": pl.Float64,
 }
 
@@ -59,7 +59,7 @@ class GeoVerifyAggregator:
         Parameters
         ----------
         rows : iterable of dict or polars.DataFrame
-            Scored rows with at least ``trial_id, model, site, arm, band, verdict, conf`` (verdict None =
+            Scored rows with at least ``trial_id, model, site, arm, band, truth, verdict, conf`` (verdict None =
             parse failure).
         """
         if not isinstance(rows, pl.DataFrame):

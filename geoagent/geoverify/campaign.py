@@ -48,7 +48,8 @@ class GeoVerifyCampaign(CampaignKind):
         return [ModelCaller(), *geoverify_stages(report_interval_s=s.report_interval_s)]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
-        return plan_campaign(cfg).messages
+        self._plan = plan_campaign(cfg)
+        return self._plan.messages
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         from geoagent.report.geoverify import write_report
@@ -63,9 +64,17 @@ class GeoVerifyCampaign(CampaignKind):
         scores = getattr(self, "_scores", None)
         if scores is None:
             scores = aggregate_from_store(ctx.get("store")).scores()
-        if not scores:
-            return ["  GeoVerify: no scored responses"]
         lines = []
+        plan = getattr(self, "_plan", None)
+        if plan is not None:
+            lines.append(f"  release import: {sum(plan.import_report.imported.values())} rows, "
+                         f"{len(plan.import_report.issues)} malformed (see data store meta 'import_report')")
+            if plan.build_report is not None:
+                br = plan.build_report
+                lines.append(f"  built trials per band (main arm): {br.per_band()}; images without signal "
+                             f"{br.images_without_signal}; unmatched decoys {br.unmatched_decoys}")
+        if not scores:
+            return [*lines, "  GeoVerify: no scored responses"]
         for name, sc in scores.items():
             near = sc.bands[0].d_prime if sc.bands else math.nan
             lines.append(

@@ -1,7 +1,7 @@
 """Signal-detection scoring of GeoVerify (seed 000 Sec. 5.3-5.4, Eq. 2-4; Table 12).
 
 Inputs are sufficient statistics, never raw rows: a *cell table* with one row per
-(model, site, arm, band) and the counts ``n_yes``, ``n_no`` (parsed answers) and ``n_fail`` (parse
+(model, site, arm, band, truth) and the counts ``n_yes``, ``n_no`` (parsed answers) and ``n_fail`` (parse
 failures, excluded from every rate), and optionally a *confidence table* with one row per
 (model, arm, band, verdict, conf) and a count ``n``. The incremental aggregator
 (:mod:`geoagent.geoverify.aggregate`) maintains both.
@@ -12,7 +12,7 @@ Formulas (per model and pooled over models):
 * log-linear correction (Hautus 1995): ``rate' = (yes + 0.5) / (n + 1)`` before taking ``z``;
 * ``d' = z(H') - z(F')`` and ``c = -(z(H') + z(F')) / 2`` with ``z = scipy.stats.norm.ppf`` (Eq. 3);
 * discrimination radius ``delta_1``: the first decoy band (nearest first) with ``d' >= 1`` (Eq. 4), else None;
-* control arms: raw ``F`` of ``ctrl_mismatch`` and ``ctrl_noimage`` (all their trials are noise);
+* control arms: raw ``F`` of ``ctrl_mismatch`` and ``ctrl_noimage`` over their noise (truth no) trials;
 * confidence of false acceptances (main arm, noise, verdict yes): median and share ``>= 0.8``;
 * pre-registered read-out (Sec. 5.4): ``invalid`` if mismatched-image F > 20 % or blank-image F within
   5 points of the main arm's F; else ``uninformative`` if nearest-band d' > 2; else ``informative`` if
@@ -43,7 +43,7 @@ INFORMATIVE_NEAR_DPRIME = 0.5
 INFORMATIVE_FAR_DPRIME = 1.5
 DPRIME_USABLE = 1.0
 
-CELL_COLUMNS = ("model", "site", "arm", "band", "n_yes", "n_no", "n_fail")
+CELL_COLUMNS = ("model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail")
 CONF_COLUMNS = ("model", "arm", "band", "verdict", "conf", "n")
 
 
@@ -157,7 +157,7 @@ class ModelScores:
 
 def empty_cells() -> pl.DataFrame:
     return pl.DataFrame(
-        schema={"model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8,
+        schema={"model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8, "truth": pl.Utf8,
                 "n_yes": pl.Int64, "n_no": pl.Int64, "n_fail": pl.Int64}
     )
 
@@ -170,18 +170,23 @@ def empty_conf() -> pl.DataFrame:
 
 
 def cells_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
-    """From-scratch cell table from scored rows (columns model, site, arm, band, verdict; verdict None =
-    parse failure). Used by tests and as the reference the incremental aggregator must equal."""
+    """From-scratch cell table from scored rows (columns model, site, arm, band, truth, verdict; verdict
+    None = parse failure; without ``truth`` it is "yes" exactly for main-arm signal rows). Used by tests and as the reference the incremental aggregator must equal."""
     if rows.height == 0:
         return empty_cells()
+    if "truth" not in rows.columns:
+        rows = rows.with_columns(
+            pl.when((pl.col("arm") == ARM_MAIN) & (pl.col("band") == BAND_SIGNAL))
+            .then(pl.lit("yes")).otherwise(pl.lit("no")).alias("truth")
+        )
     return (
-        rows.group_by(["model", "site", "arm", "band"])
+        rows.group_by(["model", "site", "arm", "band", "truth"])
         .agg(
             (pl.col("verdict") == "yes").sum().cast(pl.Int64).alias("n_yes"),
             (pl.col("verdict") == "no").sum().cast(pl.Int64).alias("n_no"),
             pl.col("verdict").is_null().sum().cast(pl.Int64).alias("n_fail"),
         )
-        .sort(["model", "site", "arm", "band"])
+        .sort(["model", "site", "arm", "band", "truth"])
     )
 
 
@@ -228,6 +233,8 @@ def _matrix(cells: pl.DataFrame, bands: list[str]) -> tuple[list[str], np.ndarra
     col_of = {c: j for j, c in enumerate(cols)}
     for r in cells.iter_rows(named=True):
         arm = r["arm"]
+        if arm != ARM_MAIN and r.get("truth", "no") != "no":
+            continue  # control-arm F counts noise trials only (as the release's analysis does)
         key = (arm, r["band"]) if arm == ARM_MAIN else (arm, None)
         j = col_of.get(key)
         if j is None:
@@ -361,7 +368,7 @@ def score(
     Parameters
     ----------
     cells : polars.DataFrame
-        Columns ``model, site, arm, band, n_yes, n_no, n_fail`` (see module doc). Control-arm rows may
+        Columns ``model, site, arm, band, truth, n_yes, n_no, n_fail`` (see module doc). Control-arm rows may
         carry any band; they are pooled per arm.
     conf : polars.DataFrame, optional
         Columns ``model, arm, band, verdict, conf, n``: counts of stated confidences.
