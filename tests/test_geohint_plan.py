@@ -85,3 +85,25 @@ def test_models_from_config_and_messages(release):
     assert payload["meta"]["task"] == "geohint" and payload["image_ref"] is None
     with pytest.raises(ValueError, match="unknown site"):
         plan_requests(release.sites, [Image(image_id="2", site_id="nowhere", lat=0, lon=0)], release.ladders, [ModelSpec("a")], [])
+
+
+def test_models_and_settings_from_a_campaign_config():
+    from geoagent.config import ConfigError, config_from_dict
+    from geoagent.geohint.settings import GeoHintSettings
+
+    raw = {
+        "campaign": {"name": "gh", "kind": "geohint"},
+        "budget": {"cap_usd": 1.0},
+        "models": [{"name": "haiku", "provider": "simulated", "model": "claude-haiku-4-5"},
+                   {"name": "opus", "provider": "simulated", "model": "claude-opus-5", "sampling_rate": 0.5}],
+        "geohint": {"conditions": ["baseline", "context", "warned"], "baseline_repeats": 5, "sample_rates": {"opus": 0.3333}},
+    }
+    cfg = config_from_dict(raw)
+    settings = cfg.section("geohint")
+    assert isinstance(settings, GeoHintSettings) and settings.baseline_repeats == 5
+    assert [c.name for c in conditions_from_config({"geohint": settings.model_dump()})] == ["baseline", "forced", "forced_warn"]
+    specs = models_from_config(cfg)
+    assert [(m.model, m.sample_rate) for m in specs] == [("haiku", 1.0), ("opus", pytest.approx(0.3333))]
+    bad = {**raw, "geohint": {"conditions": ["forced", "bogus"]}}
+    with pytest.raises(ConfigError, match="bogus"):
+        config_from_dict(bad).section("geohint")

@@ -6,19 +6,19 @@
   never per condition, so forced, forced_warn and forced_chain share image, model and reference point
   whenever any of them is planned (Sec. 6.3: "strictly paired").
 * Per-model sampling rates (the paper samples claude-opus-5 at one third, Sec. 6) are deterministic
-  under the campaign seed: unit ``u`` is kept iff ``U(seed, u) < rate`` with ``U`` a SHA-256 hash
-  mapped to [0, 1). Each request records its rate in ``meta.sample_rate``; :class:`PlanSummary` records
+  under the campaign seed: a unit is kept by :func:`geoagent.config.is_sampled` (SHA-256 of the seed and
+  the unit key, mapped to [0, 1), compared with the rate). Each request records its rate in ``meta.sample_rate``; :class:`PlanSummary` records
   rates and kept/total units per model for the manifest.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from geoagent.config import is_sampled
 from geoagent.data.model import ContextLadder, Image, ReferencePoint, Site
 from geoagent.geohint.conditions import Condition, PromptBook
 
@@ -82,10 +82,14 @@ class PlanSummary:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def unit_uniform(seed: int, *parts: str) -> float:
-    """Deterministic uniform number in [0, 1) from the seed and a unit's identifying parts."""
-    h = hashlib.sha256("|".join([str(seed), *map(str, parts)]).encode("utf-8")).digest()
-    return int.from_bytes(h[:8], "big") / 2**64
+def unit_key(model: str, site_id: str, image_id: str, ref: str) -> str:
+    """Sampling key of one unit (model, site, image, reference point or ``baseline``)."""
+    return f"geohint|{model}|{site_id}|{image_id}|{ref}"
+
+
+def unit_sampled(seed: int, model: str, site_id: str, image_id: str, ref: str, rate: float) -> bool:
+    """Whether a unit is kept at ``rate`` (:func:`geoagent.config.is_sampled`: SHA-256 of seed and key)."""
+    return is_sampled(unit_key(model, site_id, image_id, ref), rate, seed)
 
 
 def message_key(model: str, site_id: str, image_id: str, condition: str, ref: str, repeat: int) -> str:
@@ -228,7 +232,7 @@ def plan_requests(
             for spec in models:
                 if baseline_conds:
                     summary.units_total[spec.model] += 1
-                    if unit_uniform(seed, spec.model, site_id, img.image_id, "baseline") < spec.sample_rate:
+                    if unit_sampled(seed, spec.model, site_id, img.image_id, "baseline", spec.sample_rate):
                         summary.units_kept[spec.model] += 1
                         for cond in baseline_conds:
                             for r in range(baseline_repeats):
@@ -237,7 +241,7 @@ def plan_requests(
                     continue
                 for point in points:
                     summary.units_total[spec.model] += 1
-                    if unit_uniform(seed, spec.model, site_id, img.image_id, _ref_id(point)) >= spec.sample_rate:
+                    if not unit_sampled(seed, spec.model, site_id, img.image_id, _ref_id(point), spec.sample_rate):
                         continue
                     summary.units_kept[spec.model] += 1
                     for cond in context_conds:
@@ -247,22 +251,35 @@ def plan_requests(
     return out, summary
 
 
-def models_from_config(config: Mapping[str, Any]) -> list[ModelSpec]:
-    """Model specs from ``config["models"]`` (list of {model, provider, sample_rate}) with
-    ``config["geohint"]["sample_rates"]`` (model -> rate) overriding.
+def models_from_config(config: Any) -> list[ModelSpec]:
+    """Model specs from a campaign config.
+
+    Accepts a :class:`geoagent.config.CampaignConfig` (``models[].name``, ``provider``,
+    ``sampling_rate``; ``[geohint] sample_rates`` overrides per model name) or a plain dict with the same
+    keys (``model`` and ``sample_rate`` are accepted as synonyms of ``name`` and ``sampling_rate``). The
+    spec's ``model`` is the config's model *name*, which is what request payloads carry.
 
     Raises
     ------
     ValueError
-        A model entry without ``model``.
+        A model entry without a name.
     """
-    rates = dict((config.get("geohint") or {}).get("sample_rates") or {})
+    if isinstance(config, Mapping):
+        section = config.get("geohint") or {}
+        entries = config.get("models") or []
+    else:
+        sec = config.section("geohint")
+        section = sec.model_dump() if hasattr(sec, "model_dump") else dict(sec)
+        entries = list(config.models)
+    rates = dict(section.get("sample_rates") or {})
     out = []
-    for i, m in enumerate(config.get("models") or []):
+    for i, m in enumerate(entries):
         if isinstance(m, str):
-            m = {"model": m}
-        if "model" not in m:
-            raise ValueError(f"models[{i}] has no 'model' key")
-        rate = rates.get(m["model"], m.get("sample_rate", 1.0))
-        out.append(ModelSpec(model=m["model"], provider=m.get("provider", "simulated"), sample_rate=float(rate)))
+            m = {"name": m}
+        get = m.get if isinstance(m, Mapping) else (lambda k, d=None, _m=m: getattr(_m, k, d))
+        name = get("name") or get("model")
+        if not name:
+            raise ValueError(f"models[{i}] has no name")
+        rate = rates.get(name, get("sampling_rate", get("sample_rate", 1.0)) or 1.0)
+        out.append(ModelSpec(model=str(name), provider=str(get("provider", "simulated")), sample_rate=float(rate)))
     return out

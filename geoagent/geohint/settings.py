@@ -1,0 +1,79 @@
+"""``[geohint]`` campaign settings (pydantic), registered with the config loader on import.
+
+Example::
+
+    [geohint]
+    conditions = ["baseline", "forced", "forced_warn", "forced_chain", "v1"]   # order = plan order
+    baseline_repeats = 5          # no-context requests per image x model (the paper: a median of 5 per site)
+    context_repeats = 1
+    images_per_site = 3           # optional cap for small runs
+    prompts_dir = "my_prompts"    # optional edited copy of geoagent/prompts/geohint_*.txt
+    image_root = "images"         # optional folder holding streetview/<site>/<id>.jpg
+    max_output_tokens = 1024
+    sample_rates = { "claude-opus-5" = 0.3333 }   # per-model override of models[].sampling_rate
+    regime_threshold = 0.5        # no-context hit rate that splits legible from illegible sites
+    n_flips = 10000               # permutation sign flips (Tables 8-10)
+    n_splits = 200                # split-half correction splits (Table 3)
+    report_interval_s = 5.0       # live report refresh
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from geoagent.geohint.conditions import DEFAULT_CONDITIONS, get_condition
+
+
+class GeoHintSettings(BaseModel):
+    """Validated ``[geohint]`` table (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conditions: list[str] = Field(default_factory=lambda: list(DEFAULT_CONDITIONS))
+    baseline_repeats: int = Field(1, ge=1)
+    context_repeats: int = Field(1, ge=1)
+    images_per_site: int | None = Field(None, ge=1)
+    prompts_dir: str | None = None
+    image_root: str | None = None
+    release_dir: str | None = None
+    max_output_tokens: int = Field(1024, gt=0)
+    sample_rates: dict[str, float] = Field(default_factory=dict)
+    regime_threshold: float = Field(0.5, gt=0, lt=1)
+    n_flips: int = Field(10_000, ge=1)
+    n_splits: int = Field(200, ge=1)
+    report_interval_s: float = Field(5.0, ge=0)
+
+    @field_validator("conditions")
+    @classmethod
+    def _known_conditions(cls, v: list[str]) -> list[str]:
+        names = []
+        for n in v:
+            try:
+                c = get_condition(n)
+            except KeyError as exc:
+                raise ValueError(exc.args[0]) from None
+            if c.name in names:
+                raise ValueError(f"condition {c.name!r} listed twice")
+            names.append(c.name)
+        if not names:
+            raise ValueError("at least one condition is needed")
+        return v
+
+    @field_validator("sample_rates")
+    @classmethod
+    def _rates(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, r in v.items():
+            if not 0 < r <= 1:
+                raise ValueError(f"sample_rates[{k!r}] must be in (0, 1], got {r}")
+        return v
+
+
+def _register() -> None:
+    try:
+        from geoagent.config import register_section
+    except ImportError:  # partial checkout
+        return
+    register_section("geohint", GeoHintSettings)
+
+
+_register()
