@@ -107,3 +107,25 @@ def test_models_and_settings_from_a_campaign_config():
     bad = {**raw, "geohint": {"conditions": ["forced", "bogus"]}}
     with pytest.raises(ConfigError, match="bogus"):
         config_from_dict(bad).section("geohint")
+
+
+def test_plan_from_config_on_all_109_sites(release):
+    from geoagent.config import config_from_dict
+    from geoagent.geohint.plan import synthetic_images
+    from geoagent.geohint.stages import plan_from_config
+
+    cfg = config_from_dict({
+        "campaign": {"name": "gh", "kind": "geohint", "seed": 4},
+        "budget": {"cap_usd": 1.0},
+        "models": [{"name": "a", "provider": "simulated", "model": "a"}, {"name": "b", "provider": "simulated", "model": "b", "sampling_rate": 0.5}],
+        "geohint": {"conditions": ["baseline", "forced"], "baseline_repeats": 2, "max_output_tokens": 700},
+    })
+    imgs = synthetic_images(release.sites, per_site=1)
+    assert len(imgs) == 109 and len({i.image_id for i in imgs}) == 109 and all(len(i.image_id) == 16 for i in imgs)
+    msgs, summary = plan_from_config(cfg, release.sites, imgs, release.ladders)
+    n_points = sum(len(release.ladders[s].points) for s in release.sites)
+    assert summary.units_total["a"] == n_points + 109
+    assert sum(1 for _, p in msgs if p["model"] == "a") == n_points + 2 * 109
+    assert all(p["params"]["max_output_tokens"] == 700 for _, p in msgs)
+    assert summary.seed == 4 and summary.sample_rates["b"] == 0.5
+    assert 0.4 < summary.units_kept["b"] / summary.units_total["b"] < 0.6

@@ -283,3 +283,21 @@ def models_from_config(config: Any) -> list[ModelSpec]:
         rate = rates.get(name, get("sampling_rate", get("sample_rate", 1.0)) or 1.0)
         out.append(ModelSpec(model=str(name), provider=str(get("provider", "simulated")), sample_rate=float(rate)))
     return out
+
+
+def synthetic_images(sites: Mapping[str, Site], per_site: int = 1) -> list[Image]:
+    """Placeholder images for offline demos: ``per_site`` images per site at the site's coordinate.
+
+    The release lists no image ids for most sites; these ids are SYNTHETIC (``9`` followed by digits
+    from SHA-256 of the site id and index, 16 digits) and carry no pixels (the model caller then attaches
+    its deterministic placeholder). Never use them as data.
+    """
+    import hashlib
+
+    out = []
+    for sid in sorted(sites):
+        s = sites[sid]
+        for i in range(per_site):
+            digits = int.from_bytes(hashlib.sha256(f"{sid}|{i}".encode()).digest()[:8], "big") % 10**15
+            out.append(Image(image_id=f"9{digits:015d}", site_id=sid, lat=s.lat, lon=s.lon, source="synthetic"))
+    return out

@@ -80,6 +80,38 @@ def plan_messages(
     return out, summary
 
 
+def plan_from_config(
+    cfg: Any,
+    sites: Mapping[str, Site],
+    images: Iterable[Image],
+    ladders: Mapping[str, ContextLadder],
+) -> tuple[list[Message], PlanSummary]:
+    """Planner driven by a :class:`~geoagent.config.CampaignConfig`: models (names, sampling rates) from
+    ``[[models]]`` and ``[geohint] sample_rates``; conditions, repeats, image cap, prompts folder, image
+    root and output cap from ``[geohint]``; the seed from ``[campaign] seed``."""
+    from geoagent.geohint.conditions import conditions_from_config
+    from geoagent.geohint.plan import models_from_config
+    from geoagent.geohint.settings import GeoHintSettings
+
+    sec = cfg.section("geohint")
+    if not isinstance(sec, GeoHintSettings):
+        sec = GeoHintSettings.model_validate(sec or {})
+    return plan_messages(
+        sites,
+        images,
+        ladders,
+        models_from_config(cfg),
+        conditions_from_config({"geohint": {"conditions": sec.conditions}}),
+        seed=int(getattr(cfg.campaign, "seed", 0) or 0),
+        baseline_repeats=sec.baseline_repeats,
+        context_repeats=sec.context_repeats,
+        params={"max_output_tokens": sec.max_output_tokens},
+        prompts=PromptBook(sec.prompts_dir) if sec.prompts_dir else None,
+        images_per_site=sec.images_per_site,
+        image_root=sec.image_root,
+    )
+
+
 def _meta(payload: Mapping[str, Any]) -> dict[str, Any]:
     meta = payload.get("meta")
     if not isinstance(meta, Mapping) or meta.get("task") != TASK_NAME or "site" not in meta or "condition" not in meta:
@@ -309,6 +341,7 @@ __all__ = [
     "PromptBook",
     "SCORED_TABLE",
     "geohint_stages",
+    "plan_from_config",
     "plan_messages",
     "score_located",
 ]
