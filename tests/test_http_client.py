@@ -270,3 +270,19 @@ def test_fault_config_validation():
         FaultConfig(rate=1.5)
     with pytest.raises(ValueError, match="kinds"):
         FaultConfig(kinds=("429", "teapot"))
+
+
+def test_injected_reset_is_processed_server_side_but_outcome_unknown_to_client():
+    """The "reset" fault runs the handler (a paid fake would bill) and then drops the connection."""
+    from geoagent.sandbox.echo import COUNTER_KEY
+
+    async def go():
+        app = make_app(faults=FaultConfig(rate=1.0, kinds=("reset",)))
+        async with serve(app) as base, HttpClient(default_policy=PAID) as http:
+            with pytest.raises(OutcomeUnknown):
+                await http.request("POST", base + "/echo", json={"prompt": "p"})
+        return app
+
+    app = asyncio.run(go())
+    assert app[COUNTER_KEY]["echo"] == 1  # the handler did the work
+    assert [(r.fault, r.status) for r in app[FAULTS_KEY].log] == [("reset", None)]

@@ -153,3 +153,23 @@ def test_throttle_params_hand_cases():
     assert n == 1 and w == pytest.approx(2.0 * (1 + m))
     with pytest.raises(ValueError, match="rate"):
         _throttle_params(HostPolicy(rate=0))
+
+
+def test_set_policy_tightens_live_limiter_without_burst():
+    """Lowering a host's rate at runtime keeps the recent sends in the window (no burst on the switch)."""
+
+    async def go():
+        app = make_app()
+        async with serve(app) as base, HttpClient(default_policy=HostPolicy(rate=100, concurrency=8)) as http:
+            await _drive(http, base + "/echo", 10, 8)
+            n1 = len(app[FAULTS_KEY].log)
+            http.set_policy("127.0.0.1", HostPolicy(rate=4, period_s=1.0, concurrency=8))  # hostname key
+            await _drive(http, base + "/echo", 8, 8)
+        t = np.array([r.t_mono for r in app[FAULTS_KEY].log])
+        return t[:n1], t[n1:]
+
+    first, second = asyncio.run(go())
+    assert first.size == 10 and second.size == 8
+    # the 10 fast sends fill the new window, so nothing goes until they have aged out of it
+    assert second.min() - first.max() >= 1.0
+    assert max_in_window(second, 1.0) <= 4

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import random
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -577,35 +578,57 @@ class HttpClient:
             import orjson
 
             data = orjson.dumps(json)
-            headers = {**(headers or {}), "Content-Type": "application/json"}
+            headers = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
+            headers["Content-Type"] = "application/json"
         counter = SimpleNamespace(attempts=0, possibly_billed=0)
 
-        def _stop_for_retry_after(rs: Any) -> bool:
-            exc = rs.outcome.exception() if rs.outcome is not None else None
-            return isinstance(exc, _Retryable) and exc.retry_after_s is not None and exc.retry_after_s > pol.backoff_max_s
-
-        def _before_sleep(rs: Any) -> None:
-            host.stats.retries += 1
-
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(_Retryable),
-            stop=stop_after_attempt(max(1, pol.max_attempts)) | _stop_for_retry_after,
-            wait=wait_random_exponential(multiplier=pol.backoff_base_s, max=pol.backoff_max_s),
-            before_sleep=_before_sleep,
-            reraise=True,
-        )
+        args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter)
+        last: _Retryable | None = None
+        # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
         try:
-            async for attempt in retrying:
-                with attempt:
-                    resp = await self._attempt(host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter)
+            return self._finish(await self._attempt(*args), counter)
         except _Retryable as exc:
-            last: _Retryable | None = exc
-        else:
+            last = exc
+        if pol.max_attempts > 1 and not self._too_long(last, pol):
             last = None
+            host.stats.retries += 1
+            # backoff before attempt 2 = tenacity's first wait, U(0, min(max, base)) (full jitter)
+            await asyncio.sleep(random.uniform(0.0, min(pol.backoff_max_s, pol.backoff_base_s)))
+
+            def _stop_for_retry_after(rs: Any) -> bool:
+                exc = rs.outcome.exception() if rs.outcome is not None else None
+                return isinstance(exc, _Retryable) and self._too_long(exc, pol)
+
+            def _before_sleep(rs: Any) -> None:
+                host.stats.retries += 1
+
+            # attempts 2..max_attempts; waits continue the sequence U(0, min(max, base * 2**k)), k = 1, 2, ...
+            retrying = AsyncRetrying(
+                retry=retry_if_exception_type(_Retryable),
+                stop=stop_after_attempt(pol.max_attempts - 1) | _stop_for_retry_after,
+                wait=wait_random_exponential(multiplier=2.0 * pol.backoff_base_s, max=pol.backoff_max_s),
+                before_sleep=_before_sleep,
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        resp = await self._attempt(*args)
+            except _Retryable as exc:
+                last = exc
         if last is not None:
             err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{last.reason}: {last.detail}", secrets), last.retry_after_s)
             err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
             raise err
+        return self._finish(resp, counter)
+
+    @staticmethod
+    def _too_long(exc: _Retryable, pol: HostPolicy) -> bool:
+        """A Retry-After longer than the call's longest backoff: give up now (the host stays paused)."""
+        return exc.retry_after_s is not None and exc.retry_after_s > pol.backoff_max_s
+
+    @staticmethod
+    def _finish(resp: HttpResponse, counter: SimpleNamespace) -> HttpResponse:
         resp.attempts = counter.attempts
         resp.possibly_billed = counter.possibly_billed
         return resp
