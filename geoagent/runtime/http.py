@@ -138,11 +138,13 @@ class HttpStats:
 
 DEFAULT_USER_AGENT = "geoagent/0.1 (+contact)"
 
-#: Safety margin added to every rate window. asyncio-throttle counts a request when it is *released*;
-#: the server sees it a little later (connection set-up, event-loop scheduling on a busy machine), and
-#: unequal delays can squeeze N+1 arrivals into one server-side window. Widening the client-side window
-#: by the margin absorbs up to that much delay jitter. Limits are upper bounds, so the small loss of
-#: throughput (about 9% at the defaults) is the safe side. Margin = max(fraction * period_s, min_s).
+#: Safety margin added to every rate window. Slots are stamped when the request's headers are written
+#: to the socket (see _SlidingWindowThrottler), but the server logs the arrival a little later, and
+#: unequal socket-to-handler delays (event-loop scheduling on a busy machine, network jitter) could
+#: squeeze N+1 arrivals into one server-side window. Widening the client-side window by the margin
+#: absorbs that much jitter (measured on a loaded 2-core box: <= ~40 ms; 100 ms at period 1 s).
+#: Limits are upper bounds, so the throughput loss (about 9% at the defaults) is the safe side.
+#: Margin = max(RATE_MARGIN_FRACTION * window, RATE_MARGIN_MIN_S).
 RATE_MARGIN_FRACTION = 0.1
 RATE_MARGIN_MIN_S = 0.02
 
@@ -406,15 +408,17 @@ class HttpClient:
       algorithm), counted at the moment the headers are written (a slot granted while a connection
       is still being opened stays occupied until then), widened by a safety margin
       (:data:`RATE_MARGIN_FRACTION`) for the remaining socket-to-server delay jitter; an idle spell
-      never banks a burst. Rate and concurrency always come from the HOST policy; a per-call ``policy=`` only changes
-      that call's retry/timeout fields.
+      never banks a burst. Rate and concurrency always come from the HOST policy; a per-call
+      ``policy=`` only changes that call's retry/timeout fields.
     * concurrency: an ``asyncio.Semaphore(concurrency)``; released while a caller sleeps between retries.
     * ``Retry-After`` on a 429 or 503 (seconds or HTTP-date) pauses the host for every caller (including
       callers already waiting for a slot). If it exceeds the call's ``backoff_max_s`` the call stops at
       once with :class:`RetriesExhausted` (``retry_after_s`` set) so a queue can nack with that delay.
-    * retries (tenacity ``AsyncRetrying``, exponential backoff with full jitter
-      ``wait_random_exponential(multiplier=backoff_base_s, max=backoff_max_s)``, at most ``max_attempts``
-      attempts) on 408/425/429, 5xx, timeouts, connection errors and failed ``validate`` checks.
+    * retries on 408/425/429, 5xx, timeouts, connection errors and failed ``validate`` checks, at most
+      ``max_attempts`` attempts, with exponential backoff and full jitter: the wait before attempt k+1
+      is uniform in [0, min(backoff_max_s, backoff_base_s * 2**(k-1))]. The first attempt runs
+      directly (cheap common path); attempts 2.. run in tenacity ``AsyncRetrying`` with
+      ``wait_random_exponential``.
     * other 4xx: :class:`PermanentHTTPError` at once (body excerpt <= 300 chars).
     * unknown outcome: an attempt that timed out or lost its connection AFTER the request headers went
       out (seen through an aiohttp trace hook) may have been processed. With
@@ -425,8 +429,10 @@ class HttpClient:
       it is retried, and counted in ``possibly_billed`` on the result or on the raised error.
     * secrets: exception texts never contain request headers; secret-looking query values are
       redacted from URLs (:func:`redact_url`), and header/query secret values are scrubbed from body
-      excerpts and error details. Errors are raised ``from None`` so aiohttp's own exception texts
-      (which may embed URLs) are not chained.
+      excerpts and error details. Errors are raised outside ``except`` blocks, so no aiohttp
+      exception (which may carry the request's headers) is chained as ``__cause__``/``__context__``.
+    * aiohttp's own hidden one-shot re-send of idempotent requests on a dropped connection is switched
+      off: every attempt goes through the limiter and the unknown-outcome check.
     """
 
     def __init__(
