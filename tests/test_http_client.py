@@ -286,3 +286,17 @@ def test_injected_reset_is_processed_server_side_but_outcome_unknown_to_client()
     app = asyncio.run(go())
     assert app[COUNTER_KEY]["echo"] == 1  # the handler did the work
     assert [(r.fault, r.status) for r in app[FAULTS_KEY].log] == [("reset", None)]
+
+
+def test_fault_only_paths_limits_injection():
+    async def go():
+        app = make_app(faults=FaultConfig(rate=1.0, kinds=("503",), only_paths=("/status/",)))
+        async with serve(app) as base, HttpClient(default_policy=HostPolicy(**{**_fields(FAST), "max_attempts": 1})) as http:
+            ok = await http.request("GET", base + "/echo")
+            with pytest.raises(RetriesExhausted):
+                await http.request("GET", base + "/status/200")
+        return app, ok
+
+    app, ok = asyncio.run(go())
+    assert ok.status == 200
+    assert [(r.path, r.fault, r.status) for r in app[FAULTS_KEY].log] == [("/echo", None, 200), ("/status/200", "503", 503)]
