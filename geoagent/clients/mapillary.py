@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from geoagent.clients.overpass import host_of
+from geoagent.clients.overpass import _json_body, host_of
 from geoagent import constants as C
 from geoagent.geo import haversine_km
 from geoagent.paths import safe_image_id
@@ -128,6 +128,11 @@ def quadrants(bbox: tuple[float, float, float, float]) -> list[tuple[float, floa
     return [(w, s, mx, my), (mx, s, e, my), (w, my, mx, n), (mx, my, e, n)]
 
 
+def _jpeg_body(resp: Any) -> None:
+    if not resp.body.startswith(b"\xff\xd8") or not resp.body.rstrip(b"\x00").endswith(b"\xff\xd9"):
+        raise ValueError("body is not a complete JPEG")
+
+
 def _server_error(exc: RetriesExhausted) -> bool:
     return bool(re.match(r"http 5\d\d", exc.last or ""))
 
@@ -196,7 +201,8 @@ class MapillaryClient:
         params = {"fields": ",".join(fields), "bbox": f"{w:.7f},{s:.7f},{e:.7f},{n:.7f}", "limit": str(self.limit), **extra}
         self.requests_made += 1
         try:
-            resp = await self.http.request("GET", f"{self.base_url}/images", params=params, headers=self._headers())
+            resp = await self.http.request("GET", f"{self.base_url}/images", params=params, headers=self._headers(),
+                                           validate=_json_body)
         except PermanentHTTPError as e:
             try:
                 self._decode(e.body_excerpt.encode())
@@ -271,7 +277,7 @@ class MapillaryClient:
         """``GET {base}/{image_id}?fields=...``: one bare image object (only the listed fields)."""
         iid = safe_image_id(image_id)
         resp = await self.http.request("GET", f"{self.base_url}/{iid}", params={"fields": ",".join(fields)},
-                                       headers=self._headers())
+                                       headers=self._headers(), validate=_json_body)
         data = self._decode(resp.body)
         if not isinstance(data, dict) or str(data.get("id")) != iid:
             raise MapillaryError(f"Mapillary image {iid}: unexpected body {resp.text[:200]!r}")
@@ -296,7 +302,12 @@ class MapillaryClient:
         url = await self.fresh_thumb_url(image_id, thumb_field)
         if self.thumb_policy is not None:
             self.http.set_policy(host_of(url), self.thumb_policy)
-        resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent})
+        try:
+            resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
+        except RetriesExhausted as e:
+            if e.last.startswith("invalid body"):
+                raise MapillaryError(f"thumbnail of {image_id} is not a JPEG: {e.last}") from None
+            raise
         if not resp.body.startswith(b"\xff\xd8"):
             raise MapillaryError(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})")
         return resp.body

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from geoagent.runtime.http import HostPolicy, PermanentHTTPError
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
 
 
 class OverpassError(RuntimeError):
@@ -45,6 +45,12 @@ class OverpassQueryError(OverpassError):
     def __init__(self, messages: list[str], body_excerpt: str) -> None:
         self.messages = messages
         super().__init__("Overpass rejected the query: " + ("; ".join(messages) or body_excerpt))
+
+
+def _json_body(resp: Any) -> None:
+    """``validate`` hook for the HTTP layer: a 2xx body that is not JSON (cut off, or an HTML error page)
+    is retried like a transient failure."""
+    orjson.loads(resp.body)
 
 
 def host_of(url: str) -> str:
@@ -175,8 +181,12 @@ class OverpassClient:
         try:
             resp = await self.http.request(
                 "POST", f"{self.base_url}/interpreter", data={"data": query},
-                headers=self._headers("application/json"),
+                headers=self._headers("application/json"), validate=_json_body,
             )
+        except RetriesExhausted as e:
+            if e.last.startswith("invalid body"):
+                raise OverpassError(f"Overpass kept answering bodies that are not JSON: {e.last}") from None
+            raise
         except PermanentHTTPError as e:
             if e.status == 400:
                 # the HTTP layer keeps only a body excerpt, so the messages may be cut off

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import orjson
 
-from geoagent.clients.overpass import host_of
+from geoagent.clients.overpass import _json_body, host_of
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError
 
 
@@ -85,7 +85,8 @@ class PageviewsClient:
         """
         try:
             resp = await self.http.request("GET", self.url(title, start, end),
-                                           headers={"User-Agent": self.user_agent, "Accept": "application/json"})
+                                           headers={"User-Agent": self.user_agent, "Accept": "application/json"},
+                                           validate=_json_body)
         except PermanentHTTPError as e:
             if e.status == 404:
                 return PageviewTotal(title, 0, 0)

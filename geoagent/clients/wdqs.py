@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from geoagent.clients.overpass import host_of
+from geoagent.clients.overpass import _json_body, host_of
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
 
 ENTITY_PREFIX = "http://www.wikidata.org/entity/"
@@ -270,6 +270,7 @@ class WdqsClient:
                 resp = await self.http.request(
                     "POST", self.endpoint, data={"query": query},
                     headers={"User-Agent": self.user_agent, "Accept": "application/sparql-results+json"},
+                    validate=_json_body,
                 )
             except PermanentHTTPError as e:
                 if e.status == 400:
@@ -280,7 +281,7 @@ class WdqsClient:
                     ra = e.retry_after_s if e.retry_after_s is not None else self.default_retry_after_s
                     self._not_before = self._clock() + ra
                     raise WdqsThrottled(ra, f"({e.last})") from None
-                if "TimeoutException" in e.last:
+                if "TimeoutException" in e.last or e.last.startswith("invalid body"):
                     raise WdqsTimeout(f"WDQS query timed out: {e.last}") from None
                 raise
             finally:

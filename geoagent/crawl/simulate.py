@@ -11,6 +11,8 @@ off mid-array, which exercises the auditor's split-and-retry path.
 
 from __future__ import annotations
 
+import hashlib
+import random
 import re
 
 import orjson
@@ -55,20 +57,28 @@ def image_audit_answer(ctx: SimContext) -> str:
                          "tourist_infrastructure": tourist, "quality": quality, "usable": usable, "why": why}).decode()
 
 
+def _item_rng(ctx: SimContext, label: str) -> random.Random:
+    # per-candidate randomness: a candidate gets the same rating whatever batch it is asked in, so the
+    # simulated crawl's results do not depend on the order in which sites reach the auditor
+    digest = hashlib.sha256(f"{ctx.model}\x00{ctx.seed}\x00{label}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
 def referenceability_answer(ctx: SimContext) -> str:
     """A JSON array rating every listed candidate (occasionally cut off, see module docstring)."""
     cands = _candidates(ctx.prompt.split("Candidates", 1)[-1])
     out = []
     for idx, label, _ in cands:
         low = label.lower()
+        rng = _item_rng(ctx, label)
         if any(w in low for w in _REJECT):
-            ok, fam = False, ctx.rng.choice([0, 1])
+            ok, fam = False, rng.choice([0, 1])
         elif any(w in low for w in _HIGH):
-            ok, fam = True, ctx.rng.choice([3, 4, 4, 5, 5])
+            ok, fam = True, rng.choice([3, 4, 4, 5, 5])
         elif any(w in low for w in _MID):
-            ok, fam = True, ctx.rng.choice([1, 2, 3, 3, 4])
+            ok, fam = True, rng.choice([1, 2, 3, 3, 4])
         else:
-            ok, fam = ctx.rng.random() < 0.85, ctx.rng.choice([0, 1, 1, 2, 3])
+            ok, fam = rng.random() < 0.85, rng.choice([0, 1, 1, 2, 3])
         out.append({"idx": idx, "ok": ok, "familiarity": fam, "zh": None, "en": label, "why": "simulated rating"})
     text = orjson.dumps(out).decode()
     if len(cands) > 4 and ctx.rng.random() < 0.125:

@@ -1,0 +1,105 @@
+"""Crawl daemon pieces: the sandbox crawl under injected API faults, config watching, audit responders."""
+
+from __future__ import annotations
+
+import asyncio
+import filecmp
+
+import pytest
+
+from geoagent import constants as C
+from geoagent.crawl.demo import run_sandbox_crawl
+from geoagent.crawl.image_audit import load_prompt, parse_image_audit
+from geoagent.crawl.referenceability import RefCandidate, parse_ref_batch, parse_sensitive_batch, render_candidates
+from geoagent.crawl.settings import CitySpec
+from geoagent.crawl.stages import enqueue_cities, watch_config_cities
+from geoagent.runtime.queue import open_queue
+from geoagent.sandbox.faults import FaultConfig
+
+
+@pytest.fixture(scope="module")
+def clean_and_faulty(tmp_path_factory):
+    a = tmp_path_factory.mktemp("clean")
+    b = tmp_path_factory.mktemp("faulty")
+    sa = asyncio.run(run_sandbox_crawl(a))
+    faults = FaultConfig(rate=0.12, kinds=("429", "500", "503", "malformed"), seed=11, retry_after_s=0.02)
+    sb = asyncio.run(run_sandbox_crawl(b, faults=faults))
+    return a, sa, b, sb
+
+
+def test_faulty_apis_give_the_same_crawl(clean_and_faulty):
+    """With 12% of API requests answered 429/500/503 or a cut-off body, the crawl still completes with no
+    dead task, and every table and ladder equals the fault-free crawl's (retries change nothing)."""
+    a, sa, b, sb = clean_and_faulty
+    assert all(s["dead"] == 0 and s["finished"] for s in sb["stages"]), sb["stages"]
+    assert sa["files"] == sb["files"] and any(f.startswith("ladders/") for f in sa["files"])
+    for f in sa["files"]:
+        assert filecmp.cmp(a / "state" / f, b / "state" / f, shallow=False), f
+
+
+def test_faults_were_hit_and_audit_logs_agree(clean_and_faulty):
+    a, sa, b, sb = clean_and_faulty
+    import json
+
+    retries = sum(h["retries"] for h in sb["http"].values())
+    reasons = {r for h in sb["http"].values() for r in h["errors"]}
+    assert retries > 10 and {"http 429", "http 500", "http 503", "invalid body"} <= reasons, sb["http"]
+    assert sum(h["retries"] for h in sa["http"].values()) == 0
+
+    assert (b / "state" / C.AUDIT_DECISIONS_FILE).is_file()
+    dec_a = [json.loads(x) for x in (a / "state" / C.AUDIT_DECISIONS_FILE).read_text().splitlines()]
+    dec_b = [json.loads(x) for x in (b / "state" / C.AUDIT_DECISIONS_FILE).read_text().splitlines()]
+    strip = lambda d: {k: v for k, v in d.items() if k != "ts"}  # noqa: E731
+    assert sorted(map(lambda d: sorted(strip(d).items(), key=str), dec_a), key=str) == \
+        sorted(map(lambda d: sorted(strip(d).items(), key=str), dec_b), key=str)
+
+
+def test_watch_config_enqueues_new_cities(tmp_path):
+    cfg = tmp_path / "crawl.toml"
+
+    def write(cities):
+        body = '[crawl]\ncontact = "mailto:x@example.org"\n'
+        for c in cities:
+            body += f'\n[[crawl.cities]]\ncity = "{c}"\nlat = 10.0\nlon = 20.0\n'
+        cfg.write_text(body, encoding="utf-8")
+
+    async def go():
+        q = open_queue(tmp_path / "queues", "w", C.EDGE_CITIES)
+        write(["Alpha"])
+        stop = asyncio.Event()
+        task = asyncio.create_task(watch_config_cities(cfg, q, interval_s=0.05, stop=stop))
+        await asyncio.sleep(0.2)
+        n1 = (await q.counts()).total
+        cfg.write_text("[crawl\nbroken", encoding="utf-8")  # a bad edit is skipped, not fatal
+        await asyncio.sleep(0.15)
+        write(["Alpha", "Beta", "Gamma"])
+        await asyncio.sleep(0.2)
+        stop.set()
+        await task
+        n2 = (await q.counts()).total
+        again = await enqueue_cities(q, [CitySpec(city="Beta", lat=1, lon=2)])
+        await q.close()
+        return n1, n2, again
+
+    assert asyncio.run(go()) == (1, 3, 0)
+
+
+def test_simulated_auditors_answer_in_our_formats():
+    import geoagent.crawl.simulate  # noqa: F401
+    from geoagent.sandbox.responders import respond
+
+    audits = [parse_image_audit(respond(load_prompt("crawl_image_audit.txt"), str(1000 + i), "m", 0)) for i in range(200)]
+    assert all(a.parsed for a in audits)
+    assert all(a.usable == a.usable_rule for a in audits)
+    usable = sum(a.usable for a in audits)
+    assert 120 < usable < 190 and any(a.scene_type == "vehicle_interior" for a in audits) and any(a.answer_overlay for a in audits)
+    assert respond(load_prompt("crawl_image_audit.txt"), "1", "m", 0) == respond(load_prompt("crawl_image_audit.txt"), "1", "m", 0)
+    cands = [RefCandidate(f"Q{i}", lab, 1.0, 0, 0) for i, lab in enumerate(["Central Station", "4th District", "Old Church", "Blue Plaque", "Elm Cafe"])]
+    prompt = load_prompt("crawl_referenceability.txt").replace("{candidates}", render_candidates(cands))
+    texts = [respond(prompt, None, "m", s) for s in range(40)]
+    parsed = [parse_ref_batch(t, 5) for t in texts]
+    full = [p for p in parsed if p is not None and len(p) == 5]
+    assert full and len(full) < 40  # some answers are cut off on purpose
+    assert all(p[1]["ok"] is False and p[0]["familiarity"] >= 3 for p in full)
+    sprompt = load_prompt("crawl_sensitive.txt").replace("{candidates}", render_candidates(cands, with_distance=False))
+    assert parse_sensitive_batch(respond(sprompt, None, "m", 0), 5) == {i: {"sensitive": False, "why": "ordinary place"} for i in range(5)}
