@@ -122,3 +122,11 @@ def test_error_objects_and_bad_ids():
     with pytest.raises(ValueError):
         MapillaryClient(None, "http://x", TOKEN, UA, limit=2001)
     assert len(quadrants((0, 0, 2, 2))) == 4
+
+
+def test_large_box_is_split_before_asking():
+    imgs = _images(50, spread=0.08)
+    app = fake.make_app(imgs)
+    box = (LON0 - 0.09, LAT0 - 0.09, LON0 + 0.09, LAT0 + 0.09)  # 0.0324 square degrees
+    got, c = asyncio.run(_run(app, lambda c: c.search_images(box)))
+    assert len(got) == 50 and c.requests_made == 4  # four quadrants of 0.0081, no 400 from the API

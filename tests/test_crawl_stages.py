@@ -45,6 +45,11 @@ def test_faults_were_hit_and_audit_logs_agree(clean_and_faulty):
     reasons = {r for h in sb["http"].values() for r in h["errors"]}
     assert retries > 10 and {"http 429", "http 500", "http 503", "invalid body"} <= reasons, sb["http"]
     assert sum(h["retries"] for h in sa["http"].values()) == 0
+    # per-API error rates for `status`
+    assert set(sb["api"]) == {"overpass", "wdqs", "mapillary", "pageviews"}
+    assert all(v["requests"] > 0 and v["error_rate"] < 0.5 for v in sb["api"].values()), sb["api"]
+    assert sum(v["error_rate"] > 0 for v in sb["api"].values()) >= 2
+    assert all(v["error_rate"] == 0 for v in sa["api"].values())
 
     assert (b / "state" / C.AUDIT_DECISIONS_FILE).is_file()
     dec_a = [json.loads(x) for x in (a / "state" / C.AUDIT_DECISIONS_FILE).read_text().splitlines()]

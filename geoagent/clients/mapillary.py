@@ -161,10 +161,14 @@ class MapillaryClient:
         Page size of bbox searches, at most 2,000.
     min_box_deg : float
         Smallest box side (degrees) that is still split when full or failing.
+    max_box_deg2 : float
+        Largest box area (square degrees) sent in one search; bigger boxes are split first (client
+        READMEs report failures above 0.01 square degrees).
     """
 
     def __init__(self, http: Any, base_url: str, token: str, user_agent: str, *, policy: HostPolicy | None = None,
-                 thumb_policy: HostPolicy | None = None, limit: int = MAX_LIMIT, min_box_deg: float = 1e-4) -> None:
+                 thumb_policy: HostPolicy | None = None, limit: int = MAX_LIMIT, min_box_deg: float = 1e-4,
+                 max_box_deg2: float = 0.01) -> None:
         if not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
         if not token:
@@ -175,10 +179,12 @@ class MapillaryClient:
         self.user_agent = user_agent
         self.limit = limit
         self.min_box_deg = min_box_deg
+        self.max_box_deg2 = max_box_deg2
         self.thumb_policy = thumb_policy
         self.host = host_of(self.base_url)
         self.requests_made = 0
         self.splits = 0
+        self.thumb_hosts: set[str] = set()
         if policy is not None:
             http.set_policy(self.host, policy)
 
@@ -233,6 +239,9 @@ class MapillaryClient:
         while stack:
             box = stack.pop()
             small = (box[2] - box[0]) <= self.min_box_deg or (box[3] - box[1]) <= self.min_box_deg
+            if (box[2] - box[0]) * (box[3] - box[1]) > self.max_box_deg2:
+                stack.extend(quadrants(box))  # too large to ask for at all: split before any request
+                continue
             try:
                 rows = await self._search_once(box, fields, extra)
             except RetriesExhausted as e:
@@ -300,6 +309,7 @@ class MapillaryClient:
             When the body is not a JPEG (e.g. an expired-URL error page).
         """
         url = await self.fresh_thumb_url(image_id, thumb_field)
+        self.thumb_hosts.add(host_of(url))
         if self.thumb_policy is not None:
             self.http.set_policy(host_of(url), self.thumb_policy)
         try:

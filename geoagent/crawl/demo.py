@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.crawl.settings import load_crawl_settings
-from geoagent.crawl.stages import run_crawl
+from geoagent.crawl.stages import build_crawl_services, run_crawl
 from geoagent.sandbox.city import build_world, serve_world
 
 #: Fast local limits for the sandbox (the public APIs' policies stay the defaults for real runs).
@@ -48,8 +48,11 @@ async def run_sandbox_crawl(root: str | Path, *, seed: int = 0, campaign: str = 
             await http.start()
         try:
             settings = sandbox_settings(world, sb["endpoints"], **overrides)
+            svc = build_crawl_services(settings, http, state_dir=root / "state", images_root=root / "images",
+                                       mapillary_token="MLY|sandbox|demo")
             run = await run_crawl(settings, campaign=campaign, queues_root=root / "queues", state_dir=root / "state",
-                                  images_root=root / "images", http=http, mapillary_token="MLY|sandbox|demo", tick=tick)
+                                  http=http, tick=tick, services=svc)
+            api = svc.api_stats()
             http_stats = {host: {"requests": st.requests, "retries": st.retries, "errors": dict(st.errors)}
                           for host, st in http.stats().items()}
         finally:
@@ -60,5 +63,6 @@ async def run_sandbox_crawl(root: str | Path, *, seed: int = 0, campaign: str = 
         "state_dir": str(state), "images_root": str(root / "images"),
         "stages": [s.as_dict() for s in run.stats()],
         "http": http_stats,
+        "api": api,
         "files": sorted(str(p.relative_to(state)) for p in state.rglob("*.csv")),
     }

@@ -100,20 +100,35 @@ class CrawlServices:
         return self._ref_auditor
 
     def api_stats(self) -> dict[str, dict[str, Any]]:
-        """Per API: requests, retries, errors by reason and error rate (for ``status``)."""
+        """Per API: requests, retries, errors by reason and error rate (for ``status``).
+
+        ``error_rate`` = failed attempts / attempts, not counting answers that are normal for the API
+        (a pageviews 404 means "no views"). Thumbnail CDN hosts are summed under ``thumbnails`` when they
+        differ from the Graph API host."""
         stats = self.http.stats()
+        normal = {"pageviews": {"http 404"}}
+        hosts: dict[str, list[str]] = {"overpass": [self.overpass.host], "wdqs": [self.wdqs.host],
+                                       "mapillary": [self.mapillary.host]}
+        if self.pageviews is not None:
+            hosts["pageviews"] = [self.pageviews.host]
+        thumbs = sorted(h for h in self.mapillary.thumb_hosts if h != self.mapillary.host)
+        if thumbs:
+            hosts["thumbnails"] = thumbs
         out = {}
-        for api, client in (("overpass", self.overpass), ("wdqs", self.wdqs), ("mapillary", self.mapillary),
-                            ("pageviews", self.pageviews)):
-            if client is None:
-                continue
-            st = stats.get(client.host)
-            if st is None:
-                out[api] = {"requests": 0, "retries": 0, "errors": {}, "error_rate": 0.0}
-                continue
-            n_err = sum(st.errors.values())
-            out[api] = {"requests": st.requests, "retries": st.retries, "errors": dict(st.errors),
-                        "error_rate": round(n_err / st.requests, 4) if st.requests else 0.0}
+        for api, hs in hosts.items():
+            req = retries = 0
+            errors: dict[str, int] = {}
+            for h in hs:
+                st = stats.get(h)
+                if st is None:
+                    continue
+                req += st.requests
+                retries += st.retries
+                for k, v in st.errors.items():
+                    errors[k] = errors.get(k, 0) + v
+            n_err = sum(v for k, v in errors.items() if k not in normal.get(api, set()))
+            out[api] = {"requests": req, "retries": retries, "errors": errors,
+                        "error_rate": round(n_err / req, 4) if req else 0.0}
         return out
 
 
@@ -416,13 +431,15 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
 async def run_crawl(settings: CrawlSettings, *, campaign: str, queues_root: str | Path, state_dir: str | Path,
                     http: Any, images_root: str | Path | None = None, mapillary_token: str | None = None,
                     providers: dict[str, Any] | None = None, burst: bool = True, handle_signals: bool = False,
-                    tick: Any = None) -> Any:
-    """Run the whole crawl pipeline over ``settings.cities`` (burst: until done); returns the runtime's
-    ``PipelineRun``. Resumable: re-running picks up from the queues and the stored results."""
+                    tick: Any = None, services: CrawlServices | None = None) -> Any:
+    """Run the whole crawl pipeline over ``settings.cities`` (burst: until done; ``burst=False`` keeps
+    polling for new cities, e.g. with :func:`watch_config_cities`); returns the runtime's ``PipelineRun``.
+    Resumable: re-running picks up from the queues and the stored results. Pass ``services`` (from
+    :func:`build_crawl_services`) to read :meth:`CrawlServices.api_stats` for ``status`` while it runs."""
     from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 
-    svc = build_crawl_services(settings, http, state_dir=state_dir, images_root=images_root,
-                               mapillary_token=mapillary_token, providers=providers)
+    svc = services or build_crawl_services(settings, http, state_dir=state_dir, images_root=images_root,
+                                           mapillary_token=mapillary_token, providers=providers)
     stages = crawl_stages()
     queues = open_edge_queues(queues_root, campaign, stages)
     try:
