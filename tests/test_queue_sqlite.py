@@ -685,11 +685,17 @@ def _soak_worker(root: str, out: str, wid: int, feeder_done: str, deadline: floa
 
 def _soak_aggregator(root: str, out: str, workers_done: list[str], deadline: float) -> None:
     """Consume queue2 until every worker has finished and queue2 is drained."""
-    result = {"acked": [], "error": None}
+    result = {"acked": [], "max_wal_bytes": 0, "error": None}
+    wals = [queue_path(root, "soak", e).with_name(e + ".sqlite-wal") for e in ("queue1", "queue2")]
     try:
         async def run() -> None:
             async with SQLiteQueue.open(root, "soak", "queue2") as q2:
                 while time.time() < deadline:
+                    for wal in wals:
+                        try:
+                            result["max_wal_bytes"] = max(result["max_wal_bytes"], wal.stat().st_size)
+                        except FileNotFoundError:  # the last connection to close deletes the WAL
+                            pass
                     tasks = await q2.lease(64, 60.0)
                     if not tasks:
                         if all(Path(p).exists() for p in workers_done) and (await q2.counts()).pending == 0:
@@ -748,4 +754,8 @@ def test_soak_eight_worker_processes_and_aggregator_for_60s(tmp_path):
         conn = sqlite3.connect(path)
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         conn.close()
-    print(f"soak: {len(expected)} tasks, busy fallbacks to the thread: {sum(w['fallbacks'] for w in workers)}")
+    assert aggregator["max_wal_bytes"] < 64 * 2**20  # checkpoints keep the WAL bounded under load
+    print(
+        f"soak: {len(expected)} tasks; busy fallbacks to the thread: {sum(w['fallbacks'] for w in workers)}; "
+        f"largest WAL seen {aggregator['max_wal_bytes'] / 2**20:.1f} MiB"
+    )
