@@ -253,6 +253,7 @@ async def run_campaign(
                 burst=not watch,
                 tick=progress,
                 handle_signals=handle_signals,
+                runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s},
             )
             counts = await view.counts()
             dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}

@@ -111,6 +111,8 @@ class StageRunner:
         Commit (put outputs, ack inputs) after this many finished tasks, or after ``commit_interval_s``.
     grace_s : float
         On stop, how long in-flight tasks may run before they are cancelled and released, seconds.
+    visibility_timeout_s : float or None
+        Lease length in seconds (default: the stage's own); a crashed worker's tasks return after it.
     """
 
     def __init__(
@@ -126,8 +128,10 @@ class StageRunner:
         commit_every: int = 64,
         commit_interval_s: float = 0.05,
         grace_s: float = 30.0,
+        visibility_timeout_s: float | None = None,
     ) -> None:
         self.stage = stage
+        self.visibility_timeout_s = visibility_timeout_s or stage.visibility_timeout_s
         self.inq = input_queue
         self.outq = output_queue
         self.ctx = ctx
@@ -188,7 +192,7 @@ class StageRunner:
             if free <= 0:
                 await anyio.sleep(0.005)
                 continue
-            tasks = await self.inq.lease(min(free, self.stage.lease_batch), self.stage.visibility_timeout_s)
+            tasks = await self.inq.lease(min(free, self.stage.lease_batch), self.visibility_timeout_s)
             if not tasks:
                 if await self._input_exhausted():
                     return
