@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import filecmp
+import json
 
 import pytest
 
@@ -108,3 +109,43 @@ def test_simulated_auditors_answer_in_our_formats():
     assert all(p[1]["ok"] is False and p[0]["familiarity"] >= 3 for p in full)
     sprompt = load_prompt("crawl_sensitive.txt").replace("{candidates}", render_candidates(cands, with_distance=False))
     assert parse_sensitive_batch(respond(sprompt, None, "m", 0), 5) == {i: {"sensitive": False, "why": "ordinary place"} for i in range(5)}
+
+
+def test_engine_runs_the_crawl_campaign_and_resumes(tmp_path, monkeypatch):
+    """``run.py crawl CONFIG`` path: the engine plans the cities and runs the six stages; a re-run is a no-op."""
+    from geoagent import engine
+    from geoagent.config import config_from_dict
+    from geoagent.crawl.demo import SANDBOX_POLICY
+    from geoagent.sandbox.city import build_world, serve_world
+
+    monkeypatch.setitem(engine.KINDS, "crawl", "geoagent.crawl.campaign:CrawlCampaign")
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|engine|test")
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    world = build_world(0)
+
+    async def go():
+        async with serve_world(world) as sb:
+            cfg = config_from_dict({
+                "campaign": {"name": "crawl-e2e", "kind": "crawl"}, "budget": {"cap_usd": 0.0},
+                "crawl": {"contact": "mailto:e2e@example.org", "cities": world.cities, "endpoints": sb["endpoints"],
+                          "policies": {k: SANDBOX_POLICY for k in ("overpass", "wdqs", "pageviews", "mapillary", "thumbnails")}},
+            })
+            first = await engine.run_campaign(cfg, live=False, handle_signals=False, export=False)
+            report = json.loads(first.report_files[0].read_text())
+            second = await engine.run_campaign(cfg, live=False, handle_signals=False, export=False)
+            return first, report, second, sb["apps"]
+
+    first, report, second, apps = asyncio.run(go())
+    assert first.status == "complete" and first.exit_code == 0, first.summary()
+    assert first.counts[C.EDGE_RATED].done == 3 and first.counts[C.EDGE_CITIES].done == 2
+    state = tmp_path / "state" / "crawl-e2e"
+    assert len(list((state / "ladders").glob("*.csv"))) == 3
+    assert (tmp_path / "state" / C.IMAGES_DIR).is_dir()
+    assert report["api"]["wdqs"]["requests"] > 0 and "sites.csv" in report["files"]
+    assert second.status == "complete"
+    from geoagent.sandbox import overpass
+
+    n_queries = len(apps["overpass"][overpass.OVERPASS_STATE].queries)
+    assert n_queries == 2  # two cities screened once; the second run asked nothing
+    assert any("error rate" in line for line in first.extra_lines)

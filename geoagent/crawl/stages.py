@@ -146,8 +146,11 @@ def _provider_for(kind: str, model: str, providers: dict[str, Any] | None, http:
 
 def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str | Path, images_root: str | Path | None = None,
                          mapillary_token: str | None = None, providers: dict[str, Any] | None = None,
-                         overpass_check_slots: bool = True) -> CrawlServices:
+                         overpass_check_slots: bool = True, configured_hosts: Sequence[str] = ()) -> CrawlServices:
     """Create the clients (with the usage-policy host limits) and providers for a crawl.
+
+    A host listed in ``configured_hosts`` (the campaign's ``[hosts]`` table) keeps the policy the
+    HttpClient already has; every other API host gets its usage-policy default from the crawl settings.
 
     Raises
     ------
@@ -159,15 +162,22 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
     if not token:
         raise CrawlConfigError(f"Mapillary token missing: set the environment variable {ep.mapillary_token_env}")
     ua = settings.user_agent
+    configured = set(configured_hosts)
+
+    def pol(api: str, url: str) -> Any:
+        from geoagent.clients.overpass import host_of
+
+        return None if host_of(url) in configured else settings.host_policy(api)
+
     pv = None
     if settings.referenceability.pageviews:
-        pv = PageviewsClient(http, ep.pageviews, ua, policy=settings.host_policy("pageviews"))
+        pv = PageviewsClient(http, ep.pageviews, ua, policy=pol("pageviews", ep.pageviews))
     return CrawlServices(
         settings=settings, http=http, state_dir=Path(state_dir),
         images_root=Path(images_root) if images_root else paths.state_root() / C.IMAGES_DIR,
-        overpass=OverpassClient(http, ep.overpass, ua, policy=settings.host_policy("overpass"), check_slots=overpass_check_slots),
-        wdqs=WdqsClient(http, ep.wdqs, ua, policy=settings.host_policy("wdqs")),
-        mapillary=MapillaryClient(http, ep.mapillary, token, ua, policy=settings.host_policy("mapillary"),
+        overpass=OverpassClient(http, ep.overpass, ua, policy=pol("overpass", ep.overpass), check_slots=overpass_check_slots),
+        wdqs=WdqsClient(http, ep.wdqs, ua, policy=pol("wdqs", ep.wdqs)),
+        mapillary=MapillaryClient(http, ep.mapillary, token, ua, policy=pol("mapillary", ep.mapillary),
                                   thumb_policy=settings.host_policy("thumbnails")),
         pageviews=pv,
         image_provider=_provider_for(settings.image_audit.provider, settings.image_audit.model, providers, http, settings.seed),
@@ -175,21 +185,73 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
     )
 
 
+def services_from_context(ctx: StageContext) -> CrawlServices:
+    """The crawl services of a campaign run by the engine: built once from the engine's services
+    (``config`` with its ``[crawl]`` section, ``http``, ``providers``, ``state_dir``) and stored at
+    ``ctx.services["crawl"]``. Images go to ``<state root>/images``."""
+    svc = ctx.services.get("crawl")
+    if svc is not None:
+        return svc
+    cfg = ctx.get("config")
+    settings = cfg.section("crawl") if hasattr(cfg, "section") else cfg
+    if not isinstance(settings, CrawlSettings):
+        raise CrawlConfigError("the campaign config has no valid [crawl] section")
+    state_root = cfg.state_root() if hasattr(cfg, "state_root") else paths.state_root()
+    svc = build_crawl_services(settings, ctx.get("http"), state_dir=ctx.services.get("state_dir") or cfg.state_dir(),
+                               images_root=Path(state_root) / C.IMAGES_DIR, providers=ctx.services.get("providers"),
+                               configured_hosts=list(getattr(cfg, "hosts", {}) or {}))
+    ctx.services["crawl"] = svc
+    return svc
+
+
 def _svc(ctx: StageContext) -> CrawlServices:
-    return ctx.get("crawl")
+    return services_from_context(ctx)
+
+
+class _CrawlStage(Stage):
+    """Common start hook: make sure the crawl services exist before the first task."""
+
+    async def start(self, ctx: StageContext) -> None:
+        services_from_context(ctx)
 
 
 def _permanent(exc: Exception) -> bool:
     return isinstance(exc, (OverpassQueryError, WdqsQueryError, ValueError))
 
 
-class CityScreenerStage(Stage):
+class CityScreenerStage(_CrawlStage):
     """cities -> admitted: screen one city (Sec. 3.1, 3.2.1); rewrite ``city_pool.csv``."""
 
     name = C.STAGE_SCREENER
     input_edge = C.EDGE_CITIES
     output_edge = C.EDGE_ADMITTED
     concurrency = 2
+
+    def __init__(self) -> None:
+        self._watch: asyncio.Task[None] | None = None
+        self._stop_watch = asyncio.Event()
+        self._watch_queue: WorkQueue | None = None
+
+    async def start(self, ctx: StageContext) -> None:
+        """With ``[crawl] watch = true`` and a config file, keep re-reading it for new cities."""
+        svc = services_from_context(ctx)
+        cfg = ctx.services.get("config")
+        source = getattr(cfg, "source", None)
+        if svc.settings.watch and source and Path(str(source)).is_file():
+            from geoagent.runtime.queue import open_queue
+
+            root = ctx.services.get("queues_root") or paths.queues_root()
+            self._watch_queue = open_queue(root, ctx.campaign, C.EDGE_CITIES)
+            self._watch = asyncio.create_task(watch_config_cities(str(source), self._watch_queue, stop=self._stop_watch))
+
+    async def stop(self, ctx: StageContext) -> None:
+        if self._watch is not None:
+            self._stop_watch.set()
+            await self._watch
+            self._watch = None
+        if self._watch_queue is not None:
+            await self._watch_queue.close()
+            self._watch_queue = None
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)
@@ -230,7 +292,7 @@ def _write_csv(rows: Sequence[dict[str, Any]], path: Path, columns: Sequence[str
     tmp.replace(path)
 
 
-class SiteSamplerStage(Stage):
+class SiteSamplerStage(_CrawlStage):
     """admitted -> sites: shuffled, spacing-first, coverage-checked site choice (Sec. 3.2.1)."""
 
     name = C.STAGE_SAMPLER
@@ -260,7 +322,7 @@ class SiteSamplerStage(Stage):
         return [(f"site:{s['site']}", {"site": s}) for s in rec["sites"]]
 
 
-class ImageryFetcherStage(Stage):
+class ImageryFetcherStage(_CrawlStage):
     """sites -> images: spread, bright, de-duplicated thumbnails per site (Sec. 3.2)."""
 
     name = C.STAGE_FETCHER
@@ -280,7 +342,7 @@ class ImageryFetcherStage(Stage):
         return [(f"site:{sid}", {"site": site, "images": rec["kept"]})]
 
 
-class ImageAuditorStage(Stage):
+class ImageAuditorStage(_CrawlStage):
     """images -> sites_for_audit: the vision-model audit of each kept image, merged with human verdicts
     into ``image_audit.csv``; the site then moves on to the referenceability audit."""
 
@@ -331,7 +393,7 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
     return ia.write_image_audit_csv(rows, svc.state_dir / "image_audit.csv")
 
 
-class ReferenceabilityAuditorStage(Stage):
+class ReferenceabilityAuditorStage(_CrawlStage):
     """sites_for_audit -> rated: every entity within 6 km of the site, rated and screened (Sec. 3.3)."""
 
     name = C.STAGE_REF_AUDITOR
@@ -365,7 +427,7 @@ def _rated_json(r: RatedCandidate) -> dict[str, Any]:
     return {k: getattr(r, k) for k in ("qid", "label_raw", "dist_km", "familiarity", "ok", "name_en", "name_zh", "sensitive", "pageviews")}
 
 
-class LadderBuilderStage(Stage):
+class LadderBuilderStage(_CrawlStage):
     """rated -> (files): one context ladder CSV per site (Sec. 3.3)."""
 
     name = C.STAGE_LADDER_BUILDER
@@ -396,9 +458,14 @@ def crawl_stages() -> list[Stage]:
             ReferenceabilityAuditorStage(), LadderBuilderStage()]
 
 
+def city_messages(cities: Sequence[CitySpec]) -> list[Message]:
+    """The ``cities`` edge messages (key ``city:<slug>``, stable across runs)."""
+    return [(f"city:{city_key(c.city)}", {"city": c.model_dump()}) for c in cities]
+
+
 async def enqueue_cities(queue: WorkQueue, cities: Sequence[CitySpec]) -> int:
     """Put each city on the ``cities`` edge (key ``city:<slug>``; already known cities are no-ops)."""
-    return await queue.put_many((f"city:{city_key(c.city)}", {"city": c.model_dump()}) for c in cities)
+    return await queue.put_many(city_messages(cities))
 
 
 async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, interval_s: float = 10.0,

@@ -1,0 +1,60 @@
+"""The crawl as a campaign kind for the engine (``[campaign] kind = "crawl"``, ``run.py crawl CONFIG``).
+
+The planner puts the ``[[crawl.cities]]`` on the ``cities`` edge (keys stable, so re-running resumes);
+the stages are :func:`geoagent.crawl.stages.crawl_stages`; their services are built from the engine's
+(``config``, ``http``, ``providers``, ``state_dir``) on first use. ``[crawl] watch = true`` (or the
+engine's watch mode plus that flag) keeps re-reading the config for new cities. The report is
+``report/crawl_summary.json`` with the output files and the per-API request and error counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent import constants as C
+from geoagent.crawl.settings import CrawlConfigError, CrawlSettings
+from geoagent.crawl.stages import city_messages, crawl_stages, services_from_context
+from geoagent.engine import CampaignKind
+from geoagent.runtime.stage import Message, Stage, StageContext
+
+
+def _settings(cfg: Any) -> CrawlSettings:
+    s = cfg.section("crawl")
+    if not isinstance(s, CrawlSettings):
+        raise CrawlConfigError(f"{getattr(cfg, 'source', 'config')}: a crawl campaign needs a [crawl] section")
+    return s
+
+
+class CrawlCampaign(CampaignKind):
+    """Screen cities, sample sites, fetch and audit images, rate reference points, build ladders."""
+
+    kind = "crawl"
+    plan_edge = C.EDGE_CITIES
+    eta_edge = C.EDGE_SITES
+
+    def stages(self, cfg: Any) -> list[Stage]:
+        _settings(cfg)
+        return crawl_stages()
+
+    async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
+        return city_messages(_settings(cfg).cities)
+
+    async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
+        svc = services_from_context(ctx)
+        out = Path(cfg.state_dir()) / C.REPORT_DIR / "crawl_summary.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        files = sorted(str(p.relative_to(svc.state_dir)) for p in svc.state_dir.glob("**/*.csv"))
+        out.write_bytes(orjson.dumps({"status": outcome.status, "api": svc.api_stats(), "files": files,
+                                      "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
+        return [out]
+
+    def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
+        svc = services_from_context(ctx)
+        lines = [f"  crawl outputs: {svc.state_dir} (sites.csv, ladders/, image_audit.csv), images: {svc.images_root}"]
+        for api, st in svc.api_stats().items():
+            lines.append(f"  {api:>10}: {st['requests']} requests, {st['retries']} retries, error rate {st['error_rate']:.1%}")
+        return lines
