@@ -1,0 +1,165 @@
+"""Acceptance (issue 2) at campaign level: faults, cost cap, missing work, resume, secrets.
+
+Every campaign here runs the real engine (queues, model caller, store, ledger, HTTP client) against the local
+OpenAI-compatible fake server, or the simulated provider.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from geoagent.config import load_config
+from geoagent.engine import EXIT_BUDGET, EXIT_COMPLETE, EXIT_INCOMPLETE, run_campaign
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.faults import FaultConfig
+from geoagent.sandbox.server import serve
+from geoagent.status import campaign_status, format_status
+
+GOOD_KEY = "sk-sandbox-good-0123456789abcdefghij"
+BAD_KEY = "sk-sandbox-revoked-0123456789abcdefgh"
+
+
+def _write(tmp: Path, name: str, body: str) -> Path:
+    p = tmp / f"{name}.toml"
+    p.write_text(
+        f"""
+[campaign]
+name = "{name}"
+kind = "generic"
+seed = 11
+
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+
+[queue]
+max_attempts = 8
+visibility_timeout_s = 20.0
+backoff_base_s = 0.02
+backoff_max_s = 0.2
+{body}
+"""
+    )
+    return p
+
+
+def _model(name: str, base_url: str, key_env: str, n_extra: str = "") -> str:
+    return f"""
+[[models]]
+name = "{name}"
+provider = "openai"
+model = "sim-gpt-{name}"
+base_url = "{base_url}/v1"
+api_key_env = "{key_env}"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 200
+concurrency = 16
+rate = {{ requests = 2000, period_s = 1.0 }}
+timeout_s = 1.5
+max_attempts = 4
+{n_extra}
+"""
+
+
+def test_faults_on_20_percent_complete_and_permanent_failures_are_dead_lettered(tmp_path, monkeypatch):
+    monkeypatch.setenv("GOOD_KEY", GOOD_KEY)
+    monkeypatch.setenv("BAD_KEY", BAD_KEY)
+    faults = FaultConfig(rate=0.2, kinds=("429", "500", "503", "timeout", "reset", "malformed"), seed=5,
+                         retry_after_s=0.2, timeout_delay_s=3.0)
+    app = llm_openai.make_app(faults=faults, api_keys=[GOOD_KEY])
+
+    async def main():
+        async with serve(app) as base:
+            cfg_path = _write(
+                tmp_path, "faults",
+                "[budget]\ncap_usd = 10.0\n[generic]\nn_requests = 150\n"
+                + _model("good", base, "GOOD_KEY") + _model("revoked", base, "BAD_KEY", "sampling_rate = 0.1"),
+            )
+            cfg = load_config(cfg_path)
+            outcome = await run_campaign(cfg, live=False, handle_signals=False)
+            return cfg, outcome
+
+    cfg, outcome = anyio.run(main)
+    injected = app[llm_openai.CALLS_KEY] if hasattr(llm_openai, "CALLS_KEY") else app["calls"]
+    # the good model's 150 requests all completed despite the faults
+    from geoagent.runtime.store import open_campaign_state
+
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
+        rows = dict(st.store.iter_results("results"))
+        summary = st.ledger.summary()
+    good = [r for r in rows.values() if r["model"] == "good"]
+    assert len(good) == 150
+    # the revoked key's requests failed permanently (401) and sit in the dead-letter queue with their reason
+    revoked_planned = outcome.planned - 150
+    assert revoked_planned > 0
+    assert outcome.counts["requests"].dead == revoked_planned
+    assert outcome.status == "incomplete" and outcome.exit_code == EXIT_INCOMPLETE
+    reasons = [d.reason for d in outcome.dead["requests"]]
+    assert all("401" in r for r in reasons), reasons
+    assert BAD_KEY not in " ".join(reasons) and GOOD_KEY not in " ".join(reasons)
+    # faults really happened and were retried
+    from geoagent.sandbox.faults import find_fault_state
+
+    st_f = find_fault_state(app)
+    assert sum(st_f.injected.values()) >= 20
+    assert len({k for k, v in st_f.injected.items() if v}) >= 5
+    # `status` shows the dead letters and their reasons
+    text = format_status(campaign_status(cfg))
+    assert "dead requests/" in text and "401" in text
+    # settled spend matches the usage of the stored responses
+    assert summary.calls >= 150 and summary.spent_usd > 0
+    assert len(injected) >= 150
+
+
+def test_cost_cap_stops_at_cap_and_reports_the_rest(tmp_path):
+    base_model = """
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+price_input_usd_per_mtok = 2.0
+price_output_usd_per_mtok = 8.0
+max_output_tokens = 120
+concurrency = 8
+rate = { requests = 5000, period_s = 1.0 }
+"""
+    full = _write(tmp_path, "full", "[budget]\ncap_usd = 1000.0\n[generic]\nn_requests = 300\n" + base_model)
+    out_full = anyio.run(lambda: run_campaign(load_config(full), live=False, handle_signals=False, export=False))
+    assert out_full.exit_code == EXIT_COMPLETE
+    full_cost = out_full.spend["spent_usd"]
+    cap = full_cost / 3
+    capped = _write(tmp_path, "capped", f"[budget]\ncap_usd = {cap!r}\n[generic]\nn_requests = 300\n" + base_model)
+    cfg = load_config(capped)
+    out = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, export=False))
+    assert out.status == "budget exhausted" and out.exit_code == EXIT_BUDGET
+    total = out.spend["spent_usd"] + out.spend["unknown_usd"]
+    assert total <= cap + 1e-12
+    assert out.remaining() > 0 and out.counts["requests"].done + out.remaining() == 300
+    assert "budget exhausted" in out.summary() and f"{out.remaining()} requests not dispatched" in out.summary()
+    # re-running with the same cap dispatches nothing more and spends nothing more
+    again = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, export=False))
+    assert again.status == "budget exhausted"
+    assert again.spend["spent_usd"] == pytest.approx(out.spend["spent_usd"], abs=1e-12)
+
+
+def test_rerun_resumes_without_repeating_calls(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOME_KEY_VAR", GOOD_KEY)
+    app = llm_openai.make_app(api_keys=[GOOD_KEY])
+
+    async def main():
+        async with serve(app) as base:
+            cfg = load_config(_write(tmp_path, "resume", "[budget]\ncap_usd = 5.0\n[generic]\nn_requests = 120\n"
+                                     + _model("m", base, "SOME_KEY_VAR")))
+            first = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            n_calls = len(app["calls"])
+            second = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            return first, second, n_calls, len(app["calls"])
+
+    first, second, n1, n2 = anyio.run(main)
+    assert first.status == second.status == "complete"
+    assert n1 == 120 and n2 == 120  # no second call for any stored response
+    assert second.spend["spent_usd"] == pytest.approx(first.spend["spent_usd"])
