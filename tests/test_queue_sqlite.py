@@ -513,6 +513,66 @@ def test_busy_write_lock_goes_to_the_thread_without_blocking_the_loop(tmp_path):
     asyncio.run(go())
 
 
+@pytest.mark.parametrize("inline", [True, False])
+def test_many_coroutines_share_one_queue_object(tmp_path, inline):
+    """20 coroutines of one event loop lease and ack through one SQLiteQueue: each task acked once."""
+    keys = [f"k{i:04d}" for i in range(2000)]
+
+    async def go():
+        async with SQLiteQueue(tmp_path / "q.sqlite", inline=inline) as queue:
+            await queue.put_many([(k, {}) for k in keys])
+            acked: list[str] = []
+
+            async def consumer(seed: int) -> None:
+                rng = random.Random(seed)
+                while tasks := await queue.lease(rng.randint(1, 20), 60.0):
+                    await asyncio.sleep(0)
+                    await queue.ack(tasks)
+                    acked.extend(t.key for t in tasks)
+
+            await asyncio.gather(*(consumer(i) for i in range(20)))
+            assert sorted(acked) == keys
+            assert await queue.counts() == QueueCounts(done=len(keys))
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("checkpoint_every", [10, 10**9])
+def test_wal_checkpoints_run_off_the_event_loop(tmp_path, checkpoint_every):
+    """With inline calls SQLite's auto-checkpoint is off (with a huge ``checkpoint_every`` the pages stay
+    in the WAL); the queue's own passive checkpoints on the worker thread copy them into the database."""
+    path = tmp_path / "q.sqlite"
+
+    async def go():
+        async with SQLiteQueue(path, checkpoint_every=checkpoint_every) as queue:
+            assert queue.inline
+            assert queue._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+            size0 = path.stat().st_size
+            for i in range(50):  # ~0.9 MB of payload
+                await queue.put_many([(f"k{i}-{j}", {"pad": "x" * 500}) for j in range(32)])
+            deadline = time.monotonic() + (10 if checkpoint_every == 10 else 1)
+            while path.stat().st_size < size0 + 500_000 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert (path.stat().st_size >= size0 + 500_000) == (checkpoint_every == 10)
+            assert await queue.counts() == QueueCounts(ready=50 * 32)
+
+    asyncio.run(go())
+
+
+def test_synchronous_full_uses_the_thread_and_works(tmp_path):
+    async def go():
+        async with SQLiteQueue(tmp_path / "q.sqlite", synchronous="FULL") as queue:
+            assert queue.inline is False
+            assert queue._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+            await queue.put_many([("a", {}), ("b", {})])
+            tasks = await queue.lease(2, 60)
+            await queue.ack(tasks[0])
+            assert await queue.nack(tasks[1], "x", backoff_s=0) == "ready"
+            assert await queue.counts() == QueueCounts(ready=1, done=1)
+
+    asyncio.run(go())
+
+
 def _lease_ack_worker(path: str, out: str, seed: int) -> None:
     """Child process: lease random batches and ack them until the queue is empty; record acked keys."""
     rng = random.Random(seed)

@@ -45,21 +45,31 @@ waiting) with ``busy_timeout`` (60 s by default) so contending writers wait inst
 readers (``counts`` from ``run.py status`` in another process) proceed while a writer commits.
 Transactions are a handful of indexed statements (tens to hundreds of microseconds), so waits are short.
 
-How the async methods run their SQL (measured with ``benchmarks/queue_sqlite.py``, batch 32, on the
-2-core development machine): calling SQLite inline on the event loop reached about 110,000 leased and
-117,000 acked tasks/s; handing every call to a dedicated thread cost about 0.1 ms per call and dropped
-that to about 75,000-82,000 tasks/s. But inline alone is unsafe with several processes: a call that has
-to wait for another process's write lock would block the event loop (every HTTP request of the process)
-for up to ``busy_timeout``. So each async call first tries the transaction inline with a zero busy
-timeout; if the write lock is held elsewhere (``SQLITE_BUSY``, nothing applied yet: the transaction is
-rolled back) or this queue's connection is in use by the thread, the call goes to the queue's single
-worker thread, which waits with the full ``busy_timeout`` without blocking the loop. Calls that may be
-long (``put_many`` above ``inline_max_items``, ``requeue_dead``) always use the thread, and so does
-everything when ``synchronous`` is ``FULL``/``EXTRA`` (an ``fsync`` per commit is too long to block on).
-``inline=False`` forces the thread for everything. The ``*_sync`` methods share the connection under a
-lock and may be called from any thread (``status`` uses :meth:`SQLiteQueue.counts_sync`). Cancelling an
-awaiting coroutine does not cancel SQL already handed to the thread: a lease whose caller was cancelled
-expires after its visibility timeout; an ack still commits.
+How the async methods run their SQL. Measured with ``benchmarks/queue_sqlite.py`` (batch 32, ~200-byte
+payloads, on the shared 2-core development machine, so figures vary by about +-30 % between runs):
+
+* one process, 100,000 tasks: inline (``*_sync`` on the loop) about 140,000 put, 80,000-130,000 leased
+  and 125,000-200,000 acked tasks/s; every call on a worker thread about 89,000 / 72,000 / 92,000 tasks/s
+  (the thread hop costs ~0.1 ms per call); at 1,000,000 tasks the inline rates stay 84,000-125,000 and
+  the peak RSS stays at 42 MiB (the same as at 100,000).
+* ``--procs 4`` (four processes moving tasks between two shared files): inline-first 36,000 tasks/s
+  moved with event-loop lag p99 11 ms; thread-only 27,000 tasks/s, lag p99 6 ms; pure inline (waiting
+  for other processes' write locks on the loop) 22,000 tasks/s, lag p99 212 ms, max 414 ms.
+
+Pure inline is fast but stalls the event loop (every HTTP request of the process) for as long as another
+process holds the write lock, up to ``busy_timeout``. So each async call first tries its transaction
+inline with a zero busy timeout; if the write lock is held elsewhere (``SQLITE_BUSY`` before anything was
+applied: the transaction is rolled back) or this queue's connection is busy on the worker thread, the call
+goes to the queue's single worker thread, which waits with the full ``busy_timeout`` while the loop runs
+on. SQLite's automatic WAL checkpoint (run inside whichever commit crosses 1,000 WAL pages, tens of ms)
+is switched off for such connections and done as a passive checkpoint on the worker thread every
+``checkpoint_every`` commits. Calls that may be long (``put_many``, ``lease``, ``ack`` or ``release`` of
+more than ``inline_max_items`` tasks, and ``requeue_dead``) always use the thread, and so does everything when ``synchronous`` is
+``FULL``/``EXTRA`` (an ``fsync`` per commit is too long to block on). ``inline=False`` forces the thread
+for everything. The ``*_sync`` methods share the connection under a lock and may be called from any
+thread (``status`` uses :meth:`SQLiteQueue.counts_sync` or :func:`read_counts`). Cancelling an awaiting
+coroutine does not cancel SQL already handed to the thread: a lease whose caller was cancelled expires
+after its visibility timeout; an ack still commits.
 
 Durability argument (threat model: the process is SIGKILLed at any instruction)
 -------------------------------------------------------------------------------
@@ -208,7 +218,8 @@ class SQLiteQueue(WorkQueue):
         Let async calls try their transaction on the event loop first (see module docstring). Default:
         true unless ``synchronous`` is ``FULL`` or ``EXTRA``.
     inline_max_items : int
-        ``put_many`` with more items than this always runs on the worker thread (256).
+        Async ``put_many``, ``lease``, ``ack`` and ``release`` of more tasks than this always run on the
+        worker thread (256): a big transaction must not block the event loop.
     checkpoint_every : int
         With ``inline``, SQLite's automatic WAL checkpoint (which runs inside whichever commit crosses
         1,000 WAL pages and can take tens of ms) is switched off for this connection; instead a passive
@@ -467,7 +478,7 @@ class SQLiteQueue(WorkQueue):
                 for key, payload, attempts, lease_id, err in rows
             ]
 
-        return _Op(tx, post=post)
+        return _Op(tx, post=post, inline=n <= self.inline_max_items)
 
     def _finish_op(self, what: str, tasks: Sequence[Task], sql: str, to_state: int, *extra: Any) -> _Op:
         """Apply ``sql`` (params ``now, *extra, id, lease_id``) to each leased task; stale ones raise after."""
@@ -486,7 +497,7 @@ class SQLiteQueue(WorkQueue):
             if stale:
                 raise _stale(self.name, what, stale, len(targets) - len(stale))
 
-        return _Op(tx, post=post)
+        return _Op(tx, post=post, inline=len(targets) <= self.inline_max_items)
 
     def _nack_op(self, task: Task, reason: str, backoff_s: float | None) -> _Op:
         if backoff_s is not None and not backoff_s >= 0:
