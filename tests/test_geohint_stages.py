@@ -165,6 +165,12 @@ def test_simulated_responder_echoes_and_names_landmarks(release_dir):
                     echoes[cond] += a.area == p.name_en
     assert 0 < echoes["forced_warn"] < echoes["forced"]
     assert simulate.matches(prompt) and not simulate.matches("Is this photo taken within 150 m of X? verdict")
+    # no-hint prompts: the placeholder images of offline demos are traced back to their site
+    from geoagent.geohint.plan import synthetic_images
+
+    for img in synthetic_images({s: rel.sites[s] for s in SITES}, per_site=2):
+        ans = parse_answer(respond(render_prompt("baseline"), img.image_id, "sim-a", 0, key=img.image_id))
+        assert ans.ok and ans.city == rel.sites[img.site_id].city
 
 
 def test_scorer_rejects_foreign_and_incomplete_messages():

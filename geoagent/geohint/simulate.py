@@ -4,9 +4,10 @@ Registers responder ``geohint`` with :mod:`geoagent.sandbox.responders` on impor
 imported lazily, so this module has no hard dependency on it). The answer is plausible JSON in the
 prompt's schema:
 
-* the site is found from the hint ("I took this photo near X"): the alphabetically first site whose
-  context ladder has a reference point named X; for no-hint prompts from the image id (when
-  :func:`configure` gave images), else no site is known;
+* the site is found from the image id (images given to :func:`configure`, or the synthetic placeholder
+  images of :func:`geoagent.geohint.plan.synthetic_images`), else from the hint ("I took this photo near
+  X"): the alphabetically first site whose context ladder has a reference point named X; else no site
+  is known and the answer is generic;
 * each site gets a fixed legibility ``L`` in [0, 1) from SHA-256 of (site, "legibility"); a model a
   fixed skill offset from SHA-256 of its name;
 * with probability ``L + skill`` the answer names the site's landmark (area = landmark, building =
@@ -37,6 +38,8 @@ from geoagent import constants as C
 from geoagent.geohint.conditions import CONTEXT_TEMPLATE, PROMPTS_DIR
 
 RESPONDER_NAME = "geohint"
+#: synthetic placeholder images per site recognised without :func:`configure`
+SYNTHETIC_IMAGES_PER_SITE = 8
 
 
 @dataclass
@@ -114,6 +117,13 @@ def _index() -> _Index:
                 idx.ladder_names[sid] = names
                 for n in names:
                     idx.by_name.setdefault(n, []).append(sid)
+            # placeholder images of offline demos (geoagent.geohint.plan.synthetic_images) map back to their site
+            from geoagent.data.model import Site
+            from geoagent.geohint.plan import synthetic_images
+
+            stub = {sid: Site(site_id=sid, city=c, country="", continent="", lat=0.0, lon=0.0) for sid, (c, _l) in idx.sites.items()}
+            for img in synthetic_images(stub, per_site=SYNTHETIC_IMAGES_PER_SITE):
+                idx.image_site[img.image_id] = img.site_id
         _INDEX = idx
         return idx
 
@@ -162,11 +172,9 @@ def respond(ctx) -> str:  # ctx: geoagent.sandbox.responders.SimContext
     idx = _index()
     m = _HINT.search(ctx.prompt)
     hint = m.group("ref").strip() if m else None
-    site = None
-    if hint and idx.by_name.get(hint):
+    site = idx.image_site.get(str(ctx.image_id)) if ctx.image_id else None
+    if site is None and hint and idx.by_name.get(hint):
         site = idx.by_name[hint][0]
-    elif ctx.image_id and str(ctx.image_id) in idx.image_site:
-        site = idx.image_site[str(ctx.image_id)]
     city, landmark = idx.sites.get(site, ("", None)) if site else ("", None)
     permissive = '"place"' in ctx.prompt
     warned = "could be wrong" in ctx.prompt or "may be wrong" in ctx.prompt.lower()
