@@ -149,3 +149,39 @@ def test_engine_runs_the_crawl_campaign_and_resumes(tmp_path, monkeypatch):
     n_queries = len(apps["overpass"][overpass.OVERPASS_STATE].queries)
     assert n_queries == 2  # two cities screened once; the second run asked nothing
     assert any("error rate" in line for line in first.extra_lines)
+
+
+def test_paid_auditor_is_metered_and_capped(tmp_path, monkeypatch):
+    """An auditor that is a priced [[models]] entry goes through the campaign ledger: the crawl stops
+    dispatching audits at the cap and never spends past it."""
+    from geoagent import engine
+    from geoagent.config import config_from_dict
+    from geoagent.crawl.demo import SANDBOX_POLICY
+    from geoagent.sandbox.city import build_world, serve_world
+
+    monkeypatch.setitem(engine.KINDS, "crawl", "geoagent.crawl.campaign:CrawlCampaign")
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|engine|test")
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    world = build_world(0)
+    cap = 0.2
+
+    async def go():
+        async with serve_world(world) as sb:
+            cfg = config_from_dict({
+                "campaign": {"name": "crawl-cap", "kind": "crawl"}, "budget": {"cap_usd": cap},
+                "models": [{"name": "aud-vision", "provider": "simulated", "model": "sim-vision",
+                            "price_input_usd_per_mtok": 10.0, "price_output_usd_per_mtok": 10.0}],
+                "crawl": {"contact": "mailto:e2e@example.org", "cities": world.cities[:1], "endpoints": sb["endpoints"],
+                          "image_audit": {"model": "aud-vision"},
+                          "policies": {k: SANDBOX_POLICY for k in ("overpass", "wdqs", "pageviews", "mapillary", "thumbnails")}},
+            })
+            return await engine.run_campaign(cfg, live=False, handle_signals=False, export=False)
+
+    out = asyncio.run(go())
+    assert out.status == "budget exhausted", out.summary()
+    assert 0 < out.spend["spent_usd"] + out.spend["unknown_usd"] <= cap
+    audited = list((tmp_path / "state" / "crawl-cap" / "image_audit").glob("*/*.json"))
+    assert len(audited) == out.spend["calls"] > 0
+    rec = json.loads(audited[0].read_text())
+    assert rec["model"] == "aud-vision" and rec["input_tokens"] > 765  # the image went with the prompt

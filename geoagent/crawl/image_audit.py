@@ -107,10 +107,13 @@ def parse_image_audit(text: str | None) -> ImageAudit:
     )
 
 
-def build_request(image_id: str, jpeg: bytes, settings: ImageAuditSettings, prompt: str | None = None) -> ModelRequest:
-    """The vision request for one image (prompt from ``crawl_image_audit.txt``)."""
+def build_request(image_id: str, jpeg: bytes, settings: ImageAuditSettings, prompt: str | None = None, *,
+                  provider: str | None = None, model: str | None = None) -> ModelRequest:
+    """The vision request for one image (prompt from ``crawl_image_audit.txt``); ``provider``/``model``
+    override the section's (the ``[[models]]`` entry's kind and API model id)."""
     return ModelRequest(
-        provider=settings.provider, model=settings.model, prompt=prompt or load_prompt("crawl_image_audit.txt"),
+        provider=provider or settings.provider, model=model or settings.model,
+        prompt=prompt or load_prompt("crawl_image_audit.txt"),
         image_id=image_id, image=jpeg, image_mime="image/jpeg",
         params={"max_output_tokens": settings.max_output_tokens, "temperature": settings.temperature, "json_mode": True},
         meta={"task": "crawl_image_audit"},

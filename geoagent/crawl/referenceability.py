@@ -192,10 +192,16 @@ class ReferenceabilityAuditor:
         Where ``audit_decisions.jsonl``, ``audit_sensitive.jsonl`` and the review queue live.
     pageviews : geoagent.clients.pageviews.PageviewsClient, optional
         Used when ``settings.pageviews`` is true.
+    generate : async callable, optional
+        ``ModelRequest -> ModelResponse`` (default ``provider.generate``; the crawl passes a ledger-metered one).
+    request_model : (str, str), optional
+        Provider kind and API model id put in requests (default: the section's ``provider``/``model``).
+        Decisions are logged under ``settings.model``.
     """
 
     def __init__(self, provider: Any, settings: ReferenceabilitySettings, state_dir: str | Path, *,
-                 pageviews: Any = None, decisions: JsonlLog | None = None, sensitive: JsonlLog | None = None) -> None:
+                 pageviews: Any = None, decisions: JsonlLog | None = None, sensitive: JsonlLog | None = None,
+                 generate: Any = None, request_model: tuple[str, str] | None = None) -> None:
         from geoagent import constants as C
 
         self.provider = provider
@@ -209,19 +215,21 @@ class ReferenceabilityAuditor:
         self.sens_template = load_prompt("crawl_sensitive.txt")
         self.calls = 0
         self.splits = 0
+        self._generate = generate or provider.generate
+        self._kind, self._model_id = request_model or (settings.provider, settings.model)
 
     @property
     def sens_model(self) -> str:
         return f"sens|{self.settings.model}"
 
     def _request(self, prompt: str, task: str) -> ModelRequest:
-        return ModelRequest(provider=self.settings.provider, model=self.settings.model, prompt=prompt,
+        return ModelRequest(provider=self._kind, model=self._model_id, prompt=prompt,
                             params={"max_output_tokens": self.settings.max_output_tokens, "temperature": self.settings.temperature},
                             meta={"task": task})
 
     async def _ask(self, prompt: str, task: str) -> str:
         self.calls += 1
-        resp = await self.provider.generate(self._request(prompt, task))
+        resp = await self._generate(self._request(prompt, task))
         return resp.text
 
     async def _rate(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ from geoagent.clients.pageviews import PageviewsClient
 from geoagent.clients.wdqs import WdqsClient, WdqsQueryError
 from geoagent.crawl import fetcher as fetch_mod
 from geoagent.crawl import image_audit as ia
+from geoagent.crawl.llmcall import metered_generate
 from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_file_name, write_ladder_csv
 from geoagent.crawl.referenceability import ReferenceabilityAuditor, candidates_for_site
 from geoagent.crawl.sampler import city_seed, sample_sites, slug, write_sites_csv
@@ -84,6 +85,10 @@ class CrawlServices:
     pageviews: PageviewsClient | None
     image_provider: Any
     ref_provider: Any
+    #: campaign ledger and the auditors' ``[[models]]`` entries (prices), when run by the engine
+    ledger: Any = None
+    image_model_cfg: Any = None
+    ref_model_cfg: Any = None
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _ref_auditor: ReferenceabilityAuditor | None = None
 
@@ -95,8 +100,14 @@ class CrawlServices:
     @property
     def ref_auditor(self) -> ReferenceabilityAuditor:
         if self._ref_auditor is None:
-            self._ref_auditor = ReferenceabilityAuditor(self.ref_provider, self.settings.referenceability, self.state_dir,
-                                                        pageviews=self.pageviews)
+            from geoagent.crawl.llmcall import metered_generate
+
+            async def generate(req: Any) -> Any:
+                return await metered_generate(self.ref_provider, req, ledger=self.ledger, model_cfg=self.ref_model_cfg)
+
+            self._ref_auditor = ReferenceabilityAuditor(
+                self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
+                generate=generate, request_model=_model_id(self.ref_model_cfg, self.settings.referenceability))
         return self._ref_auditor
 
     def api_stats(self) -> dict[str, dict[str, Any]]:
@@ -130,6 +141,13 @@ class CrawlServices:
             out[api] = {"requests": req, "retries": retries, "errors": errors,
                         "error_rate": round(n_err / req, 4) if req else 0.0}
         return out
+
+
+def _model_id(model_cfg: Any, section: Any) -> tuple[str, str]:
+    """(provider kind, API model id) for requests: from the ``[[models]]`` entry when there is one."""
+    if model_cfg is not None:
+        return str(model_cfg.provider), str(model_cfg.model)
+    return section.provider, section.model
 
 
 def _provider_for(kind: str, model: str, providers: dict[str, Any] | None, http: Any, seed: int) -> Any:
@@ -200,6 +218,10 @@ def services_from_context(ctx: StageContext) -> CrawlServices:
     svc = build_crawl_services(settings, ctx.get("http"), state_dir=ctx.services.get("state_dir") or cfg.state_dir(),
                                images_root=Path(state_root) / C.IMAGES_DIR, providers=ctx.services.get("providers"),
                                configured_hosts=list(getattr(cfg, "hosts", {}) or {}))
+    svc.ledger = ctx.services.get("ledger")
+    models = {m.name: m for m in getattr(cfg, "models", [])}
+    svc.image_model_cfg = models.get(settings.image_audit.model)
+    svc.ref_model_cfg = models.get(settings.referenceability.model)
     ctx.services["crawl"] = svc
     return svc
 
@@ -362,8 +384,9 @@ class ImageAuditorStage(_CrawlStage):
             if _load(out) is not None:
                 continue
             jpeg = fetch_mod.image_path(svc.images_root, sid, iid).read_bytes()
-            req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt)
-            resp = await svc.image_provider.generate(req)
+            kind, model_id = _model_id(svc.image_model_cfg, svc.settings.image_audit)
+            req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
+            resp = await metered_generate(svc.image_provider, req, ledger=svc.ledger, model_cfg=svc.image_model_cfg)
             audit = ia.parse_image_audit(resp.text)
             _dump(out, {"image_id": iid, "site": sid, "model": svc.settings.image_audit.model, "audit": audit.to_json(),
                         "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens})
