@@ -448,7 +448,10 @@ def test_counts_match_an_independent_count_after_random_operations(make_queue, c
             ).fetchone()[0]
             conn.close()
             assert queue.counts_sync() == QueueCounts(
-                ready=stored["ready"] + expired, leased=stored["leased"] - expired, done=stored["done"], dead=stored["dead"]
+                ready=stored["ready"] + expired,
+                leased=stored["leased"] - expired,
+                done=stored["done"],
+                dead=stored["dead"],
             )
     assert queue.recount_sync() == QueueCounts(**raw_state_counts(queue.path))
 
@@ -787,9 +790,11 @@ def test_soak_eight_worker_processes_and_aggregator_for_60s(tmp_path):
     agg_out = tmp_path / "aggregator.json"
     procs = [ctx.Process(target=_soak_feeder, args=(root, str(feeder_out), SOAK_S))]
     procs += [
-        ctx.Process(target=_soak_worker, args=(root, str(o), i, str(feeder_out), deadline)) for i, o in enumerate(worker_outs)
+        ctx.Process(target=_soak_worker, args=(root, str(o), i, str(feeder_out), deadline))
+        for i, o in enumerate(worker_outs)
     ]
-    procs.append(ctx.Process(target=_soak_aggregator, args=(root, str(agg_out), [str(o) for o in worker_outs], deadline)))
+    agg_args = (root, str(agg_out), [str(o) for o in worker_outs], deadline)
+    procs.append(ctx.Process(target=_soak_aggregator, args=agg_args))
     for p in procs:
         p.start()
     for p in procs:

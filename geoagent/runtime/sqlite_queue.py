@@ -57,19 +57,19 @@ payloads, on the shared 2-core development machine, so figures vary by about +-3
   for other processes' write locks on the loop) 22,000 tasks/s, lag p99 212 ms, max 414 ms.
 
 Pure inline is fast but stalls the event loop (every HTTP request of the process) for as long as another
-process holds the write lock, up to ``busy_timeout``. So each async call first tries its transaction
-inline with a zero busy timeout; if the write lock is held elsewhere (``SQLITE_BUSY`` before anything was
-applied: the transaction is rolled back) or this queue's connection is busy on the worker thread, the call
-goes to the queue's single worker thread, which waits with the full ``busy_timeout`` while the loop runs
-on. SQLite's automatic WAL checkpoint (run inside whichever commit crosses 1,000 WAL pages, tens of ms)
-is switched off for such connections and done as a passive checkpoint on the worker thread every
+process holds the write lock, up to ``busy_timeout``. So each async call first tries its transaction inline
+with a zero busy timeout; if the write lock is held elsewhere (``SQLITE_BUSY`` before anything was applied:
+the transaction is rolled back) or this queue's connection is busy on the worker thread, the call goes to
+the queue's single worker thread, which waits with the full ``busy_timeout`` while the loop runs on.
+SQLite's automatic WAL checkpoint (run inside whichever commit crosses 1,000 WAL pages, tens of ms) is
+switched off for such connections and done as a passive checkpoint on the worker thread every
 ``checkpoint_every`` commits. Calls that may be long (``put_many``, ``lease``, ``ack`` or ``release`` of
-more than ``inline_max_items`` tasks, and ``requeue_dead``) always use the thread, and so does everything when ``synchronous`` is
-``FULL``/``EXTRA`` (an ``fsync`` per commit is too long to block on). ``inline=False`` forces the thread
-for everything. The ``*_sync`` methods share the connection under a lock and may be called from any
-thread (``status`` uses :meth:`SQLiteQueue.counts_sync` or :func:`read_counts`). Cancelling an awaiting
-coroutine does not cancel SQL already handed to the thread: a lease whose caller was cancelled expires
-after its visibility timeout; an ack still commits.
+more than ``inline_max_items`` tasks, and ``requeue_dead``) always use the thread, and so does everything
+when ``synchronous`` is ``FULL``/``EXTRA`` (an ``fsync`` per commit is too long to block on).
+``inline=False`` forces the thread for everything. The ``*_sync`` methods share the connection under a lock
+and may be called from any thread (``status`` uses :meth:`SQLiteQueue.counts_sync` or :func:`read_counts`).
+Cancelling an awaiting coroutine does not cancel SQL already handed to the thread: a lease whose caller was
+cancelled expires after its visibility timeout; an ack still commits.
 
 Durability argument (threat model: the process is SIGKILLed at any instruction)
 -------------------------------------------------------------------------------
@@ -535,7 +535,9 @@ class SQLiteQueue(WorkQueue):
     def _counts_op(self) -> _Op:
         def tx(conn: sqlite3.Connection, now: float) -> QueueCounts:
             n = dict(conn.execute("SELECT state, n FROM counts").fetchall())
-            expired = conn.execute("SELECT count(*) FROM tasks WHERE state = 1 AND not_before <= ?", (now,)).fetchone()[0]
+            expired = conn.execute(
+                "SELECT count(*) FROM tasks WHERE state = 1 AND not_before <= ?", (now,)
+            ).fetchone()[0]
             return QueueCounts(
                 ready=n.get(READY, 0) + expired,
                 leased=n.get(LEASED, 0) - expired,
@@ -627,7 +629,10 @@ class SQLiteQueue(WorkQueue):
     def state_of(self, key: str) -> str | None:
         """State of ``key``: ``"ready"``, ``"leased"`` (also when the lease has expired), ``"done"``,
         ``"dead"``, or ``None`` if it was never put."""
-        row = self._sync(_Op(lambda conn, now: conn.execute("SELECT state FROM tasks WHERE key = ?", (key,)).fetchone(), write=False))
+        def tx(conn: sqlite3.Connection, now: float) -> tuple[int] | None:
+            return conn.execute("SELECT state FROM tasks WHERE key = ?", (key,)).fetchone()
+
+        row = self._sync(_Op(tx, write=False))
         return None if row is None else STATE_NAMES[row[0]]
 
     def recount_sync(self) -> QueueCounts:
