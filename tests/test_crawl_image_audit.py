@@ -146,3 +146,21 @@ def test_auditor_may_not_be_an_evaluated_model():
         load_crawl_settings({**base, "referenceability": {"model": "qwen3-vl-8b"}})
     with pytest.raises(CrawlConfigError, match="crawl.screener.l_min_km"):
         load_crawl_settings({**base, "screener": {"l_min_km": "low"}})
+
+
+def test_agreement_files(tmp_path):
+    from geoagent.crawl.image_audit import write_agreement
+
+    rows = ([{"image": "a/1.jpg", "ai_usable": True, "human_verdict": "keep"}] * 5
+            + [{"image": "a/2.jpg", "ai_usable": True, "human_verdict": "exclude", "human_reason": "blank wall"}] * 2
+            + [{"image": "a/3.jpg", "ai_usable": False, "human_verdict": "keep", "ai_scene_type": "vehicle_interior"}])
+    paths = write_agreement(agreement(rows), tmp_path)
+    import json
+
+    summ = json.loads(paths[0].read_text())
+    assert (summ["n"], summ["n_agree"], summ["human_excludes_model_accepts"], summ["model_rejects_human_keeps"]) == (8, 5, 2, 1)
+    assert summ["model_rejects_human_keeps_by_scene"] == {"vehicle_interior": 1}
+    assert summ["kappa"] == pytest.approx(cohen_kappa([True] * 7 + [False], [True] * 5 + [False] * 2 + [True]))
+    with paths[1].open(encoding="utf-8") as f:
+        t = list(csv.DictReader(f))
+    assert len(t) == 2 and t[0]["human_reason"] == "blank wall"

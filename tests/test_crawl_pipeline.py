@@ -176,3 +176,41 @@ def test_results_feed_the_evaluations(crawled):
         assert sum(1 for r in csv.DictReader(f) if r["usable"] == "True") == len(recs["images"])
     assert set(rel.sites) == {s.site_id for s in recs["sites"]} and set(rel.ladders) == set(rel.sites)
     assert rel.report.ok, rel.report.summary()
+
+
+def test_human_verdicts_merge_into_the_audit_table(crawled, tmp_path):
+    """A human keep/exclude CSV is joined by image id; `usable` follows the human verdict; the agreement
+    summary and the two disagreement tables are written."""
+    from geoagent.crawl.stages import build_crawl_services, rewrite_image_audit_csv
+    from geoagent.crawl.image_audit import image_key
+
+    tmp, world, run, apps, counts = crawled
+    rows = _csv(tmp / "state" / "image_audit.csv")
+    human = tmp_path / "human.csv"
+    with human.open("w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["image", "human_verdict", "human_reason"])
+        for i, r in enumerate(rows):
+            verdict = "exclude" if i % 4 == 0 else "keep"
+            w.writerow([r["image"].replace("/", "\\"), verdict, "nothing identifies a location" if verdict == "exclude" else ""])
+    settings = _settings(world, {"overpass": "http://127.0.0.1:9/api", "wdqs": "http://127.0.0.1:9/sparql",
+                                 "pageviews": "http://127.0.0.1:9", "mapillary": "http://127.0.0.1:9"},
+                         image_audit={"human_verdicts": str(human)})
+    state = tmp_path / "state"
+    import shutil
+
+    shutil.copytree(tmp / "state", state)
+    svc = build_crawl_services(settings, HttpClient(), state_dir=state, images_root=tmp / "images", mapillary_token="MLY|x|y")
+    rewrite_image_audit_csv(svc)
+    merged = {image_key(r["image"]): r for r in _csv(state / "image_audit.csv")}
+    assert len(merged) == len(rows)
+    for i, r in enumerate(rows):
+        m = merged[image_key(r["image"])]
+        assert m["human_verdict"] == ("exclude" if i % 4 == 0 else "keep")
+        assert m["usable"] == ("False" if i % 4 == 0 else "True")
+    summ = json.loads((state / "image_audit_agreement.json").read_text())
+    assert summ["n"] == len(rows)
+    n_hx = sum(1 for i, r in enumerate(rows) if i % 4 == 0 and r["ai_usable"] == "True")
+    assert summ["human_excludes_model_accepts"] == n_hx == len(_csv(state / "image_audit_human_excludes_model_accepts.csv"))
+    usable_csv = [r for r in _csv(state / "images.csv") if r["usable"] == "True"]
+    assert len(usable_csv) == sum(1 for i in range(len(rows)) if i % 4)

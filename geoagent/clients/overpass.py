@@ -147,11 +147,16 @@ class OverpassClient:
         resp = await self.http.request("GET", f"{self.base_url}/status", headers=self._headers("text/plain"))
         return parse_status(resp.text)
 
-    async def wait_for_slot(self) -> OverpassStatus:
-        """Wait until ``/status`` reports a free slot (at most ``max_slot_wait_s`` s in total)."""
+    async def wait_for_slot(self) -> OverpassStatus | None:
+        """Wait until ``/status`` reports a free slot (at most ``max_slot_wait_s`` s in total).
+
+        Returns None, without waiting, on an instance that has no status page (4xx)."""
         waited = 0.0
         while True:
-            st = await self.status()
+            try:
+                st = await self.status()
+            except PermanentHTTPError:
+                return None
             if st.slots_available > 0:
                 return st
             delay = min(max(st.next_free_s, 1.0), self.max_slot_wait_s - waited)

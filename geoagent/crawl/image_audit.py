@@ -287,3 +287,23 @@ def write_image_audit_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -
             w.writerow({k: r.get(k, "") for k in IMAGE_AUDIT_COLUMNS})
     tmp.replace(path)
     return path
+
+
+def write_agreement(ag: AuditAgreement, out_dir: str | Path) -> list[Path]:
+    """Write the agreement summary (``image_audit_agreement.json``: n, agreement, kappa, table sizes, scene
+    types of the model's rejections) and the two disagreement tables as CSVs with
+    :data:`IMAGE_AUDIT_COLUMNS`: ``image_audit_human_excludes_model_accepts.csv`` and
+    ``image_audit_model_rejects_human_keeps.csv``."""
+    import orjson
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = {"n": ag.n, "n_agree": ag.n_agree, "agreement": ag.agreement, "kappa": ag.kappa,
+               "human_excludes_model_accepts": len(ag.human_excludes_model_accepts),
+               "model_rejects_human_keeps": len(ag.model_rejects_human_keeps),
+               "model_rejects_human_keeps_by_scene": dict(ag.scene_types_of_model_rejects())}
+    p0 = out_dir / "image_audit_agreement.json"
+    p0.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    p1 = write_image_audit_csv(ag.human_excludes_model_accepts, out_dir / "image_audit_human_excludes_model_accepts.csv")
+    p2 = write_image_audit_csv(ag.model_rejects_human_keeps, out_dir / "image_audit_model_rejects_human_keeps.csv")
+    return [p0, p1, p2]

@@ -255,11 +255,13 @@ class CityScreenerStage(_CrawlStage):
         self._watch_queue: WorkQueue | None = None
 
     async def start(self, ctx: StageContext) -> None:
-        """With ``[crawl] watch = true`` and a config file, keep re-reading it for new cities."""
+        """With ``[crawl] watch = true`` (or ``ctx.services["watch"]`` set by the daemon's ``--watch``) and a
+        config file, keep re-reading it for new cities."""
         svc = services_from_context(ctx)
         cfg = ctx.services.get("config")
         source = getattr(cfg, "source", None)
-        if svc.settings.watch and source and Path(str(source)).is_file():
+        watch = svc.settings.watch or bool(ctx.services.get("watch"))
+        if watch and source and Path(str(source)).is_file():
             from geoagent.runtime.queue import open_queue
 
             root = ctx.services.get("queues_root") or paths.queues_root()
@@ -413,6 +415,8 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
     from geoagent.crawl.export import usable_images, write_images_csv
 
     write_images_csv(usable_images(svc.state_dir, svc.images_root, hv_path), svc.state_dir / "images.csv")
+    if human:
+        ia.write_agreement(ia.agreement(rows), svc.state_dir)
     return ia.write_image_audit_csv(rows, svc.state_dir / "image_audit.csv")
 
 
