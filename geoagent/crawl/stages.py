@@ -385,7 +385,10 @@ class ImageAuditorStage(_CrawlStage):
             out = svc.state_dir / "image_audit" / sid / f"{iid}.json"
             if _load(out) is not None:
                 continue
-            jpeg = fetch_mod.image_path(svc.images_root, sid, iid).read_bytes()
+            img_file = fetch_mod.image_path(svc.images_root, sid, iid)
+            if not img_file.is_file():
+                raise PermanentFailure(f"image file {img_file} is missing (fetched images were moved or deleted?)")
+            jpeg = img_file.read_bytes()
             kind, model_id = _model_id(svc.image_model_cfg, svc.settings.image_audit)
             req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
             resp = await metered_generate(svc.image_provider, req, ledger=svc.ledger, model_cfg=svc.image_model_cfg)
