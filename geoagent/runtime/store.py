@@ -267,6 +267,11 @@ class CampaignState:
         return self.db.path.parent
 
     def close(self) -> None:
+        """Drop this process's ledger owner record (if nothing is open) and close the database."""
+        try:
+            self.ledger.retire()
+        except Exception:  # noqa: BLE001 - closing must not fail on a busy or closed file
+            pass
         self.db.close()
 
     def __enter__(self) -> "CampaignState":
