@@ -72,3 +72,18 @@ def test_report_from_release_sample(release_dir, tmp_path):
     assert "condition v1" in md
     t1 = tables[0]
     assert sum(r[1] for r in t1.rows) == len(rows)
+
+
+def test_figure_with_rates_at_zero_and_one(tmp_path):
+    from geoagent.geohint.result import GeoHintResult
+    from geoagent.report.geohint import figure_hit_by_band
+
+    a = GeoHintAggregator()
+    for i in range(6):
+        a.add(GeoHintResult(key=f"b{i}", site="s1", image_id="1", model="m", condition="baseline", schema="forced",
+                            resolved_level="area", error_km=0.1, hit=True))
+        a.add(GeoHintResult(key=f"c{i}", site="s1", image_id="1", model="m", condition="forced", schema="forced",
+                            ref_qid=f"Q{i}", band="0.5-1.5km", tier="high", dist_km=1.0, resolved_level="area",
+                            error_km=0.1, hit=True, echo=False))
+    with PILImage.open(figure_hit_by_band(a, tmp_path / "f.png")) as im:
+        assert im.format == "PNG"

@@ -7,6 +7,7 @@ Example::
     baseline_repeats = 5          # no-context requests per image x model (the paper: a median of 5 per site)
     context_repeats = 1
     images_per_site = 3           # optional cap for small runs
+    sites = ["tokyo_shibuya"]     # optional subset of the release's site ids
     prompts_dir = "my_prompts"    # optional edited copy of geoagent/prompts/geohint_*.txt
     image_root = "images"         # optional folder holding streetview/<site>/<id>.jpg
     max_output_tokens = 1024
@@ -15,9 +16,16 @@ Example::
     n_flips = 10000               # permutation sign flips (Tables 8-10)
     n_splits = 200                # split-half correction splits (Table 3)
     report_interval_s = 5.0       # live report refresh
+    images = "auto"               # "release": the release's images; "synthetic": placeholders per site;
+                                  # "auto": release images where a site has them, placeholders elsewhere
+
+    [geohint.geocoder]            # validated by geoagent.geohint.geocode_stage.GeocoderSettings
+    contact = "ops@example.org"
 """
 
 from __future__ import annotations
+
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -33,6 +41,8 @@ class GeoHintSettings(BaseModel):
     baseline_repeats: int = Field(1, ge=1)
     context_repeats: int = Field(1, ge=1)
     images_per_site: int | None = Field(None, ge=1)
+    #: plan only these site ids (default: every site of the release)
+    sites: list[str] | None = None
     prompts_dir: str | None = None
     image_root: str | None = None
     release_dir: str | None = None
@@ -42,6 +52,19 @@ class GeoHintSettings(BaseModel):
     n_flips: int = Field(10_000, ge=1)
     n_splits: int = Field(200, ge=1)
     report_interval_s: float = Field(5.0, ge=0)
+    images: Literal["auto", "release", "synthetic"] = "auto"
+    #: ``[geohint.geocoder]``: the geocoder worker's table (checked by its GeocoderSettings)
+    geocoder: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("geocoder")
+    @classmethod
+    def _geocoder_table(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:
+            from geoagent.geohint.geocode_stage import GeocoderSettings
+        except ImportError:  # partial checkout: accept the table as is
+            return v
+        GeocoderSettings.from_mapping(v)  # ValueError names the unknown key
+        return v
 
     @field_validator("conditions")
     @classmethod

@@ -33,6 +33,7 @@ rewrites, default 5).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,6 +53,8 @@ from geoagent.geohint.result import GeoHintResult
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
+
+log = logging.getLogger(__name__)
 
 TASK_NAME = "geohint"
 SCORED_TABLE = "geohint_scored"
@@ -315,13 +318,21 @@ class GeoHintAggregatorStage(Stage):
         self._dirty = False
         return self.tables
 
+    def _try_report(self, ctx: StageContext) -> None:
+        # a failing live report must not stop the campaign: log it and keep the counts
+        try:
+            self.write_report(ctx)
+        except Exception:  # noqa: BLE001
+            log.exception("GeoHint live report failed; the aggregated counts are kept")
+            self._last_write = time.monotonic()
+
     async def flush(self, ctx: StageContext) -> None:
         if self._dirty and self.agg.keys and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
-            self.write_report(ctx)
+            self._try_report(ctx)
 
     async def stop(self, ctx: StageContext) -> None:
         if self.agg.keys:
-            self.write_report(ctx)
+            self._try_report(ctx)
 
 
 def geohint_stages(**aggregator_kw: Any) -> dict[str, Stage]:

@@ -437,8 +437,8 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
         ks = [agg.select(sites=groups[regime], condition=condition, band=b) for b in BANDS]
         rates = np.array([c.hit_rate for c in ks]) * 100
         ci = np.array([wilson_interval(c.hits, c.n) for c in ks]) * 100
-        err = np.vstack([rates - ci[:, 0], ci[:, 1] - rates])
-        ax.errorbar(x, rates, yerr=np.nan_to_num(err), marker=marker, capsize=4, label=f"{regime} ({len(groups[regime])} sites)")
+        err = np.clip(np.nan_to_num(np.vstack([rates - ci[:, 0], ci[:, 1] - rates])), 0.0, None)
+        ax.errorbar(x, rates, yerr=err, marker=marker, capsize=4, label=f"{regime} ({len(groups[regime])} sites)")
     ax.set_xticks(x, [f"{b}" for b in BANDS])
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")

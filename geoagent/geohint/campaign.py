@@ -1,0 +1,139 @@
+"""The GeoHint campaign kind for :mod:`geoagent.engine` (``[campaign] kind = "geohint"``).
+
+Stages: model caller -> parser -> geocoder -> scorer -> aggregator (live report). The plan imports the
+release (``[geohint] release_dir`` or the config's ``release_dir``) into the campaign's data store and
+emits one request per image x model x condition x reference point (:func:`geoagent.geohint.stages.plan_from_config`).
+Images: the release's (only sites with images in its trial table), synthetic placeholders
+(:func:`geoagent.geohint.plan.synthetic_images`; the release ships no pixels) or both (``images = "auto"``).
+The final report is rebuilt from the results table ``geohint_scored``, so it is complete also when the
+aggregator ran in another process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+from geoagent.data.importer import Release, import_release
+from geoagent.data.model import Image
+from geoagent.engine import CampaignKind
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.plan import PlanSummary, synthetic_images
+from geoagent.geohint.result import GeoHintResult
+from geoagent.geohint.settings import GeoHintSettings
+from geoagent.geohint.stages import (
+    SCORED_TABLE,
+    GeoHintAggregatorStage,
+    GeoHintParserStage,
+    GeoHintScorerStage,
+    plan_from_config,
+)
+from geoagent.runtime.stage import Message, Stage, StageContext
+
+
+def settings_of(cfg: Any) -> GeoHintSettings:
+    """The validated ``[geohint]`` table of ``cfg`` (defaults when absent)."""
+    sec = cfg.section("geohint") if hasattr(cfg, "section") else None
+    if sec is None:
+        return GeoHintSettings()
+    return sec if isinstance(sec, GeoHintSettings) else GeoHintSettings.model_validate(sec or {})
+
+
+def campaign_images(release: Release, mode: str, per_site: int | None) -> list[Image]:
+    """Images to plan: ``release``, ``synthetic`` or ``auto`` (release images where a site has any,
+    ``per_site`` synthetic placeholders, default 1, elsewhere)."""
+    real = [im for im in release.images.values() if im.site_id in release.sites]
+    if mode == "release":
+        return real
+    with_real = {im.site_id for im in real}
+    missing = {s: v for s, v in release.sites.items() if mode == "synthetic" or s not in with_real}
+    synth = synthetic_images(missing, per_site=per_site or 1)
+    return synth if mode == "synthetic" else real + synth
+
+
+def aggregate_from_store(store: Any) -> GeoHintAggregator:
+    """A fresh aggregator filled from results table ``geohint_scored``."""
+    agg = GeoHintAggregator()
+    for _key, row in store.iter_results(SCORED_TABLE):
+        agg.add(GeoHintResult.from_json(row))
+    return agg
+
+
+class GeoHintCampaign(CampaignKind):
+    """GeoHint (seed 000 Sec. 4, 6): where was this photo taken, given a true but coarse hint."""
+
+    kind = "geohint"
+
+    def stages(self, cfg: Any) -> list[Stage]:
+        from geoagent.geohint.geocode_stage import GeocodeStage
+        from geoagent.workers.model_caller import ModelCaller
+
+        s = settings_of(cfg)
+        seed = int(getattr(cfg.campaign, "seed", 0) or 0)
+        return [
+            ModelCaller(),
+            GeoHintParserStage(),
+            GeocodeStage(),
+            GeoHintScorerStage(),
+            GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed),
+        ]
+
+    async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
+        from geoagent.data.store import DataStore
+
+        s = settings_of(cfg)
+        release = import_release(s.release_dir or cfg.release_dir())
+        with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
+            ds.put_many(release.records())
+            ds.set_meta("import_report", release.report.to_json())
+            ds.set_meta("release_root", str(release.root))
+        sites = release.sites
+        if s.sites is not None:
+            unknown = sorted(set(s.sites) - set(sites))
+            if unknown:
+                raise ValueError(f"[geohint] sites: unknown site id(s) {unknown} (not in {release.root / 'sites.csv'})")
+            sites = {k: v for k, v in sites.items() if k in set(s.sites)}
+            release = Release(root=release.root, sites=sites, ladders=release.ladders,
+                              images={k: v for k, v in release.images.items() if v.site_id in sites})
+        images = campaign_images(release, s.images, s.images_per_site)
+        messages, summary = plan_from_config(cfg, sites, images, release.ladders)
+        self._summary: PlanSummary = summary
+        ctx.services.setdefault("sites", sites)
+        return messages
+
+    async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
+        from geoagent.report.geohint import write_report
+
+        s = settings_of(cfg)
+        agg = aggregate_from_store(ctx.get("store"))
+        self._agg = agg
+        out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
+        if not agg.keys:
+            return []
+        seed = int(getattr(cfg.campaign, "seed", 0) or 0)
+        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed)
+        return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
+
+    def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
+        lines = []
+        summary = getattr(self, "_summary", None)
+        if summary is not None:
+            lines.append(
+                f"  plan: {sum(summary.requests_by_condition.values())} requests by condition {summary.requests_by_condition}; "
+                f"sampling rates {summary.sample_rates}; units kept {summary.units_kept} of {summary.units_total}"
+            )
+        agg = getattr(self, "_agg", None) or aggregate_from_store(ctx.get("store"))
+        if not agg.keys:
+            return [*lines, "  GeoHint: no scored responses"]
+        regimes = agg.regimes()
+        n_leg = sum(v == "legible" for v in regimes.values())
+        lines.append(f"  GeoHint: {len(agg.keys)} scored responses over {len(agg.sites)} sites; "
+                     f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible")
+        for m in agg.models:
+            for cond in agg.conditions:
+                c = agg.select(model=m, condition=cond)
+                if c.n:
+                    echo = f"  echo {c.echo_rate:.1%}" if c.echo_n else ""
+                    lines.append(f"  {m:>20} {cond:<12} n {c.n:>6}  hit {c.hit_rate:.1%}{echo}  unparsed {c.n_parse_fail}")
+        return lines
