@@ -176,6 +176,15 @@ def test_results_feed_the_evaluations(crawled):
         assert sum(1 for r in csv.DictReader(f) if r["usable"] == "True") == len(recs["images"])
     assert set(rel.sites) == {s.site_id for s in recs["sites"]} and set(rel.ladders) == set(rel.sites)
     assert rel.report.ok, rel.report.summary()
+    # GeoHint: the imported ladders and the crawled images (real files on disk) make a request plan
+    from geoagent.geohint.conditions import DEFAULT_CONDITIONS, get_condition
+    from geoagent.geohint.plan import ModelSpec, plan_requests
+
+    planned, summary = plan_requests(rel.sites, recs["images"], rel.ladders, [ModelSpec("sim-model")],
+                                     [get_condition(c) for c in DEFAULT_CONDITIONS], image_root=tmp / "images")
+    assert planned and all(p.image_ref for p in planned)
+    n_points = sum(len(l.points) for l in rel.ladders.values())
+    assert n_points > 0
 
 
 def test_human_verdicts_merge_into_the_audit_table(crawled, tmp_path):
