@@ -157,3 +157,30 @@ def test_survives_injected_faults():
     app = fake.make_app(els, faults=FaultConfig(rate=0.4, kinds=("429", "500", "503"), seed=2, retry_after_s=0.02))
     data = asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings())), check_slots=False))
     assert len(data["elements"]) == sum(1 for e in els if (e.get("tags") or {}).get("place") in {"neighbourhood", "suburb", "quarter"} and _within(e))
+
+
+def test_two_slots_per_ip_are_respected():
+    """The fake allows 2 queries in flight (Overpass's per-IP slots); the client's host policy (2 in flight,
+    the default usage policy) never exceeds it, while a policy of 6 in flight does."""
+    from geoagent.crawl.settings import DEFAULT_POLICIES
+
+    assert DEFAULT_POLICIES["overpass"]["concurrency"] == 2
+
+    def run(concurrency):
+        app = fake.make_app(_elements())
+        st = app[fake.OVERPASS_STATE]
+        st.latency_s = 0.15
+        pol = HostPolicy(rate=1000, period_s=1.0, concurrency=concurrency, max_attempts=1, timeout_s=5)
+
+        async def go():
+            async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+                c = OverpassClient(http, base + "/api", UA, policy=pol, check_slots=False)
+                return await asyncio.gather(*(c.interpreter(place_query(LAT0, LON0, ScreenerSettings())) for _ in range(6)),
+                                            return_exceptions=True)
+
+        return asyncio.run(go()), st
+
+    res, st = run(2)
+    assert all(isinstance(r, dict) for r in res) and st.max_in_flight == 2 and st.rejected_busy == 0
+    res, st = run(6)
+    assert st.rejected_busy > 0 and any(isinstance(r, Exception) for r in res)

@@ -151,3 +151,24 @@ def test_binding_parsing_is_defensive():
     e = entity_from_binding(b)
     assert (e.qid, e.label, e.sitelinks, e.dist_km) == ("Q64", "Q64", 250, 0.5)  # label falls back to the QID
     assert entity_from_binding({"item": {"type": "uri", "value": "http://example.org/x"}}) is None
+
+
+def test_client_budget_keeps_under_the_server_budget():
+    """The fake enforces a query-time budget per User-Agent (429 when exceeded); a client whose own budget
+    is a little below the server's never trips it, a client without a budget does."""
+    def run(client_budget_s):
+        app = fake.make_app(_world(30))
+        st = app[fake.WDQS_STATE]
+        st.latency_s, st.budget_s, st.budget_window_s, st.retry_after_s = 0.05, 0.12, 0.5, 1
+
+        async def go(c):
+            for r in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0):
+                await c.entities_around(LAT0, LON0, r)
+
+        asyncio.run(_run(app, go, budget_s=client_budget_s, window_s=0.5))
+        return st
+
+    st = run(0.1)
+    assert st.throttled == 0 and len(st.queries) == 6
+    st = run(1e9)
+    assert st.throttled >= 1 and len(st.queries) == 6  # throttled, waited Retry-After, completed

@@ -11,6 +11,7 @@ Failure modes, switchable at runtime through :class:`OverpassFakeState` (``app[O
 * ``remark_mode = "timeout"``: HTTP 200 with partial ``elements`` and
   ``remark: "runtime error: Query timed out in \"query\" at line 2 after N seconds."`` (the silent
   failure clients must catch); ``"oom"`` gives the out-of-memory remark;
+* more than ``slot_quota`` (2) queries in flight at once: 429 with the rate_limited page;
 * ``slots_available = 0``: ``/api/status`` reports ``Slot available after: ..., in N seconds.`` and
   ``/api/interpreter`` answers 429 with the rate_limited HTML page (no Retry-After, as documented);
 * a missing or generic User-Agent gets 403 (the fake enforces the courtesy rule loudly);
@@ -43,6 +44,12 @@ class OverpassFakeState:
     queries: list[str] = field(default_factory=list)
     user_agents: list[str] = field(default_factory=list)
     status_calls: int = 0
+    #: per-IP slot quota enforced on concurrent queries (Overpass default: 2) and query latency (s)
+    slot_quota: int = 2
+    latency_s: float = 0.0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    rejected_busy: int = 0
 
 
 OVERPASS_STATE: web.AppKey[OverpassFakeState] = web.AppKey("overpass_state", OverpassFakeState)
@@ -117,6 +124,23 @@ async def _interpreter(request: web.Request) -> web.Response:
     if st.slots_available <= 0:
         return _html_error(429, ["runtime error: open64: 0 Success /osm3s_v0.7.62_osm_base "
                                  "Dispatcher_Client::request_read_and_idx::rate_limited. Please check /api/status for the quota of your IP address."])
+    if st.in_flight >= st.slot_quota:
+        st.rejected_busy += 1
+        return _html_error(429, ["runtime error: open64: 0 Success /osm3s_v0.7.62_osm_base "
+                                 "Dispatcher_Client::request_read_and_idx::rate_limited. Please check /api/status for the quota of your IP address."])
+    st.in_flight += 1
+    st.max_in_flight = max(st.max_in_flight, st.in_flight)
+    try:
+        if st.latency_s:
+            import asyncio
+
+            await asyncio.sleep(st.latency_s)
+        return await _answer(request, st)
+    finally:
+        st.in_flight -= 1
+
+
+async def _answer(request: web.Request, st: OverpassFakeState) -> web.Response:
     ql = await _query_text(request)
     st.queries.append(ql)
     m = _SETTINGS.match(ql)

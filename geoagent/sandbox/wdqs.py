@@ -9,7 +9,8 @@ format: every value a string, ``type`` uri/literal, ``datatype`` or ``xml:lang``
 variables absent. Content type ``application/sparql-results+json``.
 
 Failure shapes (fields of :class:`WdqsFakeState` at ``app[WDQS_STATE]``): ``throttle_next`` answers
-that many queries with 429 + ``Retry-After: retry_after_s``; a second query arriving while one from
+that many queries with 429 + ``Retry-After: retry_after_s``; with ``budget_s`` set, a User-Agent whose
+queries took ``budget_s`` seconds within the last ``budget_window_s`` gets 429 (the 60 s/min budget); a second query arriving while one from
 the same User-Agent is in flight also gets 429 (one query at a time); a query sent before a previous
 429's ``Retry-After`` expired is counted in ``ignored_retry_after`` (the real service bans such clients);
 ``timeout_next`` answers with the Blazegraph TimeoutException as text/plain 500 (``timeout_mode="500"``)
@@ -67,6 +68,16 @@ class WdqsFakeState:
     blocked_until: dict[str, float] = field(default_factory=dict)
     ignored_retry_after: int = 0
     throttled: int = 0
+    #: server-side query-time budget per User-Agent: at most ``budget_s`` s of query time per
+    #: ``budget_window_s`` (WDQS: 60 s per 60 s); None disables the check
+    budget_s: float | None = None
+    budget_window_s: float = 60.0
+    spent: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def used_s(self, ua: str, now: float) -> float:
+        recs = [r for r in self.spent.get(ua, []) if r[0] > now - self.budget_window_s]
+        self.spent[ua] = recs
+        return sum(d for _, d in recs)
 
 
 WDQS_STATE: web.AppKey[WdqsFakeState] = web.AppKey("wdqs_state", WdqsFakeState)
@@ -168,8 +179,9 @@ async def _sparql(request: web.Request) -> web.StreamResponse:
     now = time.monotonic()
     if st.blocked_until.get(ua, 0.0) > now:
         st.ignored_retry_after += 1
-    if st.in_flight.get(ua, 0) >= 1 or st.throttle_next > 0:
-        if st.throttle_next > 0:
+    over_budget = st.budget_s is not None and st.used_s(ua, now) >= st.budget_s
+    if st.in_flight.get(ua, 0) >= 1 or st.throttle_next > 0 or over_budget:
+        if st.throttle_next > 0 and not over_budget:
             st.throttle_next -= 1
         st.throttled += 1
         st.blocked_until[ua] = now + st.retry_after_s
@@ -177,6 +189,7 @@ async def _sparql(request: web.Request) -> web.StreamResponse:
                             headers={"Retry-After": str(st.retry_after_s)}, content_type="text/plain")
     st.in_flight[ua] = st.in_flight.get(ua, 0) + 1
     st.max_in_flight = max(st.max_in_flight, st.in_flight[ua])
+    t_start = time.monotonic()
     try:
         st.queries.append(query)
         if st.latency_s:
@@ -199,6 +212,8 @@ async def _sparql(request: web.Request) -> web.StreamResponse:
         return web.Response(body=body, content_type="application/sparql-results+json")
     finally:
         st.in_flight[ua] -= 1
+        t_end = time.monotonic()
+        st.spent.setdefault(ua, []).append((t_end, t_end - t_start))
 
 
 def make_app(entities: list[FakeEntity] | None = None, *, subclass_of: dict[str, tuple[str, ...]] | None = None,
