@@ -193,3 +193,22 @@ def test_row_has_release_columns():
     assert tuple(row) == CITY_POOL_COLUMNS
     assert row["L_district"] == round(0.004 * 2 * math.pi * C.EARTH_RADIUS_KM / 360, 2)
     assert row["eligible"] is True
+
+
+def test_district_scale_rows_in_release_form(release_dir):
+    """Per-site measurement rows have the release's columns; on a synthetic 0.5 km grid with X-chome
+    blocks mixed in, the counts and the median/mean nearest-neighbour distances are as constructed."""
+    from geoagent.crawl.screener import DISTRICT_SCALE_COLUMNS, district_scale_row
+
+    with (release_dir / "district_scale.csv").open(encoding="utf-8") as f:
+        assert tuple(next(csv.reader(f))) == DISTRICT_SCALE_COLUMNS
+    step_deg = 0.5 / (2 * math.pi * C.EARTH_RADIUS_KM / 360)  # 0.5 km along a meridian
+    nodes = [PlaceNode(i * 10 + j, i * step_deg, j * step_deg, f"N{i}{j}", "neighbourhood") for i in range(5) for j in range(5)]
+    nodes += [PlaceNode(1000 + k, 0.1 * step_deg * k, 0.0, f"{k + 1}丁目", "neighbourhood") for k in range(4)]
+    row = district_scale_row("grid_site", nodes, ScreenerSettings())
+    assert tuple(row) == DISTRICT_SCALE_COLUMNS
+    assert (row["n_nodes_raw"], row["n_nodes_filtered"]) == (29, 25)
+    # on the equator-adjacent grid the NN distance is 0.5 km along the meridian (east-west is slightly less
+    # only away from the equator; here latitudes are < 0.02 deg) -> median and mean 0.5 km
+    assert row["L_district_median_km"] == 0.5 and row["L_district_mean_km"] == 0.5
+    assert row["nodes_per_km2"] == round(25 / (math.pi * 36), 3)

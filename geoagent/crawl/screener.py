@@ -228,3 +228,31 @@ async def screen_city(city: CitySpec, overpass: Any, mapillary: Any, settings: S
     nodes = place_nodes_from_overpass(data.get("elements", []))
     counts = await mapillary.count_images_within(city.lat, city.lon, settings.coverage_radius_km * 1000.0)
     return evaluate_city(city, nodes, counts.total, counts.perspective, settings)
+
+
+#: Columns of the release's ``data/district_scale.csv``, in order.
+DISTRICT_SCALE_COLUMNS: tuple[str, ...] = (
+    "site", "n_nodes_filtered", "n_nodes_raw", "nodes_per_km2", "L_district_median_km", "L_district_mean_km",
+)
+
+
+def district_scale_row(site: str, nodes: Sequence[PlaceNode], settings: ScreenerSettings) -> dict[str, Any]:
+    """Per-site granularity in the release's ``district_scale.csv`` form (Sec. 3.1: the hand-picked sites
+    were measured individually; per-site verification of the automatic batch is listed as outstanding in
+    Sec. 7, and this is how to run it). Medians/means rounded to 0.01 km, density to 0.001 per km^2."""
+    kept = exclude_addressing_units(nodes, settings.addressing_unit_patterns)
+    lats, lons = [n.lat for n in kept], [n.lon for n in kept]
+    med = l_district_km(lats, lons, min_points=settings.min_points)
+    mean = l_district_mean_km(lats, lons, min_points=settings.min_points)
+    return {
+        "site": site, "n_nodes_filtered": len(kept), "n_nodes_raw": len(nodes),
+        "nodes_per_km2": round(nodes_per_km2(len(kept), settings.radius_km), 3),
+        "L_district_median_km": "" if med is None else round(med, 2),
+        "L_district_mean_km": "" if mean is None else round(mean, 2),
+    }
+
+
+async def measure_site_scale(site: str, lat: float, lon: float, overpass: Any, settings: ScreenerSettings) -> dict[str, Any]:
+    """Fetch the place nodes around one site and return its :func:`district_scale_row`."""
+    data = await overpass.interpreter(place_query(lat, lon, settings))
+    return district_scale_row(site, place_nodes_from_overpass(data.get("elements", [])), settings)
