@@ -22,8 +22,10 @@ import anyio
 
 
 def _load(path: str) -> Any:
+    from geoagent.campaigns import register_all_sections
     from geoagent.config import load_config
 
+    register_all_sections()
     return load_config(path)
 
 

@@ -1,0 +1,3 @@
+"""The ``crawl`` campaign kind (implemented in :mod:`geoagent.crawl.campaign`)."""
+
+from geoagent.crawl.campaign import CrawlCampaign  # noqa: F401
