@@ -141,6 +141,13 @@ def test_lease_and_dead_letter_queries_use_the_index(make_queue):
         plan = " ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql))
         assert "USING COVERING INDEX tasks_state_time" in plan or "USING INDEX tasks_state_time" in plan, plan
         assert "TEMP B-TREE" not in plan, plan  # no sort step
+    # the statements the queue really runs: rowid look-ups driven by the index, never a SCAN
+    from geoagent.runtime.sqlite_queue import _ACK_SQL, _LEASE_SQL
+
+    lease_params = {"expires": 1, "token": "t", "now": 1, "n": 32, "from_state": 0}
+    for sql, params in ((_LEASE_SQL, lease_params), (_ACK_SQL, (1, 1, "1.t"))):
+        plan = " ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        assert "USING INTEGER PRIMARY KEY" in plan and "SCAN" not in plan, plan
     conn.close()
 
 
