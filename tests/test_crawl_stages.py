@@ -185,3 +185,37 @@ def test_paid_auditor_is_metered_and_capped(tmp_path, monkeypatch):
     assert len(audited) == out.spend["calls"] > 0
     rec = json.loads(audited[0].read_text())
     assert rec["model"] == "aud-vision" and rec["input_tokens"] > 765  # the image went with the prompt
+
+
+def test_partial_run_then_resume_gives_the_same_crawl(clean_and_faulty, tmp_path):
+    """Stop after the first three stages (as a daemon killed mid-crawl would leave it), then run the whole
+    crawl over the same queues and state: the result equals an uninterrupted crawl's."""
+    from geoagent.crawl.demo import sandbox_settings
+    from geoagent.crawl.stages import build_crawl_services, crawl_stages, enqueue_cities, run_crawl
+    from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.runtime.stage import StageContext
+    from geoagent.sandbox.city import build_world, serve_world
+
+    a, sa, _, _ = clean_and_faulty
+    world = build_world(0)
+
+    async def go():
+        async with serve_world(world) as sb, HttpClient(default_policy=HostPolicy(rate=500)) as http:
+            settings = sandbox_settings(world, sb["endpoints"])
+            kw = dict(state_dir=tmp_path / "state", images_root=tmp_path / "images", mapillary_token="MLY|x|y")
+            svc = build_crawl_services(settings, http, **kw)
+            stages = crawl_stages()
+            queues = open_edge_queues(tmp_path / "queues", "crawl-demo", stages)
+            await enqueue_cities(queues[C.EDGE_CITIES], settings.cities)
+            await run_pipeline("crawl-demo", stages[:3], queues, StageContext("crawl-demo", {"crawl": svc}), handle_signals=False)
+            mid = {e: await q.counts() for e, q in queues.items()}
+            for q in queues.values():
+                await q.close()
+            await run_crawl(settings, campaign="crawl-demo", queues_root=tmp_path / "queues", http=http, **kw)
+            return mid
+
+    mid = asyncio.run(go())
+    assert mid[C.EDGE_IMAGES].ready == 3 and mid[C.EDGE_RATED].total == 0  # stopped half way
+    for f in sa["files"]:
+        assert filecmp.cmp(a / "state" / f, tmp_path / "state" / f, shallow=False), f
