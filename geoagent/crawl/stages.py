@@ -13,7 +13,12 @@ audited. Every stage writes its result files under ``<state_dir>`` (``screening/
 already there, so a restarted crawl repeats no API or model call that had completed. Thumbnails go to
 ``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``).
 
-Stages find their shared services at ``ctx.services["crawl"]`` (a :class:`CrawlServices`).
+Stages find their shared services at ``ctx.services["crawl"]`` (a :class:`CrawlServices`); under the
+campaign engine, :func:`services_from_context` builds it on first use from the engine's ``config``
+(``[crawl]`` section, ``[[models]]``, ``[hosts]``), ``http``, ``providers``, ``ledger`` and ``state_dir``.
+
+Note on edge names: ``sites_for_audit`` (described in :mod:`geoagent.constants` as sampler -> referenceability
+auditor) is fed by the image auditor here, which keeps the chain linear for the runner's burst mode.
 """
 
 from __future__ import annotations
