@@ -8,7 +8,9 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
 * ``lease(n, visibility_timeout_s)`` hands out up to n ready tasks whose ``not_before`` has passed; each
   becomes *leased* until ``visibility_timeout_s`` elapses, after which it is ready again (a crashed worker's
   tasks come back). Each lease gets a fresh ``lease_id``; ack/nack/release with a stale lease id (the task
-  was re-leased by someone else after expiry) raise ``StaleLease`` and change nothing.
+  was re-leased by someone else after expiry) raise ``StaleLease`` and change nothing for that task; a
+  batch ``ack``/``release`` applies the still-valid leases first, then raises ``StaleLease`` whose
+  ``stale_keys`` lists the others.
 * ``ack`` marks a task done (kept, so a later put of the same key stays a no-op).
 * ``nack(task, reason)`` increments the attempt count; the task becomes ready again after an exponential
   backoff, or *dead* (dead-letter) once ``attempts >= max_attempts``, keeping ``reason``.
@@ -33,7 +35,14 @@ class QueueError(RuntimeError):
 
 
 class StaleLease(QueueError):
-    """The lease id no longer owns the task (its visibility timeout expired and it was re-leased)."""
+    """The lease id no longer owns the task (its visibility timeout expired and it was re-leased).
+
+    ``stale_keys`` (list of str, may be empty) names the stale tasks of a batch call.
+    """
+
+    def __init__(self, message: str = "", stale_keys: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.stale_keys = list(stale_keys or [])
 
 
 @dataclass(frozen=True, slots=True)
