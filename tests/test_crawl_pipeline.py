@@ -131,6 +131,10 @@ def test_referenceability_logs_and_ladders(crawled):
         near = {e.qid for e in world.entities if haversine_km(float(s["lat"]), float(s["lon"]), e.lat, e.lon) <= 6.0}
         assert near <= audited
     assert any(d["qid"] == next(e.qid for e in world.entities if "Slave Trader" in e.label) and d["sensitive"] for d in sens)
+    cr = _csv(tmp / "state" / "candidate_referenceability.csv")
+    assert tuple(cr[0]) == ("qid", "sitelinks", "familiarity") and len(cr) == len({d["qid"] for d in decisions if d["familiarity"] is not None})
+    links = {e.qid: e.sitelinks for e in world.entities}
+    assert all(int(r["sitelinks"]) == links[r["qid"]] for r in cr)
     for s in sites:
         files = list((tmp / "state" / "ladders").glob(f"{s['site']}_ladder_*.csv"))
         assert len(files) == 1

@@ -327,3 +327,40 @@ class ReferenceabilityAuditor:
                             "familiarity": r.familiarity, "tier_llm": llm, "pageviews": views[r.qid], "tier_pageviews": pv,
                             "status": "pending", "ts": time.time()})
         return out
+
+
+#: Columns of the release's ``data/candidate_referenceability.csv``.
+CANDIDATE_REF_COLUMNS = ("qid", "sitelinks", "familiarity")
+
+
+def sitelink_band_share(rows: Iterable[dict[str, Any]], lo: int = 5, hi: int = 40) -> tuple[float, int, set[int]]:
+    """How well a sitelinks band selects highly referenceable places (Sec. 3.2.1).
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        ``qid``, ``sitelinks``, ``familiarity`` (the ``candidate_referenceability.csv`` form); rows with an
+        empty sitelink count or familiarity are skipped.
+    lo, hi : int
+        Inclusive sitelink band (the paper: 5-40).
+
+    Returns
+    -------
+    (share, n_high, levels)
+        Share of the high-tier candidates (referenceability 4-5) whose sitelinks fall in the band, the
+        number of high-tier candidates, and the referenceability levels found inside the band (the paper:
+        the band holds 76.7 % of the high tier and spans every level 0-5).
+    """
+    n_high = n_high_in = 0
+    levels: set[int] = set()
+    for r in rows:
+        if r.get("sitelinks") in (None, "") or r.get("familiarity") in (None, ""):
+            continue
+        links, fam = int(float(r["sitelinks"])), int(float(r["familiarity"]))
+        inside = lo <= links <= hi
+        if inside:
+            levels.add(fam)
+        if fam >= 4:
+            n_high += 1
+            n_high_in += inside
+    return (n_high_in / n_high if n_high else float("nan")), n_high, levels

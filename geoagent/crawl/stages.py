@@ -454,8 +454,33 @@ class ReferenceabilityAuditorStage(_CrawlStage):
             rated = await svc.ref_auditor.audit(sid, cands)
             coords = {c.qid: (c.lat, c.lon) for c in cands}
             _dump(out, {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
-                        "coords": {q: list(v) for q, v in coords.items()}})
+                        "coords": {q: list(v) for q, v in coords.items()},
+                        "sitelinks": {c.qid: c.sitelinks for c in cands}})
+        async with svc.lock("candidate_referenceability"):
+            write_candidate_referenceability(svc.state_dir)
         return [(f"site:{sid}", {"site": site})]
+
+
+def write_candidate_referenceability(state_dir: Path) -> Path:
+    """``candidate_referenceability.csv`` (qid, sitelinks, familiarity) over every rated candidate of every
+    site, one row per QID, sorted by QID (the release's table; input of
+    :func:`geoagent.crawl.referenceability.sitelink_band_share`)."""
+    from geoagent.crawl.referenceability import CANDIDATE_REF_COLUMNS
+
+    rows: dict[str, dict[str, Any]] = {}
+    for p in sorted((state_dir / "rated").glob("*.json")):
+        rec = _load(p)
+        if not rec:
+            continue
+        links = rec.get("sitelinks", {})
+        for r in rec["rated"]:
+            if r.get("familiarity") is None:
+                continue
+            n = links.get(r["qid"])
+            rows[r["qid"]] = {"qid": r["qid"], "sitelinks": "" if n is None else n, "familiarity": r["familiarity"]}
+    out = state_dir / "candidate_referenceability.csv"
+    _write_csv([rows[q] for q in sorted(rows)], out, CANDIDATE_REF_COLUMNS)
+    return out
 
 
 def _rated_json(r: RatedCandidate) -> dict[str, Any]:
