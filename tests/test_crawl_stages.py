@@ -118,7 +118,6 @@ def test_engine_runs_the_crawl_campaign_and_resumes(tmp_path, monkeypatch):
     from geoagent.crawl.demo import SANDBOX_POLICY
     from geoagent.sandbox.city import build_world, serve_world
 
-    monkeypatch.setitem(engine.KINDS, "crawl", "geoagent.crawl.campaign:CrawlCampaign")
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|engine|test")
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
     monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
@@ -159,7 +158,6 @@ def test_paid_auditor_is_metered_and_capped(tmp_path, monkeypatch):
     from geoagent.crawl.demo import SANDBOX_POLICY
     from geoagent.sandbox.city import build_world, serve_world
 
-    monkeypatch.setitem(engine.KINDS, "crawl", "geoagent.crawl.campaign:CrawlCampaign")
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|engine|test")
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
     monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
