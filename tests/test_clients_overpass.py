@@ -184,3 +184,18 @@ def test_two_slots_per_ip_are_respected():
     assert all(isinstance(r, dict) for r in res) and st.max_in_flight == 2 and st.rejected_busy == 0
     res, st = run(6)
     assert st.rejected_busy > 0 and any(isinstance(r, Exception) for r in res)
+
+
+def test_failover_to_a_mirror_when_the_first_instance_is_overloaded():
+    els = _elements()
+    busy = fake.make_app(els, faults=FaultConfig(rate=1.0, kinds=("503",), seed=0, retry_after_s=0.0))
+    good = fake.make_app(els)
+
+    async def go():
+        async with serve(busy) as b1, serve(good) as b2, HttpClient(default_policy=FAST) as http:
+            c = OverpassClient(http, b1 + "/api", UA, mirrors=[b2 + "/api"], check_slots=False)
+            return await c.interpreter(place_query(LAT0, LON0, ScreenerSettings())), c
+
+    data, c = asyncio.run(go())
+    assert data["elements"] and c.failovers == 1
+    assert good[fake.OVERPASS_STATE].queries and not busy[fake.OVERPASS_STATE].queries

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -126,35 +127,42 @@ class OverpassClient:
         Installed for the host if given (the usage-policy default comes from the crawl settings).
     check_slots : bool
         Read ``/api/status`` before each query and wait (up to ``max_slot_wait_s``) when no slot is free.
+    mirrors : sequence of str
+        Other public instances with the same API, tried in order when an instance keeps failing with
+        5xx (overpass-api.de answers 504 when overloaded; clients move to another instance then).
     """
 
     def __init__(self, http: Any, base_url: str, user_agent: str, *, policy: HostPolicy | None = None,
-                 check_slots: bool = True, max_slot_wait_s: float = 120.0) -> None:
+                 check_slots: bool = True, max_slot_wait_s: float = 120.0, mirrors: Sequence[str] = ()) -> None:
         self.http = http
         self.base_url = base_url.rstrip("/")
+        self.base_urls = [self.base_url] + [m.rstrip("/") for m in mirrors if m.rstrip("/") != self.base_url]
         self.user_agent = user_agent
         self.check_slots = check_slots
         self.max_slot_wait_s = max_slot_wait_s
         self.host = host_of(self.base_url)
+        self.hosts = [host_of(u) for u in self.base_urls]
+        self.failovers = 0
         if policy is not None:
-            http.set_policy(self.host, policy)
+            for h in dict.fromkeys(self.hosts):
+                http.set_policy(h, policy)
 
     def _headers(self, accept: str) -> dict[str, str]:
         return {"User-Agent": self.user_agent, "Accept": accept}
 
-    async def status(self) -> OverpassStatus:
-        """GET ``/status`` and parse it."""
-        resp = await self.http.request("GET", f"{self.base_url}/status", headers=self._headers("text/plain"))
+    async def status(self, base_url: str | None = None) -> OverpassStatus:
+        """GET ``/status`` of an instance (default: the first) and parse it."""
+        resp = await self.http.request("GET", f"{base_url or self.base_url}/status", headers=self._headers("text/plain"))
         return parse_status(resp.text)
 
-    async def wait_for_slot(self) -> OverpassStatus | None:
+    async def wait_for_slot(self, base_url: str | None = None) -> OverpassStatus | None:
         """Wait until ``/status`` reports a free slot (at most ``max_slot_wait_s`` s in total).
 
         Returns None, without waiting, on an instance that has no status page (4xx)."""
         waited = 0.0
         while True:
             try:
-                st = await self.status()
+                st = await self.status(base_url)
             except PermanentHTTPError:
                 return None
             if st.slots_available > 0:
@@ -168,6 +176,9 @@ class OverpassClient:
     async def interpreter(self, query: str) -> dict[str, Any]:
         """POST an ``[out:json]`` Overpass QL query (form field ``data``) and return the parsed JSON.
 
+        Instances are tried in order (``base_url``, then ``mirrors``); the next one is used only when the
+        current one keeps answering 5xx after the HTTP layer's retries.
+
         Raises
         ------
         OverpassRuntimeError
@@ -177,15 +188,26 @@ class OverpassClient:
         OverpassError
             Non-JSON body, or JSON that is not an object with ``elements``.
         geoagent.runtime.http.RetriesExhausted
-            429/5xx/timeouts that outlived the host policy's retries.
+            429/5xx/timeouts that outlived the host policy's retries on every instance.
         """
         if "[out:json]" not in query:
             raise ValueError("Overpass queries must request [out:json]")
+        for i, base in enumerate(self.base_urls):
+            try:
+                return await self._interpreter_at(base, query)
+            except RetriesExhausted as e:
+                if i + 1 < len(self.base_urls) and re.match(r"http 5\d\d", e.last or ""):
+                    self.failovers += 1
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    async def _interpreter_at(self, base: str, query: str) -> dict[str, Any]:
         if self.check_slots:
-            await self.wait_for_slot()
+            await self.wait_for_slot(base)
         try:
             resp = await self.http.request(
-                "POST", f"{self.base_url}/interpreter", data={"data": query},
+                "POST", f"{base}/interpreter", data={"data": query},
                 headers=self._headers("application/json"), validate=_json_body,
             )
         except RetriesExhausted as e:

@@ -182,6 +182,9 @@ class EndpointSettings(_Section):
     """Base URLs of the public APIs (point them at the sandbox for offline runs)."""
 
     overpass: str = "https://overpass-api.de/api"
+    #: other Overpass instances, tried in order when the first keeps failing with 5xx (e.g.
+    #: "https://maps.mail.ru/osm/tools/overpass/api"); empty by default
+    overpass_mirrors: tuple[str, ...] = ()
     wdqs: str = "https://query.wikidata.org/sparql"
     pageviews: str = "https://wikimedia.org/api/rest_v1"
     mapillary: str = "https://graph.mapillary.com"

@@ -123,7 +123,7 @@ class CrawlServices:
         differ from the Graph API host."""
         stats = self.http.stats()
         normal = {"pageviews": {"http 404"}}
-        hosts: dict[str, list[str]] = {"overpass": [self.overpass.host], "wdqs": [self.wdqs.host],
+        hosts: dict[str, list[str]] = {"overpass": list(dict.fromkeys(self.overpass.hosts)), "wdqs": [self.wdqs.host],
                                        "mapillary": [self.mapillary.host]}
         if self.pageviews is not None:
             hosts["pageviews"] = [self.pageviews.host]
@@ -198,7 +198,8 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
     return CrawlServices(
         settings=settings, http=http, state_dir=Path(state_dir),
         images_root=Path(images_root) if images_root else paths.state_root() / C.IMAGES_DIR,
-        overpass=OverpassClient(http, ep.overpass, ua, policy=pol("overpass", ep.overpass), check_slots=overpass_check_slots),
+        overpass=OverpassClient(http, ep.overpass, ua, policy=pol("overpass", ep.overpass), check_slots=overpass_check_slots,
+                                mirrors=ep.overpass_mirrors),
         wdqs=WdqsClient(http, ep.wdqs, ua, policy=pol("wdqs", ep.wdqs)),
         mapillary=MapillaryClient(http, ep.mapillary, token, ua, policy=pol("mapillary", ep.mapillary),
                                   thumb_policy=settings.host_policy("thumbnails")),
