@@ -47,6 +47,8 @@ CAMPAIGN_KINDS = ("geoverify", "geohint", "crawl", "generic")
 TASK_SECTIONS = ("geoverify", "geohint", "crawl", "generic")
 #: tokens reserved for one image when estimating input size (the provider base uses the same budget)
 IMAGE_INPUT_TOKENS = 1600
+#: header names that carry credentials; they may not appear in ``models[].headers`` (the manifest shows those)
+_AUTH_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"}
 
 
 class ConfigError(ValueError):
@@ -175,6 +177,14 @@ class ModelConfig(_Section):
         # the message never echoes the value: a key pasted here by mistake must not reach a log
         if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", v):
             raise ValueError("the NAME of an environment variable (letters, digits, _), not the key itself")
+        return v
+
+    @field_validator("headers")
+    @classmethod
+    def _no_auth_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if name.lower() in _AUTH_HEADERS or "key" in name.lower() or "token" in name.lower():
+                raise ValueError(f"no credential header ({name!r}): name the key's variable in api_key_env")
         return v
 
     @field_validator("base_url")
@@ -734,27 +744,22 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency / expected
         latency); hosts run in parallel, so the total is the slowest host's.
     """
-    from geoagent.providers.base import ModelRequest
+    from geoagent.workers.model_caller import build_request
 
     est = Estimate(cap_usd=cfg.budget.cap_usd)
     factor = cfg.budget.input_estimate_factor
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
-            prompt, has_image, params, image_id = req.prompt, bool(req.image is not None or req.image_id), req.params, req.image_id
+            m = cfg.model(model_name)
         else:
-            model_name = item["model"]
-            prompt = item.get("prompt", "")
-            image_id = item.get("image_id") or item.get("image_ref")
-            has_image = bool(image_id)
-            params = item.get("params") or {}
-        m = cfg.model(model_name)
+            m, req = build_request(cfg, item)
+        prompt, params = req.prompt, req.params
+        has_image = req.image is not None or req.image_id is not None
         merged = {**m.default_params(), **params}
-        if store is not None:
-            req = ModelRequest(m.provider, m.model, prompt, image_id=image_id, params=merged)
-            if store.has(req.key()):
-                est.cached += 1
-                continue
+        if store is not None and store.has(req.key()):
+            est.cached += 1
+            continue
         me = est.by_model.setdefault(m.name, ModelEstimate(model=m.name))
         n_in = estimate_input_tokens(prompt, has_image)
         max_out = int(merged.get("max_output_tokens", m.max_output_tokens))

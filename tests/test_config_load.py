@@ -107,6 +107,7 @@ def test_error_names_key_path_and_expected_type(tmp_path):
         ("seed = 3", "seed = 3\ncolour = 1", "campaign.colour: unknown key"),
         ('kind = "geoverify"', 'kind = "eval"', "campaign.kind: expected one of"),
         ("concurrency = 2", "concurrency = [2]", "models[1].concurrency: expected an integer, got an array"),
+        ("concurrency = 2", 'concurrency = 2\nheaders = { Authorization = "Bearer x" }', "models[1].headers: expected no credential header"),
     ],
 )
 def test_each_error_kind_is_named(tmp_path, old, new, expected):

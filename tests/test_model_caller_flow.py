@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from geoagent.config import host_policies, load_config, provider_settings
+from geoagent.config import estimate, host_policies, load_config, provider_settings
 from geoagent.providers import ProviderSettings, make_provider
 from geoagent.providers.base import ModelRequest
 from geoagent.runtime.http import HttpClient
@@ -194,6 +194,9 @@ def test_exactly_once_redelivery_and_rerun(tmp_path):
             stats = await h.drive()
             assert stats["ok"] == 1 and h.outputs[-1][1]["cached"] is True
             assert len(billed(app["calls"])) == 13  # no second paid call
+            # the dry-run estimate derives the same request keys: stored requests count as cached
+            est = estimate(cfg, [payload(i) for i in range(14)], store=h.state.store)
+            assert (est.cached, est.calls) == (12, 2)
             await h.close()
 
             # re-running the whole campaign (new queue, same requests) makes no call at all

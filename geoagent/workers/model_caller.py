@@ -76,6 +76,44 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
 
 
+def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]:
+    """The model config and the :class:`ModelRequest` (without pixels) for a ``requests`` payload.
+
+    Params are the model's defaults overridden by the payload's; the image id is the payload's
+    ``image_id``, else the ``image_ref`` itself for ``blank:``/``synthetic:`` refs, else the file name
+    stem. The request key depends only on these, so planners, the dry-run estimate and this worker agree.
+
+    Raises
+    ------
+    PermanentFailure
+        Unknown model name, or no prompt text.
+    """
+    model_name = payload.get("model")
+    try:
+        m = cfg.model(model_name)
+    except KeyError as exc:
+        raise PermanentFailure(f"unknown model {model_name!r}: {exc}") from None
+    prompt = payload.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise PermanentFailure("payload has no prompt text")
+    params = {**m.default_params(), **(payload.get("params") or {})}
+    image_ref = payload.get("image_ref")
+    image_id = payload.get("image_id")
+    if image_id is None and image_ref:
+        # the key hashes the image id, so fix it before building the request (never from the bytes)
+        is_generated = image_ref.startswith(("blank:", "synthetic:"))
+        image_id = image_ref if is_generated else resolve_image_path(image_ref).stem
+    request = ModelRequest(
+        provider=m.provider,
+        model=m.model,
+        prompt=prompt,
+        image_id=None if image_id is None else str(image_id),
+        params=params,
+        meta=dict(payload.get("meta") or {}),
+    )
+    return m, request
+
+
 async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float, model_name: str) -> tuple[Any, Any]:
     """On the database thread: the stored response for ``key``, else a new reservation (or the refusal).
 
@@ -159,36 +197,16 @@ class ModelCaller(Stage):
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         payload = task.payload
         cfg = ctx.get("config")
-        model_name = payload.get("model")
-        try:
-            m = cfg.model(model_name)
-        except KeyError as exc:
-            raise PermanentFailure(f"unknown model {model_name!r}: {exc}") from None
-        prompt = payload.get("prompt")
-        if not isinstance(prompt, str) or not prompt:
-            raise PermanentFailure("payload has no prompt text")
+        m, request = build_request(cfg, payload)
+        image_ref = payload.get("image_ref")
+        image_id = request.image_id
         providers = ctx.get("providers")
         try:
             provider = providers[m.name]
         except KeyError:
             raise PermanentFailure(f"no provider configured for model {m.name!r}") from None
         ledger, store = ctx.get("ledger"), ctx.get("store")
-
-        params = {**m.default_params(), **(payload.get("params") or {})}
-        image_ref = payload.get("image_ref")
-        image_id = payload.get("image_id")
-        if image_id is None and image_ref:
-            # the key hashes the image id, so fix it before building the request (never from the bytes)
-            is_generated = image_ref.startswith(("blank:", "synthetic:"))
-            image_id = image_ref if is_generated else resolve_image_path(image_ref).stem
-        request = ModelRequest(
-            provider=m.provider,
-            model=m.model,
-            prompt=prompt,
-            image_id=None if image_id is None else str(image_id),
-            params=params,
-            meta=dict(payload.get("meta") or {}),
-        )
+        params = request.params
         key = request.key()
 
         async with self._one_call_per_key(key):
@@ -223,8 +241,8 @@ class ModelCaller(Stage):
                 "model": m.model,
                 "image_id": request.image_id,
                 "params": params,
-                "prompt_sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
-                "prompt_chars": len(prompt),
+                "prompt_sha256": hashlib.sha256(request.prompt.encode("utf-8")).hexdigest(),
+                "prompt_chars": len(request.prompt),
                 "reserved_usd": reservation.amount_usd,
                 "task_key": task.key,
             }
