@@ -220,9 +220,9 @@ async def run_campaign(
     t0 = time.monotonic()
     kind = load_kind(cfg.campaign.kind)
     async with open_services(cfg, dotenv_path=dotenv_path) as ctx:
-        planned_messages = list(await kind.plan(cfg, ctx))
+        plan = await kind.plan(cfg, ctx)
         if simulate:
-            return _estimate_outcome(cfg, kind, planned_messages, ctx, t0)
+            return _estimate_outcome(cfg, kind, list(plan), ctx, t0)
         stages = kind.stages(cfg)
         if only_stages:
             unknown = set(only_stages) - {s.name for s in stages}
@@ -230,13 +230,19 @@ async def run_campaign(
                 raise KeyError(f"unknown stage(s) {sorted(unknown)}; this campaign has {[s.name for s in stages]}")
             stages = [s for s in stages if s.name in set(only_stages)]
         queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), **cfg.queue_options())
+        try:
+            # the plan is streamed into the queue in chunks, so a campaign of millions of requests never
+            # holds them all in memory (kinds may return a list or a generator)
+            n_planned = await enqueue_plan(plan, queues.get(kind.plan_edge))
+        except BaseException:
+            for q in queues.values():
+                await q.close()
+            raise
         manifest = Manifest(cfg, state_dir=cfg.state_dir())
-        run_id = manifest.start_run(command="run", extra={"planned": len(planned_messages), "stages": [s.name for s in stages]})
+        run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages]})
         status = "interrupted"
         view: PipelineRun | None = None
         try:
-            if kind.plan_edge in queues:
-                await queues[kind.plan_edge].put_many(planned_messages)
             ledger = ctx.get("ledger")
             progress = Progress(
                 cfg.state_dir() / C.PROGRESS_FILE,
@@ -253,7 +259,7 @@ async def run_campaign(
                 burst=not watch,
                 tick=progress,
                 handle_signals=handle_signals,
-                runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s},
+                runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True},
             )
             counts = await view.counts()
             dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
@@ -266,7 +272,7 @@ async def run_campaign(
             else:
                 status, code = "complete", EXIT_COMPLETE
             outcome = Outcome(
-                cfg.name, status, code, len(planned_messages), counts, ledger.summary().to_json(), dead,
+                cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
                 elapsed_s=time.monotonic() - t0,
             )
             if export:
@@ -277,7 +283,32 @@ async def run_campaign(
         finally:
             for q in queues.values():
                 await q.close()
-            manifest.stop_run(run_id, status=status, summary={"planned": len(planned_messages)})
+            manifest.stop_run(run_id, status=status, summary={"planned": n_planned})
+
+
+#: planned messages put into the plan edge per transaction (bounds the planner's memory)
+PLAN_CHUNK = 10_000
+
+
+async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK) -> int:
+    """Put the planned messages into ``queue`` in chunks of ``chunk``; return how many were planned.
+
+    Consumes ``plan`` lazily (a generator is never materialised), so memory stays flat for any campaign
+    size. Existing task keys are no-ops (idempotent re-planning on resume). ``queue`` None only counts.
+    """
+    n = 0
+    batch: list[Message] = []
+    for msg in plan:
+        n += 1
+        if queue is None:
+            continue
+        batch.append(msg)
+        if len(batch) >= chunk:
+            await queue.put_many(batch)
+            batch = []
+    if batch:
+        await queue.put_many(batch)
+    return n
 
 
 def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx: StageContext, t0: float) -> Outcome:

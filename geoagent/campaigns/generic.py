@@ -11,6 +11,7 @@ Config section ``[generic]``::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -74,28 +75,29 @@ class GenericCampaign(CampaignKind):
     def stages(self, cfg: Any) -> list[Stage]:
         return [ModelCaller(), Collector()]
 
-    async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
+    async def plan(self, cfg: Any, ctx: StageContext) -> Iterator[Message]:
+        """A generator of the request messages (the engine streams it into the queue in chunks)."""
+        return self._messages(cfg)
+
+    @staticmethod
+    def _messages(cfg: Any) -> Iterator[Message]:
         sec = _section(cfg)
-        out: list[Message] = []
         for m in cfg.models:
             for i in range(sec.n_requests):
                 key = f"{m.name}|{i}"
                 if not is_sampled(key, m.sampling_rate, cfg.campaign.seed):
                     continue
-                out.append(
-                    (
-                        key,
-                        {
-                            "model": m.name,
-                            "prompt": f"Generic task {i}: describe in one sentence what a street photo of a city might show.",
-                            "image_ref": f"synthetic:{i}" if sec.image else None,
-                            "image_id": f"synthetic-{i}" if sec.image else None,
-                            "params": {},
-                            "meta": {"index": i},
-                        },
-                    )
+                yield (
+                    key,
+                    {
+                        "model": m.name,
+                        "prompt": f"Generic task {i}: describe in one sentence what a street photo of a city might show.",
+                        "image_ref": f"synthetic:{i}" if sec.image else None,
+                        "image_id": f"synthetic-{i}" if sec.image else None,
+                        "params": {},
+                        "meta": {"index": i},
+                    },
                 )
-        return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         n = ctx.get("store").count_results(RESULTS_TABLE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,19 @@ def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         yield key, row
 
 
-def export_table(store: Any, table: str, out_dir: str | os.PathLike[str], *, stem: str | None = None) -> ExportedTable:
+#: rows per in-memory frame when exporting a large table (bounds the export's memory)
+BATCH_ROWS = 20_000
+
+
+def export_table(
+    store: Any, table: str, out_dir: str | os.PathLike[str], *, stem: str | None = None, batch_rows: int = BATCH_ROWS
+) -> ExportedTable:
     """Export one results table (or ``"model_responses"``, the stored model responses) to ``out_dir``.
+
+    A table of more than ``batch_rows`` rows is exported in batches with flat memory: each batch becomes
+    a Parquet part file, the parts are brought to one schema (a column whose type differs between
+    batches becomes text, as in :func:`rows_to_frame`) and streamed into the final Parquet file by
+    Polars; the CSV is appended part by part.
 
     Parameters
     ----------
@@ -112,14 +124,85 @@ def export_table(store: Any, table: str, out_dir: str | os.PathLike[str], *, ste
         A results table name, or ``"responses"`` for the response cache (text, usage, cost_usd, request meta).
     out_dir : path
         Folder for ``<stem>.parquet`` and ``<stem>.csv`` (stem defaults to the table name).
+    batch_rows : int
+        Rows held in memory at once (large tables).
     """
     rows = _response_rows(store) if table == RESPONSES_TABLE else store.iter_results(table)
-    df = rows_to_frame(rows)
     out = Path(out_dir)
     name = stem or table
     parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"
-    write_frame(df, parquet, csv)
-    return ExportedTable(table, df.height, parquet, csv)
+    first = list(islice(rows, batch_rows))
+    if len(first) < batch_rows:
+        df = rows_to_frame(first)
+        write_frame(df, parquet, csv)
+        return ExportedTable(table, df.height, parquet, csv)
+    n = _write_batched(first, rows, batch_rows, parquet, csv)
+    return ExportedTable(table, n, parquet, csv)
+
+
+def _unified_schema(schemas: list[dict[str, pl.DataType]]) -> dict[str, pl.DataType]:
+    """Column -> type over all parts (first-seen order); conflicting types become ``String``."""
+    seen: dict[str, set[pl.DataType]] = {}
+    for sch in schemas:
+        for c, t in sch.items():
+            kinds = seen.setdefault(c, set())
+            if t != pl.Null:
+                kinds.add(t)
+    return {c: (next(iter(k)) if len(k) == 1 else (pl.String if k else pl.Null)) for c, k in seen.items()}
+
+
+def _conform(lf: pl.LazyFrame, have: dict[str, pl.DataType], want: dict[str, pl.DataType]) -> pl.LazyFrame:
+    cols = []
+    for c, t in want.items():
+        if c not in have:
+            cols.append(pl.lit(None, dtype=t).alias(c))
+        elif have[c] == t:
+            cols.append(pl.col(c))
+        elif t == pl.String and isinstance(have[c], (pl.List, pl.Array, pl.Struct)):
+            cols.append(pl.col(c).map_elements(_text, return_dtype=pl.String, skip_nulls=True))
+        else:
+            cols.append(pl.col(c).cast(t))
+    return lf.select(cols)
+
+
+def _write_batched(
+    first: list[tuple[str, dict[str, Any]]],
+    rest: Iterator[tuple[str, dict[str, Any]]],
+    batch_rows: int,
+    parquet_path: Path,
+    csv_path: Path,
+) -> int:
+    import shutil
+    import tempfile
+
+    parquet_path.parent.mkdir(parents=True, exist_ok=True)
+    parts_dir = Path(tempfile.mkdtemp(prefix=f".{parquet_path.stem}.parts.", dir=parquet_path.parent))
+    try:
+        parts: list[Path] = []
+        n = 0
+        batch = first
+        while batch:
+            df = rows_to_frame(batch)
+            n += df.height
+            part = parts_dir / f"{len(parts):06d}.parquet"
+            df.write_parquet(part)
+            parts.append(part)
+            del df
+            batch = list(islice(rest, batch_rows))
+        schemas = [dict(pl.read_parquet_schema(p)) for p in parts]
+        want = _unified_schema(schemas)
+        frames = [_conform(pl.scan_parquet(p), have, want) for p, have in zip(parts, schemas)]
+        tmp = parquet_path.with_name(f".{parquet_path.name}.{os.getpid()}.tmp")
+        pl.concat(frames, how="vertical").sink_parquet(tmp, compression="zstd")
+        os.replace(tmp, parquet_path)
+        tmp = csv_path.with_name(f".{csv_path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            for i, frame in enumerate(frames):
+                _csv_ready(frame.collect()).write_csv(fh, include_header=i == 0)
+        os.replace(tmp, csv_path)
+        return n
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
 
 
 def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True) -> list[ExportedTable]:
