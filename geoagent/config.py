@@ -11,7 +11,7 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
                  rate = {requests, period_s}, sampling_rate, seed, replay = {...}, params = {...}
     [hosts."api.example.org"]  rate, period_s, concurrency, ... (non-model APIs: Mapillary, Wikidata, ...)
     [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s
-    [geoverify], [geohint], [crawl]   task sections: free tables until a task module registers a pydantic
+    [geoverify], [geohint], [crawl], [generic]   task sections: free tables until a task module registers a pydantic
                  model for them with :func:`register_section`; then they are validated like the rest.
 
 Values are validated strictly (a quoted ``"0.15"`` is not a number; integers are accepted where a float is
