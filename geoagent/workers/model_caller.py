@@ -151,27 +151,27 @@ class ModelCaller(Stage):
     Parameters
     ----------
     concurrency : int, optional
-        Tasks handled at once by this worker (default: the sum of the configured models' concurrency,
-        capped at 256, read in :meth:`start`; per-host limits still apply in the HTTP layer).
+        Tasks handled at once by this worker. Default: the sum of the configured models' ``concurrency``
+        (capped at 256) when ``config`` is given, else 64. The HTTP layer's per-host limits still cap
+        the requests actually in flight; extra tasks wait there as cheap coroutines.
+    config : CampaignConfig, optional
+        Used only to derive the default ``concurrency``.
     """
 
     name = C.STAGE_MODEL_CALLER
     input_edge = C.EDGE_REQUESTS
     output_edge = C.EDGE_RESPONSES
-    concurrency = 16
+    concurrency = 64
     #: longest wait (s) for in-flight calls to settle when the budget is only held by their reservations
     budget_wait_s: float = 600.0
 
-    def __init__(self, *, concurrency: int | None = None) -> None:
-        self._fixed_concurrency = concurrency
+    def __init__(self, *, concurrency: int | None = None, config: Any = None) -> None:
+        # set before the runner reads it (it sizes its slots when it is built, before start())
         if concurrency is not None:
-            self.concurrency = concurrency
+            self.concurrency = max(1, int(concurrency))
+        elif config is not None and getattr(config, "models", None):
+            self.concurrency = max(1, min(256, sum(m.concurrency for m in config.models)))
         self._key_locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    async def start(self, ctx: StageContext) -> None:
-        cfg = ctx.services.get("config")
-        if self._fixed_concurrency is None and cfg is not None and cfg.models:
-            self.concurrency = max(1, min(256, sum(m.concurrency for m in cfg.models)))
 
     # -- per-key de-duplication inside this process ---------------------------------------------------
 
