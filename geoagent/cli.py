@@ -145,11 +145,24 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from geoagent.secrets import install_log_redaction
+
+    install_log_redaction()
     try:
         return int(args.fn(args))
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except BaseException as exc:  # noqa: BLE001 - unwrap task-group errors to one readable line
+        leaf = _leaf(exc)
+        if isinstance(leaf, ConfigError):
+            print(f"config error: {leaf}", file=sys.stderr)
+            return 2
+        if isinstance(leaf, (FileNotFoundError, KeyError, ValueError)):
+            print(f"error: {leaf}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The single innermost exception of nested exception groups (``exc`` itself otherwise)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
