@@ -1,0 +1,372 @@
+"""``python run.py demo``: the embedded default, a small complete run of the whole project, offline.
+
+What it does (every step is the code path of a real campaign; only the URLs point at local fakes):
+
+1. starts, in this process on 127.0.0.1, the sandbox world's Overpass, WDQS, pageviews and Mapillary fakes
+   (:mod:`geoagent.sandbox.city`), an OpenAI-compatible model server
+   (:mod:`geoagent.sandbox.llm_openai`, answering through the simulated responders) and the Wikidata and
+   Nominatim fakes, whose gazetteer is the sandbox world's places (:func:`geoagent.integrate.gazetteer_from_world`);
+2. runs the **crawl** campaign ``demo-crawl`` (``configs/demo_crawl.toml``): screen the candidate cities,
+   sample sites, fetch and audit images, rate reference points, build context ladders; the two auditors
+   are models behind the OpenAI-compatible fake (real HTTP path, ledger with illustrative prices);
+3. builds GeoVerify trials from the crawled images and rated candidates (signal < 150 m, five decoy bands,
+   mismatched-image and blank-image control arms) into the crawl's release-form folder
+   (:func:`geoagent.integrate.write_verify_trials`) and runs the **GeoVerify** campaign ``demo-geoverify``
+   with two models (``configs/demo_geoverify.toml``);
+4. runs the **GeoHint** campaign ``demo-geohint`` on the crawled sites, images and ladders, with the
+   geocoder asking the local Wikidata and Nominatim fakes (``configs/demo_geohint.toml``);
+5. prints a summary: crawl counts per stage, the GeoVerify table, GeoHint Table 1, spend against the cap
+   of each campaign and where the reports are.
+
+The sandbox world is :func:`geoagent.sandbox.city.build_world` ("Sandbox City" admitted, "Sprawl Town"
+rejected by the screener) plus a copy of Sandbox City moved to another continent ("Mirror Bay", see
+:func:`demo_world`), so the mismatched-image control arm has images from another continent to show.
+
+Data go to ``queues/`` and ``state/`` of the working directory (or ``$GEOAGENT_QUEUES`` /
+``$GEOAGENT_STATE``), or under ``--workdir DIR``. Re-running resumes: finished work is found in the
+queues and stored responses, so a second run makes no model call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import csv
+import dataclasses
+import io
+import os
+import sys
+import time
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+
+#: the packaged config templates, in run order
+CONFIG_NAMES = ("demo_crawl", "demo_geoverify", "demo_geohint")
+#: seed of the sandbox world (the fake model servers answer with the campaign seed)
+WORLD_SEED = 0
+#: the mirrored city (same layout as Sandbox City, another continent; longitude shift keeps every distance)
+MIRROR = {"city": "Mirror Bay", "country": "MB", "continent": "AS", "dlon_deg": 100.0, "id_offset": 1_000_000}
+#: the demo's own variable holding the sandbox Mapillary token (any ``MLY|...`` value passes the fake)
+MAPILLARY_TOKEN_ENV = "GEOAGENT_DEMO_MAPILLARY_TOKEN"
+SANDBOX_MAPILLARY_TOKEN = "MLY|sandbox|demo"
+#: host limits for the local fakes ([hosts] table): loopback servers, not the public APIs, whose usage
+#: policies stay the defaults of a real run
+LOCAL_HOST_POLICY = {"rate": 1000.0, "period_s": 1.0, "concurrency": 8, "max_attempts": 5, "backoff_base_s": 0.02,
+                     "backoff_max_s": 0.5, "timeout_s": 20.0}
+
+
+# --------------------------------------------------------------------------------------------------
+# the sandbox world
+# --------------------------------------------------------------------------------------------------
+
+
+def demo_world(seed: int = WORLD_SEED) -> Any:
+    """The sandbox world of :func:`geoagent.sandbox.city.build_world` plus "Mirror Bay".
+
+    Mirror Bay is Sandbox City (its place nodes, entities, images and pageviews within 7 km of the
+    centre) shifted by ``MIRROR["dlon_deg"]`` degrees of longitude at the same latitude, so every
+    distance inside it is unchanged; QIDs, image ids and node ids are offset so nothing collides, and
+    Wikipedia titles get a suffix (titles are unique). Its continent differs, which gives the GeoVerify
+    mismatched-image arm (an image from another continent) something to show.
+
+    Returns
+    -------
+    geoagent.sandbox.city.SandboxWorld
+    """
+    from geoagent.geo import haversine_km
+    from geoagent.sandbox.city import build_world
+
+    world = build_world(seed)
+    centre = world.cities[0]
+    c_lat, c_lon = float(centre["lat"]), float(centre["lon"])
+    dlon, off = float(MIRROR["dlon_deg"]), int(MIRROR["id_offset"])
+
+    def near(lat: float, lon: float) -> bool:
+        return haversine_km(lat, lon, c_lat, c_lon) <= 7.0
+
+    world.cities.append({"city": MIRROR["city"], "country": MIRROR["country"], "continent": MIRROR["continent"],
+                         "lat": c_lat, "lon": round(c_lon + dlon, 6)})
+    for el in list(world.overpass_elements):
+        if near(el["lat"], el["lon"]):
+            twin = copy.deepcopy(el)
+            twin["id"] = el["id"] + off
+            twin["lon"] = el["lon"] + dlon
+            world.overpass_elements.append(twin)
+    suffix = "_(" + str(MIRROR["city"]).replace(" ", "_") + ")"
+    for e in list(world.entities):
+        if near(e.lat, e.lon):
+            title = e.title + suffix if e.title else None
+            if e.title and e.title in world.daily_views:
+                world.daily_views[title] = world.daily_views[e.title]
+            world.entities.append(dataclasses.replace(e, qid=f"Q{int(e.qid[1:]) + off}", lon=e.lon + dlon, title=title))
+    for im in list(world.images):
+        if near(im.lat, im.lon):
+            world.images.append(dataclasses.replace(
+                im, image_id=str(int(im.image_id) + off * 10), lon=im.lon + dlon,
+                pattern_seed=None if im.pattern_seed is None else str(int(im.pattern_seed) + off * 10)))
+    return world
+
+
+# --------------------------------------------------------------------------------------------------
+# configs
+# --------------------------------------------------------------------------------------------------
+
+
+def _fill(value: Any, values: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        out = value
+        for k, v in values.items():
+            out = out.replace("{" + k + "}", v)
+        return out
+    if isinstance(value, list):
+        return [_fill(v, values) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, values) for k, v in value.items()}
+    return value
+
+
+def demo_config(name: str, values: Mapping[str, str], *, hosts: list[str] = (), cities: list[dict] | None = None) -> Any:
+    """Load packaged template ``configs/<name>.toml``, fill its ``{placeholders}`` from ``values``, add a
+    ``[hosts]`` entry (:data:`LOCAL_HOST_POLICY`) per local fake host and, for the crawl, the cities;
+    return the validated :class:`~geoagent.config.CampaignConfig`.
+
+    Raises
+    ------
+    geoagent.config.ConfigError
+        A template value is invalid (names the key).
+    KeyError
+        A placeholder is left unfilled (names it).
+    """
+    import re
+
+    from geoagent.campaigns import register_all_sections
+    from geoagent.config import config_from_dict, packaged_config_path
+
+    register_all_sections()
+    path = packaged_config_path(name)
+    if path is None:
+        raise FileNotFoundError(f"packaged demo config {name}.toml is missing from geoagent/configs/")
+    doc = _fill(tomllib.loads(path.read_text(encoding="utf-8")), values)
+    left = re.findall(r'"\{([a-z_]+)\}"', repr(doc).replace("'", '"'))
+    if left:
+        raise KeyError(f"{path}: placeholder(s) {sorted(set(left))} not filled")
+    if hosts:
+        doc.setdefault("hosts", {}).update({h: dict(LOCAL_HOST_POLICY) for h in hosts})
+    if cities is not None:
+        doc.setdefault("crawl", {})["cities"] = cities
+    return config_from_dict(doc, source=str(path))
+
+
+# --------------------------------------------------------------------------------------------------
+# summary helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _lines(path: Path) -> int:
+    if not path.is_file():
+        return 0
+    with path.open("rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def crawl_stage_counts(crawl_dir: Path) -> list[tuple[str, str]]:
+    """(stage, what it produced) lines from a crawl's output files (release-form folder)."""
+    pool = _rows(crawl_dir / "city_pool.csv")
+    sites = _rows(crawl_dir / "sites.csv")
+    audit = _rows(crawl_dir / "image_audit.csv")
+    images = _rows(crawl_dir / "images.csv")
+    ladders = sorted((crawl_dir / "ladders").glob("*.csv")) if (crawl_dir / "ladders").is_dir() else []
+    points = sum(len(_rows(p)) for p in ladders)
+    n_usable = sum(r.get("usable") == "True" for r in images)
+    admitted = [r["city"] for r in pool if r.get("eligible") == "True"]
+    return [
+        ("screen", f"{len(pool)} cities screened, {len(admitted)} admitted ({', '.join(admitted) or 'none'})"),
+        ("sample", f"{len(sites)} sites ({', '.join(r['site'] for r in sites)})"),
+        ("fetch", f"{len(images)} images kept (spread >= 40 m, bright, de-duplicated)"),
+        ("audit", f"{len(audit)} images audited by the vision model, {n_usable} usable"),
+        ("rate", f"{_lines(crawl_dir / 'audit_decisions.jsonl')} referenceability decisions, "
+                 f"{_lines(crawl_dir / 'audit_sensitive.jsonl')} sensitive-name screenings"),
+        ("ladders", f"{len(ladders)} context ladders, {points} reference points"),
+    ]
+
+
+def _spend_line(outcome: Any) -> str:
+    s = outcome.spend or {}
+    return (f"${s.get('spent_usd', 0.0):.4f} settled + ${s.get('unknown_usd', 0.0):.4f} unknown-outcome of cap "
+            f"${s.get('cap_usd') or 0.0:.2f} ({s.get('calls', 0)} model calls, "
+            f"{s.get('input_tokens', 0)} in / {s.get('output_tokens', 0)} out tokens)")
+
+
+def geohint_table1_text(cfg: Any, width: int = 120) -> str:
+    """GeoHint Table 1 of campaign ``cfg`` as terminal text, rebuilt from its stored scored results."""
+    from rich.console import Console
+
+    from geoagent.geohint.campaign import aggregate_from_store
+    from geoagent.report.geohint import default_conditions, table1
+    from geoagent.runtime.store import open_campaign_state
+
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
+        agg = aggregate_from_store(state.store)
+    if not agg.keys:
+        return "no scored GeoHint responses\n"
+    cond, _ = default_conditions(agg)
+    console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
+    console.print(table1(agg, condition=cond).to_rich())
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _env(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set environment variables for the duration (None leaves a variable as it is); restore after."""
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is not None:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# --------------------------------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------------------------------
+
+
+async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_signals: bool = True) -> int:
+    """Serve the fakes, run crawl -> GeoVerify -> GeoHint, print the summary to ``out``; return the exit code.
+
+    Data roots are the configs' (``queues/``, ``state/``) unless ``$GEOAGENT_QUEUES`` / ``$GEOAGENT_STATE``
+    are set (:func:`run_demo` sets them for ``--workdir``). Exit code: 0 when all three campaigns are
+    complete, else the first non-zero campaign code (see :mod:`geoagent.engine`).
+    """
+    from geoagent.data.importer import import_release
+    from geoagent.engine import run_campaign
+    from geoagent.geohint import simulate as gh_sim
+    from geoagent.integrate import gazetteer_from_world, hosts_of, write_verify_trials
+    from geoagent.report.geoverify import TABLE_TXT
+    from geoagent.sandbox.city import serve_world
+    from geoagent.sandbox.launch import launch
+    from geoagent.sandbox.responders import load_builtin_responders
+
+    out = out or sys.stdout
+    t0 = time.monotonic()
+    load_builtin_responders()
+    world = demo_world()
+    gaz = gazetteer_from_world(world)
+
+    def say(text: str = "") -> None:
+        print(text, file=out, flush=True)
+
+    async with serve_world(world) as sb:
+        ep = sb["endpoints"]
+        values = {"overpass_url": ep["overpass"], "wdqs_url": ep["wdqs"], "pageviews_url": ep["pageviews"],
+                  "mapillary_url": ep["mapillary"]}
+        crawl_hosts = hosts_of(ep.values())
+        say(f"geoagent demo: {len(world.cities)} candidate cities in the sandbox world; local fakes on 127.0.0.1 "
+            "(Overpass, WDQS, pageviews, Mapillary; per campaign an OpenAI-compatible model server, and for "
+            "GeoHint Wikidata and Nominatim)")
+
+        # 1. crawl ---------------------------------------------------------------------------------
+        crawl_cfg = demo_config("demo_crawl", values, hosts=crawl_hosts, cities=world.cities)
+        crawl_dir = crawl_cfg.state_dir()
+        images_dir = crawl_cfg.state_root() / C.IMAGES_DIR
+        values |= {"crawl_dir": str(crawl_dir.resolve()), "images_dir": str(images_dir.resolve())}
+        say("\n[1/3] crawl of the sandbox world (screen, sample, fetch, audit, rate, ladders) ...")
+        with _env({MAPILLARY_TOKEN_ENV: os.environ.get(MAPILLARY_TOKEN_ENV) or SANDBOX_MAPILLARY_TOKEN}):
+            async with launch(crawl_cfg) as cfg:
+                crawl = await run_campaign(cfg, live=live, handle_signals=handle_signals, export=False)
+    say(crawl.summary())
+    outcomes = [("crawl", crawl_cfg, crawl)]
+    if crawl.exit_code != 0:
+        say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `python run.py demo` to resume")
+        return crawl.exit_code
+
+    # hand-off: the crawl's folder becomes a complete release-form folder ------------------------------
+    gv_cfg = demo_config("demo_geoverify", values)
+    trials_path, build = write_verify_trials(crawl_dir, images_dir, seed=gv_cfg.campaign.seed, n_per_band=1,
+                                             n_control=1)
+    ctrl = {arm: sum(n for (a, _b), n in build.counts.items() if a == arm) for arm in ("ctrl_mismatch", "ctrl_noimage")}
+    say(f"\nhand-off: GeoVerify trials built from {build.n_images} crawled images -> {trials_path}\n"
+        f"  main arm per band {build.per_band()}; control arms {ctrl}")
+    release = import_release(crawl_dir)
+    # the fake model server answers GeoHint prompts knowing each crawled image's site (it "sees" the image)
+    gh_sim.configure(release.sites, release.ladders, release.images.values())
+
+    # 2. GeoVerify ----------------------------------------------------------------------------------------
+    say("\n[2/3] GeoVerify on the crawled sites (2 models behind the OpenAI-compatible fake) ...")
+    async with launch(gv_cfg) as cfg:
+        gv = await run_campaign(cfg, live=live, handle_signals=handle_signals)
+    say(gv.summary())
+    outcomes.append(("GeoVerify", gv_cfg, gv))
+
+    # 3. GeoHint ------------------------------------------------------------------------------------------
+    say("\n[3/3] GeoHint on the crawled ladders (geocoder against the local Wikidata and Nominatim) ...")
+    gh_cfg = demo_config("demo_geohint", values)
+    async with launch(gh_cfg, gazetteer=gaz) as cfg:
+        gh = await run_campaign(cfg, live=live, handle_signals=handle_signals)
+    say(gh.summary())
+    outcomes.append(("GeoHint", gh_cfg, gh))
+
+    # summary ------------------------------------------------------------------------------------------
+    say("\n" + "=" * 100)
+    say("demo summary")
+    say("=" * 100)
+    say(f"crawl ({crawl_dir}):")
+    for stage, text in crawl_stage_counts(crawl_dir):
+        say(f"  {stage:>8}: {text}")
+    say("")
+    table_txt = gv_cfg.state_dir() / C.REPORT_DIR / TABLE_TXT
+    say(table_txt.read_text(encoding="utf-8") if table_txt.is_file() else "GeoVerify table: not written")
+    say("GeoHint Table 1 (hit rate, forced condition):")
+    say(geohint_table1_text(gh_cfg))
+    say("spend vs cap:")
+    for label, _cfg, o in outcomes:
+        say(f"  {label:>9}: {_spend_line(o)}  [{o.status}]")
+    say("reports:")
+    for label, cfg, o in outcomes:
+        report_dir = cfg.state_dir() / C.REPORT_DIR
+        main = [p for p in o.report_files if p.suffix in (".md", ".json")]
+        say(f"  {label:>9}: {report_dir}" + (f" ({', '.join(p.name for p in main)})" if main else ""))
+    code = next((o.exit_code for _l, _c, o in outcomes if o.exit_code != 0), 0)
+    say(f"demo {'complete' if code == 0 else 'ended with exit code ' + str(code)} in {time.monotonic() - t0:.1f} s"
+        + ("; re-run `python run.py demo` to resume" if code else "; a re-run resumes and makes no new model call"))
+    return code
+
+
+def run_demo(workdir: Path | None = None, live: bool | None = None) -> int:
+    """Entry of ``python run.py demo`` (see the module docstring); returns the process exit code.
+
+    Parameters
+    ----------
+    workdir : Path, optional
+        Put ``queues/`` and ``state/`` (with the crawled images) under this folder; default: the
+        configured roots (``queues/`` and ``state/`` of the working directory, or ``$GEOAGENT_QUEUES`` /
+        ``$GEOAGENT_STATE``).
+    live : bool, optional
+        Live terminal display (default: when stdout is a TTY).
+    """
+    import anyio
+
+    roots: dict[str, str | None] = {C.ENV_QUEUES_ROOT: None, C.ENV_STATE_ROOT: None}
+    if workdir is not None:
+        wd = Path(workdir).resolve()
+        wd.mkdir(parents=True, exist_ok=True)
+        roots = {C.ENV_QUEUES_ROOT: str(wd / "queues"), C.ENV_STATE_ROOT: str(wd / "state")}
+    with _env(roots):
+        return anyio.run(lambda: demo_pipeline(live=live))

@@ -1,0 +1,165 @@
+"""Glue where the crawl meets the evaluations and the local fakes (used by ``run.py demo``, usable alone).
+
+* :func:`write_verify_trials` turns a finished crawl's state folder into a complete release-form folder:
+  the crawl already writes ``sites.csv``, ``ladders/`` and ``images.csv``; this builds GeoVerify trials
+  (seed 000 Sec. 5.2 and 5.4: signal < 150 m, five decoy bands, both control arms) from the crawled
+  images and the rated candidates *with their coordinates* (:func:`geoagent.crawl.export.crawl_records`)
+  and writes them as ``verify_trials.csv`` in the release's column layout (plus ``image_ref`` and
+  ``cand_qid``). :func:`geoagent.data.importer.import_release` then reads the folder like the public
+  release, so a GeoVerify campaign (``[geoverify] trials = "release"``) and a GeoHint campaign
+  (``[geohint] images = "release"``: the images of the main-arm trials, with their files) run on it
+  unchanged.
+* :func:`gazetteer_from_world` builds the gazetteer behind the local Wikidata and Nominatim fakes from a
+  sandbox world (:mod:`geoagent.sandbox.city`): every Wikidata entity with its real (sandbox)
+  coordinate, plus one ``city`` entry per city, so model answers naming sandbox places geocode.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from geoagent import constants as C
+from geoagent.geo import haversine_km
+
+#: ``verify_trials.csv`` columns: the release's (``verify_trials_sample.csv``) then our additions.
+VERIFY_TRIALS_COLUMNS = ("image_id", "site", "path", "img_lat", "img_lon", "cand", "cand_lat", "cand_lon", "fam",
+                         "d_km", "band", "truth", "arm", "cont", "image_ref", "cand_qid")
+VERIFY_TRIALS_FILE = "verify_trials.csv"
+
+
+def write_verify_trials(
+    crawl_state_dir: str | Path,
+    images_root: str | Path,
+    *,
+    seed: int = 0,
+    n_per_band: int | None = 2,
+    max_signal: int | None = None,
+    n_control: int = 2,
+    tau_km: float = C.GEOVERIFY_TAU_KM,
+    out_dir: str | Path | None = None,
+) -> tuple[Path, Any]:
+    """Build GeoVerify trials from a crawl and write them as a release-form ``verify_trials.csv``.
+
+    Parameters
+    ----------
+    crawl_state_dir : path
+        The crawl campaign's state folder (``sites.csv``, ``rated/``, ``image_audit/``, ``ladders/``).
+    images_root : path
+        Folder of the crawled thumbnails (``<site>/<image_id>.jpg``); trial ``path`` values are relative
+        to it, so evaluation campaigns use it as their ``image_root``.
+    seed, n_per_band, max_signal, n_control, tau_km
+        As in :func:`geoagent.geoverify.trials.build_trials` (tau in km; 0.15 = 150 m).
+    out_dir : path, optional
+        Where to write (default: ``crawl_state_dir``, which then imports as a complete release folder).
+
+    Returns
+    -------
+    (path, BuildReport)
+        The written CSV (rewritten atomically; the same inputs give the same bytes) and the build counts.
+
+    Raises
+    ------
+    FileNotFoundError
+        The folder has no ``sites.csv`` (the crawl admitted no city or has not sampled yet).
+    ValueError
+        The crawl produced no usable image or no rated candidate with coordinates.
+    """
+    from geoagent.crawl.export import crawl_records
+    from geoagent.geoverify.trials import build_trials
+
+    state = Path(crawl_state_dir)
+    if not (state / "sites.csv").is_file():
+        raise FileNotFoundError(f"{state / 'sites.csv'}: the crawl has no sites (no city admitted yet?)")
+    recs = crawl_records(state, images_root)
+    if not recs["images"]:
+        raise ValueError(f"{state}: the crawl has no usable audited image to build GeoVerify trials from")
+    pools: dict[str, list[Any]] = {}
+    for p in recs["reference_points"]:
+        if p.lat is not None and p.lon is not None:
+            pools.setdefault(p.site_id, []).append(p)
+    if not pools:
+        raise ValueError(f"{state}: the crawl has no rated candidate with coordinates (rated/*.json)")
+    continents = {s.site_id: s.continent for s in recs["sites"]}
+    trials, report = build_trials(recs["images"], pools, seed=seed, n_per_band=n_per_band, max_signal=max_signal,
+                                  n_control=n_control, tau_km=tau_km, continents=continents)
+    out = Path(out_dir) if out_dir is not None else state
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / VERIFY_TRIALS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(VERIFY_TRIALS_COLUMNS)
+        for t in trials:
+            w.writerow([t.image_id, t.site_id, t.path or "", repr(t.img_lat), repr(t.img_lon), t.cand,
+                        "" if t.cand_lat is None else repr(t.cand_lat), "" if t.cand_lon is None else repr(t.cand_lon),
+                        "" if t.referenceability is None else t.referenceability, "" if t.d_km is None else t.d_km,
+                        t.band or "", t.truth, t.arm, t.continent or "", t.image_ref or "", t.cand_qid or ""])
+    tmp.replace(path)
+    return path, report
+
+
+_DISTRICT = re.compile(r"(?i)\b(district|quarter|neighbourhood|neighborhood)\b")
+
+
+def gazetteer_from_world(world: Any, *, city_qid_start: int = 4_990_001, city_radius_km: float = 8.0) -> Any:
+    """The gazetteer of a sandbox world, for the local Wikidata and Nominatim fakes.
+
+    Every entity of ``world.entities`` becomes an entry with its sandbox coordinate (degrees), its
+    sitelink count and its P31 classes; kind ``area`` for district-like names, ``linear`` for street-like
+    names, else ``building``; its city is the nearest city of ``world.cities`` within
+    ``city_radius_km``. Each city becomes a ``city`` entry (QIDs from ``city_qid_start`` upward, which
+    must not collide with entity QIDs; ranked first by a high sitelink count).
+
+    Returns
+    -------
+    geoagent.sandbox.gazetteer.Gazetteer
+
+    Raises
+    ------
+    ValueError
+        A city QID collides with an entity QID.
+    """
+    from geoagent.geohint.placenames import is_linear_name
+    from geoagent.sandbox.gazetteer import Gazetteer, GazetteerEntry
+
+    cities = list(getattr(world, "cities", []))
+    taken = {e.qid for e in world.entities}
+    entries: list[Any] = []
+    for i, c in enumerate(cities):
+        qid = f"Q{city_qid_start + i}"
+        if qid in taken:
+            raise ValueError(f"city QID {qid} of {c['city']!r} collides with an entity of the world")
+        entries.append(GazetteerEntry(qid=qid, labels={"en": c["city"]}, lat=float(c["lat"]), lon=float(c["lon"]),
+                                      kind="city", city=c["city"], sitelinks=500,
+                                      description=f"city ({c.get('country', '')}, sandbox world)"))
+
+    def city_of(lat: float, lon: float) -> str:
+        best = min(cities, key=lambda c: haversine_km(lat, lon, c["lat"], c["lon"]), default=None)
+        if best is None or haversine_km(lat, lon, best["lat"], best["lon"]) > city_radius_km:
+            return ""
+        return best["city"]
+
+    for e in world.entities:
+        kind = "area" if _DISTRICT.search(e.label) else "linear" if is_linear_name(e.label) else "building"
+        city = city_of(e.lat, e.lon)
+        entries.append(GazetteerEntry(qid=e.qid, labels={"en": e.label}, lat=e.lat, lon=e.lon, kind=kind, city=city,
+                                      sitelinks=int(e.sitelinks), classes=tuple(e.instance_of),
+                                      description=f"place in {city}" if city else "place (sandbox world)"))
+    return Gazetteer(entries)
+
+
+def hosts_of(urls: Iterable[str]) -> list[str]:
+    """``hostname:port`` of each URL (the keys of ``[hosts]`` rate-limit tables), without duplicates."""
+    from urllib.parse import urlsplit
+
+    out: list[str] = []
+    for u in urls:
+        p = urlsplit(u)
+        h = f"{p.hostname}:{p.port}" if p.port else str(p.hostname)
+        if h not in out:
+            out.append(h)
+    return out
