@@ -213,13 +213,18 @@ async def run_campaign(
         for stages whose upstream is elsewhere).
     watch : bool
         Daemon mode: keep polling the queues instead of finishing when they drain.
+
+    URLs on ``*.sandbox.invalid`` hosts start the local fake APIs in-process for the run
+    (:mod:`geoagent.sandbox.launch`).
     """
     from geoagent.runtime.export import export_all
     from geoagent.runtime.manifest import Manifest
+    from geoagent.sandbox.launch import launch
 
     t0 = time.monotonic()
     kind = load_kind(cfg.campaign.kind)
-    async with open_services(cfg, dotenv_path=dotenv_path) as ctx:
+    async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path) as ctx:
+        ctx.services["watch"] = watch
         plan = await kind.plan(cfg, ctx)
         if simulate:
             return _estimate_outcome(cfg, kind, list(plan), ctx, t0)

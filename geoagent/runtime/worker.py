@@ -169,6 +169,8 @@ class StageRunner:
     async def run(self) -> StageStats:
         """Run until finished; returns the stage's counters. Never raises for task-level errors."""
         await self.stage.start(self.ctx)
+        # sized after start(): a stage may set its concurrency from the config there
+        self._slots = anyio.Semaphore(max(1, self.stage.concurrency))
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._commit_ticker)
