@@ -64,14 +64,39 @@ LOCAL_HOST_POLICY = {"rate": 1000.0, "period_s": 1.0, "concurrency": 8, "max_att
 # --------------------------------------------------------------------------------------------------
 
 
+#: name words of Mirror Bay, replacing Sandbox City's street words one for one (place names must differ
+#: between the cities: the mismatched-image arm claims a place of one city on an image of the other)
+_MIRROR_WORDS = ("Lotus", "Bamboo", "Camphor", "Ginkgo", "Peony", "Jade", "Lantern", "Magpie", "Orchid", "Pine",
+                 "Crane", "Heron", "Tiger", "Plum", "Cypress", "Lychee", "Mulberry", "Osmanthus", "Sesame", "Teak",
+                 "Wisteria", "Azalea", "Camellia", "Saffron", "Kumquat", "Persimmon", "Loquat", "Hibiscus", "Jasmine",
+                 "Indigo")
+
+
+def _mirror_names() -> Any:
+    """A function renaming a Sandbox City place name for Mirror Bay (street words swapped; a name without
+    one, such as ``12th District``, gets the prefix ``East``)."""
+    from geoagent.sandbox.city import _STREETS
+
+    words = dict(zip(_STREETS, _MIRROR_WORDS))
+    for i, w in enumerate(_STREETS[len(_MIRROR_WORDS):]):
+        words[w] = f"{_MIRROR_WORDS[i % len(_MIRROR_WORDS)]} East"
+
+    def rename(name: str) -> str:
+        out = " ".join(words.get(w, w) for w in name.split(" "))
+        return out if out != name or not name else f"East {name}"
+
+    return rename
+
+
 def demo_world(seed: int = WORLD_SEED) -> Any:
     """The sandbox world of :func:`geoagent.sandbox.city.build_world` plus "Mirror Bay".
 
     Mirror Bay is Sandbox City (its place nodes, entities, images and pageviews within 7 km of the
     centre) shifted by ``MIRROR["dlon_deg"]`` degrees of longitude at the same latitude, so every
     distance inside it is unchanged; QIDs, image ids and node ids are offset so nothing collides, and
-    Wikipedia titles get a suffix (titles are unique). Its continent differs, which gives the GeoVerify
-    mismatched-image arm (an image from another continent) something to show.
+    place names get other words (``Birch Museum`` becomes ``Bamboo Museum``), so no claim about a place
+    of one city is true of the other. Its continent differs, which gives the GeoVerify mismatched-image
+    arm (an image from another continent) something to show.
 
     Returns
     -------
@@ -88,6 +113,7 @@ def demo_world(seed: int = WORLD_SEED) -> Any:
     def near(lat: float, lon: float) -> bool:
         return haversine_km(lat, lon, c_lat, c_lon) <= 7.0
 
+    rename = _mirror_names()
     world.cities.append({"city": MIRROR["city"], "country": MIRROR["country"], "continent": MIRROR["continent"],
                          "lat": c_lat, "lon": round(c_lon + dlon, 6)})
     for el in list(world.overpass_elements):
@@ -95,14 +121,16 @@ def demo_world(seed: int = WORLD_SEED) -> Any:
             twin = copy.deepcopy(el)
             twin["id"] = el["id"] + off
             twin["lon"] = el["lon"] + dlon
+            twin["tags"]["name"] = rename(el["tags"].get("name", ""))
             world.overpass_elements.append(twin)
-    suffix = "_(" + str(MIRROR["city"]).replace(" ", "_") + ")"
     for e in list(world.entities):
         if near(e.lat, e.lon):
-            title = e.title + suffix if e.title else None
+            label = rename(e.label)
+            title = label.replace(" ", "_") if e.title else None
             if e.title and e.title in world.daily_views:
                 world.daily_views[title] = world.daily_views[e.title]
-            world.entities.append(dataclasses.replace(e, qid=f"Q{int(e.qid[1:]) + off}", lon=e.lon + dlon, title=title))
+            world.entities.append(dataclasses.replace(e, qid=f"Q{int(e.qid[1:]) + off}", label=label, lon=e.lon + dlon,
+                                                      title=title))
     for im in list(world.images):
         if near(im.lat, im.lon):
             world.images.append(dataclasses.replace(
@@ -299,8 +327,8 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
 
     # hand-off: the crawl's folder becomes a complete release-form folder ------------------------------
     gv_cfg = demo_config("demo_geoverify", values)
-    trials_path, build = write_verify_trials(crawl_dir, images_dir, seed=gv_cfg.campaign.seed, n_per_band=1,
-                                             n_control=1)
+    trials_path, build = write_verify_trials(crawl_dir, images_dir, seed=gv_cfg.campaign.seed, n_per_band=2,
+                                             n_control=2)
     ctrl = {arm: sum(n for (a, _b), n in build.counts.items() if a == arm) for arm in ("ctrl_mismatch", "ctrl_noimage")}
     say(f"\nhand-off: GeoVerify trials built from {build.n_images} crawled images -> {trials_path}\n"
         f"  main arm per band {build.per_band()}; control arms {ctrl}")

@@ -1,0 +1,190 @@
+"""``python run.py demo`` from a fresh copy of the code (no ``../shared``), offline, twice (issue 2 point 9
+and acceptance "completes in under 2 minutes"; issue 5 acceptance "the demo crawls the sandbox city end to
+end ... and feeds the GeoVerify and GeoHint campaigns").
+
+The demo runs as a subprocess of a copy of ``run.py`` and ``geoagent/`` in a temporary folder, so no file
+of the working checkout's surroundings (the release in ``../shared``) can be read, with every
+``GEOAGENT_*`` variable unset. Its outputs are then checked against independent computations: trial
+labels against a haversine written here, ledger spend against token counts times the configured prices,
+planned request counts against the trial table and the ladders.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "geoagent" / "configs"
+CAMPAIGNS = ("demo-crawl", "demo-geoverify", "demo-geohint")
+DECOY_EDGES_KM = (0.15, 0.3, 0.7, 1.5, 3.0, 6.0)
+
+
+def _haversine_km(lat1, lon1, lat2, lon2):
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2
+    return 2 * 6371.0088 * math.asin(math.sqrt(a))
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _run_demo(clone: Path, workdir: Path) -> tuple[subprocess.CompletedProcess, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(clone / "run.py"), "demo", "--workdir", str(workdir), "--no-live"],
+                          cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+    return proc, time.monotonic() - t0
+
+
+def _ledgers(state_root: Path) -> dict[str, tuple[int, int, float]]:
+    """(settled calls, stored responses, spent USD) per campaign, read from each campaign's state."""
+    from geoagent.runtime.store import open_campaign_state
+
+    out = {}
+    for name in CAMPAIGNS:
+        with open_campaign_state(name, root=state_root, recover=False) as st:
+            s = st.ledger.summary()
+            out[name] = (s.calls, st.store.count_responses(), s.spent_usd)
+    return out
+
+
+def _planned(stdout: str, campaign: str) -> int:
+    """The ``planned N requests`` figure of one campaign's end-of-run summary."""
+    block = stdout.split(f"campaign {campaign}:", 1)[1]
+    return int(block.split("planned ", 1)[1].split(" ", 1)[0])
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    clone = tmp / "clone"  # a fresh copy of the code: no ../shared next to it
+    clone.mkdir()
+    shutil.copy2(REPO / "run.py", clone / "run.py")
+    shutil.copytree(REPO / "geoagent", clone / "geoagent", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    work = tmp / "work"
+    first, t_first = _run_demo(clone, work)
+    ledgers_first = _ledgers(work / "state") if first.returncode == 0 else None
+    second, t_second = _run_demo(clone, work)
+    return {"clone": clone, "work": work, "first": first, "t_first": t_first, "second": second,
+            "t_second": t_second, "ledgers_first": ledgers_first}
+
+
+def test_demo_completes_offline_in_time_and_summarises_every_stage(demo):
+    p = demo["first"]
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert demo["t_first"] < 120, demo["t_first"]
+    out = p.stdout
+    for stage in ("screen:", "sample:", "fetch:", "audit:", "rate:", "ladders:"):
+        assert stage in out, stage
+    assert "GeoVerify (seed 000 Table 12 layout)" in out and "Table 1:" in out
+    assert "spend vs cap:" in out and out.count("[complete]") == 3
+    state = demo["work"] / "state"
+    for name in CAMPAIGNS:
+        assert str(state / name / "report") in out
+    # everything went under --workdir, nothing into the copy's own default roots
+    assert not (demo["clone"] / "state").exists() and not (demo["clone"] / "queues").exists()
+    for f in ("demo-crawl/report/crawl_summary.json", "demo-geoverify/report/geoverify_table.md",
+              "demo-geoverify/report/geoverify_table.txt", "demo-geoverify/report/geoverify_dprime.png",
+              "demo-geohint/report/report.md", "demo-geohint/report/table1.csv",
+              "demo-geohint/report/fig_hit_by_band.png", "demo-geohint/report/fig_echo_heatmap.png"):
+        assert (state / f).is_file(), f
+
+
+def test_crawl_screens_samples_and_builds_ladders(demo):
+    crawl = demo["work"] / "state" / "demo-crawl"
+    pool = {r["city"]: r for r in _rows(crawl / "city_pool.csv")}
+    assert pool["Sandbox City"]["eligible"] == "True" and pool["Sprawl Town"]["eligible"] == "False"
+    sites = _rows(crawl / "sites.csv")
+    assert {s["city"] for s in sites} == {"Sandbox City", "Mirror Bay"}
+    assert len({s["continent"] for s in sites}) == 2
+    ladders = sorted((crawl / "ladders").glob("*.csv"))
+    assert {p.name.split("_ladder")[0] for p in ladders} == {s["site"] for s in sites}
+    for p in ladders:
+        for r in _rows(p):
+            d, fam = float(r["dist_km"]), int(r["familiarity"])
+            band = "0.5-1.5km" if 0.5 <= d < 1.5 else "1.5-3.0km" if 1.5 <= d < 3.0 else "3.0-6.0km" if 3.0 <= d < 6.0 else None
+            assert r["band"] == band and r["tier"] == ("high" if fam >= 4 else "mid" if fam >= 2 else "low")
+    images = [r for r in _rows(crawl / "images.csv") if r["usable"] == "True"]
+    assert images and all((demo["work"] / "state" / "images" / r["path"]).is_file() for r in images)
+
+
+def test_geoverify_trials_are_built_from_crawled_coordinates(demo):
+    crawl = demo["work"] / "state" / "demo-crawl"
+    trials = _rows(crawl / "verify_trials.csv")
+    continent = {s["site"]: s["continent"] for s in _rows(crawl / "sites.csv")}
+    site_of_image = {t["image_id"]: t["site"] for t in trials}
+    arms = {t["arm"] for t in trials}
+    assert arms == {"main", "ctrl_mismatch", "ctrl_noimage"}
+    bands = set()
+    for t in trials:
+        d = _haversine_km(float(t["img_lat"]), float(t["img_lon"]), float(t["cand_lat"]), float(t["cand_lon"]))
+        assert abs(d - float(t["d_km"])) < 1e-3
+        if t["arm"] != "main":
+            assert t["truth"] == "no"
+            if t["arm"] == "ctrl_noimage":
+                assert t["image_ref"] == "blank:gray"
+            else:  # the swapped image comes from another continent
+                assert continent[site_of_image[t["image_ref"]]] != continent[t["site"]]
+            continue
+        assert t["truth"] == ("yes" if d < 0.15 else "no")
+        want = "signal" if d < 0.15 else next(f"{lo}-{hi}km" for lo, hi in zip(DECOY_EDGES_KM, DECOY_EDGES_KM[1:]) if lo <= d < hi)
+        assert t["band"] == want
+        bands.add(want)
+    assert "signal" in bands and len(bands) == 6
+
+
+def test_ledgers_match_prices_and_plans(demo):
+    state = demo["work"] / "state"
+    ledgers = demo["ledgers_first"]
+    assert ledgers is not None
+    trials = _rows(state / "demo-crawl" / "verify_trials.csv")
+    # GeoVerify: one request per trial x model (two models, no sampling); one paid call per distinct
+    # request (model, shown image, candidate): blank-field trials of one candidate on several images are
+    # the same request and are answered once (exactly-once spend)
+    assert _planned(demo["first"].stdout, "demo-geoverify") == 2 * len(trials)
+    shown = {(t["image_ref"] if t["arm"] != "main" else t["image_id"], t["cand"]) for t in trials}
+    assert ledgers["demo-geoverify"][0] == ledgers["demo-geoverify"][1] == 2 * len(shown)
+    # GeoHint: per model, per site, min(images_per_site, images) x (1 baseline + 2 conditions x ladder points)
+    gh = tomllib.loads((CONFIGS / "demo_geohint.toml").read_text(encoding="utf-8"))["geohint"]
+    per_site_images: dict[str, set[str]] = {}
+    for t in trials:
+        if t["arm"] == "main":
+            per_site_images.setdefault(t["site"], set()).add(t["image_id"])
+    ladders = {p.name.split("_ladder")[0]: len(_rows(p)) for p in (state / "demo-crawl" / "ladders").glob("*.csv")}
+    n_ctx = len(gh["conditions"]) - 1
+    want = sum(min(gh["images_per_site"], len(ims)) * (1 + n_ctx * ladders[s]) for s, ims in per_site_images.items())
+    assert _planned(demo["first"].stdout, "demo-geohint") == 2 * want
+    assert ledgers["demo-geohint"][0] == ledgers["demo-geohint"][1] == 2 * want
+    # spend = sum over stored responses of tokens x configured price, below the cap
+    for name, toml in (("demo-geoverify", "demo_geoverify.toml"), ("demo-geohint", "demo_geohint.toml")):
+        doc = tomllib.loads((CONFIGS / toml).read_text(encoding="utf-8"))
+        price = {m["name"]: (m["price_input_usd_per_mtok"], m["price_output_usd_per_mtok"]) for m in doc["models"]}
+        rows = _rows(state / name / "model_responses.csv")
+        assert len(rows) == ledgers[name][1]
+        total = sum((int(r["input_tokens"]) * price[r["model"]][0] + int(r["output_tokens"]) * price[r["model"]][1]) / 1e6
+                    for r in rows)
+        assert total == pytest.approx(ledgers[name][2], rel=1e-9, abs=1e-12)
+        assert 0 < ledgers[name][2] <= doc["budget"]["cap_usd"]
+    summary = json.loads((state / "demo-crawl" / "report" / "crawl_summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "complete"
+
+
+def test_second_run_resumes_without_new_calls(demo):
+    p = demo["second"]
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert demo["t_second"] < 120
+    assert _ledgers(demo["work"] / "state") == demo["ledgers_first"]
