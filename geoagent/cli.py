@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_cmd_status)
 
     d = sub.add_parser("demo", help="offline demo on the embedded default campaign")
-    d.add_argument("--workdir", help="where queues/ and state/ of the demo go (default: a fresh temp folder)")
+    d.add_argument("--workdir", metavar="DIR", help="put queues/ and state/ of the demo under DIR (default: queues/ and state/ here, or $GEOAGENT_QUEUES/$GEOAGENT_STATE)")
     d.add_argument("--no-live", action="store_true")
     d.set_defaults(fn=_cmd_demo)
 
