@@ -284,7 +284,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     complete, else the first non-zero campaign code (see :mod:`geoagent.engine`).
     """
     from geoagent.data.importer import import_release
-    from geoagent.engine import run_campaign
+    from geoagent.engine import EXIT_INTERRUPTED, run_campaign
     from geoagent.geohint import simulate as gh_sim
     from geoagent.integrate import gazetteer_from_world, hosts_of, write_verify_trials
     from geoagent.report.geoverify import TABLE_TXT
@@ -342,6 +342,9 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         gv = await run_campaign(cfg, live=live, handle_signals=handle_signals)
     say(gv.summary())
     outcomes.append(("GeoVerify", gv_cfg, gv))
+    if gv.exit_code == EXIT_INTERRUPTED:
+        say("\ndemo stopped by a signal; re-run `python run.py demo` to resume")
+        return gv.exit_code
 
     # 3. GeoHint ------------------------------------------------------------------------------------------
     say("\n[3/3] GeoHint on the crawled ladders (geocoder against the local Wikidata and Nominatim) ...")
@@ -361,6 +364,8 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say("")
     table_txt = gv_cfg.state_dir() / C.REPORT_DIR / TABLE_TXT
     say(table_txt.read_text(encoding="utf-8") if table_txt.is_file() else "GeoVerify table: not written")
+    say("  (the demo's models are simulated: their GeoVerify verdicts do not depend on what the image shows, so d'\n"
+        "   stays near 0 up to sampling noise and the read-out means nothing; point [[models]] at a real provider)\n")
     say("GeoHint Table 1 (hit rate, forced condition):")
     say(geohint_table1_text(gh_cfg))
     say("spend vs cap:")
