@@ -44,8 +44,6 @@ from typing import Any
 
 from geoagent import constants as C
 
-#: the packaged config templates, in run order
-CONFIG_NAMES = ("demo_crawl", "demo_geoverify", "demo_geohint")
 #: seed of the sandbox world (the fake model servers answer with the campaign seed)
 WORLD_SEED = 0
 #: the mirrored city (same layout as Sandbox City, another continent; longitude shift keeps every distance)
