@@ -38,7 +38,7 @@ import os
 import sys
 import time
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,7 @@ def _fill(value: Any, values: Mapping[str, str]) -> Any:
     return value
 
 
-def demo_config(name: str, values: Mapping[str, str], *, hosts: list[str] = (), cities: list[dict] | None = None) -> Any:
+def demo_config(name: str, values: Mapping[str, str], *, hosts: Sequence[str] = (), cities: list[dict] | None = None) -> Any:
     """Load packaged template ``configs/<name>.toml``, fill its ``{placeholders}`` from ``values``, add a
     ``[hosts]`` entry (:data:`LOCAL_HOST_POLICY`) per local fake host and, for the crawl, the cities;
     return the validated :class:`~geoagent.config.CampaignConfig`.

@@ -29,6 +29,8 @@ CONFIGS = REPO / "geoagent" / "configs"
 CAMPAIGNS = ("demo-crawl", "demo-geoverify", "demo-geohint")
 DECOY_EDGES_KM = (0.15, 0.3, 0.7, 1.5, 3.0, 6.0)
 
+pytestmark = pytest.mark.slow  # two full demo runs (about 30-60 s on 2 cores)
+
 
 def _haversine_km(lat1, lon1, lat2, lon2):
     p1, p2 = math.radians(lat1), math.radians(lat2)
