@@ -104,7 +104,7 @@ class BudgetSection(_Section):
     ``max_output_tokens`` x output price (issue 2 point 7).
     """
 
-    cap_usd: float = Field(ge=0)
+    cap_usd: float = Field(ge=0, allow_inf_nan=False)
     reserve: Literal["worst_case"] = "worst_case"
     input_estimate_factor: float = Field(default=1.25, ge=1.0)
 
@@ -142,8 +142,8 @@ class ModelConfig(_Section):
     model: str
     base_url: str | None = None
     api_key_env: str | None = None
-    price_input_usd_per_mtok: float = Field(default=0.0, ge=0)
-    price_output_usd_per_mtok: float = Field(default=0.0, ge=0)
+    price_input_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    price_output_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     max_output_tokens: int = Field(default=1024, gt=0)
     temperature: float = Field(default=0.0, ge=0, le=2)
     concurrency: int = Field(default=8, ge=1)
@@ -175,7 +175,9 @@ class ModelConfig(_Section):
     @classmethod
     def _env_name(cls, v: str | None) -> str | None:
         # the message never echoes the value: a key pasted here by mistake must not reach a log
-        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", v):
+        from geoagent.secrets import looks_like_secret
+
+        if v is not None and (not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", v) or looks_like_secret(v)):
             raise ValueError("the NAME of an environment variable (letters, digits, _), not the key itself")
         return v
 

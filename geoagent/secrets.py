@@ -25,6 +25,9 @@ from dotenv import dotenv_values
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MASK = "***"
+#: prefixes of real providers' keys that are also legal variable names (Hugging Face, Groq, Stripe-style,
+#: Google API keys, GitHub tokens, Replicate): a value starting so is a key pasted into ``api_key_env``
+_KEY_PREFIXES = ("hf_", "gsk_", "sk_", "rk_", "pk_", "AIza", "ghp_", "gho_", "ghs_", "github_pat_", "r8_", "xai_")
 
 _known_lock = threading.Lock()
 _known_values: set[str] = set()  # secret values seen in this process (memory only), longest first on use
@@ -72,6 +75,25 @@ class Secret:
         raise TypeError("Secret values cannot be pickled; look the key up by name in the other process")
 
 
+def looks_like_secret(name: str) -> bool:
+    """Whether a would-be variable NAME looks like an API key pasted by mistake (then it must not be echoed).
+
+    True for a known key prefix (``hf_``, ``gsk_``, ``sk_``, ``AIza``, ``ghp_``, ...), for 20+ characters
+    mixing lower case, upper case and digits (variable names are conventionally ``UPPER_SNAKE``), and for
+    32+ characters of hex or other digit-bearing text without an underscore (raw hex keys).
+    """
+    if not isinstance(name, str):
+        return False
+    if name.startswith(_KEY_PREFIXES):
+        return True
+    has_lower = any(c.islower() for c in name)
+    has_upper = any(c.isupper() for c in name)
+    has_digit = any(c.isdigit() for c in name)
+    if len(name) >= 20 and has_lower and has_upper and has_digit:
+        return True
+    return len(name) >= 32 and has_digit and "_" not in name
+
+
 def _remember(value: str) -> None:
     if len(value) >= 4:  # masking 1-3 character strings would mangle ordinary text
         with _known_lock:
@@ -113,7 +135,7 @@ def lookup_secret(
     ValueError
         ``env_name`` is not a valid variable name (the offending value is not echoed: it may be a key).
     """
-    if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name):
+    if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name) or looks_like_secret(env_name):
         raise ValueError("api_key_env must be the NAME of an environment variable (letters, digits, _)")
     env = os.environ if environ is None else environ
     value = env.get(env_name)

@@ -1,0 +1,126 @@
+"""Adversarial config and secret handling: bad campaign files fail with one clear line, exit 2, no secret.
+
+Each case runs the real CLI entry (``geoagent.cli.main``, what ``python run.py`` calls) on a written file and
+checks the exit code, that the message names the file and key, and that a key never appears in the output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from geoagent.cli import main
+from geoagent.config import ConfigError, load_config
+from geoagent.secrets import looks_like_secret
+
+BASE = """
+[campaign]
+name = "adv"
+kind = "generic"
+
+[paths]
+queues = "{tmp}/queues"
+state = "{tmp}/state"
+
+[budget]
+cap_usd = 1.0
+
+[generic]
+n_requests = 3
+
+[[models]]
+name = "m"
+provider = "openai"
+model = "gpt-x"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "{key_env}"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+"""
+
+# key shapes of real providers that happen to be valid environment-variable NAMES (letters, digits, _):
+# Hugging Face, Groq, Stripe-style, a Google API key without '-', a GitHub token
+PASTED_KEYS = [
+    "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "gsk_7Jq2LmN9pQr4StUv8WxYz1Ab3Cd5Ef6Gh0IjKl",
+    "sk_live_51HxYzAbCdEfGhIjKlMnOpQrSt",
+    "AIzaSyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
+    "ghp_1234567890abcdefghijABCDEFGHIJ123456",
+    "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90",
+]
+
+
+def _write(tmp: Path, key_env: str = "ADV_KEY", extra: str = "") -> Path:
+    p = tmp / "campaign.toml"
+    p.write_text(BASE.format(tmp=tmp, key_env=key_env) + extra)
+    return p
+
+
+@pytest.mark.parametrize("key", PASTED_KEYS)
+def test_key_shaped_api_key_env_is_rejected_at_load_without_echo(tmp_path, capsys, key):
+    # before the fix these passed validation (they are legal variable names), and the run then failed with
+    # "API key variable hf_... is not set": the key itself printed on stderr (and written to the manifest)
+    path = _write(tmp_path, key_env=key)
+    with pytest.raises(ConfigError) as ei:
+        load_config(path)
+    assert "models[0].api_key_env" in str(ei.value)
+    assert key not in str(ei.value)
+    assert main(["run", str(path), "--no-live"]) == 2
+    out = capsys.readouterr()
+    assert key not in out.out + out.err
+    assert "campaign.toml" in out.err and "api_key_env" in out.err
+    assert not (tmp_path / "state").exists() or not any(key in f.read_text(errors="ignore")
+                                                        for f in (tmp_path / "state").rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOD_KEY", "T1_KEY",
+                                  "S_TEST_KEY", "OPENROUTER_API_KEY", "my_key", "Azure_OpenAI_Key2", "HF_TOKEN"])
+def test_ordinary_variable_names_still_accepted(name):
+    assert not looks_like_secret(name)
+
+
+@pytest.mark.parametrize(
+    "body, key, expected",
+    [
+        ("[budget]\ncap_usd = inf\n", "budget.cap_usd", "finite"),
+        ('[[models]]\nname = "n"\nprovider = "openai"\nmodel = "x"\nprice_output_usd_per_mtok = inf\n',
+         "models[1].price_output_usd_per_mtok", "finite"),
+    ],
+)
+def test_infinite_cap_or_price_is_a_config_error(tmp_path, capsys, body, key, expected):
+    # TOML has `inf`; an infinite cap is no cap, an infinite price makes every reservation infinite
+    text = BASE.format(tmp=tmp_path, key_env="ADV_KEY")
+    if body.startswith("[budget]"):
+        text = text.replace("[budget]\ncap_usd = 1.0\n", body)
+    else:
+        text += body
+    p = tmp_path / "campaign.toml"
+    p.write_text(text)
+    assert main(["run", str(p), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert key in err and expected in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("[campaign\nname='x'", "invalid TOML"),
+        ("[campaign]\nname = '../x'\n[budget]\ncap_usd = 1", "campaign.name"),
+        ("[campaign]\nname = 'a/b'\n[budget]\ncap_usd = 1", "campaign.name"),
+        ("[campaign]\nname = 'x'\n[budget]\ncap_usd = '5'", "budget.cap_usd: expected a number"),
+        ("[campaign]\nname = 'x'\n[budget]\ncap_usd = -1", "budget.cap_usd"),
+        ("[campaign]\nname = 'x'", "budget: required key is missing"),
+        ("[campaign]\nname = 'x'\nfoo = 1\n[budget]\ncap_usd = 1", "campaign.foo: unknown key"),
+        ("geoverify = 5\n[campaign]\nname = 'x'\n[budget]\ncap_usd = 1", "geoverify: expected a table"),
+        (b"\xff\xfe[campaign]".decode("latin-1"), "campaign.toml"),
+    ],
+)
+def test_malformed_files_give_one_clear_line_and_exit_2(tmp_path, capsys, text, needle):
+    p = tmp_path / "campaign.toml"
+    p.write_bytes(text.encode("latin-1") if text.startswith("\xff") else text.encode())
+    assert main(["run", str(p), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert "Traceback" not in err and "campaign.toml" in err
