@@ -25,8 +25,10 @@ def test_csv_values_and_layout(scores):
     rows = list(csv.reader(io.StringIO(R.render_csv(scores))))
     header = rows[0]
     assert header[:2] == ["section", "row"]
-    assert header[2:] == ["claude-haiku-4-5", "gemini-flash", "qwen3-vl-235b", "qwen3-vl-8b", "pooled"]
+    models = ["claude-haiku-4-5", "gemini-flash", "qwen3-vl-235b", "qwen3-vl-8b", "pooled"]
+    assert header[2:] == [x for m in models for x in (m, f"{m}_lo", f"{m}_hi")]
     by_label = {r[1]: dict(zip(header[2:], r[2:])) for r in rows[1:]}
+    assert all(by_label["H (signal accepted)"][f"{m}_lo"] == "" for m in models)  # no bootstrap: empty
     # rows of Table 12, in order
     labels = [r[1] for r in rows[1:]]
     want = ["H (signal accepted)", "F (decoy accepted)", "control: swapped image", "control: gray field",
@@ -37,10 +39,48 @@ def test_csv_values_and_layout(scores):
         assert float(by_label["H (signal accepted)"][m]) == pytest.approx(s.h)
         assert float(by_label["F (decoy accepted)"][m]) == pytest.approx(s.f)
         assert float(by_label["0.15–0.3 km"][m]) == pytest.approx(s.bands[0].d_prime)
+        assert float(by_label["F 0.15–0.3 km"][m]) == pytest.approx(s.bands[0].f)
         assert float(by_label["farthest band"][m]) == pytest.approx(s.bands[-1].c)
         assert by_label["delta_1"][m] == (s.delta_1 or "none")
         assert by_label["control: swapped image"][m] == ""  # the sample has no control arms
         assert by_label["pre-registered"][m] == s.readout.verdict
+
+
+@pytest.fixture(scope="module")
+def boot_scores(release_dir):
+    agg = GeoVerifyAggregator()
+    agg.update(scored_rows_from_release(import_release(release_dir)))
+    return agg.scores(n_boot=400, seed=5)
+
+
+def test_intervals_in_csv_markdown_terminal(boot_scores):
+    bands = [b.band for b in boot_scores["pooled"].bands]
+    rows = list(csv.reader(io.StringIO(R.render_csv(boot_scores))))
+    header = rows[0]
+    by_label = {r[1]: dict(zip(header[2:], r[2:])) for r in rows[1:]}
+    checks = {"H (signal accepted)": "H", "F (decoy accepted)": "F", "0.15–0.3 km": f"d'[{bands[0]}]",
+              "3.0–6.0 km": f"d'[{bands[-1]}]", "F 0.3–0.7 km": f"F[{bands[1]}]",
+              "nearest band": f"c[{bands[0]}]", "farthest band": f"c[{bands[-1]}]"}
+    for m, s in boot_scores.items():
+        for label, key in checks.items():
+            lo, hi = s.ci[key]
+            assert float(by_label[label][f"{m}_lo"]) == pytest.approx(lo)
+            assert float(by_label[label][f"{m}_hi"]) == pytest.approx(hi)
+            assert lo <= hi
+        assert by_label["delta_1"][f"{m}_lo"] == "" and by_label["median"][f"{m}_hi"] == ""
+    md = R.render_markdown(boot_scores)
+    p = boot_scores["pooled"]
+    lo, hi = p.ci[f"d'[{bands[0]}]"]
+    assert f"{p.bands[0].d_prime:.2f} [{lo:.2f}, {hi:.2f}]" in md
+    lo, hi = p.ci["H"]
+    assert f"{100 * p.h:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]" in md
+    lo, hi = p.ci[f"c[{bands[0]}]"]
+    assert f"{p.bands[0].c:+.2f} [{lo:+.2f}, {hi:+.2f}]" in md
+    assert "400 bootstrap resamples of sites (seed 5" in md
+    txt = R.render_terminal(boot_scores)
+    lo, hi = p.ci[f"d'[{bands[0]}]"]
+    assert f"{p.bands[0].d_prime:.2f} [{lo:.2f}, {hi:.2f}]" in txt
+    assert "400 bootstrap" in txt
 
 
 def test_markdown_and_terminal(scores):

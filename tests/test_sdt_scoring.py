@@ -152,6 +152,35 @@ def test_zero_and_all_yes_bands_and_controls():
     assert s.delta_1 == BANDS[-1]  # nearest band d' ~ 0, farthest ~ 2.2
 
 
+def _loop_bootstrap(sample_rows, idx, sites, model=None):
+    """Plain-loop site bootstrap over the given draws: rows re-assembled site by site, statistics by hand."""
+    by_site = {
+        s: [r for r in sample_rows if r["site"] == s and r["verdict"] is not None and r["arm"] == "main"
+            and (model is None or r["model"] == model)]
+        for s in sites
+    }
+    out = defaultdict(list)
+    for draw in idx:
+        sample = [r for i in draw for r in by_site[sites[i]]]
+        sig = [r for r in sample if r["band"] == "signal"]
+        hy, hn = sum(r["verdict"] == "yes" for r in sig), len(sig)
+        noise = [r for r in sample if r["band"] in BANDS]
+        if hn:
+            out["H"].append(hy / hn)
+        if noise:
+            out["F"].append(sum(r["verdict"] == "yes" for r in noise) / len(noise))
+        for b in BANDS:
+            band = [r for r in sample if r["band"] == b]
+            fy, fn = sum(r["verdict"] == "yes" for r in band), len(band)
+            if fn:
+                out[f"F[{b}]"].append(fy / fn)
+            if hn and fn:
+                d, c = _ref_dc(hy, hn, fy, fn)
+                out[f"d'[{b}]"].append(d)
+                out[f"c[{b}]"].append(c)
+    return out
+
+
 def test_bootstrap_resamples_sites(sample_rows):
     rows = pl.DataFrame(sample_rows)
     cells = sdt.cells_from_rows(rows)
@@ -159,27 +188,55 @@ def test_bootstrap_resamples_sites(sample_rows):
     got = sdt.score(cells, n_boot=n_boot, seed=seed)
     again = sdt.score(cells, n_boot=n_boot, seed=seed)
     assert got["pooled"].ci == again["pooled"].ci  # deterministic under the seed
-    # naive reference for the pooled column: same site draws, rows re-assembled site by site
+    assert got["pooled"].n_boot == n_boot and got["pooled"].boot_seed == seed
+    # plain-loop reference over the same draws: one (n_boot, S) matrix over the sorted union of sites,
+    # shared by every column (the pooled column and each model)
     sites = sorted(set(rows["site"].to_list()))
-    models = sorted(set(rows["model"].to_list()))
-    idx = np.random.default_rng(seed + len(models)).integers(0, len(sites), size=(n_boot, len(sites)))
-    by_site = {s: [r for r in sample_rows if r["site"] == s and r["verdict"] is not None and r["arm"] == "main"] for s in sites}
-    hs, d_near = [], []
-    for draw in idx:
-        sample = [r for i in draw for r in by_site[sites[i]]]
-        sig = [r for r in sample if r["band"] == "signal"]
-        near = [r for r in sample if r["band"] == BANDS[0]]
-        hy, hn = sum(r["verdict"] == "yes" for r in sig), len(sig)
-        fy, fn = sum(r["verdict"] == "yes" for r in near), len(near)
-        if hn:
-            hs.append(hy / hn)
-        if hn and fn:
-            d_near.append(_ref_dc(hy, hn, fy, fn)[0])
-    ci = got["pooled"].ci
-    assert ci["H"] == pytest.approx((np.quantile(hs, 0.025), np.quantile(hs, 0.975)))
-    assert ci[f"d'[{BANDS[0]}]"] == pytest.approx((np.quantile(d_near, 0.025), np.quantile(d_near, 0.975)))
-    lo, hi = ci["H"]
-    assert lo <= got["pooled"].h <= hi
+    idx = np.random.default_rng(seed).integers(0, len(sites), size=(n_boot, len(sites)))
+    for column, model in (("pooled", None), ("qwen3-vl-8b", "qwen3-vl-8b"), ("gemini-flash", "gemini-flash")):
+        ref = _loop_bootstrap(sample_rows, idx, sites, model)
+        ci = got[column].ci
+        keys = ["H", "F", *[f"{k}[{b}]" for b in BANDS for k in ("F", "d'", "c")]]
+        for key in keys:
+            want = (np.quantile(ref[key], 0.025), np.quantile(ref[key], 0.975))
+            assert ci[key] == pytest.approx(want, abs=1e-12), (column, key)
+            assert got[column].ci_n[key] == len(ref[key])
+        lo, hi = ci["H"]
+        assert lo <= got[column].h <= hi
+        lo, hi = ci[f"d'[{BANDS[0]}]"]
+        assert lo <= got[column].bands[0].d_prime <= hi
+    assert "F[ctrl_mismatch]" not in got["pooled"].ci  # no control arm in the sample: no interval
+    # a model's interval does not depend on which other models are scored (same seed, same sites)
+    one = sdt.score(cells.filter(pl.col("model").is_in(["qwen3-vl-8b", "gemini-flash"])), n_boot=n_boot, seed=seed)
+    if sorted(set(cells.filter(pl.col("model").is_in(["qwen3-vl-8b", "gemini-flash"]))["site"].to_list())) == sites:
+        assert one["qwen3-vl-8b"].ci == got["qwen3-vl-8b"].ci
+    assert sdt.score(cells)["pooled"].ci == {}  # n_boot = 0: no intervals
+    with pytest.raises(ValueError):
+        sdt.score(cells, n_boot=-1)
+
+
+def test_percentile_interval_matches_numpy():
+    v = np.array([3.0, np.nan, 1.0, 2.0, 5.0, np.nan, 4.0])
+    iv, kept = sdt.percentile_interval(v, 0.9)
+    ok = v[~np.isnan(v)]
+    assert kept == 5 and iv == pytest.approx((np.quantile(ok, 0.05), np.quantile(ok, 0.95)))
+    assert sdt.percentile_interval([np.nan], 0.95) == (None, 0)
+
+
+def test_readout_boundaries_exact_points():
+    # blank-image F exactly 5 points from the main arm counts as "within 5 points" (inclusive), even though
+    # 0.40 - 0.35 is 0.05000000000000004 in floating point
+    assert sdt.readout(0.3, 1.6, 0.40, 0.0, 0.35).verdict == "invalid"
+    assert sdt.readout(0.3, 1.6, 0.40, 0.0, 0.45).verdict == "invalid"
+    assert sdt.readout(0.3, 1.6, 0.40, 0.0, 0.349).verdict == "informative"
+    # counts: 7/20 = 35 % blank vs 8/20 = 40 % main
+    assert sdt.readout(0.3, 1.6, 8 / 20, 0.0, 7 / 20).verdict == "invalid"
+    # nearest d' exactly 2 is not "> 2"; exactly 0.5 is not "< 0.5"; farthest exactly 1.5 is not "> 1.5"
+    assert sdt.readout(2.0, 3.0, 0.4, 0.0, 0.0).verdict == "inconclusive"
+    assert sdt.readout(0.5, 3.0, 0.4, 0.0, 0.0).verdict == "inconclusive"
+    assert sdt.readout(0.4, 1.5, 0.4, 0.0, 0.0).verdict == "inconclusive"
+    # controls not run: no invalidity, the rest still applies
+    assert sdt.readout(0.3, 1.6, 0.4, None, None).verdict == "informative"
 
 
 def test_control_arm_counts_only_noise_trials():

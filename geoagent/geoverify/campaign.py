@@ -2,7 +2,9 @@
 
 Stages: model caller -> parser -> scorer -> aggregator (live report). Plan: :func:`plan_campaign`.
 The final report is rebuilt from the results table ``geoverify_scored`` (so it is complete also when the
-aggregator ran in another process) with the configured bootstrap over sites.
+aggregator ran in another process) with the configured bootstrap over sites (``n_boot``, default 1000,
+seeded by ``boot_seed``; both are printed under the table). The live refresh uses ``live_n_boot``
+(default: the same ``n_boot``; about 0.1 s per refresh at 1000 replicates).
 
 The engine looks kinds up as ``geoagent.campaigns.geoverify:GeoVerifyCampaign``; that module re-exports
 this class.
@@ -45,7 +47,9 @@ class GeoVerifyCampaign(CampaignKind):
         from geoagent.workers.model_caller import ModelCaller
 
         s = settings_of(cfg)
-        return [ModelCaller(), *geoverify_stages(report_interval_s=s.report_interval_s)]
+        live_boot = s.n_boot if s.live_n_boot is None else s.live_n_boot
+        return [ModelCaller(), *geoverify_stages(report_interval_s=s.report_interval_s, n_boot=live_boot,
+                                                 seed=s.boot_seed)]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         self._plan = plan_campaign(cfg)

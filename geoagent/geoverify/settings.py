@@ -11,7 +11,13 @@ Example::
     n_control = 2                 # build only: candidates per image that get the two control arms
     image_root = "images"         # optional folder holding streetview/<site>/<id>.jpg
     report_interval_s = 5.0       # live report refresh
-    n_boot = 1000                 # bootstrap replicates over sites for the CIs (0 = none)
+    n_boot = 1000                 # bootstrap replicates over sites for the 95 % CIs of the report (0 = none)
+    boot_seed = 0                 # seed of those replicates (recorded in the report)
+    live_n_boot = 200             # optional: replicates for the live refresh (default: n_boot; about 0.1 s
+                                  # per 1000 replicates at 100 sites x 6 columns)
+
+Bootstrap intervals resample sites (seed 000 Sec. 6: the site is the unit of resampling); see
+:func:`geoagent.scoring.sdt.score`.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ class GeoVerifySettings(BaseModel):
     build_seed: int | None = None
     image_root: str | None = None
     report_interval_s: float = Field(5.0, ge=0)
-    n_boot: int = Field(0, ge=0)
+    n_boot: int = Field(1000, ge=0, description="site-bootstrap replicates for the final report's 95 % CIs")
     boot_seed: int = 0
+    live_n_boot: int | None = Field(None, ge=0, description="replicates for the live refresh; None = n_boot")
 
 
 def _register() -> None:

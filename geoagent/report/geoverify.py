@@ -5,6 +5,11 @@ Rendered from :class:`geoagent.scoring.sdt.ModelScores` (i.e. from the aggregato
 ad-hoc recomputation). :func:`write_report` writes every file atomically, so it can be called again
 and again while a campaign runs (live refresh).
 
+When the scores carry site-bootstrap intervals (``ModelScores.ci``, from ``n_boot > 0``), H, F, the
+control-arm F, F per decoy band, d' per band and c are shown as ``value [lo, hi]`` in Markdown and the
+terminal (rates in %), and as separate ``<model>_lo`` / ``<model>_hi`` columns in the CSV (always
+present, empty without a bootstrap). The rows "F by decoy distance" are an addition to Table 12.
+
 Source: seed 000 Sec. 6.4, Table 12 and Figure 4.
 """
 
@@ -36,6 +41,24 @@ def _num(x: float, signed: bool = False) -> str:
     return f"{x:+.2f}" if signed else f"{x:.2f}"
 
 
+def _ci_pair(s: ModelScores, key: str | None) -> tuple[float, float] | None:
+    if key is None:
+        return None
+    return s.ci.get(key)
+
+
+def _with_ci(text: str, s: ModelScores, key: str | None, *, pct: bool = False, signed: bool = False) -> str:
+    """``text`` followed by `` [lo, hi]`` when ``s`` has a bootstrap interval for ``key``."""
+    iv = _ci_pair(s, key)
+    if iv is None or text == "-":
+        return text
+    lo, hi = iv
+    if pct:
+        return f"{text} [{100 * lo:.1f}, {100 * hi:.1f}]"
+    f = "{:+.2f}" if signed else "{:.2f}"
+    return f"{text} [{f.format(lo)}, {f.format(hi)}]"
+
+
 def _band_title(label: str) -> str:
     return label.replace("km", " km").replace("-", "–")
 
@@ -45,40 +68,59 @@ def _columns(scores: Mapping[str, ModelScores]) -> list[str]:
     return models + ([POOLED] if POOLED in scores else [])
 
 
-Row = tuple[str, str, Callable[[ModelScores], float | str | None], Callable[[ModelScores], str]]
+#: (section, label, raw value getter, formatted getter with interval, bootstrap key or None)
+Row = tuple[str, str, Callable[[ModelScores], float | str | None], Callable[[ModelScores], str], str | None]
+
+
+def _rate_row(sec: str, label: str, get: Callable[[ModelScores], float], key: str) -> Row:
+    return (sec, label, get, lambda s: _with_ci(_pct(get(s)), s, key, pct=True), key)
+
+
+def _num_row(sec: str, label: str, get: Callable[[ModelScores], float], key: str, signed: bool = False) -> Row:
+    return (sec, label, get, lambda s: _with_ci(_num(get(s), signed), s, key, signed=signed), key)
 
 
 def _rows(scores: Mapping[str, ModelScores]) -> list[Row]:
-    """(section, label, raw value getter, formatted getter) in Table 12 order, plus counts and read-out."""
+    """Rows in Table 12 order (plus counts, F per band and the read-out); see :data:`Row`."""
     any_s = next(iter(scores.values()))
     bands = [b.band for b in any_s.bands]
+    rates = "Response rates"
     rows: list[Row] = [
-        ("Responses", "n parsed (main arm)", lambda s: s.n_signal + s.n_noise, lambda s: str(s.n_signal + s.n_noise)),
-        ("Responses", "parse failures", lambda s: s.n_parse_failures, lambda s: str(s.n_parse_failures)),
-        ("Response rates", "H (signal accepted)", lambda s: s.h, lambda s: _pct(s.h)),
-        ("Response rates", "F (decoy accepted)", lambda s: s.f, lambda s: _pct(s.f)),
-        ("Response rates", "control: swapped image", lambda s: s.controls[ARM_MISMATCH][2],
-         lambda s: _pct(s.controls[ARM_MISMATCH][2])),
-        ("Response rates", "control: gray field", lambda s: s.controls[ARM_BLANK][2],
-         lambda s: _pct(s.controls[ARM_BLANK][2])),
+        ("Responses", "n parsed (main arm)", lambda s: s.n_signal + s.n_noise, lambda s: str(s.n_signal + s.n_noise), None),
+        ("Responses", "parse failures", lambda s: s.n_parse_failures, lambda s: str(s.n_parse_failures), None),
+        _rate_row(rates, "H (signal accepted)", lambda s: s.h, "H"),
+        _rate_row(rates, "F (decoy accepted)", lambda s: s.f, "F"),
+        _rate_row(rates, "control: swapped image", lambda s: s.controls[ARM_MISMATCH][2], f"F[{ARM_MISMATCH}]"),
+        _rate_row(rates, "control: gray field", lambda s: s.controls[ARM_BLANK][2], f"F[{ARM_BLANK}]"),
     ]
     for b in bands:
-        rows.append(("Sensitivity d' by decoy distance", _band_title(b),
-                     lambda s, b=b: s.band(b).d_prime, lambda s, b=b: _num(s.band(b).d_prime)))
+        rows.append(_rate_row("False-acceptance rate F by decoy distance", f"F {_band_title(b)}",
+                              lambda s, b=b: s.band(b).f, f"F[{b}]"))
+    for b in bands:
+        rows.append(_num_row("Sensitivity d' by decoy distance", _band_title(b), lambda s, b=b: s.band(b).d_prime, f"d'[{b}]"))
     rows.append(("Sensitivity d' by decoy distance", "delta_1", lambda s: s.delta_1 or "none",
-                 lambda s: _band_title(s.delta_1) if s.delta_1 else "none"))
+                 lambda s: _band_title(s.delta_1) if s.delta_1 else "none", None))
     if bands:
         rows += [
-            ("Criterion c", "nearest band", lambda s: s.bands[0].c, lambda s: _num(s.bands[0].c, True)),
-            ("Criterion c", "farthest band", lambda s: s.bands[-1].c, lambda s: _num(s.bands[-1].c, True)),
+            _num_row("Criterion c", "nearest band", lambda s: s.bands[0].c, f"c[{bands[0]}]", signed=True),
+            _num_row("Criterion c", "farthest band", lambda s: s.bands[-1].c, f"c[{bands[-1]}]", signed=True),
         ]
     rows += [
-        ("Confidence on false acceptances", "median", lambda s: s.fa_conf_median, lambda s: _num(s.fa_conf_median)),
+        ("Confidence on false acceptances", "median", lambda s: s.fa_conf_median, lambda s: _num(s.fa_conf_median), None),
         ("Confidence on false acceptances", "share >= 0.8", lambda s: s.fa_conf_share_high,
-         lambda s: _pct(s.fa_conf_share_high)),
-        ("Read-out", "pre-registered", lambda s: s.readout.verdict, lambda s: s.readout.verdict),
+         lambda s: _pct(s.fa_conf_share_high), None),
+        ("Read-out", "pre-registered", lambda s: s.readout.verdict, lambda s: s.readout.verdict, None),
     ]
     return rows
+
+
+def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
+    """One sentence naming the interval method, replicates and seed ("" without a bootstrap)."""
+    s = next((x for x in scores.values() if x.n_boot), None)
+    if s is None:
+        return ""
+    return (f"Brackets: {100 * s.ci_level:.0f} % percentile intervals from {s.n_boot} bootstrap resamples of sites "
+            f"(seed {s.boot_seed}; the same site draws for every column).")
 
 
 def render_markdown(scores: Mapping[str, ModelScores]) -> str:
@@ -88,32 +130,40 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     cols = _columns(scores)
     out = ["| | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     section = None
-    for sec, label, _, fmt in _rows(scores):
+    for sec, label, _, fmt, _key in _rows(scores):
         if sec != section:
             out.append(f"| **{sec}** |" + " |" * len(cols))
             section = sec
         out.append(f"| {label} | " + " | ".join(fmt(scores[c]) for c in cols) + " |")
     notes = [f"- {c}: {scores[c].readout.verdict} ({'; '.join(scores[c].readout.reasons)})" for c in cols]
-    return "\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995).\n\n" + "\n".join(notes) + "\n"
+    boot = bootstrap_note(scores)
+    return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "")
+            + "\n\n" + "\n".join(notes) + "\n")
 
 
 def render_csv(scores: Mapping[str, ModelScores]) -> str:
-    """Table 12 as CSV with raw (unformatted) values: columns section, row, then one per model."""
+    """Table 12 as CSV with raw (unformatted) values: columns ``section, row``, then per model ``<model>,
+    <model>_lo, <model>_hi`` (the bootstrap interval; empty where the row has none or no bootstrap ran).
+    Rates are fractions in [0, 1]."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = _columns(scores)
-    w.writerow(["section", "row", *cols])
+    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi")]])
+
+    def cell(v: object) -> object:
+        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
     if scores:
-        for sec, label, raw, _ in _rows(scores):
-            vals = []
+        for sec, label, raw, _, key in _rows(scores):
+            vals: list[object] = []
             for c in cols:
-                v = raw(scores[c])
-                vals.append("" if isinstance(v, float) and math.isnan(v) else v)
+                iv = _ci_pair(scores[c], key)
+                vals += [cell(raw(scores[c])), *((cell(iv[0]), cell(iv[1])) if iv else ("", ""))]
             w.writerow([sec, label, *vals])
     return buf.getvalue()
 
 
-def render_terminal(scores: Mapping[str, ModelScores], *, width: int = 140) -> str:
+def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = None) -> str:
     """Table 12 as terminal text (a ``rich`` table rendered to a string, no colour codes)."""
     from rich.console import Console
     from rich.table import Table
@@ -126,11 +176,16 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int = 140) -> s
     for c in cols:
         table.add_column(c, justify="right")
     section = None
-    for sec, label, _, fmt in _rows(scores):
+    for sec, label, _, fmt, _key in _rows(scores):
         if sec != section:
             table.add_row(f"[bold]{sec}[/bold]", *[""] * len(cols))
             section = sec
         table.add_row("  " + label, *[fmt(scores[c]) for c in cols])
+    boot = bootstrap_note(scores)
+    if boot:
+        table.caption = boot
+    if width is None:  # wide enough that "69.9 % [60.1, 78.2]" cells never wrap
+        width = 46 + len(cols) * (24 if boot else 14)
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]

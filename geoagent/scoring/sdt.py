@@ -20,6 +20,21 @@ Formulas (per model and pooled over models):
 * bootstrap confidence intervals resample *sites* with replacement (seeded), recomputing every statistic.
 
 Raw rates H and F are reported uncorrected (as in Table 12); the correction enters only d' and c.
+
+Choices where the paper leaves room (each checked against the release's ``analysis/verify_results.py``):
+
+* pooled column: d' and c from the *summed* counts of all models (H and F of the pooled trials), not the
+  mean of per-model d' (Sec. 6.4 "Pooled d'" and the release script's pooled block);
+* "blank-image F comes within 5 points of the main arm" (Sec. 5.4) is inclusive: ``|F_blank - F_main| <=
+  0.05`` with a 1e-9 tolerance, so a gap of exactly 5 points (e.g. 35 % vs 40 %) is within;
+  "mismatched-image F > 20 %" is strict;
+* bootstrap (Sec. 6: "every p-value below treats the site as the unit of resampling"): one matrix of
+  site draws ``numpy.random.default_rng(seed).integers(0, S, (n_boot, S))`` over the sorted union of the
+  S sites in the cell table, shared by every column (each model and the pooled column see the same
+  resampled sites; a site where a model has no trials contributes zero counts to that model). The
+  interval is the percentile interval (``numpy.quantile``, linear interpolation) of the replicates
+  where the statistic is defined (replicates with no trials for a rate, NaN, are dropped; the count of
+  kept replicates is ``ModelScores.ci_n``).
 """
 
 from __future__ import annotations
@@ -150,6 +165,12 @@ class ModelScores:
     n_parse_failures: int
     readout: Readout
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: bootstrap replicates with a defined value, per statistic name (same keys as ``ci``)
+    ci_n: dict[str, int] = field(default_factory=dict)
+    #: bootstrap settings that produced ``ci`` (n_boot 0 = no intervals)
+    n_boot: int = 0
+    boot_seed: int | None = None
+    ci_level: float = 0.95
 
     def band(self, label: str) -> BandScore:
         return next(b for b in self.bands if b.band == label)
@@ -223,10 +244,17 @@ def _stat_vector(yes: np.ndarray, n: np.ndarray, bands: list[str]) -> dict[str, 
     return out
 
 
-def _matrix(cells: pl.DataFrame, bands: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Per-site count matrices (n_sites, 1 + len(bands) + 2) of yes and of parsed answers."""
+def _matrix(
+    cells: pl.DataFrame, bands: list[str], sites: list[str] | None = None
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Per-site count matrices (n_sites, 1 + len(bands) + 2) of yes and of parsed answers.
+
+    ``sites`` fixes the row order (e.g. the union of all models' sites, so bootstrap draws can be shared);
+    a site absent from ``cells`` gets a row of zeros. Default: the sorted sites of ``cells``.
+    """
     cols = [(ARM_MAIN, BAND_SIGNAL)] + [(ARM_MAIN, b) for b in bands] + [(ARM_MISMATCH, None), (ARM_BLANK, None)]
-    sites = sorted(cells["site"].unique().to_list()) if cells.height else []
+    if sites is None:
+        sites = sorted(cells["site"].unique().to_list()) if cells.height else []
     idx = {s: i for i, s in enumerate(sites)}
     yes = np.zeros((len(sites), len(cols)))
     n = np.zeros((len(sites), len(cols)))
@@ -256,7 +284,7 @@ def readout(
         f_blank is not None
         and not math.isnan(f_blank)
         and not math.isnan(f_main)
-        and abs(f_blank - f_main) <= BLANK_F_MIN_GAP
+        and abs(f_blank - f_main) <= BLANK_F_MIN_GAP + 1e-9
     ):
         reasons.append(f"blank-image F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}")
     if reasons:
@@ -284,16 +312,39 @@ def bootstrap_site_indices(n_sites: int, n_boot: int, seed: int) -> np.ndarray:
     return rng.integers(0, n_sites, size=(n_boot, n_sites))
 
 
+def percentile_interval(values: Any, ci_level: float = 0.95) -> tuple[tuple[float, float] | None, int]:
+    """Percentile interval of bootstrap replicates, NaNs dropped.
+
+    Parameters
+    ----------
+    values : array of shape (n_boot,)
+    ci_level : float
+        Central mass (0.95 -> 2.5th and 97.5th percentiles, ``numpy.quantile`` linear interpolation).
+
+    Returns
+    -------
+    ((lo, hi) or None, n_defined)
+        None when no replicate is defined.
+    """
+    v = np.asarray(values, dtype=float)
+    ok = v[~np.isnan(v)]
+    if ok.size == 0:
+        return None, 0
+    alpha = (1.0 - ci_level) / 2.0
+    return (float(np.quantile(ok, alpha)), float(np.quantile(ok, 1.0 - alpha))), int(ok.size)
+
+
 def _score_one(
     model: str,
     cells: pl.DataFrame,
     conf: pl.DataFrame,
     bands: list[str],
-    n_boot: int,
-    seed: int,
+    boot_idx: np.ndarray | None,
     ci_level: float,
+    sites: list[str] | None = None,
+    seed: int | None = None,
 ) -> ModelScores:
-    sites, yes, n = _matrix(cells, bands)
+    sites, yes, n = _matrix(cells, bands, sites)
     tot_y, tot_n = yes.sum(0), n.sum(0)
     st = _stat_vector(tot_y, tot_n, bands)
     k = len(bands)
@@ -321,17 +372,16 @@ def _score_one(
         controls[ARM_BLANK][2] if controls[ARM_BLANK][0] else None,
     )
     ci: dict[str, tuple[float, float]] = {}
+    ci_n: dict[str, int] = {}
+    n_boot = 0 if boot_idx is None else int(boot_idx.shape[0])
     if n_boot > 0 and len(sites) > 0:
-        idx = bootstrap_site_indices(len(sites), n_boot, seed)
-        by = yes[idx].sum(1)  # (n_boot, cols)
-        bn = n[idx].sum(1)
+        by = yes[boot_idx].sum(1)  # (n_boot, cols)
+        bn = n[boot_idx].sum(1)
         bs = _stat_vector(by, bn, bands)
-        alpha = (1 - ci_level) / 2
         for name, vals in bs.items():
-            vals = np.asarray(vals, dtype=float)
-            ok = vals[~np.isnan(vals)]
-            if ok.size:
-                ci[name] = (float(np.quantile(ok, alpha)), float(np.quantile(ok, 1 - alpha)))
+            interval, kept = percentile_interval(vals, ci_level)
+            if interval is not None:
+                ci[name], ci_n[name] = interval, kept
     n_fail = int(cells["n_fail"].sum()) if cells.height else 0
     return ModelScores(
         model=model,
@@ -350,6 +400,10 @@ def _score_one(
         n_parse_failures=n_fail,
         readout=ro,
         ci=ci,
+        ci_n=ci_n,
+        n_boot=n_boot,
+        boot_seed=seed if n_boot else None,
+        ci_level=ci_level,
     )
 
 
@@ -377,7 +431,8 @@ def score(
     n_boot : int
         Bootstrap replicates resampling sites (0 = no CIs). The same seed gives the same CIs.
     seed : int
-        Seed of ``numpy.random.default_rng`` for the bootstrap.
+        Seed of ``numpy.random.default_rng`` for the bootstrap: one draw matrix of shape (n_boot, S) over
+        the sorted union of the S sites, shared by every column (see module doc).
     ci_level : float
         Central interval mass (0.95 = percentile 2.5-97.5).
 
@@ -387,13 +442,20 @@ def score(
         Models in sorted order, then ``"pooled"`` (sums of all models' counts; a site's trials across
         models resample together).
     """
+    if n_boot < 0:
+        raise ValueError(f"n_boot must be >= 0, got {n_boot}")
+    if not 0.0 < ci_level < 1.0:
+        raise ValueError(f"ci_level must lie in (0, 1), got {ci_level}")
     conf = conf if conf is not None else empty_conf()
     out: dict[str, ModelScores] = {}
     models = sorted(cells["model"].unique().to_list()) if cells.height else []
-    for i, m in enumerate(models):
+    sites = sorted(cells["site"].unique().to_list()) if cells.height else []
+    boot_idx = bootstrap_site_indices(len(sites), n_boot, seed) if n_boot > 0 and sites else None
+    for m in models:
         out[m] = _score_one(
-            m, cells.filter(pl.col("model") == m), conf.filter(pl.col("model") == m), list(bands), n_boot, seed + i, ci_level
+            m, cells.filter(pl.col("model") == m), conf.filter(pl.col("model") == m), list(bands), boot_idx,
+            ci_level, sites, seed,
         )
     if pooled:
-        out[POOLED] = _score_one(POOLED, cells, conf, list(bands), n_boot, seed + len(models), ci_level)
+        out[POOLED] = _score_one(POOLED, cells, conf, list(bands), boot_idx, ci_level, sites, seed)
     return out
