@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -177,15 +177,31 @@ def normalize_rel_path(value: str | None) -> str | None:
 # --- CSV reading with physical line numbers ---------------------------------------------------
 
 
+def _not_utf8(values: list[str]) -> bool:
+    """Whether any value holds bytes that were not UTF-8 (read as surrogate escapes)."""
+    try:
+        "".join(values).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _read_csv(
     path: Path,
     report: ImportReport,
     required: tuple[str, ...],
     convert: Callable[[dict[str, Any]], Any],
+    key: Callable[[Any], Hashable] | None = None,
 ) -> Iterator[Any]:
-    """Yield ``convert(row)`` for each good row; report bad rows (file, line, reason) and go on."""
+    """Yield ``convert(row)`` for each good row; report bad rows (file, line, reason) and go on.
+
+    Bytes that are not UTF-8 cost only the row holding them (the file is decoded with surrogate escapes
+    and such rows are reported), never the rest of the file. With ``key``, a row whose key repeats an
+    earlier row's is reported as a duplicate and skipped (the first is kept).
+    """
+    seen: set[Hashable] = set()
     try:
-        fh = path.open("r", encoding="utf-8-sig", newline="")
+        fh = path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="")
     except OSError as exc:
         report.add(path, 0, f"cannot open: {exc}")
         return
@@ -199,6 +215,9 @@ def _read_csv(
             return
         except (csv.Error, UnicodeDecodeError) as exc:
             report.add(path, 1, f"unreadable header: {exc}")
+            return
+        if _not_utf8(header):
+            report.add(path, 1, "header is not valid UTF-8 text")
             return
         header = [h.strip() for h in header]
         missing = [c for c in required if c not in header]
@@ -220,7 +239,11 @@ def _read_csv(
             if not values or all(not v.strip() for v in values):
                 continue
             if len(values) != len(header):
-                report.add(path, start, f"expected {len(header)} fields, got {len(values)}")
+                span = f" (record spans lines {start}-{prev_end}: unbalanced quote?)" if prev_end > start else ""
+                report.add(path, start, f"expected {len(header)} fields, got {len(values)}{span}")
+                continue
+            if _not_utf8(values):
+                report.add(path, start, "row is not valid UTF-8 text")
                 continue
             row = dict(zip(header, values))
             try:
@@ -228,6 +251,12 @@ def _read_csv(
             except RowError as exc:
                 report.add(path, start, str(exc))
                 continue
+            if key is not None:
+                k = key(rec)
+                if k in seen:
+                    report.add(path, start, f"duplicate row for {k!r}; kept the first")
+                    continue
+                seen.add(k)
             report.count(path)
             yield rec
 
@@ -287,6 +316,11 @@ def _ladder_point(site_id: str) -> Callable[[dict[str, Any]], ReferencePoint]:
 
 def _trial(row: dict[str, Any]) -> VerifyTrial:
     image_id = _image_id(_req(row, "image_id"))
+    site_id = _req(row, "site")
+    try:
+        paths.safe_name(site_id, what="site id")
+    except ValueError as exc:
+        raise RowError(str(exc)) from None
     arm = _req(row, "arm")
     truth = _req(row, "truth").lower()
     if truth not in ("yes", "no"):
@@ -295,7 +329,7 @@ def _trial(row: dict[str, Any]) -> VerifyTrial:
     cand_lon = _opt_float(row, "cand_lon", lo=-180, hi=180)
     return VerifyTrial(
         image_id=image_id,
-        site_id=_req(row, "site"),
+        site_id=site_id,
         arm=arm,
         cand=_req(row, "cand"),
         img_lat=_float(_req(row, "img_lat"), "img_lat", lo=-90, hi=90),
@@ -366,6 +400,7 @@ def _raw_record(d: Any) -> RawVerifyResponse:
 def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyResponse]:
     """Yield raw GeoVerify responses from a JSONL file; bad lines go to ``report``."""
     report.files.append(str(path))
+    seen: set[tuple[str, str]] = set()
     with path.open("rb") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -380,6 +415,10 @@ def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyRespon
             except RowError as exc:
                 report.add(path, lineno, str(exc))
                 continue
+            if (rec.trial_id, rec.model) in seen:
+                report.add(path, lineno, f"duplicate record for trial {rec.trial_id!r} and model {rec.model!r}; kept the first")
+                continue
+            seen.add((rec.trial_id, rec.model))
             report.count(path)
             yield rec
 
@@ -441,6 +480,11 @@ def import_release(root: str | Path) -> Release:
             rep.add(path, 0, "file name is not <site>_ladder*.csv; skipped")
             continue
         site_id = m.group("site")
+        try:
+            paths.safe_name(site_id, what="site id")
+        except ValueError as exc:
+            rep.add(path, 0, f"{exc} (from the ladder file name); skipped")
+            continue
         if site_id not in rel.sites:
             rep.add(path, 0, f"ladder for unknown site {site_id!r} (not in sites.csv); imported anyway")
         pts = tuple(_read_csv(path, rep, ("band", "dist_km"), _ladder_point(site_id)))
@@ -449,7 +493,7 @@ def import_release(root: str | Path) -> Release:
     trials_path = _pick(root, "verify_trials", ".csv")
     if trials_path is not None:
         required = ("image_id", "site", "img_lat", "img_lon", "cand", "truth", "arm")
-        for t in _read_csv(trials_path, rep, required, _trial):
+        for t in _read_csv(trials_path, rep, required, _trial, key=lambda t: (t.image_id, t.arm, t.cand)):
             rel.trials.append(t)
             if t.arm == "main" and t.image_id not in rel.images:
                 site = rel.sites.get(t.site_id)
