@@ -30,7 +30,7 @@ def extract_json(text: str | None, want: type = dict) -> Any | None:
             while pos != -1 and tries < 50:
                 try:
                     value, _ = dec.raw_decode(variant, pos)
-                except (json.JSONDecodeError, RecursionError):
+                except (ValueError, RecursionError):  # JSONDecodeError, or an int past 4300 digits
                     value = None
                 if isinstance(value, want):
                     return value
@@ -63,6 +63,8 @@ def as_int_in(v: Any, lo: int, hi: int) -> int | None:
             v = float(v.strip())
         except ValueError:
             return None
-    if isinstance(v, (int, float)) and float(v).is_integer() and lo <= int(v) <= hi:
+    if isinstance(v, int):
+        return v if lo <= v <= hi else None  # exact, also for ints too large for a float
+    if isinstance(v, float) and v.is_integer() and lo <= v <= hi:
         return int(v)
     return None

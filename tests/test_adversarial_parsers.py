@@ -1,0 +1,84 @@
+"""Adversarial model output: every parser of untrusted text returns (never raises), never executes it, and
+never turns a non-finite or out-of-range number into a confidence, a quality or an index.
+
+Parsers: GeoVerify :func:`parse_verdict`, GeoHint :func:`parse_answer`, the crawl auditors'
+:func:`extract_json` / :func:`parse_image_audit` / :func:`parse_ref_batch`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from geoagent.crawl.image_audit import parse_image_audit
+from geoagent.crawl.llmjson import as_int_in, extract_json
+from geoagent.crawl.referenceability import parse_ref_batch
+from geoagent.geohint.parse import parse_answer
+from geoagent.geoverify.parse import parse_verdict
+
+BIG_INT = "9" * 5000  # beyond Python's 4300-digit int/str conversion limit
+HUGE_INT = "1" + "0" * 400  # parses as an int, overflows float()
+
+ADVERSARIAL = {
+    "deep_object": '{"a":' * 50_000 + "1" + "}" * 50_000,
+    "deep_list": "[" * 100_000 + "]" * 100_000,
+    "deep_unclosed": '{"verdict": "yes", "x": ' + "[" * 100_000,
+    "nan": '{"verdict": "yes", "confidence": NaN, "city": "Paris", "confidence_area": NaN}',
+    "infinity": '{"verdict": "no", "confidence": Infinity, "city": "Paris", "confidence_building": -Infinity}',
+    "1e308": '{"verdict": "no", "confidence": 1e308, "city": "Paris", "confidence_area": 1e308}',
+    "1e400": '{"verdict": "no", "confidence": 1e400, "city": "Paris", "confidence_area": 1e400}',
+    "big_int": '{"verdict": "yes", "confidence": ' + BIG_INT + ', "quality": ' + BIG_INT + "}",
+    "huge_int": '{"verdict": "yes", "confidence": ' + HUGE_INT + ', "quality": ' + HUGE_INT + "}",
+    "verdict_list": '{"verdict": ["yes", "no"], "confidence": 0.9}',
+    "code": "__import__('os').system('touch {marker}')",
+    "code_in_json": "{{'verdict': __import__('os').system('touch {marker}'), 'confidence': 0.5}}",
+    "backslashes": '{"verdict": "' + "\\" * 100_001,
+    "quotes": "'" * 100_000,
+    "nul": '{"verdict": "yes\x00", "confidence": 0.5}',
+    "lone_surrogate": '{"verdict": "yes", "confidence": 0.5, "evidence": ["\\ud800"]}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_parsers_never_raise_never_execute(name, tmp_path):
+    marker = tmp_path / "executed"
+    text = ADVERSARIAL[name].replace("{marker}", str(marker)) if "code" in name else ADVERSARIAL[name]
+    v = parse_verdict(text)
+    a = parse_answer(text)
+    extract_json(text, dict)
+    extract_json(text, list)
+    audit = parse_image_audit(text)
+    parse_ref_batch(text, 3)
+    assert not marker.exists()
+    assert v.raw == text and a.raw == text and audit.raw == text  # raw text kept
+    for c in (v.confidence, a.confidence_area, a.confidence_building):
+        assert c is None or (math.isfinite(c) and 0.0 <= c <= 1.0)
+    assert audit.quality is None or 0 <= audit.quality <= 5
+    if name == "verdict_list":
+        assert not v.ok and v.verdict is None  # an ambiguous verdict is a parse failure, never a guess
+
+
+def test_extract_json_with_a_5000_digit_integer_returns_none_or_a_value_not_an_exception():
+    # json's int conversion raises ValueError past 4300 digits; the decoder must treat it as no JSON here
+    assert extract_json('{"quality": ' + BIG_INT + "}", dict) is None
+    assert extract_json('noise {"quality": ' + BIG_INT + '} then {"quality": 3}', dict) == {"quality": 3}
+
+
+def test_as_int_in_with_an_int_too_large_for_a_float_is_none():
+    assert as_int_in(int(HUGE_INT), 0, 5) is None
+    assert as_int_in(HUGE_INT, 0, 5) is None
+    assert as_int_in(float("nan"), 0, 5) is None
+    assert as_int_in("inf", 0, 5) is None
+    assert as_int_in(3, 0, 5) == 3 and as_int_in("4.0", 0, 5) == 4
+
+
+def test_image_audit_with_absurd_quality_is_unparsed_not_a_crash():
+    a = parse_image_audit('{"answer_overlay": false, "scene_type": "street", "quality": ' + HUGE_INT + "}")
+    assert not a.parsed and "quality" in a.reason
+
+
+def test_ref_batch_with_absurd_index_drops_that_element_only():
+    text = '[{"idx": ' + HUGE_INT + ', "ok": true, "familiarity": 3}, {"idx": 1, "ok": true, "familiarity": 4}]'
+    out = parse_ref_batch(text, 3)
+    assert out is not None and list(out) == [1] and out[1]["familiarity"] == 4
