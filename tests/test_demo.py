@@ -190,3 +190,25 @@ def test_second_run_resumes_without_new_calls(demo):
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     assert demo["t_second"] < 120
     assert _ledgers(demo["work"] / "state") == demo["ledgers_first"]
+
+
+def test_geohint_answers_geocode_to_sandbox_places(demo):
+    """GeoHint answers were geocoded against the sandbox world's gazetteer (local Wikidata/Nominatim):
+    error_km is the haversine from the resolved place to the site, answers naming the site's landmark
+    resolve to it at building level, and hit = error < 1 km at a level finer than city."""
+    state = demo["work"] / "state"
+    sites = {r["site"]: r for r in _rows(state / "demo-crawl" / "sites.csv")}
+    rows = _rows(state / "demo-geohint" / "geohint_scored.csv")
+    assert rows
+    n_landmark = 0
+    for r in rows:
+        s = sites[r["site"]]
+        if r["lat"] and r["lon"]:
+            d = _haversine_km(float(r["lat"]), float(r["lon"]), float(s["lat"]), float(s["lon"]))
+            assert abs(d - float(r["error_km"])) < 1e-6
+        hit = bool(r["error_km"]) and float(r["error_km"]) < 1.0 and r["resolved_level"] in ("building", "area")
+        assert (r["hit"] == "true") == hit, r
+        if r["building"] == s["landmark"]:
+            n_landmark += 1
+            assert r["resolved_level"] == "building" and float(r["error_km"]) < 0.01
+    assert n_landmark > 0
