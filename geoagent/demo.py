@@ -3,9 +3,11 @@
 What it does (every step is the code path of a real campaign; only the URLs point at local fakes):
 
 1. starts, in this process on 127.0.0.1, the sandbox world's Overpass, WDQS, pageviews and Mapillary fakes
-   (:mod:`geoagent.sandbox.city`), an OpenAI-compatible model server
-   (:mod:`geoagent.sandbox.llm_openai`, answering through the simulated responders) and the Wikidata and
-   Nominatim fakes, whose gazetteer is the sandbox world's places (:func:`geoagent.integrate.gazetteer_from_world`);
+   (:mod:`geoagent.sandbox.city`) and, per campaign, the fakes its config names on ``*.sandbox.invalid``
+   hosts (:mod:`geoagent.sandbox.launch`): an OpenAI-compatible model server
+   (:mod:`geoagent.sandbox.llm_openai`, answering through the simulated responders) and, for GeoHint, the
+   Wikidata and Nominatim fakes, whose gazetteer is the sandbox world's places
+   (:func:`geoagent.integrate.gazetteer_from_world`);
 2. runs the **crawl** campaign ``demo-crawl`` (``configs/demo_crawl.toml``): screen the candidate cities,
    sample sites, fetch and audit images, rate reference points, build context ladders; the two auditors
    are models behind the OpenAI-compatible fake (real HTTP path, ledger with illustrative prices);
