@@ -64,6 +64,17 @@ def _ledgers(state_root: Path) -> dict[str, tuple[int, int, float]]:
     return out
 
 
+def _last_http_requests(state_root: Path) -> dict[str, int]:
+    """HTTP requests (all hosts: APIs and model servers) made by the latest run of each campaign, from the
+    last record of its progress stream (``state/<campaign>/progress.jsonl``)."""
+    out = {}
+    for name in CAMPAIGNS:
+        lines = (state_root / name / "progress.jsonl").read_text(encoding="utf-8").splitlines()
+        last = json.loads(lines[-1])
+        out[name] = sum(int(h.get("requests", 0)) for h in (last.get("http") or {}).values())
+    return out
+
+
 def _planned(stdout: str, campaign: str) -> int:
     """The ``planned N requests`` figure of one campaign's end-of-run summary."""
     block = stdout.split(f"campaign {campaign}:", 1)[1]
@@ -80,9 +91,11 @@ def demo(tmp_path_factory):
     work = tmp / "work"
     first, t_first = _run_demo(clone, work)
     ledgers_first = _ledgers(work / "state") if first.returncode == 0 else None
+    http_first = _last_http_requests(work / "state") if first.returncode == 0 else None
     second, t_second = _run_demo(clone, work)
     return {"clone": clone, "work": work, "first": first, "t_first": t_first, "second": second,
-            "t_second": t_second, "ledgers_first": ledgers_first}
+            "t_second": t_second, "ledgers_first": ledgers_first,
+            "http_first": http_first}
 
 
 def test_demo_completes_offline_in_time_and_summarises_every_stage(demo):
@@ -190,6 +203,9 @@ def test_second_run_resumes_without_new_calls(demo):
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     assert demo["t_second"] < 120
     assert _ledgers(demo["work"] / "state") == demo["ledgers_first"]
+    # the first run talked to the fakes; the second found everything done and sent no request at all
+    assert all(n > 0 for n in demo["http_first"].values()), demo["http_first"]
+    assert _last_http_requests(demo["work"] / "state") == dict.fromkeys(CAMPAIGNS, 0)
 
 
 def test_geohint_answers_geocode_to_sandbox_places(demo):
