@@ -29,10 +29,34 @@ def _load(path: str) -> Any:
     return load_config(path)
 
 
+def _check_state_matches_queues(cfg: Any) -> None:
+    """Refuse to run when ``queues/<campaign>/`` holds work but ``state/<campaign>/campaign.sqlite`` is gone.
+
+    The queues would report every acknowledged task as done while the stored responses, results and the
+    ledger's spend are lost: the run would end "complete" with nothing scored and the cap reset to $0 spent.
+
+    Raises
+    ------
+    ValueError
+        Naming both folders and the two ways out (restore the state, or delete the queues to start over).
+    """
+    from geoagent import constants as C
+
+    qdir = Path(cfg.queues_root()) / cfg.name
+    db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
+    if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
+        raise ValueError(
+            f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
+            f"{db} (stored responses, results, spend) is missing; restore the state folder, or delete {qdir} "
+            "to start the campaign over"
+        )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from geoagent.engine import run_campaign
 
     cfg = _load(args.config)
+    _check_state_matches_queues(cfg)
     stages = args.stages.split(",") if args.stages else None
     outcome = anyio.run(
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
@@ -69,6 +93,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.runtime.store import open_campaign_state
 
     cfg = _load(args.config)
+    _check_state_matches_queues(cfg)
     with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
         for t in export_all(state.store, cfg.state_dir()):
             print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
@@ -89,6 +114,7 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         print(f"{args.config}: [campaign] kind must be 'crawl' for the crawl command, got {cfg.campaign.kind!r}",
               file=sys.stderr)
         return 2
+    _check_state_matches_queues(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, live=False if args.no_live else None, watch=args.watch))
     print(outcome.summary())
     return outcome.exit_code

@@ -49,6 +49,13 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead}
 
 
+def format_usd(x: float | None) -> str:
+    """USD amount for display: at least 2 decimals, up to 6 where they matter (a $0.0005 cap is not $0.00)."""
+    text = f"{float(x or 0.0):.6f}".rstrip("0")
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.ljust(2, '0')}"
+
+
 def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
@@ -60,7 +67,7 @@ def format_status(st: dict[str, Any]) -> str:
     if s:
         lines.append(
             f"  spend: ${s.get('spent_usd', 0):.6f} settled + ${s.get('unknown_usd', 0):.6f} unknown-outcome"
-            f" + ${s.get('reserved_usd', 0):.6f} reserved, cap ${s.get('cap_usd') or 0:.2f}; calls {s.get('calls', 0)}"
+            f" + ${s.get('reserved_usd', 0):.6f} reserved, cap ${format_usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
         )
     p = st.get("progress")
     if p:
@@ -101,9 +108,18 @@ def dead_letters(cfg: Any, limit: int = 50) -> dict[str, list[DeadLetter]]:
 
 
 def requeue_dead(cfg: Any, edge: str | None = None) -> int:
-    """Put dead tasks (of one edge, or all) back to ready; returns how many."""
+    """Put dead tasks (of one edge, or all) back to ready; returns how many.
+
+    Raises
+    ------
+    ValueError
+        ``edge`` is not one of the campaign's queues (a typo must not look like "nothing to requeue").
+    """
     n = 0
-    for f in _queue_files(cfg):
+    files = _queue_files(cfg)
+    if edge and edge not in {f.stem for f in files}:
+        raise ValueError(f"campaign {cfg.name} has no queue {edge!r}; queues: {sorted(f.stem for f in files)}")
+    for f in files:
         if edge and f.stem != edge:
             continue
         q = _open(cfg, f)

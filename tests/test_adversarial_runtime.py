@@ -1,0 +1,211 @@
+"""Adversarial runtime use: lost state, two processes of one campaign, tiny caps, requeue, status formatting.
+
+Campaigns run the real engine and CLI against the local OpenAI-compatible fake (which logs every call with
+its request key and token usage) or the simulated provider.
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import sys
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from geoagent.cli import main
+from geoagent.config import load_config
+from geoagent.engine import EXIT_BUDGET, EXIT_COMPLETE, run_campaign
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.server import serve
+from geoagent.status import campaign_status, format_status
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "sk-adversarial-runtime-0123456789abcdef"
+
+
+def _config(tmp: Path, *, base_url: str | None, n: int, cap: float, name: str = "adv-rt") -> Path:
+    if base_url is None:
+        model = 'provider = "simulated"\nmodel = "sim-1"\n'
+    else:
+        model = f'provider = "openai"\nmodel = "gpt-x"\nbase_url = "{base_url}/v1"\napi_key_env = "ADV_RT_KEY"\n'
+    p = tmp / f"{name}.toml"
+    p.write_text(f"""
+[campaign]
+name = "{name}"
+kind = "generic"
+seed = 3
+
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+
+[queue]
+max_attempts = 4
+backoff_base_s = 0.01
+backoff_max_s = 0.05
+
+[budget]
+cap_usd = {cap!r}
+
+[generic]
+n_requests = {n}
+
+[[models]]
+name = "m"
+{model}price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 100
+concurrency = 8
+rate = {{ requests = 500, period_s = 1.0 }}
+timeout_s = 5
+""")
+    return p
+
+
+def _results(tmp: Path, name: str = "adv-rt") -> int:
+    import sqlite3
+
+    db = tmp / "state" / name / "campaign.sqlite"
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# state/ lost, queues/ kept
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_cli_refuses_to_rerun_when_state_was_deleted_but_queues_remain(tmp_path, capsys):
+    cfg = _config(tmp_path, base_url=None, n=12, cap=1.0)
+    assert main(["run", str(cfg), "--no-live"]) == EXIT_COMPLETE
+    assert _results(tmp_path) == 12
+    capsys.readouterr()
+    shutil.rmtree(tmp_path / "state")
+    # before the fix: "complete", exit 0, spend $0 and 0 results stored (the queues said everything was done)
+    code = main(["run", str(cfg), "--no-live"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "state" in err and "queues" in err and "adv-rt" in err
+    assert not (tmp_path / "state" / "adv-rt" / "campaign.sqlite").exists()  # nothing half-created
+
+
+def test_rerun_after_deleting_queues_but_keeping_state_makes_no_new_calls(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADV_RT_KEY", KEY)
+    log = tmp_path / "calls.jsonl"
+    app = llm_openai.make_app(api_keys=[KEY], token_log=str(log))
+
+    async def go() -> None:
+        async with serve(app) as base:
+            cfg = load_config(_config(tmp_path, base_url=base, n=20, cap=1.0))
+            assert (await run_campaign(cfg, live=False, handle_signals=False)).exit_code == EXIT_COMPLETE
+            shutil.rmtree(tmp_path / "queues")
+            out = await run_campaign(cfg, live=False, handle_signals=False)
+            assert out.exit_code == EXIT_COMPLETE
+
+    anyio.run(go)
+    calls = [orjson.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 20 and len({c["key"] for c in calls}) == 20
+    assert _results(tmp_path) == 20
+
+
+@pytest.mark.xfail(strict=True, reason="engine.run_campaign does not check that state/ and queues/ belong together "
+                   "(engine.py is not ours to change; the CLI guards it)")
+def test_engine_refuses_to_rerun_when_state_was_deleted_but_queues_remain(tmp_path):
+    cfg = load_config(_config(tmp_path, base_url=None, n=12, cap=1.0))
+    assert anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False)).exit_code == EXIT_COMPLETE
+    shutil.rmtree(tmp_path / "state")
+    try:
+        out = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False))
+    except Exception as exc:  # noqa: BLE001 - refusing with a message naming state/ is the fix we want
+        assert "state" in str(exc)
+        return
+    assert out.exit_code != EXIT_COMPLETE, "a campaign whose stored results vanished must not say complete"
+
+
+# ---------------------------------------------------------------------------------------------------
+# two processes of one campaign at once
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_two_processes_of_one_campaign_never_double_spend(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    app = llm_openai.make_app(api_keys=[KEY], token_log=str(log))
+    n = 300
+    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin"}
+
+    async def go() -> list[int]:
+        async with serve(app) as base:
+            cfg = _config(tmp_path, base_url=base, n=n, cap=5.0)
+            codes: list[int] = []
+
+            async def one() -> None:
+                p = await anyio.run_process([sys.executable, str(REPO / "run.py"), "run", str(cfg), "--no-live"],
+                                            env=env, check=False, cwd=tmp_path)
+                codes.append(p.returncode)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one)
+                tg.start_soon(one)
+            return codes
+
+    codes = anyio.run(go)
+    assert codes == [0, 0]
+    calls = [orjson.loads(line) for line in log.read_text().splitlines()]
+    by_key = collections.Counter(c["key"] for c in calls if c["status"] == 200)
+    assert len(by_key) == n and max(by_key.values()) == 1  # every request exactly once, across both processes
+    assert _results(tmp_path) == n
+    cfg = load_config(tmp_path / "adv-rt.toml")
+    spend = campaign_status(cfg)["spend"]
+    expected = sum(c["input_tokens"] * 0.15 + c["output_tokens"] * 0.60 for c in calls if c["status"] == 200) / 1e6
+    assert spend["spent_usd"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert spend["calls"] == n and spend["reserved_usd"] == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# caps
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [0.0, 0.00001])
+def test_cap_zero_or_below_one_call_makes_no_call_and_exits_budget(tmp_path, monkeypatch, cap):
+    monkeypatch.setenv("ADV_RT_KEY", KEY)
+    log = tmp_path / "calls.jsonl"
+    app = llm_openai.make_app(api_keys=[KEY], token_log=str(log))
+    # worst case of one call: (input estimate x 1.25) x 0.15 + 100 x 0.60 USD per 1M tokens > 6e-5 > 1e-5
+
+    async def go():
+        async with serve(app) as base:
+            cfg = load_config(_config(tmp_path, base_url=base, n=5, cap=cap))
+            return await run_campaign(cfg, live=False, handle_signals=False)
+
+    out = anyio.run(go)
+    assert out.exit_code == EXIT_BUDGET
+    assert not log.exists() or log.read_text().strip() == ""
+    assert out.remaining() == 5
+
+
+def test_status_shows_a_small_cap_without_rounding_it_to_zero(tmp_path):
+    cfg = load_config(_config(tmp_path, base_url=None, n=3, cap=0.0005))
+    assert anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False)).exit_code == EXIT_COMPLETE
+    text = format_status(campaign_status(cfg))
+    # before the fix "cap $0.00" next to a non-zero spend read as an overspend
+    assert "cap $0.0005" in text
+
+
+@pytest.mark.xfail(strict=True, reason="engine.Outcome.summary formats the cap with 2 decimals (engine.py:128)")
+def test_run_summary_shows_a_small_cap_without_rounding_it_to_zero(tmp_path):
+    cfg = load_config(_config(tmp_path, base_url=None, n=3, cap=0.0005))
+    out = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False))
+    assert "cap $0.0005" in out.summary()
+
+
+def test_dead_requeue_with_an_unknown_edge_is_an_error_not_zero(tmp_path, capsys):
+    cfg = _config(tmp_path, base_url=None, n=3, cap=1.0)
+    assert main(["run", str(cfg), "--no-live"]) == EXIT_COMPLETE
+    capsys.readouterr()
+    assert main(["dead", str(cfg), "--requeue", "--edge", "reqests"]) == 2
+    err = capsys.readouterr().err
+    assert "reqests" in err and "requests" in err
