@@ -145,3 +145,41 @@ def test_reciting_endpoint_slope_matches_polyfit():
 
     row = [r for r in table6(agg, "forced").rows if r[0] == "All"][0]
     assert row[6] == pytest.approx(want, abs=1e-10) and row[7] == pytest.approx(row[2] / want)
+
+
+def test_zero_errors_and_unladdered_points_follow_the_release_rules():
+    """Table 5 and the slope use err_km > 0 (no floor); a context row without a hint distance is left out."""
+    from scipy import stats as st
+
+    from geoagent.geohint.result import GeoHintResult
+    from geoagent.report.geohint import table1, table5
+
+    rows = []
+    rng = np.random.default_rng(4)
+    for i in range(40):
+        site = f"s{i % 5}"
+        err = 0.0 if i % 7 == 0 else float(rng.uniform(0.1, 8))
+        rows.append(GeoHintResult(
+            key=f"k{i}", site=site, image_id=f"img{i}", model="m", condition="forced", schema="forced",
+            ref_qid=f"Q{i}", ref_name=f"P{i}", band="0.5-1.5km", tier="high", dist_km=float(rng.uniform(0.5, 1.5)),
+            resolved_level="area" if i % 3 else "building", error_km=err, hit=err < 1, echo=False,
+        ))
+    ghost = GeoHintResult(key="ghost", site="s0", image_id="x", model="m", condition="forced", schema="forced",
+                          ref_qid="Q999", band="0.5-1.5km", tier="high", dist_km=None, resolved_level="area",
+                          error_km=0.2, hit=True, echo=None)
+    agg = GeoHintAggregator()
+    agg.add_many([*rows, ghost])
+    assert agg.n_without_ladder_point == 1
+    assert table1(agg, "forced").rows[0][1] == len(rows)  # the ghost row counts nowhere
+    pos = [r for r in rows if r.error_km > 0]
+    row = [r for r in table5(agg, "forced", "baseline").rows if r[0].startswith("all") and r[1] == "0.5-1.5km"][0]
+    assert row[2] == len(pos)
+    assert row[3] == pytest.approx(st.gmean([r.dist_km for r in pos]))
+    assert row[4] == pytest.approx(st.gmean([r.error_km for r in pos]))
+    assert row[5] == pytest.approx(np.median([r.error_km / r.dist_km for r in pos]))
+    X = sm.add_constant(np.array([r.dist_km for r in pos]))
+    groups = np.unique([r.site for r in pos], return_inverse=True)[1]
+    ref = sm.OLS(np.log10([r.error_km for r in pos]), X).fit(cov_type="cluster", cov_kwds={"groups": groups})
+    got = agg.regression(condition="forced").fit()
+    assert got.nobs == len(pos)
+    np.testing.assert_allclose([got.slope, got.slope_se], [ref.params[1], ref.bse[1]], atol=1e-8)

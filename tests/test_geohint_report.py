@@ -71,7 +71,9 @@ def test_report_from_release_sample(release_dir, tmp_path):
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "condition v1" in md
     t1 = tables[0]
-    assert sum(r[1] for r in t1.rows) == len(rows)
+    # every context row counts once, except those whose reference point is not in the ladder
+    assert sum(r[1] for r in t1.rows) == len([r for r in rows if r.has_context and r.dist_km is not None])
+    assert a.n_without_ladder_point == len([r for r in rows if r.has_context and r.dist_km is None]) > 0
 
 
 def test_figure_with_rates_at_zero_and_one(tmp_path):

@@ -55,6 +55,9 @@ def test_geometric_mean_and_ratio():
     x = np.array([0.5, 1.2, 3.3, 5.9])
     assert geometric_mean(x) == pytest.approx(stats.gmean(x))
     assert math.isnan(geometric_mean(np.array([])))
+    # zero / missing distances have no logarithm and are left out (Table 5 uses err_km > 0)
+    assert geometric_mean(np.array([0.0, 0.5, np.nan, 2.0])) == pytest.approx(stats.gmean([0.5, 2.0]))
+    assert math.isnan(geometric_mean(np.array([0.0])))
     assert error_ratio(np.array([1.0, 3.0]), np.array([2.0, 3.0])).tolist() == [0.5, 1.0]
     with pytest.raises(ValueError, match="positive"):
         error_ratio(np.array([1.0]), np.array([0.0]))

@@ -20,15 +20,95 @@ def test_regime_threshold():
     assert assign_regimes({"a": (3, 5), "b": (2, 5), "c": (0, 0)}) == {"a": LEGIBLE, "b": ILLEGIBLE}
 
 
-def test_half_masks_are_stratified_halves():
+def test_half_masks_split_each_site_in_two():
     rng = np.random.default_rng(0)
     groups = np.repeat(np.arange(7), [1, 2, 3, 4, 5, 10, 11])
     rng.shuffle(groups)
-    for _ in range(20):
+    in_a = np.zeros(groups.size)
+    n_draws = 4000
+    for _ in range(n_draws):
         m = draw_half_masks(groups, rng)
         for g in range(7):
             size = np.count_nonzero(groups == g)
-            assert np.count_nonzero(m[groups == g]) in {size // 2, size // 2 + size % 2}
+            assert np.count_nonzero(m[groups == g]) == size // 2  # half A: m // 2, half B the rest
+        in_a += m
+    # every response of a site is equally likely to land in half A: (m // 2) / m
+    for g in range(7):
+        size = np.count_nonzero(groups == g)
+        np.testing.assert_allclose(in_a[groups == g] / n_draws, (size // 2) / size, atol=0.035)
+
+
+def test_split_is_per_site_not_per_site_and_model():
+    # Sec. 6.1.3 splits "each site's baseline responses"; with one response per (site, model), as in the
+    # paper's data (a median of 5 baseline responses per site over 5 models), half A must still hold
+    # exactly 2 of a site's 5 responses. A split within (site, model) would put 0-5 of them there.
+    rng = np.random.default_rng(1)
+    sites = np.repeat(np.arange(30), 5)
+    for _ in range(50):
+        m = draw_half_masks(sites, rng)
+        assert set(np.bincount(sites, weights=m).astype(int)) == {2}
+
+
+def _reference_split_half(bs, bm, bh, ns, nm, nh, n_splits, seed, threshold=0.5):
+    """Plain-loop Table 3 with the same random halves (same generator stream), dict bookkeeping only."""
+    order = {}
+    for s in list(bs) + list(ns):
+        order.setdefault(s, len(order))
+    codes = np.array([order[s] for s in bs])
+    rng = np.random.default_rng(seed)
+
+    def regimes_from(idx):
+        k, n = {}, {}
+        for i in idx:
+            k[bs[i]] = k.get(bs[i], 0) + bh[i]
+            n[bs[i]] = n.get(bs[i], 0) + 1
+        return {s: ("legible" if k[s] / n[s] >= threshold else "illegible") for s in n}
+
+    def diff(reg, nc_idx):
+        out = {}
+        for regime in ("illegible", "legible"):
+            for model in sorted(set(bm)):
+                near = [nh[i] for i in range(len(ns)) if nm[i] == model and reg.get(ns[i]) == regime]
+                noc = [bh[i] for i in nc_idx if bm[i] == model and reg.get(bs[i]) == regime]
+                if near and noc:
+                    out[(regime, model)] = 100 * (np.mean(near) - np.mean(noc))
+        return out
+
+    full = regimes_from(range(len(bs)))
+    unc = diff(full, range(len(bs)))
+    draws = {k: [] for k in unc}
+    for _ in range(n_splits):
+        mask = draw_half_masks(codes, rng)
+        reg = regimes_from([i for i in range(len(bs)) if mask[i]])
+        d = diff(reg, [i for i in range(len(bs)) if not mask[i]])
+        for k in draws:
+            if k in d:
+                draws[k].append(d[k])
+    return {k: (unc[k], float(np.mean(v)), float(np.std(v))) for k, v in draws.items()}
+
+
+def test_split_half_equals_plain_loop_on_same_halves():
+    rng = np.random.default_rng(9)
+    bs, bm, bh, ns, nm, nh = [], [], [], [], [], []
+    for s in range(25):
+        p = rng.uniform(0.1, 0.9)
+        for m in ("m1", "m2", "m3"):
+            k = int(rng.integers(1, 3))  # 1-2 baseline responses per (site, model)
+            bs += [f"s{s}"] * k
+            bm += [m] * k
+            bh += list((rng.random(k) < p).astype(int))
+            ns += [f"s{s}"] * 4
+            nm += [m] * 4
+            nh += list((rng.random(4) < p).astype(int))
+    res = split_half_correction(bs, bm, bh, ns, nm, nh, n_splits=40, seed=4)
+    ref = _reference_split_half(bs, bm, bh, ns, nm, nh, 40, 4)
+    got = {(r.regime, r.model): r for r in res.rows}
+    assert set(ref) <= set(got)
+    for k, (unc, mean, sd) in ref.items():
+        assert got[k].uncorrected == pytest.approx(unc, abs=1e-9)
+        assert got[k].corrected == pytest.approx(mean, abs=1e-9)
+        assert got[k].corrected_sd == pytest.approx(sd, abs=1e-9)
+        assert got[k].shift == pytest.approx(mean - unc, abs=1e-9)
 
 
 def test_homogeneous_sites_need_no_correction():

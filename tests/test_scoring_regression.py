@@ -97,3 +97,30 @@ def test_errors_are_clear():
         ols.fit()
     with pytest.raises(ValueError, match="shapes"):
         ols.add("a", np.ones((2, 3)), np.zeros(2))
+
+
+def test_zero_errors_are_dropped_not_floored():
+    # An exact answer (error 0 km) has no log10; like the release's analysis (error_km > 0) the row is
+    # dropped. Flooring it at 1 m would put log10 = -3 into the fit and pull the slope.
+    sites, d, err = _data(seed=8)
+    err = err.copy()
+    err[[0, 5, 17]] = 0.0
+    err[9] = np.nan
+    ours = fit_slope(sites, d, err)
+    keep = np.isfinite(err) & (err > 0)
+    ref = _statsmodels(sites[keep], d[keep], err[keep])
+    np.testing.assert_allclose(ours.params, ref.params, atol=1e-8)
+    np.testing.assert_allclose(ours.bse, ref.bse, atol=1e-8)
+    assert ours.nobs == int(keep.sum())
+    floored = fit_slope(sites, np.where(np.isfinite(err), d, np.nan), err, floor_km=1e-3)
+    assert abs(floored.slope - ours.slope) > 1e-4  # the floor really changes the fit
+
+
+def test_default_pvalues_equal_statsmodels_default_cluster_fit():
+    # statsmodels' OLS.fit(cov_type="cluster") without use_t: normal p-values, CR1 correction
+    sites, d, err = _data(seed=21)
+    codes = np.unique(sites, return_inverse=True)[1]
+    ref = sm.OLS(np.log10(err), sm.add_constant(d)).fit(cov_type="cluster", cov_kwds={"groups": codes})
+    ours = fit_slope(sites, d, err)
+    np.testing.assert_allclose(ours.bse, ref.bse, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(ours.pvalues, ref.pvalues, rtol=1e-6, atol=1e-12)

@@ -15,6 +15,19 @@ sums are kept per site:
   that condition, for strictly paired comparisons (Tables 8-10).
 
 Adding the same result key twice is a no-op (redelivered queue messages are harmless).
+
+Row rules (checked against the paper and the release's analysis scripts):
+
+* a context response whose reference point has no hint distance (its QID is not in the site's ladder,
+  e.g. one of the self-naming reference points removed from the released ladders) is left out of every
+  statistic and counted in :attr:`GeoHintAggregator.n_without_ladder_point`, as the release's
+  ``analysis/two_regimes.py`` ``load()`` drops such rows;
+* the Table 5 quantities (geometric means of d_ref and err, median err/d_ref) use answers that resolved
+  finer than city level with ``err_km > 0``; the slope regressions (Tables 6-7) use context answers with
+  ``err_km > 0`` at every resolution level (``fine_only`` adds the finer-than-city filter) - zero errors
+  have no logarithm and are dropped, not floored (release: ``error_km > 0``);
+* hit (Sec. 4.2), echo (Sec. 6.2.1) and the building-level share count every response, parse failures
+  included (an unparsed answer is neither a hit nor an echo).
 """
 
 from __future__ import annotations
@@ -31,12 +44,12 @@ from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
 from geoagent.scoring.regime import assign_regimes
-from geoagent.scoring.regression import ClusterOLS
+from geoagent.scoring.regression import ClusterOLS, usable_for_slope
 
 CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition, band, tier
 PairKey = tuple[str, str, str, int]  # model, image, reference point, repeat
 BANDS = LADDER_BAND_LABELS
-ERROR_FLOOR_KM = 1e-3
+ERROR_FLOOR_KM = 1e-3  # kept for importers; no longer used: zero errors are dropped, not floored
 
 
 @dataclass(slots=True)
@@ -75,10 +88,10 @@ class Cell:
             self.n_parse_fail += 1
         if level in FINE_LEVELS and r.error_km is not None:
             self.n_fine += 1
-            if r.dist_km is not None and r.dist_km > 0:
+            if r.dist_km is not None and r.dist_km > 0 and r.error_km > 0:
                 self.fine_dref_n += 1
-                self.fine_log_dref += math.log(max(r.dist_km, ERROR_FLOOR_KM))
-                self.fine_log_err += math.log(max(r.error_km, ERROR_FLOOR_KM))
+                self.fine_log_dref += math.log(r.dist_km)
+                self.fine_log_err += math.log(r.error_km)
                 self.ratios.append(r.error_km / r.dist_km)
         if r.condition == "forced_chain" and r.parse_ok:
             self.evidence_parsed += 1
@@ -153,6 +166,8 @@ class GeoHintAggregator:
         self.keys: set[str] = set()
         self._models: set[str] = set()
         self._conditions: set[str] = set()
+        #: context responses left out because their reference point has no hint distance (not in the ladder)
+        self.n_without_ladder_point = 0
 
     # --- updating ---------------------------------------------------------------------------
     def add(self, r: GeoHintResult) -> bool:
@@ -160,6 +175,9 @@ class GeoHintAggregator:
         if r.key in self.keys:
             return False
         self.keys.add(r.key)
+        if r.has_context and r.dist_km is None:
+            self.n_without_ladder_point += 1  # not in the site's ladder: out of every table (module doc)
+            return True
         self._models.add(r.model)
         self._conditions.add(r.condition)
         ck = (r.site, r.model, r.condition, r.band, r.tier)
@@ -168,18 +186,18 @@ class GeoHintAggregator:
             cell = self.cells[ck] = Cell()
             self._by_condition.setdefault(r.condition, {})[ck] = cell
         cell.add(r)
-        if r.has_context and r.dist_km is not None and r.error_km is not None:
+        if r.has_context and usable_for_slope(r.error_km, r.dist_km) and float(r.dist_km) > 0:
             x = (1.0, float(r.dist_km))
-            y = math.log10(max(float(r.error_km), ERROR_FLOOR_KM))
+            y = math.log10(float(r.error_km))
             self._ols(r.model, r.condition, False).add_row(r.site, x, y)
             if r.resolved_level in FINE_LEVELS:
                 self._ols(r.model, r.condition, True).add_row(r.site, x, y)
             # the "always recite the hint" endpoint (err = d_ref) on the same rows (Sec. 6.2.3)
-            self._ols(r.model, r.condition, False, recite=True).add_row(r.site, x, math.log10(max(float(r.dist_km), ERROR_FLOOR_KM)))
+            self._ols(r.model, r.condition, False, recite=True).add_row(r.site, x, math.log10(float(r.dist_km)))
         if r.has_context:
             pk = (r.model, r.image_id, r.ref_qid or f"name:{r.ref_name}", int(r.repeat))
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
-            ratio = r.error_km / r.dist_km if fine and r.dist_km else None
+            ratio = r.error_km / r.dist_km if fine and r.dist_km and r.error_km > 0 else None
             obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio)
             self.pairs.setdefault(r.site, {}).setdefault(pk, {})[r.condition] = obs
         return True
@@ -323,6 +341,7 @@ class GeoHintAggregator:
             "conditions": list(self.conditions),
             "hit_rate": total.hit_rate,
             "parse_failures": total.n_parse_fail,
+            "without_ladder_point": self.n_without_ladder_point,
         }
 
 

@@ -512,6 +512,9 @@ def write_report(
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",
     ]
+    if summary.get("without_ladder_point"):
+        md += [f"{summary['without_ladder_point']} context responses name a reference point that is not in its site's "
+               "ladder (no hint distance) and are left out of every table, as in the release's analysis.", ""]
     for t in tables:
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())

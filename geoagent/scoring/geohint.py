@@ -2,7 +2,8 @@
 
 Seed 000: Sec. 4.2 (hit = error < 1 km *and* resolution finer than city; city-level resolution is
 censored), Sec. 6.2.2 (Table 5: geometric means of d_ref and err, median of err/d_ref, on answers that
-resolved finer than city level), Fig. 2 (95 % binomial intervals).
+resolved finer than city level with a positive error), Fig. 2 (95 % binomial intervals: Wilson score,
+a choice: the paper says only "binomial").
 
 Resolution levels use the geocoder's names ``building``, ``area``, ``city``, ``none``; the release's
 ``place`` (and an empty field) map to ``building`` (and ``none``) via :func:`normalize_level`.
@@ -88,12 +89,21 @@ def error_ratio(error_km: np.ndarray, d_ref_km: np.ndarray) -> np.ndarray:
     return e / d
 
 
-def geometric_mean(x_km: np.ndarray, *, floor_km: float = 1e-3) -> float:
-    """Geometric mean ``exp(mean(log(max(x, floor))))`` of positive distances (km); NaN when empty."""
+def geometric_mean(x_km: np.ndarray, *, floor_km: float | None = None) -> float:
+    """Geometric mean ``exp(mean(log(x)))`` of the positive, finite distances in ``x_km`` (km).
+
+    Non-positive and non-finite values are left out (the logarithm is undefined; Table 5 is computed on
+    answers with ``err_km > 0``, as in the release's ``analysis/two_regimes.py``). NaN when nothing is
+    left. ``floor_km`` (optional, not the paper's definition) floors values instead of dropping them.
+    """
     x = np.asarray(x_km, dtype=float)
+    x = x[np.isfinite(x)]
+    if floor_km is not None:
+        x = np.maximum(x, floor_km)
+    x = x[x > 0]
     if x.size == 0:
         return float("nan")
-    return float(np.exp(np.mean(np.log(np.maximum(x, floor_km)))))
+    return float(np.exp(np.mean(np.log(x))))
 
 
 def wilson_interval(k: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:

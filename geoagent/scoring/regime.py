@@ -8,9 +8,22 @@ correction: split each site's baseline responses at random into two halves, assi
 half A and read the no-context column from half B; average the near-band-minus-no-context difference
 over many splits (paper: 200), reporting mean +- standard deviation.
 
-Implementation choices (documented, not in the paper): the halves are drawn within each
-(site, model) group so every model keeps responses in both halves; an odd group gives its extra
-response to a random half. A site with no responses in half A is left unassigned in that split.
+The split is of each *site's* baseline responses (all models together), as the paper says ("splitting each
+site's baseline responses at random, assigning the regime from one half and reading the no-context column
+off the other", Sec. 6.1.3). Choices where the paper is silent, taken from the release's
+``analysis/regime_split_half.py``:
+
+* half A (assigns the regime) is the first ``m // 2`` of a random permutation of the site's ``m`` baseline
+  responses, half B (the no-context column) the remaining ``m - m // 2``, so an odd site gives B the extra
+  response;
+* the corrected value is the mean over splits of (near-band hit rate - half-B no-context hit rate) per
+  (regime, model), pooled over the regime's sites; the "+-" of Table 3 is the standard deviation over
+  the splits (``numpy.std``, ddof = 0);
+* a site whose half A is empty (a single baseline response) is left out of both regimes in that split
+  (the release script would put it in the legible group because ``NaN < 50`` is false; we do not).
+
+The near-band term uses every context response of the regime's sites (context responses never enter the
+assignment), so only the assignment and the no-context column change between splits.
 """
 
 from __future__ import annotations
@@ -44,7 +57,7 @@ class CorrectionRow:
     """One row of Table 3 (values are percentage points).
 
     ``uncorrected`` = near-band hit rate - no-context hit rate with the full-baseline assignment;
-    ``corrected`` / ``corrected_sd`` = mean / SD over splits of the same difference with the regime from
+    ``corrected`` / ``corrected_sd`` = mean / SD (ddof 0) over splits of the same difference with the regime from
     half A and the no-context rate from half B; ``shift = corrected - uncorrected``; ``n_splits_used``
     counts splits where both terms were defined for this (regime, model).
     """
@@ -71,30 +84,28 @@ def _codes(values: Sequence[Hashable], index: dict[Hashable, int]) -> np.ndarray
 
 
 def draw_half_masks(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Random half split within groups.
+    """Random half split within groups (one group per site).
 
     Parameters
     ----------
     groups : ndarray of shape (n,), int
-        Group code of each response (one group per site x model).
+        Group code of each response (the site).
     rng : numpy Generator
 
     Returns
     -------
     ndarray of shape (n,), bool
-        True for half A. Each group of size m gets ``m // 2`` (even m) or ``m // 2`` / ``m // 2 + 1``
-        (odd m, at random) responses in half A.
+        True for half A: exactly ``m // 2`` responses of each group of size m, chosen uniformly at random
+        (the remaining ``m - m // 2`` form half B).
     """
     n = groups.shape[0]
     u = rng.random(n)
     order = np.lexsort((u, groups))
     g_sorted = groups[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(g_sorted)) + 1]
+    starts = np.r_[0, np.flatnonzero(np.diff(g_sorted)) + 1] if n else np.zeros(0, dtype=np.int64)
     sizes = np.diff(np.r_[starts, n])
     rank = np.arange(n) - np.repeat(starts, sizes)
-    extra = rng.integers(0, 2, size=sizes.shape[0])
-    quota = sizes // 2 + (sizes % 2) * extra
-    in_a_sorted = rank < np.repeat(quota, sizes)
+    in_a_sorted = rank < np.repeat(sizes // 2, sizes)
     mask = np.empty(n, dtype=bool)
     mask[order] = in_a_sorted
     return mask
@@ -170,7 +181,7 @@ def split_half_correction(
     uncorrected = diff_table(full_assign, full_k, full_n)
 
     rng = np.random.default_rng(seed)
-    groups = bs * M + bm
+    groups = bs  # split each site's baseline responses (all models together), Sec. 6.1.3
     draws = np.full((n_splits, 2, M), np.nan)
     switching = np.zeros(n_splits)
     for i in range(n_splits):
@@ -187,7 +198,7 @@ def split_half_correction(
             col = draws[:, r, j]
             ok = np.isfinite(col)
             mean = float(col[ok].mean()) if ok.any() else float("nan")
-            sd = float(col[ok].std(ddof=1)) if ok.sum() > 1 else float("nan")
+            sd = float(col[ok].std(ddof=0)) if ok.any() else float("nan")
             unc = float(uncorrected[r, j])
             rows.append(CorrectionRow(regime, model, unc, mean, sd, mean - unc, int(ok.sum())))
     return CorrectionResult(rows, float(switching.mean()) if n_splits else float("nan"), n_splits, seed)

@@ -16,6 +16,12 @@ we keep ``A_g = X_g'X_g``, ``b_g = X_g'y_g``, ``c_g = y_g'y_g`` and ``n_g``. The
 
 p-values use the normal distribution by default (statsmodels' default for robust covariances) or
 Student's t with ``G - 1`` degrees of freedom when ``use_t=True`` (statsmodels ``use_t=True``).
+
+Rows enter the slope regression only with a finite, positive error (``log10`` is undefined at 0 km) and a
+finite hint distance; this is what the release's ``analysis/cluster_inference.py`` does (``error_km > 0``)
+and what gives the paper's n (Sec. 6.2.3, n = 8274; Table 6). An earlier version floored errors at 1 m,
+which turned an exact answer (the geocoded landmark is the site itself, error 0 km) into ``log10 = -3``,
+a high-leverage outlier.
 """
 
 from __future__ import annotations
@@ -237,14 +243,26 @@ def design_slope(d_ref_km: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones_like(d), d])
 
 
-def log10_error(err_km: np.ndarray, *, floor_km: float = 1e-3) -> np.ndarray:
-    """``log10(max(err_km, floor_km))``: the response of the slope regression (Sec. 6.2.3).
+def log10_error(err_km: np.ndarray, *, floor_km: float | None = None) -> np.ndarray:
+    """``log10(err_km)``: the response of the slope regression (Sec. 6.2.3), shape preserved.
 
-    A geocoded answer can coincide with the site (error 0 km); the floor (1 m by default) keeps the
-    logarithm finite. Shape is preserved.
+    Non-positive or missing errors give NaN (rows :func:`fit_slope` drops). ``floor_km`` (optional, not
+    the paper's definition) floors the error instead, for sensitivity checks.
     """
     e = np.asarray(err_km, dtype=float)
-    return np.log10(np.maximum(e, floor_km))
+    if floor_km is not None:
+        return np.log10(np.maximum(e, floor_km))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(e > 0, np.log10(np.where(e > 0, e, 1.0)), np.nan)
+
+
+def usable_for_slope(err_km: float | None, d_ref_km: float | None) -> bool:
+    """True when a response enters the slope regression: finite positive error and finite hint distance."""
+    try:
+        e, d = float(err_km), float(d_ref_km)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return bool(np.isfinite(e) and e > 0 and np.isfinite(d))
 
 
 def fit_slope(
@@ -252,7 +270,7 @@ def fit_slope(
     d_ref_km: np.ndarray,
     err_km: np.ndarray,
     *,
-    floor_km: float = 1e-3,
+    floor_km: float | None = None,
     use_t: bool = False,
 ) -> ClusterOLSResult:
     """Fit ``log10(err_km) ~ 1 + d_ref_km`` with SEs clustered by ``clusters`` (one label per row).
@@ -264,23 +282,32 @@ def fit_slope(
     d_ref_km : array-like of shape (n,)
         Distance from the site to the reference point given as the hint, km.
     err_km : array-like of shape (n,)
-        Distance from the site to the geocoded answer, km.
+        Distance from the site to the geocoded answer, km. Rows with a non-positive or missing error (or
+        a missing hint distance) are dropped (see module doc); ``result.nobs`` counts the rows used.
+    floor_km : float, optional
+        Floor errors at this value instead of dropping non-positive ones (not the paper's definition).
 
     Returns
     -------
     ClusterOLSResult
         ``params = [intercept, slope]``; slope in log10 units per km.
+
+    Raises
+    ------
+    ValueError
+        Inputs of different lengths, or too few usable rows.
     """
     labels = list(clusters)
     X = design_slope(d_ref_km)
     y = log10_error(err_km, floor_km=floor_km)
     if len(labels) != X.shape[0] or y.shape[0] != X.shape[0]:
         raise ValueError("clusters, d_ref_km and err_km must have the same length")
+    keep = np.isfinite(y) & np.isfinite(X).all(axis=1)
     ols = ClusterOLS(k=2)
     order: dict[Hashable, list[int]] = {}
     for i, g in enumerate(labels):
-        order.setdefault(g, []).append(i)
+        if keep[i]:
+            order.setdefault(g, []).append(i)
     for g, idx in order.items():
         ols.add(g, X[idx], y[idx])
     return ols.fit(use_t=use_t)
-
