@@ -167,12 +167,11 @@ def test_ledgers_match_prices_and_plans(demo):
     ledgers = demo["ledgers_first"]
     assert ledgers is not None
     trials = _rows(state / "demo-crawl" / "verify_trials.csv")
-    # GeoVerify: one request per trial x model (two models, no sampling); one paid call per distinct
-    # request (model, shown image, candidate): blank-field trials of one candidate on several images are
-    # the same request and are answered once (exactly-once spend)
+    # GeoVerify: one request per trial x model (two models, no sampling) and one paid call per request:
+    # blank-field trials of one candidate on several images are separate trials with their own request key
     assert _planned(demo["first"].stdout, "demo-geoverify") == 2 * len(trials)
-    shown = {(t["image_ref"] if t["arm"] != "main" else t["image_id"], t["cand"]) for t in trials}
-    assert ledgers["demo-geoverify"][0] == ledgers["demo-geoverify"][1] == 2 * len(shown)
+    assert len({(t["image_id"], t["arm"], t["cand"]) for t in trials}) == len(trials)
+    assert ledgers["demo-geoverify"][0] == ledgers["demo-geoverify"][1] == 2 * len(trials)
     # GeoHint: per model, per site, min(images_per_site, images) x (1 baseline + 2 conditions x ladder points)
     gh = tomllib.loads((CONFIGS / "demo_geohint.toml").read_text(encoding="utf-8"))["geohint"]
     per_site_images: dict[str, set[str]] = {}

@@ -59,7 +59,8 @@ _EVIDENCE = (
 def respond(ctx) -> str:  # ctx: geoagent.sandbox.responders.SimContext
     """Answer text for one GeoVerify claim prompt (deterministic given ``ctx.rng``)."""
     rng = ctx.rng
-    p_yes = 0.02 if ctx.image_id == BLANK_IMAGE_ID else model_bias(ctx.model)
+    blank = bool(ctx.image_id) and ctx.image_id.split("#", 1)[0] == BLANK_IMAGE_ID
+    p_yes = 0.02 if blank else model_bias(ctx.model)
     verdict = "yes" if rng.random() < p_yes else "no"
     conf = round(round(rng.uniform(0.5, 1.0) / 0.05) * 0.05, 2)
     evidence = rng.sample(_EVIDENCE, rng.randint(1, 3))

@@ -57,7 +57,9 @@ def _image_fields(t: VerifyTrial, image_root: str | Path | None, paths_by_image:
     """(image_id, image_ref) for the model caller: blank field, or the shown image's file if it exists,
     else only its id (the caller then attaches a deterministic placeholder: the release has no pixels)."""
     if t.arm == ARM_BLANK:
-        return BLANK_IMAGE_REF, BLANK_IMAGE_REF
+        # the same gray field for every blank trial, but an image id of its own per trial, so that each
+        # blank-arm trial is its own request (own key, own answer) rather than one shared cached answer
+        return f"{BLANK_IMAGE_REF}#{t.image_id}", BLANK_IMAGE_REF
     shown = t.image_ref if (t.arm == ARM_MISMATCH and t.image_ref) else t.image_id
     rel = paths_by_image.get(shown)
     if image_root is not None and rel:
