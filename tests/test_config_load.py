@@ -179,10 +179,10 @@ def test_registered_section_validated_at_load_and_lazily(tmp_path, monkeypatch):
         tau_km: float = 0.15
         arms: list[str] = ["main"]
 
+    monkeypatch.setattr(config_mod, "_SECTIONS", {})  # independent of what other tests imported
     text = GOOD + "\n[geoverify]\ntau_km = 0.2\n"
     cfg_before = load_config(write(tmp_path, text))
     assert cfg_before.section("geoverify") == {"tau_km": 0.2}  # nothing registered yet: raw dict
-    monkeypatch.setattr(config_mod, "_SECTIONS", {})
     register_section("geoverify", GV)
     assert cfg_before.section("geoverify") == GV(tau_km=0.2)  # lazy validation
     assert resolved_dict(cfg_before)["geoverify"] == {"tau_km": 0.2, "arms": ["main"]}
