@@ -175,7 +175,9 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         order = {m: i for i, m in enumerate(_model_order(agg, condition))}
         for r in sorted(res.rows, key=lambda r: (REGIMES.index(r.regime), order.get(r.model, 99))):
             rows.append([r.regime, r.model, r.uncorrected, r.corrected, r.corrected_sd, r.shift])
-        notes = f"{n_splits} random half splits (seed {seed}); on average {res.mean_sites_switching:.1f} sites change side per split."
+        notes = (f"{n_splits} random splits of each site's no-context responses into halves (seed {seed}): the regime "
+                 f"from one half, the no-context column from the other; SD over splits. On average "
+                 f"{res.mean_sites_switching:.1f} sites change side per split.")
     return Table(
         "table3",
         "Table 3: near-band hit rate minus no-context hit rate (points), before and after the split-half correction",
