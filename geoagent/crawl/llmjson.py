@@ -1,42 +1,18 @@
-"""Defensive extraction of a JSON value from untrusted model text (never eval/exec).
+"""Field coercion for the crawl auditors' JSON answers (untrusted model text, never eval/exec).
 
-Models wrap JSON in code fences, add prose around it, or leave trailing commas. :func:`extract_json`
-tries, in order: the first fenced block, then every ``[``/``{`` position with the standard JSON decoder
-(``raw_decode``), with trailing commas before ``]``/``}`` removed. It returns None when nothing of the
-wanted type is found; the caller keeps the raw text.
+The JSON itself is found by the shared lenient reader: :func:`extract_json` is
+:func:`geoagent.llmjson.extract_json` (fenced blocks first, then the whole text; comments, trailing
+commas and single quotes tolerated; a value cut off by the end does not count; None when nothing of the
+wanted type is found, and the caller keeps the raw text).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
-_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", re.S)
-_TRAILING_COMMA = re.compile(r",(\s*[\]}])")
+from geoagent.llmjson import extract_json
 
-
-def extract_json(text: str | None, want: type = dict) -> Any | None:
-    """First JSON value of type ``want`` (``dict`` or ``list``) found in ``text``, else None."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    opener = "[" if want is list else "{"
-    dec = json.JSONDecoder()
-    for chunk in candidates:
-        for variant in (chunk, _TRAILING_COMMA.sub(r"\1", chunk)):
-            pos = variant.find(opener)
-            tries = 0
-            while pos != -1 and tries < 50:
-                try:
-                    value, _ = dec.raw_decode(variant, pos)
-                except (ValueError, RecursionError):  # JSONDecodeError, or an int past 4300 digits
-                    value = None
-                if isinstance(value, want):
-                    return value
-                pos = variant.find(opener, pos + 1)
-                tries += 1
-    return None
+__all__ = ["as_bool", "as_int_in", "extract_json"]
 
 
 def as_bool(v: Any) -> bool | None:

@@ -7,19 +7,20 @@ condition adds an ``evidence`` object with one string per category; the permissi
 fences, put prose (or a whole checklist in Markdown) before it, use single quotes, leave trailing commas
 or comments, or are cut off at the token limit (release ``forced_chain_raw.jsonl``).
 
-Strategy: collect candidate JSON texts (fenced blocks first, then every balanced ``{...}`` span, then an
-unterminated tail), try strict JSON, then a repaired version (comments and trailing commas removed,
-single-quoted strings and Python literals converted, unterminated strings and brackets closed). The
-candidate with the most schema keys wins. If nothing parses, ``"key": "value"`` pairs are read with a
-regular expression. The raw text is always kept; a failure is recorded, never raised.
+Strategy: read every top-level ``{...}`` object, fenced blocks first, then the whole text, with the
+shared lenient reader (:mod:`geoagent.llmjson`: comments, trailing commas, single quotes, Python
+literals, ``70%``, an answer cut off inside a string or bracket). The candidate with the most schema keys
+wins, standard JSON before a repaired one on a tie. If nothing parses, ``"key": "value"`` pairs are read
+with a regular expression. The raw text is always kept; a failure is recorded, never raised.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from geoagent.llmjson import Candidate, Percent, fenced_blocks, iter_candidates
 
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
@@ -27,7 +28,6 @@ SCHEMA_KEYS = frozenset(
 EVIDENCE_CATEGORIES = ("infrastructure", "vegetation", "architecture", "script", "terrain")
 NOT_VISIBLE = "not visible"
 
-_FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)(?:```|$)", re.S)
 _PAIR = re.compile(r"""["']?(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?))""")
 
 
@@ -49,7 +49,7 @@ class ParsedAnswer:
         object was present.
     country : str or None
     method : str
-        ``json``, ``repaired``, ``regex`` or ``failed``.
+        ``json`` (standard JSON as written), ``repaired`` (read leniently), ``regex`` or ``failed``.
     error : str or None
         Why parsing failed or needed repair.
     truncated : bool
@@ -99,166 +99,14 @@ def canonical_category(key: str) -> str | None:
     return None
 
 
-# --- candidate extraction ------------------------------------------------------------------------
-def _balanced_spans(text: str) -> list[tuple[str, bool]]:
-    """Every top-level ``{...}`` span (string-aware); an unclosed last span is returned with True."""
-    spans: list[tuple[str, bool]] = []
-    i, n = 0, len(text)
-    while i < n:
-        start = text.find("{", i)
-        if start < 0:
-            break
-        depth, j, in_str, quote, esc = 0, start, False, "", False
-        while j < n:
-            ch = text[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif ch == "\\":
-                    esc = True
-                elif ch == quote:
-                    in_str = False
-            elif ch in "\"'":
-                # an apostrophe inside a word is not a quote ("don't")
-                if ch == "'" and j > 0 and text[j - 1].isalnum() and j + 1 < n and text[j + 1].isalnum():
-                    pass
-                else:
-                    in_str, quote = True, ch
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    spans.append((text[start : j + 1], False))
-                    break
-            j += 1
-        else:
-            spans.append((text[start:], True))
-            break
-        i = j + 1
-    return spans
-
-
-def _candidates(text: str) -> list[tuple[str, bool]]:
-    out: list[tuple[str, bool]] = []
-    for m in _FENCE.finditer(text):
-        body = m.group(1)
-        out.extend(_balanced_spans(body))
-    out.extend(_balanced_spans(text))
+# --- candidates ------------------------------------------------------------------------------
+def _candidates(text: str) -> list[Candidate]:
+    """Every top-level object read leniently from the fenced blocks, then from the whole text."""
+    out: list[Candidate] = []
+    for src in [*fenced_blocks(text), text]:
+        out.extend(c for c in iter_candidates(src, "{", nested=False, percent=True, partial_strings=True)
+                   if c.ok and isinstance(c.value, dict))
     return out
-
-
-# --- repair -----------------------------------------------------------------------------------
-def _strip_comments(s: str) -> str:
-    out, i, n, in_str, quote = [], 0, len(s), False, ""
-    while i < n:
-        ch = s[i]
-        if in_str:
-            out.append(ch)
-            if ch == "\\" and i + 1 < n:
-                out.append(s[i + 1])
-                i += 2
-                continue
-            if ch == quote:
-                in_str = False
-        elif ch == '"':
-            in_str, quote = True, ch
-            out.append(ch)
-        elif s.startswith("//", i):
-            j = s.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        elif s.startswith("/*", i):
-            j = s.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            continue
-        else:
-            out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def _single_to_double(s: str) -> str:
-    """Convert single-quoted strings to double-quoted ones outside double-quoted strings."""
-    out, i, n = [], 0, len(s)
-    in_dq = False
-    while i < n:
-        ch = s[i]
-        if in_dq:
-            out.append(ch)
-            if ch == "\\" and i + 1 < n:
-                out.append(s[i + 1])
-                i += 2
-                continue
-            if ch == '"':
-                in_dq = False
-        elif ch == '"':
-            in_dq = True
-            out.append(ch)
-        elif ch == "'" and not (i > 0 and s[i - 1].isalnum() and i + 1 < n and s[i + 1].isalnum()):
-            j = i + 1
-            buf = []
-            while j < n and s[j] != "'":
-                if s[j] == "\\" and j + 1 < n:
-                    buf.append(s[j + 1])
-                    j += 2
-                    continue
-                buf.append(s[j])
-                j += 1
-            out.append(json.dumps("".join(buf), ensure_ascii=False))
-            i = j + 1
-            continue
-        else:
-            out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def _close_truncated(s: str) -> str:
-    """Close an unterminated string and any open brackets; drop a dangling key or comma."""
-    stack, in_str, esc = [], False, False
-    for ch in s:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            stack.pop()
-    if in_str:
-        s += '"'
-    s = s.rstrip()
-    if stack and stack[-1] == "}":
-        # inside an object: a trailing string not preceded by ':' is a dangling key -> drop it
-        s = re.sub(r'(?<=[,{])\s*"[^"]*"\s*:?\s*$', "", s)
-    s = re.sub(r"[,:]\s*$", "", s)
-    return s + "".join(reversed(stack))
-
-
-def _repair(s: str, truncated: bool) -> str:
-    s = _strip_comments(s)
-    s = _single_to_double(s)
-    s = re.sub(r"\bTrue\b", "true", s)
-    s = re.sub(r"\bFalse\b", "false", s)
-    s = re.sub(r"\bNone\b", "null", s)
-    if truncated:
-        s = _close_truncated(s)
-    s = re.sub(r",\s*([}\]])", r"\1", s)
-    return s
-
-
-def _try_load(s: str) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(s)
-    except (ValueError, RecursionError):
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 # --- field coercion ---------------------------------------------------------------------------
@@ -274,6 +122,8 @@ def _text(v: Any) -> str | None:
 def _conf(v: Any) -> float | None:
     if v is None or isinstance(v, bool):
         return None
+    if isinstance(v, Percent):
+        v = f"{v.value}%"
     try:
         x = float(str(v).strip().rstrip("%"))
     except ValueError:
@@ -332,17 +182,12 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         ans.error = "empty answer"
         return ans
     best: tuple[int, dict[str, Any], str, bool] | None = None
-    for cand, truncated in _candidates(raw):
-        obj = None if truncated else _try_load(cand)
-        method = "json"
-        if obj is None:
-            obj = _try_load(_repair(cand, truncated))
-            method = "repaired"
-        if obj is None:
-            continue
+    for cand in _candidates(raw):
+        obj = cand.value
+        method = "json" if cand.strict else "repaired"
         sc = _score(obj)
         if sc and (best is None or sc > best[0] or (sc == best[0] and method == "json" and best[2] != "json")):
-            best = (sc, obj, method, truncated)
+            best = (sc, obj, method, cand.truncated)
     if best is not None:
         _, obj, method, truncated = best
         _fill(ans, obj)

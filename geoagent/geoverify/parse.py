@@ -3,8 +3,8 @@
 The claim prompt (Appendix A.2 of seed 000, our template ``prompts/geoverify_claim.txt``) asks for a JSON
 object ``{"verdict": "yes"|"no", "confidence": 0..1, "evidence": [str, ...]}``. Models wrap it in code
 fences, add prose, use single quotes, trailing commas or comments, write ``"Yes."`` or ``"80%"``, or are
-cut off by the token limit. :func:`parse_verdict` handles each of those with a small lenient JSON reader
-(no ``eval``), records which leniency rules fired, and returns a parse *failure* with the raw text and a
+cut off by the token limit. :func:`parse_verdict` handles each of those with the shared lenient JSON
+reader (:mod:`geoagent.llmjson`, no ``eval``), records which leniency rules fired, and returns a parse *failure* with the raw text and a
 reason when no yes/no verdict can be recovered. A failure is never turned into a verdict.
 """
 
@@ -14,13 +14,19 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# leniency rule names (reported per answer, counted by the report)
+from geoagent.llmjson import (  # the reader's rule names are re-exported with this module's
+    FENCE,
+    RULE_BARE_WORDS,
+    RULE_COMMENTS,
+    RULE_SINGLE_QUOTES,
+    RULE_TRAILING_COMMA,
+    Percent,
+    iter_candidates,
+)
+
+# leniency rule names (reported per answer, counted by the report), besides the reader's four above
 RULE_CODE_FENCE = "code_fence"
 RULE_PROSE = "prose_around_json"
-RULE_SINGLE_QUOTES = "single_quotes"
-RULE_TRAILING_COMMA = "trailing_comma"
-RULE_COMMENTS = "comments"
-RULE_BARE_WORDS = "unquoted_keys_or_words"
 RULE_TRUNCATED = "truncated"
 RULE_VERDICT_NORMALIZED = "verdict_case_or_punctuation"
 RULE_VERDICT_BOOLEAN = "verdict_boolean"
@@ -73,210 +79,6 @@ class ParsedVerdict:
         }
 
 
-# --- lenient JSON reader ------------------------------------------------------------------------
-
-
-class _Syntax(Exception):
-    pass
-
-
-class _EOF(Exception):
-    pass
-
-
-_NUM = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
-_QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019"}
-_ESC = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"', "'": "'"}
-
-
-class _Reader:
-    """Recursive-descent reader for JSON with the usual model deviations. Containers cut off by the end
-    of the text return what they completed and set ``truncated``."""
-
-    def __init__(self, text: str, pos: int) -> None:
-        self.s = text
-        self.i = pos
-        self.rules: set[str] = set()
-        self.truncated = False
-
-    def ws(self) -> None:
-        s = self.s
-        while self.i < len(s):
-            c = s[self.i]
-            if c.isspace():
-                self.i += 1
-            elif s.startswith("//", self.i) or c == "#":
-                self.rules.add(RULE_COMMENTS)
-                j = s.find("\n", self.i)
-                self.i = len(s) if j < 0 else j + 1
-            elif s.startswith("/*", self.i):
-                self.rules.add(RULE_COMMENTS)
-                j = s.find("*/", self.i + 2)
-                self.i = len(s) if j < 0 else j + 2
-            else:
-                break
-
-    def value(self) -> Any:
-        self.ws()
-        if self.i >= len(self.s):
-            raise _EOF
-        c = self.s[self.i]
-        if c == "{":
-            return self.obj()
-        if c == "[":
-            return self.arr()
-        if c in _QUOTES:
-            return self.string()
-        m = _NUM.match(self.s, self.i)
-        if m:
-            self.i = m.end()
-            j = self.i
-            while j < len(self.s) and self.s[j] == " ":
-                j += 1
-            if j < len(self.s) and self.s[j] == "%":
-                self.i = j + 1
-                return _Percent(float(m.group()))
-            if self.i >= len(self.s):
-                raise _EOF  # a number cut off by the end may be incomplete
-            return float(m.group()) if any(ch in m.group() for ch in ".eE") else int(m.group())
-        m = _WORD.match(self.s, self.i)
-        if m:
-            self.i = m.end()
-            w = m.group()
-            lw = w.lower()
-            if lw == "true":
-                return True
-            if lw == "false":
-                return False
-            if lw in ("null", "none"):
-                return None
-            self.rules.add(RULE_BARE_WORDS)
-            return w
-        raise _Syntax(f"unexpected {c!r} at {self.i}")
-
-    def string(self) -> str:
-        s = self.s
-        q = s[self.i]
-        close = _QUOTES[q]
-        if q != '"':
-            self.rules.add(RULE_SINGLE_QUOTES)
-        self.i += 1
-        out: list[str] = []
-        while True:
-            if self.i >= len(s):
-                raise _EOF
-            c = s[self.i]
-            if c == "\\":
-                if self.i + 1 >= len(s):
-                    raise _EOF
-                e = s[self.i + 1]
-                if e == "u":
-                    hexd = s[self.i + 2 : self.i + 6]
-                    if len(hexd) < 4:
-                        raise _EOF
-                    try:
-                        out.append(chr(int(hexd, 16)))
-                    except ValueError:
-                        raise _Syntax("bad \\u escape") from None
-                    self.i += 6
-                    continue
-                out.append(_ESC.get(e, e))
-                self.i += 2
-                continue
-            if c == close:
-                # an apostrophe inside a single-quoted word (it's) closes only if followed by a delimiter
-                if q == "'" and self.i + 1 < len(s) and s[self.i + 1].isalpha():
-                    out.append(c)
-                    self.i += 1
-                    continue
-                self.i += 1
-                return "".join(out)
-            out.append(c)
-            self.i += 1
-
-    def key(self) -> str:
-        self.ws()
-        if self.i >= len(self.s):
-            raise _EOF
-        c = self.s[self.i]
-        if c in _QUOTES:
-            return self.string()
-        m = _WORD.match(self.s, self.i)
-        if m:
-            self.rules.add(RULE_BARE_WORDS)
-            self.i = m.end()
-            return m.group()
-        raise _Syntax(f"expected a key at {self.i}, got {c!r}")
-
-    def obj(self) -> dict[str, Any]:
-        self.i += 1
-        out: dict[str, Any] = {}
-        try:
-            while True:
-                self.ws()
-                if self.i >= len(self.s):
-                    raise _EOF
-                if self.s[self.i] == "}":
-                    self.i += 1
-                    return out
-                k = self.key()
-                self.ws()
-                if self.i >= len(self.s):
-                    raise _EOF
-                if self.s[self.i] not in ":=":
-                    raise _Syntax(f"expected ':' after key {k!r}")
-                self.i += 1
-                v = self.value()
-                out[k] = v
-                self.ws()
-                if self.i >= len(self.s):
-                    raise _EOF
-                c = self.s[self.i]
-                if c == ",":
-                    self.i += 1
-                    self.ws()
-                    if self.i < len(self.s) and self.s[self.i] == "}":
-                        self.rules.add(RULE_TRAILING_COMMA)
-                elif c != "}":
-                    raise _Syntax(f"expected ',' or '}}' after value of {k!r}, got {c!r}")
-        except _EOF:
-            self.truncated = True
-            return out
-
-    def arr(self) -> list[Any]:
-        self.i += 1
-        out: list[Any] = []
-        try:
-            while True:
-                self.ws()
-                if self.i >= len(self.s):
-                    raise _EOF
-                if self.s[self.i] == "]":
-                    self.i += 1
-                    return out
-                out.append(self.value())
-                self.ws()
-                if self.i >= len(self.s):
-                    raise _EOF
-                c = self.s[self.i]
-                if c == ",":
-                    self.i += 1
-                    self.ws()
-                    if self.i < len(self.s) and self.s[self.i] == "]":
-                        self.rules.add(RULE_TRAILING_COMMA)
-                elif c != "]":
-                    raise _Syntax(f"expected ',' or ']' in list, got {c!r}")
-        except _EOF:
-            self.truncated = True
-            return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Percent:
-    value: float
-
-
 # --- field normalisation --------------------------------------------------------------------------
 
 _VERDICT_WORD = re.compile(r"^[\s\"'`*_.!,;:()\[\]]*(yes|no)[\s\"'`*_.!,;:()\[\]]*$", re.I)
@@ -299,7 +101,7 @@ def _norm_verdict(v: Any, rules: set[str]) -> str | None:
 
 def _norm_conf(v: Any, rules: set[str]) -> float | None:
     pct = False
-    if isinstance(v, _Percent):
+    if isinstance(v, Percent):
         pct, v = True, v.value
     elif isinstance(v, str):
         rules.add(RULE_CONF_STRING)
@@ -339,7 +141,6 @@ def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
     return False, None
 
 
-_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", re.S)
 _RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=]\s*[\"'*]*\s*(yes|no)\b", re.I)
 _RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=]\s*[\"']?\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*%?)", re.I)
 _RX_BARE = re.compile(r"^[\s\"'`*_]*(yes|no)\b[\s\"'`*_.!,;:]*", re.I)
@@ -379,7 +180,7 @@ def _parse(raw: str | None) -> ParsedVerdict:
         return ParsedVerdict(False, None, None, (), "empty answer", (), text)
     rules: set[str] = set()
     body = text
-    m = _FENCE.search(text)
+    m = FENCE.search(text)
     if m:
         rules.add(RULE_CODE_FENCE)
         body = m.group(1)
@@ -388,24 +189,19 @@ def _parse(raw: str | None) -> ParsedVerdict:
     best_reason = "no JSON object found"
     candidates = [body] if body is text else [body, text]
     for src in candidates:
-        start = src.find("{")
-        while start >= 0:
-            r = _Reader(src, start)
-            try:
-                obj = r.obj()
-            except _Syntax as exc:
-                best_reason = f"malformed JSON: {exc}"
-                start = src.find("{", start + 1)
+        for cand in iter_candidates(src, "{", percent=True):
+            if not cand.ok:
+                best_reason = f"malformed JSON: {cand.error}"
                 continue
+            obj = cand.value
             has_v, v = _lookup(obj, _VERDICT_KEYS)
             if not has_v:
-                best_reason = "truncated before the verdict" if r.truncated else "JSON object has no 'verdict'"
-                start = src.find("{", start + 1)
+                best_reason = "truncated before the verdict" if cand.truncated else "JSON object has no 'verdict'"
                 continue
-            rules |= r.rules
-            if r.truncated:
+            rules |= cand.rules
+            if cand.truncated:
                 rules.add(RULE_TRUNCATED)
-            if src[:start].strip() or (not r.truncated and src[r.i :].strip()):
+            if cand.prose_around:
                 rules.add(RULE_PROSE)
             verdict = _norm_verdict(v, rules)
             if verdict is None:

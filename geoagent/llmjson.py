@@ -1,0 +1,456 @@
+"""One lenient JSON reader for untrusted model output (never eval/exec).
+
+Models asked for JSON wrap it in code fences, put prose around it, use single (or curly) quotes, unquoted
+keys, trailing commas or comments, write ``80%`` for a number, or are cut off by the token limit. This
+module finds JSON objects and arrays in such text with a small recursive-descent reader that tolerates
+those defects, reports which leniency rules fired and whether the value was cut off, and bounds its work
+(nesting depth, characters searched, start positions tried, characters read in all) so that huge or
+deeply nested input costs little and never raises.
+
+The task parsers keep their own field normalisation: GeoVerify (:mod:`geoagent.geoverify.parse`:
+verdict, confidence, evidence), GeoHint (:mod:`geoagent.geohint.parse`: city, area, building, evidence)
+and the crawl audits (:mod:`geoagent.crawl.image_audit`, :mod:`geoagent.crawl.referenceability`).
+
+Reading rules
+-------------
+- Strings in ``"``, ``'`` or curly quotes; an apostrophe inside a single-quoted word (``'it's'``) does
+  not close it. The usual backslash escapes and ``\\uXXXX``.
+- Unquoted keys and bare words (``yes``) are strings; ``true``/``false``/``null``/``none`` in any case
+  are JSON literals (``NaN`` and ``Infinity`` stay strings, so no non-finite number comes from a word).
+- ``//``, ``#`` and ``/* */`` comments; trailing commas; ``=`` in place of ``:``.
+- With ``percent=True`` a number followed by ``%`` is read as :class:`Percent`; otherwise the ``%`` is a
+  syntax error, as in JSON.
+- A container cut off by the end of the text returns what it completed and sets ``truncated``. A string
+  cut off by the end is dropped with its key (``partial_strings=False``) or kept as far as it goes.
+- An integer too long to convert (Python's 4300-digit limit) or nesting deeper than ``max_depth`` makes
+  the value malformed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+# leniency rule names (the reader's; GeoVerify reports them per answer)
+RULE_SINGLE_QUOTES = "single_quotes"
+RULE_TRAILING_COMMA = "trailing_comma"
+RULE_COMMENTS = "comments"
+RULE_BARE_WORDS = "unquoted_keys_or_words"
+
+MAX_DEPTH = 100
+"""Deepest nesting of objects/arrays read; deeper is malformed (model answers nest a few levels)."""
+MAX_CHARS = 200_000
+"""Characters of a text searched; the rest is ignored (a value running past it reads as truncated)."""
+MAX_STARTS = 64
+"""Opening brackets tried per searched text."""
+MAX_READ_CHARS = 400_000
+"""Characters read over all tries in one searched text before giving up."""
+
+FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", re.S)
+"""A Markdown code fence; group 1 is its body (an unterminated fence runs to the end of the text)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Percent:
+    """A number written with a percent sign (``80%``), as read with ``percent=True``; ``value`` is the
+    number as written (80.0), not divided by 100."""
+
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One try at reading a JSON value at an opening bracket.
+
+    Attributes
+    ----------
+    source : str
+        The text searched (the whole answer or one fenced block's body).
+    start : int
+        Offset of the opening bracket in ``source``.
+    end : int
+        Offset just past the value (``len(source)`` when truncated); ``start`` when malformed.
+    value : dict, list or None
+        The value read; None when malformed.
+    error : str or None
+        Why the text at ``start`` is not a value, or None.
+    truncated : bool
+        The text ended inside the value; ``value`` holds what was complete.
+    rules : frozenset of str
+        Leniency rules (``RULE_*``) that fired while reading it.
+    """
+
+    source: str
+    start: int
+    end: int
+    value: Any
+    error: str | None
+    truncated: bool = False
+    rules: frozenset[str] = frozenset()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def prose_around(self) -> bool:
+        """Text other than white space before the value, or after it (when it was complete)."""
+        return bool(self.source[: self.start].strip() or (not self.truncated and self.source[self.end :].strip()))
+
+    @property
+    def strict(self) -> bool:
+        """The value's text is standard JSON as it stands (complete, no leniency needed)."""
+        return self.ok and not self.truncated and not self.rules and is_strict_json(self.source[self.start : self.end])
+
+
+class _Syntax(Exception):
+    pass
+
+
+class _EOF(Exception):
+    pass
+
+
+_NUM = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+_QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019"}
+_PLAIN = {q: re.compile("[^\\\\" + re.escape(c) + "]+") for q, c in _QUOTES.items()}
+_ESC = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"', "'": "'"}
+_SPACE = re.compile(r"\s+")
+
+
+class _Reader:
+    """Recursive-descent reader over ``s`` from ``i``; see the module notes for what it tolerates."""
+
+    def __init__(self, text: str, pos: int, *, percent: bool, partial_strings: bool, max_depth: int) -> None:
+        self.s = text
+        self.n = len(text)
+        self.i = pos
+        self.rules: set[str] = set()
+        self.truncated = False
+        self.percent = percent
+        self.partial_strings = partial_strings
+        self.max_depth = max_depth
+        self.depth = 0
+
+    def ws(self) -> None:
+        s = self.s
+        while self.i < self.n:
+            c = s[self.i]
+            if c.isspace():
+                self.i = _SPACE.match(s, self.i).end()  # type: ignore[union-attr]
+            elif s.startswith("//", self.i) or c == "#":
+                self.rules.add(RULE_COMMENTS)
+                j = s.find("\n", self.i)
+                self.i = self.n if j < 0 else j + 1
+            elif s.startswith("/*", self.i):
+                self.rules.add(RULE_COMMENTS)
+                j = s.find("*/", self.i + 2)
+                self.i = self.n if j < 0 else j + 2
+            else:
+                break
+
+    def value(self) -> Any:
+        self.ws()
+        if self.i >= self.n:
+            raise _EOF
+        c = self.s[self.i]
+        if c == "{":
+            return self.obj()
+        if c == "[":
+            return self.arr()
+        if c in _QUOTES:
+            return self.string()
+        m = _NUM.match(self.s, self.i)
+        if m:
+            self.i = m.end()
+            if self.percent:
+                j = self.i
+                while j < self.n and self.s[j] == " ":
+                    j += 1
+                if j < self.n and self.s[j] == "%":
+                    self.i = j + 1
+                    return Percent(float(m.group()))
+            if self.i >= self.n:
+                raise _EOF  # a number cut off by the end may be incomplete
+            text = m.group()
+            if any(ch in text for ch in ".eE"):
+                return float(text)
+            try:
+                return int(text)
+            except ValueError:  # longer than Python's int/str conversion limit
+                raise _Syntax(f"integer of {len(text)} digits at {m.start()}") from None
+        m = _WORD.match(self.s, self.i)
+        if m:
+            self.i = m.end()
+            w = m.group()
+            lw = w.lower()
+            if lw == "true":
+                return True
+            if lw == "false":
+                return False
+            if lw in ("null", "none"):
+                return None
+            self.rules.add(RULE_BARE_WORDS)
+            return w
+        raise _Syntax(f"unexpected {c!r} at {self.i}")
+
+    def string(self) -> str:
+        s = self.s
+        q = s[self.i]
+        close = _QUOTES[q]
+        plain = _PLAIN[q]
+        if q != '"':
+            self.rules.add(RULE_SINGLE_QUOTES)
+        self.i += 1
+        out: list[str] = []
+        while True:
+            if self.i >= self.n:
+                return self._cut_string(out)
+            m = plain.match(s, self.i)
+            if m:
+                out.append(m.group())
+                self.i = m.end()
+                continue
+            c = s[self.i]
+            if c == "\\":
+                if self.i + 1 >= self.n:
+                    self.i = self.n
+                    return self._cut_string(out)
+                e = s[self.i + 1]
+                if e == "u":
+                    hexd = s[self.i + 2 : self.i + 6]
+                    if len(hexd) < 4:
+                        self.i = self.n
+                        return self._cut_string(out)
+                    try:
+                        out.append(chr(int(hexd, 16)))
+                    except ValueError:
+                        raise _Syntax("bad \\u escape") from None
+                    self.i += 6
+                    continue
+                out.append(_ESC.get(e, e))
+                self.i += 2
+                continue
+            # c == close: an apostrophe inside a single-quoted word (it's) closes only before a non-letter
+            if q == "'" and self.i + 1 < self.n and s[self.i + 1].isalpha():
+                out.append(c)
+                self.i += 1
+                continue
+            self.i += 1
+            return "".join(out)
+
+    def _cut_string(self, out: list[str]) -> str:
+        if not self.partial_strings:
+            raise _EOF
+        self.truncated = True
+        return "".join(out)
+
+    def key(self) -> str:
+        self.ws()
+        if self.i >= self.n:
+            raise _EOF
+        c = self.s[self.i]
+        if c in _QUOTES:
+            return self.string()
+        m = _WORD.match(self.s, self.i)
+        if m:
+            self.rules.add(RULE_BARE_WORDS)
+            self.i = m.end()
+            return m.group()
+        raise _Syntax(f"expected a key at {self.i}, got {c!r}")
+
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > self.max_depth:
+            raise _Syntax(f"nested deeper than {self.max_depth} at {self.i}")
+        self.i += 1
+
+    def obj(self) -> dict[str, Any]:
+        self._enter()
+        out: dict[str, Any] = {}
+        try:
+            while True:
+                self.ws()
+                if self.i >= self.n:
+                    raise _EOF
+                if self.s[self.i] == "}":
+                    self.i += 1
+                    self.depth -= 1
+                    return out
+                k = self.key()
+                self.ws()
+                if self.i >= self.n:
+                    raise _EOF
+                if self.s[self.i] not in ":=":
+                    raise _Syntax(f"expected ':' after key {k!r}")
+                self.i += 1
+                v = self.value()
+                out[k] = v
+                self.ws()
+                if self.i >= self.n:
+                    raise _EOF
+                c = self.s[self.i]
+                if c == ",":
+                    self.i += 1
+                    self.ws()
+                    if self.i < self.n and self.s[self.i] == "}":
+                        self.rules.add(RULE_TRAILING_COMMA)
+                elif c != "}":
+                    raise _Syntax(f"expected ',' or '}}' after value of {k!r}, got {c!r}")
+        except _EOF:
+            self.truncated = True
+            self.depth -= 1
+            return out
+
+    def arr(self) -> list[Any]:
+        self._enter()
+        out: list[Any] = []
+        try:
+            while True:
+                self.ws()
+                if self.i >= self.n:
+                    raise _EOF
+                if self.s[self.i] == "]":
+                    self.i += 1
+                    self.depth -= 1
+                    return out
+                out.append(self.value())
+                self.ws()
+                if self.i >= self.n:
+                    raise _EOF
+                c = self.s[self.i]
+                if c == ",":
+                    self.i += 1
+                    self.ws()
+                    if self.i < self.n and self.s[self.i] == "]":
+                        self.rules.add(RULE_TRAILING_COMMA)
+                elif c != "]":
+                    raise _Syntax(f"expected ',' or ']' in list, got {c!r}")
+        except _EOF:
+            self.truncated = True
+            self.depth -= 1
+            return out
+
+
+def read_at(source: str, start: int, *, percent: bool = False, partial_strings: bool = False,
+            max_depth: int = MAX_DEPTH) -> Candidate:
+    """Read one object or array starting at ``source[start]`` (which must be ``{`` or ``[``); never raises.
+
+    Parameters
+    ----------
+    source : str
+        The text.
+    start : int
+        Offset of the opening bracket.
+    percent : bool
+        Read ``80%`` as :class:`Percent` (else a syntax error).
+    partial_strings : bool
+        Keep a string cut off by the end of the text (else it is dropped with its key).
+    max_depth : int
+        Deepest nesting read.
+
+    Returns
+    -------
+    Candidate
+        With ``value`` (and ``truncated``, ``rules``), or with ``error`` when malformed.
+
+    Raises
+    ------
+    ValueError
+        When ``source[start]`` is not an opening bracket (a caller error, not a model one).
+    """
+    return _read(source, start, percent, partial_strings, max_depth)[0]
+
+
+def _read(source: str, start: int, percent: bool, partial_strings: bool, max_depth: int) -> tuple[Candidate, int]:
+    """:func:`read_at`, and how many characters the try read."""
+    opener = source[start : start + 1]
+    if opener not in ("{", "["):
+        raise ValueError(f"read_at: no '{{' or '[' at offset {start}")
+    r = _Reader(source, start, percent=percent, partial_strings=partial_strings, max_depth=max_depth)
+    try:
+        value = r.obj() if opener == "{" else r.arr()
+    except _Syntax as exc:
+        return Candidate(source, start, start, None, str(exc), False, frozenset(r.rules)), r.i - start
+    except RecursionError:  # max_depth above the interpreter's limit
+        return Candidate(source, start, start, None, "nested too deeply", False, frozenset(r.rules)), r.i - start
+    return Candidate(source, start, r.i, value, None, r.truncated, frozenset(r.rules)), r.i - start
+
+
+def iter_candidates(source: str, openers: str = "{", *, nested: bool = True, percent: bool = False,
+                    partial_strings: bool = False, max_depth: int = MAX_DEPTH, max_starts: int = MAX_STARTS,
+                    max_chars: int = MAX_CHARS, max_read_chars: int = MAX_READ_CHARS) -> Iterator[Candidate]:
+    """Try each opening bracket in ``source`` in turn, yielding one :class:`Candidate` per try.
+
+    Parameters
+    ----------
+    source : str
+        The text searched; only its first ``max_chars`` characters are read.
+    openers : str
+        Which brackets start a try: ``"{"`` (objects), ``"["`` (arrays) or ``"{["``.
+    nested : bool
+        After a complete value, also try the brackets inside it (True) or go on after its end (False).
+        After a malformed one the next bracket is always tried.
+    percent, partial_strings, max_depth
+        As for :func:`read_at`.
+    max_starts : int
+        Most brackets tried.
+    max_read_chars : int
+        Stop once the tries together have read this many characters.
+
+    Yields
+    ------
+    Candidate
+        Malformed tries included (``error`` set); the caller stops when it has what it wants.
+    """
+    text = source[:max_chars]
+    pos, tries, read = _next_opener(text, openers, 0), 0, 0
+    while pos >= 0 and tries < max_starts and read < max_read_chars:
+        cand, n_read = _read(text, pos, percent, partial_strings, max_depth)
+        tries += 1
+        read += max(n_read, 1)
+        yield cand
+        if cand.truncated and not nested:
+            return
+        nxt = cand.end if cand.ok and not nested else pos + 1
+        pos = _next_opener(text, openers, nxt)
+
+
+def _next_opener(text: str, openers: str, i: int) -> int:
+    hits = [j for j in (text.find(o, i) for o in openers) if j >= 0]
+    return min(hits) if hits else -1
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """Bodies of the Markdown code fences in ``text``, in order (an unterminated last fence runs to the end)."""
+    return [m.group(1) for m in FENCE.finditer(text)]
+
+
+def is_strict_json(text: str) -> bool:
+    """``text`` is one standard JSON value (``json.loads`` accepts it)."""
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def extract_json(text: str | None, want: type = dict) -> Any | None:
+    """First complete JSON value of type ``want`` (``dict`` or ``list``) in ``text``, else None; never raises.
+
+    Fenced blocks are searched first, then the whole text; each ``{`` (or ``[``) in turn is read with the
+    lenient reader (comments, trailing commas, single quotes, unquoted keys tolerated). A value cut off by
+    the end of the text does not count.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None
+    opener = "[" if want is list else "{"
+    for src in [*fenced_blocks(text), text]:
+        for cand in iter_candidates(src, opener):
+            if cand.ok and not cand.truncated and isinstance(cand.value, want):
+                return cand.value
+    return None
