@@ -20,7 +20,6 @@ Failure modes, switchable at runtime through :class:`OverpassFakeState` (``app[O
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from geoagent.geo import haversine_km
 from geoagent.sandbox.faults import FaultConfig, fault_middleware
 
 
@@ -59,12 +59,6 @@ _PLACE_Q = re.compile(r'node\[place~"\^\((?P<vals>[^)]*)\)\$"\]' + _AROUND + r"\
 _WAY_Q = re.compile(r"way\[highway\]\[name\]" + _AROUND + r"\s*;")
 _SETTINGS = re.compile(r"^\s*\[out:json\](\[timeout:(?P<t>\d+)\])?(\[maxsize:\d+\])?\s*;")
 _GENERIC_UA = re.compile(r"^(python-requests|python-urllib|aiohttp|curl|wget|Python)/", re.I)
-
-
-def _dist_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2
-    return 2 * 6371008.8 * math.asin(min(1.0, math.sqrt(a)))
 
 
 def ua_problem(ua: str | None) -> str | None:
@@ -173,7 +167,7 @@ async def _answer(request: web.Request, st: OverpassFakeState) -> web.Response:
             pos = (c.get("lat"), c.get("lon"))
             if pos[0] is None:
                 continue
-        if _dist_m(lat, lon, pos[0], pos[1]) <= r_m:
+        if haversine_km(lat, lon, pos[0], pos[1]) * 1000.0 <= r_m:  # around: radius in m
             out.append(el)
     if st.remark_mode and st.remark_times > 0:
         st.remark_times -= 1

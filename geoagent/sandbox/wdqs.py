@@ -21,7 +21,6 @@ gets 403 (Wikimedia User-Agent policy); unparseable queries get 400 ``MalformedQ
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from geoagent.geo import haversine_km
 from geoagent.sandbox.faults import FaultConfig, fault_middleware
 from geoagent.sandbox.overpass import ua_problem
 
@@ -90,12 +90,6 @@ _LIMIT = re.compile(r"LIMIT\s+([0-9]+)")
 _OFFSET = re.compile(r"OFFSET\s+([0-9]+)")
 
 
-def _km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2
-    return 2 * 6371.0088 * math.asin(min(1.0, math.sqrt(a)))
-
-
 def _closure(cls: str, sub: dict[str, tuple[str, ...]]) -> set[str]:
     seen, stack = set(), [cls]
     while stack:
@@ -132,7 +126,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
     offset = int(om.group(1)) if om else 0
     rows: list[tuple[str, str, dict[str, Any]]] = []
     for e in st.entities:
-        d = _km(lat0, lon0, e.lat, e.lon)
+        d = haversine_km(lat0, lon0, e.lat, e.lon)
         if d > radius:
             continue
         if max_links is not None and e.sitelinks > max_links:
