@@ -34,20 +34,19 @@ from aiohttp import web
 
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_common import (
-    SEED_KEY,
+    answer_and_log,
+    auth_required,
     build_app,
     cli_main,
     decode_b64,
-    image_id_for,
+    is_int_at_least,
+    is_number_in,
     json_response,
-    auth_required,
     key_ok,
     log_call,
     read_json,
-    sha256_hex,
     short_id,
 )
-from geoagent.sandbox.responders import simulate_answer
 
 API = "anthropic"
 IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -169,10 +168,10 @@ async def messages(request: web.Request) -> web.Response:
         max_tokens = body.get("max_tokens")
         if max_tokens is None:
             raise _Bad("max_tokens: Field required")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        if not is_int_at_least(max_tokens, 1):
             raise _Bad("max_tokens: Input should be a valid integer greater than or equal to 1")
         temp = body.get("temperature")
-        if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or not 0 <= temp <= 1):
+        if temp is not None and not is_number_in(temp, 0, 1):
             raise _Bad("temperature: Input should be less than or equal to 1")
         system = _texts_of_system(body.get("system"))
         prompt, image, image_url = _parse_messages(body.get("messages"))
@@ -180,31 +179,20 @@ async def messages(request: web.Request) -> web.Response:
         log_call(request, API, 400, error="invalid_request_error", model=body.get("model"))
         return _err(400, "invalid_request_error", str(bad))
 
-    image_id = image_id_for(request, image, image_url)
-    text, n_in, n_out, truncated = simulate_answer(
-        prompt,
-        image_id,
-        model,
-        request.app[SEED_KEY],
-        max_tokens,
-        has_image=image is not None or image_url is not None,
-        system=system,
-        key=request.headers.get("X-Request-Key"),
-    )
-    stop = "max_tokens" if truncated else "end_turn"
-    log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id, image_sha256=sha256_hex(image), finish_reason=stop)
-    mid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
+    ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
+                         max_output_tokens=max_tokens, finish_reasons=("end_turn", "max_tokens"))
     payload = {
-        "id": f"msg_{mid}",
+        "id": f"msg_{ans.response_id}",
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": stop,
+        "content": [{"type": "text", "text": ans.text}],
+        "stop_reason": ans.finish_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": n_in, "output_tokens": n_out, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        "usage": {"input_tokens": ans.input_tokens, "output_tokens": ans.output_tokens,
+                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     }
-    return json_response(payload, headers={"request-id": f"req_{mid}"})
+    return json_response(payload, headers={"request-id": f"req_{ans.response_id}"})
 
 
 def make_app(

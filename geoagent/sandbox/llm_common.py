@@ -5,7 +5,8 @@
   optionally appended as one JSON line to a file (``token_log``) so that a test can read the log of a
   server running in another process (also after that process was killed: every line is written with
   one ``write`` on an ``O_APPEND`` descriptor).
-* Key checking, base64 checks, the image id a fake derives, and the ``python -m`` entry point.
+* Key checking, base64 and number checks, the image id a fake derives, the simulated answer of a valid
+  request (:func:`answer_and_log`), and the ``python -m`` entry point.
 
 Log entry fields: ``api`` (openai/anthropic/gemini), ``key`` (the ``X-Request-Key`` header or None),
 ``t_wall`` / ``t_mono`` (s), ``status`` (HTTP status the handler answered), ``model``,
@@ -27,6 +28,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ import orjson
 from aiohttp import web
 
 from geoagent.sandbox.faults import FAULTS_KEY, FaultConfig, fault_middleware
+from geoagent.sandbox.responders import simulate_answer
 
 REQUEST_KEY_HEADER = "X-Request-Key"
 IMAGE_ID_HEADER = "X-Image-Id"
@@ -258,6 +261,92 @@ def image_id_for(request: web.Request, image: bytes | None, fallback: str | None
     if image is not None:
         return "sha256:" + hashlib.sha256(image).hexdigest()[:16]
     return fallback
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedAnswer:
+    """The simulated model answer to one valid request, as a fake puts it into its API's response.
+
+    Attributes
+    ----------
+    text : str
+        Answer text (cut to the request's output-token cap).
+    input_tokens, output_tokens : int
+        Usage to report (tokens).
+    finish_reason : str
+        The API's own word for "done" or "cut off at the cap".
+    response_id : str
+        24-hex id for the response (from the request key and the time).
+    """
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    finish_reason: str
+    response_id: str
+
+
+def answer_and_log(
+    request: web.Request,
+    api: str,
+    *,
+    model: str,
+    prompt: str,
+    system: str,
+    image: bytes | None,
+    image_url: str | None = None,
+    max_output_tokens: int,
+    finish_reasons: tuple[str, str],
+) -> SimulatedAnswer:
+    """Answer a validated request through the responders registry and log the billed call (status 200).
+
+    Parameters
+    ----------
+    request : aiohttp.web.Request
+        The request (its ``X-Request-Key`` / ``X-Image-Id`` headers and the app's seed are used).
+    api : str
+        ``openai``, ``anthropic`` or ``gemini`` (for the call log).
+    model, prompt, system : str
+        Model id, user text and system text as the fake read them from the body.
+    image : bytes or None
+        The first image decoded from the body; ``image_url`` the first image URL when no bytes were sent.
+    max_output_tokens : int
+        The request's output cap (tokens).
+    finish_reasons : (str, str)
+        The API's finish reason for a complete answer and for one cut off at the cap.
+
+    Returns
+    -------
+    SimulatedAnswer
+        Same text and usage as the ``simulated`` provider gives for the same request key and seed
+        (:func:`geoagent.sandbox.responders.simulate_answer`).
+    """
+    image_id = image_id_for(request, image, image_url)
+    key = request.headers.get(REQUEST_KEY_HEADER)
+    text, n_in, n_out, truncated = simulate_answer(
+        prompt,
+        image_id,
+        model,
+        request.app[SEED_KEY],
+        max_output_tokens,
+        has_image=image is not None or image_url is not None,
+        system=system,
+        key=key,
+    )
+    finish = finish_reasons[1] if truncated else finish_reasons[0]
+    log_call(request, api, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id,
+             image_sha256=sha256_hex(image), finish_reason=finish)
+    return SimulatedAnswer(text, n_in, n_out, finish, short_id(key, time.time_ns()))
+
+
+def is_int_at_least(value: Any, lo: int) -> bool:
+    """``value`` is a JSON integer (not a boolean) >= ``lo``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= lo
+
+
+def is_number_in(value: Any, lo: float, hi: float) -> bool:
+    """``value`` is a JSON number (not a boolean) in ``[lo, hi]``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -39,20 +39,22 @@ from aiohttp import web
 
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_common import (
-    SEED_KEY,
+    answer_and_log,
+    auth_required,
     build_app,
     cli_main,
     decode_b64,
     image_id_for,
+    is_int_at_least,
+    is_number_in,
     json_response,
-    auth_required,
     key_ok,
     log_call,
     read_json,
     sha256_hex,
     short_id,
 )
-from geoagent.sandbox.responders import SIM_CHARS_PER_TOKEN, SIM_IMAGE_TOKENS, simulate_answer
+from geoagent.sandbox.responders import SIM_CHARS_PER_TOKEN, SIM_IMAGE_TOKENS
 
 API = "gemini"
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
@@ -160,10 +162,10 @@ def _parse(body: dict[str, Any]) -> tuple[str, str, bytes | None, int, Any]:
         raise _Bad("Invalid value at 'generation_config': expected an object")
     g = _norm(gen, _GEN_FIELDS, "generation_config")
     max_out = g.get("maxOutputTokens", DEFAULT_MAX_OUTPUT_TOKENS)
-    if isinstance(max_out, bool) or not isinstance(max_out, int) or max_out < 1:
+    if not is_int_at_least(max_out, 1):
         raise _Bad(f"Invalid value at 'generation_config.max_output_tokens' (TYPE_INT32), {max_out!r}")
     temp = g.get("temperature")
-    if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or not 0 <= temp <= 2):
+    if temp is not None and not is_number_in(temp, 0, 2):
         raise _Bad("* GenerateContentRequest.generation_config.temperature: must be in [0.0, 2.0]")
     if g.get("candidateCount", 1) != 1:
         raise _Bad("* GenerateContentRequest.generation_config.candidate_count: only 1 candidate is supported here")
@@ -209,9 +211,8 @@ async def generate_content(request: web.Request) -> web.Response:
         log_call(request, API, 400, error="INVALID_ARGUMENT", model=model)
         return _err(400, str(bad))
 
-    image_id = image_id_for(request, image)
-    rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
     if BLOCK_MARKER in prompt:
+        image_id = image_id_for(request, image)
         n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (SIM_IMAGE_TOKENS if image is not None else 0)
         log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=0, image_id=image_id, image_sha256=sha256_hex(image), finish_reason="BLOCKED:OTHER")
         return json_response(
@@ -219,26 +220,17 @@ async def generate_content(request: web.Request) -> web.Response:
                 "promptFeedback": {"blockReason": "OTHER"},
                 "usageMetadata": {"promptTokenCount": n_in, "totalTokenCount": n_in},
                 "modelVersion": model,
-                "responseId": rid,
+                "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns()),
             }
         )
-    text, n_in, n_out, truncated = simulate_answer(
-        prompt,
-        image_id,
-        model,
-        request.app[SEED_KEY],
-        max_out,
-        has_image=image is not None,
-        system=system,
-        key=request.headers.get("X-Request-Key"),
-    )
-    finish = "MAX_TOKENS" if truncated else "STOP"
-    log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id, image_sha256=sha256_hex(image), finish_reason=finish)
+    ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image,
+                         max_output_tokens=max_out, finish_reasons=("STOP", "MAX_TOKENS"))
+    n_in, n_out = ans.input_tokens, ans.output_tokens
     payload = {
-        "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": finish, "index": 0}],
+        "candidates": [{"content": {"role": "model", "parts": [{"text": ans.text}]}, "finishReason": ans.finish_reason, "index": 0}],
         "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": n_out, "totalTokenCount": n_in + n_out},
         "modelVersion": model,
-        "responseId": rid,
+        "responseId": ans.response_id,
     }
     return json_response(payload)
 

@@ -36,20 +36,19 @@ from aiohttp import web
 
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_common import (
-    SEED_KEY,
+    answer_and_log,
+    auth_required,
     build_app,
     cli_main,
     decode_b64,
-    image_id_for,
+    is_int_at_least,
+    is_number_in,
     json_response,
-    auth_required,
     key_ok,
     log_call,
     read_json,
-    sha256_hex,
     short_id,
 )
-from geoagent.sandbox.responders import simulate_answer
 
 API = "openai"
 DEFAULT_MAX_TOKENS = 4096
@@ -149,7 +148,7 @@ def _positive_int(body: dict[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int_at_least(value, 1):
         raise _Bad(f"Invalid '{name}': expected an integer >= 1, got {value!r}.", name, "integer_below_min_value")
     return value
 
@@ -184,7 +183,7 @@ async def chat_completions(request: web.Request) -> web.Response:
         cap_a = _positive_int(body, "max_tokens")
         cap_b = _positive_int(body, "max_completion_tokens")
         temp = body.get("temperature")
-        if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or not 0 <= temp <= 2):
+        if temp is not None and not is_number_in(temp, 0, 2):
             raise _Bad(f"Invalid 'temperature': expected a number in [0, 2], got {temp!r}.", "temperature", "decimal_above_max_value")
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -203,33 +202,23 @@ async def chat_completions(request: web.Request) -> web.Response:
         return _err(400, str(bad), "invalid_request_error", bad.code, bad.param)
 
     max_tokens = cap_b or cap_a or DEFAULT_MAX_TOKENS
-    image_id = image_id_for(request, image, image_url)
-    text, n_in, n_out, truncated = simulate_answer(
-        prompt,
-        image_id,
-        model,
-        request.app[SEED_KEY],
-        max_tokens,
-        has_image=image is not None or image_url is not None,
-        system=system,
-        key=request.headers.get("X-Request-Key"),
-    )
-    finish = "length" if truncated else "stop"
-    log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id, image_sha256=sha256_hex(image), finish_reason=finish)
-    rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
+    ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
+                         max_output_tokens=max_tokens, finish_reasons=("stop", "length"))
+    n_in, n_out = ans.input_tokens, ans.output_tokens
     payload = {
-        "id": f"chatcmpl-{rid}",
+        "id": f"chatcmpl-{ans.response_id}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None}, "logprobs": None, "finish_reason": finish}
+            {"index": 0, "message": {"role": "assistant", "content": ans.text, "refusal": None}, "logprobs": None,
+             "finish_reason": ans.finish_reason}
         ],
         "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
         "system_fingerprint": "fp_sandbox",
     }
     headers = {
-        "x-request-id": f"req_{rid}",
+        "x-request-id": f"req_{ans.response_id}",
         "openai-processing-ms": "1",
         "x-ratelimit-limit-requests": "10000",
         "x-ratelimit-remaining-requests": "9999",
