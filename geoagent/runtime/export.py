@@ -193,7 +193,8 @@ def _write_batched(
         want = _unified_schema(schemas)
         frames = [_conform(pl.scan_parquet(p), have, want) for p, have in zip(parts, schemas)]
         tmp = parquet_path.with_name(f".{parquet_path.name}.{os.getpid()}.tmp")
-        pl.concat(frames, how="vertical").sink_parquet(tmp, compression="zstd")
+        # row groups of one batch: the writer then buffers one batch, not ever more of the table
+        pl.concat(frames, how="vertical", parallel=False).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows)
         os.replace(tmp, parquet_path)
         tmp = csv_path.with_name(f".{csv_path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as fh:
