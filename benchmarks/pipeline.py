@@ -1,0 +1,306 @@
+"""End-to-end benchmark of the durable campaign pipeline against its raw HTTP ceiling (issue 2 acceptance).
+
+Usage::
+
+    python benchmarks/pipeline.py                      # 100,000 calls (raw ceiling + pipeline)
+    python benchmarks/pipeline.py --million            # 100,000 and 1,000,000 calls (RSS growth check;
+                                                       # raw ceiling at 100,000 only unless --raw-each)
+    python benchmarks/pipeline.py -n 20000 -c 64       # any size / concurrency
+    python benchmarks/pipeline.py --no-export          # skip the Parquet/CSV export at the end
+
+What runs
+---------
+* The local OpenAI-compatible fake (``python -m geoagent.sandbox.llm_openai --no-auth``, no call-log file,
+  a bounded in-memory call list) in its own process.
+* **raw ceiling**: plain ``aiohttp`` POSTs to ``/v1/chat/completions`` with ``concurrency`` requests in
+  flight, the same JSON bodies and ``X-Request-Key`` header the pipeline sends; no queue, no storage,
+  no parsing beyond reading the body.
+* **pipeline**: ``geoagent.engine.run_campaign`` of a ``generic`` campaign of N calls: planner -> SQLite
+  ``requests`` queue -> ModelCaller (store look-up + ledger reservation, HTTP client with rate/concurrency
+  policy, OpenAI-compatible provider, store + settle) -> ``responses`` queue -> Collector (results table)
+  -> export to Parquet + CSV (unless ``--no-export``). The timed span is the whole ``run_campaign`` call
+  (planning, running, summary and export), on fresh queue and state folders.
+
+Each configuration runs in its own child process, so the reported peak RSS (``ru_maxrss`` of that child,
+read with ``resource.getrusage(RUSAGE_SELF)`` just before it exits) belongs to that run alone. Figures
+print as one table and, with ``--json PATH``, as a JSON file.
+
+Targets (issue 2): pipeline/raw ratio >= 0.7; peak RSS at 1,000,000 calls <= 1.2 x peak RSS at 100,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+MODEL_NAME = "bench-gpt"
+MODEL_ID = "sim-gpt"
+MAX_OUTPUT_TOKENS = 200
+PROMPT = "Generic task {i}: describe in one sentence what a street photo of a city might show."
+
+
+# ------------------------------------------------------------------------------------------------
+# the server
+# ------------------------------------------------------------------------------------------------
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    """Start the OpenAI-compatible fake in its own process (no auth, no log file); return (proc, base URL)."""
+    from geoagent.sandbox.server import free_port, wait_ready
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port), "--no-auth", "--calls-max", "1000"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(base)
+    return proc, base
+
+
+# ------------------------------------------------------------------------------------------------
+# raw ceiling (child process)
+# ------------------------------------------------------------------------------------------------
+
+
+def raw_body(i: int) -> dict[str, Any]:
+    """The JSON body the OpenAI-compatible provider sends for generic task ``i`` (see ``build``)."""
+    return {
+        "model": MODEL_ID,
+        "messages": [{"role": "user", "content": PROMPT.format(i=i)}],
+        "max_tokens": MAX_OUTPUT_TOKENS,
+        "temperature": 0.0,
+    }
+
+
+async def _raw(base: str, n: int, concurrency: int) -> dict[str, Any]:
+    import aiohttp
+    import orjson
+
+    url = f"{base}/v1/chat/completions"
+    counter = iter(range(n))
+    errors = 0
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal errors
+        for i in counter:
+            body = orjson.dumps(raw_body(i))
+            headers = {"Content-Type": "application/json", "X-Request-Key": hashlib.sha256(body).hexdigest()}
+            async with session.post(url, data=body, headers=headers) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    errors += 1
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+    return {"calls": n, "elapsed_s": elapsed, "errors": errors}
+
+
+# ------------------------------------------------------------------------------------------------
+# pipeline (child process)
+# ------------------------------------------------------------------------------------------------
+
+
+def write_config(work: Path, base: str, n: int, concurrency: int) -> Path:
+    cfg = work / "bench.toml"
+    cfg.write_text(
+        f"""
+[campaign]
+name = "bench"
+kind = "generic"
+seed = 1
+
+[paths]
+queues = "{work / 'queues'}"
+state = "{work / 'state'}"
+
+[budget]
+cap_usd = 1000000.0
+
+[[models]]
+name = "{MODEL_NAME}"
+provider = "openai"
+model = "{MODEL_ID}"
+base_url = "{base}/v1"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = {MAX_OUTPUT_TOKENS}
+concurrency = {concurrency}
+rate = {{ requests = 1000000, period_s = 1.0 }}
+timeout_s = 60.0
+
+[generic]
+n_requests = {n}
+"""
+    )
+    return cfg
+
+
+async def _pipeline(base: str, n: int, concurrency: int, work: Path, export: bool) -> dict[str, Any]:
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+
+    cfg = load_config(write_config(work, base, n, concurrency))
+    t0 = time.perf_counter()
+    outcome = await run_campaign(cfg, live=False, handle_signals=False, export=export)
+    elapsed = time.perf_counter() - t0
+    return {
+        "calls": (outcome.spend or {}).get("calls", 0),
+        "elapsed_s": elapsed,
+        "status": outcome.status,
+        "planned": outcome.planned,
+        "dead": outcome.missing,
+        "export_files": [str(p) for p in outcome.export_files],
+    }
+
+
+def child_main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=("raw", "pipeline"))
+    ap.add_argument("--base", required=True)
+    ap.add_argument("-n", type=int, required=True)
+    ap.add_argument("-c", type=int, required=True)
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--profile", default=None, help="write a cProfile dump here")
+    a = ap.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    if a.mode == "raw":
+        coro = _raw(a.base, a.n, a.c)
+    else:
+        coro = _pipeline(a.base, a.n, a.c, Path(a.work), not a.no_export)
+    if a.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        out = asyncio.run(coro)
+        prof.disable()
+        prof.dump_stats(a.profile)
+    else:
+        out = asyncio.run(coro)
+    out["mode"] = a.mode
+    out["concurrency"] = a.c
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    out["cpu_s"] = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# driver
+# ------------------------------------------------------------------------------------------------
+
+
+def run_child(mode: str, base: str, n: int, concurrency: int, *, work: Path | None = None, export: bool = True,
+              profile: str | None = None) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "_child", mode, "--base", base, "-n", str(n), "-c", str(concurrency)]
+    if work is not None:
+        cmd += ["--work", str(work)]
+    if not export:
+        cmd.append("--no-export")
+    if profile:
+        cmd += ["--profile", profile]
+    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[7:])
+            res["calls_per_s"] = res["calls"] / res["elapsed_s"] if res["elapsed_s"] > 0 else 0.0
+            return res
+    raise RuntimeError(f"{mode} run failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_child":
+        child_main(sys.argv[2:])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--calls", type=int, default=100_000, help="simulated calls (default 100,000)")
+    ap.add_argument("--million", action="store_true",
+                    help="run 100,000 and 1,000,000 calls and compare the pipeline's peak RSS")
+    ap.add_argument("-c", "--concurrency", type=int, default=64, help="requests in flight (both runs)")
+    ap.add_argument("--no-export", action="store_true", help="skip the Parquet/CSV export of the pipeline")
+    ap.add_argument("--skip-raw", action="store_true", help="pipeline only (no raw ceiling)")
+    ap.add_argument("--raw-each", action="store_true",
+                    help="with --million, also measure the raw ceiling at 1,000,000 (default: at 100,000 only)")
+    ap.add_argument("--keep", action="store_true", help="keep the queue/state folders (printed)")
+    ap.add_argument("--profile", default=None, help="cProfile dump of the (last) pipeline child to this path")
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    a = ap.parse_args()
+    sizes = [100_000, 1_000_000] if a.million else [a.calls]
+
+    server, base = start_server()
+    results: list[dict[str, Any]] = []
+    try:
+        for n in sizes:
+            raw = None
+            if not a.skip_raw and (n == sizes[0] or a.raw_each):
+                raw = run_child("raw", base, n, a.concurrency)
+                print(f"raw      n={n:>9,}  {raw['calls_per_s']:9.0f} calls/s  ({raw['elapsed_s']:.1f} s, "
+                      f"errors {raw['errors']}, peak RSS {raw['peak_rss_mib']:.0f} MiB, client CPU {1e6 * raw['cpu_s'] / max(1, n):.0f} us/call)",
+                      flush=True)
+            work = Path(tempfile.mkdtemp(prefix=f"geoagent-bench-{n}-", dir=os.environ.get("GEOAGENT_BENCH_DIR")))
+            try:
+                pipe = run_child("pipeline", base, n, a.concurrency, work=work, export=not a.no_export, profile=a.profile)
+            finally:
+                if a.keep:
+                    print(f"kept {work}")
+                else:
+                    shutil.rmtree(work, ignore_errors=True)
+            print(f"pipeline n={n:>9,}  {pipe['calls_per_s']:9.0f} calls/s  ({pipe['elapsed_s']:.1f} s, "
+                  f"status {pipe['status']}, calls {pipe['calls']:,}, peak RSS {pipe['peak_rss_mib']:.0f} MiB, "
+                  f"client CPU {1e6 * pipe['cpu_s'] / max(1, n):.0f} us/call)", flush=True)
+            row = {"n": n, "concurrency": a.concurrency, "export": not a.no_export, "pipeline": pipe, "raw": raw}
+            if raw:
+                row["ratio"] = pipe["calls_per_s"] / raw["calls_per_s"]
+                print(f"ratio    n={n:>9,}  {row['ratio']:.3f}  (target >= 0.7: {'met' if row['ratio'] >= 0.7 else 'NOT met'})",
+                      flush=True)
+            results.append(row)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+    print()
+    print(f"{'calls':>10} {'raw calls/s':>12} {'pipe calls/s':>13} {'ratio':>6} {'pipe peak RSS MiB':>18}")
+    for r in results:
+        raw_rate = f"{r['raw']['calls_per_s']:.0f}" if r["raw"] else "-"
+        ratio = f"{r['ratio']:.3f}" if "ratio" in r else "-"
+        print(f"{r['n']:>10,} {raw_rate:>12} {r['pipeline']['calls_per_s']:>13.0f} {ratio:>6} {r['pipeline']['peak_rss_mib']:>18.0f}")
+    summary: dict[str, Any] = {"runs": results, "cpus": os.cpu_count(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+    if len(results) == 2:
+        growth = results[1]["pipeline"]["peak_rss_mib"] / results[0]["pipeline"]["peak_rss_mib"]
+        summary["rss_growth"] = growth
+        print(f"peak RSS {results[1]['n']:,} / {results[0]['n']:,}: {growth:.2f}x (target <= 1.2x: "
+              f"{'met' if growth <= 1.2 else 'NOT met'})")
+    if a.json:
+        Path(a.json).write_text(json.dumps(summary, indent=2))
+    ok = all(r.get("ratio", 1.0) >= 0.7 for r in results) and summary.get("rss_growth", 1.0) <= 1.2
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
