@@ -53,6 +53,7 @@ from geoagent.geohint.result import GeoHintResult
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
+from geoagent.workers.responses import response_text
 
 log = logging.getLogger(__name__)
 
@@ -133,15 +134,7 @@ class GeoHintParserStage(Stage):
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         p = task.payload
         meta = _meta(p)
-        text = p.get("text")
-        if text is None and p.get("request_key"):
-            store = ctx.services.get("store")
-            if store is None:
-                raise PermanentFailure("response has no text and no store service to read it from")
-            resp = await store.aget(p["request_key"])
-            if resp is None:
-                raise PermanentFailure(f"no stored response for request key {p['request_key']}")
-            text = resp.text
+        text = await response_text(p, ctx)
         if text is None:
             raise PermanentFailure("response payload has neither text nor request_key")
         parsed = parse_answer(text)

@@ -34,6 +34,7 @@ from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.score import scored_row
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
+from geoagent.workers.responses import response_text
 
 TASK_NAME = "geoverify"
 SCORED_TABLE = "geoverify_scored"
@@ -197,15 +198,7 @@ class GeoVerifyParserStage(Stage):
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         p = task.payload
         trial = _trial_of(p)
-        text = p.get("text")
-        if text is None and p.get("request_key"):
-            store = ctx.services.get("store")
-            if store is None:
-                raise PermanentFailure("response has no text and no store service to read it from")
-            resp = await store.aget(p["request_key"])
-            if resp is None:
-                raise PermanentFailure(f"no stored response for request key {p['request_key']}")
-            text = resp.text
+        text = await response_text(p, ctx)
         parsed = parse_verdict(text)
         answer = {
             "model": ((p.get("meta") or {}).get("report_model")) or p.get("model"),
