@@ -210,16 +210,17 @@ def _parse(raw: str | None) -> ParsedVerdict:
             return ParsedVerdict(True, verdict, conf, _norm_evidence(ev), None, tuple(sorted(rules)), text)
     mv = _RX_VERDICT.search(text)
     if mv:
-        rules.add(RULE_REGEX_FALLBACK)
-        mc = _RX_CONF.search(text)
-        conf = _norm_conf(mc.group(1), rules) if mc else None
-        rules.discard(RULE_CONF_STRING)
-        return ParsedVerdict(True, mv.group(1).lower(), conf, (), None, tuple(sorted(rules)), text)
+        return _from_regex(mv.group(1), text, rules | {RULE_REGEX_FALLBACK})
     mb = _RX_BARE.match(text)
     if mb:
         rules |= {RULE_REGEX_FALLBACK, RULE_PROSE} if text[mb.end() :].strip() else {RULE_REGEX_FALLBACK}
-        mc = _RX_CONF.search(text)
-        conf = _norm_conf(mc.group(1), rules) if mc else None
-        rules.discard(RULE_CONF_STRING)
-        return ParsedVerdict(True, mb.group(1).lower(), conf, (), None, tuple(sorted(rules)), text)
+        return _from_regex(mb.group(1), text, rules)
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
+
+
+def _from_regex(word: str, text: str, rules: set[str]) -> ParsedVerdict:
+    """A verdict found by pattern (no usable JSON object), with the confidence read the same way."""
+    mc = _RX_CONF.search(text)
+    conf = _norm_conf(mc.group(1), rules) if mc else None
+    rules.discard(RULE_CONF_STRING)
+    return ParsedVerdict(True, word.lower(), conf, (), None, tuple(sorted(rules)), text)
