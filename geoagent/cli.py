@@ -178,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args))
     except BaseException as exc:  # noqa: BLE001 - unwrap task-group errors to one readable line
         leaf = _leaf(exc)
+        if isinstance(leaf, KeyboardInterrupt):  # a second Ctrl-C forced the exit (possibly mid-cleanup)
+            print("interrupted: forced exit; acknowledged work is durable, re-run the same command to resume",
+                  file=sys.stderr)
+            return 130
         if isinstance(leaf, ConfigError):
             print(f"config error: {leaf}", file=sys.stderr)
             return 2

@@ -209,3 +209,133 @@ def test_dead_requeue_with_an_unknown_edge_is_an_error_not_zero(tmp_path, capsys
     assert main(["dead", str(cfg), "--requeue", "--edge", "reqests"]) == 2
     err = capsys.readouterr().err
     assert "reqests" in err and "requests" in err
+
+
+# ---------------------------------------------------------------------------------------------------
+# forced stops: a second SIGINT, SIGKILL
+# ---------------------------------------------------------------------------------------------------
+
+
+async def _start_and_kill(tmp: Path, base: str, seen: list, *, sig: int, n: int, visibility_s: float) -> Path:
+    """Run the campaign in a child process (model host limited to 1 request per 60 s), wait until the
+    server has seen its first request, then send ``sig``; return the config path."""
+    import signal as _signal
+
+    cfgp = _config(tmp, base_url=base, n=n, cap=5.0)
+    text = cfgp.read_text().replace("requests = 500, period_s = 1.0", "requests = 1, period_s = 60.0")
+    cfgp.write_text(text.replace("backoff_max_s = 0.05", f"backoff_max_s = 0.05\nvisibility_timeout_s = {visibility_s}"))
+    env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin"}
+    proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"], env=env)
+    with anyio.fail_after(60):
+        while not seen:
+            await anyio.sleep(0.05)
+    await anyio.sleep(1.0)  # the other tasks are now reserved and waiting for the host's rate limit
+    proc.send_signal(sig)
+    if sig == _signal.SIGINT:
+        await anyio.sleep(0.05)
+        proc.send_signal(sig)
+    with anyio.fail_after(60):
+        await proc.wait()
+    await proc.aclose()
+    return cfgp
+
+
+def _counting_app(seen: list) -> object:
+    from aiohttp import web
+
+    app = llm_openai.make_app(api_keys=[KEY])
+
+    @web.middleware
+    async def count(request, handler):
+        if request.path.endswith("/chat/completions"):
+            seen.append(request.headers.get("X-Request-Key"))
+        return await handler(request)
+
+    app.middlewares.insert(0, count)
+    return app
+
+
+@pytest.mark.xfail(strict=True, reason="model_caller reserves before the provider waits for the host's rate limit and "
+                   "concurrency slot; after a crash every open reservation becomes unknown-outcome spend, also for "
+                   "requests that never left the process (model_caller.py:216/235, ledger.py recover)")
+def test_crash_counts_only_requests_that_were_sent_as_unknown_spend(tmp_path):
+    import signal as _signal
+
+    from geoagent.runtime.store import open_campaign_state
+
+    seen: list = []
+
+    async def go() -> Path:
+        async with serve(_counting_app(seen)) as base:
+            return await _start_and_kill(tmp_path, base, seen, sig=_signal.SIGKILL, n=20, visibility_s=120.0)
+
+    cfgp = anyio.run(go)
+    cfg = load_config(cfgp)
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=True) as state:  # the dead owner's reservations
+        s = state.ledger.summary().to_json()
+    assert len(seen) >= 1
+    # each request that reached the server may have been billed; requests never sent cannot have been
+    assert s["unknown_calls"] <= len(seen), (s["unknown_calls"], len(seen))
+
+
+@pytest.mark.xfail(strict=True, reason="leases of a process that was SIGKILLed (or forced out by a second SIGINT) are "
+                   "only redelivered after visibility_timeout_s (default 300 s): the re-run sits idle without a word "
+                   "(sqlite_queue.py lease / worker.py; the ledger already reclaims dead owners)")
+def test_rerun_after_a_crash_does_not_wait_out_the_visibility_timeout(tmp_path, monkeypatch):
+    import signal as _signal
+
+    monkeypatch.setenv("ADV_RT_KEY", KEY)
+
+    seen: list = []
+
+    async def go() -> int:
+        async with serve(_counting_app(seen)) as base:
+            cfgp = await _start_and_kill(tmp_path, base, seen, sig=_signal.SIGKILL, n=6, visibility_s=600.0)
+            cfgp.write_text(cfgp.read_text().replace("requests = 1, period_s = 60.0", "requests = 500, period_s = 1.0"))
+            cfg = load_config(cfgp)
+            with anyio.move_on_after(20):
+                return (await run_campaign(cfg, live=False, handle_signals=False)).exit_code
+            return -1  # still waiting for the dead process's leases
+
+    assert anyio.run(go) == EXIT_COMPLETE
+
+
+def test_second_sigint_exits_130_without_a_traceback(tmp_path):
+    import signal as _signal
+
+    # run, Ctrl-C twice, re-run, Ctrl-C twice, ... (what a hurried user does): the second signal sometimes
+    # lands after the pipeline stopped, while queues and the store close; it must still be a clean exit 130
+    import signal as _signal
+
+    seen: list = []
+
+    async def go() -> list[tuple[int, bytes]]:
+        async with serve(_counting_app(seen)) as base:
+            cfgp = _config(tmp_path, base_url=base, n=200, cap=5.0)
+            cfgp.write_text(cfgp.read_text().replace("requests = 500, period_s = 1.0", "requests = 40, period_s = 1.0"))
+            env = {"ADV_RT_KEY": KEY, "PATH": "/usr/bin:/bin"}
+            results = []
+            for first_after_s in (2.0, 3.0, 4.0):
+                proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"],
+                                                env=env)
+                await anyio.sleep(first_after_s)
+                proc.send_signal(_signal.SIGINT)
+                await anyio.sleep(0.05)
+                if proc.returncode is None:
+                    proc.send_signal(_signal.SIGINT)
+                err = b""
+                with anyio.fail_after(60):
+                    try:
+                        while True:
+                            err += await proc.stderr.receive()
+                    except (anyio.EndOfStream, anyio.ClosedResourceError):
+                        pass
+                    await proc.wait()
+                results.append((proc.returncode, err))
+                await proc.aclose()
+            return results
+
+    for code, err in anyio.run(go):
+        # -SIGINT only when the second signal came after the command had finished (Python's own exit path)
+        assert code in (130, -_signal.SIGINT), err.decode(errors="replace")[-2000:]
+        assert b"Traceback" not in err, err.decode(errors="replace")[-2000:]
