@@ -124,3 +124,45 @@ def test_malformed_files_give_one_clear_line_and_exit_2(tmp_path, capsys, text, 
     err = capsys.readouterr().err
     assert needle in err
     assert "Traceback" not in err and "campaign.toml" in err
+
+
+REPLAY = """
+[campaign]
+name = "adv-replay"
+kind = "geoverify"
+
+[paths]
+queues = "{tmp}/queues"
+state = "{tmp}/state"
+
+[budget]
+cap_usd = 0.0
+
+[[models]]
+name = "r"
+provider = "replay"
+model = "recorded"
+replay = {{ path = "{replay}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}
+
+[geoverify]
+release_dir = "{release}"
+n_boot = 0
+"""
+
+
+@pytest.mark.parametrize("content", [None, 'not json\n{"trial_id": "x", "model": "m"}\n'])
+def test_missing_or_malformed_replay_file_fails_at_start_not_per_request(tmp_path, capsys, release_dir, content):
+    # before the fix every one of the 336 planned requests was retried and dead-lettered (about 30 s), and the
+    # run ended "incomplete" (exit 3) instead of naming the file once
+    replay = tmp_path / "recorded.jsonl"
+    if content is not None:
+        replay.write_text(content)
+    p = tmp_path / "campaign.toml"
+    p.write_text(REPLAY.format(tmp=tmp_path, replay=replay, release=release_dir))
+    assert main(["run", str(p), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "recorded.jsonl" in err and "Traceback" not in err
+    if content is not None:
+        assert "recorded.jsonl:1" in err
+    queue_files = list((tmp_path / "queues").rglob("*.sqlite")) if (tmp_path / "queues").exists() else []
+    assert queue_files == []  # nothing planned, nothing dead-lettered

@@ -130,6 +130,11 @@ class ReplayProvider(Provider):
         self.path = Path(model_cfg.replay_path)
         self._index: ReplayIndex | None = None
         self._lock = threading.Lock()
+        # index now: a missing or malformed file is one clear error at start, not every request dead-lettered
+        # after its retries (FileNotFoundError / ValueError naming file and line)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"replay file for model {model_cfg.model!r} not found: {self.path}")
+        _ = self.index
 
     def __repr__(self) -> str:
         return f"ReplayProvider(model={self.settings.model!r}, path={str(self.path)!r})"
