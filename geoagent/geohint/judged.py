@@ -68,6 +68,14 @@ def _float(text: str | None) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _lenient_float(text: str | None) -> float | None:
+    """A stated confidence: not a finite number (``"n/a"``, ``"high"``) is None, never a lost row."""
+    try:
+        return _float(text)
+    except ValueError:
+        return None
+
+
 def _opt(text: str | None) -> str | None:
     return text.strip() if text and text.strip() else None
 
@@ -107,25 +115,47 @@ def iter_judged(
     index = ladder_index(ladders)
     aliases = aliases or {}
     rep.files.append(str(path))
-    with path.open(newline="", encoding="utf-8-sig") as fh:
+    # bytes that are not UTF-8 are read as surrogate escapes so they cost only their row (reported)
+    with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f"{path}: missing column(s) {missing}")
         unknown_refs: set[tuple[str, str]] = set()
-        for row in reader:
-            line = reader.line_num
+        rows = iter(reader)
+        last_end = reader.line_num
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                break
+            except csv.Error as exc:  # e.g. a field over the csv module's size limit: skip that record
+                rep.add(path, last_end + 1, f"CSV syntax error: {exc}")
+                last_end = reader.line_num
+                continue
+            line = last_end = reader.line_num
+            if None in row or any(v is None for v in row.values()):
+                rep.add(path, line, f"expected {len(reader.fieldnames or [])} fields, got a row of another length")
+                continue
+            try:
+                "".join(row.values()).encode("utf-8")
+            except UnicodeEncodeError:
+                rep.add(path, line, "row is not valid UTF-8 text")
+                continue
             try:
                 site = row["site"].strip()
                 paths.safe_name(site, what="site id")
                 ctx = parse_context_label(row["context"])
                 level = normalize_level(row.get("resolved_level"))
                 error_km = _float(row.get("error_km"))
+                if error_km is not None and error_km < 0:
+                    raise ValueError(f"error_km is negative: {error_km}")
                 schema = row["schema"].strip()
                 image_id = image_id_from_path(row["path"])
             except (ValueError, KeyError) as exc:
                 rep.add(path, line, str(exc))
                 continue
+            conf_area, conf_fine = _lenient_float(row.get("conf_area")), _lenient_float(row.get("conf_fine"))
             area, building = _opt(row.get("area")), _opt(row.get("place") or row.get("building"))
             city = _opt(row.get("city"))
             res = GeoHintResult(
@@ -139,8 +169,8 @@ def iter_judged(
                 city=city,
                 area=area,
                 building=building,
-                confidence_area=_float(row.get("conf_area")),
-                confidence_building=_float(row.get("conf_fine")),
+                confidence_area=conf_area,
+                confidence_building=conf_fine,
                 parse_ok=bool(city or area or building),
                 resolved_level=level,
                 resolved_label=_opt(row.get("resolved_label")),
