@@ -82,3 +82,32 @@ def test_ref_batch_with_absurd_index_drops_that_element_only():
     text = '[{"idx": ' + HUGE_INT + ', "ok": true, "familiarity": 3}, {"idx": 1, "ok": true, "familiarity": 4}]'
     out = parse_ref_batch(text, 3)
     assert out is not None and list(out) == [1] and out[1]["familiarity"] == 4
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"verdict": "yes", "confidence": 0.8} Wait, looking again: {"verdict": "no", "confidence": 0.6}',
+        '```json\n{"verdict": "no"}\n```\nOn reflection:\n```json\n{"verdict": "yes"}\n```',
+        "verdict: yes/no",
+        "Verdict: yes or no, hard to tell",
+    ],
+)
+def test_ambiguous_verdicts_are_parse_failures_not_the_first_guess(text):
+    # before the fix the first object (or the first word after "verdict:") was scored: a self-correcting
+    # model's retracted verdict, or a template echo, counted as its answer
+    v = parse_verdict(text)
+    assert not v.ok and v.verdict is None and v.raw == text
+
+
+def test_repeated_identical_verdicts_are_fine():
+    v = parse_verdict('{"verdict": "no", "confidence": 0.7}\nFinal answer: {"verdict": "no", "confidence": 0.7}')
+    assert v.ok and v.verdict == "no" and v.confidence == 0.7
+
+
+def test_release_sample_still_parses_completely(release_dir):
+    import orjson
+
+    rows = [orjson.loads(line) for line in (release_dir / "verify_raw_sample.jsonl").read_bytes().splitlines() if line]
+    parsed = [parse_verdict(r["raw"]) for r in rows if r.get("raw")]
+    assert len(parsed) == 336 and all(p.ok for p in parsed)

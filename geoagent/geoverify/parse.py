@@ -139,7 +139,7 @@ def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
     return False, None
 
 
-_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=]\s*[\"'*]*\s*(yes|no)\b", re.I)
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=]\s*[\"'*]*\s*(yes|no)\b(?!\s*(?:/|\bor\b))", re.I)
 _RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=]\s*[\"']?\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*%?)", re.I)
 _RX_BARE = re.compile(r"^[\s\"'`*_]*(yes|no)\b[\s\"'`*_.!,;:]*", re.I)
 
@@ -204,6 +204,9 @@ def _parse(raw: str | None) -> ParsedVerdict:
             verdict = _norm_verdict(v, rules)
             if verdict is None:
                 return ParsedVerdict(False, None, None, (), f"verdict is not yes/no: {v!r}", tuple(sorted(rules)), text)
+            if _conflicting(text, verdict):  # e.g. {"verdict": "yes"} ... "I meant" {"verdict": "no"}
+                return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
+                                     tuple(sorted(rules)), text)
             _, c = _lookup(obj, _CONF_KEYS)
             conf = _norm_conf(c, rules)
             _, ev = _lookup(obj, _EVIDENCE_KEYS)
@@ -216,6 +219,17 @@ def _parse(raw: str | None) -> ParsedVerdict:
         rules |= {RULE_REGEX_FALLBACK, RULE_PROSE} if text[mb.end() :].strip() else {RULE_REGEX_FALLBACK}
         return _from_regex(mb.group(1), text, rules)
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
+
+
+def _conflicting(text: str, verdict: str) -> bool:
+    """Whether another top-level JSON object in ``text`` states the opposite verdict (an ambiguous answer
+    is a parse failure, never the first guess)."""
+    for cand in iter_candidates(text, "{", nested=False, percent=True):
+        if cand.ok and isinstance(cand.value, dict):
+            has_v, v = _lookup(cand.value, _VERDICT_KEYS)
+            if has_v and _norm_verdict(v, set()) not in (None, verdict):
+                return True
+    return False
 
 
 def _from_regex(word: str, text: str, rules: set[str]) -> ParsedVerdict:
