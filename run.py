@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from geoagent.cli import main  # noqa: E402
+from geoagent.cli import entry  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -191,6 +191,19 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
+def entry() -> None:
+    """Process entry (``run.py``): run :func:`main`, then exit with its code.
+
+    Once the command has returned, its work is durable; a late Ctrl-C (a second press landing while the
+    interpreter shuts down) is ignored instead of printing a KeyboardInterrupt traceback from ``atexit``.
+    """
+    import signal
+
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
+
+
 def _leaf(exc: BaseException) -> BaseException:
     """The single innermost exception of nested exception groups (``exc`` itself otherwise)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
