@@ -13,12 +13,15 @@ export CONFIG     write results as Parquet and CSV under state/<campaign>/
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
+
+from geoagent import constants as C
 
 
 def _load(path: str) -> Any:
@@ -188,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(leaf, (FileNotFoundError, KeyError, ValueError)):
             print(f"error: {leaf}", file=sys.stderr)
             return 2
+        if isinstance(leaf, OSError) and leaf.errno in _PATH_ERRNOS:  # a data root that is a file, read-only, ...
+            print(f"error: {leaf} (check [paths] in the config and ${C.ENV_STATE_ROOT} / ${C.ENV_QUEUES_ROOT})",
+                  file=sys.stderr)
+            return 2
         raise
 
 
@@ -202,6 +209,10 @@ def entry() -> None:
     code = main()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code)
+
+
+#: file-system errors that mean a data root or input path is unusable (answered with one line, exit 2)
+_PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 def _leaf(exc: BaseException) -> BaseException:

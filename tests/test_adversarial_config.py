@@ -166,3 +166,17 @@ def test_missing_or_malformed_replay_file_fails_at_start_not_per_request(tmp_pat
         assert "recorded.jsonl:1" in err
     queue_files = list((tmp_path / "queues").rglob("*.sqlite")) if (tmp_path / "queues").exists() else []
     assert queue_files == []  # nothing planned, nothing dead-lettered
+
+
+@pytest.mark.parametrize("var", ["GEOAGENT_STATE", "GEOAGENT_QUEUES"])
+def test_data_root_that_is_a_file_gives_one_line_and_exit_2(tmp_path, capsys, monkeypatch, var):
+    # before the fix: a NotADirectoryError traceback and exit 1
+    afile = tmp_path / "not-a-dir"
+    afile.write_text("x")
+    monkeypatch.setenv(var, str(afile))
+    p = tmp_path / "campaign.toml"
+    p.write_text('[campaign]\nname = "envx"\nkind = "generic"\n[budget]\ncap_usd = 1.0\n[generic]\nn_requests = 2\n'
+                 '[[models]]\nname = "m"\nprovider = "simulated"\nmodel = "sim"\n')
+    assert main(["run", str(p), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "not-a-dir" in err and var in err and "Traceback" not in err
