@@ -38,6 +38,21 @@ def aggregate_from_store(store: Any) -> GeoVerifyAggregator:
     return agg
 
 
+def missing_work(cfg: Any) -> list[dict[str, Any]]:
+    """Dead-lettered GeoVerify work of the campaign (every edge): ``model, key, edge, reason`` per task.
+
+    Message keys are ``trial_id|model`` on every edge (model names hold no ``|``), so the model is the
+    last field. Read from the queue files, so it covers work dead-lettered by any process or earlier run.
+    """
+    from geoagent.status import dead_letters
+
+    out = []
+    for edge, items in dead_letters(cfg, limit=1_000_000_000).items():
+        for d in items:
+            out.append({"model": d.key.rsplit("|", 1)[-1], "key": d.key, "edge": edge, "reason": d.reason})
+    return out
+
+
 class GeoVerifyCampaign(CampaignKind):
     """GeoVerify (seed 000 Sec. 5): claim verification scored with signal detection theory."""
 
@@ -62,7 +77,8 @@ class GeoVerifyCampaign(CampaignKind):
         agg = aggregate_from_store(ctx.get("store"))
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
-        return list(write_report(self._scores, out, parse_failures=agg.parse_failures()).values())
+        return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
+                                 missing=missing_work(cfg)).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         scores = getattr(self, "_scores", None)

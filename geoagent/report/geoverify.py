@@ -29,6 +29,7 @@ TABLE_CSV = "geoverify_table.csv"
 TABLE_TXT = "geoverify_table.txt"
 PLOT_PNG = "geoverify_dprime.png"
 FAILURES_CSV = "geoverify_parse_failures.csv"
+MISSING_CSV = "geoverify_missing.csv"
 
 
 def _pct(x: float) -> str:
@@ -253,25 +254,53 @@ def render_failures_md(failures: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_missing_md(missing: list[dict]) -> str:
+    """Markdown note on missing work (dead-lettered trials, excluded from every statistic), per model."""
+    if not missing:
+        return "\nMissing trials (dead-lettered): none.\n"
+    per_model: dict[str, int] = {}
+    for m in missing:
+        per_model[str(m.get("model"))] = per_model.get(str(m.get("model")), 0) + 1
+    counts = ", ".join(f"{k}: {v}" for k, v in sorted(per_model.items()))
+    return (f"\n**Incomplete: {len(missing)} trial(s) missing** (dead-lettered after retries or a permanent error; "
+            f"excluded from every statistic above, never scored as answers): {counts}. "
+            f"See {MISSING_CSV} and `run.py dead`.\n")
+
+
 def write_report(
     scores: Mapping[str, ModelScores],
     out_dir: str | Path,
     *,
     plot: bool = True,
     parse_failures: list[dict] | None = None,
+    missing: list[dict] | None = None,
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
+
+    ``missing``: dead-lettered work as dicts ``model, key, edge, reason`` (issue 2 point 10: reports count
+    it); noted under the Markdown and terminal tables and listed in ``geoverify_missing.csv``.
 
     Returns
     -------
     dict
-        ``{"md", "csv", "txt", "png", "failures"}`` -> written paths (``png`` absent when ``plot`` is False
-        or no scores exist yet; ``failures`` only when ``parse_failures`` is given).
+        ``{"md", "csv", "txt", "png", "failures", "missing"}`` -> written paths (``png`` absent when ``plot``
+        is False or no scores exist yet; ``failures`` / ``missing`` only when given).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / TABLE_MD, "csv": out / TABLE_CSV, "txt": out / TABLE_TXT}
     md = render_markdown(scores)
+    note = ""
+    if missing is not None:
+        note = render_missing_md(missing)
+        md += note
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["model", "edge", "key", "reason"])
+        for m in missing:
+            w.writerow([m.get("model"), m.get("edge"), m.get("key"), m.get("reason")])
+        paths["missing"] = out / MISSING_CSV
+        _atomic_write(paths["missing"], buf.getvalue())
     if parse_failures is not None:
         md += render_failures_md(parse_failures)
         buf = io.StringIO()
@@ -283,7 +312,7 @@ def write_report(
         _atomic_write(paths["failures"], buf.getvalue())
     _atomic_write(paths["md"], md)
     _atomic_write(paths["csv"], render_csv(scores))
-    _atomic_write(paths["txt"], render_terminal(scores))
+    _atomic_write(paths["txt"], render_terminal(scores) + (note.replace("**", "") if missing else ""))
     if plot and scores:
         paths["png"] = plot_psychometric(scores, out / PLOT_PNG)
     return paths

@@ -1,0 +1,90 @@
+"""Adversarial campaign outcomes: a GeoVerify campaign with missing work says so in its saved report.
+
+A replay file holding only the first 200 of the release sample's 336 recorded answers leaves 136 trials
+without an answer: they are dead-lettered (missing), the run exits 3, and the written report (what a
+researcher shares) must count them per model, checked against an independent count from the file.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+from pathlib import Path
+
+import orjson
+
+from geoagent.cli import main
+from geoagent.engine import EXIT_INCOMPLETE
+
+
+def test_geoverify_report_counts_missing_trials_per_model(tmp_path, release_dir, capsys):
+    lines = (release_dir / "verify_raw_sample.jsonl").read_bytes().splitlines()
+    (tmp_path / "rec.jsonl").write_bytes(b"\n".join(lines[:200]) + b"\n")
+    kept = {(r["trial_id"], r["model"]) for r in map(orjson.loads, lines[:200])}
+    expected = collections.Counter(r["model"] for r in map(orjson.loads, lines[200:])
+                                   if (r["trial_id"], r["model"]) not in kept)
+    assert sum(expected.values()) == 136
+    cfg = tmp_path / "gv.toml"
+    cfg.write_text(f"""
+[campaign]
+name = "gv-missing"
+kind = "geoverify"
+[paths]
+queues = "{tmp_path / 'queues'}"
+state = "{tmp_path / 'state'}"
+[queue]
+backoff_base_s = 0.01
+backoff_max_s = 0.02
+[budget]
+cap_usd = 0.0
+[[models]]
+name = "release-replay"
+provider = "replay"
+model = "recorded"
+replay = {{ path = "{tmp_path / 'rec.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}
+[geoverify]
+release_dir = "{release_dir}"
+n_boot = 0
+report_interval_s = 0.0
+""")
+    assert main(["run", str(cfg), "--no-live"]) == EXIT_INCOMPLETE
+    capsys.readouterr()
+    report = tmp_path / "state" / "gv-missing" / "report"
+    md = (report / "geoverify_table.md").read_text()
+    # before the fix the saved tables showed 200 answers' statistics with no word of the 136 missing trials
+    assert "136 trial(s) missing" in md
+    for model, n in expected.items():
+        assert f"{model}: {n}" in md
+    with (report / "geoverify_missing.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert collections.Counter(r["model"] for r in rows) == expected
+    assert all("ReplayMiss" in r["reason"] for r in rows)
+    assert "136 trial(s) missing" in (report / "geoverify_table.txt").read_text()
+
+
+def test_complete_geoverify_report_says_none_missing(tmp_path, release_dir, capsys):
+    cfg = tmp_path / "gv.toml"
+    cfg.write_text(f"""
+[campaign]
+name = "gv-complete"
+kind = "geoverify"
+[paths]
+queues = "{tmp_path / 'queues'}"
+state = "{tmp_path / 'state'}"
+[budget]
+cap_usd = 0.0
+[[models]]
+name = "release-replay"
+provider = "replay"
+model = "recorded"
+replay = {{ path = "{release_dir / 'verify_raw_sample.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}
+[geoverify]
+release_dir = "{release_dir}"
+n_boot = 0
+report_interval_s = 0.0
+""")
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    capsys.readouterr()
+    report = Path(tmp_path / "state" / "gv-complete" / "report")
+    assert "Missing trials (dead-lettered): none." in (report / "geoverify_table.md").read_text()
+    assert (report / "geoverify_missing.csv").read_text().strip() == "model,edge,key,reason"
