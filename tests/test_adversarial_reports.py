@@ -88,3 +88,49 @@ report_interval_s = 0.0
     report = Path(tmp_path / "state" / "gv-complete" / "report")
     assert "Missing trials (dead-lettered): none." in (report / "geoverify_table.md").read_text()
     assert (report / "geoverify_missing.csv").read_text().strip() == "model,edge,key,reason"
+
+
+def test_geohint_report_counts_missing_requests_per_model(tmp_path, release_dir, monkeypatch):
+    # the Wikidata fake answers 500 to 30% of requests and the geocoder gets 2 attempts: some answers cannot
+    # be located and are dead-lettered; the saved report must count them (before the fix it did not)
+    import anyio
+
+    from geoagent import engine
+    from geoagent.config import config_from_dict, load_config  # noqa: F401
+    from geoagent.sandbox import nominatim as nm_fake
+    from geoagent.sandbox import wikidata as wd_fake
+    from geoagent.sandbox.faults import FaultConfig
+    from geoagent.sandbox.gazetteer import Gazetteer
+    from geoagent.sandbox.server import serve
+    from geoagent.status import campaign_status, dead_letters
+    from test_geohint_campaign import _cfg
+
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+
+    async def go():
+        gaz = Gazetteer.from_release(release_dir)
+        faults = FaultConfig(rate=0.3, kinds=("500",), seed=3)
+        async with serve(wd_fake.make_app(gaz, faults=faults)) as wd, \
+                serve(nm_fake.make_app(gaz, min_interval_s=0.0)) as nm:
+            d = _cfg(wd, nm)
+            d["geohint"]["conditions"] = ["baseline", "forced"]
+            d["geohint"]["baseline_repeats"] = 1
+            for h in d["hosts"].values():
+                h["max_attempts"] = 2
+            d["queue"] = {"max_attempts": 2, "backoff_base_s": 0.01, "backoff_max_s": 0.02}
+            cfg = config_from_dict(d)
+            return await engine.run_campaign(cfg, live=False, handle_signals=False, export=False), cfg
+
+    out, cfg = anyio.run(go)
+    dead = [d for items in dead_letters(cfg, limit=10_000).values() for d in items]
+    assert out.exit_code == EXIT_INCOMPLETE and 0 < len(dead) < out.planned
+    assert sum(c.dead for c in campaign_status(cfg)["queues"].values()) == len(dead)
+    md = (tmp_path / "state" / "gh-engine" / "report" / "report.md").read_text(encoding="utf-8")
+    assert f"Incomplete: {len(dead)} request(s) missing" in md
+    per_model = collections.Counter(d.key.split("|")[1] for d in dead)
+    for model, n in per_model.items():
+        assert f"{model}: {n}" in md
+    with (tmp_path / "state" / "gh-engine" / "report" / "missing.csv").open(newline="") as fh:
+        assert collections.Counter(r["model"] for r in csv.DictReader(fh)) == per_model

@@ -60,6 +60,18 @@ def aggregate_from_store(store: Any) -> GeoHintAggregator:
     return agg
 
 
+def _missing_work(cfg: Any) -> list[dict[str, Any]]:
+    """Dead-lettered GeoHint work on every edge: ``model, key, edge, reason`` (keys are ``gh|model|...``)."""
+    from geoagent.status import dead_letters
+
+    out = []
+    for edge, items in dead_letters(cfg, limit=1_000_000_000).items():
+        for d in items:
+            parts = d.key.split("|")
+            out.append({"model": parts[1] if len(parts) > 1 else "", "key": d.key, "edge": edge, "reason": d.reason})
+    return out
+
+
 class GeoHintCampaign(CampaignKind):
     """GeoHint (seed 000 Sec. 4, 6): where was this photo taken, given a true but coarse hint."""
 
@@ -112,7 +124,7 @@ class GeoHintCampaign(CampaignKind):
         if not agg.keys:
             return []
         seed = int(getattr(cfg.campaign, "seed", 0) or 0)
-        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed)
+        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:

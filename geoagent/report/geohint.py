@@ -496,10 +496,13 @@ def write_report(
     n_splits: int = 200,
     seed: int = 0,
     figures: bool = True,
+    missing: list[dict] | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
 
     Files are written to a temporary name and renamed, so a reader never sees a half-written report.
+    ``missing``: dead-lettered work as dicts ``model, key, edge, reason`` (issue 2 point 10: reports count
+    it); counted per model at the top of ``report.md`` and listed in ``missing.csv``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -514,6 +517,22 @@ def write_report(
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",
     ]
+    if missing is not None:
+        per_model: dict[str, int] = {}
+        for m in missing:
+            per_model[str(m.get("model"))] = per_model.get(str(m.get("model")), 0) + 1
+        if missing:
+            md += [f"**Incomplete: {len(missing)} request(s) missing** (dead-lettered after retries or a permanent "
+                   "error; excluded from every table, never scored as answers): "
+                   + ", ".join(f"{k}: {v}" for k, v in sorted(per_model.items())) + ". See missing.csv and `run.py dead`.", ""]
+        else:
+            md += ["Missing requests (dead-lettered): none.", ""]
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["model", "edge", "key", "reason"])
+        for m in missing:
+            w.writerow([m.get("model"), m.get("edge"), m.get("key"), m.get("reason")])
+        _atomic_write(out / "missing.csv", buf.getvalue())
     if summary.get("without_ladder_point"):
         md += [f"{summary['without_ladder_point']} context responses name a reference point that is not in its site's "
                "ladder (no hint distance) and are left out of every table, as in the release's analysis.", ""]
