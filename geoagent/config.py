@@ -48,6 +48,9 @@ TASK_SECTIONS = ("geoverify", "geohint", "crawl", "generic")
 #: tokens reserved for one image when estimating input size (the provider base uses the same budget)
 IMAGE_INPUT_TOKENS = 1600
 #: header names that carry credentials; they may not appear in ``models[].headers`` (the manifest shows those)
+#: parameter names that carry credentials; they may not appear in ``models[].params`` (stored and hashed)
+_CREDENTIAL_PARAMS = {"api_key", "apikey", "key", "access_token", "token", "secret", "password", "authorization",
+                      "auth", "bearer", "client_secret"}
 _AUTH_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"}
 
 
@@ -187,6 +190,30 @@ class ModelConfig(_Section):
         for name in v:
             if name.lower() in _AUTH_HEADERS or "key" in name.lower() or "token" in name.lower():
                 raise ValueError(f"no credential header ({name!r}): name the key's variable in api_key_env")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _no_credential_params(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # params are part of the request key and are written to the manifest and the response store
+        from geoagent.secrets import looks_like_secret
+
+        def walk(obj: Any, path: str) -> None:
+            if isinstance(obj, dict):
+                for k, val in obj.items():
+                    name = str(k).lower().replace("-", "_")
+                    if name in _CREDENTIAL_PARAMS or name.endswith(("_api_key", "_apikey", "_secret", "_password")):
+                        raise ValueError(f"no credential in params ({path}{k!r}): name the key's variable in api_key_env")
+                    walk(val, f"{path}{k!r}.")
+            elif isinstance(obj, list):
+                for item in obj:
+                    walk(item, path)
+            elif isinstance(obj, str) and (obj.startswith("Bearer ") or (
+                    not any(c.isspace() for c in obj) and (looks_like_secret(obj) or obj.startswith("sk-")))):
+                raise ValueError(f"no credential in params (a value under {path or 'params'} looks like an API key; "
+                                 "name the key's variable in api_key_env)")
+
+        walk(v, "")
         return v
 
     @field_validator("base_url")

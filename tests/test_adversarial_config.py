@@ -180,3 +180,38 @@ def test_data_root_that_is_a_file_gives_one_line_and_exit_2(tmp_path, capsys, mo
     assert main(["run", str(p), "--no-live"]) == 2
     err = capsys.readouterr().err
     assert "not-a-dir" in err and var in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        '{ api_key = "sk-proj-PARAMSECRET0123456789abcdef" }',
+        '{ extra_body = { "X-Api-Key" = "whatever-1234" } }',
+        '{ user = "sk-proj-PARAMSECRET0123456789abcdef" }',
+        '{ metadata = ["hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"] }',
+        '{ auth = "Bearer abcdef0123456789" }',
+    ],
+)
+def test_credentials_in_model_params_are_rejected_without_echo(tmp_path, capsys, params):
+    # params are hashed into the request key and written to the manifest, the response store and the exports:
+    # before the fix `params = { api_key = "sk-..." }` ran and the key landed in manifest.json and the store
+    p = _write(tmp_path, extra=f"params = {params}\n")
+    assert main(["run", str(p), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "models[0].params" in err and "api_key_env" in err
+    for secret in ("PARAMSECRET", "hf_AbCd", "abcdef0123456789", "whatever-1234"):
+        assert secret not in err
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        '{ system = "You are a careful geolocation assistant. Answer in 2 short sentences, JSON only." }',
+        '{ json_mode = true, top_p = 0.9, max_tokens = 300, stop = ["END"] }',
+        '{ response_format = { type = "json_object" }, seed = 7 }',
+    ],
+)
+def test_ordinary_model_params_still_load(tmp_path, params):
+    cfg = load_config(_write(tmp_path, extra=f"params = {params}\n"))
+    assert cfg.models[0].params
