@@ -225,6 +225,16 @@ class ModelConfig(_Section):
                 raise ValueError("an http(s) URL such as 'https://api.openai.com/v1'")
             if parts.username or parts.password:
                 raise ValueError("a URL without credentials (put the key in the variable api_key_env names)")
+            if parts.query:
+                from urllib.parse import parse_qsl
+
+                from geoagent.secrets import looks_like_secret
+
+                for k, val in parse_qsl(parts.query, keep_blank_values=True):
+                    name = k.lower().replace("-", "_")
+                    if name in _CREDENTIAL_PARAMS or name.endswith(("_key", "_token", "_secret")) or looks_like_secret(val):
+                        raise ValueError("a URL without credentials in its query (put the key in the variable "
+                                         "api_key_env names)")
         return v
 
     @model_validator(mode="after")
@@ -416,7 +426,7 @@ _EXPECTED = {
     "missing": "a value (required key is missing)",
     "extra_forbidden": "no such key (unknown key)",
 }
-_NO_ECHO_FIELDS = {"api_key_env"}
+_NO_ECHO_FIELDS = {"api_key_env", "base_url"}  # either may hold a pasted key
 
 
 def _fmt_loc(loc: Iterable[Any]) -> str:

@@ -215,3 +215,16 @@ def test_credentials_in_model_params_are_rejected_without_echo(tmp_path, capsys,
 def test_ordinary_model_params_still_load(tmp_path, params):
     cfg = load_config(_write(tmp_path, extra=f"params = {params}\n"))
     assert cfg.models[0].params
+
+
+@pytest.mark.parametrize("url", ["https://generativelanguage.googleapis.com/v1?key=AIzaSyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
+                                 "https://api.example.org/v1?api_key=0123456789abcdef",
+                                 "https://api.example.org/v1?x=QwErTyUiOpAsDfGhJkLzXcVbNm1234567"])
+def test_key_in_base_url_query_is_rejected_without_echo(tmp_path, capsys, url):
+    # before the fix the URL (key included) was accepted and written to manifest.json
+    p = _write(tmp_path)
+    p.write_text(p.read_text().replace('base_url = "http://127.0.0.1:9/v1"', f'base_url = "{url}"'))
+    assert main(["run", str(p), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "models[0].base_url" in err and "api_key_env" in err
+    assert url.split("=")[-1] not in err
