@@ -55,11 +55,27 @@ def _check_state_matches_queues(cfg: Any) -> None:
         )
 
 
+def _warn_config_drift(cfg: Any) -> None:
+    """Warn (stderr) when the config or a packaged prompt changed since the campaign's last run.
+
+    Work already planned keeps its original requests (queue keys are per trial / request unit and a put of
+    an existing key is a no-op), so the results would mix both versions without a word otherwise.
+    """
+    from geoagent.runtime.manifest import config_drift
+
+    changed = config_drift(cfg)
+    if changed:
+        print(f"warning: campaign {cfg.name}: {', '.join(changed)} changed since its last run; work already planned "
+              "keeps its original requests, so results would mix both versions. Use a new [campaign] name to "
+              "apply the change to every trial (raising [budget] cap_usd is fine).", file=sys.stderr)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from geoagent.engine import run_campaign
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
+    _warn_config_drift(cfg)
     stages = args.stages.split(",") if args.stages else None
     outcome = anyio.run(
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,

@@ -134,3 +134,39 @@ def test_geohint_report_counts_missing_requests_per_model(tmp_path, release_dir,
         assert f"{model}: {n}" in md
     with (tmp_path / "state" / "gh-engine" / "report" / "missing.csv").open(newline="") as fh:
         assert collections.Counter(r["model"] for r in csv.DictReader(fh)) == per_model
+
+
+def test_rerun_with_edited_requests_warns_that_results_would_mix(tmp_path, release_dir, capsys):
+    # planned work keeps its original payload (queue put of an existing trial|model key is a no-op): a prompt
+    # or max_output_tokens edited between runs would silently apply to part of the campaign only
+    base = f"""
+[campaign]
+name = "gv-drift"
+kind = "geoverify"
+[paths]
+queues = "{tmp_path / 'queues'}"
+state = "{tmp_path / 'state'}"
+[budget]
+cap_usd = {{cap}}
+[[models]]
+name = "release-replay"
+provider = "replay"
+model = "recorded"
+replay = {{{{ path = "{release_dir / 'verify_raw_sample.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}}}
+[geoverify]
+release_dir = "{release_dir}"
+n_boot = 0
+report_interval_s = 0.0
+max_output_tokens = {{tokens}}
+"""
+    cfg = tmp_path / "gv.toml"
+    cfg.write_text(base.format(cap=0.0, tokens=512))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    cfg.write_text(base.format(cap=5.0, tokens=512))  # only the cap: no warning
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    cfg.write_text(base.format(cap=5.0, tokens=300))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: campaign gv-drift: geoverify changed since its last run" in err

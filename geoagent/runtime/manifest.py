@@ -95,6 +95,33 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+#: config sections whose change between runs does not alter planned work (cap raised after "budget
+#: exhausted", data roots moved, the file renamed)
+_DRIFT_IGNORED = ("budget", "paths", "source")
+
+
+def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
+                 prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> list[str]:
+    """What changed since the campaign's last recorded run: top-level config sections (``models``,
+    ``geoverify``, ...; not ``budget`` or ``paths``) and packaged prompt templates (``prompt:<file>``).
+
+    Planned work keeps the requests it was planned with (queue keys are per trial/request unit), so a
+    change here applies only to work planned afterwards; callers warn about it. [] for a new campaign.
+    """
+    from geoagent.config import resolved_dict
+
+    old = read_manifest(Path(state_dir) if state_dir is not None else cfg.state_dir())
+    if not old or not isinstance(old.get("config"), dict):
+        return []
+    before, now = old["config"], orjson.loads(orjson.dumps(resolved_dict(cfg)))
+    changed = [k for k in sorted(set(before) | set(now)) if k not in _DRIFT_IGNORED and before.get(k) != now.get(k)]
+    old_prompts = old.get("prompt_templates_sha256") or {}
+    new_prompts = prompt_hashes(prompts_dir)
+    changed += [f"prompt:{name}" for name in sorted(set(old_prompts) | set(new_prompts))
+                if old_prompts.get(name) != new_prompts.get(name)]
+    return changed
+
+
 class Manifest:
     """Record runs of one campaign in its ``manifest.json``.
 
