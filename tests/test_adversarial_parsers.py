@@ -111,3 +111,16 @@ def test_release_sample_still_parses_completely(release_dir):
     rows = [orjson.loads(line) for line in (release_dir / "verify_raw_sample.jsonl").read_bytes().splitlines() if line]
     parsed = [parse_verdict(r["raw"]) for r in rows if r.get("raw")]
     assert len(parsed) == 336 and all(p.ok for p in parsed)
+
+
+@pytest.mark.parametrize("text", ['{"confidence": 0.9}', '{"clues": ["red brick", "tram"]}',
+                                  '{"verdict": "yes", "confidence": 0.9}', "confidence: 0.8"])
+def test_geohint_answer_without_any_place_is_a_parse_failure(text):
+    # before the fix these were ok=True answers with nothing to geocode: counted as parsed, never as failures
+    a = parse_answer(text)
+    assert not a.ok and a.raw == text and a.error
+
+
+def test_geohint_place_given_as_an_object_uses_its_name_not_its_repr():
+    a = parse_answer('{"city": {"name": "Paris", "country": "FR"}, "area": ["Le Marais", {"x": 1}], "building": {"id": 3}}')
+    assert a.ok and a.city == "Paris" and a.area == "Le Marais" and a.building is None

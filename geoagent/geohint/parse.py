@@ -113,8 +113,12 @@ def _candidates(text: str) -> list[Candidate]:
 def _text(v: Any) -> str | None:
     if v is None:
         return None
+    if isinstance(v, dict):  # {"name": "Paris", ...}: the name, never the dict's repr as a place name
+        v = v.get("name") if isinstance(v.get("name"), str) else None
+        if v is None:
+            return None
     if isinstance(v, (list, tuple)):
-        v = ", ".join(str(x) for x in v if x is not None)
+        v = ", ".join(str(x) for x in v if x is not None and not isinstance(x, (dict, list)))
     s = str(v).strip()
     return s or None
 
@@ -194,6 +198,8 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         ans.ok, ans.method, ans.truncated = True, method, truncated
         if method == "repaired":
             ans.error = "answer was truncated; closed and parsed" if truncated else "answer needed repair (quotes, commas or comments)"
+        if not (ans.city or ans.area or ans.building):  # e.g. {"confidence": 0.9}: nothing to geocode
+            ans.ok, ans.error = False, "JSON object has no city, area or building"
         return ans
     pairs = {}
     for m in _PAIR.finditer(raw):
@@ -205,6 +211,8 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         _fill(ans, pairs)
         ans.ok, ans.method = True, "regex"
         ans.error = "no parsable JSON object; fields read with a pattern"
+        if not (ans.city or ans.area or ans.building):
+            ans.ok, ans.error = False, "no city, area or building found"
         return ans
     ans.error = "no JSON object and no schema fields found"
     return ans
