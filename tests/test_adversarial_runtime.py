@@ -293,7 +293,7 @@ def test_rerun_after_a_crash_does_not_wait_out_the_visibility_timeout(tmp_path, 
             cfgp = await _start_and_kill(tmp_path, base, seen, sig=_signal.SIGKILL, n=6, visibility_s=600.0)
             cfgp.write_text(cfgp.read_text().replace("requests = 1, period_s = 60.0", "requests = 500, period_s = 1.0"))
             cfg = load_config(cfgp)
-            with anyio.move_on_after(20):
+            with anyio.move_on_after(8):
                 return (await run_campaign(cfg, live=False, handle_signals=False)).exit_code
             return -1  # still waiting for the dead process's leases
 
