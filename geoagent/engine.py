@@ -26,7 +26,7 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,8 +124,8 @@ class Outcome:
         if self.spend:
             s = self.spend
             lines.append(
-                f"  spend ${s.get('spent_usd', 0.0):.6f} settled + ${s.get('unknown_usd', 0.0):.6f} unknown-outcome"
-                f" of cap ${s.get('cap_usd') or 0.0:.2f}; calls {s.get('calls', 0)}"
+                f"  spend {usd(s.get('spent_usd'))} settled + {usd(s.get('unknown_usd'))} unknown-outcome"
+                f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
@@ -140,6 +140,60 @@ class Outcome:
         for p in self.export_files:
             lines.append(f"  export: {p}")
         return "\n".join(lines)
+
+
+def usd(amount: float | None) -> str:
+    """USD for summaries: cents for ordinary amounts, significant digits for tiny ones (``$0.0005``)."""
+    amount = float(amount or 0.0)
+    if amount == 0.0 or abs(amount) >= 0.995:
+        return f"${amount:,.2f}"
+    return f"${amount:.4g}" if abs(amount) < 0.01 else f"${amount:.4f}"
+
+
+def check_state_matches_queues(cfg: Any) -> None:
+    """Refuse to run when ``queues/<campaign>/`` holds work but ``state/<campaign>/campaign.sqlite`` is gone.
+
+    The queues would report every acknowledged task as done while the stored responses, results and the
+    ledger's spend are lost: the run would end "complete" with nothing scored and the cap reset to $0 spent.
+
+    Raises
+    ------
+    ValueError
+        Naming both folders and the two ways out (restore the state, or delete the queues to start over).
+    """
+    qdir = Path(cfg.queues_root()) / cfg.name
+    db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
+    if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
+        raise ValueError(
+            f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
+            f"{db} (stored responses, results, spend) is missing; restore the state folder, or delete {qdir} "
+            "to start the campaign over"
+        )
+
+
+@contextlib.contextmanager
+def run_lock(state_dir: Path) -> Iterator[bool]:
+    """Hold ``state/<campaign>/run.lock`` (shared) for a run; yield True when no other process runs it.
+
+    Every process of a campaign (scale-out with ``--stages`` included) holds the lock shared. A process that
+    can take it exclusively first knows that no other is alive, so every lease in the campaign's queues
+    belongs to a process that died (SIGKILL, power cut): the caller may expire those leases at once
+    instead of waiting out the visibility timeout. ``flock`` locks die with their process.
+    """
+    import fcntl
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / "run.lock", "a+b") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            alone = True
+        except BlockingIOError:
+            alone = False
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        try:
+            yield alone
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @contextlib.asynccontextmanager
@@ -217,78 +271,106 @@ async def run_campaign(
     URLs on ``*.sandbox.invalid`` hosts start the local fake APIs in-process for the run
     (:mod:`geoagent.sandbox.launch`).
     """
-    from geoagent.runtime.export import export_all
-    from geoagent.runtime.manifest import Manifest
     from geoagent.sandbox.launch import launch
 
     t0 = time.monotonic()
     kind = load_kind(cfg.campaign.kind)
-    async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path) as ctx:
-        ctx.services["watch"] = watch
-        plan = await kind.plan(cfg, ctx)
-        if simulate:
-            return _estimate_outcome(cfg, kind, list(plan), ctx, t0)
-        stages = kind.stages(cfg)
-        if only_stages:
-            unknown = set(only_stages) - {s.name for s in stages}
-            if unknown:
-                raise KeyError(f"unknown stage(s) {sorted(unknown)}; this campaign has {[s.name for s in stages]}")
-            stages = [s for s in stages if s.name in set(only_stages)]
-        queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), **cfg.queue_options())
-        try:
-            # the plan is streamed into the queue in chunks, so a campaign of millions of requests never
-            # holds them all in memory (kinds may return a list or a generator)
-            n_planned = await enqueue_plan(plan, queues.get(kind.plan_edge))
-        except BaseException:
-            for q in queues.values():
-                await q.close()
-            raise
-        manifest = Manifest(cfg, state_dir=cfg.state_dir())
-        run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages]})
-        status = "interrupted"
-        view: PipelineRun | None = None
-        try:
-            ledger = ctx.get("ledger")
-            progress = Progress(
-                cfg.state_dir() / C.PROGRESS_FILE,
-                spend=lambda: ledger.summary().to_json(),
-                live=live,
-                eta_edge=kind.eta_edge,
-                http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
-            )
-            view = await run_pipeline(
-                cfg.name,
-                stages,
-                queues,
-                ctx,
-                burst=not watch,
-                tick=progress,
-                handle_signals=handle_signals,
-                runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True},
-            )
-            counts = await view.counts()
-            dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
-            if view.stopped_by_signal:
-                status, code = "interrupted", EXIT_INTERRUPTED
-            elif view.budget_stopped:
-                status, code = "budget exhausted", EXIT_BUDGET
-            elif any(c.dead for c in counts.values()) or any(c.ready or c.leased for c in counts.values()):
-                status, code = "incomplete", EXIT_INCOMPLETE
-            else:
-                status, code = "complete", EXIT_COMPLETE
-            outcome = Outcome(
-                cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
-                elapsed_s=time.monotonic() - t0,
-            )
-            if export:
-                outcome.export_files = [t.parquet for t in export_all(ctx.get("store"), cfg.state_dir())]
-            outcome.report_files = await kind.report(cfg, ctx, outcome)
-            outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
-            return outcome
-        finally:
-            for q in queues.values():
-                await q.close()
-            manifest.stop_run(run_id, status=status, summary={"planned": n_planned})
+    check_state_matches_queues(cfg)
+    with run_lock(Path(cfg.state_dir())) as alone:
+        async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path) as ctx:
+            return await _run(cfg, kind, ctx, t0, alone=alone, simulate=simulate, live=live,
+                              only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
+
+
+async def _run(
+    cfg: Any,
+    kind: CampaignKind,
+    ctx: StageContext,
+    t0: float,
+    *,
+    alone: bool,
+    simulate: bool,
+    live: bool | None,
+    only_stages: Sequence[str] | None,
+    watch: bool,
+    handle_signals: bool,
+    export: bool,
+) -> Outcome:
+    from geoagent.runtime.export import export_all
+    from geoagent.runtime.manifest import Manifest
+
+    ctx.services["watch"] = watch
+    plan = await kind.plan(cfg, ctx)
+    if simulate:
+        return _estimate_outcome(cfg, kind, list(plan), ctx, t0)
+    stages = kind.stages(cfg)
+    if only_stages:
+        unknown = set(only_stages) - {s.name for s in stages}
+        if unknown:
+            raise KeyError(f"unknown stage(s) {sorted(unknown)}; this campaign has {[s.name for s in stages]}")
+        stages = [s for s in stages if s.name in set(only_stages)]
+    queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), **cfg.queue_options())
+    if alone:
+        # no other process of this campaign is alive: leases still held belong to a dead one
+        for q in queues.values():
+            expire = getattr(q, "expire_leases", None)
+            if expire is not None and (n := await expire()):
+                log.warning("campaign %s: %d task(s) leased by a stopped process are redelivered now",
+                            cfg.name, n)
+    try:
+        # the plan is streamed into the queue in chunks, so a campaign of millions of requests never
+        # holds them all in memory (kinds may return a list or a generator)
+        n_planned = await enqueue_plan(plan, queues.get(kind.plan_edge))
+    except BaseException:
+        for q in queues.values():
+            await q.close()
+        raise
+    manifest = Manifest(cfg, state_dir=cfg.state_dir())
+    run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages]})
+    status = "interrupted"
+    view: PipelineRun | None = None
+    try:
+        ledger = ctx.get("ledger")
+        progress = Progress(
+            cfg.state_dir() / C.PROGRESS_FILE,
+            spend=lambda: ledger.summary().to_json(),
+            live=live,
+            eta_edge=kind.eta_edge,
+            http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
+        )
+        view = await run_pipeline(
+            cfg.name,
+            stages,
+            queues,
+            ctx,
+            burst=not watch,
+            tick=progress,
+            handle_signals=handle_signals,
+            runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True},
+        )
+        counts = await view.counts()
+        dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
+        if view.stopped_by_signal:
+            status, code = "interrupted", EXIT_INTERRUPTED
+        elif view.budget_stopped:
+            status, code = "budget exhausted", EXIT_BUDGET
+        elif any(c.dead for c in counts.values()) or any(c.ready or c.leased for c in counts.values()):
+            status, code = "incomplete", EXIT_INCOMPLETE
+        else:
+            status, code = "complete", EXIT_COMPLETE
+        outcome = Outcome(
+            cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
+            elapsed_s=time.monotonic() - t0,
+        )
+        if export:
+            outcome.export_files = [t.parquet for t in export_all(ctx.get("store"), cfg.state_dir())]
+        outcome.report_files = await kind.report(cfg, ctx, outcome)
+        outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        return outcome
+    finally:
+        for q in queues.values():
+            await q.close()
+        manifest.stop_run(run_id, status=status, summary={"planned": n_planned})
 
 
 #: planned messages put into the plan edge per transaction (bounds the planner's memory)

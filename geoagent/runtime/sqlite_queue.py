@@ -614,6 +614,19 @@ class SQLiteQueue(WorkQueue):
         """Synchronous :meth:`dead_letter`."""
         self._sync(self._finish_op("dead_letter", (task,), _DEAD_SQL, DEAD, str(reason)))
 
+    def _expire_leases_op(self) -> _Op:
+        def tx(conn: sqlite3.Connection, now: float) -> int:
+            # an expired lease is handed out again by lease() (and counted as ready): no state change needed
+            return conn.execute(
+                "UPDATE tasks SET not_before = ? WHERE state = ? AND not_before > ?", (now, LEASED, now)
+            ).rowcount
+
+        return _Op(tx, inline=False)
+
+    def expire_leases_sync(self) -> int:
+        """Let every current lease expire now; return how many. Only for when no holder is alive (crash)."""
+        return self._sync(self._expire_leases_op())
+
     def counts_sync(self) -> QueueCounts:
         """Counts by state; leases past their expiry count as ready. O(log N + expired leases), any thread."""
         return self._sync(self._counts_op())
@@ -716,6 +729,14 @@ class SQLiteQueue(WorkQueue):
     async def release(self, tasks: Task | Sequence[Task]) -> None:
         """Return leased tasks to ready now, no attempt counted. Raises ``StaleLease`` like :meth:`ack`."""
         await self._async(self._finish_op("release", _as_list(tasks), _RELEASE_SQL, READY))
+
+    async def expire_leases(self) -> int:
+        """Let every current lease expire now, so the tasks are redelivered at once; return how many.
+
+        Call only when every process that could hold a lease is known to be gone (e.g. the campaign's run
+        lock was free): a live holder's later ack would then raise ``StaleLease``.
+        """
+        return await self._async(self._expire_leases_op())
 
     async def counts(self) -> QueueCounts:
         """Counts by state (leases past their expiry count as ready)."""
