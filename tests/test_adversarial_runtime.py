@@ -7,6 +7,7 @@ its request key and token usage) or the simulated provider.
 from __future__ import annotations
 
 import collections
+import contextlib
 import shutil
 import sys
 from pathlib import Path
@@ -111,8 +112,6 @@ def test_rerun_after_deleting_queues_but_keeping_state_makes_no_new_calls(tmp_pa
     assert _results(tmp_path) == 20
 
 
-@pytest.mark.xfail(strict=True, reason="engine.run_campaign does not check that state/ and queues/ belong together "
-                   "(engine.py is not ours to change; the CLI guards it)")
 def test_engine_refuses_to_rerun_when_state_was_deleted_but_queues_remain(tmp_path):
     cfg = load_config(_config(tmp_path, base_url=None, n=12, cap=1.0))
     assert anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False)).exit_code == EXIT_COMPLETE
@@ -195,7 +194,6 @@ def test_status_shows_a_small_cap_without_rounding_it_to_zero(tmp_path):
     assert "cap $0.0005" in text
 
 
-@pytest.mark.xfail(strict=True, reason="engine.Outcome.summary formats the cap with 2 decimals (engine.py:128)")
 def test_run_summary_shows_a_small_cap_without_rounding_it_to_zero(tmp_path):
     cfg = load_config(_config(tmp_path, base_url=None, n=3, cap=0.0005))
     out = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False))
@@ -278,9 +276,6 @@ def test_crash_counts_only_requests_that_were_sent_as_unknown_spend(tmp_path):
     assert s["unknown_calls"] <= len(seen), (s["unknown_calls"], len(seen))
 
 
-@pytest.mark.xfail(strict=True, reason="leases of a process that was SIGKILLed (or forced out by a second SIGINT) are "
-                   "only redelivered after visibility_timeout_s (default 300 s): the re-run sits idle without a word "
-                   "(sqlite_queue.py lease / worker.py; the ledger already reclaims dead owners)")
 def test_rerun_after_a_crash_does_not_wait_out_the_visibility_timeout(tmp_path, monkeypatch):
     import signal as _signal
 
@@ -319,9 +314,10 @@ def test_second_sigint_exits_130_without_a_traceback(tmp_path):
                 proc = await anyio.open_process([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"],
                                                 env=env)
                 await anyio.sleep(first_after_s)
-                proc.send_signal(_signal.SIGINT)
+                with contextlib.suppress(ProcessLookupError):  # a re-run may already have finished the rest
+                    proc.send_signal(_signal.SIGINT)
                 await anyio.sleep(0.05)
-                if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):  # it may have finished stopping already
                     proc.send_signal(_signal.SIGINT)
                 err = b""
                 with anyio.fail_after(60):
@@ -336,6 +332,7 @@ def test_second_sigint_exits_130_without_a_traceback(tmp_path):
             return results
 
     for code, err in anyio.run(go):
-        # -SIGINT only when the second signal came after the command had finished (Python's own exit path)
-        assert code in (130, -_signal.SIGINT), err.decode(errors="replace")[-2000:]
+        # 0: the re-run finished before the first signal; -SIGINT: the second signal came after the command had
+        # finished (Python's own exit path)
+        assert code in (0, 130, -_signal.SIGINT), err.decode(errors="replace")[-2000:]
         assert b"Traceback" not in err, err.decode(errors="replace")[-2000:]
