@@ -59,13 +59,16 @@ PROMPT = "Generic task {i}: describe in one sentence what a street photo of a ci
 # ------------------------------------------------------------------------------------------------
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    """Start the OpenAI-compatible fake in its own process (no auth, no log file); return (proc, base URL)."""
+def start_server(latency_ms: float = 0.0) -> tuple[subprocess.Popen, str]:
+    """Start the OpenAI-compatible fake in its own process (no auth, no log file); return (proc, base URL).
+
+    ``latency_ms`` > 0 makes each answer take that long (simulated model time, no CPU)."""
     from geoagent.sandbox.server import free_port, wait_ready
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port), "--no-auth", "--calls-max", "1000"],
+        [sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port), "--no-auth", "--calls-max", "1000",
+         "--latency-ms", str(latency_ms)],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -247,10 +250,13 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the queue/state folders (printed)")
     ap.add_argument("--profile", default=None, help="cProfile dump of the (last) pipeline child to this path")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="simulated model time per call in ms (default 0: measures pure overhead, the hard case)")
     a = ap.parse_args()
     sizes = [100_000, 1_000_000] if a.million else [a.calls]
 
-    server, base = start_server()
+    server, base = start_server(a.latency_ms)
+    print(f"server latency {a.latency_ms:g} ms per call, concurrency {a.concurrency}", flush=True)
     results: list[dict[str, Any]] = []
     try:
         for n in sizes:
@@ -271,7 +277,8 @@ def main() -> int:
             print(f"pipeline n={n:>9,}  {pipe['calls_per_s']:9.0f} calls/s  ({pipe['elapsed_s']:.1f} s, "
                   f"status {pipe['status']}, calls {pipe['calls']:,}, peak RSS {pipe['peak_rss_mib']:.0f} MiB, "
                   f"client CPU {1e6 * pipe['cpu_s'] / max(1, n):.0f} us/call)", flush=True)
-            row = {"n": n, "concurrency": a.concurrency, "export": not a.no_export, "pipeline": pipe, "raw": raw}
+            row = {"n": n, "concurrency": a.concurrency, "latency_ms": a.latency_ms, "export": not a.no_export,
+                   "pipeline": pipe, "raw": raw}
             if raw:
                 row["ratio"] = pipe["calls_per_s"] / raw["calls_per_s"]
                 print(f"ratio    n={n:>9,}  {row['ratio']:.3f}  (target >= 0.7: {'met' if row['ratio'] >= 0.7 else 'NOT met'})",

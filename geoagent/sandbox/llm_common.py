@@ -373,6 +373,24 @@ async def read_json(request: web.Request) -> tuple[Any, str | None]:
         return None, str(exc)
 
 
+def add_latency(app: web.Application, latency_s: float) -> web.Application:
+    """Make every request of a not-yet-started fake take ``latency_s`` seconds more (simulated model time).
+
+    Real models answer in seconds; a zero-latency fake measures only our own overhead. The wait is an
+    ``asyncio.sleep`` (no CPU), added as the outermost middleware. Returns ``app``.
+    """
+    import asyncio
+
+    @web.middleware
+    async def _latency(request: web.Request, handler: Callable[[web.Request], Any]) -> Any:
+        if not request.path.startswith("/_sandbox/"):
+            await asyncio.sleep(latency_s)
+        return await handler(request)
+
+    app.middlewares.insert(0, _latency)
+    return app
+
+
 def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[str] | None = None) -> None:
     """``python -m geoagent.sandbox.llm_<api> --port N [--log calls.jsonl] [--seed S] [--api-key K ...]
     [--fault-rate R --fault-kinds 429,500,... --fault-retry-after-s S]``: serve the fake on 127.0.0.1 until killed."""
@@ -388,6 +406,8 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     ap.add_argument("--fault-kinds", default=None, help="comma-separated subset of 429,500,503,timeout,reset,malformed")
     ap.add_argument("--fault-seed", type=int, default=0)
     ap.add_argument("--fault-retry-after-s", type=float, default=1.0, help="Retry-After of injected 429s (s)")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="simulated model time per request in ms (default 0: pure overhead)")
     args = ap.parse_args(argv)
     faults = None
     if args.fault_rate > 0 or args.fault_kinds:
@@ -403,4 +423,6 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
         require_auth=not args.no_auth,
         calls_max=args.calls_max,
     )
+    if args.latency_ms > 0:
+        add_latency(app, args.latency_ms / 1000.0)
     web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
