@@ -33,26 +33,10 @@ def _load(path: str) -> Any:
 
 
 def _check_state_matches_queues(cfg: Any) -> None:
-    """Refuse to run when ``queues/<campaign>/`` holds work but ``state/<campaign>/campaign.sqlite`` is gone.
+    """See :func:`geoagent.engine.check_state_matches_queues` (also guards ``export`` and ``crawl``)."""
+    from geoagent.engine import check_state_matches_queues
 
-    The queues would report every acknowledged task as done while the stored responses, results and the
-    ledger's spend are lost: the run would end "complete" with nothing scored and the cap reset to $0 spent.
-
-    Raises
-    ------
-    ValueError
-        Naming both folders and the two ways out (restore the state, or delete the queues to start over).
-    """
-    from geoagent import constants as C
-
-    qdir = Path(cfg.queues_root()) / cfg.name
-    db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
-    if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
-        raise ValueError(
-            f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
-            f"{db} (stored responses, results, spend) is missing; restore the state folder, or delete {qdir} "
-            "to start the campaign over"
-        )
+    check_state_matches_queues(cfg)
 
 
 def _warn_config_drift(cfg: Any) -> None:
