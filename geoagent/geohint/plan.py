@@ -141,7 +141,8 @@ def plan_requests(
         Requests per unit for baseline and context conditions; repeats beyond the first carry
         ``params["seed"] = repeat`` so each is a distinct request key.
     params : mapping
-        Sampling parameters for every request; ``max_output_tokens`` defaults to 1024 tokens.
+        Sampling parameters for every request; without ``max_output_tokens`` each model's own
+        ``[[models]] max_output_tokens`` applies (merged by the model caller).
     prompts : PromptBook, optional
         Template source (packaged templates by default).
     images_per_site : int, optional
@@ -164,7 +165,7 @@ def plan_requests(
     if baseline_repeats < 1 or context_repeats < 1:
         raise ValueError("baseline_repeats and context_repeats must be >= 1")
     book = prompts or PromptBook()
-    base_params = {"max_output_tokens": DEFAULT_MAX_OUTPUT_TOKENS, **dict(params or {})}
+    base_params = dict(params or {})  # no max_output_tokens here: each model's own applies
     summary = PlanSummary(seed=seed, conditions=[c.name for c in conditions], baseline_repeats=baseline_repeats)
     for m in models:
         summary.sample_rates[m.model] = float(m.sample_rate)

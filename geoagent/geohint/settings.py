@@ -10,7 +10,7 @@ Example::
     sites = ["tokyo_shibuya"]     # optional subset of the release's site ids
     prompts_dir = "my_prompts"    # optional edited copy of geoagent/prompts/geohint_*.txt
     image_root = "images"         # optional folder holding streetview/<site>/<id>.jpg
-    max_output_tokens = 1024
+    max_output_tokens = 1024       # optional override of every model's [[models]] max_output_tokens
     sample_rates = { "claude-opus-5" = 0.3333 }   # per-model override of models[].sampling_rate
     regime_threshold = 0.5        # no-context hit rate that splits legible from illegible sites
     n_flips = 10000               # permutation sign flips (Tables 8-10)
@@ -46,7 +46,8 @@ class GeoHintSettings(BaseModel):
     prompts_dir: str | None = None
     image_root: str | None = None
     release_dir: str | None = None
-    max_output_tokens: int = Field(1024, gt=0)
+    #: override of every model's ``max_output_tokens`` for this task (default: each model's own)
+    max_output_tokens: int | None = Field(None, gt=0)
     sample_rates: dict[str, float] = Field(default_factory=dict)
     regime_threshold: float = Field(0.5, gt=0, lt=1)
     n_flips: int = Field(10_000, ge=1)

@@ -109,7 +109,7 @@ def plan_from_config(
         seed=int(getattr(cfg.campaign, "seed", 0) or 0),
         baseline_repeats=sec.baseline_repeats,
         context_repeats=sec.context_repeats,
-        params={"max_output_tokens": sec.max_output_tokens},
+        params={} if sec.max_output_tokens is None else {"max_output_tokens": sec.max_output_tokens},
         prompts=PromptBook(sec.prompts_dir) if sec.prompts_dir else None,
         images_per_site=sec.images_per_site,
         image_root=sec.image_root,

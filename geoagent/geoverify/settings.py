@@ -6,7 +6,7 @@ Example::
     trials = "release"            # "release": the release's trial table; "build": new trials from its
                                   # images and candidate pools (Sec. 5.2), with control arms
     prompt_template = "my_claim.txt"   # optional; default geoagent/prompts/geoverify_claim.txt
-    max_output_tokens = 512
+    max_output_tokens = 512        # optional override of every model's [[models]] max_output_tokens
     n_per_band = 2                # build only: decoys per band per image
     n_control = 2                 # build only: candidates per image that get the two control arms
     image_root = "images"         # optional folder holding streetview/<site>/<id>.jpg
@@ -35,7 +35,8 @@ class GeoVerifySettings(BaseModel):
     trials: Literal["release", "build"] = "release"
     release_dir: str | None = Field(None, description="release folder; default: the config's release_dir")
     prompt_template: str | None = None
-    max_output_tokens: int = Field(512, gt=0)
+    #: override of every model's ``max_output_tokens`` for this task (default: each model's own)
+    max_output_tokens: int | None = Field(None, gt=0)
     tau_m: float = Field(150.0, gt=0)
     n_per_band: int | None = Field(2, ge=0)
     max_signal: int | None = Field(None, ge=0)

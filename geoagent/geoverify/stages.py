@@ -75,7 +75,7 @@ def plan_requests(
     models: Sequence[str],
     *,
     template: str | None = None,
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    max_output_tokens: int | None = None,
     image_root: str | Path | None = None,
     tau_km: float = C.GEOVERIFY_TAU_KM,
     replay_model_of: Mapping[str, str] | None = None,
@@ -90,8 +90,9 @@ def plan_requests(
         Model names as in the campaign config (``models[].name``).
     template : str, optional
         Claim template text (default: ``prompts/geoverify_claim.txt``).
-    max_output_tokens : int
-        Output cap in tokens (enters the request key and the cost reservation).
+    max_output_tokens : int or None
+        Output cap in tokens for every model (enters the request key and the cost reservation); None
+        (default) leaves each model's own ``[[models]] max_output_tokens``.
     image_root : path, optional
         Folder holding images at their ``path`` (``streetview/<site>/<id>.jpg``); files that exist are
         sent, otherwise only the image id (placeholder pixels).
@@ -137,7 +138,7 @@ def plan_requests(
                         "prompt": prompt,
                         "image_id": image_id,
                         "image_ref": image_ref,
-                        "params": {"max_output_tokens": int(max_output_tokens)},
+                        "params": {} if max_output_tokens is None else {"max_output_tokens": int(max_output_tokens)},
                         "meta": {
                             "task": TASK_NAME,
                             "trial_id": t.trial_id,
