@@ -169,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (see :mod:`geoagent.engine` for campaign codes)."""
+    import asyncio
+
     from geoagent.config import ConfigError
 
     args = build_parser().parse_args(argv)
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args))
     except BaseException as exc:  # noqa: BLE001 - unwrap task-group errors to one readable line
         leaf = _leaf(exc)
-        if isinstance(leaf, KeyboardInterrupt):  # a second Ctrl-C forced the exit (possibly mid-cleanup)
+        if isinstance(leaf, (KeyboardInterrupt, asyncio.CancelledError)):  # Ctrl-C at start-up, or a forced exit
             print("interrupted: forced exit; acknowledged work is durable, re-run the same command to resume",
                   file=sys.stderr)
             return 130
@@ -216,7 +218,13 @@ _PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ER
 
 
 def _leaf(exc: BaseException) -> BaseException:
-    """The single innermost exception of nested exception groups (``exc`` itself otherwise)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    """The one innermost exception of nested exception groups, ignoring the cancellations it caused in
+    sibling tasks (``exc`` itself when there is no single cause)."""
+    import asyncio
+
+    while isinstance(exc, BaseExceptionGroup):
+        causes = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)] or list(exc.exceptions)
+        if len({(type(e), str(e)) for e in causes}) != 1:  # several workers can fail alike (a missing token)
+            return exc
+        exc = causes[0]
     return exc

@@ -197,7 +197,9 @@ def run_lock(state_dir: Path) -> Iterator[bool]:
 
 
 @contextlib.asynccontextmanager
-async def open_services(cfg: Any, *, dotenv_path: str | Path | None = None) -> AsyncIterator[StageContext]:
+async def open_services(
+    cfg: Any, *, dotenv_path: str | Path | None = None, require_keys: bool = True
+) -> AsyncIterator[StageContext]:
     """Open the process-wide services of a campaign and yield the stage context.
 
     Services: ``config``, ``http`` (one :class:`~geoagent.runtime.http.HttpClient` per process with the
@@ -216,7 +218,7 @@ async def open_services(cfg: Any, *, dotenv_path: str | Path | None = None) -> A
     try:
         async with http:
             for m in cfg.models:
-                settings = provider_settings(cfg, m.name, dotenv_path=dotenv_path)
+                settings = provider_settings(cfg, m.name, dotenv_path=dotenv_path, require_key=require_keys)
                 providers[m.name] = provider_class(settings.kind)(settings, http)
             ctx = StageContext(
                 cfg.name,
@@ -276,8 +278,10 @@ async def run_campaign(
     t0 = time.monotonic()
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
+    written = cfg  # the manifest records the config as written, not its local sandbox ports
     with run_lock(Path(cfg.state_dir())) as alone:
-        async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path) as ctx:
+        async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate) as ctx:
+            ctx.services["config_as_written"] = written
             return await _run(cfg, kind, ctx, t0, alone=alone, simulate=simulate, live=live,
                               only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
 
@@ -325,7 +329,7 @@ async def _run(
         for q in queues.values():
             await q.close()
         raise
-    manifest = Manifest(cfg, state_dir=cfg.state_dir())
+    manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages]})
     status = "interrupted"
     view: PipelineRun | None = None
@@ -401,8 +405,15 @@ async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN
 def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx: StageContext, t0: float) -> Outcome:
     from geoagent.config import estimate
 
-    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"))
     out = Outcome(cfg.name, "dry run", EXIT_COMPLETE, len(messages), {}, None, elapsed_s=time.monotonic() - t0)
+    if kind.plan_edge != C.EDGE_REQUESTS:
+        # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
+        out.extra_lines = [
+            f"  dry run: the plan is {len(messages)} message(s) on edge {kind.plan_edge!r}; this campaign kind makes"
+            " its model calls along the way, so they cannot be counted in advance (the [budget] cap still holds)"
+        ]
+        return out
+    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"))
     out.extra_lines = ["  dry run (no call made, nothing enqueued):", *("  " + line for line in _estimate_lines(est))]
     return out
 

@@ -71,7 +71,7 @@ def format_status(st: dict[str, Any]) -> str:
         )
     p = st.get("progress")
     if p:
-        state = "finished" if p.get("finished") else "running or stopped"
+        state = "run ended" if p.get("finished") else "running, or killed before its last record"
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s, ETA {p.get('eta_s')} s")
         for sd in p.get("stages", []):
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
