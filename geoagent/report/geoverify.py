@@ -172,7 +172,7 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     if not scores:
         return "no scored GeoVerify responses yet\n"
     cols = _columns(scores)
-    table = Table(title="GeoVerify (seed 000 Table 12 layout)", show_lines=False)
+    table = Table(title="GeoVerify (layout of GeoContext, Zhang and Wang 2026, Table 12)", show_lines=False)
     table.add_column("")
     for c in cols:
         table.add_column(c, justify="right")
