@@ -105,7 +105,7 @@ def test_demo_completes_offline_in_time_and_summarises_every_stage(demo):
     out = p.stdout
     for stage in ("screen:", "sample:", "fetch:", "audit:", "rate:", "ladders:"):
         assert stage in out, stage
-    assert "GeoVerify (seed 000 Table 12 layout)" in out and "Table 1:" in out
+    assert "GeoVerify (layout of GeoContext" in out and "Table 1:" in out
     assert "spend vs cap:" in out and out.count("[complete]") == 3
     state = demo["work"] / "state"
     for name in CAMPAIGNS:
