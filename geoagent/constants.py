@@ -3,7 +3,8 @@
 Data flows one way (see ARCHITECTURE in README):
 
     crawl:    cities -> screener -> admitted -> sampler -> sites -> fetcher -> images -> image_auditor
-              sites -> referenceability auditor -> rated -> ladder builder -> ladders
+              -> sites_for_audit -> referenceability auditor -> rated -> ladder builder
+              (one linear chain, so burst mode knows every stage's upstream)
     evaluate: planner -> requests -> model caller -> responses -> parser -> answers
               -> (geocoder, GeoHint only) -> located -> scorer -> scored -> aggregator
 """
@@ -31,7 +32,7 @@ EDGE_CITIES = "cities"  # config -> city screener
 EDGE_ADMITTED = "admitted"  # screener -> site sampler
 EDGE_SITES = "sites"  # sampler -> imagery fetcher and referenceability auditor
 EDGE_IMAGES = "images"  # fetcher -> image auditor
-EDGE_SITES_FOR_AUDIT = "sites_for_audit"  # sampler -> referenceability auditor
+EDGE_SITES_FOR_AUDIT = "sites_for_audit"  # image auditor -> referenceability auditor (one per site)
 EDGE_RATED = "rated"  # referenceability auditor -> ladder builder
 
 # --- stage (worker) names ---------------------------------------------------------------------
