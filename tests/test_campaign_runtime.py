@@ -18,8 +18,8 @@ from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
 
-GOOD_KEY = "sk-sandbox-good-0123456789abcdefghij"
-BAD_KEY = "sk-sandbox-revoked-0123456789abcdefgh"
+GOOD_KEY = "sk-" "sandbox-good-0123456789abcdefghij"
+BAD_KEY = "sk-" "sandbox-revoked-0123456789abcdefgh"
 
 
 def _write(tmp: Path, name: str, body: str) -> Path:

