@@ -94,26 +94,30 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
         valid (``ok`` boolean, ``familiarity`` integer 0-5, idx in range, first occurrence wins); None when
         no JSON array can be found at all. Candidates missing from the dict must be asked again.
     """
-    arr = extract_json(text, list)
-    if arr is None:
-        return None
-    out: dict[int, dict[str, Any]] = {}
-    for el in arr:
-        if not isinstance(el, dict):
-            continue
-        idx = as_int_in(el.get("idx"), 0, n - 1)
+    def read(el: dict[str, Any]) -> dict[str, Any] | None:
         ok = as_bool(el.get("ok"))
         fam = as_int_in(el.get("familiarity"), 0, 5)
-        if idx is None or ok is None or fam is None or idx in out:
-            continue
+        if ok is None or fam is None:
+            return None
         zh, en = el.get("zh"), el.get("en")
-        out[idx] = {"ok": ok, "familiarity": fam, "name_zh": zh if isinstance(zh, str) and zh.strip() else None,
-                    "name_en": en if isinstance(en, str) and en.strip() else None, "why": str(el.get("why", ""))[:200]}
-    return out
+        return {"ok": ok, "familiarity": fam, "name_zh": zh if isinstance(zh, str) and zh.strip() else None,
+                "name_en": en if isinstance(en, str) and en.strip() else None, "why": str(el.get("why", ""))[:200]}
+
+    return _by_idx(text, n, read)
 
 
 def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | None:
     """Read the screening pass's JSON array: idx -> {"sensitive": bool, "why": str}; None if no array."""
+    def read(el: dict[str, Any]) -> dict[str, Any] | None:
+        sens = as_bool(el.get("sensitive"))
+        return None if sens is None else {"sensitive": sens, "why": str(el.get("why", ""))[:200]}
+
+    return _by_idx(text, n, read)
+
+
+def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | None:
+    """The JSON array in ``text`` as idx -> ``read(element)``: elements that are objects with an ``idx`` in
+    [0, n) and that ``read`` accepts (not None); the first valid element of an idx wins; None if no array."""
     arr = extract_json(text, list)
     if arr is None:
         return None
@@ -122,10 +126,11 @@ def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]]
         if not isinstance(el, dict):
             continue
         idx = as_int_in(el.get("idx"), 0, n - 1)
-        sens = as_bool(el.get("sensitive"))
-        if idx is None or sens is None or idx in out:
+        if idx is None or idx in out:
             continue
-        out[idx] = {"sensitive": sens, "why": str(el.get("why", ""))[:200]}
+        row = read(el)
+        if row is not None:
+            out[idx] = row
     return out
 
 
