@@ -26,7 +26,7 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,13 +172,15 @@ def check_state_matches_queues(cfg: Any) -> None:
 
 
 @contextlib.contextmanager
-def run_lock(state_dir: Path) -> Iterator[bool]:
-    """Hold ``state/<campaign>/run.lock`` (shared) for a run; yield True when no other process runs it.
+def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None) -> Iterator[bool]:
+    """Hold ``state/<campaign>/run.lock`` (shared) for a run; yield True when no other process ran it.
 
     Every process of a campaign (scale-out with ``--stages`` included) holds the lock shared. A process that
-    can take it exclusively first knows that no other is alive, so every lease in the campaign's queues
-    belongs to a process that died (SIGKILL, power cut): the caller may expire those leases at once
-    instead of waiting out the visibility timeout. ``flock`` locks die with their process.
+    can take it exclusively knows that no other is alive, so every lease in the campaign's queues belongs
+    to a process that died (SIGKILL, power cut). ``when_alone`` runs while the exclusive lock is still held
+    (other processes of the campaign wait for their shared lock meanwhile, so none can lease yet): that is
+    where the caller expires those leases, instead of waiting out the visibility timeout. ``flock`` locks
+    die with their process.
     """
     import fcntl
 
@@ -189,11 +191,30 @@ def run_lock(state_dir: Path) -> Iterator[bool]:
             alone = True
         except BlockingIOError:
             alone = False
+        if alone and when_alone is not None:
+            when_alone()
         fcntl.flock(fh, fcntl.LOCK_SH)
         try:
             yield alone
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def expire_dead_leases(cfg: Any) -> int:
+    """Expire every lease in the campaign's existing queue files (only when no process of it is alive)."""
+    from geoagent.runtime.sqlite_queue import SQLiteQueue
+
+    folder = Path(cfg.queues_root()) / cfg.name
+    n = 0
+    for f in sorted(folder.glob("*.sqlite")) if folder.is_dir() else []:
+        q = SQLiteQueue.open(cfg.queues_root(), cfg.name, f.stem, **cfg.queue_options())
+        try:
+            n += q.expire_leases_sync()
+        finally:
+            q.close_sync()
+    if n:
+        log.warning("campaign %s: %d task(s) leased by a stopped process are redelivered now", cfg.name, n)
+    return n
 
 
 @contextlib.asynccontextmanager
@@ -279,10 +300,10 @@ async def run_campaign(
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
     written = cfg  # the manifest records the config as written, not its local sandbox ports
-    with run_lock(Path(cfg.state_dir())) as alone:
+    with run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg)):
         async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate) as ctx:
             ctx.services["config_as_written"] = written
-            return await _run(cfg, kind, ctx, t0, alone=alone, simulate=simulate, live=live,
+            return await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
                               only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
 
 
@@ -292,7 +313,6 @@ async def _run(
     ctx: StageContext,
     t0: float,
     *,
-    alone: bool,
     simulate: bool,
     live: bool | None,
     only_stages: Sequence[str] | None,
@@ -314,13 +334,6 @@ async def _run(
             raise KeyError(f"unknown stage(s) {sorted(unknown)}; this campaign has {[s.name for s in stages]}")
         stages = [s for s in stages if s.name in set(only_stages)]
     queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), **cfg.queue_options())
-    if alone:
-        # no other process of this campaign is alive: leases still held belong to a dead one
-        for q in queues.values():
-            expire = getattr(q, "expire_leases", None)
-            if expire is not None and (n := await expire()):
-                log.warning("campaign %s: %d task(s) leased by a stopped process are redelivered now",
-                            cfg.name, n)
     try:
         # the plan is streamed into the queue in chunks, so a campaign of millions of requests never
         # holds them all in memory (kinds may return a list or a generator)

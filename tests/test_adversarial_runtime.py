@@ -144,6 +144,8 @@ def test_two_processes_of_one_campaign_never_double_spend(tmp_path):
                 p = await anyio.run_process([sys.executable, str(REPO / "run.py"), "run", str(cfg), "--no-live"],
                                             env=env, check=False, cwd=tmp_path)
                 codes.append(p.returncode)
+                if p.returncode:
+                    print(p.stdout.decode(errors="replace")[-3000:], p.stderr.decode(errors="replace")[-5000:])
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(one)
