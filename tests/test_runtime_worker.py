@@ -134,3 +134,115 @@ def test_stop_request_releases_in_flight_work(tmp_path):
     run, counts = anyio.run(main)
     assert counts.leased == 0 and counts.ready == 10 and counts.done == 0
     assert run.stats()[0].released == 4
+
+
+class BatchCollect(Stage):
+    """A ``batched`` sink: one ``handle_batch`` call per group of waiting tasks; per-task fates by key."""
+
+    name = "collect"
+    input_edge = "b"
+    output_edge = None
+    concurrency = 8
+    lease_batch = 16
+    batched = True
+
+    def __init__(self, perm_keys=(), fail_once_keys=(), raise_whole_batch_once=False, budget_key=None):
+        self.perm_keys, self.fail_once_keys = set(perm_keys), set(fail_once_keys)
+        self.raise_whole_batch_once = raise_whole_batch_once
+        self.budget_key = budget_key
+        self.batches: list[int] = []
+        self.seen: dict[str, int] = {}
+        self.failed: set[str] = set()
+
+    async def handle(self, task, ctx):  # pragma: no cover - the runner calls handle_batch
+        raise AssertionError("batched stage got a single task")
+
+    async def handle_batch(self, tasks, ctx):
+        self.batches.append(len(tasks))
+        if self.raise_whole_batch_once:
+            self.raise_whole_batch_once = False
+            raise RuntimeError("database hiccup")
+        out = []
+        for t in tasks:
+            if t.key in self.perm_keys:
+                out.append(PermanentFailure("bad row"))
+            elif t.key in self.fail_once_keys and t.key not in self.failed:
+                self.failed.add(t.key)
+                out.append(RuntimeError("transient"))
+            elif t.key == self.budget_key:
+                out.append(BudgetStop("cap"))
+            else:
+                self.seen[t.key] = t.payload["x"]
+                out.append([])
+        await anyio.sleep(0)
+        return out
+
+
+def test_batched_stage_gets_groups_and_per_task_fates(tmp_path):
+    d, c = Double(), BatchCollect(perm_keys={"k5"}, fail_once_keys={"k7", "k8"})
+    run, counts, _ = _run([d, c], tmp_path, [(f"k{i}", {"x": i}) for i in range(100)])
+    assert counts["b"].done == 99 and counts["b"].dead == 1 and counts["b"].ready == counts["b"].leased == 0
+    assert c.seen == {f"k{i}": 2 * i for i in range(100) if i != 5}
+    assert max(c.batches) > 1 and max(c.batches) <= c.lease_batch  # grouped, never beyond a lease batch
+    assert sum(c.batches) == 100 + 2  # every task once, plus the two nacked ones again
+    stats = {s.name: s for s in run.stats()}
+    assert stats["collect"].failed == 2 and stats["collect"].dead == 1
+
+
+def test_batched_stage_whole_batch_failure_is_retried(tmp_path):
+    d, c = Double(), BatchCollect(raise_whole_batch_once=True)
+    run, counts, _ = _run([d, c], tmp_path, [(f"k{i}", {"x": i}) for i in range(40)])
+    assert counts["b"].done == 40 and counts["b"].dead == 0
+    assert c.seen == {f"k{i}": 2 * i for i in range(40)}
+    assert {s.name: s for s in run.stats()}["collect"].failed == c.batches[0]  # the first batch was nacked
+
+
+def test_batched_stage_budget_stop_releases_task(tmp_path):
+    d, c = Double(), BatchCollect(budget_key="k3")
+    run, counts, _ = _run([d, c], tmp_path, [(f"k{i}", {"x": i}) for i in range(30)])
+    assert run.budget_stopped
+    assert counts["b"].dead == 0 and counts["b"].leased == 0
+    assert counts["b"].ready >= 1  # k3 (and whatever was leased ahead) went back untouched
+    assert "k3" not in c.seen and counts["b"].done == len(c.seen)
+
+
+def test_stop_releases_tasks_leased_ahead_and_never_started(tmp_path):
+    """With lease-ahead, tasks beyond the concurrency wait in memory; on stop they go back (no attempt)."""
+    started: list[str] = []
+
+    class Slow(Double):
+        concurrency = 2
+        lease_batch = 8
+
+        async def handle(self, task, ctx):
+            started.append(task.key)
+            await anyio.sleep(30)
+            return []
+
+    s = Slow()
+    s.output_edge = None
+
+    async def main():
+        queues = open_edge_queues(tmp_path / "q", "t", [s])
+        await queues["a"].put_many([(f"k{i}", {"x": i}) for i in range(20)])
+        holder = []
+
+        async def tick(view):
+            holder.extend(r for r in view.runners if r not in holder)
+            if view.runners[0].stats.in_flight >= 4:
+                for r in holder:
+                    r.request_stop()
+
+        run = await run_pipeline("t", [s], queues, StageContext("t"), handle_signals=False, tick=tick,
+                                 tick_interval_s=0.1, grace_s=0.2, runner_options={"lease_ahead": True})
+        counts = await queues["a"].counts()
+        tasks = await queues["a"].lease(100, 60)
+        for q in queues.values():
+            await q.close()
+        return run, counts, tasks
+
+    run, counts, tasks = anyio.run(main)
+    assert len(started) == 2  # only the two slots ever started work
+    assert counts.leased == 0 and counts.ready == 20 and counts.done == 0
+    assert run.stats()[0].released >= 4  # the started ones after the grace period, plus those leased ahead
+    assert all(t.attempts == 0 for t in tasks)  # released, not nacked

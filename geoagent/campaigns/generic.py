@@ -53,9 +53,12 @@ class Collector(Stage):
     concurrency = 64
     lease_batch = 256
 
-    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+    batched = True
+
+    @staticmethod
+    def _row(task: Task) -> dict[str, Any]:
         p = task.payload
-        row = {
+        return {
             "model": p.get("model"),
             "request_key": p.get("request_key"),
             "index": (p.get("meta") or {}).get("index"),
@@ -65,8 +68,15 @@ class Collector(Stage):
             "cost_usd": p.get("cost_usd"),
             "cached": p.get("cached"),
         }
-        await ctx.get("store").aput_result(RESULTS_TABLE, task.key, row)
+
+    async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        await ctx.get("store").aput_result(RESULTS_TABLE, task.key, self._row(task))
         return []
+
+    async def handle_batch(self, tasks: list[Task], ctx: StageContext) -> list[list[Message] | Exception]:
+        """All rows of the batch in one transaction (the runner acks the tasks after it committed)."""
+        await ctx.get("store").aput_results(RESULTS_TABLE, [(t.key, self._row(t)) for t in tasks])
+        return [[] for _ in tasks]
 
 
 class GenericCampaign(CampaignKind):

@@ -139,7 +139,7 @@ class CampaignDB:
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         # group commit: jobs waiting for the database thread, and whether a drain is scheduled
-        self._jobs: list[tuple[Callable[[], Any], Future[Any]]] = []
+        self._jobs: list[tuple[Callable[[], Any], Any]] = []  # (fn, Future or _LoopSink)
         self._jobs_lock = threading.Lock()
         self._draining = False
 
@@ -185,16 +185,36 @@ class CampaignDB:
         future resolves after the group's ``COMMIT``.
         """
         fut: Future[T] = Future()
+        self._enqueue((fn, fut))
+        return fut
+
+    def submit_async(self, fn: Callable[[], T]) -> "asyncio.Future[T]":
+        """Queue ``fn()`` like :meth:`submit_future`, for a coroutine: return a future of the running loop.
+
+        The futures of one group are resolved by ONE ``loop.call_soon_threadsafe`` after the group's
+        ``COMMIT`` (one wake-up of the event loop per group, not one per job). Cancelling the returned
+        future does not cancel the job once queued (its transaction still commits).
+
+        Raises
+        ------
+        RuntimeError
+            If called outside a running event loop.
+        """
+        loop = asyncio.get_running_loop()
+        afut: asyncio.Future[T] = loop.create_future()
+        self._enqueue((fn, _LoopSink(loop, afut)))
+        return afut
+
+    def _enqueue(self, job: tuple[Callable[[], Any], Any]) -> None:
         with self._jobs_lock:
-            self._jobs.append((fn, fut))
+            self._jobs.append(job)
             if self._draining:
-                return fut
+                return
             self._draining = True
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"campaign-db-{self.path.stem}")
             executor = self._executor
         executor.submit(self._drain)
-        return fut
 
     def _drain(self) -> None:
         """Database thread: run queued jobs in groups until none is left."""
@@ -210,15 +230,15 @@ class CampaignDB:
                 try:
                     result = fn()
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    fut.set_exception(exc)
+                    _resolve([(fut, False, exc)])
                 else:
-                    fut.set_result(result)
+                    _resolve([(fut, True, result)])
             elif jobs:
                 self._run_group(jobs)
 
-    def _run_group(self, jobs: list[tuple[Callable[[], Any], "Future[Any]"]]) -> None:
+    def _run_group(self, jobs: list[tuple[Callable[[], Any], Any]]) -> None:
         """Run ``jobs`` in one transaction, each in a savepoint; resolve their futures after ``COMMIT``."""
-        outcomes: list[tuple[Future[Any], bool, Any]] = []
+        outcomes: list[tuple[Any, bool, Any]] = []
         with self._lock:
             try:
                 if self._closed:
@@ -227,8 +247,7 @@ class CampaignDB:
                     raise LedgerError("group commit inside an open transaction")
                 self._conn.execute("BEGIN IMMEDIATE")
             except BaseException as exc:  # noqa: BLE001 - every job gets the error
-                for _, fut in jobs:
-                    fut.set_exception(exc)
+                _resolve([(fut, False, exc) for _, fut in jobs])
                 return
             self._depth = 1
             try:
@@ -250,21 +269,15 @@ class CampaignDB:
                     self._conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
-                for _, fut in jobs:
-                    if not fut.done():
-                        fut.set_exception(exc)
+                _resolve([(fut, False, exc) for _, fut in jobs])
                 return
             finally:
                 self._depth = 0
-        for fut, ok, value in outcomes:
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value)
+        _resolve(outcomes)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking ``fn(*args, **kwargs)`` on this database's own thread and await its result."""
-        return await asyncio.wrap_future(self.submit_future(partial(fn, *args, **kwargs)))
+        return await self.submit_async(partial(fn, *args, **kwargs))
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Fire-and-forget ``fn(*args)`` on the database thread (used for clean-up after cancellation)."""
@@ -279,6 +292,50 @@ class CampaignDB:
             if not self._closed:
                 self._closed = True
                 self._conn.close()
+
+
+
+class _LoopSink:
+    """Where a job queued by :meth:`CampaignDB.submit_async` delivers its result: a future of one event loop."""
+
+    __slots__ = ("loop", "future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: "asyncio.Future[Any]") -> None:
+        self.loop = loop
+        self.future = future
+
+    def set_running_or_notify_cancel(self) -> bool:
+        # a waiter that went away before the job started: skip the job (as a cancelled concurrent future is)
+        return not self.future.cancelled()
+
+
+def _settle_loop_futures(items: list[tuple["asyncio.Future[Any]", bool, Any]]) -> None:
+    """On the event loop: hand each job's result or exception to its (not cancelled) future."""
+    for afut, ok, value in items:
+        if afut.cancelled():
+            continue
+        if ok:
+            afut.set_result(value)
+        else:
+            afut.set_exception(value)
+
+
+def _resolve(outcomes: list[tuple[Any, bool, Any]]) -> None:
+    """Resolve job futures after their transaction ended: concurrent futures directly, loop futures with
+    one ``call_soon_threadsafe`` per event loop."""
+    per_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, bool, Any]]] = {}
+    for fut, ok, value in outcomes:
+        if isinstance(fut, _LoopSink):
+            per_loop.setdefault(fut.loop, []).append((fut.future, ok, value))
+        elif ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+    for loop, items in per_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_loop_futures, items)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
 
 
 # ------------------------------------------------------------------------------------------------
@@ -623,9 +680,9 @@ class Ledger:
 
     async def areserve(self, request_key: str, worst_case_usd: float, *, model: str | None = None) -> Reservation:
         """Async :meth:`reserve`. If the caller is cancelled meanwhile, the reservation is released."""
-        fut = self.db.submit_future(partial(self.reserve, request_key, worst_case_usd, model=model))
+        fut = self.db.submit_async(partial(self.reserve, request_key, worst_case_usd, model=model))
         try:
-            return await asyncio.shield(asyncio.wrap_future(fut))
+            return await asyncio.shield(fut)
         except asyncio.CancelledError:
             def _undo(f: Any) -> None:
                 if not f.cancelled() and f.exception() is None:

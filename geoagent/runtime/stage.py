@@ -63,6 +63,8 @@ class Stage(abc.ABC):
     concurrency: int = 8
     #: tasks leased per round trip to the queue
     lease_batch: int = 32
+    #: True: the runner hands waiting tasks (up to ``lease_batch``) to :meth:`handle_batch` at once
+    batched: bool = False
     visibility_timeout_s: float = 300.0
 
     async def start(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
@@ -71,6 +73,22 @@ class Stage(abc.ABC):
     @abc.abstractmethod
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         """Process one task and return the messages for ``output_edge`` (empty list if none)."""
+
+    async def handle_batch(self, tasks: list[Task], ctx: StageContext) -> list[list[Message] | Exception]:
+        """Process several tasks at once (used when ``batched = True``); one result per task, in order.
+
+        Each result is the task's output messages, or the exception that decides its fate (as if
+        :meth:`handle` had raised it). The default calls :meth:`handle` for each task in turn; a stage
+        overrides it to do one database transaction for the whole batch. An exception raised by this
+        method itself applies to every task of the batch.
+        """
+        results: list[list[Message] | Exception] = []
+        for task in tasks:
+            try:
+                results.append(await self.handle(task, ctx))
+            except Exception as exc:  # noqa: BLE001 - handed to the runner, which decides the fate
+                results.append(exc)
+        return results
 
     async def flush(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
         """Called after each batch and at shutdown (aggregators write their state here)."""

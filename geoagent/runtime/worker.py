@@ -1,11 +1,14 @@
 """The stage runner: drives one :class:`~geoagent.runtime.stage.Stage` over its input queue.
 
-For each stage the runner loops: lease a batch from the input edge (never more than the free concurrency
-slots), run :meth:`Stage.handle` for each task inside an anyio task group (at most ``stage.concurrency`` at
-once), and commit finished tasks in groups: first the outputs of the whole group go to the output edge in one
-``put_many`` (idempotent by key), then the group's input tasks are acked in one call. A crash anywhere
-before the ack redelivers the task after its visibility timeout; because outputs are keyed, the redelivery
-is harmless. Errors decide a task's fate (see :mod:`geoagent.runtime.stage`).
+For each stage the runner keeps a fixed pool of ``stage.concurrency`` worker coroutines (anyio task group)
+fed through an in-memory stream by one lease loop: it leases batches from the input edge (never more than
+the free slots plus a small lease-ahead), and each worker runs :meth:`Stage.handle` for one task at a time.
+A stage with ``batched = True`` (sinks that write one database row per task) gets every waiting task, up to
+``lease_batch``, in one :meth:`Stage.handle_batch` call instead. Finished tasks are committed in groups:
+first the outputs of the whole group go to the output edge in one ``put_many`` (idempotent by key), then
+the group's input tasks are acked in one call. A crash anywhere before the ack redelivers the task after its
+visibility timeout; because outputs are keyed, the redelivery is harmless. Errors decide a task's fate (see
+:mod:`geoagent.runtime.stage`).
 
 Stopping
 --------
@@ -154,7 +157,6 @@ class StageRunner:
         self._pending: list[tuple[Task, list[Message]]] = []
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
-        self._slots = anyio.Semaphore(max(1, stage.concurrency))
 
     # -- control ------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -167,15 +169,26 @@ class StageRunner:
 
     # -- main loop ------------------------------------------------------------------------------
     async def run(self) -> StageStats:
-        """Run until finished; returns the stage's counters. Never raises for task-level errors."""
+        """Run until finished; returns the stage's counters. Never raises for task-level errors.
+
+        Leased tasks go through an in-memory stream to a fixed pool of ``stage.concurrency`` worker
+        coroutines (one long-lived coroutine per slot instead of one new task per leased task); a stage
+        with ``batched = True`` gets whatever is waiting, up to ``lease_batch`` tasks, in one
+        :meth:`Stage.handle_batch` call instead.
+        """
         await self.stage.start(self.ctx)
+        batched = bool(getattr(self.stage, "batched", False))
         # sized after start(): a stage may set its concurrency from the config there
-        self._slots = anyio.Semaphore(max(1, self.stage.concurrency))
+        n_workers = min(2, max(1, self.stage.concurrency)) if batched else max(1, self.stage.concurrency)
+        send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._commit_ticker)
                 async with anyio.create_task_group() as work:
-                    await self._lease_loop(work)
+                    for _ in range(n_workers):
+                        work.start_soon(self._batch_worker if batched else self._worker, recv.clone())
+                    async with send:  # closing it lets the workers finish what is queued, then return
+                        await self._lease_loop(send)
                     # stop leasing: wait for in-flight work, bounded by the grace period on stop
                     if self._stop.is_set() and self.stats.in_flight:
                         with anyio.move_on_after(self.grace_s):
@@ -186,6 +199,16 @@ class StageRunner:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                # leased tasks no worker picked up (cancelled after the grace period): give them back
+                while True:
+                    try:
+                        task = recv.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                        break
+                    self.stats.in_flight -= 1
+                    await self._safe(self.inq.release(task))
+                    self.stats.released += 1
+                recv.close()
                 await self._commit()
                 await self.stage.flush(self.ctx)
                 await self.stage.stop(self.ctx)
@@ -194,11 +217,11 @@ class StageRunner:
                 self.finished.set()
         return self.stats
 
-    async def _lease_loop(self, work: anyio.abc.TaskGroup) -> None:
+    async def _lease_loop(self, send: Any) -> None:
         # Lease ahead (``lease_ahead=True``): up to ``prefetch`` tasks beyond the concurrency wait (leased)
-        # for a free slot, and while every slot is busy a new lease waits until at least ``prefetch // 2``
-        # can be taken, so leases (one queue transaction each) come in batches instead of one per
-        # finished task.
+        # for a free worker, and while every worker is busy a new lease waits until at least
+        # ``prefetch // 2`` can be taken, so leases (one queue transaction each) come in batches instead of
+        # one per finished task.
         prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead else 0
         min_lease = max(1, prefetch // 2)
         while not self._stop.is_set() and not self._budget.is_set():
@@ -213,10 +236,10 @@ class StageRunner:
                 await self._maybe_commit()
                 await self._sleep_or_stop(self.poll_s)
                 continue
+            self.stats.in_flight += len(tasks)
             for task in tasks:
-                self.stats.in_flight += 1
-                work.start_soon(self._process, task)
-            # let started tasks run before leasing again
+                send.send_nowait(task)
+            # let the workers start them before leasing again
             await anyio.sleep(0)
 
     async def _input_exhausted(self) -> bool:
@@ -233,49 +256,44 @@ class StageRunner:
         with anyio.move_on_after(seconds):
             await self._stop.wait()
 
-    # -- one task -----------------------------------------------------------------------------
+    # -- workers --------------------------------------------------------------------------------
+    async def _worker(self, recv: Any) -> None:
+        """One slot: handle leased tasks one at a time until the stream is closed and drained."""
+        async with recv:
+            async for task in recv:
+                await self._process(task)
+
+    async def _batch_worker(self, recv: Any) -> None:
+        """For ``batched`` stages: take every waiting task (up to ``lease_batch``) and handle them at once."""
+        async with recv:
+            async for task in recv:
+                tasks = [task]
+                while len(tasks) < self.stage.lease_batch:
+                    try:
+                        tasks.append(recv.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                await self._process_batch(tasks)
+
     async def _process(self, task: Task) -> None:
         committed = False
         try:
-            async with self._slots:
-                if self._stop.is_set() or self._budget.is_set():
-                    # leased ahead but not started before the stop: give it back untouched
-                    await self._safe(self.inq.release(task))
-                    self.stats.released += 1
-                    committed = True
-                    return
-                try:
-                    outputs = await self.stage.handle(task, self.ctx)
-                except BudgetStop as exc:
-                    self._budget.set()
-                    self.stats.last_errors.append(_reason(exc))
-                    await self._safe(self.inq.release(task))
-                    self.stats.released += 1
-                    committed = True
-                    return
-                except (PermanentFailure, PermanentHTTPError) as exc:
-                    reason = _reason(exc)
-                    await self._safe(self.inq.dead_letter(task, reason))
-                    self.stats.dead += 1
-                    if isinstance(exc, Missing):
-                        self.stats.missing += 1
-                    self._note_error(reason)
-                    committed = True
-                    return
-                except anyio.get_cancelled_exc_class():
-                    raise
-                except Exception as exc:  # noqa: BLE001 - any other failure is retried
-                    reason = _reason(exc)
-                    state = await self._safe(self.inq.nack(task, reason))
-                    self.stats.failed += 1
-                    if state == "dead":
-                        self.stats.dead += 1
-                    self._note_error(reason)
-                    log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
-                    committed = True
-                    return
-                self._pending.append((task, list(outputs or [])))
+            if self._stop.is_set() or self._budget.is_set():
+                # leased ahead but not started before the stop: give it back untouched
+                await self._safe(self.inq.release(task))
+                self.stats.released += 1
                 committed = True
+                return
+            try:
+                outputs = await self.stage.handle(task, self.ctx)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:  # noqa: BLE001 - its class decides the task's fate
+                await self._fail(task, exc)
+                committed = True
+                return
+            self._pending.append((task, list(outputs or [])))
+            committed = True
         finally:
             self.stats.in_flight -= 1
             if not committed:
@@ -284,6 +302,62 @@ class StageRunner:
                     await self._safe(self.inq.release(task))
                     self.stats.released += 1
         await self._maybe_commit()
+
+    async def _process_batch(self, tasks: list[Task]) -> None:
+        done = 0  # tasks whose fate is settled (from the front of ``tasks``)
+        try:
+            if self._stop.is_set() or self._budget.is_set():
+                for task in tasks:
+                    await self._safe(self.inq.release(task))
+                    self.stats.released += 1
+                    done += 1
+                return
+            try:
+                results = list(await self.stage.handle_batch(tasks, self.ctx))
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:  # noqa: BLE001 - the whole batch shares the failure
+                results = [exc] * len(tasks)
+            if len(results) != len(tasks):
+                err = RuntimeError(f"stage {self.stage.name}: handle_batch returned {len(results)} results for {len(tasks)} tasks")
+                results = [err] * len(tasks)
+            for task, res in zip(tasks, results):
+                if isinstance(res, BaseException):
+                    await self._fail(task, res)
+                else:
+                    self._pending.append((task, list(res or [])))
+                done += 1
+        finally:
+            self.stats.in_flight -= len(tasks)
+            if done < len(tasks):
+                with anyio.CancelScope(shield=True):
+                    for task in tasks[done:]:
+                        await self._safe(self.inq.release(task))
+                        self.stats.released += 1
+        await self._maybe_commit()
+
+    async def _fail(self, task: Task, exc: BaseException) -> None:
+        """Decide a failed task's fate from its exception (see :mod:`geoagent.runtime.stage`)."""
+        if isinstance(exc, BudgetStop):
+            self._budget.set()
+            self.stats.last_errors.append(_reason(exc))
+            await self._safe(self.inq.release(task))
+            self.stats.released += 1
+        elif isinstance(exc, (PermanentFailure, PermanentHTTPError)):
+            reason = _reason(exc)
+            await self._safe(self.inq.dead_letter(task, reason))
+            self.stats.dead += 1
+            if isinstance(exc, Missing):
+                self.stats.missing += 1
+            self._note_error(reason)
+        else:  # any other failure is retried
+            reason = _reason(exc)
+            state = await self._safe(self.inq.nack(task, reason))
+            self.stats.failed += 1
+            if state == "dead":
+                self.stats.dead += 1
+            self._note_error(reason)
+            log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
 
     def _note_error(self, reason: str) -> None:
         self.stats.last_errors.append(reason)

@@ -130,9 +130,9 @@ async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float
         except BudgetExhausted as exc:
             return None, exc
 
-    fut = ledger.db.submit_future(job)
+    fut = ledger.db.submit_async(job)
     try:
-        return await asyncio.shield(asyncio.wrap_future(fut))
+        return await asyncio.shield(fut)
     except asyncio.CancelledError:
 
         def _undo(f: Any) -> None:
