@@ -91,7 +91,8 @@ class Stage(abc.ABC):
         return results
 
     async def flush(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
-        """Called after each batch and at shutdown (aggregators write their state here)."""
+        """Called after commits (at most every ``flush_interval_s`` of the runner, 1 s by default) and once
+        at shutdown; aggregators rewrite their live report here."""
 
     async def stop(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
         """Called once at shutdown after the last flush."""

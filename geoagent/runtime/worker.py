@@ -120,6 +120,8 @@ class StageRunner:
         Keep up to ``min(lease_batch, concurrency)`` extra tasks leased, waiting for a slot, and lease in
         batches of at least half that while all slots are busy (fewer, larger lease transactions: the
         campaign engine turns it on). Tasks leased ahead and not started when a stop comes are released.
+    flush_interval_s : float
+        Call :meth:`Stage.flush` after a commit at most this often (seconds), and once at the end.
     """
 
     def __init__(
@@ -137,6 +139,7 @@ class StageRunner:
         grace_s: float = 30.0,
         visibility_timeout_s: float | None = None,
         lease_ahead: bool = False,
+        flush_interval_s: float = 1.0,
     ) -> None:
         self.stage = stage
         self.lease_ahead = lease_ahead
@@ -157,6 +160,8 @@ class StageRunner:
         self._pending: list[tuple[Task, list[Message]]] = []
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
+        self.flush_interval_s = flush_interval_s
+        self._last_flush = time.monotonic()
 
     # -- control ------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -405,6 +410,10 @@ class StageRunner:
                     log.warning("stage %s: %s stale lease(s) at ack", self.stage.name, len(stale) if stale else "some")
                 self.stats.record_done(len(tasks))
                 self._last_commit = time.monotonic()
+            # the stage's own periodic work (aggregators rewrite their live report; they rate-limit it too)
+            if time.monotonic() - self._last_flush >= self.flush_interval_s:
+                self._last_flush = time.monotonic()
+                await self.stage.flush(self.ctx)
 
 
 def eta_s(pending: int, rate_per_s: float) -> float | None:
