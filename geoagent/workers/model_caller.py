@@ -28,13 +28,15 @@ stays conservative: the reservation is durable (committed) before the gate retur
 be sent without one. A crash in the short window between that commit and the request's bytes
 reaching the socket (the event loop resuming the task and opening or reusing a connection: microseconds
 to milliseconds, longer only when a Retry-After pause began meanwhile) counts a request that was
-never sent; that errs on the safe side. Retries of a sent request keep its reservation (its first
-attempt reached the server). The alternative, a durable "sent" mark on a reservation made earlier,
-would cost a second database round trip before every call; the gate keeps one lookup-or-reserve job
-and one store-and-settle job per call. Its price: a task whose response is already stored waits for a
-host slot before it learns so (the slot is given back at once, unsent, and uses none of the host's rate).
-Providers that send nothing over HTTP (replay, offline simulated) get the gate awaited just before
-``generate``.
+never sent; that errs on the safe side. Retries keep the reservation made before the first attempt
+(which normally reached the server; if it failed before sending, e.g. connection refused, a crash
+during the retry backoff counts it too: again the safe side). The alternative, a durable "sent" mark
+on a reservation made earlier, would cost a second database round trip before every call; the gate
+keeps one lookup-or-reserve job and one store-and-settle job per call. Its price: a task whose response
+is already stored loads its image and waits for a host slot before it learns so (the slot is given back
+at once, unsent, and uses none of the host's rate). If the image cannot be loaded, the gate is passed
+without sending: a stored response still answers the task, else the reservation is released. Providers
+that send nothing over HTTP (replay, offline simulated) get the gate awaited just before ``generate``.
 
 Failures, and what they do to the reservation and the task:
 
