@@ -255,9 +255,6 @@ def _counting_app(seen: list) -> object:
     return app
 
 
-@pytest.mark.xfail(strict=True, reason="model_caller reserves before the provider waits for the host's rate limit and "
-                   "concurrency slot; after a crash every open reservation becomes unknown-outcome spend, also for "
-                   "requests that never left the process (model_caller.py:216/235, ledger.py recover)")
 def test_crash_counts_only_requests_that_were_sent_as_unknown_spend(tmp_path):
     import signal as _signal
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -39,6 +40,13 @@ class ModelRequest:
         ``temperature`` (float), optional ``system`` (str), ``seed`` (int), ``json_mode`` (bool).
     meta : dict
         Caller metadata not sent to the model and not part of the key (e.g. ``replay_key``, trial id).
+    before_send : async callable or None
+        Transport hook, not part of the request (not sent, not hashed into the key, not compared):
+        awaited once, after the transport admitted the request (host concurrency and rate slots held)
+        and right before its first attempt is written; if it raises, nothing is sent and
+        :meth:`Provider.generate` raises that exception unchanged. Only providers with
+        ``supports_before_send`` true call it; for the others the caller awaits it before ``generate``.
+        The model caller reserves the call's worst-case cost here (issue 2, points 4 and 7).
     """
 
     provider: str
@@ -49,6 +57,7 @@ class ModelRequest:
     image_mime: str = "image/jpeg"
     params: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    before_send: Callable[[], Awaitable[object]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def max_output_tokens(self) -> int:
@@ -139,6 +148,9 @@ class Provider(abc.ABC):
     kind: ClassVar[str]
     #: whether calls cost money (replay and simulated are free; the ledger still records their usage)
     paid: ClassVar[bool] = True
+    #: whether ``generate`` awaits ``request.before_send`` itself, once the transport admitted the request
+    #: (HTTP providers); when false the caller awaits the hook before calling ``generate``
+    supports_before_send: bool = False
 
     @abc.abstractmethod
     async def generate(self, request: ModelRequest) -> ModelResponse:

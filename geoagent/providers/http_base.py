@@ -78,6 +78,7 @@ class HttpProvider(Provider, abc.ABC):
     """Base of the providers that call a remote (or local fake) HTTP API."""
 
     paid = True
+    supports_before_send = True  # handed to HttpClient.request, which awaits it after host admission
 
     def __init__(self, model_cfg: ProviderSettings, http: Any = None) -> None:
         self.settings = model_cfg
@@ -170,12 +171,17 @@ class HttpProvider(Provider, abc.ABC):
         ``possibly_billed``); when every attempt fails that way the HTTP layer raises
         :class:`RetriesExhausted` with reason ``invalid body``.
 
+        ``request.before_send`` (if set) goes to the HTTP layer, which awaits it once the host admitted
+        the request, right before the first attempt is sent.
+
         Raises
         ------
         PermanentHTTPError, RetriesExhausted, OutcomeUnknown
             From the HTTP layer (messages never include the API key).
         ContentBlocked
             The API withheld the answer (``retryable = False``; not retried).
+        Exception
+            Whatever ``request.before_send`` raised (nothing was sent).
         """
         url, body, headers = self.build(request)
         http = await self._client()
@@ -195,8 +201,9 @@ class HttpProvider(Provider, abc.ABC):
 
         t0 = time.perf_counter()
         try:
+            hook = {"before_send": request.before_send} if request.before_send is not None else {}
             resp = await http.request(
-                "POST", url, json=body, headers=headers, policy=self._call_policy(http), validate=_validate
+                "POST", url, json=body, headers=headers, policy=self._call_policy(http), validate=_validate, **hook
             )
             if blocked:
                 raise blocked[0]

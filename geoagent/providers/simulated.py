@@ -32,6 +32,9 @@ class SimulatedProvider(Provider):
             from geoagent.providers.openai_compat import OpenAICompatProvider
 
             self._remote = OpenAICompatProvider(dataclasses.replace(model_cfg, kind="openai"), http)
+        # over HTTP the remote provider hands ``request.before_send`` to the HTTP layer; offline the caller
+        # awaits it before ``generate``
+        self.supports_before_send = self._remote is not None
 
     def __repr__(self) -> str:
         where = f", base_url={self.settings.base_url!r}" if self._remote is not None else ""

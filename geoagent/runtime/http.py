@@ -27,7 +27,7 @@ import email.utils
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -260,6 +260,9 @@ class _Retryable(Exception):
         self.maybe_processed = maybe_processed
 
 
+_VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
+
+
 class _SlidingWindowThrottler:
     """asyncio-throttle's sliding-window ``Throttler``, stamped at SEND time, waking when a slot frees.
 
@@ -275,6 +278,10 @@ class _SlidingWindowThrottler:
 
     Re-stamping can leave the deque out of order; ``Throttler.flush`` only evicts from the head, so
     an out-of-order entry can only keep slots occupied longer (slower, never faster).
+
+    A slot whose request is abandoned before anything was sent (the caller's ``before_send`` hook
+    refused it) is given back with :meth:`give_back`: its entry becomes ``-inf``, stops counting at
+    once and is evicted when it reaches the head. No request went out, so no arrival is lost.
     """
 
     _POLL_S = 0.005  # re-check interval while the oldest slot is still unsent (+inf)
@@ -284,18 +291,23 @@ class _SlidingWindowThrottler:
 
         self.inner = Throttler(rate_limit=rate_limit, period=period_s, retry_interval=0.001)
         self._evicted = 0  # entries popped from the deque's head so far (absolute index offset)
+        self._void = 0  # given-back entries (-inf) still in the deque: they occupy no slot
 
     def _flush(self) -> None:
-        before = len(self.inner._task_logs)
-        self.inner.flush()
-        self._evicted += before - len(self.inner._task_logs)
+        # Throttler.flush's rule (evict from the head while older than the period), counting voids
+        logs, period = self.inner._task_logs, self.inner.period
+        now = time.monotonic()
+        while logs and now - logs[0] > period:
+            if logs.popleft() == _VOID:
+                self._void -= 1
+            self._evicted += 1
 
     async def acquire(self) -> int:
         """Wait for a slot; return its id (pass it to :meth:`stamp`)."""
         t = self.inner
         while True:
             self._flush()
-            if len(t._task_logs) < t.rate_limit:
+            if len(t._task_logs) - self._void < t.rate_limit:
                 break
             # the oldest stamp leaves the window at log[0] + period (flush uses a strict ">")
             wait = t._task_logs[0] + t.period - time.monotonic()
@@ -307,8 +319,16 @@ class _SlidingWindowThrottler:
         """Set the time (``time.monotonic()``, s) of slot ``slot``; no-op if it already left the window."""
         pos = slot - self._evicted
         logs = self.inner._task_logs
-        if 0 <= pos < len(logs):
+        if 0 <= pos < len(logs) and logs[pos] != _VOID:
             logs[pos] = when_s
+
+    def give_back(self, slot: int) -> None:
+        """Free slot ``slot`` whose request was abandoned before anything was sent (see class docstring)."""
+        pos = slot - self._evicted
+        logs = self.inner._task_logs
+        if 0 <= pos < len(logs) and logs[pos] != _VOID:
+            logs[pos] = _VOID
+            self._void += 1
 
     def reconfigure(self, rate_limit: int, period_s: float) -> None:
         self.inner.rate_limit = rate_limit
@@ -536,6 +556,7 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         policy: HostPolicy | None = None,
         validate: Callable[[HttpResponse], object] | None = None,
+        before_send: Callable[[], Awaitable[object]] | None = None,
     ) -> HttpResponse:
         """Send one request with the host's limits and the retry policy; return a 2xx/3xx response.
 
@@ -550,6 +571,16 @@ class HttpClient:
         validate : callable, optional
             Called with each 2xx/3xx :class:`HttpResponse`; if it raises (e.g. a truncated JSON body),
             the attempt counts as failed (reason ``"invalid body"``) and is retried.
+        before_send : async callable, optional
+            Awaited once, in the FIRST attempt, after the host admitted the request (its concurrency
+            slot and rate slot are held, any host pause is over) and before any byte of it is written;
+            later attempts do not call it. The model caller makes its ledger reservation here, so a
+            request still queued behind the host's limits holds no reservation. If it raises, the
+            request is abandoned unsent: its rate slot is given back (it never counts against the
+            rate), its concurrency slot is freed, and the exception propagates unchanged (not retried,
+            not counted as an attempt). If a ``Retry-After`` pause of the host began while it ran, the
+            attempt waits the pause out (slots held) before sending. Between its return and the
+            headers reaching the socket lies only opening (or reusing) the connection.
 
         Returns
         -------
@@ -568,6 +599,8 @@ class HttpClient:
             Timeout or dropped connection after sending, with ``policy.retry_unknown_outcome=False``.
         RuntimeError
             If the client was not started.
+        BaseException
+            Whatever ``before_send`` raised (nothing was sent).
         """
         if self._session is None:
             raise RuntimeError("HttpClient not started: use `async with HttpClient(...) as http:`")
@@ -592,7 +625,7 @@ class HttpClient:
         last: _Retryable | None = None
         # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
         try:
-            return self._finish(await self._attempt(*args), counter)
+            return self._finish(await self._attempt(*args, before_send=before_send), counter)
         except _Retryable as exc:
             last = exc
         if pol.max_attempts > 1 and not self._too_long(last, pol):
@@ -652,14 +685,24 @@ class HttpClient:
         headers: Any,
         validate: Callable[[HttpResponse], object] | None,
         counter: SimpleNamespace,
+        before_send: Callable[[], Awaitable[object]] | None = None,
     ) -> HttpResponse:
         import aiohttp
 
         async with host.semaphore:
             slot = await host.admit()
+            throttle = host.throttle
+            if before_send is not None:
+                try:
+                    await before_send()
+                    # a Retry-After that arrived while the hook ran still holds (slot kept, +inf)
+                    while (wait := host.paused_until - time.monotonic()) > 0:
+                        await asyncio.sleep(wait)
+                except BaseException:
+                    throttle.give_back(slot)  # abandoned before anything was sent
+                    raise
             counter.attempts += 1
             host.stats.requests += 1
-            throttle = host.throttle
             ctx = SimpleNamespace(sent=False, on_sent=lambda t: throttle.stamp(slot, t))
             t0 = time.monotonic()
             failure: BaseException | None = None  # raised below, outside the except block, so no

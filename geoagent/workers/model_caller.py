@@ -4,14 +4,39 @@ Issue 2 points 6, 7 and 10. For each task (payload below) the worker:
 
 1. builds the :class:`~geoagent.providers.base.ModelRequest` (model defaults from config, then the payload's
    params) and its request key;
-2. if the store already holds a response for that key, emits it without any call (exactly-once spend: a
-   redelivered or re-run task never pays twice);
-3. otherwise reserves the worst case in the ledger (estimated input tokens x input-estimate factor x input
-   price + max output tokens x output price). If the cap is only reached because of other calls' open
-   reservations, it waits for them to settle (they usually cost far less than their worst case); once
+2. loads the image bytes (if any) and hands the request to the provider with a *send gate* as its
+   ``before_send`` hook. The HTTP layer awaits the gate once the model's host admitted the request (its
+   concurrency slot and rate slot are held), right before the first byte is written. In one database
+   job the gate then
+3. looks the key up in the store: if a response is stored, the request is abandoned unsent (its host
+   slots are given back) and the stored response is emitted (exactly-once spend: a redelivered or re-run
+   task never pays twice);
+4. otherwise reserves the worst case in the ledger (estimated input tokens x input-estimate factor x input
+   price + max output tokens x output price) and lets the request go. If the cap is only reached because
+   of other calls' open reservations, the request is abandoned unsent and the task waits for them to
+   settle (they usually cost far less than their worst case), then tries again; once
    spent + unknown + this worst case exceeds the cap by itself, it raises
    :class:`~geoagent.runtime.stage.BudgetStop` (the runner releases the task and stops dispatching);
-4. calls the provider, then stores the response and settles the reservation in ONE transaction and emits.
+5. when the provider answers, stores the response and settles the reservation in ONE transaction and emits.
+
+Crash safety (issue 2, "Crash safety"; design choice): the reservation is made at send time, not
+before the request queues behind the host's rate limit or concurrency cap. After a SIGKILL the ledger's
+recovery counts every open reservation of the dead process as unknown-outcome spend; because of the
+gate those are only requests that had passed the host's limits, i.e. requests on the wire or within the
+last step before it, never the (possibly many) requests still queued behind a slow host. The ledger
+stays conservative: the reservation is durable (committed) before the gate returns, so no request can
+be sent without one. A crash in the short window between that commit and the request's bytes
+reaching the socket (the event loop resuming the task and opening or reusing a connection: microseconds
+to milliseconds, longer only when a Retry-After pause began meanwhile) counts a request that was
+never sent; that errs on the safe side. Retries keep the reservation made before the first attempt
+(which normally reached the server; if it failed before sending, e.g. connection refused, a crash
+during the retry backoff counts it too: again the safe side). The alternative, a durable "sent" mark
+on a reservation made earlier, would cost a second database round trip before every call; the gate
+keeps one lookup-or-reserve job and one store-and-settle job per call. Its price: a task whose response
+is already stored loads its image and waits for a host slot before it learns so (the slot is given back
+at once, unsent, and uses none of the host's rate). If the image cannot be loaded, the gate is passed
+without sending: a stored response still answers the task, else the reservation is released. Providers
+that send nothing over HTTP (replay, offline simulated) get the gate awaited just before ``generate``.
 
 Failures, and what they do to the reservation and the task:
 
@@ -28,6 +53,7 @@ ContentBlocked              settled with reported usage, else   ``PermanentFailu
                             unknown-outcome spend
 ReplayMiss / recorded error released (replay is free)           ``Missing``
 cancelled while in flight   unknown-outcome spend               (runner releases the task)
+cancelled while queued      none made (or released: not sent)   (runner releases the task)
 image file missing/invalid  released (nothing sent)             ``PermanentFailure``
 ==========================  ==================================  =========================================
 
@@ -69,6 +95,16 @@ EXCERPT_CHARS = 300
 
 class CallFailed(RuntimeError):
     """A retryable call failure (outcome unknown, malformed body): the runner nacks and retries the task."""
+
+
+class _NotSent(Exception):
+    """Raised by a :class:`_SendGate` to abandon a request unsent: ``cached`` (the stored response) or
+    ``refusal`` (the ledger's :class:`BudgetExhausted`) is set."""
+
+    def __init__(self, cached: ModelResponse | None = None, refusal: BudgetExhausted | None = None) -> None:
+        super().__init__("stored response found" if cached is not None else "reservation refused")
+        self.cached = cached
+        self.refusal = refusal
 
 
 def _excerpt(text: str) -> str:
@@ -145,6 +181,46 @@ async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float
         raise
 
 
+class _SendGate:
+    """The ``before_send`` hook of one model call: store lookup, else reservation, at send time.
+
+    Awaited by the HTTP layer after the host admitted the request (see the module docstring, "Crash
+    safety"), or by the model caller just before ``generate`` for providers that do not call it. Runs
+    :func:`_lookup_or_reserve` (one database job, committed before it returns) and raises
+    :class:`_NotSent` when the store already holds the response or the ledger refuses the reservation;
+    otherwise keeps the reservation in ``reservation`` and lets the request go. Awaiting it again after
+    it passed does nothing. Cancelled while waiting for the database job: a reservation made for it is
+    released (nothing was sent).
+
+    Parameters
+    ----------
+    store, ledger
+        The campaign's response store and ledger.
+    key : str
+        The request key.
+    worst_usd : float
+        Worst-case cost of the call (USD).
+    model_name : str
+        The ``[[models]]`` name recorded with the reservation.
+    """
+
+    __slots__ = ("_args", "reservation")
+
+    def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str) -> None:
+        self._args = (store, ledger, key, worst_usd, model_name)
+        self.reservation: Any = None
+
+    async def __call__(self) -> None:
+        if self.reservation is not None:
+            return
+        cached, reservation = await _lookup_or_reserve(*self._args)
+        if cached is not None:
+            raise _NotSent(cached=cached)
+        if isinstance(reservation, BudgetExhausted):
+            raise _NotSent(refusal=reservation)
+        self.reservation = reservation
+
+
 class ModelCaller(Stage):
     """The stage that turns request tasks into stored, paid-for-once responses (see module docstring).
 
@@ -210,29 +286,33 @@ class ModelCaller(Stage):
         key = request.key()
 
         async with self._one_call_per_key(key):
-            # the estimate counts an image by its id, so it needs no pixels: look up and reserve in one hop
+            # the estimate counts an image by its id, so it needs no pixels
             est_in = math.ceil(provider.estimate_input_tokens(request) * cfg.budget.input_estimate_factor)
             worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
-            cached, reservation = await _lookup_or_reserve(store, ledger, key, worst_usd, m.name)
-            if cached is not None:
-                return [self._message(task, key, m, request, cached, cost_usd=None, cached=True)]
-            if isinstance(reservation, BudgetExhausted):
-                reservation = await self._reserve(ledger, key, worst_usd, m.name, first=reservation)
+            # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
+            gate = _SendGate(store, ledger, key, worst_usd, m.name)
 
             if image_ref or image_id is not None:
                 try:
                     img = await asyncio.to_thread(
                         load_image, image_ref, request.image_id, base_dir=ctx.services.get("image_base_dir")
                     )
-                except BaseException as exc:
-                    await ledger.arelease(reservation, note="image not loaded; nothing sent")
-                    if isinstance(exc, (ImageNotFound, ValueError)):
-                        raise PermanentFailure(f"image: {exc}") from None
-                    raise
+                except (ImageNotFound, ValueError) as exc:
+                    try:
+                        await gate()  # a stored response still answers the task; else nothing is sent
+                    except _NotSent as stop:
+                        if stop.cached is not None:
+                            return [self._message(task, key, m, request, stop.cached, cost_usd=None, cached=True)]
+                    if gate.reservation is not None:
+                        await ledger.arelease(gate.reservation, note="image not loaded; nothing sent")
+                    raise PermanentFailure(f"image: {exc}") from None
                 if img is not None:
                     request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
 
-            response = await self._call(provider, request, ledger, reservation, m)
+            cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
+            if cached is not None:
+                return [self._message(task, key, m, request, cached, cost_usd=None, cached=True)]
+            reservation = gate.reservation
 
             cost_usd = m.cost_usd(response.usage.input_tokens, response.usage.output_tokens)
             meta = {
@@ -250,22 +330,43 @@ class ModelCaller(Stage):
             await asyncio.shield(store.aput(key, meta, response, reservation, cost_usd=cost_usd))
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
 
-    async def _reserve(self, ledger: Any, key: str, worst_usd: float, model_name: str, first: BudgetExhausted) -> Any:
-        """Reserve ``worst_usd``; while it only fails because of other calls' open reservations, wait for them.
+    async def _send(
+        self, provider: Any, request: ModelRequest, ledger: Any, gate: _SendGate, m: Any
+    ) -> tuple[ModelResponse | None, ModelResponse | None]:
+        """Call the provider through ``gate``; return ``(stored response, None)`` or ``(None, new response)``.
 
-        In-flight calls hold their worst case, and most settle far below it, so a refusal with open
-        reservations is usually temporary: the task waits (polling, up to ``budget_wait_s``) instead of
-        stopping the campaign with budget left. It raises :class:`BudgetStop` once
-        spent + unknown-outcome spend + this call's worst case exceeds the cap by itself (no settlement
-        can make room), or when the wait times out. Meanwhile the ledger's crash recovery runs every few
-        seconds, so reservations of a dead process cannot block the wait for ever.
+        When the gate refuses the reservation only because of other calls' open reservations, the
+        request was abandoned unsent; in-flight calls hold their worst case, and most settle far below
+        it, so the refusal is usually temporary: the task waits (polling with backoff up to 0.25 s, for
+        at most ``budget_wait_s`` s) and sends again, instead of stopping the campaign with budget left.
+        Meanwhile the ledger's crash recovery runs every 5 s, so reservations of a dead process cannot
+        block the wait for ever.
+
+        Raises
+        ------
+        BudgetStop
+            spent + unknown-outcome spend + this call's worst case exceeds the cap by itself (no
+            settlement can make room), or the wait timed out.
+        PermanentFailure, Missing, CallFailed
+            From :meth:`_call` (see the module table).
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.budget_wait_s
-        next_recover = loop.time() + 5.0
+        deadline = next_recover = 0.0
         delay_s = 0.01
-        exc: BudgetExhausted = first
         while True:
+            try:
+                response = await self._call(provider, request, ledger, gate, m)
+            except _NotSent as stop:
+                if stop.cached is not None:
+                    return stop.cached, None
+                exc = stop.refusal
+            else:
+                if gate.reservation is None:  # a provider that claims to call the gate but did not
+                    raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
+                return None, response
+            assert exc is not None
+            if not deadline:
+                deadline, next_recover = loop.time() + self.budget_wait_s, loop.time() + 5.0
             final = exc.reserved_usd <= 0 or exc.spent_usd + exc.unknown_usd + exc.requested_usd > exc.cap_usd
             if final or loop.time() >= deadline:
                 raise BudgetStop(str(exc)) from None
@@ -274,19 +375,30 @@ class ModelCaller(Stage):
             if loop.time() >= next_recover:
                 await ledger.db.run(ledger.recover)
                 next_recover = loop.time() + 5.0
-            try:
-                return await ledger.areserve(key, worst_usd, model=model_name)
-            except BudgetExhausted as again:
-                exc = again
 
-    async def _call(self, provider: Any, request: ModelRequest, ledger: Any, reservation: Any, m: Any) -> ModelResponse:
-        """Call the provider and close the reservation on every failure path (see the module table)."""
+    async def _call(self, provider: Any, request: ModelRequest, ledger: Any, gate: _SendGate, m: Any) -> ModelResponse:
+        """Call the provider and close the gate's reservation on every failure path (see the module table).
+
+        Every failure below except the last comes from a request that was sent, hence after the gate
+        passed and made the reservation.
+
+        Raises
+        ------
+        _NotSent
+            From the gate (stored response, or reservation refused): nothing was sent.
+        """
+        if not getattr(provider, "supports_before_send", False):
+            await gate()  # sends nothing over HTTP, so no host slot to wait for: pass the gate now
         try:
             return await provider.generate(request)
+        except _NotSent:
+            raise
         except PermanentHTTPError as exc:
+            reservation = gate.reservation
             await ledger.arelease(reservation, note=f"http {exc.status}")
             raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
         except RetriesExhausted as exc:
+            reservation = gate.reservation
             maybe_billed = int(getattr(exc, "possibly_billed", 0) or 0)
             if maybe_billed:
                 await ledger.amark_unknown(
@@ -296,10 +408,12 @@ class ModelCaller(Stage):
                 await ledger.arelease(reservation, note="retries exhausted")
             raise Missing(f"retries exhausted after {exc.attempts} attempts: {_excerpt(exc.last)}") from None
         except OutcomeUnknown as exc:
+            reservation = gate.reservation
             maybe_billed = max(1, int(getattr(exc, "possibly_billed", 1) or 1))
             await ledger.amark_unknown(reservation, note="outcome unknown", attempts=maybe_billed)
             raise CallFailed(f"outcome unknown: {_excerpt(exc.detail)}") from None
         except ProviderError as exc:
+            reservation = gate.reservation
             usage = getattr(exc, "usage", None)
             retryable = bool(getattr(exc, "retryable", True))
             if not m.paid and not retryable:
@@ -314,8 +428,10 @@ class ModelCaller(Stage):
             raise PermanentFailure(f"{type(exc).__name__}: {_excerpt(str(exc))}") from None
         except BaseException:
             # cancelled or an unexpected error while the request may have been on the wire: count it
-            # (fire-and-forget on the database thread: awaiting inside a cancelled task is not reliable)
-            ledger.db.submit(ledger.mark_unknown, reservation)
+            # (fire-and-forget on the database thread: awaiting inside a cancelled task is not reliable);
+            # without a reservation the gate never let the request through, so nothing was sent
+            if gate.reservation is not None:
+                ledger.db.submit(ledger.mark_unknown, gate.reservation)
             raise
 
     @staticmethod

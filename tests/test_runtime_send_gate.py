@@ -1,0 +1,236 @@
+"""The send gate: a model call's store lookup and ledger reservation happen once its host admitted it.
+
+Issue 2, "Crash safety" and points 4, 6, 7: after a crash only requests that may have reached the wire may
+count as unknown-outcome spend, so requests still queued behind a host's rate limit or concurrency cap
+must hold no reservation. Checked at two levels against local servers (what the SERVER saw):
+
+* ``HttpClient.request(before_send=...)``: the hook runs only after admission, once per request (not per
+  retry); when it raises, nothing is sent and the rate slot is given back;
+* the model caller: with the model's host limited to 1 request per 60 s, requests queued behind the
+  first hold no reservation, and tasks whose response is already stored return without using the
+  host's rate (their slots are given back unsent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from geoagent.config import host_policies, load_config, provider_settings
+from geoagent.providers import make_provider
+from geoagent.runtime.http import HostPolicy, HttpClient, host_key
+from geoagent.runtime.queue import Task
+from geoagent.runtime.stage import StageContext
+from geoagent.runtime.store import open_campaign_state
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.echo import make_app
+from geoagent.sandbox.faults import FAULTS_KEY
+from geoagent.sandbox.server import serve
+from geoagent.workers.model_caller import ModelCaller
+
+KEY_VAR = "SEND_GATE_TEST_KEY"
+KEY_VALUE = "sk-" "send-gate-0123456789abcdef"
+#: a host allowing one request per 30 s: any request that needed a second rate slot would block for ~33 s
+SLOW = HostPolicy(rate=1, period_s=30.0, concurrency=4, max_attempts=3, backoff_base_s=0.0, backoff_max_s=0.0, timeout_s=5.0)
+
+
+class Refused(Exception):
+    pass
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=60))
+
+
+# ---------------------------------------------------------------------------------------------------
+# HTTP layer
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_refusing_hook_sends_nothing_and_gives_the_rate_slot_back():
+    async def go() -> tuple[Any, list[str], Any]:
+        app = make_app()
+        calls: list[str] = []
+
+        async def refuse() -> None:
+            calls.append("refuse")
+            raise Refused("not this one")
+
+        async with serve(app) as base, HttpClient(default_policy=SLOW) as http:
+            with pytest.raises(Refused):
+                await http.request("POST", base + "/echo", json={"i": 1}, before_send=refuse)
+            # the host allows 1 request per 30 s: this one goes at once only if the refused request's
+            # slot was given back (else it would wait ~33 s and the 5 s bound below would fail)
+            resp = await asyncio.wait_for(http.request("POST", base + "/echo", json={"i": 2}), timeout=5.0)
+            return resp, calls, (app, http.stats()[host_key(base)])
+
+    resp, calls, (app, stats) = run(go())
+    assert calls == ["refuse"]
+    assert resp.status == 200 and orjson.loads(resp.json()["body"]) == {"i": 2}
+    log = app[FAULTS_KEY].log
+    assert [r.path for r in log] == ["/echo"]  # the refused request never reached the server
+    assert stats.requests == 1  # and was not counted as an attempt
+
+
+def test_hook_runs_once_per_request_not_per_retry():
+    async def go() -> tuple[list[str], Any, Any]:
+        app = make_app(script=[503, 500, 200])
+        calls: list[str] = []
+
+        async def ok() -> None:
+            calls.append("gate")
+
+        fast = HostPolicy(rate=1000, concurrency=4, max_attempts=5, backoff_base_s=0.001, backoff_max_s=0.01, timeout_s=5.0)
+        async with serve(app) as base, HttpClient(default_policy=fast) as http:
+            resp = await http.request("POST", base + "/script", json={}, before_send=ok)
+            return calls, resp, app
+
+    calls, resp, app = run(go())
+    assert resp.status == 200 and resp.attempts == 3
+    assert [r.path for r in app[FAULTS_KEY].log] == ["/script"] * 3  # three attempts reached the server
+    assert calls == ["gate"]  # the gate ran once, before the first
+
+
+def test_hook_is_not_called_while_the_request_waits_for_its_rate_slot():
+    async def go() -> tuple[list[str], Any]:
+        app = make_app()
+        calls: list[str] = []
+
+        async def gate() -> None:
+            calls.append("gate")
+
+        async with serve(app) as base, HttpClient(default_policy=SLOW) as http:
+            await http.request("GET", base + "/echo")  # takes the host's only slot for the next ~33 s
+            queued = asyncio.create_task(http.request("GET", base + "/echo", before_send=gate))
+            await asyncio.sleep(0.5)
+            assert not queued.done() and calls == []  # queued behind the rate limit: gate not yet called
+            queued.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            return calls, app
+
+    calls, app = run(go())
+    assert calls == []
+    assert len(app[FAULTS_KEY].log) == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# model caller
+# ---------------------------------------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, base_url: str, *, rate: str) -> Any:
+    p = tmp_path / "gate.toml"
+    p.write_text(
+        textwrap.dedent(
+            f"""
+            [campaign]
+            name = "gate"
+            seed = 5
+
+            [budget]
+            cap_usd = 5.0
+
+            [[models]]
+            name = "m"
+            provider = "openai"
+            model = "gpt-sim"
+            base_url = "{base_url}/v1"
+            api_key_env = "{KEY_VAR}"
+            price_input_usd_per_mtok = 2.0
+            price_output_usd_per_mtok = 10.0
+            max_output_tokens = 100
+            concurrency = 8
+            rate = {rate}
+            max_attempts = 2
+            timeout_s = 10.0
+            """
+        )
+    )
+    return load_config(p)
+
+
+class _Caller:
+    """The model-caller stage with its services, driven task by task (no queue runner needed here)."""
+
+    def __init__(self, tmp_path: Path, cfg: Any, http: HttpClient) -> None:
+        self.state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
+        for host, policy in host_policies(cfg).items():
+            http.set_policy(host, policy)
+        providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
+        self.ctx = StageContext(
+            campaign=cfg.name,
+            services={"config": cfg, "providers": providers, "ledger": self.state.ledger, "store": self.state.store},
+        )
+        self.stage = ModelCaller()
+
+    async def handle(self, i: int) -> Any:
+        payload = {"model": "m", "prompt": f"Where was photo {i} taken? Name the city.", "meta": {"i": i}}
+        return await self.stage.handle(Task(key=f"t{i}", payload=payload, attempts=0, lease_id="x"), self.ctx)
+
+    def reservations(self) -> list[tuple[str, str]]:
+        return self.state.db.read("SELECT request_key, state FROM reservations ORDER BY id")
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv(KEY_VAR, KEY_VALUE)
+
+
+def test_requests_queued_behind_the_host_hold_no_reservation(tmp_path):
+    async def go() -> None:
+        app = llm_openai.make_app(api_keys=[KEY_VALUE])
+        async with serve(app) as base, HttpClient() as http:
+            cfg = _config(tmp_path, base, rate="{ requests = 1, period_s = 60.0 }")
+            c = _Caller(tmp_path, cfg, http)
+            await c.stage.start(c.ctx)
+            tasks = [asyncio.create_task(c.handle(i)) for i in range(5)]
+            done, pending = await asyncio.wait(tasks, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1 and len(pending) == 4
+            await asyncio.sleep(0.3)  # the four others are parked at the host's rate limit
+            calls = [c_ for c_ in app["calls"] if c_["status"] == 200]
+            assert len(calls) == 1
+            # one reservation: the request that went out (settled); the queued four reserved nothing
+            assert [s for _, s in c.reservations()] == ["settled"]
+            s = c.state.ledger.summary()
+            assert s.open_reservations == 0 and s.reserved_usd == 0 and s.calls == 1
+            for t in pending:  # a shutdown while they wait: nothing to release, nothing unknown
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.sleep(0.1)
+            s = c.state.ledger.summary()
+            assert (s.unknown_calls, s.released_calls, s.open_reservations) == (0, 0, 0)
+            assert len(c.reservations()) == 1 and c.state.ledger.check_consistency() == []
+            c.state.close()
+
+    run(go())
+
+
+def test_stored_responses_pass_a_rate_limited_host_without_using_its_rate(tmp_path):
+    async def go() -> None:
+        app = llm_openai.make_app(api_keys=[KEY_VALUE])
+        async with serve(app) as base:
+            async with HttpClient() as http:  # first run: a fast host, five calls stored
+                c = _Caller(tmp_path, _config(tmp_path, base, rate="{ requests = 500, period_s = 1.0 }"), http)
+                await c.stage.start(c.ctx)
+                first = await asyncio.gather(*(c.handle(i) for i in range(5)))
+                c.state.close()
+            assert len(app["calls"]) == 5
+            # re-run (a redelivery) through a fresh client whose host allows 1 request per 60 s: the five
+            # stored answers come back at once (each took a rate slot and gave it back unsent) and the
+            # new request still finds the host's single slot free
+            async with HttpClient() as http:
+                c = _Caller(tmp_path, _config(tmp_path, base, rate="{ requests = 1, period_s = 60.0 }"), http)
+                await c.stage.start(c.ctx)
+                again = await asyncio.wait_for(asyncio.gather(*(c.handle(i) for i in range(6))), timeout=10)
+                c.state.close()
+            assert len(app["calls"]) == 6  # exactly one new call: task 5
+            assert [m[0][1]["cached"] for m in again] == [True] * 5 + [False]
+            assert [m[0][1]["text"] for m in again[:5]] == [m[0][1]["text"] for m in first]
+
+    run(go())
