@@ -4,7 +4,8 @@ Issue 2 point 7 applies to the crawl's paid audits too: before a call, reserve i
 estimate x input price + max output tokens x output price) and never start one that could pass the
 cap (``BudgetExhausted`` is a ``BudgetStop``: the runner releases the task and drains); afterwards
 settle with the actual usage, release when the call certainly was not billed, or keep it as
-unknown-outcome spend when the connection dropped after sending.
+unknown-outcome spend when it may have been billed (the same table as the model caller:
+:mod:`geoagent.workers.billing`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from geoagent.providers.base import ModelRequest, ModelResponse
-from geoagent.runtime.http import OutcomeUnknown
+from geoagent.workers.billing import close_failed_call
 
 
 async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None) -> ModelResponse:
@@ -23,6 +24,9 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     ------
     geoagent.runtime.ledger.BudgetExhausted
         The reservation does not fit under the cap (nothing was sent).
+    Exception
+        Whatever the provider raised, after the reservation was closed by
+        :func:`geoagent.workers.billing.close_failed_call`.
     """
     if ledger is None or model_cfg is None:
         return await provider.generate(request)
@@ -31,11 +35,9 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
                                 model=getattr(model_cfg, "name", request.model))
     try:
         resp = await provider.generate(request)
-    except OutcomeUnknown:
-        await ledger.amark_unknown(res, note="crawl audit: outcome unknown")
-        raise
-    except BaseException:
-        await ledger.arelease(res, note="crawl audit: call failed")
+    except BaseException as exc:
+        # released only when certainly not billed; a cancelled or dropped call counts as unknown spend
+        await close_failed_call(ledger, res, exc, model_cfg)
         raise
     await ledger.asettle(res, resp.usage, model_cfg.cost_usd(resp.usage.input_tokens, resp.usage.output_tokens))
     return resp

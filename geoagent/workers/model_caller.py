@@ -88,6 +88,7 @@ from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import BudgetStop, Message, Missing, PermanentFailure, Stage, StageContext
 from geoagent.secrets import redact
+from geoagent.workers.billing import close_failed_call
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
 
 EXCERPT_CHARS = 300
@@ -393,45 +394,23 @@ class ModelCaller(Stage):
             return await provider.generate(request)
         except _NotSent:
             raise
-        except PermanentHTTPError as exc:
-            reservation = gate.reservation
-            await ledger.arelease(reservation, note=f"http {exc.status}")
-            raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
-        except RetriesExhausted as exc:
-            reservation = gate.reservation
-            maybe_billed = int(getattr(exc, "possibly_billed", 0) or 0)
-            if maybe_billed:
-                await ledger.amark_unknown(
-                    reservation, note="retries exhausted; attempts may have been billed", attempts=maybe_billed
-                )
-            else:
-                await ledger.arelease(reservation, note="retries exhausted")
-            raise Missing(f"retries exhausted after {exc.attempts} attempts: {_excerpt(exc.last)}") from None
-        except OutcomeUnknown as exc:
-            reservation = gate.reservation
-            maybe_billed = max(1, int(getattr(exc, "possibly_billed", 1) or 1))
-            await ledger.amark_unknown(reservation, note="outcome unknown", attempts=maybe_billed)
-            raise CallFailed(f"outcome unknown: {_excerpt(exc.detail)}") from None
-        except ProviderError as exc:
-            reservation = gate.reservation
-            usage = getattr(exc, "usage", None)
-            retryable = bool(getattr(exc, "retryable", True))
-            if not m.paid and not retryable:
-                await ledger.arelease(reservation, note=type(exc).__name__)
-                raise Missing(f"{type(exc).__name__}: {_excerpt(str(exc))}") from None
-            if usage is not None:
-                await ledger.asettle(reservation, usage, m.cost_usd(usage.input_tokens, usage.output_tokens))
-            else:
-                await ledger.amark_unknown(reservation, note=type(exc).__name__)
-            if retryable:
-                raise CallFailed(f"{type(exc).__name__}: {_excerpt(str(exc))}") from None
-            raise PermanentFailure(f"{type(exc).__name__}: {_excerpt(str(exc))}") from None
-        except BaseException:
-            # cancelled or an unexpected error while the request may have been on the wire: count it
-            # (fire-and-forget on the database thread: awaiting inside a cancelled task is not reliable);
+        except BaseException as exc:
             # without a reservation the gate never let the request through, so nothing was sent
             if gate.reservation is not None:
-                ledger.db.submit(ledger.mark_unknown, gate.reservation)
+                await close_failed_call(ledger, gate.reservation, exc, m)
+            if isinstance(exc, PermanentHTTPError):
+                raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
+            if isinstance(exc, RetriesExhausted):
+                raise Missing(f"retries exhausted after {exc.attempts} attempts: {_excerpt(exc.last)}") from None
+            if isinstance(exc, OutcomeUnknown):
+                raise CallFailed(f"outcome unknown: {_excerpt(exc.detail)}") from None
+            if isinstance(exc, ProviderError):
+                text = f"{type(exc).__name__}: {_excerpt(str(exc))}"
+                if not m.paid and not bool(getattr(exc, "retryable", True)):
+                    raise Missing(text) from None
+                if bool(getattr(exc, "retryable", True)):
+                    raise CallFailed(text) from None
+                raise PermanentFailure(text) from None
             raise
 
     @staticmethod

@@ -1,0 +1,77 @@
+"""The crawl's metered audit calls close their reservation like the model caller (workers/billing.py).
+
+Against the local OpenAI-compatible fake with its fault injection: a call whose attempts may all have been
+billed (malformed 2xx bodies), or that is cancelled while on the wire, stays counted as unknown-outcome
+spend; a 4xx refusal is released. Before the shared table these were all released (ledger under-count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from geoagent.config import ModelConfig
+from geoagent.crawl.llmcall import metered_generate
+from geoagent.providers.base import ModelRequest
+from geoagent.providers.openai_compat import OpenAICompatProvider
+from geoagent.providers.settings import ProviderSettings
+from geoagent.runtime.http import HostPolicy, HttpClient, RetriesExhausted
+from geoagent.runtime.store import open_campaign_state
+from geoagent.sandbox.faults import FaultConfig
+from geoagent.sandbox.llm_openai import make_app
+from geoagent.sandbox.server import serve
+
+MODEL = ModelConfig(name="auditor", provider="openai", model="sim-gpt", price_input_usd_per_mtok=1.0,
+                    price_output_usd_per_mtok=4.0, max_output_tokens=100)
+
+
+def _run(tmp_path, faults: FaultConfig, *, cancel_after_s: float | None = None, path_suffix: str = ""):
+    async def main():
+        state = open_campaign_state("audit", root=tmp_path, cap_usd=10.0)
+        try:
+            async with serve(make_app(faults=faults, require_auth=False)) as base:
+                policy = HostPolicy(max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02, timeout_s=0.5)
+                async with HttpClient(default_policy=policy) as http:
+                    prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt", base_url=base + "/v1" + path_suffix), http)
+                    req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate the place 0-5.",
+                                       params={"max_tokens": 100})
+                    call = metered_generate(prov, req, ledger=state.ledger, model_cfg=MODEL)
+                    if cancel_after_s is None:
+                        try:
+                            await call
+                            error = None
+                        except Exception as exc:  # noqa: BLE001 - the test inspects it
+                            error = exc
+                    else:
+                        task = asyncio.ensure_future(call)
+                        await asyncio.sleep(cancel_after_s)
+                        task.cancel()
+                        with pytest.raises(asyncio.CancelledError):
+                            await task
+                        error = None
+            await asyncio.sleep(0.2)  # let a fire-and-forget ledger job commit
+            return error, (await state.ledger.asummary()).to_json()
+        finally:
+            state.close()
+
+    return asyncio.run(main())
+
+
+def test_malformed_bodies_until_retries_run_out_count_as_unknown_spend(tmp_path):
+    error, s = _run(tmp_path, FaultConfig(rate=1.0, kinds=("malformed",)))
+    assert isinstance(error, RetriesExhausted)
+    assert s["unknown_calls"] == 2 and s["unknown_usd"] > 0  # both attempts reached the server: maybe billed
+    assert s["reserved_usd"] == 0  # nothing left open
+
+
+def test_cancel_while_on_the_wire_counts_as_unknown_spend(tmp_path):
+    error, s = _run(tmp_path, FaultConfig(rate=1.0, kinds=("timeout",), timeout_delay_s=5.0), cancel_after_s=0.2)
+    assert s["unknown_calls"] == 1 and s["reserved_usd"] == 0
+
+
+def test_refused_request_is_released(tmp_path):
+    error, s = _run(tmp_path, FaultConfig(), path_suffix="/nope")
+    assert error is not None and "404" in str(error)
+    assert s["unknown_calls"] == 0 and s["spent_usd"] == 0 and s["reserved_usd"] == 0
+    assert s["released_calls"] == 1
