@@ -349,6 +349,18 @@ class CampaignConfig(_Section):
             if m.name in seen:
                 raise ValueError(f"unique model names; {m.name!r} appears twice")
             seen.add(m.name)
+        # The request key hashes provider, model id, prompt, image id and params (issue 2 point 6), not the
+        # server: two entries that differ only in base_url would silently share one stored answer per
+        # request (the second server never called). Refuse that instead of guessing which was meant.
+        by_key: dict[tuple[str, str, bytes], ModelConfig] = {}
+        for m in v:
+            ident = (m.provider, m.model, orjson.dumps(m.default_params(), option=orjson.OPT_SORT_KEYS))
+            other = by_key.setdefault(ident, m)
+            if other is not m and (other.base_url or "") != (m.base_url or ""):
+                raise ValueError(
+                    f"models {other.name!r} and {m.name!r} have the same provider, model id and parameters but "
+                    f"different base_url, so their requests would have the same request key and share stored "
+                    f"answers; make them differ in `model`, or in `params` (e.g. a `seed`), or drop one")
         return v
 
     # -- look-ups ---------------------------------------------------------------------------------

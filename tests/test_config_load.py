@@ -248,3 +248,25 @@ def test_is_sampled_is_deterministic_and_has_the_rate():
 def test_config_from_dict_rejects_non_table():
     with pytest.raises(ConfigError):
         config_from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_two_servers_of_one_model_id_with_equal_params_are_refused(tmp_path):
+    """The request key does not hash the server, so such entries would share stored answers silently."""
+    twin = GOOD + textwrap.dedent(
+        """
+        [[models]]
+        name = "b2"
+        provider = "openai"
+        model = "gpt-x"
+        base_url = "http://127.0.0.2:9/v1"
+        api_key_env = "T1_KEY"
+        max_output_tokens = 200
+        """
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, twin))
+    assert "'b' and 'b2'" in str(e.value) and "request key" in str(e.value)
+    # a different parameter (here the sampling temperature) makes the keys differ: accepted
+    load_config(write(tmp_path, twin.replace('name = "b2"', 'name = "b2"\ntemperature = 0.7'), name="ok.toml"))
+    # the same server twice (e.g. two names with different sampling rates) shares answers on purpose
+    load_config(write(tmp_path, twin.replace("127.0.0.2", "127.0.0.1"), name="same.toml"))
