@@ -27,13 +27,12 @@ fields nested under ``located`` are accepted too.
 
 Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional): ``store`` (response
 text by request key; results table ``geohint_scored``), ``report_dir`` (default
-``<state root>/<campaign>/report``), ``geohint_report_interval_s`` (minimum seconds between report
-rewrites, default 5).
+``<state root>/<campaign>/report``), ``geohint_report_interval_s`` (minimum seconds from the end
+of one live report rewrite, done in a worker thread, to the next; default 5).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,8 +53,6 @@ from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
 from geoagent.workers.responses import response_text
-
-log = logging.getLogger(__name__)
 
 TASK_NAME = "geohint"
 SCORED_TABLE = "geohint_scored"
@@ -250,11 +247,17 @@ class GeoHintScorerStage(Stage):
 
 
 class GeoHintAggregatorStage(Stage):
-    """``scored`` -> (none): feeds the per-site aggregator; rewrites the report on flush (rate-limited)
-    and at stop.
+    """``scored`` -> (none): feeds the per-site aggregator; rewrites the report on flush (rate-limited,
+    in a worker thread) and at stop (awaited).
 
     On start it rebuilds from the results table ``geohint_scored`` (if a store exists), so a restart
     loses nothing; a row delivered again is recognised by its key and ignored.
+
+    The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
+    time, at least ``report_interval_s`` after the previous one ended; a flush while one runs skips. While
+    it runs, newly handled rows are held back and added when it is done, so the thread reads one
+    consistent state of the aggregator. The final report at :meth:`stop` waits for a rewrite in flight,
+    adds every held row and is written to completion before ``stop`` returns.
     """
 
     name = C.STAGE_AGGREGATOR
@@ -272,11 +275,15 @@ class GeoHintAggregatorStage(Stage):
         seed: int = 0,
         figures: bool = True,
     ) -> None:
+        from geoagent.report.live import LiveReport
+
         self.agg = GeoHintAggregator()
         self.report_interval_s = report_interval_s
         self.n_flips, self.n_splits, self.seed, self.figures = n_flips, n_splits, seed, figures
         self._last_write = -math.inf
         self._dirty = True
+        self._held: list[GeoHintResult] = []  # rows handled while a live rewrite reads the aggregator
+        self.live = LiveReport("GeoHint")
         self.tables: list[Any] = []
 
     def _report_dir(self, ctx: StageContext) -> Path:
@@ -296,36 +303,58 @@ class GeoHintAggregatorStage(Stage):
             res = GeoHintResult.from_json(task.payload)
         except (TypeError, ValueError) as exc:
             raise PermanentFailure(f"scored row is malformed: {exc}") from None
-        if self.agg.add(res):
-            self._dirty = True
+        if self.live.busy:
+            self._held.append(res)  # the report thread is reading the aggregator: add it afterwards
+        else:
+            self._add_held()
+            if self.agg.add(res):
+                self._dirty = True
         return []
 
+    def _add_held(self) -> None:
+        if self._held:
+            held, self._held = self._held, []
+            if self.agg.add_many(held):
+                self._dirty = True
+
     def write_report(self, ctx: StageContext) -> list[Any]:
-        """Write the report now from the current sums; returns the tables."""
+        """Write the report now from the current sums; returns the tables (synchronous: the caller makes
+        sure nothing changes the aggregator meanwhile)."""
+        self._add_held()
+        self._dirty = False
+        return self._write(self._report_dir(ctx))
+
+    def _write(self, out_dir: Path) -> list[Any]:
         from geoagent.report.geohint import write_report
 
-        self.tables = write_report(
-            self.agg, self._report_dir(ctx), n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures
-        )
-        self._last_write = time.monotonic()
-        self._dirty = False
+        try:
+            self.tables = write_report(
+                self.agg, out_dir, n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures
+            )
+        except BaseException:
+            self._dirty = True  # try again at the next flush after the interval
+            raise
+        finally:
+            self._last_write = time.monotonic()
         return self.tables
 
-    def _try_report(self, ctx: StageContext) -> None:
-        # a failing live report must not stop the campaign: log it and keep the counts
-        try:
-            self.write_report(ctx)
-        except Exception:  # noqa: BLE001
-            log.exception("GeoHint live report failed; the aggregated counts are kept")
-            self._last_write = time.monotonic()
-
     async def flush(self, ctx: StageContext) -> None:
+        if self.live.busy:
+            self.live.skipped += 1
+            return
+        self._add_held()
         if self._dirty and self.agg.keys and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
-            self._try_report(ctx)
+            self._dirty = False
+            out_dir = self._report_dir(ctx)
+            self.live.start(lambda: self._write(out_dir))
 
     async def stop(self, ctx: StageContext) -> None:
+        await self.live.wait()
+        self._add_held()
         if self.agg.keys:
-            self._try_report(ctx)
+            out_dir = self._report_dir(ctx)
+            await self.live.run(lambda: self._write(out_dir), guarded=True)
+        self.live.close()
 
 
 def geohint_stages(**aggregator_kw: Any) -> dict[str, Stage]:

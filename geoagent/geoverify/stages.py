@@ -13,7 +13,8 @@ Services read from the :class:`~geoagent.runtime.stage.StageContext` (all option
 ``store`` (the campaign's ResponseStore: response text by request key, and the ``geoverify_scored``
 results table), ``report_dir`` (folder of the live report; default ``<state_dir>/report``, with
 ``state_dir`` the service of that name or ``<state root>/<campaign>``),
-``geoverify_report_interval_s`` (minimum seconds between report rewrites, default 5).
+``geoverify_report_interval_s`` (minimum seconds from the end of one live report rewrite, done in a worker
+thread, to the next; default 5).
 """
 
 from __future__ import annotations
@@ -257,10 +258,17 @@ class GeoVerifyScorerStage(Stage):
 
 
 class GeoVerifyAggregatorStage(Stage):
-    """``scored`` -> (none): updates the incremental aggregator; rewrites the report on flush.
+    """``scored`` -> (none): updates the incremental aggregator; rewrites the report on flush (rate-limited,
+    in a worker thread) and at stop (awaited).
 
     On start it rebuilds its counts from results table ``geoverify_scored`` (if a store exists), so a
     restart after a crash loses nothing; rows delivered again are recognised by (trial_id, model).
+
+    The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
+    time, at least ``report_interval_s`` after the previous one ended; a flush while one runs skips. While
+    it runs, handled rows stay in the pending batch (the aggregator is not updated), so the thread reads
+    one consistent state. The final report at :meth:`stop` waits for a rewrite in flight, merges every
+    pending row and is written to completion before ``stop`` returns.
     """
 
     name = C.STAGE_AGGREGATOR
@@ -270,6 +278,8 @@ class GeoVerifyAggregatorStage(Stage):
     lease_batch = 256
 
     def __init__(self, *, report_interval_s: float | None = None, n_boot: int = 0, seed: int = 0) -> None:
+        from geoagent.report.live import LiveReport
+
         self.agg = GeoVerifyAggregator()
         self.report_interval_s = report_interval_s
         self.n_boot = n_boot
@@ -277,6 +287,7 @@ class GeoVerifyAggregatorStage(Stage):
         self._pending: list[dict[str, Any]] = []
         self._last_write = -math.inf
         self._dirty = True
+        self.live = LiveReport("GeoVerify")
         self.report_paths: dict[str, Path] = {}
 
     def _report_dir(self, ctx: StageContext) -> Path:
@@ -303,7 +314,7 @@ class GeoVerifyAggregatorStage(Stage):
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         self._pending.append(task.payload)
-        if len(self._pending) >= 256:
+        if len(self._pending) >= 256 and not self.live.busy:  # busy: the report thread reads the aggregator
             self._drain()
         return []
 
@@ -314,25 +325,44 @@ class GeoVerifyAggregatorStage(Stage):
             self._pending = []
 
     def write_report(self, ctx: StageContext) -> dict[str, Path]:
-        """Write the report now (Table 12 text/Markdown/CSV + plot) from the current counts."""
+        """Write the report now (Table 12 text/Markdown/CSV + plot) from the current counts (synchronous:
+        the caller makes sure nothing changes the aggregator meanwhile)."""
+        self._drain()
+        self._dirty = False
+        return self._write(self._report_dir(ctx))
+
+    def _write(self, out_dir: Path) -> dict[str, Path]:
         from geoagent.report.geoverify import write_report
 
-        self._drain()
-        self.report_paths = write_report(
-            self.agg.scores(n_boot=self.n_boot, seed=self.seed), self._report_dir(ctx),
-            parse_failures=self.agg.parse_failures(),
-        )
-        self._last_write = time.monotonic()
-        self._dirty = False
+        try:
+            self.report_paths = write_report(
+                self.agg.scores(n_boot=self.n_boot, seed=self.seed), out_dir, parse_failures=self.agg.parse_failures(),
+            )
+        except BaseException:
+            self._dirty = True  # try again at the next flush after the interval
+            raise
+        finally:
+            self._last_write = time.monotonic()
         return self.report_paths
 
     async def flush(self, ctx: StageContext) -> None:
+        if self.live.busy:
+            self.live.skipped += 1
+            return
         self._drain()
         if self._dirty and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
-            self.write_report(ctx)
+            self._dirty = False
+            out_dir = self._report_dir(ctx)
+            self.live.start(lambda: self._write(out_dir))
 
     async def stop(self, ctx: StageContext) -> None:
-        self.write_report(ctx)
+        await self.live.wait()
+        self._drain()
+        out_dir = self._report_dir(ctx)
+        try:
+            await self.live.run(lambda: self._write(out_dir))
+        finally:
+            self.live.close()
 
 
 def geoverify_stages(**aggregator_kw: Any) -> list[Stage]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -425,15 +426,29 @@ def build_tables(
 
 
 # --- figures ----------------------------------------------------------------------------------
+def _new_figure(size_in: tuple[float, float]):
+    """A standalone figure and its axes, without pyplot's global state (the live report draws in a worker
+    thread; the Agg canvas is used when saving)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size_in)
+    return fig, fig.subplots()
+
+
+def _save_png(fig, path: str | Path) -> Path:
+    """Save ``fig`` as a PNG under a temporary name in the same folder, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, dpi=120, format="png")
+    os.replace(tmp, path)
+    return path
+
+
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline") -> Path:
-    """Fig. 2: hit rate by band, one line per regime, with 95 % Wilson intervals. Writes a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Fig. 2: hit rate by band, one line per regime, with 95 % Wilson intervals. Writes a PNG (atomically)."""
     groups = _regime_sites(agg, baseline)
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = _new_figure((5.5, 4))
     x = np.arange(len(BANDS))
     for regime, marker in ((LEGIBLE, "o"), (ILLEGIBLE, "s")):
         ks = [agg.select(sites=groups[regime], condition=condition, band=b) for b in BANDS]
@@ -448,22 +463,13 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
     ax.set_title(f"Hit rate by band, {condition}")
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save_png(fig, path)
 
 
 def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str = "forced") -> Path:
-    """Fig. 3: echo rate (%) heatmap, referenceability tier x distance band. Writes a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Fig. 3: echo rate (%) heatmap, referenceability tier x distance band. Writes a PNG (atomically)."""
     grid = np.array([[agg.select(condition=condition, tier=t, band=b).echo_rate * 100 for b in BANDS] for t in TIERS_ORDER])
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = _new_figure((5, 3.5))
     vmax = max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0)
     im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=vmax)
     for i in range(len(TIERS_ORDER)):
@@ -478,11 +484,7 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
     ax.set_title(f"Echo rate (%), {condition}")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save_png(fig, path)
 
 
 # --- writing ----------------------------------------------------------------------------------

@@ -195,47 +195,44 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
 def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Path:
     """PNG of d' against decoy distance (band midpoint, km, log axis), one line per model and pooled,
     with the d' = 1 line dashed and the nearest band shaded (Figure 4). Written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # a standalone Figure, not pyplot: no global figure state (the live report draws in a worker thread);
+    # the Agg canvas is used when saving
+    from matplotlib.figure import Figure
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-    try:
-        edges = []
-        for c in _columns(scores):
-            s = scores[c]
-            xs, ys = [], []
-            for b in s.bands:
-                lo, hi = (float(x) for x in b.band.removesuffix("km").split("-"))
-                edges.append((lo, hi))
-                if not math.isnan(b.d_prime):
-                    xs.append(math.sqrt(lo * hi))
-                    ys.append(b.d_prime)
-            style = dict(color="black", linewidth=2.2) if c == POOLED else dict(linewidth=1.3)
-            ax.plot(xs, ys, marker="o", label=c, **style)
-        if edges:
-            lo, hi = min(edges)
-            ax.axvspan(lo, hi, color="0.85", zorder=0, label="nearest band")
-        ax.axhline(1.0, linestyle="--", color="0.3", linewidth=1, label="d' = 1")
-        ax.set_xscale("log")
-        from matplotlib.ticker import NullFormatter
+    fig = Figure(figsize=(6.4, 4.2), dpi=110)
+    ax = fig.subplots()
+    edges = []
+    for c in _columns(scores):
+        s = scores[c]
+        xs, ys = [], []
+        for b in s.bands:
+            lo, hi = (float(x) for x in b.band.removesuffix("km").split("-"))
+            edges.append((lo, hi))
+            if not math.isnan(b.d_prime):
+                xs.append(math.sqrt(lo * hi))
+                ys.append(b.d_prime)
+        style = dict(color="black", linewidth=2.2) if c == POOLED else dict(linewidth=1.3)
+        ax.plot(xs, ys, marker="o", label=c, **style)
+    if edges:
+        lo, hi = min(edges)
+        ax.axvspan(lo, hi, color="0.85", zorder=0, label="nearest band")
+    ax.axhline(1.0, linestyle="--", color="0.3", linewidth=1, label="d' = 1")
+    ax.set_xscale("log")
+    from matplotlib.ticker import NullFormatter
 
-        uniq = sorted(set(edges))
-        ax.set_xticks([math.sqrt(lo * hi) for lo, hi in uniq], [f"{lo:g}–{hi:g}" for lo, hi in uniq], fontsize=8)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("decoy band (km)")
-        ax.set_ylabel("sensitivity d'")
-        ax.set_title("GeoVerify: discrimination vs decoy distance")
-        ax.legend(fontsize=7, loc="best")
-        fig.tight_layout()
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
+    uniq = sorted(set(edges))
+    ax.set_xticks([math.sqrt(lo * hi) for lo, hi in uniq], [f"{lo:g}–{hi:g}" for lo, hi in uniq], fontsize=8)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("decoy band (km)")
+    ax.set_ylabel("sensitivity d'")
+    ax.set_title("GeoVerify: discrimination vs decoy distance")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, path)
     return path
 
 

@@ -1,0 +1,102 @@
+"""Live report rewrites off the event loop.
+
+The aggregator stages rewrite their report while a campaign runs (on :meth:`Stage.flush`). Building a
+report (permutation tests, bootstrap, matplotlib figures) takes up to seconds of CPU, and the event loop
+that would run it also runs every HTTP request of the process, so the rewrite runs in a worker thread
+instead. :class:`LiveReport` keeps at most one rewrite in flight; the stage keeps its aggregator unchanged
+while one is (it holds newly handled rows back and adds them when the rewrite is done), so the thread
+always reads one consistent state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import anyio
+
+log = logging.getLogger(__name__)
+
+
+class LiveReport:
+    """At most one background report rewrite at a time, in a worker thread of its own.
+
+    Parameters
+    ----------
+    what : str
+        Name used in log lines and the thread name (e.g. ``"GeoHint"``).
+
+    Attributes
+    ----------
+    started, skipped, failed : int
+        Rewrites started in the background, requests skipped because one was still running, and
+        background rewrites that raised (logged, never re-raised).
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Future[Any] | None = None
+        self.started = 0
+        self.skipped = 0
+        self.failed = 0
+
+    @property
+    def busy(self) -> bool:
+        """True while a background rewrite is running."""
+        return self._future is not None and not self._future.done()
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        # a failing live report must not stop the campaign: log it, the aggregated counts are kept
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001
+            self.failed += 1
+            log.exception("%s live report failed; the aggregated counts are kept", self.what)
+            return None
+
+    def start(self, fn: Callable[[], Any]) -> bool:
+        """Run ``fn()`` in the background thread unless a rewrite is still running.
+
+        Returns
+        -------
+        bool
+            True when started, False when skipped (one is in flight). An exception from ``fn`` is logged.
+        """
+        if self.busy:
+            self.skipped += 1
+            return False
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.what}-report")
+        self._future = self._pool.submit(self._guarded, fn)
+        self.started += 1
+        return True
+
+    async def wait(self) -> None:
+        """Wait (without blocking the event loop) until the rewrite in flight, if any, has finished."""
+        fut = self._future
+        if fut is not None and not fut.done():
+            await anyio.to_thread.run_sync(fut.exception)
+        self._future = None
+
+    async def run(self, fn: Callable[[], Any], *, guarded: bool = False) -> Any:
+        """Wait for the rewrite in flight, then run ``fn()`` in a worker thread and return its result.
+
+        For the final report: awaited to completion (a cancellation waits for the thread too).
+        ``guarded=True`` logs an exception and returns None instead of raising it.
+        """
+        await self.wait()
+        if guarded:
+            return await anyio.to_thread.run_sync(self._guarded, fn)
+        return await anyio.to_thread.run_sync(fn)
+
+    def close(self) -> None:
+        """Let the worker thread go (call after :meth:`wait`; a rewrite still running finishes first)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+__all__ = ["LiveReport"]

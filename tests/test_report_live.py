@@ -1,0 +1,212 @@
+"""Live reports of the aggregator stages: rewritten in a worker thread DURING a run (not only at the end),
+at most one rewrite at a time, files replaced atomically, and a final report at stop that counts every row.
+
+Each run goes through :func:`geoagent.runtime.daemon.run_pipeline` with real queues: a feeder stage moves
+scored rows to the aggregator, slowly (one row per 0.05 s) from row 100 on until it sees the live report
+on disk, then at full speed. The feeder reads the report files whenever they exist, so it also checks
+that a reader never sees a half-written file. Counts and rates of the final report are checked against a
+count over the fed rows written here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+from _geohint_synth import synth_results
+
+from geoagent import constants as C
+from geoagent.data.importer import import_release
+from geoagent.geohint.stages import GeoHintAggregatorStage
+from geoagent.geoverify.score import scored_rows_from_release
+from geoagent.geoverify.stages import GeoVerifyAggregatorStage
+from geoagent.report.live import LiveReport
+from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+from geoagent.runtime.stage import Stage, StageContext
+
+FAST_ROWS = 100  # fed at once; the rest one per SLOW_S until the live report is on disk
+SLOW_S = 0.05
+
+
+class _SlowFeeder(Stage):
+    """``located`` -> ``scored`` unchanged; slow until ``probe()`` reports a live report on disk."""
+
+    name = "feeder"
+    input_edge = C.EDGE_LOCATED
+    output_edge = C.EDGE_SCORED
+    concurrency = 1
+    lease_batch = 16
+
+    def __init__(self, probe) -> None:
+        self.probe = probe
+        self.fed = 0
+        self.seen_at: int | None = None  # rows fed when the live report was first seen
+
+    async def handle(self, task, ctx):
+        if self.fed >= FAST_ROWS and self.seen_at is None:
+            await anyio.sleep(SLOW_S)
+        if self.seen_at is None and self.probe():
+            self.seen_at = self.fed
+        self.fed += 1
+        return [(task.key, task.payload)]
+
+
+def _stopping(cls):
+    """The aggregator stage, noting when it stops and in which thread each report is written."""
+
+    class _Agg(cls):
+        stopped = False
+
+        def __init__(self, **kw) -> None:
+            super().__init__(**kw)
+            self.writer_threads: list[int] = []
+
+        def _write(self, out_dir):
+            self.writer_threads.append(threading.get_ident())
+            return super()._write(out_dir)
+
+        async def stop(self, ctx):
+            type(self).stopped = True
+            await super().stop(ctx)
+
+    return _Agg
+
+
+def _run(tmp_path: Path, agg_stage: Stage, feeder: _SlowFeeder, messages: list) -> None:
+    async def main():
+        stages = [feeder, agg_stage]
+        queues = open_edge_queues(tmp_path / "queues", "live-test", stages)
+        ctx = StageContext("live-test", {"report_dir": tmp_path / "report"})
+        await queues[C.EDGE_LOCATED].put_many(messages)
+        await run_pipeline("live-test", stages, queues, ctx, handle_signals=False)
+        for q in queues.values():
+            await q.close()
+
+    anyio.run(main)
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+
+
+def test_geohint_live_report_during_run_and_complete_final(tmp_path):
+    results = synth_results(seed=1, n_sites=4)
+    messages = [(r.key, r.to_json()) for r in results]
+    report = tmp_path / "report" / "report.md"
+    Agg = _stopping(GeoHintAggregatorStage)
+    agg = Agg(report_interval_s=0.2, n_flips=200, n_splits=10)
+    live_counts: list[int] = []
+    problems: list[str] = []  # an assert inside a stage would only fail (and retry) the task: collect instead
+
+    def probe() -> bool:
+        if not report.is_file():
+            return False
+        if Agg.stopped:
+            problems.append("report first seen after the aggregator stage stopped")
+        md = report.read_text(encoding="utf-8")
+        # a complete file: header first, figure links (written last) at the end
+        if not (md.startswith("# GeoHint report") and md.rstrip().endswith("(fig_echo_heatmap.png)")):
+            problems.append(f"incomplete report.md: {md[:80]!r} ... {md[-80:]!r}")
+        live_counts.append(int(re.search(r"^(\d+) scored responses", md, re.M).group(1)))
+        return True
+
+    feeder = _SlowFeeder(probe)
+    _run(tmp_path, agg, feeder, messages)
+
+    assert not problems
+    assert feeder.seen_at is not None, "no live report appeared while rows were still being fed"
+    assert feeder.fed == len(messages)
+    assert 0 < live_counts[0] <= feeder.seen_at < len(results)  # a partial report of rows already fed
+    assert agg.live.started >= 1 and agg.live.failed == 0
+    assert len(agg.writer_threads) >= 2 and threading.get_ident() not in agg.writer_threads  # off the event loop
+    # the final report counts every row once
+    md = report.read_text(encoding="utf-8")
+    assert re.search(r"^(\d+) scored responses", md, re.M).group(1) == str(len(results))
+    rows = _csv_rows(tmp_path / "report" / "table1.csv")
+    assert rows[0][:3] == ["Model", "n", "Hit rate"]
+    forced = [r for r in results if r.condition == "forced" and r.dist_km is not None]
+    n_by_model = Counter(r.model for r in forced)
+    hits_by_model = Counter(r.model for r in forced if r.hit)
+    assert {r[0]: int(r[1]) for r in rows[1:]} == dict(n_by_model)
+    for r in rows[1:]:
+        assert float(r[2]) == pytest.approx(hits_by_model[r[0]] / n_by_model[r[0]])
+    assert not list((tmp_path / "report").glob("*.tmp")) and not list((tmp_path / "report").glob(".*.tmp"))
+
+
+def test_geoverify_live_report_during_run_and_complete_final(release_dir, tmp_path):
+    rows = scored_rows_from_release(import_release(release_dir))
+    messages = [(f"{r['trial_id']}|{r['model']}", r) for r in rows]
+    table = tmp_path / "report" / "geoverify_table.csv"
+    Agg = _stopping(GeoVerifyAggregatorStage)
+    agg = Agg(report_interval_s=0.2)
+    live_n: list[int] = []
+    problems: list[str] = []
+
+    def n_parsed(path: Path) -> dict[str, int]:
+        got = _csv_rows(path)
+        header, line = got[0], next(r for r in got if r[1] == "n parsed (main arm)")
+        return {h: int(v) for h, v in zip(header[2::3], line[2::3])}
+
+    def probe() -> bool:
+        if not table.is_file():
+            return False
+        if Agg.stopped:
+            problems.append("report first seen after the aggregator stage stopped")
+        live_n.append(sum(v for k, v in n_parsed(table).items() if k != "pooled"))
+        return True
+
+    feeder = _SlowFeeder(probe)
+    _run(tmp_path, agg, feeder, messages)
+
+    assert not problems
+    assert feeder.seen_at is not None, "no live report appeared while rows were still being fed"
+    assert 0 < live_n[0] <= feeder.seen_at < len(rows)
+    assert agg.live.started >= 1 and agg.live.failed == 0
+    assert len(agg.writer_threads) >= 2 and threading.get_ident() not in agg.writer_threads  # off the event loop
+    # final: every row, per model; H recomputed from the rows
+    final = n_parsed(table)
+    per_model = Counter(r["model"] for r in rows if r["arm"] == "main" and r["verdict"] is not None)
+    assert {k: v for k, v in final.items() if k in per_model} == dict(per_model)
+    got = _csv_rows(table)
+    header, h_line = got[0], next(r for r in got if r[1] == "H (signal accepted)")
+    for m in per_model:
+        sig = [r for r in rows if r["model"] == m and r["arm"] == "main" and r["truth"] == "yes" and r["verdict"] is not None]
+        assert float(h_line[header.index(m)]) == pytest.approx(sum(r["verdict"] == "yes" for r in sig) / len(sig))
+    assert (tmp_path / "report" / "geoverify_dprime.png").is_file()
+
+
+def test_one_rewrite_in_flight_and_failures_logged(caplog):
+    live = LiveReport("test")
+    gate, ran = threading.Event(), []
+
+    def slow():
+        gate.wait(30)
+        ran.append("slow")
+
+    def boom():
+        raise RuntimeError("disk full")
+
+    async def main():
+        assert live.start(slow)
+        assert live.busy
+        assert not live.start(lambda: ran.append("second"))  # skipped while one runs
+        gate.set()
+        await live.wait()
+        assert not live.busy
+        assert live.start(boom)  # a failing rewrite is logged, not raised
+        await live.wait()
+        assert await live.run(lambda: "final") == "final"
+        with pytest.raises(RuntimeError):
+            await live.run(boom)
+        assert await live.run(boom, guarded=True) is None
+        live.close()
+
+    anyio.run(main)
+    assert ran == ["slow"] and (live.started, live.skipped, live.failed) == (2, 1, 2)
+    assert "test live report failed" in caplog.text and "disk full" in caplog.text
