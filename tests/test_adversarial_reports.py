@@ -45,7 +45,6 @@ replay = {{ path = "{tmp_path / 'rec.jsonl'}", key_field = "replay_key", record_
 [geoverify]
 release_dir = "{release_dir}"
 n_boot = 0
-report_interval_s = 0.0
 """)
     assert main(["run", str(cfg), "--no-live"]) == EXIT_INCOMPLETE
     capsys.readouterr()
@@ -81,7 +80,6 @@ replay = {{ path = "{release_dir / 'verify_raw_sample.jsonl'}", key_field = "rep
 [geoverify]
 release_dir = "{release_dir}"
 n_boot = 0
-report_interval_s = 0.0
 """)
     assert main(["run", str(cfg), "--no-live"]) == 0
     capsys.readouterr()
@@ -156,7 +154,6 @@ replay = {{{{ path = "{release_dir / 'verify_raw_sample.jsonl'}", key_field = "r
 [geoverify]
 release_dir = "{release_dir}"
 n_boot = 0
-report_interval_s = 0.0
 max_output_tokens = {{tokens}}
 """
     cfg = tmp_path / "gv.toml"

@@ -30,7 +30,7 @@ def _cfg(wd_url: str, nm_url: str) -> dict:
         "hosts": {urlsplit(wd_url).netloc: FAST, urlsplit(nm_url).netloc: FAST},
         "geohint": {
             "sites": SITES, "conditions": ["baseline", "forced", "forced_warn"], "images": "synthetic",
-            "baseline_repeats": 2, "n_flips": 200, "n_splits": 10, "report_interval_s": 0.0,
+            "baseline_repeats": 2, "n_flips": 200, "n_splits": 10,
             "geocoder": {"wikidata_url": wd_url + "/w/api.php", "nominatim_url": nm_url, "nominatim_max_requests": 100_000},
         },
     }

@@ -87,7 +87,7 @@ def _run(tmp_path, release_dir, msgs, provider):
                 url = await stack.enter_async_context(serve(llm_openai.make_app(require_auth=False)))
                 http = await stack.enter_async_context(HttpClient(default_policy=FAST))
                 cfg = _cfg("openai", base_url=url + "/v1")
-            st = geohint_stages(report_interval_s=0.0, n_flips=200, n_splits=10)
+            st = geohint_stages(n_flips=200, n_splits=10)
             stages = [ModelCaller(), st["parser"], _GeocodeStage(env.geocoder), st["scorer"], st["aggregator"]]
             state = open_campaign_state("gh-test", root=tmp_path / "state", cap_usd=0.0)
             queues = open_edge_queues(tmp_path / "queues", "gh-test", stages)

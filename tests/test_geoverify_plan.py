@@ -24,7 +24,7 @@ from geoagent.workers.model_caller import ModelCaller
 
 def _pipeline(cfg, messages, tmp_path):
     async def main():
-        stages = [ModelCaller(), *geoverify_stages(report_interval_s=0.0)]
+        stages = [ModelCaller(), *geoverify_stages()]
         state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=0.0)
         queues = open_edge_queues(tmp_path / "queues", cfg.name, stages)
         providers = {m.name: make_provider(provider_settings(cfg, m.name, require_key=False)) for m in cfg.models}

@@ -58,7 +58,7 @@ def _run(tmp_path, cfg, messages, live_models=None):
             return await pipeline(_cfg(None, "openai", base_url=url + "/v1", models_=live_models), http)
 
     async def pipeline(cfg, http):
-        stages = [ModelCaller(), *geoverify_stages(report_interval_s=0.0)]
+        stages = [ModelCaller(), *geoverify_stages()]
         state = open_campaign_state("gv-test", root=tmp_path / "state", cap_usd=0.0)
         queues = open_edge_queues(tmp_path / "queues", "gv-test", stages)
         providers = {m.name: make_provider(provider_settings(cfg, m.name, require_key=False), http) for m in cfg.models}
