@@ -159,13 +159,18 @@ n_requests = {n}
     return cfg
 
 
-async def _pipeline(base: str, n: int, concurrency: int, work: Path, export: bool) -> dict[str, Any]:
+async def _pipeline(base: str, n: int, concurrency: int, work: Path, export: bool,
+                    only_stages: list[str] | None = None) -> dict[str, Any]:
     from geoagent.config import load_config
     from geoagent.engine import run_campaign
 
-    cfg = load_config(write_config(work, base, n, concurrency))
+    cfg_path = work / "bench.toml"
+    if not cfg_path.exists():
+        write_config(work, base, n, concurrency)
+    cfg = load_config(cfg_path)
     t0 = time.perf_counter()
-    outcome = await run_campaign(cfg, live=False, handle_signals=False, export=export)
+    outcome = await run_campaign(cfg, live=False, handle_signals=False, export=export and not only_stages,
+                                 only_stages=only_stages)
     elapsed = time.perf_counter() - t0
     return {
         "calls": (outcome.spend or {}).get("calls", 0),
@@ -186,6 +191,7 @@ def child_main(argv: list[str]) -> None:
     ap.add_argument("--work", default=None)
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--profile", default=None, help="write a cProfile dump here")
+    ap.add_argument("--stages", default=None, help="comma-separated stages to run in this process (scale-out)")
     a = ap.parse_args(argv)
     import logging
 
@@ -193,7 +199,7 @@ def child_main(argv: list[str]) -> None:
     if a.mode == "raw":
         coro = _raw(a.base, a.n, a.c)
     else:
-        coro = _pipeline(a.base, a.n, a.c, Path(a.work), not a.no_export)
+        coro = _pipeline(a.base, a.n, a.c, Path(a.work), not a.no_export, a.stages.split(",") if a.stages else None)
     if a.profile:
         import cProfile
 
@@ -216,8 +222,8 @@ def child_main(argv: list[str]) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def run_child(mode: str, base: str, n: int, concurrency: int, *, work: Path | None = None, export: bool = True,
-              profile: str | None = None) -> dict[str, Any]:
+def _child_cmd(mode: str, base: str, n: int, concurrency: int, work: Path | None, export: bool,
+               profile: str | None, stages: str | None = None) -> list[str]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "_child", mode, "--base", base, "-n", str(n), "-c", str(concurrency)]
     if work is not None:
         cmd += ["--work", str(work)]
@@ -225,13 +231,63 @@ def run_child(mode: str, base: str, n: int, concurrency: int, *, work: Path | No
         cmd.append("--no-export")
     if profile:
         cmd += ["--profile", profile]
-    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout.splitlines():
+    if stages:
+        cmd += ["--stages", stages]
+    return cmd
+
+
+def _result(mode: str, proc: subprocess.CompletedProcess | subprocess.Popen, stdout: str, stderr: str) -> dict[str, Any]:
+    for line in stdout.splitlines():
         if line.startswith("RESULT "):
             res = json.loads(line[7:])
             res["calls_per_s"] = res["calls"] / res["elapsed_s"] if res["elapsed_s"] > 0 else 0.0
             return res
-    raise RuntimeError(f"{mode} run failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    raise RuntimeError(f"{mode} run failed (exit {proc.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
+
+
+def run_child(mode: str, base: str, n: int, concurrency: int, *, work: Path | None = None, export: bool = True,
+              profile: str | None = None, callers: int = 1) -> dict[str, Any]:
+    """Run one configuration in child process(es); return its figures.
+
+    ``callers`` > 1 (pipeline only): the main child runs every stage and ``callers - 1`` more children run
+    only the model caller on the same queue and state files (``--stages model_caller`` scale-out), each
+    with ``concurrency / callers`` requests in flight, so the total stays ``concurrency``. Calls/s is
+    measured by the main child (it finishes last: its collector waits for every caller); client CPU is
+    the sum over all children; peak RSS is the largest child's.
+    """
+    if callers <= 1 or mode != "pipeline":
+        cmd = _child_cmd(mode, base, n, concurrency, work, export, profile)
+        proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return _result(mode, proc, proc.stdout, proc.stderr)
+    per = max(1, concurrency // callers)
+    assert work is not None
+    write_config(work, base, n, per)
+    extra = [subprocess.Popen(_child_cmd(mode, base, n, per, work, False, None, "model_caller"), cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(callers - 1)]
+    main_proc = subprocess.run(_child_cmd(mode, base, n, per, work, export, profile), cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    res = _result(mode, main_proc, main_proc.stdout, main_proc.stderr)
+    for p in extra:
+        out, err = p.communicate(timeout=600)
+        other = _result(mode, p, out, err)
+        res["cpu_s"] += other["cpu_s"]
+        res["peak_rss_mib"] = max(res["peak_rss_mib"], other["peak_rss_mib"])
+    res["callers"] = callers
+    return res
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds used so far by process ``pid`` (Linux ``/proc``; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _server_cpu_us(server_pid: int, before: float | None, n: int) -> float | None:
+    after = process_cpu_s(server_pid)
+    return None if before is None or after is None else 1e6 * (after - before) / max(1, n)
 
 
 def main() -> int:
@@ -250,39 +306,57 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the queue/state folders (printed)")
     ap.add_argument("--profile", default=None, help="cProfile dump of the (last) pipeline child to this path")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--callers", type=int, default=1,
+                    help="model-caller processes sharing the queues (scale-out over cores; default 1)")
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="simulated model time per call in ms (default 0: measures pure overhead, the hard case)")
     a = ap.parse_args()
     sizes = [100_000, 1_000_000] if a.million else [a.calls]
 
     server, base = start_server(a.latency_ms)
-    print(f"server latency {a.latency_ms:g} ms per call, concurrency {a.concurrency}", flush=True)
+    print(f"server latency {a.latency_ms:g} ms per call, concurrency {a.concurrency}, model-caller processes {a.callers}, "
+          f"cpus {os.cpu_count()}", flush=True)
     results: list[dict[str, Any]] = []
     try:
         for n in sizes:
             raw = None
             if not a.skip_raw and (n == sizes[0] or a.raw_each):
+                srv0 = process_cpu_s(server.pid)
                 raw = run_child("raw", base, n, a.concurrency)
+                raw["server_cpu_us"] = _server_cpu_us(server.pid, srv0, n)
                 print(f"raw      n={n:>9,}  {raw['calls_per_s']:9.0f} calls/s  ({raw['elapsed_s']:.1f} s, "
-                      f"errors {raw['errors']}, peak RSS {raw['peak_rss_mib']:.0f} MiB, client CPU {1e6 * raw['cpu_s'] / max(1, n):.0f} us/call)",
-                      flush=True)
+                      f"errors {raw['errors']}, peak RSS {raw['peak_rss_mib']:.0f} MiB, client CPU {1e6 * raw['cpu_s'] / max(1, n):.0f} us/call, "
+                      f"server CPU {raw['server_cpu_us'] or 0:.0f} us/call)", flush=True)
             work = Path(tempfile.mkdtemp(prefix=f"geoagent-bench-{n}-", dir=os.environ.get("GEOAGENT_BENCH_DIR")))
+            srv0 = process_cpu_s(server.pid)
             try:
-                pipe = run_child("pipeline", base, n, a.concurrency, work=work, export=not a.no_export, profile=a.profile)
+                pipe = run_child("pipeline", base, n, a.concurrency, work=work, export=not a.no_export, profile=a.profile,
+                                 callers=a.callers)
             finally:
                 if a.keep:
                     print(f"kept {work}")
                 else:
                     shutil.rmtree(work, ignore_errors=True)
+            pipe["server_cpu_us"] = _server_cpu_us(server.pid, srv0, n)
             print(f"pipeline n={n:>9,}  {pipe['calls_per_s']:9.0f} calls/s  ({pipe['elapsed_s']:.1f} s, "
                   f"status {pipe['status']}, calls {pipe['calls']:,}, peak RSS {pipe['peak_rss_mib']:.0f} MiB, "
-                  f"client CPU {1e6 * pipe['cpu_s'] / max(1, n):.0f} us/call)", flush=True)
-            row = {"n": n, "concurrency": a.concurrency, "latency_ms": a.latency_ms, "export": not a.no_export,
+                  f"client CPU {1e6 * pipe['cpu_s'] / max(1, n):.0f} us/call, server CPU {pipe['server_cpu_us'] or 0:.0f} us/call)",
+                  flush=True)
+            row = {"n": n, "concurrency": a.concurrency, "callers": a.callers, "latency_ms": a.latency_ms, "export": not a.no_export,
                    "pipeline": pipe, "raw": raw}
             if raw:
                 row["ratio"] = pipe["calls_per_s"] / raw["calls_per_s"]
                 print(f"ratio    n={n:>9,}  {row['ratio']:.3f}  (target >= 0.7: {'met' if row['ratio'] >= 0.7 else 'NOT met'})",
                       flush=True)
+                if raw.get("server_cpu_us") and pipe.get("server_cpu_us"):
+                    # when every core is busy, calls/s ~ cores / (CPU per call of client + server), so this is
+                    # the ratio the CPU cost alone allows on a machine too small to run both at full speed
+                    raw_cpu = 1e6 * raw["cpu_s"] / n + raw["server_cpu_us"]
+                    pipe_cpu = 1e6 * pipe["cpu_s"] / n + pipe["server_cpu_us"]
+                    row["cpu_bound_ratio"] = raw_cpu / pipe_cpu
+                    print(f"cpu      n={n:>9,}  client+server CPU per call: raw {raw_cpu:.0f} us, pipeline {pipe_cpu:.0f} us; "
+                          f"their ratio {row['cpu_bound_ratio']:.3f} bounds the calls/s ratio when the cores are the limit",
+                          flush=True)
             results.append(row)
     finally:
         server.send_signal(signal.SIGTERM)
