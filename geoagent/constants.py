@@ -72,3 +72,7 @@ GEOVERIFY_TAU_KM = 0.15  # Sec. 5: claim tolerance tau = 150 m
 GEOVERIFY_DECOY_BANDS_KM = ((0.15, 0.3), (0.3, 0.7), (0.7, 1.5), (1.5, 3.0), (3.0, 6.0))  # Sec. 5.2
 LADDER_BANDS_KM = ((0.5, 1.5), (1.5, 3.0), (3.0, 6.0))  # Sec. 3.3
 HIT_THRESHOLD_KM = 1.0  # Sec. 4.2: hit = error < 1 km and finer than city
+
+#: stage-context service flag set by the campaign engine: the campaign kind writes the final report after the
+#: stages stop, so aggregator stages skip their own final rewrite
+SERVICE_CAMPAIGN_WRITES_REPORT = "campaign_writes_report"

@@ -324,6 +324,7 @@ async def _run(
     from geoagent.runtime.manifest import Manifest
 
     ctx.services["watch"] = watch
+    ctx.services[C.SERVICE_CAMPAIGN_WRITES_REPORT] = True  # kind.report() below writes the final report
     plan = await kind.plan(cfg, ctx)
     if simulate:
         return _estimate_outcome(cfg, kind, list(plan), ctx, t0)

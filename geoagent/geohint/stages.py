@@ -351,7 +351,9 @@ class GeoHintAggregatorStage(Stage):
     async def stop(self, ctx: StageContext) -> None:
         await self.live.wait()
         self._add_held()
-        if self.agg.keys:
+        # under the campaign engine the campaign's report (rebuilt from the store, with the missing work)
+        # follows at once and replaces this one: do not write it twice
+        if self.agg.keys and not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
             out_dir = self._report_dir(ctx)
             await self.live.run(lambda: self._write(out_dir), guarded=True)
         self.live.close()

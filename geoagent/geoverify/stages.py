@@ -360,7 +360,10 @@ class GeoVerifyAggregatorStage(Stage):
         self._drain()
         out_dir = self._report_dir(ctx)
         try:
-            await self.live.run(lambda: self._write(out_dir))
+            # under the campaign engine the campaign's report (rebuilt from the store, with the missing
+            # work) follows at once and replaces this one: do not write it twice
+            if not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
+                await self.live.run(lambda: self._write(out_dir))
         finally:
             self.live.close()
 
