@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from geoagent.runtime.sqlite_wal import enable_wal
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     key        TEXT PRIMARY KEY,
@@ -113,8 +115,8 @@ class ResponseCache:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
+            enable_wal(self._db, timeout_s=30.0)  # several crawl processes may open a new cache at once
             self._db.execute(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise sqlite3.DatabaseError(f"response cache {self.path}: {exc}") from exc

@@ -44,6 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from geoagent.runtime.sqlite_wal import enable_wal
 from geoagent.runtime.stage import BudgetStop
 
 T = TypeVar("T")
@@ -130,8 +131,8 @@ class CampaignDB:
             self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
         self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        mode = enable_wal(self._conn, timeout_s=busy_timeout_s)  # retries concurrent first opens
+        if mode != "wal":
             raise LedgerError(f"{self.path}: could not switch to WAL mode (got {mode})")
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._lock = threading.RLock()

@@ -116,6 +116,7 @@ import orjson
 from geoagent import constants as C
 from geoagent.paths import safe_name
 from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, StaleLease, Task, WorkQueue
+from geoagent.runtime.sqlite_wal import enable_wal, is_busy
 
 __all__ = ["SQLiteQueue", "queue_path", "read_counts", "SCHEMA_VERSION"]
 
@@ -316,18 +317,8 @@ class SQLiteQueue(WorkQueue):
         conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            # Switching a new file to WAL needs a moment of exclusive access; under concurrent first opens
-            # SQLite may report busy despite the timeout, so retry until busy_timeout_s has passed.
-            deadline = time.monotonic() + busy_timeout_s
-            while True:
-                try:
-                    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                    break
-                except sqlite3.OperationalError as exc:
-                    if not _is_busy(exc) or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.01)
-            if str(mode).lower() != "wal":
+            mode = enable_wal(conn, timeout_s=busy_timeout_s)  # retries concurrent first opens
+            if mode != "wal":
                 raise QueueError(f"queue {self.name!r}: {self.path} could not switch to WAL (mode {mode!r})")
             conn.execute(f"PRAGMA synchronous = {synchronous}")
             conn.execute(f"PRAGMA cache_size = {-abs(cache_size_kib)}")
@@ -791,11 +782,7 @@ def read_counts(root: str | os.PathLike[str], campaign: str, edge: str) -> Queue
 
 
 # ---------------------------------------------------------------------- helpers
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF == sqlite3.SQLITE_BUSY
-    return "locked" in str(exc) or "busy" in str(exc)
+_is_busy = is_busy
 
 
 def _bump(conn: sqlite3.Connection, deltas: dict[int, int]) -> None:

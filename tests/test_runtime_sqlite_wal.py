@@ -1,0 +1,56 @@
+"""Several processes opening a NEW campaign database (or response cache) at the same instant.
+
+Switching a fresh SQLite file to WAL needs a moment of exclusive access and SQLite may answer
+"database is locked" at once instead of waiting; before ``geoagent.runtime.sqlite_wal.enable_wal`` the
+campaign state failed this way in about half of the trials when 6 processes started together.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import pytest
+
+
+def _open_state(root: str, start_at: float, out: mp.Queue) -> None:
+    from geoagent.runtime.store import open_campaign_state
+
+    while time.time() < start_at:
+        pass
+    try:
+        state = open_campaign_state("c", root=root, cap_usd=1.0)
+        state.ledger.reserve("k", 0.01)
+        state.close()
+        out.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def _open_cache(root: str, start_at: float, out: mp.Queue) -> None:
+    from geoagent.clients.cache import ResponseCache
+
+    while time.time() < start_at:
+        pass
+    try:
+        ResponseCache(f"{root}/cache.sqlite")
+        out.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.parametrize("target", [_open_state, _open_cache], ids=["campaign-state", "response-cache"])
+def test_simultaneous_first_opens_never_fail(tmp_path, target):
+    ctx = mp.get_context("fork")
+    for trial in range(6):
+        root = tmp_path / f"t{trial}"
+        root.mkdir()
+        out = ctx.Queue()
+        start_at = time.time() + 0.4
+        procs = [ctx.Process(target=target, args=(str(root), start_at, out)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(10)
+        assert results == ["ok"] * len(procs), (trial, results)
