@@ -39,7 +39,21 @@ def _open_cache(root: str, start_at: float, out: mp.Queue) -> None:
         out.put(f"{type(exc).__name__}: {exc}")
 
 
-@pytest.mark.parametrize("target", [_open_state, _open_cache], ids=["campaign-state", "response-cache"])
+def _open_data_store(root: str, start_at: float, out: mp.Queue) -> None:
+    from geoagent.data.store import DataStore
+
+    while time.time() < start_at:
+        pass
+    try:
+        with DataStore(f"{root}/data/data.sqlite") as store:
+            store.count("site")
+        out.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.parametrize("target", [_open_state, _open_cache, _open_data_store],
+                         ids=["campaign-state", "response-cache", "data-store"])
 def test_simultaneous_first_opens_never_fail(tmp_path, target):
     ctx = mp.get_context("fork")
     for trial in range(6):

@@ -21,6 +21,7 @@ import orjson
 
 from geoagent import paths
 from geoagent.data.model import RECORD_TYPES
+from geoagent.runtime.sqlite_wal import enable_wal
 
 DATA_DIR = "data"
 DATA_DB = "data.sqlite"
@@ -43,8 +44,8 @@ class DataStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = sqlite3.connect(self.path, timeout=60.0)
+        enable_wal(self._db, timeout_s=60.0)  # every process of a campaign opens it while planning
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key TEXT NOT NULL, json TEXT NOT NULL,"
             " PRIMARY KEY (kind, key))"
