@@ -241,3 +241,31 @@ def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path):
     t0, (arrival,), b_until = asyncio.run(go())
     assert b_until == pytest.approx(t0 + 2.6, abs=0.1)
     assert arrival >= b_until  # without the wake-up check A would have sent at t0 + 1.0
+
+
+def test_newcomer_waits_for_a_departed_process_to_leave_the_window(tmp_path):
+    """A process that left right after a full burst still owns that window: a newcomer must not add to it.
+
+    (Two clients in the test process stand in for two processes; the first closes its share cleanly.)
+    """
+    rate = 20
+    policy = HostPolicy(rate=rate, period_s=1.0, concurrency=rate, timeout_s=10.0)
+
+    async def burst(http, url, tag):
+        await asyncio.gather(*(http.request("GET", url, params={"w": tag}) for _ in range(rate)))
+
+    async def go():
+        app = make_app()
+        async with serve(app) as base:
+            async with HttpClient(default_policy=policy) as a, HostShare(board_path(tmp_path), a):
+                await burst(a, base + "/echo", "A")  # alone: the full 20 at once
+            async with HttpClient(default_policy=policy) as b, HostShare(board_path(tmp_path), b):
+                await burst(b, base + "/echo", "B")
+        return list(app[FAULTS_KEY].log)
+
+    log = asyncio.run(go())
+    ta = np.array([r.t_mono for r in log if _tag(r) == "A"])
+    tb = np.array([r.t_mono for r in log if _tag(r) == "B"])
+    assert ta.size == tb.size == rate
+    assert max_in_window(np.concatenate([ta, tb]), 1.0) <= rate
+    assert tb.min() - ta.max() >= 1.0

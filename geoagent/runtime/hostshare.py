@@ -35,20 +35,27 @@ window that starts after ``t_Q`` holds at most ``s`` of Q's requests. A new proc
 
 1. every older live row Q (``seq_Q < seq_P``) reports ``adopted_seq >= seq_P``: Q has applied a share
    computed from a row set that contains P, at ``adopted_at``; and
-2. ``now >= max(adopted_at) + W``.
+2. ``now >= max(adopted_at) + W``, and ``now >= gone_at + W`` for every older row that has left or
+   died (its share did not count P; ``gone_at`` bounds its last request, see below).
 
-Any window that holds one of P's requests ends after P's first send, so it starts after every
-``adopted_at``: each process in it is at a share computed with ``n`` counting every process that sends
-in it, and ``sum floor(rate / n) <= rate``. Windows without P's requests hold only older processes,
-each at a share it applied for a membership that already counted all of them. The first process of a
-host (no older row) opens after one board write (milliseconds), not after ``W``.
+Take any server-side window (``period_s <= W`` long) and the ``k`` processes that send in it. For any
+two of them, X older than Y: Y's requests go out at ``t >= adopted_at(X) + W``, so the window starts
+after X adopted a share counting Y; and Y's own row set always contained X (X's row existed before Y's
+insert, and a departed X keeps counting for ``W`` after its last request). So every sender i uses a
+share computed with ``n_i >= k``, holds at most ``floor(rate / n_i) <= rate / k`` requests in the
+window, and the window holds at most ``rate``. An older row that departed without adopting P sent its
+last request before ``gone_at``, i.e. before every window that holds P's requests. The first process
+of a host (no older row) opens after one board write (milliseconds), not after ``W``.
 
 Leaving is the direction a process may grow in, but a departed process's recent requests are still in
 the server's window: a row that leaves (clean close, or found dead: pid gone or start time changed,
 another boot, or heartbeat older than :data:`STALE_S`) keeps counting for ``W`` after it was marked
-gone, so nobody grows into a window that still holds the departed process's requests. A process whose
-own heartbeat is older than :data:`LEASE_S` (< :data:`STALE_S`; e.g. its event loop was frozen) closes
-its gate until its next board write; if the others declared it gone meanwhile, it re-joins as new.
+gone (for a dead process: from ``min(now, last heartbeat + LEASE_S)``, since it could not send after
+its lease ran out), so nobody grows into a window that still holds the departed process's requests.
+A process whose own heartbeat is older than :data:`LEASE_S` (< :data:`STALE_S`; e.g. its event loop
+was frozen) closes its gate until its next board write; if the others declared it gone meanwhile, it
+re-joins as new. A re-run long after a crash finds the dead rows with an old ``gone_at`` and starts at
+once with the full share.
 
 Retry-After across processes
 ----------------------------
@@ -156,22 +163,30 @@ def _boot_id() -> str:
         return ""
 
 
-def _proc_start(pid: int) -> str:
-    """Start time of ``pid`` in clock ticks since boot (Linux ``/proc/<pid>/stat`` field 22), '' elsewhere.
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """``(state, start time)`` of ``pid`` from Linux ``/proc/<pid>/stat`` (fields 3 and 22), or None.
 
-    Together with the pid it tells a live process from a new one that reuses a dead one's pid.
+    The start time (clock ticks since boot) together with the pid tells a live process from a new one
+    that reuses a dead one's pid; state ``Z`` (zombie) is a process that has already exited.
     """
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
-        return ""
+        return None
     try:
-        return raw[raw.rindex(b")") + 2 :].split()[19].decode()
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        return fields[0].decode(), fields[19].decode()
     except (ValueError, IndexError):
-        return ""
+        return None
+
+
+def _proc_start(pid: int) -> str:
+    st = _proc_stat(pid)
+    return st[1] if st else ""
 
 
 def _alive(pid: int, pstart: str) -> bool:
+    """Whether process ``pid`` that started at ``pstart`` (``_proc_start``; '' = unknown) still runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -179,11 +194,12 @@ def _alive(pid: int, pstart: str) -> bool:
     except PermissionError:
         pass  # exists, someone else's
     if pstart:
-        now = _proc_start(pid)
-        if now and now != pstart:
+        st = _proc_stat(pid)
+        if st is None:
+            return not Path("/proc").is_dir()  # vanished between the two checks (or no /proc at all)
+        state, start = st
+        if state == "Z" or start != pstart:
             return False
-        if not now and Path("/proc").is_dir():
-            return False  # vanished between the two checks
     return True
 
 
@@ -385,8 +401,12 @@ class HostShare:
             if not h.ready:
                 older = [r for r in rows if r["seq"] < h.seq and r["gone_at"] is None]
                 if all(r["adopted_seq"] >= h.seq for r in older):
-                    h.open_at = max((r["adopted_at"] for r in older), default=-math.inf) + h.hold_s
-                    if not older or time.monotonic() >= h.open_at:
+                    # the older live rows adopted a share counting us; older departed rows (their shares
+                    # did not count us) must have left the window: no request of theirs after gone_at
+                    since = [r["adopted_at"] for r in older]
+                    since += [r["gone_at"] for r in rows if r["seq"] < h.seq and r["gone_at"] is not None]
+                    h.open_at = max(since, default=-math.inf) + h.hold_s
+                    if time.monotonic() >= h.open_at:
                         h.ready = True
 
     # ---- board (executor thread only) ---------------------------------------------------------------
@@ -454,7 +474,9 @@ class HostShare:
                 if r["boot"] != self.boot:
                     c.execute("DELETE FROM members WHERE seq = ?", (r["seq"],))
                 elif now - r["heartbeat"] > STALE_S or not _alive(r["pid"], r["pstart"]):
-                    c.execute("UPDATE members SET gone_at = ? WHERE seq = ?", (now, r["seq"]))
+                    # it cannot have sent after its lease ran out (heartbeat + LEASE_S), nor after now
+                    gone_at = min(now, r["heartbeat"] + LEASE_S)
+                    c.execute("UPDATE members SET gone_at = ? WHERE seq = ?", (gone_at, r["seq"]))
             c.execute("DELETE FROM members WHERE gone_at IS NOT NULL AND (gone_at + hold_s < ? OR boot != ?)", (now, self.boot))
             rows: dict[str, list[dict[str, Any]]] = {key: [] for key in seqs}
             for r in c.execute("SELECT seq, host, adopted_seq, adopted_at, gone_at FROM members").fetchall():
