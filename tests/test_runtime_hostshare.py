@@ -59,6 +59,8 @@ def test_share_policy_hand_cases():
     assert _throttle_params(two)[0] == 1 and _throttle_params(two)[1] >= 2.0
     with pytest.raises(ValueError):
         share_policy(p, 0)
+    with pytest.raises(ValueError, match="poll_s"):
+        HostShare("unused.sqlite", HttpClient(), poll_s=30.0)  # longer than the lease allows
 
 
 def _tag(rec) -> str:
@@ -183,17 +185,21 @@ def test_single_process_gets_full_rate_without_join_delay(tmp_path):
 
     async def go():
         app = make_app()
-        async with serve(app) as base, HttpClient(default_policy=policy) as http, HostShare(board_path(tmp_path), http):
-            t_first = time.monotonic()
-            await http.request("GET", base + "/echo")
-            first_latency = app[FAULTS_KEY].log[0].t_mono - t_first
+        async with serve(app) as base, HttpClient(default_policy=policy) as http:
+            async with HostShare(board_path(tmp_path), http) as share:
+                t_first = time.monotonic()
+                await http.request("GET", base + "/echo")
+                first_latency = app[FAULTS_KEY].log[0].t_mono - t_first
 
-            async def worker():
-                for _ in range(10):
-                    await http.request("GET", base + "/echo")
+                async def worker():
+                    for _ in range(10):
+                        await http.request("GET", base + "/echo")
 
-            await asyncio.gather(*(worker() for _ in range(6)))
-            rows = _rows(board_path(tmp_path))
+                await asyncio.gather(*(worker() for _ in range(6)))
+                rows = _rows(board_path(tmp_path))
+                busy_s = time.monotonic() - t_first
+            # cheap: the board is touched by the background poll only, not per request
+            assert share.ticks <= busy_s / POLL_S + 3, (share.ticks, busy_s)
         return np.array([r.t_mono for r in app[FAULTS_KEY].log]), first_latency, rows
 
     t, first_latency, rows = asyncio.run(go())
@@ -215,8 +221,9 @@ def _rows(path: Path) -> list[dict]:
 def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path):
     """A pause posted while a process sleeps out its own shorter pause is seen before its first send.
 
-    Process A polls the board only every 30 s here, so only the check at the end of its pause can find
-    the longer pause B posted meanwhile (two clients in one test process stand in for two processes).
+    Process A polls the board only every 2 s here (the longest allowed), so only the check at the end of
+    its own 1-s pause can find the longer pause B posted at 0.6 s (two clients in one test process stand
+    in for two processes). Without that check A would send at 1.0 s.
     """
     policy = HostPolicy(rate=20, period_s=1.0, concurrency=4, timeout_s=10.0)
 
@@ -226,7 +233,7 @@ def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path):
             key = host_key(base)
             async with HttpClient(default_policy=policy) as b, HostShare(board_path(tmp_path), b):
                 await b.request("GET", base + "/echo", params={"w": "B"})
-                async with HttpClient(default_policy=policy) as a, HostShare(board_path(tmp_path), a, poll_s=30.0):
+                async with HttpClient(default_policy=policy) as a, HostShare(board_path(tmp_path), a, poll_s=2.0):
                     await a.request("GET", base + "/echo", params={"w": "A"})  # joined
                     t0 = time.monotonic()
                     a.pause_host(key, 1.0)

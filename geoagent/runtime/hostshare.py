@@ -226,11 +226,11 @@ class _Host:
         return self.ready and not self.need_check and time.monotonic() - self.share.last_heartbeat < LEASE_S
 
     async def wait_open(self) -> None:
-        while not self.is_open():
-            self.share.wake()
-            ev = self.share.ticked
-            with _suppress_timeout():
-                await asyncio.wait_for(ev.wait(), timeout=POLL_S)
+        if self.seq is None:
+            self.share.wake()  # not registered yet: tick now (later wake-ups are scheduled by the loop)
+        # the loop ticks at least every poll_s while hosts exist, and once more when it stops
+        while not self.is_open() and not self.share.stopped:
+            await self.share.ticked.wait()
 
     def paused(self, until: float) -> None:
         """``_HostState.on_pause``: publish the pause and read the board again once it is over."""
@@ -238,14 +238,6 @@ class _Host:
         if not self.share.applying:
             self.share.pending_pauses[self.key] = max(until, self.share.pending_pauses.get(self.key, 0.0))
         self.share.wake()
-
-
-class _suppress_timeout:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
-        return et is not None and issubclass(et, (asyncio.TimeoutError, TimeoutError))
 
 
 class HostShare:
@@ -258,7 +250,8 @@ class HostShare:
     http : HttpClient
         This process's client; every host it calls (present and future) takes part.
     poll_s : float
-        Background poll interval in seconds (default :data:`POLL_S`).
+        Background poll interval in seconds (default :data:`POLL_S`); at most ``LEASE_S / 2``, so the
+        heartbeat keeps this process's lease alive.
 
     Use as ``async with HostShare(path, http):`` inside ``async with http:``. Entering starts the
     background task (no board access on the request path); leaving marks this process's rows gone
@@ -266,6 +259,8 @@ class HostShare:
 
     Raises
     ------
+    ValueError
+        ``poll_s`` not in ``(0, LEASE_S / 2]``.
     sqlite3.Error
         When the board cannot be opened or created (on ``__aenter__``).
     """
@@ -273,6 +268,8 @@ class HostShare:
     def __init__(self, db_path: str | Path, http: HttpClient, *, poll_s: float = POLL_S) -> None:
         self.db_path = Path(db_path)
         self.http = http
+        if not 0.0 < float(poll_s) <= LEASE_S / 2:
+            raise ValueError(f"HostShare: poll_s must be in (0, {LEASE_S / 2}] s, got {poll_s!r}")
         self.poll_s = float(poll_s)
         self.pid = os.getpid()
         self.pstart = _proc_start(self.pid)
@@ -287,6 +284,8 @@ class HostShare:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hostshare")
         self._conn: sqlite3.Connection | None = None
         self._closing = False
+        self.stopped = False  # the background task has ended (gates are detached)
+        self.ticks = 0  # board transactions made (diagnostics; about 1 / poll_s per second while calling)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     async def __aenter__(self) -> HostShare:
@@ -307,16 +306,19 @@ class HostShare:
         self._closing = True
         self.http.set_host_listener(None)
         if self._task is not None:
-            self._task.cancel()
+            # a stop flag, not Task.cancel(): the loop ends after its current tick (a tick is one short
+            # board transaction), so no cancellation can be lost in a wait that completes at that moment
+            self.wake()
             try:
                 await self._task
-            except asyncio.CancelledError:
-                pass
             except Exception:  # noqa: BLE001 - logged; leaving must not fail the run
                 log.exception("hostshare: background task failed")
         for h in self.hosts.values():  # detach: the client is about to close too (open_services)
             h.state.gate = None
             h.state.on_pause = None
+        self.stopped = True
+        ev, self.ticked = self.ticked, asyncio.Event()
+        ev.set()  # release waiters; with the gates gone they pass straight on
         try:
             await self._run(self._leave_db, [h.seq for h in self.hosts.values() if h.seq is not None])
         except sqlite3.Error as exc:
@@ -344,15 +346,24 @@ class HostShare:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def _loop(self) -> None:
-        while True:
+        loop = asyncio.get_running_loop()
+        while not self._closing:
             self._wake.clear()
             if self.hosts:
+                inp = self._tick_input()
                 try:
-                    snapshot = await self._run(self._tick_db, self._tick_input())
-                except sqlite3.Error as exc:  # keep going: the lease closes the gates if this persists
-                    log.warning("hostshare: board %s: %s", self.db_path, exc)
-                else:
+                    self.ticks += 1
+                    snapshot = await self._run(self._tick_db, inp)
                     self._apply(snapshot)
+                except Exception as exc:  # noqa: BLE001 - keep going: the lease closes the gates meanwhile
+                    for key, until in inp["pauses"].items():  # publish them on the next tick
+                        self.pending_pauses[key] = max(until, self.pending_pauses.get(key, 0.0))
+                    if isinstance(exc, sqlite3.Error):
+                        log.warning("hostshare: board %s: %s", self.db_path, exc)
+                    else:
+                        log.exception("hostshare: tick failed")
+                    if not self._closing:
+                        await asyncio.sleep(self.poll_s)
                 ev, self.ticked = self.ticked, asyncio.Event()
                 ev.set()
             now = time.monotonic()
@@ -362,8 +373,13 @@ class HostShare:
                     delay = min(delay, h.state.paused_until - now)
                 if not h.ready and now < h.open_at < math.inf:
                     delay = min(delay, h.open_at - now)
-            with _suppress_timeout():
-                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, delay))
+            if self._closing:
+                break
+            timer = loop.call_later(max(0.0, delay), self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
 
     def _tick_input(self) -> dict[str, Any]:
         pauses, self.pending_pauses = self.pending_pauses, {}

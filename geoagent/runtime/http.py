@@ -17,7 +17,8 @@ Implementation notes (see :class:`HttpClient` for the full contract):
 * timeouts after sending are unknown outcomes too (the server may finish and bill the call);
 * ``HttpResponse.attempts`` / ``possibly_billed`` (and a ``possibly_billed`` attribute on
   ``RetriesExhausted`` / ``OutcomeUnknown``) tell a ledger how many attempts may have been charged;
-* limits are per :class:`HttpClient`, i.e. per process: run one client per process and share it.
+* limits are per :class:`HttpClient`, i.e. per process: run one client per process and share it;
+  :mod:`geoagent.runtime.hostshare` splits them among the processes of one campaign (engine wires it).
 """
 
 from __future__ import annotations
