@@ -276,3 +276,135 @@ def test_newcomer_waits_for_a_departed_process_to_leave_the_window(tmp_path):
     assert ta.size == tb.size == rate
     assert max_in_window(np.concatenate([ta, tb]), 1.0) <= rate
     assert tb.min() - ta.max() >= 1.0
+
+
+def test_two_campaign_processes_share_the_model_hosts_rate(tmp_path):
+    """``run.py run`` twice at once (engine.open_services wiring): the model host's 10/s holds in total.
+
+    The board is watched from outside while they run, to see that both processes were members at once.
+    """
+    import contextlib
+
+    import anyio
+
+    from geoagent.sandbox import llm_openai
+
+    rate, n = 10, 100
+    key = "sk-" "hostshare-test-0123456789abcdef"
+    app = llm_openai.make_app(api_keys=[key])
+    env = {"HS_RT_KEY": key, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+
+    def config(base_url: str) -> Path:
+        p = tmp_path / "hs.toml"
+        p.write_text(f"""
+[campaign]
+name = "hs"
+kind = "generic"
+seed = 3
+
+[paths]
+queues = "{tmp_path / 'queues'}"
+state = "{tmp_path / 'state'}"
+
+[budget]
+cap_usd = 5.0
+
+[generic]
+n_requests = {n}
+
+[[models]]
+name = "m"
+provider = "openai"
+model = "gpt-x"
+base_url = "{base_url}/v1"
+api_key_env = "HS_RT_KEY"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 100
+concurrency = 8
+rate = {{ requests = {rate}, period_s = 1.0 }}
+timeout_s = 5
+""")
+        return p
+
+    async def go():
+        members_seen = 0
+        async with serve(app) as base:
+            # warm the fake up: its first answer takes ~0.2 s (lazy set-up) and would hold back the
+            # arrival log of requests sent meanwhile, bunching them on the server's clock
+            async with HttpClient() as warm:
+                await warm.request("POST", base + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                                   json={"model": "gpt-x", "messages": [{"role": "user", "content": "warm-up"}], "max_tokens": 5})
+            warmed = len(app[FAULTS_KEY].log)
+            cfg = config(base)
+            codes: list[int] = []
+            board = board_path(tmp_path / "state" / "hs")
+
+            async def one() -> None:
+                p = await anyio.run_process([sys.executable, str(REPO / "run.py"), "run", str(cfg), "--no-live"],
+                                            env=env, check=False, cwd=tmp_path)
+                codes.append(p.returncode)
+                if p.returncode:
+                    print(p.stdout.decode(errors="replace")[-3000:], p.stderr.decode(errors="replace")[-3000:])
+
+            def live_members() -> int:
+                if not board.exists():
+                    return 0
+                with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(board, timeout=5)) as c:
+                    return c.execute("SELECT COUNT(*) FROM members WHERE gone_at IS NULL").fetchone()[0]
+                return 0
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one)
+                tg.start_soon(one)
+                while len(codes) < 2:
+                    await anyio.sleep(0.1)
+                    # in a thread: the server shares this event loop, and its arrival times must not lag
+                    members_seen = max(members_seen, await anyio.to_thread.run_sync(live_members))
+        return codes, members_seen, warmed
+
+    codes, members_seen, warmed = anyio.run(go)
+    assert codes == [0, 0]
+    t = np.array([r.t_mono for r in list(app[FAULTS_KEY].log)[warmed:] if r.path.endswith("/chat/completions")])
+    assert t.size == n
+    assert max_in_window(t, 1.0) <= rate, np.round(t - t[0], 3).tolist()
+    assert members_seen == 2  # not vacuous: both processes called the host at the same time
+
+
+def test_policy_set_again_by_a_client_stays_a_share(tmp_path):
+    """A client that (re)sets its host's policy before every request (as the Mapillary client does for
+    thumbnail hosts) must not get the full rate back while another process shares the host.
+
+    (Two clients in the test process stand in for two processes.)
+    """
+    rate = 20
+
+    def policy() -> HostPolicy:  # a new object each time, like a client building its documented policy
+        return HostPolicy(rate=rate, period_s=1.0, concurrency=8, timeout_s=10.0)
+
+    async def go():
+        app = make_app()
+        async with serve(app) as base:
+            key = host_key(base)
+            async with HttpClient(default_policy=policy()) as a, HostShare(board_path(tmp_path), a), \
+                    HttpClient(default_policy=policy()) as b, HostShare(board_path(tmp_path), b):
+                end = time.monotonic() + 4.0
+
+                async def worker(http, tag, reset):
+                    while time.monotonic() < end:
+                        if reset:
+                            http.set_policy(key, policy())
+                        await http.request("GET", base + "/echo", params={"w": tag})
+
+                await asyncio.gather(*(worker(a, "A", True) for _ in range(8)), *(worker(b, "B", False) for _ in range(8)))
+        return list(app[FAULTS_KEY].log)
+
+    log = asyncio.run(go())
+    t = np.array([r.t_mono for r in log])
+    ta = np.array([r.t_mono for r in log if _tag(r) == "A"])
+    tb = np.array([r.t_mono for r in log if _tag(r) == "B"])
+    assert max_in_window(t, 1.0) <= rate
+    assert ta.size and tb.size
+    # once both are in, A holds its half although it keeps setting the full policy
+    both = max(ta.min(), tb.min()) + 1.2
+    assert max_in_window(ta[ta >= both], 1.0) <= rate // 2

@@ -12,7 +12,8 @@ Membership and shares
 Every process registers one row per host it actually calls (on its first request to that host): pid,
 process start time, boot id, a heartbeat, and the last membership it has adopted. Every
 :data:`POLL_S` (0.25 s) the background task writes its heartbeat, reads the host's rows and sets its own
-limiter (through :meth:`HttpClient.set_policy`, which keeps the recent admissions) to its share, where
+limiter (through the host state's ``set_policy``, as :meth:`HttpClient.set_policy` does: it keeps the
+recent admissions) to its share, where
 ``n`` counts the host's rows (live, joining, and departed ones still inside their hold time):
 
 * rate: ``floor(rate / n)`` per ``period_s``; when that is 0 (fewer requests per period than processes,
@@ -21,6 +22,9 @@ limiter (through :meth:`HttpClient.set_policy`, which keeps the recent admission
   up, so one window may then hold up to ``min(n, ...)`` requests. Give such a host to one process
   (``--stages``) where the window bound must hold strictly. With ``n == 1`` the share is the full policy
   (the limiter is not touched at all: a lone process behaves exactly as without this module).
+* a policy set later by other code (``HttpClient.set_policy``, e.g. a crawl client applying a host's
+  documented limits, even before every request) becomes the new full policy of the host, and this
+  process's limiter gets its share of it at once (``_Host.adjust``), never the whole.
 * concurrency: ``ceil(concurrency / n)``; the total may exceed the configured cap by up to ``n - 1``,
   and for a moment after a change (``set_policy`` swaps the semaphore while holders of the old one are
   still in flight).
@@ -215,6 +219,7 @@ class _Host:
         self.seq: int | None = None
         self.ready = False  # joined: every older process adopted us and a window has passed
         self.need_check = False  # a pause ended: read the board once more before sending
+        self.n = 1  # processes counted at the last board read
         self.current = self.base  # the share applied to the limiter
         self.current_since = 0.0  # monotonic s when ``current`` was applied
         self.adopted_seq = 0
@@ -231,6 +236,21 @@ class _Host:
         # the loop ticks at least every poll_s while hosts exist, and once more when it stops
         while not self.is_open() and not self.share.stopped:
             await self.share.ticked.wait()
+
+    def adjust(self, policy: HostPolicy) -> HostPolicy:
+        """``_HostState.set_policy`` hook: ``policy`` is the new full policy unless it is our own share.
+
+        Code that sets a host's policy after we applied a share (e.g. a crawl client setting its
+        documented limits) changes the BASE; the limiter gets this process's share of it at once.
+        """
+        if policy is self.current:
+            return policy
+        self.base = policy
+        self.hold_s = _throttle_params(policy)[1]
+        share = share_policy(policy, self.n)
+        if share != self.current:
+            self.current, self.current_since = share, time.monotonic()
+        return self.current
 
     def paused(self, until: float) -> None:
         """``_HostState.on_pause``: publish the pause and read the board again once it is over."""
@@ -396,11 +416,16 @@ class HostShare:
             if seq != h.seq:  # first registration, or re-join after being declared gone
                 h.seq, h.ready, h.open_at = seq, False, math.inf
             rows = snap["rows"][key]
-            n = max(1, len(rows))
+            n = h.n = max(1, len(rows))
             target = share_policy(h.base, n)
             if target != h.current:
-                self.http.set_policy(key, target)
                 h.current, h.current_since = target, time.monotonic()
+                # the host's own _HostState.set_policy (what HttpClient.set_policy calls): keeps the recent
+                # admissions, so a smaller share never lets a burst through. HttpClient's policy table keeps
+                # the configured (full) policy.
+                h.state.set_policy(target)
+                log.debug("hostshare: %s: %d process(es), this one's share %s/%s s, concurrency %d",
+                          key, n, target.rate, target.period_s, target.concurrency)
             max_seq = max((r["seq"] for r in rows), default=0)
             if max_seq > h.adopted_seq:
                 h.adopted_seq, h.adopted_at = max_seq, h.current_since
@@ -424,6 +449,7 @@ class HostShare:
                     h.open_at = max(since, default=-math.inf) + h.hold_s
                     if time.monotonic() >= h.open_at:
                         h.ready = True
+                        log.debug("hostshare: %s: joined as #%s (%d process(es))", key, h.seq, n)
 
     # ---- board (executor thread only) ---------------------------------------------------------------
     def _open_db(self) -> None:

@@ -340,12 +340,15 @@ class _HostState:
         self.pauses: list[tuple[float, float]] = []  # (set at, until), monotonic s; newest last, bounded
         self.stats = HttpStats()
         # Optional cross-process coordination (geoagent.runtime.hostshare): ``gate`` has ``is_open() -> bool``
-        # (cheap, in memory) and ``async wait_open()``; admission waits while it is closed. ``on_pause(until)``
-        # is called with the monotonic end of every pause that extends the current one.
+        # (cheap, in memory), ``async wait_open()`` (admission waits while it is closed) and
+        # ``adjust(policy) -> policy`` (set_policy applies this process's share of the policy it is given).
+        # ``on_pause(until)`` is called with the monotonic end of every pause that extends the current one.
         self.gate: Any = None
         self.on_pause: Callable[[float], None] | None = None
 
     def set_policy(self, policy: HostPolicy) -> None:
+        if self.gate is not None:  # a shared host: the gate turns the policy into this process's share
+            policy = self.gate.adjust(policy)
         n, window = _throttle_params(policy)
         self.throttle.reconfigure(n, window)  # keeps the recent admissions: no burst on reconfigure
         if policy.concurrency != self.policy.concurrency:
