@@ -290,7 +290,7 @@ def test_two_campaign_processes_share_the_model_hosts_rate(tmp_path):
 
     from geoagent.sandbox import llm_openai
 
-    rate, n = 10, 80
+    rate, n = 10, 100
     key = "sk-" "hostshare-test-0123456789abcdef"
     app = llm_openai.make_app(api_keys=[key])
     env = {"HS_RT_KEY": key, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
