@@ -72,6 +72,17 @@ already in flight cannot be recalled. Every pause also closes the gate until the
 AFTER the pause ends, so a process that wakes from a pause checks for a longer pause posted meanwhile
 before its first send.
 
+Limits
+------
+* One machine: liveness uses pids, ``/proc`` start times and boot id, and times are CLOCK_MONOTONIC; a
+  state folder shared over a network file system by several machines is not supported.
+* Every process must hold the same policy for a host (same config and code); shares are computed
+  from each process's own policy.
+* A process keeps its share of a host until it closes its services or dies, also while it no longer
+  calls the host (others do not grow meanwhile).
+* A run that starts less than one window after another run of the same campaign stopped waits out
+  that window before its first request to the host (the stopped run's last requests still count).
+
 Source: issue 2 ("Rate limit" acceptance; point 4). Nominatim's usage policy (1 request/s) is the
 motivating case: https://operations.osmfoundation.org/policies/nominatim/.
 """
