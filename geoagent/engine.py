@@ -226,9 +226,14 @@ async def open_services(
     Services: ``config``, ``http`` (one :class:`~geoagent.runtime.http.HttpClient` per process with the
     config's per-host policies), ``state`` / ``ledger`` / ``store`` (``state/<campaign>/campaign.sqlite``),
     ``providers`` (model name -> provider), ``state_dir``, ``queues_root``.
+
+    Every host the client calls shares its rate, concurrency and ``Retry-After`` pauses with the other
+    processes of the campaign on this machine (:mod:`geoagent.runtime.hostshare`, board
+    ``state/<campaign>/hosts.sqlite``); a lone process keeps the full limits.
     """
     from geoagent.config import host_policies, provider_settings
     from geoagent.providers.base import provider_class
+    from geoagent.runtime.hostshare import HostShare, board_path
     from geoagent.runtime.http import HttpClient
     from geoagent.runtime.store import open_campaign_state
 
@@ -237,7 +242,7 @@ async def open_services(
     http = HttpClient(policies=host_policies(cfg), user_agent=f"geoagent/{__version__} ({contact})")
     providers: dict[str, Any] = {}
     try:
-        async with http:
+        async with http, HostShare(board_path(cfg.state_dir()), http):
             for m in cfg.models:
                 settings = provider_settings(cfg, m.name, dotenv_path=dotenv_path, require_key=require_keys)
                 providers[m.name] = provider_class(settings.kind)(settings, http)

@@ -17,7 +17,8 @@ Implementation notes (see :class:`HttpClient` for the full contract):
 * timeouts after sending are unknown outcomes too (the server may finish and bill the call);
 * ``HttpResponse.attempts`` / ``possibly_billed`` (and a ``possibly_billed`` attribute on
   ``RetriesExhausted`` / ``OutcomeUnknown``) tell a ledger how many attempts may have been charged;
-* limits are per :class:`HttpClient`, i.e. per process: run one client per process and share it.
+* limits are per :class:`HttpClient`, i.e. per process: run one client per process and share it;
+  :mod:`geoagent.runtime.hostshare` splits them among the processes of one campaign (engine wires it).
 """
 
 from __future__ import annotations
@@ -358,8 +359,16 @@ class _HostState:
         self.paused_until = 0.0  # time.monotonic() before which nobody may contact the host
         self.pauses: list[tuple[float, float]] = []  # (set at, until), monotonic s; newest last, bounded
         self.stats = HttpStats()
+        # Optional cross-process coordination (geoagent.runtime.hostshare): ``gate`` has ``is_open() -> bool``
+        # (cheap, in memory), ``async wait_open()`` (admission waits while it is closed) and
+        # ``adjust(policy) -> policy`` (set_policy applies this process's share of the policy it is given).
+        # ``on_pause(until)`` is called with the monotonic end of every pause that extends the current one.
+        self.gate: Any = None
+        self.on_pause: Callable[[float], None] | None = None
 
     def set_policy(self, policy: HostPolicy) -> None:
+        if self.gate is not None:  # a shared host: the gate turns the policy into this process's share
+            policy = self.gate.adjust(policy)
         n, window = _throttle_params(policy)
         self.throttle.reconfigure(n, window)  # keeps the recent admissions: no burst on reconfigure
         if policy.concurrency != self.policy.concurrency:
@@ -374,6 +383,8 @@ class _HostState:
             self.paused_until = until
             self.pauses.append((now, until))
             del self.pauses[:-100]
+            if self.on_pause is not None:
+                self.on_pause(until)
 
     async def admit(self) -> int:
         """Wait out any host pause, then take a rate slot (re-checking pauses set meanwhile).
@@ -386,10 +397,14 @@ class _HostState:
             if wait > 0:
                 await asyncio.sleep(wait)
                 continue
+            if self.gate is not None and not self.gate.is_open():
+                await self.gate.wait_open()
+                continue
             slot = await self.throttle.acquire()
-            if time.monotonic() >= self.paused_until:
+            if time.monotonic() >= self.paused_until and (self.gate is None or self.gate.is_open()):
                 return slot
-            # a Retry-After arrived while we waited for a slot: the slot is spent (safe side), wait again
+            # a Retry-After arrived (or the gate closed) while we waited for a slot: the slot is spent
+            # (safe side), wait again
             self.throttle.stamp(slot, time.monotonic())
 
     def count_error(self, reason: str) -> None:
@@ -466,6 +481,7 @@ class HttpClient:
         self._user_agent = user_agent
         self._hosts: dict[str, _HostState] = {}
         self._session: Any = None  # aiohttp.ClientSession, created in start()
+        self._host_listener: Any = None  # see set_host_listener
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> HttpClient:
@@ -538,10 +554,23 @@ class HttpClient:
         """Per-host counters: attempts sent (``requests``), ``retries``, ``errors`` by reason."""
         return {k: HttpStats(s.stats.requests, s.stats.retries, dict(s.stats.errors)) for k, s in self._hosts.items()}
 
+    def set_host_listener(self, listener: Any) -> None:
+        """Tell ``listener.host_added(host, state)`` about every host state, present and future (or None).
+
+        Used by :class:`geoagent.runtime.hostshare.HostShare` to share limits across processes; the
+        listener may set ``state.gate`` and ``state.on_pause`` (see ``_HostState``).
+        """
+        self._host_listener = listener
+        if listener is not None:
+            for key, st in list(self._hosts.items()):
+                listener.host_added(key, st)
+
     def _state(self, host: str) -> _HostState:
         st = self._hosts.get(host)
         if st is None:
             st = self._hosts[host] = _HostState(host, self.policy_for(host))
+            if self._host_listener is not None:
+                self._host_listener.host_added(host, st)
         return st
 
     # ---- requests ---------------------------------------------------------------------------------

@@ -1,0 +1,548 @@
+"""Per-host limits shared by every process of one campaign on one machine (issue 2, point 4).
+
+A campaign can scale out over several processes (``run.py run CFG --stages ...``). Each process has its own
+:class:`~geoagent.runtime.http.HttpClient`, whose per-host limiter alone would give EVERY process the full
+configured rate and concurrency, and whose ``Retry-After`` pause would hold back only the process that got
+it. :class:`HostShare` fixes both through a small SQLite board, ``state/<campaign>/hosts.sqlite``
+(:data:`HOSTS_DB`; stdlib ``sqlite3``, WAL, ``BEGIN IMMEDIATE``, ``busy_timeout``), which only a
+background task touches: the request path reads nothing but memory.
+
+Membership and shares
+---------------------
+Every process registers one row per host it actually calls (on its first request to that host): pid,
+process start time, boot id, a heartbeat, and the last membership it has adopted. Every
+:data:`POLL_S` (0.25 s) the background task writes its heartbeat, reads the host's rows and sets its own
+limiter (through the host state's ``set_policy``, as :meth:`HttpClient.set_policy` does: it keeps the
+recent admissions) to its share, where
+``n`` counts the host's rows (live, joining, and departed ones still inside their hold time):
+
+* rate: ``floor(rate / n)`` per ``period_s``; when that is 0 (fewer requests per period than processes,
+  e.g. Nominatim's 1/s with 2 processes) the share is the fraction ``rate / n`` (one request per
+  ``n * period_s / rate``): the long-run total is still ``rate``, but nothing lines the processes' sends
+  up, so one window may then hold up to ``min(n, ...)`` requests. Give such a host to one process
+  (``--stages``) where the window bound must hold strictly. With ``n == 1`` the share is the full policy
+  (the limiter is not touched at all: a lone process behaves exactly as without this module).
+* a policy set later by other code (``HttpClient.set_policy``, e.g. a crawl client applying a host's
+  documented limits, even before every request) becomes the new full policy of the host, and this
+  process's limiter gets its share of it at once (``_Host.adjust``), never the whole.
+* concurrency: ``ceil(concurrency / n)``; the total may exceed the configured cap by up to ``n - 1``,
+  and for a moment after a change (``set_policy`` swaps the semaphore while holders of the old one are
+  still in flight).
+
+Why a joining process cannot push any window past the rate (integer shares)
+--------------------------------------------------------------------------
+Let ``W`` be the host's window with the client's safety margin (``_throttle_params(policy)[1]``; the
+server counts windows of ``period_s <= W``). A process Q that applies a share ``s`` at time ``t_Q``
+admits a request only when fewer than ``s`` of its own stamps lie in the last ``W`` seconds, so every
+window that starts after ``t_Q`` holds at most ``s`` of Q's requests. A new process P inserts its row
+(sequence number ``seq_P``) and sends nothing until
+
+1. every older live row Q (``seq_Q < seq_P``) reports ``adopted_seq >= seq_P``: Q has applied a share
+   computed from a row set that contains P, at ``adopted_at``; and
+2. ``now >= max(adopted_at) + W``, and ``now >= gone_at + W`` for every older row that has left or
+   died (its share did not count P; ``gone_at`` bounds its last request, see below).
+
+Take any server-side window (``period_s <= W`` long) and the ``k`` processes that send in it. For any
+two of them, X older than Y: Y's requests go out at ``t >= adopted_at(X) + W``, so the window starts
+after X adopted a share counting Y; and Y's own row set always contained X (X's row existed before Y's
+insert, and a departed X keeps counting for ``W`` after its last request). So every sender i uses a
+share computed with ``n_i >= k``, holds at most ``floor(rate / n_i) <= rate / k`` requests in the
+window, and the window holds at most ``rate``. An older row that departed without adopting P sent its
+last request before ``gone_at``, i.e. before every window that holds P's requests. The first process
+of a host (no older row) opens after one board write (milliseconds), not after ``W``.
+
+Leaving is the direction a process may grow in, but a departed process's recent requests are still in
+the server's window: a row that leaves (clean close, or found dead: pid gone or start time changed,
+another boot, or heartbeat older than :data:`STALE_S`) keeps counting for ``W`` after it was marked
+gone (for a dead process: from ``min(now, last heartbeat + LEASE_S)``, since it could not send after
+its lease ran out), so nobody grows into a window that still holds the departed process's requests.
+A process whose own heartbeat is older than :data:`LEASE_S` (< :data:`STALE_S`; e.g. its event loop
+was frozen) closes its gate until its next board write; if the others declared it gone meanwhile, it
+re-joins as new. A re-run long after a crash finds the dead rows with an old ``gone_at`` and starts at
+once with the full share.
+
+Retry-After across processes
+----------------------------
+A pause (``Retry-After`` on a 429/503, or :meth:`HttpClient.pause_host`) is written to the board at once
+(the background task is woken, ``until`` is the absolute ``time.monotonic()`` end: CLOCK_MONOTONIC is
+system-wide on Linux) and every other process picks it up on its next poll. Documented lag: another
+process may still START requests for up to :data:`POLL_S` plus one board transaction (milliseconds; more
+under heavy lock contention, bounded by ``busy_timeout``) after the 429 reached the first one; requests
+already in flight cannot be recalled. Every pause also closes the gate until the board has been read
+AFTER the pause ends, so a process that wakes from a pause checks for a longer pause posted meanwhile
+before its first send.
+
+Limits
+------
+* One machine: liveness uses pids, ``/proc`` start times and boot id, and times are CLOCK_MONOTONIC; a
+  state folder shared over a network file system by several machines is not supported.
+* Every process must hold the same policy for a host (same config and code); shares are computed
+  from each process's own policy.
+* A process keeps its share of a host until it closes its services or dies, also while it no longer
+  calls the host (others do not grow meanwhile).
+* A run that starts less than one window after another run of the same campaign stopped waits out
+  that window before its first request to the host (the stopped run's last requests still count).
+
+Source: issue 2 ("Rate limit" acceptance; point 4). Nominatim's usage policy (1 request/s) is the
+motivating case: https://operations.osmfoundation.org/policies/nominatim/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import math
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from geoagent.runtime.http import HostPolicy, HttpClient, _HostState, _throttle_params
+
+log = logging.getLogger(__name__)
+
+#: File name of the board inside ``state/<campaign>/``.
+HOSTS_DB = "hosts.sqlite"
+#: Background poll interval (s): heartbeat, membership refresh, pause board read.
+POLL_S = 0.25
+#: A process sends only while its own last heartbeat is younger than this (s).
+LEASE_S = 4.0
+#: Others declare a row gone when its heartbeat is older than this (s). Must exceed LEASE_S.
+STALE_S = 10.0
+#: SQLite busy timeout (ms).
+BUSY_TIMEOUT_MS = 10_000
+#: Pauses older than this (s after their end) are deleted from the board.
+PAUSE_KEEP_S = 60.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS members (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    pstart TEXT NOT NULL,
+    boot TEXT NOT NULL,
+    joined_at REAL NOT NULL,
+    heartbeat REAL NOT NULL,
+    hold_s REAL NOT NULL,
+    adopted_seq INTEGER NOT NULL DEFAULT 0,
+    adopted_at REAL NOT NULL DEFAULT 0,
+    gone_at REAL
+);
+CREATE INDEX IF NOT EXISTS members_host ON members(host);
+CREATE TABLE IF NOT EXISTS pauses (
+    host TEXT PRIMARY KEY,
+    until REAL NOT NULL,
+    boot TEXT NOT NULL,
+    set_by INTEGER NOT NULL
+);
+"""
+
+
+def share_policy(policy: HostPolicy, n: int) -> HostPolicy:
+    """The part of ``policy`` one of ``n`` processes may use (see the module docstring).
+
+    Parameters
+    ----------
+    policy : HostPolicy
+        The host's configured policy (``rate`` requests per ``period_s`` seconds, ``concurrency``).
+    n : int
+        Processes counted for the host (>= 1).
+
+    Returns
+    -------
+    HostPolicy
+        ``policy`` itself when ``n == 1``; else a copy with ``rate = floor(rate / n)`` (or the fraction
+        ``rate / n`` when that floor is 0) and ``concurrency = ceil(concurrency / n)``; other fields kept.
+
+    Raises
+    ------
+    ValueError
+        ``n < 1``.
+    """
+    if n < 1:
+        raise ValueError(f"share_policy: n must be >= 1, got {n}")
+    if n == 1:
+        return policy
+    whole = math.floor(policy.rate / n)
+    rate = float(whole) if whole >= 1 else policy.rate / n
+    return dataclasses.replace(policy, rate=rate, concurrency=max(1, math.ceil(policy.concurrency / n)))
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """``(state, start time)`` of ``pid`` from Linux ``/proc/<pid>/stat`` (fields 3 and 22), or None.
+
+    The start time (clock ticks since boot) together with the pid tells a live process from a new one
+    that reuses a dead one's pid; state ``Z`` (zombie) is a process that has already exited.
+    """
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    try:
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        return fields[0].decode(), fields[19].decode()
+    except (ValueError, IndexError):
+        return None
+
+
+def _proc_start(pid: int) -> str:
+    st = _proc_stat(pid)
+    return st[1] if st else ""
+
+
+def _alive(pid: int, pstart: str) -> bool:
+    """Whether process ``pid`` that started at ``pstart`` (``_proc_start``; '' = unknown) still runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, someone else's
+    if pstart:
+        st = _proc_stat(pid)
+        if st is None:
+            return not Path("/proc").is_dir()  # vanished between the two checks (or no /proc at all)
+        state, start = st
+        if state == "Z" or start != pstart:
+            return False
+    return True
+
+
+class _Host:
+    """This process's view of one shared host; also the ``gate`` of its ``_HostState``."""
+
+    def __init__(self, share: HostShare, key: str, state: _HostState) -> None:
+        self.share = share
+        self.key = key
+        self.state = state
+        self.base = state.policy
+        self.hold_s = _throttle_params(self.base)[1]
+        self.seq: int | None = None
+        self.ready = False  # joined: every older process adopted us and a window has passed
+        self.need_check = False  # a pause ended: read the board once more before sending
+        self.n = 1  # processes counted at the last board read
+        self.current = self.base  # the share applied to the limiter
+        self.current_since = 0.0  # monotonic s when ``current`` was applied
+        self.adopted_seq = 0
+        self.adopted_at = 0.0
+        self.open_at = math.inf  # monotonic s at which a joining process may open (once known)
+
+    # gate protocol (called on the request path: memory only)
+    def is_open(self) -> bool:
+        return self.ready and not self.need_check and time.monotonic() - self.share.last_heartbeat < LEASE_S
+
+    async def wait_open(self) -> None:
+        if self.seq is None:
+            self.share.wake()  # not registered yet: tick now (later wake-ups are scheduled by the loop)
+        # the loop ticks at least every poll_s while hosts exist, and once more when it stops
+        while not self.is_open() and not self.share.stopped:
+            await self.share.ticked.wait()
+
+    def adjust(self, policy: HostPolicy) -> HostPolicy:
+        """``_HostState.set_policy`` hook: ``policy`` is the new full policy unless it is our own share.
+
+        Code that sets a host's policy after we applied a share (e.g. a crawl client setting its
+        documented limits) changes the BASE; the limiter gets this process's share of it at once.
+        """
+        if policy is self.current:
+            return policy
+        self.base = policy
+        self.hold_s = _throttle_params(policy)[1]
+        share = share_policy(policy, self.n)
+        if share != self.current:
+            self.current, self.current_since = share, time.monotonic()
+        return self.current
+
+    def paused(self, until: float) -> None:
+        """``_HostState.on_pause``: publish the pause and read the board again once it is over."""
+        self.need_check = True
+        if not self.share.applying:
+            self.share.pending_pauses[self.key] = max(until, self.share.pending_pauses.get(self.key, 0.0))
+        self.share.wake()
+
+
+class HostShare:
+    """Share the per-host limits of ``http`` with the other processes using the board at ``db_path``.
+
+    Parameters
+    ----------
+    db_path : str or Path
+        The board, normally ``state/<campaign>/hosts.sqlite`` (:func:`board_path`); created if absent.
+    http : HttpClient
+        This process's client; every host it calls (present and future) takes part.
+    poll_s : float
+        Background poll interval in seconds (default :data:`POLL_S`); at most ``LEASE_S / 2``, so the
+        heartbeat keeps this process's lease alive.
+
+    Use as ``async with HostShare(path, http):`` inside ``async with http:``. Entering starts the
+    background task (no board access on the request path); leaving marks this process's rows gone
+    (they keep counting for one window, see the module docstring) and stops the task.
+
+    Raises
+    ------
+    ValueError
+        ``poll_s`` not in ``(0, LEASE_S / 2]``.
+    sqlite3.Error
+        When the board cannot be opened or created (on ``__aenter__``).
+    """
+
+    def __init__(self, db_path: str | Path, http: HttpClient, *, poll_s: float = POLL_S) -> None:
+        self.db_path = Path(db_path)
+        self.http = http
+        if not 0.0 < float(poll_s) <= LEASE_S / 2:
+            raise ValueError(f"HostShare: poll_s must be in (0, {LEASE_S / 2}] s, got {poll_s!r}")
+        self.poll_s = float(poll_s)
+        self.pid = os.getpid()
+        self.pstart = _proc_start(self.pid)
+        self.boot = _boot_id()
+        self.hosts: dict[str, _Host] = {}
+        self.pending_pauses: dict[str, float] = {}
+        self.applying = False
+        self.last_heartbeat = -math.inf
+        self.ticked = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hostshare")
+        self._conn: sqlite3.Connection | None = None
+        self._closing = False
+        self.stopped = False  # the background task has ended (gates are detached)
+        self.ticks = 0  # board transactions made (diagnostics; about 1 / poll_s per second while calling)
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+    async def __aenter__(self) -> HostShare:
+        await self._run(self._open_db)
+        self.ticked = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.http.set_host_listener(self)
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="hostshare")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the background task, mark this process's rows gone, close the board (idempotent)."""
+        if self._closing:
+            return
+        self._closing = True
+        self.http.set_host_listener(None)
+        if self._task is not None:
+            # a stop flag, not Task.cancel(): the loop ends after its current tick (a tick is one short
+            # board transaction), so no cancellation can be lost in a wait that completes at that moment
+            self.wake()
+            try:
+                await self._task
+            except Exception:  # noqa: BLE001 - logged; leaving must not fail the run
+                log.exception("hostshare: background task failed")
+        for h in self.hosts.values():  # detach: the client is about to close too (open_services)
+            h.state.gate = None
+            h.state.on_pause = None
+        self.stopped = True
+        ev, self.ticked = self.ticked, asyncio.Event()
+        ev.set()  # release waiters; with the gates gone they pass straight on
+        try:
+            await self._run(self._leave_db, [h.seq for h in self.hosts.values() if h.seq is not None])
+        except sqlite3.Error as exc:
+            log.warning("hostshare: could not mark rows gone in %s: %s", self.db_path, exc)
+        await self._run(self._close_db)
+        self._pool.shutdown(wait=False)
+
+    def wake(self) -> None:
+        """Make the background task poll now."""
+        self._wake.set()
+
+    # ---- HttpClient listener ------------------------------------------------------------------------
+    def host_added(self, key: str, state: _HostState) -> None:
+        """Called by :class:`HttpClient` for each host state; gates it until this process has joined."""
+        if key in self.hosts or self._closing:
+            return
+        h = _Host(self, key, state)
+        self.hosts[key] = h
+        state.gate = h
+        state.on_pause = h.paused
+        self.wake()
+
+    # ---- background --------------------------------------------------------------------------------
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closing:
+            self._wake.clear()
+            if self.hosts:
+                inp = self._tick_input()
+                try:
+                    self.ticks += 1
+                    snapshot = await self._run(self._tick_db, inp)
+                    self._apply(snapshot)
+                except Exception as exc:  # noqa: BLE001 - keep going: the lease closes the gates meanwhile
+                    for key, until in inp["pauses"].items():  # publish them on the next tick
+                        self.pending_pauses[key] = max(until, self.pending_pauses.get(key, 0.0))
+                    if isinstance(exc, sqlite3.Error):
+                        log.warning("hostshare: board %s: %s", self.db_path, exc)
+                    else:
+                        log.exception("hostshare: tick failed")
+                    if not self._closing:
+                        await asyncio.sleep(self.poll_s)
+                ev, self.ticked = self.ticked, asyncio.Event()
+                ev.set()
+            now = time.monotonic()
+            delay = self.poll_s
+            for h in self.hosts.values():
+                if h.need_check and h.state.paused_until > now:
+                    delay = min(delay, h.state.paused_until - now)
+                if not h.ready and now < h.open_at < math.inf:
+                    delay = min(delay, h.open_at - now)
+            if self._closing:
+                break
+            timer = loop.call_later(max(0.0, delay), self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
+
+    def _tick_input(self) -> dict[str, Any]:
+        pauses, self.pending_pauses = self.pending_pauses, {}
+        return {
+            "hosts": [(h.key, h.seq, h.hold_s, h.adopted_seq, h.adopted_at) for h in self.hosts.values()],
+            "pauses": pauses,
+        }
+
+    def _apply(self, snap: dict[str, Any]) -> None:
+        now = snap["now"]
+        self.last_heartbeat = now
+        for key, h in list(self.hosts.items()):
+            seq = snap["seqs"][key]
+            if seq != h.seq:  # first registration, or re-join after being declared gone
+                h.seq, h.ready, h.open_at = seq, False, math.inf
+            rows = snap["rows"][key]
+            n = h.n = max(1, len(rows))
+            target = share_policy(h.base, n)
+            if target != h.current:
+                h.current, h.current_since = target, time.monotonic()
+                # the host's own _HostState.set_policy (what HttpClient.set_policy calls): keeps the recent
+                # admissions, so a smaller share never lets a burst through. HttpClient's policy table keeps
+                # the configured (full) policy.
+                h.state.set_policy(target)
+                log.debug("hostshare: %s: %d process(es), this one's share %s/%s s, concurrency %d",
+                          key, n, target.rate, target.period_s, target.concurrency)
+            max_seq = max((r["seq"] for r in rows), default=0)
+            if max_seq > h.adopted_seq:
+                h.adopted_seq, h.adopted_at = max_seq, h.current_since
+            # pauses posted by anyone (ours come back too: harmless, pause() never shortens)
+            until = snap["pauses"].get(key)
+            if until is not None and until > h.state.paused_until:
+                self.applying = True
+                try:
+                    h.state.pause(until - time.monotonic())
+                finally:
+                    self.applying = False
+            if h.need_check and h.state.paused_until <= now:
+                h.need_check = False  # this board read happened after the pause ended
+            if not h.ready:
+                older = [r for r in rows if r["seq"] < h.seq and r["gone_at"] is None]
+                if all(r["adopted_seq"] >= h.seq for r in older):
+                    # the older live rows adopted a share counting us; older departed rows (their shares
+                    # did not count us) must have left the window: no request of theirs after gone_at
+                    since = [r["adopted_at"] for r in older]
+                    since += [r["gone_at"] for r in rows if r["seq"] < h.seq and r["gone_at"] is not None]
+                    h.open_at = max(since, default=-math.inf) + h.hold_s
+                    if time.monotonic() >= h.open_at:
+                        h.ready = True
+                        log.debug("hostshare: %s: joined as #%s (%d process(es))", key, h.seq, n)
+
+    # ---- board (executor thread only) ---------------------------------------------------------------
+    def _open_db(self) -> None:
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(_SCHEMA)  # each CREATE ... IF NOT EXISTS is atomic; concurrent openers are safe
+        conn.row_factory = sqlite3.Row
+        self._conn = conn
+
+    def _close_db(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _leave_db(self, seqs: list[int]) -> None:
+        if self._conn is None or not seqs:
+            return
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            now = time.monotonic()
+            c.executemany("UPDATE members SET gone_at = ? WHERE seq = ? AND gone_at IS NULL", [(now, s) for s in seqs])
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def _tick_db(self, inp: dict[str, Any]) -> dict[str, Any]:
+        c = self._conn
+        assert c is not None
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            now = time.monotonic()
+            c.execute("DELETE FROM pauses WHERE boot != ? OR until < ?", (self.boot, now - PAUSE_KEEP_S))
+            for key, until in inp["pauses"].items():
+                c.execute(
+                    "INSERT INTO pauses(host, until, boot, set_by) VALUES (?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET"
+                    " until = max(until, excluded.until), set_by = excluded.set_by",
+                    (key, until, self.boot, self.pid),
+                )
+            seqs: dict[str, int] = {}
+            for key, seq, hold_s, adopted_seq, adopted_at in inp["hosts"]:
+                if seq is not None:
+                    cur = c.execute(
+                        "UPDATE members SET heartbeat = ?, adopted_seq = ?, adopted_at = ? WHERE seq = ? AND gone_at IS NULL",
+                        (now, adopted_seq, adopted_at, seq),
+                    )
+                    if cur.rowcount == 1:
+                        seqs[key] = seq
+                        continue
+                cur = c.execute(
+                    "INSERT INTO members(host, pid, pstart, boot, joined_at, heartbeat, hold_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (key, self.pid, self.pstart, self.boot, now, now, hold_s),
+                )
+                seqs[key] = int(cur.lastrowid or 0)
+            mine = set(seqs.values())
+            # find the departed: another boot, pid gone or reused, heartbeat stale
+            for r in c.execute("SELECT seq, pid, pstart, boot, heartbeat FROM members WHERE gone_at IS NULL").fetchall():
+                if r["seq"] in mine:
+                    continue
+                if r["boot"] != self.boot:
+                    c.execute("DELETE FROM members WHERE seq = ?", (r["seq"],))
+                elif now - r["heartbeat"] > STALE_S or not _alive(r["pid"], r["pstart"]):
+                    # it cannot have sent after its lease ran out (heartbeat + LEASE_S), nor after now
+                    gone_at = min(now, r["heartbeat"] + LEASE_S)
+                    c.execute("UPDATE members SET gone_at = ? WHERE seq = ?", (gone_at, r["seq"]))
+            c.execute("DELETE FROM members WHERE gone_at IS NOT NULL AND (gone_at + hold_s < ? OR boot != ?)", (now, self.boot))
+            rows: dict[str, list[dict[str, Any]]] = {key: [] for key in seqs}
+            for r in c.execute("SELECT seq, host, adopted_seq, adopted_at, gone_at FROM members").fetchall():
+                if r["host"] in rows:
+                    rows[r["host"]].append(dict(r))
+            pauses = {r["host"]: r["until"] for r in c.execute("SELECT host, until FROM pauses WHERE until > ?", (now,)).fetchall() if r["host"] in rows}
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        return {"now": now, "seqs": seqs, "rows": rows, "pauses": pauses}
+
+
+def board_path(state_dir: str | Path) -> Path:
+    """The board of the campaign whose state folder is ``state_dir``: ``<state_dir>/hosts.sqlite``."""
+    return Path(state_dir) / HOSTS_DB

@@ -1,0 +1,51 @@
+"""Child process for tests/test_runtime_hostshare.py: one campaign process calling one host.
+
+Usage: ``python tests/_hostshare_child.py '<json options>'`` with keys ``url``, ``board``, ``tag``,
+``rate``, ``period_s``, ``concurrency``, ``duration_s``, ``workers`` (optional ``max_attempts``,
+``backoff_max_s``). Opens an :class:`HttpClient` plus a :class:`HostShare` on ``board`` (as
+``engine.open_services`` does), prints ``ready`` once the share is running, then has ``workers`` tasks
+call ``url?w=<tag>`` as fast as the limits allow for ``duration_s`` seconds, and prints one JSON line
+``{"tag", "ok", "errors"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+
+async def main(opt: dict) -> None:
+    from geoagent.runtime.hostshare import HostShare
+    from geoagent.runtime.http import HostPolicy, HttpClient, HttpError
+
+    policy = HostPolicy(
+        rate=opt["rate"],
+        period_s=opt.get("period_s", 1.0),
+        concurrency=opt["concurrency"],
+        max_attempts=opt.get("max_attempts", 5),
+        backoff_base_s=0.05,
+        backoff_max_s=opt.get("backoff_max_s", 10.0),
+        timeout_s=10.0,
+    )
+    ok = errors = 0
+    async with HttpClient(default_policy=policy) as http, HostShare(opt["board"], http):
+        print("ready", flush=True)
+        end = time.monotonic() + opt["duration_s"]
+
+        async def worker(w: int) -> None:
+            nonlocal ok, errors
+            while time.monotonic() < end:
+                try:
+                    await http.request("GET", opt["url"], params={"w": opt["tag"], "k": str(w)})
+                    ok += 1
+                except HttpError:
+                    errors += 1
+
+        await asyncio.gather(*(worker(w) for w in range(opt["workers"])))
+    print(json.dumps({"tag": opt["tag"], "ok": ok, "errors": errors}), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(json.loads(sys.argv[1])))
