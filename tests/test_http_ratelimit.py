@@ -13,8 +13,8 @@ import pytest
 
 from geoagent.runtime.http import RATE_MARGIN_FRACTION, HostPolicy, HttpClient, _throttle_params, host_key
 from geoagent.sandbox.echo import make_app
-from geoagent.sandbox.faults import FAULTS_KEY
-from geoagent.sandbox.server import serve
+from geoagent.sandbox.faults import ADMIN_REQUESTS_PATH, FAULTS_KEY
+from geoagent.sandbox.server import serve, spawn, wait_ready
 
 
 def max_in_window(times_s: np.ndarray, window_s: float) -> int:
@@ -45,19 +45,37 @@ async def _drive(http: HttpClient, url: str, n: int, workers: int) -> None:
 
 
 def _rate_50_run(idle_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Two bursts of 120 requests with an idle spell between, against the echo server in ITS OWN process.
+
+    A server in the client's process stamps arrivals only when the shared event loop gets to them, so a
+    stall of that loop (CPU taken by other processes on a loaded machine) bunched arrivals that were
+    spread out on the wire into one window. In its own process the server stamps them as they come.
+    """
     policy = HostPolicy(rate=50, period_s=1.0, concurrency=25, timeout_s=10.0)
+    proc, base = spawn("geoagent.sandbox.echo:make_app")
+    try:
+        wait_ready(base)
 
-    async def go():
-        app = make_app()
-        async with serve(app) as base, HttpClient(policies={host_key(base): policy}) as http:
-            await _drive(http, base + "/echo", 120, 30)
-            n1 = len(app[FAULTS_KEY].log)
-            await asyncio.sleep(idle_s)  # idle spell: a token bucket would bank a burst here
-            await _drive(http, base + "/echo", 120, 30)
-        t = np.array([r.t_mono for r in app[FAULTS_KEY].log])
-        return t[:n1], t[n1:]
+        async def go() -> tuple[int, list[float]]:
+            async with HttpClient(policies={host_key(base): policy}) as http:
+                await _drive(http, base + "/echo", 120, 30)
+                n1 = len(await _arrivals(http, base))
+                await asyncio.sleep(idle_s)  # idle spell: a token bucket would bank a burst here
+                await _drive(http, base + "/echo", 120, 30)
+                return n1, await _arrivals(http, base)
 
-    return asyncio.run(go())
+        n1, times = asyncio.run(go())
+    finally:
+        proc.terminate()
+        proc.join(10)
+    t = np.array(times)
+    return t[:n1], t[n1:]
+
+
+async def _arrivals(http: HttpClient, base: str) -> list[float]:
+    """Arrival times (``time.monotonic()`` of the server process: system-wide on Linux) of /echo requests."""
+    resp = await http.request("GET", base + ADMIN_REQUESTS_PATH)
+    return sorted(r["t_mono"] for r in resp.json()["requests"] if r["path"] == "/echo")
 
 
 def _check_50(first: np.ndarray, second: np.ndarray) -> None:

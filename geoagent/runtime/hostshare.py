@@ -101,6 +101,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.runtime.http import HostPolicy, HttpClient, _HostState, _throttle_params
+from geoagent.runtime.sqlite_wal import enable_wal
 
 log = logging.getLogger(__name__)
 
@@ -467,7 +468,7 @@ class HostShare:
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode=WAL")
+        enable_wal(conn, timeout_s=BUSY_TIMEOUT_MS / 1000)  # processes started together open it at once
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(_SCHEMA)  # each CREATE ... IF NOT EXISTS is atomic; concurrent openers are safe
         conn.row_factory = sqlite3.Row
