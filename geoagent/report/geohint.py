@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import numpy as np
 
 from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
+from geoagent.report.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.geohint import wilson_interval
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutation_test
 from geoagent.scoring.regime import ILLEGIBLE, LEGIBLE, REGIMES, split_half_correction
@@ -436,13 +436,9 @@ def _new_figure(size_in: tuple[float, float]):
 
 
 def _save_png(fig, path: str | Path) -> Path:
-    """Save ``fig`` as a PNG under a temporary name in the same folder, then rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=120, format="png")
-    os.replace(tmp, path)
-    return path
+    """Save ``fig`` as a PNG to a temporary file of its own in the same folder, then rename it over ``path``
+    (several processes of a campaign may rewrite the report at once)."""
+    return atomic_savefig(fig, path, dpi=120)
 
 
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline") -> Path:
@@ -559,6 +555,5 @@ def print_report(tables: Sequence[Table], console=None) -> None:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    # a temporary file of its own per write: several processes of a campaign may rewrite the report at once
+    atomic_write_text(path, text)

@@ -18,10 +18,10 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from geoagent.report.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.sdt import ARM_BLANK, ARM_MISMATCH, POOLED, ModelScores
 
 TABLE_MD = "geoverify_table.md"
@@ -230,16 +230,12 @@ def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Pa
     ax.set_title("GeoVerify: discrimination vs decoy distance")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, path)
-    return path
+    return atomic_savefig(fig, path)
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    # a temporary file of its own per write: several processes of a campaign may rewrite the report at once
+    atomic_write_text(path, text)
 
 
 def render_failures_md(failures: list[dict]) -> str:

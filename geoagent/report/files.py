@@ -1,0 +1,103 @@
+"""Atomic report files that several writers may rewrite at once.
+
+Every process of a scaled-out campaign writes the campaign report when it ends, and an aggregator rewrites
+the live report in a worker thread meanwhile, so the same report file can have several writers at the same
+moment. Each write goes to a temporary file of its own in the target's folder (a unique name, created with
+``O_EXCL``), which is then renamed over the target with :func:`os.replace`: a reader sees the old file or
+a complete new one, never a half-written one, and concurrent writers never rename or delete each other's
+temporary files (the last rename wins). A failed write removes its temporary file and leaves the target
+as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+TMP_SUFFIX = ".tmp"
+"""Suffix of the temporary files (named ``.<target name>.<pid>.<thread>.<random>.tmp``, hidden)."""
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """Create and open (write-only, ``O_EXCL``) a new temporary file next to ``path``; mode 0o666 less the
+    umask, as a plain ``open(path, "w")`` would give the target."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # pragma: no cover - 32 random bits on top of pid and thread
+            continue
+    raise FileExistsError(f"no free temporary name next to {path}")  # pragma: no cover
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", *, encoding: str = "utf-8") -> Iterator[IO[Any]]:
+    """Open a temporary file for writing ``path``; on a clean exit rename it over ``path``.
+
+    Parameters
+    ----------
+    path : str or Path
+        The target file; its folder is created when missing.
+    mode : str
+        ``"w"`` (text, ``encoding``) or ``"wb"`` (bytes, e.g. for matplotlib's ``savefig``).
+    encoding : str
+        Text encoding for ``"w"``.
+
+    Yields
+    ------
+    file object
+        Open on the temporary file (unique to this call, in the target's folder).
+
+    Raises
+    ------
+    ValueError
+        For a mode other than ``"w"`` or ``"wb"``.
+    OSError
+        When the folder or file cannot be written; the temporary file is removed and the target is left
+        as it was. Any exception raised inside the ``with`` block likewise leaves the target unchanged.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open: mode must be 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path)
+    try:
+        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": encoding})) as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str, *, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_open`); returns ``path`` as a Path."""
+    with atomic_open(path, "w", encoding=encoding) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_open`); returns ``path`` as a Path."""
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
+    return Path(path)
+
+
+def atomic_savefig(fig, path: str | Path, **savefig_kwargs: Any) -> Path:
+    """Save a matplotlib figure as PNG to ``path`` atomically (see :func:`atomic_open`).
+
+    ``savefig_kwargs`` go to ``fig.savefig`` (e.g. ``dpi``); the format is always PNG. Returns ``path``.
+    """
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", **savefig_kwargs)
+    return Path(path)
