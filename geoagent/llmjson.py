@@ -14,7 +14,10 @@ and the crawl audits (:mod:`geoagent.crawl.image_audit`, :mod:`geoagent.crawl.re
 Reading rules
 -------------
 - Strings in ``"``, ``'`` or curly quotes; an apostrophe inside a single-quoted word (``'it's'``) does
-  not close it. The usual backslash escapes and ``\\uXXXX``.
+  not close it. The usual backslash escapes and ``\\uXXXX``; an escaped UTF-16 surrogate pair
+  (``\\ud83d\\udccd``, as ``ensure_ascii`` JSON writers emit astral characters) is one character, as
+  with ``json.loads``, and a surrogate half without its partner (escaped or literal) becomes U+FFFD, so
+  every string read encodes as UTF-8.
 - Unquoted keys and bare words (``yes``) are strings; ``true``/``false``/``null``/``none`` in any case
   are JSON literals (``NaN`` and ``Infinity`` stay strings, so no non-finite number comes from a word).
 - ``//``, ``#`` and ``/* */`` comments; trailing commas; ``=`` in place of ``:``.
@@ -120,6 +123,15 @@ _QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019"}
 _PLAIN = {q: re.compile("[^\\\\" + re.escape(c) + "]+") for q, c in _QUOTES.items()}
 _ESC = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"', "'": "'"}
 _SPACE = re.compile(r"\s+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _fix_surrogates(text: str) -> str:
+    """``text`` with each high+low surrogate pair combined into one character (as ``json.loads`` does for
+    ``\\ud83d\\udccd``) and each surrogate half without its partner replaced by U+FFFD."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 class _Reader:
@@ -241,13 +253,13 @@ class _Reader:
                 self.i += 1
                 continue
             self.i += 1
-            return "".join(out)
+            return _fix_surrogates("".join(out))
 
     def _cut_string(self, out: list[str]) -> str:
         if not self.partial_strings:
             raise _EOF
         self.truncated = True
-        return "".join(out)
+        return _fix_surrogates("".join(out))
 
     def key(self) -> str:
         self.ws()
