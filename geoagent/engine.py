@@ -372,12 +372,15 @@ async def _run(
             runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True},
         )
         counts = await view.counts()
+        # a scale-out process (--stages) answers for its own stages' input edges; the work of the other
+        # processes (still leased or queued downstream) is theirs to report
+        judged = set(counts) if not only_stages else {s.input_edge for s in stages}
         dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
         if view.stopped_by_signal:
             status, code = "interrupted", EXIT_INTERRUPTED
         elif view.budget_stopped:
             status, code = "budget exhausted", EXIT_BUDGET
-        elif any(c.dead for c in counts.values()) or any(c.ready or c.leased for c in counts.values()):
+        elif any(c.dead or c.ready or c.leased for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
         else:
             status, code = "complete", EXIT_COMPLETE

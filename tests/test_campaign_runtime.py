@@ -163,3 +163,24 @@ def test_rerun_resumes_without_repeating_calls(tmp_path, monkeypatch):
     assert first.status == second.status == "complete"
     assert n1 == 120 and n2 == 120  # no second call for any stored response
     assert second.spend["spent_usd"] == pytest.approx(first.spend["spent_usd"])
+
+
+def test_scale_out_process_judges_only_its_own_stages(tmp_path, monkeypatch):
+    """A ``--stages model_caller`` process ends ``complete`` when its own input is done, although the
+    responses it produced still wait for the collector of another process (that is not missing work);
+    the process that runs the rest then completes the campaign."""
+    monkeypatch.setenv("GOOD_KEY", GOOD_KEY)
+    app = llm_openai.make_app(api_keys=[GOOD_KEY])
+
+    async def main():
+        async with serve(app) as base:
+            cfg = load_config(_write(tmp_path, "scale", "[budget]\ncap_usd = 10.0\n[generic]\nn_requests = 30\n"
+                                     + _model("good", base, "GOOD_KEY")))
+            callers = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["model_caller"], export=False)
+            rest = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["collector"], export=False)
+            return callers, rest
+
+    callers, rest = anyio.run(main)
+    assert callers.counts["requests"].done == 30 and callers.counts["responses"].ready == 30
+    assert callers.status == "complete" and callers.exit_code == EXIT_COMPLETE
+    assert rest.status == "complete" and rest.counts["responses"].done == 30

@@ -16,7 +16,7 @@ from geoagent.crawl.llmcall import metered_generate
 from geoagent.providers.base import ModelRequest
 from geoagent.providers.openai_compat import OpenAICompatProvider
 from geoagent.providers.settings import ProviderSettings
-from geoagent.runtime.http import HostPolicy, HttpClient, RetriesExhausted
+from geoagent.runtime.http import HostPolicy, HttpClient, OutcomeUnknown
 from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_openai import make_app
@@ -58,10 +58,11 @@ def _run(tmp_path, faults: FaultConfig, *, cancel_after_s: float | None = None, 
     return asyncio.run(main())
 
 
-def test_malformed_bodies_until_retries_run_out_count_as_unknown_spend(tmp_path):
+def test_malformed_body_counts_as_unknown_spend(tmp_path):
     error, s = _run(tmp_path, FaultConfig(rate=1.0, kinds=("malformed",)))
-    assert isinstance(error, RetriesExhausted)
-    assert s["unknown_calls"] == 2 and s["unknown_usd"] > 0  # both attempts reached the server: maybe billed
+    # a paid endpoint's unusable 2xx is reported at once (not re-sent under the same reservation)
+    assert isinstance(error, OutcomeUnknown)
+    assert s["unknown_calls"] == 1 and s["unknown_usd"] > 0  # it reached the server: maybe billed
     assert s["reserved_usd"] == 0  # nothing left open
 
 

@@ -319,18 +319,22 @@ def test_failure_paths_and_their_ledger_effect(tmp_path):
             s2 = led.summary()
             assert s2.calls == 1 and s2.unknown_usd == s.unknown_usd  # the unknown one stays counted
 
-            # 2) malformed 200 bodies on every attempt: each attempt was billed by the server but unusable;
-            #    the HTTP layer retried (max_attempts 2) -> Missing, both attempts counted as unknown spend
+            # 2) malformed 200 bodies on every attempt: each attempt was billed by the server but unusable.
+            #    A paid endpoint's unusable 2xx is not retried inside the request (that would pay again under
+            #    the same reservation): each attempt counts its reservation as unknown spend and the task is
+            #    nacked, so every redelivery reserves (and is capped) anew, until the queue gives up.
             faults.rate, faults.kinds = 1.0, ("malformed",)
             before = led.summary()
             await h.inq.put("mal", payload(2))
             stats = await h.drive()
-            assert stats["missing"] == 1 and stats["ok"] == 0, (stats, h.errors[-1:])
+            assert stats["nack"] >= 2 and stats["ok"] == 0, (stats, h.errors[-1:])
+            assert all("unusable 2xx body" in str(e) for e in h.errors[-stats["nack"]:])
             after = led.summary()
-            assert after.unknown_calls == before.unknown_calls + 2
             mal_calls = [c for c in billed(app["calls"]) if c["key"] != first["key"]]
-            assert len(mal_calls) == 2
+            assert len(mal_calls) == stats["nack"]  # one request per delivery, none retried inside it
+            assert after.unknown_calls == before.unknown_calls + len(mal_calls)
             assert after.unknown_usd - before.unknown_usd >= sum(cost(c["input_tokens"], c["output_tokens"]) for c in mal_calls)
+            assert after.reserved_usd == 0
             faults.rate = 0.0
 
             # 3) 500 on every attempt: retries exhausted -> Missing (dead letter), reservation released

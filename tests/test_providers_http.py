@@ -12,6 +12,7 @@ import hashlib
 import io
 import math
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -305,12 +306,34 @@ def test_gemini_injected_429_carries_retry_info_and_header():
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
-def test_malformed_200_is_retried_then_reported(kind):
+def test_malformed_200_is_outcome_unknown_not_retried_inside_the_request(kind):
+    """A paid endpoint's unusable 2xx may have been billed: re-sending it under the same reservation could
+    pay past the cap, so the HTTP layer reports it at once (the model caller counts it and retries the
+    task with a new reservation)."""
     cfg = FaultConfig(rate=1.0, kinds=("malformed",))
     out, app = asyncio.run(_call(kind, _request(kind, None), faults=cfg, policy=HostPolicy(**{**_fast_kw(), "max_attempts": 3})))
-    assert isinstance(out, RetriesExhausted) and "invalid body" in out.last
-    assert getattr(out, "possibly_billed", None) == 3
-    assert [c["status"] for c in app["calls"]] == [200, 200, 200]  # each truncated answer was billed
+    assert isinstance(out, OutcomeUnknown) and "unusable 2xx body" in str(out)
+    assert getattr(out, "possibly_billed", None) == 1
+    assert [c["status"] for c in app["calls"]] == [200]  # the truncated answer was billed, and sent once
+
+
+def test_malformed_200_from_a_free_endpoint_is_retried_then_reported():
+    """Where nothing is billed (``retry_unknown_outcome=True``), an unusable body is simply retried."""
+
+    async def go():
+        app = llm_openai.make_app(faults=FaultConfig(rate=1.0, kinds=("malformed",)), require_auth=False)
+        async with serve(app) as base, HttpClient() as http:
+            pol = HostPolicy(**{**_fast_kw(), "max_attempts": 3, "retry_unknown_outcome": True})
+            try:
+                await http.request("POST", base + "/v1/chat/completions", json={"model": "m", "messages": [
+                    {"role": "user", "content": "hi"}]}, policy=pol, validate=lambda r: orjson.loads(r.body)["usage"])
+            except RetriesExhausted as exc:
+                return exc, app
+        return None, app
+
+    out, app = asyncio.run(go())
+    assert isinstance(out, RetriesExhausted) and "invalid body" in out.last and out.possibly_billed == 3
+    assert len(app["calls"]) == 3
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
@@ -358,7 +381,7 @@ async def _static_app_call(kind: str, payload: dict, status: int = 200, attempts
 
 def test_openrouter_error_inside_200_is_not_an_answer():
     out, hits = asyncio.run(_static_app_call("openai", {"error": {"code": 502, "message": "upstream died"}}))
-    assert isinstance(out, RetriesExhausted) and "upstream died" in out.last and len(hits) == 2
+    assert isinstance(out, OutcomeUnknown) and "upstream died" in str(out) and len(hits) == 1
 
 
 def test_openai_refusal_text_is_the_answer():
@@ -402,7 +425,7 @@ def test_gemini_safety_candidate_is_blocked_and_usage_missing_is_malformed():
     out, hits = asyncio.run(_static_app_call("gemini", payload))
     assert isinstance(out, ContentBlocked) and len(hits) == 1
     out, hits = asyncio.run(_static_app_call("gemini", {"candidates": [{"content": {"parts": [{"text": "x"}]}}]}))
-    assert isinstance(out, RetriesExhausted) and "usageMetadata" in out.last and len(hits) == 2
+    assert isinstance(out, OutcomeUnknown) and "usageMetadata" in str(out) and len(hits) == 1
 
 
 def test_provider_parse_malformed_directly_raises_provider_error():

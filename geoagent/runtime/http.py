@@ -599,7 +599,9 @@ class HttpClient:
             Retry/timeout fields for this call (rate and concurrency stay the host's).
         validate : callable, optional
             Called with each 2xx/3xx :class:`HttpResponse`; if it raises (e.g. a truncated JSON body),
-            the attempt counts as failed (reason ``"invalid body"``) and is retried.
+            the attempt counts as failed (reason ``"invalid body"``) and is retried; with
+            ``policy.retry_unknown_outcome=False`` (paid model endpoints, which may have billed it) it
+            raises :class:`OutcomeUnknown` instead, so the caller counts the spend and retries the task.
         before_send : async callable, optional
             Awaited once, in the FIRST attempt, after the host admitted the request (its concurrency
             slot and rate slot are held, any host pause is over) and before any byte of it is written;
@@ -780,6 +782,12 @@ class HttpClient:
                     invalid = _scrub(f"{type(exc).__name__}: {exc}"[:300], secrets)
                 if invalid is not None:
                     host.count_error("invalid body")
+                    if not pol.retry_unknown_outcome:
+                        # a paid endpoint answered 2xx, so it may have billed the call: retrying it inside this
+                        # request would pay again under the same reservation; the caller decides instead
+                        unusable = OutcomeUnknown(shown_url, f"unusable 2xx body ({invalid})")
+                        unusable.possibly_billed = counter.possibly_billed + 1  # type: ignore[attr-defined]
+                        raise unusable
                     counter.possibly_billed += 1
                     raise _Retryable("invalid body", invalid)
             return resp

@@ -562,6 +562,15 @@ class Ledger:
             conn.execute("UPDATE ledger_totals SET reserved_nusd = reserved_nusd + ? WHERE id = 1", (amount,))
             return Reservation(int(cur.lastrowid), request_key, amount, model)
 
+    def open_elsewhere(self, request_key: str) -> bool:
+        """Whether another owner (process) holds an open reservation for ``request_key`` (its call may be
+        in flight right now). Reservations of dead owners count until :meth:`recover` closes them."""
+        row = self.db.read(
+            "SELECT 1 FROM reservations WHERE request_key = ? AND state = 'open' AND owner != ? LIMIT 1",
+            (request_key, self.owner),
+        )
+        return bool(row)
+
     def settle(self, reservation: Reservation, usage: Any, actual_usd: float) -> None:
         """Close a reservation with the call's real usage (``Usage``: input/output tokens) and cost (USD).
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import orjson
 
 from geoagent.runtime.http import PermanentHTTPError
 from geoagent.runtime.queue import StaleLease, Task, WorkQueue
@@ -190,16 +191,13 @@ class StageRunner:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._commit_ticker)
                 async with anyio.create_task_group() as work:
+                    # a stop request bounds in-flight work by grace_s whenever it comes (also after the
+                    # lease loop ended for another reason, e.g. a budget stop with calls still hanging)
+                    tg.start_soon(self._grace_watch, work.cancel_scope)
                     for _ in range(n_workers):
                         work.start_soon(self._batch_worker if batched else self._worker, recv.clone())
                     async with send:  # closing it lets the workers finish what is queued, then return
                         await self._lease_loop(send)
-                    # stop leasing: wait for in-flight work, bounded by the grace period on stop
-                    if self._stop.is_set() and self.stats.in_flight:
-                        with anyio.move_on_after(self.grace_s):
-                            while self.stats.in_flight:
-                                await anyio.sleep(0.02)
-                        work.cancel_scope.cancel()
                 await self._commit()
                 tg.cancel_scope.cancel()
         finally:
@@ -221,6 +219,14 @@ class StageRunner:
                 self.stats.budget_stopped = self._budget.is_set()
                 self.finished.set()
         return self.stats
+
+    async def _grace_watch(self, work_scope: anyio.CancelScope) -> None:
+        """After a stop request, give in-flight tasks ``grace_s`` seconds, then cancel (release) the rest."""
+        await self._stop.wait()
+        with anyio.move_on_after(self.grace_s):
+            while self.stats.in_flight:
+                await anyio.sleep(0.02)
+        work_scope.cancel()
 
     async def _lease_loop(self, send: Any) -> None:
         # Lease ahead (``lease_ahead=True``): up to ``prefetch`` tasks beyond the concurrency wait (leased)
@@ -290,14 +296,14 @@ class StageRunner:
                 committed = True
                 return
             try:
-                outputs = await self.stage.handle(task, self.ctx)
+                outputs = self._checked(await self.stage.handle(task, self.ctx))
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # noqa: BLE001 - its class decides the task's fate
                 await self._fail(task, exc)
                 committed = True
                 return
-            self._pending.append((task, list(outputs or [])))
+            self._pending.append((task, outputs))
             committed = True
         finally:
             self.stats.in_flight -= 1
@@ -328,9 +334,14 @@ class StageRunner:
                 results = [err] * len(tasks)
             for task, res in zip(tasks, results):
                 if isinstance(res, BaseException):
-                    await self._fail(task, res)
+                    await self._fail(task, res if isinstance(res, Exception) else RuntimeError(_short(res)))
                 else:
-                    self._pending.append((task, list(res or [])))
+                    try:
+                        outputs = self._checked(res)
+                    except PermanentFailure as exc:
+                        await self._fail(task, exc)
+                    else:
+                        self._pending.append((task, outputs))
                 done += 1
         finally:
             self.stats.in_flight -= len(tasks)
@@ -340,6 +351,26 @@ class StageRunner:
                         await self._safe(self.inq.release(task))
                         self.stats.released += 1
         await self._maybe_commit()
+
+    def _checked(self, outputs: Any) -> list[Message]:
+        """The task's output messages as a list of ``(key, payload)``; a malformed result fails the task.
+
+        Raises
+        ------
+        PermanentFailure
+            ``outputs`` is not a list of ``(non-empty str key, dict payload)`` pairs (a stage bug, or text
+            from a model that a stage passed on unchecked): that task is dead-lettered, not its commit group.
+        """
+        if not outputs:
+            return []
+        if not isinstance(outputs, (list, tuple)):
+            raise PermanentFailure(f"stage {self.stage.name} returned {type(outputs).__name__}, not a list of messages")
+        for m in outputs:
+            if not (isinstance(m, (tuple, list)) and len(m) == 2 and isinstance(m[0], str) and m[0]
+                    and isinstance(m[1], dict)):
+                raise PermanentFailure(f"stage {self.stage.name} returned an invalid message {_short(m)}: "
+                                       "expected a (non-empty str key, dict payload) pair")
+        return [(m[0], m[1]) for m in outputs]
 
     async def _fail(self, task: Task, exc: BaseException) -> None:
         """Decide a failed task's fate from its exception (see :mod:`geoagent.runtime.stage`)."""
@@ -388,6 +419,19 @@ class StageRunner:
             await anyio.sleep(self.commit_interval_s)
             await self._maybe_commit()
 
+    async def _drop_unencodable(self, batch: list[tuple[Task, list[Message]]]) -> list[tuple[Task, list[Message]]]:
+        """Fail (dead-letter) the tasks whose outputs cannot be encoded as JSON; return the others."""
+        keep: list[tuple[Task, list[Message]]] = []
+        for task, outs in batch:
+            try:
+                for _, payload in outs:
+                    orjson.dumps(payload)
+            except (TypeError, ValueError) as exc:
+                await self._fail(task, PermanentFailure(f"stage {self.stage.name} output cannot be stored: {exc}"))
+            else:
+                keep.append((task, outs))
+        return keep
+
     async def _commit(self) -> None:
         """Put the outputs of finished tasks, then ack those tasks (outputs first: crash-safe order)."""
         async with self._commit_lock:
@@ -399,8 +443,18 @@ class StageRunner:
                 if messages:
                     if self.outq is None:
                         raise RuntimeError(f"stage {self.stage.name} produced output but has no output edge")
-                    await self.outq.put_many(messages)
+                    try:
+                        await self.outq.put_many(messages)
+                    except (TypeError, ValueError):
+                        # a payload the queue cannot encode (e.g. a lone surrogate from model text): fail
+                        # only the tasks that produced one, commit the rest of the group
+                        batch = await self._drop_unencodable(batch)
+                        messages = [m for _, outs in batch for m in outs]
+                        if messages:
+                            await self.outq.put_many(messages)
                 tasks = [t for t, _ in batch]
+                if not tasks:
+                    return
                 try:
                     await self.inq.ack(tasks)
                 except StaleLease as exc:
@@ -414,6 +468,11 @@ class StageRunner:
             if time.monotonic() - self._last_flush >= self.flush_interval_s:
                 self._last_flush = time.monotonic()
                 await self.stage.flush(self.ctx)
+
+
+def _short(obj: Any, limit: int = 80) -> str:
+    text = repr(obj)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def eta_s(pending: int, rate_per_s: float) -> float | None:

@@ -99,13 +99,21 @@ class CallFailed(RuntimeError):
 
 
 class _NotSent(Exception):
-    """Raised by a :class:`_SendGate` to abandon a request unsent: ``cached`` (the stored response) or
-    ``refusal`` (the ledger's :class:`BudgetExhausted`) is set."""
+    """Raised by a :class:`_SendGate` to abandon a request unsent: ``cached`` (the stored response),
+    ``refusal`` (the ledger's :class:`BudgetExhausted`) or ``elsewhere`` (the same request key is in
+    flight in another process of the campaign) is set."""
 
-    def __init__(self, cached: ModelResponse | None = None, refusal: BudgetExhausted | None = None) -> None:
-        super().__init__("stored response found" if cached is not None else "reservation refused")
+    def __init__(self, cached: ModelResponse | None = None, refusal: BudgetExhausted | None = None,
+                 elsewhere: bool = False) -> None:
+        super().__init__("stored response found" if cached is not None else
+                         "in flight in another process" if elsewhere else "reservation refused")
         self.cached = cached
         self.refusal = refusal
+        self.elsewhere = elsewhere
+
+
+#: what the gate's database job returns when another live process holds an open reservation for the key
+_ELSEWHERE = object()
 
 
 def _excerpt(text: str) -> str:
@@ -154,14 +162,19 @@ def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]
 async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float, model_name: str) -> tuple[Any, Any]:
     """On the database thread: the stored response for ``key``, else a new reservation (or the refusal).
 
-    Returns ``(response, None)``, ``(None, Reservation)`` or ``(None, BudgetExhausted)``. If the caller is
-    cancelled meanwhile, a reservation made for it is released (nothing was sent).
+    Returns ``(response, None)``, ``(None, Reservation)``, ``(None, BudgetExhausted)``, or
+    ``(None, _ELSEWHERE)`` when another process of the campaign holds an open reservation for the same
+    key (its lease of the task expired and the task was redelivered here while its call is still in
+    flight: sending now would pay twice). If the caller is cancelled meanwhile, a reservation made for it
+    is released (nothing was sent).
     """
 
     def job() -> tuple[Any, Any]:
         cached = store.get(key)
         if cached is not None:
             return cached, None
+        if ledger.open_elsewhere(key):
+            return None, _ELSEWHERE
         try:
             return None, ledger.reserve(key, worst_usd, model=model_name)
         except BudgetExhausted as exc:
@@ -175,7 +188,7 @@ async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float
         def _undo(f: Any) -> None:
             if not f.cancelled() and f.exception() is None:
                 res = f.result()[1]
-                if res is not None and not isinstance(res, BudgetExhausted):
+                if res is not None and res is not _ELSEWHERE and not isinstance(res, BudgetExhausted):
                     ledger.db.submit(ledger.release, res)
 
         fut.add_done_callback(_undo)
@@ -219,6 +232,8 @@ class _SendGate:
             raise _NotSent(cached=cached)
         if isinstance(reservation, BudgetExhausted):
             raise _NotSent(refusal=reservation)
+        if reservation is _ELSEWHERE:
+            raise _NotSent(elsewhere=True)
         self.reservation = reservation
 
 
@@ -336,8 +351,10 @@ class ModelCaller(Stage):
     ) -> tuple[ModelResponse | None, ModelResponse | None]:
         """Call the provider through ``gate``; return ``(stored response, None)`` or ``(None, new response)``.
 
-        When the gate refuses the reservation only because of other calls' open reservations, the
-        request was abandoned unsent; in-flight calls hold their worst case, and most settle far below
+        When another process of the campaign has the same request key in flight (a redelivered task),
+        the request was abandoned unsent and the task waits the same way until that call's response is
+        stored or its reservation closed, then looks again (no second paid call). When the gate refuses
+        the reservation only because of other calls' open reservations, the request was abandoned unsent; in-flight calls hold their worst case, and most settle far below
         it, so the refusal is usually temporary: the task waits (polling with backoff up to 0.25 s, for
         at most ``budget_wait_s`` s) and sends again, instead of stopping the campaign with budget left.
         Meanwhile the ledger's crash recovery runs every 5 s, so reservations of a dead process cannot
@@ -361,16 +378,23 @@ class ModelCaller(Stage):
                 if stop.cached is not None:
                     return stop.cached, None
                 exc = stop.refusal
+                elsewhere = stop.elsewhere
             else:
                 if gate.reservation is None:  # a provider that claims to call the gate but did not
                     raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
                 return None, response
-            assert exc is not None
             if not deadline:
                 deadline, next_recover = loop.time() + self.budget_wait_s, loop.time() + 5.0
-            final = exc.reserved_usd <= 0 or exc.spent_usd + exc.unknown_usd + exc.requested_usd > exc.cap_usd
-            if final or loop.time() >= deadline:
-                raise BudgetStop(str(exc)) from None
+            if elsewhere:
+                # wait for the other process's call: its stored response (or its failure) ends the wait;
+                # recovery below turns a dead owner's reservation into unknown spend, then we send
+                if loop.time() >= deadline:
+                    raise CallFailed("the same request stayed in flight in another process") from None
+            else:
+                assert exc is not None
+                final = exc.reserved_usd <= 0 or exc.spent_usd + exc.unknown_usd + exc.requested_usd > exc.cap_usd
+                if final or loop.time() >= deadline:
+                    raise BudgetStop(str(exc)) from None
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 0.25)
             if loop.time() >= next_recover:

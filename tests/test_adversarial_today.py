@@ -1,0 +1,341 @@
+"""Adversarial tests of the runtime (review of 2026-11-30): stage runner pool, batched stages, send gate,
+billing of retried malformed bodies, a task redelivered to a second process while in flight."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from geoagent.runtime.daemon import open_edge_queues
+from geoagent.runtime.stage import BudgetStop, Stage, StageContext
+from geoagent.runtime.worker import StageRunner
+
+
+class _BudgetThenHang(Stage):
+    """Task 'b0' hits the cap while the others are on the wire and never answer (a hung server)."""
+
+    name = "caller"
+    input_edge = "a"
+    output_edge = None
+    concurrency = 4
+
+    def __init__(self) -> None:
+        self.started: set[str] = set()
+
+    async def handle(self, task, ctx):
+        self.started.add(task.key)
+        if task.key == "b0":
+            await anyio.sleep(0.2)  # the others are in flight by now
+            raise BudgetStop("cap reached")
+        await anyio.sleep_forever()
+        return []
+
+
+def test_stop_after_budget_stop_still_bounded_by_grace(tmp_path):
+    """A budget stop followed by SIGINT (request_stop) must still release hung in-flight tasks after grace_s.
+
+    The runner only applies ``grace_s`` if the stop flag was set when the lease loop exited; after a
+    budget stop it waits for in-flight tasks forever, ignoring a later request_stop.
+    """
+
+    async def main():
+        queues = open_edge_queues(tmp_path / "q", "t", [_BudgetThenHang()], backoff_base_s=0.01, backoff_max_s=0.02)
+        q = queues["a"]
+        await q.put_many([(f"b{i}", {}) for i in range(4)])
+        stage = _BudgetThenHang()
+        runner = StageRunner(stage, q, None, StageContext("t"), grace_s=0.5)
+        t0 = time.monotonic()
+        elapsed = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runner.run)
+            with anyio.move_on_after(1.0):
+                await runner.finished.wait()  # budget stopped, but 3 calls still hang
+            assert runner.budget_stopped or runner._budget.is_set()
+            runner.request_stop()  # SIGINT: in-flight work gets grace_s=0.5 s, then is released
+            with anyio.move_on_after(4.0):
+                await runner.finished.wait()
+            elapsed = time.monotonic() - t0
+            finished = runner.finished.is_set()
+            tg.cancel_scope.cancel()
+        counts = await q.counts()
+        await q.close()
+        return finished, elapsed, counts
+
+    finished, elapsed, counts = anyio.run(main)
+    assert finished, f"runner still waiting for hung tasks {elapsed:.1f} s after budget stop + request_stop(grace 0.5 s)"
+    assert counts.leased == 0 and counts.ready == 4
+
+
+class _GarbageBatch(Stage):
+    """A batched stage whose handle_batch returns, for one task, output the queue cannot store."""
+
+    name = "sink"
+    input_edge = "a"
+    output_edge = "b"
+    concurrency = 2
+    batched = True
+    lease_batch = 16
+
+    async def handle(self, task, ctx):  # pragma: no cover - handle_batch is used
+        raise AssertionError
+
+    def __init__(self, garbage) -> None:
+        self.garbage = garbage
+
+    async def handle_batch(self, tasks, ctx):
+        return [self.garbage(t) if t.key == "k3" else [(t.key, {"v": 1})] for t in tasks]
+
+
+_GARBAGE = {
+    "unserialisable payload": lambda t: [(t.key, {"tags": {"not", "json"}})],  # a set
+    "result not a list": lambda t: 42,
+    "message not a (key, payload) pair": lambda t: ["k3-only-a-key"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_GARBAGE))
+def test_garbage_output_of_one_task_does_not_crash_runner_or_strand_the_others(tmp_path, kind):
+    """One task's unstorable output must fail that task (nack/dead-letter), not the commit of its group.
+
+    Today ``_commit`` swaps ``_pending`` out, ``put_many`` raises TypeError, the exception kills the
+    runner ("never raises for task-level errors"), and every innocent task of the group stays leased
+    (not acked, not released) until its visibility timeout; on every restart the poison task does it again.
+    """
+
+    async def main():
+        stage = _GarbageBatch(_GARBAGE[kind])
+        queues = open_edge_queues(tmp_path / "q", "t", [stage], backoff_base_s=0.01, backoff_max_s=0.02, max_attempts=2)
+        await queues["a"].put_many([(f"k{i}", {}) for i in range(10)])
+        runner = StageRunner(stage, queues["a"], queues["b"], StageContext("t"), grace_s=0.5)
+        error = None
+        try:
+            with anyio.fail_after(10):
+                await runner.run()
+        except BaseException as exc:  # noqa: BLE001 - what we test
+            error = exc
+        ca, cb = await queues["a"].counts(), await queues["b"].counts()
+        for q in queues.values():
+            await q.close()
+        return error, ca, cb
+
+    error, ca, cb = anyio.run(main)
+    assert error is None, f"runner raised for one task's bad output: {error!r} (input counts after: {ca})"
+    assert ca.leased == 0, f"{ca.leased} innocent tasks left leased (stranded until the visibility timeout)"
+    assert ca.done == 9 and cb.total == 9 and ca.dead == 1
+
+
+@pytest.mark.parametrize(
+    "city_json",
+    [
+        "Lyon \\ud83d\\udccd",  # a VALID escaped emoji (surrogate pair, as ensure_ascii JSON writers emit it)
+        "Lyon \\ud800",  # a lone surrogate escape
+    ],
+)
+def test_model_answer_with_escaped_surrogates_does_not_kill_the_parser_stage(tmp_path, city_json):
+    """Untrusted model text reaches the same crash through a real stage: GeoHint's parser ("never raises on
+    bad text") decodes the answer's JSON escape ``\\ud800`` into a lone surrogate, its output message
+    cannot be encoded by the queue, and the runner's commit raises: the whole campaign process dies, the
+    other answers of the commit group stay leased, and every restart re-parses the same answer and dies
+    again (the campaign can never finish). Expected: that one task fails (dead letter / nack), the rest
+    of the answers go through.
+    """
+    from geoagent.geohint.stages import GeoHintParserStage
+
+    good = '{"city": "Lyon", "area": "Presqu\'ile", "building": "Opera", "evidence": "sign"}'
+    bad = '{"city": "%s", "area": "x", "building": "y", "evidence": "z"}' % city_json  # as the model wrote it
+
+    async def main():
+        stage = GeoHintParserStage()
+        queues = open_edge_queues(tmp_path / "q", "t", [stage], backoff_base_s=0.01, backoff_max_s=0.02, max_attempts=2)
+        inq, outq = queues[stage.input_edge], queues[stage.output_edge]
+        msgs = [(f"r{i}", {"model": "m", "request_key": f"rk{i}", "image_id": f"img{i}",
+                           "meta": {"task": "geohint", "site": f"s{i}", "condition": "image_only"},
+                           "text": bad if i == 3 else good, "input_tokens": 10, "output_tokens": 20,
+                           "finish_reason": "stop"}) for i in range(12)]
+        await inq.put_many(msgs)
+        runner = StageRunner(stage, inq, outq, StageContext("t"), grace_s=0.5)
+        error = None
+        try:
+            with anyio.fail_after(10):
+                await runner.run()
+        except BaseException as exc:  # noqa: BLE001 - what we test
+            error = exc
+        ci, co = await inq.counts(), await outq.counts()
+        for q in queues.values():
+            await q.close()
+        return error, ci, co
+
+    error, ci, co = anyio.run(main)
+    assert error is None, f"parser stage runner died on one model answer: {error!r} (input counts after: {ci})"
+    # the lenient reader now yields valid text (surrogates paired or replaced), so every answer goes through;
+    # were one still unencodable, only that task would be dead-lettered
+    assert ci.leased == 0 and ci.done + ci.dead == 12 and co.total == ci.done
+
+
+def test_ledger_never_below_server_billing_when_a_malformed_2xx_is_retried(tmp_path, monkeypatch):
+    """A 2xx with a malformed body is billed by the provider (the fake logs it as a billed call, status 200,
+    with its usage) and the HTTP layer retries it inside the same request. When the retry succeeds, the
+    model caller settles the reservation with the LAST attempt's usage only: the billed malformed attempt
+    is neither settled nor counted as unknown-outcome spend (``HttpResponse.possibly_billed`` is dropped
+    by the provider and never reaches the caller). billing.py's rule "the ledger can exceed the
+    provider's bill but never fall short of it" fails, and so does issue 2's "ledger equals the usage the
+    server returned" under the 20 % faults of the Faults acceptance (malformed JSON bodies included).
+    """
+    import asyncio
+    import textwrap
+
+    from geoagent.config import host_policies, load_config, provider_settings
+    from geoagent.providers import make_provider
+    from geoagent.runtime.http import HttpClient
+    from geoagent.runtime.queue import Task
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.sandbox import llm_openai
+    from geoagent.sandbox.faults import FaultConfig
+    from geoagent.sandbox.server import serve
+    from geoagent.workers.model_caller import CallFailed, ModelCaller
+
+    key_var, key = "ADV_TODAY_KEY", "sk-" "adv-today-0123456789abcdef"
+    monkeypatch.setenv(key_var, key)
+    price_in, price_out = 2.0, 10.0
+
+    async def go():
+        app = llm_openai.make_app(api_keys=[key], faults=FaultConfig(rate=0.3, kinds=("malformed",), seed=7))
+        async with serve(app) as base, HttpClient() as http:
+            cfg_path = tmp_path / "m.toml"
+            cfg_path.write_text(textwrap.dedent(f"""
+                [campaign]
+                name = "malformed"
+                seed = 5
+                [budget]
+                cap_usd = 5.0
+                [[models]]
+                name = "m"
+                provider = "openai"
+                model = "gpt-sim"
+                base_url = "{base}/v1"
+                api_key_env = "{key_var}"
+                price_input_usd_per_mtok = {price_in}
+                price_output_usd_per_mtok = {price_out}
+                max_output_tokens = 100
+                concurrency = 4
+                rate = {{ requests = 500, period_s = 1.0 }}
+                max_attempts = 8
+                timeout_s = 10.0
+                """))
+            cfg = load_config(cfg_path)
+            state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
+            for host, policy in host_policies(cfg).items():
+                http.set_policy(host, policy)
+            providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
+            ctx = StageContext(cfg.name, services={"config": cfg, "providers": providers,
+                                                   "ledger": state.ledger, "store": state.store})
+            stage = ModelCaller()
+            await stage.start(ctx)
+            outcomes, retried = [], []
+            for i in range(20):  # one at a time: the server's fault draws are deterministic (seeded, in order)
+                payload = {"model": "m", "prompt": f"Where was photo {i} taken? Name the city.", "meta": {}}
+                for attempt in range(8):  # as the runner does: a retryable failure is nacked and redelivered
+                    try:
+                        await stage.handle(Task(key=f"t{i}", payload=payload, attempts=attempt, lease_id="x"), ctx)
+                        outcomes.append("ok")
+                        break
+                    except CallFailed:
+                        retried.append(i)
+                else:
+                    outcomes.append("missing")
+            await asyncio.sleep(0.2)  # fire-and-forget ledger jobs, if any
+            summary = state.ledger.summary()
+            state.close()
+            billed = [c for c in app["calls"] if c["status"] == 200]
+            return outcomes, summary, billed, retried
+
+    outcomes, summary, billed, retried = asyncio.run(asyncio.wait_for(go(), timeout=60))
+    assert retried  # some attempts did get a malformed (billed) body
+    server_usd = sum((c["input_tokens"] * price_in + c["output_tokens"] * price_out) / 1e6 for c in billed)
+    ledger_usd = summary.spent_usd + summary.unknown_usd
+    assert outcomes == ["ok"] * 20 and len(billed) > 20  # every request answered; some after a billed malformed 2xx
+    assert ledger_usd + 1e-12 >= server_usd, (
+        f"ledger ${ledger_usd:.6f} (settled {summary.spent_usd:.6f} + unknown {summary.unknown_usd:.6f}) is below "
+        f"the ${server_usd:.6f} the server billed for {len(billed)} calls ({len(outcomes)} requests)"
+    )
+
+
+def test_task_redelivered_to_a_second_process_while_in_flight_is_not_paid_twice(tmp_path, monkeypatch):
+    """Exactly-once spend across the processes of one campaign (``--stages model_caller`` twice).
+
+    A lease has no renewal, so a task that waits longer than ``visibility_timeout_s`` (behind the host's
+    rate limit, now split among processes by hostshare, or behind a slow model) is leased again by the
+    other process while the first still holds it. The send gate only looks for a STORED response, and
+    the per-key lock is per process, so both processes send the same request: the server bills the same
+    request key twice, with no crash at all. Seen for real: 3 processes (2 x ``--stages model_caller``),
+    model host 40 req/s, concurrency 64, ``visibility_timeout_s = 2``: 241 billed calls for 240 keys.
+    Here the two processes are two model-caller instances with their own HTTP client and campaign-DB
+    connection (own ledger owner), handling the same task at once, as after such a redelivery.
+    """
+    import asyncio
+    import textwrap
+
+    from geoagent.config import host_policies, load_config, provider_settings
+    from geoagent.providers import make_provider
+    from geoagent.runtime.http import HttpClient
+    from geoagent.runtime.queue import Task
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.sandbox import llm_openai
+    from geoagent.sandbox.llm_common import add_latency
+    from geoagent.sandbox.server import serve
+    from geoagent.workers.model_caller import ModelCaller
+
+    key_var, key = "ADV_TODAY_KEY", "sk-" "adv-today-0123456789abcdef"
+    monkeypatch.setenv(key_var, key)
+
+    async def go():
+        app = add_latency(llm_openai.make_app(api_keys=[key]), 0.5)  # a model that takes 0.5 s to answer
+        async with serve(app) as base:
+            cfg_path = tmp_path / "dup.toml"
+            cfg_path.write_text(textwrap.dedent(f"""
+                [campaign]
+                name = "dup"
+                seed = 5
+                [budget]
+                cap_usd = 5.0
+                [[models]]
+                name = "m"
+                provider = "openai"
+                model = "gpt-sim"
+                base_url = "{base}/v1"
+                api_key_env = "{key_var}"
+                price_input_usd_per_mtok = 2.0
+                price_output_usd_per_mtok = 10.0
+                max_output_tokens = 100
+                concurrency = 4
+                rate = {{ requests = 500, period_s = 1.0 }}
+                timeout_s = 10.0
+                """))
+            cfg = load_config(cfg_path)
+
+            async def process(delay_s: float):
+                await asyncio.sleep(delay_s)
+                async with HttpClient() as http:
+                    state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
+                    try:
+                        for host, policy in host_policies(cfg).items():
+                            http.set_policy(host, policy)
+                        providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
+                        ctx = StageContext(cfg.name, services={"config": cfg, "providers": providers,
+                                                               "ledger": state.ledger, "store": state.store})
+                        stage = ModelCaller()
+                        await stage.start(ctx)
+                        payload = {"model": "m", "prompt": "Where was photo 1 taken? Name the city.", "meta": {}}
+                        # the same task: lease 1 (expired) in process A, lease 2 in process B
+                        return await stage.handle(Task(key="t1", payload=payload, attempts=0, lease_id=f"L{delay_s}"), ctx)
+                    finally:
+                        state.close()
+
+            a, b = await asyncio.gather(process(0.0), process(0.2))
+            return a, b, [c for c in app["calls"] if c["status"] == 200]
+
+    a, b, billed = asyncio.run(asyncio.wait_for(go(), timeout=30))
+    assert a[0][1]["text"] == b[0][1]["text"]
+    assert len(billed) == 1, f"the same request key was sent and billed {len(billed)} times"
