@@ -413,3 +413,33 @@ def test_policy_set_again_by_a_client_stays_a_share(tmp_path):
     # once both are in, A holds its half although it keeps setting the full policy
     both = max(ta.min(), tb.min()) + 1.2
     assert max_in_window(ta[ta >= both], 1.0) <= rate // 2
+
+
+def test_hosts_first_seen_during_a_tick_are_registered_next_tick(tmp_path, caplog):
+    """A host first contacted while a board tick is in flight (every run of a sandbox campaign meets new
+    local ports) is registered by the next tick; the tick must not fail on it (was: KeyError in _apply,
+    logged as "hostshare: tick failed" on resumes of the demo). The tick is held in flight by another
+    connection holding the board's write lock while five new hosts are contacted."""
+    policy = HostPolicy(rate=200, period_s=1.0, concurrency=8, timeout_s=10.0)
+
+    async def go():
+        apps = [make_app() for _ in range(6)]
+        async with serve(apps[0]) as b0, serve(apps[1]) as b1, serve(apps[2]) as b2, serve(apps[3]) as b3, \
+                serve(apps[4]) as b4, serve(apps[5]) as b5:
+            async with HttpClient(default_policy=policy) as http, HostShare(board_path(tmp_path), http, poll_s=0.05):
+                await http.request("GET", b0 + "/echo")
+                blocker = sqlite3.connect(board_path(tmp_path), isolation_level=None)
+                blocker.execute("BEGIN IMMEDIATE")  # the next tick waits for this lock, in flight
+                await asyncio.sleep(0.2)
+                late = [asyncio.ensure_future(http.request("GET", b + "/echo")) for b in (b1, b2, b3, b4, b5)]
+                await asyncio.sleep(0.2)  # the new hosts are known to the client, not to the tick in flight
+                blocker.execute("ROLLBACK")
+                blocker.close()
+                await asyncio.wait_for(asyncio.gather(*late), 10)
+        return [len(a[FAULTS_KEY].log) for a in apps]
+
+    with caplog.at_level("ERROR", logger="geoagent.runtime.hostshare"):
+        served = asyncio.run(go())
+    assert served == [1] * 6
+    assert not [r for r in caplog.records if "tick failed" in r.getMessage()]
+    assert len({r["host"] for r in _rows(board_path(tmp_path))}) == 6  # every host was registered

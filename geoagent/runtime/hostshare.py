@@ -424,6 +424,8 @@ class HostShare:
         now = snap["now"]
         self.last_heartbeat = now
         for key, h in list(self.hosts.items()):
+            if key not in snap["seqs"]:
+                continue  # first seen while this tick's board work ran: the next tick registers it
             seq = snap["seqs"][key]
             if seq != h.seq:  # first registration, or re-join after being declared gone
                 h.seq, h.ready, h.open_at = seq, False, math.inf
