@@ -85,9 +85,13 @@ def _cmd_dead(args: argparse.Namespace) -> int:
         n = requeue_dead(cfg, args.edge)
         print(f"requeued {n} dead tasks; re-run the campaign to process them")
         return 0
+    n = 0
     for edge, items in dead_letters(cfg, limit=args.limit).items():
         for d in items:
+            n += 1
             print(f"{edge}\t{d.key}\tattempts={d.attempts}\t{d.reason}")
+    if not n:
+        print(f"no dead-lettered work in campaign {cfg.name}")
     return 0
 
 

@@ -276,7 +276,8 @@ def _env(values: Mapping[str, str | None]) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------------
 
 
-async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_signals: bool = True) -> int:
+async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_signals: bool = True,
+                        resume_cmd: str = "python run.py demo") -> int:
     """Serve the fakes, run crawl -> GeoVerify -> GeoHint, print the summary to ``out``; return the exit code.
 
     Data roots are the configs' (``queues/``, ``state/``) unless ``$GEOAGENT_QUEUES`` / ``$GEOAGENT_STATE``
@@ -322,7 +323,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say(crawl.summary())
     outcomes = [("crawl", crawl_cfg, crawl)]
     if crawl.exit_code != 0:
-        say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `python run.py demo` to resume")
+        say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume")
         return crawl.exit_code
 
     # hand-off: the crawl's folder becomes a complete release-form folder ------------------------------
@@ -343,7 +344,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say(gv.summary())
     outcomes.append(("GeoVerify", gv_cfg, gv))
     if gv.exit_code == EXIT_INTERRUPTED:
-        say("\ndemo stopped by a signal; re-run `python run.py demo` to resume")
+        say(f"\ndemo stopped by a signal; re-run `{resume_cmd}` to resume")
         return gv.exit_code
 
     # 3. GeoHint ------------------------------------------------------------------------------------------
@@ -378,8 +379,13 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         say(f"  {label:>9}: {report_dir}" + (f" ({', '.join(p.name for p in main)})" if main else ""))
     code = next((o.exit_code for _l, _c, o in outcomes if o.exit_code != 0), 0)
     say(f"demo {'complete' if code == 0 else 'ended with exit code ' + str(code)} in {time.monotonic() - t0:.1f} s"
-        + ("; re-run `python run.py demo` to resume" if code else "; a re-run resumes and makes no new model call"))
+        + (f"; re-run `{resume_cmd}` to resume" if code else "; a re-run resumes and makes no new model call"))
     return code
+
+
+def _resume_cmd(workdir: Path | None) -> str:
+    """The command that resumes this demo (with its ``--workdir``, if one was given)."""
+    return "python run.py demo" + (f" --workdir {workdir}" if workdir is not None else "")
 
 
 def run_demo(workdir: Path | None = None, live: bool | None = None) -> int:
@@ -402,4 +408,4 @@ def run_demo(workdir: Path | None = None, live: bool | None = None) -> int:
         wd.mkdir(parents=True, exist_ok=True)
         roots = {C.ENV_QUEUES_ROOT: str(wd / "queues"), C.ENV_STATE_ROOT: str(wd / "state")}
     with _env(roots):
-        return anyio.run(lambda: demo_pipeline(live=live))
+        return anyio.run(lambda: demo_pipeline(live=live, resume_cmd=_resume_cmd(workdir)))

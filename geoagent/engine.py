@@ -130,7 +130,7 @@ class Outcome:
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
         if self.missing:
-            lines.append(f"  missing: {self.missing} tasks dead-lettered (see `run.py status`); scorers exclude them")
+            lines.append(f"  missing: {self.missing} tasks dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
             for edge, items in self.dead.items():
                 for d in items[:3]:
                     lines.append(f"    {edge}/{d.key[:16]}: {d.reason[:160]}")
@@ -388,6 +388,14 @@ async def _run(
             cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
             elapsed_s=time.monotonic() - t0,
         )
+        # the report and the exports describe the whole campaign: a scale-out process writes them only
+        # when the campaign as a whole is drained (the last process to finish), so a partial report from
+        # a process that ended early never replaces the final one
+        campaign_drained = not any(c.ready or c.leased for c in counts.values())
+        if only_stages and not campaign_drained:
+            outcome.extra_lines = ["  report and export left to the process that finishes the campaign "
+                                   "(other stages still have work queued or in flight)"]
+            return outcome
         if export:
             outcome.export_files = [t.parquet for t in export_all(ctx.get("store"), cfg.state_dir())]
         outcome.report_files = await kind.report(cfg, ctx, outcome)

@@ -173,6 +173,9 @@ def test_data_root_that_is_a_file_gives_one_line_and_exit_2(tmp_path, capsys, mo
     # before the fix: a NotADirectoryError traceback and exit 1
     afile = tmp_path / "not-a-dir"
     afile.write_text("x")
+    # both roots inside tmp_path (the other one is where the run would otherwise write: ./state, ./queues)
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
     monkeypatch.setenv(var, str(afile))
     p = tmp_path / "campaign.toml"
     p.write_text('[campaign]\nname = "envx"\nkind = "generic"\n[budget]\ncap_usd = 1.0\n[generic]\nn_requests = 2\n'

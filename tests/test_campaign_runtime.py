@@ -176,11 +176,14 @@ def test_scale_out_process_judges_only_its_own_stages(tmp_path, monkeypatch):
         async with serve(app) as base:
             cfg = load_config(_write(tmp_path, "scale", "[budget]\ncap_usd = 10.0\n[generic]\nn_requests = 30\n"
                                      + _model("good", base, "GOOD_KEY")))
-            callers = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["model_caller"], export=False)
-            rest = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["collector"], export=False)
+            callers = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["model_caller"])
+            rest = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["collector"])
             return callers, rest
 
     callers, rest = anyio.run(main)
     assert callers.counts["requests"].done == 30 and callers.counts["responses"].ready == 30
     assert callers.status == "complete" and callers.exit_code == EXIT_COMPLETE
+    # the campaign is not drained yet: the report and exports are left to the last process
+    assert not callers.export_files and not callers.report_files and "left to the process" in callers.summary()
     assert rest.status == "complete" and rest.counts["responses"].done == 30
+    assert rest.export_files  # the process that drained the campaign exported it
