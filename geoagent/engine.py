@@ -112,6 +112,14 @@ class Outcome:
         """Tasks that ended in a dead-letter queue on any edge (missing results, never wrong answers)."""
         return sum(c.dead for c in self.counts.values())
 
+    def interim_note(self) -> str | None:
+        """A sentence for reports written when the run stopped with work pending, else None."""
+        pending = sum(c.ready + c.leased for c in self.counts.values())
+        if self.status == "complete" or not pending:
+            return None
+        return (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
+                "cover only what was answered so far (re-run the same command to finish)")
+
     def remaining(self, edge: str = C.EDGE_REQUESTS) -> int:
         c = self.counts.get(edge)
         return c.ready + c.leased if c else 0

@@ -45,8 +45,11 @@ def test_replay_campaign_interrupted_then_resumed(tmp_path, release_dir):
     if interrupted:
         proc.send_signal(signal.SIGINT)
     rc1 = proc.wait(120)
+    report = tmp_path / "s" / "geocontext-replay" / "report"
     if interrupted:
         assert rc1 == 130
+        # the report written at the interruption says it is interim (work still pending)
+        assert "Interim report: the run ended 'interrupted'" in (report / "geoverify_table.md").read_text()
     done = _run(env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "complete" in done.stdout
@@ -59,8 +62,8 @@ def test_replay_campaign_interrupted_then_resumed(tmp_path, release_dir):
         summary = st.ledger.summary()
     # one settled call per stored response: nothing was called twice
     assert summary.calls == 336
-    report = tmp_path / "s" / "geocontext-replay" / "report"
     assert (report / "geoverify_table.md").is_file() and (report / "geoverify_dprime.png").is_file()
+    assert "Interim report" not in (report / "geoverify_table.md").read_text()  # the finished run's report
     # a third run makes no call at all
     again = _run(env)
     assert again.returncode == 0

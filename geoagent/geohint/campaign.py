@@ -124,7 +124,8 @@ class GeoHintCampaign(CampaignKind):
         if not agg.keys:
             return []
         seed = int(getattr(cfg.campaign, "seed", 0) or 0)
-        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg))
+        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg),
+                     interim=outcome.interim_note())
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:

@@ -78,7 +78,7 @@ class GeoVerifyCampaign(CampaignKind):
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
-                                 missing=missing_work(cfg)).values())
+                                 missing=missing_work(cfg), interim=outcome.interim_note()).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         scores = getattr(self, "_scores", None)

@@ -495,12 +495,15 @@ def write_report(
     seed: int = 0,
     figures: bool = True,
     missing: list[dict] | None = None,
+    interim: str | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
 
     Files are written to a temporary name and renamed, so a reader never sees a half-written report.
     ``missing``: dead-lettered work as dicts ``model, key, edge, reason`` (issue 2 point 10: reports count
     it); counted per model at the top of ``report.md`` and listed in ``missing.csv``.
+    ``interim``: a sentence saying the run stopped with work still pending (interrupted, budget), shown as
+    a banner at the top of ``report.md``; None for a finished run.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -511,6 +514,7 @@ def write_report(
     md = [
         "# GeoHint report",
         "",
+        *([f"**Interim report: {interim}**", ""] if interim else []),
         f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",

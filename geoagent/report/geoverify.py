@@ -267,11 +267,14 @@ def write_report(
     plot: bool = True,
     parse_failures: list[dict] | None = None,
     missing: list[dict] | None = None,
+    interim: str | None = None,
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
 
     ``missing``: dead-lettered work as dicts ``model, key, edge, reason`` (issue 2 point 10: reports count
     it); noted under the Markdown and terminal tables and listed in ``geoverify_missing.csv``.
+    ``interim``: a sentence saying the run stopped with work still pending (interrupted, budget), shown as
+    a banner above the Markdown and terminal tables; None for a finished run.
 
     Returns
     -------
@@ -303,9 +306,10 @@ def write_report(
             w.writerow([f.get("model"), f.get("trial_id"), f.get("reason")])
         paths["failures"] = out / FAILURES_CSV
         _atomic_write(paths["failures"], buf.getvalue())
-    _atomic_write(paths["md"], md)
+    banner = f"**Interim report: {interim}**\n\n" if interim else ""
+    _atomic_write(paths["md"], banner + md)
     _atomic_write(paths["csv"], render_csv(scores))
-    _atomic_write(paths["txt"], render_terminal(scores) + (note.replace("**", "") if missing else ""))
+    _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))
     if plot and scores:
         paths["png"] = plot_psychometric(scores, out / PLOT_PNG)
     return paths
