@@ -14,16 +14,8 @@ import pytest
 from geoagent.runtime.http import RATE_MARGIN_FRACTION, HostPolicy, HttpClient, _throttle_params, host_key
 from geoagent.sandbox.echo import make_app
 from geoagent.sandbox.faults import ADMIN_REQUESTS_PATH, FAULTS_KEY
+from _windows import max_in_window
 from geoagent.sandbox.server import serve, spawn, wait_ready
-
-
-def max_in_window(times_s: np.ndarray, window_s: float) -> int:
-    """Largest number of arrivals in any CLOSED window [t, t + window_s] (the max is attained at an arrival)."""
-    t = np.sort(np.asarray(times_s, dtype=float))
-    if t.size == 0:
-        return 0
-    ends = np.searchsorted(t, t + window_s, side="right")
-    return int((ends - np.arange(t.size)).max())
 
 
 def test_max_in_window_hand_cases():

@@ -25,26 +25,13 @@ from geoagent.runtime.hostshare import POLL_S, HostShare, board_path, share_poli
 from geoagent.runtime.http import HostPolicy, HttpClient, _throttle_params, host_key
 from geoagent.sandbox.echo import SCRIPT_KEY, make_app
 from geoagent.sandbox.faults import FAULTS_KEY
+from _windows import max_in_window
 from geoagent.sandbox.server import serve
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).resolve().parent / "_hostshare_child.py"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pid/start-time liveness and a system-wide monotonic clock are Linux's")
-
-
-def max_in_window(times_s: np.ndarray, window_s: float) -> int:
-    """Largest number of arrivals in any CLOSED window [t, t + window_s] (attained at an arrival)."""
-    t = np.sort(np.asarray(times_s, dtype=float))
-    if t.size == 0:
-        return 0
-    ends = np.searchsorted(t, t + window_s, side="right")
-    return int((ends - np.arange(t.size)).max())
-
-
-def test_max_in_window_hand_cases():
-    assert max_in_window(np.array([0.0, 0.5, 1.0, 1.5]), 1.0) == 3
-    assert max_in_window(np.array([0.0, 1.01, 2.02]), 1.0) == 1
 
 
 def test_share_policy_hand_cases():

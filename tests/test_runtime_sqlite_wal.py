@@ -13,40 +13,33 @@ import time
 import pytest
 
 
-def _open_state(root: str, start_at: float, out: mp.Queue) -> None:
+def _open_state(root: str) -> None:
     from geoagent.runtime.store import open_campaign_state
 
-    while time.time() < start_at:
-        pass
-    try:
-        state = open_campaign_state("c", root=root, cap_usd=1.0)
-        state.ledger.reserve("k", 0.01)
-        state.close()
-        out.put("ok")
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        out.put(f"{type(exc).__name__}: {exc}")
+    state = open_campaign_state("c", root=root, cap_usd=1.0)
+    state.ledger.reserve("k", 0.01)
+    state.close()
 
 
-def _open_cache(root: str, start_at: float, out: mp.Queue) -> None:
+def _open_cache(root: str) -> None:
     from geoagent.clients.cache import ResponseCache
 
-    while time.time() < start_at:
-        pass
-    try:
-        ResponseCache(f"{root}/cache.sqlite")
-        out.put("ok")
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        out.put(f"{type(exc).__name__}: {exc}")
+    ResponseCache(f"{root}/cache.sqlite")
 
 
-def _open_data_store(root: str, start_at: float, out: mp.Queue) -> None:
+def _open_data_store(root: str) -> None:
     from geoagent.data.store import DataStore
 
+    with DataStore(f"{root}/data/data.sqlite") as store:
+        store.count("site")
+
+
+def _opener(target, root: str, start_at: float, out: mp.Queue) -> None:
+    """Child: wait for the common start time, open, report "ok" or the error."""
     while time.time() < start_at:
         pass
     try:
-        with DataStore(f"{root}/data/data.sqlite") as store:
-            store.count("site")
+        target(root)
         out.put("ok")
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         out.put(f"{type(exc).__name__}: {exc}")
@@ -61,7 +54,7 @@ def test_simultaneous_first_opens_never_fail(tmp_path, target):
         root.mkdir()
         out = ctx.Queue()
         start_at = time.time() + 0.4
-        procs = [ctx.Process(target=target, args=(str(root), start_at, out)) for _ in range(6)]
+        procs = [ctx.Process(target=_opener, args=(target, str(root), start_at, out)) for _ in range(6)]
         for p in procs:
             p.start()
         results = [out.get(timeout=60) for _ in procs]
