@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.files import atomic_open
 from geoagent.geo import haversine_km
 
 #: ``verify_trials.csv`` columns: the release's (``verify_trials_sample.csv``) then our additions.
@@ -89,8 +90,7 @@ def write_verify_trials(
     out = Path(out_dir) if out_dir is not None else state
     out.mkdir(parents=True, exist_ok=True)
     path = out / VERIFY_TRIALS_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:  # a temporary file of its own, renamed over the target
         w = csv.writer(f)
         w.writerow(VERIFY_TRIALS_COLUMNS)
         for t in trials:
@@ -98,7 +98,6 @@ def write_verify_trials(
                         "" if t.cand_lat is None else repr(t.cand_lat), "" if t.cand_lon is None else repr(t.cand_lon),
                         "" if t.referenceability is None else t.referenceability, "" if t.d_km is None else t.d_km,
                         t.band or "", t.truth, t.arm, t.continent or "", t.image_ref or "", t.cand_qid or ""])
-    tmp.replace(path)
     return path, report
 
 

@@ -27,7 +27,7 @@ import pytest
 from PIL import Image as PILImage
 
 import geoagent
-from geoagent.report.files import atomic_open, atomic_savefig, atomic_write_bytes, atomic_write_text
+from geoagent.files import atomic_open, atomic_savefig, atomic_write_bytes, atomic_write_text
 
 TESTS_DIR = Path(__file__).resolve().parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

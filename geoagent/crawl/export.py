@@ -22,6 +22,7 @@ from geoagent.crawl.fetcher import METADATA_FILE
 from geoagent.crawl.image_audit import read_human_verdicts
 from geoagent.crawl.ladder import band_for, tier_for
 from geoagent.data.model import Image, ReferencePoint, Site
+from geoagent.files import atomic_open
 
 IMAGES_COLUMNS = ("image_id", "site", "lat", "lon", "captured_at", "compass_angle_deg", "path", "usable")
 
@@ -68,14 +69,11 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
 def write_images_csv(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """Write ``images.csv`` (:data:`IMAGES_COLUMNS`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(IMAGES_COLUMNS))
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in IMAGES_COLUMNS})
-    tmp.replace(path)
     return path
 
 

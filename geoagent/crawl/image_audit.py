@@ -22,6 +22,7 @@ from typing import Any
 
 from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json
 from geoagent.crawl.settings import ImageAuditSettings
+from geoagent.files import atomic_open
 from geoagent.providers.base import ModelRequest
 
 SCENE_TYPES = ("street", "indoor", "vehicle_interior", "closeup", "other")
@@ -278,14 +279,11 @@ def audit_row(image_path: str, site: str, audit: ImageAudit | None, human: Mappi
 def write_image_audit_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     """Write rows with :data:`IMAGE_AUDIT_COLUMNS` (atomic replace)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(IMAGE_AUDIT_COLUMNS))
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in IMAGE_AUDIT_COLUMNS})
-    tmp.replace(path)
     return path
 
 

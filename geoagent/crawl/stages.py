@@ -48,15 +48,13 @@ from geoagent.crawl.referenceability import ReferenceabilityAuditor, candidates_
 from geoagent.crawl.sampler import city_seed, sample_sites, slug, write_sites_csv
 from geoagent.crawl.screener import CITY_POOL_COLUMNS, screen_city
 from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
+from geoagent.files import atomic_open, atomic_write_bytes
 from geoagent.runtime.queue import Task, WorkQueue
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 
 
 def _dump(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    tmp.replace(path)
+    atomic_write_bytes(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 def _load(path: Path) -> Any | None:
@@ -312,14 +310,11 @@ class CityScreenerStage(_CrawlStage):
 def _write_csv(rows: Sequence[dict[str, Any]], path: Path, columns: Sequence[str]) -> None:
     import csv
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(columns))
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in columns})
-    tmp.replace(path)
 
 
 class SiteSamplerStage(_CrawlStage):

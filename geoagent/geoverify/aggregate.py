@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from geoagent.files import atomic_open
 from geoagent.scoring import sdt
 
 CONF_DECIMALS = 6
@@ -127,9 +128,8 @@ class GeoVerifyAggregator:
         folder.mkdir(parents=True, exist_ok=True)
         seen = pl.DataFrame({"key": sorted(self._seen)}, schema={"key": pl.Utf8})
         for name, df in (("agg_cells", self.cells), ("agg_conf", self.conf), ("agg_seen", seen)):
-            tmp = folder / f".{name}.parquet.tmp"
-            df.write_parquet(tmp)
-            tmp.replace(folder / f"{name}.parquet")
+            with atomic_open(folder / f"{name}.parquet", "wb") as fh:  # a temporary file of its own
+                df.write_parquet(fh)
 
     @classmethod
     def load(cls, folder: str | Path) -> "GeoVerifyAggregator":

@@ -23,7 +23,7 @@ import numpy as np
 
 from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
-from geoagent.report.files import atomic_savefig, atomic_write_text
+from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.geohint import wilson_interval
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutation_test
 from geoagent.scoring.regime import ILLEGIBLE, LEGIBLE, REGIMES, split_half_correction

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from geoagent.report.files import atomic_savefig, atomic_write_text
+from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.sdt import ARM_BLANK, ARM_MISMATCH, POOLED, ModelScores
 
 TABLE_MD = "geoverify_table.md"

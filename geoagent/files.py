@@ -1,8 +1,8 @@
-"""Atomic report files that several writers may rewrite at once.
+"""Atomic files that several writers may rewrite at once (reports, crawl tables, trial tables).
 
 Every process of a scaled-out campaign writes the campaign report when it ends, and an aggregator rewrites
-the live report in a worker thread meanwhile, so the same report file can have several writers at the same
-moment. Each write goes to a temporary file of its own in the target's folder (a unique name, created with
+the live report in a worker thread meanwhile, so the same file can have several writers at the same
+moment (likewise the crawl's tables when crawl stages run in several processes). Each write goes to a temporary file of its own in the target's folder (a unique name, created with
 ``O_EXCL``), which is then renamed over the target with :func:`os.replace`: a reader sees the old file or
 a complete new one, never a half-written one, and concurrent writers never rename or delete each other's
 temporary files (the last rename wins). A failed write removes its temporary file and leaves the target
@@ -37,7 +37,8 @@ def _create_temp(path: Path) -> tuple[int, Path]:
 
 
 @contextmanager
-def atomic_open(path: str | Path, mode: str = "w", *, encoding: str = "utf-8") -> Iterator[IO[Any]]:
+def atomic_open(path: str | Path, mode: str = "w", *, encoding: str = "utf-8",
+                newline: str | None = None) -> Iterator[IO[Any]]:
     """Open a temporary file for writing ``path``; on a clean exit rename it over ``path``.
 
     Parameters
@@ -48,6 +49,8 @@ def atomic_open(path: str | Path, mode: str = "w", *, encoding: str = "utf-8") -
         ``"w"`` (text, ``encoding``) or ``"wb"`` (bytes, e.g. for matplotlib's ``savefig``).
     encoding : str
         Text encoding for ``"w"``.
+    newline : str or None
+        As for :func:`open` in text mode (``""`` for the :mod:`csv` module).
 
     Yields
     ------
@@ -68,7 +71,7 @@ def atomic_open(path: str | Path, mode: str = "w", *, encoding: str = "utf-8") -
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp(path)
     try:
-        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": encoding})) as fh:
+        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": encoding, "newline": newline})) as fh:
             yield fh
         os.replace(tmp, path)
     except BaseException:
