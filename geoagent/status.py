@@ -71,13 +71,15 @@ def format_status(st: dict[str, Any]) -> str:
         )
     p = st.get("progress")
     if p:
-        state = "run ended" if p.get("finished") else "running, or killed before its last record"
-        lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s, ETA {p.get('eta_s')} s")
+        ended = bool(p.get("finished"))
+        state = "run ended" if ended else "running, or killed before its last record"
+        eta = "" if ended else f", ETA {p.get('eta_s')} s"  # no ETA when no process is running
+        lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
         for sd in p.get("stages", []):
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
                          f"  dead {sd['dead']}")
-            for err in sd.get("last_errors", [])[-2:]:
-                lines.append(f"      last error: {err[:160]}")
+            for err in dict.fromkeys(e[:160] for e in sd.get("last_errors", [])[-2:]):  # each distinct once
+                lines.append(f"      last error: {err}")
         if p.get("budget_stopped"):
             lines.append("  budget exhausted")
         http = p.get("http")
