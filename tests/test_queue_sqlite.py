@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -583,13 +584,20 @@ def test_synchronous_full_uses_the_thread_and_works(tmp_path):
     asyncio.run(go())
 
 
-def _lease_ack_worker(path: str, out: str, seed: int) -> None:
-    """Child process: lease random batches and ack them until the queue is empty; record acked keys."""
+def _lease_ack_worker(path: str, out: str, seed: int, ready: Any = None, go: Any = None) -> None:
+    """Child process: lease random batches and ack them until the queue is empty; record acked keys.
+
+    With ``ready``/``go`` (multiprocessing events) it opens the queue, says it is ready, and starts leasing
+    only when the parent lets every worker go at once (on a loaded machine a spawned child can otherwise
+    take half a minute to start, and the first one drains the queue alone)."""
     rng = random.Random(seed)
     acked: list[str] = []
 
     async def run() -> None:
         async with SQLiteQueue(path) as queue:
+            if ready is not None:
+                ready.set()
+                go.wait(120)
             idle = 0
             while idle < 20:
                 tasks = await queue.lease(rng.randint(1, 16), 60.0)
@@ -612,9 +620,15 @@ def test_four_processes_lease_and_ack_each_task_exactly_once(tmp_path):
     queue.put_many_sync([(k, {"k": k}) for k in keys])
     ctx = multiprocessing.get_context("spawn")
     outs = [tmp_path / f"acked-{i}.json" for i in range(4)]
-    procs = [ctx.Process(target=_lease_ack_worker, args=(str(path), str(o), i)) for i, o in enumerate(outs)]
+    readies = [ctx.Event() for _ in outs]
+    go = ctx.Event()
+    procs = [ctx.Process(target=_lease_ack_worker, args=(str(path), str(o), i, r, go))
+             for i, (o, r) in enumerate(zip(outs, readies))]
     for p in procs:
         p.start()
+    for r in readies:
+        assert r.wait(120)
+    go.set()  # all four lease from the same moment
     for p in procs:
         p.join(timeout=120)
         assert p.exitcode == 0
