@@ -174,6 +174,50 @@ def test_model_answer_with_escaped_surrogates_does_not_kill_the_parser_stage(tmp
     assert ci.leased == 0 and ci.done + ci.dead == 12 and co.total == ci.done
 
 
+def _model_config(path, campaign: str, base: str, key_var: str, price_in: float, price_out: float, extra: str = ""):
+    """A one-model campaign config (OpenAI-compatible fake at ``base``), written to ``path`` and loaded."""
+    import textwrap
+
+    from geoagent.config import load_config
+
+    path.write_text(textwrap.dedent(f"""
+        [campaign]
+        name = "{campaign}"
+        seed = 5
+        [budget]
+        cap_usd = 5.0
+        [[models]]
+        name = "m"
+        provider = "openai"
+        model = "gpt-sim"
+        base_url = "{base}/v1"
+        api_key_env = "{key_var}"
+        price_input_usd_per_mtok = {price_in}
+        price_output_usd_per_mtok = {price_out}
+        max_output_tokens = 100
+        concurrency = 4
+        rate = {{ requests = 500, period_s = 1.0 }}
+        timeout_s = 10.0
+        """) + extra + "\n")
+    return load_config(path)
+
+
+async def _model_caller(cfg, http, state):
+    """A started ModelCaller and its stage context over ``http`` and an open campaign ``state``."""
+    from geoagent.config import host_policies, provider_settings
+    from geoagent.providers import make_provider
+    from geoagent.workers.model_caller import ModelCaller
+
+    for host, policy in host_policies(cfg).items():
+        http.set_policy(host, policy)
+    providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
+    ctx = StageContext(cfg.name, services={"config": cfg, "providers": providers,
+                                           "ledger": state.ledger, "store": state.store})
+    stage = ModelCaller()
+    await stage.start(ctx)
+    return stage, ctx
+
+
 def test_ledger_never_below_server_billing_when_a_malformed_2xx_is_retried(tmp_path, monkeypatch):
     """A 2xx with a malformed body is billed by the provider (the fake logs it as a billed call, status 200,
     with its usage) and the HTTP layer retries it inside the same request. When the retry succeeds, the
@@ -184,17 +228,14 @@ def test_ledger_never_below_server_billing_when_a_malformed_2xx_is_retried(tmp_p
     server returned" under the 20 % faults of the Faults acceptance (malformed JSON bodies included).
     """
     import asyncio
-    import textwrap
 
-    from geoagent.config import host_policies, load_config, provider_settings
-    from geoagent.providers import make_provider
     from geoagent.runtime.http import HttpClient
     from geoagent.runtime.queue import Task
     from geoagent.runtime.store import open_campaign_state
     from geoagent.sandbox import llm_openai
     from geoagent.sandbox.faults import FaultConfig
     from geoagent.sandbox.server import serve
-    from geoagent.workers.model_caller import CallFailed, ModelCaller
+    from geoagent.workers.model_caller import CallFailed
 
     key_var, key = "ADV_TODAY_KEY", "sk-" "adv-today-0123456789abcdef"
     monkeypatch.setenv(key_var, key)
@@ -203,36 +244,9 @@ def test_ledger_never_below_server_billing_when_a_malformed_2xx_is_retried(tmp_p
     async def go():
         app = llm_openai.make_app(api_keys=[key], faults=FaultConfig(rate=0.3, kinds=("malformed",), seed=7))
         async with serve(app) as base, HttpClient() as http:
-            cfg_path = tmp_path / "m.toml"
-            cfg_path.write_text(textwrap.dedent(f"""
-                [campaign]
-                name = "malformed"
-                seed = 5
-                [budget]
-                cap_usd = 5.0
-                [[models]]
-                name = "m"
-                provider = "openai"
-                model = "gpt-sim"
-                base_url = "{base}/v1"
-                api_key_env = "{key_var}"
-                price_input_usd_per_mtok = {price_in}
-                price_output_usd_per_mtok = {price_out}
-                max_output_tokens = 100
-                concurrency = 4
-                rate = {{ requests = 500, period_s = 1.0 }}
-                max_attempts = 8
-                timeout_s = 10.0
-                """))
-            cfg = load_config(cfg_path)
+            cfg = _model_config(tmp_path / "m.toml", "malformed", base, key_var, price_in, price_out, "max_attempts = 8")
             state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
-            for host, policy in host_policies(cfg).items():
-                http.set_policy(host, policy)
-            providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
-            ctx = StageContext(cfg.name, services={"config": cfg, "providers": providers,
-                                                   "ledger": state.ledger, "store": state.store})
-            stage = ModelCaller()
-            await stage.start(ctx)
+            stage, ctx = await _model_caller(cfg, http, state)
             outcomes, retried = [], []
             for i in range(20):  # one at a time: the server's fault draws are deterministic (seeded, in order)
                 payload = {"model": "m", "prompt": f"Where was photo {i} taken? Name the city.", "meta": {}}
@@ -275,17 +289,13 @@ def test_task_redelivered_to_a_second_process_while_in_flight_is_not_paid_twice(
     connection (own ledger owner), handling the same task at once, as after such a redelivery.
     """
     import asyncio
-    import textwrap
 
-    from geoagent.config import host_policies, load_config, provider_settings
-    from geoagent.providers import make_provider
     from geoagent.runtime.http import HttpClient
     from geoagent.runtime.queue import Task
     from geoagent.runtime.store import open_campaign_state
     from geoagent.sandbox import llm_openai
     from geoagent.sandbox.llm_common import add_latency
     from geoagent.sandbox.server import serve
-    from geoagent.workers.model_caller import ModelCaller
 
     key_var, key = "ADV_TODAY_KEY", "sk-" "adv-today-0123456789abcdef"
     monkeypatch.setenv(key_var, key)
@@ -293,40 +303,14 @@ def test_task_redelivered_to_a_second_process_while_in_flight_is_not_paid_twice(
     async def go():
         app = add_latency(llm_openai.make_app(api_keys=[key]), 0.5)  # a model that takes 0.5 s to answer
         async with serve(app) as base:
-            cfg_path = tmp_path / "dup.toml"
-            cfg_path.write_text(textwrap.dedent(f"""
-                [campaign]
-                name = "dup"
-                seed = 5
-                [budget]
-                cap_usd = 5.0
-                [[models]]
-                name = "m"
-                provider = "openai"
-                model = "gpt-sim"
-                base_url = "{base}/v1"
-                api_key_env = "{key_var}"
-                price_input_usd_per_mtok = 2.0
-                price_output_usd_per_mtok = 10.0
-                max_output_tokens = 100
-                concurrency = 4
-                rate = {{ requests = 500, period_s = 1.0 }}
-                timeout_s = 10.0
-                """))
-            cfg = load_config(cfg_path)
+            cfg = _model_config(tmp_path / "dup.toml", "dup", base, key_var, 2.0, 10.0)
 
             async def process(delay_s: float):
                 await asyncio.sleep(delay_s)
                 async with HttpClient() as http:
                     state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
                     try:
-                        for host, policy in host_policies(cfg).items():
-                            http.set_policy(host, policy)
-                        providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
-                        ctx = StageContext(cfg.name, services={"config": cfg, "providers": providers,
-                                                               "ledger": state.ledger, "store": state.store})
-                        stage = ModelCaller()
-                        await stage.start(ctx)
+                        stage, ctx = await _model_caller(cfg, http, state)
                         payload = {"model": "m", "prompt": "Where was photo 1 taken? Name the city.", "meta": {}}
                         # the same task: lease 1 (expired) in process A, lease 2 in process B
                         return await stage.handle(Task(key="t1", payload=payload, attempts=0, lease_id=f"L{delay_s}"), ctx)

@@ -375,7 +375,7 @@ class SQLiteQueue(WorkQueue):
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.OperationalError as exc:
-            if not wait and _is_busy(exc):
+            if not wait and is_busy(exc):
                 raise _Busy from exc
             raise QueueError(f"queue {self.name!r} ({self.path}): {exc}") from exc
         finally:
@@ -782,7 +782,6 @@ def read_counts(root: str | os.PathLike[str], campaign: str, edge: str) -> Queue
 
 
 # ---------------------------------------------------------------------- helpers
-_is_busy = is_busy
 
 
 def _bump(conn: sqlite3.Connection, deltas: dict[int, int]) -> None:
