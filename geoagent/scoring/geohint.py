@@ -35,12 +35,18 @@ _LEVEL_ALIASES = {
 def normalize_level(level: str | None) -> str:
     """Map a resolution level (ours or the release's) to one of :data:`LEVELS`.
 
+    None, an empty string and a float NaN (a missing cell read by pandas) map to ``none``.
+
     Raises
     ------
     ValueError
         An unknown level name.
     """
-    key = (level or "").strip().lower()
+    if level is None or (isinstance(level, float) and math.isnan(level)):
+        return "none"  # a missing level (None, or NaN from a pandas/CSV reader) resolved nothing
+    if not isinstance(level, str):
+        raise ValueError(f"unknown resolution level {level!r}; expected one of {LEVELS} or 'place'")
+    key = level.strip().lower()
     try:
         return _LEVEL_ALIASES[key]
     except KeyError:

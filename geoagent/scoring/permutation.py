@@ -90,11 +90,15 @@ def site_flip_test_from_sums(
     Raises
     ------
     ValueError
-        No pairs, or ``exact`` with more than 20 sites.
+        No pairs, a non-finite site sum, or ``exact`` with more than 20 sites.
     """
     D = np.asarray(sums, dtype=float).reshape(-1)
     if n_pairs <= 0 or D.size == 0:
         raise ValueError("permutation test needs at least one pair")
+    if not np.all(np.isfinite(D)):
+        # a NaN sum compares False with everything: no flip would count and p would come out as
+        # 1 / (1 + n_flips), the smallest possible value, for an undefined statistic
+        raise ValueError("paired differences must be finite (a NaN or inf difference has no sign to flip)")
     S = D.size
     t_obs = float(D.sum()) / n_pairs
     tol = 1e-12 * max(1.0, float(np.abs(D).sum()))
@@ -141,6 +145,11 @@ def paired_site_permutation_test(
         Seed of the generator.
     exact : bool
         Enumerate every sign vector instead of sampling (small S only).
+
+    Raises
+    ------
+    ValueError
+        Different lengths, no pairs, or a NaN / infinite outcome (drop undefined pairs first).
     """
     t = np.asarray(treatment, dtype=float)
     c = np.asarray(control, dtype=float)

@@ -188,15 +188,18 @@ class ClusterOLS:
     def fit(self, clusters: Iterable[Hashable] | None = None, *, use_t: bool = False) -> ClusterOLSResult:
         """Fit on all clusters, or only on ``clusters`` (e.g. the sites of one regime).
 
+        A label listed twice in ``clusters`` counts once.
+
         Raises
         ------
         ValueError
-            Fewer rows than regressors, or a singular ``X'X``.
+            Fewer rows than regressors, or a ``X'X`` that is singular up to rounding (e.g. every hint
+            distance equal: the slope is not identified).
         """
         if clusters is None:
             chosen = [st for st in self.clusters.values() if st.n > 0]
-        else:
-            chosen = [self.clusters[g] for g in clusters if g in self.clusters and self.clusters[g].n > 0]
+        else:  # a label given twice is one cluster, counted once
+            chosen = [self.clusters[g] for g in dict.fromkeys(clusters) if g in self.clusters and self.clusters[g].n > 0]
         k = self.k
         n = sum(st.n for st in chosen)
         G = len(chosen)
@@ -209,6 +212,8 @@ class ClusterOLS:
             xtx += st.xtx
             xty += st.xty
             yty += st.yty
+        if _rank_deficient(xtx):
+            raise ValueError("X'X is singular (e.g. all hint distances equal)")
         try:
             beta = np.linalg.solve(xtx, xty)
             bread = np.linalg.inv(xtx)
@@ -235,6 +240,22 @@ class ClusterOLS:
         sigma2 = rss / (n - k)
         bse_nonrobust = np.sqrt(np.diag(bread) * sigma2)
         return ClusterOLSResult(beta, bse, tvalues, pvalues, cov, bse_nonrobust, n, G)
+
+
+def _rank_deficient(xtx: np.ndarray, *, rtol: float = 1e-10) -> bool:
+    """True when ``X'X`` (shape (k, k)) is singular up to rounding.
+
+    ``numpy.linalg.solve`` raises only on an *exactly* singular matrix; summed floating-point rows (e.g. a
+    constant hint distance of 0.7 km next to the intercept) leave a matrix that is singular in exact
+    arithmetic but not in floating point, and solving it returns arbitrary coefficients. The test scales
+    ``X'X`` to unit diagonal (a correlation-like matrix, invariant to the units of each regressor) and
+    calls it singular when its smallest eigenvalue is below ``rtol``.
+    """
+    d = np.sqrt(np.diag(xtx))
+    if not np.all(np.isfinite(d)) or np.any(d <= 0):
+        return True
+    scaled = xtx / np.outer(d, d)
+    return bool(np.linalg.eigvalsh((scaled + scaled.T) / 2).min() < rtol)
 
 
 def design_slope(d_ref_km: np.ndarray) -> np.ndarray:

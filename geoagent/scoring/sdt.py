@@ -11,7 +11,8 @@ Formulas (per model and pooled over models):
 * hit rate ``H = yes / n`` over main-arm signal trials; false-alarm rate ``F(band)`` likewise per decoy band;
 * log-linear correction (Hautus 1995): ``rate' = (yes + 0.5) / (n + 1)`` before taking ``z``;
 * ``d' = z(H') - z(F')`` and ``c = -(z(H') + z(F')) / 2`` with ``z = scipy.stats.norm.ppf`` (Eq. 3);
-* discrimination radius ``delta_1``: the first decoy band (nearest first) with ``d' >= 1`` (Eq. 4), else None;
+* discrimination radius ``delta_1``: the first decoy band (nearest first) with ``d' >= 1`` (Eq. 4), else None
+  ("none"), or ``"undefined"`` when no band reaches 1 and some band's d' is undefined (no trials);
 * control arms: raw ``F`` of ``ctrl_mismatch`` and ``ctrl_noimage`` over their noise (truth no) trials;
 * confidence of false acceptances (main arm, noise, verdict yes): median and share ``>= 0.8``;
 * pre-registered read-out (Sec. 5.4): ``invalid`` if mismatched-image F > 20 % or blank-image F within
@@ -57,6 +58,8 @@ UNINFORMATIVE_NEAR_DPRIME = 2.0
 INFORMATIVE_NEAR_DPRIME = 0.5
 INFORMATIVE_FAR_DPRIME = 1.5
 DPRIME_USABLE = 1.0
+#: ``delta_1`` when it cannot be decided (no band reaches d' = 1 and some band's d' is undefined)
+DELTA_UNDEFINED = "undefined"
 
 CELL_COLUMNS = ("model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail")
 CONF_COLUMNS = ("model", "arm", "band", "verdict", "conf", "n")
@@ -99,11 +102,21 @@ def rate(n_yes: float, n: float) -> float:
 
 
 def discrimination_radius(bands: list[str], dprimes: list[float], threshold: float = DPRIME_USABLE) -> str | None:
-    """``delta_1`` (Eq. 4): label of the first band (nearest first) with ``d' >= threshold``, else None."""
+    """``delta_1`` (Eq. 4): label of the first band (nearest first) with ``d' >= threshold``.
+
+    Bands with an undefined d' (NaN: no trials) are skipped when a later band reaches the threshold.
+    When no band reaches it, the result is None ("none": no band reaches d' = 1) only if every band's
+    d' is defined; if some band is undefined (no signal trials, or a band without noise trials) the
+    result is :data:`DELTA_UNDEFINED`, since an unmeasured band might reach the threshold.
+    """
+    any_undefined = False
     for b, d in zip(bands, dprimes):
-        if d is not None and not math.isnan(d) and d >= threshold:
+        if d is None or math.isnan(d):
+            any_undefined = True
+            continue
+        if d >= threshold:
             return b
-    return None
+    return DELTA_UNDEFINED if any_undefined or not bands else None
 
 
 def median_from_counts(values: Any, counts: Any) -> float:
@@ -213,7 +226,10 @@ def cells_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
 
 def conf_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
     """From-scratch confidence table (counts per model, arm, band, verdict, conf) from scored rows."""
-    sub = rows.filter(pl.col("verdict").is_not_null() & pl.col("conf").is_not_null())
+    conf = pl.col("conf").cast(pl.Float64)
+    # a NaN confidence is a missing one (polars keeps NaN apart from null: it would enter the counts,
+    # sort above 1.0 in the median and count as "below 0.8" in the share)
+    sub = rows.filter(pl.col("verdict").is_not_null() & conf.is_not_null() & conf.is_finite()).with_columns(conf)
     if sub.height == 0:
         return empty_conf()
     return (
@@ -313,7 +329,7 @@ def bootstrap_site_indices(n_sites: int, n_boot: int, seed: int) -> np.ndarray:
 
 
 def percentile_interval(values: Any, ci_level: float = 0.95) -> tuple[tuple[float, float] | None, int]:
-    """Percentile interval of bootstrap replicates, NaNs dropped.
+    """Percentile interval of bootstrap replicates, non-finite values (NaN, inf) dropped.
 
     Parameters
     ----------
@@ -327,7 +343,7 @@ def percentile_interval(values: Any, ci_level: float = 0.95) -> tuple[tuple[floa
         None when no replicate is defined.
     """
     v = np.asarray(values, dtype=float)
-    ok = v[~np.isnan(v)]
+    ok = v[np.isfinite(v)]
     if ok.size == 0:
         return None, 0
     alpha = (1.0 - ci_level) / 2.0
