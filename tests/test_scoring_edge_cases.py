@@ -12,6 +12,7 @@ import pytest
 from geoagent.data.model import DECOY_BAND_LABELS
 from geoagent.scoring import sdt
 from geoagent.scoring.geohint import hits, is_hit, normalize_level
+from geoagent.scoring.regime import assign_regimes, regime_of
 from geoagent.scoring.permutation import paired_site_permutation_test, site_flip_test_from_sums
 from geoagent.scoring.regression import ClusterOLS, design_slope, fit_slope
 
@@ -77,6 +78,16 @@ def test_permutation_nan_difference_is_an_error_not_p_min():
     # exactly when the signs of a and d agree (c's sign is free): 4 of the 8 sign vectors, p = 0.5
     r = paired_site_permutation_test(["a", "c", "d"], [1, 0, 1], [0, 0, 0], exact=True)
     assert r.p_value == pytest.approx(4 / 8) and r.delta == pytest.approx(2 / 3)
+
+
+# --- regime split (Sec. 6.1.2) --------------------------------------------------------------------
+def test_regime_of_undefined_rate_is_an_error_not_illegible():
+    """NaN >= 0.5 is False, so an undefined rate used to land silently in the illegible regime."""
+    with pytest.raises(ValueError, match="NaN"):
+        regime_of(float("nan"))
+    # the threshold itself is legible (release: ``< 50`` is illegible); sites with n = 0 are left out
+    assert regime_of(0.5) == "legible" and regime_of(0.4999) == "illegible"
+    assert assign_regimes({"a": (1, 2), "b": (0, 0), "c": (2, 5)}) == {"a": "legible", "c": "illegible"}
 
 
 # --- GeoHint hit (Sec. 4.2) ----------------------------------------------------------------------

@@ -41,7 +41,16 @@ DEFAULT_N_SPLITS = 200
 
 
 def regime_of(rate: float, *, threshold: float = DEFAULT_THRESHOLD) -> str:
-    """``legible`` when the no-context hit rate is at least ``threshold``, else ``illegible``."""
+    """``legible`` when the no-context hit rate is at least ``threshold``, else ``illegible``.
+
+    Raises
+    ------
+    ValueError
+        ``rate`` is NaN (a site without baseline responses has no regime; ``NaN >= threshold`` is False
+        and would silently make it illegible).
+    """
+    if rate != rate:  # NaN
+        raise ValueError("no-context hit rate is NaN: a site without baseline responses has no regime")
     return LEGIBLE if rate >= threshold else ILLEGIBLE
 
 
