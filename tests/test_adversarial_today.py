@@ -93,6 +93,25 @@ class _GarbageBatch(Stage):
         return [self.garbage(t) if t.key == "k3" else [(t.key, {"v": 1})] for t in tasks]
 
 
+async def _run_stage_to_end(stage, queues):
+    """Run ``stage`` over its edge queues until its runner returns (failing after 10 s), then close the queues.
+
+    Returns ``(error, input counts, output counts)``; ``error`` is what the runner raised, or None.
+    """
+    inq, outq = queues[stage.input_edge], queues[stage.output_edge]
+    runner = StageRunner(stage, inq, outq, StageContext("t"), grace_s=0.5)
+    error = None
+    try:
+        with anyio.fail_after(10):
+            await runner.run()
+    except BaseException as exc:  # noqa: BLE001 - what we test
+        error = exc
+    counts_in, counts_out = await inq.counts(), await outq.counts()
+    for q in queues.values():
+        await q.close()
+    return error, counts_in, counts_out
+
+
 _GARBAGE = {
     "unserialisable payload": lambda t: [(t.key, {"tags": {"not", "json"}})],  # a set
     "result not a list": lambda t: 42,
@@ -113,17 +132,7 @@ def test_garbage_output_of_one_task_does_not_crash_runner_or_strand_the_others(t
         stage = _GarbageBatch(_GARBAGE[kind])
         queues = open_edge_queues(tmp_path / "q", "t", [stage], backoff_base_s=0.01, backoff_max_s=0.02, max_attempts=2)
         await queues["a"].put_many([(f"k{i}", {}) for i in range(10)])
-        runner = StageRunner(stage, queues["a"], queues["b"], StageContext("t"), grace_s=0.5)
-        error = None
-        try:
-            with anyio.fail_after(10):
-                await runner.run()
-        except BaseException as exc:  # noqa: BLE001 - what we test
-            error = exc
-        ca, cb = await queues["a"].counts(), await queues["b"].counts()
-        for q in queues.values():
-            await q.close()
-        return error, ca, cb
+        return await _run_stage_to_end(stage, queues)  # stage edges: "a" -> "b"
 
     error, ca, cb = anyio.run(main)
     assert error is None, f"runner raised for one task's bad output: {error!r} (input counts after: {ca})"
@@ -154,23 +163,12 @@ def test_model_answer_with_escaped_surrogates_does_not_kill_the_parser_stage(tmp
     async def main():
         stage = GeoHintParserStage()
         queues = open_edge_queues(tmp_path / "q", "t", [stage], backoff_base_s=0.01, backoff_max_s=0.02, max_attempts=2)
-        inq, outq = queues[stage.input_edge], queues[stage.output_edge]
         msgs = [(f"r{i}", {"model": "m", "request_key": f"rk{i}", "image_id": f"img{i}",
                            "meta": {"task": "geohint", "site": f"s{i}", "condition": "image_only"},
                            "text": bad if i == 3 else good, "input_tokens": 10, "output_tokens": 20,
                            "finish_reason": "stop"}) for i in range(12)]
-        await inq.put_many(msgs)
-        runner = StageRunner(stage, inq, outq, StageContext("t"), grace_s=0.5)
-        error = None
-        try:
-            with anyio.fail_after(10):
-                await runner.run()
-        except BaseException as exc:  # noqa: BLE001 - what we test
-            error = exc
-        ci, co = await inq.counts(), await outq.counts()
-        for q in queues.values():
-            await q.close()
-        return error, ci, co
+        await queues[stage.input_edge].put_many(msgs)
+        return await _run_stage_to_end(stage, queues)
 
     error, ci, co = anyio.run(main)
     assert error is None, f"parser stage runner died on one model answer: {error!r} (input counts after: {ci})"
