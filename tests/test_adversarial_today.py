@@ -3,14 +3,19 @@ billing of retried malformed bodies, a task redelivered to a second process whil
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import anyio
 import pytest
+from _model_harness import CallerRig, cost_usd, photo_task, run, write_model_config
+from _model_harness import billed as billed_by_server
 
 from geoagent.runtime.daemon import open_edge_queues
 from geoagent.runtime.stage import BudgetStop, Stage, StageContext
 from geoagent.runtime.worker import StageRunner
+
+KEY_VAR, KEY_VALUE = "ADV_TODAY_KEY", "sk-" "adv-today-0123456789abcdef"
 
 
 class _BudgetThenHang(Stage):
@@ -88,6 +93,25 @@ class _GarbageBatch(Stage):
         return [self.garbage(t) if t.key == "k3" else [(t.key, {"v": 1})] for t in tasks]
 
 
+async def _run_stage_to_end(stage, queues):
+    """Run ``stage`` over its edge queues until its runner returns (failing after 10 s), then close the queues.
+
+    Returns ``(error, input counts, output counts)``; ``error`` is what the runner raised, or None.
+    """
+    inq, outq = queues[stage.input_edge], queues[stage.output_edge]
+    runner = StageRunner(stage, inq, outq, StageContext("t"), grace_s=0.5)
+    error = None
+    try:
+        with anyio.fail_after(10):
+            await runner.run()
+    except BaseException as exc:  # noqa: BLE001 - what we test
+        error = exc
+    counts_in, counts_out = await inq.counts(), await outq.counts()
+    for q in queues.values():
+        await q.close()
+    return error, counts_in, counts_out
+
+
 _GARBAGE = {
     "unserialisable payload": lambda t: [(t.key, {"tags": {"not", "json"}})],  # a set
     "result not a list": lambda t: 42,
@@ -108,17 +132,7 @@ def test_garbage_output_of_one_task_does_not_crash_runner_or_strand_the_others(t
         stage = _GarbageBatch(_GARBAGE[kind])
         queues = open_edge_queues(tmp_path / "q", "t", [stage], backoff_base_s=0.01, backoff_max_s=0.02, max_attempts=2)
         await queues["a"].put_many([(f"k{i}", {}) for i in range(10)])
-        runner = StageRunner(stage, queues["a"], queues["b"], StageContext("t"), grace_s=0.5)
-        error = None
-        try:
-            with anyio.fail_after(10):
-                await runner.run()
-        except BaseException as exc:  # noqa: BLE001 - what we test
-            error = exc
-        ca, cb = await queues["a"].counts(), await queues["b"].counts()
-        for q in queues.values():
-            await q.close()
-        return error, ca, cb
+        return await _run_stage_to_end(stage, queues)  # stage edges: "a" -> "b"
 
     error, ca, cb = anyio.run(main)
     assert error is None, f"runner raised for one task's bad output: {error!r} (input counts after: {ca})"
@@ -149,73 +163,18 @@ def test_model_answer_with_escaped_surrogates_does_not_kill_the_parser_stage(tmp
     async def main():
         stage = GeoHintParserStage()
         queues = open_edge_queues(tmp_path / "q", "t", [stage], backoff_base_s=0.01, backoff_max_s=0.02, max_attempts=2)
-        inq, outq = queues[stage.input_edge], queues[stage.output_edge]
         msgs = [(f"r{i}", {"model": "m", "request_key": f"rk{i}", "image_id": f"img{i}",
                            "meta": {"task": "geohint", "site": f"s{i}", "condition": "image_only"},
                            "text": bad if i == 3 else good, "input_tokens": 10, "output_tokens": 20,
                            "finish_reason": "stop"}) for i in range(12)]
-        await inq.put_many(msgs)
-        runner = StageRunner(stage, inq, outq, StageContext("t"), grace_s=0.5)
-        error = None
-        try:
-            with anyio.fail_after(10):
-                await runner.run()
-        except BaseException as exc:  # noqa: BLE001 - what we test
-            error = exc
-        ci, co = await inq.counts(), await outq.counts()
-        for q in queues.values():
-            await q.close()
-        return error, ci, co
+        await queues[stage.input_edge].put_many(msgs)
+        return await _run_stage_to_end(stage, queues)
 
     error, ci, co = anyio.run(main)
     assert error is None, f"parser stage runner died on one model answer: {error!r} (input counts after: {ci})"
     # the lenient reader now yields valid text (surrogates paired or replaced), so every answer goes through;
     # were one still unencodable, only that task would be dead-lettered
     assert ci.leased == 0 and ci.done + ci.dead == 12 and co.total == ci.done
-
-
-def _model_config(path, campaign: str, base: str, key_var: str, price_in: float, price_out: float, extra: str = ""):
-    """A one-model campaign config (OpenAI-compatible fake at ``base``), written to ``path`` and loaded."""
-    import textwrap
-
-    from geoagent.config import load_config
-
-    path.write_text(textwrap.dedent(f"""
-        [campaign]
-        name = "{campaign}"
-        seed = 5
-        [budget]
-        cap_usd = 5.0
-        [[models]]
-        name = "m"
-        provider = "openai"
-        model = "gpt-sim"
-        base_url = "{base}/v1"
-        api_key_env = "{key_var}"
-        price_input_usd_per_mtok = {price_in}
-        price_output_usd_per_mtok = {price_out}
-        max_output_tokens = 100
-        concurrency = 4
-        rate = {{ requests = 500, period_s = 1.0 }}
-        timeout_s = 10.0
-        """) + extra + "\n")
-    return load_config(path)
-
-
-async def _model_caller(cfg, http, state):
-    """A started ModelCaller and its stage context over ``http`` and an open campaign ``state``."""
-    from geoagent.config import host_policies, provider_settings
-    from geoagent.providers import make_provider
-    from geoagent.workers.model_caller import ModelCaller
-
-    for host, policy in host_policies(cfg).items():
-        http.set_policy(host, policy)
-    providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
-    ctx = StageContext(cfg.name, services={"config": cfg, "providers": providers,
-                                           "ledger": state.ledger, "store": state.store})
-    stage = ModelCaller()
-    await stage.start(ctx)
-    return stage, ctx
 
 
 def test_ledger_never_below_server_billing_when_a_malformed_2xx_is_retried(tmp_path, monkeypatch):
@@ -227,32 +186,26 @@ def test_ledger_never_below_server_billing_when_a_malformed_2xx_is_retried(tmp_p
     provider's bill but never fall short of it" fails, and so does issue 2's "ledger equals the usage the
     server returned" under the 20 % faults of the Faults acceptance (malformed JSON bodies included).
     """
-    import asyncio
-
     from geoagent.runtime.http import HttpClient
-    from geoagent.runtime.queue import Task
-    from geoagent.runtime.store import open_campaign_state
     from geoagent.sandbox import llm_openai
     from geoagent.sandbox.faults import FaultConfig
     from geoagent.sandbox.server import serve
     from geoagent.workers.model_caller import CallFailed
 
-    key_var, key = "ADV_TODAY_KEY", "sk-" "adv-today-0123456789abcdef"
-    monkeypatch.setenv(key_var, key)
+    monkeypatch.setenv(KEY_VAR, KEY_VALUE)
     price_in, price_out = 2.0, 10.0
 
     async def go():
-        app = llm_openai.make_app(api_keys=[key], faults=FaultConfig(rate=0.3, kinds=("malformed",), seed=7))
+        app = llm_openai.make_app(api_keys=[KEY_VALUE], faults=FaultConfig(rate=0.3, kinds=("malformed",), seed=7))
         async with serve(app) as base, HttpClient() as http:
-            cfg = _model_config(tmp_path / "m.toml", "malformed", base, key_var, price_in, price_out, "max_attempts = 8")
-            state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
-            stage, ctx = await _model_caller(cfg, http, state)
+            cfg = write_model_config(tmp_path / "m.toml", base, name="malformed", key_var=KEY_VAR, price_in=price_in,
+                                     price_out=price_out, concurrency=4, max_attempts=8)
+            rig = await CallerRig(tmp_path, cfg, http).start()
             outcomes, retried = [], []
             for i in range(20):  # one at a time: the server's fault draws are deterministic (seeded, in order)
-                payload = {"model": "m", "prompt": f"Where was photo {i} taken? Name the city.", "meta": {}}
                 for attempt in range(8):  # as the runner does: a retryable failure is nacked and redelivered
                     try:
-                        await stage.handle(Task(key=f"t{i}", payload=payload, attempts=attempt, lease_id="x"), ctx)
+                        await rig.handle(photo_task(i, attempts=attempt))
                         outcomes.append("ok")
                         break
                     except CallFailed:
@@ -260,14 +213,13 @@ def test_ledger_never_below_server_billing_when_a_malformed_2xx_is_retried(tmp_p
                 else:
                     outcomes.append("missing")
             await asyncio.sleep(0.2)  # fire-and-forget ledger jobs, if any
-            summary = state.ledger.summary()
-            state.close()
-            billed = [c for c in app["calls"] if c["status"] == 200]
-            return outcomes, summary, billed, retried
+            summary = rig.state.ledger.summary()
+            rig.state.close()
+            return outcomes, summary, billed_by_server(app["calls"]), retried
 
-    outcomes, summary, billed, retried = asyncio.run(asyncio.wait_for(go(), timeout=60))
+    outcomes, summary, billed, retried = run(go(), 60)
     assert retried  # some attempts did get a malformed (billed) body
-    server_usd = sum((c["input_tokens"] * price_in + c["output_tokens"] * price_out) / 1e6 for c in billed)
+    server_usd = sum(cost_usd(c["input_tokens"], c["output_tokens"], price_in, price_out) for c in billed)
     ledger_usd = summary.spent_usd + summary.unknown_usd
     assert outcomes == ["ok"] * 20 and len(billed) > 20  # every request answered; some after a billed malformed 2xx
     assert ledger_usd + 1e-12 >= server_usd, (
@@ -288,38 +240,32 @@ def test_task_redelivered_to_a_second_process_while_in_flight_is_not_paid_twice(
     Here the two processes are two model-caller instances with their own HTTP client and campaign-DB
     connection (own ledger owner), handling the same task at once, as after such a redelivery.
     """
-    import asyncio
-
     from geoagent.runtime.http import HttpClient
-    from geoagent.runtime.queue import Task
-    from geoagent.runtime.store import open_campaign_state
     from geoagent.sandbox import llm_openai
     from geoagent.sandbox.llm_common import add_latency
     from geoagent.sandbox.server import serve
 
-    key_var, key = "ADV_TODAY_KEY", "sk-" "adv-today-0123456789abcdef"
-    monkeypatch.setenv(key_var, key)
+    monkeypatch.setenv(KEY_VAR, KEY_VALUE)
 
     async def go():
-        app = add_latency(llm_openai.make_app(api_keys=[key]), 0.5)  # a model that takes 0.5 s to answer
+        app = add_latency(llm_openai.make_app(api_keys=[KEY_VALUE]), 0.5)  # a model that takes 0.5 s to answer
         async with serve(app) as base:
-            cfg = _model_config(tmp_path / "dup.toml", "dup", base, key_var, 2.0, 10.0)
+            cfg = write_model_config(tmp_path / "dup.toml", base, name="dup", key_var=KEY_VAR, concurrency=4)
 
             async def process(delay_s: float):
                 await asyncio.sleep(delay_s)
                 async with HttpClient() as http:
-                    state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
+                    rig = CallerRig(tmp_path, cfg, http)  # its own campaign-DB connection (own ledger owner)
                     try:
-                        stage, ctx = await _model_caller(cfg, http, state)
-                        payload = {"model": "m", "prompt": "Where was photo 1 taken? Name the city.", "meta": {}}
+                        await rig.start()
                         # the same task: lease 1 (expired) in process A, lease 2 in process B
-                        return await stage.handle(Task(key="t1", payload=payload, attempts=0, lease_id=f"L{delay_s}"), ctx)
+                        return await rig.handle(photo_task(1, lease_id=f"L{delay_s}"))
                     finally:
-                        state.close()
+                        rig.state.close()
 
             a, b = await asyncio.gather(process(0.0), process(0.2))
-            return a, b, [c for c in app["calls"] if c["status"] == 200]
+            return a, b, billed_by_server(app["calls"])
 
-    a, b, billed = asyncio.run(asyncio.wait_for(go(), timeout=30))
+    a, b, billed = run(go(), 30)
     assert a[0][1]["text"] == b[0][1]["text"]
     assert len(billed) == 1, f"the same request key was sent and billed {len(billed)} times"

@@ -9,9 +9,10 @@ import contextlib
 import anyio
 import pytest
 from _geocode_env import geocode_env
+from _model_harness import caller_context
 
 from geoagent import constants as C
-from geoagent.config import config_from_dict, provider_settings
+from geoagent.config import config_from_dict
 from geoagent.data.importer import import_release
 from geoagent.data.model import Image
 from geoagent.geohint import simulate
@@ -22,10 +23,9 @@ from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.plan import ModelSpec
 from geoagent.geohint.result import GeoHintResult
 from geoagent.geohint.stages import SCORED_TABLE, geohint_stages, plan_messages, score_located
-from geoagent.providers import make_provider
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 from geoagent.runtime.http import HostPolicy, HttpClient
-from geoagent.runtime.stage import PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import PermanentFailure, Stage
 from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.gazetteer import Gazetteer
@@ -91,9 +91,7 @@ def _run(tmp_path, release_dir, msgs, provider):
             stages = [ModelCaller(), st["parser"], _GeocodeStage(env.geocoder), st["scorer"], st["aggregator"]]
             state = open_campaign_state("gh-test", root=tmp_path / "state", cap_usd=0.0)
             queues = open_edge_queues(tmp_path / "queues", "gh-test", stages)
-            providers = {m.name: make_provider(provider_settings(cfg, m.name, require_key=False), http) for m in cfg.models}
-            ctx = StageContext("gh-test", {"config": cfg, "providers": providers, "ledger": state.ledger,
-                                           "store": state.store, "report_dir": tmp_path / "report"})
+            ctx = caller_context(cfg, http, state, require_key=False, report_dir=tmp_path / "report")
             await queues[C.EDGE_REQUESTS].put_many(msgs)
             await run_pipeline("gh-test", stages, queues, ctx, handle_signals=False)
             counts = {k: await q.counts() for k, q in queues.items()}

@@ -6,18 +6,17 @@ import tomllib
 
 import anyio
 import pytest
+from _model_harness import caller_context
 
 from geoagent import constants as C
-from geoagent.config import ConfigError, config_from_dict, packaged_config_path, provider_settings
+from geoagent.config import ConfigError, config_from_dict, packaged_config_path
 from geoagent.data.importer import import_release
 from geoagent.data.store import DataStore
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.plan import plan_campaign
 from geoagent.geoverify.score import scored_rows_from_release
 from geoagent.geoverify.stages import geoverify_stages
-from geoagent.providers import make_provider
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
-from geoagent.runtime.stage import StageContext
 from geoagent.runtime.store import open_campaign_state
 from geoagent.workers.model_caller import ModelCaller
 
@@ -27,9 +26,7 @@ def _pipeline(cfg, messages, tmp_path):
         stages = [ModelCaller(), *geoverify_stages()]
         state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=0.0)
         queues = open_edge_queues(tmp_path / "queues", cfg.name, stages)
-        providers = {m.name: make_provider(provider_settings(cfg, m.name, require_key=False)) for m in cfg.models}
-        ctx = StageContext(cfg.name, {"config": cfg, "providers": providers, "ledger": state.ledger,
-                                      "store": state.store, "report_dir": tmp_path / "report"})
+        ctx = caller_context(cfg, None, state, require_key=False, report_dir=tmp_path / "report")
         await queues[C.EDGE_REQUESTS].put_many(messages)
         await run_pipeline(cfg.name, stages, queues, ctx, handle_signals=False)
         n = state.store.count_responses()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import anyio
 import polars as pl
 import pytest
+from _model_harness import caller_context
 
 from geoagent import constants as C
-from geoagent.config import config_from_dict, provider_settings
+from geoagent.config import config_from_dict
 from geoagent.data.importer import import_release
 from geoagent.geoverify import simulate
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
@@ -21,9 +22,7 @@ from geoagent.geoverify.stages import (
     plan_requests,
     release_replay_plan,
 )
-from geoagent.providers import make_provider
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
-from geoagent.runtime.stage import StageContext
 from geoagent.runtime.store import open_campaign_state
 from geoagent.geoverify.trials import build_trials, pools_from_trials
 from geoagent.runtime.http import HostPolicy, HttpClient
@@ -61,9 +60,7 @@ def _run(tmp_path, cfg, messages, live_models=None):
         stages = [ModelCaller(), *geoverify_stages()]
         state = open_campaign_state("gv-test", root=tmp_path / "state", cap_usd=0.0)
         queues = open_edge_queues(tmp_path / "queues", "gv-test", stages)
-        providers = {m.name: make_provider(provider_settings(cfg, m.name, require_key=False), http) for m in cfg.models}
-        ctx = StageContext("gv-test", {"config": cfg, "providers": providers, "ledger": state.ledger,
-                                       "store": state.store, "report_dir": tmp_path / "report"})
+        ctx = caller_context(cfg, http, state, require_key=False, report_dir=tmp_path / "report")
         await queues[C.EDGE_REQUESTS].put_many(messages)
         await run_pipeline("gv-test", stages, queues, ctx, handle_signals=False)
         counts = {k: await q.counts() for k, q in queues.items()}

@@ -12,67 +12,38 @@ import asyncio
 import hashlib
 import io
 import math
-import textwrap
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _model_harness import PRICE_IN, PRICE_OUT, CallerRig, billed, run, write_model_config
+from _model_harness import cost_usd as cost
 
-from geoagent.config import estimate, host_policies, load_config, provider_settings
+from geoagent.config import estimate, load_config
 from geoagent.providers import ProviderSettings, make_provider
 from geoagent.providers.base import ModelRequest
 from geoagent.runtime.http import HttpClient
 from geoagent.runtime.queue import open_queue
-from geoagent.runtime.stage import BudgetStop, Missing, PermanentFailure, StageContext
-from geoagent.runtime.store import open_campaign_state
+from geoagent.runtime.stage import BudgetStop, Missing, PermanentFailure
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.faults import FaultConfig, find_fault_state
 from geoagent.sandbox.server import serve
 from geoagent.workers.images import blank_gray_jpeg, synthetic_jpeg
-from geoagent.workers.model_caller import ModelCaller
 
 KEY_VAR = "MC_TEST_OPENAI_KEY"
 KEY_VALUE = "sk-" "mc-test-0123456789abcdefSECRET"
 SEED = 4242
-PRICE_IN, PRICE_OUT = 2.0, 10.0  # USD per 1M tokens
 
 
 def make_config(
     tmp_path: Path, base_url: str, *, cap_usd: float, max_attempts: int = 5, extra: str = "", name: str = "mc", max_out: int = 300
 ) -> Any:
-    text = textwrap.dedent(
-        f"""
-        [campaign]
-        name = "{name}"
-        seed = {SEED}
-
-        [budget]
-        cap_usd = {cap_usd}
-
-        [queue]
-        max_attempts = 4
-        backoff_base_s = 0.0
-        backoff_max_s = 0.0
-
-        [[models]]
-        name = "m"
-        provider = "openai"
-        model = "gpt-sim"
-        base_url = "{base_url}/v1"
-        api_key_env = "{KEY_VAR}"
-        price_input_usd_per_mtok = {PRICE_IN}
-        price_output_usd_per_mtok = {PRICE_OUT}
-        max_output_tokens = {max_out}
-        concurrency = 64
-        rate = {{ requests = 1000, period_s = 1.0 }}
-        max_attempts = {max_attempts}
-        timeout_s = 20.0
-        """
-    ) + extra
-    p = tmp_path / f"{name}.toml"
-    p.write_text(text)
-    return load_config(p)
+    return write_model_config(
+        tmp_path / f"{name}.toml", base_url, name=name, key_var=KEY_VAR, seed=SEED, cap_usd=cap_usd,
+        queue={"max_attempts": 4, "backoff_base_s": 0.0, "backoff_max_s": 0.0}, max_output_tokens=max_out,
+        concurrency=64, rate_requests=1000, rate_period_s=1.0, max_attempts=max_attempts, timeout_s=20.0, extra=extra,
+    )
 
 
 def payload(i: int, **kw: Any) -> dict[str, Any]:
@@ -85,24 +56,15 @@ def payload(i: int, **kw: Any) -> dict[str, Any]:
     return body
 
 
-class Harness:
+class Harness(CallerRig):
     """Queues, campaign state, HTTP client and providers for one campaign, plus a minimal stage runner."""
 
     def __init__(self, tmp_path: Path, cfg: Any, http: HttpClient, campaign: str | None = None):
-        self.cfg = cfg
+        super().__init__(tmp_path, cfg, http)  # state, per-host policies from the config, context, stage
         self.campaign = campaign or cfg.name
         self.qroot = tmp_path / "queues"
-        self.state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
         self.inq = open_queue(self.qroot, self.campaign, "requests", **cfg.queue_options())
         self.outq = open_queue(self.qroot, self.campaign, "responses")
-        for host, policy in host_policies(cfg).items():  # per-host rate and concurrency from the config
-            http.set_policy(host, policy)
-        providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
-        self.ctx = StageContext(
-            campaign=cfg.name,
-            services={"config": cfg, "providers": providers, "ledger": self.state.ledger, "store": self.state.store},
-        )
-        self.stage = ModelCaller()
         self.errors: list[BaseException] = []
         self.outputs: list[tuple[str, dict[str, Any]]] = []
 
@@ -150,21 +112,9 @@ class Harness:
         self.state.close()
 
 
-def billed(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for c in calls if c["status"] == 200]
-
-
-def cost(n_in: int, n_out: int) -> float:
-    return (n_in * PRICE_IN + n_out * PRICE_OUT) / 1e6
-
-
 @pytest.fixture(autouse=True)
 def api_key(monkeypatch):
     monkeypatch.setenv(KEY_VAR, KEY_VALUE)
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, timeout=120))
 
 
 def test_exactly_once_redelivery_and_rerun(tmp_path):
@@ -211,7 +161,7 @@ def test_exactly_once_redelivery_and_rerun(tmp_path):
             assert by_trial[3]["input_tokens"] == h2.state.store.get(by_trial[3]["request_key"]).usage.input_tokens
             await h2.close()
 
-    run(main())
+    run(main(), 120)
 
 
 def test_campaign_costing_three_times_the_cap_stops_within_it(tmp_path):
@@ -251,7 +201,7 @@ def test_campaign_costing_three_times_the_cap_stops_within_it(tmp_path):
             assert s.total_usd >= cap - max(worst)  # ...and the budget was used up to one worst case
             await h.close()
 
-    run(main())
+    run(main(), 120)
 
 
 def test_cap_under_50_concurrent_requests(tmp_path):
@@ -289,7 +239,7 @@ def test_cap_under_50_concurrent_requests(tmp_path):
             assert s.calls == 50 and s.total_usd <= 1.0
             await h.close()
 
-    run(main())
+    run(main(), 120)
 
 
 def test_failure_paths_and_their_ledger_effect(tmp_path):
@@ -358,7 +308,7 @@ def test_failure_paths_and_their_ledger_effect(tmp_path):
             assert led.check_consistency() == []
             await h.close()
 
-    run(main())
+    run(main(), 120)
 
 
 def test_images_are_attached_and_keyed_by_id(tmp_path):
@@ -391,7 +341,7 @@ def test_images_are_attached_and_keyed_by_id(tmp_path):
             assert s.calls == 3 and s.released_calls == 1 and s.unknown_calls == 0 and s.reserved_usd == 0
             await h.close()
 
-    run(main())
+    run(main(), 120)
 
     # the blank image really is uniform mid-gray; the placeholder is deterministic and not blank
     from PIL import Image as _I
@@ -428,7 +378,7 @@ def test_api_key_never_reaches_state_queues_or_exceptions(tmp_path, monkeypatch)
             await h2.close()
             return errors
 
-    errors = run(main())
+    errors = run(main(), 120)
     assert errors, "the fault mix should have produced some exceptions"
     for exc in errors:
         text = f"{exc!r} {exc}"

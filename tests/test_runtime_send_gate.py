@@ -14,24 +14,19 @@ must hold no reservation. Checked at two levels against local servers (what the 
 from __future__ import annotations
 
 import asyncio
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from _model_harness import CallerRig, billed, photo_task, run, write_model_config
 
-from geoagent.config import host_policies, load_config, provider_settings
-from geoagent.providers import make_provider
 from geoagent.runtime.http import HostPolicy, HttpClient, host_key
 from geoagent.runtime.queue import Task
-from geoagent.runtime.stage import StageContext
-from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.echo import make_app
 from geoagent.sandbox.faults import FAULTS_KEY
 from geoagent.sandbox.server import serve
-from geoagent.workers.model_caller import ModelCaller
 
 KEY_VAR = "SEND_GATE_TEST_KEY"
 KEY_VALUE = "sk-" "send-gate-0123456789abcdef"
@@ -41,10 +36,6 @@ SLOW = HostPolicy(rate=1, period_s=30.0, concurrency=4, max_attempts=3, backoff_
 
 class Refused(Exception):
     pass
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout=60))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -69,7 +60,7 @@ def test_refusing_hook_sends_nothing_and_gives_the_rate_slot_back():
             resp = await asyncio.wait_for(http.request("POST", base + "/echo", json={"i": 2}), timeout=5.0)
             return resp, calls, (app, http.stats()[host_key(base)])
 
-    resp, calls, (app, stats) = run(go())
+    resp, calls, (app, stats) = run(go(), 60)
     assert calls == ["refuse"]
     assert resp.status == 200 and orjson.loads(resp.json()["body"]) == {"i": 2}
     log = app[FAULTS_KEY].log
@@ -90,7 +81,7 @@ def test_hook_runs_once_per_request_not_per_retry():
             resp = await http.request("POST", base + "/script", json={}, before_send=ok)
             return calls, resp, app
 
-    calls, resp, app = run(go())
+    calls, resp, app = run(go(), 60)
     assert resp.status == 200 and resp.attempts == 3
     assert [r.path for r in app[FAULTS_KEY].log] == ["/script"] * 3  # three attempts reached the server
     assert calls == ["gate"]  # the gate ran once, before the first
@@ -114,7 +105,7 @@ def test_hook_is_not_called_while_the_request_waits_for_its_rate_slot():
                 await queued
             return calls, app
 
-    calls, app = run(go())
+    calls, app = run(go(), 60)
     assert calls == []
     assert len(app[FAULTS_KEY].log) == 1
 
@@ -124,57 +115,13 @@ def test_hook_is_not_called_while_the_request_waits_for_its_rate_slot():
 # ---------------------------------------------------------------------------------------------------
 
 
-def _config(tmp_path: Path, base_url: str, *, rate: str) -> Any:
-    p = tmp_path / "gate.toml"
-    p.write_text(
-        textwrap.dedent(
-            f"""
-            [campaign]
-            name = "gate"
-            seed = 5
-
-            [budget]
-            cap_usd = 5.0
-
-            [[models]]
-            name = "m"
-            provider = "openai"
-            model = "gpt-sim"
-            base_url = "{base_url}/v1"
-            api_key_env = "{KEY_VAR}"
-            price_input_usd_per_mtok = 2.0
-            price_output_usd_per_mtok = 10.0
-            max_output_tokens = 100
-            concurrency = 8
-            rate = {rate}
-            max_attempts = 2
-            timeout_s = 10.0
-            """
-        )
-    )
-    return load_config(p)
+def _config(tmp_path: Path, base_url: str, *, rate_requests: int, rate_period_s: float) -> Any:
+    return write_model_config(tmp_path / "gate.toml", base_url, name="gate", key_var=KEY_VAR, max_attempts=2,
+                              rate_requests=rate_requests, rate_period_s=rate_period_s)
 
 
-class _Caller:
-    """The model-caller stage with its services, driven task by task (no queue runner needed here)."""
-
-    def __init__(self, tmp_path: Path, cfg: Any, http: HttpClient) -> None:
-        self.state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
-        for host, policy in host_policies(cfg).items():
-            http.set_policy(host, policy)
-        providers = {m.name: make_provider(provider_settings(cfg, m.name), http) for m in cfg.models}
-        self.ctx = StageContext(
-            campaign=cfg.name,
-            services={"config": cfg, "providers": providers, "ledger": self.state.ledger, "store": self.state.store},
-        )
-        self.stage = ModelCaller()
-
-    async def handle(self, i: int) -> Any:
-        payload = {"model": "m", "prompt": f"Where was photo {i} taken? Name the city.", "meta": {"i": i}}
-        return await self.stage.handle(Task(key=f"t{i}", payload=payload, attempts=0, lease_id="x"), self.ctx)
-
-    def reservations(self) -> list[tuple[str, str]]:
-        return self.state.db.read("SELECT request_key, state FROM reservations ORDER BY id")
+def _task(i: int) -> Task:
+    return photo_task(i, meta={"i": i})
 
 
 @pytest.fixture(autouse=True)
@@ -186,14 +133,13 @@ def test_requests_queued_behind_the_host_hold_no_reservation(tmp_path):
     async def go() -> None:
         app = llm_openai.make_app(api_keys=[KEY_VALUE])
         async with serve(app) as base, HttpClient() as http:
-            cfg = _config(tmp_path, base, rate="{ requests = 1, period_s = 60.0 }")
-            c = _Caller(tmp_path, cfg, http)
-            await c.stage.start(c.ctx)
-            tasks = [asyncio.create_task(c.handle(i)) for i in range(5)]
+            cfg = _config(tmp_path, base, rate_requests=1, rate_period_s=60.0)
+            c = await CallerRig(tmp_path, cfg, http).start()
+            tasks = [asyncio.create_task(c.handle(_task(i))) for i in range(5)]
             done, pending = await asyncio.wait(tasks, timeout=30, return_when=asyncio.FIRST_COMPLETED)
             assert len(done) == 1 and len(pending) == 4
             await asyncio.sleep(0.3)  # the four others are parked at the host's rate limit
-            calls = [c_ for c_ in app["calls"] if c_["status"] == 200]
+            calls = billed(app["calls"])
             assert len(calls) == 1
             # one reservation: the request that went out (settled); the queued four reserved nothing
             assert [s for _, s in c.reservations()] == ["settled"]
@@ -208,7 +154,7 @@ def test_requests_queued_behind_the_host_hold_no_reservation(tmp_path):
             assert len(c.reservations()) == 1 and c.state.ledger.check_consistency() == []
             c.state.close()
 
-    run(go())
+    run(go(), 60)
 
 
 def test_stored_responses_pass_a_rate_limited_host_without_using_its_rate(tmp_path):
@@ -216,21 +162,19 @@ def test_stored_responses_pass_a_rate_limited_host_without_using_its_rate(tmp_pa
         app = llm_openai.make_app(api_keys=[KEY_VALUE])
         async with serve(app) as base:
             async with HttpClient() as http:  # first run: a fast host, five calls stored
-                c = _Caller(tmp_path, _config(tmp_path, base, rate="{ requests = 500, period_s = 1.0 }"), http)
-                await c.stage.start(c.ctx)
-                first = await asyncio.gather(*(c.handle(i) for i in range(5)))
+                c = await CallerRig(tmp_path, _config(tmp_path, base, rate_requests=500, rate_period_s=1.0), http).start()
+                first = await asyncio.gather(*(c.handle(_task(i)) for i in range(5)))
                 c.state.close()
             assert len(app["calls"]) == 5
             # re-run (a redelivery) through a fresh client whose host allows 1 request per 60 s: the five
             # stored answers come back at once (each took a rate slot and gave it back unsent) and the
             # new request still finds the host's single slot free
             async with HttpClient() as http:
-                c = _Caller(tmp_path, _config(tmp_path, base, rate="{ requests = 1, period_s = 60.0 }"), http)
-                await c.stage.start(c.ctx)
-                again = await asyncio.wait_for(asyncio.gather(*(c.handle(i) for i in range(6))), timeout=10)
+                c = await CallerRig(tmp_path, _config(tmp_path, base, rate_requests=1, rate_period_s=60.0), http).start()
+                again = await asyncio.wait_for(asyncio.gather(*(c.handle(_task(i)) for i in range(6))), timeout=10)
                 c.state.close()
             assert len(app["calls"]) == 6  # exactly one new call: task 5
             assert [m[0][1]["cached"] for m in again] == [True] * 5 + [False]
             assert [m[0][1]["text"] for m in again[:5]] == [m[0][1]["text"] for m in first]
 
-    run(go())
+    run(go(), 60)

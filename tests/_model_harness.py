@@ -1,0 +1,166 @@
+"""Shared set-up for tests that drive the model-caller stage against a local OpenAI-compatible fake.
+
+One place for what those tests used to write out each on their own: the one-model campaign config
+(``[[models]]`` pointing at ``geoagent/sandbox/llm_openai``'s server), the stage context (providers over
+one ``HttpClient``, with the config's per-host policies, plus the campaign's ledger and store), a started
+:class:`~geoagent.workers.model_caller.ModelCaller`, and the server-side billing checks.
+Nothing here is a mock: the stage, the HTTP client, SQLite state and the fake server are all real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+from geoagent.config import host_policies, load_config, provider_settings
+from geoagent.providers import make_provider
+from geoagent.runtime.http import HttpClient
+from geoagent.runtime.queue import Task
+from geoagent.runtime.stage import StageContext
+from geoagent.runtime.store import open_campaign_state
+from geoagent.workers.model_caller import ModelCaller
+
+#: prices of the one model, USD per 1M tokens (input, output)
+PRICE_IN, PRICE_OUT = 2.0, 10.0
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    raise TypeError(f"no TOML rendering for {value!r} here")
+
+
+def write_model_config(
+    path: Path,
+    base_url: str,
+    *,
+    name: str,
+    key_var: str,
+    seed: int = 5,
+    cap_usd: float = 5.0,
+    queue: Mapping[str, Any] | None = None,
+    price_in: float = PRICE_IN,
+    price_out: float = PRICE_OUT,
+    max_output_tokens: int = 100,
+    concurrency: int = 8,
+    rate_requests: int = 500,
+    rate_period_s: float = 1.0,
+    max_attempts: int | None = None,
+    timeout_s: float = 10.0,
+    extra: str = "",
+) -> Any:
+    """Write a one-model campaign config to ``path`` and load it.
+
+    The model, named ``"m"`` (``provider = "openai"``, ``model = "gpt-sim"``), talks to the
+    OpenAI-compatible fake at ``base_url`` (its root, without ``/v1``) with the key read from the
+    environment variable ``key_var``. ``queue`` becomes a ``[queue]`` table (numbers and booleans);
+    ``max_attempts = None`` leaves the model's attempts at the config default; ``extra`` is appended to
+    the text as is (it lands in the ``[[models]]`` table). Prices in USD per 1M tokens, times in s.
+
+    Returns the loaded :class:`geoagent.config.CampaignConfig`; raises ``ConfigError`` as ``load_config`` does.
+    """
+    queue_table = ""
+    if queue:
+        queue_table = "[queue]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in queue.items()) + "\n"
+    attempts_line = "" if max_attempts is None else f"max_attempts = {max_attempts}\n"
+    text = textwrap.dedent(
+        f"""\
+        [campaign]
+        name = "{name}"
+        seed = {seed}
+
+        [budget]
+        cap_usd = {cap_usd}
+
+        """
+    ) + queue_table + textwrap.dedent(
+        f"""\
+        [[models]]
+        name = "m"
+        provider = "openai"
+        model = "gpt-sim"
+        base_url = "{base_url}/v1"
+        api_key_env = "{key_var}"
+        price_input_usd_per_mtok = {price_in}
+        price_output_usd_per_mtok = {price_out}
+        max_output_tokens = {max_output_tokens}
+        concurrency = {concurrency}
+        rate = {{ requests = {rate_requests}, period_s = {rate_period_s} }}
+        """
+    ) + attempts_line + f"timeout_s = {timeout_s}\n" + extra
+    path.write_text(text)
+    return load_config(path)
+
+
+def model_providers(cfg: Any, http: HttpClient | None = None, *, require_key: bool = True) -> dict[str, Any]:
+    """One provider per configured model (``{model name: Provider}``), all over ``http``."""
+    return {m.name: make_provider(provider_settings(cfg, m.name, require_key=require_key), http) for m in cfg.models}
+
+
+def apply_host_policies(cfg: Any, http: HttpClient) -> None:
+    """Give ``http`` the config's per-host rate, concurrency and retry policies."""
+    for host, policy in host_policies(cfg).items():
+        http.set_policy(host, policy)
+
+
+def caller_context(cfg: Any, http: HttpClient | None, state: Any, *, require_key: bool = True, **services: Any) -> StageContext:
+    """The stage context the model caller reads: config, providers over ``http``, the campaign ``state``'s
+    ledger and store, plus any further ``services`` (e.g. ``report_dir``)."""
+    return StageContext(
+        campaign=cfg.name,
+        services={"config": cfg, "providers": model_providers(cfg, http, require_key=require_key),
+                  "ledger": state.ledger, "store": state.store, **services},
+    )
+
+
+class CallerRig:
+    """The model-caller stage with its services, driven task by task (no queue runner).
+
+    Opens the campaign state under ``tmp_path / "state"`` (budget cap from the config), applies the
+    config's host policies to ``http`` and builds the stage context; ``await rig.start()`` starts the stage.
+    """
+
+    def __init__(self, tmp_path: Path, cfg: Any, http: HttpClient) -> None:
+        self.cfg = cfg
+        self.state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cfg.budget.cap_usd)
+        apply_host_policies(cfg, http)
+        self.ctx = caller_context(cfg, http, self.state)
+        self.stage = ModelCaller()
+
+    async def start(self) -> CallerRig:
+        await self.stage.start(self.ctx)
+        return self
+
+    async def handle(self, task: Task) -> Any:
+        return await self.stage.handle(task, self.ctx)
+
+    def reservations(self) -> list[tuple[str, str]]:
+        """``(request_key, state)`` of every ledger reservation, oldest first."""
+        return self.state.db.read("SELECT request_key, state FROM reservations ORDER BY id")
+
+
+def photo_task(i: int, *, meta: dict[str, Any] | None = None, key: str | None = None, attempts: int = 0,
+               lease_id: str = "x") -> Task:
+    """A leased task asking model ``"m"`` where photo ``i`` was taken (key ``t{i}`` unless given)."""
+    payload = {"model": "m", "prompt": f"Where was photo {i} taken? Name the city.", "meta": {} if meta is None else meta}
+    return Task(key=f"t{i}" if key is None else key, payload=payload, attempts=attempts, lease_id=lease_id)
+
+
+def billed(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls the fake server billed (answered 200), from its ``app["calls"]`` log."""
+    return [c for c in calls if c["status"] == 200]
+
+
+def cost_usd(n_in: int, n_out: int, price_in: float = PRICE_IN, price_out: float = PRICE_OUT) -> float:
+    """USD for ``n_in`` input and ``n_out`` output tokens at prices in USD per 1M tokens."""
+    return (n_in * price_in + n_out * price_out) / 1e6
+
+
+def run(coro: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
+    """Run ``coro`` to completion in a fresh event loop, failing after ``timeout_s`` seconds."""
+    return asyncio.run(asyncio.wait_for(coro, timeout=timeout_s))
