@@ -87,8 +87,10 @@ def format_status(st: dict[str, Any]) -> str:
             for host, hs in http.items():
                 errs = sum((hs.get("errors") or {}).values())
                 rate = errs / hs["requests"] if hs.get("requests") else 0.0
+                answers = hs.get("answers") or {}  # normal answers of the endpoint (a pageviews 404), not errors
                 lines.append(f"    http {host}: {hs.get('requests', 0)} requests, {hs.get('retries', 0)} retries,"
-                             f" error rate {rate:.1%} {hs.get('errors') or ''}")
+                             f" error rate {rate:.1%} {hs.get('errors') or ''}"
+                             + (f" expected answers {answers}" if answers else ""))
     for edge, items in st.get("dead", {}).items():
         for d in items:
             lines.append(f"  dead {edge}/{d.key[:24]} (attempts {d.attempts}): {d.reason[:160]}")
