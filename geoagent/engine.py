@@ -335,6 +335,7 @@ async def _run(
 ) -> Outcome:
     from geoagent.runtime.export import export_all
     from geoagent.runtime.manifest import Manifest
+    from geoagent.status import host_labels
 
     ctx.services["watch"] = watch
     ctx.services[C.SERVICE_CAMPAIGN_WRITES_REPORT] = True  # kind.report() below writes the final report
@@ -368,6 +369,7 @@ async def _run(
             live=live,
             eta_edge=kind.eta_edge,
             http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
+            host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
         )
         view = await run_pipeline(
             cfg.name,
