@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)")
     r.add_argument("config", help="campaign TOML file")
-    r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend")
+    r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder")
     r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out)")
     r.add_argument("--watch", action="store_true", help="daemon mode: keep polling queues instead of finishing")
     r.add_argument("--no-live", action="store_true", help="no live terminal display")
