@@ -80,6 +80,14 @@ class CampaignKind(abc.ABC):
         """Extra lines for the end-of-run summary."""
         return []
 
+    def export(self, cfg: Any, store: Any) -> list[Any]:
+        """Write the campaign's results as Parquet and CSV (end of a run and ``run.py export``); return the
+        :class:`~geoagent.runtime.export.ExportedTable` list. Default: every results table of the response
+        store and the stored model responses, under ``state/<campaign>/``."""
+        from geoagent.runtime.export import export_all
+
+        return export_all(store, cfg.state_dir())
+
 
 def load_kind(kind: str) -> CampaignKind:
     """Instantiate the campaign kind ``kind`` (raises ``KeyError`` naming the known kinds)."""
@@ -395,7 +403,6 @@ async def _run(
     handle_signals: bool,
     export: bool,
 ) -> Outcome:
-    from geoagent.runtime.export import export_all
     from geoagent.runtime.manifest import Manifest
     from geoagent.status import host_labels
 
@@ -469,7 +476,7 @@ async def _run(
                                    "(other stages still have work queued or in flight)"]
             return outcome
         if export:
-            outcome.export_files = [t.parquet for t in export_all(ctx.get("store"), cfg.state_dir())]
+            outcome.export_files = [t.parquet for t in kind.export(cfg, ctx.get("store"))]
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
         return outcome
