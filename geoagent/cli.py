@@ -101,6 +101,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
+    if not Path(cfg.state_dir()).is_dir():  # never run: opening the state would create an empty campaign
+        print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}): nothing to export", file=sys.stderr)
+        return 1
     with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
         tables = load_kind(cfg.campaign.kind).export(cfg, state.store)  # what the campaign kind calls results
     for t in tables:

@@ -97,3 +97,10 @@ def test_unstarted_state_is_kept_while_another_process_holds_the_campaign(tmp_pa
     (qd / "requests.sqlite").unlink()
     assert discard_unstarted_state(cfg, [sd, tmp_path / "state"]) is True
     assert not (tmp_path / "state").exists()
+
+
+def test_export_of_a_campaign_that_never_ran_creates_nothing(isolated_roots, capsys):
+    cfg = _config(isolated_roots, "never")
+    assert main(["export", cfg]) == 1
+    assert "has not run yet" in capsys.readouterr().err
+    assert not (isolated_roots / "state").exists()
