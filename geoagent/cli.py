@@ -7,7 +7,7 @@ status CONFIG     per-queue ready/leased/done/dead, spend vs cap, calls/s, ETA, 
 demo              the embedded default: a small complete campaign offline, through local fake APIs
 crawl CONFIG      the crawl daemon (``--watch`` keeps watching the config for new cities)
 dead CONFIG       list dead-lettered tasks (``--requeue`` puts them back)
-export CONFIG     write results as Parquet and CSV under state/<campaign>/
+export CONFIG     write results as Parquet and CSV under state/<campaign>/ (a crawl: its tables, under export/)
 """
 
 from __future__ import annotations
@@ -96,14 +96,20 @@ def _cmd_dead(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from geoagent.runtime.export import export_all
+    from geoagent.engine import load_kind
     from geoagent.runtime.store import open_campaign_state
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
+    if not Path(cfg.state_dir()).is_dir():  # never run: opening the state would create an empty campaign
+        print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}): nothing to export", file=sys.stderr)
+        return 1
     with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
-        for t in export_all(state.store, cfg.state_dir()):
-            print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
+        tables = load_kind(cfg.campaign.kind).export(cfg, state.store)  # what the campaign kind calls results
+    for t in tables:
+        print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
+    if not tables:
+        print(f"campaign {cfg.name}: no results to export yet")
     return 0
 
 
@@ -137,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)")
     r.add_argument("config", help="campaign TOML file")
-    r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend")
+    r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder")
     r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out)")
     r.add_argument("--watch", action="store_true", help="daemon mode: keep polling queues instead of finishing")
     r.add_argument("--no-live", action="store_true", help="no live terminal display")
@@ -165,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--limit", type=int, default=50)
     dl.set_defaults(fn=_cmd_dead)
 
-    e = sub.add_parser("export", help="export results as Parquet and CSV")
+    e = sub.add_parser("export", help="export results as Parquet and CSV (a crawl: its tables, to state/<campaign>/export/)")
     e.add_argument("config")
     e.set_defaults(fn=_cmd_export)
     return p

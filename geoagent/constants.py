@@ -59,6 +59,7 @@ REPORT_DIR = "report"
 AUDIT_DECISIONS_FILE = "audit_decisions.jsonl"
 AUDIT_SENSITIVE_FILE = "audit_sensitive.jsonl"
 IMAGES_DIR = "images"  # state/images/<site>/<image_id>.jpg
+EXPORT_DIR = "export"  # state/<campaign>/export/: a crawl's tables as Parquet and CSV (run.py export)
 
 # --- queue defaults ---------------------------------------------------------------------------
 DEFAULT_VISIBILITY_TIMEOUT_S = 300.0

@@ -80,6 +80,14 @@ class CampaignKind(abc.ABC):
         """Extra lines for the end-of-run summary."""
         return []
 
+    def export(self, cfg: Any, store: Any) -> list[Any]:
+        """Write the campaign's results as Parquet and CSV (end of a run and ``run.py export``); return the
+        :class:`~geoagent.runtime.export.ExportedTable` list. Default: every results table of the response
+        store and the stored model responses, under ``state/<campaign>/``."""
+        from geoagent.runtime.export import export_all
+
+        return export_all(store, cfg.state_dir())
+
 
 def load_kind(kind: str) -> CampaignKind:
     """Instantiate the campaign kind ``kind`` (raises ``KeyError`` naming the known kinds)."""
@@ -295,7 +303,8 @@ async def run_campaign(
     cfg : CampaignConfig
         Validated campaign config (:func:`geoagent.config.load_config`).
     simulate : bool
-        Dry run: plan and estimate calls, tokens, USD and duration; make no call and enqueue nothing.
+        Dry run: plan and estimate calls, tokens, USD and duration; make no call and enqueue nothing. A
+        campaign with no state yet gets none (the folder opened for planning is removed afterwards).
     live : bool or None
         Live terminal display (default: when stdout is a TTY).
     only_stages : sequence of str or None
@@ -305,7 +314,8 @@ async def run_campaign(
         Daemon mode: keep polling the queues instead of finishing when they drain.
 
     URLs on ``*.sandbox.invalid`` hosts start the local fake APIs in-process for the run
-    (:mod:`geoagent.sandbox.launch`).
+    (:mod:`geoagent.sandbox.launch`). A run that fails before its plan is enqueued (a missing key, a bad
+    plan) removes the state folder it created (:func:`discard_unstarted_state`).
     """
     from geoagent.sandbox.launch import launch
 
@@ -313,11 +323,71 @@ async def run_campaign(
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
     written = cfg  # the manifest records the config as written, not its local sandbox ports
-    with run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg)):
-        async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate) as ctx:
-            ctx.services["config_as_written"] = written
-            return await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
-                              only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
+    created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
+    try:
+        with run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg)):
+            async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate) as ctx:
+                ctx.services["config_as_written"] = written
+                outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
+                                     only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
+    except BaseException:
+        discard_unstarted_state(written, created)  # e.g. a missing API key or a bad plan (exit 2)
+        raise
+    if simulate:
+        discard_unstarted_state(written, created)  # a dry run leaves nothing under state/
+    return outcome
+
+
+def _absent_dirs(path: Path) -> list[Path]:
+    """``path`` and its missing ancestors, deepest first ([] when ``path`` exists)."""
+    out: list[Path] = []
+    while not path.exists() and path != path.parent:
+        out.append(path)
+        path = path.parent
+    return out
+
+
+def discard_unstarted_state(cfg: Any, created: Sequence[Path]) -> bool:
+    """Remove the state folder a run created but never started (a dry run, or a failure before the plan
+    was enqueued); return whether it did.
+
+    ``created`` is what :func:`_absent_dirs` listed before the run: the campaign's state folder first, then
+    any state root folders made for it. Until the plan is enqueued the folder holds only what opening the
+    campaign wrote (an empty ledger and response store, the host board, a data import, the run lock). It is
+    kept when the campaign's queue files exist (a run started, in this process or another) or when another
+    process holds the campaign's run lock (checked with an exclusive ``flock``, held while removing).
+    """
+    import fcntl
+    import shutil
+
+    if not created:
+        return False
+    state_dir = Path(created[0])
+    qdir = Path(cfg.queues_root()) / cfg.name
+
+    def started() -> bool:
+        return qdir.is_dir() and any(qdir.glob("*.sqlite"))
+
+    if started() or not state_dir.is_dir():
+        return False
+    try:
+        fh = open(state_dir / "run.lock", "a+b")
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # another process of this campaign is running: the folder is its now
+        if started():
+            return False
+        shutil.rmtree(state_dir, ignore_errors=True)
+    for parent in created[1:]:
+        try:
+            Path(parent).rmdir()  # only when empty
+        except OSError:
+            break
+    return not state_dir.exists()
 
 
 async def _run(
@@ -333,8 +403,8 @@ async def _run(
     handle_signals: bool,
     export: bool,
 ) -> Outcome:
-    from geoagent.runtime.export import export_all
     from geoagent.runtime.manifest import Manifest
+    from geoagent.status import host_labels
 
     ctx.services["watch"] = watch
     ctx.services[C.SERVICE_CAMPAIGN_WRITES_REPORT] = True  # kind.report() below writes the final report
@@ -368,6 +438,7 @@ async def _run(
             live=live,
             eta_edge=kind.eta_edge,
             http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
+            host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
         )
         view = await run_pipeline(
             cfg.name,
@@ -405,7 +476,7 @@ async def _run(
                                    "(other stages still have work queued or in flight)"]
             return outcome
         if export:
-            outcome.export_files = [t.parquet for t in export_all(ctx.get("store"), cfg.state_dir())]
+            outcome.export_files = [t.parquet for t in kind.export(cfg, ctx.get("store"))]
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
         return outcome

@@ -25,9 +25,42 @@ def _open(cfg: Any, path: Path) -> Any:
     return SQLiteQueue.open(cfg.queues_root(), cfg.name, path.stem, **cfg.queue_options())
 
 
+def _walk_urls(obj: Any, key: str = "") -> list[tuple[str, str]]:
+    """``(key, url)`` for every http(s) URL string in a task table (``key``: the innermost table key)."""
+    if isinstance(obj, str):
+        return [(key, obj)] if obj.startswith(("http://", "https://")) else []
+    if isinstance(obj, dict):
+        return [kv for k, v in obj.items() for kv in _walk_urls(v, str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [kv for v in obj for kv in _walk_urls(v, key)]
+    return []
+
+
+def host_labels(cfg: Any) -> dict[str, str]:
+    """Readable names of the hosts a campaign config names: ``{host: label}``.
+
+    ``host`` is the HTTP layer's key (:func:`geoagent.runtime.http.host_key`: ``"hostname:port"`` or
+    ``"hostname"``). A model's ``base_url`` host is labelled ``model <name>`` (names joined when several
+    models share a server); a URL in a task table (e.g. ``[crawl.endpoints] pageviews = ...``,
+    ``[geohint.geocoder] wikidata_url = ...``) is labelled ``<key> API`` with a trailing ``_url`` dropped.
+    Local fakes on ``127.0.0.1:<port>`` are otherwise told apart by their port only.
+    """
+    from geoagent.runtime.http import host_key
+
+    names: dict[str, list[str]] = {}
+    for m in getattr(cfg, "models", []):
+        if m.base_url:
+            names.setdefault(host_key(m.base_url), []).append(f"model {m.name}")
+    for key, url in _walk_urls(getattr(cfg, "tasks", {}) or {}):
+        api = key[: -len("_url")] if key.endswith("_url") else key
+        names.setdefault(host_key(url), []).append(f"{api} API")
+    return {h: ", ".join(dict.fromkeys(v)) for h, v in names.items() if h}
+
+
 def campaign_status(cfg: Any) -> dict[str, Any]:
     """Snapshot of a campaign: ``queues`` (edge -> QueueCounts), ``spend`` (ledger summary dict or None),
-    ``progress`` (last progress record or None), ``dead`` (edge -> recent DeadLetters)."""
+    ``progress`` (last progress record or None), ``dead`` (edge -> recent DeadLetters), ``host_labels``
+    (host -> readable name, from the config, overlaid by the labels the run recorded for its local fakes)."""
     from geoagent.runtime.store import open_campaign_state
 
     queues: dict[str, QueueCounts] = {}
@@ -46,7 +79,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
             spend = state.ledger.summary().to_json()
     progress = read_last(Path(cfg.state_dir()) / C.PROGRESS_FILE)
-    return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead}
+    # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there
+    labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {})}
+    return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
+            "host_labels": labels}
 
 
 def format_usd(x: float | None) -> str:
@@ -84,11 +120,15 @@ def format_status(st: dict[str, Any]) -> str:
             lines.append("  budget exhausted")
         http = p.get("http")
         if http:
+            labels = st.get("host_labels") or {}
             for host, hs in http.items():
                 errs = sum((hs.get("errors") or {}).values())
                 rate = errs / hs["requests"] if hs.get("requests") else 0.0
-                lines.append(f"    http {host}: {hs.get('requests', 0)} requests, {hs.get('retries', 0)} retries,"
-                             f" error rate {rate:.1%} {hs.get('errors') or ''}")
+                answers = hs.get("answers") or {}  # normal answers of the endpoint (a pageviews 404), not errors
+                name = f"{host} ({labels[host]})" if labels.get(host) else host
+                lines.append(f"    http {name}: {hs.get('requests', 0)} requests, {hs.get('retries', 0)} retries,"
+                             f" error rate {rate:.1%} {hs.get('errors') or ''}"
+                             + (f" expected answers {answers}" if answers else ""))
     for edge, items in st.get("dead", {}).items():
         for d in items:
             lines.append(f"  dead {edge}/{d.key[:24]} (attempts {d.attempts}): {d.reason[:160]}")

@@ -18,12 +18,15 @@ from urllib.parse import quote
 import orjson
 
 from geoagent.clients.overpass import _json_body, host_of
-from geoagent.runtime.http import HostPolicy, PermanentHTTPError
+from geoagent.runtime.http import HostPolicy
 
 
 class PageviewsError(RuntimeError):
     """A pageviews request failed or answered an unexpected shape."""
 
+
+#: statuses that mean "no views in the whole range" (read as 0 views, not an error)
+NO_DATA_STATUSES = frozenset({404})
 
 _DATE = re.compile(r"^[0-9]{8}([0-9]{2})?$")
 
@@ -83,14 +86,13 @@ class PageviewsClient:
         geoagent.runtime.http.PermanentHTTPError
             On 4xx other than 404 (404 is read as 0 views).
         """
-        try:
-            resp = await self.http.request("GET", self.url(title, start, end),
-                                           headers={"User-Agent": self.user_agent, "Accept": "application/json"},
-                                           validate=_json_body)
-        except PermanentHTTPError as e:
-            if e.status == 404:
-                return PageviewTotal(title, 0, 0)
-            raise
+        # 404 is this endpoint's answer "no data in the range" (api-notes.md section 4), declared as
+        # expected so the HTTP layer neither raises nor counts it as an API error
+        resp = await self.http.request("GET", self.url(title, start, end),
+                                       headers={"User-Agent": self.user_agent, "Accept": "application/json"},
+                                       validate=_json_body, expected_status=NO_DATA_STATUSES)
+        if resp.status in NO_DATA_STATUSES:
+            return PageviewTotal(title, 0, 0)
         try:
             data = orjson.loads(resp.body)
             items = data["items"]

@@ -4,7 +4,8 @@ The planner puts the ``[[crawl.cities]]`` on the ``cities`` edge (keys stable, s
 the stages are :func:`geoagent.crawl.stages.crawl_stages`; their services are built from the engine's
 (``config``, ``http``, ``providers``, ``state_dir``) on first use. ``[crawl] watch = true`` (or the
 engine's watch mode plus that flag) keeps re-reading the config for new cities. The report is
-``report/crawl_summary.json`` with the output files and the per-API request and error counts.
+``report/crawl_summary.json`` with the output files and the per-API request and error counts; the export
+(end of a run, ``run.py export``) writes the crawl's tables to ``export/`` as Parquet and CSV.
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ class CrawlCampaign(CampaignKind):
         out.write_bytes(orjson.dumps({"status": outcome.status, "api": svc.api_stats(), "files": files,
                                       "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
         return [out]
+
+    def export(self, cfg: Any, store: Any) -> list[Any]:
+        """The crawl's tables (city pool, sites, images, image audit, candidate referenceability, ladders,
+        audit logs) as Parquet and CSV under ``state/<campaign>/export/``
+        (:func:`geoagent.crawl.export.export_crawl_tables`), plus the response store's tables when it holds
+        any (the crawl's audits are kept in its own files, so it usually holds none)."""
+        from geoagent.crawl.export import export_crawl_tables
+        from geoagent.runtime.export import export_all
+
+        out = Path(cfg.state_dir()) / C.EXPORT_DIR
+        tables = export_crawl_tables(cfg.state_dir(), out)
+        if store.count_responses() or store.result_tables():
+            tables += export_all(store, out, include_responses=store.count_responses() > 0)
+        return tables
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         svc = services_from_context(ctx)

@@ -6,7 +6,8 @@ sites and ladders directly. What the release ships as a trial table, the crawl k
 camera coordinates and rated candidates with coordinates; :func:`crawl_records` turns them into
 :class:`~geoagent.data.model.Image` and :class:`~geoagent.data.model.ReferencePoint` records (the
 GeoVerify trial builder needs candidate coordinates; GeoHint needs the ladders), and
-:func:`write_images_csv` writes ``images.csv``.
+:func:`write_images_csv` writes ``images.csv``. :func:`export_crawl_tables` is ``run.py export`` of a
+crawl: its tables as Parquet and CSV under ``state/<campaign>/export/``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from geoagent import constants as C
 from geoagent.crawl.fetcher import METADATA_FILE
 from geoagent.crawl.image_audit import read_human_verdicts
 from geoagent.crawl.ladder import band_for, tier_for
@@ -121,3 +123,81 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
                                          band=band_for(float(r["dist_km"])), tier=tier_for(r["familiarity"]),
                                          pageviews=r.get("pageviews"), site_id=sid, label_raw=r.get("label_raw")))
     return {"sites": sites, "images": images, "reference_points": points}
+
+
+#: the crawl's CSV tables under its state folder, in data-flow order (``<name>.csv``)
+CRAWL_CSV_TABLES = ("city_pool", "sites", "images", "image_audit", "candidate_referenceability")
+#: its JSONL logs: audit decisions, sensitive-place flags, the human review queue (``<name>.jsonl``)
+CRAWL_JSONL_TABLES = ("audit_decisions", "audit_sensitive", "audit_review_queue")
+
+
+def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None) -> list[Any]:
+    """Export a crawl's tables as Parquet and CSV (``run.py export`` of a ``kind = "crawl"`` campaign).
+
+    Each present file of :data:`CRAWL_CSV_TABLES` and :data:`CRAWL_JSONL_TABLES` becomes
+    ``<out_dir>/<name>.parquet`` and ``<name>.csv``; the per-site context ladders
+    (``ladders/<site>_ladder_<auditor>-<lang>.csv``) become one ``ladders`` table with leading ``site`` and
+    ``ladder`` (``<auditor>-<lang>``) columns. Column types are inferred from the whole file (Polars);
+    JSONL rows are flattened one level as in :func:`geoagent.runtime.export.rows_to_frame`. Tables the
+    crawl has not written yet are left out. The crawl's own files are only read.
+
+    Parameters
+    ----------
+    state_dir : path
+        The crawl's output folder (``state/<campaign>/``).
+    out_dir : path, optional
+        Default ``<state_dir>/export`` (:data:`geoagent.constants.EXPORT_DIR`), so the exported CSVs never
+        replace the crawl's own.
+
+    Returns
+    -------
+    list of geoagent.runtime.export.ExportedTable
+        One per table written, in the order above (ladders after the CSV tables).
+
+    Raises
+    ------
+    ValueError
+        A JSONL line that is not a JSON object (names the file and line).
+    """
+    import polars as pl
+
+    from geoagent.runtime.export import ExportedTable, rows_to_frame, write_frame
+
+    state_dir = Path(state_dir)
+    out = Path(out_dir) if out_dir is not None else state_dir / C.EXPORT_DIR
+    frames: list[tuple[str, pl.DataFrame]] = []
+    for name in CRAWL_CSV_TABLES:
+        path = state_dir / f"{name}.csv"
+        if path.is_file():
+            frames.append((name, pl.read_csv(path, infer_schema_length=None)))
+    ladder_files = sorted((state_dir / "ladders").glob("*_ladder_*.csv")) if (state_dir / "ladders").is_dir() else []
+    if ladder_files:
+        parts = []
+        for path in ladder_files:
+            site, _, ladder = path.stem.partition("_ladder_")
+            df = pl.read_csv(path, infer_schema_length=None)
+            parts.append(df.select(pl.lit(site).alias("site"), pl.lit(ladder).alias("ladder"), pl.all()))
+        frames.append(("ladders", pl.concat(parts, how="diagonal_relaxed")))
+    for name in CRAWL_JSONL_TABLES:
+        path = state_dir / f"{name}.jsonl"
+        if not path.is_file():
+            continue
+        rows = []
+        with path.open("rb") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{i}: not JSON ({exc})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
+                rows.append((str(i), row))
+        frames.append((name, rows_to_frame(rows).drop("key")))
+    written = []
+    for name, df in frames:
+        parquet, csv_path = out / f"{name}.parquet", out / f"{name}.csv"
+        write_frame(df, parquet, csv_path)
+        written.append(ExportedTable(name, df.height, parquet, csv_path))
+    return written

@@ -116,11 +116,11 @@ class CrawlServices:
     def api_stats(self) -> dict[str, dict[str, Any]]:
         """Per API: requests, retries, errors by reason and error rate (for ``status``).
 
-        ``error_rate`` = failed attempts / attempts, not counting answers that are normal for the API
-        (a pageviews 404 means "no views"). Thumbnail CDN hosts are summed under ``thumbnails`` when they
-        differ from the Graph API host."""
+        ``error_rate`` = failed attempts / attempts. Answers a client declared normal for its endpoint (a
+        pageviews 404 means "no views": ``expected_status`` of the HTTP layer) are not errors; they are
+        listed under ``answers``. Thumbnail CDN hosts are summed under ``thumbnails`` when they differ from
+        the Graph API host."""
         stats = self.http.stats()
-        normal = {"pageviews": {"http 404"}}
         hosts: dict[str, list[str]] = {"overpass": list(dict.fromkeys(self.overpass.hosts)), "wdqs": [self.wdqs.host],
                                        "mapillary": [self.mapillary.host]}
         if self.pageviews is not None:
@@ -132,6 +132,7 @@ class CrawlServices:
         for api, hs in hosts.items():
             req = retries = 0
             errors: dict[str, int] = {}
+            answers: dict[str, int] = {}
             for h in hs:
                 st = stats.get(h)
                 if st is None:
@@ -140,8 +141,10 @@ class CrawlServices:
                 retries += st.retries
                 for k, v in st.errors.items():
                     errors[k] = errors.get(k, 0) + v
-            n_err = sum(v for k, v in errors.items() if k not in normal.get(api, set()))
-            out[api] = {"requests": req, "retries": retries, "errors": errors,
+                for k, v in st.answers.items():
+                    answers[k] = answers.get(k, 0) + v
+            n_err = sum(errors.values())
+            out[api] = {"requests": req, "retries": retries, "errors": errors, "answers": answers,
                         "error_rate": round(n_err / req, 4) if req else 0.0}
         return out
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,9 +225,9 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition: str, fine: bool, sites: set[str] | None = None, recite: bool = False):
     ols = agg.regression(models=models, condition=condition, fine_only=fine, recite=recite)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # fewer than 2 sites: SE is NaN, shown as a dash
-            return ols.fit(sorted(sites) if sites is not None else None)
+        # fewer than 2 sites: SE is NaN, shown as a dash. No warning to silence: the live report runs in a
+        # worker thread (report/live.py), where warnings.catch_warnings would change process-wide filters
+        return ols.fit(sorted(sites) if sites is not None else None, warn_few_clusters=False)
     except ValueError:
         return None
 

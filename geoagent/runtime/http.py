@@ -28,7 +28,7 @@ import email.utils
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -131,6 +131,9 @@ class HttpStats:
     requests: int = 0
     retries: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    #: non-2xx answers the caller declared normal for the endpoint (``expected_status``), e.g. a pageviews
+    #: 404 ("no data"), by reason (``"http 404"``); not errors
+    answers: dict[str, int] = field(default_factory=dict)
 
 
 # ================================================================================================
@@ -260,6 +263,9 @@ class _Retryable(Exception):
         self.retry_after_s = retry_after_s
         self.maybe_processed = maybe_processed
 
+
+#: 4xx statuses that are retried (and may pause the host), like every 5xx
+_RETRY_STATUSES = frozenset({408, 425, 429})
 
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
 
@@ -410,6 +416,9 @@ class _HostState:
     def count_error(self, reason: str) -> None:
         self.stats.errors[reason] = self.stats.errors.get(reason, 0) + 1
 
+    def count_answer(self, reason: str) -> None:
+        self.stats.answers[reason] = self.stats.answers.get(reason, 0) + 1
+
 
 def _on_headers_sent(session: Any, ctx: SimpleNamespace, params: Any) -> Any:
     """aiohttp trace hook: the request's headers are being written to the socket now."""
@@ -454,7 +463,8 @@ class HttpClient:
       is uniform in [0, min(backoff_max_s, backoff_base_s * 2**(k-1))]. The first attempt runs
       directly (cheap common path); attempts 2.. run in tenacity ``AsyncRetrying`` with
       ``wait_random_exponential``.
-    * other 4xx: :class:`PermanentHTTPError` at once (body excerpt <= 300 chars).
+    * other 4xx: :class:`PermanentHTTPError` at once (body excerpt <= 300 chars), except the statuses a
+      caller declares normal answers of its endpoint (``expected_status``): returned, counted as ``answers``.
     * unknown outcome: an attempt that timed out or lost its connection AFTER the request headers went
       out (seen through an aiohttp trace hook) may have been processed. With
       ``retry_unknown_outcome=False`` (paid model endpoints) this raises :class:`OutcomeUnknown` at once,
@@ -551,8 +561,10 @@ class HttpClient:
         return list(self._state(host).pauses)
 
     def stats(self) -> dict[str, HttpStats]:
-        """Per-host counters: attempts sent (``requests``), ``retries``, ``errors`` by reason."""
-        return {k: HttpStats(s.stats.requests, s.stats.retries, dict(s.stats.errors)) for k, s in self._hosts.items()}
+        """Per-host counters: attempts sent (``requests``), ``retries``, ``errors`` by reason, and the
+        ``answers`` callers declared normal (``expected_status``), which are not errors."""
+        return {k: HttpStats(s.stats.requests, s.stats.retries, dict(s.stats.errors), dict(s.stats.answers))
+                for k, s in self._hosts.items()}
 
     def set_host_listener(self, listener: Any) -> None:
         """Tell ``listener.host_added(host, state)`` about every host state, present and future (or None).
@@ -586,6 +598,7 @@ class HttpClient:
         policy: HostPolicy | None = None,
         validate: Callable[[HttpResponse], object] | None = None,
         before_send: Callable[[], Awaitable[object]] | None = None,
+        expected_status: Collection[int] = (),
     ) -> HttpResponse:
         """Send one request with the host's limits and the retry policy; return a 2xx/3xx response.
 
@@ -612,11 +625,17 @@ class HttpClient:
             not counted as an attempt). If a ``Retry-After`` pause of the host began while it ran, the
             attempt waits the pause out (slots held) before sending. Between its return and the
             headers reaching the socket lies only opening (or reusing) the connection.
+        expected_status : collection of int, optional
+            4xx statuses that are a normal ANSWER of this endpoint, not a failure (the pageviews API's 404
+            means "no views in the range"): returned as the response (``validate`` is not called on it)
+            instead of raising :class:`PermanentHTTPError`, and counted in the host's ``answers``, not in
+            its ``errors``, so ``status`` does not report them as API errors.
 
         Returns
         -------
         HttpResponse
-            Body fully read; ``url`` is redacted; ``elapsed_s`` covers the final attempt.
+            Body fully read; ``url`` is redacted; ``elapsed_s`` covers the final attempt. Its status is
+            2xx/3xx, or one of ``expected_status``.
             ``attempts`` counts attempts made; ``possibly_billed`` the earlier attempts the server may
             have processed (invalid bodies, connections lost after sending).
 
@@ -630,6 +649,9 @@ class HttpClient:
             Timeout or dropped connection after sending, with ``policy.retry_unknown_outcome=False``.
         RuntimeError
             If the client was not started.
+        ValueError
+            ``expected_status`` names a status that is not a permanent 4xx (408/425/429 and 5xx are
+            retried and pause the host; they cannot be declared answers).
         BaseException
             Whatever ``before_send`` raised (nothing was sent).
         """
@@ -637,6 +659,9 @@ class HttpClient:
             raise RuntimeError("HttpClient not started: use `async with HttpClient(...) as http:`")
         from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+        expected = frozenset(expected_status)
+        if any(not 400 <= st < 500 or st in _RETRY_STATUSES for st in expected):
+            raise ValueError(f"expected_status may only name permanent 4xx statuses, got {sorted(expected)}")
         key = host_key(url)
         host = self._state(key)
         pol = policy or host.policy
@@ -652,7 +677,7 @@ class HttpClient:
             headers["Content-Type"] = "application/json"
         counter = SimpleNamespace(attempts=0, possibly_billed=0)
 
-        args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter)
+        args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter, expected)
         last: _Retryable | None = None
         # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
         try:
@@ -716,6 +741,7 @@ class HttpClient:
         headers: Any,
         validate: Callable[[HttpResponse], object] | None,
         counter: SimpleNamespace,
+        expected: frozenset[int] = frozenset(),
         before_send: Callable[[], Awaitable[object]] | None = None,
     ) -> HttpResponse:
         import aiohttp
@@ -791,8 +817,11 @@ class HttpClient:
                     counter.possibly_billed += 1
                     raise _Retryable("invalid body", invalid)
             return resp
+        if status in expected:  # a normal answer of this endpoint (caller's declaration), not an error
+            host.count_answer(f"http {status}")
+            return resp
         excerpt = _scrub(resp.text[:BODY_EXCERPT_CHARS], secrets)[:BODY_EXCERPT_CHARS]
-        if status in (408, 425, 429) or status >= 500:
+        if status in _RETRY_STATUSES or status >= 500:
             retry_after = parse_retry_after(resp_headers.get("Retry-After")) if status in (429, 503) else None
             if retry_after is not None:
                 host.pause(retry_after)

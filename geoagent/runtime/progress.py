@@ -43,6 +43,9 @@ class Progress:
         The edge whose pending count drives the ETA (usually ``requests``).
     http : callable or None
         Returns per-host HTTP counters (requests, retries, errors by reason): the API error rates.
+    host_labels : dict or None
+        ``{host: readable name}`` (model or API name) recorded with the HTTP counters, so ``status`` can
+        name hosts the config does not show as they were (local fakes on ``127.0.0.1:<port>``).
     """
 
     def __init__(
@@ -52,9 +55,11 @@ class Progress:
         live: bool | None = None,
         eta_edge: str | None = None,
         http: Callable[[], dict[str, Any]] | None = None,
+        host_labels: dict[str, str] | None = None,
     ):
         self.path = Path(path)
         self.http = http
+        self.host_labels = dict(host_labels or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.spend = spend
         self.eta_edge = eta_edge
@@ -86,6 +91,7 @@ class Progress:
             "spend": self.spend() if self.spend else None,
             "eta_s": None if eta is None else round(eta, 1),
             "http": self.http() if self.http else None,
+            "host_labels": self.host_labels or None,
             "budget_stopped": run.budget_stopped,
             "finished": run.finished_at is not None,
         }

@@ -185,10 +185,14 @@ class ClusterOLS:
         return sum(st.n for st in self.clusters.values())
 
     # --- fitting ----------------------------------------------------------------------------
-    def fit(self, clusters: Iterable[Hashable] | None = None, *, use_t: bool = False) -> ClusterOLSResult:
+    def fit(self, clusters: Iterable[Hashable] | None = None, *, use_t: bool = False,
+            warn_few_clusters: bool = True) -> ClusterOLSResult:
         """Fit on all clusters, or only on ``clusters`` (e.g. the sites of one regime).
 
         A label listed twice in ``clusters`` counts once.
+        With fewer than 2 clusters the cluster-robust SEs (and p-values) are NaN; a ``RuntimeWarning``
+        says so unless ``warn_few_clusters=False`` (callers that show NaN as "no SE", e.g. the report,
+        which runs in a worker thread where ``warnings.catch_warnings`` is not safe).
 
         Raises
         ------
@@ -224,7 +228,8 @@ class ClusterOLS:
             s = st.xty - st.xtx @ beta
             meat += np.outer(s, s)
         if G < 2:
-            warnings.warn("cluster-robust SE needs at least 2 clusters; returning NaN", RuntimeWarning, stacklevel=2)
+            if warn_few_clusters:
+                warnings.warn("cluster-robust SE needs at least 2 clusters; returning NaN", RuntimeWarning, stacklevel=2)
             cov = np.full((k, k), np.nan)
         else:
             q = G / (G - 1) * (n - 1) / (n - k)

@@ -1,0 +1,106 @@
+"""A run that never starts leaves no folder under state/; a dry run writes nothing there.
+
+``run.py run`` opens the campaign (ledger, host board, data import) before it plans; a failure at that point
+(a missing API key, a bad plan: exit 2) or a dry run (``--simulate``: README "dry run ... before any
+spend") must not leave ``state/<campaign>/`` behind, while the state of a campaign that has run is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from geoagent.cli import main
+
+MODEL = """
+[[models]]
+name = "sim"
+provider = "{provider}"
+model = "sim-1"
+{extra}
+price_input_usd_per_mtok = 1.0
+price_output_usd_per_mtok = 2.0
+max_output_tokens = 100
+"""
+
+
+def _config(tmp: Path, name: str, *, kind: str = "generic", provider: str = "simulated", extra: str = "",
+            tail: str = "[generic]\nn_requests = 5\n") -> str:
+    p = tmp / f"{name}.toml"
+    p.write_text(f'[campaign]\nname = "{name}"\nkind = "{kind}"\nseed = 2\n[budget]\ncap_usd = 1.0\n'
+                 + MODEL.format(provider=provider, extra=extra) + tail, encoding="utf-8")
+    return str(p)
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def test_dry_run_writes_nothing_under_state(isolated_roots, capsys):
+    cfg = _config(isolated_roots, "dry")
+    assert main(["run", cfg, "--simulate", "--no-live"]) == 0
+    assert "dry run" in capsys.readouterr().out
+    assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
+
+
+def test_missing_api_key_exit_2_leaves_no_folder(isolated_roots, monkeypatch, capsys):
+    monkeypatch.delenv("GEOAGENT_TEST_ABSENT_KEY", raising=False)
+    (isolated_roots / "state").mkdir()  # an existing state root stays; only the campaign folder must not appear
+    cfg = _config(isolated_roots, "nokey", provider="openai",
+                  extra='base_url = "https://api.example.invalid/v1"\napi_key_env = "GEOAGENT_TEST_ABSENT_KEY"')
+    assert main(["run", cfg, "--no-live"]) == 2
+    assert "GEOAGENT_TEST_ABSENT_KEY" in capsys.readouterr().err
+    assert _tree(isolated_roots / "state") == [] and (isolated_roots / "state").is_dir()
+    assert not (isolated_roots / "queues").exists()
+
+
+def test_plan_failure_exit_2_leaves_no_folder(isolated_roots, capsys):
+    cfg = _config(isolated_roots, "badplan", kind="geohint",
+                  tail=f'[paths]\nrelease_dir = "{isolated_roots / "no-release"}"\n'
+                       '[geohint]\nconditions = ["baseline"]\nimages = "synthetic"\n')
+    assert main(["run", cfg, "--no-live"]) == 2
+    assert "sites.csv" in capsys.readouterr().err
+    assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
+
+
+def test_state_of_a_campaign_that_ran_is_kept_by_a_dry_run(isolated_roots, capsys):
+    cfg = _config(isolated_roots, "ran")
+    assert main(["run", cfg, "--no-live"]) == 0
+    before = _tree(isolated_roots / "state" / "ran")
+    assert "campaign.sqlite" in before and "manifest.json" in before
+    capsys.readouterr()
+    assert main(["run", cfg, "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert "total: 0 calls (5 already stored)" in out  # the dry run read the kept store
+    assert set(before) <= set(_tree(isolated_roots / "state" / "ran"))
+
+
+def test_unstarted_state_is_kept_while_another_process_holds_the_campaign(tmp_path):
+    """The clean-up never removes a folder another process of the campaign is using (run lock held, or
+    queue files present: a run started)."""
+    import fcntl
+
+    from geoagent.config import config_from_dict
+    from geoagent.engine import discard_unstarted_state
+
+    cfg = config_from_dict({"campaign": {"name": "busy"}, "budget": {"cap_usd": 1.0},
+                            "paths": {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")}})
+    sd = cfg.state_dir()
+    sd.mkdir(parents=True)
+    (sd / "campaign.sqlite").write_bytes(b"x")
+    with open(sd / "run.lock", "a+b") as other:  # a separate open file description: another holder
+        fcntl.flock(other, fcntl.LOCK_SH)
+        assert discard_unstarted_state(cfg, [sd]) is False and (sd / "campaign.sqlite").is_file()
+    qd = tmp_path / "queues" / "busy"
+    qd.mkdir(parents=True)
+    (qd / "requests.sqlite").write_bytes(b"")
+    assert discard_unstarted_state(cfg, [sd]) is False and (sd / "campaign.sqlite").is_file()
+    (qd / "requests.sqlite").unlink()
+    assert discard_unstarted_state(cfg, [sd, tmp_path / "state"]) is True
+    assert not (tmp_path / "state").exists()
+
+
+def test_export_of_a_campaign_that_never_ran_creates_nothing(isolated_roots, capsys):
+    cfg = _config(isolated_roots, "never")
+    assert main(["export", cfg]) == 1
+    assert "has not run yet" in capsys.readouterr().err
+    assert not (isolated_roots / "state").exists()

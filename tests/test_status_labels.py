@@ -1,0 +1,85 @@
+"""`status` names the hosts the config names: model name / API name next to ``host:port``.
+
+Local fakes listen on ``127.0.0.1:<random port>``, so a bare host key tells nobody which API it is. The
+labels come from the config (``[[models]] base_url``, endpoint URLs in task tables); URLs on
+``*.sandbox.invalid`` get their port only when the run starts, so the run records its labels in the
+progress stream and ``status`` reads them from there.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+
+from geoagent.campaigns import register_all_sections
+from geoagent.config import load_config
+from geoagent.engine import EXIT_COMPLETE, run_campaign
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.server import serve
+from geoagent.status import campaign_status, format_status, host_labels
+
+DEMO_CRAWL = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "demo_crawl.toml"
+
+
+def _model(name: str, base_url: str) -> str:
+    return f"""
+[[models]]
+name = "{name}"
+provider = "openai"
+model = "sim-{name}"
+base_url = "{base_url}"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 100
+concurrency = 8
+rate = {{ requests = 2000, period_s = 1.0 }}
+"""
+
+
+def test_crawl_config_endpoints_and_models_are_labelled(tmp_path):
+    register_all_sections()
+    urls = {"overpass_url": "http://127.0.0.1:41001/api", "wdqs_url": "http://127.0.0.1:41002/sparql",
+            "pageviews_url": "http://127.0.0.1:41003/api/rest_v1", "mapillary_url": "http://127.0.0.1:41004"}
+    text = DEMO_CRAWL.read_text(encoding="utf-8")
+    for k, v in urls.items():
+        text = text.replace("{" + k + "}", v)
+    cfg_path = tmp_path / "crawl.toml"
+    cfg_path.write_text(text, encoding="utf-8")
+    labels = host_labels(load_config(cfg_path))
+    assert labels == {
+        "openai.sandbox.invalid": "model demo-vision-auditor, model demo-text-auditor",
+        "127.0.0.1:41001": "overpass API", "127.0.0.1:41002": "wdqs API",
+        "127.0.0.1:41003": "pageviews API", "127.0.0.1:41004": "mapillary API",
+    }
+    http = {h: {"requests": 1, "retries": 0, "errors": {}} for h in ("127.0.0.1:41003", "127.0.0.1:49999")}
+    st = {"campaign": "c", "queues": {}, "spend": None, "dead": {}, "host_labels": labels,
+          "progress": {"finished": True, "elapsed_s": 1.0, "stages": [], "http": http}}
+    out = format_status(st)
+    assert "http 127.0.0.1:41003 (pageviews API): 1 requests" in out
+    assert "http 127.0.0.1:49999: 1 requests" in out  # a host the config does not name stays bare
+
+
+def test_status_names_sandbox_and_served_model_hosts_after_a_run(tmp_path):
+    """Two models on a ``*.sandbox.invalid`` fake (port chosen at run time) and one on a fake served here."""
+    cfg_path = tmp_path / "labels.toml"
+
+    async def main():
+        async with serve(llm_openai.make_app(require_auth=False)) as base:
+            cfg_path.write_text(
+                f'[campaign]\nname = "labels"\nkind = "generic"\nseed = 3\n'
+                f'[paths]\nqueues = "{tmp_path / "queues"}"\nstate = "{tmp_path / "state"}"\n'
+                '[budget]\ncap_usd = 5.0\n[generic]\nn_requests = 6\n'
+                + _model("alpha", "http://openai.sandbox.invalid/v1") + _model("beta", "http://openai.sandbox.invalid/v1")
+                + _model("gamma", f"{base}/v1"), encoding="utf-8")
+            out = await run_campaign(load_config(cfg_path), live=False, handle_signals=False, export=False)
+            return base, out
+
+    base, outcome = anyio.run(main)
+    assert outcome.exit_code == EXIT_COMPLETE
+    text = format_status(campaign_status(load_config(cfg_path)))
+    served = base.split("//", 1)[1].rstrip("/")
+    assert re.search(rf"http {re.escape(served)} \(model gamma\): 6 requests", text), text
+    sandbox = [ln for ln in text.splitlines() if ln.strip().startswith("http 127.0.0.1:") and served not in ln]
+    assert len(sandbox) == 1 and "(model alpha, model beta): 12 requests" in sandbox[0], text
