@@ -80,6 +80,10 @@ class CampaignKind(abc.ABC):
         """Extra lines for the end-of-run summary."""
         return []
 
+    def manifest_extra(self, cfg: Any) -> dict[str, Any]:
+        """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
+        return {}
+
 
 def load_kind(kind: str) -> CampaignKind:
     """Instantiate the campaign kind ``kind`` (raises ``KeyError`` naming the known kinds)."""
@@ -357,7 +361,8 @@ async def _run(
             await q.close()
         raise
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
-    run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages]})
+    run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
+                                                      **kind.manifest_extra(cfg)})
     status = "interrupted"
     view: PipelineRun | None = None
     try:

@@ -6,6 +6,10 @@ Every number is computed from the aggregator's per-site sums (never from ad-hoc 
 rows), so the same report can be refreshed live during a campaign or from a released campaign
 (:mod:`geoagent.geohint.judged`). Rates are in percent, distances in km, slopes in log10 units per km.
 Undefined cells (no rows) are NaN in the data and print as an em dash.
+
+Echo columns (Tables 1, 2, 4, 8, 10 and the Fig. 3 heatmap) follow the aggregator's echo rule
+(``[geohint] echo_rule``, :mod:`geoagent.geohint.echo`); ``report.md`` names it in its header and every
+table with an echo column names it in its notes (shown under the table in Markdown and the terminal).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
+from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.geohint import wilson_interval
@@ -29,6 +34,8 @@ from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutatio
 from geoagent.scoring.regime import ILLEGIBLE, LEGIBLE, REGIMES, split_half_correction
 
 BAND_NAMES = ("Near", "Mid", "Far")
+#: tables with an echo-rate column (their notes name the echo rule)
+ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
 DASH = "\u2014"
 
@@ -125,6 +132,23 @@ def _model_order(agg: GeoHintAggregator, condition: str) -> list[str]:
     """Models by overall hit rate in ``condition`` (descending), as the paper orders its rows."""
     rates = {m: agg.select(model=m, condition=condition).hit_rate for m in agg.models}
     return sorted(agg.models, key=lambda m: (-(rates[m] if not math.isnan(rates[m]) else -1), m))
+
+
+def echo_rule_note(agg: GeoHintAggregator) -> str:
+    """One sentence naming the echo rule behind the echo rates, and saying so when some responses could not
+    be counted under it (results stored before every rule's verdict was kept)."""
+    note = f"Echo rule {describe_echo_rule(agg.echo_rule)}."
+    other = {k: v for k, v in sorted(agg.echo_rule_counts.items()) if k != agg.echo_rule}
+    if other:
+        note += (" Mixed rules: " + ", ".join(f"{v} response(s) keep rule {k!r}" for k, v in other.items())
+                 + f" (scored before every rule's verdict was stored); {agg.echo_rule_counts.get(agg.echo_rule, 0)} use "
+                 f"{agg.echo_rule!r}.")
+    return note
+
+
+def _add_note(t: Table, note: str) -> Table:
+    t.notes = f"{t.notes} {note}".strip() if t.notes else note
+    return t
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -422,6 +446,10 @@ def build_tables(
     if "forced_chain" in agg.conditions and condition in agg.conditions:
         tables.append(table_paired(agg, "forced_chain", condition, baseline, name="table10", n_flips=n_flips, seed=seed))
         tables.append(table11(agg))
+    note = echo_rule_note(agg)
+    for t in tables:
+        if t.name in ECHO_TABLES:
+            _add_note(t, note)
     return tables
 
 
@@ -477,7 +505,7 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
-    ax.set_title(f"Echo rate (%), {condition}")
+    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     return _save_png(fig, path)
@@ -517,6 +545,8 @@ def write_report(
         *([f"**Interim report: {interim}**", ""] if interim else []),
         f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
+        "",
+        echo_rule_note(agg),
         "",
     ]
     if missing is not None:
