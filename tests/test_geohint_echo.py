@@ -406,3 +406,18 @@ def test_campaign_scores_reports_and_records_the_rule(release_dir, tmp_path, mon
     assert t4[-1][0] == "All" and float(t4[-1][-1]) == want["release_first_word"] / len(context)
     cell = by_name.select(condition="forced")
     assert (cell.echoes, cell.echo_n) == (want["name"], len(context)) and by_name.echo_rule_counts == {"name": len(context)}
+
+
+def test_every_table_with_an_echo_column_names_the_rule():
+    from _geohint_synth import synth_results
+
+    from geoagent.report.geohint import ECHO_TABLES, build_tables
+
+    agg = GeoHintAggregator(echo_rule="release_first_word")
+    agg.add_many(synth_results(seed=3, n_sites=6))
+    tables = {t.name: t for t in build_tables(agg, n_flips=50, n_splits=5)}
+    assert set(ECHO_TABLES) <= set(tables)
+    for name, t in tables.items():
+        has_echo = "echo" in " ".join([t.title, *t.columns]).lower()  # an echo column, or Table 4 (all echo)
+        assert (name in ECHO_TABLES) == has_echo, name
+        assert ("Echo rule release_first_word:" in t.notes) == has_echo, name

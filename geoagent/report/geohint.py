@@ -34,7 +34,7 @@ from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutatio
 from geoagent.scoring.regime import ILLEGIBLE, LEGIBLE, REGIMES, split_half_correction
 
 BAND_NAMES = ("Near", "Mid", "Far")
-#: tables with an echo-rate column (their notes name the echo rule)
+#: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_note`)
 ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
 DASH = "\u2014"
@@ -146,11 +146,6 @@ def echo_rule_note(agg: GeoHintAggregator) -> str:
     return note
 
 
-def _add_note(t: Table, note: str) -> Table:
-    t.notes = f"{t.notes} {note}".strip() if t.notes else note
-    return t
-
-
 # --- tables -----------------------------------------------------------------------------------
 def table1(agg: GeoHintAggregator, condition: str = "forced") -> Table:
     """Table 1: per model, context condition only: n, hit rate, hit rate per band, echo rate."""
@@ -164,6 +159,7 @@ def table1(agg: GeoHintAggregator, condition: str = "forced") -> Table:
         ["Model", "n", "Hit rate", *BANDS, "Echo rate"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct"],
         rows,
+        echo_rule_note(agg),
     )
 
 
@@ -186,6 +182,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct"],
         rows,
+        echo_rule_note(agg),
     )
 
 
@@ -226,6 +223,7 @@ def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
         ["Tier", *BANDS, "All"],
         ["text", "pct", "pct", "pct", "pct"],
         rows,
+        echo_rule_note(agg),
     )
 
 
@@ -383,7 +381,7 @@ def table_paired(
          "Building delta (pp)", "p (building)", "Median ratio (near/mid/far)"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "text"],
         rows,
-        f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}.",
+        f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}. {echo_rule_note(agg)}",
     )
 
 
@@ -446,10 +444,6 @@ def build_tables(
     if "forced_chain" in agg.conditions and condition in agg.conditions:
         tables.append(table_paired(agg, "forced_chain", condition, baseline, name="table10", n_flips=n_flips, seed=seed))
         tables.append(table11(agg))
-    note = echo_rule_note(agg)
-    for t in tables:
-        if t.name in ECHO_TABLES:
-            _add_note(t, note)
     return tables
 
 
