@@ -421,3 +421,24 @@ def test_every_table_with_an_echo_column_names_the_rule():
         has_echo = "echo" in " ".join([t.title, *t.columns]).lower()  # an echo column, or Table 4 (all echo)
         assert (name in ECHO_TABLES) == has_echo, name
         assert ("Echo rule release_first_word:" in t.notes) == has_echo, name
+
+
+def test_docstring_facts_about_the_release_differences(release_dir):
+    """geoagent/geohint/echo.py: no ladder name has the first word "nan" (where the release's "nan" text for
+    a missing field would matter); 149 of the 3,105 ladder rows lack a Chinese name and none of those points
+    is a sample row's reference point (so the release's Table-2 and Table-4 denominators agree there)."""
+    n_rows, no_zh = 0, set()
+    n_no_zh = 0
+    for path in (release_dir / "ladders").glob("*.csv"):
+        site = path.name.split("_ladder")[0]
+        with path.open(encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                n_rows += 1
+                for col in ("name_en", "name_zh"):
+                    assert row[col].strip().lower().split()[:1] != ["nan"], row
+                if not row["name_zh"].strip():
+                    n_no_zh += 1
+                    no_zh.add((site, row["qid"]))
+    assert (n_rows, n_no_zh) == (3105, 149)
+    with (release_dir / "answers_judged_sample.csv").open(encoding="utf-8") as fh:
+        assert not any((src["site"], src["context"].rsplit("_", 1)[-1]) in no_zh for src in csv.DictReader(fh))
