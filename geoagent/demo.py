@@ -240,12 +240,12 @@ def geohint_table1_text(cfg: Any, width: int = 120) -> str:
     """GeoHint Table 1 of campaign ``cfg`` as terminal text, rebuilt from its stored scored results."""
     from rich.console import Console
 
-    from geoagent.geohint.campaign import aggregate_from_store
+    from geoagent.geohint.campaign import aggregate_from_store, settings_of
     from geoagent.report.geohint import default_conditions, table1
     from geoagent.runtime.store import open_campaign_state
 
     with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
-        agg = aggregate_from_store(state.store)
+        agg = aggregate_from_store(state.store, echo_rule=settings_of(cfg).echo_rule)
     if not agg.keys:
         return "no scored GeoHint responses\n"
     cond, _ = default_conditions(agg)

@@ -7,7 +7,7 @@ restarts.
 
 Outcomes and exit codes
 -----------------------
-=================  =====  =====================================================================
+=================  =====  ==============================================================
 status             code   meaning
 =================  =====  =====================================================================
 complete           0      every planned task reached the end of the pipeline
@@ -87,6 +87,10 @@ class CampaignKind(abc.ABC):
         from geoagent.runtime.export import export_all
 
         return export_all(store, cfg.state_dir())
+=======
+    def manifest_extra(self, cfg: Any) -> dict[str, Any]:
+        """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
+        return {}
 
 
 def load_kind(kind: str) -> CampaignKind:
@@ -427,7 +431,8 @@ async def _run(
             await q.close()
         raise
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
-    run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages]})
+    run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
+                                                      **kind.manifest_extra(cfg)})
     status = "interrupted"
     view: PipelineRun | None = None
     try:

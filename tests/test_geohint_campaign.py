@@ -64,6 +64,11 @@ def test_geohint_campaign_through_the_engine_and_resume(release_dir, tmp_path, m
     assert any("sampling rates" in line for line in out.extra_lines)
     calls = out.spend["calls"]
     assert calls == out.planned
+    # no echo_rule in the config: the default rule, recorded in the run's manifest entry and named in the report
+    from geoagent.runtime.manifest import read_manifest
+
+    assert read_manifest(tmp_path / "state" / "gh-engine")["runs"][-1]["echo_rule"] == "name"
+    assert "Echo rule name:" in md
     again, _ = _run(release_dir)
     assert again.status == "complete" and again.spend["calls"] == calls  # nothing called twice
     assert again.planned == out.planned

@@ -27,11 +27,18 @@ Row rules (checked against the paper and the release's analysis scripts):
   ``err_km > 0`` at every resolution level (``fine_only`` adds the finer-than-city filter) - zero errors
   have no logarithm and are dropped, not floored (release: ``error_km > 0``);
 * hit (Sec. 4.2), echo (Sec. 6.2.1) and the building-level share count every response, parse failures
-  included (an unparsed answer is neither a hit nor an echo).
+  included (an unparsed answer is neither a hit nor an echo);
+* echo follows the aggregator's ``echo_rule`` (:data:`geoagent.geohint.echo.ECHO_RULES`): a result that
+  carries every rule's verdict (``extra["echo_by_rule"]``, written by the scorer and the release importer)
+  is counted under that rule, whatever rule it was scored with; an older result without it keeps its
+  ``echo`` and the rule it was scored with (``extra["echo_rule"]``, else ``"name"``, the only rule there
+  was). :attr:`GeoHintAggregator.echo_rule_counts` says how many counted echoes came from each rule, so
+  a report can say when they are mixed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from geoagent.data.model import LADDER_BAND_LABELS
+from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, check_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
@@ -155,8 +163,13 @@ class PairObs:
 class GeoHintAggregator:
     """Per-site sufficient statistics of a GeoHint campaign; feed with :meth:`add` / :meth:`add_many`."""
 
-    def __init__(self, *, baseline_condition: str = "baseline") -> None:
+    def __init__(self, *, baseline_condition: str = "baseline", echo_rule: str = DEFAULT_ECHO_RULE) -> None:
+        """``echo_rule``: the rule whose verdict counts as echo (module docstring); raises ValueError for an
+        unknown rule."""
         self.baseline_condition = baseline_condition
+        self.echo_rule = check_echo_rule(echo_rule)
+        #: rule -> number of counted responses whose echo verdict came from that rule
+        self.echo_rule_counts: dict[str, int] = {}
         self.cells: dict[CellKey, Cell] = {}
         self.ols: dict[tuple[str, str, bool], ClusterOLS] = {}
         #: same rows with y = log10(d_ref): the slope a model reciting the hint would get (Sec. 6.2.3)
@@ -170,6 +183,17 @@ class GeoHintAggregator:
         self.n_without_ladder_point = 0
 
     # --- updating ---------------------------------------------------------------------------
+    def _echo_of(self, r: GeoHintResult) -> tuple[bool | None, str | None]:
+        """(echo verdict under :attr:`echo_rule` where the result carries it, the rule it came from)."""
+        by_rule = r.extra.get("echo_by_rule") if isinstance(r.extra, dict) else None
+        if isinstance(by_rule, dict) and self.echo_rule in by_rule:
+            v = by_rule[self.echo_rule]
+            return (None if v is None else bool(v)), self.echo_rule
+        if r.echo is None:
+            return None, None
+        rule = r.extra.get("echo_rule") if isinstance(r.extra, dict) else None
+        return r.echo, str(rule or ECHO_RULE_NAME)
+
     def add(self, r: GeoHintResult) -> bool:
         """Add one scored result; returns False (and changes nothing) for an already-seen key."""
         if r.key in self.keys:
@@ -178,6 +202,11 @@ class GeoHintAggregator:
         if r.has_context and r.dist_km is None:
             self.n_without_ladder_point += 1  # not in the site's ladder: out of every table (module doc)
             return True
+        echo, rule = self._echo_of(r)
+        if echo != r.echo:
+            r = dataclasses.replace(r, echo=echo)  # the caller's object stays as it was
+        if rule is not None:
+            self.echo_rule_counts[rule] = self.echo_rule_counts.get(rule, 0) + 1
         self._models.add(r.model)
         self._conditions.add(r.condition)
         ck = (r.site, r.model, r.condition, r.band, r.tier)
@@ -342,6 +371,8 @@ class GeoHintAggregator:
             "hit_rate": total.hit_rate,
             "parse_failures": total.n_parse_fail,
             "without_ladder_point": self.n_without_ladder_point,
+            "echo_rule": self.echo_rule,
+            "echo_rule_counts": dict(self.echo_rule_counts),
         }
 
 

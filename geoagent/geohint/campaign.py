@@ -6,7 +6,8 @@ emits one request per image x model x condition x reference point (:func:`geoage
 Images: the release's (only sites with images in its trial table), synthetic placeholders
 (:func:`geoagent.geohint.plan.synthetic_images`; the release ships no pixels) or both (``images = "auto"``).
 The final report is rebuilt from the results table ``geohint_scored``, so it is complete also when the
-aggregator ran in another process.
+aggregator ran in another process. The echo rule (``[geohint] echo_rule``) goes to the scorer and the
+aggregator, is recorded in each run's manifest entry (``echo_rule``) and is named in the report.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from geoagent.data.importer import Release, import_release
 from geoagent.data.model import Image
 from geoagent.engine import CampaignKind
 from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.echo import DEFAULT_ECHO_RULE, describe_echo_rule
 from geoagent.geohint.plan import PlanSummary, synthetic_images
 from geoagent.geohint.result import GeoHintResult
 from geoagent.geohint.settings import GeoHintSettings
@@ -52,9 +54,9 @@ def campaign_images(release: Release, mode: str, per_site: int | None) -> list[I
     return synth if mode == "synthetic" else real + synth
 
 
-def aggregate_from_store(store: Any) -> GeoHintAggregator:
-    """A fresh aggregator filled from results table ``geohint_scored``."""
-    agg = GeoHintAggregator()
+def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE) -> GeoHintAggregator:
+    """A fresh aggregator filled from results table ``geohint_scored``, counting echo under ``echo_rule``."""
+    agg = GeoHintAggregator(echo_rule=echo_rule)
     for _key, row in store.iter_results(SCORED_TABLE):
         agg.add(GeoHintResult.from_json(row))
     return agg
@@ -87,9 +89,14 @@ class GeoHintCampaign(CampaignKind):
             ModelCaller(),
             GeoHintParserStage(),
             GeocodeStage(),
-            GeoHintScorerStage(),
-            GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed),
+            GeoHintScorerStage(echo_rule=s.echo_rule),
+            GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed,
+                                   echo_rule=s.echo_rule),
         ]
+
+    def manifest_extra(self, cfg: Any) -> dict[str, Any]:
+        """The echo rule this run scores and reports with (also when ``[geohint]`` is absent: the default)."""
+        return {"echo_rule": settings_of(cfg).echo_rule}
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         from geoagent.data.store import DataStore
@@ -118,7 +125,7 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.report.geohint import write_report
 
         s = settings_of(cfg)
-        agg = aggregate_from_store(ctx.get("store"))
+        agg = aggregate_from_store(ctx.get("store"), echo_rule=s.echo_rule)
         self._agg = agg
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         if not agg.keys:
@@ -136,7 +143,9 @@ class GeoHintCampaign(CampaignKind):
                 f"  plan: {sum(summary.requests_by_condition.values())} requests by condition {summary.requests_by_condition}; "
                 f"sampling rates {summary.sample_rates}; units kept {summary.units_kept} of {summary.units_total}"
             )
-        agg = getattr(self, "_agg", None) or aggregate_from_store(ctx.get("store"))
+        echo_rule = settings_of(cfg).echo_rule
+        agg = getattr(self, "_agg", None) or aggregate_from_store(ctx.get("store"), echo_rule=echo_rule)
+        lines.append(f"  echo rule {describe_echo_rule(echo_rule)}")
         if not agg.keys:
             return [*lines, "  GeoHint: no scored responses"]
         regimes = agg.regimes()

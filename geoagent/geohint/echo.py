@@ -1,26 +1,55 @@
 """Echo detection: does the answer's area or building name the reference point it was handed?
 
 Seed 000, Sec. 6.2.1: "the echo rate is the fraction of responses whose area or building field names
-the reference point itself". Matching is on normalised text (issue 4 point 4):
+the reference point itself". The paper leaves open how literally "names" is read, so two rules are
+offered, chosen per campaign by ``[geohint] echo_rule`` (:data:`ECHO_RULES`; default
+:data:`DEFAULT_ECHO_RULE`):
 
-* Unicode NFKC, then diacritics removed (NFKD minus combining marks), casefolded;
-* punctuation and symbols become spaces (hyphens, apostrophes, slashes, brackets ...);
-* leading/inner articles dropped (English, French, Spanish, Italian, German, Dutch, Portuguese);
-* whitespace collapsed.
+``"name"`` (default, :func:`is_echo`)
+    The literal reading: the field must contain a whole name of the point. Matching is on normalised
+    text (issue 4 point 4):
 
-A field names a reference point when one of the point's names (English name, native label, Wikidata
-aliases when given, and each name with its parenthetical qualifier removed, e.g. "Ebisu Station
-(Tokyo)" -> "Ebisu Station") occurs in the field as a whole-token run. Names written in a script
-without word spaces (CJK, kana, Thai) are matched as substrings of the space-free text instead.
+    * Unicode NFKC, then diacritics removed (NFKD minus combining marks), casefolded;
+    * punctuation and symbols become spaces (hyphens, apostrophes, slashes, brackets ...);
+    * leading/inner articles dropped (English, French, Spanish, Italian, German, Dutch, Portuguese);
+    * whitespace collapsed.
 
-Choice (the paper is ambiguous): we read "names the reference point itself" literally - the field must
-contain a whole name of the point. The release's analysis scripts (``analysis/two_regimes.py``
-``echoed``) use a looser rule: the *first word* of the English name (at least 3 letters; first 4
-characters of a CJK name) occurring anywhere in the lower-cased area + place text, so area "Harajuku"
-echoes the hint "Harajuku Station" there but not here. On the release sample
-(``answers_judged_sample.csv``, 936 context rows with a ladder point) the rates are 27.5 % (this rule)
-against 39.6 % (first-word rule), so the paper's echo figures (Tables 1, 2, 4) are not expected to be
-reproduced exactly by this module.
+    A field names a reference point when one of the point's names (English name, native label, Wikidata
+    aliases when given, and each name with its parenthetical qualifier removed, e.g. "Ebisu Station
+    (Tokyo)" -> "Ebisu Station") occurs in the field as a whole-token run. Names written in a script
+    without word spaces (CJK, kana, Thai) are matched as substrings of the space-free text instead.
+
+``"release_first_word"`` (:func:`is_echo_release_first_word`)
+    The looser rule of the GeoContext release's analysis scripts (``analysis/two_regimes.py``
+    ``echoed``, imported by ``analysis/model_tables.py`` for the paper's Table 2, and the same function
+    in ``analysis/raw_tables.py`` for its echo-by-tier table, the paper's Table 4): a key is taken from
+    the point's Chinese name and from its English name - the first 4 characters when the name holds a
+    CJK ideograph, else its first whitespace-separated word, lower-cased - and the response echoes when a
+    key of at least 3 characters occurs anywhere (as a substring) in the lower-cased text "area
+    building". So area "Harajuku" echoes the hint "Harajuku Station" under this rule but not under
+    ``"name"``, and a 2-character first word ("St", "La", "El") never counts. Use it to compare with the
+    paper's echo figures (Tables 1, 2, 4).
+
+On the release sample (``answers_judged_sample.csv``: 966 rows, all permissive schema ``v1``; 936
+context rows whose reference point is in the site's ladder) the ``"name"`` rule finds 257 echoes
+(27.5 %) and the ``"release_first_word"`` rule 371 (39.6 %); ``tests/test_geohint_echo.py`` checks both
+counts.
+
+The release reads its CSVs with pandas, so a field or name that pandas takes as missing (empty, or
+exactly one of its missing-value spellings: "None", "NA", "N/A", "null", "nan", ...;
+:data:`PANDAS_MISSING_SPELLINGS`) is missing here too under this rule: an area "None" is no text, not the
+word "none". Known differences from the release's own computation:
+
+* a missing area or building is the text ``"nan"`` there and empty here; this matters only for a key
+  "nan" (a name whose first word is "Nan"), and no released ladder point has one;
+* the release's Table-4 script (``raw_tables.py``) drops rows whose reference point has no Chinese name
+  from the echo denominator (``dropna`` on the names), its Table-2 script (``model_tables.py``) keeps
+  them with the English key alone; here they are kept, as for Table 2. 149 of the 3,105 released ladder
+  points have no Chinese name; none of them is a reference point of the sample's rows, so the sample's
+  rates agree with both scripts.
+
+No released file carries a per-row echo label, so the rule is checked against the counts above and an
+independent implementation, row by row.
 """
 
 from __future__ import annotations
@@ -110,3 +139,116 @@ def is_echo(area: str | None, building: str | None, names: Iterable[str | None])
     """
     names = list(names)
     return field_names_reference(area, names) or field_names_reference(building, names)
+
+
+# --- rule selection ------------------------------------------------------------------------------
+ECHO_RULE_NAME = "name"
+ECHO_RULE_RELEASE_FIRST_WORD = "release_first_word"
+#: the echo rules ``[geohint] echo_rule`` may name (module docstring)
+ECHO_RULES = (ECHO_RULE_NAME, ECHO_RULE_RELEASE_FIRST_WORD)
+DEFAULT_ECHO_RULE = ECHO_RULE_NAME
+#: one line per rule for report notes and summaries
+ECHO_RULE_DESCRIPTIONS = {
+    ECHO_RULE_NAME: "area or building contains a whole name of the reference point (normalised; Sec. 6.2.1 read literally)",
+    ECHO_RULE_RELEASE_FIRST_WORD: "first word (>= 3 characters) of the English name, or the first 4 characters of the "
+    "Chinese name, anywhere in the lower-cased area + building text (the release's analysis scripts)",
+}
+
+#: field texts pandas ``read_csv`` takes as missing by default (pandas docs, ``na_values``); the release's
+#: scripts read its CSVs with pandas, so under its rule these are no text at all
+PANDAS_MISSING_SPELLINGS = frozenset({
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+    "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+})
+#: CJK unified ideographs, the range the release's scripts test for a "CJK name"
+_CJK_IDEOGRAPH = re.compile(r"[\u4e00-\u9fff]")
+RELEASE_KEY_MIN_CHARS = 3
+RELEASE_CJK_PREFIX_CHARS = 4
+
+
+def check_echo_rule(rule: str) -> str:
+    """Return ``rule`` if it is one of :data:`ECHO_RULES`.
+
+    Raises
+    ------
+    ValueError
+        Unknown rule (the message lists the allowed values).
+    """
+    if rule not in ECHO_RULES:
+        raise ValueError(f"unknown echo rule {rule!r}; allowed: {', '.join(repr(r) for r in ECHO_RULES)}")
+    return rule
+
+
+def describe_echo_rule(rule: str) -> str:
+    """``"<rule>: <one-line description>"`` for report headers and notes (raises ValueError for an unknown rule)."""
+    return f"{check_echo_rule(rule)}: {ECHO_RULE_DESCRIPTIONS[rule]}"
+
+
+def release_echo_key(name: str | None) -> str | None:
+    """The key the release's first-word rule looks for, from one name of a reference point.
+
+    The name is stripped and lower-cased (``str.lower``); a name holding a CJK ideograph (U+4E00-U+9FFF)
+    gives its first 4 characters, any other name its first whitespace-separated word. Keys shorter than
+    3 characters are dropped (None), as are missing names (None, empty, a pandas missing-value spelling
+    of :data:`PANDAS_MISSING_SPELLINGS`, or "nan" in any case).
+
+    Source: GeoContext release, ``analysis/two_regimes.py`` ``echoed`` (rule described in the module
+    docstring; implemented here from that description).
+    """
+    if name is None or str(name) in PANDAS_MISSING_SPELLINGS:
+        return None
+    text = str(name).strip().lower()
+    if not text or text == "nan":
+        return None
+    key = text[:RELEASE_CJK_PREFIX_CHARS] if _CJK_IDEOGRAPH.search(text) else text.split()[0]
+    return key if len(key) >= RELEASE_KEY_MIN_CHARS else None
+
+
+def _release_field(value: str | None) -> str:
+    return "" if value is None or str(value) in PANDAS_MISSING_SPELLINGS else str(value)
+
+
+def is_echo_release_first_word(area: str | None, building: str | None, name_en: str | None, name_zh: str | None) -> bool:
+    """Echo under the release's first-word rule (``echo_rule = "release_first_word"``).
+
+    True when the key (:func:`release_echo_key`) of the Chinese name or of the English name occurs as a
+    substring of ``f"{area} {building}".lower()``, a missing field (None or a pandas missing-value
+    spelling, :data:`PANDAS_MISSING_SPELLINGS`) being empty text. No other normalisation: no diacritic
+    folding, no aliases, no whole-word test.
+
+    Parameters
+    ----------
+    area, building : str or None
+        Parsed answer fields (``place`` in the release's permissive schema counts as building).
+    name_en, name_zh : str or None
+        The reference point's English and Chinese names (ladder columns ``name_en``, ``name_zh``).
+
+    Source: Sec. 6.2.1 (echo rate) as computed by the GeoContext release's ``analysis/two_regimes.py``
+    ``echoed`` (used for the paper's Tables 2 and 4 by ``analysis/model_tables.py`` and
+    ``analysis/raw_tables.py``).
+    """
+    text = f"{_release_field(area)} {_release_field(building)}".lower()
+    for name in (name_zh, name_en):
+        key = release_echo_key(name)
+        if key is not None and key in text:
+            return True
+    return False
+
+
+def echo_by_rule(
+    area: str | None,
+    building: str | None,
+    names: Iterable[str | None],
+    *,
+    name_en: str | None,
+    name_zh: str | None,
+) -> dict[str, bool]:
+    """The echo verdict of every rule in :data:`ECHO_RULES`, ``{rule: bool}``.
+
+    ``names`` (English name, native label, Chinese name, Wikidata aliases) feed the ``"name"`` rule;
+    ``name_en`` and ``name_zh`` feed the ``"release_first_word"`` rule, which uses only those two.
+    """
+    return {
+        ECHO_RULE_NAME: is_echo(area, building, names),
+        ECHO_RULE_RELEASE_FIRST_WORD: is_echo_release_first_word(area, building, name_en, name_zh),
+    }

@@ -8,6 +8,10 @@ context, path, city, area, place, conf_area, conf_fine, error_km, resolved_level
 * the hint distance ``d_ref`` and the names used for echo detection come from the site's ladder by QID
   (``ladders/<site>_ladder*.csv``); a QID missing from the ladder keeps ``dist_km``/``echo`` as None and
   is listed in the import report;
+* echo is computed under every rule of :data:`geoagent.geohint.echo.ECHO_RULES` (kept in
+  ``extra["echo_by_rule"]``); ``echo`` holds the chosen rule's verdict (``echo_rule``, default ``"name"``;
+  ``"release_first_word"`` is the rule of the release's own analysis scripts) and ``extra["echo_rule"]``
+  names it;
 * ``resolved_level`` ``place`` is our ``building``, an empty level is ``none``;
 * ``hit`` is recomputed from ``error_km`` and ``resolved_level`` (:func:`geoagent.scoring.geohint.is_hit`);
   the release's own value is kept in ``extra["release_hit"]``.
@@ -26,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from geoagent import paths
 from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import LADDER_BAND_LABELS, ContextLadder, ReferencePoint
-from geoagent.geohint.echo import is_echo
+from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULES, check_echo_rule, describe_echo_rule, echo_by_rule
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import is_hit, normalize_level
 
@@ -91,6 +95,7 @@ def iter_judged(
     report: ImportReport | None = None,
     *,
     aliases: Mapping[str, list[str]] | None = None,
+    echo_rule: str = DEFAULT_ECHO_RULE,
 ) -> Iterator[GeoHintResult]:
     """Yield one :class:`GeoHintResult` per well-formed row of a judged-answers CSV.
 
@@ -101,15 +106,19 @@ def iter_judged(
     report : ImportReport, optional
         Collects malformed rows (file, line, reason) and unknown QIDs; rows with errors are skipped.
     aliases : mapping QID -> list of names, optional
-        Wikidata aliases added to the echo names.
+        Wikidata aliases added to the echo names (``"name"`` rule only).
+    echo_rule : str
+        Which rule's verdict goes into ``echo`` (:data:`geoagent.geohint.echo.ECHO_RULES`); both are kept
+        in ``extra["echo_by_rule"]``.
 
     Raises
     ------
     FileNotFoundError
         The file does not exist.
     ValueError
-        A required column is missing (names the file and the column).
+        A required column is missing (names the file and the column), or ``echo_rule`` is unknown.
     """
+    check_echo_rule(echo_rule)
     path = Path(path)
     rep = report if report is not None else ImportReport()
     index = ladder_index(ladders)
@@ -191,15 +200,20 @@ def iter_judged(
                     res.ref_name = point.name_en
                     res.dist_km = point.dist_km
                     names = [point.name_en, point.label_raw, point.name_zh, *aliases.get(qid, [])]
-                    res.echo = is_echo(area, building, names)
+                    by_rule = echo_by_rule(area, building, names, name_en=point.name_en, name_zh=point.name_zh)
+                    res.echo = by_rule[echo_rule]
+                    res.extra["echo_rule"] = echo_rule
+                    res.extra["echo_by_rule"] = by_rule
             rep.count(path)
             yield res
 
 
 def import_judged(
-    release_dir: str | Path, *, filename: str | None = None
+    release_dir: str | Path, *, filename: str | None = None, echo_rule: str = DEFAULT_ECHO_RULE
 ) -> tuple[list[GeoHintResult], ImportReport]:
     """Import ``answers_judged.csv`` (or ``answers_judged_sample.csv``) of a release folder.
+
+    ``echo_rule`` chooses the rule behind each row's ``echo`` (see :func:`iter_judged`).
 
     Returns
     -------
@@ -210,7 +224,10 @@ def import_judged(
     ------
     FileNotFoundError
         No judged-answers file in the folder.
+    ValueError
+        Unknown ``echo_rule``.
     """
+    check_echo_rule(echo_rule)
     rel = import_release(release_dir)
     root = rel.root
     if filename is None:
@@ -220,7 +237,7 @@ def import_judged(
                 break
         else:
             raise FileNotFoundError(f"no answers_judged*.csv in {root}")
-    rows = list(iter_judged(root / filename, rel.ladders, rel.report))
+    rows = list(iter_judged(root / filename, rel.ladders, rel.report, echo_rule=echo_rule))
     return rows, rel.report
 
 
@@ -233,12 +250,14 @@ def replicate_report(
     n_splits: int = 200,
     seed: int = 0,
     figures: bool = True,
+    echo_rule: str = DEFAULT_ECHO_RULE,
 ):
     """Recompute the GeoHint report from a released campaign, with no model calls.
 
     Imports ``answers_judged*.csv`` (see :func:`import_judged`), aggregates it and writes the report
     (:func:`geoagent.report.geohint.write_report`) under ``out_dir``. With the full released file the
-    paper's Tables 1 and 4 come out of it.
+    paper's Tables 1 and 4 come out of it; their echo columns follow the release's own rule only with
+    ``echo_rule="release_first_word"`` (the report names the rule it used).
 
     Returns
     -------
@@ -247,15 +266,15 @@ def replicate_report(
     from geoagent.geohint.aggregate import GeoHintAggregator
     from geoagent.report.geohint import write_report
 
-    rows, report = import_judged(release_dir, filename=filename)
-    agg = GeoHintAggregator()
+    rows, report = import_judged(release_dir, filename=filename, echo_rule=echo_rule)
+    agg = GeoHintAggregator(echo_rule=echo_rule)
     agg.add_many(rows)
     tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures)
     return tables, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S]``."""
+    """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S] [--echo-rule RULE]``."""
     import argparse
 
     from geoagent.report.geohint import print_report
@@ -267,9 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flips", type=int, default=10_000, help="permutation sign flips")
     ap.add_argument("--splits", type=int, default=200, help="split-half correction splits")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--echo-rule", choices=ECHO_RULES, default=DEFAULT_ECHO_RULE,
+                    help="echo rule: 'name' (whole name, default) or 'release_first_word' (the release's scripts)")
     args = ap.parse_args(argv)
     tables, report = replicate_report(args.release_dir, args.out_dir, filename=args.file, n_flips=args.flips,
-                                      n_splits=args.splits, seed=args.seed)
+                                      n_splits=args.splits, seed=args.seed, echo_rule=args.echo_rule)
+    print(f"echo rule: {describe_echo_rule(args.echo_rule)}")
     print_report(tables)
     for issue in report.issues[:20]:
         print(f"note: {issue}")

@@ -194,6 +194,7 @@ def plan_requests(
             "repeat": repeat,
             "ref_qid": point.qid if point else None,
             "ref_name": ref_name,
+            "ref_name_zh": point.name_zh if point else None,  # the release's echo rule keys on it
             "ref_names": list(dict.fromkeys(n for n in (point.name_en, point.label_raw, point.name_zh) if n)) if point else [],
             "band": point.band if point else None,
             "tier": point.tier if point else None,

@@ -18,6 +18,11 @@ Example::
     report_interval_s = 5.0       # live report refresh
     images = "auto"               # "release": the release's images; "synthetic": placeholders per site;
                                   # "auto": release images where a site has them, placeholders elsewhere
+    echo_rule = "name"            # "name": area/building contains a whole name of the reference point
+                                  # (Sec. 6.2.1 read literally; default); "release_first_word": the
+                                  # GeoContext release scripts' rule (first word of the English name or
+                                  # first 4 characters of the Chinese name, anywhere in area + building),
+                                  # for comparing with the paper's echo figures (Tables 1, 2, 4)
 
     [geohint.geocoder]            # validated by geoagent.geohint.geocode_stage.GeocoderSettings
     contact = "ops@example.org"
@@ -30,6 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from geoagent.geohint.conditions import DEFAULT_CONDITIONS, get_condition
+from geoagent.geohint.echo import DEFAULT_ECHO_RULE
 
 
 class GeoHintSettings(BaseModel):
@@ -54,6 +60,8 @@ class GeoHintSettings(BaseModel):
     n_splits: int = Field(200, ge=1)
     report_interval_s: float = Field(5.0, ge=0)
     images: Literal["auto", "release", "synthetic"] = "auto"
+    #: echo rule (:data:`geoagent.geohint.echo.ECHO_RULES`); recorded in the manifest and named in the report
+    echo_rule: Literal["name", "release_first_word"] = DEFAULT_ECHO_RULE
     #: ``[geohint.geocoder]``: the geocoder worker's table (checked by its GeocoderSettings)
     geocoder: dict[str, Any] = Field(default_factory=dict)
 

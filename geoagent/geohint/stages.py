@@ -10,8 +10,8 @@ Message keys are the planner's ``gh|model|site|image|condition|reference point|r
 Payloads
 --------
 ``requests``: ``model, prompt, image_id, image_ref, params{max_output_tokens, ...}, meta`` with ``meta``
-= ``task="geohint", site, condition, schema, repeat, ref_qid, ref_name, ref_names, band, tier, dist_km,
-referenceability, sample_rate, site_lat, site_lon, site_city`` (see :mod:`geoagent.geohint.plan`).
+= ``task="geohint", site, condition, schema, repeat, ref_qid, ref_name, ref_name_zh, ref_names, band, tier,
+dist_km, referenceability, sample_rate, site_lat, site_lon, site_city`` (see :mod:`geoagent.geohint.plan`).
 
 ``responses`` (model caller): ``request_key, model, text, input_tokens, output_tokens, finish_reason, meta``.
 
@@ -23,7 +23,9 @@ clues, evidence, country, method, error, truncated``), plus token counts.
 ``lon``, ``error_km`` and optionally ``label``/``resolved_label``, ``qid``, ``ref_aliases``; the same
 fields nested under ``located`` are accepted too.
 
-``scored`` (scorer): :meth:`GeoHintResult.to_json`.
+``scored`` (scorer): :meth:`GeoHintResult.to_json`; ``echo`` under the campaign's ``[geohint] echo_rule``,
+every rule's verdict in ``extra["echo_by_rule"]`` and the chosen rule in ``extra["echo_rule"]``
+(:mod:`geoagent.geohint.echo`).
 
 Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional): ``store`` (response
 text by request key; results table ``geohint_scored``), ``report_dir`` (default
@@ -45,7 +47,7 @@ from geoagent.data.model import ContextLadder, Image, Site
 from geoagent.geo import haversine_km
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.conditions import Condition, PromptBook
-from geoagent.geohint.echo import is_echo
+from geoagent.geohint.echo import DEFAULT_ECHO_RULE, check_echo_rule, echo_by_rule
 from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
 from geoagent.geohint.result import GeoHintResult
@@ -158,14 +160,24 @@ def _f(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def score_located(key: str, payload: Mapping[str, Any]) -> GeoHintResult:
+def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFAULT_ECHO_RULE) -> GeoHintResult:
     """Turn one ``located`` payload into a :class:`GeoHintResult` (hit, echo, d_ref, fields).
+
+    Echo (Sec. 6.2.1) is computed under every rule of :data:`geoagent.geohint.echo.ECHO_RULES`:
+    ``echo`` holds the verdict of ``echo_rule`` (``[geohint] echo_rule``), ``extra["echo_by_rule"]`` all
+    of them, ``extra["echo_rule"]`` the chosen rule. The ``"name"`` rule matches the point's names
+    (``meta.ref_names``, ``ref_name`` and the geocoder's Wikidata ``ref_aliases``); the
+    ``"release_first_word"`` rule uses ``meta.ref_name`` (English) and ``meta.ref_name_zh`` (Chinese;
+    absent in plans made before it was recorded, then the English name alone is used).
 
     Raises
     ------
     PermanentFailure
         The payload lacks GeoHint meta, a model, or any resolution level.
+    ValueError
+        Unknown ``echo_rule``.
     """
+    check_echo_rule(echo_rule)
     meta = _meta(payload)
     model = payload.get("model")
     if not model:
@@ -188,9 +200,11 @@ def score_located(key: str, payload: Mapping[str, Any]) -> GeoHintResult:
     area, building = parsed.get("area"), parsed.get("building")
     has_ref = bool(meta.get("ref_qid") or meta.get("ref_name"))
     echo = None
+    by_rule: dict[str, bool] | None = None
     if has_ref:
         names = [*(meta.get("ref_names") or []), meta.get("ref_name"), *(meta.get("ref_aliases") or []), *(loc.get("ref_aliases") or [])]
-        echo = is_echo(area, building, names)
+        by_rule = echo_by_rule(area, building, names, name_en=meta.get("ref_name"), name_zh=meta.get("ref_name_zh"))
+        echo = by_rule[echo_rule]
     return GeoHintResult(
         key=key,
         site=str(meta["site"]),
@@ -225,21 +239,26 @@ def score_located(key: str, payload: Mapping[str, Any]) -> GeoHintResult:
             "qid": loc.get("qid"),
             "parse_error": parsed.get("error"),
             "raw": parsed.get("raw") if not parsed.get("ok") else None,
+            **({"echo_rule": echo_rule, "echo_by_rule": by_rule} if by_rule is not None else {}),
         },
     )
 
 
 class GeoHintScorerStage(Stage):
-    """``located`` -> ``scored``: hit (Sec. 4.2), echo (Sec. 6.2.1), d_ref; also written to the results
-    table ``geohint_scored`` (key = message key) when a ``store`` service exists."""
+    """``located`` -> ``scored``: hit (Sec. 4.2), echo (Sec. 6.2.1) under ``echo_rule`` (see
+    :func:`score_located`), d_ref; also written to the results table ``geohint_scored`` (key = message key)
+    when a ``store`` service exists."""
 
     name = C.STAGE_SCORER
     input_edge = C.EDGE_LOCATED
     output_edge = C.EDGE_SCORED
     concurrency = 16
 
+    def __init__(self, *, echo_rule: str = DEFAULT_ECHO_RULE) -> None:
+        self.echo_rule = check_echo_rule(echo_rule)
+
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
-        row = score_located(task.key, task.payload).to_json()
+        row = score_located(task.key, task.payload, echo_rule=self.echo_rule).to_json()
         store = ctx.services.get("store")
         if store is not None:
             await store.aput_result(SCORED_TABLE, task.key, row)
@@ -258,6 +277,8 @@ class GeoHintAggregatorStage(Stage):
     it runs, newly handled rows are held back and added when it is done, so the thread reads one
     consistent state of the aggregator. The final report at :meth:`stop` waits for a rewrite in flight,
     adds every held row and is written to completion before ``stop`` returns.
+
+    ``echo_rule`` (``[geohint] echo_rule``) is the rule the aggregator counts as echo and the report names.
     """
 
     name = C.STAGE_AGGREGATOR
@@ -274,10 +295,11 @@ class GeoHintAggregatorStage(Stage):
         n_splits: int = 200,
         seed: int = 0,
         figures: bool = True,
+        echo_rule: str = DEFAULT_ECHO_RULE,
     ) -> None:
         from geoagent.report.live import LiveReport
 
-        self.agg = GeoHintAggregator()
+        self.agg = GeoHintAggregator(echo_rule=echo_rule)
         self.report_interval_s = report_interval_s
         self.n_flips, self.n_splits, self.seed, self.figures = n_flips, n_splits, seed, figures
         self._last_write = -math.inf
@@ -359,13 +381,14 @@ class GeoHintAggregatorStage(Stage):
         self.live.close()
 
 
-def geohint_stages(**aggregator_kw: Any) -> dict[str, Stage]:
+def geohint_stages(*, echo_rule: str = DEFAULT_ECHO_RULE, **aggregator_kw: Any) -> dict[str, Stage]:
     """The GeoHint stages this module owns, by edge position: ``parser``, ``scorer``, ``aggregator``
-    (the geocoder stage, between parser and scorer, lives in :mod:`geoagent.geohint.geocode`)."""
+    (the geocoder stage, between parser and scorer, lives in :mod:`geoagent.geohint.geocode`); scorer and
+    aggregator use ``echo_rule``."""
     return {
         "parser": GeoHintParserStage(),
-        "scorer": GeoHintScorerStage(),
-        "aggregator": GeoHintAggregatorStage(**aggregator_kw),
+        "scorer": GeoHintScorerStage(echo_rule=echo_rule),
+        "aggregator": GeoHintAggregatorStage(echo_rule=echo_rule, **aggregator_kw),
     }
 
 

@@ -6,6 +6,10 @@ Every number is computed from the aggregator's per-site sums (never from ad-hoc 
 rows), so the same report can be refreshed live during a campaign or from a released campaign
 (:mod:`geoagent.geohint.judged`). Rates are in percent, distances in km, slopes in log10 units per km.
 Undefined cells (no rows) are NaN in the data and print as an em dash.
+
+Echo columns (Tables 1, 2, 4, 8, 10 and the Fig. 3 heatmap) follow the aggregator's echo rule
+(``[geohint] echo_rule``, :mod:`geoagent.geohint.echo`); ``report.md`` names it in its header and every
+table with an echo column names it in its notes (shown under the table in Markdown and the terminal).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
+from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.geohint import wilson_interval
@@ -28,6 +33,8 @@ from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutatio
 from geoagent.scoring.regime import ILLEGIBLE, LEGIBLE, REGIMES, split_half_correction
 
 BAND_NAMES = ("Near", "Mid", "Far")
+#: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_note`)
+ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
 DASH = "\u2014"
 
@@ -126,6 +133,18 @@ def _model_order(agg: GeoHintAggregator, condition: str) -> list[str]:
     return sorted(agg.models, key=lambda m: (-(rates[m] if not math.isnan(rates[m]) else -1), m))
 
 
+def echo_rule_note(agg: GeoHintAggregator) -> str:
+    """One sentence naming the echo rule behind the echo rates, and saying so when some responses could not
+    be counted under it (results stored before every rule's verdict was kept)."""
+    note = f"Echo rule {describe_echo_rule(agg.echo_rule)}."
+    other = {k: v for k, v in sorted(agg.echo_rule_counts.items()) if k != agg.echo_rule}
+    if other:
+        note += (" Mixed rules: " + ", ".join(f"{v} response(s) keep rule {k!r}" for k, v in other.items())
+                 + f" (scored before every rule's verdict was stored); {agg.echo_rule_counts.get(agg.echo_rule, 0)} use "
+                 f"{agg.echo_rule!r}.")
+    return note
+
+
 # --- tables -----------------------------------------------------------------------------------
 def table1(agg: GeoHintAggregator, condition: str = "forced") -> Table:
     """Table 1: per model, context condition only: n, hit rate, hit rate per band, echo rate."""
@@ -139,6 +158,7 @@ def table1(agg: GeoHintAggregator, condition: str = "forced") -> Table:
         ["Model", "n", "Hit rate", *BANDS, "Echo rate"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct"],
         rows,
+        echo_rule_note(agg),
     )
 
 
@@ -161,6 +181,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct"],
         rows,
+        echo_rule_note(agg),
     )
 
 
@@ -201,6 +222,7 @@ def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
         ["Tier", *BANDS, "All"],
         ["text", "pct", "pct", "pct", "pct"],
         rows,
+        echo_rule_note(agg),
     )
 
 
@@ -358,7 +380,7 @@ def table_paired(
          "Building delta (pp)", "p (building)", "Median ratio (near/mid/far)"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "text"],
         rows,
-        f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}.",
+        f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}. {echo_rule_note(agg)}",
     )
 
 
@@ -476,7 +498,7 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
-    ax.set_title(f"Echo rate (%), {condition}")
+    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     return _save_png(fig, path)
@@ -516,6 +538,8 @@ def write_report(
         *([f"**Interim report: {interim}**", ""] if interim else []),
         f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
+        "",
+        echo_rule_note(agg),
         "",
     ]
     if missing is not None:
