@@ -7,7 +7,7 @@ restarts.
 
 Outcomes and exit codes
 -----------------------
-=================  =====  ==============================================================
+=================  =====  =====================================================================
 status             code   meaning
 =================  =====  =====================================================================
 complete           0      every planned task reached the end of the pipeline
@@ -87,7 +87,7 @@ class CampaignKind(abc.ABC):
         from geoagent.runtime.export import export_all
 
         return export_all(store, cfg.state_dir())
-=======
+
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
         return {}
