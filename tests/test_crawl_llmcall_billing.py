@@ -76,3 +76,38 @@ def test_refused_request_is_released(tmp_path):
     assert error is not None and "404" in str(error)
     assert s["unknown_calls"] == 0 and s["spent_usd"] == 0 and s["reserved_usd"] == 0
     assert s["released_calls"] == 1
+
+
+def test_call_waiting_for_its_host_holds_no_reservation(tmp_path):
+    """Concurrency 1: while the first audit call hangs on the wire, a second one waits for the host slot.
+    It has reserved nothing yet (the reservation is made at send time); cancelling both leaves one
+    unknown-outcome call (the one that was sent), not two."""
+
+    async def main():
+        state = open_campaign_state("audit", root=tmp_path, cap_usd=10.0)
+        try:
+            faults = FaultConfig(rate=1.0, kinds=("timeout",), timeout_delay_s=5.0)
+            async with serve(make_app(faults=faults, require_auth=False)) as base:
+                policy = HostPolicy(concurrency=1, max_attempts=1, timeout_s=10.0)
+                async with HttpClient(default_policy=policy) as http:
+                    prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt", base_url=base + "/v1"), http)
+                    calls = [
+                        asyncio.ensure_future(metered_generate(
+                            prov, ModelRequest(provider="openai", model="sim-gpt", prompt=f"Rate place {i} 0-5.",
+                                               params={"max_tokens": 100}),
+                            ledger=state.ledger, model_cfg=MODEL))
+                        for i in range(2)
+                    ]
+                    await asyncio.sleep(0.4)
+                    while_waiting = (await state.ledger.asummary()).to_json()
+                    for c in calls:
+                        c.cancel()
+                    await asyncio.gather(*calls, return_exceptions=True)
+            await asyncio.sleep(0.2)  # let a fire-and-forget ledger job commit
+            return while_waiting, (await state.ledger.asummary()).to_json()
+        finally:
+            state.close()
+
+    while_waiting, after = asyncio.run(main())
+    assert while_waiting["open_reservations"] == 1  # the call on the wire; the one queued for the host has none
+    assert after["unknown_calls"] == 1 and after["reserved_usd"] == 0 and after["open_reservations"] == 0

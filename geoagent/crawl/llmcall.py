@@ -10,6 +10,7 @@ unknown-outcome spend when it may have been billed (the same table as the model 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from geoagent.providers.base import ModelRequest, ModelResponse
@@ -19,6 +20,10 @@ from geoagent.workers.billing import close_failed_call
 async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None) -> ModelResponse:
     """``provider.generate(request)``, wrapped in a ledger reservation when ``ledger`` and ``model_cfg``
     (a ``[[models]]`` entry with prices) are given.
+
+    The reservation is made at send time: for providers that go over HTTP it is the request's
+    ``before_send`` hook, awaited once the host admitted the request (rate and concurrency slot held),
+    so calls queued behind a host's limits hold no reservation; offline providers reserve first.
 
     Raises
     ------
@@ -31,13 +36,26 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     if ledger is None or model_cfg is None:
         return await provider.generate(request)
     est_in = provider.estimate_input_tokens(request)
-    res = await ledger.areserve(request.key(), model_cfg.worst_case_usd(est_in, request.max_output_tokens),
-                                model=getattr(model_cfg, "name", request.model))
+    worst_usd = model_cfg.worst_case_usd(est_in, request.max_output_tokens)
+    held: list[Any] = []  # the reservation, once made
+
+    async def reserve() -> None:
+        held.append(await ledger.areserve(request.key(), worst_usd, model=getattr(model_cfg, "name", request.model)))
+
+    if getattr(provider, "supports_before_send", False):
+        # reserve at send time, once the host admitted the request (as the model caller does): a call
+        # still waiting for its host holds no reservation, so a crash leaves no unknown spend for it
+        request = dataclasses.replace(request, before_send=reserve)
+    else:
+        await reserve()
     try:
         resp = await provider.generate(request)
     except BaseException as exc:
-        # released only when certainly not billed; a cancelled or dropped call counts as unknown spend
-        await close_failed_call(ledger, res, exc, model_cfg)
+        if held:  # else the reservation itself failed (e.g. BudgetExhausted): nothing was sent
+            # released only when certainly not billed; a cancelled or dropped call counts as unknown spend
+            await close_failed_call(ledger, held[0], exc, model_cfg)
         raise
-    await ledger.asettle(res, resp.usage, model_cfg.cost_usd(resp.usage.input_tokens, resp.usage.output_tokens))
+    if not held:
+        raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
+    await ledger.asettle(held[0], resp.usage, model_cfg.cost_usd(resp.usage.input_tokens, resp.usage.output_tokens))
     return resp
