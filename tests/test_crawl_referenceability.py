@@ -180,3 +180,26 @@ def test_sitelink_band_share_on_release_sample(release_dir):
     assert share == pytest.approx(((links[high] >= 5) & (links[high] <= 40)).mean())
     assert abs(share - 0.767) < 0.02
     assert levels == {0, 1, 2, 3, 4, 5}
+
+
+def test_append_after_a_torn_line_keeps_every_new_decision(tmp_path):
+    """A crash mid-append leaves a torn last line; the restarted auditor's records must not be glued onto
+    it (they were: the first new record shared the torn line and was lost on the next load)."""
+    prov = ScriptedProvider()
+    asyncio.run(_auditor(tmp_path, prov, batch_size=4).audit("s1", _cands(4)))
+    path = tmp_path / C.AUDIT_DECISIONS_FILE
+    with path.open("ab") as f:
+        f.write(b'{"qid": "Q999", "model": "aud-1", "ok": tr')  # the crash
+    more = [RefCandidate(f"Q{200 + i}", f"Later {i}", 1.0, 0, 0) for i in range(3)]
+    asyncio.run(_auditor(tmp_path, ScriptedProvider(), batch_size=2).audit("s2", more))
+    reloaded = ReferenceabilityAuditor(ScriptedProvider(), ReferenceabilitySettings(model="aud-1"), tmp_path).decisions
+    want = {c.qid for c in _cands(4)} | {c.qid for c in more}
+    assert {q for (_, q) in reloaded.records} == want
+    good = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.startswith('{"qid":"')]
+    assert sorted(d["qid"] for d in good) == sorted(want)  # each record on its own line, none duplicated
+    # a restart with nothing to append leaves the file as it is
+    size = path.stat().st_size
+    prov3 = ScriptedProvider()
+    asyncio.run(_auditor(tmp_path, prov3).audit("s3", more))
+    assert prov3.batches == [] or all(k == "sens" for k in prov3.kinds)
+    assert path.stat().st_size == size

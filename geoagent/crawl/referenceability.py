@@ -138,7 +138,8 @@ class JsonlLog:
     """Append-only JSONL file of decisions keyed by (model, qid); the last record of a key wins on load.
 
     Appends are serialised by an asyncio lock and fsynced per batch, so a crash loses at most the batch
-    being written and never corrupts earlier lines (a torn last line is skipped on load).
+    being written and never corrupts earlier lines (a torn last line is skipped on load, and the next
+    append starts on a fresh line so the torn bytes cannot swallow its first record).
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -164,7 +165,11 @@ class JsonlLog:
         async with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             data = b"".join(orjson.dumps(r) + b"\n" for r in recs)
-            with self.path.open("ab") as f:
+            with self.path.open("ab+") as f:
+                if f.seek(0, os.SEEK_END) > 0:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":  # a torn line from a crash: end it, never glue onto it
+                        data = b"\n" + data
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
