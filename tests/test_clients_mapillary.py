@@ -9,9 +9,16 @@ import random
 import pytest
 from PIL import Image, ImageStat
 
-from geoagent.clients.mapillary import MapillaryClient, MapillaryError, bbox_around, parse_image, quadrants
+from geoagent.clients.mapillary import (
+    MapillaryClient,
+    MapillaryError,
+    ThumbnailUnavailable,
+    bbox_around,
+    parse_image,
+    quadrants,
+)
 from geoagent.geo import haversine_km
-from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
+from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.sandbox import mapillary as fake
 from geoagent.sandbox.server import serve
 
@@ -98,9 +105,40 @@ def test_thumbnail_download_fresh_url_and_brightness():
 def test_expired_thumbnail_url_is_refused():
     imgs = _images(3)
     app = fake.make_app(imgs, ttl_s=-1.0)  # every URL is already expired
-    with pytest.raises(PermanentHTTPError) as ei:
+    with pytest.raises(ThumbnailUnavailable) as ei:
         asyncio.run(_run(app, lambda c: c.download_thumbnail(imgs[0].image_id)))
-    assert ei.value.status == 403
+    assert ei.value.status == 403 and isinstance(ei.value, MapillaryError)
+    st = app[fake.MAPILLARY_STATE]
+    assert st.image_requests == [imgs[0].image_id] * 2  # a fresh URL was asked for once more before giving up
+
+
+def test_thumbnail_url_that_expired_before_use_is_reissued_once():
+    imgs = _images(3)
+    imgs[1].cdn_expired_first = 1
+    app = fake.make_app(imgs)
+    data, _ = asyncio.run(_run(app, lambda c: c.download_thumbnail(imgs[1].image_id)))
+    assert data.startswith(b"\xff\xd8") and Image.open(io.BytesIO(data)).format == "JPEG"
+    st = app[fake.MAPILLARY_STATE]
+    assert st.image_requests == [imgs[1].image_id] * 2 and st.thumb_requests == [imgs[1].image_id] * 2
+
+
+def test_null_thumbnail_url_and_non_jpeg_bytes_are_per_image_failures():
+    imgs = _images(3)
+    imgs[0].has_thumb = False
+    imgs[1].cdn_body = b"<html><body>Content not available</body></html>"
+    app = fake.make_app(imgs)
+
+    async def both(c):
+        errors = []
+        for img in imgs[:2]:
+            with pytest.raises(ThumbnailUnavailable) as ei:
+                await c.download_thumbnail(img.image_id)
+            errors.append(str(ei.value))
+        return errors
+
+    errors, _ = asyncio.run(_run(app, both))
+    assert "no thumb_1024_url" in errors[0] and "not a JPEG" in errors[1]
+    assert imgs[0].image_id not in app[fake.MAPILLARY_STATE].thumb_requests  # nothing to download
 
 
 def test_error_objects_and_bad_ids():

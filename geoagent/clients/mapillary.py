@@ -47,6 +47,16 @@ class MapillaryError(RuntimeError):
         super().__init__(message)
 
 
+class ThumbnailUnavailable(MapillaryError):
+    """One image's thumbnail cannot be had: no ``thumb_*_url`` (null), the CDN refuses the URL even when
+    freshly issued (403/404/410), or the bytes are not a JPEG. A per-image condition, not an API outage:
+    callers skip the image (``status`` is the CDN's HTTP status when there was one)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
 @dataclass(frozen=True, slots=True)
 class MapillaryImage:
     """Metadata of one image. ``lat``/``lon`` are the camera position (computed geometry when present,
@@ -293,31 +303,55 @@ class MapillaryClient:
         return data
 
     async def fresh_thumb_url(self, image_id: str, thumb_field: str = "thumb_1024_url") -> str:
-        """A just-issued signed thumbnail URL for ``image_id`` (they expire, so ask right before use)."""
-        data = await self.image(image_id, ("id", thumb_field))
+        """A just-issued signed thumbnail URL for ``image_id`` (they expire, so ask right before use).
+
+        Raises
+        ------
+        ThumbnailUnavailable
+            The image has no such thumbnail (null field) or is gone (404/410)."""
+        try:
+            data = await self.image(image_id, ("id", thumb_field))
+        except PermanentHTTPError as e:
+            if e.status in (404, 410):  # deleted since the search that listed it
+                raise ThumbnailUnavailable(f"Mapillary image {image_id} is gone (HTTP {e.status})", status=e.status) from None
+            raise
         url = data.get(thumb_field)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise MapillaryError(f"Mapillary image {image_id} has no {thumb_field}")
+            raise ThumbnailUnavailable(f"Mapillary image {image_id} has no {thumb_field} (got {url!r})")
         return url
+
+    #: CDN statuses that mean "this URL is no good" (expired or bad signature, gone): ask for a new URL once
+    REFRESH_STATUSES = frozenset({403, 404, 410})
 
     async def download_thumbnail(self, image_id: str, thumb_field: str = "thumb_1024_url") -> bytes:
         """Fetch a fresh thumbnail URL and download it at once; returns the JPEG bytes.
 
+        A URL the CDN refuses with 403/404/410 (signed URLs expire, sometimes between the Graph API call
+        and the download) is replaced by a newly issued one once before giving up.
+
         Raises
         ------
-        MapillaryError
-            When the body is not a JPEG (e.g. an expired-URL error page).
+        ThumbnailUnavailable
+            No thumbnail URL, the CDN refuses a fresh URL too, or the body is not a JPEG (per image:
+            skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP layer's errors.
         """
-        url = await self.fresh_thumb_url(image_id, thumb_field)
-        self.thumb_hosts.add(host_of(url))
-        if self.thumb_policy is not None:
-            self.http.set_policy(host_of(url), self.thumb_policy)
-        try:
-            resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
-        except RetriesExhausted as e:
-            if e.last.startswith("invalid body"):
-                raise MapillaryError(f"thumbnail of {image_id} is not a JPEG: {e.last}") from None
-            raise
-        if not resp.body.startswith(b"\xff\xd8"):
-            raise MapillaryError(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})")
-        return resp.body
+        for attempt in (1, 2):
+            url = await self.fresh_thumb_url(image_id, thumb_field)
+            self.thumb_hosts.add(host_of(url))
+            if self.thumb_policy is not None:
+                self.http.set_policy(host_of(url), self.thumb_policy)
+            try:
+                resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
+            except RetriesExhausted as e:
+                if e.last.startswith("invalid body"):
+                    raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG: {e.last}") from None
+                raise
+            except PermanentHTTPError as e:
+                if e.status in self.REFRESH_STATUSES and attempt == 1:
+                    continue
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: HTTP {e.status} {e.body_excerpt[:80]!r}",
+                                           status=e.status) from None
+            if not resp.body.startswith(b"\xff\xd8"):
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})")
+            return resp.body
+        raise AssertionError("unreachable")
