@@ -14,6 +14,7 @@ from geoagent.clients.mapillary import (
     MapillaryError,
     ThumbnailUnavailable,
     bbox_around,
+    normalise_bbox,
     parse_image,
     quadrants,
 )
@@ -168,3 +169,33 @@ def test_large_box_is_split_before_asking():
     box = (LON0 - 0.09, LAT0 - 0.09, LON0 + 0.09, LAT0 + 0.09)  # 0.0324 square degrees
     got, c = asyncio.run(_run(app, lambda c: c.search_images(box)))
     assert len(got) == 50 and c.requests_made == 4  # four quadrants of 0.0081, no 400 from the API
+
+
+def test_search_across_the_antimeridian_and_near_a_pole():
+    """A site a few metres west of 180 deg (Taveuni, Fiji): its 150 m box reaches past +180, which the API
+    refuses (bbox 400); the client searches one box on each side and finds the cameras east of the line.
+    Near a pole the box's latitudes are clamped to 90."""
+    lat, lon = -16.80, 179.9995
+    rng = random.Random(7)
+    imgs = []
+    for i in range(40):
+        la = lat + rng.uniform(-0.002, 0.002)
+        lo = lon + rng.uniform(-0.002, 0.002)
+        lo = lo - 360.0 if lo > 180.0 else lo  # wrapped like real coordinates
+        imgs.append(fake.FakeImage(image_id=str(500 + i), lat=la, lon=lo))
+    polar = [fake.FakeImage(image_id=str(900 + i), lat=89.9995, lon=-170.0 + 40.0 * i) for i in range(5)]
+    app = fake.make_app(imgs + polar)
+
+    async def go(c):
+        near = await c.images_within(lat, lon, 150.0)
+        pole = await c.images_within(89.9990, 0.0, 150.0)
+        return near, pole
+
+    (near, pole), _ = asyncio.run(_run(app, go))
+    want = sorted(i.image_id for i in imgs if haversine_km(lat, lon, i.lat, i.lon) * 1000.0 <= 150.0)
+    assert sorted(i.image_id for i, _ in near) == want
+    assert any(i.lon < 0 for i, _ in near) and any(i.lon > 0 for i, _ in near)  # both sides of the line
+    want_pole = sorted(i.image_id for i in polar if haversine_km(89.9990, 0.0, i.lat, i.lon) * 1000.0 <= 150.0)
+    assert want_pole and sorted(i.image_id for i, _ in pole) == want_pole
+    assert normalise_bbox((179.9, 10.0, 180.1, 11.0)) == [(179.9, 10.0, 180.0, 11.0), (-180.0, 10.0, pytest.approx(-179.9), 11.0)]
+    assert normalise_bbox((-180.2, 89.0, -179.8, 90.5)) == [(pytest.approx(179.8), 89.0, 180.0, 90.0), (-180.0, 89.0, -179.8, 90.0)]

@@ -124,11 +124,35 @@ def bbox_around(lat: float, lon: float, radius_m: float) -> tuple[float, float, 
     """Box ``(west, south, east, north)`` in degrees enclosing the circle of ``radius_m`` around a point.
 
     The longitude half-width is taken at the pole-ward edge, so every point within ``radius_m`` lies
-    inside the box."""
+    inside the box; a circle that reaches a pole gets every longitude (-180..180). The box may reach past
+    +-180 near the antimeridian and past +-90 near a pole: :func:`normalise_bbox` makes API boxes of it."""
     dlat = math.degrees(radius_m / 1000.0 / C.EARTH_RADIUS_KM)
-    far_lat = min(89.9, abs(lat) + dlat)
-    dlon = dlat / max(1e-6, math.cos(math.radians(far_lat)))
+    if abs(lat) + dlat >= 90.0:  # the pole lies within the circle: all longitudes
+        return (-180.0, lat - dlat, 180.0, lat + dlat)
+    dlon = dlat / math.cos(math.radians(abs(lat) + dlat))
+    if dlon >= 180.0:
+        return (-180.0, lat - dlat, 180.0, lat + dlat)
     return (lon - dlon, lat - dlat, lon + dlon, lat + dlat)
+
+
+def normalise_bbox(bbox: tuple[float, float, float, float]) -> list[tuple[float, float, float, float]]:
+    """Boxes the API accepts (longitudes in [-180, 180], latitudes in [-90, 90], west < east) covering
+    ``bbox``: latitudes are clamped at the poles, and a box reaching past the antimeridian (west < -180 or
+    east > 180, as :func:`bbox_around` gives near it) becomes two boxes, one on each side.
+
+    Raises
+    ------
+    ValueError
+        If the box is empty or wider than 360 degrees."""
+    w, s, e, n = bbox
+    s, n = max(-90.0, s), min(90.0, n)
+    if not (w < e and s < n) or e - w > 360.0:
+        raise ValueError(f"not a usable bounding box (west, south, east, north): {bbox}")
+    if w < -180.0:
+        return [(w + 360.0, s, 180.0, n)] + ([(-180.0, s, e, n)] if e > -180.0 else [])
+    if e > 180.0:
+        return [(w, s, 180.0, n)] + ([(-180.0, s, e - 360.0, n)] if w < 180.0 else [])
+    return [(w, s, e, n)]
 
 
 def quadrants(bbox: tuple[float, float, float, float]) -> list[tuple[float, float, float, float]]:
@@ -235,6 +259,8 @@ class MapillaryClient:
                             is_pano: bool | None = None, thumb_field: str | None = None) -> list[MapillaryImage]:
         """All images in ``bbox`` = ``(west, south, east, north)`` degrees, splitting full or failing boxes.
 
+        A box reaching past +-180 degrees of longitude is searched as two boxes (see :func:`normalise_bbox`).
+
         Raises
         ------
         MapillaryError
@@ -245,7 +271,7 @@ class MapillaryClient:
         fields = tuple(dict.fromkeys(fields + ((thumb_field,) if thumb_field else ())))
         extra = {} if is_pano is None else {"is_pano": "true" if is_pano else "false"}
         seen: dict[str, MapillaryImage] = {}
-        stack = [bbox]
+        stack = normalise_bbox(bbox)  # near the antimeridian: one box on each side
         while stack:
             box = stack.pop()
             small = (box[2] - box[0]) <= self.min_box_deg or (box[3] - box[1]) <= self.min_box_deg
