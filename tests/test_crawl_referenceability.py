@@ -203,3 +203,48 @@ def test_append_after_a_torn_line_keeps_every_new_decision(tmp_path):
     asyncio.run(_auditor(tmp_path, prov3).audit("s3", more))
     assert prov3.batches == [] or all(k == "sens" for k in prov3.kinds)
     assert path.stat().st_size == size
+
+
+class UntrustedProvider(Provider):
+    """Answers like a real model might: prose around the JSON, a rating as a string, one outside 0-5,
+    one with a field missing; asked again, it answers those cleanly."""
+
+    kind = "untrusted-test"
+    paid = False
+
+    def __init__(self):
+        self.answers: list[str] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        body = request.prompt.split("Candidates", 1)[-1] if "Candidates" in request.prompt else request.prompt.split("Names:", 1)[-1]
+        items = re.findall(r"^(\d+)\. (.*?)(?: \(([0-9.]+) km\))?$", body, re.M)
+        if "CONTENTIOUS" in request.prompt:
+            text = orjson.dumps([{"idx": int(i), "sensitive": False} for i, _, _ in items]).decode()
+        elif len(items) == 4:
+            text = ('Sure! Here is my assessment of the places.\n[{"idx": 0, "ok": true, "familiarity": "4", "en": "A"},'
+                    ' {"idx": 1, "ok": true, "familiarity": 7, "en": "B"}, {"idx": 2, "familiarity": 2, "en": "C"},'
+                    ' {"idx": 3, "ok": "yes", "familiarity": 3.0, "en": "D"}]\nLet me know if you need more.')
+        else:
+            text = orjson.dumps([{"idx": int(i), "ok": False, "familiarity": 1, "en": lab} for i, lab, _ in items]).decode()
+        self.answers.append(text)
+        return ModelResponse(text=text, usage=Usage(5, 5))
+
+
+def test_untrusted_ratings_are_never_guessed_and_every_answer_is_logged_raw(tmp_path):
+    from geoagent.crawl.referenceability import RAW_ANSWERS_FILE
+
+    cands = [RefCandidate(f"Q{50 + i}", f"Spot {i}", 1.0 + i, 0, 0) for i in range(4)]
+    prov = UntrustedProvider()
+    rated = asyncio.run(_auditor(tmp_path, prov, batch_size=4).audit("s1", cands))
+    fam = {r.qid: r.familiarity for r in rated}
+    # "4" -> 4 and 3.0 -> 3 are read; 7 (outside 0-5) and a missing "ok" are asked again, never clamped
+    assert fam == {"Q50": 4, "Q51": 1, "Q52": 1, "Q53": 3}
+    raw = _lines(tmp_path / RAW_ANSWERS_FILE)
+    assert [r["raw"] for r in raw] == prov.answers  # verbatim, one line per call, in call order
+    ref_calls = [r for r in raw if r["task"] == "crawl_referenceability"]
+    assert ref_calls[0]["qids"] == ["Q50", "Q51", "Q52", "Q53"]
+    assert sorted(q for r in ref_calls[1:] for q in r["qids"]) == ["Q51", "Q52"]
+    assert {r["model"] for r in raw} == {"aud-1"}
+    # every decision can be traced to the raw answer it came from
+    for d in _lines(tmp_path / C.AUDIT_DECISIONS_FILE):
+        assert any(d["qid"] in r["qids"] for r in ref_calls)
