@@ -248,3 +248,15 @@ def test_untrusted_ratings_are_never_guessed_and_every_answer_is_logged_raw(tmp_
     # every decision can be traced to the raw answer it came from
     for d in _lines(tmp_path / C.AUDIT_DECISIONS_FILE):
         assert any(d["qid"] in r["qids"] for r in ref_calls)
+
+
+def test_bracketed_aside_before_the_answer_does_not_hide_it():
+    """'[Note] ...' reads as a JSON array on its own; the answer array after it was ignored, so every
+    candidate of the batch was re-asked and, with a model that always writes the aside, logged as failed."""
+    answer = '[{"idx": 0, "ok": true, "familiarity": 3, "en": "Old Mill"}, {"idx": 1, "ok": false, "familiarity": 0}]'
+    for prose in ("[Note] ratings below.\n" + answer, "Scale [0-5]; [unknown] = 0.\n" + answer + "\n[end]"):
+        got = parse_ref_batch(prose, 2)
+        assert got is not None and sorted(got) == [0, 1], prose
+        assert got[0]["familiarity"] == 3 and got[0]["name_en"] == "Old Mill" and got[1]["ok"] is False
+    # nothing that looks like an answer: still an (empty) array result, so every candidate is asked again
+    assert parse_ref_batch("[Note] I cannot rate these.", 2) == {}

@@ -30,7 +30,7 @@ import orjson
 
 from geoagent.crawl.image_audit import load_prompt
 from geoagent.crawl.ladder import RatedCandidate, tier_for
-from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json
+from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json_like
 from geoagent.crawl.settings import ReferenceabilitySettings
 from geoagent.geo import haversine_km
 from geoagent.providers.base import ModelRequest
@@ -121,7 +121,7 @@ def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]]
 def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | None:
     """The JSON array in ``text`` as idx -> ``read(element)``: elements that are objects with an ``idx`` in
     [0, n) and that ``read`` accepts (not None); the first valid element of an idx wins; None if no array."""
-    arr = extract_json(text, list)
+    arr = extract_json_like(text, list, lambda a: any(isinstance(el, dict) and "idx" in el for el in a))
     if arr is None:
         return None
     out: dict[int, dict[str, Any]] = {}
