@@ -73,13 +73,13 @@ def image_path(images_root: str | Path, site: str, image_id: str) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    """Write and fsync a temporary file of this call's own, then rename it over ``path``."""
+    from geoagent.files import atomic_open
+
+    with atomic_open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 def too_close(img: MapillaryImage, kept: list[dict[str, Any]], min_sep_m: float) -> str | None:
