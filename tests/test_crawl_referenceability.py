@@ -260,3 +260,34 @@ def test_bracketed_aside_before_the_answer_does_not_hide_it():
         assert got[0]["familiarity"] == 3 and got[0]["name_en"] == "Old Mill" and got[1]["ok"] is False
     # nothing that looks like an answer: still an (empty) array result, so every candidate is asked again
     assert parse_ref_batch("[Note] I cannot rate these.", 2) == {}
+
+
+def test_rerun_of_a_site_adds_no_duplicate_review_items(tmp_path):
+    """The site's audit is re-run when the process died after the review queue was appended but before the
+    site's result was stored; the queue then got every pending item a second time. Pageviews come from the
+    local pageviews fake (a title it does not know answers 404 = no views)."""
+    from geoagent.clients.pageviews import PageviewsClient
+    from geoagent.crawl.referenceability import REVIEW_QUEUE_FILE
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.sandbox import pageviews as pv_fake
+    from geoagent.sandbox.server import serve
+
+    # familiarity = len(label) % 6 (ScriptedProvider): "Aaaaa" 5, "Bbbbbb" 0, "Cc" 2, "Ddd" 3, "Eeee" 4, "F" 1
+    labels = ["Aaaaa", "Bbbbbb", "Cc", "Ddd", "Eeee", "F"]
+    cands = [RefCandidate(f"Q{300 + i}", lab, 1.0 + 0.1 * i, 0, 0, enwiki_title=lab) for i, lab in enumerate(labels)]
+    daily = {"Aaaaa": 1, "Bbbbbb": 5000, "Cc": 40, "Ddd": 60, "Eeee": 2}  # "F" unknown: 404
+    fast = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.01, timeout_s=5)
+
+    async def go():
+        async with serve(pv_fake.make_app(daily)) as base, HttpClient(default_policy=fast) as http:
+            for _ in range(2):  # the first run, then the re-run after a crash
+                aud = ReferenceabilityAuditor(ScriptedProvider(), ReferenceabilitySettings(model="aud-1", pageviews=True),
+                                              tmp_path, pageviews=PageviewsClient(http, base, "geoagent-test (mailto:t@example.org)"))
+                await aud.audit("site_x", cands)
+
+    asyncio.run(go())
+    lines = _lines(tmp_path / REVIEW_QUEUE_FILE)
+    keys = [(r["model"], r["qid"]) for r in lines]
+    assert len(keys) == len(set(keys)) > 0
+    # by hand: view tertiles low {F, Aaaaa}, mid {Eeee, Cc}, high {Ddd, Bbbbbb}; rating tiers differ by 2 for two
+    assert sorted(q for _, q in keys) == ["Q300", "Q301"]  # Aaaaa: rated 5, few readers; Bbbbbb: rated 0, most read

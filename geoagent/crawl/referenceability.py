@@ -336,8 +336,9 @@ class ReferenceabilityAuditor:
                 qid=c.qid, label_raw=c.label, dist_km=c.dist_km, familiarity=d.get("familiarity"),
                 ok=bool(d.get("ok")), name_en=d.get("name_en"), name_zh=d.get("name_zh"),
                 sensitive=bool(s.get("sensitive")), pageviews=views.get(c.qid)))
-        if views:
-            await self.review.append(self.review_items(site, rated, views))
+        if views:  # a re-run of the site (crash before its result was stored) adds no second copy of an item
+            await self.review.append([r for r in self.review_items(site, rated, views)
+                                      if self.review.get(r["model"], r["qid"]) is None])
         return rated
 
     def review_items(self, site: str, rated: Sequence[RatedCandidate], views: dict[str, int]) -> list[dict[str, Any]]:
