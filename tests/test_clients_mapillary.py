@@ -198,4 +198,5 @@ def test_search_across_the_antimeridian_and_near_a_pole():
     want_pole = sorted(i.image_id for i in polar if haversine_km(89.9990, 0.0, i.lat, i.lon) * 1000.0 <= 150.0)
     assert want_pole and sorted(i.image_id for i, _ in pole) == want_pole
     assert normalise_bbox((179.9, 10.0, 180.1, 11.0)) == [(179.9, 10.0, 180.0, 11.0), (-180.0, 10.0, pytest.approx(-179.9), 11.0)]
+    assert normalise_bbox((179.9, 0.0, 180.00000001, 1.0)) == [(179.9, 0.0, 180.0, 1.0)]  # no 1 mm sliver box
     assert normalise_bbox((-180.2, 89.0, -179.8, 90.5)) == [(pytest.approx(179.8), 89.0, 180.0, 90.0), (-180.0, 89.0, -179.8, 90.0)]

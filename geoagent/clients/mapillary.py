@@ -149,10 +149,13 @@ def normalise_bbox(bbox: tuple[float, float, float, float]) -> list[tuple[float,
     if not (w < e and s < n) or e - w > 360.0:
         raise ValueError(f"not a usable bounding box (west, south, east, north): {bbox}")
     if w < -180.0:
-        return [(w + 360.0, s, 180.0, n)] + ([(-180.0, s, e, n)] if e > -180.0 else [])
-    if e > 180.0:
-        return [(w, s, 180.0, n)] + ([(-180.0, s, e - 360.0, n)] if w < 180.0 else [])
-    return [(w, s, e, n)]
+        parts = [(w + 360.0, s, 180.0, n), (-180.0, s, e, n)]
+    elif e > 180.0:
+        parts = [(w, s, 180.0, n), (-180.0, s, e - 360.0, n)]
+    else:
+        parts = [(w, s, e, n)]
+    # a sliver under 1e-7 deg (1 cm) would print with west == east at 7 decimals, which the API refuses
+    return [b for b in parts if b[2] - b[0] >= 1e-7]
 
 
 def quadrants(bbox: tuple[float, float, float, float]) -> list[tuple[float, float, float, float]]:
