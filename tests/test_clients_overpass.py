@@ -217,3 +217,14 @@ def test_instance_without_a_quota_is_queried_at_once():
     want = sorted(e["id"] for e in _elements() if e.get("tags", {}).get("place") in ("neighbourhood", "suburb", "quarter") and _within(e))
     assert sorted(e["id"] for e in data["elements"]) == want
     assert app[fake.OVERPASS_STATE].status_calls == 1 and len(app[fake.OVERPASS_STATE].queries) == 1
+
+
+def test_slot_announced_beyond_the_wait_limit_fails_without_holding_the_worker():
+    """'Slot available after ..., in 968 seconds' with 2 s of patience: the client slept out its 2 s, asked
+    again and only then gave up; it now gives up on the first reading (the task is retried later)."""
+    app = fake.make_app(_elements())
+    app[fake.OVERPASS_STATE].slots_available = 0
+    app[fake.OVERPASS_STATE].slot_wait_s = 968
+    with pytest.raises(OverpassError, match="frees in 968 s"):
+        asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings())), max_slot_wait_s=2.0))
+    assert app[fake.OVERPASS_STATE].status_calls == 1 and app[fake.OVERPASS_STATE].queries == []

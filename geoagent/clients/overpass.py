@@ -175,6 +175,9 @@ class OverpassClient:
                 return None
             if st.slots_available > 0 or st.unlimited:  # an instance without a quota never frees a slot
                 return st
+            if st.next_free_s > self.max_slot_wait_s - waited:  # announced beyond our patience: give the worker back now
+                raise OverpassError(f"no free Overpass slot: the next one frees in {st.next_free_s:.0f} s, "
+                                    f"more than the {self.max_slot_wait_s - waited:.0f} s left to wait")
             delay = min(max(st.next_free_s, 1.0), self.max_slot_wait_s - waited)
             if delay <= 0:
                 raise OverpassError(f"no free Overpass slot after {waited:.0f} s")
