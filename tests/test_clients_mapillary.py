@@ -9,9 +9,17 @@ import random
 import pytest
 from PIL import Image, ImageStat
 
-from geoagent.clients.mapillary import MapillaryClient, MapillaryError, bbox_around, parse_image, quadrants
+from geoagent.clients.mapillary import (
+    MapillaryClient,
+    MapillaryError,
+    ThumbnailUnavailable,
+    bbox_around,
+    normalise_bbox,
+    parse_image,
+    quadrants,
+)
 from geoagent.geo import haversine_km
-from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
+from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.sandbox import mapillary as fake
 from geoagent.sandbox.server import serve
 
@@ -98,9 +106,40 @@ def test_thumbnail_download_fresh_url_and_brightness():
 def test_expired_thumbnail_url_is_refused():
     imgs = _images(3)
     app = fake.make_app(imgs, ttl_s=-1.0)  # every URL is already expired
-    with pytest.raises(PermanentHTTPError) as ei:
+    with pytest.raises(ThumbnailUnavailable) as ei:
         asyncio.run(_run(app, lambda c: c.download_thumbnail(imgs[0].image_id)))
-    assert ei.value.status == 403
+    assert ei.value.status == 403 and isinstance(ei.value, MapillaryError)
+    st = app[fake.MAPILLARY_STATE]
+    assert st.image_requests == [imgs[0].image_id] * 2  # a fresh URL was asked for once more before giving up
+
+
+def test_thumbnail_url_that_expired_before_use_is_reissued_once():
+    imgs = _images(3)
+    imgs[1].cdn_expired_first = 1
+    app = fake.make_app(imgs)
+    data, _ = asyncio.run(_run(app, lambda c: c.download_thumbnail(imgs[1].image_id)))
+    assert data.startswith(b"\xff\xd8") and Image.open(io.BytesIO(data)).format == "JPEG"
+    st = app[fake.MAPILLARY_STATE]
+    assert st.image_requests == [imgs[1].image_id] * 2 and st.thumb_requests == [imgs[1].image_id] * 2
+
+
+def test_null_thumbnail_url_and_non_jpeg_bytes_are_per_image_failures():
+    imgs = _images(3)
+    imgs[0].has_thumb = False
+    imgs[1].cdn_body = b"<html><body>Content not available</body></html>"
+    app = fake.make_app(imgs)
+
+    async def both(c):
+        errors = []
+        for img in imgs[:2]:
+            with pytest.raises(ThumbnailUnavailable) as ei:
+                await c.download_thumbnail(img.image_id)
+            errors.append(str(ei.value))
+        return errors
+
+    errors, _ = asyncio.run(_run(app, both))
+    assert "no thumb_1024_url" in errors[0] and "not a JPEG" in errors[1]
+    assert imgs[0].image_id not in app[fake.MAPILLARY_STATE].thumb_requests  # nothing to download
 
 
 def test_error_objects_and_bad_ids():
@@ -130,3 +169,34 @@ def test_large_box_is_split_before_asking():
     box = (LON0 - 0.09, LAT0 - 0.09, LON0 + 0.09, LAT0 + 0.09)  # 0.0324 square degrees
     got, c = asyncio.run(_run(app, lambda c: c.search_images(box)))
     assert len(got) == 50 and c.requests_made == 4  # four quadrants of 0.0081, no 400 from the API
+
+
+def test_search_across_the_antimeridian_and_near_a_pole():
+    """A site a few metres west of 180 deg (Taveuni, Fiji): its 150 m box reaches past +180, which the API
+    refuses (bbox 400); the client searches one box on each side and finds the cameras east of the line.
+    Near a pole the box's latitudes are clamped to 90."""
+    lat, lon = -16.80, 179.9995
+    rng = random.Random(7)
+    imgs = []
+    for i in range(40):
+        la = lat + rng.uniform(-0.002, 0.002)
+        lo = lon + rng.uniform(-0.002, 0.002)
+        lo = lo - 360.0 if lo > 180.0 else lo  # wrapped like real coordinates
+        imgs.append(fake.FakeImage(image_id=str(500 + i), lat=la, lon=lo))
+    polar = [fake.FakeImage(image_id=str(900 + i), lat=89.9995, lon=-170.0 + 40.0 * i) for i in range(5)]
+    app = fake.make_app(imgs + polar)
+
+    async def go(c):
+        near = await c.images_within(lat, lon, 150.0)
+        pole = await c.images_within(89.9990, 0.0, 150.0)
+        return near, pole
+
+    (near, pole), _ = asyncio.run(_run(app, go))
+    want = sorted(i.image_id for i in imgs if haversine_km(lat, lon, i.lat, i.lon) * 1000.0 <= 150.0)
+    assert sorted(i.image_id for i, _ in near) == want
+    assert any(i.lon < 0 for i, _ in near) and any(i.lon > 0 for i, _ in near)  # both sides of the line
+    want_pole = sorted(i.image_id for i in polar if haversine_km(89.9990, 0.0, i.lat, i.lon) * 1000.0 <= 150.0)
+    assert want_pole and sorted(i.image_id for i, _ in pole) == want_pole
+    assert normalise_bbox((179.9, 10.0, 180.1, 11.0)) == [(179.9, 10.0, 180.0, 11.0), (-180.0, 10.0, pytest.approx(-179.9), 11.0)]
+    assert normalise_bbox((179.9, 0.0, 180.00000001, 1.0)) == [(179.9, 0.0, 180.0, 1.0)]  # no 1 mm sliver box
+    assert normalise_bbox((-180.2, 89.0, -179.8, 90.5)) == [(pytest.approx(179.8), 89.0, 180.0, 90.0), (-180.0, 89.0, -179.8, 90.0)]

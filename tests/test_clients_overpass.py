@@ -199,3 +199,32 @@ def test_failover_to_a_mirror_when_the_first_instance_is_overloaded():
     data, c = asyncio.run(go())
     assert data["elements"] and c.failovers == 1
     assert good[fake.OVERPASS_STATE].queries and not busy[fake.OVERPASS_STATE].queries
+
+
+def test_instance_without_a_quota_is_queried_at_once():
+    """A status page with ``Rate limit: 0`` and no slot lines (an instance without a per-IP quota) was read
+    as "0 slots free, no wait announced": the client re-polled /status every second for max_slot_wait_s
+    and then failed every query without sending it."""
+    st = parse_status("Connected as: 1\nCurrent time: 2025-01-01T12:00:00Z\nRate limit: 0\n"
+                      "Currently running queries (pid, space limit, time limit, start time):\n")
+    assert st.unlimited and st.rate_limit == 0 and st.next_free_s == 0.0
+    assert not parse_status("Rate limit: 2\nSlot available after: 2025-01-01T12:00:08Z, in 8 seconds.\n").unlimited
+    app = fake.make_app(_elements())
+    app[fake.OVERPASS_STATE].rate_limit = 0
+
+    data = asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings())),
+                                    max_slot_wait_s=3.0))
+    want = sorted(e["id"] for e in _elements() if e.get("tags", {}).get("place") in ("neighbourhood", "suburb", "quarter") and _within(e))
+    assert sorted(e["id"] for e in data["elements"]) == want
+    assert app[fake.OVERPASS_STATE].status_calls == 1 and len(app[fake.OVERPASS_STATE].queries) == 1
+
+
+def test_slot_announced_beyond_the_wait_limit_fails_without_holding_the_worker():
+    """'Slot available after ..., in 968 seconds' with 2 s of patience: the client slept out its 2 s, asked
+    again and only then gave up; it now gives up on the first reading (the task is retried later)."""
+    app = fake.make_app(_elements())
+    app[fake.OVERPASS_STATE].slots_available = 0
+    app[fake.OVERPASS_STATE].slot_wait_s = 968
+    with pytest.raises(OverpassError, match="frees in 968 s"):
+        asyncio.run(_with_client(app, lambda c: c.interpreter(place_query(LAT0, LON0, ScreenerSettings())), max_slot_wait_s=2.0))
+    assert app[fake.OVERPASS_STATE].status_calls == 1 and app[fake.OVERPASS_STATE].queries == []

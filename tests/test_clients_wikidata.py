@@ -255,3 +255,19 @@ def test_fake_serves_from_a_child_process_given_a_fixture_path():
         proc.terminate()
         proc.join(10)
     assert coords == {"Q90": (48.856667, 2.352222), "Q99000001": (35.6595, 139.7005)}
+
+
+def test_redirected_and_missing_ids_come_back_under_the_id_asked_for():
+    """A merged item answers with its target's data keyed by the requested id (``id`` names the target,
+    ``redirects`` says from/to); an unknown id is ``missing``; a label-less item falls back to its QID."""
+
+    async def fn(client, state):
+        state.redirects["Q77777777"] = "Q90"
+        return await client.get_entities(["Q77777777", "Q90", "Q88888888"])
+
+    ents = _run(fn)
+    assert set(ents) == {"Q77777777", "Q90", "Q88888888"}
+    moved, paris = ents["Q77777777"], ents["Q90"]
+    assert moved.qid == "Q90" and not moved.missing and (moved.lat, moved.lon) == (paris.lat, paris.lon) != (None, None)
+    assert ents["Q88888888"].missing and not ents["Q88888888"].has_coordinates
+    assert parse_entity("Q5", {"id": "Q5", "type": "item"}).label() == "Q5"

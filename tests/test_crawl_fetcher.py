@@ -90,3 +90,39 @@ def test_paths_are_validated(tmp_path):
     for bad_site, bad_id in (("../x", "1"), ("site", "../1"), ("site", "12a"), ("site", "")):
         with pytest.raises(ValueError):
             image_path(tmp_path, bad_site, bad_id)
+
+
+def test_an_image_without_a_usable_thumbnail_is_skipped_not_fatal(tmp_path):
+    """Real CDNs: a null ``thumb_1024_url``, a URL that expired between issue and download (403 once,
+    then a reissued URL works), one refused even when fresh, and an HTML page served with 200. Each is
+    this image's problem: the site's other images are still fetched (before: the first one aborted the
+    whole site, and a re-run hit it again, so the site never got images)."""
+    imgs = []
+
+    def add(i, dx, **kw):
+        lat, lon = _offset(dx, 0)
+        imgs.append(fake.FakeImage(image_id=str(7000 + i), lat=lat, lon=lon, brightness=150, **kw))
+
+    add(0, 0, has_thumb=False)                                   # no thumbnail at all
+    add(1, 45, cdn_expired_first=1)                              # expired once -> reissued URL works
+    add(2, -45, cdn_expired_first=5)                             # refused even when fresh
+    add(3, 0.0001 + 90, cdn_body=b"<html>rate limited</html>")   # 200 with an HTML page
+    add(4, -95)                                                  # ordinary
+    add(5, 140, deleted=True)                                    # listed by search, 404 on /{id}
+    app = fake.make_app(imgs)
+    fast1 = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=1, timeout_s=5)
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=fast1) as http:
+            c = MapillaryClient(http, base, "MLY|1|x", "geoagent-test (contact: mailto:t@example.org)")
+            return await fetch_site_images({"site": "thumbs", "lat": LAT, "lon": LON}, c, FetcherSettings(), tmp_path)
+
+    res = asyncio.run(go())
+    assert sorted(k["image_id"] for k in res.kept) == ["7001", "7004"]
+    reasons = {r["image_id"]: r["reason"] for r in res.rejected}
+    assert sorted(reasons) == ["7000", "7002", "7003", "7005"]
+    assert all(r.startswith("no thumbnail") for r in reasons.values())
+    assert "403" in reasons["7002"] and "not a JPEG" in reasons["7003"] and "gone" in reasons["7005"]
+    assert sorted(p.name for p in (tmp_path / "thumbs").glob("*.jpg")) == ["7001.jpg", "7004.jpg"]
+    meta = json.loads((tmp_path / "thumbs" / "images.json").read_text())
+    assert sorted(r["image_id"] for r in meta["rejected"]) == ["7000", "7002", "7003", "7005"]

@@ -164,3 +164,16 @@ def test_agreement_files(tmp_path):
     with paths[1].open(encoding="utf-8") as f:
         t = list(csv.DictReader(f))
     assert len(t) == 2 and t[0]["human_reason"] == "blank wall"
+
+
+def test_braced_aside_before_the_audit_does_not_hide_it():
+    """A JSON-looking aside ({"note": ...}) before the audit object made the answer unparsed."""
+    from geoagent.crawl.image_audit import parse_image_audit
+
+    text = ('Context {"note": "image is small"} - my audit:\n'
+            '{"answer_overlay": false, "overlay_text": "", "scene_type": "street", "through_glass": false,'
+            ' "tourist_infrastructure": true, "quality": 4, "usable": true, "why": "clear street"}')
+    a = parse_image_audit(text)
+    assert a.parsed and a.scene_type == "street" and a.quality == 4 and a.usable is True and a.raw == text
+    only_aside = parse_image_audit('{"note": "cannot see the image"}')
+    assert not only_aside.parsed and "answer_overlay" in only_aside.reason

@@ -180,3 +180,114 @@ def test_sitelink_band_share_on_release_sample(release_dir):
     assert share == pytest.approx(((links[high] >= 5) & (links[high] <= 40)).mean())
     assert abs(share - 0.767) < 0.02
     assert levels == {0, 1, 2, 3, 4, 5}
+
+
+def test_append_after_a_torn_line_keeps_every_new_decision(tmp_path):
+    """A crash mid-append leaves a torn last line; the restarted auditor's records must not be glued onto
+    it (they were: the first new record shared the torn line and was lost on the next load)."""
+    prov = ScriptedProvider()
+    asyncio.run(_auditor(tmp_path, prov, batch_size=4).audit("s1", _cands(4)))
+    path = tmp_path / C.AUDIT_DECISIONS_FILE
+    with path.open("ab") as f:
+        f.write(b'{"qid": "Q999", "model": "aud-1", "ok": tr')  # the crash
+    more = [RefCandidate(f"Q{200 + i}", f"Later {i}", 1.0, 0, 0) for i in range(3)]
+    asyncio.run(_auditor(tmp_path, ScriptedProvider(), batch_size=2).audit("s2", more))
+    reloaded = ReferenceabilityAuditor(ScriptedProvider(), ReferenceabilitySettings(model="aud-1"), tmp_path).decisions
+    want = {c.qid for c in _cands(4)} | {c.qid for c in more}
+    assert {q for (_, q) in reloaded.records} == want
+    good = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.startswith('{"qid":"')]
+    assert sorted(d["qid"] for d in good) == sorted(want)  # each record on its own line, none duplicated
+    # a restart with nothing to append leaves the file as it is
+    size = path.stat().st_size
+    prov3 = ScriptedProvider()
+    asyncio.run(_auditor(tmp_path, prov3).audit("s3", more))
+    assert prov3.batches == [] or all(k == "sens" for k in prov3.kinds)
+    assert path.stat().st_size == size
+
+
+class UntrustedProvider(Provider):
+    """Answers like a real model might: prose around the JSON, a rating as a string, one outside 0-5,
+    one with a field missing; asked again, it answers those cleanly."""
+
+    kind = "untrusted-test"
+    paid = False
+
+    def __init__(self):
+        self.answers: list[str] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        body = request.prompt.split("Candidates", 1)[-1] if "Candidates" in request.prompt else request.prompt.split("Names:", 1)[-1]
+        items = re.findall(r"^(\d+)\. (.*?)(?: \(([0-9.]+) km\))?$", body, re.M)
+        if "CONTENTIOUS" in request.prompt:
+            text = orjson.dumps([{"idx": int(i), "sensitive": False} for i, _, _ in items]).decode()
+        elif len(items) == 4:
+            text = ('Sure! Here is my assessment of the places.\n[{"idx": 0, "ok": true, "familiarity": "4", "en": "A"},'
+                    ' {"idx": 1, "ok": true, "familiarity": 7, "en": "B"}, {"idx": 2, "familiarity": 2, "en": "C"},'
+                    ' {"idx": 3, "ok": "yes", "familiarity": 3.0, "en": "D"}]\nLet me know if you need more.')
+        else:
+            text = orjson.dumps([{"idx": int(i), "ok": False, "familiarity": 1, "en": lab} for i, lab, _ in items]).decode()
+        self.answers.append(text)
+        return ModelResponse(text=text, usage=Usage(5, 5))
+
+
+def test_untrusted_ratings_are_never_guessed_and_every_answer_is_logged_raw(tmp_path):
+    from geoagent.crawl.referenceability import RAW_ANSWERS_FILE
+
+    cands = [RefCandidate(f"Q{50 + i}", f"Spot {i}", 1.0 + i, 0, 0) for i in range(4)]
+    prov = UntrustedProvider()
+    rated = asyncio.run(_auditor(tmp_path, prov, batch_size=4).audit("s1", cands))
+    fam = {r.qid: r.familiarity for r in rated}
+    # "4" -> 4 and 3.0 -> 3 are read; 7 (outside 0-5) and a missing "ok" are asked again, never clamped
+    assert fam == {"Q50": 4, "Q51": 1, "Q52": 1, "Q53": 3}
+    raw = _lines(tmp_path / RAW_ANSWERS_FILE)
+    assert [r["raw"] for r in raw] == prov.answers  # verbatim, one line per call, in call order
+    ref_calls = [r for r in raw if r["task"] == "crawl_referenceability"]
+    assert ref_calls[0]["qids"] == ["Q50", "Q51", "Q52", "Q53"]
+    assert sorted(q for r in ref_calls[1:] for q in r["qids"]) == ["Q51", "Q52"]
+    assert {r["model"] for r in raw} == {"aud-1"}
+    # every decision can be traced to the raw answer it came from
+    for d in _lines(tmp_path / C.AUDIT_DECISIONS_FILE):
+        assert any(d["qid"] in r["qids"] for r in ref_calls)
+
+
+def test_bracketed_aside_before_the_answer_does_not_hide_it():
+    """'[Note] ...' reads as a JSON array on its own; the answer array after it was ignored, so every
+    candidate of the batch was re-asked and, with a model that always writes the aside, logged as failed."""
+    answer = '[{"idx": 0, "ok": true, "familiarity": 3, "en": "Old Mill"}, {"idx": 1, "ok": false, "familiarity": 0}]'
+    for prose in ("[Note] ratings below.\n" + answer, "Scale [0-5]; [unknown] = 0.\n" + answer + "\n[end]"):
+        got = parse_ref_batch(prose, 2)
+        assert got is not None and sorted(got) == [0, 1], prose
+        assert got[0]["familiarity"] == 3 and got[0]["name_en"] == "Old Mill" and got[1]["ok"] is False
+    # nothing that looks like an answer: still an (empty) array result, so every candidate is asked again
+    assert parse_ref_batch("[Note] I cannot rate these.", 2) == {}
+
+
+def test_rerun_of_a_site_adds_no_duplicate_review_items(tmp_path):
+    """The site's audit is re-run when the process died after the review queue was appended but before the
+    site's result was stored; the queue then got every pending item a second time. Pageviews come from the
+    local pageviews fake (a title it does not know answers 404 = no views)."""
+    from geoagent.clients.pageviews import PageviewsClient
+    from geoagent.crawl.referenceability import REVIEW_QUEUE_FILE
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.sandbox import pageviews as pv_fake
+    from geoagent.sandbox.server import serve
+
+    # familiarity = len(label) % 6 (ScriptedProvider): "Aaaaa" 5, "Bbbbbb" 0, "Cc" 2, "Ddd" 3, "Eeee" 4, "F" 1
+    labels = ["Aaaaa", "Bbbbbb", "Cc", "Ddd", "Eeee", "F"]
+    cands = [RefCandidate(f"Q{300 + i}", lab, 1.0 + 0.1 * i, 0, 0, enwiki_title=lab) for i, lab in enumerate(labels)]
+    daily = {"Aaaaa": 1, "Bbbbbb": 5000, "Cc": 40, "Ddd": 60, "Eeee": 2}  # "F" unknown: 404
+    fast = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.01, timeout_s=5)
+
+    async def go():
+        async with serve(pv_fake.make_app(daily)) as base, HttpClient(default_policy=fast) as http:
+            for _ in range(2):  # the first run, then the re-run after a crash
+                aud = ReferenceabilityAuditor(ScriptedProvider(), ReferenceabilitySettings(model="aud-1", pageviews=True),
+                                              tmp_path, pageviews=PageviewsClient(http, base, "geoagent-test (mailto:t@example.org)"))
+                await aud.audit("site_x", cands)
+
+    asyncio.run(go())
+    lines = _lines(tmp_path / REVIEW_QUEUE_FILE)
+    keys = [(r["model"], r["qid"]) for r in lines]
+    assert len(keys) == len(set(keys)) > 0
+    # by hand: view tertiles low {F, Aaaaa}, mid {Eeee, Cc}, high {Ddd, Bbbbbb}; rating tiers differ by 2 for two
+    assert sorted(q for _, q in keys) == ["Q300", "Q301"]  # Aaaaa: rated 5, few readers; Bbbbbb: rated 0, most read

@@ -93,3 +93,43 @@ def test_settings_reject_bad_type_qids():
     with pytest.raises(ValueError, match="not a Wikidata item id"):
         SamplerSettings(site_types={"museum": "museum"})
     assert len(SamplerSettings().site_types) == 16
+
+
+def test_concurrent_table_writers_never_tear_or_lose_the_file(tmp_path):
+    """sites.csv and ladder CSVs are rewritten whole by every task (and by every process of a scaled-out
+    campaign). With one shared ``<name>.tmp`` a second writer truncated the first one's half-written
+    temporary file or found it already renamed (FileNotFoundError). Each write now has a file of its own:
+    the result is always one writer's complete table."""
+    import threading
+
+    from geoagent.crawl.ladder import LADDER_COLUMNS, read_ladder_csv, write_ladder_csv
+    from geoagent.crawl.sampler import SITES_COLUMNS, write_sites_csv
+
+    def site_rows(k):
+        return [{c: f"{c}-{k}-{i}" for c in SITES_COLUMNS} for i in range(200)]
+
+    def ladder_rows(k):
+        return [{c: f"{c}-{k}-{i}" for c in LADDER_COLUMNS} for i in range(200)]
+
+    errors = []
+
+    def hammer(k):
+        try:
+            for _ in range(60):
+                write_sites_csv(site_rows(k), tmp_path / "sites.csv")
+                write_ladder_csv(ladder_rows(k), tmp_path / "s_ladder_a-en.csv")
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with (tmp_path / "sites.csv").open(encoding="utf-8", newline="") as f:
+        got = list(csv.DictReader(f))
+    assert any(got == site_rows(k) for k in range(4))
+    lad = read_ladder_csv(tmp_path / "s_ladder_a-en.csv")
+    assert any(lad == ladder_rows(k) for k in range(4))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s_ladder_a-en.csv", "sites.csv"]  # no temporary left

@@ -217,3 +217,23 @@ def test_partial_run_then_resume_gives_the_same_crawl(clean_and_faulty, tmp_path
     assert mid[C.EDGE_IMAGES].ready == 3 and mid[C.EDGE_RATED].total == 0  # stopped half way
     for f in sa["files"]:
         assert filecmp.cmp(a / "state" / f, tmp_path / "state" / f, shallow=False), f
+
+
+def test_city_names_that_would_share_a_crawl_key_are_refused_at_load():
+    """Two cities whose names fold to one key (Córdoba ES / Cordoba AR) shared one queue key, so the second
+    was silently never crawled; a name with no Latin letters or digits had no key at all and failed only
+    when its task ran. Both are now config errors naming the cities."""
+    from geoagent.crawl.settings import CrawlConfigError, load_crawl_settings
+    from geoagent.crawl.stages import city_key
+
+    base = {"contact": "ops@example.org"}
+    ok = load_crawl_settings({**base, "cities": [{"city": "Córdoba", "lat": 37.88, "lon": -4.78},
+                                                 {"city": "Córdoba AR", "lat": -31.42, "lon": -64.18},
+                                                 {"city": "Łódź", "lat": 51.76, "lon": 19.46}]})
+    assert [city_key(c.city) for c in ok.cities] == ["cordoba", "cordobaar", "odz"]
+    with pytest.raises(CrawlConfigError, match=r"cities\[1\].city = 'Cordoba' and cities\[0\].city = 'Córdoba' share the key 'cordoba'"):
+        load_crawl_settings({**base, "cities": [{"city": "Córdoba", "lat": 37.88, "lon": -4.78},
+                                                {"city": "Cordoba", "lat": -31.42, "lon": -64.18}]})
+    for name in ("東京", "القاهرة", "---"):
+        with pytest.raises(CrawlConfigError, match="Latin script"):
+            load_crawl_settings({**base, "cities": [{"city": name, "lat": 35.0, "lon": 139.0}]})

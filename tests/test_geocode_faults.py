@@ -149,6 +149,37 @@ def test_fault4_area_naming_the_city_itself_is_city_level():
     assert any(t.outcome == "same-as-city" for t in loc.trace)
 
 
+def test_fault4_merged_away_id_of_the_city_is_still_the_city():
+    """Wikidata merged a duplicate 'Paris' item into Q90; a lagging search index still lists the old id,
+    and wbgetentities answers it with Q90's data (the redirect's shape); OSM's city boundary still
+    carries the old id in its wikidata tag. Naming the city in the area must stay city level (before: the
+    old id differed from the anchor's, so the city centre scored as an area answer 0.761 km from the
+    site: a hit)."""
+    from geoagent.sandbox.gazetteer import Gazetteer, GazetteerEntry
+
+    from _geocode_env import GAZETTEER
+
+    gaz = Gazetteer.from_jsonl(GAZETTEER)
+    gaz.add(GazetteerEntry(qid="Q99999990", labels={"en": "Paris"}, lat=PARIS[0], lon=PARIS[1], kind="city", city="Paris"))
+    truth = destination_point(*PARIS, 60.0, 0.761)
+
+    async def go():
+        async with geocode_env(gaz) as env:
+            env.wd_state.redirects["Q99999990"] = "Q90"
+            ents = await env.wikidata.get_entities(["Q99999990"])
+            loc = await env.geocoder.locate(ParsedAnswer(city="Paris", area="Paris", building="unknown"),
+                                            true_lat=truth[0], true_lon=truth[1])
+            return ents, loc
+
+    ents, loc = asyncio.run(go())
+    assert ents["Q99999990"].qid == "Q90" and ents["Q99999990"].has_coordinates  # the target's data
+    assert loc.resolved_level == "city" and loc.qid == "Q90" and not loc.hit
+    area = [t for t in loc.trace if t.level == "area"]
+    same = [t for t in area if t.outcome == "same-as-city"]
+    assert {t.source for t in same} == {"wikidata", "nominatim"} and {t.qid for t in same} == {"Q90"}
+    assert not any(t.outcome == "resolved" for t in area)  # neither source resolved the city as an area
+
+
 def test_fault4_city_anchor_prefers_the_big_city_over_a_namesake():
     """'Paris' has a namesake in Texas in the gazetteer; the anchor is the one with a city class/most links."""
     truth = destination_point(*PARIS, 60.0, 0.761)

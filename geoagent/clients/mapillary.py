@@ -47,6 +47,16 @@ class MapillaryError(RuntimeError):
         super().__init__(message)
 
 
+class ThumbnailUnavailable(MapillaryError):
+    """One image's thumbnail cannot be had: no ``thumb_*_url`` (null), the CDN refuses the URL even when
+    freshly issued (403/404/410), or the bytes are not a JPEG. A per-image condition, not an API outage:
+    callers skip the image (``status`` is the CDN's HTTP status when there was one)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
 @dataclass(frozen=True, slots=True)
 class MapillaryImage:
     """Metadata of one image. ``lat``/``lon`` are the camera position (computed geometry when present,
@@ -114,11 +124,38 @@ def bbox_around(lat: float, lon: float, radius_m: float) -> tuple[float, float, 
     """Box ``(west, south, east, north)`` in degrees enclosing the circle of ``radius_m`` around a point.
 
     The longitude half-width is taken at the pole-ward edge, so every point within ``radius_m`` lies
-    inside the box."""
+    inside the box; a circle that reaches a pole gets every longitude (-180..180). The box may reach past
+    +-180 near the antimeridian and past +-90 near a pole: :func:`normalise_bbox` makes API boxes of it."""
     dlat = math.degrees(radius_m / 1000.0 / C.EARTH_RADIUS_KM)
-    far_lat = min(89.9, abs(lat) + dlat)
-    dlon = dlat / max(1e-6, math.cos(math.radians(far_lat)))
+    if abs(lat) + dlat >= 90.0:  # the pole lies within the circle: all longitudes
+        return (-180.0, lat - dlat, 180.0, lat + dlat)
+    dlon = dlat / math.cos(math.radians(abs(lat) + dlat))
+    if dlon >= 180.0:
+        return (-180.0, lat - dlat, 180.0, lat + dlat)
     return (lon - dlon, lat - dlat, lon + dlon, lat + dlat)
+
+
+def normalise_bbox(bbox: tuple[float, float, float, float]) -> list[tuple[float, float, float, float]]:
+    """Boxes the API accepts (longitudes in [-180, 180], latitudes in [-90, 90], west < east) covering
+    ``bbox``: latitudes are clamped at the poles, and a box reaching past the antimeridian (west < -180 or
+    east > 180, as :func:`bbox_around` gives near it) becomes two boxes, one on each side.
+
+    Raises
+    ------
+    ValueError
+        If the box is empty or wider than 360 degrees."""
+    w, s, e, n = bbox
+    s, n = max(-90.0, s), min(90.0, n)
+    if not (w < e and s < n) or e - w > 360.0:
+        raise ValueError(f"not a usable bounding box (west, south, east, north): {bbox}")
+    if w < -180.0:
+        parts = [(w + 360.0, s, 180.0, n), (-180.0, s, e, n)]
+    elif e > 180.0:
+        parts = [(w, s, 180.0, n), (-180.0, s, e - 360.0, n)]
+    else:
+        parts = [(w, s, e, n)]
+    # a sliver under 1e-7 deg (1 cm) would print with west == east at 7 decimals, which the API refuses
+    return [b for b in parts if b[2] - b[0] >= 1e-7]
 
 
 def quadrants(bbox: tuple[float, float, float, float]) -> list[tuple[float, float, float, float]]:
@@ -225,6 +262,8 @@ class MapillaryClient:
                             is_pano: bool | None = None, thumb_field: str | None = None) -> list[MapillaryImage]:
         """All images in ``bbox`` = ``(west, south, east, north)`` degrees, splitting full or failing boxes.
 
+        A box reaching past +-180 degrees of longitude is searched as two boxes (see :func:`normalise_bbox`).
+
         Raises
         ------
         MapillaryError
@@ -235,7 +274,7 @@ class MapillaryClient:
         fields = tuple(dict.fromkeys(fields + ((thumb_field,) if thumb_field else ())))
         extra = {} if is_pano is None else {"is_pano": "true" if is_pano else "false"}
         seen: dict[str, MapillaryImage] = {}
-        stack = [bbox]
+        stack = normalise_bbox(bbox)  # near the antimeridian: one box on each side
         while stack:
             box = stack.pop()
             small = (box[2] - box[0]) <= self.min_box_deg or (box[3] - box[1]) <= self.min_box_deg
@@ -293,31 +332,55 @@ class MapillaryClient:
         return data
 
     async def fresh_thumb_url(self, image_id: str, thumb_field: str = "thumb_1024_url") -> str:
-        """A just-issued signed thumbnail URL for ``image_id`` (they expire, so ask right before use)."""
-        data = await self.image(image_id, ("id", thumb_field))
+        """A just-issued signed thumbnail URL for ``image_id`` (they expire, so ask right before use).
+
+        Raises
+        ------
+        ThumbnailUnavailable
+            The image has no such thumbnail (null field) or is gone (404/410)."""
+        try:
+            data = await self.image(image_id, ("id", thumb_field))
+        except PermanentHTTPError as e:
+            if e.status in (404, 410):  # deleted since the search that listed it
+                raise ThumbnailUnavailable(f"Mapillary image {image_id} is gone (HTTP {e.status})", status=e.status) from None
+            raise
         url = data.get(thumb_field)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise MapillaryError(f"Mapillary image {image_id} has no {thumb_field}")
+            raise ThumbnailUnavailable(f"Mapillary image {image_id} has no {thumb_field} (got {url!r})")
         return url
+
+    #: CDN statuses that mean "this URL is no good" (expired or bad signature, gone): ask for a new URL once
+    REFRESH_STATUSES = frozenset({403, 404, 410})
 
     async def download_thumbnail(self, image_id: str, thumb_field: str = "thumb_1024_url") -> bytes:
         """Fetch a fresh thumbnail URL and download it at once; returns the JPEG bytes.
 
+        A URL the CDN refuses with 403/404/410 (signed URLs expire, sometimes between the Graph API call
+        and the download) is replaced by a newly issued one once before giving up.
+
         Raises
         ------
-        MapillaryError
-            When the body is not a JPEG (e.g. an expired-URL error page).
+        ThumbnailUnavailable
+            No thumbnail URL, the CDN refuses a fresh URL too, or the body is not a JPEG (per image:
+            skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP layer's errors.
         """
-        url = await self.fresh_thumb_url(image_id, thumb_field)
-        self.thumb_hosts.add(host_of(url))
-        if self.thumb_policy is not None:
-            self.http.set_policy(host_of(url), self.thumb_policy)
-        try:
-            resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
-        except RetriesExhausted as e:
-            if e.last.startswith("invalid body"):
-                raise MapillaryError(f"thumbnail of {image_id} is not a JPEG: {e.last}") from None
-            raise
-        if not resp.body.startswith(b"\xff\xd8"):
-            raise MapillaryError(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})")
-        return resp.body
+        for attempt in (1, 2):
+            url = await self.fresh_thumb_url(image_id, thumb_field)
+            self.thumb_hosts.add(host_of(url))
+            if self.thumb_policy is not None:
+                self.http.set_policy(host_of(url), self.thumb_policy)
+            try:
+                resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
+            except RetriesExhausted as e:
+                if e.last.startswith("invalid body"):
+                    raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG: {e.last}") from None
+                raise
+            except PermanentHTTPError as e:
+                if e.status in self.REFRESH_STATUSES and attempt == 1:
+                    continue
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: HTTP {e.status} {e.body_excerpt[:80]!r}",
+                                           status=e.status) from None
+            if not resp.body.startswith(b"\xff\xd8"):
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})")
+            return resp.body
+        raise AssertionError("unreachable")

@@ -69,6 +69,13 @@ class OverpassStatus:
     rate_limit: int | None
     slots_available: int
     wait_s: list[float]
+    #: whether the page reported slots at all (an ``N slots available now`` or ``in N seconds`` line)
+    reports_slots: bool = True
+
+    @property
+    def unlimited(self) -> bool:
+        """No per-IP quota: ``Rate limit: 0``, or a page that reports no slot lines at all."""
+        return self.rate_limit == 0 or not self.reports_slots
 
     @property
     def next_free_s(self) -> float:
@@ -91,7 +98,7 @@ def parse_status(text: str) -> OverpassStatus:
     m = re.search(r"^(\d+)\s+slots? available now", text, re.M)
     free = int(m.group(1)) if m else 0
     waits = [float(x) for x in re.findall(r"in\s+(-?\d+)\s+seconds", text)]
-    return OverpassStatus(rate, free, [max(0.0, w) for w in waits])
+    return OverpassStatus(rate, free, [max(0.0, w) for w in waits], reports_slots=bool(m or waits))
 
 
 def parse_error_page(page: str) -> list[str]:
@@ -158,15 +165,19 @@ class OverpassClient:
     async def wait_for_slot(self, base_url: str | None = None) -> OverpassStatus | None:
         """Wait until ``/status`` reports a free slot (at most ``max_slot_wait_s`` s in total).
 
-        Returns None, without waiting, on an instance that has no status page (4xx)."""
+        Returns None, without waiting, on an instance that has no status page (4xx), and the status at
+        once on an instance without a per-IP quota (``Rate limit: 0``, no slot lines)."""
         waited = 0.0
         while True:
             try:
                 st = await self.status(base_url)
             except PermanentHTTPError:
                 return None
-            if st.slots_available > 0:
+            if st.slots_available > 0 or st.unlimited:  # an instance without a quota never frees a slot
                 return st
+            if st.next_free_s > self.max_slot_wait_s - waited:  # announced beyond our patience: give the worker back now
+                raise OverpassError(f"no free Overpass slot: the next one frees in {st.next_free_s:.0f} s, "
+                                    f"more than the {self.max_slot_wait_s - waited:.0f} s left to wait")
             delay = min(max(st.next_free_s, 1.0), self.max_slot_wait_s - waited)
             if delay <= 0:
                 raise OverpassError(f"no free Overpass slot after {waited:.0f} s")

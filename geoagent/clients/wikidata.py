@@ -401,7 +401,8 @@ class WikidataClient:
         Returns
         -------
         dict of str to Entity
-            One entry per requested id (``missing=True`` for ids the API does not know).
+            One entry per requested id (``missing=True`` for ids the API does not know). A merged item
+            (redirect) comes back under the id asked for, with ``Entity.qid`` naming the target item.
 
         Raises
         ------
@@ -417,8 +418,13 @@ class WikidataClient:
                 params["languages"] = "|".join(languages)
             body = await self._call(params)
             entities = body.get("entities") if isinstance(body.get("entities"), dict) else {}
+            by_source = {}  # a redirected id: under its own key (the API's form) or found by "redirects.from"
+            for obj in entities.values():
+                red = obj.get("redirects") if isinstance(obj, dict) else None
+                if isinstance(red, dict) and isinstance(red.get("from"), str):
+                    by_source[red["from"].upper()] = obj
             for qid in batch:
-                out[qid] = parse_entity(qid, entities.get(qid))
+                out[qid] = parse_entity(qid, entities.get(qid) or by_source.get(qid))
         return out
 
     async def coordinates(self, ids: Iterable[str]) -> dict[str, tuple[float, float] | None]:

@@ -7,7 +7,9 @@ thumbnail URL is requested and the JPEG downloaded at once (the URLs expire); it
 of a small greyscale copy is below ``min_brightness`` (90 on 0-255, the daylight filter) or if its
 64-bit difference hash is within ``dedupe_hamming_max`` bits of a kept image (a near-duplicate). Kept
 images and every rejection are recorded with the metadata (id, camera lat/lon, capture time, compass
-angle) in ``<site>/images.json``. Image ids are validated as digits before they touch a path.
+angle) in ``<site>/images.json``. Image ids are validated as digits before they touch a path. An image
+whose thumbnail cannot be had (no URL, refused even when freshly issued, not a JPEG) is rejected with
+the reason; the walk goes on to the next image.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import orjson
 from PIL import Image, ImageStat
 
-from geoagent.clients.mapillary import MapillaryImage
+from geoagent.clients.mapillary import MapillaryImage, ThumbnailUnavailable
 from geoagent.crawl.settings import FetcherSettings
 from geoagent.geo import haversine_km
 from geoagent.paths import safe_image_id, safe_name
@@ -71,13 +73,13 @@ def image_path(images_root: str | Path, site: str, image_id: str) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    """Write and fsync a temporary file of this call's own, then rename it over ``path``."""
+    from geoagent.files import atomic_open
+
+    with atomic_open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 def too_close(img: MapillaryImage, kept: list[dict[str, Any]], min_sep_m: float) -> str | None:
@@ -137,7 +139,11 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         if path.is_file():  # already fetched in an earlier (interrupted) run
             jpeg = path.read_bytes()
         else:
-            jpeg = await mapillary.download_thumbnail(img.image_id, settings.thumb_field)
+            try:
+                jpeg = await mapillary.download_thumbnail(img.image_id, settings.thumb_field)
+            except ThumbnailUnavailable as e:  # this image only (no URL, refused, not a JPEG): skip it
+                res.rejected.append(meta | {"reason": f"no thumbnail: {e}"})
+                continue
             res.downloads += 1
         try:
             bright = mean_brightness(jpeg, settings.grey_size_px)

@@ -20,12 +20,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json
+from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json_like
 from geoagent.crawl.settings import ImageAuditSettings
 from geoagent.files import atomic_open
 from geoagent.providers.base import ModelRequest
 
 SCENE_TYPES = ("street", "indoor", "vehicle_interior", "closeup", "other")
+#: keys that mark an object in the answer as the audit itself (not an aside in the prose)
+_AUDIT_KEYS = frozenset({"answer_overlay", "scene_type", "quality", "usable"})
 PROMPT_MARKER = "STREET-LEVEL PHOTO AUDIT"
 
 #: Columns of the release's ``data/image_audit.csv``, in order.
@@ -85,7 +87,7 @@ def parse_image_audit(text: str | None) -> ImageAudit:
     """Parse the model's answer (untrusted text); never raises. Missing ``usable`` is filled by the rule;
     an unknown scene type or a quality outside 0-5 makes the answer unparsed."""
     raw = text if isinstance(text, str) else ""
-    obj = extract_json(raw, dict)
+    obj = extract_json_like(raw, dict, lambda o: bool(_AUDIT_KEYS & set(o)))
     if obj is None:
         return ImageAudit(False, reason="no JSON object in the answer", raw=raw)
     overlay = as_bool(obj.get("answer_overlay"))

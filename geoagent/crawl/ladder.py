@@ -196,15 +196,14 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
 
 def write_ladder_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write ladder rows as CSV (UTF-8, the release's columns) atomically; return the path."""
+    from geoagent.files import atomic_open
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:  # a temporary file of its own: concurrent writers never share one
         w = csv.DictWriter(f, fieldnames=list(LADDER_COLUMNS))
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in LADDER_COLUMNS})
-    tmp.replace(path)
     return path
 
 

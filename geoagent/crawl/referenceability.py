@@ -8,7 +8,8 @@ candidate ``ok`` (usable as a reference point), ``familiarity`` (referenceabilit
 use it to say where they are, not fame), ``zh``/``en`` canonical names and a short ``why``. Output that
 cannot be read is never guessed at: the batch is split in halves and each half retried, down to single
 candidates, which are then recorded as failed. Every decision is appended to ``audit_decisions.jsonl``
-(the release's record shape); decisions already logged for the same auditor model are reused, so a
+(the release's record shape) and every verbatim answer, with the QIDs it was about, to
+``audit_raw_answers.jsonl``; decisions already logged for the same auditor model are reused, so a
 restart re-asks nothing. A separate, deliberately narrow screening pass (``prompts/crawl_sensitive.txt``)
 writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate whose pageview tier (tertiles
 within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to a human review queue
@@ -29,7 +30,7 @@ import orjson
 
 from geoagent.crawl.image_audit import load_prompt
 from geoagent.crawl.ladder import RatedCandidate, tier_for
-from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json
+from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json_like
 from geoagent.crawl.settings import ReferenceabilitySettings
 from geoagent.geo import haversine_km
 from geoagent.providers.base import ModelRequest
@@ -37,6 +38,8 @@ from geoagent.providers.base import ModelRequest
 REF_MARKER = "REFERENCE-POINT CANDIDATES"
 SENS_MARKER = "CONTENTIOUS-NAME SCREEN"
 REVIEW_QUEUE_FILE = "audit_review_queue.jsonl"
+#: one line per auditor call: the verbatim answer text and the QIDs of the batch it was asked about
+RAW_ANSWERS_FILE = "audit_raw_answers.jsonl"
 #: keys of one released audit_decisions.jsonl record, in order
 DECISION_KEYS = ("qid", "label", "model", "ok", "familiarity", "name_zh", "name_en", "why", "ts")
 SENSITIVE_KEYS = ("qid", "label", "model", "auditor", "sensitive", "why", "ts")
@@ -118,7 +121,7 @@ def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]]
 def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | None:
     """The JSON array in ``text`` as idx -> ``read(element)``: elements that are objects with an ``idx`` in
     [0, n) and that ``read`` accepts (not None); the first valid element of an idx wins; None if no array."""
-    arr = extract_json(text, list)
+    arr = extract_json_like(text, list, lambda a: any(isinstance(el, dict) and "idx" in el for el in a))
     if arr is None:
         return None
     out: dict[int, dict[str, Any]] = {}
@@ -134,11 +137,27 @@ def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | 
     return out
 
 
+def append_jsonl(path: Path, recs: Sequence[dict[str, Any]]) -> None:
+    """Append records as JSON lines and fsync. A torn last line left by a crash is ended first, so the
+    new records never share a line with it (they would be lost with it on the next load)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = b"".join(orjson.dumps(r) + b"\n" for r in recs)
+    with path.open("ab+") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                data = b"\n" + data
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class JsonlLog:
     """Append-only JSONL file of decisions keyed by (model, qid); the last record of a key wins on load.
 
     Appends are serialised by an asyncio lock and fsynced per batch, so a crash loses at most the batch
-    being written and never corrupts earlier lines (a torn last line is skipped on load).
+    being written and never corrupts earlier lines (a torn last line is skipped on load, and the next
+    append starts on a fresh line so the torn bytes cannot swallow its first record).
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -162,12 +181,7 @@ class JsonlLog:
         if not recs:
             return
         async with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            data = b"".join(orjson.dumps(r) + b"\n" for r in recs)
-            with self.path.open("ab") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            append_jsonl(self.path, recs)
             for r in recs:
                 self.records[(str(r["model"]), str(r["qid"]))] = r
 
@@ -215,6 +229,8 @@ class ReferenceabilityAuditor:
         self.decisions = decisions or JsonlLog(self.state_dir / C.AUDIT_DECISIONS_FILE)
         self.sensitive = sensitive or JsonlLog(self.state_dir / C.AUDIT_SENSITIVE_FILE)
         self.review = JsonlLog(self.state_dir / REVIEW_QUEUE_FILE)
+        self.raw_path = self.state_dir / RAW_ANSWERS_FILE
+        self._raw_lock = asyncio.Lock()
         self.pageviews = pageviews
         self.ref_template = load_prompt("crawl_referenceability.txt")
         self.sens_template = load_prompt("crawl_sensitive.txt")
@@ -232,14 +248,20 @@ class ReferenceabilityAuditor:
                             params={"max_output_tokens": self.settings.max_output_tokens, "temperature": self.settings.temperature},
                             meta={"task": task})
 
-    async def _ask(self, prompt: str, task: str) -> str:
+    async def _ask(self, prompt: str, task: str, batch: Sequence[RefCandidate]) -> str:
+        """One model call; its verbatim answer is appended to ``audit_raw_answers.jsonl`` with the batch's
+        QIDs (in prompt order: element ``idx`` of the answer speaks about ``qids[idx]``) before any parsing."""
         self.calls += 1
         resp = await self._generate(self._request(prompt, task))
-        return resp.text
+        text = resp.text if isinstance(resp.text, str) else ""
+        rec = {"task": task, "model": self.settings.model, "qids": [c.qid for c in batch], "raw": text, "ts": time.time()}
+        async with self._raw_lock:
+            append_jsonl(self.raw_path, [rec])
+        return text
 
     async def _rate(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
         """Decisions for ``batch``; unparseable output -> split in halves and retry; single failures logged."""
-        text = await self._ask(self.ref_template.replace("{candidates}", render_candidates(batch)), "crawl_referenceability")
+        text = await self._ask(self.ref_template.replace("{candidates}", render_candidates(batch)), "crawl_referenceability", batch)
         parsed = parse_ref_batch(text, len(batch)) or {}
         ts = time.time()
         out = []
@@ -266,7 +288,7 @@ class ReferenceabilityAuditor:
 
     async def _screen(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
         text = await self._ask(self.sens_template.replace("{candidates}", render_candidates(batch, with_distance=False)),
-                               "crawl_sensitive")
+                               "crawl_sensitive", batch)
         parsed = parse_sensitive_batch(text, len(batch)) or {}
         ts = time.time()
         out, missing = [], []
@@ -314,8 +336,9 @@ class ReferenceabilityAuditor:
                 qid=c.qid, label_raw=c.label, dist_km=c.dist_km, familiarity=d.get("familiarity"),
                 ok=bool(d.get("ok")), name_en=d.get("name_en"), name_zh=d.get("name_zh"),
                 sensitive=bool(s.get("sensitive")), pageviews=views.get(c.qid)))
-        if views:
-            await self.review.append(self.review_items(site, rated, views))
+        if views:  # a re-run of the site (crash before its result was stored) adds no second copy of an item
+            await self.review.append([r for r in self.review_items(site, rated, views)
+                                      if self.review.get(r["model"], r["qid"]) is None])
         return rated
 
     def review_items(self, site: str, rated: Sequence[RatedCandidate], views: dict[str, int]) -> list[dict[str, Any]]:

@@ -176,13 +176,12 @@ async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: Samp
 
 def write_sites_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write site rows with :data:`SITES_COLUMNS` (atomic replace)."""
+    from geoagent.files import atomic_open
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:  # a temporary file of its own: concurrent writers never share one
         w = csv.DictWriter(f, fieldnames=list(SITES_COLUMNS))
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in SITES_COLUMNS})
-    tmp.replace(path)
     return path

@@ -247,6 +247,26 @@ class CrawlSettings(_Section):
                 raise ValueError(f"{key} = {model!r} is also an evaluated model; the auditor must not be one")
         return self
 
+    @model_validator(mode="after")
+    def _city_keys_unique(self) -> "CrawlSettings":
+        # every city's queue key and file stem is the ASCII slug of its name (stages.city_key): a name
+        # without Latin letters or digits has none, and two cities with one slug (Córdoba, Spain and
+        # Córdoba, Argentina) would share one queue key, so the second would silently never be crawled
+        from geoagent.crawl.sampler import slug
+
+        seen: dict[str, int] = {}
+        for i, c in enumerate(self.cities):
+            key = slug(c.city)
+            if not key or len(key) > 128:
+                raise ValueError(f"cities[{i}].city = {c.city!r}: the crawl keys cities by the ASCII letters and digits "
+                                 f"of the name (1-128 of them); write the name in Latin script, e.g. 'Tokyo'")
+            if key in seen:
+                j = seen[key]
+                raise ValueError(f"cities[{i}].city = {c.city!r} and cities[{j}].city = {self.cities[j].city!r} share the "
+                                 f"key {key!r}; make the names differ in letters or digits (e.g. add the country)")
+            seen[key] = i
+        return self
+
     @property
     def user_agent(self) -> str:
         """Descriptive User-Agent with contact (Wikimedia User-Agent policy; courteous for OSM too)."""

@@ -424,8 +424,10 @@ class Geocoder:
             ent = ents[qid]
             if not ent.has_coordinates:
                 continue
-            if qid == anchor.qid:  # fault 4: naming the city itself is no finer than the city
-                trace.append(Lookup(level, variant, "wikidata", "same-as-city", qid, anchor.label, 0.0))
+            # fault 4: naming the city itself is no finer than the city (ent.qid: a merged-away id that a
+            # lagging search index still lists resolves to the anchor's own item)
+            if ent.qid == anchor.qid:
+                trace.append(Lookup(level, variant, "wikidata", "same-as-city", ent.qid, anchor.label, 0.0))
                 continue
             d = haversine_km(anchor.lat, anchor.lon, ent.lat, ent.lon)  # type: ignore[arg-type]
             if d <= self.anchor_radius_km:
@@ -435,7 +437,7 @@ class Geocoder:
             if nearest is None or d < nearest[0]:
                 nearest = (d, ent)
         if nearest is None:
-            if not any(q == anchor.qid for q in hits):
+            if not any(ents[q].qid == anchor.qid for q in hits):
                 trace.append(Lookup(level, variant, "wikidata", "no-coordinates", hits[0]))
         else:
             d, ent = nearest
@@ -464,9 +466,12 @@ class Geocoder:
 
     @staticmethod
     def _is_anchor_place(p: NominatimPlace, anchor: Candidate) -> bool:
-        """Whether a Nominatim place is the anchor city itself (same QID, or a city object of that name)."""
-        if p.wikidata is not None:
-            return p.wikidata == anchor.qid
+        """Whether a Nominatim place is the anchor city itself: same QID, or a city object of that name.
+
+        The name test applies also when the OSM object carries a different ``wikidata`` tag: OSM tags lag
+        behind Wikidata merges, so the city's own boundary can carry a merged-away QID."""
+        if p.wikidata is not None and p.wikidata == anchor.qid:
+            return True
         is_city = p.addresstype in ("city", "town", "municipality") or p.category == "boundary"
         return is_city and fold(p.name) == fold(anchor.label)
 

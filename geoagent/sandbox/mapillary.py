@@ -10,7 +10,8 @@ object. Errors are Graph-style ``{"error": {"message", "type", "code", "error_su
 Failure shapes: no token -> 401 ``OAuthException`` code 190; unknown field, ``limit`` > 2,000 or a bbox
 over ``max_bbox_deg2`` -> 400; a "dense" box (more than ``dense_threshold`` images) -> 500 (the client
 must split it); thumbnail URLs carry an expiry (``ttl_s``) and a signature: an expired or forged one
-gets 403 with a text body. Thumbnails are JPEGs rendered on demand whose mean grey level is the image's
+gets 403 with a text body (``FakeImage.cdn_expired_first`` makes a URL expire before its first uses);
+an image may have no thumbnail (``thumb_*_url`` null) or a CDN answer that is not a JPEG. Thumbnails are JPEGs rendered on demand whose mean grey level is the image's
 ``brightness`` (so the brightness filter has something real to measure).
 """
 
@@ -51,6 +52,15 @@ class FakeImage:
     brightness: float = 140.0
     sequence: str = "seq0"
     pattern_seed: str | None = None  # images sharing one render as near-duplicates
+    #: False: the Graph API answers ``null`` for every ``thumb_*_url`` (no thumbnail available)
+    has_thumb: bool = True
+    #: served by the CDN instead of the rendered JPEG (e.g. an HTML error page with status 200)
+    cdn_body: bytes | None = None
+    #: the first N CDN requests of this image answer 403 "URL signature expired" (a URL that aged
+    #: between the Graph API call and the download)
+    cdn_expired_first: int = 0
+    #: still in search results (an index lagging behind), but ``GET /{id}`` answers 404: deleted meanwhile
+    deleted: bool = False
 
 
 @dataclass
@@ -132,6 +142,8 @@ def _render(request: web.Request, st: MapillaryFakeState, img: FakeImage, fields
             out[f] = img.camera_type
         elif f == "sequence":
             out[f] = img.sequence
+        elif f in THUMB_SIZES and not img.has_thumb:
+            out[f] = None
         elif f in THUMB_SIZES:
             exp = int(time.time() + st.ttl_s)
             size = THUMB_SIZES[f]
@@ -188,7 +200,7 @@ async def _one(request: web.Request) -> web.Response:
     if isinstance(fields, web.Response):
         return fields
     img = st.by_id().get(iid)
-    if img is None:
+    if img is None or img.deleted:
         return graph_error(404, f"Unsupported get request. Object with ID '{iid}' does not exist", 100, "GraphMethodException", 33)
     return web.json_response(_render(request, st, img, fields))
 
@@ -209,6 +221,11 @@ async def _cdn(request: web.Request) -> web.Response:
     img = st.by_id().get(iid)
     if img is None:
         return web.Response(status=404, text="Not Found", content_type="text/plain")
+    if img.cdn_expired_first > 0:
+        img.cdn_expired_first -= 1
+        return web.Response(status=403, text="URL signature expired", content_type="text/plain")
+    if img.cdn_body is not None:
+        return web.Response(body=img.cdn_body, content_type="text/html")
     key = f"{iid}:{st.thumb_px}"
     if key not in st._jpeg_cache:
         st._jpeg_cache[key] = render_thumbnail(iid, img.brightness, st.thumb_px, img.pattern_seed)

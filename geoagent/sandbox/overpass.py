@@ -46,6 +46,9 @@ class OverpassFakeState:
     status_calls: int = 0
     #: per-IP slot quota enforced on concurrent queries (Overpass default: 2) and query latency (s)
     slot_quota: int = 2
+    #: the status page's ``Rate limit:`` (0: an instance without a per-IP quota, whose status page then
+    #: has no slot lines at all, and which enforces no slots)
+    rate_limit: int = 2
     latency_s: float = 0.0
     in_flight: int = 0
     max_in_flight: int = 0
@@ -115,10 +118,10 @@ async def _interpreter(request: web.Request) -> web.Response:
     problem = ua_problem(ua)
     if problem:
         return web.Response(status=403, text=f"403 Forbidden: {problem}\n", content_type="text/plain")
-    if st.slots_available <= 0:
+    if st.slots_available <= 0 and st.rate_limit != 0:
         return _html_error(429, ["runtime error: open64: 0 Success /osm3s_v0.7.62_osm_base "
                                  "Dispatcher_Client::request_read_and_idx::rate_limited. Please check /api/status for the quota of your IP address."])
-    if st.in_flight >= st.slot_quota:
+    if st.in_flight >= st.slot_quota and st.rate_limit != 0:
         st.rejected_busy += 1
         return _html_error(429, ["runtime error: open64: 0 Success /osm3s_v0.7.62_osm_base "
                                  "Dispatcher_Client::request_read_and_idx::rate_limited. Please check /api/status for the quota of your IP address."])
@@ -189,8 +192,10 @@ async def _status(request: web.Request) -> web.Response:
     st = request.app[OVERPASS_STATE]
     st.status_calls += 1
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    lines = ["Connected as: 2130706433", f"Current time: {now}", "Announced endpoint: none", "Rate limit: 2"]
-    if st.slots_available > 0:
+    lines = ["Connected as: 2130706433", f"Current time: {now}", "Announced endpoint: none", f"Rate limit: {st.rate_limit}"]
+    if st.rate_limit == 0:
+        pass  # no quota: no slot lines
+    elif st.slots_available > 0:
         lines.append(f"{st.slots_available} slots available now.")
     else:
         later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + st.slot_wait_s))

@@ -80,6 +80,11 @@ class WikidataFakeState:
     retry_after_s: int | None = 5
     ratelimited_requests: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: merged items: id -> the id it redirects to. ``wbgetentities`` answers a redirected id with the
+    #: target's data under the REQUESTED id as key, ``"id"`` naming the target and
+    #: ``"redirects": {"from", "to"}`` (Wikibase's ResultBuilder; public client fixtures show this shape).
+    #: A redirected id that still has a gazetteer entry keeps turning up in search, like a lagging index.
+    redirects: dict[str, str] = field(default_factory=dict)
 
     def count(self, action: str | None = None, outcome: str | None = None) -> int:
         """Number of logged requests, optionally of one action and/or outcome."""
@@ -248,7 +253,7 @@ async def _api(request: web.Request) -> web.Response:
     if action == "wbsearchentities":
         return _search(params, gaz, record)
     if action == "wbgetentities":
-        return _getentities(params, gaz, record)
+        return _getentities(params, gaz, record, state.redirects)
     record["outcome"] = "badvalue"
     return _error("badvalue", f'Unrecognized value for parameter "action": {action}.')
 
@@ -284,7 +289,8 @@ def _search(params: dict[str, str], gaz: Gazetteer, record: dict[str, Any]) -> w
     return web.json_response(body)
 
 
-def _getentities(params: dict[str, str], gaz: Gazetteer, record: dict[str, Any]) -> web.Response:
+def _getentities(params: dict[str, str], gaz: Gazetteer, record: dict[str, Any],
+                 redirects: dict[str, str] | None = None) -> web.Response:
     raw_ids = params.get("ids")
     if not raw_ids:
         record["outcome"] = "noids"
@@ -308,6 +314,10 @@ def _getentities(params: dict[str, str], gaz: Gazetteer, record: dict[str, Any])
     entities: dict[str, Any] = {}
     for qid in ids:
         qid = qid.upper()
+        target = (redirects or {}).get(qid) if params.get("redirects", "yes") != "no" else None
+        if target is not None and gaz.get(target) is not None:
+            entities[qid] = {**_entity_json(gaz.get(target), props, languages), "redirects": {"from": qid, "to": target}}
+            continue
         entry = gaz.get(qid)
         entities[qid] = {"id": qid, "missing": ""} if entry is None else _entity_json(entry, props, languages)
     return web.json_response({"entities": entities, "success": 1})
