@@ -1,4 +1,4 @@
-"""Atomic files that several writers may rewrite at once (reports, crawl tables, trial tables).
+"""Crash-safe file writes: atomic rewrites (reports, crawl tables, trial tables) and JSONL appends.
 
 Every process of a scaled-out campaign writes the campaign report when it ends, and an aggregator rewrites
 the live report in a worker thread meanwhile, so the same file can have several writers at the same
@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+import orjson
 
 TMP_SUFFIX = ".tmp"
 """Suffix of the temporary files (named ``.<target name>.<pid>.<thread>.<random>.tmp``, hidden)."""
@@ -104,3 +106,35 @@ def atomic_savefig(fig, path: str | Path, **savefig_kwargs: Any) -> Path:
     with atomic_open(path, "wb") as fh:
         fig.savefig(fh, format="png", **savefig_kwargs)
     return Path(path)
+
+
+def append_jsonl(path: str | Path, records: Any, *, fsync: bool = True) -> None:
+    """Append ``records`` (an iterable of JSON-serialisable dicts) to ``path`` as JSON lines.
+
+    A crash can leave a torn last line (bytes without their newline). Readers skip such a line, but an
+    append that simply continued it would glue its first record onto the torn bytes and lose it with
+    them on the next read; so when the file does not end with a newline, the new records start on a
+    fresh line. The records are written in one ``write`` call; with ``fsync`` they are on disk when
+    this returns (decision logs), without it they are left to the OS (the progress stream).
+
+    Raises
+    ------
+    TypeError
+        A record orjson cannot serialise (nothing is written).
+    OSError
+        The file cannot be opened or written.
+    """
+    path = Path(path)
+    data = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    if not data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab+") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                data = b"\n" + data
+        f.write(data)
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())

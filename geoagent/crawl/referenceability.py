@@ -19,7 +19,6 @@ within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to a hu
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from geoagent.crawl.image_audit import load_prompt
 from geoagent.crawl.ladder import RatedCandidate, tier_for
 from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json_like
 from geoagent.crawl.settings import ReferenceabilitySettings
+from geoagent.files import append_jsonl
 from geoagent.geo import haversine_km
 from geoagent.providers.base import ModelRequest
 
@@ -135,21 +135,6 @@ def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | 
         if row is not None:
             out[idx] = row
     return out
-
-
-def append_jsonl(path: Path, recs: Sequence[dict[str, Any]]) -> None:
-    """Append records as JSON lines and fsync. A torn last line left by a crash is ended first, so the
-    new records never share a line with it (they would be lost with it on the next load)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = b"".join(orjson.dumps(r) + b"\n" for r in recs)
-    with path.open("ab+") as f:
-        if f.seek(0, os.SEEK_END) > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                data = b"\n" + data
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 class JsonlLog:

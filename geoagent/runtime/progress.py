@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from geoagent.files import append_jsonl
 from geoagent.runtime.daemon import PipelineRun
 from geoagent.runtime.worker import eta_s
 
@@ -69,8 +70,7 @@ class Progress:
 
     async def __call__(self, run: PipelineRun) -> None:
         record = await self.snapshot(run)
-        with self.path.open("ab") as fh:
-            fh.write(orjson.dumps(record) + b"\n")
+        append_jsonl(self.path, [record], fsync=False)  # a torn line from a crash never swallows this one
         if self.live_enabled:
             self._render(record, final=run.finished_at is not None)
 
