@@ -11,7 +11,10 @@ from geoagent.geohint.placenames import fold, is_linear_name, is_null_answer, na
     "name",
     ["Meiji-dōri", "Meiji-dori", "Meiji Dori", "Canal Street", "Omotesando Avenue", "Rue de Rivoli", "Calle Mayor",
      "Avenida Presidente Masaryk", "Friedrichstraße", "Gran Via de les Corts Catalanes", "Fire Street (Jinnan 1-chome)",
-     "Varick St.", "Broadway", "表参道通り", "Kärntner Strasse"],
+     "Varick St.", "Broadway", "表参道通り", "Kärntner Strasse",
+     # beyond the Latin-script designators: Russian, Polish, Korean, Chinese, Thai, Arabic, Hebrew
+     "Nevsky Prospekt", "Невский проспект", "Тверская улица", "улица Арбат", "Ulica Floriańska", "ul. Floriańska",
+     "세종대로", "世纪大道", "ถนนสุขุมวิท", "Thanon Sukhumvit", "شارع الملك فهد", "רחוב דיזנגוף"],
 )
 def test_linear_names(name):
     assert is_linear_name(name)
@@ -20,7 +23,8 @@ def test_linear_names(name):
 @pytest.mark.parametrize(
     "name",
     ["Shibuya", "Sixth Avenue station", "500 Fifth Avenue", "Dohány Street Synagogue", "Park Street Church",
-     "Princes Street Gardens", "Abbey Road Studios", "Berlin Friedrichstraße station", "Naka-Meguro", "Le Marais", "", None],
+     "Princes Street Gardens", "Abbey Road Studios", "Berlin Friedrichstraße station", "Naka-Meguro", "Le Marais", "", None,
+     "Nevsky Prospekt station", "ถนน"],
 )
 def test_not_linear_names(name):
     assert not is_linear_name(name)

@@ -22,16 +22,21 @@ _LINEAR_SUFFIX_WORDS = (
     "street", "st", "road", "rd", "avenue", "ave", "av", "boulevard", "blvd", "lane", "ln", "drive", "dr",
     "highway", "parkway", "pkwy", "expressway", "alley", "dori", "dōri", "doori", "dôri", "douri",
     "strasse", "straße", "str", "gasse", "allee", "laan", "straat", "gade", "gatan", "vej", "utca", "ulica",
-    "caddesi", "sokak", "promenade", "embankment", "broadway",
+    "caddesi", "sokak", "promenade", "embankment", "broadway", "prospekt", "ulitsa", "pereulok", "shosse",
+    "naberezhnaya", "улица", "проспект", "переулок", "шоссе", "набережная", "bulvar", "бульвар",
 )
 # Designators that START a linear feature's name ("Rue de Rivoli", "Calle Mayor", "Avenida Paulista").
 _LINEAR_PREFIX_WORDS = (
     "rue", "calle", "avenida", "avenue", "av", "boulevard", "bd", "blvd", "via", "viale", "carrer", "rua",
     "calzada", "paseo", "passeig", "strada", "corso", "quai", "gran via", "allée", "allee", "rambla",
-    "ulitsa", "odos", "leoforos", "jalan", "duong", "đường", "phố", "pho",
+    "ulitsa", "odos", "leoforos", "jalan", "duong", "đường", "phố", "pho", "ulica", "ul.", "улица",
+    "проспект", "thanon", "sharia", "shari", "شارع", "rehov", "רחוב", "carrera",
 )
 # Compound endings written without a space ("Friedrichstraße", "Omotesando-dori", "表参道通り").
-_LINEAR_COMPOUND_ENDINGS = ("straße", "strasse", "gasse", "allee", "straat", "gatan", "-dori", "-dōri", "通り", "大街", "路")
+_LINEAR_COMPOUND_ENDINGS = ("straße", "strasse", "gasse", "allee", "straat", "gatan", "-dori", "-dōri", "通り", "大街", "大道",
+                            "路", "대로")
+# Compound starts written without a space (Thai "ถนนสุขุมวิท", Thanon Sukhumvit).
+_LINEAR_COMPOUND_STARTS = ("ถนน",)
 
 _SUFFIX_RE = re.compile(r"(?:^|\s)(?:" + "|".join(re.escape(w) for w in _LINEAR_SUFFIX_WORDS) + r")\.?$", re.IGNORECASE)
 _PREFIX_RE = re.compile(r"^(?:" + "|".join(re.escape(w) for w in _LINEAR_PREFIX_WORDS) + r")\s+\S", re.IGNORECASE)
@@ -117,7 +122,9 @@ def is_linear_name(text: str | None) -> bool:
     if _SUFFIX_RE.search(core) or _PREFIX_RE.search(core):
         return True
     low = core.casefold()
-    return any(low.endswith(e) and len(low) > len(e) for e in _LINEAR_COMPOUND_ENDINGS)
+    return any(low.endswith(e) and len(low) > len(e) for e in _LINEAR_COMPOUND_ENDINGS) or any(
+        low.startswith(e) and len(low) > len(e) for e in _LINEAR_COMPOUND_STARTS
+    )
 
 
 def _clean_segment(seg: str) -> list[str]:
