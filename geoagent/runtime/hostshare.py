@@ -92,6 +92,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -117,6 +118,8 @@ STALE_S = 10.0
 BUSY_TIMEOUT_MS = 10_000
 #: Pauses older than this (s after their end) are deleted from the board.
 PAUSE_KEEP_S = 60.0
+#: Shortest wait (s) between two looks at a host's turn queue while another process holds the turn.
+TURN_POLL_MIN_S = 0.02
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS members (
@@ -139,6 +142,22 @@ CREATE TABLE IF NOT EXISTS pauses (
     boot TEXT NOT NULL,
     set_by INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS turns (
+    host TEXT PRIMARY KEY,
+    next_at REAL NOT NULL,
+    boot TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tickets (
+    ticket INTEGER PRIMARY KEY AUTOINCREMENT,
+    token TEXT NOT NULL UNIQUE,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    pstart TEXT NOT NULL,
+    boot TEXT NOT NULL,
+    member INTEGER NOT NULL,
+    since REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tickets_host ON tickets(host, ticket);
 """
 
 
@@ -170,6 +189,33 @@ def share_policy(policy: HostPolicy, n: int) -> HostPolicy:
     whole = math.floor(policy.rate / n)
     rate = float(whole) if whole >= 1 else policy.rate / n
     return dataclasses.replace(policy, rate=rate, concurrency=max(1, math.ceil(policy.concurrency / n)))
+
+
+def takes_turns(policy: HostPolicy, n: int) -> bool:
+    """Whether ``n`` processes sharing a host with ``policy`` take turns on the board for every send.
+
+    True when ``n >= 2`` and ``floor(rate / n) == 0``: the share would be a fraction of one request per
+    period (e.g. Nominatim's 1 request/s with 2 processes), so only turns keep sends from different
+    processes apart (see the module docstring).
+    """
+    return n >= 2 and math.floor(policy.rate / n) == 0
+
+
+def turn_spacing_s(policy: HostPolicy) -> float:
+    """Least time in seconds between two sends to a host whose processes take turns.
+
+    ``period_s / rate`` plus the client's safety margin (:data:`~geoagent.runtime.http.RATE_MARGIN_FRACTION`
+    of it, at least :data:`~geoagent.runtime.http.RATE_MARGIN_MIN_S`), as for one process's limiter of a
+    fractional rate: 1.1 s for 1 request per 1 s.
+
+    Raises
+    ------
+    ValueError
+        ``rate`` or ``period_s`` not > 0.
+    """
+    if policy.rate <= 0 or policy.period_s <= 0:
+        raise ValueError(f"HostPolicy.rate and period_s must be > 0, got rate={policy.rate} period_s={policy.period_s}")
+    return _throttle_params(HostPolicy(rate=1.0, period_s=policy.period_s / policy.rate))[1]
 
 
 def _boot_id() -> str:
@@ -219,6 +265,38 @@ def _alive(pid: int, pstart: str) -> bool:
     return True
 
 
+class _FreeSend:
+    """Token of a send that takes no turn (the host's share is whole): counts it until it went out."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: _Host) -> None:
+        self.host = host
+
+    def done(self, when_s: float, sent: bool) -> None:
+        h = self.host
+        h.free_inflight -= 1
+        if sent and when_s > h.last_free_sent:
+            h.last_free_sent = when_s
+
+
+class _Turn:
+    """This process's turn at a host (a ticket at the head of the host's queue on the board)."""
+
+    __slots__ = ("host", "token", "finished")
+
+    def __init__(self, host: _Host, token: str) -> None:
+        self.host = host
+        self.token = token
+        self.finished = False
+
+    def done(self, when_s: float, sent: bool) -> None:
+        """The request's headers went out at ``when_s`` (``sent``), or it ended unsent: pass the turn on."""
+        if not self.finished:
+            self.finished = True
+            self.host.turn_done(self.token, when_s if sent else None)
+
+
 class _Host:
     """This process's view of one shared host; also the ``gate`` of its ``_HostState``."""
 
@@ -237,6 +315,12 @@ class _Host:
         self.adopted_seq = 0
         self.adopted_at = 0.0
         self.open_at = math.inf  # monotonic s at which a joining process may open (once known)
+        self.turns = False  # every send takes a turn on the board (takes_turns(base, n))
+        self.spacing_s = turn_spacing_s(self.base)
+        self.turn_lock = asyncio.Lock()  # one ticket of this process in the host's queue at a time
+        self.free = _FreeSend(self)
+        self.free_inflight = 0  # sends that took no turn and have not gone out yet
+        self.last_free_sent = -math.inf  # monotonic s of the latest send that took no turn
 
     # gate protocol (called on the request path: memory only)
     def is_open(self) -> bool:
@@ -249,6 +333,62 @@ class _Host:
         while not self.is_open() and not self.share.stopped:
             await self.share.ticked.wait()
 
+    async def take_turn(self) -> _Turn | _FreeSend:
+        """Wait until this process may send to the host; the token's ``done()`` must follow (HttpClient).
+
+        Whole shares (``self.turns`` false): no wait, no board access. Turns: put a ticket in the host's
+        queue on the board; once it is at the head, wait until the host's ``next_at`` (the previous
+        send's time plus :func:`turn_spacing_s`), then until any pause is over and the gate is open.
+        The ticket leaves the queue when ``done()`` reports the send (``next_at`` moves to that send's
+        time plus the spacing) or that nothing was sent. Cancelled or failing: the ticket is removed.
+        """
+        share = self.share
+        if not self.turns or share._closing:
+            self.free_inflight += 1
+            return self.free
+        await self.turn_lock.acquire()
+        token = share.new_token()
+        try:
+            while True:
+                if share._closing:  # leaving: the board is going away, the gates are detached
+                    self.turn_lock.release()
+                    share.release(self.key, token, None)
+                    self.free_inflight += 1
+                    return self.free
+                try:
+                    look = await share._run(share._turn_db, self.key, token, self.seq or 0, self.spacing_s)
+                except sqlite3.Error as exc:
+                    log.warning("hostshare: board %s (turn of %s): %s", share.db_path, self.key, exc)
+                    await asyncio.sleep(share.poll_s)
+                    continue
+                now = time.monotonic()
+                if look["ahead"] > 0:
+                    # the tickets ahead send at max(now, next_at) + k * spacing at the earliest
+                    wake = max(look["now"], look["next_at"]) + (look["ahead"] - 1) * self.spacing_s + TURN_POLL_MIN_S
+                    await asyncio.sleep(min(max(wake - now, TURN_POLL_MIN_S), share.poll_s))
+                    continue
+                slot = max(look["now"], look["next_at"])
+                if slot > now:
+                    await asyncio.sleep(slot - now)
+                if time.monotonic() < self.state.paused_until or not self.is_open():
+                    # a pause or a closed gate (lease lapsed, pause check due): wait, then look again
+                    while (wait := self.state.paused_until - time.monotonic()) > 0:
+                        await asyncio.sleep(wait)
+                    if not self.is_open() and not share.stopped:
+                        await self.wait_open()
+                    continue
+                return _Turn(self, token)
+        except BaseException:
+            share.release(self.key, token, None)  # queued after any board call still running for it
+            self.turn_lock.release()
+            raise
+
+    def turn_done(self, token: str, sent_at: float | None) -> None:
+        """A turn ended: free the queue (and push ``next_at`` to ``sent_at + spacing`` when it sent)."""
+        self.share.release(self.key, token, None if sent_at is None else sent_at + self.spacing_s)
+        if self.turn_lock.locked():
+            self.turn_lock.release()
+
     def adjust(self, policy: HostPolicy) -> HostPolicy:
         """``_HostState.set_policy`` hook: ``policy`` is the new full policy unless it is our own share.
 
@@ -259,6 +399,8 @@ class _Host:
             return policy
         self.base = policy
         self.hold_s = _throttle_params(policy)[1]
+        self.spacing_s = turn_spacing_s(policy)
+        self.turns = takes_turns(policy, self.n)
         share = share_policy(policy, self.n)
         if share != self.current:
             self.current, self.current_since = share, time.monotonic()
@@ -308,6 +450,8 @@ class HostShare:
         self.boot = _boot_id()
         self.hosts: dict[str, _Host] = {}
         self.pending_pauses: dict[str, float] = {}
+        self.pending_releases: list[tuple[str, str, float | None]] = []  # (host, token, next_at) to retry
+        self._token_seq = itertools.count(1)
         self.applying = False
         self.last_heartbeat = -math.inf
         self.ticked = asyncio.Event()
@@ -352,7 +496,12 @@ class HostShare:
         ev, self.ticked = self.ticked, asyncio.Event()
         ev.set()  # release waiters; with the gates gone they pass straight on
         try:
-            await self._run(self._leave_db, [h.seq for h in self.hosts.values() if h.seq is not None])
+            await self._run(
+                self._leave_db,
+                [h.seq for h in self.hosts.values() if h.seq is not None],
+                {h.key: h.spacing_s for h in self.hosts.values()},
+                self.pending_releases,
+            )
         except sqlite3.Error as exc:
             log.warning("hostshare: could not mark rows gone in %s: %s", self.db_path, exc)
         await self._run(self._close_db)
@@ -361,6 +510,30 @@ class HostShare:
     def wake(self) -> None:
         """Make the background task poll now."""
         self._wake.set()
+
+    def new_token(self) -> str:
+        """A ticket name unique over processes and boots."""
+        return f"{self.boot}:{self.pid}:{self.pstart}:{next(self._token_seq)}"
+
+    def release(self, key: str, token: str, next_at: float | None) -> None:
+        """Remove ticket ``token`` of ``key`` from the board; push the host's ``next_at`` when given.
+
+        Runs on the board thread after every board call already queued (FIFO); retried by the next
+        background tick if it fails. No-op once this share is closed (leaving removes every ticket).
+        """
+        item = (key, token, next_at)
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(self._pool, self._release_db, [item])
+        except RuntimeError:  # the board thread is shut down: close() removed our tickets
+            return
+
+        def _check(f: asyncio.Future[None]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                log.warning("hostshare: could not pass the turn of %s on (%s); retrying", key, None if f.cancelled() else f.exception())
+                self.pending_releases.append(item)
+                self.wake()
+
+        fut.add_done_callback(_check)
 
     # ---- HttpClient listener ------------------------------------------------------------------------
     def host_added(self, key: str, state: _HostState) -> None:
@@ -390,6 +563,7 @@ class HostShare:
                 except Exception as exc:  # noqa: BLE001 - keep going: the lease closes the gates meanwhile
                     for key, until in inp["pauses"].items():  # publish them on the next tick
                         self.pending_pauses[key] = max(until, self.pending_pauses.get(key, 0.0))
+                    self.pending_releases.extend(inp["releases"])
                     if isinstance(exc, sqlite3.Error):
                         log.warning("hostshare: board %s: %s", self.db_path, exc)
                     else:
@@ -415,9 +589,11 @@ class HostShare:
 
     def _tick_input(self) -> dict[str, Any]:
         pauses, self.pending_pauses = self.pending_pauses, {}
+        releases, self.pending_releases = self.pending_releases, []
         return {
             "hosts": [(h.key, h.seq, h.hold_s, h.adopted_seq, h.adopted_at) for h in self.hosts.values()],
             "pauses": pauses,
+            "releases": releases,
         }
 
     def _apply(self, snap: dict[str, Any]) -> None:
@@ -431,6 +607,7 @@ class HostShare:
                 h.seq, h.ready, h.open_at = seq, False, math.inf
             rows = snap["rows"][key]
             n = h.n = max(1, len(rows))
+            h.turns = takes_turns(h.base, n)
             target = share_policy(h.base, n)
             if target != h.current:
                 h.current, h.current_since = target, time.monotonic()
@@ -442,7 +619,12 @@ class HostShare:
                           key, n, target.rate, target.period_s, target.concurrency)
             max_seq = max((r["seq"] for r in rows), default=0)
             if max_seq > h.adopted_seq:
-                h.adopted_seq, h.adopted_at = max_seq, h.current_since
+                if not h.turns:
+                    h.adopted_seq, h.adopted_at = max_seq, h.current_since
+                elif h.free_inflight == 0:
+                    # turns from now on; the newcomer waits a window after our last send without a turn
+                    # (one admitted before this tick may still have been on its way: adopt once it is out)
+                    h.adopted_seq, h.adopted_at = max_seq, max(h.current_since, h.last_free_sent)
             # pauses posted by anyone (ours come back too: harmless, pause() never shortens)
             until = snap["pauses"].get(key)
             if until is not None and until > h.state.paused_until:
@@ -481,14 +663,20 @@ class HostShare:
             self._conn.close()
             self._conn = None
 
-    def _leave_db(self, seqs: list[int]) -> None:
-        if self._conn is None or not seqs:
+    def _leave_db(self, seqs: list[int], spacings: dict[str, float], releases: list[tuple[str, str, float | None]]) -> None:
+        if self._conn is None or not (seqs or releases):
             return
         c = self._conn
         c.execute("BEGIN IMMEDIATE")
         try:
             now = time.monotonic()
             c.executemany("UPDATE members SET gone_at = ? WHERE seq = ? AND gone_at IS NULL", [(now, s) for s in seqs])
+            self._release_rows(c, releases)
+            # a ticket still here belongs to a request torn down mid-turn: it may have just sent
+            mine = (self.pid, self.pstart, self.boot)
+            for r in c.execute("SELECT DISTINCT host FROM tickets WHERE pid = ? AND pstart = ? AND boot = ?", mine).fetchall():
+                self._push_next_at(c, r["host"], now + spacings.get(r["host"], 0.0))
+            c.execute("DELETE FROM tickets WHERE pid = ? AND pstart = ? AND boot = ?", mine)
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
@@ -500,6 +688,7 @@ class HostShare:
         c.execute("BEGIN IMMEDIATE")
         try:
             now = time.monotonic()
+            self._release_rows(c, inp["releases"])
             c.execute("DELETE FROM pauses WHERE boot != ? OR until < ?", (self.boot, now - PAUSE_KEEP_S))
             for key, until in inp["pauses"].items():
                 c.execute(
@@ -544,6 +733,90 @@ class HostShare:
             c.execute("ROLLBACK")
             raise
         return {"now": now, "seqs": seqs, "rows": rows, "pauses": pauses}
+
+    def _push_next_at(self, c: sqlite3.Connection, key: str, next_at: float) -> None:
+        """Raise the host's ``next_at`` to ``next_at`` (a row from another boot is replaced)."""
+        cur = c.execute("UPDATE turns SET next_at = max(next_at, ?) WHERE host = ? AND boot = ?", (next_at, key, self.boot))
+        if cur.rowcount == 0:
+            c.execute(
+                "INSERT INTO turns(host, next_at, boot) VALUES (?, ?, ?)"
+                " ON CONFLICT(host) DO UPDATE SET next_at = excluded.next_at, boot = excluded.boot",
+                (key, next_at, self.boot),
+            )
+
+    def _release_rows(self, c: sqlite3.Connection, items: list[tuple[str, str, float | None]]) -> None:
+        for key, token, next_at in items:
+            c.execute("DELETE FROM tickets WHERE token = ?", (token,))
+            if next_at is not None:
+                self._push_next_at(c, key, next_at)
+
+    def _release_db(self, items: list[tuple[str, str, float | None]]) -> None:
+        c = self._conn
+        if c is None:
+            return
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            self._release_rows(c, items)
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def _turn_db(self, key: str, token: str, member: int, spacing_s: float) -> dict[str, Any]:
+        """Queue ticket ``token`` for ``key`` (if not queued), drop dead tickets at the head, look.
+
+        Returns ``now`` (monotonic s), ``next_at`` (no send to the host before it) and ``ahead`` (tickets
+        before ours; 0: our turn). A head ticket whose process died (pid gone or reused, other boot,
+        member row gone or its heartbeat older than :data:`STALE_S`) is removed; it may have sent just
+        before it died, so ``next_at`` becomes at least ``now + spacing_s``.
+        """
+        c = self._conn
+        if c is None:
+            raise sqlite3.ProgrammingError("hostshare: board closed")
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            now = time.monotonic()
+            row = c.execute("SELECT next_at, boot FROM turns WHERE host = ?", (key,)).fetchone()
+            next_at = row["next_at"] if row is not None and row["boot"] == self.boot else 0.0
+            mine = c.execute("SELECT ticket FROM tickets WHERE token = ?", (token,)).fetchone()
+            if mine is None:  # first look, or others found our lease lapsed and removed the ticket
+                cur = c.execute(
+                    "INSERT INTO tickets(token, host, pid, pstart, boot, member, since) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (token, key, self.pid, self.pstart, self.boot, member, now),
+                )
+                ticket = int(cur.lastrowid or 0)
+            else:
+                ticket = int(mine["ticket"])
+            dropped = False
+            while True:
+                head = c.execute(
+                    "SELECT t.ticket, t.pid, t.pstart, t.boot, m.heartbeat, m.gone_at, m.seq AS mseq"
+                    " FROM tickets t LEFT JOIN members m ON m.seq = t.member WHERE t.host = ? ORDER BY t.ticket LIMIT 1",
+                    (key,),
+                ).fetchone()
+                if head is None or head["ticket"] == ticket:
+                    break
+                dead = (
+                    head["boot"] != self.boot
+                    or head["mseq"] is None
+                    or head["gone_at"] is not None
+                    or now - head["heartbeat"] > STALE_S
+                    or not _alive(head["pid"], head["pstart"])
+                )
+                if not dead:
+                    break
+                c.execute("DELETE FROM tickets WHERE ticket = ?", (head["ticket"],))
+                if head["boot"] == self.boot:
+                    next_at, dropped = max(next_at, now + spacing_s), True
+                log.info("hostshare: %s: dropped the turn of process %s (gone)", key, head["pid"])
+            if dropped:
+                self._push_next_at(c, key, next_at)
+            ahead = c.execute("SELECT COUNT(*) FROM tickets WHERE host = ? AND ticket < ?", (key, ticket)).fetchone()[0]
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        return {"now": now, "next_at": next_at, "ahead": int(ahead)}
 
 
 def board_path(state_dir: str | Path) -> Path:

@@ -1,0 +1,140 @@
+"""Processes that share a host slower than one request per period per process take turns (issue 2,
+"Rate limit": a host limited to 1 request/s never sees two requests closer than 1.0 s, here with several
+processes of one campaign).
+
+Children are real subprocesses (``tests/_hostshare_child.py``: an HttpClient plus a HostShare on one
+board, as ``engine.open_services`` wires them) calling the local Nominatim fake, which runs in the test
+process and logs every arrival with ``time.monotonic()`` (CLOCK_MONOTONIC is system-wide on Linux, so
+comparable with the children's clocks). The checks use those server-side arrival times only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import pytest
+
+from geoagent.runtime.hostshare import board_path, share_policy, takes_turns, turn_spacing_s
+from geoagent.runtime.http import HostPolicy, _throttle_params
+from geoagent.sandbox import nominatim as nm_fake
+from geoagent.sandbox.gazetteer import Gazetteer
+from geoagent.sandbox.server import serve
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD = Path(__file__).resolve().parent / "_hostshare_child.py"
+GAZETTEER = Path(__file__).resolve().parent / "fixtures" / "gazetteer_geocode.jsonl"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pid/start-time liveness and a system-wide monotonic clock are Linux's")
+
+
+def test_which_hosts_take_turns_and_their_spacing():
+    nominatim = HostPolicy(rate=1, period_s=1.0, concurrency=1)
+    assert not takes_turns(nominatim, 1)  # alone: the process's own limiter, no board per request
+    assert takes_turns(nominatim, 2) and takes_turns(nominatim, 3)
+    fifty = HostPolicy(rate=50, period_s=1.0)
+    assert not takes_turns(fifty, 2) and not takes_turns(fifty, 50) and takes_turns(fifty, 51)
+    two = HostPolicy(rate=2, period_s=1.0)
+    assert not takes_turns(two, 2) and takes_turns(two, 3)  # floor(2/2) = 1, floor(2/3) = 0
+    # spacing: period / rate plus the client's 10% margin (at least 20 ms), as one process's fractional limiter
+    assert turn_spacing_s(nominatim) == pytest.approx(1.1)
+    assert turn_spacing_s(two) == pytest.approx(0.55)
+    assert turn_spacing_s(HostPolicy(rate=0.5, period_s=1.0)) == pytest.approx(2.2)
+    assert turn_spacing_s(HostPolicy(rate=100, period_s=1.0)) == pytest.approx(0.03)  # 10 ms + 20 ms floor
+    # the spacing equals the window a lone process gives one request of a 1-per-(period/rate) policy
+    assert turn_spacing_s(nominatim) == _throttle_params(nominatim)[1]
+    # any 1-s window holds at most `rate` sends spaced that far apart: floor(period / spacing) + 1 <= rate
+    for rate in (1, 2, 3, 7):
+        assert int(1.0 // turn_spacing_s(HostPolicy(rate=rate, period_s=1.0))) + 1 <= rate
+    # the per-process limiter still gets the fractional share (one request per n * spacing)
+    assert _throttle_params(share_policy(nominatim, 3))[1] == pytest.approx(3 * turn_spacing_s(nominatim))
+    with pytest.raises(ValueError):
+        turn_spacing_s(HostPolicy(rate=0, period_s=1.0))
+
+
+def _tag(rec: dict) -> str:
+    return rec["params"]["w"]
+
+
+class Children:
+    """Start/kill child processes; collect their output."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+
+    async def start(self, tag: str, **opt) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.procs[tag] = await asyncio.create_subprocess_exec(
+            sys.executable, str(CHILD), json.dumps({"tag": tag, **opt}), cwd=str(REPO), env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+
+    async def finish(self) -> dict[str, tuple[int, str, str]]:
+        out = {}
+        for tag, p in self.procs.items():
+            so, se = await asyncio.wait_for(p.communicate(), timeout=60)
+            out[tag] = (p.returncode, so.decode(errors="replace"), se.decode(errors="replace")[-3000:])
+        return out
+
+
+def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigkill(tmp_path):
+    """Nominatim's 1 request/s shared by three processes: no two arrivals closer than 1.0 s, the host
+    is kept busy at about the allowed rate with all three taking part, and after one process is
+    SIGKILLed (possibly holding the turn) the other two go on after at most about one more spacing.
+    """
+    policy = HostPolicy(rate=1, period_s=1.0, concurrency=1)
+    spacing = turn_spacing_s(policy)  # 1.1 s
+    board = str(board_path(tmp_path))
+    state = nm_fake.NominatimFakeState(min_interval_s=1.0, tolerance_s=0.0)  # 429 for ANY gap under 1.0 s
+
+    async def go():
+        app = nm_fake.make_app(Gazetteer.from_jsonl(GAZETTEER), state=state)
+        kids = Children()
+        async with serve(app) as base:
+            opt = dict(url=base + "/search", board=board, rate=policy.rate, concurrency=policy.concurrency, workers=2,
+                       max_attempts=2, params={"q": "Tokyo", "format": "jsonv2"})
+            for tag, duration_s in (("A", 15.0), ("B", 60.0), ("C", 15.0)):
+                await kids.start(tag, duration_s=duration_s, **opt)
+            deadline = time.monotonic() + 25.0
+            while {_tag(r) for r in state.requests} != set("ABC"):
+                assert time.monotonic() < deadline, "the three children did not all reach the server"
+                await asyncio.sleep(0.05)
+            t_all = time.monotonic()
+            await asyncio.sleep(4.5)
+            t_kill = time.monotonic()
+            kids.procs["B"].kill()  # SIGKILL: no goodbye, maybe holding the turn or queued for it
+            out = await kids.finish()
+        return list(state.requests), out, t_all, t_kill
+
+    log, out, t_all, t_kill = asyncio.run(go())
+    assert out["A"][0] == 0 and out["C"][0] == 0, out
+    assert out["B"][0] == -9
+    t = np.array([r["t_mono"] for r in log])
+    by = {k: np.array([r["t_mono"] for r in log if _tag(r) == k]) for k in "ABC"}
+    gaps = np.diff(t)
+    # the policy, server-side: never two arrivals closer than 1.0 s (so the fake never answered 429)
+    assert gaps.min() >= 1.0, np.round(gaps, 3).tolist()
+    assert [r["status"] for r in log] == [200] * len(log)
+    assert by["B"].max() < t_kill + 0.05
+    # all three took part while all ran (turns go round: each sent), and the rate was used: in the
+    # all-three phase the arrivals are about one per spacing (allow 25% for polling and a loaded machine)
+    three = (t_all, t_kill)
+    in3 = t[(t >= three[0]) & (t < three[1])]
+    assert all(((by[k] >= three[0]) & (by[k] < three[1])).sum() >= 1 for k in "ABC"), {k: by[k] - t_all for k in "ABC"}
+    assert in3.size >= 0.75 * (three[1] - three[0]) / spacing, (in3.size, np.round(np.diff(in3), 3).tolist())
+    # after the kill: A and C both go on, and the host's longest silence is the dead process's unused
+    # slot (one spacing) on top of the normal one, plus polling slack
+    after = t[t >= t_kill]
+    assert ((by["A"] > t_kill).sum() >= 2) and ((by["C"] > t_kill).sum() >= 2)
+    stall = np.diff(np.concatenate([[t[t < t_kill].max()], after])).max()
+    assert stall <= 2 * spacing + 0.8, (stall, np.round(after - t_kill, 3).tolist())
+    # and over the rest of the run the two keep the host at about the allowed rate
+    late = after[after >= t_kill + 3.0]
+    span = min(by["A"].max(), by["C"].max()) - (t_kill + 3.0)
+    assert late.size >= 0.75 * span / spacing, (late.size, span)
