@@ -11,19 +11,24 @@ comparable with the children's clocks). The checks use those server-side arrival
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import numpy as np
 import pytest
 
-from geoagent.runtime.hostshare import board_path, share_policy, takes_turns, turn_spacing_s
-from geoagent.runtime.http import HostPolicy, _throttle_params
+from geoagent.runtime.hostshare import HostShare, board_path, share_policy, takes_turns, turn_spacing_s
+from geoagent.runtime.http import HostPolicy, HttpClient, _throttle_params, host_key
+from geoagent.sandbox import echo
 from geoagent.sandbox import nominatim as nm_fake
+from geoagent.sandbox.echo import SCRIPT_KEY
+from geoagent.sandbox.faults import FAULTS_KEY
 from geoagent.sandbox.gazetteer import Gazetteer
 from geoagent.sandbox.server import serve
 
@@ -138,3 +143,75 @@ def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigki
     late = after[after >= t_kill + 3.0]
     span = min(by["A"].max(), by["C"].max()) - (t_kill + 3.0)
     assert late.size >= 0.75 * span / spacing, (late.size, span)
+
+
+def _tickets(board: Path, member: int | None = None) -> int:
+    """Tickets in the board's turn queues (of one member row, when given)."""
+    with contextlib.closing(sqlite3.connect(board, timeout=5)) as c:
+        if member is None:
+            return c.execute("SELECT COUNT(*) FROM tickets").fetchone()[0]
+        return c.execute("SELECT COUNT(*) FROM tickets WHERE member = ?", (member,)).fetchone()[0]
+
+
+def test_a_cancelled_wait_passes_the_turn_on_and_a_shared_pause_holds_the_next_turn(tmp_path):
+    """Two clients (standing in for two processes) share a 1 request/s host, so they take turns.
+
+    * B's request is cancelled while it holds its place in the turn queue: its ticket leaves the board
+      and A's next request is not held up by it.
+    * A 429 with ``Retry-After: 2.5`` to whoever sends next: the next turn (due one spacing later, in
+      whichever process) waits until the pause is over.
+    """
+    policy = HostPolicy(rate=1, period_s=1.0, concurrency=1, timeout_s=10.0, backoff_base_s=0.05, backoff_max_s=10.0)
+    spacing = turn_spacing_s(policy)
+    board = board_path(tmp_path)
+    retry_after = 2.5
+
+    async def go():
+        app = echo.make_app()
+        async with serve(app) as base:
+            url = base + "/script"
+            async with HttpClient(default_policy=policy) as a, HostShare(board, a), \
+                    HttpClient(default_policy=policy) as b, HostShare(board, b) as b_share:
+                await a.request("GET", url, params={"w": "A"})  # alone: its own limiter
+                await b.request("GET", url, params={"w": "B"})  # joined: both take turns from now on
+                # once both limiters are free again (one request per 2 spacings each), A sends at once and
+                # B's next request has to wait one spacing for its turn, in the queue on the board
+                await asyncio.sleep(2 * spacing + 0.1)
+                await a.request("GET", url, params={"w": "A"})
+                t_a = time.monotonic()
+                waiting = asyncio.ensure_future(b.request("GET", url, params={"w": "Bx"}))
+                b_member = b_share.hosts[host_key(base)].seq
+                deadline = time.monotonic() + 5.0
+                while await asyncio.to_thread(_tickets, board, b_member) == 0:  # B's ticket is queued on the board
+                    assert time.monotonic() < deadline and not waiting.done()
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.2)
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+                await asyncio.wait_for(a.request("GET", url, params={"w": "A"}), 10.0)  # not stuck behind Bx
+                t_next = time.monotonic()
+                deadline = time.monotonic() + 2.0  # A's own ticket leaves right after its send (board thread)
+                while (left := await asyncio.to_thread(_tickets, board)) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                # both limiters free again: whoever sends first gets the 429, the other one is then
+                # queued for its turn (due one spacing later) while the pause is posted
+                await asyncio.sleep(2 * spacing + 0.1)
+                app[SCRIPT_KEY].append(f"429:{retry_after:g}")
+
+                async def calls(http, tag):
+                    for _ in range(2):
+                        await http.request("GET", url, params={"w": tag})
+
+                await asyncio.wait_for(asyncio.gather(calls(a, "A"), calls(b, "B")), 30.0)
+        return list(app[FAULTS_KEY].log), t_a, t_next, left
+
+    log, t_a, t_next, left = asyncio.run(go())
+    tags = [parse_qs(r.query)["w"][0] for r in log]
+    t = np.array([r.t_mono for r in log])
+    assert "Bx" not in tags and left == 0
+    assert t_next - t_a <= 2 * spacing + 0.5  # A's own share (one request per 2 spacings), nothing more
+    assert np.diff(t).min() >= 1.0, np.round(np.diff(t), 3).tolist()
+    (i429,) = [i for i, r in enumerate(log) if r.status == 429]
+    assert t[i429 + 1] >= t[i429] + retry_after  # the turn due at +1.1 s waited out the pause
+    assert [r.status for r in log[i429 + 1 :]] == [200] * 4 and set(tags[i429 + 1 :]) == {"A", "B"}

@@ -98,6 +98,7 @@ import math
 import os
 import sqlite3
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -451,6 +452,7 @@ class HostShare:
         self.hosts: dict[str, _Host] = {}
         self.pending_pauses: dict[str, float] = {}
         self.pending_releases: list[tuple[str, str, float | None]] = []  # (host, token, next_at) to retry
+        self._token_prefix = f"{self.pid}:{uuid.uuid4().hex}"  # one per HostShare: tests run two in one process
         self._token_seq = itertools.count(1)
         self.applying = False
         self.last_heartbeat = -math.inf
@@ -512,8 +514,8 @@ class HostShare:
         self._wake.set()
 
     def new_token(self) -> str:
-        """A ticket name unique over processes and boots."""
-        return f"{self.boot}:{self.pid}:{self.pstart}:{next(self._token_seq)}"
+        """A ticket name unique over processes, boots and HostShare objects."""
+        return f"{self._token_prefix}:{next(self._token_seq)}"
 
     def release(self, key: str, token: str, next_at: float | None) -> None:
         """Remove ticket ``token`` of ``key`` from the board; push the host's ``next_at`` when given.
@@ -673,10 +675,10 @@ class HostShare:
             c.executemany("UPDATE members SET gone_at = ? WHERE seq = ? AND gone_at IS NULL", [(now, s) for s in seqs])
             self._release_rows(c, releases)
             # a ticket still here belongs to a request torn down mid-turn: it may have just sent
-            mine = (self.pid, self.pstart, self.boot)
-            for r in c.execute("SELECT DISTINCT host FROM tickets WHERE pid = ? AND pstart = ? AND boot = ?", mine).fetchall():
+            mine = (self._token_prefix + ":%",)  # this HostShare's tokens (hex, digits, colons: no wildcards)
+            for r in c.execute("SELECT DISTINCT host FROM tickets WHERE token LIKE ?", mine).fetchall():
                 self._push_next_at(c, r["host"], now + spacings.get(r["host"], 0.0))
-            c.execute("DELETE FROM tickets WHERE pid = ? AND pstart = ? AND boot = ?", mine)
+            c.execute("DELETE FROM tickets WHERE token LIKE ?", mine)
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
