@@ -5,7 +5,8 @@ A campaign can scale out over several processes (``run.py run CFG --stages ...``
 configured rate and concurrency, and whose ``Retry-After`` pause would hold back only the process that got
 it. :class:`HostShare` fixes both through a small SQLite board, ``state/<campaign>/hosts.sqlite``
 (:data:`HOSTS_DB`; stdlib ``sqlite3``, WAL, ``BEGIN IMMEDIATE``, ``busy_timeout``), which only a
-background task touches: the request path reads nothing but memory.
+background task touches: the request path reads nothing but memory, except at hosts so slow that the
+processes take turns on the board for every send (below).
 
 Membership and shares
 ---------------------
@@ -17,11 +18,11 @@ recent admissions) to its share, where
 ``n`` counts the host's rows (live, joining, and departed ones still inside their hold time):
 
 * rate: ``floor(rate / n)`` per ``period_s``; when that is 0 (fewer requests per period than processes,
-  e.g. Nominatim's 1/s with 2 processes) the share is the fraction ``rate / n`` (one request per
-  ``n * period_s / rate``): the long-run total is still ``rate``, but nothing lines the processes' sends
-  up, so one window may then hold up to ``min(n, ...)`` requests. Give such a host to one process
-  (``--stages``) where the window bound must hold strictly. With ``n == 1`` the share is the full policy
-  (the limiter is not touched at all: a lone process behaves exactly as without this module).
+  e.g. Nominatim's 1/s with 2 processes) the limiter gets the fraction ``rate / n`` (one request per
+  ``n * period_s / rate``) AND every send takes a turn on the board (:func:`takes_turns`, next
+  section), which keeps the sends of all processes :func:`turn_spacing_s` apart. With ``n == 1`` the
+  share is the full policy (the limiter is not touched at all: a lone process behaves exactly as
+  without this module).
 * a policy set later by other code (``HttpClient.set_policy``, e.g. a crawl client applying a host's
   documented limits, even before every request) becomes the new full policy of the host, and this
   process's limiter gets its share of it at once (``_Host.adjust``), never the whole.
@@ -50,6 +51,46 @@ share computed with ``n_i >= k``, holds at most ``floor(rate / n_i) <= rate / k`
 window, and the window holds at most ``rate``. An older row that departed without adopting P sent its
 last request before ``gone_at``, i.e. before every window that holds P's requests. The first process
 of a host (no older row) opens after one board write (milliseconds), not after ``W``.
+
+Turns (hosts whose share would be fractional)
+--------------------------------------------
+Integer shares cannot serve a host that allows fewer requests per period than there are processes:
+each process would get a fraction of one request, and nothing would keep two processes from sending
+within the same window (Nominatim: at most 1 request/s for the whole application). For such a host
+(:func:`takes_turns`: ``n >= 2`` and ``floor(rate / n) == 0``) the processes take turns, FIFO, through
+the board's ``tickets`` queue and the host's ``next_at`` (CLOCK_MONOTONIC, table ``turns``):
+
+1. after the local admission (limiter slot, pause, gate) a request puts a ticket into the host's queue
+   (one per process at a time) and looks again until it is at the head (it sleeps until the earliest
+   time the tickets ahead could have sent, at least :data:`TURN_POLL_MIN_S`, at most ``poll_s``);
+2. at the head it waits until ``next_at``, then until any pause is over and the gate is open (looking
+   at the board again after such a wait), and returns to :class:`HttpClient`;
+3. when the request's headers are handed to the socket (the same aiohttp trace hook that stamps the
+   limiter), ``next_at`` becomes that SEND time plus :func:`turn_spacing_s` (``period_s / rate`` plus
+   the client's safety margin: 1.1 s for 1/s) and the ticket leaves the queue, in one board
+   transaction on the board thread; a request that ends (or is cancelled) unsent just leaves.
+
+Since ``next_at`` is set from when the previous request actually went out, not from when its turn was
+granted, a delay between the grant and the send (connection set-up, a busy event loop) only makes the
+next send later: client-side send times are at least the spacing apart, and the margin (10%, at least
+20 ms) absorbs the remaining socket-to-server jitter, as for one process's limiter. Costs: one board
+transaction to queue, about one more to look again when another process is ahead, one to pass the turn
+on; only at these slow hosts (a whole share never touches the board per request).
+
+A dead turn holder: a ticket at the head whose process is gone (pid gone or reused, another boot, its
+member row gone, or its heartbeat older than :data:`STALE_S`) is removed by the next process that looks,
+and ``next_at`` becomes at least that moment plus the spacing (the dead process may have sent just
+before it died), so a SIGKILL costs the host one spacing plus the look's delay. A live holder keeps the
+turn until its request is sent or given up, also while it waits out a pause or a stalled connect.
+
+Why the window bound holds with turns. A process's limiter keeps its fractional share (one request per
+``n * spacing``), so in a server window it sends at most one request, and it adopts a membership that
+makes it take turns only once no request of its own that took no turn is still on its way (its
+``adopted_at`` is then at least its last such send; a newcomer opens a window after that). Take a
+window with ``k`` senders. If one of them sent without a turn (a whole share, ``n_i >= k`` as above,
+``floor(rate / n_i) >= 1``, so ``rate >= k``), every sender sends at most ``max(1, floor(rate / n_i))
+<= rate / k`` requests in it: at most ``rate`` in all. Otherwise every request in it took a turn, turns
+are at least the spacing apart, and a window of ``period_s`` holds at most ``rate`` of them.
 
 Leaving is the direction a process may grow in, but a departed process's recent requests are still in
 the server's window: a row that leaves (clean close, or found dead: pid gone or start time changed,
@@ -82,6 +123,10 @@ Limits
   calls the host (others do not grow meanwhile).
 * A run that starts less than one window after another run of the same campaign stopped waits out
   that window before its first request to the host (the stopped run's last requests still count).
+* Turns: a process whose event loop freezes for longer than ``STALE_S - LEASE_S`` between its last
+  check (lease, pause) and the write of its headers, while others declared it gone and took its turn,
+  could still send out of turn. A change of a host's policy while several processes call it is not
+  coordinated (each applies it on its own); set policies before the first request.
 
 Source: issue 2 ("Rate limit" acceptance; point 4). Nominatim's usage policy (1 request/s) is the
 motivating case: https://operations.osmfoundation.org/policies/nominatim/.
