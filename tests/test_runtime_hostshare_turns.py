@@ -153,6 +153,15 @@ def _tickets(board: Path, member: int | None = None) -> int:
         return c.execute("SELECT COUNT(*) FROM tickets WHERE member = ?", (member,)).fetchone()[0]
 
 
+async def _tickets_after_release(board: Path, timeout_s: float = 2.0) -> int:
+    """Tickets left once the last sender's own ticket had time to leave (it goes on the board thread
+    right after the send, so it may still be there when the response is back)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := await asyncio.to_thread(_tickets, board)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return left
+
+
 def test_a_cancelled_wait_passes_the_turn_on_and_a_shared_pause_holds_the_next_turn(tmp_path):
     """Two clients (standing in for two processes) share a 1 request/s host, so they take turns.
 
@@ -191,9 +200,7 @@ def test_a_cancelled_wait_passes_the_turn_on_and_a_shared_pause_holds_the_next_t
                     await waiting
                 await asyncio.wait_for(a.request("GET", url, params={"w": "A"}), 10.0)  # not stuck behind Bx
                 t_next = time.monotonic()
-                deadline = time.monotonic() + 2.0  # A's own ticket leaves right after its send (board thread)
-                while (left := await asyncio.to_thread(_tickets, board)) and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
+                left = await _tickets_after_release(board)
                 # both limiters free again: whoever sends first gets the 429, the other one is then
                 # queued for its turn (due one spacing later) while the pause is posted
                 await asyncio.sleep(2 * spacing + 0.1)
@@ -215,3 +222,68 @@ def test_a_cancelled_wait_passes_the_turn_on_and_a_shared_pause_holds_the_next_t
     (i429,) = [i for i, r in enumerate(log) if r.status == 429]
     assert t[i429 + 1] >= t[i429] + retry_after  # the turn due at +1.1 s waited out the pause
     assert [r.status for r in log[i429 + 1 :]] == [200] * 4 and set(tags[i429 + 1 :]) == {"A", "B"}
+
+
+def test_a_dead_turn_holder_costs_one_spacing_and_a_live_one_is_waited_for(tmp_path):
+    """Tickets at the head of the turn queue, written straight into the board as a crashed process
+    would leave them (two clients in the test process stand in for the live processes):
+
+    * a dead holder (its pid has exited): the next sender drops it and waits one spacing from then
+      (the dead process might have sent just before it died), not longer;
+    * a holder whose member row is gone (declared dead by the others' heartbeat check): the same;
+    * a live holder: the next sender waits for it, here until the test removes the ticket.
+    """
+    import subprocess
+
+    from geoagent.runtime.hostshare import _boot_id, _proc_start
+
+    policy = HostPolicy(rate=1, period_s=1.0, concurrency=1, timeout_s=10.0)
+    spacing = turn_spacing_s(policy)
+    board = board_path(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead_pid = int(dead.stdout)
+
+    def put_head(key: str, pid: int, pstart: str, member: int, token: str) -> None:
+        with contextlib.closing(sqlite3.connect(board, timeout=5, isolation_level=None)) as c:
+            c.execute("INSERT INTO tickets(token, host, pid, pstart, boot, member, since) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                      (token, key, pid, pstart, _boot_id(), member, time.monotonic()))
+
+    def drop(token: str) -> None:
+        with contextlib.closing(sqlite3.connect(board, timeout=5, isolation_level=None)) as c:
+            c.execute("DELETE FROM tickets WHERE token = ?", (token,))
+
+    async def go():
+        app = echo.make_app()
+        waits = {}
+        async with serve(app) as base:
+            url, key = base + "/echo", host_key(base)
+            async with HttpClient(default_policy=policy) as a, HostShare(board, a), \
+                    HttpClient(default_policy=policy) as b, HostShare(board, b) as b_share:
+                await a.request("GET", url)
+                await b.request("GET", url)  # joined: both take turns from now on
+                b_member = b_share.hosts[key].seq
+                for case, pid, pstart, member in (
+                    ("dead pid", dead_pid, "", b_member),
+                    ("member gone", os.getpid(), _proc_start(os.getpid()), 10**9),
+                    ("live holder", os.getpid(), _proc_start(os.getpid()), b_member),
+                ):
+                    await asyncio.sleep(2 * spacing + 0.1)  # A's limiter and the host's next_at are free again
+                    await asyncio.to_thread(put_head, key, pid, pstart, member, case)
+                    t0 = time.monotonic()
+                    sent = asyncio.ensure_future(a.request("GET", url))
+                    if case == "live holder":
+                        await asyncio.sleep(2 * spacing)
+                        assert not sent.done()  # still waiting behind a live process's turn
+                        await asyncio.to_thread(drop, case)
+                        t0 = time.monotonic()
+                    await asyncio.wait_for(sent, 10.0)
+                    waits[case] = app[FAULTS_KEY].log[-1].t_mono - t0
+                left = await _tickets_after_release(board)
+        return waits, left
+
+    waits, left = asyncio.run(go())
+    assert spacing <= waits["dead pid"] <= spacing + 0.6, waits
+    assert spacing <= waits["member gone"] <= spacing + 0.6, waits
+    # the live holder left without sending: the next send goes at once (polling delay only)
+    assert waits["live holder"] <= 0.6, waits
+    assert left == 0
