@@ -91,7 +91,9 @@ class Children:
 def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigkill(tmp_path):
     """Nominatim's 1 request/s shared by three processes: no two arrivals closer than 1.0 s, the host
     is kept busy at about the allowed rate with all three taking part, and after one process is
-    SIGKILLed (possibly holding the turn) the other two go on after at most about one more spacing.
+    SIGKILLed the other two go on, losing at most about one spacing. (The kill rarely lands while the
+    victim holds the head of the queue, which lasts only from its turn to its send in a steady round;
+    that path is checked deterministically in test_a_dead_turn_holder_costs_one_spacing_...)
     """
     policy = HostPolicy(rate=1, period_s=1.0, concurrency=1)
     spacing = turn_spacing_s(policy)  # 1.1 s
@@ -133,8 +135,9 @@ def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigki
     in3 = t[(t >= three[0]) & (t < three[1])]
     assert all(((by[k] >= three[0]) & (by[k] < three[1])).sum() >= 1 for k in "ABC"), {k: by[k] - t_all for k in "ABC"}
     assert in3.size >= 0.75 * (three[1] - three[0]) / spacing, (in3.size, np.round(np.diff(in3), 3).tolist())
-    # after the kill: A and C both go on, and the host's longest silence is the dead process's unused
-    # slot (one spacing) on top of the normal one, plus polling slack
+    # after the kill: A and C both go on; the host's longest silence is the dead process's place in the
+    # round (one spacing) on top of the normal one, until the others count two processes (B's row is
+    # found dead within a poll and keeps counting one window), plus polling slack
     after = t[t >= t_kill]
     assert ((by["A"] > t_kill).sum() >= 2) and ((by["C"] > t_kill).sum() >= 2)
     stall = np.diff(np.concatenate([[t[t < t_kill].max()], after])).max()
