@@ -474,7 +474,8 @@ class HostShare:
         heartbeat keeps this process's lease alive.
 
     Use as ``async with HostShare(path, http):`` inside ``async with http:``. Entering starts the
-    background task (no board access on the request path); leaving marks this process's rows gone
+    background task (no board access on the request path, except the turns of hosts whose share would
+    be fractional: :func:`takes_turns`); leaving marks this process's rows gone
     (they keep counting for one window, see the module docstring) and stops the task.
 
     Raises
