@@ -2,7 +2,7 @@
 
 Usage: ``python tests/_hostshare_child.py '<json options>'`` with keys ``url``, ``board``, ``tag``,
 ``rate``, ``period_s``, ``concurrency``, ``duration_s``, ``workers`` (optional ``max_attempts``,
-``backoff_max_s``). Opens an :class:`HttpClient` plus a :class:`HostShare` on ``board`` (as
+``backoff_max_s``, ``params``: more query parameters for every request). Opens an :class:`HttpClient` plus a :class:`HostShare` on ``board`` (as
 ``engine.open_services`` does), prints ``ready`` once the share is running, then has ``workers`` tasks
 call ``url?w=<tag>`` as fast as the limits allow for ``duration_s`` seconds, and prints one JSON line
 ``{"tag", "ok", "errors"}``.
@@ -38,7 +38,7 @@ async def main(opt: dict) -> None:
             nonlocal ok, errors
             while time.monotonic() < end:
                 try:
-                    await http.request("GET", opt["url"], params={"w": opt["tag"], "k": str(w)})
+                    await http.request("GET", opt["url"], params={"w": opt["tag"], "k": str(w), **opt.get("params", {})})
                     ok += 1
                 except HttpError:
                     errors += 1

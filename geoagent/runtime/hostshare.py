@@ -5,7 +5,8 @@ A campaign can scale out over several processes (``run.py run CFG --stages ...``
 configured rate and concurrency, and whose ``Retry-After`` pause would hold back only the process that got
 it. :class:`HostShare` fixes both through a small SQLite board, ``state/<campaign>/hosts.sqlite``
 (:data:`HOSTS_DB`; stdlib ``sqlite3``, WAL, ``BEGIN IMMEDIATE``, ``busy_timeout``), which only a
-background task touches: the request path reads nothing but memory.
+background task touches: the request path reads nothing but memory, except at hosts so slow that the
+processes take turns on the board for every send (below).
 
 Membership and shares
 ---------------------
@@ -17,11 +18,11 @@ recent admissions) to its share, where
 ``n`` counts the host's rows (live, joining, and departed ones still inside their hold time):
 
 * rate: ``floor(rate / n)`` per ``period_s``; when that is 0 (fewer requests per period than processes,
-  e.g. Nominatim's 1/s with 2 processes) the share is the fraction ``rate / n`` (one request per
-  ``n * period_s / rate``): the long-run total is still ``rate``, but nothing lines the processes' sends
-  up, so one window may then hold up to ``min(n, ...)`` requests. Give such a host to one process
-  (``--stages``) where the window bound must hold strictly. With ``n == 1`` the share is the full policy
-  (the limiter is not touched at all: a lone process behaves exactly as without this module).
+  e.g. Nominatim's 1/s with 2 processes) the limiter gets the fraction ``rate / n`` (one request per
+  ``n * period_s / rate``) AND every send takes a turn on the board (:func:`takes_turns`, next
+  section), which keeps the sends of all processes :func:`turn_spacing_s` apart. With ``n == 1`` the
+  share is the full policy (the limiter is not touched at all: a lone process behaves exactly as
+  without this module).
 * a policy set later by other code (``HttpClient.set_policy``, e.g. a crawl client applying a host's
   documented limits, even before every request) becomes the new full policy of the host, and this
   process's limiter gets its share of it at once (``_Host.adjust``), never the whole.
@@ -50,6 +51,46 @@ share computed with ``n_i >= k``, holds at most ``floor(rate / n_i) <= rate / k`
 window, and the window holds at most ``rate``. An older row that departed without adopting P sent its
 last request before ``gone_at``, i.e. before every window that holds P's requests. The first process
 of a host (no older row) opens after one board write (milliseconds), not after ``W``.
+
+Turns (hosts whose share would be fractional)
+--------------------------------------------
+Integer shares cannot serve a host that allows fewer requests per period than there are processes:
+each process would get a fraction of one request, and nothing would keep two processes from sending
+within the same window (Nominatim: at most 1 request/s for the whole application). For such a host
+(:func:`takes_turns`: ``n >= 2`` and ``floor(rate / n) == 0``) the processes take turns, FIFO, through
+the board's ``tickets`` queue and the host's ``next_at`` (CLOCK_MONOTONIC, table ``turns``):
+
+1. after the local admission (limiter slot, pause, gate) a request puts a ticket into the host's queue
+   (one per process at a time) and looks again until it is at the head (it sleeps until the earliest
+   time the tickets ahead could have sent, at least :data:`TURN_POLL_MIN_S`, at most ``poll_s``);
+2. at the head it waits until ``next_at``, then until any pause is over and the gate is open (looking
+   at the board again after such a wait), and returns to :class:`HttpClient`;
+3. when the request's headers are handed to the socket (the same aiohttp trace hook that stamps the
+   limiter), ``next_at`` becomes that SEND time plus :func:`turn_spacing_s` (``period_s / rate`` plus
+   the client's safety margin: 1.1 s for 1/s) and the ticket leaves the queue, in one board
+   transaction on the board thread; a request that ends (or is cancelled) unsent just leaves.
+
+Since ``next_at`` is set from when the previous request actually went out, not from when its turn was
+granted, a delay between the grant and the send (connection set-up, a busy event loop) only makes the
+next send later: client-side send times are at least the spacing apart, and the margin (10%, at least
+20 ms) absorbs the remaining socket-to-server jitter, as for one process's limiter. Costs: one board
+transaction to queue, about one more to look again when another process is ahead, one to pass the turn
+on; only at these slow hosts (a whole share never touches the board per request).
+
+A dead turn holder: a ticket at the head whose process is gone (pid gone or reused, another boot, its
+member row gone, or its heartbeat older than :data:`STALE_S`) is removed by the next process that looks,
+and ``next_at`` becomes at least that moment plus the spacing (the dead process may have sent just
+before it died), so a SIGKILL costs the host one spacing plus the look's delay. A live holder keeps the
+turn until its request is sent or given up, also while it waits out a pause or a stalled connect.
+
+Why the window bound holds with turns. A process's limiter keeps its fractional share (one request per
+``n * spacing``), so in a server window it sends at most one request, and it adopts a membership that
+makes it take turns only once no request of its own that took no turn is still on its way (its
+``adopted_at`` is then at least its last such send; a newcomer opens a window after that). Take a
+window with ``k`` senders. If one of them sent without a turn (a whole share, ``n_i >= k`` as above,
+``floor(rate / n_i) >= 1``, so ``rate >= k``), every sender sends at most ``max(1, floor(rate / n_i))
+<= rate / k`` requests in it: at most ``rate`` in all. Otherwise every request in it took a turn, turns
+are at least the spacing apart, and a window of ``period_s`` holds at most ``rate`` of them.
 
 Leaving is the direction a process may grow in, but a departed process's recent requests are still in
 the server's window: a row that leaves (clean close, or found dead: pid gone or start time changed,
@@ -82,6 +123,10 @@ Limits
   calls the host (others do not grow meanwhile).
 * A run that starts less than one window after another run of the same campaign stopped waits out
   that window before its first request to the host (the stopped run's last requests still count).
+* Turns: a process whose event loop freezes for longer than ``STALE_S - LEASE_S`` between its last
+  check (lease, pause) and the write of its headers, while others declared it gone and took its turn,
+  could still send out of turn. A change of a host's policy while several processes call it is not
+  coordinated (each applies it on its own); set policies before the first request.
 
 Source: issue 2 ("Rate limit" acceptance; point 4). Nominatim's usage policy (1 request/s) is the
 motivating case: https://operations.osmfoundation.org/policies/nominatim/.
@@ -92,11 +137,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import itertools
 import logging
 import math
 import os
 import sqlite3
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +164,8 @@ STALE_S = 10.0
 BUSY_TIMEOUT_MS = 10_000
 #: Pauses older than this (s after their end) are deleted from the board.
 PAUSE_KEEP_S = 60.0
+#: Shortest wait (s) between two looks at a host's turn queue while another process holds the turn.
+TURN_POLL_MIN_S = 0.02
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS members (
@@ -139,6 +188,22 @@ CREATE TABLE IF NOT EXISTS pauses (
     boot TEXT NOT NULL,
     set_by INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS turns (
+    host TEXT PRIMARY KEY,
+    next_at REAL NOT NULL,
+    boot TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tickets (
+    ticket INTEGER PRIMARY KEY AUTOINCREMENT,
+    token TEXT NOT NULL UNIQUE,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    pstart TEXT NOT NULL,
+    boot TEXT NOT NULL,
+    member INTEGER NOT NULL,
+    since REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tickets_host ON tickets(host, ticket);
 """
 
 
@@ -170,6 +235,33 @@ def share_policy(policy: HostPolicy, n: int) -> HostPolicy:
     whole = math.floor(policy.rate / n)
     rate = float(whole) if whole >= 1 else policy.rate / n
     return dataclasses.replace(policy, rate=rate, concurrency=max(1, math.ceil(policy.concurrency / n)))
+
+
+def takes_turns(policy: HostPolicy, n: int) -> bool:
+    """Whether ``n`` processes sharing a host with ``policy`` take turns on the board for every send.
+
+    True when ``n >= 2`` and ``floor(rate / n) == 0``: the share would be a fraction of one request per
+    period (e.g. Nominatim's 1 request/s with 2 processes), so only turns keep sends from different
+    processes apart (see the module docstring).
+    """
+    return n >= 2 and math.floor(policy.rate / n) == 0
+
+
+def turn_spacing_s(policy: HostPolicy) -> float:
+    """Least time in seconds between two sends to a host whose processes take turns.
+
+    ``period_s / rate`` plus the client's safety margin (:data:`~geoagent.runtime.http.RATE_MARGIN_FRACTION`
+    of it, at least :data:`~geoagent.runtime.http.RATE_MARGIN_MIN_S`), as for one process's limiter of a
+    fractional rate: 1.1 s for 1 request per 1 s.
+
+    Raises
+    ------
+    ValueError
+        ``rate`` or ``period_s`` not > 0.
+    """
+    if policy.rate <= 0 or policy.period_s <= 0:
+        raise ValueError(f"HostPolicy.rate and period_s must be > 0, got rate={policy.rate} period_s={policy.period_s}")
+    return _throttle_params(HostPolicy(rate=1.0, period_s=policy.period_s / policy.rate))[1]
 
 
 def _boot_id() -> str:
@@ -219,6 +311,38 @@ def _alive(pid: int, pstart: str) -> bool:
     return True
 
 
+class _FreeSend:
+    """Token of a send that takes no turn (the host's share is whole): counts it until it went out."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: _Host) -> None:
+        self.host = host
+
+    def done(self, when_s: float, sent: bool) -> None:
+        h = self.host
+        h.free_inflight -= 1
+        if sent and when_s > h.last_free_sent:
+            h.last_free_sent = when_s
+
+
+class _Turn:
+    """This process's turn at a host (a ticket at the head of the host's queue on the board)."""
+
+    __slots__ = ("host", "token", "finished")
+
+    def __init__(self, host: _Host, token: str) -> None:
+        self.host = host
+        self.token = token
+        self.finished = False
+
+    def done(self, when_s: float, sent: bool) -> None:
+        """The request's headers went out at ``when_s`` (``sent``), or it ended unsent: pass the turn on."""
+        if not self.finished:
+            self.finished = True
+            self.host.turn_done(self.token, when_s if sent else None)
+
+
 class _Host:
     """This process's view of one shared host; also the ``gate`` of its ``_HostState``."""
 
@@ -237,6 +361,12 @@ class _Host:
         self.adopted_seq = 0
         self.adopted_at = 0.0
         self.open_at = math.inf  # monotonic s at which a joining process may open (once known)
+        self.turns = False  # every send takes a turn on the board (takes_turns(base, n))
+        self.spacing_s = turn_spacing_s(self.base)
+        self.turn_lock = asyncio.Lock()  # one ticket of this process in the host's queue at a time
+        self.free = _FreeSend(self)
+        self.free_inflight = 0  # sends that took no turn and have not gone out yet
+        self.last_free_sent = -math.inf  # monotonic s of the latest send that took no turn
 
     # gate protocol (called on the request path: memory only)
     def is_open(self) -> bool:
@@ -249,6 +379,62 @@ class _Host:
         while not self.is_open() and not self.share.stopped:
             await self.share.ticked.wait()
 
+    async def take_turn(self) -> _Turn | _FreeSend:
+        """Wait until this process may send to the host; the token's ``done()`` must follow (HttpClient).
+
+        Whole shares (``self.turns`` false): no wait, no board access. Turns: put a ticket in the host's
+        queue on the board; once it is at the head, wait until the host's ``next_at`` (the previous
+        send's time plus :func:`turn_spacing_s`), then until any pause is over and the gate is open.
+        The ticket leaves the queue when ``done()`` reports the send (``next_at`` moves to that send's
+        time plus the spacing) or that nothing was sent. Cancelled or failing: the ticket is removed.
+        """
+        share = self.share
+        if not self.turns or share._closing:
+            self.free_inflight += 1
+            return self.free
+        await self.turn_lock.acquire()
+        token = share.new_token()
+        try:
+            while True:
+                if share._closing:  # leaving: the board is going away, the gates are detached
+                    self.turn_lock.release()
+                    share.release(self.key, token, None)
+                    self.free_inflight += 1
+                    return self.free
+                try:
+                    look = await share._run(share._turn_db, self.key, token, self.seq or 0, self.spacing_s)
+                except sqlite3.Error as exc:
+                    log.warning("hostshare: board %s (turn of %s): %s", share.db_path, self.key, exc)
+                    await asyncio.sleep(share.poll_s)
+                    continue
+                now = time.monotonic()
+                if look["ahead"] > 0:
+                    # the tickets ahead send at max(now, next_at) + k * spacing at the earliest
+                    wake = max(look["now"], look["next_at"]) + (look["ahead"] - 1) * self.spacing_s + TURN_POLL_MIN_S
+                    await asyncio.sleep(min(max(wake - now, TURN_POLL_MIN_S), share.poll_s))
+                    continue
+                slot = max(look["now"], look["next_at"])
+                if slot > now:
+                    await asyncio.sleep(slot - now)
+                if time.monotonic() < self.state.paused_until or not self.is_open():
+                    # a pause or a closed gate (lease lapsed, pause check due): wait, then look again
+                    while (wait := self.state.paused_until - time.monotonic()) > 0:
+                        await asyncio.sleep(wait)
+                    if not self.is_open() and not share.stopped:
+                        await self.wait_open()
+                    continue
+                return _Turn(self, token)
+        except BaseException:
+            share.release(self.key, token, None)  # queued after any board call still running for it
+            self.turn_lock.release()
+            raise
+
+    def turn_done(self, token: str, sent_at: float | None) -> None:
+        """A turn ended: free the queue (and push ``next_at`` to ``sent_at + spacing`` when it sent)."""
+        self.share.release(self.key, token, None if sent_at is None else sent_at + self.spacing_s)
+        if self.turn_lock.locked():
+            self.turn_lock.release()
+
     def adjust(self, policy: HostPolicy) -> HostPolicy:
         """``_HostState.set_policy`` hook: ``policy`` is the new full policy unless it is our own share.
 
@@ -259,6 +445,8 @@ class _Host:
             return policy
         self.base = policy
         self.hold_s = _throttle_params(policy)[1]
+        self.spacing_s = turn_spacing_s(policy)
+        self.turns = takes_turns(policy, self.n)
         share = share_policy(policy, self.n)
         if share != self.current:
             self.current, self.current_since = share, time.monotonic()
@@ -286,7 +474,8 @@ class HostShare:
         heartbeat keeps this process's lease alive.
 
     Use as ``async with HostShare(path, http):`` inside ``async with http:``. Entering starts the
-    background task (no board access on the request path); leaving marks this process's rows gone
+    background task (no board access on the request path, except the turns of hosts whose share would
+    be fractional: :func:`takes_turns`); leaving marks this process's rows gone
     (they keep counting for one window, see the module docstring) and stops the task.
 
     Raises
@@ -308,6 +497,9 @@ class HostShare:
         self.boot = _boot_id()
         self.hosts: dict[str, _Host] = {}
         self.pending_pauses: dict[str, float] = {}
+        self.pending_releases: list[tuple[str, str, float | None]] = []  # (host, token, next_at) to retry
+        self._token_prefix = f"{self.pid}:{uuid.uuid4().hex}"  # one per HostShare: tests run two in one process
+        self._token_seq = itertools.count(1)
         self.applying = False
         self.last_heartbeat = -math.inf
         self.ticked = asyncio.Event()
@@ -352,7 +544,12 @@ class HostShare:
         ev, self.ticked = self.ticked, asyncio.Event()
         ev.set()  # release waiters; with the gates gone they pass straight on
         try:
-            await self._run(self._leave_db, [h.seq for h in self.hosts.values() if h.seq is not None])
+            await self._run(
+                self._leave_db,
+                [h.seq for h in self.hosts.values() if h.seq is not None],
+                {h.key: h.spacing_s for h in self.hosts.values()},
+                self.pending_releases,
+            )
         except sqlite3.Error as exc:
             log.warning("hostshare: could not mark rows gone in %s: %s", self.db_path, exc)
         await self._run(self._close_db)
@@ -361,6 +558,30 @@ class HostShare:
     def wake(self) -> None:
         """Make the background task poll now."""
         self._wake.set()
+
+    def new_token(self) -> str:
+        """A ticket name unique over processes, boots and HostShare objects."""
+        return f"{self._token_prefix}:{next(self._token_seq)}"
+
+    def release(self, key: str, token: str, next_at: float | None) -> None:
+        """Remove ticket ``token`` of ``key`` from the board; push the host's ``next_at`` when given.
+
+        Runs on the board thread after every board call already queued (FIFO); retried by the next
+        background tick if it fails. No-op once this share is closed (leaving removes every ticket).
+        """
+        item = (key, token, next_at)
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(self._pool, self._release_db, [item])
+        except RuntimeError:  # the board thread is shut down: close() removed our tickets
+            return
+
+        def _check(f: asyncio.Future[None]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                log.warning("hostshare: could not pass the turn of %s on (%s); retrying", key, None if f.cancelled() else f.exception())
+                self.pending_releases.append(item)
+                self.wake()
+
+        fut.add_done_callback(_check)
 
     # ---- HttpClient listener ------------------------------------------------------------------------
     def host_added(self, key: str, state: _HostState) -> None:
@@ -390,6 +611,7 @@ class HostShare:
                 except Exception as exc:  # noqa: BLE001 - keep going: the lease closes the gates meanwhile
                     for key, until in inp["pauses"].items():  # publish them on the next tick
                         self.pending_pauses[key] = max(until, self.pending_pauses.get(key, 0.0))
+                    self.pending_releases.extend(inp["releases"])
                     if isinstance(exc, sqlite3.Error):
                         log.warning("hostshare: board %s: %s", self.db_path, exc)
                     else:
@@ -415,9 +637,11 @@ class HostShare:
 
     def _tick_input(self) -> dict[str, Any]:
         pauses, self.pending_pauses = self.pending_pauses, {}
+        releases, self.pending_releases = self.pending_releases, []
         return {
             "hosts": [(h.key, h.seq, h.hold_s, h.adopted_seq, h.adopted_at) for h in self.hosts.values()],
             "pauses": pauses,
+            "releases": releases,
         }
 
     def _apply(self, snap: dict[str, Any]) -> None:
@@ -431,6 +655,7 @@ class HostShare:
                 h.seq, h.ready, h.open_at = seq, False, math.inf
             rows = snap["rows"][key]
             n = h.n = max(1, len(rows))
+            h.turns = takes_turns(h.base, n)
             target = share_policy(h.base, n)
             if target != h.current:
                 h.current, h.current_since = target, time.monotonic()
@@ -442,7 +667,12 @@ class HostShare:
                           key, n, target.rate, target.period_s, target.concurrency)
             max_seq = max((r["seq"] for r in rows), default=0)
             if max_seq > h.adopted_seq:
-                h.adopted_seq, h.adopted_at = max_seq, h.current_since
+                if not h.turns:
+                    h.adopted_seq, h.adopted_at = max_seq, h.current_since
+                elif h.free_inflight == 0:
+                    # turns from now on; the newcomer waits a window after our last send without a turn
+                    # (one admitted before this tick may still have been on its way: adopt once it is out)
+                    h.adopted_seq, h.adopted_at = max_seq, max(h.current_since, h.last_free_sent)
             # pauses posted by anyone (ours come back too: harmless, pause() never shortens)
             until = snap["pauses"].get(key)
             if until is not None and until > h.state.paused_until:
@@ -481,14 +711,20 @@ class HostShare:
             self._conn.close()
             self._conn = None
 
-    def _leave_db(self, seqs: list[int]) -> None:
-        if self._conn is None or not seqs:
+    def _leave_db(self, seqs: list[int], spacings: dict[str, float], releases: list[tuple[str, str, float | None]]) -> None:
+        if self._conn is None or not (seqs or releases):
             return
         c = self._conn
         c.execute("BEGIN IMMEDIATE")
         try:
             now = time.monotonic()
             c.executemany("UPDATE members SET gone_at = ? WHERE seq = ? AND gone_at IS NULL", [(now, s) for s in seqs])
+            self._release_rows(c, releases)
+            # a ticket still here belongs to a request torn down mid-turn: it may have just sent
+            mine = (self._token_prefix + ":%",)  # this HostShare's tokens (hex, digits, colons: no wildcards)
+            for r in c.execute("SELECT DISTINCT host FROM tickets WHERE token LIKE ?", mine).fetchall():
+                self._push_next_at(c, r["host"], now + spacings.get(r["host"], 0.0))
+            c.execute("DELETE FROM tickets WHERE token LIKE ?", mine)
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
@@ -500,6 +736,7 @@ class HostShare:
         c.execute("BEGIN IMMEDIATE")
         try:
             now = time.monotonic()
+            self._release_rows(c, inp["releases"])
             c.execute("DELETE FROM pauses WHERE boot != ? OR until < ?", (self.boot, now - PAUSE_KEEP_S))
             for key, until in inp["pauses"].items():
                 c.execute(
@@ -544,6 +781,90 @@ class HostShare:
             c.execute("ROLLBACK")
             raise
         return {"now": now, "seqs": seqs, "rows": rows, "pauses": pauses}
+
+    def _push_next_at(self, c: sqlite3.Connection, key: str, next_at: float) -> None:
+        """Raise the host's ``next_at`` to ``next_at`` (a row from another boot is replaced)."""
+        cur = c.execute("UPDATE turns SET next_at = max(next_at, ?) WHERE host = ? AND boot = ?", (next_at, key, self.boot))
+        if cur.rowcount == 0:
+            c.execute(
+                "INSERT INTO turns(host, next_at, boot) VALUES (?, ?, ?)"
+                " ON CONFLICT(host) DO UPDATE SET next_at = excluded.next_at, boot = excluded.boot",
+                (key, next_at, self.boot),
+            )
+
+    def _release_rows(self, c: sqlite3.Connection, items: list[tuple[str, str, float | None]]) -> None:
+        for key, token, next_at in items:
+            c.execute("DELETE FROM tickets WHERE token = ?", (token,))
+            if next_at is not None:
+                self._push_next_at(c, key, next_at)
+
+    def _release_db(self, items: list[tuple[str, str, float | None]]) -> None:
+        c = self._conn
+        if c is None:
+            return
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            self._release_rows(c, items)
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def _turn_db(self, key: str, token: str, member: int, spacing_s: float) -> dict[str, Any]:
+        """Queue ticket ``token`` for ``key`` (if not queued), drop dead tickets at the head, look.
+
+        Returns ``now`` (monotonic s), ``next_at`` (no send to the host before it) and ``ahead`` (tickets
+        before ours; 0: our turn). A head ticket whose process died (pid gone or reused, other boot,
+        member row gone or its heartbeat older than :data:`STALE_S`) is removed; it may have sent just
+        before it died, so ``next_at`` becomes at least ``now + spacing_s``.
+        """
+        c = self._conn
+        if c is None:
+            raise sqlite3.ProgrammingError("hostshare: board closed")
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            now = time.monotonic()
+            row = c.execute("SELECT next_at, boot FROM turns WHERE host = ?", (key,)).fetchone()
+            next_at = row["next_at"] if row is not None and row["boot"] == self.boot else 0.0
+            mine = c.execute("SELECT ticket FROM tickets WHERE token = ?", (token,)).fetchone()
+            if mine is None:  # first look, or others found our lease lapsed and removed the ticket
+                cur = c.execute(
+                    "INSERT INTO tickets(token, host, pid, pstart, boot, member, since) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (token, key, self.pid, self.pstart, self.boot, member, now),
+                )
+                ticket = int(cur.lastrowid or 0)
+            else:
+                ticket = int(mine["ticket"])
+            dropped = False
+            while True:
+                head = c.execute(
+                    "SELECT t.ticket, t.pid, t.pstart, t.boot, m.heartbeat, m.gone_at, m.seq AS mseq"
+                    " FROM tickets t LEFT JOIN members m ON m.seq = t.member WHERE t.host = ? ORDER BY t.ticket LIMIT 1",
+                    (key,),
+                ).fetchone()
+                if head is None or head["ticket"] == ticket:
+                    break
+                dead = (
+                    head["boot"] != self.boot
+                    or head["mseq"] is None
+                    or head["gone_at"] is not None
+                    or now - head["heartbeat"] > STALE_S
+                    or not _alive(head["pid"], head["pstart"])
+                )
+                if not dead:
+                    break
+                c.execute("DELETE FROM tickets WHERE ticket = ?", (head["ticket"],))
+                if head["boot"] == self.boot:
+                    next_at, dropped = max(next_at, now + spacing_s), True
+                log.info("hostshare: %s: dropped the turn of process %s (gone)", key, head["pid"])
+            if dropped:
+                self._push_next_at(c, key, next_at)
+            ahead = c.execute("SELECT COUNT(*) FROM tickets WHERE host = ? AND ticket < ?", (key, ticket)).fetchone()[0]
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        return {"now": now, "next_at": next_at, "ahead": int(ahead)}
 
 
 def board_path(state_dir: str | Path) -> Path:

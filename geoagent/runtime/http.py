@@ -366,8 +366,10 @@ class _HostState:
         self.pauses: list[tuple[float, float]] = []  # (set at, until), monotonic s; newest last, bounded
         self.stats = HttpStats()
         # Optional cross-process coordination (geoagent.runtime.hostshare): ``gate`` has ``is_open() -> bool``
-        # (cheap, in memory), ``async wait_open()`` (admission waits while it is closed) and
-        # ``adjust(policy) -> policy`` (set_policy applies this process's share of the policy it is given).
+        # (cheap, in memory), ``async wait_open()`` (admission waits while it is closed),
+        # ``adjust(policy) -> policy`` (set_policy applies this process's share of the policy it is given) and
+        # ``async take_turn() -> token`` (awaited after admission, before ``before_send``; the token's
+        # ``done(when_s, sent)`` is called once: when the headers went out, or when the attempt ended unsent).
         # ``on_pause(until)`` is called with the monotonic end of every pause that extends the current one.
         self.gate: Any = None
         self.on_pause: Callable[[float], None] | None = None
@@ -617,7 +619,8 @@ class HttpClient:
             raises :class:`OutcomeUnknown` instead, so the caller counts the spend and retries the task.
         before_send : async callable, optional
             Awaited once, in the FIRST attempt, after the host admitted the request (its concurrency
-            slot and rate slot are held, any host pause is over) and before any byte of it is written;
+            slot and rate slot are held, any host pause is over; where processes take turns on the host,
+            :mod:`~geoagent.runtime.hostshare`, its turn has come) and before any byte of it is written;
             later attempts do not call it. The model caller makes its ledger reservation here, so a
             request still queued behind the host's limits holds no reservation. If it raises, the
             request is abandoned unsent: its rate slot is given back (it never counts against the
@@ -749,18 +752,29 @@ class HttpClient:
         async with host.semaphore:
             slot = await host.admit()
             throttle = host.throttle
-            if before_send is not None:
-                try:
+            turn = None  # hostshare: this process's turn at a host whose rate the processes take turns on
+            try:
+                if host.gate is not None:
+                    turn = await host.gate.take_turn()
+                if before_send is not None:
                     await before_send()
                     # a Retry-After that arrived while the hook ran still holds (slot kept, +inf)
                     while (wait := host.paused_until - time.monotonic()) > 0:
                         await asyncio.sleep(wait)
-                except BaseException:
-                    throttle.give_back(slot)  # abandoned before anything was sent
-                    raise
+            except BaseException:
+                throttle.give_back(slot)  # abandoned before anything was sent
+                if turn is not None:
+                    turn.done(time.monotonic(), False)
+                raise
             counter.attempts += 1
             host.stats.requests += 1
-            ctx = SimpleNamespace(sent=False, on_sent=lambda t: throttle.stamp(slot, t))
+
+            def _mark_sent(when_s: float, sent: bool) -> None:
+                throttle.stamp(slot, when_s)
+                if turn is not None:
+                    turn.done(when_s, sent)
+
+            ctx = SimpleNamespace(sent=False, on_sent=lambda t: _mark_sent(t, True))
             t0 = time.monotonic()
             failure: BaseException | None = None  # raised below, outside the except block, so no
             # aiohttp exception (which may carry request headers) is chained as __context__
@@ -792,8 +806,8 @@ class HttpClient:
                     host.count_error(reason)
                     failure = _Retryable(reason, detail, maybe_processed=ctx.sent)
             finally:
-                if not ctx.sent:  # never reached the socket: free the slot's +inf stamp
-                    throttle.stamp(slot, time.monotonic())
+                if not ctx.sent:  # never reached the socket: free the slot's +inf stamp (and the turn)
+                    _mark_sent(time.monotonic(), False)
             if failure is not None:
                 raise failure
             elapsed = time.monotonic() - t0
