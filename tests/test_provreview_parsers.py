@@ -1,0 +1,46 @@
+"""Adversarial review (session 3) of the GeoVerify answer parser's last-resort fallback.
+
+A bare leading ``Yes``/``No`` is read as the verdict only when the word stands alone (end of text or a
+clause delimiter after it) and the text does not also state the opposite word the same way; otherwise the
+answer is a parse failure (raw kept), never a guessed verdict. Expected values are read by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from geoagent.geoverify.parse import RULE_REGEX_FALLBACK, parse_verdict
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "No doubt about it, this is Lisbon: yes.",  # 'No' opens a phrase, the verdict is 'yes'
+        "No idea, but probably yes",
+        "no-entry sign visible so yes",  # 'no' is part of a compound word
+        "Yes and no",  # both
+        "No, but on reflection: yes.",  # both, each standing alone
+        "Yes I think it is not there. No.",
+    ],
+)
+def test_bare_leading_word_that_is_not_a_standalone_verdict_is_a_failure(text):
+    res = parse_verdict(text)
+    assert not res.ok and res.verdict is None
+    assert res.raw == text
+
+
+@pytest.mark.parametrize(
+    "text, verdict",
+    [
+        ("Yes", "yes"),
+        ("No.", "no"),
+        ("YES!!!", "yes"),
+        ("Yes, the tram livery matches Lisbon.", "yes"),
+        ("No. There is no sign of the claimed area.", "no"),  # the same word again is no conflict
+        ("**No**: the script is Cyrillic.", "no"),
+        ("Yes.\nNothing contradicts it.", "yes"),
+    ],
+)
+def test_standalone_bare_verdict_still_read(text, verdict):
+    res = parse_verdict(text)
+    assert res.ok and res.verdict == verdict and RULE_REGEX_FALLBACK in res.rules
