@@ -1,0 +1,98 @@
+"""Adversarial review (session 3) of the HTTP model providers' answer handling, against local servers.
+
+Each case serves one documented-shape body from an aiohttp server on 127.0.0.1 (no function-level mocks)
+and calls it through the real provider and HttpClient. Token counts are computed by hand from the body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from geoagent.providers import ContentBlocked, ModelRequest, ProviderSettings, make_provider
+from geoagent.runtime.http import HostPolicy, HttpClient, OutcomeUnknown
+from geoagent.sandbox.server import serve
+
+KEY = "sk-" "review-0123456789abcdef"
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.005, backoff_max_s=0.02,
+                  timeout_s=5.0)
+
+
+def _base(kind: str, url: str) -> str:
+    return url + "/v1" if kind == "openai" else url
+
+
+async def _serve_once(kind: str, payload: dict, status: int = 200):
+    """Serve ``payload`` at the API's path; call it once through the provider; return (outcome, hits)."""
+    hits: list[dict] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        hits.append(await request.json())
+        return web.json_response(payload, status=status)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post("/v1/messages", handler)
+    app.router.add_post("/v1beta/models/{name}", handler)
+    async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+        prov = make_provider(ProviderSettings(kind=kind, model="m", base_url=_base(kind, url), api_key=KEY), http)
+        req = ModelRequest(provider=kind, model="m", prompt="Where is this?", params={"max_output_tokens": 64})
+        try:
+            return await prov.generate(req), hits
+        except Exception as exc:  # returned for assertions
+            return exc, hits
+
+
+def _openai(content, usage, finish="stop", **msg):
+    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, **msg}, "finish_reason": finish}],
+            "usage": usage}
+
+
+def _gemini(parts, usage, finish="STOP"):
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
+            "usageMetadata": usage, "modelVersion": "m"}
+
+
+# -- usage that lacks the output count must never settle as 0 output tokens --------------------------------
+def test_openai_usage_without_completion_tokens_uses_total_minus_prompt():
+    out, hits = asyncio.run(_serve_once("openai", _openai('{"city": "Porto"}', {"prompt_tokens": 12, "total_tokens": 19})))
+    assert not isinstance(out, Exception), out
+    assert (out.usage.input_tokens, out.usage.output_tokens) == (12, 7)  # 19 - 12
+
+
+def test_openai_usage_without_any_output_count_is_not_settled_as_zero():
+    # before: completion_tokens defaulted to 0, so a paid answer settled at the input price only (under-count)
+    out, hits = asyncio.run(_serve_once("openai", _openai('{"city": "Porto"}', {"prompt_tokens": 12})))
+    assert isinstance(out, OutcomeUnknown) and "completion_tokens" in str(out) and len(hits) == 1
+
+
+def test_gemini_usage_without_candidates_count_uses_total_minus_prompt():
+    body = _gemini([{"text": '{"city": "Porto"}'}], {"promptTokenCount": 30, "totalTokenCount": 45, "thoughtsTokenCount": 5})
+    out, _ = asyncio.run(_serve_once("gemini", body))
+    assert not isinstance(out, Exception), out
+    assert (out.usage.input_tokens, out.usage.output_tokens) == (30, 15)  # 45 - 30 (thoughts included)
+
+
+def test_gemini_answer_without_any_output_count_is_not_settled_as_zero():
+    out, hits = asyncio.run(_serve_once("gemini", _gemini([{"text": '{"city": "Porto"}'}], {"promptTokenCount": 30})))
+    assert isinstance(out, OutcomeUnknown) and "candidatesTokenCount" in str(out) and len(hits) == 1
+
+
+def test_gemini_empty_max_tokens_answer_without_candidates_count_is_zero_output():
+    # no text came back and no output was reported: 0 output tokens is what the body says
+    body = {"candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}], "usageMetadata": {"promptTokenCount": 30}}
+    out, _ = asyncio.run(_serve_once("gemini", body))
+    assert not isinstance(out, Exception), out
+    assert (out.usage.input_tokens, out.usage.output_tokens, out.text) == (30, 0, "")
+
+
+# -- content filtered: a definite answer, not a malformed body -------------------------------------------
+def test_openai_content_filter_with_null_content_is_blocked_with_usage():
+    # before: MalformedResponse -> OutcomeUnknown -> the task retried (and paid) again for the same filtered prompt
+    body = _openai(None, {"prompt_tokens": 12, "completion_tokens": 0, "total_tokens": 12}, finish="content_filter")
+    out, hits = asyncio.run(_serve_once("openai", body))
+    assert isinstance(out, ContentBlocked) and out.retryable is False and "content_filter" in str(out)
+    assert out.usage is not None and (out.usage.input_tokens, out.usage.output_tokens) == (12, 0)
+    assert len(hits) == 1
