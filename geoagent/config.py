@@ -30,6 +30,7 @@ import math
 import os
 import re
 import tomllib
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,34 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    # inf/nan (legal TOML) are refused in every number: an infinite period or timeout hangs, an infinite
+    # input factor refuses every reservation
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ConfigWarning(UserWarning):
+    """A campaign file loads but holds something that probably does not do what was meant."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+#: ``models[].params`` the providers read, each with its check and what it expects. Any other name is sent
+#: to no API (it only changes the request key), so :func:`config_from_dict` warns about it.
+KNOWN_PARAMS: dict[str, tuple[Any, str]] = {
+    "max_output_tokens": (lambda v: _is_int(v) and v >= 1, "an integer >= 1 (output-token cap, reserved in full)"),
+    "temperature": (lambda v: _is_num(v) and 0 <= v <= 2, "a number in [0, 2]"),
+    "top_p": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "seed": (_is_int, "an integer"),
+    "system": (lambda v: isinstance(v, str), "a string"),
+    "json_mode": (lambda v: isinstance(v, bool), "true or false"),
+    "detail": (lambda v: v in ("low", "high", "auto"), "one of 'low', 'high', 'auto'"),
+}
 
 
 class CampaignSection(_Section):
@@ -214,6 +242,11 @@ class ModelConfig(_Section):
                                  "name the key's variable in api_key_env)")
 
         walk(v, "")
+        for name, value in v.items():
+            check = KNOWN_PARAMS.get(name)
+            if check is not None and not check[0](value):
+                shown = "a string" if isinstance(value, str) else _fmt_value(value)  # a string may be a pasted key
+                raise ValueError(f"params.{name} to be {check[1]}, got {shown}")
         return v
 
     @field_validator("base_url")
@@ -438,7 +471,7 @@ _EXPECTED = {
     "missing": "a value (required key is missing)",
     "extra_forbidden": "no such key (unknown key)",
 }
-_NO_ECHO_FIELDS = {"api_key_env", "base_url"}  # either may hold a pasted key
+_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params"}  # may hold a pasted key (params: its messages say what they show)
 
 
 def _fmt_loc(loc: Iterable[Any]) -> str:
@@ -531,6 +564,13 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                 problems.extend(_problems(exc, prefix=(name,)))
     if problems or cfg is None:
         raise ConfigError(source, problems)
+    for i, m in enumerate(cfg.models):
+        for name in m.params:
+            if name not in KNOWN_PARAMS:
+                warnings.warn(
+                    f"{source}: models[{i}].params.{name}: not read by any provider (known: "
+                    f"{', '.join(sorted(KNOWN_PARAMS))}); it is sent to no API and only changes the request key",
+                    ConfigWarning, stacklevel=2)
     return cfg
 
 

@@ -58,3 +58,85 @@ def test_dotenv_export_prefix_quotes_and_comments(tmp_path):
         """))
     got = {n: lookup_secret(n, environ={}, dotenv_path=p).reveal() for n in ("A_KEY", "B_KEY", "C_KEY", "D_KEY")}
     assert got == {"A_KEY": "sk-aaaa-1111", "B_KEY": "sk-bbbb 2222", "C_KEY": "sk-cccc-3333", "D_KEY": "sk-dddd-4444"}
+
+
+# -- campaign config ---------------------------------------------------------------------------------------
+BASE = """
+[campaign]
+name = "rev"
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "m"
+provider = "openai"
+model = "gpt-x"
+base_url = "http://127.0.0.1:9/v1"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+"""
+
+
+def _write(tmp_path, extra: str = "", base: str = BASE):
+    p = tmp_path / "c.toml"
+    p.write_text(base + extra, encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize(
+    "params, key",
+    [
+        ("{ max_output_tokens = -5 }", "max_output_tokens"),  # reserved a negative worst case (under-reservation)
+        ("{ max_output_tokens = 0 }", "max_output_tokens"),
+        ('{ max_output_tokens = "lots" }', "max_output_tokens"),  # failed on every call at run time
+        ("{ max_output_tokens = true }", "max_output_tokens"),
+        ("{ temperature = 9.5 }", "temperature"),  # bypassed the models[].temperature bounds
+        ('{ temperature = "hot" }', "temperature"),
+        ("{ top_p = 1.5 }", "top_p"),
+        ('{ seed = "7" }', "seed"),
+        ("{ json_mode = 1 }", "json_mode"),
+        ("{ system = 3 }", "system"),
+        ('{ detail = "ultra" }', "detail"),
+    ],
+)
+def test_known_params_are_type_and_range_checked_at_load(tmp_path, params, key):
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, f"params = {params}\n"))
+    msg = str(ei.value)
+    assert "models[0].params" in msg and key in msg
+
+
+def test_unknown_param_names_warn_naming_the_key(tmp_path):
+    # providers send only the known params: a typo (or an API field such as max_tokens) is sent nowhere and
+    # only changes the request key; before, it was accepted silently
+    with pytest.warns(UserWarning) as rec:
+        cfg = load_config(_write(tmp_path, 'params = { temprature = 0.5, max_tokens = 300, json_mode = true }\n'))
+    text = " ".join(str(w.message) for w in rec)
+    assert "models[0].params.temprature" in text and "models[0].params.max_tokens" in text and "params.json_mode:" not in text
+    assert cfg.models[0].params["temprature"] == 0.5  # still loads (kept in the key, as written)
+
+
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        ("timeout_s = inf", "models[0].timeout_s"),
+        ("rate = { requests = inf }", "models[0].rate.requests"),
+        ("rate = { requests = 5, period_s = inf }", "models[0].rate.period_s"),
+        ("expected_latency_s = nan", "models[0].expected_latency_s"),
+    ],
+)
+def test_non_finite_numbers_are_config_errors(tmp_path, line, key):
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, line + "\n"))
+    assert key in str(ei.value) and "finite" in str(ei.value)
+
+
+@pytest.mark.parametrize(
+    "section, key",
+    [("[budget]\ncap_usd = 1.0\ninput_estimate_factor = inf\n", "budget.input_estimate_factor"),
+     ("[budget]\ncap_usd = 1.0\n[queue]\nvisibility_timeout_s = inf\n", "queue.visibility_timeout_s")],
+)
+def test_non_finite_budget_and_queue_numbers_are_config_errors(tmp_path, section, key):
+    base = BASE.replace("[budget]\ncap_usd = 1.0\n", section)
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, base=base))
+    assert key in str(ei.value)
