@@ -7,10 +7,13 @@ and calls it through the real provider and HttpClient. Token counts are computed
 from __future__ import annotations
 
 import asyncio
+import json
 
+import pytest
 from aiohttp import web
 
 from geoagent.providers import ContentBlocked, ModelRequest, ProviderSettings, make_provider
+from geoagent.providers.errors import ReplayRecordedError
 from geoagent.runtime.http import HostPolicy, HttpClient, OutcomeUnknown
 from geoagent.sandbox.server import serve
 
@@ -96,3 +99,27 @@ def test_openai_content_filter_with_null_content_is_blocked_with_usage():
     assert isinstance(out, ContentBlocked) and out.retryable is False and "content_filter" in str(out)
     assert out.usage is not None and (out.usage.input_tokens, out.usage.output_tokens) == (12, 0)
     assert len(hits) == 1
+
+
+# -- replay records with unusable usage ----------------------------------------------------------------
+
+@pytest.mark.parametrize("usage", [{"input_tokens": "many", "output_tokens": 3}, {"input_tokens": 10, "output_tokens": -4},
+                                   {"input_tokens": 1.5, "output_tokens": 3}, {"input_tokens": True, "output_tokens": 3}])
+def test_replay_record_with_unusable_usage_is_a_recorded_error_naming_key_and_file(tmp_path, usage):
+    # before: int("many") raised a bare ValueError (task retried to the dead letter without a word of where),
+    # and a negative count went into the ledger's token totals
+    path = tmp_path / "rec.jsonl"
+    path.write_text(json.dumps({"key": "k1", "text": "{}", "usage": usage}) + "\n")
+    prov = make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_key_field="rk"))
+    with pytest.raises(ReplayRecordedError) as ei:
+        asyncio.run(prov.generate(ModelRequest(provider="replay", model="m", prompt="p", meta={"rk": "k1"})))
+    msg = str(ei.value)
+    assert "k1" in msg and "rec.jsonl" in msg and ("input_tokens" in msg or "output_tokens" in msg)
+
+
+def test_replay_record_with_numeric_string_usage_still_reads(tmp_path):
+    path = tmp_path / "rec.jsonl"
+    path.write_text(json.dumps({"key": "k1", "text": "ok", "usage": {"input_tokens": "12", "output_tokens": 3.0}}) + "\n")
+    prov = make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_key_field="rk"))
+    out = asyncio.run(prov.generate(ModelRequest(provider="replay", model="m", prompt="p", meta={"rk": "k1"})))
+    assert (out.text, out.usage.input_tokens, out.usage.output_tokens) == ("ok", 12, 3)
