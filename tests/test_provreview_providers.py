@@ -123,3 +123,57 @@ def test_replay_record_with_numeric_string_usage_still_reads(tmp_path):
     prov = make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_key_field="rk"))
     out = asyncio.run(prov.generate(ModelRequest(provider="replay", model="m", prompt="p", meta={"rk": "k1"})))
     assert (out.text, out.usage.input_tokens, out.usage.output_tokens) == ("ok", 12, 3)
+
+
+# -- 2xx bodies that are not the API's JSON ------------------------------------------------------------
+async def _serve_raw(kind: str, body_of, headers: dict | None = None):
+    """Serve ``body_of(request)`` (bytes) with status 200; call once; return (outcome, hits)."""
+    hits: list[int] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        hits.append(1)
+        return web.Response(body=body_of(request), status=200, headers=headers or {"Content-Type": "application/json"})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post("/v1/messages", handler)
+    app.router.add_post("/v1beta/models/{name}", handler)
+    async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+        prov = make_provider(ProviderSettings(kind=kind, model="m", base_url=_base(kind, url), api_key=KEY), http)
+        req = ModelRequest(provider=kind, model="m", prompt="Where is this?", params={"max_output_tokens": 64})
+        try:
+            return await prov.generate(req), hits
+        except Exception as exc:
+            return exc, hits
+
+
+def _echo_auth_html(request: web.Request) -> bytes:
+    seen = request.headers.get("Authorization") or request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
+    return f"<html><body><h1>502 Bad Gateway</h1><p>upstream refused credentials {seen}</p></body></html>".encode()
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize("body_of", [_echo_auth_html, lambda r: b'{"choices": [{"message": {"content": "caf\xe9"}}]}',
+                                     lambda r: b"", lambda r: b"null", lambda r: b'{"choices": []}'],
+                         ids=["html-echoing-key", "latin1", "empty", "null", "empty-choices"])
+def test_unusable_200_is_outcome_unknown_sent_once_and_never_shows_the_key(kind, body_of):
+    out, hits = asyncio.run(_serve_raw(kind, body_of))
+    assert isinstance(out, OutcomeUnknown) and "unusable 2xx body" in str(out)
+    assert len(hits) == 1  # may have been billed: not re-sent inside the request
+    assert KEY not in str(out) and KEY not in repr(out.args) and KEY not in str(vars(out))
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+def test_gzip_encoded_answer_is_read(kind):
+    import gzip
+
+    payload = {
+        "openai": _openai("gz ok", {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}),
+        "anthropic": {"type": "message", "model": "m", "content": [{"type": "text", "text": "gz ok"}], "stop_reason": "end_turn",
+                      "usage": {"input_tokens": 3, "output_tokens": 2}},
+        "gemini": _gemini([{"text": "gz ok"}], {"promptTokenCount": 3, "candidatesTokenCount": 2}),
+    }[kind]
+    out, _ = asyncio.run(_serve_raw(kind, lambda r: gzip.compress(json.dumps(payload).encode()),
+                                    {"Content-Type": "application/json", "Content-Encoding": "gzip"}))
+    assert not isinstance(out, Exception), out
+    assert (out.text, out.usage.input_tokens, out.usage.output_tokens) == ("gz ok", 3, 2)
