@@ -44,3 +44,28 @@ def test_bare_leading_word_that_is_not_a_standalone_verdict_is_a_failure(text):
 def test_standalone_bare_verdict_still_read(text, verdict):
     res = parse_verdict(text)
     assert res.ok and res.verdict == verdict and RULE_REGEX_FALLBACK in res.rules
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Initial verdict: yes. On reflection the verdict: no.",  # two labelled verdicts, no JSON
+        '{"verdict": "yes", "confidence": 0.7}\nWait, correction. Final verdict: no',  # JSON, then a labelled reversal
+    ],
+)
+def test_labelled_opposite_verdict_elsewhere_is_a_conflict_not_the_first_guess(text):
+    res = parse_verdict(text)
+    assert not res.ok and res.verdict is None and "conflicting" in res.reason and res.raw == text
+
+
+@pytest.mark.parametrize(
+    "text, verdict",
+    [
+        ('{"verdict": "no", "confidence": 0.8}\nSo my verdict: no.', "no"),  # the same verdict repeated
+        ("verdict: no\nconfidence: 0.9\nverdict: no", "no"),
+        ('```json\n{"verdict": "yes", "confidence": 0.6, "evidence": ["tram 28"]}\n```', "yes"),
+    ],
+)
+def test_repeated_same_verdict_is_no_conflict(text, verdict):
+    res = parse_verdict(text)
+    assert res.ok and res.verdict == verdict

@@ -220,6 +220,9 @@ def _parse(raw: str | None) -> ParsedVerdict:
             return ParsedVerdict(True, verdict, conf, _norm_evidence(ev), None, tuple(sorted(rules)), text)
     mv = _RX_VERDICT.search(text)
     if mv:
+        if _conflicting(text, mv.group(1).lower()):  # "verdict: yes ... verdict: no"
+            return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
+                                 tuple(sorted(rules)), text)
         return _from_regex(mv.group(1), text, rules | {RULE_REGEX_FALLBACK})
     mb = _RX_BARE.match(text)
     if mb:
@@ -235,8 +238,10 @@ def _parse(raw: str | None) -> ParsedVerdict:
 
 
 def _conflicting(text: str, verdict: str) -> bool:
-    """Whether another top-level JSON object in ``text`` states the opposite verdict (an ambiguous answer
-    is a parse failure, never the first guess)."""
+    """Whether another top-level JSON object, or a labelled ``verdict: yes|no`` anywhere in ``text``, states
+    the opposite verdict (an ambiguous answer is a parse failure, never the first guess)."""
+    if any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(text)):
+        return True
     for cand in iter_candidates(text, "{", nested=False, percent=True):
         if cand.ok and isinstance(cand.value, dict):
             has_v, v = _lookup(cand.value, _VERDICT_KEYS)
