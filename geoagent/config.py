@@ -215,9 +215,18 @@ class ModelConfig(_Section):
     @field_validator("headers")
     @classmethod
     def _no_auth_headers(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
+        from geoagent.secrets import looks_like_secret
+
+        for name, value in v.items():
             if name.lower() in _AUTH_HEADERS or "key" in name.lower() or "token" in name.lower():
                 raise ValueError(f"no credential header ({name!r}): name the key's variable in api_key_env")
+            # header values go to the manifest verbatim: a key under an innocuous name must not (never echoed)
+            is_url = value.startswith(("http://", "https://")) and "@" not in value and "?" not in value
+            if isinstance(value, str) and (value.lstrip().lower().startswith(("bearer ", "basic ")) or (
+                    not is_url and not any(c.isspace() for c in value)
+                    and (looks_like_secret(value) or value.startswith("sk-")))):
+                raise ValueError(f"no credential in headers (the value of {name!r} looks like an API key; "
+                                 "name the key's variable in api_key_env)")
         return v
 
     @field_validator("params")
@@ -471,7 +480,7 @@ _EXPECTED = {
     "missing": "a value (required key is missing)",
     "extra_forbidden": "no such key (unknown key)",
 }
-_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params"}  # may hold a pasted key (params: its messages say what they show)
+_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers"}  # may hold a pasted key (params: its messages say what they show)
 
 
 def _fmt_loc(loc: Iterable[Any]) -> str:

@@ -140,3 +140,19 @@ def test_non_finite_budget_and_queue_numbers_are_config_errors(tmp_path, section
     with pytest.raises(ConfigError) as ei:
         load_config(_write(tmp_path, base=base))
     assert key in str(ei.value)
+
+
+@pytest.mark.parametrize("value", ["sk-" "proj-HDRSECRET0123456789abcdef", "Bearer HDRSECRET0123456789", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"])
+def test_key_shaped_header_value_is_refused_without_echo(tmp_path, value):
+    # header NAMES that carry credentials were refused, but a key under an innocuous name was accepted and
+    # written verbatim to manifest.json (resolved_dict) and the provider settings' public_dict
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, f'headers = {{ "X-Custom" = "{value}" }}\n'))
+    msg = str(ei.value)
+    assert "models[0].headers" in msg and "api_key_env" in msg
+    assert "HDRSECRET" not in msg and "AbCdEfGh" not in msg
+
+
+def test_ordinary_header_values_still_load(tmp_path):
+    cfg = load_config(_write(tmp_path, 'headers = { "HTTP-Referer" = "https://example.org/geoagent-2024/project42/run7", "X-Title" = "geoagent campaign 2" }\n'))
+    assert cfg.models[0].headers["X-Title"] == "geoagent campaign 2"
