@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from geoagent.geohint.parse import parse_answer
 from geoagent.geoverify.parse import RULE_REGEX_FALLBACK, parse_verdict
 
 
@@ -69,3 +70,36 @@ def test_labelled_opposite_verdict_elsewhere_is_a_conflict_not_the_first_guess(t
 def test_repeated_same_verdict_is_no_conflict(text, verdict):
     res = parse_verdict(text)
     assert res.ok and res.verdict == verdict
+
+
+# -- GeoHint: several answer objects that name different places --------------------------------------------
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"city": "Paris", "area": "Le Marais", "building": "Musee Picasso"}\n'
+        'Actually, on reflection: {"city": "Lyon", "area": "Vieux Lyon", "building": "Cathedrale Saint-Jean"}',
+        '```json\n{"city": "Porto", "area": "Ribeira", "building": "unknown"}\n```\nor maybe\n'
+        '```json\n{"city": "Lisbon", "area": "Alfama", "building": "unknown"}\n```',
+        # a schema template echoed before the answer is not the answer
+        'Format: {"city": "...", "area": "...", "building": "..."}\n{"city": "Rome", "area": "Monti", "building": "unknown"}',
+    ],
+)
+def test_geohint_objects_naming_different_places_are_a_conflict_failure(text):
+    # before: the first object with the most schema keys won, whichever the model meant
+    ans = parse_answer(text)
+    assert not ans.ok and "conflicting" in ans.error and ans.raw == text
+
+
+@pytest.mark.parametrize(
+    "text, city, area",
+    [
+        # the same answer in a fence and again in prose; a partial object agreeing with the full one
+        ('```json\n{"city": "Porto", "area": "Ribeira", "building": "unknown"}\n```\n'
+         'So: {"city": "porto", "area": "Ribeira"}', "Porto", "Ribeira"),
+        ('{"city": "Rome", "area": "Monti", "building": "unknown", "evidence": {"script": "Latin {serif}"}}', "Rome", "Monti"),
+    ],
+)
+def test_geohint_repeated_or_agreeing_objects_still_parse(text, city, area):
+    ans = parse_answer(text)
+    assert ans.ok and (ans.city, ans.area) == (city, area)
