@@ -318,6 +318,9 @@ class ModelConfig(_Section):
         return params
 
 
+_HOST_KEY_RE = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*(?::(?P<port>\d{1,5}))?$")
+
+
 class HostSection(_Section):
     """``[hosts."name"]``: limits for a non-model API host (``hostname`` or ``hostname:port``)."""
 
@@ -404,6 +407,22 @@ class CampaignConfig(_Section):
                     f"different base_url, so their requests would have the same request key and share stored "
                     f"answers; make them differ in `model`, or in `params` (e.g. a `seed`), or drop one")
         return v
+
+    @field_validator("hosts")
+    @classmethod
+    def _host_keys(cls, v: dict[str, HostSection]) -> dict[str, HostSection]:
+        # the HTTP layer keys limits by "hostname" or "hostname:port", lower case (runtime.http.host_key): a
+        # URL, a path or a bad port here would load and then limit nothing
+        out: dict[str, HostSection] = {}
+        for key, section in v.items():
+            m = _HOST_KEY_RE.match(key.strip().lower())
+            if m is None or (m.group("port") is not None and not 0 < int(m.group("port")) < 65536):
+                raise ValueError(f"hostname or hostname:port as a [hosts] key (no scheme, path or spaces), got {key!r}")
+            norm = m.group(0)
+            if norm in out:
+                raise ValueError(f"[hosts] keys that differ in more than case; {key!r} repeats {norm!r}")
+            out[norm] = section
+        return out
 
     # -- look-ups ---------------------------------------------------------------------------------
 
@@ -530,7 +549,9 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
             expected = str(ctx.get("error", err["msg"]))
         else:
             expected = err["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
-        got = "" if no_echo else f", got {_fmt_value(err.get('input'))}"
+        # a check on a whole table says itself what it found ("got a table" would add nothing)
+        table_check = kind == "value_error" and isinstance(err.get("input"), dict)
+        got = "" if no_echo or table_check else f", got {_fmt_value(err.get('input'))}"
         problems.append(f"{path}: expected {expected}{got}")
     return problems
 

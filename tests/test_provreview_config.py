@@ -156,3 +156,23 @@ def test_key_shaped_header_value_is_refused_without_echo(tmp_path, value):
 def test_ordinary_header_values_still_load(tmp_path):
     cfg = load_config(_write(tmp_path, 'headers = { "HTTP-Referer" = "https://example.org/geoagent-2024/project42/run7", "X-Title" = "geoagent campaign 2" }\n'))
     assert cfg.models[0].headers["X-Title"] == "geoagent campaign 2"
+
+
+@pytest.mark.parametrize("host", ["https://nominatim.openstreetmap.org", "nominatim.openstreetmap.org/search",
+                                  "nominatim.openstreetmap.org:99999", "nominatim openstreetmap.org", ""])
+def test_hosts_key_that_can_never_match_a_request_is_a_config_error(tmp_path, host):
+    # the HTTP layer keys hosts as "hostname" or "hostname:port" (lower case); before, a URL or a path here
+    # loaded fine and its limits silently applied to nothing (e.g. Nominatim's 1 request/s never enforced)
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, f'\n[hosts."{host}"]\nrate = 1\n'))
+    assert "hosts" in str(ei.value) and "hostname" in str(ei.value)
+
+
+def test_hosts_key_is_matched_case_insensitively(tmp_path):
+    from geoagent.config import host_policies
+    from geoagent.runtime.http import host_key
+
+    cfg = load_config(_write(tmp_path, '\n[hosts."Nominatim.OpenStreetMap.org"]\nrate = 1\n\n[hosts."127.0.0.1:8080"]\nrate = 2\n'))
+    pols = host_policies(cfg)
+    assert pols[host_key("https://nominatim.openstreetmap.org/search?q=x")].rate == 1
+    assert pols[host_key("http://127.0.0.1:8080/api")].rate == 2
