@@ -103,3 +103,32 @@ def test_geohint_objects_naming_different_places_are_a_conflict_failure(text):
 def test_geohint_repeated_or_agreeing_objects_still_parse(text, city, area):
     ans = parse_answer(text)
     assert ans.ok and (ans.city, ans.area) == (city, area)
+
+
+# -- degenerate (looping) answers: every pattern runs in time linear in the text ---------------------------
+# Models stuck in a loop emit long runs of one character or of whitespace. Before the fix the fallback
+# patterns were quadratic in such runs (seconds at 20,000 characters, minutes at 100,000: a stage worker
+# stalled on one answer). The timeout is a hang guard with a wide margin, not a benchmark: the linear
+# patterns take milliseconds here.
+RUN = 100_000
+
+
+@pytest.mark.timeout(60)
+def test_geoverify_whitespace_run_after_a_label_reads_linearly():
+    res = parse_verdict("verdict:" + " " * RUN + "yes\nconfidence:" + "\n" * RUN + "0.8")
+    assert res.ok and res.verdict == "yes" and res.confidence == pytest.approx(0.8)
+    res = parse_verdict("verdict:" + " " * RUN + "x")
+    assert not res.ok and res.raw.endswith("x")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("text", ["x" * RUN, "a" * RUN + ": x", "city" * (RUN // 4)])
+def test_geohint_letter_run_reads_linearly(text):
+    ans = parse_answer(text)
+    assert not ans.ok and ans.raw == text
+
+
+def test_geohint_pattern_fallback_still_reads_pairs():
+    ans = parse_answer('city: "Porto", area: \'Ribeira\', confidence_area: 80, building = none')
+    assert ans.ok and ans.method == "regex" and (ans.city, ans.area) == ("Porto", "Ribeira")
+    assert ans.confidence_area == pytest.approx(0.8)

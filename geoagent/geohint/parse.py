@@ -30,7 +30,9 @@ SCHEMA_KEYS = frozenset(
 EVIDENCE_CATEGORIES = ("infrastructure", "vegetation", "architecture", "script", "terrain")
 NOT_VISIBLE = "not visible"
 
-_PAIR = re.compile(r"""["']?(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?))""")
+# a key starts at a word start (the lookbehind): trying every position inside a long run of letters made the
+# fallback quadratic (minutes for a looping answer)
+_PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?))""")
 
 
 @dataclass(slots=True)

@@ -139,8 +139,10 @@ def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
     return False, None
 
 
-_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=]\s*[\"'*]*\s*(yes|no)\b(?!\s*(?:/|\bor\b))", re.I)
-_RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=]\s*[\"']?\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*%?)", re.I)
+# one character class between the label and the value (not ``\s*[\"']*\s*``: two quantifiers over the same
+# whitespace made a long run after "verdict:" quadratic, minutes for a looping answer)
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?!\s*(?:/|\bor\b))", re.I)
+_RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*%?)", re.I)
 # a verdict word standing alone: followed (after quotes/markup on the same line) by the end of the text, a
 # line break or a clause delimiter; "No doubt ...", "no-entry sign ...", "Yes and no" are not verdicts
 _STANDALONE = r"(?=[ \t\"'`*_]*(?:\Z|[\r\n.!,;:)]))"
