@@ -30,6 +30,7 @@ import math
 import os
 import re
 import tomllib
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,34 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    # inf/nan (legal TOML) are refused in every number: an infinite period or timeout hangs, an infinite
+    # input factor refuses every reservation
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ConfigWarning(UserWarning):
+    """A campaign file loads but holds something that probably does not do what was meant."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+#: ``models[].params`` the providers read, each with its check and what it expects. Any other name is sent
+#: to no API (it only changes the request key), so :func:`config_from_dict` warns about it.
+KNOWN_PARAMS: dict[str, tuple[Any, str]] = {
+    "max_output_tokens": (lambda v: _is_int(v) and v >= 1, "an integer >= 1 (output-token cap, reserved in full)"),
+    "temperature": (lambda v: _is_num(v) and 0 <= v <= 2, "a number in [0, 2]"),
+    "top_p": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "seed": (_is_int, "an integer"),
+    "system": (lambda v: isinstance(v, str), "a string"),
+    "json_mode": (lambda v: isinstance(v, bool), "true or false"),
+    "detail": (lambda v: v in ("low", "high", "auto"), "one of 'low', 'high', 'auto'"),
+}
 
 
 class CampaignSection(_Section):
@@ -187,9 +215,18 @@ class ModelConfig(_Section):
     @field_validator("headers")
     @classmethod
     def _no_auth_headers(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
+        from geoagent.secrets import looks_like_secret
+
+        for name, value in v.items():
             if name.lower() in _AUTH_HEADERS or "key" in name.lower() or "token" in name.lower():
                 raise ValueError(f"no credential header ({name!r}): name the key's variable in api_key_env")
+            # header values go to the manifest verbatim: a key under an innocuous name must not (never echoed)
+            is_url = value.startswith(("http://", "https://")) and "@" not in value and "?" not in value
+            if isinstance(value, str) and (value.lstrip().lower().startswith(("bearer ", "basic ")) or (
+                    not is_url and not any(c.isspace() for c in value)
+                    and (looks_like_secret(value) or value.startswith("sk-")))):
+                raise ValueError(f"no credential in headers (the value of {name!r} looks like an API key; "
+                                 "name the key's variable in api_key_env)")
         return v
 
     @field_validator("params")
@@ -214,6 +251,11 @@ class ModelConfig(_Section):
                                  "name the key's variable in api_key_env)")
 
         walk(v, "")
+        for name, value in v.items():
+            check = KNOWN_PARAMS.get(name)
+            if check is not None and not check[0](value):
+                shown = "a string" if isinstance(value, str) else _fmt_value(value)  # a string may be a pasted key
+                raise ValueError(f"params.{name} to be {check[1]}, got {shown}")
         return v
 
     @field_validator("base_url")
@@ -274,6 +316,9 @@ class ModelConfig(_Section):
             params["seed"] = self.seed
         params.update(self.params)
         return params
+
+
+_HOST_KEY_RE = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*(?::(?P<port>\d{1,5}))?$")
 
 
 class HostSection(_Section):
@@ -363,6 +408,22 @@ class CampaignConfig(_Section):
                     f"answers; make them differ in `model`, or in `params` (e.g. a `seed`), or drop one")
         return v
 
+    @field_validator("hosts")
+    @classmethod
+    def _host_keys(cls, v: dict[str, HostSection]) -> dict[str, HostSection]:
+        # the HTTP layer keys limits by "hostname" or "hostname:port", lower case (runtime.http.host_key): a
+        # URL, a path or a bad port here would load and then limit nothing
+        out: dict[str, HostSection] = {}
+        for key, section in v.items():
+            m = _HOST_KEY_RE.match(key.strip().lower())
+            if m is None or (m.group("port") is not None and not 0 < int(m.group("port")) < 65536):
+                raise ValueError(f"hostname or hostname:port as a [hosts] key (no scheme, path or spaces), got {key!r}")
+            norm = m.group(0)
+            if norm in out:
+                raise ValueError(f"[hosts] keys that differ in more than case; {key!r} repeats {norm!r}")
+            out[norm] = section
+        return out
+
     # -- look-ups ---------------------------------------------------------------------------------
 
     @property
@@ -438,7 +499,7 @@ _EXPECTED = {
     "missing": "a value (required key is missing)",
     "extra_forbidden": "no such key (unknown key)",
 }
-_NO_ECHO_FIELDS = {"api_key_env", "base_url"}  # either may hold a pasted key
+_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers"}  # may hold a pasted key (params: its messages say what they show)
 
 
 def _fmt_loc(loc: Iterable[Any]) -> str:
@@ -488,7 +549,9 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
             expected = str(ctx.get("error", err["msg"]))
         else:
             expected = err["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
-        got = "" if no_echo else f", got {_fmt_value(err.get('input'))}"
+        # a check on a whole table says itself what it found ("got a table" would add nothing)
+        table_check = kind == "value_error" and isinstance(err.get("input"), dict)
+        got = "" if no_echo or table_check else f", got {_fmt_value(err.get('input'))}"
         problems.append(f"{path}: expected {expected}{got}")
     return problems
 
@@ -531,6 +594,13 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                 problems.extend(_problems(exc, prefix=(name,)))
     if problems or cfg is None:
         raise ConfigError(source, problems)
+    for i, m in enumerate(cfg.models):
+        for name in m.params:
+            if name not in KNOWN_PARAMS:
+                warnings.warn(
+                    f"{source}: models[{i}].params.{name}: not read by any provider (known: "
+                    f"{', '.join(sorted(KNOWN_PARAMS))}); it is sent to no API and only changes the request key",
+                    ConfigWarning, stacklevel=2)
     return cfg
 
 

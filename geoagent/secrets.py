@@ -130,17 +130,30 @@ def lookup_secret(
     environ : dict, optional
         Environment to consult instead of ``os.environ`` (tests).
 
+    Returns
+    -------
+    Secret or None
+        The value with surrounding whitespace removed (a CRLF ``.env`` read by other tools leaves ``\r``,
+        which an HTTP header cannot carry), or None when unset or blank.
+
     Raises
     ------
     ValueError
-        ``env_name`` is not a valid variable name (the offending value is not echoed: it may be a key).
+        ``env_name`` is not a valid variable name, or its value has control characters (line break,
+        tab, NUL) inside it (neither message echoes the value: it may be a key).
     """
     if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name) or looks_like_secret(env_name):
         raise ValueError("api_key_env must be the NAME of an environment variable (letters, digits, _)")
     env = os.environ if environ is None else environ
-    value = env.get(env_name)
+    value = (env.get(env_name) or "").strip()
+    where = "the environment"
     if not value:
-        value = read_dotenv(dotenv_path).get(env_name)
+        value = (read_dotenv(dotenv_path).get(env_name) or "").strip()
+        where = "the .env file"
+    if value and not value.isprintable():  # line breaks, tabs, NUL...: no HTTP header can carry them
+        _remember(value)  # never echoed, but scrub it wherever it might surface
+        raise ValueError(f"API key variable {env_name} (from {where}) holds control characters "
+                         "(line break, tab, NUL) inside the value; check its quotes and line ends")
     return Secret(value, env_name) if value else None
 
 

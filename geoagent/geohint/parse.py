@@ -10,7 +10,9 @@ or comments, or are cut off at the token limit (release ``forced_chain_raw.jsonl
 Strategy: read every top-level ``{...}`` object, fenced blocks first, then the whole text, with the
 shared lenient reader (:mod:`geoagent.llmjson`: comments, trailing commas, single quotes, Python
 literals, ``70%``, an answer cut off inside a string or bracket). The candidate with the most schema keys
-wins, standard JSON before a repaired one on a tie. If nothing parses, ``"key": "value"`` pairs are read
+wins, standard JSON before a repaired one on a tie; but when two objects name different places (a
+shared ``city``/``area``/``building`` field differs, case aside: a correction, a second guess, an echoed
+template) the answer is a failure ("conflicting answers"), never the first guess. If nothing parses, ``"key": "value"`` pairs are read
 with a regular expression. The raw text is always kept; a failure is recorded, never raised.
 """
 
@@ -28,7 +30,9 @@ SCHEMA_KEYS = frozenset(
 EVIDENCE_CATEGORIES = ("infrastructure", "vegetation", "architecture", "script", "terrain")
 NOT_VISIBLE = "not visible"
 
-_PAIR = re.compile(r"""["']?(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?))""")
+# a key starts at a word start (the lookbehind): trying every position inside a long run of letters made the
+# fallback quadratic (minutes for a looping answer)
+_PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?))""")
 
 
 @dataclass(slots=True)
@@ -163,6 +167,30 @@ def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
         ans.evidence = out
 
 
+def _place_fields(obj: dict[str, Any]) -> dict[str, str]:
+    """``city``/``area``/``building`` (or ``place``) of one candidate object, case-folded, blanks left out."""
+    low = {str(k).strip().lower(): v for k, v in obj.items()}
+    out: dict[str, str] = {}
+    for name, keys in (("city", ("city",)), ("area", ("area",)), ("building", ("building", "place"))):
+        for k in keys:
+            t = _text(low.get(k))
+            if t:
+                out[name] = t.casefold()
+                break
+    return out
+
+
+def _clash(places: list[dict[str, str]]) -> str | None:
+    """The first field two candidate objects give different values for (``"city: 'a' vs 'b'"``), or None."""
+    seen: dict[str, str] = {}
+    for fields in places:
+        for name, value in fields.items():
+            other = seen.setdefault(name, value)
+            if other != value:
+                return f"{name}: {other!r} vs {value!r}"
+    return None
+
+
 def _score(obj: dict[str, Any]) -> int:
     return sum(1 for k in obj if str(k).strip().lower() in SCHEMA_KEYS)
 
@@ -186,12 +214,19 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         ans.error = "empty answer"
         return ans
     best: tuple[int, dict[str, Any], str, bool] | None = None
+    places: list[dict[str, str]] = []
     for cand in _candidates(raw):
         obj = cand.value
         method = "json" if cand.strict else "repaired"
         sc = _score(obj)
+        if sc:
+            places.append(_place_fields(obj))
         if sc and (best is None or sc > best[0] or (sc == best[0] and method == "json" and best[2] != "json")):
             best = (sc, obj, method, cand.truncated)
+    clash = _clash(places)
+    if clash is not None:  # e.g. an answer, then "actually" another one: never the first guess
+        ans.error = f"conflicting answers in one response ({clash})"
+        return ans
     if best is not None:
         _, obj, method, truncated = best
         _fill(ans, obj)

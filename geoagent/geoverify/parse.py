@@ -139,9 +139,16 @@ def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
     return False, None
 
 
-_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=]\s*[\"'*]*\s*(yes|no)\b(?!\s*(?:/|\bor\b))", re.I)
-_RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=]\s*[\"']?\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*%?)", re.I)
-_RX_BARE = re.compile(r"^[\s\"'`*_]*(yes|no)\b[\s\"'`*_.!,;:]*", re.I)
+# one character class between the label and the value (not ``\s*[\"']*\s*``: two quantifiers over the same
+# whitespace made a long run after "verdict:" quadratic, minutes for a looping answer)
+_RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?!\s*(?:/|\bor\b))", re.I)
+_RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*%?)", re.I)
+# a verdict word standing alone: followed (after quotes/markup on the same line) by the end of the text, a
+# line break or a clause delimiter; "No doubt ...", "no-entry sign ...", "Yes and no" are not verdicts
+_STANDALONE = r"(?=[ \t\"'`*_]*(?:\Z|[\r\n.!,;:)]))"
+_RX_BARE = re.compile(r"^[\s\"'`*_]*(yes|no)\b" + _STANDALONE + r"[\s\"'`*_.!,;:]*", re.I)
+_RX_BARE_WORD = re.compile(r"^[\s\"'`*_]*(yes|no)\b", re.I)
+_RX_STANDALONE_WORD = re.compile(r"\b(yes|no)\b" + _STANDALONE, re.I)
 
 
 def parse_verdict(raw: str | None) -> ParsedVerdict:
@@ -162,7 +169,9 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     -----
     Order: (1) take the first fenced block if there is one (an unterminated fence is read to the end);
     (2) read each ``{`` in turn with the lenient reader until one yields an object with a verdict key;
-    (3) otherwise a regex for ``verdict: yes|no`` anywhere; (4) otherwise a bare leading ``Yes``/``No``.
+    (3) otherwise a regex for ``verdict: yes|no`` anywhere; (4) otherwise a bare leading ``Yes``/``No`` that
+    stands alone (end of text, line break or ``.!,;:)`` after it, so not "No doubt ..." or "no-entry ...")
+    and is not contradicted by the opposite word standing alone later ("No, but ... yes." fails).
     Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
     [0, 1] becomes None (rule ``confidence_invalid``).
     """
@@ -213,17 +222,28 @@ def _parse(raw: str | None) -> ParsedVerdict:
             return ParsedVerdict(True, verdict, conf, _norm_evidence(ev), None, tuple(sorted(rules)), text)
     mv = _RX_VERDICT.search(text)
     if mv:
+        if _conflicting(text, mv.group(1).lower()):  # "verdict: yes ... verdict: no"
+            return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
+                                 tuple(sorted(rules)), text)
         return _from_regex(mv.group(1), text, rules | {RULE_REGEX_FALLBACK})
     mb = _RX_BARE.match(text)
     if mb:
+        word = mb.group(1).lower()
+        if any(w.group(1).lower() != word for w in _RX_STANDALONE_WORD.finditer(text, mb.end())):
+            return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
+                                 tuple(sorted(rules)), text)
         rules |= {RULE_REGEX_FALLBACK, RULE_PROSE} if text[mb.end() :].strip() else {RULE_REGEX_FALLBACK}
-        return _from_regex(mb.group(1), text, rules)
+        return _from_regex(word, text, rules)
+    if _RX_BARE_WORD.match(text):
+        best_reason = "leading yes/no is not a standalone verdict (part of a phrase)"
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
 
 
 def _conflicting(text: str, verdict: str) -> bool:
-    """Whether another top-level JSON object in ``text`` states the opposite verdict (an ambiguous answer
-    is a parse failure, never the first guess)."""
+    """Whether another top-level JSON object, or a labelled ``verdict: yes|no`` anywhere in ``text``, states
+    the opposite verdict (an ambiguous answer is a parse failure, never the first guess)."""
+    if any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(text)):
+        return True
     for cand in iter_candidates(text, "{", nested=False, percent=True):
         if cand.ok and isinstance(cand.value, dict):
             has_v, v = _lookup(cand.value, _VERDICT_KEYS)

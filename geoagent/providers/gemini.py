@@ -12,8 +12,9 @@ Wire format (Gemini API reference ``models.generateContent``; ``shared/api-notes
   "responseMimeType": "application/json" (with params.json_mode)}``.
 * Answer: the ``text`` parts of ``candidates[0].content.parts`` joined in order (``thought`` parts of
   thinking models skipped), ``candidates[0].finishReason``, ``usageMetadata.promptTokenCount`` and
-  output = ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output),
-  ``modelVersion``.
+  output = ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output; without
+  ``candidatesTokenCount``, ``totalTokenCount - promptTokenCount``; a non-empty answer with neither is
+  malformed, never settled as 0 output), ``modelVersion``.
 * A blocked prompt comes back as ``promptFeedback.blockReason`` with no ``candidates``; a blocked answer
   as a candidate without ``content`` and ``finishReason`` ``SAFETY`` (or similar): both raise
   :class:`ContentBlocked` carrying the usage reported. No candidates at all otherwise ->
@@ -64,13 +65,33 @@ class GeminiProvider(HttpProvider):
             headers["x-goog-api-key"] = key
         return f"{self.base_url}/v1beta/models/{quote(model, safe='-._~')}:generateContent", body, headers
 
-    def _usage(self, data: dict[str, Any], raw: bytes) -> Usage:
+    def _usage(self, data: dict[str, Any], raw: bytes, text: str = "") -> Usage:
+        """Input = ``promptTokenCount``; output = ``candidatesTokenCount + thoughtsTokenCount``, or, when
+        ``candidatesTokenCount`` is absent (the API omits zero counts), ``totalTokenCount -
+        promptTokenCount``; with neither, 0 candidate tokens only when no ``text`` came back.
+
+        Raises
+        ------
+        MalformedResponse
+            No ``usageMetadata``, a count that is not a non-negative integer, or answer text with no way to
+            count its tokens (a paid answer never settles as free output).
+        """
         meta = data.get("usageMetadata")
         if not isinstance(meta, dict):
             raise MalformedResponse(self.kind, "usageMetadata missing", body_excerpt(raw))
         n_in = as_int(meta.get("promptTokenCount", 0), "usageMetadata.promptTokenCount", self.kind, raw)
-        n_out = as_int(meta.get("candidatesTokenCount", 0), "usageMetadata.candidatesTokenCount", self.kind, raw)
-        n_out += as_int(meta.get("thoughtsTokenCount", 0), "usageMetadata.thoughtsTokenCount", self.kind, raw)
+        thoughts = as_int(meta.get("thoughtsTokenCount", 0), "usageMetadata.thoughtsTokenCount", self.kind, raw)
+        if meta.get("candidatesTokenCount") is not None:
+            n_out = thoughts + as_int(meta["candidatesTokenCount"], "usageMetadata.candidatesTokenCount", self.kind, raw)
+        elif meta.get("totalTokenCount") is not None:
+            n_out = as_int(meta["totalTokenCount"], "usageMetadata.totalTokenCount", self.kind, raw) - n_in
+            if n_out < thoughts:
+                raise MalformedResponse(self.kind, "usageMetadata.totalTokenCount < prompt + thoughts", body_excerpt(raw))
+        elif text:
+            raise MalformedResponse(self.kind, "usageMetadata has no candidatesTokenCount (nor totalTokenCount) "
+                                    "for a non-empty answer", body_excerpt(raw))
+        else:
+            n_out = thoughts
         return Usage(n_in, n_out)
 
     def parse(self, request: ModelRequest, data: Any, raw: bytes) -> ModelResponse:
@@ -92,10 +113,10 @@ class GeminiProvider(HttpProvider):
             raise MalformedResponse(self.kind, "candidates is not a list of objects", body_excerpt(raw))
         cand = candidates[0]
         finish = cand.get("finishReason") if isinstance(cand.get("finishReason"), str) else None
-        usage = self._usage(data, raw)
         content = cand.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
         if not parts:
+            usage = self._usage(data, raw)
             if finish in BLOCKING_FINISH_REASONS:
                 raise ContentBlocked(self.kind, f"answer withheld: finishReason {finish}", usage)
             if finish == "MAX_TOKENS":
@@ -108,6 +129,7 @@ class GeminiProvider(HttpProvider):
             texts = [
                 p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
             ]
+            usage = self._usage(data, raw, "".join(texts))
         return ModelResponse(
             text="".join(texts),
             usage=usage,

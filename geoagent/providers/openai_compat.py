@@ -16,7 +16,10 @@ Wire format (OpenAI API reference, "Create chat completion"; see also ``shared/a
   {"type": "json_object"}``.
 * Answer: ``choices[0].message.content`` (a refusal has ``content: null`` and the text in ``refusal``;
   that text is returned as the answer), ``choices[0].finish_reason``, ``usage.prompt_tokens`` /
-  ``usage.completion_tokens`` (completion tokens include reasoning tokens), ``model``.
+  ``usage.completion_tokens`` (completion tokens include reasoning tokens; when absent, ``total_tokens -
+  prompt_tokens``; a non-empty answer with neither is malformed, never settled as 0 output), ``model``.
+* ``content: null`` with ``finish_reason: "content_filter"`` (and no refusal text) is a withheld answer:
+  :class:`ContentBlocked` with the reported usage (not retried).
 * OpenRouter reports errors that happen after generation started inside an HTTP 200 body
   (``{"error": {"code": <int>, "message": ...}}``): raised as :class:`MalformedResponse` (retryable).
 """
@@ -27,7 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
-from geoagent.providers.errors import MalformedResponse, body_excerpt
+from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 
 
@@ -89,11 +92,16 @@ class OpenAICompatProvider(HttpProvider):
         message = choice.get("message")
         if not isinstance(message, dict):
             raise MalformedResponse(self.kind, "choices[0].message missing", body_excerpt(raw))
+        finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
         text = message.get("content")
         if text is None and isinstance(message.get("refusal"), str):
             text = message["refusal"]
         if text is None and isinstance(choice.get("error"), dict):  # OpenRouter mid-generation error
             raise MalformedResponse(self.kind, f"error in choice: {_error_message(choice['error'])}")
+        if text is None and finish == "content_filter":  # withheld: a definite answer, not a bad body
+            usage = data.get("usage")
+            raise ContentBlocked(self.kind, "answer withheld: finish_reason content_filter",
+                                 self._usage(usage, "", raw) if isinstance(usage, dict) else None)
         if not isinstance(text, str):
             raise MalformedResponse(self.kind, "choices[0].message.content is not text", body_excerpt(raw))
         usage = data.get("usage")
@@ -101,10 +109,30 @@ class OpenAICompatProvider(HttpProvider):
             raise MalformedResponse(self.kind, "usage missing", body_excerpt(raw))
         return ModelResponse(
             text=text,
-            usage=Usage(
-                as_int(usage.get("prompt_tokens"), "usage.prompt_tokens", self.kind, raw),
-                as_int(usage.get("completion_tokens", 0), "usage.completion_tokens", self.kind, raw),
-            ),
-            finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+            usage=self._usage(usage, text, raw),
+            finish_reason=finish,
             provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
         )
+
+    def _usage(self, usage: dict[str, Any], text: str, raw: bytes) -> Usage:
+        """Input and output tokens of ``usage``; output = ``completion_tokens``, else ``total_tokens -
+        prompt_tokens``, else 0 only when no text came back (a paid answer never settles as free output).
+
+        Raises
+        ------
+        MalformedResponse
+            ``prompt_tokens`` missing or not a count, or text came back with no way to count its tokens.
+        """
+        n_in = as_int(usage.get("prompt_tokens"), "usage.prompt_tokens", self.kind, raw)
+        if usage.get("completion_tokens") is not None:
+            n_out = as_int(usage.get("completion_tokens"), "usage.completion_tokens", self.kind, raw)
+        elif usage.get("total_tokens") is not None:
+            n_out = as_int(usage.get("total_tokens"), "usage.total_tokens", self.kind, raw) - n_in
+            if n_out < 0:
+                raise MalformedResponse(self.kind, "usage.total_tokens < usage.prompt_tokens", body_excerpt(raw))
+        elif text:
+            raise MalformedResponse(self.kind, "usage has no completion_tokens (nor total_tokens) for a non-empty "
+                                    "answer", body_excerpt(raw))
+        else:
+            n_out = 0
+        return Usage(n_in, n_out)

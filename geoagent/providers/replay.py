@@ -180,7 +180,8 @@ class ReplayProvider(Provider):
         ReplayMiss
             No record for the key (the message names the key and the file).
         ReplayRecordedError
-            The record is a recorded failure (``error`` set), or its text field is missing/not text.
+            The record is a recorded failure (``error`` set), its text field is missing/not text, or a token
+            count is not a non-negative integer (a JSON integer, an integral float or a digit string).
         """
         key = self.lookup_key(request)
         rec = self.index.get(key)
@@ -195,10 +196,32 @@ class ReplayProvider(Provider):
         usage_src = rec.get(s.replay_usage_field) if s.replay_usage_field else rec
         usage_src = usage_src if isinstance(usage_src, dict) else {}
         finish = usage_src.get("stop_reason") or usage_src.get("finish_reason") or rec.get("finish_reason")
+        counts = []
+        for name in ("input_tokens", "output_tokens"):
+            n = _token_count(usage_src.get(name))
+            if n is None:
+                raise ReplayRecordedError(key, str(self.path), f"{name} is not a non-negative integer: "
+                                          f"{str(usage_src.get(name))[:40]!r}")
+            counts.append(n)
         return ModelResponse(
             text=text,
-            usage=Usage(int(usage_src.get("input_tokens") or 0), int(usage_src.get("output_tokens") or 0)),
+            usage=Usage(counts[0], counts[1]),
             latency_s=0.0,
             finish_reason=str(finish) if finish is not None else None,
             provider_model=str(rec["model"]) if rec.get("model") is not None else request.model,
         )
+
+
+def _token_count(value: object) -> int | None:
+    """A recorded token count as an int (absent/null -> 0); None when it is not a non-negative integer."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and value >= 0 else None
+    if isinstance(value, str) and value.isascii() and value.strip().isdigit():
+        return int(value)
+    return None

@@ -17,6 +17,10 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   "message": {"role": "assistant", "content", "refusal": null}, "logprobs": null, "finish_reason":
   "stop"|"length"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
   "system_fingerprint"}`` plus ``x-request-id`` and ``x-ratelimit-*`` headers.
+* Prompt markers for documented non-answers: :data:`REFUSE_MARKER` -> ``content: null`` with the text in
+  ``refusal``; :data:`FILTER_MARKER` -> ``content: null``, ``finish_reason: "content_filter"``, 0 output
+  tokens; :data:`NO_USAGE_MARKER` -> a normal answer without ``usage`` (as some compatible servers send;
+  the call is still logged as billed).
 * Injected faults (``faults=``, :mod:`geoagent.sandbox.faults`) answer 429/500/503 in this error shape
   (429: type ``requests``, code ``rate_limit_exceeded``), keeping ``Retry-After``.
 
@@ -27,6 +31,7 @@ Answer text comes from :func:`geoagent.sandbox.responders.simulate_answer` (same
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Collection
@@ -41,17 +46,27 @@ from geoagent.sandbox.llm_common import (
     build_app,
     cli_main,
     decode_b64,
+    image_id_for,
     is_int_at_least,
     is_number_in,
     json_response,
     key_ok,
     log_call,
     read_json,
+    sha256_hex,
     short_id,
 )
+from geoagent.sandbox.responders import SIM_CHARS_PER_TOKEN, SIM_IMAGE_TOKENS
 
 API = "openai"
 DEFAULT_MAX_TOKENS = 4096
+#: Prompt text that makes the fake refuse (``content: null``, ``refusal`` text, ``finish_reason: "stop"``).
+REFUSE_MARKER = "[[sandbox:refuse]]"
+REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
+#: Prompt text that makes the fake withhold the answer (``content: null``, ``finish_reason: "content_filter"``).
+FILTER_MARKER = "[[sandbox:content_filter]]"
+#: Prompt text that makes the fake leave ``usage`` out of an otherwise normal answer (still logged as billed).
+NO_USAGE_MARKER = "[[sandbox:no_usage]]"
 IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -202,6 +217,8 @@ async def chat_completions(request: web.Request) -> web.Response:
         return _err(400, str(bad), "invalid_request_error", bad.code, bad.param)
 
     max_tokens = cap_b or cap_a or DEFAULT_MAX_TOKENS
+    if REFUSE_MARKER in prompt or FILTER_MARKER in prompt:
+        return _non_answer(request, model, prompt, system, image, image_url)
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
                          max_output_tokens=max_tokens, finish_reasons=("stop", "length"))
     n_in, n_out = ans.input_tokens, ans.output_tokens
@@ -217,6 +234,8 @@ async def chat_completions(request: web.Request) -> web.Response:
         "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
         "system_fingerprint": "fp_sandbox",
     }
+    if NO_USAGE_MARKER in prompt:  # a compatible server that reports no usage (billed all the same)
+        del payload["usage"]
     headers = {
         "x-request-id": f"req_{ans.response_id}",
         "openai-processing-ms": "1",
@@ -228,6 +247,28 @@ async def chat_completions(request: web.Request) -> web.Response:
         "x-ratelimit-reset-tokens": "0s",
     }
     return json_response(payload, headers=headers)
+
+
+def _non_answer(request: web.Request, model: str, prompt: str, system: str, image: bytes | None,
+                image_url: str | None) -> web.Response:
+    """A billed 200 without answer text: a refusal (:data:`REFUSE_MARKER`) or a filtered answer
+    (:data:`FILTER_MARKER`), with the simulation's prompt tokens (chars / 4 + 765 per image)."""
+    n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
+        SIM_IMAGE_TOKENS if image is not None or image_url is not None else 0)
+    if REFUSE_MARKER in prompt:
+        refusal, finish, n_out = REFUSAL_TEXT, "stop", math.ceil(len(REFUSAL_TEXT) / SIM_CHARS_PER_TOKEN)
+    else:
+        refusal, finish, n_out = None, "content_filter", 0
+    log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=n_out,
+             image_id=image_id_for(request, image, image_url), image_sha256=sha256_hex(image), finish_reason=finish)
+    rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
+    return json_response({
+        "id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": refusal}, "logprobs": None,
+                     "finish_reason": finish}],
+        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+        "system_fingerprint": "fp_sandbox",
+    }, headers={"x-request-id": f"req_{rid}"})
 
 
 def make_app(

@@ -1,0 +1,179 @@
+"""Adversarial review (session 3) of the HTTP model providers' answer handling, against local servers.
+
+Each case serves one documented-shape body from an aiohttp server on 127.0.0.1 (no function-level mocks)
+and calls it through the real provider and HttpClient. Token counts are computed by hand from the body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+
+from geoagent.providers import ContentBlocked, ModelRequest, ProviderSettings, make_provider
+from geoagent.providers.errors import ReplayRecordedError
+from geoagent.runtime.http import HostPolicy, HttpClient, OutcomeUnknown
+from geoagent.sandbox.server import serve
+
+KEY = "sk-" "review-0123456789abcdef"
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.005, backoff_max_s=0.02,
+                  timeout_s=5.0)
+
+
+def _base(kind: str, url: str) -> str:
+    return url + "/v1" if kind == "openai" else url
+
+
+async def _serve_once(kind: str, payload: dict, status: int = 200):
+    """Serve ``payload`` at the API's path; call it once through the provider; return (outcome, hits)."""
+    hits: list[dict] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        hits.append(await request.json())
+        return web.json_response(payload, status=status)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post("/v1/messages", handler)
+    app.router.add_post("/v1beta/models/{name}", handler)
+    async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+        prov = make_provider(ProviderSettings(kind=kind, model="m", base_url=_base(kind, url), api_key=KEY), http)
+        req = ModelRequest(provider=kind, model="m", prompt="Where is this?", params={"max_output_tokens": 64})
+        try:
+            return await prov.generate(req), hits
+        except Exception as exc:  # returned for assertions
+            return exc, hits
+
+
+def _openai(content, usage, finish="stop", **msg):
+    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, **msg}, "finish_reason": finish}],
+            "usage": usage}
+
+
+def _gemini(parts, usage, finish="STOP"):
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
+            "usageMetadata": usage, "modelVersion": "m"}
+
+
+# -- usage that lacks the output count must never settle as 0 output tokens --------------------------------
+def test_openai_usage_without_completion_tokens_uses_total_minus_prompt():
+    out, hits = asyncio.run(_serve_once("openai", _openai('{"city": "Porto"}', {"prompt_tokens": 12, "total_tokens": 19})))
+    assert not isinstance(out, Exception), out
+    assert (out.usage.input_tokens, out.usage.output_tokens) == (12, 7)  # 19 - 12
+
+
+def test_openai_usage_without_any_output_count_is_not_settled_as_zero():
+    # before: completion_tokens defaulted to 0, so a paid answer settled at the input price only (under-count)
+    out, hits = asyncio.run(_serve_once("openai", _openai('{"city": "Porto"}', {"prompt_tokens": 12})))
+    assert isinstance(out, OutcomeUnknown) and "completion_tokens" in str(out) and len(hits) == 1
+
+
+def test_gemini_usage_without_candidates_count_uses_total_minus_prompt():
+    body = _gemini([{"text": '{"city": "Porto"}'}], {"promptTokenCount": 30, "totalTokenCount": 45, "thoughtsTokenCount": 5})
+    out, _ = asyncio.run(_serve_once("gemini", body))
+    assert not isinstance(out, Exception), out
+    assert (out.usage.input_tokens, out.usage.output_tokens) == (30, 15)  # 45 - 30 (thoughts included)
+
+
+def test_gemini_answer_without_any_output_count_is_not_settled_as_zero():
+    out, hits = asyncio.run(_serve_once("gemini", _gemini([{"text": '{"city": "Porto"}'}], {"promptTokenCount": 30})))
+    assert isinstance(out, OutcomeUnknown) and "candidatesTokenCount" in str(out) and len(hits) == 1
+
+
+def test_gemini_empty_max_tokens_answer_without_candidates_count_is_zero_output():
+    # no text came back and no output was reported: 0 output tokens is what the body says
+    body = {"candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}], "usageMetadata": {"promptTokenCount": 30}}
+    out, _ = asyncio.run(_serve_once("gemini", body))
+    assert not isinstance(out, Exception), out
+    assert (out.usage.input_tokens, out.usage.output_tokens, out.text) == (30, 0, "")
+
+
+# -- content filtered: a definite answer, not a malformed body -------------------------------------------
+def test_openai_content_filter_with_null_content_is_blocked_with_usage():
+    # before: MalformedResponse -> OutcomeUnknown -> the task retried (and paid) again for the same filtered prompt
+    body = _openai(None, {"prompt_tokens": 12, "completion_tokens": 0, "total_tokens": 12}, finish="content_filter")
+    out, hits = asyncio.run(_serve_once("openai", body))
+    assert isinstance(out, ContentBlocked) and out.retryable is False and "content_filter" in str(out)
+    assert out.usage is not None and (out.usage.input_tokens, out.usage.output_tokens) == (12, 0)
+    assert len(hits) == 1
+
+
+# -- replay records with unusable usage ----------------------------------------------------------------
+
+@pytest.mark.parametrize("usage", [{"input_tokens": "many", "output_tokens": 3}, {"input_tokens": 10, "output_tokens": -4},
+                                   {"input_tokens": 1.5, "output_tokens": 3}, {"input_tokens": True, "output_tokens": 3}])
+def test_replay_record_with_unusable_usage_is_a_recorded_error_naming_key_and_file(tmp_path, usage):
+    # before: int("many") raised a bare ValueError (task retried to the dead letter without a word of where),
+    # and a negative count went into the ledger's token totals
+    path = tmp_path / "rec.jsonl"
+    path.write_text(json.dumps({"key": "k1", "text": "{}", "usage": usage}) + "\n")
+    prov = make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_key_field="rk"))
+    with pytest.raises(ReplayRecordedError) as ei:
+        asyncio.run(prov.generate(ModelRequest(provider="replay", model="m", prompt="p", meta={"rk": "k1"})))
+    msg = str(ei.value)
+    assert "k1" in msg and "rec.jsonl" in msg and ("input_tokens" in msg or "output_tokens" in msg)
+
+
+def test_replay_record_with_numeric_string_usage_still_reads(tmp_path):
+    path = tmp_path / "rec.jsonl"
+    path.write_text(json.dumps({"key": "k1", "text": "ok", "usage": {"input_tokens": "12", "output_tokens": 3.0}}) + "\n")
+    prov = make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(path), replay_key_field="rk"))
+    out = asyncio.run(prov.generate(ModelRequest(provider="replay", model="m", prompt="p", meta={"rk": "k1"})))
+    assert (out.text, out.usage.input_tokens, out.usage.output_tokens) == ("ok", 12, 3)
+
+
+# -- 2xx bodies that are not the API's JSON ------------------------------------------------------------
+async def _serve_raw(kind: str, body_of, headers: dict | None = None):
+    """Serve ``body_of(request)`` (bytes) with status 200; call once; return (outcome, hits)."""
+    hits: list[int] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        hits.append(1)
+        return web.Response(body=body_of(request), status=200, headers=headers or {"Content-Type": "application/json"})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post("/v1/messages", handler)
+    app.router.add_post("/v1beta/models/{name}", handler)
+    async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+        prov = make_provider(ProviderSettings(kind=kind, model="m", base_url=_base(kind, url), api_key=KEY), http)
+        req = ModelRequest(provider=kind, model="m", prompt="Where is this?", params={"max_output_tokens": 64})
+        try:
+            return await prov.generate(req), hits
+        except Exception as exc:
+            return exc, hits
+
+
+def _echo_auth_html(request: web.Request) -> bytes:
+    seen = request.headers.get("Authorization") or request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
+    return f"<html><body><h1>502 Bad Gateway</h1><p>upstream refused credentials {seen}</p></body></html>".encode()
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize("body_of", [_echo_auth_html, lambda r: b'{"choices": [{"message": {"content": "caf\xe9"}}]}',
+                                     lambda r: b"", lambda r: b"null", lambda r: b'{"choices": []}'],
+                         ids=["html-echoing-key", "latin1", "empty", "null", "empty-choices"])
+def test_unusable_200_is_outcome_unknown_sent_once_and_never_shows_the_key(kind, body_of):
+    out, hits = asyncio.run(_serve_raw(kind, body_of))
+    assert isinstance(out, OutcomeUnknown) and "unusable 2xx body" in str(out)
+    assert len(hits) == 1  # may have been billed: not re-sent inside the request
+    assert KEY not in str(out) and KEY not in repr(out.args) and KEY not in str(vars(out))
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+def test_gzip_encoded_answer_is_read(kind):
+    import gzip
+
+    payload = {
+        "openai": _openai("gz ok", {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}),
+        "anthropic": {"type": "message", "model": "m", "content": [{"type": "text", "text": "gz ok"}], "stop_reason": "end_turn",
+                      "usage": {"input_tokens": 3, "output_tokens": 2}},
+        "gemini": _gemini([{"text": "gz ok"}], {"promptTokenCount": 3, "candidatesTokenCount": 2}),
+    }[kind]
+    out, _ = asyncio.run(_serve_raw(kind, lambda r: gzip.compress(json.dumps(payload).encode()),
+                                    {"Content-Type": "application/json", "Content-Encoding": "gzip"}))
+    assert not isinstance(out, Exception), out
+    assert (out.text, out.usage.input_tokens, out.usage.output_tokens) == ("gz ok", 3, 2)
