@@ -19,7 +19,7 @@ from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 
 KEY_VAR = "PROVREVIEW_OPENAI_KEY"
-KEY_VALUE = "sk-" "provreview-0123456789abcdef"
+KEY_VALUE = "sk-" "usagetest-0123456789abcdef"
 
 
 def _task(key: str, marker: str) -> Task:
