@@ -208,16 +208,27 @@ def test_credentials_in_model_params_are_rejected_without_echo(tmp_path, capsys,
 
 
 @pytest.mark.parametrize(
-    "params",
+    "params, unread",
     [
-        '{ system = "You are a careful geolocation assistant. Answer in 2 short sentences, JSON only." }',
-        '{ json_mode = true, top_p = 0.9, max_tokens = 300, stop = ["END"] }',
-        '{ response_format = { type = "json_object" }, seed = 7 }',
+        ('{ system = "You are a careful geolocation assistant. Answer in 2 short sentences, JSON only." }', []),
+        ('{ json_mode = true, top_p = 0.9, max_tokens = 300, stop = ["END"] }', ["max_tokens", "stop"]),
+        ('{ response_format = { type = "json_object" }, seed = 7 }', ["response_format"]),
     ],
 )
-def test_ordinary_model_params_still_load(tmp_path, params):
-    cfg = load_config(_write(tmp_path, extra=f"params = {params}\n"))
+def test_ordinary_model_params_still_load(tmp_path, params, unread):
+    import warnings
+
+    from geoagent.config import ConfigWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(_write(tmp_path, extra=f"params = {params}\n"))
     assert cfg.models[0].params
+    # names no provider reads load, with one warning each naming the key (they are sent to no API)
+    said = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
+    assert len(said) == len(unread)
+    for name in unread:
+        assert any(f"models[0].params.{name}:" in m for m in said)
 
 
 @pytest.mark.parametrize("url", ["https://generativelanguage.googleapis.com/v1?key=AIza" "SyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
