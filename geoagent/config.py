@@ -331,6 +331,7 @@ class HostSection(_Section):
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=30.0, ge=0)
     timeout_s: float = Field(default=60.0, gt=0)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)  # larger response bodies fail the attempt
 
 
 class QueueSection(_Section):
@@ -721,6 +722,7 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             backoff_max_s=h.backoff_max_s,
             timeout_s=h.timeout_s,
             retry_unknown_outcome=True,
+            max_body_bytes=h.max_body_bytes,
         )
     return out
 

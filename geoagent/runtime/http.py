@@ -90,6 +90,11 @@ class HostPolicy:
     retry_unknown_outcome : bool
         Whether a connection dropped after sending may be retried (True for free GET APIs, False for paid
         model endpoints, where it raises OutcomeUnknown instead).
+    max_body_bytes : int
+        Largest response body read, in bytes (default 64 MiB: a model answer is a few kB, a Mapillary
+        thumbnail well under 1 MB). A longer body (by its Content-Length, or while streaming a chunked
+        one) is not kept in memory: the attempt fails with reason ``"body too large"`` (retried like an
+        invalid body; on paid endpoints it is an :class:`OutcomeUnknown`, since the call may be billed).
     """
 
     rate: float = 10.0
@@ -100,6 +105,7 @@ class HostPolicy:
     backoff_max_s: float = 30.0
     timeout_s: float = 120.0
     retry_unknown_outcome: bool = True
+    max_body_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -209,6 +215,28 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
             out.add(str(v))
     out |= {quote_plus(s) for s in out} | {quote(s, safe="") for s in out}  # as they appear inside URLs
     return sorted((s for s in out if len(s) >= 4), key=len, reverse=True)
+
+
+class _BodyTooLarge(Exception):
+    """A response body longer than the policy's ``max_body_bytes`` (nothing of it is kept)."""
+
+
+async def _read_body(r: Any, limit: int) -> bytes | _BodyTooLarge:
+    """The body of aiohttp response ``r``, or a :class:`_BodyTooLarge` marker when it exceeds ``limit`` bytes.
+
+    A declared Content-Length within the limit is read in one go (the common case: no per-chunk loop);
+    a longer one is refused before reading; a body without a length is streamed and abandoned as soon
+    as it passes the limit."""
+    length = r.content_length
+    if length is not None:
+        return await r.read() if length <= limit else _BodyTooLarge(f"Content-Length {length} > {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in r.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            return _BodyTooLarge(f"more than {limit} bytes (no Content-Length)")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _scrub(text: str, secrets: list[str]) -> str:
@@ -788,7 +816,7 @@ class HttpClient:
                     timeout=aiohttp.ClientTimeout(total=pol.timeout_s),
                     trace_request_ctx=ctx,
                 ) as r:
-                    body = await r.read()
+                    body = await _read_body(r, pol.max_body_bytes)
                     status = r.status
                     resp_headers = {k: v for k, v in r.headers.items()}
             except aiohttp.InvalidURL:
@@ -811,6 +839,15 @@ class HttpClient:
             if failure is not None:
                 raise failure
             elapsed = time.monotonic() - t0
+
+        if isinstance(body, _BodyTooLarge):
+            host.count_error("body too large")
+            if not pol.retry_unknown_outcome:  # a paid endpoint answered: it may have billed the call
+                too_large = OutcomeUnknown(shown_url, f"http {status} with a body too large ({body})")
+                too_large.possibly_billed = counter.possibly_billed + 1  # type: ignore[attr-defined]
+                raise too_large
+            counter.possibly_billed += 1
+            raise _Retryable("body too large", f"http {status}: {body}")
 
         resp = HttpResponse(status=status, headers=resp_headers, body=body, url=shown_url, elapsed_s=elapsed)
         if status < 400:

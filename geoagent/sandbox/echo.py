@@ -22,6 +22,9 @@ Routes (any method unless noted)
     ``"malformed"`` sends a truncated JSON body, ``"stall"`` waits ``stall_s`` (default 2 s) and then
     answers like ``/echo``, ``"429:<s>"`` answers 429 with ``Retry-After: <s>``; after the script ends
     every request gets ``200``.
+``/bytes/{n}``
+    ``200`` with ``n`` bytes of ``x`` and a Content-Length; with query ``chunked=1`` the same bytes
+    streamed in chunked encoding (no Content-Length), for response-size limits.
 """
 
 from __future__ import annotations
@@ -69,6 +72,27 @@ async def _status(request: web.Request) -> web.Response:
 async def _slow(request: web.Request) -> web.Response:
     await asyncio.sleep(float(request.query.get("delay_s", "1")))
     return await _echo(request)
+
+
+async def _bytes(request: web.Request) -> web.StreamResponse:
+    """``n`` bytes of ``x``; ``?chunked=1`` streams them without a Content-Length (64 KiB chunks)."""
+    n = int(request.match_info["n"])
+    if request.query.get("chunked") != "1":
+        return web.Response(body=b"x" * n, content_type="application/octet-stream")
+    resp = web.StreamResponse()
+    resp.content_type = "application/octet-stream"
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    sent = 0
+    try:
+        while sent < n:
+            k = min(1 << 16, n - sent)
+            await resp.write(b"x" * k)
+            sent += k
+        await resp.write_eof()
+    except (ConnectionResetError, ConnectionError):
+        pass  # the client stopped reading (body over its limit)
+    return resp
 
 
 async def _script(request: web.Request) -> web.StreamResponse:
@@ -124,4 +148,5 @@ def make_app(faults: FaultConfig | None = None, script: Sequence[int | str] = ()
     app.router.add_route("*", "/status/{code:\\d{3}}", _status)
     app.router.add_route("*", "/slow", _slow)
     app.router.add_route("*", "/script", _script)
+    app.router.add_route("*", "/bytes/{n:\\d+}", _bytes)
     return app
