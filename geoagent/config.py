@@ -193,6 +193,11 @@ class ModelConfig(_Section):
     #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
     expected_output_tokens: int | None = Field(default=None, ge=0)
     expected_latency_s: float = Field(default=2.0, gt=0)
+    #: input tokens reserved per image (worst case; the cap relies on it). The default 1,600 covers a
+    #: 1024 px photo on gpt-4o (765 at high detail), Claude (~1,050) and Gemini (~520); models that bill
+    #: images at more tokens need their own figure, e.g. gpt-4o-mini bills a 1024x768 high-detail image
+    #: as 2,833 + 4 x 5,667 = 25,501 tokens (OpenAI vision pricing: same USD per image as gpt-4o)
+    image_input_tokens: int = Field(default=IMAGE_INPUT_TOKENS, ge=0)
 
     @field_validator("name")
     @classmethod
@@ -303,6 +308,11 @@ class ModelConfig(_Section):
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         """Cost in USD of a call with these token counts at this model's prices (USD per 1M tokens)."""
         return (input_tokens * self.price_input_usd_per_mtok + output_tokens * self.price_output_usd_per_mtok) / 1e6
+
+    def estimate_input_tokens(self, prompt: str, has_image: bool) -> int:
+        """Input-token estimate of one call of this model (see :func:`estimate_input_tokens`), counting
+        ``image_input_tokens`` for the image."""
+        return estimate_input_tokens(prompt, has_image, image_tokens=self.image_input_tokens)
 
     def worst_case_usd(self, estimated_input_tokens: int, max_output_tokens: int | None = None) -> float:
         """Reservation for one call: input estimate x input price + max output tokens x output price (USD)."""
@@ -838,13 +848,14 @@ def vars_of(obj: Any) -> dict[str, Any]:
     return {k: getattr(obj, k) for k in obj.__slots__}
 
 
-def estimate_input_tokens(prompt: str, has_image: bool) -> int:
-    """Input-token estimate used for reservations and dry runs: chars/3 + 16 + 1600 per image (tokens).
+def estimate_input_tokens(prompt: str, has_image: bool, *, image_tokens: int = IMAGE_INPUT_TOKENS) -> int:
+    """Input-token estimate used for reservations and dry runs: chars/3 + 16 + ``image_tokens`` for an image.
 
-    Matches :meth:`geoagent.providers.base.Provider.estimate_input_tokens` (a deliberate over-estimate for
-    English text, ~4 chars per token, so reservations err high).
+    A deliberate over-estimate for English text (~4 chars per token), so reservations err high; the image
+    budget is the model's ``image_input_tokens`` (:meth:`ModelConfig.estimate_input_tokens`).
+    :meth:`geoagent.providers.base.Provider.estimate_input_tokens` is this with the default image budget.
     """
-    return len(prompt) // 3 + 16 + (IMAGE_INPUT_TOKENS if has_image else 0)
+    return len(prompt) // 3 + 16 + (image_tokens if has_image else 0)
 
 
 def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None) -> Estimate:
@@ -884,7 +895,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
             est.cached += 1
             continue
         me = est.by_model.setdefault(m.name, ModelEstimate(model=m.name))
-        n_in = estimate_input_tokens(prompt, has_image)
+        n_in = m.estimate_input_tokens(prompt, has_image)
         max_out = int(merged.get("max_output_tokens", m.max_output_tokens))
         exp_out = min(max_out, m.expected_output_tokens) if m.expected_output_tokens is not None else max_out
         me.calls += 1

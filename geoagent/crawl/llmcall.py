@@ -35,7 +35,7 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     """
     if ledger is None or model_cfg is None:
         return await provider.generate(request)
-    est_in = provider.estimate_input_tokens(request)
+    est_in = model_cfg.estimate_input_tokens(request.prompt, request.image is not None or bool(request.image_id))
     worst_usd = model_cfg.worst_case_usd(est_in, request.max_output_tokens)
     held: list[Any] = []  # the reservation, once made
 

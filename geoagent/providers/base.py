@@ -169,9 +169,11 @@ class Provider(abc.ABC):
         """
 
     def estimate_input_tokens(self, request: ModelRequest) -> int:
-        """Upper-bound-ish estimate of input tokens for cost reservation (text ~ chars/3 + image budget)."""
-        image_tokens = 1600 if request.image is not None or request.image_id else 0
-        return len(request.prompt) // 3 + 16 + image_tokens
+        """Upper-bound-ish estimate of input tokens (text ~ chars/3 + 16 + 1,600 for an image); callers with a
+        model config use :meth:`geoagent.config.ModelConfig.estimate_input_tokens` (its own image budget)."""
+        from geoagent.config import estimate_input_tokens
+
+        return estimate_input_tokens(request.prompt, request.image is not None or bool(request.image_id))
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

@@ -303,7 +303,8 @@ class ModelCaller(Stage):
 
         async with self._one_call_per_key(key):
             # the estimate counts an image by its id, so it needs no pixels
-            est_in = math.ceil(provider.estimate_input_tokens(request) * cfg.budget.input_estimate_factor)
+            has_image = request.image is not None or bool(request.image_id)
+            est_in = math.ceil(m.estimate_input_tokens(request.prompt, has_image) * cfg.budget.input_estimate_factor)
             worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
             gate = _SendGate(store, ledger, key, worst_usd, m.name)
