@@ -133,7 +133,7 @@ def test_toml_syntax_error_gives_line(tmp_path):
 def test_missing_file_and_packaged_configs():
     with pytest.raises(ConfigError, match="file not found"):
         load_config("/nonexistent/campaign.toml")
-    for name in ("demo", "example", "geocontext_replay"):
+    for name in ("generic_demo", "example", "geocontext_replay"):
         cfg = load_config(name)
         assert cfg.source == f"{name}.toml"
         for m in cfg.models:
