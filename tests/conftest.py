@@ -2,20 +2,49 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RELEASE_DIR = REPO_ROOT.parent / "shared" / "reference" / "geocontext"
+#: where CI keeps the public GeoContext release (``../shared/reference/geocontext`` from the repo root)
+DEFAULT_RELEASE_DIR = REPO_ROOT.parent / "shared" / "reference" / "geocontext"
+#: the environment variable that overrides the release folder (as for campaigns, see README)
+RELEASE_ENV = "GEOAGENT_RELEASE"
+
+
+def find_release_dir() -> tuple[Path, str]:
+    """(release folder to use, where it came from): ``$GEOAGENT_RELEASE`` when set and non-empty, else
+    ``../shared/reference/geocontext`` next to the repository. The folder may not exist."""
+    env = os.environ.get(RELEASE_ENV, "").strip()
+    if env:
+        return Path(env).expanduser().resolve(), f"${RELEASE_ENV}"
+    return DEFAULT_RELEASE_DIR, "default location"
+
+
+def release_available(path: Path) -> bool:
+    """Whether ``path`` looks like a GeoContext release folder (it has ``sites.csv``)."""
+    return (path / "sites.csv").is_file()
+
+
+def pytest_report_header(config) -> str:
+    """One header line saying where the release data were found, or that tests needing them are skipped."""
+    path, source = find_release_dir()
+    if release_available(path):
+        return f"GeoContext release data: {path} ({source})"
+    return (f"GeoContext release data not found at {path} ({source}): tests that need it are skipped "
+            f"(set ${RELEASE_ENV} to the release folder to run them)")
 
 
 @pytest.fixture(scope="session")
 def release_dir() -> Path:
-    """The public GeoContext release folder (``../shared/reference/geocontext``); skips when absent."""
-    if not (RELEASE_DIR / "sites.csv").is_file():
-        pytest.skip(f"GeoContext release data not found at {RELEASE_DIR}")
-    return RELEASE_DIR
+    """The public GeoContext release folder (``$GEOAGENT_RELEASE``, else ``../shared/reference/geocontext``);
+    skips when it holds no ``sites.csv``."""
+    path, source = find_release_dir()
+    if not release_available(path):
+        pytest.skip(f"GeoContext release data not found at {path} ({source}; set ${RELEASE_ENV})")
+    return path
 
 
 @pytest.fixture
