@@ -17,8 +17,9 @@ What it does (every step is the code path of a real campaign; only the URLs poin
    with two models (``configs/demo_geoverify.toml``);
 4. runs the **GeoHint** campaign ``demo-geohint`` on the crawled sites, images and ladders, with the
    geocoder asking the local Wikidata and Nominatim fakes (``configs/demo_geohint.toml``);
-5. prints a summary: crawl counts per stage, the GeoVerify table, GeoHint Table 1, spend against the cap
-   of each campaign and where the reports are.
+5. prints a summary: crawl counts per stage, the GeoVerify table, GeoHint Table 1 (each with a legend of
+   its terms), the terms of the campaign lines printed above it (:func:`summary_terms`), spend against the
+   cap of each campaign and where the reports are.
 
 The sandbox world is :func:`geoagent.sandbox.city.build_world` ("Sandbox City" admitted, "Sprawl Town"
 rejected by the screener) plus a copy of Sandbox City moved to another continent ("Mirror Bay", see
@@ -35,7 +36,6 @@ import contextlib
 import copy
 import csv
 import dataclasses
-import io
 import os
 import sys
 import time
@@ -236,12 +236,11 @@ def _spend_line(outcome: Any) -> str:
             f"{s.get('input_tokens', 0)} in / {s.get('output_tokens', 0)} out tokens)")
 
 
-def geohint_table1_text(cfg: Any, width: int = 120) -> str:
-    """GeoHint Table 1 of campaign ``cfg`` as terminal text, rebuilt from its stored scored results."""
-    from rich.console import Console
-
+def geohint_table1_text(cfg: Any) -> str:
+    """GeoHint Table 1 of campaign ``cfg`` as terminal text at its natural width (no cell cut), rebuilt from
+    its stored scored results, followed by the legend of its terms."""
     from geoagent.geohint.campaign import aggregate_from_store, settings_of
-    from geoagent.report.geohint import default_conditions, table1
+    from geoagent.report.geohint import LEGEND, default_conditions, render_text, table1
     from geoagent.runtime.store import open_campaign_state
 
     with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
@@ -249,9 +248,26 @@ def geohint_table1_text(cfg: Any, width: int = 120) -> str:
     if not agg.keys:
         return "no scored GeoHint responses\n"
     cond, _ = default_conditions(agg)
-    console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
-    console.print(table1(agg, condition=cond).to_rich())
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    return render_text(table1(agg, condition=cond).to_rich()) + "Terms:\n" + "".join(f"  {t}\n" for t in LEGEND)
+
+
+def summary_terms(gv_cfg: Any) -> list[str]:
+    """Lines explaining the terms of the campaign summaries the demo prints (``planned``, ``release import``,
+    ``d'(nearest)``, ``delta_1``, ``regimes``, ``hit``, ``echo``), naming where the import report is kept."""
+    from geoagent.data.store import data_db_path
+
+    db = data_db_path(gv_cfg.name, gv_cfg.state_root())
+    return [
+        "terms in the campaign lines above:",
+        "  planned N requests: units of work the planner queued (model requests for GeoVerify and GeoHint; for",
+        "    the crawl, one per candidate city to screen)",
+        "  release import: rows read back from the crawl's release-form folder, and how many were malformed; the",
+        f"    list of problems is the JSON under key 'import_report' of table 'meta' in {db}",
+        "    (sqlite3 that-file \"select json from meta where key='import_report'\")",
+        "  H, F, d', c, delta_1: see the terms under the GeoVerify table; d'(nearest) = d' against decoys of the",
+        "    nearest band; delta_1 none = no decoy band reaches d' = 1",
+        "  GeoHint hit, echo, regimes (legible / illegible): see the terms under GeoHint Table 1",
+    ]
 
 
 @contextlib.contextmanager
@@ -369,6 +385,9 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         "   stays near 0 up to sampling noise and the read-out means nothing; point [[models]] at a real provider)\n")
     say("GeoHint Table 1 (hit rate, forced condition):")
     say(geohint_table1_text(gh_cfg))
+    for line in summary_terms(gv_cfg):
+        say(line)
+    say("")
     say("spend vs cap:")
     for label, _cfg, o in outcomes:
         say(f"  {label:>9}: {_spend_line(o)}  [{o.status}]")

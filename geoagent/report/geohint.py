@@ -5,7 +5,13 @@ figures as PNG through matplotlib's Agg backend.
 Every number is computed from the aggregator's per-site sums (never from ad-hoc recomputation over
 rows), so the same report can be refreshed live during a campaign or from a released campaign
 (:mod:`geoagent.geohint.judged`). Rates are in percent, distances in km, slopes in log10 units per km.
-Undefined cells (no rows) are NaN in the data and print as an em dash.
+Undefined cells (no rows) are NaN in the data and print as an em dash. Tables that split sites into the
+legible and illegible regimes (2, 3, 5, 7, 8, 9) say so under the table when no site has a regime (the data
+hold no no-context answers, as in the release sample), see :func:`regime_note`. ``report.md`` opens with a
+legend of the terms (:data:`LEGEND`); the terminal output ends with it.
+
+When the terminal output goes to a file or a pipe, tables are printed at their natural width (never cut at
+80 columns), see :func:`report_console`.
 
 Echo columns (Tables 1, 2, 4, 8, 10 and the Fig. 3 heatmap) follow the aggregator's echo rule
 (``[geohint] echo_rule``, :mod:`geoagent.geohint.echo`); ``report.md`` names it in its header and every
@@ -17,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +44,21 @@ BAND_NAMES = ("Near", "Mid", "Far")
 ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
 DASH = "\u2014"
+#: console width when the output is not a terminal: wide enough that no table is ever cut or wrapped
+#: (rich tables keep their natural width; a wider console adds no padding)
+UNBOUNDED_WIDTH = 10_000
+
+#: one line per term used in the tables and figures (seed 000 Sec. 6.1-6.2, in our words)
+LEGEND = (
+    "hit: the answer lies under 1 km from where the photo was taken and resolves finer than a city "
+    "(an area or a building); hit rate = share of hits.",
+    "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
+    "regime: sites are split by their own no-context (baseline) hit rate: legible at 50 % or more, illegible "
+    "below.",
+    "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
+    "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
+    "Figure fig_hit_by_band.png: error bars are 95 % Wilson score intervals of the responses behind each point.",
+)
 
 
 @dataclass(slots=True)
@@ -57,14 +79,18 @@ class Table:
     def display_rows(self) -> list[list[str]]:
         return [[_fmt(v, f) for v, f in zip(row, self.formats)] for row in self.rows]
 
+    def notes_lines(self) -> list[str]:
+        """The notes as separate lines (paragraphs of ``notes`` are separated by blank lines)."""
+        return [p for p in self.notes.split("\n\n") if p]
+
     def to_markdown(self) -> str:
         out = [f"### {self.title}", ""]
         out.append("| " + " | ".join(self.columns) + " |")
         out.append("|" + "|".join("---" if f == "text" else "---:" for f in self.formats) + "|")
         for row in self.display_rows():
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
-        if self.notes:
-            out += ["", self.notes]
+        for line in self.notes_lines():
+            out += ["", line]
         return "\n".join(out) + "\n"
 
     def to_csv(self) -> str:
@@ -79,7 +105,7 @@ class Table:
     def to_rich(self):
         from rich.table import Table as RichTable
 
-        t = RichTable(title=self.title, caption=self.notes or None)
+        t = RichTable(title=self.title, caption="\n".join(self.notes_lines()) or None)
         for c, f in zip(self.columns, self.formats):
             t.add_column(c, justify="left" if f == "text" else "right")
         for row in self.display_rows():
@@ -133,6 +159,19 @@ def _model_order(agg: GeoHintAggregator, condition: str) -> list[str]:
     return sorted(agg.models, key=lambda m: (-(rates[m] if not math.isnan(rates[m]) else -1), m))
 
 
+def regime_note(agg: GeoHintAggregator, baseline: str) -> str:
+    """A sentence for tables split by regime when no site has one (no no-context answers), else ""."""
+    if agg.regimes(condition=baseline):
+        return ""
+    return (f"No regime split: sites are assigned to legible or illegible by their no-context hit rate, and these "
+            f"data hold no no-context answers (condition {baseline!r}), so every regime row is empty ({DASH}); "
+            f"only rows and columns over all sites are filled.")
+
+
+def _join_notes(*notes: str) -> str:
+    return "\n\n".join(n for n in notes if n)
+
+
 def echo_rule_note(agg: GeoHintAggregator) -> str:
     """One sentence naming the echo rule behind the echo rates, and saying so when some responses could not
     be counted under it (results stored before every rule's verdict was kept)."""
@@ -181,7 +220,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct"],
         rows,
-        echo_rule_note(agg),
+        _join_notes(echo_rule_note(agg), regime_note(agg, baseline)),
     )
 
 
@@ -205,7 +244,7 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "Uncorrected", "Corrected", "SD", "Shift"],
         ["text", "text", "pp", "pp", "f2", "pp"],
         rows,
-        notes,
+        _join_notes(notes, regime_note(agg, baseline)),
     )
 
 
@@ -241,6 +280,7 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Band", "n", "d_ref", "err", "Median ratio"],
         ["text", "text", "int", "f2", "f2", "f2"],
         rows,
+        regime_note(agg, baseline),
     )
 
 
@@ -301,6 +341,7 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all"],
         ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p"],
         rows,
+        regime_note(agg, baseline),
     )
 
 
@@ -380,7 +421,8 @@ def table_paired(
          "Building delta (pp)", "p (building)", "Median ratio (near/mid/far)"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "text"],
         rows,
-        f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}. {echo_rule_note(agg)}",
+        _join_notes(f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}. {echo_rule_note(agg)}",
+                    regime_note(agg, baseline)),
     )
 
 
@@ -399,6 +441,7 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
         ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
         ["text", "int", "pp", "p", "pp", "pp"],
         rows,
+        regime_note(agg, baseline),
     )
 
 
@@ -463,7 +506,8 @@ def _save_png(fig, path: str | Path) -> Path:
 
 
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline") -> Path:
-    """Fig. 2: hit rate by band, one line per regime, with 95 % Wilson intervals. Writes a PNG (atomically)."""
+    """Fig. 2: hit rate by band, one line per regime, with 95 % Wilson score intervals as error bars (the
+    paper: "95 % binomial intervals"). Writes a PNG (atomically)."""
     groups = _regime_sites(agg, baseline)
     fig, ax = _new_figure((5.5, 4))
     x = np.arange(len(BANDS))
@@ -477,7 +521,7 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"Hit rate by band, {condition}")
+    ax.set_title(f"Hit rate by band, {condition}\n(error bars: 95 % Wilson score intervals)", fontsize=10)
     ax.legend()
     fig.tight_layout()
     return _save_png(fig, path)
@@ -541,6 +585,10 @@ def write_report(
         "",
         echo_rule_note(agg),
         "",
+        "Terms:",
+        "",
+        *[f"- {line}" for line in LEGEND],
+        "",
     ]
     if missing is not None:
         per_model: dict[str, int] = {}
@@ -567,18 +615,46 @@ def write_report(
     if figures:
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition)
-        md += ["![hit rate by band](fig_hit_by_band.png)", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
+        md += ["![hit rate by band](fig_hit_by_band.png)", "",
+               "Hit rate by band per regime; error bars are 95 % Wilson score intervals of the responses behind each "
+               "point.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))
     return tables
 
 
-def print_report(tables: Sequence[Table], console=None) -> None:
-    """Print the tables to the terminal with rich."""
+def report_console(file=None):
+    """A rich Console for report output: the terminal's width on a terminal; otherwise (output redirected to a
+    file or a pipe) an unbounded width, so tables keep their natural width and no cell is cut to fit 80
+    columns. ``file``: where to write (default ``sys.stdout``)."""
     from rich.console import Console
 
-    console = console or Console()
+    console = Console(file=file)
+    if console.is_terminal:
+        return console
+    return Console(file=file, width=UNBOUNDED_WIDTH)
+
+
+def render_text(renderable) -> str:
+    """``renderable`` (a rich table) as plain text at its natural width (no colour codes, nothing cut)."""
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=UNBOUNDED_WIDTH, force_terminal=False, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def print_report(tables: Sequence[Table], console=None, *, legend: bool = True) -> None:
+    """Print the tables (and, with ``legend``, the terms of :data:`LEGEND`) with rich.
+
+    ``console``: default :func:`report_console` (terminal width on a terminal, natural table width when
+    redirected)."""
+    console = console or report_console(sys.stdout)
     for t in tables:
         console.print(t.to_rich())
+    if legend:
+        console.print("Terms:", markup=False)
+        for line in LEGEND:
+            console.print(f"  {line}", markup=False, soft_wrap=not console.is_terminal)
 
 
 def _atomic_write(path: Path, text: str) -> None:

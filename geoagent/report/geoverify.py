@@ -10,7 +10,9 @@ control-arm F, F per decoy band, d' per band and c are shown as ``value [lo, hi]
 terminal (rates in %), and as separate ``<model>_lo`` / ``<model>_hi`` columns in the CSV (always
 present, empty without a bootstrap). The rows "F by decoy distance" are an addition to Table 12.
 
-Source: seed 000 Sec. 6.4, Table 12 and Figure 4.
+Both the Markdown and the terminal table end with a legend of the terms (:data:`LEGEND`).
+
+Source: seed 000 Sec. 5.3-5.4, 6.4, Table 12 and Figure 4.
 """
 
 from __future__ import annotations
@@ -30,6 +32,24 @@ TABLE_TXT = "geoverify_table.txt"
 PLOT_PNG = "geoverify_dprime.png"
 FAILURES_CSV = "geoverify_parse_failures.csv"
 MISSING_CSV = "geoverify_missing.csv"
+
+#: one line per term of the table (seed 000 Sec. 5.3, Eq. 2-4, in our words)
+LEGEND = (
+    "H (hit rate): share of signal trials (the named place lies within tau = 150 m of the photo) answered yes.",
+    "F (false-alarm rate): share of decoy trials (the named place lies farther away, in the given distance band) "
+    "answered yes; the control rows give F with the photo swapped for one from another continent, or replaced "
+    "by a plain gray field.",
+    "d' (sensitivity): z(H) - z(F), after the log-linear correction; 0 = signal and decoys cannot be told apart, "
+    "1 = conventional discriminability.",
+    "c (criterion): -(z(H) + z(F)) / 2; negative = the model leans towards accepting claims, positive = towards "
+    "rejecting them.",
+    "delta_1 (discrimination radius): the nearest decoy band whose d' reaches 1; 'none' = no band does.",
+)
+
+
+def legend_lines() -> list[str]:
+    """The legend as ``- term: meaning`` lines (Markdown list items; plain text in the terminal)."""
+    return [f"- {line}" for line in LEGEND]
 
 
 def _pct(x: float) -> str:
@@ -139,7 +159,7 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     notes = [f"- {c}: {scores[c].readout.verdict} ({'; '.join(scores[c].readout.reasons)})" for c in cols]
     boot = bootstrap_note(scores)
     return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "")
-            + "\n\n" + "\n".join(notes) + "\n")
+            + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
 
 def render_csv(scores: Mapping[str, ModelScores]) -> str:
@@ -189,7 +209,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         width = 46 + len(cols) * (24 if boot else 14)
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(table)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines())
+    return console.file.getvalue() + legend  # type: ignore[attr-defined]
 
 
 def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Path:
