@@ -1,7 +1,8 @@
 """The ``generic`` campaign: N independent prompts per model, stored as results.
 
 It exercises the whole runtime (planner -> requests -> model caller -> responses -> collector) with no
-task-specific scoring: the demo's first stage, the crash-safety test and the pipeline benchmark use it.
+task-specific scoring: ``geoagent/configs/generic_demo.toml`` (a small runnable example; ``run.py demo`` does
+not use it), the crash-safety test and the pipeline benchmark use it.
 
 Config section ``[generic]``::
 

@@ -1,8 +1,16 @@
 """The ``[crawl]`` section of a campaign config: thresholds, type QIDs, endpoints and API usage policies.
 
-Every number that the paper fixes (seed 000, Sec. 3.1-3.3) is a default here and can be changed in the
-config. Public APIs' usage policies are encoded as :class:`~geoagent.runtime.http.HostPolicy` defaults
-(see ``/work/shared/api-notes.md`` and each client module for the source of each figure).
+Every number that the paper fixes (seed 000 = the GeoContext paper, Zhang and Wang 2026, Sec. 3.1-3.3) is a
+default here and can be changed in the config (``geoagent/configs/example.toml`` lists every key). Public
+APIs' usage policies are encoded as :class:`~geoagent.runtime.http.HostPolicy` defaults; their sources are
+the APIs' own pages (and each client module in ``geoagent/clients/``):
+
+* Overpass: https://dev.overpass-api.de/overpass-doc/en/preface/commons.html (slots per IP, daily volume);
+* Wikidata Query Service: https://www.mediawiki.org/wiki/Wikidata_Query_Service/User_Manual#Query_limits;
+* Wikimedia pageviews (AQS REST API): https://wikimedia.org/api/rest_v1/ and
+  https://api.wikimedia.org/wiki/Documentation/Rate_limits;
+* Mapillary API v4: https://www.mapillary.com/developer/api-documentation (rate limits);
+* Wikimedia User-Agent policy: https://meta.wikimedia.org/wiki/User-Agent_policy.
 
 Example::
 
@@ -195,7 +203,7 @@ def _policy(**kw: Any) -> dict[str, Any]:
     return kw
 
 
-#: Usage policies of each public API as HostPolicy fields (sources in api-notes.md sections 1, 2, 4, 6):
+#: Usage policies of each public API as HostPolicy fields (sources: the API pages in the module docstring):
 #: Overpass: 2 slots per IP and ~10,000 requests/day -> at most 2 in flight, 1 request per 10 s.
 #: WDQS: one query at a time, 60 s of query time per minute (tracked by the client) -> concurrency 1.
 #: Pageviews: soft cap ~200 req/s per client -> a polite 20/s, 4 in flight.
