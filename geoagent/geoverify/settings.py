@@ -1,5 +1,7 @@
 """``[geoverify]`` campaign settings (pydantic), registered with the config loader on import.
 
+Every key with its default and a one-line comment: ``geoagent/configs/example.toml``.
+
 Example::
 
     [geoverify]

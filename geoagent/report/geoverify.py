@@ -32,6 +32,8 @@ TABLE_TXT = "geoverify_table.txt"
 PLOT_PNG = "geoverify_dprime.png"
 FAILURES_CSV = "geoverify_parse_failures.csv"
 MISSING_CSV = "geoverify_missing.csv"
+#: console width for the terminal text: rich tables keep their natural width, so nothing is cut or wrapped
+UNBOUNDED_WIDTH = 10_000
 
 #: one line per term of the table (seed 000 Sec. 5.3, Eq. 2-4, in our words)
 LEGEND = (
@@ -205,8 +207,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     boot = bootstrap_note(scores)
     if boot:
         table.caption = boot
-    if width is None:  # wide enough that "69.9 % [60.1, 78.2]" cells never wrap
-        width = 46 + len(cols) * (24 if boot else 14)
+    if width is None:  # the table's natural width: no cell (long model names included) is ever cut or wrapped
+        width = UNBOUNDED_WIDTH
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(table)
     legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines())
