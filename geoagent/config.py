@@ -567,6 +567,21 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
     return problems
 
 
+_PLACEHOLDER = re.compile(r"^\{([a-z_]+)\}")
+
+
+def _placeholders(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """``(key path, "{name}")`` of every string value that starts with an unfilled ``{name}`` placeholder."""
+    if isinstance(value, str):
+        m = _PLACEHOLDER.match(value)
+        return [(path, m.group(0))] if m else []
+    if isinstance(value, Mapping):
+        return [x for k, v in value.items() for x in _placeholders(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list):
+        return [x for i, v in enumerate(value) for x in _placeholders(v, f"{path}[{i}]")]
+    return []
+
+
 def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> CampaignConfig:
     """Validate a parsed TOML document (dict) into a :class:`CampaignConfig`.
 
@@ -577,6 +592,13 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     """
     if not isinstance(data, Mapping):
         raise ConfigError(source, ["<top level>: expected a table"])
+    holes = _placeholders(data)
+    if holes:
+        where = ", ".join(f"{hole} in {path}" for path, hole in holes)
+        raise ConfigError(source, [
+            f"unfilled template placeholder(s): {where}. This file is a template that `python run.py demo` fills "
+            "in; run `python run.py demo`, or copy the file and write real values (see geoagent/configs/example.toml)"
+        ])
     doc = dict(data)
     tasks: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
@@ -621,7 +643,7 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
     Parameters
     ----------
     path : path
-        The ``.toml`` file; a bare name such as ``"demo"`` also finds ``geoagent/configs/demo.toml``.
+        The ``.toml`` file; a bare name such as ``"generic_demo"`` also finds ``geoagent/configs/generic_demo.toml``.
 
     Raises
     ------
@@ -649,7 +671,7 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
 
 
 def packaged_config_path(name: str) -> Path | None:
-    """Path of a config shipped in ``geoagent/configs/`` (``"demo"`` or ``"demo.toml"``), or None."""
+    """Path of a config shipped in ``geoagent/configs/`` (``"generic_demo"`` or ``"generic_demo.toml"``), or None."""
     stem = name.removesuffix(".toml")
     if not re.match(r"^[A-Za-z0-9_-]+$", stem):
         return None

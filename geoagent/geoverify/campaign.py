@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.plan import plan_campaign, settings_of
@@ -88,7 +89,8 @@ class GeoVerifyCampaign(CampaignKind):
         plan = getattr(self, "_plan", None)
         if plan is not None:
             lines.append(f"  release import: {sum(plan.import_report.imported.values())} rows, "
-                         f"{len(plan.import_report.issues)} malformed (see data store meta 'import_report')")
+                         f"{len(plan.import_report.issues)} malformed (details: table meta, key 'import_report', "
+                         f"in {data_db_path(cfg.name, cfg.state_root())})")
             if plan.build_report is not None:
                 br = plan.build_report
                 lines.append(f"  built trials per band (main arm): {br.per_band()}; images without signal "
