@@ -72,10 +72,15 @@ def _check_stages(cfg: Any, stages: list[str]) -> None:
                          f"this campaign has: {', '.join(known)}")
 
 
-def _run_lines(outcome: Any, before: tuple[int, int]) -> list[str]:
-    """Lines added to a run's summary: this run's own model calls (the summary's ``calls`` is cumulative)
-    and, for an interrupted run, how to resume."""
-    lines = []
+def _summary(outcome: Any, before: tuple[int, int]) -> str:
+    """The run's summary (:meth:`geoagent.engine.Outcome.summary`) with this run's own model calls under the
+    cumulative spend line, and, for an interrupted run, a last line on how to resume.
+
+    ``before`` is :func:`geoagent.status.run_baseline` taken before the run: ``(calls, requests done)``. The
+    answers this run took from the response store instead of calling are the request tasks it finished
+    minus its new calls.
+    """
+    lines = outcome.summary().split("\n")
     spend = outcome.spend or {}
     if outcome.status != "dry run" and spend:
         calls_before, done_before = before
@@ -83,11 +88,13 @@ def _run_lines(outcome: Any, before: tuple[int, int]) -> list[str]:
         c = outcome.counts.get(C.EDGE_REQUESTS)
         answered = max(0, c.done - done_before) if c else 0
         reused = max(0, answered - new_calls)
-        lines.append(f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; "
-                     f"{reused} stored answer{'s' if reused != 1 else ''} reused")
+        line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; "
+                f"{reused} stored answer{'s' if reused != 1 else ''} reused")
+        at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
+        lines.insert(at, line)
     if outcome.status == "interrupted":
         lines.append("  interrupted: acknowledged work is kept; re-run the same command to resume")
-    return lines
+    return "\n".join(lines)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -105,7 +112,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                              only_stages=stages, watch=args.watch)
     )
-    print("\n".join([outcome.summary(), *_run_lines(outcome, before)]))
+    print(_summary(outcome, before))
     return outcome.exit_code
 
 
@@ -166,6 +173,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_crawl(args: argparse.Namespace) -> int:
     from geoagent.engine import run_campaign
+    from geoagent.status import run_baseline
 
     cfg = _load(args.config)
     if cfg.campaign.kind != "crawl":
@@ -173,8 +181,9 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     _check_state_matches_queues(cfg)
+    before = run_baseline(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, live=False if args.no_live else None, watch=args.watch))
-    print(outcome.summary())
+    print(_summary(outcome, before))
     return outcome.exit_code
 
 
