@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,18 +55,64 @@ def _warn_config_drift(cfg: Any) -> None:
               "apply the change to every trial (raising [budget] cap_usd is fine).", file=sys.stderr)
 
 
+def _check_stages(cfg: Any, stages: list[str]) -> None:
+    """Refuse ``--stages`` names the campaign kind does not have, naming its stages in plain words.
+
+    Raises
+    ------
+    ValueError
+        One line: ``unknown stage foo; this campaign has: model_caller, parser, ...``.
+    """
+    from geoagent.engine import load_kind
+
+    known = [s.name for s in load_kind(cfg.campaign.kind).stages(cfg)]
+    unknown = [s for s in stages if s not in known]
+    if unknown:
+        raise ValueError(f"unknown stage{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                         f"this campaign has: {', '.join(known)}")
+
+
+def _summary(outcome: Any, before: tuple[int, int]) -> str:
+    """The run's summary (:meth:`geoagent.engine.Outcome.summary`) with this run's own model calls under the
+    cumulative spend line, and, for an interrupted run, a last line on how to resume.
+
+    ``before`` is :func:`geoagent.status.run_baseline` taken before the run: ``(calls, requests done)``. The
+    answers this run took from the response store instead of calling are the request tasks it finished
+    minus its new calls.
+    """
+    lines = outcome.summary().split("\n")
+    spend = outcome.spend or {}
+    if outcome.status != "dry run" and spend:
+        calls_before, done_before = before
+        new_calls = max(0, int(spend.get("calls", 0)) - calls_before)
+        c = outcome.counts.get(C.EDGE_REQUESTS)
+        answered = max(0, c.done - done_before) if c else 0
+        reused = max(0, answered - new_calls)
+        line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; "
+                f"{reused} stored answer{'s' if reused != 1 else ''} reused")
+        at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
+        lines.insert(at, line)
+    if outcome.status == "interrupted":
+        lines.append("  interrupted: acknowledged work is kept; re-run the same command to resume")
+    return "\n".join(lines)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from geoagent.engine import run_campaign
+    from geoagent.status import run_baseline
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
     _warn_config_drift(cfg)
-    stages = args.stages.split(",") if args.stages else None
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
+    if stages:
+        _check_stages(cfg, stages)
+    before = run_baseline(cfg)
     outcome = anyio.run(
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                              only_stages=stages, watch=args.watch)
     )
-    print(outcome.summary())
+    print(_summary(outcome, before))
     return outcome.exit_code
 
 
@@ -78,7 +125,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
-    from geoagent.status import dead_letters, requeue_dead
+    from geoagent.status import dead_counts, dead_letters, requeue_dead
 
     cfg = _load(args.config)
     if args.requeue:
@@ -86,12 +133,17 @@ def _cmd_dead(args: argparse.Namespace) -> int:
         print(f"requeued {n} dead tasks; re-run the campaign to process them")
         return 0
     n = 0
-    for edge, items in dead_letters(cfg, limit=args.limit).items():
+    for edge, items in dead_letters(cfg, limit=args.limit, edge=args.edge).items():
         for d in items:
             n += 1
             print(f"{edge}\t{d.key}\tattempts={d.attempts}\t{d.reason}")
+    where = f" on edge {args.edge}" if args.edge else ""
     if not n:
-        print(f"no dead-lettered work in campaign {cfg.name}")
+        print(f"no dead-lettered work{where} in campaign {cfg.name}")
+        return 0
+    total = sum(dead_counts(cfg, args.edge).values())
+    if total > n:  # on stderr: the listing on stdout stays one task a line
+        print(f"showing {n} of {total} dead tasks{where} (use --limit)", file=sys.stderr)
     return 0
 
 
@@ -121,6 +173,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_crawl(args: argparse.Namespace) -> int:
     from geoagent.engine import run_campaign
+    from geoagent.status import run_baseline
 
     cfg = _load(args.config)
     if cfg.campaign.kind != "crawl":
@@ -128,51 +181,84 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     _check_state_matches_queues(cfg)
+    before = run_baseline(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, live=False if args.no_live else None, watch=args.watch))
-    print(outcome.summary())
+    print(_summary(outcome, before))
     return outcome.exit_code
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: the exit codes of every command (the campaign outcomes are :mod:`geoagent.engine`'s table)
+EXIT_CODES_EPILOG = """exit codes:
+  0    complete (every planned task reached the end of the pipeline), or the command succeeded
+  1    nothing to export (the campaign has not run yet); output pipe closed early
+  2    config error, bad argument or unusable path
+  3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`)
+  4    budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)
+  130  interrupted (Ctrl-C / SIGTERM): re-run the same command to resume
+"""
+
+CONFIG_HELP = "campaign TOML file (e.g. geoagent/configs/demo.toml)"
+
+
+def _prog() -> str:
+    """The program name for usage lines: ``run.py`` or ``geoagent`` (the installed entry point), as invoked."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name and name not in ("__main__.py", "-c", "-m") else "geoagent"
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command-line parser; ``prog`` defaults to the invoked program's name (:func:`_prog`)."""
     p = argparse.ArgumentParser(
-        prog="run.py",
+        prog=prog or _prog(),
         description="geoagent: crawl open map/photo APIs and run resumable, cost-capped VLM geolocation campaigns.",
+        epilog=EXIT_CODES_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
+    kw: dict[str, Any] = {"epilog": EXIT_CODES_EPILOG, "formatter_class": argparse.RawDescriptionHelpFormatter}
 
-    r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)")
-    r.add_argument("config", help="campaign TOML file")
+    r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)", **kw)
+    r.add_argument("config", help=CONFIG_HELP)
     r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder")
-    r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out)")
+    r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out; an unknown name is refused, naming the campaign's stages)")
     r.add_argument("--watch", action="store_true", help="daemon mode: keep polling queues instead of finishing")
-    r.add_argument("--no-live", action="store_true", help="no live terminal display")
+    r.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     r.set_defaults(fn=_cmd_run)
 
-    s = sub.add_parser("status", help="queues, spend vs cap, rates, ETA, last errors")
-    s.add_argument("config")
+    s = sub.add_parser("status", help="queues, spend vs cap, rates, ETA, last errors (read-only)", **kw)
+    s.add_argument("config", help=CONFIG_HELP)
     s.set_defaults(fn=_cmd_status)
 
-    d = sub.add_parser("demo", help="offline demo on the embedded default campaign")
+    d = sub.add_parser("demo", help="offline demo on the embedded default campaign", **kw)
     d.add_argument("--workdir", metavar="DIR", help="put queues/ and state/ of the demo under DIR (default: queues/ and state/ here, or $GEOAGENT_QUEUES/$GEOAGENT_STATE)")
-    d.add_argument("--no-live", action="store_true")
+    d.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     d.set_defaults(fn=_cmd_demo)
 
-    c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders")
-    c.add_argument("config")
+    c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders", **kw)
+    c.add_argument("config", help="crawl campaign TOML file ([campaign] kind = \"crawl\", e.g. geoagent/configs/demo_crawl.toml)")
     c.add_argument("--watch", action="store_true", help="keep running and pick up new cities added to the config")
-    c.add_argument("--no-live", action="store_true")
+    c.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     c.set_defaults(fn=_cmd_crawl)
 
-    dl = sub.add_parser("dead", help="list (or requeue) dead-lettered tasks")
-    dl.add_argument("config")
-    dl.add_argument("--requeue", action="store_true")
-    dl.add_argument("--edge", help="only this edge")
-    dl.add_argument("--limit", type=int, default=50)
+    dl = sub.add_parser("dead", help="list (or requeue) dead-lettered tasks", **kw)
+    dl.add_argument("config", help=CONFIG_HELP)
+    dl.add_argument("--requeue", action="store_true",
+                    help="put the dead tasks (of --edge, or all) back to ready; re-run the campaign to process them")
+    dl.add_argument("--edge", help="only this edge (queue), e.g. requests or responses; an unknown name is refused")
+    dl.add_argument("--limit", type=_positive_int, default=50, metavar="N",
+                    help="list at most N tasks per edge, most recent first (default 50; a shorter list says so)")
     dl.set_defaults(fn=_cmd_dead)
 
-    e = sub.add_parser("export", help="export results as Parquet and CSV (a crawl: its tables, to state/<campaign>/export/)")
-    e.add_argument("config")
+    e = sub.add_parser("export", help="export results as Parquet and CSV (a crawl: its tables, to state/<campaign>/export/)", **kw)
+    e.add_argument("config", help=CONFIG_HELP)
     e.set_defaults(fn=_cmd_export)
     return p
 
@@ -200,8 +286,12 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(leaf, ConfigError):
             print(f"config error: {leaf}", file=sys.stderr)
             return 2
+        if isinstance(leaf, BrokenPipeError):
+            raise leaf from None  # the reader of stdout went away: entry() exits quietly
         if isinstance(leaf, (FileNotFoundError, KeyError, ValueError)):
-            print(f"error: {leaf}", file=sys.stderr)
+            # str(KeyError) is the repr of its message (quoted): print the message itself
+            text = leaf.args[0] if isinstance(leaf, KeyError) and len(leaf.args) == 1 else leaf
+            print(f"error: {text}", file=sys.stderr)
             return 2
         if isinstance(leaf, OSError) and leaf.errno in _PATH_ERRNOS:  # a data root that is a file, read-only, ...
             print(f"error: {leaf} (check [paths] in the config and ${C.ENV_STATE_ROOT} / ${C.ENV_QUEUES_ROOT})",
@@ -211,14 +301,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Process entry (``run.py``): run :func:`main`, then exit with its code.
+    """Process entry (``run.py``, ``geoagent``): run :func:`main`, then exit with its code.
 
     Once the command has returned, its work is durable; a late Ctrl-C (a second press landing while the
     interpreter shuts down) is ignored instead of printing a KeyboardInterrupt traceback from ``atexit``.
+    When the reader of stdout goes away (``run.py status CONFIG | head -4``) the command stops quietly with
+    exit code 1 instead of a ``BrokenPipeError`` traceback (Python docs, signal module, "Note on SIGPIPE").
     """
     import signal
 
-    code = main()
+    try:
+        try:
+            code = main()
+        except SystemExit as exc:  # argparse (--help, a usage error) still flushes below
+            code = exc.code
+        sys.stdout.flush()  # inside the try: a closed pipe shows up here when the output was buffered
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at devnull so that flush cannot fail too
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code)
 

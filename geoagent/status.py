@@ -14,9 +14,43 @@ from geoagent.runtime.progress import read_last
 from geoagent.runtime.queue import DeadLetter, QueueCounts
 
 
+def pipeline_edges(cfg: Any) -> list[str]:
+    """The campaign's edges in pipeline (data-flow) order, as ``run`` lists them ([] if the kind is unknown)."""
+    from geoagent.engine import load_kind
+
+    try:
+        stages = load_kind(cfg.campaign.kind).stages(cfg)
+    except Exception:  # noqa: BLE001 - a status display falls back to alphabetical order
+        return []
+    edges: list[str] = []
+    for s in stages:
+        for e in (s.input_edge, s.output_edge):
+            if e and e not in edges:
+                edges.append(e)
+    return edges
+
+
 def _queue_files(cfg: Any) -> list[Path]:
+    """The campaign's queue files, in pipeline order (files of edges no stage names last, alphabetically)."""
     folder = Path(cfg.queues_root()) / cfg.name
-    return sorted(folder.glob("*.sqlite")) if folder.is_dir() else []
+    files = sorted(folder.glob("*.sqlite")) if folder.is_dir() else []
+    order = {e: i for i, e in enumerate(pipeline_edges(cfg))} if files else {}
+    return sorted(files, key=lambda f: (order.get(f.stem, len(order)), f.stem))
+
+
+def check_edge(cfg: Any, edge: str | None) -> None:
+    """Raise ``ValueError`` naming the campaign's queues when ``edge`` is given and is not one of them.
+
+    Raises
+    ------
+    ValueError
+        ``edge`` is not one of the campaign's queues (a typo must not look like "nothing dead there").
+    """
+    if not edge:
+        return
+    known = [f.stem for f in _queue_files(cfg)] or pipeline_edges(cfg)
+    if edge not in known:
+        raise ValueError(f"campaign {cfg.name} has no queue {edge}; its queues are: {', '.join(known) or 'none yet'}")
 
 
 def _open(cfg: Any, path: Path) -> Any:
@@ -86,10 +120,18 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
 
 
 def format_usd(x: float | None) -> str:
-    """USD amount for display: at least 2 decimals, up to 6 where they matter (a $0.0005 cap is not $0.00)."""
-    text = f"{float(x or 0.0):.6f}".rstrip("0")
-    whole, _, frac = text.partition(".")
-    return f"{whole}.{frac.ljust(2, '0')}"
+    """USD amount for display, with its ``$``: the one money format of the CLI (``status``, ``dead``, the live
+    display): always 4 decimals with thousands separators (``$0.0232``, ``$1.2300``, ``$1,234.5000``); a
+    non-zero amount below $0.00005 reads ``<$0.0001`` rather than a misleading ``$0.0000``."""
+    amount = float(x or 0.0)
+    if 0 < abs(amount) < 0.00005:
+        return "<$0.0001" if amount > 0 else ">-$0.0001"
+    return f"-${-amount:,.4f}" if amount < 0 else f"${amount:,.4f}"
+
+
+def is_complete(queues: dict[str, QueueCounts]) -> bool:
+    """Whether a campaign's queues are all drained with nothing dead-lettered (and there are queues)."""
+    return bool(queues) and all(not (c.ready or c.leased or c.dead) for c in queues.values())
 
 
 def format_status(st: dict[str, Any]) -> str:
@@ -102,14 +144,16 @@ def format_status(st: dict[str, Any]) -> str:
     s = st.get("spend")
     if s:
         lines.append(
-            f"  spend: ${s.get('spent_usd', 0):.6f} settled + ${s.get('unknown_usd', 0):.6f} unknown-outcome"
-            f" + ${s.get('reserved_usd', 0):.6f} reserved, cap ${format_usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
+            f"  spend: {format_usd(s.get('spent_usd'))} settled + {format_usd(s.get('unknown_usd'))} unknown-outcome"
+            f" + {format_usd(s.get('reserved_usd'))} reserved, cap {format_usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
         )
+    if is_complete(st["queues"]):
+        lines.append("  campaign complete: every queue drained, nothing dead-lettered")
     p = st.get("progress")
     if p:
         ended = bool(p.get("finished"))
         state = "run ended" if ended else "running, or killed before its last record"
-        eta = "" if ended else f", ETA {p.get('eta_s')} s"  # no ETA when no process is running
+        eta = "" if ended else f", ETA {format_eta(p)}"  # no ETA when no process is running
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
         for sd in p.get("stages", []):
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
@@ -135,10 +179,29 @@ def format_status(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def dead_letters(cfg: Any, limit: int = 50) -> dict[str, list[DeadLetter]]:
-    """Dead-lettered tasks per edge, most recent first."""
+def format_eta(progress: dict[str, Any]) -> str:
+    """``"20 s (bounded by geocoder)"`` from a progress record's ``eta_s`` / ``eta_stage``; ``"unknown"``
+    when no stage has a measured rate yet."""
+    eta = progress.get("eta_s")
+    if eta is None:
+        return "unknown (no stage rate measured yet)"
+    stage = progress.get("eta_stage")
+    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "")
+
+
+def dead_letters(cfg: Any, limit: int = 50, edge: str | None = None) -> dict[str, list[DeadLetter]]:
+    """Dead-lettered tasks per edge (pipeline order), most recent first, at most ``limit`` per edge.
+
+    Raises
+    ------
+    ValueError
+        ``edge`` is given and is not one of the campaign's queues (see :func:`check_edge`).
+    """
+    check_edge(cfg, edge)
     out = {}
     for f in _queue_files(cfg):
+        if edge and f.stem != edge:
+            continue
         q = _open(cfg, f)
         try:
             items = q.dead_letters_sync(limit)
@@ -147,6 +210,46 @@ def dead_letters(cfg: Any, limit: int = 50) -> dict[str, list[DeadLetter]]:
         if items:
             out[f.stem] = items
     return out
+
+
+def dead_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:
+    """How many tasks are dead-lettered per edge (only edges with some; ``edge``: only that one)."""
+    check_edge(cfg, edge)
+    out = {}
+    for f in _queue_files(cfg):
+        if edge and f.stem != edge:
+            continue
+        q = _open(cfg, f)
+        try:
+            n = q.counts_sync().dead
+        finally:
+            q.close_sync()
+        if n:
+            out[f.stem] = n
+    return out
+
+
+def run_baseline(cfg: Any) -> tuple[int, int]:
+    """``(model calls settled, request tasks done)`` of a campaign before a run; ``(0, 0)`` when it has no
+    state yet (nothing is created). The run's summary subtracts them to tell this run's new calls from the
+    stored answers it reused."""
+    from geoagent.runtime.store import open_campaign_state
+
+    calls = done = 0
+    db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
+    if db.is_file():
+        with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
+            calls = state.ledger.summary().calls
+    from geoagent.runtime.sqlite_queue import queue_path
+
+    qfile = Path(queue_path(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS))
+    if qfile.is_file():
+        q = _open(cfg, qfile)
+        try:
+            done = q.counts_sync().done
+        finally:
+            q.close_sync()
+    return calls, done
 
 
 def requeue_dead(cfg: Any, edge: str | None = None) -> int:
@@ -158,10 +261,8 @@ def requeue_dead(cfg: Any, edge: str | None = None) -> int:
         ``edge`` is not one of the campaign's queues (a typo must not look like "nothing to requeue").
     """
     n = 0
-    files = _queue_files(cfg)
-    if edge and edge not in {f.stem for f in files}:
-        raise ValueError(f"campaign {cfg.name} has no queue {edge!r}; queues: {sorted(f.stem for f in files)}")
-    for f in files:
+    check_edge(cfg, edge)
+    for f in _queue_files(cfg):
         if edge and f.stem != edge:
             continue
         q = _open(cfg, f)

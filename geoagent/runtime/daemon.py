@@ -55,6 +55,22 @@ class PipelineRun:
         return {name: await q.counts() for name, q in self.queues.items()}
 
 
+def stop_message(signum: int, grace_s: float) -> str:
+    """The line logged at the first SIGINT/SIGTERM: what stopping does, and what a second signal does
+    (:func:`run_pipeline` exits at once with status 130 via ``os._exit``: acknowledged work is kept, tasks in
+    flight are leased again when the same command is re-run)."""
+    if signum == signal.SIGINT:
+        name, again = "SIGINT (Ctrl-C)", "press Ctrl-C again"
+    else:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        again = f"send {name} again"
+    return (f"stopping on {name}: finishing in-flight work (up to {grace_s:.0f} s), then saving; "
+            f"{again} to exit at once (work in flight is redone on resume)")
+
+
 def upstream_map(stages: Sequence[Stage]) -> dict[str, list[str]]:
     """For each stage name, the names of stages in ``stages`` that feed its input edge."""
     producers: dict[str, list[str]] = {}
@@ -145,12 +161,13 @@ async def run_pipeline(
             async for signum in signals:
                 count += 1
                 if count == 1:
-                    log.warning("signal %s: stopping (finishing in-flight work; again to force)", signum)
+                    log.warning("%s", stop_message(signum, grace_s))
                     view.stopped_by_signal = True
                     for r in runners:
                         r.request_stop()
                 else:
-                    log.warning("second signal: exiting now; acknowledged work is already durable")
+                    log.warning("second signal: exiting at once; acknowledged work is kept, work in flight is "
+                                "redone when the same command is re-run")
                     os._exit(130)
 
     async def ticker() -> None:

@@ -5,7 +5,10 @@ Each tick appends one JSON object per line (another process can ``tail -f`` it):
     {"t": 1764500000.1, "campaign": "demo", "elapsed_s": 12.3,
      "stages": [{"stage": "model_caller", "done": 120, "rate_per_s": 9.8, ...}, ...],
      "queues": {"requests": {"ready": 80, "leased": 8, "done": 120, "dead": 0}, ...},
-     "spend": {"spent_usd": 0.12, "cap_usd": 5.0, ...}, "eta_s": 8.2}
+     "spend": {"spent_usd": 0.12, "cap_usd": 5.0, ...}, "eta_s": 8.2, "eta_stage": "geocoder"}
+
+The ETA covers the whole pipeline (:func:`pipeline_eta`): the slowest stage, given the work still ahead of
+it, bounds the end of the run.
 
 The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
 is not a TTY, so logs and CI output stay clean.
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ import orjson
 
 from geoagent.files import append_jsonl
 from geoagent.runtime.daemon import PipelineRun
+from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.worker import eta_s
 
 SpendFn = Callable[[], dict[str, Any]]
@@ -41,7 +45,7 @@ class Progress:
     live : bool or None
         Force the rich display on/off; default: on when stdout is a TTY.
     eta_edge : str or None
-        The edge whose pending count drives the ETA (usually ``requests``).
+        Kept for callers; the ETA now covers every stage of the pipeline (:func:`pipeline_eta`).
     http : callable or None
         Returns per-host HTTP counters (requests, retries, errors by reason): the API error rates.
     host_labels : dict or None
@@ -77,11 +81,10 @@ class Progress:
     async def snapshot(self, run: PipelineRun) -> dict[str, Any]:
         counts = await run.counts()
         stages = [s.as_dict() for s in run.stats()]
-        eta = None
-        if self.eta_edge and self.eta_edge in counts:
-            c = counts[self.eta_edge]
-            rate = next((s["rate_per_s"] for s in stages if s["stage"] and _consumes(run, s["stage"], self.eta_edge)), 0.0)
-            eta = eta_s(c.ready + c.leased, rate)
+        eta, eta_stage = pipeline_eta(
+            [(r.stage.name, r.stage.input_edge, r.stage.output_edge, r.stats.rate_per_s()) for r in run.runners],
+            counts,
+        )
         return {
             "t": round(time.time(), 3),
             "campaign": run.campaign,
@@ -90,6 +93,7 @@ class Progress:
             "queues": {k: asdict(v) for k, v in counts.items()},
             "spend": self.spend() if self.spend else None,
             "eta_s": None if eta is None else round(eta, 1),
+            "eta_stage": eta_stage,
             "http": self.http() if self.http else None,
             "host_labels": self.host_labels or None,
             "budget_stopped": run.budget_stopped,
@@ -108,10 +112,12 @@ class Progress:
                           f"{s['rate_per_s']:.1f}")
         spend = record.get("spend") or {}
         caption = []
+        from geoagent.status import format_eta, format_usd  # status imports this module
+
         if spend:
-            caption.append(f"spend ${spend.get('spent_usd', 0):.4f} / cap ${spend.get('cap_usd', 0):.2f}")
-        if record.get("eta_s") is not None:
-            caption.append(f"ETA {record['eta_s']:.0f} s")
+            caption.append(f"spend {format_usd(spend.get('spent_usd'))} / cap {format_usd(spend.get('cap_usd'))}")
+        if not final:
+            caption.append(f"ETA {format_eta(record)}")
         if record.get("budget_stopped"):
             caption.append("BUDGET EXHAUSTED - draining")
         table.caption = "   ".join(caption)
@@ -125,8 +131,64 @@ class Progress:
             self._live = None
 
 
-def _consumes(run: PipelineRun, stage_name: str, edge: str) -> bool:
-    return any(r.stage.name == stage_name and r.stage.input_edge == edge for r in run.runners)
+def pipeline_eta(
+    stages: Sequence[tuple[str, str, str | None, float]], counts: Mapping[str, QueueCounts]
+) -> tuple[float | None, str | None]:
+    """Seconds until the pipeline is drained, and the stage that bounds it.
+
+    For each stage, the work still ahead of it is its input edge's ready + leased tasks plus what the
+    stages upstream will still put on that edge: their own work still ahead times their observed yield
+    (tasks on their output edge per task of their input edge done or dead-lettered so far; 1 before any is
+    known, and 1 where several stages feed one edge). Its time left is that work over its recent rate
+    (:func:`geoagent.runtime.worker.eta_s`); the slowest stage bounds the end, so the ETA is the largest.
+    Stages with work ahead but no measured rate yet are left out.
+
+    Parameters
+    ----------
+    stages : sequence of (name, input_edge, output_edge or None, rate_per_s)
+        The stages of this process in data-flow order (producers before consumers); rates in tasks/s.
+    counts : mapping of edge -> QueueCounts
+        Current counts of every edge queue.
+
+    Returns
+    -------
+    (eta_s, stage) : (float or None, str or None)
+        Seconds left (0.0 when nothing is left) and the bounding stage's name; ``(None, None)`` when some
+        stage has work ahead but none has a measured rate yet.
+    """
+    producers: dict[str, list[tuple[str, str]]] = {}
+    for name, in_edge, out_edge, _ in stages:
+        if out_edge:
+            producers.setdefault(out_edge, []).append((name, in_edge))
+    ahead: dict[str, float] = {}  # edge -> tasks still to arrive on it or wait there
+
+    def work_ahead(edge: str, seen: frozenset[str] = frozenset()) -> float:
+        if edge in ahead:
+            return ahead[edge]
+        c = counts.get(edge, QueueCounts())
+        total = float(c.ready + c.leased)
+        for _, in_edge in producers.get(edge, []):
+            if in_edge in seen or in_edge == edge:  # a cycle: count only what is queued
+                continue
+            up = counts.get(in_edge, QueueCounts())
+            processed = up.done + up.dead
+            made = c.ready + c.leased + c.done + c.dead
+            ratio = made / processed if processed and made and len(producers[edge]) == 1 else 1.0
+            total += ratio * work_ahead(in_edge, seen | {edge})
+        ahead[edge] = total
+        return total
+
+    best: tuple[float, str] | None = None
+    unknown = False
+    for name, in_edge, _, rate in stages:
+        t = eta_s(round(work_ahead(in_edge)), rate)
+        if t is None:
+            unknown = True
+        elif best is None or t > best[0]:
+            best = (t, name)
+    if best is None:
+        return (None, None) if unknown else (0.0, None)
+    return (best[0], best[1]) if best[0] > 0 else (0.0, None)
 
 
 def read_last(path: Path) -> dict[str, Any] | None:
