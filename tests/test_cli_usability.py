@@ -214,6 +214,8 @@ def test_status_lists_queues_in_pipeline_order(tmp_path):
     from geoagent.runtime.queue import open_queue
 
     text = (REPO / "geoagent" / "configs" / "demo_geohint.toml").read_text(encoding="utf-8")
+    # the demo template with its placeholders filled as run.py demo would
+    text = text.replace("{crawl_dir}", str(tmp_path / "crawl")).replace("{images_dir}", str(tmp_path / "images"))
     text = text.replace("[paths]\n", f'[paths]\nqueues = "{tmp_path / "q"}"\nstate = "{tmp_path / "s"}"\n', 1)
     cfgp = tmp_path / "gh.toml"
     cfgp.write_text(text, encoding="utf-8")
