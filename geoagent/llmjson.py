@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -451,15 +451,35 @@ def is_strict_json(text: str) -> bool:
     return True
 
 
-def extract_json(text: str | None, want: type = dict) -> Any | None:
+def extract_json(text: str | None, want: type = dict, looks_right: Callable[[Any], bool] | None = None) -> Any | None:
     """First complete JSON value of type ``want`` (``dict`` or ``list``) in ``text``, else None; never raises.
 
     Fenced blocks are searched first, then the whole text; each ``{`` (or ``[``) in turn is read with the
     lenient reader (comments, trailing commas, single quotes, unquoted keys tolerated). A value cut off by
     the end of the text does not count.
+
+    ``looks_right`` (optional): take the first such value it accepts, and only when it accepts none, the
+    first value. Prose around an answer can hold bracketed or braced asides (``[Note] ...``,
+    ``{"note": ...}``) that read as JSON on their own; taking the first value would drop the real answer
+    behind them. A predicate that raises counts as a rejection.
     """
     if not isinstance(text, str) or not text.strip():
         return None
+    opener = "[" if want is list else "{"
+    first = None
+    for src in [*fenced_blocks(text), text]:
+        for cand in iter_candidates(src, opener):
+            if cand.ok and not cand.truncated and isinstance(cand.value, want):
+                if looks_right is None:
+                    return cand.value
+                if first is None:
+                    first = (cand.value,)
+                try:
+                    if looks_right(cand.value):
+                        return cand.value
+                except Exception:  # noqa: BLE001 - a predicate over untrusted data must not raise out
+                    continue
+    return first[0] if first is not None else None
     opener = "[" if want is list else "{"
     for src in [*fenced_blocks(text), text]:
         for cand in iter_candidates(src, opener):

@@ -11,30 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from geoagent.llmjson import extract_json, fenced_blocks, iter_candidates
+from geoagent.llmjson import extract_json
 
 __all__ = ["as_bool", "as_int_in", "extract_json", "extract_json_like"]
 
 
 def extract_json_like(text: str | None, want: type, looks_right: Callable[[Any], bool]) -> Any | None:
-    """The first complete JSON value of type ``want`` in ``text`` that ``looks_right`` accepts, searched as
-    :func:`extract_json` searches (fenced blocks first, then the whole text); when none does, what
-    :func:`extract_json` returns. Never raises.
-
-    Prose around an answer can hold bracketed or braced asides (``[Note] ...``, ``{"note": ...}``) that
-    read as JSON on their own; taking the first value would drop the real answer behind them."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    opener = "[" if want is list else "{"
-    for src in [*fenced_blocks(text), text]:
-        for cand in iter_candidates(src, opener):
-            if cand.ok and not cand.truncated and isinstance(cand.value, want):
-                try:
-                    if looks_right(cand.value):
-                        return cand.value
-                except Exception:  # noqa: BLE001 - a predicate over untrusted data must not raise out
-                    continue
-    return extract_json(text, want)
+    """The first complete JSON value of type ``want`` in ``text`` that ``looks_right`` accepts, else the
+    first such value (None when there is none); :func:`geoagent.llmjson.extract_json` with a predicate.
+    Never raises."""
+    return extract_json(text, want, looks_right)
 
 
 def as_bool(v: Any) -> bool | None:
