@@ -7,6 +7,7 @@ the last record of ``state/<campaign>/progress.jsonl`` (rates, ETA, in-flight wo
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from geoagent import constants as C
@@ -189,6 +190,24 @@ def format_eta(progress: dict[str, Any]) -> str:
     return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "")
 
 
+def _per_edge(cfg: Any, edge: str | None, read: Callable[[Any], Any]) -> dict[str, Any]:
+    """``read(queue)`` for each queue of the campaign (pipeline order; ``edge``: only that one), keeping the
+    non-empty results by edge name. Raises ``ValueError`` for an unknown ``edge`` (see :func:`check_edge`)."""
+    check_edge(cfg, edge)
+    out = {}
+    for f in _queue_files(cfg):
+        if edge and f.stem != edge:
+            continue
+        q = _open(cfg, f)
+        try:
+            value = read(q)
+        finally:
+            q.close_sync()
+        if value:
+            out[f.stem] = value
+    return out
+
+
 def dead_letters(cfg: Any, limit: int = 50, edge: str | None = None) -> dict[str, list[DeadLetter]]:
     """Dead-lettered tasks per edge (pipeline order), most recent first, at most ``limit`` per edge.
 
@@ -197,36 +216,12 @@ def dead_letters(cfg: Any, limit: int = 50, edge: str | None = None) -> dict[str
     ValueError
         ``edge`` is given and is not one of the campaign's queues (see :func:`check_edge`).
     """
-    check_edge(cfg, edge)
-    out = {}
-    for f in _queue_files(cfg):
-        if edge and f.stem != edge:
-            continue
-        q = _open(cfg, f)
-        try:
-            items = q.dead_letters_sync(limit)
-        finally:
-            q.close_sync()
-        if items:
-            out[f.stem] = items
-    return out
+    return _per_edge(cfg, edge, lambda q: q.dead_letters_sync(limit))
 
 
 def dead_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:
     """How many tasks are dead-lettered per edge (only edges with some; ``edge``: only that one)."""
-    check_edge(cfg, edge)
-    out = {}
-    for f in _queue_files(cfg):
-        if edge and f.stem != edge:
-            continue
-        q = _open(cfg, f)
-        try:
-            n = q.counts_sync().dead
-        finally:
-            q.close_sync()
-        if n:
-            out[f.stem] = n
-    return out
+    return _per_edge(cfg, edge, lambda q: q.counts_sync().dead)
 
 
 def run_baseline(cfg: Any) -> tuple[int, int]:
