@@ -6,8 +6,8 @@ the last record of ``state/<campaign>/progress.jsonl`` (rates, ETA, in-flight wo
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
