@@ -26,13 +26,13 @@ def _base(kind: str, url: str) -> str:
     return url + "/v1" if kind == "openai" else url
 
 
-async def _serve_once(kind: str, payload: dict, status: int = 200):
-    """Serve ``payload`` at the API's path; call it once through the provider; return (outcome, hits)."""
-    hits: list[dict] = []
+async def _call_once(kind: str, respond):
+    """Serve ``await respond(request)`` at the API's paths (OpenAI, Anthropic, Gemini); call it once through
+    the provider of ``kind``; return (outcome or exception, the handler's log)."""
+    hits: list = []
 
     async def handler(request: web.Request) -> web.Response:
-        hits.append(await request.json())
-        return web.json_response(payload, status=status)
+        return await respond(request, hits)
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
@@ -45,6 +45,16 @@ async def _serve_once(kind: str, payload: dict, status: int = 200):
             return await prov.generate(req), hits
         except Exception as exc:  # returned for assertions
             return exc, hits
+
+
+async def _serve_once(kind: str, payload: dict, status: int = 200):
+    """Serve ``payload`` at the API's path; call it once through the provider; return (outcome, request bodies)."""
+
+    async def respond(request: web.Request, hits: list) -> web.Response:
+        hits.append(await request.json())
+        return web.json_response(payload, status=status)
+
+    return await _call_once(kind, respond)
 
 
 def _openai(content, usage, finish="stop", **msg):
@@ -128,23 +138,12 @@ def test_replay_record_with_numeric_string_usage_still_reads(tmp_path):
 # -- 2xx bodies that are not the API's JSON ------------------------------------------------------------
 async def _serve_raw(kind: str, body_of, headers: dict | None = None):
     """Serve ``body_of(request)`` (bytes) with status 200; call once; return (outcome, hits)."""
-    hits: list[int] = []
 
-    async def handler(request: web.Request) -> web.Response:
+    async def respond(request: web.Request, hits: list) -> web.Response:
         hits.append(1)
         return web.Response(body=body_of(request), status=200, headers=headers or {"Content-Type": "application/json"})
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    app.router.add_post("/v1/messages", handler)
-    app.router.add_post("/v1beta/models/{name}", handler)
-    async with serve(app) as url, HttpClient(default_policy=FAST) as http:
-        prov = make_provider(ProviderSettings(kind=kind, model="m", base_url=_base(kind, url), api_key=KEY), http)
-        req = ModelRequest(provider=kind, model="m", prompt="Where is this?", params={"max_output_tokens": 64})
-        try:
-            return await prov.generate(req), hits
-        except Exception as exc:
-            return exc, hits
+    return await _call_once(kind, respond)
 
 
 def _echo_auth_html(request: web.Request) -> bytes:
