@@ -8,30 +8,64 @@ local fake instead of a real API::
     base_url = "http://gemini.sandbox.invalid"                    # Gemini generateContent fake
     wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"    # Wikidata Action API fake
     nominatim_url = "http://nominatim.sandbox.invalid"            # Nominatim fake
+    overpass = "http://overpass.sandbox.invalid/api"               # [crawl.endpoints]: Overpass API fake
+    wdqs = "http://wdqs.sandbox.invalid/sparql"                    # [crawl.endpoints]: WDQS SPARQL fake
+    pageviews = "http://pageviews.sandbox.invalid"                 # [crawl.endpoints]: Wikimedia pageviews fake
+    mapillary = "http://mapillary.sandbox.invalid"                 # [crawl.endpoints]: Mapillary Graph API fake
+                                                                   # (its thumbnail CDN is on the same local host)
 
 :func:`launch` serves each named fake in-process on 127.0.0.1, rewrites those URLs in a copy of the config
-and gives the local hosts fast rate limits. So a dry run, the demo or an offline replication runs through
-exactly the code path of a real campaign (HTTP client, providers, clients, queues, ledger); only the host
-differs. The LLM fakes answer through :mod:`geoagent.sandbox.responders` (deterministic, seeded by the
+and gives the local hosts fast rate limits (the crawl's APIs keep the concurrency of their usage policy,
+which their fakes enforce per client: Overpass 2 slots, WDQS one query at a time). So a dry run, the demo,
+a crawl tried by hand or an offline replication runs through exactly the code path of a real campaign (HTTP
+client, providers, clients, queues, ledger); only the host differs. The LLM fakes answer through :mod:`geoagent.sandbox.responders` (deterministic, seeded by the
 campaign seed); the Wikidata and Nominatim fakes know the places of a :class:`~geoagent.sandbox.gazetteer.Gazetteer`
-(default: built from the campaign's release folder, ladder coordinates synthetic).
+(default: built from the campaign's release folder, ladder coordinates synthetic). The crawl's fakes
+(Overpass, WDQS, pageviews, Mapillary) serve the sandbox world of ``python run.py demo``
+(:func:`geoagent.demo.demo_world`: "Sandbox City" and "Mirror Bay" pass the city screener, "Sprawl Town"
+does not); the Mapillary fake accepts any token of the form ``MLY|...``. Every request a fake served in
+this process is counted per fake name (:func:`request_counts`).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from aiohttp import web
+
 from geoagent.sandbox.server import serve
 
 SANDBOX_SUFFIX = ".sandbox.invalid"
-FAKES = ("openai", "anthropic", "gemini", "wikidata", "nominatim")
+#: the crawl's APIs, served from the sandbox world (:func:`geoagent.demo.demo_world`)
+WORLD_FAKES = ("overpass", "wdqs", "pageviews", "mapillary")
+FAKES = ("openai", "anthropic", "gemini", "wikidata", "nominatim") + WORLD_FAKES
 #: local fakes are limited only by the CPU
 LOCAL_HOST_POLICY = {"rate": 5000.0, "period_s": 1.0, "concurrency": 64, "max_attempts": 5,
                      "backoff_base_s": 0.05, "backoff_max_s": 1.0, "timeout_s": 30.0}
+
+#: requests served per fake name by every :func:`launch` of this process
+_REQUESTS: collections.Counter[str] = collections.Counter()
+
+
+def request_counts() -> dict[str, int]:
+    """Requests the sandbox fakes started by :func:`launch` have served in this process so far, per fake
+    name (``{"overpass": 12, "openai": 40, ...}``; a fake never started is absent). Counted server-side, at
+    arrival, whatever the answer; a resumed run that makes no call leaves these numbers unchanged."""
+    return dict(_REQUESTS)
+
+
+def _counting(name: str) -> Any:
+    @web.middleware
+    async def count(request: web.Request, handler: Any) -> Any:
+        _REQUESTS[name] += 1
+        return await handler(request)
+
+    return count
 
 
 def fake_name(url: str) -> str | None:
@@ -96,11 +130,30 @@ def rewrite_config(cfg: Any, bases: dict[str, str]) -> Any:
     for name, base in bases.items():
         if name in ("wikidata", "nominatim"):  # model hosts keep the model's own rate and concurrency
             hosts.setdefault(urlsplit(base).netloc, HostSection(**LOCAL_HOST_POLICY))
+        elif name in WORLD_FAKES:
+            hosts.setdefault(urlsplit(base).netloc, HostSection(**_world_policy(name)))
     tasks = _rewrite_obj(copy.deepcopy(cfg.tasks), bases)
+    crawl = tasks.get("crawl")
+    if "mapillary" in bases and isinstance(crawl, dict):
+        # thumbnails come from the Mapillary fake's own host: the crawl's "thumbnails" policy (the CDN's
+        # usage policy, 20/s) would slow it down, so it gets the local limits unless the file sets one
+        policies = crawl.setdefault("policies", {})
+        if isinstance(policies, dict):
+            policies.setdefault("thumbnails", _world_policy("mapillary"))
     return cfg.model_copy(update={"models": models, "hosts": hosts, "tasks": tasks})
 
 
-def _app(name: str, cfg: Any, gazetteer: Any) -> Any:
+def _world_policy(name: str) -> dict[str, Any]:
+    """:data:`LOCAL_HOST_POLICY` with the concurrency of the API's usage policy (its fake enforces it)."""
+    from geoagent.crawl.settings import DEFAULT_POLICIES
+
+    limit = DEFAULT_POLICIES.get(name, {}).get("concurrency", LOCAL_HOST_POLICY["concurrency"])
+    return {**LOCAL_HOST_POLICY, "concurrency": min(int(limit), int(LOCAL_HOST_POLICY["concurrency"]))}
+
+
+def _app(name: str, cfg: Any, gazetteer: Any, world_apps: dict[str, Any]) -> Any:
+    if name in WORLD_FAKES:
+        return world_apps[name]
     if name in ("openai", "anthropic", "gemini"):
         import importlib
 
@@ -126,6 +179,9 @@ async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
         Places known to the Wikidata/Nominatim fakes; default :meth:`Gazetteer.from_release` of
         ``cfg.release_dir()``.
 
+    The crawl's fakes (:data:`WORLD_FAKES`) serve :func:`geoagent.demo.demo_world` (fixed seed
+    :data:`geoagent.demo.WORLD_SEED`), fresh for each launch.
+
     Raises
     ------
     FileNotFoundError
@@ -139,6 +195,16 @@ async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
         from geoagent.sandbox.gazetteer import Gazetteer
 
         gazetteer = Gazetteer.from_release(cfg.release_dir(), seed=cfg.campaign.seed)
+    world_apps: dict[str, Any] = {}
+    if any(n in WORLD_FAKES for n in names):
+        from geoagent.demo import demo_world
+        from geoagent.sandbox.city import make_apps
+
+        world_apps = make_apps(demo_world())
     async with contextlib.AsyncExitStack() as stack:
-        bases = {name: await stack.enter_async_context(serve(_app(name, cfg, gazetteer))) for name in names}
+        bases = {}
+        for name in names:
+            app = _app(name, cfg, gazetteer, world_apps)
+            app.middlewares.insert(0, _counting(name))  # outermost: counts injected faults too
+            bases[name] = await stack.enter_async_context(serve(app))
         yield rewrite_config(cfg, bases)
