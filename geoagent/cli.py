@@ -182,7 +182,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         return 2
     _check_state_matches_queues(cfg)
     before = run_baseline(cfg)
-    outcome = anyio.run(lambda: run_campaign(cfg, live=False if args.no_live else None, watch=args.watch))
+    outcome = anyio.run(lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
+                                             watch=args.watch))
     print(_summary(outcome, before))
     return outcome.exit_code
 
@@ -243,7 +244,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     d.set_defaults(fn=_cmd_demo)
 
     c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders", **kw)
-    c.add_argument("config", help="crawl campaign TOML file ([campaign] kind = \"crawl\", e.g. geoagent/configs/demo_crawl.toml)")
+    c.add_argument("config", help="crawl campaign TOML file ([campaign] kind = \"crawl\", e.g. geoagent/configs/crawl_sandbox.toml)")
+    c.add_argument("--simulate", action="store_true", help="dry run: what would be planned and its model-call estimate; nothing enqueued, no new state/ folder")
     c.add_argument("--watch", action="store_true", help="keep running and pick up new cities added to the config")
     c.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     c.set_defaults(fn=_cmd_crawl)

@@ -142,3 +142,12 @@ def test_crawl_sandbox_config_runs_offline_and_resumes_without_requests(isolated
     with open_campaign_state(CAMPAIGN, root=state_root, recover=False) as st:
         assert st.ledger.summary().calls == calls_first
     assert _digest(crawl_dir) == digest
+
+
+def test_crawl_command_dry_run_sends_nothing_and_leaves_no_state(isolated_roots, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    before = dict(request_counts())
+    assert main(["crawl", str(CONFIG), "--simulate", "--no-live"]) == 0
+    assert dict(request_counts()) == before
+    assert not (isolated_roots / "state" / "crawl-sandbox").exists()
+    assert "plan" in capsys.readouterr().out
