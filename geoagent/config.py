@@ -603,6 +603,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                 model_cls.model_validate(raw)
             except ValidationError as exc:
                 problems.extend(_problems(exc, prefix=(name,)))
+    if cfg is not None:
+        problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
     for i, m in enumerate(cfg.models):
@@ -613,6 +615,29 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                     f"{', '.join(sorted(KNOWN_PARAMS))}); it is sent to no API and only changes the request key",
                     ConfigWarning, stacklevel=2)
     return cfg
+
+
+#: campaign kinds whose plan is one request per (trial, model): without [[models]] they plan nothing
+KINDS_NEEDING_MODELS = ("geoverify", "geohint")
+
+
+def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
+    """Problems of a campaign that validates field by field but can never make a call.
+
+    * ``budget.cap_usd = 0`` with a paid model: the ledger refuses every paid call (the run would exit 4
+      having done nothing). An error, not a warning: a campaign whose answers are all stored needs no run
+      to be reported (``run.py export``), and free models (replay, simulated) still run at cap 0.
+    * a GeoVerify or GeoHint campaign with no ``[[models]]``: it would plan 0 requests and end "complete".
+    """
+    out: list[str] = []
+    paid = [m.name for m in cfg.models if m.paid]
+    if cfg.budget.cap_usd <= 0 and paid:
+        out.append(f"budget.cap_usd: 0 allows no call of the paid model(s) {', '.join(paid)}; set a cap above 0 "
+                   "(USD; a dry run, `run --simulate`, estimates the cost)")
+    if cfg.campaign.kind in KINDS_NEEDING_MODELS and not cfg.models:
+        out.append(f"models: a {cfg.campaign.kind} campaign needs at least one [[models]] table (it would plan "
+                   "0 requests)")
+    return out
 
 
 def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
