@@ -177,8 +177,8 @@ class Outcome:
                 f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
         if self.status == STATUS_AUTH:
-            lines.append(f"  not dispatched: {self.remaining()} requests stay queued (none dead-lettered by the key "
-                         "error); set the variable and re-run the same command")
+            lines.append(f"  not dispatched: {self.remaining()} requests (of every model) stay queued; set the key "
+                         "variable and re-run the same command")
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
         if self.missing:
@@ -586,7 +586,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
 
     out = Outcome(cfg.name, "dry run", EXIT_COMPLETE, len(messages), {}, None, elapsed_s=time.monotonic() - t0)
     missing = ctx.services.get("missing_api_keys") or []
-    warning = [f"  warning: {missing_keys_message(missing)}; `run` will refuse to start until they are set"] if missing else []
+    them = "they are" if len({var for var, _ in missing}) > 1 else "it is"
+    warning = [f"  warning: {missing_keys_message(missing)}; `run` will refuse to start until {them} set"] if missing else []
     if kind.plan_edge != C.EDGE_REQUESTS:
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
         out.extra_lines = warning + [
@@ -613,7 +614,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     for name, m in est.by_model.items():
         mc = cfg.model(name)
         if mc.expected_output_tokens is not None:
-            assumed = f"assuming {mc.expected_output_tokens} output tokens per call (expected_output_tokens)"
+            assumed = f"assuming {mc.expected_output_tokens} output tokens per call, from expected_output_tokens"
         else:
             assumed = (f"assuming every answer uses all {mc.max_output_tokens} max_output_tokens; "
                        "set expected_output_tokens for a closer figure")

@@ -117,3 +117,25 @@ def test_breaker_counts_consecutive_auth_failures_per_model_and_a_success_resets
     b.success("a")  # an open breaker stays open for the run
     assert b.is_open("a") is opened
     assert b.messages() == [opened.message()]
+
+
+def test_gemini_wrong_key_400_api_key_invalid_also_stops_the_run(tmp_path, monkeypatch):
+    from geoagent.sandbox import llm_gemini
+
+    # Gemini answers a wrong key with 400 INVALID_ARGUMENT / API_KEY_INVALID, not 401
+    app = llm_gemini.make_app(api_keys=["AIza" "GoodSandboxKey0123456789abcdefghijk"])
+    monkeypatch.setenv("GEMINI_API_KEY", "AIza" "WrongSandboxKey0123456789abcdefghij")
+
+    async def main():
+        async with serve(app) as base:
+            text = _config(tmp_path, base).read_text()
+            text = (text.replace('provider = "openai"', 'provider = "gemini"').replace(f'"{base}/v1"', f'"{base}"')
+                    .replace("OPENAI_API_KEY", "GEMINI_API_KEY").replace(f"n_requests = {N_REQUESTS}", "n_requests = 40"))
+            p = tmp_path / "gemini.toml"
+            p.write_text(text)
+            return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)
+
+    out = anyio.run(main)
+    assert out.status == STATUS_AUTH and out.exit_code == EXIT_AUTH
+    assert "authentication failed for model gpt (HTTP 400): check GEMINI_API_KEY" in out.summary()
+    assert out.counts["requests"].dead == 0 and out.counts["requests"].ready + out.counts["requests"].leased == 40

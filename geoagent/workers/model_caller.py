@@ -60,7 +60,7 @@ image file missing/invalid  released (nothing sent)             ``PermanentFailu
 ==========================  ==================================  =========================================
 
 Authentication circuit breaker (issue 2, "a wrong API key does not stop the run"): an HTTP 401 or 403
-answered to a model call (so by that model's own host, ``base_url``: the only host this stage talks to;
+(or Gemini's 400 ``API_KEY_INVALID``, its answer to a wrong key) answered to a model call (so by that model's own host, ``base_url``: the only host this stage talks to;
 403 from other APIs, e.g. a crawl's map services, is never counted) counts as an authentication failure of
 that model. After :attr:`ModelCaller.auth_failures_to_stop` (default :data:`AUTH_FAILURES_TO_STOP`)
 consecutive ones, with no success of that model in between, the model's breaker opens
@@ -119,6 +119,15 @@ AUTH_FAILURES_TO_STOP = 5
 #: the StageContext service holding the campaign's :class:`AuthBreaker` (the engine reads it at the end)
 AUTH_BREAKER_SERVICE = "auth_breaker"
 AUTH_STATUSES = frozenset({401, 403})
+#: Gemini answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID (not 401): these body
+#: markers make such a 400 an authentication failure too
+AUTH_BODY_MARKERS = ("API_KEY_INVALID", "API key not valid")
+
+
+def is_auth_failure(status: int, body_excerpt: str) -> bool:
+    """Whether a model host's error answer means its API key was refused: 401, 403, or Gemini's 400
+    ``API_KEY_INVALID`` (Gemini API reference, "API key not valid")."""
+    return status in AUTH_STATUSES or (status == 400 and any(m in (body_excerpt or "") for m in AUTH_BODY_MARKERS))
 
 
 class AuthStop(BudgetStop):
@@ -541,7 +550,7 @@ class ModelCaller(Stage):
             # without a reservation the gate never let the request through, so nothing was sent
             if gate.reservation is not None:
                 await close_failed_call(ledger, gate.reservation, exc, m)
-            if isinstance(exc, PermanentHTTPError) and exc.status in AUTH_STATUSES:
+            if isinstance(exc, PermanentHTTPError) and is_auth_failure(exc.status, exc.body_excerpt):
                 raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
             if isinstance(exc, PermanentHTTPError):
                 raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
