@@ -7,16 +7,17 @@ restarts.
 
 Outcomes and exit codes
 -----------------------
-=================  =====  =====================================================================
-status             code   meaning
-=================  =====  =====================================================================
-complete           0      every planned task reached the end of the pipeline
-incomplete         3      some work is missing (dead-lettered: retries exhausted or permanent error)
-budget exhausted   4      the cost cap stopped dispatching; the rest of the work is reported
-auth failed        5      a model's host refused its API key (HTTP 401/403, 5 times in a row): the run
-                          stopped dispatching, no task was lost; fix the key and re-run
-interrupted        130    stopped by SIGINT/SIGTERM with work left; re-run the same command to resume
-=================  =====  =====================================================================
+=====================  =====  =====================================================================
+status                 code   meaning
+=====================  =====  =====================================================================
+complete               0      every planned task reached the end of the pipeline
+incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error)
+budget exhausted       4      the cost cap stopped dispatching; the rest of the work is reported
+authentication failed  5      a model's host refused its API key (HTTP 401/403, or Gemini's 400
+                              API_KEY_INVALID, 5 times in a row): dispatching stopped, no task was
+                              dead-lettered for it; set the key variable and re-run
+interrupted            130    stopped by SIGINT/SIGTERM with work left; re-run the same command to resume
+=====================  =====  =====================================================================
 
 (2 is a config error: a bad file, missing API keys, an impossible campaign; printed by the CLI.)
 The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
@@ -613,10 +614,11 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     lines = []
     for name, m in est.by_model.items():
         mc = cfg.model(name)
+        per_call = round(m.output_tokens / m.calls) if m.calls else 0
         if mc.expected_output_tokens is not None:
-            assumed = f"assuming {mc.expected_output_tokens} output tokens per call, from expected_output_tokens"
+            assumed = f"assuming {per_call} output tokens per call, from expected_output_tokens"
         else:
-            assumed = (f"assuming every answer uses all {mc.max_output_tokens} max_output_tokens; "
+            assumed = (f"assuming every answer uses all its max_output_tokens ({per_call} per call); "
                        "set expected_output_tokens for a closer figure")
         lines.append(
             f"  {name}: {m.calls} calls, {m.input_tokens} in / {m.output_tokens} out tokens, "
@@ -625,7 +627,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         )
     lines.append(
         f"  total: {est.calls} calls ({est.cached} already stored), ${est.cost_usd:.4f} expected, "
-        f"worst ${est.worst_case_usd:.4f}, cap ${est.cap_usd:.2f}"
+        f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}"
         f" ({'within' if est.within_cap else 'OVER'} cap); about {est.duration_s:.0f} s of model calls "
         "(model-call time only: excludes geocoding and other stages)"
     )
@@ -633,7 +635,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         fit_worst = int(est.calls * est.cap_usd / est.worst_case_usd) if est.worst_case_usd > 0 else est.calls
         fit_exp = (min(est.calls, int(est.calls * est.cap_usd / est.cost_usd)) if est.cost_usd > 0 else est.calls)
         lines.append(
-            f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds [budget] cap_usd ${est.cap_usd:.2f}. "
+            f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds [budget] cap_usd {usd(est.cap_usd)}. "
             f"The cap allows about {fit_worst} of the {est.calls} calls at their worst case "
             f"(about {fit_exp} at the expected cost); the run stops dispatching at the cap (exit 4). "
             "Raise cap_usd or plan fewer requests to run them all."

@@ -166,7 +166,7 @@ def test_dry_run_labels_what_expected_cost_and_duration_assume(tmp_path, monkeyp
     lines = _dry_lines(cfg)
     a = next(line for line in lines if line.strip().startswith("a:"))
     b = next(line for line in lines if line.strip().startswith("b:"))
-    assert "assuming every answer uses all 512 max_output_tokens; set expected_output_tokens" in a
+    assert "assuming every answer uses all its max_output_tokens (512 per call); set expected_output_tokens" in a
     assert "assuming 64 output tokens per call" in b
     total = next(line for line in lines if "total:" in line)
     assert "model-call time only: excludes geocoding" in total
