@@ -625,6 +625,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                 model_cls.model_validate(raw)
             except ValidationError as exc:
                 problems.extend(_problems(exc, prefix=(name,)))
+    if cfg is not None:
+        problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
     for i, m in enumerate(cfg.models):
@@ -635,6 +637,30 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                     f"{', '.join(sorted(KNOWN_PARAMS))}); it is sent to no API and only changes the request key",
                     ConfigWarning, stacklevel=2)
     return cfg
+
+
+#: campaign kinds whose plan is one request per (trial, model): without [[models]] they plan nothing
+KINDS_NEEDING_MODELS = ("geoverify", "geohint")
+
+
+def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
+    """Problems of a campaign that validates field by field but can never make a call.
+
+    * ``budget.cap_usd = 0`` with a paid model that has a price: the ledger refuses every call of it (the
+      run would exit 4 having done nothing). An error, not a warning: a campaign whose answers are all
+      stored needs no run to be reported (``run.py export``); free models (replay, simulated) and paid
+      providers with no price set (local servers, all-zero prices) still run at cap 0.
+    * a GeoVerify or GeoHint campaign with no ``[[models]]``: it would plan 0 requests and end "complete".
+    """
+    out: list[str] = []
+    paid = [m.name for m in cfg.models if m.paid and (m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0)]
+    if cfg.budget.cap_usd <= 0 and paid:
+        out.append(f"budget.cap_usd: 0 allows no call of the priced model(s) {', '.join(paid)}; set a cap above 0 "
+                   "(USD; a dry run, `run --simulate`, estimates the cost)")
+    if cfg.campaign.kind in KINDS_NEEDING_MODELS and not cfg.models:
+        out.append(f"models: a {cfg.campaign.kind} campaign needs at least one [[models]] table (it would plan "
+                   "0 requests)")
+    return out
 
 
 def load_config(path: str | os.PathLike[str]) -> CampaignConfig:

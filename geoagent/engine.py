@@ -7,14 +7,24 @@ restarts.
 
 Outcomes and exit codes
 -----------------------
-=================  =====  =====================================================================
-status             code   meaning
-=================  =====  =====================================================================
-complete           0      every planned task reached the end of the pipeline
-incomplete         3      some work is missing (dead-lettered: retries exhausted or permanent error)
-budget exhausted   4      the cost cap stopped dispatching; the rest of the work is reported
-interrupted        130    stopped by SIGINT/SIGTERM; re-run the same command to resume
-=================  =====  =====================================================================
+=====================  =====  =====================================================================
+status                 code   meaning
+=====================  =====  =====================================================================
+complete               0      every planned task reached the end of the pipeline
+incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error)
+budget exhausted       4      the cost cap stopped dispatching; the rest of the work is reported
+authentication failed  5      a model's host refused its API key (HTTP 401/403, or Gemini's 400
+                              API_KEY_INVALID, 5 times in a row): dispatching stopped, no task was
+                              dead-lettered for it; set the key variable and re-run
+interrupted            130    stopped by SIGINT/SIGTERM with work left; re-run the same command to resume
+=====================  =====  =====================================================================
+
+(2 is a config error: a bad file, missing API keys, an impossible campaign; printed by the CLI.)
+The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
+
+A ``--watch`` process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and
+every edge upstream of them have nothing ready or leased) ends like a finished run (``complete``, 0, or
+``incomplete`` when some of that work was dead-lettered), not ``interrupted``.
 
 Campaign kinds (``[campaign] kind``) are looked up in :data:`KINDS` and imported lazily.
 """
@@ -44,7 +54,24 @@ EXIT_COMPLETE = 0
 EXIT_CONFIG = 2
 EXIT_INCOMPLETE = 3
 EXIT_BUDGET = 4
+EXIT_AUTH = 5
 EXIT_INTERRUPTED = 130
+
+#: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
+STATUS_AUTH = "authentication failed"
+
+#: the exit-code table for the CLI's ``--help`` epilog (one source for the codes)
+EXIT_CODES_HELP = (
+    "exit codes: 0 complete (a --watch process stopped once its stages are drained included); "
+    "2 config error (bad file, missing API keys, a campaign that can make no call); "
+    "3 incomplete (work dead-lettered or left queued: `run.py dead CONFIG`); "
+    f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
+    "host answered 401/403 repeatedly: fix the API key variable and re-run; no task is lost); "
+    "130 interrupted (re-run the same command to resume)"
+)
+
+#: the line a --watch process prints at start (also when stdout is not a terminal)
+WATCH_BANNER = "watching the queues; Ctrl-C to stop"
 
 #: campaign kind -> "module:Class"
 KINDS: dict[str, str] = {
@@ -118,6 +145,8 @@ class Outcome:
     report_files: list[Path] = field(default_factory=list)
     export_files: list[Path] = field(default_factory=list)
     extra_lines: list[str] = field(default_factory=list)
+    #: why the run stopped early, one line each (e.g. a model's authentication failure)
+    stop_reasons: list[str] = field(default_factory=list)
 
     @property
     def missing(self) -> int:
@@ -138,6 +167,7 @@ class Outcome:
 
     def summary(self) -> str:
         lines = [f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"]
+        lines.extend(f"  {r}" for r in self.stop_reasons)
         lines.append(f"  planned {self.planned} requests")
         for edge, c in self.counts.items():
             lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}")
@@ -147,6 +177,9 @@ class Outcome:
                 f"  spend {usd(s.get('spent_usd'))} settled + {usd(s.get('unknown_usd'))} unknown-outcome"
                 f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
+        if self.status == STATUS_AUTH:
+            lines.append(f"  not dispatched: {self.remaining()} requests (of every model) stay queued; set the key "
+                         "variable and re-run the same command")
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
         if self.missing:
@@ -257,6 +290,12 @@ async def open_services(
     from geoagent.runtime.http import HttpClient
     from geoagent.runtime.store import open_campaign_state
 
+    from geoagent.secrets import SecretNotFound, missing_api_keys, missing_keys_message
+    from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, AuthBreaker
+
+    missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
+    if missing and require_keys:  # every missing variable at once, before anything is opened
+        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path))
     state = open_campaign_state(cfg.name, root=cfg.state_root(), cap_usd=cfg.budget.cap_usd)
     contact = getattr(cfg.campaign, "contact", None) or "set [campaign] contact"
     http = HttpClient(policies=host_policies(cfg), user_agent=f"geoagent/{__version__} ({contact})")
@@ -277,6 +316,8 @@ async def open_services(
                     "providers": providers,
                     "state_dir": cfg.state_dir(),
                     "queues_root": cfg.queues_root(),
+                    "missing_api_keys": missing,
+                    AUTH_BREAKER_SERVICE: AuthBreaker(),
                 },
             )
             try:
@@ -409,6 +450,7 @@ async def _run(
 ) -> Outcome:
     from geoagent.runtime.manifest import Manifest
     from geoagent.status import host_labels
+    from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE
 
     ctx.services["watch"] = watch
     ctx.services[C.SERVICE_CAMPAIGN_WRITES_REPORT] = True  # kind.report() below writes the final report
@@ -430,6 +472,8 @@ async def _run(
         for q in queues.values():
             await q.close()
         raise
+    if watch:
+        print(WATCH_BANNER, flush=True)  # also when stdout is not a terminal (no live display there)
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
                                                       **kind.manifest_extra(cfg)})
@@ -460,8 +504,13 @@ async def _run(
         # processes (still leased or queued downstream) is theirs to report
         judged = set(counts) if not only_stages else {s.input_edge for s in stages}
         dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
-        if view.stopped_by_signal:
+        auth = ctx.services.get(AUTH_BREAKER_SERVICE)
+        auth_lines = auth.messages() if auth is not None else []
+        drained = stages_drained(kind.stages(cfg), [s.name for s in stages], counts)
+        if view.stopped_by_signal and not (watch and drained):
             status, code = "interrupted", EXIT_INTERRUPTED
+        elif auth_lines:
+            status, code = STATUS_AUTH, EXIT_AUTH
         elif view.budget_stopped:
             status, code = "budget exhausted", EXIT_BUDGET
         elif any(c.dead or c.ready or c.leased for e, c in counts.items() if e in judged):
@@ -470,8 +519,10 @@ async def _run(
             status, code = "complete", EXIT_COMPLETE
         outcome = Outcome(
             cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
-            elapsed_s=time.monotonic() - t0,
+            elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines,
         )
+        for line in auth_lines:
+            log.error("campaign %s: %s", cfg.name, line)
         # the report and the exports describe the whole campaign: a scale-out process writes them only
         # when the campaign as a whole is drained (the last process to finish), so a partial report from
         # a process that ended early never replaces the final one
@@ -489,6 +540,20 @@ async def _run(
         for q in queues.values():
             await q.close()
         manifest.stop_run(run_id, status=status, summary={"planned": n_planned})
+
+
+def stages_drained(all_stages: Sequence[Stage], own: Sequence[str], counts: dict[str, QueueCounts]) -> bool:
+    """Whether this process's stages are drained: their input edges, and every edge upstream of them, have
+    nothing ready or leased.
+
+    ``all_stages`` is the campaign's pipeline in data-flow order, ``own`` the names of the stages this
+    process runs, ``counts`` the queue counts by edge. Used to tell a ``--watch`` process stopped after the
+    campaign finished (complete) from one stopped with work left (interrupted).
+    """
+    own_set = set(own)
+    last = max((i for i, s in enumerate(all_stages) if s.name in own_set), default=-1)
+    edges = {s.input_edge for s in all_stages[: last + 1]}
+    return all(not (counts[e].ready or counts[e].leased) for e in edges if e in counts)
 
 
 #: planned messages put into the plan edge per transaction (bounds the planner's memory)
@@ -518,30 +583,61 @@ async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN
 
 def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx: StageContext, t0: float) -> Outcome:
     from geoagent.config import estimate
+    from geoagent.secrets import missing_keys_message
 
     out = Outcome(cfg.name, "dry run", EXIT_COMPLETE, len(messages), {}, None, elapsed_s=time.monotonic() - t0)
+    missing = ctx.services.get("missing_api_keys") or []
+    them = "they are" if len({var for var, _ in missing}) > 1 else "it is"
+    warning = [f"  warning: {missing_keys_message(missing)}; `run` will refuse to start until {them} set"] if missing else []
     if kind.plan_edge != C.EDGE_REQUESTS:
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
-        out.extra_lines = [
+        out.extra_lines = warning + [
             f"  dry run: the plan is {len(messages)} message(s) on edge {kind.plan_edge!r}; this campaign kind makes"
             " its model calls along the way, so they cannot be counted in advance (the [budget] cap still holds)"
         ]
         return out
     est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"))
-    out.extra_lines = ["  dry run (no call made, nothing enqueued):", *("  " + line for line in _estimate_lines(est))]
+    out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
+                                 *("  " + line for line in estimate_lines(est, cfg))]
     return out
 
 
-def _estimate_lines(est: Any) -> list[str]:
+def estimate_lines(est: Any, cfg: Any) -> list[str]:
+    """The dry run's lines for estimate ``est`` of campaign ``cfg``, each figure labelled with what it assumes.
+
+    "expected" USD assumes each answer uses ``expected_output_tokens`` when the model sets it, else every
+    answer uses all ``max_output_tokens`` (an upper bound, said so on the line); "worst" is what the ledger
+    reserves. The duration counts model calls only (rate and concurrency limits of each model's host), not
+    other stages (e.g. geocoding). A worst case over the cap gets an ``OVER CAP`` line saying how many calls
+    the cap allows.
+    """
     lines = []
     for name, m in est.by_model.items():
+        mc = cfg.model(name)
+        per_call = round(m.output_tokens / m.calls) if m.calls else 0
+        if mc.expected_output_tokens is not None:
+            assumed = f"assuming {per_call} output tokens per call, from expected_output_tokens"
+        else:
+            assumed = (f"assuming every answer uses all its max_output_tokens ({per_call} per call); "
+                       "set expected_output_tokens for a closer figure")
         lines.append(
             f"  {name}: {m.calls} calls, {m.input_tokens} in / {m.output_tokens} out tokens, "
-            f"${m.cost_usd:.4f} expected (worst ${m.worst_case_usd:.4f}), about {m.duration_s:.0f} s"
+            f"${m.cost_usd:.4f} expected ({assumed}), worst ${m.worst_case_usd:.4f}; "
+            f"model-call time about {m.duration_s:.0f} s"
         )
     lines.append(
         f"  total: {est.calls} calls ({est.cached} already stored), ${est.cost_usd:.4f} expected, "
-        f"worst ${est.worst_case_usd:.4f}, cap ${est.cap_usd:.2f}"
-        f" ({'within' if est.within_cap else 'OVER'} cap), about {est.duration_s:.0f} s"
+        f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}"
+        f" ({'within' if est.within_cap else 'OVER'} cap); about {est.duration_s:.0f} s of model calls "
+        "(model-call time only: excludes geocoding and other stages)"
     )
+    if not est.within_cap and est.calls:
+        fit_worst = int(est.calls * est.cap_usd / est.worst_case_usd) if est.worst_case_usd > 0 else est.calls
+        fit_exp = (min(est.calls, int(est.calls * est.cap_usd / est.cost_usd)) if est.cost_usd > 0 else est.calls)
+        lines.append(
+            f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds [budget] cap_usd {usd(est.cap_usd)}. "
+            f"The cap allows about {fit_worst} of the {est.calls} calls at their worst case "
+            f"(about {fit_exp} at the expected cost); the run stops dispatching at the cap (exit 4). "
+            "Raise cap_usd or plan fewer requests to run them all."
+        )
     return lines

@@ -211,3 +211,43 @@ def install_log_redaction(logger: logging.Logger | None = None) -> RedactingFilt
         handler.addFilter(flt)
     target.addFilter(flt)
     return flt
+
+
+def missing_api_keys(
+    cfg: Any,
+    *,
+    dotenv_path: str | os.PathLike[str] | None = None,
+    environ: dict[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """Every ``(variable NAME, model name)`` whose paid model's ``api_key_env`` is set nowhere, in config order.
+
+    Checks each ``[[models]]`` entry that can cost money (:attr:`geoagent.config.ModelConfig.paid`) and names
+    an ``api_key_env``, in the environment and then the ``.env`` file (like :func:`lookup_secret`), so one
+    error can list them all instead of one per attempt.
+
+    Raises
+    ------
+    ValueError
+        A configured name is not a valid variable name, or a value holds control characters
+        (:func:`lookup_secret`; no message echoes a value).
+    """
+    out: list[tuple[str, str]] = []
+    for m in getattr(cfg, "models", []):
+        if m.api_key_env and m.paid and lookup_secret(m.api_key_env, dotenv_path=dotenv_path, environ=environ) is None:
+            out.append((m.api_key_env, m.name))
+    return out
+
+
+def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | os.PathLike[str] | None = None) -> str:
+    """One sentence naming every missing variable (and the models that need it), never a value.
+
+    ``missing`` is :func:`missing_api_keys`'s list, e.g. ``API key variables not set in the environment or in
+    .env: OPENAI_API_KEY (model gpt), ANTHROPIC_API_KEY (models claude, haiku)``.
+    """
+    by_var: dict[str, list[str]] = {}
+    for var, model in missing:
+        by_var.setdefault(var, []).append(model)
+    where = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
+    parts = [f"{var} (model{'s' if len(ms) > 1 else ''} {', '.join(ms)})" for var, ms in by_var.items()]
+    noun = "variables" if len(by_var) > 1 else "variable"
+    return f"API key {noun} not set in the environment or in {where}: {', '.join(parts)}"

@@ -170,8 +170,15 @@ def test_two_processes_of_one_campaign_never_double_spend(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cap", [0.0, 0.00001])
-def test_cap_zero_or_below_one_call_makes_no_call_and_exits_budget(tmp_path, monkeypatch, cap):
+def test_cap_zero_with_a_priced_model_is_a_config_error(tmp_path):
+    from geoagent.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"budget\.cap_usd"):
+        load_config(_config(tmp_path, base_url="http://127.0.0.1:9", n=5, cap=0.0))
+
+
+@pytest.mark.parametrize("cap", [0.00001])
+def test_cap_below_one_call_makes_no_call_and_exits_budget(tmp_path, monkeypatch, cap):
     monkeypatch.setenv("ADV_RT_KEY", KEY)
     log = tmp_path / "calls.jsonl"
     app = llm_openai.make_app(api_keys=[KEY], token_log=str(log))

@@ -77,7 +77,8 @@ def test_faults_on_20_percent_complete_and_permanent_failures_are_dead_lettered(
             cfg_path = _write(
                 tmp_path, "faults",
                 "[budget]\ncap_usd = 10.0\n[generic]\nn_requests = 150\n"
-                + _model("good", base, "GOOD_KEY") + _model("revoked", base, "BAD_KEY", "sampling_rate = 0.1"),
+                + _model("good", base, "GOOD_KEY")
+                + _model("badpath", base + "/no-such-api", "GOOD_KEY", "sampling_rate = 0.1"),
             )
             cfg = load_config(cfg_path)
             outcome = await run_campaign(cfg, live=False, handle_signals=False)
@@ -93,13 +94,15 @@ def test_faults_on_20_percent_complete_and_permanent_failures_are_dead_lettered(
         summary = st.ledger.summary()
     good = [r for r in rows.values() if r["model"] == "good"]
     assert len(good) == 150
-    # the revoked key's requests failed permanently (401) and sit in the dead-letter queue with their reason
-    revoked_planned = outcome.planned - 150
-    assert revoked_planned > 0
-    assert outcome.counts["requests"].dead == revoked_planned
+    # the requests sent to a path the server does not have (404) failed permanently and sit in the
+    # dead-letter queue with their reason (a wrong key is not dead-lettered: it stops the run, see
+    # tests/test_campaign_auth_breaker.py)
+    rejected_planned = outcome.planned - 150
+    assert rejected_planned > 0
+    assert outcome.counts["requests"].dead == rejected_planned
     assert outcome.status == "incomplete" and outcome.exit_code == EXIT_INCOMPLETE
     reasons = [d.reason for d in outcome.dead["requests"]]
-    assert all("401" in r for r in reasons), reasons
+    assert all("404" in r for r in reasons), reasons
     assert BAD_KEY not in " ".join(reasons) and GOOD_KEY not in " ".join(reasons)
     # faults really happened and were retried
     from geoagent.sandbox.faults import find_fault_state
@@ -109,7 +112,7 @@ def test_faults_on_20_percent_complete_and_permanent_failures_are_dead_lettered(
     assert len({k for k, v in st_f.injected.items() if v}) >= 5
     # `status` shows the dead letters and their reasons
     text = format_status(campaign_status(cfg))
-    assert "dead requests/" in text and "401" in text
+    assert "dead requests/" in text and "404" in text
     # settled spend matches the usage of the stored responses
     assert summary.calls >= 150 and summary.spent_usd > 0
     assert len(injected) >= 150

@@ -44,6 +44,8 @@ Failures, and what they do to the reservation and the task:
 provider raised             reservation                         task
 ==========================  ==================================  =========================================
 PermanentHTTPError (4xx)    released (not billed)               ``PermanentFailure`` -> dead letter
+401/403 (auth, see below)   released (not billed)               ``CallFailed`` -> nack (retried); once the
+                                                                 breaker is open ``AuthStop`` -> released
 RetriesExhausted            released; or unknown-outcome spend  ``Missing`` -> dead letter, reported as
                             if an attempt may have been billed   missing (never a wrong answer)
 OutcomeUnknown              unknown-outcome spend               re-raised -> nack, retried (reserves again)
@@ -56,6 +58,20 @@ cancelled while in flight   unknown-outcome spend               (runner releases
 cancelled while queued      none made (or released: not sent)   (runner releases the task)
 image file missing/invalid  released (nothing sent)             ``PermanentFailure``
 ==========================  ==================================  =========================================
+
+Authentication circuit breaker (issue 2, "a wrong API key does not stop the run"): an HTTP 401 or 403
+(or Gemini's 400 ``API_KEY_INVALID``, its answer to a wrong key) answered to a model call (so by that model's own host, ``base_url``: the only host this stage talks to;
+403 from other APIs, e.g. a crawl's map services, is never counted) counts as an authentication failure of
+that model. After :attr:`ModelCaller.auth_failures_to_stop` (default :data:`AUTH_FAILURES_TO_STOP`)
+consecutive ones, with no success of that model in between, the model's breaker opens
+(:class:`AuthBreaker`, service :data:`AUTH_BREAKER_SERVICE`): that task and every later task of the model
+raise :class:`AuthStop`, a :class:`~geoagent.runtime.stage.BudgetStop`, so the runner releases the task
+untouched and stops leasing (calls in flight finish; every task not yet answered, of every model, stays
+ready), and the engine ends the run ``authentication failed`` (exit 5) with the message
+``authentication failed for model X (HTTP 401): check OPENAI_API_KEY`` (the variable's NAME). The auth
+failures seen before the breaker opened are *nacked* (retryable, one attempt counted), not dead-lettered, so
+re-running with the right key completes every task with no ``--requeue``; an isolated 401/403 between
+successes is retried up to ``max_attempts`` and then dead-lettered with its reason as before.
 
 Payload (``requests`` edge)::
 
@@ -98,6 +114,80 @@ class CallFailed(RuntimeError):
     """A retryable call failure (outcome unknown, malformed body): the runner nacks and retries the task."""
 
 
+#: consecutive authentication failures (HTTP 401/403 from a model's host) that stop dispatching to it
+AUTH_FAILURES_TO_STOP = 5
+#: the StageContext service holding the campaign's :class:`AuthBreaker` (the engine reads it at the end)
+AUTH_BREAKER_SERVICE = "auth_breaker"
+AUTH_STATUSES = frozenset({401, 403})
+#: Gemini answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID (not 401): these body
+#: markers make such a 400 an authentication failure too
+AUTH_BODY_MARKERS = ("API_KEY_INVALID", "API key not valid")
+
+
+def is_auth_failure(status: int, body_excerpt: str) -> bool:
+    """Whether a model host's error answer means its API key was refused: 401, 403, or Gemini's 400
+    ``API_KEY_INVALID`` (Gemini API reference, "API key not valid")."""
+    return status in AUTH_STATUSES or (status == 400 and any(m in (body_excerpt or "") for m in AUTH_BODY_MARKERS))
+
+
+class AuthStop(BudgetStop):
+    """A model's authentication breaker is open: release the task untouched and stop dispatching."""
+
+
+@dataclasses.dataclass(slots=True)
+class AuthFailure:
+    """The open breaker of one model: its name, the HTTP status that opened it, its key variable's NAME."""
+
+    model: str
+    status: int
+    api_key_env: str | None
+    failures: int
+
+    def message(self) -> str:
+        """``authentication failed for model X (HTTP 401): check OPENAI_API_KEY`` (never the value)."""
+        what = f"check {self.api_key_env}" if self.api_key_env else "check the model's api_key_env and headers"
+        return f"authentication failed for model {self.model} (HTTP {self.status}): {what}"
+
+
+class AuthBreaker:
+    """Per-model count of consecutive authentication failures; opens at ``threshold`` (in memory, per run).
+
+    Parameters
+    ----------
+    threshold : int
+        Consecutive 401/403 answers from a model's host, with no success of that model in between, that
+        open its breaker (>= 1).
+    """
+
+    def __init__(self, threshold: int = AUTH_FAILURES_TO_STOP) -> None:
+        self.threshold = max(1, int(threshold))
+        self._streak: dict[str, int] = {}
+        self.opened: dict[str, AuthFailure] = {}
+
+    def is_open(self, model: str) -> AuthFailure | None:
+        """The open breaker of ``model``, or None."""
+        return self.opened.get(model)
+
+    def success(self, model: str) -> None:
+        """A call of ``model`` succeeded: its streak starts over (an open breaker stays open)."""
+        self._streak[model] = 0
+
+    def failure(self, model: str, status: int, api_key_env: str | None) -> AuthFailure | None:
+        """Count one authentication failure; return the model's :class:`AuthFailure` once its breaker is open."""
+        if model in self.opened:
+            return self.opened[model]
+        n = self._streak.get(model, 0) + 1
+        self._streak[model] = n
+        if n >= self.threshold:
+            self.opened[model] = AuthFailure(model, int(status), api_key_env, n)
+            return self.opened[model]
+        return None
+
+    def messages(self) -> list[str]:
+        """One line per open breaker, in the order they opened."""
+        return [f.message() for f in self.opened.values()]
+
+
 class _NotSent(Exception):
     """Raised by a :class:`_SendGate` to abandon a request unsent: ``cached`` (the stored response),
     ``refusal`` (the ledger's :class:`BudgetExhausted`) or ``elsewhere`` (the same request key is in
@@ -114,6 +204,15 @@ class _NotSent(Exception):
 
 #: what the gate's database job returns when another live process holds an open reservation for the key
 _ELSEWHERE = object()
+
+
+class _AuthFailed(Exception):
+    """A model call answered 401/403 (reservation already closed); ``handle`` asks the breaker what next."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
 
 
 def _excerpt(text: str) -> str:
@@ -216,17 +315,25 @@ class _SendGate:
         Worst-case cost of the call (USD).
     model_name : str
         The ``[[models]]`` name recorded with the reservation.
+    breaker : AuthBreaker, optional
+        When the model's breaker is open, the gate raises :class:`AuthStop` instead (nothing sent).
     """
 
-    __slots__ = ("_args", "reservation")
+    __slots__ = ("_args", "reservation", "breaker")
 
-    def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str) -> None:
+    def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str,
+                 breaker: "AuthBreaker | None" = None) -> None:
         self._args = (store, ledger, key, worst_usd, model_name)
         self.reservation: Any = None
+        self.breaker = breaker
 
     async def __call__(self) -> None:
         if self.reservation is not None:
             return
+        # a request that waited for a host slot while its model's breaker opened is not sent at all
+        opened = self.breaker.is_open(self._args[4]) if self.breaker is not None else None
+        if opened is not None:
+            raise AuthStop(opened.message())
         cached, reservation = await _lookup_or_reserve(*self._args)
         if cached is not None:
             raise _NotSent(cached=cached)
@@ -256,6 +363,8 @@ class ModelCaller(Stage):
     concurrency = 64
     #: longest wait (s) for in-flight calls to settle when the budget is only held by their reservations
     budget_wait_s: float = 600.0
+    #: consecutive 401/403 answers of one model that stop dispatching (module docstring: circuit breaker)
+    auth_failures_to_stop: int = AUTH_FAILURES_TO_STOP
 
     def __init__(self, *, concurrency: int | None = None, config: Any = None) -> None:
         # set before the runner reads it (it sizes its slots when it is built, before start())
@@ -284,12 +393,23 @@ class ModelCaller(Stage):
             else:
                 self._key_locks[key] = (lock_, users - 1)
 
+    def _breaker(self, ctx: StageContext) -> AuthBreaker:
+        """The campaign's :class:`AuthBreaker` (service :data:`AUTH_BREAKER_SERVICE`; made on first use)."""
+        breaker = ctx.services.get(AUTH_BREAKER_SERVICE)
+        if breaker is None:
+            breaker = ctx.services[AUTH_BREAKER_SERVICE] = AuthBreaker(self.auth_failures_to_stop)
+        return breaker
+
     # -- the job ------------------------------------------------------------------------------------
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         payload = task.payload
         cfg = ctx.get("config")
         m, request = build_request(cfg, payload)
+        breaker = self._breaker(ctx)
+        opened = breaker.is_open(m.name)
+        if opened is not None:
+            raise AuthStop(opened.message())
         image_ref = payload.get("image_ref")
         image_id = request.image_id
         providers = ctx.get("providers")
@@ -307,7 +427,7 @@ class ModelCaller(Stage):
             est_in = math.ceil(m.estimate_input_tokens(request.prompt, has_image) * cfg.budget.input_estimate_factor)
             worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
-            gate = _SendGate(store, ledger, key, worst_usd, m.name)
+            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker)
 
             if image_ref or image_id is not None:
                 try:
@@ -326,9 +446,16 @@ class ModelCaller(Stage):
                 if img is not None:
                     request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
 
-            cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
+            try:
+                cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
+            except _AuthFailed as exc:
+                opened = breaker.failure(m.name, exc.status, m.api_key_env)
+                if opened is not None:
+                    raise AuthStop(opened.message()) from None
+                raise CallFailed(exc.reason) from None  # nacked: retried, never dead-lettered by the streak
             if cached is not None:
                 return [self._message(task, key, m, request, cached, cost_usd=None, cached=True)]
+            breaker.success(m.name)
             reservation = gate.reservation
 
             cost_usd = m.cost_usd(response.usage.input_tokens, response.usage.output_tokens)
@@ -423,6 +550,8 @@ class ModelCaller(Stage):
             # without a reservation the gate never let the request through, so nothing was sent
             if gate.reservation is not None:
                 await close_failed_call(ledger, gate.reservation, exc, m)
+            if isinstance(exc, PermanentHTTPError) and is_auth_failure(exc.status, exc.body_excerpt):
+                raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
             if isinstance(exc, PermanentHTTPError):
                 raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
             if isinstance(exc, RetriesExhausted):
