@@ -90,6 +90,8 @@ class CampaignKind(abc.ABC):
     plan_edge: str = C.EDGE_REQUESTS
     #: the edge whose backlog drives the ETA
     eta_edge: str = C.EDGE_REQUESTS
+    #: what one message of the plan is, for the summary ("planned 3 cities")
+    plan_unit: str = "requests"
 
     @abc.abstractmethod
     def stages(self, cfg: Any) -> list[Stage]:
@@ -147,6 +149,8 @@ class Outcome:
     extra_lines: list[str] = field(default_factory=list)
     #: why the run stopped early, one line each (e.g. a model's authentication failure)
     stop_reasons: list[str] = field(default_factory=list)
+    #: what one planned message is ("requests"; a crawl plans "cities")
+    plan_unit: str = "requests"
 
     @property
     def missing(self) -> int:
@@ -168,7 +172,7 @@ class Outcome:
     def summary(self) -> str:
         lines = [f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"]
         lines.extend(f"  {r}" for r in self.stop_reasons)
-        lines.append(f"  planned {self.planned} requests")
+        lines.append(f"  planned {self.planned} {self.plan_unit}")
         for edge, c in self.counts.items():
             lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}")
         if self.spend:
@@ -196,11 +200,10 @@ class Outcome:
 
 
 def usd(amount: float | None) -> str:
-    """USD for summaries: cents for ordinary amounts, significant digits for tiny ones (``$0.0005``)."""
-    amount = float(amount or 0.0)
-    if amount == 0.0 or abs(amount) >= 0.995:
-        return f"${amount:,.2f}"
-    return f"${amount:.4g}" if abs(amount) < 0.01 else f"${amount:.4f}"
+    """USD for summaries, in the CLI's one money format (:func:`geoagent.status.format_usd`: 4 decimals)."""
+    from geoagent.status import format_usd
+
+    return format_usd(amount)
 
 
 def check_state_matches_queues(cfg: Any) -> None:
@@ -519,7 +522,7 @@ async def _run(
             status, code = "complete", EXIT_COMPLETE
         outcome = Outcome(
             cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
-            elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines,
+            elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines, plan_unit=kind.plan_unit,
         )
         for line in auth_lines:
             log.error("campaign %s: %s", cfg.name, line)
@@ -585,7 +588,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     from geoagent.config import estimate
     from geoagent.secrets import missing_keys_message
 
-    out = Outcome(cfg.name, "dry run", EXIT_COMPLETE, len(messages), {}, None, elapsed_s=time.monotonic() - t0)
+    out = Outcome(cfg.name, "dry run", EXIT_COMPLETE, len(messages), {}, None, elapsed_s=time.monotonic() - t0,
+                  plan_unit=kind.plan_unit)
     missing = ctx.services.get("missing_api_keys") or []
     them = "they are" if len({var for var, _ in missing}) > 1 else "it is"
     warning = [f"  warning: {missing_keys_message(missing)}; `run` will refuse to start until {them} set"] if missing else []

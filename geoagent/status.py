@@ -130,6 +130,18 @@ def format_usd(x: float | None) -> str:
     return f"-${-amount:,.4f}" if amount < 0 else f"${amount:,.4f}"
 
 
+def stop_reason(progress: dict[str, Any]) -> str | None:
+    """Why a run stopped dispatching, from a progress record: ``"budget exhausted"``, ``"authentication
+    failed (see last error)"`` when the stop came from a model's authentication breaker (its stages'
+    last errors say so; the runner counts both as a budget stop), or None."""
+    if not progress.get("budget_stopped"):
+        return None
+    errors = [e for sd in progress.get("stages", []) for e in sd.get("last_errors", [])]
+    if any("authentication failed" in e for e in errors):
+        return "authentication failed (see last error)"
+    return "budget exhausted"
+
+
 def is_complete(queues: dict[str, QueueCounts]) -> bool:
     """Whether a campaign's queues are all drained with nothing dead-lettered (and there are queues)."""
     return bool(queues) and all(not (c.ready or c.leased or c.dead) for c in queues.values())
@@ -161,8 +173,9 @@ def format_status(st: dict[str, Any]) -> str:
                          f"  dead {sd['dead']}")
             for err in dict.fromkeys(e[:160] for e in sd.get("last_errors", [])[-2:]):  # each distinct once
                 lines.append(f"      last error: {err}")
-        if p.get("budget_stopped"):
-            lines.append("  budget exhausted")
+        reason = stop_reason(p)
+        if reason:
+            lines.append(f"  {reason}")
         http = p.get("http")
         if http:
             labels = st.get("host_labels") or {}

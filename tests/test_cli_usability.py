@@ -269,8 +269,9 @@ def test_every_argument_has_help_and_exit_codes_match_the_engine():
     assert codes[engine.EXIT_INCOMPLETE] == "incomplete"
     assert codes[engine.EXIT_BUDGET] == "budget"
     assert codes[engine.EXIT_INTERRUPTED] == "interrupted"
+    assert codes[engine.EXIT_AUTH] == "authentication"
     assert codes[1] == "nothing"  # `export` of a campaign that never ran (tests/test_cli_state_folders.py)
-    assert set(codes) == {0, 1, 2, 3, 4, 130}
+    assert set(codes) == {0, 1, 2, 3, 4, 5, 130}
 
 
 def test_usage_names_the_invoked_program(monkeypatch):
@@ -350,3 +351,13 @@ def test_interrupted_run_says_how_to_resume_and_a_rerun_counts_its_own_calls(tmp
     out = capsys.readouterr().out
     assert "this run: 0 new model calls; 120 stored answers reused" in out, out
     assert _ledger_calls(tmp_path) == total
+
+
+def test_stop_reason_tells_an_authentication_stop_from_a_budget_stop():
+    from geoagent.status import stop_reason
+
+    stage = {"stage": "model_caller", "last_errors": []}
+    assert stop_reason({"budget_stopped": False, "stages": [stage]}) is None
+    assert stop_reason({"budget_stopped": True, "stages": [stage]}) == "budget exhausted"
+    auth = {**stage, "last_errors": ["AuthStop: authentication failed for model m (HTTP 401): check M_KEY"]}
+    assert stop_reason({"budget_stopped": True, "stages": [auth]}).startswith("authentication failed")

@@ -89,7 +89,7 @@ def test_crawl_sandbox_config_runs_offline_and_resumes_without_requests(isolated
     # first run: end to end through every fake
     assert main(["crawl", str(CONFIG), "--no-live"]) == 0
     out = capsys.readouterr().out
-    assert "complete" in out
+    assert "complete" in out and "planned 3 cities" in out  # a crawl plans cities, not requests
     after_first = request_counts()
     for name in (*WORLD_FAKES, "openai"):
         assert after_first.get(name, 0) > before.get(name, 0), name

@@ -112,14 +112,15 @@ class Progress:
                           f"{s['rate_per_s']:.1f}")
         spend = record.get("spend") or {}
         caption = []
-        from geoagent.status import format_eta, format_usd  # status imports this module
+        from geoagent.status import format_eta, format_usd, stop_reason  # status imports this module
 
         if spend:
             caption.append(f"spend {format_usd(spend.get('spent_usd'))} / cap {format_usd(spend.get('cap_usd'))}")
         if not final:
             caption.append(f"ETA {format_eta(record)}")
-        if record.get("budget_stopped"):
-            caption.append("BUDGET EXHAUSTED - draining")
+        reason = stop_reason(record)
+        if reason:
+            caption.append(f"{reason.upper()} - draining")
         table.caption = "   ".join(caption)
         if self._live is None:
             self._live = Live(table, refresh_per_second=4, transient=False)
