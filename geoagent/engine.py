@@ -35,6 +35,7 @@ import abc
 import contextlib
 import importlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -240,20 +241,41 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None) -> It
     """
     import fcntl
 
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / "run.lock", "a+b") as fh:
+    while True:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(state_dir / "run.lock", "a+b")
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            alone = True
-        except BlockingIOError:
-            alone = False
-        if alone and when_alone is not None:
-            when_alone()
-        fcntl.flock(fh, fcntl.LOCK_SH)
-        try:
-            yield alone
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                alone = True
+            except BlockingIOError:
+                alone = False
+                fcntl.flock(fh, fcntl.LOCK_SH)  # waits while a clean-up (exclusive) may remove the folder
+            if not _same_file(fh, state_dir / "run.lock"):
+                # the folder was removed (discard_unstarted_state) while we waited: this lock guards
+                # nothing any other process can see, so take the lock of the folder as it is now
+                fh.close()
+                continue
+            if alone and when_alone is not None:
+                when_alone()
+            fcntl.flock(fh, fcntl.LOCK_SH)
+            try:
+                yield alone
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+            return
         finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+
+
+def _same_file(fh: Any, path: Path) -> bool:
+    """Whether the open file ``fh`` is still the file at ``path`` (not unlinked or replaced)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    fst = os.fstat(fh.fileno())
+    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
 
 def expire_dead_leases(cfg: Any) -> int:
@@ -403,7 +425,9 @@ def discard_unstarted_state(cfg: Any, created: Sequence[Path]) -> bool:
     any state root folders made for it. Until the plan is enqueued the folder holds only what opening the
     campaign wrote (an empty ledger and response store, the host board, a data import, the run lock). It is
     kept when the campaign's queue files exist (a run started, in this process or another) or when another
-    process holds the campaign's run lock (checked with an exclusive ``flock``, held while removing).
+    process holds the campaign's run lock (checked with an exclusive ``flock``, held while removing), or
+    when the folder was removed and made again meanwhile (the lock file is no longer the one locked). A run
+    that waited in :func:`run_lock` while the folder was removed takes the new folder's lock.
     """
     import fcntl
     import shutil
@@ -427,8 +451,8 @@ def discard_unstarted_state(cfg: Any, created: Sequence[Path]) -> bool:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # another process of this campaign is running: the folder is its now
-        if started():
-            return False
+        if started() or not _same_file(fh, state_dir / "run.lock"):
+            return False  # a run started, or the folder was removed and made again by another run meanwhile
         shutil.rmtree(state_dir, ignore_errors=True)
     for parent in created[1:]:
         try:

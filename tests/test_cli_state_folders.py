@@ -104,3 +104,50 @@ def test_export_of_a_campaign_that_never_ran_creates_nothing(isolated_roots, cap
     assert main(["export", cfg]) == 1
     assert "has not run yet" in capsys.readouterr().err
     assert not (isolated_roots / "state").exists()
+
+
+def test_a_run_waiting_for_the_lock_while_a_clean_up_removes_the_folder_locks_the_new_folder(tmp_path):
+    """A run whose ``run_lock`` waited (shared) while another process's clean-up held the lock exclusively
+    and removed the folder must end up holding the lock of the folder as it exists afterwards. Before, it
+    held a lock on the unlinked ``run.lock``: a third process then took the new folder's lock exclusively,
+    thought itself alone (expiring the live run's leases) and its own clean-up could remove the live run's
+    folder."""
+    import fcntl
+    import shutil
+    import threading
+
+    from geoagent.engine import run_lock
+
+    sd = tmp_path / "state" / "camp"
+    sd.mkdir(parents=True)
+    inside, leave = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def second_run() -> None:
+        with run_lock(sd) as alone:
+            seen.append(alone)
+            inside.set()
+            leave.wait(10)
+
+    with open(sd / "run.lock", "a+b") as cleanup:  # the clean-up of a run that failed before its plan
+        fcntl.flock(cleanup, fcntl.LOCK_EX)
+        t = threading.Thread(target=second_run, daemon=True)
+        t.start()
+        assert not inside.wait(0.3)  # the second run waits for the clean-up
+        shutil.rmtree(sd)
+        fcntl.flock(cleanup, fcntl.LOCK_UN)
+    try:
+        assert inside.wait(10)
+        assert (sd / "run.lock").is_file()
+        # a third process cannot take the folder's lock exclusively: the second run holds it
+        with open(sd / "run.lock", "a+b") as third:
+            try:
+                fcntl.flock(third, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                took = True
+            except BlockingIOError:
+                took = False
+        assert took is False
+    finally:
+        leave.set()
+        t.join(10)
+    assert seen == [True]  # the second run found the new folder unused, so it is alone there
