@@ -63,7 +63,8 @@ Authentication circuit breaker (issue 2, "a wrong API key does not stop the run"
 (or Gemini's 400 ``API_KEY_INVALID``, its answer to a wrong key) answered to a model call (so by that model's own host, ``base_url``: the only host this stage talks to;
 403 from other APIs, e.g. a crawl's map services, is never counted) counts as an authentication failure of
 that model. After :attr:`ModelCaller.auth_failures_to_stop` (default :data:`AUTH_FAILURES_TO_STOP`)
-consecutive ones, with no success of that model in between, the model's breaker opens
+consecutive ones, with no success of that model in between (or as soon as a task's last attempt fails so
+while the model has not answered once in the run), the model's breaker opens
 (:class:`AuthBreaker`, service :data:`AUTH_BREAKER_SERVICE`): that task and every later task of the model
 raise :class:`AuthStop`, a :class:`~geoagent.runtime.stage.BudgetStop`, so the runner releases the task
 untouched and stops leasing (calls in flight finish; every task not yet answered, of every model, stays
@@ -162,6 +163,7 @@ class AuthBreaker:
     def __init__(self, threshold: int = AUTH_FAILURES_TO_STOP) -> None:
         self.threshold = max(1, int(threshold))
         self._streak: dict[str, int] = {}
+        self._answered: set[str] = set()
         self.opened: dict[str, AuthFailure] = {}
 
     def is_open(self, model: str) -> AuthFailure | None:
@@ -171,14 +173,20 @@ class AuthBreaker:
     def success(self, model: str) -> None:
         """A call of ``model`` succeeded: its streak starts over (an open breaker stays open)."""
         self._streak[model] = 0
+        self._answered.add(model)
 
-    def failure(self, model: str, status: int, api_key_env: str | None) -> AuthFailure | None:
-        """Count one authentication failure; return the model's :class:`AuthFailure` once its breaker is open."""
+    def failure(self, model: str, status: int, api_key_env: str | None, last_attempt: bool = False) -> AuthFailure | None:
+        """Count one authentication failure; return the model's :class:`AuthFailure` once its breaker is open.
+
+        ``last_attempt``: the failing task has no attempt left. When ``model`` has not answered once in this
+        run, the breaker opens then even below ``threshold`` (a campaign with fewer failing attempts than the
+        threshold, e.g. one task and ``max_attempts`` 2, would otherwise dead-letter its tasks for a wrong key).
+        """
         if model in self.opened:
             return self.opened[model]
         n = self._streak.get(model, 0) + 1
         self._streak[model] = n
-        if n >= self.threshold:
+        if n >= self.threshold or (last_attempt and model not in self._answered):
             self.opened[model] = AuthFailure(model, int(status), api_key_env, n)
             return self.opened[model]
         return None
@@ -449,7 +457,8 @@ class ModelCaller(Stage):
             try:
                 cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
             except _AuthFailed as exc:
-                opened = breaker.failure(m.name, exc.status, m.api_key_env)
+                last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
+                opened = breaker.failure(m.name, exc.status, m.api_key_env, last_attempt=last)
                 if opened is not None:
                     raise AuthStop(opened.message()) from None
                 raise CallFailed(exc.reason) from None  # nacked: retried, never dead-lettered by the streak

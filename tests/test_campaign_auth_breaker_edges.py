@@ -1,0 +1,143 @@
+"""Edges of the authentication circuit breaker (model caller, engine exit 5), each through the real engine
+(queues, model caller, store, ledger, HTTP client) against local OpenAI-compatible fakes that answer 401
+``invalid_api_key`` to any key but their own.
+
+* a campaign with fewer failing attempts than the breaker's threshold (few tasks, small ``max_attempts``)
+  must still stop as 'authentication failed' with no task dead-lettered, so the right key completes it;
+* two models where only one key is wrong: the run stops honestly (exit 5 naming the wrong model only),
+  every reservation is closed (ledger consistent, nothing open, nothing unknown), and the re-run with the
+  right key sends each request key exactly once in all (server-side count of 200 answers).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import anyio
+
+from geoagent.config import load_config
+from geoagent.engine import EXIT_AUTH, EXIT_COMPLETE, STATUS_AUTH, run_campaign
+from geoagent.runtime.store import open_campaign_state
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.server import serve
+
+GOOD_A = "sk-" "sandbox-good-a-0123456789abcdefghij"
+GOOD_B = "sk-" "sandbox-good-b-0123456789abcdefghij"
+WRONG = "sk-" "sandbox-wrong-0123456789abcdefghijk"
+
+
+def _model(name: str, base: str, env: str, concurrency: int) -> str:
+    return f"""
+[[models]]
+name = "{name}"
+provider = "openai"
+model = "sim-{name}"
+base_url = "{base}/v1"
+api_key_env = "{env}"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 64
+concurrency = {concurrency}
+rate = {{ requests = 5000, period_s = 1.0 }}
+timeout_s = 5.0
+"""
+
+
+def _config(tmp: Path, name: str, n: int, max_attempts: int, models: str) -> Path:
+    p = tmp / f"{name}.toml"
+    p.write_text(f"""
+[campaign]
+name = "{name}"
+kind = "generic"
+seed = 3
+
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+
+[queue]
+max_attempts = {max_attempts}
+backoff_base_s = 0.01
+backoff_max_s = 0.05
+
+[budget]
+cap_usd = 5.0
+
+[generic]
+n_requests = {n}
+""" + models)
+    return p
+
+
+def _ok_keys(app) -> Counter:
+    return Counter(r["key"] for r in app["calls"] if r["status"] == 200)
+
+
+def _ledger_check(cfg) -> tuple[list[str], dict]:
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
+        problems = st.ledger.check_consistency()
+        totals = st.ledger.db.read("SELECT reserved_nusd, unknown_nusd FROM ledger_totals WHERE id = 1")[0]
+        n_results = len(dict(st.store.iter_results("results")))
+    return problems, {"reserved_nusd": totals[0], "unknown_nusd": totals[1], "results": n_results}
+
+
+def test_wrong_key_on_a_campaign_smaller_than_the_breaker_threshold_dead_letters_nothing(tmp_path, monkeypatch):
+    """One task, ``max_attempts = 2``: its two 401s never reach the threshold of 5 consecutive failures,
+    yet they are a wrong key, not a failed task; before, the task was dead-lettered and the run did not say
+    'authentication failed', and the right key then left it undone."""
+    app = llm_openai.make_app(api_keys=[GOOD_A])
+    monkeypatch.setenv("GA_TEST_KEY_A", WRONG)
+
+    async def main():
+        async with serve(app) as base:
+            cfg = load_config(_config(tmp_path, "tiny", 1, 2, _model("gpt", base, "GA_TEST_KEY_A", 1)))
+            first = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            monkeypatch.setenv("GA_TEST_KEY_A", GOOD_A)
+            second = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            return cfg, first, second
+
+    cfg, first, second = anyio.run(main)
+    assert first.status == STATUS_AUTH and first.exit_code == EXIT_AUTH
+    assert "authentication failed for model gpt (HTTP 401): check GA_TEST_KEY_A" in first.summary()
+    assert first.counts["requests"].dead == 0
+    assert second.status == "complete" and second.exit_code == EXIT_COMPLETE
+    assert second.counts["requests"].done == 1 and second.counts["requests"].dead == 0
+    assert list(_ok_keys(app).values()) == [1]
+    problems, totals = _ledger_check(cfg)
+    assert problems == [] and totals == {"reserved_nusd": 0, "unknown_nusd": 0, "results": 1}
+
+
+def test_one_wrong_key_of_two_models_stops_honestly_and_the_rerun_sends_each_key_once(tmp_path, monkeypatch):
+    n = 60
+    app_a = llm_openai.make_app(api_keys=[GOOD_A])
+    app_b = llm_openai.make_app(api_keys=[GOOD_B])
+    monkeypatch.setenv("GA_TEST_KEY_A", GOOD_A)
+    monkeypatch.setenv("GA_TEST_KEY_B", WRONG)
+
+    async def main():
+        async with serve(app_a) as base_a, serve(app_b) as base_b:
+            cfg = load_config(_config(tmp_path, "two", n, 3, _model("good", base_a, "GA_TEST_KEY_A", 4)
+                                      + _model("bad", base_b, "GA_TEST_KEY_B", 4)))
+            first = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            after_first = _ledger_check(cfg)
+            monkeypatch.setenv("GA_TEST_KEY_B", GOOD_B)
+            second = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            return cfg, first, after_first, second
+
+    cfg, first, (problems1, totals1), second = anyio.run(main)
+    summary = first.summary()
+    assert first.status == STATUS_AUTH and first.exit_code == EXIT_AUTH
+    assert "authentication failed for model bad (HTTP 401): check GA_TEST_KEY_B" in summary
+    assert "model good" not in summary and WRONG not in summary and GOOD_A not in summary
+    assert first.counts["requests"].dead == 0
+    # every reservation of the stopped run is closed: settled answers of 'good', released 401s of 'bad'
+    assert problems1 == [] and totals1["reserved_nusd"] == 0 and totals1["unknown_nusd"] == 0
+    assert totals1["results"] == sum(_ok_keys(app_a).values())  # what the good model answered is kept
+    assert second.status == "complete" and second.exit_code == EXIT_COMPLETE
+    assert second.counts["requests"].done == 2 * n and second.counts["requests"].dead == 0
+    ok_a, ok_b = _ok_keys(app_a), _ok_keys(app_b)
+    assert len(ok_a) == n and set(ok_a.values()) == {1}
+    assert len(ok_b) == n and set(ok_b.values()) == {1}
+    problems2, totals2 = _ledger_check(cfg)
+    assert problems2 == [] and totals2 == {"reserved_nusd": 0, "unknown_nusd": 0, "results": 2 * n}
