@@ -92,8 +92,8 @@ class HostPolicy:
         model endpoints, where it raises OutcomeUnknown instead).
     max_body_bytes : int
         Largest response body read, in bytes (default 64 MiB: a model answer is a few kB, a Mapillary
-        thumbnail well under 1 MB). A longer body (by its Content-Length, or while streaming a chunked
-        one) is not kept in memory: the attempt fails with reason ``"body too large"`` (retried like an
+        thumbnail well under 1 MB), counted after decompression (a gzip body's inflated size). A longer
+        body (by its Content-Length, or while streaming a chunked or compressed one) is not kept in memory: the attempt fails with reason ``"body too large"`` (retried like an
         invalid body; on paid endpoints it is an :class:`OutcomeUnknown`, since the call may be billed).
     """
 
@@ -224,17 +224,21 @@ class _BodyTooLarge(Exception):
 async def _read_body(r: Any, limit: int) -> bytes | _BodyTooLarge:
     """The body of aiohttp response ``r``, or a :class:`_BodyTooLarge` marker when it exceeds ``limit`` bytes.
 
-    A declared Content-Length within the limit is read in one go (the common case: no per-chunk loop);
-    a longer one is refused before reading; a body without a length is streamed and abandoned as soon
-    as it passes the limit."""
+    The limit bounds the body as held in memory, i.e. after aiohttp decompressed it. A declared
+    Content-Length within the limit of an uncompressed body is read in one go (the common case: no
+    per-chunk loop); a longer one is refused before reading. A body without a length, or a compressed one
+    (``Content-Encoding`` gzip/deflate/br: its Content-Length counts the compressed bytes, and 1 KB of gzip
+    can inflate to 1 MB), is streamed decompressed and abandoned as soon as it passes the limit."""
     length = r.content_length
-    if length is not None:
+    encoded = r.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity")
+    if length is not None and not encoded:
         return await r.read() if length <= limit else _BodyTooLarge(f"Content-Length {length} > {limit} bytes")
     chunks, size = [], 0
     async for chunk in r.content.iter_chunked(1 << 16):
         size += len(chunk)
         if size > limit:
-            return _BodyTooLarge(f"more than {limit} bytes (no Content-Length)")
+            what = "decompressed" if encoded else "no Content-Length"
+            return _BodyTooLarge(f"more than {limit} bytes ({what})")
         chunks.append(chunk)
     return b"".join(chunks)
 
