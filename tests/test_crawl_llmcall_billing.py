@@ -111,3 +111,36 @@ def test_call_waiting_for_its_host_holds_no_reservation(tmp_path):
     while_waiting, after = asyncio.run(main())
     assert while_waiting["open_reservations"] == 1  # the call on the wire; the one queued for the host has none
     assert after["unknown_calls"] == 1 and after["reserved_usd"] == 0 and after["open_reservations"] == 0
+
+
+def _budget_refused(tmp_path, *, remote: bool):
+    """One audit call under a cap too small for its worst case: offline simulated provider (reserves
+    before generate) or the simulated provider over HTTP to the OpenAI fake (reserves in before_send)."""
+    from geoagent.providers.simulated import SimulatedProvider
+    from geoagent.runtime.ledger import BudgetExhausted
+
+    async def main():
+        state = open_campaign_state("audit", root=tmp_path, cap_usd=0.0001)  # worst case of MODEL: ~0.0004 USD
+        app = make_app(require_auth=False)
+        try:
+            async with serve(app) as base, HttpClient(default_policy=HostPolicy(timeout_s=2.0)) as http:
+                settings = ProviderSettings(kind="simulated", model="sim-gpt", base_url=(base + "/v1") if remote else None)
+                prov = SimulatedProvider(settings, http)
+                assert prov.supports_before_send is remote
+                req = ModelRequest(provider="simulated", model="sim-gpt", prompt="Rate the place 0-5.",
+                                   params={"max_tokens": 100})
+                with pytest.raises(BudgetExhausted):
+                    await metered_generate(prov, req, ledger=state.ledger, model_cfg=MODEL)
+                sent = len(app["calls"])
+            return sent, (await state.ledger.asummary()).to_json(), state.ledger.check_consistency()
+        finally:
+            state.close()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["offline", "over-http"])
+def test_budget_refusal_sends_nothing_and_leaves_the_ledger_clean(tmp_path, remote):
+    sent, s, problems = _budget_refused(tmp_path, remote=remote)
+    assert sent == 0 and problems == []
+    assert s["reserved_usd"] == 0 and s["unknown_usd"] == 0 and s["spent_usd"] == 0 and s["open_reservations"] == 0
