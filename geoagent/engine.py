@@ -243,7 +243,10 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None) -> It
 
     while True:
         state_dir.mkdir(parents=True, exist_ok=True)
-        fh = open(state_dir / "run.lock", "a+b")
+        try:
+            fh = open(state_dir / "run.lock", "a+b")
+        except FileNotFoundError:
+            continue  # a clean-up removed the folder between mkdir and open: make it again
         try:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

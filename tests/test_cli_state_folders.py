@@ -151,3 +151,24 @@ def test_a_run_waiting_for_the_lock_while_a_clean_up_removes_the_folder_locks_th
         leave.set()
         t.join(10)
     assert seen == [True]  # the second run found the new folder unused, so it is alone there
+
+
+def test_state_of_a_campaign_whose_queues_were_deleted_is_kept_by_a_dry_run_and_a_failed_run(isolated_roots, monkeypatch, capsys):
+    """Queues deleted, state kept (e.g. to start the work over): neither a dry run nor a run that fails
+    before its plan (missing key) may remove the kept state (stored responses, spend)."""
+    import shutil
+
+    cfg = _config(isolated_roots, "kept")
+    assert main(["run", cfg, "--no-live"]) == 0
+    before = _tree(isolated_roots / "state" / "kept")
+    assert "campaign.sqlite" in before
+    shutil.rmtree(isolated_roots / "queues")
+    capsys.readouterr()
+    assert main(["run", cfg, "--simulate", "--no-live"]) == 0
+    assert set(before) <= set(_tree(isolated_roots / "state" / "kept"))
+    monkeypatch.delenv("GEOAGENT_TEST_ABSENT_KEY", raising=False)
+    text = Path(cfg).read_text().replace('provider = "simulated"', 'provider = "openai"\nbase_url = "https://api.example.invalid/v1"\n'
+                                         'api_key_env = "GEOAGENT_TEST_ABSENT_KEY"')
+    Path(cfg).write_text(text)
+    assert main(["run", cfg, "--no-live"]) == 2
+    assert set(before) <= set(_tree(isolated_roots / "state" / "kept"))
