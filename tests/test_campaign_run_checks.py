@@ -269,3 +269,23 @@ def test_watch_process_stopped_with_upstream_work_left_is_interrupted(tmp_path):
             proc.kill()
     assert code == EXIT_COMPLETE, err[-2000:]
     assert read_manifest(cfg.state_dir())["runs"][-1]["status"] == "complete"
+
+
+def test_watch_drained_check_counts_work_leased_by_another_process_and_leaves_dead_letters_to_the_status():
+    """``stages_drained`` (what lets a stopped --watch process end 'complete'): a task leased by another
+    process on an own or upstream edge is work left; a dead letter is not pending work, and the status
+    chain after it answers 'incomplete' for it (checked by reading the chain in engine._run)."""
+    from geoagent.campaigns.generic import Collector
+    from geoagent.engine import stages_drained
+    from geoagent.runtime.queue import QueueCounts
+    from geoagent.workers.model_caller import ModelCaller
+
+    pipeline = [ModelCaller(concurrency=1), Collector()]
+    idle = QueueCounts(done=5)
+    # the collector's process: the model caller's edge (upstream) has one task leased by another process
+    assert stages_drained(pipeline, ["collector"], {"requests": QueueCounts(leased=1, done=4), "responses": idle}) is False
+    assert stages_drained(pipeline, ["collector"], {"requests": idle, "responses": QueueCounts(leased=1)}) is False
+    # the model caller's process answers only for its edge and those upstream of it
+    assert stages_drained(pipeline, ["model_caller"], {"requests": idle, "responses": QueueCounts(leased=1)}) is True
+    assert stages_drained(pipeline, ["model_caller", "collector"],
+                          {"requests": QueueCounts(dead=1, done=4), "responses": idle}) is True
