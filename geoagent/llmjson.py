@@ -213,7 +213,6 @@ class _Reader:
     def string(self) -> str:
         s = self.s
         q = s[self.i]
-        close = _QUOTES[q]
         plain = _PLAIN[q]
         if q != '"':
             self.rules.add(RULE_SINGLE_QUOTES)

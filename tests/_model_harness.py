@@ -164,3 +164,39 @@ def cost_usd(n_in: int, n_out: int, price_in: float = PRICE_IN, price_out: float
 def run(coro: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
     """Run ``coro`` to completion in a fresh event loop, failing after ``timeout_s`` seconds."""
     return asyncio.run(asyncio.wait_for(coro, timeout=timeout_s))
+
+
+# -- whole generic campaigns (run through the engine or run.py) ------------------------------------------
+def model_table(name: str = "m", *, base_url: str | None = None, key_var: str | None = None, model: str | None = None,
+                max_output_tokens: int = 100, concurrency: int = 4, rate_requests: int = 2000,
+                timeout_s: float = 5.0) -> str:
+    """One ``[[models]]`` table (TOML text) priced 0.15 / 0.60 USD per 1M tokens: the simulated provider
+    (model ``sim-1``) when ``base_url`` is None, else the OpenAI-compatible fake at ``base_url`` (its root,
+    without ``/v1``) with the key read from ``key_var`` (model id ``model``, default ``gpt-x``)."""
+    if base_url is None:
+        provider = 'provider = "simulated"\nmodel = "sim-1"\n'
+    else:
+        provider = (f'provider = "openai"\nmodel = "{model or "gpt-x"}"\nbase_url = "{base_url}/v1"\n'
+                    f'api_key_env = "{key_var}"\n')
+    return (f'\n[[models]]\nname = "{name}"\n{provider}price_input_usd_per_mtok = 0.15\n'
+            f'price_output_usd_per_mtok = 0.60\nmax_output_tokens = {max_output_tokens}\n'
+            f'concurrency = {concurrency}\nrate = {{ requests = {rate_requests}, period_s = 1.0 }}\n'
+            f'timeout_s = {timeout_s}\n')
+
+
+def generic_campaign(tmp: Path, *, name: str, n: int, models: str, cap_usd: float = 1.0,
+                     queue: Mapping[str, Any] | None = None) -> Path:
+    """Write ``tmp/<name>.toml``: a ``generic`` campaign of ``n`` requests (seed 3) with its queues and state
+    under ``tmp``, budget ``cap_usd`` (USD), an optional ``[queue]`` table and the ``models`` tables
+    (:func:`model_table` text); return its path."""
+    queue_table = ""
+    if queue:
+        queue_table = "\n[queue]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in queue.items())
+    p = tmp / f"{name}.toml"
+    p.write_text(
+        f'[campaign]\nname = "{name}"\nkind = "generic"\nseed = 3\n\n'
+        f"[paths]\nqueues = \"{tmp / 'queues'}\"\nstate = \"{tmp / 'state'}\"\n"
+        f"{queue_table}\n[budget]\ncap_usd = {cap_usd!r}\n\n[generic]\nn_requests = {n}\n{models}",
+        encoding="utf-8",
+    )
+    return p

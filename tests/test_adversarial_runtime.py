@@ -16,6 +16,7 @@ import anyio
 import orjson
 import pytest
 
+from _model_harness import generic_campaign, model_table
 from geoagent.cli import main
 from geoagent.config import load_config
 from geoagent.engine import EXIT_BUDGET, EXIT_COMPLETE, run_campaign
@@ -28,42 +29,9 @@ KEY = "sk-" "adversarial-runtime-0123456789abcdef"
 
 
 def _config(tmp: Path, *, base_url: str | None, n: int, cap: float, name: str = "adv-rt") -> Path:
-    if base_url is None:
-        model = 'provider = "simulated"\nmodel = "sim-1"\n'
-    else:
-        model = f'provider = "openai"\nmodel = "gpt-x"\nbase_url = "{base_url}/v1"\napi_key_env = "ADV_RT_KEY"\n'
-    p = tmp / f"{name}.toml"
-    p.write_text(f"""
-[campaign]
-name = "{name}"
-kind = "generic"
-seed = 3
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[queue]
-max_attempts = 4
-backoff_base_s = 0.01
-backoff_max_s = 0.05
-
-[budget]
-cap_usd = {cap!r}
-
-[generic]
-n_requests = {n}
-
-[[models]]
-name = "m"
-{model}price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 100
-concurrency = 8
-rate = {{ requests = 500, period_s = 1.0 }}
-timeout_s = 5
-""")
-    return p
+    return generic_campaign(tmp, name=name, n=n, cap_usd=cap,
+                            queue={"max_attempts": 4, "backoff_base_s": 0.01, "backoff_max_s": 0.05},
+                            models=model_table(base_url=base_url, key_var="ADV_RT_KEY", concurrency=8, rate_requests=500))
 
 
 def _results(tmp: Path, name: str = "adv-rt") -> int:
@@ -302,8 +270,6 @@ def test_rerun_after_a_crash_does_not_wait_out_the_visibility_timeout(tmp_path, 
 
 
 def test_second_sigint_exits_130_without_a_traceback(tmp_path):
-    import signal as _signal
-
     # run, Ctrl-C twice, re-run, Ctrl-C twice, ... (what a hurried user does): the second signal sometimes
     # lands after the pipeline stopped, while queues and the store close; it must still be a clean exit 130
     import signal as _signal

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 
+from _model_harness import generic_campaign, model_table
 from geoagent.config import load_config
 from geoagent.engine import EXIT_AUTH, EXIT_COMPLETE, STATUS_AUTH, run_campaign
 from geoagent.runtime.manifest import read_manifest
@@ -26,42 +27,10 @@ CONCURRENCY = 8
 
 
 def _config(tmp: Path, base_url: str) -> Path:
-    p = tmp / "auth.toml"
-    p.write_text(f"""
-[campaign]
-name = "auth"
-kind = "generic"
-seed = 3
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[queue]
-max_attempts = 3
-backoff_base_s = 0.01
-backoff_max_s = 0.05
-
-[budget]
-cap_usd = 5.0
-
-[generic]
-n_requests = {N_REQUESTS}
-
-[[models]]
-name = "gpt"
-provider = "openai"
-model = "sim-gpt"
-base_url = "{base_url}/v1"
-api_key_env = "OPENAI_API_KEY"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 64
-concurrency = {CONCURRENCY}
-rate = {{ requests = 5000, period_s = 1.0 }}
-timeout_s = 5.0
-""")
-    return p
+    return generic_campaign(tmp, name="auth", n=N_REQUESTS, cap_usd=5.0,
+                            queue={"max_attempts": 3, "backoff_base_s": 0.01, "backoff_max_s": 0.05},
+                            models=model_table("gpt", base_url=base_url, key_var="OPENAI_API_KEY", model="sim-gpt",
+                                               max_output_tokens=64, concurrency=CONCURRENCY, rate_requests=5000))
 
 
 def test_wrong_key_stops_the_run_without_dead_letters_and_the_right_key_completes(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 
+from _model_harness import generic_campaign, model_table
 from geoagent.config import load_config
 from geoagent.engine import EXIT_AUTH, EXIT_COMPLETE, STATUS_AUTH, run_campaign
 from geoagent.runtime.store import open_campaign_state
@@ -28,46 +29,13 @@ WRONG = "sk-" "sandbox-wrong-0123456789abcdefghijk"
 
 
 def _model(name: str, base: str, env: str, concurrency: int) -> str:
-    return f"""
-[[models]]
-name = "{name}"
-provider = "openai"
-model = "sim-{name}"
-base_url = "{base}/v1"
-api_key_env = "{env}"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 64
-concurrency = {concurrency}
-rate = {{ requests = 5000, period_s = 1.0 }}
-timeout_s = 5.0
-"""
+    return model_table(name, base_url=base, key_var=env, model=f"sim-{name}", max_output_tokens=64,
+                       concurrency=concurrency, rate_requests=5000)
 
 
 def _config(tmp: Path, name: str, n: int, max_attempts: int, models: str) -> Path:
-    p = tmp / f"{name}.toml"
-    p.write_text(f"""
-[campaign]
-name = "{name}"
-kind = "generic"
-seed = 3
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[queue]
-max_attempts = {max_attempts}
-backoff_base_s = 0.01
-backoff_max_s = 0.05
-
-[budget]
-cap_usd = 5.0
-
-[generic]
-n_requests = {n}
-""" + models)
-    return p
+    return generic_campaign(tmp, name=name, n=n, cap_usd=5.0, models=models,
+                            queue={"max_attempts": max_attempts, "backoff_base_s": 0.01, "backoff_max_s": 0.05})
 
 
 def _ok_keys(app) -> Counter:

@@ -6,7 +6,6 @@ Runs the real engine and CLI (``run.py`` in a subprocess for the signal tests) w
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import signal

@@ -22,6 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from _model_harness import generic_campaign, model_table
 from geoagent import constants as C
 from geoagent.cli import EXIT_CODES_EPILOG, build_parser, main
 from geoagent.config import load_config
@@ -34,37 +35,8 @@ KEY = "sk-" "cli-usability-0123456789abcdef"
 
 
 def _config(tmp: Path, *, n: int = 5, name: str = "cliu", base_url: str | None = None, rate: int = 2000) -> Path:
-    if base_url is None:
-        model = 'provider = "simulated"\nmodel = "sim-1"\n'
-    else:
-        model = f'provider = "openai"\nmodel = "gpt-x"\nbase_url = "{base_url}/v1"\napi_key_env = "CLIU_KEY"\n'
-    p = tmp / f"{name}.toml"
-    p.write_text(f"""
-[campaign]
-name = "{name}"
-kind = "generic"
-seed = 3
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[budget]
-cap_usd = 1.0
-
-[generic]
-n_requests = {n}
-
-[[models]]
-name = "m"
-{model}price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 100
-concurrency = 4
-rate = {{ requests = {rate}, period_s = 1.0 }}
-timeout_s = 5
-""", encoding="utf-8")
-    return p
+    return generic_campaign(tmp, name=name, n=n, cap_usd=1.0,
+                            models=model_table(base_url=base_url, key_var="CLIU_KEY", rate_requests=rate))
 
 
 def _ledger_calls(tmp: Path, name: str = "cliu") -> int:

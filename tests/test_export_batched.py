@@ -2,7 +2,7 @@
 
 import polars as pl
 from geoagent.runtime.store import open_campaign_state
-from geoagent.runtime.export import export_table, rows_to_frame
+from geoagent.runtime.export import export_table
 
 def test_batched_equals_single(tmp_path):
     st = open_campaign_state("x", root=tmp_path)

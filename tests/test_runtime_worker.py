@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import anyio
-import pytest
 
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 from geoagent.runtime.stage import BudgetStop, Missing, PermanentFailure, Stage, StageContext
