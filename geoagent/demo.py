@@ -230,9 +230,11 @@ def crawl_stage_counts(crawl_dir: Path) -> list[tuple[str, str]]:
 
 
 def _spend_line(outcome: Any) -> str:
+    from geoagent.status import format_usd
+
     s = outcome.spend or {}
-    return (f"${s.get('spent_usd', 0.0):.4f} settled + ${s.get('unknown_usd', 0.0):.4f} unknown-outcome of cap "
-            f"${s.get('cap_usd') or 0.0:.2f} ({s.get('calls', 0)} model calls, "
+    return (f"{format_usd(s.get('spent_usd'))} settled + {format_usd(s.get('unknown_usd'))} unknown-outcome of cap "
+            f"{format_usd(s.get('cap_usd'))} ({s.get('calls', 0)} model calls, "
             f"{s.get('input_tokens', 0)} in / {s.get('output_tokens', 0)} out tokens)")
 
 
