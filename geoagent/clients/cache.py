@@ -1,7 +1,7 @@
 """Persistent HTTP response cache (SQLite) shared by the geocoding clients.
 
-Both the OSMF Nominatim usage policy ("cache results", api-notes.md Sec. 5) and Wikimedia's API
-etiquette (api-notes.md Sec. 3) ask clients not to repeat identical requests. Responses are keyed by the
+Both the OSMF Nominatim usage policy ("cache results") and Wikimedia's API
+etiquette ask clients not to repeat identical requests. Responses are keyed by the
 request's method, URL and canonicalised query parameters, so the same lookup made in a later process (a
 resumed campaign, a re-run of the report) is answered from disk with no network call.
 

@@ -1,7 +1,7 @@
 """Mapillary Graph API v4 client: bbox image search with quadrant splitting, single images, thumbnails.
 
 Sources: Mapillary API documentation and FAQ (https://www.mapillary.com/developer/api-documentation),
-the official mapillary-python-sdk field list, api-notes.md section 6.
+the official mapillary-python-sdk field list.
 
 * ``GET {base}/images?fields=...&bbox=west,south,east,north&limit=N`` (longitude first). ``fields`` is
   always explicit: only the listed fields come back. ``limit`` is at most 2,000 and bbox search does not

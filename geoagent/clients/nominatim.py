@@ -1,6 +1,6 @@
 """Nominatim ``/search`` client (free-text geocoding on OpenStreetMap data), policy-abiding.
 
-Wire format and policy follow api-notes.md Sec. 5 (Nominatim "Place Output" docs; OSMF Nominatim
+Wire format and policy follow the Nominatim docs (Nominatim "Place Output" docs; OSMF Nominatim
 Usage Policy, https://operations.osmfoundation.org/policies/nominatim/):
 
 * ``GET /search?q=..&format=jsonv2&limit=..``; the answer is a JSON array (``[]`` when nothing

@@ -1,6 +1,6 @@
 """OSM Overpass API client (``/api/interpreter`` with ``[out:json]``, ``/api/status``).
 
-Source: Overpass user manual ("Commons"), overpy, api-notes.md section 1. Usage policy (encoded as the
+Source: Overpass user manual ("Commons"), overpy. Usage policy (encoded as the
 ``overpass`` default in :data:`geoagent.crawl.settings.DEFAULT_POLICIES`): each IP has 2 query slots,
 and the guideline is under ~10,000 requests and ~1 GB a day; no scraping by stitching boxes. So: at
 most 2 queries in flight, one new query every 10 s, a small ``[timeout:]`` in every query, and a look

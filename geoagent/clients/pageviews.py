@@ -1,6 +1,6 @@
 """Wikimedia pageviews REST client (per-article totals over a date range).
 
-Source: Wikimedia AQS REST docs (``/metrics/pageviews/per-article``), api-notes.md section 4.
+Source: Wikimedia AQS REST docs (``/metrics/pageviews/per-article``).
 URL: ``{base}/metrics/pageviews/per-article/{project}/{access}/{agent}/{article}/{granularity}/{start}/{end}``
 with the title's spaces as underscores and every reserved character (``/`` too) percent-encoded.
 Days with zero views are omitted from ``items``; a 404 means no data in the whole range and is read as
@@ -86,7 +86,7 @@ class PageviewsClient:
         geoagent.runtime.http.PermanentHTTPError
             On 4xx other than 404 (404 is read as 0 views).
         """
-        # 404 is this endpoint's answer "no data in the range" (api-notes.md section 4), declared as
+        # 404 is this endpoint's answer "no data in the range", declared as
         # expected so the HTTP layer neither raises nor counts it as an API error
         resp = await self.http.request("GET", self.url(title, start, end),
                                        headers={"User-Agent": self.user_agent, "Accept": "application/json"},

@@ -1,7 +1,7 @@
 """Wikidata Query Service (SPARQL) client: one query at a time, a query-time budget, Retry-After honoured.
 
 Sources: W3C SPARQL 1.1 Query Results JSON Format; WDQS User Manual ("Query limits"); Wikitech
-"Wikidata Query Service/Technical interactions"; api-notes.md section 2. Policy encoded here and in
+"Wikidata Query Service/Technical interactions". Policy encoded here and in
 :data:`geoagent.crawl.settings.DEFAULT_POLICIES` (``wdqs``):
 
 * one query in flight per client (an ``asyncio.Lock``; WMF asks for one request at a time);

@@ -1,7 +1,7 @@
 """Wikidata Action API client: ``wbsearchentities`` (name -> candidate items) and ``wbgetentities``
 (items -> labels, aliases, ``instance of`` P31 and coordinates P625).
 
-Wire format and etiquette follow api-notes.md Sec. 3 (Wikibase/API and Manual:Maxlag parameter on
+Wire format and etiquette follow the Wikidata Action API docs (Wikibase/API and Manual:Maxlag parameter on
 mediawiki.org; API:Etiquette):
 
 * every request sends ``format=json`` and ``maxlag=5`` (the recommended value for non-interactive
@@ -31,7 +31,7 @@ from geoagent.clients.cache import ResponseCache
 from geoagent.runtime.http import HostPolicy, HttpClient, HttpResponse, host_key
 
 WIKIDATA_API_URL = "https://www.wikidata.org/w/api.php"
-#: Maximum ids per ``wbgetentities`` request for a client without the bot flag (api-notes Sec. 3).
+#: Maximum ids per ``wbgetentities`` request for a client without the bot flag.
 GETENTITIES_MAX_IDS = 50
 #: Recommended ``maxlag`` for non-interactive requests, seconds (Manual:Maxlag parameter).
 DEFAULT_MAXLAG_S = 5

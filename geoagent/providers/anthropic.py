@@ -1,6 +1,6 @@
 """Anthropic Messages API provider.
 
-Wire format (Claude API docs: Messages, Vision, Errors; ``shared/api-notes.md`` section 8):
+Wire format (Claude API docs: Messages, Vision, Errors):
 
 * ``POST {base_url}/v1/messages`` (base ``https://api.anthropic.com``) with headers ``x-api-key``,
   ``anthropic-version: 2023-06-01`` (``ProviderSettings.anthropic_version``) and

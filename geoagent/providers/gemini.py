@@ -1,6 +1,6 @@
 """Google Gemini ``generateContent`` provider.
 
-Wire format (Gemini API reference ``models.generateContent``; ``shared/api-notes.md`` section 9):
+Wire format (Gemini API reference ``models.generateContent``):
 
 * ``POST {base_url}/v1beta/models/{model}:generateContent`` (base
   ``https://generativelanguage.googleapis.com``) with the key in the ``x-goog-api-key`` header (never

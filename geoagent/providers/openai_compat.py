@@ -1,6 +1,6 @@
 """OpenAI-compatible Chat Completions provider (OpenAI, OpenRouter, vLLM, Ollama, other compatible servers).
 
-Wire format (OpenAI API reference, "Create chat completion"; see also ``shared/api-notes.md`` section 7):
+Wire format (OpenAI API reference, "Create chat completion"):
 
 * ``POST {base_url}/chat/completions`` with ``Authorization: Bearer <key>``. Base URLs:
   OpenAI ``https://api.openai.com/v1``, OpenRouter ``https://openrouter.ai/api/v1``,

@@ -1,7 +1,7 @@
 """Local fake of the Anthropic Messages API.
 
 ``POST /v1/messages``. It checks the request as the real API does and answers in the documented shapes
-(Claude API docs: Messages, Vision, Errors; ``shared/api-notes.md`` section 8):
+(Claude API docs: Messages, Vision, Errors):
 
 * Headers: ``x-api-key`` missing -> 401 ``authentication_error`` ("x-api-key header is required");
   unknown -> 401 ``authentication_error`` ("invalid x-api-key"); ``anthropic-version`` missing -> 400

@@ -1,8 +1,7 @@
 """Local fake of the Google Gemini API ``models.generateContent``.
 
 ``POST /v1beta/models/{model}:generateContent``. It checks the request as the real API does and answers in
-the documented shapes (Gemini API reference ``models.generateContent``, ``GenerateContentResponse``;
-``shared/api-notes.md`` section 9):
+the documented shapes (Gemini API reference ``models.generateContent``, ``GenerateContentResponse``):
 
 * Key in the ``x-goog-api-key`` header or the ``key`` query parameter. Missing -> 403
   ``PERMISSION_DENIED`` ("Method doesn't allow unregistered callers ..."); unknown -> 400

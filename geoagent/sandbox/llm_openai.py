@@ -2,8 +2,7 @@
 
 ``POST /v1/chat/completions`` (and ``/chat/completions``, so both ``http://host:port/v1`` and
 ``http://host:port`` work as a provider base URL). It checks the request as the real API does and answers
-in the documented shapes (OpenAI API reference "Create chat completion" and "Error codes";
-``shared/api-notes.md`` section 7):
+in the documented shapes (OpenAI API reference "Create chat completion" and "Error codes"):
 
 * ``Authorization: Bearer <key>``: missing -> 401 (``invalid_request_error``, "You didn't provide an API
   key"); unknown -> 401 ``invalid_api_key`` with the key masked in the message, as OpenAI does.

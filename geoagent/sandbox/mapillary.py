@@ -1,6 +1,6 @@
 """Local fake of the Mapillary Graph API v4 (``/images`` bbox search, ``/{id}``, expiring thumbnails).
 
-Wire format per api-notes.md section 6: ``GET /images?fields=...&bbox=west,south,east,north&limit=N``
+Wire format per the Mapillary API v4 docs: ``GET /images?fields=...&bbox=west,south,east,north&limit=N``
 answers ``{"data": [...]}`` holding ONLY the requested fields (``id`` as a digit string,
 ``computed_geometry``/``geometry`` GeoJSON points ``[lon, lat]``, ``captured_at`` epoch ms,
 ``compass_angle``, ``is_pano``, ``camera_type``, ``thumb_*_url``); no pagination; at most ``limit``

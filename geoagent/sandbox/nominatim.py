@@ -1,6 +1,6 @@
 """Local fake of Nominatim's ``/search`` (``format=jsonv2`` and ``json``), backed by a gazetteer.
 
-Reproduces api-notes.md Sec. 5 (Nominatim "Place Output" docs; OSMF usage policy):
+Reproduces the Nominatim API (its "Place Output" docs; OSMF usage policy):
 
 * ``GET /search?q=..&format=jsonv2&limit=..`` answers a JSON **array** (``[]`` with HTTP 200 when
   nothing matches). Each place has ``place_id`` (number), ``licence``, ``osm_type``, ``osm_id``, ``lat``

@@ -1,6 +1,6 @@
 """Local fake of the Overpass API (``/api/interpreter`` JSON, ``/api/status`` text), with its failure shapes.
 
-Speaks the wire format of api-notes.md section 1: form-encoded ``data=<QL>`` (or the raw QL as the body,
+Speaks the wire format of the Overpass API (user manual): form-encoded ``data=<QL>`` (or the raw QL as the body,
 as overpy sends it, or ``GET ?data=``); ``[out:json]`` answers with ``version``, ``generator``, ``osm3s``
 and ``elements`` and ``Content-Type: application/json`` exactly. It understands the two query shapes
 the project sends (place nodes around a point; named highways around a point) and answers others with

