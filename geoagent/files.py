@@ -138,3 +138,26 @@ def append_jsonl(path: str | Path, records: Any, *, fsync: bool = True) -> None:
         f.flush()
         if fsync:
             os.fsync(f.fileno())
+
+
+def iter_jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of the JSONL file ``path`` (numbers from 1).
+
+    Raises
+    ------
+    ValueError
+        A line that is not JSON, or not a JSON object, naming ``path:line``.
+    OSError
+        The file cannot be read.
+    """
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not JSON ({exc})") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj

@@ -50,3 +50,17 @@ def test_progress_stream_after_a_torn_line_reads_the_new_record(tmp_path):
         fh.write(b'{"t": 2, "sta')
     append_jsonl(path, [{"t": 3}], fsync=False)
     assert read_last(path) == {"t": 3}
+
+
+def test_iter_jsonl_objects_numbers_lines_skips_blanks_and_names_the_bad_line(tmp_path):
+    from geoagent.files import iter_jsonl_objects
+
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n')
+    assert list(iter_jsonl_objects(path)) == [(1, {"a": 1}), (3, {"a": 2})]
+    path.write_bytes(b'{"a": 1}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"log\.jsonl:2: expected a JSON object, got list"):
+        list(iter_jsonl_objects(path))
+    path.write_bytes(b'{"a": 1}\n{"a": 2, "tor\n')
+    with pytest.raises(ValueError, match=r"log\.jsonl:2: not JSON"):
+        list(iter_jsonl_objects(path))

@@ -24,7 +24,7 @@ from geoagent.crawl.fetcher import METADATA_FILE
 from geoagent.crawl.image_audit import read_human_verdicts
 from geoagent.crawl.ladder import band_for, tier_for
 from geoagent.data.model import Image, ReferencePoint, Site
-from geoagent.files import atomic_open
+from geoagent.files import atomic_open, iter_jsonl_objects
 
 IMAGES_COLUMNS = ("image_id", "site", "lat", "lon", "captured_at", "compass_angle_deg", "path", "usable")
 
@@ -182,18 +182,7 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
         path = state_dir / f"{name}.jsonl"
         if not path.is_file():
             continue
-        rows = []
-        with path.open("rb") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{i}: not JSON ({exc})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
-                rows.append((str(i), row))
+        rows = [(str(i), row) for i, row in iter_jsonl_objects(path)]
         frames.append((name, rows_to_frame(rows).drop("key")))
     written = []
     for name, df in frames:

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from geoagent import constants as C
+from geoagent.files import iter_jsonl_objects
 from geoagent.geohint.placenames import fold, is_linear_name
 
 KINDS = ("building", "area", "city", "linear")
@@ -282,20 +283,7 @@ class Gazetteer:
         ValueError
             On a line that is not a JSON object or lacks a field (message names file and line).
         """
-        entries = []
-        with open(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError as exc:
-                    raise ValueError(f"{where}: not JSON ({exc})") from None
-                if not isinstance(obj, dict):
-                    raise ValueError(f"{where}: expected a JSON object")
-                entries.append(GazetteerEntry.from_json(obj, where=where))
-        return cls(entries)
+        return cls([GazetteerEntry.from_json(obj, where=f"{path}:{lineno}") for lineno, obj in iter_jsonl_objects(path)])
 
     def to_jsonl(self, path: str | os.PathLike[str]) -> None:
         """Write the entries as JSONL (one object per line, QID order)."""
