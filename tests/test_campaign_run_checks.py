@@ -216,21 +216,29 @@ def _stop(proc: subprocess.Popen) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def _watch_then_stop(cfg_path: Path, *args: str, until=None, what: str = "the watched campaign did not finish",
+                     settle_s: float = 0.0) -> tuple[int, str, str]:
+    """Start ``run --watch`` (plus ``args``), wait for its banner, then until ``until()`` is true (60 s at most)
+    or ``settle_s`` seconds, and send SIGINT; return (exit code, stdout, stderr). The process never outlives it."""
+    proc = _start_watch(cfg_path, *args)
+    try:
+        _read_banner(proc)
+        deadline = time.monotonic() + 60
+        while until is not None and not until():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.2)
+        time.sleep(settle_s)
+        return _stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_watch_process_stopped_once_drained_ends_complete(tmp_path):
     n = 20
     cfg_path = _write(tmp_path, "watchdone", _sim(), cap=1.0, n=n)
     cfg = load_config(cfg_path)
-    proc = _start_watch(cfg_path)
-    try:
-        _read_banner(proc)
-        deadline = time.monotonic() + 60
-        while not _done(cfg, n):
-            assert time.monotonic() < deadline, "the watched campaign did not finish"
-            time.sleep(0.2)
-        code, out, err = _stop(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code, out, err = _watch_then_stop(cfg_path, until=lambda: _done(cfg, n))
     assert code == EXIT_COMPLETE, err[-2000:]
     assert "campaign watchdone: complete" in out
     assert read_manifest(cfg.state_dir())["runs"][-1]["status"] == "complete"
@@ -241,31 +249,15 @@ def test_watch_process_stopped_with_upstream_work_left_is_interrupted(tmp_path):
     # caller, so the collector's upstream still has every task ready when the signal comes
     cfg_path = _write(tmp_path, "watchbusy", _sim(), cap=1.0, n=30)
     cfg = load_config(cfg_path)
-    proc = _start_watch(cfg_path, "--stages", "collector")
-    try:
-        _read_banner(proc)
-        time.sleep(0.3)
-        code, out, err = _stop(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code, out, err = _watch_then_stop(cfg_path, "--stages", "collector", settle_s=0.3)
     assert code == EXIT_INTERRUPTED, err[-2000:]
     assert read_manifest(cfg.state_dir())["runs"][-1]["status"] == "interrupted"
     # the same collector process stopped once the requests were answered (by a model-caller process) ends 0
     first = subprocess.run([sys.executable, str(REPO / "run.py"), "run", str(cfg_path), "--stages", "model_caller",
                             "--no-live"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert first.returncode == EXIT_COMPLETE, first.stderr[-2000:]
-    proc = _start_watch(cfg_path, "--stages", "collector")
-    try:
-        _read_banner(proc)
-        deadline = time.monotonic() + 60
-        while not _done(cfg, 30):
-            assert time.monotonic() < deadline, "the collector did not drain its input"
-            time.sleep(0.2)
-        code, out, err = _stop(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code, out, err = _watch_then_stop(cfg_path, "--stages", "collector", until=lambda: _done(cfg, 30),
+                                      what="the collector did not drain its input")
     assert code == EXIT_COMPLETE, err[-2000:]
     assert read_manifest(cfg.state_dir())["runs"][-1]["status"] == "complete"
 

@@ -10,9 +10,7 @@ admission rule of Sec. 3.2.1, and each ladder row's entity, distance and band.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import math
 import re
 import statistics
 import tomllib
@@ -20,23 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from _reference import csv_rows, haversine_km
 from geoagent.cli import main
 from geoagent.sandbox.launch import FAKES, WORLD_FAKES, fake_name, request_counts
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
 CAMPAIGN = "crawl-sandbox"
-
-
-def _hav_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2
-    return 2 * 6371.0088 * math.asin(math.sqrt(a))
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -50,12 +38,12 @@ def _expected_screening(world, city: dict) -> tuple[int, float]:
     nodes (neighbourhood/suburb/quarter) within 6 km minus the chome addressing units, median
     nearest-neighbour haversine distance."""
     c_lat, c_lon = city["lat"], city["lon"]
-    persp = sum(1 for im in world.images if not im.is_pano and _hav_km(im.lat, im.lon, c_lat, c_lon) <= 1.0)
+    persp = sum(1 for im in world.images if not im.is_pano and haversine_km(im.lat, im.lon, c_lat, c_lon) <= 1.0)
     nodes = [(el["lat"], el["lon"]) for el in world.overpass_elements
              if el["tags"].get("place") in ("neighbourhood", "suburb", "quarter")
-             and _hav_km(el["lat"], el["lon"], c_lat, c_lon) <= 6.0
+             and haversine_km(el["lat"], el["lon"], c_lat, c_lon) <= 6.0
              and not re.search(r"chome|丁目", el["tags"].get("name", ""))]
-    nn = [min(_hav_km(a, b, c, d) for j, (c, d) in enumerate(nodes) if j != i) for i, (a, b) in enumerate(nodes)]
+    nn = [min(haversine_km(a, b, c, d) for j, (c, d) in enumerate(nodes) if j != i) for i, (a, b) in enumerate(nodes)]
     return persp, statistics.median(nn)
 
 
@@ -96,7 +84,7 @@ def test_crawl_sandbox_config_runs_offline_and_resumes_without_requests(isolated
 
     world = demo_world()
     cities = {c["city"]: c for c in world.cities}
-    pool = {r["city"]: r for r in _rows(crawl_dir / "city_pool.csv")}
+    pool = {r["city"]: r for r in csv_rows(crawl_dir / "city_pool.csv")}
     assert set(pool) == {"Sandbox City", "Sprawl Town", "Mirror Bay"}
     for name, row in pool.items():
         persp, l_km = _expected_screening(world, cities[name])
@@ -106,7 +94,7 @@ def test_crawl_sandbox_config_runs_offline_and_resumes_without_requests(isolated
         assert row["eligible"] == str(admitted), name
     assert {n for n, r in pool.items() if r["eligible"] == "True"} == {"Sandbox City", "Mirror Bay"}
 
-    sites = _rows(crawl_dir / "sites.csv")
+    sites = csv_rows(crawl_dir / "sites.csv")
     assert sites and {s["city"] for s in sites} == {"Sandbox City", "Mirror Bay"}
     entities = {e.qid: e for e in world.entities}
     band_re = re.compile(r"^([0-9.]+)-([0-9.]+)km$")
@@ -114,20 +102,20 @@ def test_crawl_sandbox_config_runs_offline_and_resumes_without_requests(isolated
     assert len(ladders) == len(sites)
     for s in sites:
         c = cities[s["city"]]
-        assert _hav_km(float(s["lat"]), float(s["lon"]), c["lat"], c["lon"]) <= 3.0  # sites within 3 km
+        assert haversine_km(float(s["lat"]), float(s["lon"]), c["lat"], c["lon"]) <= 3.0  # sites within 3 km
         assert s["qid"] in entities
         files = [p for p in ladders if p.name.startswith(s["site"] + "_ladder_")]
         assert len(files) == 1, (s["site"], [p.name for p in ladders])
-        rows = _rows(files[0])
+        rows = csv_rows(files[0])
         assert 0 < len(rows) <= 18  # 3 bands x 3 tiers x 2 draws per cell
         for r in rows:
             e = entities[r["qid"]]
-            d = _hav_km(float(s["lat"]), float(s["lon"]), e.lat, e.lon)
+            d = haversine_km(float(s["lat"]), float(s["lon"]), e.lat, e.lon)
             assert float(r["dist_km"]) == pytest.approx(d, abs=0.0015), r
             lo, hi = map(float, band_re.match(r["band"]).groups())
             assert lo <= float(r["dist_km"]) <= hi, r
             assert r["name_en"] == e.label
-    images = _rows(crawl_dir / "images.csv")
+    images = csv_rows(crawl_dir / "images.csv")
     assert images and all((state_root / "images" / im["path"]).is_file() for im in images)
     with open_campaign_state(CAMPAIGN, root=state_root, recover=False) as st:
         calls_first = st.ledger.summary().calls

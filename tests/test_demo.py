@@ -11,9 +11,7 @@ planned request counts against the trial table and the ladders.
 
 from __future__ import annotations
 
-import csv
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -24,23 +22,14 @@ from pathlib import Path
 
 import pytest
 
+from _reference import csv_rows, haversine_km
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "geoagent" / "configs"
 CAMPAIGNS = ("demo-crawl", "demo-geoverify", "demo-geohint")
 DECOY_EDGES_KM = (0.15, 0.3, 0.7, 1.5, 3.0, 6.0)
 
 pytestmark = pytest.mark.slow  # two full demo runs (about 30-60 s on 2 cores)
-
-
-def _haversine_km(lat1, lon1, lat2, lon2):
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    a = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2
-    return 2 * 6371.0088 * math.asin(math.sqrt(a))
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _run_demo(clone: Path, workdir: Path) -> tuple[subprocess.CompletedProcess, float]:
@@ -121,32 +110,32 @@ def test_demo_completes_offline_in_time_and_summarises_every_stage(demo):
 
 def test_crawl_screens_samples_and_builds_ladders(demo):
     crawl = demo["work"] / "state" / "demo-crawl"
-    pool = {r["city"]: r for r in _rows(crawl / "city_pool.csv")}
+    pool = {r["city"]: r for r in csv_rows(crawl / "city_pool.csv")}
     assert pool["Sandbox City"]["eligible"] == "True" and pool["Sprawl Town"]["eligible"] == "False"
-    sites = _rows(crawl / "sites.csv")
+    sites = csv_rows(crawl / "sites.csv")
     assert {s["city"] for s in sites} == {"Sandbox City", "Mirror Bay"}
     assert len({s["continent"] for s in sites}) == 2
     ladders = sorted((crawl / "ladders").glob("*.csv"))
     assert {p.name.split("_ladder")[0] for p in ladders} == {s["site"] for s in sites}
     for p in ladders:
-        for r in _rows(p):
+        for r in csv_rows(p):
             d, fam = float(r["dist_km"]), int(r["familiarity"])
             band = "0.5-1.5km" if 0.5 <= d < 1.5 else "1.5-3.0km" if 1.5 <= d < 3.0 else "3.0-6.0km" if 3.0 <= d < 6.0 else None
             assert r["band"] == band and r["tier"] == ("high" if fam >= 4 else "mid" if fam >= 2 else "low")
-    images = [r for r in _rows(crawl / "images.csv") if r["usable"] == "True"]
+    images = [r for r in csv_rows(crawl / "images.csv") if r["usable"] == "True"]
     assert images and all((demo["work"] / "state" / "images" / r["path"]).is_file() for r in images)
 
 
 def test_geoverify_trials_are_built_from_crawled_coordinates(demo):
     crawl = demo["work"] / "state" / "demo-crawl"
-    trials = _rows(crawl / "verify_trials.csv")
-    continent = {s["site"]: s["continent"] for s in _rows(crawl / "sites.csv")}
+    trials = csv_rows(crawl / "verify_trials.csv")
+    continent = {s["site"]: s["continent"] for s in csv_rows(crawl / "sites.csv")}
     site_of_image = {t["image_id"]: t["site"] for t in trials}
     arms = {t["arm"] for t in trials}
     assert arms == {"main", "ctrl_mismatch", "ctrl_noimage"}
     bands = set()
     for t in trials:
-        d = _haversine_km(float(t["img_lat"]), float(t["img_lon"]), float(t["cand_lat"]), float(t["cand_lon"]))
+        d = haversine_km(float(t["img_lat"]), float(t["img_lon"]), float(t["cand_lat"]), float(t["cand_lon"]))
         assert abs(d - float(t["d_km"])) < 1e-3
         if t["arm"] != "main":
             assert t["truth"] == "no"
@@ -166,7 +155,7 @@ def test_ledgers_match_prices_and_plans(demo):
     state = demo["work"] / "state"
     ledgers = demo["ledgers_first"]
     assert ledgers is not None
-    trials = _rows(state / "demo-crawl" / "verify_trials.csv")
+    trials = csv_rows(state / "demo-crawl" / "verify_trials.csv")
     # GeoVerify: one request per trial x model (two models, no sampling) and one paid call per request:
     # blank-field trials of one candidate on several images are separate trials with their own request key
     assert _planned(demo["first"].stdout, "demo-geoverify") == 2 * len(trials)
@@ -178,7 +167,7 @@ def test_ledgers_match_prices_and_plans(demo):
     for t in trials:
         if t["arm"] == "main":
             per_site_images.setdefault(t["site"], set()).add(t["image_id"])
-    ladders = {p.name.split("_ladder")[0]: len(_rows(p)) for p in (state / "demo-crawl" / "ladders").glob("*.csv")}
+    ladders = {p.name.split("_ladder")[0]: len(csv_rows(p)) for p in (state / "demo-crawl" / "ladders").glob("*.csv")}
     n_ctx = len(gh["conditions"]) - 1
     want = sum(min(gh["images_per_site"], len(ims)) * (1 + n_ctx * ladders[s]) for s, ims in per_site_images.items())
     assert _planned(demo["first"].stdout, "demo-geohint") == 2 * want
@@ -187,7 +176,7 @@ def test_ledgers_match_prices_and_plans(demo):
     for name, toml in (("demo-geoverify", "demo_geoverify.toml"), ("demo-geohint", "demo_geohint.toml")):
         doc = tomllib.loads((CONFIGS / toml).read_text(encoding="utf-8"))
         price = {m["name"]: (m["price_input_usd_per_mtok"], m["price_output_usd_per_mtok"]) for m in doc["models"]}
-        rows = _rows(state / name / "model_responses.csv")
+        rows = csv_rows(state / name / "model_responses.csv")
         assert len(rows) == ledgers[name][1]
         total = sum((int(r["input_tokens"]) * price[r["model"]][0] + int(r["output_tokens"]) * price[r["model"]][1]) / 1e6
                     for r in rows)
@@ -212,14 +201,14 @@ def test_geohint_answers_geocode_to_sandbox_places(demo):
     error_km is the haversine from the resolved place to the site, answers naming the site's landmark
     resolve to it at building level, and hit = error < 1 km at a level finer than city."""
     state = demo["work"] / "state"
-    sites = {r["site"]: r for r in _rows(state / "demo-crawl" / "sites.csv")}
-    rows = _rows(state / "demo-geohint" / "geohint_scored.csv")
+    sites = {r["site"]: r for r in csv_rows(state / "demo-crawl" / "sites.csv")}
+    rows = csv_rows(state / "demo-geohint" / "geohint_scored.csv")
     assert rows
     n_landmark = 0
     for r in rows:
         s = sites[r["site"]]
         if r["lat"] and r["lon"]:
-            d = _haversine_km(float(r["lat"]), float(r["lon"]), float(s["lat"]), float(s["lon"]))
+            d = haversine_km(float(r["lat"]), float(r["lon"]), float(s["lat"]), float(s["lon"]))
             assert abs(d - float(r["error_km"])) < 1e-6
         hit = bool(r["error_km"]) and float(r["error_km"]) < 1.0 and r["resolved_level"] in ("building", "area")
         assert (r["hit"] == "true") == hit, r

@@ -9,7 +9,6 @@ the children); the checks count those server-side arrivals with numpy, independe
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import sqlite3
@@ -21,6 +20,7 @@ from urllib.parse import parse_qs
 import numpy as np
 import pytest
 
+from _hostshare_procs import REPO, Children
 from geoagent.runtime.hostshare import POLL_S, HostShare, board_path, share_policy
 from geoagent.runtime.http import HostPolicy, HttpClient, _throttle_params, host_key
 from geoagent.sandbox.echo import SCRIPT_KEY, make_app
@@ -28,8 +28,6 @@ from geoagent.sandbox.faults import FAULTS_KEY
 from _windows import max_in_window
 from geoagent.sandbox.server import serve
 
-REPO = Path(__file__).resolve().parents[1]
-CHILD = Path(__file__).resolve().parent / "_hostshare_child.py"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pid/start-time liveness and a system-wide monotonic clock are Linux's")
 
@@ -52,29 +50,6 @@ def test_share_policy_hand_cases():
 
 def _tag(rec) -> str:
     return parse_qs(rec.query)["w"][0]
-
-
-class Children:
-    """Start/kill child processes; collect their output."""
-
-    def __init__(self) -> None:
-        self.procs: dict[str, asyncio.subprocess.Process] = {}
-        self.started: dict[str, float] = {}
-
-    async def start(self, tag: str, **opt) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.procs[tag] = await asyncio.create_subprocess_exec(
-            sys.executable, str(CHILD), json.dumps({"tag": tag, **opt}), cwd=str(REPO), env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-        self.started[tag] = time.monotonic()
-
-    async def finish(self) -> dict[str, tuple[int, str, str]]:
-        out = {}
-        for tag, p in self.procs.items():
-            so, se = await asyncio.wait_for(p.communicate(), timeout=60)
-            out[tag] = (p.returncode, so.decode(errors="replace"), se.decode(errors="replace")[-3000:])
-        return out
 
 
 async def _wait_for_tags(app, tags: set[str], timeout_s: float = 30.0) -> None:

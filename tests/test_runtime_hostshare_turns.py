@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import sqlite3
 import sys
@@ -23,6 +22,7 @@ from urllib.parse import parse_qs
 import numpy as np
 import pytest
 
+from _hostshare_procs import Children
 from geoagent.runtime.hostshare import HostShare, board_path, share_policy, takes_turns, turn_spacing_s
 from geoagent.runtime.http import HostPolicy, HttpClient, _throttle_params, host_key
 from geoagent.sandbox import echo
@@ -32,8 +32,6 @@ from geoagent.sandbox.faults import FAULTS_KEY
 from geoagent.sandbox.gazetteer import Gazetteer
 from geoagent.sandbox.server import serve
 
-REPO = Path(__file__).resolve().parents[1]
-CHILD = Path(__file__).resolve().parent / "_hostshare_child.py"
 GAZETTEER = Path(__file__).resolve().parent / "fixtures" / "gazetteer_geocode.jsonl"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pid/start-time liveness and a system-wide monotonic clock are Linux's")
@@ -65,27 +63,6 @@ def test_which_hosts_take_turns_and_their_spacing():
 
 def _tag(rec: dict) -> str:
     return rec["params"]["w"]
-
-
-class Children:
-    """Start/kill child processes; collect their output."""
-
-    def __init__(self) -> None:
-        self.procs: dict[str, asyncio.subprocess.Process] = {}
-
-    async def start(self, tag: str, **opt) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.procs[tag] = await asyncio.create_subprocess_exec(
-            sys.executable, str(CHILD), json.dumps({"tag": tag, **opt}), cwd=str(REPO), env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-
-    async def finish(self) -> dict[str, tuple[int, str, str]]:
-        out = {}
-        for tag, p in self.procs.items():
-            so, se = await asyncio.wait_for(p.communicate(), timeout=60)
-            out[tag] = (p.returncode, so.decode(errors="replace"), se.decode(errors="replace")[-3000:])
-        return out
 
 
 def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigkill(tmp_path):

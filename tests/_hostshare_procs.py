@@ -1,0 +1,38 @@
+"""Child processes of the host-share tests: each runs ``tests/_hostshare_child.py`` (an HttpClient plus a
+HostShare on one board) with its options as JSON; started, killed and collected from asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD = Path(__file__).resolve().parent / "_hostshare_child.py"
+
+
+class Children:
+    """Start/kill child processes; collect their output (``started``: monotonic start time per tag)."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.started: dict[str, float] = {}
+
+    async def start(self, tag: str, **opt) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.procs[tag] = await asyncio.create_subprocess_exec(
+            sys.executable, str(CHILD), json.dumps({"tag": tag, **opt}), cwd=str(REPO), env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        self.started[tag] = time.monotonic()
+
+    async def finish(self) -> dict[str, tuple[int, str, str]]:
+        """Wait for every child (60 s each at most); ``{tag: (exit code, stdout, last 3,000 chars of stderr)}``."""
+        out = {}
+        for tag, p in self.procs.items():
+            so, se = await asyncio.wait_for(p.communicate(), timeout=60)
+            out[tag] = (p.returncode, so.decode(errors="replace"), se.decode(errors="replace")[-3000:])
+        return out
