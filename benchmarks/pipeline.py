@@ -184,7 +184,7 @@ async def _pipeline(base: str, n: int, concurrency: int, work: Path, export: boo
 
 def child_main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("raw", "pipeline"))
+    ap.add_argument("mode", choices=("raw", "pipeline", "floor"))
     ap.add_argument("--base", required=True)
     ap.add_argument("-n", type=int, required=True)
     ap.add_argument("-c", type=int, required=True)
@@ -198,6 +198,11 @@ def child_main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.WARNING)
     if a.mode == "raw":
         coro = _raw(a.base, a.n, a.c)
+    elif a.mode == "floor":
+        from floor import run_floor  # benchmarks/floor.py (this folder is on sys.path when run as a script)
+
+        coro = run_floor(a.base, a.n, a.c, Path(a.work), prompt=PROMPT, model_id=MODEL_ID,
+                         max_output_tokens=MAX_OUTPUT_TOKENS)
     else:
         coro = _pipeline(a.base, a.n, a.c, Path(a.work), not a.no_export, a.stages.split(",") if a.stages else None)
     if a.profile:
@@ -308,6 +313,8 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     ap.add_argument("--callers", type=int, default=1,
                     help="model-caller processes sharing the queues (scale-out over cores; default 1)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the durable floor (benchmarks/floor.py: the least durable work per call) in the same run")
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="simulated model time per call in ms (default 0: measures pure overhead, the hard case)")
     a = ap.parse_args()
@@ -327,6 +334,19 @@ def main() -> int:
                 print(f"raw      n={n:>9,}  {raw['calls_per_s']:9.0f} calls/s  ({raw['elapsed_s']:.1f} s, "
                       f"errors {raw['errors']}, peak RSS {raw['peak_rss_mib']:.0f} MiB, client CPU {1e6 * raw['cpu_s'] / max(1, n):.0f} us/call, "
                       f"server CPU {raw['server_cpu_us'] or 0:.0f} us/call)", flush=True)
+            floor = None
+            if a.floor:
+                fwork = Path(tempfile.mkdtemp(prefix=f"geoagent-floor-{n}-", dir=os.environ.get("GEOAGENT_BENCH_DIR")))
+                srv0 = process_cpu_s(server.pid)
+                try:
+                    floor = run_child("floor", base, n, a.concurrency, work=fwork)
+                finally:
+                    shutil.rmtree(fwork, ignore_errors=True)
+                floor["server_cpu_us"] = _server_cpu_us(server.pid, srv0, n)
+                print(f"floor    n={n:>9,}  {floor['calls_per_s']:9.0f} calls/s  ({floor['elapsed_s']:.1f} s, "
+                      f"errors {floor['errors']}, calls {floor['calls']:,}, peak RSS {floor['peak_rss_mib']:.0f} MiB, "
+                      f"client CPU {1e6 * floor['cpu_s'] / max(1, n):.0f} us/call, server CPU {floor['server_cpu_us'] or 0:.0f} us/call)",
+                      flush=True)
             work = Path(tempfile.mkdtemp(prefix=f"geoagent-bench-{n}-", dir=os.environ.get("GEOAGENT_BENCH_DIR")))
             srv0 = process_cpu_s(server.pid)
             try:
@@ -343,7 +363,11 @@ def main() -> int:
                   f"client CPU {1e6 * pipe['cpu_s'] / max(1, n):.0f} us/call, server CPU {pipe['server_cpu_us'] or 0:.0f} us/call)",
                   flush=True)
             row = {"n": n, "concurrency": a.concurrency, "callers": a.callers, "latency_ms": a.latency_ms, "export": not a.no_export,
-                   "pipeline": pipe, "raw": raw}
+                   "pipeline": pipe, "raw": raw, "floor": floor}
+            if raw and floor:
+                row["floor_ratio"] = floor["calls_per_s"] / raw["calls_per_s"]
+                print(f"floor    n={n:>9,}  floor / raw {row['floor_ratio']:.3f} (the durable minimum of benchmarks/floor.py; "
+                      f"compare with the pipeline's ratio below)", flush=True)
             if raw:
                 row["ratio"] = pipe["calls_per_s"] / raw["calls_per_s"]
                 print(f"ratio    n={n:>9,}  {row['ratio']:.3f}  (target >= 0.7: {'met' if row['ratio'] >= 0.7 else 'NOT met'})",
