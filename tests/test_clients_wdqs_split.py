@@ -146,3 +146,15 @@ def _box_query(box):
     from geoagent.clients.wdqs import around_query
 
     return around_query(LAT0, LON0, 6.0, limit=1, offset=0, box=box)
+
+
+def test_box_reach_check_across_the_antimeridian():
+    """The far-box check measures to the nearer edge, also across +-180 degrees (hand-computed cases)."""
+    from geoagent.clients.wdqs import _box_reaches_circle
+
+    # centre at 179.99 E on the equator: a box starting at 180 W (= 180 E) is 0.01 deg = 1.11 km away
+    assert _box_reaches_circle((-180.0, -0.1, -179.9, 0.1), 0.0, 179.99, 2.0)
+    assert not _box_reaches_circle((-180.0, -0.1, -179.9, 0.1), 0.0, 179.99, 1.0)
+    # the same box seen from 179.9 W's far side (0.5 deg = 55.6 km east of its east edge)
+    assert not _box_reaches_circle((-180.0, -0.1, -179.9, 0.1), 0.0, -179.4, 50.0)
+    assert _box_reaches_circle((-180.0, -0.1, -179.9, 0.1), 0.0, -179.4, 56.0)

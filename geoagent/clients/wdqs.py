@@ -276,7 +276,10 @@ def _box_reaches_circle(box: Box, lat: float, lon: float, radius_km: float) -> b
     service's distance)."""
     w, s, e, n = box
     near_lat = min(max(lat, s), n)
-    near_lon = min(max(lon, w), e)
+    if w <= lon <= e:
+        near_lon = lon
+    else:  # the nearer edge, across the antimeridian too (a centre at 179.9 is 0.1 deg from a box at -180)
+        near_lon = min((w, e), key=lambda x: abs((lon - x + 180.0) % 360.0 - 180.0))
     return haversine_km(lat, lon, near_lat, near_lon) <= radius_km * 1.01 + 0.05
 
 
