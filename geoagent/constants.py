@@ -58,6 +58,7 @@ RESULTS_CSV = "results.csv"
 REPORT_DIR = "report"
 AUDIT_DECISIONS_FILE = "audit_decisions.jsonl"
 AUDIT_SENSITIVE_FILE = "audit_sensitive.jsonl"
+CRAWL_DECISIONS_FILE = "crawl_decisions.jsonl"  # a crawl's own decisions (e.g. WDQS spatial splits), one JSON per line
 IMAGES_DIR = "images"  # state/images/<site>/<image_id>.jpg
 EXPORT_DIR = "export"  # state/<campaign>/export/: a crawl's tables as Parquet and CSV (run.py export)
 

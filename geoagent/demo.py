@@ -2,9 +2,9 @@
 
 What it does (every step is the code path of a real campaign; only the URLs point at local fakes):
 
-1. starts, in this process on 127.0.0.1, the sandbox world's Overpass, WDQS, pageviews and Mapillary fakes
-   (:mod:`geoagent.sandbox.city`) and, per campaign, the fakes its config names on ``*.sandbox.invalid``
-   hosts (:mod:`geoagent.sandbox.launch`): an OpenAI-compatible model server
+1. starts, in this process on 127.0.0.1, per campaign the fakes its config names on ``*.sandbox.invalid``
+   hosts (:mod:`geoagent.sandbox.launch`): for the crawl the sandbox world's Overpass, WDQS, pageviews and
+   Mapillary fakes (:mod:`geoagent.sandbox.city`, serving :func:`demo_world`), an OpenAI-compatible model server
    (:mod:`geoagent.sandbox.llm_openai`, answering through the simulated responders) and, for GeoHint, the
    Wikidata and Nominatim fakes, whose gazetteer is the sandbox world's places
    (:func:`geoagent.integrate.gazetteer_from_world`);
@@ -53,6 +53,9 @@ MIRROR = {"city": "Mirror Bay", "country": "MB", "continent": "AS", "dlon_deg": 
 #: the demo's own variable holding the sandbox Mapillary token (any ``MLY|...`` value passes the fake)
 MAPILLARY_TOKEN_ENV = "GEOAGENT_DEMO_MAPILLARY_TOKEN"
 SANDBOX_MAPILLARY_TOKEN = "MLY|sandbox|demo"
+#: the crawl template's endpoints: names of the sandbox world's fakes, served by :func:`geoagent.sandbox.launch.launch`
+SANDBOX_ENDPOINTS = {"overpass_url": "http://overpass.sandbox.invalid/api", "wdqs_url": "http://wdqs.sandbox.invalid/sparql",
+                     "pageviews_url": "http://pageviews.sandbox.invalid", "mapillary_url": "http://mapillary.sandbox.invalid"}
 #: host limits for the local fakes ([hosts] table): loopback servers, not the public APIs, whose usage
 #: policies stay the defaults of a real run
 LOCAL_HOST_POLICY = {"rate": 1000.0, "period_s": 1.0, "concurrency": 8, "max_attempts": 5, "backoff_base_s": 0.02,
@@ -305,9 +308,8 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     from geoagent.data.importer import import_release
     from geoagent.engine import EXIT_INTERRUPTED, run_campaign
     from geoagent.geohint import simulate as gh_sim
-    from geoagent.integrate import gazetteer_from_world, hosts_of, write_verify_trials
+    from geoagent.integrate import gazetteer_from_world, write_verify_trials
     from geoagent.report.geoverify import TABLE_TXT
-    from geoagent.sandbox.city import serve_world
     from geoagent.sandbox.launch import launch
     from geoagent.sandbox.responders import load_builtin_responders
 
@@ -320,24 +322,19 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     def say(text: str = "") -> None:
         print(text, file=out, flush=True)
 
-    async with serve_world(world) as sb:
-        ep = sb["endpoints"]
-        values = {"overpass_url": ep["overpass"], "wdqs_url": ep["wdqs"], "pageviews_url": ep["pageviews"],
-                  "mapillary_url": ep["mapillary"]}
-        crawl_hosts = hosts_of(ep.values())
-        say(f"geoagent demo: {len(world.cities)} candidate cities in the sandbox world; local fakes on 127.0.0.1 "
-            "(Overpass, WDQS, pageviews, Mapillary; per campaign an OpenAI-compatible model server, and for "
-            "GeoHint Wikidata and Nominatim)")
+    say(f"geoagent demo: {len(world.cities)} candidate cities in the sandbox world; local fakes on 127.0.0.1 "
+        "(Overpass, WDQS, pageviews, Mapillary; per campaign an OpenAI-compatible model server, and for "
+        "GeoHint Wikidata and Nominatim)")
 
-        # 1. crawl ---------------------------------------------------------------------------------
-        crawl_cfg = demo_config("demo_crawl", values, hosts=crawl_hosts, cities=world.cities)
-        crawl_dir = crawl_cfg.state_dir()
-        images_dir = crawl_cfg.state_root() / C.IMAGES_DIR
-        values |= {"crawl_dir": str(crawl_dir.resolve()), "images_dir": str(images_dir.resolve())}
-        say("\n[1/3] crawl of the sandbox world (screen, sample, fetch, audit, rate, ladders) ...")
-        with _env({MAPILLARY_TOKEN_ENV: os.environ.get(MAPILLARY_TOKEN_ENV) or SANDBOX_MAPILLARY_TOKEN}):
-            async with launch(crawl_cfg) as cfg:
-                crawl = await run_campaign(cfg, live=live, handle_signals=handle_signals, export=False)
+    # 1. crawl: its endpoints name the sandbox fakes, which launch() serves from demo_world() ------------
+    crawl_cfg = demo_config("demo_crawl", SANDBOX_ENDPOINTS, cities=world.cities)
+    crawl_dir = crawl_cfg.state_dir()
+    images_dir = crawl_cfg.state_root() / C.IMAGES_DIR
+    values = {"crawl_dir": str(crawl_dir.resolve()), "images_dir": str(images_dir.resolve())}
+    say("\n[1/3] crawl of the sandbox world (screen, sample, fetch, audit, rate, ladders) ...")
+    with _env({MAPILLARY_TOKEN_ENV: os.environ.get(MAPILLARY_TOKEN_ENV) or SANDBOX_MAPILLARY_TOKEN}):
+        async with launch(crawl_cfg) as cfg:
+            crawl = await run_campaign(cfg, live=live, handle_signals=handle_signals, export=False)
     say(crawl.summary())
     outcomes = [("crawl", crawl_cfg, crawl)]
     if crawl.exit_code != 0:

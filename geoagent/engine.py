@@ -122,6 +122,12 @@ class CampaignKind(abc.ABC):
         """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
         return {}
 
+    def required_keys(self, cfg: Any) -> list[tuple[str, str]]:
+        """``(variable NAME, what needs it)`` for every secret the kind's own API clients need besides the
+        ``[[models]]`` keys (e.g. the crawl's Mapillary token); :func:`check_keys` looks them all up before
+        a run creates anything."""
+        return []
+
 
 def load_kind(kind: str) -> CampaignKind:
     """Instantiate the campaign kind ``kind`` (raises ``KeyError`` naming the known kinds)."""
@@ -205,6 +211,26 @@ def usd(amount: float | None) -> str:
     from geoagent.status import format_usd
 
     return format_usd(amount)
+
+
+def check_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None = None) -> None:
+    """Look up every key a run needs (the paid models' ``api_key_env`` and the kind's
+    :meth:`CampaignKind.required_keys`) in the environment and ``.env``, before anything is created.
+
+    Raises
+    ------
+    geoagent.secrets.SecretNotFound
+        One message naming every missing variable and what needs it (never a value); the CLI exits 2.
+    ValueError
+        A configured name is not a valid variable name, or a value holds control characters.
+    """
+    from geoagent.secrets import SecretNotFound, lookup_secret, missing_api_keys, missing_keys_message
+
+    missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
+    others = [(var, who) for var, who in kind.required_keys(cfg)
+              if lookup_secret(var, dotenv_path=dotenv_path) is None]
+    if missing or others:
+        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path, others=others))
 
 
 def check_state_matches_queues(cfg: Any) -> None:
@@ -387,20 +413,24 @@ async def run_campaign(
         Daemon mode: keep polling the queues instead of finishing when they drain.
 
     URLs on ``*.sandbox.invalid`` hosts start the local fake APIs in-process for the run
-    (:mod:`geoagent.sandbox.launch`). A run that fails before its plan is enqueued (a missing key, a bad
-    plan) removes the state folder it created (:func:`discard_unstarted_state`).
+    (:mod:`geoagent.sandbox.launch`). Every key the run needs is looked up first (:func:`check_keys`; not for
+    a dry run), so a missing one creates nothing. A run that fails later but before its plan is enqueued
+    (a bad plan) removes the state folder it created (:func:`discard_unstarted_state`).
     """
     from geoagent.sandbox.launch import launch
 
     t0 = time.monotonic()
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
+    if not simulate:
+        check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     try:
         with run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg)):
             async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate) as ctx:
                 ctx.services["config_as_written"] = written
+                ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
                                      only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
     except BaseException:

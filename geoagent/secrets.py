@@ -238,16 +238,20 @@ def missing_api_keys(
     return out
 
 
-def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | os.PathLike[str] | None = None) -> str:
+def missing_keys_message(missing: list[tuple[str, str]], *, dotenv_path: str | os.PathLike[str] | None = None,
+                         others: list[tuple[str, str]] | tuple[()] = ()) -> str:
     """One sentence naming every missing variable (and the models that need it), never a value.
 
     ``missing`` is :func:`missing_api_keys`'s list, e.g. ``API key variables not set in the environment or in
-    .env: OPENAI_API_KEY (model gpt), ANTHROPIC_API_KEY (models claude, haiku)``.
+    .env: OPENAI_API_KEY (model gpt), ANTHROPIC_API_KEY (models claude, haiku)``. ``others`` lists
+    ``(variable, what needs it)`` of keys that are not a model's (e.g. ``MAPILLARY_TOKEN (the Mapillary
+    client, ...)``); they follow the models' variables.
     """
     by_var: dict[str, list[str]] = {}
     for var, model in missing:
         by_var.setdefault(var, []).append(model)
     where = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
     parts = [f"{var} (model{'s' if len(ms) > 1 else ''} {', '.join(ms)})" for var, ms in by_var.items()]
-    noun = "variables" if len(by_var) > 1 else "variable"
+    parts += [f"{var} ({who})" for var, who in others if var not in by_var]
+    noun = "variables" if len(parts) > 1 else "variable"
     return f"API key {noun} not set in the environment or in {where}: {', '.join(parts)}"

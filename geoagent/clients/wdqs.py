@@ -11,7 +11,16 @@ Sources: W3C SPARQL 1.1 Query Results JSON Format; WDQS User Manual ("Query limi
   retries run out the client raises :class:`WdqsThrottled` and refuses to send anything until the
   ``Retry-After`` has passed (60 s when absent): ignoring 429s gets a client banned for 24 h;
 * a query timeout shows up as a non-JSON body (``java.util.concurrent.TimeoutException``) or as JSON
-  that stops midway followed by a stack trace: both raise :class:`WdqsTimeout`.
+  that stops midway followed by a stack trace: both raise :class:`WdqsTimeout`;
+* spatial-split fallback for the area queries (:meth:`WdqsClient.entities_around`,
+  :meth:`WdqsClient.site_candidates`): when the ``wikibase:around`` query of a big or dense area still
+  times out after the HTTP layer's retries, the circle's bounding box is split into four quadrants, each
+  asked with ``wikibase:box`` plus the same distance limit (``geof:distance`` from the same centre, so the
+  service applies the same radius rule), quadrants that time out are split again, down to
+  ``max_split_depth``; rows are merged, de-duplicated (one row per item, coordinate and type, as the
+  single query gives them) and put in the single query's order. Past the depth limit
+  :class:`WdqsAreaTooDense` names the area. Each split is reported to an ``on_split`` callback (the crawl
+  writes it to its decision log).
 
 Every binding value in the results is a string (numbers included), and unbound OPTIONAL variables are
 absent from a binding; the parsers below never rely on ``datatype``.
@@ -29,7 +38,9 @@ from typing import Any
 
 import orjson
 
+from geoagent.clients.mapillary import bbox_around, normalise_bbox, quadrants
 from geoagent.clients.overpass import _json_body, host_of
+from geoagent.geo import haversine_km
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
 
 ENTITY_PREFIX = "http://www.wikidata.org/entity/"
@@ -41,6 +52,21 @@ class WdqsError(RuntimeError):
 
 class WdqsTimeout(WdqsError):
     """The query hit the 60 s server deadline (non-JSON or truncated-JSON answer)."""
+
+
+class WdqsAreaTooDense(WdqsTimeout):
+    """An area query still timed out on a box after ``max_split_depth`` spatial splits.
+
+    ``area`` names the city or site the query was for; ``box`` is ``(west, south, east, north)`` degrees of
+    the part that kept failing; ``depth`` how many times it had been split.
+    """
+
+    def __init__(self, area: str, box: tuple[float, float, float, float], depth: int, detail: str = "") -> None:
+        self.area, self.box, self.depth = area, box, depth
+        w, s, e, n = box
+        super().__init__(
+            f"WDQS query for {area} still times out after {depth} spatial split(s) (box west {w:.5f}, south "
+            f"{s:.5f}, east {e:.5f}, north {n:.5f}); raise the split depth or query a smaller radius {detail}".strip())
 
 
 class WdqsThrottled(WdqsError):
@@ -173,18 +199,41 @@ def entity_from_binding(b: dict[str, Any]) -> WdEntity | None:
                     _value(b, "typeLabel"), _value(b, "title"))
 
 
-def around_query(lat: float, lon: float, radius_km: float, *, limit: int, offset: int, lang: str = "en") -> str:
-    """SPARQL for ALL items with coordinates within ``radius_km`` (Sec. 3.3), one page.
+Box = tuple[float, float, float, float]
 
-    Ordered by item IRI (a stable order unrelated to fame, so paging never truncates toward famous
-    items), with sitelinks and the English Wikipedia title when present."""
-    return f"""SELECT ?item ?itemLabel ?coord ?dist ?links ?title WHERE {{
-  SERVICE wikibase:around {{
+
+def _geo_block(lat: float, lon: float, radius_km: float, box: Box | None) -> str:
+    """The geo part of an area query: ``wikibase:around`` (centre, radius) or, for one part of a split area,
+    ``wikibase:box`` (corners south-west and north-east, ``Point(LON LAT)``) with the same distance rule
+    (``geof:distance`` from the centre, km, at most ``radius_km``). Sources: WDQS User Manual, "Search
+    around point" / "Search within box"; ``geof:distance`` returns kilometres."""
+    if box is None:
+        return f"""  SERVICE wikibase:around {{
     ?item wdt:P625 ?coord .
     bd:serviceParam wikibase:center "Point({lon:.6f} {lat:.6f})"^^geo:wktLiteral .
     bd:serviceParam wikibase:radius "{radius_km:g}" .
     bd:serviceParam wikibase:distance ?dist .
+  }}"""
+    w, s, e, n = box
+    return f"""  SERVICE wikibase:box {{
+    ?item wdt:P625 ?coord .
+    bd:serviceParam wikibase:cornerSouthWest "Point({w:.7f} {s:.7f})"^^geo:wktLiteral .
+    bd:serviceParam wikibase:cornerNorthEast "Point({e:.7f} {n:.7f})"^^geo:wktLiteral .
   }}
+  BIND(geof:distance("Point({lon:.6f} {lat:.6f})"^^geo:wktLiteral, ?coord) AS ?dist)
+  FILTER(?dist <= {radius_km:g})"""
+
+
+def around_query(lat: float, lon: float, radius_km: float, *, limit: int, offset: int, lang: str = "en",
+                 box: Box | None = None) -> str:
+    """SPARQL for ALL items with coordinates within ``radius_km`` (Sec. 3.3), one page.
+
+    Ordered by item IRI (a stable order unrelated to fame, so paging never truncates toward famous
+    items), with sitelinks and the English Wikipedia title when present. With ``box`` (west, south, east,
+    north degrees) only the part of the circle inside that box is asked (a spatial split, see
+    :func:`_geo_block`)."""
+    return f"""SELECT ?item ?itemLabel ?coord ?dist ?links ?title WHERE {{
+{_geo_block(lat, lon, radius_km, box)}
   OPTIONAL {{ ?item wikibase:sitelinks ?links . }}
   OPTIONAL {{ ?article schema:about ?item ; schema:isPartOf <https://{lang}.wikipedia.org/> ; schema:name ?title . }}
   SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{lang},mul". }}
@@ -192,26 +241,54 @@ def around_query(lat: float, lon: float, radius_km: float, *, limit: int, offset
 
 
 def site_candidates_query(lat: float, lon: float, radius_km: float, type_qids: Sequence[str], max_sitelinks: int,
-                          *, limit: int, offset: int, lang: str = "en") -> str:
+                          *, limit: int, offset: int, lang: str = "en", box: Box | None = None) -> str:
     """SPARQL for items within ``radius_km`` that are instances (or subclass instances) of one of
-    ``type_qids`` and have at most ``max_sitelinks`` sitelinks (Sec. 3.2.1), one page."""
+    ``type_qids`` and have at most ``max_sitelinks`` sitelinks (Sec. 3.2.1), one page (``box``: one part
+    of a split area, as in :func:`around_query`)."""
     for q in type_qids:
         if not re.fullmatch(r"Q[1-9][0-9]*", q):
             raise ValueError(f"not a QID: {q!r}")
     values = " ".join(f"wd:{q}" for q in type_qids)
     return f"""SELECT ?item ?itemLabel ?coord ?dist ?links ?type ?typeLabel WHERE {{
-  SERVICE wikibase:around {{
-    ?item wdt:P625 ?coord .
-    bd:serviceParam wikibase:center "Point({lon:.6f} {lat:.6f})"^^geo:wktLiteral .
-    bd:serviceParam wikibase:radius "{radius_km:g}" .
-    bd:serviceParam wikibase:distance ?dist .
-  }}
+{_geo_block(lat, lon, radius_km, box)}
   VALUES ?type {{ {values} }}
   ?item wdt:P31/wdt:P279* ?type .
   ?item wikibase:sitelinks ?links .
   FILTER(?links <= {int(max_sitelinks)})
   SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{lang},mul". }}
 }} ORDER BY ?item ?type LIMIT {int(limit)} OFFSET {int(offset)}"""
+
+
+def _row_key(e: WdEntity) -> tuple[str, str, float, float]:
+    """One row of an area query: item, type (site candidates) and coordinate (an item with two coordinates
+    or two matching types gives two rows, in the single query as in the split one)."""
+    return (e.qid, e.type_qid or "", e.lat, e.lon)
+
+
+def _query_order(e: WdEntity) -> tuple[str, str, float, float]:
+    """The single query's ``ORDER BY ?item ...``: item IRIs compare as strings (Q100 < Q1000 < Q101)."""
+    return (ENTITY_PREFIX + e.qid, ENTITY_PREFIX + e.type_qid if e.type_qid else "", e.lat, e.lon)
+
+
+def _box_reaches_circle(box: Box, lat: float, lon: float, radius_km: float) -> bool:
+    """Whether any point of ``box`` may lie within ``radius_km`` of the centre (haversine to the box's
+    nearest point, with a 1% + 50 m margin so a box is never skipped for a rounding difference with the
+    service's distance)."""
+    w, s, e, n = box
+    near_lat = min(max(lat, s), n)
+    if w <= lon <= e:
+        near_lon = lon
+    else:  # the nearer edge, across the antimeridian too (a centre at 179.9 is 0.1 deg from a box at -180)
+        near_lon = min((w, e), key=lambda x: abs((lon - x + 180.0) % 360.0 - 180.0))
+    return haversine_km(lat, lon, near_lat, near_lon) <= radius_km * 1.01 + 0.05
+
+
+def _box_km2(box: Box) -> float:
+    """Approximate area of a box in km^2 (for the split log)."""
+    import math
+
+    w, s, e, n = box
+    return (n - s) * 111.195 * (e - w) * 111.195 * math.cos(math.radians((s + n) / 2))
 
 
 class WdqsClient:
@@ -245,6 +322,8 @@ class WdqsClient:
         self._lock = asyncio.Lock()
         self._not_before = 0.0
         self.queries_sent = 0
+        #: spatial splits made by the area queries' timeout fallback (whole circle and boxes)
+        self.splits = 0
         if policy is not None:
             http.set_policy(self.host, policy)
 
@@ -299,6 +378,53 @@ class WdqsClient:
             raise WdqsError("WDQS results.bindings is not a list")
         return bindings
 
+    async def _split_area(self, make_query: Callable[[int, int, Box | None], str], lat: float, lon: float,
+                          radius_km: float, page_size: int, *, area: str, what: str, max_split_depth: int,
+                          on_split: Callable[[dict[str, Any]], Any] | None) -> list[WdEntity]:
+        """The area query with the spatial-split fallback (module docstring); ``make_query(limit, offset,
+        box)`` builds one page (``box=None``: the whole circle)."""
+        try:
+            return await self._paged(lambda lim, off: make_query(lim, off, None), page_size)
+        except WdqsTimeout as e:
+            first_error = str(e)
+        whole = bbox_around(lat, lon, radius_km * 1000.0)
+        if max_split_depth < 1:
+            raise WdqsAreaTooDense(area, whole, 0, f"(splitting is off; {first_error})")
+
+        async def report(box: Box, depth: int, parts: list[Box], reason: str) -> None:
+            """Count one split and hand its record to ``on_split`` (depth 0: the whole circle's box)."""
+            self.splits += 1
+            if on_split is None:
+                return
+            rec = {"event": "wdqs_split", "query": what, "area": area, "center": [lat, lon], "radius_km": radius_km,
+                   "depth": depth, "box": list(box), "box_km2": round(_box_km2(box), 3),
+                   "parts": [list(p) for p in parts], "reason": reason[:300]}
+            res = on_split(rec)
+            if asyncio.iscoroutine(res):
+                await res
+
+        stack: list[tuple[Box, int]] = []
+        parts = [q for b in normalise_bbox(whole) for q in quadrants(b)]
+        await report(whole, 0, parts, first_error)
+        stack.extend((q, 1) for q in reversed(parts))
+        rows: dict[tuple[str, str, float, float], WdEntity] = {}
+        while stack:
+            box, depth = stack.pop()
+            if not _box_reaches_circle(box, lat, lon, radius_km):
+                continue  # no point of this part lies within the radius: nothing to ask
+            try:
+                got = await self._paged(lambda lim, off, b=box: make_query(lim, off, b), page_size)
+            except WdqsTimeout as e:
+                if depth >= max_split_depth:
+                    raise WdqsAreaTooDense(area, box, depth, f"({e})") from None
+                sub = quadrants(box)
+                await report(box, depth, sub, str(e))
+                stack.extend((q, depth + 1) for q in reversed(sub))
+                continue
+            for ent in got:
+                rows.setdefault(_row_key(ent), ent)  # an item on a shared edge comes back from both parts
+        return sorted(rows.values(), key=_query_order)
+
     async def _paged(self, make_query: Callable[[int, int], str], page_size: int) -> list[WdEntity]:
         out: list[WdEntity] = []
         offset = 0
@@ -312,16 +438,37 @@ class WdqsClient:
                 return out
             offset += page_size
 
-    async def entities_around(self, lat: float, lon: float, radius_km: float, *, page_size: int = 500) -> list[WdEntity]:
+    async def entities_around(self, lat: float, lon: float, radius_km: float, *, page_size: int = 500,
+                              area: str | None = None, max_split_depth: int = 4,
+                              on_split: Callable[[dict[str, Any]], Any] | None = None) -> list[WdEntity]:
         """Every item with a coordinate within ``radius_km`` (all pages; duplicates by QID possible when
-        an item has several coordinates or articles)."""
-        return await self._paged(lambda lim, off: around_query(lat, lon, radius_km, limit=lim, offset=off), page_size)
+        an item has several coordinates or articles).
+
+        On a query timeout the area is split (module docstring): ``area`` names it in errors and split
+        records (default: the centre), ``max_split_depth`` bounds the splits (0: none), ``on_split`` receives
+        one dict per split (plain or async callable).
+
+        Raises
+        ------
+        WdqsAreaTooDense
+            A part still timed out at ``max_split_depth`` (a :class:`WdqsTimeout`).
+        WdqsThrottled, WdqsQueryError, WdqsError
+            As for :meth:`select`.
+        """
+        return await self._split_area(
+            lambda lim, off, box: around_query(lat, lon, radius_km, limit=lim, offset=off, box=box),
+            lat, lon, radius_km, page_size, area=area or f"the {radius_km:g} km around ({lat:.5f}, {lon:.5f})",
+            what="entities_around", max_split_depth=max_split_depth, on_split=on_split)
 
     async def site_candidates(self, lat: float, lon: float, radius_km: float, type_qids: Sequence[str],
-                              max_sitelinks: int, *, page_size: int = 1000) -> list[WdEntity]:
+                              max_sitelinks: int, *, page_size: int = 1000, area: str | None = None,
+                              max_split_depth: int = 4,
+                              on_split: Callable[[dict[str, Any]], Any] | None = None) -> list[WdEntity]:
         """Items of the photographable types within ``radius_km`` with at most ``max_sitelinks``
-        sitelinks (all pages; one row per matching type)."""
-        return await self._paged(
-            lambda lim, off: site_candidates_query(lat, lon, radius_km, type_qids, max_sitelinks, limit=lim, offset=off),
-            page_size,
-        )
+        sitelinks (all pages; one row per matching type). Timeouts split the area as in
+        :meth:`entities_around` (same parameters and errors)."""
+        return await self._split_area(
+            lambda lim, off, box: site_candidates_query(lat, lon, radius_km, type_qids, max_sitelinks, limit=lim,
+                                                        offset=off, box=box),
+            lat, lon, radius_km, page_size, area=area or f"the {radius_km:g} km around ({lat:.5f}, {lon:.5f})",
+            what="site_candidates", max_split_depth=max_split_depth, on_split=on_split)

@@ -42,6 +42,12 @@ class CrawlCampaign(CampaignKind):
         _settings(cfg)
         return crawl_stages()
 
+    def required_keys(self, cfg: Any) -> list[tuple[str, str]]:
+        """The Mapillary token (``[crawl.endpoints] mapillary_token_env``): every crawl stage process builds the
+        Mapillary client, so the engine looks it up before the run creates any queue or state file."""
+        var = _settings(cfg).endpoints.mapillary_token_env
+        return [(var, "the Mapillary token, [crawl.endpoints] mapillary_token_env")]
+
     async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
         return city_messages(_settings(cfg).cities)
 

@@ -160,11 +160,16 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
 
 
 async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: SamplerSettings, seed: int,
-                       *, taken_ids: Iterable[str] = ()) -> SamplingResult:
-    """Query candidates (WDQS), shuffle with ``seed``, and walk them with Mapillary coverage counts."""
+                       *, taken_ids: Iterable[str] = (), on_split: Any = None) -> SamplingResult:
+    """Query candidates (WDQS), shuffle with ``seed``, and walk them with Mapillary coverage counts.
+
+    A candidate query that times out is split spatially (``settings.wdqs_split_depth``); ``on_split``
+    receives each split's record (the crawl's decision log). Raises
+    :class:`geoagent.clients.wdqs.WdqsAreaTooDense` (naming the city) when that is not enough."""
     type_qids = list(settings.site_types.values())
     ents = await wdqs.site_candidates(city.lat, city.lon, settings.radius_km, type_qids, settings.max_sitelinks,
-                                      page_size=settings.page_size)
+                                      page_size=settings.page_size, area=f"city {city.city}",
+                                      max_split_depth=settings.wdqs_split_depth, on_split=on_split)
     cands = [c for c in merge_candidates(ents, type_qids) if c.sitelinks <= settings.max_sitelinks]
 
     async def coverage(lat: float, lon: float, radius_m: float) -> int:

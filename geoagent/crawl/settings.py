@@ -127,6 +127,9 @@ class SamplerSettings(_Section):
     min_coverage: int = Field(8, ge=0)
     sites_per_city: int = Field(3, ge=1)
     page_size: int = Field(1000, ge=10)
+    #: a candidate query that times out (WDQS 60 s deadline) is split into quadrants at most this many
+    #: times over (0: no split; :meth:`geoagent.clients.wdqs.WdqsClient.site_candidates`)
+    wdqs_split_depth: int = Field(4, ge=0, le=10)
 
     @field_validator("site_types")
     @classmethod
@@ -165,6 +168,9 @@ class ReferenceabilitySettings(_Section):
 
     radius_km: float = Field(6.0, gt=0)
     page_size: int = Field(500, ge=10)
+    #: an entity query that times out is split into quadrants at most this many times over (0: no split;
+    #: :meth:`geoagent.clients.wdqs.WdqsClient.entities_around`)
+    wdqs_split_depth: int = Field(4, ge=0, le=10)
     batch_size: int = Field(40, ge=1)
     provider: str = "simulated"
     model: str = "sim-text-auditor"

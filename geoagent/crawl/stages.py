@@ -24,7 +24,6 @@ auditor) is fed by the image auditor here, which keeps the chain linear for the 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ from geoagent import paths
 from geoagent.clients.mapillary import MapillaryClient
 from geoagent.clients.overpass import OverpassClient, OverpassQueryError
 from geoagent.clients.pageviews import PageviewsClient
-from geoagent.clients.wdqs import WdqsClient, WdqsQueryError
+from geoagent.clients.wdqs import WdqsAreaTooDense, WdqsClient, WdqsQueryError
 from geoagent.crawl import fetcher as fetch_mod
 from geoagent.crawl import image_audit as ia
 from geoagent.crawl.llmcall import metered_generate
@@ -113,6 +112,20 @@ class CrawlServices:
                 generate=generate, request_model=_model_id(self.ref_model_cfg, self.settings.referenceability))
         return self._ref_auditor
 
+    def decision_logger(self, stage: str, **fields: Any) -> Any:
+        """An async callable that appends one record (with ``ts``, ``stage`` and ``fields``) to the crawl's
+        decision log ``<state_dir>/crawl_decisions.jsonl`` (fsynced; e.g. every WDQS spatial split)."""
+        import time as _time
+
+        from geoagent.files import append_jsonl
+
+        async def log(rec: dict[str, Any]) -> None:
+            async with self.lock("crawl_decisions"):
+                append_jsonl(self.state_dir / C.CRAWL_DECISIONS_FILE,
+                             [{"ts": round(_time.time(), 3), "stage": stage, **fields, **rec}])
+
+        return log
+
     def api_stats(self) -> dict[str, dict[str, Any]]:
         """Per API: requests, retries, errors by reason and error rate (for ``status``).
 
@@ -170,8 +183,13 @@ def _provider_for(kind: str, model: str, providers: dict[str, Any] | None, http:
 
 def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str | Path, images_root: str | Path | None = None,
                          mapillary_token: str | None = None, providers: dict[str, Any] | None = None,
-                         overpass_check_slots: bool = True, configured_hosts: Sequence[str] = ()) -> CrawlServices:
+                         overpass_check_slots: bool = True, configured_hosts: Sequence[str] = (),
+                         dotenv_path: str | Path | None = None) -> CrawlServices:
     """Create the clients (with the usage-policy host limits) and providers for a crawl.
+
+    The Mapillary token is ``mapillary_token`` or else the variable named by ``[crawl.endpoints]
+    mapillary_token_env``, from the environment or the ``.env`` file ``dotenv_path``
+    (:func:`geoagent.secrets.lookup_secret`; default ``$GEOAGENT_DOTENV`` or ``./.env``).
 
     A host listed in ``configured_hosts`` (the campaign's ``[hosts]`` table) keeps the policy the
     HttpClient already has; every other API host gets its usage-policy default from the crawl settings.
@@ -181,10 +199,16 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
     CrawlConfigError
         When the Mapillary token is missing (names the environment variable) or an auditor has no provider.
     """
+    from geoagent.secrets import lookup_secret
+
     ep = settings.endpoints
-    token = mapillary_token or os.environ.get(ep.mapillary_token_env, "")
+    if not mapillary_token:
+        secret = lookup_secret(ep.mapillary_token_env, dotenv_path=dotenv_path)
+        mapillary_token = secret.reveal() if secret is not None else ""
+    token = mapillary_token
     if not token:
-        raise CrawlConfigError(f"Mapillary token missing: set the environment variable {ep.mapillary_token_env}")
+        raise CrawlConfigError(f"Mapillary token missing: set the environment variable {ep.mapillary_token_env} "
+                               "(or put it in .env)")
     ua = settings.user_agent
     configured = set(configured_hosts)
 
@@ -224,7 +248,8 @@ def services_from_context(ctx: StageContext) -> CrawlServices:
     state_root = cfg.state_root() if hasattr(cfg, "state_root") else paths.state_root()
     svc = build_crawl_services(settings, ctx.get("http"), state_dir=ctx.services.get("state_dir") or cfg.state_dir(),
                                images_root=Path(state_root) / C.IMAGES_DIR, providers=ctx.services.get("providers"),
-                               configured_hosts=list(getattr(cfg, "hosts", {}) or {}))
+                               configured_hosts=list(getattr(cfg, "hosts", {}) or {}),
+                               dotenv_path=ctx.services.get("dotenv_path"))
     svc.ledger = ctx.services.get("ledger")
     models = {m.name: m for m in getattr(cfg, "models", [])}
     svc.image_model_cfg = models.get(settings.image_audit.model)
@@ -245,7 +270,9 @@ class _CrawlStage(Stage):
 
 
 def _permanent(exc: Exception) -> bool:
-    return isinstance(exc, (OverpassQueryError, WdqsQueryError, ValueError))
+    # an area still timing out after every spatial split will do so on redelivery too: dead-letter it with
+    # its message (names the city or site); `run.py dead CONFIG --requeue` retries it
+    return isinstance(exc, (OverpassQueryError, WdqsQueryError, WdqsAreaTooDense, ValueError))
 
 
 class CityScreenerStage(_CrawlStage):
@@ -337,7 +364,8 @@ class SiteSamplerStage(_CrawlStage):
         if rec is None:
             seed = city_seed(svc.settings.seed, city.city)
             try:
-                res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed)
+                res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
+                                         on_split=svc.decision_logger(self.name, city=city.city))
             except Exception as e:
                 if _permanent(e):
                     raise PermanentFailure(str(e)) from None
@@ -444,7 +472,9 @@ class ReferenceabilityAuditorStage(_CrawlStage):
             lat, lon = float(site["lat"]), float(site["lon"])
             rs = svc.settings.referenceability
             try:
-                ents = await svc.wdqs.entities_around(lat, lon, rs.radius_km, page_size=rs.page_size)
+                ents = await svc.wdqs.entities_around(
+                    lat, lon, rs.radius_km, page_size=rs.page_size, area=f"site {sid} ({site.get('city', '?')})",
+                    max_split_depth=rs.wdqs_split_depth, on_split=svc.decision_logger(self.name, site=sid))
             except Exception as e:
                 if _permanent(e):
                     raise PermanentFailure(str(e)) from None

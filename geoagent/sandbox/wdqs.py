@@ -2,7 +2,10 @@
 
 It answers the two geo queries the project sends (:func:`geoagent.clients.wdqs.around_query` and
 :func:`~geoagent.clients.wdqs.site_candidates_query`): it reads the ``wikibase:around`` centre
-(``Point(LON LAT)``, longitude first) and radius (km), an optional ``VALUES ?type {...}`` with
+(``Point(LON LAT)``, longitude first) and radius (km), or, for one part of a split area, the
+``wikibase:box`` corners (``cornerSouthWest``/``cornerNorthEast``, edges included) with
+``BIND(geof:distance(CENTRE, ?coord) AS ?dist)`` and ``FILTER(?dist <= R)`` (the same haversine distance
+and radius rule as ``around``), an optional ``VALUES ?type {...}`` with
 ``wdt:P31/wdt:P279*`` (instances of subclasses count), an optional ``FILTER(?links <= N)``, and
 ``LIMIT``/``OFFSET``; rows are ordered by item IRI. Answers follow the W3C SPARQL 1.1 JSON results
 format: every value a string, ``type`` uri/literal, ``datatype`` or ``xml:lang``, unbound OPTIONAL
@@ -16,6 +19,9 @@ the same User-Agent is in flight also gets 429 (one query at a time); a query se
 ``timeout_next`` answers with the Blazegraph TimeoutException as text/plain 500 (``timeout_mode="500"``)
 or as JSON cut midway followed by a stack trace (``"truncated"``); a generic or contact-less User-Agent
 gets 403 (Wikimedia User-Agent policy); unparseable queries get 400 ``MalformedQueryException``.
+``timeout_above_km2`` (None: off) makes every query whose area is larger than that many km^2 (a circle:
+pi r^2; a box: its width times height) time out in the ``timeout_mode`` shape, every time, as a real
+query over a big or dense city does; ``area_timeouts`` counts them.
 """
 
 from __future__ import annotations
@@ -62,6 +68,9 @@ class WdqsFakeState:
     retry_after_s: int = 2
     timeout_next: int = 0
     timeout_mode: str = "500"  # or "truncated"
+    #: queries over an area larger than this (km^2) always time out (None: never)
+    timeout_above_km2: float | None = None
+    area_timeouts: int = 0
     queries: list[str] = field(default_factory=list)
     in_flight: dict[str, int] = field(default_factory=dict)
     max_in_flight: int = 0
@@ -84,6 +93,11 @@ WDQS_STATE: web.AppKey[WdqsFakeState] = web.AppKey("wdqs_state", WdqsFakeState)
 
 _CENTER = re.compile(r'wikibase:center\s+"Point\(\s*(-?[0-9.]+)\s+(-?[0-9.]+)\s*\)"')
 _RADIUS = re.compile(r'wikibase:radius\s+"([0-9.]+)"')
+_NUM = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)"
+_SW = re.compile(r'wikibase:cornerSouthWest\s+"Point\(\s*' + _NUM + r"\s+" + _NUM + r'\s*\)"')
+_NE = re.compile(r'wikibase:cornerNorthEast\s+"Point\(\s*' + _NUM + r"\s+" + _NUM + r'\s*\)"')
+_DIST_CENTER = re.compile(r'geof:distance\(\s*"Point\(\s*' + _NUM + r"\s+" + _NUM + r'\s*\)"\^\^geo:wktLiteral\s*,\s*\?coord\s*\)')
+_DIST_FILTER = re.compile(r"FILTER\s*\(\s*\?dist\s*<=\s*" + _NUM + r"\s*\)")
 _VALUES = re.compile(r"VALUES\s+\?type\s*\{([^}]*)\}")
 _FILTER = re.compile(r"FILTER\s*\(\s*\?links\s*<=\s*([0-9]+)\s*\)")
 _LIMIT = re.compile(r"LIMIT\s+([0-9]+)")
@@ -110,13 +124,39 @@ def _lit(value: Any, dtype: str | None = None, lang: str | None = None) -> dict[
     return d
 
 
-def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any]]]:
-    """Evaluate one supported query against the fake's entities; ``ValueError`` if unsupported."""
+def query_area(query: str) -> tuple[float, float, float, tuple[float, float, float, float] | None]:
+    """``(lat0, lon0, radius_km, box)`` of a supported geo query (``box`` west, south, east, north degrees for
+    a ``wikibase:box`` query, else None); ``ValueError`` if the query is neither shape."""
+    if "wdt:P625" not in query:
+        raise ValueError("only geo queries over wdt:P625 are supported by this fake")
+    if "wikibase:box" in query:
+        sw, ne, c, r = _SW.search(query), _NE.search(query), _DIST_CENTER.search(query), _DIST_FILTER.search(query)
+        if not sw or not ne or not c or not r:
+            raise ValueError("a wikibase:box query needs both corners, BIND(geof:distance(CENTRE, ?coord) AS ?dist) "
+                             "and FILTER(?dist <= R) in this fake")
+        box = (float(sw.group(1)), float(sw.group(2)), float(ne.group(1)), float(ne.group(2)))
+        return float(c.group(2)), float(c.group(1)), float(r.group(1)), box
     c = _CENTER.search(query)
     r = _RADIUS.search(query)
-    if not c or not r or "wdt:P625" not in query:
-        raise ValueError("only wikibase:around geo queries over wdt:P625 are supported by this fake")
-    lon0, lat0, radius = float(c.group(1)), float(c.group(2)), float(r.group(1))
+    if not c or not r:
+        raise ValueError("only wikibase:around or wikibase:box geo queries are supported by this fake")
+    return float(c.group(2)), float(c.group(1)), float(r.group(1)), None
+
+
+def area_km2(query: str) -> float:
+    """Area a supported geo query covers, in km^2: pi r^2 for ``around``, width x height for ``box``."""
+    import math
+
+    lat0, _lon0, radius, box = query_area(query)
+    if box is None:
+        return math.pi * radius * radius
+    w, s, e, n = box
+    return (n - s) * 111.195 * (e - w) * 111.195 * math.cos(math.radians((s + n) / 2))
+
+
+def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Evaluate one supported query against the fake's entities; ``ValueError`` if unsupported."""
+    lat0, lon0, radius, box = query_area(query)
     vm = _VALUES.search(query)
     types = re.findall(r"wd:(Q[0-9]+)", vm.group(1)) if vm else None
     fm = _FILTER.search(query)
@@ -126,6 +166,8 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
     offset = int(om.group(1)) if om else 0
     rows: list[tuple[str, str, dict[str, Any]]] = []
     for e in st.entities:
+        if box is not None and not (box[0] <= e.lon <= box[2] and box[1] <= e.lat <= box[3]):
+            continue
         d = haversine_km(lat0, lon0, e.lat, e.lon)
         if d > radius:
             continue
@@ -188,8 +230,16 @@ async def _sparql(request: web.Request) -> web.StreamResponse:
         st.queries.append(query)
         if st.latency_s:
             await asyncio.sleep(st.latency_s)
-        if st.timeout_next > 0:
-            st.timeout_next -= 1
+        too_big = False
+        if st.timeout_above_km2 is not None:
+            try:
+                too_big = area_km2(query) > st.timeout_above_km2
+            except ValueError:
+                too_big = False  # answered 400 below
+            st.area_timeouts += too_big
+        if st.timeout_next > 0 or too_big:
+            if not too_big:
+                st.timeout_next -= 1
             trace = ("SPARQL-QUERY: queryStr=" + query[:80] + "\njava.util.concurrent.TimeoutException\n"
                      "\tat java.util.concurrent.FutureTask.get(FutureTask.java:205)\n")
             if st.timeout_mode == "truncated":
