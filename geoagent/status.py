@@ -131,15 +131,21 @@ def format_usd(x: float | None) -> str:
 
 
 def stop_reason(progress: dict[str, Any]) -> str | None:
-    """Why a run stopped dispatching, from a progress record: ``"budget exhausted"``, ``"authentication
-    failed (see last error)"`` when the stop came from a model's authentication breaker (its stages'
-    last errors say so; the runner counts both as a budget stop), or None."""
-    if not progress.get("budget_stopped"):
-        return None
-    errors = [e for sd in progress.get("stages", []) for e in sd.get("last_errors", [])]
-    if any("authentication failed" in e for e in errors):
-        return "authentication failed (see last error)"
-    return "budget exhausted"
+    """What stopped (some) dispatching, from a progress record, or None.
+
+    ``"budget exhausted"`` when the cost cap stopped the run; ``"authentication failed (see last error):
+    ..."`` when a model's authentication breaker holds its tasks (a stage holds tasks, ``held`` > 0, and its
+    last errors say why; the other models' tasks go on); both, joined by ``"; "``, when both happened.
+    """
+    stages = progress.get("stages", [])
+    errors = [e for sd in stages for e in sd.get("last_errors", [])]
+    auth = any(sd.get("held") for sd in stages) and any("authentication failed" in e for e in errors)
+    reasons = []
+    if progress.get("budget_stopped"):
+        reasons.append("budget exhausted")
+    if auth:
+        reasons.append("authentication failed (see last error): that model's tasks are held, the other models' go on")
+    return "; ".join(reasons) or None
 
 
 def is_complete(queues: dict[str, QueueCounts]) -> bool:

@@ -331,5 +331,10 @@ def test_stop_reason_tells_an_authentication_stop_from_a_budget_stop():
     stage = {"stage": "model_caller", "last_errors": []}
     assert stop_reason({"budget_stopped": False, "stages": [stage]}) is None
     assert stop_reason({"budget_stopped": True, "stages": [stage]}) == "budget exhausted"
-    auth = {**stage, "last_errors": ["AuthStop: authentication failed for model m (HTTP 401): check M_KEY"]}
-    assert stop_reason({"budget_stopped": True, "stages": [auth]}).startswith("authentication failed")
+    # a model's breaker holds its tasks (the run goes on for the other models): not a budget stop
+    auth = {**stage, "held": 3, "last_errors": ["AuthStop: authentication failed for model m (HTTP 401): check M_KEY"]}
+    assert stop_reason({"budget_stopped": False, "stages": [auth]}).startswith("authentication failed")
+    both = stop_reason({"budget_stopped": True, "stages": [auth]})
+    assert both.startswith("budget exhausted; authentication failed")
+    # an auth error with nothing held (an isolated 401 between successes, retried) is no stop reason
+    assert stop_reason({"budget_stopped": False, "stages": [{**auth, "held": 0}]}) is None

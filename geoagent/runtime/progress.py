@@ -120,7 +120,7 @@ class Progress:
             caption.append(f"ETA {format_eta(record)}")
         reason = stop_reason(record)
         if reason:
-            caption.append(f"{reason.upper()} - draining")
+            caption.append(reason.upper() + (" - draining" if record.get("budget_stopped") else ""))
         table.caption = "   ".join(caption)
         if self._live is None:
             self._live = Live(table, refresh_per_second=4, transient=False)
