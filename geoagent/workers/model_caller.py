@@ -57,6 +57,11 @@ ContentBlocked              settled with reported usage, else   ``PermanentFailu
 ReplayMiss / recorded error released (replay is free)           ``Missing``
 cancelled while in flight   unknown-outcome spend               (runner releases the task)
 cancelled while queued      none made (or released: not sent)   (runner releases the task)
+cancelled, or any other     released when the HTTP layer        (runner releases / nacks the task)
+error, before sending       proves no attempt was sent
+                            (``http.never_sent``: e.g. while
+                            the connection was opening), else
+                            unknown-outcome spend
 image file missing/invalid  released (nothing sent)             ``PermanentFailure``
 ==========================  ==================================  =========================================
 
