@@ -91,8 +91,6 @@ class CampaignKind(abc.ABC):
     kind: str
     #: the edge the planner fills
     plan_edge: str = C.EDGE_REQUESTS
-    #: the edge whose backlog drives the ETA
-    eta_edge: str = C.EDGE_REQUESTS
     #: what one message of the plan is, for the summary ("planned 3 cities")
     plan_unit: str = "requests"
 
@@ -517,7 +515,7 @@ async def _run(
             cfg.state_dir() / C.PROGRESS_FILE,
             spend=lambda: ledger.summary().to_json(),
             live=live,
-            eta_edge=kind.eta_edge,
+            pipeline=[(s.name, s.input_edge, s.output_edge) for s in kind.stages(cfg)],  # ETA: work upstream too
             http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
             host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
         )

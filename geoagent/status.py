@@ -201,12 +201,16 @@ def format_status(st: dict[str, Any]) -> str:
 
 def format_eta(progress: dict[str, Any]) -> str:
     """``"20 s (bounded by geocoder)"`` from a progress record's ``eta_s`` / ``eta_stage``; ``"unknown"``
-    when no stage has a measured rate yet."""
+    when no stage has a measured rate yet. A record of a ``--stages`` process (``eta_scope`` lists its
+    stages) says that its ETA covers only those stages, over the work still upstream of them too."""
     eta = progress.get("eta_s")
+    scope = progress.get("eta_scope")
+    covers = (f" [for stage(s) {', '.join(scope)} of the process that wrote it, counting the work still "
+              "upstream; other processes' stages not timed]") if scope else ""
     if eta is None:
-        return "unknown (no stage rate measured yet)"
+        return "unknown (no stage rate measured yet)" + covers
     stage = progress.get("eta_stage")
-    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "")
+    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers
 
 
 def _per_edge(cfg: Any, edge: str | None, read: Callable[[Any], Any]) -> dict[str, Any]:
