@@ -144,7 +144,9 @@ def stop_reason(progress: dict[str, Any]) -> str | None:
     if progress.get("budget_stopped"):
         reasons.append("budget exhausted")
     if auth:
-        reasons.append("authentication failed (see last error): that model's tasks are held, the other models' go on")
+        reasons.append("authentication failed (see last error): " + (
+            "that model's tasks were left queued" if progress.get("finished")
+            else "that model's tasks are held, the other models' go on"))
     return "; ".join(reasons) or None
 
 

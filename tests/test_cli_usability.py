@@ -354,5 +354,7 @@ def test_stop_reason_tells_an_authentication_stop_from_a_budget_stop():
     assert stop_reason({"budget_stopped": False, "stages": [auth]}).startswith("authentication failed")
     both = stop_reason({"budget_stopped": True, "stages": [auth]})
     assert both.startswith("budget exhausted; authentication failed")
+    ended = stop_reason({"budget_stopped": False, "finished": True, "stages": [auth]})
+    assert ended == "authentication failed (see last error): that model's tasks were left queued"
     # an auth error with nothing held (an isolated 401 between successes, retried) is no stop reason
     assert stop_reason({"budget_stopped": False, "stages": [{**auth, "held": 0}]}) is None

@@ -31,6 +31,9 @@ when nothing is ready and the only leased tasks are its held ones (``leased <= h
 expired counts as ready and is simply leased again first). Every way the runner ends (drained, stop
 request, budget stop, cancellation) releases the held tasks untouched, so a re-run finds them ready at once.
 Held tasks are kept without their payload (a key and a lease id each). ``StageStats.held`` counts them.
+Several processes running the same stage each hold their own: a process waits for the others' leases (as
+for any lease), so when two of them hold tasks, one finishes only once the other's held leases expired and
+it re-leased them (one visibility timeout); none is lost or dead-lettered meanwhile.
 """
 
 from __future__ import annotations
