@@ -26,6 +26,7 @@ from geoagent.engine import EXIT_AUTH, EXIT_COMPLETE, STATUS_AUTH, run_campaign
 from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
+from geoagent.status import campaign_status, format_status
 
 GOOD_A = "sk-" "sandbox-good-a-0123456789abcdefghij"
 GOOD_B = "sk-" "sandbox-good-b-0123456789abcdefghij"
@@ -94,11 +95,15 @@ def test_one_wrong_key_of_two_models_holds_only_that_model_and_the_rerun_sends_e
             first = await run_campaign(cfg, live=False, handle_signals=False, export=False)
             after_first = _ledger_check(cfg)
             ok_a_first, calls_b_first = _ok_keys(app_a), len(app_b["calls"])
+            status_text = format_status(campaign_status(cfg))  # what `run.py status` prints now
             monkeypatch.setenv("GA_TEST_KEY_B", GOOD_B)
             second = await run_campaign(cfg, live=False, handle_signals=False, export=False)
-            return cfg, first, after_first, ok_a_first, calls_b_first, second
+            return cfg, first, after_first, ok_a_first, calls_b_first, status_text, second
 
-    cfg, first, (problems1, totals1), ok_a_first, calls_b_first, second = anyio.run(main)
+    cfg, first, (problems1, totals1), ok_a_first, calls_b_first, status_text, second = anyio.run(main)
+    assert "authentication failed (see last error): that model's tasks were left queued" in status_text
+    assert "authentication failed for model bad (HTTP 401): check GA_TEST_KEY_B" in status_text
+    assert WRONG not in status_text
     summary = first.summary()
     assert first.status == STATUS_AUTH and first.exit_code == EXIT_AUTH
     # the line names the refused model, its key VARIABLE and the work left for it (every one of its n tasks)
