@@ -195,8 +195,8 @@ EXIT_CODES_EPILOG = """exit codes:
   2    config error, bad argument or unusable path
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`)
   4    budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)
-  5    authentication failed: a model's host answered 401/403 repeatedly (fix the API key variable and
-       re-run; no task is lost)
+  5    authentication failed: a model's host answered 401/403 repeatedly; that model's work stays queued
+       while the other models finish (fix the API key variable named and re-run; no task is lost)
   130  interrupted (Ctrl-C / SIGTERM): re-run the same command to resume
 """
 

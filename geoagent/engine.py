@@ -14,8 +14,9 @@ complete               0      every planned task reached the end of the pipeline
 incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error)
 budget exhausted       4      the cost cap stopped dispatching; the rest of the work is reported
 authentication failed  5      a model's host refused its API key (HTTP 401/403, or Gemini's 400
-                              API_KEY_INVALID, 5 times in a row): dispatching stopped, no task was
-                              dead-lettered for it; set the key variable and re-run
+                              API_KEY_INVALID, 5 times in a row): that model's tasks were left queued
+                              untouched (none dead-lettered, nothing spent), every other model's work
+                              ran to the end; set the key variable named in the message and re-run
 interrupted            130    stopped by SIGINT/SIGTERM with work left; re-run the same command to resume
 =====================  =====  =====================================================================
 
@@ -67,7 +68,8 @@ EXIT_CODES_HELP = (
     "2 config error (bad file, missing API keys, a campaign that can make no call); "
     "3 incomplete (work dead-lettered or left queued: `run.py dead CONFIG`); "
     f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
-    "host answered 401/403 repeatedly: fix the API key variable and re-run; no task is lost); "
+    "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; fix "
+    "the API key variable and re-run; no task is lost); "
     "130 interrupted (re-run the same command to resume)"
 )
 
@@ -89,8 +91,6 @@ class CampaignKind(abc.ABC):
     kind: str
     #: the edge the planner fills
     plan_edge: str = C.EDGE_REQUESTS
-    #: the edge whose backlog drives the ETA
-    eta_edge: str = C.EDGE_REQUESTS
     #: what one message of the plan is, for the summary ("planned 3 cities")
     plan_unit: str = "requests"
 
@@ -189,8 +189,8 @@ class Outcome:
                 f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
         if self.status == STATUS_AUTH:
-            lines.append(f"  not dispatched: {self.remaining()} requests (of every model) stay queued; set the key "
-                         "variable and re-run the same command")
+            lines.append(f"  not dispatched: {self.remaining()} requests stay queued (those of the model(s) above, "
+                         "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
         if self.missing:
@@ -545,7 +545,7 @@ async def _run(
             cfg.state_dir() / C.PROGRESS_FILE,
             spend=lambda: ledger.summary().to_json(),
             live=live,
-            eta_edge=kind.eta_edge,
+            pipeline=[(s.name, s.input_edge, s.output_edge) for s in kind.stages(cfg)],  # ETA: work upstream too
             http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
             host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
         )
@@ -565,7 +565,7 @@ async def _run(
         judged = set(counts) if not only_stages else {s.input_edge for s in stages}
         dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
         auth = ctx.services.get(AUTH_BREAKER_SERVICE)
-        auth_lines = auth.messages() if auth is not None else []
+        auth_lines = auth.report_lines() if auth is not None else []
         drained = stages_drained(kind.stages(cfg), [s.name for s in stages], counts)
         if view.stopped_by_signal and not (watch and drained):
             status, code = "interrupted", EXIT_INTERRUPTED

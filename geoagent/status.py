@@ -131,15 +131,23 @@ def format_usd(x: float | None) -> str:
 
 
 def stop_reason(progress: dict[str, Any]) -> str | None:
-    """Why a run stopped dispatching, from a progress record: ``"budget exhausted"``, ``"authentication
-    failed (see last error)"`` when the stop came from a model's authentication breaker (its stages'
-    last errors say so; the runner counts both as a budget stop), or None."""
-    if not progress.get("budget_stopped"):
-        return None
-    errors = [e for sd in progress.get("stages", []) for e in sd.get("last_errors", [])]
-    if any("authentication failed" in e for e in errors):
-        return "authentication failed (see last error)"
-    return "budget exhausted"
+    """What stopped (some) dispatching, from a progress record, or None.
+
+    ``"budget exhausted"`` when the cost cap stopped the run; ``"authentication failed (see last error):
+    ..."`` when a model's authentication breaker holds its tasks (a stage holds tasks, ``held`` > 0, and its
+    last errors say why; the other models' tasks go on); both, joined by ``"; "``, when both happened.
+    """
+    stages = progress.get("stages", [])
+    errors = [e for sd in stages for e in sd.get("last_errors", [])]
+    auth = any(sd.get("held") for sd in stages) and any("authentication failed" in e for e in errors)
+    reasons = []
+    if progress.get("budget_stopped"):
+        reasons.append("budget exhausted")
+    if auth:
+        reasons.append("authentication failed (see last error): " + (
+            "that model's tasks were left queued" if progress.get("finished")
+            else "that model's tasks are held, the other models' go on"))
+    return "; ".join(reasons) or None
 
 
 def is_complete(queues: dict[str, QueueCounts]) -> bool:
@@ -195,12 +203,16 @@ def format_status(st: dict[str, Any]) -> str:
 
 def format_eta(progress: dict[str, Any]) -> str:
     """``"20 s (bounded by geocoder)"`` from a progress record's ``eta_s`` / ``eta_stage``; ``"unknown"``
-    when no stage has a measured rate yet."""
+    when no stage has a measured rate yet. A record of a ``--stages`` process (``eta_scope`` lists its
+    stages) says that its ETA covers only those stages, over the work still upstream of them too."""
     eta = progress.get("eta_s")
+    scope = progress.get("eta_scope")
+    covers = (f" [for stage(s) {', '.join(scope)} of the process that wrote it, counting the work still "
+              "upstream; other processes' stages not timed]") if scope else ""
     if eta is None:
-        return "unknown (no stage rate measured yet)"
+        return "unknown (no stage rate measured yet)" + covers
     stage = progress.get("eta_stage")
-    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "")
+    return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers
 
 
 def _per_edge(cfg: Any, edge: str | None, read: Callable[[Any], Any]) -> dict[str, Any]:

@@ -181,9 +181,16 @@ def test_scale_out_process_judges_only_its_own_stages(tmp_path, monkeypatch):
                                      + _model("good", base, "GOOD_KEY")))
             callers = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["model_caller"])
             rest = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["collector"])
-            return callers, rest
+            return cfg, callers, rest
 
-    callers, rest = anyio.run(main)
+    cfg, callers, rest = anyio.run(main)
+    # each process's progress records say which stages their ETA covers (status prints it)
+    import orjson
+
+    from geoagent import constants as C
+
+    records = [orjson.loads(line) for line in (cfg.state_dir() / C.PROGRESS_FILE).read_bytes().splitlines() if line]
+    assert {tuple(r["eta_scope"]) for r in records} == {("model_caller",), ("collector",)}
     assert callers.counts["requests"].done == 30 and callers.counts["responses"].ready == 30
     assert callers.status == "complete" and callers.exit_code == EXIT_COMPLETE
     # the campaign is not drained yet: the report and exports are left to the last process

@@ -91,12 +91,30 @@ def test_eta_is_zero_when_drained_and_unknown_before_any_rate():
     assert pipeline_eta(_stages({"parser": 5.0}), fresh) == (pytest.approx(2.0), "parser")
 
 
+def test_eta_of_a_scale_out_process_counts_the_work_still_upstream_in_other_processes():
+    # `--stages parser`: the model caller runs in another process (rate None here). 1,000 requests are still
+    # queued upstream and 20 responses wait for the parser (10/s): all 1,020 are ahead of it, so its ETA is
+    # 102 s, not the 2 s of its own queue; the other process's stage is not timed by this one
+    counts = {"requests": QueueCounts(ready=990, leased=10, done=100), "responses": QueueCounts(ready=20, done=80),
+              "answers": QueueCounts(done=80), "located": QueueCounts(done=80), "scored": QueueCounts(done=80)}
+    stages = [(n, i, o, 10.0 if n == "parser" else None) for n, i, o in GEOHINT]
+    assert pipeline_eta(stages, counts) == (pytest.approx((20 + 1000) / 10), "parser")
+    # only the model caller elsewhere, everything else here (aggregator slowest at 4/s): 1,100 ahead of it
+    rates = {"parser": 1000.0, "geocoder": 1000.0, "scorer": 1000.0, "aggregator": 4.0}
+    stages = [(n, i, o, rates.get(n)) for n, i, o in GEOHINT]
+    assert pipeline_eta(stages, counts) == (pytest.approx((1000 + 20) / 4), "aggregator")
+
+
 def test_status_shows_the_pipeline_eta_and_its_bounding_stage():
     st = {"campaign": "c", "queues": {}, "spend": None, "dead": {}, "host_labels": {},
           "progress": {"finished": False, "elapsed_s": 3.0, "stages": [], "eta_s": 48.8, "eta_stage": "geocoder"}}
     assert "ETA 49 s (bounded by geocoder)" in format_status(st)
     st["progress"].update(eta_s=None, eta_stage=None)
     assert "ETA unknown" in format_status(st) and "ETA None" not in format_status(st)
+    # a --stages process's record says what its ETA covers
+    st["progress"].update(eta_s=102.0, eta_stage="parser", eta_scope=["parser"])
+    text = format_status(st)
+    assert "ETA 102 s (bounded by parser) [for stage(s) parser of the process that wrote it" in text
 
 
 # -- 2. dead --edge / --limit ----------------------------------------------------------------------------
@@ -331,5 +349,12 @@ def test_stop_reason_tells_an_authentication_stop_from_a_budget_stop():
     stage = {"stage": "model_caller", "last_errors": []}
     assert stop_reason({"budget_stopped": False, "stages": [stage]}) is None
     assert stop_reason({"budget_stopped": True, "stages": [stage]}) == "budget exhausted"
-    auth = {**stage, "last_errors": ["AuthStop: authentication failed for model m (HTTP 401): check M_KEY"]}
-    assert stop_reason({"budget_stopped": True, "stages": [auth]}).startswith("authentication failed")
+    # a model's breaker holds its tasks (the run goes on for the other models): not a budget stop
+    auth = {**stage, "held": 3, "last_errors": ["AuthStop: authentication failed for model m (HTTP 401): check M_KEY"]}
+    assert stop_reason({"budget_stopped": False, "stages": [auth]}).startswith("authentication failed")
+    both = stop_reason({"budget_stopped": True, "stages": [auth]})
+    assert both.startswith("budget exhausted; authentication failed")
+    ended = stop_reason({"budget_stopped": False, "finished": True, "stages": [auth]})
+    assert ended == "authentication failed (see last error): that model's tasks were left queued"
+    # an auth error with nothing held (an isolated 401 between successes, retried) is no stop reason
+    assert stop_reason({"budget_stopped": False, "stages": [{**auth, "held": 0}]}) is None

@@ -245,3 +245,76 @@ def test_stop_releases_tasks_leased_ahead_and_never_started(tmp_path):
     assert counts.leased == 0 and counts.ready == 20 and counts.done == 0
     assert run.stats()[0].released >= 4  # the started ones after the grace period, plus those leased ahead
     assert all(t.attempts == 0 for t in tasks)  # released, not nacked
+
+
+class HoldOdd(Stage):
+    """Holds (stage.Held) every task with an odd x, e.g. a model whose API key was refused; doubles the rest."""
+
+    name = "double"
+    input_edge = "a"
+    output_edge = "b"
+    concurrency = 4
+
+    def __init__(self):
+        self.calls: dict[str, int] = {}
+
+    async def handle(self, task, ctx):
+        from geoagent.runtime.stage import Held
+
+        self.calls[task.key] = self.calls.get(task.key, 0) + 1
+        if task.payload["x"] % 2:
+            raise Held("model m: authentication failed")
+        await anyio.sleep(0.01)
+        return [(task.key, {"x": task.payload["x"] * 2})]
+
+
+def test_held_tasks_stay_leased_untouched_the_rest_completes_and_they_are_released_at_the_end(tmp_path):
+    """Burst mode ends once only held tasks remain; each held task was handed to the stage once per lease
+    (no re-delivery loop: 200 tasks, a 30 s visibility timeout), no attempt was counted, and at the end
+    they are all ready again, none dead."""
+    d, c = HoldOdd(), Collect()
+    items = [(f"k{i}", {"x": i}) for i in range(200)]
+    run, counts, dead = _run([d, c], tmp_path, items, runner_options={"visibility_timeout_s": 30.0})
+    assert c.seen == {f"k{i}": 2 * i for i in range(0, 200, 2)}
+    assert counts["a"].done == 100 and counts["a"].ready == 100 and counts["a"].leased == 0 and counts["a"].dead == 0
+    assert dead == []
+    assert all(d.calls[f"k{i}"] == 1 for i in range(1, 200, 2))  # held once, never handed out again
+    stats = {s.name: s for s in run.stats()}["double"]
+    assert stats.held == 100 and stats.failed == 0 and not run.budget_stopped
+
+    # the released tasks are ready with no attempt counted: a stage that can run them now completes them
+    async def again():
+        from geoagent.runtime.sqlite_queue import SQLiteQueue
+
+        q = SQLiteQueue.open(tmp_path / "q", "t", "a")
+        try:
+            tasks = await q.lease(200, 30.0)
+            await q.release(tasks)
+            return {t.key: t.attempts for t in tasks}
+        finally:
+            await q.close()
+
+    attempts = anyio.run(again)
+    assert set(attempts) == {f"k{i}" for i in range(1, 200, 2)} and set(attempts.values()) == {0}
+
+
+def test_a_held_task_whose_lease_expires_is_held_again_and_the_run_still_ends(tmp_path):
+    """A short visibility timeout: held leases expire while the other tasks are slow, come back as ready,
+    are leased and held again (the stage sees them a few times, not in a busy loop), and the run ends with
+    them released."""
+
+    class SlowEven(HoldOdd):
+        async def handle(self, task, ctx):
+            if task.payload["x"] % 2 == 0:
+                await anyio.sleep(0.05)
+            return await super().handle(task, ctx)
+
+    d, c = SlowEven(), Collect()
+    d.concurrency = 2
+    items = [(f"k{i}", {"x": i}) for i in range(40)]
+    run, counts, dead = _run([d, c], tmp_path, items, runner_options={"visibility_timeout_s": 0.2})
+    assert counts["a"].done == 20 and counts["a"].ready == 20 and counts["a"].leased == 0 and dead == []
+    held_calls = [d.calls[f"k{i}"] for i in range(1, 40, 2)]
+    # 20 even tasks x 0.05 s on 2 slots >= 0.5 s: a task held at the start is leased again at least once
+    # (its lease expired at 0.2 s), and about once per 0.2 s, not in a loop
+    assert min(held_calls) >= 1 and 2 <= max(held_calls) <= 20, held_calls

@@ -36,7 +36,6 @@ class CrawlCampaign(CampaignKind):
     kind = "crawl"
     plan_edge = C.EDGE_CITIES
     plan_unit = "cities"
-    eta_edge = C.EDGE_SITES
 
     def stages(self, cfg: Any) -> list[Stage]:
         _settings(cfg)

@@ -18,7 +18,11 @@ Implementation notes (see :class:`HttpClient` for the full contract):
 * ``HttpResponse.attempts`` / ``possibly_billed`` (and a ``possibly_billed`` attribute on
   ``RetriesExhausted`` / ``OutcomeUnknown``) tell a ledger how many attempts may have been charged;
 * limits are per :class:`HttpClient`, i.e. per process: run one client per process and share it;
-  :mod:`geoagent.runtime.hostshare` splits them among the processes of one campaign (engine wires it).
+  :mod:`geoagent.runtime.hostshare` splits them among the processes of one campaign (engine wires it);
+* any exception that ends a :meth:`HttpClient.request` before the headers of any of its attempts were
+  handed to the connection (cancelled while waiting for the connection to open or for a host pause, an
+  unexpected error before writing) is marked so, and :func:`never_sent` tells it: that request provably
+  never left the process, so a ledger may release its reservation (:mod:`geoagent.workers.billing`).
 """
 
 from __future__ import annotations
@@ -454,8 +458,30 @@ class _HostState:
         self.stats.answers[reason] = self.stats.answers.get(reason, 0) + 1
 
 
+#: attribute :meth:`HttpClient.request` sets (True) on an exception that ended it before anything was sent
+_NEVER_SENT_ATTR = "geoagent_request_never_sent"
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether ``exc`` ended an :meth:`HttpClient.request` call none of whose attempts was sent.
+
+    True only when no attempt of the call reached the point where aiohttp writes the request (its
+    ``on_request_headers_sent`` trace signal, which fires BEFORE the headers are serialised and written, so
+    a True here is proof that not one byte of the request left the process; a request cut off right after
+    the signal counts as sent, the safe side for billing). False for every exception not raised through
+    ``request`` (unknown: treat as possibly sent).
+
+    Parameters
+    ----------
+    exc : BaseException
+        What ``request`` raised (``asyncio.CancelledError`` included).
+    """
+    return getattr(exc, _NEVER_SENT_ATTR, False) is True
+
+
 def _on_headers_sent(session: Any, ctx: SimpleNamespace, params: Any) -> Any:
-    """aiohttp trace hook: the request's headers are being written to the socket now."""
+    """aiohttp trace hook: the request's headers are about to be written to the connection (aiohttp signals
+    before it serialises and writes them, so no byte of the request was written before this)."""
 
     async def _mark() -> None:
         req_ctx = ctx.trace_request_ctx
@@ -710,47 +736,54 @@ class HttpClient:
             data = orjson.dumps(json)
             headers = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
             headers["Content-Type"] = "application/json"
-        counter = SimpleNamespace(attempts=0, possibly_billed=0)
-
-        args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter, expected)
-        last: _Retryable | None = None
-        # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
+        counter = SimpleNamespace(attempts=0, possibly_billed=0, sent=0)
         try:
-            return self._finish(await self._attempt(*args, before_send=before_send), counter)
-        except _Retryable as exc:
-            last = exc
-        if pol.max_attempts > 1 and not self._too_long(last, pol):
-            last = None
-            host.stats.retries += 1
-            # backoff before attempt 2 = tenacity's first wait, U(0, min(max, base)) (full jitter)
-            await asyncio.sleep(random.uniform(0.0, min(pol.backoff_max_s, pol.backoff_base_s)))
-
-            def _stop_for_retry_after(rs: Any) -> bool:
-                exc = rs.outcome.exception() if rs.outcome is not None else None
-                return isinstance(exc, _Retryable) and self._too_long(exc, pol)
-
-            def _before_sleep(rs: Any) -> None:
-                host.stats.retries += 1
-
-            # attempts 2..max_attempts; waits continue the sequence U(0, min(max, base * 2**k)), k = 1, 2, ...
-            retrying = AsyncRetrying(
-                retry=retry_if_exception_type(_Retryable),
-                stop=stop_after_attempt(pol.max_attempts - 1) | _stop_for_retry_after,
-                wait=wait_random_exponential(multiplier=2.0 * pol.backoff_base_s, max=pol.backoff_max_s),
-                before_sleep=_before_sleep,
-                reraise=True,
-            )
+            args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter, expected)
+            last: _Retryable | None = None
+            # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
             try:
-                async for attempt in retrying:
-                    with attempt:
-                        resp = await self._attempt(*args)
+                return self._finish(await self._attempt(*args, before_send=before_send), counter)
             except _Retryable as exc:
                 last = exc
-        if last is not None:
-            err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{last.reason}: {last.detail}", secrets), last.retry_after_s)
-            err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
-            raise err
-        return self._finish(resp, counter)
+            if pol.max_attempts > 1 and not self._too_long(last, pol):
+                last = None
+                host.stats.retries += 1
+                # backoff before attempt 2 = tenacity's first wait, U(0, min(max, base)) (full jitter)
+                await asyncio.sleep(random.uniform(0.0, min(pol.backoff_max_s, pol.backoff_base_s)))
+
+                def _stop_for_retry_after(rs: Any) -> bool:
+                    exc = rs.outcome.exception() if rs.outcome is not None else None
+                    return isinstance(exc, _Retryable) and self._too_long(exc, pol)
+
+                def _before_sleep(rs: Any) -> None:
+                    host.stats.retries += 1
+
+                # attempts 2..max_attempts; waits continue the sequence U(0, min(max, base * 2**k)), k = 1, 2, ...
+                retrying = AsyncRetrying(
+                    retry=retry_if_exception_type(_Retryable),
+                    stop=stop_after_attempt(pol.max_attempts - 1) | _stop_for_retry_after,
+                    wait=wait_random_exponential(multiplier=2.0 * pol.backoff_base_s, max=pol.backoff_max_s),
+                    before_sleep=_before_sleep,
+                    reraise=True,
+                )
+                try:
+                    async for attempt in retrying:
+                        with attempt:
+                            resp = await self._attempt(*args)
+                except _Retryable as exc:
+                    last = exc
+            if last is not None:
+                err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{last.reason}: {last.detail}", secrets), last.retry_after_s)
+                err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
+                raise err
+            return self._finish(resp, counter)
+        except BaseException as exc:
+            if counter.sent == 0:  # no attempt reached the socket: provably never sent (never_sent)
+                try:
+                    setattr(exc, _NEVER_SENT_ATTR, True)
+                except AttributeError:  # an exception type without attributes: stays 'possibly sent'
+                    pass
+            raise
 
     @staticmethod
     def _too_long(exc: _Retryable, pol: HostPolicy) -> bool:
@@ -806,7 +839,11 @@ class HttpClient:
                 if turn is not None:
                     turn.done(when_s, sent)
 
-            ctx = SimpleNamespace(sent=False, on_sent=lambda t: _mark_sent(t, True))
+            def _on_sent(when_s: float) -> None:
+                counter.sent += 1
+                _mark_sent(when_s, True)
+
+            ctx = SimpleNamespace(sent=False, on_sent=_on_sent)
             t0 = time.monotonic()
             failure: BaseException | None = None  # raised below, outside the except block, so no
             # aiohttp exception (which may carry request headers) is chained as __context__

@@ -7,8 +7,13 @@ Each tick appends one JSON object per line (another process can ``tail -f`` it):
      "queues": {"requests": {"ready": 80, "leased": 8, "done": 120, "dead": 0}, ...},
      "spend": {"spent_usd": 0.12, "cap_usd": 5.0, ...}, "eta_s": 8.2, "eta_stage": "geocoder"}
 
-The ETA covers the whole pipeline (:func:`pipeline_eta`): the slowest stage, given the work still ahead of
-it, bounds the end of the run.
+The ETA covers the stages this process runs, over the whole pipeline's remaining work
+(:func:`pipeline_eta`): each of them has ahead of it what is queued on its input edge plus what every stage
+upstream (in this process or another) will still put there, and the slowest of them bounds the end. With
+``--stages`` scale-out, a process running a downstream stage thus counts the requests still planned
+upstream, not only what is queued for it now; the stages of other processes are timed by those processes
+(each writes its own records to the stream; ``eta_scope`` lists the stages a record's ETA covers, or is
+null when it covers the whole pipeline).
 
 The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
 is not a TTY, so logs and CI output stay clean.
@@ -44,8 +49,9 @@ class Progress:
         Returns the ledger summary dict (``spent_usd``, ``cap_usd``, ...), or None for no ledger.
     live : bool or None
         Force the rich display on/off; default: on when stdout is a TTY.
-    eta_edge : str or None
-        Kept for callers; the ETA now covers every stage of the pipeline (:func:`pipeline_eta`).
+    pipeline : sequence of (name, input_edge, output_edge or None), optional
+        The campaign's whole pipeline in data-flow order (every stage, also those other processes run), so
+        the ETA counts the work still upstream of this process's stages; default: this process's stages.
     http : callable or None
         Returns per-host HTTP counters (requests, retries, errors by reason): the API error rates.
     host_labels : dict or None
@@ -58,7 +64,7 @@ class Progress:
         path: Path,
         spend: SpendFn | None = None,
         live: bool | None = None,
-        eta_edge: str | None = None,
+        pipeline: Sequence[tuple[str, str, str | None]] | None = None,
         http: Callable[[], dict[str, Any]] | None = None,
         host_labels: dict[str, str] | None = None,
     ):
@@ -67,7 +73,7 @@ class Progress:
         self.host_labels = dict(host_labels or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.spend = spend
-        self.eta_edge = eta_edge
+        self.pipeline = list(pipeline) if pipeline is not None else None
         self.live_enabled = sys.stdout.isatty() if live is None else live
         self._live: Any = None
         self._t0 = time.time()
@@ -81,10 +87,9 @@ class Progress:
     async def snapshot(self, run: PipelineRun) -> dict[str, Any]:
         counts = await run.counts()
         stages = [s.as_dict() for s in run.stats()]
-        eta, eta_stage = pipeline_eta(
-            [(r.stage.name, r.stage.input_edge, r.stage.output_edge, r.stats.rate_per_s()) for r in run.runners],
-            counts,
-        )
+        rates = {r.stage.name: r.stats.rate_per_s() for r in run.runners}
+        topology = self.pipeline or [(r.stage.name, r.stage.input_edge, r.stage.output_edge) for r in run.runners]
+        eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
         return {
             "t": round(time.time(), 3),
             "campaign": run.campaign,
@@ -94,6 +99,8 @@ class Progress:
             "spend": self.spend() if self.spend else None,
             "eta_s": None if eta is None else round(eta, 1),
             "eta_stage": eta_stage,
+            # None: the ETA covers the whole pipeline; else the stages it covers (this process's, --stages)
+            "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else list(rates),
             "http": self.http() if self.http else None,
             "host_labels": self.host_labels or None,
             "budget_stopped": run.budget_stopped,
@@ -120,7 +127,7 @@ class Progress:
             caption.append(f"ETA {format_eta(record)}")
         reason = stop_reason(record)
         if reason:
-            caption.append(f"{reason.upper()} - draining")
+            caption.append(reason.upper() + (" - draining" if record.get("budget_stopped") else ""))
         table.caption = "   ".join(caption)
         if self._live is None:
             self._live = Live(table, refresh_per_second=4, transient=False)
@@ -133,7 +140,7 @@ class Progress:
 
 
 def pipeline_eta(
-    stages: Sequence[tuple[str, str, str | None, float]], counts: Mapping[str, QueueCounts]
+    stages: Sequence[tuple[str, str, str | None, float | None]], counts: Mapping[str, QueueCounts]
 ) -> tuple[float | None, str | None]:
     """Seconds until the pipeline is drained, and the stage that bounds it.
 
@@ -142,12 +149,15 @@ def pipeline_eta(
     (tasks on their output edge per task of their input edge done or dead-lettered so far; 1 before any is
     known, and 1 where several stages feed one edge). Its time left is that work over its recent rate
     (:func:`geoagent.runtime.worker.eta_s`); the slowest stage bounds the end, so the ETA is the largest.
-    Stages with work ahead but no measured rate yet are left out.
+    Stages with work ahead but no measured rate yet are left out. A stage whose rate is None runs in
+    another process (``--stages`` scale-out): its work ahead still flows into the stages downstream of it,
+    but its own time is not estimated here.
 
     Parameters
     ----------
-    stages : sequence of (name, input_edge, output_edge or None, rate_per_s)
-        The stages of this process in data-flow order (producers before consumers); rates in tasks/s.
+    stages : sequence of (name, input_edge, output_edge or None, rate_per_s or None)
+        The pipeline's stages in data-flow order (producers before consumers); rates in tasks/s, None for
+        a stage this process does not run.
     counts : mapping of edge -> QueueCounts
         Current counts of every edge queue.
 
@@ -182,6 +192,8 @@ def pipeline_eta(
     best: tuple[float, str] | None = None
     unknown = False
     for name, in_edge, _, rate in stages:
+        if rate is None:  # another process's stage: its work counts downstream, its time is its own
+            continue
         t = eta_s(round(work_ahead(in_edge)), rate)
         if t is None:
             unknown = True

@@ -9,6 +9,9 @@ redelivery harmless. Exceptions decide the task's fate:
 
 * :class:`PermanentFailure` (or ``PermanentHTTPError``) -> dead-letter with the reason, no retry;
 * :class:`BudgetStop` -> the task is released untouched and the runner stops leasing (budget exhausted);
+* :class:`Held` -> the task cannot run in this process now (its model's API key was refused): the runner
+  keeps its lease, untouched (no attempt counted), never hands it to the stage again during this lease,
+  keeps dispatching every other task, and releases it when the stage ends;
 * :class:`Missing` -> the work is recorded as missing (retries exhausted): dead-letter, counted by reports;
 * any other exception -> nack (attempt counted, exponential backoff, dead after max attempts).
 """
@@ -34,6 +37,12 @@ class Missing(PermanentFailure):
 
 class BudgetStop(Exception):
     """The cost cap would be exceeded: stop dispatching, release the task, drain."""
+
+
+class Held(Exception):
+    """This task cannot run in this process now, though other tasks can (e.g. its model's authentication
+    breaker is open): the runner holds its lease without counting an attempt and releases it, untouched,
+    when the stage ends (:mod:`geoagent.runtime.worker`, "Held tasks"). The message says why."""
 
 
 @dataclass(slots=True)

@@ -19,6 +19,21 @@ Stopping
   counted), commit what finished, flush the stage.
 * :class:`~geoagent.runtime.stage.BudgetStop` from a task: the task is released untouched, the runner stops
   leasing and drains what is in flight; the campaign reports ``budget exhausted``.
+
+Held tasks
+----------
+A task whose :meth:`Stage.handle` raises :class:`~geoagent.runtime.stage.Held` (the model caller: its model's
+API key was refused) is *held*: the runner keeps its lease (no attempt counted, nothing else written), so
+the queue does not hand it out again and nothing spins on it, and goes on with every other task. When a held
+lease's visibility timeout passes the task is leased again like any expired lease, the stage raises
+``Held`` again at once, and the runner keeps the new lease instead. In burst mode the stage is finished
+when nothing is ready and the only leased tasks are its held ones (``leased <= held``: a held lease that
+expired counts as ready and is simply leased again first). Every way the runner ends (drained, stop
+request, budget stop, cancellation) releases the held tasks untouched, so a re-run finds them ready at once.
+Held tasks are kept without their payload (a key and a lease id each). ``StageStats.held`` counts them.
+Several processes running the same stage each hold their own: a process waits for the others' leases (as
+for any lease), so when two of them hold tasks, one finishes only once the other's held leases expired and
+it re-leased them (one visibility timeout); none is lost or dead-lettered meanwhile.
 """
 
 from __future__ import annotations
@@ -35,7 +50,7 @@ import orjson
 
 from geoagent.runtime.http import PermanentHTTPError
 from geoagent.runtime.queue import StaleLease, Task, WorkQueue
-from geoagent.runtime.stage import BudgetStop, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +66,7 @@ class StageStats:
     missing: int = 0  # dead-lettered because retries were exhausted
     released: int = 0
     in_flight: int = 0
+    held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
     started_at: float = field(default_factory=time.monotonic)
     finished: bool = False
     budget_stopped: bool = False
@@ -80,6 +96,7 @@ class StageStats:
             "missing": self.missing,
             "released": self.released,
             "in_flight": self.in_flight,
+            "held": self.held,
             "rate_per_s": round(self.rate_per_s(), 3),
             "finished": self.finished,
             "budget_stopped": self.budget_stopped,
@@ -159,6 +176,8 @@ class StageRunner:
         self._stop = anyio.Event()
         self._budget = anyio.Event()
         self._pending: list[tuple[Task, list[Message]]] = []
+        #: held tasks by key (payload dropped): leased, released untouched when the stage ends
+        self._held: dict[str, Task] = {}
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
         self.flush_interval_s = flush_interval_s
@@ -212,6 +231,7 @@ class StageRunner:
                     await self._safe(self.inq.release(task))
                     self.stats.released += 1
                 recv.close()
+                await self._release_held()
                 await self._commit()
                 await self.stage.flush(self.ctx)
                 await self.stage.stop(self.ctx)
@@ -261,7 +281,8 @@ class StageRunner:
         if self.stats.in_flight or self._pending:
             return False
         counts = await self.inq.counts()
-        return counts.ready == 0 and counts.leased == 0
+        # held tasks stay leased by this runner until it ends (module docstring: held tasks)
+        return counts.ready == 0 and counts.leased <= len(self._held)
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):
@@ -374,7 +395,15 @@ class StageRunner:
 
     async def _fail(self, task: Task, exc: BaseException) -> None:
         """Decide a failed task's fate from its exception (see :mod:`geoagent.runtime.stage`)."""
-        if isinstance(exc, BudgetStop):
+        if isinstance(exc, Held):
+            if task.key not in self._held:
+                reason = _reason(exc)
+                if reason not in self.stats.last_errors:
+                    self.stats.last_errors.append(reason)
+            # a re-leased held task (its old lease expired) replaces the stale lease
+            self._held[task.key] = Task(task.key, {}, task.attempts, task.lease_id)
+            self.stats.held = len(self._held)
+        elif isinstance(exc, BudgetStop):
             self._budget.set()
             self.stats.last_errors.append(_reason(exc))
             await self._safe(self.inq.release(task))
@@ -394,6 +423,18 @@ class StageRunner:
                 self.stats.dead += 1
             self._note_error(reason)
             log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
+
+    async def _release_held(self) -> None:
+        """Release every held task untouched (a lease that expired meanwhile is someone else's now)."""
+        if not self._held:
+            return
+        held, self._held = list(self._held.values()), {}
+        stale: list[str] = []
+        try:
+            await self.inq.release(held)
+        except StaleLease as exc:
+            stale = list(getattr(exc, "stale_keys", None) or [])
+        self.stats.released += len(held) - len(stale)
 
     def _note_error(self, reason: str) -> None:
         self.stats.last_errors.append(reason)

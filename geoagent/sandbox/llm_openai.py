@@ -20,6 +20,10 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   ``refusal``; :data:`FILTER_MARKER` -> ``content: null``, ``finish_reason: "content_filter"``, 0 output
   tokens; :data:`NO_USAGE_MARKER` -> a normal answer without ``usage`` (as some compatible servers send;
   the call is still logged as billed).
+* ``moderation_flags=`` (words): a prompt containing one (case-insensitive) is refused the way OpenRouter
+  refuses input its moderation flagged (OpenRouter API reference, "Errors": HTTP 403, ``{"error": {"code":
+  403, "message": "... requires moderation ... your input was flagged ...", "metadata": {"reasons": [...],
+  "flagged_input": "...", "provider_name": null, "model_slug": "..."}}}``); not billed.
 * Injected faults (``faults=``, :mod:`geoagent.sandbox.faults`) answer 429/500/503 in this error shape
   (429: type ``requests``, code ``rate_limit_exceeded``), keeping ``Retry-After``.
 
@@ -66,6 +70,8 @@ REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
 FILTER_MARKER = "[[sandbox:content_filter]]"
 #: Prompt text that makes the fake leave ``usage`` out of an otherwise normal answer (still logged as billed).
 NO_USAGE_MARKER = "[[sandbox:no_usage]]"
+#: words (lower case) whose presence in a prompt makes the fake answer OpenRouter's moderation 403
+MODERATION_FLAGS_KEY: web.AppKey[tuple[str, ...]] = web.AppKey("llm_moderation_flags", tuple)
 IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -216,6 +222,16 @@ async def chat_completions(request: web.Request) -> web.Response:
         return _err(400, str(bad), "invalid_request_error", bad.code, bad.param)
 
     max_tokens = cap_b or cap_a or DEFAULT_MAX_TOKENS
+    flagged = [w for w in request.app.get(MODERATION_FLAGS_KEY, ()) if w in prompt.lower()]
+    if flagged:  # OpenRouter's moderation refusal of the input (403; nothing generated, not billed)
+        log_call(request, API, 403, error="moderation", model=model)
+        start = prompt.lower().index(flagged[0])
+        return json_response({"error": {
+            "code": 403,
+            "message": f"{model} requires moderation on this gateway. Your input was flagged for \"{flagged[0]}\".",
+            "metadata": {"reasons": flagged, "flagged_input": prompt[max(0, start - 20): start + 80],
+                         "provider_name": None, "model_slug": model},
+        }}, status=403, headers={"x-request-id": "req_" + short_id(time.time_ns())})
     if REFUSE_MARKER in prompt or FILTER_MARKER in prompt:
         return _non_answer(request, model, prompt, system, image, image_url)
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
@@ -277,6 +293,7 @@ def make_app(
     api_keys: Collection[str] | None = None,
     require_auth: bool = True,
     calls_max: int | None = None,
+    moderation_flags: Collection[str] | None = None,
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -294,6 +311,9 @@ def make_app(
         ``False`` accepts requests without a key (like a local vLLM/Ollama server; the offline demo).
     calls_max : int, optional
         Newest call records kept in memory (default all; the ``token_log`` file always gets every one).
+    moderation_flags : collection of str, optional
+        Words that, found in a prompt (case-insensitive), make the fake answer OpenRouter's moderation
+        403 (input flagged) instead of an answer.
 
     Returns
     -------
@@ -301,7 +321,7 @@ def make_app(
         Call records in ``app["calls"]`` / ``app[CALLS_KEY]``; fault state in ``app[FAULTS_KEY]``.
     """
     routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", chat_completions)]
-    return build_app(
+    app = build_app(
         routes,
         api=API,
         faults=faults,
@@ -311,6 +331,8 @@ def make_app(
         require_auth=require_auth,
         calls_max=calls_max,
     )
+    app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))
+    return app
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test

@@ -15,16 +15,25 @@ RetriesExhausted            unknown-outcome spend for ``possibly_billed`` attemp
 OutcomeUnknown              unknown-outcome spend (at least one attempt)
 ProviderError with usage    settled with the reported usage
 ProviderError, no usage     released for a free model's non-retryable error; else unknown
+raised before sending       released: anything else (cancellation included) that ended the HTTP
+                            request before any attempt was handed to the connection, as the
+                            HTTP layer proves (:func:`geoagent.runtime.http.never_sent`)
 anything else / cancelled   unknown-outcome spend (the request may have been on the wire)
 ==========================  ===================================================================
+
+Only the HTTP layer can prove a request never left (its ``on_request_headers_sent`` trace signal fires
+before aiohttp writes a byte of the request); an exception that did not come through
+:meth:`~geoagent.runtime.http.HttpClient.request`, or came after any attempt was sent, stays unknown-outcome
+spend: where unsure, the ledger over-counts rather than under-counts.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from geoagent.providers.base import ProviderError
-from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted
+from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, never_sent
 
 
 async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, model_cfg: Any) -> str:
@@ -45,9 +54,9 @@ async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, m
     str
         ``"released"``, ``"settled"`` or ``"unknown"``.
 
-    Cancellation: for anything outside the table (``CancelledError`` included) the unknown-outcome mark
-    is handed to the database thread without awaiting it, since awaiting inside a cancelled task is
-    not reliable; it still commits.
+    Cancellation: for anything outside the table (``CancelledError`` included) the release (request
+    provably never sent) or the unknown-outcome mark is handed to the database thread without awaiting
+    it, since awaiting inside a cancelled task is not reliable; it still commits.
     """
     if isinstance(exc, PermanentHTTPError):
         await ledger.arelease(reservation, note=f"http {exc.status}")
@@ -74,5 +83,10 @@ async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, m
             return "settled"
         await ledger.amark_unknown(reservation, note=type(exc).__name__)
         return "unknown"
+    if never_sent(exc):
+        # nothing of the request reached the connection (e.g. cancelled while it was opening): not billed
+        note = f"{type(exc).__name__} before the request was sent"
+        ledger.db.submit(functools.partial(ledger.release, reservation, note=note))
+        return "released"
     ledger.db.submit(ledger.mark_unknown, reservation)
     return "unknown"

@@ -45,7 +45,8 @@ provider raised             reservation                         task
 ==========================  ==================================  =========================================
 PermanentHTTPError (4xx)    released (not billed)               ``PermanentFailure`` -> dead letter
 401/403 (auth, see below)   released (not billed)               ``CallFailed`` -> nack (retried); once the
-                                                                 breaker is open ``AuthStop`` -> released
+                                                                 breaker is open ``AuthStop`` -> held, then
+                                                                 released untouched
 RetriesExhausted            released; or unknown-outcome spend  ``Missing`` -> dead letter, reported as
                             if an attempt may have been billed   missing (never a wrong answer)
 OutcomeUnknown              unknown-outcome spend               re-raised -> nack, retried (reserves again)
@@ -56,23 +57,38 @@ ContentBlocked              settled with reported usage, else   ``PermanentFailu
 ReplayMiss / recorded error released (replay is free)           ``Missing``
 cancelled while in flight   unknown-outcome spend               (runner releases the task)
 cancelled while queued      none made (or released: not sent)   (runner releases the task)
+cancelled, or any other     released when the HTTP layer        (runner releases / nacks the task)
+error, before sending       proves no attempt was sent
+                            (``http.never_sent``: e.g. while
+                            the connection was opening), else
+                            unknown-outcome spend
 image file missing/invalid  released (nothing sent)             ``PermanentFailure``
 ==========================  ==================================  =========================================
 
 Authentication circuit breaker (issue 2, "a wrong API key does not stop the run"): an HTTP 401 or 403
-(or Gemini's 400 ``API_KEY_INVALID``, its answer to a wrong key) answered to a model call (so by that model's own host, ``base_url``: the only host this stage talks to;
-403 from other APIs, e.g. a crawl's map services, is never counted) counts as an authentication failure of
-that model. After :attr:`ModelCaller.auth_failures_to_stop` (default :data:`AUTH_FAILURES_TO_STOP`)
-consecutive ones, with no success of that model in between (or as soon as a task's last attempt fails so
-while the model has not answered once in the run), the model's breaker opens
-(:class:`AuthBreaker`, service :data:`AUTH_BREAKER_SERVICE`): that task and every later task of the model
-raise :class:`AuthStop`, a :class:`~geoagent.runtime.stage.BudgetStop`, so the runner releases the task
-untouched and stops leasing (calls in flight finish; every task not yet answered, of every model, stays
-ready), and the engine ends the run ``authentication failed`` (exit 5) with the message
-``authentication failed for model X (HTTP 401): check OPENAI_API_KEY`` (the variable's NAME). The auth
-failures seen before the breaker opened are *nacked* (retryable, one attempt counted), not dead-lettered, so
-re-running with the right key completes every task with no ``--requeue``; an isolated 401/403 between
-successes is retried up to ``max_attempts`` and then dead-lettered with its reason as before.
+(or Gemini's 400 ``API_KEY_INVALID``, its answer to a wrong key) answered to a model call (so by that model's
+own host, ``base_url``: the only host this stage talks to; 403 from other APIs, e.g. a crawl's map services,
+is never counted) counts as an authentication failure of that model. A 403 whose body says the INPUT was
+flagged by moderation (OpenRouter's "Your chosen model requires moderation and your input was flagged",
+``error.metadata.flagged_input`` / ``reasons``; OpenRouter API reference, "Errors"; other gateways' content
+policy 403s) is not: it is that request's own permanent failure (dead-lettered with its reason) and leaves
+the streak alone (:func:`is_auth_failure`). After :attr:`ModelCaller.auth_failures_to_stop` (default
+:data:`AUTH_FAILURES_TO_STOP`) consecutive authentication failures, with no success of that model in
+between (or as soon as a task's last attempt fails so while the model has not answered once in the run),
+that model's breaker opens (:class:`AuthBreaker`, service :data:`AUTH_BREAKER_SERVICE`; per model, per
+process, for the rest of the run). From then on that task and every task of THAT model raise
+:class:`AuthStop`, a :class:`~geoagent.runtime.stage.Held`: nothing is sent, no reservation is made, and the
+runner holds the task's lease untouched (no attempt counted, never dead-lettered, no spend) without handing
+it out again, so nothing spins on it (:mod:`geoagent.runtime.worker`, "Held tasks"); requests of that model
+already waiting for a host slot are stopped at the send gate the same way. Every other model's tasks keep
+being dispatched to completion. The stage ends when only held tasks remain; the runner then releases them
+(ready again, attempts as they were), and the engine ends the run ``authentication failed`` (exit 5) with
+one line per refused model, ``authentication failed for model X (HTTP 401): check OPENAI_API_KEY`` (the
+variable's NAME, never its value) followed by how many of its requests this process left queued
+(:meth:`AuthBreaker.report_lines`). The auth failures seen before the breaker opened are *nacked*
+(retryable, one attempt counted), not dead-lettered, so re-running with the right key completes every task
+with no ``--requeue``, each request key paid once (the other models' answers are stored); an isolated
+401/403 between successes is retried up to ``max_attempts`` and then dead-lettered with its reason as before.
 
 Payload (``requests`` edge)::
 
@@ -103,7 +119,7 @@ from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
 from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted
 from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
-from geoagent.runtime.stage import BudgetStop, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
 from geoagent.secrets import redact
 from geoagent.workers.billing import close_failed_call
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
@@ -123,16 +139,33 @@ AUTH_STATUSES = frozenset({401, 403})
 #: Gemini answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID (not 401): these body
 #: markers make such a 400 an authentication failure too
 AUTH_BODY_MARKERS = ("API_KEY_INVALID", "API key not valid")
+#: body markers (lower case) of a 403 that refuses the request's CONTENT, not the key: OpenRouter's moderation
+#: error ("... requires moderation and your input was flagged", ``error.metadata.flagged_input``/``reasons``)
+#: and content-policy refusals of OpenAI-compatible gateways; such a 403 never counts toward the breaker
+MODERATION_BODY_MARKERS = ("flagged", "moderation", "content_policy", "content policy")
 
 
 def is_auth_failure(status: int, body_excerpt: str) -> bool:
-    """Whether a model host's error answer means its API key was refused: 401, 403, or Gemini's 400
-    ``API_KEY_INVALID`` (Gemini API reference, "API key not valid")."""
-    return status in AUTH_STATUSES or (status == 400 and any(m in (body_excerpt or "") for m in AUTH_BODY_MARKERS))
+    """Whether a model host's error answer means its API key was refused.
 
+    True for 401, for 403 unless its body says the input was flagged by moderation or refused by a content
+    policy (:data:`MODERATION_BODY_MARKERS`: OpenRouter API reference, "Errors": 403 "Your chosen model
+    requires moderation and your input was flagged", with ``error.metadata.reasons`` and ``flagged_input``;
+    that is a permanent failure of that one request), and for Gemini's 400 ``API_KEY_INVALID`` (Gemini API
+    reference, "API key not valid").
 
-class AuthStop(BudgetStop):
-    """A model's authentication breaker is open: release the task untouched and stop dispatching."""
+    Parameters
+    ----------
+    status : int
+        HTTP status of the answer.
+    body_excerpt : str
+        The start of the answer's body (secrets already scrubbed).
+    """
+    body = body_excerpt or ""
+    if status == 403:
+        low = body.lower()
+        return not any(m in low for m in MODERATION_BODY_MARKERS)
+    return status in AUTH_STATUSES or (status == 400 and any(m in body for m in AUTH_BODY_MARKERS))
 
 
 @dataclasses.dataclass(slots=True)
@@ -150,6 +183,15 @@ class AuthFailure:
         return f"authentication failed for model {self.model} (HTTP {self.status}): {what}"
 
 
+class AuthStop(Held):
+    """A model's authentication breaker is open: hold the task untouched (nothing sent) while the other
+    models' tasks go on; ``model`` names the refused model."""
+
+    def __init__(self, failure: AuthFailure) -> None:
+        super().__init__(failure.message())
+        self.model = failure.model
+
+
 class AuthBreaker:
     """Per-model count of consecutive authentication failures; opens at ``threshold`` (in memory, per run).
 
@@ -165,6 +207,7 @@ class AuthBreaker:
         self._streak: dict[str, int] = {}
         self._answered: set[str] = set()
         self.opened: dict[str, AuthFailure] = {}
+        self._held: dict[str, set[str]] = {}
 
     def is_open(self, model: str) -> AuthFailure | None:
         """The open breaker of ``model``, or None."""
@@ -194,6 +237,21 @@ class AuthBreaker:
     def messages(self) -> list[str]:
         """One line per open breaker, in the order they opened."""
         return [f.message() for f in self.opened.values()]
+
+    def hold(self, model: str, task_key: str) -> None:
+        """Record that task ``task_key`` of ``model`` was held unsent because the model's breaker is open."""
+        self._held.setdefault(model, set()).add(task_key)
+
+    def held(self, model: str) -> int:
+        """Tasks of ``model`` held unsent by its open breaker in this process (distinct task keys)."""
+        return len(self._held.get(model, ()))
+
+    def report_lines(self) -> list[str]:
+        """One line per open breaker (order opened): its :meth:`AuthFailure.message` and the work of that model
+        this process left queued, e.g. ``...: check OPENAI_API_KEY; 40 request(s) of model gpt not sent (left
+        queued)``."""
+        return [f"{f.message()}; {self.held(f.model)} request(s) of model {f.model} not sent (left queued)"
+                for f in self.opened.values()]
 
 
 class _NotSent(Exception):
@@ -341,7 +399,7 @@ class _SendGate:
         # a request that waited for a host slot while its model's breaker opened is not sent at all
         opened = self.breaker.is_open(self._args[4]) if self.breaker is not None else None
         if opened is not None:
-            raise AuthStop(opened.message())
+            raise AuthStop(opened)
         cached, reservation = await _lookup_or_reserve(*self._args)
         if cached is not None:
             raise _NotSent(cached=cached)
@@ -411,13 +469,20 @@ class ModelCaller(Stage):
     # -- the job ------------------------------------------------------------------------------------
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        try:
+            return await self._handle(task, ctx)
+        except AuthStop as stop:
+            self._breaker(ctx).hold(stop.model, task.key)  # counted for the end-of-run line
+            raise
+
+    async def _handle(self, task: Task, ctx: StageContext) -> list[Message]:
         payload = task.payload
         cfg = ctx.get("config")
         m, request = build_request(cfg, payload)
         breaker = self._breaker(ctx)
         opened = breaker.is_open(m.name)
         if opened is not None:
-            raise AuthStop(opened.message())
+            raise AuthStop(opened)
         image_ref = payload.get("image_ref")
         image_id = request.image_id
         providers = ctx.get("providers")
@@ -460,7 +525,7 @@ class ModelCaller(Stage):
                 last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
                 opened = breaker.failure(m.name, exc.status, m.api_key_env, last_attempt=last)
                 if opened is not None:
-                    raise AuthStop(opened.message()) from None
+                    raise AuthStop(opened) from None
                 raise CallFailed(exc.reason) from None  # nacked: retried, never dead-lettered by the streak
             if cached is not None:
                 return [self._message(task, key, m, request, cached, cost_usd=None, cached=True)]
