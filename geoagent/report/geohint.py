@@ -123,9 +123,11 @@ class Table:
         return buf.getvalue()
 
     def to_rich(self):
+        from rich.markup import escape
         from rich.table import Table as RichTable
 
-        t = RichTable(title=self.title, caption="\n".join(self.notes_lines()) or None)
+        # notes are plain text: "[geohint] p_reference" must not be read as rich markup (and vanish)
+        t = RichTable(title=self.title, caption=escape("\n".join(self.notes_lines())) or None)
         for c, f in zip(self.columns, self.formats):
             t.add_column(c, justify="left" if f == "text" else "right")
         for row in self.display_rows():
@@ -557,8 +559,9 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
     rows.append(row("All", "all", total(agg.truncation)))
     return Table(
         "cutoff",
-        "Answers cut off at the output-token limit (max_output_tokens), per model and condition",
-        ["Model", "Condition", "n", "Cut off", "Share cut off", "Cut off, unparsed", "No finish reason"],
+        "Answers cut off at the output-token limit (max_output_tokens), per model and condition; share in % (a "
+        "fraction in cutoff.csv)",
+        ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, unparsed", "No finish reason"],
         ["text", "text", "int", "int", "pct", "int", "int"],
         rows,
         _join_notes(TRUNCATION_LEGEND, *truncation_warnings(agg)),
