@@ -60,7 +60,7 @@ def _warn_config_drift(cfg: Any) -> None:
         what = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.scoring.items())
         print(f"info: campaign {cfg.name}: scoring setting changed since its last run ({what}); the report is "
               "re-scored from the stored answers with the new value, no model call is repeated (recorded in the "
-              "manifest).", file=sys.stderr)
+              "manifest; not a change to the calls).", file=sys.stderr)
 
 
 def _check_stages(cfg: Any, stages: list[str]) -> None:

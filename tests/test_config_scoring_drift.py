@@ -128,3 +128,42 @@ def test_echo_rule_change_rescores_the_report_without_a_drift_warning(release_di
     assert set(got) == set(want) == {"sim-a"}
     assert got["sim-a"] == sum(want["sim-a"]) / len(want["sim-a"])
     assert sum(want["sim-a"]) != sum(old["sim-a"])  # the two rules disagree on these answers
+
+
+def test_run_command_prints_info_not_warning_for_a_bootstrap_change(tmp_path, release_dir, capsys):
+    """`run.py run` twice on a replayed GeoVerify campaign, the second time with other bootstrap settings: no
+    drift warning, one info line; the second report uses the new replicates (named under its table)."""
+    from geoagent.cli import main
+    from geoagent.report.geoverify import TABLE_MD
+
+    base = f"""
+[campaign]
+name = "gv-boot"
+kind = "geoverify"
+[paths]
+queues = "{tmp_path / 'queues'}"
+state = "{tmp_path / 'state'}"
+[budget]
+cap_usd = 0.0
+[[models]]
+name = "release-replay"
+provider = "replay"
+model = "recorded"
+replay = {{{{ path = "{release_dir / 'verify_raw_sample.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}}}
+[geoverify]
+release_dir = "{release_dir}"
+n_boot = {{n_boot}}
+boot_seed = 3
+"""
+    cfg = tmp_path / "gv.toml"
+    cfg.write_text(base.format(n_boot=0))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    capsys.readouterr()
+    cfg.write_text(base.format(n_boot=50))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err
+    assert "info: campaign gv-boot: scoring setting changed since its last run (geoverify.n_boot 0 -> 50)" in err
+    md = (tmp_path / "state" / "gv-boot" / "report" / TABLE_MD).read_text(encoding="utf-8")
+    assert "50 bootstrap resamples of sites (seed 3" in md
+    assert read_manifest(tmp_path / "state" / "gv-boot")["config"]["geoverify"]["n_boot"] == 50

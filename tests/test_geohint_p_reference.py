@@ -135,3 +135,10 @@ def test_config_key_is_validated_and_defaults_to_normal():
     assert GeoHintCampaign().manifest_extra(cfg) == {"echo_rule": "name", "p_reference": "t"}
     with pytest.raises(ConfigError, match=r"c\.toml: geohint\.p_reference: expected one of 'normal' or 't', got 'students'"):
         config_from_dict({**base, "geohint": {"p_reference": "students"}}, source="c.toml")
+
+
+def test_no_few_clusters_note_from_30_sites_on():
+    assert "Few clusters" not in GH.p_reference_note("normal", [30, 41])
+    assert "rest on 29 site clusters" in GH.p_reference_note("normal", [29, 41])
+    assert "rest on 2 to 29 site clusters" in GH.p_reference_note("normal", [29, 2, 100])
+    assert "Few clusters" not in GH.p_reference_note("t", [3])
