@@ -45,14 +45,22 @@ def _warn_config_drift(cfg: Any) -> None:
 
     Work already planned keeps its original requests (queue keys are per trial / request unit and a put of
     an existing key is a no-op), so the results would mix both versions without a word otherwise.
-    """
-    from geoagent.runtime.manifest import config_drift
 
-    changed = config_drift(cfg)
-    if changed:
-        print(f"warning: campaign {cfg.name}: {', '.join(changed)} changed since its last run; work already planned "
+    A change to scoring-only keys (:data:`geoagent.runtime.manifest.SCORING_ONLY_KEYS`, e.g. ``[geohint]
+    echo_rule``) is no drift: one info line says the report is re-scored with the new values.
+    """
+    from geoagent.runtime.manifest import config_changes
+
+    changes = config_changes(cfg)
+    if changes.calls:
+        print(f"warning: campaign {cfg.name}: {', '.join(changes.calls)} changed since its last run; work already planned "
               "keeps its original requests, so results would mix both versions. Use a new [campaign] name to "
               "apply the change to every trial (raising [budget] cap_usd is fine).", file=sys.stderr)
+    if changes.scoring:
+        what = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.scoring.items())
+        print(f"info: campaign {cfg.name}: scoring setting changed since its last run ({what}); the report is "
+              "re-scored from the stored answers with the new value, no model call is repeated (recorded in the "
+              "manifest; not a change to the calls).", file=sys.stderr)
 
 
 def _check_stages(cfg: Any, stages: list[str]) -> None:

@@ -8,6 +8,10 @@ Config section ``[generic]``::
 
     n_requests = 200          # prompts per model (before each model's sampling_rate)
     image = false             # attach a synthetic placeholder image (image_ref "synthetic:<i>")
+
+The end-of-run summary counts the stored results and, per model, the answers cut off at the output-token
+limit (:mod:`geoagent.scoring.truncation`; each result row keeps the provider's ``finish_reason``), with a
+legend line and a warning above 1 % naming ``[[models]] max_output_tokens``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from geoagent.config import is_sampled, register_section
 from geoagent.engine import CampaignKind
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Message, Stage, StageContext
+from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
+from geoagent.scoring.truncation import TruncationCount, warning_lines
 from geoagent.workers.model_caller import ModelCaller
+from geoagent.workers.responses import with_stored_finish_reason
 
 RESULTS_TABLE = "results"
 
@@ -68,6 +75,7 @@ class Collector(Stage):
             "output_tokens": p.get("output_tokens"),
             "cost_usd": p.get("cost_usd"),
             "cached": p.get("cached"),
+            "finish_reason": p.get("finish_reason"),
         }
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
@@ -111,5 +119,23 @@ class GenericCampaign(CampaignKind):
                 )
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        n = ctx.get("store").count_results(RESULTS_TABLE)
-        return [f"  results stored: {n}"]
+        store = ctx.get("store")
+        n = store.count_results(RESULTS_TABLE)
+        lines = [f"  results stored: {n}"]
+        counts = truncation_by_model(store)
+        if counts:
+            lines.append("  cut off at the output-token limit: " + "; ".join(
+                f"{m} {c.n_truncated} of {c.n} ({c.share:.1%})" for m, c in sorted(counts.items())))
+            lines.append(f"  {TRUNCATION_LEGEND}")
+            lines += [f"  {w}" for w in warning_lines(counts, setting="[[models]] max_output_tokens")]
+        return lines
+
+
+def truncation_by_model(store: Any) -> dict[str, TruncationCount]:
+    """Per model, the stored generic results cut off at the output-token limit (rows stored before the
+    collector kept finish reasons take theirs from the response store; every answer counts as parsed)."""
+    out: dict[str, TruncationCount] = {}
+    for _key, row in store.iter_results(RESULTS_TABLE):
+        with_stored_finish_reason(row, store)
+        out.setdefault(str(row.get("model")), TruncationCount()).add(row.get("finish_reason"), True)
+    return out

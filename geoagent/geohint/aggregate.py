@@ -12,7 +12,10 @@ sums are kept per site:
 * ``ols[(model, condition, fine_only)]`` -> :class:`~geoagent.scoring.regression.ClusterOLS` with one
   cluster per site (``log10 err ~ d_ref``);
 * ``pairs[site][(model, image, reference point, repeat)][condition]`` -> the outcome of that item under
-  that condition, for strictly paired comparisons (Tables 8-10).
+  that condition, for strictly paired comparisons (Tables 8-10);
+* ``truncation[(model, condition)]`` -> :class:`~geoagent.scoring.truncation.TruncationCount` of every
+  added answer (also those left out of the tables for want of a hint distance) from its
+  ``extra["finish_reason"]`` (absent, e.g. in the release's judged answers: counted as not cut off).
 
 Adding the same result key twice is a no-op (redelivered queue messages are harmless).
 
@@ -53,6 +56,7 @@ from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
 from geoagent.scoring.regime import assign_regimes
 from geoagent.scoring.regression import ClusterOLS, usable_for_slope
+from geoagent.scoring.truncation import TruncationCount
 
 CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition, band, tier
 PairKey = tuple[str, str, str, int]  # model, image, reference point, repeat
@@ -181,6 +185,8 @@ class GeoHintAggregator:
         self._conditions: set[str] = set()
         #: context responses left out because their reference point has no hint distance (not in the ladder)
         self.n_without_ladder_point = 0
+        #: (model, condition) -> answers cut off at the output-token limit (module doc)
+        self.truncation: dict[tuple[str, str], TruncationCount] = {}
 
     # --- updating ---------------------------------------------------------------------------
     def _echo_of(self, r: GeoHintResult) -> tuple[bool | None, str | None]:
@@ -199,6 +205,11 @@ class GeoHintAggregator:
         if r.key in self.keys:
             return False
         self.keys.add(r.key)
+        tk = (r.model, r.condition)
+        tc = self.truncation.get(tk)
+        if tc is None:
+            tc = self.truncation[tk] = TruncationCount()
+        tc.add(r.extra.get("finish_reason") if isinstance(r.extra, dict) else None, bool(r.parse_ok))
         if r.has_context and r.dist_km is None:
             self.n_without_ladder_point += 1  # not in the site's ladder: out of every table (module doc)
             return True

@@ -7,7 +7,10 @@ Images: the release's (only sites with images in its trial table), synthetic pla
 (:func:`geoagent.geohint.plan.synthetic_images`; the release ships no pixels) or both (``images = "auto"``).
 The final report is rebuilt from the results table ``geohint_scored``, so it is complete also when the
 aggregator ran in another process. The echo rule (``[geohint] echo_rule``) goes to the scorer and the
-aggregator, is recorded in each run's manifest entry (``echo_rule``) and is named in the report.
+aggregator, is recorded in each run's manifest entry (``echo_rule``) and is named in the report; so is the
+slope tables' p-value reference (``[geohint] p_reference``, ``"normal"`` or ``"t"``; manifest ``p_reference``).
+Both are scoring settings: changing them between runs re-scores the report from the stored answers and is
+not call drift (:func:`geoagent.runtime.manifest.config_changes`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from geoagent.geohint.stages import (
     plan_from_config,
 )
 from geoagent.runtime.stage import Message, Stage, StageContext
+from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
+from geoagent.scoring.truncation import total
+from geoagent.workers.responses import with_stored_finish_reason
 
 
 def settings_of(cfg: Any) -> GeoHintSettings:
@@ -55,9 +61,12 @@ def campaign_images(release: Release, mode: str, per_site: int | None) -> list[I
 
 
 def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE) -> GeoHintAggregator:
-    """A fresh aggregator filled from results table ``geohint_scored``, counting echo under ``echo_rule``."""
+    """A fresh aggregator filled from results table ``geohint_scored``, counting echo under ``echo_rule``
+    (rows scored before finish reasons were kept get theirs from the response store, for the cut-off counts)."""
     agg = GeoHintAggregator(echo_rule=echo_rule)
     for _key, row in store.iter_results(SCORED_TABLE):
+        if isinstance(row.get("extra"), dict):  # rows scored before finish reasons were kept: from the store
+            with_stored_finish_reason(row["extra"], store)
         agg.add(GeoHintResult.from_json(row))
     return agg
 
@@ -91,12 +100,14 @@ class GeoHintCampaign(CampaignKind):
             GeocodeStage(),
             GeoHintScorerStage(echo_rule=s.echo_rule),
             GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed,
-                                   echo_rule=s.echo_rule),
+                                   echo_rule=s.echo_rule, p_reference=s.p_reference),
         ]
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
-        """The echo rule this run scores and reports with (also when ``[geohint]`` is absent: the default)."""
-        return {"echo_rule": settings_of(cfg).echo_rule}
+        """The echo rule and the slope p-value reference this run scores and reports with (also when
+        ``[geohint]`` is absent: the defaults)."""
+        s = settings_of(cfg)
+        return {"echo_rule": s.echo_rule, "p_reference": s.p_reference}
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         from geoagent.data.store import DataStore
@@ -132,10 +143,12 @@ class GeoHintCampaign(CampaignKind):
             return []
         seed = int(getattr(cfg.campaign, "seed", 0) or 0)
         write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg),
-                     interim=outcome.interim_note())
+                     interim=outcome.interim_note(), p_reference=s.p_reference)
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
+        from geoagent.report.geohint import truncation_warnings
+
         lines = []
         summary = getattr(self, "_summary", None)
         if summary is not None:
@@ -158,4 +171,8 @@ class GeoHintCampaign(CampaignKind):
                 if c.n:
                     echo = f"  echo {c.echo_rate:.1%}" if c.echo_n else ""
                     lines.append(f"  {m:>20} {cond:<12} n {c.n:>6}  hit {c.hit_rate:.1%}{echo}  unparsed {c.n_parse_fail}")
+        cut = total(agg.truncation)
+        lines.append(f"  cut off at the output-token limit: {cut.n_truncated} of {cut.n} answers"
+                     + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")
+        lines += [f"  {w}" for w in truncation_warnings(agg)]
         return lines

@@ -251,8 +251,11 @@ def replicate_report(
     seed: int = 0,
     figures: bool = True,
     echo_rule: str = DEFAULT_ECHO_RULE,
+    p_reference: str = "normal",
 ):
     """Recompute the GeoHint report from a released campaign, with no model calls.
+
+    ``p_reference``: the slope tables' p-value reference, ``"normal"`` or ``"t"`` (G - 1 df).
 
     Imports ``answers_judged*.csv`` (see :func:`import_judged`), aggregates it and writes the report
     (:func:`geoagent.report.geohint.write_report`) under ``out_dir``. With the full released file the
@@ -269,12 +272,14 @@ def replicate_report(
     rows, report = import_judged(release_dir, filename=filename, echo_rule=echo_rule)
     agg = GeoHintAggregator(echo_rule=echo_rule)
     agg.add_many(rows)
-    tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures)
+    tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures,
+                          p_reference=p_reference)
     return tables, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S] [--echo-rule RULE]``."""
+    """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S] [--echo-rule RULE]
+    [--p-reference normal|t]``."""
     import argparse
 
     from geoagent.report.geohint import print_report
@@ -288,9 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--echo-rule", choices=ECHO_RULES, default=DEFAULT_ECHO_RULE,
                     help="echo rule: 'name' (whole name, default) or 'release_first_word' (the release's scripts)")
+    ap.add_argument("--p-reference", choices=("normal", "t"), default="normal",
+                    help="slope p-values (Tables 6-7): 'normal' (default, statsmodels' default) or 't' (G - 1 df)")
     args = ap.parse_args(argv)
     tables, report = replicate_report(args.release_dir, args.out_dir, filename=args.file, n_flips=args.flips,
-                                      n_splits=args.splits, seed=args.seed, echo_rule=args.echo_rule)
+                                      n_splits=args.splits, seed=args.seed, echo_rule=args.echo_rule,
+                                      p_reference=args.p_reference)
     print(f"echo rule: {describe_echo_rule(args.echo_rule)}")
     print_report(tables)
     for issue in report.issues[:20]:

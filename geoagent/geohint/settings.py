@@ -25,6 +25,9 @@ Example::
                                   # GeoContext release scripts' rule (first word of the English name or
                                   # first 4 characters of the Chinese name, anywhere in area + building),
                                   # for comparing with the paper's echo figures (Tables 1, 2, 4)
+    p_reference = "normal"        # slope p-values (Tables 6-7, SEs clustered by site): "normal" (statsmodels'
+                                  # default, as the release's scripts) or "t" (Student's t with G - 1 df,
+                                  # G = site clusters; statsmodels use_t=True; safer with few sites)
 
     [geohint.geocoder]            # validated by geoagent.geohint.geocode_stage.GeocoderSettings
     contact = "ops@example.org"
@@ -64,6 +67,9 @@ class GeoHintSettings(BaseModel):
     images: Literal["auto", "release", "synthetic"] = "auto"
     #: echo rule (:data:`geoagent.geohint.echo.ECHO_RULES`); recorded in the manifest and named in the report
     echo_rule: Literal["name", "release_first_word"] = DEFAULT_ECHO_RULE
+    #: reference distribution of the slope p-values (Tables 6-7): normal, or t with G - 1 df (G = site
+    #: clusters); a scoring setting, recorded in the manifest and named in the report
+    p_reference: Literal["normal", "t"] = "normal"
     #: ``[geohint.geocoder]``: the geocoder worker's table (checked by its GeocoderSettings)
     geocoder: dict[str, Any] = Field(default_factory=dict)
 

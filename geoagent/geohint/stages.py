@@ -23,7 +23,8 @@ clues, evidence, country, method, error, truncated``), plus token counts.
 ``lon``, ``error_km`` and optionally ``label``/``resolved_label``, ``qid``, ``ref_aliases``; the same
 fields nested under ``located`` are accepted too.
 
-``scored`` (scorer): :meth:`GeoHintResult.to_json`; ``echo`` under the campaign's ``[geohint] echo_rule``,
+``scored`` (scorer): :meth:`GeoHintResult.to_json` (the provider's finish reason in
+``extra["finish_reason"]``, for the cut-off counts of :mod:`geoagent.scoring.truncation`); ``echo`` under the campaign's ``[geohint] echo_rule``,
 every rule's verdict in ``extra["echo_by_rule"]`` and the chosen rule in ``extra["echo_rule"]``
 (:mod:`geoagent.geohint.echo`).
 
@@ -54,7 +55,7 @@ from geoagent.geohint.result import GeoHintResult
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
-from geoagent.workers.responses import response_text
+from geoagent.workers.responses import response_text, with_stored_finish_reason
 
 TASK_NAME = "geohint"
 SCORED_TABLE = "geohint_scored"
@@ -239,6 +240,7 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             "qid": loc.get("qid"),
             "parse_error": parsed.get("error"),
             "raw": parsed.get("raw") if not parsed.get("ok") else None,
+            "finish_reason": payload.get("finish_reason"),
             **({"echo_rule": echo_rule, "echo_by_rule": by_rule} if by_rule is not None else {}),
         },
     )
@@ -278,7 +280,8 @@ class GeoHintAggregatorStage(Stage):
     consistent state of the aggregator. The final report at :meth:`stop` waits for a rewrite in flight,
     adds every held row and is written to completion before ``stop`` returns.
 
-    ``echo_rule`` (``[geohint] echo_rule``) is the rule the aggregator counts as echo and the report names.
+    ``echo_rule`` (``[geohint] echo_rule``) is the rule the aggregator counts as echo and the report names;
+    ``p_reference`` (``[geohint] p_reference``, ``"normal"`` or ``"t"``) the slope tables' p-value reference.
     """
 
     name = C.STAGE_AGGREGATOR
@@ -296,10 +299,13 @@ class GeoHintAggregatorStage(Stage):
         seed: int = 0,
         figures: bool = True,
         echo_rule: str = DEFAULT_ECHO_RULE,
+        p_reference: str = "normal",
     ) -> None:
+        from geoagent.report.geohint import check_p_reference
         from geoagent.report.live import LiveReport
 
         self.agg = GeoHintAggregator(echo_rule=echo_rule)
+        self.p_reference = check_p_reference(p_reference)
         self.report_interval_s = report_interval_s
         self.n_flips, self.n_splits, self.seed, self.figures = n_flips, n_splits, seed, figures
         self._last_write = -math.inf
@@ -316,6 +322,8 @@ class GeoHintAggregatorStage(Stage):
         store = ctx.services.get("store")
         if store is not None and hasattr(store, "iter_results"):
             for _key, row in store.iter_results(SCORED_TABLE):
+                if isinstance(row.get("extra"), dict):  # scored before finish reasons were kept: from the store
+                    with_stored_finish_reason(row["extra"], store)
                 self.agg.add(GeoHintResult.from_json(row))
         if self.report_interval_s is None:
             self.report_interval_s = float(ctx.services.get("geohint_report_interval_s", 5.0))
@@ -351,7 +359,8 @@ class GeoHintAggregatorStage(Stage):
 
         try:
             self.tables = write_report(
-                self.agg, out_dir, n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures
+                self.agg, out_dir, n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures,
+                p_reference=self.p_reference,
             )
         except BaseException:
             self._dirty = True  # try again at the next flush after the interval

@@ -5,7 +5,9 @@ State (the sufficient statistics of every statistic in :mod:`geoagent.scoring.sd
 * ``cells``: one row per (model, site, arm, band, truth) with ``n_yes``, ``n_no``, ``n_fail``;
 * ``conf``: one row per (model, arm, band, verdict, conf) with a count ``n`` (confidence rounded to
   ``CONF_DECIMALS``), from which medians, shares and confidence sums follow exactly;
-* the set of (trial_id, model) keys already counted, so a redelivered scored row is not counted twice.
+* the set of (trial_id, model) keys already counted, so a redelivered scored row is not counted twice;
+* ``truncation``: per (model, arm) a :class:`~geoagent.scoring.truncation.TruncationCount` of answers cut
+  off at the output-token limit (from each row's ``finish_reason``; a row without one counts as not cut off).
 
 :meth:`GeoVerifyAggregator.update` groups only the new batch and merges it into the state
 (``concat`` + ``group_by().sum()`` over existing *groups*, not over all rows seen so far).
@@ -21,14 +23,17 @@ import polars as pl
 
 from geoagent.files import atomic_open
 from geoagent.scoring import sdt
+from geoagent.scoring.truncation import TruncationCount
 
 CONF_DECIMALS = 6
 CELL_KEYS = ["model", "site", "arm", "band", "truth"]
 CONF_KEYS = ["model", "arm", "band", "verdict", "conf"]
 ROW_SCHEMA = {
     "trial_id": pl.Utf8, "model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8, "truth": pl.Utf8,
-    "verdict": pl.Utf8, "conf": pl.Float64,
+    "verdict": pl.Utf8, "conf": pl.Float64, "finish_reason": pl.Utf8,
 }
+TRUNC_SCHEMA = {"model": pl.Utf8, "arm": pl.Utf8, "n": pl.Int64, "n_truncated": pl.Int64,
+                "n_truncated_unparsed": pl.Int64, "n_no_reason": pl.Int64}
 
 
 def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
@@ -39,6 +44,8 @@ def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
             v = r.get(k)
             if k == "conf" and v is not None:
                 v = round(float(v), CONF_DECIMALS)
+            elif k == "finish_reason" and v is not None and not isinstance(v, str):
+                v = str(v)
             data[k].append(v)
     return pl.DataFrame(data, schema=ROW_SCHEMA)
 
@@ -53,6 +60,8 @@ class GeoVerifyAggregator:
         self.failures: dict[str, dict[str, Any]] = {}  # key -> model, trial_id, reason (parse failures)
         self.n_rows = 0
         self.n_duplicates = 0
+        #: (model, arm) -> answers cut off at the output-token limit (module doc)
+        self.truncation: dict[tuple[str, str], TruncationCount] = {}
 
     def update(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
         """Merge one batch of scored rows; returns how many were new.
@@ -61,7 +70,7 @@ class GeoVerifyAggregator:
         ----------
         rows : iterable of dict or polars.DataFrame
             Scored rows with at least ``trial_id, model, site, arm, band, truth, verdict, conf`` (verdict None =
-            parse failure).
+            parse failure) and optionally ``finish_reason`` (the provider's, for the cut-off counts).
         """
         if not isinstance(rows, pl.DataFrame):
             rows = list(rows)
@@ -89,6 +98,7 @@ class GeoVerifyAggregator:
         if df.height == 0:
             return 0
         self.n_rows += df.height
+        self._count_truncation(df)
         delta = sdt.cells_from_rows(df)
         self.cells = (
             pl.concat([self.cells, delta])
@@ -103,9 +113,31 @@ class GeoVerifyAggregator:
             )
         return df.height
 
+    def _count_truncation(self, df: pl.DataFrame) -> None:
+        fr = df["finish_reason"] if "finish_reason" in df.columns else pl.Series([None] * df.height, dtype=pl.Utf8)
+        for model, arm, verdict, reason in zip(df["model"].to_list(), df["arm"].to_list(), df["verdict"].to_list(),
+                                               fr.to_list()):
+            c = self.truncation.get((model, arm))
+            if c is None:
+                c = self.truncation[(model, arm)] = TruncationCount()
+            c.add(reason, verdict is not None)
+
+    def truncation_by_model(self) -> dict[str, dict[str, TruncationCount]]:
+        """model -> arm -> cut-off counts, plus ``pooled`` (sums over models) when any model has answers."""
+        out: dict[str, dict[str, TruncationCount]] = {}
+        for (model, arm), c in sorted(self.truncation.items()):
+            out.setdefault(model, {})[arm] = TruncationCount().merge(c)
+            out.setdefault(sdt.POOLED, {}).setdefault(arm, TruncationCount()).merge(c)
+        return out
+
     def scores(self, *, n_boot: int = 0, seed: int = 0) -> dict[str, sdt.ModelScores]:
-        """Table 12 statistics from the current counts (see :func:`geoagent.scoring.sdt.score`)."""
-        return sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed)
+        """Table 12 statistics from the current counts (see :func:`geoagent.scoring.sdt.score`), each with its
+        cut-off counts per arm (``ModelScores.truncation``)."""
+        scores = sdt.score(self.cells, self.conf, n_boot=n_boot, seed=seed)
+        trunc = self.truncation_by_model()
+        for name, s in scores.items():
+            s.truncation = trunc.get(name, {})
+        return scores
 
     def parse_failures(self) -> list[dict[str, Any]]:
         """Every parse failure seen (model, trial_id, reason), sorted; rows given as DataFrames are not
@@ -123,11 +155,18 @@ class GeoVerifyAggregator:
     # --- persistence (parquet, written atomically) ---------------------------------------------
 
     def save(self, folder: str | Path) -> None:
-        """Write ``agg_cells.parquet``, ``agg_conf.parquet`` and ``agg_seen.parquet`` under ``folder``."""
+        """Write ``agg_cells.parquet``, ``agg_conf.parquet``, ``agg_seen.parquet`` and ``agg_trunc.parquet``
+        under ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         seen = pl.DataFrame({"key": sorted(self._seen)}, schema={"key": pl.Utf8})
-        for name, df in (("agg_cells", self.cells), ("agg_conf", self.conf), ("agg_seen", seen)):
+        items = sorted(self.truncation.items())
+        trunc = pl.DataFrame(
+            {"model": [m for (m, _), _c in items], "arm": [a for (_, a), _c in items],
+             **{f: [getattr(c, f) for _k, c in items] for f in ("n", "n_truncated", "n_truncated_unparsed", "n_no_reason")}},
+            schema=TRUNC_SCHEMA,
+        )
+        for name, df in (("agg_cells", self.cells), ("agg_conf", self.conf), ("agg_seen", seen), ("agg_trunc", trunc)):
             with atomic_open(folder / f"{name}.parquet", "wb") as fh:  # a temporary file of its own
                 df.write_parquet(fh)
 
@@ -141,4 +180,8 @@ class GeoVerifyAggregator:
             agg.conf = pl.read_parquet(folder / "agg_conf.parquet")
             agg._seen = set(pl.read_parquet(folder / "agg_seen.parquet")["key"].to_list())
             agg.n_rows = len(agg._seen)
+        if (folder / "agg_trunc.parquet").is_file():  # absent in state saved before cut-off answers were counted
+            for r in pl.read_parquet(folder / "agg_trunc.parquet").iter_rows(named=True):
+                agg.truncation[(r["model"], r["arm"])] = TruncationCount(
+                    r["n"], r["n_truncated"], r["n_truncated_unparsed"], r["n_no_reason"])
         return agg

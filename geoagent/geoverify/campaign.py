@@ -24,14 +24,18 @@ from geoagent.geoverify.plan import plan_campaign, settings_of
 from geoagent.geoverify.stages import SCORED_TABLE, geoverify_stages
 from geoagent.runtime.stage import Message, Stage, StageContext
 from geoagent.scoring.sdt import POOLED
+from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
+from geoagent.scoring.truncation import total
+from geoagent.workers.responses import with_stored_finish_reason
 
 
 def aggregate_from_store(store: Any) -> GeoVerifyAggregator:
-    """A fresh aggregator filled from results table ``geoverify_scored`` in batches."""
+    """A fresh aggregator filled from results table ``geoverify_scored`` in batches (rows scored before
+    finish reasons were kept get theirs from the response store, for the cut-off counts)."""
     agg = GeoVerifyAggregator()
     batch: list[dict[str, Any]] = []
     for _key, row in store.iter_results(SCORED_TABLE):
-        batch.append(row)
+        batch.append(with_stored_finish_reason(row, store))
         if len(batch) >= 5000:
             agg.update(batch)
             batch = []
@@ -82,6 +86,8 @@ class GeoVerifyCampaign(CampaignKind):
                                  missing=missing_work(cfg), interim=outcome.interim_note()).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
+        from geoagent.report.geoverify import truncation_warnings
+
         scores = getattr(self, "_scores", None)
         if scores is None:
             scores = aggregate_from_store(ctx.get("store")).scores()
@@ -99,11 +105,15 @@ class GeoVerifyCampaign(CampaignKind):
             return [*lines, "  GeoVerify: no scored responses"]
         for name, sc in scores.items():
             near = sc.bands[0].d_prime if sc.bands else math.nan
+            cut = total(sc.truncation or {})
+            cut_text = f"  cut off {cut.n_truncated} ({cut.share:.1%})" if cut.n else ""
             lines.append(
                 f"  {name:>20}: H {sc.h:.1%}  F {sc.f:.1%}  d'(nearest) {near:.2f}  delta_1 {sc.delta_1 or 'none'}"
-                f"  parse failures {sc.n_parse_failures}  read-out {sc.readout.verdict}"
+                f"  parse failures {sc.n_parse_failures}{cut_text}  read-out {sc.readout.verdict}"
             )
         if POOLED in scores:
             lines.append(f"  pre-registered read-out (pooled): {scores[POOLED].readout.verdict}: "
                          + "; ".join(scores[POOLED].readout.reasons))
+        lines.append("  " + TRUNCATION_LEGEND)
+        lines += [f"  {w}" for w in truncation_warnings(scores)]
         return lines

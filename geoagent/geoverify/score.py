@@ -2,7 +2,10 @@
 
 A scored row is flat: trial fields (``trial_id, image_id, site, arm, band, truth, cand, d_km,
 referenceability``), ``model``, the parsed ``verdict`` (``"yes"``/``"no"``, or None for a parse failure),
-``conf`` (float in [0, 1] or None), ``correct`` (verdict == truth; None on failure) and ``parse_reason``.
+``conf`` (float in [0, 1] or None), ``correct`` (verdict == truth; None on failure), ``parse_reason``, the
+provider's ``finish_reason`` as stored with the answer and ``truncated`` (the answer was cut off at the
+output-token limit, :func:`geoagent.scoring.truncation.is_truncated`; a cut-off answer that parsed is scored,
+one that did not is a parse failure).
 Source: seed 000 Sec. 5.2 (Eq. 1 truth), Sec. 5.3 (answers feed H and F).
 """
 
@@ -12,15 +15,18 @@ from typing import Any
 
 from geoagent.data.importer import Release
 from geoagent.geoverify.parse import ParsedVerdict, parse_verdict
+from geoagent.scoring.truncation import is_truncated
 
 SCORED_FIELDS = (
     "trial_id", "model", "image_id", "site", "arm", "band", "truth", "cand", "d_km", "referenceability",
-    "verdict", "conf", "correct", "parse_ok", "parse_reason",
+    "verdict", "conf", "correct", "parse_ok", "parse_reason", "finish_reason", "truncated",
 )
 
 
-def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict) -> dict[str, Any]:
+def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, finish_reason: str | None = None) -> dict[str, Any]:
     """Scored row from trial fields (a ``VerifyTrial.to_dict()``-like mapping plus ``trial_id``) and a parse.
+
+    ``finish_reason``: the provider's finish reason stored with the answer (None when not recorded).
 
     Raises
     ------
@@ -44,6 +50,8 @@ def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict) -> dict
         "correct": (parsed.verdict == truth) if parsed.ok else None,
         "parse_ok": parsed.ok,
         "parse_reason": parsed.reason,
+        "finish_reason": finish_reason,
+        "truncated": is_truncated(finish_reason),
     }
 
 
@@ -60,5 +68,5 @@ def scored_rows_from_release(rel: Release) -> list[dict[str, Any]]:
             "trial_id": r.trial_id, "image_id": r.image_id, "site": r.site_id, "arm": r.arm, "band": r.band,
             "truth": r.truth, "cand": r.cand, "d_km": r.d_km, "referenceability": r.referenceability,
         }
-        rows.append(scored_row(trial, r.model, parse_verdict(r.raw)))
+        rows.append(scored_row(trial, r.model, parse_verdict(r.raw), finish_reason=r.stop_reason))
     return rows

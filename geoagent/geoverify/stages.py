@@ -35,7 +35,7 @@ from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.score import scored_row
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
-from geoagent.workers.responses import response_text
+from geoagent.workers.responses import response_text, with_stored_finish_reason
 
 TASK_NAME = "geoverify"
 SCORED_TABLE = "geoverify_scored"
@@ -243,7 +243,7 @@ class GeoVerifyScorerStage(Stage):
         if not model:
             raise PermanentFailure("answer has no model")
         try:
-            row = scored_row(trial, model, _parsed_from_json(p.get("parsed") or {}))
+            row = scored_row(trial, model, _parsed_from_json(p.get("parsed") or {}), finish_reason=p.get("finish_reason"))
         except KeyError as exc:
             raise PermanentFailure(f"trial lacks field {exc}") from None
         row["request_key"] = p.get("request_key")
@@ -304,7 +304,7 @@ class GeoVerifyAggregatorStage(Stage):
         if store is not None and hasattr(store, "iter_results"):
             batch: list[dict[str, Any]] = []
             for _key, row in store.iter_results(SCORED_TABLE):
-                batch.append(row)
+                batch.append(with_stored_finish_reason(row, store))
                 if len(batch) >= 5000:
                     self.agg.update(batch)
                     batch = []

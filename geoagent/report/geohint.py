@@ -16,6 +16,17 @@ When the terminal output goes to a file or a pipe, tables are printed at their n
 Echo columns (Tables 1, 2, 4, 8, 10 and the Fig. 3 heatmap) follow the aggregator's echo rule
 (``[geohint] echo_rule``, :mod:`geoagent.geohint.echo`); ``report.md`` names it in its header and every
 table with an echo column names it in its notes (shown under the table in Markdown and the terminal).
+
+Slope p-values (Tables 6 and 7, site-clustered SEs) use the reference ``p_reference`` (``[geohint]
+p_reference``): ``"normal"`` (default; statsmodels' default for cluster-robust fits, which the release's
+scripts use) or ``"t"`` (Student's t with G - 1 degrees of freedom, G = site clusters of the fit, as
+statsmodels' ``use_t=True``). Both tables name the reference in their notes, and with the normal reference a
+table whose fits use fewer than :data:`FEW_CLUSTERS` sites says that its p-values are too small and gives
+the cluster counts (:func:`p_reference_note`). ``report.md`` names the reference in its header.
+
+Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
+condition in the table ``cutoff`` (after the paper's tables); ``report.md`` gives the total in its header
+and repeats the warning lines of :func:`truncation_warnings` (share above 1 % for a model in a condition).
 """
 
 from __future__ import annotations
@@ -38,6 +49,8 @@ from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.geohint import wilson_interval
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutation_test
 from geoagent.scoring.regime import ILLEGIBLE, LEGIBLE, REGIMES, split_half_correction
+from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
+from geoagent.scoring.truncation import TruncationCount, total, warning_lines
 
 BAND_NAMES = ("Near", "Mid", "Far")
 #: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_note`)
@@ -58,7 +71,14 @@ LEGEND = (
     "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
     "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
     "Figure fig_hit_by_band.png: error bars are 95 % Wilson score intervals of the responses behind each point.",
+    TRUNCATION_LEGEND,
 )
+#: p-value references of the slope tables (``[geohint] p_reference``)
+P_REFERENCES = ("normal", "t")
+#: with fewer site clusters than this, normal-reference p-values of cluster-robust fits are anti-conservative
+FEW_CLUSTERS = 30
+#: the settings a cut-off warning asks to raise
+TRUNCATION_SETTING = "[geohint] max_output_tokens (or the model's [[models]] max_output_tokens)"
 
 
 @dataclass(slots=True)
@@ -103,9 +123,11 @@ class Table:
         return buf.getvalue()
 
     def to_rich(self):
+        from rich.markup import escape
         from rich.table import Table as RichTable
 
-        t = RichTable(title=self.title, caption="\n".join(self.notes_lines()) or None)
+        # notes are plain text: "[geohint] p_reference" must not be read as rich markup (and vanish)
+        t = RichTable(title=self.title, caption=escape("\n".join(self.notes_lines())) or None)
         for c, f in zip(self.columns, self.formats):
             t.add_column(c, justify="left" if f == "text" else "right")
         for row in self.display_rows():
@@ -284,22 +306,64 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     )
 
 
-def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition: str, fine: bool, sites: set[str] | None = None, recite: bool = False):
+def check_p_reference(p_reference: str) -> str:
+    """``p_reference`` if it is one of :data:`P_REFERENCES`; raises ValueError naming the choices otherwise."""
+    if p_reference not in P_REFERENCES:
+        raise ValueError(f"p_reference must be one of {list(P_REFERENCES)}, got {p_reference!r}")
+    return p_reference
+
+
+def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition: str, fine: bool, sites: set[str] | None = None,
+                 recite: bool = False, p_reference: str = "normal"):
     ols = agg.regression(models=models, condition=condition, fine_only=fine, recite=recite)
     try:
         # fewer than 2 sites: SE is NaN, shown as a dash. No warning to silence: the live report runs in a
         # worker thread (report/live.py), where warnings.catch_warnings would change process-wide filters
-        return ols.fit(sorted(sites) if sites is not None else None, warn_few_clusters=False)
+        return ols.fit(sorted(sites) if sites is not None else None, use_t=p_reference == "t", warn_few_clusters=False)
     except ValueError:
         return None
 
 
-def table6(agg: GeoHintAggregator, condition: str = "forced") -> Table:
-    """Table 6: slope of log10(err) on d_ref per model (site-clustered SE), all and finer-than-city."""
+def p_reference_note(p_reference: str, n_clusters: Sequence[int]) -> str:
+    """The notes' sentence on the slope p-values: the reference distribution, and with the normal reference
+    and fewer than :data:`FEW_CLUSTERS` site clusters in some fit, a warning giving the cluster counts.
+
+    Parameters
+    ----------
+    p_reference : {"normal", "t"}
+    n_clusters : sequence of int
+        Site clusters G of every fit whose p-value the table shows (fits with G < 2 have no p-value and are
+        not listed).
+    """
+    check_p_reference(p_reference)
+    if p_reference == "t":
+        note = ("p: two-sided, from Student's t with G - 1 degrees of freedom, G = the site clusters of each fit "
+                "([geohint] p_reference = \"t\"; statsmodels use_t=True).")
+    else:
+        note = ("p: two-sided, from the normal distribution ([geohint] p_reference = \"normal\"; statsmodels' default "
+                "for cluster-robust fits, used by the release's scripts).")
+    few = sorted({g for g in n_clusters if g < FEW_CLUSTERS})
+    if p_reference == "normal" and few:
+        counts = f"{few[0]}" if len(few) == 1 else f"{few[0]} to {few[-1]}"
+        note += (f" Few clusters: fits here rest on {counts} site clusters (fewer than {FEW_CLUSTERS}), where the normal "
+                 f"reference gives p-values that are too small; set [geohint] p_reference = \"t\" for t with G - 1 df.")
+    return note
+
+
+def _clusters(*fits: Any) -> list[int]:
+    return [r.n_clusters for r in fits if r is not None and r.n_clusters >= 2]
+
+
+def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: str = "normal") -> Table:
+    """Table 6: slope of log10(err) on d_ref per model (site-clustered SE), all and finer-than-city; p-values
+    from ``p_reference`` (``"normal"`` or ``"t"`` with G - 1 df, see :func:`p_reference_note`)."""
+    check_p_reference(p_reference)
     rows = []
+    clusters: list[int] = []
     models = _model_order(agg, condition)
     for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], ("All", models)]:
-        r = _slope_cells(agg, ms, condition, False)
+        r = _slope_cells(agg, ms, condition, False, p_reference=p_reference)
+        clusters += _clusters(r)
         rf = _slope_cells(agg, ms, condition, True)
         rr = _slope_cells(agg, ms, condition, False, recite=True)
         nan = float("nan")
@@ -314,8 +378,9 @@ def table6(agg: GeoHintAggregator, condition: str = "forced") -> Table:
         ["Model", "n", "beta", "SE", "p", "beta (fine only)", "beta if reciting", "Share of reciting"],
         ["text", "int", "f4", "se", "p", "f4", "f4", "pct"],
         rows,
-        "'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers with the "
-        "hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it (100 %).",
+        _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers "
+                    "with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it "
+                    "(100 %).", p_reference_note(p_reference, clusters)),
     )
 
 
@@ -324,15 +389,19 @@ def _slope_sort(agg: GeoHintAggregator, model: str, condition: str) -> float:
     return -(r.slope if r else -math.inf)
 
 
-def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> Table:
-    """Table 7: the slope fitted separately within each regime, per model and pooled."""
+def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *, p_reference: str = "normal") -> Table:
+    """Table 7: the slope fitted separately within each regime, per model and pooled; p-values from
+    ``p_reference`` (``"normal"`` or ``"t"`` with G - 1 df, see :func:`p_reference_note`)."""
+    check_p_reference(p_reference)
     groups = _regime_sites(agg, baseline)
     rows = []
+    clusters: list[int] = []
     models = _model_order(agg, condition)
     for label, ms in [*[(m, [m]) for m in models], ("All", models)]:
         row: list[Any] = [label]
         for sites in (groups[ILLEGIBLE], groups[LEGIBLE], None):
-            r = _slope_cells(agg, ms, condition, False, sites)
+            r = _slope_cells(agg, ms, condition, False, sites, p_reference=p_reference)
+            clusters += _clusters(r)
             row += [r.nobs if r else 0, r.slope if r else float("nan"), r.slope_p if r else float("nan")]
         rows.append(row)
     return Table(
@@ -341,7 +410,7 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all"],
         ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p"],
         rows,
-        regime_note(agg, baseline),
+        _join_notes(p_reference_note(p_reference, clusters), regime_note(agg, baseline)),
     )
 
 
@@ -466,6 +535,39 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     )
 
 
+def truncation_warnings(agg: GeoHintAggregator) -> list[str]:
+    """Warning lines for every (model, condition) whose answers were cut off at the output-token limit more
+    often than :data:`~geoagent.scoring.truncation.WARN_SHARE`; [] otherwise."""
+    counts = {f"{m} in condition {c}": tc for (m, c), tc in agg.truncation.items()}
+    return warning_lines(counts, setting=TRUNCATION_SETTING)
+
+
+def table_cutoff(agg: GeoHintAggregator) -> Table:
+    """Answers cut off at the output-token limit per model and condition (every scored answer, also those
+    the other tables leave out), with a row per model over all conditions and a total row."""
+    rows = []
+
+    def row(model: str, cond: str, c: TruncationCount) -> list[Any]:
+        return [model, cond, c.n, c.n_truncated, c.share, c.n_truncated_unparsed, c.n_no_reason]
+
+    for m in agg.models:
+        per = {c: tc for (mm, c), tc in sorted(agg.truncation.items()) if mm == m}
+        for cond, tc in per.items():
+            rows.append(row(m, cond, tc))
+        if len(per) > 1:
+            rows.append(row(m, "all", total(per)))
+    rows.append(row("All", "all", total(agg.truncation)))
+    return Table(
+        "cutoff",
+        "Answers cut off at the output-token limit (max_output_tokens), per model and condition; share in % (a "
+        "fraction in cutoff.csv)",
+        ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, unparsed", "No finish reason"],
+        ["text", "text", "int", "int", "pct", "int", "int"],
+        rows,
+        _join_notes(TRUNCATION_LEGEND, *truncation_warnings(agg)),
+    )
+
+
 def build_tables(
     agg: GeoHintAggregator,
     *,
@@ -474,18 +576,23 @@ def build_tables(
     n_flips: int = DEFAULT_N_FLIPS,
     n_splits: int = 200,
     seed: int = 0,
+    p_reference: str = "normal",
 ) -> list[Table]:
-    """Every table the data supports (paired tables only when both conditions are present)."""
+    """Every table the data supports (paired tables only when both conditions are present), then the
+    cut-off answers (:func:`table_cutoff`). ``p_reference``: the slope tables' p-value reference
+    (``"normal"`` or ``"t"``, :func:`p_reference_note`)."""
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
     tables = [table1(agg, condition), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
-              table4(agg, condition), table5(agg, condition, baseline), table6(agg, condition), table7(agg, condition, baseline)]
+              table4(agg, condition), table5(agg, condition, baseline), table6(agg, condition, p_reference=p_reference),
+              table7(agg, condition, baseline, p_reference=p_reference)]
     if "forced_warn" in agg.conditions and condition in agg.conditions:
         tables.append(table_paired(agg, "forced_warn", condition, baseline, name="table8", n_flips=n_flips, seed=seed))
         tables.append(table9(agg, "forced_warn", condition, baseline, n_flips=n_flips, seed=seed))
     if "forced_chain" in agg.conditions and condition in agg.conditions:
         tables.append(table_paired(agg, "forced_chain", condition, baseline, name="table10", n_flips=n_flips, seed=seed))
         tables.append(table11(agg))
+    tables.append(table_cutoff(agg))
     return tables
 
 
@@ -561,8 +668,13 @@ def write_report(
     figures: bool = True,
     missing: list[dict] | None = None,
     interim: str | None = None,
+    p_reference: str = "normal",
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
+
+    ``p_reference``: p-value reference of the slope tables, ``"normal"`` or ``"t"`` (module doc); named in
+    the header of ``report.md``. The header also counts the answers cut off at the output-token limit and
+    repeats :func:`truncation_warnings`.
 
     Files are written to a temporary name and renamed, so a reader never sees a half-written report.
     ``missing``: dead-lettered work as dicts ``model, key, edge, reason`` (issue 2 point 10: reports count
@@ -574,8 +686,10 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
-    tables = build_tables(agg, condition=condition, baseline=baseline, n_flips=n_flips, n_splits=n_splits, seed=seed)
+    tables = build_tables(agg, condition=condition, baseline=baseline, n_flips=n_flips, n_splits=n_splits, seed=seed,
+                          p_reference=p_reference)
     summary = agg.summary()
+    cut = total(agg.truncation)
     md = [
         "# GeoHint report",
         "",
@@ -585,6 +699,13 @@ def write_report(
         "",
         echo_rule_note(agg),
         "",
+        f"Slope p-values (Tables 6-7): {p_reference} reference"
+        + (" (Student's t with G - 1 df, G = site clusters)." if p_reference == "t" else " (statsmodels' default)."),
+        "",
+        f"Answers cut off at the output-token limit: {cut.n_truncated} of {cut.n}"
+        + (f" ({100 * cut.share:.1f} %)" if cut.n else "") + "; per model and condition in the last table (cutoff.csv).",
+        "",
+        *[x for w in truncation_warnings(agg) for x in (f"**{w}**", "")],
         "Terms:",
         "",
         *[f"- {line}" for line in LEGEND],

@@ -12,6 +12,13 @@ present, empty without a bootstrap). The rows "F by decoy distance" are an addit
 
 Both the Markdown and the terminal table end with a legend of the terms (:data:`LEGEND`).
 
+The section "Cut off at the output-token limit" counts answers the provider stopped at ``max_output_tokens``
+(``ModelScores.truncation``, per arm; :mod:`geoagent.scoring.truncation`): count and share over all arms,
+the share per arm when control arms were answered, how many cut-off answers failed to parse and how many
+answers carry no finish reason (e.g. a replayed record without one; counted as not cut off). When a
+model's share exceeds 1 % (:data:`~geoagent.scoring.truncation.WARN_SHARE`) the Markdown and terminal
+tables carry a warning line naming the setting to raise (:func:`truncation_warnings`).
+
 Source: seed 000 Sec. 5.3-5.4, 6.4, Table 12 and Figure 4.
 """
 
@@ -24,7 +31,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
-from geoagent.scoring.sdt import ARM_BLANK, ARM_MISMATCH, POOLED, ModelScores
+from geoagent.scoring.sdt import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, POOLED, ModelScores
+from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
+from geoagent.scoring.truncation import TruncationCount, total, warning_lines
 
 TABLE_MD = "geoverify_table.md"
 TABLE_CSV = "geoverify_table.csv"
@@ -46,7 +55,12 @@ LEGEND = (
     "c (criterion): -(z(H) + z(F)) / 2; negative = the model leans towards accepting claims, positive = towards "
     "rejecting them.",
     "delta_1 (discrimination radius): the nearest decoy band whose d' reaches 1; 'none' = no band does.",
+    TRUNCATION_LEGEND,
 )
+#: the settings a cut-off warning asks to raise
+TRUNCATION_SETTING = "[geoverify] max_output_tokens (or the model's [[models]] max_output_tokens)"
+#: arm -> row label of its cut-off share
+_ARM_LABELS = ((ARM_MAIN, "main arm"), (ARM_MISMATCH, "control: swapped image"), (ARM_BLANK, "control: gray field"))
 
 
 def legend_lines() -> list[str]:
@@ -103,14 +117,48 @@ def _num_row(sec: str, label: str, get: Callable[[ModelScores], float], key: str
     return (sec, label, get, lambda s: _with_ci(_num(get(s), signed), s, key, signed=signed), key)
 
 
+def _trunc(s: ModelScores, arm: str | None = None) -> TruncationCount | None:
+    """The column's cut-off counts over all arms (``arm`` None) or one arm; None when none were counted."""
+    counts = s.truncation or {}
+    c = total(counts) if arm is None else counts.get(arm)
+    return c if c is not None and c.n else None
+
+
+def _truncation_rows(scores: Mapping[str, ModelScores]) -> list[Row]:
+    sec = "Cut off at the output-token limit"
+    rows: list[Row] = [
+        (sec, "answers cut off (all arms)", lambda s: _trunc(s).n_truncated if _trunc(s) else None,
+         lambda s: f"{_trunc(s).n_truncated} of {_trunc(s).n}" if _trunc(s) else "-", None),
+        (sec, "share cut off (all arms)", lambda s: _trunc(s).share if _trunc(s) else None,
+         lambda s: _pct(_trunc(s).share) if _trunc(s) else "-", None),
+    ]
+    if any(_trunc(s, arm) for s in scores.values() for arm, _ in _ARM_LABELS[1:]):  # control arms answered
+        for arm, label in _ARM_LABELS:
+            rows.append((sec, f"share cut off, {label}", lambda s, a=arm: _trunc(s, a).share if _trunc(s, a) else None,
+                         lambda s, a=arm: _pct(_trunc(s, a).share) if _trunc(s, a) else "-", None))
+    rows.append((sec, "cut off and unparsed", lambda s: _trunc(s).n_truncated_unparsed if _trunc(s) else None,
+                 lambda s: str(_trunc(s).n_truncated_unparsed) if _trunc(s) else "-", None))
+    rows.append((sec, "no finish reason recorded", lambda s: _trunc(s).n_no_reason if _trunc(s) else None,
+                 lambda s: str(_trunc(s).n_no_reason) if _trunc(s) else "-", None))
+    return rows
+
+
+def truncation_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
+    """Warning lines for every model (not ``pooled``) whose answers were cut off at the output-token limit
+    more often than :data:`~geoagent.scoring.truncation.WARN_SHARE` (all arms together); [] otherwise."""
+    counts = {m: c for m, s in scores.items() if m != POOLED and (c := _trunc(s)) is not None}
+    return warning_lines(counts, setting=TRUNCATION_SETTING)
+
+
 def _rows(scores: Mapping[str, ModelScores]) -> list[Row]:
-    """Rows in Table 12 order (plus counts, F per band and the read-out); see :data:`Row`."""
+    """Rows in Table 12 order (plus counts, cut-off answers, F per band and the read-out); see :data:`Row`."""
     any_s = next(iter(scores.values()))
     bands = [b.band for b in any_s.bands]
     rates = "Response rates"
     rows: list[Row] = [
         ("Responses", "n parsed (main arm)", lambda s: s.n_signal + s.n_noise, lambda s: str(s.n_signal + s.n_noise), None),
         ("Responses", "parse failures", lambda s: s.n_parse_failures, lambda s: str(s.n_parse_failures), None),
+        *_truncation_rows(scores),
         _rate_row(rates, "H (signal accepted)", lambda s: s.h, "H"),
         _rate_row(rates, "F (decoy accepted)", lambda s: s.f, "F"),
         _rate_row(rates, "control: swapped image", lambda s: s.controls[ARM_MISMATCH][2], f"F[{ARM_MISMATCH}]"),
@@ -160,7 +208,8 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
         out.append(f"| {label} | " + " | ".join(fmt(scores[c]) for c in cols) + " |")
     notes = [f"- {c}: {scores[c].readout.verdict} ({'; '.join(scores[c].readout.reasons)})" for c in cols]
     boot = bootstrap_note(scores)
-    return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "")
+    warn = "".join(f"\n\n**{w}**" for w in truncation_warnings(scores))
+    return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
 
@@ -211,6 +260,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         width = UNBOUNDED_WIDTH
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(table)
+    for w in truncation_warnings(scores):
+        console.print(w, markup=False, soft_wrap=True)
     legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines())
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 

@@ -8,6 +8,12 @@ under an exclusive ``fcntl`` lock, so concurrent starts cannot lose an entry.
 
 If the resolved config changes between runs, the new config is recorded in the run entry
 (``config_sha256``) and the top-level ``config`` is replaced; ``config_history`` keeps every hash seen.
+
+:func:`config_changes` compares the config with the last run's: a change to a section that shapes the
+model calls or the planned work is *call drift* (callers warn: work already planned keeps its original
+requests); a change to a scoring-only key (:data:`SCORING_ONLY_KEYS`, e.g. ``[geohint] echo_rule``) only
+changes how the stored answers are scored and reported, so the next report is re-scored with it and callers
+print an info line, not the drift warning. Either way the new config is recorded here.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -99,27 +106,98 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 #: exhausted", data roots moved, the file renamed)
 _DRIFT_IGNORED = ("budget", "paths", "source")
 
+#: keys of task sections that never reach a model call or the planned work: they only choose how the stored
+#: answers are scored and reported (echo rule, slope p-value reference, regime threshold, permutation flips,
+#: split-half splits, bootstrap replicates and seed) or how often the live report is rewritten. A change
+#: re-scores the report from the stored answers; it is recorded in the manifest, not warned about as drift.
+SCORING_ONLY_KEYS: dict[str, frozenset[str]] = {
+    "geohint": frozenset({"echo_rule", "p_reference", "regime_threshold", "n_flips", "n_splits", "report_interval_s"}),
+    "geoverify": frozenset({"n_boot", "boot_seed", "live_n_boot", "report_interval_s"}),
+}
 
-def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
-                 prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> list[str]:
-    """What changed since the campaign's last recorded run: top-level config sections (``models``,
-    ``geoverify``, ...; not ``budget`` or ``paths``) and packaged prompt templates (``prompt:<file>``).
 
-    Planned work keeps the requests it was planned with (queue keys are per trial/request unit), so a
-    change here applies only to work planned afterwards; callers warn about it. [] for a new campaign.
+@dataclass(frozen=True, slots=True)
+class ConfigChanges:
+    """What changed since a campaign's last recorded run (:func:`config_changes`).
+
+    Attributes
+    ----------
+    calls : list of str
+        Changed top-level sections (``models``, ``geohint``, ...) and packaged prompts (``prompt:<file>``)
+        that shape model calls or planned work: call drift.
+    scoring : dict of str -> (old, new)
+        Changed scoring-only keys as ``"<section>.<key>"`` with their old and new values (JSON values; None
+        where the key was absent): the report is re-scored with the new values, no call is affected.
+    """
+
+    calls: list[str] = field(default_factory=list)
+    scoring: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+def _section_values(name: str, value: Any) -> Any:
+    """A task section as compared: an absent section stands for its registered settings' defaults."""
+    if value is None:
+        from geoagent.config import registered_sections
+
+        model_cls = registered_sections().get(name)
+        if model_cls is not None:
+            try:
+                return orjson.loads(orjson.dumps(model_cls().model_dump(mode="json")))
+            except Exception:  # noqa: BLE001 - a section with required keys has no defaults to stand for
+                return None
+    return value
+
+
+def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
+                   prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> ConfigChanges:
+    """Compare ``cfg`` (resolved) and the packaged prompts with the campaign's last recorded run.
+
+    Sections ``budget``, ``paths`` and ``source`` are ignored (a raised cap, moved data roots, a renamed
+    file). In the sections of :data:`SCORING_ONLY_KEYS` the scoring-only keys are compared one by one and
+    go to :attr:`ConfigChanges.scoring`; the rest of such a section counts as call drift only when it
+    changed. An absent task section equals its settings' defaults. Nothing changed (or a new campaign):
+    empty lists.
     """
     from geoagent.config import resolved_dict
 
     old = read_manifest(Path(state_dir) if state_dir is not None else cfg.state_dir())
     if not old or not isinstance(old.get("config"), dict):
-        return []
+        return ConfigChanges()
     before, now = old["config"], orjson.loads(orjson.dumps(resolved_dict(cfg)))
-    changed = [k for k in sorted(set(before) | set(now)) if k not in _DRIFT_IGNORED and before.get(k) != now.get(k)]
+    calls: list[str] = []
+    scoring: dict[str, tuple[Any, Any]] = {}
+    for k in sorted(set(before) | set(now)):
+        if k in _DRIFT_IGNORED or before.get(k) == now.get(k):
+            continue
+        keys = SCORING_ONLY_KEYS.get(k)
+        b, n = _section_values(k, before.get(k)), _section_values(k, now.get(k))
+        if keys is None or not isinstance(b, dict) or not isinstance(n, dict):
+            if b != n:
+                calls.append(k)
+            continue
+        for key in sorted(keys):
+            if b.get(key) != n.get(key):
+                scoring[f"{k}.{key}"] = (b.get(key), n.get(key))
+        if {x: v for x, v in b.items() if x not in keys} != {x: v for x, v in n.items() if x not in keys}:
+            calls.append(k)
     old_prompts = old.get("prompt_templates_sha256") or {}
     new_prompts = prompt_hashes(prompts_dir)
-    changed += [f"prompt:{name}" for name in sorted(set(old_prompts) | set(new_prompts))
-                if old_prompts.get(name) != new_prompts.get(name)]
-    return changed
+    calls += [f"prompt:{name}" for name in sorted(set(old_prompts) | set(new_prompts))
+              if old_prompts.get(name) != new_prompts.get(name)]
+    return ConfigChanges(calls, scoring)
+
+
+def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
+                 prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> list[str]:
+    """What changed since the campaign's last recorded run that shapes model calls or planned work:
+    top-level config sections (``models``, ``geoverify``, ...; not ``budget`` or ``paths``; a section whose
+    only changes are scoring-only keys, :data:`SCORING_ONLY_KEYS`, is not listed) and packaged prompt
+    templates (``prompt:<file>``). See :func:`config_changes` for the scoring-only changes.
+
+    Planned work keeps the requests it was planned with (queue keys are per trial/request unit), so a
+    change here applies only to work planned afterwards; callers warn about it. [] for a new campaign.
+    """
+    return config_changes(cfg, state_dir=state_dir, prompts_dir=prompts_dir).calls
 
 
 class Manifest:

@@ -184,6 +184,9 @@ class ModelScores:
     n_boot: int = 0
     boot_seed: int | None = None
     ci_level: float = 0.95
+    #: answers cut off at the output-token limit, per arm (``geoagent.scoring.truncation.TruncationCount``; set
+    #: by the aggregator from the answers' finish reasons; empty when none were counted)
+    truncation: dict[str, Any] = field(default_factory=dict)
 
     def band(self, label: str) -> BandScore:
         return next(b for b in self.bands if b.band == label)

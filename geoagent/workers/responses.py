@@ -45,3 +45,26 @@ async def response_text(payload: Mapping[str, Any], ctx: StageContext) -> str | 
             raise PermanentFailure(f"no stored response for request key {key}")
         text = resp.text
     return text
+
+
+def with_stored_finish_reason(row: dict[str, Any], store: Any) -> dict[str, Any]:
+    """``row`` with ``finish_reason`` filled from the stored response when the row has no such field.
+
+    Scored rows written before finish reasons were carried to the scorers lack the field; the response
+    store keeps every answer's finish reason under its request key (``row["request_key"]``), so reports
+    built from such rows still count cut-off answers. A row that has the field (even None) is returned as
+    is; without a request key, a store or a stored response the field stays absent.
+
+    Parameters
+    ----------
+    row : dict
+        A scored row (GeoVerify, GeoHint ``extra``-less rows, generic results); modified in place.
+    store : ResponseStore or None
+        Read with its synchronous ``get(request_key)``.
+    """
+    key = row.get("request_key")
+    if "finish_reason" not in row and key and store is not None and hasattr(store, "get"):
+        resp = store.get(key)
+        if resp is not None:
+            row["finish_reason"] = resp.finish_reason
+    return row
