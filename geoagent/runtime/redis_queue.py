@@ -89,8 +89,11 @@ Differences from the SQLite backend (none in the interface semantics):
 * times have microsecond resolution of the *server's* clock, and there is no injectable test clock;
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
   runs, so chunks are kept small), SQLite per 10,000;
-* no synchronous (``*_sync``) API and no ``expire_leases``; Redis Cluster is untested (all keys of a queue
-  are passed to every script, but they do not share a hash tag, so they may sit in different slots).
+* no synchronous (``*_sync``) API and no ``expire_leases``;
+* done tasks keep their payload in server memory (as SQLite keeps their rows on disk), about
+  200-400 bytes per task plus the payload: size the server for the campaign;
+* it needs one Redis server (with replicas or Sentinel if wanted), not Redis Cluster: a queue's keys
+  carry no common hash tag, so a cluster would refuse its multi-key scripts (``CROSSSLOT``).
 """
 
 from __future__ import annotations
@@ -124,6 +127,8 @@ __all__ = ["RedisStreamsQueue", "open_redis_queue", "key_prefix", "GROUP"]
 GROUP = "workers"
 #: default retries of a command after a connection error or timeout (:func:`open_redis_queue`)
 RETRIES = 3
+#: longest visibility timeout or backoff in s (about 31 years): larger values (``inf``) are clamped to it
+_MAX_S = 1e9
 #: key suffixes, in the order every script receives them as KEYS[1..11]
 KEY_SUFFIXES = (
     "stream", "payload", "state", "attempts", "error", "lease", "entry", "leases", "delayed", "dead", "counts",
@@ -515,7 +520,7 @@ class RedisStreamsQueue(WorkQueue):
         n = int(n)
         if n <= 0:
             return []
-        vt_us = max(1, round(visibility_timeout_s * 1e6))
+        vt_us = max(1, round(min(visibility_timeout_s, _MAX_S) * 1e6))
         rows = await self._run(
             self._lease_script, self.consumer, n, vt_us, os.urandom(8).hex(), max(n, self.promote_max)
         )
@@ -562,10 +567,10 @@ class RedisStreamsQueue(WorkQueue):
             str(task.lease_id),
             str(reason),
             self.max_attempts,
-            repr(self.backoff_base_s * 1e6),
-            repr(self.backoff_max_s * 1e6),
+            repr(min(self.backoff_base_s, _MAX_S) * 1e6),
+            repr(min(self.backoff_max_s, _MAX_S) * 1e6),
             repr(self._rng.uniform(0.5, 1.0)),
-            "" if backoff_s is None else repr(float(backoff_s) * 1e6),
+            "" if backoff_s is None else repr(min(float(backoff_s), _MAX_S) * 1e6),
         )
         if state is None:
             raise _stale(self.name, "nack", [task.key], 0)
