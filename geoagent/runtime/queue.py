@@ -1,4 +1,4 @@
-"""The durable work-queue interface shared by every backend (SQLite WAL now, Redis Streams later).
+"""The durable work-queue interface shared by every backend (SQLite WAL: `sqlite_queue`; Redis Streams: `redis_queue`).
 
 A queue holds *tasks*, each identified by a caller-chosen ``key`` (unique within the queue) and carrying a
 JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
