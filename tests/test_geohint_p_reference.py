@@ -132,7 +132,7 @@ def test_config_key_is_validated_and_defaults_to_normal():
             "models": [{"name": "sim", "provider": "simulated", "model": "sim"}]}
     assert settings_of(config_from_dict(base)).p_reference == "normal"
     cfg = config_from_dict({**base, "geohint": {"p_reference": "t"}})
-    assert GeoHintCampaign().manifest_extra(cfg) == {"echo_rule": "name", "p_reference": "t"}
+    assert GeoHintCampaign().manifest_extra(cfg) == {"echo_rule": "name", "p_reference": "t", "regime_threshold": 0.5}
     with pytest.raises(ConfigError, match=r"c\.toml: geohint\.p_reference: expected one of 'normal' or 't', got 'students'"):
         config_from_dict({**base, "geohint": {"p_reference": "students"}}, source="c.toml")
 

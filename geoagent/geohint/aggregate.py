@@ -37,6 +37,11 @@ Row rules (checked against the paper and the release's analysis scripts):
   ``echo`` and the rule it was scored with (``extra["echo_rule"]``, else ``"name"``, the only rule there
   was). :attr:`GeoHintAggregator.echo_rule_counts` says how many counted echoes came from each rule, so
   a report can say when they are mixed.
+
+Regimes (:meth:`GeoHintAggregator.regimes`) split sites at the aggregator's ``regime_threshold``
+(``[geohint] regime_threshold``, default 0.5 as in the paper, Sec. 6.1.2): a site is legible when its
+pooled no-context hit rate is at least the threshold. The report reads the threshold from here for every
+regime split (Tables 2, 3, 5, 7, 8, 9, Fig. 2) and names it.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, check_echo_
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
-from geoagent.scoring.regime import assign_regimes
+from geoagent.scoring.regime import DEFAULT_THRESHOLD, assign_regimes, check_threshold
 from geoagent.scoring.regression import ClusterOLS, usable_for_slope
 from geoagent.scoring.truncation import TruncationCount
 
@@ -167,11 +172,19 @@ class PairObs:
 class GeoHintAggregator:
     """Per-site sufficient statistics of a GeoHint campaign; feed with :meth:`add` / :meth:`add_many`."""
 
-    def __init__(self, *, baseline_condition: str = "baseline", echo_rule: str = DEFAULT_ECHO_RULE) -> None:
+    def __init__(
+        self,
+        *,
+        baseline_condition: str = "baseline",
+        echo_rule: str = DEFAULT_ECHO_RULE,
+        regime_threshold: float = DEFAULT_THRESHOLD,
+    ) -> None:
         """``echo_rule``: the rule whose verdict counts as echo (module docstring); raises ValueError for an
-        unknown rule."""
+        unknown rule. ``regime_threshold``: the no-context hit rate (a fraction in (0, 1)) from which a site
+        is legible (``[geohint] regime_threshold``); raises ValueError outside (0, 1)."""
         self.baseline_condition = baseline_condition
         self.echo_rule = check_echo_rule(echo_rule)
+        self.regime_threshold = check_threshold(regime_threshold)
         #: rule -> number of counted responses whose echo verdict came from that rule
         self.echo_rule_counts: dict[str, int] = {}
         self.cells: dict[CellKey, Cell] = {}
@@ -307,8 +320,10 @@ class GeoHintAggregator:
                 out[site][model] = (k + cell.hits, n + cell.n)
         return out
 
-    def regimes(self, *, threshold: float = 0.5, condition: str | None = None) -> dict[str, str]:
-        """site -> ``legible``/``illegible`` from the pooled no-context hit rate (sites without a baseline are absent)."""
+    def regimes(self, *, threshold: float | None = None, condition: str | None = None) -> dict[str, str]:
+        """site -> ``legible``/``illegible`` from the pooled no-context hit rate (sites without a baseline are
+        absent); ``threshold`` defaults to :attr:`regime_threshold`."""
+        threshold = self.regime_threshold if threshold is None else check_threshold(threshold)
         pooled = {
             s: (sum(k for k, _ in per.values()), sum(n for _, n in per.values()))
             for s, per in self.baseline_counts(condition).items()
@@ -384,6 +399,7 @@ class GeoHintAggregator:
             "without_ladder_point": self.n_without_ladder_point,
             "echo_rule": self.echo_rule,
             "echo_rule_counts": dict(self.echo_rule_counts),
+            "regime_threshold": self.regime_threshold,
         }
 
 

@@ -7,7 +7,8 @@ Images: the release's (only sites with images in its trial table), synthetic pla
 (:func:`geoagent.geohint.plan.synthetic_images`; the release ships no pixels) or both (``images = "auto"``).
 The final report is rebuilt from the results table ``geohint_scored``, so it is complete also when the
 aggregator ran in another process. The echo rule (``[geohint] echo_rule``) goes to the scorer and the
-aggregator, is recorded in each run's manifest entry (``echo_rule``) and is named in the report; so is the
+aggregator, is recorded in each run's manifest entry (``echo_rule``) and is named in the report; so are the
+regime threshold (``[geohint] regime_threshold``, every regime split of the report and the summary) and the
 slope tables' p-value reference (``[geohint] p_reference``, ``"normal"`` or ``"t"``; manifest ``p_reference``).
 Both are scoring settings: changing them between runs re-scores the report from the stored answers and is
 not call drift (:func:`geoagent.runtime.manifest.config_changes`).
@@ -35,6 +36,7 @@ from geoagent.geohint.stages import (
     plan_from_config,
 )
 from geoagent.runtime.stage import Message, Stage, StageContext
+from geoagent.scoring.regime import DEFAULT_THRESHOLD, threshold_text
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import total
 from geoagent.workers.responses import with_stored_finish_reason
@@ -60,10 +62,12 @@ def campaign_images(release: Release, mode: str, per_site: int | None) -> list[I
     return synth if mode == "synthetic" else real + synth
 
 
-def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE) -> GeoHintAggregator:
-    """A fresh aggregator filled from results table ``geohint_scored``, counting echo under ``echo_rule``
-    (rows scored before finish reasons were kept get theirs from the response store, for the cut-off counts)."""
-    agg = GeoHintAggregator(echo_rule=echo_rule)
+def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE,
+                         regime_threshold: float = DEFAULT_THRESHOLD) -> GeoHintAggregator:
+    """A fresh aggregator filled from results table ``geohint_scored``, counting echo under ``echo_rule`` and
+    splitting regimes at ``regime_threshold`` (rows scored before finish reasons were kept get theirs from the
+    response store, for the cut-off counts)."""
+    agg = GeoHintAggregator(echo_rule=echo_rule, regime_threshold=regime_threshold)
     for _key, row in store.iter_results(SCORED_TABLE):
         if isinstance(row.get("extra"), dict):  # rows scored before finish reasons were kept: from the store
             with_stored_finish_reason(row["extra"], store)
@@ -100,14 +104,15 @@ class GeoHintCampaign(CampaignKind):
             GeocodeStage(),
             GeoHintScorerStage(echo_rule=s.echo_rule),
             GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed,
-                                   echo_rule=s.echo_rule, p_reference=s.p_reference),
+                                   echo_rule=s.echo_rule, p_reference=s.p_reference,
+                                   regime_threshold=s.regime_threshold),
         ]
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
-        """The echo rule and the slope p-value reference this run scores and reports with (also when
-        ``[geohint]`` is absent: the defaults)."""
+        """The echo rule, the slope p-value reference and the regime threshold this run scores and reports
+        with (also when ``[geohint]`` is absent: the defaults)."""
         s = settings_of(cfg)
-        return {"echo_rule": s.echo_rule, "p_reference": s.p_reference}
+        return {"echo_rule": s.echo_rule, "p_reference": s.p_reference, "regime_threshold": s.regime_threshold}
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         from geoagent.data.store import DataStore
@@ -136,7 +141,7 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.report.geohint import write_report
 
         s = settings_of(cfg)
-        agg = aggregate_from_store(ctx.get("store"), echo_rule=s.echo_rule)
+        agg = aggregate_from_store(ctx.get("store"), echo_rule=s.echo_rule, regime_threshold=s.regime_threshold)
         self._agg = agg
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         if not agg.keys:
@@ -156,15 +161,18 @@ class GeoHintCampaign(CampaignKind):
                 f"  plan: {sum(summary.requests_by_condition.values())} requests by condition {summary.requests_by_condition}; "
                 f"sampling rates {summary.sample_rates}; units kept {summary.units_kept} of {summary.units_total}"
             )
-        echo_rule = settings_of(cfg).echo_rule
-        agg = getattr(self, "_agg", None) or aggregate_from_store(ctx.get("store"), echo_rule=echo_rule)
+        s = settings_of(cfg)
+        echo_rule = s.echo_rule
+        agg = getattr(self, "_agg", None) or aggregate_from_store(ctx.get("store"), echo_rule=echo_rule,
+                                                                  regime_threshold=s.regime_threshold)
         lines.append(f"  echo rule {describe_echo_rule(echo_rule)}")
         if not agg.keys:
             return [*lines, "  GeoHint: no scored responses"]
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
         lines.append(f"  GeoHint: {len(agg.keys)} scored responses over {len(agg.sites)} sites; "
-                     f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible")
+                     f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible "
+                     f"(threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
         for m in agg.models:
             for cond in agg.conditions:
                 c = agg.select(model=m, condition=cond)

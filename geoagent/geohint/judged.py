@@ -252,10 +252,12 @@ def replicate_report(
     figures: bool = True,
     echo_rule: str = DEFAULT_ECHO_RULE,
     p_reference: str = "normal",
+    regime_threshold: float = 0.5,
 ):
     """Recompute the GeoHint report from a released campaign, with no model calls.
 
     ``p_reference``: the slope tables' p-value reference, ``"normal"`` or ``"t"`` (G - 1 df).
+    ``regime_threshold``: no-context hit rate (fraction) from which a site is legible (paper: 0.5).
 
     Imports ``answers_judged*.csv`` (see :func:`import_judged`), aggregates it and writes the report
     (:func:`geoagent.report.geohint.write_report`) under ``out_dir``. With the full released file the
@@ -270,7 +272,7 @@ def replicate_report(
     from geoagent.report.geohint import write_report
 
     rows, report = import_judged(release_dir, filename=filename, echo_rule=echo_rule)
-    agg = GeoHintAggregator(echo_rule=echo_rule)
+    agg = GeoHintAggregator(echo_rule=echo_rule, regime_threshold=regime_threshold)
     agg.add_many(rows)
     tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures,
                           p_reference=p_reference)
@@ -279,7 +281,7 @@ def replicate_report(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S] [--echo-rule RULE]
-    [--p-reference normal|t]``."""
+    [--p-reference normal|t] [--regime-threshold F]``."""
     import argparse
 
     from geoagent.report.geohint import print_report
@@ -295,12 +297,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="echo rule: 'name' (whole name, default) or 'release_first_word' (the release's scripts)")
     ap.add_argument("--p-reference", choices=("normal", "t"), default="normal",
                     help="slope p-values (Tables 6-7): 'normal' (default, statsmodels' default) or 't' (G - 1 df)")
+    ap.add_argument("--regime-threshold", type=float, default=0.5,
+                    help="no-context hit rate (fraction in (0, 1)) from which a site is legible (default 0.5, the paper's)")
     args = ap.parse_args(argv)
+    if not 0 < args.regime_threshold < 1:
+        ap.error(f"--regime-threshold must be in (0, 1), got {args.regime_threshold}")
     tables, report = replicate_report(args.release_dir, args.out_dir, filename=args.file, n_flips=args.flips,
                                       n_splits=args.splits, seed=args.seed, echo_rule=args.echo_rule,
-                                      p_reference=args.p_reference)
+                                      p_reference=args.p_reference, regime_threshold=args.regime_threshold)
     print(f"echo rule: {describe_echo_rule(args.echo_rule)}")
-    print_report(tables)
+    print_report(tables, regime_threshold=args.regime_threshold)
     for issue in report.issues[:20]:
         print(f"note: {issue}")
     if len(report.issues) > 20:

@@ -281,7 +281,8 @@ class GeoHintAggregatorStage(Stage):
     adds every held row and is written to completion before ``stop`` returns.
 
     ``echo_rule`` (``[geohint] echo_rule``) is the rule the aggregator counts as echo and the report names;
-    ``p_reference`` (``[geohint] p_reference``, ``"normal"`` or ``"t"``) the slope tables' p-value reference.
+    ``p_reference`` (``[geohint] p_reference``, ``"normal"`` or ``"t"``) the slope tables' p-value reference;
+    ``regime_threshold`` (``[geohint] regime_threshold``) the no-context hit rate from which a site is legible.
     """
 
     name = C.STAGE_AGGREGATOR
@@ -300,11 +301,12 @@ class GeoHintAggregatorStage(Stage):
         figures: bool = True,
         echo_rule: str = DEFAULT_ECHO_RULE,
         p_reference: str = "normal",
+        regime_threshold: float = 0.5,
     ) -> None:
         from geoagent.report.geohint import check_p_reference
         from geoagent.report.live import LiveReport
 
-        self.agg = GeoHintAggregator(echo_rule=echo_rule)
+        self.agg = GeoHintAggregator(echo_rule=echo_rule, regime_threshold=regime_threshold)
         self.p_reference = check_p_reference(p_reference)
         self.report_interval_s = report_interval_s
         self.n_flips, self.n_splits, self.seed, self.figures = n_flips, n_splits, seed, figures

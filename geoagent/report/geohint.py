@@ -8,7 +8,12 @@ rows), so the same report can be refreshed live during a campaign or from a rele
 Undefined cells (no rows) are NaN in the data and print as an em dash. Tables that split sites into the
 legible and illegible regimes (2, 3, 5, 7, 8, 9) say so under the table when no site has a regime (the data
 hold no no-context answers, as in the release sample), see :func:`regime_note`. ``report.md`` opens with a
-legend of the terms (:data:`LEGEND`); the terminal output ends with it.
+legend of the terms (:func:`legend_for`); the terminal output ends with it.
+
+Regimes: every regime split (Tables 2, 3, 5, 7, 8, 9 and Fig. 2) and the split-half correction of Table 3
+use the aggregator's ``regime_threshold`` (``[geohint] regime_threshold``, default 0.5 as in the paper);
+``report.md`` names it in its header (:func:`regime_threshold_note`), Table 2's title and the legend give it
+as a percentage.
 
 When the terminal output goes to a file or a pipe, tables are printed at their natural width (never cut at
 80 columns), see :func:`report_console`.
@@ -48,7 +53,15 @@ from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.geohint import wilson_interval
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutation_test
-from geoagent.scoring.regime import ILLEGIBLE, LEGIBLE, REGIMES, split_half_correction
+from geoagent.scoring.regime import (
+    DEFAULT_THRESHOLD,
+    ILLEGIBLE,
+    LEGIBLE,
+    REGIMES,
+    check_threshold,
+    split_half_correction,
+    threshold_text,
+)
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
 
@@ -61,18 +74,25 @@ DASH = "\u2014"
 #: (rich tables keep their natural width; a wider console adds no padding)
 UNBOUNDED_WIDTH = 10_000
 
-#: one line per term used in the tables and figures (seed 000 Sec. 6.1-6.2, in our words)
-LEGEND = (
-    "hit: the answer lies under 1 km from where the photo was taken and resolves finer than a city "
-    "(an area or a building); hit rate = share of hits.",
-    "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
-    "regime: sites are split by their own no-context (baseline) hit rate: legible at 50 % or more, illegible "
-    "below.",
-    "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
-    "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
-    "Figure fig_hit_by_band.png: error bars are 95 % Wilson score intervals of the responses behind each point.",
-    TRUNCATION_LEGEND,
-)
+def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
+    """One line per term used in the tables and figures (seed 000 Sec. 6.1-6.2, in our words); the regime
+    line gives ``regime_threshold`` (``[geohint] regime_threshold``, a fraction) as a percentage."""
+    t = threshold_text(check_threshold(regime_threshold))
+    return (
+        "hit: the answer lies under 1 km from where the photo was taken and resolves finer than a city "
+        "(an area or a building); hit rate = share of hits.",
+        "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
+        f"regime: sites are split by their own no-context (baseline) hit rate: legible at {t} or more, illegible "
+        "below.",
+        "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
+        "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
+        "Figure fig_hit_by_band.png: error bars are 95 % Wilson score intervals of the responses behind each point.",
+        TRUNCATION_LEGEND,
+    )
+
+
+#: the legend at the paper's threshold (0.5); :func:`legend_for` for another one
+LEGEND = legend_for()
 #: p-value references of the slope tables (``[geohint] p_reference``)
 P_REFERENCES = ("normal", "t")
 #: with fewer site clusters than this, normal-reference p-values of cluster-robust fits are anti-conservative
@@ -190,6 +210,14 @@ def regime_note(agg: GeoHintAggregator, baseline: str) -> str:
             f"only rows and columns over all sites are filled.")
 
 
+def regime_threshold_note(agg: GeoHintAggregator) -> str:
+    """One sentence naming the regime threshold every regime split of the report uses."""
+    t = agg.regime_threshold
+    return (f"Regimes: a site is legible when its no-context hit rate (all models pooled) is at least "
+            f"{threshold_text(t)}, illegible below ([geohint] regime_threshold = {t:g}"
+            + ("; the paper's 50 %)." if t == DEFAULT_THRESHOLD else f"; the paper uses 50 %)."))
+
+
 def _join_notes(*notes: str) -> str:
     return "\n\n".join(n for n in notes if n)
 
@@ -238,7 +266,8 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             ])
     return Table(
         "table2",
-        f"Table 2: per-model results within each regime (50 % no-context threshold), condition {condition}",
+        f"Table 2: per-model results within each regime ({threshold_text(agg.regime_threshold)} no-context threshold), "
+        f"condition {condition}",
         ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct"],
         rows,
@@ -253,7 +282,7 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     rows = []
     notes = ""
     if bs and ns:
-        res = split_half_correction(bs, bm, bh, ns, nm, nh, n_splits=n_splits, seed=seed)
+        res = split_half_correction(bs, bm, bh, ns, nm, nh, threshold=agg.regime_threshold, n_splits=n_splits, seed=seed)
         order = {m: i for i, m in enumerate(_model_order(agg, condition))}
         for r in sorted(res.rows, key=lambda r: (REGIMES.index(r.regime), order.get(r.model, 99))):
             rows.append([r.regime, r.model, r.uncorrected, r.corrected, r.corrected_sd, r.shift])
@@ -699,6 +728,8 @@ def write_report(
         "",
         echo_rule_note(agg),
         "",
+        regime_threshold_note(agg),
+        "",
         f"Slope p-values (Tables 6-7): {p_reference} reference"
         + (" (Student's t with G - 1 df, G = site clusters)." if p_reference == "t" else " (statsmodels' default)."),
         "",
@@ -708,7 +739,7 @@ def write_report(
         *[x for w in truncation_warnings(agg) for x in (f"**{w}**", "")],
         "Terms:",
         "",
-        *[f"- {line}" for line in LEGEND],
+        *[f"- {line}" for line in legend_for(agg.regime_threshold)],
         "",
     ]
     if missing is not None:
@@ -764,8 +795,9 @@ def render_text(renderable) -> str:
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 
-def print_report(tables: Sequence[Table], console=None, *, legend: bool = True) -> None:
-    """Print the tables (and, with ``legend``, the terms of :data:`LEGEND`) with rich.
+def print_report(tables: Sequence[Table], console=None, *, legend: bool = True,
+                 regime_threshold: float = DEFAULT_THRESHOLD) -> None:
+    """Print the tables (and, with ``legend``, the terms of :func:`legend_for` for ``regime_threshold``) with rich.
 
     ``console``: default :func:`report_console` (terminal width on a terminal, natural table width when
     redirected)."""
@@ -774,7 +806,7 @@ def print_report(tables: Sequence[Table], console=None, *, legend: bool = True) 
         console.print(t.to_rich())
     if legend:
         console.print("Terms:", markup=False)
-        for line in LEGEND:
+        for line in legend_for(regime_threshold):
             console.print(f"  {line}", markup=False, soft_wrap=not console.is_terminal)
 
 

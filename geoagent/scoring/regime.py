@@ -1,6 +1,6 @@
 """Regime split (legible / illegible sites) and its split-half correction.
 
-Seed 000, Sec. 6.1.2-6.1.3 and Table 3. Sites are assigned to a regime by a fixed threshold (50 %) on
+Seed 000, Sec. 6.1.2-6.1.3 and Table 3. Sites are assigned to a regime by a threshold (paper: 50 %; ``[geohint] regime_threshold``) on
 their *no-context* hit rate, pooled over models. The per-model "No context" column of Table 2 is read
 off the same baseline responses that assigned the regime, which biases the no-context-vs-context
 comparison (a site lands in the legible half partly because its baseline draw came out high). The
@@ -38,6 +38,23 @@ ILLEGIBLE = "illegible"
 REGIMES = (ILLEGIBLE, LEGIBLE)
 DEFAULT_THRESHOLD = 0.5
 DEFAULT_N_SPLITS = 200
+
+
+def check_threshold(threshold: float) -> float:
+    """``threshold`` as a float if it is a fraction strictly between 0 and 1 (``[geohint] regime_threshold``);
+    raises ValueError naming the value otherwise (NaN included)."""
+    try:
+        t = float(threshold)
+    except (TypeError, ValueError):
+        raise ValueError(f"regime threshold must be a number in (0, 1), got {threshold!r}") from None
+    if not 0 < t < 1:
+        raise ValueError(f"regime threshold must be a fraction in (0, 1) (no-context hit rate), got {threshold!r}")
+    return t
+
+
+def threshold_text(threshold: float) -> str:
+    """The threshold as a percentage for report text, e.g. ``0.5 -> "50 %"``, ``0.375 -> "37.5 %"``."""
+    return f"{100 * float(threshold):.4g} %"
 
 
 def regime_of(rate: float, *, threshold: float = DEFAULT_THRESHOLD) -> str:
