@@ -215,7 +215,7 @@ def regime_threshold_note(agg: GeoHintAggregator) -> str:
     t = agg.regime_threshold
     return (f"Regimes: a site is legible when its no-context hit rate (all models pooled) is at least "
             f"{threshold_text(t)}, illegible below ([geohint] regime_threshold = {t:g}"
-            + ("; the paper's 50 %)." if t == DEFAULT_THRESHOLD else f"; the paper uses 50 %)."))
+            + ("; the paper's 50 %)." if t == DEFAULT_THRESHOLD else "; the paper uses 50 %)."))
 
 
 def _join_notes(*notes: str) -> str:
@@ -276,7 +276,11 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 
 
 def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *, n_splits: int = 200, seed: int = 0) -> Table:
-    """Table 3: near-band minus no-context, uncorrected and split-half corrected (mean +- SD over splits)."""
+    """Table 3: near-band minus no-context, uncorrected and split-half corrected (mean +- SD over splits).
+
+    Sites with a single no-context answer cannot be split and are left out of every split
+    (:mod:`geoagent.scoring.regime`); when every site has one (``[geohint] baseline_repeats = 1`` with one image
+    and one model per site) the corrected columns are empty and the note says why and which setting fills them."""
     bs, bm, bh = agg.baseline_arrays(baseline)
     ns, nm, nh = agg.context_arrays(condition, BANDS[0])
     rows = []
@@ -286,9 +290,20 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         order = {m: i for i, m in enumerate(_model_order(agg, condition))}
         for r in sorted(res.rows, key=lambda r: (REGIMES.index(r.regime), order.get(r.model, 99))):
             rows.append([r.regime, r.model, r.uncorrected, r.corrected, r.corrected_sd, r.shift])
-        notes = (f"{n_splits} random splits of each site's no-context responses into halves (seed {seed}): the regime "
-                 f"from one half, the no-context column from the other; SD over splits. On average "
-                 f"{res.mean_sites_switching:.1f} sites change side per split.")
+        per_site = {site: sum(n for _k, n in per.values()) for site, per in agg.baseline_counts(baseline).items()}
+        single = sum(n == 1 for n in per_site.values())
+        if single == len(per_site):
+            notes = (f"Corrected, SD and Shift are empty ({DASH}): every site has a single no-context answer "
+                     f"({single} site(s)), and one answer cannot be split into halves (one to assign the regime, "
+                     f"one for the no-context column). The split-half correction needs at least 2 no-context answers "
+                     f"per site: set [geohint] baseline_repeats >= 2 (no-context requests per image and model).")
+        else:
+            notes = (f"{n_splits} random splits of each site's no-context responses into halves (seed {seed}): the regime "
+                     f"from one half, the no-context column from the other; SD over splits. On average "
+                     f"{res.mean_sites_switching:.1f} sites change side per split.")
+            if single:
+                notes += (f" {single} of {len(per_site)} sites have a single no-context answer and are left out of every "
+                          f"split (no half to assign their regime from); [geohint] baseline_repeats >= 2 includes them.")
     return Table(
         "table3",
         "Table 3: near-band hit rate minus no-context hit rate (points), before and after the split-half correction",
