@@ -29,6 +29,18 @@ from geoagent.scoring.truncation import total
 from geoagent.workers.responses import with_stored_finish_reason
 
 
+#: an undefined number in the console summary (NaN: no, or too few, parsed answers; "-" in the report files)
+NA = "n/a"
+
+
+def _pct(x: float) -> str:
+    return NA if x is None or math.isnan(x) else f"{x:.1%}"
+
+
+def _num(x: float) -> str:
+    return NA if x is None or math.isnan(x) else f"{x:.2f}"
+
+
 def aggregate_from_store(store: Any) -> GeoVerifyAggregator:
     """A fresh aggregator filled from results table ``geoverify_scored`` in batches (rows scored before
     finish reasons were kept get theirs from the response store, for the cut-off counts)."""
@@ -107,8 +119,10 @@ class GeoVerifyCampaign(CampaignKind):
             near = sc.bands[0].d_prime if sc.bands else math.nan
             cut = total(sc.truncation or {})
             cut_text = f"  cut off {cut.n_truncated} ({cut.share:.1%})" if cut.n else ""
+            parsed = sc.n_signal + sc.n_noise
+            delta_1 = (sc.delta_1 or "none") if parsed else NA
             lines.append(
-                f"  {name:>20}: H {sc.h:.1%}  F {sc.f:.1%}  d'(nearest) {near:.2f}  delta_1 {sc.delta_1 or 'none'}"
+                f"  {name:>20}: n {parsed}  H {_pct(sc.h)}  F {_pct(sc.f)}  d'(nearest) {_num(near)}  delta_1 {delta_1}"
                 f"  parse failures {sc.n_parse_failures}{cut_text}  read-out {sc.readout.verdict}"
             )
         if POOLED in scores:

@@ -17,7 +17,9 @@ Formulas (per model and pooled over models):
 * confidence of false acceptances (main arm, noise, verdict yes): median and share ``>= 0.8``;
 * pre-registered read-out (Sec. 5.4): ``invalid`` if mismatched-image F > 20 % or blank-image F within
   5 points of the main arm's F; else ``uninformative`` if nearest-band d' > 2; else ``informative`` if
-  nearest-band d' < 0.5 and farthest-band d' > 1.5; else ``inconclusive``;
+  nearest-band d' < 0.5 and farthest-band d' > 1.5; else ``no data`` when neither the nearest- nor the
+  farthest-band d' is defined (no, or too few, parsed answers: no signal or no decoy trials there); else
+  ``inconclusive``;
 * bootstrap confidence intervals resample *sites* with replacement (seeded), recomputing every statistic.
 
 Raw rates H and F are reported uncorrected (as in Table 12); the correction enters only d' and c.
@@ -60,6 +62,8 @@ INFORMATIVE_FAR_DPRIME = 1.5
 DPRIME_USABLE = 1.0
 #: ``delta_1`` when it cannot be decided (no band reaches d' = 1 and some band's d' is undefined)
 DELTA_UNDEFINED = "undefined"
+#: read-out verdict when the d' it rests on cannot be computed (no, or too few, parsed answers)
+READOUT_NO_DATA = "no data"
 
 CELL_COLUMNS = ("model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail")
 CONF_COLUMNS = ("model", "arm", "band", "verdict", "conf", "n")
@@ -152,7 +156,8 @@ class BandScore:
 
 @dataclass(frozen=True, slots=True)
 class Readout:
-    """Pre-registered read-out (Sec. 5.4): ``invalid``, ``uninformative``, ``informative``, ``inconclusive``."""
+    """Pre-registered read-out (Sec. 5.4): ``invalid``, ``uninformative``, ``informative``, ``inconclusive``, or
+    ``no data`` (:data:`READOUT_NO_DATA`: neither the nearest- nor the farthest-band d' is defined)."""
 
     verdict: str
     reasons: tuple[str, ...] = ()
@@ -295,7 +300,8 @@ def _matrix(
 def readout(
     near_dprime: float, far_dprime: float, f_main: float, f_mismatch: float | None, f_blank: float | None
 ) -> Readout:
-    """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None = arm not run."""
+    """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None = arm not run.
+    ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from."""
     reasons: list[str] = []
     if f_mismatch is not None and not math.isnan(f_mismatch) and f_mismatch > MISMATCH_F_MAX:
         reasons.append(f"mismatched-image F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}")
@@ -322,6 +328,9 @@ def readout(
         and far_dprime > INFORMATIVE_FAR_DPRIME
     ):
         return Readout("informative", (f"nearest-band d' {near_dprime:.2f} < 0.5, farthest {far_dprime:.2f} > 1.5", *notes))
+    if math.isnan(near_dprime) and math.isnan(far_dprime):
+        return Readout(READOUT_NO_DATA, ("nearest- and farthest-band d' undefined: no (or too few) parsed answers "
+                                         "(signal and decoy trials) in the main arm", *notes))
     return Readout("inconclusive", (f"nearest-band d' {near_dprime:.2f}, farthest-band d' {far_dprime:.2f}", *notes))
 
 
