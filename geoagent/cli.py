@@ -6,7 +6,8 @@ run CONFIG        run (or resume) a campaign; ``--simulate`` estimates calls, to
 status CONFIG     per-queue ready/leased/done/dead, spend vs cap, calls/s, ETA, last errors
 demo              the embedded default: a small complete campaign offline, through local fake APIs
 crawl CONFIG      the crawl daemon (``--watch`` keeps watching the config for new cities)
-dead CONFIG       list dead-lettered tasks (``--requeue`` puts them back)
+dead CONFIG       list dead-lettered tasks, one a line: edge, key, ``deliveries=N`` (times the queue handed
+                  the task out), reason (``--requeue`` puts them back)
 export CONFIG     write results as Parquet and CSV under state/<campaign>/ (a crawl: its tables, under export/)
 """
 
@@ -133,7 +134,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
-    from geoagent.status import dead_counts, dead_letters, requeue_dead
+    from geoagent.status import dead_counts, dead_letters, describe_reason, requeue_dead
 
     cfg = _load(args.config)
     if args.requeue:
@@ -144,7 +145,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     for edge, items in dead_letters(cfg, limit=args.limit, edge=args.edge).items():
         for d in items:
             n += 1
-            print(f"{edge}\t{d.key}\tattempts={d.attempts}\t{d.reason}")
+            print(f"{edge}\t{d.key}\tdeliveries={d.attempts}\t{describe_reason(d.reason)}")
     where = f" on edge {args.edge}" if args.edge else ""
     if not n:
         print(f"no dead-lettered work{where} in campaign {cfg.name}")
@@ -260,7 +261,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     c.set_defaults(fn=_cmd_crawl)
 
-    dl = sub.add_parser("dead", help="list (or requeue) dead-lettered tasks", **kw)
+    dl = sub.add_parser("dead", help="list (or requeue) dead-lettered tasks: edge, key, deliveries=N (times the queue "
+                        "handed the task out, up to [queue] max_attempts), reason (HTTP attempts are within one delivery)",
+                        **kw)
     dl.add_argument("config", help=CONFIG_HELP)
     dl.add_argument("--requeue", action="store_true",
                     help="put the dead tasks (of --edge, or all) back to ready; re-run the campaign to process them")

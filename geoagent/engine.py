@@ -195,9 +195,11 @@ class Outcome:
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
         if self.missing:
             lines.append(f"  missing: {self.missing} tasks dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
+            from geoagent.status import describe_reason
+
             for edge, items in self.dead.items():
                 for d in items[:3]:
-                    lines.append(f"    {edge}/{d.key[:16]}: {d.reason[:160]}")
+                    lines.append(f"    {edge}/{d.key[:16]} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
         lines.extend(self.extra_lines)
         for p in self.report_files:
             lines.append(f"  report: {p}")

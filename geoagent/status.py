@@ -2,10 +2,18 @@
 
 Reads every queue file under ``queues/<campaign>/``, the ledger in ``state/<campaign>/campaign.sqlite`` and
 the last record of ``state/<campaign>/progress.jsonl`` (rates, ETA, in-flight work of a running campaign).
+
+Two retry layers, named apart wherever a dead letter or an error is shown (``run.py dead``, ``status``, the
+reports' missing-work lists): a *delivery* is one lease of a task from its queue (``[queue] max_attempts``
+deliveries at most; the queue's ``attempts`` count, shown as ``deliveries=N``), and within one delivery the
+HTTP client makes up to the host's ``max_attempts`` *HTTP attempts*. The stored reason text keeps its
+original words ("retries exhausted after 2 attempts", which counts HTTP attempts);
+:func:`describe_reason` rewrites them for display only.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +21,21 @@ from typing import Any
 from geoagent import constants as C
 from geoagent.runtime.progress import read_last
 from geoagent.runtime.queue import DeadLetter, QueueCounts
+
+
+_HTTP_RETRIES = re.compile(r"\bretries exhausted after (\d+) attempts\b")
+_HTTP_ATTEMPTS_TO = re.compile(r"\b(\d+) attempts to (\S+) failed\b")
+
+
+def describe_reason(reason: str | None) -> str:
+    """A stored failure reason worded for display: the HTTP client's attempt counts (within one queue
+    delivery) are named as such, e.g. ``"Missing: retries exhausted after 1 attempts: http 500"`` ->
+    ``"Missing: retries exhausted after 1 HTTP attempt(s) in the last delivery: http 500"`` and
+    ``"RetriesExhausted: 3 attempts to URL failed"`` -> ``"... 3 HTTP attempt(s) to URL failed"``; any other text is
+    returned as is (None -> ``""``). The stored text is never changed."""
+    text = reason or ""
+    text = _HTTP_RETRIES.sub(r"retries exhausted after \1 HTTP attempt(s) in the last delivery", text)
+    return _HTTP_ATTEMPTS_TO.sub(r"\1 HTTP attempt(s) to \2 failed", text)
 
 
 def pipeline_edges(cfg: Any) -> list[str]:
@@ -179,7 +202,8 @@ def format_status(st: dict[str, Any]) -> str:
         for sd in p.get("stages", []):
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
                          f"  dead {sd['dead']}")
-            for err in dict.fromkeys(e[:160] for e in sd.get("last_errors", [])[-2:]):  # each distinct once
+            # each distinct once
+            for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
                 lines.append(f"      last error: {err}")
         reason = stop_reason(p)
         if reason:
@@ -197,7 +221,7 @@ def format_status(st: dict[str, Any]) -> str:
                              + (f" expected answers {answers}" if answers else ""))
     for edge, items in st.get("dead", {}).items():
         for d in items:
-            lines.append(f"  dead {edge}/{d.key[:24]} (attempts {d.attempts}): {d.reason[:160]}")
+            lines.append(f"  dead {edge}/{d.key[:24]} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
     return "\n".join(lines)
 
 

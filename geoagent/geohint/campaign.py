@@ -76,14 +76,15 @@ def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE,
 
 
 def _missing_work(cfg: Any) -> list[dict[str, Any]]:
-    """Dead-lettered GeoHint work on every edge: ``model, key, edge, reason`` (keys are ``gh|model|...``)."""
-    from geoagent.status import dead_letters
+    """Dead-lettered GeoHint work on every edge: ``model, key, edge, reason`` (keys are ``gh|model|...``; reason
+    worded for display by :func:`geoagent.status.describe_reason`: HTTP attempts named as such)."""
+    from geoagent.status import dead_letters, describe_reason
 
     out = []
     for edge, items in dead_letters(cfg, limit=1_000_000_000).items():
         for d in items:
             parts = d.key.split("|")
-            out.append({"model": parts[1] if len(parts) > 1 else "", "key": d.key, "edge": edge, "reason": d.reason})
+            out.append({"model": parts[1] if len(parts) > 1 else "", "key": d.key, "edge": edge, "reason": describe_reason(d.reason)})
     return out
 
 

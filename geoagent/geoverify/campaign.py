@@ -56,17 +56,18 @@ def aggregate_from_store(store: Any) -> GeoVerifyAggregator:
 
 
 def missing_work(cfg: Any) -> list[dict[str, Any]]:
-    """Dead-lettered GeoVerify work of the campaign (every edge): ``model, key, edge, reason`` per task.
+    """Dead-lettered GeoVerify work of the campaign (every edge): ``model, key, edge, reason`` per task
+    (reason worded for display by :func:`geoagent.status.describe_reason`: HTTP attempts named as such).
 
     Message keys are ``trial_id|model`` on every edge (model names hold no ``|``), so the model is the
     last field. Read from the queue files, so it covers work dead-lettered by any process or earlier run.
     """
-    from geoagent.status import dead_letters
+    from geoagent.status import dead_letters, describe_reason
 
     out = []
     for edge, items in dead_letters(cfg, limit=1_000_000_000).items():
         for d in items:
-            out.append({"model": d.key.rsplit("|", 1)[-1], "key": d.key, "edge": edge, "reason": d.reason})
+            out.append({"model": d.key.rsplit("|", 1)[-1], "key": d.key, "edge": edge, "reason": describe_reason(d.reason)})
     return out
 
 
