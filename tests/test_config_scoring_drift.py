@@ -70,7 +70,7 @@ def _gh(wd_url: str, nm_url: str, **geohint) -> dict:
 
 def _echo_rates(report_dir) -> dict[str, float]:
     with (report_dir / "table1.csv").open(newline="") as fh:
-        return {r["Model"]: float(r["Echo rate"]) for r in csv.DictReader(fh)}
+        return {r["Model"]: float(r["Echo rate (fraction)"]) for r in csv.DictReader(fh)}
 
 
 def test_echo_rule_change_rescores_the_report_without_a_drift_warning(release_dir, tmp_path, monkeypatch, capsys):

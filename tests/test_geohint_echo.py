@@ -323,7 +323,7 @@ def test_replication_report_names_the_rule_and_reproduces_the_count(release_dir,
     assert t4[-1][0] == "All" and float(t4[-1][-1]) == 371 / 936
     t1 = list(csv.DictReader((tmp_path / "table1.csv").open(encoding="utf-8")))
     assert sum(int(r["n"]) for r in t1) == 936
-    assert sum(float(r["Echo rate"]) * int(r["n"]) for r in t1) == pytest.approx(371, abs=1e-9)
+    assert sum(float(r["Echo rate (fraction)"]) * int(r["n"]) for r in t1) == pytest.approx(371, abs=1e-9)
     # the default rule, for contrast
     tables, _ = replicate_report(release_dir, tmp_path / "name", n_flips=100, n_splits=5, figures=False)
     t4 = {t.name: t for t in tables}["table4"]

@@ -47,11 +47,14 @@ def test_written_files_agree_with_tables(agg, tmp_path):
     for t in tables:
         assert t.title in md
         rows = list(csv.reader(io.StringIO((tmp_path / f"{t.name}.csv").read_text(encoding="utf-8"))))
-        assert rows[0] == t.columns and len(rows) == len(t.rows) + 1
+        assert len(rows[0]) == len(t.columns) and len(rows) == len(t.rows) + 1
+        for name, col, f in zip(rows[0], t.columns, t.formats):  # rates as fractions, named so
+            assert name == (col if f not in ("pct", "pp", "pps") else col.removesuffix(" (%)").removesuffix(" (pp)")
+                            + " (fraction)")
         for got, want in zip(rows[1:], t.rows):
-            for g, w in zip(got, want):
+            for g, w, f in zip(got, want, t.formats):
                 if isinstance(w, float) and w == w:
-                    assert float(g) == pytest.approx(w)
+                    assert float(g) == pytest.approx(w / 100 if f in ("pp", "pps") else w)
     for fig in ("fig_hit_by_band.png", "fig_echo_heatmap.png"):
         with PILImage.open(tmp_path / fig) as im:
             assert im.format == "PNG" and im.size[0] > 300

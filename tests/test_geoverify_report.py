@@ -32,18 +32,25 @@ def test_csv_values_and_layout(scores):
     # rows of Table 12, in order
     labels = [r[1] for r in rows[1:]]
     want = ["H (signal accepted)", "F (decoy accepted)", "control: swapped image", "control: gray field",
-            "0.15–0.3 km", "0.3–0.7 km", "0.7–1.5 km", "1.5–3.0 km", "3.0–6.0 km", "delta_1",
+            "0.15-0.3km", "0.3-0.7km", "0.7-1.5km", "1.5-3.0km", "3.0-6.0km", "delta_1",
             "nearest band", "farthest band", "median", "share >= 0.8"]
     assert [lab for lab in labels if lab in want] == want
     for m, s in scores.items():
         assert float(by_label["H (signal accepted)"][m]) == pytest.approx(s.h)
         assert float(by_label["F (decoy accepted)"][m]) == pytest.approx(s.f)
-        assert float(by_label["0.15–0.3 km"][m]) == pytest.approx(s.bands[0].d_prime)
-        assert float(by_label["F 0.15–0.3 km"][m]) == pytest.approx(s.bands[0].f)
+        assert float(by_label["0.15-0.3km"][m]) == pytest.approx(s.bands[0].d_prime)
+        assert float(by_label["F 0.15-0.3km"][m]) == pytest.approx(s.bands[0].f)
         assert float(by_label["farthest band"][m]) == pytest.approx(s.bands[-1].c)
         assert by_label["delta_1"][m] == (s.delta_1 or "none")
         assert by_label["control: swapped image"][m] == ""  # the sample has no control arms
         assert by_label["pre-registered"][m] == s.readout.verdict
+    # one band spelling in the CSV: the data's ASCII label, as in the scored results and the delta_1 value
+    text = R.render_csv(scores)
+    assert "–" not in text and " km" not in text
+    assert [lab for lab in labels if lab.startswith("F ") and lab[2].isdigit()] == [f"F {b.band}" for b in scores["pooled"].bands]
+    assert all(by_label["delta_1"][m] in {"none", "undefined", *(b.band for b in s.bands)} for m, s in scores.items())
+    # Markdown and the terminal keep the pretty form
+    assert "| F 0.15–0.3 km |" in R.render_markdown(scores) and "F 0.15–0.3 km" in R.render_terminal(scores)
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +65,8 @@ def test_intervals_in_csv_markdown_terminal(boot_scores):
     rows = list(csv.reader(io.StringIO(R.render_csv(boot_scores))))
     header = rows[0]
     by_label = {r[1]: dict(zip(header[2:], r[2:])) for r in rows[1:]}
-    checks = {"H (signal accepted)": "H", "F (decoy accepted)": "F", "0.15–0.3 km": f"d'[{bands[0]}]",
-              "3.0–6.0 km": f"d'[{bands[-1]}]", "F 0.3–0.7 km": f"F[{bands[1]}]",
+    checks = {"H (signal accepted)": "H", "F (decoy accepted)": "F", "0.15-0.3km": f"d'[{bands[0]}]",
+              "3.0-6.0km": f"d'[{bands[-1]}]", "F 0.3-0.7km": f"F[{bands[1]}]",
               "nearest band": f"c[{bands[0]}]", "farthest band": f"c[{bands[-1]}]"}
     for m, s in boot_scores.items():
         for label, key in checks.items():

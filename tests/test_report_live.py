@@ -129,7 +129,7 @@ def test_geohint_live_report_during_run_and_complete_final(tmp_path):
     md = report.read_text(encoding="utf-8")
     assert re.search(r"^(\d+) scored responses", md, re.M).group(1) == str(len(results))
     rows = _csv_rows(tmp_path / "report" / "table1.csv")
-    assert rows[0][:3] == ["Model", "n", "Hit rate"]
+    assert rows[0][:3] == ["Model", "n", "Hit rate (fraction)"]
     forced = [r for r in results if r.condition == "forced" and r.dist_km is not None]
     n_by_model = Counter(r.model for r in forced)
     hits_by_model = Counter(r.model for r in forced if r.hit)

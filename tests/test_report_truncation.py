@@ -223,7 +223,7 @@ def test_geohint_cutoff_table_per_model_and_condition_with_warning(tmp_path):
     assert "- cut off: answers the provider stopped" in md
     with (tmp_path / "cutoff.csv").open(newline="") as fh:
         csv_rows = list(csv.DictReader(fh))
-    assert {(r["Model"], r["Condition"]): (r["Cut off"], r["Share cut off (%)"]) for r in csv_rows}[("m-a", "forced")] == ("4", "0.04")
+    assert {(r["Model"], r["Condition"]): (r["Cut off"], r["Share cut off (fraction)"]) for r in csv_rows}[("m-a", "forced")] == ("4", "0.04")
     buf = io.StringIO()
     GH.print_report(list(tables.values()), GH.report_console(buf))
     assert "Warning: 4.0 % of the answers of m-a in condition forced" in buf.getvalue()

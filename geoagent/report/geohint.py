@@ -4,7 +4,10 @@ figures as PNG through matplotlib's Agg backend.
 
 Every number is computed from the aggregator's per-site sums (never from ad-hoc recomputation over
 rows), so the same report can be refreshed live during a campaign or from a released campaign
-(:mod:`geoagent.geohint.judged`). Rates are in percent, distances in km, slopes in log10 units per km.
+(:mod:`geoagent.geohint.judged`). Rates are in percent (differences in points), distances in km, slopes in
+log10 units per km, in Markdown and the terminal; the CSV files hold every rate and rate difference as a
+fraction, in a column whose name ends in ``(fraction)`` (:meth:`Table.csv_columns`), and band labels in the
+data's ASCII spelling (``0.5-1.5km``).
 Undefined cells (no rows) are NaN in the data and print as an em dash. Tables that split sites into the
 legible and illegible regimes (2, 3, 5, 7, 8, 9) say so under the table when no site has a regime (the data
 hold no no-context answers, as in the release sample), see :func:`regime_note`. ``report.md`` opens with a
@@ -106,7 +109,12 @@ class Table:
     """A report table: raw values in ``rows`` and a display format per column.
 
     Formats: ``text``, ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
-    signed, 2 decimals), ``f2``, ``f4`` (signed 4 decimals), ``p`` (p-value, 2 significant digits).
+    signed, 2 decimals), ``pps`` (percentage points, unsigned, 2 decimals: an SD), ``f2``, ``f4`` (signed 4
+    decimals), ``p`` (p-value, 2 significant digits).
+
+    The CSV (:meth:`to_csv`) holds every rate as a fraction: ``pct`` values as they are, ``pp``/``pps`` values
+    (points) divided by 100, under :meth:`csv_columns` (the column name with ``" (fraction)"`` in place of a
+    ``" (%)"`` / ``" (pp)"`` unit).
     """
 
     name: str
@@ -133,12 +141,25 @@ class Table:
             out += ["", line]
         return "\n".join(out) + "\n"
 
+    def csv_columns(self) -> list[str]:
+        """Column names of the CSV: a rate column (shown in % or points elsewhere) is named ``"<name> (fraction)"``."""
+        return [_csv_fraction_name(c) if f in CSV_FRACTION_SCALE else c for c, f in zip(self.columns, self.formats)]
+
+    def csv_rows(self) -> list[list[Any]]:
+        """The raw values as the CSV holds them: rates as fractions (points / 100), others as they are."""
+        out = []
+        for row in self.rows:
+            out.append([v * CSV_FRACTION_SCALE[f] if f in CSV_FRACTION_SCALE and isinstance(v, (int, float))
+                        and not isinstance(v, bool) else v for v, f in zip(row, self.formats)])
+        return out
+
     def to_csv(self) -> str:
-        """Raw values (full precision; empty for NaN/None) under the column names."""
+        """Raw values (full precision; empty for NaN/None; rates as fractions, see :meth:`csv_rows`) under
+        :meth:`csv_columns`."""
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self.columns)
-        for row in self.rows:
+        w.writerow(self.csv_columns())
+        for row in self.csv_rows():
             w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
         return buf.getvalue()
 
@@ -155,6 +176,19 @@ class Table:
         return t
 
 
+#: display format -> factor that turns its raw value into a fraction for the CSV (rates: fractions everywhere)
+CSV_FRACTION_SCALE = {"pct": 1.0, "pp": 0.01, "pps": 0.01}
+_UNIT_SUFFIXES = (" (%)", " (pp)", " (points)")
+
+
+def _csv_fraction_name(name: str) -> str:
+    for suffix in _UNIT_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return f"{name} (fraction)"
+
+
 def _fmt(v: Any, f: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return DASH
@@ -166,6 +200,8 @@ def _fmt(v: Any, f: str) -> str:
         return f"{100 * v:.1f}"
     if f == "pp":
         return f"{v:+.2f}"
+    if f == "pps":
+        return f"{v:.2f}"
     if f == "f2":
         return f"{v:.2f}"
     if f == "f4":
@@ -308,7 +344,7 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         "table3",
         "Table 3: near-band hit rate minus no-context hit rate (points), before and after the split-half correction",
         ["Regime", "Model", "Uncorrected", "Corrected", "SD", "Shift"],
-        ["text", "text", "pp", "pp", "f2", "pp"],
+        ["text", "text", "pp", "pp", "pps", "pp"],
         rows,
         _join_notes(notes, regime_note(agg, baseline)),
     )

@@ -10,6 +10,10 @@ control-arm F, F per decoy band, d' per band and c are shown as ``value [lo, hi]
 terminal (rates in %), and as separate ``<model>_lo`` / ``<model>_hi`` columns in the CSV (always
 present, empty without a bootstrap). The rows "F by decoy distance" are an addition to Table 12.
 
+The CSV is for machines: rates are fractions and band labels are the data's ASCII spelling (``0.7-1.5km``,
+as in the scored results and the delta_1 value); Markdown and the terminal text (``.txt``) show bands as
+``0.7–1.5 km``.
+
 Both the Markdown and the terminal table end with a legend of the terms (:data:`LEGEND`).
 
 The section "Cut off at the output-token limit" counts answers the provider stopped at ``max_output_tokens``
@@ -150,10 +154,14 @@ def truncation_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
     return warning_lines(counts, setting=TRUNCATION_SETTING)
 
 
-def _rows(scores: Mapping[str, ModelScores]) -> list[Row]:
-    """Rows in Table 12 order (plus counts, cut-off answers, F per band and the read-out); see :data:`Row`."""
+def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row]:
+    """Rows in Table 12 order (plus counts, cut-off answers, F per band and the read-out); see :data:`Row`.
+
+    ``pretty``: band row labels as ``0.7–1.5 km`` (Markdown, terminal); False gives the data's ASCII band
+    label ``0.7-1.5km`` (the CSV, like the scored results and delta_1)."""
     any_s = next(iter(scores.values()))
     bands = [b.band for b in any_s.bands]
+    title = _band_title if pretty else str
     rates = "Response rates"
     rows: list[Row] = [
         ("Responses", "n parsed (main arm)", lambda s: s.n_signal + s.n_noise, lambda s: str(s.n_signal + s.n_noise), None),
@@ -165,10 +173,10 @@ def _rows(scores: Mapping[str, ModelScores]) -> list[Row]:
         _rate_row(rates, "control: gray field", lambda s: s.controls[ARM_BLANK][2], f"F[{ARM_BLANK}]"),
     ]
     for b in bands:
-        rows.append(_rate_row("False-acceptance rate F by decoy distance", f"F {_band_title(b)}",
+        rows.append(_rate_row("False-acceptance rate F by decoy distance", f"F {title(b)}",
                               lambda s, b=b: s.band(b).f, f"F[{b}]"))
     for b in bands:
-        rows.append(_num_row("Sensitivity d' by decoy distance", _band_title(b), lambda s, b=b: s.band(b).d_prime, f"d'[{b}]"))
+        rows.append(_num_row("Sensitivity d' by decoy distance", title(b), lambda s, b=b: s.band(b).d_prime, f"d'[{b}]"))
     rows.append(("Sensitivity d' by decoy distance", "delta_1", lambda s: s.delta_1 or "none",
                  lambda s: _band_title(s.delta_1) if s.delta_1 else "none", None))
     if bands:
@@ -216,7 +224,8 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
 def render_csv(scores: Mapping[str, ModelScores]) -> str:
     """Table 12 as CSV with raw (unformatted) values: columns ``section, row``, then per model ``<model>,
     <model>_lo, <model>_hi`` (the bootstrap interval; empty where the row has none or no bootstrap ran).
-    Rates are fractions in [0, 1]."""
+    Rates are fractions in [0, 1]; band labels are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and
+    ``0.7-1.5km``, and the delta_1 value), never the pretty ``0.7–1.5 km`` of Markdown and the terminal."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = _columns(scores)
@@ -226,7 +235,7 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
         return "" if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
     if scores:
-        for sec, label, raw, _, key in _rows(scores):
+        for sec, label, raw, _, key in _rows(scores, pretty=False):
             vals: list[object] = []
             for c in cols:
                 iv = _ci_pair(scores[c], key)

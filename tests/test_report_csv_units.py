@@ -1,0 +1,83 @@
+"""Report CSVs are machine-consistent: every GeoHint rate (and rate difference) is a fraction in a column named
+``... (fraction)`` - table1/table2 used fractions while table3 held points - and band labels use the data's ASCII
+spelling ``0.5-1.5km`` in every CSV (the pretty ``0.5–1.5 km`` only in Markdown and the terminal)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from _geohint_synth import synth_results
+
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.result import GeoHintResult
+from geoagent.report import geohint as GH
+from geoagent.scoring.geohint import is_hit
+
+# one model, two sites, four no-context and four near-band answers each (hits as 1)
+BASELINE = {"s1": [1, 1, 1, 0], "s2": [0, 0, 0, 1]}
+NEAR = {"s1": [1, 1, 1, 1], "s2": [1, 1, 0, 0]}
+
+
+def _hand_agg() -> GeoHintAggregator:
+    rows = []
+    for site, hits in BASELINE.items():
+        for r, h in enumerate(hits):
+            err = 0.2 if h else 5.0
+            rows.append(GeoHintResult(key=f"b|{site}|{r}", site=site, image_id=f"{site}-i", model="m", condition="baseline",
+                                      schema="forced", repeat=r, resolved_level="area", error_km=err, hit=is_hit(err, "area")))
+        for i, h in enumerate(NEAR[site]):
+            err = 0.3 if h else 4.0
+            rows.append(GeoHintResult(key=f"c|{site}|{i}", site=site, image_id=f"{site}-i", model="m", condition="forced",
+                                      schema="forced", ref_qid=f"Q{site}{i}", ref_name=f"P{i}", band="0.5-1.5km", tier="high",
+                                      dist_km=1.0, area="Somewhere", resolved_level="area", error_km=err,
+                                      hit=is_hit(err, "area"), echo=False))
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    return agg
+
+
+def _read(path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_geohint_csvs_hold_fractions_against_hand_counts(tmp_path):
+    GH.write_report(_hand_agg(), tmp_path, n_flips=10, n_splits=20, figures=False)
+    t1 = _read(tmp_path / "table1.csv")[0]
+    assert float(t1["Hit rate (fraction)"]) == pytest.approx(6 / 8)
+    assert float(t1["0.5-1.5km (fraction)"]) == pytest.approx(6 / 8)
+    t2 = {r["Regime"]: r for r in _read(tmp_path / "table2.csv")}
+    # s1 legible (3 of 4 no-context hits), s2 illegible (1 of 4)
+    assert float(t2["legible (1 sites)"]["No context (fraction)"]) == pytest.approx(3 / 4)
+    assert float(t2["illegible (1 sites)"]["With context (fraction)"]) == pytest.approx(2 / 4)
+    t3 = {r["Regime"]: r for r in _read(tmp_path / "table3.csv")}
+    # near minus no-context: legible 4/4 - 3/4, illegible 2/4 - 1/4: fractions, as in tables 1 and 2
+    assert float(t3["legible"]["Uncorrected (fraction)"]) == pytest.approx(0.25)
+    assert float(t3["illegible"]["Uncorrected (fraction)"]) == pytest.approx(0.25)
+    for r in t3.values():
+        assert abs(float(r["Corrected (fraction)"])) <= 1 and 0 <= float(r["SD (fraction)"]) <= 1
+        assert float(r["Shift (fraction)"]) == pytest.approx(float(r["Corrected (fraction)"]) - float(r["Uncorrected (fraction)"]))
+    # Markdown keeps points for table 3 and percent for table 1
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "| legible | m | +25.00 |" in md and "| m | 8 | 75.0 |" in md
+
+
+def test_every_geohint_csv_names_its_rate_units_and_uses_ascii_bands(tmp_path):
+    agg = GeoHintAggregator()
+    agg.add_many(synth_results(seed=3, n_sites=8))
+    tables = GH.write_report(agg, tmp_path, n_flips=20, n_splits=5, figures=False)
+    assert {t.name for t in tables} >= {"table3", "table8", "table9", "cutoff"}
+    for t in tables:
+        text = (tmp_path / f"{t.name}.csv").read_text(encoding="utf-8")
+        header = next(csv.reader([text.splitlines()[0]]))
+        assert not any(h.endswith(("(%)", "(pp)")) for h in header), (t.name, header)
+        assert "–" not in text and " km" not in text, t.name
+        for name, f in zip(header, t.formats):
+            assert name.endswith("(fraction)") == (f in GH.CSV_FRACTION_SCALE), (t.name, name)
+        for row in csv.DictReader(text.splitlines()):
+            for name in header:
+                if name.endswith("(fraction)") and row[name]:
+                    assert -1 <= float(row[name]) <= 1, (t.name, name, row[name])
+    cut = _read(tmp_path / "cutoff.csv")
+    assert "Share cut off (fraction)" in cut[0]
