@@ -245,15 +245,16 @@ def geohint_table1_text(cfg: Any) -> str:
     """GeoHint Table 1 of campaign ``cfg`` as terminal text at its natural width (no cell cut), rebuilt from
     its stored scored results, followed by the legend of its terms."""
     from geoagent.geohint.campaign import aggregate_from_store, settings_of
-    from geoagent.report.geohint import LEGEND, default_conditions, render_text, table1
+    from geoagent.report.geohint import default_conditions, legend_for, render_text, table1
     from geoagent.runtime.store import open_campaign_state
 
     with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
-        agg = aggregate_from_store(state.store, echo_rule=settings_of(cfg).echo_rule)
+        s = settings_of(cfg)
+        agg = aggregate_from_store(state.store, echo_rule=s.echo_rule, regime_threshold=s.regime_threshold)
     if not agg.keys:
         return "no scored GeoHint responses\n"
     cond, _ = default_conditions(agg)
-    return render_text(table1(agg, condition=cond).to_rich()) + "Terms:\n" + "".join(f"  {t}\n" for t in LEGEND)
+    return render_text(table1(agg, condition=cond).to_rich()) + "Terms:\n" + "".join(f"  {t}\n" for t in legend_for(agg.regime_threshold))
 
 
 def summary_terms(gv_cfg: Any) -> list[str]:
