@@ -58,6 +58,8 @@ def test_dead_status_and_summary_say_deliveries_and_http_attempts(tmp_path, monk
     status = format_status(campaign_status(cfg))
     assert f"(deliveries {dead[0].attempts}): Missing: retries exhausted after {HTTP_ATTEMPTS} HTTP attempt(s)" in status
     assert "(attempts " not in status and f"after {HTTP_ATTEMPTS} attempts" not in status
+    assert (f"last error: Missing: retries exhausted after {HTTP_ATTEMPTS} HTTP attempt(s) in the last delivery"
+            in status)  # the progress record's last errors, worded the same way
     summary = out.summary()
     assert f"retries exhausted after {HTTP_ATTEMPTS} HTTP attempt(s) in the last delivery" in summary
     assert f"after {HTTP_ATTEMPTS} attempts" not in summary
