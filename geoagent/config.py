@@ -476,6 +476,41 @@ class CampaignConfig(_Section):
     def release_dir(self) -> Path:
         return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR)
 
+    def replay_path(self, model: "ModelConfig | str") -> Path | None:
+        """The file the ``replay`` model ``model`` answers from (None for other providers).
+
+        ``replay.path`` as written, except that a path under the release folder follows the release folder in
+        use: a path that lies under the default ``../shared/reference/geocontext`` (or under ``[paths]
+        release_dir`` as written) is taken relative to :meth:`release_dir`, so ``$GEOAGENT_RELEASE`` (or
+        ``[paths] release_dir``) moves it along with the other release files. Compared after normalising
+        (``./``, ``..``); any other path, relative to the working directory or absolute, is used as is.
+        """
+        m = self.model(model) if isinstance(model, str) else model
+        if m.provider != "replay" or not m.replay.path:
+            return None
+        rel = self._release_relative(m.replay.path)
+        return Path(m.replay.path) if rel is None else self.release_dir() / rel
+
+    def replay_in_release(self, model: "ModelConfig | str") -> bool:
+        """Whether ``model``'s replay file is taken from the release folder (see :meth:`replay_path`)."""
+        m = self.model(model) if isinstance(model, str) else model
+        return m.provider == "replay" and bool(m.replay.path) and self._release_relative(m.replay.path) is not None
+
+    def _release_relative(self, path: str) -> Path | None:
+        """``path`` relative to the default or configured release folder it lies under, else None."""
+        norm = Path(os.path.normpath(path))
+        for base in (self.paths.release_dir, C.DEFAULT_RELEASE_DIR):
+            if not base:
+                continue
+            b = Path(os.path.normpath(base))
+            if b.is_absolute() != norm.is_absolute() or norm == b:
+                continue
+            try:
+                return norm.relative_to(b)
+            except ValueError:
+                continue
+        return None
+
     def state_dir(self) -> Path:
         """``<state root>/<campaign>``: ledger, store, manifest, progress."""
         return self.state_root() / self.campaign.name
@@ -717,6 +752,9 @@ def resolved_dict(cfg: CampaignConfig) -> dict[str, Any]:
         "state": str(cfg.state_root()),
         "release_dir": str(cfg.release_dir()),
     }
+    replays = {m.name: str(cfg.replay_path(m)) for m in cfg.models if m.provider == "replay"}
+    if replays:  # the files the replay models answer from, after the release folder's override
+        data["paths"]["replay"] = replays
     for name, raw in sorted(cfg.tasks.items()):
         section = cfg.section(name)
         data[name] = section.model_dump(mode="json") if isinstance(section, BaseModel) else raw
@@ -822,7 +860,8 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "base_url": m.base_url,
         "api_key": api_key,
         "seed": m.seed if m.seed is not None else cfg.campaign.seed,
-        "replay_path": m.replay.path,
+        "replay_path": str(p) if (p := cfg.replay_path(m)) is not None else m.replay.path,
+        "replay_release_dir": str(cfg.release_dir()) if cfg.replay_in_release(m) else None,
         "replay_key_field": m.replay.key_field,
         "replay_key_fields": tuple(m.replay.record_key_fields),
         "replay_text_field": m.replay.text_field,
