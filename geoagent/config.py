@@ -897,6 +897,25 @@ class ModelEstimate:
     worst_case_usd: float = 0.0
     duration_s: float = 0.0
     throughput_per_s: float = 0.0
+    #: what ``duration_s`` rests on: ``"latency"`` (the lower of the rate limit and concurrency /
+    #: ``expected_latency_s``), ``"rate"`` (a simulated model behind a local fake: the rate limit alone) or
+    #: ``"none"`` (replay and offline simulated answers take no model time; duration and throughput 0)
+    time_basis: str = "latency"
+
+
+def model_time_basis(m: "ModelConfig") -> str:
+    """How a call of ``m`` spends time: ``"none"``, ``"rate"`` or ``"latency"`` (see :class:`ModelEstimate`).
+
+    A ``replay`` model reads its answers from the recorded file and a ``simulated`` model without
+    ``base_url`` makes them in-process: neither calls a model. A ``simulated`` model with ``base_url`` goes
+    over HTTP to a local fake that answers at once, so only its host's rate limit paces it. Every other
+    provider calls a model that takes ``expected_latency_s`` per call.
+    """
+    if m.provider == "replay" or (m.provider == "simulated" and not m.base_url):
+        return "none"
+    if m.provider == "simulated":
+        return "rate"
+    return "latency"
 
 
 @dataclass(slots=True)
@@ -962,8 +981,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     Estimate
         ``cost_usd`` uses ``expected_output_tokens`` (default: ``max_output_tokens``); ``worst_case_usd``
         always uses ``max_output_tokens`` and the reservation's input factor, i.e. what the ledger would
-        reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency / expected
-        latency); hosts run in parallel, so the total is the slowest host's.
+        reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency /
+        ``expected_latency_s``); hosts run in parallel, so the total is the slowest host's. Replay and offline
+        simulated models take no model time (0 s); a simulated model behind a local fake is paced by its
+        rate alone (:func:`model_time_basis`).
     """
     from geoagent.workers.model_caller import build_request
 
@@ -998,8 +1019,14 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         host = cfg.hosts.get(m.host or "")
         if host is not None:
             rate_per_s = min(rate_per_s, host.rate / host.period_s)
-        me.throughput_per_s = min(rate_per_s, m.concurrency / m.expected_latency_s)
-        me.duration_s = me.calls / me.throughput_per_s if me.calls else 0.0
+        me.time_basis = model_time_basis(m)
+        if me.time_basis == "none":
+            me.throughput_per_s = 0.0
+            me.duration_s = 0.0
+        else:
+            me.throughput_per_s = (rate_per_s if me.time_basis == "rate"
+                                   else min(rate_per_s, m.concurrency / m.expected_latency_s))
+            me.duration_s = me.calls / me.throughput_per_s if me.calls else 0.0
         key = m.host or f"<{m.provider}:{m.name}>"
         by_host[key] = by_host.get(key, 0.0) + me.duration_s  # models on one host share its limit
         est.calls += me.calls
