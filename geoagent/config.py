@@ -25,8 +25,10 @@ rate for an expensive model follows the paper (Sec. 6, claude-opus-5 sampled at 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
+import types
 import os
 import re
 import tomllib
@@ -34,7 +36,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import orjson
@@ -463,7 +465,7 @@ class CampaignConfig(_Section):
         try:
             return model_cls.model_validate(raw)
         except ValidationError as exc:
-            raise ConfigError(self.source, _problems(exc, prefix=(name,))) from None
+            raise ConfigError(self.source, _problems(exc, prefix=(name,), model=model_cls)) from None
 
     # -- roots (environment wins, then config, then the default) ---------------------------------
 
@@ -569,10 +571,67 @@ def _fmt_value(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _problems(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
+def did_you_mean(key: Any, valid: Iterable[str]) -> str:
+    """``" (did you mean 'max_output_tokens'?)"`` for the valid key closest to an unknown ``key``, else ``""``.
+
+    Uses :func:`difflib.get_close_matches` (ratio >= 0.6, the closest one) over ``valid``, the keys the table
+    accepts; used by every "unknown key" message of a campaign file.
+    """
+    close = difflib.get_close_matches(str(key), sorted({str(v) for v in valid}), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unwrap(ann: Any) -> Any:
+    """The one non-None type of ``X | None`` / ``Optional[X]`` / ``Annotated[X, ...]`` (else ``ann``)."""
+    while True:
+        origin = get_origin(ann)
+        if origin is Annotated:
+            ann = get_args(ann)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in get_args(ann) if a is not type(None)]
+            if len(args) != 1:
+                return ann
+            ann = args[0]
+        else:
+            return ann
+
+
+def table_keys(model_cls: type[BaseModel], loc: Iterable[Any]) -> list[str] | None:
+    """The keys the table at ``loc`` (a pydantic error location under ``model_cls``) accepts, or None when
+    ``loc`` leads to no pydantic model (a free table, or an unexpected location).
+
+    Walks fields, list/tuple items (``models[0]``) and dict values (``hosts."api.example.org"``). At the top of
+    :class:`CampaignConfig` the task sections count as keys and the internal fields do not.
+    """
+    ann: Any = model_cls
+    for part in loc:
+        ann = _unwrap(ann)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            if not isinstance(part, str) or part not in ann.model_fields:
+                return None
+            ann = ann.model_fields[part].annotation
+            continue
+        origin, args = get_origin(ann), get_args(ann)
+        if origin in (list, tuple, set, frozenset) and isinstance(part, int) and args:
+            ann = args[0]
+        elif origin is dict and len(args) == 2:
+            ann = args[1]
+        else:
+            return None
+    ann = _unwrap(ann)
+    if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        return None
+    keys = list(ann.model_fields)
+    if ann is CampaignConfig:
+        keys = [k for k in keys if k not in ("tasks", "source")] + list(TASK_SECTIONS) + list(_SECTIONS)
+    return keys
+
+
+def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[BaseModel] | None = None) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
-        loc = prefix + tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+        own = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+        loc = prefix + own
         kind = err["type"]
         path = _fmt_loc(loc)
         no_echo = any(str(p) in _NO_ECHO_FIELDS for p in loc)
@@ -580,7 +639,8 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
             problems.append(f"{path}: required key is missing")
             continue
         if kind == "extra_forbidden":
-            problems.append(f"{path}: unknown key")
+            valid = table_keys(model, own[:-1]) if model is not None and own else None
+            problems.append(f"{path}: unknown key{did_you_mean(own[-1], valid) if valid else ''}")
             continue
         ctx = err.get("ctx") or {}
         if kind in _EXPECTED:
@@ -651,7 +711,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     try:
         cfg = CampaignConfig.model_validate({**doc, "tasks": tasks, "source": source})
     except ValidationError as exc:
-        problems.extend(_problems(exc))
+        problems.extend(_problems(exc, model=CampaignConfig))
         cfg = None
     for name, raw in tasks.items():  # validate registered task sections now
         model_cls = _SECTIONS.get(name)
@@ -659,7 +719,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
             try:
                 model_cls.model_validate(raw)
             except ValidationError as exc:
-                problems.extend(_problems(exc, prefix=(name,)))
+                problems.extend(_problems(exc, prefix=(name,), model=model_cls))
     if cfg is not None:
         problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:

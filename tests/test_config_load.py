@@ -121,7 +121,7 @@ def test_each_error_kind_is_named(tmp_path, old, new, expected):
 def test_missing_sections_and_unknown_top_level(tmp_path):
     with pytest.raises(ConfigError) as ei:
         load_config(write(tmp_path, '[campaign]\nname = "x"\n[modles]\na = 1\n'))
-    assert set(ei.value.problems) == {"budget: required key is missing", "modles: unknown key"}
+    assert set(ei.value.problems) == {"budget: required key is missing", "modles: unknown key (did you mean 'models'?)"}
 
 
 def test_toml_syntax_error_gives_line(tmp_path):
