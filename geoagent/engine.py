@@ -749,6 +749,8 @@ def _model_time(m: Any, mc: Any, cfg: Any) -> str:
     if basis == "rate":
         return (f"model-call time about {m.duration_s:.0f} s (simulated behind a local fake that answers at once: "
                 f"paced by its rate limit alone, {m.throughput_per_s:.3g} calls/s)")
+    lat = mc.expected_latency_s
+    lat_s = f"{lat:.1f}" if lat == round(lat, 1) else f"{lat:g}"  # "2.0 s", "0.05 s"
     return (f"model-call time about {m.duration_s:.0f} s at {m.throughput_per_s:.3g} calls/s (assuming "
-            f"{mc.expected_latency_s:g} s per call ([[models]] expected_latency_s): the lower of concurrency "
-            f"{mc.concurrency} / {mc.expected_latency_s:g} s and its rate limit of {rate})")
+            f"{lat_s} s per call ([[models]] expected_latency_s): the lower of concurrency "
+            f"{mc.concurrency} / {lat_s} s and its rate limit of {rate})")
