@@ -4,7 +4,8 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
 
     [campaign]   name (a safe file name), kind = geoverify | geohint | crawl | generic, seed, description,
                  contact (for the HTTP User-Agent)
-    [paths]      queues, state, release_dir         (env GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE win)
+    [paths]      queues, state, release_dir         (env GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE win;
+                 a models[].replay.path under the release folder moves with it: CampaignConfig.replay_path)
     [budget]     cap_usd, reserve = "worst_case", input_estimate_factor
     [[models]]   name, provider, model, base_url, api_key_env (the variable NAME, never the key), prices in
                  USD per 1M input/output tokens, max_output_tokens, temperature, concurrency,
@@ -16,7 +17,9 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
 
 Values are validated strictly (a quoted ``"0.15"`` is not a number; integers are accepted where a float is
 expected). Every error is reported as ``<file>: <key path>: expected <type>, got <value>``, e.g.
-``campaign.toml: models[1].price_input_usd_per_mtok: expected a number, got 'cheap'``.
+``campaign.toml: models[1].price_input_usd_per_mtok: expected a number, got 'cheap'``; an unknown key names the
+closest key of its table (``models[0].max_ouput_tokens: unknown key (did you mean 'max_output_tokens'?)``,
+:func:`did_you_mean`).
 
 Relative paths in ``[paths]`` are taken relative to the working directory (like the default roots).
 Prices, rates and token limits come from each provider's public pricing/limits pages; the 1/3 sampling
