@@ -4,7 +4,8 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
 
     [campaign]   name (a safe file name), kind = geoverify | geohint | crawl | generic, seed, description,
                  contact (for the HTTP User-Agent)
-    [paths]      queues, state, release_dir         (env GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE win)
+    [paths]      queues, state, release_dir         (env GEOAGENT_QUEUES / GEOAGENT_STATE / GEOAGENT_RELEASE win;
+                 a models[].replay.path under the release folder moves with it: CampaignConfig.replay_path)
     [budget]     cap_usd, reserve = "worst_case", input_estimate_factor
     [[models]]   name, provider, model, base_url, api_key_env (the variable NAME, never the key), prices in
                  USD per 1M input/output tokens, max_output_tokens, temperature, concurrency,
@@ -16,7 +17,9 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
 
 Values are validated strictly (a quoted ``"0.15"`` is not a number; integers are accepted where a float is
 expected). Every error is reported as ``<file>: <key path>: expected <type>, got <value>``, e.g.
-``campaign.toml: models[1].price_input_usd_per_mtok: expected a number, got 'cheap'``.
+``campaign.toml: models[1].price_input_usd_per_mtok: expected a number, got 'cheap'``; an unknown key names the
+closest key of its table (``models[0].max_ouput_tokens: unknown key (did you mean 'max_output_tokens'?)``,
+:func:`did_you_mean`).
 
 Relative paths in ``[paths]`` are taken relative to the working directory (like the default roots).
 Prices, rates and token limits come from each provider's public pricing/limits pages; the 1/3 sampling
@@ -25,8 +28,10 @@ rate for an expensive model follows the paper (Sec. 6, claude-opus-5 sampled at 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
+import types
 import os
 import re
 import tomllib
@@ -34,7 +39,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import orjson
@@ -463,7 +468,7 @@ class CampaignConfig(_Section):
         try:
             return model_cls.model_validate(raw)
         except ValidationError as exc:
-            raise ConfigError(self.source, _problems(exc, prefix=(name,))) from None
+            raise ConfigError(self.source, _problems(exc, prefix=(name,), model=model_cls)) from None
 
     # -- roots (environment wins, then config, then the default) ---------------------------------
 
@@ -475,6 +480,41 @@ class CampaignConfig(_Section):
 
     def release_dir(self) -> Path:
         return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR)
+
+    def replay_path(self, model: "ModelConfig | str") -> Path | None:
+        """The file the ``replay`` model ``model`` answers from (None for other providers).
+
+        ``replay.path`` as written, except that a path under the release folder follows the release folder in
+        use: a path that lies under the default ``../shared/reference/geocontext`` (or under ``[paths]
+        release_dir`` as written) is taken relative to :meth:`release_dir`, so ``$GEOAGENT_RELEASE`` (or
+        ``[paths] release_dir``) moves it along with the other release files. Compared after normalising
+        (``./``, ``..``); any other path, relative to the working directory or absolute, is used as is.
+        """
+        m = self.model(model) if isinstance(model, str) else model
+        if m.provider != "replay" or not m.replay.path:
+            return None
+        rel = self._release_relative(m.replay.path)
+        return Path(m.replay.path) if rel is None else self.release_dir() / rel
+
+    def replay_in_release(self, model: "ModelConfig | str") -> bool:
+        """Whether ``model``'s replay file is taken from the release folder (see :meth:`replay_path`)."""
+        m = self.model(model) if isinstance(model, str) else model
+        return m.provider == "replay" and bool(m.replay.path) and self._release_relative(m.replay.path) is not None
+
+    def _release_relative(self, path: str) -> Path | None:
+        """``path`` relative to the default or configured release folder it lies under, else None."""
+        norm = Path(os.path.normpath(path))
+        for base in (self.paths.release_dir, C.DEFAULT_RELEASE_DIR):
+            if not base:
+                continue
+            b = Path(os.path.normpath(base))
+            if b.is_absolute() != norm.is_absolute() or norm == b:
+                continue
+            try:
+                return norm.relative_to(b)
+            except ValueError:
+                continue
+        return None
 
     def state_dir(self) -> Path:
         """``<state root>/<campaign>``: ledger, store, manifest, progress."""
@@ -534,10 +574,67 @@ def _fmt_value(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _problems(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
+def did_you_mean(key: Any, valid: Iterable[str]) -> str:
+    """``" (did you mean 'max_output_tokens'?)"`` for the valid key closest to an unknown ``key``, else ``""``.
+
+    Uses :func:`difflib.get_close_matches` (ratio >= 0.6, the closest one) over ``valid``, the keys the table
+    accepts; used by every "unknown key" message of a campaign file.
+    """
+    close = difflib.get_close_matches(str(key), sorted({str(v) for v in valid}), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unwrap(ann: Any) -> Any:
+    """The one non-None type of ``X | None`` / ``Optional[X]`` / ``Annotated[X, ...]`` (else ``ann``)."""
+    while True:
+        origin = get_origin(ann)
+        if origin is Annotated:
+            ann = get_args(ann)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in get_args(ann) if a is not type(None)]
+            if len(args) != 1:
+                return ann
+            ann = args[0]
+        else:
+            return ann
+
+
+def table_keys(model_cls: type[BaseModel], loc: Iterable[Any]) -> list[str] | None:
+    """The keys the table at ``loc`` (a pydantic error location under ``model_cls``) accepts, or None when
+    ``loc`` leads to no pydantic model (a free table, or an unexpected location).
+
+    Walks fields, list/tuple items (``models[0]``) and dict values (``hosts."api.example.org"``). At the top of
+    :class:`CampaignConfig` the task sections count as keys and the internal fields do not.
+    """
+    ann: Any = model_cls
+    for part in loc:
+        ann = _unwrap(ann)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            if not isinstance(part, str) or part not in ann.model_fields:
+                return None
+            ann = ann.model_fields[part].annotation
+            continue
+        origin, args = get_origin(ann), get_args(ann)
+        if origin in (list, tuple, set, frozenset) and isinstance(part, int) and args:
+            ann = args[0]
+        elif origin is dict and len(args) == 2:
+            ann = args[1]
+        else:
+            return None
+    ann = _unwrap(ann)
+    if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        return None
+    keys = list(ann.model_fields)
+    if ann is CampaignConfig:
+        keys = [k for k in keys if k not in ("tasks", "source")] + list(TASK_SECTIONS) + list(_SECTIONS)
+    return keys
+
+
+def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[BaseModel] | None = None) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
-        loc = prefix + tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+        own = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+        loc = prefix + own
         kind = err["type"]
         path = _fmt_loc(loc)
         no_echo = any(str(p) in _NO_ECHO_FIELDS for p in loc)
@@ -545,7 +642,8 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[str]:
             problems.append(f"{path}: required key is missing")
             continue
         if kind == "extra_forbidden":
-            problems.append(f"{path}: unknown key")
+            valid = table_keys(model, own[:-1]) if model is not None and own else None
+            problems.append(f"{path}: unknown key{did_you_mean(own[-1], valid) if valid else ''}")
             continue
         ctx = err.get("ctx") or {}
         if kind in _EXPECTED:
@@ -616,7 +714,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     try:
         cfg = CampaignConfig.model_validate({**doc, "tasks": tasks, "source": source})
     except ValidationError as exc:
-        problems.extend(_problems(exc))
+        problems.extend(_problems(exc, model=CampaignConfig))
         cfg = None
     for name, raw in tasks.items():  # validate registered task sections now
         model_cls = _SECTIONS.get(name)
@@ -624,7 +722,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
             try:
                 model_cls.model_validate(raw)
             except ValidationError as exc:
-                problems.extend(_problems(exc, prefix=(name,)))
+                problems.extend(_problems(exc, prefix=(name,), model=model_cls))
     if cfg is not None:
         problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
@@ -717,6 +815,9 @@ def resolved_dict(cfg: CampaignConfig) -> dict[str, Any]:
         "state": str(cfg.state_root()),
         "release_dir": str(cfg.release_dir()),
     }
+    replays = {m.name: str(cfg.replay_path(m)) for m in cfg.models if m.provider == "replay"}
+    if replays:  # the files the replay models answer from, after the release folder's override
+        data["paths"]["replay"] = replays
     for name, raw in sorted(cfg.tasks.items()):
         section = cfg.section(name)
         data[name] = section.model_dump(mode="json") if isinstance(section, BaseModel) else raw
@@ -822,7 +923,8 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "base_url": m.base_url,
         "api_key": api_key,
         "seed": m.seed if m.seed is not None else cfg.campaign.seed,
-        "replay_path": m.replay.path,
+        "replay_path": str(p) if (p := cfg.replay_path(m)) is not None else m.replay.path,
+        "replay_release_dir": str(cfg.release_dir()) if cfg.replay_in_release(m) else None,
         "replay_key_field": m.replay.key_field,
         "replay_key_fields": tuple(m.replay.record_key_fields),
         "replay_text_field": m.replay.text_field,
@@ -858,6 +960,25 @@ class ModelEstimate:
     worst_case_usd: float = 0.0
     duration_s: float = 0.0
     throughput_per_s: float = 0.0
+    #: what ``duration_s`` rests on: ``"latency"`` (the lower of the rate limit and concurrency /
+    #: ``expected_latency_s``), ``"rate"`` (a simulated model behind a local fake: the rate limit alone) or
+    #: ``"none"`` (replay and offline simulated answers take no model time; duration and throughput 0)
+    time_basis: str = "latency"
+
+
+def model_time_basis(m: "ModelConfig") -> str:
+    """How a call of ``m`` spends time: ``"none"``, ``"rate"`` or ``"latency"`` (see :class:`ModelEstimate`).
+
+    A ``replay`` model reads its answers from the recorded file and a ``simulated`` model without
+    ``base_url`` makes them in-process: neither calls a model. A ``simulated`` model with ``base_url`` goes
+    over HTTP to a local fake that answers at once, so only its host's rate limit paces it. Every other
+    provider calls a model that takes ``expected_latency_s`` per call.
+    """
+    if m.provider == "replay" or (m.provider == "simulated" and not m.base_url):
+        return "none"
+    if m.provider == "simulated":
+        return "rate"
+    return "latency"
 
 
 @dataclass(slots=True)
@@ -923,8 +1044,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     Estimate
         ``cost_usd`` uses ``expected_output_tokens`` (default: ``max_output_tokens``); ``worst_case_usd``
         always uses ``max_output_tokens`` and the reservation's input factor, i.e. what the ledger would
-        reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency / expected
-        latency); hosts run in parallel, so the total is the slowest host's.
+        reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency /
+        ``expected_latency_s``); hosts run in parallel, so the total is the slowest host's. Replay and offline
+        simulated models take no model time (0 s); a simulated model behind a local fake is paced by its
+        rate alone (:func:`model_time_basis`).
     """
     from geoagent.workers.model_caller import build_request
 
@@ -959,8 +1082,14 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         host = cfg.hosts.get(m.host or "")
         if host is not None:
             rate_per_s = min(rate_per_s, host.rate / host.period_s)
-        me.throughput_per_s = min(rate_per_s, m.concurrency / m.expected_latency_s)
-        me.duration_s = me.calls / me.throughput_per_s if me.calls else 0.0
+        me.time_basis = model_time_basis(m)
+        if me.time_basis == "none":
+            me.throughput_per_s = 0.0
+            me.duration_s = 0.0
+        else:
+            me.throughput_per_s = (rate_per_s if me.time_basis == "rate"
+                                   else min(rate_per_s, m.concurrency / m.expected_latency_s))
+            me.duration_s = me.calls / me.throughput_per_s if me.calls else 0.0
         key = m.host or f"<{m.provider}:{m.name}>"
         by_host[key] = by_host.get(key, 0.0) + me.duration_s  # models on one host share its limit
         est.calls += me.calls

@@ -226,13 +226,31 @@ def check_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None =
     ValueError
         A configured name is not a valid variable name, or a value holds control characters.
     """
-    from geoagent.secrets import SecretNotFound, lookup_secret, missing_api_keys, missing_keys_message
+    from geoagent.secrets import SecretNotFound, missing_keys_message
+
+    missing, others = missing_keys(cfg, kind, dotenv_path=dotenv_path)
+    if missing or others:
+        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path, others=others))
+
+
+def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None = None
+                 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(models' missing keys, the kind's other missing keys)``: the variables :func:`check_keys` refuses a run
+    for, as ``(variable NAME, model name)`` and ``(variable NAME, what needs it)`` pairs (never a value).
+
+    A dry run (``--simulate``) lists the same variables as one warning instead of refusing.
+
+    Raises
+    ------
+    ValueError
+        A configured name is not a valid variable name, or a value holds control characters.
+    """
+    from geoagent.secrets import lookup_secret, missing_api_keys
 
     missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
     others = [(var, who) for var, who in kind.required_keys(cfg)
               if lookup_secret(var, dotenv_path=dotenv_path) is None]
-    if missing or others:
-        raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path, others=others))
+    return missing, others
 
 
 def check_state_matches_queues(cfg: Any) -> None:
@@ -649,9 +667,15 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
 
     out = Outcome(cfg.name, "dry run", EXIT_COMPLETE, len(messages), {}, None, elapsed_s=time.monotonic() - t0,
                   plan_unit=kind.plan_unit)
-    missing = ctx.services.get("missing_api_keys") or []
-    them = "they are" if len({var for var, _ in missing}) > 1 else "it is"
-    warning = [f"  warning: {missing_keys_message(missing)}; `run` will refuse to start until {them} set"] if missing else []
+    # every variable a real run would refuse to start without: the models' keys and the kind's own (the
+    # crawl's Mapillary token), looked up as check_keys does
+    dotenv_path = ctx.services.get("dotenv_path")
+    missing, others = missing_keys(cfg, kind, dotenv_path=dotenv_path)
+    n_vars = len({var for var, _ in missing} | {var for var, _ in others})
+    them = "they are" if n_vars > 1 else "it is"
+    command = "crawl" if kind.kind == "crawl" else "run"
+    warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others)}; `{command}` "
+                f"will refuse to start until {them} set"] if n_vars else [])
     if kind.plan_edge != C.EDGE_REQUESTS:
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
         out.extra_lines = warning + [
@@ -671,28 +695,36 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     "expected" USD assumes each answer uses ``expected_output_tokens`` when the model sets it, else every
     answer uses all ``max_output_tokens`` (an upper bound, said so on the line); "worst" is what the ledger
     reserves. The duration counts model calls only (rate and concurrency limits of each model's host), not
-    other stages (e.g. geocoding). A worst case over the cap gets an ``OVER CAP`` line saying how many calls
-    the cap allows.
+    other stages (e.g. geocoding), and names what it assumes: ``expected_latency_s`` per call, the
+    concurrency and the rate limit. Replay and offline simulated models call no model: their line says so
+    instead of a duration (a simulated model behind a local fake is paced by its rate alone). A worst case
+    over the cap gets an ``OVER CAP`` line saying how many calls the cap allows.
     """
+    from geoagent.config import model_time_basis
+
     lines = []
     for name, m in est.by_model.items():
         mc = cfg.model(name)
         per_call = round(m.output_tokens / m.calls) if m.calls else 0
         if mc.expected_output_tokens is not None:
-            assumed = f"assuming {per_call} output tokens per call, from expected_output_tokens"
+            assumed = f"assuming {per_call} output tokens per call ([[models]] expected_output_tokens)"
         else:
             assumed = (f"assuming every answer uses all its max_output_tokens ({per_call} per call); "
                        "set expected_output_tokens for a closer figure")
+        if mc.provider == "replay":
+            assumed += "; the run records each answer's token usage from the file"
         lines.append(
             f"  {name}: {m.calls} calls, {m.input_tokens} in / {m.output_tokens} out tokens, "
-            f"${m.cost_usd:.4f} expected ({assumed}), worst ${m.worst_case_usd:.4f}; "
-            f"model-call time about {m.duration_s:.0f} s"
+            f"${m.cost_usd:.4f} expected ({assumed}), worst ${m.worst_case_usd:.4f}; {_model_time(m, mc, cfg)}"
         )
+    timed = [n for n in est.by_model if model_time_basis(cfg.model(n)) != "none"]
+    time_part = (f"about {est.duration_s:.0f} s of model calls (model-call time only: excludes geocoding and other "
+                 "stages)" if timed or not est.by_model else
+                 "no model-call time (replay and simulated answers call no model; other stages not included)")
     lines.append(
         f"  total: {est.calls} calls ({est.cached} already stored), ${est.cost_usd:.4f} expected, "
         f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}"
-        f" ({'within' if est.within_cap else 'OVER'} cap); about {est.duration_s:.0f} s of model calls "
-        "(model-call time only: excludes geocoding and other stages)"
+        f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"
     )
     if not est.within_cap and est.calls:
         fit_worst = int(est.calls * est.cap_usd / est.worst_case_usd) if est.worst_case_usd > 0 else est.calls
@@ -704,3 +736,23 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             "Raise cap_usd or plan fewer requests to run them all."
         )
     return lines
+
+
+def _model_time(m: Any, mc: Any, cfg: Any) -> str:
+    """The duration part of one model's dry-run line, naming what it assumes (see :func:`estimate_lines`)."""
+    from geoagent.config import model_time_basis
+
+    basis = model_time_basis(mc)
+    if basis == "none":
+        if mc.provider == "replay":
+            return f"no model-call time (replay: answers are read from the recorded file {cfg.replay_path(mc)})"
+        return "no model-call time (simulated: answers are made in this process, no model is called)"
+    rate = f"{mc.rate.requests:g} per {mc.rate.period_s:g} s"
+    if basis == "rate":
+        return (f"model-call time about {m.duration_s:.0f} s (simulated behind a local fake that answers at once: "
+                f"paced by its rate limit alone, {m.throughput_per_s:.3g} calls/s)")
+    lat = mc.expected_latency_s
+    lat_s = f"{lat:.1f}" if lat == round(lat, 1) else f"{lat:g}"  # "2.0 s", "0.05 s"
+    return (f"model-call time about {m.duration_s:.0f} s at {m.throughput_per_s:.3g} calls/s (assuming "
+            f"{lat_s} s per call ([[models]] expected_latency_s): the lower of concurrency "
+            f"{mc.concurrency} / {lat_s} s and its rate limit of {rate})")

@@ -1,9 +1,15 @@
-"""Resolution of data roots and safe file names (imports only constants)."""
+"""Resolution of data roots and safe file names (imports only constants).
+
+:func:`missing_release_error` is the one message for a GeoContext release file that is not where it was
+looked for (release importer, sandbox gazetteer, a replay file under the release folder): which file, whether
+its folder exists, and how to point at the release (``$GEOAGENT_RELEASE`` or ``[paths] release_dir``).
+"""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from geoagent import constants as C
@@ -20,6 +26,55 @@ def queues_root(configured: str | os.PathLike[str] | None = None) -> Path:
 def state_root(configured: str | os.PathLike[str] | None = None) -> Path:
     """Root folder of campaign state: config value, else ``$GEOAGENT_STATE``, else ``state/``."""
     return Path(configured or os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT)
+
+
+def missing_release_error(
+    release_dir: str | os.PathLike[str],
+    looked_for: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    role: str | None = None,
+) -> FileNotFoundError:
+    """The error for a GeoContext release file that is not there (raise what this returns).
+
+    Parameters
+    ----------
+    release_dir : path
+        The release folder in use (``CampaignConfig.release_dir()``: ``$GEOAGENT_RELEASE``, else
+        ``[paths] release_dir``, else ``../shared/reference/geocontext`` relative to the working directory).
+    looked_for : path or sequence of paths
+        The file(s) looked for, in the order tried (e.g. ``sites.csv``, then ``data/sites.csv``).
+    role : str, optional
+        What the file was wanted for (e.g. ``"replay file of model 'release-replay'"``).
+
+    Returns
+    -------
+    FileNotFoundError
+        One line: ``GeoContext release file not found: <file> (<role>; the folder <dir> does not exist |
+        holds no <name>); point at the release folder with GEOAGENT_RELEASE=... or [paths] release_dir ...``.
+        A relative folder is also shown resolved against the working directory.
+    """
+    root = Path(release_dir)
+    files = [Path(looked_for)] if isinstance(looked_for, (str, os.PathLike)) else [Path(p) for p in looked_for]
+    shown = str(root) if root.is_absolute() else f"{root} (= {os.path.abspath(root)})"
+    if not root.exists():
+        state = f"the folder {shown} does not exist"
+    elif not root.is_dir():
+        state = f"{shown} is not a folder"
+    else:
+        state = f"the folder {shown} holds no {' nor '.join(str(_rel(f, root)) for f in files)}"
+    what = f"{role}; " if role else ""
+    return FileNotFoundError(
+        f"GeoContext release file not found: {' nor '.join(str(f) for f in files)} ({what}{state}); point at "
+        f"the release folder with {C.ENV_RELEASE_DIR}=/path/to/geocontext or [paths] release_dir in the campaign "
+        "file (it holds sites.csv, ladders/ and verify_raw*.jsonl)"
+    )
+
+
+def _rel(path: Path, root: Path) -> Path:
+    try:
+        return path.relative_to(root)
+    except ValueError:
+        return path
 
 
 def safe_name(value: str, *, what: str = "name") -> str:

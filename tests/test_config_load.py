@@ -121,7 +121,7 @@ def test_each_error_kind_is_named(tmp_path, old, new, expected):
 def test_missing_sections_and_unknown_top_level(tmp_path):
     with pytest.raises(ConfigError) as ei:
         load_config(write(tmp_path, '[campaign]\nname = "x"\n[modles]\na = 1\n'))
-    assert set(ei.value.problems) == {"budget: required key is missing", "modles: unknown key"}
+    assert set(ei.value.problems) == {"budget: required key is missing", "modles: unknown key (did you mean 'models'?)"}
 
 
 def test_toml_syntax_error_gives_line(tmp_path):
@@ -228,9 +228,16 @@ def test_estimate_matches_hand_computation(tmp_path):
     worst_a = 30 * (math.ceil(1716 * 1.25) * 1.0 + 100 * 4.0) / 1e6
     worst_b = 10 * (math.ceil(116 * 1.25) * 2.0 + 200 * 8.0) / 1e6
     assert math.isclose(est.worst_case_usd, worst_a + worst_b)
-    # a: min(10/s, 4 / 0.5 s = 8/s) -> 30 / 8; b: min(0.5/s, 2 / 2 s = 1/s) -> 10 / 0.5 = 20 s (the slowest)
-    assert math.isclose(est.by_model["a"].duration_s, 30 / 8)
+    # a is simulated offline: no model is called, so no model time (its expected_latency_s does not apply);
+    # b: min(0.5/s, 2 / 2 s = 1/s) -> 10 / 0.5 = 20 s (the slowest)
+    assert est.by_model["a"].duration_s == 0.0 and est.by_model["a"].time_basis == "none"
+    assert math.isclose(est.by_model["b"].duration_s, 20.0) and est.by_model["b"].time_basis == "latency"
     assert math.isclose(est.duration_s, 20.0)
+    # the same model "a" behind an OpenAI-compatible server: min(10/s, 4 / 0.5 s = 8/s) -> 30 / 8 s
+    served = load_config(write(tmp_path, GOOD.replace('provider = "simulated"\nmodel = "sim-a"',
+                                                      'provider = "openai"\nmodel = "sim-a"\nbase_url = "http://127.0.0.1:10/v1"'),
+                               name="served.toml"))
+    assert math.isclose(estimate(served, planned).by_model["a"].duration_s, 30 / 8)
     assert est.within_cap
 
 

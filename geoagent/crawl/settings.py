@@ -291,6 +291,15 @@ class CrawlSettings(_Section):
         ``thumbnails``): the default usage policy overlaid with ``[crawl.policies.<api>]``."""
         base = dict(DEFAULT_POLICIES.get(api, {}))
         base.update(self.policies.get(api, {}))
+        import dataclasses
+        import difflib
+
+        known = [f.name for f in dataclasses.fields(HostPolicy)] if dataclasses.is_dataclass(HostPolicy) else []
+        for key in self.policies.get(api, {}):
+            if known and key not in known:
+                close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise CrawlConfigError(f"[crawl.policies.{api}] {key}: unknown key{hint}; known: {', '.join(sorted(known))}")
         try:
             return HostPolicy(**base)
         except TypeError as e:
@@ -301,6 +310,12 @@ def _format_errors(err: ValidationError, where: str) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden" and e["loc"]:  # a typo: name the closest key of that table
+            from geoagent.config import did_you_mean, table_keys
+
+            valid = table_keys(CrawlSettings, e["loc"][:-1])
+            lines.append(f"{where}: key 'crawl.{loc}': unknown key{did_you_mean(e['loc'][-1], valid or ())}")
+            continue
         lines.append(f"{where}: key 'crawl.{loc}': {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
 

@@ -431,7 +431,7 @@ def _data_root(root: Path) -> Path:
         return root
     if (root / "data" / "sites.csv").is_file():  # a checkout of the release repository
         return root / "data"
-    raise FileNotFoundError(f"no sites.csv in release folder {root} (nor in {root / 'data'})")
+    raise paths.missing_release_error(root, [root / "sites.csv", root / "data" / "sites.csv"])
 
 
 def _pick(root: Path, stem: str, suffix: str) -> Path | None:

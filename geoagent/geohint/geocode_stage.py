@@ -81,7 +81,14 @@ class GeocoderSettings:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - names)
         if unknown:
-            raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(names)}")
+            import difflib
+
+            def hint(key: str) -> str:
+                close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
+                return f" (did you mean {close[0]!r}?)" if close else ""
+
+            listed = ", ".join(f"{k!r}{hint(k)}" for k in unknown)
+            raise ValueError(f"{where}: unknown key(s) {listed}; expected some of {sorted(names)}")
         s = cls(**dict(raw))
         if not (isinstance(s.anchor_radius_km, (int, float)) and math.isfinite(s.anchor_radius_km) and s.anchor_radius_km > 0):
             raise ValueError(f"{where}.anchor_radius_km: expected a positive number of km, got {s.anchor_radius_km!r}")

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from geoagent.paths import missing_release_error
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage, register
 from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
 from geoagent.providers.settings import ProviderSettings
@@ -133,7 +134,14 @@ class ReplayProvider(Provider):
         # index now: a missing or malformed file is one clear error at start, not every request dead-lettered
         # after its retries (FileNotFoundError / ValueError naming file and line)
         if not self.path.is_file():
-            raise FileNotFoundError(f"replay file for model {model_cfg.model!r} not found: {self.path}")
+            if model_cfg.replay_release_dir is not None:  # a release file: the release's one message
+                raise missing_release_error(model_cfg.replay_release_dir, self.path,
+                                            role=f"replay file of model {model_cfg.model!r}")
+            where = self.path.parent
+            shown = where if where.is_absolute() else f"{where} (= {os.path.abspath(where)})"
+            state = f"holds no {self.path.name}" if where.is_dir() else "does not exist"
+            raise FileNotFoundError(f"replay file for model {model_cfg.model!r} not found: {self.path} (the folder "
+                                    f"{shown} {state}); set replay.path of its [[models]] entry")
         _ = self.index
 
     def __repr__(self) -> str:

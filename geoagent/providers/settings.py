@@ -56,6 +56,10 @@ class ProviderSettings:
         ``ModelRequest.params["seed"]``).
     replay_path : str or None
         JSONL file the ``replay`` provider answers from.
+    replay_release_dir : str or None
+        The GeoContext release folder ``replay_path`` lies in, when it was taken from there (set by the config
+        loader, :meth:`geoagent.config.CampaignConfig.replay_path`): a missing file is then reported as a
+        missing release file, saying how to point at the release.
     replay_key_field : str or None
         Name of the ``ModelRequest.meta`` entry holding the replay lookup key; ``None`` looks up
         ``request.key()``. A list/tuple value in meta is joined with ``|``.
@@ -88,6 +92,7 @@ class ProviderSettings:
     api_key: str | None = field(default=None, repr=False, compare=False)
     seed: int = 0
     replay_path: str | None = None
+    replay_release_dir: str | None = None
     replay_key_field: str | None = None
     replay_key_fields: tuple[str, ...] = ("key",)
     replay_text_field: str = "text"

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from geoagent import constants as C
+from geoagent import paths
 from geoagent.files import iter_jsonl_objects
 from geoagent.geohint.placenames import fold, is_linear_name
 
@@ -323,7 +324,7 @@ class Gazetteer:
         root = Path(release_dir)
         for name in ("sites.csv", "city_pool.csv"):
             if not (root / name).is_file():
-                raise FileNotFoundError(f"GeoContext release file not found: {root / name}")
+                raise paths.missing_release_error(root, root / name)
         gaz = cls()
 
         def num(row: dict[str, str], col: str, where: str) -> float:

@@ -217,4 +217,5 @@ def make_app(
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test
-    cli_main(make_app, "python -m geoagent.sandbox.llm_anthropic")
+    cli_main(make_app, "python -m geoagent.sandbox.llm_anthropic",
+             describe=lambda base: f" (Anthropic Messages API; base_url {base})")

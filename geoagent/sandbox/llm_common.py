@@ -37,6 +37,7 @@ from aiohttp import web
 
 from geoagent.sandbox.faults import FAULTS_KEY, FaultConfig, fault_middleware
 from geoagent.sandbox.responders import simulate_answer
+from geoagent.sandbox.server import client_disconnect_middleware, run_forever
 
 REQUEST_KEY_HEADER = "X-Request-Key"
 IMAGE_ID_HEADER = "X-Image-Id"
@@ -184,7 +185,8 @@ def build_app(
     """
     cfg = FaultConfig(**faults) if isinstance(faults, dict) else faults
     mw = fault_middleware(cfg)
-    app = web.Application(middlewares=[api_error_middleware(api), mw], client_max_size=64 * 1024**2)
+    app = web.Application(middlewares=[client_disconnect_middleware(), api_error_middleware(api), mw],
+                          client_max_size=64 * 1024**2)
     app[FAULTS_KEY] = mw.fault_state
     log = CallLog(token_log, max_records=calls_max)
     app[CALL_LOG_KEY] = log
@@ -391,12 +393,18 @@ def add_latency(app: web.Application, latency_s: float) -> web.Application:
     return app
 
 
-def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[str] | None = None) -> None:
-    """``python -m geoagent.sandbox.llm_<api> --port N [--log calls.jsonl] [--seed S] [--api-key K ...]
-    [--fault-rate R --fault-kinds 429,500,... --fault-retry-after-s S]``: serve the fake on 127.0.0.1 until killed."""
+def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[str] | None = None, *,
+             describe: Callable[[str], str] | None = None) -> None:
+    """``python -m geoagent.sandbox.llm_<api> [--port N] [--log calls.jsonl] [--seed S] [--api-key K ...]
+    [--fault-rate R --fault-kinds 429,500,... --fault-retry-after-s S]``: serve the fake on 127.0.0.1 until
+    SIGINT/SIGTERM. Prints one line to stderr once listening: ``listening on http://127.0.0.1:PORT`` plus
+    ``describe(base_url)`` (what the API is and the base_url to put in a campaign file). A client that drops
+    its connection is one INFO log line (:func:`geoagent.sandbox.server.client_disconnect_middleware`)."""
+    import logging
+
     ap = argparse.ArgumentParser(prog=prog, description="Local fake LLM API server (loopback only).")
     ap.add_argument("--host", default="127.0.0.1", help="bind address (loopback only by default)")
-    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--port", type=int, default=0, help="TCP port (default 0: any free port, printed at start)")
     ap.add_argument("--log", default=None, help="JSONL file to append every call record to")
     ap.add_argument("--seed", type=int, default=0, help="simulation seed of the answers")
     ap.add_argument("--api-key", action="append", default=None, help="accepted key (repeat; default: any)")
@@ -425,4 +433,6 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     )
     if args.latency_ms > 0:
         add_latency(app, args.latency_ms / 1000.0)
-    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiohttp").setLevel(logging.WARNING)  # our own lines at INFO, aiohttp's chatter not
+    run_forever(app, args.host, args.port, describe=describe)

@@ -257,4 +257,5 @@ def make_app(
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test
-    cli_main(make_app, "python -m geoagent.sandbox.llm_gemini")
+    cli_main(make_app, "python -m geoagent.sandbox.llm_gemini",
+             describe=lambda base: f" (Gemini generateContent API; base_url {base})")

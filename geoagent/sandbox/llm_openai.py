@@ -26,10 +26,17 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   "flagged_input": "...", "provider_name": null, "model_slug": "..."}}}``); not billed.
 * Injected faults (``faults=``, :mod:`geoagent.sandbox.faults`) answer 429/500/503 in this error shape
   (429: type ``requests``, code ``rate_limit_exceeded``), keeping ``Retry-After``.
+* ``GET /v1/models`` (and ``/models``): the list shape of OpenAI's "List models" (``{"object": "list", "data":
+  [{"id", "object": "model", "created", "owned_by"}]}``), naming the ids given as ``models=`` (default
+  :data:`DEFAULT_MODEL_IDS`) and then every other id the fake has answered; ``GET /v1/models/{model}`` gives
+  one such object for any id (the fake serves any model name). Same key check as chat completions; these
+  calls are not model calls and are not logged in the call log.
 
 Answer text comes from :func:`geoagent.sandbox.responders.simulate_answer` (same text and usage as the
 ``simulated`` provider for the same request key and seed). Run standalone with
-``python -m geoagent.sandbox.llm_openai --port 8001 --log calls.jsonl``.
+``python -m geoagent.sandbox.llm_openai --port 8001 --log calls.jsonl`` (it prints ``listening on
+http://127.0.0.1:8001 (OpenAI-compatible; base_url http://127.0.0.1:8001/v1)`` on stderr; ``--no-auth``
+accepts requests without a key, otherwise any non-empty key unless ``--api-key`` names the accepted ones).
 """
 
 from __future__ import annotations
@@ -74,6 +81,12 @@ NO_USAGE_MARKER = "[[sandbox:no_usage]]"
 MODERATION_FLAGS_KEY: web.AppKey[tuple[str, ...]] = web.AppKey("llm_moderation_flags", tuple)
 IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
 ROLES = ("system", "developer", "user", "assistant", "tool")
+#: model ids ``GET /v1/models`` names when ``make_app(models=...)`` is not given (the fake answers any id)
+DEFAULT_MODEL_IDS: tuple[str, ...] = ("sandbox-model",)
+#: ``created`` (Unix s) and ``owned_by`` of the fake's model objects: fixed, so listings are reproducible
+MODEL_CREATED = 1_700_000_000
+MODEL_OWNER = "geoagent-sandbox"
+MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("llm_model_ids", list)
 
 
 def _err(status: int, message: str, type_: str, code: str | None = None, param: str | None = None) -> web.Response:
@@ -173,11 +186,12 @@ def _positive_int(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
-async def chat_completions(request: web.Request) -> web.Response:
-    """The ``/v1/chat/completions`` handler."""
+def _auth_error(request: web.Request, *, log: bool = True) -> web.Response | None:
+    """The 401 OpenAI answers for a missing, malformed or unknown key (logged as a call when ``log``), or None."""
     auth = request.headers.get("Authorization", "")
     if not auth and auth_required(request.app):
-        log_call(request, API, 401, error="missing_api_key")
+        if log:
+            log_call(request, API, 401, error="missing_api_key")
         return _err(
             401,
             "You didn't provide an API key. You need to provide your API key in an Authorization header "
@@ -186,11 +200,54 @@ async def chat_completions(request: web.Request) -> web.Response:
         )
     token = auth[7:].strip() if auth.startswith("Bearer ") else ""
     if auth and not token:  # not Bearer auth
-        log_call(request, API, 401, error="invalid_api_key")
+        if log:
+            log_call(request, API, 401, error="invalid_api_key")
         return _err(401, "Invalid authorization header: expected 'Bearer <key>'.", "invalid_request_error", "invalid_api_key")
     if not key_ok(request.app, token or None):
-        log_call(request, API, 401, error="invalid_api_key")
+        if log:
+            log_call(request, API, 401, error="invalid_api_key")
         return _err(401, f"Incorrect API key provided: {_mask(token)}.", "invalid_request_error", "invalid_api_key")
+    return None
+
+
+def _model_object(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": MODEL_CREATED, "owned_by": MODEL_OWNER}
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: OpenAI's "List models" shape, ``{"object": "list", "data": [model objects]}``.
+
+    Names the configured ids (``make_app(models=...)``, default :data:`DEFAULT_MODEL_IDS`) and then every other
+    model id this fake has answered, in first-use order.
+    """
+    denied = _auth_error(request, log=False)
+    if denied is not None:
+        return denied
+    return json_response({"object": "list", "data": [_model_object(m) for m in request.app[MODEL_IDS_KEY]]},
+                         headers={"x-request-id": "req_" + short_id(time.time_ns())})
+
+
+async def retrieve_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{model}``: one model object (``id``, ``object: "model"``, ``created``, ``owned_by``);
+    the fake serves any model id, so every id is found."""
+    denied = _auth_error(request, log=False)
+    if denied is not None:
+        return denied
+    return json_response(_model_object(request.match_info["model"]),
+                         headers={"x-request-id": "req_" + short_id(time.time_ns())})
+
+
+def _note_model(app: web.Application, model: str) -> None:
+    ids = app[MODEL_IDS_KEY]
+    if model not in ids and len(ids) < 10_000:  # bounded: a benchmark may name many ids
+        ids.append(model)
+
+
+async def chat_completions(request: web.Request) -> web.Response:
+    """The ``/v1/chat/completions`` handler."""
+    denied = _auth_error(request)
+    if denied is not None:
+        return denied
     body, problem = await read_json(request)
     if problem is not None or not isinstance(body, dict):
         log_call(request, API, 400, error="invalid_json")
@@ -222,6 +279,7 @@ async def chat_completions(request: web.Request) -> web.Response:
         return _err(400, str(bad), "invalid_request_error", bad.code, bad.param)
 
     max_tokens = cap_b or cap_a or DEFAULT_MAX_TOKENS
+    _note_model(request.app, model)
     flagged = [w for w in request.app.get(MODERATION_FLAGS_KEY, ()) if w in prompt.lower()]
     if flagged:  # OpenRouter's moderation refusal of the input (403; nothing generated, not billed)
         log_call(request, API, 403, error="moderation", model=model)
@@ -294,6 +352,7 @@ def make_app(
     require_auth: bool = True,
     calls_max: int | None = None,
     moderation_flags: Collection[str] | None = None,
+    models: Collection[str] | None = None,
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -314,13 +373,18 @@ def make_app(
     moderation_flags : collection of str, optional
         Words that, found in a prompt (case-insensitive), make the fake answer OpenRouter's moderation
         403 (input flagged) instead of an answer.
+    models : collection of str, optional
+        Model ids ``GET /v1/models`` names first (default :data:`DEFAULT_MODEL_IDS`); the fake answers any id,
+        and the listing adds each one it has answered.
 
     Returns
     -------
     aiohttp.web.Application
         Call records in ``app["calls"]`` / ``app[CALLS_KEY]``; fault state in ``app[FAULTS_KEY]``.
     """
-    routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", chat_completions)]
+    routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", chat_completions),
+              ("GET", "/v1/models", list_models), ("GET", "/models", list_models),
+              ("GET", "/v1/models/{model}", retrieve_model), ("GET", "/models/{model}", retrieve_model)]
     app = build_app(
         routes,
         api=API,
@@ -332,8 +396,10 @@ def make_app(
         calls_max=calls_max,
     )
     app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))
+    app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
     return app
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test
-    cli_main(make_app, "python -m geoagent.sandbox.llm_openai")
+    cli_main(make_app, "python -m geoagent.sandbox.llm_openai",
+             describe=lambda base: f" (OpenAI-compatible; base_url {base}/v1)")

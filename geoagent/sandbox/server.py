@@ -3,18 +3,72 @@
 Every fake API in :mod:`geoagent.sandbox` is an ``aiohttp.web.Application`` factory; tests, the offline
 demo, dry runs and benchmarks all serve them through :func:`serve` (same event loop) or :func:`spawn`
 (separate process, for crash tests and benchmarks where the server must survive the client).
+
+:func:`run_forever` serves a fake from the command line (``python -m geoagent.sandbox.llm_openai``): one
+``listening on http://127.0.0.1:PORT (...)`` line on stderr once the port is bound, then until SIGINT/SIGTERM.
+:func:`client_disconnect_middleware` turns a client that drops its connection mid-request (a timeout, a
+killed campaign) into one log line instead of aiohttp's "Error handling request" traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
+import logging
 import multiprocessing as mp
+import signal
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
+
+log = logging.getLogger("geoagent.sandbox")
+
+#: what a client that went away mid-request raises in a handler (reading the body, writing the answer)
+CLIENT_DISCONNECTS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def client_disconnect_middleware() -> Any:
+    """An aiohttp middleware: a client that drops its connection during a request is one INFO line on the
+    ``geoagent.sandbox`` logger (``client 127.0.0.1 went away during POST /v1/chat/completions:
+    ConnectionResetError ...``), not aiohttp's ERROR traceback, and the request ends as aiohttp ends a
+    premature disconnection (nothing more is written). Any other exception passes through unchanged.
+    """
+
+    @web.middleware
+    async def _disconnects(request: web.Request, handler: Callable[[web.Request], Any]) -> Any:
+        try:
+            return await handler(request)
+        except CLIENT_DISCONNECTS as exc:
+            log.info("client %s went away during %s %s: %s: %s", request.remote, request.method, request.path_qs,
+                     type(exc).__name__, exc)
+            raise asyncio.CancelledError() from None  # aiohttp: "Ignored premature client disconnection"
+
+    return _disconnects
+
+
+def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 0, *,
+                describe: Callable[[str], str] | None = None) -> None:
+    """Serve ``app`` on ``host:port`` (0 = any free port) until SIGINT or SIGTERM.
+
+    Once the port is bound, prints one line to stderr: ``listening on http://HOST:PORT`` followed by
+    ``describe(base_url)`` when given (e.g. ``" (OpenAI-compatible; base_url http://HOST:PORT/v1)"``).
+    """
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        async with serve(app, host, port) as base:
+            print(f"listening on {base}{describe(base) if describe else ''}", file=sys.stderr, flush=True)
+            await stop.wait()
+
+    asyncio.run(main())
 
 
 def free_port(host: str = "127.0.0.1") -> int:

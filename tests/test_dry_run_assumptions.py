@@ -1,0 +1,141 @@
+"""What a dry run (``--simulate``) says it assumes, and every key it warns about.
+
+* A crawl dry run without ``MAPILLARY_TOKEN`` ended 0 with no word, while the README promises that the dry
+  run lists every missing API key variable as a warning (it did so for model keys only). It now looks up the
+  campaign kind's own keys (:meth:`geoagent.engine.CampaignKind.required_keys`) as the real run does.
+* The replay dry run said ``model-call time about 84 s`` for a run that takes seconds: every model was timed
+  at ``expected_latency_s`` (default 2.0 s, documented nowhere the user looks). The lines now name that
+  assumption, and replay and offline simulated models say that they take no model time.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import anyio
+import pytest
+
+from geoagent.cli import main
+from geoagent.config import config_from_dict, estimate
+from geoagent.engine import estimate_lines, run_campaign
+
+REPO = Path(__file__).resolve().parents[1]
+CRAWL = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+@pytest.fixture
+def no_keys(isolated_roots, monkeypatch):
+    monkeypatch.delenv("MAPILLARY_TOKEN", raising=False)
+    monkeypatch.delenv("DRYRUN_AUDITOR_KEY", raising=False)
+    monkeypatch.setenv("GEOAGENT_DOTENV", str(isolated_roots / "absent.env"))  # no .env fallback either
+    return isolated_roots
+
+
+def test_crawl_dry_run_warns_about_the_missing_mapillary_token(no_keys, capsys, monkeypatch):
+    code = main(["crawl", str(CRAWL), "--simulate", "--no-live"])
+    out = capsys.readouterr().out
+    assert code == 0
+    warnings = [line for line in out.splitlines() if "warning:" in line]
+    assert len(warnings) == 1, out
+    assert "MAPILLARY_TOKEN (the Mapillary token, [crawl.endpoints] mapillary_token_env)" in warnings[0]
+    assert "`crawl` will refuse to start until it is set" in warnings[0]
+    assert _tree(no_keys / "state") == [] and _tree(no_keys / "queues") == []  # a dry run leaves nothing
+    # with the token set: no warning
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL), "--simulate", "--no-live"]) == 0
+    assert "warning:" not in capsys.readouterr().out
+
+
+def test_crawl_dry_run_lists_model_keys_and_the_token_in_one_warning(no_keys, capsys, tmp_path):
+    """The warning names every variable the real run refuses to start without, models' and the kind's."""
+    doc = tomllib.loads(CRAWL.read_text(encoding="utf-8"))
+    doc["models"][0]["api_key_env"] = "DRYRUN_AUDITOR_KEY"
+    cfg = config_from_dict(doc, source="crawl.toml")
+    from geoagent.campaigns import register_all_sections
+
+    register_all_sections()
+    out = anyio.run(lambda: run_campaign(cfg, simulate=True, live=False, handle_signals=False))
+    (warning,) = [line for line in out.extra_lines if "warning:" in line]
+    assert "DRYRUN_AUDITOR_KEY (model sandbox-vision-auditor)" in warning
+    assert "MAPILLARY_TOKEN (the Mapillary token" in warning
+    assert warning.index("DRYRUN_AUDITOR_KEY") < warning.index("MAPILLARY_TOKEN")  # models first, as the run says
+    assert "until they are set" in warning
+    # and the real run refuses with the same two names (exit 2)
+    code = main(["crawl", str(_write_toml(tmp_path / "crawl.toml", CRAWL, "DRYRUN_AUDITOR_KEY")), "--no-live"])
+    err = capsys.readouterr().err
+    assert code == 2 and "DRYRUN_AUDITOR_KEY" in err and "MAPILLARY_TOKEN" in err
+
+
+def _write_toml(dest: Path, src: Path, key_var: str) -> Path:
+    text = src.read_text(encoding="utf-8")
+    text = text.replace('name = "sandbox-vision-auditor"\n', f'name = "sandbox-vision-auditor"\napi_key_env = "{key_var}"\n', 1)
+    dest.write_text(text, encoding="utf-8")
+    return dest
+
+
+def _cfg(models: list[dict]) -> object:
+    return config_from_dict({"campaign": {"name": "dr", "kind": "generic"}, "budget": {"cap_usd": 100.0},
+                             "models": models})
+
+
+PLAN = [{"model": m, "prompt": "x" * 300} for m in ("paid", "sim", "simhttp", "rep") for _ in range(40)]
+
+
+def _models(tmp_path: Path) -> list[dict]:
+    (tmp_path / "rec.jsonl").write_text("", encoding="utf-8")
+    return [
+        {"name": "paid", "provider": "openai", "model": "gpt-x", "base_url": "http://127.0.0.1:9/v1",
+         "concurrency": 4, "rate": {"requests": 10, "period_s": 1.0}, "expected_latency_s": 0.8,
+         "expected_output_tokens": 120, "price_output_usd_per_mtok": 8.0},
+        {"name": "sim", "provider": "simulated", "model": "sim-1", "rate": {"requests": 10, "period_s": 1.0}},
+        {"name": "simhttp", "provider": "simulated", "model": "sim-2", "base_url": "http://127.0.0.1:8/v1",
+         "rate": {"requests": 8, "period_s": 2.0}},
+        {"name": "rep", "provider": "replay", "model": "rec", "replay": {"path": str(tmp_path / "rec.jsonl")}},
+    ]
+
+
+def test_estimate_times_each_provider_by_what_it_really_waits_for(tmp_path):
+    est = estimate(_cfg(_models(tmp_path)), PLAN)
+    bm = est.by_model
+    # paid: min(rate 10/s, concurrency 4 / 0.8 s = 5/s) = 5/s -> 40 calls in 8 s
+    assert bm["paid"].throughput_per_s == pytest.approx(5.0) and bm["paid"].duration_s == pytest.approx(8.0)
+    # simulated in-process and replay: no model is called, no model time
+    assert (bm["sim"].duration_s, bm["sim"].time_basis) == (0.0, "none")
+    assert (bm["rep"].duration_s, bm["rep"].time_basis) == (0.0, "none")
+    # simulated behind a local fake: paced by its rate alone, 8 per 2 s = 4/s -> 40 calls in 10 s
+    assert bm["simhttp"].time_basis == "rate" and bm["simhttp"].duration_s == pytest.approx(10.0)
+    assert est.duration_s == pytest.approx(10.0)  # hosts run in parallel: the slowest
+
+
+def test_dry_run_lines_name_their_assumptions(tmp_path):
+    cfg = _cfg(_models(tmp_path))
+    lines = estimate_lines(estimate(cfg, PLAN), cfg)
+    line = {n: next(ln for ln in lines if ln.strip().startswith(f"{n}:")) for n in ("paid", "sim", "simhttp", "rep")}
+    assert "assuming 120 output tokens per call ([[models]] expected_output_tokens)" in line["paid"]
+    assert "model-call time about 8 s at 5 calls/s (assuming 0.8 s per call ([[models]] expected_latency_s)" in line["paid"]
+    assert "concurrency 4 / 0.8 s and its rate limit of 10 per 1 s" in line["paid"]
+    assert "no model-call time (simulated: answers are made in this process" in line["sim"]
+    assert f"no model-call time (replay: answers are read from the recorded file {tmp_path / 'rec.jsonl'})" in line["rep"]
+    assert "model-call time about 10 s (simulated behind a local fake" in line["simhttp"]
+    assert "expected_latency_s" not in line["sim"] + line["rep"] + line["simhttp"]
+    total = next(ln for ln in lines if "total:" in ln)
+    assert "about 10 s of model calls" in total
+    # a campaign of free models only: the total says there is no model time at all
+    only_free = _cfg(_models(tmp_path)[1:2] + _models(tmp_path)[3:])
+    free_lines = estimate_lines(estimate(only_free, [p for p in PLAN if p["model"] in ("sim", "rep")]), only_free)
+    assert "no model-call time (replay and simulated answers call no model" in free_lines[-1]
+
+
+def test_replay_dry_run_says_it_takes_no_model_time(release_dir, isolated_roots, monkeypatch, capsys):
+    """The user's case: the replay of the release sample said "about 84 s" (336 calls x 2 s / 8 at once)."""
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    assert main(["run", str(REPO / "geoagent" / "configs" / "geocontext_replay.toml"), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert "model-call time about" not in out and not re.search(r"about \d+ s of model calls", out)
+    assert f"no model-call time (replay: answers are read from the recorded file {release_dir / 'verify_raw_sample.jsonl'})" in out

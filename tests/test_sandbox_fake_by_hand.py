@@ -1,0 +1,165 @@
+"""The local OpenAI-compatible fake as a user starts it by hand (``python -m geoagent.sandbox.llm_openai``).
+
+A first-time user found that it printed nothing at start-up (which port? which base_url?), answered
+``GET /v1/models`` (what an OpenAI client calls first) with 404, and dumped a full ``ConnectionResetError``
+traceback for every client that dropped its connection. Now: one ``listening on ...`` line on stderr, the
+"List models" shape of the OpenAI API reference, and one log line per dropped client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from geoagent.providers import ModelRequest, ProviderSettings, make_provider
+from geoagent.runtime.http import HostPolicy, HttpClient
+from geoagent.sandbox.llm_openai import DEFAULT_MODEL_IDS, MODEL_OWNER, make_app
+from geoagent.sandbox.server import serve
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "sk-" "by-hand-0123456789abcdef"
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02, timeout_s=10.0)
+
+
+def _start(module: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """Start ``python -m module --port 0 ...``; return the process and its first stderr line."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", module, "--port", "0", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if ready:
+            return proc, proc.stderr.readline().rstrip("\n")
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"{module} printed nothing within 30 s")
+
+
+def _stop(proc: subprocess.Popen) -> tuple[int, str]:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return proc.returncode, err
+
+
+def _drop_mid_request(port: int, *, body_sent: bool) -> None:
+    """Send a request with a key, then reset the connection (SO_LINGER 0) before the answer."""
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body) if body_sent else 100000}\r\n\r\n").encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.sendall(head + (body if body_sent else b"{" * 1000))
+    time.sleep(0.05)
+    s.close()
+
+
+def test_openai_fake_by_hand_banner_models_and_quiet_disconnects():
+    proc, banner = _start("geoagent.sandbox.llm_openai", "--latency-ms", "300")
+    try:
+        m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+) \(OpenAI-compatible; base_url "
+                         r"http://127\.0\.0\.1:(\d+)/v1\)", banner)
+        assert m and m.group(1) == m.group(2), banner
+        port = int(m.group(1))
+        base_url = f"http://127.0.0.1:{port}/v1"
+
+        # the base_url from the banner works for a campaign's provider as printed
+        async def call() -> str:
+            async with HttpClient(default_policy=FAST) as http:
+                prov = make_provider(ProviderSettings(kind="openai", model="hand-model", base_url=base_url, api_key=KEY), http)
+                resp = await prov.generate(ModelRequest(provider="openai", model="hand-model", prompt="where?",
+                                                        params={"max_output_tokens": 32}))
+                return resp.text
+
+        assert asyncio.run(call())
+        req = urllib.request.Request(f"{base_url}/models", headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            listing = json.loads(r.read())
+        assert listing["object"] == "list"
+        assert [d["id"] for d in listing["data"]] == [*DEFAULT_MODEL_IDS, "hand-model"]
+        assert all(set(d) == {"id", "object", "created", "owned_by"} and d["object"] == "model" for d in listing["data"])
+
+        # three clients drop their connection mid-request (two during the simulated model time, one mid-upload)
+        _drop_mid_request(port, body_sent=True)
+        _drop_mid_request(port, body_sent=True)
+        _drop_mid_request(port, body_sent=False)
+        time.sleep(1.5)
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err  # SIGTERM ends it cleanly
+    assert "Traceback" not in err and "Error handling request" not in err, err
+    gone = [line for line in err.splitlines() if "went away during POST /v1/chat/completions" in line]
+    assert len(gone) == 3, err
+    assert all("ConnectionResetError" in line for line in gone)
+
+
+@pytest.mark.parametrize(("module", "label"), [
+    ("geoagent.sandbox.llm_anthropic", "Anthropic Messages API"),
+    ("geoagent.sandbox.llm_gemini", "Gemini generateContent API"),
+])
+def test_other_fakes_print_their_banner(module, label):
+    proc, banner = _start(module)
+    try:
+        m = re.fullmatch(rf"listening on (http://127\.0\.0\.1:\d+) \({re.escape(label)}; base_url (\S+)\)", banner)
+        assert m and m.group(2) == m.group(1), banner  # their base_url is the server root
+    finally:
+        code, _ = _stop(proc)
+    assert code == 0
+
+
+def test_models_endpoints_speak_the_list_models_shape_and_check_the_key():
+    async def go() -> dict:
+        out = {}
+        app = make_app(api_keys=[KEY], models=["gpt-4o-mini", "local-vlm"])
+        async with serve(app) as base, aiohttp.ClientSession() as s:
+            auth = {"Authorization": f"Bearer {KEY}"}
+            async with s.get(f"{base}/v1/models") as r:
+                out["nokey"] = (r.status, await r.json())
+            async with s.get(f"{base}/v1/models", headers={"Authorization": "Bearer wrong-key-123456"}) as r:
+                out["badkey"] = (r.status, await r.json())
+            async with s.get(f"{base}/v1/models", headers=auth) as r:
+                out["list"] = (r.status, await r.json())
+            async with s.get(f"{base}/models", headers=auth) as r:  # base_url without /v1 works too
+                out["list_root"] = (r.status, await r.json())
+            async with s.get(f"{base}/v1/models/local-vlm", headers=auth) as r:
+                out["one"] = (r.status, await r.json())
+            out["calls"] = len(app["calls"])
+        return out
+
+    out = asyncio.run(go())
+    assert out["nokey"][0] == 401 and out["nokey"][1]["error"]["type"] == "invalid_request_error"
+    assert out["badkey"][0] == 401 and out["badkey"][1]["error"]["code"] == "invalid_api_key"
+    status, listing = out["list"]
+    assert status == 200 and listing == out["list_root"][1]
+    assert listing["object"] == "list" and [d["id"] for d in listing["data"]] == ["gpt-4o-mini", "local-vlm"]
+    for d in listing["data"]:
+        assert d["object"] == "model" and isinstance(d["created"], int) and d["owned_by"] == MODEL_OWNER
+    assert out["one"] == (200, {"id": "local-vlm", "object": "model", "created": listing["data"][1]["created"],
+                                "owned_by": MODEL_OWNER})
+    assert out["calls"] == 0  # listing models is not a model call: the call log stays empty
+
+
+def test_readme_tells_how_to_run_the_fake_by_hand():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "python -m geoagent.sandbox.llm_openai" in text
+    para = text[text.index("python -m geoagent.sandbox.llm_openai"):][:1500]
+    assert "base_url" in para and "api_key_env" in para and "/v1" in para
+
