@@ -84,20 +84,36 @@ def _summary(outcome: Any, before: tuple[int, int]) -> str:
     """The run's summary (:meth:`geoagent.engine.Outcome.summary`) with this run's own model calls under the
     cumulative spend line, and, for an interrupted run, a last line on how to resume.
 
-    ``before`` is :func:`geoagent.status.run_baseline` taken before the run: ``(calls, requests done)``. The
-    answers this run took from the response store instead of calling are the request tasks it finished
-    minus its new calls.
+    The figures are this process's own (:attr:`Outcome.process_calls`: calls it settled;
+    :attr:`Outcome.process_answered`: request tasks its model caller finished, so the answers it took from the
+    response store are those minus its new calls): several ``--stages`` processes share one ledger and one
+    set of queues, and a process that runs no model caller says so instead of a count. ``before``
+    (:func:`geoagent.status.run_baseline` taken before the run: ``(calls, requests done)``) is the fallback
+    for an outcome without them.
     """
     lines = outcome.summary().split("\n")
     spend = outcome.spend or {}
     if outcome.status != "dry run" and spend:
-        calls_before, done_before = before
-        new_calls = max(0, int(spend.get("calls", 0)) - calls_before)
-        c = outcome.counts.get(C.EDGE_REQUESTS)
-        answered = max(0, c.done - done_before) if c else 0
-        reused = max(0, answered - new_calls)
-        line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; "
-                f"{reused} stored answer{'s' if reused != 1 else ''} reused")
+        own = getattr(outcome, "own_stages", None)
+        who = " by this process" if own else ""
+        if getattr(outcome, "process_calls", None) is not None:
+            # this process's own figures (other --stages processes share the ledger and the queues)
+            new_calls = int(outcome.process_calls)
+            answered = outcome.process_answered
+        else:
+            calls_before, done_before = before
+            new_calls = max(0, int(spend.get("calls", 0)) - calls_before)
+            c = outcome.counts.get(C.EDGE_REQUESTS)
+            answered = max(0, c.done - done_before) if c else 0
+        if answered is None and not own:
+            answered = 0  # a campaign kind without a model caller
+        if answered is None:
+            line = (f"  this run: no model calls by this process (it ran stage{'s' if len(own or ()) != 1 else ''} "
+                    f"{', '.join(own or ())}; the model caller's process reports its calls)")
+        else:
+            reused = max(0, answered - new_calls)
+            line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}{who}; "
+                    f"{reused} stored answer{'s' if reused != 1 else ''} reused")
         at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
         lines.insert(at, line)
     if outcome.status == "interrupted":
@@ -198,7 +214,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
 
 #: the exit codes of every command (the campaign outcomes are :mod:`geoagent.engine`'s table)
 EXIT_CODES_EPILOG = """exit codes:
-  0    complete (every planned task reached the end of the pipeline), or the command succeeded
+  0    complete (every planned task reached the end of the pipeline), or the command succeeded; with
+       --stages also when this process's stages finished while other stages still have work (it says so)
   1    nothing to export (the campaign has not run yet); output pipe closed early
   2    config error, bad argument or unusable path
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`)

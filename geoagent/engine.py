@@ -18,6 +18,9 @@ authentication failed  5      a model's host refused its API key (HTTP 401/403, 
                               untouched (none dead-lettered, nothing spent), every other model's work
                               ran to the end; set the key variable named in the message and re-run
 interrupted            130    stopped by SIGINT/SIGTERM with work left; re-run the same command to resume
+stages finished        0      (``--stages``) this process's stages finished, nothing of theirs dead-lettered,
+                              but other stages (other processes) still have work queued or in flight: the
+                              campaign is not complete yet; its last process reports it
 =====================  =====  =====================================================================
 
 (2 is a config error: a bad file, missing API keys, an impossible campaign; printed by the CLI.)
@@ -61,10 +64,13 @@ EXIT_INTERRUPTED = 130
 
 #: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
 STATUS_AUTH = "authentication failed"
+#: status of a ``--stages`` process whose own stages finished while other stages still have work (exit 0)
+STATUS_STAGES_DONE = "stages finished"
 
 #: the exit-code table for the CLI's ``--help`` epilog (one source for the codes)
 EXIT_CODES_HELP = (
-    "exit codes: 0 complete (a --watch process stopped once its stages are drained included); "
+    "exit codes: 0 complete (a --watch process stopped once its stages are drained included; a --stages "
+    "process whose stages finished while other stages still have work says so and also ends 0); "
     "2 config error (bad file, missing API keys, a campaign that can make no call); "
     "3 incomplete (work dead-lettered or left queued: `run.py dead CONFIG`); "
     f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
@@ -158,6 +164,13 @@ class Outcome:
     stop_reasons: list[str] = field(default_factory=list)
     #: what one planned message is ("requests"; a crawl plans "cities")
     plan_unit: str = "requests"
+    #: the stages this process ran when only some were asked for (``--stages``), else empty
+    own_stages: list[str] = field(default_factory=list)
+    #: model calls this process settled (paid) in this run; None when not measured (e.g. a dry run)
+    process_calls: int | None = None
+    #: request tasks this process's model caller finished in this run (new calls + stored answers reused);
+    #: None when this process ran no model caller
+    process_answered: int | None = None
 
     @property
     def missing(self) -> int:
@@ -176,8 +189,18 @@ class Outcome:
         c = self.counts.get(edge)
         return c.ready + c.leased if c else 0
 
+    def headline(self) -> str:
+        """The summary's first line: ``campaign X: <status> (<s> s)``; for a ``--stages`` process whose
+        stages finished while other stages still work, ``campaign X: stages A, B finished; campaign not
+        complete: other stages still have work (<s> s)``."""
+        if self.status == STATUS_STAGES_DONE:
+            return (f"campaign {self.campaign}: stage{'s' if len(self.own_stages) != 1 else ''} "
+                    f"{', '.join(self.own_stages)} finished; campaign not complete: other stages still have work "
+                    f"({self.elapsed_s:.1f} s)")
+        return f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"
+
     def summary(self) -> str:
-        lines = [f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"]
+        lines = [self.headline()]
         lines.extend(f"  {r}" for r in self.stop_reasons)
         lines.append(f"  planned {self.planned} {self.plan_unit}")
         for edge, c in self.counts.items():
@@ -575,11 +598,18 @@ async def _run(
             status, code = "budget exhausted", EXIT_BUDGET
         elif any(c.dead or c.ready or c.leased for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
+        elif only_stages and any(c.ready or c.leased for c in counts.values()):
+            # this process's stages are done, other processes' stages are not: not "complete"
+            status, code = STATUS_STAGES_DONE, EXIT_COMPLETE
         else:
             status, code = "complete", EXIT_COMPLETE
+        callers = [r for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER]
         outcome = Outcome(
             cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
             elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines, plan_unit=kind.plan_unit,
+            own_stages=[s.name for s in stages] if only_stages else [],
+            process_calls=ledger.calls_settled_here(),
+            process_answered=sum(r.stats.done for r in callers) if callers else None,
         )
         for line in auth_lines:
             log.error("campaign %s: %s", cfg.name, line)
