@@ -320,6 +320,28 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None) -> It
             fh.close()
 
 
+def run_lock_held(state_dir: Path) -> bool | None:
+    """Whether some process of the campaign is running now (holds :func:`run_lock`); None when the campaign
+    has no ``run.lock`` (it never ran). Creates nothing.
+
+    Tries the lock exclusively without waiting and lets it go at once: a run starting in that instant finds
+    itself "not alone" and only skips expiring dead leases early (they return after their visibility timeout).
+    """
+    import fcntl
+
+    try:
+        fh = open(Path(state_dir) / "run.lock", "rb")
+    except FileNotFoundError:
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
 def _same_file(fh: Any, path: Path) -> bool:
     """Whether the open file ``fh`` is still the file at ``path`` (not unlinked or replaced)."""
     try:
