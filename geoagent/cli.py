@@ -91,29 +91,20 @@ def _summary(outcome: Any, before: tuple[int, int]) -> str:
     (:func:`geoagent.status.run_baseline` taken before the run: ``(calls, requests done)``) is the fallback
     for an outcome without them.
     """
-    lines = outcome.summary().split("\n")
+    if getattr(outcome, "process_calls", None) is not None:
+        # this process's own figures (other --stages processes share the ledger and the queues)
+        lines = outcome.summary_with_this_run().split("\n")
+    else:
+        lines = outcome.summary().split("\n")
     spend = outcome.spend or {}
-    if outcome.status != "dry run" and spend:
-        own = getattr(outcome, "own_stages", None)
-        who = " by this process" if own else ""
-        if getattr(outcome, "process_calls", None) is not None:
-            # this process's own figures (other --stages processes share the ledger and the queues)
-            new_calls = int(outcome.process_calls)
-            answered = outcome.process_answered
-        else:
-            calls_before, done_before = before
-            new_calls = max(0, int(spend.get("calls", 0)) - calls_before)
-            c = outcome.counts.get(C.EDGE_REQUESTS)
-            answered = max(0, c.done - done_before) if c else 0
-        if answered is None and not own:
-            answered = 0  # a campaign kind without a model caller
-        if answered is None:
-            line = (f"  this run: no model calls by this process (it ran stage{'s' if len(own or ()) != 1 else ''} "
-                    f"{', '.join(own or ())}; the model caller's process reports its calls)")
-        else:
-            reused = max(0, answered - new_calls)
-            line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}{who}; "
-                    f"{reused} stored answer{'s' if reused != 1 else ''} reused")
+    if getattr(outcome, "process_calls", None) is None and outcome.status != "dry run" and spend:
+        calls_before, done_before = before
+        new_calls = max(0, int(spend.get("calls", 0)) - calls_before)
+        c = outcome.counts.get(C.EDGE_REQUESTS)
+        answered = max(0, c.done - done_before) if c else 0
+        reused = max(0, answered - new_calls)
+        line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; "
+                f"{reused} stored answer{'s' if reused != 1 else ''} reused")
         at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
         lines.insert(at, line)
     if outcome.status == "interrupted":
@@ -149,9 +140,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
-    from geoagent.status import dead_counts, dead_letters, requeue_dead
+    from geoagent.status import check_edge, dead_counts, dead_letters, queue_counts, requeue_dead
 
     cfg = _load(args.config)
+    if not queue_counts(cfg):  # no queue file yet: say it as `status` does
+        check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
+        print(f"campaign {cfg.name} not started (no queues yet): nothing dead-lettered"
+              + ("; nothing to requeue" if args.requeue else ""))
+        return 0
     if args.requeue:
         n = requeue_dead(cfg, args.edge)
         print(f"requeued {n} dead tasks; re-run the campaign to process them")
@@ -174,6 +170,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.engine import load_kind
     from geoagent.runtime.store import open_campaign_state
+    from geoagent.status import queue_counts
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
@@ -186,6 +183,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
     if not tables:
         print(f"campaign {cfg.name}: no results to export yet")
+    pending = {e: c for e, c in queue_counts(cfg).items() if c.ready or c.leased}
+    if pending:  # still exit 0: what is answered so far is exported (re-export once the campaign is done)
+        what = ", ".join(f"{e} ready {c.ready} leased {c.leased}" for e, c in pending.items())
+        print(f"warning: campaign {cfg.name} is not finished ({what}): the export covers only the work done so "
+              "far; re-run the campaign, then export again", file=sys.stderr)
     return 0
 
 

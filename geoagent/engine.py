@@ -199,6 +199,31 @@ class Outcome:
                     f"({self.elapsed_s:.1f} s)")
         return f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"
 
+    def this_run_line(self) -> str | None:
+        """``  this run: N new model calls; M stored answers reused`` from this process's own figures
+        (:attr:`process_calls`, :attr:`process_answered`; ``by this process`` for a ``--stages`` process, and a
+        process without the model caller says so), or None when they were not measured (a dry run)."""
+        if self.process_calls is None or self.status == "dry run":
+            return None
+        own = self.own_stages
+        answered = self.process_answered
+        if answered is None and own:
+            return (f"  this run: no model calls by this process (it ran stage{'s' if len(own) != 1 else ''} "
+                    f"{', '.join(own)}; the model caller's process reports its calls)")
+        new_calls = int(self.process_calls)
+        reused = max(0, (answered or 0) - new_calls)  # answered None: a campaign kind without a model caller
+        return (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}"
+                f"{' by this process' if own else ''}; {reused} stored answer{'s' if reused != 1 else ''} reused")
+
+    def summary_with_this_run(self) -> str:
+        """:meth:`summary` with :meth:`this_run_line` under its spend line (what ``run`` and ``demo`` print)."""
+        lines = self.summary().split("\n")
+        line = self.this_run_line()
+        if line is not None:
+            at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
+            lines.insert(at, line)
+        return "\n".join(lines)
+
     def summary(self) -> str:
         lines = [self.headline()]
         lines.extend(f"  {r}" for r in self.stop_reasons)

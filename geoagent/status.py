@@ -274,6 +274,19 @@ def dead_letters(cfg: Any, limit: int = 50, edge: str | None = None) -> dict[str
     return _per_edge(cfg, edge, lambda q: q.dead_letters_sync(limit))
 
 
+def queue_counts(cfg: Any) -> dict[str, QueueCounts]:
+    """Counts of every queue the campaign has on disk (pipeline order); ``{}`` when it has none (not started).
+    Creates nothing."""
+    out: dict[str, QueueCounts] = {}
+    for f in _queue_files(cfg):
+        q = _open(cfg, f)
+        try:
+            out[f.stem] = q.counts_sync()
+        finally:
+            q.close_sync()
+    return out
+
+
 def dead_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:
     """How many tasks are dead-lettered per edge (only edges with some; ``edge``: only that one)."""
     return _per_edge(cfg, edge, lambda q: q.counts_sync().dead)
