@@ -28,7 +28,8 @@ The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 
 A ``--watch`` process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and
 every edge upstream of them have nothing ready or leased) ends like a finished run (``complete``, 0, or
-``incomplete`` when some of that work was dead-lettered), not ``interrupted``.
+``incomplete`` when some of that work was dead-lettered; ``stages finished``, 0, when other stages still have
+work), not ``interrupted``.
 
 Campaign kinds (``[campaign] kind``) are looked up in :data:`KINDS` and imported lazily.
 """
