@@ -34,7 +34,7 @@ from tests._model_harness import (
 )
 
 KEY = "sk-stop-test"
-N_TASKS = 60
+N_TASKS = 40
 HOST_CONCURRENCY = 4
 LATENCY_S = 0.5
 
@@ -154,3 +154,71 @@ def test_stop_sends_no_new_model_call_and_the_rerun_pays_each_key_once(tmp_path,
     assert led.unknown_calls == 0 and led.calls == N_TASKS
     expected = sum(cost_usd(r["input_tokens"], r["output_tokens"]) for r in paid)
     assert abs(led.spent_usd - expected) < 1e-9
+
+
+def test_ctrl_c_of_a_run_sends_no_new_call_and_the_rerun_finishes_each_key_once(tmp_path, monkeypatch, capsys):
+    """The walkthrough's repro through ``run.py``: a generic campaign with concurrency 4 against the fake
+    (its own process, 1 s of model time per call), SIGINT after a few calls. Before the fix the run went on
+    sending 4 new calls a second until the 30 s grace period ended."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import orjson
+
+    from geoagent import constants as C
+    from geoagent.cli import main
+    from geoagent.sandbox.server import free_port, wait_ready
+    from tests._model_harness import generic_campaign, model_table
+
+    repo = Path(__file__).resolve().parents[1]
+    latency_s = 1.0
+    port = free_port("127.0.0.1")
+    log = tmp_path / "calls.jsonl"
+    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
+                               "--latency-ms", str(latency_s * 1000), "--api-key", KEY, "--log", str(log)], cwd=repo)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base)
+        n = 100
+        cfgp = generic_campaign(tmp_path, name="ctrlc", n=n, cap_usd=1.0,
+                                models=model_table(base_url=base, key_var="STOP_KEY", concurrency=HOST_CONCURRENCY,
+                                                   timeout_s=20.0))
+        proc = subprocess.Popen([sys.executable, str(repo / "run.py"), "run", str(cfgp), "--no-live"], cwd=repo,
+                                env={"STOP_KEY": KEY, "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not (log.is_file() and len(log.read_bytes().splitlines()) >= 8):
+                assert proc.poll() is None and time.monotonic() < deadline, "no calls answered in time"
+                time.sleep(0.05)
+            t_sig = time.time()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+            t_end = time.time()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 130, err[-2000:]
+        recs = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+        # a record is written when the answer goes out, one latency after the request came in
+        arrived_after = [r for r in recs if r["t_wall"] - latency_s > t_sig + 0.05]
+        assert len(arrived_after) <= HOST_CONCURRENCY, (len(arrived_after), len(recs))
+        assert t_end - t_sig < 10.0  # the sent calls finished; nothing waited for the 30 s grace period
+        with sqlite3.connect(tmp_path / "state" / "ctrlc" / C.CAMPAIGN_DB) as conn:
+            calls, unknown = conn.execute("SELECT calls, unknown_calls FROM ledger_totals WHERE id = 1").fetchone()
+        assert unknown == 0 and calls == len(recs)  # every call sent was answered and settled, none cut off
+        assert f"this run: {calls} new model calls" in out, out
+
+        # the re-run sends the rest (more slots, same request keys), each request key once in all
+        monkeypatch.setenv("STOP_KEY", KEY)
+        cfgp.write_text(cfgp.read_text().replace(f"concurrency = {HOST_CONCURRENCY}\n", "concurrency = 32\n"))
+        assert main(["run", str(cfgp), "--no-live"]) == 0
+        assert f"this run: {n - calls} new model calls; 0 stored answers reused" in capsys.readouterr().out
+        keys = Counter(orjson.loads(line)["key"] for line in log.read_bytes().splitlines())
+        assert len(keys) == n and set(keys.values()) == {1}
+    finally:
+        server.terminate()
+        server.wait(10)
