@@ -8,26 +8,36 @@ the OpenAI-compatible fake (in this process, so the server-side counts are exact
 
 from __future__ import annotations
 
+import signal
+import sqlite3
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import anyio
+import orjson
 import pytest
 from aiohttp import web
 
+from geoagent import constants as C
+from geoagent.cli import main
 from geoagent.runtime.daemon import open_edge_queues
 from geoagent.runtime.http import HttpClient
 from geoagent.runtime.store import open_campaign_state
 from geoagent.runtime.worker import StageRunner
 from geoagent.sandbox.llm_common import add_latency
 from geoagent.sandbox.llm_openai import make_app
-from geoagent.sandbox.server import serve
+from geoagent.sandbox.server import free_port, serve, wait_ready
 from geoagent.workers.model_caller import ModelCaller
 from tests._model_harness import (
     apply_host_policies,
     billed,
     caller_context,
     cost_usd,
+    generic_campaign,
+    model_table,
     photo_task,
     run,
     write_model_config,
@@ -160,19 +170,6 @@ def test_ctrl_c_of_a_run_sends_no_new_call_and_the_rerun_finishes_each_key_once(
     """The walkthrough's repro through ``run.py``: a generic campaign with concurrency 4 against the fake
     (its own process, 1 s of model time per call), SIGINT after a few calls. Before the fix the run went on
     sending 4 new calls a second until the 30 s grace period ended."""
-    import signal
-    import sqlite3
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    import orjson
-
-    from geoagent import constants as C
-    from geoagent.cli import main
-    from geoagent.sandbox.server import free_port, wait_ready
-    from tests._model_harness import generic_campaign, model_table
-
     repo = Path(__file__).resolve().parents[1]
     latency_s = 1.0
     port = free_port("127.0.0.1")
