@@ -666,6 +666,8 @@ class ModelCaller(Stage):
         ------
         _NotSent
             From the gate (stored response, or reservation refused): nothing was sent.
+        Abandoned
+            A stop was requested before the request passed the gate (class docstring, "Stopping").
         """
         if self._stopping:
             raise Abandoned(STOP_NOT_SENT)
