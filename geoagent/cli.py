@@ -85,13 +85,20 @@ def _summary(outcome: Any, before: tuple[int, int]) -> str:
     """The run's summary (:meth:`geoagent.engine.Outcome.summary`) with this run's own model calls under the
     cumulative spend line, and, for an interrupted run, a last line on how to resume.
 
-    ``before`` is :func:`geoagent.status.run_baseline` taken before the run: ``(calls, requests done)``. The
-    answers this run took from the response store instead of calling are the request tasks it finished
-    minus its new calls.
+    The figures are this process's own (:attr:`Outcome.process_calls`: calls it settled;
+    :attr:`Outcome.process_answered`: request tasks its model caller finished, so the answers it took from the
+    response store are those minus its new calls): several ``--stages`` processes share one ledger and one
+    set of queues, and a process that runs no model caller says so instead of a count. ``before``
+    (:func:`geoagent.status.run_baseline` taken before the run: ``(calls, requests done)``) is the fallback
+    for an outcome without them.
     """
-    lines = outcome.summary().split("\n")
+    if getattr(outcome, "process_calls", None) is not None:
+        # this process's own figures (other --stages processes share the ledger and the queues)
+        lines = outcome.summary_with_this_run().split("\n")
+    else:
+        lines = outcome.summary().split("\n")
     spend = outcome.spend or {}
-    if outcome.status != "dry run" and spend:
+    if getattr(outcome, "process_calls", None) is None and outcome.status != "dry run" and spend:
         calls_before, done_before = before
         new_calls = max(0, int(spend.get("calls", 0)) - calls_before)
         c = outcome.counts.get(C.EDGE_REQUESTS)
@@ -134,9 +141,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
-    from geoagent.status import dead_counts, dead_letters, describe_reason, requeue_dead
+    from geoagent.status import check_edge, dead_counts, dead_letters, describe_reason, queue_counts, requeue_dead
 
     cfg = _load(args.config)
+    if not queue_counts(cfg):  # no queue file yet: say it as `status` does
+        check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
+        print(f"campaign {cfg.name} not started (no queues yet): nothing dead-lettered"
+              + ("; nothing to requeue" if args.requeue else ""))
+        return 0
     if args.requeue:
         n = requeue_dead(cfg, args.edge)
         print(f"requeued {n} dead tasks; re-run the campaign to process them")
@@ -159,6 +171,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.engine import load_kind
     from geoagent.runtime.store import open_campaign_state
+    from geoagent.status import queue_counts
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
@@ -171,6 +184,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
     if not tables:
         print(f"campaign {cfg.name}: no results to export yet")
+    pending = {e: c for e, c in queue_counts(cfg).items() if c.ready or c.leased}
+    if pending:  # still exit 0: what is answered so far is exported (re-export once the campaign is done)
+        what = ", ".join(f"{e} ready {c.ready} leased {c.leased}" for e, c in pending.items())
+        print(f"warning: campaign {cfg.name} is not finished ({what}): the export covers only the work done so "
+              "far; re-run the campaign, then export again", file=sys.stderr)
     return 0
 
 
@@ -199,7 +217,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
 
 #: the exit codes of every command (the campaign outcomes are :mod:`geoagent.engine`'s table)
 EXIT_CODES_EPILOG = """exit codes:
-  0    complete (every planned task reached the end of the pipeline), or the command succeeded
+  0    complete (every planned task reached the end of the pipeline), or the command succeeded; with
+       --stages also when this process's stages finished while other stages still have work (it says so)
   1    nothing to export (the campaign has not run yet); output pipe closed early
   2    config error, bad argument or unusable path
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`)

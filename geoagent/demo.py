@@ -236,8 +236,10 @@ def _spend_line(outcome: Any) -> str:
     from geoagent.status import format_usd
 
     s = outcome.spend or {}
+    new = getattr(outcome, "process_calls", None)
+    this_run = "" if new is None else f"; this run: {new} new"
     return (f"{format_usd(s.get('spent_usd'))} settled + {format_usd(s.get('unknown_usd'))} unknown-outcome of cap "
-            f"{format_usd(s.get('cap_usd'))} ({s.get('calls', 0)} model calls, "
+            f"{format_usd(s.get('cap_usd'))} ({s.get('calls', 0)} model calls{this_run}, "
             f"{s.get('input_tokens', 0)} in / {s.get('output_tokens', 0)} out tokens)")
 
 
@@ -336,7 +338,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     with _env({MAPILLARY_TOKEN_ENV: os.environ.get(MAPILLARY_TOKEN_ENV) or SANDBOX_MAPILLARY_TOKEN}):
         async with launch(crawl_cfg) as cfg:
             crawl = await run_campaign(cfg, live=live, handle_signals=handle_signals, export=False)
-    say(crawl.summary())
+    say(crawl.summary_with_this_run())
     outcomes = [("crawl", crawl_cfg, crawl)]
     if crawl.exit_code != 0:
         say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume")
@@ -357,7 +359,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say("\n[2/3] GeoVerify on the crawled sites (2 models behind the OpenAI-compatible fake) ...")
     async with launch(gv_cfg) as cfg:
         gv = await run_campaign(cfg, live=live, handle_signals=handle_signals)
-    say(gv.summary())
+    say(gv.summary_with_this_run())
     outcomes.append(("GeoVerify", gv_cfg, gv))
     if gv.exit_code == EXIT_INTERRUPTED:
         say(f"\ndemo stopped by a signal; re-run `{resume_cmd}` to resume")
@@ -368,7 +370,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     gh_cfg = demo_config("demo_geohint", values)
     async with launch(gh_cfg, gazetteer=gaz) as cfg:
         gh = await run_campaign(cfg, live=live, handle_signals=handle_signals)
-    say(gh.summary())
+    say(gh.summary_with_this_run())
     outcomes.append(("GeoHint", gh_cfg, gh))
 
     # summary ------------------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ authentication failed  5      a model's host refused its API key (HTTP 401/403, 
                               untouched (none dead-lettered, nothing spent), every other model's work
                               ran to the end; set the key variable named in the message and re-run
 interrupted            130    stopped by SIGINT/SIGTERM with work left; re-run the same command to resume
+stages finished        0      (``--stages``) this process's stages finished, nothing of theirs dead-lettered,
+                              but other stages (other processes) still have work queued or in flight: the
+                              campaign is not complete yet; its last process reports it
 =====================  =====  =====================================================================
 
 (2 is a config error: a bad file, missing API keys, an impossible campaign; printed by the CLI.)
@@ -25,7 +28,8 @@ The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 
 A ``--watch`` process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and
 every edge upstream of them have nothing ready or leased) ends like a finished run (``complete``, 0, or
-``incomplete`` when some of that work was dead-lettered), not ``interrupted``.
+``incomplete`` when some of that work was dead-lettered; ``stages finished``, 0, when other stages still have
+work), not ``interrupted``.
 
 Campaign kinds (``[campaign] kind``) are looked up in :data:`KINDS` and imported lazily.
 """
@@ -61,10 +65,13 @@ EXIT_INTERRUPTED = 130
 
 #: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
 STATUS_AUTH = "authentication failed"
+#: status of a ``--stages`` process whose own stages finished while other stages still have work (exit 0)
+STATUS_STAGES_DONE = "stages finished"
 
 #: the exit-code table for the CLI's ``--help`` epilog (one source for the codes)
 EXIT_CODES_HELP = (
-    "exit codes: 0 complete (a --watch process stopped once its stages are drained included); "
+    "exit codes: 0 complete (a --watch process stopped once its stages are drained included; a --stages "
+    "process whose stages finished while other stages still have work says so and also ends 0); "
     "2 config error (bad file, missing API keys, a campaign that can make no call); "
     "3 incomplete (work dead-lettered or left queued: `run.py dead CONFIG`); "
     f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
@@ -158,6 +165,13 @@ class Outcome:
     stop_reasons: list[str] = field(default_factory=list)
     #: what one planned message is ("requests"; a crawl plans "cities")
     plan_unit: str = "requests"
+    #: the stages this process ran when only some were asked for (``--stages``), else empty
+    own_stages: list[str] = field(default_factory=list)
+    #: model calls this process settled (paid) in this run; None when not measured (e.g. a dry run)
+    process_calls: int | None = None
+    #: request tasks this process's model caller finished in this run (new calls + stored answers reused);
+    #: None when this process ran no model caller
+    process_answered: int | None = None
 
     @property
     def missing(self) -> int:
@@ -176,8 +190,43 @@ class Outcome:
         c = self.counts.get(edge)
         return c.ready + c.leased if c else 0
 
+    def headline(self) -> str:
+        """The summary's first line: ``campaign X: <status> (<s> s)``; for a ``--stages`` process whose
+        stages finished while other stages still work, ``campaign X: stages A, B finished; campaign not
+        complete: other stages still have work (<s> s)``."""
+        if self.status == STATUS_STAGES_DONE:
+            return (f"campaign {self.campaign}: stage{'s' if len(self.own_stages) != 1 else ''} "
+                    f"{', '.join(self.own_stages)} finished; campaign not complete: other stages still have work "
+                    f"({self.elapsed_s:.1f} s)")
+        return f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"
+
+    def this_run_line(self) -> str | None:
+        """``  this run: N new model calls; M stored answers reused`` from this process's own figures
+        (:attr:`process_calls`, :attr:`process_answered`; ``by this process`` for a ``--stages`` process, and a
+        process without the model caller says so), or None when they were not measured (a dry run)."""
+        if self.process_calls is None or self.status == "dry run":
+            return None
+        own = self.own_stages
+        answered = self.process_answered
+        if answered is None and own:
+            return (f"  this run: no model calls by this process (it ran stage{'s' if len(own) != 1 else ''} "
+                    f"{', '.join(own)}; the model caller's process reports its calls)")
+        new_calls = int(self.process_calls)
+        reused = max(0, (answered or 0) - new_calls)  # answered None: a campaign kind without a model caller
+        return (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}"
+                f"{' by this process' if own else ''}; {reused} stored answer{'s' if reused != 1 else ''} reused")
+
+    def summary_with_this_run(self) -> str:
+        """:meth:`summary` with :meth:`this_run_line` under its spend line (what ``run`` and ``demo`` print)."""
+        lines = self.summary().split("\n")
+        line = self.this_run_line()
+        if line is not None:
+            at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
+            lines.insert(at, line)
+        return "\n".join(lines)
+
     def summary(self) -> str:
-        lines = [f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"]
+        lines = [self.headline()]
         lines.extend(f"  {r}" for r in self.stop_reasons)
         lines.append(f"  planned {self.planned} {self.plan_unit}")
         for edge, c in self.counts.items():
@@ -315,6 +364,28 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None) -> It
             return
         finally:
             fh.close()
+
+
+def run_lock_held(state_dir: Path) -> bool | None:
+    """Whether some process of the campaign is running now (holds :func:`run_lock`); None when the campaign
+    has no ``run.lock`` (it never ran). Creates nothing.
+
+    Tries the lock exclusively without waiting and lets it go at once: a run starting in that instant finds
+    itself "not alone" and only skips expiring dead leases early (they return after their visibility timeout).
+    """
+    import fcntl
+
+    try:
+        fh = open(Path(state_dir) / "run.lock", "rb")
+    except FileNotFoundError:
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
 
 
 def _same_file(fh: Any, path: Path) -> bool:
@@ -595,11 +666,18 @@ async def _run(
             status, code = "budget exhausted", EXIT_BUDGET
         elif any(c.dead or c.ready or c.leased for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
+        elif only_stages and any(c.ready or c.leased for c in counts.values()):
+            # this process's stages are done, other processes' stages are not: not "complete"
+            status, code = STATUS_STAGES_DONE, EXIT_COMPLETE
         else:
             status, code = "complete", EXIT_COMPLETE
+        callers = [r for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER]
         outcome = Outcome(
             cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
             elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines, plan_unit=kind.plan_unit,
+            own_stages=[s.name for s in stages] if only_stages else [],
+            process_calls=ledger.calls_settled_here(),
+            process_answered=sum(r.stats.done for r in callers) if callers else None,
         )
         for line in auth_lines:
             log.error("campaign %s: %s", cfg.name, line)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent.runtime.progress import read_last
+from geoagent.runtime.progress import did_work, read_last, read_last_with_work
 from geoagent.runtime.queue import DeadLetter, QueueCounts
 
 
@@ -136,11 +136,18 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     if db.is_file():
         with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
             spend = state.ledger.summary().to_json()
-    progress = read_last(Path(cfg.state_dir()) / C.PROGRESS_FILE)
+    from geoagent.engine import run_lock_held
+
+    progress_file = Path(cfg.state_dir()) / C.PROGRESS_FILE
+    progress = read_last(progress_file)
+    # a finished run that found nothing to do (a re-run of a done campaign): show the last run that worked
+    worked = None
+    if progress is not None and progress.get("finished") and not did_work(progress):
+        worked = read_last_with_work(progress_file)
     # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there
     labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {})}
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
-            "host_labels": labels}
+            "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked}
 
 
 def format_usd(x: float | None) -> str:
@@ -196,8 +203,24 @@ def format_status(st: dict[str, Any]) -> str:
     p = st.get("progress")
     if p:
         ended = bool(p.get("finished"))
-        state = "run ended" if ended else "running, or killed before its last record"
-        eta = "" if ended else f", ETA {format_eta(p)}"  # no ETA when no process is running
+        running = st.get("running")  # None: unknown (no run.lock)
+        worked = st.get("progress_with_work")
+        if ended and worked is not None:
+            lines.append(f"  last run (ended {_utc(p.get('t'))}): no work left to do; the figures below are of the "
+                         f"last run that did work, last recorded {_utc(worked.get('t'))}")
+            p = worked
+            ended = bool(p.get("finished"))
+        if ended:
+            state, eta = "run ended", ""
+        elif running is False:
+            leased = sum(c.leased for c in st["queues"].values())
+            state = ("not running (the last run stopped without its final record; "
+                     + (f"{leased} leased task{'s are' if leased != 1 else ' is'} redelivered on the next run)"
+                        if leased else "no task is left leased)"))
+            eta = ""  # no ETA when no process is running
+        else:
+            state = "running" if running else "running, or killed before its last record"
+            eta = f", ETA {format_eta(p)}"
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
         for sd in p.get("stages", []):
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
@@ -223,6 +246,13 @@ def format_status(st: dict[str, Any]) -> str:
         for d in items:
             lines.append(f"  dead {edge}/{d.key[:24]} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
     return "\n".join(lines)
+
+
+def _utc(t: Any) -> str:
+    """A progress record's ``t`` (Unix s) as ``2026-11-30 17:05:12 UTC``; ``?`` when absent."""
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(t))) if isinstance(t, (int, float)) else "?"
 
 
 def format_eta(progress: dict[str, Any]) -> str:
@@ -266,6 +296,19 @@ def dead_letters(cfg: Any, limit: int = 50, edge: str | None = None) -> dict[str
         ``edge`` is given and is not one of the campaign's queues (see :func:`check_edge`).
     """
     return _per_edge(cfg, edge, lambda q: q.dead_letters_sync(limit))
+
+
+def queue_counts(cfg: Any) -> dict[str, QueueCounts]:
+    """Counts of every queue the campaign has on disk (pipeline order); ``{}`` when it has none (not started).
+    Creates nothing."""
+    out: dict[str, QueueCounts] = {}
+    for f in _queue_files(cfg):
+        q = _open(cfg, f)
+        try:
+            out[f.stem] = q.counts_sync()
+        finally:
+            q.close_sync()
+    return out
 
 
 def dead_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:

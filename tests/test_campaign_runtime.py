@@ -169,9 +169,10 @@ def test_rerun_resumes_without_repeating_calls(tmp_path, monkeypatch):
 
 
 def test_scale_out_process_judges_only_its_own_stages(tmp_path, monkeypatch):
-    """A ``--stages model_caller`` process ends ``complete`` when its own input is done, although the
-    responses it produced still wait for the collector of another process (that is not missing work);
-    the process that runs the rest then completes the campaign."""
+    """A ``--stages model_caller`` process ends 0 when its own input is done, although the responses it
+    produced still wait for the collector of another process (that is not missing work), saying that its
+    stage finished and the campaign is not complete yet (never ``complete``); the process that runs the rest
+    then completes the campaign."""
     monkeypatch.setenv("GOOD_KEY", GOOD_KEY)
     app = llm_openai.make_app(api_keys=[GOOD_KEY])
 
@@ -192,7 +193,11 @@ def test_scale_out_process_judges_only_its_own_stages(tmp_path, monkeypatch):
     records = [orjson.loads(line) for line in (cfg.state_dir() / C.PROGRESS_FILE).read_bytes().splitlines() if line]
     assert {tuple(r["eta_scope"]) for r in records} == {("model_caller",), ("collector",)}
     assert callers.counts["requests"].done == 30 and callers.counts["responses"].ready == 30
-    assert callers.status == "complete" and callers.exit_code == EXIT_COMPLETE
+    assert callers.status == "stages finished" and callers.exit_code == EXIT_COMPLETE
+    assert callers.summary().startswith("campaign scale: stage model_caller finished; campaign not complete: "
+                                        "other stages still have work (")
+    assert callers.process_calls == 30 and callers.process_answered == 30
+    assert rest.process_calls == 0 and rest.process_answered is None  # the collector's process calls no model
     # the campaign is not drained yet: the report and exports are left to the last process
     assert not callers.export_files and not callers.report_files and "left to the process" in callers.summary()
     assert rest.status == "complete" and rest.counts["responses"].done == 30

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -194,6 +195,14 @@ def test_second_run_resumes_without_new_calls(demo):
     # the first run talked to the fakes; the second found everything done and sent no request at all
     assert all(n > 0 for n in demo["http_first"].values()), demo["http_first"]
     assert _last_http_requests(demo["work"] / "state") == dict.fromkeys(CAMPAIGNS, 0)
+    # like `run`, each campaign's summary says what this run paid for: the first run every call it settled
+    # (the ledgers' counts), the second none, and the spend lines carry the same figure
+    first_calls = [demo["ledgers_first"][name][0] for name in CAMPAIGNS]
+    first_lines = re.findall(r"this run: (\d+) new model calls?; \d+ stored answers? reused", demo["first"].stdout)
+    assert [int(n) for n in first_lines] == first_calls, first_lines
+    assert re.findall(r"this run: (\d+) new model calls?; ", p.stdout) == ["0", "0", "0"], p.stdout[-4000:]
+    spend_lines = re.findall(r"\((\d+) model calls; this run: (\d+) new, ", p.stdout)
+    assert [(int(a), int(b)) for a, b in spend_lines] == [(n, 0) for n in first_calls], spend_lines
 
 
 def test_geohint_answers_geocode_to_sandbox_places(demo):

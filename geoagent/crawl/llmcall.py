@@ -6,40 +6,66 @@ cap (``BudgetExhausted`` is a ``BudgetStop``: the runner releases the task and d
 settle with the actual usage, release when the call certainly was not billed, or keep it as
 unknown-outcome spend when it may have been billed (the same table as the model caller:
 :mod:`geoagent.workers.billing`).
+
+Stopping: once ``stopping()`` is true (the crawl stages' :meth:`~geoagent.runtime.stage.Stage.stop_requested`,
+SIGINT/SIGTERM) no new call is sent: a call not yet through its host's admission raises
+:class:`~geoagent.runtime.stage.Abandoned` there (nothing sent, no reservation; the runner releases the task
+untouched, and what the task already stored, e.g. earlier images' audits, is reused by the next run).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from geoagent.providers.base import ModelRequest, ModelResponse
+from geoagent.runtime.stage import Abandoned
 from geoagent.workers.billing import close_failed_call
 
 
-async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None) -> ModelResponse:
+#: why a crawl model call was given up at a stop request
+STOP_NOT_SENT = "stop requested before the model call was sent: released unsent"
+
+
+async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None,
+                           stopping: Callable[[], bool] | None = None) -> ModelResponse:
     """``provider.generate(request)``, wrapped in a ledger reservation when ``ledger`` and ``model_cfg``
     (a ``[[models]]`` entry with prices) are given.
 
     The reservation is made at send time: for providers that go over HTTP it is the request's
     ``before_send`` hook, awaited once the host admitted the request (rate and concurrency slot held),
     so calls queued behind a host's limits hold no reservation; offline providers reserve first.
+    ``stopping`` (optional): once it returns True, a call not yet sent is not sent (module docstring).
 
     Raises
     ------
+    geoagent.runtime.stage.Abandoned
+        ``stopping()`` was true before the call was sent (nothing sent, no reservation).
     geoagent.runtime.ledger.BudgetExhausted
         The reservation does not fit under the cap (nothing was sent).
     Exception
         Whatever the provider raised, after the reservation was closed by
         :func:`geoagent.workers.billing.close_failed_call`.
     """
+    def check_stop() -> None:
+        if stopping is not None and stopping():
+            raise Abandoned(STOP_NOT_SENT)
+
+    check_stop()
     if ledger is None or model_cfg is None:
+        if stopping is not None and getattr(provider, "supports_before_send", False) and request.before_send is None:
+            async def gate() -> None:
+                check_stop()
+
+            request = dataclasses.replace(request, before_send=gate)
         return await provider.generate(request)
     est_in = model_cfg.estimate_input_tokens(request.prompt, request.image is not None or bool(request.image_id))
     worst_usd = model_cfg.worst_case_usd(est_in, request.max_output_tokens)
     held: list[Any] = []  # the reservation, once made
 
     async def reserve() -> None:
+        check_stop()  # at send time: a call that waited for its host while the stop came is not sent
         held.append(await ledger.areserve(request.key(), worst_usd, model=getattr(model_cfg, "name", request.model)))
 
     if getattr(provider, "supports_before_send", False):

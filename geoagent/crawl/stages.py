@@ -91,6 +91,8 @@ class CrawlServices:
     ledger: Any = None
     image_model_cfg: Any = None
     ref_model_cfg: Any = None
+    #: set when the run is asked to stop: the auditors send no new model call (crawl.llmcall, "Stopping")
+    stopping: bool = False
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _ref_auditor: ReferenceabilityAuditor | None = None
 
@@ -105,7 +107,8 @@ class CrawlServices:
             from geoagent.crawl.llmcall import metered_generate
 
             async def generate(req: Any) -> Any:
-                return await metered_generate(self.ref_provider, req, ledger=self.ledger, model_cfg=self.ref_model_cfg)
+                return await metered_generate(self.ref_provider, req, ledger=self.ledger, model_cfg=self.ref_model_cfg,
+                                              stopping=lambda: self.stopping)
 
             self._ref_auditor = ReferenceabilityAuditor(
                 self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
@@ -265,8 +268,16 @@ def _svc(ctx: StageContext) -> CrawlServices:
 class _CrawlStage(Stage):
     """Common start hook: make sure the crawl services exist before the first task."""
 
+    _crawl_svc: CrawlServices | None = None
+
     async def start(self, ctx: StageContext) -> None:
-        services_from_context(ctx)
+        self._crawl_svc = services_from_context(ctx)
+
+    def stop_requested(self) -> None:
+        """The run is stopping: the crawl's auditors send no new model call (shared services, so one
+        stage's hook stops them all; every stage is told)."""
+        if self._crawl_svc is not None:
+            self._crawl_svc.stopping = True
 
 
 def _permanent(exc: Exception) -> bool:
@@ -291,7 +302,7 @@ class CityScreenerStage(_CrawlStage):
     async def start(self, ctx: StageContext) -> None:
         """With ``[crawl] watch = true`` (or ``ctx.services["watch"]`` set by the daemon's ``--watch``) and a
         config file, keep re-reading it for new cities."""
-        svc = services_from_context(ctx)
+        svc = self._crawl_svc = services_from_context(ctx)
         cfg = ctx.services.get("config")
         source = getattr(cfg, "source", None)
         watch = svc.settings.watch or bool(ctx.services.get("watch"))
@@ -423,7 +434,8 @@ class ImageAuditorStage(_CrawlStage):
             jpeg = img_file.read_bytes()
             kind, model_id = _model_id(svc.image_model_cfg, svc.settings.image_audit)
             req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
-            resp = await metered_generate(svc.image_provider, req, ledger=svc.ledger, model_cfg=svc.image_model_cfg)
+            resp = await metered_generate(svc.image_provider, req, ledger=svc.ledger, model_cfg=svc.image_model_cfg,
+                                          stopping=lambda: svc.stopping)
             audit = ia.parse_image_audit(resp.text)
             _dump(out, {"image_id": iid, "site": sid, "model": svc.settings.image_audit.model, "audit": audit.to_json(),
                         "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens})

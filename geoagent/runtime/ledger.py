@@ -639,6 +639,12 @@ class Ledger:
                     (reservation.amount_nusd, total, attempts),
                 )
 
+    def calls_settled_here(self) -> int:
+        """Calls settled on reservations this ledger (this process) made: the model calls this process paid
+        for (the campaign's ``calls`` total counts every process's). One scan of the reservations table."""
+        return int(self.db.read("SELECT COUNT(*) FROM reservations WHERE owner = ? AND state = 'settled'",
+                                (self.owner,))[0][0])
+
     def summary(self) -> LedgerSummary:
         """Current totals (a consistent snapshot)."""
         row = self.db.read(

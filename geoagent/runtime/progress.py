@@ -204,6 +204,38 @@ def pipeline_eta(
     return (best[0], best[1]) if best[0] > 0 else (0.0, None)
 
 
+def did_work(record: dict[str, Any]) -> bool:
+    """Whether a progress record's run finished, retried or dead-lettered any task (a no-op re-run did not)."""
+    return any(sd.get("done") or sd.get("failed") or sd.get("dead") for sd in record.get("stages", []))
+
+
+def read_last_with_work(path: Path, max_bytes: int = 8 * 1024 * 1024) -> dict[str, Any] | None:
+    """The last record of a progress stream whose run did some work (:func:`did_work`), searching back at most
+    ``max_bytes`` bytes from the end; None if there is none there (for ``status`` after a no-op re-run)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    chunk = 256 * 1024
+    with path.open("rb") as fh:
+        end = fh.seek(0, 2)
+        pos, tail = end, b""
+        while pos > 0 and end - pos < max_bytes:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            data = fh.read(pos - start) + tail
+            pos = start
+            lines = data.split(b"\n")
+            tail = lines.pop(0) if pos > 0 else b""  # maybe a partial line: completed by the next chunk
+            for line in reversed(lines):
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and did_work(rec):
+                    return rec
+    return None
+
+
 def read_last(path: Path) -> dict[str, Any] | None:
     """The last complete record of a progress stream, or None if there is none (for ``status``)."""
     path = Path(path)

@@ -12,6 +12,9 @@ redelivery harmless. Exceptions decide the task's fate:
 * :class:`Held` -> the task cannot run in this process now (its model's API key was refused): the runner
   keeps its lease, untouched (no attempt counted), never hands it to the stage again during this lease,
   keeps dispatching every other task, and releases it when the stage ends;
+* :class:`Abandoned` -> the task was given up before it did anything that counts, because the runner was
+  asked to stop (e.g. a model request still waiting for its host's slot, not yet sent): released untouched
+  (no attempt counted). A stage learns of the stop through :meth:`Stage.stop_requested`;
 * :class:`Missing` -> the work is recorded as missing (retries exhausted): dead-letter, counted by reports;
 * any other exception -> nack (attempt counted, exponential backoff, dead after max attempts).
 """
@@ -37,6 +40,12 @@ class Missing(PermanentFailure):
 
 class BudgetStop(Exception):
     """The cost cap would be exceeded: stop dispatching, release the task, drain."""
+
+
+class Abandoned(Exception):
+    """A stop was requested before this task did anything that counts (nothing sent, nothing paid): the
+    runner releases it untouched (no attempt counted), so the next run does it. Raise it only after
+    :meth:`Stage.stop_requested` was called; the message says why."""
 
 
 class Held(Exception):
@@ -102,6 +111,11 @@ class Stage(abc.ABC):
     async def flush(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
         """Called after commits (at most every ``flush_interval_s`` of the runner, 1 s by default) and once
         at shutdown; aggregators rewrite their live report here."""
+
+    def stop_requested(self) -> None:  # noqa: B027 - optional hook
+        """Called once (synchronously, on the event loop) when the runner is asked to stop (SIGINT/SIGTERM):
+        in-flight tasks get the grace period; a stage may give up tasks that have not yet begun their
+        side effects (e.g. paid calls not yet sent) by raising :class:`Abandoned` from :meth:`handle`."""
 
     async def stop(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
         """Called once at shutdown after the last flush."""

@@ -16,7 +16,10 @@ Stopping
   nothing ready or leased. The first stage's upstream is the planner, which has already enqueued everything.
 * :meth:`StageRunner.request_stop` (SIGINT/SIGTERM via :mod:`geoagent.runtime.daemon`): stop leasing, let
   in-flight tasks finish for ``grace_s`` seconds, then cancel the rest and *release* their leases (no attempt
-  counted), commit what finished, flush the stage.
+  counted), commit what finished, flush the stage. The stage is told at once (:meth:`Stage.stop_requested`):
+  tasks that have not yet begun their side effects (the model caller: requests not yet through its send
+  gate, i.e. still waiting for their host's slots) raise :class:`~geoagent.runtime.stage.Abandoned` and are
+  released untouched at once; only work already under way (requests already sent) uses the grace period.
 * :class:`~geoagent.runtime.stage.BudgetStop` from a task: the task is released untouched, the runner stops
   leasing and drains what is in flight; the campaign reports ``budget exhausted``.
 
@@ -50,7 +53,7 @@ import orjson
 
 from geoagent.runtime.http import PermanentHTTPError
 from geoagent.runtime.queue import StaleLease, Task, WorkQueue
-from geoagent.runtime.stage import BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +188,18 @@ class StageRunner:
 
     # -- control ------------------------------------------------------------------------------
     def request_stop(self) -> None:
-        """Stop leasing; in-flight tasks get ``grace_s`` seconds, then are released."""
+        """Stop leasing; in-flight tasks get ``grace_s`` seconds, then are released.
+
+        Tells the stage once (:meth:`Stage.stop_requested`), so it can abandon tasks that have not yet
+        begun their side effects (:class:`~geoagent.runtime.stage.Abandoned`: released untouched).
+        """
+        if self._stop.is_set():
+            return
         self._stop.set()
+        try:
+            self.stage.stop_requested()
+        except Exception:  # noqa: BLE001 - a stage's hook must not break the shutdown
+            log.exception("stage %s: stop_requested failed", self.stage.name)
 
     @property
     def budget_stopped(self) -> bool:
@@ -403,6 +416,10 @@ class StageRunner:
             # a re-leased held task (its old lease expired) replaces the stale lease
             self._held[task.key] = Task(task.key, {}, task.attempts, task.lease_id)
             self.stats.held = len(self._held)
+        elif isinstance(exc, Abandoned):
+            # given up unstarted after a stop request: back to the queue untouched (no attempt counted)
+            await self._safe(self.inq.release(task))
+            self.stats.released += 1
         elif isinstance(exc, BudgetStop):
             self._budget.set()
             self.stats.last_errors.append(_reason(exc))

@@ -57,6 +57,9 @@ ContentBlocked              settled with reported usage, else   ``PermanentFailu
 ReplayMiss / recorded error released (replay is free)           ``Missing``
 cancelled while in flight   unknown-outcome spend               (runner releases the task)
 cancelled while queued      none made (or released: not sent)   (runner releases the task)
+stop requested before the  none made (or released: not sent)   ``Abandoned`` -> released untouched at
+gate passed (queued for a                                        once (no attempt counted); requests
+host slot, budget wait)                                          already sent finish in the grace period
 cancelled, or any other     released when the HTTP layer        (runner releases / nacks the task)
 error, before sending       proves no attempt was sent
                             (``http.never_sent``: e.g. while
@@ -114,17 +117,21 @@ import math
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
+
 from geoagent import constants as C
 from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
 from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted
 from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
-from geoagent.runtime.stage import BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
 from geoagent.secrets import redact
 from geoagent.workers.billing import close_failed_call
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
 
 EXCERPT_CHARS = 300
+#: why a task was given up at a stop request (its request had not passed the send gate)
+STOP_NOT_SENT = "stop requested before the request was sent: released unsent"
 
 
 class CallFailed(RuntimeError):
@@ -133,6 +140,9 @@ class CallFailed(RuntimeError):
 
 #: consecutive authentication failures (HTTP 401/403 from a model's host) that stop dispatching to it
 AUTH_FAILURES_TO_STOP = 5
+#: a model whose provider sends nothing over HTTP (replay, offline simulated) has no host limit to wait on:
+#: it counts at least this many toward the model caller's default concurrency
+OFFLINE_CONCURRENCY = 64
 #: the StageContext service holding the campaign's :class:`AuthBreaker` (the engine reads it at the end)
 AUTH_BREAKER_SERVICE = "auth_breaker"
 AUTH_STATUSES = frozenset({401, 403})
@@ -383,19 +393,25 @@ class _SendGate:
         The ``[[models]]`` name recorded with the reservation.
     breaker : AuthBreaker, optional
         When the model's breaker is open, the gate raises :class:`AuthStop` instead (nothing sent).
+    stopping : callable, optional
+        Returns True once a stop was requested: the gate then raises
+        :class:`~geoagent.runtime.stage.Abandoned` (nothing sent, no reservation; the task is released).
     """
 
-    __slots__ = ("_args", "reservation", "breaker")
+    __slots__ = ("_args", "reservation", "breaker", "stopping")
 
     def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str,
-                 breaker: "AuthBreaker | None" = None) -> None:
+                 breaker: "AuthBreaker | None" = None, stopping: Any = None) -> None:
         self._args = (store, ledger, key, worst_usd, model_name)
         self.reservation: Any = None
         self.breaker = breaker
+        self.stopping = stopping
 
     async def __call__(self) -> None:
         if self.reservation is not None:
             return
+        if self.stopping is not None and self.stopping():
+            raise Abandoned(STOP_NOT_SENT)
         # a request that waited for a host slot while its model's breaker opened is not sent at all
         opened = self.breaker.is_open(self._args[4]) if self.breaker is not None else None
         if opened is not None:
@@ -417,10 +433,16 @@ class ModelCaller(Stage):
     ----------
     concurrency : int, optional
         Tasks handled at once by this worker. Default: the sum of the configured models' ``concurrency``
-        (capped at 256) when ``config`` is given, else 64. The HTTP layer's per-host limits still cap
-        the requests actually in flight; extra tasks wait there as cheap coroutines.
-    config : CampaignConfig, optional
-        Used only to derive the default ``concurrency``.
+        (capped at 256), from ``config`` when given, else at :meth:`start` from the campaign's config
+        (a model whose provider sends nothing over HTTP, e.g. replay, counts :data:`OFFLINE_CONCURRENCY`).
+        The HTTP layer's per-host limits cap the requests actually in flight, so more tasks than that
+        would only wait there, leased (and, with the runner's lease-ahead, lease as many again).
+
+    Stopping: :meth:`stop_requested` (the runner calls it at SIGINT/SIGTERM) abandons every request that
+    has not passed its send gate (waiting for its host's concurrency or rate slot, for the gate's database
+    job, or for a budget wait): it is cancelled unsent and its task raises
+    :class:`~geoagent.runtime.stage.Abandoned` (released untouched: no attempt counted, no reservation, no
+    spend). Requests already sent finish within the runner's grace period.
     """
 
     name = C.STAGE_MODEL_CALLER
@@ -438,7 +460,36 @@ class ModelCaller(Stage):
             self.concurrency = max(1, int(concurrency))
         elif config is not None and getattr(config, "models", None):
             self.concurrency = max(1, min(256, sum(m.concurrency for m in config.models)))
+        self._sized = concurrency is not None or (config is not None and bool(getattr(config, "models", None)))
         self._key_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._stopping = False
+        #: calls not yet known to be sent: (cancel scope around generate, its gate)
+        self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
+
+    async def start(self, ctx: StageContext) -> None:
+        """Size ``concurrency`` from the campaign's models unless it was given (class docstring)."""
+        if self._sized:
+            return
+        cfg = ctx.services.get("config")
+        models = list(getattr(cfg, "models", None) or [])
+        if not models:
+            return
+        providers = ctx.services.get("providers") or {}
+        total = 0
+        for m in models:
+            over_http = bool(getattr(providers.get(m.name), "supports_before_send", True))
+            total += m.concurrency if over_http else max(m.concurrency, OFFLINE_CONCURRENCY)
+        self.concurrency = max(1, min(256, total))
+
+    def stop_requested(self) -> None:
+        """Abandon every call that has not passed its send gate (class docstring, "Stopping")."""
+        self._stopping = True
+        for scope, gate in list(self._unsent):
+            if gate.reservation is None:  # not through the gate: nothing sent, safe to cancel
+                scope.cancel()
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
 
     # -- per-key de-duplication inside this process ---------------------------------------------------
 
@@ -500,7 +551,7 @@ class ModelCaller(Stage):
             est_in = math.ceil(m.estimate_input_tokens(request.prompt, has_image) * cfg.budget.input_estimate_factor)
             worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
-            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker)
+            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping)
 
             if image_ref or image_id is not None:
                 try:
@@ -574,6 +625,8 @@ class ModelCaller(Stage):
         deadline = next_recover = 0.0
         delay_s = 0.01
         while True:
+            if self._stopping:
+                raise Abandoned(STOP_NOT_SENT)
             try:
                 response = await self._call(provider, request, ledger, gate, m)
             except _NotSent as stop:
@@ -613,12 +666,28 @@ class ModelCaller(Stage):
         ------
         _NotSent
             From the gate (stored response, or reservation refused): nothing was sent.
+        Abandoned
+            A stop was requested before the request passed the gate (class docstring, "Stopping").
         """
+        if self._stopping:
+            raise Abandoned(STOP_NOT_SENT)
         if not getattr(provider, "supports_before_send", False):
             await gate()  # sends nothing over HTTP, so no host slot to wait for: pass the gate now
+        entry = (anyio.CancelScope(), gate)
+        self._unsent.add(entry)
+        try:
+            with entry[0]:
+                return await self._generate(provider, request, ledger, gate, m)
+        finally:
+            self._unsent.discard(entry)
+        # reached only when stop_requested() cancelled the scope before the gate passed: nothing was sent
+        raise Abandoned(STOP_NOT_SENT)
+
+    async def _generate(self, provider: Any, request: ModelRequest, ledger: Any, gate: _SendGate, m: Any) -> ModelResponse:
+        """``provider.generate`` with the module table's handling of every failure (see :meth:`_call`)."""
         try:
             return await provider.generate(request)
-        except _NotSent:
+        except (_NotSent, Abandoned):
             raise
         except BaseException as exc:
             # without a reservation the gate never let the request through, so nothing was sent
