@@ -19,6 +19,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+
 from geoagent.providers.base import ModelRequest, ModelResponse
 from geoagent.runtime.stage import Abandoned
 from geoagent.workers.billing import close_failed_call
@@ -83,5 +85,8 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
         raise
     if not held:
         raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
-    await ledger.asettle(held[0], resp.usage, model_cfg.cost_usd(resp.usage.input_tokens, resp.usage.output_tokens))
+    # shielded: the answer is paid for; a cancel now (the runner's grace period ending) must neither leave the
+    # reservation open nor keep the answer from the caller, who stores it (else the next run pays again)
+    with anyio.CancelScope(shield=True):
+        await ledger.asettle(held[0], resp.usage, model_cfg.cost_usd(resp.usage.input_tokens, resp.usage.output_tokens))
     return resp

@@ -245,7 +245,10 @@ class ReferenceabilityAuditor:
         return text
 
     async def _rate(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
-        """Decisions for ``batch``; unparseable output -> split in halves and retry; single failures logged."""
+        """Decisions for ``batch``; unparseable output -> split in halves and retry; single failures logged.
+
+        Every answer's decisions are appended to the decision log as soon as it is parsed (before any
+        re-ask), so a stop or failure between the calls of a split loses no paid answer."""
         text = await self._ask(self.ref_template.replace("{candidates}", render_candidates(batch)), "crawl_referenceability", batch)
         parsed = parse_ref_batch(text, len(batch)) or {}
         ts = time.time()
@@ -264,11 +267,16 @@ class ReferenceabilityAuditor:
                             "name_zh": None, "name_en": None, "why": "", "ts": ts,
                             "error": "unparseable answer", "raw": (text or "")[:500]})
             else:
+                # log what this paid answer settled before asking again: a stop (Abandoned) or a failure of
+                # the re-asks must not lose it, or the next run pays for the same prompt again
+                await self.decisions.append(out)
                 self.splits += 1
                 half = (len(missing) + 1) // 2
                 for part in (missing[:half], missing[half:]):
                     if part:
                         out.extend(await self._rate(part))
+                return out
+        await self.decisions.append(out)
         return out
 
     async def _screen(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
@@ -289,11 +297,14 @@ class ReferenceabilityAuditor:
                 out.append({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
                             "sensitive": None, "why": "", "ts": ts, "error": "unparseable answer", "raw": (text or "")[:500]})
             else:
+                await self.sensitive.append(out)  # kept if a re-ask below is abandoned or fails (see _rate)
                 self.splits += 1
                 half = (len(missing) + 1) // 2
                 for part in (missing[:half], missing[half:]):
                     if part:
                         out.extend(await self._screen(part))
+                return out
+        await self.sensitive.append(out)
         return out
 
     async def audit(self, site: str, candidates: Sequence[RefCandidate]) -> list[RatedCandidate]:
@@ -302,11 +313,11 @@ class ReferenceabilityAuditor:
         todo = [c for c in candidates if self.decisions.get(self.settings.model, c.qid) is None]
         bs = self.settings.batch_size
         for i in range(0, len(todo), bs):
-            await self.decisions.append(await self._rate(list(todo[i:i + bs])))
+            await self._rate(list(todo[i:i + bs]))  # logs its decisions as they come
         if self.settings.sensitive_screen:
             todo = [c for c in candidates if self.sensitive.get(self.sens_model, c.qid) is None]
             for i in range(0, len(todo), bs):
-                await self.sensitive.append(await self._screen(list(todo[i:i + bs])))
+                await self._screen(list(todo[i:i + bs]))  # logs its screenings as they come
         views: dict[str, int] = {}
         if self.settings.pageviews and self.pageviews is not None:
             for c in candidates:

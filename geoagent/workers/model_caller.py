@@ -231,15 +231,17 @@ class AuthBreaker:
     def failure(self, model: str, status: int, api_key_env: str | None, last_attempt: bool = False) -> AuthFailure | None:
         """Count one authentication failure; return the model's :class:`AuthFailure` once its breaker is open.
 
-        ``last_attempt``: the failing task has no attempt left. When ``model`` has not answered once in this
-        run, the breaker opens then even below ``threshold`` (a campaign with fewer failing attempts than the
-        threshold, e.g. one task and ``max_attempts`` 2, would otherwise dead-letter its tasks for a wrong key).
+        ``last_attempt``: the failing task has no attempt left. The breaker opens then even below
+        ``threshold`` (a campaign with fewer failing attempts than the threshold, e.g. one task and
+        ``max_attempts`` 2, or a key revoked mid-run with few tasks left, would otherwise dead-letter its tasks
+        for a refused key): a task whose last attempt is refused is held, never dead-lettered, also when the
+        model answered earlier in the run.
         """
         if model in self.opened:
             return self.opened[model]
         n = self._streak.get(model, 0) + 1
         self._streak[model] = n
-        if n >= self.threshold or (last_attempt and model not in self._answered):
+        if n >= self.threshold or last_attempt:
             self.opened[model] = AuthFailure(model, int(status), api_key_env, n)
             return self.opened[model]
         return None
