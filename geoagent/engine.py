@@ -20,7 +20,8 @@ authentication failed  5      a model's host refused its API key (HTTP 401/403, 
 interrupted            130    stopped by SIGINT/SIGTERM with work left; re-run the same command to resume
 stages finished        0      (``--stages``) this process's stages finished, nothing of theirs dead-lettered,
                               but other stages (other processes) still have work queued or in flight: the
-                              campaign is not complete yet; its last process reports it
+                              campaign is not complete yet; its last process reports it (``incomplete``
+                              if any edge holds dead letters, whichever process dead-lettered them)
 =====================  =====  =====================================================================
 
 (2 is a config error: a bad file, missing API keys, an impossible campaign; printed by the CLI.)
@@ -651,9 +652,12 @@ async def _run(
             runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True},
         )
         counts = await view.counts()
-        # a scale-out process (--stages) answers for its own stages' input edges; the work of the other
-        # processes (still leased or queued downstream) is theirs to report
-        judged = set(counts) if not only_stages else {s.input_edge for s in stages}
+        campaign_drained = not any(c.ready or c.leased for c in counts.values())
+        # a scale-out process (--stages) answers for its own stages' input edges while other processes still
+        # work (their queued or leased work, and their dead letters, are theirs to report); the process that
+        # finishes the campaign answers for every edge, so work dead-lettered by a process that ended earlier
+        # still makes the campaign ``incomplete``
+        judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
         dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
         auth = ctx.services.get(AUTH_BREAKER_SERVICE)
         auth_lines = auth.report_lines() if auth is not None else []
@@ -684,7 +688,6 @@ async def _run(
         # the report and the exports describe the whole campaign: a scale-out process writes them only
         # when the campaign as a whole is drained (the last process to finish), so a partial report from
         # a process that ended early never replaces the final one
-        campaign_drained = not any(c.ready or c.leased for c in counts.values())
         if only_stages and not campaign_drained:
             outcome.extra_lines = ["  report and export left to the process that finishes the campaign "
                                    "(other stages still have work queued or in flight)"]

@@ -202,3 +202,30 @@ def test_scale_out_process_judges_only_its_own_stages(tmp_path, monkeypatch):
     assert not callers.export_files and not callers.report_files and "left to the process" in callers.summary()
     assert rest.status == "complete" and rest.counts["responses"].done == 30
     assert rest.export_files  # the process that drained the campaign exported it
+
+
+def test_scale_out_last_process_reports_dead_letters_of_an_earlier_one(tmp_path, monkeypatch):
+    """The process that finishes a scale-out campaign answers for every edge: requests dead-lettered by a
+    ``--stages model_caller`` process that ended earlier make the campaign ``incomplete`` (exit 3) in the
+    collector's process, never ``complete`` with work missing (issue 2, "failures are never answers")."""
+    monkeypatch.setenv("GOOD_KEY", GOOD_KEY)
+    app = llm_openai.make_app(api_keys=[GOOD_KEY])
+
+    async def main():
+        async with serve(app) as base:
+            cfg = load_config(_write(
+                tmp_path, "scaledead", "[budget]\ncap_usd = 10.0\n[generic]\nn_requests = 40\n"
+                + _model("good", base, "GOOD_KEY")
+                + _model("badpath", base + "/no-such-api", "GOOD_KEY", "sampling_rate = 0.25")))
+            callers = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["model_caller"])
+            rest = await run_campaign(cfg, live=False, handle_signals=False, only_stages=["collector"])
+            return callers, rest
+
+    callers, rest = anyio.run(main)
+    dead = callers.counts["requests"].dead
+    assert dead > 0 and callers.counts["requests"].ready == callers.counts["requests"].leased == 0
+    # the caller's own edge holds dead letters: it says so itself
+    assert callers.status == "incomplete" and callers.exit_code == EXIT_INCOMPLETE
+    # the collector's own edge is clean, but the campaign it finishes is missing work
+    assert rest.counts["responses"].dead == 0 and rest.counts["requests"].dead == dead
+    assert rest.status == "incomplete" and rest.exit_code == EXIT_INCOMPLETE
