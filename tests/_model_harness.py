@@ -200,3 +200,32 @@ def generic_campaign(tmp: Path, *, name: str, n: int, models: str, cap_usd: floa
         encoding="utf-8",
     )
     return p
+
+
+def geoverify_replay_toml(tmp: Path, name: str, release_dir: Path, *, replay_path: Path | None = None,
+                          cap_usd: float = 0.0, queue: str = "", geoverify: str = "n_boot = 0") -> str:
+    """A GeoVerify campaign file (TOML text) replaying recorded answers (default: the release sample).
+
+    ``queue``: lines for a ``[queue]`` table (none when empty); ``geoverify``: lines of the ``[geoverify]``
+    table after its ``release_dir``. Queues and state live under ``tmp``.
+    """
+    replay = replay_path or release_dir / "verify_raw_sample.jsonl"
+    queue_table = f"[queue]\n{queue}\n" if queue else ""
+    return f"""
+[campaign]
+name = "{name}"
+kind = "geoverify"
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+{queue_table}[budget]
+cap_usd = {cap_usd}
+[[models]]
+name = "release-replay"
+provider = "replay"
+model = "recorded"
+replay = {{ path = "{replay}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}
+[geoverify]
+release_dir = "{release_dir}"
+{geoverify}
+"""

@@ -15,6 +15,7 @@ import orjson
 
 from geoagent.cli import main
 from geoagent.engine import EXIT_INCOMPLETE
+from _model_harness import geoverify_replay_toml
 
 
 def test_geoverify_report_counts_missing_trials_per_model(tmp_path, release_dir, capsys):
@@ -25,27 +26,8 @@ def test_geoverify_report_counts_missing_trials_per_model(tmp_path, release_dir,
                                    if (r["trial_id"], r["model"]) not in kept)
     assert sum(expected.values()) == 136
     cfg = tmp_path / "gv.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "gv-missing"
-kind = "geoverify"
-[paths]
-queues = "{tmp_path / 'queues'}"
-state = "{tmp_path / 'state'}"
-[queue]
-backoff_base_s = 0.01
-backoff_max_s = 0.02
-[budget]
-cap_usd = 0.0
-[[models]]
-name = "release-replay"
-provider = "replay"
-model = "recorded"
-replay = {{ path = "{tmp_path / 'rec.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}
-[geoverify]
-release_dir = "{release_dir}"
-n_boot = 0
-""")
+    cfg.write_text(geoverify_replay_toml(tmp_path, "gv-missing", release_dir, replay_path=tmp_path / "rec.jsonl",
+                                         queue="backoff_base_s = 0.01\nbackoff_max_s = 0.02"))
     assert main(["run", str(cfg), "--no-live"]) == EXIT_INCOMPLETE
     capsys.readouterr()
     report = tmp_path / "state" / "gv-missing" / "report"
@@ -63,24 +45,7 @@ n_boot = 0
 
 def test_complete_geoverify_report_says_none_missing(tmp_path, release_dir, capsys):
     cfg = tmp_path / "gv.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "gv-complete"
-kind = "geoverify"
-[paths]
-queues = "{tmp_path / 'queues'}"
-state = "{tmp_path / 'state'}"
-[budget]
-cap_usd = 0.0
-[[models]]
-name = "release-replay"
-provider = "replay"
-model = "recorded"
-replay = {{ path = "{release_dir / 'verify_raw_sample.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}
-[geoverify]
-release_dir = "{release_dir}"
-n_boot = 0
-""")
+    cfg.write_text(geoverify_replay_toml(tmp_path, "gv-complete", release_dir))
     assert main(["run", str(cfg), "--no-live"]) == 0
     capsys.readouterr()
     report = Path(tmp_path / "state" / "gv-complete" / "report")
@@ -137,33 +102,18 @@ def test_geohint_report_counts_missing_requests_per_model(tmp_path, release_dir,
 def test_rerun_with_edited_requests_warns_that_results_would_mix(tmp_path, release_dir, capsys):
     # planned work keeps its original payload (queue put of an existing trial|model key is a no-op): a prompt
     # or max_output_tokens edited between runs would silently apply to part of the campaign only
-    base = f"""
-[campaign]
-name = "gv-drift"
-kind = "geoverify"
-[paths]
-queues = "{tmp_path / 'queues'}"
-state = "{tmp_path / 'state'}"
-[budget]
-cap_usd = {{cap}}
-[[models]]
-name = "release-replay"
-provider = "replay"
-model = "recorded"
-replay = {{{{ path = "{release_dir / 'verify_raw_sample.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}}}
-[geoverify]
-release_dir = "{release_dir}"
-n_boot = 0
-max_output_tokens = {{tokens}}
-"""
+    def config(cap: float, tokens: int) -> str:
+        return geoverify_replay_toml(tmp_path, "gv-drift", release_dir, cap_usd=cap,
+                                     geoverify=f"n_boot = 0\nmax_output_tokens = {tokens}")
+
     cfg = tmp_path / "gv.toml"
-    cfg.write_text(base.format(cap=0.0, tokens=512))
+    cfg.write_text(config(0.0, 512))
     assert main(["run", str(cfg), "--no-live"]) == 0
     assert "warning" not in capsys.readouterr().err
-    cfg.write_text(base.format(cap=5.0, tokens=512))  # only the cap: no warning
+    cfg.write_text(config(5.0, 512))  # only the cap: no warning
     assert main(["run", str(cfg), "--no-live"]) == 0
     assert "warning" not in capsys.readouterr().err
-    cfg.write_text(base.format(cap=5.0, tokens=300))
+    cfg.write_text(config(5.0, 300))
     assert main(["run", str(cfg), "--no-live"]) == 0
     err = capsys.readouterr().err
     assert "warning: campaign gv-drift: geoverify changed since its last run" in err

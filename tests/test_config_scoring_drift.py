@@ -13,6 +13,7 @@ from geoagent import engine
 from geoagent.campaigns import register_all_sections
 from geoagent.config import config_from_dict
 from geoagent.runtime.manifest import Manifest, config_changes, config_drift, read_manifest
+from _model_harness import geoverify_replay_toml
 
 register_all_sections()
 
@@ -136,30 +137,14 @@ def test_run_command_prints_info_not_warning_for_a_bootstrap_change(tmp_path, re
     from geoagent.cli import main
     from geoagent.report.geoverify import TABLE_MD
 
-    base = f"""
-[campaign]
-name = "gv-boot"
-kind = "geoverify"
-[paths]
-queues = "{tmp_path / 'queues'}"
-state = "{tmp_path / 'state'}"
-[budget]
-cap_usd = 0.0
-[[models]]
-name = "release-replay"
-provider = "replay"
-model = "recorded"
-replay = {{{{ path = "{release_dir / 'verify_raw_sample.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}}}
-[geoverify]
-release_dir = "{release_dir}"
-n_boot = {{n_boot}}
-boot_seed = 3
-"""
+    def base(n_boot: int) -> str:
+        return geoverify_replay_toml(tmp_path, "gv-boot", release_dir, geoverify=f"n_boot = {n_boot}\nboot_seed = 3")
+
     cfg = tmp_path / "gv.toml"
-    cfg.write_text(base.format(n_boot=0))
+    cfg.write_text(base(0))
     assert main(["run", str(cfg), "--no-live"]) == 0
     capsys.readouterr()
-    cfg.write_text(base.format(n_boot=50))
+    cfg.write_text(base(50))
     assert main(["run", str(cfg), "--no-live"]) == 0
     err = capsys.readouterr().err
     assert "warning" not in err

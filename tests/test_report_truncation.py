@@ -32,6 +32,7 @@ from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox import llm_anthropic, llm_gemini, llm_openai
 from geoagent.sandbox.server import serve
 from geoagent.scoring.truncation import is_truncated
+from _model_harness import geoverify_replay_toml
 
 KEY = "sk-" "trunc-0123456789abcdef"
 FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=3, backoff_base_s=0.005, backoff_max_s=0.02, timeout_s=10.0)
@@ -142,24 +143,7 @@ def test_geoverify_campaign_counts_cut_off_records_of_a_replay(tmp_path, release
     n_per_model = collections.Counter(r["model"] for r in recs)
     no_reason = collections.Counter(r["model"] for r in recs if not (r.get("usage") or {}).get("stop_reason"))
     cfg = tmp_path / "gv.toml"
-    cfg.write_text(f"""
-[campaign]
-name = "gv-cut"
-kind = "geoverify"
-[paths]
-queues = "{tmp_path / 'queues'}"
-state = "{tmp_path / 'state'}"
-[budget]
-cap_usd = 0.0
-[[models]]
-name = "release-replay"
-provider = "replay"
-model = "recorded"
-replay = {{ path = "{tmp_path / 'rec.jsonl'}", key_field = "replay_key", record_key_fields = ["trial_id", "model"], text_field = "raw" }}
-[geoverify]
-release_dir = "{release_dir}"
-n_boot = 0
-""")
+    cfg.write_text(geoverify_replay_toml(tmp_path, "gv-cut", release_dir, replay_path=tmp_path / "rec.jsonl"))
     assert main(["run", str(cfg), "--no-live"]) == 0
     out = capsys.readouterr().out
     report = tmp_path / "state" / "gv-cut" / "report"
