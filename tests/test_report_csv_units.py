@@ -81,3 +81,27 @@ def test_every_geohint_csv_names_its_rate_units_and_uses_ascii_bands(tmp_path):
                     assert -1 <= float(row[name]) <= 1, (t.name, name, row[name])
     cut = _read(tmp_path / "cutoff.csv")
     assert "Share cut off (fraction)" in cut[0]
+
+
+def test_table8_median_ratio_is_one_numeric_column_per_band(tmp_path):
+    """Table 8's median err/d_ref ratio per band is a number per band column (it was one "a / b / c" text
+    cell), equal to the hand-computed median of the paired answers' error / hint distance."""
+    rows = []
+    errors = {"forced": [0.3, 4.0, 1.0, 2.0], "forced_warn": [0.5, 0.7, 3.0, 6.0]}
+    for cond, errs in errors.items():
+        for i, err in enumerate(errs):
+            site = f"s{i % 2}"
+            rows.append(GeoHintResult(key=f"{cond}|{i}", site=site, image_id=f"{site}-i{i}", model="m", condition=cond,
+                                      schema="forced", ref_qid=f"Q{i}", ref_name=f"P{i}", band="0.5-1.5km", tier="high",
+                                      dist_km=2.0, area="Somewhere", resolved_level="area", error_km=err,
+                                      hit=is_hit(err, "area"), echo=False))
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=5, figures=False)
+    t8 = [r for r in _read(tmp_path / "table8.csv") if r["Regime"] == "all sites"]
+    by_cond = {r["Condition"]: r for r in t8}
+    for cond, errs in errors.items():
+        # median of err / d_ref with d_ref = 2 km: forced (0.3, 1.0, 2.0, 4.0)/2 -> 0.75; forced_warn -> 0.925
+        expected = sorted(e / 2.0 for e in errs)
+        assert float(by_cond[cond]["Median ratio Near"]) == pytest.approx((expected[1] + expected[2]) / 2)
+        assert by_cond[cond]["Median ratio Mid"] == by_cond[cond]["Median ratio Far"] == ""

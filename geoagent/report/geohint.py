@@ -557,7 +557,7 @@ def table_paired(
                 blk["delta_pp"] if cond == treatment else None, blk["p"] if cond == treatment else None,
                 d["echo"], d["building"],
                 blk["building_delta_pp"] if cond == treatment else None, blk["building_p"] if cond == treatment else None,
-                " / ".join(_fmt(x, "f2") for x in d["ratio"]),
+                *d["ratio"],
             ])
     title = {
         "table8": f"Table 8: hit rate (%) by regime, strictly paired, {treatment} vs {control}",
@@ -567,8 +567,8 @@ def table_paired(
         name,
         title,
         ["Regime", "Condition", "n pairs", *BAND_NAMES, "Overall", "Paired delta (pp)", "p", "Echo rate", "Building level",
-         "Building delta (pp)", "p (building)", "Median ratio (near/mid/far)"],
-        ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "text"],
+         "Building delta (pp)", "p (building)", *(f"Median ratio {b}" for b in BAND_NAMES)],
+        ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
         rows,
         _join_notes(f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}. {echo_rule_note(agg)}",
                     regime_note(agg, baseline)),
