@@ -10,6 +10,16 @@ control-arm F, F per decoy band, d' per band and c are shown as ``value [lo, hi]
 terminal (rates in %), and as separate ``<model>_lo`` / ``<model>_hi`` columns in the CSV (always
 present, empty without a bootstrap). The rows "F by decoy distance" are an addition to Table 12.
 
+Trials behind each rate: in Markdown and the terminal every rate (H, F, control F, F per band) is followed by
+``(k/n)``, the answers "yes" and the parsed trials it is computed from (omitted when n is 0, where the rate
+shows "-"); the CSV has them as rows of their own in the section "Trials behind the rates" (``n signal``,
+``n signal accepted``, ``n decoy``, ``n decoy accepted``, ``n control: ...``, ``n decoy <band>``,
+``n decoy accepted <band>``; integers, one per cell).
+
+delta_1 is ordinal (a band or "none"), so its bootstrap interval is a range of bands
+(``ModelScores.delta_1_ci``, :mod:`geoagent.scoring.sdt`): ``0.3–0.7 km [0.15–0.3 km, none]`` in Markdown
+and the terminal, and the band labels (or ``none``) in the CSV's ``_lo`` / ``_hi`` cells of the delta_1 row.
+
 The CSV is for machines: rates are fractions and band labels are the data's ASCII spelling (``0.7-1.5km``,
 as in the scored results and the delta_1 value); Markdown and the terminal text (``.txt``) show bands as
 ``0.7–1.5 km``.
@@ -58,7 +68,12 @@ LEGEND = (
     "1 = conventional discriminability.",
     "c (criterion): -(z(H) + z(F)) / 2; negative = the model leans towards accepting claims, positive = towards "
     "rejecting them.",
-    "delta_1 (discrimination radius): the nearest decoy band whose d' reaches 1; 'none' = no band does.",
+    "delta_1 (discrimination radius): the nearest decoy band whose d' reaches 1; 'none' = no band does. "
+    "Its brackets give the range of delta_1 over the site-bootstrap resamples (the same resamples as the other "
+    "brackets): bands ordered nearest to farthest with 'none' beyond the farthest, the 2.5th to 97.5th "
+    "percentile of that order (resamples where delta_1 is undefined are left out).",
+    "(k/n) after a rate: k trials answered yes out of the n parsed trials the rate is computed from (H: signal "
+    "trials; F: decoy trials of all bands, of one band, or of a control arm).",
     TRUNCATION_LEGEND,
 )
 #: the settings a cut-off warning asks to raise
@@ -82,10 +97,32 @@ def _num(x: float, signed: bool = False) -> str:
     return f"{x:+.2f}" if signed else f"{x:.2f}"
 
 
-def _ci_pair(s: ModelScores, key: str | None) -> tuple[float, float] | None:
+#: bootstrap key of the delta_1 row: its range is ``ModelScores.delta_1_ci`` (band labels), not ``ci``
+DELTA_KEY = "delta_1"
+
+
+def _ci_pair(s: ModelScores, key: str | None) -> tuple[float, float] | tuple[str, str] | None:
     if key is None:
         return None
+    if key == DELTA_KEY:
+        return s.delta_1_ci
     return s.ci.get(key)
+
+
+def _delta_label(label: str | None) -> str:
+    """Pretty delta_1 value: ``0.3–0.7 km``, or ``none`` / ``undefined`` as they are."""
+    if not label:
+        return "none"
+    return _band_title(label) if label[0].isdigit() else label
+
+
+def _delta_text(s: ModelScores) -> str:
+    """delta_1 with its bootstrap range of bands when there is one: ``0.3–0.7 km [0.15–0.3 km, none]``."""
+    text = _delta_label(s.delta_1)
+    if s.delta_1_ci is None:
+        return text
+    lo, hi = s.delta_1_ci
+    return f"{text} [{_delta_label(lo)}, {_delta_label(hi)}]"
 
 
 def _with_ci(text: str, s: ModelScores, key: str | None, *, pct: bool = False, signed: bool = False) -> str:
@@ -113,8 +150,37 @@ def _columns(scores: Mapping[str, ModelScores]) -> list[str]:
 Row = tuple[str, str, Callable[[ModelScores], float | str | None], Callable[[ModelScores], str], str | None]
 
 
-def _rate_row(sec: str, label: str, get: Callable[[ModelScores], float], key: str) -> Row:
-    return (sec, label, get, lambda s: _with_ci(_pct(get(s)), s, key, pct=True), key)
+def _with_counts(text: str, counts: tuple[int, int] | None) -> str:
+    """``text`` followed by `` (k/n)`` (answers yes / parsed trials) when there are trials behind it."""
+    if counts is None or counts[1] <= 0 or text == "-":
+        return text
+    return f"{text} ({counts[0]}/{counts[1]})"
+
+
+def _rate_row(sec: str, label: str, get: Callable[[ModelScores], float], key: str,
+              counts: Callable[[ModelScores], tuple[int, int]] | None = None) -> Row:
+    """A rate row (%, interval); ``counts`` gives (yes, n) behind the rate, shown as `` (k/n)``."""
+    return (sec, label, get,
+            lambda s: _with_counts(_with_ci(_pct(get(s)), s, key, pct=True), counts(s) if counts else None), key)
+
+
+def _count_rows(bands: list[str], title: Callable[[str], str]) -> list[Row]:
+    """CSV rows with the trials behind every rate (see the module doc): n parsed and n answered yes."""
+    sec = "Trials behind the rates"
+
+    def pair(kind: str, get: Callable[[ModelScores], tuple[int, int]], band: str = "") -> list[Row]:
+        suffix = f" {band}" if band else ""
+        return [(sec, f"n {kind}{suffix}", lambda s: get(s)[1], lambda s: str(get(s)[1]), None),
+                (sec, f"n {kind} accepted{suffix}", lambda s: get(s)[0], lambda s: str(get(s)[0]), None)]
+
+    rows = pair("signal", lambda s: (s.n_hits, s.n_signal)) + pair("decoy", lambda s: (s.n_false_acceptances, s.n_noise))
+    for arm, label in _ARM_LABELS[1:]:
+        rows += [(sec, f"n {label}", lambda s, a=arm: s.controls[a][0], lambda s, a=arm: str(s.controls[a][0]), None),
+                 (sec, f"n {label} accepted", lambda s, a=arm: s.controls[a][1],
+                  lambda s, a=arm: str(s.controls[a][1]), None)]
+    for b in bands:
+        rows += pair("decoy", lambda s, b=b: (s.band(b).n_yes, s.band(b).n), title(b))
+    return rows
 
 
 def _num_row(sec: str, label: str, get: Callable[[ModelScores], float], key: str, signed: bool = False) -> Row:
@@ -167,23 +233,27 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
         ("Responses", "n parsed (main arm)", lambda s: s.n_signal + s.n_noise, lambda s: str(s.n_signal + s.n_noise), None),
         ("Responses", "parse failures", lambda s: s.n_parse_failures, lambda s: str(s.n_parse_failures), None),
         *_truncation_rows(scores),
-        _rate_row(rates, "H (signal accepted)", lambda s: s.h, "H"),
-        _rate_row(rates, "F (decoy accepted)", lambda s: s.f, "F"),
-        _rate_row(rates, "control: swapped image", lambda s: s.controls[ARM_MISMATCH][2], f"F[{ARM_MISMATCH}]"),
-        _rate_row(rates, "control: gray field", lambda s: s.controls[ARM_BLANK][2], f"F[{ARM_BLANK}]"),
+        _rate_row(rates, "H (signal accepted)", lambda s: s.h, "H", lambda s: (s.n_hits, s.n_signal)),
+        _rate_row(rates, "F (decoy accepted)", lambda s: s.f, "F", lambda s: (s.n_false_acceptances, s.n_noise)),
+        _rate_row(rates, "control: swapped image", lambda s: s.controls[ARM_MISMATCH][2], f"F[{ARM_MISMATCH}]",
+                  lambda s: (s.controls[ARM_MISMATCH][1], s.controls[ARM_MISMATCH][0])),
+        _rate_row(rates, "control: gray field", lambda s: s.controls[ARM_BLANK][2], f"F[{ARM_BLANK}]",
+                  lambda s: (s.controls[ARM_BLANK][1], s.controls[ARM_BLANK][0])),
     ]
     for b in bands:
         rows.append(_rate_row("False-acceptance rate F by decoy distance", f"F {title(b)}",
-                              lambda s, b=b: s.band(b).f, f"F[{b}]"))
+                              lambda s, b=b: s.band(b).f, f"F[{b}]", lambda s, b=b: (s.band(b).n_yes, s.band(b).n)))
     for b in bands:
         rows.append(_num_row("Sensitivity d' by decoy distance", title(b), lambda s, b=b: s.band(b).d_prime, f"d'[{b}]"))
     rows.append(("Sensitivity d' by decoy distance", "delta_1", lambda s: s.delta_1 or "none",
-                 lambda s: _band_title(s.delta_1) if s.delta_1 else "none", None))
+                 lambda s: _delta_text(s), DELTA_KEY))
     if bands:
         rows += [
             _num_row("Criterion c", "nearest band", lambda s: s.bands[0].c, f"c[{bands[0]}]", signed=True),
             _num_row("Criterion c", "farthest band", lambda s: s.bands[-1].c, f"c[{bands[-1]}]", signed=True),
         ]
+    if not pretty:  # Markdown and the terminal show the counts as (k/n) next to each rate
+        rows += _count_rows(bands, title)
     rows += [
         ("Confidence on false acceptances", "median", lambda s: s.fa_conf_median, lambda s: _num(s.fa_conf_median), None),
         ("Confidence on false acceptances", "share >= 0.8", lambda s: s.fa_conf_share_high,

@@ -38,6 +38,11 @@ Choices where the paper leaves room (each checked against the release's ``analys
   interval is the percentile interval (``numpy.quantile``, linear interpolation) of the replicates
   where the statistic is defined (replicates with no trials for a rate, NaN, are dropped; the count of
   kept replicates is ``ModelScores.ci_n``).
+* interval of ``delta_1`` (ordinal): from the same replicates, each replicate's ``delta_1`` as a band index
+  (0 = nearest band, ..., ``len(bands)`` = "none", beyond the farthest band; replicates where it is
+  ``"undefined"`` are dropped); the range is the 2.5th and 97.5th percentiles of that index with
+  ``numpy.quantile(..., method="inverted_cdf")`` (an observed index, never an interpolated one), given as
+  band labels or "none" (``ModelScores.delta_1_ci``; kept replicates ``ModelScores.delta_1_ci_n``).
 """
 
 from __future__ import annotations
@@ -123,6 +128,52 @@ def discrimination_radius(bands: list[str], dprimes: list[float], threshold: flo
     return DELTA_UNDEFINED if any_undefined or not bands else None
 
 
+#: ``delta_1`` label of the index ``len(bands)`` ("none": no band reaches d' = 1) in the bootstrap range
+DELTA_NONE = "none"
+
+
+def discrimination_radius_index(dprimes: Any, threshold: float = DPRIME_USABLE) -> np.ndarray:
+    """``delta_1`` as a band index per row of d' values (vectorised :func:`discrimination_radius`).
+
+    Parameters
+    ----------
+    dprimes : array of shape (n, k)
+        d' per replicate (rows) and decoy band (columns, nearest first); NaN = undefined.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n,), float
+        Index of the first band with ``d' >= threshold``; ``k`` ("none") when no band reaches it and every
+        band is defined; NaN ("undefined") when no band reaches it and some band is undefined, or k == 0.
+    """
+    d = np.asarray(dprimes, dtype=float)
+    if d.ndim != 2:
+        raise ValueError(f"dprimes must have shape (n, k), got {d.shape}")
+    n, k = d.shape
+    if k == 0:
+        return np.full(n, np.nan)
+    reach = np.nan_to_num(d, nan=-np.inf) >= threshold
+    first = np.where(reach.any(1), reach.argmax(1), k).astype(float)
+    first[(first == k) & np.isnan(d).any(1)] = np.nan
+    return first
+
+
+def ordinal_interval(index: Any, ci_level: float = 0.95) -> tuple[tuple[int, int] | None, int]:
+    """Percentile range of an ordinal bootstrap statistic (e.g. the band index of ``delta_1``).
+
+    ``numpy.quantile(..., method="inverted_cdf")`` at ``(1 - ci_level) / 2`` and ``1 - (1 - ci_level) / 2``
+    over the finite replicates, so both ends are observed values. Returns ``((lo, hi) or None, n_defined)``.
+    """
+    v = np.asarray(index, dtype=float)
+    ok = v[np.isfinite(v)]
+    if ok.size == 0:
+        return None, 0
+    alpha = (1.0 - ci_level) / 2.0
+    lo = np.quantile(ok, alpha, method="inverted_cdf")
+    hi = np.quantile(ok, 1.0 - alpha, method="inverted_cdf")
+    return (int(lo), int(hi)), int(ok.size)
+
+
 def median_from_counts(values: Any, counts: Any) -> float:
     """Median of a sample given as distinct values with multiplicities (numpy.median convention).
 
@@ -189,6 +240,11 @@ class ModelScores:
     n_boot: int = 0
     boot_seed: int | None = None
     ci_level: float = 0.95
+    #: bootstrap range of ``delta_1`` as (nearest, farthest) band labels, "none" = beyond the farthest band
+    #: (module doc); None without a bootstrap or when no replicate defines it
+    delta_1_ci: tuple[str, str] | None = None
+    #: bootstrap replicates where ``delta_1`` is defined (not "undefined")
+    delta_1_ci_n: int = 0
     #: answers cut off at the output-token limit, per arm (``geoagent.scoring.truncation.TruncationCount``; set
     #: by the aggregator from the answers' finish reasons; empty when none were counted)
     truncation: dict[str, Any] = field(default_factory=dict)
@@ -402,6 +458,8 @@ def _score_one(
     ci: dict[str, tuple[float, float]] = {}
     ci_n: dict[str, int] = {}
     n_boot = 0 if boot_idx is None else int(boot_idx.shape[0])
+    delta_ci: tuple[str, str] | None = None
+    delta_ci_n = 0
     if n_boot > 0 and len(sites) > 0:
         by = yes[boot_idx].sum(1)  # (n_boot, cols)
         bn = n[boot_idx].sum(1)
@@ -410,6 +468,12 @@ def _score_one(
             interval, kept = percentile_interval(vals, ci_level)
             if interval is not None:
                 ci[name], ci_n[name] = interval, kept
+        if bands:
+            idx = discrimination_radius_index(np.stack([bs[f"d'[{b}]"] for b in bands], axis=-1))
+            labels = [*bands, DELTA_NONE]
+            irange, delta_ci_n = ordinal_interval(idx, ci_level)
+            if irange is not None:
+                delta_ci = (labels[irange[0]], labels[irange[1]])
     n_fail = int(cells["n_fail"].sum()) if cells.height else 0
     return ModelScores(
         model=model,
@@ -432,6 +496,8 @@ def _score_one(
         n_boot=n_boot,
         boot_seed=seed if n_boot else None,
         ci_level=ci_level,
+        delta_1_ci=delta_ci,
+        delta_1_ci_n=delta_ci_n,
     )
 
 
