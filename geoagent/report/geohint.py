@@ -920,7 +920,7 @@ def write_report(
         + (" (Student's t with G - 1 df, G = site clusters)." if p_reference == "t" else " (statsmodels' default)."),
         "",
         f"Answers cut off at the output-token limit: {cut.n_truncated} of {cut.n}"
-        + (f" ({100 * cut.share:.1f} %)" if cut.n else "") + "; per model and condition in the last table (cutoff.csv).",
+        + (f" ({100 * cut.share:.1f} %)" if cut.n else "") + "; per model and condition in the table 'cutoff' (cutoff.csv).",
         "",
         *[x for w in truncation_warnings(agg) for x in (f"**{w}**", "")],
         unresolved_line(agg),
