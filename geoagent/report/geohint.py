@@ -831,7 +831,7 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
         ci = np.array([wilson_interval(c.hits, c.n) for c in ks]) * 100
         err = np.clip(np.nan_to_num(np.vstack([rates - ci[:, 0], ci[:, 1] - rates])), 0.0, None)
         ax.errorbar(x, rates, yerr=err, marker=marker, capsize=4, label=f"{regime} ({len(groups[regime])} sites)")
-    ax.set_xticks(x, [f"{b}" for b in BANDS])
+    ax.set_xticks(x, [band_title(b) for b in BANDS])
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
@@ -852,7 +852,7 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
             v = grid[i, j]
             colour = "k" if np.isfinite(v) and v > 0.6 * vmax else "w"
             ax.text(j, i, DASH if np.isnan(v) else f"{v:.1f}", ha="center", va="center", color=colour)
-    ax.set_xticks(range(len(BANDS)), BANDS)
+    ax.set_xticks(range(len(BANDS)), [band_title(b) for b in BANDS])
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
