@@ -28,7 +28,12 @@ Row rules (checked against the paper and the release's analysis scripts):
 * the Table 5 quantities (geometric means of d_ref and err, median err/d_ref) use answers that resolved
   finer than city level with ``err_km > 0``; the slope regressions (Tables 6-7) use context answers with
   ``err_km > 0`` at every resolution level (``fine_only`` adds the finer-than-city filter) - zero errors
-  have no logarithm and are dropped, not floored (release: ``error_km > 0``);
+  have no logarithm and are dropped, not floored (release: ``error_km > 0``; the paper states no floor and
+  the release's judged sample holds no zero error); how many were dropped is kept per cell
+  (:attr:`Cell.n_zero_err`, finer than city, Table 5) and per slope fit (:attr:`GeoHintAggregator.zero_err`,
+  Tables 6-7) so the report can say so;
+* an answer that did not geocode (``resolved_level`` ``"none"``) counts as a response (neither hit nor echo
+  where it has no verdict) and in :attr:`Cell.n_none`, which the report shows as the unresolved share;
 * hit (Sec. 4.2), echo (Sec. 6.2.1) and the building-level share count every response, parse failures
   included (an unparsed answer is neither a hit nor an echo);
 * echo follows the aggregator's ``echo_rule`` (:data:`geoagent.geohint.echo.ECHO_RULES`): a result that
@@ -82,6 +87,8 @@ class Cell:
     n_city: int = 0
     n_none: int = 0
     n_parse_fail: int = 0
+    #: finer-than-city answers with a hint distance and err_km == 0: left out of Table 5 (no logarithm)
+    n_zero_err: int = 0
     fine_dref_n: int = 0
     fine_log_dref: float = 0.0
     fine_log_err: float = 0.0
@@ -110,6 +117,8 @@ class Cell:
                 self.fine_log_dref += math.log(r.dist_km)
                 self.fine_log_err += math.log(r.error_km)
                 self.ratios.append(r.error_km / r.dist_km)
+            elif r.dist_km is not None and r.dist_km > 0 and r.error_km == 0:
+                self.n_zero_err += 1
         if r.condition == "forced_chain" and r.parse_ok:
             self.evidence_parsed += 1
             if r.evidence:
@@ -122,7 +131,7 @@ class Cell:
 
     def merge(self, o: "Cell") -> "Cell":
         for name in ("n", "hits", "echo_n", "echoes", "n_building", "n_fine", "n_city", "n_none", "n_parse_fail",
-                     "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed"):
+                     "n_zero_err", "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed"):
             setattr(self, name, getattr(self, name) + getattr(o, name))
         self.ratios.extend(o.ratios)
         for cat, v in o.slots_filled.items():
@@ -139,6 +148,11 @@ class Cell:
     @property
     def echo_rate(self) -> float:
         return self.echoes / self.echo_n if self.echo_n else float("nan")
+
+    @property
+    def unresolved_share(self) -> float:
+        """Share (fraction) of responses whose answer did not geocode (``resolved_level`` ``"none"``)."""
+        return self.n_none / self.n if self.n else float("nan")
 
     @property
     def building_share(self) -> float:
@@ -200,6 +214,9 @@ class GeoHintAggregator:
         self.n_without_ladder_point = 0
         #: (model, condition) -> answers cut off at the output-token limit (module doc)
         self.truncation: dict[tuple[str, str], TruncationCount] = {}
+        #: (site, model, condition, fine_only) -> context answers with a hint distance left out of the slope
+        #: fits (Tables 6-7) because err_km == 0 (log undefined; module doc)
+        self.zero_err: dict[tuple[str, str, str, bool], int] = {}
 
     # --- updating ---------------------------------------------------------------------------
     def _echo_of(self, r: GeoHintResult) -> tuple[bool | None, str | None]:
@@ -247,6 +264,10 @@ class GeoHintAggregator:
                 self._ols(r.model, r.condition, True).add_row(r.site, x, y)
             # the "always recite the hint" endpoint (err = d_ref) on the same rows (Sec. 6.2.3)
             self._ols(r.model, r.condition, False, recite=True).add_row(r.site, x, math.log10(float(r.dist_km)))
+        elif r.has_context and r.error_km is not None and r.error_km == 0 and float(r.dist_km) > 0:
+            for fine in (False, True) if r.resolved_level in FINE_LEVELS else (False,):
+                zk = (r.site, r.model, r.condition, fine)
+                self.zero_err[zk] = self.zero_err.get(zk, 0) + 1
         if r.has_context:
             pk = (r.model, r.image_id, r.ref_qid or f"name:{r.ref_name}", int(r.repeat))
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
@@ -342,6 +363,14 @@ class GeoHintAggregator:
             if o is not None:
                 out.merge(o)
         return out
+
+    def n_zero_err(self, *, condition: str, models: Iterable[str] | None = None, sites: set[str] | None = None,
+                   fine_only: bool = False) -> int:
+        """Context answers of ``condition`` (``models``/``sites``: None = all) left out of the slope fits because
+        err_km == 0 (log10 undefined; no floor in the paper or the release)."""
+        ms = None if models is None else set(models)
+        return sum(v for (s, m, c, f), v in self.zero_err.items()
+                   if c == condition and f == fine_only and (ms is None or m in ms) and (sites is None or s in sites))
 
     def paired(
         self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None

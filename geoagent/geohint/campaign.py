@@ -153,7 +153,7 @@ class GeoHintCampaign(CampaignKind):
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geohint import truncation_warnings
+        from geoagent.report.geohint import truncation_warnings, unresolved_warnings
 
         lines = []
         summary = getattr(self, "_summary", None)
@@ -174,14 +174,20 @@ class GeoHintCampaign(CampaignKind):
         lines.append(f"  GeoHint: {len(agg.keys)} scored responses over {len(agg.sites)} sites; "
                      f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible "
                      f"(threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
+        n_no_regime = len(agg.sites) - len(regimes)
+        if n_no_regime:
+            lines.append(f"  {n_no_regime} site{'' if n_no_regime == 1 else 's'} without a no-context answer "
+                         f"{'has' if n_no_regime == 1 else 'have'} no regime")
         for m in agg.models:
             for cond in agg.conditions:
                 c = agg.select(model=m, condition=cond)
                 if c.n:
                     echo = f"  echo {c.echo_rate:.1%}" if c.echo_n else ""
-                    lines.append(f"  {m:>20} {cond:<12} n {c.n:>6}  hit {c.hit_rate:.1%}{echo}  unparsed {c.n_parse_fail}")
+                    lines.append(f"  {m:>20} {cond:<12} n {c.n:>6}  hit {c.hit_rate:.1%}{echo}  unparsed {c.n_parse_fail}"
+                                 f"  unresolved {c.n_none} ({c.unresolved_share:.1%})")
         cut = total(agg.truncation)
         lines.append(f"  cut off at the output-token limit: {cut.n_truncated} of {cut.n} answers"
                      + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")
         lines += [f"  {w}" for w in truncation_warnings(agg)]
+        lines += [f"  {w}" for w in unresolved_warnings(agg)]
         return lines

@@ -7,7 +7,8 @@ rows), so the same report can be refreshed live during a campaign or from a rele
 (:mod:`geoagent.geohint.judged`). Rates are in percent (differences in points), distances in km, slopes in
 log10 units per km, in Markdown and the terminal; the CSV files hold every rate and rate difference as a
 fraction, in a column whose name ends in ``(fraction)`` (:meth:`Table.csv_columns`), and band labels in the
-data's ASCII spelling (``0.5-1.5km``).
+data's ASCII spelling (``0.5-1.5km``); Markdown and the terminal show bands as ``0.5–1.5 km`` (:func:`band_title`,
+as the GeoVerify report).
 Undefined cells (no rows) are NaN in the data and print as an em dash. Tables that split sites into the
 legible and illegible regimes (2, 3, 5, 7, 8, 9) say so under the table when no site has a regime (the data
 hold no no-context answers, as in the release sample), see :func:`regime_note`. ``report.md`` opens with a
@@ -35,6 +36,14 @@ the cluster counts (:func:`p_reference_note`). ``report.md`` names the reference
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
 condition in the table ``cutoff`` (after the paper's tables); ``report.md`` gives the total in its header
 and repeats the warning lines of :func:`truncation_warnings` (share above 1 % for a model in a condition).
+
+What the tables leave out is said: answers that did not geocode (resolved level none) per model and
+condition in the table ``unresolved`` (:func:`table_unresolved`), in the ``report.md`` header
+(:func:`unresolved_line`) and with :func:`unresolved_warnings` above :data:`UNRESOLVED_WARN_SHARE`; answers
+with err = 0 km, left out of Tables 5-7 (no logarithm; the paper states no floor), counted per regime in those
+tables' notes (:func:`zero_err_note`); sites without a no-context answer, which have no regime
+(:func:`no_regime_note`); and with few sites (G <= :data:`FEW_FLIP_SITES`) the smallest p the site-flip test of
+Tables 8-10 can give, 2/2^G (:func:`few_sites_note`).
 """
 
 from __future__ import annotations
@@ -125,7 +134,13 @@ class Table:
     notes: str = ""
 
     def display_rows(self) -> list[list[str]]:
-        return [[_fmt(v, f) for v, f in zip(row, self.formats)] for row in self.rows]
+        """Cells as Markdown and the terminal show them (band labels in the pretty ``0.5–1.5 km`` form)."""
+        return [[band_title(c) if f == "text" else c for c, f in zip((_fmt(v, f) for v, f in zip(row, self.formats)), self.formats)]
+                for row in self.rows]
+
+    def display_columns(self) -> list[str]:
+        """Column names as Markdown and the terminal show them (band labels pretty; the CSV keeps ASCII)."""
+        return [band_title(c) for c in self.columns]
 
     def notes_lines(self) -> list[str]:
         """The notes as separate lines (paragraphs of ``notes`` are separated by blank lines)."""
@@ -133,7 +148,7 @@ class Table:
 
     def to_markdown(self) -> str:
         out = [f"### {self.title}", ""]
-        out.append("| " + " | ".join(self.columns) + " |")
+        out.append("| " + " | ".join(self.display_columns()) + " |")
         out.append("|" + "|".join("---" if f == "text" else "---:" for f in self.formats) + "|")
         for row in self.display_rows():
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
@@ -169,11 +184,17 @@ class Table:
 
         # notes are plain text: "[geohint] p_reference" must not be read as rich markup (and vanish)
         t = RichTable(title=self.title, caption=escape("\n".join(self.notes_lines())) or None)
-        for c, f in zip(self.columns, self.formats):
+        for c, f in zip(self.display_columns(), self.formats):
             t.add_column(c, justify="left" if f == "text" else "right")
         for row in self.display_rows():
             t.add_row(*row)
         return t
+
+
+def band_title(label: str) -> str:
+    """A ladder band label in the pretty form of Markdown and the terminal (``0.5-1.5km`` -> ``0.5–1.5 km``, as
+    the GeoVerify report); any other text unchanged. The CSV keeps the data's ASCII label."""
+    return label.replace("km", " km").replace("-", "\u2013") if label in BANDS else label
 
 
 #: display format -> factor that turns its raw value into a fraction for the CSV (rates: fractions everywhere)
@@ -244,6 +265,43 @@ def regime_note(agg: GeoHintAggregator, baseline: str) -> str:
     return (f"No regime split: sites are assigned to legible or illegible by their no-context hit rate, and these "
             f"data hold no no-context answers (condition {baseline!r}), so every regime row is empty ({DASH}); "
             f"only rows and columns over all sites are filled.")
+
+
+def sites_without_regime(agg: GeoHintAggregator, baseline: str) -> list[str]:
+    """Sites with answers but no no-context answer (condition ``baseline``): they have no regime, so they are
+    in no regime row, only in the rows over all sites."""
+    reg = agg.regimes(condition=baseline)
+    return [s for s in agg.sites if s not in reg]
+
+
+def no_regime_note(agg: GeoHintAggregator, baseline: str) -> str:
+    """``"1 site without a no-context answer has no regime ..."`` when some (not all) sites lack a baseline
+    answer, else "" (no site with a regime at all is :func:`regime_note`'s case)."""
+    n = len(sites_without_regime(agg, baseline))
+    if not n or not agg.regimes(condition=baseline):
+        return ""
+    return (f"{n} site{'' if n == 1 else 's'} without a no-context answer (condition {baseline!r}) "
+            f"{'has' if n == 1 else 'have'} no regime: in no regime row, only in the rows over all sites.")
+
+
+#: unresolved share (fraction) of a model in a condition above which the report warns
+UNRESOLVED_WARN_SHARE = 0.20
+#: where a high unresolved share usually comes from
+GEOCODER_SETTING = "the geocoder endpoints ([geohint.geocoder] wikidata_url, nominatim_url) and whether they answer"
+
+
+def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
+    """A warning line per (model, condition) whose share of answers that did not geocode (``resolved_level``
+    ``"none"``) exceeds :data:`UNRESOLVED_WARN_SHARE`; [] otherwise. Such answers count as misses."""
+    out = []
+    for m in agg.models:
+        for cond in agg.conditions:
+            c = agg.select(model=m, condition=cond)
+            if c.n and c.unresolved_share > UNRESOLVED_WARN_SHARE:
+                out.append(f"Warning: {c.n_none} of {c.n} answers of {m} in condition {cond} "
+                           f"({100 * c.unresolved_share:.1f} %) did not geocode (resolved level none); they count as "
+                           f"misses, so hit and echo rates mostly measure the geocoder: check {GEOCODER_SETTING}.")
+    return out
 
 
 def regime_threshold_note(agg: GeoHintAggregator) -> str:
@@ -371,19 +429,29 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     """Table 5: geometric means of d_ref and err, median err/d_ref, finer-than-city answers, by regime x band."""
     groups = _regime_sites(agg, baseline)
     rows = []
+    zeros = []
     for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None)):
         label = f"{regime} ({len(sites)} sites)" if sites is not None else f"all sites ({len(agg.sites)})"
         for b in BANDS:
             c = agg.select(sites=sites, condition=condition, band=b)
             rows.append([label, b, c.fine_dref_n, c.geo_mean_dref_km, c.geo_mean_err_km, c.median_ratio])
+        zeros.append(f"{regime} {agg.select(sites=sites, condition=condition).n_zero_err}")
     return Table(
         "table5",
         f"Table 5: distance to the reference point and to the answer (km, geometric means) and median ratio err/d_ref, finer than city only, condition {condition}",
         ["Regime", "Band", "n", "d_ref", "err", "Median ratio"],
         ["text", "text", "int", "f2", "f2", "f2"],
         rows,
-        regime_note(agg, baseline),
+        _join_notes(zero_err_note("finer-than-city answers", zeros), regime_note(agg, baseline),
+                    no_regime_note(agg, baseline)),
     )
+
+
+def zero_err_note(what: str, counts: Sequence[str]) -> str:
+    """The notes' sentence on answers left out because err = 0 km (log undefined; neither the paper nor the
+    release states a floor, and the release's analysis keeps ``error_km > 0``). ``counts``: ``"<group> <n>"``."""
+    return (f"Left out because err = 0 km (its logarithm is undefined; no floor is applied, as in the release's "
+            f"analysis), {what}: " + ", ".join(counts) + ".")
 
 
 def check_p_reference(p_reference: str) -> str:
@@ -441,6 +509,8 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     rows = []
     clusters: list[int] = []
     models = _model_order(agg, condition)
+    zeros = [f"all levels {agg.n_zero_err(condition=condition)}",
+             f"fine only {agg.n_zero_err(condition=condition, fine_only=True)}"]
     for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], ("All", models)]:
         r = _slope_cells(agg, ms, condition, False, p_reference=p_reference)
         clusters += _clusters(r)
@@ -455,12 +525,12 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     return Table(
         "table6",
         f"Table 6: log10(err_km) ~ d_ref per model, SE clustered by site, condition {condition}",
-        ["Model", "n", "beta", "SE", "p", "beta (fine only)", "beta if reciting", "Share of reciting"],
+        ["Model", "n", "beta", "SE", "p", "beta (fine only)", "beta if reciting", "Share of reciting (%)"],
         ["text", "int", "f4", "se", "p", "f4", "f4", "pct"],
         rows,
         _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers "
                     "with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it "
-                    "(100 %).", p_reference_note(p_reference, clusters)),
+                    "(100 %).", p_reference_note(p_reference, clusters), zero_err_note("context answers", zeros)),
     )
 
 
@@ -490,7 +560,10 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all"],
         ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p"],
         rows,
-        _join_notes(p_reference_note(p_reference, clusters), regime_note(agg, baseline)),
+        _join_notes(p_reference_note(p_reference, clusters), zero_err_note("context answers", [
+            f"{name} {agg.n_zero_err(condition=condition, sites=sites)}"
+            for name, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None))]),
+            regime_note(agg, baseline), no_regime_note(agg, baseline)),
     )
 
 
@@ -548,8 +621,10 @@ def table_paired(
     and the median err/d_ref ratio per band (finer than city)."""
     groups = _regime_sites(agg, baseline)
     rows = []
+    n_sites: list[tuple[str, int]] = []
     for label, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all sites", None)):
         blk = _paired_block(agg, treatment, control, sites, None, n_flips, seed)
+        n_sites.append((label, blk["n_sites"]))
         for cond in (control, treatment):
             d = blk[cond]
             rows.append([
@@ -571,16 +646,43 @@ def table_paired(
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
         rows,
         _join_notes(f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}. {echo_rule_note(agg)}",
-                    regime_note(agg, baseline)),
+                    few_sites_note(n_sites), regime_note(agg, baseline)),
     )
+
+
+#: with this many sites or fewer, a paired table says how small its permutation p can get
+FEW_FLIP_SITES = 6
+
+
+def min_flip_p(n_sites: int) -> float:
+    """Smallest two-sided p a site-flip test over ``n_sites`` sites can give: 2 / 2**G (exact enumeration: the
+    observed signs and their mirror image always reach |T|). The Monte Carlo p the report shows,
+    ``(1 + count) / (1 + n_flips)`` (:mod:`geoagent.scoring.permutation`), estimates it. Raises ValueError for G < 1."""
+    if n_sites < 1:
+        raise ValueError(f"a site-flip test needs at least one site, got {n_sites}")
+    return 2.0 / 2 ** n_sites
+
+
+def few_sites_note(n_sites: Sequence[tuple[str, int]]) -> str:
+    """For row groups (label, G sites in the test) with 1 <= G <= :data:`FEW_FLIP_SITES`: a sentence giving the
+    smallest attainable p (:func:`min_flip_p`); "" when every group has more sites (or none)."""
+    few = [(label, g) for label, g in n_sites if 1 <= g <= FEW_FLIP_SITES]
+    if not few:
+        return ""
+    return ("Few sites: with G sites a two-sided site-flip test cannot give p below 2/2^G (exact enumeration; the "
+            "Monte Carlo p shown estimates the exact one and may fall a little below it by chance), so p here cannot be "
+            "small: "
+            + "; ".join(f"{label}: G = {g}, p >= {min_flip_p(g):.3g}" for label, g in few) + ".")
 
 
 def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str = "forced", baseline: str = "baseline", *, n_flips: int = DEFAULT_N_FLIPS, seed: int = 0) -> Table:
     """Table 9: paired difference in hit rate (points) per model: all sites, illegible, legible."""
     groups = _regime_sites(agg, baseline)
     rows = []
+    n_sites: list[tuple[str, int]] = []
     for m in _model_order(agg, control):
         all_ = _paired_block(agg, treatment, control, None, m, n_flips, seed)
+        n_sites.append((m, all_["n_sites"]))
         il = _paired_block(agg, treatment, control, groups[ILLEGIBLE], m, n_flips, seed)
         le = _paired_block(agg, treatment, control, groups[LEGIBLE], m, n_flips, seed)
         rows.append([m, all_["n"], all_["delta_pp"], all_["p"], il["delta_pp"], le["delta_pp"]])
@@ -590,7 +692,7 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
         ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
         ["text", "int", "pp", "p", "pp", "pp"],
         rows,
-        regime_note(agg, baseline),
+        _join_notes(few_sites_note(n_sites), regime_note(agg, baseline)),
     )
 
 
@@ -648,6 +750,29 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
     )
 
 
+def table_unresolved(agg: GeoHintAggregator) -> Table:
+    """Answers that did not geocode (``resolved_level`` ``"none"``, no error distance) per model and condition,
+    with a total row; share in % (a fraction in ``unresolved.csv``)."""
+    rows = []
+    for m in agg.models:
+        for cond in agg.conditions:
+            c = agg.select(model=m, condition=cond)
+            if c.n:
+                rows.append([m, cond, c.n, c.n_none, c.unresolved_share])
+    t = agg.select()
+    rows.append(["All", "all", t.n, t.n_none, t.unresolved_share])
+    return Table(
+        "unresolved",
+        "Answers that did not geocode (resolved level none), per model and condition; share in % (a fraction in "
+        "unresolved.csv)",
+        ["Model", "Condition", "n", "Unresolved", "Unresolved (%)"],
+        ["text", "text", "int", "int", "pct"],
+        rows,
+        _join_notes("An unresolved answer has no error distance: it counts as a response but never as a hit, and "
+                    "enters no distance statistic (Tables 5-7).", *unresolved_warnings(agg)),
+    )
+
+
 def build_tables(
     agg: GeoHintAggregator,
     *,
@@ -659,7 +784,8 @@ def build_tables(
     p_reference: str = "normal",
 ) -> list[Table]:
     """Every table the data supports (paired tables only when both conditions are present), then the
-    cut-off answers (:func:`table_cutoff`). ``p_reference``: the slope tables' p-value reference
+    cut-off answers (:func:`table_cutoff`) and the answers that did not geocode (:func:`table_unresolved`).
+    ``p_reference``: the slope tables' p-value reference
     (``"normal"`` or ``"t"``, :func:`p_reference_note`)."""
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
@@ -673,6 +799,7 @@ def build_tables(
         tables.append(table_paired(agg, "forced_chain", condition, baseline, name="table10", n_flips=n_flips, seed=seed))
         tables.append(table11(agg))
     tables.append(table_cutoff(agg))
+    tables.append(table_unresolved(agg))
     return tables
 
 
@@ -704,7 +831,7 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
         ci = np.array([wilson_interval(c.hits, c.n) for c in ks]) * 100
         err = np.clip(np.nan_to_num(np.vstack([rates - ci[:, 0], ci[:, 1] - rates])), 0.0, None)
         ax.errorbar(x, rates, yerr=err, marker=marker, capsize=4, label=f"{regime} ({len(groups[regime])} sites)")
-    ax.set_xticks(x, [f"{b}" for b in BANDS])
+    ax.set_xticks(x, [band_title(b) for b in BANDS])
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
@@ -725,7 +852,7 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
             v = grid[i, j]
             colour = "k" if np.isfinite(v) and v > 0.6 * vmax else "w"
             ax.text(j, i, DASH if np.isnan(v) else f"{v:.1f}", ha="center", va="center", color=colour)
-    ax.set_xticks(range(len(BANDS)), BANDS)
+    ax.set_xticks(range(len(BANDS)), [band_title(b) for b in BANDS])
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
@@ -736,6 +863,14 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
 
 
 # --- writing ----------------------------------------------------------------------------------
+def unresolved_line(agg: GeoHintAggregator) -> str:
+    """One sentence: how many answers (all models and conditions) did not geocode, pointing to the table."""
+    t = agg.select()
+    return (f"Answers that did not geocode (resolved level none): {t.n_none} of {t.n}"
+            + (f" ({100 * t.unresolved_share:.1f} %)" if t.n else "")
+            + "; per model and condition in the table 'unresolved' (unresolved.csv).")
+
+
 def write_report(
     agg: GeoHintAggregator,
     out_dir: str | Path,
@@ -785,9 +920,13 @@ def write_report(
         + (" (Student's t with G - 1 df, G = site clusters)." if p_reference == "t" else " (statsmodels' default)."),
         "",
         f"Answers cut off at the output-token limit: {cut.n_truncated} of {cut.n}"
-        + (f" ({100 * cut.share:.1f} %)" if cut.n else "") + "; per model and condition in the last table (cutoff.csv).",
+        + (f" ({100 * cut.share:.1f} %)" if cut.n else "") + "; per model and condition in the table 'cutoff' (cutoff.csv).",
         "",
         *[x for w in truncation_warnings(agg) for x in (f"**{w}**", "")],
+        unresolved_line(agg),
+        "",
+        *[x for w in unresolved_warnings(agg) for x in (f"**{w}**", "")],
+        *([no_regime_note(agg, baseline), ""] if no_regime_note(agg, baseline) else []),
         "Terms:",
         "",
         *[f"- {line}" for line in legend_for(agg.regime_threshold)],

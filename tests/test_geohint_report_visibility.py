@@ -1,0 +1,197 @@
+"""What a GeoHint report must not hide (hand-made results, hand-counted expectations):
+
+* answers that did not geocode (``resolved_level`` none): counted per model x condition (table ``unresolved``,
+  a fraction in its CSV), in the ``report.md`` header and the console summary, with a warning above 20 %;
+* answers with err = 0 km, left out of Tables 5-7 (no logarithm; the paper states no floor and the release's
+  judged sample has no zero error): each table's notes count them per regime;
+* sites without a no-context answer have no regime: said where regime counts are printed;
+* the site-flip permutation p of Tables 8-10 cannot go below 2/2^G with G sites (checked by enumerating the
+  sign vectors by hand);
+* Markdown shows bands as ``0.5–1.5 km`` (the CSV keeps ``0.5-1.5km``).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+
+import pytest
+
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.campaign import GeoHintCampaign
+from geoagent.geohint.result import GeoHintResult
+from geoagent.report import geohint as GH
+from geoagent.scoring.geohint import is_hit
+
+NEAR = "0.5-1.5km"
+
+
+def _base(site: str, model: str, r: int, hit: bool) -> GeoHintResult:
+    err = 0.2 if hit else 5.0
+    return GeoHintResult(key=f"b|{site}|{model}|{r}", site=site, image_id=f"{site}-i", model=model, condition="baseline",
+                         schema="forced", repeat=r, resolved_level="area", error_km=err, hit=is_hit(err, "area"))
+
+
+def _ctx(key: str, site: str, model: str, level: str, err: float | None, *, condition: str = "forced",
+         dist: float = 1.0, ref: str = "Q1") -> GeoHintResult:
+    return GeoHintResult(key=key, site=site, image_id=f"{site}-i", model=model, condition=condition, schema="forced",
+                         ref_qid=ref, ref_name="P", band=NEAR, tier="high", dist_km=dist, resolved_level=level,
+                         error_km=err, hit=is_hit(err, level), echo=False)
+
+
+def _read(path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+# --- 1. unresolved answers ---------------------------------------------------------------------------------
+def _unresolved_agg() -> GeoHintAggregator:
+    rows = [_base("s1", m, r, True) for m in ("a", "b") for r in range(2)]
+    # model a: none of its 5 answers geocoded; model b: 1 of 5 (20 %: at the threshold, no warning)
+    rows += [_ctx(f"a{i}", "s1", "a", "none", None, ref=f"Q{i}") for i in range(5)]
+    rows += [_ctx("b0", "s1", "b", "none", None, ref="Q0")]
+    rows += [_ctx(f"b{i}", "s1", "b", "area", 0.3, ref=f"Q{i}") for i in range(1, 5)]
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    return agg
+
+
+def test_unresolved_answers_are_counted_in_table_header_csv_and_summary(tmp_path):
+    agg = _unresolved_agg()
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=10, figures=False)
+    rows = {(r["Model"], r["Condition"]): r for r in _read(tmp_path / "unresolved.csv")}
+    assert rows[("a", "forced")]["n"] == "5" and rows[("a", "forced")]["Unresolved"] == "5"
+    assert float(rows[("a", "forced")]["Unresolved (fraction)"]) == pytest.approx(1.0)
+    assert float(rows[("b", "forced")]["Unresolved (fraction)"]) == pytest.approx(1 / 5)
+    assert float(rows[("a", "baseline")]["Unresolved (fraction)"]) == 0.0
+    assert rows[("All", "all")]["n"] == "14" and rows[("All", "all")]["Unresolved"] == "6"
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    header = md.split("Terms:")[0]
+    assert "Answers that did not geocode (resolved level none): 6 of 14 (42.9 %)" in header
+    warnings = [line for line in header.splitlines() if line.startswith("**Warning") and "did not geocode" in line]
+    assert len(warnings) == 1 and "5 of 5 answers of a in condition forced (100.0 %)" in warnings[0]
+    assert "[geohint.geocoder]" in warnings[0]
+    assert "### Answers that did not geocode" in md
+
+    camp = GeoHintCampaign()
+    camp._agg = agg
+    lines = camp.summary_lines(None, None, None)
+    a_line = next(line for line in lines if line.split()[:2] == ["a", "forced"])
+    assert "hit 0.0%" in a_line and "unresolved 5 (100.0%)" in a_line
+    b_line = next(line for line in lines if line.split()[:2] == ["b", "forced"])
+    assert "unresolved 1 (20.0%)" in b_line
+    warn = [line for line in lines if "did not geocode" in line]
+    assert len(warn) == 1 and " a in condition forced" in warn[0]
+
+
+# --- 2. err = 0 km, 3. sites without a regime ------------------------------------------------------------------
+def _zero_agg(with_s3: bool = True) -> GeoHintAggregator:
+    rows = [_base("s1", "m", r, True) for r in range(2)] + [_base("s2", "m", r, False) for r in range(2)]
+    # s1 (legible): 2 area answers at err 0 and 2 at 0.3 km
+    rows += [_ctx(f"z1{i}", "s1", "m", "area", 0.0, ref=f"Q{i}") for i in range(2)]
+    rows += [_ctx(f"p1{i}", "s1", "m", "area", 0.3, ref=f"Q{i + 2}") for i in range(2)]
+    # s2 (illegible): 1 city answer at err 0 (slopes only: not finer than city), 3 area answers at 4 km
+    rows += [_ctx("z20", "s2", "m", "city", 0.0, ref="Q0")]
+    rows += [_ctx(f"p2{i}", "s2", "m", "area", 4.0, ref=f"Q{i + 1}", dist=1.2) for i in range(3)]
+    if with_s3:  # a site with context answers only: no regime; one err-0 area answer
+        rows += [_ctx("z30", "s3", "m", "area", 0.0, ref="Q0"), _ctx("p30", "s3", "m", "area", 2.0, ref="Q1")]
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    return agg
+
+
+def test_zero_errors_left_out_of_tables_5_to_7_are_counted_in_their_notes(tmp_path):
+    agg = _zero_agg()
+    tables = {t.name: t for t in GH.write_report(agg, tmp_path, n_flips=10, n_splits=10, figures=False)}
+    # Table 5 (finer than city): illegible none (the s2 zero is city level), legible 2 (s1), all 3 (+ s3)
+    assert ("finer-than-city answers: illegible 0, legible 2, all 3." in tables["table5"].notes)
+    t5 = {(r[0], r[1]): r[2] for r in tables["table5"].rows}
+    assert t5[("legible (1 sites)", NEAR)] == 2 and t5[("all sites (3)", NEAR)] == 2 + 3 + 1
+    # Table 6: every level 4 (2 + 1 + 1), fine only 3; n = the 6 context answers with err > 0
+    assert "context answers: all levels 4, fine only 3." in tables["table6"].notes
+    assert tables["table6"].rows[-1][1] == 6
+    # Table 7 per regime: illegible 1 (s2 city), legible 2 (s1), all 4
+    assert "context answers: illegible 1, legible 2, all 4." in tables["table7"].notes
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert md.count("Left out because err = 0 km") == 3
+
+
+def test_site_without_no_context_answer_is_said_to_have_no_regime(tmp_path):
+    agg = _zero_agg()
+    tables = {t.name: t for t in GH.write_report(agg, tmp_path, n_flips=10, n_splits=10, figures=False)}
+    sentence = "1 site without a no-context answer (condition 'baseline') has no regime"
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert sentence in md.split("Terms:")[0]
+    assert sentence in tables["table5"].notes and sentence in tables["table7"].notes
+    camp = GeoHintCampaign()
+    camp._agg = agg
+    lines = camp.summary_lines(None, None, None)
+    i = next(k for k, line in enumerate(lines) if "regimes: 1 legible, 1 illegible" in line)
+    assert lines[i + 1].strip() == "1 site without a no-context answer has no regime"
+
+    # every site has a regime: nothing said
+    full = _zero_agg(with_s3=False)
+    out = tmp_path / "full"
+    tables = {t.name: t for t in GH.write_report(full, out, n_flips=10, n_splits=10, figures=False)}
+    assert "no regime" not in (out / "report.md").read_text(encoding="utf-8")
+    camp._agg = full
+    assert not any("no regime" in line for line in camp.summary_lines(None, None, None))
+
+
+# --- 4. smallest permutation p with few sites ------------------------------------------------------------------
+def _exact_p_by_hand(site_sums: list[float]) -> float:
+    total = abs(sum(site_sums))
+    hits = sum(abs(sum(e * d for e, d in zip(signs, site_sums))) >= total - 1e-12
+               for signs in itertools.product((-1, 1), repeat=len(site_sums)))
+    return hits / 2 ** len(site_sums)
+
+
+@pytest.mark.parametrize("g", [1, 2, 3, 5])
+def test_min_flip_p_equals_hand_enumeration(g):
+    # the most extreme data: every site moves the same way (different sizes do not matter)
+    assert GH.min_flip_p(g) == pytest.approx(_exact_p_by_hand([float(k + 1) for k in range(g)]))
+    # and no other data give less
+    assert min(_exact_p_by_hand(list(s)) for s in itertools.product((-2.0, -1.0, 1.0, 3.0), repeat=g)) == \
+        pytest.approx(GH.min_flip_p(g))
+
+
+def test_paired_tables_give_the_smallest_attainable_p_with_few_sites():
+    rows = []
+    for s in ("s1", "s2", "s3"):
+        rows += [_base(s, "m", r, s == "s1") for r in range(2)]
+        for i in range(2):  # every item: a hit with the warning, a miss without
+            rows.append(_ctx(f"f|{s}|{i}", s, "m", "area", 5.0, ref=f"Q{i}"))
+            rows.append(_ctx(f"w|{s}|{i}", s, "m", "area", 0.2, ref=f"Q{i}", condition="forced_warn"))
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    t8 = GH.table_paired(agg, "forced_warn", "forced", name="table8", n_flips=4000, seed=1)
+    exact = _exact_p_by_hand([2.0, 2.0, 2.0])
+    assert exact == 0.25
+    assert "all sites: G = 3, p >= 0.25" in t8.notes
+    assert "illegible: G = 2, p >= 0.5" in t8.notes and "legible: G = 1, p >= 1" in t8.notes
+    p_all = next(r[8] for r in t8.rows if r[0] == "all sites" and r[1] == "forced_warn")
+    assert p_all == pytest.approx(exact, abs=0.03)  # the Monte Carlo p estimates the exact minimum
+    t9 = GH.table9(agg, "forced_warn", "forced", n_flips=200)
+    assert "m: G = 3, p >= 0.25" in t9.notes
+    # more sites than FEW_FLIP_SITES: no note
+    assert GH.few_sites_note([("all sites", GH.FEW_FLIP_SITES + 1)]) == ""
+    with pytest.raises(ValueError):
+        GH.min_flip_p(0)
+
+
+# --- 5. band labels and units in Markdown ---------------------------------------------------------------------
+def test_markdown_shows_pretty_bands_and_csv_keeps_ascii(tmp_path):
+    GH.write_report(_zero_agg(), tmp_path, n_flips=10, n_splits=10, figures=False)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    t1 = md.split("### Table 1")[1].split("### ")[0]
+    assert "| 0.5\u20131.5 km | 1.5\u20133.0 km | 3.0\u20136.0 km |" in t1
+    t5 = md.split("### Table 5")[1].split("### ")[0]
+    assert "| all sites (3) | 0.5\u20131.5 km |" in t5
+    for name in ("Table 1", "Table 2", "Table 4", "Table 5"):
+        assert "0.5-1.5km" not in md.split(f"### {name}")[1].split("### ")[0]
+    assert "| Share of reciting (%) |" in md
+    assert "0.5-1.5km (fraction)" in _read(tmp_path / "table1.csv")[0]
+    assert {r["Band"] for r in _read(tmp_path / "table5.csv")} == {"0.5-1.5km", "1.5-3.0km", "3.0-6.0km"}
+    assert "Share of reciting (fraction)" in _read(tmp_path / "table6.csv")[0]
+    text = GH.render_text(GH.table1(_zero_agg()).to_rich())
+    assert "0.5\u20131.5 km" in text and "0.5-1.5km" not in text
