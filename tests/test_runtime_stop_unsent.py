@@ -136,7 +136,10 @@ def test_stop_sends_no_new_model_call_and_the_rerun_pays_each_key_once(tmp_path,
     # the stage is sized by the model's concurrency (4), not the old default of 64 (+32 leased ahead)
     if stage_concurrency is None:
         assert first["concurrency"] == HOST_CONCURRENCY
-        assert first["leased_at_stop"] <= 2 * HOST_CONCURRENCY  # slots + lease-ahead of at most one per slot
+        # slots + lease-ahead of at most one per slot, plus answered tasks still leased until their group
+        # commit acks them (the runner acks every 64 tasks or 50 ms; on a loaded machine that can lag)
+        answered_at_stop = first["received_at_stop"] - first["server_in_flight_at_stop"]
+        assert first["leased_at_stop"] <= 2 * HOST_CONCURRENCY + answered_at_stop
 
     # after the stop the server got only requests that had passed the send gate before it: at most the
     # host's concurrency slots not held by requests the server was already working on
