@@ -99,8 +99,8 @@ class GeoVerifyCampaign(CampaignKind):
                     "dropped them all?)")
         has_csv = any(root.glob("verify_trials*.csv")) or any((root / "data").glob("verify_trials*.csv"))
         what = "built" if s.trials == "build" else "read"
-        why = (f"it has no verify_trials.csv (after a crawl, the crawl writes one into its state folder when it "
-               f"completes)" if not has_csv else
+        why = ("it has no verify_trials.csv (after a crawl, the crawl writes one into its state folder when it "
+               "completes)" if not has_csv else
                "its verify_trials.csv gives no image with a signal candidate within tau and no decoy ladder "
                "(no usable row)")
         return f"0 trials {what} from {root}: {why}"
