@@ -116,3 +116,21 @@ def test_status_of_a_campaign_not_started_names_its_stages(isolated_roots, capsy
     # GeoVerify's pipeline (geoagent/geoverify/campaign.py docstring): model caller -> parser -> scorer -> aggregator
     assert re.findall(r"(\w+) \((\w+) -> ", line) == [("model_caller", "requests"), ("parser", "responses"),
                                                        ("scorer", "answers"), ("aggregator", "scored")]
+
+
+def test_crawl_without_cities_is_a_config_error(isolated_roots, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    text = CONFIG.read_text(encoding="utf-8")
+    lines, skip = [], False
+    for ln in text.splitlines():  # every [[crawl.cities]] table removed
+        if ln.startswith("["):
+            skip = ln.strip() == "[[crawl.cities]]"
+        if not skip:
+            lines.append(ln)
+    kept = "\n".join(lines) + "\n"
+    assert "\n[[crawl.cities]]" in text and "\n[[crawl.cities]]" not in kept
+    cfg = isolated_roots / "no_cities.toml"
+    cfg.write_text(kept, encoding="utf-8")
+    assert main(["crawl", str(cfg), "--no-live"]) == 2
+    assert "0 cities planned" in capsys.readouterr().err
+    assert not (isolated_roots / "state" / CAMPAIGN).exists()

@@ -50,6 +50,10 @@ class CrawlCampaign(CampaignKind):
     async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
         return city_messages(_settings(cfg).cities)
 
+    def empty_plan_reason(self, cfg: Any) -> str:
+        return (f"0 cities planned from {getattr(cfg, 'source', cfg.name)}: [[crawl.cities]] is empty (add cities, "
+                "or run with --watch to wait for them)")
+
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         svc = services_from_context(ctx)
         self._trials_note = None
