@@ -24,7 +24,9 @@ stages finished        0      (``--stages``) this process's stages finished, not
                               if any edge holds dead letters, whichever process dead-lettered them)
 =====================  =====  =====================================================================
 
-(2 is a config error: a bad file, missing API keys, an impossible campaign; printed by the CLI.)
+(2 is a config error: a bad file, missing API keys, an impossible campaign, a first run whose plan is empty
+(no queue yet and nothing planned: :meth:`CampaignKind.empty_plan_reason` says what was empty; the state folder
+the run made is removed; not in ``--watch`` mode); printed by the CLI.)
 The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 
 A ``--watch`` process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and
@@ -73,7 +75,7 @@ STATUS_STAGES_DONE = "stages finished"
 EXIT_CODES_HELP = (
     "exit codes: 0 complete (a --watch process stopped once its stages are drained included; a --stages "
     "process whose stages finished while other stages still have work says so and also ends 0); "
-    "2 config error (bad file, missing API keys, a campaign that can make no call); "
+    "2 config error (bad file, missing API keys, a campaign that can make no call, a first run that plans nothing); "
     "3 incomplete (work dead-lettered or left queued: `run.py dead CONFIG`); "
     f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
     "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; fix "
