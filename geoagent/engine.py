@@ -24,7 +24,9 @@ stages finished        0      (``--stages``) this process's stages finished, not
                               if any edge holds dead letters, whichever process dead-lettered them)
 =====================  =====  =====================================================================
 
-(2 is a config error: a bad file, missing API keys, an impossible campaign; printed by the CLI.)
+(2 is a config error: a bad file, missing API keys, an impossible campaign, a first run whose plan is empty
+(no queue yet and nothing planned: :meth:`CampaignKind.empty_plan_reason` says what was empty; the state folder
+the run made is removed; not in ``--watch`` mode); printed by the CLI.)
 The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 
 A ``--watch`` process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and
@@ -73,7 +75,7 @@ STATUS_STAGES_DONE = "stages finished"
 EXIT_CODES_HELP = (
     "exit codes: 0 complete (a --watch process stopped once its stages are drained included; a --stages "
     "process whose stages finished while other stages still have work says so and also ends 0); "
-    "2 config error (bad file, missing API keys, a campaign that can make no call); "
+    "2 config error (bad file, missing API keys, a campaign that can make no call, a first run that plans nothing); "
     "3 incomplete (work dead-lettered or left queued: `run.py dead CONFIG`); "
     f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
     "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; fix "
@@ -125,6 +127,12 @@ class CampaignKind(abc.ABC):
         from geoagent.runtime.export import export_all
 
         return export_all(store, cfg.state_dir())
+
+    def empty_plan_reason(self, cfg: Any) -> str:
+        """Why the plan was empty, for the error a first run that plans nothing ends with (called after
+        :meth:`plan`; kinds override it to name the input that was empty)."""
+        return (f"campaign {cfg.name!r} planned 0 {self.plan_unit}: its inputs hold nothing to do "
+                "(check the config's data paths and filters)")
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
@@ -615,6 +623,8 @@ async def _run(
         if unknown:
             raise KeyError(f"unknown stage(s) {sorted(unknown)}; this campaign has {[s.name for s in stages]}")
         stages = [s for s in stages if s.name in set(only_stages)]
+    if not watch:
+        plan = _refuse_empty_first_plan(cfg, kind, plan)
     queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), **cfg.queue_options())
     try:
         # the plan is streamed into the queue in chunks, so a campaign of millions of requests never
@@ -716,6 +726,27 @@ def stages_drained(all_stages: Sequence[Stage], own: Sequence[str], counts: dict
     edges = {s.input_edge for s in all_stages[: last + 1]}
     return all(not (counts[e].ready or counts[e].leased) for e in edges if e in counts)
 
+
+def _refuse_empty_first_plan(cfg: Any, kind: CampaignKind, plan: Iterable[Message]) -> Iterable[Message]:
+    """``plan`` unchanged (its first message peeked, a generator stays lazy), or a :class:`ConfigError` when
+    it is empty and the campaign has no queue yet (a first run with nothing to do: it would end "complete"
+    with nothing done). Raised before any queue is made, so the run's state folder is removed
+    (:func:`discard_unstarted_state`). A campaign that has queues (a resumed run) may plan 0 new messages."""
+    import itertools
+
+    from geoagent.config import ConfigError
+
+    it = iter(plan)
+    first = next(it, _NOTHING)
+    if first is not _NOTHING:
+        return itertools.chain([first], it)
+    qdir = Path(cfg.queues_root()) / cfg.name
+    if qdir.is_dir() and any(qdir.glob("*.sqlite")):
+        return []
+    raise ConfigError(str(getattr(cfg, "source", None) or cfg.name), [f"{kind.empty_plan_reason(cfg)}; nothing was run"])
+
+
+_NOTHING = object()
 
 #: planned messages put into the plan edge per transaction (bounds the planner's memory)
 PLAN_CHUNK = 10_000

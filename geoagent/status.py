@@ -54,6 +54,18 @@ def pipeline_edges(cfg: Any) -> list[str]:
     return edges
 
 
+def pipeline_stages(cfg: Any) -> list[tuple[str, str, str | None]]:
+    """The campaign's stages in data-flow order as ``(name, input edge, output edge or None)`` ([] if the
+    kind or its config section cannot be loaded)."""
+    from geoagent.engine import load_kind
+
+    try:
+        stages = load_kind(cfg.campaign.kind).stages(cfg)
+    except Exception:  # noqa: BLE001 - a status display shows what it can
+        return []
+    return [(s.name, s.input_edge, s.output_edge) for s in stages]
+
+
 def _queue_files(cfg: Any) -> list[Path]:
     """The campaign's queue files, in pipeline order (files of edges no stage names last, alphabetically)."""
     folder = Path(cfg.queues_root()) / cfg.name
@@ -147,7 +159,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there
     labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {})}
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
-            "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked}
+            "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked,
+            "stages": pipeline_stages(cfg) if not queues else []}
 
 
 def format_usd(x: float | None) -> str:
@@ -190,6 +203,9 @@ def format_status(st: dict[str, Any]) -> str:
     lines = [f"campaign {st['campaign']}"]
     if not st["queues"]:
         lines.append("  no queues yet (campaign not started)")
+        if st.get("stages"):
+            lines.append("  stages (input edge -> output edge): " + "; ".join(
+                f"{name} ({src} -> {dst or '-'})" for name, src, dst in st["stages"]))
     for edge, c in st["queues"].items():
         lines.append(f"  {edge:>16}: ready {c.ready:>7}  leased {c.leased:>5}  done {c.done:>8}  dead {c.dead:>5}")
     s = st.get("spend")

@@ -50,8 +50,15 @@ class CrawlCampaign(CampaignKind):
     async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
         return city_messages(_settings(cfg).cities)
 
+    def empty_plan_reason(self, cfg: Any) -> str:
+        return (f"0 cities planned from {getattr(cfg, 'source', cfg.name)}: [[crawl.cities]] is empty (add cities, "
+                "or run with --watch to wait for them)")
+
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         svc = services_from_context(ctx)
+        self._trials_note = None
+        if outcome.status == "complete":
+            self._trials_note = _write_trials(cfg, svc)
         out = Path(cfg.state_dir()) / C.REPORT_DIR / "crawl_summary.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         files = sorted(str(p.relative_to(svc.state_dir)) for p in svc.state_dir.glob("**/*.csv"))
@@ -78,4 +85,36 @@ class CrawlCampaign(CampaignKind):
         lines = [f"  crawl outputs: {svc.state_dir} (sites.csv, ladders/, image_audit.csv), images: {svc.images_root}"]
         for api, st in svc.api_stats().items():
             lines.append(f"  {api:>10}: {st['requests']} requests, {st['retries']} retries, error rate {st['error_rate']:.1%}")
+        lines.append(f"  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
+                     f"images kept: {images_kept(svc.state_dir)}")
+        note = getattr(self, "_trials_note", None)
+        if note:
+            lines.append(f"  {note}")
         return lines
+
+
+def images_kept(state_dir: str | Path) -> int:
+    """Rows of the crawl's ``images.csv`` (audited images kept; 0 when it is not written yet)."""
+    import csv
+
+    path = Path(state_dir) / "images.csv"
+    if not path.is_file():
+        return 0
+    with open(path, newline="", encoding="utf-8") as f:
+        return sum(1 for _ in csv.DictReader(f))
+
+
+def _write_trials(cfg: Any, svc: Any) -> str:
+    """Write ``verify_trials.csv`` into the crawl's state folder (:func:`geoagent.integrate.write_verify_trials`
+    with the demo's arguments: seed of ``[campaign]``, 2 trials per band, 2 per control arm), so a GeoVerify or
+    GeoHint campaign with ``release_dir`` = this folder and ``image_root`` = the images folder runs on it.
+    Returns the summary line (also when the crawl gave nothing to build trials from)."""
+    from geoagent.integrate import write_verify_trials
+
+    try:
+        path, build = write_verify_trials(svc.state_dir, svc.images_root, seed=int(cfg.campaign.seed or 0),
+                                          n_per_band=2, n_control=2)
+    except (FileNotFoundError, ValueError) as exc:
+        return f"no GeoVerify trials written: {exc}"
+    return (f"GeoVerify trials: {path} (main arm per band {build.per_band()}); use it with release_dir = "
+            f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"")

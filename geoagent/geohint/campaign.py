@@ -133,10 +133,29 @@ class GeoHintCampaign(CampaignKind):
             release = Release(root=release.root, sites=sites, ladders=release.ladders,
                               images={k: v for k, v in release.images.items() if v.site_id in sites})
         images = campaign_images(release, s.images, s.images_per_site)
+        self._plan_inputs = {"sites": len(sites), "images": len(images), "ladders": len(release.ladders)}
         messages, summary = plan_from_config(cfg, sites, images, release.ladders)
         self._summary: PlanSummary = summary
         ctx.services.setdefault("sites", sites)
         return messages
+
+    def empty_plan_reason(self, cfg: Any) -> str:
+        """What was empty: the release's sites, its images (``images = "release"`` takes them from the
+        trial table ``verify_trials.csv``) or the ladders."""
+        s = settings_of(cfg)
+        root = Path(s.release_dir or cfg.release_dir())
+        st = getattr(self, "_plan_inputs", None) or {}
+        n_sites, n_images, n_ladders = st.get("sites", 0), st.get("images", 0), st.get("ladders", 0)
+        if not n_sites:
+            why = "no site (sites.csv empty or missing)"
+        elif not n_images:
+            why = (f"{n_sites} sites but no image (images = {s.images!r}; release images come from "
+                   "verify_trials.csv, which a crawl writes into its state folder when it completes)")
+        elif not n_ladders:
+            why = f"{n_sites} sites and {n_images} images but no context ladder (ladders/*.csv)"
+        else:
+            why = f"{n_sites} sites, {n_images} images, {n_ladders} ladders, but no unit matched the config"
+        return f"0 GeoHint units planned from {root}: {why}"
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         from geoagent.report.geohint import write_report

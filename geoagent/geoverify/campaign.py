@@ -88,6 +88,23 @@ class GeoVerifyCampaign(CampaignKind):
         self._plan = plan_campaign(cfg)
         return self._plan.messages
 
+    def empty_plan_reason(self, cfg: Any) -> str:
+        """What was empty: the trials (built or read from the release folder), or the models' sampling."""
+        s = settings_of(cfg)
+        root = Path(s.release_dir or cfg.release_dir())
+        plan = getattr(self, "_plan", None)
+        n_trials = len(plan.trials) if plan is not None else 0
+        if n_trials:
+            return (f"{n_trials} trials from {root} but 0 requests planned (every model's sampling_rate "
+                    "dropped them all?)")
+        has_csv = any(root.glob("verify_trials*.csv")) or any((root / "data").glob("verify_trials*.csv"))
+        what = "built" if s.trials == "build" else "read"
+        why = ("it has no verify_trials.csv (after a crawl, the crawl writes one into its state folder when it "
+               "completes)" if not has_csv else
+               "its verify_trials.csv gives no image with a signal candidate within tau and no decoy ladder "
+               "(no usable row)")
+        return f"0 trials {what} from {root}: {why}"
+
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         from geoagent.report.geoverify import write_report
 

@@ -1,0 +1,136 @@
+"""From a crawl to a campaign through the CLI (first-time user path of README "From a crawl to a campaign").
+
+The sandbox crawl (``geoagent/configs/crawl_sandbox.toml``) writes ``verify_trials.csv`` into its state
+folder when it completes, byte for byte what :func:`geoagent.integrate.write_verify_trials` writes with the
+demo's arguments; a GeoVerify (``trials = "build"``) and a GeoHint (``images = "release"``) campaign whose
+``release_dir`` is that folder then plan work. A campaign that plans nothing on its first run is a config
+error (exit 2) naming what was empty, and leaves no state folder. ``status`` on a campaign not started
+names the pipeline's stages. The crawl summary says its queue counts are per-site tasks and how many images
+were kept.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from geoagent.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
+CAMPAIGN = "crawl-sandbox"
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _toml(tmp: Path, name: str, kind: str, release_dir: Path, section: str) -> Path:
+    p = tmp / f"{name}.toml"
+    p.write_text(f"""
+[campaign]
+name = "{name}"
+kind = "{kind}"
+seed = 7
+[paths]
+release_dir = "{release_dir}"
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+[{kind}]
+{section}
+""", encoding="utf-8")
+    return p
+
+
+@pytest.fixture()
+def crawled(isolated_roots, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CONFIG), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    return isolated_roots, out
+
+
+def test_crawl_writes_verify_trials_and_campaigns_plan_from_it(crawled, capsys):
+    from geoagent.integrate import write_verify_trials
+
+    root, out = crawled
+    state = root / "state"
+    crawl_dir, images = state / CAMPAIGN, state / "images"
+    trials = crawl_dir / "verify_trials.csv"
+    assert trials.is_file()
+    # the same bytes as the demo's hand-off call (seed of the crawl config, 2 per band, 2 per control arm)
+    _, build = write_verify_trials(crawl_dir, images, seed=20260401, n_per_band=2, n_control=2, out_dir=root / "again")
+    assert (root / "again" / "verify_trials.csv").read_bytes() == trials.read_bytes()
+    assert build.per_band()["signal"] > 0
+
+    # item 3: the queue lines count per-site tasks; images kept = rows of images.csv = thumbnails on disk
+    kept = len(_rows(crawl_dir / "images.csv"))
+    assert kept == len(list(images.glob("*/*.jpg"))) > len(_rows(crawl_dir / "sites.csv"))
+    m = re.search(r"queue counts are per-site tasks.*images kept: (\d+)", out)
+    assert m and int(m.group(1)) == kept
+
+    gv = _toml(root, "gv-from-crawl", "geoverify", crawl_dir, f'trials = "build"\nimage_root = "{images}"\nn_boot = 0')
+    assert main(["run", str(gv), "--simulate", "--no-live"]) == 0
+    n = int(re.search(r"planned (\d+) requests", capsys.readouterr().out).group(1))
+    assert n == sum(build.per_band().values()) + sum(
+        c for (arm, _b), c in build.counts.items() if arm != "main")  # one model: one request per trial
+    gh = _toml(root, "gh-from-crawl", "geohint", crawl_dir, 'images = "release"\nconditions = ["baseline"]')
+    assert main(["run", str(gh), "--simulate", "--no-live"]) == 0
+    n_gh = int(re.search(r"planned (\d+) ", capsys.readouterr().out).group(1))
+    assert n_gh > 0
+
+
+def test_empty_first_plan_is_a_config_error_and_leaves_no_state(isolated_roots, capsys):
+    root = isolated_roots
+    empty = root / "empty"
+    empty.mkdir()
+    (empty / "sites.csv").write_text("site,city,country,continent,lat,lon,qid,name_en\n", encoding="utf-8")
+    gv = _toml(root, "gv-empty", "geoverify", empty, f'trials = "build"\nimage_root = "{root}"\nn_boot = 0')
+    assert main(["run", str(gv), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert f"0 trials built from {empty}: it has no verify_trials.csv" in err
+    assert not (root / "state" / "gv-empty").exists() and not (root / "queues" / "gv-empty").exists()
+
+    gh = _toml(root, "gh-empty", "geohint", empty, 'images = "release"\nconditions = ["baseline"]')
+    assert main(["run", str(gh), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert f"0 GeoHint units planned from {empty}: no site" in err
+    assert not (root / "state" / "gh-empty").exists()
+
+
+def test_status_of_a_campaign_not_started_names_its_stages(isolated_roots, capsys):
+    gv = _toml(isolated_roots, "gv-status", "geoverify", isolated_roots, "n_boot = 0")
+    assert main(["status", str(gv)]) == 0
+    out = capsys.readouterr().out
+    assert "no queues yet (campaign not started)" in out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("stages"))
+    # GeoVerify's pipeline (geoagent/geoverify/campaign.py docstring): model caller -> parser -> scorer -> aggregator
+    assert re.findall(r"(\w+) \((\w+) -> ", line) == [("model_caller", "requests"), ("parser", "responses"),
+                                                       ("scorer", "answers"), ("aggregator", "scored")]
+
+
+def test_crawl_without_cities_is_a_config_error(isolated_roots, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    text = CONFIG.read_text(encoding="utf-8")
+    lines, skip = [], False
+    for ln in text.splitlines():  # every [[crawl.cities]] table removed
+        if ln.startswith("["):
+            skip = ln.strip() == "[[crawl.cities]]"
+        if not skip:
+            lines.append(ln)
+    kept = "\n".join(lines) + "\n"
+    assert "\n[[crawl.cities]]" in text and "\n[[crawl.cities]]" not in kept
+    cfg = isolated_roots / "no_cities.toml"
+    cfg.write_text(kept, encoding="utf-8")
+    assert main(["crawl", str(cfg), "--no-live"]) == 2
+    assert "0 cities planned" in capsys.readouterr().err
+    assert not (isolated_roots / "state" / CAMPAIGN).exists()
