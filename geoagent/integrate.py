@@ -149,16 +149,3 @@ def gazetteer_from_world(world: Any, *, city_qid_start: int = 4_990_001, city_ra
                                       sitelinks=int(e.sitelinks), classes=tuple(e.instance_of),
                                       description=f"place in {city}" if city else "place (sandbox world)"))
     return Gazetteer(entries)
-
-
-def hosts_of(urls: Iterable[str]) -> list[str]:
-    """``hostname:port`` of each URL (the keys of ``[hosts]`` rate-limit tables), without duplicates."""
-    from urllib.parse import urlsplit
-
-    out: list[str] = []
-    for u in urls:
-        p = urlsplit(u)
-        h = f"{p.hostname}:{p.port}" if p.port else str(p.hostname)
-        if h not in out:
-            out.append(h)
-    return out
