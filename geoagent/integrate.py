@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
