@@ -295,6 +295,13 @@ def _server_cpu_us(server_pid: int, before: float | None, n: int) -> float | Non
     return None if before is None or after is None else 1e6 * (after - before) / max(1, n)
 
 
+def _figures(label: str, n: int, res: dict[str, Any], details: str) -> str:
+    """One printed line of a configuration's figures: calls/s, wall time, ``details``, peak RSS, CPU per call."""
+    return (f"{label:<8} n={n:>9,}  {res['calls_per_s']:9.0f} calls/s  ({res['elapsed_s']:.1f} s, {details}, "
+            f"peak RSS {res['peak_rss_mib']:.0f} MiB, client CPU {1e6 * res['cpu_s'] / max(1, n):.0f} us/call, "
+            f"server CPU {res.get('server_cpu_us') or 0:.0f} us/call)")
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "_child":
         child_main(sys.argv[2:])
@@ -331,9 +338,7 @@ def main() -> int:
                 srv0 = process_cpu_s(server.pid)
                 raw = run_child("raw", base, n, a.concurrency)
                 raw["server_cpu_us"] = _server_cpu_us(server.pid, srv0, n)
-                print(f"raw      n={n:>9,}  {raw['calls_per_s']:9.0f} calls/s  ({raw['elapsed_s']:.1f} s, "
-                      f"errors {raw['errors']}, peak RSS {raw['peak_rss_mib']:.0f} MiB, client CPU {1e6 * raw['cpu_s'] / max(1, n):.0f} us/call, "
-                      f"server CPU {raw['server_cpu_us'] or 0:.0f} us/call)", flush=True)
+                print(_figures("raw", n, raw, f"errors {raw['errors']}"), flush=True)
             floor = None
             if a.floor:
                 fwork = Path(tempfile.mkdtemp(prefix=f"geoagent-floor-{n}-", dir=os.environ.get("GEOAGENT_BENCH_DIR")))
@@ -343,10 +348,7 @@ def main() -> int:
                 finally:
                     shutil.rmtree(fwork, ignore_errors=True)
                 floor["server_cpu_us"] = _server_cpu_us(server.pid, srv0, n)
-                print(f"floor    n={n:>9,}  {floor['calls_per_s']:9.0f} calls/s  ({floor['elapsed_s']:.1f} s, "
-                      f"errors {floor['errors']}, calls {floor['calls']:,}, peak RSS {floor['peak_rss_mib']:.0f} MiB, "
-                      f"client CPU {1e6 * floor['cpu_s'] / max(1, n):.0f} us/call, server CPU {floor['server_cpu_us'] or 0:.0f} us/call)",
-                      flush=True)
+                print(_figures("floor", n, floor, f"errors {floor['errors']}, calls {floor['calls']:,}"), flush=True)
             work = Path(tempfile.mkdtemp(prefix=f"geoagent-bench-{n}-", dir=os.environ.get("GEOAGENT_BENCH_DIR")))
             srv0 = process_cpu_s(server.pid)
             try:
@@ -358,10 +360,7 @@ def main() -> int:
                 else:
                     shutil.rmtree(work, ignore_errors=True)
             pipe["server_cpu_us"] = _server_cpu_us(server.pid, srv0, n)
-            print(f"pipeline n={n:>9,}  {pipe['calls_per_s']:9.0f} calls/s  ({pipe['elapsed_s']:.1f} s, "
-                  f"status {pipe['status']}, calls {pipe['calls']:,}, peak RSS {pipe['peak_rss_mib']:.0f} MiB, "
-                  f"client CPU {1e6 * pipe['cpu_s'] / max(1, n):.0f} us/call, server CPU {pipe['server_cpu_us'] or 0:.0f} us/call)",
-                  flush=True)
+            print(_figures("pipeline", n, pipe, f"status {pipe['status']}, calls {pipe['calls']:,}"), flush=True)
             row = {"n": n, "concurrency": a.concurrency, "callers": a.callers, "latency_ms": a.latency_ms, "export": not a.no_export,
                    "pipeline": pipe, "raw": raw, "floor": floor}
             if raw and floor:
