@@ -740,13 +740,18 @@ def _refuse_empty_first_plan(cfg: Any, kind: CampaignKind, plan: Iterable[Messag
     first = next(it, _NOTHING)
     if first is not _NOTHING:
         return itertools.chain([first], it)
-    qdir = Path(cfg.queues_root()) / cfg.name
-    if qdir.is_dir() and any(qdir.glob("*.sqlite")):
+    if _has_queues(cfg):
         return []
     raise ConfigError(str(getattr(cfg, "source", None) or cfg.name), [f"{kind.empty_plan_reason(cfg)}; nothing was run"])
 
 
 _NOTHING = object()
+
+
+def _has_queues(cfg: Any) -> bool:
+    """Whether campaign ``cfg`` has queue files (it ran before), under ``queues/<campaign>/``."""
+    qdir = Path(cfg.queues_root()) / cfg.name
+    return qdir.is_dir() and any(qdir.glob("*.sqlite"))
 
 #: planned messages put into the plan edge per transaction (bounds the planner's memory)
 PLAN_CHUNK = 10_000
@@ -788,6 +793,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     command = "crawl" if kind.kind == "crawl" else "run"
     warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others)}; `{command}` "
                 f"will refuse to start until {them} set"] if n_vars else [])
+    if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
+        warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
     if kind.plan_edge != C.EDGE_REQUESTS:
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
         out.extra_lines = warning + [
