@@ -60,3 +60,22 @@ def synth_results(seed: int = 0, n_sites: int = 14, models=("m-a", "m-b", "m-c")
                             hit=is_hit(error_km, level), echo=echo, evidence=evidence, parse_ok=rng.random() > 0.01,
                         ))
     return out
+
+
+def hand_rows(baseline: dict[str, list[int]], near: dict[str, list[int]], model: str = "m") -> list[GeoHintResult]:
+    """Hand-made results of one model: per site, no-context answers (``baseline``: 1 = hit, err 0.2 km, else
+    5 km) and near-band forced answers (``near``: 1 = hit, err 0.3 km, else 4 km; d_ref 1 km), all at area level."""
+    out = []
+    for site, hits in baseline.items():
+        for r, h in enumerate(hits):
+            err = 0.2 if h else 5.0
+            out.append(GeoHintResult(key=f"b|{site}|{r}", site=site, image_id=f"{site}-img", model=model, condition="baseline",
+                                     schema="forced", repeat=r, resolved_level="area", error_km=err, hit=is_hit(err, "area")))
+    for site, hits in near.items():
+        for i, h in enumerate(hits):
+            err = 0.3 if h else 4.0
+            out.append(GeoHintResult(key=f"c|{site}|{i}", site=site, image_id=f"{site}-img", model=model, condition="forced",
+                                     schema="forced", ref_qid=f"Q{site}{i}", ref_name=f"P{i}", band="0.5-1.5km", tier="high",
+                                     dist_km=1.0, area="Somewhere", resolved_level="area", error_km=err,
+                                     hit=is_hit(err, "area"), echo=False))
+    return out

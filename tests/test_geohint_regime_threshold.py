@@ -24,30 +24,18 @@ import math
 
 import numpy as np
 import pytest
+from _geohint_synth import hand_rows
 
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.result import GeoHintResult
 from geoagent.report import geohint as GH
-from geoagent.scoring.geohint import is_hit
 
 BASELINE = {"s1": [1, 1, 1, 0], "s2": [1, 1, 0, 0], "s3": [1, 0, 0, 0]}
 NEAR = {"s1": [1, 1, 1, 1], "s2": [1, 1, 1, 0], "s3": [1, 0, 0, 0]}
 
 
 def _rows() -> list[GeoHintResult]:
-    out = []
-    for site, hits in BASELINE.items():
-        for r, h in enumerate(hits):
-            err = 0.2 if h else 5.0
-            out.append(GeoHintResult(key=f"b|{site}|{r}", site=site, image_id=f"{site}-img", model="m", condition="baseline",
-                                     schema="forced", repeat=r, resolved_level="area", error_km=err, hit=is_hit(err, "area")))
-        for i, h in enumerate(NEAR[site]):
-            err = 0.3 if h else 4.0
-            out.append(GeoHintResult(key=f"c|{site}|{i}", site=site, image_id=f"{site}-img", model="m", condition="forced",
-                                     schema="forced", ref_qid=f"Q{site}{i}", ref_name=f"P{i}", band="0.5-1.5km", tier="high",
-                                     dist_km=1.0, area="Somewhere", resolved_level="area", error_km=err,
-                                     hit=is_hit(err, "area"), echo=False))
-    return out
+    return hand_rows(BASELINE, NEAR)
 
 
 def _agg(threshold: float | None = None) -> GeoHintAggregator:

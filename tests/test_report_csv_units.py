@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from _geohint_synth import synth_results
+from _geohint_synth import hand_rows, synth_results
 
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.result import GeoHintResult
@@ -20,20 +20,8 @@ NEAR = {"s1": [1, 1, 1, 1], "s2": [1, 1, 0, 0]}
 
 
 def _hand_agg() -> GeoHintAggregator:
-    rows = []
-    for site, hits in BASELINE.items():
-        for r, h in enumerate(hits):
-            err = 0.2 if h else 5.0
-            rows.append(GeoHintResult(key=f"b|{site}|{r}", site=site, image_id=f"{site}-i", model="m", condition="baseline",
-                                      schema="forced", repeat=r, resolved_level="area", error_km=err, hit=is_hit(err, "area")))
-        for i, h in enumerate(NEAR[site]):
-            err = 0.3 if h else 4.0
-            rows.append(GeoHintResult(key=f"c|{site}|{i}", site=site, image_id=f"{site}-i", model="m", condition="forced",
-                                      schema="forced", ref_qid=f"Q{site}{i}", ref_name=f"P{i}", band="0.5-1.5km", tier="high",
-                                      dist_km=1.0, area="Somewhere", resolved_level="area", error_km=err,
-                                      hit=is_hit(err, "area"), echo=False))
     agg = GeoHintAggregator()
-    agg.add_many(rows)
+    agg.add_many(hand_rows(BASELINE, NEAR))
     return agg
 
 
