@@ -47,14 +47,31 @@ def test_exact_mode_equals_hand_enumeration_and_scipy():
 def test_random_flips_are_reproducible_and_close_to_exact():
     sites, t, c = _pairs(seed=4, n_sites=12, effect=0.08)
     exact = paired_site_permutation_test(sites, t, c, exact=True).p_value
-    a = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=7)
-    b = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=7)
-    other = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=8)
+    a = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=7, exact=False)
+    b = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=7, exact=False)
+    other = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=8, exact=False)
     assert a.p_value == b.p_value
-    assert a.n_flips == 10_000 and a.seed == 7
+    assert a.n_flips == 10_000 and a.seed == 7 and not a.exact
     se = np.sqrt(exact * (1 - exact) / 10_000)
     assert abs(a.p_value - exact) < 5 * se + 2e-4
     assert abs(other.p_value - exact) < 5 * se + 2e-4
+
+
+def test_default_enumerates_when_there_are_fewer_sign_vectors_than_flips():
+    # 12 sites: 4,096 sign vectors < 10,000 flips, so the default test is the exact one (hand enumeration)
+    sites, t, c = _pairs(seed=4, n_sites=12, effect=0.08)
+    auto = paired_site_permutation_test(sites, t, c, n_flips=10_000, seed=7)
+    assert auto.exact and auto.n_flips == 2**12 and auto.seed is None
+    assert auto.p_value == pytest.approx(_exact_by_hand(sites, t, c), abs=1e-12)
+    # 5 sites all pointing one way: the exact p is the smallest attainable, 2 / 2**5 (never below it)
+    few = paired_site_permutation_test([s for s in "abcde" for _ in range(3)], [1] * 15, [0] * 15)
+    assert few.exact and few.p_value == pytest.approx(2 / 32, abs=1e-15)
+    # more sites than log2(n_flips): random flips with the seed, as the paper's 10,000
+    many, tm, cm = _pairs(seed=5, n_sites=14, effect=0.08)
+    mc = paired_site_permutation_test(many, tm, cm, n_flips=10_000, seed=3)
+    assert not mc.exact and mc.n_flips == 10_000 and mc.seed == 3
+    # a smaller flip budget moves the switch: 2**12 > 1,000, so 12 sites are sampled
+    assert not paired_site_permutation_test(sites, t, c, n_flips=1_000, seed=1).exact
 
 
 def test_no_difference_gives_p_one_and_flipping_is_by_site():
@@ -72,3 +89,12 @@ def test_bad_input():
         paired_site_permutation_test(["a"], [1, 0], [1])
     with pytest.raises(ValueError, match="at least one pair"):
         paired_site_permutation_test([], [], [])
+
+
+def test_paired_tables_say_where_the_test_is_exact():
+    from geoagent.report.geohint import flip_method_note
+
+    note = flip_method_note(10_000, 0)
+    # 2**13 = 8,192 <= 10,000 < 2**14: groups of up to 13 sites are enumerated
+    assert "G <= 13" in note and "10000 random flips (seed 0)" in note
+    assert "G <= 10" in flip_method_note(1024, 5)

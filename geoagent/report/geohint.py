@@ -645,7 +645,7 @@ def table_paired(
          "Building delta (pp)", "p (building)", *(f"Median ratio {b}" for b in BAND_NAMES)],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
         rows,
-        _join_notes(f"Two-sided permutation test flipping whole sites, {n_flips} flips, seed {seed}. {echo_rule_note(agg)}",
+        _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_note(agg)}",
                     few_sites_note(n_sites), regime_note(agg, baseline)),
     )
 
@@ -654,10 +654,20 @@ def table_paired(
 FEW_FLIP_SITES = 6
 
 
+def flip_method_note(n_flips: int, seed: int) -> str:
+    """The paired tables' sentence on the test: site-flip, two-sided; ``n_flips`` random sign vectors drawn with
+    ``seed`` where a group has more than log2(n_flips) sites, every sign vector (exact p) where it has fewer
+    (:func:`geoagent.scoring.permutation.site_flip_test_from_sums`, ``exact=None``)."""
+    g_max = max(0, int(n_flips).bit_length() - 1)  # largest G with 2**G <= n_flips
+    return (f"Two-sided permutation test flipping whole sites: {n_flips} random flips (seed {seed}); "
+            f"exact enumeration of all 2^G sign vectors for groups of G <= {g_max} sites.")
+
+
 def min_flip_p(n_sites: int) -> float:
     """Smallest two-sided p a site-flip test over ``n_sites`` sites can give: 2 / 2**G (exact enumeration: the
-    observed signs and their mirror image always reach |T|). The Monte Carlo p the report shows,
-    ``(1 + count) / (1 + n_flips)`` (:mod:`geoagent.scoring.permutation`), estimates it. Raises ValueError for G < 1."""
+    observed signs and their mirror image always reach |T|). With so few sites the report's test enumerates every
+    sign vector (:mod:`geoagent.scoring.permutation`: exact whenever 2**G <= n_flips), so its p is the exact one.
+    Raises ValueError for G < 1."""
     if n_sites < 1:
         raise ValueError(f"a site-flip test needs at least one site, got {n_sites}")
     return 2.0 / 2 ** n_sites
@@ -669,9 +679,8 @@ def few_sites_note(n_sites: Sequence[tuple[str, int]]) -> str:
     few = [(label, g) for label, g in n_sites if 1 <= g <= FEW_FLIP_SITES]
     if not few:
         return ""
-    return ("Few sites: with G sites a two-sided site-flip test cannot give p below 2/2^G (exact enumeration; the "
-            "Monte Carlo p shown estimates the exact one and may fall a little below it by chance), so p here cannot be "
-            "small: "
+    return ("Few sites: with G sites a two-sided site-flip test cannot give p below 2/2^G (the observed signs and "
+            "their mirror image), so p here cannot be small: "
             + "; ".join(f"{label}: G = {g}, p >= {min_flip_p(g):.3g}" for label, g in few) + ".")
 
 
@@ -692,7 +701,7 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
         ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
         ["text", "int", "pp", "p", "pp", "pp"],
         rows,
-        _join_notes(few_sites_note(n_sites), regime_note(agg, baseline)),
+        _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites), regime_note(agg, baseline)),
     )
 
 

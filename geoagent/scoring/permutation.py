@@ -9,6 +9,12 @@ is the mean paired difference ``T = sum_i d_i / N``. Under the null the sign of 
 ``D_s = sum_{i in s} d_i`` is exchangeable, so a flip draws ``eps_s`` in {-1, +1} per site and computes
 ``T* = sum_s eps_s D_s / N``. The two-sided p-value is ``(1 + #{|T*| >= |T|}) / (1 + n_flips)``
 (the observed assignment counted once, so p is never 0 and equals 1 when T = 0).
+
+With few sites there are fewer distinct sign vectors (``2**S``) than the paper's 10,000 random flips, and
+sampling would only estimate what enumeration gives exactly (and could fall below the smallest attainable
+p, ``2 / 2**S``, by chance). By default (``exact=None``) the test therefore enumerates every sign vector
+when ``2**S <= n_flips`` (S <= 13 for 10,000 flips) and samples ``n_flips`` random vectors otherwise; the
+result says which (``exact``, ``n_flips``, ``seed`` None when exact).
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ class PermutationResult:
     n_flips: int
     seed: int | None
 
+    @property
+    def exact(self) -> bool:
+        """Whether every sign vector was enumerated (no random flips; ``seed`` is None)."""
+        return self.seed is None
+
 
 def site_sums(sites: Sequence[Hashable], diffs: Sequence[float]) -> tuple[list[Hashable], np.ndarray, np.ndarray]:
     """Group paired differences by site.
@@ -80,12 +91,14 @@ def site_flip_test_from_sums(
     *,
     n_flips: int = DEFAULT_N_FLIPS,
     seed: int = 0,
-    exact: bool = False,
+    exact: bool | None = None,
 ) -> PermutationResult:
     """Sign-flip test from per-site sums ``D_s`` (shape ``(S,)``) and the total pair count N.
 
-    ``exact=True`` enumerates all ``2**S`` sign vectors (only for S <= 20). Random flips use
-    ``numpy.random.default_rng(seed)``, so the p-value is reproducible under a seed.
+    ``exact=True`` enumerates all ``2**S`` sign vectors (only for S <= 20); ``exact=False`` samples
+    ``n_flips`` random ones; ``exact=None`` (default) enumerates when ``2**S <= n_flips`` and samples
+    otherwise (module docstring). Random flips use ``numpy.random.default_rng(seed)``, so the p-value is
+    reproducible under a seed.
 
     Raises
     ------
@@ -103,6 +116,8 @@ def site_flip_test_from_sums(
     t_obs = float(D.sum()) / n_pairs
     tol = 1e-12 * max(1.0, float(np.abs(D).sum()))
     thresh = abs(float(D.sum())) - tol
+    if exact is None:
+        exact = S <= 20 and 2**S <= n_flips
     if exact:
         if S > 20:
             raise ValueError(f"exact test over 2**{S} sign vectors is too large")
@@ -129,7 +144,7 @@ def paired_site_permutation_test(
     *,
     n_flips: int = DEFAULT_N_FLIPS,
     seed: int = 0,
-    exact: bool = False,
+    exact: bool | None = None,
 ) -> PermutationResult:
     """Two-sided paired test of ``mean(treatment - control)`` flipping whole sites.
 
@@ -143,8 +158,9 @@ def paired_site_permutation_test(
         Number of random sign flips (paper: 10,000).
     seed : int
         Seed of the generator.
-    exact : bool
-        Enumerate every sign vector instead of sampling (small S only).
+    exact : bool or None
+        True: enumerate every sign vector (S <= 20); False: sample ``n_flips``; None (default): enumerate
+        when ``2**S <= n_flips``, else sample (module docstring).
 
     Raises
     ------
