@@ -109,12 +109,14 @@ def apply_host_policies(cfg: Any, http: HttpClient) -> None:
 
 
 def caller_context(cfg: Any, http: HttpClient | None, state: Any, *, require_key: bool = True, **services: Any) -> StageContext:
-    """The stage context the model caller reads: config, providers over ``http``, the campaign ``state``'s
-    ledger and store, plus any further ``services`` (e.g. ``report_dir``)."""
+    """The stage context the model caller reads: config, providers over ``http`` (also the ``http`` service,
+    as in the engine's context: a stop request stops its retries), the campaign ``state``'s ledger and store,
+    plus any further ``services`` (e.g. ``report_dir``)."""
+    shared = {"http": http} if http is not None else {}
     return StageContext(
         campaign=cfg.name,
         services={"config": cfg, "providers": model_providers(cfg, http, require_key=require_key),
-                  "ledger": state.ledger, "store": state.store, **services},
+                  "ledger": state.ledger, "store": state.store, **shared, **services},
     )
 
 

@@ -22,7 +22,12 @@ Implementation notes (see :class:`HttpClient` for the full contract):
 * any exception that ends a :meth:`HttpClient.request` before the headers of any of its attempts were
   handed to the connection (cancelled while waiting for the connection to open or for a host pause, an
   unexpected error before writing) is marked so, and :func:`never_sent` tells it: that request provably
-  never left the process, so a ledger may release its reservation (:mod:`geoagent.workers.billing`).
+  never left the process, so a ledger may release its reservation (:mod:`geoagent.workers.billing`);
+* after :meth:`HttpClient.stop_retries` (a stop request: the stage runner calls it) no request makes another
+  attempt: a request between attempts (backing off, or waiting for its host after a failed attempt) raises
+  :class:`RetriesStopped`, a :class:`~geoagent.runtime.stage.Abandoned` (its task is released untouched),
+  with ``possibly_billed`` as :class:`RetriesExhausted` has. First attempts are not affected: whether a new
+  request may still start is its caller's decision (the model caller's send gate refuses it at a stop).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
+
+from geoagent.runtime.stage import Abandoned
 
 
 class HttpError(RuntimeError):
@@ -62,6 +69,24 @@ class RetriesExhausted(HttpError):
         self.last = last
         self.retry_after_s = retry_after_s
         super().__init__(f"{attempts} attempts to {url} failed; last: {last}")
+
+
+class RetriesStopped(HttpError, Abandoned):
+    """A stop was requested (:meth:`HttpClient.stop_retries`) while this request waited for its next attempt:
+    no further attempt is made. An :class:`~geoagent.runtime.stage.Abandoned`, so a stage runner releases the
+    task untouched and the next run does it; ``attempts`` were made, ``possibly_billed`` of them may have been
+    processed by the server (as on :class:`RetriesExhausted`), ``last`` describes the last failure."""
+
+    def __init__(self, url: str, attempts: int, last: str, possibly_billed: int = 0) -> None:
+        self.url = url
+        self.attempts = attempts
+        self.last = last
+        self.possibly_billed = possibly_billed
+        super().__init__(f"stop requested: no retry after {attempts} attempt(s) to {url}; last: {last}")
+
+
+class _StopRetrying(Exception):
+    """Internal: a stop request ends the retry loop (turned into :class:`RetriesStopped`)."""
 
 
 class OutcomeUnknown(HttpError):
@@ -552,6 +577,8 @@ class HttpClient:
         self._hosts: dict[str, _HostState] = {}
         self._session: Any = None  # aiohttp.ClientSession, created in start()
         self._host_listener: Any = None  # see set_host_listener
+        self._stopping = False  # stop_retries() was called
+        self._stop_event: asyncio.Event | None = None  # wakes requests backing off (made in the running loop)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> HttpClient:
@@ -577,6 +604,30 @@ class HttpClient:
             if hasattr(self._session, "_retry_connection"):
                 self._session._retry_connection = False
         return self
+
+    def stop_retries(self) -> None:
+        """A stop was requested: from now on no request of this client makes another attempt (module
+        docstring); requests backing off wake at once and raise :class:`RetriesStopped`. Idempotent; for
+        the rest of this client's life (a run's client is made per run)."""
+        self._stopping = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop_retries` was called."""
+        return self._stopping
+
+    async def _backoff(self, seconds: float) -> None:
+        """Sleep ``seconds`` between attempts, waking early when :meth:`stop_retries` is called."""
+        if self._stopping or seconds <= 0:
+            return
+        if self._stop_event is None:
+            self._stop_event = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._stop_event.wait(), timeout=seconds)
+        except (TimeoutError, asyncio.TimeoutError):
+            pass
 
     async def close(self) -> None:
         """Close the session (idempotent)."""
@@ -706,6 +757,8 @@ class HttpClient:
             4xx other than 408/425/429 (no retry).
         RetriesExhausted
             Every attempt failed retryably, or a Retry-After exceeded ``backoff_max_s``.
+        RetriesStopped
+            An attempt failed retryably and :meth:`stop_retries` was called before the next one was sent.
         OutcomeUnknown
             Timeout or dropped connection after sending, with ``policy.retry_unknown_outcome=False``.
         RuntimeError
@@ -746,10 +799,15 @@ class HttpClient:
             except _Retryable as exc:
                 last = exc
             if pol.max_attempts > 1 and not self._too_long(last, pol):
+                failed = [last]
+
+                def last_failure() -> str:
+                    return f"{failed[-1].reason}: {failed[-1].detail}"
+
                 last = None
                 host.stats.retries += 1
                 # backoff before attempt 2 = tenacity's first wait, U(0, min(max, base)) (full jitter)
-                await asyncio.sleep(random.uniform(0.0, min(pol.backoff_max_s, pol.backoff_base_s)))
+                await self._backoff(random.uniform(0.0, min(pol.backoff_max_s, pol.backoff_base_s)))
 
                 def _stop_for_retry_after(rs: Any) -> bool:
                     exc = rs.outcome.exception() if rs.outcome is not None else None
@@ -757,6 +815,9 @@ class HttpClient:
 
                 def _before_sleep(rs: Any) -> None:
                     host.stats.retries += 1
+                    exc = rs.outcome.exception() if rs.outcome is not None else None
+                    if isinstance(exc, _Retryable):
+                        failed[-1] = exc
 
                 # attempts 2..max_attempts; waits continue the sequence U(0, min(max, base * 2**k)), k = 1, 2, ...
                 retrying = AsyncRetrying(
@@ -764,14 +825,18 @@ class HttpClient:
                     stop=stop_after_attempt(pol.max_attempts - 1) | _stop_for_retry_after,
                     wait=wait_random_exponential(multiplier=2.0 * pol.backoff_base_s, max=pol.backoff_max_s),
                     before_sleep=_before_sleep,
+                    sleep=self._backoff,
                     reraise=True,
                 )
                 try:
                     async for attempt in retrying:
                         with attempt:
-                            resp = await self._attempt(*args)
+                            resp = await self._attempt(*args, retry=True)
                 except _Retryable as exc:
                     last = exc
+                except _StopRetrying:
+                    raise RetriesStopped(shown_url, counter.attempts, _scrub(last_failure(), secrets),
+                                         counter.possibly_billed) from None
             if last is not None:
                 err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{last.reason}: {last.detail}", secrets), last.retry_after_s)
                 err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
@@ -811,7 +876,10 @@ class HttpClient:
         counter: SimpleNamespace,
         expected: frozenset[int] = frozenset(),
         before_send: Callable[[], Awaitable[object]] | None = None,
+        retry: bool = False,
     ) -> HttpResponse:
+        """One attempt under the host's limits. ``retry``: attempt 2 or later, which a stop request
+        (:meth:`stop_retries`) ends once the host admitted it, before anything is sent (``_StopRetrying``)."""
         import aiohttp
 
         async with host.semaphore:
@@ -819,8 +887,12 @@ class HttpClient:
             throttle = host.throttle
             turn = None  # hostshare: this process's turn at a host whose rate the processes take turns on
             try:
+                if retry and self._stopping:
+                    raise _StopRetrying()
                 if host.gate is not None:
                     turn = await host.gate.take_turn()
+                if retry and self._stopping:
+                    raise _StopRetrying()
                 if before_send is not None:
                     await before_send()
                     # a Retry-After that arrived while the hook ran still holds (slot kept, +inf)

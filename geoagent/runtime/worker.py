@@ -198,6 +198,10 @@ class StageRunner:
         self._stop.set()
         try:
             self.stage.stop_requested()
+            # no request of this process makes another attempt (http.RetriesStopped -> Abandoned)
+            stop_retries = getattr(self.ctx.services.get("http"), "stop_retries", None)
+            if stop_retries is not None:
+                stop_retries()
         except Exception:  # noqa: BLE001 - a stage's hook must not break the shutdown
             log.exception("stage %s: stop_requested failed", self.stage.name)
 

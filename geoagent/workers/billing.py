@@ -12,6 +12,8 @@ exception                   reservation
 ==========================  ===================================================================
 PermanentHTTPError (4xx)    released (the API refused it; not billed)
 RetriesExhausted            unknown-outcome spend for ``possibly_billed`` attempts, else released
+RetriesStopped (a stop      as RetriesExhausted (the task itself is released untouched: the
+between attempts)           next run sends it again)
 OutcomeUnknown              unknown-outcome spend (at least one attempt)
 ProviderError with usage    settled with the reported usage
 ProviderError, no usage     released for a free model's non-retryable error; else unknown
@@ -33,7 +35,7 @@ import functools
 from typing import Any
 
 from geoagent.providers.base import ProviderError
-from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, never_sent
+from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped, never_sent
 
 
 async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, model_cfg: Any) -> str:
@@ -61,13 +63,14 @@ async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, m
     if isinstance(exc, PermanentHTTPError):
         await ledger.arelease(reservation, note=f"http {exc.status}")
         return "released"
-    if isinstance(exc, RetriesExhausted):
+    if isinstance(exc, (RetriesExhausted, RetriesStopped)):
+        what = "retries exhausted" if isinstance(exc, RetriesExhausted) else "stop requested between retries"
         maybe_billed = int(getattr(exc, "possibly_billed", 0) or 0)
         if maybe_billed:
-            await ledger.amark_unknown(reservation, note="retries exhausted; attempts may have been billed",
+            await ledger.amark_unknown(reservation, note=f"{what}; attempts may have been billed",
                                        attempts=maybe_billed)
             return "unknown"
-        await ledger.arelease(reservation, note="retries exhausted")
+        await ledger.arelease(reservation, note=what)
         return "released"
     if isinstance(exc, OutcomeUnknown):
         maybe_billed = max(1, int(getattr(exc, "possibly_billed", 1) or 1))

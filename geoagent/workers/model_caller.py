@@ -60,6 +60,8 @@ cancelled while queued      none made (or released: not sent)   (runner releases
 stop requested before the  none made (or released: not sent)   ``Abandoned`` -> released untouched at
 gate passed (queued for a                                        once (no attempt counted); requests
 host slot, budget wait)                                          already sent finish in the grace period
+RetriesStopped (stop while  as RetriesExhausted                 ``Abandoned`` -> released untouched (no
+backing off to retry)                                            further attempt is sent)
 cancelled, or any other     released when the HTTP layer        (runner releases / nacks the task)
 error, before sending       proves no attempt was sent
                             (``http.never_sent``: e.g. while
@@ -121,7 +123,7 @@ import anyio
 
 from geoagent import constants as C
 from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
-from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted
+from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped
 from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
@@ -689,6 +691,12 @@ class ModelCaller(Stage):
         """``provider.generate`` with the module table's handling of every failure (see :meth:`_call`)."""
         try:
             return await provider.generate(request)
+        except RetriesStopped as exc:
+            # a stop came between two attempts: no retry; the reservation closes as for exhausted retries
+            # (released unless an attempt may have been billed) and the task is released untouched
+            if gate.reservation is not None:
+                await close_failed_call(ledger, gate.reservation, exc, m)
+            raise Abandoned(f"stop requested between retries: {_excerpt(exc.last)}") from None
         except (_NotSent, Abandoned):
             raise
         except BaseException as exc:
