@@ -114,6 +114,33 @@ def test_timeouts_raise_wdqs_timeout(mode):
     st.timeout_next, st.timeout_mode = 100, mode
     with pytest.raises(WdqsTimeout):
         asyncio.run(_run(app, lambda c: c.entities_around(LAT0, LON0, 6.0)))
+    # no deadline answer was repeated, though FAST allows 3 attempts: the same query would time out again
+    # and every repeat costs a minute of the client's processing budget and one of its errors. (The circle's
+    # timeout is followed by its spatial split, whose box queries time out here too: each is sent once.)
+    assert 100 - st.timeout_next == len(st.queries) == len(set(st.queries)) >= 1
+
+
+def test_other_server_errors_are_still_retried():
+    """A 500 without the deadline marker (a restarting server) is retried as any 5xx: the query succeeds."""
+    from geoagent.sandbox.faults import FaultConfig
+
+    faults = FaultConfig(rate=1.0, kinds=("500",))
+    app = fake.make_app(_world(50), faults=faults)
+
+    async def go(c):
+        async def heal():
+            await asyncio.sleep(0.05)
+            faults.rate = 0.0  # the server is back after the first answer
+
+        healer = asyncio.create_task(heal())
+        try:
+            return await c.entities_around(LAT0, LON0, 6.0)
+        finally:
+            await healer
+
+    got = asyncio.run(_run(app, go, policy=HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=5,
+                                                        backoff_base_s=0.2, backoff_max_s=0.2, timeout_s=5)))
+    assert got and app[fake.WDQS_STATE].queries  # answered after the retry
 
 
 def test_one_query_at_a_time_per_client():

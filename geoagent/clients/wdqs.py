@@ -11,10 +11,13 @@ Sources: W3C SPARQL 1.1 Query Results JSON Format; WDQS User Manual ("Query limi
   retries run out the client raises :class:`WdqsThrottled` and refuses to send anything until the
   ``Retry-After`` has passed (60 s when absent): ignoring 429s gets a client banned for 24 h;
 * a query timeout shows up as a non-JSON body (``java.util.concurrent.TimeoutException``) or as JSON
-  that stops midway followed by a stack trace: both raise :class:`WdqsTimeout`;
+  that stops midway followed by a stack trace: both raise :class:`WdqsTimeout` at the FIRST such answer
+  (:func:`_deadline_answer`, the HTTP layer's ``no_retry``): the same query would hit the same 60 s
+  deadline again, and each repeat spends a minute of the client's processing budget and counts toward
+  the 30 errors per minute WMF allows (api-notes, WDQS "Errors and limits"); other 5xx are retried;
 * spatial-split fallback for the area queries (:meth:`WdqsClient.entities_around`,
-  :meth:`WdqsClient.site_candidates`): when the ``wikibase:around`` query of a big or dense area still
-  times out after the HTTP layer's retries, the circle's bounding box is split into four quadrants, each
+  :meth:`WdqsClient.site_candidates`): when the ``wikibase:around`` query of a big or dense area
+  times out, the circle's bounding box is split into four quadrants, each
   asked with ``wikibase:box`` plus the same distance limit (``geof:distance`` from the same centre, so the
   service applies the same radius rule), quadrants that time out are split again, down to
   ``max_split_depth``; rows are merged, de-duplicated (one row per item, coordinate and type, as the
@@ -42,6 +45,17 @@ from geoagent.clients.mapillary import bbox_around, normalise_bbox, quadrants
 from geoagent.clients.overpass import _json_body, host_of
 from geoagent.geo import haversine_km
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
+
+#: marker of Blazegraph's query-deadline error in a WDQS answer body
+DEADLINE_MARKER = b"TimeoutException"
+
+
+def _deadline_answer(resp: Any) -> bool:
+    """``no_retry`` hook of the WDQS queries: True for an answer that shows the 60 s query deadline was hit,
+    so the HTTP layer does not send the same query again: a 5xx whose body names ``TimeoutException``, or a
+    2xx whose body failed the JSON check (the result stream stopped midway: WDQS User Manual, "Query
+    limits"; api-notes, WDQS "Errors and limits"). Other 5xx (a restarting server) are retried as usual."""
+    return DEADLINE_MARKER in resp.body or 200 <= resp.status < 300
 
 ENTITY_PREFIX = "http://www.wikidata.org/entity/"
 
@@ -349,7 +363,7 @@ class WdqsClient:
                 resp = await self.http.request(
                     "POST", self.endpoint, data={"query": query},
                     headers={"User-Agent": self.user_agent, "Accept": "application/sparql-results+json"},
-                    validate=_json_body,
+                    validate=_json_body, no_retry=_deadline_answer,
                 )
             except PermanentHTTPError as e:
                 if e.status == 400:

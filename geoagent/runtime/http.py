@@ -279,6 +279,11 @@ def _scrub(text: str, secrets: list[str]) -> str:
     return text
 
 
+def _final(no_retry: Callable[[HttpResponse], bool] | None, resp: HttpResponse) -> bool:
+    """Whether the caller's ``no_retry`` hook ends the request at this answer (False when there is none)."""
+    return no_retry is not None and bool(no_retry(resp))
+
+
 def parse_retry_after(value: str | None, now_wall_s: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header value (delta-seconds or an HTTP-date), or None.
 
@@ -317,12 +322,14 @@ def host_key(url: str) -> str:
 class _Retryable(Exception):
     """One failed attempt that may be retried (internal)."""
 
-    def __init__(self, reason: str, detail: str, *, retry_after_s: float | None = None, maybe_processed: bool = False) -> None:
+    def __init__(self, reason: str, detail: str, *, retry_after_s: float | None = None, maybe_processed: bool = False,
+                 final: bool = False) -> None:
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
         self.retry_after_s = retry_after_s
         self.maybe_processed = maybe_processed
+        self.final = final  # the caller's ``no_retry`` said: do not repeat this request
 
 
 #: 4xx statuses that are retried (and may pause the host), like every 5xx
@@ -710,6 +717,7 @@ class HttpClient:
         validate: Callable[[HttpResponse], object] | None = None,
         before_send: Callable[[], Awaitable[object]] | None = None,
         expected_status: Collection[int] = (),
+        no_retry: Callable[[HttpResponse], bool] | None = None,
     ) -> HttpResponse:
         """Send one request with the host's limits and the retry policy; return a 2xx/3xx response.
 
@@ -742,6 +750,13 @@ class HttpClient:
             means "no views in the range"): returned as the response (``validate`` is not called on it)
             instead of raising :class:`PermanentHTTPError`, and counted in the host's ``answers``, not in
             its ``errors``, so ``status`` does not report them as API errors.
+        no_retry : callable, optional
+            Called with an answer that would be retried (408/425/429/5xx, or a 2xx/3xx that failed
+            ``validate``); True ends the request at once with :class:`RetriesExhausted` describing that
+            answer, without another attempt. For answers whose repetition cannot succeed and costs the
+            server (WDQS's 60 s query deadline: the same query times out again, and every repeat uses
+            the client's per-minute processing budget; the caller splits the query instead). The host
+            still counts the error and a ``Retry-After`` still pauses the host.
 
         Returns
         -------
@@ -791,14 +806,15 @@ class HttpClient:
             headers["Content-Type"] = "application/json"
         counter = SimpleNamespace(attempts=0, possibly_billed=0, sent=0)
         try:
-            args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter, expected)
+            args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter, expected,
+                    no_retry)
             last: _Retryable | None = None
             # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
             try:
                 return self._finish(await self._attempt(*args, before_send=before_send), counter)
             except _Retryable as exc:
                 last = exc
-            if pol.max_attempts > 1 and not self._too_long(last, pol):
+            if pol.max_attempts > 1 and not last.final and not self._too_long(last, pol):
                 failed = [last]
 
                 def last_failure() -> str:
@@ -811,7 +827,7 @@ class HttpClient:
 
                 def _stop_for_retry_after(rs: Any) -> bool:
                     exc = rs.outcome.exception() if rs.outcome is not None else None
-                    return isinstance(exc, _Retryable) and self._too_long(exc, pol)
+                    return isinstance(exc, _Retryable) and (exc.final or self._too_long(exc, pol))
 
                 def _before_sleep(rs: Any) -> None:
                     host.stats.retries += 1
@@ -875,6 +891,7 @@ class HttpClient:
         validate: Callable[[HttpResponse], object] | None,
         counter: SimpleNamespace,
         expected: frozenset[int] = frozenset(),
+        no_retry: Callable[[HttpResponse], bool] | None = None,
         before_send: Callable[[], Awaitable[object]] | None = None,
         retry: bool = False,
     ) -> HttpResponse:
@@ -979,7 +996,7 @@ class HttpClient:
                         unusable.possibly_billed = counter.possibly_billed + 1  # type: ignore[attr-defined]
                         raise unusable
                     counter.possibly_billed += 1
-                    raise _Retryable("invalid body", invalid)
+                    raise _Retryable("invalid body", invalid, final=_final(no_retry, resp))
             return resp
         if status in expected:  # a normal answer of this endpoint (caller's declaration), not an error
             host.count_answer(f"http {status}")
@@ -990,6 +1007,6 @@ class HttpClient:
             if retry_after is not None:
                 host.pause(retry_after)
             host.count_error(f"http {status}")
-            raise _Retryable(f"http {status}", excerpt, retry_after_s=retry_after)
+            raise _Retryable(f"http {status}", excerpt, retry_after_s=retry_after, final=_final(no_retry, resp))
         host.count_error(f"http {status}")
         raise PermanentHTTPError(status, shown_url, excerpt)
