@@ -56,7 +56,7 @@ def test_export_writes_the_crawl_tables(crawled, capsys):
     printed = capsys.readouterr().out
     out = sd / "export"
     want = ["city_pool", "sites", "images", "image_audit", "candidate_referenceability", "ladders",
-            "audit_decisions", "audit_sensitive", "audit_review_queue"]
+            "audit_decisions", "audit_sensitive", "audit_review_queue", "crawl_decisions"]
     assert sorted(p.stem for p in out.glob("*.parquet")) == sorted(want)
     assert all(f"{t}: " in printed for t in want) and "model_responses" not in printed
     for p, data in own.items():  # the crawl's own tables are only read
@@ -85,6 +85,50 @@ def test_export_writes_the_crawl_tables(crawled, capsys):
         df = pl.read_parquet(out / f"{name}.parquet")
         assert df.height == len(lines) and df["qid"].to_list() == [r["qid"] for r in lines], name
         assert pl.read_csv(out / f"{name}.csv").height == len(lines)
+
+    # the sandbox's WDQS answers every query whole: no decision log, an empty table with the full column set
+    assert not (sd / "crawl_decisions.jsonl").exists()
+    dec = pl.read_parquet(out / "crawl_decisions.parquet")
+    assert dec.height == 0 and dec.columns == DECISION_COLUMNS
+    assert dec.schema["ts"] == pl.Float64 and dec.schema["depth"] == pl.Int64 and dec.schema["stage"] == pl.String
+    assert (out / "crawl_decisions.csv").read_text(encoding="utf-8").strip() == ",".join(DECISION_COLUMNS)
+
+
+#: the exported decision-log columns, written out by hand from the README / the split records
+DECISION_COLUMNS = ["ts", "stage", "event", "city", "site", "query", "area", "center_lat", "center_lon", "radius_km",
+                    "depth", "box_west", "box_south", "box_east", "box_north", "box_km2", "n_parts", "parts", "reason",
+                    "extra"]
+
+
+def test_decision_log_rows_and_bad_values(tmp_path):
+    """A hand-written decision log: one row per line, centre and box split into coordinates, unknown keys kept
+    in ``extra``; a value of the wrong type is refused naming the file, line and key."""
+    from geoagent.crawl.export import export_crawl_tables
+
+    recs = [{"ts": 10.5, "stage": "site_sampler", "city": "Aville", "event": "wdqs_split", "query": "site_candidates",
+             "area": "city Aville", "center": [48.1, 11.5], "radius_km": 3.0, "depth": 0, "box": [11.4, 48.0, 11.6, 48.2],
+             "box_km2": 331.5, "parts": [[11.4, 48.0, 11.5, 48.1], [11.5, 48.0, 11.6, 48.1],
+                                          [11.4, 48.1, 11.5, 48.2], [11.5, 48.1, 11.6, 48.2]], "reason": "timeout"},
+            {"ts": 11, "stage": "other", "event": "skip", "site": "s1", "note": {"why": "x"}}]
+    (tmp_path / "crawl_decisions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    tables = export_crawl_tables(tmp_path)
+    assert [t.table for t in tables] == ["crawl_decisions"] and tables[0].rows == 2
+    df = pl.read_parquet(tmp_path / "export" / "crawl_decisions.parquet")
+    assert df.columns == DECISION_COLUMNS
+    a, b = df.to_dicts()
+    assert (a["center_lat"], a["center_lon"]) == (48.1, 11.5)
+    assert (a["box_west"], a["box_south"], a["box_east"], a["box_north"]) == (11.4, 48.0, 11.6, 48.2)
+    assert a["n_parts"] == 4 and a["parts"] == recs[0]["parts"] and a["site"] is None and a["extra"] is None
+    assert a["depth"] == 0 and a["city"] == "Aville" and a["reason"] == "timeout"
+    assert b["ts"] == 11.0 and b["site"] == "s1" and b["box_west"] is None and b["parts"] is None
+    assert json.loads(b["extra"]) == {"note": {"why": "x"}}
+    csv_rows = _csv_rows(tmp_path / "export" / "crawl_decisions.csv")
+    assert list(csv_rows[0]) == DECISION_COLUMNS and json.loads(csv_rows[0]["parts"]) == recs[0]["parts"]
+    assert csv_rows[1]["parts"] == "" and csv_rows[0]["box_km2"] == "331.5"
+
+    (tmp_path / "crawl_decisions.jsonl").write_text(json.dumps(recs[0]) + "\n" + '{"depth": "deep"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"crawl_decisions.jsonl:2: key 'depth' should be an integer"):
+        export_crawl_tables(tmp_path)
 
 
 def test_bad_jsonl_line_is_named(crawled, tmp_path):

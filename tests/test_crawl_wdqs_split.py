@@ -4,8 +4,8 @@ their area queries and end with exactly the outputs of a crawl whose WDQS answer
 Both crawls run the whole pipeline over the sandbox world (local fakes, simulated auditors); the second
 fake answers every query over more than 20 km^2 with the real timeout shape (500 + Blazegraph
 ``TimeoutException``), so the 3 km candidate circle (28 km^2) and the 6 km entity circle (113 km^2) can only be
-answered in boxes. Every split is in ``crawl_decisions.jsonl``. A depth limit too small for the area
-dead-letters the city with a message naming it.
+answered in boxes. Every split is in ``crawl_decisions.jsonl`` (and in the export's ``crawl_decisions``
+table). A depth limit too small for the area dead-letters the city with a message naming it.
 """
 
 from __future__ import annotations
@@ -103,6 +103,38 @@ def test_every_split_is_in_the_decision_log(two_crawls):
         assert sorted(r["depth"] for r in refs if r["site"] == sid) == [0, 1, 1, 1, 1]
     # the log records the timeouts it reacted to, one per split (a deadline answer is never sent again)
     assert st_split.area_timeouts == len(recs)
+
+
+def test_decision_log_is_exported_row_for_row(two_crawls, tmp_path):
+    """``run.py export``'s crawl tables include the decision log: one row per split, in log order, with the
+    record's centre, box and parts; Parquet and CSV agree (CSV: the parts list as JSON text)."""
+    import csv
+
+    import polars as pl
+
+    from geoagent.crawl.export import export_crawl_tables
+
+    world, whole, split, st_whole, st_split = two_crawls
+    recs = [json.loads(line) for line in (split / C.CRAWL_DECISIONS_FILE).read_text().splitlines()]
+    tables = {t.table: t for t in export_crawl_tables(split, tmp_path / "export")}
+    assert tables["crawl_decisions"].rows == len(recs) > 0
+    df = pl.read_parquet(tmp_path / "export" / "crawl_decisions.parquet")
+    assert df.height == len(recs)
+    for row, rec in zip(df.iter_rows(named=True), recs):
+        assert (row["ts"], row["stage"], row["event"], row["query"], row["area"], row["depth"], row["reason"]) == (
+            rec["ts"], rec["stage"], rec["event"], rec["query"], rec["area"], rec["depth"], rec["reason"])
+        assert row["city"] == rec.get("city") and row["site"] == rec.get("site")
+        assert [row["center_lat"], row["center_lon"]] == rec["center"] and row["radius_km"] == rec["radius_km"]
+        assert [row["box_west"], row["box_south"], row["box_east"], row["box_north"]] == rec["box"]
+        assert row["box_km2"] == rec["box_km2"] and row["parts"] == rec["parts"] and row["n_parts"] == 4
+        assert row["extra"] is None
+    with (tmp_path / "export" / "crawl_decisions.csv").open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [json.loads(r["parts"]) for r in rows] == [r["parts"] for r in recs]
+    assert [float(r["box_km2"]) for r in rows] == [r["box_km2"] for r in recs]
+    # the crawl whose WDQS answered every query whole: no rows, the same columns
+    empty = pl.read_parquet(export_crawl_tables(whole, tmp_path / "whole")[-1].parquet)
+    assert empty.height == 0 and empty.columns == df.columns
 
 
 def test_depth_limit_dead_letters_the_city_naming_it(tmp_path):

@@ -68,7 +68,7 @@ class CrawlCampaign(CampaignKind):
 
     def export(self, cfg: Any, store: Any) -> list[Any]:
         """The crawl's tables (city pool, sites, images, image audit, candidate referenceability, ladders,
-        audit logs) as Parquet and CSV under ``state/<campaign>/export/``
+        audit logs, the crawl's decision log) as Parquet and CSV under ``state/<campaign>/export/``
         (:func:`geoagent.crawl.export.export_crawl_tables`), plus the response store's tables when it holds
         any (the crawl's audits are kept in its own files, so it usually holds none)."""
         from geoagent.crawl.export import export_crawl_tables

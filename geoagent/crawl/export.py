@@ -7,7 +7,9 @@ camera coordinates and rated candidates with coordinates; :func:`crawl_records` 
 :class:`~geoagent.data.model.Image` and :class:`~geoagent.data.model.ReferencePoint` records (the
 GeoVerify trial builder needs candidate coordinates; GeoHint needs the ladders), and
 :func:`write_images_csv` writes ``images.csv``. :func:`export_crawl_tables` is ``run.py export`` of a
-crawl: its tables as Parquet and CSV under ``state/<campaign>/export/``.
+crawl: its tables as Parquet and CSV under ``state/<campaign>/export/``, the crawl's decision log
+(``crawl_decisions.jsonl``, e.g. WDQS spatial splits) among them with a fixed column set
+(:func:`crawl_decisions_frame`).
 """
 
 from __future__ import annotations
@@ -129,6 +131,118 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
 CRAWL_CSV_TABLES = ("city_pool", "sites", "images", "image_audit", "candidate_referenceability")
 #: its JSONL logs: audit decisions, sensitive-place flags, the human review queue (``<name>.jsonl``)
 CRAWL_JSONL_TABLES = ("audit_decisions", "audit_sensitive", "audit_review_queue")
+#: the crawl's own decision log (:data:`geoagent.constants.CRAWL_DECISIONS_FILE`) as an exported table
+CRAWL_DECISIONS_TABLE = "crawl_decisions"
+
+
+def _decision_columns() -> dict[str, Any]:
+    """Column -> Polars type of the ``crawl_decisions`` table, in order (:data:`CRAWL_DECISIONS_COLUMNS`)."""
+    import polars as pl
+
+    box = pl.List(pl.Float64)
+    return {
+        "ts": pl.Float64,          # unix time of the decision, s
+        "stage": pl.String,        # the crawl stage that made it (sampler, referenceability auditor, ...)
+        "event": pl.String,        # what was decided: "wdqs_split" (a WDQS area query split into boxes)
+        "city": pl.String,         # the city (sampler decisions)
+        "site": pl.String,         # the site id (per-site decisions)
+        "query": pl.String,        # which WDQS query: "site_candidates" or "entities_around"
+        "area": pl.String,         # the area the query was for, as named in errors ("city X", "site S (X)")
+        "center_lat": pl.Float64,  # the query circle's centre, degrees
+        "center_lon": pl.Float64,
+        "radius_km": pl.Float64,   # the query circle's radius, km
+        "depth": pl.Int64,         # split depth of the box (0: the whole circle's bounding box)
+        "box_west": pl.Float64,    # the box that was split, degrees
+        "box_south": pl.Float64,
+        "box_east": pl.Float64,
+        "box_north": pl.Float64,
+        "box_km2": pl.Float64,     # its area, km^2
+        "n_parts": pl.Int64,       # boxes it was split into
+        "parts": pl.List(box),     # those boxes, each [west, south, east, north] (JSON text in the CSV)
+        "reason": pl.String,       # the error that caused the decision (first 300 characters)
+        "extra": pl.String,        # any other keys of the record, as a JSON object (null when none)
+    }
+
+
+#: columns of the exported ``crawl_decisions`` table, always all of them in this order (also when empty)
+CRAWL_DECISIONS_COLUMNS = ("ts", "stage", "event", "city", "site", "query", "area", "center_lat", "center_lon",
+                           "radius_km", "depth", "box_west", "box_south", "box_east", "box_north", "box_km2",
+                           "n_parts", "parts", "reason", "extra")
+_DECISION_KEYS = {"ts", "stage", "event", "city", "site", "query", "area", "center", "radius_km", "depth", "box",
+                  "box_km2", "parts", "reason"}
+
+
+def _decision_row(rec: dict[str, Any], where: str) -> dict[str, Any]:
+    """One decision-log record as a :data:`CRAWL_DECISIONS_COLUMNS` row; ``where`` (``path:line``) names it in errors."""
+
+    def num(key: str, v: Any, kind: type = float) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()):
+            raise ValueError(f"{where}: key {key!r} should be a{'n integer' if kind is int else ' number'}, got {v!r}")
+        return kind(v)
+
+    def text(key: str, v: Any) -> str | None:
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise ValueError(f"{where}: key {key!r} should be text, got {v!r}")
+        return v
+
+    def pair(key: str, v: Any, n: int) -> list[float | None]:
+        if v is None:
+            return [None] * n
+        if not isinstance(v, (list, tuple)) or len(v) != n:
+            raise ValueError(f"{where}: key {key!r} should be a list of {n} numbers, got {v!r}")
+        return [num(key, x) for x in v]
+
+    parts = rec.get("parts")
+    if parts is not None and not isinstance(parts, list):
+        raise ValueError(f"{where}: key 'parts' should be a list of boxes, got {parts!r}")
+    parts = None if parts is None else [pair("parts", b, 4) for b in parts]
+    lat, lon = pair("center", rec.get("center"), 2)
+    w, s, e, n = pair("box", rec.get("box"), 4)
+    extra = {k: v for k, v in rec.items() if k not in _DECISION_KEYS}
+    return {
+        "ts": num("ts", rec.get("ts")), "stage": text("stage", rec.get("stage")), "event": text("event", rec.get("event")),
+        "city": text("city", rec.get("city")), "site": text("site", rec.get("site")),
+        "query": text("query", rec.get("query")), "area": text("area", rec.get("area")),
+        "center_lat": lat, "center_lon": lon, "radius_km": num("radius_km", rec.get("radius_km")),
+        "depth": num("depth", rec.get("depth"), int), "box_west": w, "box_south": s, "box_east": e, "box_north": n,
+        "box_km2": num("box_km2", rec.get("box_km2")), "n_parts": None if parts is None else len(parts),
+        "parts": parts, "reason": text("reason", rec.get("reason")),
+        "extra": orjson.dumps(extra).decode() if extra else None,
+    }
+
+
+def crawl_decisions_frame(path: str | Path) -> Any:
+    """The crawl's decision log (``crawl_decisions.jsonl``) as a table with the fixed columns
+    :data:`CRAWL_DECISIONS_COLUMNS` (types in :func:`_decision_columns`), one row per line in file order.
+
+    A missing file gives the empty table with the same columns (a crawl that made no decision, e.g. one whose
+    WDQS never timed out). The record's ``center`` ``[lat, lon]`` and ``box`` ``[west, south, east, north]``
+    (degrees) become one column per coordinate; ``parts`` (the boxes a split made) stays a list, with its count
+    in ``n_parts``; keys outside the fixed set go, as a JSON object, to ``extra``, so a future kind of
+    decision keeps its data without changing the columns. Source of the records:
+    :meth:`geoagent.crawl.stages.CrawlServices.decision_logger` and the WDQS client's split records
+    (:mod:`geoagent.clients.wdqs`).
+
+    Returns
+    -------
+    polars.DataFrame
+        Shape ``(n_records, len(CRAWL_DECISIONS_COLUMNS))``.
+
+    Raises
+    ------
+    ValueError
+        A line that is not a JSON object, or a key whose value has the wrong type (names ``path:line`` and key).
+    """
+    import polars as pl
+
+    path = Path(path)
+    schema = _decision_columns()
+    rows = [_decision_row(rec, f"{path}:{i}") for i, rec in iter_jsonl_objects(path)] if path.is_file() else []
+    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
 
 def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None) -> list[Any]:
@@ -139,7 +253,10 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     (``ladders/<site>_ladder_<auditor>-<lang>.csv``) become one ``ladders`` table with leading ``site`` and
     ``ladder`` (``<auditor>-<lang>``) columns. Column types are inferred from the whole file (Polars);
     JSONL rows are flattened one level as in :func:`geoagent.runtime.export.rows_to_frame`. Tables the
-    crawl has not written yet are left out. The crawl's own files are only read.
+    crawl has not written yet are left out, except the decision log: ``crawl_decisions`` (from
+    ``crawl_decisions.jsonl``, :func:`crawl_decisions_frame`) is always written, last, with the columns
+    :data:`CRAWL_DECISIONS_COLUMNS`, and has no rows when the crawl made no decision (no WDQS split). The
+    crawl's own files are only read.
 
     Parameters
     ----------
@@ -152,12 +269,13 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     Returns
     -------
     list of geoagent.runtime.export.ExportedTable
-        One per table written, in the order above (ladders after the CSV tables).
+        One per table written, in the order above (ladders after the CSV tables, ``crawl_decisions`` last).
 
     Raises
     ------
     ValueError
-        A JSONL line that is not a JSON object (names the file and line).
+        A JSONL line that is not a JSON object (names the file and line); a decision-log value of the wrong
+        type (names the file, line and key).
     """
     import polars as pl
 
@@ -184,6 +302,7 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
             continue
         rows = [(str(i), row) for i, row in iter_jsonl_objects(path)]
         frames.append((name, rows_to_frame(rows).drop("key")))
+    frames.append((CRAWL_DECISIONS_TABLE, crawl_decisions_frame(state_dir / C.CRAWL_DECISIONS_FILE)))
     written = []
     for name, df in frames:
         parquet, csv_path = out / f"{name}.parquet", out / f"{name}.csv"

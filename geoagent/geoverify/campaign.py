@@ -8,6 +8,11 @@ seeded by ``boot_seed``; both are printed under the table). The live refresh use
 
 The engine looks kinds up as ``geoagent.campaigns.geoverify:GeoVerifyCampaign``; that module re-exports
 this class.
+
+The console summary (:meth:`GeoVerifyCampaign.summary_lines`) gives one line per model: n parsed, H and F
+each with the trials behind it ``(k/n)``, d' against the nearest decoy band, delta_1 with its site-bootstrap
+range of bands (``0.3–0.7 km [0.15–0.3 km, none]``), parse failures, cut-off answers and the read-out; the
+counts and the delta_1 text are the report table's own (:func:`geoagent.report.geoverify.summary_counts`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import total
 from geoagent.workers.responses import with_stored_finish_reason
 
+
+#: what the console summary's counts mean (the report table's legend says the same at length)
+SUMMARY_LEGEND = "(k/n) after H and F: trials answered yes / parsed main-arm trials"
+#: ... and its delta_1 brackets, added when a site bootstrap ran
+SUMMARY_LEGEND_RANGE = "; delta_1 [lo, hi]: its range over the site-bootstrap resamples (2.5th-97.5th percentile band)"
 
 #: an undefined number in the console summary (NaN: no, or too few, parsed answers; "-" in the report files)
 NA = "n/a"
@@ -116,7 +126,7 @@ class GeoVerifyCampaign(CampaignKind):
                                  missing=missing_work(cfg), interim=outcome.interim_note()).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geoverify import truncation_warnings
+        from geoagent.report.geoverify import summary_counts, truncation_warnings
 
         scores = getattr(self, "_scores", None)
         if scores is None:
@@ -138,14 +148,17 @@ class GeoVerifyCampaign(CampaignKind):
             cut = total(sc.truncation or {})
             cut_text = f"  cut off {cut.n_truncated} ({cut.share:.1%})" if cut.n else ""
             parsed = sc.n_signal + sc.n_noise
-            delta_1 = (sc.delta_1 or "none") if parsed else NA
+            counts = summary_counts(sc)  # the report table's "(k/n)" and delta_1 cell, from the same scores
+            delta_1 = counts["delta_1"] if parsed else NA
             lines.append(
-                f"  {name:>20}: n {parsed}  H {_pct(sc.h)}  F {_pct(sc.f)}  d'(nearest) {_num(near)}  delta_1 {delta_1}"
+                f"  {name:>20}: n {parsed}  H {_pct(sc.h)}{counts['H']}  F {_pct(sc.f)}{counts['F']}"
+                f"  d'(nearest) {_num(near)}  delta_1 {delta_1}"
                 f"  parse failures {sc.n_parse_failures}{cut_text}  read-out {sc.readout.verdict}"
             )
         if POOLED in scores:
             lines.append(f"  pre-registered read-out (pooled): {scores[POOLED].readout.verdict}: "
                          + "; ".join(scores[POOLED].readout.reasons))
+        lines.append("  " + SUMMARY_LEGEND + (SUMMARY_LEGEND_RANGE if any(sc.delta_1_ci for sc in scores.values()) else ""))
         lines.append("  " + TRUNCATION_LEGEND)
         lines += [f"  {w}" for w in truncation_warnings(scores)]
         return lines

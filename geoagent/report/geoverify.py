@@ -125,6 +125,18 @@ def _delta_text(s: ModelScores) -> str:
     return f"{text} [{_delta_label(lo)}, {_delta_label(hi)}]"
 
 
+def summary_counts(s: ModelScores) -> dict[str, str]:
+    """The report's wording of the trials behind H and F and of the delta_1 range, for the one-line-per-model
+    console summary (:meth:`geoagent.geoverify.campaign.GeoVerifyCampaign.summary_lines`).
+
+    Read from ``s`` as the table reads them (no recomputation): ``"H"`` and ``"F"`` are `` (k/n)`` (answers yes
+    / parsed main-arm trials, as after the table's H and F; "" when n is 0), ``"delta_1"`` is the table's
+    delta_1 cell (``0.3–0.7 km [0.15–0.3 km, none]``: value and site-bootstrap range of bands; the value
+    alone without a bootstrap)."""
+    return {"H": _with_counts("", (s.n_hits, s.n_signal)), "F": _with_counts("", (s.n_false_acceptances, s.n_noise)),
+            "delta_1": _delta_text(s)}
+
+
 def _with_ci(text: str, s: ModelScores, key: str | None, *, pct: bool = False, signed: bool = False) -> str:
     """``text`` followed by `` [lo, hi]`` when ``s`` has a bootstrap interval for ``key``."""
     iv = _ci_pair(s, key)

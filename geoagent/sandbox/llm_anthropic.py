@@ -19,6 +19,12 @@
   "output_tokens", "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}``.
 * Injected faults (``faults=``) answer in this error shape: 429 ``rate_limit_error``, 500 ``api_error``,
   and a 503 fault is sent as 529 ``overloaded_error`` (Anthropic's overload status); ``Retry-After`` kept.
+* ``GET /v1/models``: Anthropic's "List Models" (Claude API docs, Models, "List Models",
+  https://docs.anthropic.com/en/api/models-list; ``ModelInfo`` on https://platform.claude.com/docs/en/api/models):
+  ``{"data": [{"type": "model", "id", "display_name", "created_at"}], "has_more", "first_id", "last_id"}``
+  with the query parameters ``limit`` (1-1000, default 20), ``after_id`` and ``before_id``; see
+  :func:`list_models`. Same headers as messages (``x-api-key``, ``anthropic-version``); not a model call,
+  so not in the call log.
 
 Run standalone with ``python -m geoagent.sandbox.llm_anthropic --port 8002 --log calls.jsonl``.
 """
@@ -50,6 +56,14 @@ from geoagent.sandbox.llm_common import (
 
 API = "anthropic"
 IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
+#: model ids ``GET /v1/models`` names when ``make_app(models=...)`` is not given (the fake answers any id)
+DEFAULT_MODEL_IDS: tuple[str, ...] = ("sandbox-model",)
+#: ``created_at`` of the fake's models (RFC 3339; fixed, so listings are reproducible): Unix 1_700_000_000
+MODEL_CREATED_AT = "2023-11-14T22:13:20Z"
+#: ``limit`` of "List Models": default and largest accepted value (the docs: 1 <= limit <= 1000, default 20)
+LIST_LIMIT_DEFAULT = 20
+LIST_LIMIT_MAX = 1000
+MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("anthropic_model_ids", list)
 
 
 def _err(status: int, type_: str, message: str) -> web.Response:
@@ -145,18 +159,81 @@ def _parse_messages(messages: Any) -> tuple[str, bytes | None, str | None]:
     return "\n".join(user_texts), image, image_url
 
 
-async def messages(request: web.Request) -> web.Response:
-    """The ``/v1/messages`` handler."""
+def _header_error(request: web.Request, *, log: bool = True) -> web.Response | None:
+    """The 401 for a missing or unknown ``x-api-key`` or the 400 for a missing ``anthropic-version`` (logged as
+    a call when ``log``), or None when the headers pass."""
     key = request.headers.get("x-api-key")
     if not key and auth_required(request.app):
-        log_call(request, API, 401, error="authentication_error")
+        if log:
+            log_call(request, API, 401, error="authentication_error")
         return _err(401, "authentication_error", "x-api-key header is required")
     if not key_ok(request.app, key):
-        log_call(request, API, 401, error="authentication_error")
+        if log:
+            log_call(request, API, 401, error="authentication_error")
         return _err(401, "authentication_error", "invalid x-api-key")
     if not request.headers.get("anthropic-version"):
-        log_call(request, API, 400, error="invalid_request_error")
+        if log:
+            log_call(request, API, 400, error="invalid_request_error")
         return _err(400, "invalid_request_error", "anthropic-version: header is required")
+    return None
+
+
+def _model_info(model_id: str) -> dict[str, Any]:
+    """One ``ModelInfo`` object (``type``, ``id``, ``display_name``, ``created_at``); the display name is the id."""
+    return {"type": "model", "id": model_id, "display_name": model_id, "created_at": MODEL_CREATED_AT}
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: Anthropic's "List Models" page.
+
+    Source: Claude API docs, Models, "List Models" (https://docs.anthropic.com/en/api/models-list) and the
+    ``ModelInfo`` object (https://platform.claude.com/docs/en/api/models). Answer: ``{"data": [ModelInfo],
+    "has_more": bool, "first_id": str | null, "last_id": str | null}``; ``ModelInfo`` is ``{"type": "model",
+    "id", "display_name", "created_at"}`` (RFC 3339). Lists the configured ids (``make_app(models=...)``,
+    default :data:`DEFAULT_MODEL_IDS`) and then every other id this fake has answered, in first-use order.
+    Query: ``limit`` (integer 1-1000, default 20; else 400 ``invalid_request_error``), ``after_id`` (the page
+    after that id) and ``before_id`` (the page before it: the ``limit`` ids just before it); an id that is not
+    listed gives an empty page (the docs do not say; the fake's choice). ``has_more`` tells whether more ids
+    lie in the direction asked. Headers checked as for messages; not logged as a call.
+    """
+    denied = _header_error(request, log=False)
+    if denied is not None:
+        return denied
+    raw = request.query.get("limit")
+    limit = LIST_LIMIT_DEFAULT
+    if raw is not None:
+        try:
+            limit = int(raw)
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= LIST_LIMIT_MAX:
+            return _err(400, "invalid_request_error",
+                        f"limit: Input should be an integer between 1 and {LIST_LIMIT_MAX}, got {raw!r}")
+    ids = list(request.app[MODEL_IDS_KEY])
+    after, before = request.query.get("after_id"), request.query.get("before_id")
+    if before is not None:
+        end = ids.index(before) if before in ids else 0
+        start = max(0, end - limit)
+        page, more = ids[start:end], start > 0
+    else:
+        start = (ids.index(after) + 1 if after in ids else len(ids)) if after is not None else 0
+        page, more = ids[start:start + limit], start + limit < len(ids)
+    body = {"data": [_model_info(m) for m in page], "has_more": more,
+            "first_id": page[0] if page else None, "last_id": page[-1] if page else None}
+    return json_response(body, headers={"request-id": "req_" + short_id(time.time_ns())})
+
+
+def _note_model(app: web.Application, model: str) -> None:
+    ids = app[MODEL_IDS_KEY]
+    if model not in ids and len(ids) < 10_000:  # bounded: a benchmark may name many ids
+        ids.append(model)
+
+
+async def messages(request: web.Request) -> web.Response:
+    """The ``/v1/messages`` handler."""
+    denied = _header_error(request)
+    if denied is not None:
+        return denied
     body, problem = await read_json(request)
     if problem is not None or not isinstance(body, dict):
         log_call(request, API, 400, error="invalid_request_error")
@@ -181,6 +258,7 @@ async def messages(request: web.Request) -> web.Response:
 
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
                          max_output_tokens=max_tokens, finish_reasons=("end_turn", "max_tokens"))
+    _note_model(request.app, model)
     payload = {
         "id": f"msg_{ans.response_id}",
         "type": "message",
@@ -202,10 +280,12 @@ def make_app(
     api_keys: Collection[str] | None = None,
     require_auth: bool = True,
     calls_max: int | None = None,
+    models: Collection[str] | None = None,
 ) -> web.Application:
-    """Build the fake Anthropic Messages app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`)."""
-    return build_app(
-        [("POST", "/v1/messages", messages)],
+    """Build the fake Anthropic Messages app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
+    ``models``: the ids ``GET /v1/models`` lists first, default :data:`DEFAULT_MODEL_IDS`)."""
+    app = build_app(
+        [("POST", "/v1/messages", messages), ("GET", "/v1/models", list_models)],
         api=API,
         faults=faults,
         seed=seed,
@@ -214,6 +294,8 @@ def make_app(
         require_auth=require_auth,
         calls_max=calls_max,
     )
+    app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
+    return app
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test

@@ -22,6 +22,10 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
 * Injected faults (``faults=``) answer in this error shape: 429 ``RESOURCE_EXHAUSTED`` with a
   ``QuotaFailure`` detail and a ``RetryInfo`` (``retryDelay``) mirroring ``Retry-After``; 500 ``INTERNAL``;
   503 ``UNAVAILABLE``.
+* ``GET /v1beta/models``: ``models.list`` (Gemini API reference, Models, https://ai.google.dev/api/models
+  "Method: models.list" and "Resource: Model"): ``{"models": [Model], "nextPageToken"}`` with query
+  ``pageSize`` / ``pageToken``; see :func:`list_models`. Key checked as for generateContent; not a model
+  call, so not in the call log.
 
 Run standalone with ``python -m geoagent.sandbox.llm_gemini --port 8003 --log calls.jsonl``.
 """
@@ -60,6 +64,17 @@ DEFAULT_MAX_OUTPUT_TOKENS = 8192
 IMAGE_MIME = ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")
 #: Prompt text that makes the fake answer as if the prompt had been blocked.
 BLOCK_MARKER = "[[sandbox:block]]"
+#: model ids ``GET /v1beta/models`` names when ``make_app(models=...)`` is not given (the fake answers any id)
+DEFAULT_MODEL_IDS: tuple[str, ...] = ("sandbox-model",)
+#: methods the fake serves, so the only one its ``Model`` objects list
+SUPPORTED_METHODS: tuple[str, ...] = ("generateContent",)
+#: nominal token limits of the fake's ``Model`` objects (those of Gemini 2.5 Flash; the fake enforces neither)
+INPUT_TOKEN_LIMIT = 1_048_576
+OUTPUT_TOKEN_LIMIT = 65_536
+#: ``models.list`` page size: default when ``pageSize`` is absent or 0, and the largest page (larger is cut)
+PAGE_SIZE_DEFAULT = 50
+PAGE_SIZE_MAX = 1000
+MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("gemini_model_ids", list)
 
 _STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}
 _TOP_FIELDS = {
@@ -171,23 +186,21 @@ def _parse(body: dict[str, Any]) -> tuple[str, str, bytes | None, int, Any]:
     return "\n".join(user_texts), system, image, max_out, temp
 
 
-async def generate_content(request: web.Request) -> web.Response:
-    """The ``/v1beta/models/{model}:generateContent`` handler."""
-    name = request.match_info["name"]
-    model, sep, method = name.rpartition(":")
-    if not sep or method != "generateContent" or not model:
-        log_call(request, API, 404, error="NOT_FOUND")
-        return _err(404, f"Method not found: {name}")
+def _key_error(request: web.Request, *, model: str | None = None, log: bool = True) -> web.Response | None:
+    """The 403 for a missing key or the 400 ``API_KEY_INVALID`` for an unknown one (key from the
+    ``x-goog-api-key`` header or the ``key`` query parameter; logged as a call when ``log``), or None."""
     key = request.headers.get("x-goog-api-key") or request.query.get("key")
     if not key and auth_required(request.app):
-        log_call(request, API, 403, error="PERMISSION_DENIED", model=model)
+        if log:
+            log_call(request, API, 403, error="PERMISSION_DENIED", model=model)
         return _err(
             403,
             "Method doesn't allow unregistered callers (callers without established identity). "
             "Please use API Key or other form of API consumer identity to call this API.",
         )
     if not key_ok(request.app, key):
-        log_call(request, API, 400, error="API_KEY_INVALID", model=model)
+        if log:
+            log_call(request, API, 400, error="API_KEY_INVALID", model=model)
         return _err(
             400,
             "API key not valid. Please pass a valid API key.",
@@ -200,6 +213,73 @@ async def generate_content(request: web.Request) -> web.Response:
                 }
             ],
         )
+    return None
+
+
+def _model_resource(model_id: str) -> dict[str, Any]:
+    """One ``Model`` resource as ``models.list`` gives it (lowerCamelCase protobuf JSON)."""
+    return {
+        "name": f"models/{model_id}", "baseModelId": model_id, "version": "001", "displayName": model_id,
+        "description": "Local fake of the Gemini API (simulated answers).", "inputTokenLimit": INPUT_TOKEN_LIMIT,
+        "outputTokenLimit": OUTPUT_TOKEN_LIMIT, "supportedGenerationMethods": list(SUPPORTED_METHODS),
+        "temperature": 1.0, "maxTemperature": 2.0, "topP": 0.95, "topK": 64, "thinking": False,
+    }
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """``GET /v1beta/models``: ``models.list``.
+
+    Source: Gemini API reference, Models (https://ai.google.dev/api/models), "Method: models.list" (query
+    ``pageSize``: default 50, at most 1000 per page even when more is asked; ``pageToken`` from the previous
+    answer) and "Resource: Model" (https://ai.google.dev/api/rest/v1/models). Answer: ``{"models": [Model],
+    "nextPageToken": str}``, the token only when more models follow (protobuf JSON leaves empty fields out).
+    Each ``Model``: ``name`` ``models/<id>``, ``baseModelId``, ``version``, ``displayName``, ``description``,
+    ``inputTokenLimit``, ``outputTokenLimit`` (nominal), ``supportedGenerationMethods`` (``["generateContent"]``,
+    the one method the fake serves), ``temperature``, ``maxTemperature``, ``topP``, ``topK``, ``thinking``.
+    Lists the configured ids (``make_app(models=...)``, default :data:`DEFAULT_MODEL_IDS`) and then every other
+    id this fake has answered. A ``pageSize`` that is not a non-negative integer or a ``pageToken`` this fake
+    did not hand out -> 400 ``INVALID_ARGUMENT``. Key checked as for generateContent; not logged as a call.
+    """
+    denied = _key_error(request, log=False)
+    if denied is not None:
+        return denied
+    raw_size, token = request.query.get("pageSize", "0"), request.query.get("pageToken", "")
+    try:
+        size = int(raw_size)
+    except ValueError:
+        size = -1
+    if size < 0:
+        return _err(400, f"Invalid value at 'page_size' (TYPE_INT32), \"{raw_size}\"")
+    size = min(size or PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX)
+    ids = list(request.app[MODEL_IDS_KEY])
+    start = 0
+    if token:
+        start = int(token[2:]) if token.startswith("p:") and token[2:].isdigit() else -1
+        if not 0 < start < len(ids):
+            return _err(400, "Invalid page token.")
+    page = ids[start:start + size]
+    body: dict[str, Any] = {"models": [_model_resource(m) for m in page]}
+    if start + size < len(ids):
+        body["nextPageToken"] = f"p:{start + size}"
+    return json_response(body)
+
+
+def _note_model(app: web.Application, model: str) -> None:
+    ids = app[MODEL_IDS_KEY]
+    if model not in ids and len(ids) < 10_000:  # bounded: a benchmark may name many ids
+        ids.append(model)
+
+
+async def generate_content(request: web.Request) -> web.Response:
+    """The ``/v1beta/models/{model}:generateContent`` handler."""
+    name = request.match_info["name"]
+    model, sep, method = name.rpartition(":")
+    if not sep or method != "generateContent" or not model:
+        log_call(request, API, 404, error="NOT_FOUND")
+        return _err(404, f"Method not found: {name}")
+    denied = _key_error(request, model=model)
+    if denied is not None:
+        return denied
     body, problem = await read_json(request)
     if problem is not None or not isinstance(body, dict):
         log_call(request, API, 400, error="INVALID_ARGUMENT", model=model)
@@ -224,6 +304,7 @@ async def generate_content(request: web.Request) -> web.Response:
         )
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image,
                          max_output_tokens=max_out, finish_reasons=("STOP", "MAX_TOKENS"))
+    _note_model(request.app, model)
     n_in, n_out = ans.input_tokens, ans.output_tokens
     payload = {
         "candidates": [{"content": {"role": "model", "parts": [{"text": ans.text}]}, "finishReason": ans.finish_reason, "index": 0}],
@@ -241,10 +322,12 @@ def make_app(
     api_keys: Collection[str] | None = None,
     require_auth: bool = True,
     calls_max: int | None = None,
+    models: Collection[str] | None = None,
 ) -> web.Application:
-    """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`)."""
-    routes = [("POST", "/v1beta/models/{name}", generate_content)]
-    return build_app(
+    """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
+    ``models``: the ids ``GET /v1beta/models`` lists first, default :data:`DEFAULT_MODEL_IDS`)."""
+    routes = [("POST", "/v1beta/models/{name}", generate_content), ("GET", "/v1beta/models", list_models)]
+    app = build_app(
         routes,
         api=API,
         faults=faults,
@@ -254,6 +337,8 @@ def make_app(
         require_auth=require_auth,
         calls_max=calls_max,
     )
+    app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
+    return app
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised by the separate-process test

@@ -1,0 +1,106 @@
+"""The one-line-per-model GeoVerify console summary shows the trials behind H and F (``(k/n)``) and the
+site-bootstrap range of delta_1, in the report table's wording and with its numbers: checked against hand
+counts and a scipy recomputation of d' on a hand-made case, and against hand counts of the release rows and
+the report's own Markdown cells on the release sample."""
+
+from __future__ import annotations
+
+import polars as pl
+from scipy.stats import norm
+
+from geoagent.data.importer import import_release
+from geoagent.data.model import BAND_SIGNAL
+from geoagent.geoverify.aggregate import GeoVerifyAggregator
+from geoagent.geoverify.campaign import GeoVerifyCampaign
+from geoagent.geoverify.score import scored_rows_from_release
+from geoagent.report import geoverify as R
+from geoagent.scoring import sdt
+
+B0, B1 = "0.15-0.3km", "0.3-0.7km"
+
+
+def _summary(scores) -> list[str]:
+    camp = GeoVerifyCampaign()
+    camp._scores = scores  # what report() leaves behind for the summary
+    return camp.summary_lines(None, None, None)
+
+
+def _line(lines: list[str], model: str) -> str:
+    return next(ln for ln in lines if ln.strip().startswith(f"{model}:"))
+
+
+def _cells(rows):
+    return pl.DataFrame(rows, schema=list(sdt.CELL_COLUMNS), orient="row")
+
+
+def test_hand_made_counts_and_constant_delta_range():
+    # two identical sites: every bootstrap resample has the same totals, so the delta_1 range is one band
+    rows = []
+    for site in ("s1", "s2"):
+        rows += [("m", site, "main", BAND_SIGNAL, "yes", 3, 1, 0),
+                 ("m", site, "main", B0, "no", 2, 2, 1),
+                 ("m", site, "main", B1, "no", 0, 4, 0)]
+    scores = sdt.score(_cells(rows), bands=(B0, B1), n_boot=200, seed=1, pooled=False)
+    line = _line(_summary(scores), "m")
+    # by hand: H = 6 yes of 8 signal trials; F = 4 yes of 16 decoy trials (the 2 failures are not trials)
+    assert "H 75.0% (6/8)" in line and "F 25.0% (4/16)" in line and "n 24 " in line
+    # delta_1 by scipy with the log-linear correction: d'(B0) < 1 <= d'(B1), so delta_1 is B1
+    z_h = norm.ppf((6 + 0.5) / (8 + 1))
+    d0, d1 = z_h - norm.ppf((4 + 0.5) / (8 + 1)), z_h - norm.ppf((0 + 0.5) / (8 + 1))
+    assert d0 < 1.0 <= d1
+    assert "delta_1 0.3–0.7 km [0.3–0.7 km, 0.3–0.7 km]" in line
+    assert f"d'(nearest) {d0:.2f}" in line
+    legend = next(ln for ln in _summary(scores) if "(k/n) after H and F" in ln)
+    assert "delta_1 [lo, hi]" in legend and "site-bootstrap" in legend
+
+
+def test_no_bootstrap_no_range_and_no_counts_without_trials():
+    scores = sdt.score(_cells([("m", "s1", "main", BAND_SIGNAL, "yes", 1, 1, 0), ("m", "s1", "main", B0, "no", 0, 2, 0)]),
+                       bands=(B0, B1), pooled=False)
+    lines = _summary(scores)
+    line = _line(lines, "m")
+    assert "H 50.0% (1/2)" in line and "F 0.0% (0/2)" in line
+    assert "[" not in line.split("delta_1 ", 1)[1].split("  ")[0]  # no bootstrap: the value alone
+    assert not any("delta_1 [lo, hi]" in ln for ln in lines)
+    # no decoy trials: F stays n/a, without a "(0/0)"
+    only_signal = sdt.score(_cells([("m", "s1", "main", BAND_SIGNAL, "yes", 2, 1, 0)]), bands=(B0, B1), pooled=False)
+    line = _line(_summary(only_signal), "m")
+    assert "H 66.7% (2/3)" in line and "F n/a  " in line and "(0/0)" not in line
+
+
+def _md_cell(md: str, label: str, col: int) -> str:
+    row = next(ln for ln in md.splitlines() if ln.startswith(f"| {label} |"))
+    return [c.strip() for c in row.strip("|").split("|")][col + 1]
+
+
+def test_release_summary_matches_hand_counts_and_report_cells(release_dir):
+    rows = list(scored_rows_from_release(import_release(release_dir)))
+    agg = GeoVerifyAggregator()
+    agg.update(rows)
+    scores = agg.scores(n_boot=200, seed=5)
+    lines = _summary(scores)
+    md = R.render_markdown(scores)
+    cols = R._columns(scores)
+    hand: dict[tuple[str, str], list[int]] = {}
+    for r in rows:  # main-arm parsed answers, counted directly
+        if r["arm"] != "main" or r["verdict"] is None:
+            continue
+        what = "H" if r["band"] == BAND_SIGNAL else "F"
+        for who in (r["model"], sdt.POOLED):
+            k = hand.setdefault((who, what), [0, 0])
+            k[0] += r["verdict"] == "yes"
+            k[1] += 1
+    assert set(cols) == {m for m, _ in hand}
+    spread = 0
+    for i, m in enumerate(cols):
+        line = _line(lines, m)
+        for what in ("H", "F"):
+            y, n = hand[(m, what)]
+            assert f" {what} {100 * y / n:.1f}% ({y}/{n})" in line, (m, what, line)
+        cell = _md_cell(md, "delta_1", i)
+        assert f"delta_1 {cell}  " in line  # the report's own delta_1 cell, bootstrap range included
+        assert "[" in cell and scores[m].delta_1_ci is not None
+        spread += scores[m].delta_1_ci[0] != scores[m].delta_1_ci[1]
+        # the report's H row ends with the same (k/n)
+        assert _md_cell(md, "H (signal accepted)", i).endswith(f"({hand[(m, 'H')][0]}/{hand[(m, 'H')][1]})")
+    assert spread  # the release sample has a model whose range spans more than one band
