@@ -964,6 +964,10 @@ class ModelEstimate:
     #: ``expected_latency_s``), ``"rate"`` (a simulated model behind a local fake: the rate limit alone) or
     #: ``"none"`` (replay and offline simulated answers take no model time; duration and throughput 0)
     time_basis: str = "latency"
+    #: replay models (with the run's providers): calls whose tokens and cost are the recorded usage, and calls
+    #: without a usable recorded answer (they would end missing; no tokens, no cost)
+    recorded: int = 0
+    unanswered: int = 0
 
 
 def model_time_basis(m: "ModelConfig") -> str:
@@ -1027,7 +1031,8 @@ def estimate_input_tokens(prompt: str, has_image: bool, *, image_tokens: int = I
     return len(prompt) // 3 + 16 + (image_tokens if has_image else 0)
 
 
-def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None) -> Estimate:
+def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None,
+             providers: Mapping[str, Any] | None = None) -> Estimate:
     """Estimate calls, tokens, USD and duration of a campaign before any spend (``--simulate``).
 
     Parameters
@@ -1038,6 +1043,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         ``params``) or ``(model_name, ModelRequest)`` pairs.
     store : ResponseStore, optional
         If given, requests whose response is already stored are counted as ``cached`` and cost nothing.
+    providers : mapping of model name to Provider, optional
+        The run's providers. A ``replay`` model's requests then use the token usage recorded in its file
+        (``recorded_usage``) for tokens and expected USD instead of the prompt-length estimate; requests
+        without a usable recorded answer are counted in ``unanswered`` (they would end missing).
 
     Returns
     -------
@@ -1070,11 +1079,19 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         max_out = int(merged.get("max_output_tokens", m.max_output_tokens))
         exp_out = min(max_out, m.expected_output_tokens) if m.expected_output_tokens is not None else max_out
         me.calls += 1
+        me.worst_output_tokens += max_out
+        me.worst_case_usd += m.cost_usd(math.ceil(n_in * factor), max_out)
+        recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
+        if recorded is not None:  # replay: the file's usage, exactly what the run will book
+            usage = recorded(req)
+            if usage is None:
+                me.unanswered += 1
+                continue
+            n_in, exp_out = usage
+            me.recorded += 1
         me.input_tokens += n_in
         me.output_tokens += exp_out
-        me.worst_output_tokens += max_out
         me.cost_usd += m.cost_usd(n_in, exp_out)
-        me.worst_case_usd += m.cost_usd(math.ceil(n_in * factor), max_out)
     by_host: dict[str, float] = {}
     for name, me in est.by_model.items():
         m = cfg.model(name)

@@ -802,7 +802,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
             " its model calls along the way, so they cannot be counted in advance (the [budget] cap still holds)"
         ]
         return out
-    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"))
+    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"), providers=ctx.services.get("providers"))
     out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                  *("  " + line for line in estimate_lines(est, cfg))]
     return out
@@ -825,12 +825,17 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     for name, m in est.by_model.items():
         mc = cfg.model(name)
         per_call = round(m.output_tokens / m.calls) if m.calls else 0
-        if mc.expected_output_tokens is not None:
+        if m.recorded or m.unanswered:  # replay with the file read: its recorded usage, not an assumption
+            assumed = f"the recorded token usage of {m.recorded} answer(s) in the replay file"
+            if m.unanswered:
+                assumed += (f"; {m.unanswered} request(s) have no usable recorded answer (no record or a recorded "
+                            "failure) and would end missing")
+        elif mc.expected_output_tokens is not None:
             assumed = f"assuming {per_call} output tokens per call ([[models]] expected_output_tokens)"
         else:
             assumed = (f"assuming every answer uses all its max_output_tokens ({per_call} per call); "
                        "set expected_output_tokens for a closer figure")
-        if mc.provider == "replay":
+        if mc.provider == "replay" and not (m.recorded or m.unanswered):
             assumed += "; the run records each answer's token usage from the file"
         lines.append(
             f"  {name}: {m.calls} calls, {m.input_tokens} in / {m.output_tokens} out tokens, "

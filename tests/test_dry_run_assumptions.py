@@ -139,3 +139,53 @@ def test_replay_dry_run_says_it_takes_no_model_time(release_dir, isolated_roots,
     out = capsys.readouterr().out
     assert "model-call time about" not in out and not re.search(r"about \d+ s of model calls", out)
     assert f"no model-call time (replay: answers are read from the recorded file {release_dir / 'verify_raw_sample.jsonl'})" in out
+
+
+def test_replay_estimate_uses_the_recorded_usage_and_counts_unanswered_requests(tmp_path):
+    """A replay dry run's tokens and cost are the file's recorded usage (what the run books), not the
+    prompt-length estimate; requests without a usable record (none, or a recorded failure) are counted."""
+    import orjson
+
+    from geoagent.config import provider_settings
+    from geoagent.providers import make_provider
+    from geoagent.workers.model_caller import build_request
+
+    rec = tmp_path / "rec.jsonl"
+    cfg = _cfg([{"name": "rep", "provider": "replay", "model": "rec", "price_input_usd_per_mtok": 2.0,
+                 "price_output_usd_per_mtok": 10.0, "replay": {"path": str(rec)}}])
+    plan = [{"model": "rep", "prompt": f"question {i}"} for i in range(5)]
+    keys = [build_request(cfg, p)[1].key() for p in plan]
+    records = [{"key": keys[0], "text": "a", "usage": {"input_tokens": 1000, "output_tokens": 50}},
+               {"key": keys[1], "text": "b", "usage": {"input_tokens": 3000, "output_tokens": 70}},
+               {"key": keys[2], "text": "c", "usage": {"input_tokens": 2000, "output_tokens": 30}},
+               {"key": keys[3], "text": None, "error": "HTTP 529 overloaded"}]  # keys[4]: no record at all
+    rec.write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    providers = {"rep": make_provider(provider_settings(cfg, "rep"))}
+    m = estimate(cfg, plan, providers=providers).by_model["rep"]
+    assert (m.calls, m.recorded, m.unanswered) == (5, 3, 2)
+    assert (m.input_tokens, m.output_tokens) == (6000, 150)
+    assert m.cost_usd == pytest.approx((6000 * 2.0 + 150 * 10.0) / 1e6)  # by hand: 0.0135 USD
+    line = next(ln for ln in estimate_lines(estimate(cfg, plan, providers=providers), cfg) if ln.strip().startswith("rep:"))
+    assert "6000 in / 150 out tokens" in line and "the recorded token usage of 3 answer(s)" in line
+    assert "2 request(s) have no usable recorded answer" in line and "would end missing" in line
+    # without the providers (no file read) the estimate stays the prompt-length one
+    assert estimate(cfg, plan).by_model["rep"].recorded == 0
+
+
+def test_replay_dry_run_of_the_release_sample_gives_its_recorded_tokens(release_dir, isolated_roots, monkeypatch, capsys):
+    """The release sample's 336 GeoVerify answers: the dry run's tokens are the sums of the ``usage`` fields
+    of verify_raw_sample.jsonl (read here independently), every planned trial answered."""
+    import orjson
+
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    raw = [orjson.loads(line) for line in (release_dir / "verify_raw_sample.jsonl").read_bytes().splitlines() if line.strip()]
+    n_in = sum(int(r["usage"]["input_tokens"] or 0) for r in raw if not r.get("error"))
+    n_out = sum(int(r["usage"]["output_tokens"] or 0) for r in raw if not r.get("error"))
+    assert main(["run", str(REPO / "geoagent" / "configs" / "geocontext_replay.toml"), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if "recorded token usage of" in ln]
+    assert lines, out
+    got_in = sum(int(re.search(r"(\d+) in / ", ln).group(1)) for ln in lines)
+    got_out = sum(int(re.search(r"/ (\d+) out tokens", ln).group(1)) for ln in lines)
+    assert (got_in, got_out) == (n_in, n_out)
+    assert "no usable recorded answer" not in out

@@ -175,7 +175,21 @@ class ReplayProvider(Provider):
         return str(value)
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        """The recorded answer for ``request``.
+        """The recorded answer for ``request`` (see :meth:`answer`)."""
+        return self.answer(request)
+
+    def recorded_usage(self, request: ModelRequest) -> tuple[int, int] | None:
+        """``(input_tokens, output_tokens)`` recorded for ``request``, or None when it has no usable recorded
+        answer (no record, a recorded failure, a bad field: :meth:`answer` would raise). For the dry run's
+        token and cost figures (:func:`geoagent.config.estimate`)."""
+        try:
+            resp = self.answer(request)
+        except (ReplayMiss, ReplayRecordedError):
+            return None
+        return resp.usage.input_tokens, resp.usage.output_tokens
+
+    def answer(self, request: ModelRequest) -> ModelResponse:
+        """The recorded answer for ``request`` (reads one line of the file; no other I/O).
 
         Returns
         -------
