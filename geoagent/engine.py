@@ -670,7 +670,9 @@ async def _run(
         judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
         dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
         auth = ctx.services.get(AUTH_BREAKER_SERVICE)
-        auth_lines = auth.report_lines() if auth is not None else []
+        blocked = any(r.stats.blocked for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER)
+        left = counts[C.EDGE_REQUESTS].ready if blocked and C.EDGE_REQUESTS in counts else None
+        auth_lines = auth.report_lines(left) if auth is not None else []
         drained = stages_drained(kind.stages(cfg), [s.name for s in stages], counts)
         if view.stopped_by_signal and not (watch and drained):
             status, code = "interrupted", EXIT_INTERRUPTED

@@ -167,3 +167,37 @@ def test_is_auth_failure_tells_a_refused_key_from_refused_content():
     assert is_auth_failure(400, '{"error": {"status": "INVALID_ARGUMENT", "details": [{"reason": "API_KEY_INVALID"}]}}')
     assert not is_auth_failure(400, '{"error": {"message": "bad max_tokens"}}')
     assert not is_auth_failure(404, "")
+
+
+def test_every_key_refused_stops_leasing_at_once_and_leaves_the_queue_untouched(tmp_path, monkeypatch):
+    """One model, wrong key, a queue much larger than what is in flight: once the breaker opens, nothing else
+    can run, so the model caller stops leasing (before: it leased every queued task only to hold it and
+    release it again, a pass over the whole queue with its memory). The run says so and how much is left."""
+    n = 3000
+    app = llm_openai.make_app(api_keys=[GOOD_A])
+    monkeypatch.setenv("GA_TEST_KEY_A", WRONG)
+
+    async def main():
+        async with serve(app) as base:
+            cfg = load_config(_config(tmp_path, "allbad", n, 3, _model("gpt", base, "GA_TEST_KEY_A", 4)))
+            return await run_campaign(cfg, live=False, handle_signals=False, export=False)
+
+    out = anyio.run(main)
+    assert out.status == STATUS_AUTH and out.exit_code == EXIT_AUTH
+    c = out.counts["requests"]
+    assert c.ready == n and c.leased == 0 and c.dead == 0 and c.done == 0  # untouched, nothing lost
+    line = next(line for line in out.stop_reasons if "GA_TEST_KEY_A" in line)
+    assert line == ("authentication failed for model gpt (HTTP 401): check GA_TEST_KEY_A; every model's key was "
+                    f"refused, so dispatching stopped: {n} request(s) left queued")
+    assert len(app["calls"]) <= 4 * 4  # a few waves of 4 slots opened the breaker; nothing was sent after
+    # the queue was not walked: the last progress record of the model caller shows only the tasks it had
+    # leased when the breaker opened (4 slots + lease-ahead), held or released, not the whole queue
+    import orjson
+
+    from geoagent import constants as C
+
+    last = orjson.loads((tmp_path / "state" / "allbad" / C.PROGRESS_FILE).read_bytes().splitlines()[-1])
+    caller = next(s for s in last["stages"] if s["stage"] == C.STAGE_MODEL_CALLER)
+    assert caller["finished"] and 0 < caller["released"] <= 4 + 4 + 32, caller
+    with open_campaign_state("allbad", root=tmp_path / "state", recover=False) as st:
+        assert st.ledger.check_consistency() == []

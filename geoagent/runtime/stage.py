@@ -112,6 +112,13 @@ class Stage(abc.ABC):
         """Called after commits (at most every ``flush_interval_s`` of the runner, 1 s by default) and once
         at shutdown; aggregators rewrite their live report here."""
 
+    def runnable(self) -> bool:
+        """Whether any task of the input edge can still run in this process (default True). False (e.g. the
+        model caller once every model's API key was refused): the runner stops leasing, lets in-flight tasks
+        finish, releases held ones and ends the stage; queued tasks stay ready for a later run. Called by
+        the runner before every lease; keep it cheap."""
+        return True
+
     def stop_requested(self) -> None:  # noqa: B027 - optional hook
         """Called once (synchronously, on the event loop) when the runner is asked to stop (SIGINT/SIGTERM):
         in-flight tasks get the grace period; a stage may give up tasks that have not yet begun their

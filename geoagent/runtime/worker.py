@@ -34,6 +34,9 @@ when nothing is ready and the only leased tasks are its held ones (``leased <= h
 expired counts as ready and is simply leased again first). Every way the runner ends (drained, stop
 request, budget stop, cancellation) releases the held tasks untouched, so a re-run finds them ready at once.
 Held tasks are kept without their payload (a key and a lease id each). ``StageStats.held`` counts them.
+When nothing more can run in this process (:meth:`Stage.runnable` False: the model caller once EVERY model's
+key was refused) the runner stops leasing at once instead of leasing every queued task only to hold it, and
+ends the stage as above (``StageStats.blocked``); the queued tasks stay ready, untouched.
 Several processes running the same stage each hold their own: a process waits for the others' leases (as
 for any lease), so when two of them hold tasks, one finishes only once the other's held leases expired and
 it re-leased them (one visibility timeout); none is lost or dead-lettered meanwhile.
@@ -70,6 +73,7 @@ class StageStats:
     released: int = 0
     in_flight: int = 0
     held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
+    blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
     started_at: float = field(default_factory=time.monotonic)
     finished: bool = False
     budget_stopped: bool = False
@@ -273,6 +277,9 @@ class StageRunner:
         prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead else 0
         min_lease = max(1, prefetch // 2)
         while not self._stop.is_set() and not self._budget.is_set():
+            if not self.stage.runnable():  # e.g. every model's key refused: leasing more would only hold it
+                self.stats.blocked = True
+                return
             free = self.stage.concurrency + prefetch - self.stats.in_flight
             if free <= 0 or (free < min_lease and self.stats.in_flight >= self.stage.concurrency):
                 await anyio.sleep(0.005)

@@ -260,12 +260,23 @@ class AuthBreaker:
         """Tasks of ``model`` held unsent by its open breaker in this process (distinct task keys)."""
         return len(self._held.get(model, ()))
 
-    def report_lines(self) -> list[str]:
+    def report_lines(self, left_queued: int | None = None) -> list[str]:
         """One line per open breaker (order opened): its :meth:`AuthFailure.message` and the work of that model
         this process left queued, e.g. ``...: check OPENAI_API_KEY; 40 request(s) of model gpt not sent (left
-        queued)``."""
-        return [f"{f.message()}; {self.held(f.model)} request(s) of model {f.model} not sent (left queued)"
-                for f in self.opened.values()]
+        queued)``.
+
+        ``left_queued``: the model caller stopped leasing because every model was refused
+        (:meth:`ModelCaller.runnable`), so the held counts cover only what it had leased; the lines then name
+        the models and the last one says how many requests were left in the queue (all of them the refused
+        models', since no other model remains)."""
+        if left_queued is None:
+            return [f"{f.message()}; {self.held(f.model)} request(s) of model {f.model} not sent (left queued)"
+                    for f in self.opened.values()]
+        lines = [f.message() for f in self.opened.values()]
+        if lines:
+            lines[-1] += (f"; every model's key was refused, so dispatching stopped: {left_queued} request(s) "
+                          "left queued")
+        return lines
 
 
 class _NotSent(Exception):
@@ -467,14 +478,18 @@ class ModelCaller(Stage):
         self._sized = concurrency is not None or (config is not None and bool(getattr(config, "models", None)))
         self._key_locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._stopping = False
+        self._models: list[str] = []  # the campaign's model names (start), for runnable()
+        self._auth: AuthBreaker | None = None
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
 
     async def start(self, ctx: StageContext) -> None:
         """Size ``concurrency`` from the campaign's models unless it was given (class docstring)."""
+        cfg = ctx.services.get("config")
+        self._models = [m.name for m in (getattr(cfg, "models", None) or [])]
+        self._auth = self._breaker(ctx)
         if self._sized:
             return
-        cfg = ctx.services.get("config")
         models = list(getattr(cfg, "models", None) or [])
         if not models:
             return
@@ -484,6 +499,12 @@ class ModelCaller(Stage):
             over_http = bool(getattr(providers.get(m.name), "supports_before_send", True))
             total += m.concurrency if over_http else max(m.concurrency, OFFLINE_CONCURRENCY)
         self.concurrency = max(1, min(256, total))
+
+    def runnable(self) -> bool:
+        """False once EVERY configured model's authentication breaker is open: no task could be sent, so the
+        runner stops leasing (instead of leasing the whole queue only to hold it) and the run ends
+        ``authentication failed`` with the queue untouched (:meth:`AuthBreaker.report_lines`)."""
+        return not (self._auth is not None and self._models and all(self._auth.is_open(m) for m in self._models))
 
     def stop_requested(self) -> None:
         """Abandon every call that has not passed its send gate (class docstring, "Stopping")."""
