@@ -92,8 +92,6 @@ def _run(redis_url, body):  # noqa: F811
     return asyncio.run(main())
 
 
-@pytest.mark.xfail(strict=True, reason="a retried put after a lost reply finds its own key and returns False "
-                   "(needs a per-call token with the task to recognise the repeat)")
 def test_put_whose_reply_was_lost_still_says_added(redis_url):  # noqa: F811
     async def body(q, proxy):
         assert await q.put("warm", {}) is True  # loads the script (EVALSHA works from now on)
@@ -107,8 +105,6 @@ def test_put_whose_reply_was_lost_still_says_added(redis_url):  # noqa: F811
     assert _run(redis_url, body) is True
 
 
-@pytest.mark.xfail(strict=True, reason="a retried ack after a lost reply finds its own work done and raises "
-                   "StaleLease, which the contract reserves for calls that changed nothing")
 def test_ack_whose_reply_was_lost_does_not_raise_stale_lease(redis_url):  # noqa: F811
     async def body(q, proxy):
         await q.put_many([("warm", {}), ("k", {})])

@@ -106,6 +106,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -138,9 +139,13 @@ _MAX_S = 1e9
 KEY_SUFFIXES = (
     "stream", "payload", "state", "attempts", "error", "lease", "entry", "leases", "delayed", "dead", "counts",
 )
+#: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[12] of its script)
+REPLY_SUFFIX = "reply:"
+#: default lifetime of a reply record in s (:class:`RedisStreamsQueue` ``reply_ttl_s``); see the module docstring
+REPLY_TTL_S = 300.0
 
-# Shared prelude of every script: names for KEYS, the server clock, group creation and the two moves that
-# keep the stream, the PEL and the indexes in step.
+# Shared prelude of every script: names for KEYS, the server clock, group creation, the two moves that
+# keep the stream, the PEL and the indexes in step, and ``once``, the reply record of a mutating call.
 _PRELUDE = """
 redis.replicate_commands()
 local S, PAY, ST, ATT, ERR, LID, ENT, LEASES, DELAYED, DEAD, CNT =
@@ -172,153 +177,193 @@ local function unlink(key)
   redis.call('HDEL', LID, key)
   redis.call('ZREM', LEASES, key)
 end
+-- Run a mutating call at most once per call token. KEYS[12] is this call's reply record, ARGV[2] its
+-- lifetime in ms. A first run applies the effect (apply() returns the reply and, optionally, a smaller
+-- record to keep) and writes the record in the same atomic script; a repeat of the token (redis-py
+-- retrying after a lost reply) changes nothing and answers from the record (through replay() if given).
+local function once(apply, replay)
+  local seen = redis.call('GET', KEYS[12])
+  if seen then
+    local record = cmsgpack.unpack(seen)
+    if replay then return replay(record) end
+    return record
+  end
+  local reply, record = apply()
+  if record == nil then record = reply end
+  redis.call('SET', KEYS[12], cmsgpack.pack(record), 'PX', ARGV[2])
+  return reply
+end
 """
 
-# ARGV: group, key1, payload1, key2, payload2, ... -> number added
+# ARGV: group, reply ttl ms, key1, payload1, key2, payload2, ... -> number added (by the first run)
 _PUT = _PRELUDE + """
-ensure_group()
-local added = 0
-for i = 2, #ARGV, 2 do
-  local key = ARGV[i]
-  if redis.call('HSETNX', PAY, key, ARGV[i + 1]) == 1 then
-    enqueue(key)
-    added = added + 1
+return once(function()
+  ensure_group()
+  local added = 0
+  for i = 3, #ARGV, 2 do
+    local key = ARGV[i]
+    if redis.call('HSETNX', PAY, key, ARGV[i + 1]) == 1 then
+      enqueue(key)
+      added = added + 1
+    end
   end
-end
-if added > 0 then redis.call('HINCRBY', CNT, 'ready', added) end
-return added
+  if added > 0 then redis.call('HINCRBY', CNT, 'ready', added) end
+  return added
+end)
 """
 
-# ARGV: group, consumer, n, visibility timeout us, token, promote limit
+# ARGV: group, reply ttl ms, consumer, n, visibility timeout us, token, promote limit
 # -> list of {key, payload, attempts, lease id, last error or nil}
+# The record keeps only the granted keys in order (lease id i is '<token>.<i>'); a replay rebuilds the rows
+# of the tasks this lease still holds (payload is immutable, attempts and error cannot change while held).
 _LEASE = _PRELUDE + """
-ensure_group()
-local consumer, n, vt, token = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local now = now_us()
-local deadline = now + vt
-local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
-for _, key in ipairs(due) do
-  redis.call('ZREM', DELAYED, key)
-  enqueue(key)
+local consumer, n, vt, token = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local function row(key, lid)
+  return {key, redis.call('HGET', PAY, key), tonumber(redis.call('HGET', ATT, key) or '0'), lid,
+          redis.call('HGET', ERR, key)}
 end
-local out, i = {}, 0
-local function grant(key)
-  i = i + 1
-  local lid = token .. '.' .. i
-  redis.call('HSET', LID, key, lid)
-  redis.call('ZADD', LEASES, deadline, key)
-  out[i] = {key, redis.call('HGET', PAY, key), tonumber(redis.call('HGET', ATT, key) or '0'), lid,
-            redis.call('HGET', ERR, key)}
-end
--- expired leases first: the work of a crashed consumer is the oldest
-local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, n)
-local orphans = 0
-for _, key in ipairs(expired) do
-  local id = redis.call('HGET', ENT, key)
-  if id and #redis.call('XCLAIM', S, GROUP, consumer, 0, id) == 1 then
-    grant(key)
-  else  -- no pending entry (should not happen): give it a fresh one, deliverable below
-    redis.call('ZREM', LEASES, key)
-    redis.call('HDEL', LID, key)
-    enqueue(key)
-    orphans = orphans + 1
+local function replay(granted)
+  local out = {}
+  for i, key in ipairs(granted) do
+    local lid = token .. '.' .. i
+    if redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', LID, key) == lid then
+      out[#out + 1] = row(key, lid)
+    end
   end
+  return out
 end
-if orphans > 0 then
-  redis.call('HINCRBY', CNT, 'leased', -orphans)
-  redis.call('HINCRBY', CNT, 'ready', orphans)
-end
-local fresh = 0
-if i < n then
-  local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n - i, 'STREAMS', S, '>')
-  if got then
-    for _, entry in ipairs(got[1][2]) do
-      local id, key = entry[1], entry[2][2]
-      if redis.call('HGET', ST, key) == 'ready' and redis.call('HGET', ENT, key) == id then
-        redis.call('HSET', ST, key, 'leased')
-        fresh = fresh + 1
-        grant(key)
-      else  -- a stray entry (its task moved on): drop it
-        redis.call('XACK', S, GROUP, id)
-        redis.call('XDEL', S, id)
+return once(function()
+  ensure_group()
+  local now = now_us()
+  local deadline = now + vt
+  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, tonumber(ARGV[7]))
+  for _, key in ipairs(due) do
+    redis.call('ZREM', DELAYED, key)
+    enqueue(key)
+  end
+  local out, granted, i = {}, {}, 0
+  local function grant(key)
+    i = i + 1
+    local lid = token .. '.' .. i
+    redis.call('HSET', LID, key, lid)
+    redis.call('ZADD', LEASES, deadline, key)
+    out[i] = row(key, lid)
+    granted[i] = key
+  end
+  -- expired leases first: the work of a crashed consumer is the oldest
+  local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, n)
+  local orphans = 0
+  for _, key in ipairs(expired) do
+    local id = redis.call('HGET', ENT, key)
+    if id and #redis.call('XCLAIM', S, GROUP, consumer, 0, id) == 1 then
+      grant(key)
+    else  -- no pending entry (should not happen): give it a fresh one, deliverable below
+      redis.call('ZREM', LEASES, key)
+      redis.call('HDEL', LID, key)
+      enqueue(key)
+      orphans = orphans + 1
+    end
+  end
+  if orphans > 0 then
+    redis.call('HINCRBY', CNT, 'leased', -orphans)
+    redis.call('HINCRBY', CNT, 'ready', orphans)
+  end
+  local fresh = 0
+  if i < n then
+    local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n - i, 'STREAMS', S, '>')
+    if got then
+      for _, entry in ipairs(got[1][2]) do
+        local id, key = entry[1], entry[2][2]
+        if redis.call('HGET', ST, key) == 'ready' and redis.call('HGET', ENT, key) == id then
+          redis.call('HSET', ST, key, 'leased')
+          fresh = fresh + 1
+          grant(key)
+        else  -- a stray entry (its task moved on): drop it
+          redis.call('XACK', S, GROUP, id)
+          redis.call('XDEL', S, id)
+        end
       end
     end
   end
-end
-if fresh > 0 then
-  redis.call('HINCRBY', CNT, 'ready', -fresh)
-  redis.call('HINCRBY', CNT, 'leased', fresh)
-end
-return out
-"""
-
-# ARGV: group, op (ack|release|dead), reason, key1, lease1, ... -> list of stale keys
-_FINISH = _PRELUDE + """
-ensure_group()
-local op, reason = ARGV[2], ARGV[3]
-local now = now_us()
-local stale, applied = {}, 0
-for i = 4, #ARGV, 2 do
-  local key, lid = ARGV[i], ARGV[i + 1]
-  if redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', LID, key) == lid then
-    unlink(key)
-    applied = applied + 1
-    if op == 'ack' then
-      redis.call('HSET', ST, key, 'done')
-    elseif op == 'release' then
-      enqueue(key)
-    else
-      redis.call('HSET', ST, key, 'dead')
-      redis.call('HINCRBY', ATT, key, 1)
-      redis.call('HSET', ERR, key, reason)
-      redis.call('ZADD', DEAD, now, key)
-    end
-  else
-    stale[#stale + 1] = key
+  if fresh > 0 then
+    redis.call('HINCRBY', CNT, 'ready', -fresh)
+    redis.call('HINCRBY', CNT, 'leased', fresh)
   end
-end
-if applied > 0 then
-  local to = ({ack = 'done', release = 'ready', dead = 'dead'})[op]
-  redis.call('HINCRBY', CNT, 'leased', -applied)
-  redis.call('HINCRBY', CNT, to, applied)
-end
-return stale
+  return out, granted
+end, replay)
 """
 
-# ARGV: group, key, lease id, reason, max attempts, backoff base us, backoff max us, jitter factor,
-#       override backoff us ('' = computed) -> 'ready' | 'dead' | nil (stale)
+# ARGV: group, reply ttl ms, op (ack|release|dead), reason, key1, lease1, ... -> list of stale keys
+_FINISH = _PRELUDE + """
+return once(function()
+  ensure_group()
+  local op, reason = ARGV[3], ARGV[4]
+  local now = now_us()
+  local stale, applied = {}, 0
+  for i = 5, #ARGV, 2 do
+    local key, lid = ARGV[i], ARGV[i + 1]
+    if redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', LID, key) == lid then
+      unlink(key)
+      applied = applied + 1
+      if op == 'ack' then
+        redis.call('HSET', ST, key, 'done')
+      elseif op == 'release' then
+        enqueue(key)
+      else
+        redis.call('HSET', ST, key, 'dead')
+        redis.call('HINCRBY', ATT, key, 1)
+        redis.call('HSET', ERR, key, reason)
+        redis.call('ZADD', DEAD, now, key)
+      end
+    else
+      stale[#stale + 1] = key
+    end
+  end
+  if applied > 0 then
+    local to = ({ack = 'done', release = 'ready', dead = 'dead'})[op]
+    redis.call('HINCRBY', CNT, 'leased', -applied)
+    redis.call('HINCRBY', CNT, to, applied)
+  end
+  return stale
+end)
+"""
+
+# ARGV: group, reply ttl ms, key, lease id, reason, max attempts, backoff base us, backoff max us,
+#       jitter factor, override backoff us ('' = computed) -> 'ready' | 'dead' | nil (stale)
 _NACK = _PRELUDE + """
-ensure_group()
-local key, lid, reason = ARGV[2], ARGV[3], ARGV[4]
-if not (redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', LID, key) == lid) then
-  return false
-end
-local now = now_us()
-local attempts = redis.call('HINCRBY', ATT, key, 1)
-redis.call('HSET', ERR, key, reason)
-unlink(key)
-redis.call('HINCRBY', CNT, 'leased', -1)
-if attempts >= tonumber(ARGV[5]) then
-  redis.call('HSET', ST, key, 'dead')
-  redis.call('ZADD', DEAD, now, key)
-  redis.call('HINCRBY', CNT, 'dead', 1)
-  return 'dead'
-end
-local delay
-if ARGV[9] ~= '' then
-  delay = tonumber(ARGV[9])
-else
-  local e = math.min(math.max(attempts - 1, 0), 60)
-  delay = math.min(tonumber(ARGV[7]), tonumber(ARGV[6]) * 2 ^ e) * tonumber(ARGV[8])
-end
-redis.call('HINCRBY', CNT, 'ready', 1)
-if delay > 0 then
-  redis.call('HSET', ST, key, 'ready')
-  redis.call('ZADD', DELAYED, now + delay, key)
-else
-  enqueue(key)
-end
-return 'ready'
+return once(function()
+  ensure_group()
+  local key, lid, reason = ARGV[3], ARGV[4], ARGV[5]
+  if not (redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', LID, key) == lid) then
+    return false
+  end
+  local now = now_us()
+  local attempts = redis.call('HINCRBY', ATT, key, 1)
+  redis.call('HSET', ERR, key, reason)
+  unlink(key)
+  redis.call('HINCRBY', CNT, 'leased', -1)
+  if attempts >= tonumber(ARGV[6]) then
+    redis.call('HSET', ST, key, 'dead')
+    redis.call('ZADD', DEAD, now, key)
+    redis.call('HINCRBY', CNT, 'dead', 1)
+    return 'dead'
+  end
+  local delay
+  if ARGV[10] ~= '' then
+    delay = tonumber(ARGV[10])
+  else
+    local e = math.min(math.max(attempts - 1, 0), 60)
+    delay = math.min(tonumber(ARGV[8]), tonumber(ARGV[7]) * 2 ^ e) * tonumber(ARGV[9])
+  end
+  redis.call('HINCRBY', CNT, 'ready', 1)
+  if delay > 0 then
+    redis.call('HSET', ST, key, 'ready')
+    redis.call('ZADD', DELAYED, now + delay, key)
+  else
+    enqueue(key)
+  end
+  return 'ready'
+end)
 """
 
 # ARGV: group -> {ready, leased, done, dead} with expired leases counted as ready
@@ -340,30 +385,32 @@ end
 return out
 """
 
-# ARGV: group, mode (all|keys), limit, key1, key2, ... -> number moved back to ready
+# ARGV: group, reply ttl ms, mode (all|keys), limit, key1, key2, ... -> number moved back to ready
 _REQUEUE = _PRELUDE + """
-ensure_group()
-local keys
-if ARGV[2] == 'all' then
-  keys = redis.call('ZRANGE', DEAD, 0, tonumber(ARGV[3]) - 1)
-else
-  keys = {}
-  for i = 4, #ARGV do keys[#keys + 1] = ARGV[i] end
-end
-local moved = 0
-for _, key in ipairs(keys) do
-  if redis.call('HGET', ST, key) == 'dead' then
-    redis.call('ZREM', DEAD, key)
-    redis.call('HDEL', ATT, key)
-    enqueue(key)
-    moved = moved + 1
+return once(function()
+  ensure_group()
+  local keys
+  if ARGV[3] == 'all' then
+    keys = redis.call('ZRANGE', DEAD, 0, tonumber(ARGV[4]) - 1)
+  else
+    keys = {}
+    for i = 5, #ARGV do keys[#keys + 1] = ARGV[i] end
   end
-end
-if moved > 0 then
-  redis.call('HINCRBY', CNT, 'dead', -moved)
-  redis.call('HINCRBY', CNT, 'ready', moved)
-end
-return moved
+  local moved = 0
+  for _, key in ipairs(keys) do
+    if redis.call('HGET', ST, key) == 'dead' then
+      redis.call('ZREM', DEAD, key)
+      redis.call('HDEL', ATT, key)
+      enqueue(key)
+      moved = moved + 1
+    end
+  end
+  if moved > 0 then
+    redis.call('HINCRBY', CNT, 'dead', -moved)
+    redis.call('HINCRBY', CNT, 'ready', moved)
+  end
+  return moved
+end)
 """
 
 # ARGV: group, consumer -> 1 if this consumer was removed from the group (it held no pending entry)
@@ -425,6 +472,10 @@ class RedisStreamsQueue(WorkQueue):
         Close ``client`` in :meth:`close` (default true; :func:`open_redis_queue` creates its own).
     seed : int, optional
         Seed of the backoff jitter generator (tests).
+    reply_ttl_s : float
+        Lifetime in s of the reply record each mutating call leaves on the server (``REPLY_TTL_S`` = 300):
+        a retry of the call that arrives within it answers as the first run did. Must exceed the longest
+        time the client may keep retrying one call (module docstring, "Retries after a lost reply").
 
     Raises
     ------
@@ -446,6 +497,7 @@ class RedisStreamsQueue(WorkQueue):
         consumer: str | None = None,
         owns_client: bool = True,
         seed: int | None = None,
+        reply_ttl_s: float = REPLY_TTL_S,
     ) -> None:
         if int(max_attempts) < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts!r}")
@@ -453,6 +505,8 @@ class RedisStreamsQueue(WorkQueue):
             raise ValueError(f"backoff_base_s and backoff_max_s must be >= 0, got {backoff_base_s}, {backoff_max_s}")
         if int(put_chunk) < 1 or int(promote_max) < 1:
             raise ValueError(f"put_chunk and promote_max must be >= 1, got {put_chunk!r}, {promote_max!r}")
+        if not 0 < float(reply_ttl_s) <= _MAX_S:
+            raise ValueError(f"reply_ttl_s must be > 0 and finite (s), got {reply_ttl_s!r}")
         self.prefix = key_prefix(campaign, edge)
         self.campaign, self.name = campaign, edge
         self.max_attempts = int(max_attempts)
@@ -460,6 +514,8 @@ class RedisStreamsQueue(WorkQueue):
         self.backoff_max_s = float(backoff_max_s)
         self.put_chunk = int(put_chunk)
         self.promote_max = int(promote_max)
+        self.reply_ttl_s = float(reply_ttl_s)
+        self._reply_ttl_ms = max(1, round(self.reply_ttl_s * 1000))
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self.keys = [self.prefix + suffix for suffix in KEY_SUFFIXES]
         self._client = client
@@ -477,10 +533,23 @@ class RedisStreamsQueue(WorkQueue):
         self._forget_script = register(_FORGET_CONSUMER)
 
     async def _run(self, script: Any, *args: Any) -> Any:
+        """Run a read-only (or reply-free) script: KEYS = the 11 queue keys, ARGV = group, ``args``."""
+        return await self._call(script, self.keys, [GROUP, *args])
+
+    async def _once(self, script: Any, *args: Any, token: str | None = None) -> Any:
+        """Run a mutating script at most once: a fresh call token (made here, before redis-py's first try,
+        so every retry of this call carries the same one) names the reply record KEYS[12]; ARGV = group,
+        reply TTL in ms, ``args``. A retry whose first try ran answers from the record (module docstring)."""
+        token = token or uuid.uuid4().hex
+        return await self._call(
+            script, [*self.keys, self.prefix + REPLY_SUFFIX + token], [GROUP, self._reply_ttl_ms, *args]
+        )
+
+    async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         if self._closed:
             raise QueueError(f"queue {self.name!r} ({self.prefix}) is closed")
         try:
-            return await script(keys=self.keys, args=[GROUP, *args])
+            return await script(keys=keys, args=args)
         except ResponseError as exc:
             raise QueueError(f"queue {self.name!r} ({self.prefix}): Redis refused a queue script: {exc}") from exc
 
@@ -508,7 +577,7 @@ class RedisStreamsQueue(WorkQueue):
             args: list[Any] = []
             for key, payload in chunk:
                 args.extend(_encode(key, payload))
-            added += int(await self._run(self._put_script, *args))
+            added += int(await self._once(self._put_script, *args))
         return added
 
     async def lease(self, n: int, visibility_timeout_s: float = C.DEFAULT_VISIBILITY_TIMEOUT_S) -> list[Task]:
@@ -526,8 +595,9 @@ class RedisStreamsQueue(WorkQueue):
         if n <= 0:
             return []
         vt_us = max(1, round(min(visibility_timeout_s, _MAX_S) * 1e6))
-        rows = await self._run(
-            self._lease_script, self.consumer, n, vt_us, os.urandom(8).hex(), max(n, self.promote_max)
+        token = uuid.uuid4().hex  # the call token, and the stem of this call's lease ids
+        rows = await self._once(
+            self._lease_script, self.consumer, n, vt_us, token, max(n, self.promote_max), token=token
         )
         return [
             Task(key=_text(k), payload=orjson.loads(p), attempts=int(a), lease_id=_text(lid), last_error=_opt_text(e))
@@ -538,7 +608,7 @@ class RedisStreamsQueue(WorkQueue):
         args: list[Any] = [op, reason]
         for task in tasks:
             args.extend((task.key, str(task.lease_id)))
-        stale = [_text(k) for k in await self._run(self._finish_script, *args)] if tasks else []
+        stale = [_text(k) for k in await self._once(self._finish_script, *args)] if tasks else []
         if stale:
             raise _stale(self.name, what, stale, len(tasks) - len(stale))
 
@@ -566,7 +636,7 @@ class RedisStreamsQueue(WorkQueue):
         """
         if backoff_s is not None and not backoff_s >= 0:
             raise ValueError(f"backoff_s must be >= 0, got {backoff_s!r}")
-        state = await self._run(
+        state = await self._once(
             self._nack_script,
             task.key,
             str(task.lease_id),
@@ -627,13 +697,13 @@ class RedisStreamsQueue(WorkQueue):
         moved = 0
         if keys is None:
             while True:
-                step = int(await self._run(self._requeue_script, "all", self.put_chunk))
+                step = int(await self._once(self._requeue_script, "all", self.put_chunk))
                 moved += step
                 if step < self.put_chunk:
                     return moved
         iterator = iter(keys)
         while chunk := _take(iterator, self.put_chunk):
-            moved += int(await self._run(self._requeue_script, "keys", 0, *chunk))
+            moved += int(await self._once(self._requeue_script, "keys", 0, *chunk))
         return moved
 
     async def close(self) -> None:
