@@ -19,7 +19,9 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   budget stop).
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
 
-All methods are async so network backends fit the same interface.
+All methods are async so network backends fit the same interface. Return values and ``StaleLease``
+describe the effect of the call itself: a backend that retries a call internally (Redis after a lost
+reply) must answer the retry as the first run did.
 """
 
 from __future__ import annotations
