@@ -8,10 +8,12 @@ Data flow (one durable queue per edge, every message keyed so redelivery is harm
 The chain is linear (each stage has one output edge, so the runner's burst mode knows every stage's
 upstream); the image auditor passes each site on to the referenceability auditor once its images are
 audited. Every stage writes its result files under ``<state_dir>`` (``screening/``, ``sampling/``,
-``image_audit/``, ``rated/``, ``ladders/`` and the tables ``city_pool.csv``, ``sites.csv``,
+``image_audit/``, ``ref_candidates/``, ``ref_cities/``, ``rated/``, ``ladders/`` and the tables ``city_pool.csv``, ``sites.csv``,
 ``image_audit.csv``, ``audit_decisions.jsonl``, ``audit_sensitive.jsonl``) and reuses a result that is
 already there, so a restarted crawl repeats no API or model call that had completed. Thumbnails go to
-``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``).
+``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``). The referenceability auditor rates
+per city (all of a city's candidates in fixed, QID-ordered batches; :class:`ReferenceabilityAuditorStage`),
+so its calls do not depend on the order in which sites arrive.
 
 Stages find their shared services at ``ctx.services["crawl"]`` (a :class:`CrawlServices`); under the
 campaign engine, :func:`services_from_context` builds it on first use from the engine's ``config``
