@@ -429,6 +429,11 @@ class ReferenceabilityAuditor:
         await self._log_new(self.sensitive, out)
         return out
 
+    def _ask_whole(self, batch: Sequence[RefCandidate], todo: Sequence[RefCandidate], prompt: Any, task: str) -> bool:
+        """Whether ``batch`` is asked whole: nothing in it is decided yet, or the answer to the whole batch
+        is logged (a crash inside its split-and-retry: replaying it re-creates the same re-asks)."""
+        return len(todo) == len(batch) or self._request(prompt(batch), task).key() in self.stored_answers()
+
     async def rate_all(self, candidates: Sequence[RefCandidate]) -> dict[str, int]:
         """Rate (and, with ``sensitive_screen``, screen) every candidate that has no logged decision, in the
         fixed batches of :func:`fixed_batches` over ``candidates`` in the given order (module docstring).
@@ -456,14 +461,12 @@ class ReferenceabilityAuditor:
             todo = [c for c in batch if self.decisions.get(self.settings.model, c.qid) is None]
             if todo:
                 asked += 1
-                whole = len(todo) == len(batch) or self._request(self._ref_prompt(batch), "crawl_referenceability").key() in self.stored_answers()
-                await self._rate(batch if whole else todo)  # logs its decisions as they come
+                await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability") else todo)
         if self.settings.sensitive_screen:
             for batch in batches:
                 todo = [c for c in batch if self.sensitive.get(self.sens_model, c.qid) is None]
                 if todo:
-                    whole = len(todo) == len(batch) or self._request(self._sens_prompt(batch), "crawl_sensitive").key() in self.stored_answers()
-                    await self._screen(batch if whole else todo)  # logs its screenings as they come
+                    await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo)
         return {"batches": len(batches), "asked": asked, "calls": self.calls - calls0, "replayed": self.replayed - replayed0}
 
     async def audit(self, site: str, candidates: Sequence[RefCandidate]) -> list[RatedCandidate]:
