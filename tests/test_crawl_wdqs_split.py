@@ -86,8 +86,15 @@ def test_split_crawl_has_exactly_the_items_of_the_whole_queries(two_crawls):
 
 def test_every_split_is_in_the_decision_log(two_crawls):
     world, whole, split, st_whole, st_split = two_crawls
-    assert not (whole / C.CRAWL_DECISIONS_FILE).exists()
-    recs = [json.loads(line) for line in (split / C.CRAWL_DECISIONS_FILE).read_text().splitlines()]
+    logged = {name: [json.loads(line) for line in (state / C.CRAWL_DECISIONS_FILE).read_text().splitlines()]
+              for name, state in (("whole", whole), ("split", split))}
+    assert {r["event"] for r in logged["whole"]} == {"ref_city_rating"}  # no split without a timeout
+    # the per-city rating step is logged once per city, the same with or without splits
+    for name, state in (("whole", whole), ("split", split)):
+        steps = [r for r in logged[name] if r["event"] == "ref_city_rating"]
+        sites = sorted(json.loads(p.read_text())["site"]["site"] for p in (state / "rated").glob("*.json"))
+        assert [(r["city"], r["sites"]) for r in steps] == [("Sandbox City", sites)], name
+    recs = [r for r in logged["split"] if r["event"] != "ref_city_rating"]
     assert recs and all(r["event"] == "wdqs_split" for r in recs)
     by_stage = {r["stage"] for r in recs}
     assert by_stage == {C.STAGE_SAMPLER, C.STAGE_REF_AUDITOR}

@@ -14,13 +14,31 @@ restart re-asks nothing. A separate, deliberately narrow screening pass (``promp
 writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate whose pageview tier (tertiles
 within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to a human review queue
 (``audit_review_queue.jsonl``), never to an automatic override (Sec. 3.3, constraint 3).
+
+Reproducible calls. The prompts, the number of calls and their request keys must not depend on the order
+in which sites reach the auditor (async workers), or a re-run of the same config and seed would ask other
+questions and miss the stored answers. So the crawl rates per city, not per site
+(:class:`geoagent.crawl.stages.ReferenceabilityAuditorStage`): the candidates of all of a city's sites
+are merged into one list (:func:`merge_site_candidates`: one per QID, the distance shown is the one from
+the nearest of the city's sites, sorted by QID number) and cut into fixed batches of ``batch_size``
+(:func:`fixed_batches`) BEFORE anything already rated is left out; :meth:`ReferenceabilityAuditor.rate_all`
+then asks each batch that still has an unrated candidate. A candidate shared by sites of one city is thus
+rated (and paid) once, in a batch that is the same whichever site came first. Crash safety keeps the
+same calls: every verbatim answer is logged with its request key before it is parsed, and a request whose
+key is already in ``audit_raw_answers.jsonl`` is answered from there (no call, no spend), so a re-run after
+a kill replays the stored answers through the same split-and-retry path and sends exactly the calls the
+uninterrupted run would have sent. Limit: a candidate also near another city's sites (cities closer than
+about 2 x 6 km + 3 km) is rated by whichever of the two cities is rated first, and the other city's batch
+then leaves it out; that city's batch composition depends on the order of the two cities (the paper's
+cities are far apart). :meth:`ReferenceabilityAuditor.audit` of a single site (used alone, outside the
+crawl) rates that site's candidates with the same fixed batches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +76,13 @@ class RefCandidate:
     enwiki_title: str | None = None
 
 
+def qid_order(qid: str) -> tuple[int, str]:
+    """Sort key of a Wikidata id: by its number (``Q9`` before ``Q10``), then the text; ids without a
+    number come last."""
+    tail = qid[1:]
+    return (int(tail), qid) if tail.isdigit() else (2**63, qid)
+
+
 def candidates_for_site(entities: Iterable[Any], site_lat: float, site_lon: float, radius_km: float) -> list[RefCandidate]:
     """One candidate per QID within ``radius_km`` of the site (haversine from the site; the nearest
     coordinate of a multi-coordinate item wins), sorted by QID number."""
@@ -74,7 +99,62 @@ def candidates_for_site(entities: Iterable[Any], site_lat: float, site_lon: floa
         if prev is None or d < prev.dist_km:
             best[e.qid] = RefCandidate(e.qid, e.label, d, e.lat, e.lon, e.sitelinks, None)
     best = {q: RefCandidate(c.qid, c.label, c.dist_km, c.lat, c.lon, c.sitelinks, titles.get(q)) for q, c in best.items()}
-    return sorted(best.values(), key=lambda c: int(c.qid[1:]))
+    return sorted(best.values(), key=lambda c: qid_order(c.qid))
+
+
+def merge_site_candidates(per_site: Mapping[str, Sequence[RefCandidate]]) -> list[RefCandidate]:
+    """The candidates of several sites of one city, one per QID, in the order they are rated.
+
+    Parameters
+    ----------
+    per_site : mapping
+        Site id -> that site's candidates (:func:`candidates_for_site`; ``dist_km`` from that site).
+
+    Returns
+    -------
+    list of RefCandidate
+        One per QID: the record of the nearest site (smallest ``dist_km``, ties to the smaller site id),
+        so the distance shown to the auditor is the one to the nearest of the city's sites; the English
+        Wikipedia title of any site's record when the nearest has none. Sorted by :func:`qid_order`. The
+        result depends only on the sites' candidate lists, never on the order of the mapping.
+    """
+    best: dict[str, tuple[float, str, RefCandidate]] = {}
+    titles: dict[str, str] = {}
+    for sid in sorted(per_site):
+        for c in per_site[sid]:
+            if c.enwiki_title and c.qid not in titles:
+                titles[c.qid] = c.enwiki_title
+            prev = best.get(c.qid)
+            if prev is None or (c.dist_km, sid) < prev[:2]:
+                best[c.qid] = (c.dist_km, sid, c)
+    out = []
+    for q, (_, _, c) in best.items():
+        if c.enwiki_title is None and q in titles:
+            c = RefCandidate(c.qid, c.label, c.dist_km, c.lat, c.lon, c.sitelinks, titles[q])
+        out.append(c)
+    return sorted(out, key=lambda c: qid_order(c.qid))
+
+
+def fixed_batches(candidates: Sequence[RefCandidate], batch_size: int) -> list[list[RefCandidate]]:
+    """``candidates`` cut in order into consecutive batches of ``batch_size`` (the last may be shorter).
+    The cut is made over every candidate, rated or not, so a batch's members do not depend on what was
+    rated before (module docstring)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return [list(candidates[i:i + batch_size]) for i in range(0, len(candidates), batch_size)]
+
+
+def candidate_to_json(c: RefCandidate) -> dict[str, Any]:
+    """A candidate as a JSON object (the crawl's per-site candidate file)."""
+    return {"qid": c.qid, "label": c.label, "dist_km": c.dist_km, "lat": c.lat, "lon": c.lon,
+            "sitelinks": c.sitelinks, "enwiki_title": c.enwiki_title}
+
+
+def candidate_from_json(d: dict[str, Any]) -> RefCandidate:
+    """Inverse of :func:`candidate_to_json` (raises KeyError/ValueError on a malformed record)."""
+    links = d.get("sitelinks")
+    return RefCandidate(str(d["qid"]), str(d["label"]), float(d["dist_km"]), float(d["lat"]), float(d["lon"]),
+                        None if links is None else int(links), d.get("enwiki_title") or None)
 
 
 def render_candidates(batch: Sequence[RefCandidate], with_distance: bool = True) -> str:
@@ -219,8 +299,11 @@ class ReferenceabilityAuditor:
         self.pageviews = pageviews
         self.ref_template = load_prompt("crawl_referenceability.txt")
         self.sens_template = load_prompt("crawl_sensitive.txt")
+        #: model calls sent, answers replayed from ``audit_raw_answers.jsonl`` instead of a call, splits
         self.calls = 0
+        self.replayed = 0
         self.splits = 0
+        self._answers: dict[str, str] | None = None  # request key -> verbatim answer, loaded on first use
         self._generate = generate or provider.generate
         self._kind, self._model_id = request_model or (settings.provider, settings.model)
 
@@ -233,23 +316,63 @@ class ReferenceabilityAuditor:
                             params={"max_output_tokens": self.settings.max_output_tokens, "temperature": self.settings.temperature},
                             meta={"task": task})
 
+    def stored_answers(self) -> dict[str, str]:
+        """Request key -> verbatim answer of every call logged in ``audit_raw_answers.jsonl`` with its key
+        (the first answer of a key wins; lines without a key, written before keys were logged, and a torn
+        last line are skipped)."""
+        if self._answers is None:
+            answers: dict[str, str] = {}
+            if self.raw_path.is_file():
+                with self.raw_path.open("rb") as f:
+                    for line in f:
+                        try:
+                            rec = orjson.loads(line)
+                        except orjson.JSONDecodeError:
+                            continue
+                        if isinstance(rec, dict) and isinstance(rec.get("key"), str) and isinstance(rec.get("raw"), str):
+                            answers.setdefault(rec["key"], rec["raw"])
+            self._answers = answers
+        return self._answers
+
+    def _ref_prompt(self, batch: Sequence[RefCandidate]) -> str:
+        return self.ref_template.replace("{candidates}", render_candidates(batch))
+
+    def _sens_prompt(self, batch: Sequence[RefCandidate]) -> str:
+        return self.sens_template.replace("{candidates}", render_candidates(batch, with_distance=False))
+
     async def _ask(self, prompt: str, task: str, batch: Sequence[RefCandidate]) -> str:
-        """One model call; its verbatim answer is appended to ``audit_raw_answers.jsonl`` with the batch's
-        QIDs (in prompt order: element ``idx`` of the answer speaks about ``qids[idx]``) before any parsing."""
+        """One model call; its verbatim answer is appended to ``audit_raw_answers.jsonl`` with the request
+        key and the batch's QIDs (in prompt order: element ``idx`` of the answer speaks about ``qids[idx]``)
+        before any parsing. A request whose key is already logged is answered from the log (no call, no
+        spend; counted in ``replayed``): a re-run after a crash takes the same path as the first run."""
+        req = self._request(prompt, task)
+        key = req.key()
+        answers = self.stored_answers()
+        if key in answers:
+            self.replayed += 1
+            return answers[key]
         self.calls += 1
-        resp = await self._generate(self._request(prompt, task))
+        resp = await self._generate(req)
         text = resp.text if isinstance(resp.text, str) else ""
-        rec = {"task": task, "model": self.settings.model, "qids": [c.qid for c in batch], "raw": text, "ts": time.time()}
+        rec = {"task": task, "model": self.settings.model, "key": key, "qids": [c.qid for c in batch], "raw": text,
+               "ts": time.time()}
         async with self._raw_lock:
             append_jsonl(self.raw_path, [rec])
+            answers.setdefault(key, text)
         return text
+
+    @staticmethod
+    async def _log_new(log: JsonlLog, recs: Sequence[dict[str, Any]]) -> None:
+        """Append the records whose (model, qid) has no record yet (a replayed answer re-derives decisions
+        that the crashed run may already have logged)."""
+        await log.append([r for r in recs if log.get(str(r["model"]), str(r["qid"])) is None])
 
     async def _rate(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
         """Decisions for ``batch``; unparseable output -> split in halves and retry; single failures logged.
 
         Every answer's decisions are appended to the decision log as soon as it is parsed (before any
         re-ask), so a stop or failure between the calls of a split loses no paid answer."""
-        text = await self._ask(self.ref_template.replace("{candidates}", render_candidates(batch)), "crawl_referenceability", batch)
+        text = await self._ask(self._ref_prompt(batch), "crawl_referenceability", batch)
         parsed = parse_ref_batch(text, len(batch)) or {}
         ts = time.time()
         out = []
@@ -269,19 +392,18 @@ class ReferenceabilityAuditor:
             else:
                 # log what this paid answer settled before asking again: a stop (Abandoned) or a failure of
                 # the re-asks must not lose it, or the next run pays for the same prompt again
-                await self.decisions.append(out)
+                await self._log_new(self.decisions, out)
                 self.splits += 1
                 half = (len(missing) + 1) // 2
                 for part in (missing[:half], missing[half:]):
                     if part:
                         out.extend(await self._rate(part))
                 return out
-        await self.decisions.append(out)
+        await self._log_new(self.decisions, out)
         return out
 
     async def _screen(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
-        text = await self._ask(self.sens_template.replace("{candidates}", render_candidates(batch, with_distance=False)),
-                               "crawl_sensitive", batch)
+        text = await self._ask(self._sens_prompt(batch), "crawl_sensitive", batch)
         parsed = parse_sensitive_batch(text, len(batch)) or {}
         ts = time.time()
         out, missing = [], []
@@ -297,27 +419,61 @@ class ReferenceabilityAuditor:
                 out.append({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
                             "sensitive": None, "why": "", "ts": ts, "error": "unparseable answer", "raw": (text or "")[:500]})
             else:
-                await self.sensitive.append(out)  # kept if a re-ask below is abandoned or fails (see _rate)
+                await self._log_new(self.sensitive, out)  # kept if a re-ask below is abandoned or fails (see _rate)
                 self.splits += 1
                 half = (len(missing) + 1) // 2
                 for part in (missing[:half], missing[half:]):
                     if part:
                         out.extend(await self._screen(part))
                 return out
-        await self.sensitive.append(out)
+        await self._log_new(self.sensitive, out)
         return out
 
-    async def audit(self, site: str, candidates: Sequence[RefCandidate]) -> list[RatedCandidate]:
-        """Rate (and screen) ``candidates`` of ``site``; returns one :class:`RatedCandidate` per candidate
-        (failed ratings come back with ``familiarity=None`` and are dropped by the ladder builder)."""
-        todo = [c for c in candidates if self.decisions.get(self.settings.model, c.qid) is None]
-        bs = self.settings.batch_size
-        for i in range(0, len(todo), bs):
-            await self._rate(list(todo[i:i + bs]))  # logs its decisions as they come
+    def _ask_whole(self, batch: Sequence[RefCandidate], todo: Sequence[RefCandidate], prompt: Any, task: str) -> bool:
+        """Whether ``batch`` is asked whole: nothing in it is decided yet, or the answer to the whole batch
+        is logged (a crash inside its split-and-retry: replaying it re-creates the same re-asks)."""
+        return len(todo) == len(batch) or self._request(prompt(batch), task).key() in self.stored_answers()
+
+    async def rate_all(self, candidates: Sequence[RefCandidate]) -> dict[str, int]:
+        """Rate (and, with ``sensitive_screen``, screen) every candidate that has no logged decision, in the
+        fixed batches of :func:`fixed_batches` over ``candidates`` in the given order (module docstring).
+
+        A batch whose candidates are all decided is skipped. A batch with some decided: when the answer to
+        the whole batch is stored (a re-run after a crash in its split-and-retry), the whole batch is asked
+        again and replayed, so the re-asks are the same as in the uninterrupted run; otherwise (decided by
+        another city, or by an older version) only its undecided candidates are asked, together.
+
+        Returns
+        -------
+        dict
+            ``batches`` (rating batches over the candidates), ``asked`` (batches sent or replayed),
+            ``calls`` and ``replayed`` (model calls sent and answers replayed by this call, screening included).
+
+        Raises
+        ------
+        geoagent.runtime.stage.Abandoned, geoagent.runtime.ledger.BudgetExhausted
+            From the metered ``generate`` (a stop request, the cap); what was answered before is logged.
+        """
+        calls0, replayed0 = self.calls, self.replayed
+        batches = fixed_batches(candidates, self.settings.batch_size)
+        asked = 0
+        for batch in batches:
+            todo = [c for c in batch if self.decisions.get(self.settings.model, c.qid) is None]
+            if todo:
+                asked += 1
+                await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability") else todo)
         if self.settings.sensitive_screen:
-            todo = [c for c in candidates if self.sensitive.get(self.sens_model, c.qid) is None]
-            for i in range(0, len(todo), bs):
-                await self._screen(list(todo[i:i + bs]))  # logs its screenings as they come
+            for batch in batches:
+                todo = [c for c in batch if self.sensitive.get(self.sens_model, c.qid) is None]
+                if todo:
+                    await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo)
+        return {"batches": len(batches), "asked": asked, "calls": self.calls - calls0, "replayed": self.replayed - replayed0}
+
+    async def audit(self, site: str, candidates: Sequence[RefCandidate]) -> list[RatedCandidate]:
+        """Rate (and screen) ``candidates`` of ``site`` (:meth:`rate_all`: nothing is asked for candidates
+        already decided, e.g. by the crawl's per-city rating); returns one :class:`RatedCandidate` per
+        candidate (failed ratings come back with ``familiarity=None`` and are dropped by the ladder builder)."""
+        await self.rate_all(candidates)
         views: dict[str, int] = {}
         if self.settings.pageviews and self.pageviews is not None:
             for c in candidates:

@@ -171,6 +171,8 @@ class ReferenceabilitySettings(_Section):
     #: an entity query that times out is split into quadrants at most this many times over (0: no split;
     #: :meth:`geoagent.clients.wdqs.WdqsClient.entities_around`)
     wdqs_split_depth: int = Field(4, ge=0, le=10)
+    #: candidates per auditor call; the crawl cuts each city's merged, QID-sorted candidates into fixed
+    #: batches of this size (:func:`geoagent.crawl.referenceability.fixed_batches`)
     batch_size: int = Field(40, ge=1)
     provider: str = "simulated"
     model: str = "sim-text-auditor"

@@ -8,10 +8,12 @@ Data flow (one durable queue per edge, every message keyed so redelivery is harm
 The chain is linear (each stage has one output edge, so the runner's burst mode knows every stage's
 upstream); the image auditor passes each site on to the referenceability auditor once its images are
 audited. Every stage writes its result files under ``<state_dir>`` (``screening/``, ``sampling/``,
-``image_audit/``, ``rated/``, ``ladders/`` and the tables ``city_pool.csv``, ``sites.csv``,
+``image_audit/``, ``ref_candidates/``, ``ref_cities/``, ``rated/``, ``ladders/`` and the tables ``city_pool.csv``, ``sites.csv``,
 ``image_audit.csv``, ``audit_decisions.jsonl``, ``audit_sensitive.jsonl``) and reuses a result that is
 already there, so a restarted crawl repeats no API or model call that had completed. Thumbnails go to
-``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``).
+``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``). The referenceability auditor rates
+per city (all of a city's candidates in fixed, QID-ordered batches; :class:`ReferenceabilityAuditorStage`),
+so its calls do not depend on the order in which sites arrive.
 
 Stages find their shared services at ``ctx.services["crawl"]`` (a :class:`CrawlServices`); under the
 campaign engine, :func:`services_from_context` builds it on first use from the engine's ``config``
@@ -43,7 +45,14 @@ from geoagent.crawl import fetcher as fetch_mod
 from geoagent.crawl import image_audit as ia
 from geoagent.crawl.llmcall import metered_generate
 from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_file_name, write_ladder_csv
-from geoagent.crawl.referenceability import ReferenceabilityAuditor, candidates_for_site
+from geoagent.crawl.referenceability import (
+    RefCandidate,
+    ReferenceabilityAuditor,
+    candidate_from_json,
+    candidate_to_json,
+    candidates_for_site,
+    merge_site_candidates,
+)
 from geoagent.crawl.sampler import city_seed, sample_sites, slug, write_sites_csv
 from geoagent.crawl.screener import CITY_POOL_COLUMNS, screen_city
 from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
@@ -467,8 +476,25 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
     return ia.write_image_audit_csv(rows, svc.state_dir / "image_audit.csv")
 
 
+#: per-site candidate lists (``<state_dir>/ref_candidates/<site>.json``) and per-city rating records
+#: (``<state_dir>/ref_cities/<city key>.json``) of the referenceability auditor
+REF_CANDIDATES_DIR = "ref_candidates"
+REF_CITIES_DIR = "ref_cities"
+
+
 class ReferenceabilityAuditorStage(_CrawlStage):
-    """sites_for_audit -> rated: every entity within 6 km of the site, rated and screened (Sec. 3.3)."""
+    """sites_for_audit -> rated: every entity within 6 km of the site, rated and screened (Sec. 3.3).
+
+    Rating is per city, so its calls do not depend on the order in which sites arrive (see
+    :mod:`geoagent.crawl.referenceability`): the first site of a city to arrive fetches the candidates of
+    every site of its city (the sampler's ``sampling/<city>.json``; each list stored in
+    ``ref_candidates/<site>.json``, so no WDQS query is repeated), and the merged, QID-sorted list is
+    rated in fixed batches under one lock (a site waits for its city's ratings; concurrent sites of one
+    city never pay twice). The step is logged to ``crawl_decisions.jsonl`` (``event = "ref_city_rating"``)
+    and recorded in ``ref_cities/<city>.json``; later sites of the city find their candidates decided and
+    send no rating call. A site not listed by its city's sampling record (or requeued after its city was
+    rated without it) is rated alone, with the same fixed batches over its own candidates.
+    """
 
     name = C.STAGE_REF_AUDITOR
     input_edge = C.EDGE_SITES_FOR_AUDIT
@@ -481,18 +507,8 @@ class ReferenceabilityAuditorStage(_CrawlStage):
         sid = paths.safe_name(str(site["site"]), what="site id")
         out = svc.state_dir / "rated" / f"{sid}.json"
         if _load(out) is None:
-            lat, lon = float(site["lat"]), float(site["lon"])
-            rs = svc.settings.referenceability
-            try:
-                ents = await svc.wdqs.entities_around(
-                    lat, lon, rs.radius_km, page_size=rs.page_size, area=f"site {sid} ({site.get('city', '?')})",
-                    max_split_depth=rs.wdqs_split_depth, on_split=svc.decision_logger(self.name, site=sid))
-            except Exception as e:
-                if _permanent(e):
-                    raise PermanentFailure(str(e)) from None
-                raise
-            cands = candidates_for_site(ents, lat, lon, rs.radius_km)
-            rated = await svc.ref_auditor.audit(sid, cands)
+            cands = await self._rate_city_of(svc, site, sid)
+            rated = await svc.ref_auditor.audit(sid, cands)  # all decided by now: no rating call
             coords = {c.qid: (c.lat, c.lon) for c in cands}
             _dump(out, {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
                         "coords": {q: list(v) for q, v in coords.items()},
@@ -500,6 +516,90 @@ class ReferenceabilityAuditorStage(_CrawlStage):
         async with svc.lock("candidate_referenceability"):
             write_candidate_referenceability(svc.state_dir)
         return [(f"site:{sid}", {"site": site})]
+
+    async def _site_candidates(self, svc: CrawlServices, site: dict[str, Any], sid: str) -> list[RefCandidate]:
+        """The site's candidates: stored ``ref_candidates/<site>.json``, else the WDQS query (its spatial
+        splits logged) and :func:`candidates_for_site`, then stored.
+
+        Raises
+        ------
+        PermanentFailure
+            The area still fails after every split, or the site's coordinates are unreadable.
+        """
+        path = svc.state_dir / REF_CANDIDATES_DIR / f"{sid}.json"
+        rec = _load(path)
+        if isinstance(rec, dict) and isinstance(rec.get("candidates"), list):
+            try:
+                return [candidate_from_json(c) for c in rec["candidates"]]
+            except (KeyError, TypeError, ValueError):
+                pass  # a damaged file: query again
+        rs = svc.settings.referenceability
+        try:
+            lat, lon = float(site["lat"]), float(site["lon"])
+            ents = await svc.wdqs.entities_around(
+                lat, lon, rs.radius_km, page_size=rs.page_size, area=f"site {sid} ({site.get('city', '?')})",
+                max_split_depth=rs.wdqs_split_depth, on_split=svc.decision_logger(self.name, site=sid))
+        except (KeyError, TypeError) as e:
+            raise PermanentFailure(f"site {sid}: no usable coordinates ({e!r})") from None
+        except Exception as e:
+            if _permanent(e):
+                raise PermanentFailure(str(e)) from None
+            raise
+        cands = candidates_for_site(ents, lat, lon, rs.radius_km)
+        _dump(path, {"site": sid, "lat": lat, "lon": lon, "radius_km": rs.radius_km,
+                     "candidates": [candidate_to_json(c) for c in cands]})
+        return cands
+
+    def _city_sites(self, svc: CrawlServices, site: dict[str, Any], sid: str) -> tuple[str | None, list[dict[str, Any]]]:
+        """(city key, the sites of the site's city from the sampler's record, sorted by site id); (None,
+        [site]) when the record is missing or does not list the site."""
+        try:
+            key = city_key(str(site.get("city", "")))
+        except ValueError:
+            return None, [site]
+        rec = _load(svc.state_dir / "sampling" / f"{key}.json")
+        sites = rec.get("sites") if isinstance(rec, dict) else None
+        if not isinstance(sites, list) or not any(isinstance(s, dict) and str(s.get("site")) == sid for s in sites):
+            return None, [site]
+        return key, sorted((s for s in sites if isinstance(s, dict) and s.get("site")), key=lambda s: str(s["site"]))
+
+    async def _rate_city_of(self, svc: CrawlServices, site: dict[str, Any], sid: str) -> list[RefCandidate]:
+        """Rate the candidates of every site of ``site``'s city (once per city; see the class docstring) and
+        return ``site``'s own candidates.
+
+        A sibling site whose WDQS query fails permanently is left out of the city's list (logged in the
+        step's record, ``left_out``); its own task then fails on the same query. A transient failure fails
+        this task (retried by the runner) before any rating call.
+        """
+        async with svc.lock("ref_rating"):  # one rating step at a time: shared candidates are never paid twice
+            key, group = self._city_sites(svc, site, sid)
+            marker = svc.state_dir / REF_CITIES_DIR / f"{key}.json" if key else None
+            done = _load(marker) if marker is not None else None
+            if isinstance(done, dict) and sid in (done.get("sites") or []):
+                return await self._site_candidates(svc, site, sid)
+            if isinstance(done, dict):  # the city was rated without this site: rate it alone
+                key, group, marker = None, [site], None
+            per_site: dict[str, list[RefCandidate]] = {}
+            left_out: dict[str, str] = {}
+            for s in group:
+                s_id = paths.safe_name(str(s["site"]), what="site id")
+                try:
+                    per_site[s_id] = await self._site_candidates(svc, s, s_id)
+                except PermanentFailure as e:
+                    if s_id == sid:
+                        raise
+                    left_out[s_id] = str(e)[:300]
+            merged = merge_site_candidates(per_site)
+            aud = svc.ref_auditor
+            stats = await aud.rate_all(merged)
+            rec = {"event": "ref_city_rating", "city": site.get("city") if key else None, "site": sid, "sites": sorted(per_site),
+                   "left_out": left_out, "n_candidates": len(merged),
+                   "n_shared": sum(len(v) for v in per_site.values()) - len(merged),
+                   "batch_size": aud.settings.batch_size, **stats}
+            await svc.decision_logger(self.name)(rec)
+            if marker is not None:
+                _dump(marker, {**rec, "qids": [c.qid for c in merged]})
+            return per_site[sid]
 
 
 def write_candidate_referenceability(state_dir: Path) -> Path:

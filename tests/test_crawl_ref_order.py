@@ -1,0 +1,285 @@
+"""The referenceability audit asks the same questions whatever the order in which sites reach it.
+
+Sites of one city share most of their 6 km candidates. When each site's not-yet-rated candidates were
+batched, the batches (and so the prompts, their request keys and the number of calls: the simulated
+auditor cuts some answers off, which costs re-asks) depended on which site came first; on the code before
+the per-city rating, auditing the six sites of the demo world in reverse order sent 22 rating calls
+instead of 21. Now a city's candidates are merged and cut into fixed batches first
+(:mod:`geoagent.crawl.referenceability`).
+
+The crawl runs once over the demo world (two admitted cities, local fakes, simulated auditors) up to the
+referenceability auditor; copies of that state are then audited in different interleavings: sites one
+by one in key order, in reverse order, all at once in a shuffled order (``asyncio.gather``), and by the
+real runner with three workers. Every interleaving must send the same rating calls (request keys counted
+by the provider), with the same ratings table. The batches are checked against the world: each city's
+entities within 6 km of any of its sites, sorted by QID number, cut into batches of 40, each shown
+with its distance to the nearest site (haversine written in ``tests/_reference.py``). Two crash cases:
+a stop request between two calls (the next run sends exactly the calls not yet sent), and a crash after
+the answers were logged but before any decision was (the next run sends no call and ends the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from _reference import csv_rows, haversine_km
+from geoagent import constants as C
+from geoagent.crawl.demo import SANDBOX_POLICY, sandbox_settings
+from geoagent.crawl.image_audit import load_prompt
+from geoagent.crawl.referenceability import RAW_ANSWERS_FILE, REF_MARKER
+from geoagent.crawl.stages import (
+    LadderBuilderStage,
+    ReferenceabilityAuditorStage,
+    build_crawl_services,
+    crawl_stages,
+    enqueue_cities,
+)
+from geoagent.demo import demo_world
+from geoagent.providers.base import ModelRequest, ModelResponse, Provider
+from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+from geoagent.runtime.http import HostPolicy, HttpClient
+from geoagent.runtime.queue import Task, open_queue
+from geoagent.runtime.stage import Abandoned, StageContext
+from geoagent.sandbox.city import serve_world
+
+WORLD = demo_world()
+BATCH = 40  # the sandbox settings' batch size (ReferenceabilitySettings default)
+TEMPLATE = load_prompt("crawl_referenceability.txt")
+_LINE = re.compile(r"^(\d+)\. (.*) \(([0-9.]+) km\)$")
+
+
+class Recording(Provider):
+    """Passes each request to the crawl's own (simulated) provider and records its request key and prompt;
+    with ``stop_after``, asks the crawl to stop once that many calls were answered."""
+
+    kind = "recording-test"
+    paid = False
+
+    def __init__(self, inner, svc, stop_after=None):
+        self.inner, self.svc, self.stop_after = inner, svc, stop_after
+        self.calls: list[tuple[str, str]] = []  # (request key, prompt)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        self.calls.append((request.key(), request.prompt))
+        resp = await self.inner.generate(request)
+        if self.stop_after is not None and len(self.calls) >= self.stop_after:
+            self.svc.stopping = True  # the stop request arrives while this answer is read
+        return resp
+
+    def ref_keys(self) -> list[str]:
+        return [k for k, p in self.calls if REF_MARKER in p]
+
+
+async def _upstream(root: Path) -> None:
+    """Screen, sample, fetch and audit images: the sites wait on the ``sites_for_audit`` edge."""
+    async with serve_world(WORLD) as sb, HttpClient(default_policy=HostPolicy(**SANDBOX_POLICY)) as http:
+        settings = sandbox_settings(WORLD, sb["endpoints"])
+        svc = build_crawl_services(settings, http, state_dir=root / "state", images_root=root / "images",
+                                   mapillary_token="MLY|sandbox|test")
+        stages = crawl_stages()[:4]
+        queues = open_edge_queues(root / "queues", "order", stages)
+        try:
+            await enqueue_cities(queues[C.EDGE_CITIES], settings.cities)
+            await run_pipeline("order", stages, queues, StageContext("order", {"crawl": svc, "config": settings}),
+                               burst=True, handle_signals=False)
+        finally:
+            for q in queues.values():
+                await q.close()
+
+
+async def _pending_sites(root: Path) -> list[tuple[str, dict]]:
+    q = open_queue(root / "queues", "order", C.EDGE_SITES_FOR_AUDIT)
+    try:
+        tasks = await q.lease(100, 600.0)
+    finally:
+        await q.close()
+    return sorted((t.key, t.payload) for t in tasks)
+
+
+async def _audit(root: Path, sites, mode: str, *, stop_after=None) -> dict:
+    """Run the referenceability stage over ``sites`` in ``mode``: "forward", "reverse", "gather" (all at
+    once, shuffled) or "runner" (the pipeline runner, three workers, then the ladder builder)."""
+    async with serve_world(WORLD) as sb, HttpClient(default_policy=HostPolicy(**SANDBOX_POLICY)) as http:
+        settings = sandbox_settings(WORLD, sb["endpoints"])
+        svc = build_crawl_services(settings, http, state_dir=root / "state", images_root=root / "images",
+                                   mapillary_token="MLY|sandbox|test")
+        rec = Recording(svc.ref_provider, svc, stop_after)
+        svc.ref_provider = rec
+        ctx = StageContext("order", {"crawl": svc, "config": settings})
+        tasks = [Task(key, payload, 0, "test-lease") for key, payload in sites]
+        stopped = False
+        if mode == "runner":
+            class ThreeWorkers(ReferenceabilityAuditorStage):
+                concurrency = 3
+
+            stages = [ThreeWorkers(), LadderBuilderStage()]
+            queues = open_edge_queues(root / "queues", "order", stages)
+            try:
+                run = await run_pipeline("order", stages, queues, ctx, burst=True, handle_signals=False)
+            finally:
+                for q in queues.values():
+                    await q.close()
+            assert all(s["dead"] == 0 and s["finished"] for s in (x.as_dict() for x in run.stats()))
+        else:
+            stage = ReferenceabilityAuditorStage()
+            await stage.start(ctx)
+            if mode == "gather":
+                random.Random(5).shuffle(tasks)
+                await asyncio.gather(*(stage.handle(t, ctx) for t in tasks))
+            else:
+                for t in (tasks if mode == "forward" else tasks[::-1]):
+                    try:
+                        await stage.handle(t, ctx)
+                    except Abandoned:
+                        stopped = True
+                        break
+        aud = svc.ref_auditor
+        return {"rec": rec, "stopped": stopped, "calls": aud.calls, "replayed": aud.replayed}
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _outcome(state: Path) -> dict:
+    """What must not depend on the order: the ratings table, each site's rated candidates, the decisions
+    (without their time stamps) and the request keys of the logged rating answers."""
+    strip = lambda d: {k: v for k, v in d.items() if k != "ts"}  # noqa: E731
+    raw = _lines(state / RAW_ANSWERS_FILE)
+    return {
+        "table": (state / "candidate_referenceability.csv").read_bytes(),
+        "rated": {p.name: json.loads(p.read_text())["rated"] for p in sorted((state / "rated").glob("*.json"))},
+        "decisions": sorted((strip(d) for d in _lines(state / C.AUDIT_DECISIONS_FILE)), key=lambda d: d["qid"]),
+        "sensitive": sorted((strip(d) for d in _lines(state / C.AUDIT_SENSITIVE_FILE)), key=lambda d: d["qid"]),
+        "raw_ref_keys": sorted(r["key"] for r in raw if r["task"] == "crawl_referenceability"),
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("reforder")
+    asyncio.run(_upstream(base / "up"))
+    shutil.copytree(base / "up", base / "peek")
+    sites = asyncio.run(_pending_sites(base / "peek"))
+    assert len(sites) == 6, sites  # three sites in each of the two admitted cities
+    out = {"base": base, "sites": sites}
+    for mode in ("forward", "reverse", "gather", "runner"):
+        shutil.copytree(base / "up", base / mode)
+        out[mode] = asyncio.run(_audit(base / mode, sites, mode))
+    return out
+
+
+MODES = ("forward", "reverse", "gather", "runner")
+
+
+def test_every_interleaving_sends_the_same_rating_calls_and_gets_the_same_ratings(runs):
+    base = runs["base"]
+    ref = {m: runs[m]["rec"].ref_keys() for m in MODES}
+    assert len(ref["forward"]) > 2 * 8  # two cities, 8 batches each, plus re-asks (recomputed in the next test)
+    for m in MODES:
+        assert len(ref[m]) == len(ref["forward"]), m  # the same number of rating calls
+        assert sorted(ref[m]) == sorted(ref["forward"]), m  # the same request keys ...
+        assert len(set(ref[m])) == len(ref[m]), m  # ... each sent once
+        assert runs[m]["replayed"] == 0 and runs[m]["calls"] == len(runs[m]["rec"].calls), m
+    outcomes = {m: _outcome(base / m / "state") for m in MODES}
+    for m in MODES:
+        o = outcomes[m]
+        assert o["raw_ref_keys"] == sorted(ref[m]), m  # the auditor's log holds what the provider saw
+        assert o == outcomes["forward"], m
+        qids = [d["qid"] for d in o["decisions"]]
+        assert len(qids) == len(set(qids)), m  # one decision per candidate: nothing rated twice
+    # the order really differed: the two cities were rated in opposite orders
+    first = {m: [r["city"] for r in _lines(base / m / "state" / C.CRAWL_DECISIONS_FILE) if r["event"] == "ref_city_rating"]
+             for m in ("forward", "reverse")}
+    assert first["forward"] == first["reverse"][::-1] and len(first["forward"]) == 2
+
+
+def _block(prompt: str) -> list[tuple[str, float]]:
+    """(label, km) of each numbered candidate line of a rating prompt."""
+    head, tail = TEMPLATE.split("{candidates}")
+    body = prompt[len(head):len(prompt) - len(tail)]
+    out = []
+    for i, line in enumerate(body.splitlines()):
+        m = _LINE.match(line)
+        assert m and int(m.group(1)) == i, line
+        out.append((m.group(2), float(m.group(3))))
+    return out
+
+
+def test_batches_are_each_citys_candidates_in_qid_order_cut_into_fixed_batches(runs):
+    """Recomputed from the world: per city, every entity within 6 km of one of its sites, nearest distance
+    over the sites, sorted by QID number, cut into batches of 40; each is the first call of its batch."""
+    state = runs["base"] / "forward" / "state"
+    sites = csv_rows(state / "sites.csv")
+    raw = [r for r in _lines(state / RAW_ANSWERS_FILE) if r["task"] == "crawl_referenceability"]
+    prompts = dict(runs["forward"]["rec"].calls)
+    cities = sorted({s["city"] for s in sites})
+    assert len(cities) == 2
+    n_batches = 0
+    for city in cities:
+        near: dict[str, float] = {}
+        for s in (s for s in sites if s["city"] == city):
+            for e in WORLD.entities:
+                d = haversine_km(float(s["lat"]), float(s["lon"]), e.lat, e.lon)
+                if d <= 6.0:
+                    near[e.qid] = min(d, near.get(e.qid, d))
+        order = sorted(near, key=lambda q: int(q[1:]))
+        labels = {e.qid: e.label for e in WORLD.entities}
+        chunks = [order[i:i + BATCH] for i in range(0, len(order), BATCH)]
+        n_batches += len(chunks)
+        for chunk in chunks:
+            firsts = [r for r in raw if r["qids"] == chunk]
+            assert len(firsts) == 1, (city, chunk[:3])  # asked once, whole
+            shown = _block(prompts[firsts[0]["key"]])
+            assert [lab for lab, _ in shown] == [labels[q] for q in chunk]
+            assert all(abs(km - near[q]) <= 0.006 for (_, km), q in zip(shown, chunk))  # nearest site's distance
+        # every other call re-asks part of one batch (a cut-off answer split in halves)
+        for r in raw:
+            if set(r["qids"]) <= set(order):
+                assert any(set(r["qids"]) <= set(c) for c in chunks), r["qids"]
+    assert len(raw) >= n_batches and n_batches == 16  # 2 cities x ceil(~300 / 40)
+
+
+def test_a_stop_between_calls_resumes_with_exactly_the_missing_calls(runs):
+    """Stopped right after an answer that was cut off (so the stop falls inside a split-and-retry), the next
+    run replays that answer from the log and sends every call the uninterrupted run sent after it."""
+    base, sites = runs["base"], runs["sites"]
+    full = runs["forward"]["rec"].calls
+    raw = [r for r in _lines(base / "forward" / "state" / RAW_ANSWERS_FILE)]
+    # the first rating answer followed by a re-ask of part of its batch: a split starts there
+    cut = next(i for i in range(len(raw) - 1) if raw[i]["task"] == "crawl_referenceability"
+               and raw[i + 1]["task"] == "crawl_referenceability" and set(raw[i + 1]["qids"]) < set(raw[i]["qids"]))
+    root = base / "stopped"
+    shutil.copytree(base / "up", root)
+    first = asyncio.run(_audit(root, sites, "forward", stop_after=cut + 1))
+    assert first["stopped"] and [k for k, _ in first["rec"].calls] == [k for k, _ in full[:cut + 1]]
+    second = asyncio.run(_audit(root, sites, "forward"))
+    sent = [k for k, _ in first["rec"].calls] + [k for k, _ in second["rec"].calls]
+    assert Counter(sent) == Counter(k for k, _ in full)  # nothing paid twice, nothing missing
+    assert second["replayed"] >= 1  # the cut-off answer was read from the log, not asked again
+    assert _outcome(root / "state") == _outcome(base / "forward" / "state")
+
+
+def test_a_crash_after_the_answers_were_logged_sends_no_call(runs):
+    """Every answer is logged before it is parsed; a crash before any decision was logged (the decision
+    logs, rated sites and city records lost) is finished from the logged answers alone."""
+    base, sites = runs["base"], runs["sites"]
+    root = base / "crashed"
+    shutil.copytree(base / "forward", root)
+    state = root / "state"
+    for f in (C.AUDIT_DECISIONS_FILE, C.AUDIT_SENSITIVE_FILE, "candidate_referenceability.csv"):
+        (state / f).unlink()
+    for d in ("rated", "ref_cities"):
+        shutil.rmtree(state / d)
+    again = asyncio.run(_audit(root, sites, "reverse"))
+    assert again["rec"].calls == [] and again["calls"] == 0
+    assert again["replayed"] == len(_lines(state / RAW_ANSWERS_FILE))
+    assert _outcome(state) == _outcome(base / "forward" / "state")
