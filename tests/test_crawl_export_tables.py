@@ -86,12 +86,30 @@ def test_export_writes_the_crawl_tables(crawled, capsys):
         assert df.height == len(lines) and df["qid"].to_list() == [r["qid"] for r in lines], name
         assert pl.read_csv(out / f"{name}.csv").height == len(lines)
 
-    # the sandbox's WDQS answers every query whole: no decision log, an empty table with the full column set
-    assert not (sd / "crawl_decisions.jsonl").exists()
+    # the sandbox's WDQS answers every query whole: the decision log holds only the city rating steps
+    lines = [json.loads(x) for x in (sd / "crawl_decisions.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
     dec = pl.read_parquet(out / "crawl_decisions.parquet")
+    assert dec.columns == DECISION_COLUMNS and dec.height == len(lines) > 0
+    assert set(dec["event"]) == {"ref_city_rating"} and dec["city"].to_list() == [r["city"] for r in lines]
+    assert dec.schema["ts"] == pl.Float64 and dec.schema["depth"] == pl.Int64 and dec.schema["stage"] == pl.String
+
+
+def test_export_without_a_decision_log_writes_an_empty_table_with_every_column(crawled, tmp_path):
+    """A crawl folder without crawl_decisions.jsonl (e.g. one crawled before the log existed): an empty
+    table with the full, typed column set, not a missing file."""
+    import shutil
+
+    from geoagent.crawl.export import export_crawl_tables
+
+    root, sd, cfg = crawled
+    copy = tmp_path / "crawl_copy"
+    shutil.copytree(sd, copy, ignore=shutil.ignore_patterns("export"))
+    (copy / "crawl_decisions.jsonl").unlink()
+    export_crawl_tables(copy, tmp_path / "out")
+    dec = pl.read_parquet(tmp_path / "out" / "crawl_decisions.parquet")
     assert dec.height == 0 and dec.columns == DECISION_COLUMNS
     assert dec.schema["ts"] == pl.Float64 and dec.schema["depth"] == pl.Int64 and dec.schema["stage"] == pl.String
-    assert (out / "crawl_decisions.csv").read_text(encoding="utf-8").strip() == ",".join(DECISION_COLUMNS)
+    assert (tmp_path / "out" / "crawl_decisions.csv").read_text(encoding="utf-8").strip() == ",".join(DECISION_COLUMNS)
 
 
 #: the exported decision-log columns, written out by hand from the README / the split records

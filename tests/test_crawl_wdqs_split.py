@@ -113,8 +113,9 @@ def test_every_split_is_in_the_decision_log(two_crawls):
 
 
 def test_decision_log_is_exported_row_for_row(two_crawls, tmp_path):
-    """``run.py export``'s crawl tables include the decision log: one row per split, in log order, with the
-    record's centre, box and parts; Parquet and CSV agree (CSV: the parts list as JSON text)."""
+    """``run.py export``'s crawl tables include the decision log: one row per record, in log order; a split
+    with its centre, box and parts (Parquet and CSV agree; CSV: the parts list as JSON text); the city rating
+    steps (``ref_city_rating``) with their own fields in ``extra``."""
     import csv
 
     import polars as pl
@@ -126,8 +127,16 @@ def test_decision_log_is_exported_row_for_row(two_crawls, tmp_path):
     tables = {t.table: t for t in export_crawl_tables(split, tmp_path / "export")}
     assert tables["crawl_decisions"].rows == len(recs) > 0
     df = pl.read_parquet(tmp_path / "export" / "crawl_decisions.parquet")
-    assert df.height == len(recs)
-    for row, rec in zip(df.iter_rows(named=True), recs):
+    assert df.height == len(recs) and df["event"].to_list() == [r["event"] for r in recs]
+    rating = [(row, rec) for row, rec in zip(df.iter_rows(named=True), recs) if rec["event"] == "ref_city_rating"]
+    assert rating  # one per city
+    for row, rec in rating:
+        assert (row["stage"], row["city"], row["site"]) == (rec["stage"], rec["city"], rec["site"])
+        extra = json.loads(row["extra"])
+        assert extra["n_candidates"] == rec["n_candidates"] and extra["sites"] == rec["sites"]
+    splits = [(i, rec) for i, rec in enumerate(recs) if rec["event"] == "wdqs_split"]
+    rows = df.to_dicts()
+    for row, rec in ((rows[i], rec) for i, rec in splits):
         assert (row["ts"], row["stage"], row["event"], row["query"], row["area"], row["depth"], row["reason"]) == (
             rec["ts"], rec["stage"], rec["event"], rec["query"], rec["area"], rec["depth"], rec["reason"])
         assert row["city"] == rec.get("city") and row["site"] == rec.get("site")
@@ -136,12 +145,12 @@ def test_decision_log_is_exported_row_for_row(two_crawls, tmp_path):
         assert row["box_km2"] == rec["box_km2"] and row["parts"] == rec["parts"] and row["n_parts"] == 4
         assert row["extra"] is None
     with (tmp_path / "export" / "crawl_decisions.csv").open(encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
-    assert [json.loads(r["parts"]) for r in rows] == [r["parts"] for r in recs]
-    assert [float(r["box_km2"]) for r in rows] == [r["box_km2"] for r in recs]
-    # the crawl whose WDQS answered every query whole: no rows, the same columns
-    empty = pl.read_parquet(export_crawl_tables(whole, tmp_path / "whole")[-1].parquet)
-    assert empty.height == 0 and empty.columns == df.columns
+        csv_rows = list(csv.DictReader(f))
+    assert [json.loads(csv_rows[i]["parts"]) for i, _ in splits] == [r["parts"] for _, r in splits]
+    assert [float(csv_rows[i]["box_km2"]) for i, _ in splits] == [r["box_km2"] for _, r in splits]
+    # the crawl whose WDQS answered every query whole: only its city rating steps, the same columns
+    whole_df = pl.read_parquet(export_crawl_tables(whole, tmp_path / "whole")[-1].parquet)
+    assert set(whole_df["event"]) == {"ref_city_rating"} and whole_df.columns == df.columns
 
 
 def test_depth_limit_dead_letters_the_city_naming_it(tmp_path):
