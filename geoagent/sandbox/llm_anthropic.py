@@ -50,6 +50,7 @@ from geoagent.sandbox.llm_common import (
     json_response,
     key_ok,
     log_call,
+    note_model,
     read_json,
     short_id,
 )
@@ -223,12 +224,6 @@ async def list_models(request: web.Request) -> web.Response:
     return json_response(body, headers={"request-id": "req_" + short_id(time.time_ns())})
 
 
-def _note_model(app: web.Application, model: str) -> None:
-    ids = app[MODEL_IDS_KEY]
-    if model not in ids and len(ids) < 10_000:  # bounded: a benchmark may name many ids
-        ids.append(model)
-
-
 async def messages(request: web.Request) -> web.Response:
     """The ``/v1/messages`` handler."""
     denied = _header_error(request)
@@ -258,7 +253,7 @@ async def messages(request: web.Request) -> web.Response:
 
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
                          max_output_tokens=max_tokens, finish_reasons=("end_turn", "max_tokens"))
-    _note_model(request.app, model)
+    note_model(request.app[MODEL_IDS_KEY], model)
     payload = {
         "id": f"msg_{ans.response_id}",
         "type": "message",

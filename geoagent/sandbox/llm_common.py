@@ -436,3 +436,14 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp").setLevel(logging.WARNING)  # our own lines at INFO, aiohttp's chatter not
     run_forever(app, args.host, args.port, describe=describe)
+
+
+#: most model ids a fake's models listing remembers (a benchmark may name many)
+MODEL_IDS_MAX = 10_000
+
+
+def note_model(ids: list[str], model: str) -> None:
+    """Add ``model`` to a fake's models-listing ids (in place) the first time it is answered, up to
+    :data:`MODEL_IDS_MAX` ids."""
+    if model not in ids and len(ids) < MODEL_IDS_MAX:
+        ids.append(model)

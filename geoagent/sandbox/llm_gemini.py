@@ -53,6 +53,7 @@ from geoagent.sandbox.llm_common import (
     json_response,
     key_ok,
     log_call,
+    note_model,
     read_json,
     sha256_hex,
     short_id,
@@ -264,12 +265,6 @@ async def list_models(request: web.Request) -> web.Response:
     return json_response(body)
 
 
-def _note_model(app: web.Application, model: str) -> None:
-    ids = app[MODEL_IDS_KEY]
-    if model not in ids and len(ids) < 10_000:  # bounded: a benchmark may name many ids
-        ids.append(model)
-
-
 async def generate_content(request: web.Request) -> web.Response:
     """The ``/v1beta/models/{model}:generateContent`` handler."""
     name = request.match_info["name"]
@@ -304,7 +299,7 @@ async def generate_content(request: web.Request) -> web.Response:
         )
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image,
                          max_output_tokens=max_out, finish_reasons=("STOP", "MAX_TOKENS"))
-    _note_model(request.app, model)
+    note_model(request.app[MODEL_IDS_KEY], model)
     n_in, n_out = ans.input_tokens, ans.output_tokens
     payload = {
         "candidates": [{"content": {"role": "model", "parts": [{"text": ans.text}]}, "finishReason": ans.finish_reason, "index": 0}],

@@ -62,6 +62,7 @@ from geoagent.sandbox.llm_common import (
     json_response,
     key_ok,
     log_call,
+    note_model,
     read_json,
     sha256_hex,
     short_id,
@@ -237,12 +238,6 @@ async def retrieve_model(request: web.Request) -> web.Response:
                          headers={"x-request-id": "req_" + short_id(time.time_ns())})
 
 
-def _note_model(app: web.Application, model: str) -> None:
-    ids = app[MODEL_IDS_KEY]
-    if model not in ids and len(ids) < 10_000:  # bounded: a benchmark may name many ids
-        ids.append(model)
-
-
 async def chat_completions(request: web.Request) -> web.Response:
     """The ``/v1/chat/completions`` handler."""
     denied = _auth_error(request)
@@ -279,7 +274,7 @@ async def chat_completions(request: web.Request) -> web.Response:
         return _err(400, str(bad), "invalid_request_error", bad.code, bad.param)
 
     max_tokens = cap_b or cap_a or DEFAULT_MAX_TOKENS
-    _note_model(request.app, model)
+    note_model(request.app[MODEL_IDS_KEY], model)
     flagged = [w for w in request.app.get(MODERATION_FLAGS_KEY, ()) if w in prompt.lower()]
     if flagged:  # OpenRouter's moderation refusal of the input (403; nothing generated, not billed)
         log_call(request, API, 403, error="moderation", model=model)
