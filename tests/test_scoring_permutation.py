@@ -98,3 +98,17 @@ def test_paired_tables_say_where_the_test_is_exact():
     # 2**13 = 8,192 <= 10,000 < 2**14: groups of up to 13 sites are enumerated
     assert "G <= 13" in note and "10000 random flips (seed 0)" in note
     assert "G <= 10" in flip_method_note(1024, 5)
+
+
+def test_note_and_test_agree_above_the_enumeration_cap():
+    """The enumeration is capped at 20 sites whatever ``n_flips`` is (2**20 sign vectors); with
+    ``n_flips >= 2**21`` (allowed: ``[geohint] n_flips`` has no upper bound) the note must not claim exact
+    enumeration for groups the test samples. Checked against the test's own ``exact`` flag."""
+    from geoagent.report.geohint import flip_method_note
+
+    n_flips = 2**21
+    note = flip_method_note(n_flips, 0)
+    sites, t, c = _pairs(seed=6, n_sites=21, effect=0.1)
+    res = paired_site_permutation_test(sites, t, c, n_flips=n_flips, seed=0)
+    assert res.n_sites == 21 and not res.exact  # 21 sites are sampled even though 2**21 <= n_flips
+    assert "G <= 20 sites" in note, note

@@ -64,7 +64,7 @@ from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.geohint import wilson_interval
-from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutation_test
+from geoagent.scoring.permutation import DEFAULT_N_FLIPS, exact_max_sites, paired_site_permutation_test
 from geoagent.scoring.regime import (
     DEFAULT_THRESHOLD,
     ILLEGIBLE,
@@ -658,7 +658,7 @@ def flip_method_note(n_flips: int, seed: int) -> str:
     """The paired tables' sentence on the test: site-flip, two-sided; ``n_flips`` random sign vectors drawn with
     ``seed`` where a group has more than log2(n_flips) sites, every sign vector (exact p) where it has fewer
     (:func:`geoagent.scoring.permutation.site_flip_test_from_sums`, ``exact=None``)."""
-    g_max = max(0, int(n_flips).bit_length() - 1)  # largest G with 2**G <= n_flips
+    g_max = exact_max_sites(n_flips)  # largest G with 2**G <= n_flips, capped as the test caps it
     return (f"Two-sided permutation test flipping whole sites: {n_flips} random flips (seed {seed}); "
             f"exact enumeration of all 2^G sign vectors for groups of G <= {g_max} sites.")
 

@@ -26,6 +26,15 @@ import numpy as np
 
 DEFAULT_N_FLIPS = 10_000
 _CHUNK = 2_000
+#: most sites the exact test enumerates (2**20 sign vectors)
+EXACT_MAX_SITES = 20
+
+
+def exact_max_sites(n_flips: int) -> int:
+    """Largest site count S the default test (``exact=None``) enumerates for ``n_flips`` random flips: the
+    largest S with ``2**S <= n_flips``, at most :data:`EXACT_MAX_SITES` (0 when ``n_flips < 2``)."""
+    return min(EXACT_MAX_SITES, max(0, int(n_flips).bit_length() - 1))
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +126,9 @@ def site_flip_test_from_sums(
     tol = 1e-12 * max(1.0, float(np.abs(D).sum()))
     thresh = abs(float(D.sum())) - tol
     if exact is None:
-        exact = S <= 20 and 2**S <= n_flips
+        exact = S <= exact_max_sites(n_flips)
     if exact:
-        if S > 20:
+        if S > EXACT_MAX_SITES:
             raise ValueError(f"exact test over 2**{S} sign vectors is too large")
         signs = ((np.arange(2**S)[:, None] >> np.arange(S)) & 1) * 2 - 1
         stat = np.abs(signs @ D)
