@@ -199,3 +199,29 @@ def test_client_budget_keeps_under_the_server_budget():
     assert st.throttled == 0 and len(st.queries) == 6
     st = run(1e9)
     assert st.throttled >= 1 and len(st.queries) == 6  # throttled, waited Retry-After, completed
+
+
+def test_a_429_naming_timeoutexception_is_still_a_throttle_retried_after_retry_after():
+    """The no-retry rule is for the query deadline (a 5xx naming ``TimeoutException``, or a cut-off 2xx).
+    A 429 is throttling whatever its text says (e.g. a throttle page explaining that the client's query TIME
+    budget ran out and naming the exception): it is waited out (``Retry-After``) and sent again inside the
+    request, like the plain 429 of ``test_429_retry_after_is_honoured``, not turned into ``WdqsThrottled``
+    at once."""
+    from aiohttp import web
+
+    app = fake.make_app(_world(50))
+    seen = {"n": 0}
+
+    @web.middleware
+    async def budget_429(request, handler):
+        seen["n"] += 1
+        if seen["n"] == 1:
+            return web.Response(status=429, headers={"Retry-After": "1"}, content_type="text/plain",
+                                text="Query time budget exceeded (java.util.concurrent.TimeoutException); retry in 1 s\n")
+        return await handler(request)
+
+    app.middlewares.insert(0, budget_429)
+    t0 = time.monotonic()
+    got = asyncio.run(_run(app, lambda c: c.entities_around(LAT0, LON0, 6.0)))
+    assert {g.qid for g in got} == {e.qid for e in _world(50) if _km(e) <= 6.0}
+    assert seen["n"] == 2 and time.monotonic() - t0 >= 0.95  # one retry, after the Retry-After

@@ -54,8 +54,11 @@ def _deadline_answer(resp: Any) -> bool:
     """``no_retry`` hook of the WDQS queries: True for an answer that shows the 60 s query deadline was hit,
     so the HTTP layer does not send the same query again: a 5xx whose body names ``TimeoutException``, or a
     2xx whose body failed the JSON check (the result stream stopped midway: WDQS User Manual, "Query
-    limits"; api-notes, WDQS "Errors and limits"). Other 5xx (a restarting server) are retried as usual."""
-    return DEADLINE_MARKER in resp.body or 200 <= resp.status < 300
+    limits"; api-notes, WDQS "Errors and limits"). Other 5xx (a restarting server) are retried as usual, and
+    so is every 429 (throttling, whatever its text: waited out by its ``Retry-After``) and 408/425."""
+    if 200 <= resp.status < 300:
+        return True
+    return resp.status >= 500 and DEADLINE_MARKER in resp.body
 
 ENTITY_PREFIX = "http://www.wikidata.org/entity/"
 
