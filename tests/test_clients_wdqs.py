@@ -225,3 +225,35 @@ def test_a_429_naming_timeoutexception_is_still_a_throttle_retried_after_retry_a
     got = asyncio.run(_run(app, lambda c: c.entities_around(LAT0, LON0, 6.0)))
     assert {g.qid for g in got} == {e.qid for e in _world(50) if _km(e) <= 6.0}
     assert seen["n"] == 2 and time.monotonic() - t0 >= 0.95  # one retry, after the Retry-After
+
+
+def test_a_deadline_trace_whose_query_holds_429_is_a_timeout_not_a_throttle():
+    """Blazegraph's deadline answer echoes the query (``SPARQL-QUERY: queryStr=...``, api-notes), so its text
+    can hold "429" anywhere, e.g. in a centre latitude of 41.429. It is a timeout (the area is split and
+    answered), not a throttle: no ``WdqsThrottled`` and no 60 s block of the client for a 500."""
+    from aiohttp import web
+
+    lat0 = 41.429
+    ents = [fake.FakeEntity(qid=f"Q{500 + i}", label=f"P{i}", lat=lat0 + 0.001 * i, lon=LON0, sitelinks=3,
+                            instance_of=(PARK,)) for i in range(5)]
+    app = fake.make_app(ents)
+    seen = {"n": 0}
+
+    @web.middleware
+    async def deadline_once(request, handler):
+        seen["n"] += 1
+        if seen["n"] == 1:
+            query = (await request.post())["query"]
+            return web.Response(status=500, content_type="text/plain",
+                                text="SPARQL-QUERY: queryStr=" + query + "\njava.util.concurrent.TimeoutException\n")
+        return await handler(request)
+
+    app.middlewares.insert(0, deadline_once)
+
+    async def go(c):
+        got = await c.entities_around(lat0, LON0, 2.0)
+        return got, c.splits
+
+    got, splits = asyncio.run(_run(app, go))
+    assert {g.qid for g in got} == {e.qid for e in ents}
+    assert splits == 1  # the whole circle's timeout was split once; its quadrants answered

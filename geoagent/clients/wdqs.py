@@ -361,23 +361,35 @@ class WdqsClient:
             if wait > 0:
                 await asyncio.sleep(wait)
             start = self._clock()
+            deadline: list[int] = []  # status of a deadline answer that ended the request (the full body was seen)
+
+            def no_retry(resp: Any) -> bool:
+                if _deadline_answer(resp):
+                    deadline.append(resp.status)
+                    return True
+                return False
+
             try:
                 self.queries_sent += 1
                 resp = await self.http.request(
                     "POST", self.endpoint, data={"query": query},
                     headers={"User-Agent": self.user_agent, "Accept": "application/sparql-results+json"},
-                    validate=_json_body, no_retry=_deadline_answer,
+                    validate=_json_body, no_retry=no_retry,
                 )
             except PermanentHTTPError as e:
                 if e.status == 400:
                     raise WdqsQueryError(f"WDQS rejected the query: {e.body_excerpt[:300]}") from None
                 raise
             except RetriesExhausted as e:
-                if e.retry_after_s is not None or "429" in e.last:
+                # the last answer's status, not "429" anywhere in its text: a deadline trace echoes the query,
+                # whose coordinates or QIDs may hold those digits
+                if e.retry_after_s is not None or e.last.startswith("http 429"):
                     ra = e.retry_after_s if e.retry_after_s is not None else self.default_retry_after_s
                     self._not_before = self._clock() + ra
                     raise WdqsThrottled(ra, f"({e.last})") from None
-                if "TimeoutException" in e.last or e.last.startswith("invalid body"):
+                # ``deadline``: the body named the deadline even where the error's 300-character excerpt does not
+                # (Blazegraph's trace starts with the whole query and names the exception after it)
+                if deadline or "TimeoutException" in e.last or e.last.startswith("invalid body"):
                     raise WdqsTimeout(f"WDQS query timed out: {e.last}") from None
                 raise
             finally:
