@@ -152,3 +152,51 @@ def test_http_client_raises_retries_stopped_between_attempts_with_the_attempt_co
     assert before_second == 1  # nothing was sent between the stop and the next request
     assert second.attempts == 1 and received == 2  # its first attempt went out; no retry followed
     assert KEY not in str(first) and KEY not in str(second)
+
+
+def test_stop_wakes_a_retry_waiting_out_the_hosts_retry_after():
+    """A 429 with ``Retry-After: 20`` (within ``backoff_max_s``, so the request waits to retry) pauses the
+    host; the retry waits out that pause before its next attempt. A stop during that wait ends the request
+    at once with ``RetriesStopped`` (module docstring of ``runtime.http``: "waiting for its host after a
+    failed attempt"), instead of sleeping through the pause (20 s here) and raising only then, which in a
+    run outlasts the grace period and turns into a cancel (the reservation of a 429, never billed, then
+    counts as unknown spend)."""
+
+    async def main() -> tuple[BaseException, float, int]:
+        app = make_app(api_keys=[KEY], faults=FaultConfig(rate=1.0, kinds=("429",), retry_after_s=20.0))
+        seen = {"received": 0}
+
+        @web.middleware
+        async def count(request: web.Request, handler):
+            seen["received"] += 1
+            return await handler(request)
+
+        app.middlewares.insert(0, count)
+        async with serve(app) as base:
+            policy = HostPolicy(rate=1000, concurrency=2, max_attempts=5, backoff_base_s=0.01, backoff_max_s=60.0)
+            async with HttpClient(default_policy=policy) as http:
+                caught: list[BaseException] = []
+
+                async def call() -> None:
+                    try:
+                        await http.request("POST", f"{base}/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
+                                           json={"model": "gpt-sim", "messages": [{"role": "user", "content": "hi"}]})
+                    except BaseException as exc:  # noqa: BLE001 - inspected below
+                        caught.append(exc)
+
+                with anyio.fail_after(30):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(call)
+                        while seen["received"] < 1:
+                            await anyio.sleep(0.005)
+                        await anyio.sleep(0.3)  # the retry now waits for the host's 20 s pause
+                        t0 = time.monotonic()
+                        http.stop_retries()
+                woke_after = time.monotonic() - t0
+                return caught[0], woke_after, seen["received"]
+
+    exc, woke_after, received = run(main(), timeout_s=60)
+    assert isinstance(exc, RetriesStopped), exc
+    assert exc.attempts == 1 and exc.possibly_billed == 0 and "http 429" in exc.last
+    assert received == 1
+    assert woke_after < 10.0, woke_after  # not the 20 s pause

@@ -899,6 +899,13 @@ class HttpClient:
         (:meth:`stop_retries`) ends once the host admitted it, before anything is sent (``_StopRetrying``)."""
         import aiohttp
 
+        if retry:
+            # a host pause (Retry-After of the failed attempt) is waited out here, where a stop request
+            # wakes it (admit() below would sleep through it and raise only after the pause)
+            while not self._stopping and (pause_s := host.paused_until - time.monotonic()) > 0:
+                await self._backoff(pause_s)
+            if self._stopping:
+                raise _StopRetrying()
         async with host.semaphore:
             slot = await host.admit()
             throttle = host.throttle
