@@ -257,3 +257,40 @@ def test_a_deadline_trace_whose_query_holds_429_is_a_timeout_not_a_throttle():
     got, splits = asyncio.run(_run(app, go))
     assert {g.qid for g in got} == {e.qid for e in ents}
     assert splits == 1  # the whole circle's timeout was split once; its quadrants answered
+
+
+def test_no_spatial_split_after_a_stop_request():
+    """A query that hits the deadline after a stop request (Ctrl-C while it ran) is not followed by the
+    spatial split's box queries: each could run up to the 60 s deadline, past the runner's grace period, and
+    spend the client's processing budget for a task that is cut off anyway. The area query ends with
+    ``RetriesStopped`` (an ``Abandoned``: the crawl stage's task is released untouched and redone next run)."""
+    from aiohttp import web
+
+    from geoagent.runtime.http import RetriesStopped
+    from geoagent.runtime.stage import Abandoned
+
+    app = fake.make_app(_world(50))
+    st = app[fake.WDQS_STATE]
+    st.timeout_next = 100  # every query hits the deadline
+    holder: dict = {}
+
+    @web.middleware
+    async def stop_during_query(request, handler):
+        if len(st.queries) == 0:
+            holder["http"].stop_retries()  # the stop arrives while the first query runs
+        return await handler(request)
+
+    app.middlewares.insert(0, stop_during_query)
+    splits: list = []
+
+    async def main():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            holder["http"] = http
+            c = WdqsClient(http, base + "/sparql", UA)
+            with pytest.raises(RetriesStopped) as ei:
+                await c.entities_around(LAT0, LON0, 6.0, on_split=splits.append)
+            return ei.value, c.splits
+
+    exc, n_splits = asyncio.run(main())
+    assert isinstance(exc, Abandoned)
+    assert len(st.queries) == 1 and n_splits == 0 and splits == []  # no box query was sent

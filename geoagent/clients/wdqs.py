@@ -44,7 +44,7 @@ import orjson
 from geoagent.clients.mapillary import bbox_around, normalise_bbox, quadrants
 from geoagent.clients.overpass import _json_body, host_of
 from geoagent.geo import haversine_km
-from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
 #: marker of Blazegraph's query-deadline error in a WDQS answer body
 DEADLINE_MARKER = b"TimeoutException"
@@ -407,6 +407,14 @@ class WdqsClient:
             raise WdqsError("WDQS results.bindings is not a list")
         return bindings
 
+    def _no_split_after_stop(self, error: str) -> None:
+        """After a stop request (:meth:`HttpClient.stop_retries`) a deadline answer is not followed by the
+        spatial split's box queries (new queries of up to 60 s each, past the grace period, for a task that is
+        cut off anyway): :class:`~geoagent.runtime.http.RetriesStopped`, an ``Abandoned`` (the task is released
+        untouched; the next run splits)."""
+        if getattr(self.http, "stopping", False):
+            raise RetriesStopped(self.endpoint, 1, f"stop requested: no spatial split after {error}"[:300])
+
     async def _split_area(self, make_query: Callable[[int, int, Box | None], str], lat: float, lon: float,
                           radius_km: float, page_size: int, *, area: str, what: str, max_split_depth: int,
                           on_split: Callable[[dict[str, Any]], Any] | None) -> list[WdEntity]:
@@ -416,6 +424,7 @@ class WdqsClient:
             return await self._paged(lambda lim, off: make_query(lim, off, None), page_size)
         except WdqsTimeout as e:
             first_error = str(e)
+            self._no_split_after_stop(first_error)
         whole = bbox_around(lat, lon, radius_km * 1000.0)
         if max_split_depth < 1:
             raise WdqsAreaTooDense(area, whole, 0, f"(splitting is off; {first_error})")
@@ -444,6 +453,7 @@ class WdqsClient:
             try:
                 got = await self._paged(lambda lim, off, b=box: make_query(lim, off, b), page_size)
             except WdqsTimeout as e:
+                self._no_split_after_stop(str(e))
                 if depth >= max_split_depth:
                     raise WdqsAreaTooDense(area, box, depth, f"({e})") from None
                 sub = quadrants(box)
