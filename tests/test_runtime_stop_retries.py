@@ -204,7 +204,8 @@ def test_stop_wakes_a_retry_waiting_out_the_hosts_retry_after():
 
 def test_stop_during_a_retry_after_pause_ends_the_run_at_once_and_bills_nothing(tmp_path, monkeypatch):
     """Through the runner: every call gets 429 + ``Retry-After: 20`` (under the queue's 30 s backoff cap, so
-    the calls wait to retry). A stop then ends the run within seconds, not after the pause: each task is
+    the calls wait to retry; a call whose reservation was made just before the pause waits for it too). A stop
+    then ends the run within seconds, not after the pause, and sends nothing more: each task is
     released untouched and each reservation released (a 429 is not billed), none left as unknown spend, as
     it would be if the grace period had to cancel calls still waiting for their host."""
     monkeypatch.setenv("RETRY_STOP_KEY", KEY)
@@ -243,6 +244,7 @@ def test_stop_during_a_retry_after_pause_ends_the_run_at_once_and_bills_nothing(
                                 await anyio.sleep(0.005)
                             await anyio.sleep(0.5)  # the first 429 paused the host for 20 s
                             out["t_stop"] = time.monotonic()
+                            out["received_at_stop"] = seen["received"]
                             runner.request_stop()
 
                         async with anyio.create_task_group() as tg:
@@ -250,6 +252,7 @@ def test_stop_during_a_retry_after_pause_ends_the_run_at_once_and_bills_nothing(
                             out["stats"] = await runner.run()
                             tg.cancel_scope.cancel()
                         out["t_end"] = time.monotonic()
+                        out["received_end"] = seen["received"]
                         out["counts"] = await inq.counts()
                         out["ready_attempts"] = sorted(t.attempts for t in await inq.lease(n_tasks, 60.0))
                     finally:
@@ -262,6 +265,9 @@ def test_stop_during_a_retry_after_pause_ends_the_run_at_once_and_bills_nothing(
 
     out = run(main(), timeout_s=120)
     assert out["t_end"] - out["t_stop"] < 10.0, out  # not the 20 s pause
+    # nothing was sent after the stop: neither a retry nor a first attempt whose gate passed (reservation
+    # made) just before another call's 429 paused the host (it waited out the pause, then was sent)
+    assert out["received_end"] == out["received_at_stop"], out
     c = out["counts"]
     assert c.dead == 0 and c.done == 0 and c.leased == 0 and c.ready == n_tasks
     assert out["ready_attempts"] == [0] * n_tasks

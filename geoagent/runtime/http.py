@@ -814,6 +814,9 @@ class HttpClient:
                 return self._finish(await self._attempt(*args, before_send=before_send), counter)
             except _Retryable as exc:
                 last = exc
+            except _StopRetrying:  # stopped while waiting out a host pause after before_send: nothing sent
+                raise RetriesStopped(shown_url, counter.attempts, "stop requested while the host was paused",
+                                     counter.possibly_billed) from None
             if pol.max_attempts > 1 and not last.final and not self._too_long(last, pol):
                 failed = [last]
 
@@ -919,9 +922,13 @@ class HttpClient:
                     raise _StopRetrying()
                 if before_send is not None:
                     await before_send()
-                    # a Retry-After that arrived while the hook ran still holds (slot kept, +inf)
-                    while (wait := host.paused_until - time.monotonic()) > 0:
-                        await asyncio.sleep(wait)
+                    # a Retry-After that arrived while the hook ran still holds (slot kept, +inf); a stop request
+                    # during that wait ends the request unsent (RetriesStopped: the hook's caller closes what
+                    # it opened, e.g. releases the reservation), instead of sending it after the pause
+                    while not self._stopping and (wait := host.paused_until - time.monotonic()) > 0:
+                        await self._backoff(wait)
+                    if self._stopping and host.paused_until > time.monotonic():
+                        raise _StopRetrying()
             except BaseException:
                 throttle.give_back(slot)  # abandoned before anything was sent
                 if turn is not None:
