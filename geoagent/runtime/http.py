@@ -26,8 +26,11 @@ Implementation notes (see :class:`HttpClient` for the full contract):
 * after :meth:`HttpClient.stop_retries` (a stop request: the stage runner calls it) no request makes another
   attempt: a request between attempts (backing off, or waiting for its host after a failed attempt) raises
   :class:`RetriesStopped`, a :class:`~geoagent.runtime.stage.Abandoned` (its task is released untouched),
-  with ``possibly_billed`` as :class:`RetriesExhausted` has. First attempts are not affected: whether a new
-  request may still start is its caller's decision (the model caller's send gate refuses it at a stop).
+  with ``possibly_billed`` as :class:`RetriesExhausted` has. A request waiting out a host pause is woken by
+  the stop (the wait between attempts, and a first attempt's wait after its ``before_send`` hook passed:
+  it raises :class:`RetriesStopped` unsent, so the hook's caller closes what the hook opened). Other first
+  attempts are not affected: whether a new request may still start is its caller's decision (the model
+  caller's send gate refuses it at a stop).
 """
 
 from __future__ import annotations
