@@ -199,3 +199,98 @@ def test_client_budget_keeps_under_the_server_budget():
     assert st.throttled == 0 and len(st.queries) == 6
     st = run(1e9)
     assert st.throttled >= 1 and len(st.queries) == 6  # throttled, waited Retry-After, completed
+
+
+def test_a_429_naming_timeoutexception_is_still_a_throttle_retried_after_retry_after():
+    """The no-retry rule is for the query deadline (a 5xx naming ``TimeoutException``, or a cut-off 2xx).
+    A 429 is throttling whatever its text says (e.g. a throttle page explaining that the client's query TIME
+    budget ran out and naming the exception): it is waited out (``Retry-After``) and sent again inside the
+    request, like the plain 429 of ``test_429_retry_after_is_honoured``, not turned into ``WdqsThrottled``
+    at once."""
+    from aiohttp import web
+
+    app = fake.make_app(_world(50))
+    seen = {"n": 0}
+
+    @web.middleware
+    async def budget_429(request, handler):
+        seen["n"] += 1
+        if seen["n"] == 1:
+            return web.Response(status=429, headers={"Retry-After": "1"}, content_type="text/plain",
+                                text="Query time budget exceeded (java.util.concurrent.TimeoutException); retry in 1 s\n")
+        return await handler(request)
+
+    app.middlewares.insert(0, budget_429)
+    t0 = time.monotonic()
+    got = asyncio.run(_run(app, lambda c: c.entities_around(LAT0, LON0, 6.0)))
+    assert {g.qid for g in got} == {e.qid for e in _world(50) if _km(e) <= 6.0}
+    assert seen["n"] == 2 and time.monotonic() - t0 >= 0.95  # one retry, after the Retry-After
+
+
+def test_a_deadline_trace_whose_query_holds_429_is_a_timeout_not_a_throttle():
+    """Blazegraph's deadline answer echoes the query (``SPARQL-QUERY: queryStr=...``, api-notes), so its text
+    can hold "429" anywhere, e.g. in a centre latitude of 41.429. It is a timeout (the area is split and
+    answered), not a throttle: no ``WdqsThrottled`` and no 60 s block of the client for a 500."""
+    from aiohttp import web
+
+    lat0 = 41.429
+    ents = [fake.FakeEntity(qid=f"Q{500 + i}", label=f"P{i}", lat=lat0 + 0.001 * i, lon=LON0, sitelinks=3,
+                            instance_of=(PARK,)) for i in range(5)]
+    app = fake.make_app(ents)
+    seen = {"n": 0}
+
+    @web.middleware
+    async def deadline_once(request, handler):
+        seen["n"] += 1
+        if seen["n"] == 1:
+            query = (await request.post())["query"]
+            return web.Response(status=500, content_type="text/plain",
+                                text="SPARQL-QUERY: queryStr=" + query + "\njava.util.concurrent.TimeoutException\n")
+        return await handler(request)
+
+    app.middlewares.insert(0, deadline_once)
+
+    async def go(c):
+        got = await c.entities_around(lat0, LON0, 2.0)
+        return got, c.splits
+
+    got, splits = asyncio.run(_run(app, go))
+    assert {g.qid for g in got} == {e.qid for e in ents}
+    assert splits == 1  # the whole circle's timeout was split once; its quadrants answered
+
+
+def test_no_spatial_split_after_a_stop_request():
+    """A query that hits the deadline after a stop request (Ctrl-C while it ran) is not followed by the
+    spatial split's box queries: each could run up to the 60 s deadline, past the runner's grace period, and
+    spend the client's processing budget for a task that is cut off anyway. The area query ends with
+    ``RetriesStopped`` (an ``Abandoned``: the crawl stage's task is released untouched and redone next run)."""
+    from aiohttp import web
+
+    from geoagent.runtime.http import RetriesStopped
+    from geoagent.runtime.stage import Abandoned
+
+    app = fake.make_app(_world(50))
+    st = app[fake.WDQS_STATE]
+    st.timeout_next = 100  # every query hits the deadline
+    holder: dict = {}
+
+    @web.middleware
+    async def stop_during_query(request, handler):
+        if len(st.queries) == 0:
+            holder["http"].stop_retries()  # the stop arrives while the first query runs
+        return await handler(request)
+
+    app.middlewares.insert(0, stop_during_query)
+    splits: list = []
+
+    async def main():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            holder["http"] = http
+            c = WdqsClient(http, base + "/sparql", UA)
+            with pytest.raises(RetriesStopped) as ei:
+                await c.entities_around(LAT0, LON0, 6.0, on_split=splits.append)
+            return ei.value, c.splits
+
+    exc, n_splits = asyncio.run(main())
+    assert isinstance(exc, Abandoned)
+    assert len(st.queries) == 1 and n_splits == 0 and splits == []  # no box query was sent

@@ -195,3 +195,28 @@ def test_markdown_shows_pretty_bands_and_csv_keeps_ascii(tmp_path):
     assert "Share of reciting (fraction)" in _read(tmp_path / "table6.csv")[0]
     text = GH.render_text(GH.table1(_zero_agg()).to_rich())
     assert "0.5\u20131.5 km" in text and "0.5-1.5km" not in text
+
+
+def test_few_sites_note_does_not_claim_the_exact_bound_for_a_sampled_p():
+    """With a small ``n_flips`` (``[geohint] n_flips`` only needs to be >= 1) a group of 6 sites has more sign
+    vectors (64) than flips (50), so its p is the Monte Carlo one, ``(1 + count) / 51``, which CAN fall below
+    the exact test's minimum 2/64: the note must not say p cannot be below it for that group."""
+    rows = []
+    sites = [f"s{i}" for i in range(6)]
+    for s in sites:
+        rows += [_base(s, "m", r, s == "s0") for r in range(2)]
+        rows.append(_ctx(f"f|{s}", s, "m", "area", 5.0, ref="Q1"))
+        rows.append(_ctx(f"w|{s}", s, "m", "area", 0.2, ref="Q1", condition="forced_warn"))
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    t8 = GH.table_paired(agg, "forced_warn", "forced", name="table8", n_flips=50, seed=0)
+    p_all = next(r[8] for r in t8.rows if r[0] == "all sites" and r[1] == "forced_warn")
+    bound = _exact_p_by_hand([1.0] * 6)
+    assert bound == pytest.approx(2 / 64)
+    assert p_all < bound  # the sampled p fell below the exact minimum (1/51 with this seed)
+    assert "all sites: G = 6, p >= 0.0312" not in t8.notes, t8.notes
+    assert "all sites: G = 6" in t8.notes  # the group is still named, with the exact minimum as a reference
+    # with enough flips the same group is enumerated and the bound holds as stated
+    t8x = GH.table_paired(agg, "forced_warn", "forced", name="table8", n_flips=10_000, seed=0)
+    assert "all sites: G = 6, p >= 0.0312" in t8x.notes
+    assert next(r[8] for r in t8x.rows if r[0] == "all sites" and r[1] == "forced_warn") == pytest.approx(bound)

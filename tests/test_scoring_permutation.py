@@ -98,3 +98,50 @@ def test_paired_tables_say_where_the_test_is_exact():
     # 2**13 = 8,192 <= 10,000 < 2**14: groups of up to 13 sites are enumerated
     assert "G <= 13" in note and "10000 random flips (seed 0)" in note
     assert "G <= 10" in flip_method_note(1024, 5)
+
+
+def test_note_and_test_agree_above_the_enumeration_cap():
+    """The enumeration is capped at 20 sites whatever ``n_flips`` is (2**20 sign vectors); with
+    ``n_flips >= 2**21`` (allowed: ``[geohint] n_flips`` has no upper bound) the note must not claim exact
+    enumeration for groups the test samples. Checked against the test's own ``exact`` flag."""
+    from geoagent.report.geohint import flip_method_note
+
+    n_flips = 2**21
+    note = flip_method_note(n_flips, 0)
+    sites, t, c = _pairs(seed=6, n_sites=21, effect=0.1)
+    res = paired_site_permutation_test(sites, t, c, n_flips=n_flips, seed=0)
+    assert res.n_sites == 21 and not res.exact  # 21 sites are sampled even though 2**21 <= n_flips
+    assert "G <= 20 sites" in note, note
+
+
+def _exact_p_by_subset_sums(D):
+    """Exact two-sided p for integer site sums by counting signed sums (dynamic programming over sums)."""
+    counts = {0: 1}
+    for d in D:
+        nxt: dict[int, int] = {}
+        for s, k in counts.items():
+            nxt[s + d] = nxt.get(s + d, 0) + k
+            nxt[s - d] = nxt.get(s - d, 0) + k
+        counts = nxt
+    obs = abs(sum(D))
+    return sum(k for s, k in counts.items() if abs(s) >= obs) / 2 ** len(D)
+
+
+def test_enumeration_of_20_sites_is_exact_and_memory_bounded():
+    """``n_flips = 2**20`` makes the default test enumerate 20 sites (2**20 sign vectors). The p is the exact
+    one (checked by counting signed sums), and the enumeration runs in blocks: its peak memory stays far
+    below the 2**20 x 20 sign matrix (168 MB as int64) that building it at once needs."""
+    import tracemalloc
+
+    from geoagent.scoring.permutation import site_flip_test_from_sums
+
+    D = [3, -1, 2, 0, 4, -2, 1, 1, -3, 2, 5, -1, 0, 2, -4, 3, 1, -1, 2, 1]
+    tracemalloc.start()
+    try:
+        res = site_flip_test_from_sums(np.array(D, float), 60, n_flips=2**20)
+        peak_mb = tracemalloc.get_traced_memory()[1] / 1e6
+    finally:
+        tracemalloc.stop()
+    assert res.exact and res.n_flips == 2**20
+    assert res.p_value == pytest.approx(_exact_p_by_subset_sums(D), abs=1e-15)
+    assert peak_mb < 64, peak_mb

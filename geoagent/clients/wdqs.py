@@ -44,7 +44,7 @@ import orjson
 from geoagent.clients.mapillary import bbox_around, normalise_bbox, quadrants
 from geoagent.clients.overpass import _json_body, host_of
 from geoagent.geo import haversine_km
-from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
 #: marker of Blazegraph's query-deadline error in a WDQS answer body
 DEADLINE_MARKER = b"TimeoutException"
@@ -54,8 +54,11 @@ def _deadline_answer(resp: Any) -> bool:
     """``no_retry`` hook of the WDQS queries: True for an answer that shows the 60 s query deadline was hit,
     so the HTTP layer does not send the same query again: a 5xx whose body names ``TimeoutException``, or a
     2xx whose body failed the JSON check (the result stream stopped midway: WDQS User Manual, "Query
-    limits"; api-notes, WDQS "Errors and limits"). Other 5xx (a restarting server) are retried as usual."""
-    return DEADLINE_MARKER in resp.body or 200 <= resp.status < 300
+    limits"; api-notes, WDQS "Errors and limits"). Other 5xx (a restarting server) are retried as usual, and
+    so is every 429 (throttling, whatever its text: waited out by its ``Retry-After``) and 408/425."""
+    if 200 <= resp.status < 300:
+        return True
+    return resp.status >= 500 and DEADLINE_MARKER in resp.body
 
 ENTITY_PREFIX = "http://www.wikidata.org/entity/"
 
@@ -358,23 +361,35 @@ class WdqsClient:
             if wait > 0:
                 await asyncio.sleep(wait)
             start = self._clock()
+            deadline: list[int] = []  # status of a deadline answer that ended the request (the full body was seen)
+
+            def no_retry(resp: Any) -> bool:
+                if _deadline_answer(resp):
+                    deadline.append(resp.status)
+                    return True
+                return False
+
             try:
                 self.queries_sent += 1
                 resp = await self.http.request(
                     "POST", self.endpoint, data={"query": query},
                     headers={"User-Agent": self.user_agent, "Accept": "application/sparql-results+json"},
-                    validate=_json_body, no_retry=_deadline_answer,
+                    validate=_json_body, no_retry=no_retry,
                 )
             except PermanentHTTPError as e:
                 if e.status == 400:
                     raise WdqsQueryError(f"WDQS rejected the query: {e.body_excerpt[:300]}") from None
                 raise
             except RetriesExhausted as e:
-                if e.retry_after_s is not None or "429" in e.last:
+                # the last answer's status, not "429" anywhere in its text: a deadline trace echoes the query,
+                # whose coordinates or QIDs may hold those digits
+                if e.retry_after_s is not None or e.last.startswith("http 429"):
                     ra = e.retry_after_s if e.retry_after_s is not None else self.default_retry_after_s
                     self._not_before = self._clock() + ra
                     raise WdqsThrottled(ra, f"({e.last})") from None
-                if "TimeoutException" in e.last or e.last.startswith("invalid body"):
+                # ``deadline``: the body named the deadline even where the error's 300-character excerpt does not
+                # (Blazegraph's trace starts with the whole query and names the exception after it)
+                if deadline or "TimeoutException" in e.last or e.last.startswith("invalid body"):
                     raise WdqsTimeout(f"WDQS query timed out: {e.last}") from None
                 raise
             finally:
@@ -392,6 +407,14 @@ class WdqsClient:
             raise WdqsError("WDQS results.bindings is not a list")
         return bindings
 
+    def _no_split_after_stop(self, error: str) -> None:
+        """After a stop request (:meth:`HttpClient.stop_retries`) a deadline answer is not followed by the
+        spatial split's box queries (new queries of up to 60 s each, past the grace period, for a task that is
+        cut off anyway): :class:`~geoagent.runtime.http.RetriesStopped`, an ``Abandoned`` (the task is released
+        untouched; the next run splits)."""
+        if getattr(self.http, "stopping", False):
+            raise RetriesStopped(self.endpoint, 1, f"stop requested: no spatial split after {error}"[:300])
+
     async def _split_area(self, make_query: Callable[[int, int, Box | None], str], lat: float, lon: float,
                           radius_km: float, page_size: int, *, area: str, what: str, max_split_depth: int,
                           on_split: Callable[[dict[str, Any]], Any] | None) -> list[WdEntity]:
@@ -401,6 +424,7 @@ class WdqsClient:
             return await self._paged(lambda lim, off: make_query(lim, off, None), page_size)
         except WdqsTimeout as e:
             first_error = str(e)
+            self._no_split_after_stop(first_error)
         whole = bbox_around(lat, lon, radius_km * 1000.0)
         if max_split_depth < 1:
             raise WdqsAreaTooDense(area, whole, 0, f"(splitting is off; {first_error})")
@@ -429,6 +453,7 @@ class WdqsClient:
             try:
                 got = await self._paged(lambda lim, off, b=box: make_query(lim, off, b), page_size)
             except WdqsTimeout as e:
+                self._no_split_after_stop(str(e))
                 if depth >= max_split_depth:
                     raise WdqsAreaTooDense(area, box, depth, f"({e})") from None
                 sub = quadrants(box)

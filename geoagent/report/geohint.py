@@ -64,7 +64,7 @@ from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.geohint import wilson_interval
-from geoagent.scoring.permutation import DEFAULT_N_FLIPS, paired_site_permutation_test
+from geoagent.scoring.permutation import DEFAULT_N_FLIPS, exact_max_sites, paired_site_permutation_test
 from geoagent.scoring.regime import (
     DEFAULT_THRESHOLD,
     ILLEGIBLE,
@@ -646,7 +646,7 @@ def table_paired(
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
         rows,
         _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_note(agg)}",
-                    few_sites_note(n_sites), regime_note(agg, baseline)),
+                    few_sites_note(n_sites, n_flips), regime_note(agg, baseline)),
     )
 
 
@@ -658,7 +658,7 @@ def flip_method_note(n_flips: int, seed: int) -> str:
     """The paired tables' sentence on the test: site-flip, two-sided; ``n_flips`` random sign vectors drawn with
     ``seed`` where a group has more than log2(n_flips) sites, every sign vector (exact p) where it has fewer
     (:func:`geoagent.scoring.permutation.site_flip_test_from_sums`, ``exact=None``)."""
-    g_max = max(0, int(n_flips).bit_length() - 1)  # largest G with 2**G <= n_flips
+    g_max = exact_max_sites(n_flips)  # largest G with 2**G <= n_flips, capped as the test caps it
     return (f"Two-sided permutation test flipping whole sites: {n_flips} random flips (seed {seed}); "
             f"exact enumeration of all 2^G sign vectors for groups of G <= {g_max} sites.")
 
@@ -673,15 +673,23 @@ def min_flip_p(n_sites: int) -> float:
     return 2.0 / 2 ** n_sites
 
 
-def few_sites_note(n_sites: Sequence[tuple[str, int]]) -> str:
+def few_sites_note(n_sites: Sequence[tuple[str, int]], n_flips: int | None = None) -> str:
     """For row groups (label, G sites in the test) with 1 <= G <= :data:`FEW_FLIP_SITES`: a sentence giving the
-    smallest attainable p (:func:`min_flip_p`); "" when every group has more sites (or none)."""
+    smallest attainable p (:func:`min_flip_p`); "" when every group has more sites (or none).
+
+    ``n_flips``: the tables' flip count. A group with more sites than the test enumerates for it
+    (:func:`geoagent.scoring.permutation.exact_max_sites`: only with fewer than 2**G flips, e.g. ``n_flips``
+    < 64 for G = 6) gets the sampled p, which may fall below 2/2^G by chance: the note says so for it
+    instead of stating the bound. None: every group is taken as enumerated."""
     few = [(label, g) for label, g in n_sites if 1 <= g <= FEW_FLIP_SITES]
     if not few:
         return ""
+    g_exact = FEW_FLIP_SITES if n_flips is None else exact_max_sites(n_flips)
+    parts = [f"{label}: G = {g}, p >= {min_flip_p(g):.3g}" if g <= g_exact else
+             f"{label}: G = {g}, exact p >= {min_flip_p(g):.3g} (p here is sampled from {n_flips} flips and may fall "
+             "below it by chance)" for label, g in few]
     return ("Few sites: with G sites a two-sided site-flip test cannot give p below 2/2^G (the observed signs and "
-            "their mirror image), so p here cannot be small: "
-            + "; ".join(f"{label}: G = {g}, p >= {min_flip_p(g):.3g}" for label, g in few) + ".")
+            "their mirror image), so p here cannot be small: " + "; ".join(parts) + ".")
 
 
 def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str = "forced", baseline: str = "baseline", *, n_flips: int = DEFAULT_N_FLIPS, seed: int = 0) -> Table:
@@ -701,7 +709,7 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
         ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
         ["text", "int", "pp", "p", "pp", "pp"],
         rows,
-        _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites), regime_note(agg, baseline)),
+        _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips), regime_note(agg, baseline)),
     )
 
 

@@ -26,8 +26,11 @@ Implementation notes (see :class:`HttpClient` for the full contract):
 * after :meth:`HttpClient.stop_retries` (a stop request: the stage runner calls it) no request makes another
   attempt: a request between attempts (backing off, or waiting for its host after a failed attempt) raises
   :class:`RetriesStopped`, a :class:`~geoagent.runtime.stage.Abandoned` (its task is released untouched),
-  with ``possibly_billed`` as :class:`RetriesExhausted` has. First attempts are not affected: whether a new
-  request may still start is its caller's decision (the model caller's send gate refuses it at a stop).
+  with ``possibly_billed`` as :class:`RetriesExhausted` has. A request waiting out a host pause is woken by
+  the stop (the wait between attempts, and a first attempt's wait after its ``before_send`` hook passed:
+  it raises :class:`RetriesStopped` unsent, so the hook's caller closes what the hook opened). Other first
+  attempts are not affected: whether a new request may still start is its caller's decision (the model
+  caller's send gate refuses it at a stop).
 """
 
 from __future__ import annotations
@@ -814,6 +817,9 @@ class HttpClient:
                 return self._finish(await self._attempt(*args, before_send=before_send), counter)
             except _Retryable as exc:
                 last = exc
+            except _StopRetrying:  # stopped while waiting out a host pause after before_send: nothing sent
+                raise RetriesStopped(shown_url, counter.attempts, "stop requested while the host was paused",
+                                     counter.possibly_billed) from None
             if pol.max_attempts > 1 and not last.final and not self._too_long(last, pol):
                 failed = [last]
 
@@ -899,6 +905,13 @@ class HttpClient:
         (:meth:`stop_retries`) ends once the host admitted it, before anything is sent (``_StopRetrying``)."""
         import aiohttp
 
+        if retry:
+            # a host pause (Retry-After of the failed attempt) is waited out here, where a stop request
+            # wakes it (admit() below would sleep through it and raise only after the pause)
+            while not self._stopping and (pause_s := host.paused_until - time.monotonic()) > 0:
+                await self._backoff(pause_s)
+            if self._stopping:
+                raise _StopRetrying()
         async with host.semaphore:
             slot = await host.admit()
             throttle = host.throttle
@@ -912,9 +925,13 @@ class HttpClient:
                     raise _StopRetrying()
                 if before_send is not None:
                     await before_send()
-                    # a Retry-After that arrived while the hook ran still holds (slot kept, +inf)
-                    while (wait := host.paused_until - time.monotonic()) > 0:
-                        await asyncio.sleep(wait)
+                    # a Retry-After that arrived while the hook ran still holds (slot kept, +inf); a stop request
+                    # during that wait ends the request unsent (RetriesStopped: the hook's caller closes what
+                    # it opened, e.g. releases the reservation), instead of sending it after the pause
+                    while not self._stopping and (wait := host.paused_until - time.monotonic()) > 0:
+                        await self._backoff(wait)
+                    if self._stopping and host.paused_until > time.monotonic():
+                        raise _StopRetrying()
             except BaseException:
                 throttle.give_back(slot)  # abandoned before anything was sent
                 if turn is not None:

@@ -26,6 +26,16 @@ import numpy as np
 
 DEFAULT_N_FLIPS = 10_000
 _CHUNK = 2_000
+_EXACT_BLOCK = 1 << 14  # sign vectors per block of the exact enumeration
+#: most sites the exact test enumerates (2**20 sign vectors)
+EXACT_MAX_SITES = 20
+
+
+def exact_max_sites(n_flips: int) -> int:
+    """Largest site count S the default test (``exact=None``) enumerates for ``n_flips`` random flips: the
+    largest S with ``2**S <= n_flips``, at most :data:`EXACT_MAX_SITES` (0 when ``n_flips < 2``)."""
+    return min(EXACT_MAX_SITES, max(0, int(n_flips).bit_length() - 1))
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +127,18 @@ def site_flip_test_from_sums(
     tol = 1e-12 * max(1.0, float(np.abs(D).sum()))
     thresh = abs(float(D.sum())) - tol
     if exact is None:
-        exact = S <= 20 and 2**S <= n_flips
+        exact = S <= exact_max_sites(n_flips)
     if exact:
-        if S > 20:
+        if S > EXACT_MAX_SITES:
             raise ValueError(f"exact test over 2**{S} sign vectors is too large")
-        signs = ((np.arange(2**S)[:, None] >> np.arange(S)) & 1) * 2 - 1
-        stat = np.abs(signs @ D)
-        p = float(np.mean(stat >= thresh))
+        # every sign vector, in blocks of _EXACT_BLOCK rows (2**20 x 20 at once would take ~170 MB as int64)
+        bits = np.arange(S)
+        count = 0
+        for lo in range(0, 2**S, _EXACT_BLOCK):
+            rows = np.arange(lo, min(lo + _EXACT_BLOCK, 2**S), dtype=np.int64)
+            signs = ((rows[:, None] >> bits) & 1) * 2 - 1
+            count += int(np.count_nonzero(np.abs(signs @ D) >= thresh))
+        p = count / 2**S
         return PermutationResult(t_obs, p, int(n_pairs), S, 2**S, None)
     rng = np.random.default_rng(seed)
     count = 0
