@@ -200,12 +200,13 @@ class StageRunner:
         if self._stop.is_set():
             return
         self._stop.set()
+        # no request of this process makes another attempt (http.RetriesStopped -> Abandoned); first, so a
+        # stage hook that fails below cannot keep retries going
+        stop_retries = getattr(self.ctx.services.get("http"), "stop_retries", None)
+        if stop_retries is not None:
+            stop_retries()
         try:
             self.stage.stop_requested()
-            # no request of this process makes another attempt (http.RetriesStopped -> Abandoned)
-            stop_retries = getattr(self.ctx.services.get("http"), "stop_retries", None)
-            if stop_retries is not None:
-                stop_retries()
         except Exception:  # noqa: BLE001 - a stage's hook must not break the shutdown
             log.exception("stage %s: stop_requested failed", self.stage.name)
 
