@@ -968,6 +968,9 @@ class ModelEstimate:
     #: without a usable recorded answer (they would end missing; no tokens, no cost)
     recorded: int = 0
     unanswered: int = 0
+    #: over the cap only: the calls of this model the run would make before the cap stops it
+    #: (:func:`simulate_dispatch`); None when the worst case is within the cap
+    calls_before_cap: int | None = None
 
 
 def model_time_basis(m: "ModelConfig") -> str:
@@ -998,6 +1001,10 @@ class Estimate:
     duration_s: float = 0.0
     cap_usd: float = 0.0
     by_model: dict[str, ModelEstimate] = field(default_factory=dict)
+    #: over the cap only: the calls the run would make before the cap stops it (:func:`simulate_dispatch`)
+    calls_before_cap: int | None = None
+    #: the planned calls to make, in queue order: model index (into ``by_model``), expected and worst USD
+    _order: Any = field(default=None, repr=False)
 
     @property
     def within_cap(self) -> bool:
@@ -1013,6 +1020,7 @@ class Estimate:
             "worst_case_usd": self.worst_case_usd,
             "duration_s": self.duration_s,
             "cap_usd": self.cap_usd,
+            "calls_before_cap": self.calls_before_cap,
             "by_model": {k: vars_of(v) for k, v in self.by_model.items()},
         }
 
@@ -1060,8 +1068,12 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     """
     from geoagent.workers.model_caller import build_request
 
+    from array import array
+
     est = Estimate(cap_usd=cfg.budget.cap_usd)
     factor = cfg.budget.input_estimate_factor
+    order_model, order_exp, order_worst = array("i"), array("d"), array("d")
+    index: dict[str, int] = {}
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
@@ -1080,18 +1092,23 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         exp_out = min(max_out, m.expected_output_tokens) if m.expected_output_tokens is not None else max_out
         me.calls += 1
         me.worst_output_tokens += max_out
-        me.worst_case_usd += m.cost_usd(math.ceil(n_in * factor), max_out)
+        worst_usd = m.cost_usd(math.ceil(n_in * factor), max_out)  # the model caller's reservation
+        me.worst_case_usd += worst_usd
+        order_model.append(index.setdefault(m.name, len(index)))
+        order_worst.append(worst_usd)
         recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
         if recorded is not None:  # replay: the file's usage, exactly what the run will book
             usage = recorded(req)
             if usage is None:
                 me.unanswered += 1
+                order_exp.append(0.0)
                 continue
             n_in, exp_out = usage
             me.recorded += 1
         me.input_tokens += n_in
         me.output_tokens += exp_out
         me.cost_usd += m.cost_usd(n_in, exp_out)
+        order_exp.append(m.cost_usd(n_in, exp_out))
     by_host: dict[str, float] = {}
     for name, me in est.by_model.items():
         m = cfg.model(name)
@@ -1115,4 +1132,121 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         est.cost_usd += me.cost_usd
         est.worst_case_usd += me.worst_case_usd
     est.duration_s = max(by_host.values(), default=0.0)
+    est._order = (list(index), order_model, order_exp, order_worst)
+    if not est.within_cap and est.calls:
+        fit = simulate_dispatch(cfg, est)
+        for name, me in est.by_model.items():
+            me.calls_before_cap = fit.get(name, 0)
+        est.calls_before_cap = sum(fit.values())
     return est
+
+
+def _caller_window(cfg: CampaignConfig) -> int:
+    """Request tasks the model caller handles at once: the sum of the models' ``concurrency`` (an offline model
+    counts at least 64), at most 256 (:class:`geoagent.workers.model_caller.ModelCaller`)."""
+    from geoagent.workers.model_caller import OFFLINE_CONCURRENCY
+
+    total = sum(max(m.concurrency, OFFLINE_CONCURRENCY) if model_time_basis(m) == "none" else m.concurrency
+                for m in cfg.models)
+    return max(1, min(256, total))
+
+
+def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
+    """Calls per model that a run of the planned requests of ``est`` makes before the cost cap stops it.
+
+    Replays what the run does, in simulated time (no call, no sleep):
+
+    * the model caller handles up to :func:`_caller_window` request tasks at once, taken in queue (plan)
+      order; a handled task waits for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
+      ``period_s`` (sliding window), each call taking ``expected_latency_s`` (no time for replay, offline
+      simulated and local-fake models: :func:`model_time_basis`);
+    * at its send gate a call reserves its worst case (the ledger's reservation) if settled spend + open
+      reservations + it fits the cap; if it does not fit only because of open reservations, it waits for a
+      call to settle (other models' calls that fit go on meanwhile); once settled spend + its worst case
+      exceeds the cap by itself, the run stops dispatching (exit 4) and only calls in flight finish;
+    * a finished call settles at its expected cost (:func:`estimate`'s expected USD).
+
+    So a model planned after the others, or one whose worst case is large, can get few or no calls before the
+    cap, while a cheap model runs many. Models sharing a host are paced separately (an approximation).
+
+    Returns
+    -------
+    dict of model name to calls made before the stop (sent calls, every one answered).
+    """
+    import heapq
+    from collections import deque
+
+    names, order_model, order_exp, order_worst = est._order
+    n = len(order_model)
+    cap = est.cap_usd + 1e-12
+    models = [cfg.model(name) for name in names]
+    latency = [m.expected_latency_s if model_time_basis(m) == "latency" else 0.0 for m in models]
+    limits = []
+    for m in models:
+        rate_n, period = m.rate.requests, m.rate.period_s
+        host = cfg.hosts.get(m.host or "")
+        if host is not None and host.rate / host.period_s < rate_n / period:
+            rate_n, period = host.rate, host.period_s
+        timed = model_time_basis(m) != "none"
+        limits.append((m.concurrency if timed else n + 1, max(1, int(rate_n)) if timed else 0, period))
+    window = _caller_window(cfg)
+    waiting: list[deque[int]] = [deque() for _ in names]  # handled tasks not yet sent, in queue order
+    sent_at: list[deque[float]] = [deque() for _ in names]  # send times within the rate window
+    in_flight = [0] * len(names)
+    made = [0] * len(names)
+    done: list[tuple[float, int]] = []  # (finish time, task index)
+    spent = reserved = 0.0
+    t, nxt, handled, stopped = 0.0, 0, 0, False
+    while True:
+        while not stopped and handled < window and nxt < n:
+            waiting[order_model[nxt]].append(nxt)
+            handled += 1
+            nxt += 1
+        wake = math.inf  # the next time a rate window frees a slot
+        progress = True
+        while progress and not stopped:
+            progress = False
+            for k in sorted((k for k in range(len(names)) if waiting[k]), key=lambda k: waiting[k][0]):
+                conc, rate_n, period = limits[k]
+                if in_flight[k] >= conc:
+                    continue
+                if rate_n:
+                    win = sent_at[k]
+                    while win and win[0] <= t - period:
+                        win.popleft()
+                    if len(win) >= rate_n:
+                        wake = min(wake, win[0] + period)
+                        continue
+                i = waiting[k][0]
+                w = order_worst[i]
+                if spent + reserved + w <= cap:
+                    waiting[k].popleft()
+                    reserved += w
+                    in_flight[k] += 1
+                    made[k] += 1
+                    if rate_n:
+                        sent_at[k].append(t)
+                    heapq.heappush(done, (t + latency[k], i))
+                    progress = True
+                    break  # re-rank: the next task in queue order may be another model's
+                if spent + w > cap:  # no settlement can make room: BudgetStop
+                    stopped = True
+                    break
+                # else: held by open reservations; waits for a settlement
+        if not done:
+            if stopped or wake == math.inf:
+                break
+            t = wake
+            continue
+        t_next = done[0][0] if stopped else min(done[0][0], wake)
+        t = max(t, t_next)
+        while done and done[0][0] <= t:
+            _, i = heapq.heappop(done)
+            k = order_model[i]
+            spent += order_exp[i]
+            reserved -= order_worst[i]
+            in_flight[k] -= 1
+            handled -= 1
+        if stopped and not done:
+            break
+    return {name: made[k] for k, name in enumerate(names)}

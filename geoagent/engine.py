@@ -892,7 +892,10 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     other stages (e.g. geocoding), and names what it assumes: ``expected_latency_s`` per call, the
     concurrency and the rate limit. Replay and offline simulated models call no model: their line says so
     instead of a duration (a simulated model behind a local fake is paced by its rate alone). A worst case
-    over the cap gets an ``OVER CAP`` line saying how many calls the cap allows.
+    over the cap gets an ``OVER CAP`` line, then how many calls of each model the run would make before the
+    cap stops it (:func:`geoagent.config.simulate_dispatch`) with a warning for a model left with none or far
+    fewer than the others (:meth:`Outcome.coverage_warnings`), and the bounds (all calls at their worst case,
+    all at their expected cost).
     """
     from geoagent.config import model_time_basis
 
@@ -930,9 +933,25 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         fit_exp = (min(est.calls, int(est.calls * est.cap_usd / est.cost_usd)) if est.cost_usd > 0 else est.calls)
         lines.append(
             f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds [budget] cap_usd {usd(est.cap_usd)}. "
-            f"The cap allows about {fit_worst} of the {est.calls} calls at their worst case "
-            f"(about {fit_exp} at the expected cost); the run stops dispatching at the cap (exit 4). "
             "Raise cap_usd or plan fewer requests to run them all."
+        )
+        if est.calls_before_cap is not None:
+            per_model = ", ".join(f"{name} {m.calls_before_cap} of {m.calls}" for name, m in est.by_model.items())
+            lines.append(
+                f"  the run would stop at the cap (exit 4) after about {est.calls_before_cap} of the {est.calls} "
+                f"calls, per model: {per_model} (simulated as the run dispatches them: in queue order, each model "
+                "at its own concurrency, rate and expected_latency_s; each call reserves its worst case and "
+                "settles at its expected cost; the first call whose worst case no longer fits next to the settled "
+                "spend stops the run)"
+            )
+            # the run's own rule for models whose statistics are not comparable
+            shares = Outcome("", "dry run", 0, est.calls, {}, None,
+                             planned_by_model={n: m.calls for n, m in est.by_model.items()},
+                             answered_by_model={n: m.calls_before_cap or 0 for n, m in est.by_model.items()})
+            lines.extend(f"  !!! WARNING: before the cap, {w}" for w in shares.coverage_warnings())
+        lines.append(
+            f"  bounds: the cap allows about {fit_worst} of the {est.calls} calls at their worst case "
+            f"(about {fit_exp} at the expected cost)"
         )
     return lines
 
