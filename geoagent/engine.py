@@ -877,7 +877,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
             " its model calls along the way, so they cannot be counted in advance (the [budget] cap still holds)"
         ]
         return out
-    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"), providers=ctx.services.get("providers"))
+    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"), providers=ctx.services.get("providers"),
+                   image_base_dir=ctx.services.get("image_base_dir"))
     out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                  *("  " + line for line in estimate_lines(est, cfg))]
     return out
@@ -915,10 +916,24 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                        "set expected_output_tokens for a closer figure")
         if mc.provider == "replay" and not (m.recorded or m.unanswered):
             assumed += "; the run records each answer's token usage from the file"
+        if not m.recorded:
+            assumed = f"{_input_assumption(m, mc)}; {assumed}"
+        reserved = ("reserved per call: prompt chars/3 + 16"
+                    + (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens)" if m.images else "")
+                    + f", x {est_factor(cfg):g} ([budget] input_estimate_factor), + max_output_tokens; "
+                    f"{m.worst_input_tokens} in before the factor")
         lines.append(
             f"  {name}: {m.calls} calls, {m.input_tokens} in / {m.output_tokens} out tokens, "
-            f"${m.cost_usd:.4f} expected ({assumed}), worst ${m.worst_case_usd:.4f}; {_model_time(m, mc, cfg)}"
+            f"${m.cost_usd:.4f} expected ({assumed}), worst ${m.worst_case_usd:.4f} ({reserved}); "
+            f"{_model_time(m, mc, cfg)}"
         )
+        if m.image_tokens_max > mc.image_input_tokens:
+            w, h = m.image_size_max or (0, 0)
+            lines.append(
+                f"  !!! {name}: a {w}x{h} image is billed about {m.image_tokens_max} input tokens ({m.image_rule}) "
+                f"but [[models]] image_input_tokens is {mc.image_input_tokens}: the reservations fall short and "
+                f"calls in flight could pass the cap; set image_input_tokens = {m.image_tokens_max} or more"
+            )
     timed = [n for n in est.by_model if model_time_basis(cfg.model(n)) != "none"]
     time_part = (f"about {est.duration_s:.0f} s of model calls (model-call time only: excludes geocoding and other "
                  "stages)" if timed or not est.by_model else
@@ -954,6 +969,28 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             f"(about {fit_exp} at the expected cost)"
         )
     return lines
+
+
+def est_factor(cfg: Any) -> float:
+    """The campaign's ``[budget] input_estimate_factor``."""
+    return float(cfg.budget.input_estimate_factor)
+
+
+def _input_assumption(m: Any, mc: Any) -> str:
+    """What one model's expected input tokens assume (see :func:`geoagent.config.estimate`)."""
+    text = "input expected: prompt chars/4"
+    if not m.images:
+        return text
+    unsized = m.images - m.images_sized
+    if m.images_sized:
+        mean = round(m.image_tokens_sized / m.images_sized)
+        text += f" + about {mean} tokens per image from its size ({m.image_rule})"
+        if unsized:
+            text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
+    else:
+        text += (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens; no documented rule for "
+                 f"{mc.provider} {mc.model} or the image size is unknown)")
+    return text
 
 
 def _model_time(m: Any, mc: Any, cfg: Any) -> str:
