@@ -11,7 +11,6 @@ Anthropic vision guide, Gemini token guide).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import anyio
 import pytest
