@@ -968,6 +968,20 @@ class ModelEstimate:
     #: without a usable recorded answer (they would end missing; no tokens, no cost)
     recorded: int = 0
     unanswered: int = 0
+    #: over the cap only: the calls of this model the run would make before the cap stops it
+    #: (:func:`simulate_dispatch`); None when the worst case is within the cap
+    calls_before_cap: int | None = None
+    #: input tokens the reservations count (chars/3 + 16 + ``image_input_tokens`` per image; before the
+    #: ``input_estimate_factor``); ``input_tokens`` is the expected count (:func:`expected_input_tokens`)
+    worst_input_tokens: int = 0
+    #: calls with an image; of those, calls whose image size is known and billed by a documented formula
+    #: (:func:`expected_image_tokens`), and those formulas' tokens (sum, largest) and rule
+    images: int = 0
+    images_sized: int = 0
+    image_tokens_sized: int = 0
+    image_tokens_max: int = 0
+    image_size_max: tuple[int, int] | None = None
+    image_rule: str = ""
 
 
 def model_time_basis(m: "ModelConfig") -> str:
@@ -998,6 +1012,10 @@ class Estimate:
     duration_s: float = 0.0
     cap_usd: float = 0.0
     by_model: dict[str, ModelEstimate] = field(default_factory=dict)
+    #: over the cap only: the calls the run would make before the cap stops it (:func:`simulate_dispatch`)
+    calls_before_cap: int | None = None
+    #: the planned calls to make, in queue order: model index (into ``by_model``), expected and worst USD
+    _order: Any = field(default=None, repr=False)
 
     @property
     def within_cap(self) -> bool:
@@ -1013,6 +1031,7 @@ class Estimate:
             "worst_case_usd": self.worst_case_usd,
             "duration_s": self.duration_s,
             "cap_usd": self.cap_usd,
+            "calls_before_cap": self.calls_before_cap,
             "by_model": {k: vars_of(v) for k, v in self.by_model.items()},
         }
 
@@ -1031,8 +1050,111 @@ def estimate_input_tokens(prompt: str, has_image: bool, *, image_tokens: int = I
     return len(prompt) // 3 + 16 + (image_tokens if has_image else 0)
 
 
+#: characters per text token expected for English prompts (OpenAI, Anthropic and Gemini all document about 4;
+#: the simulated provider bills exactly this: :func:`geoagent.sandbox.responders.simulated_usage`)
+CHARS_PER_TOKEN_EXPECTED = 4
+
+
+def expected_input_tokens(prompt: str, image_tokens: int = 0) -> int:
+    """Expected input tokens of one call: ceil(prompt chars / 4) + ``image_tokens`` (the dry run's expected
+    figure; reservations use the higher :func:`estimate_input_tokens`)."""
+    return -(-len(prompt) // CHARS_PER_TOKEN_EXPECTED) + image_tokens
+
+
+def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int],
+                          params: Mapping[str, Any] | None = None) -> tuple[int, str] | None:
+    """Input tokens a provider bills for one image of ``size_px`` (width, height in px), and the rule used;
+    None when no documented rule is known for this provider and model (the caller falls back on the model's
+    ``image_input_tokens``).
+
+    * OpenAI, gpt-4o / gpt-4o-mini (OpenAI vision guide, "Calculating costs"): ``detail = "low"``: the base
+      tokens; else the image is scaled to fit 2048 x 2048, then its shortest side to 768 px (never up), and
+      billed base + per-tile tokens for each 512-px tile: 85 + 170 per tile (gpt-4o), 2,833 + 5,667 per tile
+      (gpt-4o-mini). Other OpenAI-compatible models: None (their rules differ: patches, other servers).
+    * Anthropic (vision guide): an image with a long edge over 1,568 px is scaled down to it; tokens =
+      width x height / 750, at most about 1,600 (larger images are scaled down).
+    * Gemini (token guide, Gemini 2.0 and later): both sides <= 384 px: 258 tokens; else 258 per 768 x 768
+      tile: ceil(w / 768) x ceil(h / 768) x 258.
+    * simulated: 765 per image (:data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS`, what it bills).
+    """
+    w, h = int(size_px[0]), int(size_px[1])
+    if w <= 0 or h <= 0:
+        return None
+    mid = model_id.lower().rsplit("/", 1)[-1]
+    if provider == "simulated":
+        from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
+
+        return SIM_IMAGE_TOKENS, f"simulated provider: {SIM_IMAGE_TOKENS} per image"
+    if provider == "openai":
+        if mid.startswith("gpt-4o-mini"):
+            base, per_tile, family = 2833, 5667, "gpt-4o-mini"
+        elif mid.startswith(("gpt-4o", "chatgpt-4o")):
+            base, per_tile, family = 85, 170, "gpt-4o"
+        else:
+            return None
+        if str((params or {}).get("detail", "")).lower() == "low":
+            return base, f"OpenAI {family} low detail: {base} per image"
+        scale = min(1.0, 2048 / max(w, h))
+        sw, sh = w * scale, h * scale
+        scale = min(1.0, 768 / min(sw, sh))
+        sw, sh = sw * scale, sh * scale
+        tiles = math.ceil(sw / 512) * math.ceil(sh / 512)
+        return base + per_tile * tiles, f"OpenAI {family} high detail: {base} + {per_tile} per 512-px tile"
+    if provider == "anthropic":
+        scale = min(1.0, 1568 / max(w, h))
+        n = min(1600, math.ceil(w * scale * h * scale / 750))
+        return n, "Anthropic: width x height / 750 (long edge <= 1568 px, at most about 1600)"
+    if provider == "gemini":
+        if w <= 384 and h <= 384:
+            return 258, "Gemini: 258 per image up to 384 px, else 258 per 768-px tile"
+        n = math.ceil(w / 768) * math.ceil(h / 768) * 258
+        return n, "Gemini: 258 per image up to 384 px, else 258 per 768-px tile"
+    return None
+
+
+def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | None = None, *,
+                  base_dir: str | os.PathLike[str] | None = None,
+                  cache: dict[str, tuple[int, int] | None] | None = None) -> tuple[int, int] | None:
+    """(width, height) in px of the image a request attaches, without loading its pixels: generated
+    placeholders have fixed sizes (:mod:`geoagent.workers.images`), a file's header is read (Pillow); None
+    when there is no image or it cannot be read (the run would fail that task; the estimate then falls back
+    on ``image_input_tokens``)."""
+    from geoagent.workers import images as im
+
+    if image is not None:
+        import io
+
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(image)) as img:
+                return img.size
+        except Exception:
+            return None
+    if not image_ref:
+        return im.PLACEHOLDER_SIZE_PX if image_id is not None else None
+    if image_ref == im.BLANK_GRAY_REF:
+        return im.BLANK_SIZE_PX
+    if image_ref.startswith(im.SYNTHETIC_PREFIX):
+        return im.PLACEHOLDER_SIZE_PX
+    path = str(im.resolve_image_path(image_ref, base_dir))
+    if cache is not None and path in cache:
+        return cache[path]
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            size: tuple[int, int] | None = img.size
+    except Exception:
+        size = None
+    if cache is not None:
+        cache[path] = size
+    return size
+
+
 def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None,
-             providers: Mapping[str, Any] | None = None) -> Estimate:
+             providers: Mapping[str, Any] | None = None,
+             image_base_dir: str | os.PathLike[str] | None = None) -> Estimate:
     """Estimate calls, tokens, USD and duration of a campaign before any spend (``--simulate``).
 
     Parameters
@@ -1043,6 +1165,8 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         ``params``) or ``(model_name, ModelRequest)`` pairs.
     store : ResponseStore, optional
         If given, requests whose response is already stored are counted as ``cached`` and cost nothing.
+    image_base_dir : path, optional
+        Folder relative image paths are resolved against (as the model caller does), to read image sizes.
     providers : mapping of model name to Provider, optional
         The run's providers. A ``replay`` model's requests then use the token usage recorded in its file
         (``recorded_usage``) for tokens and expected USD instead of the prompt-length estimate; requests
@@ -1051,6 +1175,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     Returns
     -------
     Estimate
+        ``input_tokens`` and ``cost_usd`` are expected values: prompt chars / 4 plus, per image, the tokens
+        the provider's documented rule bills for its size (:func:`expected_image_tokens`; the model's
+        ``image_input_tokens`` where the size or the rule is unknown); ``worst_input_tokens`` is what the
+        reservations count (:func:`estimate_input_tokens`: chars / 3 + 16 + ``image_input_tokens``).
         ``cost_usd`` uses ``expected_output_tokens`` (default: ``max_output_tokens``); ``worst_case_usd``
         always uses ``max_output_tokens`` and the reservation's input factor, i.e. what the ledger would
         reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency /
@@ -1060,14 +1188,21 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     """
     from geoagent.workers.model_caller import build_request
 
+    from array import array
+
     est = Estimate(cap_usd=cfg.budget.cap_usd)
     factor = cfg.budget.input_estimate_factor
+    order_model, order_exp, order_worst = array("i"), array("d"), array("d")
+    index: dict[str, int] = {}
+    sizes: dict[str, tuple[int, int] | None] = {}  # image file -> size (each file's header read once)
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
             m = cfg.model(model_name)
+            image_ref = None
         else:
             m, req = build_request(cfg, item)
+            image_ref = item.get("image_ref")
         prompt, params = req.prompt, req.params
         has_image = req.image is not None or req.image_id is not None
         merged = {**m.default_params(), **params}
@@ -1076,22 +1211,43 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
             continue
         me = est.by_model.setdefault(m.name, ModelEstimate(model=m.name))
         n_in = m.estimate_input_tokens(prompt, has_image)
+        me.worst_input_tokens += n_in
+        img_tokens = 0
+        if has_image:
+            me.images += 1
+            img_tokens = m.image_input_tokens
+            size = (image_size_px(image_ref, req.image_id, req.image, base_dir=image_base_dir, cache=sizes)
+                    if m.provider != "replay" else None)
+            billed = expected_image_tokens(m.provider, m.model, size, merged) if size else None
+            if billed is not None:
+                img_tokens, me.image_rule = billed
+                me.images_sized += 1
+                me.image_tokens_sized += img_tokens
+                if img_tokens > me.image_tokens_max:
+                    me.image_tokens_max, me.image_size_max = img_tokens, size
         max_out = int(merged.get("max_output_tokens", m.max_output_tokens))
         exp_out = min(max_out, m.expected_output_tokens) if m.expected_output_tokens is not None else max_out
         me.calls += 1
         me.worst_output_tokens += max_out
-        me.worst_case_usd += m.cost_usd(math.ceil(n_in * factor), max_out)
+        worst_usd = m.cost_usd(math.ceil(n_in * factor), max_out)  # the model caller's reservation
+        system = merged.get("system")
+        n_in = expected_input_tokens(prompt + (system if isinstance(system, str) else ""), img_tokens)
+        me.worst_case_usd += worst_usd
+        order_model.append(index.setdefault(m.name, len(index)))
+        order_worst.append(worst_usd)
         recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
         if recorded is not None:  # replay: the file's usage, exactly what the run will book
             usage = recorded(req)
             if usage is None:
                 me.unanswered += 1
+                order_exp.append(0.0)
                 continue
             n_in, exp_out = usage
             me.recorded += 1
         me.input_tokens += n_in
         me.output_tokens += exp_out
         me.cost_usd += m.cost_usd(n_in, exp_out)
+        order_exp.append(m.cost_usd(n_in, exp_out))
     by_host: dict[str, float] = {}
     for name, me in est.by_model.items():
         m = cfg.model(name)
@@ -1115,4 +1271,121 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         est.cost_usd += me.cost_usd
         est.worst_case_usd += me.worst_case_usd
     est.duration_s = max(by_host.values(), default=0.0)
+    est._order = (list(index), order_model, order_exp, order_worst)
+    if not est.within_cap and est.calls:
+        fit = simulate_dispatch(cfg, est)
+        for name, me in est.by_model.items():
+            me.calls_before_cap = fit.get(name, 0)
+        est.calls_before_cap = sum(fit.values())
     return est
+
+
+def _caller_window(cfg: CampaignConfig) -> int:
+    """Request tasks the model caller handles at once: the sum of the models' ``concurrency`` (an offline model
+    counts at least 64), at most 256 (:class:`geoagent.workers.model_caller.ModelCaller`)."""
+    from geoagent.workers.model_caller import OFFLINE_CONCURRENCY
+
+    total = sum(max(m.concurrency, OFFLINE_CONCURRENCY) if model_time_basis(m) == "none" else m.concurrency
+                for m in cfg.models)
+    return max(1, min(256, total))
+
+
+def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
+    """Calls per model that a run of the planned requests of ``est`` makes before the cost cap stops it.
+
+    Replays what the run does, in simulated time (no call, no sleep):
+
+    * the model caller handles up to :func:`_caller_window` request tasks at once, taken in queue (plan)
+      order; a handled task waits for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
+      ``period_s`` (sliding window), each call taking ``expected_latency_s`` (no time for replay, offline
+      simulated and local-fake models: :func:`model_time_basis`);
+    * at its send gate a call reserves its worst case (the ledger's reservation) if settled spend + open
+      reservations + it fits the cap; if it does not fit only because of open reservations, it waits for a
+      call to settle (other models' calls that fit go on meanwhile); once settled spend + its worst case
+      exceeds the cap by itself, the run stops dispatching (exit 4) and only calls in flight finish;
+    * a finished call settles at its expected cost (:func:`estimate`'s expected USD).
+
+    So a model planned after the others, or one whose worst case is large, can get few or no calls before the
+    cap, while a cheap model runs many. Models sharing a host are paced separately (an approximation).
+
+    Returns
+    -------
+    dict of model name to calls made before the stop (sent calls, every one answered).
+    """
+    import heapq
+    from collections import deque
+
+    names, order_model, order_exp, order_worst = est._order
+    n = len(order_model)
+    cap = est.cap_usd + 1e-12
+    models = [cfg.model(name) for name in names]
+    latency = [m.expected_latency_s if model_time_basis(m) == "latency" else 0.0 for m in models]
+    limits = []
+    for m in models:
+        rate_n, period = m.rate.requests, m.rate.period_s
+        host = cfg.hosts.get(m.host or "")
+        if host is not None and host.rate / host.period_s < rate_n / period:
+            rate_n, period = host.rate, host.period_s
+        timed = model_time_basis(m) != "none"
+        limits.append((m.concurrency if timed else n + 1, max(1, int(rate_n)) if timed else 0, period))
+    window = _caller_window(cfg)
+    waiting: list[deque[int]] = [deque() for _ in names]  # handled tasks not yet sent, in queue order
+    sent_at: list[deque[float]] = [deque() for _ in names]  # send times within the rate window
+    in_flight = [0] * len(names)
+    made = [0] * len(names)
+    done: list[tuple[float, int]] = []  # (finish time, task index)
+    spent = reserved = 0.0
+    t, nxt, handled, stopped = 0.0, 0, 0, False
+    while True:
+        while not stopped and handled < window and nxt < n:
+            waiting[order_model[nxt]].append(nxt)
+            handled += 1
+            nxt += 1
+        wake = math.inf  # the next time a rate window frees a slot
+        progress = True
+        while progress and not stopped:
+            progress = False
+            for k in sorted((k for k in range(len(names)) if waiting[k]), key=lambda k: waiting[k][0]):
+                conc, rate_n, period = limits[k]
+                if in_flight[k] >= conc:
+                    continue
+                if rate_n:
+                    win = sent_at[k]
+                    while win and win[0] <= t - period:
+                        win.popleft()
+                    if len(win) >= rate_n:
+                        wake = min(wake, win[0] + period)
+                        continue
+                i = waiting[k][0]
+                w = order_worst[i]
+                if spent + reserved + w <= cap:
+                    waiting[k].popleft()
+                    reserved += w
+                    in_flight[k] += 1
+                    made[k] += 1
+                    if rate_n:
+                        sent_at[k].append(t)
+                    heapq.heappush(done, (t + latency[k], i))
+                    progress = True
+                    break  # re-rank: the next task in queue order may be another model's
+                if spent + w > cap:  # no settlement can make room: BudgetStop
+                    stopped = True
+                    break
+                # else: held by open reservations; waits for a settlement
+        if not done:
+            if stopped or wake == math.inf:
+                break
+            t = wake
+            continue
+        t_next = done[0][0] if stopped else min(done[0][0], wake)
+        t = max(t, t_next)
+        while done and done[0][0] <= t:
+            _, i = heapq.heappop(done)
+            k = order_model[i]
+            spent += order_exp[i]
+            reserved -= order_worst[i]
+            in_flight[k] -= 1
+            handled -= 1
+        if stopped and not done:
+            break
+    return {name: made[k] for k, name in enumerate(names)}

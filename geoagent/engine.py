@@ -83,6 +83,10 @@ EXIT_CODES_HELP = (
     "130 interrupted (re-run the same command to resume)"
 )
 
+#: a model whose share of planned calls answered is below this fraction of the best model's share is
+#: flagged in an incomplete run's summary and report (:meth:`Outcome.coverage_warnings`)
+COVERAGE_FAR_FEWER = 0.5
+
 #: the line a --watch process prints at start (also when stdout is not a terminal)
 WATCH_BANNER = "watching the queues; Ctrl-C to stop"
 
@@ -181,6 +185,10 @@ class Outcome:
     #: request tasks this process's model caller finished in this run (new calls + stored answers reused);
     #: None when this process ran no model caller
     process_answered: int | None = None
+    #: per model: model calls in the plan (request tasks) and stored answers (cumulative over runs, at most
+    #: the planned number); empty when the plan holds no model calls (a crawl) or nothing was measured
+    planned_by_model: dict[str, int] = field(default_factory=dict)
+    answered_by_model: dict[str, int] = field(default_factory=dict)
 
     @property
     def missing(self) -> int:
@@ -188,12 +196,49 @@ class Outcome:
         return sum(c.dead for c in self.counts.values())
 
     def interim_note(self) -> str | None:
-        """A sentence for reports written when the run stopped with work pending, else None."""
+        """A sentence for reports written when the run stopped with work pending, else None; it names each
+        model's answered / planned calls and warns about models whose statistics are not comparable
+        (:meth:`coverage_warnings`)."""
         pending = sum(c.ready + c.leased for c in self.counts.values())
         if self.status == "complete" or not pending:
             return None
-        return (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
+        note = (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
                 "cover only what was answered so far (re-run the same command to finish)")
+        if self.planned_by_model:
+            note += f". Answered per model: {self.coverage_text()}"
+            warnings = self.coverage_warnings()
+            if warnings:
+                note += ". WARNING: " + "; ".join(warnings)
+        return note
+
+    def coverage_text(self) -> str:
+        """``a 54/80 (68%), ge 0/40 (0%)``: each model's answered / planned model calls."""
+        parts = []
+        for name, planned in self.planned_by_model.items():
+            got = min(planned, self.answered_by_model.get(name, 0))
+            parts.append(f"{name} {got}/{planned} ({got / planned:.0%})" if planned else f"{name} 0/0")
+        return ", ".join(parts)
+
+    def coverage_warnings(self, *, far_fewer: float = COVERAGE_FAR_FEWER) -> list[str]:
+        """One sentence per model whose share of planned calls answered is 0, or below ``far_fewer`` x the best
+        model's share: its statistics rest on no or far fewer calls than the others', so comparisons between
+        the models are not like for like. Empty when every model is covered alike (or only one model ran)."""
+        shares = {n: min(p, self.answered_by_model.get(n, 0)) / p for n, p in self.planned_by_model.items() if p}
+        if len(shares) < 2:
+            return []
+        best_name = max(shares, key=lambda n: shares[n])
+        best = shares[best_name]
+        out = []
+        for name, share in shares.items():
+            planned = self.planned_by_model[name]
+            got = min(planned, self.answered_by_model.get(name, 0))
+            if got == 0 and best > 0:
+                out.append(f"{name} has no answer (0 of {planned} planned calls): it has no statistics and "
+                           "cannot be compared with the other models")
+            elif share < far_fewer * best:
+                out.append(f"{name} has far fewer answers ({got} of {planned} planned, {share:.0%}, against "
+                           f"{best:.0%} for {best_name}): its statistics are not comparable with the other models'")
+        return out
 
     def remaining(self, edge: str = C.EDGE_REQUESTS) -> int:
         c = self.counts.get(edge)
@@ -251,6 +296,10 @@ class Outcome:
                          "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
+        if self.planned_by_model and self.status not in ("complete", "dry run") and self.remaining():
+            when = "before the cap" if self.status == "budget exhausted" else "so far"
+            lines.append(f"  answered {when}, per model (stored answers / planned calls): {self.coverage_text()}")
+            lines.extend(f"  !!! WARNING: {w}" for w in self.coverage_warnings())
         if self.missing:
             lines.append(f"  missing: {self.missing} tasks dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
             from geoagent.status import describe_reason
@@ -629,6 +678,9 @@ async def _run(
     try:
         # the plan is streamed into the queue in chunks, so a campaign of millions of requests never
         # holds them all in memory (kinds may return a list or a generator)
+        planned_by_model: dict[str, int] = {}
+        if kind.plan_edge == C.EDGE_REQUESTS:
+            plan = _count_models(plan, planned_by_model)
         n_planned = await enqueue_plan(plan, queues.get(kind.plan_edge))
     except BaseException:
         for q in queues.values():
@@ -694,6 +746,8 @@ async def _run(
             own_stages=[s.name for s in stages] if only_stages else [],
             process_calls=ledger.calls_settled_here(),
             process_answered=sum(r.stats.done for r in callers) if callers else None,
+            planned_by_model=planned_by_model,
+            answered_by_model=_answered_by_model(ctx, planned_by_model),
         )
         for line in auth_lines:
             log.error("campaign %s: %s", cfg.name, line)
@@ -755,6 +809,25 @@ def _has_queues(cfg: Any) -> bool:
     qdir = Path(cfg.queues_root()) / cfg.name
     return qdir.is_dir() and any(qdir.glob("*.sqlite"))
 
+def _count_models(plan: Iterable[Message], counts: dict[str, int]) -> Iterator[Message]:
+    """``plan`` unchanged (lazily), counting each model-call payload's ``model`` into ``counts``."""
+    for msg in plan:
+        payload = msg[1] if isinstance(msg, tuple) and len(msg) > 1 else None
+        model = payload.get("model") if isinstance(payload, dict) else None
+        if isinstance(model, str):
+            counts[model] = counts.get(model, 0) + 1
+        yield msg
+
+
+def _answered_by_model(ctx: StageContext, planned: dict[str, int]) -> dict[str, int]:
+    """Stored answers per planned model (the response store's count, cumulative over runs), or {}."""
+    store = ctx.services.get("store")
+    if not planned or store is None or not hasattr(store, "count_responses_by_model"):
+        return {}
+    got = store.count_responses_by_model()
+    return {name: got.get(name, 0) for name in planned}
+
+
 #: planned messages put into the plan edge per transaction (bounds the planner's memory)
 PLAN_CHUNK = 10_000
 
@@ -804,7 +877,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
             " its model calls along the way, so they cannot be counted in advance (the [budget] cap still holds)"
         ]
         return out
-    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"), providers=ctx.services.get("providers"))
+    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"), providers=ctx.services.get("providers"),
+                   image_base_dir=ctx.services.get("image_base_dir"))
     out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                  *("  " + line for line in estimate_lines(est, cfg))]
     return out
@@ -819,7 +893,10 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     other stages (e.g. geocoding), and names what it assumes: ``expected_latency_s`` per call, the
     concurrency and the rate limit. Replay and offline simulated models call no model: their line says so
     instead of a duration (a simulated model behind a local fake is paced by its rate alone). A worst case
-    over the cap gets an ``OVER CAP`` line saying how many calls the cap allows.
+    over the cap gets an ``OVER CAP`` line, then how many calls of each model the run would make before the
+    cap stops it (:func:`geoagent.config.simulate_dispatch`) with a warning for a model left with none or far
+    fewer than the others (:meth:`Outcome.coverage_warnings`), and the bounds (all calls at their worst case,
+    all at their expected cost).
     """
     from geoagent.config import model_time_basis
 
@@ -839,10 +916,24 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                        "set expected_output_tokens for a closer figure")
         if mc.provider == "replay" and not (m.recorded or m.unanswered):
             assumed += "; the run records each answer's token usage from the file"
+        if not m.recorded:
+            assumed = f"{_input_assumption(m, mc)}; {assumed}"
+        reserved = ("reserved per call: prompt chars/3 + 16"
+                    + (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens)" if m.images else "")
+                    + f", x {est_factor(cfg):g} ([budget] input_estimate_factor), + max_output_tokens; "
+                    f"{m.worst_input_tokens} in before the factor")
         lines.append(
             f"  {name}: {m.calls} calls, {m.input_tokens} in / {m.output_tokens} out tokens, "
-            f"${m.cost_usd:.4f} expected ({assumed}), worst ${m.worst_case_usd:.4f}; {_model_time(m, mc, cfg)}"
+            f"${m.cost_usd:.4f} expected ({assumed}), worst ${m.worst_case_usd:.4f} ({reserved}); "
+            f"{_model_time(m, mc, cfg)}"
         )
+        if m.image_tokens_max > mc.image_input_tokens:
+            w, h = m.image_size_max or (0, 0)
+            lines.append(
+                f"  !!! {name}: a {w}x{h} image is billed about {m.image_tokens_max} input tokens ({m.image_rule}) "
+                f"but [[models]] image_input_tokens is {mc.image_input_tokens}: the reservations fall short and "
+                f"calls in flight could pass the cap; set image_input_tokens = {m.image_tokens_max} or more"
+            )
     timed = [n for n in est.by_model if model_time_basis(cfg.model(n)) != "none"]
     time_part = (f"about {est.duration_s:.0f} s of model calls (model-call time only: excludes geocoding and other "
                  "stages)" if timed or not est.by_model else
@@ -857,11 +948,49 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         fit_exp = (min(est.calls, int(est.calls * est.cap_usd / est.cost_usd)) if est.cost_usd > 0 else est.calls)
         lines.append(
             f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds [budget] cap_usd {usd(est.cap_usd)}. "
-            f"The cap allows about {fit_worst} of the {est.calls} calls at their worst case "
-            f"(about {fit_exp} at the expected cost); the run stops dispatching at the cap (exit 4). "
             "Raise cap_usd or plan fewer requests to run them all."
         )
+        if est.calls_before_cap is not None:
+            per_model = ", ".join(f"{name} {m.calls_before_cap} of {m.calls}" for name, m in est.by_model.items())
+            lines.append(
+                f"  the run would stop at the cap (exit 4) after about {est.calls_before_cap} of the {est.calls} "
+                f"calls, per model: {per_model} (simulated as the run dispatches them: in queue order, each model "
+                "at its own concurrency, rate and expected_latency_s; each call reserves its worst case and "
+                "settles at its expected cost; the first call whose worst case no longer fits next to the settled "
+                "spend stops the run)"
+            )
+            # the run's own rule for models whose statistics are not comparable
+            shares = Outcome("", "dry run", 0, est.calls, {}, None,
+                             planned_by_model={n: m.calls for n, m in est.by_model.items()},
+                             answered_by_model={n: m.calls_before_cap or 0 for n, m in est.by_model.items()})
+            lines.extend(f"  !!! WARNING: before the cap, {w}" for w in shares.coverage_warnings())
+        lines.append(
+            f"  bounds: the cap allows about {fit_worst} of the {est.calls} calls at their worst case "
+            f"(about {fit_exp} at the expected cost)"
+        )
     return lines
+
+
+def est_factor(cfg: Any) -> float:
+    """The campaign's ``[budget] input_estimate_factor``."""
+    return float(cfg.budget.input_estimate_factor)
+
+
+def _input_assumption(m: Any, mc: Any) -> str:
+    """What one model's expected input tokens assume (see :func:`geoagent.config.estimate`)."""
+    text = "input expected: prompt chars/4"
+    if not m.images:
+        return text
+    unsized = m.images - m.images_sized
+    if m.images_sized:
+        mean = round(m.image_tokens_sized / m.images_sized)
+        text += f" + about {mean} tokens per image from its size ({m.image_rule})"
+        if unsized:
+            text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
+    else:
+        text += (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens; no documented rule for "
+                 f"{mc.provider} {mc.model} or the image size is unknown)")
+    return text
 
 
 def _model_time(m: Any, mc: Any, cfg: Any) -> str:

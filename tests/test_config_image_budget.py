@@ -38,7 +38,10 @@ def test_model_budget_sets_the_reservation_and_the_dry_run_worst_case():
     est = estimate(cfg, [("mini", req)])
     me = est.by_model["mini"]
     factor = cfg.budget.input_estimate_factor
-    assert me.input_tokens == n_in
+    assert me.worst_input_tokens == n_in  # what the reservations count
+    # the expected figure: prompt chars / 4 + what OpenAI bills gpt-4o-mini for the request's image, a
+    # 640x480 placeholder (image_id without a file): 2 tiles of 512 px, 2,833 + 2 x 5,667
+    assert me.input_tokens == math.ceil(len(PROMPT) / 4) + 2833 + 2 * 5667
     assert math.isclose(me.worst_case_usd, (math.ceil(n_in * factor) * 0.15 + 100 * 0.60) / 1e6, rel_tol=1e-12)
 
 

@@ -215,15 +215,17 @@ def test_host_policies(tmp_path):
 
 def test_estimate_matches_hand_computation(tmp_path):
     cfg = load_config(write(tmp_path, GOOD))
-    prompt = "x" * 300  # 300 // 3 + 16 = 116 tokens; + 1600 with an image
+    prompt = "x" * 300  # reserved: 300 // 3 + 16 = 116 tokens; + 1600 with an image
     planned = [{"model": "a", "prompt": prompt, "image_id": "1"}] * 30 + [{"model": "b", "prompt": prompt}] * 10
     est = estimate(cfg, planned)
     assert est.calls == 40
-    assert est.input_tokens == 30 * 1716 + 10 * 116
+    # expected: 300 / 4 = 75 tokens; a is simulated, which bills 765 per image
+    assert est.input_tokens == 30 * (75 + 765) + 10 * 75
+    assert est.by_model["a"].worst_input_tokens == 30 * 1716 and est.by_model["b"].worst_input_tokens == 10 * 116
     # a: expected output 50 tokens; b: no expected -> max_output_tokens 200
     assert est.output_tokens == 30 * 50 + 10 * 200
-    cost_a = 30 * (1716 * 1.0 + 50 * 4.0) / 1e6
-    cost_b = 10 * (116 * 2.0 + 200 * 8.0) / 1e6
+    cost_a = 30 * (840 * 1.0 + 50 * 4.0) / 1e6
+    cost_b = 10 * (75 * 2.0 + 200 * 8.0) / 1e6
     assert math.isclose(est.cost_usd, cost_a + cost_b)
     worst_a = 30 * (math.ceil(1716 * 1.25) * 1.0 + 100 * 4.0) / 1e6
     worst_b = 10 * (math.ceil(116 * 1.25) * 2.0 + 200 * 8.0) / 1e6

@@ -160,6 +160,10 @@ class ResponseStore:
     def count_responses(self) -> int:
         return int(self.db.read("SELECT COUNT(*) FROM responses")[0][0])
 
+    def count_responses_by_model(self) -> dict[str, int]:
+        """Stored responses per model name (one per request key)."""
+        return {str(m): int(n) for m, n in self.db.read("SELECT model, COUNT(*) FROM responses GROUP BY model")}
+
     def iter_responses(self, *, batch: int = 1000) -> Iterator[dict[str, Any]]:
         """Every stored response as a flat dict (key, model, cost_usd, created_at, request_meta, response fields)."""
         last = -1

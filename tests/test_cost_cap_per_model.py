@@ -1,0 +1,160 @@
+"""A budget stop with several models: the summary says, per model, how many planned calls were answered.
+
+A user's walkthrough: a cap reached after the cheap model's calls left the expensive model with 0 answers
+(GeoHint "ge 0/40"), and the final summary did not say so; a researcher comparing the models must see it.
+The generic campaign plans model by model (every call of the first model, then the second's), and the
+model caller dispatches in queue order, so a cap that covers a part of the first model's calls leaves the
+second with none.
+
+The dry run said "the cap allows about 14 of 120" from the average over the models while the run made 54
+calls: it now replays the run's dispatch (:func:`geoagent.config.simulate_dispatch`) and says per model how
+many calls come before the cap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from geoagent.config import load_config
+from geoagent.engine import EXIT_BUDGET, Outcome, run_campaign
+from geoagent.runtime.queue import QueueCounts
+
+
+def _write(tmp: Path, name: str, cap_usd: float, n: int = 40, only: str | None = None) -> Path:
+    p = tmp / f"{name}.toml"
+    models = "".join(f"""
+[[models]]
+name = "{m}"
+provider = "simulated"
+model = "{m}-1"
+price_input_usd_per_mtok = {pin}
+price_output_usd_per_mtok = {pout}
+max_output_tokens = 100
+concurrency = 4
+rate = {{ requests = 5000, period_s = 1.0 }}
+""" for m, pin, pout in (("cheap", 0.1, 0.4), ("ge", 2.0, 8.0)) if only in (None, m))
+    p.write_text(f"""
+[campaign]
+name = "{name}"
+kind = "generic"
+seed = 3
+
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+
+[budget]
+cap_usd = {cap_usd!r}
+
+[generic]
+n_requests = {n}
+{models}""", encoding="utf-8")
+    return p
+
+
+def test_budget_stop_names_each_models_answered_share_and_warns_about_a_model_with_none(tmp_path):
+    # what the cheap model's 40 calls really cost (a run of it alone, uncapped); a cap of half that stops
+    # the run inside the cheap model's calls, before the second model (planned after it) gets any
+    alone = anyio.run(lambda: run_campaign(load_config(_write(tmp_path, "alone", 100.0, only="cheap")), live=False,
+                                           handle_signals=False, export=False))
+    assert alone.status == "complete" and alone.spend["calls"] == 40
+    cfg = load_config(_write(tmp_path, "two", alone.spend["spent_usd"] / 2))
+    out = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, export=False))
+    assert out.status == "budget exhausted" and out.exit_code == EXIT_BUDGET
+    assert out.planned_by_model == {"cheap": 40, "ge": 40}
+    got = out.answered_by_model
+    assert got["ge"] == 0 and 0 < got["cheap"] < 40
+    # the stored answers are the settled calls (each call its own request key)
+    assert got["cheap"] == out.spend["calls"]
+    text = out.summary()
+    assert f"answered before the cap, per model (stored answers / planned calls): cheap {got['cheap']}/40" in text
+    assert "ge 0/40 (0%)" in text
+    assert "!!! WARNING: ge has no answer (0 of 40 planned calls)" in text
+    assert "cheap has" not in text  # the best-covered model is not flagged
+
+
+def _outcome(planned: dict[str, int], answered: dict[str, int], status: str = "budget exhausted") -> Outcome:
+    return Outcome("c", status, 4, sum(planned.values()), {"requests": QueueCounts(ready=5)}, None,
+                   planned_by_model=planned, answered_by_model=answered)
+
+
+@pytest.mark.parametrize(("answered", "flagged"), [
+    ({"a": 30, "b": 30}, []),            # 75% each: alike
+    ({"a": 30, "b": 16}, []),            # 40% >= 0.5 x 75%
+    ({"a": 30, "b": 14}, ["b"]),         # 35% < 37.5%: far fewer
+    ({"a": 0, "b": 1}, ["a"]),           # none at all
+    ({"a": 0, "b": 0}, []),              # nobody answered: nothing to compare, no warning
+])
+def test_far_fewer_rule_is_half_the_best_share(answered, flagged):
+    out = _outcome({"a": 40, "b": 40}, answered)
+    warned = [w.split(" ", 1)[0] for w in out.coverage_warnings()]
+    assert warned == flagged
+
+
+def test_interim_note_for_reports_names_the_shares_and_the_warning():
+    note = _outcome({"a": 80, "ge": 40}, {"a": 54, "ge": 0}).interim_note()
+    assert "Answered per model: a 54/80 (68%), ge 0/40 (0%)" in note
+    assert "WARNING: ge has no answer" in note
+    # a single model: shares but no comparison warning
+    solo = _outcome({"a": 80}, {"a": 54}).interim_note()
+    assert "a 54/80" in solo and "WARNING" not in solo
+
+
+# -- the dry run: calls per model before the cap --------------------------------------------------------
+
+def _priced(name: str, pout: float, **kw) -> dict:
+    # no input price: a call's worst case is 100 output tokens, its expected cost 50 (hand-computable)
+    return {"name": name, "provider": "openai", "model": name, "base_url": "http://127.0.0.1:9/v1",
+            "price_output_usd_per_mtok": pout, "max_output_tokens": 100, "expected_output_tokens": 50, **kw}
+
+
+def _dry_cfg(models: list[dict], cap: float):
+    from geoagent.config import config_from_dict
+
+    return config_from_dict({"campaign": {"name": "dr", "kind": "generic"}, "budget": {"cap_usd": cap},
+                             "models": models})
+
+
+def test_dry_run_counts_calls_per_model_before_the_cap_in_queue_order():
+    from geoagent.config import estimate
+    from geoagent.engine import estimate_lines
+
+    # a: worst $0.001, expected $0.0005 per call; ge: worst $0.01, expected $0.005; planned a first (40), then ge
+    cfg = _dry_cfg([_priced("a", 10.0, concurrency=8), _priced("ge", 100.0, concurrency=8)], cap=0.0155)
+    plan = [{"model": m, "prompt": "p"} for m in ("a", "ge") for _ in range(40)]
+    est = estimate(cfg, plan)
+    # by hand: the caller handles 16 tasks at once (8 + 8 concurrency) in queue order; a's calls take 2 s
+    # (expected_latency_s default), 8 at a time, and each settles at $0.0005. t=0: 8 start ($0.008 reserved);
+    # t=2: settled $0.004, 8 start ($0.012 committed); t=4: settled $0.008, 7 fit ($0.015); t=6: settled
+    # $0.0115, 4 fit ($0.0155); t=8: settled $0.0135, 2 fit ($0.0155). a has sent 29 and 11 wait, so 3 ge tasks
+    # are handled too: ge's gate sees settled $0.0135 + its worst $0.01 > cap, which no settlement can cure,
+    # and the run stops; the 2 calls in flight finish. a 29, ge 0.
+    assert (est.by_model["a"].calls_before_cap, est.by_model["ge"].calls_before_cap) == (29, 0)
+    assert est.calls_before_cap == 29
+    lines = estimate_lines(est, cfg)
+    text = "\n".join(lines)
+    assert "the run would stop at the cap (exit 4) after about 29 of the 80 calls, per model: a 29 of 40, ge 0 of 40" in text
+    assert "!!! WARNING: before the cap, ge has no answer (0 of 40 planned calls)" in text
+    # the old average-based figure is still there, labelled as a bound: 80 x 0.0155 / 0.44 = 2.8 -> 2
+    assert "bounds: the cap allows about 2 of the 80 calls at their worst case" in text
+    # within the cap: nothing simulated
+    assert estimate(_dry_cfg([_priced("a", 10.0)], cap=1.0), plan[:40]).calls_before_cap is None
+
+
+def test_dry_run_interleaved_models_reserve_side_by_side():
+    from geoagent.config import estimate
+
+    # one call in flight per model, 1 s each; a: worst $0.001 / expected $0.0005; b: $0.004 / $0.002;
+    # the plan alternates a, b; cap $0.0105. By hand, per second: t=0 a0 (reserved .001) and b0 (.005) start;
+    # t=1 settled .0025: a1, b1 start (.0075 committed); t=2 settled .005: a2, b2 (.010); t=3 settled .0075:
+    # a3 starts (.0085), b3 needs .0075 + .001 + .004 = .0125 > cap and .0075 + .004 = .0115 > cap by itself:
+    # the run stops; a3 finishes. a made 4 calls, b 3.
+    cfg = _dry_cfg([_priced("a", 10.0, concurrency=1, expected_latency_s=1.0),
+                    _priced("b", 40.0, concurrency=1, expected_latency_s=1.0)], cap=0.0105)
+    plan = [{"model": m, "prompt": "p"} for _ in range(10) for m in ("a", "b")]
+    est = estimate(cfg, plan)
+    assert (est.by_model["a"].calls_before_cap, est.by_model["b"].calls_before_cap) == (4, 3)
+
