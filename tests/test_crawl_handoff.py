@@ -140,3 +140,33 @@ def test_crawl_without_cities_is_a_config_error(isolated_roots, monkeypatch, cap
     assert main(["crawl", str(cfg), "--no-live"]) == 2
     assert "0 cities planned" in capsys.readouterr().err
     assert not (isolated_roots / "state" / CAMPAIGN).exists()
+
+
+def test_crawl_trials_are_unique_requests_and_dry_run_counts_the_calls(crawled, capsys):
+    """Each row of the crawl's ``verify_trials.csv`` is its own model request (no two rows show the same
+    image with the same claim), so a ``trials = "release"`` campaign on it plans, calls and scores each
+    trial once: dry-run calls = planned = new model calls = scored rows."""
+    from geoagent.runtime.store import open_campaign_state
+
+    root, _ = crawled
+    state = root / "state"
+    crawl_dir, images = state / CAMPAIGN, state / "images"
+    rows = _rows(crawl_dir / "verify_trials.csv")
+
+    def shown(r: dict[str, str]) -> str:  # what the model sees: a blank trial shows its own gray field
+        return {"ctrl_mismatch": r["image_ref"], "ctrl_noimage": "blank#" + r["image_id"]}.get(r["arm"], r["image_id"])
+
+    requests = [(shown(r), r["cand"]) for r in rows]
+    assert len(set(requests)) == len(requests)
+    gv = _toml(root, "gv-release", "geoverify", crawl_dir, f'trials = "release"\nimage_root = "{images}"\nn_boot = 0')
+    assert main(["run", str(gv), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert int(re.search(r"planned (\d+) requests", out).group(1)) == len(rows)
+    assert int(re.search(r"total: (\d+) calls", out).group(1)) == len(rows)
+    assert main(["run", str(gv), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"this run: {len(rows)} new model calls; 0 stored answers reused", out), out
+    with open_campaign_state("gv-release", root=state, recover=False) as st:
+        assert st.ledger.summary().calls == len(rows)
+        scored = list(st.store.iter_results("geoverify_scored"))
+    assert len(scored) == len(rows)
