@@ -991,6 +991,9 @@ class Estimate:
 
     calls: int = 0
     cached: int = 0
+    #: planned requests whose request key repeats an earlier planned one's: the run answers them with
+    #: that call's stored answer, so they are no call of their own (not in ``calls``)
+    repeated: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
@@ -1007,6 +1010,7 @@ class Estimate:
         return {
             "calls": self.calls,
             "cached": self.cached,
+            "repeated": self.repeated,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost_usd": self.cost_usd,
@@ -1051,6 +1055,8 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     Returns
     -------
     Estimate
+        ``calls`` counts distinct request keys, as the run calls: a planned request whose key repeats an
+        earlier one's is answered from that call's stored answer and counted in ``repeated`` instead.
         ``cost_usd`` uses ``expected_output_tokens`` (default: ``max_output_tokens``); ``worst_case_usd``
         always uses ``max_output_tokens`` and the reservation's input factor, i.e. what the ledger would
         reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency /
@@ -1062,6 +1068,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
 
     est = Estimate(cap_usd=cfg.budget.cap_usd)
     factor = cfg.budget.input_estimate_factor
+    seen: set[str] = set()
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
@@ -1071,7 +1078,12 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         prompt, params = req.prompt, req.params
         has_image = req.image is not None or req.image_id is not None
         merged = {**m.default_params(), **params}
-        if store is not None and store.has(req.key()):
+        key = req.key()
+        if key in seen:
+            est.repeated += 1
+            continue
+        seen.add(key)
+        if store is not None and store.has(key):
             est.cached += 1
             continue
         me = est.by_model.setdefault(m.name, ModelEstimate(model=m.name))

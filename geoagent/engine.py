@@ -848,7 +848,10 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                  "stages)" if timed or not est.by_model else
                  "no model-call time (replay and simulated answers call no model; other stages not included)")
     lines.append(
-        f"  total: {est.calls} calls ({est.cached} already stored), ${est.cost_usd:.4f} expected, "
+        f"  total: {est.calls} calls ({est.cached} already stored"
+        + (f"; {est.repeated} more planned request(s) repeat another's request key and get its answer"
+           if est.repeated else "")
+        + f"), ${est.cost_usd:.4f} expected, "
         f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}"
         f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"
     )
