@@ -137,6 +137,13 @@ class GeoVerifyCampaign(CampaignKind):
             lines.append(f"  release import: {sum(plan.import_report.imported.values())} rows, "
                          f"{len(plan.import_report.issues)} malformed (details: table meta, key 'import_report', "
                          f"in {data_db_path(cfg.name, cfg.state_root())})")
+            if plan.duplicate_notes:
+                n_dup = len(plan.duplicate_notes)
+                lines.append(f"  trials skipped: {n_dup} repeat an earlier trial's model request (same image shown, "
+                             "same claim), so each answer is scored once:")
+                lines += [f"    {note}" for note in plan.duplicate_notes[:10]]
+                if n_dup > 10:
+                    lines.append(f"    ... and {n_dup - 10} more (each is also a warning in the log)")
             if plan.build_report is not None:
                 br = plan.build_report
                 lines.append(f"  built trials per band (main arm): {br.per_band()}; images without signal "
