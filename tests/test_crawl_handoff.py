@@ -170,3 +170,17 @@ def test_crawl_trials_are_unique_requests_and_dry_run_counts_the_calls(crawled, 
         assert st.ledger.summary().calls == len(rows)
         scored = list(st.store.iter_results("geoverify_scored"))
     assert len(scored) == len(rows)
+
+
+def test_readme_says_what_build_and_release_trials_mean():
+    """README "From a crawl to a campaign" says what each ``trials`` value runs and when to use it."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("From a crawl to a campaign")
+    para = " ".join(text[start:text.index("A campaign whose first run plans nothing", start)].split())
+    assert '`"release"` (the default) reads the folder\'s `verify_trials.csv` as is' in para
+    assert '`"build"` has the campaign draw new trials' in para
+    for knob in ("n_per_band", "n_control", "build_seed"):
+        assert f"`{knob}`" in para
+    assert "Use it to run the crawl's (or a release's) own trial design" in para
+    assert "Use it to change the design" in para
+    assert "skipped with a warning naming the file and both lines" in para
