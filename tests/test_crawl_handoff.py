@@ -148,10 +148,17 @@ def test_crawl_trials_are_unique_requests_and_dry_run_counts_the_calls(crawled, 
     trial once: dry-run calls = planned = new model calls = scored rows."""
     from geoagent.runtime.store import open_campaign_state
 
-    root, _ = crawled
+    root, crawl_out = crawled
     state = root / "state"
     crawl_dir, images = state / CAMPAIGN, state / "images"
     rows = _rows(crawl_dir / "verify_trials.csv")
+    # the sandbox crawl's first draws collide (two images of a site, one candidate, one image of the other
+    # continent): the summary says how many were redrawn; none had to be dropped, so every control candidate
+    # has both arms
+    m = re.search(r"mismatched-image controls redrawn (\d+), dropped (\d+)", crawl_out)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) == 0, crawl_out
+    arms = [r["arm"] for r in rows]
+    assert arms.count("ctrl_mismatch") == arms.count("ctrl_noimage") > 0
 
     def shown(r: dict[str, str]) -> str:  # what the model sees: a blank trial shows its own gray field
         return {"ctrl_mismatch": r["image_ref"], "ctrl_noimage": "blank#" + r["image_id"]}.get(r["arm"], r["image_id"])
