@@ -1005,6 +1005,9 @@ class Estimate:
 
     calls: int = 0
     cached: int = 0
+    #: planned requests whose request key repeats an earlier planned one's: the run answers them with
+    #: that call's stored answer, so they are no call of their own (not in ``calls``)
+    repeated: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
@@ -1025,6 +1028,7 @@ class Estimate:
         return {
             "calls": self.calls,
             "cached": self.cached,
+            "repeated": self.repeated,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost_usd": self.cost_usd,
@@ -1179,6 +1183,8 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         the provider's documented rule bills for its size (:func:`expected_image_tokens`; the model's
         ``image_input_tokens`` where the size or the rule is unknown); ``worst_input_tokens`` is what the
         reservations count (:func:`estimate_input_tokens`: chars / 3 + 16 + ``image_input_tokens``).
+        ``calls`` counts distinct request keys, as the run calls: a planned request whose key repeats an
+        earlier one's is answered from that call's stored answer and counted in ``repeated`` instead.
         ``cost_usd`` uses ``expected_output_tokens`` (default: ``max_output_tokens``); ``worst_case_usd``
         always uses ``max_output_tokens`` and the reservation's input factor, i.e. what the ledger would
         reserve. ``duration_s`` per host = calls / min(rate requests per s, concurrency /
@@ -1195,6 +1201,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     order_model, order_exp, order_worst = array("i"), array("d"), array("d")
     index: dict[str, int] = {}
     sizes: dict[str, tuple[int, int] | None] = {}  # image file -> size (each file's header read once)
+    seen: set[str] = set()
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
@@ -1206,7 +1213,12 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         prompt, params = req.prompt, req.params
         has_image = req.image is not None or req.image_id is not None
         merged = {**m.default_params(), **params}
-        if store is not None and store.has(req.key()):
+        key = req.key()
+        if key in seen:
+            est.repeated += 1
+            continue
+        seen.add(key)
+        if store is not None and store.has(key):
             est.cached += 1
             continue
         me = est.by_model.setdefault(m.name, ModelEstimate(model=m.name))

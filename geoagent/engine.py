@@ -189,6 +189,11 @@ class Outcome:
     #: the planned number); empty when the plan holds no model calls (a crawl) or nothing was measured
     planned_by_model: dict[str, int] = field(default_factory=dict)
     answered_by_model: dict[str, int] = field(default_factory=dict)
+    #: of :attr:`process_calls`, the answers ``replay`` models read from their recorded file (no model was
+    #: called), per file as the config names it
+    process_replayed: dict[str, int] = field(default_factory=dict)
+    #: whether the campaign has a model that is not ``replay`` (else the line names no "new model calls")
+    calls_models: bool = True
 
     @property
     def missing(self) -> int:
@@ -257,7 +262,10 @@ class Outcome:
     def this_run_line(self) -> str | None:
         """``  this run: N new model calls; M stored answers reused`` from this process's own figures
         (:attr:`process_calls`, :attr:`process_answered`; ``by this process`` for a ``--stages`` process, and a
-        process without the model caller says so), or None when they were not measured (a dry run)."""
+        process without the model caller says so), or None when they were not measured (a dry run).
+
+        Answers of ``replay`` models are no model call: they read ``K answers replayed from <file>``
+        (:attr:`process_replayed`), and a campaign of replay models only names no new model calls."""
         if self.process_calls is None or self.status == "dry run":
             return None
         own = self.own_stages
@@ -265,10 +273,15 @@ class Outcome:
         if answered is None and own:
             return (f"  this run: no model calls by this process (it ran stage{'s' if len(own) != 1 else ''} "
                     f"{', '.join(own)}; the model caller's process reports its calls)")
-        new_calls = int(self.process_calls)
-        reused = max(0, (answered or 0) - new_calls)  # answered None: a campaign kind without a model caller
-        return (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}"
-                f"{' by this process' if own else ''}; {reused} stored answer{'s' if reused != 1 else ''} reused")
+        settled = int(self.process_calls)
+        reused = max(0, (answered or 0) - settled)  # answered None: a campaign kind without a model caller
+        new_calls = max(0, settled - sum(self.process_replayed.values()))
+        parts = [f"{new_calls} new model call{'s' if new_calls != 1 else ''}"] if (self.calls_models or new_calls) else []
+        # every replay file when replay is all there is, else those that answered something
+        parts += [f"{n} answer{'s' if n != 1 else ''} replayed from {path}" for path, n in self.process_replayed.items()
+                  if n or not parts]
+        return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; "
+                f"{reused} stored answer{'s' if reused != 1 else ''} reused")
 
     def summary_with_this_run(self) -> str:
         """:meth:`summary` with :meth:`this_run_line` under its spend line (what ``run`` and ``demo`` print)."""
@@ -748,6 +761,7 @@ async def _run(
             process_answered=sum(r.stats.done for r in callers) if callers else None,
             planned_by_model=planned_by_model,
             answered_by_model=_answered_by_model(ctx, planned_by_model),
+            **_replay_figures(cfg, ledger),
         )
         for line in auth_lines:
             log.error("campaign %s: %s", cfg.name, line)
@@ -830,6 +844,21 @@ def _answered_by_model(ctx: StageContext, planned: dict[str, int]) -> dict[str, 
 
 #: planned messages put into the plan edge per transaction (bounds the planner's memory)
 PLAN_CHUNK = 10_000
+
+
+def _replay_figures(cfg: Any, ledger: Any) -> dict[str, Any]:
+    """``process_replayed`` (answers this process's ``replay`` models read, per file) and ``calls_models``
+    for :class:`Outcome`; a campaign without replay models needs no ledger scan."""
+    models = list(getattr(cfg, "models", None) or [])
+    replay = [m for m in models if m.provider == "replay"]
+    if not replay:
+        return {}
+    by_model = ledger.calls_settled_here_by_model()
+    out: dict[str, int] = {}
+    for m in replay:
+        path = str(cfg.replay_path(m) or m.replay.path or m.name)
+        out[path] = out.get(path, 0) + by_model.get(m.name, 0)
+    return {"process_replayed": out, "calls_models": len(replay) < len(models)}
 
 
 async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK) -> int:
@@ -939,7 +968,10 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                  "stages)" if timed or not est.by_model else
                  "no model-call time (replay and simulated answers call no model; other stages not included)")
     lines.append(
-        f"  total: {est.calls} calls ({est.cached} already stored), ${est.cost_usd:.4f} expected, "
+        f"  total: {est.calls} calls ({est.cached} already stored"
+        + (f"; {est.repeated} more planned request(s) repeat another's request key and get its answer"
+           if est.repeated else "")
+        + f"), ${est.cost_usd:.4f} expected, "
         f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}"
         f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"
     )

@@ -216,7 +216,9 @@ def test_host_policies(tmp_path):
 def test_estimate_matches_hand_computation(tmp_path):
     cfg = load_config(write(tmp_path, GOOD))
     prompt = "x" * 300  # reserved: 300 // 3 + 16 = 116 tokens; + 1600 with an image
-    planned = [{"model": "a", "prompt": prompt, "image_id": "1"}] * 30 + [{"model": "b", "prompt": prompt}] * 10
+    # distinct requests of the same length (a repeated request key is one call, counted in ``repeated``)
+    planned = ([{"model": "a", "prompt": prompt[:-3] + f"{i:03d}", "image_id": "1"} for i in range(30)]
+               + [{"model": "b", "prompt": prompt[:-3] + f"{i:03d}"} for i in range(10)])
     est = estimate(cfg, planned)
     assert est.calls == 40
     # expected: 300 / 4 = 75 tokens; a is simulated, which bills 765 per image

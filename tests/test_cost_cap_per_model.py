@@ -124,7 +124,7 @@ def test_dry_run_counts_calls_per_model_before_the_cap_in_queue_order():
 
     # a: worst $0.001, expected $0.0005 per call; ge: worst $0.01, expected $0.005; planned a first (40), then ge
     cfg = _dry_cfg([_priced("a", 10.0, concurrency=8), _priced("ge", 100.0, concurrency=8)], cap=0.0155)
-    plan = [{"model": m, "prompt": "p"} for m in ("a", "ge") for _ in range(40)]
+    plan = [{"model": m, "prompt": f"p{i}"} for m in ("a", "ge") for i in range(40)]  # distinct requests
     est = estimate(cfg, plan)
     # by hand: the caller handles 16 tasks at once (8 + 8 concurrency) in queue order; a's calls take 2 s
     # (expected_latency_s default), 8 at a time, and each settles at $0.0005. t=0: 8 start ($0.008 reserved);
@@ -154,7 +154,7 @@ def test_dry_run_interleaved_models_reserve_side_by_side():
     # the run stops; a3 finishes. a made 4 calls, b 3.
     cfg = _dry_cfg([_priced("a", 10.0, concurrency=1, expected_latency_s=1.0),
                     _priced("b", 40.0, concurrency=1, expected_latency_s=1.0)], cap=0.0105)
-    plan = [{"model": m, "prompt": "p"} for _ in range(10) for m in ("a", "b")]
+    plan = [{"model": m, "prompt": f"p{i}"} for i in range(10) for m in ("a", "b")]  # distinct requests
     est = estimate(cfg, plan)
     assert (est.by_model["a"].calls_before_cap, est.by_model["b"].calls_before_cap) == (4, 3)
 

@@ -58,7 +58,8 @@ def test_dry_run_line_names_the_input_assumption_from_the_image_size(tmp_path):
     Image.new("RGB", (1024, 768), (90, 90, 90)).save(img)
     prompt = "where? " * 13 + "city"  # 95 chars
     cfg = _cfg("gemini", "gemini-2.0-flash")
-    est = estimate(cfg, [{"model": "m", "prompt": prompt, "image_ref": str(img)} for _ in range(3)])
+    # three distinct requests of the same length (a repeated request key is one call)
+    est = estimate(cfg, [{"model": "m", "prompt": prompt[:-1] + str(i), "image_ref": str(img)} for i in range(3)])
     me = est.by_model["m"]
     # expected: ceil(95 / 4) = 24, + 516 per call; reserved: 95 // 3 = 31, + 16 + 1600 per call (the worst case)
     assert me.input_tokens == 3 * (24 + 516)

@@ -140,3 +140,54 @@ def test_crawl_without_cities_is_a_config_error(isolated_roots, monkeypatch, cap
     assert main(["crawl", str(cfg), "--no-live"]) == 2
     assert "0 cities planned" in capsys.readouterr().err
     assert not (isolated_roots / "state" / CAMPAIGN).exists()
+
+
+def test_crawl_trials_are_unique_requests_and_dry_run_counts_the_calls(crawled, capsys):
+    """Each row of the crawl's ``verify_trials.csv`` is its own model request (no two rows show the same
+    image with the same claim), so a ``trials = "release"`` campaign on it plans, calls and scores each
+    trial once: dry-run calls = planned = new model calls = scored rows."""
+    from geoagent.runtime.store import open_campaign_state
+
+    root, crawl_out = crawled
+    state = root / "state"
+    crawl_dir, images = state / CAMPAIGN, state / "images"
+    rows = _rows(crawl_dir / "verify_trials.csv")
+    # the sandbox crawl's first draws collide (two images of a site, one candidate, one image of the other
+    # continent): the summary says how many were redrawn; none had to be dropped, so every control candidate
+    # has both arms
+    m = re.search(r"mismatched-image controls redrawn (\d+), dropped (\d+)", crawl_out)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) == 0, crawl_out
+    arms = [r["arm"] for r in rows]
+    assert arms.count("ctrl_mismatch") == arms.count("ctrl_noimage") > 0
+
+    def shown(r: dict[str, str]) -> str:  # what the model sees: a blank trial shows its own gray field
+        return {"ctrl_mismatch": r["image_ref"], "ctrl_noimage": "blank#" + r["image_id"]}.get(r["arm"], r["image_id"])
+
+    requests = [(shown(r), r["cand"]) for r in rows]
+    assert len(set(requests)) == len(requests)
+    gv = _toml(root, "gv-release", "geoverify", crawl_dir, f'trials = "release"\nimage_root = "{images}"\nn_boot = 0')
+    assert main(["run", str(gv), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert int(re.search(r"planned (\d+) requests", out).group(1)) == len(rows)
+    assert int(re.search(r"total: (\d+) calls", out).group(1)) == len(rows)
+    assert main(["run", str(gv), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"this run: {len(rows)} new model calls; 0 stored answers reused", out), out
+    with open_campaign_state("gv-release", root=state, recover=False) as st:
+        assert st.ledger.summary().calls == len(rows)
+        scored = list(st.store.iter_results("geoverify_scored"))
+    assert len(scored) == len(rows)
+
+
+def test_readme_says_what_build_and_release_trials_mean():
+    """README "From a crawl to a campaign" says what each ``trials`` value runs and when to use it."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("From a crawl to a campaign")
+    para = " ".join(text[start:text.index("A campaign whose first run plans nothing", start)].split())
+    assert '`"release"` (the default) reads the folder\'s `verify_trials.csv` as is' in para
+    assert '`"build"` has the campaign draw new trials' in para
+    for knob in ("n_per_band", "n_control", "build_seed"):
+        assert f"`{knob}`" in para
+    assert "Use it to run the crawl's (or a release's) own trial design" in para
+    assert "Use it to change the design" in para
+    assert "skipped with a warning naming the file and both lines" in para

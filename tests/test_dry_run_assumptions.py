@@ -84,7 +84,8 @@ def _cfg(models: list[dict]) -> object:
                              "models": models})
 
 
-PLAN = [{"model": m, "prompt": "x" * 300} for m in ("paid", "sim", "simhttp", "rep") for _ in range(40)]
+# 40 distinct requests per model (the estimate counts distinct request keys, as the run calls)
+PLAN = [{"model": m, "prompt": f"{i:03d}" + "x" * 297} for m in ("paid", "sim", "simhttp", "rep") for i in range(40)]
 
 
 def _models(tmp_path: Path) -> list[dict]:

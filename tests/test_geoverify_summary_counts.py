@@ -104,3 +104,39 @@ def test_release_summary_matches_hand_counts_and_report_cells(release_dir):
         # the report's H row ends with the same (k/n)
         assert _md_cell(md, "H (signal accepted)", i).endswith(f"({hand[(m, 'H')][0]}/{hand[(m, 'H')][1]})")
     assert spread  # the release sample has a model whose range spans more than one band
+
+
+def test_summary_labels_what_each_count_counts():
+    """The line's ``n`` counted the main arm only while its parse failures counted every arm; each number now
+    says what it counts. Hand-made answers: main arm 6 signal (1 unparsed) + 8 decoy (2 unparsed), swapped
+    image 5 (1 unparsed), gray field 4: main arm n = 5 + 6 = 11, controls n 4 and 4, parse failures 4 of
+    every arm, split 3 main / 1 swapped image. H, F and the read-out are unchanged by the labels."""
+    from geoagent.geoverify.parse import parse_verdict
+    from geoagent.geoverify.score import scored_row
+
+    yes, no, bad = '{"verdict": "yes", "confidence": 0.8}', '{"verdict": "no", "confidence": 0.8}', "no json at all"
+    rows = []
+
+    def add(i, arm, band, truth, text):
+        trial = {"trial_id": f"{i}|{arm}|c{i}", "site": f"s{i % 3}", "arm": arm, "band": band, "truth": truth}
+        rows.append(scored_row(trial, "m", parse_verdict(text), finish_reason="stop"))
+
+    for i, text in enumerate([yes, yes, yes, no, no, bad]):
+        add(i, "main", BAND_SIGNAL, "yes", text)
+    for i, text in enumerate([yes, no, no, no, no, no, bad, bad]):
+        add(100 + i, "main", B0, "no", text)
+    for i, text in enumerate([yes, no, no, no, bad]):
+        add(200 + i, "ctrl_mismatch", B0, "no", text)
+    for i, text in enumerate([no, no, no, no]):
+        add(300 + i, "ctrl_noimage", B0, "no", text)
+    agg = GeoVerifyAggregator()
+    agg.update(rows)
+    scores = agg.scores()
+    lines = _summary(scores)
+    line = _line(lines, "m")
+    assert "main arm n 11  H 60.0% (3/5)  F 16.7% (1/6)" in line
+    assert "controls n swapped image 4, gray field 4" in line
+    assert "all arms: parse failures 4 (main 3, swapped image 1)" in line
+    assert scores["m"].controls["ctrl_mismatch"][:2] == (4, 1) and scores["m"].n_parse_failures == 4
+    legend = next(ln for ln in lines if "(k/n) after H and F" in ln)
+    assert "main arm n: parsed main-arm answers" in legend and "all arms: parse failures" in legend

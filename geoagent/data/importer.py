@@ -95,6 +95,10 @@ class Release:
     trials: list[VerifyTrial] = field(default_factory=list)
     raw: list[RawVerifyResponse] = field(default_factory=list)
     report: ImportReport = field(default_factory=ImportReport)
+    #: the trial table read (``verify_trials.csv`` or its sample), and each imported trial's 1-based line
+    #: in it by trial id, so that later checks (e.g. GeoVerify's one-request-per-trial) can name the row
+    trials_file: Path | None = None
+    trial_lines: dict[str, int] = field(default_factory=dict)
 
     def records(self) -> Iterator[Any]:
         """All records, for :meth:`geoagent.data.store.DataStore.put_many`."""
@@ -192,12 +196,14 @@ def _read_csv(
     required: tuple[str, ...],
     convert: Callable[[dict[str, Any]], Any],
     key: Callable[[Any], Hashable] | None = None,
+    lines: list[int] | None = None,
 ) -> Iterator[Any]:
     """Yield ``convert(row)`` for each good row; report bad rows (file, line, reason) and go on.
 
     Bytes that are not UTF-8 cost only the row holding them (the file is decoded with surrogate escapes
     and such rows are reported), never the rest of the file. With ``key``, a row whose key repeats an
-    earlier row's is reported as a duplicate and skipped (the first is kept).
+    earlier row's is reported as a duplicate and skipped (the first is kept). With ``lines``, the 1-based
+    first line of each yielded row is appended to it before the row is yielded.
     """
     seen: set[Hashable] = set()
     try:
@@ -258,6 +264,8 @@ def _read_csv(
                     continue
                 seen.add(k)
             report.count(path)
+            if lines is not None:
+                lines.append(start)
             yield rec
 
 
@@ -493,8 +501,11 @@ def import_release(root: str | Path) -> Release:
     trials_path = _pick(root, "verify_trials", ".csv")
     if trials_path is not None:
         required = ("image_id", "site", "img_lat", "img_lon", "cand", "truth", "arm")
-        for t in _read_csv(trials_path, rep, required, _trial, key=lambda t: (t.image_id, t.arm, t.cand)):
+        rel.trials_file = trials_path
+        lines: list[int] = []
+        for t in _read_csv(trials_path, rep, required, _trial, key=lambda t: (t.image_id, t.arm, t.cand), lines=lines):
             rel.trials.append(t)
+            rel.trial_lines[t.trial_id] = lines[-1]
             if t.arm == "main" and t.image_id not in rel.images:
                 site = rel.sites.get(t.site_id)
                 rel.images[t.image_id] = Image(

@@ -9,10 +9,13 @@ seeded by ``boot_seed``; both are printed under the table). The live refresh use
 The engine looks kinds up as ``geoagent.campaigns.geoverify:GeoVerifyCampaign``; that module re-exports
 this class.
 
-The console summary (:meth:`GeoVerifyCampaign.summary_lines`) gives one line per model: n parsed, H and F
-each with the trials behind it ``(k/n)``, d' against the nearest decoy band, delta_1 with its site-bootstrap
-range of bands (``0.3–0.7 km [0.15–0.3 km, none]``), parse failures, cut-off answers and the read-out; the
-counts and the delta_1 text are the report table's own (:func:`geoagent.report.geoverify.summary_counts`).
+The console summary (:meth:`GeoVerifyCampaign.summary_lines`) gives one line per model, each count labelled
+with what it counts: ``main arm n`` (parsed main-arm answers: the signal and decoy trials behind H, F, d' and
+delta_1), H and F each with the trials behind it ``(k/n)``, d' against the nearest decoy band, delta_1 with
+its site-bootstrap range of bands (``0.3–0.7 km [0.15–0.3 km, none]``), ``controls n`` (parsed answers of
+each control arm, behind the read-out's control checks), then ``all arms:`` parse failures (with their split
+by arm when the answers per arm are known) and cut-off answers, and the read-out; the counts and the delta_1
+text are the report table's own (:func:`geoagent.report.geoverify.summary_counts`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH
 from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
@@ -35,7 +39,9 @@ from geoagent.workers.responses import with_stored_finish_reason
 
 
 #: what the console summary's counts mean (the report table's legend says the same at length)
-SUMMARY_LEGEND = "(k/n) after H and F: trials answered yes / parsed main-arm trials"
+SUMMARY_LEGEND = ("main arm n: parsed main-arm answers (signal + decoy trials); (k/n) after H and F: trials "
+                  "answered yes / parsed main-arm trials; controls n: parsed answers per control arm; all arms: "
+                  "parse failures and cut-off answers count the answers of every arm")
 #: ... and its delta_1 brackets, added when a site bootstrap ran
 SUMMARY_LEGEND_RANGE = "; delta_1 [lo, hi]: its range over the site-bootstrap resamples (2.5th-97.5th percentile band)"
 
@@ -49,6 +55,34 @@ def _pct(x: float) -> str:
 
 def _num(x: float) -> str:
     return NA if x is None or math.isnan(x) else f"{x:.2f}"
+
+
+#: control arms as the report table names them (``n control: swapped image``)
+CONTROL_LABELS = {ARM_MISMATCH: "swapped image", ARM_BLANK: "gray field"}
+
+
+def parse_failures_by_arm(sc: Any) -> dict[str, int] | None:
+    """Parse failures of one model's scores per arm (``main``, then the control arms), or None when unknown.
+
+    Derived as answers per arm (the cut-off counts, :attr:`ModelScores.truncation`, count every answer,
+    parsed or not) minus the parsed answers of that arm; None when the scores carry no per-arm answer counts
+    or the split does not add up to ``n_parse_failures``.
+    """
+    trunc = getattr(sc, "truncation", None) or {}
+    if not trunc:
+        return None
+    parsed = {ARM_MAIN: sc.n_signal + sc.n_noise, **{arm: sc.controls.get(arm, (0, 0, 0.0))[0] for arm in CONTROL_LABELS}}
+    out = {}
+    for arm, n_parsed in parsed.items():
+        c = trunc.get(arm)
+        n_fail = (c.n if c is not None else 0) - n_parsed
+        if n_fail < 0:
+            return None
+        if n_fail:
+            out[arm] = n_fail
+    if set(trunc) - set(parsed) or sum(out.values()) != sc.n_parse_failures:
+        return None
+    return out
 
 
 def aggregate_from_store(store: Any) -> GeoVerifyAggregator:
@@ -137,6 +171,13 @@ class GeoVerifyCampaign(CampaignKind):
             lines.append(f"  release import: {sum(plan.import_report.imported.values())} rows, "
                          f"{len(plan.import_report.issues)} malformed (details: table meta, key 'import_report', "
                          f"in {data_db_path(cfg.name, cfg.state_root())})")
+            if plan.duplicate_notes:
+                n_dup = len(plan.duplicate_notes)
+                lines.append(f"  trials skipped: {n_dup} repeat an earlier trial's model request (same image shown, "
+                             "same claim), so each answer is scored once:")
+                lines += [f"    {note}" for note in plan.duplicate_notes[:10]]
+                if n_dup > 10:
+                    lines.append(f"    ... and {n_dup - 10} more (each is also a warning in the log)")
             if plan.build_report is not None:
                 br = plan.build_report
                 lines.append(f"  built trials per band (main arm): {br.per_band()}; images without signal "
@@ -150,10 +191,14 @@ class GeoVerifyCampaign(CampaignKind):
             parsed = sc.n_signal + sc.n_noise
             counts = summary_counts(sc)  # the report table's "(k/n)" and delta_1 cell, from the same scores
             delta_1 = counts["delta_1"] if parsed else NA
+            controls = ", ".join(f"{label} {sc.controls.get(arm, (0, 0, 0.0))[0]}" for arm, label in CONTROL_LABELS.items())
+            split = parse_failures_by_arm(sc) if sc.n_parse_failures else None
+            split_text = (" (" + ", ".join(f"{CONTROL_LABELS.get(arm, arm)} {n}" for arm, n in split.items()) + ")"
+                          if split else "")
             lines.append(
-                f"  {name:>20}: n {parsed}  H {_pct(sc.h)}{counts['H']}  F {_pct(sc.f)}{counts['F']}"
-                f"  d'(nearest) {_num(near)}  delta_1 {delta_1}"
-                f"  parse failures {sc.n_parse_failures}{cut_text}  read-out {sc.readout.verdict}"
+                f"  {name:>20}: main arm n {parsed}  H {_pct(sc.h)}{counts['H']}  F {_pct(sc.f)}{counts['F']}"
+                f"  d'(nearest) {_num(near)}  delta_1 {delta_1}  controls n {controls}"
+                f"  all arms: parse failures {sc.n_parse_failures}{split_text}{cut_text}  read-out {sc.readout.verdict}"
             )
         if POOLED in scores:
             lines.append(f"  pre-registered read-out (pooled): {scores[POOLED].readout.verdict}: "

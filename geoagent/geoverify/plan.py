@@ -6,7 +6,12 @@
    in ``<state root>/<campaign>/data/data.sqlite`` (:mod:`geoagent.data.store`), keeping the import report;
 2. takes the trials: the release's trial table (``trials = "release"``), or new ones built from the
    release's images and candidate pools (``trials = "build"``, Sec. 5.2, with both control arms);
-3. emits one ``requests`` message per trial x model (:func:`geoagent.geoverify.stages.plan_requests`),
+3. keeps one trial per model request (:func:`unique_trials`): a trial that shows the same image with the
+   same claim as an earlier one (e.g. two mismatched-image controls of one site drawing the same image, in a
+   ``verify_trials.csv`` written before the builder redrew such draws) would get that trial's answer and be
+   scored twice; it is skipped, and a warning names the file and line of both rows (also listed in the
+   run's summary, :attr:`CampaignPlan.duplicate_notes`). So the dry run's call count is the run's;
+4. emits one ``requests`` message per trial x model (:func:`geoagent.geoverify.stages.plan_requests`),
    honouring each model's ``sampling_rate``.
 
 Replay models: a ``provider = "replay"`` model whose ``model`` value is one of the recorded model names
@@ -17,7 +22,10 @@ only for the (trial, model) pairs the raw file holds.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from geoagent.data.importer import ImportReport, Release, import_release
@@ -25,20 +33,70 @@ from geoagent.data.model import VerifyTrial
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
 from geoagent.geoverify.settings import GeoVerifySettings
-from geoagent.geoverify.stages import plan_requests, release_replay_plan
+from geoagent.geoverify.stages import plan_requests, release_replay_plan, request_identity
 from geoagent.geoverify.trials import BuildReport, build_trials, pools_from_trials
 from geoagent.runtime.stage import Message
 
 
+log = logging.getLogger(__name__)
+
+
 @dataclass
 class CampaignPlan:
-    """What :func:`plan_campaign` produced."""
+    """What :func:`plan_campaign` produced (``duplicate_notes``: one line per trial skipped by
+    :func:`unique_trials`)."""
 
     messages: list[Message]
     trials: list[VerifyTrial]
     import_report: ImportReport
     build_report: BuildReport | None = None
     per_model: dict[str, int] = field(default_factory=dict)
+    duplicate_notes: list[str] = field(default_factory=list)
+
+
+def unique_trials(
+    trials: Iterable[VerifyTrial], *, source: str | Path | None = None, lines: Mapping[str, int] | None = None
+) -> tuple[list[VerifyTrial], list[str]]:
+    """The trials with each model request once, and a note per trial left out.
+
+    Two trials with the same :func:`~geoagent.geoverify.stages.request_identity` (image shown, claim) are
+    one model request: the run would call once and score that answer for both. The first (in the given
+    order: the file's) is kept.
+
+    Parameters
+    ----------
+    trials : iterable of VerifyTrial
+    source : path, optional
+        The trial table they were read from (named in the notes); None for built trials.
+    lines : mapping trial_id -> int, optional
+        1-based line of each trial in ``source`` (:attr:`geoagent.data.importer.Release.trial_lines`).
+
+    Returns
+    -------
+    (kept, notes) : list of VerifyTrial, list of str
+        Notes read ``<file> line 99: ctrl_mismatch trial '<trial id>' shows image '<id>' with claim '<cand>'
+        like line 64 ('<trial id>'); skipped (one answer is scored once)``.
+    """
+    first: dict[tuple[str, str], VerifyTrial] = {}
+    kept: list[VerifyTrial] = []
+    notes: list[str] = []
+    where = "built trials" if source is None else str(source)
+
+    def at(t: VerifyTrial) -> str:
+        n = (lines or {}).get(t.trial_id)
+        return f"line {n}" if n is not None else "(not in the table: rebuilt from a raw record)"
+
+    for t in trials:
+        ident = request_identity(t)
+        prev = first.get(ident)
+        if prev is None:
+            first[ident] = t
+            kept.append(t)
+            continue
+        notes.append(f"{where} {at(t)}: {t.arm} trial {t.trial_id!r} shows image {ident[0]!r} with claim "
+                     f"{t.cand!r} like {at(prev)} ({prev.trial_id!r}), so it would get that trial's answer; "
+                     "skipped (one answer is scored once)")
+    return kept, notes
 
 
 def settings_of(cfg: Any) -> GeoVerifySettings:
@@ -87,10 +145,20 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
             n_per_band=s.n_per_band, max_signal=s.max_signal, n_control=s.n_control, tau_km=tau_km,
             continents=continents,
         )
+        trials, notes = unique_trials(trials)
         replay_trials, pairs, recorded = list(trials), set(), []
     else:
-        trials = list(release.trials)
+        lines = release.trial_lines
+        trials, notes = unique_trials(release.trials, source=release.trials_file, lines=lines)
         replay_trials, pairs, recorded = release_replay_plan(release)
+        # the same check on the replayed trials (the table's, in file order, then any rebuilt from raw records)
+        by_line = sorted(replay_trials, key=lambda t: (lines.get(t.trial_id, float("inf")), t.trial_id))
+        kept_replay, more = unique_trials(by_line, source=release.trials_file, lines=lines)
+        kept_ids = {t.trial_id for t in kept_replay}
+        replay_trials = [t for t in replay_trials if t.trial_id in kept_ids]
+        notes += [n for n in more if n not in notes]
+    for note in notes:
+        log.warning("GeoVerify: %s", note)
     common = dict(template=template, max_output_tokens=s.max_output_tokens, image_root=s.image_root, tau_km=tau_km)
     messages: list[Message] = []
     per_model: dict[str, int] = {}
@@ -114,5 +182,5 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         if is_sampled(key, model.sampling_rate, cfg.campaign.seed):
             kept.append((key, payload))
             per_model[payload["model"]] = per_model.get(payload["model"], 0) + 1
-    return CampaignPlan(kept, trials, release.report, build_rep, per_model)
+    return CampaignPlan(kept, trials, release.report, build_rep, per_model, notes)
 

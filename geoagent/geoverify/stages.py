@@ -40,6 +40,8 @@ from geoagent.workers.responses import response_text, with_stored_finish_reason
 TASK_NAME = "geoverify"
 SCORED_TABLE = "geoverify_scored"
 DEFAULT_MAX_OUTPUT_TOKENS = 512
+#: image id prefix of a mismatched-image trial whose table row does not say which image it shows
+MISMATCH_UNKNOWN_REF = "mismatch:unknown"
 
 
 def message_key(trial_id: str, model: str) -> str:
@@ -62,13 +64,24 @@ def _image_fields(t: VerifyTrial, image_root: str | Path | None, paths_by_image:
         # the same gray field for every blank trial, but an image id of its own per trial, so that each
         # blank-arm trial is its own request (own key, own answer) rather than one shared cached answer
         return f"{BLANK_IMAGE_REF}#{t.image_id}", BLANK_IMAGE_REF
-    shown = t.image_ref if (t.arm == ARM_MISMATCH and t.image_ref) else t.image_id
+    if t.arm == ARM_MISMATCH and not t.image_ref:
+        # a trial table without image_ref (the public release's) does not name the image shown: an id of
+        # its own (no pixels), never the trial's own image, whose request is the main trial's
+        return f"{MISMATCH_UNKNOWN_REF}#{t.image_id}", None
+    shown = t.image_ref if t.arm == ARM_MISMATCH else t.image_id
     rel = paths_by_image.get(shown)
     if image_root is not None and rel:
         p = Path(image_root) / rel
         if p.is_file():
             return shown, str(p)
     return shown, None
+
+
+def request_identity(t: VerifyTrial) -> tuple[str, str]:
+    """``(image id shown, candidate)``: what makes a trial's model request for a given model and prompt
+    template (the request key hashes these with the model and its params). Two trials with the same
+    identity get one answer, so a trial list must not repeat one (:func:`geoagent.geoverify.plan.unique_trials`)."""
+    return _image_fields(t, None, {})[0] or "", t.cand
 
 
 def plan_requests(

@@ -11,8 +11,18 @@ Per image:
   image from another continent, ``image_ref`` = that image's id) and ``ctrl_noimage`` (``image_ref`` =
   ``"blank:gray"``). All control trials are noise (truth no); they keep the main trial's band and d_km.
 
-Randomness comes from ``random.Random(f"{seed}|{image_id}")``, so each image's draws depend only on the
-seed and that image, not on the order of images.
+Every trial is its own model request: no two trials show the same image with the same claim. Two images
+of one site share their candidate pool, so both can put a control on the same candidate and draw the same
+image of the other continent (or an image whose own main arm already names that candidate); one answer
+would then be scored for two trials. Such a mismatched-image draw is **redrawn** (Sec. 5.4 gives every
+image its k controls): uniformly, with ``random.Random(f"{seed}|{image_id}|redraw|{cand}")``, among the
+other continent's images not yet shown with that claim; where none is left it is dropped (counted in
+``BuildReport.mismatch_dropped``; the image keeps its blank control). Conflicts are settled in order of
+(image_id, candidate), the first keeping its draw.
+
+Randomness comes from ``random.Random(f"{seed}|{image_id}")`` (the other continent's images in image-id
+order), so each image's draws depend only on the seed and that image, not on the order of images; a
+redraw depends on the draws of the images it collided with, never on their order either.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as replace_trial
 
 from geoagent import constants as C
 from geoagent.data.model import (
@@ -60,6 +71,10 @@ class BuildReport:
     unmatched_decoys: int = 0
     short_cells: int = 0  # (image, band) cells with fewer candidates than n_per_band
     images_without_mismatch: int = 0
+    #: mismatched-image draws that repeated an earlier trial's request (same image shown, same claim) and
+    #: were drawn again, and those for which no unused image was left (dropped)
+    mismatch_redrawn: int = 0
+    mismatch_dropped: int = 0
 
     def per_band(self, arm: str = ARM_MAIN) -> dict[str, int]:
         return {b: self.counts.get((arm, b), 0) for b in (BAND_SIGNAL, *DECOY_BAND_LABELS)}
@@ -136,10 +151,11 @@ def build_trials(
     trials: list[VerifyTrial] = []
     cont_of = dict(continents or {})
     by_continent: dict[str, list[Image]] = {}
-    for im in images:
+    for im in sorted(images, key=lambda im: im.image_id):  # draws must not depend on the order of images
         c = im.continent or cont_of.get(im.site_id)
         if c:
             by_continent.setdefault(c, []).append(im)
+    others_of: dict[str | None, list[Image]] = {}
     for im in images:
         rep.n_images += 1
         rng = random.Random(f"{seed}|{im.image_id}")
@@ -190,7 +206,7 @@ def build_trials(
         trials.extend(main)
         if n_control > 0 and main:
             ctrl = rng.sample(main, min(n_control, len(main)))
-            others = [o for c, ims in sorted(by_continent.items()) if c != cont for o in ims]
+            others = others_of.setdefault(cont, [o for c, ims in sorted(by_continent.items()) if c != cont for o in ims])
             for t in ctrl:
                 p = ReferencePoint(qid=t.cand_qid, name_en=t.cand, lat=t.cand_lat, lon=t.cand_lon,
                                    referenceability=None if t.referenceability is None else int(t.referenceability))
@@ -201,9 +217,45 @@ def build_trials(
                 else:
                     rep.images_without_mismatch += 1
                 trials.append(mk(p, d, t.band or "", TRUTH_NO, ARM_BLANK, BLANK_IMAGE_REF))
+    trials = _unique_mismatch(trials, others_of, seed, rep)
     for t in trials:
         rep.counts[(t.arm, t.band)] += 1
     return trials, rep
+
+
+def _unique_mismatch(
+    trials: list[VerifyTrial], others_of: Mapping[str | None, Sequence[Image]], seed: int, rep: BuildReport
+) -> list[VerifyTrial]:
+    """Redraw (or drop) mismatched-image trials whose (image shown, claim) repeats another trial's.
+
+    Main trials hold their requests; mismatch trials are settled in order of (image_id, cand): the first
+    with a request keeps it, a later one is redrawn among ``others_of[its continent]`` not shown with that
+    claim by any trial (kept or first-drawn), else dropped. Blank trials show a gray field of their own
+    per image (:func:`geoagent.geoverify.stages.plan_requests`), so they never repeat.
+    """
+    taken = {(t.image_ref or t.image_id, t.cand) for t in trials if t.arm == ARM_MAIN}
+    drawn = Counter((t.image_ref, t.cand) for t in trials if t.arm == ARM_MISMATCH)
+    replace: dict[int, VerifyTrial | None] = {}
+    order = sorted((i for i, t in enumerate(trials) if t.arm == ARM_MISMATCH),
+                   key=lambda i: (trials[i].image_id, trials[i].cand))
+    for i in order:
+        t = trials[i]
+        if (t.image_ref, t.cand) not in taken:
+            taken.add((t.image_ref, t.cand))
+            continue
+        free = [o for o in others_of.get(t.continent, ())
+                if (o.image_id, t.cand) not in taken and not drawn[(o.image_id, t.cand)]]
+        if free:
+            o = free[random.Random(f"{seed}|{t.image_id}|redraw|{t.cand}").randrange(len(free))]
+            replace[i] = replace_trial(t, image_ref=o.image_id)
+            taken.add((o.image_id, t.cand))
+            rep.mismatch_redrawn += 1
+        else:
+            replace[i] = None
+            rep.mismatch_dropped += 1
+    if not replace:
+        return trials
+    return [replace.get(i, t) for i, t in enumerate(trials) if replace.get(i, t) is not None]
 
 
 def pools_from_trials(trials: Iterable[VerifyTrial]) -> dict[str, list[ReferencePoint]]:

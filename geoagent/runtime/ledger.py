@@ -645,6 +645,13 @@ class Ledger:
         return int(self.db.read("SELECT COUNT(*) FROM reservations WHERE owner = ? AND state = 'settled'",
                                 (self.owner,))[0][0])
 
+    def calls_settled_here_by_model(self) -> dict[str, int]:
+        """:meth:`calls_settled_here` per ``[[models]]`` name (the name recorded with each reservation; ``""``
+        for reservations made without one), e.g. to tell replayed answers from real model calls."""
+        rows = self.db.read("SELECT COALESCE(model, ''), COUNT(*) FROM reservations WHERE owner = ? AND "
+                            "state = 'settled' GROUP BY COALESCE(model, '')", (self.owner,))
+        return {str(m): int(n) for m, n in rows}
+
     def summary(self) -> LedgerSummary:
         """Current totals (a consistent snapshot)."""
         row = self.db.read(
