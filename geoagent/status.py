@@ -130,7 +130,8 @@ def host_labels(cfg: Any) -> dict[str, str]:
 def campaign_status(cfg: Any) -> dict[str, Any]:
     """Snapshot of a campaign: ``queues`` (edge -> QueueCounts), ``spend`` (ledger summary dict or None),
     ``progress`` (last progress record or None), ``dead`` (edge -> recent DeadLetters), ``host_labels``
-    (host -> readable name, from the config, overlaid by the labels the run recorded for its local fakes)."""
+    (host -> readable name, from the config, overlaid by the labels the runs recorded for their local fakes:
+    those of the last run and, where ``progress_with_work`` is shown instead, those of that run))."""
     from geoagent.runtime.store import open_campaign_state
 
     queues: dict[str, QueueCounts] = {}
@@ -156,8 +157,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     worked = None
     if progress is not None and progress.get("finished") and not did_work(progress):
         worked = read_last_with_work(progress_file)
-    # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there
-    labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {})}
+    # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there, a
+    # new port each run; the labels of the record whose figures are shown (``worked`` when set) win
+    labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {}),
+              **((worked or {}).get("host_labels") or {})}
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else []}
