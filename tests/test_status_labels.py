@@ -97,6 +97,7 @@ def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(isolated
 
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
     assert main(["crawl", str(SANDBOX_CRAWL), "--no-live"]) == 0
+    summary = capsys.readouterr().out
     assert main(["crawl", str(SANDBOX_CRAWL), "--no-live"]) == 0  # resumes: no work, fakes on new ports
     capsys.readouterr()
     assert main(["status", str(SANDBOX_CRAWL)]) == 0
@@ -110,3 +111,10 @@ def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(isolated
     assert set(shown) == set(worked["http"])
     assert sorted(v or "(none)" for v in shown.values()) == ["mapillary API", "model sandbox-vision-auditor, model sandbox-text-auditor",
                                       "overpass API", "pageviews API", "wdqs API"], out
+    # the pageviews 404s (articles without views) are explained, with the count the run recorded
+    pv_host = next(h for h, label in shown.items() if label == "pageviews API")
+    n_404 = worked["http"][pv_host]["answers"]["http 404"]
+    assert n_404 > 0 and (f"; {n_404} expected 404 answers (articles without views in the date range; not errors)"
+                          in out), out
+    assert re.search(rf"^ +pageviews: \d+ requests, 0 retries, error rate 0\.0%; {n_404} expected 404 answers "
+                     r"\(articles without views in the date range; not errors\)$", summary, re.M), summary
