@@ -130,7 +130,8 @@ def host_labels(cfg: Any) -> dict[str, str]:
 def campaign_status(cfg: Any) -> dict[str, Any]:
     """Snapshot of a campaign: ``queues`` (edge -> QueueCounts), ``spend`` (ledger summary dict or None),
     ``progress`` (last progress record or None), ``dead`` (edge -> recent DeadLetters), ``host_labels``
-    (host -> readable name, from the config, overlaid by the labels the run recorded for its local fakes)."""
+    (host -> readable name, from the config, overlaid by the labels the runs recorded for their local fakes:
+    those of the last run and, where ``progress_with_work`` is shown instead, those of that run))."""
     from geoagent.runtime.store import open_campaign_state
 
     queues: dict[str, QueueCounts] = {}
@@ -156,8 +157,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     worked = None
     if progress is not None and progress.get("finished") and not did_work(progress):
         worked = read_last_with_work(progress_file)
-    # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there
-    labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {})}
+    # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there, a
+    # new port each run; the labels of the record whose figures are shown (``worked`` when set) win
+    labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {}),
+              **((worked or {}).get("host_labels") or {})}
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else []}
@@ -253,15 +256,34 @@ def format_status(st: dict[str, Any]) -> str:
             for host, hs in http.items():
                 errs = sum((hs.get("errors") or {}).values())
                 rate = errs / hs["requests"] if hs.get("requests") else 0.0
-                answers = hs.get("answers") or {}  # normal answers of the endpoint (a pageviews 404), not errors
+                # normal answers of the endpoint (a pageviews 404), not errors
+                answers = describe_answers(hs.get("answers") or {}, hs.get("answer_notes") or {})
                 name = f"{host} ({labels[host]})" if labels.get(host) else host
                 lines.append(f"    http {name}: {hs.get('requests', 0)} requests, {hs.get('retries', 0)} retries,"
-                             f" error rate {rate:.1%} {hs.get('errors') or ''}"
-                             + (f" expected answers {answers}" if answers else ""))
+                             f" error rate {rate:.1%}" + (f" {hs['errors']}" if hs.get("errors") else "")
+                             + (f"; {answers}" if answers else ""))
     for edge, items in st.get("dead", {}).items():
         for d in items:
             lines.append(f"  dead {edge}/{d.key[:24]} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
     return "\n".join(lines)
+
+
+_HTTP_STATUS_REASON = re.compile(r"http (\d{3})")
+
+
+def describe_answers(answers: dict[str, int], notes: dict[str, str] | None = None) -> str:
+    """The answers a client declared normal for its endpoint (the HTTP layer's ``expected_status``), worded for
+    display: ``{"http 404": 12}`` with the note ``{"http 404": "articles without views in the date range"}``
+    -> ``"12 expected 404 answers (articles without views in the date range; not errors)"``; without a note the
+    parenthesis says that the client declared them normal. Several statuses are joined by ``"; "``; ``{}`` ->
+    ``""``."""
+    parts = []
+    for reason, n in answers.items():
+        m = _HTTP_STATUS_REASON.fullmatch(reason)
+        what = m.group(1) if m else reason
+        why = (notes or {}).get(reason) or "declared a normal answer of this endpoint by its client"
+        parts.append(f"{n} expected {what} answer{'s' if n != 1 else ''} ({why}; not errors)")
+    return "; ".join(parts)
 
 
 def _utc(t: Any) -> str:

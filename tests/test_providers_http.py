@@ -252,9 +252,14 @@ def test_429_and_500_are_retried_to_success(kind):
     outs, app = asyncio.run(run())
     injected = app[FAULTS_KEY].injected
     assert sum(injected.values()) > 0  # faults really happened
-    # 429/5xx never reach the handler: exactly one billed call per request, with the usage returned
+    # 429/5xx never reach the handler: exactly one billed call per request, with the usage returned; the
+    # faulted tries are logged too (status None: not handled), one per injected fault, with what was sent
     billed = {c["key"]: c for c in app["calls"] if c["status"] == 200}
-    assert len(billed) == len(app["calls"]) == 12
+    assert len(billed) == 12 and len(app["calls"]) == 12 + sum(injected.values())
+    faulted = [c for c in app["calls"] if c["status"] is None]
+    sent_for = {"429": 429, "500": 500, "503": 529 if kind == "anthropic" else 503}
+    assert sorted(c["fault"] for c in faulted) == sorted(k for k, n in injected.items() for _ in range(n))
+    assert all(c["status_sent"] == sent_for[c["fault"]] and c["output_tokens"] == 0 for c in faulted)
     for req, out in outs:
         c = billed[req.key()]
         assert (c["input_tokens"], c["output_tokens"]) == (out.usage.input_tokens, out.usage.output_tokens)
@@ -265,7 +270,8 @@ def test_persistent_429_exhausts_retries(kind):
     cfg = FaultConfig(rate=1.0, kinds=("429",), retry_after_s=0)
     out, app = asyncio.run(_call(kind, _request(kind, None), faults=cfg, policy=HostPolicy(**{**_fast_kw(), "max_attempts": 3})))
     assert isinstance(out, RetriesExhausted) and out.attempts == 3 and "429" in out.last
-    assert app["calls"] == []  # the handler never ran
+    # the handler never ran: three logged tries, none billed
+    assert [(c["status"], c["fault"], c["status_sent"]) for c in app["calls"]] == [(None, "429", 429)] * 3
 
 
 @pytest.mark.parametrize(

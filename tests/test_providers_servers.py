@@ -50,7 +50,11 @@ def test_python_m_server_logs_to_jsonl_and_survives_as_file(tmp_path):
         proc.wait(timeout=10)
     records = CallLog.read(log)
     ok = {r["key"]: r for r in records if r["status"] == 200}
-    assert len(ok) == len(records) == 20  # 429/500 never reach the handler; one billed call per request
+    assert len(ok) == 20  # 429/500 never reach the handler; one billed call per request
+    # ... but every try is in the log: the faulted ones with the fault and the status sent, not billed
+    faulted = [r for r in records if r["fault"] is not None]
+    assert len(records) == 20 + len(faulted) and len(faulted) == sum(injected.values())
+    assert all(r["status"] is None and r["status_sent"] == int(r["fault"]) and r["key"] in ok for r in faulted)
     for req, resp in results:
         r = ok[req.key()]
         assert (r["input_tokens"], r["output_tokens"]) == (resp.usage.input_tokens, resp.usage.output_tokens)

@@ -48,9 +48,10 @@ def test_pageviews_404_is_an_answer_not_an_error():
     assert st["requests"] == 5 and st["retries"] == 0
     assert st["errors"] == {}
     assert st["answers"] == {"http 404": 3}
+    assert st["answer_notes"] == {"http 404": "articles without views in the date range"}  # the client says why
     text = _status_text(stats)
-    assert f"http {host}: 5 requests, 0 retries, error rate 0.0%" in text
-    assert "expected answers {'http 404': 3}" in text
+    assert (f"http {host}: 5 requests, 0 retries, error rate 0.0%; 3 expected 404 answers "
+            "(articles without views in the date range; not errors)") in text
 
 
 def test_other_4xx_still_count_as_errors():
@@ -58,6 +59,22 @@ def test_other_4xx_still_count_as_errors():
     st = stats[host]
     assert st["errors"] == {"http 400": 1} and st["answers"] == {"http 404": 1}
     assert "error rate 33.3%" in _status_text(stats)  # 1 error in 3 requests
+
+
+def test_expected_status_without_a_meaning_still_says_it_is_no_error():
+    """A client that declares a normal answer as a plain set of statuses: counted, and ``status`` says the client
+    declared it normal (an old progress record without ``answer_notes`` reads the same)."""
+
+    async def go():
+        async with serve(fake.make_app({}, zero_every=0)) as base, HttpClient(default_policy=FAST) as http:
+            url = f"{base}/metrics/pageviews/per-article/en.wikipedia/all-access/user/Nope/daily/20240101/20240102"
+            r = await http.request("GET", url, headers={"User-Agent": UA}, expected_status={404})
+            return r.status, host_key(base), {h: asdict(st) for h, st in http.stats().items()}
+
+    status, host, stats = asyncio.run(go())
+    assert status == 404 and stats[host]["answers"] == {"http 404": 1} and stats[host]["answer_notes"] == {}
+    line = next(ln for ln in _status_text(stats).splitlines() if f"http {host}:" in ln)
+    assert line.endswith("; 1 expected 404 answer (declared a normal answer of this endpoint by its client; not errors)")
 
 
 def test_expected_status_cannot_hide_retryable_statuses():

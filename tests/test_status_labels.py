@@ -83,3 +83,38 @@ def test_status_names_sandbox_and_served_model_hosts_after_a_run(tmp_path):
     assert re.search(rf"http {re.escape(served)} \(model gamma\): 6 requests", text), text
     sandbox = [ln for ln in text.splitlines() if ln.strip().startswith("http 127.0.0.1:") and served not in ln]
     assert len(sandbox) == 1 and "(model alpha, model beta): 12 requests" in sandbox[0], text
+
+
+SANDBOX_CRAWL = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
+
+
+def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(isolated_roots, monkeypatch, capsys):
+    """A re-run with nothing to do starts the fakes on new ports; ``status`` then shows the HTTP figures of
+    the last run that did work, so it must name THAT run's ports (each run records its own labels)."""
+    import json
+
+    from geoagent.cli import main
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(SANDBOX_CRAWL), "--no-live"]) == 0
+    summary = capsys.readouterr().out
+    assert main(["crawl", str(SANDBOX_CRAWL), "--no-live"]) == 0  # resumes: no work, fakes on new ports
+    capsys.readouterr()
+    assert main(["status", str(SANDBOX_CRAWL)]) == 0
+    out = capsys.readouterr().out
+    assert "no work left to do" in out  # the figures shown are those of the first run
+    records = [json.loads(ln) for ln in
+               (isolated_roots / "state" / "crawl-sandbox" / "progress.jsonl").read_text().splitlines()]
+    worked = [r for r in records if r.get("http")][-1]
+    assert set(records[-1]["host_labels"]).isdisjoint(worked["host_labels"])  # the re-run's ports differ
+    shown = {m.group(1): m.group(2) for m in re.finditer(r"^ +http (\S+)(?: \((.+?)\))?: \d+ requests", out, re.M)}
+    assert set(shown) == set(worked["http"])
+    assert sorted(v or "(none)" for v in shown.values()) == ["mapillary API", "model sandbox-vision-auditor, model sandbox-text-auditor",
+                                      "overpass API", "pageviews API", "wdqs API"], out
+    # the pageviews 404s (articles without views) are explained, with the count the run recorded
+    pv_host = next(h for h, label in shown.items() if label == "pageviews API")
+    n_404 = worked["http"][pv_host]["answers"]["http 404"]
+    assert n_404 > 0 and (f"; {n_404} expected 404 answers (articles without views in the date range; not errors)"
+                          in out), out
+    assert re.search(rf"^ +pageviews: \d+ requests, 0 retries, error rate 0\.0%; {n_404} expected 404 answers "
+                     r"\(articles without views in the date range; not errors\)$", summary, re.M), summary

@@ -25,8 +25,10 @@ class PageviewsError(RuntimeError):
     """A pageviews request failed or answered an unexpected shape."""
 
 
-#: statuses that mean "no views in the whole range" (read as 0 views, not an error)
-NO_DATA_STATUSES = frozenset({404})
+#: statuses that mean "no views in the whole range" (read as 0 views, not an error), with what they mean: declared
+#: so to the HTTP layer, which keeps the meaning with its counts for ``status``
+NO_DATA_MEANING = {404: "articles without views in the date range"}
+NO_DATA_STATUSES = frozenset(NO_DATA_MEANING)
 
 _DATE = re.compile(r"^[0-9]{8}([0-9]{2})?$")
 
@@ -90,7 +92,7 @@ class PageviewsClient:
         # expected so the HTTP layer neither raises nor counts it as an API error
         resp = await self.http.request("GET", self.url(title, start, end),
                                        headers={"User-Agent": self.user_agent, "Accept": "application/json"},
-                                       validate=_json_body, expected_status=NO_DATA_STATUSES)
+                                       validate=_json_body, expected_status=NO_DATA_MEANING)
         if resp.status in NO_DATA_STATUSES:
             return PageviewTotal(title, 0, 0)
         try:

@@ -83,8 +83,12 @@ class CrawlCampaign(CampaignKind):
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         svc = services_from_context(ctx)
         lines = [f"  crawl outputs: {svc.state_dir} (sites.csv, ladders/, image_audit.csv), images: {svc.images_root}"]
+        from geoagent.status import describe_answers
+
         for api, st in svc.api_stats().items():
-            lines.append(f"  {api:>10}: {st['requests']} requests, {st['retries']} retries, error rate {st['error_rate']:.1%}")
+            answers = describe_answers(st["answers"], st["answer_notes"])
+            lines.append(f"  {api:>10}: {st['requests']} requests, {st['retries']} retries, error rate {st['error_rate']:.1%}"
+                         + (f"; {answers}" if answers else ""))
         lines.append(f"  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
                      f"images kept: {images_kept(svc.state_dir)}")
         note = getattr(self, "_trials_note", None)

@@ -143,8 +143,8 @@ class CrawlServices:
 
         ``error_rate`` = failed attempts / attempts. Answers a client declared normal for its endpoint (a
         pageviews 404 means "no views": ``expected_status`` of the HTTP layer) are not errors; they are
-        listed under ``answers``. Thumbnail CDN hosts are summed under ``thumbnails`` when they differ from
-        the Graph API host."""
+        listed under ``answers``, with what they mean under ``answer_notes`` where the client said so. Thumbnail
+        CDN hosts are summed under ``thumbnails`` when they differ from the Graph API host."""
         stats = self.http.stats()
         hosts: dict[str, list[str]] = {"overpass": list(dict.fromkeys(self.overpass.hosts)), "wdqs": [self.wdqs.host],
                                        "mapillary": [self.mapillary.host]}
@@ -158,6 +158,7 @@ class CrawlServices:
             req = retries = 0
             errors: dict[str, int] = {}
             answers: dict[str, int] = {}
+            notes: dict[str, str] = {}
             for h in hs:
                 st = stats.get(h)
                 if st is None:
@@ -168,8 +169,9 @@ class CrawlServices:
                     errors[k] = errors.get(k, 0) + v
                 for k, v in st.answers.items():
                     answers[k] = answers.get(k, 0) + v
+                notes.update(st.answer_notes)
             n_err = sum(errors.values())
-            out[api] = {"requests": req, "retries": retries, "errors": errors, "answers": answers,
+            out[api] = {"requests": req, "retries": retries, "errors": errors, "answers": answers, "answer_notes": notes,
                         "error_rate": round(n_err / req, 4) if req else 0.0}
         return out
 

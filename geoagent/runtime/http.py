@@ -172,6 +172,9 @@ class HttpStats:
     #: non-2xx answers the caller declared normal for the endpoint (``expected_status``), e.g. a pageviews
     #: 404 ("no data"), by reason (``"http 404"``); not errors
     answers: dict[str, int] = field(default_factory=dict)
+    #: what those answers mean, where the caller said so (``expected_status`` given as a mapping), by reason:
+    #: ``{"http 404": "article without views in the range"}``; ``status`` prints it next to the count
+    answer_notes: dict[str, str] = field(default_factory=dict)
 
 
 # ================================================================================================
@@ -684,7 +687,8 @@ class HttpClient:
     def stats(self) -> dict[str, HttpStats]:
         """Per-host counters: attempts sent (``requests``), ``retries``, ``errors`` by reason, and the
         ``answers`` callers declared normal (``expected_status``), which are not errors."""
-        return {k: HttpStats(s.stats.requests, s.stats.retries, dict(s.stats.errors), dict(s.stats.answers))
+        return {k: HttpStats(s.stats.requests, s.stats.retries, dict(s.stats.errors), dict(s.stats.answers),
+                             dict(s.stats.answer_notes))
                 for k, s in self._hosts.items()}
 
     def set_host_listener(self, listener: Any) -> None:
@@ -719,7 +723,7 @@ class HttpClient:
         policy: HostPolicy | None = None,
         validate: Callable[[HttpResponse], object] | None = None,
         before_send: Callable[[], Awaitable[object]] | None = None,
-        expected_status: Collection[int] = (),
+        expected_status: Collection[int] | Mapping[int, str] = (),
         no_retry: Callable[[HttpResponse], bool] | None = None,
     ) -> HttpResponse:
         """Send one request with the host's limits and the retry policy; return a 2xx/3xx response.
@@ -752,7 +756,9 @@ class HttpClient:
             4xx statuses that are a normal ANSWER of this endpoint, not a failure (the pageviews API's 404
             means "no views in the range"): returned as the response (``validate`` is not called on it)
             instead of raising :class:`PermanentHTTPError`, and counted in the host's ``answers``, not in
-            its ``errors``, so ``status`` does not report them as API errors.
+            its ``errors``, so ``status`` does not report them as API errors. As a mapping ``{status: what
+            it means}`` (``{404: "article without views in the range"}``) the meaning is kept with the host's
+            counts (:attr:`HttpStats.answer_notes`), so ``status`` can say why the answer is normal.
         no_retry : callable, optional
             Called with an answer that would be retried (408/425/429/5xx, or a 2xx/3xx that failed
             ``validate``); True ends the request at once with :class:`RetriesExhausted` describing that
@@ -796,6 +802,9 @@ class HttpClient:
             raise ValueError(f"expected_status may only name permanent 4xx statuses, got {sorted(expected)}")
         key = host_key(url)
         host = self._state(key)
+        if isinstance(expected_status, Mapping):
+            for st, note in expected_status.items():
+                host.stats.answer_notes[f"http {st}"] = str(note)
         pol = policy or host.policy
         secrets = _secrets_of(url, params, headers)
         shown_url = _scrub(redact_url(_with_params(url, params)), secrets)

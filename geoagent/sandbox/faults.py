@@ -42,7 +42,8 @@ arrival times are server-side send-rate evidence even for requests that later st
 ``t_mono`` (``time.monotonic()``, s; CLOCK_MONOTONIC is system-wide on Linux, so comparable with a
 client in another process), ``t_wall`` (``time.time()``, s), method, path, query string, the fault
 injected (``None`` if none) and the status sent (``None`` for resets and abandoned stalls). The log is
-a bounded deque (``cfg.log_max`` newest records) so long benchmarks do not grow memory.
+a bounded deque (``cfg.log_max`` newest records) so long benchmarks do not grow memory. The record of the
+request being served is also put on the request (:data:`FAULT_RECORD_KEY`) for outer middlewares.
 """
 
 from __future__ import annotations
@@ -210,6 +211,11 @@ class FaultState:
 
 
 FAULTS_KEY: web.AppKey[FaultState] = web.AppKey("faults", FaultState)
+#: the :class:`RequestRecord` of the request being served, on the request (``request.get(FAULT_RECORD_KEY)``), so an
+#: outer middleware (the LLM fakes' call log) can tell which fault was injected; a plain string key on aiohttp
+#: versions without ``web.RequestKey``
+FAULT_RECORD_KEY: Any = web.RequestKey("sandbox_fault_record", RequestRecord) if hasattr(web, "RequestKey") \
+    else "geoagent_sandbox_fault_record"
 
 
 def _format_retry_after(seconds: float) -> str:
@@ -310,6 +316,7 @@ def fault_middleware(cfg: FaultConfig | None = None) -> Any:
         )
         state.total += 1
         state.log.append(rec)
+        request[FAULT_RECORD_KEY] = rec
         if kind is not None:
             state.injected[kind] = state.injected.get(kind, 0) + 1
         resp = await _apply(kind, request, handler, state.cfg)

@@ -23,8 +23,11 @@
   https://docs.anthropic.com/en/api/models-list; ``ModelInfo`` on https://platform.claude.com/docs/en/api/models):
   ``{"data": [{"type": "model", "id", "display_name", "created_at"}], "has_more", "first_id", "last_id"}``
   with the query parameters ``limit`` (1-1000, default 20), ``after_id`` and ``before_id``; see
-  :func:`list_models`. Same headers as messages (``x-api-key``, ``anthropic-version``); not a model call,
+  :func:`list_models`. Same headers as messages (``x-api-key``, ``anthropic-version``: the real API wants the
+  version header on every request, its curl examples send it to the models endpoints too); not a model call,
   so not in the call log.
+* ``GET /v1/models/{model_id}``: "Get a Model" (https://platform.claude.com/docs/en/api/models/retrieve): one
+  ``ModelInfo`` of a listed id, 404 ``not_found_error`` for any other; see :func:`get_model`.
 
 Run standalone with ``python -m geoagent.sandbox.llm_anthropic --port 8002 --log calls.jsonl``.
 """
@@ -224,6 +227,25 @@ async def list_models(request: web.Request) -> web.Response:
     return json_response(body, headers={"request-id": "req_" + short_id(time.time_ns())})
 
 
+async def get_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{model_id}``: Anthropic's "Get a Model".
+
+    Source: Claude API docs, Models, "Get a Model" (https://platform.claude.com/docs/en/api/models/retrieve,
+    formerly https://docs.anthropic.com/en/api/models-get): path parameter ``model_id``; the answer is one
+    ``ModelInfo`` ``{"type": "model", "id", "display_name", "created_at"}``, as in the listing. An id this fake
+    does not list (:func:`list_models`: the configured ids and those it has answered) -> 404 ``not_found_error``
+    (the real API's answer for an unknown model; the fake knows no aliases). Headers checked as for messages;
+    not logged as a call.
+    """
+    denied = _header_error(request, log=False)
+    if denied is not None:
+        return denied
+    model_id = request.match_info["model_id"]
+    if model_id not in request.app[MODEL_IDS_KEY]:
+        return _err(404, "not_found_error", f"model: {model_id}")
+    return json_response(_model_info(model_id), headers={"request-id": "req_" + short_id(time.time_ns(), model_id)})
+
+
 async def messages(request: web.Request) -> web.Response:
     """The ``/v1/messages`` handler."""
     denied = _header_error(request)
@@ -278,9 +300,11 @@ def make_app(
     models: Collection[str] | None = None,
 ) -> web.Application:
     """Build the fake Anthropic Messages app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
-    ``models``: the ids ``GET /v1/models`` lists first, default :data:`DEFAULT_MODEL_IDS`)."""
+    ``models``: the ids ``GET /v1/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
+    /v1/models/{model_id}`` answers for the listed ids)."""
     app = build_app(
-        [("POST", "/v1/messages", messages), ("GET", "/v1/models", list_models)],
+        [("POST", "/v1/messages", messages), ("GET", "/v1/models", list_models),
+         ("GET", "/v1/models/{model_id}", get_model)],
         api=API,
         faults=faults,
         seed=seed,

@@ -1,19 +1,27 @@
 """Shared parts of the local fake LLM API servers (:mod:`llm_openai`, :mod:`llm_anthropic`, :mod:`llm_gemini`).
 
 * :class:`CallLog` - the server-side log of every model call: ``app[CALLS_KEY]`` (also reachable as
-  ``app["calls"]``) is a list of dicts, one per request that reached the handler, and each entry is
-  optionally appended as one JSON line to a file (``token_log``) so that a test can read the log of a
-  server running in another process (also after that process was killed: every line is written with
-  one ``write`` on an ``O_APPEND`` descriptor).
+  ``app["calls"]``) is a list of dicts, one per request to a model endpoint (a ``POST`` route of the
+  fake), including those answered with an injected fault (:func:`call_log_middleware`), and each entry is
+  optionally appended as one JSON line to a file (``token_log``, the ``--log`` option) so that a test can
+  read the log of a server running in another process (also after that process was killed: every line is
+  written with one ``write`` on an ``O_APPEND`` descriptor). Requests that are not model calls (the models
+  listings, the ``/_sandbox/`` admin endpoints) are not in it.
 * Key checking, base64 and number checks, the image id a fake derives, the simulated answer of a valid
   request (:func:`answer_and_log`), and the ``python -m`` entry point.
 
 Log entry fields: ``api`` (openai/anthropic/gemini), ``key`` (the ``X-Request-Key`` header or None),
-``t_wall`` / ``t_mono`` (s), ``status`` (HTTP status the handler answered), ``model``,
-``input_tokens`` / ``output_tokens`` (usage put in the response; 0 for errors), ``image_id``,
-``image_sha256`` (SHA-256 hex of the image bytes the server decoded from the documented field),
-``finish_reason``, ``error`` (error type for 4xx answers). An entry means the handler processed the
-request and, for a 2xx, "billed" it, even if a fault (``reset``) then kept the answer from the client.
+``t_wall`` / ``t_mono`` (s), ``status`` (HTTP status the handler answered; None when the handler never
+ran), ``model``, ``input_tokens`` / ``output_tokens`` (usage put in the response; 0 for errors),
+``image_id``, ``image_sha256`` (SHA-256 hex of the image bytes the server decoded from the documented
+field), ``finish_reason``, ``error`` (error type for 4xx answers), ``fault`` (the fault injected into this
+request, one of :data:`~geoagent.sandbox.faults.FAULT_KINDS`, or None) and ``status_sent`` (the status the
+client was sent: the handler's, an injected 429/500/503 in the API's own shape (Anthropic sends a 503 fault
+as 529), the 200 of a ``malformed`` cut body; None when nothing was sent: a ``reset``, or a ``timeout``
+stall the client gave up on). A ``status`` of 200 means the handler processed the request and "billed"
+it, even if a fault (``reset``) then kept the answer from the client; an injected 429/500/503 (and a
+``timeout`` stall the client abandoned) never reaches the handler: ``status`` None, model and usage
+unknown, ``t_wall`` / ``t_mono`` the arrival time.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from geoagent.sandbox.faults import FAULTS_KEY, FaultConfig, fault_middleware
+from geoagent.sandbox.faults import FAULT_RECORD_KEY, FAULTS_KEY, FaultConfig, fault_middleware
 from geoagent.sandbox.responders import simulate_answer
 from geoagent.sandbox.server import client_disconnect_middleware, run_forever
 
@@ -101,6 +109,9 @@ CALL_LOG_KEY: web.AppKey[CallLog] = web.AppKey("llm_call_log", CallLog)
 SEED_KEY: web.AppKey[int] = web.AppKey("llm_seed", int)
 API_KEYS_KEY: web.AppKey[Any] = web.AppKey("llm_api_keys", object)
 REQUIRE_AUTH_KEY: web.AppKey[bool] = web.AppKey("llm_require_auth", bool)
+#: the handler's call records of the request being served, held by :func:`call_log_middleware`
+PENDING_CALLS_KEY: Any = web.RequestKey("llm_pending_calls", list) if hasattr(web, "RequestKey") \
+    else "geoagent_llm_pending_calls"
 
 
 def _shaped_error(api: str, status: int, message: str, retry_after: str | None) -> tuple[int, dict[str, Any]]:
@@ -165,6 +176,46 @@ def api_error_middleware(api: str) -> Any:
     return _shape
 
 
+def call_log_middleware(api: str) -> Any:
+    """Middleware (outside :func:`api_error_middleware`): puts every model call into the app's call log,
+    with the fault injected and the status sent.
+
+    The handlers' records (:func:`log_call`) are held until the answer is known, then get ``fault`` and
+    ``status_sent`` and go into the :class:`CallLog` (memory and file) before the answer is written. A
+    request to a model endpoint (a ``POST`` route) that an injected fault kept from the handler (429, 500,
+    503, an abandoned ``timeout`` stall) gets a record of its own (``status`` None). Admin
+    (``/_sandbox/``) and ``GET`` requests without a handler record are not logged.
+    """
+
+    @web.middleware
+    async def _calls(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        if request.path.startswith("/_sandbox/"):
+            return await handler(request)
+        pending: list[dict[str, Any]] = []
+        request[PENDING_CALLS_KEY] = pending
+        sent: int | None = None
+        try:
+            resp = await handler(request)
+            sent = resp.status
+            return resp
+        except web.HTTPException as exc:
+            sent = exc.status
+            raise
+        finally:
+            frec = request.get(FAULT_RECORD_KEY)
+            fault = frec.fault if frec is not None else None
+            if not pending and fault is not None and request.method == "POST" \
+                    and request.match_info.http_exception is None:
+                pending.append(_record(request, api, None, t_wall=frec.t_wall, t_mono=frec.t_mono))
+            log = request.app[CALL_LOG_KEY]
+            for rec in pending:
+                rec["fault"] = fault
+                rec["status_sent"] = sent
+                log.append(rec)
+
+    return _calls
+
+
 def build_app(
     routes: Sequence[tuple[str, str, Callable[[web.Request], Any]]],
     *,
@@ -177,7 +228,7 @@ def build_app(
     calls_max: int | None = None,
 ) -> web.Application:
     """Assemble a fake LLM app: fault middleware (rate 0 unless ``faults``) wrapped by
-    :func:`api_error_middleware` for ``api``, call log, seed, keys.
+    :func:`api_error_middleware` for ``api`` and :func:`call_log_middleware`, call log, seed, keys.
 
     ``require_auth=False`` accepts requests without a key (like a local vLLM/Ollama server; a key that is
     sent must still be valid when ``api_keys`` is given). ``calls_max`` bounds the in-memory call list
@@ -185,7 +236,8 @@ def build_app(
     """
     cfg = FaultConfig(**faults) if isinstance(faults, dict) else faults
     mw = fault_middleware(cfg)
-    app = web.Application(middlewares=[client_disconnect_middleware(), api_error_middleware(api), mw],
+    app = web.Application(middlewares=[client_disconnect_middleware(), call_log_middleware(api),
+                                       api_error_middleware(api), mw],
                           client_max_size=64 * 1024**2)
     app[FAULTS_KEY] = mw.fault_state
     log = CallLog(token_log, max_records=calls_max)
@@ -221,13 +273,13 @@ def key_ok(app: web.Application, key: str | None) -> bool:
     return allowed is None or key in allowed
 
 
-def log_call(request: web.Request, api: str, status: int, **fields: Any) -> dict[str, Any]:
-    """Append one record to the app's call log and return it."""
-    rec: dict[str, Any] = {
+def _record(request: web.Request, api: str, status: int | None, *, t_wall: float | None = None,
+            t_mono: float | None = None) -> dict[str, Any]:
+    return {
         "api": api,
         "key": request.headers.get(REQUEST_KEY_HEADER),
-        "t_wall": time.time(),
-        "t_mono": time.monotonic(),
+        "t_wall": time.time() if t_wall is None else t_wall,
+        "t_mono": time.monotonic() if t_mono is None else t_mono,
         "status": status,
         "model": None,
         "input_tokens": 0,
@@ -236,9 +288,22 @@ def log_call(request: web.Request, api: str, status: int, **fields: Any) -> dict
         "image_sha256": None,
         "finish_reason": None,
         "error": None,
+        "fault": None,
+        "status_sent": status,
     }
+
+
+def log_call(request: web.Request, api: str, status: int, **fields: Any) -> dict[str, Any]:
+    """Record one call the handler answered with ``status`` and return the record. Under
+    :func:`call_log_middleware` (every app of :func:`build_app`) it enters the app's call log once the answer
+    is known, with ``fault`` and ``status_sent``; otherwise at once."""
+    rec = _record(request, api, status)
     rec.update(fields)
-    request.app[CALL_LOG_KEY].append(rec)
+    pending = request.get(PENDING_CALLS_KEY)
+    if pending is not None:
+        pending.append(rec)
+    else:
+        request.app[CALL_LOG_KEY].append(rec)
     return rec
 
 

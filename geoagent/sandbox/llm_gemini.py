@@ -26,6 +26,8 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
   "Method: models.list" and "Resource: Model"): ``{"models": [Model], "nextPageToken"}`` with query
   ``pageSize`` / ``pageToken``; see :func:`list_models`. Key checked as for generateContent; not a model
   call, so not in the call log.
+* ``GET /v1beta/models/{model}``: ``models.get`` (same page, "Method: models.get"): one ``Model`` of a listed
+  id, 404 ``NOT_FOUND`` for any other; see :func:`get_model`.
 
 Run standalone with ``python -m geoagent.sandbox.llm_gemini --port 8003 --log calls.jsonl``.
 """
@@ -265,6 +267,25 @@ async def list_models(request: web.Request) -> web.Response:
     return json_response(body)
 
 
+async def get_model(request: web.Request) -> web.Response:
+    """``GET /v1beta/models/{model}``: ``models.get``.
+
+    Source: Gemini API reference, Models (https://ai.google.dev/api/models), "Method: models.get": ``GET
+    https://generativelanguage.googleapis.com/v1beta/{name=models/*}``, empty request body, the answer is one
+    ``Model`` resource (the same object :func:`list_models` lists). A model this fake does not list (the
+    configured ids and those it has answered), or a name with a ``:method`` suffix, -> 404 ``NOT_FOUND``.
+    Key checked as for generateContent; not logged as a call.
+    """
+    denied = _key_error(request, log=False)
+    if denied is not None:
+        return denied
+    model_id = request.match_info["name"]
+    if ":" in model_id or model_id not in request.app[MODEL_IDS_KEY]:
+        return _err(404, f"models/{model_id} is not found for API version v1beta. Call ListModels to see the "
+                         "available models.")
+    return json_response(_model_resource(model_id))
+
+
 async def generate_content(request: web.Request) -> web.Response:
     """The ``/v1beta/models/{model}:generateContent`` handler."""
     name = request.match_info["name"]
@@ -320,8 +341,10 @@ def make_app(
     models: Collection[str] | None = None,
 ) -> web.Application:
     """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
-    ``models``: the ids ``GET /v1beta/models`` lists first, default :data:`DEFAULT_MODEL_IDS`)."""
-    routes = [("POST", "/v1beta/models/{name}", generate_content), ("GET", "/v1beta/models", list_models)]
+    ``models``: the ids ``GET /v1beta/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
+    /v1beta/models/{model}`` answers for the listed ids)."""
+    routes = [("POST", "/v1beta/models/{name}", generate_content), ("GET", "/v1beta/models", list_models),
+              ("GET", "/v1beta/models/{name}", get_model)]
     app = build_app(
         routes,
         api=API,
