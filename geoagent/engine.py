@@ -918,8 +918,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             assumed += "; the run records each answer's token usage from the file"
         if not m.recorded:
             assumed = f"{_input_assumption(m, mc)}; {assumed}"
-        reserved = ("reserved per call: prompt chars/3 + 16"
-                    + (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens)" if m.images else "")
+        reserved = ("reserved per call: (prompt + system prompt) chars/3 + 16"
+                    + (f" + per image max({mc.image_input_tokens} ([[models]] image_input_tokens), the documented "
+                       "bill for its size)" if m.images else "")
                     + f", x {est_factor(cfg):g} ([budget] input_estimate_factor), + max_output_tokens; "
                     f"{m.worst_input_tokens} in before the factor")
         lines.append(
@@ -930,9 +931,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         if m.image_tokens_max > mc.image_input_tokens:
             w, h = m.image_size_max or (0, 0)
             lines.append(
-                f"  !!! {name}: a {w}x{h} image is billed about {m.image_tokens_max} input tokens ({m.image_rule}) "
-                f"but [[models]] image_input_tokens is {mc.image_input_tokens}: the reservations fall short and "
-                f"calls in flight could pass the cap; set image_input_tokens = {m.image_tokens_max} or more"
+                f"  note: {name}: a {w}x{h} image is billed about {m.image_tokens_max} input tokens ({m.image_rule}), "
+                f"above [[models]] image_input_tokens {mc.image_input_tokens}: the reservations count the documented "
+                "bill for such images (included in the worst case above)"
             )
     timed = [n for n in est.by_model if model_time_basis(cfg.model(n)) != "none"]
     time_part = (f"about {est.duration_s:.0f} s of model calls (model-call time only: excludes geocoding and other "
