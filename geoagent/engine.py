@@ -45,7 +45,7 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,6 +291,7 @@ class Outcome:
                 f"  spend {usd(s.get('spent_usd'))} settled + {usd(s.get('unknown_usd'))} unknown-outcome"
                 f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
+            lines.extend(overrun_lines(s))
         if self.status == STATUS_AUTH:
             lines.append(f"  not dispatched: {self.remaining()} requests stay queued (those of the model(s) above, "
                          "and any other work left); set the key variable and re-run the same command")
@@ -313,6 +314,19 @@ class Outcome:
         for p in self.export_files:
             lines.append(f"  export: {p}")
         return "\n".join(lines)
+
+
+def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
+    """The warning for calls the provider billed above their reservation (a ledger summary's
+    ``overrun_calls`` / ``overrun_usd``); none when there were none. Such a call means the worst case
+    assumed too little input (an image or prompt billed above the estimate), so calls in flight could pass
+    the cap."""
+    n = int(spend.get("overrun_calls") or 0)
+    if not n:
+        return []
+    return [f"  !!! WARNING: {n} call{'s' if n != 1 else ''} billed more than reserved ({usd(spend.get('overrun_usd'))}"
+            " above their reservations in all): the provider billed more input than the worst case assumed, so "
+            "calls in flight could pass the cap; raise [[models]] image_input_tokens or [budget] input_estimate_factor"]
 
 
 def usd(amount: float | None) -> str:

@@ -98,7 +98,8 @@ def test_campaign_with_images_billed_above_image_input_tokens_never_passes_the_c
     s = out.spend
     assert s["spent_usd"] == pytest.approx(billed_usd, abs=1e-9) and s["unknown_usd"] == 0
     assert s["spent_usd"] <= cap  # the hard cap held
-    assert s["overrun_usd"] == 0  # no call billed more than it reserved
+    assert s["overrun_usd"] == 0 and s["overrun_calls"] == 0  # no call billed more than it reserved
+    assert "billed more than reserved" not in out.summary()
     # every call reserved its worst case: (chars/3 + 16 + 14,167) x 1.25 input tokens + 100 output tokens
     state = open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=cap)
     try:
@@ -138,3 +139,33 @@ def test_system_prompt_is_counted_in_the_reservation(tmp_path, monkeypatch):
     me = estimate(cfg, [{**photo_task(0).payload, "params": {"system": system}}]).by_model["m"]
     assert me.worst_case_usd == pytest.approx(worst_usd, rel=1e-12)
     assert me.worst_input_tokens == (len(prompt) + len(system)) // 3 + 16
+
+
+def test_calls_billed_above_their_reservation_are_counted_and_warned_about(tmp_path, monkeypatch):
+    # a model without a documented image rule and image_input_tokens = 0: the fake bills each image 765
+    # tokens the reservation did not count, so every call settles above its reservation; the ledger counts
+    # them and the summary warns
+    monkeypatch.setenv(KEY_VAR, KEY_VALUE)
+    n = 6
+    app = llm_openai.make_app(api_keys=[KEY_VALUE], image_billing="documented")
+
+    async def main():
+        async with serve(app) as base:
+            path = generic_campaign(tmp_path, name="over", n=n, cap_usd=1.0,
+                                    models=model_table("llava", base_url=base, key_var=KEY_VAR, model="llava-1.6"))
+            path.write_text(path.read_text().replace(f"n_requests = {n}\n", f"n_requests = {n}\nimage = true\n")
+                            + "image_input_tokens = 0\n")
+            return await run_campaign(load_config(path), live=False, handle_signals=False, export=False)
+
+    out = anyio.run(main)
+    calls = billed(app["calls"])
+    assert out.status == "complete" and len(calls) == n
+    assert all(c["input_tokens"] > 765 for c in calls)  # the image went and was billed
+    prompts = [f"Generic task {i}: describe in one sentence what a street photo of a city might show." for i in range(n)]
+    reserved = sum((math.ceil((len(p) // 3 + 16) * 1.25) * 0.15 + 100 * 0.60) / 1e6 for p in prompts)
+    actual = sum((c["input_tokens"] * 0.15 + c["output_tokens"] * 0.60) / 1e6 for c in calls)
+    s = out.spend
+    assert s["overrun_calls"] == n and s["overrun_usd"] == pytest.approx(actual - reserved, abs=1e-8)
+    warn = [ln for ln in out.summary().split("\n") if "billed more than reserved" in ln]
+    assert len(warn) == 1 and warn[0].startswith(f"  !!! WARNING: {n} calls billed more than reserved")
+    assert "raise [[models]] image_input_tokens" in warn[0]
