@@ -198,10 +198,11 @@ class ModelConfig(_Section):
     #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
     expected_output_tokens: int | None = Field(default=None, ge=0)
     expected_latency_s: float = Field(default=2.0, gt=0)
-    #: input tokens reserved per image (worst case; the cap relies on it). The default 1,600 covers a
-    #: 1024 px photo on gpt-4o (765 at high detail), Claude (~1,050) and Gemini (~520); models that bill
-    #: images at more tokens need their own figure, e.g. gpt-4o-mini bills a 1024x768 high-detail image
-    #: as 2,833 + 4 x 5,667 = 25,501 tokens (OpenAI vision pricing: same USD per image as gpt-4o)
+    #: input tokens reserved at least per image (worst case; the cap relies on it). The default 1,600 covers
+    #: a 1024 px photo on gpt-4o (765 at high detail), Claude (~1,050) and Gemini (~520); the reservation
+    #: counts the documented bill for the image's size when higher (:func:`reserved_input_tokens`, e.g.
+    #: gpt-4o-mini bills a 1024x768 high-detail image as 2,833 + 4 x 5,667 = 25,501 tokens); models without
+    #: a documented rule that bill images at more tokens need their own figure
     image_input_tokens: int = Field(default=IMAGE_INPUT_TOKENS, ge=0)
 
     @field_validator("name")
