@@ -198,10 +198,11 @@ class ModelConfig(_Section):
     #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
     expected_output_tokens: int | None = Field(default=None, ge=0)
     expected_latency_s: float = Field(default=2.0, gt=0)
-    #: input tokens reserved per image (worst case; the cap relies on it). The default 1,600 covers a
-    #: 1024 px photo on gpt-4o (765 at high detail), Claude (~1,050) and Gemini (~520); models that bill
-    #: images at more tokens need their own figure, e.g. gpt-4o-mini bills a 1024x768 high-detail image
-    #: as 2,833 + 4 x 5,667 = 25,501 tokens (OpenAI vision pricing: same USD per image as gpt-4o)
+    #: input tokens reserved at least per image (worst case; the cap relies on it). The default 1,600 covers
+    #: a 1024 px photo on gpt-4o (765 at high detail), Claude (~1,050) and Gemini (~520); the reservation
+    #: counts the documented bill for the image's size when higher (:func:`reserved_input_tokens`, e.g.
+    #: gpt-4o-mini bills a 1024x768 high-detail image as 2,833 + 4 x 5,667 = 25,501 tokens); models without
+    #: a documented rule that bill images at more tokens need their own figure
     image_input_tokens: int = Field(default=IMAGE_INPUT_TOKENS, ge=0)
 
     @field_validator("name")
@@ -971,7 +972,8 @@ class ModelEstimate:
     #: over the cap only: the calls of this model the run would make before the cap stops it
     #: (:func:`simulate_dispatch`); None when the worst case is within the cap
     calls_before_cap: int | None = None
-    #: input tokens the reservations count (chars/3 + 16 + ``image_input_tokens`` per image; before the
+    #: input tokens the reservations count (:func:`reserved_input_tokens`: (prompt + system) chars/3 + 16 +
+    #: max(``image_input_tokens``, the documented bill for the image's size) per image; before the
     #: ``input_estimate_factor``); ``input_tokens`` is the expected count (:func:`expected_input_tokens`)
     worst_input_tokens: int = 0
     #: calls with an image; of those, calls whose image size is known and billed by a documented formula
@@ -1061,7 +1063,7 @@ CHARS_PER_TOKEN_EXPECTED = 4
 
 def expected_input_tokens(prompt: str, image_tokens: int = 0) -> int:
     """Expected input tokens of one call: ceil(prompt chars / 4) + ``image_tokens`` (the dry run's expected
-    figure; reservations use the higher :func:`estimate_input_tokens`)."""
+    figure; reservations use the higher :func:`reserved_input_tokens`)."""
     return -(-len(prompt) // CHARS_PER_TOKEN_EXPECTED) + image_tokens
 
 
@@ -1114,6 +1116,46 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
         n = math.ceil(w / 768) * math.ceil(h / 768) * 258
         return n, "Gemini: 258 per image up to 384 px, else 258 per 768-px tile"
     return None
+
+
+def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, Any] | None = None, *,
+                          has_image: bool = False, size_px: tuple[int, int] | None = None) -> int:
+    """Input tokens one call's ledger reservation counts, before ``[budget] input_estimate_factor``: the
+    worst case of issue 2 point 7, used by the model caller, the crawl's metered calls and the dry run alike.
+
+    (prompt + ``params["system"]``) chars / 3 + 16 (:func:`estimate_input_tokens`; the system prompt is
+    sent and billed too), plus for an image max(``image_input_tokens``, what the provider's documented rule
+    bills for an image of ``size_px`` (width, height in px) :func:`expected_image_tokens`). An image whose
+    size is unknown (None: no bytes yet, a header that could not be read) or a model without a documented
+    rule counts ``image_input_tokens``.
+
+    Parameters
+    ----------
+    m : ModelConfig
+        The ``[[models]]`` entry (provider, model id, ``image_input_tokens``).
+    prompt : str
+        The user prompt text.
+    params : mapping, optional
+        The request's merged params (``system`` is counted; ``detail`` feeds the OpenAI rule).
+    has_image : bool
+        Whether the call attaches an image.
+    size_px : (int, int), optional
+        The image's (width, height) in px.
+
+    Returns
+    -------
+    int
+        Input tokens (before the factor).
+    """
+    system = (params or {}).get("system")
+    text = prompt + (str(system) if system else "")
+    img = 0
+    if has_image:
+        img = m.image_input_tokens
+        billed = expected_image_tokens(m.provider, m.model, size_px, params) if size_px else None
+        if billed is not None:
+            img = max(img, billed[0])
+    return estimate_input_tokens(text, has_image, image_tokens=img)
 
 
 def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | None = None, *,
@@ -1182,7 +1224,8 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         ``input_tokens`` and ``cost_usd`` are expected values: prompt chars / 4 plus, per image, the tokens
         the provider's documented rule bills for its size (:func:`expected_image_tokens`; the model's
         ``image_input_tokens`` where the size or the rule is unknown); ``worst_input_tokens`` is what the
-        reservations count (:func:`estimate_input_tokens`: chars / 3 + 16 + ``image_input_tokens``).
+        reservations count (:func:`reserved_input_tokens`: (prompt + system) chars / 3 + 16 +
+        max(``image_input_tokens``, the documented bill for the image's size)).
         ``calls`` counts distinct request keys, as the run calls: a planned request whose key repeats an
         earlier one's is answered from that call's stored answer and counted in ``repeated`` instead.
         ``cost_usd`` uses ``expected_output_tokens`` (default: ``max_output_tokens``); ``worst_case_usd``
@@ -1222,14 +1265,14 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
             est.cached += 1
             continue
         me = est.by_model.setdefault(m.name, ModelEstimate(model=m.name))
-        n_in = m.estimate_input_tokens(prompt, has_image)
-        me.worst_input_tokens += n_in
         img_tokens = 0
+        size = (image_size_px(image_ref, req.image_id, req.image, base_dir=image_base_dir, cache=sizes)
+                if has_image and m.provider != "replay" else None)
+        n_in = reserved_input_tokens(m, prompt, merged, has_image=has_image, size_px=size)  # as the model caller
+        me.worst_input_tokens += n_in
         if has_image:
             me.images += 1
             img_tokens = m.image_input_tokens
-            size = (image_size_px(image_ref, req.image_id, req.image, base_dir=image_base_dir, cache=sizes)
-                    if m.provider != "replay" else None)
             billed = expected_image_tokens(m.provider, m.model, size, merged) if size else None
             if billed is not None:
                 img_tokens, me.image_rule = billed

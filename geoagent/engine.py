@@ -45,7 +45,7 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,6 +304,7 @@ class Outcome:
                 f"  spend {usd(s.get('spent_usd'))} settled + {usd(s.get('unknown_usd'))} unknown-outcome"
                 f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
+            lines.extend(overrun_lines(s))
         if self.status == STATUS_AUTH:
             lines.append(f"  not dispatched: {self.remaining()} requests stay queued (those of the model(s) above, "
                          "and any other work left); set the key variable and re-run the same command")
@@ -326,6 +327,19 @@ class Outcome:
         for p in self.export_files:
             lines.append(f"  export: {p}")
         return "\n".join(lines)
+
+
+def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
+    """The warning for calls the provider billed above their reservation (a ledger summary's
+    ``overrun_calls`` / ``overrun_usd``); none when there were none. Such a call means the worst case
+    assumed too little input (an image or prompt billed above the estimate), so calls in flight could pass
+    the cap."""
+    n = int(spend.get("overrun_calls") or 0)
+    if not n:
+        return []
+    return [f"  !!! WARNING: {n} call{'s' if n != 1 else ''} billed more than reserved ({usd(spend.get('overrun_usd'))}"
+            " above their reservations in all): the provider billed more input than the worst case assumed, so "
+            "calls in flight could pass the cap; raise [[models]] image_input_tokens or [budget] input_estimate_factor"]
 
 
 def usd(amount: float | None) -> str:
@@ -947,8 +961,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             assumed += "; the run records each answer's token usage from the file"
         if not m.recorded:
             assumed = f"{_input_assumption(m, mc)}; {assumed}"
-        reserved = ("reserved per call: prompt chars/3 + 16"
-                    + (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens)" if m.images else "")
+        reserved = ("reserved per call: (prompt + system prompt) chars/3 + 16"
+                    + (f" + per image max({mc.image_input_tokens} ([[models]] image_input_tokens), the documented "
+                       "bill for its size)" if m.images else "")
                     + f", x {est_factor(cfg):g} ([budget] input_estimate_factor), + max_output_tokens; "
                     f"{m.worst_input_tokens} in before the factor")
         lines.append(
@@ -959,9 +974,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         if m.image_tokens_max > mc.image_input_tokens:
             w, h = m.image_size_max or (0, 0)
             lines.append(
-                f"  !!! {name}: a {w}x{h} image is billed about {m.image_tokens_max} input tokens ({m.image_rule}) "
-                f"but [[models]] image_input_tokens is {mc.image_input_tokens}: the reservations fall short and "
-                f"calls in flight could pass the cap; set image_input_tokens = {m.image_tokens_max} or more"
+                f"  note: {name}: a {w}x{h} image is billed about {m.image_tokens_max} input tokens ({m.image_rule}), "
+                f"above [[models]] image_input_tokens {mc.image_input_tokens}: the reservations count the documented "
+                "bill for such images (included in the worst case above)"
             )
     timed = [n for n in est.by_model if model_time_basis(cfg.model(n)) != "none"]
     time_part = (f"about {est.duration_s:.0f} s of model calls (model-call time only: excludes geocoding and other "

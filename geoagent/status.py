@@ -217,6 +217,9 @@ def format_status(st: dict[str, Any]) -> str:
             f"  spend: {format_usd(s.get('spent_usd'))} settled + {format_usd(s.get('unknown_usd'))} unknown-outcome"
             f" + {format_usd(s.get('reserved_usd'))} reserved, cap {format_usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
         )
+        from geoagent.engine import overrun_lines
+
+        lines.extend(overrun_lines(s))
     if is_complete(st["queues"]):
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
     p = st.get("progress")

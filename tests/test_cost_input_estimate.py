@@ -3,7 +3,8 @@
 A user's walkthrough: the dry-run input estimate was about twice the real usage and the line did not say
 what it assumed. The expected figure now counts prompt chars / 4 (about 4 characters per token, as OpenAI,
 Anthropic and Gemini document) plus, per image, what the provider's rule bills for the image's size; the
-reservation keeps the higher worst case (chars / 3 + 16 + ``image_input_tokens``) so the cap still holds.
+reservation keeps the higher worst case ((prompt + system) chars / 3 + 16 + max(``image_input_tokens``, the
+documented bill)) so the cap still holds.
 Hand-computed figures below come from the providers' pages (OpenAI vision guide "Calculating costs",
 Anthropic vision guide, Gemini token guide).
 """
@@ -67,22 +68,28 @@ def test_dry_run_line_names_the_input_assumption_from_the_image_size(tmp_path):
     assert me.worst_case_usd == pytest.approx(3 * (math.ceil((31 + 16 + 1600) * 1.25) * 1.0 + 10 * 0.0) / 1e6)
     line = next(ln for ln in estimate_lines(est, cfg) if ln.strip().startswith("m:"))
     assert "input expected: prompt chars/4 + about 516 tokens per image from its size (Gemini: 258 per image" in line
-    assert "reserved per call: prompt chars/3 + 16 + 1600 per image ([[models]] image_input_tokens)" in line
+    assert ("reserved per call: (prompt + system prompt) chars/3 + 16 + per image max(1600 ([[models]] "
+            "image_input_tokens), the documented bill for its size)") in line
     assert "x 1.25 ([budget] input_estimate_factor)" in line
 
 
-def test_dry_run_warns_when_the_image_budget_is_below_the_documented_bill(tmp_path):
+def test_dry_run_reserves_the_documented_bill_when_it_is_above_the_image_budget(tmp_path):
+    # a 3000x2000 photo on Gemini: 4 x 3 tiles of 768 px x 258 = 3,096 tokens, above the 1,600 budget: the
+    # reservation (and the dry run's worst case) counts the bill, as the model caller does; a note says so
     img = tmp_path / "big.png"
     Image.new("RGB", (3000, 2000)).save(img)
     cfg = _cfg("gemini", "gemini-2.0-flash")
-    lines = estimate_lines(estimate(cfg, [{"model": "m", "prompt": "where?", "image_ref": str(img)}]), cfg)
-    warn = [ln for ln in lines if "!!! m:" in ln]
-    assert len(warn) == 1 and "a 3000x2000 image is billed about 3096 input tokens" in warn[0]
-    assert "set image_input_tokens = 3096 or more" in warn[0]
-    # with a budget that covers it: no warning
+    est = estimate(cfg, [{"model": "m", "prompt": "where?", "image_ref": str(img)}])
+    assert est.by_model["m"].worst_input_tokens == len("where?") // 3 + 16 + 3096
+    lines = estimate_lines(est, cfg)
+    note = [ln for ln in lines if "note: m:" in ln]
+    assert len(note) == 1 and "a 3000x2000 image is billed about 3096 input tokens" in note[0]
+    assert "the reservations count the documented bill" in note[0] and not [ln for ln in lines if "!!!" in ln]
+    # with a budget above it: the budget is reserved, no note
     ok = _cfg("gemini", "gemini-2.0-flash", image_input_tokens=3200)
-    assert not [ln for ln in estimate_lines(estimate(ok, [{"model": "m", "prompt": "where?", "image_ref": str(img)}]), ok)
-                if "!!!" in ln]
+    est_ok = estimate(ok, [{"model": "m", "prompt": "where?", "image_ref": str(img)}])
+    assert est_ok.by_model["m"].worst_input_tokens == len("where?") // 3 + 16 + 3200
+    assert not [ln for ln in estimate_lines(est_ok, ok) if "note: m:" in ln]
 
 
 def test_unknown_rule_falls_back_on_the_configured_budget_and_says_so():

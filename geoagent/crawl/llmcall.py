@@ -62,7 +62,13 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
 
             request = dataclasses.replace(request, before_send=gate)
         return await provider.generate(request)
-    est_in = model_cfg.estimate_input_tokens(request.prompt, request.image is not None or bool(request.image_id))
+    # the model caller's worst case (prompt + system prompt, the image at max(image_input_tokens, its
+    # documented bill for the size read from its header), without [budget] input_estimate_factor as before
+    from geoagent.config import image_size_px, reserved_input_tokens
+
+    size = image_size_px(None, None, request.image) if request.image is not None else None
+    est_in = reserved_input_tokens(model_cfg, request.prompt, request.params,
+                                   has_image=request.image is not None or bool(request.image_id), size_px=size)
     worst_usd = model_cfg.worst_case_usd(est_in, request.max_output_tokens)
     held: list[Any] = []  # the reservation, once made
 

@@ -375,6 +375,7 @@ CREATE TABLE IF NOT EXISTS reservations (
 );
 CREATE INDEX IF NOT EXISTS reservations_open ON reservations (owner) WHERE state = 'open';
 CREATE INDEX IF NOT EXISTS reservations_key ON reservations (request_key);
+CREATE INDEX IF NOT EXISTS reservations_overrun ON reservations (id) WHERE state = 'settled' AND actual_nusd > amount_nusd;
 CREATE TABLE IF NOT EXISTS ledger_owners (
     token TEXT PRIMARY KEY,
     host TEXT NOT NULL,
@@ -424,7 +425,9 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class LedgerSummary:
-    """Ledger totals. USD amounts; ``calls`` are settled calls; tokens are settled usage."""
+    """Ledger totals. USD amounts; ``calls`` are settled calls; tokens are settled usage; ``overrun_calls``
+    of the settled calls were billed more than their reservation (by ``overrun_usd`` in all): the provider
+    billed more than the worst case assumed, so calls in flight could pass the cap (a surprise to report)."""
 
     cap_usd: float
     spent_usd: float
@@ -437,6 +440,7 @@ class LedgerSummary:
     input_tokens: int
     output_tokens: int
     open_reservations: int
+    overrun_calls: int = 0
 
     @property
     def total_usd(self) -> float:
@@ -659,6 +663,8 @@ class Ledger:
             " released_calls, input_tokens, output_tokens FROM ledger_totals WHERE id = 1"
         )[0]
         n_open = self.db.read("SELECT COUNT(*) FROM reservations WHERE state = 'open'")[0][0]
+        n_over = self.db.read(  # a partial index holds just these rows
+            "SELECT COUNT(*) FROM reservations WHERE state = 'settled' AND actual_nusd > amount_nusd")[0][0]
         cap, spent, reserved, unknown, overrun, calls, unknown_calls, released, n_in, n_out = row
         return LedgerSummary(
             cap_usd=nano_to_usd(cap),
@@ -672,6 +678,7 @@ class Ledger:
             input_tokens=n_in,
             output_tokens=n_out,
             open_reservations=n_open,
+            overrun_calls=n_over,
         )
 
     def check_consistency(self) -> list[str]:

@@ -44,7 +44,7 @@ import orjson
 from aiohttp import web
 
 from geoagent.sandbox.faults import FAULT_RECORD_KEY, FAULTS_KEY, FaultConfig, fault_middleware
-from geoagent.sandbox.responders import simulate_answer
+from geoagent.sandbox.responders import SIM_IMAGE_TOKENS, simulate_answer
 from geoagent.sandbox.server import client_disconnect_middleware, run_forever
 
 REQUEST_KEY_HEADER = "X-Request-Key"
@@ -112,6 +112,13 @@ REQUIRE_AUTH_KEY: web.AppKey[bool] = web.AppKey("llm_require_auth", bool)
 #: the handler's call records of the request being served, held by :func:`call_log_middleware`
 PENDING_CALLS_KEY: Any = web.RequestKey("llm_pending_calls", list) if hasattr(web, "RequestKey") \
     else "geoagent_llm_pending_calls"
+IMAGE_BILLING_KEY: web.AppKey[str] = web.AppKey("llm_image_billing", str)
+#: image billing of the fakes: ``"simulated"`` (default) bills every image 765 input tokens, as the
+#: ``simulated`` provider does; ``"documented"`` bills an image the tokens its API's documented rule charges
+#: for the image's size, read from its header (:func:`geoagent.config.expected_image_tokens`: OpenAI
+#: gpt-4o / gpt-4o-mini 512-px tiles at high detail, Anthropic w x h / 750, Gemini 258 per 768-px tile),
+#: 765 where no rule is known for the model or the header cannot be read
+IMAGE_BILLING = ("simulated", "documented")
 
 
 def _shaped_error(api: str, status: int, message: str, retry_after: str | None) -> tuple[int, dict[str, Any]]:
@@ -226,14 +233,18 @@ def build_app(
     api_keys: Collection[str] | None,
     require_auth: bool = True,
     calls_max: int | None = None,
+    image_billing: str = "simulated",
 ) -> web.Application:
     """Assemble a fake LLM app: fault middleware (rate 0 unless ``faults``) wrapped by
     :func:`api_error_middleware` for ``api`` and :func:`call_log_middleware`, call log, seed, keys.
 
     ``require_auth=False`` accepts requests without a key (like a local vLLM/Ollama server; a key that is
     sent must still be valid when ``api_keys`` is given). ``calls_max`` bounds the in-memory call list
-    (newest kept; the JSONL file always gets every record) for long benchmarks.
+    (newest kept; the JSONL file always gets every record) for long benchmarks. ``image_billing``: how an
+    image is billed (:data:`IMAGE_BILLING`; ``ValueError`` for another value).
     """
+    if image_billing not in IMAGE_BILLING:
+        raise ValueError(f"image_billing must be one of {IMAGE_BILLING}, got {image_billing!r}")
     cfg = FaultConfig(**faults) if isinstance(faults, dict) else faults
     mw = fault_middleware(cfg)
     app = web.Application(middlewares=[client_disconnect_middleware(), call_log_middleware(api),
@@ -249,6 +260,7 @@ def build_app(
     app[SEED_KEY] = int(seed)
     app[API_KEYS_KEY] = None if api_keys is None else frozenset(api_keys)
     app[REQUIRE_AUTH_KEY] = bool(require_auth)
+    app[IMAGE_BILLING_KEY] = image_billing
 
     async def _close(app_: web.Application) -> None:
         log.close()
@@ -386,7 +398,8 @@ def answer_and_log(
     -------
     SimulatedAnswer
         Same text and usage as the ``simulated`` provider gives for the same request key and seed
-        (:func:`geoagent.sandbox.responders.simulate_answer`).
+        (:func:`geoagent.sandbox.responders.simulate_answer`); under ``image_billing="documented"`` the
+        image's 765 input tokens are replaced by :func:`documented_image_tokens`.
     """
     image_id = image_id_for(request, image, image_url)
     key = request.headers.get(REQUEST_KEY_HEADER)
@@ -400,10 +413,23 @@ def answer_and_log(
         system=system,
         key=key,
     )
+    if image is not None and request.app.get(IMAGE_BILLING_KEY) == "documented":
+        n_in += documented_image_tokens(api, model, image) - SIM_IMAGE_TOKENS
     finish = finish_reasons[1] if truncated else finish_reasons[0]
     log_call(request, api, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id,
              image_sha256=sha256_hex(image), finish_reason=finish)
     return SimulatedAnswer(text, n_in, n_out, finish, short_id(key, time.time_ns()))
+
+
+def documented_image_tokens(api: str, model: str, image: bytes) -> int:
+    """Input tokens ``api`` (openai, anthropic, gemini) bills for ``image`` on ``model`` by its documented
+    rule for the image's size (read from the header; :func:`geoagent.config.expected_image_tokens`, high
+    detail for OpenAI), else :data:`~geoagent.sandbox.responders.SIM_IMAGE_TOKENS` (765)."""
+    from geoagent.config import expected_image_tokens, image_size_px
+
+    size = image_size_px(None, None, image)
+    billed = expected_image_tokens(api, model, size) if size else None
+    return SIM_IMAGE_TOKENS if billed is None else billed[0]
 
 
 def is_int_at_least(value: Any, lo: int) -> bool:
@@ -481,6 +507,8 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
     ap.add_argument("--fault-retry-after-s", type=float, default=1.0, help="Retry-After of injected 429s (s)")
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="simulated model time per request in ms (default 0: pure overhead)")
+    ap.add_argument("--image-billing", choices=IMAGE_BILLING, default="simulated",
+                    help="image input tokens: 765 each (simulated, default) or the API's documented rule for the size")
     args = ap.parse_args(argv)
     faults = None
     if args.fault_rate > 0 or args.fault_kinds:
@@ -495,6 +523,7 @@ def cli_main(factory: Callable[..., web.Application], prog: str, argv: Sequence[
         api_keys=args.api_key,
         require_auth=not args.no_auth,
         calls_max=args.calls_max,
+        image_billing=args.image_billing,
     )
     if args.latency_ms > 0:
         add_latency(app, args.latency_ms / 1000.0)

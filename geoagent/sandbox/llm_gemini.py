@@ -339,6 +339,7 @@ def make_app(
     require_auth: bool = True,
     calls_max: int | None = None,
     models: Collection[str] | None = None,
+    image_billing: str = "simulated",
 ) -> web.Application:
     """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
     ``models``: the ids ``GET /v1beta/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
@@ -354,6 +355,7 @@ def make_app(
         api_keys=api_keys,
         require_auth=require_auth,
         calls_max=calls_max,
+        image_billing=image_billing,
     )
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
     return app

@@ -348,6 +348,7 @@ def make_app(
     calls_max: int | None = None,
     moderation_flags: Collection[str] | None = None,
     models: Collection[str] | None = None,
+    image_billing: str = "simulated",
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -372,6 +373,11 @@ def make_app(
         Model ids ``GET /v1/models`` names first (default :data:`DEFAULT_MODEL_IDS`); the fake answers any id,
         and the listing adds each one it has answered.
 
+    image_billing : str
+        ``"simulated"`` (default: 765 input tokens per image, as the ``simulated`` provider) or
+        ``"documented"`` (the tokens the API's documented rule bills for the image's size:
+        :data:`~geoagent.sandbox.llm_common.IMAGE_BILLING`).
+
     Returns
     -------
     aiohttp.web.Application
@@ -389,6 +395,7 @@ def make_app(
         api_keys=api_keys,
         require_auth=require_auth,
         calls_max=calls_max,
+        image_billing=image_billing,
     )
     app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))

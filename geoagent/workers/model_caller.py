@@ -12,7 +12,10 @@ Issue 2 points 6, 7 and 10. For each task (payload below) the worker:
    slots are given back) and the stored response is emitted (exactly-once spend: a redelivered or re-run
    task never pays twice);
 4. otherwise reserves the worst case in the ledger (estimated input tokens x input-estimate factor x input
-   price + max output tokens x output price) and lets the request go. If the cap is only reached because
+   price + max output tokens x output price; the input counts the prompt and the ``params.system`` prompt
+   at chars / 3 + 16, and the image at max(``image_input_tokens``, what the provider's documented rule bills
+   for its size, read from the loaded image's header): :func:`geoagent.config.reserved_input_tokens`) and
+   lets the request go. If the cap is only reached because
    of other calls' open reservations, the request is abandoned unsent and the task waits for them to
    settle (they usually cost far less than their worst case), then tries again; once
    spent + unknown + this worst case exceeds the cap by itself, it raises
@@ -122,6 +125,7 @@ from typing import Any
 import anyio
 
 from geoagent import constants as C
+from geoagent.config import image_size_px, reserved_input_tokens
 from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
 from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped
 from geoagent.runtime.ledger import BudgetExhausted
@@ -349,6 +353,14 @@ def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]
     return m, request
 
 
+def _worst_usd(m: Any, request: ModelRequest, has_image: bool, size_px: tuple[int, int] | None, factor: float) -> float:
+    """The reservation of one call (USD): :func:`geoagent.config.reserved_input_tokens` (prompt + system
+    prompt, the image at max(``image_input_tokens``, its documented bill for ``size_px``)) x ``factor`` at
+    the input price, plus the request's max output tokens at the output price."""
+    n_in = reserved_input_tokens(m, request.prompt, request.params, has_image=has_image, size_px=size_px)
+    return m.worst_case_usd(math.ceil(n_in * factor), request.max_output_tokens)
+
+
 async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float, model_name: str) -> tuple[Any, Any]:
     """On the database thread: the stored response for ``key``, else a new reservation (or the refusal).
 
@@ -571,10 +583,10 @@ class ModelCaller(Stage):
         key = request.key()
 
         async with self._one_call_per_key(key):
-            # the estimate counts an image by its id, so it needs no pixels
+            # the worst case counts an image by its id (at image_input_tokens) until its bytes are loaded
             has_image = request.image is not None or bool(request.image_id)
-            est_in = math.ceil(m.estimate_input_tokens(request.prompt, has_image) * cfg.budget.input_estimate_factor)
-            worst_usd = m.worst_case_usd(est_in, request.max_output_tokens)
+            factor = cfg.budget.input_estimate_factor
+            worst_usd = _worst_usd(m, request, has_image, None, factor)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
             gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping)
 
@@ -594,6 +606,10 @@ class ModelCaller(Stage):
                     raise PermanentFailure(f"image: {exc}") from None
                 if img is not None:
                     request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
+                    # the image's size (header only) may make the provider bill it above image_input_tokens
+                    size = image_size_px(None, None, img.data) if m.provider != "replay" else None
+                    worst_usd = _worst_usd(m, request, True, size, factor)
+                    gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping)
 
             try:
                 cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
