@@ -68,6 +68,32 @@ def test_fake_bills_images_by_the_documented_rule_for_their_size(tmp_path, monke
     assert got["gemini-2.0-flash"] == text + 3 * 3 * 258
 
 
+def test_fake_bills_openai_low_detail_images_their_base_tokens(tmp_path, monkeypatch):
+    """OpenAI's ``detail: "low"`` is billed the base tokens whatever the size (vision guide, "Calculating
+    costs"): the documented-mode fake honours it, and the reservation (which honours it too) covers it."""
+    img = tmp_path / "big.png"
+    Image.new("RGB", (2000, 1600), (80, 90, 100)).save(img)
+    prompt = "Where was this photo taken? Name the city."
+    app = llm_openai.make_app(image_billing="documented")
+
+    async def main():
+        async with serve(app) as base, HttpClient() as http:
+            p = tmp_path / "low.toml"
+            p.write_text(f'[campaign]\nname = "low"\n[budget]\ncap_usd = 5.0\n[[models]]\nname = "m"\n'
+                         f'provider = "openai"\nmodel = "gpt-4o-mini"\nbase_url = "{base}/v1"\n'
+                         f'api_key_env = "{KEY_VAR}"\nprice_input_usd_per_mtok = 1.0\nmax_output_tokens = 20\n')
+            rig = await CallerRig(tmp_path / "low", load_config(p), http).start()
+            t = Task(key="low", payload={"model": "m", "prompt": prompt, "image_ref": str(img),
+                                         "params": {"detail": "low"}}, attempts=0, lease_id="x")
+            [(_, msg)] = await rig.handle(t)
+            assert rig.state.ledger.summary().overrun_usd == 0
+            return msg["input_tokens"]
+
+    monkeypatch.setenv(KEY_VAR, GEMINI_KEY)
+    assert run(main(), 60) == math.ceil(len(prompt) / 4) + 2833
+    assert billed(app["calls"])[-1]["input_tokens"] == math.ceil(len(prompt) / 4) + 2833
+
+
 def _mini_campaign(tmp_path, base: str, cap_usd: float, n: int = 40):
     path = generic_campaign(tmp_path, name="imgcap", n=n, cap_usd=cap_usd,
                             models=model_table("mini", base_url=base, key_var=KEY_VAR, model="gpt-4o-mini",

@@ -376,6 +376,7 @@ def answer_and_log(
     image_url: str | None = None,
     max_output_tokens: int,
     finish_reasons: tuple[str, str],
+    image_detail: str | None = None,
 ) -> SimulatedAnswer:
     """Answer a validated request through the responders registry and log the billed call (status 200).
 
@@ -393,6 +394,8 @@ def answer_and_log(
         The request's output cap (tokens).
     finish_reasons : (str, str)
         The API's finish reason for a complete answer and for one cut off at the cap.
+    image_detail : str, optional
+        OpenAI's ``image_url.detail`` of the image (``low`` bills the base tokens under documented billing).
 
     Returns
     -------
@@ -414,21 +417,22 @@ def answer_and_log(
         key=key,
     )
     if image is not None and request.app.get(IMAGE_BILLING_KEY) == "documented":
-        n_in += documented_image_tokens(api, model, image) - SIM_IMAGE_TOKENS
+        n_in += documented_image_tokens(api, model, image, detail=image_detail) - SIM_IMAGE_TOKENS
     finish = finish_reasons[1] if truncated else finish_reasons[0]
     log_call(request, api, 200, model=model, input_tokens=n_in, output_tokens=n_out, image_id=image_id,
              image_sha256=sha256_hex(image), finish_reason=finish)
     return SimulatedAnswer(text, n_in, n_out, finish, short_id(key, time.time_ns()))
 
 
-def documented_image_tokens(api: str, model: str, image: bytes) -> int:
+def documented_image_tokens(api: str, model: str, image: bytes, *, detail: str | None = None) -> int:
     """Input tokens ``api`` (openai, anthropic, gemini) bills for ``image`` on ``model`` by its documented
-    rule for the image's size (read from the header; :func:`geoagent.config.expected_image_tokens`, high
-    detail for OpenAI), else :data:`~geoagent.sandbox.responders.SIM_IMAGE_TOKENS` (765)."""
+    rule for the image's size (read from the header; :func:`geoagent.config.expected_image_tokens`; for
+    OpenAI ``detail = "low"`` bills the base tokens, ``auto``/``high`` the high-detail tiles, the worst
+    case), else :data:`~geoagent.sandbox.responders.SIM_IMAGE_TOKENS` (765)."""
     from geoagent.config import expected_image_tokens, image_size_px
 
     size = image_size_px(None, None, image)
-    billed = expected_image_tokens(api, model, size) if size else None
+    billed = expected_image_tokens(api, model, size, {"detail": detail} if detail else None) if size else None
     return SIM_IMAGE_TOKENS if billed is None else billed[0]
 
 

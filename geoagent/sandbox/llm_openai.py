@@ -106,8 +106,9 @@ class _Bad(Exception):
         self.code = code
 
 
-def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, bool]:
-    """Validate ``messages``; return (user text, system text, first image bytes, image URL, mentions json)."""
+def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, bool, str]:
+    """Validate ``messages``; return (user text, system text, first image bytes, image URL, mentions json,
+    the first image's ``detail``: ``auto``, ``low`` or ``high``)."""
     if not isinstance(messages, list) or not messages:
         raise _Bad("'messages' must be a non-empty array.", "messages")
     user_texts: list[str] = []
@@ -115,6 +116,7 @@ def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, 
     image: bytes | None = None
     image_url: str | None = None
     mentions_json = False
+    image_detail = "auto"
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
             raise _Bad(f"Invalid type for 'messages[{i}]': expected an object.", f"messages[{i}]")
@@ -158,7 +160,7 @@ def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, 
                         if raw is None:
                             raise _Bad("You uploaded an unsupported image: invalid base64 data.", f"{where}.image_url.url", "invalid_image_format")
                         if image is None:
-                            image = raw
+                            image, image_detail = raw, detail
                     elif url.startswith(("http://", "https://")):
                         image_url = image_url or url
                     else:
@@ -175,7 +177,7 @@ def _parse_messages(messages: Any) -> tuple[str, str, bytes | None, str | None, 
             system_texts.append(joined)
         elif role == "user":
             user_texts.append(joined)
-    return "\n".join(user_texts), "\n".join(system_texts), image, image_url, mentions_json
+    return "\n".join(user_texts), "\n".join(system_texts), image, image_url, mentions_json, image_detail
 
 
 def _positive_int(body: dict[str, Any], name: str) -> int | None:
@@ -251,7 +253,7 @@ async def chat_completions(request: web.Request) -> web.Response:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise _Bad("you must provide a model parameter", "model")
-        prompt, system, image, image_url, mentions_json = _parse_messages(body.get("messages"))
+        prompt, system, image, image_url, mentions_json, image_detail = _parse_messages(body.get("messages"))
         cap_a = _positive_int(body, "max_tokens")
         cap_b = _positive_int(body, "max_completion_tokens")
         temp = body.get("temperature")
@@ -288,7 +290,7 @@ async def chat_completions(request: web.Request) -> web.Response:
     if REFUSE_MARKER in prompt or FILTER_MARKER in prompt:
         return _non_answer(request, model, prompt, system, image, image_url)
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
-                         max_output_tokens=max_tokens, finish_reasons=("stop", "length"))
+                         max_output_tokens=max_tokens, finish_reasons=("stop", "length"), image_detail=image_detail)
     n_in, n_out = ans.input_tokens, ans.output_tokens
     payload = {
         "id": f"chatcmpl-{ans.response_id}",
