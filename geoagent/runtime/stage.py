@@ -119,6 +119,12 @@ class Stage(abc.ABC):
         the runner before every lease; keep it cheap."""
         return True
 
+    def unreachable_hint(self, host: str) -> str | None:
+        """What a user should check when ``host`` (``"hostname:port"`` or ``"hostname"``) cannot be reached and
+        the runner stopped the stage (:mod:`geoagent.runtime.worker`, "Unreachable hosts"), e.g. the config
+        key holding its URL; None: a generic hint."""
+        return None
+
     def stop_requested(self) -> None:  # noqa: B027 - optional hook
         """Called once (synchronously, on the event loop) when the runner is asked to stop (SIGINT/SIGTERM):
         in-flight tasks get the grace period; a stage may give up tasks that have not yet begun their
