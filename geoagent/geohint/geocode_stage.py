@@ -217,6 +217,14 @@ class GeocodeStage(Stage):
             ctx.get("http"), self.settings, state_dir=ctx.services.get("state_dir"), configured_hosts=hosts
         )
 
+    def unreachable_hint(self, host: str) -> str | None:
+        """The ``[geohint.geocoder]`` key whose URL names ``host`` (runner's unreachable-host breaker)."""
+        s = self.settings or GeocoderSettings()
+        wd = getattr(getattr(self.geocoder, "wikidata", None), "base_url", None) or s.wikidata_url
+        nm = getattr(getattr(self.geocoder, "nominatim", None), "base_url", None) or s.nominatim_url
+        keys = [k for k, url in (("wikidata_url", wd), ("nominatim_url", nm)) if url and host_key(url) == host]
+        return f"[geohint.geocoder] {' / '.join(keys) or 'wikidata_url / nominatim_url'}"
+
     def _truth(self, task: Task) -> tuple[float, float]:
         payload = task.payload
         meta = payload.get("meta") if isinstance(payload.get("meta"), Mapping) else {}
