@@ -162,3 +162,32 @@ def test_below_the_threshold_failures_still_dead_letter_after_max_attempts(tmp_p
                    for d in dead)
 
     anyio.run(main)
+
+
+def test_eta_is_unknown_not_zero_while_a_stage_with_work_ahead_has_no_rate():
+    # the user's case: every request answered (the model caller is done), 543 answers waiting for a geocoder
+    # that has finished none (rate 0): the ETA is unknown, not "0 s"; once drained it is 0
+    from geoagent.runtime.progress import pipeline_eta
+    from geoagent.runtime.queue import QueueCounts
+
+    stages = [("model_caller", "requests", "responses", 10.0), ("parser", "responses", "answers", 50.0),
+              ("geocoder", "answers", "located", 0.0), ("scorer", "located", None, 0.0)]
+    counts = {"requests": QueueCounts(done=543), "responses": QueueCounts(done=543),
+              "answers": QueueCounts(ready=540, leased=3), "located": QueueCounts()}
+    assert pipeline_eta(stages, counts) == (None, None)
+    counts["answers"] = QueueCounts(done=543)
+    counts["located"] = QueueCounts(done=543)
+    assert pipeline_eta(stages, counts) == (0.0, None)
+
+
+def test_status_names_a_stage_stopped_by_an_unreachable_host():
+    from geoagent.status import stop_reason
+
+    last = "connection: ClientConnectorDNSError: Cannot connect to host www.wikidata.org:443 [Name or service not known]"
+    record = {"stages": [{"stage": "model_caller", "held": 0, "last_errors": []},
+                         {"stage": "geocoder", "held": 0, "last_errors": [],
+                          "unreachable": {"www.wikidata.org:443": {"requests": 5, "last": last}}}],
+              "finished": True}
+    assert stop_reason(record) == ("geocoder: host www.wikidata.org:443 unreachable (DNS lookup failed on 5 consecutive "
+                                   "requests); its tasks left queued, re-run to resume")
+    assert stop_reason({"stages": [{"stage": "geocoder", "unreachable": {}}]}) is None
