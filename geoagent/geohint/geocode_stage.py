@@ -188,6 +188,9 @@ class GeocodeStage(Stage):
     input_edge = C.EDGE_ANSWERS
     output_edge = C.EDGE_LOCATED
     concurrency = 4
+    #: a stop cancels lookups in flight at once (free GETs; the response cache is written synchronously, so a
+    #: cancelled task leaves nothing half done and is released untouched): Ctrl-C does not wait on a stalled host
+    cancel_on_stop = True
 
     def __init__(
         self,

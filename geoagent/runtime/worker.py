@@ -20,6 +20,9 @@ Stopping
   tasks that have not yet begun their side effects (the model caller: requests not yet through its send
   gate, i.e. still waiting for their host's slots) raise :class:`~geoagent.runtime.stage.Abandoned` and are
   released untouched at once; only work already under way (requests already sent) uses the grace period.
+  A stage with ``cancel_on_stop = True`` (free lookups only, e.g. the geocoder: nothing is billed and nothing
+  is left half done) gets no grace period: its in-flight tasks (a request stalled on a host that does not
+  answer, too) are cancelled at once and released untouched.
 * :class:`~geoagent.runtime.stage.BudgetStop` from a task: the task is released untouched, the runner stops
   leasing and drains what is in flight; the campaign reports ``budget exhausted``.
 
@@ -319,9 +322,10 @@ class StageRunner:
         return self.stats
 
     async def _grace_watch(self, work_scope: anyio.CancelScope) -> None:
-        """After a stop request, give in-flight tasks ``grace_s`` seconds, then cancel (release) the rest."""
+        """After a stop request, give in-flight tasks ``grace_s`` seconds (none for a stage with
+        ``cancel_on_stop``), then cancel (release) the rest."""
         await self._stop.wait()
-        with anyio.move_on_after(self.grace_s):
+        with anyio.move_on_after(0.0 if getattr(self.stage, "cancel_on_stop", False) else self.grace_s):
             while self.stats.in_flight:
                 await anyio.sleep(0.02)
         work_scope.cancel()
