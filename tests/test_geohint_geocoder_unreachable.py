@@ -126,3 +126,37 @@ def test_geocoder_failure_warning_counts():
     assert "2 left queued" in w and "[geohint.geocoder] wikidata_url, nominatim_url" in w
     assert GH.geocoder_failure_warning(0, 4).startswith("Warning: 4 answers did not get through the geocoder and are "
                                                         "in no table: 4 left queued")
+
+
+def test_failing_endpoints_dead_letter_after_max_attempts_and_the_summary_says_so(release_dir, tmp_path, monkeypatch):
+    # a Wikidata host that answers 500 to everything is reachable: no breaker, the answers are nacked and
+    # dead-letter after [queue] max_attempts with their reasons, and the summary names the geocoder's failures
+    from aiohttp import web
+
+    _env(monkeypatch, tmp_path, release_dir)
+    seen: list[str] = []
+
+    async def fail(request: web.Request) -> web.Response:
+        seen.append(request.query.get("action", ""))
+        return web.Response(status=500, text="upstream broken")
+
+    app = web.Application()
+    app.router.add_get("/w/api.php", fail)
+
+    async def main():
+        async with serve(app) as wd:
+            doc = _cfg(wd, f"http://127.0.0.1:{free_port()}")
+            doc["queue"] = {"max_attempts": 2, "backoff_base_s": 0.0, "backoff_max_s": 0.0}
+            return await engine.run_campaign(config_from_dict(doc), live=False, handle_signals=False, export=False)
+
+    out = anyio.run(main)
+    n = out.counts["responses"].done
+    answers = out.counts["answers"]
+    assert out.status == "incomplete" and out.stop_reasons == []
+    assert (answers.dead, answers.ready, answers.done) == (n, 0, 0) and out.missing == n
+    # each answer delivered twice, each delivery one lookup of FAST's 3 attempts
+    assert len(seen) == n * 2 * FAST["max_attempts"]
+    assert all(d.attempts == 2 and "http 500" in d.reason for d in out.dead["answers"])
+    text = out.summary()
+    assert f"missing: {n} tasks dead-lettered" in text
+    assert f"Warning: {n} answers did not get through the geocoder and are in no table: {n} dead-lettered" in text
