@@ -102,3 +102,40 @@ def test_a_stage_without_cancel_on_stop_keeps_its_grace_period(tmp_path):
     assert took >= grace - 0.05, took  # it waited the grace period out, then was cancelled
     assert (counts.ready, counts.done, counts.dead) == (1, 0, 0)
     assert [(t.key, t.attempts) for t in leased] == [("a1", 0)]
+
+
+def test_unreachable_breaker_cancels_the_geocoder_lookups_still_backing_off(tmp_path):
+    # 4 answers in flight at once against a closed port; each lookup's first attempt is refused at once, then
+    # backs off U(0, 8) s before its second. The first lookup to exhaust its 2 attempts opens the breaker
+    # (unreachable_after=1): the 3 others are cancelled in their backoff (no second attempt: 2 + 3 requests
+    # in all, not 8) and every task is released untouched
+    from geoagent.runtime.http import HostPolicy
+    from geoagent.sandbox.server import free_port
+
+    host = f"127.0.0.1:{free_port()}"
+    slow = HostPolicy(rate=1000.0, concurrency=4, max_attempts=2, backoff_base_s=8.0, backoff_max_s=8.0, timeout_s=10.0)
+
+    async def main():
+        async with HttpClient(policies={host: slow}) as http:
+            settings = GeocoderSettings(contact="ops@example.org", wikidata_url=f"http://{host}/w/api.php",
+                                        nominatim_url=None)
+            stage = GeocodeStage(build_geocoder(http, settings, configured_hosts=[host]), settings)
+            inq = open_queue(tmp_path, "cut", stage.input_edge)
+            outq = open_queue(tmp_path, "cut", stage.output_edge)
+            await inq.put_many([(f"a{i}", dict(ANSWER)) for i in range(4)])
+            runner = StageRunner(stage, inq, outq, StageContext("cut", {"http": http}), burst=True,
+                                 unreachable_after=1)
+            with anyio.fail_after(60):
+                await runner.run()
+            counts = await inq.counts()
+            leased = await inq.lease(10, 60.0)
+            await inq.close()
+            await outq.close()
+            return runner, counts, leased, http.stats()[host].requests
+
+    runner, counts, leased, requests = anyio.run(main)
+    assert set(runner.stats.unreachable) == {host}
+    assert requests == 2 + 3
+    assert (runner.stats.failed, runner.stats.dead, runner.stats.released) == (0, 0, 4)
+    assert (counts.ready, counts.done, counts.dead) == (4, 0, 0)
+    assert sorted((t.key, t.attempts) for t in leased) == [(f"a{i}", 0) for i in range(4)]

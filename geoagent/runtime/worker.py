@@ -53,7 +53,8 @@ nacked like any failure (an attempt counted, dead-lettered after the queue's ``m
 reason), until ``unreachable_after`` requests in a row to that host failed so, with none getting through in
 between (:meth:`~geoagent.runtime.http.HttpClient.unreachable_streak`). Then the breaker opens: the task that
 tripped it, and every task that fails the same way afterwards (in flight meanwhile), is released untouched (no
-attempt counted), leased-ahead tasks not yet started are released, the runner stops leasing
+attempt counted), leased-ahead tasks not yet started are released (and, in a stage with ``cancel_on_stop``,
+tasks still in flight are cancelled and released untouched at once), the runner stops leasing
 (``StageStats.blocked``) and ends the stage; its queued tasks stay ready, so a re-run resumes when the network
 is back. ``StageStats.unreachable`` names the host(s); :meth:`StageRunner.unreachable_lines` says it in words
 (the campaign engine prints them and ends the run ``incomplete``). The first unreachable failure of each host
@@ -240,6 +241,7 @@ class StageRunner:
         self.stats = StageStats(stage.name)
         self.finished = anyio.Event()
         self._stop = anyio.Event()
+        self._cut = anyio.Event()  # the unreachable breaker opened in a cancel_on_stop stage: cancel in-flight work
         self._budget = anyio.Event()
         self._pending: list[tuple[Task, list[Message]]] = []
         #: held tasks by key (payload dropped): leased, released untouched when the stage ends
@@ -294,6 +296,7 @@ class StageRunner:
                     # a stop request bounds in-flight work by grace_s whenever it comes (also after the
                     # lease loop ended for another reason, e.g. a budget stop with calls still hanging)
                     tg.start_soon(self._grace_watch, work.cancel_scope)
+                    tg.start_soon(self._cut_watch, work.cancel_scope)
                     for _ in range(n_workers):
                         work.start_soon(self._batch_worker if batched else self._worker, recv.clone())
                     async with send:  # closing it lets the workers finish what is queued, then return
@@ -328,6 +331,12 @@ class StageRunner:
         with anyio.move_on_after(0.0 if getattr(self.stage, "cancel_on_stop", False) else self.grace_s):
             while self.stats.in_flight:
                 await anyio.sleep(0.02)
+        work_scope.cancel()
+
+    async def _cut_watch(self, work_scope: anyio.CancelScope) -> None:
+        """When the unreachable breaker opens in a ``cancel_on_stop`` stage, cancel (release) in-flight work at
+        once instead of letting it retry a host that cannot be reached."""
+        await self._cut.wait()
         work_scope.cancel()
 
     async def _lease_loop(self, send: Any) -> None:
@@ -536,6 +545,8 @@ class StageRunner:
             return False
         self.stats.unreachable[host] = (streak, last)
         self.stats.blocked = True
+        if getattr(self.stage, "cancel_on_stop", False):
+            self._cut.set()  # free lookups: stop the ones in flight now (released untouched)
         self.stats.last_errors.append(f"host {host} unreachable ({unreachable_cause(last)} on {streak} consecutive "
                                       "requests): stage stopped, its tasks left queued")
         log.warning("stage %s: host %s unreachable (%s on %d consecutive requests; last: %s): the stage stops, "
