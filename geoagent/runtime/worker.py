@@ -163,6 +163,10 @@ def unreachable_cause(last: str) -> str:
     return "connection failed"
 
 
+def _in_a_row(n: int) -> str:
+    return "on 1 request" if n == 1 else f"on {n} consecutive requests"
+
+
 def _reason(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 500 else text[:497] + "..."
@@ -547,11 +551,10 @@ class StageRunner:
         self.stats.blocked = True
         if getattr(self.stage, "cancel_on_stop", False):
             self._cut.set()  # free lookups: stop the ones in flight now (released untouched)
-        self.stats.last_errors.append(f"host {host} unreachable ({unreachable_cause(last)} on {streak} consecutive "
-                                      "requests): stage stopped, its tasks left queued")
-        log.warning("stage %s: host %s unreachable (%s on %d consecutive requests; last: %s): the stage stops, "
-                    "its queued tasks stay for a re-run", self.stage.name, host, unreachable_cause(last), streak,
-                    last[:200])
+        self.stats.last_errors.append(f"host {host} unreachable ({unreachable_cause(last)} {_in_a_row(streak)}): "
+                                      "stage stopped, its tasks left queued")
+        log.warning("stage %s: host %s unreachable (%s %s; last: %s): the stage stops, its queued tasks stay for a "
+                    "re-run", self.stage.name, host, unreachable_cause(last), _in_a_row(streak), last[:200])
         return True
 
     def unreachable_lines(self, left: int | None = None) -> list[str]:
@@ -568,8 +571,7 @@ class StageRunner:
                 except Exception:  # noqa: BLE001 - a hint must not break the report
                     hint = ""
             queued = f"{left} {self.stage.input_edge} left queued; " if left is not None else ""
-            lines.append(f"{self.stage.name}: host {host} unreachable ({unreachable_cause(last)} on {n} consecutive "
-                         f"requests); check {hint or 'the URL configured for it'} / the network; {queued}"
+            lines.append(f"{self.stage.name}: host {host} unreachable ({unreachable_cause(last)} {_in_a_row(n)}); check {hint or 'the URL configured for it'} / the network; {queued}"
                          "re-run the same command to resume")
         return lines
 
