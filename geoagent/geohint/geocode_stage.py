@@ -14,6 +14,12 @@ Services (:class:`~geoagent.runtime.stage.StageContext`): ``geocoder`` (a ready
 :class:`~geoagent.geohint.geocode.Geocoder`), else one is built from ``http`` and the config's
 ``[geohint.geocoder]`` table (:class:`GeocoderSettings`); ``sites`` (site id -> object or mapping with
 ``lat``/``lon``) is a fallback source of the truth; ``state_dir`` holds the default cache file.
+
+Failures: a lookup whose retries are exhausted nacks the answer (retried, dead-lettered after the queue's
+``max_attempts``); an endpoint that cannot be reached at all stops the stage after a few such requests in a
+row, its answers left queued untouched (:mod:`geoagent.runtime.worker`, "Unreachable hosts";
+:meth:`GeocodeStage.unreachable_hint` names the ``[geohint.geocoder]`` key). A stop request cancels lookups
+in flight at once (``cancel_on_stop``: free GETs, nothing billed), releasing their answers untouched.
 """
 
 from __future__ import annotations
