@@ -11,7 +11,10 @@ Outcomes and exit codes
 status                 code   meaning
 =====================  =====  =====================================================================
 complete               0      every planned task reached the end of the pipeline
-incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error)
+incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error),
+                              or left queued because a stage stopped: a host it needs could not be reached
+                              (:mod:`geoagent.runtime.worker`, "Unreachable hosts"; the summary names the
+                              host and what to check; re-run the same command to resume)
 budget exhausted       4      the cost cap stopped dispatching; the rest of the work is reported
 authentication failed  5      a model's host refused its API key (HTTP 401/403, or Gemini's 400
                               API_KEY_INVALID, 5 times in a row): that model's tasks were left queued
@@ -752,6 +755,9 @@ async def _run(
         blocked = any(r.stats.blocked for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER)
         left = counts[C.EDGE_REQUESTS].ready if blocked and C.EDGE_REQUESTS in counts else None
         auth_lines = auth.report_lines(left) if auth is not None else []
+        # stages stopped by their unreachable-host breaker (their tasks left queued, untouched)
+        unreachable_lines = [ln for r in view.runners for ln in r.unreachable_lines(
+            counts[r.stage.input_edge].ready if r.stage.input_edge in counts else None)]
         drained = stages_drained(kind.stages(cfg), [s.name for s in stages], counts)
         if view.stopped_by_signal and not (watch and drained):
             status, code = "interrupted", EXIT_INTERRUPTED
@@ -769,7 +775,7 @@ async def _run(
         callers = [r for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER]
         outcome = Outcome(
             cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
-            elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines, plan_unit=kind.plan_unit,
+            elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines + unreachable_lines, plan_unit=kind.plan_unit,
             own_stages=[s.name for s in stages] if only_stages else [],
             process_calls=ledger.calls_settled_here(),
             process_answered=sum(r.stats.done for r in callers) if callers else None,
@@ -777,7 +783,7 @@ async def _run(
             answered_by_model=_answered_by_model(ctx, planned_by_model),
             **_replay_figures(cfg, ledger),
         )
-        for line in auth_lines:
+        for line in auth_lines + unreachable_lines:
             log.error("campaign %s: %s", cfg.name, line)
         # the report and the exports describe the whole campaign: a scale-out process writes them only
         # when the campaign as a whole is drained (the last process to finish), so a partial report from

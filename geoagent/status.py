@@ -21,6 +21,7 @@ from typing import Any
 from geoagent import constants as C
 from geoagent.runtime.progress import did_work, read_last, read_last_with_work
 from geoagent.runtime.queue import DeadLetter, QueueCounts
+from geoagent.runtime.worker import unreachable_cause
 
 
 _HTTP_RETRIES = re.compile(r"\bretries exhausted after (\d+) attempts\b")
@@ -181,7 +182,9 @@ def stop_reason(progress: dict[str, Any]) -> str | None:
 
     ``"budget exhausted"`` when the cost cap stopped the run; ``"authentication failed (see last error):
     ..."`` when a model's authentication breaker holds its tasks (a stage holds tasks, ``held`` > 0, and its
-    last errors say why; the other models' tasks go on); both, joined by ``"; "``, when both happened.
+    last errors say why; the other models' tasks go on); ``"<stage>: host <host> unreachable (...); its tasks
+    left queued"`` for a stage stopped by its unreachable-host breaker (:mod:`geoagent.runtime.worker`);
+    all that happened, joined by ``"; "``.
     """
     stages = progress.get("stages", [])
     errors = [e for sd in stages for e in sd.get("last_errors", [])]
@@ -193,6 +196,12 @@ def stop_reason(progress: dict[str, Any]) -> str | None:
         reasons.append("authentication failed (see last error): " + (
             "that model's tasks were left queued" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
+    for sd in stages:
+        for host, info in (sd.get("unreachable") or {}).items():
+            info = info if isinstance(info, dict) else {}
+            reasons.append(f"{sd.get('stage')}: host {host} unreachable ({unreachable_cause(str(info.get('last', '')))} "
+                           f"on {info.get('requests', '?')} consecutive requests); its tasks left queued, re-run "
+                           "to resume")
     return "; ".join(reasons) or None
 
 
@@ -305,7 +314,7 @@ def format_eta(progress: dict[str, Any]) -> str:
     covers = (f" [for stage(s) {', '.join(scope)} of the process that wrote it, counting the work still "
               "upstream; other processes' stages not timed]") if scope else ""
     if eta is None:
-        return "unknown (no stage rate measured yet)" + covers
+        return "unknown (no rate measured yet for a stage with work ahead)" + covers
     stage = progress.get("eta_stage")
     return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers
 

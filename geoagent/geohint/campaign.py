@@ -88,6 +88,13 @@ def _missing_work(cfg: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _geocoder_left(outcome: Any) -> tuple[int, int]:
+    """``(dead, queued)``: answers dead-lettered on the geocoder's input edge and left there (ready or leased)
+    at the end of the run, from the engine's ``Outcome`` (``(0, 0)`` without one)."""
+    c = (getattr(outcome, "counts", None) or {}).get(C.EDGE_ANSWERS)
+    return (int(c.dead), int(c.ready + c.leased)) if c is not None else (0, 0)
+
+
 class GeoHintCampaign(CampaignKind):
     """GeoHint (seed 000 Sec. 4, 6): where was this photo taken, given a true but coarse hint."""
 
@@ -168,11 +175,12 @@ class GeoHintCampaign(CampaignKind):
             return []
         seed = int(getattr(cfg.campaign, "seed", 0) or 0)
         write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg),
-                     interim=outcome.interim_note(), p_reference=s.p_reference)
+                     interim=outcome.interim_note(), p_reference=s.p_reference,
+                     answers_queued=_geocoder_left(outcome)[1])
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geohint import truncation_warnings, unresolved_warnings
+        from geoagent.report.geohint import geocoder_failure_warning, truncation_warnings, unresolved_warnings
 
         lines = []
         summary = getattr(self, "_summary", None)
@@ -186,8 +194,9 @@ class GeoHintCampaign(CampaignKind):
         agg = getattr(self, "_agg", None) or aggregate_from_store(ctx.get("store"), echo_rule=echo_rule,
                                                                   regime_threshold=s.regime_threshold)
         lines.append(f"  echo rule {describe_echo_rule(echo_rule)}")
+        failed = geocoder_failure_warning(*_geocoder_left(outcome))
         if not agg.keys:
-            return [*lines, "  GeoHint: no scored responses"]
+            return [*lines, "  GeoHint: no scored responses", *([f"  {failed}"] if failed else [])]
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
         lines.append(f"  GeoHint: {len(agg.keys)} scored responses over {len(agg.sites)} sites; "
@@ -209,4 +218,6 @@ class GeoHintCampaign(CampaignKind):
                      + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")
         lines += [f"  {w}" for w in truncation_warnings(agg)]
         lines += [f"  {w}" for w in unresolved_warnings(agg)]
+        if failed:
+            lines.append(f"  {failed}")
         return lines

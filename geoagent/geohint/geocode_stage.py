@@ -14,6 +14,12 @@ Services (:class:`~geoagent.runtime.stage.StageContext`): ``geocoder`` (a ready
 :class:`~geoagent.geohint.geocode.Geocoder`), else one is built from ``http`` and the config's
 ``[geohint.geocoder]`` table (:class:`GeocoderSettings`); ``sites`` (site id -> object or mapping with
 ``lat``/``lon``) is a fallback source of the truth; ``state_dir`` holds the default cache file.
+
+Failures: a lookup whose retries are exhausted nacks the answer (retried, dead-lettered after the queue's
+``max_attempts``); an endpoint that cannot be reached at all stops the stage after a few such requests in a
+row, its answers left queued untouched (:mod:`geoagent.runtime.worker`, "Unreachable hosts";
+:meth:`GeocodeStage.unreachable_hint` names the ``[geohint.geocoder]`` key). A stop request cancels lookups
+in flight at once (``cancel_on_stop``: free GETs, nothing billed), releasing their answers untouched.
 """
 
 from __future__ import annotations
@@ -188,6 +194,9 @@ class GeocodeStage(Stage):
     input_edge = C.EDGE_ANSWERS
     output_edge = C.EDGE_LOCATED
     concurrency = 4
+    #: a stop cancels lookups in flight at once (free GETs; the response cache is written synchronously, so a
+    #: cancelled task leaves nothing half done and is released untouched): Ctrl-C does not wait on a stalled host
+    cancel_on_stop = True
 
     def __init__(
         self,
@@ -216,6 +225,14 @@ class GeocodeStage(Stage):
         self.geocoder = build_geocoder(
             ctx.get("http"), self.settings, state_dir=ctx.services.get("state_dir"), configured_hosts=hosts
         )
+
+    def unreachable_hint(self, host: str) -> str | None:
+        """The ``[geohint.geocoder]`` key whose URL names ``host`` (runner's unreachable-host breaker)."""
+        s = self.settings or GeocoderSettings()
+        wd = getattr(getattr(self.geocoder, "wikidata", None), "base_url", None) or s.wikidata_url
+        nm = getattr(getattr(self.geocoder, "nominatim", None), "base_url", None) or s.nominatim_url
+        keys = [k for k, url in (("wikidata_url", wd), ("nominatim_url", nm)) if url and host_key(url) == host]
+        return f"[geohint.geocoder] {' / '.join(keys) or 'wikidata_url / nominatim_url'}"
 
     def _truth(self, task: Task) -> tuple[float, float]:
         payload = task.payload

@@ -39,8 +39,10 @@ and repeats the warning lines of :func:`truncation_warnings` (share above 1 % fo
 
 What the tables leave out is said: answers that did not geocode (resolved level none) per model and
 condition in the table ``unresolved`` (:func:`table_unresolved`), in the ``report.md`` header
-(:func:`unresolved_line`) and with :func:`unresolved_warnings` above :data:`UNRESOLVED_WARN_SHARE`; answers
-with err = 0 km, left out of Tables 5-7 (no logarithm; the paper states no floor), counted per regime in those
+(:func:`unresolved_line`) and with :func:`unresolved_warnings` above :data:`UNRESOLVED_WARN_SHARE` (the
+endpoints answered but found nothing); answers whose lookups failed (the endpoints failed or could not be
+reached: dead-lettered or left queued on the ``answers`` edge, in no table) with
+:func:`geocoder_failure_warning`; answers with err = 0 km, left out of Tables 5-7 (no logarithm; the paper states no floor), counted per regime in those
 tables' notes (:func:`zero_err_note`); sites without a no-context answer, which have no regime
 (:func:`no_regime_note`); and with few sites (G <= :data:`FEW_FLIP_SITES`) the smallest p the site-flip test of
 Tables 8-10 can give, 2/2^G (:func:`few_sites_note`).
@@ -59,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from geoagent import constants as C
 from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
@@ -286,8 +289,14 @@ def no_regime_note(agg: GeoHintAggregator, baseline: str) -> str:
 
 #: unresolved share (fraction) of a model in a condition above which the report warns
 UNRESOLVED_WARN_SHARE = 0.20
-#: where a high unresolved share usually comes from
-GEOCODER_SETTING = "the geocoder endpoints ([geohint.geocoder] wikidata_url, nominatim_url) and whether they answer"
+#: the config keys of the geocoder's endpoints (named by both geocoder warnings)
+GEOCODER_SETTING = "[geohint.geocoder] wikidata_url, nominatim_url"
+#: why answers usually do not geocode although the endpoints answered (:func:`unresolved_warnings`)
+UNRESOLVED_CAUSE = (
+    "the geocoder's endpoints answered (an answer whose lookup failed is never scored: it is dead-lettered or "
+    "left queued) but found no place of that name near the answered city, or the answer named none. The "
+    f"endpoints ({GEOCODER_SETTING}) must know the campaign's places: only the demo wires fakes that know its "
+    "world; a run over your own crawl needs the real Wikidata and Nominatim, or a gazetteer fake of your own")
 
 
 def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
@@ -300,8 +309,22 @@ def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
             if c.n and c.unresolved_share > UNRESOLVED_WARN_SHARE:
                 out.append(f"Warning: {c.n_none} of {c.n} answers of {m} in condition {cond} "
                            f"({100 * c.unresolved_share:.1f} %) did not geocode (resolved level none); they count as "
-                           f"misses, so hit and echo rates mostly measure the geocoder: check {GEOCODER_SETTING}.")
+                           f"misses, so hit and echo rates mostly measure the geocoder. Here {UNRESOLVED_CAUSE}.")
     return out
+
+
+def geocoder_failure_warning(dead: int, queued: int) -> str | None:
+    """A warning when answers never got through the geocoder (its endpoints failed or could not be reached):
+    ``dead`` dead-lettered on the ``answers`` edge, ``queued`` left there (ready or leased); None when both
+    are 0. Unlike :func:`unresolved_warnings` (the endpoints answered but found nothing), these answers are in
+    no table at all."""
+    if not dead and not queued:
+        return None
+    parts = ([f"{dead} dead-lettered (reasons in missing.csv and `run.py dead CONFIG`)"] if dead else []) + (
+        [f"{queued} left queued (re-run the same command to geocode them)"] if queued else [])
+    return (f"Warning: {dead + queued} answers did not get through the geocoder and are in no table: "
+            f"{'; '.join(parts)}. Their lookups failed (e.g. the endpoints failed or could not be reached, not "
+            f"'found nothing'): check {GEOCODER_SETTING} and the network.")
 
 
 def regime_threshold_note(agg: GeoHintAggregator) -> str:
@@ -901,6 +924,7 @@ def write_report(
     missing: list[dict] | None = None,
     interim: str | None = None,
     p_reference: str = "normal",
+    answers_queued: int = 0,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
 
@@ -913,6 +937,8 @@ def write_report(
     it); counted per model at the top of ``report.md`` and listed in ``missing.csv``.
     ``interim``: a sentence saying the run stopped with work still pending (interrupted, budget), shown as
     a banner at the top of ``report.md``; None for a finished run.
+    ``answers_queued``: answers still queued for the geocoder (``answers`` edge, ready or leased); with the
+    dead letters of that edge (from ``missing``) they make :func:`geocoder_failure_warning` in the header.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -943,6 +969,8 @@ def write_report(
         unresolved_line(agg),
         "",
         *[x for w in unresolved_warnings(agg) for x in (f"**{w}**", "")],
+        *[x for w in [geocoder_failure_warning(sum(m.get("edge") == C.EDGE_ANSWERS for m in missing or []),
+                                               answers_queued)] if w for x in (f"**{w}**", "")],
         *([no_regime_note(agg, baseline), ""] if no_regime_note(agg, baseline) else []),
         "Terms:",
         "",

@@ -31,6 +31,9 @@ Implementation notes (see :class:`HttpClient` for the full contract):
   it raises :class:`RetriesStopped` unsent, so the hook's caller closes what the hook opened). Other first
   attempts are not affected: whether a new request may still start is its caller's decision (the model
   caller's send gate refuses it at a stop).
+* a request whose last attempt failed before reaching the host (connection refused, DNS failure, connect
+  timeout) raises :class:`RetriesExhausted` with ``unreachable`` True; :meth:`HttpClient.unreachable_streak`
+  counts such requests per host until one reaches it (the stage runner's unreachable-host breaker).
 """
 
 from __future__ import annotations
@@ -64,7 +67,18 @@ class PermanentHTTPError(HttpError):
 
 
 class RetriesExhausted(HttpError):
-    """A retryable failure that persisted through every attempt; ``last`` describes the final one."""
+    """A retryable failure that persisted through every attempt; ``last`` describes the final one.
+
+    ``unreachable`` is True when the host could not be reached (the last attempt failed before its request
+    was written: connection refused, DNS failure, connect timeout); ``host`` is the host key
+    (``"hostname:port"`` or ``"hostname"``) the request went to. :meth:`HttpClient.unreachable_streak`
+    counts such requests per host (:mod:`geoagent.runtime.worker`, "Unreachable hosts").
+    """
+
+    unreachable: bool = False
+    host: str = ""
+    #: with ``unreachable``: this request's place in its host's streak (:meth:`HttpClient.unreachable_streak`)
+    streak: int = 0
 
     def __init__(self, url: str, attempts: int, last: str, retry_after_s: float | None = None) -> None:
         self.url = url
@@ -447,6 +461,10 @@ class _HostState:
         # ``on_pause(until)`` is called with the monotonic end of every pause that extends the current one.
         self.gate: Any = None
         self.on_pause: Callable[[float], None] | None = None
+        #: requests in a row that ended RetriesExhausted without any attempt reaching the host (reset when
+        #: any request's headers reach it) and the last of their failures
+        self.unreachable_streak = 0
+        self.unreachable_last = ""
 
     def set_policy(self, policy: HostPolicy) -> None:
         if self.gate is not None:  # a shared host: the gate turns the policy into this process's share
@@ -691,6 +709,15 @@ class HttpClient:
                              dict(s.stats.answer_notes))
                 for k, s in self._hosts.items()}
 
+    def unreachable_streak(self, host: str) -> tuple[int, str]:
+        """``(n, last)``: how many requests to ``host`` in a row ended :class:`RetriesExhausted` with
+        ``unreachable`` (its last attempt could not reach the host: connection refused, DNS failure, connect
+        timeout; each after the policy's own retries), with no attempt's request reaching the host since (any
+        attempt whose headers went out resets it), and the last failure's
+        text; ``(0, "")`` for a host never contacted. ``host`` is a :func:`host_key`."""
+        st = self._hosts.get(host)
+        return (st.unreachable_streak, st.unreachable_last) if st is not None else (0, "")
+
     def set_host_listener(self, listener: Any) -> None:
         """Tell ``listener.host_added(host, state)`` about every host state, present and future (or None).
 
@@ -871,6 +898,14 @@ class HttpClient:
             if last is not None:
                 err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{last.reason}: {last.detail}", secrets), last.retry_after_s)
                 err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
+                err.host = key
+                if not last.maybe_processed and last.reason in ("connection", "timeout"):
+                    # the last attempt did not get through to the host: it cannot be reached now (refused, DNS,
+                    # connect timeout; an earlier attempt may have gone out on a pooled connection that died)
+                    err.unreachable = True
+                    host.unreachable_streak += 1
+                    host.unreachable_last = err.last
+                    err.streak = host.unreachable_streak
                 raise err
             return self._finish(resp, counter)
         except BaseException as exc:
@@ -956,6 +991,7 @@ class HttpClient:
 
             def _on_sent(when_s: float) -> None:
                 counter.sent += 1
+                host.unreachable_streak = 0  # the host was reached
                 _mark_sent(when_s, True)
 
             ctx = SimpleNamespace(sent=False, on_sent=_on_sent)

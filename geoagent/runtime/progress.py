@@ -149,7 +149,8 @@ def pipeline_eta(
     (tasks on their output edge per task of their input edge done or dead-lettered so far; 1 before any is
     known, and 1 where several stages feed one edge). Its time left is that work over its recent rate
     (:func:`geoagent.runtime.worker.eta_s`); the slowest stage bounds the end, so the ETA is the largest.
-    Stages with work ahead but no measured rate yet are left out. A stage whose rate is None runs in
+    Stages with work ahead but no measured rate yet are left out, unless every measured stage is done: then
+    the ETA is unknown (None), not 0 s (work is left that no stage is measured to do). A stage whose rate is None runs in
     another process (``--stages`` scale-out): its work ahead still flows into the stages downstream of it,
     but its own time is not estimated here.
 
@@ -199,7 +200,9 @@ def pipeline_eta(
             unknown = True
         elif best is None or t > best[0]:
             best = (t, name)
-    if best is None:
+    if best is None or (unknown and best[0] <= 0):
+        # the measured stages are done but some stage with work ahead has no rate (e.g. a geocoder whose every
+        # request fails): unknown, not 0 s
         return (None, None) if unknown else (0.0, None)
     return (best[0], best[1]) if best[0] > 0 else (0.0, None)
 

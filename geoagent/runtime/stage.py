@@ -84,6 +84,11 @@ class Stage(abc.ABC):
     #: True: the runner hands waiting tasks (up to ``lease_batch``) to :meth:`handle_batch` at once
     batched: bool = False
     visibility_timeout_s: float = 300.0
+    #: True: a stop request cancels this stage's in-flight tasks at once (released untouched, no attempt
+    #: counted) instead of giving them the runner's grace period. Only for stages whose work in flight costs
+    #: nothing when repeated and leaves nothing half done (free HTTP lookups, e.g. the geocoder); never for a
+    #: stage that makes paid calls (a call already sent may be billed: it keeps the grace period)
+    cancel_on_stop: bool = False
 
     async def start(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
         """Called once before the first task (open files, warm caches)."""
@@ -118,6 +123,12 @@ class Stage(abc.ABC):
         finish, releases held ones and ends the stage; queued tasks stay ready for a later run. Called by
         the runner before every lease; keep it cheap."""
         return True
+
+    def unreachable_hint(self, host: str) -> str | None:
+        """What a user should check when ``host`` (``"hostname:port"`` or ``"hostname"``) cannot be reached and
+        the runner stopped the stage (:mod:`geoagent.runtime.worker`, "Unreachable hosts"), e.g. the config
+        key holding its URL; None: a generic hint."""
+        return None
 
     def stop_requested(self) -> None:  # noqa: B027 - optional hook
         """Called once (synchronously, on the event loop) when the runner is asked to stop (SIGINT/SIGTERM):

@@ -20,6 +20,9 @@ Stopping
   tasks that have not yet begun their side effects (the model caller: requests not yet through its send
   gate, i.e. still waiting for their host's slots) raise :class:`~geoagent.runtime.stage.Abandoned` and are
   released untouched at once; only work already under way (requests already sent) uses the grace period.
+  A stage with ``cancel_on_stop = True`` (free lookups only, e.g. the geocoder: nothing is billed and nothing
+  is left half done) gets no grace period: its in-flight tasks (a request stalled on a host that does not
+  answer, too) are cancelled at once and released untouched.
 * :class:`~geoagent.runtime.stage.BudgetStop` from a task: the task is released untouched, the runner stops
   leasing and drains what is in flight; the campaign reports ``budget exhausted``.
 
@@ -40,6 +43,22 @@ ends the stage as above (``StageStats.blocked``); the queued tasks stay ready, u
 Several processes running the same stage each hold their own: a process waits for the others' leases (as
 for any lease), so when two of them hold tasks, one finishes only once the other's held leases expired and
 it re-leased them (one visibility timeout); none is lost or dead-lettered meanwhile.
+
+Unreachable hosts
+-----------------
+A task that fails because a host cannot be reached at all (the HTTP layer's
+:class:`~geoagent.runtime.http.RetriesExhausted` with ``unreachable``: every attempt, after the host policy's
+own retries, failed before the request got through: connection refused, DNS failure, connect timeout) is
+nacked like any failure (an attempt counted, dead-lettered after the queue's ``max_attempts`` with its
+reason), until ``unreachable_after`` requests in a row to that host failed so, with none getting through in
+between (:meth:`~geoagent.runtime.http.HttpClient.unreachable_streak`). Then the breaker opens: the task that
+tripped it, and every task that fails the same way afterwards (in flight meanwhile), is released untouched (no
+attempt counted), leased-ahead tasks not yet started are released (and, in a stage with ``cancel_on_stop``,
+tasks still in flight are cancelled and released untouched at once), the runner stops leasing
+(``StageStats.blocked``) and ends the stage; its queued tasks stay ready, so a re-run resumes when the network
+is back. ``StageStats.unreachable`` names the host(s); :meth:`StageRunner.unreachable_lines` says it in words
+(the campaign engine prints them and ends the run ``incomplete``). The first unreachable failure of each host
+and the breaker's opening are logged as warnings (shown without the live display too).
 """
 
 from __future__ import annotations
@@ -74,6 +93,8 @@ class StageStats:
     in_flight: int = 0
     held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
+    #: hosts whose unreachable breaker opened (module docstring): host -> (requests in a row, last failure)
+    unreachable: dict[str, tuple[int, str]] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
     finished: bool = False
     budget_stopped: bool = False
@@ -108,7 +129,42 @@ class StageStats:
             "finished": self.finished,
             "budget_stopped": self.budget_stopped,
             "last_errors": list(self.last_errors),
+            "unreachable": {h: {"requests": n, "last": last} for h, (n, last) in self.unreachable.items()},
         }
+
+
+#: requests in a row to one host that failed unreachable before a stage runner stops (module docstring)
+UNREACHABLE_AFTER = 5
+
+
+def _unreachable_error(exc: BaseException) -> Any:
+    """The :class:`~geoagent.runtime.http.RetriesExhausted` with ``unreachable`` behind ``exc`` (itself, or
+    what it was raised from / during, two levels deep; not behind ``raise ... from None``), or None."""
+    seen: BaseException | None = exc
+    for _ in range(3):
+        if seen is None:
+            return None
+        if getattr(seen, "unreachable", False) is True and getattr(seen, "host", ""):
+            return seen
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return None
+
+
+def unreachable_cause(last: str) -> str:
+    """A few words for why a host could not be reached, from a ``RetriesExhausted.last`` text:
+    ``"DNS lookup failed"``, ``"connect timeout"``, ``"connection refused"`` or ``"connection failed"``."""
+    low = last.lower()
+    if "dns" in low or "name or service not known" in low or "name resolution" in low or "nodename" in low:
+        return "DNS lookup failed"
+    if low.startswith("timeout") or "timeout" in low:
+        return "connect timeout"
+    if "refused" in low or "connect call failed" in low:
+        return "connection refused"
+    return "connection failed"
+
+
+def _in_a_row(n: int) -> str:
+    return "on 1 request" if n == 1 else f"on {n} consecutive requests"
 
 
 def _reason(exc: BaseException) -> str:
@@ -147,6 +203,9 @@ class StageRunner:
         campaign engine turns it on). Tasks leased ahead and not started when a stop comes are released.
     flush_interval_s : float
         Call :meth:`Stage.flush` after a commit at most this often (seconds), and once at the end.
+    unreachable_after : int
+        Requests in a row to one host that could not reach it (each after the HTTP layer's own retries)
+        before the stage stops (module docstring, "Unreachable hosts"); default :data:`UNREACHABLE_AFTER`.
     """
 
     def __init__(
@@ -165,7 +224,12 @@ class StageRunner:
         visibility_timeout_s: float | None = None,
         lease_ahead: bool = False,
         flush_interval_s: float = 1.0,
+        unreachable_after: int = UNREACHABLE_AFTER,
     ) -> None:
+        if unreachable_after < 1:
+            raise ValueError(f"unreachable_after must be >= 1, got {unreachable_after!r}")
+        self.unreachable_after = unreachable_after
+        self._unreachable_seen: set[str] = set()  # hosts whose first unreachable failure was logged
         self.stage = stage
         self.lease_ahead = lease_ahead
         self.visibility_timeout_s = visibility_timeout_s or stage.visibility_timeout_s
@@ -181,6 +245,7 @@ class StageRunner:
         self.stats = StageStats(stage.name)
         self.finished = anyio.Event()
         self._stop = anyio.Event()
+        self._cut = anyio.Event()  # the unreachable breaker opened in a cancel_on_stop stage: cancel in-flight work
         self._budget = anyio.Event()
         self._pending: list[tuple[Task, list[Message]]] = []
         #: held tasks by key (payload dropped): leased, released untouched when the stage ends
@@ -235,6 +300,7 @@ class StageRunner:
                     # a stop request bounds in-flight work by grace_s whenever it comes (also after the
                     # lease loop ended for another reason, e.g. a budget stop with calls still hanging)
                     tg.start_soon(self._grace_watch, work.cancel_scope)
+                    tg.start_soon(self._cut_watch, work.cancel_scope)
                     for _ in range(n_workers):
                         work.start_soon(self._batch_worker if batched else self._worker, recv.clone())
                     async with send:  # closing it lets the workers finish what is queued, then return
@@ -263,11 +329,18 @@ class StageRunner:
         return self.stats
 
     async def _grace_watch(self, work_scope: anyio.CancelScope) -> None:
-        """After a stop request, give in-flight tasks ``grace_s`` seconds, then cancel (release) the rest."""
+        """After a stop request, give in-flight tasks ``grace_s`` seconds (none for a stage with
+        ``cancel_on_stop``), then cancel (release) the rest."""
         await self._stop.wait()
-        with anyio.move_on_after(self.grace_s):
+        with anyio.move_on_after(0.0 if getattr(self.stage, "cancel_on_stop", False) else self.grace_s):
             while self.stats.in_flight:
                 await anyio.sleep(0.02)
+        work_scope.cancel()
+
+    async def _cut_watch(self, work_scope: anyio.CancelScope) -> None:
+        """When the unreachable breaker opens in a ``cancel_on_stop`` stage, cancel (release) in-flight work at
+        once instead of letting it retry a host that cannot be reached."""
+        await self._cut.wait()
         work_scope.cancel()
 
     async def _lease_loop(self, send: Any) -> None:
@@ -278,7 +351,9 @@ class StageRunner:
         prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead else 0
         min_lease = max(1, prefetch // 2)
         while not self._stop.is_set() and not self._budget.is_set():
-            if not self.stage.runnable():  # e.g. every model's key refused: leasing more would only hold it
+            if self.stats.unreachable or not self.stage.runnable():
+                # a host cannot be reached, or e.g. every model's key was refused: leasing more would only
+                # burn attempts or hold the tasks
                 self.stats.blocked = True
                 return
             free = self.stage.concurrency + prefetch - self.stats.in_flight
@@ -335,7 +410,7 @@ class StageRunner:
     async def _process(self, task: Task) -> None:
         committed = False
         try:
-            if self._stop.is_set() or self._budget.is_set():
+            if self._stop.is_set() or self._budget.is_set() or self.stats.unreachable:
                 # leased ahead but not started before the stop: give it back untouched
                 await self._safe(self.inq.release(task))
                 self.stats.released += 1
@@ -363,7 +438,7 @@ class StageRunner:
     async def _process_batch(self, tasks: list[Task]) -> None:
         done = 0  # tasks whose fate is settled (from the front of ``tasks``)
         try:
-            if self._stop.is_set() or self._budget.is_set():
+            if self._stop.is_set() or self._budget.is_set() or self.stats.unreachable:
                 for task in tasks:
                     await self._safe(self.inq.release(task))
                     self.stats.released += 1
@@ -444,6 +519,10 @@ class StageRunner:
             if isinstance(exc, Missing):
                 self.stats.missing += 1
             self._note_error(reason)
+        elif (hx := _unreachable_error(exc)) is not None and self._breaker_open(hx):
+            # the host cannot be reached: back to the queue untouched, the stage stops (module docstring)
+            await self._safe(self.inq.release(task))
+            self.stats.released += 1
         else:  # any other failure is retried
             reason = _reason(exc)
             state = await self._safe(self.inq.nack(task, reason))
@@ -452,6 +531,49 @@ class StageRunner:
                 self.stats.dead += 1
             self._note_error(reason)
             log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
+
+    def _breaker_open(self, hx: Any) -> bool:
+        """Whether ``hx`` (an unreachable ``RetriesExhausted``) finds its host's breaker open, opening it when
+        the host's streak reached ``unreachable_after`` (logged once, as a warning)."""
+        host = str(hx.host)
+        if host in self.stats.unreachable:
+            return True
+        streak = int(getattr(hx, "streak", 0) or 0)
+        last = str(getattr(hx, "last", "") or "")
+        if streak < self.unreachable_after:
+            if host not in self._unreachable_seen:
+                self._unreachable_seen.add(host)
+                log.warning("stage %s: host %s unreachable (%s); the task will be retried, the stage stops after "
+                            "%d requests in a row fail so", self.stage.name, host, unreachable_cause(last),
+                            self.unreachable_after)
+            return False
+        self.stats.unreachable[host] = (streak, last)
+        self.stats.blocked = True
+        if getattr(self.stage, "cancel_on_stop", False):
+            self._cut.set()  # free lookups: stop the ones in flight now (released untouched)
+        self.stats.last_errors.append(f"host {host} unreachable ({unreachable_cause(last)} {_in_a_row(streak)}): "
+                                      "stage stopped, its tasks left queued")
+        log.warning("stage %s: host %s unreachable (%s %s; last: %s): the stage stops, its queued tasks stay for a "
+                    "re-run", self.stage.name, host, unreachable_cause(last), _in_a_row(streak), last[:200])
+        return True
+
+    def unreachable_lines(self, left: int | None = None) -> list[str]:
+        """One line per host whose unreachable breaker opened (empty if none): which host, why, what to check
+        (:meth:`Stage.unreachable_hint`), how many tasks of the input edge are left queued (``left``, when
+        known) and that a re-run resumes."""
+        lines = []
+        for host, (n, last) in self.stats.unreachable.items():
+            hint = ""
+            hint_of = getattr(self.stage, "unreachable_hint", None)
+            if hint_of is not None:
+                try:
+                    hint = hint_of(host) or ""
+                except Exception:  # noqa: BLE001 - a hint must not break the report
+                    hint = ""
+            queued = f"{left} {self.stage.input_edge} left queued; " if left is not None else ""
+            lines.append(f"{self.stage.name}: host {host} unreachable ({unreachable_cause(last)} {_in_a_row(n)}); check {hint or 'the URL configured for it'} / the network; {queued}"
+                         "re-run the same command to resume")
+        return lines
 
     async def _release_held(self) -> None:
         """Release every held task untouched (a lease that expired meanwhile is someone else's now)."""
