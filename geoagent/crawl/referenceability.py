@@ -27,7 +27,8 @@ rated (and paid) once, in a batch that is the same whichever site came first. Cr
 same calls: every verbatim answer is logged with its request key before it is parsed, and a request whose
 key is already in ``audit_raw_answers.jsonl`` is answered from there (no call, no spend), so a re-run after
 a kill replays the stored answers through the same split-and-retry path and sends exactly the calls the
-uninterrupted run would have sent.
+uninterrupted run would have sent. The log is not held in memory (:class:`RawAnswerLog`: an index of
+request key -> byte offset, the answer read when replayed), so a crawl of hundreds of cities can replay it.
 
 Candidates shared by cities. A Wikidata place within 6 km of sites of two cities (cities closer than
 about 2 x 6 km + 3 km), or found by both cities' queries, is rated once FOR EACH city: decisions are kept
@@ -271,6 +272,91 @@ class JsonlLog:
                 self.records[self._key(r)] = r
 
 
+class RawAnswerLog:
+    """``audit_raw_answers.jsonl``: every verbatim auditor answer, found again by its request key.
+
+    The file grows with every call of a crawl (hundreds of cities: tens of thousands of answers), so it
+    is never held in memory: one streaming pass builds an index request key -> byte offset of the line
+    that holds its answer (the first line of a key wins; lines without a key, written before keys were
+    logged, and a torn last line from a crash are skipped), and :meth:`get` reads that one line when an
+    answer is replayed. Appends go through :func:`geoagent.files.append_jsonl` (fsynced; a torn last line
+    is never continued) and add their own offset, so the index stays exact without a second pass.
+
+    Parameters
+    ----------
+    path : path
+        The log file (need not exist yet).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._offsets: dict[str, int] | None = None  # built on first use
+
+    @staticmethod
+    def _read(line: bytes) -> tuple[str, str] | None:
+        """(request key, answer) of one log line; None for a line that is torn, not a record, or keyless."""
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        if isinstance(rec, dict) and isinstance(rec.get("key"), str) and isinstance(rec.get("raw"), str):
+            return rec["key"], rec["raw"]
+        return None
+
+    def _scan(self) -> dict[str, int]:
+        offsets: dict[str, int] = {}
+        if self.path.is_file():
+            with self.path.open("rb") as f:
+                pos = 0
+                for line in f:  # one line in memory at a time
+                    got = self._read(line)
+                    if got is not None:
+                        offsets.setdefault(got[0], pos)
+                    pos += len(line)
+        return offsets
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """Request key -> byte offset (from the start of the file) of the line holding its answer."""
+        if self._offsets is None:
+            self._offsets = self._scan()
+        return self._offsets
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def get(self, key: str) -> str | None:
+        """The logged answer of request ``key`` (read from its line), or None when none is logged.
+
+        If the line at the indexed offset no longer holds that key (the file was replaced behind the
+        auditor's back), the index is rebuilt once and the key looked up again."""
+        for attempt in range(2):
+            off = self.offsets.get(key)
+            if off is None:
+                return None
+            try:
+                with self.path.open("rb") as f:
+                    f.seek(off)
+                    got = self._read(f.readline())
+            except OSError:
+                got = None
+            if got is not None and got[0] == key:
+                return got[1]
+            self._offsets = None if attempt == 0 else {k: v for k, v in self.offsets.items() if k != key}
+        return None
+
+    def append(self, rec: dict[str, Any]) -> None:
+        """Append one record (with a string ``key``) and index its line. Callers serialise appends (the
+        offset is the file's end after the write minus the record's line)."""
+        line = orjson.dumps(rec) + b"\n"
+        append_jsonl(self.path, [rec])
+        offsets = self.offsets  # built (from the file as it is now) before the new offset goes in
+        offsets.setdefault(str(rec["key"]), self.path.stat().st_size - len(line))
+
+
 def pageview_tiers(views: dict[str, int]) -> dict[str, str]:
     """Tier by pageview tertile within one site: top third ``high``, middle ``mid``, bottom ``low``."""
     order = sorted(views, key=lambda q: (views[q], q))
@@ -315,6 +401,8 @@ class ReferenceabilityAuditor:
         self.sensitive = sensitive or JsonlLog(self.state_dir / C.AUDIT_SENSITIVE_FILE)
         self.review = JsonlLog(self.state_dir / REVIEW_QUEUE_FILE)
         self.raw_path = self.state_dir / RAW_ANSWERS_FILE
+        #: the logged answers, indexed by request key (offsets only: answers are read when replayed)
+        self.raw = RawAnswerLog(self.raw_path)
         self._raw_lock = asyncio.Lock()
         self.pageviews = pageviews
         self.ref_template = load_prompt("crawl_referenceability.txt")
@@ -323,7 +411,6 @@ class ReferenceabilityAuditor:
         self.calls = 0
         self.replayed = 0
         self.splits = 0
-        self._answers: dict[str, str] | None = None  # request key -> verbatim answer, loaded on first use
         self._generate = generate or provider.generate
         self._kind, self._model_id = request_model or (settings.provider, settings.model)
 
@@ -335,24 +422,6 @@ class ReferenceabilityAuditor:
         return ModelRequest(provider=self._kind, model=self._model_id, prompt=prompt,
                             params={"max_output_tokens": self.settings.max_output_tokens, "temperature": self.settings.temperature},
                             meta={"task": task})
-
-    def stored_answers(self) -> dict[str, str]:
-        """Request key -> verbatim answer of every call logged in ``audit_raw_answers.jsonl`` with its key
-        (the first answer of a key wins; lines without a key, written before keys were logged, and a torn
-        last line are skipped)."""
-        if self._answers is None:
-            answers: dict[str, str] = {}
-            if self.raw_path.is_file():
-                with self.raw_path.open("rb") as f:
-                    for line in f:
-                        try:
-                            rec = orjson.loads(line)
-                        except orjson.JSONDecodeError:
-                            continue
-                        if isinstance(rec, dict) and isinstance(rec.get("key"), str) and isinstance(rec.get("raw"), str):
-                            answers.setdefault(rec["key"], rec["raw"])
-            self._answers = answers
-        return self._answers
 
     def _ref_prompt(self, batch: Sequence[RefCandidate]) -> str:
         return self.ref_template.replace("{candidates}", render_candidates(batch))
@@ -367,18 +436,17 @@ class ReferenceabilityAuditor:
         spend; counted in ``replayed``): a re-run after a crash takes the same path as the first run."""
         req = self._request(prompt, task)
         key = req.key()
-        answers = self.stored_answers()
-        if key in answers:
+        stored = self.raw.get(key)
+        if stored is not None:
             self.replayed += 1
-            return answers[key]
+            return stored
         self.calls += 1
         resp = await self._generate(req)
         text = resp.text if isinstance(resp.text, str) else ""
         rec = {"task": task, "model": self.settings.model, "key": key, "qids": [c.qid for c in batch], "raw": text,
                "ts": time.time()}
         async with self._raw_lock:
-            append_jsonl(self.raw_path, [rec])
-            answers.setdefault(key, text)
+            self.raw.append(rec)
         return text
 
     @staticmethod
@@ -461,7 +529,7 @@ class ReferenceabilityAuditor:
     def _ask_whole(self, batch: Sequence[RefCandidate], todo: Sequence[RefCandidate], prompt: Any, task: str) -> bool:
         """Whether ``batch`` is asked whole: nothing in it is decided yet, or the answer to the whole batch
         is logged (a crash inside its split-and-retry: replaying it re-creates the same re-asks)."""
-        return len(todo) == len(batch) or self._request(prompt(batch), task).key() in self.stored_answers()
+        return len(todo) == len(batch) or self._request(prompt(batch), task).key() in self.raw
 
     async def rate_all(self, candidates: Sequence[RefCandidate], *, city: str | None = None) -> dict[str, int]:
         """Rate (and, with ``sensitive_screen``, screen) every candidate that has no logged decision for
