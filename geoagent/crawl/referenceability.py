@@ -10,10 +10,10 @@ cannot be read is never guessed at: the batch is split in halves and each half r
 candidates, which are then recorded as failed. Every decision is appended to ``audit_decisions.jsonl``
 (the release's record shape) and every verbatim answer, with the QIDs it was about, to
 ``audit_raw_answers.jsonl``; decisions already logged for the same auditor model (and city, below) are
-reused, so a restart re-asks nothing. A separate, deliberately narrow screening pass (``prompts/crawl_sensitive.txt``)
-writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate whose pageview tier (tertiles
-within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to a human review queue
-(``audit_review_queue.jsonl``), never to an automatic override (Sec. 3.3, constraint 3).
+reused, so a restart re-asks nothing. A separate, deliberately narrow screening pass
+(``prompts/crawl_sensitive.txt``) writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate
+whose pageview tier (tertiles within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to
+a human review queue (``audit_review_queue.jsonl``), never to an automatic override (Sec. 3.3, constraint 3).
 
 Reproducible calls. The prompts, the number of calls and their request keys must not depend on the order
 in which sites reach the auditor (async workers), or a re-run of the same config and seed would ask other
@@ -40,9 +40,9 @@ cities finish; the price is one extra rating of each shared candidate per furthe
 cities are far apart, so it is rare). A shared candidate may thus carry a different rating in each city;
 each city's sites and ladders use their own city's. Decisions logged without a city (a log of an older
 version) are not reused for a city; a city re-derives its own from the logged answers of its unchanged
-prompts (replayed, no call). :meth:`ReferenceabilityAuditor.audit` of a single
-site (used alone, outside the crawl) rates that site's candidates with the same fixed batches, with no
-city (records without ``city``, the release's shape).
+prompts (replayed, no call). :meth:`ReferenceabilityAuditor.audit` of a single site (used alone, outside
+the crawl) rates that site's candidates with the same fixed batches, with no city (records without
+``city``, the release's shape).
 """
 
 from __future__ import annotations
@@ -507,14 +507,14 @@ class ReferenceabilityAuditor:
             if d is None:
                 missing.append(c)
                 continue
-            out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
-                                     **d, "ts": ts}, city))
+            out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model,
+                                     "auditor": self.settings.model, **d, "ts": ts}, city))
         if missing:
             if len(batch) == 1:
                 c = batch[0]
-                out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
-                                         "sensitive": None, "why": "", "ts": ts, "error": "unparseable answer",
-                                         "raw": (text or "")[:500]}, city))
+                out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model,
+                                         "auditor": self.settings.model, "sensitive": None, "why": "", "ts": ts,
+                                         "error": "unparseable answer", "raw": (text or "")[:500]}, city))
             else:
                 await self._log_new(self.sensitive, out)  # kept if a re-ask below is abandoned or fails (see _rate)
                 self.splits += 1

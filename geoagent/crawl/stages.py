@@ -495,8 +495,9 @@ class ReferenceabilityAuditorStage(_CrawlStage):
     city never pay twice). The step is logged to ``crawl_decisions.jsonl`` (``event = "ref_city_rating"``)
     and recorded in ``ref_cities/<city>.json``; later sites of the city find their candidates decided and
     send no rating call. Ratings are kept per city (decisions' ``city``): a candidate also near another
-    city's sites is rated for each city, so no city's calls depend on which city finished first. A site not listed by its city's sampling record (or requeued after its city was
-    rated without it) is rated alone, with the same fixed batches over its own candidates.
+    city's sites is rated for each city, so no city's calls depend on which city finished first. A site
+    not listed by its city's sampling record (or requeued after its city was rated without it) is rated
+    alone, with the same fixed batches over its own candidates (reusing its city's ratings).
     """
 
     name = C.STAGE_REF_AUDITOR
