@@ -194,7 +194,7 @@ def test_append_after_a_torn_line_keeps_every_new_decision(tmp_path):
     asyncio.run(_auditor(tmp_path, ScriptedProvider(), batch_size=2).audit("s2", more))
     reloaded = ReferenceabilityAuditor(ScriptedProvider(), ReferenceabilitySettings(model="aud-1"), tmp_path).decisions
     want = {c.qid for c in _cands(4)} | {c.qid for c in more}
-    assert {q for (_, q) in reloaded.records} == want
+    assert {k[1] for k in reloaded.records} == want  # keys (model, qid, city)
     good = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.startswith('{"qid":"')]
     assert sorted(d["qid"] for d in good) == sorted(want)  # each record on its own line, none duplicated
     # a restart with nothing to append leaves the file as it is

@@ -9,11 +9,11 @@ use it to say where they are, not fame), ``zh``/``en`` canonical names and a sho
 cannot be read is never guessed at: the batch is split in halves and each half retried, down to single
 candidates, which are then recorded as failed. Every decision is appended to ``audit_decisions.jsonl``
 (the release's record shape) and every verbatim answer, with the QIDs it was about, to
-``audit_raw_answers.jsonl``; decisions already logged for the same auditor model are reused, so a
-restart re-asks nothing. A separate, deliberately narrow screening pass (``prompts/crawl_sensitive.txt``)
-writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate whose pageview tier (tertiles
-within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to a human review queue
-(``audit_review_queue.jsonl``), never to an automatic override (Sec. 3.3, constraint 3).
+``audit_raw_answers.jsonl``; decisions already logged for the same auditor model (and city, below) are
+reused, so a restart re-asks nothing. A separate, deliberately narrow screening pass
+(``prompts/crawl_sensitive.txt``) writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate
+whose pageview tier (tertiles within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to
+a human review queue (``audit_review_queue.jsonl``), never to an automatic override (Sec. 3.3, constraint 3).
 
 Reproducible calls. The prompts, the number of calls and their request keys must not depend on the order
 in which sites reach the auditor (async workers), or a re-run of the same config and seed would ask other
@@ -27,11 +27,22 @@ rated (and paid) once, in a batch that is the same whichever site came first. Cr
 same calls: every verbatim answer is logged with its request key before it is parsed, and a request whose
 key is already in ``audit_raw_answers.jsonl`` is answered from there (no call, no spend), so a re-run after
 a kill replays the stored answers through the same split-and-retry path and sends exactly the calls the
-uninterrupted run would have sent. Limit: a candidate also near another city's sites (cities closer than
-about 2 x 6 km + 3 km) is rated by whichever of the two cities is rated first, and the other city's batch
-then leaves it out; that city's batch composition depends on the order of the two cities (the paper's
-cities are far apart). :meth:`ReferenceabilityAuditor.audit` of a single site (used alone, outside the
-crawl) rates that site's candidates with the same fixed batches.
+uninterrupted run would have sent. The log is not held in memory (:class:`RawAnswerLog`: an index of
+request key -> byte offset, the answer read when replayed), so a crawl of hundreds of cities can replay it.
+
+Candidates shared by cities. A Wikidata place within 6 km of sites of two cities (cities closer than
+about 2 x 6 km + 3 km), or found by both cities' queries, is rated once FOR EACH city: decisions are kept
+per (auditor model, QID, city), with the city key in the record's ``city`` field, and a city's fixed
+batches always hold all of its candidates, whatever other cities rated before. So a city's prompts,
+request keys and ratings depend only on its own candidates (each shown with its distance to that city's
+nearest site, as the prompt asks for the distance from the reference point), never on the order in which
+cities finish; the price is one extra rating of each shared candidate per further city (the paper's
+cities are far apart, so it is rare). A shared candidate may thus carry a different rating in each city;
+each city's sites and ladders use their own city's. Decisions logged without a city (a log of an older
+version) are not reused for a city; a city re-derives its own from the logged answers of its unchanged
+prompts (replayed, no call). :meth:`ReferenceabilityAuditor.audit` of a single site (used alone, outside
+the crawl) rates that site's candidates with the same fixed batches, with no city (records without
+``city``, the release's shape).
 """
 
 from __future__ import annotations
@@ -218,7 +229,11 @@ def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | 
 
 
 class JsonlLog:
-    """Append-only JSONL file of decisions keyed by (model, qid); the last record of a key wins on load.
+    """Append-only JSONL file of decisions keyed by (model, qid, city); the last record of a key wins on load.
+
+    ``city`` is the record's ``city`` field (the crawl's city key a rating was made for, module docstring),
+    None for a record without one (a site audited alone, or a log written before ratings were kept per
+    city).
 
     Appends are serialised by an asyncio lock and fsynced per batch, so a crash loses at most the batch
     being written and never corrupts earlier lines (a torn last line is skipped on load, and the next
@@ -228,7 +243,7 @@ class JsonlLog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = asyncio.Lock()
-        self.records: dict[tuple[str, str], dict[str, Any]] = {}
+        self.records: dict[tuple[str, str, str | None], dict[str, Any]] = {}
         if self.path.is_file():
             with self.path.open("rb") as f:
                 for line in f:
@@ -237,10 +252,16 @@ class JsonlLog:
                     except orjson.JSONDecodeError:
                         continue
                     if isinstance(rec, dict) and "qid" in rec and "model" in rec:
-                        self.records[(str(rec["model"]), str(rec["qid"]))] = rec
+                        self.records[self._key(rec)] = rec
 
-    def get(self, model: str, qid: str) -> dict[str, Any] | None:
-        return self.records.get((model, qid))
+    @staticmethod
+    def _key(rec: Mapping[str, Any]) -> tuple[str, str, str | None]:
+        city = rec.get("city")
+        return (str(rec["model"]), str(rec["qid"]), None if city is None else str(city))
+
+    def get(self, model: str, qid: str, city: str | None = None) -> dict[str, Any] | None:
+        """The record of (``model``, ``qid``) made for ``city`` (None: the record without a city)."""
+        return self.records.get((model, qid, city))
 
     async def append(self, recs: Sequence[dict[str, Any]]) -> None:
         if not recs:
@@ -248,7 +269,92 @@ class JsonlLog:
         async with self._lock:
             append_jsonl(self.path, recs)
             for r in recs:
-                self.records[(str(r["model"]), str(r["qid"]))] = r
+                self.records[self._key(r)] = r
+
+
+class RawAnswerLog:
+    """``audit_raw_answers.jsonl``: every verbatim auditor answer, found again by its request key.
+
+    The file grows with every call of a crawl (hundreds of cities: tens of thousands of answers), so it
+    is never held in memory: one streaming pass builds an index request key -> byte offset of the line
+    that holds its answer (the first line of a key wins; lines without a key, written before keys were
+    logged, and a torn last line from a crash are skipped), and :meth:`get` reads that one line when an
+    answer is replayed. Appends go through :func:`geoagent.files.append_jsonl` (fsynced; a torn last line
+    is never continued) and add their own offset, so the index stays exact without a second pass.
+
+    Parameters
+    ----------
+    path : path
+        The log file (need not exist yet).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._offsets: dict[str, int] | None = None  # built on first use
+
+    @staticmethod
+    def _read(line: bytes) -> tuple[str, str] | None:
+        """(request key, answer) of one log line; None for a line that is torn, not a record, or keyless."""
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        if isinstance(rec, dict) and isinstance(rec.get("key"), str) and isinstance(rec.get("raw"), str):
+            return rec["key"], rec["raw"]
+        return None
+
+    def _scan(self) -> dict[str, int]:
+        offsets: dict[str, int] = {}
+        if self.path.is_file():
+            with self.path.open("rb") as f:
+                pos = 0
+                for line in f:  # one line in memory at a time
+                    got = self._read(line)
+                    if got is not None:
+                        offsets.setdefault(got[0], pos)
+                    pos += len(line)
+        return offsets
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """Request key -> byte offset (from the start of the file) of the line holding its answer."""
+        if self._offsets is None:
+            self._offsets = self._scan()
+        return self._offsets
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def get(self, key: str) -> str | None:
+        """The logged answer of request ``key`` (read from its line), or None when none is logged.
+
+        If the line at the indexed offset no longer holds that key (the file was replaced behind the
+        auditor's back), the index is rebuilt once and the key looked up again."""
+        for attempt in range(2):
+            off = self.offsets.get(key)
+            if off is None:
+                return None
+            try:
+                with self.path.open("rb") as f:
+                    f.seek(off)
+                    got = self._read(f.readline())
+            except OSError:
+                got = None
+            if got is not None and got[0] == key:
+                return got[1]
+            self._offsets = None if attempt == 0 else {k: v for k, v in self.offsets.items() if k != key}
+        return None
+
+    def append(self, rec: dict[str, Any]) -> None:
+        """Append one record (with a string ``key``) and index its line. Callers serialise appends (the
+        offset is the file's end after the write minus the record's line)."""
+        line = orjson.dumps(rec) + b"\n"
+        append_jsonl(self.path, [rec])
+        offsets = self.offsets  # built (from the file as it is now) before the new offset goes in
+        offsets.setdefault(str(rec["key"]), self.path.stat().st_size - len(line))
 
 
 def pageview_tiers(views: dict[str, int]) -> dict[str, str]:
@@ -295,6 +401,8 @@ class ReferenceabilityAuditor:
         self.sensitive = sensitive or JsonlLog(self.state_dir / C.AUDIT_SENSITIVE_FILE)
         self.review = JsonlLog(self.state_dir / REVIEW_QUEUE_FILE)
         self.raw_path = self.state_dir / RAW_ANSWERS_FILE
+        #: the logged answers, indexed by request key (offsets only: answers are read when replayed)
+        self.raw = RawAnswerLog(self.raw_path)
         self._raw_lock = asyncio.Lock()
         self.pageviews = pageviews
         self.ref_template = load_prompt("crawl_referenceability.txt")
@@ -303,7 +411,6 @@ class ReferenceabilityAuditor:
         self.calls = 0
         self.replayed = 0
         self.splits = 0
-        self._answers: dict[str, str] | None = None  # request key -> verbatim answer, loaded on first use
         self._generate = generate or provider.generate
         self._kind, self._model_id = request_model or (settings.provider, settings.model)
 
@@ -315,24 +422,6 @@ class ReferenceabilityAuditor:
         return ModelRequest(provider=self._kind, model=self._model_id, prompt=prompt,
                             params={"max_output_tokens": self.settings.max_output_tokens, "temperature": self.settings.temperature},
                             meta={"task": task})
-
-    def stored_answers(self) -> dict[str, str]:
-        """Request key -> verbatim answer of every call logged in ``audit_raw_answers.jsonl`` with its key
-        (the first answer of a key wins; lines without a key, written before keys were logged, and a torn
-        last line are skipped)."""
-        if self._answers is None:
-            answers: dict[str, str] = {}
-            if self.raw_path.is_file():
-                with self.raw_path.open("rb") as f:
-                    for line in f:
-                        try:
-                            rec = orjson.loads(line)
-                        except orjson.JSONDecodeError:
-                            continue
-                        if isinstance(rec, dict) and isinstance(rec.get("key"), str) and isinstance(rec.get("raw"), str):
-                            answers.setdefault(rec["key"], rec["raw"])
-            self._answers = answers
-        return self._answers
 
     def _ref_prompt(self, batch: Sequence[RefCandidate]) -> str:
         return self.ref_template.replace("{candidates}", render_candidates(batch))
@@ -347,28 +436,34 @@ class ReferenceabilityAuditor:
         spend; counted in ``replayed``): a re-run after a crash takes the same path as the first run."""
         req = self._request(prompt, task)
         key = req.key()
-        answers = self.stored_answers()
-        if key in answers:
+        stored = self.raw.get(key)
+        if stored is not None:
             self.replayed += 1
-            return answers[key]
+            return stored
         self.calls += 1
         resp = await self._generate(req)
         text = resp.text if isinstance(resp.text, str) else ""
         rec = {"task": task, "model": self.settings.model, "key": key, "qids": [c.qid for c in batch], "raw": text,
                "ts": time.time()}
         async with self._raw_lock:
-            append_jsonl(self.raw_path, [rec])
-            answers.setdefault(key, text)
+            self.raw.append(rec)
         return text
 
     @staticmethod
     async def _log_new(log: JsonlLog, recs: Sequence[dict[str, Any]]) -> None:
-        """Append the records whose (model, qid) has no record yet (a replayed answer re-derives decisions
-        that the crashed run may already have logged)."""
-        await log.append([r for r in recs if log.get(str(r["model"]), str(r["qid"])) is None])
+        """Append the records whose (model, qid, city) has no record yet (a replayed answer re-derives
+        decisions that the crashed run may already have logged)."""
+        await log.append([r for r in recs if log.get(str(r["model"]), str(r["qid"]), r.get("city")) is None])
 
-    async def _rate(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
-        """Decisions for ``batch``; unparseable output -> split in halves and retry; single failures logged.
+    @staticmethod
+    def _scoped(rec: dict[str, Any], city: str | None) -> dict[str, Any]:
+        """``rec`` with the city it was made for as its last key (records without a city keep the
+        release's shape)."""
+        return rec if city is None else {**rec, "city": city}
+
+    async def _rate(self, batch: list[RefCandidate], city: str | None = None) -> list[dict[str, Any]]:
+        """Decisions for ``batch`` (made for ``city``, see :meth:`rate_all`); unparseable output -> split in
+        halves and retry; single failures logged.
 
         Every answer's decisions are appended to the decision log as soon as it is parsed (before any
         re-ask), so a stop or failure between the calls of a split loses no paid answer."""
@@ -382,13 +477,13 @@ class ReferenceabilityAuditor:
             if d is None:
                 missing.append(c)
                 continue
-            out.append({"qid": c.qid, "label": c.label, "model": self.settings.model, **d, "ts": ts})
+            out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, **d, "ts": ts}, city))
         if missing:
             if len(batch) == 1:
                 c = batch[0]
-                out.append({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": None, "familiarity": None,
-                            "name_zh": None, "name_en": None, "why": "", "ts": ts,
-                            "error": "unparseable answer", "raw": (text or "")[:500]})
+                out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": None,
+                                         "familiarity": None, "name_zh": None, "name_en": None, "why": "", "ts": ts,
+                                         "error": "unparseable answer", "raw": (text or "")[:500]}, city))
             else:
                 # log what this paid answer settled before asking again: a stop (Abandoned) or a failure of
                 # the re-asks must not lose it, or the next run pays for the same prompt again
@@ -397,12 +492,12 @@ class ReferenceabilityAuditor:
                 half = (len(missing) + 1) // 2
                 for part in (missing[:half], missing[half:]):
                     if part:
-                        out.extend(await self._rate(part))
+                        out.extend(await self._rate(part, city))
                 return out
         await self._log_new(self.decisions, out)
         return out
 
-    async def _screen(self, batch: list[RefCandidate]) -> list[dict[str, Any]]:
+    async def _screen(self, batch: list[RefCandidate], city: str | None = None) -> list[dict[str, Any]]:
         text = await self._ask(self._sens_prompt(batch), "crawl_sensitive", batch)
         parsed = parse_sensitive_batch(text, len(batch)) or {}
         ts = time.time()
@@ -412,19 +507,21 @@ class ReferenceabilityAuditor:
             if d is None:
                 missing.append(c)
                 continue
-            out.append({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model, **d, "ts": ts})
+            out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model,
+                                     "auditor": self.settings.model, **d, "ts": ts}, city))
         if missing:
             if len(batch) == 1:
                 c = batch[0]
-                out.append({"qid": c.qid, "label": c.label, "model": self.sens_model, "auditor": self.settings.model,
-                            "sensitive": None, "why": "", "ts": ts, "error": "unparseable answer", "raw": (text or "")[:500]})
+                out.append(self._scoped({"qid": c.qid, "label": c.label, "model": self.sens_model,
+                                         "auditor": self.settings.model, "sensitive": None, "why": "", "ts": ts,
+                                         "error": "unparseable answer", "raw": (text or "")[:500]}, city))
             else:
                 await self._log_new(self.sensitive, out)  # kept if a re-ask below is abandoned or fails (see _rate)
                 self.splits += 1
                 half = (len(missing) + 1) // 2
                 for part in (missing[:half], missing[half:]):
                     if part:
-                        out.extend(await self._screen(part))
+                        out.extend(await self._screen(part, city))
                 return out
         await self._log_new(self.sensitive, out)
         return out
@@ -432,16 +529,29 @@ class ReferenceabilityAuditor:
     def _ask_whole(self, batch: Sequence[RefCandidate], todo: Sequence[RefCandidate], prompt: Any, task: str) -> bool:
         """Whether ``batch`` is asked whole: nothing in it is decided yet, or the answer to the whole batch
         is logged (a crash inside its split-and-retry: replaying it re-creates the same re-asks)."""
-        return len(todo) == len(batch) or self._request(prompt(batch), task).key() in self.stored_answers()
+        return len(todo) == len(batch) or self._request(prompt(batch), task).key() in self.raw
 
-    async def rate_all(self, candidates: Sequence[RefCandidate]) -> dict[str, int]:
-        """Rate (and, with ``sensitive_screen``, screen) every candidate that has no logged decision, in the
-        fixed batches of :func:`fixed_batches` over ``candidates`` in the given order (module docstring).
+    async def rate_all(self, candidates: Sequence[RefCandidate], *, city: str | None = None) -> dict[str, int]:
+        """Rate (and, with ``sensitive_screen``, screen) every candidate that has no logged decision for
+        ``city``, in the fixed batches of :func:`fixed_batches` over ``candidates`` in the given order
+        (module docstring).
+
+        Decisions are made and looked up per ``city`` (the crawl's city key; None for candidates rated
+        outside a city): a candidate another city already rated counts as undecided here, so a city's
+        batches never depend on what other cities did before it.
 
         A batch whose candidates are all decided is skipped. A batch with some decided: when the answer to
         the whole batch is stored (a re-run after a crash in its split-and-retry), the whole batch is asked
-        again and replayed, so the re-asks are the same as in the uninterrupted run; otherwise (decided by
-        another city, or by an older version) only its undecided candidates are asked, together.
+        again and replayed, so the re-asks are the same as in the uninterrupted run; otherwise (a site
+        rated alone after its city, or a log of an older version) only its undecided candidates are asked,
+        together.
+
+        Parameters
+        ----------
+        candidates : sequence of RefCandidate
+            In rating order (the crawl: :func:`merge_site_candidates` of one city).
+        city : str, optional
+            The city the ratings are made for; stored as the decisions' ``city`` field (none when None).
 
         Returns
         -------
@@ -458,22 +568,25 @@ class ReferenceabilityAuditor:
         batches = fixed_batches(candidates, self.settings.batch_size)
         asked = 0
         for batch in batches:
-            todo = [c for c in batch if self.decisions.get(self.settings.model, c.qid) is None]
+            todo = [c for c in batch if self.decisions.get(self.settings.model, c.qid, city) is None]
             if todo:
                 asked += 1
-                await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability") else todo)
+                await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability") else todo,
+                                 city)
         if self.settings.sensitive_screen:
             for batch in batches:
-                todo = [c for c in batch if self.sensitive.get(self.sens_model, c.qid) is None]
+                todo = [c for c in batch if self.sensitive.get(self.sens_model, c.qid, city) is None]
                 if todo:
-                    await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo)
+                    await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo,
+                                       city)
         return {"batches": len(batches), "asked": asked, "calls": self.calls - calls0, "replayed": self.replayed - replayed0}
 
-    async def audit(self, site: str, candidates: Sequence[RefCandidate]) -> list[RatedCandidate]:
-        """Rate (and screen) ``candidates`` of ``site`` (:meth:`rate_all`: nothing is asked for candidates
-        already decided, e.g. by the crawl's per-city rating); returns one :class:`RatedCandidate` per
-        candidate (failed ratings come back with ``familiarity=None`` and are dropped by the ladder builder)."""
-        await self.rate_all(candidates)
+    async def audit(self, site: str, candidates: Sequence[RefCandidate], *, city: str | None = None) -> list[RatedCandidate]:
+        """Rate (and screen) ``candidates`` of ``site`` for ``city`` (:meth:`rate_all`: nothing is asked for
+        candidates already decided for that city, e.g. by the crawl's per-city rating); returns one
+        :class:`RatedCandidate` per candidate, carrying the decision made for ``city`` (failed ratings come
+        back with ``familiarity=None`` and are dropped by the ladder builder)."""
+        await self.rate_all(candidates, city=city)
         views: dict[str, int] = {}
         if self.settings.pageviews and self.pageviews is not None:
             for c in candidates:
@@ -482,8 +595,8 @@ class ReferenceabilityAuditor:
                     views[c.qid] = tot.views
         rated = []
         for c in candidates:
-            d = self.decisions.get(self.settings.model, c.qid) or {}
-            s = self.sensitive.get(self.sens_model, c.qid) or {}
+            d = self.decisions.get(self.settings.model, c.qid, city) or {}
+            s = self.sensitive.get(self.sens_model, c.qid, city) or {}
             rated.append(RatedCandidate(
                 qid=c.qid, label_raw=c.label, dist_km=c.dist_km, familiarity=d.get("familiarity"),
                 ok=bool(d.get("ok")), name_en=d.get("name_en"), name_zh=d.get("name_zh"),

@@ -494,8 +494,10 @@ class ReferenceabilityAuditorStage(_CrawlStage):
     rated in fixed batches under one lock (a site waits for its city's ratings; concurrent sites of one
     city never pay twice). The step is logged to ``crawl_decisions.jsonl`` (``event = "ref_city_rating"``)
     and recorded in ``ref_cities/<city>.json``; later sites of the city find their candidates decided and
-    send no rating call. A site not listed by its city's sampling record (or requeued after its city was
-    rated without it) is rated alone, with the same fixed batches over its own candidates.
+    send no rating call. Ratings are kept per city (decisions' ``city``): a candidate also near another
+    city's sites is rated for each city, so no city's calls depend on which city finished first. A site
+    not listed by its city's sampling record (or requeued after its city was rated without it) is rated
+    alone, with the same fixed batches over its own candidates (reusing its city's ratings).
     """
 
     name = C.STAGE_REF_AUDITOR
@@ -510,7 +512,8 @@ class ReferenceabilityAuditorStage(_CrawlStage):
         out = svc.state_dir / "rated" / f"{sid}.json"
         if _load(out) is None:
             cands = await self._rate_city_of(svc, site, sid)
-            rated = await svc.ref_auditor.audit(sid, cands)  # all decided by now: no rating call
+            # all decided for the site's city by now: no rating call
+            rated = await svc.ref_auditor.audit(sid, cands, city=_rating_city(site))
             coords = {c.qid: (c.lat, c.lon) for c in cands}
             _dump(out, {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
                         "coords": {q: list(v) for q, v in coords.items()},
@@ -593,7 +596,7 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                     left_out[s_id] = str(e)[:300]
             merged = merge_site_candidates(per_site)
             aud = svc.ref_auditor
-            stats = await aud.rate_all(merged)
+            stats = await aud.rate_all(merged, city=_rating_city(site))
             rec = {"event": "ref_city_rating", "city": site.get("city") if key else None, "site": sid, "sites": sorted(per_site),
                    "left_out": left_out, "n_candidates": len(merged),
                    "n_shared": sum(len(v) for v in per_site.values()) - len(merged),
@@ -604,9 +607,19 @@ class ReferenceabilityAuditorStage(_CrawlStage):
             return per_site[sid]
 
 
+def _rating_city(site: dict[str, Any]) -> str | None:
+    """The city key a site's candidates are rated for (the decisions' ``city``; None when the site's city
+    name has no letters or digits): every site of a city, also one rated alone, reads its city's ratings."""
+    try:
+        return city_key(str(site.get("city", "")))
+    except ValueError:
+        return None
+
+
 def write_candidate_referenceability(state_dir: Path) -> Path:
     """``candidate_referenceability.csv`` (qid, sitelinks, familiarity) over every rated candidate of every
-    site, one row per QID, sorted by QID (the release's table; input of
+    site, one row per QID, sorted by QID (a QID rated for several cities: the rating stored by the last site
+    in file-name order, so the table depends only on the rated sites; the release's table; input of
     :func:`geoagent.crawl.referenceability.sitelink_band_share`)."""
     from geoagent.crawl.referenceability import CANDIDATE_REF_COLUMNS
 
