@@ -705,7 +705,11 @@ async def run_crawl(settings: CrawlSettings, *, campaign: str, queues_root: str 
     """Run the whole crawl pipeline over ``settings.cities`` (burst: until done; ``burst=False`` keeps
     polling for new cities, e.g. with :func:`watch_config_cities`); returns the runtime's ``PipelineRun``.
     Resumable: re-running picks up from the queues and the stored results. Pass ``services`` (from
-    :func:`build_crawl_services`) to read :meth:`CrawlServices.api_stats` for ``status`` while it runs."""
+    :func:`build_crawl_services`) to read :meth:`CrawlServices.api_stats` for ``status`` while it runs.
+
+    The stages' context carries the services' HTTP client as ``http`` (as under the campaign engine), so a
+    stop request ends the retries of requests in flight (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`:
+    their tasks go back to the queue untouched)."""
     from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 
     svc = services or build_crawl_services(settings, http, state_dir=state_dir, images_root=images_root,
@@ -714,7 +718,9 @@ async def run_crawl(settings: CrawlSettings, *, campaign: str, queues_root: str 
     queues = open_edge_queues(queues_root, campaign, stages)
     try:
         await enqueue_cities(queues[C.EDGE_CITIES], settings.cities)
-        ctx = StageContext(campaign, {"crawl": svc, "config": settings})
+        # the shared client as the "http" service, as the campaign engine gives it: a stop request (Ctrl-C,
+        # SIGTERM) reaches HttpClient.stop_retries through it, so no request backs off and retries after it
+        ctx = StageContext(campaign, {"crawl": svc, "config": settings, "http": svc.http})
         return await run_pipeline(campaign, stages, queues, ctx, burst=burst, handle_signals=handle_signals, tick=tick)
     finally:
         for q in queues.values():
