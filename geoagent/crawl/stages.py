@@ -290,6 +290,33 @@ class _CrawlStage(Stage):
         if self._crawl_svc is not None:
             self._crawl_svc.stopping = True
 
+    def unreachable_hint(self, host: str) -> str | None:
+        """The config key whose URL names ``host`` (:func:`crawl_host_hint`), for the stop line of the
+        runner's unreachable-host breaker; None before the stage started or for a host no key names."""
+        return crawl_host_hint(self._crawl_svc, host) if self._crawl_svc is not None else None
+
+
+def crawl_host_hint(svc: CrawlServices, host: str) -> str | None:
+    """What to check when ``host`` (``"hostname:port"`` or ``"hostname"``) cannot be reached: the
+    ``[crawl.endpoints]`` key(s) whose URL names it (``overpass``, ``overpass_mirrors``, ``wdqs``,
+    ``pageviews``, ``mapillary``), the Mapillary thumbnail URLs for a thumbnail CDN host, or the
+    ``[[models]]`` entry whose ``base_url`` names an auditor's host; None for any other host."""
+    from geoagent.runtime.http import host_key
+
+    ep = svc.settings.endpoints
+    urls = [("overpass", ep.overpass)] + [("overpass_mirrors", m) for m in ep.overpass_mirrors] + [
+        ("wdqs", ep.wdqs), ("pageviews", ep.pageviews), ("mapillary", ep.mapillary)]
+    keys = list(dict.fromkeys(k for k, url in urls if url and host_key(url) == host))
+    if keys:
+        return f"[crawl.endpoints] {' / '.join(keys)}"
+    if host in getattr(svc.mapillary, "thumb_hosts", ()):
+        return (f"the thumbnail URLs the Mapillary API ([crawl.endpoints] mapillary) returned in "
+                f"{svc.settings.fetcher.thumb_field} ([crawl.fetcher] thumb_field)")
+    for what, m in (("image_audit", svc.image_model_cfg), ("referenceability", svc.ref_model_cfg)):
+        if m is not None and getattr(m, "host", None) and str(m.host).lower() == host:
+            return f"[[models]] base_url of {m.name!r} (the [crawl.{what}] model)"
+    return None
+
 
 def _permanent(exc: Exception) -> bool:
     # an area still timing out after every spatial split will do so on redelivery too: dead-letter it with
