@@ -86,3 +86,68 @@ def test_stop_ends_the_crawls_retries_and_keeps_the_city_queued(tmp_path):
     assert (counts.ready, counts.leased, counts.done, counts.dead) == (1, 0, 0, 0) and dead == []
     assert [(t.key, t.attempts) for t in leased] == [("city:sandboxcity", 0)]  # released untouched
     assert not (tmp_path / "s" / "screening" / "sandboxcity.json").exists()
+
+
+def test_crawl_stages_with_free_requests_cancel_at_a_stop_paid_ones_keep_the_grace():
+    from geoagent.crawl import stages as st
+
+    # Overpass, WDQS, Mapillary and thumbnail requests are free and every file these stages write is
+    # written atomically (temp + rename), so cancelling them leaves nothing half done
+    assert st.CityScreenerStage.cancel_on_stop and st.SiteSamplerStage.cancel_on_stop
+    assert st.ImageryFetcherStage.cancel_on_stop
+    # the auditors make paid model calls: a call already sent may be billed, so they keep the grace period
+    assert not st.ImageAuditorStage.cancel_on_stop and not st.ReferenceabilityAuditorStage.cancel_on_stop
+
+
+def test_stop_during_a_stalled_overpass_request_cancels_it_and_releases_the_city(tmp_path):
+    world = build_world(0)
+    seen = {"n": 0}
+    state: dict = {}
+
+    async def main():
+        done = asyncio.Event()
+
+        async def stall(request: web.Request) -> web.Response:
+            seen["n"] += 1
+            try:
+                await asyncio.wait_for(done.wait(), 120)  # no answer until the test is over
+            except asyncio.TimeoutError:
+                pass
+            return web.Response(status=503)
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", stall)
+
+        async def tick(view) -> None:
+            if seen["n"] and "t_stop" not in state:  # the request reached the host, which stalls
+                state["t_stop"] = time.monotonic()
+                for r in view.runners:
+                    r.request_stop()
+
+        async with serve_world(world) as sb, serve(app) as stalled_base, \
+                HttpClient(default_policy=HostPolicy(**FAST)) as http:
+            settings = load_crawl_settings({
+                "contact": "mailto:crawl-test@example.org", "seed": 7, "cities": world.cities[:1],
+                "endpoints": {**sb["endpoints"], "overpass": stalled_base + "/api"},
+                "policies": {k: {**FAST, "timeout_s": 120.0} for k in ("overpass", "wdqs", "pageviews", "mapillary",
+                                                                       "thumbnails")},
+            })
+            run = await run_crawl(settings, campaign="crawlstall", queues_root=tmp_path / "q", state_dir=tmp_path / "s",
+                                  images_root=tmp_path / "i", http=http, mapillary_token="MLY|sandbox|token", tick=tick)
+            took = time.monotonic() - state["t_stop"]
+            done.set()
+            q = open_queue(tmp_path / "q", "crawlstall", C.EDGE_CITIES)
+            try:
+                counts, leased = await q.counts(), await q.lease(5, 60.0)
+            finally:
+                await q.close()
+            return run, took, counts, leased
+
+    run, took, counts, leased = asyncio.run(main())
+    assert took < 10.0, took  # cancelled at once, not after the 30 s grace period (margin for a loaded machine)
+    assert seen["n"] == 1
+    screener = next(r for r in run.runners if r.stage.name == C.STAGE_SCREENER)
+    assert screener.stats.released == 1 and screener.stats.failed == 0 and screener.stats.dead == 0
+    assert (counts.ready, counts.leased, counts.done, counts.dead) == (1, 0, 0, 0)
+    assert [(t.key, t.attempts) for t in leased] == [("city:sandboxcity", 0)]  # released untouched
+    assert not (tmp_path / "s" / "screening").exists() or not any((tmp_path / "s" / "screening").iterdir())

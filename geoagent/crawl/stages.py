@@ -19,6 +19,13 @@ Stages find their shared services at ``ctx.services["crawl"]`` (a :class:`CrawlS
 campaign engine, :func:`services_from_context` builds it on first use from the engine's ``config``
 (``[crawl]`` section, ``[[models]]``, ``[hosts]``), ``http``, ``providers``, ``ledger`` and ``state_dir``.
 
+Stopping (Ctrl-C / SIGTERM; :mod:`geoagent.runtime.worker`, "Stopping"): the screener, sampler and fetcher
+make only free requests and write their files atomically, so they set ``cancel_on_stop``: their tasks in
+flight are cancelled at once and released untouched. The two auditors make paid model calls and keep the
+grace period (they send no new call after the stop: :mod:`geoagent.crawl.llmcall`). The context carries the
+shared HTTP client as ``http``, so no request of any stage retries after the stop. A host that cannot be
+reached stops the stage that needs it with a line naming its config key (:func:`crawl_host_hint`).
+
 Note on edge names: ``sites_for_audit`` (described in :mod:`geoagent.constants` as sampler -> referenceability
 auditor) is fed by the image auditor here, which keeps the chain linear for the runner's burst mode.
 """
@@ -331,6 +338,10 @@ class CityScreenerStage(_CrawlStage):
     input_edge = C.EDGE_CITIES
     output_edge = C.EDGE_ADMITTED
     concurrency = 2
+    #: a stop cancels screenings in flight at once (released untouched): Overpass and Mapillary requests are
+    #: free, and the screening record and city_pool.csv are written atomically once the city is screened, so
+    #: a cancelled city leaves nothing half done (Ctrl-C does not wait on a stalled Overpass query or slot)
+    cancel_on_stop = True
 
     def __init__(self) -> None:
         self._watch: asyncio.Task[None] | None = None
@@ -403,6 +414,10 @@ class SiteSamplerStage(_CrawlStage):
     input_edge = C.EDGE_ADMITTED
     output_edge = C.EDGE_SITES
     concurrency = 2
+    #: a stop cancels samplings in flight at once (released untouched): WDQS and Mapillary requests are free
+    #: and the sampling record and sites.csv are written atomically at the end (a WDQS split already logged
+    #: to crawl_decisions.jsonl is logged again when the next run repeats the query)
+    cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)
@@ -434,6 +449,11 @@ class ImageryFetcherStage(_CrawlStage):
     input_edge = C.EDGE_SITES
     output_edge = C.EDGE_IMAGES
     concurrency = 4
+    #: a stop cancels fetches in flight at once (released untouched): Mapillary and thumbnail requests are
+    #: free, and every thumbnail and the site's images.json are written to a temporary file renamed into
+    #: place (:func:`geoagent.crawl.fetcher.fetch_site_images`), so a cancelled site leaves whole images only,
+    #: which the next run reuses without downloading them again
+    cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)
