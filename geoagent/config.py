@@ -9,8 +9,10 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
     [budget]     cap_usd, reserve = "worst_case", input_estimate_factor
     [[models]]   name, provider, model, base_url, api_key_env (the variable NAME, never the key), prices in
                  USD per 1M input/output tokens, max_output_tokens, temperature, concurrency,
-                 rate = {requests, period_s}, sampling_rate, seed, replay = {...}, params = {...}
-    [hosts."api.example.org"]  rate, period_s, concurrency, ... (non-model APIs: Mapillary, Wikidata, ...)
+                 rate = {requests, period_s}, sampling_rate, seed, timeout_s, connect_timeout_s (s),
+                 max_attempts, replay = {...}, params = {...}
+    [hosts."api.example.org"]  rate, period_s, concurrency, timeout_s, connect_timeout_s, ... (non-model APIs:
+                 Mapillary, Wikidata, ...)
     [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s
     [geoverify], [geohint], [crawl], [generic]   task sections: free tables until a task module registers a pydantic
                  model for them with :func:`register_section`; then they are validated like the rest.
@@ -170,6 +172,13 @@ class ReplaySection(_Section):
     usage_field: str = "usage"
 
 
+def _check_connect_timeout(connect_timeout_s: float | None, timeout_s: float) -> None:
+    """``connect_timeout_s`` (when set) must not exceed ``timeout_s`` (the whole attempt's limit), seconds."""
+    if connect_timeout_s is not None and connect_timeout_s > timeout_s:
+        raise ValueError(f"connect_timeout_s <= timeout_s ({timeout_s:g} s: the connect timeout bounds the "
+                         f"connection phase of one attempt), got connect_timeout_s = {connect_timeout_s:g}")
+
+
 class ModelConfig(_Section):
     """One ``[[models]]`` entry: a model reached through one provider."""
 
@@ -187,6 +196,9 @@ class ModelConfig(_Section):
     sampling_rate: float = Field(default=1.0, gt=0, le=1)
     seed: int | None = None
     timeout_s: float = Field(default=120.0, gt=0)
+    #: seconds one attempt may take to open its connection (DNS, TCP, TLS); unset: 10 s, or timeout_s when
+    #: shorter (:attr:`geoagent.runtime.http.HostPolicy.connect_timeout_s`)
+    connect_timeout_s: float | None = Field(default=None, gt=0)
     max_attempts: int = Field(default=5, ge=1)
     replay: ReplaySection = ReplaySection()
     #: extra provider parameters sent with every request (``system``, ``json_mode``, ...); part of the key
@@ -291,6 +303,11 @@ class ModelConfig(_Section):
         return v
 
     @model_validator(mode="after")
+    def _connect_within_timeout(self) -> "ModelConfig":
+        _check_connect_timeout(self.connect_timeout_s, self.timeout_s)
+        return self
+
+    @model_validator(mode="after")
     def _replay_needs_path(self) -> "ModelConfig":
         if self.provider == "replay" and not self.replay.path:
             raise ValueError("replay.path: expected the recorded JSONL file for a replay model")
@@ -347,7 +364,14 @@ class HostSection(_Section):
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=30.0, ge=0)
     timeout_s: float = Field(default=60.0, gt=0)
+    #: seconds one attempt may take to open its connection; unset: 10 s, or timeout_s when shorter
+    connect_timeout_s: float | None = Field(default=None, gt=0)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)  # larger response bodies fail the attempt
+
+    @model_validator(mode="after")
+    def _connect_within_timeout(self) -> "HostSection":
+        _check_connect_timeout(self.connect_timeout_s, self.timeout_s)
+        return self
 
 
 class QueueSection(_Section):
@@ -871,6 +895,7 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
                 max_attempts=m.max_attempts,
                 timeout_s=m.timeout_s,
                 retry_unknown_outcome=not m.paid,
+                **({"connect_timeout_s": m.connect_timeout_s} if m.connect_timeout_s is not None else {}),
             )
     for host, h in cfg.hosts.items():
         out[host] = HostPolicy(
@@ -883,6 +908,7 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             timeout_s=h.timeout_s,
             retry_unknown_outcome=True,
             max_body_bytes=h.max_body_bytes,
+            **({"connect_timeout_s": h.connect_timeout_s} if h.connect_timeout_s is not None else {}),
         )
     return out
 

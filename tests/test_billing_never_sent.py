@@ -123,3 +123,42 @@ def test_call_cancelled_after_its_request_reached_the_host_stays_unknown_spend(t
     # the worst case stays counted: the provider may bill a request it received
     assert amount_nusd > 0 and summary.unknown_usd == pytest.approx(amount_nusd / 1e9)
     assert summary.reserved_usd == 0 and summary.unknown_calls == 1 and summary.released_calls == 0
+
+
+def test_call_whose_connection_never_opens_ends_at_the_connect_timeout_and_releases_the_reservation(tmp_path, monkeypatch):
+    # the model's host never accepts the connection (full accept queue); the model's connect_timeout_s (0.5 s)
+    # ends each attempt long before its timeout_s (30 s); no attempt was sent, so nothing can have been billed
+    from geoagent.runtime.stage import Missing
+
+    monkeypatch.setenv(KEY_VAR, KEY)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    filler = socket.create_connection(srv.getsockname(), timeout=5)
+    base = f"http://127.0.0.1:{srv.getsockname()[1]}"
+    cfg = write_model_config(tmp_path / "c.toml", base, name="noconnect", key_var=KEY_VAR, timeout_s=30.0,
+                             max_attempts=2, extra="connect_timeout_s = 0.5\n")
+
+    async def main():
+        async with HttpClient() as http:
+            rig = await CallerRig(tmp_path, cfg, http).start()
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            with pytest.raises(Missing) as ei:
+                await rig.handle(photo_task(0))
+            took = loop.time() - t0
+            rows = await _wait_for_state(rig, "released")
+            return took, ei.value, rows, await rig.state.ledger.asummary()
+
+    try:
+        took, exc, rows, summary = run(main(), 60)
+        received = _received_bytes(srv)
+    finally:
+        filler.close()
+        srv.close()
+    assert took < 10.0, took  # two 0.5 s connect timeouts (and a short backoff), not 2 x 30 s
+    assert "retries exhausted after 2 attempts" in str(exc) and "timeout" in str(exc)
+    assert received == b""
+    assert len(rows) == 1 and rows[0][1] == "released"
+    assert summary.unknown_usd == 0 and summary.reserved_usd == 0 and summary.spent_usd == 0
+    assert summary.released_calls == 1 and summary.unknown_calls == 0

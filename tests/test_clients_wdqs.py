@@ -294,3 +294,42 @@ def test_no_spatial_split_after_a_stop_request():
     exc, n_splits = asyncio.run(main())
     assert isinstance(exc, Abandoned)
     assert len(st.queries) == 1 and n_splits == 0 and splits == []  # no box query was sent
+
+
+def test_no_further_page_after_a_stop_request():
+    """A stop request while the first page of a many-page area query runs: that page is answered, but no
+    further page is asked for (each is a new query of up to 60 s, past the grace period), and the rows read
+    so far are not returned as if they were the whole answer: ``RetriesStopped`` (an ``Abandoned``), so the
+    crawl stage stores nothing and its task is released untouched."""
+    from aiohttp import web
+
+    from geoagent.runtime.http import RetriesStopped
+    from geoagent.runtime.stage import Abandoned
+
+    ents = _world()
+    app = fake.make_app(ents)
+    st = app[fake.WDQS_STATE]
+    holder: dict = {}
+
+    @web.middleware
+    async def stop_during_first_page(request, handler):
+        if len(st.queries) == 0:
+            holder["http"].stop_retries()  # the stop arrives while the first page is being answered
+        return await handler(request)
+
+    app.middlewares.insert(0, stop_during_first_page)
+
+    async def main():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            holder["http"] = http
+            c = WdqsClient(http, base + "/sparql", UA)
+            with pytest.raises(RetriesStopped) as ei:
+                await c.entities_around(LAT0, LON0, 6.0, page_size=50)
+            with pytest.raises(RetriesStopped):  # nor a first page of a new query
+                await c.site_candidates(LAT0, LON0, 3.0, [MUSEUM], 60)
+            return ei.value
+
+    exc = asyncio.run(main())
+    assert isinstance(exc, Abandoned)
+    assert sum(1 for e in ents if _km(e) <= 6.0) > 100  # the whole answer needs at least 3 pages of 50
+    assert len(st.queries) == 1  # only the page under way at the stop was answered

@@ -45,3 +45,35 @@ def test_unreachable_overpass_stops_the_screener_and_keeps_the_cities_queued(tmp
     line, = screener.unreachable_lines(cities.ready)
     assert line.startswith(f"{screener.stage.name}: host 127.0.0.1:{port} unreachable (connection refused on 5 "
                            "consecutive requests)") and "2 cities left queued" in line
+    assert "check [crawl.endpoints] overpass / the network" in line  # the config key holding the URL
+
+
+def test_each_crawl_host_is_named_by_its_config_key():
+    from geoagent.crawl.stages import CityScreenerStage, SiteSamplerStage, build_crawl_services
+    from geoagent.runtime.stage import StageContext
+
+    endpoints = {"overpass": "http://Ovp.example:8080/api", "overpass_mirrors": ["https://mirror.example/api"],
+                 "wdqs": "https://wdqs.example/sparql", "pageviews": "https://pv.example/api/rest_v1",
+                 "mapillary": "https://graph.example"}
+    settings = _settings(build_world(0), endpoints)
+    svc = build_crawl_services(settings, HttpClient(), state_dir="unused", images_root="unused",
+                               mapillary_token="MLY|sandbox|token")
+    svc.mapillary.thumb_hosts.add("cdn.example")
+
+    async def started(stage):
+        await stage.start(StageContext("hint", {"crawl": svc}))
+        return stage
+
+    sampler = asyncio.run(started(SiteSamplerStage()))
+    assert CityScreenerStage().unreachable_hint("ovp.example:8080") is None  # not started: the generic hint
+    assert sampler.unreachable_hint("ovp.example:8080") == "[crawl.endpoints] overpass"
+    assert sampler.unreachable_hint("mirror.example") == "[crawl.endpoints] overpass_mirrors"
+    assert sampler.unreachable_hint("wdqs.example") == "[crawl.endpoints] wdqs"
+    assert sampler.unreachable_hint("pv.example") == "[crawl.endpoints] pageviews"
+    assert sampler.unreachable_hint("graph.example") == "[crawl.endpoints] mapillary"
+    assert "[crawl.fetcher] thumb_field" in sampler.unreachable_hint("cdn.example")
+    assert sampler.unreachable_hint("elsewhere.example") is None
+    from geoagent.config import ModelConfig
+
+    svc.ref_model_cfg = ModelConfig(name="aud", provider="openai", model="x", base_url="http://LLM.example:9000/v1")
+    assert sampler.unreachable_hint("llm.example:9000") == "[[models]] base_url of 'aud' (the [crawl.referenceability] model)"

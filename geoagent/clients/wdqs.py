@@ -23,7 +23,10 @@ Sources: W3C SPARQL 1.1 Query Results JSON Format; WDQS User Manual ("Query limi
   ``max_split_depth``; rows are merged, de-duplicated (one row per item, coordinate and type, as the
   single query gives them) and put in the single query's order. Past the depth limit
   :class:`WdqsAreaTooDense` names the area. Each split is reported to an ``on_split`` callback (the crawl
-  writes it to its decision log).
+  writes it to its decision log);
+* after a stop request (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`) the area queries ask for no
+  further page, box or split (:class:`~geoagent.runtime.http.RetriesStopped`, an ``Abandoned``: the task is
+  released untouched; a partly paged answer is never returned).
 
 Every binding value in the results is a string (numbers included), and unbound OPTIONAL variables are
 absent from a binding; the parsers below never rely on ``datatype``.
@@ -465,9 +468,24 @@ class WdqsClient:
         return sorted(rows.values(), key=_query_order)
 
     async def _paged(self, make_query: Callable[[int, int], str], page_size: int) -> list[WdEntity]:
+        """Every page of one area query (``make_query(limit, offset)``), until a page comes back short.
+
+        After a stop request (:meth:`HttpClient.stop_retries`) no further page is asked for (nor a first
+        one): the rows of the pages already read are an incomplete answer that must not be stored, and each
+        page is a new query of up to 60 s, past the grace period, for a task cut off anyway.
+
+        Raises
+        ------
+        geoagent.runtime.http.RetriesStopped
+            A stop was requested before a page was sent (an ``Abandoned``: the task is released untouched,
+            nothing of the query is kept; the next run asks it again from the first page).
+        """
         out: list[WdEntity] = []
         offset = 0
         while True:
+            if getattr(self.http, "stopping", False):
+                raise RetriesStopped(self.endpoint, 0, f"stop requested: no WDQS page at offset {offset} "
+                                                       f"({len(out)} rows read so far are dropped)")
             rows = await self.select(make_query(page_size, offset))
             for b in rows:
                 e = entity_from_binding(b)

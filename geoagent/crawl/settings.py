@@ -253,6 +253,16 @@ class CrawlSettings(_Section):
     endpoints: EndpointSettings = EndpointSettings()
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
+    @field_validator("policies")
+    @classmethod
+    def _connect_timeouts(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        # checked at load (other policy keys are checked when the policy is built: host_policy)
+        for api, over in v.items():
+            problem = _connect_timeout_problem(api, over) if isinstance(over, Mapping) else None
+            if problem:
+                raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _auditor_not_evaluated(self) -> "CrawlSettings":
         # Sec. 3.3 constraint 1 (and Sec. 3.2 for the image audit): the auditor must not be an
@@ -302,10 +312,28 @@ class CrawlSettings(_Section):
                 close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise CrawlConfigError(f"[crawl.policies.{api}] {key}: unknown key{hint}; known: {', '.join(sorted(known))}")
+        problem = _connect_timeout_problem(api, self.policies.get(api, {}))
+        if problem:
+            raise CrawlConfigError(problem)
         try:
             return HostPolicy(**base)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise CrawlConfigError(f"[crawl.policies.{api}]: {e}") from None
+
+
+def _connect_timeout_problem(api: str, overrides: Mapping[str, Any]) -> str | None:
+    """Why ``[crawl.policies.<api>] connect_timeout_s`` is invalid (not a number > 0, or above the policy's
+    ``timeout_s``: the override's, else the API's default), or None when it is valid or not set."""
+    if "connect_timeout_s" not in overrides:
+        return None
+    c = overrides["connect_timeout_s"]
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0 or c != c:
+        return f"[crawl.policies.{api}] connect_timeout_s: expected a number of seconds > 0, got {c!r}"
+    total = overrides.get("timeout_s", DEFAULT_POLICIES.get(api, {}).get("timeout_s", HostPolicy().timeout_s))
+    if isinstance(total, (int, float)) and not isinstance(total, bool) and c > total:
+        return (f"[crawl.policies.{api}] connect_timeout_s = {c:g} must not exceed its timeout_s = {total:g} "
+                "(seconds; the connect timeout bounds the connection phase of one attempt)")
+    return None
 
 
 def _format_errors(err: ValidationError, where: str) -> str:

@@ -19,6 +19,13 @@ Stages find their shared services at ``ctx.services["crawl"]`` (a :class:`CrawlS
 campaign engine, :func:`services_from_context` builds it on first use from the engine's ``config``
 (``[crawl]`` section, ``[[models]]``, ``[hosts]``), ``http``, ``providers``, ``ledger`` and ``state_dir``.
 
+Stopping (Ctrl-C / SIGTERM; :mod:`geoagent.runtime.worker`, "Stopping"): the screener, sampler and fetcher
+make only free requests and write their files atomically, so they set ``cancel_on_stop``: their tasks in
+flight are cancelled at once and released untouched. The two auditors make paid model calls and keep the
+grace period (they send no new call after the stop: :mod:`geoagent.crawl.llmcall`). The context carries the
+shared HTTP client as ``http``, so no request of any stage retries after the stop. A host that cannot be
+reached stops the stage that needs it with a line naming its config key (:func:`crawl_host_hint`).
+
 Note on edge names: ``sites_for_audit`` (described in :mod:`geoagent.constants` as sampler -> referenceability
 auditor) is fed by the image auditor here, which keeps the chain linear for the runner's burst mode.
 """
@@ -290,6 +297,33 @@ class _CrawlStage(Stage):
         if self._crawl_svc is not None:
             self._crawl_svc.stopping = True
 
+    def unreachable_hint(self, host: str) -> str | None:
+        """The config key whose URL names ``host`` (:func:`crawl_host_hint`), for the stop line of the
+        runner's unreachable-host breaker; None before the stage started or for a host no key names."""
+        return crawl_host_hint(self._crawl_svc, host) if self._crawl_svc is not None else None
+
+
+def crawl_host_hint(svc: CrawlServices, host: str) -> str | None:
+    """What to check when ``host`` (``"hostname:port"`` or ``"hostname"``) cannot be reached: the
+    ``[crawl.endpoints]`` key(s) whose URL names it (``overpass``, ``overpass_mirrors``, ``wdqs``,
+    ``pageviews``, ``mapillary``), the Mapillary thumbnail URLs for a thumbnail CDN host, or the
+    ``[[models]]`` entry whose ``base_url`` names an auditor's host; None for any other host."""
+    from geoagent.runtime.http import host_key
+
+    ep = svc.settings.endpoints
+    urls = [("overpass", ep.overpass)] + [("overpass_mirrors", m) for m in ep.overpass_mirrors] + [
+        ("wdqs", ep.wdqs), ("pageviews", ep.pageviews), ("mapillary", ep.mapillary)]
+    keys = list(dict.fromkeys(k for k, url in urls if url and host_key(url) == host))
+    if keys:
+        return f"[crawl.endpoints] {' / '.join(keys)}"
+    if host in getattr(svc.mapillary, "thumb_hosts", ()):
+        return (f"the thumbnail URLs the Mapillary API ([crawl.endpoints] mapillary) returned in "
+                f"{svc.settings.fetcher.thumb_field} ([crawl.fetcher] thumb_field)")
+    for what, m in (("image_audit", svc.image_model_cfg), ("referenceability", svc.ref_model_cfg)):
+        if m is not None and getattr(m, "host", None) and str(m.host).lower() == host:
+            return f"[[models]] base_url of {m.name!r} (the [crawl.{what}] model)"
+    return None
+
 
 def _permanent(exc: Exception) -> bool:
     # an area still timing out after every spatial split will do so on redelivery too: dead-letter it with
@@ -304,6 +338,10 @@ class CityScreenerStage(_CrawlStage):
     input_edge = C.EDGE_CITIES
     output_edge = C.EDGE_ADMITTED
     concurrency = 2
+    #: a stop cancels screenings in flight at once (released untouched): Overpass and Mapillary requests are
+    #: free, and the screening record and city_pool.csv are written atomically once the city is screened, so
+    #: a cancelled city leaves nothing half done (Ctrl-C does not wait on a stalled Overpass query or slot)
+    cancel_on_stop = True
 
     def __init__(self) -> None:
         self._watch: asyncio.Task[None] | None = None
@@ -376,6 +414,10 @@ class SiteSamplerStage(_CrawlStage):
     input_edge = C.EDGE_ADMITTED
     output_edge = C.EDGE_SITES
     concurrency = 2
+    #: a stop cancels samplings in flight at once (released untouched): WDQS and Mapillary requests are free
+    #: and the sampling record and sites.csv are written atomically at the end (a WDQS split already logged
+    #: to crawl_decisions.jsonl is logged again when the next run repeats the query)
+    cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)
@@ -407,6 +449,11 @@ class ImageryFetcherStage(_CrawlStage):
     input_edge = C.EDGE_SITES
     output_edge = C.EDGE_IMAGES
     concurrency = 4
+    #: a stop cancels fetches in flight at once (released untouched): Mapillary and thumbnail requests are
+    #: free, and every thumbnail and the site's images.json are written to a temporary file renamed into
+    #: place (:func:`geoagent.crawl.fetcher.fetch_site_images`), so a cancelled site leaves whole images only,
+    #: which the next run reuses without downloading them again
+    cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
         svc = _svc(ctx)
@@ -718,7 +765,11 @@ async def run_crawl(settings: CrawlSettings, *, campaign: str, queues_root: str 
     """Run the whole crawl pipeline over ``settings.cities`` (burst: until done; ``burst=False`` keeps
     polling for new cities, e.g. with :func:`watch_config_cities`); returns the runtime's ``PipelineRun``.
     Resumable: re-running picks up from the queues and the stored results. Pass ``services`` (from
-    :func:`build_crawl_services`) to read :meth:`CrawlServices.api_stats` for ``status`` while it runs."""
+    :func:`build_crawl_services`) to read :meth:`CrawlServices.api_stats` for ``status`` while it runs.
+
+    The stages' context carries the services' HTTP client as ``http`` (as under the campaign engine), so a
+    stop request ends the retries of requests in flight (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`:
+    their tasks go back to the queue untouched)."""
     from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 
     svc = services or build_crawl_services(settings, http, state_dir=state_dir, images_root=images_root,
@@ -727,7 +778,9 @@ async def run_crawl(settings: CrawlSettings, *, campaign: str, queues_root: str 
     queues = open_edge_queues(queues_root, campaign, stages)
     try:
         await enqueue_cities(queues[C.EDGE_CITIES], settings.cities)
-        ctx = StageContext(campaign, {"crawl": svc, "config": settings})
+        # the shared client as the "http" service, as the campaign engine gives it: a stop request (Ctrl-C,
+        # SIGTERM) reaches HttpClient.stop_retries through it, so no request backs off and retries after it
+        ctx = StageContext(campaign, {"crawl": svc, "config": settings, "http": svc.http})
         return await run_pipeline(campaign, stages, queues, ctx, burst=burst, handle_signals=handle_signals, tick=tick)
     finally:
         for q in queues.values():

@@ -31,6 +31,8 @@ Implementation notes (see :class:`HttpClient` for the full contract):
   it raises :class:`RetriesStopped` unsent, so the hook's caller closes what the hook opened). Other first
   attempts are not affected: whether a new request may still start is its caller's decision (the model
   caller's send gate refuses it at a stop).
+* each attempt's connection must open within the policy's ``connect_timeout_s`` (default 10 s, at most
+  ``timeout_s``), so a black-holed host fails an attempt in seconds, not after the whole ``timeout_s``;
 * a request whose last attempt failed before reaching the host (connection refused, DNS failure, connect
   timeout) raises :class:`RetriesExhausted` with ``unreachable`` True; :meth:`HttpClient.unreachable_streak`
   counts such requests per host until one reaches it (the stage runner's unreachable-host breaker).
@@ -115,6 +117,12 @@ class OutcomeUnknown(HttpError):
         super().__init__(f"outcome unknown for {url}: {detail}")
 
 
+#: default :attr:`HostPolicy.connect_timeout_s` (seconds): a reachable host opens a connection in well under a
+#: second, a slow TLS handshake across the world in a few; 10 s keeps a black-holed host from holding each
+#: attempt for the whole ``timeout_s`` (120 s by default) before it counts as unreachable
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class HostPolicy:
     """Limits and retry policy for one host.
@@ -133,6 +141,14 @@ class HostPolicy:
         Exponential backoff with full jitter between retries, in seconds.
     timeout_s : float
         Total timeout of one attempt in seconds.
+    connect_timeout_s : float
+        Longest time one attempt may take to open its connection (DNS lookup, TCP connect, TLS handshake),
+        in seconds; at most ``timeout_s`` applies (the shorter of the two). Default
+        :data:`DEFAULT_CONNECT_TIMEOUT_S`: a host that never answers the connection (a black hole, a full
+        accept queue) fails the attempt after it instead of after the whole ``timeout_s``. Nothing of the
+        request was sent then: such a failure counts toward the host's unreachable streak
+        (:meth:`HttpClient.unreachable_streak`), and a request that ends so was never sent
+        (:func:`never_sent`; no attempt may have been billed: ``possibly_billed`` 0). Must be > 0.
     retry_unknown_outcome : bool
         Whether a connection dropped after sending may be retried (True for free GET APIs, False for paid
         model endpoints, where it raises OutcomeUnknown instead).
@@ -152,6 +168,18 @@ class HostPolicy:
     timeout_s: float = 120.0
     retry_unknown_outcome: bool = True
     max_body_bytes: int = 64 * 1024 * 1024
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        c = self.connect_timeout_s
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
+            raise ValueError(f"connect_timeout_s must be a number of seconds > 0, got {c!r}")
+
+    @property
+    def connect_timeout_applied_s(self) -> float:
+        """The connect timeout one attempt gets, in seconds: ``min(connect_timeout_s, timeout_s)``."""
+        return min(float(self.connect_timeout_s), float(self.timeout_s))
+
 
 
 @dataclass(slots=True)
@@ -1005,7 +1033,8 @@ class HttpClient:
                     params=params,
                     data=data,
                     headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=pol.timeout_s),
+                    # connect: DNS, TCP and TLS of a new connection (a failure there sends nothing)
+                    timeout=aiohttp.ClientTimeout(total=pol.timeout_s, connect=pol.connect_timeout_applied_s),
                     trace_request_ctx=ctx,
                 ) as r:
                     body = await _read_body(r, pol.max_body_bytes)
