@@ -1158,6 +1158,44 @@ def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, An
     return estimate_input_tokens(text, has_image, image_tokens=img)
 
 
+def _header_size_px(fp: Any) -> tuple[int, int] | None:
+    """(width, height) in px from an image file's header (Pillow), or None when it cannot be read.
+
+    Pillow refuses to open images above its decompression-bomb limit (``Image.MAX_IMAGE_PIXELS`` x 2, about
+    179 megapixels: ``DecompressionBombError``; a warning above the limit itself), but a provider still bills
+    such an image by its size (e.g. gpt-4o-mini: a 20000 x 10000 PNG is scaled to 1536 x 768, 6 tiles); only
+    the header is read here, never the pixels, so the size is read without that check (the format plugins
+    Pillow's ``Image.open`` itself tries, in its order).
+    """
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(fp) as img:
+                return img.size
+    except Image.DecompressionBombError:
+        pass
+    except Exception:
+        return None
+    Image.init()
+    for fmt in Image.ID:
+        factory, accept = Image.OPEN[fmt]
+        fp.seek(0)
+        prefix = fp.read(16)
+        if accept is not None and not accept(prefix):
+            continue
+        fp.seek(0)
+        try:
+            img = factory(fp, "")
+        except Exception:  # noqa: BLE001 - not this format
+            continue
+        size = img.size
+        w, h = int(size[0]), int(size[1])
+        return (w, h) if w > 0 and h > 0 else None
+    return None
+
+
 def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | None = None, *,
                   base_dir: str | os.PathLike[str] | None = None,
                   cache: dict[str, tuple[int, int] | None] | None = None) -> tuple[int, int] | None:
@@ -1170,13 +1208,7 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
     if image is not None:
         import io
 
-        from PIL import Image
-
-        try:
-            with Image.open(io.BytesIO(image)) as img:
-                return img.size
-        except Exception:
-            return None
+        return _header_size_px(io.BytesIO(image))
     if not image_ref:
         return im.PLACEHOLDER_SIZE_PX if image_id is not None else None
     if image_ref == im.BLANK_GRAY_REF:
@@ -1186,12 +1218,10 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
     path = str(im.resolve_image_path(image_ref, base_dir))
     if cache is not None and path in cache:
         return cache[path]
-    from PIL import Image
-
     try:
-        with Image.open(path) as img:
-            size: tuple[int, int] | None = img.size
-    except Exception:
+        with open(path, "rb") as fp:
+            size = _header_size_px(fp)
+    except OSError:
         size = None
     if cache is not None:
         cache[path] = size

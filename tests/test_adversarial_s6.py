@@ -1,0 +1,69 @@
+"""Adversarial checks of session 6's work (cost cap reservation, GeoVerify one trial per request, the
+unreachable-host breaker). Each test names the defect it pins down; expected figures are hand-computed from
+the providers' documented rules."""
+
+from __future__ import annotations
+
+import io
+import math
+
+from _model_harness import CallerRig, billed, run
+from PIL import Image
+
+from geoagent.config import expected_image_tokens, image_size_px, load_config, reserved_input_tokens
+from geoagent.runtime.http import HttpClient
+from geoagent.runtime.queue import Task
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.server import serve
+
+KEY_VAR = "ADV_S6_KEY"
+KEY_VALUE = "sk-" "advs6-0123456789abcdef"
+
+
+def _huge_png(w: int = 20000, h: int = 10000) -> bytes:
+    # a 1-bit all-black PNG: 200 megapixels, ~24 KB on disk (zlib), above Pillow's decompression-bomb limit
+    buf = io.BytesIO()
+    Image.new("1", (w, h)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_huge_png_is_reserved_at_its_documented_bill(tmp_path, monkeypatch):
+    """Defect: ``image_size_px`` returned None for an image above Pillow's decompression-bomb limit (Image.open
+    raises), so the reservation fell back on ``image_input_tokens`` (1,600) while gpt-4o-mini bills such an
+    image by its size: 20000 x 10000 fits 2048 as 2048 x 1024, shortest side to 768: 1536 x 768, 3 x 2 tiles
+    = 2,833 + 6 x 5,667 = 36,835 tokens (OpenAI vision guide)."""
+    data = _huge_png()
+    assert len(data) < 100_000
+    assert image_size_px(None, None, data) == (20000, 10000)
+    path = tmp_path / "huge.png"
+    path.write_bytes(data)
+    assert image_size_px(str(path), None) == (20000, 10000)
+    assert expected_image_tokens("openai", "gpt-4o-mini", (20000, 10000))[0] == 2833 + 6 * 5667
+
+    prompt = "Where was this photo taken? Name the city."
+    app = llm_openai.make_app(api_keys=[KEY_VALUE], image_billing="documented")
+
+    async def main():
+        async with serve(app) as base, HttpClient() as http:
+            p = tmp_path / "huge.toml"
+            p.write_text(f'[campaign]\nname = "huge"\n[budget]\ncap_usd = 5.0\n[[models]]\nname = "m"\n'
+                         f'provider = "openai"\nmodel = "gpt-4o-mini"\nbase_url = "{base}/v1"\n'
+                         f'api_key_env = "{KEY_VAR}"\nprice_input_usd_per_mtok = 1.0\nmax_output_tokens = 20\n')
+            cfg = load_config(p)
+            rig = await CallerRig(tmp_path / "rig", cfg, http).start()
+            t = Task(key="huge", payload={"model": "m", "prompt": prompt, "image_ref": str(path)}, attempts=0,
+                     lease_id="x")
+            [(_, msg)] = await rig.handle(t)
+            rows = rig.state.db.read("SELECT amount_nusd, actual_nusd FROM reservations")
+            return cfg, msg, rows, rig.state.ledger.summary()
+
+    monkeypatch.setenv(KEY_VAR, KEY_VALUE)
+    cfg, msg, rows, s = run(main(), 60)
+    assert reserved_input_tokens(cfg.model("m"), prompt, has_image=True, size_px=(20000, 10000)) \
+        == len(prompt) // 3 + 16 + 36_835
+    assert msg["input_tokens"] == math.ceil(len(prompt) / 4) + 36_835
+    assert billed(app["calls"])[-1]["input_tokens"] == msg["input_tokens"]
+    [(amount, actual)] = rows
+    # reserved: (chars/3 + 16 + 36,835) x 1.25 input tokens at 1 USD per 1M (+ 20 output tokens at 0 USD)
+    assert amount >= math.ceil((len(prompt) // 3 + 16 + 36_835) * 1.25) * 1e3 - 1
+    assert actual <= amount and s.overrun_usd == 0 and s.overrun_calls == 0
