@@ -67,3 +67,33 @@ def test_huge_png_is_reserved_at_its_documented_bill(tmp_path, monkeypatch):
     # reserved: (chars/3 + 16 + 36,835) x 1.25 input tokens at 1 USD per 1M (+ 20 output tokens at 0 USD)
     assert amount >= math.ceil((len(prompt) // 3 + 16 + 36_835) * 1.25) * 1e3 - 1
     assert actual <= amount and s.overrun_usd == 0 and s.overrun_calls == 0
+
+
+def _trial(image_id, site, arm, cand, truth, image_ref, band="signal"):
+    from geoagent.data.model import VerifyTrial
+
+    return VerifyTrial(image_id=image_id, site_id=site, arm=arm, cand=cand, img_lat=0.0, img_lon=0.0,
+                       cand_lat=0.0, cand_lon=0.0, referenceability=None, d_km=0.1, band=band, truth=truth,
+                       image_ref=image_ref)
+
+
+def test_duplicate_skip_never_drops_a_main_arm_trial():
+    """Defect: :func:`unique_trials` kept the first row in file order, so a mismatched-image control listed
+    BEFORE the main-arm trial it collides with (same image shown, same claim: generic claims such as
+    "City Hall" recur across continents) dropped the main-arm trial, changing H, F, d' and delta_1; the
+    control (a check arm) is the one to skip."""
+    from geoagent.geoverify.plan import unique_trials
+
+    # site eu's control shows image 2000 (site na) with claim "City Hall"; image 2000's own main arm names
+    # its own "City Hall" (signal, yes); the table lists site eu's rows first
+    ctrl = _trial("1000", "eu", "ctrl_mismatch", "City Hall", "no", "2000")
+    eu_main = _trial("1000", "eu", "main", "City Hall", "yes", "1000")
+    na_main = _trial("2000", "na", "main", "City Hall", "yes", "2000")
+    na_decoy = _trial("2000", "na", "main", "Harbour", "no", "2000", band="0.3-0.7km")
+    rows = [eu_main, ctrl, na_main, na_decoy]
+    lines = {t.trial_id: i + 2 for i, t in enumerate(rows)}
+    kept, notes = unique_trials(rows, source="verify_trials.csv", lines=lines)
+    assert [t.trial_id for t in kept] == [eu_main.trial_id, na_main.trial_id, na_decoy.trial_id]
+    assert [t.arm for t in kept].count("main") == 3  # every main-arm trial scored
+    [note] = notes
+    assert note.startswith("verify_trials.csv line 3: ctrl_mismatch trial") and "like line 4" in note
