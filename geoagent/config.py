@@ -1047,13 +1047,24 @@ def vars_of(obj: Any) -> dict[str, Any]:
 
 
 def estimate_input_tokens(prompt: str, has_image: bool, *, image_tokens: int = IMAGE_INPUT_TOKENS) -> int:
-    """Input-token estimate used for reservations and dry runs: chars/3 + 16 + ``image_tokens`` for an image.
+    """Input-token estimate used for reservations and dry runs: ASCII chars/3 + the UTF-8 bytes of every other
+    character + 16 + ``image_tokens`` for an image.
 
-    A deliberate over-estimate for English text (~4 chars per token), so reservations err high; the image
-    budget is the model's ``image_input_tokens`` (:meth:`ModelConfig.estimate_input_tokens`).
+    A deliberate over-estimate for English text (~4 chars per token), so reservations err high. Other
+    scripts cost far more tokens per character (about one per CJK character, often two or three for rarer
+    ones), so chars/3 would under-reserve them; a byte-level BPE token (OpenAI, Anthropic; Gemini's byte
+    fallback) holds at least one UTF-8 byte, so a non-ASCII character counts its UTF-8 length (CJK: 3).
+    ASCII-only text counts exactly chars/3 + 16 as before. The image budget is the model's
+    ``image_input_tokens`` (:meth:`ModelConfig.estimate_input_tokens`).
     :meth:`geoagent.providers.base.Provider.estimate_input_tokens` is this with the default image budget.
     """
-    return len(prompt) // 3 + 16 + (image_tokens if has_image else 0)
+    n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
+    if n_bytes == len(prompt):  # ASCII only
+        text = len(prompt) // 3
+    else:
+        n_ascii = sum(1 for c in prompt if c < "\x80")
+        text = n_ascii // 3 + (n_bytes - n_ascii)
+    return text + 16 + (image_tokens if has_image else 0)
 
 
 #: characters per text token expected for English prompts (OpenAI, Anthropic and Gemini all document about 4;
@@ -1123,8 +1134,8 @@ def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, An
     """Input tokens one call's ledger reservation counts, before ``[budget] input_estimate_factor``: the
     worst case of issue 2 point 7, used by the model caller, the crawl's metered calls and the dry run alike.
 
-    (prompt + ``params["system"]``) chars / 3 + 16 (:func:`estimate_input_tokens`; the system prompt is
-    sent and billed too), plus for an image max(``image_input_tokens``, what the provider's documented rule
+    (prompt + ``params["system"]``) chars / 3 + 16 (:func:`estimate_input_tokens`: a non-ASCII character
+    counts its UTF-8 bytes; the system prompt is sent and billed too), plus for an image max(``image_input_tokens``, what the provider's documented rule
     bills for an image of ``size_px`` (width, height in px) :func:`expected_image_tokens`). An image whose
     size is unknown (None: no bytes yet, a header that could not be read) or a model without a documented
     rule counts ``image_input_tokens``.

@@ -97,3 +97,27 @@ def test_duplicate_skip_never_drops_a_main_arm_trial():
     assert [t.arm for t in kept].count("main") == 3  # every main-arm trial scored
     [note] = notes
     assert note.startswith("verify_trials.csv line 3: ctrl_mismatch trial") and "like line 4" in note
+
+
+def test_cjk_prompt_is_not_under_reserved():
+    """Defect: the reservation counted text at chars / 3 (x 1.25), i.e. 0.42 tokens per character, while the
+    providers' tokenizers spend about one token per CJK character (often two or three for rarer ones: a
+    byte-level BPE token holds at least one UTF-8 byte, and a CJK character is 3 bytes), so a Japanese or
+    Chinese prompt (an own template, a claim in a local script) was reserved well under its bill. A true
+    bound: ASCII at chars / 3 as before, every other character at its UTF-8 length in tokens."""
+    from geoagent.config import ModelConfig, estimate_input_tokens
+
+    m = ModelConfig(name="m", provider="openai", model="gpt-4o", base_url="http://127.0.0.1:9/v1",
+                    api_key_env=KEY_VAR, price_input_usd_per_mtok=1.0)
+    ja = "この写真はどこで撮影されましたか？都市名を答えてください。"  # 29 characters, 87 UTF-8 bytes
+    assert len(ja) == 29 and len(ja.encode("utf-8")) == 87
+    assert estimate_input_tokens(ja, False) == 87 + 16
+    assert reserved_input_tokens(m, ja) >= len(ja)  # at least one token per CJK character
+    # mixed text: the ASCII part keeps chars / 3, the rest its bytes; system prompt too
+    mixed = "Where was this photo taken? 東京駅 or 大阪城?"
+    n_ascii = sum(1 for c in mixed if ord(c) < 128)
+    assert estimate_input_tokens(mixed, False) == n_ascii // 3 + 6 * 3 + 16
+    assert reserved_input_tokens(m, "Where?", {"system": "答えは日本語で"}) == (len("Where?") // 3 + 7 * 3 + 16)
+    # English text is reserved as before
+    en = "Where was this photo taken? Name the city."
+    assert estimate_input_tokens(en, True, image_tokens=1600) == len(en) // 3 + 16 + 1600
