@@ -1328,12 +1328,14 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         worst_usd = m.cost_usd(math.ceil(n_in * factor), max_out)  # the model caller's reservation
         system = merged.get("system")
         n_in = expected_input_tokens(prompt + (system if isinstance(system, str) else ""), img_tokens)
+        recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
+        usage = recorded(req) if recorded is not None else None
+        if usage is not None:  # the model caller reserves at least a replay's known (recorded) bill
+            worst_usd = max(worst_usd, m.cost_usd(int(usage[0]), int(usage[1])))
         me.worst_case_usd += worst_usd
         order_model.append(index.setdefault(m.name, len(index)))
         order_worst.append(worst_usd)
-        recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
         if recorded is not None:  # replay: the file's usage, exactly what the run will book
-            usage = recorded(req)
             if usage is None:
                 me.unanswered += 1
                 order_exp.append(0.0)

@@ -121,3 +121,49 @@ def test_cjk_prompt_is_not_under_reserved():
     # English text is reserved as before
     en = "Where was this photo taken? Name the city."
     assert estimate_input_tokens(en, True, image_tokens=1600) == len(en) // 3 + 16 + 1600
+
+
+def test_replay_with_recorded_usage_above_the_reservation_never_passes_the_cap(tmp_path):
+    """Defect: a ``replay`` model settles each answer at its recorded usage, which the prompt-length worst
+    case does not bound (a recorded image, a long answer): with 200,000 recorded input tokens per answer at
+    1 USD per 1M, each settled $0.20 against a reservation of ~$0.0001, and a $0.50 cap let three through
+    ($0.60 spent). The model caller now reserves at least the recorded bill (known before the "call"), so
+    the third is refused: spent $0.40 + $0.20 > $0.50."""
+    import orjson
+    from _model_harness import photo_task
+
+    from geoagent.config import estimate
+    from geoagent.runtime.stage import BudgetStop
+    from geoagent.workers.model_caller import build_request
+
+    rec = tmp_path / "rec.jsonl"
+    p = tmp_path / "c.toml"
+    p.write_text(f'[campaign]\nname = "rp"\n[budget]\ncap_usd = 0.5\n[[models]]\nname = "m"\nprovider = "replay"\n'
+                 f'model = "recorded"\nprice_input_usd_per_mtok = 1.0\nprice_output_usd_per_mtok = 1.0\n'
+                 f'max_output_tokens = 50\nreplay = {{ path = "{rec}" }}\n')
+    cfg = load_config(p)
+    lines = [orjson.dumps({"key": build_request(cfg, photo_task(i).payload)[1].key(), "text": "Paris",
+                           "usage": {"input_tokens": 200_000, "output_tokens": 10}}) for i in range(5)]
+    rec.write_bytes(b"\n".join(lines) + b"\n")
+    per_call = (200_000 + 10) / 1e6
+
+    async def main():
+        async with HttpClient() as http:
+            rig = await CallerRig(tmp_path, cfg, http).start()
+            outcomes = []
+            for i in range(5):
+                try:
+                    await rig.handle(photo_task(i))
+                    outcomes.append("ok")
+                except BudgetStop:
+                    outcomes.append("stop")
+            est = estimate(cfg, [photo_task(i).payload for i in range(5)],
+                           providers=rig.ctx.get("providers")).by_model["m"]
+            return outcomes, rig.state.ledger.summary(), est
+
+    outcomes, s, est = run(main(), 60)
+    assert outcomes == ["ok", "ok", "stop", "stop", "stop"]
+    assert abs(s.spent_usd - 2 * per_call) < 1e-9 and s.spent_usd <= s.cap_usd
+    assert s.overrun_calls == 0
+    # the dry run's worst case is the same reservation: the recorded bill of each answer
+    assert abs(est.worst_case_usd - 5 * per_call) < 1e-9 and abs(est.cost_usd - 5 * per_call) < 1e-9
