@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import math
 
+import pytest
 from _model_harness import CallerRig, billed, run
 from PIL import Image
 
@@ -167,3 +168,31 @@ def test_replay_with_recorded_usage_above_the_reservation_never_passes_the_cap(t
     assert s.overrun_calls == 0
     # the dry run's worst case is the same reservation: the recorded bill of each answer
     assert abs(est.worst_case_usd - 5 * per_call) < 1e-9 and abs(est.cost_usd - 5 * per_call) < 1e-9
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "design decision for the lead: unreachable failures below the breaker's threshold are nacked (an attempt "
+    "each), so a run that tripped the breaker leaves its tasks with attempts used up (1 task: 4 of 5), and a "
+    "re-run while the host is still down dead-letters them at their next failure instead of keeping them "
+    "queued as the README's 're-run the same command to resume' promises. A fix (release instead of nack "
+    "where the nack would dead-letter an unreachable failure) would keep a task whose own URL is dead "
+    "tripping the breaker on every run instead of dead-lettering it"))
+def test_rerun_while_host_still_down_keeps_the_tasks_queued(tmp_path):
+    """The breaker keeps a dead host's tasks queued in the run that trips it; a second run with the host
+    still down should too. With one task, max_attempts 5 and the default threshold 5: run 1 nacks deliveries
+    1-4 (attempts 4) and releases the 5th; run 2's first failure (streak 1, below the threshold) is nacked
+    -> attempts 5 -> dead-lettered."""
+    from test_runtime_unreachable_host import _pipeline
+
+    from geoagent.sandbox.server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/x"
+
+    async def main():
+        _, r1, c1, dead1 = await _pipeline(tmp_path, url, [("k0", {"i": 0})], max_attempts=5, unreachable_after=5)
+        assert r1.stats.unreachable and (c1["a"].ready, c1["a"].dead) == (1, 0) and dead1 == []
+        _, r2, c2, dead2 = await _pipeline(tmp_path, url, [], max_attempts=5, unreachable_after=5)
+        return r2, c2, dead2
+
+    r2, c2, dead2 = run(main(), 120)
+    assert (c2["a"].ready, c2["a"].dead) == (1, 0) and dead2 == []
