@@ -196,3 +196,51 @@ def test_rerun_while_host_still_down_keeps_the_tasks_queued(tmp_path):
 
     r2, c2, dead2 = run(main(), 120)
     assert (c2["a"].ready, c2["a"].dead) == (1, 0) and dead2 == []
+
+
+def test_documented_billing_covers_refused_and_blocked_answers(tmp_path):
+    """Defect (fakes): under ``image_billing="documented"`` the OpenAI fake's refusals / filtered answers and
+    the Gemini fake's blocked prompts billed the image the simulated 765 tokens instead of its documented bill
+    (a refused call is billed its input like any other). A 2000 x 1600 image: gpt-4o-mini 2,833 + 4 x 5,667
+    (960 x 768 after scaling: 2 x 2 tiles), Gemini 3 x 3 x 258."""
+    import base64
+
+    import aiohttp
+
+    from geoagent.sandbox import llm_gemini
+
+    buf = io.BytesIO()
+    Image.new("RGB", (2000, 1600), (80, 90, 100)).save(buf, "PNG")
+    b64 = base64.b64encode(buf.getvalue()).decode()
+    gemini_key = "AIza" "AdvS6SandboxKey0123456789abcdefghij"
+
+    async def main():
+        out = {}
+        async with serve(llm_openai.make_app(image_billing="documented")) as base, aiohttp.ClientSession() as s:
+            for marker in (llm_openai.REFUSE_MARKER, llm_openai.FILTER_MARKER):
+                prompt = f"Where is this? {marker}"
+                body = {"model": "gpt-4o-mini", "max_tokens": 20, "messages": [{"role": "user", "content": [
+                    {"type": "text", "text": prompt},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64}"}}]}]}
+                async with s.post(f"{base}/v1/chat/completions", json=body,
+                                  headers={"Authorization": f"Bearer {KEY_VALUE}"}) as r:
+                    assert r.status == 200
+                    out[marker] = ((await r.json())["usage"]["prompt_tokens"], len(prompt))
+        async with serve(llm_gemini.make_app(image_billing="documented")) as base, aiohttp.ClientSession() as s:
+            prompt = f"Where is this? {llm_gemini.BLOCK_MARKER}"
+            body = {"contents": [{"role": "user", "parts": [{"text": prompt},
+                                                            {"inline_data": {"mime_type": "image/png", "data": b64}}]}]}
+            async with s.post(f"{base}/v1beta/models/gemini-2.0-flash:generateContent", json=body,
+                              headers={"x-goog-api-key": gemini_key}) as r:
+                assert r.status == 200
+                data = await r.json()
+                assert data["promptFeedback"]["blockReason"] == "OTHER"
+                out["block"] = (data["usageMetadata"]["promptTokenCount"], len(prompt))
+        return out
+
+    out = run(main(), 60)
+    for marker in (llm_openai.REFUSE_MARKER, llm_openai.FILTER_MARKER):
+        n, chars = out[marker]
+        assert n == math.ceil(chars / 4) + 2833 + 4 * 5667
+    n, chars = out["block"]
+    assert n == math.ceil(chars / 4) + 3 * 3 * 258
