@@ -1093,11 +1093,20 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
     * Gemini (token guide, Gemini 2.0 and later): both sides <= 384 px: 258 tokens; else 258 per 768 x 768
       tile: ceil(w / 768) x ceil(h / 768) x 258.
     * simulated: 765 per image (:data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS`, what it bills).
+
+    A ``gemini*`` or ``claude*`` model id (after any ``vendor/`` prefix) behind ``provider = "openai"`` (an
+    OpenAI-compatible endpoint: Gemini's, a router's) is billed by its own family's rule.
     """
     w, h = int(size_px[0]), int(size_px[1])
     if w <= 0 or h <= 0:
         return None
     mid = model_id.lower().rsplit("/", 1)[-1]
+    # the model's family bills the image whatever protocol carries the call: Gemini or Claude behind an
+    # OpenAI-compatible endpoint (Gemini's own, a router such as OpenRouter) keep their own rules
+    if provider == "openai" and mid.startswith("gemini"):
+        provider = "gemini"
+    elif provider == "openai" and mid.startswith("claude"):
+        provider = "anthropic"
     if provider == "simulated":
         from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
 

@@ -244,3 +244,22 @@ def test_documented_billing_covers_refused_and_blocked_answers(tmp_path):
         assert n == math.ceil(chars / 4) + 2833 + 4 * 5667
     n, chars = out["block"]
     assert n == math.ceil(chars / 4) + 3 * 3 * 258
+
+
+def test_gemini_and_claude_behind_an_openai_compatible_endpoint_are_reserved_by_their_own_rule():
+    """Defect: the image rule was chosen by the wire protocol (``provider``), so Gemini behind its OpenAI-
+    compatible endpoint (``provider = "openai"``, ``model = "gemini-2.0-flash"``, or OpenRouter's
+    ``google/gemini-2.0-flash-001``) got no rule and reserved ``image_input_tokens`` (1,600) for an image
+    Gemini bills by its tiles: 2000 x 1600 -> ceil(2000/768) x ceil(1600/768) x 258 = 3 x 3 x 258 = 2,322.
+    The model's own family decides the bill, whatever protocol carries the call."""
+    from geoagent.config import ModelConfig
+
+    assert expected_image_tokens("openai", "gemini-2.0-flash", (2000, 1600))[0] == 3 * 3 * 258
+    assert expected_image_tokens("openai", "google/gemini-2.0-flash-001", (2000, 1600))[0] == 3 * 3 * 258
+    # Claude through an OpenAI-compatible router: Anthropic's w x h / 750 (1000 x 750 -> 1,000)
+    assert expected_image_tokens("openai", "anthropic/claude-3.5-sonnet", (1000, 750))[0] == 1000
+    m = ModelConfig(name="g", provider="openai", model="gemini-2.0-flash",
+                    base_url="http://127.0.0.1:9/v1beta/openai", api_key_env=KEY_VAR, price_input_usd_per_mtok=1.0)
+    assert reserved_input_tokens(m, "Where?", has_image=True, size_px=(2000, 1600)) == 6 // 3 + 16 + 2322
+    # other OpenAI-compatible models keep no rule (image_input_tokens)
+    assert expected_image_tokens("openai", "llava-1.6", (2000, 1600)) is None
