@@ -1078,6 +1078,12 @@ def expected_input_tokens(prompt: str, image_tokens: int = 0) -> int:
     return -(-len(prompt) // CHARS_PER_TOKEN_EXPECTED) + image_tokens
 
 
+#: OpenAI models billing images by 32-px patches (OpenAI vision guide, "Calculating costs"): model id prefix and
+#: token multiplier, most specific first; the patch count is capped at :data:`OPENAI_PATCH_CAP`
+OPENAI_PATCH_MULTIPLIERS = (("gpt-4.1-mini", 1.62), ("gpt-4.1-nano", 2.46), ("o4-mini", 1.72))
+OPENAI_PATCH_CAP = 1536
+
+
 def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int],
                           params: Mapping[str, Any] | None = None) -> tuple[int, str] | None:
     """Input tokens a provider bills for one image of ``size_px`` (width, height in px), and the rule used;
@@ -1087,7 +1093,11 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
     * OpenAI, gpt-4o / gpt-4o-mini (OpenAI vision guide, "Calculating costs"): ``detail = "low"``: the base
       tokens; else the image is scaled to fit 2048 x 2048, then its shortest side to 768 px (never up), and
       billed base + per-tile tokens for each 512-px tile: 85 + 170 per tile (gpt-4o), 2,833 + 5,667 per tile
-      (gpt-4o-mini). Other OpenAI-compatible models: None (their rules differ: patches, other servers).
+      (gpt-4o-mini). gpt-4.1-mini / gpt-4.1-nano / o4-mini (same guide): 32 x 32-px patches covering the
+      image, at most 1,536 (a larger image is scaled down to fit), times 1.62 / 2.46 / 1.72
+      (:data:`OPENAI_PATCH_MULTIPLIERS`; counted here as min(1536, ceil(w/32) x ceil(h/32)), an upper bound).
+      Other OpenAI-compatible models: None (their rules differ, other servers; OpenAI's other tile-billed
+      models stay below the default ``image_input_tokens``).
     * Anthropic (vision guide): an image with a long edge over 1,568 px is scaled down to it; tokens =
       width x height / 750, at most about 1,600 (larger images are scaled down).
     * Gemini (token guide, Gemini 2.0 and later): both sides <= 384 px: 258 tokens; else 258 per 768 x 768
@@ -1112,6 +1122,12 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
 
         return SIM_IMAGE_TOKENS, f"simulated provider: {SIM_IMAGE_TOKENS} per image"
     if provider == "openai":
+        mult = next((f for prefix, f in OPENAI_PATCH_MULTIPLIERS if mid.startswith(prefix)), None)
+        if mult is not None:
+            # an upper bound of the documented count: an image over 1,536 patches is scaled down to fit them
+            patches = min(OPENAI_PATCH_CAP, math.ceil(w / 32) * math.ceil(h / 32))
+            return (math.ceil(patches * mult),
+                    f"OpenAI {mid}: 32-px patches (at most {OPENAI_PATCH_CAP}) x {mult}")
         if mid.startswith("gpt-4o-mini"):
             base, per_tile, family = 2833, 5667, "gpt-4o-mini"
         elif mid.startswith(("gpt-4o", "chatgpt-4o")):

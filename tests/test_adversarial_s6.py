@@ -263,3 +263,22 @@ def test_gemini_and_claude_behind_an_openai_compatible_endpoint_are_reserved_by_
     assert reserved_input_tokens(m, "Where?", has_image=True, size_px=(2000, 1600)) == 6 // 3 + 16 + 2322
     # other OpenAI-compatible models keep no rule (image_input_tokens)
     assert expected_image_tokens("openai", "llava-1.6", (2000, 1600)) is None
+
+
+def test_openai_patch_billed_models_are_reserved_above_the_default_image_budget():
+    """Defect: gpt-4.1-mini, gpt-4.1-nano and o4-mini bill an image by 32-px patches (at most 1,536) times a
+    model multiplier (1.62, 2.46, 1.72; OpenAI vision guide, "Calculating costs"), up to 3,779 tokens, but had
+    no rule, so the reservation counted the default ``image_input_tokens`` (1,600). Hand-computed: 1024 x 1024
+    is 32 x 32 = 1,024 patches; 1800 x 2400 is 57 x 75 = 4,275 patches, capped at 1,536."""
+    from geoagent.config import ModelConfig
+
+    assert expected_image_tokens("openai", "gpt-4.1-mini", (1024, 1024))[0] == math.ceil(1024 * 1.62)  # 1,659
+    assert expected_image_tokens("openai", "gpt-4.1-nano", (1024, 1024))[0] == math.ceil(1024 * 2.46)  # 2,520
+    assert expected_image_tokens("openai", "o4-mini", (1800, 2400))[0] == math.ceil(1536 * 1.72)  # 2,642
+    assert expected_image_tokens("openai", "gpt-4.1-nano-2025-04-14", (1800, 2400))[0] == math.ceil(1536 * 2.46)
+    assert expected_image_tokens("openai", "gpt-4.1-mini", (100, 50))[0] == math.ceil(4 * 2 * 1.62)
+    m = ModelConfig(name="n", provider="openai", model="gpt-4.1-nano", base_url="http://127.0.0.1:9/v1",
+                    api_key_env=KEY_VAR, price_input_usd_per_mtok=0.1)
+    assert reserved_input_tokens(m, "Where?", has_image=True, size_px=(1024, 1024)) == 2 + 16 + 2520
+    # gpt-4.1 itself bills tiles like gpt-4o (85 + 170 per tile): at most 1,445 < 1,600, no rule needed
+    assert expected_image_tokens("openai", "gpt-4.1", (1024, 1024)) is None
