@@ -1058,12 +1058,11 @@ def estimate_input_tokens(prompt: str, has_image: bool, *, image_tokens: int = I
     ``image_input_tokens`` (:meth:`ModelConfig.estimate_input_tokens`).
     :meth:`geoagent.providers.base.Provider.estimate_input_tokens` is this with the default image budget.
     """
-    n_bytes = len(prompt.encode("utf-8", "surrogatepass"))
-    if n_bytes == len(prompt):  # ASCII only
+    if prompt.isascii():
         text = len(prompt) // 3
     else:
-        n_ascii = sum(1 for c in prompt if c < "\x80")
-        text = n_ascii // 3 + (n_bytes - n_ascii)
+        n_ascii = len(prompt.encode("ascii", "ignore"))
+        text = n_ascii // 3 + (len(prompt.encode("utf-8", "surrogatepass")) - n_ascii)
     return text + 16 + (image_tokens if has_image else 0)
 
 
