@@ -93,11 +93,13 @@ def unique_trials(
     for t in trials:
         if t.arm == ARM_MAIN:
             first.setdefault(request_identity(t), t)
+    done: set[tuple[str, str]] = set()  # identities whose trial is kept
     for t in trials:
         ident = request_identity(t)
         prev = first.get(ident)
-        if prev is None or prev is t:
+        if ident not in done and (prev is None or prev is t):
             first[ident] = t
+            done.add(ident)
             kept.append(t)
             continue
         notes.append(f"{where} {at(t)}: {t.arm} trial {t.trial_id!r} shows image {ident[0]!r} with claim "
