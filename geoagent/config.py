@@ -1073,13 +1073,23 @@ def vars_of(obj: Any) -> dict[str, Any]:
 
 
 def estimate_input_tokens(prompt: str, has_image: bool, *, image_tokens: int = IMAGE_INPUT_TOKENS) -> int:
-    """Input-token estimate used for reservations and dry runs: chars/3 + 16 + ``image_tokens`` for an image.
+    """Input-token estimate used for reservations and dry runs: ASCII chars/3 + the UTF-8 bytes of every other
+    character + 16 + ``image_tokens`` for an image.
 
-    A deliberate over-estimate for English text (~4 chars per token), so reservations err high; the image
-    budget is the model's ``image_input_tokens`` (:meth:`ModelConfig.estimate_input_tokens`).
+    A deliberate over-estimate for English text (~4 chars per token), so reservations err high. Other
+    scripts cost far more tokens per character (about one per CJK character, often two or three for rarer
+    ones), so chars/3 would under-reserve them; a byte-level BPE token (OpenAI, Anthropic; Gemini's byte
+    fallback) holds at least one UTF-8 byte, so a non-ASCII character counts its UTF-8 length (CJK: 3).
+    ASCII-only text counts exactly chars/3 + 16 as before. The image budget is the model's
+    ``image_input_tokens`` (:meth:`ModelConfig.estimate_input_tokens`).
     :meth:`geoagent.providers.base.Provider.estimate_input_tokens` is this with the default image budget.
     """
-    return len(prompt) // 3 + 16 + (image_tokens if has_image else 0)
+    if prompt.isascii():
+        text = len(prompt) // 3
+    else:
+        n_ascii = len(prompt.encode("ascii", "ignore"))
+        text = n_ascii // 3 + (len(prompt.encode("utf-8", "surrogatepass")) - n_ascii)
+    return text + 16 + (image_tokens if has_image else 0)
 
 
 #: characters per text token expected for English prompts (OpenAI, Anthropic and Gemini all document about 4;
@@ -1093,6 +1103,12 @@ def expected_input_tokens(prompt: str, image_tokens: int = 0) -> int:
     return -(-len(prompt) // CHARS_PER_TOKEN_EXPECTED) + image_tokens
 
 
+#: OpenAI models billing images by 32-px patches (OpenAI vision guide, "Calculating costs"): model id prefix and
+#: token multiplier, most specific first; the patch count is capped at :data:`OPENAI_PATCH_CAP`
+OPENAI_PATCH_MULTIPLIERS = (("gpt-4.1-mini", 1.62), ("gpt-4.1-nano", 2.46), ("o4-mini", 1.72))
+OPENAI_PATCH_CAP = 1536
+
+
 def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int],
                           params: Mapping[str, Any] | None = None) -> tuple[int, str] | None:
     """Input tokens a provider bills for one image of ``size_px`` (width, height in px), and the rule used;
@@ -1102,22 +1118,41 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
     * OpenAI, gpt-4o / gpt-4o-mini (OpenAI vision guide, "Calculating costs"): ``detail = "low"``: the base
       tokens; else the image is scaled to fit 2048 x 2048, then its shortest side to 768 px (never up), and
       billed base + per-tile tokens for each 512-px tile: 85 + 170 per tile (gpt-4o), 2,833 + 5,667 per tile
-      (gpt-4o-mini). Other OpenAI-compatible models: None (their rules differ: patches, other servers).
+      (gpt-4o-mini). gpt-4.1-mini / gpt-4.1-nano / o4-mini (same guide): 32 x 32-px patches covering the
+      image, at most 1,536 (a larger image is scaled down to fit), times 1.62 / 2.46 / 1.72
+      (:data:`OPENAI_PATCH_MULTIPLIERS`; counted here as min(1536, ceil(w/32) x ceil(h/32)), an upper bound).
+      Other OpenAI-compatible models: None (their rules differ, other servers; OpenAI's other tile-billed
+      models stay below the default ``image_input_tokens``).
     * Anthropic (vision guide): an image with a long edge over 1,568 px is scaled down to it; tokens =
       width x height / 750, at most about 1,600 (larger images are scaled down).
     * Gemini (token guide, Gemini 2.0 and later): both sides <= 384 px: 258 tokens; else 258 per 768 x 768
       tile: ceil(w / 768) x ceil(h / 768) x 258.
     * simulated: 765 per image (:data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS`, what it bills).
+
+    A ``gemini*`` or ``claude*`` model id (after any ``vendor/`` prefix) behind ``provider = "openai"`` (an
+    OpenAI-compatible endpoint: Gemini's, a router's) is billed by its own family's rule.
     """
     w, h = int(size_px[0]), int(size_px[1])
     if w <= 0 or h <= 0:
         return None
     mid = model_id.lower().rsplit("/", 1)[-1]
+    # the model's family bills the image whatever protocol carries the call: Gemini or Claude behind an
+    # OpenAI-compatible endpoint (Gemini's own, a router such as OpenRouter) keep their own rules
+    if provider == "openai" and mid.startswith("gemini"):
+        provider = "gemini"
+    elif provider == "openai" and mid.startswith("claude"):
+        provider = "anthropic"
     if provider == "simulated":
         from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
 
         return SIM_IMAGE_TOKENS, f"simulated provider: {SIM_IMAGE_TOKENS} per image"
     if provider == "openai":
+        mult = next((f for prefix, f in OPENAI_PATCH_MULTIPLIERS if mid.startswith(prefix)), None)
+        if mult is not None:
+            # an upper bound of the documented count: an image over 1,536 patches is scaled down to fit them
+            patches = min(OPENAI_PATCH_CAP, math.ceil(w / 32) * math.ceil(h / 32))
+            return (math.ceil(patches * mult),
+                    f"OpenAI {mid}: 32-px patches (at most {OPENAI_PATCH_CAP}) x {mult}")
         if mid.startswith("gpt-4o-mini"):
             base, per_tile, family = 2833, 5667, "gpt-4o-mini"
         elif mid.startswith(("gpt-4o", "chatgpt-4o")):
@@ -1149,8 +1184,8 @@ def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, An
     """Input tokens one call's ledger reservation counts, before ``[budget] input_estimate_factor``: the
     worst case of issue 2 point 7, used by the model caller, the crawl's metered calls and the dry run alike.
 
-    (prompt + ``params["system"]``) chars / 3 + 16 (:func:`estimate_input_tokens`; the system prompt is
-    sent and billed too), plus for an image max(``image_input_tokens``, what the provider's documented rule
+    (prompt + ``params["system"]``) chars / 3 + 16 (:func:`estimate_input_tokens`: a non-ASCII character
+    counts its UTF-8 bytes; the system prompt is sent and billed too), plus for an image max(``image_input_tokens``, what the provider's documented rule
     bills for an image of ``size_px`` (width, height in px) :func:`expected_image_tokens`). An image whose
     size is unknown (None: no bytes yet, a header that could not be read) or a model without a documented
     rule counts ``image_input_tokens``.
@@ -1184,6 +1219,44 @@ def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, An
     return estimate_input_tokens(text, has_image, image_tokens=img)
 
 
+def _header_size_px(fp: Any) -> tuple[int, int] | None:
+    """(width, height) in px from an image file's header (Pillow), or None when it cannot be read.
+
+    Pillow refuses to open images above its decompression-bomb limit (``Image.MAX_IMAGE_PIXELS`` x 2, about
+    179 megapixels: ``DecompressionBombError``; a warning above the limit itself), but a provider still bills
+    such an image by its size (e.g. gpt-4o-mini: a 20000 x 10000 PNG is scaled to 1536 x 768, 6 tiles); only
+    the header is read here, never the pixels, so the size is read without that check (the format plugins
+    Pillow's ``Image.open`` itself tries, in its order).
+    """
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(fp) as img:
+                return img.size
+    except Image.DecompressionBombError:
+        pass
+    except Exception:
+        return None
+    Image.init()
+    for fmt in Image.ID:
+        factory, accept = Image.OPEN[fmt]
+        fp.seek(0)
+        prefix = fp.read(16)
+        if accept is not None and not accept(prefix):
+            continue
+        fp.seek(0)
+        try:
+            img = factory(fp, "")
+        except Exception:  # noqa: BLE001 - not this format
+            continue
+        size = img.size
+        w, h = int(size[0]), int(size[1])
+        return (w, h) if w > 0 and h > 0 else None
+    return None
+
+
 def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | None = None, *,
                   base_dir: str | os.PathLike[str] | None = None,
                   cache: dict[str, tuple[int, int] | None] | None = None) -> tuple[int, int] | None:
@@ -1196,13 +1269,7 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
     if image is not None:
         import io
 
-        from PIL import Image
-
-        try:
-            with Image.open(io.BytesIO(image)) as img:
-                return img.size
-        except Exception:
-            return None
+        return _header_size_px(io.BytesIO(image))
     if not image_ref:
         return im.PLACEHOLDER_SIZE_PX if image_id is not None else None
     if image_ref == im.BLANK_GRAY_REF:
@@ -1212,12 +1279,10 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
     path = str(im.resolve_image_path(image_ref, base_dir))
     if cache is not None and path in cache:
         return cache[path]
-    from PIL import Image
-
     try:
-        with Image.open(path) as img:
-            size: tuple[int, int] | None = img.size
-    except Exception:
+        with open(path, "rb") as fp:
+            size = _header_size_px(fp)
+    except OSError:
         size = None
     if cache is not None:
         cache[path] = size
@@ -1313,12 +1378,14 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         worst_usd = m.cost_usd(math.ceil(n_in * factor), max_out)  # the model caller's reservation
         system = merged.get("system")
         n_in = expected_input_tokens(prompt + (system if isinstance(system, str) else ""), img_tokens)
+        recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
+        usage = recorded(req) if recorded is not None else None
+        if usage is not None:  # the model caller reserves at least a replay's known (recorded) bill
+            worst_usd = max(worst_usd, m.cost_usd(int(usage[0]), int(usage[1])))
         me.worst_case_usd += worst_usd
         order_model.append(index.setdefault(m.name, len(index)))
         order_worst.append(worst_usd)
-        recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
         if recorded is not None:  # replay: the file's usage, exactly what the run will book
-            usage = recorded(req)
             if usage is None:
                 me.unanswered += 1
                 order_exp.append(0.0)

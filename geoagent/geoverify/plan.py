@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.data.importer import ImportReport, Release, import_release
-from geoagent.data.model import VerifyTrial
+from geoagent.data.model import ARM_MAIN, VerifyTrial
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
 from geoagent.geoverify.settings import GeoVerifySettings
@@ -60,8 +60,9 @@ def unique_trials(
     """The trials with each model request once, and a note per trial left out.
 
     Two trials with the same :func:`~geoagent.geoverify.stages.request_identity` (image shown, claim) are
-    one model request: the run would call once and score that answer for both. The first (in the given
-    order: the file's) is kept.
+    one model request: the run would call once and score that answer for both. A main-arm trial is kept over
+    any control row that repeats its request (wherever the control stands); otherwise the first (in the
+    given order: the file's) is kept.
 
     Parameters
     ----------
@@ -86,11 +87,19 @@ def unique_trials(
         n = (lines or {}).get(t.trial_id)
         return f"line {n}" if n is not None else "(not in the table: rebuilt from a raw record)"
 
+    trials = list(trials)
+    # main-arm trials claim their requests first (the statistics H, F, d', delta_1 stand on them): a control
+    # row that repeats a main trial's request is the one skipped, wherever it stands in the file
+    for t in trials:
+        if t.arm == ARM_MAIN:
+            first.setdefault(request_identity(t), t)
+    done: set[tuple[str, str]] = set()  # identities whose trial is kept
     for t in trials:
         ident = request_identity(t)
         prev = first.get(ident)
-        if prev is None:
+        if ident not in done and (prev is None or prev is t):
             first[ident] = t
+            done.add(ident)
             kept.append(t)
             continue
         notes.append(f"{where} {at(t)}: {t.arm} trial {t.trial_id!r} shows image {ident[0]!r} with claim "

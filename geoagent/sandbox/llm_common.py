@@ -424,6 +424,19 @@ def answer_and_log(
     return SimulatedAnswer(text, n_in, n_out, finish, short_id(key, time.time_ns()))
 
 
+def billed_image_tokens(request: web.Request, api: str, model: str, image: bytes | None, *,
+                        detail: str | None = None) -> int:
+    """Input tokens the fake bills for the decoded ``image`` of a request (0 without one): under
+    ``image_billing="documented"`` :func:`documented_image_tokens`, else the simulated
+    :data:`~geoagent.sandbox.responders.SIM_IMAGE_TOKENS`. For the fakes' billed non-answers (refusals,
+    filtered or blocked prompts), which are billed their input like any answer."""
+    if image is None:
+        return 0
+    if request.app.get(IMAGE_BILLING_KEY) == "documented":
+        return documented_image_tokens(api, model, image, detail=detail)
+    return SIM_IMAGE_TOKENS
+
+
 def documented_image_tokens(api: str, model: str, image: bytes, *, detail: str | None = None) -> int:
     """Input tokens ``api`` (openai, anthropic, gemini) bills for ``image`` on ``model`` by its documented
     rule for the image's size (read from the header; :func:`geoagent.config.expected_image_tokens`; for

@@ -46,6 +46,7 @@ from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_common import (
     answer_and_log,
     auth_required,
+    billed_image_tokens,
     build_app,
     cli_main,
     decode_b64,
@@ -60,7 +61,7 @@ from geoagent.sandbox.llm_common import (
     sha256_hex,
     short_id,
 )
-from geoagent.sandbox.responders import SIM_CHARS_PER_TOKEN, SIM_IMAGE_TOKENS
+from geoagent.sandbox.responders import SIM_CHARS_PER_TOKEN
 
 API = "gemini"
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
@@ -308,7 +309,7 @@ async def generate_content(request: web.Request) -> web.Response:
 
     if BLOCK_MARKER in prompt:
         image_id = image_id_for(request, image)
-        n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (SIM_IMAGE_TOKENS if image is not None else 0)
+        n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + billed_image_tokens(request, API, model, image)
         log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=0, image_id=image_id, image_sha256=sha256_hex(image), finish_reason="BLOCKED:OTHER")
         return json_response(
             {

@@ -53,6 +53,7 @@ from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_common import (
     answer_and_log,
     auth_required,
+    billed_image_tokens,
     build_app,
     cli_main,
     decode_b64,
@@ -288,7 +289,7 @@ async def chat_completions(request: web.Request) -> web.Response:
                          "provider_name": None, "model_slug": model},
         }}, status=403, headers={"x-request-id": "req_" + short_id(time.time_ns())})
     if REFUSE_MARKER in prompt or FILTER_MARKER in prompt:
-        return _non_answer(request, model, prompt, system, image, image_url)
+        return _non_answer(request, model, prompt, system, image, image_url, image_detail)
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
                          max_output_tokens=max_tokens, finish_reasons=("stop", "length"), image_detail=image_detail)
     n_in, n_out = ans.input_tokens, ans.output_tokens
@@ -320,11 +321,13 @@ async def chat_completions(request: web.Request) -> web.Response:
 
 
 def _non_answer(request: web.Request, model: str, prompt: str, system: str, image: bytes | None,
-                image_url: str | None) -> web.Response:
+                image_url: str | None, image_detail: str | None = None) -> web.Response:
     """A billed 200 without answer text: a refusal (:data:`REFUSE_MARKER`) or a filtered answer
-    (:data:`FILTER_MARKER`), with the simulation's prompt tokens (chars / 4 + 765 per image)."""
+    (:data:`FILTER_MARKER`), with the simulation's prompt tokens (chars / 4 + per image 765, or its documented
+    bill under ``image_billing="documented"``: :func:`~geoagent.sandbox.llm_common.billed_image_tokens`)."""
     n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
-        SIM_IMAGE_TOKENS if image is not None or image_url is not None else 0)
+        billed_image_tokens(request, API, model, image, detail=image_detail) if image is not None
+        else SIM_IMAGE_TOKENS if image_url is not None else 0)
     if REFUSE_MARKER in prompt:
         refusal, finish, n_out = REFUSAL_TEXT, "stop", math.ceil(len(REFUSAL_TEXT) / SIM_CHARS_PER_TOKEN)
     else:

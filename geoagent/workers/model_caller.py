@@ -586,7 +586,12 @@ class ModelCaller(Stage):
             # the worst case counts an image by its id (at image_input_tokens) until its bytes are loaded
             has_image = request.image is not None or bool(request.image_id)
             factor = cfg.budget.input_estimate_factor
-            worst_usd = _worst_usd(m, request, has_image, None, factor)
+            # a replay's bill is known in advance (the recorded usage, which the estimate cannot bound: a
+            # recorded image or long answer): reserve at least that, so a replay never passes the cap either
+            recorded = getattr(provider, "recorded_usage", None)
+            usage = recorded(request) if callable(recorded) else None
+            known_usd = m.cost_usd(int(usage[0]), int(usage[1])) if usage is not None else 0.0
+            worst_usd = max(known_usd, _worst_usd(m, request, has_image, None, factor))
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
             gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping)
 
@@ -608,7 +613,7 @@ class ModelCaller(Stage):
                     request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
                     # the image's size (header only) may make the provider bill it above image_input_tokens
                     size = image_size_px(None, None, img.data) if m.provider != "replay" else None
-                    worst_usd = _worst_usd(m, request, True, size, factor)
+                    worst_usd = max(known_usd, _worst_usd(m, request, True, size, factor))
                     gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping)
 
             try:
