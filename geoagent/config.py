@@ -1105,7 +1105,8 @@ def expected_input_tokens(prompt: str, image_tokens: int = 0) -> int:
 
 #: OpenAI models billing images by 32-px patches (OpenAI vision guide, "Calculating costs"): model id prefix and
 #: token multiplier, most specific first; the patch count is capped at :data:`OPENAI_PATCH_CAP`
-OPENAI_PATCH_MULTIPLIERS = (("gpt-4.1-mini", 1.62), ("gpt-4.1-nano", 2.46), ("o4-mini", 1.72))
+OPENAI_PATCH_MULTIPLIERS = (("gpt-5-mini", 1.62), ("gpt-5-nano", 2.46), ("gpt-4.1-mini", 1.62), ("gpt-4.1-nano", 2.46),
+                            ("o4-mini", 1.72))
 OPENAI_PATCH_CAP = 1536
 
 
@@ -1118,8 +1119,9 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
     * OpenAI, gpt-4o / gpt-4o-mini (OpenAI vision guide, "Calculating costs"): ``detail = "low"``: the base
       tokens; else the image is scaled to fit 2048 x 2048, then its shortest side to 768 px (never up), and
       billed base + per-tile tokens for each 512-px tile: 85 + 170 per tile (gpt-4o), 2,833 + 5,667 per tile
-      (gpt-4o-mini). gpt-4.1-mini / gpt-4.1-nano / o4-mini (same guide): 32 x 32-px patches covering the
-      image, at most 1,536 (a larger image is scaled down to fit), times 1.62 / 2.46 / 1.72
+      (gpt-4o-mini). gpt-5-mini / gpt-5-nano / gpt-4.1-mini / gpt-4.1-nano / o4-mini (same guide): 32 x 32-px
+      patches covering the image, at most 1,536 (a larger image is scaled down to fit), times 1.62 / 2.46 /
+      1.62 / 2.46 / 1.72
       (:data:`OPENAI_PATCH_MULTIPLIERS`; counted here as min(1536, ceil(w/32) x ceil(h/32)), an upper bound).
       Other OpenAI-compatible models: None (their rules differ, other servers; OpenAI's other tile-billed
       models stay below the default ``image_input_tokens``).

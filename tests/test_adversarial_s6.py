@@ -278,6 +278,9 @@ def test_openai_patch_billed_models_are_reserved_above_the_default_image_budget(
     assert expected_image_tokens("openai", "o4-mini", (1800, 2400))[0] == math.ceil(1536 * 1.72)  # 2,642
     assert expected_image_tokens("openai", "gpt-4.1-nano-2025-04-14", (1800, 2400))[0] == math.ceil(1536 * 2.46)
     assert expected_image_tokens("openai", "gpt-4.1-mini", (100, 50))[0] == math.ceil(4 * 2 * 1.62)
+    # gpt-5-mini / gpt-5-nano: the same patch rule, 1.62 / 2.46 (same table of the guide)
+    assert expected_image_tokens("openai", "gpt-5-mini", (1800, 2400))[0] == math.ceil(1536 * 1.62)  # 2,489
+    assert expected_image_tokens("openai", "gpt-5-nano", (1024, 1024))[0] == math.ceil(1024 * 2.46)
     m = ModelConfig(name="n", provider="openai", model="gpt-4.1-nano", base_url="http://127.0.0.1:9/v1",
                     api_key_env=KEY_VAR, price_input_usd_per_mtok=0.1)
     assert reserved_input_tokens(m, "Where?", has_image=True, size_px=(1024, 1024)) == 2 + 16 + 2520
