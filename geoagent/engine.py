@@ -14,7 +14,10 @@ complete               0      every planned task reached the end of the pipeline
 incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error),
                               or left queued because a stage stopped: a host it needs could not be reached
                               (:mod:`geoagent.runtime.worker`, "Unreachable hosts"; the summary names the
-                              host and what to check; re-run the same command to resume)
+                              host and what to check; re-run the same command to resume), or a model's
+                              host could not be reached (:mod:`geoagent.workers.model_caller`,
+                              "Unreachable-host breaker": that model's tasks left queued, the other
+                              models' work ran to the end)
 budget exhausted       4      the cost cap stopped dispatching; the rest of the work is reported
 authentication failed  5      a model's host refused its API key (HTTP 401/403, or Gemini's 400
                               API_KEY_INVALID, 5 times in a row): that model's tasks were left queued
@@ -689,7 +692,7 @@ async def _run(
 ) -> Outcome:
     from geoagent.runtime.manifest import Manifest
     from geoagent.status import host_labels
-    from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE
+    from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, HOST_BREAKER_SERVICE
 
     ctx.services["watch"] = watch
     ctx.services[C.SERVICE_CAMPAIGN_WRITES_REPORT] = True  # kind.report() below writes the final report
@@ -752,11 +755,16 @@ async def _run(
         judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
         dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
         auth = ctx.services.get(AUTH_BREAKER_SERVICE)
+        model_hosts = ctx.services.get(HOST_BREAKER_SERVICE)
         blocked = any(r.stats.blocked for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER)
         left = counts[C.EDGE_REQUESTS].ready if blocked and C.EDGE_REQUESTS in counts else None
-        auth_lines = auth.report_lines(left) if auth is not None else []
-        # stages stopped by their unreachable-host breaker (their tasks left queued, untouched)
-        unreachable_lines = [ln for r in view.runners for ln in r.unreachable_lines(
+        hosts_down = model_hosts is not None and bool(model_hosts.opened)
+        # every model stopped, some by an unreachable host: the host lines say what was left queued
+        auth_lines = auth.report_lines(None if hosts_down else left) if auth is not None else []
+        # models whose host could not be reached (model caller's breaker: their tasks left queued, untouched),
+        # then stages stopped by the runner's unreachable-host breaker
+        unreachable_lines = model_hosts.report_lines(left) if hosts_down else []
+        unreachable_lines += [ln for r in view.runners for ln in r.unreachable_lines(
             counts[r.stage.input_edge].ready if r.stage.input_edge in counts else None)]
         drained = stages_drained(kind.stages(cfg), [s.name for s in stages], counts)
         if view.stopped_by_signal and not (watch and drained):
@@ -765,7 +773,7 @@ async def _run(
             status, code = STATUS_AUTH, EXIT_AUTH
         elif view.budget_stopped:
             status, code = "budget exhausted", EXIT_BUDGET
-        elif any(c.dead or c.ready or c.leased for e, c in counts.items() if e in judged):
+        elif hosts_down or any(c.dead or c.ready or c.leased for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
         elif only_stages and any(c.ready or c.leased for c in counts.values()):
             # this process's stages are done, other processes' stages are not: not "complete"

@@ -184,17 +184,24 @@ def stop_reason(progress: dict[str, Any]) -> str | None:
     ..."`` when a model's authentication breaker holds its tasks (a stage holds tasks, ``held`` > 0, and its
     last errors say why; the other models' tasks go on); ``"<stage>: host <host> unreachable (...); its tasks
     left queued"`` for a stage stopped by its unreachable-host breaker (:mod:`geoagent.runtime.worker`);
+    ``"a model's host unreachable (see last error): ..."`` when the model caller holds the tasks of a model
+    whose host could not be reached (:mod:`geoagent.workers.model_caller`, "Unreachable-host breaker");
     all that happened, joined by ``"; "``.
     """
     stages = progress.get("stages", [])
     errors = [e for sd in stages for e in sd.get("last_errors", [])]
     auth = any(sd.get("held") for sd in stages) and any("authentication failed" in e for e in errors)
+    model_host = any(sd.get("held") for sd in stages) and any(e.startswith("HostStop: ") for e in errors)
     reasons = []
     if progress.get("budget_stopped"):
         reasons.append("budget exhausted")
     if auth:
         reasons.append("authentication failed (see last error): " + (
             "that model's tasks were left queued" if progress.get("finished")
+            else "that model's tasks are held, the other models' go on"))
+    if model_host:
+        reasons.append("a model's host unreachable (see last error): " + (
+            "that model's tasks were left queued, re-run to resume" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
     for sd in stages:
         for host, info in (sd.get("unreachable") or {}).items():

@@ -127,8 +127,10 @@ def test_call_cancelled_after_its_request_reached_the_host_stays_unknown_spend(t
 
 def test_call_whose_connection_never_opens_ends_at_the_connect_timeout_and_releases_the_reservation(tmp_path, monkeypatch):
     # the model's host never accepts the connection (full accept queue); the model's connect_timeout_s (0.5 s)
-    # ends each attempt long before its timeout_s (30 s); no attempt was sent, so nothing can have been billed
-    from geoagent.runtime.stage import Missing
+    # ends each attempt long before its timeout_s (30 s); no attempt was sent, so nothing can have been billed,
+    # and the task is retried later (nacked: CallFailed), not dead-lettered as missing (model caller,
+    # "Unreachable-host breaker")
+    from geoagent.workers.model_caller import CallFailed
 
     monkeypatch.setenv(KEY_VAR, KEY)
     srv = socket.socket()
@@ -144,7 +146,7 @@ def test_call_whose_connection_never_opens_ends_at_the_connect_timeout_and_relea
             rig = await CallerRig(tmp_path, cfg, http).start()
             loop = asyncio.get_running_loop()
             t0 = loop.time()
-            with pytest.raises(Missing) as ei:
+            with pytest.raises(CallFailed) as ei:
                 await rig.handle(photo_task(0))
             took = loop.time() - t0
             rows = await _wait_for_state(rig, "released")
@@ -157,7 +159,8 @@ def test_call_whose_connection_never_opens_ends_at_the_connect_timeout_and_relea
         filler.close()
         srv.close()
     assert took < 10.0, took  # two 0.5 s connect timeouts (and a short backoff), not 2 x 30 s
-    assert "retries exhausted after 2 attempts" in str(exc) and "timeout" in str(exc)
+    assert f"host {base.removeprefix('http://')} unreachable after 2 attempts, nothing sent" in str(exc)
+    assert "timeout" in str(exc)
     assert received == b""
     assert len(rows) == 1 and rows[0][1] == "released"
     assert summary.unknown_usd == 0 and summary.reserved_usd == 0 and summary.spent_usd == 0

@@ -50,8 +50,15 @@ PermanentHTTPError (4xx)    released (not billed)               ``PermanentFailu
 401/403 (auth, see below)   released (not billed)               ``CallFailed`` -> nack (retried); once the
                                                                  breaker is open ``AuthStop`` -> held, then
                                                                  released untouched
-RetriesExhausted            released; or unknown-outcome spend  ``Missing`` -> dead letter, reported as
-                            if an attempt may have been billed   missing (never a wrong answer)
+RetriesExhausted, the host  released (no attempt may have      ``CallFailed`` -> nack (retried later, an
+could not be reached        been billed: ``possibly_billed``     attempt counted; never dead-lettered: on a
+(``unreachable``: refused,  0, so nothing was billed)            task's last attempt the host breaker opens);
+DNS, connect timeout) and                                        once the model's host breaker is open
+nothing possibly billed                                          ``HostStop`` -> held, then released untouched
+RetriesExhausted (any       released; or unknown-outcome spend  ``Missing`` -> dead letter, reported as
+other: a host that answers  if an attempt may have been billed   missing (never a wrong answer)
+with errors, or an attempt
+that may have been billed)
 OutcomeUnknown              unknown-outcome spend               re-raised -> nack, retried (reserves again)
 MalformedResponse (2xx)     unknown-outcome spend (or settled   retried (nack)
                             with the usage the API reported)
@@ -98,6 +105,37 @@ variable's NAME, never its value) followed by how many of its requests this proc
 with no ``--requeue``, each request key paid once (the other models' answers are stored); an isolated
 401/403 between successes is retried up to ``max_attempts`` and then dead-lettered with its reason as before.
 
+Unreachable-host breaker (per host, like the authentication breaker): a call none of whose attempts got
+through to its model's host (the HTTP layer's :class:`~geoagent.runtime.http.RetriesExhausted` with
+``unreachable`` and ``possibly_billed`` 0: connection refused, DNS failure, connect timeout on every attempt,
+e.g. a local vLLM/Ollama server not started or a typo in ``base_url``) billed nothing, so its reservation is
+released and the task is NOT dead-lettered as missing. Before the breaker opens it is nacked (retried later,
+one queue attempt counted): an isolated failure of a host that otherwise answers is retried like any
+transient error, and a campaign whose server comes back within the queue's backoff loses nothing. Once
+:attr:`ModelCaller.unreachable_after` (default :data:`geoagent.runtime.worker.UNREACHABLE_AFTER`) requests
+in a row to that host failed so, with none reaching it in between
+(:meth:`~geoagent.runtime.http.HttpClient.unreachable_streak`, counted per host by the HTTP client, so two
+models on one host stop together), or as soon as a task's last attempt fails so (a queue attempt spent on a
+host that cannot be reached must never dead-letter the task), the host's breaker opens (:class:`HostBreaker`,
+service :data:`HOST_BREAKER_SERVICE`; per process, for the rest of the run): every task of every model on that
+host raises :class:`HostStop`, a :class:`~geoagent.runtime.stage.Held` (nothing sent, no reservation, no
+attempt counted, released untouched when the stage ends), requests of those models waiting for a host slot
+are stopped at the send gate, and the other models' tasks run to the end. Held rather than nacked once open:
+nacking would spend one queue attempt per task on a host known to be down and dead-letter the whole queue of
+that model after ``max_attempts`` rounds (a 100,000-request campaign burning through into dead letters);
+held, its tasks stay ready for the re-run, which needs no ``--requeue``. When every model is stopped (host
+unreachable or key refused), :meth:`ModelCaller.runnable` turns False and the runner stops leasing at once.
+The engine ends the run ``incomplete`` (exit 3) with one line per host (:meth:`HostBreaker.report_lines`):
+``model X: host H unreachable (connection refused on 5 consecutive requests); check [[models]] base_url of
+'X' / is the server running?; 40 request(s) of model X left queued; re-run the same command to resume``.
+The model caller handles this itself instead of leaving it to the stage runner's stage-wide breaker
+(:mod:`geoagent.runtime.worker`, "Unreachable hosts"), which would stop every model of the campaign; the
+errors it raises hide the HTTP error (``from None``), so the runner's breaker never sees them. A call that
+may have been sent (read timeout, connection reset after sending: ``OutcomeUnknown``, or a
+``RetriesExhausted`` with ``possibly_billed``) keeps the handling of the table above. Requests already in
+their HTTP retries when the breaker opens finish those retries (bounded by the model's ``max_attempts`` and
+backoff, or its ``connect_timeout_s`` for a host that does not answer) and are then held too.
+
 Payload (``requests`` edge)::
 
     {"model": "<models[].name>", "prompt": "<rendered text>",
@@ -127,10 +165,11 @@ import anyio
 from geoagent import constants as C
 from geoagent.config import image_size_px, reserved_input_tokens
 from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
-from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped
+from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped, host_key
 from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.runtime.worker import UNREACHABLE_AFTER
 from geoagent.secrets import redact
 from geoagent.workers.billing import close_failed_call
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
@@ -151,6 +190,8 @@ AUTH_FAILURES_TO_STOP = 5
 OFFLINE_CONCURRENCY = 64
 #: the StageContext service holding the campaign's :class:`AuthBreaker` (the engine reads it at the end)
 AUTH_BREAKER_SERVICE = "auth_breaker"
+#: the StageContext service holding the campaign's :class:`HostBreaker` (the engine reads it at the end)
+HOST_BREAKER_SERVICE = "model_host_breaker"
 AUTH_STATUSES = frozenset({401, 403})
 #: Gemini answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID (not 401): these body
 #: markers make such a 400 an authentication failure too
@@ -283,6 +324,138 @@ class AuthBreaker:
         return lines
 
 
+@dataclasses.dataclass(slots=True)
+class HostDown:
+    """The open unreachable-host breaker of one host: the host key (``"hostname:port"`` or ``"hostname"``),
+    the requests in a row that could not reach it, the last failure's text, the models that use it."""
+
+    host: str
+    streak: int
+    last: str
+    models: list[str]
+
+    def cause(self) -> str:
+        """``connection refused on 5 consecutive requests`` (:func:`geoagent.runtime.worker.unreachable_cause`)."""
+        from geoagent.runtime.worker import unreachable_cause
+
+        n = self.streak
+        return f"{unreachable_cause(self.last)} " + ("on 1 request" if n == 1 else f"on {n} consecutive requests")
+
+    def message(self) -> str:
+        """``model X: host H unreachable (connection refused on 5 consecutive requests); check [[models]]
+        base_url of 'X' / is the server running?`` (several models on the host: ``models X, Y: ...``)."""
+        names = ", ".join(self.models)
+        which = "model" if len(self.models) == 1 else "models"
+        quoted = ", ".join(repr(m) for m in self.models)
+        return (f"{which} {names}: host {self.host} unreachable ({self.cause()}); check [[models]] base_url of "
+                f"{quoted} / is the server running?")
+
+
+class HostStop(Held):
+    """The unreachable-host breaker of a model's host is open: hold the task untouched (nothing sent) while
+    the other models' tasks go on; ``model`` names the model, ``host`` its host."""
+
+    def __init__(self, down: HostDown, model: str) -> None:
+        super().__init__(f"{down.message()}; its requests are held unsent")
+        self.model = model
+        self.host = down.host
+
+
+class HostBreaker:
+    """Per-host unreachable breaker of the model caller (module docstring, "Unreachable-host breaker"; in memory,
+    per run). The streak itself is the HTTP client's (:meth:`~geoagent.runtime.http.HttpClient.unreachable_streak`,
+    carried on each error as ``streak``); this keeps which hosts opened, which model uses which host and what
+    each open host's models left queued.
+
+    Parameters
+    ----------
+    threshold : int
+        Requests in a row that could not reach a host (each after the HTTP layer's own retries) that open its
+        breaker (>= 1).
+    """
+
+    def __init__(self, threshold: int = UNREACHABLE_AFTER) -> None:
+        self.threshold = max(1, int(threshold))
+        self._host_of: dict[str, str] = {}
+        self.opened: dict[str, HostDown] = {}
+        self._held: dict[str, set[str]] = {}
+
+    def set_host(self, model: str, host: str | None) -> None:
+        """Record that ``model`` sends its requests to ``host`` (a :func:`~geoagent.runtime.http.host_key`;
+        None: it sends nothing over HTTP)."""
+        if host:
+            self._host_of[model] = host
+        else:
+            self._host_of.pop(model, None)
+
+    def host_of(self, model: str) -> str | None:
+        """The host ``model`` sends its requests to, when known."""
+        return self._host_of.get(model)
+
+    def is_open(self, model: str) -> HostDown | None:
+        """The open breaker of ``model``'s host, or None."""
+        host = self._host_of.get(model)
+        return self.opened.get(host) if host is not None else None
+
+    def failure(self, model: str, host: str, streak: int, last: str, last_attempt: bool = False) -> HostDown | None:
+        """A call of ``model`` could not reach ``host`` (nothing billed); return the host's :class:`HostDown`
+        once its breaker is open.
+
+        ``streak``: the request's place in the host's run of unreachable requests (the HTTP client's count,
+        every model on the host together). The breaker opens at ``threshold``, or at once when the failing
+        task has no queue attempt left (``last_attempt``), so no task is dead-lettered for a host that
+        cannot be reached."""
+        if host and self._host_of.get(model) != host:
+            self._host_of[model] = host  # the error names the host the request really went to
+        down = self.opened.get(host)
+        if down is not None:
+            return down
+        if int(streak) >= self.threshold or last_attempt:
+            models = [m for m, h in self._host_of.items() if h == host]
+            down = self.opened[host] = HostDown(host, max(1, int(streak)), str(last or ""), models or [model])
+            return down
+        return None
+
+    def hold(self, model: str, task_key: str) -> None:
+        """Record that task ``task_key`` of ``model`` was held unsent because its host's breaker is open."""
+        self._held.setdefault(model, set()).add(task_key)
+
+    def held(self, model: str) -> int:
+        """Tasks of ``model`` held unsent by its host's open breaker in this process (distinct task keys)."""
+        return len(self._held.get(model, ()))
+
+    def report_lines(self, left_queued: int | None = None) -> list[str]:
+        """One line per open host (order opened): :meth:`HostDown.message`, the work of its models this process
+        left queued, and that a re-run resumes, e.g. ``model X: host H unreachable (connection refused on 5
+        consecutive requests); check [[models]] base_url of 'X' / is the server running?; 40 request(s) of
+        model X left queued; re-run the same command to resume``.
+
+        ``left_queued``: the model caller stopped leasing because no model could run any more
+        (:meth:`ModelCaller.runnable`), so the held counts cover only what it had leased; the last line then
+        says how many requests were left in the queue instead."""
+        lines = []
+        for down in self.opened.values():
+            left = ", ".join(f"{self.held(m)} request(s) of model {m}" if i == 0 else f"{self.held(m)} of model {m}"
+                             for i, m in enumerate(down.models))
+            lines.append(f"{down.message()}; {left} left queued")
+        if lines and left_queued is not None:
+            lines = [ln.rsplit("; ", 1)[0] for ln in lines]
+            lines[-1] += f"; no model can run any more, so dispatching stopped: {left_queued} request(s) left queued"
+        return [ln + "; re-run the same command to resume" for ln in lines]
+
+
+class _Unreachable(Exception):
+    """A model call could not reach its host on any attempt and nothing was billed (reservation released);
+    ``handle`` asks the host breaker what next."""
+
+    def __init__(self, host: str, streak: int, last: str, attempts: int) -> None:
+        super().__init__(f"host {host} unreachable after {attempts} attempts: {last}")
+        self.host = host
+        self.streak = streak
+        self.last = last
+        self.attempts = attempts
+
+
 class _NotSent(Exception):
     """Raised by a :class:`_SendGate` to abandon a request unsent: ``cached`` (the stored response),
     ``refusal`` (the ledger's :class:`BudgetExhausted`) or ``elsewhere`` (the same request key is in
@@ -353,6 +526,15 @@ def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]
     return m, request
 
 
+def _model_host(m: Any, provider: Any) -> str | None:
+    """The host key (:func:`~geoagent.runtime.http.host_key`) ``provider`` sends ``m``'s requests to, or None
+    for a provider that sends nothing over HTTP (replay, offline simulated)."""
+    if provider is None or not getattr(provider, "supports_before_send", False):
+        return None
+    url = getattr(provider, "base_url", None) or getattr(m, "base_url", None)
+    return host_key(url) if isinstance(url, str) and url else None
+
+
 def _worst_usd(m: Any, request: ModelRequest, has_image: bool, size_px: tuple[int, int] | None, factor: float) -> float:
     """The reservation of one call (USD): :func:`geoagent.config.reserved_input_tokens` (prompt + system
     prompt, the image at max(``image_input_tokens``, its documented bill for ``size_px``)) x ``factor`` at
@@ -420,19 +602,22 @@ class _SendGate:
         The ``[[models]]`` name recorded with the reservation.
     breaker : AuthBreaker, optional
         When the model's breaker is open, the gate raises :class:`AuthStop` instead (nothing sent).
+    hosts : HostBreaker, optional
+        When the breaker of the model's host is open, the gate raises :class:`HostStop` instead (nothing sent).
     stopping : callable, optional
         Returns True once a stop was requested: the gate then raises
         :class:`~geoagent.runtime.stage.Abandoned` (nothing sent, no reservation; the task is released).
     """
 
-    __slots__ = ("_args", "reservation", "breaker", "stopping")
+    __slots__ = ("_args", "reservation", "breaker", "stopping", "hosts")
 
     def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str,
-                 breaker: "AuthBreaker | None" = None, stopping: Any = None) -> None:
+                 breaker: "AuthBreaker | None" = None, stopping: Any = None, hosts: "HostBreaker | None" = None) -> None:
         self._args = (store, ledger, key, worst_usd, model_name)
         self.reservation: Any = None
         self.breaker = breaker
         self.stopping = stopping
+        self.hosts = hosts
 
     async def __call__(self) -> None:
         if self.reservation is not None:
@@ -443,6 +628,9 @@ class _SendGate:
         opened = self.breaker.is_open(self._args[4]) if self.breaker is not None else None
         if opened is not None:
             raise AuthStop(opened)
+        down = self.hosts.is_open(self._args[4]) if self.hosts is not None else None
+        if down is not None:
+            raise HostStop(down, self._args[4])
         cached, reservation = await _lookup_or_reserve(*self._args)
         if cached is not None:
             raise _NotSent(cached=cached)
@@ -480,6 +668,9 @@ class ModelCaller(Stage):
     budget_wait_s: float = 600.0
     #: consecutive 401/403 answers of one model that stop dispatching (module docstring: circuit breaker)
     auth_failures_to_stop: int = AUTH_FAILURES_TO_STOP
+    #: requests in a row that could not reach a model's host before its models stop (module docstring,
+    #: "Unreachable-host breaker")
+    unreachable_after: int = UNREACHABLE_AFTER
 
     def __init__(self, *, concurrency: int | None = None, config: Any = None) -> None:
         # set before the runner reads it (it sizes its slots when it is built, before start())
@@ -492,6 +683,7 @@ class ModelCaller(Stage):
         self._stopping = False
         self._models: list[str] = []  # the campaign's model names (start), for runnable()
         self._auth: AuthBreaker | None = None
+        self._hosts: HostBreaker | None = None
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
 
@@ -500,12 +692,15 @@ class ModelCaller(Stage):
         cfg = ctx.services.get("config")
         self._models = [m.name for m in (getattr(cfg, "models", None) or [])]
         self._auth = self._breaker(ctx)
+        self._hosts = self._host_breaker(ctx)
+        providers = ctx.services.get("providers") or {}
+        for m in getattr(cfg, "models", None) or []:
+            self._hosts.set_host(m.name, _model_host(m, providers.get(m.name)))
         if self._sized:
             return
         models = list(getattr(cfg, "models", None) or [])
         if not models:
             return
-        providers = ctx.services.get("providers") or {}
         total = 0
         for m in models:
             over_http = bool(getattr(providers.get(m.name), "supports_before_send", True))
@@ -513,10 +708,19 @@ class ModelCaller(Stage):
         self.concurrency = max(1, min(256, total))
 
     def runnable(self) -> bool:
-        """False once EVERY configured model's authentication breaker is open: no task could be sent, so the
-        runner stops leasing (instead of leasing the whole queue only to hold it) and the run ends
-        ``authentication failed`` with the queue untouched (:meth:`AuthBreaker.report_lines`)."""
-        return not (self._auth is not None and self._models and all(self._auth.is_open(m) for m in self._models))
+        """False once EVERY configured model is stopped, by its authentication breaker or by its host's
+        unreachable breaker: no task could be sent, so the runner stops leasing (instead of leasing the whole
+        queue only to hold it) and the run ends with the queue untouched (:meth:`AuthBreaker.report_lines`,
+        :meth:`HostBreaker.report_lines`)."""
+        if not self._models or (self._auth is None and self._hosts is None):
+            return True
+        return not all((self._auth is not None and self._auth.is_open(m) is not None)
+                       or (self._hosts is not None and self._hosts.is_open(m) is not None) for m in self._models)
+
+    def unreachable_hint(self, host: str) -> str | None:
+        """``[[models]] base_url of 'X'`` for the model(s) whose requests go to ``host``, else None."""
+        models = [m for m in self._models if self._hosts is not None and self._hosts.host_of(m) == host]
+        return f"[[models]] base_url of {', '.join(repr(m) for m in models)}" if models else None
 
     def stop_requested(self) -> None:
         """Abandon every call that has not passed its send gate (class docstring, "Stopping")."""
@@ -547,6 +751,13 @@ class ModelCaller(Stage):
             else:
                 self._key_locks[key] = (lock_, users - 1)
 
+    def _host_breaker(self, ctx: StageContext) -> HostBreaker:
+        """The campaign's :class:`HostBreaker` (service :data:`HOST_BREAKER_SERVICE`; made on first use)."""
+        hosts = ctx.services.get(HOST_BREAKER_SERVICE)
+        if hosts is None:
+            hosts = ctx.services[HOST_BREAKER_SERVICE] = HostBreaker(self.unreachable_after)
+        return hosts
+
     def _breaker(self, ctx: StageContext) -> AuthBreaker:
         """The campaign's :class:`AuthBreaker` (service :data:`AUTH_BREAKER_SERVICE`; made on first use)."""
         breaker = ctx.services.get(AUTH_BREAKER_SERVICE)
@@ -562,6 +773,9 @@ class ModelCaller(Stage):
         except AuthStop as stop:
             self._breaker(ctx).hold(stop.model, task.key)  # counted for the end-of-run line
             raise
+        except HostStop as stop:
+            self._host_breaker(ctx).hold(stop.model, task.key)  # counted for the end-of-run line
+            raise
 
     async def _handle(self, task: Task, ctx: StageContext) -> list[Message]:
         payload = task.payload
@@ -571,6 +785,10 @@ class ModelCaller(Stage):
         opened = breaker.is_open(m.name)
         if opened is not None:
             raise AuthStop(opened)
+        hosts = self._host_breaker(ctx)
+        down = hosts.is_open(m.name)
+        if down is not None:
+            raise HostStop(down, m.name)
         image_ref = payload.get("image_ref")
         image_id = request.image_id
         providers = ctx.get("providers")
@@ -593,7 +811,7 @@ class ModelCaller(Stage):
             known_usd = m.cost_usd(int(usage[0]), int(usage[1])) if usage is not None else 0.0
             worst_usd = max(known_usd, _worst_usd(m, request, has_image, None, factor))
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
-            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping)
+            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, hosts)
 
             if image_ref or image_id is not None:
                 try:
@@ -614,7 +832,7 @@ class ModelCaller(Stage):
                     # the image's size (header only) may make the provider bill it above image_input_tokens
                     size = image_size_px(None, None, img.data) if m.provider != "replay" else None
                     worst_usd = max(known_usd, _worst_usd(m, request, True, size, factor))
-                    gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping)
+                    gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, hosts)
 
             try:
                 cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
@@ -624,6 +842,15 @@ class ModelCaller(Stage):
                 if opened is not None:
                     raise AuthStop(opened) from None
                 raise CallFailed(exc.reason) from None  # nacked: retried, never dead-lettered by the streak
+            except _Unreachable as exc:
+                # nothing was billed (reservation released): never a dead letter (module docstring)
+                last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
+                down = hosts.failure(m.name, exc.host, exc.streak, exc.last, last_attempt=last)
+                if down is not None:
+                    raise HostStop(down, m.name) from None
+                # nacked: retried later (one queue attempt counted)
+                raise CallFailed(f"host {exc.host} unreachable after {exc.attempts} attempts, nothing sent: "
+                                 f"{_excerpt(exc.last)}") from None
             if cached is not None:
                 return [self._message(task, key, m, request, cached, cost_usd=None, cached=True)]
             breaker.success(m.name)
@@ -749,6 +976,10 @@ class ModelCaller(Stage):
                 raise _AuthFailed(exc.status, f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
             if isinstance(exc, PermanentHTTPError):
                 raise PermanentFailure(f"HTTP {exc.status}: {_excerpt(exc.body_excerpt)}") from None
+            if (isinstance(exc, RetriesExhausted) and exc.unreachable and exc.host
+                    and not int(getattr(exc, "possibly_billed", 0) or 0)):
+                # no attempt got through to the host, none may have been billed: the breaker decides
+                raise _Unreachable(str(exc.host), int(exc.streak or 0), exc.last, exc.attempts) from None
             if isinstance(exc, RetriesExhausted):
                 raise Missing(f"retries exhausted after {exc.attempts} attempts: {_excerpt(exc.last)}") from None
             if isinstance(exc, OutcomeUnknown):
