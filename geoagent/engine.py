@@ -732,6 +732,7 @@ async def _run(
             pipeline=[(s.name, s.input_edge, s.output_edge) for s in kind.stages(cfg)],  # ETA: work upstream too
             http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
             host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
+            planned_by_model=planned_by_model,  # `status` names each model's answered / planned calls
         )
         view = await run_pipeline(
             cfg.name,
