@@ -877,6 +877,20 @@ def is_sampled(key: str, rate: float, seed: int = 0) -> bool:
     return int.from_bytes(digest[:8], "big") / 2.0**64 < rate
 
 
+def plan_rank(item: str, seed: int = 0) -> bytes:
+    """Sort key that puts a planner's items (a GeoVerify trial, a GeoHint site) in a seeded random order.
+
+    The planners enqueue items in this order, every model's requests of one item next to each other, and
+    the model caller dispatches in queue order; so any prefix of a run (one stopped by the cost cap or by
+    Ctrl-C) is a random sample of the items with every model answered about equally often, instead of the
+    first items alphabetically for the first model only. The same item and seed always rank alike (a resumed
+    run plans the same order); a rank is SHA-256 of ``seed``, a salt and ``item``, so it is independent of the
+    sampling draws of :func:`is_sampled` (which a shared hash would make kept items come first). Only the
+    order depends on it: request keys, task keys and the statistics do not.
+    """
+    return hashlib.sha256(f"{seed}:plan-order:{item}".encode()).digest()
+
+
 def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
     """``{host: HostPolicy}`` for every ``[hosts]`` entry and every model ``base_url`` host.
 
@@ -1455,8 +1469,12 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
       exceeds the cap by itself, the run stops dispatching (exit 4) and only calls in flight finish;
     * a finished call settles at its expected cost (:func:`estimate`'s expected USD).
 
-    So a model planned after the others, or one whose worst case is large, can get few or no calls before the
-    cap, while a cheap model runs many. Models sharing a host are paced separately (an approximation).
+    The planners interleave the models item by item (:func:`plan_rank`), so equally priced models get about
+    equal shares; a model whose worst case is large can still get fewer or no calls before the cap while a
+    cheap model runs many, and so can a model planned after the others in a plan that is not interleaved.
+    Models sharing a host are paced separately (an approximation). Each call settles at its expected cost,
+    which takes every answer at ``max_output_tokens`` unless the model sets ``expected_output_tokens``: then
+    the run, whose answers are usually shorter, makes more calls than simulated.
 
     Returns
     -------

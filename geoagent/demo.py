@@ -237,10 +237,11 @@ def _spend_line(outcome: Any) -> str:
 
     s = outcome.spend or {}
     new = getattr(outcome, "process_calls", None)
-    this_run = "" if new is None else f"; this run: {new} new"
+    this_run = "" if new is None else f"; this run: {new} new model call{'' if new == 1 else 's'}"
+    # the ledger's figures are the campaign's, over every run of it: say so (a resumed demo pays nothing new)
     return (f"{format_usd(s.get('spent_usd'))} settled + {format_usd(s.get('unknown_usd'))} unknown-outcome of cap "
-            f"{format_usd(s.get('cap_usd'))} ({s.get('calls', 0)} model calls{this_run}, "
-            f"{s.get('input_tokens', 0)} in / {s.get('output_tokens', 0)} out tokens)")
+            f"{format_usd(s.get('cap_usd'))} (all runs: {s.get('calls', 0)} model calls, "
+            f"{s.get('input_tokens', 0)} in / {s.get('output_tokens', 0)} out tokens{this_run})")
 
 
 def geohint_table1_text(cfg: Any) -> str:

@@ -735,6 +735,7 @@ async def _run(
             pipeline=[(s.name, s.input_edge, s.output_edge) for s in kind.stages(cfg)],  # ETA: work upstream too
             http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
             host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
+            planned_by_model=planned_by_model,  # `status` names each model's answered / planned calls
         )
         view = await run_pipeline(
             cfg.name,
@@ -952,8 +953,10 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     instead of a duration (a simulated model behind a local fake is paced by its rate alone). A worst case
     over the cap gets an ``OVER CAP`` line, then how many calls of each model the run would make before the
     cap stops it (:func:`geoagent.config.simulate_dispatch`) with a warning for a model left with none or far
-    fewer than the others (:meth:`Outcome.coverage_warnings`), and the bounds (all calls at their worst case,
-    all at their expected cost).
+    fewer than the others (:meth:`Outcome.coverage_warnings`) and a note naming the models whose expected cost
+    takes every answer at its ``max_output_tokens`` (the run makes more calls when answers are shorter), and the
+    bounds: the calls the cap pays for if every call cost its worst case (cap / mean worst case; the run makes
+    at least about that many) or its expected amount (cap / mean expected cost).
     """
     from geoagent.config import model_time_basis
 
@@ -1013,12 +1016,16 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         )
         if est.calls_before_cap is not None:
             per_model = ", ".join(f"{name} {m.calls_before_cap} of {m.calls}" for name, m in est.by_model.items())
+            full_out = [name for name, m in est.by_model.items()
+                        if cfg.model(name).expected_output_tokens is None and not m.recorded]
             lines.append(
                 f"  the run would stop at the cap (exit 4) after about {est.calls_before_cap} of the {est.calls} "
                 f"calls, per model: {per_model} (simulated as the run dispatches them: in queue order, each model "
                 "at its own concurrency, rate and expected_latency_s; each call reserves its worst case and "
                 "settles at its expected cost; the first call whose worst case no longer fits next to the settled "
                 "spend stops the run)"
+                + (f"; the expected cost of {', '.join(full_out)} takes every answer at its max_output_tokens (no "
+                   "expected_output_tokens set): shorter answers let the run make more calls than this" if full_out else "")
             )
             # the run's own rule for models whose statistics are not comparable
             shares = Outcome("", "dry run", 0, est.calls, {}, None,
@@ -1026,8 +1033,10 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                              answered_by_model={n: m.calls_before_cap or 0 for n, m in est.by_model.items()})
             lines.extend(f"  !!! WARNING: before the cap, {w}" for w in shares.coverage_warnings())
         lines.append(
-            f"  bounds: the cap allows about {fit_worst} of the {est.calls} calls at their worst case "
-            f"(about {fit_exp} at the expected cost)"
+            f"  bounds: even if every call cost its worst case, the cap pays for about {fit_worst} of the "
+            f"{est.calls} calls (cap / mean worst case per call); if every call cost its expected amount, about "
+            f"{fit_exp} (cap / mean expected cost per call; the simulated stop above also counts the reservations "
+            "still open when it comes)"
         )
     return lines
 

@@ -146,10 +146,12 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         finally:
             q.close_sync()
     spend = None
+    answered: dict[str, int] = {}
     db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
     if db.is_file():
         with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
             spend = state.ledger.summary().to_json()
+            answered = state.store.count_responses_by_model()
     from geoagent.engine import run_lock_held
 
     progress_file = Path(cfg.state_dir()) / C.PROGRESS_FILE
@@ -164,7 +166,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
               **((worked or {}).get("host_labels") or {})}
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked,
-            "stages": pipeline_stages(cfg) if not queues else []}
+            "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered}
 
 
 def format_usd(x: float | None) -> str:
@@ -269,6 +271,8 @@ def format_status(st: dict[str, Any]) -> str:
         reason = stop_reason(p)
         if reason:
             lines.append(f"  {reason}")
+        lines.extend(coverage_lines(p.get("planned_by_model") or {}, st.get("answered_by_model") or {},
+                                    budget_stopped=bool(p.get("budget_stopped")), complete=is_complete(st["queues"])))
         http = p.get("http")
         if http:
             labels = st.get("host_labels") or {}
@@ -285,6 +289,25 @@ def format_status(st: dict[str, Any]) -> str:
         for d in items:
             lines.append(f"  dead {edge}/{d.key[:24]} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
     return "\n".join(lines)
+
+
+def coverage_lines(planned: dict[str, int], answered: dict[str, int], *, budget_stopped: bool = False,
+                   complete: bool = False) -> list[str]:
+    """Per model, the planned model calls that have a stored answer, as the run's summary words them
+    (``answered before the cap, per model (stored answers / planned calls): a 160/339 (47%), b 0/339 (0%)``)
+    with its warning for a model left with none or far fewer than the others
+    (:meth:`geoagent.engine.Outcome.coverage_warnings`). ``planned``: the last run's plan (its progress
+    record's ``planned_by_model``); ``answered``: the response store's count per model. Empty without a plan
+    or once the campaign is complete."""
+    if not planned or complete:
+        return []
+    from geoagent.engine import Outcome
+
+    cov = Outcome("", "", 0, sum(planned.values()), {}, None, planned_by_model=dict(planned),
+                  answered_by_model={n: int(answered.get(n, 0)) for n in planned})
+    when = "before the cap" if budget_stopped else "so far"
+    return ([f"  answered {when}, per model (stored answers / planned calls): {cov.coverage_text()}"]
+            + [f"  !!! WARNING: {w}" for w in cov.coverage_warnings()])
 
 
 _HTTP_STATUS_REASON = re.compile(r"http (\d{3})")

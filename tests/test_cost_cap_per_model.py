@@ -2,9 +2,9 @@
 
 A user's walkthrough: a cap reached after the cheap model's calls left the expensive model with 0 answers
 (GeoHint "ge 0/40"), and the final summary did not say so; a researcher comparing the models must see it.
-The generic campaign plans model by model (every call of the first model, then the second's), and the
-model caller dispatches in queue order, so a cap that covers a part of the first model's calls leaves the
-second with none.
+The model caller dispatches in queue order; the planners now interleave the models
+(``tests/test_plan_interleave.py``), so here the second model gets none because the worst case of a single
+call of it (about $0.0009) exceeds the whole cap (about $0.0002).
 
 The dry run said "the cap allows about 14 of 120" from the average over the models while the run made 54
 calls: it now replays the run's dispatch (:func:`geoagent.config.simulate_dispatch`) and says per model how
@@ -57,7 +57,7 @@ n_requests = {n}
 
 def test_budget_stop_names_each_models_answered_share_and_warns_about_a_model_with_none(tmp_path):
     # what the cheap model's 40 calls really cost (a run of it alone, uncapped); a cap of half that stops
-    # the run inside the cheap model's calls, before the second model (planned after it) gets any
+    # the run inside the cheap model's calls: the expensive model's worst case alone exceeds the cap
     alone = anyio.run(lambda: run_campaign(load_config(_write(tmp_path, "alone", 100.0, only="cheap")), live=False,
                                            handle_signals=False, export=False))
     assert alone.status == "complete" and alone.spend["calls"] == 40
@@ -139,7 +139,11 @@ def test_dry_run_counts_calls_per_model_before_the_cap_in_queue_order():
     assert "the run would stop at the cap (exit 4) after about 29 of the 80 calls, per model: a 29 of 40, ge 0 of 40" in text
     assert "!!! WARNING: before the cap, ge has no answer (0 of 40 planned calls)" in text
     # the old average-based figure is still there, labelled as a bound: 80 x 0.0155 / 0.44 = 2.8 -> 2
-    assert "bounds: the cap allows about 2 of the 80 calls at their worst case" in text
+    assert ("bounds: even if every call cost its worst case, the cap pays for about 2 of the 80 calls "
+            "(cap / mean worst case per call)") in text
+    # 80 x 0.0155 / 0.22 = 5.6 -> 5 at the expected cost; every model sets expected_output_tokens: no note
+    assert "if every call cost its expected amount, about 5 (cap / mean expected cost per call" in text
+    assert "shorter answers let the run make more calls" not in text
     # within the cap: nothing simulated
     assert estimate(_dry_cfg([_priced("a", 10.0)], cap=1.0), plan[:40]).calls_before_cap is None
 

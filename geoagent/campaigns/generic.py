@@ -101,8 +101,11 @@ class GenericCampaign(CampaignKind):
     @staticmethod
     def _messages(cfg: Any) -> Iterator[Message]:
         sec = _section(cfg)
-        for m in cfg.models:
-            for i in range(sec.n_requests):
+        # prompt by prompt, every model's request in turn: a run stopped early (cost cap, Ctrl-C) covers the
+        # models evenly (the model caller dispatches in queue order); prompts stay in index order (they are
+        # synthetic and alike), so the plan stays a lazy generator
+        for i in range(sec.n_requests):
+            for m in cfg.models:
                 key = f"{m.name}|{i}"
                 if not is_sampled(key, m.sampling_rate, cfg.campaign.seed):
                     continue

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from geoagent.config import is_sampled
+from geoagent.config import is_sampled, plan_rank
 from geoagent.data.model import ContextLadder, Image, ReferencePoint, Site
 from geoagent.geohint.conditions import Condition, PromptBook
 
@@ -155,7 +155,11 @@ def plan_requests(
     Returns
     -------
     (list of PlannedRequest, PlanSummary)
-        Requests in a deterministic order (site, image, model, reference point, condition, repeat).
+        Requests in queue order: sites in a seeded random order (:func:`geoagent.config.plan_rank` of the
+        site id and ``seed``), then image, unit (baseline, then each reference point in ladder order), model,
+        condition, repeat. So every model's requests of one unit are next to each other and a run stopped
+        early (cost cap, Ctrl-C) covers the models evenly and a random sample of the sites; the order
+        changes no key.
 
     Raises
     ------
@@ -221,7 +225,7 @@ def plan_requests(
         summary.requests_by_condition[cond.name] = summary.requests_by_condition.get(cond.name, 0) + 1
         summary.requests_by_model[spec.model] += 1
 
-    for site_id in sorted(by_site):
+    for site_id in sorted(by_site, key=lambda sid: (plan_rank(sid, seed), sid)):
         site = sites[site_id]
         imgs = sorted(by_site[site_id], key=lambda i: i.image_id)
         if images_per_site is not None:
@@ -231,24 +235,20 @@ def plan_requests(
         if context_conds and not points:
             summary.sites_without_ladder.append(site_id)
         for img in imgs:
-            for spec in models:
-                if baseline_conds:
+            # one unit (baseline, then each reference point) at a time, every model's requests of it in turn
+            units: list[ReferencePoint | None] = ([None] if baseline_conds else []) + (points if context_conds else [])
+            for point in units:
+                ref = "baseline" if point is None else _ref_id(point)
+                conds, repeats = (baseline_conds, baseline_repeats) if point is None else (context_conds, context_repeats)
+                for spec in models:
                     summary.units_total[spec.model] += 1
-                    if unit_sampled(seed, spec.model, site_id, img.image_id, "baseline", spec.sample_rate):
-                        summary.units_kept[spec.model] += 1
-                        for cond in baseline_conds:
-                            for r in range(baseline_repeats):
-                                emit(cond, spec, site, img, None, r)
-                if not context_conds:
-                    continue
-                for point in points:
-                    summary.units_total[spec.model] += 1
-                    if not unit_sampled(seed, spec.model, site_id, img.image_id, _ref_id(point), spec.sample_rate):
+                    if not unit_sampled(seed, spec.model, site_id, img.image_id, ref, spec.sample_rate):
                         continue
                     summary.units_kept[spec.model] += 1
-                    for cond in context_conds:
-                        for r in range(context_repeats):
+                    for cond in conds:
+                        for r in range(repeats):
                             emit(cond, spec, site, img, point, r)
+    summary.sites_without_ladder.sort()
     summary.sites_without_images = sorted(s for s in sites if s not in by_site)
     return out, summary
 

@@ -12,7 +12,9 @@
    scored twice; it is skipped, and a warning names the file and line of both rows (also listed in the
    run's summary, :attr:`CampaignPlan.duplicate_notes`). So the dry run's call count is the run's;
 4. emits one ``requests`` message per trial x model (:func:`geoagent.geoverify.stages.plan_requests`),
-   honouring each model's ``sampling_rate``.
+   honouring each model's ``sampling_rate``, in queue order (:func:`interleave`): trials in a seeded random
+   order (``[campaign] seed``), every model's request of a trial next to each other, so a run stopped early
+   (cost cap, Ctrl-C) covers the models evenly and a random sample of the trials.
 
 Replay models: a ``provider = "replay"`` model whose ``model`` value is one of the recorded model names
 replays that model; any other replay model (e.g. ``model = "recorded"``) replays *every* recorded model,
@@ -191,5 +193,27 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         if is_sampled(key, model.sampling_rate, cfg.campaign.seed):
             kept.append((key, payload))
             per_model[payload["model"]] = per_model.get(payload["model"], 0) + 1
-    return CampaignPlan(kept, trials, release.report, build_rep, per_model, notes)
+    return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes)
+
+
+def interleave(messages: list[Message], seed: int) -> list[Message]:
+    """``messages`` in queue order: trials in the seeded random order of :func:`geoagent.config.plan_rank`,
+    each trial's requests of every model next to each other (in the models' configured order).
+
+    So a run stopped early (cost cap, Ctrl-C) has answered a random sample of the trials, each model about
+    equally often. Only the order changes (a stable sort on the trial's rank): the keys and payloads are the
+    same, so re-planning a resumed run enqueues the same tasks (existing keys are no-ops).
+    """
+    from geoagent.config import plan_rank
+
+    ranks: dict[str, bytes] = {}
+
+    def rank(msg: Message) -> bytes:
+        tid = str(msg[1]["meta"]["trial_id"])
+        r = ranks.get(tid)
+        if r is None:
+            r = ranks[tid] = plan_rank(tid, seed)
+        return r
+
+    return sorted(messages, key=rank)
 

@@ -57,6 +57,9 @@ class Progress:
     host_labels : dict or None
         ``{host: readable name}`` (model or API name) recorded with the HTTP counters, so ``status`` can
         name hosts the config does not show as they were (local fakes on ``127.0.0.1:<port>``).
+    planned_by_model : dict or None
+        ``{model name: model calls in the plan}``, recorded so ``status`` can say per model how many planned
+        calls have a stored answer (as the run's summary does), also after a budget stop.
     """
 
     def __init__(
@@ -67,8 +70,10 @@ class Progress:
         pipeline: Sequence[tuple[str, str, str | None]] | None = None,
         http: Callable[[], dict[str, Any]] | None = None,
         host_labels: dict[str, str] | None = None,
+        planned_by_model: dict[str, int] | None = None,
     ):
         self.path = Path(path)
+        self.planned_by_model = dict(planned_by_model or {})
         self.http = http
         self.host_labels = dict(host_labels or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,6 +110,7 @@ class Progress:
             "host_labels": self.host_labels or None,
             "budget_stopped": run.budget_stopped,
             "finished": run.finished_at is not None,
+            **({"planned_by_model": self.planned_by_model} if self.planned_by_model else {}),
         }
 
     def _render(self, record: dict[str, Any], final: bool) -> None:
