@@ -233,3 +233,18 @@ def test_watch_breaker_cuts_stalled_free_lookups_and_the_stage_goes_on(tmp_path)
     counts, dead = _run(main, 60)
     assert stage.cut == 1  # the stalled lookup was cancelled when the breaker opened
     assert (counts.done, counts.ready, counts.leased, counts.dead) == (5, 0, 0, 0) and dead == []
+
+
+def test_queue_section_sets_the_watch_probe_cooldown(tmp_path):
+    from geoagent import constants as C
+    from geoagent.config import ConfigError, load_config
+    from test_adversarial_config import _write
+
+    cfg = load_config(_write(tmp_path))
+    assert (cfg.queue.watch_probe_after_s, cfg.queue.watch_probe_max_s) == (C.DEFAULT_WATCH_PROBE_AFTER_S,
+                                                                            C.DEFAULT_WATCH_PROBE_MAX_S) == (30.0, 600.0)
+    cfg = load_config(_write(tmp_path, extra="\n[queue]\nwatch_probe_after_s = 5\nwatch_probe_max_s = 120\n"))
+    assert (cfg.queue.watch_probe_after_s, cfg.queue.watch_probe_max_s) == (5.0, 120.0)
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, extra="\n[queue]\nwatch_probe_after_s = 60\nwatch_probe_max_s = 30\n"))
+    assert "campaign.toml" in str(ei.value) and "watch_probe_max_s" in str(ei.value)

@@ -86,6 +86,7 @@ from typing import Any
 import anyio
 import orjson
 
+from geoagent import constants as C
 from geoagent.runtime.http import PermanentHTTPError
 from geoagent.runtime.queue import StaleLease, Task, WorkQueue
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
@@ -157,9 +158,9 @@ class StageStats:
 #: requests in a row to one host that failed unreachable before a stage runner stops (module docstring)
 UNREACHABLE_AFTER = 5
 #: watch mode: seconds after the unreachable breaker opened before the first half-open probe (module docstring)
-PROBE_AFTER_S = 30.0
+PROBE_AFTER_S = C.DEFAULT_WATCH_PROBE_AFTER_S
 #: watch mode: the cool-down doubles after each failed probe up to this many seconds
-PROBE_MAX_S = 600.0
+PROBE_MAX_S = C.DEFAULT_WATCH_PROBE_MAX_S
 
 
 def _unreachable_error(exc: BaseException) -> Any:
