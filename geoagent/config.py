@@ -13,7 +13,9 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
                  max_attempts, replay = {...}, params = {...}
     [hosts."api.example.org"]  rate, period_s, concurrency, timeout_s, connect_timeout_s, ... (non-model APIs:
                  Mapillary, Wikidata, ...)
-    [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s
+    [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s, watch_probe_after_s,
+                 watch_probe_max_s (s; ``run --watch``: how long a stage waits for an unreachable host before
+                 probing it again, doubling up to the max)
     [geoverify], [geohint], [crawl], [generic]   task sections: free tables until a task module registers a pydantic
                  model for them with :func:`register_section`; then they are validated like the rest.
 
@@ -381,6 +383,17 @@ class QueueSection(_Section):
     visibility_timeout_s: float = Field(default=C.DEFAULT_VISIBILITY_TIMEOUT_S, gt=0)
     backoff_base_s: float = Field(default=C.DEFAULT_BACKOFF_BASE_S, ge=0)
     backoff_max_s: float = Field(default=C.DEFAULT_BACKOFF_MAX_S, ge=0)
+    #: ``run --watch``: cool-down (s) before a stage whose unreachable-host breaker opened probes the host
+    #: again, doubling after each failed probe up to ``watch_probe_max_s`` (geoagent.runtime.worker)
+    watch_probe_after_s: float = Field(default=C.DEFAULT_WATCH_PROBE_AFTER_S, ge=0)
+    watch_probe_max_s: float = Field(default=C.DEFAULT_WATCH_PROBE_MAX_S, ge=0)
+
+    @model_validator(mode="after")
+    def _probe_max_not_below_after(self) -> "QueueSection":
+        if self.watch_probe_max_s < self.watch_probe_after_s:
+            raise ValueError(f"watch_probe_max_s >= watch_probe_after_s ({self.watch_probe_after_s:g} s: the "
+                             f"first cool-down), got watch_probe_max_s = {self.watch_probe_max_s:g}")
+        return self
 
 
 # ------------------------------------------------------------------------------------------------

@@ -78,3 +78,9 @@ HIT_THRESHOLD_KM = 1.0  # Sec. 4.2: hit = error < 1 km and finer than city
 #: stage-context service flag set by the campaign engine: the campaign kind writes the final report after the
 #: stages stop, so aggregator stages skip their own final rewrite
 SERVICE_CAMPAIGN_WRITES_REPORT = "campaign_writes_report"
+
+#: ``run --watch``: seconds a stage whose unreachable-host breaker opened waits before probing the host with one
+#: task, and the most it waits (the wait doubles after each failed probe); ``[queue] watch_probe_after_s`` /
+#: ``watch_probe_max_s`` (geoagent.runtime.worker, "Unreachable hosts")
+DEFAULT_WATCH_PROBE_AFTER_S = 30.0
+DEFAULT_WATCH_PROBE_MAX_S = 600.0

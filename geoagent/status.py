@@ -186,6 +186,7 @@ def stop_reason(progress: dict[str, Any]) -> str | None:
     ..."`` when a model's authentication breaker holds its tasks (a stage holds tasks, ``held`` > 0, and its
     last errors say why; the other models' tasks go on); ``"<stage>: host <host> unreachable (...); its tasks
     left queued"`` for a stage stopped by its unreachable-host breaker (:mod:`geoagent.runtime.worker`);
+    ``"<stage>: waiting for host <host> (next probe in N s; ...)"`` while a watch-mode stage waits for it;
     ``"a model's host unreachable (see last error): ..."`` when the model caller holds the tasks of a model
     whose host could not be reached (:mod:`geoagent.workers.model_caller`, "Unreachable-host breaker");
     all that happened, joined by ``"; "``.
@@ -208,6 +209,12 @@ def stop_reason(progress: dict[str, Any]) -> str | None:
     for sd in stages:
         for host, info in (sd.get("unreachable") or {}).items():
             info = info if isinstance(info, dict) else {}
+            if info.get("next_probe_in_s") is not None:  # watch mode: the stage waits for the host (half-open)
+                reasons.append(f"{sd.get('stage')}: waiting for host {host} (next probe in "
+                               f"{float(info['next_probe_in_s']):.0f} s; unreachable: "
+                               f"{unreachable_cause(str(info.get('last', '')))} on {info.get('requests', '?')} "
+                               "consecutive requests)")
+                continue
             reasons.append(f"{sd.get('stage')}: host {host} unreachable ({unreachable_cause(str(info.get('last', '')))} "
                            f"on {info.get('requests', '?')} consecutive requests); its tasks left queued, re-run "
                            "to resume")

@@ -288,13 +288,10 @@ def test_openai_patch_billed_models_are_reserved_above_the_default_image_budget(
     assert expected_image_tokens("openai", "gpt-4.1", (1024, 1024)) is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not fixed (design): in watch mode (burst=False, `run --watch`) the unreachable-host breaker ends the stage "
-    "for the life of the process, so a transient outage stops e.g. the geocoder until a restart while the other "
-    "stages keep feeding it; a fix would re-arm the breaker after a cool-down in watch mode (probe the host again)"))
 def test_watch_mode_resumes_a_stage_once_its_host_is_back(tmp_path):
     """A --watch pipeline whose fetch host is down trips the breaker (3 requests in a row); the host then comes
-    back on the same port: the watching process should get the 4 queued tasks done within 8 s."""
+    back on the same port: the watching process gets the 4 queued tasks done within 8 s (its half-open probe, after
+    a 0.5 s cool-down here, finds the host back and the stage resumes; worker "Unreachable hosts")."""
     from geoagent.runtime.daemon import open_edge_queues, run_pipeline
     from geoagent.runtime.stage import StageContext
     from geoagent.sandbox.server import free_port
@@ -328,7 +325,7 @@ def test_watch_mode_resumes_a_stage_once_its_host_is_back(tmp_path):
                 tg.start_soon(drive)
                 await run_pipeline("w", stages, queues, StageContext("w", {"http": http}), burst=False, tick=tick,
                                    tick_interval_s=0.05, handle_signals=False, grace_s=1.0,
-                                   runner_options={"unreachable_after": 3})
+                                   runner_options={"unreachable_after": 3, "probe_after_s": 0.5})
             return await queues["a"].counts()
         finally:
             for q in queues.values():

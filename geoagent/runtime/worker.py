@@ -59,6 +59,19 @@ tasks still in flight are cancelled and released untouched at once), the runner 
 is back. ``StageStats.unreachable`` names the host(s); :meth:`StageRunner.unreachable_lines` says it in words
 (the campaign engine prints them and ends the run ``incomplete``). The first unreachable failure of each host
 and the breaker's opening are logged as warnings (shown without the live display too).
+
+That is for burst runs. In watch mode (``burst=False``: a daemon that keeps picking up new work, ``run
+--watch``) the open breaker does not end the stage: it goes *half-open* (the standard circuit breaker). The
+stage waits a cool-down (``probe_after_s``, :data:`PROBE_AFTER_S` by default; a stop request ends the wait at
+once), lets the tasks still in flight end, then leases ONE task as a probe. If the probe gets through (it
+did not fail unreachable: the host answered), the breaker closes: ``StageStats.unreachable`` and ``blocked``
+are cleared, the stage resumes normal leasing, and ``host H reachable again; stage S resumed`` is logged
+(the HTTP layer reset the host's streak itself when it answered). If the probe fails unreachable, it is
+released untouched (no attempt counted) and the breaker re-opens with the cool-down doubled, up to
+``probe_max_s`` (:data:`PROBE_MAX_S`). Meanwhile :meth:`StageStats.as_dict` gives each waiting host its
+``next_probe_in_s`` (the progress stream and ``status`` say "waiting for host H (next probe in N s)").
+In a ``cancel_on_stop`` stage the tasks in flight when the breaker opens are cancelled and released
+untouched one by one (the stage itself keeps running).
 """
 
 from __future__ import annotations
@@ -73,6 +86,7 @@ from typing import Any
 import anyio
 import orjson
 
+from geoagent import constants as C
 from geoagent.runtime.http import PermanentHTTPError
 from geoagent.runtime.queue import StaleLease, Task, WorkQueue
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
@@ -95,6 +109,8 @@ class StageStats:
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
     #: hosts whose unreachable breaker opened (module docstring): host -> (requests in a row, last failure)
     unreachable: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: watch mode, breaker open: ``time.monotonic()`` of the next half-open probe (None otherwise)
+    next_probe_at: float | None = None
     started_at: float = field(default_factory=time.monotonic)
     finished: bool = False
     budget_stopped: bool = False
@@ -129,12 +145,22 @@ class StageStats:
             "finished": self.finished,
             "budget_stopped": self.budget_stopped,
             "last_errors": list(self.last_errors),
-            "unreachable": {h: {"requests": n, "last": last} for h, (n, last) in self.unreachable.items()},
+            "unreachable": {h: self._unreachable_info(n, last) for h, (n, last) in self.unreachable.items()},
         }
+
+    def _unreachable_info(self, n: int, last: str) -> dict[str, Any]:
+        info: dict[str, Any] = {"requests": n, "last": last}
+        if self.next_probe_at is not None and not self.finished:  # watch mode: waiting for the host
+            info["next_probe_in_s"] = round(max(0.0, self.next_probe_at - time.monotonic()), 1)
+        return info
 
 
 #: requests in a row to one host that failed unreachable before a stage runner stops (module docstring)
 UNREACHABLE_AFTER = 5
+#: watch mode: seconds after the unreachable breaker opened before the first half-open probe (module docstring)
+PROBE_AFTER_S = C.DEFAULT_WATCH_PROBE_AFTER_S
+#: watch mode: the cool-down doubles after each failed probe up to this many seconds
+PROBE_MAX_S = C.DEFAULT_WATCH_PROBE_MAX_S
 
 
 def _unreachable_error(exc: BaseException) -> Any:
@@ -206,6 +232,10 @@ class StageRunner:
     unreachable_after : int
         Requests in a row to one host that could not reach it (each after the HTTP layer's own retries)
         before the stage stops (module docstring, "Unreachable hosts"); default :data:`UNREACHABLE_AFTER`.
+    probe_after_s, probe_max_s : float
+        Watch mode only (``burst=False``): seconds the open breaker waits before its first half-open probe,
+        and the most it waits after failed probes (doubling from ``probe_after_s``); defaults
+        :data:`PROBE_AFTER_S`, :data:`PROBE_MAX_S` (module docstring, "Unreachable hosts").
     """
 
     def __init__(
@@ -225,10 +255,20 @@ class StageRunner:
         lease_ahead: bool = False,
         flush_interval_s: float = 1.0,
         unreachable_after: int = UNREACHABLE_AFTER,
+        probe_after_s: float = PROBE_AFTER_S,
+        probe_max_s: float = PROBE_MAX_S,
     ) -> None:
         if unreachable_after < 1:
             raise ValueError(f"unreachable_after must be >= 1, got {unreachable_after!r}")
+        if not (probe_after_s >= 0 and probe_max_s >= probe_after_s):
+            raise ValueError(f"need 0 <= probe_after_s <= probe_max_s, got {probe_after_s!r}, {probe_max_s!r}")
         self.unreachable_after = unreachable_after
+        self.probe_after_s = float(probe_after_s)
+        self.probe_max_s = float(probe_max_s)
+        self._cooldown_s = self.probe_after_s  # the current half-open cool-down (watch mode)
+        self._probe: Task | None = None  # the half-open probe in flight (watch mode)
+        #: watch mode: cancel scopes of tasks in flight, cut when the breaker opens in a cancel_on_stop stage
+        self._cuttable: set[anyio.CancelScope] = set()
         self._unreachable_seen: set[str] = set()  # hosts whose first unreachable failure was logged
         self.stage = stage
         self.lease_ahead = lease_ahead
@@ -351,6 +391,9 @@ class StageRunner:
         prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead else 0
         min_lease = max(1, prefetch // 2)
         while not self._stop.is_set() and not self._budget.is_set():
+            if self.stats.unreachable and not self.burst:
+                await self._half_open(send)  # watch mode (module docstring, "Unreachable hosts")
+                continue
             if self.stats.unreachable or not self.stage.runnable():
                 # a host cannot be reached, or e.g. every model's key was refused: leasing more would only
                 # burn attempts or hold the tasks
@@ -372,6 +415,64 @@ class StageRunner:
                 send.send_nowait(task)
             # let the workers start them before leasing again
             await anyio.sleep(0)
+
+    async def _half_open(self, send: Any) -> None:
+        """Watch mode, breaker open: wait out the cool-down (a stop ends it at once) and the tasks still in
+        flight, then lease ONE task as the probe; its outcome closes or re-opens the breaker
+        (:meth:`_probe_outcome`). One step per call; the lease loop calls it again until the breaker closes."""
+        self.stats.blocked = True
+        if self._probe is not None:  # the probe is in flight
+            await self._sleep_or_stop(self.poll_s)
+            return
+        wait_s = (self.stats.next_probe_at or 0.0) - time.monotonic()
+        if wait_s > 0:
+            await self._sleep_or_stop(wait_s)
+            return
+        if self.stats.in_flight:  # tasks leased before the breaker opened have not ended yet
+            await self._sleep_or_stop(self.poll_s)
+            return
+        tasks = await self.inq.lease(1, self.visibility_timeout_s)
+        if not tasks:
+            await self._maybe_commit()
+            await self._sleep_or_stop(self.poll_s)
+            return
+        self._probe = tasks[0]
+        self.stats.in_flight += 1
+        send.send_nowait(tasks[0])
+        await anyio.sleep(0)
+
+    def _probe_outcome(self, task: Task, exc: BaseException | None) -> bool:
+        """Settle the breaker when ``task`` is the half-open probe (``exc``: its failure, None if it succeeded).
+
+        A probe that failed unreachable re-opens the breaker with the cool-down doubled (up to
+        ``probe_max_s``) and returns True: the caller releases it untouched. Any other outcome (the host
+        answered, even with an error of its own) closes the breaker: the stage resumes. False for any other
+        task, and for a probe abandoned by a stop request (no verdict).
+        """
+        if self._probe is None or task is not self._probe:
+            return False
+        self._probe = None
+        if isinstance(exc, Abandoned):
+            return False
+        hx = _unreachable_error(exc) if exc is not None else None
+        if hx is not None:
+            host = str(hx.host)
+            last = str(getattr(hx, "last", "") or "")
+            self.stats.unreachable[host] = (int(getattr(hx, "streak", 0) or 0), last)
+            self._cooldown_s = min(self.probe_max_s, self._cooldown_s * 2)
+            self.stats.next_probe_at = time.monotonic() + self._cooldown_s
+            log.warning("stage %s: host %s still unreachable (%s); next probe in %g s", self.stage.name, host,
+                        unreachable_cause(last), self._cooldown_s)
+            return True
+        for host in self.stats.unreachable:
+            self._unreachable_seen.discard(host)  # a new outage is logged again
+            log.warning("stage %s: host %s reachable again; stage %s resumed", self.stage.name, host,
+                        self.stage.name)
+        self.stats.unreachable.clear()
+        self.stats.blocked = False
+        self.stats.next_probe_at = None
+        self._cooldown_s = self.probe_after_s
+        return False
 
     async def _input_exhausted(self) -> bool:
         if not self.burst:
@@ -410,23 +511,41 @@ class StageRunner:
     async def _process(self, task: Task) -> None:
         committed = False
         try:
-            if self._stop.is_set() or self._budget.is_set() or self.stats.unreachable:
+            if self._stop.is_set() or self._budget.is_set() or (self.stats.unreachable and task is not self._probe):
                 # leased ahead but not started before the stop: give it back untouched
                 await self._safe(self.inq.release(task))
                 self.stats.released += 1
                 committed = True
                 return
+            cut = anyio.CancelScope()  # watch mode: cancelled when the breaker opens (_breaker_open)
             try:
-                outputs = self._checked(await self.stage.handle(task, self.ctx))
+                self._cuttable.add(cut)
+                try:
+                    with cut:
+                        outputs = self._checked(await self.stage.handle(task, self.ctx))
+                finally:
+                    self._cuttable.discard(cut)
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # noqa: BLE001 - its class decides the task's fate
-                await self._fail(task, exc)
+                if self._probe_outcome(task, exc):  # a failed half-open probe: back untouched
+                    await self._safe(self.inq.release(task))
+                    self.stats.released += 1
+                else:
+                    await self._fail(task, exc)
                 committed = True
                 return
+            if cut.cancelled_caught:  # cut by the breaker opening: back untouched
+                await self._safe(self.inq.release(task))
+                self.stats.released += 1
+                committed = True
+                return
+            self._probe_outcome(task, None)
             self._pending.append((task, outputs))
             committed = True
         finally:
+            if self._probe is task:  # cancelled (stop): no verdict
+                self._probe = None
             self.stats.in_flight -= 1
             if not committed:
                 # cancelled mid-flight (shutdown after grace): give the task back untouched
@@ -438,7 +557,8 @@ class StageRunner:
     async def _process_batch(self, tasks: list[Task]) -> None:
         done = 0  # tasks whose fate is settled (from the front of ``tasks``)
         try:
-            if self._stop.is_set() or self._budget.is_set() or self.stats.unreachable:
+            if self._stop.is_set() or self._budget.is_set() or (
+                    self.stats.unreachable and not any(t is self._probe for t in tasks)):
                 for task in tasks:
                     await self._safe(self.inq.release(task))
                     self.stats.released += 1
@@ -454,7 +574,10 @@ class StageRunner:
                 err = RuntimeError(f"stage {self.stage.name}: handle_batch returned {len(results)} results for {len(tasks)} tasks")
                 results = [err] * len(tasks)
             for task, res in zip(tasks, results):
-                if isinstance(res, BaseException):
+                if self._probe_outcome(task, res if isinstance(res, BaseException) else None):
+                    await self._safe(self.inq.release(task))  # a failed half-open probe: back untouched
+                    self.stats.released += 1
+                elif isinstance(res, BaseException):
                     await self._fail(task, res if isinstance(res, Exception) else RuntimeError(_short(res)))
                 else:
                     try:
@@ -465,6 +588,8 @@ class StageRunner:
                         self._pending.append((task, outputs))
                 done += 1
         finally:
+            if any(t is self._probe for t in tasks):  # cancelled (stop): no verdict
+                self._probe = None
             self.stats.in_flight -= len(tasks)
             if done < len(tasks):
                 with anyio.CancelScope(shield=True):
@@ -550,7 +675,22 @@ class StageRunner:
         self.stats.unreachable[host] = (streak, last)
         self.stats.blocked = True
         if getattr(self.stage, "cancel_on_stop", False):
-            self._cut.set()  # free lookups: stop the ones in flight now (released untouched)
+            # free lookups: stop the ones in flight now (released untouched); in watch mode one by one, the
+            # stage itself goes on (half-open)
+            if self.burst:
+                self._cut.set()
+            else:
+                for scope in list(self._cuttable):
+                    scope.cancel()
+        if not self.burst:  # watch mode: half-open after a cool-down (module docstring)
+            self._cooldown_s = self.probe_after_s
+            self.stats.next_probe_at = time.monotonic() + self._cooldown_s
+            self.stats.last_errors.append(f"host {host} unreachable ({unreachable_cause(last)} {_in_a_row(streak)}): "
+                                          f"stage waiting for it, probing again in {self._cooldown_s:g} s")
+            log.warning("stage %s: host %s unreachable (%s %s; last: %s): the stage waits for it, next probe in "
+                        "%g s", self.stage.name, host, unreachable_cause(last), _in_a_row(streak), last[:200],
+                        self._cooldown_s)
+            return True
         self.stats.last_errors.append(f"host {host} unreachable ({unreachable_cause(last)} {_in_a_row(streak)}): "
                                       "stage stopped, its tasks left queued")
         log.warning("stage %s: host %s unreachable (%s %s; last: %s): the stage stops, its queued tasks stay for a "
