@@ -155,7 +155,7 @@ def test_crawl_trials_are_unique_requests_and_dry_run_counts_the_calls(crawled, 
     # the sandbox crawl's first draws collide (two images of a site, one candidate, one image of the other
     # continent): the summary says how many were redrawn; none had to be dropped, so every control candidate
     # has both arms
-    m = re.search(r"mismatched-image controls redrawn (\d+), dropped (\d+)", crawl_out)
+    m = re.search(r"swapped-image controls \(ctrl_mismatch\) redrawn (\d+), dropped (\d+)", crawl_out)
     assert m and int(m.group(1)) > 0 and int(m.group(2)) == 0, crawl_out
     arms = [r["arm"] for r in rows]
     assert arms.count("ctrl_mismatch") == arms.count("ctrl_noimage") > 0

@@ -62,8 +62,9 @@ UNBOUNDED_WIDTH = 10_000
 LEGEND = (
     "H (hit rate): share of signal trials (the named place lies within tau = 150 m of the photo) answered yes.",
     "F (false-alarm rate): share of decoy trials (the named place lies farther away, in the given distance band) "
-    "answered yes; the control rows give F with the photo swapped for one from another continent, or replaced "
-    "by a plain gray field.",
+    "answered yes; the control rows give F with the photo swapped for one from another continent "
+    "('control: swapped image' is arm ctrl_mismatch in the CSV files and scored rows), or replaced by a plain "
+    "gray field ('control: gray field' is arm ctrl_noimage).",
     "d' (sensitivity): z(H) - z(F), after the log-linear correction; 0 = signal and decoys cannot be told apart, "
     "1 = conventional discriminability.",
     "c (criterion): -(z(H) + z(F)) / 2; negative = the model leans towards accepting claims, positive = towards "
@@ -329,6 +330,7 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
 def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = None) -> str:
     """Table 12 as terminal text (a ``rich`` table rendered to a string, no colour codes)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     if not scores:
@@ -343,7 +345,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         if sec != section:
             table.add_row(f"[bold]{sec}[/bold]", *[""] * len(cols))
             section = sec
-        table.add_row("  " + label, *[fmt(scores[c]) for c in cols])
+        # cells are text, not rich markup: "none [none, none]" would otherwise lose its bracket as a tag
+        table.add_row("  " + escape(label), *[escape(fmt(scores[c])) for c in cols])
     boot = bootstrap_note(scores)
     if boot:
         table.caption = boot
