@@ -304,26 +304,45 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
 
+#: CSV row labels of delta_1's site-bootstrap range (text: band labels), after the ``delta_1`` row
+DELTA_RANGE_ROWS = ("delta_1 range lo", "delta_1 range hi")
+
+
 def render_csv(scores: Mapping[str, ModelScores]) -> str:
     """Table 12 as CSV with raw (unformatted) values: columns ``section, row``, then per model ``<model>,
-    <model>_lo, <model>_hi`` (the bootstrap interval; empty where the row has none or no bootstrap ran).
-    Rates are fractions in [0, 1]; band labels are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and
-    ``0.7-1.5km``, and the delta_1 value), never the pretty ``0.7–1.5 km`` of Markdown and the terminal."""
+    <model>_lo, <model>_hi, <model>_text``. The first three are numbers only (the value and its bootstrap
+    interval; empty where the row has none, no bootstrap ran, or the value is text), so a CSV reader infers
+    them as numeric; ``<model>_text`` holds the rows whose value is text (delta_1's band, ``none`` or
+    ``undefined``; the read-out verdict) and is empty elsewhere. delta_1's bootstrap range follows its row as
+    rows ``delta_1 range lo`` / ``delta_1 range hi`` (text; only when a bootstrap ran). Rates are fractions in
+    [0, 1]; band labels are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and ``0.7-1.5km``, and the
+    delta_1 values), never the pretty ``0.7–1.5 km`` of Markdown and the terminal."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = _columns(scores)
-    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi")]])
+    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi", f"{c}_text")]])
 
     def cell(v: object) -> object:
         return "" if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
+    def text_row(sec: str, label: str, texts: list[object]) -> None:
+        w.writerow([sec, label, *[x for v in texts for x in ("", "", "", cell(v))]])
+
     if scores:
         for sec, label, raw, _, key in _rows(scores, pretty=False):
-            vals: list[object] = []
-            for c in cols:
-                iv = _ci_pair(scores[c], key)
-                vals += [cell(raw(scores[c])), *((cell(iv[0]), cell(iv[1])) if iv else ("", ""))]
-            w.writerow([sec, label, *vals])
+            ivs = {c: _ci_pair(scores[c], key) for c in cols}
+            values = {c: raw(scores[c]) for c in cols}
+            if any(isinstance(v, str) for v in values.values()):
+                text_row(sec, label, [values[c] for c in cols])
+            else:
+                vals: list[object] = []
+                for c in cols:
+                    iv = ivs[c]
+                    vals += [cell(values[c]), *((cell(iv[0]), cell(iv[1])) if iv else ("", "")), ""]
+                w.writerow([sec, label, *vals])
+            if any(iv is not None and isinstance(iv[0], str) for iv in ivs.values()):  # delta_1: band labels
+                for i, range_label in enumerate(DELTA_RANGE_ROWS):
+                    text_row(sec, range_label, [ivs[c][i] if ivs[c] else None for c in cols])
     return buf.getvalue()
 
 
