@@ -8,7 +8,8 @@ and again while a campaign runs (live refresh).
 When the scores carry site-bootstrap intervals (``ModelScores.ci``, from ``n_boot > 0``), H, F, the
 control-arm F, F per decoy band, d' per band and c are shown as ``value [lo, hi]`` in Markdown and the
 terminal (rates in %), and as separate ``<model>_lo`` / ``<model>_hi`` columns in the CSV (always
-present, empty without a bootstrap). The rows "F by decoy distance" are an addition to Table 12.
+present, empty without a bootstrap). Those and ``<model>`` hold numbers only, so a CSV reader infers them
+as numeric; text values (delta_1, the read-out verdict) are in ``<model>_text``. The rows "F by decoy distance" are an addition to Table 12.
 
 Trials behind each rate: in Markdown and the terminal every rate (H, F, control F, F per band) is followed by
 ``(k/n)``, the answers "yes" and the parsed trials it is computed from (omitted when n is 0, where the rate
@@ -18,7 +19,8 @@ shows "-"); the CSV has them as rows of their own in the section "Trials behind 
 
 delta_1 is ordinal (a band or "none"), so its bootstrap interval is a range of bands
 (``ModelScores.delta_1_ci``, :mod:`geoagent.scoring.sdt`): ``0.3–0.7 km [0.15–0.3 km, none]`` in Markdown
-and the terminal, and the band labels (or ``none``) in the CSV's ``_lo`` / ``_hi`` cells of the delta_1 row.
+and the terminal, and the band labels (or ``none``) in the ``_text`` cells of the CSV rows ``delta_1 range lo``
+and ``delta_1 range hi`` right after the delta_1 row.
 
 The CSV is for machines: rates are fractions and band labels are the data's ASCII spelling (``0.7-1.5km``,
 as in the scored results and the delta_1 value); Markdown and the terminal text (``.txt``) show bands as
