@@ -48,11 +48,16 @@ def _warn_config_drift(cfg: Any) -> None:
     an existing key is a no-op), so the results would mix both versions without a word otherwise.
 
     A change to scoring-only keys (:data:`geoagent.runtime.manifest.SCORING_ONLY_KEYS`, e.g. ``[geohint]
-    echo_rule``) is no drift: one info line says the report is re-scored with the new values.
+    echo_rule``) is no drift: one info line says the report is re-scored with the new values. A change to
+    ``[geohint.geocoder]`` (URLs, language, anchor radius, cache; not ``contact``) shapes no model call but
+    locates the answers not yet geocoded differently: its own warning says so and how many answers were
+    already geocoded (the ``located`` queue's tasks; those keep the old settings), or an info line when none was.
     """
     from geoagent.runtime.manifest import config_changes
 
     changes = config_changes(cfg)
+    if changes.geocoder:
+        _warn_geocoder_change(cfg, sorted(changes.geocoder))
     if changes.calls:
         print(f"warning: campaign {cfg.name}: {', '.join(changes.calls)} changed since its last run; work already planned "
               "keeps its original requests, so results would mix both versions. Use a new [campaign] name to "
@@ -62,6 +67,23 @@ def _warn_config_drift(cfg: Any) -> None:
         print(f"info: campaign {cfg.name}: scoring setting changed since its last run ({what}); the report is "
               "re-scored from the stored answers with the new value, no model call is repeated (recorded in the "
               "manifest; not a change to the calls).", file=sys.stderr)
+
+
+def _warn_geocoder_change(cfg: Any, keys: list[str]) -> None:
+    """The ``[geohint.geocoder]`` part of :func:`_warn_config_drift` (``keys``: the changed keys, sorted)."""
+    from geoagent.status import queue_counts
+
+    located = queue_counts(cfg).get(C.EDGE_LOCATED)
+    done = located.total if located is not None else 0
+    what = f"geocoder settings changed since its last run ([geohint.geocoder] {', '.join(keys)})"
+    if done == 0:
+        print(f"info: campaign {cfg.name}: {what}; no answer was geocoded yet, so every answer uses the new "
+              "settings (no model call is affected).", file=sys.stderr)
+        return
+    print(f"warning: campaign {cfg.name}: {what}: answers geocoded from now on use the new settings; the {done} "
+          f"already geocoded keep the old ones, so located answers (hits, error km, unresolved) would mix both. "
+          "No model call is affected; to geocode every answer with one setting, keep the old one here or run "
+          "the campaign under a new [campaign] name (which repeats its model calls).", file=sys.stderr)
 
 
 def _check_stages(cfg: Any, stages: list[str]) -> None:

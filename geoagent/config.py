@@ -23,7 +23,8 @@ Values are validated strictly (a quoted ``"0.15"`` is not a number; integers are
 expected). Every error is reported as ``<file>: <key path>: expected <type>, got <value>``, e.g.
 ``campaign.toml: models[1].price_input_usd_per_mtok: expected a number, got 'cheap'``; an unknown key names the
 closest key of its table (``models[0].max_ouput_tokens: unknown key (did you mean 'max_output_tokens'?)``,
-:func:`did_you_mean`).
+:func:`did_you_mean`). A check that states a whole problem raises :class:`ConfigProblem` and reads
+``<file>: <key path>: <problem>`` (``models: model name 'a' appears twice; ...``), not wrapped in that template.
 
 Relative paths in ``[paths]`` are taken relative to the working directory (like the default roots).
 Prices, rates and token limits come from each provider's public pricing/limits pages; the 1/3 sampling
@@ -72,6 +73,12 @@ class ConfigError(ValueError):
         self.problems = problems
         lines = [f"{source}: {p}" for p in problems]
         super().__init__(lines[0] if len(lines) == 1 else "\n".join([f"{source}: {len(lines)} problems"] + lines))
+
+
+class ConfigProblem(ValueError):
+    """Raised by a section's check whose message is a whole sentence about the problem (not the thing it
+    expected): the error then reads ``<key path>: <message>``, without ``expected ..., got ...`` around it.
+    A plain ``ValueError`` from a check names what was expected (``an http(s) URL such as ...``)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -312,7 +319,7 @@ class ModelConfig(_Section):
     @model_validator(mode="after")
     def _replay_needs_path(self) -> "ModelConfig":
         if self.provider == "replay" and not self.replay.path:
-            raise ValueError("replay.path: expected the recorded JSONL file for a replay model")
+            raise ConfigProblem("replay.path: expected the recorded JSONL file for a replay model")
         return self
 
     # -- derived values --------------------------------------------------------------------------
@@ -446,7 +453,7 @@ class CampaignConfig(_Section):
         seen: set[str] = set()
         for m in v:
             if m.name in seen:
-                raise ValueError(f"unique model names; {m.name!r} appears twice")
+                raise ConfigProblem(f"model name {m.name!r} appears twice; each [[models]] entry needs its own name")
             seen.add(m.name)
         # The request key hashes provider, model id, prompt, image id and params (issue 2 point 6), not the
         # server: two entries that differ only in base_url would silently share one stored answer per
@@ -456,7 +463,7 @@ class CampaignConfig(_Section):
             ident = (m.provider, m.model, orjson.dumps(m.default_params(), option=orjson.OPT_SORT_KEYS))
             other = by_key.setdefault(ident, m)
             if other is not m and (other.base_url or "") != (m.base_url or ""):
-                raise ValueError(
+                raise ConfigProblem(
                     f"models {other.name!r} and {m.name!r} have the same provider, model id and parameters but "
                     f"different base_url, so their requests would have the same request key and share stored "
                     f"answers; make them differ in `model`, or in `params` (e.g. a `seed`), or drop one")
@@ -684,6 +691,9 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
             problems.append(f"{path}: unknown key{did_you_mean(own[-1], valid) if valid else ''}")
             continue
         ctx = err.get("ctx") or {}
+        if kind == "value_error" and isinstance(ctx.get("error"), ConfigProblem):
+            problems.append(f"{path}: {ctx['error']}")  # a whole sentence: no "expected ..., got ..." around it
+            continue
         if kind in _EXPECTED:
             expected = _EXPECTED[kind]
         elif kind == "literal_error":

@@ -150,11 +150,13 @@ def test_key_pasted_into_api_key_env_is_not_echoed(tmp_path):
 
 def test_duplicate_model_names_and_replay_without_path(tmp_path):
     dup = GOOD.replace('name = "b"', 'name = "a"')
-    with pytest.raises(ConfigError, match=r"models: expected unique model names; 'a' appears twice"):
+    with pytest.raises(ConfigError) as ei:
         load_config(write(tmp_path, dup))
+    assert ei.value.problems == ["models: model name 'a' appears twice; each [[models]] entry needs its own name"]
     rep = GOOD.replace('provider = "openai"', 'provider = "replay"')
-    with pytest.raises(ConfigError, match=r"models\[1\]: expected replay.path"):
+    with pytest.raises(ConfigError) as ei:
         load_config(write(tmp_path, rep))
+    assert ei.value.problems == ["models[1]: replay.path: expected the recorded JSONL file for a replay model"]
 
 
 def test_env_overrides_roots(tmp_path, monkeypatch):
@@ -276,8 +278,51 @@ def test_two_servers_of_one_model_id_with_equal_params_are_refused(tmp_path):
     )
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, twin))
-    assert "'b' and 'b2'" in str(e.value) and "request key" in str(e.value)
+    # one sentence, not wrapped in "expected ..., got an array" (walkthrough: it read "models: expected models
+    # 'keyed' and 'open' have the same provider ... or drop one, got an array")
+    assert e.value.problems == [
+        "models: models 'b' and 'b2' have the same provider, model id and parameters but different base_url, so "
+        "their requests would have the same request key and share stored answers; make them differ in `model`, "
+        "or in `params` (e.g. a `seed`), or drop one"]
     # a different parameter (here the sampling temperature) makes the keys differ: accepted
     load_config(write(tmp_path, twin.replace('name = "b2"', 'name = "b2"\ntemperature = 0.7'), name="ok.toml"))
     # the same server twice (e.g. two names with different sampling rates) shares answers on purpose
     load_config(write(tmp_path, twin.replace("127.0.0.2", "127.0.0.1"), name="same.toml"))
+
+
+def test_task_section_checks_read_as_sentences():
+    """A check that states a whole problem is shown as `<key path>: <problem>`, never wrapped in the
+    "expected <X>, got <Y>" template it does not fit (which read "expected unknown GeoHint condition ...")."""
+    from geoagent.campaigns import register_all_sections
+
+    register_all_sections()
+    base = {"campaign": {"name": "x", "kind": "geohint"}, "budget": {"cap_usd": 1.0},
+            "models": [{"name": "a", "provider": "simulated", "model": "m"}]}
+
+    def problems(geohint):
+        with pytest.raises(ConfigError) as ei:
+            config_from_dict({**base, "geohint": geohint})
+        return [p.removeprefix("<dict>: ") for p in ei.value.problems]
+
+    (unknown,) = problems({"conditions": ["nope"]})
+    assert unknown.startswith("geohint.conditions: unknown GeoHint condition 'nope'; known: ['baseline', ")
+    assert not unknown.endswith("got an array")
+    assert problems({"conditions": ["forced", "forced"]}) == ["geohint.conditions: condition 'forced' listed twice"]
+    assert problems({"sample_rates": {"a": 2}}) == ["geohint.sample_rates: sample_rates['a'] must be in (0, 1], got 2.0"]
+    (geo,) = problems({"geocoder": {"langauge": "de"}})
+    assert geo.startswith("geohint.geocoder: unknown key(s) 'langauge' (did you mean 'language'?); expected some of [")
+
+
+def test_crawl_section_checks_read_as_sentences():
+    """Same for `[crawl]`: "crawl.screener: expected l_min_km (9.0) must not exceed ..." read as nonsense."""
+    import copy
+    import tomllib
+
+    from geoagent.campaigns import register_all_sections
+
+    register_all_sections()
+    raw = tomllib.loads((Path(__file__).resolve().parents[1] / "geoagent/configs/crawl_sandbox.toml").read_text())
+    raw["crawl"].setdefault("screener", {}).update(l_min_km=9, l_max_km=1)
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(copy.deepcopy(raw))
+    assert ei.value.problems == ["crawl.screener: l_min_km (9.0) must not exceed l_max_km (1.0)"]

@@ -152,3 +152,67 @@ def test_run_command_prints_info_not_warning_for_a_bootstrap_change(tmp_path, re
     md = (tmp_path / "state" / "gv-boot" / "report" / TABLE_MD).read_text(encoding="utf-8")
     assert "50 bootstrap resamples of sites (seed 3" in md
     assert read_manifest(tmp_path / "state" / "gv-boot")["config"]["geoverify"]["n_boot"] == 50
+
+
+def test_geocoder_settings_are_not_call_drift(tmp_path, capsys):
+    """`[geohint.geocoder]` never reaches a model call: a change there is listed apart (`geocoder`), not as
+    call drift; a table written with its defaults equals an absent one; the contact alone says nothing."""
+    gh = {**_gv(tmp_path), "campaign": {"name": "gh-geocoder", "kind": "geohint"}}
+    Manifest(config_from_dict(gh)).start_run()  # no [geohint] table at all
+    defaults = config_from_dict({**gh, "geohint": {"geocoder": {"language": "en", "anchor_radius_km": 25.0}}})
+    assert config_changes(defaults).calls == [] and config_changes(defaults).geocoder == {}
+    urls = config_from_dict({**gh, "geohint": {"geocoder": {"wikidata_url": "http://127.0.0.1:9/w/api.php",
+                                                            "nominatim_url": "", "contact": "me@example.org"}}})
+    ch = config_changes(urls)
+    assert ch.calls == [] and ch.scoring == {}
+    assert sorted(ch.geocoder) == ["nominatim_url", "wikidata_url"]  # contact: only the User-Agent
+    assert ch.geocoder["nominatim_url"] == ("https://nominatim.openstreetmap.org", "")
+    from geoagent.cli import _warn_config_drift
+
+    capsys.readouterr()
+    _warn_config_drift(urls)  # no queue yet: nothing was geocoded, so nothing mixes
+    err = " ".join(capsys.readouterr().err.split())
+    assert err == ("info: campaign gh-geocoder: geocoder settings changed since its last run ([geohint.geocoder] "
+                   "nominatim_url, wikidata_url); no answer was geocoded yet, so every answer uses the new settings "
+                   "(no model call is affected).")
+    both = config_from_dict({**gh, "geohint": {"max_output_tokens": 64, "geocoder": {"language": "de"}}})
+    assert config_changes(both).calls == ["geohint"] and list(config_changes(both).geocoder) == ["language"]
+
+
+def test_geocoder_change_warns_about_geocoding_not_model_calls(release_dir, tmp_path, monkeypatch, capsys):
+    """Walkthrough: adding `[geohint.geocoder]` URLs to a campaign that already ran printed the model-call
+    drift warning ("work already planned keeps its original requests"). The geocoder shapes no call; what it
+    changes is how answers not yet geocoded are located, and that is what the warning now says, with the
+    count of answers already geocoded (those keep the old settings)."""
+    from geoagent.cli import _warn_config_drift
+    from geoagent.geohint.stages import SCORED_TABLE
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.sandbox import nominatim as nm_fake
+    from geoagent.sandbox import wikidata as wd_fake
+    from geoagent.sandbox.gazetteer import Gazetteer
+    from geoagent.sandbox.server import serve
+
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+
+    async def main():
+        gaz = Gazetteer.from_release(release_dir)
+        async with serve(wd_fake.make_app(gaz)) as wd, serve(nm_fake.make_app(gaz, min_interval_s=0.0)) as nm:
+            cfg = config_from_dict(_gh(wd, nm))
+            first = await engine.run_campaign(cfg, live=False, handle_signals=False, export=False)
+            moved = _gh(wd, nm)
+            moved["geohint"]["geocoder"] = {**moved["geohint"]["geocoder"], "nominatim_url": "", "language": "fr"}
+            capsys.readouterr()
+            _warn_config_drift(config_from_dict(moved))
+            return first, capsys.readouterr().err, cfg
+
+    first, err, cfg = anyio.run(main)
+    assert first.status == "complete"
+    with open_campaign_state("gh-rule", root=cfg.state_root()) as st:
+        n_scored = sum(1 for _ in st.store.iter_results(SCORED_TABLE))  # one scored row per geocoded answer
+    assert n_scored > 0
+    assert "changed since its last run; work already planned" not in err  # no model-call drift
+    assert (f"warning: campaign gh-rule: geocoder settings changed since its last run ([geohint.geocoder] "
+            f"language, nominatim_url): answers geocoded from now on use the new settings; the {n_scored} "
+            "already geocoded keep the old ones") in " ".join(err.split())

@@ -155,7 +155,7 @@ def test_crawl_trials_are_unique_requests_and_dry_run_counts_the_calls(crawled, 
     # the sandbox crawl's first draws collide (two images of a site, one candidate, one image of the other
     # continent): the summary says how many were redrawn; none had to be dropped, so every control candidate
     # has both arms
-    m = re.search(r"mismatched-image controls redrawn (\d+), dropped (\d+)", crawl_out)
+    m = re.search(r"swapped-image controls \(ctrl_mismatch\) redrawn (\d+), dropped (\d+)", crawl_out)
     assert m and int(m.group(1)) > 0 and int(m.group(2)) == 0, crawl_out
     arms = [r["arm"] for r in rows]
     assert arms.count("ctrl_mismatch") == arms.count("ctrl_noimage") > 0
@@ -191,3 +191,13 @@ def test_readme_says_what_build_and_release_trials_mean():
     assert "Use it to run the crawl's (or a release's) own trial design" in para
     assert "Use it to change the design" in para
     assert "skipped with a warning naming the file and both lines" in para
+
+
+def test_readme_handoff_says_geohint_needs_a_geocoder_that_knows_the_crawl():
+    """Walkthrough: the handoff's "two lines" read as if GeoHint ran offline over a crawl's output, but the
+    sandbox geocoder fakes do not know the crawl's world (every answer unresolved); the section says so."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("From a crawl to a campaign")
+    para = " ".join(text[start:text.index("`trials` says where", start)].split())
+    assert "do not know the crawl's world" in para and "every GeoHint answer stays unresolved" in para
+    assert "the real Wikidata and Nominatim" in para

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
+import polars as pl
 import pytest
 from PIL import Image as PILImage
 
@@ -26,7 +27,7 @@ def test_csv_values_and_layout(scores):
     header = rows[0]
     assert header[:2] == ["section", "row"]
     models = ["claude-haiku-4-5", "gemini-flash", "qwen3-vl-235b", "qwen3-vl-8b", "pooled"]
-    assert header[2:] == [x for m in models for x in (m, f"{m}_lo", f"{m}_hi")]
+    assert header[2:] == [x for m in models for x in (m, f"{m}_lo", f"{m}_hi", f"{m}_text")]
     by_label = {r[1]: dict(zip(header[2:], r[2:])) for r in rows[1:]}
     assert all(by_label["H (signal accepted)"][f"{m}_lo"] == "" for m in models)  # no bootstrap: empty
     # rows of Table 12, in order
@@ -41,14 +42,22 @@ def test_csv_values_and_layout(scores):
         assert float(by_label["0.15-0.3km"][m]) == pytest.approx(s.bands[0].d_prime)
         assert float(by_label["F 0.15-0.3km"][m]) == pytest.approx(s.bands[0].f)
         assert float(by_label["farthest band"][m]) == pytest.approx(s.bands[-1].c)
-        assert by_label["delta_1"][m] == (s.delta_1 or "none")
+        assert by_label["delta_1"][f"{m}_text"] == (s.delta_1 or "none") and by_label["delta_1"][m] == ""
         assert by_label["control: swapped image"][m] == ""  # the sample has no control arms
-        assert by_label["pre-registered"][m] == s.readout.verdict
+        assert by_label["pre-registered"][f"{m}_text"] == s.readout.verdict and by_label["pre-registered"][m] == ""
     # one band spelling in the CSV: the data's ASCII label, as in the scored results and the delta_1 value
     text = R.render_csv(scores)
     assert "–" not in text and " km" not in text
     assert [lab for lab in labels if lab.startswith("F ") and lab[2].isdigit()] == [f"F {b.band}" for b in scores["pooled"].bands]
-    assert all(by_label["delta_1"][m] in {"none", "undefined", *(b.band for b in s.bands)} for m, s in scores.items())
+    assert all(by_label["delta_1"][f"{m}_text"] in {"none", "undefined", *(b.band for b in s.bands)} for m, s in scores.items())
+    assert "delta_1 range lo" not in by_label  # no bootstrap, no range rows
+    # every value column reads as numbers, every _text column as text (walkthrough: an "invalid" read-out
+    # made polars read every value column as strings)
+    frame = pl.read_csv(io.StringIO(text))
+    for m in models:
+        for c in (m, f"{m}_lo", f"{m}_hi"):  # numbers, or no value at all (no bootstrap: polars says String)
+            assert frame.schema[c].is_numeric() or frame[c].null_count() == frame.height, (c, frame.schema[c])
+        assert frame.schema[m].is_numeric() and frame.schema[f"{m}_text"] == pl.String
     # Markdown and the terminal keep the pretty form
     assert "| F 0.15–0.3 km |" in R.render_markdown(scores) and "F 0.15–0.3 km" in R.render_terminal(scores)
 
@@ -74,7 +83,8 @@ def test_intervals_in_csv_markdown_terminal(boot_scores):
             assert float(by_label[label][f"{m}_lo"]) == pytest.approx(lo)
             assert float(by_label[label][f"{m}_hi"]) == pytest.approx(hi)
             assert lo <= hi
-        assert (by_label["delta_1"][f"{m}_lo"], by_label["delta_1"][f"{m}_hi"]) == s.delta_1_ci  # a range of bands
+        assert (by_label["delta_1 range lo"][f"{m}_text"], by_label["delta_1 range hi"][f"{m}_text"]) == s.delta_1_ci
+        assert by_label["delta_1"][f"{m}_lo"] == by_label["delta_1"][f"{m}_hi"] == ""  # bands are text
         assert by_label["median"][f"{m}_hi"] == ""
     md = R.render_markdown(boot_scores)
     p = boot_scores["pooled"]

@@ -132,7 +132,7 @@ def test_delta_range_contains_point_estimate_on_release(release_boot):
             assert lo <= labels.index(s.delta_1 or "none") <= hi
     _, by = _csv_by_label(release_boot)
     p = release_boot[sdt.POOLED]
-    assert (by["delta_1"]["pooled_lo"], by["delta_1"]["pooled_hi"]) == p.delta_1_ci
+    assert (by["delta_1 range lo"]["pooled_text"], by["delta_1 range hi"]["pooled_text"]) == p.delta_1_ci
     lo, hi = (R._delta_label(x) for x in p.delta_1_ci)
     cell = f"{R._delta_label(p.delta_1)} [{lo}, {hi}]"
     assert f"| {cell} |" in R.render_markdown(release_boot) and cell in R.render_terminal(release_boot)
@@ -203,5 +203,5 @@ def test_no_bootstrap_no_delta_range(release_rows):
     s = agg.scores()[sdt.POOLED]
     assert s.delta_1_ci is None and s.delta_1_ci_n == 0
     _, by = _csv_by_label(agg.scores())
-    assert by["delta_1"]["pooled_lo"] == "" and "[" not in next(
+    assert "delta_1 range lo" not in by and by["delta_1"]["pooled_lo"] == "" and "[" not in next(
         ln for ln in R.render_markdown(agg.scores()).splitlines() if ln.startswith("| delta_1 |"))

@@ -120,7 +120,7 @@ def _write_trials(cfg: Any, svc: Any) -> str:
                                           n_per_band=2, n_control=2)
     except (FileNotFoundError, ValueError) as exc:
         return f"no GeoVerify trials written: {exc}"
-    redrawn = (f"; mismatched-image controls redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
+    redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
     return (f"GeoVerify trials: {path} (main arm per band {build.per_band()}{redrawn}); use it with release_dir = "
             f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"")

@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from geoagent.config import ConfigProblem
 from geoagent.runtime.http import HostPolicy
 
 
@@ -106,13 +107,13 @@ class ScreenerSettings(_Section):
             try:
                 re.compile(p)
             except re.error as e:
-                raise ValueError(f"bad regular expression {p!r}: {e}") from None
+                raise ConfigProblem(f"bad regular expression {p!r}: {e}") from None
         return v
 
     @model_validator(mode="after")
     def _order(self) -> "ScreenerSettings":
         if self.l_min_km > self.l_max_km:
-            raise ValueError(f"l_min_km ({self.l_min_km}) must not exceed l_max_km ({self.l_max_km})")
+            raise ConfigProblem(f"l_min_km ({self.l_min_km}) must not exceed l_max_km ({self.l_max_km})")
         return self
 
 
@@ -136,7 +137,7 @@ class SamplerSettings(_Section):
     def _qids(cls, v: dict[str, str]) -> dict[str, str]:
         for name, qid in v.items():
             if not re.fullmatch(r"Q[1-9][0-9]*", qid):
-                raise ValueError(f"site type {name!r}: {qid!r} is not a Wikidata item id like Q33506")
+                raise ConfigProblem(f"site type {name!r}: {qid!r} is not a Wikidata item id like Q33506")
         return v
 
 
@@ -260,7 +261,7 @@ class CrawlSettings(_Section):
         for api, over in v.items():
             problem = _connect_timeout_problem(api, over) if isinstance(over, Mapping) else None
             if problem:
-                raise ValueError(problem)
+                raise ConfigProblem(problem)
         return v
 
     @model_validator(mode="after")
@@ -270,7 +271,7 @@ class CrawlSettings(_Section):
         evaluated = set(self.evaluated_models)
         for key, model in (("image_audit.model", self.image_audit.model), ("referenceability.model", self.referenceability.model)):
             if model in evaluated:
-                raise ValueError(f"{key} = {model!r} is also an evaluated model; the auditor must not be one")
+                raise ConfigProblem(f"{key} = {model!r} is also an evaluated model; the auditor must not be one")
         return self
 
     @model_validator(mode="after")
@@ -284,11 +285,11 @@ class CrawlSettings(_Section):
         for i, c in enumerate(self.cities):
             key = slug(c.city)
             if not key or len(key) > 128:
-                raise ValueError(f"cities[{i}].city = {c.city!r}: the crawl keys cities by the ASCII letters and digits "
+                raise ConfigProblem(f"cities[{i}].city = {c.city!r}: the crawl keys cities by the ASCII letters and digits "
                                  f"of the name (1-128 of them); write the name in Latin script, e.g. 'Tokyo'")
             if key in seen:
                 j = seen[key]
-                raise ValueError(f"cities[{i}].city = {c.city!r} and cities[{j}].city = {self.cities[j].city!r} share the "
+                raise ConfigProblem(f"cities[{i}].city = {c.city!r} and cities[{j}].city = {self.cities[j].city!r} share the "
                                  f"key {key!r}; make the names differ in letters or digits (e.g. add the country)")
             seen[key] = i
         return self

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from geoagent.config import ConfigProblem
 from geoagent.geohint.conditions import DEFAULT_CONDITIONS, get_condition
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE
 
@@ -80,7 +81,12 @@ class GeoHintSettings(BaseModel):
             from geoagent.geohint.geocode_stage import GeocoderSettings
         except ImportError:  # partial checkout: accept the table as is
             return v
-        GeocoderSettings.from_mapping(v)  # ValueError names the unknown key
+        where = "[geohint.geocoder]"
+        try:
+            GeocoderSettings.from_mapping(v, where=where)  # ValueError names the unknown key
+        except ValueError as exc:  # the key path (geohint.geocoder) precedes the message already
+            msg = str(exc)
+            raise ConfigProblem(msg[len(where):].lstrip(":. ") if msg.startswith(where) else msg) from None
         return v
 
     @field_validator("conditions")
@@ -91,12 +97,12 @@ class GeoHintSettings(BaseModel):
             try:
                 c = get_condition(n)
             except KeyError as exc:
-                raise ValueError(exc.args[0]) from None
+                raise ConfigProblem(exc.args[0]) from None
             if c.name in names:
-                raise ValueError(f"condition {c.name!r} listed twice")
+                raise ConfigProblem(f"condition {c.name!r} listed twice")
             names.append(c.name)
         if not names:
-            raise ValueError("at least one condition is needed")
+            raise ValueError("at least one condition")
         return v
 
     @field_validator("sample_rates")
@@ -104,7 +110,7 @@ class GeoHintSettings(BaseModel):
     def _rates(cls, v: dict[str, float]) -> dict[str, float]:
         for k, r in v.items():
             if not 0 < r <= 1:
-                raise ValueError(f"sample_rates[{k!r}] must be in (0, 1], got {r}")
+                raise ConfigProblem(f"sample_rates[{k!r}] must be in (0, 1], got {r}")
         return v
 
 

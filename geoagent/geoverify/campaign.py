@@ -40,7 +40,8 @@ from geoagent.workers.responses import with_stored_finish_reason
 
 #: what the console summary's counts mean (the report table's legend says the same at length)
 SUMMARY_LEGEND = ("main arm n: parsed main-arm answers (signal + decoy trials); (k/n) after H and F: trials "
-                  "answered yes / parsed main-arm trials; controls n: parsed answers per control arm; all arms: "
+                  "answered yes / parsed main-arm trials; controls n: parsed answers per control arm (swapped image = "
+                  "arm ctrl_mismatch, gray field = arm ctrl_noimage in the CSV files); all arms: "
                   "parse failures and cut-off answers count the answers of every arm")
 #: ... and its delta_1 brackets, added when a site bootstrap ran
 SUMMARY_LEGEND_RANGE = "; delta_1 [lo, hi]: its range over the site-bootstrap resamples (2.5th-97.5th percentile band)"
@@ -181,7 +182,9 @@ class GeoVerifyCampaign(CampaignKind):
             if plan.build_report is not None:
                 br = plan.build_report
                 lines.append(f"  built trials per band (main arm): {br.per_band()}; images without signal "
-                             f"{br.images_without_signal}; unmatched decoys {br.unmatched_decoys}")
+                             f"{br.images_without_signal}; unmatched decoys {br.unmatched_decoys} (drawn from any "
+                             "referenceability tier: none of their band was within one tier of the image's signal "
+                             "candidates)")
         if not scores:
             return [*lines, "  GeoVerify: no scored responses"]
         for name, sc in scores.items():

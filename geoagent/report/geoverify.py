@@ -8,7 +8,8 @@ and again while a campaign runs (live refresh).
 When the scores carry site-bootstrap intervals (``ModelScores.ci``, from ``n_boot > 0``), H, F, the
 control-arm F, F per decoy band, d' per band and c are shown as ``value [lo, hi]`` in Markdown and the
 terminal (rates in %), and as separate ``<model>_lo`` / ``<model>_hi`` columns in the CSV (always
-present, empty without a bootstrap). The rows "F by decoy distance" are an addition to Table 12.
+present, empty without a bootstrap). Those and ``<model>`` hold numbers only, so a CSV reader infers them
+as numeric; text values (delta_1, the read-out verdict) are in ``<model>_text``. The rows "F by decoy distance" are an addition to Table 12.
 
 Trials behind each rate: in Markdown and the terminal every rate (H, F, control F, F per band) is followed by
 ``(k/n)``, the answers "yes" and the parsed trials it is computed from (omitted when n is 0, where the rate
@@ -18,7 +19,8 @@ shows "-"); the CSV has them as rows of their own in the section "Trials behind 
 
 delta_1 is ordinal (a band or "none"), so its bootstrap interval is a range of bands
 (``ModelScores.delta_1_ci``, :mod:`geoagent.scoring.sdt`): ``0.3–0.7 km [0.15–0.3 km, none]`` in Markdown
-and the terminal, and the band labels (or ``none``) in the CSV's ``_lo`` / ``_hi`` cells of the delta_1 row.
+and the terminal, and the band labels (or ``none``) in the ``_text`` cells of the CSV rows ``delta_1 range lo``
+and ``delta_1 range hi`` right after the delta_1 row.
 
 The CSV is for machines: rates are fractions and band labels are the data's ASCII spelling (``0.7-1.5km``,
 as in the scored results and the delta_1 value); Markdown and the terminal text (``.txt``) show bands as
@@ -62,8 +64,9 @@ UNBOUNDED_WIDTH = 10_000
 LEGEND = (
     "H (hit rate): share of signal trials (the named place lies within tau = 150 m of the photo) answered yes.",
     "F (false-alarm rate): share of decoy trials (the named place lies farther away, in the given distance band) "
-    "answered yes; the control rows give F with the photo swapped for one from another continent, or replaced "
-    "by a plain gray field.",
+    "answered yes; the control rows give F with the photo swapped for one from another continent "
+    "('control: swapped image' is arm ctrl_mismatch in the CSV files and scored rows), or replaced by a plain "
+    "gray field ('control: gray field' is arm ctrl_noimage).",
     "d' (sensitivity): z(H) - z(F), after the log-linear correction; 0 = signal and decoys cannot be told apart, "
     "1 = conventional discriminability.",
     "c (criterion): -(z(H) + z(F)) / 2; negative = the model leans towards accepting claims, positive = towards "
@@ -303,32 +306,52 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
 
+#: CSV row labels of delta_1's site-bootstrap range (text: band labels), after the ``delta_1`` row
+DELTA_RANGE_ROWS = ("delta_1 range lo", "delta_1 range hi")
+
+
 def render_csv(scores: Mapping[str, ModelScores]) -> str:
     """Table 12 as CSV with raw (unformatted) values: columns ``section, row``, then per model ``<model>,
-    <model>_lo, <model>_hi`` (the bootstrap interval; empty where the row has none or no bootstrap ran).
-    Rates are fractions in [0, 1]; band labels are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and
-    ``0.7-1.5km``, and the delta_1 value), never the pretty ``0.7–1.5 km`` of Markdown and the terminal."""
+    <model>_lo, <model>_hi, <model>_text``. The first three are numbers only (the value and its bootstrap
+    interval; empty where the row has none, no bootstrap ran, or the value is text), so a CSV reader infers
+    them as numeric; ``<model>_text`` holds the rows whose value is text (delta_1's band, ``none`` or
+    ``undefined``; the read-out verdict) and is empty elsewhere. delta_1's bootstrap range follows its row as
+    rows ``delta_1 range lo`` / ``delta_1 range hi`` (text; only when a bootstrap ran). Rates are fractions in
+    [0, 1]; band labels are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and ``0.7-1.5km``, and the
+    delta_1 values), never the pretty ``0.7–1.5 km`` of Markdown and the terminal."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = _columns(scores)
-    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi")]])
+    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi", f"{c}_text")]])
 
     def cell(v: object) -> object:
         return "" if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
+    def text_row(sec: str, label: str, texts: list[object]) -> None:
+        w.writerow([sec, label, *[x for v in texts for x in ("", "", "", cell(v))]])
+
     if scores:
         for sec, label, raw, _, key in _rows(scores, pretty=False):
-            vals: list[object] = []
-            for c in cols:
-                iv = _ci_pair(scores[c], key)
-                vals += [cell(raw(scores[c])), *((cell(iv[0]), cell(iv[1])) if iv else ("", ""))]
-            w.writerow([sec, label, *vals])
+            ivs = {c: _ci_pair(scores[c], key) for c in cols}
+            values = {c: raw(scores[c]) for c in cols}
+            if any(isinstance(v, str) for v in values.values()):
+                text_row(sec, label, [values[c] for c in cols])
+            else:
+                vals: list[object] = []
+                for c in cols:
+                    iv = ivs[c]
+                    vals += [cell(values[c]), *((cell(iv[0]), cell(iv[1])) if iv else ("", "")), ""]
+                w.writerow([sec, label, *vals])
+            if any(iv is not None and isinstance(iv[0], str) for iv in ivs.values()):  # delta_1: band labels
+                for i, range_label in enumerate(DELTA_RANGE_ROWS):
+                    text_row(sec, range_label, [ivs[c][i] if ivs[c] else None for c in cols])
     return buf.getvalue()
 
 
 def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = None) -> str:
     """Table 12 as terminal text (a ``rich`` table rendered to a string, no colour codes)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     if not scores:
@@ -343,7 +366,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         if sec != section:
             table.add_row(f"[bold]{sec}[/bold]", *[""] * len(cols))
             section = sec
-        table.add_row("  " + label, *[fmt(scores[c]) for c in cols])
+        # cells are text, not rich markup: "none [none, none]" would otherwise lose its bracket as a tag
+        table.add_row("  " + escape(label), *[escape(fmt(scores[c])) for c in cols])
     boot = bootstrap_note(scores)
     if boot:
         table.caption = boot

@@ -13,7 +13,10 @@ If the resolved config changes between runs, the new config is recorded in the r
 model calls or the planned work is *call drift* (callers warn: work already planned keeps its original
 requests); a change to a scoring-only key (:data:`SCORING_ONLY_KEYS`, e.g. ``[geohint] echo_rule``) only
 changes how the stored answers are scored and reported, so the next report is re-scored with it and callers
-print an info line, not the drift warning. Either way the new config is recorded here.
+print an info line, not the drift warning. A change to a geocoder table (:data:`GEOCODER_TABLES`, ``[geohint.geocoder]``)
+shapes no model call either: it changes how answers not yet geocoded are located (endpoints, language, anchor
+radius, cache), so callers say that instead; its ``contact`` only names us in the User-Agent and is not
+reported. Either way the new config is recorded here.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -116,6 +119,26 @@ SCORING_ONLY_KEYS: dict[str, frozenset[str]] = {
 }
 
 
+#: ``{section: key}`` of the nested geocoder tables: they never reach a model call, only the geocoder stage
+#: (answers geocoded after the change use the new values; answers already geocoded keep the old ones)
+GEOCODER_TABLES: dict[str, str] = {"geohint": "geocoder"}
+
+#: geocoder keys that change nothing in the results (the contact only goes into the User-Agent)
+_GEOCODER_SILENT_KEYS = frozenset({"contact"})
+
+
+def _geocoder_values(value: Any) -> dict[str, Any]:
+    """A geocoder table as compared: every key of :class:`~geoagent.geohint.geocode_stage.GeocoderSettings`
+    with its default where the table leaves it out (an absent table equals its defaults)."""
+    table = dict(value) if isinstance(value, dict) else {}
+    try:
+        from geoagent.geohint.geocode_stage import GeocoderSettings
+    except ImportError:  # partial checkout: compare the tables as written
+        return table
+    defaults = {f.name: f.default for f in fields(GeocoderSettings) if f.default is not MISSING}
+    return orjson.loads(orjson.dumps({**defaults, **table}))
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigChanges:
     """What changed since a campaign's last recorded run (:func:`config_changes`).
@@ -128,10 +151,15 @@ class ConfigChanges:
     scoring : dict of str -> (old, new)
         Changed scoring-only keys as ``"<section>.<key>"`` with their old and new values (JSON values; None
         where the key was absent): the report is re-scored with the new values, no call is affected.
+    geocoder : dict of str -> (old, new)
+        Changed keys of a geocoder table (:data:`GEOCODER_TABLES`, e.g. ``nominatim_url``) with their old and
+        new values (defaults filled in; ``contact`` left out): no call is affected; answers geocoded from now
+        on use the new values, those already geocoded keep the old ones.
     """
 
     calls: list[str] = field(default_factory=list)
     scoring: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    geocoder: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def _section_values(name: str, value: Any) -> Any:
@@ -154,7 +182,8 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
 
     Sections ``budget``, ``paths`` and ``source`` are ignored (a raised cap, moved data roots, a renamed
     file). In the sections of :data:`SCORING_ONLY_KEYS` the scoring-only keys are compared one by one and
-    go to :attr:`ConfigChanges.scoring`; the rest of such a section counts as call drift only when it
+    go to :attr:`ConfigChanges.scoring`; a geocoder table (:data:`GEOCODER_TABLES`) is compared key by key
+    into :attr:`ConfigChanges.geocoder`; the rest of such a section counts as call drift only when it
     changed. An absent task section equals its settings' defaults. Nothing changed (or a new campaign):
     empty lists.
     """
@@ -166,11 +195,20 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     before, now = old["config"], orjson.loads(orjson.dumps(resolved_dict(cfg)))
     calls: list[str] = []
     scoring: dict[str, tuple[Any, Any]] = {}
+    geocoder: dict[str, tuple[Any, Any]] = {}
     for k in sorted(set(before) | set(now)):
         if k in _DRIFT_IGNORED or before.get(k) == now.get(k):
             continue
         keys = SCORING_ONLY_KEYS.get(k)
         b, n = _section_values(k, before.get(k)), _section_values(k, now.get(k))
+        nested = GEOCODER_TABLES.get(k)
+        if nested is not None and isinstance(b, dict) and isinstance(n, dict):
+            gb, gn = _geocoder_values(b.get(nested)), _geocoder_values(n.get(nested))
+            for key in sorted(set(gb) | set(gn)):
+                if key not in _GEOCODER_SILENT_KEYS and gb.get(key) != gn.get(key):
+                    geocoder[key] = (gb.get(key), gn.get(key))
+            b = {x: v for x, v in b.items() if x != nested}
+            n = {x: v for x, v in n.items() if x != nested}
         if keys is None or not isinstance(b, dict) or not isinstance(n, dict):
             if b != n:
                 calls.append(k)
@@ -184,7 +222,7 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     new_prompts = prompt_hashes(prompts_dir)
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) | set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
-    return ConfigChanges(calls, scoring)
+    return ConfigChanges(calls, scoring, geocoder)
 
 
 def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,

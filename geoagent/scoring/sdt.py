@@ -360,21 +360,21 @@ def readout(
     ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from."""
     reasons: list[str] = []
     if f_mismatch is not None and not math.isnan(f_mismatch) and f_mismatch > MISMATCH_F_MAX:
-        reasons.append(f"mismatched-image F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}")
+        reasons.append(f"swapped-image control F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}")
     if (
         f_blank is not None
         and not math.isnan(f_blank)
         and not math.isnan(f_main)
         and abs(f_blank - f_main) <= BLANK_F_MIN_GAP + 1e-9
     ):
-        reasons.append(f"blank-image F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}")
+        reasons.append(f"gray-field control F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}")
     if reasons:
         return Readout("invalid", tuple(reasons))
     notes = []
     if f_mismatch is None or (isinstance(f_mismatch, float) and math.isnan(f_mismatch)):
-        notes.append("mismatched-image control not run")
+        notes.append("swapped-image control not run")
     if f_blank is None or (isinstance(f_blank, float) and math.isnan(f_blank)):
-        notes.append("blank-image control not run")
+        notes.append("gray-field control not run")
     if not math.isnan(near_dprime) and near_dprime > UNINFORMATIVE_NEAR_DPRIME:
         return Readout("uninformative", (f"nearest-band d' {near_dprime:.2f} > 2", *notes))
     if (
