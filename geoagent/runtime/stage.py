@@ -11,7 +11,8 @@ redelivery harmless. Exceptions decide the task's fate:
 * :class:`BudgetStop` -> the task is released untouched and the runner stops leasing (budget exhausted);
 * :class:`Held` -> the task cannot run in this process now (its model's API key was refused): the runner
   keeps its lease, untouched (no attempt counted), never hands it to the stage again during this lease,
-  keeps dispatching every other task, and releases it when the stage ends;
+  keeps dispatching every other task, and releases it when the stage ends (or earlier, when the stage
+  names it in :meth:`Stage.resumed_holds`);
 * :class:`Abandoned` -> the task was given up before it did anything that counts, because the runner was
   asked to stop (e.g. a model request still waiting for its host's slot, not yet sent): released untouched
   (no attempt counted). A stage learns of the stop through :meth:`Stage.stop_requested`;
@@ -89,6 +90,20 @@ class Stage(abc.ABC):
     #: nothing when repeated and leaves nothing half done (free HTTP lookups, e.g. the geocoder); never for a
     #: stage that makes paid calls (a call already sent may be billed: it keeps the grace period)
     cancel_on_stop: bool = False
+
+    def runner_mode(self, *, watch: bool, probe_after_s: float, probe_max_s: float) -> None:  # noqa: B027
+        """Called once by the runner before :meth:`start`: whether it runs the stage in watch mode (``watch``:
+        a daemon, ``run --watch``, that keeps polling; False: a burst run that ends when the input drains) and
+        its half-open settings for unreachable hosts (seconds before the first probe, and the most the
+        doubling cool-down waits; :mod:`geoagent.runtime.worker`, "Unreachable hosts"). Optional hook: the
+        model caller's own host breaker probes with the same settings in watch mode."""
+
+    def resumed_holds(self) -> list[str]:
+        """Keys of tasks this stage held (:class:`Held`) that may run now (the model caller: their model's host
+        answered again, or one held task is to probe it). The runner releases those it still holds (ready again,
+        untouched: no attempt counted), so they are leased and handled again. Called by the runner before
+        every lease; keep it cheap. Default: none."""
+        return []
 
     async def start(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
         """Called once before the first task (open files, warm caches)."""

@@ -37,6 +37,11 @@ when nothing is ready and the only leased tasks are its held ones (``leased <= h
 expired counts as ready and is simply leased again first). Every way the runner ends (drained, stop
 request, budget stop, cancellation) releases the held tasks untouched, so a re-run finds them ready at once.
 Held tasks are kept without their payload (a key and a lease id each). ``StageStats.held`` counts them.
+A stage may let held tasks run again before it ends: before every lease the runner releases (untouched) those
+it names in :meth:`Stage.resumed_holds` (the model caller in watch mode: its probe of a model host that could
+not be reached, and every task of that host once the probe got through), so they are leased again.
+Before its first task the runner tells the stage how it runs (:meth:`Stage.runner_mode`: watch mode or burst,
+and the half-open settings below).
 When nothing more can run in this process (:meth:`Stage.runnable` False: the model caller once EVERY model's
 key was refused) the runner stops leasing at once instead of leasing every queued task only to hold it, and
 ends the stage as above (``StageStats.blocked``); the queued tasks stay ready, untouched.
@@ -328,6 +333,9 @@ class StageRunner:
         with ``batched = True`` gets whatever is waiting, up to ``lease_batch`` tasks, in one
         :meth:`Stage.handle_batch` call instead.
         """
+        mode = getattr(self.stage, "runner_mode", None)
+        if mode is not None:
+            mode(watch=not self.burst, probe_after_s=self.probe_after_s, probe_max_s=self.probe_max_s)
         await self.stage.start(self.ctx)
         batched = bool(getattr(self.stage, "batched", False))
         # sized after start(): a stage may set its concurrency from the config there
@@ -391,6 +399,8 @@ class StageRunner:
         prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead else 0
         min_lease = max(1, prefetch // 2)
         while not self._stop.is_set() and not self._budget.is_set():
+            if self._held:
+                await self._release_resumed()
             if self.stats.unreachable and not self.burst:
                 await self._half_open(send)  # watch mode (module docstring, "Unreachable hosts")
                 continue
@@ -714,6 +724,26 @@ class StageRunner:
             lines.append(f"{self.stage.name}: host {host} unreachable ({unreachable_cause(last)} {_in_a_row(n)}); check {hint or 'the URL configured for it'} / the network; {queued}"
                          "re-run the same command to resume")
         return lines
+
+    async def _release_resumed(self) -> None:
+        """Release the held tasks the stage says may run now (:meth:`Stage.resumed_holds`), untouched, so they
+        are leased again (module docstring, "Held tasks")."""
+        keys = getattr(self.stage, "resumed_holds", None)
+        try:
+            keys = keys() if keys is not None else None
+        except Exception:  # noqa: BLE001 - a stage's hook must not break the lease loop
+            log.exception("stage %s: resumed_holds failed", self.stage.name)
+            return
+        tasks = [self._held.pop(k) for k in (keys or ()) if k in self._held]
+        if not tasks:
+            return
+        self.stats.held = len(self._held)
+        stale: list[str] = []
+        try:
+            await self.inq.release(tasks)
+        except StaleLease as exc:  # expired meanwhile: leased again (here or elsewhere), nothing to give back
+            stale = list(getattr(exc, "stale_keys", None) or [])
+        self.stats.released += len(tasks) - len(stale)
 
     async def _release_held(self) -> None:
         """Release every held task untouched (a lease that expired meanwhile is someone else's now)."""

@@ -117,7 +117,7 @@ in a row to that host failed so, with none reaching it in between
 (:meth:`~geoagent.runtime.http.HttpClient.unreachable_streak`, counted per host by the HTTP client, so two
 models on one host stop together), or as soon as a task's last attempt fails so (a queue attempt spent on a
 host that cannot be reached must never dead-letter the task), the host's breaker opens (:class:`HostBreaker`,
-service :data:`HOST_BREAKER_SERVICE`; per process, for the rest of the run): every task of every model on that
+service :data:`HOST_BREAKER_SERVICE`; per process, for the rest of a burst run): every task of every model on that
 host raises :class:`HostStop`, a :class:`~geoagent.runtime.stage.Held` (nothing sent, no reservation, no
 attempt counted, released untouched when the stage ends), requests of those models waiting for a host slot
 are stopped at the send gate, and the other models' tasks run to the end. Held rather than nacked once open:
@@ -135,6 +135,22 @@ may have been sent (read timeout, connection reset after sending: ``OutcomeUnkno
 ``RetriesExhausted`` with ``possibly_billed``) keeps the handling of the table above. Requests already in
 their HTTP retries when the breaker opens finish those retries (bounded by the model's ``max_attempts`` and
 backoff, or its ``connect_timeout_s`` for a host that does not answer) and are then held too.
+
+That is for burst runs. In watch mode (``run --watch``: the runner tells the stage through
+:meth:`~geoagent.runtime.stage.Stage.runner_mode`) the open breaker goes *half-open* with the runner's own
+settings (``[queue] watch_probe_after_s`` / ``watch_probe_max_s``; :mod:`geoagent.runtime.worker`, "Unreachable
+hosts"), so a model whose server was down for a while resumes without a restart. After the cool-down the model
+caller hands ONE held task of that host back to the runner (:meth:`ModelCaller.resumed_holds`: released
+untouched, leased again), or the first task of its models to arrive becomes the probe
+(:meth:`HostBreaker.try_probe`); it alone passes the open breaker, through the same send gate (store lookup,
+reservation) as every call. If its request got through to the host (whatever the host answered), the breaker
+closes: every task its models had held is handed back to the queue (ready again, no attempt counted) and leased
+again, and ``host H reachable again; model(s) M resumed`` is logged. If it failed unreachable again (nothing
+billed, reservation released), it is held again and the breaker re-opens with the cool-down doubled, up to
+``watch_probe_max_s``. A probe with no verdict (stopped, answered from the store, never sent) lets the next
+task probe at once. Meanwhile the model's tasks stay held (never nacked), the other models go on, and
+:meth:`ModelCaller.runnable` stays True (the stage keeps polling); a stop request ends the wait at once (the
+runner's lease loop), releasing the held tasks untouched.
 
 Payload (``requests`` edge)::
 
@@ -156,7 +172,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import logging
 import math
+import time
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -169,10 +187,12 @@ from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExh
 from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
-from geoagent.runtime.worker import UNREACHABLE_AFTER
+from geoagent.runtime.worker import PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
 from geoagent.secrets import redact
 from geoagent.workers.billing import close_failed_call
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
+
+log = logging.getLogger(__name__)
 
 EXCERPT_CHARS = 300
 #: why a task was given up at a stop request (its request had not passed the send gate)
@@ -363,7 +383,7 @@ class HostStop(Held):
 
 class HostBreaker:
     """Per-host unreachable breaker of the model caller (module docstring, "Unreachable-host breaker"; in memory,
-    per run). The streak itself is the HTTP client's (:meth:`~geoagent.runtime.http.HttpClient.unreachable_streak`,
+    per process: open for the rest of a burst run, half-open in watch mode, :meth:`configure`). The streak itself is the HTTP client's (:meth:`~geoagent.runtime.http.HttpClient.unreachable_streak`,
     carried on each error as ``streak``); this keeps which hosts opened, which model uses which host and what
     each open host's models left queued.
 
@@ -379,6 +399,32 @@ class HostBreaker:
         self._host_of: dict[str, str] = {}
         self.opened: dict[str, HostDown] = {}
         self._held: dict[str, set[str]] = {}
+        # watch mode (half-open; module docstring): settings, and per open host its cool-down (s), the
+        # ``time.monotonic()`` of its next probe, the task key of its probe in flight, when a held task was last
+        # handed back to become the probe; task keys the runner is to release (resumed_holds)
+        self.watch = False
+        self.probe_after_s = PROBE_AFTER_S
+        self.probe_max_s = PROBE_MAX_S
+        self._cooldown_s: dict[str, float] = {}
+        self.next_probe_at: dict[str, float] = {}
+        self._probing: dict[str, str] = {}
+        self._asked_at: dict[str, float] = {}
+        self._resumed: list[str] = []
+
+    def configure(self, *, watch: bool, probe_after_s: float = PROBE_AFTER_S, probe_max_s: float = PROBE_MAX_S) -> None:
+        """Watch mode (``watch``, the runner's ``burst=False``): an open breaker goes half-open after
+        ``probe_after_s`` s, doubling after each failed probe up to ``probe_max_s`` s (module docstring,
+        "Unreachable-host breaker"). Burst runs (``watch`` False) keep it open for the rest of the run.
+
+        Raises
+        ------
+        ValueError
+            Unless 0 <= ``probe_after_s`` <= ``probe_max_s``.
+        """
+        if not (probe_after_s >= 0 and probe_max_s >= probe_after_s):
+            raise ValueError(f"need 0 <= probe_after_s <= probe_max_s, got {probe_after_s!r}, {probe_max_s!r}")
+        self.watch = bool(watch)
+        self.probe_after_s, self.probe_max_s = float(probe_after_s), float(probe_max_s)
 
     def set_host(self, model: str, host: str | None) -> None:
         """Record that ``model`` sends its requests to ``host`` (a :func:`~geoagent.runtime.http.host_key`;
@@ -413,8 +459,78 @@ class HostBreaker:
         if int(streak) >= self.threshold or last_attempt:
             models = [m for m, h in self._host_of.items() if h == host]
             down = self.opened[host] = HostDown(host, max(1, int(streak)), str(last or ""), models or [model])
+            if self.watch:
+                self._cooldown_s[host] = self.probe_after_s
+                self.next_probe_at[host] = time.monotonic() + self.probe_after_s
+                log.warning("%s; its requests are held, next probe in %g s", down.message(), self.probe_after_s)
             return down
         return None
+
+    def try_probe(self, model: str, task_key: str) -> bool:
+        """Watch mode: whether task ``task_key`` of ``model`` is to be sent as the half-open probe of its open host
+        (the cool-down is over and no probe is in flight); it then is the probe until :meth:`probe_done`. Always
+        False in a burst run or when the host's breaker is closed."""
+        host = self._host_of.get(model)
+        if not self.watch or host is None or host not in self.opened or host in self._probing:
+            return False
+        if time.monotonic() < self.next_probe_at.get(host, 0.0):
+            return False
+        self._probing[host] = task_key
+        return True
+
+    def probe_done(self, model: str, reached: bool | None, streak: int = 0, last: str = "") -> None:
+        """The half-open probe of ``model``'s host ended. ``reached`` True (the request got through to the host,
+        whatever it answered): the breaker closes, every task its models had held is handed back
+        (:meth:`resumed`) and ``host H reachable again; model(s) M resumed`` is logged. False (unreachable again,
+        nothing billed): it re-opens with the cool-down doubled, up to ``probe_max_s`` (``streak``, ``last``:
+        the failure, for the report line). None (no verdict: stopped, answered from the store, not sent): the
+        next task of the host may probe at once."""
+        host = self._host_of.get(model)
+        if host is None or host not in self.opened:
+            return
+        self._probing.pop(host, None)
+        self._asked_at.pop(host, None)
+        if reached is None:
+            return
+        if reached:
+            down = self.opened.pop(host)
+            self._cooldown_s.pop(host, None)
+            self.next_probe_at.pop(host, None)
+            for m in down.models:
+                self._resumed.extend(self._held.pop(m, ()))
+            log.warning("host %s reachable again; model(s) %s resumed", host, ", ".join(down.models))
+            return
+        down = self.opened[host]
+        if streak:
+            down.streak = max(1, int(streak))
+        if last:
+            down.last = str(last)
+        cooldown = self._cooldown_s[host] = min(self.probe_max_s, self._cooldown_s.get(host, self.probe_after_s) * 2)
+        self.next_probe_at[host] = time.monotonic() + cooldown
+        log.warning("host %s still unreachable (%s); model(s) %s wait, next probe in %g s", host, down.cause(),
+                    ", ".join(down.models), cooldown)
+
+    def resumed(self) -> list[str]:
+        """Task keys to hand back to the queue now (and forget): every held task of a host whose probe got
+        through, and, for each open host whose cool-down is over with no probe in flight, one held task to probe
+        it (handed back again after another cool-down if it never came: e.g. its lease went elsewhere).
+        Watch mode only; cheap (called before every lease)."""
+        out, self._resumed = self._resumed, []
+        if not self.watch or not self.opened:
+            return out
+        now = time.monotonic()
+        for host in self.opened:
+            if host in self._probing or now < self.next_probe_at.get(host, 0.0):
+                continue
+            if now - self._asked_at.get(host, -math.inf) < max(self._cooldown_s.get(host, 0.0), 1.0):
+                continue
+            for m in self.opened[host].models:
+                keys = self._held.get(m)
+                if keys:
+                    out.append(keys.pop())
+                    self._asked_at[host] = now
+                    break
+        return out
 
     def hold(self, model: str, task_key: str) -> None:
         """Record that task ``task_key`` of ``model`` was held unsent because its host's breaker is open."""
@@ -684,6 +800,8 @@ class ModelCaller(Stage):
         self._models: list[str] = []  # the campaign's model names (start), for runnable()
         self._auth: AuthBreaker | None = None
         self._hosts: HostBreaker | None = None
+        #: how the runner runs this stage (runner_mode): watch mode and its half-open settings
+        self._mode: dict[str, Any] = {"watch": False}
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
 
@@ -693,6 +811,7 @@ class ModelCaller(Stage):
         self._models = [m.name for m in (getattr(cfg, "models", None) or [])]
         self._auth = self._breaker(ctx)
         self._hosts = self._host_breaker(ctx)
+        self._hosts.configure(**self._mode)
         providers = ctx.services.get("providers") or {}
         for m in getattr(cfg, "models", None) or []:
             self._hosts.set_host(m.name, _model_host(m, providers.get(m.name)))
@@ -707,15 +826,30 @@ class ModelCaller(Stage):
             total += m.concurrency if over_http else max(m.concurrency, OFFLINE_CONCURRENCY)
         self.concurrency = max(1, min(256, total))
 
+    def runner_mode(self, *, watch: bool, probe_after_s: float, probe_max_s: float) -> None:
+        """Watch mode (``run --watch``) makes the host breaker half-open with the runner's probe settings
+        (module docstring, "Unreachable-host breaker"); applied at :meth:`start`."""
+        self._mode = {"watch": bool(watch), "probe_after_s": float(probe_after_s), "probe_max_s": float(probe_max_s)}
+        if self._hosts is not None:
+            self._hosts.configure(**self._mode)
+
+    def resumed_holds(self) -> list[str]:
+        """Watch mode: the held tasks to hand back to the queue now (:meth:`HostBreaker.resumed`: one to probe a
+        host after its cool-down, all of a host's once its probe got through)."""
+        return self._hosts.resumed() if self._hosts is not None else []
+
     def runnable(self) -> bool:
         """False once EVERY configured model is stopped, by its authentication breaker or by its host's
         unreachable breaker: no task could be sent, so the runner stops leasing (instead of leasing the whole
         queue only to hold it) and the run ends with the queue untouched (:meth:`AuthBreaker.report_lines`,
-        :meth:`HostBreaker.report_lines`)."""
+        :meth:`HostBreaker.report_lines`). In watch mode a model whose host is down still counts (its host is
+        probed again after the cool-down)."""
         if not self._models or (self._auth is None and self._hosts is None):
             return True
+        watch = self._hosts is not None and self._hosts.watch
         return not all((self._auth is not None and self._auth.is_open(m) is not None)
-                       or (self._hosts is not None and self._hosts.is_open(m) is not None) for m in self._models)
+                       or (not watch and self._hosts is not None and self._hosts.is_open(m) is not None)
+                       for m in self._models)
 
     def unreachable_hint(self, host: str) -> str | None:
         """``[[models]] base_url of 'X'`` for the model(s) whose requests go to ``host``, else None."""
@@ -768,27 +902,58 @@ class ModelCaller(Stage):
     # -- the job ------------------------------------------------------------------------------------
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
-        try:
-            return await self._handle(task, ctx)
-        except AuthStop as stop:
-            self._breaker(ctx).hold(stop.model, task.key)  # counted for the end-of-run line
-            raise
-        except HostStop as stop:
-            self._host_breaker(ctx).hold(stop.model, task.key)  # counted for the end-of-run line
-            raise
+        while True:
+            try:
+                return await self._handle(task, ctx)
+            except AuthStop as stop:
+                self._breaker(ctx).hold(stop.model, task.key)  # counted for the end-of-run line
+                raise
+            except HostStop as stop:
+                hosts = self._host_breaker(ctx)
+                if hosts.is_open(stop.model) is None:
+                    continue  # watch mode: a probe got through meanwhile, the host is back: send it after all
+                hosts.hold(stop.model, task.key)  # counted for the end-of-run line; watch mode: resumed later
+                raise
 
     async def _handle(self, task: Task, ctx: StageContext) -> list[Message]:
-        payload = task.payload
         cfg = ctx.get("config")
-        m, request = build_request(cfg, payload)
+        m, request = build_request(cfg, task.payload)
         breaker = self._breaker(ctx)
         opened = breaker.is_open(m.name)
         if opened is not None:
             raise AuthStop(opened)
         hosts = self._host_breaker(ctx)
         down = hosts.is_open(m.name)
-        if down is not None:
+        if down is None:
+            return await self._handle_call(task, ctx, cfg, m, request, breaker, hosts, None)
+        if not hosts.try_probe(m.name, task.key):
             raise HostStop(down, m.name)
+        # watch mode, half-open: this task is the host's probe (module docstring, "Unreachable-host breaker")
+        gates: list[_SendGate] = []
+        try:
+            out = await self._handle_call(task, ctx, cfg, m, request, breaker, hosts, gates)
+        except HostStop:
+            raise  # the probe could not reach the host: probe_done(False) was called
+        except (Abandoned, BudgetStop, _NotSent):
+            hosts.probe_done(m.name, None)
+            raise
+        except Exception:
+            # the request went out (its gate passed) and did not fail unreachable: the host answered
+            hosts.probe_done(m.name, True if any(g.reservation is not None for g in gates) else None)
+            raise
+        except BaseException:  # cancelled: no verdict
+            hosts.probe_done(m.name, None)
+            raise
+        hosts.probe_done(m.name, True if any(g.reservation is not None for g in gates) else None)
+        return out
+
+    async def _handle_call(self, task: Task, ctx: StageContext, cfg: Any, m: Any, request: ModelRequest,
+                           breaker: AuthBreaker, hosts: HostBreaker, probe: list[_SendGate] | None) -> list[Message]:
+        """One task's call (module docstring). ``probe``: None for a normal call; for the half-open probe of an
+        open host (watch mode), a list that collects the call's send gates (which let it pass the open
+        breaker), its verdict is given on failing unreachable (:meth:`HostBreaker.probe_done`)."""
+        payload = task.payload
+        gate_hosts = hosts if probe is None else None  # the probe alone passes its host's open breaker
         image_ref = payload.get("image_ref")
         image_id = request.image_id
         providers = ctx.get("providers")
@@ -811,7 +976,9 @@ class ModelCaller(Stage):
             known_usd = m.cost_usd(int(usage[0]), int(usage[1])) if usage is not None else 0.0
             worst_usd = max(known_usd, _worst_usd(m, request, has_image, None, factor))
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
-            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, hosts)
+            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts)
+            if probe is not None:
+                probe.append(gate)
 
             if image_ref or image_id is not None:
                 try:
@@ -826,13 +993,17 @@ class ModelCaller(Stage):
                             return [self._message(task, key, m, request, stop.cached, cost_usd=None, cached=True)]
                     if gate.reservation is not None:
                         await ledger.arelease(gate.reservation, note="image not loaded; nothing sent")
+                    if probe is not None:
+                        probe.clear()  # nothing was sent: no verdict on the host
                     raise PermanentFailure(f"image: {exc}") from None
                 if img is not None:
                     request = dataclasses.replace(request, image=img.data, image_mime=img.mime)
                     # the image's size (header only) may make the provider bill it above image_input_tokens
                     size = image_size_px(None, None, img.data) if m.provider != "replay" else None
                     worst_usd = max(known_usd, _worst_usd(m, request, True, size, factor))
-                    gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, hosts)
+                    gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts)
+                    if probe is not None:
+                        probe.append(gate)
 
             try:
                 cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
@@ -844,6 +1015,8 @@ class ModelCaller(Stage):
                 raise CallFailed(exc.reason) from None  # nacked: retried, never dead-lettered by the streak
             except _Unreachable as exc:
                 # nothing was billed (reservation released): never a dead letter (module docstring)
+                if probe is not None:  # the half-open probe failed: re-open, cool-down doubled; held again
+                    hosts.probe_done(m.name, False, exc.streak, exc.last)
                 last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
                 down = hosts.failure(m.name, exc.host, exc.streak, exc.last, last_attempt=last)
                 if down is not None:
