@@ -169,4 +169,6 @@ def test_the_breaker_opens_within_one_retry_cycle_and_no_lease_goes_stale(tmp_pa
     assert (counts.ready, counts.leased, counts.dead, counts.done) == (10, 0, 0, 0) and dead == []
     text = caplog.text
     assert "stale lease" not in text
-    assert f"stage fetch: host {host} unreachable" in text
+    # the first warning is one complete sentence
+    assert (f"stage fetch: host {host} unreachable (connection refused); the task will be retried, and the stage "
+            f"stops if 5 requests in a row cannot reach the host." in text)

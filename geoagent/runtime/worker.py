@@ -543,9 +543,9 @@ class StageRunner:
         if streak < self.unreachable_after:
             if host not in self._unreachable_seen:
                 self._unreachable_seen.add(host)
-                log.warning("stage %s: host %s unreachable (%s); the task will be retried, the stage stops after "
-                            "%d requests in a row fail so", self.stage.name, host, unreachable_cause(last),
-                            self.unreachable_after)
+                log.warning("stage %s: host %s unreachable (%s); the task will be retried, and the stage stops if "
+                            "%d requests in a row cannot reach the host.", self.stage.name, host,
+                            unreachable_cause(last), self.unreachable_after)
             return False
         self.stats.unreachable[host] = (streak, last)
         self.stats.blocked = True
