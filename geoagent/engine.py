@@ -79,10 +79,12 @@ EXIT_CODES_HELP = (
     "exit codes: 0 complete (a --watch process stopped once its stages are drained included; a --stages "
     "process whose stages finished while other stages still have work says so and also ends 0); "
     "2 config error (bad file, missing API keys, a campaign that can make no call, a first run that plans nothing); "
-    "3 incomplete (work dead-lettered or left queued: `run.py dead CONFIG`); "
+    "3 incomplete (work dead-lettered, see `run.py dead CONFIG`, or left queued, e.g. a host could not be "
+    "reached: the summary says why; re-run the same command to resume); "
     f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
-    "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; fix "
-    "the API key variable and re-run; no task is lost); "
+    "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; or the "
+    "Mapillary API refused the crawl's token: the crawl stops; fix the variable named in the summary and "
+    "re-run; no task is lost); "
     "130 interrupted (re-run the same command to resume)"
 )
 
@@ -582,7 +584,9 @@ async def run_campaign(
         Validated campaign config (:func:`geoagent.config.load_config`).
     simulate : bool
         Dry run: plan and estimate calls, tokens, USD and duration; make no call and enqueue nothing. A
-        campaign with no state yet gets none (the folder opened for planning is removed afterwards).
+        campaign with no state yet gets none (the folder opened for planning is removed afterwards). Its
+        outcome exits 0, or 2 (:data:`EXIT_CONFIG`) when it predicts that the real run would refuse to start
+        because a first run plans nothing (it says so in a warning; missing API keys only warn, exit 0).
     live : bool or None
         Live terminal display (default: when stdout is a TTY).
     only_stages : sequence of str or None
@@ -755,6 +759,17 @@ async def _run(
         blocked = any(r.stats.blocked for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER)
         left = counts[C.EDGE_REQUESTS].ready if blocked and C.EDGE_REQUESTS in counts else None
         auth_lines = auth.report_lines(left) if auth is not None else []
+        # other refused credentials a stage reports (the crawl's Mapillary token): one line per stage that stopped
+        # with work left queued (the first such stage's line when none has)
+        token_lines: list[tuple[str, int]] = []
+        for r in view.runners:
+            lines_of = getattr(r.stage, "auth_lines", None)
+            for ln in (lines_of() if callable(lines_of) and r.stats.blocked else []):
+                ready = counts[r.stage.input_edge].ready if r.stage.input_edge in counts else 0
+                token_lines.append((f"{r.stage.name}: {ln}; {ready} {r.stage.input_edge} left queued (re-run with the "
+                                    "right token to resume)", ready))
+        token_lines = [t for t in token_lines if t[1]] or token_lines[:1]
+        auth_lines += [ln for ln, _ in token_lines]
         # stages stopped by their unreachable-host breaker (their tasks left queued, untouched)
         unreachable_lines = [ln for r in view.runners for ln in r.unreachable_lines(
             counts[r.stage.input_edge].ready if r.stage.input_edge in counts else None)]
@@ -919,6 +934,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                 f"will refuse to start until {them} set"] if n_vars else [])
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
         warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
+        out.exit_code = EXIT_CONFIG  # the dry run predicts the refusal: it exits as the run would
     if kind.plan_edge != C.EDGE_REQUESTS:
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
         out.extra_lines = warning + [
