@@ -325,13 +325,27 @@ class Outcome:
 
             for edge, items in self.dead.items():
                 for d in items[:3]:
-                    lines.append(f"    {edge}/{d.key[:16]} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
+                    lines.append(f"    {edge}/{_cut(d.key, DEAD_KEY_CHARS)} (deliveries {d.attempts}): "
+                                 f"{_cut(describe_reason(d.reason), DEAD_REASON_CHARS, DEAD_FULL_TEXT)}")
         lines.extend(self.extra_lines)
         for p in self.report_files:
             lines.append(f"  report: {p}")
         for p in self.export_files:
             lines.append(f"  export: {p}")
         return "\n".join(lines)
+
+
+#: the summary's dead-letter lines: a task key is shown whole up to this many characters (keys are short: an
+#: edge's key names its city, site or request), a reason up to DEAD_REASON_CHARS; a longer text ends with
+#: DEAD_FULL_TEXT (where to read it whole)
+DEAD_KEY_CHARS = 120
+DEAD_REASON_CHARS = 400
+DEAD_FULL_TEXT = " ... (`run.py dead CONFIG` shows the full text)"
+
+
+def _cut(text: str, limit: int, more: str = "...") -> str:
+    """``text`` whole when it has at most ``limit`` characters, else its first ``limit`` and ``more``."""
+    return text if len(text) <= limit else text[:limit].rstrip() + more
 
 
 def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
