@@ -39,9 +39,10 @@ Implementation notes (see :class:`HttpClient` for the full contract):
 * fail fast: while a host's unreachable streak is running (a request already exhausted its retries without
   reaching it), a request whose attempt does not reach it either makes no further attempt (no backoff sequence)
   and raises the unreachable :class:`RetriesExhausted` at once; a request whose last attempt did not reach the
-  host either and that is waiting for its next attempt makes none once another request exhausted its retries. Such a failed probe takes no rate slot (nothing arrived at the host). So a caller that
-  counts the streak (the breaker) sees it grow about one retry cycle after the host went away, not one cycle
-  per request; the first attempt that gets through resets the streak and full retries apply again. The
+  host either and that is waiting for its next attempt makes none once another request exhausted its retries.
+  An attempt that could not reach its host takes no rate slot (no request arrived there): the retry cycle of an
+  unreachable host is its backoff alone, not the rate limit's spacing. So a caller that counts the streak (the
+  breaker) sees it grow about one retry cycle after the host went away, not one cycle per request; the first attempt that gets through resets the streak and full retries apply again. The
   streak is per client (per process): with :mod:`geoagent.runtime.hostshare` every process learns it by
   its own first retry cycle.
 """
@@ -420,7 +421,8 @@ class _SlidingWindowThrottler:
     * An admitted request's stamp is ``+inf`` (it occupies its slot and cannot expire) until its
       headers are handed to the socket; then it is re-stamped with that send time. Time spent opening
       a connection after admission therefore cannot squeeze arrivals together. An attempt that ends
-      without sending is stamped with its end time (conservative).
+      without sending is stamped with its end time (conservative), except one that could not reach the
+      host at all (refused, DNS failure, connect timeout): nothing arrived there, its slot is given back.
     * Waiters sleep until the oldest stamp leaves the window instead of polling every 10 ms.
 
     Re-stamping can leave the deque out of order; ``Throttler.flush`` only evicts from the head, so
@@ -618,7 +620,8 @@ class HttpClient:
 
     * rate: at most ``rate`` requests per ``period_s`` in ANY sliding window (asyncio-throttle's
       algorithm), counted at the moment the headers are written (a slot granted while a connection
-      is still being opened stays occupied until then), widened by a safety margin
+      is still being opened stays occupied until then; one whose attempt could not reach the host is given
+      back), widened by a safety margin
       (:data:`RATE_MARGIN_FRACTION`) for the remaining socket-to-server delay jitter; an idle spell
       never banks a burst. Rate and concurrency always come from the HOST policy; a per-call
       ``policy=`` only changes that call's retry/timeout fields.
@@ -1090,10 +1093,10 @@ class HttpClient:
                     counter.unreached = _unreached(failure)
             finally:
                 if not ctx.sent:  # never reached the socket: free the slot's +inf stamp (and the turn)
-                    if host.unreachable_streak > 0 and isinstance(failure, _Retryable) and _unreached(failure):
-                        # a probe of a host known to be unreachable that did not reach it either: no request
-                        # arrived anywhere, so it takes no rate slot (the probes that follow are not spaced out
-                        # by the rate limit; the caller's breaker bounds them)
+                    if isinstance(failure, _Retryable) and _unreached(failure):
+                        # the host could not be reached (refused, DNS failure, connect timeout): no request arrived
+                        # there, so the attempt takes no rate slot (its retries are spaced by the backoff, and
+                        # fail fast bounds the requests after it)
                         throttle.give_back(slot)
                         if turn is not None:
                             turn.done(time.monotonic(), False)
