@@ -310,7 +310,11 @@ class Outcome:
                 f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
             lines.extend(overrun_lines(s))
-        if self.status == STATUS_AUTH:
+        if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
+            # no model requests edge (the crawl's refused Mapillary token): the stop line above says what is queued
+            lines.append("  not done: the work above stays queued untouched; set the variable named above and re-run "
+                         "the same command")
+        elif self.status == STATUS_AUTH:
             lines.append(f"  not dispatched: {self.remaining()} requests stay queued (those of the model(s) above, "
                          "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":

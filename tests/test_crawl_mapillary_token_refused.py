@@ -49,6 +49,7 @@ def test_a_refused_mapillary_token_stops_the_crawl_with_exit_5_and_keeps_the_cit
     assert calls.get("mapillary", 0) <= 2
     assert (cities.leased, cities.dead, cities.done) == (0, 0, 0) and dead == [] and cities.ready == n_cities
     assert f"{n_cities} cities left queued" in text
+    assert "not done: the work above stays queued untouched" in text and "not dispatched" not in text
     # the right token: the same command resumes and screens every city
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
     main(["crawl", str(CONFIG), "--no-live"])
