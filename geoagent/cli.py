@@ -242,11 +242,15 @@ EXIT_CODES_EPILOG = """exit codes:
   0    complete (every planned task reached the end of the pipeline), or the command succeeded; with
        --stages also when this process's stages finished while other stages still have work (it says so)
   1    nothing to export (the campaign has not run yet); output pipe closed early
-  2    config error, bad argument or unusable path
-  3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`)
+  2    config error, bad argument or unusable path; also a --simulate dry run that predicts `run` would
+       refuse to start (it prints the warning)
+  3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),
+       or left queued untouched because a stage stopped early, e.g. a host could not be reached (the
+       summary names it; re-run the same command to resume)
   4    budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)
-  5    authentication failed: a model's host answered 401/403 repeatedly; that model's work stays queued
-       while the other models finish (fix the API key variable named and re-run; no task is lost)
+  5    authentication failed: a model's host answered 401/403 repeatedly (that model's work stays queued
+       while the other models finish), or the Mapillary API refused a crawl's token (the crawl stops at
+       once); fix the variable named (MAPILLARY_TOKEN for a crawl) and re-run; no task is lost
   130  interrupted (Ctrl-C / SIGTERM): re-run the same command to resume
 """
 
@@ -280,7 +284,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)", **kw)
     r.add_argument("config", help=CONFIG_HELP)
-    r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder")
+    r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder; "
+                   "exits 2 when it predicts that `run` would refuse to start")
     r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out; an unknown name is refused, naming the campaign's stages)")
     r.add_argument("--watch", action="store_true", help="daemon mode: keep polling queues instead of finishing")
     r.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
@@ -297,7 +302,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders", **kw)
     c.add_argument("config", help="crawl campaign TOML file ([campaign] kind = \"crawl\", e.g. geoagent/configs/crawl_sandbox.toml)")
-    c.add_argument("--simulate", action="store_true", help="dry run: what would be planned and its model-call estimate; nothing enqueued, no new state/ folder")
+    c.add_argument("--simulate", action="store_true", help="dry run: what would be planned and its model-call estimate; nothing enqueued, no new state/ folder; "
+                   "exits 2 when it predicts that `crawl` would refuse to start")
     c.add_argument("--watch", action="store_true", help="keep running and pick up new cities added to the config")
     c.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     c.set_defaults(fn=_cmd_crawl)

@@ -82,10 +82,12 @@ EXIT_CODES_HELP = (
     "exit codes: 0 complete (a --watch process stopped once its stages are drained included; a --stages "
     "process whose stages finished while other stages still have work says so and also ends 0); "
     "2 config error (bad file, missing API keys, a campaign that can make no call, a first run that plans nothing); "
-    "3 incomplete (work dead-lettered or left queued: `run.py dead CONFIG`); "
+    "3 incomplete (work dead-lettered, see `run.py dead CONFIG`, or left queued, e.g. a host could not be "
+    "reached: the summary says why; re-run the same command to resume); "
     f"4 budget exhausted (raise [budget] cap_usd and re-run); {EXIT_AUTH} authentication failed (a model's "
-    "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; fix "
-    "the API key variable and re-run; no task is lost); "
+    "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; or the "
+    "Mapillary API refused the crawl's token: the crawl stops; fix the variable named in the summary and "
+    "re-run; no task is lost); "
     "130 interrupted (re-run the same command to resume)"
 )
 
@@ -311,7 +313,11 @@ class Outcome:
                 f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
             lines.extend(overrun_lines(s))
-        if self.status == STATUS_AUTH:
+        if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
+            # no model requests edge (the crawl's refused Mapillary token): the stop line above says what is queued
+            lines.append("  not done: the work above stays queued untouched; set the variable named above and re-run "
+                         "the same command")
+        elif self.status == STATUS_AUTH:
             lines.append(f"  not dispatched: {self.remaining()} requests stay queued (those of the model(s) above, "
                          "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":
@@ -326,13 +332,27 @@ class Outcome:
 
             for edge, items in self.dead.items():
                 for d in items[:3]:
-                    lines.append(f"    {edge}/{d.key[:16]} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
+                    lines.append(f"    {edge}/{_cut(d.key, DEAD_KEY_CHARS)} (deliveries {d.attempts}): "
+                                 f"{_cut(describe_reason(d.reason), DEAD_REASON_CHARS, DEAD_FULL_TEXT)}")
         lines.extend(self.extra_lines)
         for p in self.report_files:
             lines.append(f"  report: {p}")
         for p in self.export_files:
             lines.append(f"  export: {p}")
         return "\n".join(lines)
+
+
+#: the summary's dead-letter lines: a task key is shown whole up to this many characters (keys are short: an
+#: edge's key names its city, site or request), a reason up to DEAD_REASON_CHARS; a longer text ends with
+#: DEAD_FULL_TEXT (where to read it whole)
+DEAD_KEY_CHARS = 120
+DEAD_REASON_CHARS = 400
+DEAD_FULL_TEXT = " ... (`run.py dead CONFIG` shows the full text)"
+
+
+def _cut(text: str, limit: int, more: str = "...") -> str:
+    """``text`` whole when it has at most ``limit`` characters, else its first ``limit`` and ``more``."""
+    return text if len(text) <= limit else text[:limit].rstrip() + more
 
 
 def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
@@ -585,7 +605,9 @@ async def run_campaign(
         Validated campaign config (:func:`geoagent.config.load_config`).
     simulate : bool
         Dry run: plan and estimate calls, tokens, USD and duration; make no call and enqueue nothing. A
-        campaign with no state yet gets none (the folder opened for planning is removed afterwards).
+        campaign with no state yet gets none (the folder opened for planning is removed afterwards). Its
+        outcome exits 0, or 2 (:data:`EXIT_CONFIG`) when it predicts that the real run would refuse to start
+        because a first run plans nothing (it says so in a warning; missing API keys only warn, exit 0).
     live : bool or None
         Live terminal display (default: when stdout is a TTY).
     only_stages : sequence of str or None
@@ -764,6 +786,17 @@ async def _run(
         hosts_down = model_hosts is not None and bool(model_hosts.opened)
         # every model stopped, some by an unreachable host: the host lines say what was left queued
         auth_lines = auth.report_lines(None if hosts_down else left) if auth is not None else []
+        # other refused credentials a stage reports (the crawl's Mapillary token): one line per stage that stopped
+        # with work left queued (the first such stage's line when none has)
+        token_lines: list[tuple[str, int]] = []
+        for r in view.runners:
+            lines_of = getattr(r.stage, "auth_lines", None)
+            for ln in (lines_of() if callable(lines_of) and r.stats.blocked else []):
+                ready = counts[r.stage.input_edge].ready if r.stage.input_edge in counts else 0
+                token_lines.append((f"{r.stage.name}: {ln}; {ready} {r.stage.input_edge} left queued (re-run with the "
+                                    "right token to resume)", ready))
+        token_lines = [t for t in token_lines if t[1]] or token_lines[:1]
+        auth_lines += [ln for ln, _ in token_lines]
         # models whose host could not be reached (model caller's breaker: their tasks left queued, untouched),
         # then stages stopped by the runner's unreachable-host breaker
         unreachable_lines = model_hosts.report_lines(left) if hosts_down else []
@@ -930,6 +963,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                 f"will refuse to start until {them} set"] if n_vars else [])
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
         warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
+        out.exit_code = EXIT_CONFIG  # the dry run predicts the refusal: it exits as the run would
     if kind.plan_edge != C.EDGE_REQUESTS:
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
         out.extra_lines = warning + [

@@ -95,8 +95,8 @@ def test_empty_first_plan_is_a_config_error_and_leaves_no_state(isolated_roots, 
     empty.mkdir()
     (empty / "sites.csv").write_text("site,city,country,continent,lat,lon,qid,name_en\n", encoding="utf-8")
     gv = _toml(root, "gv-empty", "geoverify", empty, f'trials = "build"\nimage_root = "{root}"\nn_boot = 0')
-    # the dry run says so in advance (a warning: it only estimates), and leaves nothing either
-    assert main(["run", str(gv), "--simulate", "--no-live"]) == 0
+    # the dry run says so in advance (a warning), exits 2 as the run it predicts would, and leaves nothing either
+    assert main(["run", str(gv), "--simulate", "--no-live"]) == 2
     out = capsys.readouterr().out
     assert (f"warning: 0 trials built from {empty}: it has no verify_trials.csv" in out
             and "`run` will refuse to start (exit 2)" in out)

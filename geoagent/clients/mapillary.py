@@ -40,11 +40,18 @@ PANO_CAMERA_TYPES = frozenset({"equirectangular", "spherical"})
 
 
 class MapillaryError(RuntimeError):
-    """A Mapillary request failed, or answered an error object / unexpected shape."""
+    """A Mapillary request failed, or answered an error object / unexpected shape. ``code`` is the Graph error
+    code when there was one (190: invalid OAuth access token), ``status`` the HTTP status of an error answer."""
 
-    def __init__(self, message: str, *, code: int | None = None) -> None:
+    def __init__(self, message: str, *, code: int | None = None, status: int | None = None) -> None:
         self.code = code
+        self.status = status
         super().__init__(message)
+
+
+#: Graph API error code of an invalid, expired or revoked OAuth access token
+#: (https://developers.facebook.com/docs/graph-api/guides/error-handling, "OAuthException" code 190)
+TOKEN_ERROR_CODE = 190
 
 
 class ThumbnailUnavailable(MapillaryError):
@@ -53,8 +60,7 @@ class ThumbnailUnavailable(MapillaryError):
     callers skip the image (``status`` is the CDN's HTTP status when there was one)."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
-        self.status = status
-        super().__init__(message)
+        super().__init__(message, status=status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +231,24 @@ class MapillaryClient:
         if policy is not None:
             http.set_policy(self.host, policy)
 
+    def token_refused(self, exc: BaseException) -> str | None:
+        """How the Mapillary API refused the access token, e.g. ``"HTTP 401, Mapillary error 190"``, when
+        ``exc`` says so: a :class:`MapillaryError` with Graph code :data:`TOKEN_ERROR_CODE` or HTTP 401/403, or a
+        :class:`~geoagent.runtime.http.PermanentHTTPError` 401/403 from this client's API host; None for any
+        other failure (a thumbnail CDN's 403, :class:`ThumbnailUnavailable`, is one image's, not the token's).
+        The text never holds the token."""
+        if isinstance(exc, ThumbnailUnavailable):
+            return None
+        if isinstance(exc, MapillaryError):
+            status = exc.status
+            if exc.code == TOKEN_ERROR_CODE or status in (401, 403):
+                parts = ([f"HTTP {status}"] if status else []) + ([f"Mapillary error {exc.code}"] if exc.code else [])
+                return ", ".join(parts)
+            return None
+        if isinstance(exc, PermanentHTTPError) and exc.status in (401, 403) and host_of(exc.url) == self.host:
+            return f"HTTP {exc.status}"
+        return None
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"OAuth {self._token}", "User-Agent": self.user_agent, "Accept": "application/json"}
 
@@ -250,7 +274,7 @@ class MapillaryClient:
             try:
                 self._decode(e.body_excerpt.encode())
             except MapillaryError as me:
-                raise MapillaryError(f"HTTP {e.status}: {me}", code=me.code) from None
+                raise MapillaryError(f"HTTP {e.status}: {me}", code=me.code, status=e.status) from None
             raise
         data = self._decode(resp.body)
         rows = data.get("data") if isinstance(data, dict) else None

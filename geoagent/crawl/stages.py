@@ -65,7 +65,7 @@ from geoagent.crawl.screener import CITY_POOL_COLUMNS, screen_city
 from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
 from geoagent.files import atomic_open, atomic_write_bytes
 from geoagent.runtime.queue import Task, WorkQueue
-from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import Held, Message, PermanentFailure, Stage, StageContext
 
 
 def _dump(path: Path, obj: Any) -> None:
@@ -109,6 +109,9 @@ class CrawlServices:
     ref_model_cfg: Any = None
     #: set when the run is asked to stop: the auditors send no new model call (crawl.llmcall, "Stopping")
     stopping: bool = False
+    #: set when the Mapillary API refused the access token (how, e.g. "HTTP 401, Mapillary error 190"):
+    #: the stages that call Mapillary hold their tasks and stop (:class:`MapillaryTokenRefused`)
+    mapillary_refused: str | None = None
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _ref_auditor: ReferenceabilityAuditor | None = None
 
@@ -283,10 +286,42 @@ def _svc(ctx: StageContext) -> CrawlServices:
     return services_from_context(ctx)
 
 
+class MapillaryTokenRefused(Held):
+    """The Mapillary API refused the access token (HTTP 401/403, Graph error 190): like a model's refused API key
+    (:mod:`geoagent.workers.model_caller`, authentication breaker), the first refusal holds the task untouched (no
+    attempt counted, never dead-lettered), every stage that calls Mapillary stops leasing (:meth:`_CrawlStage.runnable`)
+    and holds what it has in flight, so no city is screened on Overpass again and again, and the engine ends the
+    run ``authentication failed`` (exit 5) naming the token's variable (never its value); the work stays queued
+    for a re-run with the right token."""
+
+
 class _CrawlStage(Stage):
     """Common start hook: make sure the crawl services exist before the first task."""
 
     _crawl_svc: CrawlServices | None = None
+    #: the stage calls the Mapillary API: it stops once the token was refused (:class:`MapillaryTokenRefused`)
+    uses_mapillary = False
+
+    def runnable(self) -> bool:
+        """False once the Mapillary token was refused, for a stage that calls Mapillary (runner stops leasing)."""
+        svc = self._crawl_svc
+        return not (self.uses_mapillary and svc is not None and svc.mapillary_refused)
+
+    def auth_lines(self) -> list[str]:
+        """One line when the Mapillary API refused the token (the engine ends the run exit 5 with it), else []."""
+        svc = self._crawl_svc
+        if not (self.uses_mapillary and svc is not None and svc.mapillary_refused):
+            return []
+        return [_token_message(svc)]
+
+    @staticmethod
+    def _token_gate(svc: CrawlServices, exc: BaseException | None = None) -> None:
+        """Raise :class:`MapillaryTokenRefused` when the token was refused already, or when ``exc`` is the refusal
+        (recorded on ``svc`` for every stage)."""
+        if exc is not None and svc.mapillary_refused is None:
+            svc.mapillary_refused = svc.mapillary.token_refused(exc)
+        if svc.mapillary_refused:
+            raise MapillaryTokenRefused(_token_message(svc))
 
     async def start(self, ctx: StageContext) -> None:
         self._crawl_svc = services_from_context(ctx)
@@ -301,6 +336,11 @@ class _CrawlStage(Stage):
         """The config key whose URL names ``host`` (:func:`crawl_host_hint`), for the stop line of the
         runner's unreachable-host breaker; None before the stage started or for a host no key names."""
         return crawl_host_hint(self._crawl_svc, host) if self._crawl_svc is not None else None
+
+
+def _token_message(svc: CrawlServices) -> str:
+    return (f"the Mapillary API refused the access token ({svc.mapillary_refused}): check "
+            f"{svc.settings.endpoints.mapillary_token_env}")
 
 
 def crawl_host_hint(svc: CrawlServices, host: str) -> str | None:
@@ -338,6 +378,7 @@ class CityScreenerStage(_CrawlStage):
     input_edge = C.EDGE_CITIES
     output_edge = C.EDGE_ADMITTED
     concurrency = 2
+    uses_mapillary = True
     #: a stop cancels screenings in flight at once (released untouched): Overpass and Mapillary requests are
     #: free, and the screening record and city_pool.csv are written atomically once the city is screened, so
     #: a cancelled city leaves nothing half done (Ctrl-C does not wait on a stalled Overpass query or slot)
@@ -381,9 +422,11 @@ class CityScreenerStage(_CrawlStage):
         path = svc.state_dir / "screening" / f"{key}.json"
         rec = _load(path)
         if rec is None:
+            self._token_gate(svc)
             try:
                 res = await screen_city(city, svc.overpass, svc.mapillary, svc.settings.screener)
             except Exception as e:
+                self._token_gate(svc, e)
                 if _permanent(e):
                     raise PermanentFailure(str(e)) from None
                 raise
@@ -414,6 +457,7 @@ class SiteSamplerStage(_CrawlStage):
     input_edge = C.EDGE_ADMITTED
     output_edge = C.EDGE_SITES
     concurrency = 2
+    uses_mapillary = True
     #: a stop cancels samplings in flight at once (released untouched): WDQS and Mapillary requests are free
     #: and the sampling record and sites.csv are written atomically at the end (a WDQS split already logged
     #: to crawl_decisions.jsonl is logged again when the next run repeats the query)
@@ -427,10 +471,12 @@ class SiteSamplerStage(_CrawlStage):
         rec = _load(path)
         if rec is None:
             seed = city_seed(svc.settings.seed, city.city)
+            self._token_gate(svc)
             try:
                 res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
                                          on_split=svc.decision_logger(self.name, city=city.city))
             except Exception as e:
+                self._token_gate(svc, e)
                 if _permanent(e):
                     raise PermanentFailure(str(e)) from None
                 raise
@@ -449,6 +495,7 @@ class ImageryFetcherStage(_CrawlStage):
     input_edge = C.EDGE_SITES
     output_edge = C.EDGE_IMAGES
     concurrency = 4
+    uses_mapillary = True
     #: a stop cancels fetches in flight at once (released untouched): Mapillary and thumbnail requests are
     #: free, and every thumbnail and the site's images.json are written to a temporary file renamed into
     #: place (:func:`geoagent.crawl.fetcher.fetch_site_images`), so a cancelled site leaves whole images only,
@@ -462,7 +509,12 @@ class ImageryFetcherStage(_CrawlStage):
         meta_path = fetch_mod.site_dir(svc.images_root, sid) / fetch_mod.METADATA_FILE
         rec = _load(meta_path)
         if rec is None:
-            res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root)
+            self._token_gate(svc)
+            try:
+                res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root)
+            except Exception as e:
+                self._token_gate(svc, e)
+                raise
             rec = res.to_json()
         return [(f"site:{sid}", {"site": site, "images": rec["kept"]})]
 

@@ -35,7 +35,16 @@ Implementation notes (see :class:`HttpClient` for the full contract):
   ``timeout_s``), so a black-holed host fails an attempt in seconds, not after the whole ``timeout_s``;
 * a request whose last attempt failed before reaching the host (connection refused, DNS failure, connect
   timeout) raises :class:`RetriesExhausted` with ``unreachable`` True; :meth:`HttpClient.unreachable_streak`
-  counts such requests per host until one reaches it (the stage runner's unreachable-host breaker).
+  counts such requests per host until one reaches it (the stage runner's unreachable-host breaker);
+* fail fast: while a host's unreachable streak is running (a request already exhausted its retries without
+  reaching it), a request whose attempt does not reach it either makes no further attempt (no backoff sequence)
+  and raises the unreachable :class:`RetriesExhausted` at once; a request whose last attempt did not reach the
+  host either and that is waiting for its next attempt makes none once another request exhausted its retries.
+  An attempt that could not reach its host takes no rate slot (no request arrived there): the retry cycle of an
+  unreachable host is its backoff alone, not the rate limit's spacing. So a caller that counts the streak (the
+  breaker) sees it grow about one retry cycle after the host went away, not one cycle per request; the first attempt that gets through resets the streak and full retries apply again. The
+  streak is per client (per process): with :mod:`geoagent.runtime.hostshare` every process learns it by
+  its own first retry cycle.
 """
 
 from __future__ import annotations
@@ -106,6 +115,11 @@ class RetriesStopped(HttpError, Abandoned):
 
 class _StopRetrying(Exception):
     """Internal: a stop request ends the retry loop (turned into :class:`RetriesStopped`)."""
+
+
+class _HostDown(Exception):
+    """Internal: fail fast (module docstring): this request's last attempt did not reach its host, and meanwhile
+    another request exhausted its retries on it; the retry loop ends with the last failure."""
 
 
 class OutcomeUnknown(HttpError):
@@ -386,6 +400,17 @@ _RETRY_STATUSES = frozenset({408, 425, 429})
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
 
 
+def _unreached(exc: _Retryable) -> bool:
+    """Whether a failed attempt did not get through to its host (refused, DNS failure, connect timeout)."""
+    return not exc.maybe_processed and exc.reason in ("connection", "timeout")
+
+
+def _host_down(host: _HostState, exc: _Retryable) -> bool:
+    """Fail fast: ``exc`` did not reach a host whose unreachable streak is already running (an earlier request
+    exhausted its retries without reaching it), so this request makes no further attempt (module docstring)."""
+    return host.unreachable_streak > 0 and _unreached(exc)
+
+
 class _SlidingWindowThrottler:
     """asyncio-throttle's sliding-window ``Throttler``, stamped at SEND time, waking when a slot frees.
 
@@ -396,7 +421,8 @@ class _SlidingWindowThrottler:
     * An admitted request's stamp is ``+inf`` (it occupies its slot and cannot expire) until its
       headers are handed to the socket; then it is re-stamped with that send time. Time spent opening
       a connection after admission therefore cannot squeeze arrivals together. An attempt that ends
-      without sending is stamped with its end time (conservative).
+      without sending is stamped with its end time (conservative), except one that could not reach the
+      host at all (refused, DNS failure, connect timeout): nothing arrived there, its slot is given back.
     * Waiters sleep until the oldest stamp leaves the window instead of polling every 10 ms.
 
     Re-stamping can leave the deque out of order; ``Throttler.flush`` only evicts from the head, so
@@ -594,7 +620,8 @@ class HttpClient:
 
     * rate: at most ``rate`` requests per ``period_s`` in ANY sliding window (asyncio-throttle's
       algorithm), counted at the moment the headers are written (a slot granted while a connection
-      is still being opened stays occupied until then), widened by a safety margin
+      is still being opened stays occupied until then; one whose attempt could not reach the host is given
+      back), widened by a safety margin
       (:data:`RATE_MARGIN_FRACTION`) for the remaining socket-to-server delay jitter; an idle spell
       never banks a burst. Rate and concurrency always come from the HOST policy; a per-call
       ``policy=`` only changes that call's retry/timeout fields.
@@ -606,7 +633,8 @@ class HttpClient:
       ``max_attempts`` attempts, with exponential backoff and full jitter: the wait before attempt k+1
       is uniform in [0, min(backoff_max_s, backoff_base_s * 2**(k-1))]. The first attempt runs
       directly (cheap common path); attempts 2.. run in tenacity ``AsyncRetrying`` with
-      ``wait_random_exponential``.
+      ``wait_random_exponential``. A host whose unreachable streak is running gets one attempt per request
+      (fail fast: module docstring).
     * other 4xx: :class:`PermanentHTTPError` at once (body excerpt <= 300 chars), except the statuses a
       caller declares normal answers of its endpoint (``expected_status``): returned, counted as ``answers``.
     * unknown outcome: an attempt that timed out or lost its connection AFTER the request headers went
@@ -871,7 +899,7 @@ class HttpClient:
             data = orjson.dumps(json)
             headers = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
             headers["Content-Type"] = "application/json"
-        counter = SimpleNamespace(attempts=0, possibly_billed=0, sent=0)
+        counter = SimpleNamespace(attempts=0, possibly_billed=0, sent=0, unreached=False)
         try:
             args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter, expected,
                     no_retry)
@@ -884,7 +912,7 @@ class HttpClient:
             except _StopRetrying:  # stopped while waiting out a host pause after before_send: nothing sent
                 raise RetriesStopped(shown_url, counter.attempts, "stop requested while the host was paused",
                                      counter.possibly_billed) from None
-            if pol.max_attempts > 1 and not last.final and not self._too_long(last, pol):
+            if pol.max_attempts > 1 and not last.final and not self._too_long(last, pol) and not _host_down(host, last):
                 failed = [last]
 
                 def last_failure() -> str:
@@ -897,7 +925,8 @@ class HttpClient:
 
                 def _stop_for_retry_after(rs: Any) -> bool:
                     exc = rs.outcome.exception() if rs.outcome is not None else None
-                    return isinstance(exc, _Retryable) and (exc.final or self._too_long(exc, pol))
+                    return isinstance(exc, _Retryable) and (exc.final or self._too_long(exc, pol)
+                                                            or _host_down(host, exc))
 
                 def _before_sleep(rs: Any) -> None:
                     host.stats.retries += 1
@@ -920,6 +949,8 @@ class HttpClient:
                             resp = await self._attempt(*args, retry=True)
                 except _Retryable as exc:
                     last = exc
+                except _HostDown:  # fail fast: the host is known unreachable, end with this request's last failure
+                    last = failed[-1]
                 except _StopRetrying:
                     raise RetriesStopped(shown_url, counter.attempts, _scrub(last_failure(), secrets),
                                          counter.possibly_billed) from None
@@ -927,7 +958,7 @@ class HttpClient:
                 err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{last.reason}: {last.detail}", secrets), last.retry_after_s)
                 err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
                 err.host = key
-                if not last.maybe_processed and last.reason in ("connection", "timeout"):
+                if _unreached(last):
                     # the last attempt did not get through to the host: it cannot be reached now (refused, DNS,
                     # connect timeout; an earlier attempt may have gone out on a pooled connection that died)
                     err.unreachable = True
@@ -977,6 +1008,8 @@ class HttpClient:
         (:meth:`stop_retries`) ends once the host admitted it, before anything is sent (``_StopRetrying``)."""
         import aiohttp
 
+        if retry and counter.unreached and host.unreachable_streak > 0:
+            raise _HostDown()
         if retry:
             # a host pause (Retry-After of the failed attempt) is waited out here, where a stop request
             # wakes it (admit() below would sleep through it and raise only after the pause)
@@ -995,6 +1028,8 @@ class HttpClient:
                     turn = await host.gate.take_turn()
                 if retry and self._stopping:
                     raise _StopRetrying()
+                if retry and counter.unreached and host.unreachable_streak > 0:
+                    raise _HostDown()  # another request exhausted its retries on the host while this one waited
                 if before_send is not None:
                     await before_send()
                     # a Retry-After that arrived while the hook ran still holds (slot kept, +inf); a stop request
@@ -1010,6 +1045,7 @@ class HttpClient:
                     turn.done(time.monotonic(), False)
                 raise
             counter.attempts += 1
+            counter.unreached = False
             host.stats.requests += 1
 
             def _mark_sent(when_s: float, sent: bool) -> None:
@@ -1054,9 +1090,18 @@ class HttpClient:
                     counter.possibly_billed += int(ctx.sent)
                     host.count_error(reason)
                     failure = _Retryable(reason, detail, maybe_processed=ctx.sent)
+                    counter.unreached = _unreached(failure)
             finally:
                 if not ctx.sent:  # never reached the socket: free the slot's +inf stamp (and the turn)
-                    _mark_sent(time.monotonic(), False)
+                    if isinstance(failure, _Retryable) and _unreached(failure):
+                        # the host could not be reached (refused, DNS failure, connect timeout): no request arrived
+                        # there, so the attempt takes no rate slot (its retries are spaced by the backoff, and
+                        # fail fast bounds the requests after it)
+                        throttle.give_back(slot)
+                        if turn is not None:
+                            turn.done(time.monotonic(), False)
+                    else:
+                        _mark_sent(time.monotonic(), False)
             if failure is not None:
                 raise failure
             elapsed = time.monotonic() - t0

@@ -18,6 +18,11 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
 * ``release(task)`` returns a leased task to ready without counting an attempt (graceful shutdown,
   budget stop).
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
+* ``extend(tasks, visibility_timeout_s)`` (optional) renews leases still held: each becomes leased for
+  ``visibility_timeout_s`` from now; returns the keys whose lease is no longer held (unchanged), or None when
+  the backend cannot extend leases (the default). A stage runner calls it while it works on a task
+  (:class:`geoagent.runtime.leases.LeaseKeeper`), so a task handled for longer than one visibility timeout
+  (slow or retried requests) is not handed to another worker meanwhile.
 
 All methods are async so network backends fit the same interface. Return values and ``StaleLease``
 describe the effect of the call itself: a backend that retries a call internally (Redis after a lost
@@ -137,6 +142,11 @@ class WorkQueue(abc.ABC):
     @abc.abstractmethod
     async def release(self, tasks: Task | Sequence[Task]) -> None:
         """Return leased tasks to ready without counting an attempt."""
+
+    async def extend(self, tasks: Sequence[Task], visibility_timeout_s: float) -> list[str] | None:
+        """Renew the leases of ``tasks`` for ``visibility_timeout_s`` seconds from now (module docstring); return
+        the keys whose lease is no longer held (left unchanged), or None: this backend does not extend leases."""
+        return None
 
     @abc.abstractmethod
     async def counts(self) -> QueueCounts:

@@ -253,6 +253,22 @@ return once(function()
 end)
 """
 
+# ARGV: group, visibility timeout us, key1, lease id1, key2, lease id2, ... -> keys whose lease is not held.
+# Renewing twice is harmless (a retry after a lost reply gives the same answer), so no reply record.
+_EXTEND = _PRELUDE + """
+local deadline = now_us() + tonumber(ARGV[2])
+local stale = {}
+for i = 3, #ARGV, 2 do
+  local key, lid = ARGV[i], ARGV[i + 1]
+  if redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', LID, key) == lid then
+    redis.call('ZADD', LEASES, 'XX', deadline, key)
+  else
+    stale[#stale + 1] = key
+  end
+end
+return stale
+"""
+
 # ARGV: group, reply ttl ms, consumer, n, visibility timeout us, token, promote limit
 # -> list of {key, payload, attempts, lease id, last error or nil}
 # The record keeps only the granted keys in order (lease id i is '<token>.<i>'); a replay rebuilds the rows
@@ -566,6 +582,7 @@ class RedisStreamsQueue(WorkQueue):
         register = client.register_script
         self._put_script = register(_PUT)
         self._lease_script = register(_LEASE)
+        self._extend_script = register(_EXTEND)
         self._finish_script = register(_FINISH)
         self._nack_script = register(_NACK)
         self._counts_script = register(_COUNTS)
@@ -701,6 +718,20 @@ class RedisStreamsQueue(WorkQueue):
             The lease is no longer held (nothing changed).
         """
         await self._finish("dead", "dead_letter", (task,), str(reason))
+
+    async def extend(self, tasks: Sequence[Task], visibility_timeout_s: float) -> list[str]:
+        """Renew the leases of ``tasks`` still held for ``visibility_timeout_s`` s from now (server clock), in one
+        script; return the keys whose lease is no longer held (left unchanged)."""
+        if not visibility_timeout_s > 0:
+            raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
+        tasks = list(tasks)
+        if not tasks:
+            return []
+        vt_us = max(1, round(min(visibility_timeout_s, _MAX_S) * 1e6))
+        args: list[Any] = [vt_us]
+        for t in tasks:
+            args += [t.key, str(t.lease_id)]
+        return [_text(k) for k in await self._run(self._extend_script, *args)]
 
     async def release(self, tasks: Task | Sequence[Task]) -> None:
         """Return leased tasks to ready now, no attempt counted. Raises ``StaleLease`` like :meth:`ack`."""

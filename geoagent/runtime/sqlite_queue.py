@@ -159,6 +159,7 @@ _DEAD_SQL = (
     "UPDATE tasks SET state = 3, not_before = ?, attempts = attempts + 1, last_error = ?, lease_id = NULL "
     "WHERE id = ? AND lease_id = ? AND state = 1"
 )
+_EXTEND_SQL = "UPDATE tasks SET not_before = ? WHERE id = ? AND lease_id = ? AND state = 1"
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _NOTHING = object()
 
@@ -490,6 +491,19 @@ class SQLiteQueue(WorkQueue):
 
         return _Op(tx, post=post, inline=len(targets) <= self.inline_max_items)
 
+    def _extend_op(self, tasks: Sequence[Task], visibility_timeout_s: float) -> _Op:
+        if not visibility_timeout_s > 0:
+            raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
+        targets = [(task, _row_id(task)) for task in tasks]
+
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            # a lease still held (same lease id, still leased; also one just past its deadline that nobody took)
+            # gets a new deadline; the state and the counts do not change
+            return [task.key for task, row_id in targets if row_id is None or conn.execute(
+                _EXTEND_SQL, (now + visibility_timeout_s, row_id, task.lease_id)).rowcount != 1]
+
+        return _Op(tx, inline=len(targets) <= self.inline_max_items)
+
     def _nack_op(self, task: Task, reason: str, backoff_s: float | None) -> _Op:
         if backoff_s is not None and not backoff_s >= 0:
             raise ValueError(f"backoff_s must be >= 0, got {backoff_s!r}")
@@ -684,6 +698,12 @@ class SQLiteQueue(WorkQueue):
         """Lease up to ``n`` tasks for ``visibility_timeout_s`` s: expired leases first, then ready tasks
         in ``not_before`` order (FIFO for tasks put at the same time). O(log N + n)."""
         return await self._async(self._lease_op(int(n), visibility_timeout_s)) if n > 0 else []
+
+    async def extend(self, tasks: Sequence[Task], visibility_timeout_s: float) -> list[str]:
+        """Renew the leases of ``tasks`` still held for ``visibility_timeout_s`` s from now, in one transaction;
+        return the keys whose lease is no longer held (re-leased by another worker after expiry, or finished),
+        which are left unchanged."""
+        return await self._async(self._extend_op(list(tasks), visibility_timeout_s)) if tasks else []
 
     async def ack(self, tasks: Task | Sequence[Task]) -> None:
         """Mark leased tasks done in one transaction.

@@ -7,8 +7,10 @@ A stage with ``batched = True`` (sinks that write one database row per task) get
 ``lease_batch``, in one :meth:`Stage.handle_batch` call instead. Finished tasks are committed in groups:
 first the outputs of the whole group go to the output edge in one ``put_many`` (idempotent by key), then
 the group's input tasks are acked in one call. A crash anywhere before the ack redelivers the task after its
-visibility timeout; because outputs are keyed, the redelivery is harmless. Errors decide a task's fate (see
-:mod:`geoagent.runtime.stage`).
+visibility timeout; because outputs are keyed, the redelivery is harmless. While a task waits for a slot or is
+being handled, its lease is renewed every third of the visibility timeout (:mod:`geoagent.runtime.leases`), so a
+slow task (HTTP retries, rate-limit waits) is not handed to another worker meanwhile. Errors decide a task's fate
+(see :mod:`geoagent.runtime.stage`).
 
 Stopping
 --------
@@ -93,6 +95,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.runtime.http import PermanentHTTPError
+from geoagent.runtime.leases import LeaseKeeper
 from geoagent.runtime.queue import StaleLease, Task, WorkQueue
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
 
@@ -279,6 +282,7 @@ class StageRunner:
         self.lease_ahead = lease_ahead
         self.visibility_timeout_s = visibility_timeout_s or stage.visibility_timeout_s
         self.inq = input_queue
+        self._leases = LeaseKeeper(input_queue, self.visibility_timeout_s)  # renews leases while tasks are worked on
         self.outq = output_queue
         self.ctx = ctx
         self.burst = burst
@@ -344,6 +348,7 @@ class StageRunner:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._commit_ticker)
+                tg.start_soon(self._leases.run)
                 async with anyio.create_task_group() as work:
                     # a stop request bounds in-flight work by grace_s whenever it comes (also after the
                     # lease loop ended for another reason, e.g. a budget stop with calls still hanging)
@@ -421,6 +426,7 @@ class StageRunner:
                 await self._sleep_or_stop(self.poll_s)
                 continue
             self.stats.in_flight += len(tasks)
+            self._leases.add(tasks)
             for task in tasks:
                 send.send_nowait(task)
             # let the workers start them before leasing again
@@ -557,6 +563,7 @@ class StageRunner:
             if self._probe is task:  # cancelled (stop): no verdict
                 self._probe = None
             self.stats.in_flight -= 1
+            self._leases.drop((task,))
             if not committed:
                 # cancelled mid-flight (shutdown after grace): give the task back untouched
                 with anyio.CancelScope(shield=True):
@@ -601,6 +608,7 @@ class StageRunner:
             if any(t is self._probe for t in tasks):  # cancelled (stop): no verdict
                 self._probe = None
             self.stats.in_flight -= len(tasks)
+            self._leases.drop(tasks)
             if done < len(tasks):
                 with anyio.CancelScope(shield=True):
                     for task in tasks[done:]:
@@ -678,9 +686,9 @@ class StageRunner:
         if streak < self.unreachable_after:
             if host not in self._unreachable_seen:
                 self._unreachable_seen.add(host)
-                log.warning("stage %s: host %s unreachable (%s); the task will be retried, the stage stops after "
-                            "%d requests in a row fail so", self.stage.name, host, unreachable_cause(last),
-                            self.unreachable_after)
+                log.warning("stage %s: host %s unreachable (%s); the task will be retried, and the stage stops if "
+                            "%d requests in a row cannot reach the host.", self.stage.name, host,
+                            unreachable_cause(last), self.unreachable_after)
             return False
         self.stats.unreachable[host] = (streak, last)
         self.stats.blocked = True

@@ -1,0 +1,82 @@
+"""Lease heartbeat: a stage runner keeps the leases of the tasks it works on from expiring.
+
+A task's lease lasts ``visibility_timeout_s`` from the moment it is leased, so that a crashed worker's tasks
+come back. A live worker may legitimately need longer: a task leased ahead waits for a free slot first, and
+one task may spend minutes in HTTP retries, rate-limit waits and host pauses (the public Overpass: 1 request
+per 10 s, 4 attempts with backoff up to 120 s). Without renewal its lease expires meanwhile, another worker
+(or the same runner's next lease) takes the task and does it again, and the first finisher's ack meets a
+stale lease ("stale lease ignored"). :class:`LeaseKeeper` renews, every third of the visibility timeout, the
+lease of every task the runner has leased and not yet settled (:meth:`WorkQueue.extend`), for another full
+visibility timeout. A crashed process renews nothing, so its tasks still come back one visibility timeout
+later. Held tasks (:mod:`geoagent.runtime.worker`, "Held tasks") are settled as far as the keeper goes: their
+leases expire as designed. A backend without ``extend`` (it returns None) is simply not renewed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import anyio
+
+from geoagent.runtime.queue import Task, WorkQueue
+
+log = logging.getLogger(__name__)
+
+#: leases are renewed every visibility timeout divided by this
+RENEW_DIVISOR = 3.0
+
+
+class LeaseKeeper:
+    """Renews the leases of one runner's unsettled tasks (module docstring).
+
+    Parameters
+    ----------
+    queue : WorkQueue
+        The runner's input queue.
+    visibility_timeout_s : float
+        The lease length the runner leases with, in seconds (> 0); renewed every third of it, for a full one.
+    """
+
+    def __init__(self, queue: WorkQueue, visibility_timeout_s: float) -> None:
+        if not visibility_timeout_s > 0:
+            raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
+        self.queue = queue
+        self.visibility_timeout_s = float(visibility_timeout_s)
+        self._live: dict[str, Task] = {}
+        self.renewals = 0  # leases renewed (for tests and diagnostics)
+
+    def add(self, tasks: Iterable[Task]) -> None:
+        """Tasks just leased: keep their leases until :meth:`drop`."""
+        for t in tasks:
+            self._live[t.key] = t
+
+    def drop(self, tasks: Iterable[Task]) -> None:
+        """Tasks settled (handled: outputs pending commit, failed, held or released): stop renewing them."""
+        for t in tasks:
+            if (cur := self._live.get(t.key)) is not None and cur.lease_id == t.lease_id:
+                del self._live[t.key]
+
+    async def run(self) -> None:
+        """Renew every ``visibility_timeout_s / 3`` seconds until cancelled (the runner's task group)."""
+        while True:
+            await anyio.sleep(self.visibility_timeout_s / RENEW_DIVISOR)
+            if not await self.renew():
+                return
+
+    async def renew(self) -> bool:
+        """Renew the live leases once; False when the queue cannot extend leases (nothing more to do)."""
+        tasks = list(self._live.values())
+        if not tasks:
+            return True
+        try:
+            stale = await self.queue.extend(tasks, self.visibility_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a failed renewal is retried at the next beat
+            log.warning("could not renew %d lease(s) on %s: %s", len(tasks), getattr(self.queue, "name", "?"), exc)
+            return True
+        if stale is None:
+            return False
+        self.renewals += len(tasks) - len(stale)
+        gone = set(stale)
+        self.drop(t for t in tasks if t.key in gone)
+        return True
