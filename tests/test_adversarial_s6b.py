@@ -257,3 +257,91 @@ def test_retries_waiting_on_a_down_host_never_burst_past_the_rate_when_it_comes_
     worst = max(sum(1 for b in arrivals if a <= b < a + period_s) for a in arrivals) if arrivals else 0
     assert worst <= rate, f"{worst} arrivals within {period_s} s (limit {rate}): {arrivals}"
     assert len(arrivals) == sum(1 for r in results if r == 200)
+
+
+def test_a_stop_during_a_slow_probe_releases_it_untouched_and_nothing_stays_leased(tmp_path):
+    """Watch mode: a stop request while the half-open probe's request is in flight: the probe gets the grace
+    period, then is cancelled and released untouched (no attempt counted, no verdict), nothing stays leased, the
+    key was sent once, and the runner ends within the grace period (not after the slow answer)."""
+    vt_s, slow_s, grace_s = 0.5, 5.0, 0.3
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/x"
+    arrivals: list[str] = []
+
+    async def slow(request: web.Request) -> web.Response:
+        arrivals.append(request.path)
+        await asyncio.sleep(slow_s)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/x", slow)
+    policy = HostPolicy(rate=100, period_s=1.0, concurrency=2, max_attempts=1, timeout_s=30.0)
+
+    async def main():
+        q = open_queue(tmp_path / "q", "c", "a")
+        try:
+            await q.put_many([("k0", {}), ("k1", {})])
+            runner = StageRunner(_Fetch(url, policy), q, None, StageContext("c"), burst=False,
+                                 visibility_timeout_s=vt_s, unreachable_after=1, probe_after_s=0.3,
+                                 probe_max_s=0.3, grace_s=grace_s)
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(runner.run)
+                    while not runner.stats.unreachable:
+                        await anyio.sleep(0.02)
+                    async with serve(app, "127.0.0.1", port):
+                        while not arrivals:
+                            await anyio.sleep(0.02)
+                        t0 = time.monotonic()
+                        runner.request_stop()
+                        await runner.finished.wait()
+                        stopped_s = time.monotonic() - t0
+            c = await q.counts()
+            assert (c.ready, c.leased, c.done, c.dead) == (2, 0, 0, 0)
+            assert stopped_s < slow_s - 1.0
+            assert arrivals == ["/x"]
+            got = await q.lease(2, 60)
+            # the first failed attempt (connection refused, before the breaker opened) and the probe: both untouched
+            assert sorted((t.key, t.attempts) for t in got) == [("k0", 0), ("k1", 0)]
+        finally:
+            await q.close()
+
+    anyio.run(main)
+
+
+class _Slow(Stage):
+    name = "slow"
+    input_edge = "edge"
+    output_edge = None
+    concurrency = 2
+
+    def __init__(self, calls: dict[str, int], slow_s: float) -> None:
+        self.calls = calls
+        self.slow_s = slow_s
+
+    async def handle(self, task, ctx):
+        self.calls[task.key] = self.calls.get(task.key, 0) + 1
+        await anyio.sleep(self.slow_s)
+        return []
+
+
+def test_two_runners_on_either_backend_never_handle_a_slow_task_twice(backend):  # noqa: F811
+    """The renewal on both backends (Redis extend is a Lua script on the server clock): tasks each taking three
+    visibility timeouts, two runners (two connections) on one queue: every key handled exactly once."""
+    vt_s, slow_s = 0.5, 1.5
+    calls: dict[str, int] = {}
+
+    async def body(open_):
+        q1, q2 = open_(), open_()
+        await q1.put_many([(f"k{i}", {}) for i in range(4)])
+        runners = [StageRunner(_Slow(calls, slow_s), q, None, StageContext("c"), visibility_timeout_s=vt_s)
+                   for q in (q1, q2)]
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for r in runners:
+                    tg.start_soon(r.run)
+        c = await q1.counts()
+        assert (c.done, c.ready, c.leased, c.dead) == (4, 0, 0, 0)
+        assert calls == {f"k{i}": 1 for i in range(4)}
+
+    backend.run(body)
