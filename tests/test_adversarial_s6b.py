@@ -345,3 +345,47 @@ def test_two_runners_on_either_backend_never_handle_a_slow_task_twice(backend): 
         assert calls == {f"k{i}": 1 for i in range(4)}
 
     backend.run(body)
+
+
+def test_one_hosts_unreachable_streak_never_makes_another_host_fail_fast():
+    """Fail fast is per host: with host A known unreachable (a request exhausted its retries there), a request to
+    host B whose first attempts are refused (B's port opens a moment later) keeps its full retries and gets
+    through; and B's answering leaves A's streak running (A still fails fast, one attempt)."""
+    port_a, port_b = free_port(), free_port()
+    url_a, url_b = f"http://127.0.0.1:{port_a}/x", f"http://127.0.0.1:{port_b}/x"
+    policy = HostPolicy(rate=100, period_s=1.0, concurrency=4, max_attempts=6, backoff_base_s=0.2,
+                        backoff_max_s=0.4, timeout_s=10.0)
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/x", ok)
+
+    async def main():
+        async with HttpClient(default_policy=policy) as http:
+            try:
+                await http.request("GET", url_a)
+                raise AssertionError("host A answered")
+            except RetriesExhausted as exc:
+                assert (exc.unreachable, exc.attempts, exc.streak) == (True, 6, 1)
+            out: list[int] = []
+
+            async def b():
+                out.append((await http.request("GET", url_b)).status)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(b)
+                await anyio.sleep(0.05)  # B's first attempt was refused; it is in its backoff
+                async with serve(app, "127.0.0.1", port_b):
+                    with anyio.fail_after(20):
+                        while not out:
+                            await anyio.sleep(0.02)
+            assert out == [200]
+            try:
+                await http.request("GET", url_a)
+                raise AssertionError("host A answered")
+            except RetriesExhausted as exc:
+                assert (exc.unreachable, exc.attempts, exc.streak) == (True, 1, 2)
+
+    anyio.run(main)
