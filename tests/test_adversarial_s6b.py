@@ -389,3 +389,73 @@ def test_one_hosts_unreachable_streak_never_makes_another_host_fail_fast():
                 assert (exc.unreachable, exc.attempts, exc.streak) == (True, 1, 2)
 
     anyio.run(main)
+
+
+def test_model_watch_mode_stop_while_the_probe_is_in_flight_pays_it_once_and_leaves_nothing_leased(
+        tmp_path, monkeypatch):
+    """Watch mode, model caller: the dead model's server comes up slow (each answer takes 2 s); Ctrl-C arrives while
+    the half-open probe's request is in flight. The probe was sent, so it may finish in the grace period: its key
+    is paid once and its answer stored, the other held tasks stay ready untouched (no attempt counted), nothing is
+    left leased, and the ledger holds no open reservation or unknown spend."""
+    import signal as _signal
+
+    from _model_harness import generic_campaign, model_table
+    from geoagent import constants as C
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.sandbox import llm_openai
+
+    key = "sk-" "sandbox-watch-0123456789abcdefghijkl"
+    n = 4
+    monkeypatch.setenv("GA_TEST_WATCH_KEY2", key)
+    dead_app = llm_openai.make_app(api_keys=[key])
+    sent: list[float] = []
+
+    @web.middleware
+    async def slow(request, handler):
+        sent.append(time.monotonic())
+        await asyncio.sleep(2.0)
+        return await handler(request)
+
+    dead_app.middlewares.insert(0, slow)
+    port = free_port()
+    model = model_table("dead", base_url=f"http://127.0.0.1:{port}", key_var="GA_TEST_WATCH_KEY2", model="sim-dead",
+                        max_output_tokens=64, concurrency=1, rate_requests=5000) + "max_attempts = 1\n"
+    cfg = load_config(generic_campaign(tmp_path, name="probestop", n=n, cap_usd=5.0, models=model, queue={
+        "max_attempts": 3, "backoff_base_s": 0.01, "backoff_max_s": 0.05,
+        "watch_probe_after_s": 0.3, "watch_probe_max_s": 0.3}))
+
+    async def main():
+        out: dict[str, object] = {}
+
+        async def drive():
+            with anyio.fail_after(60):
+                # the closed port: every model call fails unreachable until the breaker opens (nothing sent)
+                await anyio.sleep(1.0)
+                async with serve(dead_app, "127.0.0.1", port):
+                    while not sent:
+                        await anyio.sleep(0.02)
+                    await anyio.sleep(0.3)  # the probe is at the server
+                    _signal.raise_signal(_signal.SIGINT)
+                    while "outcome" not in out:
+                        await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            out["outcome"] = await run_campaign(cfg, live=False, handle_signals=True, export=False, watch=True)
+        return out["outcome"]
+
+    outcome = anyio.run(main)
+    calls = [r for r in dead_app["calls"]]
+    assert len(sent) == 1 and len(calls) == 1, calls  # one probe, no other request, no second send of its key
+    c = outcome.counts[C.EDGE_REQUESTS]
+    assert c.leased == 0 and c.dead == 0 and c.done + c.ready == n, outcome.summary()
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
+        assert st.ledger.check_consistency() == []
+        reserved, unknown = st.ledger.db.read("SELECT reserved_nusd, unknown_nusd FROM ledger_totals WHERE id = 1")[0]
+        n_responses = st.store.count_responses()
+    assert reserved == 0
+    # the probe finished inside the grace period: its answer is stored (once), no spend left unknown; its task is
+    # the one done, the other held tasks are ready untouched
+    assert (n_responses, unknown, c.done, c.ready) == (1, 0, 1, n - 1)
