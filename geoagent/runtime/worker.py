@@ -454,6 +454,7 @@ class StageRunner:
             return
         self._probe = tasks[0]
         self.stats.in_flight += 1
+        self._leases.add(tasks)  # worked on like any task: a slow probe must not lose its lease mid-request
         send.send_nowait(tasks[0])
         await anyio.sleep(0)
 
