@@ -18,13 +18,13 @@ from pathlib import Path
 import anyio
 import pytest
 
+from _model_harness import generic_campaign
 from geoagent.config import load_config
 from geoagent.engine import EXIT_BUDGET, Outcome, run_campaign
 from geoagent.runtime.queue import QueueCounts
 
 
 def _write(tmp: Path, name: str, cap_usd: float, n: int = 40, only: str | None = None) -> Path:
-    p = tmp / f"{name}.toml"
     models = "".join(f"""
 [[models]]
 name = "{m}"
@@ -36,23 +36,7 @@ max_output_tokens = 100
 concurrency = 4
 rate = {{ requests = 5000, period_s = 1.0 }}
 """ for m, pin, pout in (("cheap", 0.1, 0.4), ("ge", 2.0, 8.0)) if only in (None, m))
-    p.write_text(f"""
-[campaign]
-name = "{name}"
-kind = "generic"
-seed = 3
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[budget]
-cap_usd = {cap_usd!r}
-
-[generic]
-n_requests = {n}
-{models}""", encoding="utf-8")
-    return p
+    return generic_campaign(tmp, name=name, n=n, models=models, cap_usd=cap_usd)
 
 
 def test_budget_stop_names_each_models_answered_share_and_warns_about_a_model_with_none(tmp_path):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from _crawl_upstream import crawl_upstream, pending_sites
 from _reference import csv_rows, haversine_km
 from geoagent import constants as C
 from geoagent.crawl.demo import SANDBOX_POLICY, sandbox_settings
@@ -37,7 +38,7 @@ from geoagent.demo import demo_world
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 from geoagent.runtime.http import HostPolicy, HttpClient
-from geoagent.runtime.queue import Task, open_queue
+from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import StageContext
 from geoagent.sandbox.city import KM_PER_DEG_LAT, serve_world
 
@@ -87,26 +88,11 @@ async def _services(root: Path, http, sb):
 
 async def _upstream(root: Path) -> None:
     """Screen, sample, fetch and audit images: the sites wait on the ``sites_for_audit`` edge."""
-    async with serve_world(WORLD) as sb, HttpClient(default_policy=HostPolicy(**SANDBOX_POLICY)) as http:
-        settings, svc = await _services(root, http, sb)
-        stages = crawl_stages()[:4]
-        queues = open_edge_queues(root / "queues", "shared", stages)
-        try:
-            await enqueue_cities(queues[C.EDGE_CITIES], settings.cities)
-            await run_pipeline("shared", stages, queues, StageContext("shared", {"crawl": svc, "config": settings}),
-                               burst=True, handle_signals=False)
-        finally:
-            for q in queues.values():
-                await q.close()
+    await crawl_upstream(root, WORLD, "shared")
 
 
 async def _pending_sites(root: Path) -> list[tuple[str, dict]]:
-    q = open_queue(root / "queues", "shared", C.EDGE_SITES_FOR_AUDIT)
-    try:
-        tasks = await q.lease(100, 600.0)
-    finally:
-        await q.close()
-    return sorted((t.key, t.payload) for t in tasks)
+    return await pending_sites(root, "shared")
 
 
 async def _audit(root: Path, sites, mode: str) -> Recording:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 
+from _model_harness import generic_campaign
 from geoagent.config import config_from_dict, estimate, load_config
 from geoagent.engine import EXIT_BUDGET, run_campaign
 
@@ -28,7 +29,6 @@ def _models(names: tuple[str, ...] = ("a", "b"), **extra) -> list[dict]:
 
 
 def _generic(tmp: Path, name: str, cap_usd: float, n: int = 40) -> Path:
-    p = tmp / f"{name}.toml"
     models = "".join(f"""
 [[models]]
 name = "{m['name']}"
@@ -40,23 +40,7 @@ max_output_tokens = 100
 concurrency = {CONCURRENCY}
 rate = {{ requests = 5000, period_s = 1.0 }}
 """ for m in _models())
-    p.write_text(f"""
-[campaign]
-name = "{name}"
-kind = "generic"
-seed = 3
-
-[paths]
-queues = "{tmp / 'queues'}"
-state = "{tmp / 'state'}"
-
-[budget]
-cap_usd = {cap_usd!r}
-
-[generic]
-n_requests = {n}
-{models}""", encoding="utf-8")
-    return p
+    return generic_campaign(tmp, name=name, n=n, models=models, cap_usd=cap_usd)
 
 
 def _run(cfg):
