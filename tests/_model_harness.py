@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
+from collections import Counter
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,18 @@ replay = {{ path = "{replay}", key_field = "replay_key", record_key_fields = ["t
 release_dir = "{release_dir}"
 {geoverify}
 """
+
+
+def paid_keys(app: Any) -> Counter[str]:
+    """How many times the fake ``app`` answered each request key with 200 (billed), from its call log."""
+    return Counter(r["key"] for r in app["calls"] if r["status"] == 200)
+
+
+def ledger_figures(cfg: Any) -> tuple[list[str], dict[str, int]]:
+    """The campaign's ledger consistency problems (empty when sound) and its open-reserved and
+    unknown-outcome totals (nano-USD) with the number of stored results, read from its state folder."""
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
+        problems = st.ledger.check_consistency()
+        totals = st.ledger.db.read("SELECT reserved_nusd, unknown_nusd FROM ledger_totals WHERE id = 1")[0]
+        n_results = len(dict(st.store.iter_results("results")))
+    return problems, {"reserved_nusd": totals[0], "unknown_nusd": totals[1], "results": n_results}

@@ -11,15 +11,13 @@ OpenAI-compatible fake (``geoagent/sandbox/llm_openai``) and a port nothing list
 from __future__ import annotations
 
 import time
-from collections import Counter
 from pathlib import Path
 
 import anyio
 
-from _model_harness import generic_campaign, model_table
+from _model_harness import generic_campaign, ledger_figures, model_table, paid_keys
 from geoagent.config import load_config
 from geoagent.engine import EXIT_COMPLETE, EXIT_INCOMPLETE, run_campaign
-from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import free_port, serve
 from geoagent.status import campaign_status, format_status
@@ -41,16 +39,6 @@ def _config(tmp: Path, name: str, n: int, models: str, max_attempts: int = 5) ->
                             queue={"max_attempts": max_attempts, "backoff_base_s": 0.01, "backoff_max_s": 0.05})
 
 
-def _ok_keys(app) -> Counter:
-    return Counter(r["key"] for r in app["calls"] if r["status"] == 200)
-
-
-def _ledger(cfg) -> tuple[list[str], dict]:
-    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
-        problems = st.ledger.check_consistency()
-        totals = st.ledger.db.read("SELECT reserved_nusd, unknown_nusd FROM ledger_totals WHERE id = 1")[0]
-        n_results = len(dict(st.store.iter_results("results")))
-    return problems, {"reserved_nusd": totals[0], "unknown_nusd": totals[1], "results": n_results}
 
 
 def test_a_dead_model_host_is_left_queued_while_the_other_model_completes_and_the_rerun_pays_each_key_once(
@@ -66,7 +54,7 @@ def test_a_dead_model_host_is_left_queued_while_the_other_model_completes_and_th
         async with serve(good_app) as good_base:
             cfg = load_config(_config(tmp_path, "hostdown", n, _model("good", good_base) + _model("dead", dead_base)))
             first = await run_campaign(cfg, live=False, handle_signals=False, export=False)
-            after_first = _ledger(cfg)
+            after_first = ledger_figures(cfg)
             good_calls_first = len(good_app["calls"])
             status_text = format_status(campaign_status(cfg))  # what `run.py status` prints now
             async with serve(dead_app, "127.0.0.1", port):  # the server is started
@@ -80,7 +68,7 @@ def test_a_dead_model_host_is_left_queued_while_the_other_model_completes_and_th
     c = first.counts["requests"]
     # the good model's n tasks all completed; the dead model's n are ready again, none dead, none leased
     assert (c.done, c.dead, c.leased, c.ready) == (n, 0, 0, n)
-    assert good_calls_first == n and len(_ok_keys(good_app)) == n
+    assert good_calls_first == n and len(paid_keys(good_app)) == n
     line = next(ln for ln in first.stop_reasons if "unreachable" in ln)
     assert line == (f"model dead: host 127.0.0.1:{port} unreachable (connection refused on 5 consecutive requests); "
                     f"check [[models]] base_url of 'dead' / is the server running?; {n} request(s) of model dead "
@@ -93,11 +81,11 @@ def test_a_dead_model_host_is_left_queued_while_the_other_model_completes_and_th
     assert second.status == "complete" and second.exit_code == EXIT_COMPLETE
     assert second.counts["requests"].done == 2 * n and second.counts["requests"].dead == 0
     assert second.stop_reasons == []
-    ok_good, ok_dead = _ok_keys(good_app), _ok_keys(dead_app)
+    ok_good, ok_dead = paid_keys(good_app), paid_keys(dead_app)
     assert len(ok_good) == n and set(ok_good.values()) == {1}
     assert len(ok_dead) == n and set(ok_dead.values()) == {1}
     assert len(good_app["calls"]) == n  # no second call to the good host
-    problems2, totals2 = _ledger(cfg)
+    problems2, totals2 = ledger_figures(cfg)
     assert problems2 == [] and totals2 == {"reserved_nusd": 0, "unknown_nusd": 0, "results": 2 * n}
 
 
@@ -132,7 +120,7 @@ def test_every_model_unreachable_stops_quickly_with_nothing_dead_lettered(tmp_pa
     # the last line says how many requests were left in the queue: all of them
     assert lines[-1].endswith(f"no model can run any more, so dispatching stopped: {3 * n} request(s) left queued; "
                               "re-run the same command to resume")
-    problems, totals = _ledger(cfg)
+    problems, totals = ledger_figures(cfg)
     assert problems == [] and totals == {"reserved_nusd": 0, "unknown_nusd": 0, "results": 0}
 
 

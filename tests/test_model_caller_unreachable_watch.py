@@ -15,16 +15,14 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections import Counter
 
 import anyio
 
-from _model_harness import generic_campaign, model_table
+from _model_harness import generic_campaign, ledger_figures, model_table, paid_keys
 from geoagent import constants as C
 from geoagent.config import load_config
 from geoagent.engine import EXIT_COMPLETE, EXIT_INTERRUPTED, run_campaign
 from geoagent.runtime.queue import open_queue
-from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import free_port, serve
 
@@ -45,16 +43,6 @@ def _config(tmp, name: str, n: int, models: str, probe_after_s: float, probe_max
         "watch_probe_after_s": probe_after_s, "watch_probe_max_s": probe_max_s}))
 
 
-def _ok_keys(app) -> Counter:
-    return Counter(r["key"] for r in app["calls"] if r["status"] == 200)
-
-
-def _ledger(cfg) -> tuple[list[str], dict]:
-    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
-        problems = st.ledger.check_consistency()
-        totals = st.ledger.db.read("SELECT reserved_nusd, unknown_nusd FROM ledger_totals WHERE id = 1")[0]
-        n_results = len(dict(st.store.iter_results("results")))
-    return problems, {"reserved_nusd": totals[0], "unknown_nusd": totals[1], "results": n_results}
 
 
 async def _wait_for(cond, limit_s: float, what: str) -> None:
@@ -96,7 +84,7 @@ def test_watch_mode_dead_model_resumes_when_its_server_comes_up_each_key_paid_on
 
             async def drive():
                 # the outage: the good model finishes, the dead one's probes fail twice (cool-down 0.3, 0.6 s)
-                await _wait_for(lambda: len(_ok_keys(good_app)) == n
+                await _wait_for(lambda: len(paid_keys(good_app)) == n
                                 and sum(f"host {host} still unreachable" in m for m in _messages(caplog)) >= 2,
                                 60, "two failed probes")
                 seen["dead_calls_during_outage"] = len(dead_app["calls"])
@@ -123,10 +111,10 @@ def test_watch_mode_dead_model_resumes_when_its_server_comes_up_each_key_paid_on
     assert outcome.stop_reasons == []
     # nothing reached the dead server while it was down; afterwards each of its n keys was paid exactly once
     assert seen["dead_calls_during_outage"] == 0
-    ok_good, ok_dead = _ok_keys(good_app), _ok_keys(dead_app)
+    ok_good, ok_dead = paid_keys(good_app), paid_keys(dead_app)
     assert len(ok_good) == n and set(ok_good.values()) == {1} and len(good_app["calls"]) == n
     assert len(ok_dead) == n and set(ok_dead.values()) == {1} and len(dead_app["calls"]) == n
-    problems, totals = _ledger(cfg)
+    problems, totals = ledger_figures(cfg)
     assert problems == [] and totals == {"reserved_nusd": 0, "unknown_nusd": 0, "results": 2 * n}
     msgs = _messages(caplog)
     assert any(f"model dead: host {host} unreachable (connection refused on " in m
@@ -152,7 +140,7 @@ def test_watch_mode_stop_during_the_cooldown_ends_at_once_with_the_dead_models_t
                           probe_after_s=600.0, probe_max_s=600.0)
 
             async def drive():
-                await _wait_for(lambda: len(_ok_keys(good_app)) == n
+                await _wait_for(lambda: len(paid_keys(good_app)) == n
                                 and any(f"host {host} unreachable" in m for m in _messages(caplog)), 60, "breaker")
                 await anyio.sleep(0.3)  # well inside the 10-minute cool-down
                 seen["stop_at"] = time.monotonic()
@@ -173,7 +161,7 @@ def test_watch_mode_stop_during_the_cooldown_ends_at_once_with_the_dead_models_t
     assert (c.done, c.dead, c.ready, c.leased) == (n, 0, n, 0)
     msgs = _messages(caplog)
     assert not any("still unreachable" in m or "reachable again" in m for m in msgs)  # no probe was sent
-    problems, totals = _ledger(cfg)
+    problems, totals = ledger_figures(cfg)
     assert problems == [] and totals == {"reserved_nusd": 0, "unknown_nusd": 0, "results": n}
 
 
