@@ -46,3 +46,21 @@ async def pending_sites(root: Path, name: str) -> list[tuple[str, dict]]:
     finally:
         await q.close()
     return sorted((t.key, t.payload) for t in tasks)
+
+
+async def audit_with_three_workers(root: Path, name: str, ctx: StageContext) -> None:
+    """Run the referenceability auditor (three workers) and the ladder builder over the sites waiting on
+    the ``sites_for_audit`` edge under ``root``, in burst mode; assert nothing was dead-lettered."""
+    from geoagent.crawl.stages import LadderBuilderStage, ReferenceabilityAuditorStage
+
+    class ThreeWorkers(ReferenceabilityAuditorStage):
+        concurrency = 3
+
+    stages = [ThreeWorkers(), LadderBuilderStage()]
+    queues = open_edge_queues(root / "queues", name, stages)
+    try:
+        run = await run_pipeline(name, stages, queues, ctx, burst=True, handle_signals=False)
+    finally:
+        for q in queues.values():
+            await q.close()
+    assert all(s["dead"] == 0 and s["finished"] for s in (x.as_dict() for x in run.stats()))

@@ -30,20 +30,15 @@ from pathlib import Path
 
 import pytest
 
-from _crawl_upstream import crawl_upstream, pending_sites
+from _crawl_upstream import audit_with_three_workers, crawl_upstream, pending_sites
 from _reference import csv_rows, haversine_km
 from geoagent import constants as C
 from geoagent.crawl.demo import SANDBOX_POLICY, sandbox_settings
 from geoagent.crawl.image_audit import load_prompt
 from geoagent.crawl.referenceability import RAW_ANSWERS_FILE, REF_MARKER
-from geoagent.crawl.stages import (
-    LadderBuilderStage,
-    ReferenceabilityAuditorStage,
-    build_crawl_services,
-)
+from geoagent.crawl.stages import ReferenceabilityAuditorStage, build_crawl_services
 from geoagent.demo import demo_world
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider
-from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Abandoned, StageContext
@@ -99,17 +94,7 @@ async def _audit(root: Path, sites, mode: str, *, stop_after=None) -> dict:
         tasks = [Task(key, payload, 0, "test-lease") for key, payload in sites]
         stopped = False
         if mode == "runner":
-            class ThreeWorkers(ReferenceabilityAuditorStage):
-                concurrency = 3
-
-            stages = [ThreeWorkers(), LadderBuilderStage()]
-            queues = open_edge_queues(root / "queues", "order", stages)
-            try:
-                run = await run_pipeline("order", stages, queues, ctx, burst=True, handle_signals=False)
-            finally:
-                for q in queues.values():
-                    await q.close()
-            assert all(s["dead"] == 0 and s["finished"] for s in (x.as_dict() for x in run.stats()))
+            await audit_with_three_workers(root, "order", ctx)
         else:
             stage = ReferenceabilityAuditorStage()
             await stage.start(ctx)

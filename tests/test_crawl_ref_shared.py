@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from _crawl_upstream import crawl_upstream, pending_sites
+from _crawl_upstream import audit_with_three_workers, crawl_upstream, pending_sites
 from _reference import csv_rows, haversine_km
 from geoagent import constants as C
 from geoagent.crawl.demo import SANDBOX_POLICY, sandbox_settings
 from geoagent.crawl.referenceability import RAW_ANSWERS_FILE, REF_MARKER
 from geoagent.crawl.stages import (
-    LadderBuilderStage,
     ReferenceabilityAuditorStage,
     build_crawl_services,
     crawl_stages,
@@ -104,17 +103,7 @@ async def _audit(root: Path, sites, mode: str) -> Recording:
         svc.ref_provider = rec
         ctx = StageContext("shared", {"crawl": svc, "config": settings})
         if mode == "runner":
-            class ThreeWorkers(ReferenceabilityAuditorStage):
-                concurrency = 3
-
-            stages = [ThreeWorkers(), LadderBuilderStage()]
-            queues = open_edge_queues(root / "queues", "shared", stages)
-            try:
-                run = await run_pipeline("shared", stages, queues, ctx, burst=True, handle_signals=False)
-            finally:
-                for q in queues.values():
-                    await q.close()
-            assert all(s["dead"] == 0 and s["finished"] for s in (x.as_dict() for x in run.stats()))
+            await audit_with_three_workers(root, "shared", ctx)
         else:
             stage = ReferenceabilityAuditorStage()
             await stage.start(ctx)
