@@ -41,13 +41,16 @@ price_output_usd_per_mtok = 0.60
 
 # key shapes of real providers that happen to be valid environment-variable NAMES (letters, digits, _):
 # Hugging Face, Groq, Stripe-style, a Google API key without '-', a GitHub token
+#: the bodies are obviously fake (no provider ever issued them), and each prefix is split in the source so
+#: that no secret scanner reads a key-shaped literal here
+_FAKE_BODY = "SandboxFakeNotAKey0123456789"
 PASTED_KEYS = [
-    "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345",
-    "gsk_7Jq2LmN9pQr4StUv8WxYz1Ab3Cd5Ef6Gh0IjKl",
-    "sk_live_51HxYzAbCdEfGhIjKlMnOpQrSt",
-    "AIza" "SyD3x7QwErTyUiOpAsDfGhJkLzXcVbNm123",
-    "ghp_1234567890abcdefghijABCDEFGHIJ123456",
-    "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90",
+    "hf" "_" + _FAKE_BODY,
+    "gsk" "_" + _FAKE_BODY,
+    "sk" "_live_" + _FAKE_BODY,
+    "AI" "za" + _FAKE_BODY,
+    "gh" "p_" + _FAKE_BODY,
+    "0123456789abcdef" * 4,  # a raw hex key: 64 hex digits
 ]
 
 
@@ -191,7 +194,7 @@ def test_data_root_that_is_a_file_gives_one_line_and_exit_2(tmp_path, capsys, mo
         '{ api_key = "sk-' 'proj-PARAMSECRET0123456789abcdef" }',
         '{ extra_body = { "X-Api-Key" = "whatever-1234" } }',
         '{ user = "sk-' 'proj-PARAMSECRET0123456789abcdef" }',
-        '{ metadata = ["hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"] }',
+        '{ metadata = ["hf' '_SandboxFakeNotAKey0123456789"] }',
         '{ auth = "Bearer abcdef0123456789" }',
     ],
 )

@@ -142,7 +142,7 @@ def test_non_finite_budget_and_queue_numbers_are_config_errors(tmp_path, section
     assert key in str(ei.value)
 
 
-@pytest.mark.parametrize("value", ["sk-" "proj-HDRSECRET0123456789abcdef", "Bearer HDRSECRET0123456789", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"])
+@pytest.mark.parametrize("value", ["sk-" "proj-HDRSECRET0123456789abcdef", "Bearer HDRSECRET0123456789", "hf" "_SandboxFakeNotAKey0123456789"])
 def test_key_shaped_header_value_is_refused_without_echo(tmp_path, value):
     # header NAMES that carry credentials were refused, but a key under an innocuous name was accepted and
     # written verbatim to manifest.json (resolved_dict) and the provider settings' public_dict
