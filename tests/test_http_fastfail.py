@@ -18,8 +18,10 @@ from geoagent.crawl.settings import DEFAULT_POLICIES
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
 from geoagent.runtime.http import (RATE_MARGIN_FRACTION, RATE_MARGIN_MIN_S, HostPolicy, HttpClient, RetriesExhausted,
                                    host_key)
-from geoagent.runtime.stage import Stage, StageContext
+from geoagent.runtime.stage import StageContext
 from geoagent.sandbox.server import free_port, serve
+from test_runtime_unreachable_host import Fetch as OneAtATimeFetch
+from test_runtime_unreachable_host import Sink
 
 SCALE = 0.1
 _TIMES = ("period_s", "backoff_base_s", "backoff_max_s", "timeout_s")
@@ -112,32 +114,10 @@ def test_a_request_between_retries_stops_at_its_next_failure_once_another_exhaus
     anyio.run(main)
 
 
-class Fetch(Stage):
+class Fetch(OneAtATimeFetch):
     """One GET per task through the shared client, as many in flight as the host allows."""
 
-    name = "fetch"
-    input_edge = "a"
-    output_edge = "b"
     concurrency = OVERPASS.concurrency
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.calls = 0
-
-    async def handle(self, task, ctx):
-        self.calls += 1
-        resp = await ctx.get("http").request("GET", self.url)
-        return [(task.key, {"status": resp.status})]
-
-
-class Sink(Stage):
-    name = "sink"
-    input_edge = "b"
-    output_edge = None
-    concurrency = 1
-
-    async def handle(self, task, ctx):
-        return []
 
 
 def test_the_breaker_opens_within_one_retry_cycle_and_no_lease_goes_stale(tmp_path, caplog):
