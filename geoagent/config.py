@@ -58,6 +58,8 @@ CAMPAIGN_KINDS = ("geoverify", "geohint", "crawl", "generic")
 TASK_SECTIONS = ("geoverify", "geohint", "crawl", "generic")
 #: tokens reserved for one image when estimating input size (the provider base uses the same budget)
 IMAGE_INPUT_TOKENS = 1600
+#: ``[budget] input_estimate_factor`` when the file does not set it (the reservation's input-token multiplier)
+DEFAULT_INPUT_ESTIMATE_FACTOR = 1.25
 #: header names that carry credentials; they may not appear in ``models[].headers`` (the manifest shows those)
 #: parameter names that carry credentials; they may not appear in ``models[].params`` (stored and hashed)
 _CREDENTIAL_PARAMS = {"api_key", "apikey", "key", "access_token", "token", "secret", "password", "authorization",
@@ -153,7 +155,7 @@ class BudgetSection(_Section):
 
     cap_usd: float = Field(ge=0, allow_inf_nan=False)
     reserve: Literal["worst_case"] = "worst_case"
-    input_estimate_factor: float = Field(default=1.25, ge=1.0)
+    input_estimate_factor: float = Field(default=DEFAULT_INPUT_ESTIMATE_FACTOR, ge=1.0)
 
 
 class RateSpec(_Section):
@@ -1258,6 +1260,47 @@ def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, An
     return estimate_input_tokens(text, has_image, image_tokens=img)
 
 
+def reservation_usd(m: "ModelConfig", prompt: str, params: Mapping[str, Any] | None, max_output_tokens: int, *,
+                    input_estimate_factor: float, has_image: bool = False,
+                    size_px: tuple[int, int] | None = None) -> float:
+    """The ledger reservation of one model call (USD): the one worst-case rule of issue 2 point 7, used by the
+    model caller, the crawl's metered audit calls (:func:`geoagent.crawl.llmcall.metered_generate`) and the dry
+    run alike, so the same request reserves the same amount wherever it is sent.
+
+    ceil(:func:`reserved_input_tokens` x ``input_estimate_factor``) tokens at the input price plus
+    ``max_output_tokens`` at the output price (:meth:`ModelConfig.worst_case_usd`).
+
+    Parameters
+    ----------
+    m : ModelConfig
+        The ``[[models]]`` entry (prices, provider, model id, ``image_input_tokens``).
+    prompt : str
+        The user prompt text.
+    params : mapping or None
+        The request's params as sent (``system`` is counted; ``detail`` feeds OpenAI's image rule).
+    max_output_tokens : int
+        The request's output-token limit (tokens).
+    input_estimate_factor : float
+        ``[budget] input_estimate_factor`` of the campaign (>= 1).
+    has_image, size_px
+        Whether the call attaches an image, and its (width, height) in px when known.
+
+    Returns
+    -------
+    float
+        USD to reserve.
+
+    Raises
+    ------
+    ValueError
+        ``input_estimate_factor`` below 1 (a reservation under the estimate could let calls pass the cap).
+    """
+    if not input_estimate_factor >= 1.0:
+        raise ValueError(f"input_estimate_factor must be >= 1, got {input_estimate_factor!r}")
+    n_in = reserved_input_tokens(m, prompt, params, has_image=has_image, size_px=size_px)
+    return m.worst_case_usd(math.ceil(n_in * input_estimate_factor), int(max_output_tokens))
+
+
 def _header_size_px(fp: Any) -> tuple[int, int] | None:
     """(width, height) in px from an image file's header (Pillow), or None when it cannot be read.
 
@@ -1414,7 +1457,9 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         exp_out = min(max_out, m.expected_output_tokens) if m.expected_output_tokens is not None else max_out
         me.calls += 1
         me.worst_output_tokens += max_out
-        worst_usd = m.cost_usd(math.ceil(n_in * factor), max_out)  # the model caller's reservation
+        # the model caller's (and the crawl's) reservation
+        worst_usd = reservation_usd(m, prompt, merged, max_out, input_estimate_factor=factor, has_image=has_image,
+                                    size_px=size)
         system = merged.get("system")
         n_in = expected_input_tokens(prompt + (system if isinstance(system, str) else ""), img_tokens)
         recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
