@@ -1049,6 +1049,9 @@ class ModelEstimate:
     image_tokens_max: int = 0
     image_size_max: tuple[int, int] | None = None
     image_rule: str = ""
+    #: non-ASCII characters of the prompts (system prompts included) counted in ``input_tokens``, at one
+    #: expected token each (:func:`expected_text_tokens`; 0 for the simulated provider, which bills chars / 4)
+    non_ascii_chars: int = 0
 
 
 def model_time_basis(m: "ModelConfig") -> str:
@@ -1132,14 +1135,49 @@ def estimate_input_tokens(prompt: str, has_image: bool, *, image_tokens: int = I
 
 
 #: characters per text token expected for English prompts (OpenAI, Anthropic and Gemini all document about 4;
-#: the simulated provider bills exactly this: :func:`geoagent.sandbox.responders.simulated_usage`)
+#: the simulated provider bills exactly this for any text: :func:`geoagent.sandbox.responders.simulated_usage`)
 CHARS_PER_TOKEN_EXPECTED = 4
 
 
-def expected_input_tokens(prompt: str, image_tokens: int = 0) -> int:
-    """Expected input tokens of one call: ceil(prompt chars / 4) + ``image_tokens`` (the dry run's expected
-    figure; reservations use the higher :func:`reserved_input_tokens`)."""
-    return -(-len(prompt) // CHARS_PER_TOKEN_EXPECTED) + image_tokens
+def expected_text_tokens(text: str, *, provider: str | None = None) -> int:
+    """Expected tokens of ``text`` for the dry run: ceil(ASCII chars / 4) + 1 per non-ASCII character.
+
+    Source: OpenAI's tokenizer guidance (help center, "What are tokens and how to count them",
+    https://help.openai.com/en/articles/4936856-what-are-tokens-and-how-to-count-them): about 4 characters
+    per token is a rule of thumb *for English*; non-English text has a higher token-to-character ratio (its
+    example: Spanish "Cómo estás", 10 characters, is 5 tokens, i.e. 2 characters per token). English
+    (ASCII) text keeps 4 characters per token; a non-ASCII character (accented letters, Cyrillic, Greek,
+    Arabic, CJK, kana, hangul, emoji) counts one token: the example's ratio for its accented characters,
+    about what byte-level BPE vocabularies give a CJK character, an underestimate for rare CJK characters
+    and emoji (2-3 tokens). An expected figure, not a bound: the reservation counts a non-ASCII character
+    at its UTF-8 bytes (at least 2; :func:`estimate_input_tokens`), so expected <= reserved always.
+
+    ``provider = "simulated"``: ceil(chars / 4) for any text, what the simulated provider (and the local fakes'
+    simulation) bills (:func:`geoagent.sandbox.responders.simulated_usage`).
+
+    Parameters
+    ----------
+    text : str
+        Prompt (and system prompt) text.
+    provider : str, optional
+        The ``[[models]]`` provider kind.
+
+    Returns
+    -------
+    int
+        Tokens (>= 0).
+    """
+    if provider == "simulated" or text.isascii():
+        return -(-len(text) // CHARS_PER_TOKEN_EXPECTED)
+    n_ascii = len(text.encode("ascii", "ignore"))
+    return -(-n_ascii // CHARS_PER_TOKEN_EXPECTED) + (len(text) - n_ascii)
+
+
+def expected_input_tokens(prompt: str, image_tokens: int = 0, *, provider: str | None = None) -> int:
+    """Expected input tokens of one call: :func:`expected_text_tokens` of the prompt (ceil(ASCII chars / 4)
+    + 1 per non-ASCII character) + ``image_tokens`` (the dry run's expected figure; reservations use the
+    higher :func:`reserved_input_tokens`)."""
+    return expected_text_tokens(prompt, provider=provider) + image_tokens
 
 
 #: OpenAI models billing images by 32-px patches (OpenAI vision guide, "Calculating costs"): model id prefix and
@@ -1394,7 +1432,8 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     Returns
     -------
     Estimate
-        ``input_tokens`` and ``cost_usd`` are expected values: prompt chars / 4 plus, per image, the tokens
+        ``input_tokens`` and ``cost_usd`` are expected values: the prompt's (and system prompt's)
+        :func:`expected_text_tokens` (ASCII chars / 4 + 1 per non-ASCII character) plus, per image, the tokens
         the provider's documented rule bills for its size (:func:`expected_image_tokens`; the model's
         ``image_input_tokens`` where the size or the rule is unknown); ``worst_input_tokens`` is what the
         reservations count (:func:`reserved_input_tokens`: (prompt + system) chars / 3 + 16 +
@@ -1461,7 +1500,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         worst_usd = reservation_usd(m, prompt, merged, max_out, input_estimate_factor=factor, has_image=has_image,
                                     size_px=size)
         system = merged.get("system")
-        n_in = expected_input_tokens(prompt + (system if isinstance(system, str) else ""), img_tokens)
+        text = prompt + (system if isinstance(system, str) else "")
+        n_in = expected_input_tokens(text, img_tokens, provider=m.provider)
+        if m.provider != "simulated" and not text.isascii():
+            me.non_ascii_chars += len(text) - len(text.encode("ascii", "ignore"))
         recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
         usage = recorded(req) if recorded is not None else None
         if usage is not None:  # the model caller reserves at least a replay's known (recorded) bill
