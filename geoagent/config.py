@@ -58,6 +58,8 @@ CAMPAIGN_KINDS = ("geoverify", "geohint", "crawl", "generic")
 TASK_SECTIONS = ("geoverify", "geohint", "crawl", "generic")
 #: tokens reserved for one image when estimating input size (the provider base uses the same budget)
 IMAGE_INPUT_TOKENS = 1600
+#: ``[budget] input_estimate_factor`` when the file does not set it (the reservation's input-token multiplier)
+DEFAULT_INPUT_ESTIMATE_FACTOR = 1.25
 #: header names that carry credentials; they may not appear in ``models[].headers`` (the manifest shows those)
 #: parameter names that carry credentials; they may not appear in ``models[].params`` (stored and hashed)
 _CREDENTIAL_PARAMS = {"api_key", "apikey", "key", "access_token", "token", "secret", "password", "authorization",
@@ -153,7 +155,7 @@ class BudgetSection(_Section):
 
     cap_usd: float = Field(ge=0, allow_inf_nan=False)
     reserve: Literal["worst_case"] = "worst_case"
-    input_estimate_factor: float = Field(default=1.25, ge=1.0)
+    input_estimate_factor: float = Field(default=DEFAULT_INPUT_ESTIMATE_FACTOR, ge=1.0)
 
 
 class RateSpec(_Section):
@@ -1047,6 +1049,9 @@ class ModelEstimate:
     image_tokens_max: int = 0
     image_size_max: tuple[int, int] | None = None
     image_rule: str = ""
+    #: non-ASCII characters of the prompts (system prompts included) counted in ``input_tokens``, at one
+    #: expected token each (:func:`expected_text_tokens`; 0 for the simulated provider, which bills chars / 4)
+    non_ascii_chars: int = 0
 
 
 def model_time_basis(m: "ModelConfig") -> str:
@@ -1130,40 +1135,158 @@ def estimate_input_tokens(prompt: str, has_image: bool, *, image_tokens: int = I
 
 
 #: characters per text token expected for English prompts (OpenAI, Anthropic and Gemini all document about 4;
-#: the simulated provider bills exactly this: :func:`geoagent.sandbox.responders.simulated_usage`)
+#: the simulated provider bills exactly this for any text: :func:`geoagent.sandbox.responders.simulated_usage`)
 CHARS_PER_TOKEN_EXPECTED = 4
 
 
-def expected_input_tokens(prompt: str, image_tokens: int = 0) -> int:
-    """Expected input tokens of one call: ceil(prompt chars / 4) + ``image_tokens`` (the dry run's expected
-    figure; reservations use the higher :func:`reserved_input_tokens`)."""
-    return -(-len(prompt) // CHARS_PER_TOKEN_EXPECTED) + image_tokens
+def expected_text_tokens(text: str, *, provider: str | None = None) -> int:
+    """Expected tokens of ``text`` for the dry run: ceil(ASCII chars / 4) + 1 per non-ASCII character.
+
+    Source: OpenAI's tokenizer guidance (help center, "What are tokens and how to count them",
+    https://help.openai.com/en/articles/4936856-what-are-tokens-and-how-to-count-them): about 4 characters
+    per token is a rule of thumb *for English*; non-English text has a higher token-to-character ratio (its
+    example: Spanish "Cómo estás", 10 characters, is 5 tokens, i.e. 2 characters per token). English
+    (ASCII) text keeps 4 characters per token; a non-ASCII character (accented letters, Cyrillic, Greek,
+    Arabic, CJK, kana, hangul, emoji) counts one token: the example's ratio for its accented characters,
+    about what byte-level BPE vocabularies give a CJK character, an underestimate for rare CJK characters
+    and emoji (2-3 tokens). An expected figure, not a bound: the reservation counts a non-ASCII character
+    at its UTF-8 bytes (at least 2; :func:`estimate_input_tokens`), so expected <= reserved always.
+
+    ``provider = "simulated"``: ceil(chars / 4) for any text, what the simulated provider (and the local fakes'
+    simulation) bills (:func:`geoagent.sandbox.responders.simulated_usage`).
+
+    Parameters
+    ----------
+    text : str
+        Prompt (and system prompt) text.
+    provider : str, optional
+        The ``[[models]]`` provider kind.
+
+    Returns
+    -------
+    int
+        Tokens (>= 0).
+    """
+    if provider == "simulated" or text.isascii():
+        return -(-len(text) // CHARS_PER_TOKEN_EXPECTED)
+    n_ascii = len(text.encode("ascii", "ignore"))
+    return -(-n_ascii // CHARS_PER_TOKEN_EXPECTED) + (len(text) - n_ascii)
 
 
-#: OpenAI models billing images by 32-px patches (OpenAI vision guide, "Calculating costs"): model id prefix and
-#: token multiplier, most specific first; the patch count is capped at :data:`OPENAI_PATCH_CAP`
+def expected_input_tokens(prompt: str, image_tokens: int = 0, *, provider: str | None = None) -> int:
+    """Expected input tokens of one call: :func:`expected_text_tokens` of the prompt (ceil(ASCII chars / 4)
+    + 1 per non-ASCII character) + ``image_tokens`` (the dry run's expected figure; reservations use the
+    higher :func:`reserved_input_tokens`)."""
+    return expected_text_tokens(prompt, provider=provider) + image_tokens
+
+
+#: OpenAI models billing images by 32-px patches and their token multipliers, most specific first. Source: OpenAI
+#: vision guide, "Calculating costs", section "GPT-4.1-mini, GPT-4.1-nano, o4-mini"
+#: (https://platform.openai.com/docs/guides/images-vision#calculating-costs; checked against a mirror of the page's
+#: text, github.com/voxmenthe/prompts, OPENAI_DOCS_MIRROR/.../guides/images-vision/index.md): multipliers
+#: gpt-5-mini 1.62, gpt-5-nano 2.46, gpt-4.1-mini 1.62, gpt-4.1-nano 2.46, o4-mini 1.72; at most
+#: :data:`OPENAI_PATCH_CAP` patches
 OPENAI_PATCH_MULTIPLIERS = (("gpt-5-mini", 1.62), ("gpt-5-nano", 2.46), ("gpt-4.1-mini", 1.62), ("gpt-4.1-nano", 2.46),
                             ("o4-mini", 1.72))
+OPENAI_PATCH_PX = 32
 OPENAI_PATCH_CAP = 1536
+#: Anthropic (vision guide, "Evaluate image size", https://docs.anthropic.com/en/docs/vision): an image whose long
+#: edge is over 1,568 px or that is over ~1,600 tokens is scaled down (aspect ratio kept) until within the limits;
+#: tokens = width x height / 750. The guide's table of the largest sizes NOT resized (1:1 1092x1092, 3:4 951x1268,
+#: 2:3 896x1344, 9:16 819x1456, 1:2 784x1568) is reproduced by "at most 1,568 patches of 28 x 28 px" (39 x 39 =
+#: 1,521; 34 x 46 = 1,564; 32 x 48 = 1,536; 30 x 52 = 1,560; 28 x 56 = 1,568; one more px on both sides of
+#: 1092x1092 needs 40 x 40 = 1,600): the 28-px patch grid of the guide's current version
+#: (https://platform.claude.com/docs/en/build-with-claude/vision, which bills ceil(w/28) x ceil(h/28) "visual
+#: tokens"), so that is the limit used here. The table's 784x1568 bills 1,639.08 -> 1,640 tokens: "~1,600" is
+#: approximate, and the largest bill of any size within the limits is ceil(1568 x 784 / 750) = 1,640
+#: (:data:`ANTHROPIC_MAX_IMAGE_TOKENS`, the reservation's bound for an image that gets resized).
+ANTHROPIC_MAX_EDGE_PX = 1568
+ANTHROPIC_PATCH_PX = 28
+ANTHROPIC_MAX_PATCHES = 1568
+ANTHROPIC_PX_PER_TOKEN = 750
+ANTHROPIC_MAX_IMAGE_TOKENS = math.ceil(ANTHROPIC_MAX_PATCHES * ANTHROPIC_PATCH_PX ** 2 / ANTHROPIC_PX_PER_TOKEN)
+
+
+def _image_family(provider: str, model_id: str) -> tuple[str, str]:
+    """(provider whose image rule applies, bare lower-case model id): the model's family bills the image whatever
+    protocol carries the call (Gemini or Claude behind an OpenAI-compatible endpoint keep their own rules)."""
+    mid = model_id.lower().rsplit("/", 1)[-1]
+    if provider == "openai" and mid.startswith("gemini"):
+        provider = "gemini"
+    elif provider == "openai" and mid.startswith("claude"):
+        provider = "anthropic"
+    return provider, mid
+
+
+def openai_patches(width_px: int, height_px: int) -> tuple[int, int]:
+    """32-px patches OpenAI bills for an image on the patch-billed models: (documented count, upper bound).
+
+    OpenAI vision guide, "Calculating costs" (see :data:`OPENAI_PATCH_MULTIPLIERS`): A. raw = ceil(w/32) x
+    ceil(h/32); B. over 1,536, the image is scaled by r = sqrt(32^2 x 1536 / (w x h)), then by
+    min(floor(w r/32)/(w r/32), floor(h r/32)/(h r/32)) so one side fits a whole number of patches; C. patches =
+    ceil(w'/32) x ceil(h'/32), at most 1,536. The guide's example: 1800 x 2400 -> 1,452. The bound is
+    min(1536, raw): a user's trials (community.openai.com, "Vision Pricing calculator: inaccurate
+    resizing/rounding vs API costs", 2025) found gpt-4.1-mini billing a 4000 x 1474 image 1,536 patches where
+    step B gives 1,449, so reservations keep the cap.
+    """
+    w, h = int(width_px), int(height_px)
+    raw = math.ceil(w / OPENAI_PATCH_PX) * math.ceil(h / OPENAI_PATCH_PX)
+    bound = min(OPENAI_PATCH_CAP, raw)
+    if raw <= OPENAI_PATCH_CAP:
+        return raw, bound
+    r = math.sqrt(OPENAI_PATCH_PX ** 2 * OPENAI_PATCH_CAP / (w * h))
+    pw, ph = w * r / OPENAI_PATCH_PX, h * r / OPENAI_PATCH_PX
+    r *= min(math.floor(pw) / pw, math.floor(ph) / ph)
+    # 1e-9: the rescaled side is a whole number of patches up to float noise (33.000000000004 is 33)
+    n = math.ceil(w * r / OPENAI_PATCH_PX - 1e-9) * math.ceil(h * r / OPENAI_PATCH_PX - 1e-9)
+    return min(OPENAI_PATCH_CAP, n), bound
+
+
+def _anthropic_patch_count(w: int, h: int) -> int:
+    return math.ceil(w / ANTHROPIC_PATCH_PX) * math.ceil(h / ANTHROPIC_PATCH_PX)
+
+
+def anthropic_image_size_px(width_px: int, height_px: int) -> tuple[int, int]:
+    """(width, height) in px Claude sees an image at: unchanged when its long edge is <= 1,568 px and it covers
+    at most 1,568 patches of 28 px, else the largest size of the same aspect ratio within both (long edge in
+    whole px, short edge floor(long x short / long)); see :data:`ANTHROPIC_MAX_EDGE_PX` for the sources.
+    E.g. 2000 x 2000 -> 1092 x 1092 (the guide's 1:1 size), 3136 x 1568 -> 1568 x 784."""
+    w, h = int(width_px), int(height_px)
+    if max(w, h) <= ANTHROPIC_MAX_EDGE_PX and _anthropic_patch_count(w, h) <= ANTHROPIC_MAX_PATCHES:
+        return w, h
+    long_px, short_px = max(w, h), min(w, h)
+    long_new = min(ANTHROPIC_MAX_EDGE_PX, long_px)
+    area = long_new * (long_new * short_px / long_px)
+    limit = ANTHROPIC_MAX_PATCHES * ANTHROPIC_PATCH_PX ** 2
+    if area > limit:  # start near the area limit; the patch grid's rounding is settled below
+        long_new = min(long_new, math.floor(long_new * math.sqrt(limit / area)) + 1)
+    while True:
+        short_new = max(1, long_new * short_px // long_px)
+        if long_new <= 1 or _anthropic_patch_count(long_new, short_new) <= ANTHROPIC_MAX_PATCHES:
+            break
+        long_new -= 1
+    return (long_new, short_new) if w >= h else (short_new, long_new)
 
 
 def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int],
                           params: Mapping[str, Any] | None = None) -> tuple[int, str] | None:
-    """Input tokens a provider bills for one image of ``size_px`` (width, height in px), and the rule used;
-    None when no documented rule is known for this provider and model (the caller falls back on the model's
-    ``image_input_tokens``).
+    """Input tokens a provider bills for one image of ``size_px`` (width, height in px) by its documented rule,
+    and the rule used; None when no documented rule is known for this provider and model (the caller falls back
+    on the model's ``image_input_tokens``). The dry run's expected figure; reservations count
+    :func:`reserved_image_tokens` (>= this).
 
     * OpenAI, gpt-4o / gpt-4o-mini (OpenAI vision guide, "Calculating costs"): ``detail = "low"``: the base
       tokens; else the image is scaled to fit 2048 x 2048, then its shortest side to 768 px (never up), and
       billed base + per-tile tokens for each 512-px tile: 85 + 170 per tile (gpt-4o), 2,833 + 5,667 per tile
       (gpt-4o-mini). gpt-5-mini / gpt-5-nano / gpt-4.1-mini / gpt-4.1-nano / o4-mini (same guide): 32 x 32-px
-      patches covering the image, at most 1,536 (a larger image is scaled down to fit), times 1.62 / 2.46 /
-      1.62 / 2.46 / 1.72
-      (:data:`OPENAI_PATCH_MULTIPLIERS`; counted here as min(1536, ceil(w/32) x ceil(h/32)), an upper bound).
+      patches (:func:`openai_patches`: the guide's scale-down over 1,536 patches, e.g. 1800 x 2400 -> 1,452)
+      times 1.62 / 2.46 / 1.62 / 2.46 / 1.72 (:data:`OPENAI_PATCH_MULTIPLIERS`), rounded up.
       Other OpenAI-compatible models: None (their rules differ, other servers; OpenAI's other tile-billed
       models stay below the default ``image_input_tokens``).
-    * Anthropic (vision guide): an image with a long edge over 1,568 px is scaled down to it; tokens =
-      width x height / 750, at most about 1,600 (larger images are scaled down).
+    * Anthropic (vision guide, "Evaluate image size"): the image as Claude sees it
+      (:func:`anthropic_image_size_px`: long edge <= 1,568 px, at most 1,568 28-px patches), tokens =
+      ceil(width x height / 750): 1000 x 1000 -> 1,334; 2000 x 2000 -> 1092 x 1092 -> 1,590; 784 x 1568
+      (the guide's largest 1:2 size, not resized) -> 1,640.
     * Gemini (token guide, Gemini 2.0 and later): both sides <= 384 px: 258 tokens; else 258 per 768 x 768
       tile: ceil(w / 768) x ceil(h / 768) x 258.
     * simulated: 765 per image (:data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS`, what it bills).
@@ -1171,16 +1294,33 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
     A ``gemini*`` or ``claude*`` model id (after any ``vendor/`` prefix) behind ``provider = "openai"`` (an
     OpenAI-compatible endpoint: Gemini's, a router's) is billed by its own family's rule.
     """
+    return _image_tokens(provider, model_id, size_px, params, worst=False)
+
+
+def reserved_image_tokens(provider: str, model_id: str, size_px: tuple[int, int],
+                          params: Mapping[str, Any] | None = None) -> tuple[int, str] | None:
+    """The most input tokens a provider can bill for one image of ``size_px`` (width, height in px) under its
+    documented rule, and the rule; None without a documented rule. What reservations count for the image
+    (with at least the model's ``image_input_tokens``: :func:`reserved_input_tokens`); always >=
+    :func:`expected_image_tokens`. It differs from the expected bill where the documented resize leaves room:
+
+    * OpenAI patch-billed models: min(1536, ceil(w/32) x ceil(h/32)) patches x multiplier (the cap, not the
+      guide's scale-down: :func:`openai_patches`), e.g. gpt-4.1-mini 1800 x 2400: 1,536 x 1.62 -> 2,489
+      (expected 1,452 x 1.62 -> 2,353).
+    * Anthropic: an image within the limits: max(ceil(w x h / 750), ceil(w/28) x ceil(h/28)) (the guide's
+      formula and its current patch count); an image Claude resizes: :data:`ANTHROPIC_MAX_IMAGE_TOKENS`
+      (1,640, the largest bill of any size within the limits, whatever rounding the resize uses).
+    * Others: :func:`expected_image_tokens`.
+    """
+    return _image_tokens(provider, model_id, size_px, params, worst=True)
+
+
+def _image_tokens(provider: str, model_id: str, size_px: tuple[int, int], params: Mapping[str, Any] | None, *,
+                  worst: bool) -> tuple[int, str] | None:
     w, h = int(size_px[0]), int(size_px[1])
     if w <= 0 or h <= 0:
         return None
-    mid = model_id.lower().rsplit("/", 1)[-1]
-    # the model's family bills the image whatever protocol carries the call: Gemini or Claude behind an
-    # OpenAI-compatible endpoint (Gemini's own, a router such as OpenRouter) keep their own rules
-    if provider == "openai" and mid.startswith("gemini"):
-        provider = "gemini"
-    elif provider == "openai" and mid.startswith("claude"):
-        provider = "anthropic"
+    provider, mid = _image_family(provider, model_id)
     if provider == "simulated":
         from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
 
@@ -1188,9 +1328,9 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
     if provider == "openai":
         mult = next((f for prefix, f in OPENAI_PATCH_MULTIPLIERS if mid.startswith(prefix)), None)
         if mult is not None:
-            # an upper bound of the documented count: an image over 1,536 patches is scaled down to fit them
-            patches = min(OPENAI_PATCH_CAP, math.ceil(w / 32) * math.ceil(h / 32))
-            return (math.ceil(patches * mult),
+            documented, bound = openai_patches(w, h)
+            patches = bound if worst else documented
+            return (math.ceil(patches * mult - 1e-9),
                     f"OpenAI {mid}: 32-px patches (at most {OPENAI_PATCH_CAP}) x {mult}")
         if mid.startswith("gpt-4o-mini"):
             base, per_tile, family = 2833, 5667, "gpt-4o-mini"
@@ -1207,9 +1347,15 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
         tiles = math.ceil(sw / 512) * math.ceil(sh / 512)
         return base + per_tile * tiles, f"OpenAI {family} high detail: {base} + {per_tile} per 512-px tile"
     if provider == "anthropic":
-        scale = min(1.0, 1568 / max(w, h))
-        n = min(1600, math.ceil(w * scale * h * scale / 750))
-        return n, "Anthropic: width x height / 750 (long edge <= 1568 px, at most about 1600)"
+        rule = (f"Anthropic: width x height / {ANTHROPIC_PX_PER_TOKEN} (long edge <= {ANTHROPIC_MAX_EDGE_PX} px, "
+                f"at most {ANTHROPIC_MAX_PATCHES} {ANTHROPIC_PATCH_PX}-px patches)")
+        sw, sh = anthropic_image_size_px(w, h)
+        if worst and (sw, sh) != (w, h):
+            return ANTHROPIC_MAX_IMAGE_TOKENS, rule
+        n = math.ceil(sw * sh / ANTHROPIC_PX_PER_TOKEN)
+        if worst:
+            n = max(n, _anthropic_patch_count(sw, sh))
+        return n, rule
     if provider == "gemini":
         if w <= 384 and h <= 384:
             return 258, "Gemini: 258 per image up to 384 px, else 258 per 768-px tile"
@@ -1224,8 +1370,9 @@ def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, An
     worst case of issue 2 point 7, used by the model caller, the crawl's metered calls and the dry run alike.
 
     (prompt + ``params["system"]``) chars / 3 + 16 (:func:`estimate_input_tokens`: a non-ASCII character
-    counts its UTF-8 bytes; the system prompt is sent and billed too), plus for an image max(``image_input_tokens``, what the provider's documented rule
-    bills for an image of ``size_px`` (width, height in px) :func:`expected_image_tokens`). An image whose
+    counts its UTF-8 bytes; the system prompt is sent and billed too), plus for an image
+    max(``image_input_tokens``, the most the provider's documented rule bills for an image of ``size_px``
+    (width, height in px): :func:`reserved_image_tokens`, >= :func:`expected_image_tokens`). An image whose
     size is unknown (None: no bytes yet, a header that could not be read) or a model without a documented
     rule counts ``image_input_tokens``.
 
@@ -1252,10 +1399,51 @@ def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, An
     img = 0
     if has_image:
         img = m.image_input_tokens
-        billed = expected_image_tokens(m.provider, m.model, size_px, params) if size_px else None
+        billed = reserved_image_tokens(m.provider, m.model, size_px, params) if size_px else None
         if billed is not None:
             img = max(img, billed[0])
     return estimate_input_tokens(text, has_image, image_tokens=img)
+
+
+def reservation_usd(m: "ModelConfig", prompt: str, params: Mapping[str, Any] | None, max_output_tokens: int, *,
+                    input_estimate_factor: float, has_image: bool = False,
+                    size_px: tuple[int, int] | None = None) -> float:
+    """The ledger reservation of one model call (USD): the one worst-case rule of issue 2 point 7, used by the
+    model caller, the crawl's metered audit calls (:func:`geoagent.crawl.llmcall.metered_generate`) and the dry
+    run alike, so the same request reserves the same amount wherever it is sent.
+
+    ceil(:func:`reserved_input_tokens` x ``input_estimate_factor``) tokens at the input price plus
+    ``max_output_tokens`` at the output price (:meth:`ModelConfig.worst_case_usd`).
+
+    Parameters
+    ----------
+    m : ModelConfig
+        The ``[[models]]`` entry (prices, provider, model id, ``image_input_tokens``).
+    prompt : str
+        The user prompt text.
+    params : mapping or None
+        The request's params as sent (``system`` is counted; ``detail`` feeds OpenAI's image rule).
+    max_output_tokens : int
+        The request's output-token limit (tokens).
+    input_estimate_factor : float
+        ``[budget] input_estimate_factor`` of the campaign (>= 1).
+    has_image, size_px
+        Whether the call attaches an image, and its (width, height) in px when known.
+
+    Returns
+    -------
+    float
+        USD to reserve.
+
+    Raises
+    ------
+    ValueError
+        ``input_estimate_factor`` below 1 (a reservation under the estimate could let calls pass the cap).
+    """
+    if not input_estimate_factor >= 1.0:
+        raise ValueError(f"input_estimate_factor must be >= 1, got {input_estimate_factor!r}")
+    n_in = reserved_input_tokens(m, prompt, params, has_image=has_image, size_px=size_px)
+    return m.worst_case_usd(math.ceil(n_in * input_estimate_factor), int(max_output_tokens))
 
 
 def _header_size_px(fp: Any) -> tuple[int, int] | None:
@@ -1351,7 +1539,8 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     Returns
     -------
     Estimate
-        ``input_tokens`` and ``cost_usd`` are expected values: prompt chars / 4 plus, per image, the tokens
+        ``input_tokens`` and ``cost_usd`` are expected values: the prompt's (and system prompt's)
+        :func:`expected_text_tokens` (ASCII chars / 4 + 1 per non-ASCII character) plus, per image, the tokens
         the provider's documented rule bills for its size (:func:`expected_image_tokens`; the model's
         ``image_input_tokens`` where the size or the rule is unknown); ``worst_input_tokens`` is what the
         reservations count (:func:`reserved_input_tokens`: (prompt + system) chars / 3 + 16 +
@@ -1414,9 +1603,14 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         exp_out = min(max_out, m.expected_output_tokens) if m.expected_output_tokens is not None else max_out
         me.calls += 1
         me.worst_output_tokens += max_out
-        worst_usd = m.cost_usd(math.ceil(n_in * factor), max_out)  # the model caller's reservation
+        # the model caller's (and the crawl's) reservation
+        worst_usd = reservation_usd(m, prompt, merged, max_out, input_estimate_factor=factor, has_image=has_image,
+                                    size_px=size)
         system = merged.get("system")
-        n_in = expected_input_tokens(prompt + (system if isinstance(system, str) else ""), img_tokens)
+        text = prompt + (system if isinstance(system, str) else "")
+        n_in = expected_input_tokens(text, img_tokens, provider=m.provider)
+        if m.provider != "simulated" and not text.isascii():
+            me.non_ascii_chars += len(text) - len(text.encode("ascii", "ignore"))
         recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
         usage = recorded(req) if recorded is not None else None
         if usage is not None:  # the model caller reserves at least a replay's known (recorded) bill

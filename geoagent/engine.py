@@ -1085,6 +1085,8 @@ def est_factor(cfg: Any) -> float:
 def _input_assumption(m: Any, mc: Any) -> str:
     """What one model's expected input tokens assume (see :func:`geoagent.config.estimate`)."""
     text = "input expected: prompt chars/4"
+    if getattr(m, "non_ascii_chars", 0):
+        text += f" (ASCII; {m.non_ascii_chars} non-ASCII chars at 1 token each)"
     if not m.images:
         return text
     unsized = m.images - m.images_sized

@@ -12,7 +12,8 @@ import pytest
 from _model_harness import CallerRig, billed, run
 from PIL import Image
 
-from geoagent.config import expected_image_tokens, image_size_px, load_config, reserved_input_tokens
+from geoagent.config import (expected_image_tokens, image_size_px, load_config, reserved_image_tokens,
+                             reserved_input_tokens)
 from geoagent.runtime.http import HttpClient
 from geoagent.runtime.queue import Task
 from geoagent.sandbox import llm_openai
@@ -275,11 +276,14 @@ def test_openai_patch_billed_models_are_reserved_above_the_default_image_budget(
 
     assert expected_image_tokens("openai", "gpt-4.1-mini", (1024, 1024))[0] == math.ceil(1024 * 1.62)  # 1,659
     assert expected_image_tokens("openai", "gpt-4.1-nano", (1024, 1024))[0] == math.ceil(1024 * 2.46)  # 2,520
-    assert expected_image_tokens("openai", "o4-mini", (1800, 2400))[0] == math.ceil(1536 * 1.72)  # 2,642
-    assert expected_image_tokens("openai", "gpt-4.1-nano-2025-04-14", (1800, 2400))[0] == math.ceil(1536 * 2.46)
+    # 1800 x 2400: the guide scales it to 1056 x 1408 = 33 x 44 = 1,452 patches (expected); reservations keep
+    # the cap of 1,536 (reserved_image_tokens; tests/test_cost_image_rules_documented.py)
+    assert expected_image_tokens("openai", "o4-mini", (1800, 2400))[0] == math.ceil(1452 * 1.72)  # 2,498
+    assert reserved_image_tokens("openai", "o4-mini", (1800, 2400))[0] == math.ceil(1536 * 1.72)  # 2,642
+    assert reserved_image_tokens("openai", "gpt-4.1-nano-2025-04-14", (1800, 2400))[0] == math.ceil(1536 * 2.46)
     assert expected_image_tokens("openai", "gpt-4.1-mini", (100, 50))[0] == math.ceil(4 * 2 * 1.62)
     # gpt-5-mini / gpt-5-nano: the same patch rule, 1.62 / 2.46 (same table of the guide)
-    assert expected_image_tokens("openai", "gpt-5-mini", (1800, 2400))[0] == math.ceil(1536 * 1.62)  # 2,489
+    assert reserved_image_tokens("openai", "gpt-5-mini", (1800, 2400))[0] == math.ceil(1536 * 1.62)  # 2,489
     assert expected_image_tokens("openai", "gpt-5-nano", (1024, 1024))[0] == math.ceil(1024 * 2.46)
     m = ModelConfig(name="n", provider="openai", model="gpt-4.1-nano", base_url="http://127.0.0.1:9/v1",
                     api_key_env=KEY_VAR, price_input_usd_per_mtok=0.1)

@@ -1,7 +1,8 @@
 """Model calls of the crawl's auditors, metered by the campaign ledger when one is configured.
 
 Issue 2 point 7 applies to the crawl's paid audits too: before a call, reserve its worst case (input
-estimate x input price + max output tokens x output price) and never start one that could pass the
+estimate x ``[budget] input_estimate_factor`` x input price + max output tokens x output price, the model
+caller's own rule: :func:`geoagent.config.reservation_usd`) and never start one that could pass the
 cap (``BudgetExhausted`` is a ``BudgetStop``: the runner releases the task and drains); afterwards
 settle with the actual usage, release when the call certainly was not billed, or keep it as
 unknown-outcome spend when it may have been billed (the same table as the model caller:
@@ -31,9 +32,16 @@ STOP_NOT_SENT = "stop requested before the model call was sent: released unsent"
 
 
 async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None,
-                           stopping: Callable[[], bool] | None = None) -> ModelResponse:
+                           stopping: Callable[[], bool] | None = None,
+                           input_estimate_factor: float | None = None) -> ModelResponse:
     """``provider.generate(request)``, wrapped in a ledger reservation when ``ledger`` and ``model_cfg``
     (a ``[[models]]`` entry with prices) are given.
+
+    The reservation is the model caller's for the same request (:func:`geoagent.config.reservation_usd`:
+    prompt + system prompt, the image at max(``image_input_tokens``, its documented bill for the size read
+    from its header), x ``input_estimate_factor``, + max output tokens). ``input_estimate_factor``: the
+    campaign's ``[budget] input_estimate_factor`` (the crawl stages pass it: :class:`CrawlServices`); None
+    takes the documented default (:data:`geoagent.config.DEFAULT_INPUT_ESTIMATE_FACTOR`, 1.25).
 
     The reservation is made at send time: for providers that go over HTTP it is the request's
     ``before_send`` hook, awaited once the host admitted the request (rate and concurrency slot held),
@@ -62,14 +70,14 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
 
             request = dataclasses.replace(request, before_send=gate)
         return await provider.generate(request)
-    # the model caller's worst case (prompt + system prompt, the image at max(image_input_tokens, its
-    # documented bill for the size read from its header), without [budget] input_estimate_factor as before
-    from geoagent.config import image_size_px, reserved_input_tokens
+    # the model caller's reservation for the same request, [budget] input_estimate_factor included
+    from geoagent.config import DEFAULT_INPUT_ESTIMATE_FACTOR, image_size_px, reservation_usd
 
+    factor = DEFAULT_INPUT_ESTIMATE_FACTOR if input_estimate_factor is None else float(input_estimate_factor)
     size = image_size_px(None, None, request.image) if request.image is not None else None
-    est_in = reserved_input_tokens(model_cfg, request.prompt, request.params,
-                                   has_image=request.image is not None or bool(request.image_id), size_px=size)
-    worst_usd = model_cfg.worst_case_usd(est_in, request.max_output_tokens)
+    worst_usd = reservation_usd(model_cfg, request.prompt, request.params, request.max_output_tokens,
+                                input_estimate_factor=factor,
+                                has_image=request.image is not None or bool(request.image_id), size_px=size)
     held: list[Any] = []  # the reservation, once made
 
     async def reserve() -> None:

@@ -107,6 +107,8 @@ class CrawlServices:
     ledger: Any = None
     image_model_cfg: Any = None
     ref_model_cfg: Any = None
+    #: the campaign's ``[budget] input_estimate_factor``: the auditors' reservations use the model caller's rule
+    input_estimate_factor: float | None = None
     #: set when the run is asked to stop: the auditors send no new model call (crawl.llmcall, "Stopping")
     stopping: bool = False
     #: set when the Mapillary API refused the access token (how, e.g. "HTTP 401, Mapillary error 190"):
@@ -127,7 +129,8 @@ class CrawlServices:
 
             async def generate(req: Any) -> Any:
                 return await metered_generate(self.ref_provider, req, ledger=self.ledger, model_cfg=self.ref_model_cfg,
-                                              stopping=lambda: self.stopping)
+                                              stopping=lambda: self.stopping,
+                                              input_estimate_factor=self.input_estimate_factor)
 
             self._ref_auditor = ReferenceabilityAuditor(
                 self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
@@ -275,6 +278,8 @@ def services_from_context(ctx: StageContext) -> CrawlServices:
                                configured_hosts=list(getattr(cfg, "hosts", {}) or {}),
                                dotenv_path=ctx.services.get("dotenv_path"))
     svc.ledger = ctx.services.get("ledger")
+    budget = getattr(cfg, "budget", None)
+    svc.input_estimate_factor = getattr(budget, "input_estimate_factor", None)
     models = {m.name: m for m in getattr(cfg, "models", [])}
     svc.image_model_cfg = models.get(settings.image_audit.model)
     svc.ref_model_cfg = models.get(settings.referenceability.model)
@@ -545,7 +550,8 @@ class ImageAuditorStage(_CrawlStage):
             kind, model_id = _model_id(svc.image_model_cfg, svc.settings.image_audit)
             req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
             resp = await metered_generate(svc.image_provider, req, ledger=svc.ledger, model_cfg=svc.image_model_cfg,
-                                          stopping=lambda: svc.stopping)
+                                          stopping=lambda: svc.stopping,
+                                          input_estimate_factor=svc.input_estimate_factor)
             audit = ia.parse_image_audit(resp.text)
             _dump(out, {"image_id": iid, "site": sid, "model": svc.settings.image_audit.model, "audit": audit.to_json(),
                         "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens})

@@ -181,7 +181,7 @@ from typing import Any
 import anyio
 
 from geoagent import constants as C
-from geoagent.config import image_size_px, reserved_input_tokens
+from geoagent.config import image_size_px, reservation_usd
 from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
 from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped, host_key
 from geoagent.runtime.ledger import BudgetExhausted
@@ -652,11 +652,12 @@ def _model_host(m: Any, provider: Any) -> str | None:
 
 
 def _worst_usd(m: Any, request: ModelRequest, has_image: bool, size_px: tuple[int, int] | None, factor: float) -> float:
-    """The reservation of one call (USD): :func:`geoagent.config.reserved_input_tokens` (prompt + system
-    prompt, the image at max(``image_input_tokens``, its documented bill for ``size_px``)) x ``factor`` at
-    the input price, plus the request's max output tokens at the output price."""
-    n_in = reserved_input_tokens(m, request.prompt, request.params, has_image=has_image, size_px=size_px)
-    return m.worst_case_usd(math.ceil(n_in * factor), request.max_output_tokens)
+    """The reservation of one call (USD): :func:`geoagent.config.reservation_usd` (the rule the crawl's metered
+    calls and the dry run share): :func:`geoagent.config.reserved_input_tokens` (prompt + system prompt, the
+    image at max(``image_input_tokens``, its documented bill for ``size_px``)) x ``factor`` at the input price,
+    plus the request's max output tokens at the output price."""
+    return reservation_usd(m, request.prompt, request.params, request.max_output_tokens, input_estimate_factor=factor,
+                           has_image=has_image, size_px=size_px)
 
 
 async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float, model_name: str) -> tuple[Any, Any]:
