@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from geoagent.runtime.queue import Refund, RefundResult
-from test_queue_contract import backend, redis_url  # noqa: F401 - the module's fixtures (both backends)
+from test_queue_contract import backend, raw, redis_url  # noqa: F401 - the module's fixtures (both backends)
 
 REASON = "RetriesExhausted: 2 attempts to http://127.0.0.1:9/x failed; last: connection: Connect call failed"
 
@@ -128,3 +128,32 @@ def test_contract_refund_validation(backend):  # noqa: F811
             await q.refund_attempts([("a", 1)])  # type: ignore[list-item]
 
     backend.run(body)
+
+
+def test_redis_refund_whose_reply_was_lost_reports_what_its_first_run_did(redis_url, raw):  # noqa: F811
+    """Redis only: the refund ran, its reply was lost, redis-py retried it. Without the reply record the retry
+    would find every count moved on and answer "skipped"; with it the retry answers the first run's lists, and
+    the attempts were given back once (read independently with a raw client)."""
+    from test_queue_redis_lost_reply import _run, _warm
+
+    async def body(q, proxy, direct):
+        await _warm(q)
+        await q.put_many([("a", {}), ("d", {})])
+        leased = {t.key: t for t in await q.lease(2, 60)}
+        assert await q.nack(leased["a"], REASON, backoff_s=0) == "ready"
+        (a,) = await q.lease(1, 60)
+        assert await q.nack(a, REASON, backoff_s=0) == "ready"  # a: 2 attempts
+        await q.dead_letter(leased["d"], REASON)  # d: dead, 1 attempt
+        # make the refund script known to the server first (redis-py loads it on NOSCRIPT), so the armed call is
+        # one EVALSHA: a refund that matches nothing
+        assert (await q.refund_attempts([Refund("warm-a", 1, expected=9)])).skipped == ["warm-a"]
+        proxy.armed = True
+        res = await q.refund_attempts([Refund("a", 2, expected=2), Refund("d", 1, expected=1, dead_reason=REASON)])
+        assert proxy.dropped == 1
+        return res, raw.hget(proxy.prefix + "attempts", "a"), raw.hget(proxy.prefix + "attempts", "d"), \
+            await q.counts()
+
+    res, att_a, att_d, counts = _run(redis_url, body, max_attempts=5)
+    assert (res.refunded, res.revived, res.leased, res.skipped) == (["a"], ["d"], [], [])
+    assert att_a is None and att_d is None  # absent = 0 attempts
+    assert (counts.ready, counts.dead) == (2, 0)
