@@ -8,7 +8,6 @@ import io
 import math
 
 import anyio
-import pytest
 from _model_harness import CallerRig, billed, run
 from PIL import Image
 
@@ -172,18 +171,12 @@ def test_replay_with_recorded_usage_above_the_reservation_never_passes_the_cap(t
     assert abs(est.worst_case_usd - 5 * per_call) < 1e-9 and abs(est.cost_usd - 5 * per_call) < 1e-9
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "design decision for the lead: unreachable failures below the breaker's threshold are nacked (an attempt "
-    "each), so a run that tripped the breaker leaves its tasks with attempts used up (1 task: 4 of 5), and a "
-    "re-run while the host is still down dead-letters them at their next failure instead of keeping them "
-    "queued as the README's 're-run the same command to resume' promises. A fix (release instead of nack "
-    "where the nack would dead-letter an unreachable failure) would keep a task whose own URL is dead "
-    "tripping the breaker on every run instead of dead-lettering it"))
 def test_rerun_while_host_still_down_keeps_the_tasks_queued(tmp_path):
     """The breaker keeps a dead host's tasks queued in the run that trips it; a second run with the host
     still down should too. With one task, max_attempts 5 and the default threshold 5: run 1 nacks deliveries
-    1-4 (attempts 4) and releases the 5th; run 2's first failure (streak 1, below the threshold) is nacked
-    -> attempts 5 -> dead-lettered."""
+    1-4 (attempts 4) and releases the 5th, which opens the breaker; the streak proved the host down, so its 4
+    attempts are refunded (0 again, geoagent.runtime.worker "Refunds"), and run 2 does the same instead of
+    dead-lettering the task at its next failure (was: attempts 5 -> dead)."""
     from test_runtime_unreachable_host import _pipeline
 
     from geoagent.sandbox.server import free_port
@@ -198,6 +191,7 @@ def test_rerun_while_host_still_down_keeps_the_tasks_queued(tmp_path):
 
     r2, c2, dead2 = run(main(), 120)
     assert (c2["a"].ready, c2["a"].dead) == (1, 0) and dead2 == []
+    assert r2.stats.unreachable and r2.stats.refunded_attempts == 4 and r2.stats.revived == 0
 
 
 def test_documented_billing_covers_refused_and_blocked_answers(tmp_path):

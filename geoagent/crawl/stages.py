@@ -819,11 +819,18 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
 async def run_crawl(settings: CrawlSettings, *, campaign: str, queues_root: str | Path, state_dir: str | Path,
                     http: Any, images_root: str | Path | None = None, mapillary_token: str | None = None,
                     providers: dict[str, Any] | None = None, burst: bool = True, handle_signals: bool = False,
-                    tick: Any = None, services: CrawlServices | None = None) -> Any:
+                    tick: Any = None, services: CrawlServices | None = None, queue: Any = None) -> Any:
     """Run the whole crawl pipeline over ``settings.cities`` (burst: until done; ``burst=False`` keeps
     polling for new cities, e.g. with :func:`watch_config_cities`); returns the runtime's ``PipelineRun``.
     Resumable: re-running picks up from the queues and the stored results. Pass ``services`` (from
     :func:`build_crawl_services`) to read :meth:`CrawlServices.api_stats` for ``status`` while it runs.
+
+    ``queue``: the config's ``[queue]`` section (:class:`geoagent.config.QueueSection`, or any object with its
+    ``watch_probe_after_s`` / ``watch_probe_max_s``), read as ``run --watch`` and ``crawl --watch`` read it: in
+    watch mode (``burst=False``) a stage whose unreachable-host breaker opened probes the host after
+    ``watch_probe_after_s`` s, the cool-down doubling up to ``watch_probe_max_s`` s
+    (:mod:`geoagent.runtime.worker`, "Unreachable hosts"). None: the runtime's defaults
+    (:data:`geoagent.constants.DEFAULT_WATCH_PROBE_AFTER_S` / ``DEFAULT_WATCH_PROBE_MAX_S``).
 
     The stages' context carries the services' HTTP client as ``http`` (as under the campaign engine), so a
     stop request ends the retries of requests in flight (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`:
@@ -839,7 +846,11 @@ async def run_crawl(settings: CrawlSettings, *, campaign: str, queues_root: str 
         # the shared client as the "http" service, as the campaign engine gives it: a stop request (Ctrl-C,
         # SIGTERM) reaches HttpClient.stop_retries through it, so no request backs off and retries after it
         ctx = StageContext(campaign, {"crawl": svc, "config": settings, "http": svc.http})
-        return await run_pipeline(campaign, stages, queues, ctx, burst=burst, handle_signals=handle_signals, tick=tick)
+        options = {}
+        if queue is not None:  # the half-open settings of watch mode, as the campaign engine passes them
+            options = {"probe_after_s": float(queue.watch_probe_after_s), "probe_max_s": float(queue.watch_probe_max_s)}
+        return await run_pipeline(campaign, stages, queues, ctx, burst=burst, handle_signals=handle_signals, tick=tick,
+                                  runner_options=options)
     finally:
         for q in queues.values():
             await q.close()

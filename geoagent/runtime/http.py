@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import itertools
 import random
 import re
 import time
@@ -90,6 +91,10 @@ class RetriesExhausted(HttpError):
     host: str = ""
     #: with ``unreachable``: this request's place in its host's streak (:meth:`HttpClient.unreachable_streak`)
     streak: int = 0
+    #: with ``unreachable``: which streak (unique in the process, > 0): requests that failed in the same run of
+    #: unreachable requests to the host share it; a new run (after an attempt got through) gets a new one. The
+    #: stage runner refunds the queue attempts of a streak that opened a breaker (:mod:`geoagent.runtime.worker`)
+    streak_id: int = 0
 
     def __init__(self, url: str, attempts: int, last: str, retry_after_s: float | None = None) -> None:
         self.url = url
@@ -398,6 +403,8 @@ class _Retryable(Exception):
 _RETRY_STATUSES = frozenset({408, 425, 429})
 
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
+#: ids of unreachable streaks (:attr:`RetriesExhausted.streak_id`): unique in the process, across clients and hosts
+_STREAK_IDS = itertools.count(1)
 
 
 def _unreached(exc: _Retryable) -> bool:
@@ -519,6 +526,8 @@ class _HostState:
         #: any request's headers reach it) and the last of their failures
         self.unreachable_streak = 0
         self.unreachable_last = ""
+        #: the id of the current (or last) streak (:attr:`RetriesExhausted.streak_id`)
+        self.unreachable_streak_id = 0
 
     def set_policy(self, policy: HostPolicy) -> None:
         if self.gate is not None:  # a shared host: the gate turns the policy into this process's share
@@ -963,8 +972,11 @@ class HttpClient:
                     # connect timeout; an earlier attempt may have gone out on a pooled connection that died)
                     err.unreachable = True
                     host.unreachable_streak += 1
+                    if host.unreachable_streak == 1:  # a new run of unreachable requests
+                        host.unreachable_streak_id = next(_STREAK_IDS)
                     host.unreachable_last = err.last
                     err.streak = host.unreachable_streak
+                    err.streak_id = host.unreachable_streak_id
                 raise err
             return self._finish(resp, counter)
         except BaseException as exc:

@@ -17,6 +17,10 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
 * ``dead_letter(task, reason)`` sends a task straight to dead (permanent failure: e.g. HTTP 400).
 * ``release(task)`` returns a leased task to ready without counting an attempt (graceful shutdown,
   budget stop).
+* ``refund_attempts(refunds)`` (optional) gives back attempts that failures proved were not the task's fault
+  (the stage runner: failures of a host that then turned out to be down, when its unreachable breaker opens):
+  see :class:`Refund` and :meth:`WorkQueue.refund_attempts`. Idempotent and race-safe: each refund is a
+  compare-and-set on the task's attempt count, it never touches a task that is done or held by a live lease.
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
 * ``extend(tasks, visibility_timeout_s)`` (optional) renews leases still held: each becomes leased for
   ``visibility_timeout_s`` from now; returns the keys whose lease is no longer held (unchanged), or None when
@@ -107,6 +111,73 @@ class DeadLetter:
     failed_at: float = field(default=0.0)  # unix seconds
 
 
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """Attempts to give back to one task (:meth:`WorkQueue.refund_attempts`).
+
+    Attributes
+    ----------
+    key : str
+        The task.
+    attempts : int
+        How many attempts to give back (>= 1); the count never goes below 0.
+    expected : int
+        The task's attempt count right after the last attempt being refunded was charged (the caller saw the
+        nack that counted it): the refund applies only while the task still has exactly this count, so a
+        repeated refund, or one racing another nack, a ``requeue_dead`` or a later failure, changes nothing.
+    dead_reason : str or None
+        When the refunded failures dead-lettered the task, the reason they stored: a task still dead with
+        exactly this reason (and ``expected`` attempts) is returned to ready. None: a dead task is left dead.
+    """
+
+    key: str
+    attempts: int
+    expected: int
+    dead_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RefundResult:
+    """What :meth:`WorkQueue.refund_attempts` did, key by key (each key of the call in exactly one list).
+
+    ``refunded``: queued tasks (ready, or leased under an expired lease) whose attempts were decreased;
+    ``revived``: dead tasks returned to ready with their attempts decreased; ``leased``: tasks held by a live
+    lease, left unchanged (the caller may try again once the lease ended); ``skipped``: left unchanged because
+    done, unknown, dead for another reason, or their attempt count is no longer ``expected``.
+    """
+
+    refunded: list[str] = field(default_factory=list)
+    revived: list[str] = field(default_factory=list)
+    leased: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def check_refunds(refunds: Sequence[Refund]) -> list[Refund]:
+    """Validate refunds for :meth:`WorkQueue.refund_attempts` (shared by the backends).
+
+    Raises
+    ------
+    TypeError
+        An item is not a :class:`Refund`.
+    ValueError
+        ``attempts < 1``, ``expected < 0``, an empty key, or a key given twice.
+    """
+    out = list(refunds)
+    seen: set[str] = set()
+    for r in out:
+        if not isinstance(r, Refund):
+            raise TypeError(f"refund_attempts takes Refund items, got {type(r).__name__}")
+        if not (isinstance(r.key, str) and r.key):
+            raise ValueError(f"refund: the key must be a non-empty str, got {r.key!r}")
+        if int(r.attempts) < 1 or int(r.expected) < 0:
+            raise ValueError(f"refund of {r.key!r}: need attempts >= 1 and expected >= 0, got {r.attempts!r}, "
+                             f"{r.expected!r}")
+        if r.key in seen:
+            raise ValueError(f"refund: key {r.key!r} given twice")
+        seen.add(r.key)
+    return out
+
+
 class WorkQueue(abc.ABC):
     """Abstract durable queue for one edge between two workers."""
 
@@ -146,6 +217,30 @@ class WorkQueue(abc.ABC):
     async def extend(self, tasks: Sequence[Task], visibility_timeout_s: float) -> list[str] | None:
         """Renew the leases of ``tasks`` for ``visibility_timeout_s`` seconds from now (module docstring); return
         the keys whose lease is no longer held (left unchanged), or None: this backend does not extend leases."""
+        return None
+
+    async def refund_attempts(self, refunds: Sequence[Refund]) -> RefundResult | None:
+        """Give back attempts charged to tasks by failures that were not their fault; one transaction.
+
+        For each :class:`Refund` (keys distinct), compare-and-set on the task's attempt count:
+
+        * a task *queued* (ready, or leased under a lease that has expired: held by nobody) whose attempt count is
+          ``expected`` gets ``max(0, expected - attempts)`` attempts; its state, backoff and last error are kept;
+        * a *dead* task with ``expected`` attempts whose stored reason is ``dead_reason`` (not None) goes back to
+          ready now (like ``requeue_dead``) with ``max(0, expected - attempts)`` attempts, last error kept;
+        * anything else is left unchanged: a task held by a live lease (``leased``: its holder's ack, nack or
+          release stays valid), done, unknown, dead for another reason, or whose count moved on (``skipped``).
+
+        Idempotent: once applied the count is no longer ``expected``, so a repeated call (or a backend's retry
+        after a lost reply) refunds nothing more. Returns what happened to each key, or None when this backend
+        cannot refund attempts (the default).
+
+        Raises
+        ------
+        TypeError, ValueError
+            Malformed refunds (:func:`check_refunds`).
+        """
+        check_refunds(refunds)
         return None
 
     @abc.abstractmethod

@@ -94,6 +94,8 @@ nothing and answers from it. Per operation:
 * ``ack``, ``release``, ``dead_letter`` (one script): the record is the list of stale keys, so a repeat
   raises ``StaleLease`` for exactly the keys the first run found stale, and returns quietly otherwise.
 * ``nack``: the record is ``"ready"``/``"dead"`` (or stale); the attempt is counted once.
+* ``refund_attempts``: the record is the four key lists of that chunk (each refund is a compare-and-set on
+  the attempt count, so a repeat would find nothing to refund and misreport it as skipped).
 * ``requeue_dead``: the record is the number moved by that chunk (a repeat of an ``all`` chunk would
   otherwise move the *next* chunk and end the loop early).
 * Idempotent by construction, no token: ``counts`` and ``dead_letters`` (read only), and leaving the
@@ -152,7 +154,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.paths import safe_name
-from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, Task, WorkQueue
+from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, Refund, RefundResult, Task, WorkQueue, check_refunds
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
 
 try:  # optional dependency: pip install 'geoagent[redis]'
@@ -470,6 +472,41 @@ return once(function()
 end)
 """
 
+# ARGV: group, reply ttl ms, then per refund: key, attempts to give back, expected attempts, has dead reason
+#       ('1'/'0'), dead reason -> {refunded keys, revived keys, leased keys, skipped keys} (by the first run)
+_REFUND = _PRELUDE + """
+return once(function()
+  ensure_group()
+  local now = now_us()
+  local refunded, revived, leased, skipped = {}, {}, {}, {}
+  for i = 3, #ARGV, 5 do
+    local key, expected = ARGV[i], tonumber(ARGV[i + 2])
+    local left = math.max(0, expected - tonumber(ARGV[i + 1]))
+    local st = redis.call('HGET', ST, key)
+    local attempts = tonumber(redis.call('HGET', ATT, key) or '0')
+    local deadline = redis.call('ZSCORE', LEASES, key)
+    if st == 'leased' and (not deadline or tonumber(deadline) > now) then
+      leased[#leased + 1] = key
+    elseif not st or attempts ~= expected then
+      skipped[#skipped + 1] = key
+    elseif st == 'ready' or st == 'leased' then
+      if left > 0 then redis.call('HSET', ATT, key, left) else redis.call('HDEL', ATT, key) end
+      refunded[#refunded + 1] = key
+    elseif st == 'dead' and ARGV[i + 3] == '1' and redis.call('HGET', ERR, key) == ARGV[i + 4] then
+      redis.call('ZREM', DEAD, key)
+      if left > 0 then redis.call('HSET', ATT, key, left) else redis.call('HDEL', ATT, key) end
+      enqueue(key)
+      redis.call('HINCRBY', CNT, 'dead', -1)
+      redis.call('HINCRBY', CNT, 'ready', 1)
+      revived[#revived + 1] = key
+    else
+      skipped[#skipped + 1] = key
+    end
+  end
+  return {refunded, revived, leased, skipped}
+end)
+"""
+
 # ARGV: group, consumer -> 1 if this consumer was removed from the group (it held no pending entry)
 _FORGET_CONSUMER = _PRELUDE + """
 if redis.call('EXISTS', S) == 0 then return 0 end
@@ -589,6 +626,7 @@ class RedisStreamsQueue(WorkQueue):
         self._dead_script = register(_DEAD_LETTERS)
         self._requeue_script = register(_REQUEUE)
         self._forget_script = register(_FORGET_CONSUMER)
+        self._refund_script = register(_REFUND)
 
     async def _run(self, script: Any, *args: Any) -> Any:
         """Run a read-only (or reply-free) script: KEYS = the 11 queue keys, ARGV = group, ``args``."""
@@ -736,6 +774,31 @@ class RedisStreamsQueue(WorkQueue):
     async def release(self, tasks: Task | Sequence[Task]) -> None:
         """Return leased tasks to ready now, no attempt counted. Raises ``StaleLease`` like :meth:`ack`."""
         await self._finish("release", "release", _as_list(tasks))
+
+    async def refund_attempts(self, refunds: Sequence[Refund]) -> RefundResult:
+        """Give back attempts (compare-and-set on each task's attempt count) and revive dead tasks whose stored
+        reason is the refund's ``dead_reason``, in atomic chunks of ``put_chunk`` refunds (one script each, with
+        a reply record: a retry after a lost reply answers as the first run). A lease is live while its deadline
+        (server clock) lies ahead. Semantics: :meth:`WorkQueue.refund_attempts`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Malformed refunds (:func:`geoagent.runtime.queue.check_refunds`).
+        """
+        out = RefundResult()
+        iterator = iter(check_refunds(refunds))
+        while chunk := _take(iterator, self.put_chunk):
+            args: list[Any] = []
+            for r in chunk:
+                args += [r.key, int(r.attempts), int(r.expected), "0" if r.dead_reason is None else "1",
+                         r.dead_reason or ""]
+            refunded, revived, leased, skipped = await self._once(self._refund_script, *args)
+            out.refunded.extend(_text(k) for k in refunded)
+            out.revived.extend(_text(k) for k in revived)
+            out.leased.extend(_text(k) for k in leased)
+            out.skipped.extend(_text(k) for k in skipped)
+        return out
 
     async def counts(self) -> QueueCounts:
         """Counts by state (leases past their expiry count as ready). O(log N)."""

@@ -115,7 +115,17 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.paths import safe_name
-from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, StaleLease, Task, WorkQueue
+from geoagent.runtime.queue import (
+    DeadLetter,
+    QueueCounts,
+    QueueError,
+    Refund,
+    RefundResult,
+    StaleLease,
+    Task,
+    WorkQueue,
+    check_refunds,
+)
 from geoagent.runtime.sqlite_wal import enable_wal, is_busy
 
 __all__ = ["SQLiteQueue", "queue_path", "read_counts", "SCHEMA_VERSION"]
@@ -537,6 +547,37 @@ class SQLiteQueue(WorkQueue):
 
         return _Op(tx, post=post)
 
+    def _refund_op(self, refunds: list[Refund]) -> _Op:
+        def tx(conn: sqlite3.Connection, now: float) -> RefundResult:
+            out = RefundResult()
+            revived = 0
+            for r in refunds:
+                row = conn.execute("SELECT id, state, not_before, attempts, last_error FROM tasks WHERE key = ?",
+                                   (r.key,)).fetchone()
+                if row is None:
+                    out.skipped.append(r.key)
+                    continue
+                row_id, state, not_before, attempts, last_error = row
+                left = max(0, int(r.expected) - int(r.attempts))
+                if state == LEASED and not_before > now:
+                    out.leased.append(r.key)  # held by a live lease: its holder's finish stays valid
+                elif attempts != int(r.expected):
+                    out.skipped.append(r.key)  # moved on since (another failure, a requeue, a refund already made)
+                elif state in (READY, LEASED):  # ready, or leased under an expired lease (held by nobody)
+                    conn.execute("UPDATE tasks SET attempts = ? WHERE id = ?", (left, row_id))
+                    out.refunded.append(r.key)
+                elif state == DEAD and r.dead_reason is not None and last_error == r.dead_reason:
+                    conn.execute("UPDATE tasks SET state = 0, attempts = ?, not_before = ?, lease_id = NULL "
+                                 "WHERE id = ?", (left, now, row_id))
+                    revived += 1
+                    out.revived.append(r.key)
+                else:
+                    out.skipped.append(r.key)  # done, or dead for another reason
+            _bump(conn, {DEAD: -revived, READY: revived})
+            return out
+
+        return _Op(tx, inline=len(refunds) <= self.inline_max_items)
+
     def _counts_op(self) -> _Op:
         def tx(conn: sqlite3.Connection, now: float) -> QueueCounts:
             n = dict(conn.execute("SELECT state, n FROM counts").fetchall())
@@ -748,6 +789,23 @@ class SQLiteQueue(WorkQueue):
         lock was free): a live holder's later ack would then raise ``StaleLease``.
         """
         return await self._async(self._expire_leases_op())
+
+    async def refund_attempts(self, refunds: Sequence[Refund]) -> RefundResult:
+        """Give back attempts (compare-and-set on each task's attempt count) in one transaction; revive dead tasks
+        whose stored reason is the refund's ``dead_reason``. Semantics: :meth:`WorkQueue.refund_attempts`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Malformed refunds (:func:`geoagent.runtime.queue.check_refunds`).
+        """
+        items = check_refunds(refunds)
+        return await self._async(self._refund_op(items)) if items else RefundResult()
+
+    def refund_attempts_sync(self, refunds: Sequence[Refund]) -> RefundResult:
+        """Synchronous :meth:`refund_attempts`."""
+        items = check_refunds(refunds)
+        return self._sync(self._refund_op(items)) if items else RefundResult()
 
     async def counts(self) -> QueueCounts:
         """Counts by state (leases past their expiry count as ready)."""

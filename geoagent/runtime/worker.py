@@ -65,7 +65,9 @@ tasks still in flight are cancelled and released untouched at once), the runner 
 (``StageStats.blocked``) and ends the stage; its queued tasks stay ready, so a re-run resumes when the network
 is back. ``StageStats.unreachable`` names the host(s); :meth:`StageRunner.unreachable_lines` says it in words
 (the campaign engine prints them and ends the run ``incomplete``). The first unreachable failure of each host
-and the breaker's opening are logged as warnings (shown without the live display too).
+and the breaker's opening are logged as warnings (shown without the live display too). When the breaker
+opens, the attempts that the failures of its streak were charged are given back (below, "Refunds"), so a
+re-run while the host is still down keeps the tasks queued instead of dead-lettering them.
 
 That is for burst runs. In watch mode (``burst=False``: a daemon that keeps picking up new work, ``run
 --watch``) the open breaker does not end the stage: it goes *half-open* (the standard circuit breaker). The
@@ -79,6 +81,26 @@ released untouched (no attempt counted) and the breaker re-opens with the cool-d
 ``next_probe_in_s`` (the progress stream and ``status`` say "waiting for host H (next probe in N s)").
 In a ``cancel_on_stop`` stage the tasks in flight when the breaker opens are cancelled and released
 untouched one by one (the stage itself keeps running).
+
+Refunds
+-------
+The failures that formed a streak proved, once the breaker opened, that the host was down: the queue attempts
+they cost are not the tasks' fault. The runner records, per host, the attempts its nacks of unreachable failures
+charged in the host's current streak (the HTTP layer names each streak,
+:attr:`~geoagent.runtime.http.RetriesExhausted.streak_id`; an answer from the host ends it, so a later failure
+starts a new one and the older charges are forgotten). When the streak opens a breaker (this runner's, or a
+stage's own: the model caller's :class:`~geoagent.workers.model_caller.HostBreaker` marks the exceptions it raises
+with ``unreachable_streak`` / ``tripped_streak``), those attempts are refunded with
+:meth:`~geoagent.runtime.queue.WorkQueue.refund_attempts`: a task still queued gets its count decreased by what the
+streak charged it (never below 0), a task the streak dead-lettered (its last attempt failed below the threshold)
+is returned to ready, and a warning says per host how many attempts were refunded and how many dead-lettered
+tasks revived (``StageStats.refunded_attempts`` / ``revived``). Each refund is a compare-and-set on the count
+the runner saw after its nack: a task that failed again since, was requeued, finished, or is held by another
+worker's live lease is left alone; tasks leased by this runner (in flight, held) are refunded once it released
+them (before a half-open probe, after held tasks are resumed, and when the stage ends). Late failures of a
+streak that already opened the breaker are refunded at once. A task whose own requests fail unreachable while
+its host answers other tasks in between never forms a streak long enough to open the breaker: it is nacked and
+dead-lettered after ``max_attempts`` as before.
 """
 
 from __future__ import annotations
@@ -96,7 +118,7 @@ import orjson
 from geoagent import constants as C
 from geoagent.runtime.http import PermanentHTTPError
 from geoagent.runtime.leases import LeaseKeeper
-from geoagent.runtime.queue import StaleLease, Task, WorkQueue
+from geoagent.runtime.queue import Refund, StaleLease, Task, WorkQueue
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
 
 log = logging.getLogger(__name__)
@@ -117,6 +139,10 @@ class StageStats:
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
     #: hosts whose unreachable breaker opened (module docstring): host -> (requests in a row, last failure)
     unreachable: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: attempts given back (queue.refund_attempts) because the unreachable failures that charged them proved their
+    #: host down when its breaker opened, and dead-lettered tasks of such a streak returned to ready (module docstring)
+    refunded_attempts: int = 0
+    revived: int = 0
     #: watch mode, breaker open: ``time.monotonic()`` of the next half-open probe (None otherwise)
     next_probe_at: float | None = None
     started_at: float = field(default_factory=time.monotonic)
@@ -182,6 +208,21 @@ def _unreachable_error(exc: BaseException) -> Any:
             return seen
         seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     return None
+
+
+def _charged_streak(exc: BaseException) -> tuple[str, int] | None:
+    """``(host, streak id)`` of the unreachable streak a failure belongs to (module docstring, "Refunds"): the
+    unreachable ``RetriesExhausted`` behind it (:attr:`~geoagent.runtime.http.RetriesExhausted.streak_id`), or an
+    ``unreachable_streak`` attribute a stage put on the exception it raised instead (the model caller); None
+    when it is no such failure or its streak has no id."""
+    hx = _unreachable_error(exc)
+    pair = (hx.host, getattr(hx, "streak_id", 0)) if hx is not None else getattr(exc, "unreachable_streak", None)
+    try:
+        host, sid = pair  # type: ignore[misc]
+        sid = int(sid or 0)
+    except (TypeError, ValueError):
+        return None
+    return (str(host), sid) if host and sid > 0 else None
 
 
 def unreachable_cause(last: str) -> str:
@@ -278,6 +319,11 @@ class StageRunner:
         #: watch mode: cancel scopes of tasks in flight, cut when the breaker opens in a cancel_on_stop stage
         self._cuttable: set[anyio.CancelScope] = set()
         self._unreachable_seen: set[str] = set()  # hosts whose first unreachable failure was logged
+        #: refunds (module docstring, "Refunds"): per host, the latest unreachable streak's id and the attempts its
+        #: nacks charged, by task key; the streaks that opened a breaker; refunds not yet applied, by task key
+        self._charged: dict[str, tuple[int, dict[str, Refund]]] = {}
+        self._tripped: set[tuple[str, int]] = set()
+        self._refunds_due: dict[str, tuple[str, Refund]] = {}
         self.stage = stage
         self.lease_ahead = lease_ahead
         self.visibility_timeout_s = visibility_timeout_s or stage.visibility_timeout_s
@@ -374,6 +420,7 @@ class StageRunner:
                 recv.close()
                 await self._release_held()
                 await self._commit()
+                await self._flush_refunds(final=True)
                 await self.stage.flush(self.ctx)
                 await self.stage.stop(self.ctx)
                 self.stats.finished = True
@@ -447,6 +494,7 @@ class StageRunner:
         if self.stats.in_flight:  # tasks leased before the breaker opened have not ended yet
             await self._sleep_or_stop(self.poll_s)
             return
+        await self._flush_refunds()  # nothing of ours in flight: the streak's tasks are all back in the queue
         tasks = await self.inq.lease(1, self.visibility_timeout_s)
         if not tasks:
             await self._maybe_commit()
@@ -647,6 +695,9 @@ class StageRunner:
             # a re-leased held task (its old lease expired) replaces the stale lease
             self._held[task.key] = Task(task.key, {}, task.attempts, task.lease_id)
             self.stats.held = len(self._held)
+            tripped = getattr(exc, "tripped_streak", None)  # the model caller's host breaker opened on it
+            if tripped is not None and self._trip(tripped):
+                await self._flush_refunds()
         elif isinstance(exc, Abandoned):
             # given up unstarted after a stop request: back to the queue untouched (no attempt counted)
             await self._safe(self.inq.release(task))
@@ -667,6 +718,8 @@ class StageRunner:
             # the host cannot be reached: back to the queue untouched, the stage stops (module docstring)
             await self._safe(self.inq.release(task))
             self.stats.released += 1
+            if self._trip(_charged_streak(hx)):  # the attempts its streak charged are given back
+                await self._flush_refunds()
         else:  # any other failure is retried
             reason = _reason(exc)
             state = await self._safe(self.inq.nack(task, reason))
@@ -675,6 +728,9 @@ class StageRunner:
                 self.stats.dead += 1
             self._note_error(reason)
             log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
+            streak = _charged_streak(exc)
+            if streak is not None and state is not None and self._charge(streak, task, reason, state == "dead"):
+                await self._flush_refunds()  # its streak already opened a breaker: refunded at once
 
     def _breaker_open(self, hx: Any) -> bool:
         """Whether ``hx`` (an unreachable ``RetriesExhausted``) finds its host's breaker open, opening it when
@@ -716,6 +772,85 @@ class StageRunner:
                     "re-run", self.stage.name, host, unreachable_cause(last), _in_a_row(streak), last[:200])
         return True
 
+    # -- refunds (module docstring, "Refunds") ------------------------------------------------------
+    def _charge(self, streak: tuple[str, int], task: Task, reason: str, dead: bool) -> bool:
+        """Record that the nack of ``task`` (an unreachable failure of ``streak`` = ``(host, streak id)``) charged
+        it one attempt (``dead``: and dead-lettered it with ``reason``). Only each host's latest streak is kept (a
+        newer one means the host answered in between: the older one never opened the breaker). Returns True when
+        the streak already opened a breaker, so the refund is due at once."""
+        host, sid = streak
+        cur = self._charged.get(host)
+        if cur is None or cur[0] < sid:
+            cur = self._charged[host] = (sid, {})
+        elif cur[0] > sid:  # a late failure of an older streak
+            if streak not in self._tripped:
+                return False
+            cur = (sid, {})
+        prev = cur[1].get(task.key)
+        cur[1][task.key] = Refund(task.key, (prev.attempts if prev is not None else 0) + 1, task.attempts + 1,
+                                  reason if dead else None)
+        if streak in self._tripped:
+            self._due(host, cur[1])
+            return True
+        return False
+
+    def _trip(self, streak: tuple[str, int] | None) -> bool:
+        """``streak`` opened a breaker: the attempts its nacks charged become due for a refund. Returns True when
+        there is something to refund."""
+        if streak is None:
+            return False
+        self._tripped.add(streak)
+        host, sid = streak
+        cur = self._charged.get(host)
+        if cur is not None and cur[0] == sid:
+            self._due(host, cur[1])
+        return bool(self._refunds_due)
+
+    def _due(self, host: str, charged: dict[str, Refund]) -> None:
+        """Move ``charged`` (emptied) to the refunds due; a key already due (another streak) adds up."""
+        for key, r in charged.items():
+            old = self._refunds_due.get(key)
+            if old is not None:
+                r = Refund(key, old[1].attempts + r.attempts, max(old[1].expected, r.expected),
+                           r.dead_reason or old[1].dead_reason)
+            self._refunds_due[key] = (host, r)
+        charged.clear()
+
+    async def _flush_refunds(self, final: bool = False) -> None:
+        """Apply the refunds due (:meth:`~geoagent.runtime.queue.WorkQueue.refund_attempts`): tasks still
+        leased (by this runner, e.g. held or in flight, or by another worker) wait for the next flush; ``final``
+        (the stage ends, everything of ours released): tried once more, then dropped. Logged as a warning per
+        host: attempts refunded, dead-lettered tasks revived."""
+        if not self._refunds_due:
+            return
+        due = dict(self._refunds_due)
+        try:
+            result = await self.inq.refund_attempts([r for _, r in due.values()])
+        except Exception:  # noqa: BLE001 - a refund must never break the stage; the attempts stay charged
+            log.exception("stage %s: refunding attempts failed", self.stage.name)
+            result = None
+        if result is None:  # the backend cannot refund (or failed): nothing to wait for
+            self._refunds_due.clear()
+            return
+        keep = set() if final else set(result.leased)
+        per_host: dict[str, list[int]] = {}
+        for key in [*result.refunded, *result.revived]:
+            host, r = due[key]
+            n = min(r.attempts, r.expected)
+            got = per_host.setdefault(host, [0, 0, 0])
+            got[0] += n
+            got[1] += 1
+            self.stats.refunded_attempts += n
+        for key in result.revived:
+            per_host[due[key][0]][2] += 1
+            self.stats.revived += 1
+        # keep what waits for a lease, and what was added or merged meanwhile (another flush's late charges)
+        self._refunds_due = {k: v for k, v in self._refunds_due.items() if k in keep or due.get(k) is not v}
+        for host, (n, tasks, revived) in per_host.items():
+            log.warning("stage %s: host %s was down: %d queue attempt(s) its unreachable failures charged %d task(s) "
+                        "before the breaker opened refunded; %d dead-lettered task(s) revived (ready again)",
+                        self.stage.name, host, n, tasks, revived)
+
     def unreachable_lines(self, left: int | None = None) -> list[str]:
         """One line per host whose unreachable breaker opened (empty if none): which host, why, what to check
         (:meth:`Stage.unreachable_hint`), how many tasks of the input edge are left queued (``left``, when
@@ -753,6 +888,7 @@ class StageRunner:
         except StaleLease as exc:  # expired meanwhile: leased again (here or elsewhere), nothing to give back
             stale = list(getattr(exc, "stale_keys", None) or [])
         self.stats.released += len(tasks) - len(stale)
+        await self._flush_refunds()  # refunds that waited for these leases to end
 
     async def _release_held(self) -> None:
         """Release every held task untouched (a lease that expired meanwhile is someone else's now)."""

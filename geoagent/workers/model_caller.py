@@ -123,7 +123,11 @@ attempt counted, released untouched when the stage ends), requests of those mode
 are stopped at the send gate, and the other models' tasks run to the end. Held rather than nacked once open:
 nacking would spend one queue attempt per task on a host known to be down and dead-letter the whole queue of
 that model after ``max_attempts`` rounds (a 100,000-request campaign burning through into dead letters);
-held, its tasks stay ready for the re-run, which needs no ``--requeue``. When every model is stopped (host
+held, its tasks stay ready for the re-run, which needs no ``--requeue``. The attempts that the nacked failures of
+the streak that opened the breaker cost are then given back (the stage runner's refunds,
+:mod:`geoagent.runtime.worker`, "Refunds": the :class:`CallFailed` of each carries ``unreachable_streak``, the
+:class:`HostStop` of the failure that opened it ``tripped_streak``), so a re-run while the host is still down finds its tasks with the
+attempts they had before the outage. When every model is stopped (host
 unreachable or key refused), :meth:`ModelCaller.runnable` turns False and the runner stops leasing at once.
 The engine ends the run ``incomplete`` (exit 3) with one line per host (:meth:`HostBreaker.report_lines`):
 ``model X: host H unreachable (connection refused on 5 consecutive requests); check [[models]] base_url of
@@ -200,7 +204,12 @@ STOP_NOT_SENT = "stop requested before the request was sent: released unsent"
 
 
 class CallFailed(RuntimeError):
-    """A retryable call failure (outcome unknown, malformed body): the runner nacks and retries the task."""
+    """A retryable call failure (outcome unknown, malformed body, host unreachable below its breaker's threshold):
+    the runner nacks and retries the task. ``unreachable_streak``: ``(host, streak id)`` when the host could not be
+    reached (the runner refunds the attempt if that streak opens the breaker, :mod:`geoagent.runtime.worker`,
+    "Refunds"), else None."""
+
+    unreachable_streak: tuple[str, int] | None = None
 
 
 #: consecutive authentication failures (HTTP 401/403 from a model's host) that stop dispatching to it
@@ -379,6 +388,10 @@ class HostStop(Held):
         super().__init__(f"{down.message()}; its requests are held unsent")
         self.model = model
         self.host = down.host
+        #: ``(host, streak id)`` when this failure's unreachable streak opened (or found open) the breaker: the
+        #: stage runner refunds the queue attempts that streak's nacks charged (:mod:`geoagent.runtime.worker`,
+        #: "Refunds"); None for a task held without trying (breaker already open)
+        self.tripped_streak: tuple[str, int] | None = None
 
 
 class HostBreaker:
@@ -564,12 +577,13 @@ class _Unreachable(Exception):
     """A model call could not reach its host on any attempt and nothing was billed (reservation released);
     ``handle`` asks the host breaker what next."""
 
-    def __init__(self, host: str, streak: int, last: str, attempts: int) -> None:
+    def __init__(self, host: str, streak: int, last: str, attempts: int, streak_id: int = 0) -> None:
         super().__init__(f"host {host} unreachable after {attempts} attempts: {last}")
         self.host = host
         self.streak = streak
         self.last = last
         self.attempts = attempts
+        self.streak_id = streak_id  # RetriesExhausted.streak_id: which run of unreachable requests
 
 
 class _NotSent(Exception):
@@ -1021,10 +1035,15 @@ class ModelCaller(Stage):
                 last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
                 down = hosts.failure(m.name, exc.host, exc.streak, exc.last, last_attempt=last)
                 if down is not None:
-                    raise HostStop(down, m.name) from None
-                # nacked: retried later (one queue attempt counted)
-                raise CallFailed(f"host {exc.host} unreachable after {exc.attempts} attempts, nothing sent: "
-                                 f"{_excerpt(exc.last)}") from None
+                    stop = HostStop(down, m.name)
+                    # the streak proved the host down: the runner refunds the attempts it charged (module docstring)
+                    stop.tripped_streak = (exc.host, exc.streak_id) if exc.streak_id else None
+                    raise stop from None
+                # nacked: retried later (one queue attempt counted; refunded if this streak opens the breaker)
+                failed = CallFailed(f"host {exc.host} unreachable after {exc.attempts} attempts, nothing sent: "
+                                    f"{_excerpt(exc.last)}")
+                failed.unreachable_streak = (exc.host, exc.streak_id) if exc.streak_id else None
+                raise failed from None
             if cached is not None:
                 return [self._message(task, key, m, request, cached, cost_usd=None, cached=True)]
             breaker.success(m.name)
@@ -1153,7 +1172,8 @@ class ModelCaller(Stage):
             if (isinstance(exc, RetriesExhausted) and exc.unreachable and exc.host
                     and not int(getattr(exc, "possibly_billed", 0) or 0)):
                 # no attempt got through to the host, none may have been billed: the breaker decides
-                raise _Unreachable(str(exc.host), int(exc.streak or 0), exc.last, exc.attempts) from None
+                raise _Unreachable(str(exc.host), int(exc.streak or 0), exc.last, exc.attempts,
+                                   int(getattr(exc, "streak_id", 0) or 0)) from None
             if isinstance(exc, RetriesExhausted):
                 raise Missing(f"retries exhausted after {exc.attempts} attempts: {_excerpt(exc.last)}") from None
             if isinstance(exc, OutcomeUnknown):
