@@ -267,11 +267,35 @@ def empty_conf() -> pl.DataFrame:
     )
 
 
+#: the verdicts a scored row may carry (None, a null, is a parse failure)
+VERDICTS = ("yes", "no")
+
+
+def check_verdicts(rows: pl.DataFrame) -> None:
+    """Raise ValueError naming the first row (trial id and model where present) whose ``verdict`` is neither
+    "yes", "no" nor null: such a row would be counted as neither a yes, a no nor a parse failure and so vanish
+    from every rate without a word."""
+    bad = rows.filter(pl.col("verdict").is_not_null() & ~pl.col("verdict").is_in(list(VERDICTS)))
+    if bad.height:
+        r = bad.row(0, named=True)
+        raise ValueError(
+            f"scored row trial_id={r.get('trial_id')!r} model={r.get('model')!r}: verdict {r['verdict']!r} is not "
+            f"'yes', 'no' or None (parse failure); {bad.height} such row(s) in this batch"
+        )
+
+
 def cells_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
     """From-scratch cell table from scored rows (columns model, site, arm, band, truth, verdict; verdict
-    None = parse failure; without ``truth`` it is "yes" exactly for main-arm signal rows). Used by tests and as the reference the incremental aggregator must equal."""
+    None = parse failure; without ``truth`` it is "yes" exactly for main-arm signal rows). Used by tests and as the reference the incremental aggregator must equal.
+
+    Raises
+    ------
+    ValueError
+        A verdict other than "yes", "no" or None (:func:`check_verdicts`).
+    """
     if rows.height == 0:
         return empty_cells()
+    check_verdicts(rows)
     if "truth" not in rows.columns:
         rows = rows.with_columns(
             pl.when((pl.col("arm") == ARM_MAIN) & (pl.col("band") == BAND_SIGNAL))
