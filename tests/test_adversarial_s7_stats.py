@@ -15,8 +15,11 @@ import pytest
 
 from geoagent.data.model import DECOY_BAND_LABELS
 from geoagent.geo import haversine_km, haversine_km_array
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.result import GeoHintResult
 from geoagent.geoverify.aggregate import GeoVerifyAggregator, rows_frame
 from geoagent.scoring import sdt
+from geoagent.scoring.geohint import is_hit
 from geoagent.scoring.permutation import paired_site_permutation_test
 
 EARTH_RADIUS_KM = 6371.0088
@@ -119,6 +122,35 @@ def test_incremental_verify_aggregator_equals_batch_after_shuffle_duplicates_and
         for k in a.ci:
             assert a.ci[k] == pytest.approx(b.ci[k]), (m, k)
     assert agg.n_rows == 400
+
+
+# --- GeoHint aggregator: strictly paired observations ---------------------------------------------------
+
+
+def _hres(key: str, condition: str, hit: bool) -> GeoHintResult:
+    err = 0.4 if hit else 2.5
+    return GeoHintResult(key=key, site="s1", image_id="11", model="m", condition=condition, schema="forced",
+                         ref_qid="Q1", ref_name="Point", band="0.5-1.5km", tier="high", dist_km=1.0,
+                         resolved_level="area", error_km=err, hit=is_hit(err, "area"), echo=False)
+
+
+def test_paired_tables_do_not_depend_on_the_order_results_arrive_in():
+    """Attack: two results for the same strictly paired item and condition (same site, image, model,
+    reference point, repeat) under different result keys, e.g. a release import next to a campaign, or a
+    re-planned request. The pair store kept whichever came last, so the paired difference (Table 8) and
+    its permutation test changed with the arrival order, and an incremental run disagreed with a batch
+    recompute of the same results."""
+    results = [_hres("k1", "forced", False), _hres("k2", "forced", True), _hres("k3", "forced_warn", True)]
+    outcomes = set()
+    for order in ([0, 1, 2], [1, 0, 2], [2, 1, 0], [2, 0, 1]):
+        agg = GeoHintAggregator()
+        agg.add_many(results[i] for i in order)
+        pairs = agg.paired("forced_warn", "forced")
+        assert len(pairs) == 1
+        outcomes.add((pairs[0][1].hit, pairs[0][2].hit))
+        assert agg.n_pair_conflicts == 1
+    # one outcome whatever the order: the observation with the smallest result key ("k1", no hit)
+    assert outcomes == {(True, False)}
 
 
 # --- judgement calls (strict xfail) ---------------------------------------------------------------------
