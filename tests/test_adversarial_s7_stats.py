@@ -124,6 +124,43 @@ def test_incremental_verify_aggregator_equals_batch_after_shuffle_duplicates_and
     assert agg.n_rows == 400
 
 
+def _one_site_rows(site: str, model: str, h_yes: int, f_yes: int, start: int, bands=("signal", *DECOY_BAND_LABELS)):
+    rows = []
+    for b in bands:
+        for k in range(10):
+            start += 1
+            yes = k < (h_yes if b == "signal" else f_yes)
+            rows.append(_vrow(f"t{start}", "yes" if yes else "no", model=model, site=site, band=b))
+    return rows
+
+
+def test_a_statistic_measured_at_one_site_gets_no_bootstrap_interval():
+    """Attack: the site bootstrap with one cluster. Every resample of one site is that site again, so the
+    percentile "95 % interval" of H came out as [0.7, 0.7]: zero width, i.e. no uncertainty at all, where the
+    between-site spread is simply not estimable (the cluster-robust SE of the regression is NaN for the same
+    reason). Expected: no interval for a statistic whose trials come from fewer than 2 sites, also when other
+    sites exist for other models (a model measured at one site of many gives a constant rate too); an
+    interval as before once 2 sites contribute."""
+    one = sdt.score(sdt.cells_from_rows(rows_frame(_one_site_rows("s1", "m", 7, 3, 0))), n_boot=200, seed=0)["m"]
+    assert one.h == pytest.approx(0.7)
+    assert one.ci == {} and one.ci_n == {} and one.delta_1_ci is None
+    assert one.n_boot == 200  # the bootstrap ran; it has nothing to say
+
+    # model "a" at site s1 only, model "b" at s1 and s2: "a" gets no interval, "b" and the pooled column do
+    rows = (_one_site_rows("s1", "a", 7, 3, 0) + _one_site_rows("s1", "b", 9, 2, 100)
+            + _one_site_rows("s2", "b", 5, 4, 200))
+    sc = sdt.score(sdt.cells_from_rows(rows_frame(rows)), n_boot=300, seed=1)
+    assert "H" not in sc["a"].ci and sc["a"].delta_1_ci is None
+    lo, hi = sc["b"].ci["H"]
+    assert lo == pytest.approx(0.5) and hi == pytest.approx(0.9)  # hand: resamples {s1,s1}, {s1,s2}, {s2,s2}
+    assert sc[sdt.POOLED].ci["H"][0] < sc[sdt.POOLED].h < sc[sdt.POOLED].ci["H"][1]
+    # a control arm run at one site only: no interval for its F, the main-arm statistics keep theirs
+    ctrl = [_vrow(f"c{i}", "yes" if i < 2 else "no", model="b", site="s2", arm="ctrl_mismatch", band="0.3-0.7km")
+            for i in range(10)]
+    sc = sdt.score(sdt.cells_from_rows(rows_frame(rows + ctrl)), n_boot=300, seed=1)
+    assert "F[ctrl_mismatch]" not in sc["b"].ci and "H" in sc["b"].ci
+
+
 # --- GeoHint aggregator: strictly paired observations ---------------------------------------------------
 
 
