@@ -161,6 +161,27 @@ def test_a_statistic_measured_at_one_site_gets_no_bootstrap_interval():
     assert "F[ctrl_mismatch]" not in sc["b"].ci and "H" in sc["b"].ci
 
 
+def test_a_negative_error_distance_is_an_error_not_a_hit():
+    """Attack: a located answer whose error_km is negative (a corrupt or foreign geocoder payload; a
+    haversine distance never is). ``-0.5 < 1 km`` made it a hit: a sub-kilometre success scored from an
+    impossible distance. The judged-answers importer already rejects negative errors; the scoring
+    function and the scorer stage must too (a clear error, not a silent hit)."""
+    from geoagent.geohint.stages import score_located
+    from geoagent.runtime.stage import PermanentFailure
+    from geoagent.scoring.geohint import hits
+
+    with pytest.raises(ValueError, match="negative"):
+        is_hit(-0.5, "area")
+    with pytest.raises(ValueError, match="negative"):
+        hits(np.array([0.3, -0.2]), np.array(["area", "building"]))
+    assert is_hit(0.0, "area") and not is_hit(1.0, "area")  # 0 km is an exact answer; 1 km is not < 1 km
+    meta = {"task": "geohint", "site": "s", "condition": "baseline", "site_lat": 35.0, "site_lon": 139.0}
+    payload = {"model": "m", "image_id": "1", "meta": meta, "parsed": {"ok": True, "city": "Tokyo"},
+               "located": {"resolved_level": "area", "lat": 35.0, "lon": 139.0, "error_km": -0.5}}
+    with pytest.raises(PermanentFailure, match="negative"):
+        score_located("k", payload)
+
+
 # --- GeoHint aggregator: strictly paired observations ---------------------------------------------------
 
 
