@@ -182,6 +182,40 @@ def test_a_negative_error_distance_is_an_error_not_a_hit():
         score_located("k", payload)
 
 
+def _gv_config(tmp_path, **geoverify):
+    from geoagent.campaigns import register_all_sections
+    from geoagent.config import config_from_dict
+
+    register_all_sections()
+    return config_from_dict({
+        "campaign": {"name": "gv-tau", "kind": "geoverify"},
+        "paths": {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")},
+        "budget": {"cap_usd": 1.0},
+        "models": [{"name": "sim", "provider": "simulated", "model": "sim"}],
+        "geoverify": geoverify,
+    })
+
+
+def test_a_tolerance_the_release_trials_were_not_labelled_with_is_refused(release_dir, tmp_path):
+    """Attack (units / scoring): ``[geoverify] tau_m`` only reached the prompt. With the release's trial table
+    (truth and band labelled at tau = 150 m, Eq. 1) and tau_m = 100, the model was asked "no more than 100
+    metres from X" about a candidate 136.8 m away whose truth stayed "yes": a correct "no" scored as a miss.
+    tau_m = 0.15 (kilometres typed into a metre field) asked "no more than 0 metres". Expected: the plan
+    refuses a tolerance its trials were not labelled with (naming tau_m and 150 m), the paper's 150 m plans
+    as before, and a sub-metre tolerance is refused by the settings."""
+    from geoagent.geoverify.plan import plan_campaign
+
+    rel = {"release_dir": str(release_dir)}
+    plan = plan_campaign(_gv_config(tmp_path, **rel), store_data=False)
+    t = next(p["meta"]["trial"] for _k, p in plan.messages if p["meta"]["trial"]["d_km"] == pytest.approx(0.1368))
+    assert t["truth"] == "yes"  # 136.8 m < 150 m, Eq. 1
+    assert all("150 metres" in p["prompt"] for _k, p in plan.messages)
+    with pytest.raises(ValueError, match=r"tau_m.*150|150.*tau_m"):
+        plan_campaign(_gv_config(tmp_path, tau_m=100.0, **rel), store_data=False)
+    with pytest.raises(ValueError, match="tau_m"):
+        _gv_config(tmp_path, tau_m=0.15, **rel)
+
+
 # --- GeoHint aggregator: strictly paired observations ---------------------------------------------------
 
 
