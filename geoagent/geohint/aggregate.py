@@ -12,7 +12,11 @@ sums are kept per site:
 * ``ols[(model, condition, fine_only)]`` -> :class:`~geoagent.scoring.regression.ClusterOLS` with one
   cluster per site (``log10 err ~ d_ref``);
 * ``pairs[site][(model, image, reference point, repeat)][condition]`` -> the outcome of that item under
-  that condition, for strictly paired comparisons (Tables 8-10);
+  that condition, for strictly paired comparisons (Tables 8-10). Two results with different keys for the
+  same item and condition (e.g. a release import next to a campaign) are one pair slot: the result with the
+  smallest key is held, so the paired tables do not depend on the order results arrive in (an incremental
+  run equals a batch recompute); :attr:`GeoHintAggregator.n_pair_conflicts` counts such meetings (both
+  results still enter the unpaired cells);
 * ``truncation[(model, condition)]`` -> :class:`~geoagent.scoring.truncation.TruncationCount` of every
   added answer (also those left out of the tables for want of a hint distance) from its
   ``extra["finish_reason"]`` (absent, e.g. in the release's judged answers: counted as not cut off).
@@ -207,6 +211,11 @@ class GeoHintAggregator:
         self.ols_recite: dict[tuple[str, str, bool], ClusterOLS] = {}
         self._by_condition: dict[str, dict[CellKey, Cell]] = {}
         self.pairs: dict[str, dict[PairKey, dict[str, PairObs]]] = {}
+        #: (site, pair key, condition) -> result key of the observation held in :attr:`pairs`
+        self._pair_keys: dict[tuple[str, PairKey, str], str] = {}
+        #: results that met an already-held observation of the same strictly paired item and condition under
+        #: another result key (module doc); the paired tables keep one observation per item and condition
+        self.n_pair_conflicts = 0
         self.keys: set[str] = set()
         self._models: set[str] = set()
         self._conditions: set[str] = set()
@@ -273,7 +282,14 @@ class GeoHintAggregator:
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
             ratio = r.error_km / r.dist_km if fine and r.dist_km and r.error_km > 0 else None
             obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio)
-            self.pairs.setdefault(r.site, {}).setdefault(pk, {})[r.condition] = obs
+            slot = self.pairs.setdefault(r.site, {}).setdefault(pk, {})
+            src = (r.site, pk, r.condition)
+            prev = self._pair_keys.get(src)
+            if prev is not None:
+                self.n_pair_conflicts += 1
+            if prev is None or r.key < prev:  # the smallest result key wins, whatever the arrival order
+                slot[r.condition] = obs
+                self._pair_keys[src] = r.key
         return True
 
     def add_many(self, results: Iterable[GeoHintResult]) -> int:

@@ -174,7 +174,7 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
     Raises
     ------
     PermanentFailure
-        The payload lacks GeoHint meta, a model, or any resolution level.
+        The payload lacks GeoHint meta, a model, or any resolution level, or has a negative ``error_km``.
     ValueError
         Unknown ``echo_rule``.
     """
@@ -192,6 +192,8 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
         raise PermanentFailure(str(exc)) from None
     lat, lon = _f(loc.get("lat")), _f(loc.get("lon"))
     error_km = _f(loc.get("error_km"))
+    if error_km is not None and error_km < 0:
+        raise PermanentFailure(f"located answer has a negative error_km ({error_km!r} km)")
     site_lat, site_lon = _f(meta.get("site_lat")), _f(meta.get("site_lon"))
     if error_km is None and level != "none" and None not in (lat, lon, site_lat, site_lon):
         error_km = haversine_km(site_lat, site_lon, lat, lon)

@@ -32,6 +32,7 @@ ROW_SCHEMA = {
     "trial_id": pl.Utf8, "model": pl.Utf8, "site": pl.Utf8, "arm": pl.Utf8, "band": pl.Utf8, "truth": pl.Utf8,
     "verdict": pl.Utf8, "conf": pl.Float64, "finish_reason": pl.Utf8,
 }
+FAIL_SCHEMA = {"key": pl.Utf8, "model": pl.Utf8, "trial_id": pl.Utf8, "reason": pl.Utf8}
 TRUNC_SCHEMA = {"model": pl.Utf8, "arm": pl.Utf8, "n": pl.Int64, "n_truncated": pl.Int64,
                 "n_truncated_unparsed": pl.Int64, "n_no_reason": pl.Int64}
 
@@ -71,18 +72,17 @@ class GeoVerifyAggregator:
         rows : iterable of dict or polars.DataFrame
             Scored rows with at least ``trial_id, model, site, arm, band, truth, verdict, conf`` (verdict None =
             parse failure) and optionally ``finish_reason`` (the provider's, for the cut-off counts).
+
+        Raises
+        ------
+        ValueError
+            A verdict other than "yes", "no" or None (naming the trial); nothing of that batch is counted.
         """
-        if not isinstance(rows, pl.DataFrame):
-            rows = list(rows)
-            for r in rows:
-                if r.get("verdict") is None and r.get("trial_id") is not None:
-                    k = f"{r['trial_id']}|{r.get('model')}"
-                    if k not in self._seen:
-                        self.failures[k] = {"model": r.get("model"), "trial_id": r["trial_id"],
-                                            "reason": r.get("parse_reason") or "unparseable"}
-        df = rows if isinstance(rows, pl.DataFrame) else rows_frame(rows)
+        dicts = None if isinstance(rows, pl.DataFrame) else list(rows)
+        df = rows if dicts is None else rows_frame(dicts)
         if df.height == 0:
             return 0
+        sdt.check_verdicts(df)  # before any key is marked seen: a rejected batch leaves no trace
         if "conf" in df.columns:
             df = df.with_columns(pl.col("conf").cast(pl.Float64).round(CONF_DECIMALS))
         keys = (df["trial_id"].cast(pl.Utf8) + "|" + df["model"]).to_list()
@@ -94,6 +94,14 @@ class GeoVerifyAggregator:
             else:
                 self._seen.add(k)
                 keep.append(True)
+        if dicts is not None:
+            # list a parse failure only when this copy is the one counted (a later copy of an already counted
+            # trial, in this batch or an earlier one, is a duplicate and changes nothing)
+            for r, counted in zip(dicts, keep):
+                if counted and r.get("verdict") is None and r.get("trial_id") is not None:
+                    self.failures[f"{r['trial_id']}|{r.get('model')}"] = {
+                        "model": r.get("model"), "trial_id": r["trial_id"],
+                        "reason": r.get("parse_reason") or "unparseable"}
         df = df.filter(pl.Series(keep))
         if df.height == 0:
             return 0
@@ -155,8 +163,8 @@ class GeoVerifyAggregator:
     # --- persistence (parquet, written atomically) ---------------------------------------------
 
     def save(self, folder: str | Path) -> None:
-        """Write ``agg_cells.parquet``, ``agg_conf.parquet``, ``agg_seen.parquet`` and ``agg_trunc.parquet``
-        under ``folder``."""
+        """Write ``agg_cells.parquet``, ``agg_conf.parquet``, ``agg_seen.parquet``, ``agg_trunc.parquet`` and
+        ``agg_failures.parquet`` (the parse-failure list of :meth:`parse_failures`) under ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         seen = pl.DataFrame({"key": sorted(self._seen)}, schema={"key": pl.Utf8})
@@ -166,7 +174,15 @@ class GeoVerifyAggregator:
              **{f: [getattr(c, f) for _k, c in items] for f in ("n", "n_truncated", "n_truncated_unparsed", "n_no_reason")}},
             schema=TRUNC_SCHEMA,
         )
-        for name, df in (("agg_cells", self.cells), ("agg_conf", self.conf), ("agg_seen", seen), ("agg_trunc", trunc)):
+        fails = [self.failures[k] for k in sorted(self.failures)]
+        failures = pl.DataFrame(
+            {"key": sorted(self.failures), "model": [f["model"] for f in fails],
+             "trial_id": [None if f["trial_id"] is None else str(f["trial_id"]) for f in fails],
+             "reason": [f["reason"] for f in fails]},
+            schema=FAIL_SCHEMA,
+        )
+        for name, df in (("agg_cells", self.cells), ("agg_conf", self.conf), ("agg_seen", seen), ("agg_trunc", trunc),
+                         ("agg_failures", failures)):
             with atomic_open(folder / f"{name}.parquet", "wb") as fh:  # a temporary file of its own
                 df.write_parquet(fh)
 
@@ -180,6 +196,9 @@ class GeoVerifyAggregator:
             agg.conf = pl.read_parquet(folder / "agg_conf.parquet")
             agg._seen = set(pl.read_parquet(folder / "agg_seen.parquet")["key"].to_list())
             agg.n_rows = len(agg._seen)
+        if (folder / "agg_failures.parquet").is_file():  # absent in state saved before the list was kept
+            for r in pl.read_parquet(folder / "agg_failures.parquet").iter_rows(named=True):
+                agg.failures[r["key"]] = {"model": r["model"], "trial_id": r["trial_id"], "reason": r["reason"]}
         if (folder / "agg_trunc.parquet").is_file():  # absent in state saved before cut-off answers were counted
             for r in pl.read_parquet(folder / "agg_trunc.parquet").iter_rows(named=True):
                 agg.truncation[(r["model"], r["arm"])] = TruncationCount(

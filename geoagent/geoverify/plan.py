@@ -117,6 +117,37 @@ def settings_of(cfg: Any) -> GeoVerifySettings:
     return sec if isinstance(sec, GeoVerifySettings) else GeoVerifySettings.model_validate(sec or {})
 
 
+#: slack (km) on a stored ``d_km`` near tau: tables store d_km rounded to 1e-4 km (0.1 m) while truth was
+#: labelled from the unrounded distance
+TAU_ROUNDING_KM = 1e-4
+
+
+def check_tolerance(trials: Iterable[VerifyTrial], tau_km: float, *, source: str = "the trial table") -> None:
+    """Raise ValueError when a main-arm trial's ``truth`` disagrees with Eq. 1 at the configured tolerance.
+
+    The prompt names ``tau_m`` (``[geoverify] tau_m``), while a trial table (the release's, or one a crawl
+    wrote) carries truth labels fixed when it was built (the release: tau = 150 m, Sec. 5.2). Asking "within
+    100 m?" about a candidate 136.8 m away labelled "yes" would score a correct "no" as a miss. Trials whose
+    ``d_km`` lies within :data:`TAU_ROUNDING_KM` of tau, or is missing, are not judged.
+
+    Raises
+    ------
+    ValueError
+        Naming the first disagreeing trial, how many disagree, and the setting.
+    """
+    bad = [t for t in trials
+           if t.arm == ARM_MAIN and t.d_km is not None and abs(t.d_km - tau_km) > TAU_ROUNDING_KM
+           and t.truth != ("yes" if t.d_km < tau_km else "no")]
+    if bad:
+        t = bad[0]
+        raise ValueError(
+            f"[geoverify] tau_m = {tau_km * 1000:g} m disagrees with the truth labels of {source}: {len(bad)} main-arm "
+            f"trial(s), e.g. {t.trial_id!r} at d_km = {t.d_km} km labelled {t.truth!r} (Eq. 1 at tau_m gives the "
+            f"other answer). The release's table is labelled at the paper's 150 m (tau_m = 150); for another "
+            f"tolerance set [geoverify] trials = \"build\" (tau_m is in metres)."
+        )
+
+
 def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool = True) -> CampaignPlan:
     """Plan every request message of a GeoVerify campaign (see module docstring).
 
@@ -132,6 +163,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     ------
     FileNotFoundError
         The release folder has no ``sites.csv``.
+    ValueError
+        With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`).
     geoagent.geoverify.prompt.TemplateError
         The configured prompt template is missing or lacks ``{candidate}``.
     """
@@ -160,6 +193,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         replay_trials, pairs, recorded = list(trials), set(), []
     else:
         lines = release.trial_lines
+        check_tolerance(release.trials, tau_km, source=str(release.trials_file or "the release's trial table"))
         trials, notes = unique_trials(release.trials, source=release.trials_file, lines=lines)
         replay_trials, pairs, recorded = release_replay_plan(release)
         # the same check on the replayed trials (the table's, in file order, then any rebuilt from raw records)

@@ -39,7 +39,9 @@ class GeoVerifySettings(BaseModel):
     prompt_template: str | None = None
     #: override of every model's ``max_output_tokens`` for this task (default: each model's own)
     max_output_tokens: int | None = Field(None, gt=0)
-    tau_m: float = Field(150.0, gt=0)
+    #: claim tolerance in metres (paper: 150); at least 1 m, so kilometres typed here (0.15) are refused
+    #: rather than rendered as "within 0 metres"
+    tau_m: float = Field(150.0, ge=1.0, description="claim tolerance tau in metres (Sec. 5.2: 150)")
     n_per_band: int | None = Field(2, ge=0)
     max_signal: int | None = Field(None, ge=0)
     n_control: int = Field(2, ge=0)

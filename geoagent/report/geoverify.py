@@ -284,7 +284,8 @@ def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
     if s is None:
         return ""
     return (f"Brackets: {100 * s.ci_level:.0f} % percentile intervals from {s.n_boot} bootstrap resamples of sites "
-            f"(seed {s.boot_seed}; the same site draws for every column).")
+            f"(seed {s.boot_seed}; the same site draws for every column); none for a value whose trials come from "
+            f"a single site (its resamples are all that site: no between-site spread to estimate).")
 
 
 def render_markdown(scores: Mapping[str, ModelScores]) -> str:

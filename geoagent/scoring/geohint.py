@@ -62,6 +62,12 @@ def is_hit(error_km: float | None, resolved_level: str | None, *, threshold_km: 
     """Hit (Sec. 4.2): ``error_km < threshold_km`` and resolution finer than city.
 
     A missing or non-finite error, and any city-level or failed resolution, is not a hit (censored).
+
+    Raises
+    ------
+    ValueError
+        A negative error (a distance never is; ``-0.5 < 1`` would otherwise score an impossible value as a
+        hit).
     """
     if error_km is None:
         return False
@@ -69,12 +75,23 @@ def is_hit(error_km: float | None, resolved_level: str | None, *, threshold_km: 
         e = float(error_km)
     except (TypeError, ValueError):
         return False
+    if e < 0:
+        raise ValueError(f"error_km is negative ({e!r} km): not a distance")
     return math.isfinite(e) and e < threshold_km and is_fine(resolved_level)
 
 
 def hits(error_km: np.ndarray, resolved_level: np.ndarray, *, threshold_km: float = HIT_THRESHOLD_KM) -> np.ndarray:
-    """Vectorised :func:`is_hit`: arrays of shape (n,) -> bool array of shape (n,). NaN error = no hit."""
+    """Vectorised :func:`is_hit`: arrays of shape (n,) -> bool array of shape (n,). NaN error = no hit.
+
+    Raises
+    ------
+    ValueError
+        A negative error (as :func:`is_hit`).
+    """
     e = np.asarray(error_km, dtype=float)
+    with np.errstate(invalid="ignore"):
+        if np.any(e < 0):
+            raise ValueError(f"error_km is negative at index {int(np.flatnonzero(e < 0)[0])}: not a distance")
     fine = np.array([is_fine(lv) for lv in np.asarray(resolved_level, dtype=object)], dtype=bool)
     with np.errstate(invalid="ignore"):
         return fine & np.isfinite(e) & (e < threshold_km)

@@ -37,7 +37,12 @@ Choices where the paper leaves room (each checked against the release's ``analys
   resampled sites; a site where a model has no trials contributes zero counts to that model). The
   interval is the percentile interval (``numpy.quantile``, linear interpolation) of the replicates
   where the statistic is defined (replicates with no trials for a rate, NaN, are dropped; the count of
-  kept replicates is ``ModelScores.ci_n``).
+  kept replicates is ``ModelScores.ci_n``). A statistic whose trials come from fewer than
+  :data:`CI_MIN_SITES` (2) sites gets no interval (absent from ``ci``): every resample of one site is that
+  site again, and the percentile "interval" would have zero width, claiming no uncertainty where the
+  between-site spread is not estimable (as the regression's cluster-robust SE is NaN with one cluster).
+  d' and c need 2 sites for H and for the band's F; ``delta_1``'s range needs them for H and every band
+  with trials.
 * interval of ``delta_1`` (ordinal): from the same replicates, each replicate's ``delta_1`` as a band index
   (0 = nearest band, ..., ``len(bands)`` = "none", beyond the farthest band; replicates where it is
   ``"undefined"`` are dropped); the range is the 2.5th and 97.5th percentiles of that index with
@@ -65,6 +70,8 @@ UNINFORMATIVE_NEAR_DPRIME = 2.0
 INFORMATIVE_NEAR_DPRIME = 0.5
 INFORMATIVE_FAR_DPRIME = 1.5
 DPRIME_USABLE = 1.0
+#: fewest sites a statistic's trials must come from for a bootstrap interval (module doc)
+CI_MIN_SITES = 2
 #: ``delta_1`` when it cannot be decided (no band reaches d' = 1 and some band's d' is undefined)
 DELTA_UNDEFINED = "undefined"
 #: read-out verdict when the d' it rests on cannot be computed (no, or too few, parsed answers)
@@ -267,11 +274,35 @@ def empty_conf() -> pl.DataFrame:
     )
 
 
+#: the verdicts a scored row may carry (None, a null, is a parse failure)
+VERDICTS = ("yes", "no")
+
+
+def check_verdicts(rows: pl.DataFrame) -> None:
+    """Raise ValueError naming the first row (trial id and model where present) whose ``verdict`` is neither
+    "yes", "no" nor null: such a row would be counted as neither a yes, a no nor a parse failure and so vanish
+    from every rate without a word."""
+    bad = rows.filter(pl.col("verdict").is_not_null() & ~pl.col("verdict").is_in(list(VERDICTS)))
+    if bad.height:
+        r = bad.row(0, named=True)
+        raise ValueError(
+            f"scored row trial_id={r.get('trial_id')!r} model={r.get('model')!r}: verdict {r['verdict']!r} is not "
+            f"'yes', 'no' or None (parse failure); {bad.height} such row(s) in this batch"
+        )
+
+
 def cells_from_rows(rows: pl.DataFrame) -> pl.DataFrame:
     """From-scratch cell table from scored rows (columns model, site, arm, band, truth, verdict; verdict
-    None = parse failure; without ``truth`` it is "yes" exactly for main-arm signal rows). Used by tests and as the reference the incremental aggregator must equal."""
+    None = parse failure; without ``truth`` it is "yes" exactly for main-arm signal rows). Used by tests and as the reference the incremental aggregator must equal.
+
+    Raises
+    ------
+    ValueError
+        A verdict other than "yes", "no" or None (:func:`check_verdicts`).
+    """
     if rows.height == 0:
         return empty_cells()
+    check_verdicts(rows)
     if "truth" not in rows.columns:
         rows = rows.with_columns(
             pl.when((pl.col("arm") == ARM_MAIN) & (pl.col("band") == BAND_SIGNAL))
@@ -351,6 +382,21 @@ def _matrix(
         yes[i, j] += r["n_yes"]
         n[i, j] += r["n_yes"] + r["n_no"]
     return sites, yes, n
+
+
+def _sites_per_statistic(n: np.ndarray, bands: list[str]) -> dict[str, int]:
+    """Number of sites whose parsed answers enter each statistic of :func:`_stat_vector` (same keys), from the
+    per-site count matrix ``n`` of shape (n_sites, 1 + len(bands) + 2); d' and c count the sites of the
+    scarcer of their two rates (H and the band's F)."""
+    has = n > 0
+    k = len(bands)
+    out = {"H": int(has[:, 0].sum()), "F": int(has[:, 1 : 1 + k].any(1).sum())}
+    for j, b in enumerate(bands):
+        out[f"F[{b}]"] = int(has[:, 1 + j].sum())
+        out[f"d'[{b}]"] = out[f"c[{b}]"] = min(out["H"], out[f"F[{b}]"])
+    for j, arm in enumerate((ARM_MISMATCH, ARM_BLANK)):
+        out[f"F[{arm}]"] = int(has[:, 1 + k + j].sum())
+    return out
 
 
 def readout(
@@ -464,11 +510,17 @@ def _score_one(
         by = yes[boot_idx].sum(1)  # (n_boot, cols)
         bn = n[boot_idx].sum(1)
         bs = _stat_vector(by, bn, bands)
+        site_cols = _sites_per_statistic(n, bands)
         for name, vals in bs.items():
+            if site_cols[name] < CI_MIN_SITES:
+                continue  # one site: every resample is that site again, a zero-width "interval" (module doc)
             interval, kept = percentile_interval(vals, ci_level)
             if interval is not None:
                 ci[name], ci_n[name] = interval, kept
-        if bands:
+        # delta_1 rests on H and every measured band's d'
+        delta_ok = site_cols["H"] >= CI_MIN_SITES and all(
+            site_cols[f"F[{b}]"] >= CI_MIN_SITES for b in bands if site_cols[f"F[{b}]"] > 0)
+        if bands and delta_ok:
             idx = discrimination_radius_index(np.stack([bs[f"d'[{b}]"] for b in bands], axis=-1))
             labels = [*bands, DELTA_NONE]
             irange, delta_ci_n = ordinal_interval(idx, ci_level)
