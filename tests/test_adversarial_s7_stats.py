@@ -245,19 +245,16 @@ def test_paired_tables_do_not_depend_on_the_order_results_arrive_in():
     assert outcomes == {(True, False)}
 
 
-# --- judgement calls (strict xfail) ---------------------------------------------------------------------
+# --- judgement calls, decided by the lead ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "judgement call: delta_1 = min{delta: d'(delta) >= 1} (Eq. 4). With the nearest band unmeasured (no decoy "
-    "trials) and the second band at d' >= 1, the code reports the second band (documented: undefined bands are "
-    "skipped), although the unmeasured nearer band might reach 1 too. The same module returns 'undefined' when "
-    "no band reaches 1 and some band is unmeasured, for that very reason; by that logic the answer here is also "
-    "undefined (or at most an upper bound). Left to the lead: changing it changes report text and tests."))
 def test_delta_1_is_undefined_when_a_nearer_band_is_unmeasured():
     d_second, _ = sdt.dprime_c(9, 10, 1, 10)  # hand: z(9.5/11) - z(1.5/11) = 1.096 + 1.097 > 1
     assert d_second >= 1
     assert sdt.discrimination_radius(["0.15-0.3km", "0.3-0.7km"], [math.nan, d_second]) == sdt.DELTA_UNDEFINED
+    # the vectorised form (bootstrap replicates) agrees: NaN = undefined; a defined nearer band keeps the index
+    idx = sdt.discrimination_radius_index([[math.nan, d_second], [0.2, d_second], [0.2, 0.5], [math.nan, 0.5]])
+    assert np.isnan(idx[0]) and idx[1] == 1 and idx[2] == 2 and np.isnan(idx[3])
 
 
 # --- attacks that held (kept as regression tests) -------------------------------------------------------

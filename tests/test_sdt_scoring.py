@@ -54,7 +54,9 @@ def test_median_from_counts_matches_numpy():
 def test_discrimination_radius():
     assert sdt.discrimination_radius(BANDS, [0.2, 0.9, 1.0, 2.0, 3.0]) == "0.7-1.5km"
     assert sdt.discrimination_radius(BANDS, [0.2, 0.9, 0.5, 0.1, 0.99]) is None
-    assert sdt.discrimination_radius(BANDS, [math.nan, 1.5, 0, 0, 0]) == "0.3-0.7km"
+    # an unmeasured nearer band leaves the minimum of Eq. 4 unidentified (the 0.3-0.7 km band is only an upper bound)
+    assert sdt.discrimination_radius(BANDS, [math.nan, 1.5, 0, 0, 0]) == sdt.DELTA_UNDEFINED
+    assert sdt.discrimination_radius(BANDS, [0.2, 1.5, math.nan, 0, 0]) == "0.3-0.7km"
 
 
 @pytest.mark.parametrize(
@@ -149,7 +151,9 @@ def test_zero_and_all_yes_bands_and_controls():
     assert s.controls["ctrl_mismatch"] == (4, 1, 0.25) and s.controls["ctrl_noimage"] == (2, 0, 0.0)
     assert s.n_parse_failures == 2
     assert s.readout.verdict == "invalid"  # mismatched F 25 % > 20 %
-    assert s.delta_1 == BANDS[-1]  # nearest band d' ~ 0, farthest ~ 2.2
+    # nearest band d' ~ 0, farthest ~ 2.2, but the three bands between are unmeasured and might reach 1
+    # first: the minimum of Eq. 4 is not identified
+    assert s.delta_1 == sdt.DELTA_UNDEFINED
 
 
 def _loop_bootstrap(sample_rows, idx, sites, model=None):

@@ -120,10 +120,11 @@ def rate(n_yes: float, n: float) -> float:
 def discrimination_radius(bands: list[str], dprimes: list[float], threshold: float = DPRIME_USABLE) -> str | None:
     """``delta_1`` (Eq. 4): label of the first band (nearest first) with ``d' >= threshold``.
 
-    Bands with an undefined d' (NaN: no trials) are skipped when a later band reaches the threshold.
-    When no band reaches it, the result is None ("none": no band reaches d' = 1) only if every band's
-    d' is defined; if some band is undefined (no signal trials, or a band without noise trials) the
-    result is :data:`DELTA_UNDEFINED`, since an unmeasured band might reach the threshold.
+    Eq. 4 takes the minimum over the measured curve, so an unmeasured band (d' NaN: no signal trials, or
+    a band without noise trials) leaves it unidentified wherever that band could be the minimum: the
+    result is :data:`DELTA_UNDEFINED` when an undefined band lies nearer than the first band reaching the
+    threshold (it might reach it too; the farther band is only an upper bound), and when no band reaches
+    it while some band is undefined. None ("none": no band reaches d' = 1) needs every band defined.
     """
     any_undefined = False
     for b, d in zip(bands, dprimes):
@@ -131,7 +132,7 @@ def discrimination_radius(bands: list[str], dprimes: list[float], threshold: flo
             any_undefined = True
             continue
         if d >= threshold:
-            return b
+            return DELTA_UNDEFINED if any_undefined else b
     return DELTA_UNDEFINED if any_undefined or not bands else None
 
 
@@ -151,7 +152,8 @@ def discrimination_radius_index(dprimes: Any, threshold: float = DPRIME_USABLE) 
     -------
     numpy.ndarray of shape (n,), float
         Index of the first band with ``d' >= threshold``; ``k`` ("none") when no band reaches it and every
-        band is defined; NaN ("undefined") when no band reaches it and some band is undefined, or k == 0.
+        band is defined; NaN ("undefined") when a band nearer than the first one reaching it is undefined,
+        when no band reaches it and some band is undefined, or when k == 0.
     """
     d = np.asarray(dprimes, dtype=float)
     if d.ndim != 2:
@@ -161,7 +163,9 @@ def discrimination_radius_index(dprimes: Any, threshold: float = DPRIME_USABLE) 
         return np.full(n, np.nan)
     reach = np.nan_to_num(d, nan=-np.inf) >= threshold
     first = np.where(reach.any(1), reach.argmax(1), k).astype(float)
-    first[(first == k) & np.isnan(d).any(1)] = np.nan
+    # an undefined band at or before the first reaching one (or anywhere, for "none") leaves delta_1 unidentified
+    undefined_before = (np.cumsum(np.isnan(d), axis=1) > 0)[np.arange(n), np.minimum(first, k - 1).astype(int)]
+    first[undefined_before | ((first == k) & np.isnan(d).any(1))] = np.nan
     return first
 
 
