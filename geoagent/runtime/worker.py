@@ -76,7 +76,9 @@ are cleared, the stage resumes normal leasing, and ``host H reachable again; sta
 (the HTTP layer reset the host's streak itself when it answered). If the probe fails unreachable, it is
 released untouched (no attempt counted) and the breaker re-opens with the cool-down doubled, up to
 ``probe_max_s`` (:data:`PROBE_MAX_S`). Meanwhile :meth:`StageStats.as_dict` gives each waiting host its
-``next_probe_in_s`` (the progress stream and ``status`` say "waiting for host H (next probe in N s)").
+``next_probe_in_s`` and ``next_probe_at`` (Unix time) and ``since`` (when the breaker opened); the progress
+stream and ``status`` say "S: waiting for host H (next probe in N s, at T; unreachable since T0: ...; K task(s)
+queued on E)" while it waits, and nothing once it closed.
 In a ``cancel_on_stop`` stage the tasks in flight when the breaker opens are cancelled and released
 untouched one by one (the stage itself keeps running).
 """
@@ -119,6 +121,8 @@ class StageStats:
     unreachable: dict[str, tuple[int, str]] = field(default_factory=dict)
     #: watch mode, breaker open: ``time.monotonic()`` of the next half-open probe (None otherwise)
     next_probe_at: float | None = None
+    #: hosts whose unreachable breaker is open -> when it opened (Unix time, s; for ``status``)
+    unreachable_since: dict[str, float] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
     finished: bool = False
     budget_stopped: bool = False
@@ -153,13 +157,17 @@ class StageStats:
             "finished": self.finished,
             "budget_stopped": self.budget_stopped,
             "last_errors": list(self.last_errors),
-            "unreachable": {h: self._unreachable_info(n, last) for h, (n, last) in self.unreachable.items()},
+            "unreachable": {h: self._unreachable_info(h, n, last) for h, (n, last) in self.unreachable.items()},
         }
 
-    def _unreachable_info(self, n: int, last: str) -> dict[str, Any]:
+    def _unreachable_info(self, host: str, n: int, last: str) -> dict[str, Any]:
         info: dict[str, Any] = {"requests": n, "last": last}
+        if host in self.unreachable_since:
+            info["since"] = round(self.unreachable_since[host], 3)  # Unix time, s
         if self.next_probe_at is not None and not self.finished:  # watch mode: waiting for the host
-            info["next_probe_in_s"] = round(max(0.0, self.next_probe_at - time.monotonic()), 1)
+            left = self.next_probe_at - time.monotonic()
+            info["next_probe_in_s"] = round(max(0.0, left), 1)
+            info["next_probe_at"] = round(time.time() + left, 3)  # Unix time, s (read by another process)
         return info
 
 
@@ -476,6 +484,7 @@ class StageRunner:
             host = str(hx.host)
             last = str(getattr(hx, "last", "") or "")
             self.stats.unreachable[host] = (int(getattr(hx, "streak", 0) or 0), last)
+            self.stats.unreachable_since.setdefault(host, time.time())
             self._cooldown_s = min(self.probe_max_s, self._cooldown_s * 2)
             self.stats.next_probe_at = time.monotonic() + self._cooldown_s
             log.warning("stage %s: host %s still unreachable (%s); next probe in %g s", self.stage.name, host,
@@ -486,6 +495,7 @@ class StageRunner:
             log.warning("stage %s: host %s reachable again; stage %s resumed", self.stage.name, host,
                         self.stage.name)
         self.stats.unreachable.clear()
+        self.stats.unreachable_since.clear()
         self.stats.blocked = False
         self.stats.next_probe_at = None
         self._cooldown_s = self.probe_after_s
@@ -692,6 +702,7 @@ class StageRunner:
                             unreachable_cause(last), self.unreachable_after)
             return False
         self.stats.unreachable[host] = (streak, last)
+        self.stats.unreachable_since.setdefault(host, time.time())
         self.stats.blocked = True
         if getattr(self.stage, "cancel_on_stop", False):
             # free lookups: stop the ones in flight now (released untouched); in watch mode one by one, the
