@@ -15,7 +15,8 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
                  Mapillary, Wikidata, ...)
     [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s, watch_probe_after_s,
                  watch_probe_max_s (s; ``run --watch``: how long a stage waits for an unreachable host before
-                 probing it again, doubling up to the max)
+                 probing it again, doubling up to the max), task_timeout_s (s; the most one task may be
+                 handled before it is cancelled and retried; unset: derived from the HTTP policies)
     [geoverify], [geohint], [crawl], [generic]   task sections: free tables until a task module registers a pydantic
                  model for them with :func:`register_section`; then they are validated like the rest.
 
@@ -396,6 +397,10 @@ class QueueSection(_Section):
     #: again, doubling after each failed probe up to ``watch_probe_max_s`` (geoagent.runtime.worker)
     watch_probe_after_s: float = Field(default=C.DEFAULT_WATCH_PROBE_AFTER_S, ge=0)
     watch_probe_max_s: float = Field(default=C.DEFAULT_WATCH_PROBE_MAX_S, ge=0)
+    #: the most seconds one task may be handled (a request that never returns) before it is cancelled and
+    #: retried (nacked with its reason); unset: each stage's own, else 4 x the longest one request may take
+    #: under the slowest HTTP policy, at least 1800 s (geoagent.runtime.worker, "Task ceiling")
+    task_timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _probe_max_not_below_after(self) -> "QueueSection":

@@ -769,7 +769,8 @@ async def _run(
             handle_signals=handle_signals,
             runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True,
                             "probe_after_s": cfg.queue.watch_probe_after_s,
-                            "probe_max_s": cfg.queue.watch_probe_max_s},
+                            "probe_max_s": cfg.queue.watch_probe_max_s,
+                            "task_timeout_s": cfg.queue.task_timeout_s},
         )
         counts = await view.counts()
         campaign_drained = not any(c.ready or c.leased for c in counts.values())

@@ -14,6 +14,7 @@ original words ("retries exhausted after 2 attempts", which counts HTTP attempts
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -179,22 +180,34 @@ def format_usd(x: float | None) -> str:
     return f"-${-amount:,.4f}" if amount < 0 else f"${amount:,.4f}"
 
 
-def stop_reason(progress: dict[str, Any]) -> str | None:
-    """What stopped (some) dispatching, from a progress record, or None.
+def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: bool | None = None) -> str | None:
+    """What stopped (some) dispatching, or what it waits for, from a progress record, or None.
 
     ``"budget exhausted"`` when the cost cap stopped the run; ``"authentication failed (see last error):
     ..."`` when a model's authentication breaker holds its tasks (a stage holds tasks, ``held`` > 0, and its
     last errors say why; the other models' tasks go on); ``"<stage>: host <host> unreachable (...); its tasks
     left queued"`` for a stage stopped by its unreachable-host breaker (:mod:`geoagent.runtime.worker`);
-    ``"<stage>: waiting for host <host> (next probe in N s; ...)"`` while a watch-mode stage waits for it;
-    ``"a model's host unreachable (see last error): ..."`` when the model caller holds the tasks of a model
-    whose host could not be reached (:mod:`geoagent.workers.model_caller`, "Unreachable-host breaker");
-    all that happened, joined by ``"; "``.
+    ``"<stage>: waiting for host <host> (next probe in N s, at HH:MM:SS UTC; unreachable since <T> UTC: <cause>;
+    K task(s) queued on <edge>)"`` while a watch-mode stage waits for it; ``"model_caller: model <M> waiting for
+    host <host> (next probe in N s, at ...; unreachable since <T> UTC: <cause>; K task(s) held)"`` for each model
+    whose host the model caller waits for in watch mode (the record's ``host_waits``,
+    :meth:`geoagent.workers.model_caller.HostBreaker.waiting`); otherwise ``"a model's host unreachable (see last
+    error): ..."`` when the model caller holds the tasks of a model whose host could not be reached
+    (:mod:`geoagent.workers.model_caller`, "Unreachable-host breaker"); all that happened, joined by ``"; "``.
+
+    ``now`` (Unix time, s; default: the clock now) is what the next probe's time is counted from: ``status``
+    reads a record another process wrote up to a tick ago. ``running`` False (no process holds the campaign's
+    ``run.lock``: the run was killed before its last record) words a wait as over: ``host H unreachable since
+    T ... when the run stopped``.
     """
+    now = time.time() if now is None else float(now)
+    waiting = running is not False and not progress.get("finished")
     stages = progress.get("stages", [])
     errors = [e for sd in stages for e in sd.get("last_errors", [])]
+    host_waits = [(sd, w) for sd in stages for w in (sd.get("host_waits") or []) if isinstance(w, dict)]
     auth = any(sd.get("held") for sd in stages) and any("authentication failed" in e for e in errors)
-    model_host = any(sd.get("held") for sd in stages) and any(e.startswith("HostStop: ") for e in errors)
+    model_host = (any(sd.get("held") for sd in stages) and any(e.startswith("HostStop: ") for e in errors)
+                  and not host_waits)
     reasons = []
     if progress.get("budget_stopped"):
         reasons.append("budget exhausted")
@@ -206,19 +219,44 @@ def stop_reason(progress: dict[str, Any]) -> str | None:
         reasons.append("a model's host unreachable (see last error): " + (
             "that model's tasks were left queued, re-run to resume" if progress.get("finished")
             else "that model's tasks are held, the other models' go on"))
+    for sd, w in host_waits:
+        since = f"since {_utc(w.get('since'))}: {w.get('cause') or 'unreachable'}"
+        if waiting:
+            reasons.append(f"{sd.get('stage')}: model {w.get('model')} waiting for host {w.get('host')} "
+                           f"({_next_probe(w, now)}; unreachable {since}; {int(w.get('held') or 0)} task(s) held)")
+        else:
+            reasons.append(f"{sd.get('stage')}: model {w.get('model')}: host {w.get('host')} unreachable {since}, when "
+                           "the run stopped; re-run to resume (its held tasks are redelivered)")
+    queues = progress.get("queues") or {}
     for sd in stages:
         for host, info in (sd.get("unreachable") or {}).items():
             info = info if isinstance(info, dict) else {}
-            if info.get("next_probe_in_s") is not None:  # watch mode: the stage waits for the host (half-open)
-                reasons.append(f"{sd.get('stage')}: waiting for host {host} (next probe in "
-                               f"{float(info['next_probe_in_s']):.0f} s; unreachable: "
-                               f"{unreachable_cause(str(info.get('last', '')))} on {info.get('requests', '?')} "
-                               "consecutive requests)")
+            cause = (f"{unreachable_cause(str(info.get('last', '')))} on {info.get('requests', '?')} consecutive "
+                     "requests")
+            if waiting and info.get("next_probe_in_s") is not None:  # watch mode: the stage waits (half-open)
+                edge = sd.get("input_edge")
+                q = queues.get(edge) if edge else None
+                queued = (f"; {int(q.get('ready', 0)) + int(q.get('leased', 0))} task(s) queued on {edge}"
+                          if isinstance(q, dict) else "")
+                since = f" since {_utc(info['since'])}" if info.get("since") is not None else ""
+                reasons.append(f"{sd.get('stage')}: waiting for host {host} ({_next_probe(info, now)}; unreachable"
+                               f"{since}: {cause}{queued})")
                 continue
-            reasons.append(f"{sd.get('stage')}: host {host} unreachable ({unreachable_cause(str(info.get('last', '')))} "
-                           f"on {info.get('requests', '?')} consecutive requests); its tasks left queued, re-run "
+            reasons.append(f"{sd.get('stage')}: host {host} unreachable ({cause}); its tasks left queued, re-run "
                            "to resume")
     return "; ".join(reasons) or None
+
+
+def _next_probe(info: dict[str, Any], now: float) -> str:
+    """``next probe in 12 s, at 05:40:31 UTC`` from a wait's ``next_probe_at`` (Unix time, s) counted from
+    ``now``; ``next probe in 0 s (a probe is in flight)`` while one is; a record without ``next_probe_at`` (an
+    older run's) gives its ``next_probe_in_s`` as written."""
+    if info.get("probing"):
+        return "next probe in 0 s (a probe is in flight)"
+    at = info.get("next_probe_at")
+    if isinstance(at, (int, float)):
+        return f"next probe in {max(0.0, float(at) - now):.0f} s, at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC"
+    return f"next probe in {float(info.get('next_probe_in_s') or 0.0):.0f} s"
 
 
 def is_complete(queues: dict[str, QueueCounts]) -> bool:
@@ -275,7 +313,7 @@ def format_status(st: dict[str, Any]) -> str:
             # each distinct once
             for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
                 lines.append(f"      last error: {err}")
-        reason = stop_reason(p)
+        reason = stop_reason(p, now=time.time(), running=running)
         if reason:
             lines.append(f"  {reason}")
         lines.extend(coverage_lines(p.get("planned_by_model") or {}, st.get("answered_by_model") or {},
@@ -337,8 +375,6 @@ def describe_answers(answers: dict[str, int], notes: dict[str, str] | None = Non
 
 def _utc(t: Any) -> str:
     """A progress record's ``t`` (Unix s) as ``2026-11-30 17:05:12 UTC``; ``?`` when absent."""
-    import time
-
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(t))) if isinstance(t, (int, float)) else "?"
 
 

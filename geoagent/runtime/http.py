@@ -745,6 +745,12 @@ class HttpClient:
         name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
         return self._policies.get(name, self._default)
 
+    def policies(self) -> list[HostPolicy]:
+        """Every policy this client knows now: the default one, then each host's (set at construction or with
+        :meth:`set_policy`); for bounds derived from them (the stage runner's task ceiling,
+        :func:`geoagent.runtime.worker.default_task_timeout_s`)."""
+        return [self._default, *self._policies.values()]
+
     def set_policy(self, host: str, policy: HostPolicy) -> None:
         """Set the policy of ``host`` (``"hostname:port"`` or ``"hostname"``); applies to live limiters too.
 

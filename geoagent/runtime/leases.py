@@ -10,11 +10,20 @@ lease of every task the runner has leased and not yet settled (:meth:`WorkQueue.
 visibility timeout. A crashed process renews nothing, so its tasks still come back one visibility timeout
 later. Held tasks (:mod:`geoagent.runtime.worker`, "Held tasks") are settled as far as the keeper goes: their
 leases expire as designed. A backend without ``extend`` (it returns None) is simply not renewed.
+
+Renewal has a ceiling: a task hanging in :meth:`Stage.handle` (a call that never returns) must not keep its
+lease for the life of the process (days under ``run --watch``). When a worker starts handling a task the runner
+sets its deadline (:meth:`LeaseKeeper.limit`: the stage's task ceiling, ``[queue] task_timeout_s``;
+:mod:`geoagent.runtime.worker`, "Task ceiling"); the runner cancels the task at that moment and gives it back
+(nacked with its reason), and the keeper renews its lease no more after it, so even a handler that ignores the
+cancellation loses the task one visibility timeout later, like a crashed worker's (logged once per task).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Iterable
 
 import anyio
@@ -44,18 +53,28 @@ class LeaseKeeper:
         self.queue = queue
         self.visibility_timeout_s = float(visibility_timeout_s)
         self._live: dict[str, Task] = {}
+        #: task key -> ``time.monotonic()`` after which its lease is renewed no more (module docstring)
+        self._until: dict[str, float] = {}
         self.renewals = 0  # leases renewed (for tests and diagnostics)
+        self.given_up = 0  # leases no longer renewed because their task passed its ceiling
 
     def add(self, tasks: Iterable[Task]) -> None:
-        """Tasks just leased: keep their leases until :meth:`drop`."""
+        """Tasks just leased: keep their leases until :meth:`drop` (or the deadline :meth:`limit` sets)."""
         for t in tasks:
             self._live[t.key] = t
+
+    def limit(self, task: Task, until: float) -> None:
+        """Renew ``task``'s lease no more after ``until`` (``time.monotonic()`` seconds; ``math.inf``: no limit):
+        its ceiling, set when a worker starts handling it (module docstring)."""
+        if (cur := self._live.get(task.key)) is not None and cur.lease_id == task.lease_id and until < math.inf:
+            self._until[task.key] = until
 
     def drop(self, tasks: Iterable[Task]) -> None:
         """Tasks settled (handled: outputs pending commit, failed, held or released): stop renewing them."""
         for t in tasks:
             if (cur := self._live.get(t.key)) is not None and cur.lease_id == t.lease_id:
                 del self._live[t.key]
+                self._until.pop(t.key, None)
 
     async def run(self) -> None:
         """Renew every ``visibility_timeout_s / 3`` seconds until cancelled (the runner's task group)."""
@@ -66,6 +85,14 @@ class LeaseKeeper:
 
     async def renew(self) -> bool:
         """Renew the live leases once; False when the queue cannot extend leases (nothing more to do)."""
+        if self._until:
+            now = time.monotonic()
+            over = [self._live[k] for k, until in self._until.items() if until <= now and k in self._live]
+            for t in over:
+                log.warning("task %s on %s: still being handled past its ceiling; its lease is renewed no more and "
+                            "expires within %g s", t.key, getattr(self.queue, "name", "?"), self.visibility_timeout_s)
+            self.given_up += len(over)
+            self.drop(over)
         tasks = list(self._live.values())
         if not tasks:
             return True

@@ -15,12 +15,22 @@ upstream, not only what is queued for it now; the stages of other processes are 
 (each writes its own records to the stream; ``eta_scope`` lists the stages a record's ETA covers, or is
 null when it covers the whole pipeline).
 
+Each stage record also names its ``input_edge``, and, while a stage waits for something in watch mode, says
+so: the stage runner's own unreachable-host breaker gives each waiting host's ``since`` and ``next_probe_at``
+(Unix time, s) under ``unreachable`` (:class:`geoagent.runtime.worker.StageStats`), and a stage with a
+``host_waits()`` hook (the model caller: each model whose host it waits for,
+:meth:`geoagent.workers.model_caller.HostBreaker.waiting`) adds its list as ``host_waits``; the final record
+(``finished``) has none. ``status`` (:func:`geoagent.status.stop_reason`) and the live display word them as
+``waiting for host H (next probe in N s, at ...; unreachable since T: ...; K task(s) held / queued on E)``. They
+are read once per tick, never on a task's path.
+
 The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
 is not a TTY, so logs and CI output stay clean.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +46,8 @@ from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.worker import eta_s
 
 SpendFn = Callable[[], dict[str, Any]]
+
+log = logging.getLogger(__name__)
 
 
 class Progress:
@@ -91,7 +103,15 @@ class Progress:
 
     async def snapshot(self, run: PipelineRun) -> dict[str, Any]:
         counts = await run.counts()
-        stages = [s.as_dict() for s in run.stats()]
+        finished = run.finished_at is not None
+        stages = []
+        for r in run.runners:
+            sd = r.stats.as_dict()
+            sd["input_edge"] = r.stage.input_edge  # status: how many tasks wait queued for a waiting stage
+            waits = stage_host_waits(r.stage) if not finished else []
+            if waits:
+                sd["host_waits"] = waits
+            stages.append(sd)
         rates = {r.stage.name: r.stats.rate_per_s() for r in run.runners}
         topology = self.pipeline or [(r.stage.name, r.stage.input_edge, r.stage.output_edge) for r in run.runners]
         eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
@@ -109,7 +129,7 @@ class Progress:
             "http": self.http() if self.http else None,
             "host_labels": self.host_labels or None,
             "budget_stopped": run.budget_stopped,
-            "finished": run.finished_at is not None,
+            "finished": finished,
             **({"planned_by_model": self.planned_by_model} if self.planned_by_model else {}),
         }
 
@@ -143,6 +163,20 @@ class Progress:
         if final:
             self._live.stop()
             self._live = None
+
+
+def stage_host_waits(stage: Any) -> list[dict[str, Any]]:
+    """What a stage waits for, from its optional ``host_waits()`` hook (the model caller in watch mode: each
+    model whose host is unreachable, :meth:`geoagent.workers.model_caller.HostBreaker.waiting`); ``[]`` for a
+    stage without one, or when the hook fails (logged: a display must never stop a run)."""
+    hook = getattr(stage, "host_waits", None)
+    if not callable(hook):
+        return []
+    try:
+        return list(hook() or [])
+    except Exception:  # noqa: BLE001 - the progress stream goes on without it
+        log.exception("stage %s: host_waits failed", getattr(stage, "name", "?"))
+        return []
 
 
 def pipeline_eta(

@@ -85,6 +85,10 @@ class Stage(abc.ABC):
     #: True: the runner hands waiting tasks (up to ``lease_batch``) to :meth:`handle_batch` at once
     batched: bool = False
     visibility_timeout_s: float = 300.0
+    #: the most seconds one task (or batch) may be handled before the runner cancels it and nacks it with its
+    #: reason; None: the campaign's ``[queue] task_timeout_s``, else derived from the HTTP policies
+    #: (:mod:`geoagent.runtime.worker`, "Task ceiling"). A campaign's ``[queue] task_timeout_s`` overrides it
+    task_timeout_s: float | None = None
     #: True: a stop request cancels this stage's in-flight tasks at once (released untouched, no attempt
     #: counted) instead of giving them the runner's grace period. Only for stages whose work in flight costs
     #: nothing when repeated and leaves nothing half done (free HTTP lookups, e.g. the geocoder); never for a

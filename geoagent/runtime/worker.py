@@ -78,7 +78,9 @@ are cleared, the stage resumes normal leasing, and ``host H reachable again; sta
 (the HTTP layer reset the host's streak itself when it answered). If the probe fails unreachable, it is
 released untouched (no attempt counted) and the breaker re-opens with the cool-down doubled, up to
 ``probe_max_s`` (:data:`PROBE_MAX_S`). Meanwhile :meth:`StageStats.as_dict` gives each waiting host its
-``next_probe_in_s`` (the progress stream and ``status`` say "waiting for host H (next probe in N s)").
+``next_probe_in_s`` and ``next_probe_at`` (Unix time) and ``since`` (when the breaker opened); the progress
+stream and ``status`` say "S: waiting for host H (next probe in N s, at T; unreachable since T0: ...; K task(s)
+queued on E)" while it waits, and nothing once it closed.
 In a ``cancel_on_stop`` stage the tasks in flight when the breaker opens are cancelled and released
 untouched one by one (the stage itself keeps running).
 
@@ -101,6 +103,23 @@ them (before a half-open probe, after held tasks are resumed, and when the stage
 streak that already opened the breaker are refunded at once. A task whose own requests fail unreachable while
 its host answers other tasks in between never forms a streak long enough to open the breaker: it is nacked and
 dead-lettered after ``max_attempts`` as before.
+
+Task ceiling
+------------
+A task may not stay in :meth:`Stage.handle` (or a batch in :meth:`Stage.handle_batch`) for ever: a call that never
+returns would otherwise keep its renewed lease for the life of the process. Each stage has a ceiling, in seconds
+(``task_timeout_s``): the runner's option (the campaign's ``[queue] task_timeout_s`` when set), else the stage's own
+class attribute :attr:`Stage.task_timeout_s`, else :func:`default_task_timeout_s` of the HTTP policies the shared
+client knows once the stage started (:data:`TASK_TIMEOUT_FACTOR` times the longest one request can take with every
+retry and backoff, at least :data:`TASK_TIMEOUT_MIN_S`). When a task has been handled that long it is cancelled and
+nacked with :class:`TaskTimeout` (``stage S: task K still running after N s, its ceiling ([queue]
+task_timeout_s): cancelled``; an attempt counted, retried after the queue's backoff, dead-lettered with that reason
+after ``max_attempts``), and a warning is logged. Its lease is renewed no more after the ceiling either
+(:meth:`LeaseKeeper.limit`), so a handler that ignores the cancellation loses the task one visibility timeout
+later, as a crashed worker would. What a cancelled task leaves is the stage's usual cancellation handling (the model
+caller: a request already sent is unknown-outcome spend, one not yet sent is released). A half-open probe that
+times out gives no verdict on its host. The ceiling counts from the moment a worker starts the task, not from its
+lease (a task leased ahead waits for a free slot first).
 """
 
 from __future__ import annotations
@@ -145,6 +164,8 @@ class StageStats:
     revived: int = 0
     #: watch mode, breaker open: ``time.monotonic()`` of the next half-open probe (None otherwise)
     next_probe_at: float | None = None
+    #: hosts whose unreachable breaker is open -> when it opened (Unix time, s; for ``status``)
+    unreachable_since: dict[str, float] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
     finished: bool = False
     budget_stopped: bool = False
@@ -179,18 +200,53 @@ class StageStats:
             "finished": self.finished,
             "budget_stopped": self.budget_stopped,
             "last_errors": list(self.last_errors),
-            "unreachable": {h: self._unreachable_info(n, last) for h, (n, last) in self.unreachable.items()},
+            "unreachable": {h: self._unreachable_info(h, n, last) for h, (n, last) in self.unreachable.items()},
         }
 
-    def _unreachable_info(self, n: int, last: str) -> dict[str, Any]:
+    def _unreachable_info(self, host: str, n: int, last: str) -> dict[str, Any]:
         info: dict[str, Any] = {"requests": n, "last": last}
+        if host in self.unreachable_since:
+            info["since"] = round(self.unreachable_since[host], 3)  # Unix time, s
         if self.next_probe_at is not None and not self.finished:  # watch mode: waiting for the host
-            info["next_probe_in_s"] = round(max(0.0, self.next_probe_at - time.monotonic()), 1)
+            left = self.next_probe_at - time.monotonic()
+            info["next_probe_in_s"] = round(max(0.0, left), 1)
+            info["next_probe_at"] = round(time.time() + left, 3)  # Unix time, s (read by another process)
         return info
 
 
 #: requests in a row to one host that failed unreachable before a stage runner stops (module docstring)
 UNREACHABLE_AFTER = 5
+#: the derived task ceiling is at least this many seconds (module docstring, "Task ceiling")
+TASK_TIMEOUT_MIN_S = 1800.0
+#: ... and this many times the longest one request may take under the slowest known host policy
+TASK_TIMEOUT_FACTOR = 4.0
+
+
+class TaskTimeout(RuntimeError):
+    """A task was still being handled when its stage's ceiling passed (module docstring, "Task ceiling"): it was
+    cancelled and is nacked (retried later) with this reason."""
+
+
+def request_worst_s(policy: Any) -> float:
+    """The longest one request may take under a host policy, seconds: ``max_attempts`` attempts of up to
+    ``timeout_s`` each, with the longest backoff (``backoff_max_s``, which also caps the ``Retry-After`` pause the
+    HTTP layer waits out) between them (:class:`geoagent.runtime.http.HostPolicy`). Waits for the host's rate and
+    concurrency slots are not bounded by the policy and not counted."""
+    attempts = max(1, int(policy.max_attempts))
+    return attempts * float(policy.timeout_s) + (attempts - 1) * float(policy.backoff_max_s)
+
+
+def default_task_timeout_s(policies: Any = ()) -> float:
+    """The task ceiling a stage gets when neither the campaign (``[queue] task_timeout_s``) nor the stage sets
+    one, seconds: :data:`TASK_TIMEOUT_FACTOR` times :func:`request_worst_s` of the slowest of ``policies`` (and of
+    the HTTP layer's default policy), at least :data:`TASK_TIMEOUT_MIN_S`. The default policy (5 attempts of up to
+    120 s, backoff up to 30 s) gives 4 x 720 = 2880 s; the public Overpass policy (4 x 60 s, backoff up to 120 s)
+    4 x 600 = 2400 s. Generous on purpose: a task that reaches it is taken to hang, and is cancelled and retried.
+    """
+    from geoagent.runtime.http import HostPolicy
+
+    worst = max(request_worst_s(p) for p in [HostPolicy(), *policies])
+    return max(TASK_TIMEOUT_MIN_S, TASK_TIMEOUT_FACTOR * worst)
 #: watch mode: seconds after the unreachable breaker opened before the first half-open probe (module docstring)
 PROBE_AFTER_S = C.DEFAULT_WATCH_PROBE_AFTER_S
 #: watch mode: the cool-down doubles after each failed probe up to this many seconds
@@ -285,6 +341,10 @@ class StageRunner:
         Watch mode only (``burst=False``): seconds the open breaker waits before its first half-open probe,
         and the most it waits after failed probes (doubling from ``probe_after_s``); defaults
         :data:`PROBE_AFTER_S`, :data:`PROBE_MAX_S` (module docstring, "Unreachable hosts").
+    task_timeout_s : float or None
+        The most seconds one task may be handled before it is cancelled and nacked (module docstring, "Task
+        ceiling"); None: the stage's :attr:`Stage.task_timeout_s`, else :func:`default_task_timeout_s` of the
+        policies of the context's ``http`` client, fixed when the stage has started (:attr:`task_timeout_s`).
     """
 
     def __init__(
@@ -306,7 +366,12 @@ class StageRunner:
         unreachable_after: int = UNREACHABLE_AFTER,
         probe_after_s: float = PROBE_AFTER_S,
         probe_max_s: float = PROBE_MAX_S,
+        task_timeout_s: float | None = None,
     ) -> None:
+        if task_timeout_s is not None and not task_timeout_s > 0:
+            raise ValueError(f"task_timeout_s must be > 0 (seconds) or None, got {task_timeout_s!r}")
+        #: the task ceiling in seconds (module docstring, "Task ceiling"); resolved at run() when not given
+        self.task_timeout_s: float | None = task_timeout_s
         if unreachable_after < 1:
             raise ValueError(f"unreachable_after must be >= 1, got {unreachable_after!r}")
         if not (probe_after_s >= 0 and probe_max_s >= probe_after_s):
@@ -387,6 +452,7 @@ class StageRunner:
         if mode is not None:
             mode(watch=not self.burst, probe_after_s=self.probe_after_s, probe_max_s=self.probe_max_s)
         await self.stage.start(self.ctx)
+        self.task_timeout_s = self._task_ceiling()
         batched = bool(getattr(self.stage, "batched", False))
         # sized after start(): a stage may set its concurrency from the config there
         n_workers = min(2, max(1, self.stage.concurrency)) if batched else max(1, self.stage.concurrency)
@@ -427,6 +493,37 @@ class StageRunner:
                 self.stats.budget_stopped = self._budget.is_set()
                 self.finished.set()
         return self.stats
+
+    def _task_ceiling(self) -> float:
+        """This stage's task ceiling, seconds (module docstring, "Task ceiling"): the runner's option, else the
+        stage's own, else derived from the HTTP policies the shared client knows now (after the stage started)."""
+        if self.task_timeout_s is not None:
+            return float(self.task_timeout_s)
+        own = getattr(self.stage, "task_timeout_s", None)
+        if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
+            return float(own)
+        known = getattr(self.ctx.services.get("http"), "policies", None)
+        try:
+            policies = list(known()) if callable(known) else []
+        except Exception:  # noqa: BLE001 - fall back to the HTTP layer's default policy
+            policies = []
+        return default_task_timeout_s(policies)
+
+    def _timeout(self, task: Task) -> TaskTimeout:
+        seconds = float(self.task_timeout_s or 0.0)
+        log.warning("stage %s: task %s still running after %g s, its ceiling ([queue] task_timeout_s): cancelled, "
+                    "given back to the queue", self.stage.name, task.key, seconds)
+        return TaskTimeout(f"stage {self.stage.name}: task {task.key} still running after {seconds:g} s, its ceiling "
+                           "([queue] task_timeout_s): cancelled")
+
+    def _limit_leases(self, tasks: list[Task]) -> float:
+        """Start the ceiling of ``tasks`` (being handled from now on): their leases are renewed no longer than it
+        (:meth:`LeaseKeeper.limit`); returns the ceiling in seconds."""
+        ceiling = float(self.task_timeout_s or math.inf)
+        until = time.monotonic() + ceiling
+        for t in tasks:
+            self._leases.limit(t, until)
+        return ceiling
 
     async def _grace_watch(self, work_scope: anyio.CancelScope) -> None:
         """After a stop request, give in-flight tasks ``grace_s`` seconds (none for a stage with
@@ -517,13 +614,14 @@ class StageRunner:
         if self._probe is None or task is not self._probe:
             return False
         self._probe = None
-        if isinstance(exc, Abandoned):
+        if isinstance(exc, (Abandoned, TaskTimeout)):  # stopped, or cut by its ceiling: no verdict on the host
             return False
         hx = _unreachable_error(exc) if exc is not None else None
         if hx is not None:
             host = str(hx.host)
             last = str(getattr(hx, "last", "") or "")
             self.stats.unreachable[host] = (int(getattr(hx, "streak", 0) or 0), last)
+            self.stats.unreachable_since.setdefault(host, time.time())
             self._cooldown_s = min(self.probe_max_s, self._cooldown_s * 2)
             self.stats.next_probe_at = time.monotonic() + self._cooldown_s
             log.warning("stage %s: host %s still unreachable (%s); next probe in %g s", self.stage.name, host,
@@ -534,6 +632,7 @@ class StageRunner:
             log.warning("stage %s: host %s reachable again; stage %s resumed", self.stage.name, host,
                         self.stage.name)
         self.stats.unreachable.clear()
+        self.stats.unreachable_since.clear()
         self.stats.blocked = False
         self.stats.next_probe_at = None
         self._cooldown_s = self.probe_after_s
@@ -587,7 +686,10 @@ class StageRunner:
                 self._cuttable.add(cut)
                 try:
                     with cut:
-                        outputs = self._checked(await self.stage.handle(task, self.ctx))
+                        with anyio.move_on_after(self._limit_leases([task])) as ceiling:
+                            outputs = self._checked(await self.stage.handle(task, self.ctx))
+                        if ceiling.cancelled_caught:  # hung past its ceiling (module docstring, "Task ceiling")
+                            raise self._timeout(task)
                 finally:
                     self._cuttable.discard(cut)
             except anyio.get_cancelled_exc_class():
@@ -631,7 +733,10 @@ class StageRunner:
                     done += 1
                 return
             try:
-                results = list(await self.stage.handle_batch(tasks, self.ctx))
+                with anyio.move_on_after(self._limit_leases(tasks)) as ceiling:
+                    results = list(await self.stage.handle_batch(tasks, self.ctx))
+                if ceiling.cancelled_caught:  # hung past its ceiling (module docstring, "Task ceiling")
+                    results = [self._timeout(t) for t in tasks]
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # noqa: BLE001 - the whole batch shares the failure
@@ -748,6 +853,7 @@ class StageRunner:
                             unreachable_cause(last), self.unreachable_after)
             return False
         self.stats.unreachable[host] = (streak, last)
+        self.stats.unreachable_since.setdefault(host, time.time())
         self.stats.blocked = True
         if getattr(self.stage, "cancel_on_stop", False):
             # free lookups: stop the ones in flight now (released untouched); in watch mode one by one, the

@@ -154,7 +154,10 @@ billed, reservation released), it is held again and the breaker re-opens with th
 ``watch_probe_max_s``. A probe with no verdict (stopped, answered from the store, never sent) lets the next
 task probe at once. Meanwhile the model's tasks stay held (never nacked), the other models go on, and
 :meth:`ModelCaller.runnable` stays True (the stage keeps polling); a stop request ends the wait at once (the
-runner's lease loop), releasing the held tasks untouched.
+runner's lease loop), releasing the held tasks untouched. While a model waits, the progress stream records it at
+every tick (:meth:`ModelCaller.host_waits`, :meth:`HostBreaker.waiting`: host, unreachable since, next probe time,
+tasks held), so ``status`` from another terminal and the live display say ``model X waiting for host H (next probe
+in N s, at ...; unreachable since T: ...; K task(s) held)``, and nothing once the breaker closed.
 
 Payload (``requests`` edge)::
 
@@ -362,6 +365,8 @@ class HostDown:
     streak: int
     last: str
     models: list[str]
+    #: when the breaker opened (Unix time, s): the host has been unreachable since then
+    since: float = dataclasses.field(default_factory=time.time)
 
     def cause(self) -> str:
         """``connection refused on 5 consecutive requests`` (:func:`geoagent.runtime.worker.unreachable_cause`)."""
@@ -552,6 +557,30 @@ class HostBreaker:
     def held(self, model: str) -> int:
         """Tasks of ``model`` held unsent by its host's open breaker in this process (distinct task keys)."""
         return len(self._held.get(model, ()))
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """Watch mode: one record per model that waits for its open host (order opened; ``[]`` in a burst run or
+        when every host is reachable), for the progress stream and ``status`` (:meth:`ModelCaller.host_waits`)::
+
+            {"model": "dead", "host": "127.0.0.1:8001", "since": 1764566401.2, "next_probe_at": 1764566431.2,
+             "probing": false, "held": 40, "cause": "connection refused on 5 consecutive requests"}
+
+        ``since``: when the breaker opened, ``next_probe_at``: when the next half-open probe is due (both Unix
+        time, s; the probe's time is converted from ``time.monotonic()`` now); ``probing``: a probe is in flight
+        (then ``next_probe_at`` is in the past); ``held``: tasks of the model this process holds (:meth:`held`;
+        the probe in flight is not among them); ``cause``: why, in words (:meth:`HostDown.cause`; no error text is
+        copied). Cheap (a few dict reads per open host): called once per progress
+        tick, never on a task's path."""
+        if not self.watch or not self.opened:
+            return []
+        wall, mono = time.time(), time.monotonic()
+        out = []
+        for host, down in self.opened.items():
+            at = wall + (self.next_probe_at.get(host, mono) - mono)
+            for m in down.models:
+                out.append({"model": m, "host": host, "since": round(down.since, 3), "next_probe_at": round(at, 3),
+                            "probing": host in self._probing, "held": self.held(m), "cause": down.cause()})
+        return out
 
     def report_lines(self, left_queued: int | None = None) -> list[str]:
         """One line per open host (order opened): :meth:`HostDown.message`, the work of its models this process
@@ -852,6 +881,12 @@ class ModelCaller(Stage):
         """Watch mode: the held tasks to hand back to the queue now (:meth:`HostBreaker.resumed`: one to probe a
         host after its cool-down, all of a host's once its probe got through)."""
         return self._hosts.resumed() if self._hosts is not None else []
+
+    def host_waits(self) -> list[dict[str, Any]]:
+        """Watch mode: the models waiting for their unreachable host (:meth:`HostBreaker.waiting`); read by the
+        progress stream at each tick (:class:`geoagent.runtime.progress.Progress`), so ``status`` and the live
+        display can say ``model M waiting for host H (next probe in S s ...; N task(s) held)``."""
+        return self._hosts.waiting() if self._hosts is not None else []
 
     def runnable(self) -> bool:
         """False once EVERY configured model is stopped, by its authentication breaker or by its host's
