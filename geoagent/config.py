@@ -1210,6 +1210,22 @@ ANTHROPIC_PATCH_PX = 28
 ANTHROPIC_MAX_PATCHES = 1568
 ANTHROPIC_PX_PER_TOKEN = 750
 ANTHROPIC_MAX_IMAGE_TOKENS = math.ceil(ANTHROPIC_MAX_PATCHES * ANTHROPIC_PATCH_PX ** 2 / ANTHROPIC_PX_PER_TOKEN)
+#: Claude Opus 4.7 raised the native resolution (the vision guide's per-model table, not readable in full here;
+#: its release notes and measurements quoted by third parties: "high-resolution vision (3.75 MP)", long edge up
+#: to 2,576 px, e.g. claudecodecamp.com "Images cost 3x more tokens in Claude Opus 4.7"): long edge <= 2,576 px
+#: and at most 4,784 patches of 28 px (4,784 x 784 px = 3.75 MP). Every Claude model id not known to predate it
+#: (:func:`anthropic_resolution`) gets these limits, so a newer model is reserved its larger worst case
+#: (ceil(4,784 x 784 / 750) = 5,001 tokens) rather than a third of it.
+ANTHROPIC_HIRES_MAX_EDGE_PX = 2576
+ANTHROPIC_HIRES_MAX_PATCHES = 4784
+ANTHROPIC_HIRES_MAX_IMAGE_TOKENS = math.ceil(ANTHROPIC_HIRES_MAX_PATCHES * ANTHROPIC_PATCH_PX ** 2
+                                             / ANTHROPIC_PX_PER_TOKEN)
+#: Claude model ids with the 1,568-px native resolution: Claude 2/3/3.5/3.7 and the 4.x models before 4.7
+#: (claude-3-5-sonnet-20241022, claude-sonnet-4-20250514, claude-opus-4-1, claude-haiku-4-5, claude-sonnet-4.6, ...)
+_ANTHROPIC_STANDARD_RES = re.compile(
+    r"^claude-(?:instant|2|3)(?:[-.]|$)"
+    r"|^claude-(?:opus|sonnet|haiku)-4(?:[-.][0-6])?(?:-\d{8}|-latest|-v\d.*|@.*)?$"
+    r"|^claude-(?:opus|sonnet|haiku)-4(?:[-.][0-6])?-\d{8}")
 
 
 def _image_family(provider: str, model_id: str) -> tuple[str, str]:
@@ -1251,23 +1267,39 @@ def _anthropic_patch_count(w: int, h: int) -> int:
     return math.ceil(w / ANTHROPIC_PATCH_PX) * math.ceil(h / ANTHROPIC_PATCH_PX)
 
 
-def anthropic_image_size_px(width_px: int, height_px: int) -> tuple[int, int]:
-    """(width, height) in px Claude sees an image at: unchanged when its long edge is <= 1,568 px and it covers
-    at most 1,568 patches of 28 px, else the largest size of the same aspect ratio within both (long edge in
-    whole px, short edge floor(long x short / long)); see :data:`ANTHROPIC_MAX_EDGE_PX` for the sources.
+def anthropic_resolution(model_id: str) -> tuple[int, int, int]:
+    """Native-resolution limits of a Claude model: (long edge px, 28-px patches, largest image bill in tokens).
+
+    (1568, 1568, 1640) for ids known to predate Claude Opus 4.7 (:data:`ANTHROPIC_MAX_EDGE_PX`); (2576, 4784,
+    5001) for claude-opus-4-7 and every id not recognised as older (:data:`ANTHROPIC_HIRES_MAX_EDGE_PX`): an
+    unknown or newer model is reserved the larger worst case. ``model_id`` may carry a ``vendor/`` prefix and
+    dots for dashes (``anthropic/claude-opus-4.7``).
+    """
+    mid = model_id.lower().rsplit("/", 1)[-1]
+    if _ANTHROPIC_STANDARD_RES.search(mid):
+        return ANTHROPIC_MAX_EDGE_PX, ANTHROPIC_MAX_PATCHES, ANTHROPIC_MAX_IMAGE_TOKENS
+    return ANTHROPIC_HIRES_MAX_EDGE_PX, ANTHROPIC_HIRES_MAX_PATCHES, ANTHROPIC_HIRES_MAX_IMAGE_TOKENS
+
+
+def anthropic_image_size_px(width_px: int, height_px: int, *, max_edge_px: int = ANTHROPIC_MAX_EDGE_PX,
+                            max_patches: int = ANTHROPIC_MAX_PATCHES) -> tuple[int, int]:
+    """(width, height) in px Claude sees an image at: unchanged when its long edge is <= ``max_edge_px`` and it
+    covers at most ``max_patches`` patches of 28 px, else the largest size of the same aspect ratio within both
+    (long edge in whole px, short edge floor(long x short / long)); see :data:`ANTHROPIC_MAX_EDGE_PX` for the
+    sources. The defaults are the 1,568-px models' limits (:func:`anthropic_resolution` gives a model's).
     E.g. 2000 x 2000 -> 1092 x 1092 (the guide's 1:1 size), 3136 x 1568 -> 1568 x 784."""
     w, h = int(width_px), int(height_px)
-    if max(w, h) <= ANTHROPIC_MAX_EDGE_PX and _anthropic_patch_count(w, h) <= ANTHROPIC_MAX_PATCHES:
+    if max(w, h) <= max_edge_px and _anthropic_patch_count(w, h) <= max_patches:
         return w, h
     long_px, short_px = max(w, h), min(w, h)
-    long_new = min(ANTHROPIC_MAX_EDGE_PX, long_px)
+    long_new = min(max_edge_px, long_px)
     area = long_new * (long_new * short_px / long_px)
-    limit = ANTHROPIC_MAX_PATCHES * ANTHROPIC_PATCH_PX ** 2
+    limit = max_patches * ANTHROPIC_PATCH_PX ** 2
     if area > limit:  # start near the area limit; the patch grid's rounding is settled below
         long_new = min(long_new, math.floor(long_new * math.sqrt(limit / area)) + 1)
     while True:
         short_new = max(1, long_new * short_px // long_px)
-        if long_new <= 1 or _anthropic_patch_count(long_new, short_new) <= ANTHROPIC_MAX_PATCHES:
+        if long_new <= 1 or _anthropic_patch_count(long_new, short_new) <= max_patches:
             break
         long_new -= 1
     return (long_new, short_new) if w >= h else (short_new, long_new)
@@ -1289,7 +1321,8 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
       Other OpenAI-compatible models: None (their rules differ, other servers; OpenAI's other tile-billed
       models stay below the default ``image_input_tokens``).
     * Anthropic (vision guide, "Evaluate image size"): the image as Claude sees it
-      (:func:`anthropic_image_size_px`: long edge <= 1,568 px, at most 1,568 28-px patches), tokens =
+      (:func:`anthropic_image_size_px`: long edge <= 1,568 px, at most 1,568 28-px patches; claude-opus-4-7 and
+      ids not known to be older: 2,576 px, 4,784 patches, :func:`anthropic_resolution`), tokens =
       ceil(width x height / 750): 1000 x 1000 -> 1,334; 2000 x 2000 -> 1092 x 1092 -> 1,590; 784 x 1568
       (the guide's largest 1:2 size, not resized) -> 1,640.
     * Gemini (token guide, Gemini 2.0 and later): both sides <= 384 px: 258 tokens; else 258 per 768 x 768
@@ -1314,7 +1347,8 @@ def reserved_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
       (expected 1,452 x 1.62 -> 2,353).
     * Anthropic: an image within the limits: max(ceil(w x h / 750), ceil(w/28) x ceil(h/28)) (the guide's
       formula and its current patch count); an image Claude resizes: :data:`ANTHROPIC_MAX_IMAGE_TOKENS`
-      (1,640, the largest bill of any size within the limits, whatever rounding the resize uses).
+      (1,640, the largest bill of any size within the limits, whatever rounding the resize uses; 5,001 for the
+      2,576-px models, :data:`ANTHROPIC_HIRES_MAX_IMAGE_TOKENS`).
     * Others: :func:`expected_image_tokens`.
     """
     return _image_tokens(provider, model_id, size_px, params, worst=True)
@@ -1352,11 +1386,12 @@ def _image_tokens(provider: str, model_id: str, size_px: tuple[int, int], params
         tiles = math.ceil(sw / 512) * math.ceil(sh / 512)
         return base + per_tile * tiles, f"OpenAI {family} high detail: {base} + {per_tile} per 512-px tile"
     if provider == "anthropic":
-        rule = (f"Anthropic: width x height / {ANTHROPIC_PX_PER_TOKEN} (long edge <= {ANTHROPIC_MAX_EDGE_PX} px, "
-                f"at most {ANTHROPIC_MAX_PATCHES} {ANTHROPIC_PATCH_PX}-px patches)")
-        sw, sh = anthropic_image_size_px(w, h)
+        max_edge, max_patches, max_tokens = anthropic_resolution(mid)
+        rule = (f"Anthropic: width x height / {ANTHROPIC_PX_PER_TOKEN} (long edge <= {max_edge} px, "
+                f"at most {max_patches} {ANTHROPIC_PATCH_PX}-px patches)")
+        sw, sh = anthropic_image_size_px(w, h, max_edge_px=max_edge, max_patches=max_patches)
         if worst and (sw, sh) != (w, h):
-            return ANTHROPIC_MAX_IMAGE_TOKENS, rule
+            return max_tokens, rule
         n = math.ceil(sw * sh / ANTHROPIC_PX_PER_TOKEN)
         if worst:
             n = max(n, _anthropic_patch_count(sw, sh))

@@ -71,16 +71,49 @@ def test_anthropic_reservation_covers_the_guides_largest_bill():
     # 784 x 1568 is billed 1,640 (> the 1,600 image budget): reserved 1,640, not 1,600 as before
     assert reserved_input_tokens(m, "Where?", has_image=True, size_px=(784, 1568)) == 2 + 16 + 1640
     # a resized image is reserved the largest bill of any size within the limits, whatever the rounding
-    assert reserved_image_tokens("anthropic", "claude-x", (4000, 3000))[0] == 1640
-    assert reserved_image_tokens("anthropic", "claude-x", (1000, 1000))[0] == 1334
+    assert reserved_image_tokens("anthropic", "claude-sonnet-4-5", (4000, 3000))[0] == 1640
+    assert reserved_image_tokens("anthropic", "claude-sonnet-4-5", (1000, 1000))[0] == 1334
     # small images: the patch count can exceed w x h / 750 (200 x 200: 8 x 8 = 64 > 54); the bound takes it
-    assert reserved_image_tokens("anthropic", "claude-x", (200, 200))[0] == 64
+    assert reserved_image_tokens("anthropic", "claude-sonnet-4-5", (200, 200))[0] == 64
+
+
+@pytest.mark.parametrize("model", ["claude-opus-4-7", "anthropic/claude-opus-4.7", "claude-opus-5", "claude-x"])
+def test_high_resolution_claude_models_are_reserved_their_larger_bill(model):
+    """Claude Opus 4.7 reads images up to 2,576 px on the long edge and about 3.75 MP (4,784 28-px patches): a
+    4000 x 3000 photo is seen at the largest 4:3 size within 4,784 patches (2212 x 1659: 79 x 60 = 4,740 patches,
+    billed ceil(2212 x 1659 / 750) = 4,893), so the 1,568-px models' 1,640-token bound would reserve about a
+    third of its bill. Ids not known to predate 4.7 (a newer or unknown Claude) get the larger limits too."""
+    from geoagent.config import anthropic_resolution
+
+    assert anthropic_resolution(model) == (2576, 4784, 5001)  # 5,001 = ceil(4,784 x 784 / 750)
+    sw, sh = anthropic_image_size_px(4000, 3000, max_edge_px=2576, max_patches=4784)
+    assert max(sw, sh) <= 2576 and math.ceil(sw / 28) * math.ceil(sh / 28) <= 4784
+    assert math.ceil((sw + 1) / 28) * math.ceil((sw + 1) * 3000 // 4000 / 28) > 4784  # the largest such size
+    assert (sw, sh) == (2212, 1659)
+    assert expected_image_tokens("anthropic", model, (4000, 3000))[0] == 4893
+    assert reserved_image_tokens("anthropic", model, (4000, 3000))[0] == 5001
+    # an image within the 1,568-px limits is billed the same by both generations
+    assert expected_image_tokens("anthropic", model, (1000, 1000))[0] == 1334
+    m = ModelConfig(name="c", provider="anthropic", model=model, price_input_usd_per_mtok=3.0)
+    assert reserved_input_tokens(m, "Where?", has_image=True, size_px=(4000, 3000)) == 2 + 16 + 5001
+
+
+@pytest.mark.parametrize("model", ["claude-3-5-sonnet-20241022", "claude-3-7-sonnet-latest", "claude-sonnet-4-20250514",
+                                   "claude-opus-4-1-20250805", "claude-haiku-4-5", "anthropic/claude-sonnet-4.6",
+                                   "claude-opus-4-5-20251101", "claude-sonnet-4-5@20250929"])
+def test_claude_models_before_opus_4_7_keep_the_1568_px_limits(model):
+    from geoagent.config import anthropic_resolution
+
+    assert anthropic_resolution(model) == (1568, 1568, 1640)
+    assert expected_image_tokens("anthropic", model, (2000, 2000))[0] == 1590
+    assert reserved_image_tokens("anthropic", model, (4000, 3000))[0] == 1640
 
 
 def test_expected_never_exceeds_reserved_for_random_sizes_and_models():
     rng = random.Random(7)
     models = [("openai", "gpt-4.1-mini"), ("openai", "gpt-5-nano"), ("openai", "o4-mini"), ("openai", "gpt-4o"),
-              ("openai", "gpt-4o-mini"), ("anthropic", "claude-x"), ("openai", "anthropic/claude-3.5-sonnet"),
+              ("openai", "gpt-4o-mini"), ("anthropic", "claude-sonnet-4-5"), ("anthropic", "claude-opus-4-7"),
+              ("openai", "anthropic/claude-3.5-sonnet"),
               ("gemini", "gemini-2.0-flash"), ("simulated", "sim")]
     for _ in range(4000):
         size = (rng.choice([rng.randint(1, 64), rng.randint(1, 2000), rng.randint(1, 9000)]),
@@ -89,10 +122,12 @@ def test_expected_never_exceeds_reserved_for_random_sizes_and_models():
             exp = expected_image_tokens(provider, model, size)
             res = reserved_image_tokens(provider, model, size)
             assert exp[0] <= res[0], (provider, model, size)
-            if provider == "anthropic":
+            if model == "claude-sonnet-4-5":
                 sw, sh = anthropic_image_size_px(*size)
                 assert max(sw, sh) <= 1568 and math.ceil(sw / 28) * math.ceil(sh / 28) <= 1568
                 assert res[0] <= 1640
+            elif model == "claude-opus-4-7":
+                assert res[0] <= 5001
 
 
 def test_dry_run_expected_input_stays_below_its_worst_case(tmp_path):
@@ -105,7 +140,7 @@ def test_dry_run_expected_input_stays_below_its_worst_case(tmp_path):
         paths.append(str(p))
     models = [{"name": f"m{i}", "provider": prov, "model": mid, "base_url": "http://127.0.0.1:9/v1",
                "price_input_usd_per_mtok": 1.0, "max_output_tokens": 10}
-              for i, (prov, mid) in enumerate([("anthropic", "claude-x"), ("openai", "gpt-4.1-mini"),
+              for i, (prov, mid) in enumerate([("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4.1-mini"),
                                                ("openai", "o4-mini"), ("gemini", "gemini-2.0-flash")])]
     cfg = config_from_dict({"campaign": {"name": "c", "kind": "generic"}, "budget": {"cap_usd": 100.0},
                             "models": models})

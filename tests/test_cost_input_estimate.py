@@ -31,9 +31,9 @@ from geoagent.engine import estimate_lines, run_campaign
     ("openai", "gpt-4o-mini", (1024, 768), {}, 25_501),
     # Anthropic: w x h / 750 (200x200 -> 54); a long edge over 1568 is scaled to 1568 first: 3136x1568 ->
     # 1568x784, the guide's largest 1:2 size (not resized further), ceil(1,639.08) = 1,640 ("~1,600")
-    ("anthropic", "claude-x", (200, 200), {}, 54),
-    ("anthropic", "claude-x", (1000, 1000), {}, math.ceil(1_000_000 / 750)),
-    ("anthropic", "claude-x", (3136, 1568), {}, 1640),
+    ("anthropic", "claude-sonnet-4-5", (200, 200), {}, 54),
+    ("anthropic", "claude-sonnet-4-5", (1000, 1000), {}, math.ceil(1_000_000 / 750)),
+    ("anthropic", "claude-sonnet-4-5", (3136, 1568), {}, 1640),
     # Gemini: <= 384 px both sides: 258; else 258 per 768-px tile (1024x768 -> 2 x 1 tiles)
     ("gemini", "gemini-2.0-flash", (384, 384), {}, 258),
     ("gemini", "gemini-2.0-flash", (1024, 768), {}, 516),
