@@ -9,7 +9,8 @@ The chain is linear (each stage has one output edge, so the runner's burst mode 
 upstream); the image auditor passes each site on to the referenceability auditor once its images are
 audited. Every stage writes its result files under ``<state_dir>`` (``screening/``, ``sampling/``,
 ``image_audit/``, ``ref_candidates/``, ``ref_cities/``, ``rated/``, ``ladders/`` and the tables ``city_pool.csv``, ``sites.csv``,
-``image_audit.csv``, ``audit_decisions.jsonl``, ``audit_sensitive.jsonl``) and reuses a result that is
+``image_audit.csv``, ``candidate_referenceability.csv`` and ``candidate_referenceability_by_city.csv``,
+``audit_decisions.jsonl``, ``audit_sensitive.jsonl``) and reuses a result that is
 already there, so a restarted crawl repeats no API or model call that had completed. Thumbnails go to
 ``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``). The referenceability auditor rates
 per city (all of a city's candidates in fixed, QID-ordered batches; :class:`ReferenceabilityAuditorStage`),
@@ -715,26 +716,30 @@ def _rating_city(site: dict[str, Any]) -> str | None:
         return None
 
 
-def write_candidate_referenceability(state_dir: Path) -> Path:
-    """``candidate_referenceability.csv`` (qid, sitelinks, familiarity) over every rated candidate of every
-    site, one row per QID, sorted by QID (a QID rated for several cities: the rating stored by the last site
-    in file-name order, so the table depends only on the rated sites; the release's table; input of
-    :func:`geoagent.crawl.referenceability.sitelink_band_share`)."""
-    from geoagent.crawl.referenceability import CANDIDATE_REF_COLUMNS
+#: the crawl's per-(QID, city) referenceability table beside the release's one-row-per-QID table
+CANDIDATE_REF_BY_CITY_FILE = "candidate_referenceability_by_city.csv"
 
-    rows: dict[str, dict[str, Any]] = {}
-    for p in sorted((state_dir / "rated").glob("*.json")):
-        rec = _load(p)
-        if not rec:
-            continue
-        links = rec.get("sitelinks", {})
-        for r in rec["rated"]:
-            if r.get("familiarity") is None:
-                continue
-            n = links.get(r["qid"])
-            rows[r["qid"]] = {"qid": r["qid"], "sitelinks": "" if n is None else n, "familiarity": r["familiarity"]}
+
+def write_candidate_referenceability(state_dir: Path) -> Path:
+    """Rewrite the two referenceability tables over every rated site (``rated/*.json``):
+    ``candidate_referenceability.csv`` in the release's layout (qid, sitelinks, familiarity; one row per
+    QID, sorted by QID; input of :func:`geoagent.crawl.referenceability.sitelink_band_share`) and
+    :data:`CANDIDATE_REF_BY_CITY_FILE` with every city's rating (one row per QID and city key). A QID
+    rated for several cities has a row per city in the second table; the first holds the rating of the
+    city whose site is nearest to it, ties to the smaller city key
+    (:func:`geoagent.crawl.referenceability.referenceability_tables`). Both depend only on the rated
+    sites, not on the order in which they were rated. Returns the path of the release-layout table."""
+    from geoagent.crawl.referenceability import (
+        CANDIDATE_REF_BY_CITY_COLUMNS,
+        CANDIDATE_REF_COLUMNS,
+        referenceability_tables,
+    )
+
+    recs = [rec for p in sorted((state_dir / "rated").glob("*.json")) if (rec := _load(p))]
+    by_city, by_qid = referenceability_tables(recs)
+    _write_csv(by_city, state_dir / CANDIDATE_REF_BY_CITY_FILE, CANDIDATE_REF_BY_CITY_COLUMNS)
     out = state_dir / "candidate_referenceability.csv"
-    _write_csv([rows[q] for q in sorted(rows)], out, CANDIDATE_REF_COLUMNS)
+    _write_csv(by_qid, out, CANDIDATE_REF_COLUMNS)
     return out
 
 
