@@ -115,6 +115,9 @@ class CrawlServices:
     mapillary_refused: str | None = None
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _ref_auditor: ReferenceabilityAuditor | None = None
+    #: identities of the WDQS splits in the decision log (:func:`split_identity`) up to byte ``_split_offset``
+    _logged_splits: set[bytes] = field(default_factory=set)
+    _split_offset: int = 0
 
     def lock(self, name: str) -> asyncio.Lock:
         if name not in self.locks:
@@ -137,15 +140,27 @@ class CrawlServices:
 
     def decision_logger(self, stage: str, **fields: Any) -> Any:
         """An async callable that appends one record (with ``ts``, ``stage`` and ``fields``) to the crawl's
-        decision log ``<state_dir>/crawl_decisions.jsonl`` (fsynced; e.g. every WDQS spatial split)."""
+        decision log ``<state_dir>/crawl_decisions.jsonl`` (fsynced; e.g. every WDQS spatial split).
+
+        A WDQS split is logged once: a task stopped after its split was logged (the sampler is cancelled at
+        a stop) or killed repeats the query and the split when it runs again, and that record, equal to the
+        logged one in everything but ``ts`` and ``reason`` (:func:`split_identity`), is not appended again.
+        The logged splits' identities are read from the file (what was appended since the last look, so
+        also the lines of earlier runs and of other processes of the campaign) before a split is logged."""
         import time as _time
 
         from geoagent.files import append_jsonl
 
         async def log(rec: dict[str, Any]) -> None:
+            full = {"ts": round(_time.time(), 3), "stage": stage, **fields, **rec}
             async with self.lock("crawl_decisions"):
-                append_jsonl(self.state_dir / C.CRAWL_DECISIONS_FILE,
-                             [{"ts": round(_time.time(), 3), "stage": stage, **fields, **rec}])
+                path = self.state_dir / C.CRAWL_DECISIONS_FILE
+                ident = split_identity(full)
+                if ident is not None:
+                    self._split_offset = read_split_identities(path, self._logged_splits, self._split_offset)
+                    if ident in self._logged_splits:
+                        return
+                append_jsonl(path, [full])
 
         return log
 
@@ -185,6 +200,44 @@ class CrawlServices:
             out[api] = {"requests": req, "retries": retries, "errors": errors, "answers": answers, "answer_notes": notes,
                         "error_rate": round(n_err / req, 4) if req else 0.0}
         return out
+
+
+#: the keys that identify a WDQS split record: which stage split which query of which area and box (not
+#: when, nor the error text); a repeated task repeats the same split with the same values
+SPLIT_IDENTITY_KEYS = ("stage", "event", "city", "site", "query", "area", "center", "radius_km", "depth", "box", "parts")
+
+
+def split_identity(rec: dict[str, Any]) -> bytes | None:
+    """What makes a decision-log record the same WDQS split as another (:data:`SPLIT_IDENTITY_KEYS`, as
+    JSON); None for any other kind of record (``event`` other than ``wdqs_split``)."""
+    if rec.get("event") != "wdqs_split":
+        return None
+    return orjson.dumps([rec.get(k) for k in SPLIT_IDENTITY_KEYS])
+
+
+def read_split_identities(path: Path, into: set[bytes], offset: int = 0) -> int:
+    """Add to ``into`` the :func:`split_identity` of every WDQS split in the decision log at ``path`` from
+    byte ``offset`` on; returns the offset after the last whole line read (pass it to the next call to
+    read only what was appended since). Lines that are not JSON objects are skipped; a last line without
+    its newline (being written, or torn by a crash) is left for the next call. A missing file, or one
+    shorter than ``offset`` (replaced), is read from its start."""
+    if not path.is_file():
+        return 0
+    with path.open("rb") as f:
+        f.seek(0, 2)
+        if f.tell() < offset:
+            offset = 0
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and (ident := split_identity(rec)) is not None:
+            into.add(ident)
+    return offset + end
 
 
 def _model_id(model_cfg: Any, section: Any) -> tuple[str, str]:
@@ -461,7 +514,8 @@ class SiteSamplerStage(_CrawlStage):
     uses_mapillary = True
     #: a stop cancels samplings in flight at once (released untouched): WDQS and Mapillary requests are free
     #: and the sampling record and sites.csv are written atomically at the end (a WDQS split already logged
-    #: to crawl_decisions.jsonl is logged again when the next run repeats the query)
+    #: to crawl_decisions.jsonl is not logged again when the next run repeats the query:
+    #: :meth:`CrawlServices.decision_logger`)
     cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
