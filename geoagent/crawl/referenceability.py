@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -398,11 +398,16 @@ class ReferenceabilityAuditor:
     request_model : (str, str), optional
         Provider kind and API model id put in requests (default: the section's ``provider``/``model``).
         Decisions are logged under ``settings.model``.
+    stopping : callable, optional
+        ``() -> bool``: True once the run was asked to stop (the crawl: its services' ``stopping``). From
+        then on :meth:`audit` starts no pageviews request (free work the next run redoes; the paid calls
+        are stopped by the metered ``generate``).
     """
 
     def __init__(self, provider: Any, settings: ReferenceabilitySettings, state_dir: str | Path, *,
                  pageviews: Any = None, decisions: JsonlLog | None = None, sensitive: JsonlLog | None = None,
-                 generate: Any = None, request_model: tuple[str, str] | None = None) -> None:
+                 generate: Any = None, request_model: tuple[str, str] | None = None,
+                 stopping: Callable[[], bool] | None = None) -> None:
         from geoagent import constants as C
 
         self.provider = provider
@@ -416,6 +421,7 @@ class ReferenceabilityAuditor:
         self.raw = RawAnswerLog(self.raw_path)
         self._raw_lock = asyncio.Lock()
         self.pageviews = pageviews
+        self._stopping = stopping or (lambda: False)
         self.ref_template = load_prompt("crawl_referenceability.txt")
         self.sens_template = load_prompt("crawl_sensitive.txt")
         #: model calls sent, answers replayed from ``audit_raw_answers.jsonl`` instead of a call, splits
@@ -596,12 +602,26 @@ class ReferenceabilityAuditor:
         """Rate (and screen) ``candidates`` of ``site`` for ``city`` (:meth:`rate_all`: nothing is asked for
         candidates already decided for that city, e.g. by the crawl's per-city rating); returns one
         :class:`RatedCandidate` per candidate, carrying the decision made for ``city`` (failed ratings come
-        back with ``familiarity=None`` and are dropped by the ladder builder)."""
+        back with ``familiarity=None`` and are dropped by the ladder builder).
+
+        Raises
+        ------
+        geoagent.runtime.stage.Abandoned
+            A stop was requested (``stopping``) before a pageviews request was sent: the ratings made so far
+            are logged, the site is left for the next run (which pays for none of them again).
+        geoagent.runtime.ledger.BudgetExhausted
+            From :meth:`rate_all`.
+        """
+        from geoagent.runtime.stage import Abandoned
+
         await self.rate_all(candidates, city=city)
         views: dict[str, int] = {}
         if self.settings.pageviews and self.pageviews is not None:
             for c in candidates:
                 if c.enwiki_title:
+                    if self._stopping():  # free requests do not start in the stop's grace period
+                        raise Abandoned(f"stop requested: no pageviews request for site {site} "
+                                        f"({len(views)} of its candidates' pageviews read, not kept)")
                     tot = await self.pageviews.total(c.enwiki_title, self.settings.pageviews_start, self.settings.pageviews_end)
                     views[c.qid] = tot.views
         rated = []

@@ -135,7 +135,8 @@ class CrawlServices:
 
             self._ref_auditor = ReferenceabilityAuditor(
                 self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
-                generate=generate, request_model=_model_id(self.ref_model_cfg, self.settings.referenceability))
+                generate=generate, request_model=_model_id(self.ref_model_cfg, self.settings.referenceability),
+                stopping=lambda: self.stopping)
         return self._ref_auditor
 
     def decision_logger(self, stage: str, **fields: Any) -> Any:
