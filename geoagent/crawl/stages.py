@@ -23,7 +23,9 @@ campaign engine, :func:`services_from_context` builds it on first use from the e
 Stopping (Ctrl-C / SIGTERM; :mod:`geoagent.runtime.worker`, "Stopping"): the screener, sampler and fetcher
 make only free requests and write their files atomically, so they set ``cancel_on_stop``: their tasks in
 flight are cancelled at once and released untouched. The two auditors make paid model calls and keep the
-grace period (they send no new call after the stop: :mod:`geoagent.crawl.llmcall`). The context carries the
+grace period (they send no new call after the stop: :mod:`geoagent.crawl.llmcall`); the grace is for the
+paid calls in flight only, so the referenceability auditor starts no pageviews request after the stop either
+(the site is released; its ratings are logged and the next run fetches the pageviews). The context carries the
 shared HTTP client as ``http``, so no request of any stage retries after the stop. A host that cannot be
 reached stops the stage that needs it with a line naming its config key (:func:`crawl_host_hint`).
 
@@ -391,6 +393,20 @@ class _CrawlStage(Stage):
         """The config key whose URL names ``host`` (:func:`crawl_host_hint`), for the stop line of the
         runner's unreachable-host breaker; None before the stage started or for a host no key names."""
         return crawl_host_hint(self._crawl_svc, host) if self._crawl_svc is not None else None
+
+    def host_labels(self) -> dict[str, str]:
+        """Readable names of the hosts this run found that no config key names (``{host: label}``, for
+        ``status``, recorded by :class:`geoagent.runtime.progress.Progress`): the Mapillary thumbnail CDN
+        hosts the Graph API's thumbnail URLs pointed at, labelled :data:`THUMBNAIL_CDN_LABEL` (a CDN host
+        that is the Graph API's own keeps the API's label)."""
+        svc = self._crawl_svc
+        if svc is None:
+            return {}
+        return {h: THUMBNAIL_CDN_LABEL for h in sorted(svc.mapillary.thumb_hosts) if h != svc.mapillary.host}
+
+
+#: how ``status`` names a Mapillary thumbnail CDN host (:meth:`_CrawlStage.host_labels`)
+THUMBNAIL_CDN_LABEL = "Mapillary thumbnail CDN"
 
 
 def _token_message(svc: CrawlServices) -> str:
