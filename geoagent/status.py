@@ -132,8 +132,10 @@ def host_labels(cfg: Any) -> dict[str, str]:
 def campaign_status(cfg: Any) -> dict[str, Any]:
     """Snapshot of a campaign: ``queues`` (edge -> QueueCounts), ``spend`` (ledger summary dict or None),
     ``progress`` (last progress record or None), ``dead`` (edge -> recent DeadLetters), ``host_labels``
-    (host -> readable name, from the config, overlaid by the labels the runs recorded for their local fakes:
-    those of the last run and, where ``progress_with_work`` is shown instead, those of that run))."""
+    (host -> readable name, from the config, overlaid by the labels the runs recorded for their local fakes
+    and for hosts they found that no config key names, e.g. the crawl's Mapillary thumbnail CDN
+    (:class:`geoagent.runtime.progress.Progress`): those of the last run and, where ``progress_with_work`` is
+    shown instead, those of that run))."""
     from geoagent.runtime.store import open_campaign_state
 
     queues: dict[str, QueueCounts] = {}

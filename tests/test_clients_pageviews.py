@@ -55,3 +55,41 @@ def test_bad_range_is_permanent_and_generic_ua_refused():
     with pytest.raises(PermanentHTTPError) as ei:
         asyncio.run(_run(fake.make_app({"X": 1}), lambda c: c.total("X", "20240101", "20240131"), ua="aiohttp/3.9"))
     assert ei.value.status == 403
+
+
+def test_no_request_is_sent_after_a_stop_request_also_none_queued_for_the_host():
+    """A stop request (``HttpClient.stop_retries``) ends the client's sending: the request already sent is
+    answered; the ones waiting for the host's single slot, and any new one, raise ``RetriesStopped`` (an
+    ``Abandoned``: the caller's task is released untouched) without reaching the server."""
+    from aiohttp import web
+
+    from geoagent.runtime.http import RetriesStopped
+    from geoagent.runtime.stage import Abandoned
+
+    one_at_a_time = HostPolicy(rate=1000, period_s=1.0, concurrency=1, max_attempts=3, backoff_base_s=0.01,
+                               backoff_max_s=0.05, timeout_s=5)
+    app = fake.make_app({f"Place_{i}": 5 for i in range(5)})
+    clients = []
+
+    @web.middleware
+    async def stop_at_first(request, handler):
+        clients[0].stop_retries()  # the stop arrives while the first request is at the server
+        await asyncio.sleep(0.05)
+        return await handler(request)
+
+    app.middlewares.append(stop_at_first)
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=one_at_a_time) as http:
+            clients.append(http)
+            c = PageviewsClient(http, base, UA)
+            got = await asyncio.gather(*(c.total(f"Place {i}", "20240101", "20240107") for i in range(5)),
+                                       return_exceptions=True)
+            with pytest.raises(RetriesStopped):
+                await c.total("Place 0", "20240101", "20240107")
+            return got
+
+    got = asyncio.run(go())
+    assert app[fake.PAGEVIEWS_STATE].requests == ["Place_0"]  # only the request sent before the stop
+    assert got[0].views == 5 * 6  # 7 days, the 7th without views (zero_every=7)
+    assert all(isinstance(g, RetriesStopped) and isinstance(g, Abandoned) for g in got[1:]), got

@@ -55,14 +55,16 @@ def test_export_writes_the_crawl_tables(crawled, capsys):
     assert main(["export", cfg]) == 0
     printed = capsys.readouterr().out
     out = sd / "export"
-    want = ["city_pool", "sites", "images", "image_audit", "candidate_referenceability", "ladders",
+    want = ["city_pool", "sites", "images", "image_audit", "candidate_referenceability",
+            "candidate_referenceability_by_city", "ladders",
             "audit_decisions", "audit_sensitive", "audit_review_queue", "crawl_decisions"]
     assert sorted(p.stem for p in out.glob("*.parquet")) == sorted(want)
     assert all(f"{t}: " in printed for t in want) and "model_responses" not in printed
     for p, data in own.items():  # the crawl's own tables are only read
         assert p.read_bytes() == data, p
 
-    for name in ("city_pool", "sites", "images", "image_audit", "candidate_referenceability"):
+    for name in ("city_pool", "sites", "images", "image_audit", "candidate_referenceability",
+                 "candidate_referenceability_by_city"):
         src = _csv_rows(sd / f"{name}.csv")
         df = pl.read_parquet(out / f"{name}.parquet")
         assert df.columns == list(src[0]) and df.height == len(src), name

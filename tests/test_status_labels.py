@@ -118,3 +118,47 @@ def test_status_after_a_crawl_rerun_names_the_hosts_of_the_run_it_shows(isolated
                           in out), out
     assert re.search(rf"^ +pageviews: \d+ requests, 0 retries, error rate 0\.0%; {n_404} expected 404 answers "
                      r"\(articles without views in the date range; not errors\)$", summary, re.M), summary
+
+
+#: loopback fakes need no usage-policy pacing (the public APIs' defaults would make the crawl take a minute)
+FAST_POLICY = ("rate = 500.0\nperiod_s = 1.0\nconcurrency = 8\nmax_attempts = 3\nbackoff_base_s = 0.01\n"
+               "backoff_max_s = 0.05\ntimeout_s = 10.0")
+
+
+def test_status_names_the_mapillary_thumbnail_cdn_a_crawl_downloaded_from(tmp_path, monkeypatch):
+    """Mapillary thumbnail URLs name a CDN host (``scontent-*.fbcdn.net``) that no config key names, found
+    only when the crawl asks for the URLs. The crawl's world is served here with its thumbnails on a CDN fake of
+    their own host; ``status`` must name that host too, not show it bare beside the labelled API hosts."""
+    from geoagent.demo import demo_world
+    from geoagent.runtime.http import host_key
+    from geoagent.sandbox.city import serve_world
+    from geoagent.sandbox.mapillary import MAPILLARY_STATE
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    text = SANDBOX_CRAWL.read_text(encoding="utf-8")
+    text = text[: text.index('[[crawl.cities]]\ncity = "Sprawl Town"')] + text[text.index("\n[crawl.endpoints]\n") + 1:]
+    cfg_path = tmp_path / "cdn.toml"
+
+    async def main():
+        async with serve_world(demo_world(), separate_cdn=True) as sb:
+            body = text
+            for key, url in sb["endpoints"].items():
+                body = re.sub(rf'^{key} = "[^"]*"', f'{key} = "{url}"', body, count=1, flags=re.M)
+            cfg_path.write_text(body.replace('name = "crawl-sandbox"', 'name = "cdn-labels"', 1)
+                                + f'\n[paths]\nqueues = "{tmp_path / "queues"}"\nstate = "{tmp_path / "state"}"\n'
+                                + "".join(f"\n[crawl.policies.{api}]\n{FAST_POLICY}\n" for api in
+                                          ("overpass", "wdqs", "pageviews", "mapillary", "thumbnails")),
+                                encoding="utf-8")
+            out = await run_campaign(load_config(cfg_path), live=False, handle_signals=False, export=False)
+            return sb, out, len(sb["apps"]["mapillary"][MAPILLARY_STATE].thumb_requests)
+
+    sb, outcome, n_thumbs = anyio.run(main)
+    assert outcome.exit_code == EXIT_COMPLETE and n_thumbs > 0
+    cdn, api = host_key(sb["cdn"]), host_key(sb["endpoints"]["mapillary"])
+    assert cdn != api
+    out = format_status(campaign_status(load_config(cfg_path)))
+    shown = {m.group(1): (m.group(2), int(m.group(3)))
+             for m in re.finditer(r"^ +http (\S+)(?: \((.+?)\))?: (\d+) requests", out, re.M)}
+    assert shown[cdn] == ("Mapillary thumbnail CDN", n_thumbs), out  # every download, counted at the fake
+    assert shown[api][0] == "mapillary API"
+    assert all(label for label, _ in shown.values()), out  # no host is left bare

@@ -5,7 +5,9 @@ URL: ``{base}/metrics/pageviews/per-article/{project}/{access}/{agent}/{article}
 with the title's spaces as underscores and every reserved character (``/`` too) percent-encoded.
 Days with zero views are omitted from ``items``; a 404 means no data in the whole range and is read as
 0 views, not a failure. Policy (``pageviews`` default in the crawl settings): descriptive User-Agent,
-a few requests at once; results for past days never change, so the caller may cache them.
+a few requests at once; results for past days never change, so the caller may cache them. After a stop
+request (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`) no new request is sent: it raises
+:class:`~geoagent.runtime.http.RetriesStopped` (an ``Abandoned``: the caller's task is released untouched).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from urllib.parse import quote
 import orjson
 
 from geoagent.clients.overpass import _json_body, host_of
-from geoagent.runtime.http import HostPolicy
+from geoagent.runtime.http import HostPolicy, RetriesStopped
 
 
 class PageviewsError(RuntimeError):
@@ -87,12 +89,20 @@ class PageviewsClient:
             On a body that is not the documented ``{"items": [...]}`` shape.
         geoagent.runtime.http.PermanentHTTPError
             On 4xx other than 404 (404 is read as 0 views).
+        geoagent.runtime.http.RetriesStopped
+            A stop was requested before the request was sent (also while it waited for its host's limits).
         """
+        url = self.url(title, start, end)
+
+        async def not_after_stop() -> None:
+            if getattr(self.http, "stopping", False):
+                raise RetriesStopped(self.base_url, 0, "stop requested: pageviews request not sent")
+
+        await not_after_stop()
         # 404 is this endpoint's answer "no data in the range", declared as
         # expected so the HTTP layer neither raises nor counts it as an API error
-        resp = await self.http.request("GET", self.url(title, start, end),
-                                       headers={"User-Agent": self.user_agent, "Accept": "application/json"},
-                                       validate=_json_body, expected_status=NO_DATA_MEANING)
+        resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent, "Accept": "application/json"},
+                                       validate=_json_body, expected_status=NO_DATA_MEANING, before_send=not_after_stop)
         if resp.status in NO_DATA_STATUSES:
             return PageviewTotal(title, 0, 0)
         try:

@@ -23,7 +23,8 @@ Sources: W3C SPARQL 1.1 Query Results JSON Format; WDQS User Manual ("Query limi
   ``max_split_depth``; rows are merged, de-duplicated (one row per item, coordinate and type, as the
   single query gives them) and put in the single query's order. Past the depth limit
   :class:`WdqsAreaTooDense` names the area. Each split is reported to an ``on_split`` callback (the crawl
-  writes it to its decision log);
+  writes it to its decision log, once per split even when a stopped task repeats the query:
+  :meth:`geoagent.crawl.stages.CrawlServices.decision_logger`);
 * after a stop request (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`) the area queries ask for no
   further page, box or split (:class:`~geoagent.runtime.http.RetriesStopped`, an ``Abandoned``: the task is
   released untouched; a partly paged answer is never returned).

@@ -128,7 +128,9 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
 
 
 #: the crawl's CSV tables under its state folder, in data-flow order (``<name>.csv``)
-CRAWL_CSV_TABLES = ("city_pool", "sites", "images", "image_audit", "candidate_referenceability")
+#: (``candidate_referenceability_by_city``: every city's rating of a QID, the release-layout table keeps one)
+CRAWL_CSV_TABLES = ("city_pool", "sites", "images", "image_audit", "candidate_referenceability",
+                    "candidate_referenceability_by_city")
 #: its JSONL logs: audit decisions, sensitive-place flags, the human review queue (``<name>.jsonl``)
 CRAWL_JSONL_TABLES = ("audit_decisions", "audit_sensitive", "audit_review_queue")
 #: the crawl's own decision log (:data:`geoagent.constants.CRAWL_DECISIONS_FILE`) as an exported table

@@ -43,13 +43,24 @@ version) are not reused for a city; a city re-derives its own from the logged an
 prompts (replayed, no call). :meth:`ReferenceabilityAuditor.audit` of a single site (used alone, outside
 the crawl) rates that site's candidates with the same fixed batches, with no city (records without
 ``city``, the release's shape).
+
+Tables. The crawl turns its rated sites into two tables (:func:`referenceability_tables`, written by
+:func:`geoagent.crawl.stages.write_candidate_referenceability` after every rated site):
+``candidate_referenceability_by_city.csv`` keeps every rating, one row per (QID, city key) with the city's
+rating and the distance from its nearest site (:data:`CANDIDATE_REF_BY_CITY_COLUMNS`);
+``candidate_referenceability.csv`` is the release's table, exactly in its layout (``qid``, ``sitelinks``,
+``familiarity``; one row per QID, sorted by QID text; read by :func:`sitelink_band_share`, which counts each
+place once). For a QID rated for several cities it holds one of them, chosen by a fixed rule: the rating
+made for the city whose site is nearest to the candidate (smallest ``dist_km``, so the prompt that showed
+it closest; ties to the smaller city key). Both tables depend only on the rated sites, never on the order
+in which sites or cities completed; the per-city ratings are also in ``audit_decisions.jsonl``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -387,11 +398,16 @@ class ReferenceabilityAuditor:
     request_model : (str, str), optional
         Provider kind and API model id put in requests (default: the section's ``provider``/``model``).
         Decisions are logged under ``settings.model``.
+    stopping : callable, optional
+        ``() -> bool``: True once the run was asked to stop (the crawl: its services' ``stopping``). From
+        then on :meth:`audit` starts no pageviews request (free work the next run redoes; the paid calls
+        are stopped by the metered ``generate``).
     """
 
     def __init__(self, provider: Any, settings: ReferenceabilitySettings, state_dir: str | Path, *,
                  pageviews: Any = None, decisions: JsonlLog | None = None, sensitive: JsonlLog | None = None,
-                 generate: Any = None, request_model: tuple[str, str] | None = None) -> None:
+                 generate: Any = None, request_model: tuple[str, str] | None = None,
+                 stopping: Callable[[], bool] | None = None) -> None:
         from geoagent import constants as C
 
         self.provider = provider
@@ -405,6 +421,7 @@ class ReferenceabilityAuditor:
         self.raw = RawAnswerLog(self.raw_path)
         self._raw_lock = asyncio.Lock()
         self.pageviews = pageviews
+        self._stopping = stopping or (lambda: False)
         self.ref_template = load_prompt("crawl_referenceability.txt")
         self.sens_template = load_prompt("crawl_sensitive.txt")
         #: model calls sent, answers replayed from ``audit_raw_answers.jsonl`` instead of a call, splits
@@ -585,12 +602,26 @@ class ReferenceabilityAuditor:
         """Rate (and screen) ``candidates`` of ``site`` for ``city`` (:meth:`rate_all`: nothing is asked for
         candidates already decided for that city, e.g. by the crawl's per-city rating); returns one
         :class:`RatedCandidate` per candidate, carrying the decision made for ``city`` (failed ratings come
-        back with ``familiarity=None`` and are dropped by the ladder builder)."""
+        back with ``familiarity=None`` and are dropped by the ladder builder).
+
+        Raises
+        ------
+        geoagent.runtime.stage.Abandoned
+            A stop was requested (``stopping``) before a pageviews request was sent: the ratings made so far
+            are logged, the site is left for the next run (which pays for none of them again).
+        geoagent.runtime.ledger.BudgetExhausted
+            From :meth:`rate_all`.
+        """
+        from geoagent.runtime.stage import Abandoned
+
         await self.rate_all(candidates, city=city)
         views: dict[str, int] = {}
         if self.settings.pageviews and self.pageviews is not None:
             for c in candidates:
                 if c.enwiki_title:
+                    if self._stopping():  # free requests do not start in the stop's grace period
+                        raise Abandoned(f"stop requested: no pageviews request for site {site} "
+                                        f"({len(views)} of its candidates' pageviews read, not kept)")
                     tot = await self.pageviews.total(c.enwiki_title, self.settings.pageviews_start, self.settings.pageviews_end)
                     views[c.qid] = tot.views
         rated = []
@@ -624,6 +655,59 @@ class ReferenceabilityAuditor:
 
 #: Columns of the release's ``data/candidate_referenceability.csv``.
 CANDIDATE_REF_COLUMNS = ("qid", "sitelinks", "familiarity")
+#: Columns of the crawl's ``candidate_referenceability_by_city.csv``: one row per (QID, city) rating; ``city``
+#: is the city key the rating was made for (the decisions' ``city``), ``dist_km`` the distance from that
+#: city's nearest site (the one its prompt showed), km
+CANDIDATE_REF_BY_CITY_COLUMNS = ("qid", "city", "sitelinks", "familiarity", "dist_km")
+
+
+def referenceability_tables(rated_sites: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The crawl's two referenceability tables from its rated sites (module docstring, "Tables").
+
+    Parameters
+    ----------
+    rated_sites : iterable of mapping
+        The records of ``rated/<site>.json``: ``site`` (with ``site`` id and ``city`` name), ``rated`` (per
+        candidate ``qid``, ``dist_km`` from that site, ``familiarity``; None for a failed rating) and
+        ``sitelinks`` (QID -> count or None).
+
+    Returns
+    -------
+    (by_city, by_qid) : two lists of dict
+        ``by_city``: one row per (QID, city key) with a rating, columns :data:`CANDIDATE_REF_BY_CITY_COLUMNS`,
+        sorted by QID text then city; the rating is the one stored for the city's site nearest the candidate
+        (all of a city's sites carry the city's decision; ties to the smaller site id), ``dist_km`` that
+        site's distance (rounded to 1e-6 km). ``by_qid``: the release's table (:data:`CANDIDATE_REF_COLUMNS`),
+        one row per QID, sorted by QID text as released: a QID rated for several cities takes the rating of
+        the city whose site is nearest to it (smallest ``dist_km``; ties to the smaller city key). Both
+        depend only on the rated sites, never on the order in which they (or their cities) were rated.
+        Sites whose city name has no letters or digits go under city key ``""``.
+    """
+    from geoagent.crawl.sampler import slug
+
+    best: dict[tuple[str, str], tuple[float, str, dict[str, Any]]] = {}
+    for rec in rated_sites:
+        site = rec.get("site") or {}
+        sid, city = str(site.get("site", "")), slug(str(site.get("city", "")))
+        links = rec.get("sitelinks") or {}
+        for r in rec.get("rated") or []:
+            if r.get("familiarity") is None:
+                continue
+            d = round(float(r["dist_km"]), 6)
+            key = (str(r["qid"]), city)
+            prev = best.get(key)
+            if prev is None or (d, sid) < prev[:2]:
+                n = links.get(r["qid"])
+                best[key] = (d, sid, {"qid": key[0], "city": city, "sitelinks": "" if n is None else n,
+                                      "familiarity": r["familiarity"], "dist_km": d})
+    by_city = [best[k][2] for k in sorted(best)]
+    chosen: dict[str, dict[str, Any]] = {}
+    for row in by_city:  # cities in key order: a strict < keeps the smaller city key on a tie
+        prev = chosen.get(row["qid"])
+        if prev is None or row["dist_km"] < prev["dist_km"]:
+            chosen[row["qid"]] = row
+    by_qid = [{k: chosen[q][k] for k in CANDIDATE_REF_COLUMNS} for q in sorted(chosen)]
+    return by_city, by_qid
 
 
 def sitelink_band_share(rows: Iterable[dict[str, Any]], lo: int = 5, hi: int = 40) -> tuple[float, int, set[int]]:

@@ -9,7 +9,8 @@ The chain is linear (each stage has one output edge, so the runner's burst mode 
 upstream); the image auditor passes each site on to the referenceability auditor once its images are
 audited. Every stage writes its result files under ``<state_dir>`` (``screening/``, ``sampling/``,
 ``image_audit/``, ``ref_candidates/``, ``ref_cities/``, ``rated/``, ``ladders/`` and the tables ``city_pool.csv``, ``sites.csv``,
-``image_audit.csv``, ``audit_decisions.jsonl``, ``audit_sensitive.jsonl``) and reuses a result that is
+``image_audit.csv``, ``candidate_referenceability.csv`` and ``candidate_referenceability_by_city.csv``,
+``audit_decisions.jsonl``, ``audit_sensitive.jsonl``) and reuses a result that is
 already there, so a restarted crawl repeats no API or model call that had completed. Thumbnails go to
 ``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``). The referenceability auditor rates
 per city (all of a city's candidates in fixed, QID-ordered batches; :class:`ReferenceabilityAuditorStage`),
@@ -22,7 +23,9 @@ campaign engine, :func:`services_from_context` builds it on first use from the e
 Stopping (Ctrl-C / SIGTERM; :mod:`geoagent.runtime.worker`, "Stopping"): the screener, sampler and fetcher
 make only free requests and write their files atomically, so they set ``cancel_on_stop``: their tasks in
 flight are cancelled at once and released untouched. The two auditors make paid model calls and keep the
-grace period (they send no new call after the stop: :mod:`geoagent.crawl.llmcall`). The context carries the
+grace period (they send no new call after the stop: :mod:`geoagent.crawl.llmcall`); the grace is for the
+paid calls in flight only, so the referenceability auditor starts no pageviews request after the stop either
+(the site is released; its ratings are logged and the next run fetches the pageviews). The context carries the
 shared HTTP client as ``http``, so no request of any stage retries after the stop. A host that cannot be
 reached stops the stage that needs it with a line naming its config key (:func:`crawl_host_hint`).
 
@@ -116,6 +119,9 @@ class CrawlServices:
     mapillary_refused: str | None = None
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _ref_auditor: ReferenceabilityAuditor | None = None
+    #: identities of the WDQS splits in the decision log (:func:`split_identity`) up to byte ``_split_offset``
+    _logged_splits: set[bytes] = field(default_factory=set)
+    _split_offset: int = 0
 
     def lock(self, name: str) -> asyncio.Lock:
         if name not in self.locks:
@@ -134,20 +140,33 @@ class CrawlServices:
 
             self._ref_auditor = ReferenceabilityAuditor(
                 self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
-                generate=generate, request_model=_model_id(self.ref_model_cfg, self.settings.referenceability))
+                generate=generate, request_model=_model_id(self.ref_model_cfg, self.settings.referenceability),
+                stopping=lambda: self.stopping)
         return self._ref_auditor
 
     def decision_logger(self, stage: str, **fields: Any) -> Any:
         """An async callable that appends one record (with ``ts``, ``stage`` and ``fields``) to the crawl's
-        decision log ``<state_dir>/crawl_decisions.jsonl`` (fsynced; e.g. every WDQS spatial split)."""
+        decision log ``<state_dir>/crawl_decisions.jsonl`` (fsynced; e.g. every WDQS spatial split).
+
+        A WDQS split is logged once: a task stopped after its split was logged (the sampler is cancelled at
+        a stop) or killed repeats the query and the split when it runs again, and that record, equal to the
+        logged one in everything but ``ts`` and ``reason`` (:func:`split_identity`), is not appended again.
+        The logged splits' identities are read from the file (what was appended since the last look, so
+        also the lines of earlier runs and of other processes of the campaign) before a split is logged."""
         import time as _time
 
         from geoagent.files import append_jsonl
 
         async def log(rec: dict[str, Any]) -> None:
+            full = {"ts": round(_time.time(), 3), "stage": stage, **fields, **rec}
             async with self.lock("crawl_decisions"):
-                append_jsonl(self.state_dir / C.CRAWL_DECISIONS_FILE,
-                             [{"ts": round(_time.time(), 3), "stage": stage, **fields, **rec}])
+                path = self.state_dir / C.CRAWL_DECISIONS_FILE
+                ident = split_identity(full)
+                if ident is not None:
+                    self._split_offset = read_split_identities(path, self._logged_splits, self._split_offset)
+                    if ident in self._logged_splits:
+                        return
+                append_jsonl(path, [full])
 
         return log
 
@@ -187,6 +206,44 @@ class CrawlServices:
             out[api] = {"requests": req, "retries": retries, "errors": errors, "answers": answers, "answer_notes": notes,
                         "error_rate": round(n_err / req, 4) if req else 0.0}
         return out
+
+
+#: the keys that identify a WDQS split record: which stage split which query of which area and box (not
+#: when, nor the error text); a repeated task repeats the same split with the same values
+SPLIT_IDENTITY_KEYS = ("stage", "event", "city", "site", "query", "area", "center", "radius_km", "depth", "box", "parts")
+
+
+def split_identity(rec: dict[str, Any]) -> bytes | None:
+    """What makes a decision-log record the same WDQS split as another (:data:`SPLIT_IDENTITY_KEYS`, as
+    JSON); None for any other kind of record (``event`` other than ``wdqs_split``)."""
+    if rec.get("event") != "wdqs_split":
+        return None
+    return orjson.dumps([rec.get(k) for k in SPLIT_IDENTITY_KEYS])
+
+
+def read_split_identities(path: Path, into: set[bytes], offset: int = 0) -> int:
+    """Add to ``into`` the :func:`split_identity` of every WDQS split in the decision log at ``path`` from
+    byte ``offset`` on; returns the offset after the last whole line read (pass it to the next call to
+    read only what was appended since). Lines that are not JSON objects are skipped; a last line without
+    its newline (being written, or torn by a crash) is left for the next call. A missing file, or one
+    shorter than ``offset`` (replaced), is read from its start."""
+    if not path.is_file():
+        return 0
+    with path.open("rb") as f:
+        f.seek(0, 2)
+        if f.tell() < offset:
+            offset = 0
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and (ident := split_identity(rec)) is not None:
+            into.add(ident)
+    return offset + end
 
 
 def _model_id(model_cfg: Any, section: Any) -> tuple[str, str]:
@@ -342,6 +399,20 @@ class _CrawlStage(Stage):
         runner's unreachable-host breaker; None before the stage started or for a host no key names."""
         return crawl_host_hint(self._crawl_svc, host) if self._crawl_svc is not None else None
 
+    def host_labels(self) -> dict[str, str]:
+        """Readable names of the hosts this run found that no config key names (``{host: label}``, for
+        ``status``, recorded by :class:`geoagent.runtime.progress.Progress`): the Mapillary thumbnail CDN
+        hosts the Graph API's thumbnail URLs pointed at, labelled :data:`THUMBNAIL_CDN_LABEL` (a CDN host
+        that is the Graph API's own keeps the API's label)."""
+        svc = self._crawl_svc
+        if svc is None:
+            return {}
+        return {h: THUMBNAIL_CDN_LABEL for h in sorted(svc.mapillary.thumb_hosts) if h != svc.mapillary.host}
+
+
+#: how ``status`` names a Mapillary thumbnail CDN host (:meth:`_CrawlStage.host_labels`)
+THUMBNAIL_CDN_LABEL = "Mapillary thumbnail CDN"
+
 
 def _token_message(svc: CrawlServices) -> str:
     return (f"the Mapillary API refused the access token ({svc.mapillary_refused}): check "
@@ -465,7 +536,8 @@ class SiteSamplerStage(_CrawlStage):
     uses_mapillary = True
     #: a stop cancels samplings in flight at once (released untouched): WDQS and Mapillary requests are free
     #: and the sampling record and sites.csv are written atomically at the end (a WDQS split already logged
-    #: to crawl_decisions.jsonl is logged again when the next run repeats the query)
+    #: to crawl_decisions.jsonl is not logged again when the next run repeats the query:
+    #: :meth:`CrawlServices.decision_logger`)
     cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
@@ -721,26 +793,30 @@ def _rating_city(site: dict[str, Any]) -> str | None:
         return None
 
 
-def write_candidate_referenceability(state_dir: Path) -> Path:
-    """``candidate_referenceability.csv`` (qid, sitelinks, familiarity) over every rated candidate of every
-    site, one row per QID, sorted by QID (a QID rated for several cities: the rating stored by the last site
-    in file-name order, so the table depends only on the rated sites; the release's table; input of
-    :func:`geoagent.crawl.referenceability.sitelink_band_share`)."""
-    from geoagent.crawl.referenceability import CANDIDATE_REF_COLUMNS
+#: the crawl's per-(QID, city) referenceability table beside the release's one-row-per-QID table
+CANDIDATE_REF_BY_CITY_FILE = "candidate_referenceability_by_city.csv"
 
-    rows: dict[str, dict[str, Any]] = {}
-    for p in sorted((state_dir / "rated").glob("*.json")):
-        rec = _load(p)
-        if not rec:
-            continue
-        links = rec.get("sitelinks", {})
-        for r in rec["rated"]:
-            if r.get("familiarity") is None:
-                continue
-            n = links.get(r["qid"])
-            rows[r["qid"]] = {"qid": r["qid"], "sitelinks": "" if n is None else n, "familiarity": r["familiarity"]}
+
+def write_candidate_referenceability(state_dir: Path) -> Path:
+    """Rewrite the two referenceability tables over every rated site (``rated/*.json``):
+    ``candidate_referenceability.csv`` in the release's layout (qid, sitelinks, familiarity; one row per
+    QID, sorted by QID; input of :func:`geoagent.crawl.referenceability.sitelink_band_share`) and
+    :data:`CANDIDATE_REF_BY_CITY_FILE` with every city's rating (one row per QID and city key). A QID
+    rated for several cities has a row per city in the second table; the first holds the rating of the
+    city whose site is nearest to it, ties to the smaller city key
+    (:func:`geoagent.crawl.referenceability.referenceability_tables`). Both depend only on the rated
+    sites, not on the order in which they were rated. Returns the path of the release-layout table."""
+    from geoagent.crawl.referenceability import (
+        CANDIDATE_REF_BY_CITY_COLUMNS,
+        CANDIDATE_REF_COLUMNS,
+        referenceability_tables,
+    )
+
+    recs = [rec for p in sorted((state_dir / "rated").glob("*.json")) if (rec := _load(p))]
+    by_city, by_qid = referenceability_tables(recs)
+    _write_csv(by_city, state_dir / CANDIDATE_REF_BY_CITY_FILE, CANDIDATE_REF_BY_CITY_COLUMNS)
     out = state_dir / "candidate_referenceability.csv"
-    _write_csv([rows[q] for q in sorted(rows)], out, CANDIDATE_REF_COLUMNS)
+    _write_csv(by_qid, out, CANDIDATE_REF_COLUMNS)
     return out
 
 

@@ -68,7 +68,10 @@ class Progress:
         Returns per-host HTTP counters (requests, retries, errors by reason): the API error rates.
     host_labels : dict or None
         ``{host: readable name}`` (model or API name) recorded with the HTTP counters, so ``status`` can
-        name hosts the config does not show as they were (local fakes on ``127.0.0.1:<port>``).
+        name hosts the config does not show as they were (local fakes on ``127.0.0.1:<port>``). Each
+        record adds the labels the running stages give for hosts found during the run (a stage's optional
+        ``host_labels()`` method, e.g. the crawl's Mapillary thumbnail CDN hosts); for a host named both
+        ways, this mapping's label wins.
     planned_by_model : dict or None
         ``{model name: model calls in the plan}``, recorded so ``status`` can say per model how many planned
         calls have a stored answer (as the run's summary does), also after a budget stop.
@@ -127,11 +130,27 @@ class Progress:
             # None: the ETA covers the whole pipeline; else the stages it covers (this process's, --stages)
             "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else list(rates),
             "http": self.http() if self.http else None,
-            "host_labels": self.host_labels or None,
+            "host_labels": self.labels(run) or None,
             "budget_stopped": run.budget_stopped,
             "finished": finished,
             **({"planned_by_model": self.planned_by_model} if self.planned_by_model else {}),
         }
+
+    def labels(self, run: PipelineRun) -> dict[str, str]:
+        """The given host labels, plus those the running stages give (``stage.host_labels()``, when a stage
+        has it) for hosts the given ones do not name (see the class docstring)."""
+        out = dict(self.host_labels)
+        for r in run.runners:
+            found = getattr(r.stage, "host_labels", None)
+            if not callable(found):
+                continue
+            try:
+                extra = found()
+            except Exception:  # noqa: BLE001 - a stage's label hook must not break the progress stream
+                continue
+            for host, label in (extra or {}).items():
+                out.setdefault(str(host), str(label))
+        return out
 
     def _render(self, record: dict[str, Any], final: bool) -> None:
         from rich.live import Live

@@ -171,13 +171,22 @@ def make_apps(world: SandboxWorld, faults: FaultConfig | None = None) -> dict[st
 
 
 @contextlib.asynccontextmanager
-async def serve_world(world: SandboxWorld, faults: FaultConfig | None = None) -> AsyncIterator[dict[str, Any]]:
-    """Serve the world's fakes on loopback; yield ``{"endpoints": {...}, "apps": {...}}`` where endpoints
-    are ``[crawl.endpoints]`` values (``overpass`` is the ``/api`` root, ``wdqs`` the ``/sparql`` URL)."""
+async def serve_world(world: SandboxWorld, faults: FaultConfig | None = None, *,
+                      separate_cdn: bool = False) -> AsyncIterator[dict[str, Any]]:
+    """Serve the world's fakes on loopback; yield ``{"endpoints": {...}, "apps": {...}, "cdn": ...}`` where
+    endpoints are ``[crawl.endpoints]`` values (``overpass`` is the ``/api`` root, ``wdqs`` the ``/sparql``
+    URL). With ``separate_cdn`` the Mapillary thumbnails come from a CDN fake on a host of its own, as the
+    real API's do (:func:`geoagent.sandbox.mapillary.make_cdn_app`; its base URL is ``"cdn"``, else None:
+    the Graph API fake's host serves them)."""
     apps = make_apps(world, faults)
     async with contextlib.AsyncExitStack() as stack:
         urls = {name: await stack.enter_async_context(serve(app)) for name, app in apps.items()}
-        yield {"apps": apps, "endpoints": {
+        cdn = None
+        if separate_cdn:
+            state = apps["mapillary"][mly.MAPILLARY_STATE]
+            cdn = await stack.enter_async_context(serve(mly.make_cdn_app(state, faults=faults)))
+            state.cdn_base = cdn
+        yield {"apps": apps, "cdn": cdn, "endpoints": {
             "overpass": urls["overpass"] + "/api",
             "wdqs": urls["wdqs"] + "/sparql",
             "pageviews": urls["pageviews"],

@@ -71,6 +71,9 @@ class MapillaryFakeState:
     ttl_s: float = 600.0
     thumb_px: int = 64  # rendered edge length (kept small: tests and the demo stay fast)
     secret: bytes = b"sandbox-cdn-secret"
+    #: base URL of a separate thumbnail CDN host (:func:`make_cdn_app`, as the real API's ``scontent-*.fbcdn.net``
+    #: URLs); None: thumbnail URLs name the Graph API host itself
+    cdn_base: str | None = None
     search_requests: list[str] = field(default_factory=list)
     thumb_requests: list[str] = field(default_factory=list)
     image_requests: list[str] = field(default_factory=list)
@@ -147,7 +150,7 @@ def _render(request: web.Request, st: MapillaryFakeState, img: FakeImage, fields
         elif f in THUMB_SIZES:
             exp = int(time.time() + st.ttl_s)
             size = THUMB_SIZES[f]
-            base = f"{request.scheme}://{request.host}"
+            base = st.cdn_base.rstrip("/") if st.cdn_base else f"{request.scheme}://{request.host}"
             out[f] = f"{base}/cdn/{img.image_id}/{size}.jpg?exp={exp}&sig={_sign(st, img.image_id, size, exp)}"
     return out
 
@@ -240,4 +243,13 @@ def make_app(images: list[FakeImage] | None = None, *, faults: FaultConfig | Non
     app.router.add_get("/images", _images)
     app.router.add_get("/cdn/{image_id:[0-9]+}/{size:[0-9]+}.jpg", _cdn)
     app.router.add_get("/{image_id:[0-9]+}", _one)
+    return app
+
+
+def make_cdn_app(state: MapillaryFakeState, *, faults: FaultConfig | None = None) -> web.Application:
+    """The thumbnail CDN alone (``/cdn/...``) over the Graph API fake's ``state``, to serve on a host of its own:
+    set ``state.cdn_base`` to its URL and the Graph API fake hands out thumbnail URLs on that host."""
+    app = web.Application(middlewares=[fault_middleware(faults)] if faults is not None else [])
+    app[MAPILLARY_STATE] = state
+    app.router.add_get("/cdn/{image_id:[0-9]+}/{size:[0-9]+}.jpg", _cdn)
     return app
