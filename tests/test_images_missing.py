@@ -275,3 +275,28 @@ def test_geohint_sandbox_config_dry_run_warns_with_count(env, release_dir, capsy
     warn = [ln for ln in out.splitlines() if "have no file" in ln]
     # images = "synthetic": one placeholder per site; the model is the local OpenAI-compatible fake
     assert len(warn) == 1 and f"{n_sites} of {n_sites} images" in warn[0] and "local fake" in warn[0]
+
+
+def test_geohint_simulated_run_warns_and_records_count(env, release_dir, capsys):
+    """Simulated model on two sites' synthetic images (legitimate placeholders): runs, one warning line, the count
+    in the run's manifest entry and in report.md."""
+    with open(release_dir / "sites.csv", newline="", encoding="utf-8-sig") as f:
+        two = sorted(r["site"] for r in csv.DictReader(f))[:2]
+    cfg = env / "gh-sim.toml"
+    cfg.write_text(
+        '[campaign]\nname = "gh-sim"\nkind = "geohint"\nseed = 1\ncontact = "mailto:t@example.org"\n'
+        '[budget]\ncap_usd = 1.0\n'
+        '[[models]]\nname = "sim"\nprovider = "simulated"\nmodel = "sim-1"\nmax_output_tokens = 300\n'
+        f'[geohint]\nconditions = ["baseline", "forced"]\nimages = "synthetic"\nsites = {json.dumps(two)}\n'
+        'n_flips = 10\nn_splits = 2\n'
+        '[geohint.geocoder]\nwikidata_url = "http://wikidata.sandbox.invalid/w/api.php"\n'
+        'nominatim_url = "http://nominatim.sandbox.invalid"\n', encoding="utf-8")
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    warn = [ln for ln in out.splitlines() if "have no file" in ln]
+    assert len(warn) == 1 and "2 of 2 images" in warn[0] and "simulated" in warn[0], out
+    state = env / "state" / "gh-sim"
+    run = json.loads((state / "manifest.json").read_text())["runs"][-1]
+    assert run["images_missing"] == 2 and run["images_planned"] == 2 and run["image_root"] is None
+    assert run["placeholder_requests"] == {"sim": run["planned"]} and run["planned"] > 2  # every request: synthetic
+    assert "Placeholder images: 2 of 2 images" in (state / "report" / "report.md").read_text()
