@@ -17,6 +17,9 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
                  watch_probe_max_s (s; ``run --watch``: how long a stage waits for an unreachable host before
                  probing it again, doubling up to the max), task_timeout_s (s; the most one task may be
                  handled before it is cancelled and retried; unset: derived from the HTTP policies)
+    [images]     missing = "error" | "placeholder": what a GeoVerify or GeoHint plan may do with an image that has
+                 no file under its image_root when a model on a real provider would see it (ImagesSection,
+                 :mod:`geoagent.image_files`)
     [geoverify], [geohint], [crawl], [generic]   task sections: free tables until a task module registers a pydantic
                  model for them with :func:`register_section`; then they are validated like the rest.
 
@@ -410,6 +413,20 @@ class QueueSection(_Section):
         return self
 
 
+class ImagesSection(_Section):
+    """``[images]``: what a GeoVerify or GeoHint plan does with an image that has no file.
+
+    ``missing = "error"`` (default): a plan whose images lack files under the task's ``image_root`` is refused
+    (exit 2) when a model on a real provider (``openai``, ``anthropic``, ``gemini`` outside the local
+    ``*.sandbox.invalid`` fakes) would be sent placeholder pixels instead of the photo. ``"placeholder"``:
+    send the deterministic placeholder anyway (counted in a warning line, the manifest and the report).
+    The ``simulated`` and ``replay`` providers and the local fakes always get placeholders with only the
+    warning (:mod:`geoagent.image_files`).
+    """
+
+    missing: Literal["error", "placeholder"] = "error"
+
+
 # ------------------------------------------------------------------------------------------------
 # task-section registry
 # ------------------------------------------------------------------------------------------------
@@ -603,6 +620,10 @@ _EXPECTED = {
     "extra_forbidden": "no such key (unknown key)",
 }
 _NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers"}  # may hold a pasted key (params: its messages say what they show)
+
+
+#: ``[images]`` is a registered section: validated at load, absent = its defaults (also in drift checks)
+register_section("images", ImagesSection)
 
 
 def _fmt_loc(loc: Iterable[Any]) -> str:

@@ -150,6 +150,12 @@ class CampaignKind(abc.ABC):
         """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
         return {}
 
+    def plan_warnings(self, cfg: Any) -> list[str]:
+        """Warnings about the plan just made (called after :meth:`plan`; e.g. images sent as placeholder
+        pixels, :mod:`geoagent.image_files`): the dry run prints each as a ``warning:`` line; a real run's
+        kind puts them in its summary lines."""
+        return []
+
     def required_keys(self, cfg: Any) -> list[tuple[str, str]]:
         """``(variable NAME, what needs it)`` for every secret the kind's own API clients need besides the
         ``[[models]]`` keys (e.g. the crawl's Mapillary token); :func:`check_keys` looks them all up before
@@ -962,6 +968,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     command = "crawl" if kind.kind == "crawl" else "run"
     warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others)}; `{command}` "
                 f"will refuse to start until {them} set"] if n_vars else [])
+    warning += [f"  warning: {w}" for w in kind.plan_warnings(cfg)]
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
         warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
         out.exit_code = EXIT_CONFIG  # the dry run predicts the refusal: it exits as the run would

@@ -2,7 +2,10 @@
 
 :func:`missing_release_error` is the one message for a GeoContext release file that is not where it was
 looked for (release importer, sandbox gazetteer, a replay file under the release folder): which file, whether
-its folder exists, and how to point at the release (``$GEOAGENT_RELEASE`` or ``[paths] release_dir``).
+its folder exists, how to point at the release (``$GEOAGENT_RELEASE`` or ``[paths] release_dir``) and where the
+public release is (:data:`RELEASE_URL`). When the folder is a campaign's state folder (a crawl's output, used as
+``release_dir`` of an evaluation campaign: :func:`is_state_folder`) it says so instead: the crawl has not
+written it yet (``crawl output not found: ...``).
 """
 
 from __future__ import annotations
@@ -28,11 +31,55 @@ def state_root(configured: str | os.PathLike[str] | None = None) -> Path:
     return Path(configured or os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT)
 
 
+#: the public GeoContext release (code and data; the paper's reproducibility statement)
+RELEASE_URL = "https://github.com/Yifan1209/geocontext"
+
+
+def is_state_folder(folder: str | os.PathLike[str], root_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Whether ``folder`` is (or would be) a campaign's state folder, such as a crawl's output: it holds the
+    campaign's ``manifest.json`` or ``campaign.sqlite``, or it lies directly in the state root (``root_dir``,
+    default :func:`state_root`: ``$GEOAGENT_STATE``, else ``state/``), compared after resolving both."""
+    f = Path(folder)
+    if (f / C.MANIFEST_FILE).is_file() or (f / C.CAMPAIGN_DB).is_file():
+        return True
+    root = Path(root_dir) if root_dir is not None else state_root()
+    try:
+        return f.resolve().parent == root.resolve()
+    except OSError:
+        return False
+
+
+def missing_crawl_output_error(
+    folder: str | os.PathLike[str],
+    looked_for: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> FileNotFoundError:
+    """The error for a crawl's state folder, used as an evaluation's ``release_dir``, that lacks a file.
+
+    Returns
+    -------
+    FileNotFoundError
+        One line: ``crawl output not found: <file> (the folder <dir> does not exist | holds no <name>); run
+        `python run.py crawl CRAWL_CONFIG` first ...`` (``<file>``: the first of ``looked_for``).
+    """
+    root = Path(folder)
+    # a crawl writes its tables at the top of its folder (never a release checkout's data/)
+    file = Path(looked_for) if isinstance(looked_for, (str, os.PathLike)) else Path(looked_for[0])
+    shown = str(root) if root.is_absolute() else f"{root} (= {os.path.abspath(root)})"
+    state = f"the folder {shown} does not exist" if not root.exists() else f"the folder {shown} holds no {_rel(file, root)}"
+    return FileNotFoundError(
+        f"crawl output not found: {file} ({state}); run `python run.py crawl "
+        f"CRAWL_CONFIG` first (the crawl campaign named {root.name!r} writes sites.csv, ladders/ and, when it "
+        "completes, verify_trials.csv into this folder; see geoagent/configs/crawl_sandbox.toml), or point "
+        f"release_dir at a finished crawl's state folder or at the GeoContext release ({RELEASE_URL})"
+    )
+
+
 def missing_release_error(
     release_dir: str | os.PathLike[str],
     looked_for: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     role: str | None = None,
+    state_root_dir: str | os.PathLike[str] | None = None,
 ) -> FileNotFoundError:
     """The error for a GeoContext release file that is not there (raise what this returns).
 
@@ -50,10 +97,14 @@ def missing_release_error(
     -------
     FileNotFoundError
         One line: ``GeoContext release file not found: <file> (<role>; the folder <dir> does not exist |
-        holds no <name>); point at the release folder with GEOAGENT_RELEASE=... or [paths] release_dir ...``.
-        A relative folder is also shown resolved against the working directory.
+        holds no <name>); point at the release folder with GEOAGENT_RELEASE=... or [paths] release_dir ...
+        (the public release: https://github.com/Yifan1209/geocontext ...)``. A relative folder is also shown
+        resolved against the working directory. For a campaign state folder (:func:`is_state_folder` under
+        ``state_root_dir``, default the state root) and no ``role``: :func:`missing_crawl_output_error` instead.
     """
     root = Path(release_dir)
+    if role is None and is_state_folder(root, state_root_dir):
+        return missing_crawl_output_error(root, looked_for)
     files = [Path(looked_for)] if isinstance(looked_for, (str, os.PathLike)) else [Path(p) for p in looked_for]
     shown = str(root) if root.is_absolute() else f"{root} (= {os.path.abspath(root)})"
     if not root.exists():
@@ -66,7 +117,8 @@ def missing_release_error(
     return FileNotFoundError(
         f"GeoContext release file not found: {' nor '.join(str(f) for f in files)} ({what}{state}); point at "
         f"the release folder with {C.ENV_RELEASE_DIR}=/path/to/geocontext or [paths] release_dir in the campaign "
-        "file (it holds sites.csv, ladders/ and verify_raw*.jsonl)"
+        f"file (it holds sites.csv, ladders/ and verify_raw*.jsonl). The public release is {RELEASE_URL}: "
+        f"clone or download it and point at that folder (or its data/ folder), e.g. {C.ENV_RELEASE_DIR}=$HOME/geocontext"
     )
 
 

@@ -35,7 +35,7 @@ def test_example_loads_without_errors_or_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cfg = load_config(EXAMPLE)
-    assert set(cfg.tasks) == {"geoverify", "geohint", "crawl", "generic"}
+    assert set(cfg.tasks) == {"geoverify", "geohint", "crawl", "generic", "images"}
     for name in cfg.tasks:
         assert cfg.section(name) is not None
 
@@ -67,6 +67,12 @@ def test_geoverify_and_geohint_sections_show_every_key_with_its_default():
     _check(GeoVerifySettings, "geoverify", DOC["geoverify"])
     gh = {k: v for k, v in DOC["geohint"].items() if k != "geocoder"}
     _check(GeoHintSettings, "geohint", {**gh, "geocoder": {}}, not_default={"geocoder"})
+
+
+def test_images_section_shows_every_key_with_its_default():
+    from geoagent.config import ImagesSection
+
+    _check(ImagesSection, "images", DOC["images"])
 
 
 def test_geocoder_table_shows_every_field_with_its_default():

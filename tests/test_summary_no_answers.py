@@ -34,6 +34,9 @@ def _geoverify_doc(tmp_path, base_url: str, *, cap_usd: float) -> dict:
     doc["models"] = [{"name": "gpt", "provider": "openai", "model": "sim-gpt", "base_url": f"{base_url}/v1",
                       "api_key_env": "GV_TEST_KEY", "price_input_usd_per_mtok": 0.15, "price_output_usd_per_mtok": 0.60,
                       "max_output_tokens": 64, "concurrency": 4, "rate": {"requests": 5000, "period_s": 1.0}}]
+    # the release gives image ids, not pixels: a model behind a server (this local fake) gets placeholders only
+    # with the opt-in (geoagent.image_files)
+    doc["images"] = {"missing": "placeholder"}
     return doc
 
 

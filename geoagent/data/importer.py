@@ -434,12 +434,12 @@ def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyRespon
 # --- folder-level import ------------------------------------------------------------------------
 
 
-def _data_root(root: Path) -> Path:
+def _data_root(root: Path, state_root: str | Path | None = None) -> Path:
     if (root / "sites.csv").is_file():
         return root
     if (root / "data" / "sites.csv").is_file():  # a checkout of the release repository
         return root / "data"
-    raise paths.missing_release_error(root, [root / "sites.csv", root / "data" / "sites.csv"])
+    raise paths.missing_release_error(root, [root / "sites.csv", root / "data" / "sites.csv"], state_root_dir=state_root)
 
 
 def _pick(root: Path, stem: str, suffix: str) -> Path | None:
@@ -453,13 +453,18 @@ def _pick(root: Path, stem: str, suffix: str) -> Path | None:
 _LADDER_NAME = re.compile(r"^(?P<site>.+?)_ladder(?:_.*)?\.csv$")
 
 
-def import_release(root: str | Path) -> Release:
+def import_release(root: str | Path, *, state_root: str | Path | None = None) -> Release:
     """Import a GeoContext release folder.
 
     Parameters
     ----------
     root : str or Path
-        The folder holding ``sites.csv`` (or a release checkout with it under ``data/``).
+        The folder holding ``sites.csv`` (or a release checkout with it under ``data/``), or a crawl's state
+        folder (which it also is once the crawl has written it).
+    state_root : str or Path, optional
+        The campaign's state root (``CampaignConfig.state_root()``; default ``$GEOAGENT_STATE`` or ``state/``):
+        a ``root`` directly in it is taken for a crawl's output folder when it lacks ``sites.csv``
+        (:func:`geoagent.paths.missing_crawl_output_error`).
 
     Returns
     -------
@@ -470,9 +475,10 @@ def import_release(root: str | Path) -> Release:
     Raises
     ------
     FileNotFoundError
-        No ``sites.csv`` in the folder.
+        No ``sites.csv`` in the folder (worded for a crawl's folder or for the release,
+        :func:`geoagent.paths.missing_release_error`).
     """
-    root = _data_root(Path(root))
+    root = _data_root(Path(root), state_root)
     rel = Release(root=root)
     rep = rel.report
     for site in _read_csv(root / "sites.csv", rep, ("site", "city", "lat", "lon"), _site):

@@ -28,6 +28,7 @@ from geoagent.geohint.echo import DEFAULT_ECHO_RULE, describe_echo_rule
 from geoagent.geohint.plan import PlanSummary, synthetic_images
 from geoagent.geohint.result import GeoHintResult
 from geoagent.geohint.settings import GeoHintSettings
+from geoagent.image_files import MissingImages, check_missing, tally
 from geoagent.geohint.stages import (
     SCORED_TABLE,
     GeoHintAggregatorStage,
@@ -60,6 +61,29 @@ def campaign_images(release: Release, mode: str, per_site: int | None) -> list[I
     missing = {s: v for s, v in release.sites.items() if mode == "synthetic" or s not in with_real}
     synth = synthetic_images(missing, per_site=per_site or 1)
     return synth if mode == "synthetic" else real + synth
+
+
+#: config key of GeoHint's image folder (named in messages)
+IMAGE_ROOT_KEY = "geohint.image_root"
+
+
+def image_tally(messages: list[Message], images: list[Image], image_root: str | None, mode: str) -> MissingImages:
+    """The images the planned GeoHint requests show, and those sent without a file (placeholder pixels):
+    described by the file looked for (``<image_root>/<path>``), the table path when ``image_root`` is not
+    set, or why there is none (a synthetic placeholder for a site without release images, ``images = mode``;
+    an image without a path)."""
+    by_id = {im.image_id: im for im in images}
+
+    def describe(p: Any) -> str:
+        im = by_id.get(str(p.get("image_id")))
+        if im is None or im.source == "synthetic":
+            site = im.site_id if im is not None else (p.get("meta") or {}).get("site")
+            return f"synthetic placeholder {p.get('image_id')} for site {site} (images = {mode!r})"
+        if not im.path:
+            return f"image {im.image_id} of site {im.site_id} (no path in the trial table)"
+        return str(Path(image_root) / im.path) if image_root else im.path
+
+    return tally([(k, p) for k, p in messages], describe, task="GeoHint", key=IMAGE_ROOT_KEY, image_root=image_root)
 
 
 def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE,
@@ -118,15 +142,23 @@ class GeoHintCampaign(CampaignKind):
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """The echo rule, the slope p-value reference and the regime threshold this run scores and reports
-        with (also when ``[geohint]`` is absent: the defaults)."""
+        with (also when ``[geohint]`` is absent: the defaults); after a plan, the planned images and how many
+        have no file (:meth:`geoagent.image_files.MissingImages.to_json`)."""
         s = settings_of(cfg)
-        return {"echo_rule": s.echo_rule, "p_reference": s.p_reference, "regime_threshold": s.regime_threshold}
+        images = getattr(self, "_images", None)
+        return {"echo_rule": s.echo_rule, "p_reference": s.p_reference, "regime_threshold": s.regime_threshold,
+                **(images.to_json() if images is not None else {})}
+
+    def plan_warnings(self, cfg: Any) -> list[str]:
+        """The plan's image warning (images sent as placeholder pixels), when it has one."""
+        w = getattr(self, "_image_warning", None)
+        return [w] if w else []
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         from geoagent.data.store import DataStore
 
         s = settings_of(cfg)
-        release = import_release(s.release_dir or cfg.release_dir())
+        release = import_release(s.release_dir or cfg.release_dir(), state_root=cfg.state_root())
         with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
             ds.put_many(release.records())
             ds.set_meta("import_report", release.report.to_json())
@@ -143,6 +175,12 @@ class GeoHintCampaign(CampaignKind):
         self._plan_inputs = {"sites": len(sites), "images": len(images), "ladders": len(release.ladders)}
         messages, summary = plan_from_config(cfg, sites, images, release.ladders)
         self._summary: PlanSummary = summary
+        self._images = image_tally(messages, images, s.image_root, s.images)
+        self._image_warning = check_missing(
+            ctx.services.get("config_as_written", cfg), self._images,
+            fix=("Put the photos there (the trial table's `path` column is relative to that folder: a crawl's images "
+                 "folder, state/images, holds <site>/<image_id>.jpg) or fix geohint.image_root; with images = "
+                 "\"release\" only the trial table's images are planned, never synthetic placeholders"))
         ctx.services.setdefault("sites", sites)
         return messages
 
@@ -176,13 +214,13 @@ class GeoHintCampaign(CampaignKind):
         seed = int(getattr(cfg.campaign, "seed", 0) or 0)
         write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg),
                      interim=outcome.interim_note(), p_reference=s.p_reference,
-                     answers_queued=_geocoder_left(outcome)[1])
+                     answers_queued=_geocoder_left(outcome)[1], image_note=getattr(self, "_image_warning", None))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geohint import geocoder_failure_warning, truncation_warnings, unresolved_warnings
 
-        lines = []
+        lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         summary = getattr(self, "_summary", None)
         if summary is not None:
             lines.append(

@@ -150,7 +150,8 @@ def plan_requests(
     image_root : path, optional
         Folder holding images at their ``path``; a file that exists is sent (``image_ref``), otherwise
         ``image_ref`` is None and the model caller attaches deterministic placeholder pixels (the
-        release ships no pixels).
+        release ships no pixels; the campaign counts such images and refuses them for a model on a real
+        provider unless ``[images] missing = "placeholder"``, :mod:`geoagent.image_files`).
 
     Returns
     -------

@@ -11,7 +11,9 @@ Example::
     images_per_site = 3           # optional cap for small runs
     sites = ["tokyo_shibuya"]     # optional subset of the release's site ids
     prompts_dir = "my_prompts"    # optional edited copy of geoagent/prompts/geohint_*.txt
-    image_root = "images"         # optional folder holding streetview/<site>/<id>.jpg
+    image_root = "state/images"   # optional folder the trial table's `path` values are relative to (a crawl's
+                                  # state/images holds <site>/<id>.jpg; a release copy streetview/<site>/<id>.jpg);
+                                  # an image without a file there: see [images] missing (geoagent.image_files)
     max_output_tokens = 1024       # optional override of every model's [[models]] max_output_tokens
     sample_rates = { "claude-opus-5" = 0.3333 }   # per-model override of models[].sampling_rate
     regime_threshold = 0.5        # no-context hit rate that splits legible from illegible sites

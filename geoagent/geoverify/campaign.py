@@ -130,8 +130,29 @@ class GeoVerifyCampaign(CampaignKind):
                                                  seed=s.boot_seed)]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
+        """The plan of :func:`plan_campaign`, after the image check (:func:`geoagent.image_files.check_missing`:
+        trials without image files refuse for a model on a real provider unless ``[images] missing =
+        "placeholder"``; otherwise their count is :meth:`plan_warnings`' line)."""
+        from geoagent.image_files import check_missing
+
         self._plan = plan_campaign(cfg)
+        self._image_warning = None
+        if self._plan.images is not None:
+            self._image_warning = check_missing(
+                ctx.services.get("config_as_written", cfg), self._plan.images,
+                fix=("Put the photos there (the trial table's `path` column is relative to that folder: a crawl's "
+                     "images folder, state/images, holds <site>/<image_id>.jpg) or fix geoverify.image_root"))
         return self._plan.messages
+
+    def plan_warnings(self, cfg: Any) -> list[str]:
+        """The plan's image warning (images sent as placeholder pixels), when it has one."""
+        w = getattr(self, "_image_warning", None)
+        return [w] if w else []
+
+    def manifest_extra(self, cfg: Any) -> dict[str, Any]:
+        """The planned images and how many have no file (:meth:`geoagent.image_files.MissingImages.to_json`)."""
+        plan = getattr(self, "_plan", None)
+        return plan.images.to_json() if plan is not None and plan.images is not None else {}
 
     def empty_plan_reason(self, cfg: Any) -> str:
         """What was empty: the trials (built or read from the release folder), or the models' sampling."""
@@ -158,7 +179,8 @@ class GeoVerifyCampaign(CampaignKind):
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
-                                 missing=missing_work(cfg), interim=outcome.interim_note()).values())
+                                 missing=missing_work(cfg), interim=outcome.interim_note(),
+                                 image_note=getattr(self, "_image_warning", None)).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geoverify import summary_counts, truncation_warnings
@@ -166,7 +188,7 @@ class GeoVerifyCampaign(CampaignKind):
         scores = getattr(self, "_scores", None)
         if scores is None:
             scores = aggregate_from_store(ctx.get("store")).scores()
-        lines = []
+        lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         plan = getattr(self, "_plan", None)
         if plan is not None:
             lines.append(f"  release import: {sum(plan.import_report.imported.values())} rows, "

@@ -14,7 +14,10 @@
 4. emits one ``requests`` message per trial x model (:func:`geoagent.geoverify.stages.plan_requests`),
    honouring each model's ``sampling_rate``, in queue order (:func:`interleave`): trials in a seeded random
    order (``[campaign] seed``), every model's request of a trial next to each other, so a run stopped early
-   (cost cap, Ctrl-C) covers the models evenly and a random sample of the trials.
+   (cost cap, Ctrl-C) covers the models evenly and a random sample of the trials;
+5. tallies the images the planned requests show and those without a file under ``[geoverify] image_root``
+   (:attr:`CampaignPlan.images`, :func:`image_tally`); the campaign kind refuses placeholder pixels for a
+   model on a real provider unless ``[images] missing = "placeholder"`` (:mod:`geoagent.image_files`).
 
 Replay models: a ``provider = "replay"`` model whose ``model`` value is one of the recorded model names
 replays that model; any other replay model (e.g. ``model = "recorded"``) replays *every* recorded model,
@@ -31,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.data.importer import ImportReport, Release, import_release
-from geoagent.data.model import ARM_MAIN, VerifyTrial
+from geoagent.data.model import ARM_MAIN, BLANK_IMAGE_REF, VerifyTrial
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
 from geoagent.geoverify.settings import GeoVerifySettings
-from geoagent.geoverify.stages import plan_requests, release_replay_plan, request_identity
+from geoagent.geoverify.stages import MISMATCH_UNKNOWN_REF, plan_requests, release_replay_plan, request_identity
 from geoagent.geoverify.trials import BuildReport, build_trials, pools_from_trials
+from geoagent.image_files import MissingImages, tally
 from geoagent.runtime.stage import Message
 
 
@@ -46,7 +50,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class CampaignPlan:
     """What :func:`plan_campaign` produced (``duplicate_notes``: one line per trial skipped by
-    :func:`unique_trials`)."""
+    :func:`unique_trials`; ``images``: the planned images and those without a file, :func:`image_tally`)."""
 
     messages: list[Message]
     trials: list[VerifyTrial]
@@ -54,6 +58,7 @@ class CampaignPlan:
     build_report: BuildReport | None = None
     per_model: dict[str, int] = field(default_factory=dict)
     duplicate_notes: list[str] = field(default_factory=list)
+    images: MissingImages | None = None
 
 
 def unique_trials(
@@ -172,7 +177,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
 
     s = settings_of(cfg)
     if release is None:
-        release = import_release(s.release_dir or cfg.release_dir())
+        release = import_release(s.release_dir or cfg.release_dir(),
+                                 state_root=cfg.state_root() if hasattr(cfg, "state_root") else None)
     if store_data:
         with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
             ds.put_many(release.records())
@@ -227,7 +233,37 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         if is_sampled(key, model.sampling_rate, cfg.campaign.seed):
             kept.append((key, payload))
             per_model[payload["model"]] = per_model.get(payload["model"], 0) + 1
-    return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes)
+    images = image_tally(kept, [*trials, *replay_trials], s.image_root)
+    return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes, images)
+
+
+#: config key of GeoVerify's image folder (named in messages)
+IMAGE_ROOT_KEY = "geoverify.image_root"
+
+
+def image_tally(messages: Iterable[Message], trials: Iterable[VerifyTrial], image_root: str | None) -> MissingImages:
+    """The images the planned GeoVerify requests show, and those sent without a file (placeholder pixels).
+
+    Gray-field controls (``ctrl_noimage``) are meant to be synthetic and not counted. An image without a file
+    is described by the file looked for (``<image_root>/<path>``, ``path`` from the trial table), its table
+    path when ``image_root`` is not set, or why it has none (a swapped-image control in a table without
+    ``image_ref`` does not say which image it shows; a row without ``path``).
+    """
+    paths_by_image = {t.image_id: t.path for t in trials if t.path}
+
+    def describe(p: Any) -> str:
+        image_id = str(p.get("image_id") or "")
+        trial = (p.get("meta") or {}).get("trial") or {}
+        if image_id.startswith(MISMATCH_UNKNOWN_REF):
+            return (f"{trial.get('arm')} trial {trial.get('trial_id')!r} (the trial table has no image_ref: the image "
+                    "shown is unknown)")
+        rel = paths_by_image.get(image_id)
+        if not rel:
+            return f"image {image_id} (no path in the trial table)"
+        return str(Path(image_root) / rel) if image_root else rel
+
+    return tally(messages, describe, task="GeoVerify", key=IMAGE_ROOT_KEY, image_root=image_root,
+                 intended=lambda p: p.get("image_ref") == BLANK_IMAGE_REF)
 
 
 def interleave(messages: list[Message], seed: int) -> list[Message]:

@@ -11,7 +11,9 @@ Example::
     max_output_tokens = 512        # optional override of every model's [[models]] max_output_tokens
     n_per_band = 2                # build only: decoys per band per image
     n_control = 2                 # build only: candidates per image that get the two control arms
-    image_root = "images"         # optional folder holding streetview/<site>/<id>.jpg
+    image_root = "state/images"   # optional folder the trial table's `path` values are relative to (a crawl's
+                                  # state/images holds <site>/<id>.jpg; a release copy streetview/<site>/<id>.jpg);
+                                  # an image without a file there: see [images] missing (geoagent.image_files)
     report_interval_s = 5.0       # live report refresh
     n_boot = 1000                 # bootstrap replicates over sites for the 95 % CIs of the report (0 = none)
     boot_seed = 0                 # seed of those replicates (recorded in the report)

@@ -108,8 +108,9 @@ def plan_requests(
         Output cap in tokens for every model (enters the request key and the cost reservation); None
         (default) leaves each model's own ``[[models]] max_output_tokens``.
     image_root : path, optional
-        Folder holding images at their ``path`` (``streetview/<site>/<id>.jpg``); files that exist are
-        sent, otherwise only the image id (placeholder pixels).
+        Folder the trials' ``path`` values are relative to (a crawl's ``state/images``: ``<site>/<id>.jpg``;
+        a release copy: ``streetview/<site>/<id>.jpg``); files that exist are sent, otherwise only the image
+        id (placeholder pixels; the campaign counts them and may refuse, :mod:`geoagent.image_files`).
     replay_model_of : mapping, optional
         Config model name -> recorded model name used in ``meta.replay_key`` (default: the name itself),
         so a config entry ``name = "haiku", provider = "replay", model = "claude-haiku-4-5"`` finds the

@@ -925,6 +925,7 @@ def write_report(
     interim: str | None = None,
     p_reference: str = "normal",
     answers_queued: int = 0,
+    image_note: str | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
 
@@ -939,6 +940,8 @@ def write_report(
     a banner at the top of ``report.md``; None for a finished run.
     ``answers_queued``: answers still queued for the geocoder (``answers`` edge, ready or leased); with the
     dead letters of that edge (from ``missing``) they make :func:`geocoder_failure_warning` in the header.
+    ``image_note``: the plan's line about images sent as placeholder pixels (no file under the image folder,
+    :mod:`geoagent.image_files`), a warning in the header; None when every image had its file.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -952,6 +955,7 @@ def write_report(
         "# GeoHint report",
         "",
         *([f"**Interim report: {interim}**", ""] if interim else []),
+        *([f"**Placeholder images: {image_note}**", ""] if image_note else []),
         f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",

@@ -458,6 +458,7 @@ def write_report(
     parse_failures: list[dict] | None = None,
     missing: list[dict] | None = None,
     interim: str | None = None,
+    image_note: str | None = None,
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
 
@@ -465,6 +466,9 @@ def write_report(
     it); noted under the Markdown and terminal tables and listed in ``geoverify_missing.csv``.
     ``interim``: a sentence saying the run stopped with work still pending (interrupted, budget), shown as
     a banner above the Markdown and terminal tables; None for a finished run.
+    ``image_note``: the plan's line about images sent as placeholder pixels (no file under the image folder,
+    :mod:`geoagent.image_files`), shown as a warning above the Markdown and terminal tables; None when every
+    image had its file.
 
     Returns
     -------
@@ -497,6 +501,8 @@ def write_report(
         paths["failures"] = out / FAILURES_CSV
         _atomic_write(paths["failures"], buf.getvalue())
     banner = f"**Interim report: {interim}**\n\n" if interim else ""
+    if image_note:
+        banner += f"**Placeholder images: {image_note}**\n\n"
     _atomic_write(paths["md"], banner + md)
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))

@@ -1,0 +1,207 @@
+"""Planned images without a file: count them, and refuse to send placeholder pixels to a real model.
+
+A GeoVerify trial or a GeoHint image is sent with its photo when ``<image_root>/<path>`` is a file (``path``
+from the trial table, relative to the task's ``image_root``); otherwise the model caller attaches
+deterministic placeholder pixels (:mod:`geoagent.workers.images`). That is right where no photo is needed
+or none exists: the ``simulated`` and ``replay`` providers, the local fakes (``*.sandbox.invalid``, e.g. the
+offline demo and ``geohint_sandbox.toml``), a replay of the public release (which gives Mapillary image ids,
+not pixels). It is wrong for a model on a real provider: a mistyped ``image_root`` would pay for hundreds of
+calls about placeholder pictures and report their H, F and d' as if they were about photos.
+
+So the planners tally the images of their plan (:class:`MissingImages`; a GeoVerify gray-field control is
+intended and not counted) and :func:`check_missing` decides:
+
+* a model on a real provider (:func:`needs_photos`) would get a placeholder and ``[images] missing`` is
+  ``"error"`` (the default): :class:`~geoagent.config.ConfigError` at plan time, so ``run`` and its dry run
+  (``--simulate``) exit 2 before anything is enqueued, naming the count, the config key, the folder and the
+  first missing paths;
+* otherwise (placeholders legitimate, or ``[images] missing = "placeholder"``): one warning line with the
+  count, which the campaign prints (dry run and summary) and records in the run's manifest entry and the
+  report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+#: provider kinds that send the image to a real vision model (outside the local sandbox fakes)
+PHOTO_PROVIDERS = ("openai", "anthropic", "gemini")
+#: host suffix of the local fakes (:data:`geoagent.sandbox.launch.SANDBOX_SUFFIX`)
+SANDBOX_SUFFIX = ".sandbox.invalid"
+#: missing paths named in the refusal
+SHOWN_MISSING = 5
+#: the opt-in line quoted in messages
+OPT_IN = '[images] missing = "placeholder"'
+
+
+def needs_photos(model: Any) -> bool:
+    """Whether ``model`` (a ``[[models]]`` entry as written in the campaign file) is a real vision model that
+    must not be sent placeholder pixels without the opt-in: provider ``openai``, ``anthropic`` or ``gemini``
+    whose ``base_url`` is not a local fake (``*.sandbox.invalid``). A server on this machine (Ollama, a
+    proxy in front of a paid API) counts as real."""
+    if getattr(model, "provider", None) not in PHOTO_PROVIDERS:
+        return False
+    host = urlsplit(getattr(model, "base_url", None) or "").hostname or ""
+    return not host.endswith(SANDBOX_SUFFIX)
+
+
+def _why_legit(model: Any) -> str:
+    provider = getattr(model, "provider", "?")
+    if provider in PHOTO_PROVIDERS:
+        return "local fake"
+    return provider
+
+
+@dataclass
+class MissingImages:
+    """The images of a plan and those without a file.
+
+    Attributes
+    ----------
+    task : str
+        ``"GeoVerify"`` or ``"GeoHint"`` (named in messages).
+    key : str
+        Config key of the image folder (``"geoverify.image_root"``).
+    image_root : str or None
+        Its value as written (None: not set).
+    n_images : int
+        Distinct images the planned requests show (gray-field controls not counted).
+    missing : dict of str -> str
+        Image id -> the file looked for (or why there is none), for each image without a file, in plan order.
+    requests : dict of str -> int
+        Model name -> planned requests that would carry placeholder pixels.
+    """
+
+    task: str
+    key: str
+    image_root: str | None
+    n_images: int = 0
+    missing: dict[str, str] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def n_missing(self) -> int:
+        return len(self.missing)
+
+    @property
+    def n_requests(self) -> int:
+        return sum(self.requests.values())
+
+    def folder_text(self) -> str:
+        """``'photos' (= /abs/photos, which does not exist)``, or ``not set``."""
+        if not self.image_root:
+            return "not set"
+        root = Path(self.image_root)
+        shown = repr(self.image_root) if root.is_absolute() else f"{self.image_root!r} (= {os.path.abspath(root)})"
+        if not root.exists():
+            return f"{shown}, which does not exist"
+        if not root.is_dir():
+            return f"{shown}, which is not a folder"
+        return shown
+
+    def count_text(self) -> str:
+        """``3 of 17 images have no file under geoverify.image_root = 'photos' (= ...)``."""
+        return (f"{self.n_missing} of {self.n_images} image{'' if self.n_images == 1 else 's'} of the planned {self.task} "
+                f"requests {'has' if self.n_missing == 1 else 'have'} no file under {self.key} = {self.folder_text()}")
+
+    def first_missing(self, n: int = SHOWN_MISSING) -> str:
+        shown = list(self.missing.values())[:n]
+        more = self.n_missing - len(shown)
+        return "; ".join(shown) + (f" (and {more} more)" if more > 0 else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest fields: ``images_planned``, ``images_missing``, ``placeholder_requests`` (per model),
+        ``image_root`` (as written) and ``image_root_key``."""
+        return {"images_planned": self.n_images, "images_missing": self.n_missing,
+                "placeholder_requests": dict(self.requests), "image_root": self.image_root, "image_root_key": self.key}
+
+
+def tally(messages: Iterable[tuple[str, Mapping[str, Any]]], describe: Callable[[Mapping[str, Any]], str], *,
+          task: str, key: str, image_root: str | None, intended: Callable[[Mapping[str, Any]], bool] | None = None
+          ) -> MissingImages:
+    """Tally the images of planned request messages.
+
+    Parameters
+    ----------
+    messages : iterable of (key, payload)
+        Planned ``requests`` messages (``model``, ``image_id``, ``image_ref``).
+    describe : callable
+        Payload without ``image_ref`` -> the file looked for (or why there is none), for the message.
+    task, key, image_root
+        As in :class:`MissingImages`.
+    intended : callable, optional
+        Payload -> True for an image that is meant to be synthetic (a gray-field control): not counted.
+    """
+    out = MissingImages(task=task, key=key, image_root=image_root)
+    seen: set[str] = set()
+    for _key, p in messages:
+        if intended is not None and intended(p):
+            continue
+        image_id = p.get("image_id")
+        if not image_id:
+            continue
+        image_id = str(image_id)
+        if image_id not in seen:
+            seen.add(image_id)
+            out.n_images += 1
+        if p.get("image_ref"):
+            continue
+        if image_id not in out.missing:
+            out.missing[image_id] = describe(p)
+        model = str(p.get("model"))
+        out.requests[model] = out.requests.get(model, 0) + 1
+    return out
+
+
+def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
+    """Refuse placeholder pixels for real models, else the warning line (None when every image has a file).
+
+    Parameters
+    ----------
+    cfg : CampaignConfig
+        The campaign as written (model ``base_url`` before the sandbox's loopback rewrite), with ``[images]``.
+    found : MissingImages
+        The plan's tally (:func:`tally`).
+    fix : str
+        What to do about it, for the refusal (e.g. where the trial table's paths point).
+
+    Returns
+    -------
+    str or None
+        One line: ``N of M images ... have no file under <key> = <folder>: K requests carry placeholder pixels
+        instead of photos (<why that is allowed>)``.
+
+    Raises
+    ------
+    geoagent.config.ConfigError
+        ``[images] missing = "error"`` and a model on a real provider (:func:`needs_photos`) would get a
+        placeholder: names the count, the key, the folder, the models, the first missing files and the opt-in.
+    """
+    from geoagent.config import ConfigError
+
+    if not found.n_missing:
+        return None
+    section = cfg.section("images") if hasattr(cfg, "section") else None
+    mode = getattr(section, "missing", "error")
+    by_name = {m.name: m for m in getattr(cfg, "models", [])}
+    real = [name for name in found.requests if name in by_name and needs_photos(by_name[name])]
+    if real and mode == "error":
+        models = ", ".join(f"{n!r} ({by_name[n].provider})" for n in real)
+        n_req = sum(found.requests[n] for n in real)
+        raise ConfigError(str(getattr(cfg, "source", None) or getattr(cfg, "name", "campaign")), [
+            f"{found.key}: {found.count_text()}, so {n_req} request{'' if n_req == 1 else 's'} to model(s) {models} "
+            f"would carry placeholder pixels instead of photos. First missing: {found.first_missing()}. {fix}; or, to "
+            f"send placeholders to these models anyway, set {OPT_IN}. Nothing was run"])
+    if real:
+        why = f"{OPT_IN} for {', '.join(repr(n) for n in real)}"
+    else:
+        kinds = sorted({_why_legit(by_name[n]) if n in by_name else "?" for n in found.requests})
+        why = f"allowed: {', '.join(kinds)} model{'' if len(found.requests) == 1 else 's'} " \
+              f"{', '.join(repr(n) for n in found.requests)}"
+    return (f"{found.count_text()}: {found.n_requests} request{'' if found.n_requests == 1 else 's'} carry placeholder "
+            f"pixels instead of photos ({why})")
