@@ -294,6 +294,7 @@ def test_key_errors_print_without_quotes(tmp_path, capsys):
 
 
 def test_interrupted_run_says_how_to_resume_and_a_rerun_counts_its_own_calls(tmp_path, capsys, monkeypatch):
+    import sqlite3
     import time
 
     from geoagent.sandbox.server import spawn, wait_ready
@@ -308,8 +309,11 @@ def test_interrupted_run_says_how_to_resume_and_a_rerun_counts_its_own_calls(tmp
         db = tmp_path / "state" / "cliu" / C.CAMPAIGN_DB
         deadline = time.monotonic() + 60
         while proc.poll() is None and time.monotonic() < deadline:
-            if db.is_file() and _ledger_calls(tmp_path) >= 5:
-                break
+            try:
+                if db.is_file() and _ledger_calls(tmp_path) >= 5:
+                    break
+            except sqlite3.OperationalError:  # the file exists a moment before the run created its tables
+                pass
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         out, err = (b.decode(errors="replace") for b in proc.communicate(timeout=90))
