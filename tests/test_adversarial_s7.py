@@ -80,3 +80,50 @@ def test_ceiling_does_not_cut_tasks_that_only_wait_for_their_hosts_rate_slots(tm
     assert (counts.done, counts.dead, counts.ready, counts.leased) == (8, 0, 0, 0)
     assert stage.calls == {f"k{i}": 1 for i in range(8)}
     assert elapsed >= 6.5  # 8 requests at 1 per s: the last one no earlier than ~7 s after the first
+
+
+# -- refunds: a streak made of one task's own failures ------------------------------------------------------
+
+
+async def _run_own_dead_host(tmp_path, good_url: str, items) -> tuple[OneGet, object, object, list]:
+    """One burst run of :class:`OneGet` (concurrency 1) over queue ``own/a`` (max_attempts 3, no backoff),
+    breaker threshold 3; returns the stage, the runner's stats, counts and dead letters."""
+    stage = OneGet(good_url, concurrency=1)
+    q = open_queue(tmp_path / "q", "own", "a", max_attempts=3, backoff_base_s=0.0, backoff_max_s=0.0)
+    try:
+        if items:
+            await q.put_many(items)
+        fast = HostPolicy(rate=1000.0, concurrency=4, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02,
+                          timeout_s=10.0)
+        async with HttpClient(default_policy=fast) as http:
+            runner = StageRunner(stage, q, None, StageContext("own", {"http": http}), unreachable_after=3)
+            with anyio.fail_after(60):
+                stats = await runner.run()
+        return stage, stats, await q.counts(), await q.dead_letters(10)
+    finally:
+        await q.close()
+
+
+def test_a_task_alone_on_its_own_dead_host_is_not_refunded_for_ever(tmp_path):
+    """Attack: task ``bad`` carries its own URL (like a thumbnail on a CDN host of its own) whose host refuses every
+    connection; no other task uses that host, so nothing answers in between and its own redeliveries form the whole
+    streak: deliveries 1 and 2 are nacked, the 3rd opens the breaker (threshold 3). A streak of ONE task's failures
+    proves nothing about the host (a bad URL fails the same way), yet it was refunded: ``bad`` went back to 0
+    attempts on every run, so with the host dead for good it was never dead-lettered and every re-run stopped the
+    stage on it again. Expected (as before refunds): its attempts stay charged, so the 2nd run's first failure is its
+    3rd attempt and dead-letters it; the good tasks are done."""
+    bad = f"http://127.0.0.1:{free_port()}/x"
+
+    async def main():
+        async with serve(_ok_app()) as base:
+            runs = []
+            items = [("bad", {"url": bad})] + [(f"g{i}", {}) for i in range(3)]
+            for batch in (items, [], []):
+                runs.append(await _run_own_dead_host(tmp_path, base + "/x", batch))
+            return runs
+
+    runs = anyio.run(main)
+    stage, stats, counts, dead = runs[-1]
+    assert (runs[0][1].refunded_attempts, runs[0][1].revived) == (0, 0)
+    assert [d.key for d in dead] == ["bad"] and dead[0].attempts == 3 and "Connect call failed" in dead[0].reason
+    assert (counts.done, counts.dead, counts.ready, counts.leased) == (3, 1, 0, 0)
