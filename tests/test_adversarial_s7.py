@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import pytest
 from aiohttp import web
 
 from geoagent.runtime.http import HostPolicy, HttpClient
@@ -104,6 +105,12 @@ async def _run_own_dead_host(tmp_path, good_url: str, items) -> tuple[OneGet, ob
         await q.close()
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "judgement call for the lead: a streak made only of one task's own redeliveries is refunded like any other, "
+    "so a task whose own URL's host never resolves is never dead-lettered and every re-run ends 'incomplete' on "
+    "it (honestly worded: host unreachable, 1 task left queued). Not refunding single-task streaks fixes this "
+    "but breaks test_adversarial_s6::test_rerun_while_host_still_down_keeps_the_tasks_queued (one task, the "
+    "stage's only host down: kept queued on purpose); the runner cannot tell the two apart"))
 def test_a_task_alone_on_its_own_dead_host_is_not_refunded_for_ever(tmp_path):
     """Attack: task ``bad`` carries its own URL (like a thumbnail on a CDN host of its own) whose host refuses every
     connection; no other task uses that host, so nothing answers in between and its own redeliveries form the whole
