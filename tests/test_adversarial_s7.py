@@ -134,3 +134,38 @@ def test_a_task_alone_on_its_own_dead_host_is_not_refunded_for_ever(tmp_path):
     assert (runs[0][1].refunded_attempts, runs[0][1].revived) == (0, 0)
     assert [d.key for d in dead] == ["bad"] and dead[0].attempts == 3 and "Connect call failed" in dead[0].reason
     assert (counts.done, counts.dead, counts.ready, counts.leased) == (3, 1, 0, 0)
+
+
+def test_campaign_ceiling_lets_model_calls_wait_for_a_slow_rate_limit(tmp_path, monkeypatch):
+    """Attack, end to end: a model allowed 1 request per s with 6 calls at once and ``[queue] task_timeout_s =
+    2.5``, ``max_attempts = 1``. The OpenAI-compatible fake answers each call at once; calls 4..6 wait 3..5 s for
+    their rate slot inside the model caller (the HTTP layer's throttle, before the send gate). They must not be
+    cut and dead-lettered by the ceiling: the run completes with 6 answers, one paid call each (6 results in the
+    ledger), nothing unknown-outcome."""
+    from _model_harness import generic_campaign, ledger_figures, model_table
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+    from geoagent.sandbox import llm_openai
+
+    key = "sk-" "sandbox-ratewait-0123456789abcdefghijkl"
+    monkeypatch.setenv("GA_TEST_RATEWAIT_KEY", key)
+    app = llm_openai.make_app(api_keys=[key])
+
+    async def main():
+        async with serve(app) as base:
+            cfg = load_config(generic_campaign(
+                tmp_path, name="ratewait", n=6, cap_usd=5.0,
+                models=model_table("m", base_url=base, key_var="GA_TEST_RATEWAIT_KEY", concurrency=6,
+                                   rate_requests=1, timeout_s=30.0),
+                queue={"max_attempts": 1, "task_timeout_s": 2.5}))
+            with anyio.fail_after(60):
+                outcome = await run_campaign(cfg, live=False, handle_signals=False, export=False)
+            return cfg, outcome
+
+    cfg, outcome = anyio.run(main)
+    assert [d.reason for d in outcome.dead.get("requests", [])] == []
+    c = outcome.counts["requests"]
+    assert (c.done, c.dead, c.ready, c.leased) == (6, 0, 0, 0)
+    assert outcome.status == "complete", outcome.summary()
+    problems, totals = ledger_figures(cfg)
+    assert problems == [] and totals["results"] == 6 and totals["unknown_nusd"] == 0
