@@ -212,3 +212,27 @@ def test_two_processes_charging_one_task_in_one_outage_both_get_their_refund(tmp
     ra, rb, attempts = anyio.run(main)
     assert rb.refunded == ["t"]
     assert attempts == 0, (ra, rb)
+
+
+# -- task ceiling below a paid model's own timeout ------------------------------------------------------------
+
+
+def test_a_task_ceiling_below_a_paid_models_timeout_is_warned_about(tmp_path):
+    """Attack (config): ``[queue] task_timeout_s = 60`` with a model whose ``timeout_s = 120``. A call answered in
+    90 s is legitimate for that model, but the ceiling cuts it after it was sent: billed by the provider, booked
+    as unknown-outcome spend, sent again on each retry (paid again) and finally dead-lettered. The file loads
+    (a short ceiling can be meant), but ``load_config`` must say so (ConfigWarning naming both settings); a
+    ceiling at or above every model's timeout, or a model that sends nothing over HTTP, draws no warning."""
+    import warnings
+
+    from _model_harness import generic_campaign, model_table
+    from geoagent.config import ConfigWarning, load_config
+
+    paid = model_table("m", base_url="http://127.0.0.1:9", key_var="GA_X", timeout_s=120.0)
+    with pytest.warns(ConfigWarning, match=r"task_timeout_s = 60 s is below models\[0\]\.timeout_s = 120 s"):
+        load_config(generic_campaign(tmp_path, name="short", n=1, models=paid, queue={"task_timeout_s": 60.0}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        load_config(generic_campaign(tmp_path, name="long", n=1, models=paid, queue={"task_timeout_s": 600.0}))
+        load_config(generic_campaign(tmp_path, name="sim", n=1, models=model_table("s", timeout_s=120.0),
+                                     queue={"task_timeout_s": 60.0}))
