@@ -156,7 +156,7 @@ def test_campaign_ceiling_lets_model_calls_wait_for_a_slow_rate_limit(tmp_path, 
             cfg = load_config(generic_campaign(
                 tmp_path, name="ratewait", n=6, cap_usd=5.0,
                 models=model_table("m", base_url=base, key_var="GA_TEST_RATEWAIT_KEY", concurrency=6,
-                                   rate_requests=1, timeout_s=30.0),
+                                   rate_requests=1, timeout_s=2.0),
                 queue={"max_attempts": 1, "task_timeout_s": 2.5}))
             with anyio.fail_after(60):
                 outcome = await run_campaign(cfg, live=False, handle_signals=False, export=False)
