@@ -533,9 +533,12 @@ class StageRunner:
         for t in tasks:
             self._leases.limit(t, time.monotonic() + left)
         waiting = 0
+        open_ = True  # a request that outlives the handler (a task it left running) changes nothing afterwards
 
         def listener(delta: int) -> None:
             nonlocal waiting, left
+            if not open_:
+                return
             if delta > 0:
                 waiting += 1
                 if waiting == 1:  # the clock stops
@@ -555,6 +558,7 @@ class StageRunner:
             with scope:
                 yield scope
         finally:
+            open_ = False
             unlisten_slot_waits(token)
 
     async def _grace_watch(self, work_scope: anyio.CancelScope) -> None:
