@@ -236,3 +236,36 @@ def test_a_task_ceiling_below_a_paid_models_timeout_is_warned_about(tmp_path):
         load_config(generic_campaign(tmp_path, name="long", n=1, models=paid, queue={"task_timeout_s": 600.0}))
         load_config(generic_campaign(tmp_path, name="sim", n=1, models=model_table("s", timeout_s=120.0),
                                      queue={"task_timeout_s": 60.0}))
+
+
+# -- refunds vs `run.py dead --requeue` (both backends) -----------------------------------------------------
+
+from test_queue_contract import backend, raw, redis_url  # noqa: E402,F401 - the contract's fixtures (both backends)
+from test_queue_refund_contract import REASON, _attempts, _nack_times  # noqa: E402
+
+
+def test_refund_after_requeue_dead_changes_nothing_and_a_later_count_is_not_mistaken_for_it(backend):  # noqa: F811
+    """Attack: the streak dead-lettered ``t`` (3 nacks, ``max_attempts = 3``, reason R); the operator runs ``dead
+    --requeue`` (attempts 0) before the runner's refund lands. The refund (``expected = 3``, ``dead_reason = R``)
+    must not touch the requeued task (no count below what requeue set, no second revival); after one new failure
+    (count 1) the stale refund still finds nothing; and a task dead for another reason is never revived by R's
+    refund. Expected: ``t`` at 1 attempt, ``other`` still dead, every refund skipped."""
+    from geoagent.runtime.queue import Refund
+
+    async def body(open_):
+        q = open_(max_attempts=3)
+        await q.put_many([("t", {}), ("other", {})])
+        assert await _nack_times(q, "t", 3) == "dead"
+        assert await _nack_times(q, "other", 2) == "ready"
+        assert await _nack_times(q, "other", 1, reason="PermanentFailure: HTTP 404") == "dead"
+        assert await q.requeue_dead(["t"]) == 1
+        stale = [Refund("t", 3, expected=3, dead_reason=REASON), Refund("other", 3, expected=3, dead_reason=REASON)]
+        res = await q.refund_attempts(stale)
+        assert (res.refunded, res.revived, sorted(res.skipped)) == ([], [], ["other", "t"])
+        assert await _nack_times(q, "t", 1) == "ready"
+        res = await q.refund_attempts(stale)
+        assert (res.refunded, res.revived, sorted(res.skipped)) == ([], [], ["other", "t"])
+        assert await _attempts(q, "t") == 1
+        assert [d.key for d in await q.dead_letters()] == ["other"]
+
+    backend.run(body)
