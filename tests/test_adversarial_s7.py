@@ -18,6 +18,8 @@ from geoagent.runtime.queue import open_queue
 from geoagent.runtime.stage import Stage, StageContext
 from geoagent.runtime.worker import StageRunner
 from geoagent.sandbox.server import free_port, serve
+from test_queue_contract import backend, raw, redis_url  # noqa: F401 - the contract's fixtures (both backends)
+from test_queue_refund_contract import REASON, _attempts, _nack_times
 
 
 def _ok_app() -> web.Application:
@@ -239,9 +241,6 @@ def test_a_task_ceiling_below_a_paid_models_timeout_is_warned_about(tmp_path):
 
 
 # -- refunds vs `run.py dead --requeue` (both backends) -----------------------------------------------------
-
-from test_queue_contract import backend, raw, redis_url  # noqa: E402,F401 - the contract's fixtures (both backends)
-from test_queue_refund_contract import REASON, _attempts, _nack_times  # noqa: E402
 
 
 def test_refund_after_requeue_dead_changes_nothing_and_a_later_count_is_not_mistaken_for_it(backend):  # noqa: F811
