@@ -402,7 +402,8 @@ class QueueSection(_Section):
     watch_probe_max_s: float = Field(default=C.DEFAULT_WATCH_PROBE_MAX_S, ge=0)
     #: the most seconds one task may be handled (a request that never returns) before it is cancelled and
     #: retried (nacked with its reason); unset: each stage's own, else 4 x the longest one request may take
-    #: under the slowest HTTP policy, at least 1800 s (geoagent.runtime.worker, "Task ceiling")
+    #: under the slowest HTTP policy, at least 1800 s (geoagent.runtime.worker, "Task ceiling"); below a model's
+    #: ``timeout_s`` it draws a ConfigWarning (a slow answer would be cut after it was sent, and paid again)
     task_timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
@@ -810,6 +811,16 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                     f"{source}: models[{i}].params.{name}: not read by any provider (known: "
                     f"{', '.join(sorted(KNOWN_PARAMS))}); it is sent to no API and only changes the request key",
                     ConfigWarning, stacklevel=2)
+    ceiling = cfg.queue.task_timeout_s
+    for i, m in enumerate(cfg.models):
+        if ceiling is not None and m.provider not in ("replay", "simulated") and float(m.timeout_s) > ceiling:
+            # the task ceiling (geoagent.runtime.worker, "Task ceiling") would cut a call the model may still answer
+            warnings.warn(
+                f"{source}: [queue] task_timeout_s = {ceiling:g} s is below models[{i}].timeout_s = "
+                f"{float(m.timeout_s):g} s: a call of model {m.name!r} answered after {ceiling:g} s is cut once "
+                "sent (billed, booked as unknown-outcome spend), sent again on each retry and finally "
+                "dead-lettered; raise task_timeout_s above the models' timeout_s or leave it unset",
+                ConfigWarning, stacklevel=2)
     return cfg
 
 

@@ -50,6 +50,7 @@ Implementation notes (see :class:`HttpClient` for the full contract):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import itertools
 import random
@@ -405,6 +406,57 @@ _RETRY_STATUSES = frozenset({408, 425, 429})
 _VOID = float("-inf")  # a rate slot given back unsent (_SlidingWindowThrottler.give_back)
 #: ids of unreachable streaks (:attr:`RetriesExhausted.streak_id`): unique in the process, across clients and hosts
 _STREAK_IDS = itertools.count(1)
+
+
+#: the slot-wait listener of the current context (:func:`listen_slot_waits`), or None
+_SLOT_WAIT: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
+    "geoagent_http_slot_wait", default=None)
+
+
+def listen_slot_waits(listener: Callable[[int], None] | None) -> contextvars.Token:
+    """Tell ``listener`` when a request made in the current context (and in tasks it starts from now on) waits for
+    its host's slots: called with ``+1`` when an attempt starts waiting for the host's concurrency slot, rate slot,
+    pause or cross-process turn (:mod:`geoagent.runtime.hostshare`), and ``-1`` once it has them (or gave up
+    waiting). Such a wait is the host's own limit, not a hang: the stage runner's task ceiling stands still
+    meanwhile (:mod:`geoagent.runtime.worker`, "Task ceiling"). Returns a token for :func:`unlisten_slot_waits`.
+    The listener is called synchronously on the event loop and must not raise."""
+    return _SLOT_WAIT.set(listener)
+
+
+def unlisten_slot_waits(token: contextvars.Token) -> None:
+    """Undo :func:`listen_slot_waits` (its token)."""
+    _SLOT_WAIT.reset(token)
+
+
+class _SlotWait:
+    """``async with _SlotWait(host.semaphore) as waiting``: the host's concurrency slot, with the current context's
+    slot-wait listener (:func:`listen_slot_waits`) told ``+1`` on entry and ``-1`` at :meth:`done` (idempotent;
+    also on exit)."""
+
+    __slots__ = ("_sem", "_listener")
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._sem = semaphore
+        self._listener = _SLOT_WAIT.get()
+
+    def done(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener(-1)
+
+    async def __aenter__(self) -> "_SlotWait":
+        if self._listener is not None:
+            self._listener(+1)
+        try:
+            await self._sem.acquire()
+        except BaseException:
+            self.done()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.done()
+        self._sem.release()
 
 
 def _unreached(exc: _Retryable) -> bool:
@@ -1035,7 +1087,7 @@ class HttpClient:
                 await self._backoff(pause_s)
             if self._stopping:
                 raise _StopRetrying()
-        async with host.semaphore:
+        async with _SlotWait(host.semaphore) as waiting:  # the slot waits (listen_slot_waits) end below
             slot = await host.admit()
             throttle = host.throttle
             turn = None  # hostshare: this process's turn at a host whose rate the processes take turns on
@@ -1048,6 +1100,7 @@ class HttpClient:
                     raise _StopRetrying()
                 if retry and counter.unreached and host.unreachable_streak > 0:
                     raise _HostDown()  # another request exhausted its retries on the host while this one waited
+                waiting.done()  # slots and turn taken: from here on the request is under way
                 if before_send is not None:
                     await before_send()
                     # a Retry-After that arrived while the hook ran still holds (slot kept, +inf); a stop request

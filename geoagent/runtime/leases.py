@@ -64,10 +64,14 @@ class LeaseKeeper:
             self._live[t.key] = t
 
     def limit(self, task: Task, until: float) -> None:
-        """Renew ``task``'s lease no more after ``until`` (``time.monotonic()`` seconds; ``math.inf``: no limit):
-        its ceiling, set when a worker starts handling it (module docstring)."""
-        if (cur := self._live.get(task.key)) is not None and cur.lease_id == task.lease_id and until < math.inf:
-            self._until[task.key] = until
+        """Renew ``task``'s lease no more after ``until`` (``time.monotonic()`` seconds; ``math.inf``: no limit, also
+        lifting one set before): its ceiling, set when a worker starts handling it, lifted while the task waits for
+        its host's slots (module docstring; :mod:`geoagent.runtime.worker`, "Task ceiling")."""
+        if (cur := self._live.get(task.key)) is not None and cur.lease_id == task.lease_id:
+            if until < math.inf:
+                self._until[task.key] = until
+            else:
+                self._until.pop(task.key, None)
 
     def drop(self, tasks: Iterable[Task]) -> None:
         """Tasks settled (handled: outputs pending commit, failed, held or released): stop renewing them."""

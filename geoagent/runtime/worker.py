@@ -119,15 +119,20 @@ after ``max_attempts``), and a warning is logged. Its lease is renewed no more a
 later, as a crashed worker would. What a cancelled task leaves is the stage's usual cancellation handling (the model
 caller: a request already sent is unknown-outcome spend, one not yet sent is released). A half-open probe that
 times out gives no verdict on its host. The ceiling counts from the moment a worker starts the task, not from its
-lease (a task leased ahead waits for a free slot first).
+lease (a task leased ahead waits for a free slot first), and it stands still while a request of the task waits for
+its host's slots (concurrency, rate limit, pause, the cross-process turn: :func:`~geoagent.runtime.http.listen_slot_waits`):
+such a wait is the host's own limit, not a hang, so tasks lined up behind a slow rate limit (1 request a minute,
+50 tasks at once) wait their turn instead of being cut and dead-lettered by the ceiling.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +140,7 @@ import anyio
 import orjson
 
 from geoagent import constants as C
-from geoagent.runtime.http import PermanentHTTPError
+from geoagent.runtime.http import PermanentHTTPError, listen_slot_waits, unlisten_slot_waits
 from geoagent.runtime.leases import LeaseKeeper
 from geoagent.runtime.queue import Refund, StaleLease, Task, WorkQueue
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
@@ -516,14 +521,45 @@ class StageRunner:
         return TaskTimeout(f"stage {self.stage.name}: task {task.key} still running after {seconds:g} s, its ceiling "
                            "([queue] task_timeout_s): cancelled")
 
-    def _limit_leases(self, tasks: list[Task]) -> float:
-        """Start the ceiling of ``tasks`` (being handled from now on): their leases are renewed no longer than it
-        (:meth:`LeaseKeeper.limit`); returns the ceiling in seconds."""
-        ceiling = float(self.task_timeout_s or math.inf)
-        until = time.monotonic() + ceiling
+    @contextlib.contextmanager
+    def _ceiling(self, tasks: list[Task]) -> Iterator[anyio.CancelScope]:
+        """The ceiling of ``tasks`` (being handled from now on; module docstring, "Task ceiling"): a cancel scope
+        whose deadline is the ceiling, and their leases renewed no longer than it (:meth:`LeaseKeeper.limit`).
+        While a request made under it waits for its host's slots (:func:`~geoagent.runtime.http.listen_slot_waits`:
+        concurrency, rate, pause, cross-process turn) the ceiling stands still: the deadline (and the lease limit)
+        is lifted at the first such wait and set again, with the time that was left, once no request waits."""
+        left = float(self.task_timeout_s or math.inf)
+        scope = anyio.CancelScope(deadline=anyio.current_time() + left)
         for t in tasks:
-            self._leases.limit(t, until)
-        return ceiling
+            self._leases.limit(t, time.monotonic() + left)
+        waiting = 0
+        open_ = True  # a request that outlives the handler (a task it left running) changes nothing afterwards
+
+        def listener(delta: int) -> None:
+            nonlocal waiting, left
+            if not open_:
+                return
+            if delta > 0:
+                waiting += 1
+                if waiting == 1:  # the clock stops
+                    left = max(0.0, scope.deadline - anyio.current_time())
+                    scope.deadline = math.inf
+                    for t in tasks:
+                        self._leases.limit(t, math.inf)
+            elif waiting > 0:
+                waiting -= 1
+                if waiting == 0:  # ... and runs on with what was left
+                    scope.deadline = anyio.current_time() + left
+                    for t in tasks:
+                        self._leases.limit(t, time.monotonic() + left)
+
+        token = listen_slot_waits(listener)
+        try:
+            with scope:
+                yield scope
+        finally:
+            open_ = False
+            unlisten_slot_waits(token)
 
     async def _grace_watch(self, work_scope: anyio.CancelScope) -> None:
         """After a stop request, give in-flight tasks ``grace_s`` seconds (none for a stage with
@@ -686,7 +722,7 @@ class StageRunner:
                 self._cuttable.add(cut)
                 try:
                     with cut:
-                        with anyio.move_on_after(self._limit_leases([task])) as ceiling:
+                        with self._ceiling([task]) as ceiling:
                             outputs = self._checked(await self.stage.handle(task, self.ctx))
                         if ceiling.cancelled_caught:  # hung past its ceiling (module docstring, "Task ceiling")
                             raise self._timeout(task)
@@ -733,7 +769,7 @@ class StageRunner:
                     done += 1
                 return
             try:
-                with anyio.move_on_after(self._limit_leases(tasks)) as ceiling:
+                with self._ceiling(tasks) as ceiling:
                     results = list(await self.stage.handle_batch(tasks, self.ctx))
                 if ceiling.cancelled_caught:  # hung past its ceiling (module docstring, "Task ceiling")
                     results = [self._timeout(t) for t in tasks]
