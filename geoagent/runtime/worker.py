@@ -102,7 +102,9 @@ worker's live lease is left alone; tasks leased by this runner (in flight, held)
 them (before a half-open probe, after held tasks are resumed, and when the stage ends). Late failures of a
 streak that already opened the breaker are refunded at once. A task whose own requests fail unreachable while
 its host answers other tasks in between never forms a streak long enough to open the breaker: it is nacked and
-dead-lettered after ``max_attempts`` as before.
+dead-lettered after ``max_attempts`` as before. A task alone on a host nothing else uses (its own URL) is the one
+case the runner cannot tell from an outage: its own redeliveries form the streak, are refunded, and every run stops
+on that host (incomplete, the host named, the task left queued) until the input or the host is fixed.
 
 Task ceiling
 ------------
