@@ -1381,6 +1381,10 @@ def reserved_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
       formula and its current patch count); an image Claude resizes: :data:`ANTHROPIC_MAX_IMAGE_TOKENS`
       (1,640, the largest bill of any size within the limits, whatever rounding the resize uses; 5,001 for the
       2,576-px models, :data:`ANTHROPIC_HIRES_MAX_IMAGE_TOKENS`).
+    * Gemini: the larger of the 768-px tile count and its crop-unit form (tile side min(w, h) / 1.5, clamped to
+      256-768 px, as implementations of the token guide's tiling read it; not confirmed against Google's text
+      here): the two agree for ordinary photos (1920 x 1080: 6 tiles either way) and differ for narrow strips
+      (3000 x 400: 4 vs 24 tiles), where the reservation takes the larger.
     * Others: :func:`expected_image_tokens`.
     """
     return _image_tokens(provider, model_id, size_px, params, worst=True)
@@ -1432,6 +1436,9 @@ def _image_tokens(provider: str, model_id: str, size_px: tuple[int, int], params
         if w <= 384 and h <= 384:
             return 258, "Gemini: 258 per image up to 384 px, else 258 per 768-px tile"
         n = math.ceil(w / 768) * math.ceil(h / 768) * 258
+        if worst:  # the crop-unit form of the tiling (see reserved_image_tokens): more tiles for a narrow strip
+            crop = max(256.0, min(768.0, min(w, h) / 1.5))
+            n = max(n, math.ceil(w / crop) * math.ceil(h / crop) * 258)
         return n, "Gemini: 258 per image up to 384 px, else 258 per 768-px tile"
     return None
 

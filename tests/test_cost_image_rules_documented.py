@@ -151,3 +151,13 @@ def test_dry_run_expected_input_stays_below_its_worst_case(tmp_path):
         assert 0 < me.input_tokens <= me.worst_input_tokens, me
     # m0 (Claude), 784 x 1568: expected 1,640 and reserved 1,640 for that image
     assert est.by_model["m0"].image_tokens_max == 1640
+
+
+def test_gemini_reservation_covers_the_crop_unit_tiling_of_narrow_images():
+    """Gemini tiles a large image into 258-token tiles; read as a crop unit of min(w, h) / 1.5 (clamped 256-768 px)
+    a narrow strip takes many more tiles than ceil(w/768) x ceil(h/768). Hand: 3000 x 400: crop 266.7 px ->
+    12 x 2 = 24 tiles (6,192 tokens) vs 4 x 1 = 4 (1,032); 1920 x 1080: crop 720 -> 3 x 2 = 6 either way."""
+    assert expected_image_tokens("gemini", "gemini-2.0-flash", (3000, 400))[0] == 4 * 258
+    assert reserved_image_tokens("gemini", "gemini-2.0-flash", (3000, 400))[0] == 24 * 258
+    assert reserved_image_tokens("gemini", "gemini-2.0-flash", (1920, 1080))[0] == 6 * 258
+    assert reserved_image_tokens("openai", "google/gemini-2.5-flash", (400, 3000))[0] == 24 * 258
