@@ -68,6 +68,39 @@ _CREDENTIAL_PARAMS = {"api_key", "apikey", "key", "access_token", "token", "secr
 _AUTH_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"}
 
 
+#: provider kinds whose calls are billed by their API (replay and simulated never cost money)
+BILLING_PROVIDERS = ("openai", "anthropic", "gemini")
+#: API variable each billing provider's own API host reads the key from when ``api_key_env`` is not set
+#: (the providers' documented names: OpenAI and Anthropic SDKs, Google AI Studio's Gemini API)
+DEFAULT_KEY_ENVS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
+#: host names that never reach a paid API: the loopback name, and the reserved top-level domains of RFC 2606
+#: / RFC 6761 (``.test``, ``.invalid``, ``.example``, ``.localhost``) and mDNS (``.local``); the sandbox fakes
+#: (``*.sandbox.invalid``, :mod:`geoagent.sandbox.launch`) are under ``.invalid``
+LOCAL_HOST_SUFFIXES = (".localhost", ".invalid", ".test", ".example", ".local")
+
+
+def is_local_host(hostname: str | None) -> bool:
+    """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API.
+
+    Local: ``localhost`` and the reserved names of :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the
+    sandbox fakes, ``*.sandbox.invalid``), loopback addresses (127.0.0.0/8, ::1), private-network and
+    link-local addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN)
+    and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a public IP) is not.
+    """
+    import ipaddress
+
+    host = (hostname or "").strip().lower().rstrip(".").strip("[]")
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(LOCAL_HOST_SUFFIXES):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified
+
+
 class ConfigError(ValueError):
     """The campaign file cannot be used. ``problems`` lists one ``key path: message`` line per error."""
 
@@ -199,6 +232,8 @@ class ModelConfig(_Section):
     model: str
     base_url: str | None = None
     api_key_env: str | None = None
+    #: USD per 1M tokens; required (0 allowed) for a billing provider on a paid host (:func:`_impossible_campaign`),
+    #: default 0 for local servers, replay and simulated models
     price_input_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     price_output_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     max_output_tokens: int = Field(default=1024, gt=0)
@@ -339,6 +374,44 @@ class ModelConfig(_Section):
             return None
         parts = urlsplit(self.base_url)
         return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+
+    @property
+    def default_base_url(self) -> str | None:
+        """The provider's own API root a billing model without ``base_url`` calls
+        (:data:`geoagent.providers.settings.DEFAULT_BASE_URLS`: ``https://api.openai.com/v1``, ...), else None
+        (``base_url`` is set, or a replay or simulated model)."""
+        if self.base_url or self.provider not in BILLING_PROVIDERS:
+            return None
+        from geoagent.providers.settings import DEFAULT_BASE_URLS
+
+        return DEFAULT_BASE_URLS.get(self.provider)
+
+    @property
+    def effective_base_url(self) -> str | None:
+        """The API root the calls go to: ``base_url``, else :attr:`default_base_url` (None: no HTTP)."""
+        return self.base_url or self.default_base_url
+
+    @property
+    def on_paid_host(self) -> bool:
+        """Whether calls of this model can be billed: a billing provider kind (openai, anthropic, gemini)
+        whose :attr:`effective_base_url` is not a local server (:func:`is_local_host`)."""
+        url = self.effective_base_url
+        return self.provider in BILLING_PROVIDERS and bool(url) and not is_local_host(urlsplit(url).hostname)
+
+    @property
+    def key_env(self) -> str | None:
+        """The variable the API key is read from: ``api_key_env``, else, for a billing model calling its
+        provider's own API host (no ``base_url``, or ``base_url`` on that host), the provider's usual variable
+        (:data:`DEFAULT_KEY_ENVS`: ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``); else None."""
+        if self.api_key_env or self.provider not in BILLING_PROVIDERS:
+            return self.api_key_env
+        from geoagent.providers.settings import DEFAULT_BASE_URLS
+
+        own = urlsplit(DEFAULT_BASE_URLS.get(self.provider, "")).hostname
+        url = self.effective_base_url
+        if own and url and (urlsplit(url).hostname or "").lower() == own:
+            return DEFAULT_KEY_ENVS.get(self.provider)
+        return None
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         """Cost in USD of a call with these token counts at this model's prices (USD per 1M tokens)."""
@@ -804,8 +877,20 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       stored needs no run to be reported (``run.py export``); free models (replay, simulated) and paid
       providers with no price set (local servers, all-zero prices) still run at cap 0.
     * a GeoVerify or GeoHint campaign with no ``[[models]]``: it would plan 0 requests and end "complete".
+    * a billing model (openai, anthropic, gemini) on a paid host (:attr:`ModelConfig.on_paid_host`: not a
+      local server, :func:`is_local_host`; no ``base_url`` means the provider's own API) without both
+      ``price_*`` keys written: an unset price is $0, so the cap would never count its spend. ``0`` written
+      out is accepted (a free tier); local servers keep the default 0.
     """
     out: list[str] = []
+    for i, m in enumerate(cfg.models):
+        # an unset price is $0: on a paid host the cap would not count the model's spend at all
+        if m.on_paid_host:
+            host = urlsplit(m.effective_base_url or "").hostname
+            for key in ("price_input_usd_per_mtok", "price_output_usd_per_mtok"):
+                if key not in m.model_fields_set:
+                    out.append(f"models[{i}].{key}: required for a model on a paid host ({host}); write 0 for a "
+                               "free one (the cost cap counts each call at these prices, USD per 1M tokens)")
     paid = [m.name for m in cfg.models if m.paid and (m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0)]
     if cfg.budget.cap_usd <= 0 and paid:
         out.append(f"budget.cap_usd: 0 allows no call of the priced model(s) {', '.join(paid)}; set a cap above 0 "
