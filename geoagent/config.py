@@ -855,6 +855,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
+    for text in _unused_host_warnings(cfg):
+        warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
             if name not in KNOWN_PARAMS:
@@ -863,6 +865,68 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                     f"{', '.join(sorted(KNOWN_PARAMS))}); it is sent to no API and only changes the request key",
                     ConfigWarning, stacklevel=2)
     return cfg
+
+
+#: the public API hosts each campaign kind calls when its task table names no other URL (the defaults of
+#: :class:`geoagent.crawl.settings.EndpointSettings`, :data:`geoagent.clients.nominatim.NOMINATIM_URL` and
+#: :data:`geoagent.clients.wikidata.WIKIDATA_API_URL`; tests check they agree); ``[hosts]`` sections for them count
+#: as used (:func:`campaign_hosts`)
+KIND_DEFAULT_HOSTS: dict[str, tuple[str, ...]] = {
+    "crawl": ("overpass-api.de", "query.wikidata.org", "wikimedia.org", "graph.mapillary.com"),
+    "geohint": ("www.wikidata.org", "nominatim.openstreetmap.org"),
+}
+#: host suffixes a crawl fetches from without naming them anywhere: the Mapillary thumbnail CDN's signed URLs
+#: (``https://scontent-...fbcdn.net/...``, /work/shared/api-notes.md, Mapillary ``thumb_1024_url``)
+CRAWL_CDN_SUFFIXES = (".fbcdn.net",)
+
+
+def _url_hosts(value: Any) -> list[str]:
+    """Host keys (:func:`geoagent.runtime.http.host_key`: ``hostname[:port]``, lower case) of every http(s) URL
+    string anywhere in ``value`` (task tables)."""
+    if isinstance(value, str):
+        if not value.startswith(("http://", "https://")):
+            return []
+        parts = urlsplit(value)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        host = (parts.hostname or "").lower()
+        return [f"{host}:{port}" if port is not None else host] if host else []
+    if isinstance(value, Mapping):
+        return [h for v in value.values() for h in _url_hosts(v)]
+    if isinstance(value, (list, tuple)):
+        return [h for v in value for h in _url_hosts(v)]
+    return []
+
+
+def campaign_hosts(cfg: "CampaignConfig") -> list[str]:
+    """The hosts campaign ``cfg`` calls, as ``[hosts]`` keys (``hostname`` or ``hostname:port``), in order:
+    each model's (``base_url``, else its provider's own API, :attr:`ModelConfig.effective_base_url`), every URL
+    in its task tables, then its kind's default API hosts (:data:`KIND_DEFAULT_HOSTS`)."""
+    out: list[str] = []
+    for m in cfg.models:
+        out += _url_hosts(m.effective_base_url or "")
+    out += _url_hosts(cfg.tasks)
+    out += KIND_DEFAULT_HOSTS.get(cfg.campaign.kind, ())
+    return list(dict.fromkeys(out))
+
+
+def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One sentence per ``[hosts."name"]`` section no part of the campaign calls: its limits apply to nothing
+    (a typo, or a host of another campaign kind). Names the hosts the campaign does use and the closest one.
+    A key without a port also matches that host on any port; a crawl's thumbnail CDN hosts are never named
+    in advance (:data:`CRAWL_CDN_SUFFIXES`)."""
+    used = campaign_hosts(cfg)
+    names = set(used) | {h.rsplit(":", 1)[0] for h in used}
+    out = []
+    for key in cfg.hosts:
+        if key in names or (cfg.campaign.kind == "crawl" and key.split(":")[0].endswith(CRAWL_CDN_SUFFIXES)):
+            continue
+        listed = ", ".join(used) if used else "none"
+        out.append(f'hosts."{key}": no model or endpoint of this campaign calls this host, so its limits apply to '
+                   f"nothing{did_you_mean(key, used)} (hosts this campaign calls: {listed})")
+    return out
 
 
 #: campaign kinds whose plan is one request per (trial, model): without [[models]] they plan nothing
