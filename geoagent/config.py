@@ -1115,7 +1115,8 @@ def provider_settings(
 ) -> Any:
     """Build the :class:`geoagent.providers.settings.ProviderSettings` for model ``model_name``.
 
-    The API key is looked up here, by the variable name in ``api_key_env`` (environment, then ``.env``),
+    The API key is looked up here, by the variable name in ``api_key_env`` (environment, then ``.env``; without
+    it, a model on its provider's own API host uses the usual variable: :attr:`ModelConfig.key_env`),
     and passed on as a :class:`geoagent.secrets.Secret`.
 
     Raises
@@ -1129,8 +1130,8 @@ def provider_settings(
 
     m = cfg.model(model_name)
     api_key = None
-    if m.api_key_env:
-        api_key = (get_secret if require_key and m.paid else lookup_secret)(m.api_key_env, dotenv_path=dotenv_path)
+    if m.key_env:  # api_key_env, else OPENAI_API_KEY & co. for the provider's own API host (ModelConfig.key_env)
+        api_key = (get_secret if require_key and m.paid else lookup_secret)(m.key_env, dotenv_path=dotenv_path)
     return _build_provider_settings(cfg, m, api_key)
 
 
@@ -1241,6 +1242,12 @@ class Estimate:
     by_model: dict[str, ModelEstimate] = field(default_factory=dict)
     #: over the cap only: the calls the run would make before the cap stops it (:func:`simulate_dispatch`)
     calls_before_cap: int | None = None
+    #: set by the dry run (:func:`geoagent.engine.run_would_handle`): planned tasks an earlier run finished or
+    #: dead-lettered (not handled again), and tasks an earlier run queued that are still pending (estimated
+    #: with their queued payloads)
+    done_earlier: int = 0
+    dead_earlier: int = 0
+    queued_earlier: int = 0
     #: the planned calls to make, in queue order: model index (into ``by_model``), expected and worst USD
     _order: Any = field(default=None, repr=False)
 
@@ -1260,6 +1267,9 @@ class Estimate:
             "duration_s": self.duration_s,
             "cap_usd": self.cap_usd,
             "calls_before_cap": self.calls_before_cap,
+            "done_earlier": self.done_earlier,
+            "dead_earlier": self.dead_earlier,
+            "queued_earlier": self.queued_earlier,
             "by_model": {k: vars_of(v) for k, v in self.by_model.items()},
         }
 
