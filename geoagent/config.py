@@ -369,10 +369,13 @@ class ModelConfig(_Section):
 
     @property
     def host(self) -> str | None:
-        """``hostname:port`` (port only when explicit) of ``base_url``, the key of its rate limits."""
-        if not self.base_url:
+        """``hostname:port`` (port only when explicit) of the API the calls go to (:attr:`effective_base_url`:
+        ``base_url``, else the provider's own API, e.g. ``api.openai.com``), the key of its rate limits; None for
+        a model that calls no API over HTTP (replay, offline simulated)."""
+        url = self.effective_base_url
+        if not url:
             return None
-        parts = urlsplit(self.base_url)
+        parts = urlsplit(url)
         return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
 
     @property

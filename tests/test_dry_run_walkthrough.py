@@ -169,6 +169,14 @@ def test_key_variable_defaults_only_for_the_providers_own_host():
     assert [m.key_env for m in cfg.models] == ["ANTHROPIC_API_KEY", "GEMINI_API_KEY", None, "MY_KEY", None]
     assert [m.default_base_url for m in cfg.models] == ["https://api.anthropic.com", None, None,
                                                         "https://api.openai.com/v1", None]
+    # the model's rate and concurrency apply to the API it calls, also when base_url is left out
+    from geoagent.config import host_policies
+
+    pols = host_policies(cfg)
+    assert [m.host for m in cfg.models] == ["api.anthropic.com", "generativelanguage.googleapis.com", "openrouter.ai",
+                                            "api.openai.com", "localhost:11434"]
+    assert pols["api.openai.com"].concurrency == cfg.models[3].concurrency
+    assert pols["api.openai.com"].retry_unknown_outcome is False  # a paid call of unknown outcome is never repeated
 
 
 # -- 5. [hosts] sections the campaign never calls ---------------------------------------------------------
