@@ -982,14 +982,19 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     command = "crawl" if kind.kind == "crawl" else "run"
     warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others)}; `{command}` "
                 f"will refuse to start until {them} set"] if n_vars else [])
+    if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
+        warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
+        out.exit_code = EXIT_CONFIG  # the dry run predicts the refusal: it exits as the run would
+
+    # which API a model without base_url calls, and the key variable it reads
     warning += default_endpoint_lines(cfg)
-    # what the real run would refuse to start for; the dry run then exits 2 as the run would (after its report)
+    # what the real run would refuse to start for: the dry run exits 2 as the run would, after its report
     refusals = []
     if n_vars:
         names = list(dict.fromkeys([var for var, _ in missing] + [var for var, _ in others]))
         refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {', '.join(names)} not set")
-    if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
-        warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
+        out.exit_code = EXIT_CONFIG
+    if not messages and not _has_queues(cfg):
         refusals.append("a first run that plans nothing")
     if kind.plan_edge != C.EDGE_REQUESTS:
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
@@ -1004,10 +1009,9 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         est.done_earlier, est.dead_earlier, est.queued_earlier = earlier
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
-    if refusals:
-        out.exit_code = EXIT_CONFIG  # the dry run predicts the refusal: it exits as the run would
-        out.extra_lines.append(f"  exit 2: `{command}` would refuse to start ({'; '.join(refusals)}; see the "
-                               "warning above)")
+    if out.exit_code == EXIT_CONFIG:  # the last line says why the exit is 2
+        why = f"{'; '.join(refusals)}; " if refusals else ""
+        out.extra_lines.append(f"  exit 2: `{command}` would refuse to start ({why}see the warning above)")
     return out
 
 
