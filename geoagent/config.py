@@ -8,11 +8,13 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
                  a models[].replay.path under the release folder moves with it: CampaignConfig.replay_path)
     [budget]     cap_usd, reserve = "worst_case", input_estimate_factor
     [[models]]   name, provider, model, base_url, api_key_env (the variable NAME, never the key), prices in
-                 USD per 1M input/output tokens, max_output_tokens, temperature, concurrency,
+                 USD per 1M input/output tokens (both required for openai/anthropic/gemini on a host that is not
+                 a local server, :func:`is_local_host`; 0 written out for a free one), max_output_tokens,
+                 temperature, concurrency,
                  rate = {requests, period_s}, sampling_rate, seed, timeout_s, connect_timeout_s (s),
                  max_attempts, replay = {...}, params = {...}
     [hosts."api.example.org"]  rate, period_s, concurrency, timeout_s, connect_timeout_s, ... (non-model APIs:
-                 Mapillary, Wikidata, ...)
+                 Mapillary, Wikidata, ...; a host the campaign never calls warns at load, :func:`campaign_hosts`)
     [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s, watch_probe_after_s,
                  watch_probe_max_s (s; ``run --watch``: how long a stage waits for an unreachable host before
                  probing it again, doubling up to the max), task_timeout_s (s; the most one task may be
