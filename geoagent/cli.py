@@ -69,6 +69,15 @@ def _warn_config_drift(cfg: Any) -> None:
               "manifest; not a change to the calls).", file=sys.stderr)
 
 
+def _note_default_endpoints(cfg: Any) -> None:
+    """Say on stderr which API a model without ``base_url`` calls and which variable its key comes from
+    (:func:`geoagent.engine.default_endpoint_lines`), before the run starts."""
+    from geoagent.engine import default_endpoint_lines
+
+    for line in default_endpoint_lines(cfg):
+        print(line.strip(), file=sys.stderr)
+
+
 def _warn_geocoder_change(cfg: Any, keys: list[str]) -> None:
     """The ``[geohint.geocoder]`` part of :func:`_warn_config_drift` (``keys``: the changed keys, sorted)."""
     from geoagent.status import queue_counts
@@ -146,6 +155,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if stages:
         _check_stages(cfg, stages)
     before = run_baseline(cfg)
+    if not args.simulate:  # the dry run shows them in its report
+        _note_default_endpoints(cfg)
     outcome = anyio.run(
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                              only_stages=stages, watch=args.watch)
@@ -231,6 +242,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         return 2
     _check_state_matches_queues(cfg)
     before = run_baseline(cfg)
+    if not args.simulate:  # the dry run shows them in its report
+        _note_default_endpoints(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                                              watch=args.watch))
     print(_summary(outcome, before))
@@ -243,7 +256,8 @@ EXIT_CODES_EPILOG = """exit codes:
        --stages also when this process's stages finished while other stages still have work (it says so)
   1    nothing to export (the campaign has not run yet); output pipe closed early
   2    config error, bad argument or unusable path; also a --simulate dry run that predicts `run` would
-       refuse to start (it prints the warning)
+       refuse to start (missing API key variables or MAPILLARY_TOKEN, a first run that plans nothing): it
+       prints its whole report first, then a last line `exit 2: ...` saying why
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),
        or left queued untouched because a stage stopped early, e.g. a host could not be reached (the
        summary names it; re-run the same command to resume)
@@ -285,7 +299,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)", **kw)
     r.add_argument("config", help=CONFIG_HELP)
     r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder; "
-                   "exits 2 when it predicts that `run` would refuse to start")
+                   "exits 2 (after the report) when it predicts that `run` would refuse to start, e.g. an API key variable not set")
     r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out; an unknown name is refused, naming the campaign's stages)")
     r.add_argument("--watch", action="store_true", help="daemon mode: keep polling queues instead of finishing")
     r.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
@@ -303,7 +317,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders", **kw)
     c.add_argument("config", help="crawl campaign TOML file ([campaign] kind = \"crawl\", e.g. geoagent/configs/crawl_sandbox.toml)")
     c.add_argument("--simulate", action="store_true", help="dry run: what would be planned and its model-call estimate; nothing enqueued, no new state/ folder; "
-                   "exits 2 when it predicts that `crawl` would refuse to start")
+                   "exits 2 (after the report) when it predicts that `crawl` would refuse to start, e.g. MAPILLARY_TOKEN not set")
     c.add_argument("--watch", action="store_true", help="keep running and pick up new cities added to the config")
     c.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     c.set_defaults(fn=_cmd_crawl)

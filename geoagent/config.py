@@ -8,11 +8,13 @@ Issue 2 point 8. A campaign file has these sections (see ``geoagent/configs/*.to
                  a models[].replay.path under the release folder moves with it: CampaignConfig.replay_path)
     [budget]     cap_usd, reserve = "worst_case", input_estimate_factor
     [[models]]   name, provider, model, base_url, api_key_env (the variable NAME, never the key), prices in
-                 USD per 1M input/output tokens, max_output_tokens, temperature, concurrency,
+                 USD per 1M input/output tokens (both required for openai/anthropic/gemini on a host that is not
+                 a local server, :func:`is_local_host`; 0 written out for a free one), max_output_tokens,
+                 temperature, concurrency,
                  rate = {requests, period_s}, sampling_rate, seed, timeout_s, connect_timeout_s (s),
                  max_attempts, replay = {...}, params = {...}
     [hosts."api.example.org"]  rate, period_s, concurrency, timeout_s, connect_timeout_s, ... (non-model APIs:
-                 Mapillary, Wikidata, ...)
+                 Mapillary, Wikidata, ...; a host the campaign never calls warns at load, :func:`campaign_hosts`)
     [queue]      max_attempts, visibility_timeout_s, backoff_base_s, backoff_max_s, watch_probe_after_s,
                  watch_probe_max_s (s; ``run --watch``: how long a stage waits for an unreachable host before
                  probing it again, doubling up to the max), task_timeout_s (s; the most one task may be
@@ -69,6 +71,39 @@ DEFAULT_INPUT_ESTIMATE_FACTOR = 1.25
 _CREDENTIAL_PARAMS = {"api_key", "apikey", "key", "access_token", "token", "secret", "password", "authorization",
                       "auth", "bearer", "client_secret"}
 _AUTH_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"}
+
+
+#: provider kinds whose calls are billed by their API (replay and simulated never cost money)
+BILLING_PROVIDERS = ("openai", "anthropic", "gemini")
+#: API variable each billing provider's own API host reads the key from when ``api_key_env`` is not set
+#: (the providers' documented names: OpenAI and Anthropic SDKs, Google AI Studio's Gemini API)
+DEFAULT_KEY_ENVS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
+#: host names that never reach a paid API: the loopback name, and the reserved top-level domains of RFC 2606
+#: / RFC 6761 (``.test``, ``.invalid``, ``.example``, ``.localhost``) and mDNS (``.local``); the sandbox fakes
+#: (``*.sandbox.invalid``, :mod:`geoagent.sandbox.launch`) are under ``.invalid``
+LOCAL_HOST_SUFFIXES = (".localhost", ".invalid", ".test", ".example", ".local")
+
+
+def is_local_host(hostname: str | None) -> bool:
+    """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API.
+
+    Local: ``localhost`` and the reserved names of :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the
+    sandbox fakes, ``*.sandbox.invalid``), loopback addresses (127.0.0.0/8, ::1), private-network and
+    link-local addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN)
+    and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a public IP) is not.
+    """
+    import ipaddress
+
+    host = (hostname or "").strip().lower().rstrip(".").strip("[]")
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(LOCAL_HOST_SUFFIXES):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified
 
 
 class ConfigError(ValueError):
@@ -202,6 +237,8 @@ class ModelConfig(_Section):
     model: str
     base_url: str | None = None
     api_key_env: str | None = None
+    #: USD per 1M tokens; required (0 allowed) for a billing provider on a paid host (:func:`_impossible_campaign`),
+    #: default 0 for local servers, replay and simulated models
     price_input_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     price_output_usd_per_mtok: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     max_output_tokens: int = Field(default=1024, gt=0)
@@ -337,11 +374,52 @@ class ModelConfig(_Section):
 
     @property
     def host(self) -> str | None:
-        """``hostname:port`` (port only when explicit) of ``base_url``, the key of its rate limits."""
-        if not self.base_url:
+        """``hostname:port`` (port only when explicit) of the API the calls go to (:attr:`effective_base_url`:
+        ``base_url``, else the provider's own API, e.g. ``api.openai.com``), the key of its rate limits; None for
+        a model that calls no API over HTTP (replay, offline simulated)."""
+        url = self.effective_base_url
+        if not url:
             return None
-        parts = urlsplit(self.base_url)
+        parts = urlsplit(url)
         return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+
+    @property
+    def default_base_url(self) -> str | None:
+        """The provider's own API root a billing model without ``base_url`` calls
+        (:data:`geoagent.providers.settings.DEFAULT_BASE_URLS`: ``https://api.openai.com/v1``, ...), else None
+        (``base_url`` is set, or a replay or simulated model)."""
+        if self.base_url or self.provider not in BILLING_PROVIDERS:
+            return None
+        from geoagent.providers.settings import DEFAULT_BASE_URLS
+
+        return DEFAULT_BASE_URLS.get(self.provider)
+
+    @property
+    def effective_base_url(self) -> str | None:
+        """The API root the calls go to: ``base_url``, else :attr:`default_base_url` (None: no HTTP)."""
+        return self.base_url or self.default_base_url
+
+    @property
+    def on_paid_host(self) -> bool:
+        """Whether calls of this model can be billed: a billing provider kind (openai, anthropic, gemini)
+        whose :attr:`effective_base_url` is not a local server (:func:`is_local_host`)."""
+        url = self.effective_base_url
+        return self.provider in BILLING_PROVIDERS and bool(url) and not is_local_host(urlsplit(url).hostname)
+
+    @property
+    def key_env(self) -> str | None:
+        """The variable the API key is read from: ``api_key_env``, else, for a billing model calling its
+        provider's own API host (no ``base_url``, or ``base_url`` on that host), the provider's usual variable
+        (:data:`DEFAULT_KEY_ENVS`: ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``); else None."""
+        if self.api_key_env or self.provider not in BILLING_PROVIDERS:
+            return self.api_key_env
+        from geoagent.providers.settings import DEFAULT_BASE_URLS
+
+        own = urlsplit(DEFAULT_BASE_URLS.get(self.provider, "")).hostname
+        url = self.effective_base_url
+        if own and url and (urlsplit(url).hostname or "").lower() == own:
+            return DEFAULT_KEY_ENVS.get(self.provider)
+        return None
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         """Cost in USD of a call with these token counts at this model's prices (USD per 1M tokens)."""
@@ -804,6 +882,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
+    for text in _unused_host_warnings(cfg):
+        warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
             if name not in KNOWN_PARAMS:
@@ -824,6 +904,68 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     return cfg
 
 
+#: the public API hosts each campaign kind calls when its task table names no other URL (the defaults of
+#: :class:`geoagent.crawl.settings.EndpointSettings`, :data:`geoagent.clients.nominatim.NOMINATIM_URL` and
+#: :data:`geoagent.clients.wikidata.WIKIDATA_API_URL`; tests check they agree); ``[hosts]`` sections for them count
+#: as used (:func:`campaign_hosts`)
+KIND_DEFAULT_HOSTS: dict[str, tuple[str, ...]] = {
+    "crawl": ("overpass-api.de", "query.wikidata.org", "wikimedia.org", "graph.mapillary.com"),
+    "geohint": ("www.wikidata.org", "nominatim.openstreetmap.org"),
+}
+#: host suffixes a crawl fetches from without naming them anywhere: the Mapillary thumbnail CDN's signed URLs
+#: (``https://scontent-...fbcdn.net/...``, /work/shared/api-notes.md, Mapillary ``thumb_1024_url``)
+CRAWL_CDN_SUFFIXES = (".fbcdn.net",)
+
+
+def _url_hosts(value: Any) -> list[str]:
+    """Host keys (:func:`geoagent.runtime.http.host_key`: ``hostname[:port]``, lower case) of every http(s) URL
+    string anywhere in ``value`` (task tables)."""
+    if isinstance(value, str):
+        if not value.startswith(("http://", "https://")):
+            return []
+        parts = urlsplit(value)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        host = (parts.hostname or "").lower()
+        return [f"{host}:{port}" if port is not None else host] if host else []
+    if isinstance(value, Mapping):
+        return [h for v in value.values() for h in _url_hosts(v)]
+    if isinstance(value, (list, tuple)):
+        return [h for v in value for h in _url_hosts(v)]
+    return []
+
+
+def campaign_hosts(cfg: "CampaignConfig") -> list[str]:
+    """The hosts campaign ``cfg`` calls, as ``[hosts]`` keys (``hostname`` or ``hostname:port``), in order:
+    each model's (``base_url``, else its provider's own API, :attr:`ModelConfig.effective_base_url`), every URL
+    in its task tables, then its kind's default API hosts (:data:`KIND_DEFAULT_HOSTS`)."""
+    out: list[str] = []
+    for m in cfg.models:
+        out += _url_hosts(m.effective_base_url or "")
+    out += _url_hosts(cfg.tasks)
+    out += KIND_DEFAULT_HOSTS.get(cfg.campaign.kind, ())
+    return list(dict.fromkeys(out))
+
+
+def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One sentence per ``[hosts."name"]`` section no part of the campaign calls: its limits apply to nothing
+    (a typo, or a host of another campaign kind). Names the hosts the campaign does use and the closest one.
+    A key without a port also matches that host on any port; a crawl's thumbnail CDN hosts are never named
+    in advance (:data:`CRAWL_CDN_SUFFIXES`)."""
+    used = campaign_hosts(cfg)
+    names = set(used) | {h.rsplit(":", 1)[0] for h in used}
+    out = []
+    for key in cfg.hosts:
+        if key in names or (cfg.campaign.kind == "crawl" and key.split(":")[0].endswith(CRAWL_CDN_SUFFIXES)):
+            continue
+        listed = ", ".join(used) if used else "none"
+        out.append(f'hosts."{key}": no model or endpoint of this campaign calls this host, so its limits apply to '
+                   f"nothing{did_you_mean(key, used)} (hosts this campaign calls: {listed})")
+    return out
+
+
 #: campaign kinds whose plan is one request per (trial, model): without [[models]] they plan nothing
 KINDS_NEEDING_MODELS = ("geoverify", "geohint")
 
@@ -836,8 +978,20 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       stored needs no run to be reported (``run.py export``); free models (replay, simulated) and paid
       providers with no price set (local servers, all-zero prices) still run at cap 0.
     * a GeoVerify or GeoHint campaign with no ``[[models]]``: it would plan 0 requests and end "complete".
+    * a billing model (openai, anthropic, gemini) on a paid host (:attr:`ModelConfig.on_paid_host`: not a
+      local server, :func:`is_local_host`; no ``base_url`` means the provider's own API) without both
+      ``price_*`` keys written: an unset price is $0, so the cap would never count its spend. ``0`` written
+      out is accepted (a free tier); local servers keep the default 0.
     """
     out: list[str] = []
+    for i, m in enumerate(cfg.models):
+        # an unset price is $0: on a paid host the cap would not count the model's spend at all
+        if m.on_paid_host:
+            host = urlsplit(m.effective_base_url or "").hostname
+            for key in ("price_input_usd_per_mtok", "price_output_usd_per_mtok"):
+                if key not in m.model_fields_set:
+                    out.append(f"models[{i}].{key}: required for a model on a paid host ({host}); write 0 for a "
+                               "free one (the cost cap counts each call at these prices, USD per 1M tokens)")
     paid = [m.name for m in cfg.models if m.paid and (m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0)]
     if cfg.budget.cap_usd <= 0 and paid:
         out.append(f"budget.cap_usd: 0 allows no call of the priced model(s) {', '.join(paid)}; set a cap above 0 "
@@ -998,7 +1152,8 @@ def provider_settings(
 ) -> Any:
     """Build the :class:`geoagent.providers.settings.ProviderSettings` for model ``model_name``.
 
-    The API key is looked up here, by the variable name in ``api_key_env`` (environment, then ``.env``),
+    The API key is looked up here, by the variable name in ``api_key_env`` (environment, then ``.env``; without
+    it, a model on its provider's own API host uses the usual variable: :attr:`ModelConfig.key_env`),
     and passed on as a :class:`geoagent.secrets.Secret`.
 
     Raises
@@ -1012,8 +1167,8 @@ def provider_settings(
 
     m = cfg.model(model_name)
     api_key = None
-    if m.api_key_env:
-        api_key = (get_secret if require_key and m.paid else lookup_secret)(m.api_key_env, dotenv_path=dotenv_path)
+    if m.key_env:  # api_key_env, else OPENAI_API_KEY & co. for the provider's own API host (ModelConfig.key_env)
+        api_key = (get_secret if require_key and m.paid else lookup_secret)(m.key_env, dotenv_path=dotenv_path)
     return _build_provider_settings(cfg, m, api_key)
 
 
@@ -1124,6 +1279,12 @@ class Estimate:
     by_model: dict[str, ModelEstimate] = field(default_factory=dict)
     #: over the cap only: the calls the run would make before the cap stops it (:func:`simulate_dispatch`)
     calls_before_cap: int | None = None
+    #: set by the dry run (:func:`geoagent.engine.run_would_handle`): planned tasks an earlier run finished or
+    #: dead-lettered (not handled again), and tasks an earlier run queued that are still pending (estimated
+    #: with their queued payloads)
+    done_earlier: int = 0
+    dead_earlier: int = 0
+    queued_earlier: int = 0
     #: the planned calls to make, in queue order: model index (into ``by_model``), expected and worst USD
     _order: Any = field(default=None, repr=False)
 
@@ -1143,6 +1304,9 @@ class Estimate:
             "duration_s": self.duration_s,
             "cap_usd": self.cap_usd,
             "calls_before_cap": self.calls_before_cap,
+            "done_earlier": self.done_earlier,
+            "dead_earlier": self.dead_earlier,
+            "queued_earlier": self.queued_earlier,
             "by_model": {k: vars_of(v) for k, v in self.by_model.items()},
         }
 

@@ -32,7 +32,8 @@ stages finished        0      (``--stages``) this process's stages finished, not
 
 (2 is a config error: a bad file, missing API keys, an impossible campaign, a first run whose plan is empty
 (no queue yet and nothing planned: :meth:`CampaignKind.empty_plan_reason` says what was empty; the state folder
-the run made is removed; not in ``--watch`` mode); printed by the CLI.)
+the run made is removed; not in ``--watch`` mode); printed by the CLI. A dry run (``--simulate``) that predicts
+one of these refusals also ends 2, after its whole report, whose last line says why.)
 The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 
 A ``--watch`` process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and
@@ -612,8 +613,11 @@ async def run_campaign(
     simulate : bool
         Dry run: plan and estimate calls, tokens, USD and duration; make no call and enqueue nothing. A
         campaign with no state yet gets none (the folder opened for planning is removed afterwards). Its
-        outcome exits 0, or 2 (:data:`EXIT_CONFIG`) when it predicts that the real run would refuse to start
-        because a first run plans nothing (it says so in a warning; missing API keys only warn, exit 0).
+        outcome exits 0, or 2 (:data:`EXIT_CONFIG`) when it predicts that the real run would refuse to start:
+        a key variable it needs is not set (the models' and the kind's own, e.g. ``MAPILLARY_TOKEN``), or a
+        first run plans nothing. The whole report is still made; its warning says what is missing and its last
+        line (``exit 2: ...``) why the exit is 2. Tasks an earlier run queued are estimated as queued (their
+        original requests), those it finished are not counted (:func:`run_would_handle`).
     live : bool or None
         Live terminal display (default: when stdout is a TTY).
     only_stages : sequence of str or None
@@ -953,6 +957,22 @@ async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN
     return n
 
 
+def default_endpoint_lines(cfg: Any) -> list[str]:
+    """One note per billing model without ``base_url``: the provider's own API it calls
+    (:attr:`geoagent.config.ModelConfig.default_base_url`) and the variable its key is read from
+    (:attr:`geoagent.config.ModelConfig.key_env`: ``api_key_env``, else the provider's usual one); the dry run
+    shows them and ``run``/``crawl`` print them at start."""
+    out = []
+    for m in getattr(cfg, "models", None) or []:
+        url = getattr(m, "default_base_url", None)
+        if not url:
+            continue
+        via = ("[[models]] api_key_env" if m.api_key_env else f"api_key_env not set: {m.provider}'s usual variable")
+        out.append(f"  note: model {m.name} has no base_url: it calls {url} ({m.provider}'s own API) with the key "
+                   f"in {m.key_env} ({via}); set base_url for another server")
+    return out
+
+
 def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx: StageContext, t0: float) -> Outcome:
     from geoagent.config import estimate
     from geoagent.secrets import missing_keys_message
@@ -972,18 +992,60 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
         warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
         out.exit_code = EXIT_CONFIG  # the dry run predicts the refusal: it exits as the run would
+
+    # which API a model without base_url calls, and the key variable it reads
+    warning += default_endpoint_lines(cfg)
+    # what the real run would refuse to start for: the dry run exits 2 as the run would, after its report
+    refusals = []
+    if n_vars:
+        names = list(dict.fromkeys([var for var, _ in missing] + [var for var, _ in others]))
+        refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {', '.join(names)} not set")
+        out.exit_code = EXIT_CONFIG
+    if not messages and not _has_queues(cfg):
+        refusals.append("a first run that plans nothing")
     if kind.plan_edge != C.EDGE_REQUESTS:
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
         out.extra_lines = warning + [
             f"  dry run: the plan is {len(messages)} message(s) on edge {kind.plan_edge!r}; this campaign kind makes"
             " its model calls along the way, so they cannot be counted in advance (the [budget] cap still holds)"
         ]
-        return out
-    est = estimate(cfg, [p for _, p in messages], store=ctx.get("store"), providers=ctx.services.get("providers"),
-                   image_base_dir=ctx.services.get("image_base_dir"))
-    out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
-                                 *("  " + line for line in estimate_lines(est, cfg))]
+    else:
+        payloads, earlier = run_would_handle(cfg, kind, messages)
+        est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
+                       image_base_dir=ctx.services.get("image_base_dir"))
+        est.done_earlier, est.dead_earlier, est.queued_earlier = earlier
+        out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
+                                     *("  " + line for line in estimate_lines(est, cfg))]
+    if out.exit_code == EXIT_CONFIG:  # the last line says why the exit is 2
+        why = f"{'; '.join(refusals)}; " if refusals else ""
+        out.extra_lines.append(f"  exit 2: `{command}` would refuse to start ({why}see the warning above)")
     return out
+
+
+def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
+                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int]]:
+    """The request payloads a real run of ``cfg`` would hand the model caller now, for the dry run, and
+    ``(done, dead, queued)``: planned tasks an earlier run already finished, planned tasks it dead-lettered
+    (neither is handled again; ``dead --requeue`` brings the dead back), and tasks an earlier run queued that
+    are still pending.
+
+    Enqueuing is idempotent by task key, so a task planned earlier keeps its queued payload whatever the
+    config says now (a changed ``max_output_tokens`` or prompt does not reach it): the run handles the queue's
+    pending tasks as queued, then the planned messages whose key is not queued yet. Without a queue (a first
+    run) that is the whole plan. Read-only: no queue file is created (:func:`geoagent.runtime.sqlite_queue.read_planned`).
+    """
+    from geoagent.runtime.sqlite_queue import read_planned
+
+    queued = read_planned(cfg.queues_root(), cfg.name, kind.plan_edge, (k for k, _ in messages))
+    if queued is None:
+        return [p for _, p in messages], (0, 0, 0)
+    done = sum(1 for st in queued.states.values() if st == "done")
+    dead = sum(1 for st in queued.states.values() if st == "dead")
+    new = [p for k, p in messages if k not in queued.states]
+    names = {m.name for m in cfg.models}
+    # a queued task of a model no longer in the config is dead-lettered by the run, not called
+    pending = [p for _, p in queued.pending if not isinstance(p.get("model"), str) or p["model"] in names]
+    return pending + new, (done, dead, len(pending))
 
 
 def estimate_lines(est: Any, cfg: Any) -> list[str]:
@@ -1043,6 +1105,19 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     time_part = (f"about {est.duration_s:.0f} s of model calls (model-call time only: excludes geocoding and other "
                  "stages)" if timed or not est.by_model else
                  "no model-call time (replay and simulated answers call no model; other stages not included)")
+    earlier = []
+    if getattr(est, "done_earlier", 0):
+        earlier.append(f"{est.done_earlier} planned request(s) already done by an earlier run keep their answers "
+                       "and are not called again")
+    if getattr(est, "dead_earlier", 0):
+        earlier.append(f"{est.dead_earlier} dead-lettered by an earlier run are not retried (`run.py dead CONFIG "
+                       "--requeue` would)")
+    if getattr(est, "queued_earlier", 0):
+        earlier.append(f"{est.queued_earlier} queued by an earlier run are counted as queued")
+    if earlier:
+        lines.append("  planned earlier: " + "; ".join(earlier) + " (a task keeps the request it was queued with: "
+                     "config changes since reach only requests not queued yet; use a new [campaign] name to "
+                     "apply them to every task)")
     lines.append(
         f"  total: {est.calls} calls ({est.cached} already stored"
         + (f"; {est.repeated} more planned request(s) repeat another's request key and get its answer"

@@ -219,7 +219,8 @@ def missing_api_keys(
     dotenv_path: str | os.PathLike[str] | None = None,
     environ: dict[str, str] | None = None,
 ) -> list[tuple[str, str]]:
-    """Every ``(variable NAME, model name)`` whose paid model's ``api_key_env`` is set nowhere, in config order.
+    """Every ``(variable NAME, model name)`` whose paid model's key variable (``api_key_env``, else the provider's
+    usual one for its own API host: :attr:`geoagent.config.ModelConfig.key_env`) is set nowhere, in config order.
 
     Checks each ``[[models]]`` entry that can cost money (:attr:`geoagent.config.ModelConfig.paid`) and names
     an ``api_key_env``, in the environment and then the ``.env`` file (like :func:`lookup_secret`), so one
@@ -233,8 +234,11 @@ def missing_api_keys(
     """
     out: list[tuple[str, str]] = []
     for m in getattr(cfg, "models", []):
-        if m.api_key_env and m.paid and lookup_secret(m.api_key_env, dotenv_path=dotenv_path, environ=environ) is None:
-            out.append((m.api_key_env, m.name))
+        # key_env: api_key_env, else the provider's usual variable for its own API host (OPENAI_API_KEY for a
+        # model without base_url: geoagent.config.ModelConfig.key_env)
+        var = getattr(m, "key_env", None) or m.api_key_env
+        if var and m.paid and lookup_secret(var, dotenv_path=dotenv_path, environ=environ) is None:
+            out.append((var, m.name))
     return out
 
 

@@ -90,11 +90,13 @@ def test_every_missing_key_is_named_at_once_and_the_dry_run_warns(tmp_path, monk
     assert "RUNCHK_OPENAI_KEY (model a)" in msg and "RUNCHK_ANTHROPIC_KEY (models b, c)" in msg
     assert not (tmp_path / "state" / "keys").exists()  # nothing left behind by the refused run
     dry = anyio.run(lambda: run_campaign(cfg, simulate=True, live=False, handle_signals=False, dotenv_path=dotenv))
-    assert dry.exit_code == EXIT_COMPLETE
+    assert dry.exit_code == 2  # it predicts the refusal above, so it exits as the run does (--help says so)
     text = dry.summary()
     warning = [line for line in text.splitlines() if "warning:" in line]
     assert len(warning) == 1 and "RUNCHK_OPENAI_KEY" in warning[0] and "RUNCHK_ANTHROPIC_KEY" in warning[0]
     assert "total: 80 calls" in text  # it still estimates (4 models x 20)
+    assert text.splitlines()[-1] == ("  exit 2: `run` would refuse to start (variables RUNCHK_OPENAI_KEY, "
+                                     "RUNCHK_ANTHROPIC_KEY not set; see the warning above)")
     # with one of them set, only the other is named
     monkeypatch.setenv("RUNCHK_OPENAI_KEY", "sk-" "runchk-0123456789abcdefghij")
     with pytest.raises(SecretNotFound) as ei:

@@ -81,9 +81,13 @@ def test_missing_token_leaves_an_earlier_runs_files_untouched(no_token, capsys):
 
 
 def test_dry_run_needs_no_token(no_token, capsys):
-    """``--simulate`` makes no call, so it plans without the token (and still leaves nothing behind)."""
-    assert main(["crawl", str(CONFIG), "--simulate", "--no-live"]) == 0
-    assert "dry run" in capsys.readouterr().out
+    """``--simulate`` makes no call, so it plans without the token (and still leaves nothing behind); it exits
+    2, as the real crawl would, after its whole report (walkthrough finding: it used to exit 0)."""
+    assert main(["crawl", str(CONFIG), "--simulate", "--no-live"]) == 2
+    out = capsys.readouterr().out
+    assert "dry run: the plan is" in out
+    assert out.rstrip("\n").splitlines()[-1] == ("  exit 2: `crawl` would refuse to start (variable MAPILLARY_TOKEN "
+                                                 "not set; see the warning above)")
     assert not (no_token / "state" / CAMPAIGN).exists()
 
 

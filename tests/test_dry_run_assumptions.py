@@ -40,7 +40,8 @@ def no_keys(isolated_roots, monkeypatch):
 def test_crawl_dry_run_warns_about_the_missing_mapillary_token(no_keys, capsys, monkeypatch):
     code = main(["crawl", str(CRAWL), "--simulate", "--no-live"])
     out = capsys.readouterr().out
-    assert code == 0
+    assert code == 2  # the crawl would refuse to start without it: the dry run exits as it would
+    assert out.splitlines()[-1].startswith("  exit 2: `crawl` would refuse to start (variable MAPILLARY_TOKEN")
     warnings = [line for line in out.splitlines() if "warning:" in line]
     assert len(warnings) == 1, out
     assert "MAPILLARY_TOKEN (the Mapillary token, [crawl.endpoints] mapillary_token_env)" in warnings[0]

@@ -859,6 +859,60 @@ def read_counts(root: str | os.PathLike[str], campaign: str, edge: str) -> Queue
         queue.close_sync()
 
 
+@dataclass(frozen=True, slots=True)
+class QueuedPlan:
+    """What one queue already holds of a plan (:func:`read_planned`).
+
+    Attributes
+    ----------
+    states : dict of str to str
+        State (``"ready"``, ``"leased"``, ``"done"``, ``"dead"``) of each asked key the queue holds; a key not
+        there was never put.
+    pending : list of (str, dict)
+        Every ready or leased task of the queue (asked for or not), key and payload, in insertion order.
+    """
+
+    states: dict[str, str]
+    pending: list[tuple[str, dict[str, Any]]]
+
+
+def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: Iterable[str], *,
+                 chunk: int = 500) -> QueuedPlan | None:
+    """For another process's read-only look (the dry run): which of ``keys`` the queue of ``edge`` already
+    holds, and in what state, and the payloads of its pending (ready or leased) tasks; ``None`` when the queue
+    file does not exist (nothing is created).
+
+    A put of a key the queue holds is a no-op, so a task planned earlier keeps its queued payload: a re-run
+    handles exactly the pending tasks (with their queued payloads) and the keys not yet queued.
+
+    Raises
+    ------
+    ValueError
+        Unsafe ``campaign`` or ``edge``.
+    """
+    path = queue_path(root, campaign, edge)
+    if not path.exists():
+        return None
+    queue = SQLiteQueue(path, name=edge, create=False)
+    wanted = list(dict.fromkeys(keys))
+
+    def tx(conn: sqlite3.Connection, now: float) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
+        states: dict[str, str] = {}
+        for i in range(0, len(wanted), chunk):
+            part = wanted[i:i + chunk]
+            rows = conn.execute(f"SELECT key, state FROM tasks WHERE key IN ({','.join('?' * len(part))})", part)
+            states.update((k, STATE_NAMES[st]) for k, st in rows)
+        pending = conn.execute("SELECT key, payload FROM tasks WHERE state IN (?, ?) ORDER BY id",
+                               (READY, LEASED)).fetchall()
+        return states, pending
+
+    try:
+        states, pending = queue._sync(_Op(tx, write=False))
+    finally:
+        queue.close_sync()
+    return QueuedPlan(states, [(k, orjson.loads(blob)) for k, blob in pending])
+
+
 # ---------------------------------------------------------------------- helpers
 
 

@@ -1059,7 +1059,7 @@ class ModelCaller(Stage):
                 cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
             except _AuthFailed as exc:
                 last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
-                opened = breaker.failure(m.name, exc.status, m.api_key_env, last_attempt=last)
+                opened = breaker.failure(m.name, exc.status, getattr(m, "key_env", None) or m.api_key_env, last_attempt=last)
                 if opened is not None:
                     raise AuthStop(opened) from None
                 raise CallFailed(exc.reason) from None  # nacked: retried, never dead-lettered by the streak
