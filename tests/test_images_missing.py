@@ -77,8 +77,10 @@ def env(isolated_roots, release_dir, monkeypatch):
 
 def test_needs_photos_real_providers_only():
     doc = {"campaign": {"name": "x", "kind": "geoverify"}, "budget": {"cap_usd": 1.0}, "models": [
-        {"name": "a", "provider": "openai", "model": "m", "base_url": "https://api.openai.com/v1"},
-        {"name": "b", "provider": "anthropic", "model": "m2", "base_url": "https://api.anthropic.com"},
+        {"name": "a", "provider": "openai", "model": "m", "base_url": "https://api.openai.com/v1",
+         "price_input_usd_per_mtok": 1, "price_output_usd_per_mtok": 1},
+        {"name": "b", "provider": "anthropic", "model": "m2", "base_url": "https://api.anthropic.com",
+         "price_input_usd_per_mtok": 1, "price_output_usd_per_mtok": 1},
         {"name": "c", "provider": "gemini", "model": "m3", "base_url": "http://gemini.sandbox.invalid"},
         {"name": "d", "provider": "openai", "model": "m4", "base_url": "http://127.0.0.1:11434/v1"},
         {"name": "e", "provider": "simulated", "model": "m5"},
