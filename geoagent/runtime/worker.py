@@ -135,7 +135,7 @@ import anyio
 import orjson
 
 from geoagent import constants as C
-from geoagent.runtime.http import PermanentHTTPError
+from geoagent.runtime.http import PermanentHTTPError, exception_text
 from geoagent.runtime.leases import LeaseKeeper
 from geoagent.runtime.queue import Refund, StaleLease, Task, WorkQueue
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
@@ -299,7 +299,7 @@ def _in_a_row(n: int) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    text = exception_text(exc)  # "TimeoutError (no message)", never a bare "TimeoutError: "
     return text if len(text) <= 500 else text[:497] + "..."
 
 
