@@ -857,6 +857,12 @@ async def _run(
             outcome.export_files = [t.parquet for t in kind.export(cfg, ctx.get("store"))]
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        if kind.plan_edge == C.EDGE_REQUESTS:  # an evaluation: say when its answers came from the simulator
+            from geoagent.sandbox.launch import simulated_models, simulated_note
+
+            sim = simulated_models(ctx.services.get("config_as_written", cfg))
+            if sim:
+                outcome.extra_lines.append("  !!! NOTE: " + simulated_note(sim, task=cfg.campaign.kind))
         return outcome
     finally:
         for q in queues.values():
