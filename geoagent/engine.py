@@ -315,9 +315,13 @@ class Outcome:
             lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}")
         if self.spend:
             s = self.spend
+            # money still held by open reservations (calls in flight, e.g. another --stages process's) is shown
+            # when there is any, so the line never hides spend that `status` will count
+            held = float(s.get("reserved_usd") or 0.0)
             lines.append(
                 f"  spend {usd(s.get('spent_usd'))} settled + {usd(s.get('unknown_usd'))} unknown-outcome"
-                f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
+                + (f" + {usd(held)} reserved by calls still open" if held > 0 else "")
+                + f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
             lines.extend(overrun_lines(s))
         if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
