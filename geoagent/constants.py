@@ -84,3 +84,6 @@ SERVICE_CAMPAIGN_WRITES_REPORT = "campaign_writes_report"
 #: ``watch_probe_max_s`` (geoagent.runtime.worker, "Unreachable hosts")
 DEFAULT_WATCH_PROBE_AFTER_S = 30.0
 DEFAULT_WATCH_PROBE_MAX_S = 600.0
+#: ctx.services key: a one-element list ``[n]`` counting plan messages a stage added while the run watched (a crawl
+#: ``--watch`` picking up a city added to the config); the engine adds it to the run's "planned N" figure
+SERVICE_PLANNED_DURING_RUN = "planned_during_run"

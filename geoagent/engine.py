@@ -57,6 +57,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from geoagent import __version__
 from geoagent import constants as C
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
@@ -209,6 +211,9 @@ class Outcome:
     process_replayed: dict[str, int] = field(default_factory=dict)
     #: whether the campaign has a model that is not ``replay`` (else the line names no "new model calls")
     calls_models: bool = True
+    #: of :attr:`planned`, the messages a stage planned while the run watched (a crawl ``--watch`` picking up
+    #: cities added to the config; :data:`geoagent.constants.SERVICE_PLANNED_DURING_RUN`)
+    planned_while_watching: int = 0
 
     @property
     def missing(self) -> int:
@@ -310,14 +315,20 @@ class Outcome:
     def summary(self) -> str:
         lines = [self.headline()]
         lines.extend(f"  {r}" for r in self.stop_reasons)
-        lines.append(f"  planned {self.planned} {self.plan_unit}")
+        watched = (f" ({self.planned_while_watching} of them added to the config while watching)"
+                   if self.planned_while_watching else "")
+        lines.append(f"  planned {self.planned} {self.plan_unit}{watched}")
         for edge, c in self.counts.items():
             lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}")
         if self.spend:
             s = self.spend
+            # money still held by open reservations (calls in flight, e.g. another --stages process's) is shown
+            # when there is any, so the line never hides spend that `status` will count
+            held = float(s.get("reserved_usd") or 0.0)
             lines.append(
                 f"  spend {usd(s.get('spent_usd'))} settled + {usd(s.get('unknown_usd'))} unknown-outcome"
-                f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
+                + (f" + {usd(held)} reserved by calls still open" if held > 0 else "")
+                + f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
             lines.extend(overrun_lines(s))
         if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
@@ -782,6 +793,11 @@ async def _run(
                             "probe_max_s": cfg.queue.watch_probe_max_s,
                             "task_timeout_s": cfg.queue.task_timeout_s},
         )
+        # calls cut off when the grace period ended closed their reservations fire-and-forget on the
+        # database thread (geoagent.workers.billing.close_failed_call): wait for those writes, so the
+        # summary, report and export read the ledger after them (a summary of "$0 unknown-outcome" while
+        # `status` a second later shows the cut-off calls' reservations was the walkthrough's finding)
+        await settle_pending_ledger_writes(ledger)
         counts = await view.counts()
         campaign_drained = not any(c.ready or c.leased for c in counts.values())
         # a scale-out process (--stages) answers for its own stages' input edges while other processes still
@@ -828,6 +844,9 @@ async def _run(
         else:
             status, code = "complete", EXIT_COMPLETE
         callers = [r for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER]
+        # messages planned while watching (a crawl --watch picking up cities added to its config) count too
+        n_watched = int((ctx.services.get(C.SERVICE_PLANNED_DURING_RUN) or [0])[0])
+        n_planned += n_watched
         outcome = Outcome(
             cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
             elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines + unreachable_lines, plan_unit=kind.plan_unit,
@@ -836,6 +855,7 @@ async def _run(
             process_answered=sum(r.stats.done for r in callers) if callers else None,
             planned_by_model=planned_by_model,
             answered_by_model=_answered_by_model(ctx, planned_by_model),
+            planned_while_watching=n_watched,
             **_replay_figures(cfg, ledger),
         )
         for line in auth_lines + unreachable_lines:
@@ -851,11 +871,36 @@ async def _run(
             outcome.export_files = [t.parquet for t in kind.export(cfg, ctx.get("store"))]
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        if kind.plan_edge == C.EDGE_REQUESTS:  # an evaluation: say when its answers came from the simulator
+            from geoagent.sandbox.launch import simulated_models, simulated_note
+
+            sim = simulated_models(ctx.services.get("config_as_written", cfg))
+            if sim:
+                outcome.extra_lines.append("  !!! NOTE: " + simulated_note(sim, task=cfg.campaign.kind))
         return outcome
     finally:
         for q in queues.values():
             await q.close()
         manifest.stop_run(run_id, status=status, summary={"planned": n_planned})
+
+
+async def settle_pending_ledger_writes(ledger: Any) -> None:
+    """Wait until every ledger write queued so far on the campaign database's thread has committed.
+
+    A call cancelled in flight (the stop's grace period ended) hands its unknown-outcome mark or release to
+    the database thread without awaiting it (:func:`geoagent.workers.billing.close_failed_call`); the thread
+    runs its jobs in order, so an empty job queued now completes after all of them. Call it before reading
+    the ledger for the run's summary. No-op for a ledger without that thread (``ledger.db.run``).
+    """
+    run = getattr(getattr(ledger, "db", None), "run", None)
+    if run is None:
+        return
+    with anyio.CancelScope(shield=True):  # the summary must not read half-settled totals, even on a 2nd signal
+        await run(_no_op)
+
+
+def _no_op() -> None:
+    return None
 
 
 def stages_drained(all_stages: Sequence[Stage], own: Sequence[str], counts: dict[str, QueueCounts]) -> bool:

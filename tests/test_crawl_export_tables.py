@@ -15,6 +15,7 @@ from polars.testing import assert_frame_equal
 
 from geoagent.cli import main
 from geoagent.crawl.demo import run_sandbox_crawl
+from geoagent.crawl.export import read_crawl_csv
 
 CAMPAIGN = "crawlx"
 
@@ -70,7 +71,8 @@ def test_export_writes_the_crawl_tables(crawled, capsys):
         assert df.columns == list(src[0]) and df.height == len(src), name
         for got, want in zip(df.iter_rows(named=True), src):  # every cell, against the crawl's own CSV text
             assert all(_same(got[c], want[c]) for c in want), (name, got, want)
-        assert_frame_equal(pl.read_csv(out / f"{name}.csv", infer_schema_length=None), df, check_dtypes=False)
+        # read the documented way (ids as text, read_crawl_csv), the CSV gives the Parquet table back, types too
+        assert_frame_equal(read_crawl_csv(out / f"{name}.csv"), df)
     sites = pl.read_parquet(out / "sites.parquet")
     src_sites = _csv_rows(sd / "sites.csv")
     assert sites["site"].to_list() == [r["site"] for r in src_sites]

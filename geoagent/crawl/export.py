@@ -127,6 +127,49 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
     return {"sites": sites, "images": images, "reference_points": points}
 
 
+#: columns that hold identifiers in the crawl's tables: always text, also when every value is digits (Mapillary
+#: image ids, a numeric batch label), so an id keeps its leading zeros and any length (:func:`read_crawl_csv`)
+ID_COLUMNS = frozenset({"image_id", "image", "image_ref", "site", "site_id", "qid", "cand_qid", "city", "country",
+                        "continent", "sequence", "sequence_id", "batch", "key", "request_key", "ladder", "model",
+                        "auditor", "creator_id"})
+
+
+def is_id_column(name: str) -> bool:
+    """Whether a crawl-table column holds identifiers (:data:`ID_COLUMNS`, or a name ending in ``_id``/``_qid``,
+    also after a ``prefix.`` from flattening), which are read and exported as text."""
+    base = name.rsplit(".", 1)[-1]
+    return base in ID_COLUMNS or base.endswith(("_id", "_qid"))
+
+
+def read_crawl_csv(path: str | Path) -> Any:
+    """Read one of the crawl's CSV tables (state folder or ``export/``) with Polars, ids as text.
+
+    Column types are inferred from the whole file, except the id columns (:func:`is_id_column`), which are
+    read as ``String``: a CSV has no types, and a reader that guesses reads an all-digit ``image_id`` as an
+    integer (dropping a leading zero, failing past 2^63). The same rule the exported Parquet files follow.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per CSV data line.
+    """
+    import polars as pl
+
+    path = Path(path)
+    header = pl.read_csv(path, n_rows=0).columns
+    return pl.read_csv(path, infer_schema_length=None,
+                       schema_overrides={c: pl.String for c in header if is_id_column(c)})
+
+
+def ids_as_text(df: Any) -> Any:
+    """``df`` with every id column (:func:`is_id_column`) cast to ``String`` (nulls stay null)."""
+    import polars as pl
+
+    cols = [c for c, t in df.schema.items() if is_id_column(c) and t != pl.String
+            and not isinstance(t, (pl.List, pl.Array, pl.Struct))]
+    return df.with_columns(pl.col(c).cast(pl.String) for c in cols) if cols else df
+
+
 #: the crawl's CSV tables under its state folder, in data-flow order (``<name>.csv``)
 #: (``candidate_referenceability_by_city``: every city's rating of a QID, the release-layout table keeps one)
 CRAWL_CSV_TABLES = ("city_pool", "sites", "images", "image_audit", "candidate_referenceability",
@@ -253,7 +296,8 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     Each present file of :data:`CRAWL_CSV_TABLES` and :data:`CRAWL_JSONL_TABLES` becomes
     ``<out_dir>/<name>.parquet`` and ``<name>.csv``; the per-site context ladders
     (``ladders/<site>_ladder_<auditor>-<lang>.csv``) become one ``ladders`` table with leading ``site`` and
-    ``ladder`` (``<auditor>-<lang>``) columns. Column types are inferred from the whole file (Polars);
+    ``ladder`` (``<auditor>-<lang>``) columns. Column types are inferred from the whole file (Polars), except
+    that every id column (``image_id``, ``site``, ``qid``, ... :func:`is_id_column`) is text in every table;
     JSONL rows are flattened one level as in :func:`geoagent.runtime.export.rows_to_frame`. Tables the
     crawl has not written yet are left out, except the decision log: ``crawl_decisions`` (from
     ``crawl_decisions.jsonl``, :func:`crawl_decisions_frame`) is always written, last, with the columns
@@ -289,13 +333,13 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     for name in CRAWL_CSV_TABLES:
         path = state_dir / f"{name}.csv"
         if path.is_file():
-            frames.append((name, pl.read_csv(path, infer_schema_length=None)))
+            frames.append((name, read_crawl_csv(path)))
     ladder_files = sorted((state_dir / "ladders").glob("*_ladder_*.csv")) if (state_dir / "ladders").is_dir() else []
     if ladder_files:
         parts = []
         for path in ladder_files:
             site, _, ladder = path.stem.partition("_ladder_")
-            df = pl.read_csv(path, infer_schema_length=None)
+            df = read_crawl_csv(path)
             parts.append(df.select(pl.lit(site).alias("site"), pl.lit(ladder).alias("ladder"), pl.all()))
         frames.append(("ladders", pl.concat(parts, how="diagonal_relaxed")))
     for name in CRAWL_JSONL_TABLES:
@@ -308,6 +352,7 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     written = []
     for name, df in frames:
         parquet, csv_path = out / f"{name}.parquet", out / f"{name}.csv"
+        df = ids_as_text(df)
         write_frame(df, parquet, csv_path)
         written.append(ExportedTable(name, df.height, parquet, csv_path))
     return written

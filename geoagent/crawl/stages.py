@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -477,7 +477,14 @@ class CityScreenerStage(_CrawlStage):
 
             root = ctx.services.get("queues_root") or paths.queues_root()
             self._watch_queue = open_queue(root, ctx.campaign, C.EDGE_CITIES)
-            self._watch = asyncio.create_task(watch_config_cities(str(source), self._watch_queue, stop=self._stop_watch))
+            # cities planned while watching count in the run's "planned N cities"
+            added = ctx.services.setdefault(C.SERVICE_PLANNED_DURING_RUN, [0])
+
+            def on_new(_city: CitySpec) -> None:
+                added[0] += 1
+
+            self._watch = asyncio.create_task(watch_config_cities(str(source), self._watch_queue, stop=self._stop_watch,
+                                                                  on_new=on_new))
 
     async def stop(self, ctx: StageContext) -> None:
         if self._watch is not None:
@@ -866,9 +873,16 @@ async def enqueue_cities(queue: WorkQueue, cities: Sequence[CitySpec]) -> int:
 
 
 async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, interval_s: float = 10.0,
-                              stop: asyncio.Event | None = None) -> None:
+                              stop: asyncio.Event | None = None,
+                              on_new: Callable[[CitySpec], None] | None = None) -> None:
     """Re-read the config every ``interval_s`` and enqueue cities added to ``[[crawl.cities]]`` (daemon
-    ``--watch``). A config that fails to parse is skipped (logged) and the previous cities stay."""
+    ``--watch``: editing the config file is how a city is added to a running crawl). A config that fails to
+    parse is skipped (logged) and the previous cities stay.
+
+    Each city that is new to the ``cities`` queue (its key ``city:<slug>`` was never queued, in any state) is
+    logged on its own line (``crawl --watch: planned new city ...``, printed, since a watching crawl is
+    interactive) and passed to ``on_new``; cities already queued (the run's own plan, an earlier run's) are
+    not. Source: issue 5 (the crawl daemon's watch mode)."""
     import logging
     import tomllib
 
@@ -876,14 +890,23 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
 
     log = logging.getLogger(__name__)
     stop = stop or asyncio.Event()
+    known: set[str] = set()
     while not stop.is_set():
         try:
             with open(config_path, "rb") as f:
                 data = tomllib.load(f)
             settings = load_crawl_settings(data.get("crawl", {}), where=str(config_path))
-            added = await enqueue_cities(queue, settings.cities)
-            if added:
-                log.info("crawl: %d new cities from %s", added, config_path)
+            for key, payload in city_messages(settings.cities):
+                if key in known:
+                    continue
+                known.add(key)
+                if await queue.put(key, payload):
+                    city = CitySpec.model_validate(payload["city"])
+                    line = f"crawl --watch: planned new city {city.city!r} ({key}), added to {config_path}"
+                    log.info("%s", line)
+                    print(line, flush=True)
+                    if on_new is not None:
+                        on_new(city)
         except (OSError, ValueError) as e:
             log.warning("crawl: cannot re-read %s: %s", config_path, e)
         try:

@@ -214,7 +214,8 @@ class GeoHintCampaign(CampaignKind):
         seed = int(getattr(cfg.campaign, "seed", 0) or 0)
         write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg),
                      interim=outcome.interim_note(), p_reference=s.p_reference,
-                     answers_queued=_geocoder_left(outcome)[1], image_note=getattr(self, "_image_warning", None))
+                     answers_queued=_geocoder_left(outcome)[1], image_note=getattr(self, "_image_warning", None),
+                     simulated=_simulated(cfg, ctx))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
@@ -259,3 +260,11 @@ class GeoHintCampaign(CampaignKind):
         if failed:
             lines.append(f"  {failed}")
         return lines
+
+
+def _simulated(cfg: Any, ctx: StageContext) -> list[str]:
+    """Models of the campaign whose answers come from the simulator (config as written, before the sandbox
+    fakes' ports replace their URLs): the report says its figures describe the simulator."""
+    from geoagent.sandbox.launch import simulated_models
+
+    return simulated_models(ctx.services.get("config_as_written", cfg))

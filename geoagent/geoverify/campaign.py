@@ -180,7 +180,8 @@ class GeoVerifyCampaign(CampaignKind):
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
                                  missing=missing_work(cfg), interim=outcome.interim_note(),
-                                 image_note=getattr(self, "_image_warning", None)).values())
+                                 image_note=getattr(self, "_image_warning", None),
+                                 simulated=_simulated(cfg, ctx)).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geoverify import summary_counts, truncation_warnings
@@ -232,3 +233,11 @@ class GeoVerifyCampaign(CampaignKind):
         lines.append("  " + TRUNCATION_LEGEND)
         lines += [f"  {w}" for w in truncation_warnings(scores)]
         return lines
+
+
+def _simulated(cfg: Any, ctx: StageContext) -> list[str]:
+    """Models of the campaign whose answers come from the simulator (config as written, before the sandbox
+    fakes' ports replace their URLs): the report says its figures describe the simulator."""
+    from geoagent.sandbox.launch import simulated_models
+
+    return simulated_models(ctx.services.get("config_as_written", cfg))

@@ -911,6 +911,12 @@ def unresolved_line(agg: GeoHintAggregator) -> str:
             + "; per model and condition in the table 'unresolved' (unresolved.csv).")
 
 
+def _simulated_note(names: Sequence[str]) -> str:
+    from geoagent.sandbox.launch import simulated_note
+
+    return simulated_note(list(names), task="geohint")
+
+
 def write_report(
     agg: GeoHintAggregator,
     out_dir: str | Path,
@@ -926,6 +932,7 @@ def write_report(
     p_reference: str = "normal",
     answers_queued: int = 0,
     image_note: str | None = None,
+    simulated: Sequence[str] = (),
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
 
@@ -938,6 +945,9 @@ def write_report(
     it); counted per model at the top of ``report.md`` and listed in ``missing.csv``.
     ``interim``: a sentence saying the run stopped with work still pending (interrupted, budget), shown as
     a banner at the top of ``report.md``; None for a finished run.
+    ``simulated``: names of models whose answers came from the simulator
+    (:func:`geoagent.sandbox.launch.simulated_models`): a bold note under the title says the figures (echo
+    rate included: the simulated answers repeat the hint by design) describe the simulator, not a model.
     ``answers_queued``: answers still queued for the geocoder (``answers`` edge, ready or leased); with the
     dead letters of that edge (from ``missing``) they make :func:`geocoder_failure_warning` in the header.
     ``image_note``: the plan's line about images sent as placeholder pixels (no file under the image folder,
@@ -956,6 +966,7 @@ def write_report(
         "",
         *([f"**Interim report: {interim}**", ""] if interim else []),
         *([f"**Placeholder images: {image_note}**", ""] if image_note else []),
+        *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),
         f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",

@@ -459,8 +459,13 @@ def write_report(
     missing: list[dict] | None = None,
     interim: str | None = None,
     image_note: str | None = None,
+    simulated: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
+
+    ``simulated``: names of models whose answers came from the simulator
+    (:func:`geoagent.sandbox.launch.simulated_models`); a banner above the Markdown and terminal tables says
+    their figures describe the simulator, not a model.
 
     ``missing``: dead-lettered work as dicts ``model, key, edge, reason`` (issue 2 point 10: reports count
     it); noted under the Markdown and terminal tables and listed in ``geoverify_missing.csv``.
@@ -503,6 +508,10 @@ def write_report(
     banner = f"**Interim report: {interim}**\n\n" if interim else ""
     if image_note:
         banner += f"**Placeholder images: {image_note}**\n\n"
+    if simulated:
+        from geoagent.sandbox.launch import simulated_note
+
+        banner += f"**{simulated_note(list(simulated))}**\n\n"
     _atomic_write(paths["md"], banner + md)
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))

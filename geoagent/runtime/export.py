@@ -103,6 +103,40 @@ def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         yield key, row
 
 
+def _raw_slot(row: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """Where a results row keeps its request key and raw answer text: the row itself (GeoVerify's
+    ``request_key`` / ``raw``) or its ``extra`` dict (GeoHint's ``extra.request_key`` / ``extra.raw``);
+    ``(holder, request_key)``, or None for a row without a request key."""
+    key = row.get("request_key")
+    if isinstance(key, str) and key:
+        return row, key
+    extra = row.get("extra")
+    if isinstance(extra, dict) and isinstance(extra.get("request_key"), str) and extra["request_key"]:
+        return extra, extra["request_key"]
+    return None
+
+
+def with_raw_text(store: Any, rows: Iterable[tuple[str, dict[str, Any]]], *, chunk: int = 1000
+                  ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``rows`` of a results table with ``raw`` (the model's answer text, verbatim) filled in from the response
+    store for every row that names its ``request_key`` and has no ``raw`` yet (the scorers keep it only for
+    parse failures, to keep the queues small). Rows are read ``chunk`` at a time, one store query per chunk
+    (:meth:`geoagent.runtime.store.ResponseStore.response_texts`), so memory stays flat. A row whose request
+    has no stored response keeps ``raw`` null. Nothing stored is changed."""
+    it = iter(rows)
+    while True:
+        batch = list(islice(it, chunk))
+        if not batch:
+            return
+        slots = [_raw_slot(row) for _, row in batch]
+        need = [s[1] for s in slots if s is not None and s[0].get("raw") is None]
+        texts = store.response_texts(need) if need and hasattr(store, "response_texts") else {}
+        for (key, row), slot in zip(batch, slots):
+            if slot is not None and slot[0].get("raw") is None and slot[1] in texts:
+                slot[0]["raw"] = texts[slot[1]]
+            yield key, row
+
+
 #: rows per in-memory frame when exporting a large table (bounds the export's memory)
 BATCH_ROWS = 20_000
 
@@ -127,7 +161,7 @@ def export_table(
     batch_rows : int
         Rows held in memory at once (large tables).
     """
-    rows = _response_rows(store) if table == RESPONSES_TABLE else store.iter_results(table)
+    rows = _response_rows(store) if table == RESPONSES_TABLE else with_raw_text(store, store.iter_results(table))
     out = Path(out_dir)
     name = stem or table
     parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"

@@ -340,6 +340,25 @@ async def _read_body(r: Any, limit: int) -> bytes | _BodyTooLarge:
     return b"".join(chunks)
 
 
+def exception_text(exc: BaseException, *, hint: str | None = None) -> str:
+    """``"Type: message"`` for an exception; one whose ``str()`` is empty (``TimeoutError()``, as aiohttp and
+    ``asyncio.wait_for`` raise it) reads ``"Type (no message)"``, followed by ``": hint"`` when the caller knows
+    what happened (e.g. ``"request exceeded total timeout 20 s"``), never a bare ``"TimeoutError: "``."""
+    name = type(exc).__name__
+    msg = str(exc).strip()
+    if msg:
+        return f"{name}: {msg}"
+    return f"{name} (no message)" + (f": {hint}" if hint else "")
+
+
+def _timeout_hint(pol: "HostPolicy", sent: bool) -> str:
+    """What an attempt's timeout without a message meant, from the policy (seconds) and whether it was sent."""
+    if sent:
+        return f"request exceeded total timeout {float(pol.timeout_s):g} s"
+    return (f"no connection or answer within the connect timeout {pol.connect_timeout_applied_s:g} s / total "
+            f"timeout {float(pol.timeout_s):g} s")
+
+
 def _scrub(text: str, secrets: list[str]) -> str:
     for s in secrets:
         if s in text:
@@ -1152,7 +1171,8 @@ class HttpClient:
             except (TimeoutError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
                 timeout = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
                 reason = "timeout" if timeout else "connection"
-                detail = _scrub(f"{type(exc).__name__}: {exc}"[:300], secrets)
+                hint = _timeout_hint(pol, bool(ctx.sent)) if timeout else None
+                detail = _scrub(exception_text(exc, hint=hint)[:300], secrets)
                 if ctx.sent and not pol.retry_unknown_outcome:
                     host.count_error("outcome unknown")
                     failure = OutcomeUnknown(shown_url, f"{reason} after the request was sent ({detail})")
@@ -1193,7 +1213,7 @@ class HttpClient:
                 try:
                     validate(resp)
                 except Exception as exc:  # the caller's check: any exception means "bad body, retry"
-                    invalid = _scrub(f"{type(exc).__name__}: {exc}"[:300], secrets)
+                    invalid = _scrub(exception_text(exc)[:300], secrets)
                 if invalid is not None:
                     host.count_error("invalid body")
                     if not pol.retry_unknown_outcome:

@@ -207,7 +207,9 @@ def pipeline_eta(
     stages upstream will still put on that edge: their own work still ahead times their observed yield
     (tasks on their output edge per task of their input edge done or dead-lettered so far; 1 before any is
     known, and 1 where several stages feed one edge). Its time left is that work over its recent rate
-    (:func:`geoagent.runtime.worker.eta_s`); the slowest stage bounds the end, so the ETA is the largest.
+    (:func:`geoagent.runtime.worker.eta_s`); the slowest stage bounds the end, so the ETA is the largest. The
+    stage named is the bottleneck: the one with that largest time, or, when that one only keeps pace with its
+    input, the stage upstream that feeds it (:func:`_bottleneck`).
     Stages with work ahead but no measured rate yet are left out, unless every measured stage is done: then
     the ETA is unknown (None), not 0 s (work is left that no stage is measured to do). A stage whose rate is None runs in
     another process (``--stages`` scale-out): its work ahead still flows into the stages downstream of it,
@@ -251,19 +253,68 @@ def pipeline_eta(
 
     best: tuple[float, str] | None = None
     unknown = False
+    times: dict[str, float] = {}
     for name, in_edge, _, rate in stages:
         if rate is None:  # another process's stage: its work counts downstream, its time is its own
             continue
         t = eta_s(round(work_ahead(in_edge)), rate)
         if t is None:
             unknown = True
-        elif best is None or t > best[0]:
+            continue
+        times[name] = t
+        if best is None or t > best[0]:
             best = (t, name)
     if best is None or (unknown and best[0] <= 0):
         # the measured stages are done but some stage with work ahead has no rate (e.g. a geocoder whose every
         # request fails): unknown, not 0 s
         return (None, None) if unknown else (0.0, None)
-    return (best[0], best[1]) if best[0] > 0 else (0.0, None)
+    if best[0] <= 0:
+        return (0.0, None)
+    return best[0], _bottleneck(best[1], stages, counts, times)
+
+
+#: a stage "keeps up" with its input when what waits on its input edge would take it at most this long, s
+KEEP_UP_S = 5.0
+#: ... and its rate is at least this share of what its producer puts on that edge per second
+KEEP_UP_RATE_SHARE = 0.8
+
+
+def _bottleneck(name: str, stages: Sequence[tuple[str, str, str | None, float | None]],
+                counts: Mapping[str, QueueCounts], times: Mapping[str, float]) -> str:
+    """The stage to name as bounding the ETA, starting from ``name`` (the one whose own time is the largest).
+
+    A stage downstream of a slower one is fed no faster than that one finishes work, so its measured rate is
+    the arrival rate and its time left (all the work still to come, over that rate) is at least the upstream
+    stage's: the largest time then falls on the last stage of the pipeline (the aggregator) although the model
+    caller is the one draining slowest. So while the stage keeps up with its input (what waits on its input
+    edge is at most :data:`KEEP_UP_S` seconds of its work) and runs at least :data:`KEEP_UP_RATE_SHARE` of its
+    single producer's output rate (producer's rate times its observed yield), the producer is named instead
+    (followed only to stages this process times, with work left). A stage genuinely slower than its producer,
+    or with a backlog, stays named.
+    """
+    by_name = {n: (i, r) for n, i, _, r in stages}
+    producers: dict[str, list[str]] = {}
+    for n, _, o, _ in stages:
+        if o:
+            producers.setdefault(o, []).append(n)
+    seen = {name}
+    while True:
+        in_edge, rate = by_name[name]
+        prods = producers.get(in_edge, [])
+        if len(prods) != 1 or rate is None or rate <= 0:
+            return name
+        p = prods[0]
+        p_in, p_rate = by_name[p]
+        if p in seen or p_rate is None or p_rate <= 0 or times.get(p, 0.0) <= 0:
+            return name
+        c, up = counts.get(in_edge, QueueCounts()), counts.get(p_in, QueueCounts())
+        processed, made = up.done + up.dead, c.ready + c.leased + c.done + c.dead
+        yield_ = made / processed if processed and made else 1.0
+        keeping_up = c.ready <= max(1.0, rate * KEEP_UP_S)
+        if not (keeping_up and rate >= KEEP_UP_RATE_SHARE * p_rate * yield_):
+            return name
+        name = p
+        seen.add(p)
 
 
 def did_work(record: dict[str, Any]) -> bool:

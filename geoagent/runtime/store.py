@@ -186,6 +186,20 @@ class ResponseStore:
                     **orjson.loads(resp),
                 }
 
+    def response_texts(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, str]:
+        """Request key -> stored answer text (:attr:`ModelResponse.text`, verbatim) for those of ``keys`` that
+        have a stored response; one query per ``chunk`` keys (SQLite's parameter limit)."""
+        wanted = list(dict.fromkeys(k for k in keys if isinstance(k, str)))
+        out: dict[str, str] = {}
+        for i in range(0, len(wanted), chunk):
+            part = wanted[i:i + chunk]
+            marks = ",".join("?" * len(part))
+            for key, resp in self.db.read(f"SELECT key, response FROM responses WHERE key IN ({marks})", tuple(part)):
+                text = orjson.loads(resp).get("text")
+                if isinstance(text, str):
+                    out[key] = text
+        return out
+
     # -- results tables ---------------------------------------------------------------------------
 
     def put_result(self, table: str, key: str, row: dict[str, Any], *, overwrite: bool = True) -> bool:

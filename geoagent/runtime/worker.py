@@ -142,7 +142,7 @@ import anyio
 import orjson
 
 from geoagent import constants as C
-from geoagent.runtime.http import PermanentHTTPError, listen_slot_waits, unlisten_slot_waits
+from geoagent.runtime.http import PermanentHTTPError, exception_text, listen_slot_waits, unlisten_slot_waits
 from geoagent.runtime.leases import LeaseKeeper
 from geoagent.runtime.queue import Refund, StaleLease, Task, WorkQueue
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
@@ -306,7 +306,7 @@ def _in_a_row(n: int) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    text = exception_text(exc)  # "TimeoutError (no message)", never a bare "TimeoutError: "
     return text if len(text) <= 500 else text[:497] + "..."
 
 

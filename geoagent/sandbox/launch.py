@@ -85,6 +85,40 @@ def fake_name(url: str) -> str | None:
     return name
 
 
+#: the fakes that answer as a model (their answers come from the simulator, :mod:`geoagent.sandbox.responders`)
+MODEL_FAKES = ("openai", "anthropic", "gemini")
+
+
+def simulated_models(cfg: Any) -> list[str]:
+    """Names of the ``[[models]]`` of ``cfg`` whose answers come from geoagent's simulator: ``provider =
+    "simulated"``, or a ``base_url`` on a model fake of the sandbox (``openai.sandbox.invalid`` ...), which
+    answers through the same responders. Pass the config as written (before :func:`rewrite_config` puts the
+    fakes' local ports in). A fake the user started on a port of its own is not recognised (its URL is a
+    plain ``http://127.0.0.1:PORT``)."""
+    out = []
+    for m in getattr(cfg, "models", None) or []:
+        if getattr(m, "provider", None) == "simulated":
+            out.append(m.name)
+            continue
+        try:
+            if m.base_url and fake_name(m.base_url) in MODEL_FAKES:
+                out.append(m.name)
+        except ValueError:
+            continue
+    return out
+
+
+def simulated_note(names: list[str] | tuple[str, ...], *, task: str | None = None) -> str:
+    """The warning a report and the run's summary carry when ``names`` (:func:`simulated_models`) answered:
+    their figures describe the simulator, not a model. ``task="geohint"`` adds why its echo rate is high."""
+    why = (" The simulated GeoHint answers repeat the hinted place by design, so their echo rate (often 100 %) "
+           "and hit rate say nothing about a model." if task == "geohint" else "")
+    return (f"Simulated answers: {', '.join(names)} answered from geoagent's simulator (provider \"simulated\" or a "
+            "local *.sandbox.invalid model fake), not from a model; every figure of "
+            f"{'it' if len(names) == 1 else 'them'} describes the simulator.{why} Point [[models]] at a real "
+            "provider for results.")
+
+
 def _walk_urls(obj: Any) -> list[str]:
     if isinstance(obj, str):
         return [obj] if SANDBOX_SUFFIX in obj else []

@@ -190,7 +190,14 @@ import anyio
 from geoagent import constants as C
 from geoagent.config import image_size_px, reservation_usd
 from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
-from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped, host_key
+from geoagent.runtime.http import (
+    OutcomeUnknown,
+    PermanentHTTPError,
+    RetriesExhausted,
+    RetriesStopped,
+    exception_text,
+    host_key,
+)
 from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
@@ -1214,7 +1221,7 @@ class ModelCaller(Stage):
             if isinstance(exc, OutcomeUnknown):
                 raise CallFailed(f"outcome unknown: {_excerpt(exc.detail)}") from None
             if isinstance(exc, ProviderError):
-                text = f"{type(exc).__name__}: {_excerpt(str(exc))}"
+                text = _excerpt(exception_text(exc))
                 if not m.paid and not bool(getattr(exc, "retryable", True)):
                     raise Missing(text) from None
                 if bool(getattr(exc, "retryable", True)):
