@@ -94,8 +94,15 @@ def looks_like_secret(name: str) -> bool:
     return len(name) >= 32 and has_digit and "_" not in name
 
 
+#: shortest revealed value :func:`redact` scrubs by itself: local servers' placeholder keys ("local", "EMPTY",
+#: "ollama") are shorter, and masking them corrupted ordinary text that contains them (a model named "oa-local"
+#: stored as "oa-***" in the manifest, then reported as changed on every run); real providers' keys are far
+#: longer (20+ characters)
+MIN_SECRET_LEN = 8
+
+
 def _remember(value: str) -> None:
-    if len(value) >= 4:  # masking 1-3 character strings would mangle ordinary text
+    if len(value) >= MIN_SECRET_LEN:
         with _known_lock:
             _known_values.add(value)
 
@@ -172,7 +179,11 @@ def get_secret(
 
 
 def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ()) -> str:
-    """Replace every known secret value (and ``extra`` values) in ``text`` with ``'***'``."""
+    """Replace every known secret value (and ``extra`` values) in ``text`` with ``'***'``.
+
+    Known values are those revealed in this process of at least :data:`MIN_SECRET_LEN` characters; ``extra``
+    values are scrubbed from 4 characters on (masking 1-3 character strings would mangle ordinary text).
+    """
     if not text:
         return text
     with _known_lock:

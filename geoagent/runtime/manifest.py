@@ -192,7 +192,8 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     old = read_manifest(Path(state_dir) if state_dir is not None else cfg.state_dir())
     if not old or not isinstance(old.get("config"), dict):
         return ConfigChanges()
-    before, now = old["config"], orjson.loads(orjson.dumps(resolved_dict(cfg)))
+    # compared as it would be stored (the manifest is written through redact)
+    before, now = old["config"], orjson.loads(redact(orjson.dumps(resolved_dict(cfg)).decode()))
     calls: list[str] = []
     scoring: dict[str, tuple[Any, Any]] = {}
     geocoder: dict[str, tuple[Any, Any]] = {}
