@@ -80,6 +80,25 @@ class CrawlCampaign(CampaignKind):
             tables += export_all(store, out, include_responses=store.count_responses() > 0)
         return tables
 
+    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool) -> list[str]:
+        """``run.py crawl CONFIG --watch`` went idle (every queue drained after new work): write the hand-off
+        tables now, as the end of a run does, so an evaluation campaign can use the folder while the crawl
+        keeps watching: ``verify_trials.csv`` (only when nothing is dead-lettered, as at the end of a run;
+        :func:`_write_trials`) and, unless ``--no-export``, ``export/`` (:meth:`export`). ``sites.csv``,
+        ``images.csv`` and ``ladders/`` are written by the stages as they go. Each file is written
+        atomically (a temporary file renamed over it), and writing again gives the same tables."""
+        svc = services_from_context(ctx)
+        parts = []
+        if complete:
+            self._trials_note = _write_trials(cfg, svc)
+            parts.append(self._trials_note)
+        else:
+            parts.append("verify_trials.csv not written (dead-lettered tasks: see `run.py status`)")
+        if export:
+            tables = self.export(cfg, ctx.get("store"))
+            parts.append(f"export: {len(tables)} tables in {Path(cfg.state_dir()) / C.EXPORT_DIR}")
+        return ["crawl --watch: idle (every queue drained); hand-off tables written: " + "; ".join(parts)]
+
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         svc = services_from_context(ctx)
         lines = [f"  crawl outputs: {svc.state_dir} (sites.csv, ladders/, image_audit.csv), images: {svc.images_root}"]
