@@ -72,6 +72,9 @@ def test_crawl_writes_verify_trials_and_campaigns_plan_from_it(crawled, capsys):
     _, build = write_verify_trials(crawl_dir, images, seed=20260401, n_per_band=2, n_control=2, out_dir=root / "again")
     assert (root / "again" / "verify_trials.csv").read_bytes() == trials.read_bytes()
     assert build.per_band()["signal"] > 0
+    # referenceability ratings (0-5) written as integers, as candidate_referenceability.csv does
+    fams = [r["fam"] for r in _rows(trials)]
+    assert fams and all(f in {"0", "1", "2", "3", "4", "5"} for f in fams if f), sorted(set(fams))
 
     # item 3: the queue lines count per-site tasks; images kept = rows of images.csv = thumbnails on disk
     kept = len(_rows(crawl_dir / "images.csv"))

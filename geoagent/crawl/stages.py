@@ -663,7 +663,9 @@ class ImageAuditorStage(_CrawlStage):
 
 
 def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
-    """Rebuild ``image_audit.csv`` from the stored model audits and the human-verdict CSV (if any)."""
+    """Rebuild ``image_audit.csv`` from the stored model audits and the human-verdict CSV (if any). Its
+    ``image`` column is ``<site>/<image_id>.jpg``, relative to the images root, the same value as the
+    ``path`` of ``images.csv`` and ``verify_trials.csv`` (before this version: ``images/<site>/...``)."""
     human: dict[str, dict[str, str]] = {}
     hv_path = svc.settings.image_audit.human_verdicts
     if hv_path and Path(hv_path).is_file():
@@ -675,7 +677,9 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
         if not rec:
             continue
         audit = ia.ImageAudit.from_json(rec["audit"])
-        rows.append(ia.audit_row(f"{C.IMAGES_DIR}/{rec['site']}/{rec['image_id']}.jpg", rec["site"], audit,
+        # relative to the images root, as images.csv's and verify_trials.csv's ``path`` (the release writes
+        # ``streetview/<site>/<id>.jpg``, relative to its own root; readers take the id from either form)
+        rows.append(ia.audit_row(f"{rec['site']}/{rec['image_id']}.jpg", rec["site"], audit,
                                  human.get(rec["image_id"])))
     from geoagent.crawl.export import usable_images, write_images_csv
 
