@@ -79,17 +79,19 @@ BILLING_PROVIDERS = ("openai", "anthropic", "gemini")
 #: (the providers' documented names: OpenAI and Anthropic SDKs, Google AI Studio's Gemini API)
 DEFAULT_KEY_ENVS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
 #: host names that never reach a paid API: the loopback name, and the reserved top-level domains of RFC 2606
-#: / RFC 6761 (``.test``, ``.invalid``, ``.example``, ``.localhost``) and mDNS (``.local``); the sandbox fakes
-#: (``*.sandbox.invalid``, :mod:`geoagent.sandbox.launch`) are under ``.invalid``
-LOCAL_HOST_SUFFIXES = (".localhost", ".invalid", ".test", ".example", ".local")
+#: / RFC 6761 (``.test``, ``.invalid``, ``.example``, ``.localhost``), mDNS (``.local``), home networks
+#: (``.home.arpa``, RFC 8375), ICANN's private-use ``.internal`` and the common router suffix ``.lan``; the
+#: sandbox fakes (``*.sandbox.invalid``, :mod:`geoagent.sandbox.launch`) are under ``.invalid``
+LOCAL_HOST_SUFFIXES = (".localhost", ".invalid", ".test", ".example", ".local", ".home.arpa", ".internal", ".lan")
 
 
 def is_local_host(hostname: str | None) -> bool:
     """Whether ``hostname`` (from a URL, no port) names a local server rather than a paid API.
 
-    Local: ``localhost`` and the reserved names of :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the
-    sandbox fakes, ``*.sandbox.invalid``), loopback addresses (127.0.0.0/8, ::1), private-network and
-    link-local addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN)
+    Local: ``localhost``, single-label names without a dot (``my-gpu-box``: such a name resolves only on
+    the LAN, through the hosts file, a search domain or mDNS, never to a public API), the reserved names of
+    :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), loopback
+    addresses (127.0.0.0/8, ::1), private-network and link-local addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN)
     and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a public IP) is not.
     """
     import ipaddress
@@ -102,7 +104,8 @@ def is_local_host(hostname: str | None) -> bool:
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        return False
+        # a name with no dot is a LAN name (IPv6 literals, which have none either, were parsed above)
+        return "." not in host and ":" not in host
     return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified
 
 

@@ -52,7 +52,7 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,15 @@ class CampaignKind(abc.ABC):
         """``(variable NAME, what needs it)`` for every secret the kind's own API clients need besides the
         ``[[models]]`` keys (e.g. the crawl's Mapillary token); :func:`check_keys` looks them all up before
         a run creates anything."""
+        return []
+
+    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool) -> list[str]:
+        """Write the tables another campaign reads from this one (its hand-off), called by a ``--watch`` run
+        each time every queue has drained after new work was done (:func:`idle_handoff_tick`), so the folder
+        is usable while the process keeps watching instead of only after it stops. ``export``: the run
+        exports (not ``--no-export``); ``complete``: nothing is dead-lettered either (what a run's end calls
+        ``complete``). Writes must be atomic and idempotent (the end of the run writes them again). Returns
+        lines to print (empty: nothing to hand off; the default)."""
         return []
 
 
@@ -780,13 +789,17 @@ async def _run(
             host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
             planned_by_model=planned_by_model,  # `status` names each model's answered / planned calls
         )
+        tick: Any = progress
+        if watch and not only_stages:  # a scale-out process (--stages) leaves the hand-off to the last one
+            tick = idle_handoff_tick(progress, lambda complete: kind.idle_handoff(cfg, ctx, export=export,
+                                                                                  complete=complete))
         view = await run_pipeline(
             cfg.name,
             stages,
             queues,
             ctx,
             burst=not watch,
-            tick=progress,
+            tick=tick,
             handle_signals=handle_signals,
             runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True,
                             "probe_after_s": cfg.queue.watch_probe_after_s,
@@ -882,6 +895,42 @@ async def _run(
         for q in queues.values():
             await q.close()
         manifest.stop_run(run_id, status=status, summary={"planned": n_planned})
+
+
+def idle_handoff_tick(tick: Any, handoff: Callable[[bool], list[str]]) -> Callable[[Any], Awaitable[None]]:
+    """A tick callback for a ``--watch`` run: ``tick(view)``, then, when every queue of the campaign is idle
+    (nothing ready or leased on any edge) and the done / dead counts changed since the last hand-off (new
+    work finished: the first drain, a city added to a watched crawl's config), ``handoff(complete)`` once
+    (``complete``: no edge holds dead letters)
+    (:meth:`CampaignKind.idle_handoff`); each line it returns is printed and logged. Idle ticks with nothing
+    new write nothing, so the tables' files keep their time stamps. A failing hand-off is logged as a warning
+    and retried at the next change; it never stops the run."""
+    last: list[Any] = [None]
+
+    async def on_tick(view: Any) -> None:
+        await tick(view)
+        if view.stopped_by_signal or view.finished_at is not None:
+            return  # the end of the run writes the report and hand-off itself
+        counts = await view.counts()
+        if any(c.ready or c.leased for c in counts.values()):
+            return
+        mark = tuple(sorted((e, c.done, c.dead) for e, c in counts.items()))
+        if mark == last[0] or not any(c.done for c in counts.values()):
+            return
+        last[0] = mark
+        from geoagent.runtime.http import exception_text
+
+        try:
+            lines = handoff(not any(c.dead for c in counts.values()))
+        except Exception as exc:  # noqa: BLE001 - the watching run goes on; the end of the run writes them again
+            log.warning("idle hand-off failed (retried when new work is done, and at the end of the run): %s",
+                        exception_text(exc))
+            return
+        for line in lines:
+            log.info("%s", line)
+            print(line, flush=True)
+
+    return on_tick
 
 
 async def settle_pending_ledger_writes(ledger: Any) -> None:

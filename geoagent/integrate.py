@@ -95,9 +95,19 @@ def write_verify_trials(
         for t in trials:
             w.writerow([t.image_id, t.site_id, t.path or "", repr(t.img_lat), repr(t.img_lon), t.cand,
                         "" if t.cand_lat is None else repr(t.cand_lat), "" if t.cand_lon is None else repr(t.cand_lon),
-                        "" if t.referenceability is None else t.referenceability, "" if t.d_km is None else t.d_km,
+                        _rating_text(t.referenceability), "" if t.d_km is None else t.d_km,
                         t.band or "", t.truth, t.arm, t.continent or "", t.image_ref or "", t.cand_qid or ""])
     return path, report
+
+
+def _rating_text(value: Any) -> str:
+    """A ``fam`` cell: the 0-5 referenceability rating as an integer (``4``; the release writes ``4.0``, and
+    every reader, :mod:`geoagent.data.importer` included, takes both); a non-integer value as written; empty
+    when unknown."""
+    if value is None:
+        return ""
+    f = float(value)
+    return str(int(f)) if f.is_integer() else repr(f)
 
 
 _DISTRICT = re.compile(r"(?i)\b(district|quarter|neighbourhood|neighborhood)\b")

@@ -309,12 +309,17 @@ def format_status(st: dict[str, Any]) -> str:
             state = "running" if running else "running, or killed before its last record"
             eta = f", ETA {format_eta(p)}"
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
+        # a complete campaign has no open condition: its stages' errors (a model's host down for a while under
+        # --watch, a retried 503) were all overcome, so they are history (the progress log keeps them), not
+        # the "last error" of the campaign
+        error_label = ("earlier error (resolved: every task completed since)" if is_complete(st["queues"])
+                       else "last error")
         for sd in p.get("stages", []):
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
                          f"  dead {sd['dead']}")
             # each distinct once
             for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
-                lines.append(f"      last error: {err}")
+                lines.append(f"      {error_label}: {err}")
         reason = stop_reason(p, now=time.time(), running=running)
         if reason:
             lines.append(f"  {reason}")

@@ -81,7 +81,8 @@ def test_priced_paid_model_loads_with_its_prices():
 @pytest.mark.parametrize("url", ["http://localhost:11434/v1", "http://127.0.0.1:8000/v1", "http://127.9.9.9/v1",
                                  "http://[::1]:8000/v1", "http://192.168.1.20:8000/v1", "http://10.0.0.5/v1",
                                  "http://openai.sandbox.invalid/v1", "http://llm.test/v1", "http://gpu-box.local/v1",
-                                 "http://vllm.localhost/v1", "http://llm.example:81/v1"])
+                                 "http://vllm.localhost/v1", "http://llm.example:81/v1",
+                                 "http://my-gpu-box:8000/v1"])
 def test_local_servers_keep_the_default_zero_price(url):
     cfg = config_from_dict(_doc({"name": "loc", "provider": "openai", "model": "qwen", "base_url": url}))
     m = cfg.models[0]
@@ -98,8 +99,11 @@ def test_replay_and_simulated_need_no_prices():
     ("localhost", True), ("LOCALHOST", True), ("127.0.0.1", True), ("::1", True), ("[::1]", True),
     ("172.16.0.9", True), ("169.254.1.1", True), ("0.0.0.0", True), ("fd00::1", True),
     ("wikidata.sandbox.invalid", True), ("x.test", True), ("printer.local", True),
+    # a single-label name (no dot) resolves only on the LAN (hosts file, search domain, mDNS): a vLLM box
+    ("my-gpu-box", True), ("my-gpu-box.", True), ("gpu", True), ("nas.lan", True), ("gpu.home.arpa", True),
+    ("vllm.internal", True),
     ("api.openai.com", False), ("api.anthropic.com", False), ("openrouter.ai", False), ("8.8.8.8", False),
-    ("localhost.evil.com", False), ("test.com", False), ("invalid.org", False), ("", False), (None, False),
+    ("localhost.evil.com", False), ("lan.example.com", False), ("internal.openai.com", False), (".", False), ("test.com", False), ("invalid.org", False), ("", False), (None, False),
 ])
 def test_is_local_host(host, local):
     assert is_local_host(host) is local

@@ -12,6 +12,7 @@ were kept.
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -71,12 +72,28 @@ def test_crawl_writes_verify_trials_and_campaigns_plan_from_it(crawled, capsys):
     _, build = write_verify_trials(crawl_dir, images, seed=20260401, n_per_band=2, n_control=2, out_dir=root / "again")
     assert (root / "again" / "verify_trials.csv").read_bytes() == trials.read_bytes()
     assert build.per_band()["signal"] > 0
+    # referenceability ratings (0-5) written as integers, as candidate_referenceability.csv does
+    fams = [r["fam"] for r in _rows(trials)]
+    assert fams and all(f in {"0", "1", "2", "3", "4", "5"} for f in fams if f), sorted(set(fams))
 
     # item 3: the queue lines count per-site tasks; images kept = rows of images.csv = thumbnails on disk
     kept = len(_rows(crawl_dir / "images.csv"))
     assert kept == len(list(images.glob("*/*.jpg"))) > len(_rows(crawl_dir / "sites.csv"))
-    m = re.search(r"queue counts are per-site tasks.*images kept: (\d+)", out)
-    assert m and int(m.group(1)) == kept
+    m = re.search(r"queue counts are per-site tasks.*images kept: (\d+) of (\d+) downloaded \((.*)\); audit: (\d+) "
+                  r"usable, (\d+) excluded", out)
+    assert m and int(m.group(1)) == kept, out
+    # every image the fetcher looked at, by the reason it was left out (its images.json), counted here by hand
+    reasons = [r["reason"] for p in images.glob("*/images.json") for r in json.loads(p.read_text())["rejected"]]
+    dark = sum(r.startswith("too dark") for r in reasons)
+    dup = sum(r.startswith("near-duplicate") for r in reasons)
+    pano, near = reasons.count("panorama"), sum(r.startswith("within 40 m of ") for r in reasons)
+    assert dark and dup and pano and near and dark + dup + pano + near == len(reasons)
+    assert int(m.group(2)) == kept + dark + dup
+    assert m.group(3) == (f"{dark + dup} rejected after download: {dark} too dark (brightness filter), {dup} "
+                          f"near-duplicates; {pano + near} skipped before download: {pano} panoramas, {near} within "
+                          "min_separation_m of a kept image")
+    usable = [r["usable"] for r in _rows(crawl_dir / "images.csv")]
+    assert (int(m.group(4)), int(m.group(5))) == (usable.count("True"), usable.count("False")) and "False" in usable
 
     gv = _toml(root, "gv-from-crawl", "geoverify", crawl_dir, f'trials = "build"\nimage_root = "{images}"\nn_boot = 0')
     assert main(["run", str(gv), "--simulate", "--no-live"]) == 0

@@ -81,6 +81,7 @@ def test_sites_follow_the_sampling_rules(crawled):
     assert tuple(sites[0]) == SITES_COLUMNS and len(sites) == 3
     for s in sites:
         assert float(s["sitelinks"]) <= 60 and float(s["sv_perspective"]) >= 8
+        assert s["sitelinks"].isdigit() and s["sv_perspective"].isdigit()  # counts, written as integers
         assert haversine_km(world.cities[0]["lat"], world.cities[0]["lon"], float(s["lat"]), float(s["lon"])) <= 3.0
     for a in sites:
         for b in sites:
@@ -115,6 +116,10 @@ def test_images_saved_spread_bright_and_audited(crawled):
         assert "panorama" in reasons or "too dark" in reasons or "within 40 m" in reasons
     rows = _csv(tmp / "state" / "image_audit.csv")
     assert tuple(rows[0]) == IMAGE_AUDIT_COLUMNS and len(rows) == n_total > 0
+    # every image path of the crawl's tables is relative to the images root, the same value in each table
+    paths_csv = {r["image_id"]: r["path"] for r in _csv(tmp / "state" / "images.csv")}
+    assert {r["image"] for r in rows} == set(paths_csv.values())
+    assert all((tmp / "images" / r["image"]).is_file() for r in rows)
 
 
 def test_referenceability_logs_and_ladders(crawled):

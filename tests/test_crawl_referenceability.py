@@ -287,7 +287,23 @@ def test_rerun_of_a_site_adds_no_duplicate_review_items(tmp_path):
 
     asyncio.run(go())
     lines = _lines(tmp_path / REVIEW_QUEUE_FILE)
-    keys = [(r["model"], r["qid"]) for r in lines]
+    keys = [(r["site"], r["qid"]) for r in lines]
     assert len(keys) == len(set(keys)) > 0
+    # each item names the rating model whose tier disagrees with the pageviews (not a "review|<site>" tag)
+    assert {(r["model"], r["site"]) for r in lines} == {("aud-1", "site_x")}
     # by hand: view tertiles low {F, Aaaaa}, mid {Eeee, Cc}, high {Ddd, Bbbbbb}; rating tiers differ by 2 for two
     assert sorted(q for _, q in keys) == ["Q300", "Q301"]  # Aaaaa: rated 5, few readers; Bbbbbb: rated 0, most read
+
+
+def test_review_queue_of_an_older_version_keys_its_items_by_site(tmp_path):
+    """Logs written before the review queue named the rating model hold ``model = "review|<site>"``: their
+    items are found by (site, QID) like the new ones, so a re-run adds no second copy."""
+    from geoagent.crawl.referenceability import REVIEW_QUEUE_FILE, ReviewQueueLog
+
+    path = tmp_path / REVIEW_QUEUE_FILE
+    path.write_text('{"qid": "Q300", "model": "review|site_x", "site": "site_x", "status": "pending"}\n'
+                    '{"qid": "Q301", "model": "review|site_y", "status": "pending"}\n'
+                    '{"qid": "Q302", "model": "aud-1", "site": "site_x", "status": "pending"}\n', encoding="utf-8")
+    log = ReviewQueueLog(path)
+    assert log.has("site_x", "Q300") and log.has("site_y", "Q301") and log.has("site_x", "Q302")
+    assert not log.has("site_y", "Q300") and not log.has("site_x", "Q301")

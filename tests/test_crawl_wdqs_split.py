@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 
 import pytest
 
@@ -94,6 +95,21 @@ def test_every_split_is_in_the_decision_log(two_crawls):
         steps = [r for r in logged[name] if r["event"] == "ref_city_rating"]
         sites = sorted(json.loads(p.read_text())["site"]["site"] for p in (state / "rated").glob("*.json"))
         assert [(r["city"], r["sites"]) for r in steps] == [("Sandbox City", sites)], name
+    # the step's counts, recomputed from the stored per-site candidate lists and the raw answer log
+    for name, state in (("whole", whole), ("split", split)):
+        (step,) = [r for r in logged[name] if r["event"] == "ref_city_rating"]
+        lists = [[c["qid"] for c in json.loads(p.read_text())["candidates"]]
+                 for p in sorted((state / "ref_candidates").glob("*.json"))]
+        per_qid = Counter(q for qs in lists for q in set(qs))
+        raw = [json.loads(line) for line in (state / "audit_raw_answers.jsonl").read_text().splitlines()]
+        assert step["n_candidates"] == len(per_qid) and step["n_site_listings"] == sum(map(len, lists)), name
+        assert step["n_shared_candidates"] == sum(1 for n in per_qid.values() if n > 1) > 0, name
+        assert step["n_site_listings"] >= step["n_candidates"] >= step["n_shared_candidates"]
+        assert step["batch_size"] == 25 and step["rating_batches"] == -(-len(per_qid) // 25)
+        # a first crawl asks every batch (rating and sensitive screen) and replays nothing
+        assert step["rating_batches_asked"] == step["screening_batches_asked"] == step["rating_batches"], step
+        assert step["answers_replayed"] == 0 and step["model_calls"] == len(raw), (step, len(raw))
+        assert not {"n_shared", "asked", "calls", "replayed"} & set(step)
     recs = [r for r in logged["split"] if r["event"] != "ref_city_rating"]
     assert recs and all(r["event"] == "wdqs_split" for r in recs)
     by_stage = {r["stage"] for r in recs}

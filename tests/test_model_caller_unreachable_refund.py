@@ -65,7 +65,9 @@ def test_model_host_breaker_refunds_the_streak_and_reruns_with_the_host_down_kee
         assert any(f"model m: host 127.0.0.1:{port} unreachable (connection refused on 5 consecutive requests)" in ln
                    for ln in out.stop_reasons)
     refunds = [r.getMessage() for r in caplog.records if "refunded" in r.getMessage()]
-    assert len(refunds) == 2 and all(f"host 127.0.0.1:{port} was down: 4 queue attempt(s)" in ln for ln in refunds)
+    assert len(refunds) == 2 and all(
+        f"host 127.0.0.1:{port} was down: refunded 4 queue attempts that its unreachable failures had charged to "
+        "4 tasks before the breaker opened" in ln for ln in refunds)
     assert up.status == "complete" and up.exit_code == EXIT_COMPLETE
     assert up.counts["requests"].done == n and up.counts["requests"].dead == 0
     paid = paid_keys(app)

@@ -25,6 +25,7 @@ from geoagent.engine import EXIT_COMPLETE, EXIT_INTERRUPTED, run_campaign
 from geoagent.runtime.queue import open_queue
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import free_port, serve
+from geoagent.status import campaign_status, format_status
 
 KEY = "sk-" "sandbox-watch-0123456789abcdefghijkl"
 LOGGER = "geoagent.workers.model_caller"
@@ -123,6 +124,13 @@ def test_watch_mode_dead_model_resumes_when_its_server_comes_up_each_key_paid_on
     still = [m for m in msgs if f"host {host} still unreachable" in m]
     assert still[0].endswith("model(s) dead wait, next probe in 0.6 s") and all(m.endswith("0.6 s") for m in still)
     assert sum(f"host {host} reachable again; model(s) dead resumed" in m for m in msgs) == 1
+    # `status` afterwards: the campaign is complete, so the outage is history, not the "last error"
+    text = format_status(campaign_status(cfg))
+    assert "campaign complete: every queue drained, nothing dead-lettered" in text, text
+    assert "last error:" not in text, text
+    resolved = [ln.strip() for ln in text.splitlines() if "resolved" in ln]
+    assert resolved and all(ln.startswith("earlier error (resolved: every task completed since):") for ln in resolved)
+    assert any(f"model dead: host {host} unreachable" in ln for ln in resolved), resolved
 
 
 def test_watch_mode_stop_during_the_cooldown_ends_at_once_with_the_dead_models_tasks_ready(tmp_path, monkeypatch,

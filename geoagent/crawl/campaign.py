@@ -80,6 +80,25 @@ class CrawlCampaign(CampaignKind):
             tables += export_all(store, out, include_responses=store.count_responses() > 0)
         return tables
 
+    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool) -> list[str]:
+        """``run.py crawl CONFIG --watch`` went idle (every queue drained after new work): write the hand-off
+        tables now, as the end of a run does, so an evaluation campaign can use the folder while the crawl
+        keeps watching: ``verify_trials.csv`` (only when nothing is dead-lettered, as at the end of a run;
+        :func:`_write_trials`) and, unless ``--no-export``, ``export/`` (:meth:`export`). ``sites.csv``,
+        ``images.csv`` and ``ladders/`` are written by the stages as they go. Each file is written
+        atomically (a temporary file renamed over it), and writing again gives the same tables."""
+        svc = services_from_context(ctx)
+        parts = []
+        if complete:
+            self._trials_note = _write_trials(cfg, svc)
+            parts.append(self._trials_note)
+        else:
+            parts.append("verify_trials.csv not written (dead-lettered tasks: see `run.py status`)")
+        if export:
+            tables = self.export(cfg, ctx.get("store"))
+            parts.append(f"export: {len(tables)} tables in {Path(cfg.state_dir()) / C.EXPORT_DIR}")
+        return ["crawl --watch: idle (every queue drained); hand-off tables written: " + "; ".join(parts)]
+
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         svc = services_from_context(ctx)
         lines = [f"  crawl outputs: {svc.state_dir} (sites.csv, ladders/, image_audit.csv), images: {svc.images_root}"]
@@ -89,8 +108,8 @@ class CrawlCampaign(CampaignKind):
             answers = describe_answers(st["answers"], st["answer_notes"])
             lines.append(f"  {api:>10}: {st['requests']} requests, {st['retries']} retries, error rate {st['error_rate']:.1%}"
                          + (f"; {answers}" if answers else ""))
-        lines.append(f"  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
-                     f"images kept: {images_kept(svc.state_dir)}")
+        lines.append("  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
+                     + image_counts_line(image_counts(svc.state_dir, svc.images_root)))
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
@@ -106,6 +125,76 @@ def images_kept(state_dir: str | Path) -> int:
         return 0
     with open(path, newline="", encoding="utf-8") as f:
         return sum(1 for _ in csv.DictReader(f))
+
+
+#: why the fetcher left an image out (its ``images.json`` ``rejected[].reason``, :mod:`geoagent.crawl.fetcher`),
+#: by the reason's start: (category, before download?)
+_REJECTION_KINDS = (("panorama", "panoramas", True), ("within ", "within min_separation_m of a kept image", True),
+                    ("no thumbnail", "no thumbnail to be had", True),
+                    ("too dark", "too dark (brightness filter)", False), ("near-duplicate", "near-duplicates", False))
+
+
+def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, Any]:
+    """How many images the crawl looked at, kept, and why it left the others out.
+
+    Reads each site's ``images.json`` (:data:`geoagent.crawl.fetcher.METADATA_FILE`: ``kept`` and ``rejected``
+    with a ``reason``) and ``images.csv`` (the audited kept images, ``usable`` True/False). Returns ``kept``
+    (thumbnails on disk), ``skipped`` (category -> count, left out before download: panoramas, within
+    ``min_separation_m`` of a kept image, no thumbnail), ``rejected`` (category -> count, left out after
+    download: too dark, the brightness filter; near-duplicates; ``other``: an unreadable JPEG), ``usable`` and
+    ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's) and
+    ``audited`` (rows of images.csv)."""
+    import csv
+
+    from geoagent.crawl.fetcher import METADATA_FILE
+
+    out: dict[str, Any] = {"kept": 0, "skipped": {}, "rejected": {}, "usable": 0, "excluded": 0, "audited": 0}
+    root = Path(images_root)
+    for meta_path in sorted(root.glob(f"*/{METADATA_FILE}")) if root.is_dir() else []:
+        try:
+            meta = orjson.loads(meta_path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(meta, dict):
+            continue
+        out["kept"] += len(meta.get("kept") or [])
+        for r in meta.get("rejected") or []:
+            reason = str(r.get("reason", "")) if isinstance(r, dict) else ""
+            kind = next(((name, before) for start, name, before in _REJECTION_KINDS if reason.startswith(start)),
+                        ("other (unreadable image)", False))
+            bucket = out["skipped"] if kind[1] else out["rejected"]
+            bucket[kind[0]] = bucket.get(kind[0], 0) + 1
+    path = Path(state_dir) / "images.csv"
+    if path.is_file():
+        with open(path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                out["audited"] += 1
+                out["usable" if row.get("usable") == "True" else "excluded"] += 1
+    return out
+
+
+def image_counts_line(c: dict[str, Any]) -> str:
+    """The summary's image line from :func:`image_counts`: ``images kept: 32 of 46 downloaded (14 rejected
+    after download: 11 too dark (brightness filter), 3 near-duplicates; 33 skipped before download: ...);
+    audit: 26 usable, 6 excluded``."""
+    order = [name for _, name, _ in _REJECTION_KINDS]
+
+    def parts(d: dict[str, int]) -> str:
+        return ", ".join(f"{d[k]} {k}" for k in sorted(d, key=lambda k: order.index(k) if k in order else len(order)))
+
+    rejected, skipped = sum(c["rejected"].values()), sum(c["skipped"].values())
+    line = f"images kept: {c['kept']} of {c['kept'] + rejected} downloaded"
+    why = []
+    if rejected:
+        why.append(f"{rejected} rejected after download: {parts(c['rejected'])}")
+    if skipped:
+        why.append(f"{skipped} skipped before download: {parts(c['skipped'])}")
+    if why:
+        line += " (" + "; ".join(why) + ")"
+    line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable)"
+    if c["audited"] != c["kept"]:
+        line += f", {c['kept'] - c['audited']} not audited yet"
+    return line
 
 
 def _write_trials(cfg: Any, svc: Any) -> str:

@@ -14,6 +14,10 @@ reused, so a restart re-asks nothing. A separate, deliberately narrow screening 
 (``prompts/crawl_sensitive.txt``) writes ``audit_sensitive.jsonl``. With pageviews enabled, a candidate
 whose pageview tier (tertiles within the site) and LLM tier disagree by ``review_tier_gap`` tiers goes to
 a human review queue (``audit_review_queue.jsonl``), never to an automatic override (Sec. 3.3, constraint 3).
+Its records: ``qid``, ``label``, ``site``, ``model`` (the rating model), ``familiarity`` (its rating, 0-5),
+``tier_llm`` (the tier of that rating), ``pageviews`` (the article's views over the window) and
+``tier_pageviews`` (their tertile within the site), ``status`` (``pending`` until a human acts), ``ts``; one
+per (site, QID) (:class:`ReviewQueueLog`).
 
 Reproducible calls. The prompts, the number of calls and their request keys must not depend on the order
 in which sites reach the auditor (async workers), or a re-run of the same config and seed would ask other
@@ -283,6 +287,23 @@ class JsonlLog:
                 self.records[self._key(r)] = r
 
 
+class ReviewQueueLog(JsonlLog):
+    """``audit_review_queue.jsonl``: candidates for a human to review, one per (site, QID), keyed by ``site`` and
+    ``qid``. A record's ``model`` is the rating model whose tier disagrees with the pageviews' (logs of
+    older versions hold ``review|<site>`` there: their key is the same, from their ``site`` field)."""
+
+    @staticmethod
+    def _key(rec: Mapping[str, Any]) -> tuple[str, str, str | None]:
+        site = rec.get("site")
+        if site is None and str(rec.get("model", "")).startswith("review|"):
+            site = str(rec["model"])[len("review|"):]
+        return ("review", str(rec["qid"]), None if site is None else str(site))
+
+    def has(self, site: str, qid: str) -> bool:
+        """Whether the queue already holds the item of ``qid`` at ``site``."""
+        return self.get("review", qid, site) is not None
+
+
 class RawAnswerLog:
     """``audit_raw_answers.jsonl``: every verbatim auditor answer, found again by its request key.
 
@@ -415,7 +436,7 @@ class ReferenceabilityAuditor:
         self.state_dir = Path(state_dir)
         self.decisions = decisions or JsonlLog(self.state_dir / C.AUDIT_DECISIONS_FILE)
         self.sensitive = sensitive or JsonlLog(self.state_dir / C.AUDIT_SENSITIVE_FILE)
-        self.review = JsonlLog(self.state_dir / REVIEW_QUEUE_FILE)
+        self.review = ReviewQueueLog(self.state_dir / REVIEW_QUEUE_FILE)
         self.raw_path = self.state_dir / RAW_ANSWERS_FILE
         #: the logged answers, indexed by request key (offsets only: answers are read when replayed)
         self.raw = RawAnswerLog(self.raw_path)
@@ -573,8 +594,10 @@ class ReferenceabilityAuditor:
         Returns
         -------
         dict
-            ``batches`` (rating batches over the candidates), ``asked`` (batches sent or replayed),
-            ``calls`` and ``replayed`` (model calls sent and answers replayed by this call, screening included).
+            ``batches`` (rating batches over the candidates), ``asked`` (rating batches sent or replayed),
+            ``screened`` (sensitive-screening batches sent or replayed), ``calls`` and ``replayed`` (model
+            calls sent and answers replayed by this call: rating and screening, each batch's split-and-retry
+            re-asks included, so ``calls + replayed`` is at least ``asked + screened``).
 
         Raises
         ------
@@ -590,13 +613,16 @@ class ReferenceabilityAuditor:
                 asked += 1
                 await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability") else todo,
                                  city)
+        screened = 0
         if self.settings.sensitive_screen:
             for batch in batches:
                 todo = [c for c in batch if self.sensitive.get(self.sens_model, c.qid, city) is None]
                 if todo:
+                    screened += 1
                     await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo,
                                        city)
-        return {"batches": len(batches), "asked": asked, "calls": self.calls - calls0, "replayed": self.replayed - replayed0}
+        return {"batches": len(batches), "asked": asked, "screened": screened, "calls": self.calls - calls0,
+                "replayed": self.replayed - replayed0}
 
     async def audit(self, site: str, candidates: Sequence[RefCandidate], *, city: str | None = None) -> list[RatedCandidate]:
         """Rate (and screen) ``candidates`` of ``site`` for ``city`` (:meth:`rate_all`: nothing is asked for
@@ -634,7 +660,7 @@ class ReferenceabilityAuditor:
                 sensitive=bool(s.get("sensitive")), pageviews=views.get(c.qid)))
         if views:  # a re-run of the site (crash before its result was stored) adds no second copy of an item
             await self.review.append([r for r in self.review_items(site, rated, views)
-                                      if self.review.get(r["model"], r["qid"]) is None])
+                                      if not self.review.has(r["site"], r["qid"])])
         return rated
 
     def review_items(self, site: str, rated: Sequence[RatedCandidate], views: dict[str, int]) -> list[dict[str, Any]]:
@@ -647,7 +673,7 @@ class ReferenceabilityAuditor:
             if llm is None or pv is None or not r.ok:
                 continue
             if abs(_TIER_INDEX[llm] - _TIER_INDEX[pv]) >= self.settings.review_tier_gap:
-                out.append({"qid": r.qid, "label": r.label_raw, "model": f"review|{site}", "site": site,
+                out.append({"qid": r.qid, "label": r.label_raw, "model": self.settings.model, "site": site,
                             "familiarity": r.familiarity, "tier_llm": llm, "pageviews": views[r.qid], "tier_pageviews": pv,
                             "status": "pending", "ts": time.time()})
         return out

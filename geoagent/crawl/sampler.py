@@ -153,8 +153,9 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
         res.walk.append({"qid": c.qid, "decision": "take", "sv_perspective": n_img, "site": sid})
         res.sites.append({
             "site": sid, "city": city.city, "country": city.country, "continent": city.continent, "landmark": c.label,
-            "qid": c.qid, "wd_type": c.type_label, "lat": c.lat, "lon": c.lon, "sitelinks": float(c.sitelinks),
-            "sv_perspective": float(n_img), "selection_method": "algorithm",
+            "qid": c.qid, "wd_type": c.type_label, "lat": c.lat, "lon": c.lon, "sitelinks": int(c.sitelinks),
+            # counts as integers (the release's sites.csv writes them as floats, "17.0": every reader takes both)
+            "sv_perspective": int(n_img), "selection_method": "algorithm",
         })
     return res
 

@@ -29,6 +29,29 @@ paid calls in flight only, so the referenceability auditor starts no pageviews r
 shared HTTP client as ``http``, so no request of any stage retries after the stop. A host that cannot be
 reached stops the stage that needs it with a line naming its config key (:func:`crawl_host_hint`).
 
+Decision log (``crawl_decisions.jsonl``, exported as ``crawl_decisions``): besides the WDQS splits, one
+``"event": "ref_city_rating"`` record per rating step of the referenceability auditor, with
+
+* ``city``: the city's name (null for a site rated alone); ``site``: the site whose task ran the step;
+  ``sites``: the sites of the city whose candidates were gathered; ``left_out``: site -> error, sites whose
+  WDQS query failed permanently (their candidates are not in the step);
+* ``n_candidates``: distinct candidates (QIDs) of the city, rated in the step (the merged list);
+* ``n_site_listings``: the per-site candidate lists' lengths summed (a candidate within 6 km of k sites
+  counts k times), so ``n_site_listings >= n_candidates``; ``n_shared_candidates``: distinct candidates
+  listed by two sites or more (each paid once for the city);
+* ``batch_size``: candidates per rating prompt; ``rating_batches``: fixed batches over the ``n_candidates``
+  (``ceil(n_candidates / batch_size)``); ``rating_batches_asked`` and ``screening_batches_asked``: batches
+  with an undecided candidate that were asked (sent, or replayed from ``audit_raw_answers.jsonl``) for the
+  rating and for the sensitive-place screen (0 with ``sensitive_screen = false``);
+* ``model_calls``: model calls sent by the step (rating and screening, plus the split-and-retry re-asks of
+  a batch whose answer was partly unparseable), ``answers_replayed``: answers read back from
+  ``audit_raw_answers.jsonl`` instead of a call (a re-run after a kill). ``model_calls + answers_replayed >=
+  rating_batches_asked + screening_batches_asked``.
+
+Records of older versions carry ``n_shared`` (= ``n_site_listings - n_candidates``, the repeated listings),
+``batches``, ``asked``, ``calls`` and ``replayed`` (= ``rating_batches``, ``rating_batches_asked``,
+``model_calls``, ``answers_replayed``).
+
 Note on edge names: ``sites_for_audit`` (described in :mod:`geoagent.constants` as sampler -> referenceability
 auditor) is fed by the image auditor here, which keeps the chain linear for the runner's burst mode.
 """
@@ -640,7 +663,9 @@ class ImageAuditorStage(_CrawlStage):
 
 
 def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
-    """Rebuild ``image_audit.csv`` from the stored model audits and the human-verdict CSV (if any)."""
+    """Rebuild ``image_audit.csv`` from the stored model audits and the human-verdict CSV (if any). Its
+    ``image`` column is ``<site>/<image_id>.jpg``, relative to the images root, the same value as the
+    ``path`` of ``images.csv`` and ``verify_trials.csv`` (before this version: ``images/<site>/...``)."""
     human: dict[str, dict[str, str]] = {}
     hv_path = svc.settings.image_audit.human_verdicts
     if hv_path and Path(hv_path).is_file():
@@ -652,7 +677,9 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
         if not rec:
             continue
         audit = ia.ImageAudit.from_json(rec["audit"])
-        rows.append(ia.audit_row(f"{C.IMAGES_DIR}/{rec['site']}/{rec['image_id']}.jpg", rec["site"], audit,
+        # relative to the images root, as images.csv's and verify_trials.csv's ``path`` (the release writes
+        # ``streetview/<site>/<id>.jpg``, relative to its own root; readers take the id from either form)
+        rows.append(ia.audit_row(f"{rec['site']}/{rec['image_id']}.jpg", rec["site"], audit,
                                  human.get(rec["image_id"])))
     from geoagent.crawl.export import usable_images, write_images_csv
 
@@ -781,10 +808,18 @@ class ReferenceabilityAuditorStage(_CrawlStage):
             merged = merge_site_candidates(per_site)
             aud = svc.ref_auditor
             stats = await aud.rate_all(merged, city=_rating_city(site))
+            listed: dict[str, int] = {}
+            for cands in per_site.values():
+                for q in {c.qid for c in cands}:
+                    listed[q] = listed.get(q, 0) + 1
+            # field meanings: module docstring, "Decision log"
             rec = {"event": "ref_city_rating", "city": site.get("city") if key else None, "site": sid, "sites": sorted(per_site),
                    "left_out": left_out, "n_candidates": len(merged),
-                   "n_shared": sum(len(v) for v in per_site.values()) - len(merged),
-                   "batch_size": aud.settings.batch_size, **stats}
+                   "n_site_listings": sum(len(v) for v in per_site.values()),
+                   "n_shared_candidates": sum(1 for n in listed.values() if n > 1),
+                   "batch_size": aud.settings.batch_size, "rating_batches": stats["batches"],
+                   "rating_batches_asked": stats["asked"], "screening_batches_asked": stats["screened"],
+                   "model_calls": stats["calls"], "answers_replayed": stats["replayed"]}
             await svc.decision_logger(self.name)(rec)
             if marker is not None:
                 _dump(marker, {**rec, "qids": [c.qid for c in merged]})

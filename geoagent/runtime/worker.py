@@ -305,6 +305,11 @@ def _in_a_row(n: int) -> str:
     return "on 1 request" if n == 1 else f"on {n} consecutive requests"
 
 
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun`` with an English plural: ``1 task``, ``4 tasks``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _reason(exc: BaseException) -> str:
     text = exception_text(exc)  # "TimeoutError (no message)", never a bare "TimeoutError: "
     return text if len(text) <= 500 else text[:497] + "..."
@@ -991,9 +996,10 @@ class StageRunner:
         # keep what waits for a lease, and what was added or merged meanwhile (another flush's late charges)
         self._refunds_due = {k: v for k, v in self._refunds_due.items() if k in keep or due.get(k) is not v}
         for host, (n, tasks, revived) in per_host.items():
-            log.warning("stage %s: host %s was down: %d queue attempt(s) its unreachable failures charged %d task(s) "
-                        "before the breaker opened refunded; %d dead-lettered task(s) revived (ready again)",
-                        self.stage.name, host, n, tasks, revived)
+            log.warning("stage %s: host %s was down: refunded %s that its unreachable failures had charged to %s "
+                        "before the breaker opened%s", self.stage.name, host, _count(n, "queue attempt"),
+                        _count(tasks, "task"),
+                        f"; revived {_count(revived, 'dead-lettered task')} (ready again)" if revived else "")
 
     def unreachable_lines(self, left: int | None = None) -> list[str]:
         """One line per host whose unreachable breaker opened (empty if none): which host, why, what to check
