@@ -184,7 +184,8 @@ class GeoVerifyCampaign(CampaignKind):
                                  simulated=_simulated(cfg, ctx)).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geoverify import summary_counts, truncation_warnings
+        from geoagent.report.geoverify import (dprime_text, small_n_note, small_n_warnings, summary_counts,
+                                               truncation_warnings)
 
         scores = getattr(self, "_scores", None)
         if scores is None:
@@ -223,7 +224,8 @@ class GeoVerifyCampaign(CampaignKind):
                           if split else "")
             lines.append(
                 f"  {name:>20}: main arm n {parsed}  H {_pct(sc.h)}{counts['H']}  F {_pct(sc.f)}{counts['F']}"
-                f"  d'(nearest) {_num(near)}  delta_1 {delta_1}  controls n {controls}"
+                f"  d'(nearest) {dprime_text(sc, sc.bands[0].band, _num(near)) if sc.bands else _num(near)}"
+                f"  delta_1 {delta_1}  controls n {controls}"
                 f"  all arms: parse failures {sc.n_parse_failures}{split_text}{cut_text}  read-out {sc.readout.verdict}"
             )
         if POOLED in scores:
@@ -232,6 +234,9 @@ class GeoVerifyCampaign(CampaignKind):
         lines.append("  " + SUMMARY_LEGEND + (SUMMARY_LEGEND_RANGE if any(sc.delta_1_ci for sc in scores.values()) else ""))
         lines.append("  " + TRUNCATION_LEGEND)
         lines += [f"  {w}" for w in truncation_warnings(scores)]
+        small = small_n_warnings(scores)
+        if small:
+            lines += [f"  {w}" for w in [small_n_note(), *small]]
         return lines
 
 
