@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.textfmt import mapping_text
 from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH
 from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
@@ -205,7 +206,7 @@ class GeoVerifyCampaign(CampaignKind):
                     lines.append(f"    ... and {n_dup - 10} more (each is also a warning in the log)")
             if plan.build_report is not None:
                 br = plan.build_report
-                lines.append(f"  built trials per band (main arm): {br.per_band()}; images without signal "
+                lines.append(f"  built trials per band (main arm): {mapping_text(br.per_band())}; images without signal "
                              f"{br.images_without_signal}; unmatched decoys {br.unmatched_decoys} (drawn from any "
                              "referenceability tier: none of their band was within one tier of the image's signal "
                              "candidates)")
