@@ -1163,11 +1163,14 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         lines.append("  planned earlier: " + "; ".join(earlier) + " (a task keeps the request it was queued with: "
                      "config changes since reach only requests not queued yet; use a new [campaign] name to "
                      "apply them to every task)")
+    # what the total leaves out, in the words of the "planned earlier" line (one count per reason, only non-zero)
+    left_out = ([f"{est.done_earlier} already done by earlier runs"] if getattr(est, "done_earlier", 0) else []) + (
+        [f"{est.cached} answered from stored responses"] if est.cached else []) + (
+        [f"{est.repeated} more planned request(s) repeat another's request key and get its answer"]
+        if est.repeated else [])
     lines.append(
-        f"  total: {est.calls} calls ({est.cached} already stored"
-        + (f"; {est.repeated} more planned request(s) repeat another's request key and get its answer"
-           if est.repeated else "")
-        + f"), ${est.cost_usd:.4f} expected, "
+        f"  total: {est.calls} calls to make" + (f" ({'; '.join(left_out)})" if left_out else "")
+        + f", ${est.cost_usd:.4f} expected, "
         f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}"
         f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"
     )
