@@ -1222,8 +1222,14 @@ def _input_assumption(m: Any, mc: Any) -> str:
         return text
     unsized = m.images - m.images_sized
     if m.images_sized:
-        mean = round(m.image_tokens_sized / m.images_sized)
-        text += f" + about {mean} tokens per image from its size ({m.image_rule})"
+        kinds = getattr(m, "image_tokens_by_kind", None) or {}
+        if len(kinds) > 1:  # photos and a generated control image apart: one mean would hide both
+            parts = ", ".join(f"{kind}: about {round(tok / n)} tokens each ({n} image{'' if n == 1 else 's'})"
+                              for kind, (n, tok) in kinds.items())
+            text += f" + per image from its size ({m.image_rule}): {parts}"
+        else:
+            mean = round(m.image_tokens_sized / m.images_sized)
+            text += f" + about {mean} tokens per image from its size ({m.image_rule})"
         if unsized:
             text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
     else:
