@@ -1244,6 +1244,10 @@ class ModelEstimate:
     image_tokens_max: int = 0
     image_size_max: tuple[int, int] | None = None
     image_rule: str = ""
+    #: the sized images by kind (:func:`image_kind`: ``"photos"``, ``"gray-field control image"``,
+    #: ``"placeholder images"``) -> [count, billed tokens (sum)], so the dry run reports the photos' tokens apart
+    #: from a generated control image's (one mean over both hid 6-token photos behind a 512 px gray field)
+    image_tokens_by_kind: dict[str, list[int]] = field(default_factory=dict)
     #: non-ASCII characters of the prompts (system prompts included) counted in ``input_tokens``, at one
     #: expected token each (:func:`expected_text_tokens`; 0 for the simulated provider, which bills chars / 4)
     non_ascii_chars: int = 0
@@ -1730,6 +1734,25 @@ def _header_size_px(fp: Any) -> tuple[int, int] | None:
     return None
 
 
+#: :func:`image_kind` of a request's image
+IMAGE_KIND_PHOTO, IMAGE_KIND_BLANK, IMAGE_KIND_PLACEHOLDER = "photos", "gray-field control image", "placeholder images"
+
+
+def image_kind(image_ref: str | None, image_id: str | None, image: bytes | None = None) -> str:
+    """What a request's image is, for the dry run's per-kind token figures: the generated gray field of the
+    no-image control (:data:`IMAGE_KIND_BLANK`), a generated placeholder (:data:`IMAGE_KIND_PLACEHOLDER`: a
+    ``synthetic:`` ref, or an image id without a ref), else a photo (a file, or bytes given with the request)."""
+    from geoagent.workers import images as im
+
+    if image is not None:
+        return IMAGE_KIND_PHOTO
+    if image_ref == im.BLANK_GRAY_REF:
+        return IMAGE_KIND_BLANK
+    if not image_ref or image_ref.startswith(im.SYNTHETIC_PREFIX):
+        return IMAGE_KIND_PLACEHOLDER
+    return IMAGE_KIND_PHOTO
+
+
 def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | None = None, *,
                   base_dir: str | os.PathLike[str] | None = None,
                   cache: dict[str, tuple[int, int] | None] | None = None) -> tuple[int, int] | None:
@@ -1843,6 +1866,9 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
                 img_tokens, me.image_rule = billed
                 me.images_sized += 1
                 me.image_tokens_sized += img_tokens
+                kind = me.image_tokens_by_kind.setdefault(image_kind(image_ref, req.image_id, req.image), [0, 0])
+                kind[0] += 1
+                kind[1] += img_tokens
                 if img_tokens > me.image_tokens_max:
                     me.image_tokens_max, me.image_size_max = img_tokens, size
         max_out = int(merged.get("max_output_tokens", m.max_output_tokens))

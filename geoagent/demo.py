@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.textfmt import mapping_text
 
 #: seed of the sandbox world (the fake model servers answer with the campaign seed)
 WORLD_SEED = 0
@@ -351,7 +352,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
                                              n_control=2)
     ctrl = {arm: sum(n for (a, _b), n in build.counts.items() if a == arm) for arm in ("ctrl_mismatch", "ctrl_noimage")}
     say(f"\nhand-off: GeoVerify trials built from {build.n_images} crawled images -> {trials_path}\n"
-        f"  main arm per band {build.per_band()}; control arms {ctrl}")
+        f"  main arm per band {mapping_text(build.per_band())}; control arms {mapping_text(ctrl)}")
     release = import_release(crawl_dir)
     # the fake model server answers GeoHint prompts knowing each crawled image's site (it "sees" the image)
     gh_sim.configure(release.sites, release.ladders, release.images.values())

@@ -1212,11 +1212,14 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         lines.append("  planned earlier: " + "; ".join(earlier) + " (a task keeps the request it was queued with: "
                      "config changes since reach only requests not queued yet; use a new [campaign] name to "
                      "apply them to every task)")
+    # what the total leaves out, in the words of the "planned earlier" line (one count per reason, only non-zero)
+    left_out = ([f"{est.done_earlier} already done by earlier runs"] if getattr(est, "done_earlier", 0) else []) + (
+        [f"{est.cached} answered from stored responses"] if est.cached else []) + (
+        [f"{est.repeated} more planned request(s) repeat another's request key and get its answer"]
+        if est.repeated else [])
     lines.append(
-        f"  total: {est.calls} calls ({est.cached} already stored"
-        + (f"; {est.repeated} more planned request(s) repeat another's request key and get its answer"
-           if est.repeated else "")
-        + f"), ${est.cost_usd:.4f} expected, "
+        f"  total: {est.calls} calls to make" + (f" ({'; '.join(left_out)})" if left_out else "")
+        + f", ${est.cost_usd:.4f} expected, "
         f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}"
         f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"
     )
@@ -1268,8 +1271,14 @@ def _input_assumption(m: Any, mc: Any) -> str:
         return text
     unsized = m.images - m.images_sized
     if m.images_sized:
-        mean = round(m.image_tokens_sized / m.images_sized)
-        text += f" + about {mean} tokens per image from its size ({m.image_rule})"
+        kinds = getattr(m, "image_tokens_by_kind", None) or {}
+        if len(kinds) > 1:  # photos and a generated control image apart: one mean would hide both
+            parts = ", ".join(f"{kind}: about {round(tok / n)} tokens each ({n} image{'' if n == 1 else 's'})"
+                              for kind, (n, tok) in kinds.items())
+            text += f" + per image from its size ({m.image_rule}): {parts}"
+        else:
+            mean = round(m.image_tokens_sized / m.images_sized)
+            text += f" + about {mean} tokens per image from its size ({m.image_rule})"
         if unsized:
             text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
     else:

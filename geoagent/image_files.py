@@ -93,9 +93,11 @@ class MissingImages:
         return sum(self.requests.values())
 
     def folder_text(self) -> str:
-        """``'photos' (= /abs/photos, which does not exist)``, or ``not set``."""
+        """``'photos' (= /abs/photos, which does not exist)``, or ``not set (...)`` saying that then no file is
+        looked for."""
         if not self.image_root:
-            return "not set"
+            return (f"not set (no folder: the {self.task} table's image paths are looked up nowhere and every image "
+                    "gets placeholder pixels; set it to the folder those paths are relative to)")
         root = Path(self.image_root)
         shown = repr(self.image_root) if root.is_absolute() else f"{self.image_root!r} (= {os.path.abspath(root)})"
         if not root.exists():
@@ -108,6 +110,16 @@ class MissingImages:
         """``3 of 17 images have no file under geoverify.image_root = 'photos' (= ...)``."""
         return (f"{self.n_missing} of {self.n_images} image{'' if self.n_images == 1 else 's'} of the planned {self.task} "
                 f"requests {'has' if self.n_missing == 1 else 'have'} no file under {self.key} = {self.folder_text()}")
+
+    def paths_note(self) -> str:
+        """What the paths of :meth:`first_missing` are relative to, for messages: `` (paths as written in the
+        table: not resolved against any folder)`` without ``image_root``, `` (relative to the working directory
+        /cwd)`` for a relative ``image_root``, "" for an absolute one (the paths are absolute)."""
+        if not self.image_root:
+            return " (paths as written in the table: not resolved against any folder, since the key is not set)"
+        if not Path(self.image_root).is_absolute():
+            return f" (relative to the working directory {os.getcwd()})"
+        return ""
 
     def first_missing(self, n: int = SHOWN_MISSING) -> str:
         shown = list(self.missing.values())[:n]
@@ -195,7 +207,8 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
         n_req = sum(found.requests[n] for n in real)
         raise ConfigError(str(getattr(cfg, "source", None) or getattr(cfg, "name", "campaign")), [
             f"{found.key}: {found.count_text()}, so {n_req} request{'' if n_req == 1 else 's'} to model(s) {models} "
-            f"would carry placeholder pixels instead of photos. First missing: {found.first_missing()}. {fix}; or, to "
+            f"would carry placeholder pixels instead of photos. First missing{found.paths_note()}: {found.first_missing()}. "
+            f"{fix}; or, to "
             f"send placeholders to these models anyway, set {OPT_IN}. Nothing was run"])
     if real:
         why = f"{OPT_IN} for {', '.join(repr(n) for n in real)}"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.textfmt import mapping_text
 from geoagent.runtime.progress import did_work, read_last, read_last_with_work
 from geoagent.runtime.queue import DeadLetter, QueueCounts
 from geoagent.runtime.worker import unreachable_cause
@@ -335,7 +336,7 @@ def format_status(st: dict[str, Any]) -> str:
                 answers = describe_answers(hs.get("answers") or {}, hs.get("answer_notes") or {})
                 name = f"{host} ({labels[host]})" if labels.get(host) else host
                 lines.append(f"    http {name}: {hs.get('requests', 0)} requests, {hs.get('retries', 0)} retries,"
-                             f" error rate {rate:.1%}" + (f" {hs['errors']}" if hs.get("errors") else "")
+                             f" error rate {rate:.1%}" + (f" ({mapping_text(hs['errors'])})" if hs.get("errors") else "")
                              + (f"; {answers}" if answers else ""))
     for edge, items in st.get("dead", {}).items():
         for d in items:

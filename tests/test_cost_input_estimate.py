@@ -129,3 +129,20 @@ price_input_usd_per_mtok = 1.0
     assert run.status == "complete"
     assert f"{run.spend['input_tokens']} in / " in line
     assert "simulated provider: 765 per image" in line
+
+
+def test_dry_run_reports_photos_and_the_gray_field_apart(tmp_path):
+    # fresh-user finding: 64x64 photos (~6 tokens on Anthropic) read as "about 59 tokens per image" because the
+    # mean took in the 512x512 gray-field control images
+    img = tmp_path / "photo.jpg"
+    Image.new("RGB", (64, 64), (90, 90, 90)).save(img)
+    cfg = _cfg("anthropic", "claude-sonnet-4-5")
+    plan = [{"model": "m", "prompt": f"is this near place {i}?", "image_ref": str(img)} for i in range(9)]
+    plan.append({"model": "m", "prompt": "is this near place X?", "image_ref": "blank:gray", "image_id": "blank:gray"})
+    est = estimate(cfg, plan)
+    me = est.by_model["m"]
+    # by hand (Anthropic: ceil(w * h / 750)): 64x64 -> ceil(5.46) = 6; 512x512 -> ceil(349.5) = 350
+    assert me.image_tokens_by_kind == {"photos": [9, 9 * 6], "gray-field control image": [1, 350]}
+    line = next(ln for ln in estimate_lines(est, cfg) if ln.strip().startswith("m:"))
+    assert "photos: about 6 tokens each (9 images), gray-field control image: about 350 tokens each (1 image)" in line
+    assert "tokens per image" not in line  # no mean over both

@@ -93,7 +93,7 @@ def test_finished_campaign_after_a_config_change_dry_runs_what_the_run_does(no_k
     dry = _run(cfg, simulate=True)
     text = dry.summary()
     assert dry.exit_code == EXIT_COMPLETE
-    assert "total: 0 calls (0 already stored), $0.0000 expected, worst $0.0000" in text, text
+    assert "total: 0 calls to make (4 already done by earlier runs), $0.0000 expected, worst $0.0000" in text, text
     assert "planned earlier: 4 planned request(s) already done by an earlier run keep their answers" in text
     again = _run(cfg)  # and the run indeed calls nothing
     assert (again.status, again.process_calls) == ("complete", 0)
@@ -119,7 +119,7 @@ def test_dry_run_counts_queued_tasks_as_queued_and_new_keys_at_the_new_settings(
     cfg = load_config(path)
     dry = _run(cfg, simulate=True)
     text = dry.summary()
-    assert "total: 3 calls (0 already stored)" in text, text  # sim|99 as queued + sim|4, sim|5
+    assert "total: 3 calls to make (4 already done by earlier runs)," in text, text  # sim|99 as queued + sim|4, sim|5
     assert "4 planned request(s) already done" in text and "1 queued by an earlier run" in text
     from geoagent.config import estimate
     from geoagent.engine import run_would_handle

@@ -69,7 +69,8 @@ def test_unresolved_answers_are_counted_in_table_header_csv_and_summary(tmp_path
     header = md.split("Terms:")[0]
     assert "Answers that did not geocode (resolved level none): 6 of 14 (42.9 %)" in header
     warnings = [line for line in header.splitlines() if line.startswith("**Warning") and "did not geocode" in line]
-    assert len(warnings) == 1 and "5 of 5 answers of a in condition forced (100.0 %)" in warnings[0]
+    assert len(warnings) == 1 and "a in condition forced: 5 of 5 (100.0 %)" in warnings[0]
+    assert "b in condition" not in warnings[0]  # 20 %: at the threshold
     assert "[geohint.geocoder]" in warnings[0]
     assert "### Answers that did not geocode" in md
 
@@ -82,6 +83,30 @@ def test_unresolved_answers_are_counted_in_table_header_csv_and_summary(tmp_path
     assert "unresolved 1 (20.0%)" in b_line
     warn = [line for line in lines if "did not geocode" in line]
     assert len(warn) == 1 and " a in condition forced" in warn[0]
+
+
+def test_unresolved_warning_is_one_line_for_many_model_condition_pairs(tmp_path):
+    # the sandbox-geocoder finding: every model x condition unresolved gave one long paragraph each
+    rows = []
+    for m in ("a", "b", "c"):
+        for cond in ("forced", "forced_warn", "forced_chain"):
+            rows += [_ctx(f"{m}{cond}{i}", "s1", m, "none", None, condition=cond, ref=f"Q{i}") for i in range(4)]
+    rows += [_ctx("c-ok", "s1", "c", "area", 0.3, condition="forced_chain")]  # c forced_chain: 4 of 5
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    (w,) = GH.unresolved_warnings(agg)
+    assert w.count("did not geocode") == 1 and w.count("Here the geocoder") == 1
+    for m in ("a", "b"):
+        for cond in ("forced", "forced_warn", "forced_chain"):
+            assert f"{m} in condition {cond}: 4 of 4 (100.0 %)" in w
+    assert "c in condition forced_chain: 4 of 5 (80.0 %)" in w
+    assert w.count(" in condition ") == 9
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=10, figures=False)
+    header = (tmp_path / "report.md").read_text(encoding="utf-8").split("Terms:")[0]
+    assert len([ln for ln in header.splitlines() if "did not geocode (resolved level none), over" in ln]) == 1
+    camp = GeoHintCampaign()
+    camp._agg = agg
+    assert len([ln for ln in camp.summary_lines(None, None, None) if "did not geocode" in ln]) == 1
 
 
 # --- 2. err = 0 km, 3. sites without a regime ------------------------------------------------------------------

@@ -115,7 +115,7 @@ def test_dry_run_counts_distinct_request_keys():
     assert (est.calls, est.repeated, est.cached) == (3, 2, 0)
     assert est.worst_case_usd == pytest.approx(3 * 10 * 1000.0 / 1e6)  # 3 calls x 10 tokens x $1000/Mtok
     total = next(ln for ln in estimate_lines(est, cfg) if "total:" in ln)
-    assert "total: 3 calls (0 already stored; 2 more planned request(s) repeat another's request key" in total
+    assert "total: 3 calls to make (2 more planned request(s) repeat another's request key" in total
 
 
 def test_mismatch_row_without_image_ref_is_not_its_main_trial():
@@ -136,3 +136,24 @@ def test_mismatch_row_without_image_ref_is_not_its_main_trial():
     assert kept == [main_t, mism] and notes == []
     (_, p_main), (_, p_mism) = plan_requests([main_t, mism], ["m"])
     assert (p_main["image_id"], p_mism["image_id"], p_mism["image_ref"]) == ("1000", "mismatch:unknown#1000", None)
+
+
+def test_dry_run_total_names_stored_answers(tmp_path):
+    """A request whose response is stored is left out of the total with its reason (not "0 already stored")."""
+    from geoagent.config import config_from_dict, estimate
+    from geoagent.workers.model_caller import build_request
+    from geoagent.engine import estimate_lines
+    from geoagent.providers.base import ModelResponse, Usage
+    from geoagent.runtime.store import open_campaign_state
+
+    cfg = config_from_dict({"campaign": {"name": "st", "kind": "generic"}, "budget": {"cap_usd": 10.0},
+                            "models": [{"name": "m", "provider": "simulated", "model": "m-1", "max_output_tokens": 10}]})
+    plan = [{"model": "m", "prompt": p} for p in ("a", "b", "c")]
+    st = open_campaign_state("st", root=tmp_path)
+    _m, req = build_request(cfg, plan[0])
+    st.store.put(req.key(), {}, ModelResponse(text="x", usage=Usage(1, 1)), None)
+    est = estimate(cfg, plan, store=st.store)
+    assert (est.calls, est.cached) == (2, 1)
+    total = next(ln for ln in estimate_lines(est, cfg) if "total:" in ln)
+    assert "total: 2 calls to make (1 answered from stored responses)," in total
+    st.close()

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from geoagent import constants as C
+from geoagent.textfmt import mapping_text
 from geoagent.crawl.settings import CrawlConfigError, CrawlSettings
 from geoagent.crawl.stages import city_messages, crawl_stages, services_from_context
 from geoagent.engine import CampaignKind
@@ -211,5 +212,5 @@ def _write_trials(cfg: Any, svc: Any) -> str:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
-    return (f"GeoVerify trials: {path} (main arm per band {build.per_band()}{redrawn}); use it with release_dir = "
+    return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
             f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"")

@@ -290,14 +290,76 @@ def crawl_decisions_frame(path: str | Path) -> Any:
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
 
+def crawl_table_schemas() -> dict[str, dict[str, Any]]:
+    """Declared column -> Polars type of each exported crawl table (besides ``crawl_decisions``, whose
+    columns are :func:`_decision_columns`), so an export's types never depend on the data: a column that is
+    empty in one crawl (``name_zh`` when no auditor gave a Chinese name) keeps its type and the exports of two
+    crawls concatenate. Columns follow the writers (:data:`geoagent.crawl.screener.CITY_POOL_COLUMNS`,
+    :data:`geoagent.crawl.sampler.SITES_COLUMNS`, :data:`IMAGES_COLUMNS`,
+    :data:`geoagent.crawl.image_audit.IMAGE_AUDIT_COLUMNS`, the referenceability and ladder columns, the audit
+    logs' records); units: ``lat``/``lon``/``*_deg`` degrees, ``*_km`` km, ``ts`` unix time in s."""
+    import polars as pl
+
+    S, F, I, B = pl.String, pl.Float64, pl.Int64, pl.Boolean
+    return {
+        "city_pool": {"city": S, "country": S, "continent": S, "lat": F, "lon": F, "sv_total": I,
+                      "sv_perspective": I, "L_district": F, "ok_streetview": B, "ok_scale": B, "eligible": B},
+        # the sampler writes sitelinks and sv_perspective as decimals ("58.0")
+        "sites": {"site": S, "city": S, "country": S, "continent": S, "landmark": S, "qid": S, "wd_type": S,
+                  "lat": F, "lon": F, "sitelinks": F, "sv_perspective": F, "selection_method": S},
+        "images": {"image_id": S, "site": S, "lat": F, "lon": F, "captured_at": S, "compass_angle_deg": F,
+                   "path": S, "usable": B},
+        "image_audit": {"image": S, "site": S, "batch": S, "usable": B, "ai_answer_overlay": B,
+                        "ai_overlay_text": S, "ai_scene_type": S, "ai_through_glass": B,
+                        "ai_tourist_infrastructure": B, "ai_quality": F, "ai_usable": B, "ai_why": S,
+                        "human_verdict": S, "human_reason": S, "human_verified_by": S, "human_note": S},
+        "candidate_referenceability": {"qid": S, "sitelinks": I, "familiarity": I},
+        "candidate_referenceability_by_city": {"qid": S, "city": S, "sitelinks": I, "familiarity": I, "dist_km": F},
+        "ladders": {"site": S, "ladder": S, "band": S, "tier": S, "name_zh": S, "name_en": S, "label_raw": S,
+                    "qid": S, "dist_km": F, "familiarity": I, "pageviews": I, "n_in_cell": I, "n_taken": I},
+        "audit_decisions": {"qid": S, "label": S, "model": S, "ok": B, "familiarity": I, "name_zh": S,
+                            "name_en": S, "why": S, "ts": F, "city": S},
+        "audit_sensitive": {"qid": S, "label": S, "model": S, "auditor": S, "sensitive": B, "why": S, "ts": F,
+                            "city": S},
+        "audit_review_queue": {"qid": S, "label": S, "model": S, "site": S, "familiarity": I, "tier_llm": S,
+                               "pageviews": I, "tier_pageviews": S, "status": S, "ts": F},
+    }
+
+
+def _read_declared_csv(path: Path, schema: dict[str, Any]) -> Any:
+    """A crawl CSV read with its declared types; a file whose values do not parse as declared (hand-edited)
+    is read as :func:`read_crawl_csv` does (types inferred), so nothing is lost."""
+    import polars as pl
+
+    header = pl.read_csv(path, n_rows=0).columns
+    over = {c: (pl.String if is_id_column(c) else schema.get(c)) for c in header if is_id_column(c) or c in schema}
+    try:
+        return pl.read_csv(path, infer_schema_length=None, schema_overrides=over)
+    except (pl.exceptions.PolarsError, ValueError):
+        return read_crawl_csv(path)
+
+
+def _with_declared(df: Any, schema: dict[str, Any]) -> Any:
+    """``df`` with every declared column (typed nulls where absent) first, in declared order, then the others;
+    a remaining all-null (``Null``-typed) column becomes text."""
+    import polars as pl
+
+    cols = [pl.col(c) if c in df.columns else pl.lit(None, dtype=t).alias(c) for c, t in schema.items()]
+    cols += [pl.col(c) for c in df.columns if c not in schema]
+    out = df.select(cols)
+    nulls = [c for c, t in out.schema.items() if t == pl.Null]
+    return out.with_columns(pl.col(c).cast(pl.String) for c in nulls) if nulls else out
+
+
 def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None) -> list[Any]:
     """Export a crawl's tables as Parquet and CSV (``run.py export`` of a ``kind = "crawl"`` campaign).
 
     Each present file of :data:`CRAWL_CSV_TABLES` and :data:`CRAWL_JSONL_TABLES` becomes
     ``<out_dir>/<name>.parquet`` and ``<name>.csv``; the per-site context ladders
     (``ladders/<site>_ladder_<auditor>-<lang>.csv``) become one ``ladders`` table with leading ``site`` and
-    ``ladder`` (``<auditor>-<lang>``) columns. Column types are inferred from the whole file (Polars), except
-    that every id column (``image_id``, ``site``, ``qid``, ... :func:`is_id_column`) is text in every table;
+    ``ladder`` (``<auditor>-<lang>``) columns. Every table has declared columns and types
+    (:func:`crawl_table_schemas`), present also when empty; columns beyond those are inferred from the whole
+    file (Polars), and every id column (``image_id``, ``site``, ``qid``, ... :func:`is_id_column`) is text;
     JSONL rows are flattened one level as in :func:`geoagent.runtime.export.rows_to_frame`. Tables the
     crawl has not written yet are left out, except the decision log: ``crawl_decisions`` (from
     ``crawl_decisions.jsonl``, :func:`crawl_decisions_frame`) is always written, last, with the columns
@@ -329,25 +391,26 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
 
     state_dir = Path(state_dir)
     out = Path(out_dir) if out_dir is not None else state_dir / C.EXPORT_DIR
+    schemas = crawl_table_schemas()
     frames: list[tuple[str, pl.DataFrame]] = []
     for name in CRAWL_CSV_TABLES:
         path = state_dir / f"{name}.csv"
         if path.is_file():
-            frames.append((name, read_crawl_csv(path)))
+            frames.append((name, _with_declared(_read_declared_csv(path, schemas[name]), schemas[name])))
     ladder_files = sorted((state_dir / "ladders").glob("*_ladder_*.csv")) if (state_dir / "ladders").is_dir() else []
     if ladder_files:
         parts = []
         for path in ladder_files:
             site, _, ladder = path.stem.partition("_ladder_")
-            df = read_crawl_csv(path)
+            df = _read_declared_csv(path, schemas["ladders"])
             parts.append(df.select(pl.lit(site).alias("site"), pl.lit(ladder).alias("ladder"), pl.all()))
-        frames.append(("ladders", pl.concat(parts, how="diagonal_relaxed")))
+        frames.append(("ladders", _with_declared(pl.concat(parts, how="diagonal_relaxed"), schemas["ladders"])))
     for name in CRAWL_JSONL_TABLES:
         path = state_dir / f"{name}.jsonl"
         if not path.is_file():
             continue
         rows = [(str(i), row) for i, row in iter_jsonl_objects(path)]
-        frames.append((name, rows_to_frame(rows).drop("key")))
+        frames.append((name, _with_declared(rows_to_frame(rows, schemas[name]).drop("key"), schemas[name])))
     frames.append((CRAWL_DECISIONS_TABLE, crawl_decisions_frame(state_dir / C.CRAWL_DECISIONS_FILE)))
     written = []
     for name, df in frames:

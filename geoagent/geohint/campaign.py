@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.textfmt import mapping_text
 from geoagent.data.importer import Release, import_release
 from geoagent.data.model import Image
 from geoagent.engine import CampaignKind
@@ -225,8 +226,11 @@ class GeoHintCampaign(CampaignKind):
         summary = getattr(self, "_summary", None)
         if summary is not None:
             lines.append(
-                f"  plan: {sum(summary.requests_by_condition.values())} requests by condition {summary.requests_by_condition}; "
-                f"sampling rates {summary.sample_rates}; units kept {summary.units_kept} of {summary.units_total}"
+                f"  plan: {sum(summary.requests_by_condition.values())} requests by condition "
+                f"({mapping_text(summary.requests_by_condition)}); "
+                f"sampling rates ({mapping_text(summary.sample_rates)}); units kept per model ("
+                + ", ".join(f"{m} {summary.units_kept.get(m, 0)} of {n}" for m, n in summary.units_total.items())
+                + ")"
             )
         s = settings_of(cfg)
         echo_rule = s.echo_rule

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
+from geoagent.textfmt import mapping_text
 from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH
 from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
@@ -184,7 +185,8 @@ class GeoVerifyCampaign(CampaignKind):
                                  simulated=_simulated(cfg, ctx)).values())
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geoverify import summary_counts, truncation_warnings
+        from geoagent.report.geoverify import (dprime_text, small_n_note, small_n_warnings, summary_counts,
+                                               truncation_warnings)
 
         scores = getattr(self, "_scores", None)
         if scores is None:
@@ -204,7 +206,7 @@ class GeoVerifyCampaign(CampaignKind):
                     lines.append(f"    ... and {n_dup - 10} more (each is also a warning in the log)")
             if plan.build_report is not None:
                 br = plan.build_report
-                lines.append(f"  built trials per band (main arm): {br.per_band()}; images without signal "
+                lines.append(f"  built trials per band (main arm): {mapping_text(br.per_band())}; images without signal "
                              f"{br.images_without_signal}; unmatched decoys {br.unmatched_decoys} (drawn from any "
                              "referenceability tier: none of their band was within one tier of the image's signal "
                              "candidates)")
@@ -223,7 +225,8 @@ class GeoVerifyCampaign(CampaignKind):
                           if split else "")
             lines.append(
                 f"  {name:>20}: main arm n {parsed}  H {_pct(sc.h)}{counts['H']}  F {_pct(sc.f)}{counts['F']}"
-                f"  d'(nearest) {_num(near)}  delta_1 {delta_1}  controls n {controls}"
+                f"  d'(nearest) {dprime_text(sc, sc.bands[0].band, _num(near)) if sc.bands else _num(near)}"
+                f"  delta_1 {delta_1}  controls n {controls}"
                 f"  all arms: parse failures {sc.n_parse_failures}{split_text}{cut_text}  read-out {sc.readout.verdict}"
             )
         if POOLED in scores:
@@ -232,6 +235,9 @@ class GeoVerifyCampaign(CampaignKind):
         lines.append("  " + SUMMARY_LEGEND + (SUMMARY_LEGEND_RANGE if any(sc.delta_1_ci for sc in scores.values()) else ""))
         lines.append("  " + TRUNCATION_LEGEND)
         lines += [f"  {w}" for w in truncation_warnings(scores)]
+        small = small_n_warnings(scores)
+        if small:
+            lines += [f"  {w}" for w in [small_n_note(), *small]]
         return lines
 
 

@@ -300,17 +300,22 @@ UNRESOLVED_CAUSE = (
 
 
 def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
-    """A warning line per (model, condition) whose share of answers that did not geocode (``resolved_level``
-    ``"none"``) exceeds :data:`UNRESOLVED_WARN_SHARE`; [] otherwise. Such answers count as misses."""
-    out = []
+    """One warning line listing every (model, condition) whose share of answers that did not geocode
+    (``resolved_level`` ``"none"``) exceeds :data:`UNRESOLVED_WARN_SHARE`, with its counts
+    (``m in condition forced: 10 of 10 (100.0 %)``, models then conditions in the report's order); []
+    when none does. One line, not one per pair: the cause and advice are the same for all. Such answers
+    count as misses."""
+    cells = []
     for m in agg.models:
         for cond in agg.conditions:
             c = agg.select(model=m, condition=cond)
             if c.n and c.unresolved_share > UNRESOLVED_WARN_SHARE:
-                out.append(f"Warning: {c.n_none} of {c.n} answers of {m} in condition {cond} "
-                           f"({100 * c.unresolved_share:.1f} %) did not geocode (resolved level none); they count as "
-                           f"misses, so hit and echo rates mostly measure the geocoder. Here {UNRESOLVED_CAUSE}.")
-    return out
+                cells.append(f"{m} in condition {cond}: {c.n_none} of {c.n} ({100 * c.unresolved_share:.1f} %)")
+    if not cells:
+        return []
+    return [f"Warning: answers that did not geocode (resolved level none), over "
+            f"{100 * UNRESOLVED_WARN_SHARE:.0f} % of a model's answers in a condition: {'; '.join(cells)}. They count "
+            f"as misses, so hit and echo rates there mostly measure the geocoder. Here {UNRESOLVED_CAUSE}."]
 
 
 def geocoder_failure_warning(dead: int, queued: int) -> str | None:

@@ -35,6 +35,13 @@ answers carry no finish reason (e.g. a replayed record without one; counted as n
 model's share exceeds 1 % (:data:`~geoagent.scoring.truncation.WARN_SHARE`) the Markdown and terminal
 tables carry a warning line naming the setting to raise (:func:`truncation_warnings`).
 
+Small n: a band's d' whose decoy trials in the band, or the signal trials behind H, number fewer than
+:data:`~geoagent.scoring.sdt.SMALL_N_TRIALS` (20; the reason is in :mod:`geoagent.scoring.sdt`) is marked
+:data:`SMALL_N_MARK` in Markdown and the terminal, and so is a delta_1 at such a band; a line per model below
+the table names the bands and counts (:func:`small_n_warnings`). The CSV has ``small n`` in the d' row's
+``<model>_text`` cell and a text row ``delta_1 small n`` (``yes``/``no``) after delta_1 when any column has a
+flagged band. The statistics themselves are unchanged.
+
 Source: seed 000 Sec. 5.3-5.4, 6.4, Table 12 and Figure 4.
 """
 
@@ -47,7 +54,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
-from geoagent.scoring.sdt import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, POOLED, ModelScores
+from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, POOLED, SMALL_N_TRIALS, ModelScores,
+                                  delta_1_small_n, small_n_bands)
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
 
@@ -119,13 +127,49 @@ def _delta_label(label: str | None) -> str:
     return _band_title(label) if label[0].isdigit() else label
 
 
+#: mark after a d' (and a delta_1) resting on fewer than SMALL_N_TRIALS trials (module doc, "Small n")
+SMALL_N_MARK = "†"
+#: CSV text of a flagged d' cell, and the row flagging delta_1
+SMALL_N_TEXT = "small n"
+DELTA_SMALL_N_ROW = "delta_1 small n"
+
+
 def _delta_text(s: ModelScores) -> str:
-    """delta_1 with its bootstrap range of bands when there is one: ``0.3–0.7 km [0.15–0.3 km, none]``."""
+    """delta_1 with its bootstrap range of bands when there is one: ``0.3–0.7 km [0.15–0.3 km, none]``; followed
+    by :data:`SMALL_N_MARK` when the band it names rests on few trials (:func:`~geoagent.scoring.sdt.delta_1_small_n`)."""
     text = _delta_label(s.delta_1)
-    if s.delta_1_ci is None:
-        return text
-    lo, hi = s.delta_1_ci
-    return f"{text} [{_delta_label(lo)}, {_delta_label(hi)}]"
+    if s.delta_1_ci is not None:
+        lo, hi = s.delta_1_ci
+        text = f"{text} [{_delta_label(lo)}, {_delta_label(hi)}]"
+    return f"{text} {SMALL_N_MARK}" if delta_1_small_n(s) else text
+
+
+def dprime_text(s: ModelScores, band: str, text: str) -> str:
+    """``text`` (a d' cell of ``band``) followed by :data:`SMALL_N_MARK` when that d' rests on few trials."""
+    return f"{text} {SMALL_N_MARK}" if text != "-" and band in small_n_bands(s) else text
+
+
+def small_n_note() -> str:
+    """The footnote explaining :data:`SMALL_N_MARK`."""
+    return (f"{SMALL_N_MARK} d' rests on fewer than {SMALL_N_TRIALS} trials (decoy trials in its band, or signal "
+            "trials behind H): one answer more or less moves it a lot, so treat it, and a delta_1 at that band, as "
+            "a rough value (the statistic itself is not changed).")
+
+
+def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
+    """One line per column (models, then pooled) with a small-n band: bands with their decoy counts, the
+    signal count, and whether delta_1 rests on one; [] when none (:func:`~geoagent.scoring.sdt.small_n_bands`)."""
+    lines = []
+    for c in _columns(scores) if scores else []:
+        sc = scores[c]
+        flagged = small_n_bands(sc)
+        if not flagged:
+            continue
+        bands = ", ".join(f"{_band_title(b)} ({sc.band(b).n} decoy trials)" for b in flagged)
+        tail = f"; delta_1 = {_delta_label(sc.delta_1)} rests on it" if delta_1_small_n(sc) else ""
+        lines.append(f"Small n ({c}): d' {SMALL_N_MARK} at {bands}, with {sc.n_signal} signal trials behind H, "
+                     f"fewer than {SMALL_N_TRIALS} on one side{tail}.")
+    return lines
 
 
 def summary_counts(s: ModelScores) -> dict[str, str]:
@@ -259,7 +303,9 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
         rows.append(_rate_row("False-acceptance rate F by decoy distance", f"F {title(b)}",
                               lambda s, b=b: s.band(b).f, f"F[{b}]", lambda s, b=b: (s.band(b).n_yes, s.band(b).n)))
     for b in bands:
-        rows.append(_num_row("Sensitivity d' by decoy distance", title(b), lambda s, b=b: s.band(b).d_prime, f"d'[{b}]"))
+        sec, label, get, fmt, key = _num_row("Sensitivity d' by decoy distance", title(b), lambda s, b=b: s.band(b).d_prime,
+                                             f"d'[{b}]")
+        rows.append((sec, label, get, lambda s, b=b, fmt=fmt: dprime_text(s, b, fmt(s)), key))
     rows.append(("Sensitivity d' by decoy distance", "delta_1", lambda s: s.delta_1 or "none",
                  lambda s: _delta_text(s), DELTA_KEY))
     if bands:
@@ -303,6 +349,9 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     notes = [f"- {c}: {scores[c].readout.verdict} ({'; '.join(scores[c].readout.reasons)})" for c in cols]
     boot = bootstrap_note(scores)
     warn = "".join(f"\n\n**{w}**" for w in truncation_warnings(scores))
+    small = small_n_warnings(scores)
+    if small:
+        warn += "\n\n" + small_n_note() + "".join(f"\n\n**{w}**" for w in small)
     return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
@@ -331,6 +380,11 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
     def text_row(sec: str, label: str, texts: list[object]) -> None:
         w.writerow([sec, label, *[x for v in texts for x in ("", "", "", cell(v))]])
 
+    flagged = {c: small_n_bands(scores[c]) for c in cols}
+
+    def note(c: str, key: str | None) -> str:
+        return SMALL_N_TEXT if key and key.startswith("d'[") and key[3:-1] in flagged[c] else ""
+
     if scores:
         for sec, label, raw, _, key in _rows(scores, pretty=False):
             ivs = {c: _ci_pair(scores[c], key) for c in cols}
@@ -341,11 +395,13 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
                 vals: list[object] = []
                 for c in cols:
                     iv = ivs[c]
-                    vals += [cell(values[c]), *((cell(iv[0]), cell(iv[1])) if iv else ("", "")), ""]
+                    vals += [cell(values[c]), *((cell(iv[0]), cell(iv[1])) if iv else ("", "")), note(c, key)]
                 w.writerow([sec, label, *vals])
             if any(iv is not None and isinstance(iv[0], str) for iv in ivs.values()):  # delta_1: band labels
                 for i, range_label in enumerate(DELTA_RANGE_ROWS):
                     text_row(sec, range_label, [ivs[c][i] if ivs[c] else None for c in cols])
+            if key == DELTA_KEY and any(flagged.values()):
+                text_row(sec, DELTA_SMALL_N_ROW, ["yes" if delta_1_small_n(scores[c]) else "no" for c in cols])
     return buf.getvalue()
 
 
@@ -378,6 +434,10 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     console.print(table)
     for w in truncation_warnings(scores):
         console.print(w, markup=False, soft_wrap=True)
+    small = small_n_warnings(scores)
+    if small:
+        for w in [small_n_note(), *small]:
+            console.print(w, markup=False, soft_wrap=True)
     legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines())
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 

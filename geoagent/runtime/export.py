@@ -5,6 +5,15 @@ store (:meth:`geoagent.runtime.store.ResponseStore.put_result`) becomes ``<table
 ``<table>.csv`` with a leading ``key`` column; rows are flattened one level (``{"a": {"b": 1}}`` ->
 column ``a.b``). Parquet keeps lists natively; CSV cannot, so list and dict cells are written as JSON
 text there. Files are written to a temporary name and renamed, so a reader never sees half a file.
+
+Column types never depend on the data: every table the campaigns write has a declared schema
+(:data:`TABLE_SCHEMAS`: ``geoverify_scored``, ``geohint_scored``, the generic campaign's ``results`` and
+``model_responses``), so a column that happens to be empty in one run (``error_km`` when nothing geocoded)
+still has its type (``Float64``, all null), and the exports of two campaigns concatenate with
+``pl.concat``. Declared columns always appear, in declared order, after ``key``; columns a row adds beyond
+the schema (a new ``extra`` key, a ``request_meta`` field) follow, with inferred types, and an all-null one
+is ``String`` rather than Polars' ``Null``. A declared column whose stored values do not fit its type
+(hand-edited data) is written as text rather than dropped, so no stored value is lost.
 """
 
 from __future__ import annotations
@@ -20,6 +29,49 @@ import orjson
 import polars as pl
 
 RESPONSES_TABLE = "model_responses"
+
+#: checklist categories of the GeoHint evidence condition (:data:`geoagent.geohint.parse.EVIDENCE_CATEGORIES`;
+#: a test keeps the two equal): ``evidence`` is exported as one text column per category
+_EVIDENCE_COLUMNS = {f"evidence.{c}": pl.String for c in ("infrastructure", "vegetation", "architecture", "script",
+                                                          "terrain")}
+
+#: declared column types of each results table (besides the leading ``key``, always ``String``); units as in the
+#: row writers: ``*_km`` km, ``lat``/``lon`` degrees, ``cost_usd`` USD, ``*_tokens`` tokens, ``latency_s`` s
+TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    # geoagent.geoverify.score.scored_row plus what GeoVerifyScorerStage adds
+    "geoverify_scored": {
+        "trial_id": pl.String, "model": pl.String, "image_id": pl.String, "site": pl.String, "arm": pl.String,
+        "band": pl.String, "truth": pl.String, "cand": pl.String, "d_km": pl.Float64,
+        "referenceability": pl.Float64, "verdict": pl.String, "conf": pl.Float64, "correct": pl.Boolean,
+        "parse_ok": pl.Boolean, "parse_reason": pl.String, "finish_reason": pl.String, "truncated": pl.Boolean,
+        "request_key": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64, "raw": pl.String,
+    },
+    # geoagent.geohint.result.GeoHintResult, ``extra`` as written by geoagent.geohint.stages.score_located
+    "geohint_scored": {
+        "site": pl.String, "image_id": pl.String, "model": pl.String, "condition": pl.String, "schema": pl.String,
+        "repeat": pl.Int64, "ref_qid": pl.String, "ref_name": pl.String, "band": pl.String, "tier": pl.String,
+        "dist_km": pl.Float64, "city": pl.String, "area": pl.String, "building": pl.String,
+        "confidence_area": pl.Float64, "confidence_building": pl.Float64, "parse_ok": pl.Boolean,
+        **_EVIDENCE_COLUMNS,
+        "resolved_level": pl.String, "resolved_label": pl.String, "lat": pl.Float64, "lon": pl.Float64,
+        "error_km": pl.Float64, "hit": pl.Boolean, "echo": pl.Boolean, "source": pl.String,
+        "extra.request_key": pl.String, "extra.sample_rate": pl.Float64, "extra.qid": pl.String,
+        "extra.parse_error": pl.String, "extra.raw": pl.String, "extra.finish_reason": pl.String,
+        "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String,
+    },
+    # geoagent.campaigns.generic.Collector
+    "results": {
+        "model": pl.String, "request_key": pl.String, "index": pl.Int64, "text": pl.String,
+        "input_tokens": pl.Int64, "output_tokens": pl.Int64, "cost_usd": pl.Float64, "cached": pl.Boolean,
+        "finish_reason": pl.String,
+    },
+    # geoagent.runtime.store.ResponseStore.iter_responses (ModelResponse.to_json plus the store's columns)
+    RESPONSES_TABLE: {
+        "model": pl.String, "cost_usd": pl.Float64, "created_at": pl.Float64, "text": pl.String,
+        "input_tokens": pl.Int64, "output_tokens": pl.Int64, "latency_s": pl.Float64, "finish_reason": pl.String,
+        "provider_model": pl.String,
+    },
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,27 +98,64 @@ def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def rows_to_frame(rows: Iterable[tuple[str, dict[str, Any]]]) -> pl.DataFrame:
-    """A DataFrame from ``(key, row)`` pairs: ``key`` first, then the flattened row columns (first-seen order).
+def _declared_series(name: str, values: list[Any], dtype: pl.DataType) -> pl.Series:
+    """``values`` as a Series of the declared ``dtype``; values that do not fit it make the column text (kept)."""
+    if dtype == pl.String:
+        return pl.Series(name, [None if v is None else _text(v) for v in values], dtype=pl.String)
+    if dtype == pl.Float64 and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+        return pl.Series(name, [None if v is None else float(v) for v in values], dtype=pl.Float64)
+    try:
+        return pl.Series(name, values, dtype=dtype, strict=True)
+    except (TypeError, ValueError, pl.exceptions.PolarsError, OverflowError):
+        return pl.Series(name, [None if v is None else _text(v) for v in values], dtype=pl.String)
 
-    Columns whose values mix types (e.g. int and str across rows) are stored as strings; missing
-    values become nulls.
+
+def rows_to_frame(rows: Iterable[tuple[str, dict[str, Any]]],
+                  schema: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
+    """A DataFrame from ``(key, row)`` pairs: ``key`` first, then the flattened row columns.
+
+    Parameters
+    ----------
+    rows : iterable of (str, dict)
+    schema : dict of column -> Polars type, optional
+        Declared columns (flattened names, e.g. ``extra.qid``): each is present, in this order, with this type
+        whatever the rows hold (all null when no row has it); a declared ``String`` column whose value is a
+        dict holds it as JSON text. A row value ``None`` for a name whose declared columns are ``name.*``
+        (a dict flattened one level) adds no ``name`` column. Without a schema (or for the columns beyond
+        it, first-seen order), types are inferred: a column whose values mix types (e.g. int and str across
+        rows) is stored as text, an all-null column as ``String``.
+
+    Returns
+    -------
+    polars.DataFrame
+        Shape ``(n_rows, 1 + n_columns)``; missing values are nulls.
     """
-    records = [{"key": key, **_flatten(row)} for key, row in rows]
-    if not records:
-        return pl.DataFrame({"key": pl.Series([], dtype=pl.String)})
-    columns: dict[str, None] = {}
+    schema = dict(schema or {})
+    prefixes = {c.split(".", 1)[0] for c in schema if "." in c}
+    records = []
+    for key, row in rows:
+        flat = _flatten({k: v for k, v in row.items() if not (v is None and k in prefixes and k not in schema)})
+        records.append({"key": key, **flat})
+    columns: dict[str, None] = {"key": None}
+    columns.update(dict.fromkeys(schema))
     for r in records:
         for c in r:
             columns.setdefault(c, None)
-    data = {c: [r.get(c) for r in records] for c in columns}
     series = []
-    for name, values in data.items():
-        try:
-            s = pl.Series(name, values, strict=True)
-        except (TypeError, pl.exceptions.PolarsError, OverflowError):
-            s = pl.Series(name, [None if v is None else _text(v) for v in values], dtype=pl.String)
-        series.append(s)
+    for name in columns:
+        values = [r.get(name) for r in records]
+        if name == "key":
+            series.append(pl.Series(name, values, dtype=pl.String))
+        elif name in schema:
+            series.append(_declared_series(name, values, schema[name]))
+        else:
+            try:
+                s = pl.Series(name, values, strict=True)
+            except (TypeError, pl.exceptions.PolarsError, OverflowError):
+                s = pl.Series(name, [None if v is None else _text(v) for v in values], dtype=pl.String)
+            if s.dtype == pl.Null:
+                s = s.cast(pl.String)
+            series.append(s)
     return pl.DataFrame(series)
 
 
@@ -142,7 +231,8 @@ BATCH_ROWS = 20_000
 
 
 def export_table(
-    store: Any, table: str, out_dir: str | os.PathLike[str], *, stem: str | None = None, batch_rows: int = BATCH_ROWS
+    store: Any, table: str, out_dir: str | os.PathLike[str], *, stem: str | None = None, batch_rows: int = BATCH_ROWS,
+    schema: dict[str, pl.DataType] | None = None,
 ) -> ExportedTable:
     """Export one results table (or ``"model_responses"``, the stored model responses) to ``out_dir``.
 
@@ -160,17 +250,22 @@ def export_table(
         Folder for ``<stem>.parquet`` and ``<stem>.csv`` (stem defaults to the table name).
     batch_rows : int
         Rows held in memory at once (large tables).
+    schema : dict of column -> Polars type, optional
+        Declared column types (:func:`rows_to_frame`); default the table's entry in :data:`TABLE_SCHEMAS`
+        (none for a table not listed there: types inferred, all-null columns as text).
     """
     rows = _response_rows(store) if table == RESPONSES_TABLE else with_raw_text(store, store.iter_results(table))
     out = Path(out_dir)
     name = stem or table
     parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"
+    if schema is None:
+        schema = TABLE_SCHEMAS.get(table)
     first = list(islice(rows, batch_rows))
     if len(first) < batch_rows:
-        df = rows_to_frame(first)
+        df = rows_to_frame(first, schema)
         write_frame(df, parquet, csv)
         return ExportedTable(table, df.height, parquet, csv)
-    n = _write_batched(first, rows, batch_rows, parquet, csv)
+    n = _write_batched(first, rows, batch_rows, parquet, csv, schema)
     return ExportedTable(table, n, parquet, csv)
 
 
@@ -205,6 +300,7 @@ def _write_batched(
     batch_rows: int,
     parquet_path: Path,
     csv_path: Path,
+    schema: dict[str, pl.DataType] | None = None,
 ) -> int:
     import shutil
     import tempfile
@@ -216,7 +312,7 @@ def _write_batched(
         n = 0
         batch = first
         while batch:
-            df = rows_to_frame(batch)
+            df = rows_to_frame(batch, schema)
             n += df.height
             part = parts_dir / f"{len(parts):06d}.parquet"
             df.write_parquet(part)

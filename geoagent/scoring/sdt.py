@@ -20,7 +20,15 @@ Formulas (per model and pooled over models):
   nearest-band d' < 0.5 and farthest-band d' > 1.5; else ``no data`` when neither the nearest- nor the
   farthest-band d' is defined (no, or too few, parsed answers: no signal or no decoy trials there); else
   ``inconclusive``;
-* bootstrap confidence intervals resample *sites* with replacement (seeded), recomputing every statistic.
+* bootstrap confidence intervals resample *sites* with replacement (seeded), recomputing every statistic;
+* small-n flag (reporting only, never changes a statistic): a band's d' is flagged when its decoy trials or
+  the signal trials behind H number fewer than :data:`SMALL_N_TRIALS` (20), and ``delta_1`` is flagged when
+  the band it names is (:func:`small_n_bands`, :func:`delta_1_small_n`). Why 20: the delta-method standard
+  error of d' from n trials at a rate near 0.5 is about ``sqrt(0.25 / (n * phi(0)^2))`` = ``1.25 / sqrt(n)``
+  per side, so below 20 trials one side alone contributes more than 0.28 to the SE, over a quarter of the
+  d' = 1 criterion that defines ``delta_1``, and F moves in steps of 1/(n+1) > 5 points; one answer more or
+  less can then move ``delta_1`` by a band (a nearest band with 5 decoys gives F in steps of 17 points). The
+  paper's bands hold about 50 trials each.
 
 Raw rates H and F are reported uncorrected (as in Table 12); the correction enters only d' and c.
 
@@ -76,6 +84,9 @@ CI_MIN_SITES = 2
 DELTA_UNDEFINED = "undefined"
 #: read-out verdict when the d' it rests on cannot be computed (no, or too few, parsed answers)
 READOUT_NO_DATA = "no data"
+#: fewest signal trials, and decoy trials in a band, behind a d' that the report shows without a small-n
+#: flag (module doc: below this one side's SE of d' exceeds a quarter of the d' = 1 criterion)
+SMALL_N_TRIALS = 20
 
 CELL_COLUMNS = ("model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail")
 CONF_COLUMNS = ("model", "arm", "band", "verdict", "conf", "n")
@@ -262,6 +273,31 @@ class ModelScores:
 
     def band(self, label: str) -> BandScore:
         return next(b for b in self.bands if b.band == label)
+
+
+def small_n_bands(s: ModelScores, min_trials: int = SMALL_N_TRIALS) -> list[str]:
+    """Decoy bands whose d' rests on few trials: ``0 < n decoy trials in the band < min_trials``, or (for
+    every band with trials) ``0 < n signal trials < min_trials``. Bands without trials (d' undefined) are
+    not listed. Reporting only: the d' values are unchanged (module doc, "small-n flag").
+
+    Parameters
+    ----------
+    s : ModelScores
+    min_trials : int
+        Threshold in trials (default :data:`SMALL_N_TRIALS`).
+
+    Returns
+    -------
+    list of str
+        Band labels, nearest first.
+    """
+    few_signal = 0 < s.n_signal < min_trials
+    return [b.band for b in s.bands if b.n > 0 and s.n_signal > 0 and (b.n < min_trials or few_signal)]
+
+
+def delta_1_small_n(s: ModelScores, min_trials: int = SMALL_N_TRIALS) -> bool:
+    """Whether ``delta_1`` names a band whose d' is flagged by :func:`small_n_bands`."""
+    return s.delta_1 is not None and s.delta_1 in small_n_bands(s, min_trials)
 
 
 def empty_cells() -> pl.DataFrame:

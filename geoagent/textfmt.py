@@ -1,0 +1,36 @@
+"""Readable text for small mappings in console lines and reports (never a Python ``repr`` of a dict).
+
+``{'signal': 26, '0.15-0.3km': 5}`` becomes ``signal 26, 0.15-0.3km 5``; numbers print as integers when
+whole (``1``, not ``1.0``) and otherwise with up to 4 significant digits (``0.3333``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def value_text(v: Any) -> str:
+    """One value: whole numbers without a decimal point, other floats with 4 significant digits, else ``str``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def mapping_text(d: Mapping[Any, Any] | None, *, empty: str = "none", sep: str = ", ") -> str:
+    """``key value`` pairs of ``d`` in its order, joined by ``sep`` (``connection 36, timeout 2``); ``empty``
+    when ``d`` is empty or None.
+
+    Parameters
+    ----------
+    d : mapping or None
+    empty : str
+        Text for an empty mapping.
+    sep : str
+        Separator between pairs.
+    """
+    if not d:
+        return empty
+    return sep.join(f"{k} {value_text(v)}" for k, v in d.items())
