@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from geoagent.cli import main
 
 CONFIG = """
@@ -107,3 +109,47 @@ def test_old_crawl_fractional_count_is_kept_not_truncated(tmp_path):
     a = pl.read_parquet(tmp_path / "export" / "sites.parquet")
     assert a["sitelinks"].to_list() == [58.5, 7.0]
     assert a.schema["sv_perspective"] == pl.Int64 and a["sv_perspective"].to_list() == [None, 2]
+
+
+def _gv_cells(n_signal: int, yes_signal: int, bands: dict[str, tuple[int, int]]):
+    import polars as pl
+
+    rows = [("m", "s1", "main", "signal", "yes", yes_signal, n_signal - yes_signal, 0)]
+    rows += [("m", "s1", "main", b, "no", y, n - y, 0) for b, (n, y) in bands.items()]
+    return pl.DataFrame(rows, schema=["model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail"], orient="row")
+
+
+def test_delta_1_none_on_few_signal_trials_is_flagged():
+    """delta_1 = none ("no band reaches d' = 1") rests on EVERY band's d'; with 10 signal trials behind H every
+    d' is flagged small-n, and one more 'yes' on a signal trial lifts them all past 1 (hand-computed below), so
+    a 'none' shown without the mark next to a row of marked d' reads as a firm result. Flag 'none' when any
+    band is flagged."""
+    from scipy.stats import norm
+
+    from geoagent.data.model import DECOY_BAND_LABELS
+    from geoagent.report.geoverify import SMALL_N_MARK, render_markdown
+    from geoagent.scoring.sdt import delta_1_small_n, score, small_n_bands
+
+    sc = score(_gv_cells(10, 7, {b: (50, 15) for b in DECOY_BAND_LABELS}), pooled=False)["m"]
+    d_now = norm.ppf(7.5 / 11) - norm.ppf(15.5 / 51)
+    d_one_more = norm.ppf(8.5 / 11) - norm.ppf(15.5 / 51)
+    assert d_now < 1 <= d_one_more  # one answer moves delta_1 from none to the nearest band
+    assert sc.delta_1 is None and small_n_bands(sc) == list(DECOY_BAND_LABELS)
+    assert delta_1_small_n(sc)
+    assert f"none {SMALL_N_MARK}" in render_markdown({"m": sc})
+
+
+@pytest.mark.xfail(strict=True, reason="judgement call: delta_1 is flagged only when the band it NAMES is small-n "
+                   "(tests/test_geoverify_small_n.py::test_delta_1_not_flagged_when_its_band_is_large decides so), "
+                   "although a small NEARER band whose d' < 1 also decides it: one answer less there moves delta_1")
+def test_delta_1_flagged_when_a_small_nearer_band_decides_it():
+    from scipy.stats import norm
+
+    from geoagent.data.model import DECOY_BAND_LABELS
+    from geoagent.scoring.sdt import delta_1_small_n, score
+
+    near, *others = DECOY_BAND_LABELS
+    sc = score(_gv_cells(50, 40, {near: (5, 3), **{b: (50, 2) for b in others}}), pooled=False)["m"]
+    assert norm.ppf(40.5 / 51) - norm.ppf(3.5 / 6) < 1 <= norm.ppf(40.5 / 51) - norm.ppf(2.5 / 6)
+    assert sc.delta_1 == others[0]
+    assert delta_1_small_n(sc)
