@@ -153,3 +153,30 @@ def test_delta_1_flagged_when_a_small_nearer_band_decides_it():
     assert norm.ppf(40.5 / 51) - norm.ppf(3.5 / 6) < 1 <= norm.ppf(40.5 / 51) - norm.ppf(2.5 / 6)
     assert sc.delta_1 == others[0]
     assert delta_1_small_n(sc)
+
+
+def test_dry_run_changes_no_lease(isolated_roots, capsys):
+    """A dry run ('nothing enqueued', read-only) must not expire leases: with no other process holding the run
+    lock it ran the real run's start-up recovery (every lease expired and redelivered), a queue write."""
+    import asyncio
+
+    from geoagent import constants as C
+    from geoagent.runtime.sqlite_queue import SQLiteQueue
+
+    cfg = _config(isolated_roots, "leased", n=3)
+    assert main(["run", cfg, "--no-live"]) == 0
+    q = SQLiteQueue.open(isolated_roots / "queues", "leased", C.EDGE_REQUESTS)
+
+    async def lease_one():
+        await q.put("extra-task", {"model": "sim", "prompt": "x"})
+        return await q.lease(1, visibility_timeout_s=3600)
+
+    try:
+        leased = asyncio.run(lease_one())
+        assert [t.key for t in leased] == ["extra-task"]
+        assert q.counts_sync().leased == 1
+        capsys.readouterr()
+        assert main(["run", _config(isolated_roots, "leased", n=4), "--simulate", "--no-live"]) == 0
+        assert q.counts_sync().leased == 1  # still leased to us: the dry run changed nothing
+    finally:
+        q.close_sync()
