@@ -667,7 +667,8 @@ async def run_campaign(
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     try:
-        with run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg)):
+        # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
+        with run_lock(Path(cfg.state_dir()), when_alone=None if simulate else (lambda: expire_dead_leases(cfg))):
             async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
