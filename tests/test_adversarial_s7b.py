@@ -180,3 +180,19 @@ def test_dry_run_changes_no_lease(isolated_roots, capsys):
         assert q.counts_sync().leased == 1  # still leased to us: the dry run changed nothing
     finally:
         q.close_sync()
+
+
+def test_numeric_single_label_host_is_judged_by_its_address():
+    """'1753672896' and '0x68120007' have no dot, so the single-label rule called them LAN names, but the
+    system resolver (inet_aton) reads them as the public IPv4 address 104.134.236.192 / 104.18.0.7: a paid API
+    reached so must state prices like any public address. The loopback in the same spelling stays local."""
+    import ipaddress
+    import socket
+
+    from geoagent.config import is_local_host
+
+    assert socket.inet_aton("1753672896") == ipaddress.ip_address("104.134.236.192").packed
+    assert socket.inet_aton("0x68120007") == ipaddress.ip_address("104.18.0.7").packed
+    assert not is_local_host("1753672896") and not is_local_host("0x68120007")
+    assert is_local_host("2130706433")  # 127.0.0.1
+    assert is_local_host("my-gpu-box") and is_local_host("ollama")
