@@ -196,3 +196,43 @@ def test_numeric_single_label_host_is_judged_by_its_address():
     assert not is_local_host("1753672896") and not is_local_host("0x68120007")
     assert is_local_host("2130706433")  # 127.0.0.1
     assert is_local_host("my-gpu-box") and is_local_host("ollama")
+
+
+def test_stage_error_text_stored_in_the_queue_is_scrubbed_of_known_keys(tmp_path):
+    """Keys never appear in state (issue 2 point 8): the log filter scrubs every revealed key from log lines, but
+    the text of a stage's exception also goes into the queue (dead-letter reason, shown by `run.py dead`) and the
+    stage's last errors (progress file, `status`). A handler whose error message carries a key (a client library
+    quoting its request) must not store it there."""
+    import anyio
+
+    from geoagent.runtime.queue import open_queue
+    from geoagent.runtime.stage import PermanentFailure, Stage, StageContext
+    from geoagent.runtime.worker import StageRunner
+    from geoagent.secrets import lookup_secret
+
+    key = "sk-adv7b-" + "Q7x" * 10
+    secret = lookup_secret("ADV7B_KEY", environ={"ADV7B_KEY": key})
+
+    class Leaky(Stage):
+        name = "leaky"
+        input_edge = "a"
+        output_edge = None
+        concurrency = 1
+
+        async def handle(self, task, ctx):
+            raise PermanentFailure(f"401 from https://api.example.com/v1?api_key={secret.reveal()}&x=1")
+
+    async def main():
+        q = open_queue(tmp_path / "q", "c", "a")
+        try:
+            await q.put("t1", {})
+            runner = StageRunner(Leaky(), q, None, StageContext("c"))
+            await runner.run()
+            dead = await q.dead_letters()
+            return [d.reason for d in dead], list(runner.stats.last_errors)
+        finally:
+            await q.close()
+
+    reasons, last = anyio.run(main)
+    assert len(reasons) == 1 and "401 from" in reasons[0]
+    assert key not in reasons[0] and all(key not in e for e in last)
