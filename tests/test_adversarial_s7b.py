@@ -137,6 +137,10 @@ def test_delta_1_none_on_few_signal_trials_is_flagged():
     assert sc.delta_1 is None and small_n_bands(sc) == list(DECOY_BAND_LABELS)
     assert delta_1_small_n(sc)
     assert f"none {SMALL_N_MARK}" in render_markdown({"m": sc})
+    from geoagent.report.geoverify import small_n_warnings
+
+    (line,) = small_n_warnings({"m": sc})
+    assert line.endswith("delta_1 = none (no band reaches d' = 1) rests on these too.")
 
 
 @pytest.mark.xfail(strict=True, reason="judgement call: delta_1 is flagged only when the band it NAMES is small-n "
