@@ -92,9 +92,11 @@ def is_local_host(hostname: str | None) -> bool:
     the LAN, through the hosts file, a search domain or mDNS, never to a public API), the reserved names of
     :data:`LOCAL_HOST_SUFFIXES` (``*.invalid`` covers the sandbox fakes, ``*.sandbox.invalid``), loopback
     addresses (127.0.0.0/8, ::1), private-network and link-local addresses (10/8, 172.16/12, 192.168/16, fc00::/7, fe80::/10: a vLLM or Ollama box on the LAN)
-    and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a public IP) is not.
+    and the unspecified address. Every other name (``api.openai.com``, ``openrouter.ai``, a public IP) is not;
+    a dot-less number (``1753672896``, ``0x68120007``) is judged as the IPv4 address the resolver reads in it.
     """
     import ipaddress
+    import socket
 
     host = (hostname or "").strip().lower().rstrip(".").strip("[]")
     if not host:
@@ -104,8 +106,12 @@ def is_local_host(hostname: str | None) -> bool:
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        # a name with no dot is a LAN name (IPv6 literals, which have none either, were parsed above)
-        return "." not in host and ":" not in host
+        if "." in host or ":" in host:
+            return False
+        try:  # a dot-less number (2130706433, 0x7f000001) is an IPv4 address to the resolver (inet_aton)
+            ip = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return True  # a name with no dot is a LAN name (IPv6 literals, which have none either, were parsed above)
     return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified
 
 

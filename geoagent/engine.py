@@ -555,13 +555,18 @@ def expire_dead_leases(cfg: Any) -> int:
 
 @contextlib.asynccontextmanager
 async def open_services(
-    cfg: Any, *, dotenv_path: str | Path | None = None, require_keys: bool = True
+    cfg: Any, *, dotenv_path: str | Path | None = None, require_keys: bool = True, dry_run: bool = False
 ) -> AsyncIterator[StageContext]:
     """Open the process-wide services of a campaign and yield the stage context.
 
     Services: ``config``, ``http`` (one :class:`~geoagent.runtime.http.HttpClient` per process with the
     config's per-host policies), ``state`` / ``ledger`` / ``store`` (``state/<campaign>/campaign.sqlite``),
     ``providers`` (model name -> provider), ``state_dir``, ``queues_root``.
+
+    ``dry_run``: the ledger is opened without storing the config's ``[budget] cap_usd`` and without crash
+    recovery of other processes' reservations: a run of the campaign going on in another process reads its cap
+    from the ledger at every reservation, so a dry run of an edited config (a bigger cap, to see what it
+    would buy) must not change it, nor settle anything.
 
     Every host the client calls shares its rate, concurrency and ``Retry-After`` pauses with the other
     processes of the campaign on this machine (:mod:`geoagent.runtime.hostshare`, board
@@ -579,7 +584,8 @@ async def open_services(
     missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
     if missing and require_keys:  # every missing variable at once, before anything is opened
         raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path))
-    state = open_campaign_state(cfg.name, root=cfg.state_root(), cap_usd=cfg.budget.cap_usd)
+    state = open_campaign_state(cfg.name, root=cfg.state_root(), cap_usd=None if dry_run else cfg.budget.cap_usd,
+                                recover=not dry_run)
     contact = getattr(cfg.campaign, "contact", None) or "set [campaign] contact"
     http = HttpClient(policies=host_policies(cfg), user_agent=f"geoagent/{__version__} ({contact})")
     providers: dict[str, Any] = {}
@@ -661,8 +667,10 @@ async def run_campaign(
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     try:
-        with run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg)):
-            async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate) as ctx:
+        # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
+        with run_lock(Path(cfg.state_dir()), when_alone=None if simulate else (lambda: expire_dead_leases(cfg))):
+            async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
+                                                                dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
                 ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,

@@ -135,6 +135,9 @@ def test_delta_range_contains_point_estimate_on_release(release_boot):
     assert (by["delta_1 range lo"]["pooled_text"], by["delta_1 range hi"]["pooled_text"]) == p.delta_1_ci
     lo, hi = (R._delta_label(x) for x in p.delta_1_ci)
     cell = f"{R._delta_label(p.delta_1)} [{lo}, {hi}]"
+    if sdt.delta_1_small_n(p):  # "none" with a small-n band (few signal trials in the release sample) is marked
+        assert p.delta_1 is None or p.delta_1 in sdt.small_n_bands(p)
+        cell = f"{cell} {R.SMALL_N_MARK}"
     assert f"| {cell} |" in R.render_markdown(release_boot) and cell in R.render_terminal(release_boot)
     assert "range of delta_1 over the site-bootstrap resamples" in R.render_markdown(release_boot)
 

@@ -336,7 +336,30 @@ def _read_declared_csv(path: Path, schema: dict[str, Any]) -> Any:
     try:
         return pl.read_csv(path, infer_schema_length=None, schema_overrides=over)
     except (pl.exceptions.PolarsError, ValueError):
-        return read_crawl_csv(path)
+        return _coerce_declared(read_crawl_csv(path), schema)
+
+
+def _coerce_declared(df: Any, schema: dict[str, Any]) -> Any:
+    """``df`` (read by inference) with each declared column cast to its declared type where every value
+    converts exactly: an all-empty column, whole decimals ("58.0", written by crawls before session 7) as
+    ``Int64``, integers as ``Float64``; a column with a value that does not fit (58.5 declared ``Int64``) keeps
+    its inferred type, so no value is changed or lost."""
+    import polars as pl
+
+    casts = []
+    for c, t in schema.items():
+        if c not in df.columns or df.schema[c] == t:
+            continue
+        col = df[c]
+        if col.null_count() == col.len():
+            casts.append(pl.col(c).cast(t))
+        elif t == pl.Int64 and col.dtype.is_float():
+            vals = col.drop_nulls()
+            if bool((vals == vals.round(0)).all()) and bool((vals.abs() < 2.0 ** 53).all()):
+                casts.append(pl.col(c).cast(pl.Int64))
+        elif t == pl.Float64 and col.dtype.is_integer():
+            casts.append(pl.col(c).cast(pl.Float64))
+    return df.with_columns(casts) if casts else df
 
 
 def _with_declared(df: Any, schema: dict[str, Any]) -> Any:

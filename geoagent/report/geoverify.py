@@ -166,7 +166,8 @@ def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
         if not flagged:
             continue
         bands = ", ".join(f"{_band_title(b)} ({sc.band(b).n} decoy trials)" for b in flagged)
-        tail = f"; delta_1 = {_delta_label(sc.delta_1)} rests on it" if delta_1_small_n(sc) else ""
+        tail = ("" if not delta_1_small_n(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
+                if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
         lines.append(f"Small n ({c}): d' {SMALL_N_MARK} at {bands}, with {sc.n_signal} signal trials behind H, "
                      f"fewer than {SMALL_N_TRIALS} on one side{tail}.")
     return lines

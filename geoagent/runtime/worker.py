@@ -311,7 +311,11 @@ def _count(n: int, noun: str) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    text = exception_text(exc)  # "TimeoutError (no message)", never a bare "TimeoutError: "
+    """The error text stored for a task (queue nack / dead-letter reason, the stage's last errors): known API key
+    values scrubbed (:func:`geoagent.secrets.redact`; the log filter covers only log lines), at most 500 chars."""
+    from geoagent.secrets import redact
+
+    text = redact(exception_text(exc))  # "TimeoutError (no message)", never a bare "TimeoutError: "
     return text if len(text) <= 500 else text[:497] + "..."
 
 

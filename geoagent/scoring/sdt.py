@@ -23,7 +23,8 @@ Formulas (per model and pooled over models):
 * bootstrap confidence intervals resample *sites* with replacement (seeded), recomputing every statistic;
 * small-n flag (reporting only, never changes a statistic): a band's d' is flagged when its decoy trials or
   the signal trials behind H number fewer than :data:`SMALL_N_TRIALS` (20), and ``delta_1`` is flagged when
-  the band it names is (:func:`small_n_bands`, :func:`delta_1_small_n`). Why 20: the delta-method standard
+  the band it names is, or when it is "none" and any band is ("none" rests on every band's d')
+  (:func:`small_n_bands`, :func:`delta_1_small_n`). Why 20: the delta-method standard
   error of d' from n trials at a rate near 0.5 is about ``sqrt(0.25 / (n * phi(0)^2))`` = ``1.25 / sqrt(n)``
   per side, so below 20 trials one side alone contributes more than 0.28 to the SE, over a quarter of the
   d' = 1 criterion that defines ``delta_1``, and F moves in steps of 1/(n+1) > 5 points; one answer more or
@@ -296,8 +297,12 @@ def small_n_bands(s: ModelScores, min_trials: int = SMALL_N_TRIALS) -> list[str]
 
 
 def delta_1_small_n(s: ModelScores, min_trials: int = SMALL_N_TRIALS) -> bool:
-    """Whether ``delta_1`` names a band whose d' is flagged by :func:`small_n_bands`."""
-    return s.delta_1 is not None and s.delta_1 in small_n_bands(s, min_trials)
+    """Whether ``delta_1`` names a band whose d' is flagged by :func:`small_n_bands`, or is None ("none": no
+    band reaches d' = 1, a statement about every band) while some band is flagged."""
+    flagged = small_n_bands(s, min_trials)
+    if s.delta_1 is None:
+        return bool(flagged)
+    return s.delta_1 in flagged
 
 
 def empty_cells() -> pl.DataFrame:
