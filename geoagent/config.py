@@ -900,6 +900,13 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                     f"{source}: models[{i}].params.{name}: not read by any provider (known: "
                     f"{', '.join(sorted(KNOWN_PARAMS))}); it is sent to no API and only changes the request key",
                     ConfigWarning, stacklevel=2)
+    for i, m in enumerate(cfg.models):
+        if m.paid and m.key_env is None and not is_local_host(urlsplit(m.effective_base_url or "").hostname):
+            # a key-less paid gateway is legitimate, so not refused; but usually the variable was forgotten
+            warnings.warn(
+                f"{source}: models[{i}].api_key_env: not set for model {m.name!r} on paid host {m.host}: its calls "
+                "go out without a key (a server that needs one answers 401 and the model stops); name the key's "
+                "variable in api_key_env", ConfigWarning, stacklevel=2)
     ceiling = cfg.queue.task_timeout_s
     for i, m in enumerate(cfg.models):
         if ceiling is not None and m.provider not in ("replay", "simulated") and float(m.timeout_s) > ceiling:

@@ -192,7 +192,7 @@ def _load_warnings(doc: dict) -> list[str]:
 def test_unused_hosts_section_warns_with_the_used_hosts_and_a_suggestion():
     doc = {"campaign": {"name": "h", "kind": "generic"}, "budget": {"cap_usd": 1.0},
            "models": [{"name": "m", "provider": "openai", "model": "x", "base_url": "https://api.example.org/v1",
-                       "price_input_usd_per_mtok": 1, "price_output_usd_per_mtok": 1}],
+                       "api_key_env": "H_KEY", "price_input_usd_per_mtok": 1, "price_output_usd_per_mtok": 1}],
            "hosts": {"typo.example.org": {"rate": 1}, "api.exmple.org": {"rate": 1}, "api.example.org": {"rate": 2}}}
     said = _load_warnings(doc)
     assert said == [

@@ -65,11 +65,19 @@ def test_boundary_and_signal_side():
     assert NEAR not in small_n_bands(empty)
 
 
-def test_delta_1_not_flagged_when_its_band_is_large():
-    # nearest band small but d' < 1 there (F = 3/5); delta_1 lands on a large band
+def test_delta_1_not_flagged_when_it_and_every_nearer_band_are_large():
+    # the farthest band small; delta_1 lands on the second band, with the nearest band large (d' < 1 there)
+    sc = score(_cells(50, 40, {NEAR: (50, 30), OTHERS[0]: (50, 2), OTHERS[1]: (50, 2), OTHERS[2]: (50, 2),
+                               OTHERS[3]: (5, 0)}), pooled=False)["m"]
+    assert norm.ppf(40.5 / 51) - norm.ppf(30.5 / 51) < 1
+    assert sc.delta_1 == OTHERS[0] and small_n_bands(sc) == [OTHERS[3]] and not delta_1_small_n(sc)
+
+
+def test_delta_1_flagged_when_a_small_nearer_band_decides_it():
+    # nearest band small and d' < 1 there (F = 3/5); one more "no" there would reach d' >= 1 (F = 2/5)
     sc = score(_cells(50, 40, {NEAR: (5, 3), **{b: (50, 2) for b in OTHERS}}), pooled=False)["m"]
-    assert norm.ppf(40.5 / 51) - norm.ppf(3.5 / 6) < 1
-    assert sc.delta_1 == OTHERS[0] and small_n_bands(sc) == [NEAR] and not delta_1_small_n(sc)
+    assert norm.ppf(40.5 / 51) - norm.ppf(3.5 / 6) < 1 <= norm.ppf(40.5 / 51) - norm.ppf(2.5 / 6)
+    assert sc.delta_1 == OTHERS[0] and small_n_bands(sc) == [NEAR] and delta_1_small_n(sc)
 
 
 def test_console_summary_marks_small_n():

@@ -297,11 +297,18 @@ def small_n_bands(s: ModelScores, min_trials: int = SMALL_N_TRIALS) -> list[str]
 
 
 def delta_1_small_n(s: ModelScores, min_trials: int = SMALL_N_TRIALS) -> bool:
-    """Whether ``delta_1`` names a band whose d' is flagged by :func:`small_n_bands`, or is None ("none": no
-    band reaches d' = 1, a statement about every band) while some band is flagged."""
-    flagged = small_n_bands(s, min_trials)
+    """Whether ``delta_1`` rests on a band whose d' is flagged by :func:`small_n_bands`: the band it names or any
+    nearer band (Eq. 4's minimum is decided by every band up to it: one answer in a small nearer band with
+    d' < 1 can move delta_1 there), or, for None ("none": no band reaches d' = 1, a statement about every
+    band), any band."""
+    flagged = set(small_n_bands(s, min_trials))
     if s.delta_1 is None:
         return bool(flagged)
+    for b in s.bands:
+        if b.band in flagged:
+            return True
+        if b.band == s.delta_1:
+            return False
     return s.delta_1 in flagged
 
 
