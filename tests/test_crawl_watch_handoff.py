@@ -10,9 +10,7 @@ Takes about 10-20 s.
 from __future__ import annotations
 
 import csv
-import os
 import re
-import selectors
 import signal
 import subprocess
 import sys
@@ -21,31 +19,25 @@ from pathlib import Path
 
 from geoagent.engine import WATCH_BANNER
 from geoagent.integrate import write_verify_trials
-from tests.test_crawl_watch_new_city import CONFIG, REPO, _lines_until, _without_city
+from tests.test_crawl_watch_new_city import CONFIG, REPO, _lines_until, _start_watch, _watch_env, _without_city
 
 
 def test_watching_crawl_writes_trials_and_export_when_idle(tmp_path):
     cfgp = tmp_path / "crawl.toml"
     cfgp.write_text(_without_city(_without_city(CONFIG.read_text(encoding="utf-8"), "Mirror Bay"), "Sprawl Town"),
                     encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    env.update(MAPILLARY_TOKEN="MLY|sandbox", GEOAGENT_QUEUES=str(tmp_path / "queues"),
-               GEOAGENT_STATE=str(tmp_path / "state"))
     state = tmp_path / "state" / "crawl-sandbox"
     trials, export = state / "verify_trials.csv", state / "export"
-    proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), "crawl", str(cfgp), "--watch", "--no-live"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, sel = _start_watch(tmp_path, cfgp)
     seen: list[str] = []
     try:
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
         _lines_until(proc, sel, re.escape(WATCH_BANNER), seen, 60)
         line = _lines_until(proc, sel, r"crawl --watch: idle", seen, 90)
         # the process is still watching, and the hand-off is on disk
         assert proc.poll() is None
         assert "hand-off tables written" in line and "GeoVerify trials" in line and "export:" in line, line
         assert trials.is_file() and (export / "sites.parquet").is_file(), sorted(p.name for p in state.iterdir())
-        status = subprocess.run([sys.executable, str(REPO / "run.py"), "status", str(cfgp)], cwd=REPO, env=env,
+        status = subprocess.run([sys.executable, str(REPO / "run.py"), "status", str(cfgp)], cwd=REPO, env=_watch_env(tmp_path),
                                 capture_output=True, text=True, timeout=60)
         assert "campaign complete" in status.stdout, status.stdout + status.stderr
         # idle ticks with nothing new write nothing: the file keeps its time stamp

@@ -56,19 +56,32 @@ def _lines_until(proc: subprocess.Popen, sel: selectors.BaseSelector, pattern: s
                          f"stderr: {proc.stderr.read()[-2000:]}")
 
 
+def _watch_env(tmp_path: Path) -> dict[str, str]:
+    """Environment of a sandbox crawl with its queues and state under ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update(MAPILLARY_TOKEN="MLY|sandbox", GEOAGENT_QUEUES=str(tmp_path / "queues"),
+               GEOAGENT_STATE=str(tmp_path / "state"))
+    return env
+
+
+def _start_watch(tmp_path: Path, cfgp: Path) -> tuple[subprocess.Popen, selectors.BaseSelector]:
+    """``run.py crawl CFGP --watch`` in a subprocess (:func:`_watch_env`) and a selector on its stdout for
+    :func:`_lines_until`."""
+    env = _watch_env(tmp_path)
+    proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), "crawl", str(cfgp), "--watch", "--no-live"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    return proc, sel
+
+
 def test_watch_logs_each_city_added_to_the_config_and_counts_it(tmp_path):
     full = CONFIG.read_text(encoding="utf-8")
     cfgp = tmp_path / "crawl.toml"
     cfgp.write_text(_without_city(_without_city(full, "Mirror Bay"), "Sprawl Town"), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    env.update(MAPILLARY_TOKEN="MLY|sandbox", GEOAGENT_QUEUES=str(tmp_path / "queues"),
-               GEOAGENT_STATE=str(tmp_path / "state"))
-    proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), "crawl", str(cfgp), "--watch", "--no-live"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, sel = _start_watch(tmp_path, cfgp)
     seen: list[str] = []
     try:
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
         _lines_until(proc, sel, re.escape(WATCH_BANNER), seen, 60)
         # add Mirror Bay (the shipped config's third city) by editing the file, as README says
         cfgp.write_text(_without_city(full, "Sprawl Town"), encoding="utf-8")

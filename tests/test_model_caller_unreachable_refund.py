@@ -16,7 +16,6 @@ from _model_harness import generic_campaign, ledger_figures, model_table, paid_k
 from geoagent import constants as C
 from geoagent.config import load_config
 from geoagent.engine import EXIT_COMPLETE, EXIT_INCOMPLETE, run_campaign
-from geoagent.runtime.queue import open_queue
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import free_port, serve
 
@@ -24,14 +23,9 @@ KEY = "sk-" "sandbox-refund-0123456789abcdefghijk"
 
 
 async def _attempts(cfg) -> dict[str, int]:
-    q = open_queue(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS)
-    try:
-        tasks = await q.lease(10_000, 30)
-        if tasks:
-            await q.release(tasks)
-        return {t.key: t.attempts for t in tasks}
-    finally:
-        await q.close()
+    from test_runtime_unreachable_host_refund import _attempts as attempts_of_edge
+
+    return await attempts_of_edge(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS)
 
 
 def test_model_host_breaker_refunds_the_streak_and_reruns_with_the_host_down_keep_attempts(

@@ -841,6 +841,14 @@ class SQLiteQueue(WorkQueue):
         return f"SQLiteQueue({str(self.path)!r}, closed={self._closed})"
 
 
+def _existing_queue(root: str | os.PathLike[str], campaign: str, edge: str) -> SQLiteQueue | None:
+    """The queue file of ``edge`` opened without creating anything (another process's look), or None."""
+    path = queue_path(root, campaign, edge)
+    if not path.exists():
+        return None
+    return SQLiteQueue(path, name=edge, create=False)
+
+
 def read_counts(root: str | os.PathLike[str], campaign: str, edge: str) -> QueueCounts | None:
     """Counts of one queue for another process (``status``); ``None`` when the queue file does not exist.
 
@@ -849,10 +857,9 @@ def read_counts(root: str | os.PathLike[str], campaign: str, edge: str) -> Queue
     ValueError
         Unsafe ``campaign`` or ``edge``.
     """
-    path = queue_path(root, campaign, edge)
-    if not path.exists():
+    queue = _existing_queue(root, campaign, edge)
+    if queue is None:
         return None
-    queue = SQLiteQueue(path, name=edge, create=False)
     try:
         return queue.counts_sync()
     finally:
@@ -890,10 +897,9 @@ def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: I
     ValueError
         Unsafe ``campaign`` or ``edge``.
     """
-    path = queue_path(root, campaign, edge)
-    if not path.exists():
+    queue = _existing_queue(root, campaign, edge)
+    if queue is None:
         return None
-    queue = SQLiteQueue(path, name=edge, create=False)
     wanted = list(dict.fromkeys(keys))
 
     def tx(conn: sqlite3.Connection, now: float) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
