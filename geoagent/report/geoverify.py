@@ -152,8 +152,8 @@ def dprime_text(s: ModelScores, band: str, text: str) -> str:
 def small_n_note() -> str:
     """The footnote explaining :data:`SMALL_N_MARK`."""
     return (f"{SMALL_N_MARK} d' rests on fewer than {SMALL_N_TRIALS} trials (decoy trials in its band, or signal "
-            "trials behind H): one answer more or less moves it a lot, so treat it, and a delta_1 at that band, as "
-            "a rough value (the statistic itself is not changed).")
+            "trials behind H): one answer more or less moves it a lot, so treat it, and a delta_1 at or beyond that "
+            "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed).")
 
 
 def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
