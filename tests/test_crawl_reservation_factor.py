@@ -110,10 +110,8 @@ def test_cap_between_the_bare_estimate_and_the_campaign_reservation_refuses_the_
 def test_engine_crawl_reserves_with_the_configured_factor_and_stays_under_a_tight_cap(tmp_path, monkeypatch):
     """``run.py crawl``: the image auditor is a priced [[models]] entry; ``[budget] input_estimate_factor = 3``
     reaches its reservations, and the crawl stops at a cap of 2.5 reservations without passing it."""
-    from geoagent import engine
-    from geoagent.crawl.demo import SANDBOX_POLICY
     from geoagent.crawl.image_audit import load_prompt
-    from geoagent.sandbox.city import build_world, serve_world
+    from test_crawl_stages import run_paid_audit_crawl
 
     prompt = load_prompt("crawl_image_audit.txt")
     assert prompt.isascii()
@@ -124,22 +122,7 @@ def test_engine_crawl_reserves_with_the_configured_factor_and_stays_under_a_tigh
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|engine|test")
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
     monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
-    world = build_world(0)
-
-    async def go():
-        async with serve_world(world) as sb:
-            cfg = config_from_dict({
-                "campaign": {"name": "crawl-factor", "kind": "crawl"},
-                "budget": {"cap_usd": cap, "input_estimate_factor": 3.0},
-                "models": [{"name": "aud-vision", "provider": "simulated", "model": "sim-vision",
-                            "price_input_usd_per_mtok": 10.0, "price_output_usd_per_mtok": 10.0}],
-                "crawl": {"contact": "mailto:e2e@example.org", "cities": world.cities[:1], "endpoints": sb["endpoints"],
-                          "image_audit": {"model": "aud-vision"},
-                          "policies": {k: SANDBOX_POLICY for k in ("overpass", "wdqs", "pageviews", "mapillary", "thumbnails")}},
-            })
-            return await engine.run_campaign(cfg, live=False, handle_signals=False, export=False)
-
-    out = asyncio.run(go())
+    out = run_paid_audit_crawl("crawl-factor", {"cap_usd": cap, "input_estimate_factor": 3.0})
     assert out.status == "budget exhausted", out.summary()
     assert 0 < out.spend["spent_usd"] + out.spend["unknown_usd"] <= cap
     state = open_campaign_state("crawl-factor", root=tmp_path / "state")

@@ -150,24 +150,21 @@ def test_engine_runs_the_crawl_campaign_and_resumes(tmp_path, monkeypatch):
     assert any("error rate" in line for line in first.extra_lines)
 
 
-def test_paid_auditor_is_metered_and_capped(tmp_path, monkeypatch):
-    """An auditor that is a priced [[models]] entry goes through the campaign ledger: the crawl stops
-    dispatching audits at the cap and never spends past it."""
+def run_paid_audit_crawl(name: str, budget: dict):
+    """Run ``run_campaign`` on a one-city sandbox crawl whose image auditor is a priced simulated [[models]]
+    entry (10 USD per 1M tokens both ways) under ``budget`` (the ``[budget]`` table); returns the outcome.
+    The caller sets MAPILLARY_TOKEN and the GEOAGENT_QUEUES / GEOAGENT_STATE roots."""
     from geoagent import engine
     from geoagent.config import config_from_dict
     from geoagent.crawl.demo import SANDBOX_POLICY
     from geoagent.sandbox.city import build_world, serve_world
 
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|engine|test")
-    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
-    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
     world = build_world(0)
-    cap = 0.2
 
     async def go():
         async with serve_world(world) as sb:
             cfg = config_from_dict({
-                "campaign": {"name": "crawl-cap", "kind": "crawl"}, "budget": {"cap_usd": cap},
+                "campaign": {"name": name, "kind": "crawl"}, "budget": budget,
                 "models": [{"name": "aud-vision", "provider": "simulated", "model": "sim-vision",
                             "price_input_usd_per_mtok": 10.0, "price_output_usd_per_mtok": 10.0}],
                 "crawl": {"contact": "mailto:e2e@example.org", "cities": world.cities[:1], "endpoints": sb["endpoints"],
@@ -176,7 +173,17 @@ def test_paid_auditor_is_metered_and_capped(tmp_path, monkeypatch):
             })
             return await engine.run_campaign(cfg, live=False, handle_signals=False, export=False)
 
-    out = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_paid_auditor_is_metered_and_capped(tmp_path, monkeypatch):
+    """An auditor that is a priced [[models]] entry goes through the campaign ledger: the crawl stops
+    dispatching audits at the cap and never spends past it."""
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|engine|test")
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    cap = 0.2
+    out = run_paid_audit_crawl("crawl-cap", {"cap_usd": cap})
     assert out.status == "budget exhausted", out.summary()
     assert 0 < out.spend["spent_usd"] + out.spend["unknown_usd"] <= cap
     audited = list((tmp_path / "state" / "crawl-cap" / "image_audit").glob("*/*.json"))
