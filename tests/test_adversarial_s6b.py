@@ -155,6 +155,19 @@ class _Fetch(Stage):
         return []
 
 
+def _slow_app(slow_s: float, arrivals: list[str]) -> web.Application:
+    """An app whose ``GET /x`` records each arrival in ``arrivals`` and answers after ``slow_s`` seconds."""
+
+    async def slow(request: web.Request) -> web.Response:
+        arrivals.append(request.path)
+        await asyncio.sleep(slow_s)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/x", slow)
+    return app
+
+
 def test_a_slow_half_open_probe_keeps_its_lease_so_no_other_worker_sends_the_same_key(tmp_path):
     """Watch mode: the breaker opened on a closed port; the host comes back slow (each answer takes over two
     visibility timeouts). The probe is a task being worked on like any other: its lease must be renewed, or another
@@ -164,14 +177,7 @@ def test_a_slow_half_open_probe_keeps_its_lease_so_no_other_worker_sends_the_sam
     port = free_port()
     url = f"http://127.0.0.1:{port}/x"
     arrivals: list[str] = []
-
-    async def slow(request: web.Request) -> web.Response:
-        arrivals.append(request.path)
-        await asyncio.sleep(slow_s)
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_get("/x", slow)
+    app = _slow_app(slow_s, arrivals)
     policy = HostPolicy(rate=100, period_s=1.0, concurrency=2, max_attempts=1, timeout_s=30.0)
 
     async def main():
@@ -267,14 +273,7 @@ def test_a_stop_during_a_slow_probe_releases_it_untouched_and_nothing_stays_leas
     port = free_port()
     url = f"http://127.0.0.1:{port}/x"
     arrivals: list[str] = []
-
-    async def slow(request: web.Request) -> web.Response:
-        arrivals.append(request.path)
-        await asyncio.sleep(slow_s)
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_get("/x", slow)
+    app = _slow_app(slow_s, arrivals)
     policy = HostPolicy(rate=100, period_s=1.0, concurrency=2, max_attempts=1, timeout_s=30.0)
 
     async def main():
