@@ -805,6 +805,15 @@ class _SendGate:
             raise _NotSent(refusal=reservation)
         if reservation is _ELSEWHERE:
             raise _NotSent(elsewhere=True)
+        if self.stopping is not None and self.stopping():
+            # The stop came while the database job ran, after it had finished but before this coroutine
+            # resumed: stop_requested() found no reservation and cancelled this call's scope, and anyio
+            # delivers that cancellation again at every later await inside the scope, so a request sent now
+            # would be cut in flight (billed, booked unknown-outcome, paid again on resume). Send nothing:
+            # the reservation goes back (fire and forget, as a cancelled job's does) and the task is released.
+            ledger = self._args[1]
+            ledger.db.submit(ledger.release, reservation)
+            raise Abandoned(STOP_NOT_SENT)
         self.reservation = reservation
 
 
