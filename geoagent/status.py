@@ -388,12 +388,19 @@ def _utc(t: Any) -> str:
 
 def format_eta(progress: dict[str, Any]) -> str:
     """``"20 s (bounded by geocoder)"`` from a progress record's ``eta_s`` / ``eta_stage``; ``"unknown"``
-    when no stage has a measured rate yet. A record of a ``--stages`` process (``eta_scope`` lists its
+    when no stage has a measured rate yet; ``"unknown while waiting for host H (model M)"`` (or ``(stage S)``;
+    several joined by ``and``) while a watch-mode run holds work for an unreachable host (the record's
+    ``eta_waiting``, :func:`geoagent.runtime.progress.eta_waits`). A record of a ``--stages`` process (``eta_scope`` lists its
     stages) says that its ETA covers only those stages, over the work still upstream of them too."""
     eta = progress.get("eta_s")
     scope = progress.get("eta_scope")
     covers = (f" [for stage(s) {', '.join(scope)} of the process that wrote it, counting the work still "
               "upstream; other processes' stages not timed]") if scope else ""
+    waiting = [w for w in progress.get("eta_waiting") or [] if isinstance(w, dict)]
+    if waiting:
+        what = [f"host {w.get('host')} (" + (f"model {w['model']}" if w.get("model") else f"stage {w.get('stage')}")
+                + ")" for w in waiting]
+        return "unknown while waiting for " + " and ".join(what) + covers
     if eta is None:
         return "unknown (no rate measured yet for a stage with work ahead)" + covers
     stage = progress.get("eta_stage")

@@ -118,6 +118,9 @@ class Progress:
         rates = {r.stage.name: r.stats.rate_per_s() for r in run.runners}
         topology = self.pipeline or [(r.stage.name, r.stage.input_edge, r.stage.output_edge) for r in run.runners]
         eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
+        waiting = [] if finished else eta_waits(stages)
+        if waiting:  # work is held for a host that is down: no rate says when it comes back (not "0 s")
+            eta, eta_stage = None, None
         return {
             "t": round(time.time(), 3),
             "campaign": run.campaign,
@@ -127,6 +130,8 @@ class Progress:
             "spend": self.spend() if self.spend else None,
             "eta_s": None if eta is None else round(eta, 1),
             "eta_stage": eta_stage,
+            # watch mode: the hosts whose outage holds work back, so the ETA is unknown (format_eta words it)
+            **({"eta_waiting": waiting} if waiting else {}),
             # None: the ETA covers the whole pipeline; else the stages it covers (this process's, --stages)
             "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else list(rates),
             "http": self.http() if self.http else None,
@@ -196,6 +201,24 @@ def stage_host_waits(stage: Any) -> list[dict[str, Any]]:
     except Exception:  # noqa: BLE001 - the progress stream goes on without it
         log.exception("stage %s: host_waits failed", getattr(stage, "name", "?"))
         return []
+
+
+def eta_waits(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What a watch-mode run waits for, from its stage records (:meth:`Progress.snapshot`): one
+    ``{"host": H, "stage": S, "model": M or None}`` per model whose host the model caller waits for (the
+    record's ``host_waits``) and per host a stage runner's breaker waits for (``unreachable`` entries with a
+    next probe); ``[]`` when nothing waits. While anything waits the ETA is unknown: the work held for such a
+    host is done only after the host answers again, which no measured rate foretells (an ETA computed from the
+    stage's rate read "0 s" while every task of a model was held)."""
+    out: list[dict[str, Any]] = []
+    for sd in stages:
+        for w in sd.get("host_waits") or []:
+            if isinstance(w, dict) and w.get("host"):
+                out.append({"host": str(w["host"]), "stage": sd.get("stage"), "model": w.get("model")})
+        for host, info in (sd.get("unreachable") or {}).items():
+            if isinstance(info, dict) and info.get("next_probe_in_s") is not None:
+                out.append({"host": str(host), "stage": sd.get("stage"), "model": None})
+    return out
 
 
 def pipeline_eta(
