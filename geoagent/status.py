@@ -321,6 +321,14 @@ def format_status(st: dict[str, Any]) -> str:
             # each distinct once
             for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
                 lines.append(f"      {error_label}: {err}")
+            # errors of a host that answered again since (the running process split them off): history too
+            for r in (sd.get("resolved_errors") or [])[-2:]:
+                if isinstance(r, dict):
+                    at = r.get("answered_at")
+                    when = (time.strftime("%H:%M:%S", time.gmtime(at)) + " UTC") if isinstance(at, (int, float)) else "?"
+                    label = (error_label if is_complete(st["queues"])  # complete: the stronger statement
+                             else f"earlier error (resolved: host {r.get('host')} answered again at {when})")
+                    lines.append(f"      {label}: {describe_reason(str(r.get('error')))[:160]}")
         reason = stop_reason(p, now=time.time(), running=running)
         if reason:
             lines.append(f"  {reason}")

@@ -88,3 +88,96 @@ def test_watch_eta_is_unknown_while_a_models_tasks_wait_for_its_host_not_0_s(tmp
     assert format_eta({"eta_s": None, "eta_waiting": eta_waits([stage_wait])}) == \
         "unknown while waiting for host h:1 (stage geocoder)"
     assert eta_waits([{"stage": "geocoder", "unreachable": {"h:1": {"requests": 5, "last": "x"}}}]) == []
+
+
+def test_watch_status_marks_a_recovered_hosts_error_resolved_while_the_campaign_runs(tmp_path, monkeypatch):
+    n = 12  # requests per model; good is rate-limited (2/s), so the campaign is still running once flaky is back
+    monkeypatch.setenv("GA_TEST_RECOVER_KEY", KEY)
+    good_app = llm_openai.make_app(api_keys=[KEY])
+    flaky_app = llm_openai.make_app(api_keys=[KEY])
+    flaky_port = free_port()
+    flaky = f"127.0.0.1:{flaky_port}"
+    seen: dict[str, object] = {}
+
+    async def main():
+        async with serve(good_app) as good_base:
+            cfg = _config(tmp_path, "recover", n, _model("good", good_base, rate=2) + _model("flaky", f"http://{flaky}"))
+            stream = cfg.state_dir() / "progress.jsonl"
+            out: dict[str, object] = {}
+
+            async def drive():
+                with anyio.fail_after(60):  # flaky's host is down: its tasks are held
+                    while _waiting_models(read_last(stream) or {}) != {"flaky"}:
+                        await anyio.sleep(0.05)
+                seen["status_down"] = format_status(campaign_status(cfg))
+                async with serve(flaky_app, "127.0.0.1", flaky_port):  # flaky's server comes up
+                    with anyio.fail_after(60):
+                        while not (len(paid_keys(flaky_app)) == n
+                                   and not _waiting_models(rec := read_last(stream) or {})
+                                   and rec["queues"]["requests"]["done"] >= n + 1):
+                            await anyio.sleep(0.05)
+                    seen["back"] = rec
+                    seen["status_back"] = format_status(campaign_status(cfg))
+                    seen["good_paid"] = len(paid_keys(good_app))
+                    signal.raise_signal(signal.SIGINT)
+                    with anyio.fail_after(60):
+                        while "outcome" not in out:
+                            await anyio.sleep(0.02)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drive)
+                out["outcome"] = await run_campaign(cfg, live=False, handle_signals=True, export=False, watch=True)
+
+    anyio.run(main)
+    assert seen["good_paid"] < n, "good finished before flaky was back: the campaign was not running any more"
+    # while flaky's host is down, its outage is the last error
+    down = seen["status_down"]
+    assert any(flaky in ln for ln in _lines(down, "last error:")), down
+    # flaky's host answered again: its errors are resolved although the campaign is still running
+    text = seen["status_back"]
+    assert "campaign complete" not in text, text
+    assert not any(flaky in ln for ln in _lines(text, "last error:")), text
+    resolved = _lines(text, "earlier error (resolved")
+    assert resolved and all(re.match(rf"earlier error \(resolved: host {re.escape(flaky)} answered again at "
+                                     r"\d\d:\d\d:\d\d UTC\): ", ln) for ln in resolved), text
+    # the progress record says so (the live display and other readers use it)
+    mc = {sd["stage"]: sd for sd in seen["back"]["stages"]}["model_caller"]
+    assert not any(flaky in e for e in mc["last_errors"]), mc
+    assert mc["resolved_errors"] and {r["host"] for r in mc["resolved_errors"]} == {flaky}, mc
+
+
+def test_split_resolved_errors_keeps_dead_letters_hostless_and_recurring_errors_open():
+    """Hand-traced: which of a stage's last errors a host's answer resolves."""
+    from geoagent.runtime.http import RetriesExhausted
+    from geoagent.runtime.worker import StageStats, error_host, split_resolved_errors
+
+    exc = RetriesExhausted("http://geo.example:8080/w/api.php", 3, "http 503")
+    assert error_host(exc, "") == "geo.example:8080"
+    assert error_host(None, "CallFailed: host 127.0.0.1:8001 unreachable after 1 attempts") == "127.0.0.1:8001"
+    assert error_host(None, "Missing: 3 attempts to https://api.example.org/v1/x failed") == "api.example.org"
+    assert error_host(None, "ParseError: no JSON object in the answer") is None
+
+    st = StageStats("geocoder")
+    st.note_error("RetriesExhausted: 3 attempts to http://geo.example:8080/w failed", "geo.example:8080")
+    st.note_error("Missing: retries exhausted: http 503", "geo.example:8080", dead=True)
+    st.note_error("ParseError: no JSON object")
+    import time as _time
+
+    _time.sleep(0.01)
+    t_answer = _time.time()  # the host answered after those errors
+    still, resolved = split_resolved_errors(st, {"geo.example:8080": t_answer})
+    # the retried error is resolved by the later answer; the dead letter (its task stays missing) and the
+    # error of no host stay open
+    assert [r["error"] for r in resolved] == ["RetriesExhausted: 3 attempts to http://geo.example:8080/w failed"]
+    assert resolved[0]["host"] == "geo.example:8080" and resolved[0]["answered_at"] == round(t_answer, 3)
+    assert still == ["Missing: retries exhausted: http 503", "ParseError: no JSON object"]
+    # the same error again after that answer: open again (its time moved on), even though it is not re-listed
+    _time.sleep(0.01)
+    st.note_error("RetriesExhausted: 3 attempts to http://geo.example:8080/w failed", dedupe=True)
+    assert list(st.last_errors).count("RetriesExhausted: 3 attempts to http://geo.example:8080/w failed") == 1
+    still, resolved = split_resolved_errors(st, {"geo.example:8080": t_answer})
+    assert resolved == [] and len(still) == 3
+    # a breaker that closed (its probe got through) resolves its host's errors without the HTTP figures
+    st.host_ok_at["geo.example:8080"] = _time.time() + 1.0
+    assert [r["error"] for r in split_resolved_errors(st, {})[1]] == [
+        "RetriesExhausted: 3 attempts to http://geo.example:8080/w failed"]

@@ -22,7 +22,13 @@ so: the stage runner's own unreachable-host breaker gives each waiting host's ``
 :meth:`geoagent.workers.model_caller.HostBreaker.waiting`) adds its list as ``host_waits``; the final record
 (``finished``) has none. ``status`` (:func:`geoagent.status.stop_reason`) and the live display word them as
 ``waiting for host H (next probe in N s, at ...; unreachable since T: ...; K task(s) held / queued on E)``. They
-are read once per tick, never on a task's path.
+are read once per tick, never on a task's path. While anything waits so, the record's ETA is unknown
+(``eta_s`` null) and ``eta_waiting`` lists the hosts (:func:`eta_waits`).
+
+A stage record's ``last_errors`` holds only the errors still open: an error of a host that answered a request
+after it (the HTTP client's ``last_ok_at``, or the stage's breaker closed) moves to ``resolved_errors``
+(``{"error", "host", "answered_at"}``, :func:`geoagent.runtime.worker.split_resolved_errors`), so ``status``
+calls it resolved while the run goes on, not only once the campaign is complete.
 
 The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
 is not a TTY, so logs and CI output stay clean.
@@ -43,7 +49,7 @@ import orjson
 from geoagent.files import append_jsonl
 from geoagent.runtime.daemon import PipelineRun
 from geoagent.runtime.queue import QueueCounts
-from geoagent.runtime.worker import eta_s
+from geoagent.runtime.worker import eta_s, split_resolved_errors
 
 SpendFn = Callable[[], dict[str, Any]]
 
@@ -107,9 +113,13 @@ class Progress:
     async def snapshot(self, run: PipelineRun) -> dict[str, Any]:
         counts = await run.counts()
         finished = run.finished_at is not None
+        http = self.http() if self.http else None
+        answered_at = {h: float(st.get("last_ok_at") or 0.0) for h, st in (http or {}).items() if isinstance(st, dict)}
         stages = []
         for r in run.runners:
             sd = r.stats.as_dict()
+            # errors of a host that answered since are resolved, also while the run goes on (status, live display)
+            sd["last_errors"], sd["resolved_errors"] = split_resolved_errors(r.stats, answered_at)
             sd["input_edge"] = r.stage.input_edge  # status: how many tasks wait queued for a waiting stage
             waits = stage_host_waits(r.stage) if not finished else []
             if waits:
@@ -134,7 +144,7 @@ class Progress:
             **({"eta_waiting": waiting} if waiting else {}),
             # None: the ETA covers the whole pipeline; else the stages it covers (this process's, --stages)
             "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else list(rates),
-            "http": self.http() if self.http else None,
+            "http": http,
             "host_labels": self.labels(run) or None,
             "budget_stopped": run.budget_stopped,
             "finished": finished,
