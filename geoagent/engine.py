@@ -175,6 +175,12 @@ class CampaignKind(abc.ABC):
         return []
 
 
+    def status_lines(self, cfg: Any) -> list[str]:
+        """Lines ``run.py status`` adds for this kind, read from the campaign's files (never changing them;
+        e.g. the crawl: why its folder has no ``verify_trials.csv``); ``[]`` by default."""
+        return []
+
+
 def load_kind(kind: str) -> CampaignKind:
     """Instantiate the campaign kind ``kind`` (raises ``KeyError`` naming the known kinds)."""
     try:

@@ -136,7 +136,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     (host -> readable name, from the config, overlaid by the labels the runs recorded for their local fakes
     and for hosts they found that no config key names, e.g. the crawl's Mapillary thumbnail CDN
     (:class:`geoagent.runtime.progress.Progress`): those of the last run and, where ``progress_with_work`` is
-    shown instead, those of that run))."""
+    shown instead, those of that run)), ``kind_lines`` (lines the campaign kind adds,
+    :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``)."""
     from geoagent.runtime.store import open_campaign_state
 
     queues: dict[str, QueueCounts] = {}
@@ -168,7 +169,14 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     # new port each run; the labels of the record whose figures are shown (``worked`` when set) win
     labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {}),
               **((worked or {}).get("host_labels") or {})}
+    from geoagent.engine import load_kind
+
+    try:
+        kind_lines = load_kind(cfg.campaign.kind).status_lines(cfg)
+    except Exception:  # noqa: BLE001 - a status display shows what it can
+        kind_lines = []
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
+            "kind_lines": kind_lines,
             "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered}
 
@@ -288,6 +296,7 @@ def format_status(st: dict[str, Any]) -> str:
         lines.extend(overrun_lines(s))
     if is_complete(st["queues"]):
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
+    lines.extend(st.get("kind_lines") or [])
     p = st.get("progress")
     if p:
         ended = bool(p.get("finished"))
