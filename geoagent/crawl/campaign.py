@@ -87,7 +87,8 @@ class CrawlCampaign(CampaignKind):
         unless ``--no-export`` ``export/`` (:meth:`export`), and ``report/crawl_summary.json``
         (:func:`_write_summary`, with ``"watching": true``). ``sites.csv``, ``images.csv`` and ``ladders/``
         are written by the stages as they go. Each file is written atomically (a temporary file renamed over
-        it), and writing again gives the same tables."""
+        it), and writing again gives the same tables. Runs in a worker thread, never two at once
+        (:class:`geoagent.engine.IdleHandoffTick`)."""
         from geoagent.status import dead_counts
 
         svc = services_from_context(ctx)

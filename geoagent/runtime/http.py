@@ -853,7 +853,7 @@ class HttpClient:
         ``answers`` callers declared normal (``expected_status``), which are not errors."""
         return {k: HttpStats(s.stats.requests, s.stats.retries, dict(s.stats.errors), dict(s.stats.answers),
                              dict(s.stats.answer_notes), s.stats.last_ok_at)
-                for k, s in self._hosts.items()}
+                for k, s in list(self._hosts.items())}  # a copy: a hand-off thread may read while a host is added
 
     def unreachable_streak(self, host: str) -> tuple[int, str]:
         """``(n, last)``: how many requests to ``host`` in a row ended :class:`RetriesExhausted` with
