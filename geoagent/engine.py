@@ -971,8 +971,7 @@ class IdleHandoffTick:
         from geoagent.runtime.http import exception_text
 
         exc = fut.exception()
-        if exc is not None:  # the watching run goes on; the end of the run writes them again
-            self._last = None  # retried at the next idle tick with a change (or this one's, once more work is done)
+        if exc is not None:  # the watching run goes on; retried at the next change, and the end of the run writes
             log.warning("idle hand-off failed (retried when new work is done, and at the end of the run): %s",
                         exception_text(exc))
             return

@@ -181,3 +181,68 @@ def test_split_resolved_errors_keeps_dead_letters_hostless_and_recurring_errors_
     st.host_ok_at["geo.example:8080"] = _time.time() + 1.0
     assert [r["error"] for r in split_resolved_errors(st, {})[1]] == [
         "RetriesExhausted: 3 attempts to http://geo.example:8080/w failed"]
+
+
+def test_stage_runner_breaker_closing_resolves_its_hosts_errors_in_the_progress_record(tmp_path):
+    """The stage runner's own breaker (a stage other than the model caller, e.g. the geocoder or a crawl
+    stage): once its half-open probe got through, the record written by :class:`Progress` (here without HTTP
+    figures, so the breaker's own closing time decides) lists the host's errors as resolved, not as last
+    errors, and ``status`` words them so while the run goes on."""
+    from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+    from geoagent.runtime.http import HttpClient
+    from geoagent.runtime.progress import Progress
+    from geoagent.runtime.stage import StageContext
+    from test_runtime_unreachable_host import FAST, Fetch, Sink, _app
+
+    port = free_port()
+    host = f"127.0.0.1:{port}"
+    stream = tmp_path / "state" / "progress.jsonl"
+    seen: dict[str, object] = {}
+
+    async def main():
+        stages = [Fetch(f"http://{host}/x"), Sink()]
+        queues = open_edge_queues(tmp_path / "q", "w", stages, backoff_base_s=0.0, backoff_max_s=0.0, max_attempts=5)
+        progress = Progress(stream, live=False)
+        views: list = []
+        try:
+            await queues["a"].put_many([(f"k{i}", {"i": i}) for i in range(4)])
+            async with HttpClient(default_policy=FAST) as http, anyio.create_task_group() as tg:
+                async def drive():
+                    with anyio.fail_after(30):
+                        while not ((rec := read_last(stream) or {}).get("stages")
+                                   and rec["stages"][0].get("unreachable")):
+                            await anyio.sleep(0.02)
+                    seen["down"] = rec
+                    async with serve(_app(), "127.0.0.1", port):
+                        with anyio.fail_after(30):
+                            while not ((r := read_last(stream) or {}).get("queues", {}).get("a", {}).get("done") == 4
+                                       and not r["stages"][0].get("unreachable")):
+                                await anyio.sleep(0.02)
+                        seen["back"] = r
+                        for runner in views:
+                            runner.request_stop()
+
+                async def tick(view):
+                    views[:] = view.runners
+                    await progress(view)
+
+                tg.start_soon(drive)
+                await run_pipeline("w", stages, queues, StageContext("w", {"http": http}), burst=False, tick=tick,
+                                   tick_interval_s=0.05, handle_signals=False, grace_s=1.0,
+                                   runner_options={"unreachable_after": 2, "probe_after_s": 0.3, "probe_max_s": 0.3})
+        finally:
+            for q in queues.values():
+                await q.close()
+
+    anyio.run(main)
+    down = seen["down"]["stages"][0]
+    assert any(f"host {host} unreachable" in e for e in down["last_errors"]) and down["resolved_errors"] == []
+    back = seen["back"]["stages"][0]
+    assert not any(host in e for e in back["last_errors"]), back
+    assert back["resolved_errors"] and {r["host"] for r in back["resolved_errors"]} == {host}, back
+    # `status` of the running campaign (queue a still has work, so it is not complete)
+    running = {"campaign": "w", "queues": {}, "progress": {**seen["back"], "finished": False}, "running": True}
+    text = format_status(running)
+    assert not any(host in ln for ln in _lines(text, "last error:")), text
+    assert any(ln.startswith(f"earlier error (resolved: host {host} answered again at ")
+               for ln in _lines(text, "earlier error")), text
