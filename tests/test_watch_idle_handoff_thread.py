@@ -149,3 +149,39 @@ def test_write_frame_temporary_files_are_unique_per_writer(tmp_path):
     assert pl.read_parquet(tmp_path / "t.parquet").height == 20000
     assert pl.read_csv(tmp_path / "t.csv").height == 20000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.parquet"]  # no temporary file left
+
+
+def test_a_failed_handoff_is_logged_once_and_retried_at_the_next_change(tmp_path, caplog):
+    import logging
+
+    attempts: list[bool] = []
+
+    def handoff(complete: bool) -> list[str]:
+        attempts.append(complete)
+        raise OSError("disk full")
+
+    async def progress(view) -> None:
+        return None
+
+    async def main():
+        q = open_queue(tmp_path / "q", "h", "a")
+        try:
+            view = PipelineRun("h", [], {"a": q})
+            on_tick = idle_handoff_tick(progress, handoff)
+            await _finish_one(q, "k1")
+            for _ in range(10):  # idle ticks with nothing new after the failure: no retry, one warning
+                await on_tick(view)
+                await anyio.sleep(0.03)
+            await on_tick.wait()
+            assert len(attempts) == 1
+            await _finish_one(q, "k2")  # new work: tried again
+            await on_tick(view)
+            await on_tick.wait()
+            assert len(attempts) == 2
+        finally:
+            await q.close()
+
+    with caplog.at_level(logging.WARNING, logger="geoagent.engine"):
+        anyio.run(main)
+    warnings = [r.getMessage() for r in caplog.records if "idle hand-off failed" in r.getMessage()]
+    assert len(warnings) == 2 and all("disk full" in w for w in warnings), warnings
