@@ -148,7 +148,7 @@ def test_watch_status_marks_a_recovered_hosts_error_resolved_while_the_campaign_
 
 def test_split_resolved_errors_keeps_dead_letters_hostless_and_recurring_errors_open():
     """Hand-traced: which of a stage's last errors a host's answer resolves."""
-    from geoagent.runtime.http import RetriesExhausted
+    from geoagent.runtime.http import PermanentHTTPError, RetriesExhausted
     from geoagent.runtime.worker import StageStats, error_host, split_resolved_errors
 
     exc = RetriesExhausted("http://geo.example:8080/w/api.php", 3, "http 503")
@@ -156,6 +156,15 @@ def test_split_resolved_errors_keeps_dead_letters_hostless_and_recurring_errors_
     assert error_host(None, "CallFailed: host 127.0.0.1:8001 unreachable after 1 attempts") == "127.0.0.1:8001"
     assert error_host(None, "Missing: 3 attempts to https://api.example.org/v1/x failed") == "api.example.org"
     assert error_host(None, "ParseError: no JSON object in the answer") is None
+    # a refused key is not the host's trouble, even with the 401 answer's URL behind it
+    try:
+        try:
+            raise PermanentHTTPError(401, "http://api.example.org/v1/chat", "bad key")
+        except PermanentHTTPError:
+            raise RuntimeError("CallFailed: HTTP 401: bad key") from None
+    except RuntimeError as hidden:
+        assert error_host(hidden, str(hidden)) is None
+    assert error_host(PermanentHTTPError(403, "http://api.example.org/v1/x", "no"), "HTTP 403 from ...") is None
 
     st = StageStats("geocoder")
     st.note_error("RetriesExhausted: 3 attempts to http://geo.example:8080/w failed", "geo.example:8080")
@@ -246,3 +255,46 @@ def test_stage_runner_breaker_closing_resolves_its_hosts_errors_in_the_progress_
     assert not any(host in ln for ln in _lines(text, "last error:")), text
     assert any(ln.startswith(f"earlier error (resolved: host {host} answered again at ")
                for ln in _lines(text, "earlier error")), text
+
+
+def test_a_refused_key_stays_the_last_error_while_its_host_answers_the_other_model(tmp_path, monkeypatch):
+    """Not every error of a host is resolved by the host answering: a model's refused API key (its
+    authentication breaker holds its tasks) is about the key, not the host, so while the same server answers
+    another model's calls it stays the ``last error`` and ``status`` keeps saying that authentication failed."""
+    n = 10
+    monkeypatch.setenv("GA_TEST_RECOVER_KEY", KEY)
+    monkeypatch.setenv("GA_TEST_WRONG_KEY", "sk-" "wrong-0123456789abcdefghijklmnop")
+    app = llm_openai.make_app(api_keys=[KEY])
+    seen: dict[str, object] = {}
+
+    async def main():
+        async with serve(app) as base:
+            bad = model_table("bad", base_url=base, key_var="GA_TEST_WRONG_KEY", model="sim-bad", max_output_tokens=64,
+                              concurrency=4, rate_requests=5000) + "max_attempts = 2\n"
+            cfg = _config(tmp_path, "authheld", n, _model("good", base, rate=3) + bad)
+            stream = cfg.state_dir() / "progress.jsonl"
+
+            async def drive():
+                with anyio.fail_after(60):  # the bad key is refused (breaker open) and good has answers since
+                    while not ((rec := read_last(stream) or {}).get("stages")
+                               and any(sd.get("held") for sd in rec["stages"])
+                               and rec["queues"]["requests"]["done"] >= 3):
+                        await anyio.sleep(0.05)
+                seen["rec"] = rec
+                seen["status"] = format_status(campaign_status(cfg))
+                signal.raise_signal(signal.SIGINT)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drive)
+                await run_campaign(cfg, live=False, handle_signals=True, export=False, watch=True)
+
+    anyio.run(main)
+    mc = {sd["stage"]: sd for sd in seen["rec"]["stages"]}["model_caller"]
+    assert any("authentication failed for model bad" in e for e in mc["last_errors"]), mc
+    # nor the refusals before the breaker opened (retried "HTTP 401" answers): the host answering good's calls
+    # says nothing about bad's key
+    assert not any("authentication failed" in r["error"] or "HTTP 401" in r["error"]
+                   for r in mc["resolved_errors"]), mc
+    text = seen["status"]
+    assert "authentication failed (see last error)" in text, text
+    assert any("authentication failed for model bad" in ln for ln in _lines(text, "last error:")), text

@@ -1159,18 +1159,29 @@ _HOST_IN_TEXT = re.compile(r"\bhost (\[[0-9A-Fa-f:.]+\](?::\d+)?|[A-Za-z0-9_.-]+
 _URL_IN_TEXT = re.compile(r"\bhttps?://[^\s/?#'\"]+")
 
 
+#: a refused credential (HTTP 401/403, "authentication failed"): about the key, not the host's health
+_AUTH_IN_TEXT = re.compile(r"\b(?:HTTP|http) 40[13]\b|authentication failed|token refused", re.IGNORECASE)
+
+
 def error_host(exc: BaseException | None, reason: str = "") -> str | None:
-    """The host (:func:`geoagent.runtime.http.host_key`) a task's failure concerns, or None: the ``host`` or
-    ``url`` of the exception or of one it was raised from (an HTTP ``RetriesExhausted``, the model caller's
-    ``HostStop``), the host of its ``unreachable_streak``, else the first ``host H`` or URL in ``reason`` (the
-    stored text, e.g. ``"CallFailed: host 127.0.0.1:8001 unreachable ..."``, ``"... 3 attempts to
-    https://h/x failed"``)."""
+    """The host (:func:`geoagent.runtime.http.host_key`) whose trouble a task's failure reports, or None, so
+    that the host answering later resolves it (:func:`split_resolved_errors`): the ``host`` or ``url`` of the
+    exception or of one it was raised from (``raise ... from None`` hides its context, as in a traceback), the
+    host of its ``unreachable_streak``, else the first ``host H`` or URL in ``reason`` (the stored text, e.g.
+    ``"CallFailed: host 127.0.0.1:8001 unreachable ..."``, ``"... 3 attempts to https://h/x failed"``).
+    None for a refused credential (HTTP 401/403, a model's authentication breaker, the crawl's Mapillary token:
+    the host answering other calls says nothing about that key) and for a held task (:class:`Held`) that names
+    no host (only the model caller's unreachable-host hold, ``HostStop``, does)."""
     from geoagent.runtime.http import host_key
 
+    if _AUTH_IN_TEXT.search(reason or "") or (isinstance(exc, Held) and not getattr(exc, "host", None)):
+        return None
     seen: set[int] = set()
     e = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
+        if int(getattr(e, "status", 0) or 0) in (401, 403):
+            return None
         host = getattr(e, "host", None)
         if isinstance(host, str) and host:
             return host
@@ -1180,7 +1191,7 @@ def error_host(exc: BaseException | None, reason: str = "") -> str | None:
         url = getattr(e, "url", None)
         if isinstance(url, str) and url.startswith(("http://", "https://")):
             return host_key(url) or None
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
     m = _HOST_IN_TEXT.search(reason or "")
     if m:
         return m.group(1)
