@@ -9,8 +9,8 @@ to ``verify_trials.stale.csv`` (not read by campaigns), the summary JSON says wh
 
 In-process, real engine: the sandbox crawl (its fakes on ``*.sandbox.invalid`` start in-process), one city.
 Run 1 watches until idle; run 2 finds a city task the screener cannot read (a malformed payload put on the
-``cities`` queue, as a hand-edited or older queue could hold), which is retried and dead-lettered by the real
-stage. Takes about 15-30 s.
+``cities`` queue, as a hand-edited or older queue could hold), which the real stage dead-letters at its first
+delivery (a permanent failure). Takes about 10-20 s.
 """
 
 from __future__ import annotations
