@@ -52,7 +52,7 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,8 +170,16 @@ class CampaignKind(abc.ABC):
         each time every queue has drained after new work was done (:func:`idle_handoff_tick`), so the folder
         is usable while the process keeps watching instead of only after it stops. ``export``: the run
         exports (not ``--no-export``); ``complete``: nothing is dead-lettered either (what a run's end calls
-        ``complete``). Writes must be atomic and idempotent (the end of the run writes them again). Returns
-        lines to print (empty: nothing to hand off; the default)."""
+        ``complete``). Writes must be atomic and idempotent (the end of the run writes them again). It runs in
+        a worker thread (:class:`IdleHandoffTick`), never two at once, so it must not touch the event loop and
+        may only read shared state that is safe to read from another thread. Returns lines to print (empty:
+        nothing to hand off; the default)."""
+        return []
+
+
+    def status_lines(self, cfg: Any) -> list[str]:
+        """Lines ``run.py status`` adds for this kind, read from the campaign's files (never changing them;
+        e.g. the crawl: why its folder has no ``verify_trials.csv``); ``[]`` by default."""
         return []
 
 
@@ -814,6 +822,10 @@ async def _run(
                             "probe_max_s": cfg.queue.watch_probe_max_s,
                             "task_timeout_s": cfg.queue.task_timeout_s},
         )
+        if isinstance(tick, IdleHandoffTick):
+            # an idle hand-off still writing in its thread ends first: the report and export below write the
+            # same files, and must be the last to
+            await tick.wait()
         # calls cut off when the grace period ended closed their reservations fire-and-forget on the
         # database thread (geoagent.workers.billing.close_failed_call): wait for those writes, so the
         # summary, report and export read the ledger after them (a summary of "$0 unknown-outcome" while
@@ -905,40 +917,83 @@ async def _run(
         manifest.stop_run(run_id, status=status, summary={"planned": n_planned})
 
 
-def idle_handoff_tick(tick: Any, handoff: Callable[[bool], list[str]]) -> Callable[[Any], Awaitable[None]]:
+class IdleHandoffTick:
     """A tick callback for a ``--watch`` run: ``tick(view)``, then, when every queue of the campaign is idle
     (nothing ready or leased on any edge) and the done / dead counts changed since the last hand-off (new
     work finished: the first drain, a city added to a watched crawl's config), ``handoff(complete)`` once
-    (``complete``: no edge holds dead letters)
-    (:meth:`CampaignKind.idle_handoff`); each line it returns is printed and logged. Idle ticks with nothing
-    new write nothing, so the tables' files keep their time stamps. A failing hand-off is logged as a warning
-    and retried at the next change; it never stops the run."""
-    last: list[Any] = [None]
+    (``complete``: no edge holds dead letters; :meth:`CampaignKind.idle_handoff`).
 
-    async def on_tick(view: Any) -> None:
-        await tick(view)
-        if view.stopped_by_signal or view.finished_at is not None:
-            return  # the end of the run writes the report and hand-off itself
+    The hand-off runs in a worker thread of its own, off the progress loop: the tick returns at once, so the
+    live display, the progress stream and the workers go on while a large crawl's tables are written. Never
+    two at once: while one runs, idle ticks start none (a change seen meanwhile is handed off at the first
+    idle tick after it ended). The lines it returns are printed and logged from the loop, at the next tick or
+    at :meth:`wait`, which the engine awaits before the end of the run writes the report and tables itself,
+    so a stop never races a hand-off in progress (each table is also written atomically: a temporary file of
+    its own renamed over it). Idle ticks with nothing new write nothing, so the tables' files keep their time
+    stamps. A failing hand-off is logged as a warning and retried at the next change; it never stops the
+    run."""
+
+    def __init__(self, tick: Any, handoff: Callable[[bool], list[str]]) -> None:
+        self.tick = tick
+        self.handoff = handoff
+        self._last: Any = None
+        self._future: Any = None  # concurrent.futures.Future of the hand-off in progress (or not yet collected)
+        self._pool: Any = None
+
+    def busy(self) -> bool:
+        """Whether a hand-off is running in its thread now."""
+        return self._future is not None and not self._future.done()
+
+    async def __call__(self, view: Any) -> None:
+        await self.tick(view)
+        self._collect()
+        if view.stopped_by_signal or view.finished_at is not None or self.busy():
+            return  # the end of the run writes the report and hand-off itself (after wait()); one at a time
         counts = await view.counts()
         if any(c.ready or c.leased for c in counts.values()):
             return
         mark = tuple(sorted((e, c.done, c.dead) for e, c in counts.items()))
-        if mark == last[0] or not any(c.done for c in counts.values()):
+        if mark == self._last or not any(c.done for c in counts.values()):
             return
-        last[0] = mark
+        self._last = mark
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idle-handoff")
+        self._future = self._pool.submit(self.handoff, not any(c.dead for c in counts.values()))
+
+    def _collect(self) -> None:
+        """Print and log the lines of a hand-off that has ended (a warning if it failed); no-op otherwise."""
+        fut = self._future
+        if fut is None or not fut.done():
+            return
+        self._future = None
         from geoagent.runtime.http import exception_text
 
-        try:
-            lines = handoff(not any(c.dead for c in counts.values()))
-        except Exception as exc:  # noqa: BLE001 - the watching run goes on; the end of the run writes them again
+        exc = fut.exception()
+        if exc is not None:  # the watching run goes on; retried at the next change, and the end of the run writes
             log.warning("idle hand-off failed (retried when new work is done, and at the end of the run): %s",
                         exception_text(exc))
             return
-        for line in lines:
+        for line in fut.result() or []:
             log.info("%s", line)
             print(line, flush=True)
 
-    return on_tick
+    async def wait(self) -> None:
+        """Wait for the hand-off in progress, if any, to end (polling, so a cancel still gets through) and print
+        its lines; then free the thread. The engine awaits it before the end of the run writes the tables."""
+        while self.busy():
+            await anyio.sleep(0.05)
+        self._collect()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+def idle_handoff_tick(tick: Any, handoff: Callable[[bool], list[str]]) -> IdleHandoffTick:
+    """The tick callback of a ``--watch`` run that hands off at each idle drain (:class:`IdleHandoffTick`: the
+    hand-off runs in a worker thread, one at a time; await its ``wait()`` before the end of the run writes)."""
+    return IdleHandoffTick(tick, handoff)
 
 
 async def settle_pending_ledger_writes(ledger: Any) -> None:

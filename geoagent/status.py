@@ -136,7 +136,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     (host -> readable name, from the config, overlaid by the labels the runs recorded for their local fakes
     and for hosts they found that no config key names, e.g. the crawl's Mapillary thumbnail CDN
     (:class:`geoagent.runtime.progress.Progress`): those of the last run and, where ``progress_with_work`` is
-    shown instead, those of that run))."""
+    shown instead, those of that run)), ``kind_lines`` (lines the campaign kind adds,
+    :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``)."""
     from geoagent.runtime.store import open_campaign_state
 
     queues: dict[str, QueueCounts] = {}
@@ -168,7 +169,14 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     # new port each run; the labels of the record whose figures are shown (``worked`` when set) win
     labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {}),
               **((worked or {}).get("host_labels") or {})}
+    from geoagent.engine import load_kind
+
+    try:
+        kind_lines = load_kind(cfg.campaign.kind).status_lines(cfg)
+    except Exception:  # noqa: BLE001 - a status display shows what it can
+        kind_lines = []
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
+            "kind_lines": kind_lines,
             "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered}
 
@@ -288,6 +296,7 @@ def format_status(st: dict[str, Any]) -> str:
         lines.extend(overrun_lines(s))
     if is_complete(st["queues"]):
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
+    lines.extend(st.get("kind_lines") or [])
     p = st.get("progress")
     if p:
         ended = bool(p.get("finished"))
@@ -321,6 +330,14 @@ def format_status(st: dict[str, Any]) -> str:
             # each distinct once
             for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
                 lines.append(f"      {error_label}: {err}")
+            # errors of a host that answered again since (the running process split them off): history too
+            for r in (sd.get("resolved_errors") or [])[-2:]:
+                if isinstance(r, dict):
+                    at = r.get("answered_at")
+                    when = (time.strftime("%H:%M:%S", time.gmtime(at)) + " UTC") if isinstance(at, (int, float)) else "?"
+                    label = (error_label if is_complete(st["queues"])  # complete: the stronger statement
+                             else f"earlier error (resolved: host {r.get('host')} answered again at {when})")
+                    lines.append(f"      {label}: {describe_reason(str(r.get('error')))[:160]}")
         reason = stop_reason(p, now=time.time(), running=running)
         if reason:
             lines.append(f"  {reason}")
@@ -388,12 +405,19 @@ def _utc(t: Any) -> str:
 
 def format_eta(progress: dict[str, Any]) -> str:
     """``"20 s (bounded by geocoder)"`` from a progress record's ``eta_s`` / ``eta_stage``; ``"unknown"``
-    when no stage has a measured rate yet. A record of a ``--stages`` process (``eta_scope`` lists its
+    when no stage has a measured rate yet; ``"unknown while waiting for host H (model M)"`` (or ``(stage S)``;
+    several joined by ``and``) while a watch-mode run holds work for an unreachable host (the record's
+    ``eta_waiting``, :func:`geoagent.runtime.progress.eta_waits`). A record of a ``--stages`` process (``eta_scope`` lists its
     stages) says that its ETA covers only those stages, over the work still upstream of them too."""
     eta = progress.get("eta_s")
     scope = progress.get("eta_scope")
     covers = (f" [for stage(s) {', '.join(scope)} of the process that wrote it, counting the work still "
               "upstream; other processes' stages not timed]") if scope else ""
+    waiting = [w for w in progress.get("eta_waiting") or [] if isinstance(w, dict)]
+    if waiting:
+        what = [f"host {w.get('host')} (" + (f"model {w['model']}" if w.get("model") else f"stage {w.get('stage')}")
+                + ")" for w in waiting]
+        return "unknown while waiting for " + " and ".join(what) + covers
     if eta is None:
         return "unknown (no rate measured yet for a stage with work ahead)" + covers
     stage = progress.get("eta_stage")

@@ -56,16 +56,13 @@ class CrawlCampaign(CampaignKind):
                 "or run with --watch to wait for them)")
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
+        """The end of a run: ``verify_trials.csv`` (:func:`_handoff_trials`: written when the crawl is
+        ``complete``; when it ends ``incomplete`` an earlier one is moved aside) and
+        ``report/crawl_summary.json`` (:func:`_write_summary`)."""
         svc = services_from_context(ctx)
-        self._trials_note = None
-        if outcome.status == "complete":
-            self._trials_note = _write_trials(cfg, svc)
-        out = Path(cfg.state_dir()) / C.REPORT_DIR / "crawl_summary.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        files = sorted(str(p.relative_to(svc.state_dir)) for p in svc.state_dir.glob("**/*.csv"))
-        out.write_bytes(orjson.dumps({"status": outcome.status, "api": svc.api_stats(), "files": files,
-                                      "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
-        return [out]
+        trials = _handoff_trials(cfg, svc, outcome.status, dict(_dead_of(outcome.counts)))
+        self._trials_note = trials["note"]
+        return [_write_summary(cfg, svc, outcome.status, trials, watching=False)]
 
     def export(self, cfg: Any, store: Any) -> list[Any]:
         """The crawl's tables (city pool, sites, images, image audit, candidate referenceability, ladders,
@@ -84,21 +81,44 @@ class CrawlCampaign(CampaignKind):
     def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool) -> list[str]:
         """``run.py crawl CONFIG --watch`` went idle (every queue drained after new work): write the hand-off
         tables now, as the end of a run does, so an evaluation campaign can use the folder while the crawl
-        keeps watching: ``verify_trials.csv`` (only when nothing is dead-lettered, as at the end of a run;
-        :func:`_write_trials`) and, unless ``--no-export``, ``export/`` (:meth:`export`). ``sites.csv``,
-        ``images.csv`` and ``ladders/`` are written by the stages as they go. Each file is written
-        atomically (a temporary file renamed over it), and writing again gives the same tables."""
+        keeps watching: ``verify_trials.csv`` (only when nothing is dead-lettered, as at the end of a run
+        that ends ``complete``; with dead-lettered tasks an earlier ``verify_trials.csv`` is moved aside to
+        ``verify_trials.stale.csv``, as at the end of a run that ends ``incomplete``: :func:`_handoff_trials`),
+        unless ``--no-export`` ``export/`` (:meth:`export`), and ``report/crawl_summary.json``
+        (:func:`_write_summary`, with ``"watching": true``). ``sites.csv``, ``images.csv`` and ``ladders/``
+        are written by the stages as they go. Each file is written atomically (a temporary file renamed over
+        it), and writing again gives the same tables. Runs in a worker thread, never two at once
+        (:class:`geoagent.engine.IdleHandoffTick`)."""
+        from geoagent.status import dead_counts
+
         svc = services_from_context(ctx)
-        parts = []
-        if complete:
-            self._trials_note = _write_trials(cfg, svc)
-            parts.append(self._trials_note)
-        else:
-            parts.append("verify_trials.csv not written (dead-lettered tasks: see `run.py status`)")
+        status = "complete" if complete else "incomplete"
+        trials = _handoff_trials(cfg, svc, status, {} if complete else dead_counts(cfg))
+        self._trials_note = trials["note"]
+        parts = [trials["note"]]
         if export:
             tables = self.export(cfg, ctx.get("store"))
             parts.append(f"export: {len(tables)} tables in {Path(cfg.state_dir()) / C.EXPORT_DIR}")
+        summary = _write_summary(cfg, svc, status, trials, watching=True)
+        parts.append(f"summary: {summary}")
         return ["crawl --watch: idle (every queue drained); hand-off tables written: " + "; ".join(parts)]
+
+    def status_lines(self, cfg: Any) -> list[str]:
+        """For ``run.py status``: why the crawl's folder has no ``verify_trials.csv`` when its last hand-off
+        (the end of a run, or an idle drain under ``--watch``) did not write one, from
+        ``report/crawl_summary.json``'s ``verify_trials`` (``[]`` when it was written or there is no summary)."""
+        path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
+        try:
+            vt = orjson.loads(path.read_bytes()).get("verify_trials") if path.is_file() else None
+        except (OSError, orjson.JSONDecodeError, AttributeError):
+            return []
+        if not isinstance(vt, dict) or vt.get("written") is not False:
+            return []
+        line = f"  verify_trials.csv not written: {vt.get('reason') or 'the crawl is not complete'}"
+        if vt.get("stale"):
+            line += (f"; the earlier one, built from an earlier state of the crawl, was moved to {vt['stale']} "
+                     "(campaigns do not read it)")
+        return [line]
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         svc = services_from_context(ctx)
@@ -196,6 +216,75 @@ def image_counts_line(c: dict[str, Any]) -> str:
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"
     return line
+
+
+#: the crawl's summary, in ``state/<campaign>/report/``
+SUMMARY_FILE = "crawl_summary.json"
+#: where a ``verify_trials.csv`` built from an earlier state of the crawl is moved when a hand-off cannot
+#: write a new one (the crawl is not complete); campaigns read only ``verify_trials.csv``
+STALE_TRIALS_FILE = "verify_trials.stale.csv"
+
+
+def _dead_of(counts: Any) -> Iterable[tuple[str, int]]:
+    """``(edge, dead-lettered tasks)`` for each edge of ``counts`` (edge -> QueueCounts) that has some."""
+    return [(e, int(c.dead)) for e, c in (counts or {}).items() if getattr(c, "dead", 0)]
+
+
+def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> dict[str, Any]:
+    """The trial table of a hand-off (the end of a run with ``status``, or an idle drain under ``--watch``).
+
+    ``complete``: write ``verify_trials.csv`` (:func:`_write_trials`) and remove a ``verify_trials.stale.csv``
+    left by an earlier hand-off. ``incomplete`` (tasks dead-lettered, ``dead``: edge -> count, or work left
+    queued): write none, as a run that ends incomplete never did, and move a ``verify_trials.csv`` already in
+    the folder (built from an earlier state of the crawl: it misses what was crawled since and would be read
+    by a campaign as if current) to :data:`STALE_TRIALS_FILE`, atomically (:func:`os.replace`). Any other
+    status (interrupted, budget exhausted, a refused token) leaves the file as it is: a re-run resumes.
+
+    Returns ``{"written": bool, "note": summary line, "reason": why not written or None, "stale": the stale
+    file's name when one was moved aside or is there, else None}``."""
+    import os
+
+    folder = Path(svc.state_dir)
+    current, stale = folder / "verify_trials.csv", folder / STALE_TRIALS_FILE
+    if status == "complete":
+        note = _write_trials(cfg, svc)
+        written = current.is_file() and not note.startswith("no GeoVerify trials written")
+        if written and stale.is_file():
+            stale.unlink()
+        return {"written": written, "note": note, "reason": None if written else note, "stale": None}
+    if status != "incomplete":
+        return {"written": False, "note": None, "stale": None,
+                "reason": f"the run ended {status}; verify_trials.csv left as it was (re-run to resume)"}
+    n_dead = sum(dead.values())
+    reason = (f"{n_dead} task(s) dead-lettered ({mapping_text(dead)}; see `run.py dead`), as a crawl that ends "
+              "incomplete writes no trials" if n_dead else
+              "the crawl is incomplete (work left queued; see `run.py status`), so no trials were built")
+    moved = False
+    if current.is_file():
+        os.replace(current, stale)
+        moved = True
+    note = f"verify_trials.csv not written: {reason}"
+    if moved:
+        note += f"; the earlier one moved to {STALE_TRIALS_FILE} (built from an earlier state of the crawl)"
+    return {"written": False, "note": note, "reason": reason, "stale": STALE_TRIALS_FILE if stale.is_file() else None}
+
+
+def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool) -> Path:
+    """Write ``report/crawl_summary.json`` atomically: ``status`` (as the run would end now), ``watching`` (True
+    when written at an idle hand-off of a ``--watch`` run that goes on, False at the end of a run),
+    ``written_at`` (Unix time, s), ``verify_trials`` (``written``, ``reason`` when not, ``stale``: see
+    :func:`_handoff_trials`), ``api`` (per-API request and error counts), ``files`` (the CSV files of the
+    crawl's folder, relative to it) and ``images_root``. Returns its path."""
+    import time
+
+    from geoagent.files import atomic_write_bytes
+
+    out = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
+    files = sorted(str(p.relative_to(svc.state_dir)) for p in svc.state_dir.glob("**/*.csv"))
+    vt = {"written": bool(trials.get("written")), "reason": trials.get("reason"), "stale": trials.get("stale")}
+    return atomic_write_bytes(out, orjson.dumps(
+        {"status": status, "watching": watching, "written_at": round(time.time(), 3), "verify_trials": vt,
+         "api": svc.api_stats(), "files": files, "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
 
 
 def _write_trials(cfg: Any, svc: Any) -> str:

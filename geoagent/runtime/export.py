@@ -174,15 +174,26 @@ def _csv_ready(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path: str | os.PathLike[str]) -> None:
-    """Write ``df`` to Parquet (zstd) and CSV, each atomically (temp file, then rename)."""
+    """Write ``df`` to Parquet (zstd) and CSV, each atomically: a temporary file of its own (a unique name
+    created with ``O_EXCL``, :mod:`geoagent.files`; one named by the process id alone was shared by two writers
+    in one process, e.g. a ``--watch`` idle hand-off's thread and the end of the run, which then renamed or
+    lost each other's file), then renamed over the target. A failed write removes its temporary file and
+    leaves the target as it was."""
+    from geoagent.files import _create_temp
+
     for path, writer in ((Path(parquet_path), "parquet"), (Path(csv_path), "csv")):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        if writer == "parquet":
-            df.write_parquet(tmp, compression="zstd")
-        else:
-            _csv_ready(df).write_csv(tmp)
-        os.replace(tmp, path)
+        fd, tmp = _create_temp(path)
+        os.close(fd)
+        try:
+            if writer == "parquet":
+                df.write_parquet(tmp, compression="zstd")
+            else:
+                _csv_ready(df).write_csv(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -380,16 +391,21 @@ def _write_batched(
             del df
         schemas = [dict(pl.read_parquet_schema(p)) for p in parts]
         want = _unified_schema(schemas)
-        tmp = parquet_path.with_name(f".{parquet_path.name}.{os.getpid()}.tmp")
-        # row groups of one batch: the writer then buffers one batch, not ever more of the table
-        parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows)
-        os.replace(tmp, parquet_path)
-        tmp = csv_path.with_name(f".{csv_path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
+        from geoagent.files import _create_temp, atomic_open
+
+        fd, tmp = _create_temp(parquet_path)  # a temporary file of its own (see write_frame)
+        os.close(fd)
+        try:
+            # row groups of one batch: the writer then buffers one batch, not ever more of the table
+            parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows)
+            os.replace(tmp, parquet_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        with atomic_open(csv_path, "wb") as fh:
             for i, frame in enumerate(conformed_parts(parts, schemas, want)):
                 _csv_ready(frame).write_csv(fh, include_header=i == 0)
                 del frame
-        os.replace(tmp, csv_path)
         return n
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)

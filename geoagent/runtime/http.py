@@ -237,6 +237,10 @@ class HttpStats:
     #: what those answers mean, where the caller said so (``expected_status`` given as a mapping), by reason:
     #: ``{"http 404": "article without views in the range"}``; ``status`` prints it next to the count
     answer_notes: dict[str, str] = field(default_factory=dict)
+    #: when the host last answered a request successfully (a status below 400 whose body passed the caller's
+    #: check, or an answer declared normal), Unix time s; None before any. ``status`` marks a stage's error of
+    #: this host resolved once it answered after it (:func:`geoagent.runtime.worker.split_resolved_errors`)
+    last_ok_at: float | None = None
 
 
 # ================================================================================================
@@ -848,8 +852,8 @@ class HttpClient:
         """Per-host counters: attempts sent (``requests``), ``retries``, ``errors`` by reason, and the
         ``answers`` callers declared normal (``expected_status``), which are not errors."""
         return {k: HttpStats(s.stats.requests, s.stats.retries, dict(s.stats.errors), dict(s.stats.answers),
-                             dict(s.stats.answer_notes))
-                for k, s in self._hosts.items()}
+                             dict(s.stats.answer_notes), s.stats.last_ok_at)
+                for k, s in list(self._hosts.items())}  # a copy: a hand-off thread may read while a host is added
 
     def unreachable_streak(self, host: str) -> tuple[int, str]:
         """``(n, last)``: how many requests to ``host`` in a row ended :class:`RetriesExhausted` with
@@ -1224,9 +1228,11 @@ class HttpClient:
                         raise unusable
                     counter.possibly_billed += 1
                     raise _Retryable("invalid body", invalid, final=_final(no_retry, resp))
+            host.stats.last_ok_at = time.time()
             return resp
         if status in expected:  # a normal answer of this endpoint (caller's declaration), not an error
             host.count_answer(f"http {status}")
+            host.stats.last_ok_at = time.time()
             return resp
         excerpt = _scrub(resp.text[:BODY_EXCERPT_CHARS], secrets)[:BODY_EXCERPT_CHARS]
         if status in _RETRY_STATUSES or status >= 500:

@@ -22,7 +22,13 @@ so: the stage runner's own unreachable-host breaker gives each waiting host's ``
 :meth:`geoagent.workers.model_caller.HostBreaker.waiting`) adds its list as ``host_waits``; the final record
 (``finished``) has none. ``status`` (:func:`geoagent.status.stop_reason`) and the live display word them as
 ``waiting for host H (next probe in N s, at ...; unreachable since T: ...; K task(s) held / queued on E)``. They
-are read once per tick, never on a task's path.
+are read once per tick, never on a task's path. While anything waits so, the record's ETA is unknown
+(``eta_s`` null) and ``eta_waiting`` lists the hosts (:func:`eta_waits`).
+
+A stage record's ``last_errors`` holds only the errors still open: an error of a host that answered a request
+after it (the HTTP client's ``last_ok_at``, or the stage's breaker closed) moves to ``resolved_errors``
+(``{"error", "host", "answered_at"}``, :func:`geoagent.runtime.worker.split_resolved_errors`), so ``status``
+calls it resolved while the run goes on, not only once the campaign is complete.
 
 The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
 is not a TTY, so logs and CI output stay clean.
@@ -43,7 +49,7 @@ import orjson
 from geoagent.files import append_jsonl
 from geoagent.runtime.daemon import PipelineRun
 from geoagent.runtime.queue import QueueCounts
-from geoagent.runtime.worker import eta_s
+from geoagent.runtime.worker import eta_s, split_resolved_errors
 
 SpendFn = Callable[[], dict[str, Any]]
 
@@ -107,9 +113,13 @@ class Progress:
     async def snapshot(self, run: PipelineRun) -> dict[str, Any]:
         counts = await run.counts()
         finished = run.finished_at is not None
+        http = self.http() if self.http else None
+        answered_at = {h: float(st.get("last_ok_at") or 0.0) for h, st in (http or {}).items() if isinstance(st, dict)}
         stages = []
         for r in run.runners:
             sd = r.stats.as_dict()
+            # errors of a host that answered since are resolved, also while the run goes on (status, live display)
+            sd["last_errors"], sd["resolved_errors"] = split_resolved_errors(r.stats, answered_at)
             sd["input_edge"] = r.stage.input_edge  # status: how many tasks wait queued for a waiting stage
             waits = stage_host_waits(r.stage) if not finished else []
             if waits:
@@ -118,6 +128,9 @@ class Progress:
         rates = {r.stage.name: r.stats.rate_per_s() for r in run.runners}
         topology = self.pipeline or [(r.stage.name, r.stage.input_edge, r.stage.output_edge) for r in run.runners]
         eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
+        waiting = [] if finished else eta_waits(stages)
+        if waiting:  # work is held for a host that is down: no rate says when it comes back (not "0 s")
+            eta, eta_stage = None, None
         return {
             "t": round(time.time(), 3),
             "campaign": run.campaign,
@@ -127,9 +140,11 @@ class Progress:
             "spend": self.spend() if self.spend else None,
             "eta_s": None if eta is None else round(eta, 1),
             "eta_stage": eta_stage,
+            # watch mode: the hosts whose outage holds work back, so the ETA is unknown (format_eta words it)
+            **({"eta_waiting": waiting} if waiting else {}),
             # None: the ETA covers the whole pipeline; else the stages it covers (this process's, --stages)
             "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else list(rates),
-            "http": self.http() if self.http else None,
+            "http": http,
             "host_labels": self.labels(run) or None,
             "budget_stopped": run.budget_stopped,
             "finished": finished,
@@ -196,6 +211,24 @@ def stage_host_waits(stage: Any) -> list[dict[str, Any]]:
     except Exception:  # noqa: BLE001 - the progress stream goes on without it
         log.exception("stage %s: host_waits failed", getattr(stage, "name", "?"))
         return []
+
+
+def eta_waits(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What a watch-mode run waits for, from its stage records (:meth:`Progress.snapshot`): one
+    ``{"host": H, "stage": S, "model": M or None}`` per model whose host the model caller waits for (the
+    record's ``host_waits``) and per host a stage runner's breaker waits for (``unreachable`` entries with a
+    next probe); ``[]`` when nothing waits. While anything waits the ETA is unknown: the work held for such a
+    host is done only after the host answers again, which no measured rate foretells (an ETA computed from the
+    stage's rate read "0 s" while every task of a model was held)."""
+    out: list[dict[str, Any]] = []
+    for sd in stages:
+        for w in sd.get("host_waits") or []:
+            if isinstance(w, dict) and w.get("host"):
+                out.append({"host": str(w["host"]), "stage": sd.get("stage"), "model": w.get("model")})
+        for host, info in (sd.get("unreachable") or {}).items():
+            if isinstance(info, dict) and info.get("next_probe_in_s") is not None:
+                out.append({"host": str(host), "stage": sd.get("stage"), "model": None})
+    return out
 
 
 def pipeline_eta(

@@ -132,6 +132,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import re
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -177,8 +178,26 @@ class StageStats:
     finished: bool = False
     budget_stopped: bool = False
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
+    #: per reason in ``last_errors``: (when it last happened, Unix time s; the host it concerns or None; whether it
+    #: dead-lettered a task), so a reader can tell an error of a host that has answered since (:meth:`note_error`)
+    error_info: dict[str, tuple[float, str | None, bool]] = field(default_factory=dict)
+    #: hosts whose unreachable breaker closed (its probe got through) -> when (Unix time, s)
+    host_ok_at: dict[str, float] = field(default_factory=dict)
     error_reasons: Counter[str] = field(default_factory=Counter)
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+
+    def note_error(self, reason: str, host: str | None = None, *, dead: bool = False, dedupe: bool = False) -> None:
+        """Record ``reason`` as the stage's latest error (``last_errors``, the 5 latest; ``dedupe``: not again when
+        it is among them) and, in ``error_info``, when it happened, the ``host`` it concerns (a host key, or None
+        for an error of no host) and whether it dead-lettered a task. A reason seen again gets the new time, so
+        an error that recurs after its host answered is not taken for resolved (:func:`split_resolved_errors`)."""
+        if not (dedupe and reason in self.last_errors):
+            self.last_errors.append(reason)
+        old = self.error_info.get(reason)
+        self.error_info[reason] = (time.time(), host or (old[1] if old else None), dead or bool(old and old[2]))
+        if len(self.error_info) > 4 * (self.last_errors.maxlen or 5):  # forget reasons gone from last_errors
+            kept = set(self.last_errors)
+            self.error_info = {k: v for k, v in self.error_info.items() if k in kept}
 
     def record_done(self, n: int) -> None:
         self.done += n
@@ -676,6 +695,7 @@ class StageRunner:
             return True
         for host in self.stats.unreachable:
             self._unreachable_seen.discard(host)  # a new outage is logged again
+            self.stats.host_ok_at[host] = time.time()  # its errors so far are resolved (status)
             log.warning("stage %s: host %s reachable again; stage %s resumed", self.stage.name, host,
                         self.stage.name)
         self.stats.unreachable.clear()
@@ -842,8 +862,7 @@ class StageRunner:
         if isinstance(exc, Held):
             if task.key not in self._held:
                 reason = _reason(exc)
-                if reason not in self.stats.last_errors:
-                    self.stats.last_errors.append(reason)
+                self.stats.note_error(reason, error_host(exc, reason), dedupe=True)
             # a re-leased held task (its old lease expired) replaces the stale lease
             self._held[task.key] = Task(task.key, {}, task.attempts, task.lease_id)
             self.stats.held = len(self._held)
@@ -856,7 +875,7 @@ class StageRunner:
             self.stats.released += 1
         elif isinstance(exc, BudgetStop):
             self._budget.set()
-            self.stats.last_errors.append(_reason(exc))
+            self.stats.note_error(_reason(exc))
             await self._safe(self.inq.release(task))
             self.stats.released += 1
         elif isinstance(exc, (PermanentFailure, PermanentHTTPError)):
@@ -865,7 +884,7 @@ class StageRunner:
             self.stats.dead += 1
             if isinstance(exc, Missing):
                 self.stats.missing += 1
-            self._note_error(reason)
+            self._note_error(reason, exc, dead=True)
         elif (hx := _unreachable_error(exc)) is not None and self._breaker_open(hx):
             # the host cannot be reached: back to the queue untouched, the stage stops (module docstring)
             await self._safe(self.inq.release(task))
@@ -878,7 +897,7 @@ class StageRunner:
             self.stats.failed += 1
             if state == "dead":
                 self.stats.dead += 1
-            self._note_error(reason)
+            self._note_error(reason, exc, dead=state == "dead")
             log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
             streak = _charged_streak(exc)
             if streak is not None and state is not None and self._charge(streak, task, reason, state == "dead"):
@@ -913,14 +932,14 @@ class StageRunner:
         if not self.burst:  # watch mode: half-open after a cool-down (module docstring)
             self._cooldown_s = self.probe_after_s
             self.stats.next_probe_at = time.monotonic() + self._cooldown_s
-            self.stats.last_errors.append(f"host {host} unreachable ({unreachable_cause(last)} {_in_a_row(streak)}): "
-                                          f"stage waiting for it, probing again in {self._cooldown_s:g} s")
+            self.stats.note_error(f"host {host} unreachable ({unreachable_cause(last)} {_in_a_row(streak)}): "
+                                  f"stage waiting for it, probing again in {self._cooldown_s:g} s", host)
             log.warning("stage %s: host %s unreachable (%s %s; last: %s): the stage waits for it, next probe in "
                         "%g s", self.stage.name, host, unreachable_cause(last), _in_a_row(streak), last[:200],
                         self._cooldown_s)
             return True
-        self.stats.last_errors.append(f"host {host} unreachable ({unreachable_cause(last)} {_in_a_row(streak)}): "
-                                      "stage stopped, its tasks left queued")
+        self.stats.note_error(f"host {host} unreachable ({unreachable_cause(last)} {_in_a_row(streak)}): "
+                              "stage stopped, its tasks left queued", host)
         log.warning("stage %s: host %s unreachable (%s %s; last: %s): the stage stops, its queued tasks stay for a "
                     "re-run", self.stage.name, host, unreachable_cause(last), _in_a_row(streak), last[:200])
         return True
@@ -1056,8 +1075,8 @@ class StageRunner:
             stale = list(getattr(exc, "stale_keys", None) or [])
         self.stats.released += len(held) - len(stale)
 
-    def _note_error(self, reason: str) -> None:
-        self.stats.last_errors.append(reason)
+    def _note_error(self, reason: str, exc: BaseException | None = None, *, dead: bool = False) -> None:
+        self.stats.note_error(reason, error_host(exc, reason), dead=dead)
         self.stats.error_reasons[reason.split(":", 1)[0]] += 1
 
     async def _safe(self, awaitable: Any) -> Any:
@@ -1134,6 +1153,68 @@ class StageRunner:
 def _short(obj: Any, limit: int = 80) -> str:
     text = repr(obj)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_HOST_IN_TEXT = re.compile(r"\bhost (\[[0-9A-Fa-f:.]+\](?::\d+)?|[A-Za-z0-9_.-]+(?::\d+)?)")
+_URL_IN_TEXT = re.compile(r"\bhttps?://[^\s/?#'\"]+")
+
+
+#: a refused credential (HTTP 401/403, "authentication failed"): about the key, not the host's health
+_AUTH_IN_TEXT = re.compile(r"\b(?:HTTP|http) 40[13]\b|authentication failed|token refused", re.IGNORECASE)
+
+
+def error_host(exc: BaseException | None, reason: str = "") -> str | None:
+    """The host (:func:`geoagent.runtime.http.host_key`) whose trouble a task's failure reports, or None, so
+    that the host answering later resolves it (:func:`split_resolved_errors`): the ``host`` or ``url`` of the
+    exception or of one it was raised from (``raise ... from None`` hides its context, as in a traceback), the
+    host of its ``unreachable_streak``, else the first ``host H`` or URL in ``reason`` (the stored text, e.g.
+    ``"CallFailed: host 127.0.0.1:8001 unreachable ..."``, ``"... 3 attempts to https://h/x failed"``).
+    None for a refused credential (HTTP 401/403, a model's authentication breaker, the crawl's Mapillary token:
+    the host answering other calls says nothing about that key) and for a held task (:class:`Held`) that names
+    no host (only the model caller's unreachable-host hold, ``HostStop``, does)."""
+    from geoagent.runtime.http import host_key
+
+    if _AUTH_IN_TEXT.search(reason or "") or (isinstance(exc, Held) and not getattr(exc, "host", None)):
+        return None
+    seen: set[int] = set()
+    e = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if int(getattr(e, "status", 0) or 0) in (401, 403):
+            return None
+        host = getattr(e, "host", None)
+        if isinstance(host, str) and host:
+            return host
+        streak = getattr(e, "unreachable_streak", None)
+        if isinstance(streak, tuple) and streak and isinstance(streak[0], str) and streak[0]:
+            return streak[0]
+        url = getattr(e, "url", None)
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            return host_key(url) or None
+        e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
+    m = _HOST_IN_TEXT.search(reason or "")
+    if m:
+        return m.group(1)
+    m = _URL_IN_TEXT.search(reason or "")
+    return (host_key(m.group(0)) or None) if m else None
+
+
+def split_resolved_errors(stats: StageStats, answered_at: dict[str, float]) -> tuple[list[str], list[dict[str, Any]]]:
+    """``(still open, resolved)``: the stage's ``last_errors`` split by whether the host each concerns answered a
+    request after it (``answered_at``: host -> latest successful answer, Unix time s: the HTTP client's
+    ``last_ok_at``; merged with the hosts whose breaker closed, ``stats.host_ok_at``). A resolved error is
+    ``{"error": reason, "host": H, "answered_at": T}``. Errors of no host, and errors that dead-lettered a task
+    (it stays missing whatever its host does since), stay open."""
+    open_: list[str] = []
+    resolved: list[dict[str, Any]] = []
+    for reason in stats.last_errors:
+        at, host, dead = stats.error_info.get(reason, (None, None, False))
+        ok = max(answered_at.get(host, 0.0) or 0.0, stats.host_ok_at.get(host, 0.0)) if host else 0.0
+        if host and at is not None and not dead and ok > at:
+            resolved.append({"error": reason, "host": host, "answered_at": round(ok, 3)})
+        else:
+            open_.append(reason)
+    return open_, resolved
 
 
 def eta_s(pending: int, rate_per_s: float) -> float | None:
