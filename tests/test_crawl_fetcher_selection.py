@@ -54,7 +54,7 @@ def _jpegs(images: Path) -> dict[str, str]:
     return {str(p.relative_to(images)): hashlib.sha256(p.read_bytes()).hexdigest() for p in images.glob("*/*.jpg")}
 
 
-def _selected(state: Path, images: Path) -> dict[str, list[str]]:
+def _selected(state: Path) -> dict[str, list[str]]:
     """site -> image ids the campaign's image auditor was given (its audit records)."""
     out: dict[str, list[str]] = {}
     for p in sorted((state / "image_audit").glob("*/*.json")):
@@ -67,7 +67,7 @@ def test_a_second_crawl_uses_its_own_fetcher_settings_and_leaves_the_first_intac
     images = tmp_path / "images"  # one images root, as state/images under one state root
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
 
-    asyncio.run(_crawl(a, images, world, "crawl-a", max_images_per_site=6))
+    req_a = asyncio.run(_crawl(a, images, world, "crawl-a", max_images_per_site=6))
     per_site_a = _per_site(a / "state")
     assert max(per_site_a.values()) > 3  # else the second crawl's limit would change nothing
     rows_a = _rows(a / "state" / "images.csv")
@@ -79,7 +79,7 @@ def test_a_second_crawl_uses_its_own_fetcher_settings_and_leaves_the_first_intac
     per_site_b = _per_site(b / "state")
     assert set(per_site_b) == set(per_site_a)
     assert per_site_b == {s: min(n, 3) for s, n in per_site_a.items()}, (per_site_b, per_site_a)
-    audited_b = _selected(b / "state", images)
+    audited_b = _selected(b / "state")
     assert all(len(ids) <= 3 for ids in audited_b.values()) and sum(map(len, audited_b.values())) == sum(per_site_b.values())
     # its summary's figures are its own selection's, not the first crawl's
     counts_b = image_counts(b / "state", images)
@@ -107,5 +107,64 @@ def test_a_second_crawl_uses_its_own_fetcher_settings_and_leaves_the_first_intac
     # a third crawl with the first crawl's settings reuses that selection: no thumbnail requested
     req_c = asyncio.run(_crawl(c, images, world, "crawl-c", max_images_per_site=6))
     assert req_c["thumbs"] == []
+    # (the screener and sampler still search, as the first crawl did; the fetcher's searches are saved)
+    assert 0 < len(req_c["search"]) <= len(req_a["search"]) - len(per_site_a)
+    # the second crawl searched as much as the first: it made its selection, it did not take one
+    assert len(req_b["search"]) == len(req_a["search"])
     assert _per_site(c / "state") == per_site_a
     assert image_counts(c / "state", images)["rejected"] == counts_a["rejected"]
+
+
+def test_selection_key_changes_with_every_setting_and_the_site():
+    from geoagent.crawl.fetcher import selection_key, selection_path, selection_settings
+    from geoagent.crawl.settings import FetcherSettings
+
+    site = {"site": "s", "lat": 48.85, "lon": 2.35}
+    base = selection_key(selection_settings(site, FetcherSettings()))
+    assert base == selection_key(selection_settings({**site, "lat": "48.85"}, FetcherSettings()))  # a CSV string
+    changed = {"radius_m": 200.0, "min_separation_m": 30.0, "max_images_per_site": 3, "min_brightness": 80.0,
+               "grey_size_px": 16, "thumb_field": "thumb_2048_url", "dedupe_hamming_max": 6}
+    assert set(changed) == set(FetcherSettings.model_fields)  # a new setting must be listed here
+    keys = {selection_key(selection_settings(site, FetcherSettings(**{k: v}))) for k, v in changed.items()}
+    keys.add(selection_key(selection_settings({**site, "lon": 2.36}, FetcherSettings())))
+    assert base not in keys and len(keys) == len(changed) + 1
+    assert selection_path("/r", "s", base).name == f"images-{base}.json"
+    for bad in ("../x", "ABCDEF0123456789", "12"):
+        try:
+            selection_path("/r", "s", bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
+
+
+def test_a_crawl_from_before_per_settings_selections_still_reads_and_resumes(tmp_path):
+    """A crawl of an earlier version kept ``<images root>/<site>/images.json`` (no settings) and no record of
+    its own: its tables and summary still read it, resuming it asks nothing, and no new crawl takes it as its
+    selection (it cannot tell which settings made it) nor rewrites it."""
+    import json
+
+    world = build_world(0)
+    images = tmp_path / "images"
+    a, b = tmp_path / "a", tmp_path / "b"
+    req_a = asyncio.run(_crawl(a, images, world, "crawl-a", max_images_per_site=6))
+    rows_a, counts_a = _rows(a / "state" / "images.csv"), image_counts(a / "state", images)
+    # the earlier layout: images.json without the settings, no image_selection/ in the state folder
+    for p in images.glob("*/images-*.json"):
+        rec = json.loads(p.read_text())
+        (p.parent / "images.json").write_text(json.dumps({k: rec[k] for k in ("site", "kept", "rejected", "downloads")}))
+        p.unlink()
+    for p in (a / "state" / "image_selection").glob("*.json"):
+        p.unlink()
+    legacy = {str(p): p.read_bytes() for p in images.glob("*/images.json")}
+    assert legacy
+
+    assert image_counts(a / "state", images) == counts_a
+    assert [r["image_id"] for r in usable_images(a / "state", images)] == [r["image_id"] for r in rows_a]
+    assert asyncio.run(_crawl(a, images, world, "crawl-a", max_images_per_site=6)) == {"search": [], "thumbs": []}
+    assert _rows(a / "state" / "images.csv") == rows_a
+
+    req_b = asyncio.run(_crawl(b, images, world, "crawl-b", max_images_per_site=6))
+    assert _per_site(b / "state") == _per_site(a / "state")
+    assert len(req_b["search"]) == len(req_a["search"])  # its own selection was made: as many searches
+    assert not {r["image_id"] for r in rows_a} & set(req_b["thumbs"])  # from the thumbnails on disk
+    assert {str(p): p.read_bytes() for p in images.glob("*/images.json")} == legacy
