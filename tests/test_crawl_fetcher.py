@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from geoagent.clients.mapillary import MapillaryClient
-from geoagent.crawl.fetcher import dhash64, fetch_site_images, hamming, image_path, mean_brightness
+from geoagent.crawl.fetcher import dhash64, fetch_site_images, hamming, image_path, mean_brightness, selection_path
 from geoagent.crawl.settings import FetcherSettings
 from geoagent.runtime.http import HostPolicy, HttpClient
 from geoagent.sandbox import mapillary as fake
@@ -80,7 +80,7 @@ def test_fetch_filters_and_stores(tmp_path):
     assert res.downloads == 5  # 9000, 9002 (dark), 9003 (duplicate), 9004, 9006
     for k in res.kept:
         assert (tmp_path / "paris_test" / f"{k['image_id']}.jpg").read_bytes()[:2] == b"\xff\xd8"
-    meta = json.loads((tmp_path / "paris_test" / "images.json").read_text())
+    meta = json.loads(selection_path(tmp_path, "paris_test", res.selection_key).read_text())
     assert [k["image_id"] for k in meta["kept"]] == ["9000", "9004", "9006"]
     assert meta["kept"][0]["captured_at_ms"] == imgs[0].captured_at_ms
 
@@ -124,5 +124,5 @@ def test_an_image_without_a_usable_thumbnail_is_skipped_not_fatal(tmp_path):
     assert all(r.startswith("no thumbnail") for r in reasons.values())
     assert "403" in reasons["7002"] and "not a JPEG" in reasons["7003"] and "gone" in reasons["7005"]
     assert sorted(p.name for p in (tmp_path / "thumbs").glob("*.jpg")) == ["7001.jpg", "7004.jpg"]
-    meta = json.loads((tmp_path / "thumbs" / "images.json").read_text())
+    meta = json.loads(selection_path(tmp_path, "thumbs", res.selection_key).read_text())
     assert sorted(r["image_id"] for r in meta["rejected"]) == ["7000", "7002", "7003", "7005"]

@@ -82,8 +82,9 @@ def test_crawl_writes_verify_trials_and_campaigns_plan_from_it(crawled, capsys):
     m = re.search(r"queue counts are per-site tasks.*images kept: (\d+) of (\d+) downloaded \((.*)\); audit: (\d+) "
                   r"usable, (\d+) excluded", out)
     assert m and int(m.group(1)) == kept, out
-    # every image the fetcher looked at, by the reason it was left out (its images.json), counted here by hand
-    reasons = [r["reason"] for p in images.glob("*/images.json") for r in json.loads(p.read_text())["rejected"]]
+    # every image the fetcher looked at, by the reason it was left out (the campaign's selection records),
+    # counted here by hand
+    reasons = [r["reason"] for p in (crawl_dir / "image_selection").glob("*.json") for r in json.loads(p.read_text())["rejected"]]
     dark = sum(r.startswith("too dark") for r in reasons)
     dup = sum(r.startswith("near-duplicate") for r in reasons)
     pano, near = reasons.count("panorama"), sum(r.startswith("within 40 m of ") for r in reasons)

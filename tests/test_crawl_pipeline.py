@@ -100,7 +100,7 @@ def test_images_saved_spread_bright_and_audited(crawled):
     bright = {i.image_id: i.brightness for i in world.images}
     n_total = 0
     for s in sites:
-        meta = json.loads((tmp / "images" / s["site"] / "images.json").read_text())
+        meta = json.loads((tmp / "state" / "image_selection" / f"{s['site']}.json").read_text())
         kept = meta["kept"]
         n_total += len(kept)
         for k in kept:

@@ -148,7 +148,7 @@ def images_kept(state_dir: str | Path) -> int:
         return sum(1 for _ in csv.DictReader(f))
 
 
-#: why the fetcher left an image out (its ``images.json`` ``rejected[].reason``, :mod:`geoagent.crawl.fetcher`),
+#: why the fetcher left an image out (its selection record's ``rejected[].reason``, :mod:`geoagent.crawl.fetcher`),
 #: by the reason's start: (category, before download?)
 _REJECTION_KINDS = (("panorama", "panoramas", True), ("within ", "within min_separation_m of a kept image", True),
                     ("no thumbnail", "no thumbnail to be had", True),
@@ -158,8 +158,10 @@ _REJECTION_KINDS = (("panorama", "panoramas", True), ("within ", "within min_sep
 def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, Any]:
     """How many images the crawl looked at, kept, and why it left the others out.
 
-    Reads each site's ``images.json`` (:data:`geoagent.crawl.fetcher.METADATA_FILE`: ``kept`` and ``rejected``
-    with a ``reason``) and ``images.csv`` (the audited kept images, ``usable`` True/False). Returns ``kept``
+    Reads this campaign's selection record of each site (:func:`geoagent.crawl.fetcher.campaign_selections`:
+    ``<state_dir>/image_selection/<site>.json``, made by its own ``[crawl.fetcher]`` settings; never another
+    campaign's selection in the shared images root; ``kept`` and ``rejected`` with a ``reason``) and
+    ``images.csv`` (the audited kept images, ``usable`` True/False). Returns ``kept``
     (thumbnails on disk), ``skipped`` (category -> count, left out before download: panoramas, within
     ``min_separation_m`` of a kept image, no thumbnail), ``rejected`` (category -> count, left out after
     download: too dark, the brightness filter; near-duplicates; ``other``: an unreadable JPEG), ``usable`` and
@@ -167,17 +169,10 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     ``audited`` (rows of images.csv)."""
     import csv
 
-    from geoagent.crawl.fetcher import METADATA_FILE
+    from geoagent.crawl.fetcher import campaign_selections
 
     out: dict[str, Any] = {"kept": 0, "skipped": {}, "rejected": {}, "usable": 0, "excluded": 0, "audited": 0}
-    root = Path(images_root)
-    for meta_path in sorted(root.glob(f"*/{METADATA_FILE}")) if root.is_dir() else []:
-        try:
-            meta = orjson.loads(meta_path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            continue
-        if not isinstance(meta, dict):
-            continue
+    for meta in campaign_selections(state_dir, images_root).values():
         out["kept"] += len(meta.get("kept") or [])
         for r in meta.get("rejected") or []:
             reason = str(r.get("reason", "")) if isinstance(r, dict) else ""

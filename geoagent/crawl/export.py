@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from geoagent import constants as C
-from geoagent.crawl.fetcher import METADATA_FILE
+from geoagent.crawl.fetcher import campaign_selections
 from geoagent.crawl.image_audit import read_human_verdicts
 from geoagent.crawl.ladder import band_for, tier_for
 from geoagent.data.model import Image, ReferencePoint, Site
@@ -45,18 +45,17 @@ def _iso(ms: Any) -> str | None:
 
 
 def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts: str | Path | None = None) -> list[dict[str, Any]]:
-    """Kept images of every site with their audit outcome: ``usable`` follows the human verdict when
-    one exists (the paper's policy), else the model audit; images without any audit are left out."""
+    """Kept images of every site of this campaign's selection (:func:`geoagent.crawl.fetcher.campaign_selections`:
+    its own ``image_selection/<site>.json``, never another campaign's selection in the shared images root),
+    sorted by site, with their audit outcome: ``usable`` follows the human verdict when one exists (the
+    paper's policy), else the model audit; images without any audit are left out."""
     state_dir, images_root = Path(state_dir), Path(images_root)
     human = read_human_verdicts(human_verdicts) if human_verdicts and Path(human_verdicts).is_file() else {}
     out = []
-    for site_dir in sorted(p for p in images_root.iterdir() if p.is_dir()) if images_root.is_dir() else []:
-        meta = _load(site_dir / METADATA_FILE)
-        if not meta:
-            continue
-        for k in meta.get("kept", []):
+    for site, meta in campaign_selections(state_dir, images_root).items():
+        for k in meta.get("kept") or []:
             iid = k["image_id"]
-            rec = _load(state_dir / "image_audit" / site_dir.name / f"{iid}.json")
+            rec = _load(state_dir / "image_audit" / site / f"{iid}.json")
             hv = human.get(iid, {}).get("human_verdict")
             if hv:
                 usable = hv == "keep"
@@ -64,9 +63,9 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
                 usable = bool(rec["audit"].get("usable"))
             else:
                 continue
-            out.append({"image_id": iid, "site": site_dir.name, "lat": k["lat"], "lon": k["lon"],
+            out.append({"image_id": iid, "site": site, "lat": k["lat"], "lon": k["lon"],
                         "captured_at": _iso(k.get("captured_at_ms")), "compass_angle_deg": k.get("compass_angle"),
-                        "path": k.get("path") or f"{site_dir.name}/{iid}.jpg", "usable": usable})
+                        "path": k.get("path") or f"{site}/{iid}.jpg", "usable": usable})
     return out
 
 

@@ -7,13 +7,26 @@ thumbnail URL is requested and the JPEG downloaded at once (the URLs expire); it
 of a small greyscale copy is below ``min_brightness`` (90 on 0-255, the daylight filter) or if its
 64-bit difference hash is within ``dedupe_hamming_max`` bits of a kept image (a near-duplicate). Kept
 images and every rejection are recorded with the metadata (id, camera lat/lon, capture time, compass
-angle) in ``<site>/images.json``. Image ids are validated as digits before they touch a path. An image
-whose thumbnail cannot be had (no URL, refused even when freshly issued, not a JPEG) is rejected with
-the reason; the walk goes on to the next image.
+angle) in the site's *selection record*. Image ids are validated as digits before they touch a path. An
+image whose thumbnail cannot be had (no URL, refused even when freshly issued, not a JPEG) is rejected
+with the reason; the walk goes on to the next image.
+
+Selections are per settings. The images root is shared by every campaign under a state root, so a
+selection record says what made it: ``selection`` holds the site's coordinates and every
+``[crawl.fetcher]`` setting (:func:`selection_settings`), ``selection_key`` a digest of them
+(:func:`selection_key`). It is stored twice: under the images root as ``<site>/images-<key>.json``
+(:func:`selection_path`; another campaign with the same settings reuses it without a request), and in the
+campaign's own state folder as ``<state_dir>/image_selection/<site>.json`` (:func:`campaign_selections`:
+what the campaign's tables and summary read). A campaign whose settings differ makes its own selection; a
+thumbnail already on disk is read, never downloaded or written again, so no file another campaign's tables
+point at changes. Crawls before this version wrote ``<site>/images.json`` (:data:`METADATA_FILE`), with no
+settings: it is never reused for a new selection nor rewritten, and is read only as the record of a site
+that such a crawl audited (:func:`campaign_selections`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from dataclasses import dataclass, field
@@ -28,7 +41,13 @@ from geoagent.crawl.settings import FetcherSettings
 from geoagent.geo import haversine_km
 from geoagent.paths import safe_image_id, safe_name
 
+#: a site's selection record as crawls before this version wrote it (``<images_root>/<site>/images.json``,
+#: without the settings that made it); read only for sites those crawls audited (:func:`campaign_selections`)
 METADATA_FILE = "images.json"
+#: the campaign's own selection records: ``<state_dir>/image_selection/<site>.json``
+SELECTION_DIR = "image_selection"
+#: bumped when the walk or its filters change in a way that changes which images a setting keeps
+SELECTION_VERSION = 1
 
 
 def mean_brightness(jpeg: bytes, size_px: int = 32) -> float:
@@ -90,17 +109,99 @@ def too_close(img: MapillaryImage, kept: list[dict[str, Any]], min_sep_m: float)
     return None
 
 
+def selection_settings(site: dict[str, Any], settings: FetcherSettings) -> dict[str, Any]:
+    """Everything that decides which images a site gets: the walk's version, the site's coordinates
+    (degrees, as floats) and every ``[crawl.fetcher]`` setting (``radius_m``, ``min_separation_m``,
+    ``max_images_per_site``, ``min_brightness``, ``grey_size_px``, ``thumb_field``, ``dedupe_hamming_max``).
+
+    Raises
+    ------
+    KeyError, TypeError, ValueError
+        When ``site`` has no usable ``lat``/``lon``.
+    """
+    return {"version": SELECTION_VERSION, "lat": float(site["lat"]), "lon": float(site["lon"]),
+            "fetcher": settings.model_dump(mode="json")}
+
+
+def selection_key(selection: dict[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of ``selection`` (:func:`selection_settings`) as canonical JSON (sorted
+    keys): equal settings give equal keys, any differing setting a different key."""
+    return hashlib.sha256(orjson.dumps(selection, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def selection_path(images_root: str | Path, site: str, key: str) -> Path:
+    """``<images_root>/<site>/images-<key>.json``: the shared selection record of the settings with ``key``."""
+    if not (len(key) == 16 and all(ch in "0123456789abcdef" for ch in key)):
+        raise ValueError(f"selection key must be 16 lowercase hex digits, got {key!r}")
+    return site_dir(images_root, site) / f"images-{key}.json"
+
+
+def load_selection(path: str | Path, key: str, *, images_root: str | Path | None = None) -> dict[str, Any] | None:
+    """The selection record at ``path`` if it was made with the settings of ``key`` (its ``selection_key``),
+    else None (missing, unreadable, made with other settings, or by a version that recorded none). With
+    ``images_root``, also None when a kept image's thumbnail is not on disk there (the selection is redone,
+    downloading what is missing)."""
+    try:
+        rec = orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(rec, dict) or rec.get("selection_key") != key or not isinstance(rec.get("kept"), list):
+        return None
+    if images_root is not None:
+        for k in rec["kept"]:
+            try:
+                if not image_path(images_root, str(rec["site"]), str(k["image_id"])).is_file():
+                    return None
+            except (KeyError, TypeError, ValueError):
+                return None
+    return rec
+
+
+def campaign_selections(state_dir: str | Path, images_root: str | Path) -> dict[str, dict[str, Any]]:
+    """site -> the selection record this campaign's images come from, sorted by site.
+
+    The campaign's own records (``<state_dir>/image_selection/<site>.json``); for a site without one that the
+    campaign audited (``<state_dir>/image_audit/<site>/``: a crawl before this version), the site's
+    ``images.json`` in the images root, as those crawls read it. Another campaign's selections in the shared
+    images root are never counted."""
+    state_dir, images_root = Path(state_dir), Path(images_root)
+    out: dict[str, dict[str, Any]] = {}
+
+    def load(path: Path) -> Any:
+        try:
+            return orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+
+    own = state_dir / SELECTION_DIR
+    for p in sorted(own.glob("*.json")) if own.is_dir() else []:
+        rec = load(p)
+        if isinstance(rec, dict):
+            out[p.stem] = rec
+    audited = state_dir / "image_audit"
+    for d in sorted(audited.iterdir()) if audited.is_dir() else []:
+        if d.is_dir() and d.name not in out:
+            rec = load(images_root / d.name / METADATA_FILE)
+            if isinstance(rec, dict):
+                out[d.name] = rec
+    return dict(sorted(out.items()))
+
+
 @dataclass
 class FetchResult:
-    """Kept images (metadata dicts with ``path``, ``brightness``, ``dhash``) and rejections with reasons."""
+    """Kept images (metadata dicts with ``path``, ``brightness``, ``dhash``) and rejections with reasons;
+    ``selection`` and ``selection_key``: the settings that made it (:func:`selection_settings`)."""
 
     site: str
     kept: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     downloads: int = 0
+    selection: dict[str, Any] = field(default_factory=dict)
+    selection_key: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"site": self.site, "kept": self.kept, "rejected": self.rejected, "downloads": self.downloads}
+        return {"site": self.site, "kept": self.kept, "rejected": self.rejected, "downloads": self.downloads,
+                "selection": self.selection, "selection_key": self.selection_key}
 
 
 async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: FetcherSettings,
@@ -113,11 +214,14 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         A ``sites.csv`` row (needs ``site``, ``lat``, ``lon``).
     mapillary : geoagent.clients.mapillary.MapillaryClient
     images_root : path
-        Root folder; images go to ``<root>/<site>/<id>.jpg`` (default root: ``state/images``).
+        Root folder; images go to ``<root>/<site>/<id>.jpg`` (default root: ``state/images``), the selection
+        record to ``<root>/<site>/images-<key>.json`` (:func:`selection_path`). A thumbnail already there is
+        read, not downloaded, and never written over.
     """
     sid = safe_name(str(site["site"]), what="site id")
     lat, lon = float(site["lat"]), float(site["lon"])
-    res = FetchResult(sid)
+    sel = selection_settings(site, settings)
+    res = FetchResult(sid, selection=sel, selection_key=selection_key(sel))
     found = await mapillary.images_within(lat, lon, settings.radius_m)
     hashes: list[int] = []
     for img, d_m in found:
@@ -136,7 +240,7 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         except ValueError as e:
             res.rejected.append(meta | {"reason": str(e)})
             continue
-        if path.is_file():  # already fetched in an earlier (interrupted) run
+        if path.is_file():  # already fetched in an earlier (interrupted) run, or by another campaign
             jpeg = path.read_bytes()
         else:
             try:
@@ -162,5 +266,5 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
             _atomic_write(path, jpeg)
         hashes.append(h)
         res.kept.append(meta | {"path": f"{sid}/{path.name}", "brightness": round(bright, 2), "dhash": f"{h:016x}"})
-    _atomic_write(site_dir(images_root, sid) / METADATA_FILE, orjson.dumps(res.to_json(), option=orjson.OPT_INDENT_2))
+    _atomic_write(selection_path(images_root, sid, res.selection_key), orjson.dumps(res.to_json(), option=orjson.OPT_INDENT_2))
     return res

@@ -12,7 +12,9 @@ audited. Every stage writes its result files under ``<state_dir>`` (``screening/
 ``image_audit.csv``, ``candidate_referenceability.csv`` and ``candidate_referenceability_by_city.csv``,
 ``audit_decisions.jsonl``, ``audit_sensitive.jsonl``) and reuses a result that is
 already there, so a restarted crawl repeats no API or model call that had completed. Thumbnails go to
-``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``). The referenceability auditor rates
+``<images_root>/<site>/<image_id>.jpg`` (default ``state/images``, shared by the campaigns under one state
+root); which of them a campaign uses is its own, by its own ``[crawl.fetcher]`` settings, in
+``<state_dir>/image_selection/<site>.json`` (:mod:`geoagent.crawl.fetcher`, "Selections are per settings"). The referenceability auditor rates
 per city (all of a city's candidates in fixed, QID-ordered batches; :class:`ReferenceabilityAuditorStage`),
 so its calls do not depend on the order in which sites arrive.
 
@@ -604,25 +606,42 @@ class ImageryFetcherStage(_CrawlStage):
     concurrency = 4
     uses_mapillary = True
     #: a stop cancels fetches in flight at once (released untouched): Mapillary and thumbnail requests are
-    #: free, and every thumbnail and the site's images.json are written to a temporary file renamed into
-    #: place (:func:`geoagent.crawl.fetcher.fetch_site_images`), so a cancelled site leaves whole images only,
-    #: which the next run reuses without downloading them again
+    #: free, and every thumbnail and the site's selection records are written to a temporary file renamed
+    #: into place (:func:`geoagent.crawl.fetcher.fetch_site_images`), so a cancelled site leaves whole images
+    #: only, which the next run reuses without downloading them again
     cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        """Select the site's images by this campaign's ``[crawl.fetcher]`` settings.
+
+        The campaign's own record (``<state_dir>/image_selection/<site>.json``) made with the same settings
+        and site coordinates is reused (resume: no request); else the shared record of those settings in the
+        images root (``<site>/images-<key>.json``, made by another campaign: no request, provided its
+        thumbnails are on disk); else the site is fetched (:func:`geoagent.crawl.fetcher.fetch_site_images`,
+        reading thumbnails already on disk). The record used is stored as the campaign's own. A record made
+        with other settings (another campaign's, or this one's before its settings changed) is never used.
+        """
         svc = _svc(ctx)
         site = task.payload["site"]
         sid = paths.safe_name(str(site["site"]), what="site id")
-        meta_path = fetch_mod.site_dir(svc.images_root, sid) / fetch_mod.METADATA_FILE
-        rec = _load(meta_path)
+        try:
+            key = fetch_mod.selection_key(fetch_mod.selection_settings(site, svc.settings.fetcher))
+        except (KeyError, TypeError, ValueError) as e:
+            raise PermanentFailure(f"site {sid}: no usable coordinates ({e!r})") from None
+        own = svc.state_dir / fetch_mod.SELECTION_DIR / f"{sid}.json"
+        rec = fetch_mod.load_selection(own, key)
         if rec is None:
-            self._token_gate(svc)
-            try:
-                res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root)
-            except Exception as e:
-                self._token_gate(svc, e)
-                raise
-            rec = res.to_json()
+            rec = fetch_mod.load_selection(fetch_mod.selection_path(svc.images_root, sid, key), key,
+                                           images_root=svc.images_root)
+            if rec is None:
+                self._token_gate(svc)
+                try:
+                    res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root)
+                except Exception as e:
+                    self._token_gate(svc, e)
+                    raise
+                rec = res.to_json()
+            _dump(own, rec)
         return [(f"site:{sid}", {"site": site, "images": rec["kept"]})]
 
 
