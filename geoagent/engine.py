@@ -177,6 +177,11 @@ class CampaignKind(abc.ABC):
         return []
 
 
+    def dry_run_outline(self, cfg: Any) -> list[str]:
+        """For a kind whose model calls arise along the way (not in the plan, e.g. the crawl's audits): lines the
+        dry run prints about what those calls may cost (``[]`` by default)."""
+        return []
+
     def status_lines(self, cfg: Any) -> list[str]:
         """Lines ``run.py status`` adds for this kind, read from the campaign's files (never changing them;
         e.g. the crawl: why its folder has no ``verify_trials.csv``); ``[]`` by default."""
@@ -1164,7 +1169,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         # e.g. the crawl: its model calls (audits) arise along the way, not in the plan
         out.extra_lines = warning + [
             f"  dry run: the plan is {len(messages)} message(s) on edge {kind.plan_edge!r}; this campaign kind makes"
-            " its model calls along the way, so they cannot be counted in advance (the [budget] cap still holds)"
+            " its model calls along the way, so they cannot be counted in advance (the [budget] cap still holds)",
+            *kind.dry_run_outline(cfg),
         ]
     else:
         payloads, earlier = run_would_handle(cfg, kind, messages)

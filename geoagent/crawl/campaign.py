@@ -51,6 +51,10 @@ class CrawlCampaign(CampaignKind):
     async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
         return city_messages(_settings(cfg).cities)
 
+    def dry_run_outline(self, cfg: Any) -> list[str]:
+        """The crawl's budget outline for the dry run (:func:`crawl_budget_outline`)."""
+        return crawl_budget_outline(cfg, _settings(cfg))
+
     def empty_plan_reason(self, cfg: Any) -> str:
         return (f"0 cities planned from {getattr(cfg, 'source', cfg.name)}: [[crawl.cities]] is empty (add cities, "
                 "or run with --watch to wait for them)")
@@ -298,3 +302,89 @@ def _write_trials(cfg: Any, svc: Any) -> str:
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
     return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
             f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"")
+
+
+#: per-city candidate count the dry run prices the referenceability audit at, as an example (the real count is
+#: known only once the Wikidata queries ran)
+OUTLINE_CANDIDATES = 1000
+
+
+def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
+    """The worst cases behind :func:`crawl_budget_outline` (USD per call; None for a model without prices).
+
+    Returns ``{"image_audit_usd", "rating_usd", "screen_usd", "max_image_audits", "batch_size"}``:
+    one image audit's reservation (the image as a square thumbnail of the fetcher's size, e.g.
+    ``thumb_1024_url``: 1024 x 1024 px, the largest bill a thumbnail of that size can have), one rating call's
+    and one sensitivity-screen call's reservation for a full batch of candidates (each label at 200 characters,
+    the most a prompt line keeps), and the most image audits the config allows (cities x
+    ``sites_per_city`` x ``max_images_per_site``). Priced by the rule the ledger reserves with
+    (:func:`geoagent.config.reservation_usd`, ``[budget] input_estimate_factor`` included).
+    """
+    import re
+
+    from geoagent.config import reservation_usd
+    from geoagent.crawl.image_audit import load_prompt
+    from geoagent.crawl.referenceability import RefCandidate, render_candidates
+
+    models = {m.name: m for m in getattr(cfg, "models", [])}
+    factor = float(cfg.budget.input_estimate_factor)
+
+    def priced(name: str) -> Any:
+        m = models.get(name)
+        return m if m is not None and m.paid and (m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0) else None
+
+    ia, rs = settings.image_audit, settings.referenceability
+    out: dict[str, Any] = {
+        "image_audit_usd": None, "rating_usd": None, "screen_usd": None, "batch_size": rs.batch_size,
+        "max_image_audits": len(settings.cities) * settings.sampler.sites_per_city * settings.fetcher.max_images_per_site,
+    }
+    if (m_img := priced(ia.model)) is not None:
+        side = int(d.group(1)) if (d := re.search(r"(\d+)", settings.fetcher.thumb_field)) else 2048
+        params = {"max_output_tokens": ia.max_output_tokens, "temperature": ia.temperature, "json_mode": True}
+        out["image_audit_usd"] = reservation_usd(m_img, load_prompt("crawl_image_audit.txt"), params, ia.max_output_tokens,
+                                                 input_estimate_factor=factor, has_image=True, size_px=(side, side))
+    if (m_ref := priced(rs.model)) is not None:
+        batch = [RefCandidate(qid=f"Q{i}", label="x" * 200, dist_km=rs.radius_km, lat=0.0, lon=0.0)
+                 for i in range(rs.batch_size)]
+        params = {"max_output_tokens": rs.max_output_tokens, "temperature": rs.temperature}
+        for key, name, dist in (("rating_usd", "crawl_referenceability.txt", True), ("screen_usd", "crawl_sensitive.txt", False)):
+            prompt = load_prompt(name).replace("{candidates}", render_candidates(batch, with_distance=dist))
+            out[key] = reservation_usd(m_ref, prompt, params, rs.max_output_tokens, input_estimate_factor=factor)
+    return out
+
+
+def crawl_budget_outline(cfg: Any, settings: CrawlSettings) -> list[str]:
+    """What the crawl's model calls may cost, for the dry run (``run.py crawl CONFIG --simulate``).
+
+    How many calls a crawl makes depends on what it finds (cities admitted, sites sampled, images kept,
+    candidates near the sites), so the outline gives each auditor's worst case per call
+    (:func:`crawl_budget_figures`) and the bounds the config sets: one image audit per kept image (seed 000
+    Sec. 3.2, App. A.4), at most cities x ``sites_per_city`` x ``max_images_per_site``; two referenceability
+    calls (the 0-5 rating and the sensitivity screen, Sec. 3.3) per batch of ``batch_size`` candidates of a
+    city, shown for :data:`OUTLINE_CANDIDATES` candidates in a city (re-asks of an unparseable batch, split in
+    halves, come on top). Returns lines indented for the dry-run report; a model without prices reads "free".
+    """
+    import math
+
+    f = crawl_budget_figures(cfg, settings)
+    ia, rs = settings.image_audit, settings.referenceability
+    n_img, n_cities = f["max_image_audits"], len(settings.cities)
+    lines = ["  crawl budget outline (each call's worst case, as the ledger reserves it; how many calls there are "
+             "depends on what the crawl finds):"]
+    bound = (f"at most {n_img:,} calls ({n_cities} cities x {settings.sampler.sites_per_city} sites x "
+             f"{settings.fetcher.max_images_per_site} images per site)")
+    if f["image_audit_usd"] is not None:
+        each = f["image_audit_usd"]
+        lines.append(f"    image audit (model {ia.model!r}): {bound}, up to ${each:.4f} each: at most ${each * n_img:.2f}")
+    else:
+        lines.append(f"    image audit (model {ia.model!r}): {bound}, free (no prices)")
+    how = f"2 calls (rating, sensitivity screen) per {rs.batch_size} candidates within {rs.radius_km:g} km of a city's sites"
+    if f["rating_usd"] is not None:
+        per_batch = f["rating_usd"] + f["screen_usd"]
+        n_batches = math.ceil(OUTLINE_CANDIDATES / rs.batch_size)
+        lines.append(f"    referenceability (model {rs.model!r}): {how}, up to ${per_batch:.4f} per {rs.batch_size}; "
+                     f"{OUTLINE_CANDIDATES:,} candidates in a city: {2 * n_batches} calls, up to ${per_batch * n_batches:.2f}")
+    else:
+        lines.append(f"    referenceability (model {rs.model!r}): {how}, free (no prices)")
+    lines.append(f"    the [budget] cap (${cfg.budget.cap_usd:,.2f}) holds: no call starts that could pass it")
+    return lines

@@ -1,0 +1,54 @@
+"""The crawl's dry run outlines what its auditors' calls may cost, and the outline bounds the real crawl.
+
+Walkthrough finding (session 8): ``run.py crawl CONFIG --simulate`` said only that a crawl's model calls
+"cannot be counted in advance", so a researcher could not plan a real crawl's budget. The outline gives each
+auditor's worst case per call and the config's bound on image audits; here the shipped sandbox crawl (local
+fakes, illustrative prices) is run after its dry run, and every reservation the ledger made is checked against
+the outline's figures: each image audit at most the outline's per-call worst case, their count at most its
+bound, each rating and screening call at most the outline's per-call figure for a full batch.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+from geoagent.cli import main
+from geoagent.config import load_config
+from geoagent.crawl.campaign import crawl_budget_figures
+from geoagent.crawl.settings import CrawlSettings
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
+
+
+def test_crawl_dry_run_outline_bounds_what_the_crawl_reserves(isolated_roots, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    cfg = load_config(CONFIG)
+    settings = cfg.section("crawl")
+    assert isinstance(settings, CrawlSettings)
+    fig = crawl_budget_figures(cfg, settings)
+    assert fig["max_image_audits"] == 3 * 3 * 6  # 3 cities x sites_per_city 3 x max_images_per_site 6 (the file's)
+    assert all(fig[k] and fig[k] > 0 for k in ("image_audit_usd", "rating_usd", "screen_usd"))
+
+    assert main(["crawl", str(CONFIG), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    img_line = next(line for line in out.splitlines() if "image audit (model 'sandbox-vision-auditor')" in line)
+    assert "at most 54 calls (3 cities x 3 sites x 6 images per site)" in img_line
+    assert f"up to ${fig['image_audit_usd']:.4f} each" in img_line
+    ref_line = next(line for line in out.splitlines() if "referenceability (model 'sandbox-text-auditor')" in line)
+    per_batch = fig["rating_usd"] + fig["screen_usd"]
+    assert f"up to ${per_batch:.4f} per 40" in ref_line and "1,000 candidates in a city: 50 calls" in ref_line
+    assert re.search(r"the \[budget\] cap \(\$0\.50\) holds", out)
+
+    assert main(["crawl", str(CONFIG), "--no-live"]) == 0
+    db = isolated_roots / "state" / "crawl-sandbox" / "campaign.sqlite"
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT model, amount_nusd FROM reservations").fetchall()
+    image = [a / 1e9 for m, a in rows if m == "sandbox-vision-auditor"]
+    text = [a / 1e9 for m, a in rows if m == "sandbox-text-auditor"]
+    assert image and text  # both auditors were paid for
+    assert len(image) <= fig["max_image_audits"]
+    assert max(image) <= fig["image_audit_usd"] + 1e-12
+    assert max(text) <= max(fig["rating_usd"], fig["screen_usd"]) + 1e-12
