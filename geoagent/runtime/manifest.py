@@ -239,6 +239,35 @@ def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     return config_changes(cfg, state_dir=state_dir, prompts_dir=prompts_dir).calls
 
 
+def _pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (signal 0; a process of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OSError, ValueError, OverflowError):
+        return False
+    return True
+
+
+def _close_dead_runs(runs: list[dict[str, Any]], new_run_id: str) -> None:
+    """Mark the entries of ``runs`` still ``running`` whose process is gone (this machine only: same host name,
+    its pid no longer exists) as ``killed``: the process ended without stopping its run (SIGKILL, a crash, a
+    power cut), so no final status was written. Entries of live processes (a ``--stages`` scale-out, a run
+    still going) and of other machines are left as they are. ``stopped_at`` stays None (the end is unknown);
+    ``killed_found_by`` names the run that found it."""
+    here = socket.gethostname()
+    for run in runs:
+        if run.get("status") != "running" or run.get("host") != here:
+            continue
+        pid = run.get("pid")
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and pid != os.getpid() and not _pid_alive(pid):
+            run["status"] = "killed"
+            run["killed_found_by"] = new_run_id
+
+
 class Manifest:
     """Record runs of one campaign in its ``manifest.json``.
 
@@ -276,7 +305,8 @@ class Manifest:
         }
 
     def start_run(self, *, command: str = "run", extra: dict[str, Any] | None = None) -> str:
-        """Refresh the static fields, append a run entry with its start time; return the run id."""
+        """Refresh the static fields, append a run entry with its start time; return the run id. Earlier entries
+        still ``running`` whose process no longer exists on this machine become ``killed`` (:func:`_close_dead_runs`)."""
         now = time.time()
         run_id = f"{datetime.fromtimestamp(now, UTC).strftime('%Y%m%dT%H%M%SZ')}-{_pysecrets.token_hex(3)}"
         static = self._static()
@@ -287,7 +317,9 @@ class Manifest:
                 history.append(static["config_sha256"])
             data.update(static)
             data["config_history"] = history
-            data["runs"] = list(data.get("runs", [])) + [
+            runs = list(data.get("runs", []))
+            _close_dead_runs(runs, run_id)
+            data["runs"] = runs + [
                 {
                     "run_id": run_id,
                     "command": command,
@@ -309,7 +341,8 @@ class Manifest:
 
     def stop_run(self, run_id: str, *, status: str = "complete", summary: dict[str, Any] | None = None) -> None:
         """Set the stop time, final status (``complete``, ``incomplete``, ``budget_exhausted``, ``interrupted``,
-        ``failed``) and an optional summary of run ``run_id``.
+        ``failed``) and an optional summary of run ``run_id``. (A run whose process died without it keeps
+        ``running`` until the next run on this machine marks it ``killed``: :meth:`start_run`.)
 
         Raises
         ------
