@@ -318,18 +318,28 @@ def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
             f"as misses, so hit and echo rates there mostly measure the geocoder. Here {UNRESOLVED_CAUSE}."]
 
 
-def geocoder_failure_warning(dead: int, queued: int) -> str | None:
-    """A warning when answers never got through the geocoder (its endpoints failed or could not be reached):
-    ``dead`` dead-lettered on the ``answers`` edge, ``queued`` left there (ready or leased); None when both
-    are 0. Unlike :func:`unresolved_warnings` (the endpoints answered but found nothing), these answers are in
-    no table at all."""
-    if not dead and not queued:
-        return None
-    parts = ([f"{dead} dead-lettered (reasons in missing.csv and `run.py dead CONFIG`)"] if dead else []) + (
-        [f"{queued} left queued (re-run the same command to geocode them)"] if queued else [])
-    return (f"Warning: {dead + queued} answers did not get through the geocoder and are in no table: "
-            f"{'; '.join(parts)}. Their lookups failed (e.g. the endpoints failed or could not be reached, not "
-            f"'found nothing'): check {GEOCODER_SETTING} and the network.")
+def geocoder_failure_warning(dead: int, queued: int, *, left_by: str | None = None) -> str | None:
+    """What became of the answers that did not get through the geocoder; None when there are none.
+
+    ``dead``: answers dead-lettered on the ``answers`` edge (their lookups failed, e.g. the endpoints failed
+    or could not be reached); ``queued``: answers left there (ready or leased) at the end of the run.
+    ``left_by``: the stop that left the queued answers there before the geocoder took them (``"the
+    interrupt"``, ``"the budget stop"``), named in a sentence that says a re-run finishes them; None when
+    no such stop did (the geocoder's host was unreachable and its stage stopped): then the queued answers
+    are failed lookups too, counted in the warning. Unlike :func:`unresolved_warnings` (the endpoints
+    answered but found nothing), these answers are in no table at all."""
+    failed_queued = 0 if left_by else queued
+    out = []
+    if dead or failed_queued:
+        parts = ([f"{dead} dead-lettered (reasons in missing.csv and `run.py dead CONFIG`)"] if dead else []) + (
+            [f"{failed_queued} left queued (re-run the same command to geocode them)"] if failed_queued else [])
+        out.append(f"Warning: {dead + failed_queued} answers did not get through the geocoder and are in no table: "
+                   f"{'; '.join(parts)}. Their lookups failed (e.g. the endpoints failed or could not be reached, "
+                   f"not 'found nothing'): check {GEOCODER_SETTING} and the network.")
+    if left_by and queued:
+        out.append(f"{queued} answers not geocoded yet: left queued by {left_by}; re-run the same command to finish "
+                   "(their lookups did not fail).")
+    return " ".join(out) or None
 
 
 def regime_threshold_note(agg: GeoHintAggregator) -> str:
@@ -936,6 +946,7 @@ def write_report(
     interim: str | None = None,
     p_reference: str = "normal",
     answers_queued: int = 0,
+    answers_left_by: str | None = None,
     image_note: str | None = None,
     simulated: Sequence[str] = (),
 ) -> list[Table]:
@@ -955,6 +966,8 @@ def write_report(
     rate included: the simulated answers repeat the hint by design) describe the simulator, not a model.
     ``answers_queued``: answers still queued for the geocoder (``answers`` edge, ready or leased); with the
     dead letters of that edge (from ``missing``) they make :func:`geocoder_failure_warning` in the header.
+    ``answers_left_by``: the stop that left those answers queued (``"the interrupt"``), so they are not
+    counted as failed lookups; None when the geocoder's own failure left them (its ``left_by``).
     ``image_note``: the plan's line about images sent as placeholder pixels (no file under the image folder,
     :mod:`geoagent.image_files`), a warning in the header; None when every image had its file.
     """
@@ -990,7 +1003,8 @@ def write_report(
         "",
         *[x for w in unresolved_warnings(agg) for x in (f"**{w}**", "")],
         *[x for w in [geocoder_failure_warning(sum(m.get("edge") == C.EDGE_ANSWERS for m in missing or []),
-                                               answers_queued)] if w for x in (f"**{w}**", "")],
+                                               answers_queued, left_by=answers_left_by)] if w
+          for x in (f"**{w}**", "")],
         *([no_regime_note(agg, baseline), ""] if no_regime_note(agg, baseline) else []),
         "Terms:",
         "",
