@@ -256,10 +256,12 @@ class GeoHintCampaign(CampaignKind):
             return [*lines, "  GeoHint: no scored responses", *([f"  {failed}"] if failed else [])]
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
+        n_undetermined = len(agg.undetermined_sites())
         lines.append(f"  GeoHint: {len(agg.keys)} scored responses over {len(agg.sites)} sites; "
-                     f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible "
-                     f"(threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
-        n_no_regime = len(agg.sites) - len(regimes)
+                     f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible"
+                     + (f", {n_undetermined} undetermined (no no-context answer geocoded)" if n_undetermined else "")
+                     + f" (threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
+        n_no_regime = len(agg.sites) - len(regimes) - n_undetermined
         if n_no_regime:
             lines.append(f"  {n_no_regime} site{'' if n_no_regime == 1 else 's'} without a no-context answer "
                          f"{'has' if n_no_regime == 1 else 'have'} no regime")

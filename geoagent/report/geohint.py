@@ -99,6 +99,7 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
         f"regime: sites are split by their own no-context (baseline) hit rate: legible at {t} or more, illegible "
         "below.",
+        "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
         "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
         "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
         "Figure fig_hit_by_band.png: error bars are 95 % Wilson score intervals of the responses behind each point.",
@@ -262,29 +263,50 @@ def _model_order(agg: GeoHintAggregator, condition: str) -> list[str]:
 
 
 def regime_note(agg: GeoHintAggregator, baseline: str) -> str:
-    """A sentence for tables split by regime when no site has one (no no-context answers), else ""."""
+    """A sentence for tables split by regime when no site has one (no no-context answers, or none of them
+    geocoded), else ""."""
     if agg.regimes(condition=baseline):
         return ""
-    return (f"No regime split: sites are assigned to legible or illegible by their no-context hit rate, and these "
-            f"data hold no no-context answers (condition {baseline!r}), so every regime row is empty ({DASH}); "
-            f"only rows and columns over all sites are filled.")
+    undetermined = agg.undetermined_sites(baseline)
+    if undetermined:
+        n = len(undetermined)
+        why = (f"none of their no-context answers geocoded (condition {baseline!r}; {n} site{'' if n == 1 else 's'}), "
+               "so their regime is undetermined (a hit rate of answers that did not geocode measures the "
+               "geocoder, not the image)")
+    else:
+        why = f"these data hold no no-context answers (condition {baseline!r})"
+    return (f"No regime split: sites are assigned to legible or illegible by their no-context hit rate, and {why}, "
+            f"so every regime row is empty ({DASH}); only rows and columns over all sites are filled.")
 
 
 def sites_without_regime(agg: GeoHintAggregator, baseline: str) -> list[str]:
-    """Sites with answers but no no-context answer (condition ``baseline``): they have no regime, so they are
-    in no regime row, only in the rows over all sites."""
+    """Sites with answers but no regime: no no-context answer (condition ``baseline``), or none of those
+    geocoded (:meth:`GeoHintAggregator.undetermined_sites`); they are in no regime row, only in the rows over
+    all sites."""
     reg = agg.regimes(condition=baseline)
     return [s for s in agg.sites if s not in reg]
 
 
 def no_regime_note(agg: GeoHintAggregator, baseline: str) -> str:
-    """``"1 site without a no-context answer has no regime ..."`` when some (not all) sites lack a baseline
-    answer, else "" (no site with a regime at all is :func:`regime_note`'s case)."""
-    n = len(sites_without_regime(agg, baseline))
-    if not n or not agg.regimes(condition=baseline):
+    """``"1 site without a no-context answer has no regime ..."`` (and ``"1 site whose no-context answers
+    none geocoded has an undetermined regime ..."``) when some (not all) sites lack a regime, else "" (no site
+    with a regime at all is :func:`regime_note`'s case)."""
+    if not agg.regimes(condition=baseline):
         return ""
-    return (f"{n} site{'' if n == 1 else 's'} without a no-context answer (condition {baseline!r}) "
-            f"{'has' if n == 1 else 'have'} no regime: in no regime row, only in the rows over all sites.")
+    undetermined = set(agg.undetermined_sites(baseline))
+    missing = [s for s in sites_without_regime(agg, baseline) if s not in undetermined]
+    parts = []
+    if missing:
+        n = len(missing)
+        parts.append(f"{n} site{'' if n == 1 else 's'} without a no-context answer (condition {baseline!r}) "
+                     f"{'has' if n == 1 else 'have'} no regime")
+    if undetermined:
+        n = len(undetermined)
+        parts.append(f"{n} site{'' if n == 1 else 's'} whose no-context answers none geocoded "
+                     f"{'has' if n == 1 else 'have'} an undetermined regime")
+    if not parts:
+        return ""
+    return "; ".join(parts) + ": in no regime row, only in the rows over all sites."
 
 
 #: unresolved share (fraction) of a model in a condition above which the report warns
