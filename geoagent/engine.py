@@ -1268,8 +1268,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         lines.append(
             f"  bounds: even if every call cost its worst case, the cap pays for about {fit_worst} of the "
             f"{est.calls} calls (cap / mean worst case per call); if every call cost its expected amount, about "
-            f"{fit_exp} (cap / mean expected cost per call; the simulated stop above also counts the reservations "
-            "still open when it comes)"
+            f"{fit_exp} (cap / mean expected cost per call"
+            + ("; the simulated stop above also counts the reservations still open when it comes)"
+               if est.calls_before_cap is not None and est.calls_before_cap < est.calls else ")")
         )
     return lines
 

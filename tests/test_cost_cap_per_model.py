@@ -172,5 +172,6 @@ concurrency = 1
             "model at its own concurrency, rate and expected_latency_s; each call reserves its worst case and "
             "settles at its expected cost); the run would reach the cap only if calls cost more than expected, "
             "up to their worst case: at the worst case the cap pays for about 25 of the 40") in text
+    assert "the simulated stop above" not in text  # there is none
     run = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, export=False))
     assert run.status == "complete" and run.exit_code == 0 and run.spend["calls"] == 40
