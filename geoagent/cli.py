@@ -59,14 +59,60 @@ def _warn_config_drift(cfg: Any) -> None:
     if changes.geocoder:
         _warn_geocoder_change(cfg, sorted(changes.geocoder))
     if changes.calls:
-        print(f"warning: campaign {cfg.name}: {', '.join(changes.calls)} changed since its last run; work already planned "
-              "keeps its original requests, so results would mix both versions. Use a new [campaign] name to "
-              "apply the change to every trial (raising [budget] cap_usd is fine).", file=sys.stderr)
+        what = f"{', '.join(changes.calls)} changed since its last run"
+        if changes.call_keys:
+            what += f" ({_changed_keys_text(changes.call_keys)})"
+        done = _no_work_left(cfg)
+        if done is not None:
+            print(f"info: campaign {cfg.name}: {what}; no planned work is left to run ({done} tasks done), so the "
+                  "change affects none of it: the stored results keep the old settings, and only work this config "
+                  "plans anew would use the new ones. Use a new [campaign] name to run every trial with the "
+                  "change.", file=sys.stderr)
+        else:
+            print(f"warning: campaign {cfg.name}: {what}; work already planned keeps its original requests, so "
+                  "results would mix both versions. Use a new [campaign] name to apply the change to every trial "
+                  "(raising [budget] cap_usd is fine).", file=sys.stderr)
     if changes.scoring:
         what = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.scoring.items())
         print(f"info: campaign {cfg.name}: scoring setting changed since its last run ({what}); the report is "
               "re-scored from the stored answers with the new value, no model call is repeated (recorded in the "
               "manifest; not a change to the calls).", file=sys.stderr)
+
+
+#: at most this many changed keys are named in the config-change line (then "and N more")
+_CHANGED_KEYS_SHOWN = 8
+#: a changed value longer than this (characters) is shown cut, ending in "..."
+_CHANGED_VALUE_CHARS = 60
+
+
+def _changed_keys_text(keys: dict[str, tuple[Any, Any]]) -> str:
+    """``models[0].max_output_tokens: 512 -> 256; ...``: the changed keys of
+    :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, values redacted (known secrets masked), long
+    values cut, at most :data:`_CHANGED_KEYS_SHOWN` of them."""
+    from geoagent.secrets import redact
+
+    def shown(v: Any) -> str:
+        text = "unset" if v is None else repr(v)
+        return text if len(text) <= _CHANGED_VALUE_CHARS else text[:_CHANGED_VALUE_CHARS - 3] + "..."
+
+    items = [f"{k}: {shown(old)} -> {shown(new)}" for k, (old, new) in keys.items()]
+    more = len(items) - _CHANGED_KEYS_SHOWN
+    text = "; ".join(items[:_CHANGED_KEYS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    return redact(text)
+
+
+def _no_work_left(cfg: Any) -> int | None:
+    """How many tasks of the campaign's plan edge are done when no task on any edge is queued, in flight or
+    dead-lettered (a requeued dead task would run its old request): a config change then reaches none of
+    the planned work; None when some is left (or the campaign has no queues)."""
+    from geoagent.engine import load_kind
+    from geoagent.status import queue_counts
+
+    counts = queue_counts(cfg)
+    if not counts or any(c.ready or c.leased or c.dead for c in counts.values()):
+        return None
+    plan = counts.get(load_kind(cfg.campaign.kind).plan_edge)
+    return plan.done if plan is not None else None
 
 
 def _note_default_endpoints(cfg: Any) -> None:

@@ -1194,6 +1194,7 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
     values: dict[str, Any] = {
         "kind": m.provider,
         "model": m.model,
+        "name": m.name,
         "base_url": m.base_url,
         "api_key": api_key,
         "seed": m.seed if m.seed is not None else cfg.campaign.seed,

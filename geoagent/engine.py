@@ -1293,22 +1293,31 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"
     )
     if not est.within_cap and est.calls:
-        fit_worst = int(est.calls * est.cap_usd / est.worst_case_usd) if est.worst_case_usd > 0 else est.calls
-        fit_exp = (min(est.calls, int(est.calls * est.cap_usd / est.cost_usd)) if est.cost_usd > 0 else est.calls)
+        # + 1e-9: a quotient that is a whole number in decimal (40 x 0.025 / 0.04) must not floor to one less
+        fit_worst = int(est.calls * est.cap_usd / est.worst_case_usd + 1e-9) if est.worst_case_usd > 0 else est.calls
+        fit_exp = (min(est.calls, int(est.calls * est.cap_usd / est.cost_usd + 1e-9)) if est.cost_usd > 0
+                   else est.calls)
         lines.append(
             f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds [budget] cap_usd {usd(est.cap_usd)}. "
-            "Raise cap_usd or plan fewer requests to run them all."
+            "Raise cap_usd or plan fewer requests to run them all even at their worst case."
         )
-        if est.calls_before_cap is not None:
+        dispatch = ("simulated as the run dispatches them: in queue order, each model at its own concurrency, rate "
+                    "and expected_latency_s; each call reserves its worst case and settles at its expected cost")
+        if est.calls_before_cap is not None and est.calls_before_cap >= est.calls:
+            # every call fits at the expected cost: the run stops at the cap only if calls cost more than that
+            lines.append(
+                f"  all {est.calls} calls fit at their expected cost ({dispatch}); the run would reach the cap only if "
+                f"calls cost more than expected, up to their worst case: at the worst case the cap pays for about "
+                f"{fit_worst} of the {est.calls}"
+            )
+        elif est.calls_before_cap is not None:
             per_model = ", ".join(f"{name} {m.calls_before_cap} of {m.calls}" for name, m in est.by_model.items())
             full_out = [name for name, m in est.by_model.items()
                         if cfg.model(name).expected_output_tokens is None and not m.recorded]
             lines.append(
                 f"  the run would stop at the cap (exit 4) after about {est.calls_before_cap} of the {est.calls} "
-                f"calls, per model: {per_model} (simulated as the run dispatches them: in queue order, each model "
-                "at its own concurrency, rate and expected_latency_s; each call reserves its worst case and "
-                "settles at its expected cost; the first call whose worst case no longer fits next to the settled "
-                "spend stops the run)"
+                f"calls, per model: {per_model} ({dispatch}; the first call whose worst case no longer fits next "
+                "to the settled spend stops the run)"
                 + (f"; the expected cost of {', '.join(full_out)} takes every answer at its max_output_tokens (no "
                    "expected_output_tokens set): shorter answers let the run make more calls than this" if full_out else "")
             )
@@ -1320,8 +1329,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         lines.append(
             f"  bounds: even if every call cost its worst case, the cap pays for about {fit_worst} of the "
             f"{est.calls} calls (cap / mean worst case per call); if every call cost its expected amount, about "
-            f"{fit_exp} (cap / mean expected cost per call; the simulated stop above also counts the reservations "
-            "still open when it comes)"
+            f"{fit_exp} (cap / mean expected cost per call"
+            + ("; the simulated stop above also counts the reservations still open when it comes)"
+               if est.calls_before_cap is not None and est.calls_before_cap < est.calls else ")")
         )
     return lines
 

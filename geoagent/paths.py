@@ -91,7 +91,7 @@ def missing_release_error(
     looked_for : path or sequence of paths
         The file(s) looked for, in the order tried (e.g. ``sites.csv``, then ``data/sites.csv``).
     role : str, optional
-        What the file was wanted for (e.g. ``"replay file of model 'release-replay'"``).
+        What the file was wanted for (e.g. ``"replay file of [[models]] entry 'release-replay' (model 'recorded')"``).
 
     Returns
     -------

@@ -357,7 +357,7 @@ def format_status(st: dict[str, Any]) -> str:
                              + (f"; {answers}" if answers else ""))
     for edge, items in st.get("dead", {}).items():
         for d in items:
-            lines.append(f"  dead {edge}/{d.key[:24]} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
+            lines.append(f"  dead {edge}/{d.key} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
     return "\n".join(lines)
 
 

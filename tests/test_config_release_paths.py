@@ -132,6 +132,20 @@ def test_every_missing_release_file_reads_the_same(tmp_path):
     assert f"the folder ../nowhere-xyz (= {os.path.abspath('../nowhere-xyz')}) does not exist" in rel
 
 
+def test_missing_release_replay_file_names_the_models_entry(monkeypatch, tmp_path):
+    # walkthrough: "replay file of model 'recorded'" named the `model` value; the entry is 'release-replay'
+    monkeypatch.setenv(C.ENV_RELEASE_DIR, str(tmp_path / "nonexistent"))
+    cfg = load_config(REPLAY_CONFIG)
+    with pytest.raises(FileNotFoundError) as e:
+        make_provider(provider_settings(cfg, "release-replay"))
+    assert "(replay file of [[models]] entry 'release-replay' (model 'recorded'); the folder" in str(e.value)
+    mine = cfg.model_copy(update={"models": [cfg.models[0].model_copy(
+        update={"replay": cfg.models[0].replay.model_copy(update={"path": str(tmp_path / "mine.jsonl")})})]})
+    with pytest.raises(FileNotFoundError) as e:
+        make_provider(provider_settings(mine, "release-replay"))
+    assert str(e.value).startswith("replay file for [[models]] entry 'release-replay' (model 'recorded') not found")
+
+
 def test_replay_file_outside_the_release_gets_its_own_message(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         make_provider(ProviderSettings(kind="replay", model="m", replay_path=str(tmp_path / "mine.jsonl")))

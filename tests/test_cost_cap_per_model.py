@@ -146,3 +146,32 @@ def test_dry_run_interleaved_models_reserve_side_by_side():
     est = estimate(cfg, plan)
     assert (est.by_model["a"].calls_before_cap, est.by_model["b"].calls_before_cap) == (4, 3)
 
+
+
+def test_dry_run_whose_calls_all_fit_at_the_expected_cost_does_not_predict_a_stop(tmp_path):
+    # walkthrough: worst case over the cap, but every simulated call fit: the dry run said "the run would stop at
+    # the cap (exit 4) after about 339 of the 339 calls" and the real run ended complete, exit 0.
+    # one call at a time: worst $0.001, expected $0.0005; 40 calls: worst $0.04 > cap $0.025 > expected $0.02,
+    # and the 40th call reserves its worst case next to $0.0195 settled: $0.0205 fits
+    models = """
+[[models]]
+name = "a"
+provider = "simulated"
+model = "a-1"
+price_output_usd_per_mtok = 10.0
+max_output_tokens = 100
+expected_output_tokens = 50
+concurrency = 1
+"""
+    cfg = load_config(generic_campaign(tmp_path, name="fits", n=40, models=models, cap_usd=0.025))
+    dry = anyio.run(lambda: run_campaign(cfg, simulate=True, live=False, handle_signals=False))
+    text = dry.summary()
+    assert dry.exit_code == 0  # the dry run exits 0 or 2 (README), never the run's 4
+    assert "would stop at the cap" not in text and "exit 4" not in text
+    assert ("all 40 calls fit at their expected cost (simulated as the run dispatches them: in queue order, each "
+            "model at its own concurrency, rate and expected_latency_s; each call reserves its worst case and "
+            "settles at its expected cost); the run would reach the cap only if calls cost more than expected, "
+            "up to their worst case: at the worst case the cap pays for about 25 of the 40") in text
+    assert "the simulated stop above" not in text  # there is none
+    run = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, export=False))
+    assert run.status == "complete" and run.exit_code == 0 and run.spend["calls"] == 40

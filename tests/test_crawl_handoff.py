@@ -107,6 +107,18 @@ def test_crawl_writes_verify_trials_and_campaigns_plan_from_it(crawled, capsys):
     assert n_gh > 0
 
 
+def test_readme_crawl_example_is_what_the_sandbox_crawl_prints(crawled):
+    """README "Try a crawl by hand" quotes the sandbox crawl's images line; it must be what the crawl prints
+    (walkthrough: it said "32 of 46 downloaded (14 rejected after download: 11 too dark" after the figures
+    had changed to 45, 13 and 10)."""
+    _root, out = crawled
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    m = re.search(r"why the others were not: `(images kept: [^`]*)`", text)
+    assert m, "README lost its sandbox crawl example"
+    printed = next(ln for ln in out.splitlines() if "images kept: " in ln)
+    assert m.group(1) in printed, (m.group(1), printed)
+
+
 def test_empty_first_plan_is_a_config_error_and_leaves_no_state(isolated_roots, capsys):
     root = isolated_roots
     empty = root / "empty"

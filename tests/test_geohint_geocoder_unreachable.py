@@ -160,3 +160,60 @@ def test_failing_endpoints_dead_letter_after_max_attempts_and_the_summary_says_s
     text = out.summary()
     assert f"missing: {n} tasks dead-lettered" in text
     assert f"Warning: {n} answers did not get through the geocoder and are in no table: {n} dead-lettered" in text
+
+
+def test_answers_left_queued_by_an_interrupt_are_not_blamed_on_the_geocoder(release_dir, tmp_path, monkeypatch):
+    # walkthrough: SIGTERM while the geocoder (healthy, only slower than the model) still had answers queued;
+    # summary and report said "Their lookups failed ... check [geohint.geocoder] wikidata_url" for all of them
+    import asyncio
+    import os
+    import signal
+
+    from aiohttp import web
+
+    _env(monkeypatch, tmp_path, release_dir)
+    gaz = Gazetteer.from_release(release_dir)
+    seen = [0]
+
+    @web.middleware
+    async def slow(request, handler):
+        seen[0] += 1
+        if seen[0] == 12:  # the geocoder is at work, the model's answers are queued for it: interrupt
+            os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(0.2)
+        return await handler(request)
+
+    wd_app = wd_fake.make_app(gaz)
+    wd_app.middlewares.append(slow)
+
+    async def main():
+        async with serve(wd_app) as wd, serve(nm_fake.make_app(gaz, min_interval_s=0.0)) as nm:
+            doc = _cfg(wd, nm)
+            doc["hosts"][urlsplit(wd).netloc] = {**FAST, "concurrency": 1}
+            return await engine.run_campaign(config_from_dict(doc), live=False, handle_signals=True, export=False)
+
+    out = anyio.run(main)
+    assert out.status == "interrupted", out.summary()
+    queued = out.counts["answers"].ready + out.counts["answers"].leased
+    assert queued > 0 and out.counts["answers"].dead == 0 and out.stop_reasons == []
+    text = out.summary()
+    md = (tmp_path / "state" / "gh-unreach" / "report" / "report.md").read_text(encoding="utf-8")
+    header = md.split("Terms:")[0]
+    assert "Interim report" in header
+    for shown in (text, header):
+        assert "lookups failed" not in shown and "could not be reached" not in shown
+        assert "did not get through the geocoder" not in shown
+        assert (f"{queued} answers not geocoded yet: left queued by the interrupt; re-run the same command to "
+                "finish") in shown
+
+
+def test_geocoder_failure_warning_tells_stopped_from_failed():
+    # queued answers are failed lookups only when no stop left them there (the geocoder's host was unreachable)
+    w = GH.geocoder_failure_warning(0, 7, left_by="the interrupt")
+    assert w == ("7 answers not geocoded yet: left queued by the interrupt; re-run the same command to finish "
+                 "(their lookups did not fail).")
+    w = GH.geocoder_failure_warning(2, 5, left_by="the budget stop")
+    assert w.startswith("Warning: 2 answers did not get through the geocoder and are in no table: 2 dead-lettered")
+    assert "Their lookups failed" in w and "5 left queued" not in w
+    assert w.endswith("5 answers not geocoded yet: left queued by the budget stop; re-run the same command to "
+                      "finish (their lookups did not fail).")

@@ -50,7 +50,8 @@ Row rules (checked against the paper and the release's analysis scripts):
 Regimes (:meth:`GeoHintAggregator.regimes`) split sites at the aggregator's ``regime_threshold``
 (``[geohint] regime_threshold``, default 0.5 as in the paper, Sec. 6.1.2): a site is legible when its
 pooled no-context hit rate is at least the threshold. The report reads the threshold from here for every
-regime split (Tables 2, 3, 5, 7, 8, 9, Fig. 2) and names it.
+regime split (Tables 2, 3, 5, 7, 8, 9, Fig. 2) and names it. A site none of whose no-context answers
+geocoded has no regime (:meth:`GeoHintAggregator.undetermined_sites`, :mod:`geoagent.scoring.regime`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, check_echo_
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
-from geoagent.scoring.regime import DEFAULT_THRESHOLD, assign_regimes, check_threshold
+from geoagent.scoring.regime import DEFAULT_THRESHOLD, UNDETERMINED, assign_regimes, check_threshold
 from geoagent.scoring.regression import ClusterOLS, usable_for_slope
 from geoagent.scoring.truncation import TruncationCount
 
@@ -357,15 +358,34 @@ class GeoHintAggregator:
                 out[site][model] = (k + cell.hits, n + cell.n)
         return out
 
-    def regimes(self, *, threshold: float | None = None, condition: str | None = None) -> dict[str, str]:
-        """site -> ``legible``/``illegible`` from the pooled no-context hit rate (sites without a baseline are
-        absent); ``threshold`` defaults to :attr:`regime_threshold`."""
+    def baseline_geocoded(self, condition: str | None = None) -> dict[str, int]:
+        """site -> no-context answers that geocoded (resolved level other than ``none``), all models pooled;
+        sites with no-context answers only."""
+        cond = condition or self.baseline_condition
+        out: dict[str, int] = {}
+        for (site, _model, c, _b, _t), cell in self.cells.items():
+            if c == cond and cell.n:
+                out[site] = out.get(site, 0) + cell.n - cell.n_none
+        return out
+
+    def _assigned(self, threshold: float | None, condition: str | None) -> dict[str, str]:
         threshold = self.regime_threshold if threshold is None else check_threshold(threshold)
         pooled = {
             s: (sum(k for k, _ in per.values()), sum(n for _, n in per.values()))
             for s, per in self.baseline_counts(condition).items()
         }
-        return assign_regimes(pooled, threshold=threshold)
+        return assign_regimes(pooled, threshold=threshold, geocoded=self.baseline_geocoded(condition))
+
+    def regimes(self, *, threshold: float | None = None, condition: str | None = None) -> dict[str, str]:
+        """site -> ``legible``/``illegible`` from the pooled no-context hit rate; ``threshold`` defaults to
+        :attr:`regime_threshold`. Sites without a baseline are absent, and so are sites none of whose
+        no-context answers geocoded (:meth:`undetermined_sites`)."""
+        return {s: r for s, r in self._assigned(threshold, condition).items() if r != UNDETERMINED}
+
+    def undetermined_sites(self, condition: str | None = None) -> list[str]:
+        """Sites (sorted) with no-context answers of which none geocoded: their regime is undetermined
+        (:data:`geoagent.scoring.regime.UNDETERMINED`), so they are in no regime."""
+        return sorted(s for s, r in self._assigned(None, condition).items() if r == UNDETERMINED)
 
     def regression(
         self, *, models: Iterable[str] | None = None, condition: str, fine_only: bool = False, recite: bool = False
@@ -408,9 +428,13 @@ class GeoHintAggregator:
     def baseline_arrays(self, condition: str | None = None) -> tuple[list[str], list[str], list[int]]:
         """No-context responses as per-response arrays (site, model, hit), rebuilt from counts (the order
         within a (site, model) group carries no information, so a random split of these equals a random
-        split of the responses)."""
+        split of the responses). Sites whose regime is undetermined (:meth:`undetermined_sites`) are left
+        out: a split must not assign them a regime either."""
         s_out, m_out, h_out = [], [], []
+        undetermined = set(self.undetermined_sites(condition))
         for site, per in sorted(self.baseline_counts(condition).items()):
+            if site in undetermined:
+                continue
             for model, (k, n) in sorted(per.items()):
                 s_out += [site] * n
                 m_out += [model] * n

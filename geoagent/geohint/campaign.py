@@ -120,6 +120,19 @@ def _geocoder_left(outcome: Any) -> tuple[int, int]:
     return (int(c.dead), int(c.ready + c.leased)) if c is not None else (0, 0)
 
 
+#: what a run's status says left answers queued for the geocoder (:func:`_answers_left_by`)
+_STOPS_LEAVING_WORK = {"interrupted": "the interrupt", "budget exhausted": "the budget stop"}
+
+
+def _answers_left_by(outcome: Any) -> str | None:
+    """The stop that left answers queued for the geocoder (``"the interrupt"``, ``"the budget stop"``), or
+    None when the geocoder itself stopped (its host unreachable: a ``geocoder: ...`` stop reason) or the run
+    ended otherwise: then the queued answers are failed lookups (:func:`geocoder_failure_warning`)."""
+    if any(str(r).startswith(f"{C.STAGE_GEOCODER}:") for r in getattr(outcome, "stop_reasons", None) or []):
+        return None
+    return _STOPS_LEAVING_WORK.get(str(getattr(outcome, "status", "")))
+
+
 class GeoHintCampaign(CampaignKind):
     """GeoHint (seed 000 Sec. 4, 6): where was this photo taken, given a true but coarse hint."""
 
@@ -215,7 +228,8 @@ class GeoHintCampaign(CampaignKind):
         seed = int(getattr(cfg.campaign, "seed", 0) or 0)
         write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg),
                      interim=outcome.interim_note(), p_reference=s.p_reference,
-                     answers_queued=_geocoder_left(outcome)[1], image_note=getattr(self, "_image_warning", None),
+                     answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
+                     image_note=getattr(self, "_image_warning", None),
                      simulated=_simulated(cfg, ctx))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
@@ -237,15 +251,17 @@ class GeoHintCampaign(CampaignKind):
         agg = getattr(self, "_agg", None) or aggregate_from_store(ctx.get("store"), echo_rule=echo_rule,
                                                                   regime_threshold=s.regime_threshold)
         lines.append(f"  echo rule {describe_echo_rule(echo_rule)}")
-        failed = geocoder_failure_warning(*_geocoder_left(outcome))
+        failed = geocoder_failure_warning(*_geocoder_left(outcome), left_by=_answers_left_by(outcome))
         if not agg.keys:
             return [*lines, "  GeoHint: no scored responses", *([f"  {failed}"] if failed else [])]
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
+        n_undetermined = len(agg.undetermined_sites())
         lines.append(f"  GeoHint: {len(agg.keys)} scored responses over {len(agg.sites)} sites; "
-                     f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible "
-                     f"(threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
-        n_no_regime = len(agg.sites) - len(regimes)
+                     f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible"
+                     + (f", {n_undetermined} undetermined (no no-context answer geocoded)" if n_undetermined else "")
+                     + f" (threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
+        n_no_regime = len(agg.sites) - len(regimes) - n_undetermined
         if n_no_regime:
             lines.append(f"  {n_no_regime} site{'' if n_no_regime == 1 else 's'} without a no-context answer "
                          f"{'has' if n_no_regime == 1 else 'have'} no regime")

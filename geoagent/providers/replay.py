@@ -134,13 +134,15 @@ class ReplayProvider(Provider):
         # index now: a missing or malformed file is one clear error at start, not every request dead-lettered
         # after its retries (FileNotFoundError / ValueError naming file and line)
         if not self.path.is_file():
+            # the [[models]] entry by its name (the model id too), as the config file names it
+            entry = (f"[[models]] entry {model_cfg.name!r} (model {model_cfg.model!r})" if model_cfg.name
+                     else f"model {model_cfg.model!r}")
             if model_cfg.replay_release_dir is not None:  # a release file: the release's one message
-                raise missing_release_error(model_cfg.replay_release_dir, self.path,
-                                            role=f"replay file of model {model_cfg.model!r}")
+                raise missing_release_error(model_cfg.replay_release_dir, self.path, role=f"replay file of {entry}")
             where = self.path.parent
             shown = where if where.is_absolute() else f"{where} (= {os.path.abspath(where)})"
             state = f"holds no {self.path.name}" if where.is_dir() else "does not exist"
-            raise FileNotFoundError(f"replay file for model {model_cfg.model!r} not found: {self.path} (the folder "
+            raise FileNotFoundError(f"replay file for {entry} not found: {self.path} (the folder "
                                     f"{shown} {state}); set replay.path of its [[models]] entry")
         _ = self.index
 

@@ -80,6 +80,9 @@ class ProviderSettings:
     headers : tuple of (str, str)
         Extra request headers (e.g. OpenRouter's ``HTTP-Referer``/``X-Title``). A mapping is accepted
         and stored as sorted pairs.
+    name : str or None
+        The ``[[models]]`` entry's ``name`` (set by the config loader), which the provider's errors name
+        (e.g. a missing replay file); ``None`` when the settings were built by hand (they name ``model``).
     policy : HostPolicy or None
         Per-host limits for this provider's API host, passed to the HTTP layer with every request.
         ``None`` uses ``HostPolicy(retry_unknown_outcome=False)`` for paid providers. A policy given here
@@ -101,6 +104,7 @@ class ProviderSettings:
     anthropic_version: str = "2023-06-01"
     headers: tuple[tuple[str, str], ...] = ()
     policy: Any = None  # geoagent.runtime.http.HostPolicy | None (kept Any: no import cycle at config time)
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:

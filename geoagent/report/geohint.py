@@ -99,6 +99,7 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
         f"regime: sites are split by their own no-context (baseline) hit rate: legible at {t} or more, illegible "
         "below.",
+        "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
         "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
         "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
         "Figure fig_hit_by_band.png: error bars are 95 % Wilson score intervals of the responses behind each point.",
@@ -262,29 +263,50 @@ def _model_order(agg: GeoHintAggregator, condition: str) -> list[str]:
 
 
 def regime_note(agg: GeoHintAggregator, baseline: str) -> str:
-    """A sentence for tables split by regime when no site has one (no no-context answers), else ""."""
+    """A sentence for tables split by regime when no site has one (no no-context answers, or none of them
+    geocoded), else ""."""
     if agg.regimes(condition=baseline):
         return ""
-    return (f"No regime split: sites are assigned to legible or illegible by their no-context hit rate, and these "
-            f"data hold no no-context answers (condition {baseline!r}), so every regime row is empty ({DASH}); "
-            f"only rows and columns over all sites are filled.")
+    undetermined = agg.undetermined_sites(baseline)
+    if undetermined:
+        n = len(undetermined)
+        why = (f"none of their no-context answers geocoded (condition {baseline!r}; {n} site{'' if n == 1 else 's'}), "
+               "so their regime is undetermined (a hit rate of answers that did not geocode measures the "
+               "geocoder, not the image)")
+    else:
+        why = f"these data hold no no-context answers (condition {baseline!r})"
+    return (f"No regime split: sites are assigned to legible or illegible by their no-context hit rate, and {why}, "
+            f"so every regime row is empty ({DASH}); only rows and columns over all sites are filled.")
 
 
 def sites_without_regime(agg: GeoHintAggregator, baseline: str) -> list[str]:
-    """Sites with answers but no no-context answer (condition ``baseline``): they have no regime, so they are
-    in no regime row, only in the rows over all sites."""
+    """Sites with answers but no regime: no no-context answer (condition ``baseline``), or none of those
+    geocoded (:meth:`GeoHintAggregator.undetermined_sites`); they are in no regime row, only in the rows over
+    all sites."""
     reg = agg.regimes(condition=baseline)
     return [s for s in agg.sites if s not in reg]
 
 
 def no_regime_note(agg: GeoHintAggregator, baseline: str) -> str:
-    """``"1 site without a no-context answer has no regime ..."`` when some (not all) sites lack a baseline
-    answer, else "" (no site with a regime at all is :func:`regime_note`'s case)."""
-    n = len(sites_without_regime(agg, baseline))
-    if not n or not agg.regimes(condition=baseline):
+    """``"1 site without a no-context answer has no regime ..."`` (and ``"1 site whose no-context answers
+    none geocoded has an undetermined regime ..."``) when some (not all) sites lack a regime, else "" (no site
+    with a regime at all is :func:`regime_note`'s case)."""
+    if not agg.regimes(condition=baseline):
         return ""
-    return (f"{n} site{'' if n == 1 else 's'} without a no-context answer (condition {baseline!r}) "
-            f"{'has' if n == 1 else 'have'} no regime: in no regime row, only in the rows over all sites.")
+    undetermined = set(agg.undetermined_sites(baseline))
+    missing = [s for s in sites_without_regime(agg, baseline) if s not in undetermined]
+    parts = []
+    if missing:
+        n = len(missing)
+        parts.append(f"{n} site{'' if n == 1 else 's'} without a no-context answer (condition {baseline!r}) "
+                     f"{'has' if n == 1 else 'have'} no regime")
+    if undetermined:
+        n = len(undetermined)
+        parts.append(f"{n} site{'' if n == 1 else 's'} whose no-context answers none geocoded "
+                     f"{'has' if n == 1 else 'have'} an undetermined regime")
+    if not parts:
+        return ""
+    return "; ".join(parts) + ": in no regime row, only in the rows over all sites."
 
 
 #: unresolved share (fraction) of a model in a condition above which the report warns
@@ -318,18 +340,28 @@ def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
             f"as misses, so hit and echo rates there mostly measure the geocoder. Here {UNRESOLVED_CAUSE}."]
 
 
-def geocoder_failure_warning(dead: int, queued: int) -> str | None:
-    """A warning when answers never got through the geocoder (its endpoints failed or could not be reached):
-    ``dead`` dead-lettered on the ``answers`` edge, ``queued`` left there (ready or leased); None when both
-    are 0. Unlike :func:`unresolved_warnings` (the endpoints answered but found nothing), these answers are in
-    no table at all."""
-    if not dead and not queued:
-        return None
-    parts = ([f"{dead} dead-lettered (reasons in missing.csv and `run.py dead CONFIG`)"] if dead else []) + (
-        [f"{queued} left queued (re-run the same command to geocode them)"] if queued else [])
-    return (f"Warning: {dead + queued} answers did not get through the geocoder and are in no table: "
-            f"{'; '.join(parts)}. Their lookups failed (e.g. the endpoints failed or could not be reached, not "
-            f"'found nothing'): check {GEOCODER_SETTING} and the network.")
+def geocoder_failure_warning(dead: int, queued: int, *, left_by: str | None = None) -> str | None:
+    """What became of the answers that did not get through the geocoder; None when there are none.
+
+    ``dead``: answers dead-lettered on the ``answers`` edge (their lookups failed, e.g. the endpoints failed
+    or could not be reached); ``queued``: answers left there (ready or leased) at the end of the run.
+    ``left_by``: the stop that left the queued answers there before the geocoder took them (``"the
+    interrupt"``, ``"the budget stop"``), named in a sentence that says a re-run finishes them; None when
+    no such stop did (the geocoder's host was unreachable and its stage stopped): then the queued answers
+    are failed lookups too, counted in the warning. Unlike :func:`unresolved_warnings` (the endpoints
+    answered but found nothing), these answers are in no table at all."""
+    failed_queued = 0 if left_by else queued
+    out = []
+    if dead or failed_queued:
+        parts = ([f"{dead} dead-lettered (reasons in missing.csv and `run.py dead CONFIG`)"] if dead else []) + (
+            [f"{failed_queued} left queued (re-run the same command to geocode them)"] if failed_queued else [])
+        out.append(f"Warning: {dead + failed_queued} answers did not get through the geocoder and are in no table: "
+                   f"{'; '.join(parts)}. Their lookups failed (e.g. the endpoints failed or could not be reached, "
+                   f"not 'found nothing'): check {GEOCODER_SETTING} and the network.")
+    if left_by and queued:
+        out.append(f"{queued} answers not geocoded yet: left queued by {left_by}; re-run the same command to finish "
+                   "(their lookups did not fail).")
+    return " ".join(out) or None
 
 
 def regime_threshold_note(agg: GeoHintAggregator) -> str:
@@ -936,6 +968,7 @@ def write_report(
     interim: str | None = None,
     p_reference: str = "normal",
     answers_queued: int = 0,
+    answers_left_by: str | None = None,
     image_note: str | None = None,
     simulated: Sequence[str] = (),
 ) -> list[Table]:
@@ -955,6 +988,8 @@ def write_report(
     rate included: the simulated answers repeat the hint by design) describe the simulator, not a model.
     ``answers_queued``: answers still queued for the geocoder (``answers`` edge, ready or leased); with the
     dead letters of that edge (from ``missing``) they make :func:`geocoder_failure_warning` in the header.
+    ``answers_left_by``: the stop that left those answers queued (``"the interrupt"``), so they are not
+    counted as failed lookups; None when the geocoder's own failure left them (its ``left_by``).
     ``image_note``: the plan's line about images sent as placeholder pixels (no file under the image folder,
     :mod:`geoagent.image_files`), a warning in the header; None when every image had its file.
     """
@@ -990,7 +1025,8 @@ def write_report(
         "",
         *[x for w in unresolved_warnings(agg) for x in (f"**{w}**", "")],
         *[x for w in [geocoder_failure_warning(sum(m.get("edge") == C.EDGE_ANSWERS for m in missing or []),
-                                               answers_queued)] if w for x in (f"**{w}**", "")],
+                                               answers_queued, left_by=answers_left_by)] if w
+          for x in (f"**{w}**", "")],
         *([no_regime_note(agg, baseline), ""] if no_regime_note(agg, baseline) else []),
         "Terms:",
         "",

@@ -155,11 +155,37 @@ class ConfigChanges:
         Changed keys of a geocoder table (:data:`GEOCODER_TABLES`, e.g. ``nominatim_url``) with their old and
         new values (defaults filled in; ``contact`` left out): no call is affected; answers geocoded from now
         on use the new values, those already geocoded keep the old ones.
+    call_keys : dict of str -> (old, new)
+        The changed keys behind ``calls`` (see the field's comment).
     """
 
     calls: list[str] = field(default_factory=list)
     scoring: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     geocoder: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: the changed keys behind :attr:`calls` (the sections'; not the prompts), as paths into the resolved
+    #: config (``models[0].max_output_tokens``) with their old and new values (JSON values as stored, i.e.
+    #: redacted; None where the key was absent), :func:`changed_keys`
+    call_keys: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
+    """The leaves that differ between two JSON values, as ``{path: (old, new)}``: tables by key
+    (``prefix.key``), arrays by index (``prefix[0]``), anything else (or a table against a non-table) as one
+    leaf at ``prefix``; a key or index on one side only has None on the other. Empty when equal."""
+    if before == now:
+        return {}
+    if isinstance(before, dict) and isinstance(now, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for k in sorted(set(before) | set(now)):
+            out.update(changed_keys(before.get(k), now.get(k), f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(before, list) and isinstance(now, list):
+        out = {}
+        for i in range(max(len(before), len(now))):
+            out.update(changed_keys(before[i] if i < len(before) else None, now[i] if i < len(now) else None,
+                                    f"{prefix}[{i}]"))
+        return out
+    return {prefix: (before, now)}
 
 
 def _section_values(name: str, value: Any) -> Any:
@@ -195,6 +221,7 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     # compared as it would be stored (the manifest is written through redact)
     before, now = old["config"], orjson.loads(redact(orjson.dumps(resolved_dict(cfg)).decode()))
     calls: list[str] = []
+    call_keys: dict[str, tuple[Any, Any]] = {}
     scoring: dict[str, tuple[Any, Any]] = {}
     geocoder: dict[str, tuple[Any, Any]] = {}
     for k in sorted(set(before) | set(now)):
@@ -213,17 +240,21 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
         if keys is None or not isinstance(b, dict) or not isinstance(n, dict):
             if b != n:
                 calls.append(k)
+                call_keys.update(changed_keys(b, n, k))
             continue
         for key in sorted(keys):
             if b.get(key) != n.get(key):
                 scoring[f"{k}.{key}"] = (b.get(key), n.get(key))
-        if {x: v for x, v in b.items() if x not in keys} != {x: v for x, v in n.items() if x not in keys}:
+        rest_b = {x: v for x, v in b.items() if x not in keys}
+        rest_n = {x: v for x, v in n.items() if x not in keys}
+        if rest_b != rest_n:
             calls.append(k)
+            call_keys.update(changed_keys(rest_b, rest_n, k))
     old_prompts = old.get("prompt_templates_sha256") or {}
     new_prompts = prompt_hashes(prompts_dir)
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) | set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
-    return ConfigChanges(calls, scoring, geocoder)
+    return ConfigChanges(calls, scoring, geocoder, call_keys)
 
 
 def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,

@@ -24,6 +24,13 @@ off the other", Sec. 6.1.3). Choices where the paper is silent, taken from the r
 
 The near-band term uses every context response of the regime's sites (context responses never enter the
 assignment), so only the assignment and the no-context column change between splits.
+
+Undetermined regime (where the paper is silent: its release geocoded nearly every answer): an answer that
+did not geocode counts as a miss, so a site none of whose no-context answers geocoded would read a 0 % hit
+rate that measures the geocoder, not the image. Such a site has no regime (:data:`UNDETERMINED`;
+:func:`assign_regimes` with ``geocoded``): it is in neither regime, as a site without no-context answers is.
+A site with at least one geocoded no-context answer is assigned as before (its unresolved answers still
+count as misses), so results where the geocoder resolved something at every site do not change.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ import numpy as np
 LEGIBLE = "legible"
 ILLEGIBLE = "illegible"
 REGIMES = (ILLEGIBLE, LEGIBLE)
+#: a site none of whose no-context answers geocoded: no hit rate to assign it by (module docstring)
+UNDETERMINED = "undetermined"
 DEFAULT_THRESHOLD = 0.5
 DEFAULT_N_SPLITS = 200
 
@@ -72,10 +81,20 @@ def regime_of(rate: float, *, threshold: float = DEFAULT_THRESHOLD) -> str:
 
 
 def assign_regimes(
-    baseline_hits: dict[Hashable, tuple[int, int]], *, threshold: float = DEFAULT_THRESHOLD
+    baseline_hits: dict[Hashable, tuple[int, int]], *, threshold: float = DEFAULT_THRESHOLD,
+    geocoded: dict[Hashable, int] | None = None,
 ) -> dict[Hashable, str]:
-    """Assign each site a regime from its pooled no-context ``(hits, n)``; sites with n = 0 are left out."""
-    return {s: regime_of(k / n, threshold=threshold) for s, (k, n) in baseline_hits.items() if n > 0}
+    """Assign each site a regime from its pooled no-context ``(hits, n)``; sites with n = 0 are left out.
+
+    ``geocoded``: per site, how many of those n answers geocoded (resolved level other than ``none``); a
+    site with none (absent counts as 0) is :data:`UNDETERMINED` instead of being assigned by a hit rate of
+    unresolved answers (module docstring). None: every site is assigned by its hit rate."""
+    out: dict[Hashable, str] = {}
+    for s, (k, n) in baseline_hits.items():
+        if n <= 0:
+            continue
+        out[s] = UNDETERMINED if geocoded is not None and not geocoded.get(s, 0) else regime_of(k / n, threshold=threshold)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
