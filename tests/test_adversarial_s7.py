@@ -171,20 +171,12 @@ def test_campaign_ceiling_lets_model_calls_wait_for_a_slow_rate_limit(tmp_path, 
 # -- refunds: two processes' streaks charge the same task ----------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "judgement call for the lead: refunds are a compare-and-set on the exact attempt count, so when two "
-    "processes (each its own HTTP client and streak) charge one task during the same outage and the EARLIER "
-    "charger refunds LAST, its refund finds the count moved on and is skipped: the task keeps one unreachable "
-    "attempt per such race and can dead-letter after enough down re-runs with several workers. Refunding "
-    "'count >= expected' would give back exactly the charger's own attempts but loses the CAS's idempotency "
-    "against a requeue in between; the docstring accepts the loss ('a task that failed again since ... is left "
-    "alone')"))
 def test_two_processes_charging_one_task_in_one_outage_both_get_their_refund(tmp_path):
     """Queue-level replay of the race (two handles on one SQLite file, as two processes): A leases ``t`` and nacks
-    it (unreachable, count 1: A's charge expects 1); B leases it and nacks it (count 2: B's expects 2). B's breaker
-    opens first and refunds 1 (2 -> 1); then A's opens and refunds its 1 (expected 1: the count IS 1 again, so this
-    order works). The other order: A refunds first (expects 1, finds 2: skipped), then B (2 -> 1): ``t`` keeps
-    one attempt although both failures were charged by streaks that proved the host down. Expected: 0."""
+    it (unreachable, count 1), B leases it and nacks it (count 2). A's breaker opens first and refunds its charge,
+    then B's. By expected count (session 7) A's refund expected 1, found 2 and was skipped, so ``t`` kept one
+    attempt although both failures were charged by streaks that proved the host down. Now each nack records its
+    charge id and each refund names its own: A's gives back 1 (2 -> 1), B's the other (1 -> 0). Expected: 0."""
     from geoagent.runtime.queue import Refund
 
     reason = "RetriesExhausted: 2 attempts to http://127.0.0.1:9/x failed; last: connection: Connect call failed"
@@ -195,11 +187,11 @@ def test_two_processes_charging_one_task_in_one_outage_both_get_their_refund(tmp
         try:
             await qa.put("t", {})
             (ta,) = await qa.lease(1, 60)
-            assert await qa.nack(ta, reason, backoff_s=0) == "ready"  # A's charge: expected 1
+            assert await qa.nack(ta, reason, backoff_s=0, charge="A.1") == "ready"  # A's charge (count 1)
             (tb,) = await qb.lease(1, 60)
-            assert tb.attempts == 1 and await qb.nack(tb, reason, backoff_s=0) == "ready"  # B's: expected 2
-            ra = await qa.refund_attempts([Refund("t", 1, expected=1)])  # A's breaker opened first
-            rb = await qb.refund_attempts([Refund("t", 1, expected=2)])
+            assert tb.attempts == 1 and await qb.nack(tb, reason, backoff_s=0, charge="B.1") == "ready"  # B's (2)
+            ra = await qa.refund_attempts([Refund.of_charges("t", ["A.1"])])  # A's breaker opened first
+            rb = await qb.refund_attempts([Refund.of_charges("t", ["B.1"])])
             (t,) = await qa.lease(1, 60)
             return ra, rb, t.attempts
         finally:
@@ -207,7 +199,7 @@ def test_two_processes_charging_one_task_in_one_outage_both_get_their_refund(tmp
             await qb.close()
 
     ra, rb, attempts = anyio.run(main)
-    assert rb.refunded == ["t"]
+    assert ra.refunded == ["t"] and rb.refunded == ["t"]
     assert attempts == 0, (ra, rb)
 
 
