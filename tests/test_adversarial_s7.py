@@ -203,6 +203,75 @@ def test_two_processes_charging_one_task_in_one_outage_both_get_their_refund(tmp
     assert attempts == 0, (ra, rb)
 
 
+class _OtherProcessCharges(OneGet):
+    """:class:`OneGet` whose handler, on task ``u``, first lets "process B" (its own queue handle) lease ``t``
+    and nack it unreachable with B's charge id, before ``u``'s own request fails and opens A's breaker."""
+
+    def __init__(self, url: str, qb) -> None:
+        super().__init__(url, concurrency=1)
+        self.qb = qb
+
+    async def handle(self, task, ctx):
+        if task.key == "u":
+            (tb,) = await self.qb.lease(1, 60)
+            assert tb.key == "t" and tb.attempts == 1
+            charged = {"charge": "B.1"} if getattr(self.qb, "supports_charges", False) else {}  # (main: none)
+            self.b_state = await self.qb.nack(tb, "RetriesExhausted: B's request failed", backoff_s=0, **charged)
+        return await super().handle(task, ctx)
+
+
+def test_runner_refund_of_the_earlier_charger_is_not_lost_when_another_process_charged_the_task_since(tmp_path):
+    """The same race through a real stage runner (process A, threshold 2, its own HTTP client) on a closed port:
+    A's first request (task ``t``) fails, nacked (streak 1, count 1, A's charge); while A works on ``u``, process B
+    leases ``t`` and nacks it with its own charge (count 2); ``u``'s request fails (streak 2): A's breaker opens and
+    A refunds its streak's charge of ``t``, which must give back A's attempt although B charged on top (2 -> 1);
+    then B's refund gives back B's (1 -> 0). Before charge ids A's refund (expected 1, found 2) was skipped and
+    ``t`` kept 1 attempt for ever."""
+    from geoagent.runtime.queue import Refund
+
+    dead = f"http://127.0.0.1:{free_port()}/x"
+
+    async def main():
+        q = open_queue(tmp_path / "q", "race2", "a", max_attempts=5, backoff_base_s=0.0, backoff_max_s=0.0)
+        qb = open_queue(tmp_path / "q", "race2", "a", max_attempts=5, backoff_base_s=0.0, backoff_max_s=0.0)
+        try:
+            await q.put("t", {})
+            await anyio.sleep(0.01)
+            await q.put("u", {})  # FIFO: t, u; then t again after its nack (zero backoff, later not_before)
+            stage = _OtherProcessCharges(dead, qb)
+            stage.lease_batch = 1
+            async with HttpClient(default_policy=HostPolicy(rate=1000.0, concurrency=4, max_attempts=2,
+                                                            backoff_base_s=0.01, backoff_max_s=0.02,
+                                                            timeout_s=10.0)) as http:
+                runner = StageRunner(stage, q, None, StageContext("race2", {"http": http}), unreachable_after=2)
+                with anyio.fail_after(60):
+                    stats = await runner.run()
+            tasks = await q.lease(10, 60)
+            await q.release(tasks)  # a look: released untouched
+            after_a = {t.key: t.attempts for t in tasks}
+            return stage, stats, after_a
+        finally:
+            await q.close()
+            await qb.close()
+
+    async def finish(tmp):
+        q = open_queue(tmp / "q", "race2", "a", max_attempts=5)
+        try:
+            rb = await q.refund_attempts([Refund.of_charges("t", ["B.1"])])
+            tasks = await q.lease(10, 60)
+            await q.release(tasks)
+            return rb, {t.key: t.attempts for t in tasks}
+        finally:
+            await q.close()
+
+    stage, stats, after_a = anyio.run(main)
+    assert stage.calls == {"t": 1, "u": 1} and stage.b_state == "ready"
+    assert stats.unreachable and stats.refunded_attempts == 1
+    assert after_a == {"t": 1, "u": 0}  # A's attempt given back, B's still charged
+    rb, after_b = anyio.run(finish, tmp_path)
+    assert rb.refunded == ["t"] and after_b == {"t": 0, "u": 0}
+
+
 # -- task ceiling below a paid model's own timeout ------------------------------------------------------------
 
 
