@@ -92,10 +92,12 @@ def check_edge(cfg: Any, edge: str | None) -> None:
         raise ValueError(f"campaign {cfg.name} has no queue {edge}; its queues are: {', '.join(known) or 'none yet'}")
 
 
-def _open(cfg: Any, path: Path) -> Any:
+def _open(cfg: Any, path: Path, *, write: bool = False) -> Any:
+    """The existing queue file ``path`` of the campaign; ``write=False`` (a look) leaves a file of an older schema
+    version as it is (:class:`~geoagent.runtime.sqlite_queue.SQLiteQueue` ``migrate``), ``write=True`` upgrades it."""
     from geoagent.runtime.sqlite_queue import SQLiteQueue
 
-    return SQLiteQueue.open(cfg.queues_root(), cfg.name, path.stem, **cfg.queue_options())
+    return SQLiteQueue.open(cfg.queues_root(), cfg.name, path.stem, migrate=write, **cfg.queue_options())
 
 
 def _walk_urls(obj: Any, key: str = "") -> list[tuple[str, str]]:
@@ -507,7 +509,7 @@ def requeue_dead(cfg: Any, edge: str | None = None) -> int:
     for f in _queue_files(cfg):
         if edge and f.stem != edge:
             continue
-        q = _open(cfg, f)
+        q = _open(cfg, f, write=True)
         try:
             n += q.requeue_dead_sync()
         finally:

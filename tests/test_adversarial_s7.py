@@ -171,20 +171,12 @@ def test_campaign_ceiling_lets_model_calls_wait_for_a_slow_rate_limit(tmp_path, 
 # -- refunds: two processes' streaks charge the same task ----------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "judgement call for the lead: refunds are a compare-and-set on the exact attempt count, so when two "
-    "processes (each its own HTTP client and streak) charge one task during the same outage and the EARLIER "
-    "charger refunds LAST, its refund finds the count moved on and is skipped: the task keeps one unreachable "
-    "attempt per such race and can dead-letter after enough down re-runs with several workers. Refunding "
-    "'count >= expected' would give back exactly the charger's own attempts but loses the CAS's idempotency "
-    "against a requeue in between; the docstring accepts the loss ('a task that failed again since ... is left "
-    "alone')"))
 def test_two_processes_charging_one_task_in_one_outage_both_get_their_refund(tmp_path):
     """Queue-level replay of the race (two handles on one SQLite file, as two processes): A leases ``t`` and nacks
-    it (unreachable, count 1: A's charge expects 1); B leases it and nacks it (count 2: B's expects 2). B's breaker
-    opens first and refunds 1 (2 -> 1); then A's opens and refunds its 1 (expected 1: the count IS 1 again, so this
-    order works). The other order: A refunds first (expects 1, finds 2: skipped), then B (2 -> 1): ``t`` keeps
-    one attempt although both failures were charged by streaks that proved the host down. Expected: 0."""
+    it (unreachable, count 1), B leases it and nacks it (count 2). A's breaker opens first and refunds its charge,
+    then B's. By expected count (session 7) A's refund expected 1, found 2 and was skipped, so ``t`` kept one
+    attempt although both failures were charged by streaks that proved the host down. Now each nack records its
+    charge id and each refund names its own: A's gives back 1 (2 -> 1), B's the other (1 -> 0). Expected: 0."""
     from geoagent.runtime.queue import Refund
 
     reason = "RetriesExhausted: 2 attempts to http://127.0.0.1:9/x failed; last: connection: Connect call failed"
@@ -195,11 +187,11 @@ def test_two_processes_charging_one_task_in_one_outage_both_get_their_refund(tmp
         try:
             await qa.put("t", {})
             (ta,) = await qa.lease(1, 60)
-            assert await qa.nack(ta, reason, backoff_s=0) == "ready"  # A's charge: expected 1
+            assert await qa.nack(ta, reason, backoff_s=0, charge="A.1") == "ready"  # A's charge (count 1)
             (tb,) = await qb.lease(1, 60)
-            assert tb.attempts == 1 and await qb.nack(tb, reason, backoff_s=0) == "ready"  # B's: expected 2
-            ra = await qa.refund_attempts([Refund("t", 1, expected=1)])  # A's breaker opened first
-            rb = await qb.refund_attempts([Refund("t", 1, expected=2)])
+            assert tb.attempts == 1 and await qb.nack(tb, reason, backoff_s=0, charge="B.1") == "ready"  # B's (2)
+            ra = await qa.refund_attempts([Refund.of_charges("t", ["A.1"])])  # A's breaker opened first
+            rb = await qb.refund_attempts([Refund.of_charges("t", ["B.1"])])
             (t,) = await qa.lease(1, 60)
             return ra, rb, t.attempts
         finally:
@@ -207,8 +199,77 @@ def test_two_processes_charging_one_task_in_one_outage_both_get_their_refund(tmp
             await qb.close()
 
     ra, rb, attempts = anyio.run(main)
-    assert rb.refunded == ["t"]
+    assert ra.refunded == ["t"] and rb.refunded == ["t"]
     assert attempts == 0, (ra, rb)
+
+
+class _OtherProcessCharges(OneGet):
+    """:class:`OneGet` whose handler, on task ``u``, first lets "process B" (its own queue handle) lease ``t``
+    and nack it unreachable with B's charge id, before ``u``'s own request fails and opens A's breaker."""
+
+    def __init__(self, url: str, qb) -> None:
+        super().__init__(url, concurrency=1)
+        self.qb = qb
+
+    async def handle(self, task, ctx):
+        if task.key == "u":
+            (tb,) = await self.qb.lease(1, 60)
+            assert tb.key == "t" and tb.attempts == 1
+            charged = {"charge": "B.1"} if getattr(self.qb, "supports_charges", False) else {}  # (main: none)
+            self.b_state = await self.qb.nack(tb, "RetriesExhausted: B's request failed", backoff_s=0, **charged)
+        return await super().handle(task, ctx)
+
+
+def test_runner_refund_of_the_earlier_charger_is_not_lost_when_another_process_charged_the_task_since(tmp_path):
+    """The same race through a real stage runner (process A, threshold 2, its own HTTP client) on a closed port:
+    A's first request (task ``t``) fails, nacked (streak 1, count 1, A's charge); while A works on ``u``, process B
+    leases ``t`` and nacks it with its own charge (count 2); ``u``'s request fails (streak 2): A's breaker opens and
+    A refunds its streak's charge of ``t``, which must give back A's attempt although B charged on top (2 -> 1);
+    then B's refund gives back B's (1 -> 0). Before charge ids A's refund (expected 1, found 2) was skipped and
+    ``t`` kept 1 attempt for ever."""
+    from geoagent.runtime.queue import Refund
+
+    dead = f"http://127.0.0.1:{free_port()}/x"
+
+    async def main():
+        q = open_queue(tmp_path / "q", "race2", "a", max_attempts=5, backoff_base_s=0.0, backoff_max_s=0.0)
+        qb = open_queue(tmp_path / "q", "race2", "a", max_attempts=5, backoff_base_s=0.0, backoff_max_s=0.0)
+        try:
+            await q.put("t", {})
+            await anyio.sleep(0.01)
+            await q.put("u", {})  # FIFO: t, u; then t again after its nack (zero backoff, later not_before)
+            stage = _OtherProcessCharges(dead, qb)
+            stage.lease_batch = 1
+            async with HttpClient(default_policy=HostPolicy(rate=1000.0, concurrency=4, max_attempts=2,
+                                                            backoff_base_s=0.01, backoff_max_s=0.02,
+                                                            timeout_s=10.0)) as http:
+                runner = StageRunner(stage, q, None, StageContext("race2", {"http": http}), unreachable_after=2)
+                with anyio.fail_after(60):
+                    stats = await runner.run()
+            tasks = await q.lease(10, 60)
+            await q.release(tasks)  # a look: released untouched
+            after_a = {t.key: t.attempts for t in tasks}
+            return stage, stats, after_a
+        finally:
+            await q.close()
+            await qb.close()
+
+    async def finish(tmp):
+        q = open_queue(tmp / "q", "race2", "a", max_attempts=5)
+        try:
+            rb = await q.refund_attempts([Refund.of_charges("t", ["B.1"])])
+            tasks = await q.lease(10, 60)
+            await q.release(tasks)
+            return rb, {t.key: t.attempts for t in tasks}
+        finally:
+            await q.close()
+
+    stage, stats, after_a = anyio.run(main)
+    assert stage.calls == {"t": 1, "u": 1} and stage.b_state == "ready"
+    assert stats.unreachable and stats.refunded_attempts == 1
+    assert after_a == {"t": 1, "u": 0}  # A's attempt given back, B's still charged
+    rb, after_b = anyio.run(finish, tmp_path)
+    assert rb.refunded == ["t"] and after_b == {"t": 0, "u": 0}
 
 
 # -- task ceiling below a paid model's own timeout ------------------------------------------------------------

@@ -19,8 +19,11 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   budget stop).
 * ``refund_attempts(refunds)`` (optional) gives back attempts that failures proved were not the task's fault
   (the stage runner: failures of a host that then turned out to be down, when its unreachable breaker opens):
-  see :class:`Refund` and :meth:`WorkQueue.refund_attempts`. Idempotent and race-safe: each refund is a
-  compare-and-set on the task's attempt count, it never touches a task that is done or held by a live lease.
+  see :class:`Refund` and :meth:`WorkQueue.refund_attempts`. Exact and idempotent: a nack may record a *charge
+  id* on the task (``nack(..., charge=...)``, backends with ``supports_charges``); a refund names the charge ids
+  it gives back and the task loses exactly the attempts of those still recorded, once, whatever the order in
+  which several chargers refund. ``requeue_dead`` clears the recorded charges; a task that is done or held by a
+  live lease is never touched.
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
 * ``extend(tasks, visibility_timeout_s)`` (optional) renews leases still held: each becomes leased for
   ``visibility_timeout_s`` from now; returns the keys whose lease is no longer held (unchanged), or None when
@@ -113,43 +116,72 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class Refund:
-    """Attempts to give back to one task (:meth:`WorkQueue.refund_attempts`).
+    """Attempts to give back to one task (:meth:`WorkQueue.refund_attempts`), in one of two forms.
+
+    *By charge ids* (``charges`` non-empty; exact, what the stage runner uses on a backend with
+    ``supports_charges``): ``charges`` names the charge ids that this caller's nacks recorded on the task
+    (``nack(task, reason, charge=...)``), ``attempts == len(charges)``, ``expected`` is not used (None). The queue
+    removes the named charges still recorded on the task and takes off one attempt per charge removed, so each
+    charger gets back exactly what it charged, once, in whatever order several chargers refund; a charge already
+    refunded, cleared by ``requeue_dead``, or of a task that is done, gives back nothing. Build one with
+    :meth:`Refund.of_charges`.
+
+    *By expected count* (``charges`` empty; the original form, kept for callers without charge ids): a
+    compare-and-set on the task's attempt count. It applies only while the task still has exactly ``expected``
+    attempts, so when two processes charged one task and the earlier charger refunds last, its refund is skipped
+    (the task keeps that attempt). Do not mix both forms on one task.
 
     Attributes
     ----------
     key : str
         The task.
     attempts : int
-        How many attempts to give back (>= 1); the count never goes below 0.
-    expected : int
-        The task's attempt count right after the last attempt being refunded was charged (the caller saw the
-        nack that counted it): the refund applies only while the task still has exactly this count, so a
-        repeated refund, or one racing another nack, a ``requeue_dead`` or a later failure, changes nothing.
+        How many attempts to give back (>= 1); the count never goes below 0. By charge ids: ``len(charges)``.
+    expected : int or None
+        By expected count: the task's attempt count right after the last attempt being refunded was charged (the
+        caller saw the nack that counted it); the refund applies only while the task still has exactly this count.
+        By charge ids: None (ignored).
     dead_reason : str or None
-        When the refunded failures dead-lettered the task, the reason they stored: a task still dead with
-        exactly this reason (and ``expected`` attempts) is returned to ready. None: a dead task is left dead.
+        Whether the refund may return a dead task to ready (None: a dead task is left dead). By expected count: the
+        reason the refunded failures stored when they dead-lettered the task; a task still dead with exactly this
+        reason (and ``expected`` attempts) is revived. By charge ids: any non-None value; the task is revived when
+        the nack that dead-lettered it recorded one of ``charges`` (the reason is not compared).
+    charges : tuple of str
+        The charge ids given back (distinct, non-empty); empty for a refund by expected count.
     """
 
     key: str
     attempts: int
-    expected: int
+    expected: int | None = None
     dead_reason: str | None = None
+    charges: tuple[str, ...] = ()
+
+    @classmethod
+    def of_charges(cls, key: str, charges: Iterable[str], dead_reason: str | None = None) -> "Refund":
+        """A refund by charge ids: give back to task ``key`` the attempts that the nacks with these charge ids
+        (distinct) charged it; ``dead_reason`` not None: revive the task if one of them dead-lettered it."""
+        ids = tuple(charges)
+        return cls(key, len(ids), None, dead_reason, ids)
 
 
 @dataclass(frozen=True, slots=True)
 class RefundResult:
     """What :meth:`WorkQueue.refund_attempts` did, key by key (each key of the call in exactly one list).
 
-    ``refunded``: queued tasks (ready, or leased under an expired lease) whose attempts were decreased;
-    ``revived``: dead tasks returned to ready with their attempts decreased; ``leased``: tasks held by a live
-    lease, left unchanged (the caller may try again once the lease ended); ``skipped``: left unchanged because
-    done, unknown, dead for another reason, or their attempt count is no longer ``expected``.
+    ``refunded``: tasks whose attempts were decreased and whose state was kept (queued: ready, or leased under an
+    expired lease; by charge ids also a dead task whose dead-lettering charge was not named); ``revived``: dead
+    tasks returned to ready with their attempts decreased; ``leased``: tasks held by a live lease, left unchanged
+    (the caller may try again once the lease ended); ``skipped``: left unchanged because done, unknown, or
+    nothing of the refund applies any more (by expected count: dead for another reason, or the count is no longer
+    ``expected``; by charge ids: none of the named charges is still recorded). ``given``: for each refunded or
+    revived key, how many attempts it got back.
     """
 
     refunded: list[str] = field(default_factory=list)
     revived: list[str] = field(default_factory=list)
     leased: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    given: dict[str, int] = field(default_factory=dict)
 
 
 def check_refunds(refunds: Sequence[Refund]) -> list[Refund]:
@@ -160,7 +192,8 @@ def check_refunds(refunds: Sequence[Refund]) -> list[Refund]:
     TypeError
         An item is not a :class:`Refund`.
     ValueError
-        ``attempts < 1``, ``expected < 0``, an empty key, or a key given twice.
+        ``attempts < 1``, an empty key, or a key given twice; by expected count: ``expected`` None or < 0; by
+        charge ids: a charge id that is not a non-empty str, one given twice, or ``attempts != len(charges)``.
     """
     out = list(refunds)
     seen: set[str] = set()
@@ -169,9 +202,16 @@ def check_refunds(refunds: Sequence[Refund]) -> list[Refund]:
             raise TypeError(f"refund_attempts takes Refund items, got {type(r).__name__}")
         if not (isinstance(r.key, str) and r.key):
             raise ValueError(f"refund: the key must be a non-empty str, got {r.key!r}")
-        if int(r.attempts) < 1 or int(r.expected) < 0:
-            raise ValueError(f"refund of {r.key!r}: need attempts >= 1 and expected >= 0, got {r.attempts!r}, "
-                             f"{r.expected!r}")
+        if r.charges:
+            ids = list(r.charges)
+            if not all(isinstance(c, str) and c for c in ids) or len(set(ids)) != len(ids):
+                raise ValueError(f"refund of {r.key!r}: charge ids must be distinct non-empty str, got {ids!r}")
+            if int(r.attempts) != len(ids):
+                raise ValueError(f"refund of {r.key!r}: attempts ({r.attempts!r}) must equal the number of charge "
+                                 f"ids ({len(ids)})")
+        elif r.expected is None or int(r.attempts) < 1 or int(r.expected) < 0:
+            raise ValueError(f"refund of {r.key!r}: need attempts >= 1 and expected >= 0 (or charge ids), got "
+                             f"{r.attempts!r}, {r.expected!r}")
         if r.key in seen:
             raise ValueError(f"refund: key {r.key!r} given twice")
         seen.add(r.key)
@@ -182,6 +222,8 @@ class WorkQueue(abc.ABC):
     """Abstract durable queue for one edge between two workers."""
 
     name: str
+    #: whether ``nack`` records charge ids and ``refund_attempts`` takes refunds by charge ids (:class:`Refund`)
+    supports_charges: bool = False
 
     @abc.abstractmethod
     async def put(self, key: str, payload: dict[str, Any]) -> bool:
@@ -200,10 +242,14 @@ class WorkQueue(abc.ABC):
         """Mark leased tasks done. Raises ``StaleLease`` if a lease is no longer held."""
 
     @abc.abstractmethod
-    async def nack(self, task: Task, reason: str, *, backoff_s: float | None = None) -> str:
+    async def nack(self, task: Task, reason: str, *, backoff_s: float | None = None,
+                   charge: str | None = None) -> str:
         """Record a failed attempt; return the new state, ``"ready"`` or ``"dead"``.
 
-        ``backoff_s`` overrides the computed exponential backoff (e.g. from ``Retry-After``).
+        ``backoff_s`` overrides the computed exponential backoff (e.g. from ``Retry-After``). ``charge`` (only on
+        a backend with ``supports_charges``): a charge id, unique to this nack (e.g. a process token and a
+        counter), recorded on the task with the attempt it counts, so a later refund by charge ids can give back
+        exactly that attempt (:class:`Refund`); it is forgotten by ``requeue_dead`` and by the refund itself.
         """
 
     @abc.abstractmethod
@@ -222,18 +268,27 @@ class WorkQueue(abc.ABC):
     async def refund_attempts(self, refunds: Sequence[Refund]) -> RefundResult | None:
         """Give back attempts charged to tasks by failures that were not their fault; one transaction.
 
-        For each :class:`Refund` (keys distinct), compare-and-set on the task's attempt count:
+        For each :class:`Refund` (keys distinct):
 
-        * a task *queued* (ready, or leased under a lease that has expired: held by nobody) whose attempt count is
-          ``expected`` gets ``max(0, expected - attempts)`` attempts; its state, backoff and last error are kept;
-        * a *dead* task with ``expected`` attempts whose stored reason is ``dead_reason`` (not None) goes back to
-          ready now (like ``requeue_dead``) with ``max(0, expected - attempts)`` attempts, last error kept;
-        * anything else is left unchanged: a task held by a live lease (``leased``: its holder's ack, nack or
-          release stays valid), done, unknown, dead for another reason, or whose count moved on (``skipped``).
+        * a task held by a live lease is left unchanged (``leased``: its holder's ack, nack or release stays
+          valid; the caller may try again once the lease ended); a task done or unknown is left unchanged
+          (``skipped``);
+        * *by charge ids*: of the named charges, those still recorded on the task (ready, leased under a lease
+          that has expired: held by nobody, or dead) are removed and the task loses one attempt per charge
+          removed (never below 0); its state, backoff and last error are kept (``refunded``), except that a dead
+          task whose dead-lettering nack recorded one of the removed charges goes back to ready now, like
+          ``requeue_dead`` but with the attempts it has left (``revived``; only when ``dead_reason`` is not
+          None). None of the charges still recorded (a repeated refund, one after ``requeue_dead``, a charge of
+          another task): ``skipped``. Each charge is given back at most once, so several processes' refunds of
+          one task add up exactly, in any order;
+        * *by expected count*: a compare-and-set on the task's attempt count. A task queued (as above) whose count
+          is ``expected`` gets ``max(0, expected - attempts)`` attempts (``refunded``); a dead task with
+          ``expected`` attempts whose stored reason is ``dead_reason`` (not None) goes back to ready now with that
+          many (``revived``); anything else, dead for another reason or whose count moved on, is ``skipped``.
 
-        Idempotent: once applied the count is no longer ``expected``, so a repeated call (or a backend's retry
-        after a lost reply) refunds nothing more. Returns what happened to each key, or None when this backend
-        cannot refund attempts (the default).
+        Idempotent: a repeated call (or a backend's retry after a lost reply) refunds nothing more. Returns what
+        happened to each key (and ``given``: the attempts each refunded or revived key got back), or None when
+        this backend cannot refund attempts (the default).
 
         Raises
         ------
@@ -253,7 +308,8 @@ class WorkQueue(abc.ABC):
 
     @abc.abstractmethod
     async def requeue_dead(self, keys: Sequence[str] | None = None) -> int:
-        """Move dead tasks (all, or the given keys) back to ready with attempts reset; return count."""
+        """Move dead tasks (all, or the given keys) back to ready with attempts reset and their recorded charge ids
+        cleared (a refund naming them later gives back nothing); return count."""
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -34,6 +34,9 @@ suffix         type    content
 ``delayed``    zset    key scored by ``not_before`` (microseconds): ready tasks waiting out a nack backoff
 ``dead``       zset    key scored by failure time (microseconds): ``dead_letters`` walks it backwards
 ``counts``     hash    ``ready`` / ``leased`` / ``done`` / ``dead`` task counts, kept by every script
+``charges``    hash    key -> JSON list of the charge ids its charged nacks recorded, not yet refunded or
+                       cleared by ``requeue_dead`` (absent = none)
+``killer``     hash    key -> the charge id of the charged nack that dead-lettered it, while it is dead
 ``reply:<t>``  string  reply record of the mutating call with token ``<t>`` (msgpack), expires after
                        ``reply_ttl_s``: see "Retries after a lost reply"
 =============  ======  =====================================================================================
@@ -94,8 +97,8 @@ nothing and answers from it. Per operation:
 * ``ack``, ``release``, ``dead_letter`` (one script): the record is the list of stale keys, so a repeat
   raises ``StaleLease`` for exactly the keys the first run found stale, and returns quietly otherwise.
 * ``nack``: the record is ``"ready"``/``"dead"`` (or stale); the attempt is counted once.
-* ``refund_attempts``: the record is the four key lists of that chunk (each refund is a compare-and-set on
-  the attempt count, so a repeat would find nothing to refund and misreport it as skipped).
+* ``refund_attempts``: the record is the key lists of that chunk (a refund removes the charges it names, or is a
+  compare-and-set on the attempt count, so a repeat would find nothing to refund and misreport it as skipped).
 * ``requeue_dead``: the record is the number moved by that chunk (a repeat of an ``all`` chunk would
   otherwise move the *next* chunk and end the loop early).
 * Idempotent by construction, no token: ``counts`` and ``dead_letters`` (read only), and leaving the
@@ -178,11 +181,12 @@ RETRIES = 3
 _RETRY_BACKOFF_CAP_S = 1.0
 #: longest visibility timeout or backoff in s (about 31 years): larger values (``inf``) are clamped to it
 _MAX_S = 1e9
-#: key suffixes, in the order every script receives them as KEYS[1..11]
+#: key suffixes, in the order every script receives them as KEYS[1..13]
 KEY_SUFFIXES = (
     "stream", "payload", "state", "attempts", "error", "lease", "entry", "leases", "delayed", "dead", "counts",
+    "charges", "killer",
 )
-#: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[12] of its script)
+#: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[14] of its script)
 REPLY_SUFFIX = "reply:"
 #: default lifetime of a reply record in s (:class:`RedisStreamsQueue` ``reply_ttl_s``); see the module docstring
 REPLY_TTL_S = 300.0
@@ -193,6 +197,7 @@ _PRELUDE = """
 redis.replicate_commands()
 local S, PAY, ST, ATT, ERR, LID, ENT, LEASES, DELAYED, DEAD, CNT =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local CHG, KILL = KEYS[12], KEYS[13]
 local GROUP = ARGV[1]
 local function now_us()
   local t = redis.call('TIME')
@@ -220,12 +225,12 @@ local function unlink(key)
   redis.call('HDEL', LID, key)
   redis.call('ZREM', LEASES, key)
 end
--- Run a mutating call at most once per call token. KEYS[12] is this call's reply record, ARGV[2] its
+-- Run a mutating call at most once per call token. KEYS[14] is this call's reply record, ARGV[2] its
 -- lifetime in ms. A first run applies the effect (apply() returns the reply and, optionally, a smaller
 -- record to keep) and writes the record in the same atomic script; a repeat of the token (redis-py
 -- retrying after a lost reply) changes nothing and answers from the record (through replay() if given).
 local function once(apply, replay)
-  local seen = redis.call('GET', KEYS[12])
+  local seen = redis.call('GET', KEYS[14])
   if seen then
     local record = cmsgpack.unpack(seen)
     if replay then return replay(record) end
@@ -233,7 +238,7 @@ local function once(apply, replay)
   end
   local reply, record = apply()
   if record == nil then record = reply end
-  redis.call('SET', KEYS[12], cmsgpack.pack(record), 'PX', ARGV[2])
+  redis.call('SET', KEYS[14], cmsgpack.pack(record), 'PX', ARGV[2])
   return reply
 end
 """
@@ -388,7 +393,7 @@ end)
 """
 
 # ARGV: group, reply ttl ms, key, lease id, reason, max attempts, backoff base us, backoff max us,
-#       jitter factor, override backoff us ('' = computed) -> 'ready' | 'dead' | nil (stale)
+#       jitter factor, override backoff us ('' = computed), charge id ('' = none) -> 'ready' | 'dead' | nil (stale)
 _NACK = _PRELUDE + """
 return once(function()
   ensure_group()
@@ -401,10 +406,18 @@ return once(function()
   redis.call('HSET', ERR, key, reason)
   unlink(key)
   redis.call('HINCRBY', CNT, 'leased', -1)
+  local charge = ARGV[11]
+  if charge ~= '' then  -- a charged nack records its charge id (a refund by charge ids gives it back)
+    local cur = redis.call('HGET', CHG, key)
+    local list = cur and cjson.decode(cur) or {}
+    list[#list + 1] = charge
+    redis.call('HSET', CHG, key, cjson.encode(list))
+  end
   if attempts >= tonumber(ARGV[6]) then
     redis.call('HSET', ST, key, 'dead')
     redis.call('ZADD', DEAD, now, key)
     redis.call('HINCRBY', CNT, 'dead', 1)
+    if charge ~= '' then redis.call('HSET', KILL, key, charge) end
     return 'dead'
   end
   local delay
@@ -460,6 +473,8 @@ return once(function()
     if redis.call('HGET', ST, key) == 'dead' then
       redis.call('ZREM', DEAD, key)
       redis.call('HDEL', ATT, key)
+      redis.call('HDEL', CHG, key)
+      redis.call('HDEL', KILL, key)
       enqueue(key)
       moved = moved + 1
     end
@@ -472,38 +487,82 @@ return once(function()
 end)
 """
 
-# ARGV: group, reply ttl ms, then per refund: key, attempts to give back, expected attempts, has dead reason
-#       ('1'/'0'), dead reason -> {refunded keys, revived keys, leased keys, skipped keys} (by the first run)
+# ARGV: group, reply ttl ms, then per refund: key, attempts to give back, expected attempts ('' with charge ids),
+#       has dead reason ('1'/'0'), dead reason, number of charge ids c, then the c charge ids
+# -> {refunded keys, revived keys, leased keys, skipped keys, {key, attempts given back, ...}} (by the first run)
 _REFUND = _PRELUDE + """
 return once(function()
   ensure_group()
   local now = now_us()
-  local refunded, revived, leased, skipped = {}, {}, {}, {}
-  for i = 3, #ARGV, 5 do
-    local key, expected = ARGV[i], tonumber(ARGV[i + 2])
-    local left = math.max(0, expected - tonumber(ARGV[i + 1]))
+  local refunded, revived, leased, skipped, given = {}, {}, {}, {}, {}
+  local function set_attempts(key, left)
+    if left > 0 then redis.call('HSET', ATT, key, left) else redis.call('HDEL', ATT, key) end
+  end
+  local function revive(key, left)
+    redis.call('ZREM', DEAD, key)
+    redis.call('HDEL', KILL, key)
+    set_attempts(key, left)
+    enqueue(key)
+    redis.call('HINCRBY', CNT, 'dead', -1)
+    redis.call('HINCRBY', CNT, 'ready', 1)
+  end
+  local i = 3
+  while i <= #ARGV do
+    local key, n_ids = ARGV[i], tonumber(ARGV[i + 5])
+    local may_revive, dead_reason = ARGV[i + 3] == '1', ARGV[i + 4]
+    local named = {}
+    for j = 1, n_ids do named[ARGV[i + 5 + j]] = true end
     local st = redis.call('HGET', ST, key)
     local attempts = tonumber(redis.call('HGET', ATT, key) or '0')
     local deadline = redis.call('ZSCORE', LEASES, key)
     if st == 'leased' and (not deadline or tonumber(deadline) > now) then
       leased[#leased + 1] = key
-    elseif not st or attempts ~= expected then
+    elseif not st or st == 'done' then
       skipped[#skipped + 1] = key
-    elseif st == 'ready' or st == 'leased' then
-      if left > 0 then redis.call('HSET', ATT, key, left) else redis.call('HDEL', ATT, key) end
-      refunded[#refunded + 1] = key
-    elseif st == 'dead' and ARGV[i + 3] == '1' and redis.call('HGET', ERR, key) == ARGV[i + 4] then
-      redis.call('ZREM', DEAD, key)
-      if left > 0 then redis.call('HSET', ATT, key, left) else redis.call('HDEL', ATT, key) end
-      enqueue(key)
-      redis.call('HINCRBY', CNT, 'dead', -1)
-      redis.call('HINCRBY', CNT, 'ready', 1)
-      revived[#revived + 1] = key
-    else
-      skipped[#skipped + 1] = key
+    elseif n_ids > 0 then  -- by charge ids: give back exactly the named charges still recorded
+      local cur = redis.call('HGET', CHG, key)
+      local kept, n = {}, 0
+      for _, c in ipairs(cur and cjson.decode(cur) or {}) do
+        if named[c] then n = n + 1 else kept[#kept + 1] = c end
+      end
+      if n == 0 then
+        skipped[#skipped + 1] = key
+      else
+        if #kept > 0 then redis.call('HSET', CHG, key, cjson.encode(kept)) else redis.call('HDEL', CHG, key) end
+        local left = math.max(0, attempts - n)
+        local killer = redis.call('HGET', KILL, key)
+        if st == 'dead' and may_revive and killer and named[killer] then
+          revive(key, left)
+          revived[#revived + 1] = key
+        else  -- queued, or dead by a failure not named here (stays dead)
+          set_attempts(key, left)
+          refunded[#refunded + 1] = key
+        end
+        given[#given + 1] = key
+        given[#given + 1] = attempts - left
+      end
+    else  -- by expected count: compare-and-set on the attempt count
+      local expected = tonumber(ARGV[i + 2])
+      local left = math.max(0, expected - tonumber(ARGV[i + 1]))
+      if attempts ~= expected then
+        skipped[#skipped + 1] = key
+      elseif st == 'ready' or st == 'leased' then
+        set_attempts(key, left)
+        refunded[#refunded + 1] = key
+        given[#given + 1] = key
+        given[#given + 1] = attempts - left
+      elseif st == 'dead' and may_revive and redis.call('HGET', ERR, key) == dead_reason then
+        revive(key, left)
+        revived[#revived + 1] = key
+        given[#given + 1] = key
+        given[#given + 1] = attempts - left
+      else
+        skipped[#skipped + 1] = key
+      end
     end
+    i = i + 6 + n_ids
   end
-  return {refunded, revived, leased, skipped}
+  return {refunded, revived, leased, skipped, given}
 end)
 """
 
@@ -577,6 +636,8 @@ class RedisStreamsQueue(WorkQueue):
         Unsafe ``campaign``/``edge`` or an option out of range.
     """
 
+    supports_charges = True
+
     def __init__(
         self,
         client: "aioredis.Redis",
@@ -629,12 +690,12 @@ class RedisStreamsQueue(WorkQueue):
         self._refund_script = register(_REFUND)
 
     async def _run(self, script: Any, *args: Any) -> Any:
-        """Run a read-only (or reply-free) script: KEYS = the 11 queue keys, ARGV = group, ``args``."""
+        """Run a read-only (or reply-free) script: KEYS = the 13 queue keys, ARGV = group, ``args``."""
         return await self._call(script, self.keys, [GROUP, *args])
 
     async def _once(self, script: Any, *args: Any, token: str | None = None) -> Any:
         """Run a mutating script at most once: a fresh call token (made here, before redis-py's first try,
-        so every retry of this call carries the same one) names the reply record KEYS[12]; ARGV = group,
+        so every retry of this call carries the same one) names the reply record KEYS[14]; ARGV = group,
         reply TTL in ms, ``args``. A retry whose first try ran answers from the record (module docstring)."""
         token = token or uuid.uuid4().hex
         return await self._call(
@@ -719,19 +780,24 @@ class RedisStreamsQueue(WorkQueue):
         """
         await self._finish("ack", "ack", _as_list(tasks))
 
-    async def nack(self, task: Task, reason: str, *, backoff_s: float | None = None) -> str:
+    async def nack(self, task: Task, reason: str, *, backoff_s: float | None = None,
+                   charge: str | None = None) -> str:
         """Count one failed attempt and keep ``reason``; return ``"ready"`` (leasable again after the
         backoff, or exactly ``backoff_s`` s if given) or ``"dead"`` once attempts reach ``max_attempts``.
+        ``charge``: a charge id recorded with the attempt, for a later refund by charge ids
+        (:meth:`WorkQueue.nack`, :class:`~geoagent.runtime.queue.Refund`).
 
         Raises
         ------
         StaleLease
             The lease is no longer held (nothing changed).
         ValueError
-            ``backoff_s`` negative.
+            ``backoff_s`` negative, or ``charge`` not a non-empty str.
         """
         if backoff_s is not None and not backoff_s >= 0:
             raise ValueError(f"backoff_s must be >= 0, got {backoff_s!r}")
+        if charge is not None and not (isinstance(charge, str) and charge):
+            raise ValueError(f"nack: a charge id must be a non-empty str, got {charge!r}")
         state = await self._once(
             self._nack_script,
             task.key,
@@ -742,6 +808,7 @@ class RedisStreamsQueue(WorkQueue):
             repr(min(self.backoff_max_s, _MAX_S) * 1e6),
             repr(self._rng.uniform(0.5, 1.0)),
             "" if backoff_s is None else repr(min(float(backoff_s), _MAX_S) * 1e6),
+            charge or "",
         )
         if state is None:
             raise _stale(self.name, "nack", [task.key], 0)
@@ -776,10 +843,11 @@ class RedisStreamsQueue(WorkQueue):
         await self._finish("release", "release", _as_list(tasks))
 
     async def refund_attempts(self, refunds: Sequence[Refund]) -> RefundResult:
-        """Give back attempts (compare-and-set on each task's attempt count) and revive dead tasks whose stored
-        reason is the refund's ``dead_reason``, in atomic chunks of ``put_chunk`` refunds (one script each, with
-        a reply record: a retry after a lost reply answers as the first run). A lease is live while its deadline
-        (server clock) lies ahead. Semantics: :meth:`WorkQueue.refund_attempts`.
+        """Give back attempts, by charge ids (the named charges still recorded) or by expected count
+        (compare-and-set), reviving the dead tasks the refunded failures dead-lettered, in atomic chunks of
+        ``put_chunk`` refunds (one script each, with a reply record: a retry after a lost reply answers as the
+        first run). A lease is live while its deadline (server clock) lies ahead. Semantics:
+        :meth:`WorkQueue.refund_attempts`.
 
         Raises
         ------
@@ -791,13 +859,14 @@ class RedisStreamsQueue(WorkQueue):
         while chunk := _take(iterator, self.put_chunk):
             args: list[Any] = []
             for r in chunk:
-                args += [r.key, int(r.attempts), int(r.expected), "0" if r.dead_reason is None else "1",
-                         r.dead_reason or ""]
-            refunded, revived, leased, skipped = await self._once(self._refund_script, *args)
+                args += [r.key, int(r.attempts), "" if r.charges else int(r.expected),
+                         "0" if r.dead_reason is None else "1", r.dead_reason or "", len(r.charges), *r.charges]
+            refunded, revived, leased, skipped, given = await self._once(self._refund_script, *args)
             out.refunded.extend(_text(k) for k in refunded)
             out.revived.extend(_text(k) for k in revived)
             out.leased.extend(_text(k) for k in leased)
             out.skipped.extend(_text(k) for k in skipped)
+            out.given.update((_text(given[j]), int(given[j + 1])) for j in range(0, len(given), 2))
         return out
 
     async def counts(self) -> QueueCounts:
@@ -817,7 +886,8 @@ class RedisStreamsQueue(WorkQueue):
         ]
 
     async def requeue_dead(self, keys: Sequence[str] | None = None) -> int:
-        """Move dead tasks (all, or ``keys``) back to ready with attempts reset to 0; return the count.
+        """Move dead tasks (all, or ``keys``) back to ready with attempts reset to 0 and their recorded charges
+        cleared (a later refund of them gives back nothing); return the count.
 
         ``last_error`` is kept so the next delivery still shows why it died before. Works in atomic
         chunks of ``put_chunk`` tasks.

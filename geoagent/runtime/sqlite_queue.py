@@ -4,7 +4,7 @@ One file per edge between two workers, ``<root>/<campaign>/<edge>.sqlite`` (issu
 processes on one machine may open the same file at once; each process (and each event loop) opens its
 own :class:`SQLiteQueue`. Never carry an open queue across ``fork()``: open it in the child.
 
-Schema (``PRAGMA user_version = 1``)
+Schema (``PRAGMA user_version = 2``)
 -----------------------------------
 ::
 
@@ -17,10 +17,28 @@ Schema (``PRAGMA user_version = 1``)
         attempts   INTEGER NOT NULL DEFAULT 0,  -- failed attempts (nack, dead_letter)
         lease_id   TEXT,                  -- "<id>.<random hex>" while leased, else NULL
         last_error TEXT,                  -- reason of the last nack / dead-letter
-        created_at REAL    NOT NULL
+        created_at REAL    NOT NULL,
+        charges    TEXT,                  -- JSON list of the charge ids recorded by charged nacks, not yet
+                                          --   refunded or cleared (NULL: none); version 2
+        dead_charge TEXT                  -- while dead: the charge id of the nack that dead-lettered it; version 2
     );
     CREATE INDEX tasks_state_time ON tasks (state, not_before);
     CREATE TABLE counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL);  -- rows per stored state
+
+Version 1 (sessions up to 8) had neither ``charges`` nor ``dead_charge``. The first open of a version-1 file by a
+writer (``migrate=True``, the default) adds both columns (``ALTER TABLE ... ADD COLUMN``: a schema change only, no
+row is rewritten) and sets version 2, in one ``BEGIN IMMEDIATE`` transaction. A read-only look
+(:func:`read_counts`, :func:`read_planned`, ``status``: ``migrate=False``) reads a version-1 file as it is and
+changes nothing; on such a handle the operations that need version 2 (``refund_attempts``, ``requeue_dead``, a
+charged ``nack``) raise :class:`~geoagent.runtime.queue.QueueError`. Code of version 1 refuses a file of version 2
+(it names both versions), so upgrade every process sharing a campaign's queues together.
+
+Charges (:class:`~geoagent.runtime.queue.Refund`): ``nack(..., charge=c)`` appends ``c`` to ``charges`` (and sets
+``dead_charge = c`` when that nack dead-letters the task); a refund by charge ids removes the named ids still in
+``charges`` and subtracts their number from ``attempts``; ``requeue_dead`` sets both columns to NULL. Only the
+charged nack, the refund and the requeue read or write them: put, lease, ack, release, dead-letter and an
+uncharged nack run the same statements as in version 1 (``dead_charge`` is NULL whenever the task is not dead, so
+an uncharged nack that dead-letters a task leaves it NULL without writing it).
 
 ``not_before`` is the one time column the index orders by:
 
@@ -132,7 +150,7 @@ __all__ = ["SQLiteQueue", "queue_path", "read_counts", "SCHEMA_VERSION"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 READY, LEASED, DONE, DEAD = 0, 1, 2, 3
 STATE_NAMES = {READY: "ready", LEASED: "leased", DONE: "done", DEAD: "dead"}
 SUFFIX = ".sqlite"
@@ -147,11 +165,18 @@ _SCHEMA = (
         attempts   INTEGER NOT NULL DEFAULT 0,
         lease_id   TEXT,
         last_error TEXT,
-        created_at REAL    NOT NULL
+        created_at REAL    NOT NULL,
+        charges    TEXT,
+        dead_charge TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS tasks_state_time ON tasks (state, not_before)",
     "CREATE TABLE IF NOT EXISTS counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO counts (state, n) VALUES (0, 0), (1, 0), (2, 0), (3, 0)",
+)
+#: version 1 -> 2: the charge columns (module docstring, "Charges")
+_MIGRATE_1_2 = (
+    "ALTER TABLE tasks ADD COLUMN charges TEXT",
+    "ALTER TABLE tasks ADD COLUMN dead_charge TEXT",
 )
 
 # One statement leases a batch: pick by index, flip to leased, return the rows. The lease id embeds the
@@ -200,7 +225,7 @@ def queue_path(root: str | os.PathLike[str], campaign: str, edge: str) -> Path:
 
 
 class SQLiteQueue(WorkQueue):
-    """Durable queue for one edge, backed by one SQLite file in WAL mode.
+    """Durable queue for one edge, backed by one SQLite file in WAL mode (charge ids: see the module docstring).
 
     Parameters
     ----------
@@ -240,6 +265,10 @@ class SQLiteQueue(WorkQueue):
     create : bool
         Create the file when missing (default); ``False`` raises ``FileNotFoundError`` instead (read-only
         tools such as ``status`` must not create queues).
+    migrate : bool
+        Bring a file of an older schema version up to this one when opening it (default; module docstring).
+        ``False``, for read-only looks: an older file is read as it is and nothing is written at open; the
+        operations that need the current schema then raise ``QueueError``.
     seed : int, optional
         Seed of the backoff jitter generator (tests).
     clock : callable, optional
@@ -251,10 +280,12 @@ class SQLiteQueue(WorkQueue):
     FileNotFoundError
         ``create=False`` and the file does not exist.
     QueueError
-        The file is not a SQLite queue of this schema version.
+        The file is not a SQLite queue of a schema version this code reads (1 or 2).
     ValueError
         An option out of range.
     """
+
+    supports_charges = True
 
     def __init__(
         self,
@@ -272,6 +303,7 @@ class SQLiteQueue(WorkQueue):
         inline_max_items: int = 256,
         checkpoint_every: int = 100,
         create: bool = True,
+        migrate: bool = True,
         seed: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -303,6 +335,9 @@ class SQLiteQueue(WorkQueue):
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
+        self._migrate = bool(migrate)
+        #: schema version of the open file: SCHEMA_VERSION, or 1 for an old file opened with ``migrate=False``
+        self.schema_version = SCHEMA_VERSION
         #: how many async calls went to the worker thread because the write lock was held (diagnostics)
         self.busy_fallbacks = 0
         if not self.path.exists():
@@ -336,13 +371,21 @@ class SQLiteQueue(WorkQueue):
             conn.execute("PRAGMA journal_size_limit = 67108864")  # truncate the WAL back to 64 MiB
             if self.inline:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints run on the worker thread
-            if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == SCHEMA_VERSION:
                 return conn  # an existing queue: no write lock needed (status readers stay read-only)
+            if version == 1 and not self._migrate:
+                self.schema_version = 1  # a read-only look at an old file: read it as it is
+                return conn
             conn.execute("BEGIN IMMEDIATE")
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 if version == 0:
                     for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                elif version == 1:
+                    for statement in _MIGRATE_1_2:
                         conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 elif version != SCHEMA_VERSION:
@@ -514,16 +557,27 @@ class SQLiteQueue(WorkQueue):
 
         return _Op(tx, inline=len(targets) <= self.inline_max_items)
 
-    def _nack_op(self, task: Task, reason: str, backoff_s: float | None) -> _Op:
+    def _needs_current_schema(self, what: str) -> None:
+        if self.schema_version != SCHEMA_VERSION:
+            raise QueueError(f"queue {self.name!r}: {what} needs schema version {SCHEMA_VERSION}, but {self.path} has "
+                             f"version {self.schema_version} and was opened read-only (migrate=False)")
+
+    def _nack_op(self, task: Task, reason: str, backoff_s: float | None, charge: str | None = None) -> _Op:
         if backoff_s is not None and not backoff_s >= 0:
             raise ValueError(f"backoff_s must be >= 0, got {backoff_s!r}")
+        if charge is not None:
+            if not (isinstance(charge, str) and charge):
+                raise ValueError(f"nack: a charge id must be a non-empty str, got {charge!r}")
+            self._needs_current_schema("a charged nack")
         row_id = _row_id(task)
 
         def tx(conn: sqlite3.Connection, now: float) -> str | None:
             row = None
             if row_id is not None:
                 row = conn.execute(
-                    "SELECT attempts FROM tasks WHERE id = ? AND lease_id = ? AND state = 1", (row_id, task.lease_id)
+                    "SELECT attempts FROM tasks WHERE id = ? AND lease_id = ? AND state = 1" if charge is None else
+                    "SELECT attempts, charges FROM tasks WHERE id = ? AND lease_id = ? AND state = 1",
+                    (row_id, task.lease_id),
                 ).fetchone()
             if row is None:
                 return None
@@ -532,11 +586,20 @@ class SQLiteQueue(WorkQueue):
                 state, at = DEAD, now
             else:
                 state, at = READY, now + (self._backoff_s(attempts) if backoff_s is None else float(backoff_s))
-            conn.execute(
-                "UPDATE tasks SET state = ?, not_before = ?, attempts = ?, last_error = ?, lease_id = NULL "
-                "WHERE id = ?",
-                (state, at, attempts, str(reason), row_id),
-            )
+            if charge is None:  # the hot path: the statements of schema version 1
+                conn.execute(
+                    "UPDATE tasks SET state = ?, not_before = ?, attempts = ?, last_error = ?, lease_id = NULL "
+                    "WHERE id = ?",
+                    (state, at, attempts, str(reason), row_id),
+                )
+            else:  # record the charge (and, when it dead-letters the task, that it did)
+                charges = [*_charge_list(row[1]), charge]
+                conn.execute(
+                    "UPDATE tasks SET state = ?, not_before = ?, attempts = ?, last_error = ?, lease_id = NULL, "
+                    "charges = ?, dead_charge = ? WHERE id = ?",
+                    (state, at, attempts, str(reason), orjson.dumps(charges).decode(),
+                     charge if state == DEAD else None, row_id),
+                )
             _bump(conn, {LEASED: -1, state: 1})
             return STATE_NAMES[state]
 
@@ -548,31 +611,60 @@ class SQLiteQueue(WorkQueue):
         return _Op(tx, post=post)
 
     def _refund_op(self, refunds: list[Refund]) -> _Op:
+        self._needs_current_schema("refund_attempts")
+
         def tx(conn: sqlite3.Connection, now: float) -> RefundResult:
             out = RefundResult()
             revived = 0
             for r in refunds:
-                row = conn.execute("SELECT id, state, not_before, attempts, last_error FROM tasks WHERE key = ?",
-                                   (r.key,)).fetchone()
+                row = conn.execute("SELECT id, state, not_before, attempts, last_error, charges, dead_charge "
+                                   "FROM tasks WHERE key = ?", (r.key,)).fetchone()
                 if row is None:
                     out.skipped.append(r.key)
                     continue
-                row_id, state, not_before, attempts, last_error = row
-                left = max(0, int(r.expected) - int(r.attempts))
+                row_id, state, not_before, attempts, last_error, charges, dead_charge = row
                 if state == LEASED and not_before > now:
                     out.leased.append(r.key)  # held by a live lease: its holder's finish stays valid
-                elif attempts != int(r.expected):
+                    continue
+                if state == DONE:
+                    out.skipped.append(r.key)  # finished: never touched
+                    continue
+                if r.charges:  # by charge ids: give back exactly the named charges still recorded
+                    named = set(r.charges)
+                    recorded = _charge_list(charges)
+                    kept = [c for c in recorded if c not in named]
+                    n = len(recorded) - len(kept)
+                    if n == 0:
+                        out.skipped.append(r.key)  # already refunded, cleared by requeue_dead, or never charged
+                        continue
+                    left = max(0, attempts - n)
+                    stored = orjson.dumps(kept).decode() if kept else None
+                    if state == DEAD and r.dead_reason is not None and dead_charge in named:
+                        conn.execute("UPDATE tasks SET state = 0, attempts = ?, not_before = ?, lease_id = NULL, "
+                                     "charges = ?, dead_charge = NULL WHERE id = ?", (left, now, stored, row_id))
+                        revived += 1
+                        out.revived.append(r.key)
+                    else:  # queued, or dead by a failure not named here (stays dead)
+                        conn.execute("UPDATE tasks SET attempts = ?, charges = ? WHERE id = ?",
+                                     (left, stored, row_id))
+                        out.refunded.append(r.key)
+                    out.given[r.key] = attempts - left
+                    continue
+                left = max(0, int(r.expected) - int(r.attempts))  # by expected count: compare-and-set
+                if attempts != int(r.expected):
                     out.skipped.append(r.key)  # moved on since (another failure, a requeue, a refund already made)
                 elif state in (READY, LEASED):  # ready, or leased under an expired lease (held by nobody)
                     conn.execute("UPDATE tasks SET attempts = ? WHERE id = ?", (left, row_id))
                     out.refunded.append(r.key)
+                    out.given[r.key] = attempts - left
                 elif state == DEAD and r.dead_reason is not None and last_error == r.dead_reason:
-                    conn.execute("UPDATE tasks SET state = 0, attempts = ?, not_before = ?, lease_id = NULL "
-                                 "WHERE id = ?", (left, now, row_id))
+                    conn.execute("UPDATE tasks SET state = 0, attempts = ?, not_before = ?, lease_id = NULL, "
+                                 "dead_charge = NULL WHERE id = ?", (left, now, row_id))
                     revived += 1
                     out.revived.append(r.key)
+                    out.given[r.key] = attempts - left
                 else:
-                    out.skipped.append(r.key)  # done, or dead for another reason
+                    out.skipped.append(r.key)  # dead for another reason
             _bump(conn, {DEAD: -revived, READY: revived})
             return out
 
@@ -613,7 +705,9 @@ class SQLiteQueue(WorkQueue):
         if isinstance(keys, str):
             raise TypeError("requeue_dead takes a sequence of keys, not one string")
         key_list = None if keys is None else list(keys)
-        sql = "UPDATE tasks SET state = 0, attempts = 0, not_before = ?, lease_id = NULL WHERE state = 3"
+        self._needs_current_schema("requeue_dead")
+        sql = ("UPDATE tasks SET state = 0, attempts = 0, not_before = ?, lease_id = NULL, charges = NULL, "
+               "dead_charge = NULL WHERE state = 3")
 
         def tx(conn: sqlite3.Connection, now: float) -> int:
             if key_list is None:
@@ -652,9 +746,10 @@ class SQLiteQueue(WorkQueue):
         """Synchronous :meth:`release`."""
         self._sync(self._finish_op("release", _as_list(tasks), _RELEASE_SQL, READY))
 
-    def nack_sync(self, task: Task, reason: str, *, backoff_s: float | None = None) -> str:
+    def nack_sync(self, task: Task, reason: str, *, backoff_s: float | None = None,
+                  charge: str | None = None) -> str:
         """Synchronous :meth:`nack`."""
-        return self._sync(self._nack_op(task, reason, backoff_s))
+        return self._sync(self._nack_op(task, reason, backoff_s, charge))
 
     def dead_letter_sync(self, task: Task, reason: str) -> None:
         """Synchronous :meth:`dead_letter`."""
@@ -757,16 +852,23 @@ class SQLiteQueue(WorkQueue):
         """
         await self._async(self._finish_op("ack", _as_list(tasks), _ACK_SQL, DONE))
 
-    async def nack(self, task: Task, reason: str, *, backoff_s: float | None = None) -> str:
+    async def nack(self, task: Task, reason: str, *, backoff_s: float | None = None,
+                   charge: str | None = None) -> str:
         """Count one failed attempt and keep ``reason``; return ``"ready"`` (leasable again after the
         backoff, or exactly ``backoff_s`` s if given) or ``"dead"`` once attempts reach ``max_attempts``.
+        ``charge``: a charge id recorded with the attempt, for a later refund by charge ids
+        (:meth:`WorkQueue.nack`, :class:`~geoagent.runtime.queue.Refund`).
 
         Raises
         ------
         StaleLease
             The lease is no longer held (nothing changed).
+        ValueError
+            ``backoff_s`` negative, or ``charge`` not a non-empty str.
+        QueueError
+            A charged nack on an old file opened with ``migrate=False``.
         """
-        return await self._async(self._nack_op(task, reason, backoff_s))
+        return await self._async(self._nack_op(task, reason, backoff_s, charge))
 
     async def dead_letter(self, task: Task, reason: str) -> None:
         """Send a leased task straight to dead with ``reason`` (counts as one failed attempt).
@@ -791,13 +893,16 @@ class SQLiteQueue(WorkQueue):
         return await self._async(self._expire_leases_op())
 
     async def refund_attempts(self, refunds: Sequence[Refund]) -> RefundResult:
-        """Give back attempts (compare-and-set on each task's attempt count) in one transaction; revive dead tasks
-        whose stored reason is the refund's ``dead_reason``. Semantics: :meth:`WorkQueue.refund_attempts`.
+        """Give back attempts in one transaction: by charge ids (the named charges still recorded) or by expected
+        count (compare-and-set), reviving the dead tasks the refunded failures dead-lettered. Semantics:
+        :meth:`WorkQueue.refund_attempts`.
 
         Raises
         ------
         TypeError, ValueError
             Malformed refunds (:func:`geoagent.runtime.queue.check_refunds`).
+        QueueError
+            An old file opened with ``migrate=False``.
         """
         items = check_refunds(refunds)
         return await self._async(self._refund_op(items)) if items else RefundResult()
@@ -816,9 +921,15 @@ class SQLiteQueue(WorkQueue):
         return await self._async(self._dead_letters_op(limit))
 
     async def requeue_dead(self, keys: Sequence[str] | None = None) -> int:
-        """Move dead tasks (all, or ``keys``) back to ready with attempts reset to 0; return the count.
+        """Move dead tasks (all, or ``keys``) back to ready with attempts reset to 0 and their recorded charges
+        cleared (a later refund of them gives back nothing); return the count.
 
         ``last_error`` is kept so the next delivery still shows why it died before.
+
+        Raises
+        ------
+        QueueError
+            An old file opened with ``migrate=False``.
         """
         return await self._async(self._requeue_op(keys))
 
@@ -846,7 +957,7 @@ def _existing_queue(root: str | os.PathLike[str], campaign: str, edge: str) -> S
     path = queue_path(root, campaign, edge)
     if not path.exists():
         return None
-    return SQLiteQueue(path, name=edge, create=False)
+    return SQLiteQueue(path, name=edge, create=False, migrate=False)
 
 
 def read_counts(root: str | os.PathLike[str], campaign: str, edge: str) -> QueueCounts | None:
@@ -927,6 +1038,11 @@ def _bump(conn: sqlite3.Connection, deltas: dict[int, int]) -> None:
     changes = [(delta, state) for state, delta in deltas.items() if delta]
     if changes:
         conn.executemany("UPDATE counts SET n = n + ? WHERE state = ?", changes)
+
+
+def _charge_list(stored: str | None) -> list[str]:
+    """The charge ids stored in a task's ``charges`` column (JSON list, or NULL: none)."""
+    return orjson.loads(stored) if stored else []
 
 
 def _row_id(task: Task) -> int | None:

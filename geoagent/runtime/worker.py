@@ -96,8 +96,14 @@ with ``unreachable_streak`` / ``tripped_streak``), those attempts are refunded w
 :meth:`~geoagent.runtime.queue.WorkQueue.refund_attempts`: a task still queued gets its count decreased by what the
 streak charged it (never below 0), a task the streak dead-lettered (its last attempt failed below the threshold)
 is returned to ready, and a warning says per host how many attempts were refunded and how many dead-lettered
-tasks revived (``StageStats.refunded_attempts`` / ``revived``). Each refund is a compare-and-set on the count
-the runner saw after its nack: a task that failed again since, was requeued, finished, or is held by another
+tasks revived (``StageStats.refunded_attempts`` / ``revived``). On a queue with
+:attr:`~geoagent.runtime.queue.WorkQueue.supports_charges` (both backends) each such nack records a charge id
+(this runner's random token and a counter) on the task, and the refund names the charge ids of its streak: the
+queue gives back exactly the attempts of those still recorded, once. So when several processes (each its own HTTP
+client and streak) charge one task in the same outage, every one of them gets its own attempts back whatever the
+order of their refunds; a repeated refund, one after ``dead --requeue`` (which clears the charges), or of a task
+that finished since changes nothing. (On a queue without charge ids the refund is a compare-and-set on the count
+the runner saw after its nack, which skips a charge another process counted on top of it.) A task held by another
 worker's live lease is left alone; tasks leased by this runner (in flight, held) are refunded once it released
 them (before a half-open probe, after held tasks are resumed, and when the stage ends). Late failures of a
 streak that already opened the breaker are refunded at once. A task whose own requests fail unreachable while
@@ -132,6 +138,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import re
 import time
 from collections import Counter, deque
@@ -424,6 +431,10 @@ class StageRunner:
         self._charged: dict[str, tuple[int, dict[str, Refund]]] = {}
         self._tripped: set[tuple[str, int]] = set()
         self._refunds_due: dict[str, tuple[str, Refund]] = {}
+        #: charge ids ("<token>.<n>") of this runner's unreachable nacks, when the queue records them
+        self._by_charge = bool(getattr(input_queue, "supports_charges", False))
+        self._charge_token = os.urandom(6).hex()
+        self._charge_seq = 0
         self.stage = stage
         self.lease_ahead = lease_ahead
         self.visibility_timeout_s = visibility_timeout_s or stage.visibility_timeout_s
@@ -893,14 +904,20 @@ class StageRunner:
                 await self._flush_refunds()
         else:  # any other failure is retried
             reason = _reason(exc)
-            state = await self._safe(self.inq.nack(task, reason))
+            streak = _charged_streak(exc)
+            charge = None
+            if streak is not None and self._by_charge:  # an unreachable failure: its charge id, for the refund
+                self._charge_seq += 1
+                charge = f"{self._charge_token}.{self._charge_seq}"
+            state = await self._safe(self.inq.nack(task, reason) if charge is None
+                                     else self.inq.nack(task, reason, charge=charge))
             self.stats.failed += 1
             if state == "dead":
                 self.stats.dead += 1
             self._note_error(reason, exc, dead=state == "dead")
             log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
-            streak = _charged_streak(exc)
-            if streak is not None and state is not None and self._charge(streak, task, reason, state == "dead"):
+            if streak is not None and state is not None and self._charge(streak, task, reason, state == "dead",
+                                                                          charge):
                 await self._flush_refunds()  # its streak already opened a breaker: refunded at once
 
     def _breaker_open(self, hx: Any) -> bool:
@@ -945,9 +962,10 @@ class StageRunner:
         return True
 
     # -- refunds (module docstring, "Refunds") ------------------------------------------------------
-    def _charge(self, streak: tuple[str, int], task: Task, reason: str, dead: bool) -> bool:
+    def _charge(self, streak: tuple[str, int], task: Task, reason: str, dead: bool, charge: str | None = None) -> bool:
         """Record that the nack of ``task`` (an unreachable failure of ``streak`` = ``(host, streak id)``) charged
-        it one attempt (``dead``: and dead-lettered it with ``reason``). Only each host's latest streak is kept (a
+        it one attempt (``dead``: and dead-lettered it with ``reason``), under the charge id ``charge`` when the
+        queue records them (else the refund is by expected count). Only each host's latest streak is kept (a
         newer one means the host answered in between: the older one never opened the breaker). Returns True when
         the streak already opened a breaker, so the refund is due at once."""
         host, sid = streak
@@ -959,8 +977,12 @@ class StageRunner:
                 return False
             cur = (sid, {})
         prev = cur[1].get(task.key)
-        cur[1][task.key] = Refund(task.key, (prev.attempts if prev is not None else 0) + 1, task.attempts + 1,
-                                  reason if dead else None)
+        if charge is not None:
+            cur[1][task.key] = Refund.of_charges(task.key, (*(prev.charges if prev is not None else ()), charge),
+                                                 reason if dead else (prev.dead_reason if prev is not None else None))
+        else:
+            cur[1][task.key] = Refund(task.key, (prev.attempts if prev is not None else 0) + 1, task.attempts + 1,
+                                      reason if dead else None)
         if streak in self._tripped:
             self._due(host, cur[1])
             return True
@@ -982,7 +1004,10 @@ class StageRunner:
         """Move ``charged`` (emptied) to the refunds due; a key already due (another streak) adds up."""
         for key, r in charged.items():
             old = self._refunds_due.get(key)
-            if old is not None:
+            if old is not None and (old[1].charges or r.charges):
+                r = Refund.of_charges(key, dict.fromkeys((*old[1].charges, *r.charges)),
+                                      r.dead_reason or old[1].dead_reason)
+            elif old is not None:
                 r = Refund(key, old[1].attempts + r.attempts, max(old[1].expected, r.expected),
                            r.dead_reason or old[1].dead_reason)
             self._refunds_due[key] = (host, r)
@@ -1008,7 +1033,8 @@ class StageRunner:
         per_host: dict[str, list[int]] = {}
         for key in [*result.refunded, *result.revived]:
             host, r = due[key]
-            n = min(r.attempts, r.expected)
+            # what the queue says it gave back (else, by expected count, what the compare-and-set left off)
+            n = result.given.get(key, r.attempts if r.expected is None else min(r.attempts, r.expected))
             got = per_host.setdefault(host, [0, 0, 0])
             got[0] += n
             got[1] += 1
