@@ -46,6 +46,24 @@ def _config(tmp_path, name: str, n: int, models: str):
                "watch_probe_after_s": 0.3, "watch_probe_max_s": 0.6}))
 
 
+async def _watch_until(cfg, ready, seen: dict) -> None:
+    """Run ``cfg`` in watch mode until ``ready(progress record)`` holds (60 s at most); keep that record and the
+    ``status`` text of that moment in ``seen`` ("rec", "status"), then stop the run with SIGINT."""
+    stream = cfg.state_dir() / "progress.jsonl"
+
+    async def drive():
+        with anyio.fail_after(60):
+            while not ready(rec := read_last(stream) or {}):
+                await anyio.sleep(0.05)
+        seen["rec"] = rec
+        seen["status"] = format_status(campaign_status(cfg))
+        signal.raise_signal(signal.SIGINT)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drive)
+        await run_campaign(cfg, live=False, handle_signals=True, export=False, watch=True)
+
+
 def _lines(text: str, start: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip().startswith(start)]
 
@@ -60,20 +78,8 @@ def test_watch_eta_is_unknown_while_a_models_tasks_wait_for_its_host_not_0_s(tmp
     async def main():
         async with serve(good_app) as good_base:
             cfg = _config(tmp_path, "etawait", n, _model("good", good_base) + _model("dead", f"http://{dead}"))
-            stream = cfg.state_dir() / "progress.jsonl"
-
-            async def drive():
-                with anyio.fail_after(60):
-                    while not (len(paid_keys(good_app)) == n and _waiting_models(rec := read_last(stream) or {})
-                               and rec["queues"]["requests"]["done"] == n):
-                        await anyio.sleep(0.05)
-                seen["rec"] = rec
-                seen["status"] = format_status(campaign_status(cfg))
-                signal.raise_signal(signal.SIGINT)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(drive)
-                await run_campaign(cfg, live=False, handle_signals=True, export=False, watch=True)
+            await _watch_until(cfg, lambda rec: len(paid_keys(good_app)) == n and _waiting_models(rec)
+                               and rec["queues"]["requests"]["done"] == n, seen)
 
     anyio.run(main)
     # every task of model dead is held for its unreachable host: the ETA is unknown, never "0 s"
@@ -272,21 +278,9 @@ def test_a_refused_key_stays_the_last_error_while_its_host_answers_the_other_mod
             bad = model_table("bad", base_url=base, key_var="GA_TEST_WRONG_KEY", model="sim-bad", max_output_tokens=64,
                               concurrency=4, rate_requests=5000) + "max_attempts = 2\n"
             cfg = _config(tmp_path, "authheld", n, _model("good", base, rate=3) + bad)
-            stream = cfg.state_dir() / "progress.jsonl"
-
-            async def drive():
-                with anyio.fail_after(60):  # the bad key is refused (breaker open) and good has answers since
-                    while not ((rec := read_last(stream) or {}).get("stages")
-                               and any(sd.get("held") for sd in rec["stages"])
-                               and rec["queues"]["requests"]["done"] >= 3):
-                        await anyio.sleep(0.05)
-                seen["rec"] = rec
-                seen["status"] = format_status(campaign_status(cfg))
-                signal.raise_signal(signal.SIGINT)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(drive)
-                await run_campaign(cfg, live=False, handle_signals=True, export=False, watch=True)
+            # the bad key is refused (breaker open) and good has answers since
+            await _watch_until(cfg, lambda rec: bool(rec.get("stages")) and any(sd.get("held") for sd in rec["stages"])
+                               and rec["queues"]["requests"]["done"] >= 3, seen)
 
     anyio.run(main)
     mc = {sd["stage"]: sd for sd in seen["rec"]["stages"]}["model_caller"]
