@@ -229,3 +229,84 @@ def test_read_processes_takes_the_processes_that_ran_together_not_the_runs_befor
     append_jsonl(g, stream[:2], fsync=False)
     assert read_processes(g) == [stream[1]]
     assert read_processes(tmp_path / "absent.jsonl") == []
+
+
+def _latest_by_pid(cfg) -> dict[int, dict]:
+    f = Path(cfg.state_dir()) / C.PROGRESS_FILE
+    out: dict[int, dict] = {}
+    for line in (f.read_bytes().splitlines() if f.is_file() else []):
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("pid"):
+            out[int(rec["pid"])] = rec
+    return out
+
+
+def test_status_of_two_real_callers_one_waiting_for_a_model_host_the_other_not(tmp_path):
+    """Two ``--stages model_caller --watch`` processes, each with its own breakers: the first finds the model
+    ``dead``'s server down and holds its tasks, waiting for the host; the second, started later, has none of
+    them to call and is not waiting. ``status`` (a real subprocess) names the waiting process, says that the
+    other is not waiting, and gives no ETA."""
+    n = 10
+    good = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port",
+                             str(good_port := free_port("127.0.0.1")), "--api-key", KEY], cwd=REPO)
+    dead_host = f"127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
+    procs: list[subprocess.Popen] = []
+    try:
+        wait_ready(f"http://127.0.0.1:{good_port}")
+        models = (model_table("good", base_url=f"http://127.0.0.1:{good_port}", key_var="SOS_KEY", model="sim-good")
+                  + "max_attempts = 2\n"
+                  + model_table("dead", base_url=f"http://{dead_host}", key_var="SOS_KEY", model="sim-dead") + "max_attempts = 2\n")
+        cfgp = generic_campaign(tmp_path, name="hw2", n=n, cap_usd=1.0, models=models,
+                                queue={"max_attempts": 3, "backoff_base_s": 0.01, "backoff_max_s": 0.05,
+                                       "watch_probe_after_s": 120.0, "watch_probe_max_s": 120.0})
+        cfg = load_config(cfgp)
+        first = _run(cfgp, "--stages", "model_caller", "--watch")
+        procs.append(first)
+        deadline = time.monotonic() + 60
+        while not any(w.get("model") == "dead" and w.get("held") == n
+                      for sd in _latest_by_pid(cfg).get(first.pid, {}).get("stages", []) for w in sd.get("host_waits") or []):
+            assert time.monotonic() < deadline and first.poll() is None, "the first caller did not wait for the host"
+            time.sleep(0.2)
+        second = _run(cfgp, "--stages", "model_caller", "--watch")
+        procs.append(second)
+        deadline = time.monotonic() + 60
+        while second.pid not in _latest_by_pid(cfg):
+            assert time.monotonic() < deadline and second.poll() is None, "the second caller wrote no record"
+            time.sleep(0.2)
+        time.sleep(1.5)
+        text = _status(cfgp)
+        assert re.search(
+            rf"model_caller: model dead waiting for host {dead_host} \(next probe in \d+ s, at \d\d:\d\d:\d\d UTC; "
+            rf"unreachable since [-\d: ]+ UTC: connection refused on \d+ consecutive requests; {n} task\(s\) held\) in "
+            rf"process pid {first.pid}; process pid {second.pid} \(also model_caller\) is not waiting for it", text), text
+        assert "processes: 2 running, 0 ended" in text, text
+        assert f"ETA unknown while waiting for host {dead_host} (model dead)" in text, text
+        assert re.search(rf"^ +model_caller: \d+\.\d\d/s  done {n} .*\(2 processes\)", text, re.M), text
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        good.terminate()
+        good.wait(10)
+
+
+def test_process_state_tells_running_ended_killed_and_silent_processes_apart():
+    from geoagent.status import SILENT_AFTER_S, process_state
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(10)  # its pid is gone
+    now = time.time()
+    me = os.getpid()
+    assert process_state({"pid": me, "t": now - 1, "finished": True}, True, now) == "ended"
+    assert process_state({"pid": me, "t": now - 1}, True, now) == "running"
+    assert process_state({"pid": gone.pid, "t": now - 1}, True, now) == "stopped"  # killed: no final record
+    assert process_state({"pid": me, "t": now - 1}, False, now) == "stopped"  # nobody holds run.lock
+    assert process_state({"pid": me, "t": now - SILENT_AFTER_S - 5}, True, now) == "silent"
+    assert process_state({"t": now - 1}, True, now) == "running"  # a record without pid: by its age
