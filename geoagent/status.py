@@ -25,7 +25,7 @@ from typing import Any
 
 from geoagent import constants as C
 from geoagent.textfmt import mapping_text
-from geoagent.runtime.progress import did_work, merge_records, read_last_with_work, read_processes
+from geoagent.runtime.progress import did_work, merge_records, read_last_with_work, read_processes, read_runs
 from geoagent.runtime.queue import DeadLetter, QueueCounts
 from geoagent.runtime.worker import unreachable_cause
 
@@ -137,7 +137,8 @@ def host_labels(cfg: Any) -> dict[str, str]:
 def campaign_status(cfg: Any) -> dict[str, Any]:
     """Snapshot of a campaign: ``queues`` (edge -> QueueCounts), ``spend`` (ledger summary dict or None),
     ``progress`` (last progress record or None; for a run of several processes, their latest records merged,
-    with ``processes`` each given its ``state``, :func:`process_state`), ``dead`` (edge -> recent DeadLetters), ``host_labels``
+    with ``processes`` each given its ``state``, :func:`process_state`), ``dead`` (edge -> recent DeadLetters),
+    ``host_labels``
     (host -> readable name, from the config, overlaid by the labels the runs recorded for their local fakes
     and for hosts they found that no config key names, e.g. the crawl's Mapillary thumbnail CDN
     (:class:`geoagent.runtime.progress.Progress`): those of the last run and, where ``progress_with_work`` is
@@ -167,19 +168,13 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     progress_file = Path(cfg.state_dir()) / C.PROGRESS_FILE
     running = run_lock_held(Path(cfg.state_dir()))
     records = read_processes(progress_file)
-    if len(records) > 1:  # a scale-out run (--stages): every process's latest record, merged
-        now = time.time()
-        states = [process_state(r, running, now) for r in records]
-        progress = merge_records(records, [st == "running" for st in states],
-                                 pipeline=pipeline_stages(cfg) or None, counts=queues or None)
-        for proc, st in zip(progress["processes"], states):
-            proc["state"] = st
-    else:
-        progress = records[0] if records else None
+    progress = _merged(cfg, records, running, queues) if len(records) > 1 else (records[0] if records else None)
     # a finished run that found nothing to do (a re-run of a done campaign): show the last run that worked
     worked = None
     if progress is not None and progress.get("finished") and not did_work(progress):
-        worked = read_last_with_work(progress_file)
+        run = next((r for r in read_runs(progress_file) if any(did_work(rec) for rec in r)), [])
+        # of a scale-out run, every process's figures (its queue counts as recorded: the ETA is not shown)
+        worked = _merged(cfg, run, running, None) if len(run) > 1 else read_last_with_work(progress_file)
     # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there, a
     # new port each run; the labels of the record whose figures are shown (``worked`` when set) win
     labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {}),
@@ -194,6 +189,19 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "kind_lines": kind_lines,
             "host_labels": labels, "running": running, "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered}
+
+
+def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,
+            queues: dict[str, QueueCounts] | None) -> dict[str, Any]:
+    """The latest records of a scale-out run's processes merged into one
+    (:func:`geoagent.runtime.progress.merge_records`), each process given its :func:`process_state`."""
+    now = time.time()
+    states = [process_state(r, running, now) for r in records]
+    merged = merge_records(records, [st == "running" for st in states], pipeline=pipeline_stages(cfg) or None,
+                           counts=queues or None)
+    for proc, st in zip(merged["processes"], states):
+        proc["state"] = st
+    return merged
 
 
 def format_usd(x: float | None) -> str:
@@ -350,7 +358,7 @@ def format_status(st: dict[str, Any]) -> str:
         error_label = ("earlier error (resolved: every task completed since)" if is_complete(st["queues"])
                        else "last error")
         for sd in p.get("stages", []):
-            pids, live = sd.get("pids") or [], sd.get("running_pids") or []
+            pids, live = sd.get("pids") or [], sd.get("rate_pids") or []
             shared = ""  # a stage run by several processes: counts of all, rate of the running ones
             if len(pids) > 1:
                 shared = f"  ({len(pids)} processes" + (f", {len(live)} running" if n_running and len(live) != len(pids)
@@ -518,7 +526,7 @@ def _which_processes(sd: dict[str, Any], pids: list[Any], *, waiting: bool) -> s
     if not pids:
         return ""
     text = f" in process{'es' if len(pids) > 1 else ''} " + ", ".join(f"pid {q}" for q in pids)
-    others = [q for q in sd.get("running_pids") or [] if q not in pids]
+    others = [q for q in sd.get("rate_pids") or [] if q not in pids]
     if waiting and others:
         text += (f"; process{'es' if len(others) > 1 else ''} " + ", ".join(f"pid {q}" for q in others)
                  + f" (also {sd.get('stage')}) {'are' if len(others) > 1 else 'is'} not waiting for it")

@@ -310,3 +310,28 @@ def test_process_state_tells_running_ended_killed_and_silent_processes_apart():
     assert process_state({"pid": me, "t": now - 1}, False, now) == "stopped"  # nobody holds run.lock
     assert process_state({"pid": me, "t": now - SILENT_AFTER_S - 5}, True, now) == "silent"
     assert process_state({"t": now - 1}, True, now) == "running"  # a record without pid: by its age
+
+
+def test_status_after_a_noop_rerun_of_a_scaled_out_campaign_merges_the_run_that_worked(tmp_path):
+    """A re-run that finds nothing to do shows the figures of the last run that did work: of a scale-out run,
+    every process's (the latest record with work used to be one process's only)."""
+    from geoagent.runtime.progress import read_runs
+
+    cfgp = generic_campaign(tmp_path, name="nw", n=30, models=model_table())
+    cfg = load_config(cfgp)
+    f = Path(cfg.state_dir()) / C.PROGRESS_FILE
+    t = time.time() - 100
+    worked = [_record(101, "a", [_stage("model_caller", 20, 4.0)], t + 10, 10.0, finished=True),
+              _record(102, "b", [_stage("model_caller", 10, 2.0)], t + 11, 9.0, finished=True),
+              _record(103, "c", [_stage("collector", 30, 6.0, input_edge="responses")], t + 12, 11.0, finished=True)]
+    noop = _record(104, "d", [_stage("model_caller", 0, 0.0), _stage("collector", 0, 0.0)], t + 50, 1.0,
+                   finished=True)
+    append_jsonl(f, [*worked, noop], fsync=False)
+    runs = read_runs(f)
+    assert [[r["run_id"] for r in run] for run in runs] == [["d"], ["c", "b", "a"]]
+    text = format_status(campaign_status(cfg))
+    assert "no work left to do; the figures below are of the last run that did work" in text, text
+    assert re.search(r"^ +model_caller: 6\.00/s  done 30 .*\(2 processes\)$", text, re.M), text
+    assert re.search(r"^ +collector: 6\.00/s  done 30 ", text, re.M), text
+    assert "last progress (run ended: all 3 processes)" in text and "processes: 0 running, 3 ended" in text, text
+    assert {int(m.group(1)) for m in _PROC.finditer(text)} == {101, 102, 103}, text

@@ -8,7 +8,7 @@ Each tick appends one JSON object per line (another process can ``tail -f`` it):
      "spend": {"spent_usd": 0.12, "cap_usd": 5.0, ...}, "eta_s": 8.2, "eta_stage": "geocoder"}
 
 Each record names the process that wrote it (``pid``, and ``run_id``: the run manifest's id), so that ``status``
-can merge the records of the processes of a scaled-out run (:func:`read_processes`, :func:`merge_records`).
+can merge the records of the processes of a scaled-out run (:func:`read_runs`, :func:`merge_records`).
 
 The ETA covers the stages this process runs, over the whole pipeline's remaining work
 (:func:`pipeline_eta`): each of them has ahead of it what is queued on its input edge plus what every stage
@@ -401,7 +401,7 @@ def read_last_with_work(path: Path, max_bytes: int = 8 * 1024 * 1024) -> dict[st
     return next((rec for rec in _records_backwards(path, max_bytes) if did_work(rec)), None)
 
 
-#: records of several processes may land in the stream slightly out of time order; :func:`read_processes`
+#: records of several processes may land in the stream slightly out of time order; :func:`read_runs`
 #: reads this many seconds further back than the start of the earliest process it has found, s
 ORDER_SLACK_S = 30.0
 
@@ -413,34 +413,46 @@ def record_span(record: Mapping[str, Any]) -> tuple[float, float]:
     return t - float(record.get("elapsed_s") or 0.0), t
 
 
-def read_processes(path: Path, max_bytes: int = 8 * 1024 * 1024) -> list[dict[str, Any]]:
-    """The latest record of each process of a campaign's latest run, newest first; ``[]`` for no stream.
+def read_runs(path: Path, max_bytes: int = 8 * 1024 * 1024, *, first_only: bool = False) -> list[list[dict[str, Any]]]:
+    """The runs of a campaign in its progress stream, newest first: per run, the latest record of each of its
+    processes, newest first; ``[]`` for no stream.
 
     Several processes of one campaign (``run --stages`` scale-out) append their records to the same stream,
     each naming itself (``run_id``, ``pid``; records of older versions, without ``run_id``, count as one
-    process). The latest run is the process that wrote the last record plus every process whose span (from its
-    start, ``t - elapsed_s``, to its latest record) overlaps the span of one already counted: processes that
-    ran at the same time, ended, killed or still running. A run that started after the previous one ended is
-    a run of its own, so a campaign run by one process at a time gives one record, the last (as
-    :func:`read_last`). Searches back at most ``max_bytes`` bytes from the end (a process whose last record lies
-    further back is not found), and no further than :data:`ORDER_SLACK_S` before the start of the earliest
-    process counted.
+    process). A run is a set of processes whose spans (from a process's start, ``t - elapsed_s``, to its latest
+    record) overlap, one with the next: processes that ran at the same time, whether they ended, were killed or
+    still run. A process started after every other had ended starts a run of its own, so a campaign run by one
+    process at a time has runs of one record each. Searches back at most ``max_bytes`` bytes from the end (a
+    process whose last record lies further back is not found); ``first_only``: only the newest run, searching
+    no further than :data:`ORDER_SLACK_S` before the start of its earliest process.
     """
     seen: set[Any] = set()
-    spans: list[tuple[float, float]] = []
-    out: list[dict[str, Any]] = []
+    runs: list[list[tuple[float, float, dict[str, Any]]]] = []
     for rec in _records_backwards(path, max_bytes):
         started, t = record_span(rec)
-        if spans and t < min(s for s, _ in spans) - ORDER_SLACK_S:
-            break  # no process that ends this early overlaps one counted
+        if first_only and runs and t < min(s for s, _, _ in runs[0]) - ORDER_SLACK_S:
+            break  # no process that ends this early overlaps one of the run
         key = rec.get("run_id") or None
         if key in seen:
             continue
         seen.add(key)
-        if not spans or any(started <= t1 and t >= s1 for s1, t1 in spans):
-            spans.append((started, t))
-            out.append(rec)
-    return out
+        # processes come in order of their latest record, newest first: one that overlaps no process of a run
+        # found so far overlaps none found later either
+        for run in runs:
+            if any(started <= t1 and t >= s1 for s1, t1, _ in run):
+                run.append((started, t, rec))
+                break
+        else:
+            if not (first_only and runs):
+                runs.append([(started, t, rec)])
+    return [[rec for _, _, rec in run] for run in runs]
+
+
+def read_processes(path: Path, max_bytes: int = 8 * 1024 * 1024) -> list[dict[str, Any]]:
+    """The latest record of each process of a campaign's latest run (:func:`read_runs`), newest first; ``[]``
+    for no stream. A campaign run by one process at a time gives one record, the last (as :func:`read_last`)."""
+    runs = read_runs(path, max_bytes, first_only=True)
+    return runs[0] if runs else []
 
 
 def read_last(path: Path) -> dict[str, Any] | None:
@@ -495,13 +507,16 @@ def merge_records(
         ``{"pid", "run_id", "stages", "figures", "running", "finished", "t", "started"}`` (Unix times, s;
         ``figures``: the process's own ``stage``, ``rate_per_s`` and ``done`` per stage). Per stage:
         ``done``, ``failed``, ``dead``, ``missing``, ``released`` summed over every process (each counts its own
-        work since it started); ``rate_per_s``, ``in_flight``, ``held`` summed over the running ones; ``pids`` and
-        ``running_pids`` say which processes run the stage; ``last_errors`` and ``resolved_errors`` of all
-        (each distinct once). A model's ``host_waits`` entry (one per model and host) and an ``unreachable``
-        host's entry come from the running processes (and, for ``unreachable``, from those that ended), with
-        the ``pids`` that report it and ``held`` summed. The ETA is :func:`pipeline_eta` over the running
+        work since it started); ``rate_per_s``, ``in_flight``, ``held`` summed over the running ones (over all
+        when none runs: each as it left them, as a one-process run's last record shows them); ``pids`` says which
+        processes ran the stage, ``rate_pids`` whose figures of the moment are summed; ``last_errors`` and
+        ``resolved_errors`` of all (each distinct once). A model's ``host_waits`` entry (one per model and host)
+        and an ``unreachable`` host's entry come from those same processes (and, for ``unreachable``, from those
+        that ended; a process not running has no next probe), with the ``pids`` that report it and ``held``
+        summed. The ETA is :func:`pipeline_eta` over the running
         processes' summed rates (a stage no running process runs is not timed; ``eta_scope`` lists those that
-        are, None when every stage is, and ``eta_untimed`` the others), unknown while any running process waits for a host (``eta_waiting``).
+        are, None when every stage is, and ``eta_untimed`` the others), unknown while any running process waits
+        for a host (``eta_waiting``).
         ``http`` counters are summed per host; ``elapsed_s`` runs from the earliest process's start;
         ``finished`` is True when every process ended with its final record.
     """
@@ -511,7 +526,10 @@ def merge_records(
     processes: list[dict[str, Any]] = []
     http: dict[str, dict[str, Any]] = {}
     labels: dict[str, str] = {}
-    for rec, live in zip(records, running):
+    # no process running (the run ended, or was killed): each process's figures as it left them, as the record of
+    # a run of one process shows them after its end
+    counted = list(running) if any(running) else [True] * len(records)
+    for rec, live, figures_now in zip(records, running, counted):
         pid = rec.get("pid")
         started, t = record_span(rec)
         processes.append({"pid": pid, "run_id": rec.get("run_id"), "running": bool(live),
@@ -524,15 +542,15 @@ def merge_records(
             m = stages.setdefault(name, {
                 "stage": name, **{k: 0 for k in _SUMMED + _RUNNING_ONLY}, "rate_per_s": 0.0, "finished": True,
                 "budget_stopped": False, "last_errors": [], "resolved_errors": [], "unreachable": {},
-                "input_edge": sd.get("input_edge"), "pids": [], "running_pids": []})
+                "input_edge": sd.get("input_edge"), "pids": [], "rate_pids": []})
             for k in _SUMMED:
                 m[k] += int(sd.get(k) or 0)
             m["pids"].append(pid)
             m["budget_stopped"] = m["budget_stopped"] or bool(sd.get("budget_stopped"))
             m["last_errors"] += [e for e in sd.get("last_errors", []) if e not in m["last_errors"]]
             m["resolved_errors"] += [r for r in sd.get("resolved_errors") or [] if r not in m["resolved_errors"]]
-            if live:
-                m["running_pids"].append(pid)
+            if figures_now:
+                m["rate_pids"].append(pid)
                 m["finished"] = m["finished"] and bool(sd.get("finished"))
                 m["rate_per_s"] = round(m["rate_per_s"] + float(sd.get("rate_per_s") or 0.0), 3)
                 for k in _RUNNING_ONLY:
@@ -548,7 +566,7 @@ def merge_records(
                     else:
                         same["held"] += int(w.get("held") or 0)
                         same["pids"].append(pid)
-            if live or rec.get("finished"):  # a killed process's wait is over
+            if figures_now or rec.get("finished"):  # a killed process's wait is over (while others run)
                 for host, info in (sd.get("unreachable") or {}).items():
                     info = dict(info) if isinstance(info, dict) else {}
                     if not live:
@@ -571,13 +589,13 @@ def merge_records(
                 h["last_ok_at"] = max(float(hs["last_ok_at"]), float(h["last_ok_at"] or 0.0))
         labels.update({k: v for k, v in (rec.get("host_labels") or {}).items() if k not in labels})
     merged = sorted(stages.values(), key=lambda m: (order.index(m["stage"]) if m["stage"] in order else len(order)))
-    rates = {m["stage"]: m["rate_per_s"] for m in merged if m["running_pids"]}
+    rates = {m["stage"]: m["rate_per_s"] for m in merged if m["rate_pids"] and any(running)}
     topology = list(pipeline) if pipeline else [(m["stage"], m["input_edge"], None) for m in merged]
     if counts is None:
         counts = {e: QueueCounts(**{k: int(v.get(k, 0)) for k in ("ready", "leased", "done", "dead")})
                   for e, v in (newest.get("queues") or {}).items() if isinstance(v, dict)}
     eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
-    waiting = eta_waits([m for m in merged if m["running_pids"]])
+    waiting = eta_waits([m for m in merged if m["rate_pids"]]) if any(running) else []
     if waiting:
         eta, eta_stage = None, None
     planned = next((r["planned_by_model"] for r in sorted(records, key=lambda r: -float(r.get("t") or 0.0))
