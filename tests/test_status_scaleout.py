@@ -335,3 +335,27 @@ def test_status_after_a_noop_rerun_of_a_scaled_out_campaign_merges_the_run_that_
     assert re.search(r"^ +collector: 6\.00/s  done 30 ", text, re.M), text
     assert "last progress (run ended: all 3 processes)" in text and "processes: 0 running, 3 ended" in text, text
     assert {int(m.group(1)) for m in _PROC.finditer(text)} == {101, 102, 103}, text
+
+
+def test_merged_eta_uses_the_running_processes_combined_rates():
+    """Two callers at 2/s and 3/s with 50 requests queued: 10 s, not the 25 s or 16.7 s either process wrote;
+    a killed caller's rate no longer counts (25 s); a stage no running process runs is named as not timed."""
+    from geoagent.runtime.progress import merge_records
+    from geoagent.runtime.queue import QueueCounts
+    from geoagent.status import format_eta
+
+    pipeline = [("model_caller", "requests", "responses"), ("collector", "responses", None)]
+    counts = {"requests": QueueCounts(ready=46, leased=4, done=10), "responses": QueueCounts(done=10)}
+    a = _record(1, "a", [_stage("model_caller", 4, 2.0)], 100.0, 5.0)
+    b = _record(2, "b", [_stage("model_caller", 6, 3.0)], 100.5, 4.0)
+    merged = merge_records([b, a], [True, True], pipeline=pipeline, counts=counts)
+    assert merged["eta_s"] == 10.0 and merged["eta_stage"] == "model_caller"
+    assert merged["eta_scope"] == ["model_caller"] and merged["eta_untimed"] == ["collector"]
+    (mc,) = merged["stages"]
+    assert (mc["done"], mc["rate_per_s"], mc["in_flight"], mc["pids"]) == (10, 5.0, 4, [2, 1])
+    assert merged["elapsed_s"] == 5.5  # from the earliest start (95.0) to the newest record (100.5)
+    one_killed = merge_records([b, a], [False, True], pipeline=pipeline, counts=counts)
+    assert one_killed["eta_s"] == 25.0 and one_killed["stages"][0]["done"] == 10
+    text = format_eta(merged)
+    assert text.startswith("10 s (bounded by model_caller) [from the running processes' combined rates"), text
+    assert "no running process for stage(s) collector: not timed" in text, text
