@@ -809,6 +809,7 @@ async def _run(
             http=lambda: {h: asdict(st) for h, st in ctx.get("http").stats().items()},
             host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
             planned_by_model=planned_by_model,  # `status` names each model's answered / planned calls
+            run_id=run_id,  # `status` merges the records of a scale-out run's processes by it
         )
         tick: Any = progress
         if watch and not only_stages:  # a scale-out process (--stages) leaves the hand-off to the last one

@@ -1,7 +1,10 @@
 """``run.py status``: read a campaign's durable state from another process (never changes it).
 
 Reads every queue file under ``queues/<campaign>/``, the ledger in ``state/<campaign>/campaign.sqlite`` and
-the last record of ``state/<campaign>/progress.jsonl`` (rates, ETA, in-flight work of a running campaign).
+the last record of ``state/<campaign>/progress.jsonl`` (rates, ETA, in-flight work of a running campaign); of a
+run scaled out over several processes (``run --stages``), the latest record of each of its processes, merged
+(:func:`geoagent.runtime.progress.read_processes`, :func:`geoagent.runtime.progress.merge_records`), with one
+line per process: running, ended, or stopped without its final record (:func:`process_state`).
 
 Two retry layers, named apart wherever a dead letter or an error is shown (``run.py dead``, ``status``, the
 reports' missing-work lists): a *delivery* is one lease of a task from its queue (``[queue] max_attempts``
@@ -13,6 +16,7 @@ original words ("retries exhausted after 2 attempts", which counts HTTP attempts
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -21,7 +25,7 @@ from typing import Any
 
 from geoagent import constants as C
 from geoagent.textfmt import mapping_text
-from geoagent.runtime.progress import did_work, read_last, read_last_with_work
+from geoagent.runtime.progress import did_work, merge_records, read_last_with_work, read_processes, read_runs
 from geoagent.runtime.queue import DeadLetter, QueueCounts
 from geoagent.runtime.worker import unreachable_cause
 
@@ -134,7 +138,9 @@ def host_labels(cfg: Any) -> dict[str, str]:
 
 def campaign_status(cfg: Any) -> dict[str, Any]:
     """Snapshot of a campaign: ``queues`` (edge -> QueueCounts), ``spend`` (ledger summary dict or None),
-    ``progress`` (last progress record or None), ``dead`` (edge -> recent DeadLetters), ``host_labels``
+    ``progress`` (last progress record or None; for a run of several processes, their latest records merged,
+    with ``processes`` each given its ``state``, :func:`process_state`), ``dead`` (edge -> recent DeadLetters),
+    ``host_labels``
     (host -> readable name, from the config, overlaid by the labels the runs recorded for their local fakes
     and for hosts they found that no config key names, e.g. the crawl's Mapillary thumbnail CDN
     (:class:`geoagent.runtime.progress.Progress`): those of the last run and, where ``progress_with_work`` is
@@ -162,11 +168,15 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     from geoagent.engine import run_lock_held
 
     progress_file = Path(cfg.state_dir()) / C.PROGRESS_FILE
-    progress = read_last(progress_file)
+    running = run_lock_held(Path(cfg.state_dir()))
+    records = read_processes(progress_file)
+    progress = _merged(cfg, records, running, queues) if len(records) > 1 else (records[0] if records else None)
     # a finished run that found nothing to do (a re-run of a done campaign): show the last run that worked
     worked = None
     if progress is not None and progress.get("finished") and not did_work(progress):
-        worked = read_last_with_work(progress_file)
+        run = next((r for r in read_runs(progress_file) if any(did_work(rec) for rec in r)), [])
+        # of a scale-out run, every process's figures (its queue counts as recorded: the ETA is not shown)
+        worked = _merged(cfg, run, running, None) if len(run) > 1 else read_last_with_work(progress_file)
     # the run records its own labels: a *.sandbox.invalid URL in the config became 127.0.0.1:<port> there, a
     # new port each run; the labels of the record whose figures are shown (``worked`` when set) win
     labels = {**host_labels(cfg), **((progress or {}).get("host_labels") or {}),
@@ -179,8 +189,21 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         kind_lines = []
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "kind_lines": kind_lines,
-            "host_labels": labels, "running": run_lock_held(Path(cfg.state_dir())), "progress_with_work": worked,
+            "host_labels": labels, "running": running, "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered}
+
+
+def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,
+            queues: dict[str, QueueCounts] | None) -> dict[str, Any]:
+    """The latest records of a scale-out run's processes merged into one
+    (:func:`geoagent.runtime.progress.merge_records`), each process given its :func:`process_state`."""
+    now = time.time()
+    states = [process_state(r, running, now) for r in records]
+    merged = merge_records(records, [st == "running" for st in states], pipeline=pipeline_stages(cfg) or None,
+                           counts=queues or None)
+    for proc, st in zip(merged["processes"], states):
+        proc["state"] = st
+    return merged
 
 
 def format_usd(x: float | None) -> str:
@@ -234,12 +257,14 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
             else "that model's tasks are held, the other models' go on"))
     for sd, w in host_waits:
         since = f"since {_utc(w.get('since'))}: {w.get('cause') or 'unreachable'}"
+        which = _which_processes(sd, w.get("pids") or [], waiting=waiting)
         if waiting:
             reasons.append(f"{sd.get('stage')}: model {w.get('model')} waiting for host {w.get('host')} "
-                           f"({_next_probe(w, now)}; unreachable {since}; {int(w.get('held') or 0)} task(s) held)")
+                           f"({_next_probe(w, now)}; unreachable {since}; {int(w.get('held') or 0)} task(s) held)"
+                           + which)
         else:
             reasons.append(f"{sd.get('stage')}: model {w.get('model')}: host {w.get('host')} unreachable {since}, when "
-                           "the run stopped; re-run to resume (its held tasks are redelivered)")
+                           "the run stopped; re-run to resume (its held tasks are redelivered)" + which)
     queues = progress.get("queues") or {}
     for sd in stages:
         for host, info in (sd.get("unreachable") or {}).items():
@@ -253,10 +278,10 @@ def stop_reason(progress: dict[str, Any], *, now: float | None = None, running: 
                           if isinstance(q, dict) else "")
                 since = f" since {_utc(info['since'])}" if info.get("since") is not None else ""
                 reasons.append(f"{sd.get('stage')}: waiting for host {host} ({_next_probe(info, now)}; unreachable"
-                               f"{since}: {cause}{queued})")
+                               f"{since}: {cause}{queued})" + _which_processes(sd, info.get("pids") or [], waiting=True))
                 continue
             reasons.append(f"{sd.get('stage')}: host {host} unreachable ({cause}); its tasks left queued, re-run "
-                           "to resume")
+                           "to resume" + _which_processes(sd, info.get("pids") or [], waiting=False))
     return "; ".join(reasons) or None
 
 
@@ -309,14 +334,22 @@ def format_status(st: dict[str, Any]) -> str:
                          f"last run that did work, last recorded {_utc(worked.get('t'))}")
             p = worked
             ended = bool(p.get("finished"))
+        procs = p.get("processes") or []  # a scale-out run's processes (merged record), else []
+        n_running = sum(1 for q in procs if q.get("state") == "running")
         if ended:
-            state, eta = "run ended", ""
+            state, eta = ("run ended" + (f": all {len(procs)} processes" if procs else "")), ""
         elif running is False:
             leased = sum(c.leased for c in st["queues"].values())
-            state = ("not running (the last run stopped without its final record; "
+            stopped = sum(1 for q in procs if q.get("state") == "stopped")
+            state = ("not running (" + (f"every process of the last run has stopped, {stopped} of {len(procs)} without "
+                                        "its final record; " if procs
+                                        else "the last run stopped without its final record; ")
                      + (f"{leased} leased task{'s are' if leased != 1 else ' is'} redelivered on the next run)"
                         if leased else "no task is left leased)"))
             eta = ""  # no ETA when no process is running
+        elif procs:
+            state = f"running: {n_running} of {len(procs)} processes"
+            eta = f", ETA {format_eta(p)}" if n_running else ""
         else:
             state = "running" if running else "running, or killed before its last record"
             eta = f", ETA {format_eta(p)}"
@@ -327,8 +360,13 @@ def format_status(st: dict[str, Any]) -> str:
         error_label = ("earlier error (resolved: every task completed since)" if is_complete(st["queues"])
                        else "last error")
         for sd in p.get("stages", []):
+            pids, live = sd.get("pids") or [], sd.get("rate_pids") or []
+            shared = ""  # a stage run by several processes: counts of all, rate of the running ones
+            if len(pids) > 1:
+                shared = f"  ({len(pids)} processes" + (f", {len(live)} running" if n_running and len(live) != len(pids)
+                                                       else "") + ")"
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
-                         f"  dead {sd['dead']}")
+                         f"  dead {sd['dead']}{shared}")
             # each distinct once
             for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
                 lines.append(f"      {error_label}: {err}")
@@ -340,6 +378,8 @@ def format_status(st: dict[str, Any]) -> str:
                     label = (error_label if is_complete(st["queues"])  # complete: the stronger statement
                              else f"earlier error (resolved: host {r.get('host')} answered again at {when})")
                     lines.append(f"      {label}: {describe_reason(str(r.get('error')))[:160]}")
+        if procs:
+            lines.extend(process_lines(procs, running, time.time()))
         reason = stop_reason(p, now=time.time(), running=running)
         if reason:
             lines.append(f"  {reason}")
@@ -405,16 +445,113 @@ def _utc(t: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(t))) if isinstance(t, (int, float)) else "?"
 
 
+#: a running process writes a progress record every second (:func:`geoagent.runtime.daemon.run_pipeline`'s tick);
+#: one of a scale-out run whose latest record is older than this is not counted as running, s
+SILENT_AFTER_S = 15.0
+
+
+def pid_alive(pid: Any) -> bool | None:
+    """Whether a process with this id exists on this machine (signal 0); None when ``pid`` is not a positive
+    int or the check itself fails. A pid may have been reused by another program: callers also look at how
+    recent the process's last record is."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    except OSError:
+        return None
+    return True
+
+
+def process_state(record: dict[str, Any], running: bool | None, now: float) -> str:
+    """What became of the process that wrote a progress record of a scale-out run: ``"ended"`` (its final
+    record), ``"stopped"`` (no final record and its pid gone, or no process holds the campaign's ``run.lock``:
+    killed), ``"silent"`` (its pid exists but its last record is older than :data:`SILENT_AFTER_S`: stalled, or
+    the pid now belongs to another program) or ``"running"``. ``running``: :func:`geoagent.engine.run_lock_held`;
+    ``now``: Unix time, s."""
+    if record.get("finished"):
+        return "ended"
+    if running is False or pid_alive(record.get("pid")) is False:
+        return "stopped"
+    if now - float(record.get("t") or 0.0) > SILENT_AFTER_S:
+        return "silent"
+    return "running"
+
+
+def process_lines(processes: list[dict[str, Any]], running: bool | None, now: float) -> list[str]:
+    """The processes of a scale-out run, for ``status``: a header counting them by state and one line per
+    process (newest record first): pid, stages, state, start, and its own rate and count per stage.
+    ``processes``: :func:`geoagent.runtime.progress.merge_records`'s list, each with its ``state``
+    (:func:`process_state`)."""
+    states = [p.get("state") for p in processes]
+    head = f"  processes: {states.count('running')} running, {states.count('ended')} ended"
+    if states.count("stopped"):
+        head += f", {states.count('stopped')} stopped without a final record"
+    if states.count("silent"):
+        head += f", {states.count('silent')} silent"
+    lines = [head]
+    for p in processes:
+        t, state = float(p.get("t") or 0.0), p.get("state")
+        started, note = f"started {_hms(p.get('started'))}", ""
+        if state == "ended":
+            what = f"ended ({started}, ended {_hms(t)})"
+        elif state == "running":
+            what = f"running ({started}, last record {max(0.0, now - t):.1f} s ago)"
+        elif state == "stopped":
+            why = "no process of the campaign holds run.lock" if running is False else "pid gone"
+            what = f"stopped without its final record ({why}: killed?; {started}, last record {_hms(t)})"
+            note = "; its leased tasks return to their queue after the visibility timeout, or at once on the next run"
+        else:
+            what = (f"silent ({started}; no record for {now - t:.0f} s although pid {p.get('pid')} exists: stalled, or "
+                    "the pid now belongs to another program; not counted as running)")
+        figures = "; ".join(
+            f"{f.get('stage')} {float(f.get('rate_per_s') or 0.0):.2f}/s done {f.get('done')}" if state == "running"
+            else f"{f.get('stage')} done {f.get('done')}" for f in p.get("figures") or [])
+        lines.append(f"    pid {p.get('pid')} [{', '.join(str(x) for x in p.get('stages') or [])}]: {what}"
+                     + (f"; {figures}" if figures else "") + note)
+    return lines
+
+
+def _hms(t: Any) -> str:
+    """A Unix time (s) as ``17:05:12 UTC``; ``?`` when absent."""
+    return time.strftime("%H:%M:%S UTC", time.gmtime(float(t))) if isinstance(t, (int, float)) else "?"
+
+
+def _which_processes(sd: dict[str, Any], pids: list[Any], *, waiting: bool) -> str:
+    """For a merged scale-out record: which processes report a host wait (``pids``) and, while they wait, which
+    other running processes of the same stage do not (each process has its own breakers); ``""`` for a
+    one-process record (no ``pids``)."""
+    if not pids:
+        return ""
+    text = f" in process{'es' if len(pids) > 1 else ''} " + ", ".join(f"pid {q}" for q in pids)
+    others = [q for q in sd.get("rate_pids") or [] if q not in pids]
+    if waiting and others:
+        text += (f"; process{'es' if len(others) > 1 else ''} " + ", ".join(f"pid {q}" for q in others)
+                 + f" (also {sd.get('stage')}) {'are' if len(others) > 1 else 'is'} not waiting for it")
+    return text
+
+
 def format_eta(progress: dict[str, Any]) -> str:
     """``"20 s (bounded by geocoder)"`` from a progress record's ``eta_s`` / ``eta_stage``; ``"unknown"``
     when no stage has a measured rate yet; ``"unknown while waiting for host H (model M)"`` (or ``(stage S)``;
     several joined by ``and``) while a watch-mode run holds work for an unreachable host (the record's
     ``eta_waiting``, :func:`geoagent.runtime.progress.eta_waits`). A record of a ``--stages`` process (``eta_scope`` lists its
-    stages) says that its ETA covers only those stages, over the work still upstream of them too."""
+    stages) says that its ETA covers only those stages, over the work still upstream of them too; a record merged
+    from a scale-out run's processes (:func:`geoagent.runtime.progress.merge_records`) is timed by the running
+    processes' combined rates and names the stages no running process times."""
     eta = progress.get("eta_s")
     scope = progress.get("eta_scope")
     covers = (f" [for stage(s) {', '.join(scope)} of the process that wrote it, counting the work still "
               "upstream; other processes' stages not timed]") if scope else ""
+    if scope and progress.get("processes"):  # merged from a scale-out run's processes
+        untimed = progress.get("eta_untimed") or []
+        covers = (f" [from the running processes' combined rates, for stage(s) {', '.join(scope)}, counting the work "
+                  "still upstream" + (f"; no running process for stage(s) {', '.join(untimed)}: not timed"
+                                      if untimed else "") + "]")
     waiting = [w for w in progress.get("eta_waiting") or [] if isinstance(w, dict)]
     if waiting:
         what = [f"host {w.get('host')} (" + (f"model {w['model']}" if w.get("model") else f"stage {w.get('stage')}")

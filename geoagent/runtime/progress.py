@@ -7,6 +7,9 @@ Each tick appends one JSON object per line (another process can ``tail -f`` it):
      "queues": {"requests": {"ready": 80, "leased": 8, "done": 120, "dead": 0}, ...},
      "spend": {"spent_usd": 0.12, "cap_usd": 5.0, ...}, "eta_s": 8.2, "eta_stage": "geocoder"}
 
+Each record names the process that wrote it (``pid``, and ``run_id``: the run manifest's id), so that ``status``
+can merge the records of the processes of a scaled-out run (:func:`read_runs`, :func:`merge_records`).
+
 The ETA covers the stages this process runs, over the whole pipeline's remaining work
 (:func:`pipeline_eta`): each of them has ahead of it what is queued on its input edge plus what every stage
 upstream (in this process or another) will still put there, and the slowest of them bounds the end. With
@@ -37,9 +40,11 @@ is not a TTY, so logs and CI output stay clean.
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -81,6 +86,11 @@ class Progress:
     planned_by_model : dict or None
         ``{model name: model calls in the plan}``, recorded so ``status`` can say per model how many planned
         calls have a stored answer (as the run's summary does), also after a budget stop.
+    run_id : str or None
+        Names the process's run in each record (``run_id``, with the writing process's ``pid``), so that
+        ``status`` can tell apart the records of several processes of one campaign (``--stages`` scale-out)
+        appending to the same stream (:func:`read_processes`); default: ``"<pid>-<6 hex digits>"``. The
+        engine passes the run manifest's run id.
     """
 
     def __init__(
@@ -92,8 +102,10 @@ class Progress:
         http: Callable[[], dict[str, Any]] | None = None,
         host_labels: dict[str, str] | None = None,
         planned_by_model: dict[str, int] | None = None,
+        run_id: str | None = None,
     ):
         self.path = Path(path)
+        self.run_id = run_id or f"{os.getpid()}-{secrets.token_hex(3)}"
         self.planned_by_model = dict(planned_by_model or {})
         self.http = http
         self.host_labels = dict(host_labels or {})
@@ -148,6 +160,8 @@ class Progress:
             "host_labels": self.labels(run) or None,
             "budget_stopped": run.budget_stopped,
             "finished": finished,
+            "pid": os.getpid(),  # which process wrote it (status: is it still alive?)
+            "run_id": self.run_id,
             **({"planned_by_model": self.planned_by_model} if self.planned_by_model else {}),
         }
 
@@ -355,12 +369,12 @@ def did_work(record: dict[str, Any]) -> bool:
     return any(sd.get("done") or sd.get("failed") or sd.get("dead") for sd in record.get("stages", []))
 
 
-def read_last_with_work(path: Path, max_bytes: int = 8 * 1024 * 1024) -> dict[str, Any] | None:
-    """The last record of a progress stream whose run did some work (:func:`did_work`), searching back at most
-    ``max_bytes`` bytes from the end; None if there is none there (for ``status`` after a no-op re-run)."""
+def _records_backwards(path: Path, max_bytes: int) -> Iterator[dict[str, Any]]:
+    """The records of a progress stream from the last to the first, searching back at most ``max_bytes`` bytes
+    from the end (torn or unparsable lines skipped)."""
     path = Path(path)
     if not path.is_file():
-        return None
+        return
     chunk = 256 * 1024
     with path.open("rb") as fh:
         end = fh.seek(0, 2)
@@ -377,9 +391,68 @@ def read_last_with_work(path: Path, max_bytes: int = 8 * 1024 * 1024) -> dict[st
                     rec = orjson.loads(line)
                 except orjson.JSONDecodeError:
                     continue
-                if isinstance(rec, dict) and did_work(rec):
-                    return rec
-    return None
+                if isinstance(rec, dict):
+                    yield rec
+
+
+def read_last_with_work(path: Path, max_bytes: int = 8 * 1024 * 1024) -> dict[str, Any] | None:
+    """The last record of a progress stream whose run did some work (:func:`did_work`), searching back at most
+    ``max_bytes`` bytes from the end; None if there is none there (for ``status`` after a no-op re-run)."""
+    return next((rec for rec in _records_backwards(path, max_bytes) if did_work(rec)), None)
+
+
+#: records of several processes may land in the stream slightly out of time order; :func:`read_runs`
+#: reads this many seconds further back than the start of the earliest process it has found, s
+ORDER_SLACK_S = 30.0
+
+
+def record_span(record: Mapping[str, Any]) -> tuple[float, float]:
+    """``(started, last)``: when a record's process started its pipeline and when it wrote the record (Unix time,
+    s; ``t - elapsed_s`` and ``t``)."""
+    t = float(record.get("t") or 0.0)
+    return t - float(record.get("elapsed_s") or 0.0), t
+
+
+def read_runs(path: Path, max_bytes: int = 8 * 1024 * 1024, *, first_only: bool = False) -> list[list[dict[str, Any]]]:
+    """The runs of a campaign in its progress stream, newest first: per run, the latest record of each of its
+    processes, newest first; ``[]`` for no stream.
+
+    Several processes of one campaign (``run --stages`` scale-out) append their records to the same stream,
+    each naming itself (``run_id``, ``pid``; records of older versions, without ``run_id``, count as one
+    process). A run is a set of processes whose spans (from a process's start, ``t - elapsed_s``, to its latest
+    record) overlap, one with the next: processes that ran at the same time, whether they ended, were killed or
+    still run. A process started after every other had ended starts a run of its own, so a campaign run by one
+    process at a time has runs of one record each. Searches back at most ``max_bytes`` bytes from the end (a
+    process whose last record lies further back is not found); ``first_only``: only the newest run, searching
+    no further than :data:`ORDER_SLACK_S` before the start of its earliest process.
+    """
+    seen: set[Any] = set()
+    runs: list[list[tuple[float, float, dict[str, Any]]]] = []
+    for rec in _records_backwards(path, max_bytes):
+        started, t = record_span(rec)
+        if first_only and runs and t < min(s for s, _, _ in runs[0]) - ORDER_SLACK_S:
+            break  # no process that ends this early overlaps one of the run
+        key = rec.get("run_id") or None
+        if key in seen:
+            continue
+        seen.add(key)
+        # processes come in order of their latest record, newest first: one that overlaps no process of a run
+        # found so far overlaps none found later either
+        for run in runs:
+            if any(started <= t1 and t >= s1 for s1, t1, _ in run):
+                run.append((started, t, rec))
+                break
+        else:
+            if not (first_only and runs):
+                runs.append([(started, t, rec)])
+    return [[rec for _, _, rec in run] for run in runs]
+
+
+def read_processes(path: Path, max_bytes: int = 8 * 1024 * 1024) -> list[dict[str, Any]]:
+    """The latest record of each process of a campaign's latest run (:func:`read_runs`), newest first; ``[]``
+    for no stream. A campaign run by one process at a time gives one record, the last (as :func:`read_last`)."""
+    runs = read_runs(path, max_bytes, first_only=True)
+    return runs[0] if runs else []
 
 
 def read_last(path: Path) -> dict[str, Any] | None:
@@ -398,3 +471,151 @@ def read_last(path: Path) -> dict[str, Any] | None:
         except orjson.JSONDecodeError:
             continue
     return None
+
+
+#: per-stage counters summed over every process of a run (each counts its own work since it started)
+_SUMMED = ("done", "failed", "dead", "missing", "released")
+#: per-stage figures of the moment, summed over the running processes only
+_RUNNING_ONLY = ("in_flight", "held")
+
+
+def merge_records(
+    records: Sequence[Mapping[str, Any]],
+    running: Sequence[bool],
+    pipeline: Sequence[tuple[str, str, str | None]] | None = None,
+    counts: Mapping[str, QueueCounts] | None = None,
+) -> dict[str, Any]:
+    """One progress record for a run of several processes (``--stages`` scale-out), for ``status``.
+
+    Parameters
+    ----------
+    records : sequence of dict
+        The latest record of each process (:func:`read_processes`), at least one.
+    running : sequence of bool, same length
+        Whether each record's process is running now (``status`` decides: no final record, its pid alive,
+        the record recent).
+    pipeline : sequence of (name, input_edge, output_edge or None), optional
+        The campaign's stages in data-flow order (stage order and the ETA's topology); default: the stages
+        as the records name them.
+    counts : mapping of edge -> QueueCounts, optional
+        Queue counts to time the ETA against (``status`` reads them now); default: the newest record's.
+
+    Returns
+    -------
+    dict
+        A record shaped as :meth:`Progress.snapshot` writes one, plus ``processes``: per record
+        ``{"pid", "run_id", "stages", "figures", "running", "finished", "t", "started"}`` (Unix times, s;
+        ``figures``: the process's own ``stage``, ``rate_per_s`` and ``done`` per stage). Per stage:
+        ``done``, ``failed``, ``dead``, ``missing``, ``released`` summed over every process (each counts its own
+        work since it started); ``rate_per_s``, ``in_flight``, ``held`` summed over the running ones (over all
+        when none runs: each as it left them, as a one-process run's last record shows them); ``pids`` says which
+        processes ran the stage, ``rate_pids`` whose figures of the moment are summed; ``last_errors`` and
+        ``resolved_errors`` of all (each distinct once). A model's ``host_waits`` entry (one per model and host)
+        and an ``unreachable`` host's entry come from those same processes (and, for ``unreachable``, from those
+        that ended; a process not running has no next probe), with the ``pids`` that report it and ``held``
+        summed. The ETA is :func:`pipeline_eta` over the running
+        processes' summed rates (a stage no running process runs is not timed; ``eta_scope`` lists those that
+        are, None when every stage is, and ``eta_untimed`` the others), unknown while any running process waits
+        for a host (``eta_waiting``).
+        ``http`` counters are summed per host; ``elapsed_s`` runs from the earliest process's start;
+        ``finished`` is True when every process ended with its final record.
+    """
+    newest = max(records, key=lambda r: float(r.get("t") or 0.0))
+    order = [n for n, _, _ in pipeline] if pipeline else []
+    stages: dict[str, dict[str, Any]] = {}
+    processes: list[dict[str, Any]] = []
+    http: dict[str, dict[str, Any]] = {}
+    labels: dict[str, str] = {}
+    # no process running (the run ended, or was killed): each process's figures as it left them, as the record of
+    # a run of one process shows them after its end
+    counted = list(running) if any(running) else [True] * len(records)
+    for rec, live, figures_now in zip(records, running, counted):
+        pid = rec.get("pid")
+        started, t = record_span(rec)
+        processes.append({"pid": pid, "run_id": rec.get("run_id"), "running": bool(live),
+                          "finished": bool(rec.get("finished")), "t": t, "started": started,
+                          "stages": [sd.get("stage") for sd in rec.get("stages", [])],
+                          "figures": [{k: sd.get(k) for k in ("stage", "rate_per_s", "done")}
+                                      for sd in rec.get("stages", [])]})
+        for sd in rec.get("stages", []):
+            name = sd.get("stage")
+            m = stages.setdefault(name, {
+                "stage": name, **{k: 0 for k in _SUMMED + _RUNNING_ONLY}, "rate_per_s": 0.0, "finished": True,
+                "budget_stopped": False, "last_errors": [], "resolved_errors": [], "unreachable": {},
+                "input_edge": sd.get("input_edge"), "pids": [], "rate_pids": []})
+            for k in _SUMMED:
+                m[k] += int(sd.get(k) or 0)
+            m["pids"].append(pid)
+            m["budget_stopped"] = m["budget_stopped"] or bool(sd.get("budget_stopped"))
+            m["last_errors"] += [e for e in sd.get("last_errors", []) if e not in m["last_errors"]]
+            m["resolved_errors"] += [r for r in sd.get("resolved_errors") or [] if r not in m["resolved_errors"]]
+            if figures_now:
+                m["rate_pids"].append(pid)
+                m["finished"] = m["finished"] and bool(sd.get("finished"))
+                m["rate_per_s"] = round(m["rate_per_s"] + float(sd.get("rate_per_s") or 0.0), 3)
+                for k in _RUNNING_ONLY:
+                    m[k] += int(sd.get(k) or 0)
+                for w in sd.get("host_waits") or []:
+                    if not isinstance(w, dict):
+                        continue
+                    waits = m.setdefault("host_waits", [])
+                    same = next((x for x in waits if (x.get("model"), x.get("host")) == (w.get("model"), w.get("host"))),
+                                None)
+                    if same is None:
+                        waits.append({**w, "held": int(w.get("held") or 0), "pids": [pid]})
+                    else:
+                        same["held"] += int(w.get("held") or 0)
+                        same["pids"].append(pid)
+            if figures_now or rec.get("finished"):  # a killed process's wait is over (while others run)
+                for host, info in (sd.get("unreachable") or {}).items():
+                    info = dict(info) if isinstance(info, dict) else {}
+                    if not live:
+                        info.pop("next_probe_in_s", None)
+                        info.pop("next_probe_at", None)
+                    have = m["unreachable"].get(host)
+                    m["unreachable"][host] = {**info, "pids": (have or {}).get("pids", []) + [pid]}
+        for host, hs in (rec.get("http") or {}).items():
+            if not isinstance(hs, dict):
+                continue
+            h = http.setdefault(host, {"requests": 0, "retries": 0, "errors": {}, "answers": {}, "answer_notes": {},
+                                       "last_ok_at": None})
+            h["requests"] += int(hs.get("requests") or 0)
+            h["retries"] += int(hs.get("retries") or 0)
+            for key in ("errors", "answers"):
+                for reason, n in (hs.get(key) or {}).items():
+                    h[key][reason] = h[key].get(reason, 0) + int(n)
+            h["answer_notes"].update(hs.get("answer_notes") or {})
+            if hs.get("last_ok_at") is not None:
+                h["last_ok_at"] = max(float(hs["last_ok_at"]), float(h["last_ok_at"] or 0.0))
+        labels.update({k: v for k, v in (rec.get("host_labels") or {}).items() if k not in labels})
+    merged = sorted(stages.values(), key=lambda m: (order.index(m["stage"]) if m["stage"] in order else len(order)))
+    rates = {m["stage"]: m["rate_per_s"] for m in merged if m["rate_pids"] and any(running)}
+    topology = list(pipeline) if pipeline else [(m["stage"], m["input_edge"], None) for m in merged]
+    if counts is None:
+        counts = {e: QueueCounts(**{k: int(v.get(k, 0)) for k in ("ready", "leased", "done", "dead")})
+                  for e, v in (newest.get("queues") or {}).items() if isinstance(v, dict)}
+    eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
+    waiting = eta_waits([m for m in merged if m["rate_pids"]]) if any(running) else []
+    if waiting:
+        eta, eta_stage = None, None
+    planned = next((r["planned_by_model"] for r in sorted(records, key=lambda r: -float(r.get("t") or 0.0))
+                    if r.get("planned_by_model")), None)
+    return {
+        "t": newest.get("t"),
+        "campaign": newest.get("campaign"),
+        "elapsed_s": round(float(newest.get("t") or 0.0) - min(p["started"] for p in processes), 3),
+        "stages": merged,
+        "queues": newest.get("queues"),
+        "spend": newest.get("spend"),
+        "eta_s": None if eta is None else round(eta, 1),
+        "eta_stage": eta_stage,
+        **({"eta_waiting": waiting} if waiting else {}),
+        "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else [n for n, _, _ in topology if n in rates],
+        "eta_untimed": [n for n, _, _ in topology if n not in rates],
+        "http": http or None,
+        "host_labels": labels or None,
+        "budget_stopped": any(r.get("budget_stopped") for r in records),
+        "finished": all(r.get("finished") for r in records),
+        **({"planned_by_model": planned} if planned else {}),
+        "processes": processes,
+    }
