@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import email.utils
+import functools
 import itertools
 import random
 import re
@@ -297,6 +298,30 @@ def _with_params(url: str, params: Mapping[str, Any] | None) -> str:
     return url + sep + urlencode([(str(k), str(v)) for k, v in params.items()])
 
 
+def _request_secrets(url: str, params: Mapping[str, Any] | None,
+                     headers: Mapping[str, str] | None) -> tuple[list[str], str]:
+    """(secret values of this request, longest first; its URL as shown in messages, secrets scrubbed).
+
+    Requests that repeat their URL, headers and (hashable) params, as model calls do, are looked up in a small
+    cache instead of parsed again; the cache holds only what the caller's own headers already hold.
+    """
+    try:
+        key = (url, tuple((headers or {}).items()), tuple((params or {}).items()))
+        hash(key)
+    except TypeError:  # unhashable param values (lists): computed every time
+        secrets = _secrets_of(url, params, headers)
+        return secrets, _scrub(redact_url(_with_params(url, params)), secrets)
+    return _request_secrets_cached(key)
+
+
+@functools.lru_cache(maxsize=256)
+def _request_secrets_cached(key: tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]
+                            ) -> tuple[list[str], str]:
+    url, headers, params = key
+    secrets = _secrets_of(url, dict(params) if params else None, dict(headers))
+    return secrets, _scrub(redact_url(_with_params(url, dict(params) if params else None)), secrets)
+
+
 def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str, str] | None) -> list[str]:
     """Secret values present in this request (header values, secret query values), longest first."""
     out: set[str] = set()
@@ -399,6 +424,7 @@ def parse_retry_after(value: str | None, now_wall_s: float | None = None) -> flo
     return max(0.0, when.timestamp() - now)
 
 
+@functools.lru_cache(maxsize=1024)
 def host_key(url: str) -> str:
     """``"hostname:port"`` when the URL names a port explicitly, else ``"hostname"`` (lower-case)."""
     parts = urlsplit(url)
@@ -979,8 +1005,7 @@ class HttpClient:
             for st, note in expected_status.items():
                 host.stats.answer_notes[f"http {st}"] = str(note)
         pol = policy or host.policy
-        secrets = _secrets_of(url, params, headers)
-        shown_url = _scrub(redact_url(_with_params(url, params)), secrets)
+        secrets, shown_url = _request_secrets(url, params, headers)
         if json is not None:
             if data is not None:
                 raise ValueError("pass either json= or data=, not both")

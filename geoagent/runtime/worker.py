@@ -135,6 +135,7 @@ such a wait is the host's own limit, not a hang, so tasks lined up behind a slow
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -424,7 +425,8 @@ class StageRunner:
         self._cooldown_s = self.probe_after_s  # the current half-open cool-down (watch mode)
         self._probe: Task | None = None  # the half-open probe in flight (watch mode)
         #: watch mode: cancel scopes of tasks in flight, cut when the breaker opens in a cancel_on_stop stage
-        self._cuttable: set[anyio.CancelScope] = set()
+        self._cuttable: set[anyio.CancelScope] = set()  # ceilings of tasks being handled (one at a time)
+        self._cut_scopes: set[anyio.CancelScope] = set()  # ... of those, the ones the breaker cancelled
         self._unreachable_seen: set[str] = set()  # hosts whose first unreachable failure was logged
         #: refunds (module docstring, "Refunds"): per host, the latest unreachable streak's id and the attempts its
         #: nacks charged, by task key; the streaks that opened a breaker; refunds not yet applied, by task key
@@ -570,7 +572,8 @@ class StageRunner:
         concurrency, rate, pause, cross-process turn) the ceiling stands still: the deadline (and the lease limit)
         is lifted at the first such wait and set again, with the time that was left, once no request waits."""
         left = float(self.task_timeout_s or math.inf)
-        scope = anyio.CancelScope(deadline=anyio.current_time() + left)
+        now = asyncio.get_running_loop().time  # anyio.current_time() on asyncio, without its backend look-up per call
+        scope = anyio.CancelScope(deadline=now() + left)
         for t in tasks:
             self._leases.limit(t, time.monotonic() + left)
         waiting = 0
@@ -583,14 +586,14 @@ class StageRunner:
             if delta > 0:
                 waiting += 1
                 if waiting == 1:  # the clock stops
-                    left = max(0.0, scope.deadline - anyio.current_time())
+                    left = max(0.0, scope.deadline - now())
                     scope.deadline = math.inf
                     for t in tasks:
                         self._leases.limit(t, math.inf)
             elif waiting > 0:
                 waiting -= 1
                 if waiting == 0:  # ... and runs on with what was left
-                    scope.deadline = anyio.current_time() + left
+                    scope.deadline = now() + left
                     for t in tasks:
                         self._leases.limit(t, time.monotonic() + left)
 
@@ -759,17 +762,19 @@ class StageRunner:
                 self.stats.released += 1
                 committed = True
                 return
-            cut = anyio.CancelScope()  # watch mode: cancelled when the breaker opens (_breaker_open)
+            # One cancel scope: the task's ceiling, which the breaker opening also cancels in watch mode
+            # (_breaker_open marks it in _cut_scopes), so the cause of a cancellation is told apart below.
             try:
-                self._cuttable.add(cut)
-                try:
-                    with cut:
-                        with self._ceiling([task]) as ceiling:
-                            outputs = self._checked(await self.stage.handle(task, self.ctx))
-                        if ceiling.cancelled_caught:  # hung past its ceiling (module docstring, "Task ceiling")
-                            raise self._timeout(task)
-                finally:
-                    self._cuttable.discard(cut)
+                with self._ceiling([task]) as ceiling:
+                    self._cuttable.add(ceiling)
+                    try:
+                        outputs = self._checked(await self.stage.handle(task, self.ctx))
+                    finally:
+                        self._cuttable.discard(ceiling)
+                        cut = ceiling in self._cut_scopes
+                        self._cut_scopes.discard(ceiling)
+                if ceiling.cancelled_caught and not cut:  # hung past its ceiling (module docstring, "Task ceiling")
+                    raise self._timeout(task)
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # noqa: BLE001 - its class decides the task's fate
@@ -780,7 +785,7 @@ class StageRunner:
                     await self._fail(task, exc)
                 committed = True
                 return
-            if cut.cancelled_caught:  # cut by the breaker opening: back untouched
+            if cut and ceiling.cancelled_caught:  # cut by the breaker opening: back untouched
                 await self._safe(self.inq.release(task))
                 self.stats.released += 1
                 committed = True
@@ -945,6 +950,7 @@ class StageRunner:
                 self._cut.set()
             else:
                 for scope in list(self._cuttable):
+                    self._cut_scopes.add(scope)
                     scope.cancel()
         if not self.burst:  # watch mode: half-open after a cool-down (module docstring)
             self._cooldown_s = self.probe_after_s
