@@ -39,3 +39,37 @@ def test_a_dead_runs_pid_reused_by_a_later_process_still_reads_killed(tmp_path):
     finally:
         other.kill()
         other.wait(timeout=10)
+
+
+
+def test_two_crawls_with_different_thumbnail_fields_on_one_images_root_each_get_their_own_size(tmp_path):
+    """``thumb_field`` is one of the ``[crawl.fetcher]`` settings a selection is keyed by, but every thumbnail was
+    saved as ``<site>/<id>.jpg`` whatever its size: a crawl asking for 1024-px thumbnails after one that fetched
+    256-px ones read the small files from disk ("already fetched") and audited them as its own (on main: its
+    images.csv points at the first crawl's files, and it requested no thumbnail of those images). The sandbox
+    CDN renders every size alike, so the test follows the files and the requests, not the pixels."""
+    import asyncio
+
+    from geoagent.sandbox.city import build_world
+    from tests.test_crawl_fetcher_selection import _crawl, _jpegs, _rows
+
+    world = build_world(0)
+    images = tmp_path / "images"
+    a, b = tmp_path / "a", tmp_path / "b"
+    asyncio.run(_crawl(a, images, world, "crawl-a", thumb_field="thumb_256_url"))
+    rows_a = _rows(a / "state" / "images.csv")
+    files_a = _jpegs(images)
+    assert rows_a and files_a
+    req_b = asyncio.run(_crawl(b, images, world, "crawl-b", thumb_field="thumb_1024_url"))
+    rows_b = _rows(b / "state" / "images.csv")
+    assert rows_b and all((images / r["path"]).is_file() for r in rows_b)
+    assert not {r["path"] for r in rows_a} & {r["path"] for r in rows_b}  # none of the 256-px files
+    # every image it kept was downloaded at its own size, also those the first crawl had at 256 px
+    assert {r["image_id"] for r in rows_b} <= set(req_b["thumbs"])
+    after = _jpegs(images)
+    assert {k: after[k] for k in files_a} == files_a  # the first crawl's files are untouched
+    assert _rows(a / "state" / "images.csv") == rows_a
+    # each crawl's image audit table names the files it audited
+    for state, rows in ((a / "state", rows_a), (b / "state", rows_b)):
+        audit = _rows(state / "image_audit.csv")
+        assert audit and {r["image"] for r in audit} == {r["path"] for r in rows}
