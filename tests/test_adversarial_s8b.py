@@ -51,7 +51,12 @@ def test_two_crawls_with_different_thumbnail_fields_on_one_images_root_each_get_
     import asyncio
 
     from geoagent.sandbox.city import build_world
-    from tests.test_crawl_fetcher_selection import _crawl, _jpegs, _rows
+    import hashlib
+
+    from tests.test_crawl_fetcher_selection import _crawl, _rows
+
+    def _jpegs(images: Path) -> dict[str, str]:
+        return {str(p.relative_to(images)): hashlib.sha256(p.read_bytes()).hexdigest() for p in images.rglob("*.jpg")}
 
     world = build_world(0)
     images = tmp_path / "images"
