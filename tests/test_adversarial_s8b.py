@@ -78,3 +78,64 @@ def test_two_crawls_with_different_thumbnail_fields_on_one_images_root_each_get_
     for state, rows in ((a / "state", rows_a), (b / "state", rows_b)):
         audit = _rows(state / "image_audit.csv")
         assert audit and {r["image"] for r in audit} == {r["path"] for r in rows}
+
+
+def test_a_crawl_call_whose_stop_lands_while_its_reservation_settles_is_not_sent(tmp_path):
+    """The crawl's metered call has the model caller's race (walkthrough M1): the stop comes while the send-time
+    reservation's database job runs. On main the call was sent anyway (after the stop: a request the grace
+    period's cancel can cut in flight, booked unknown-outcome and paid again on resume); it must be given up unsent
+    and its reservation released. ``stopping`` turns true right as the reservation is requested, which is the
+    moment a Ctrl-C lands in that window. Against the local OpenAI-compatible fake."""
+    import asyncio
+
+    import pytest
+    from aiohttp import web
+
+    from geoagent.config import ModelConfig
+    from geoagent.crawl.llmcall import metered_generate
+    from geoagent.providers.base import ModelRequest
+    from geoagent.providers.openai_compat import OpenAICompatProvider
+    from geoagent.providers.settings import ProviderSettings
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.runtime.stage import Abandoned
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.sandbox.llm_openai import make_app
+    from geoagent.sandbox.server import serve
+
+    model = ModelConfig(name="auditor", provider="openai", model="sim-gpt", price_input_usd_per_mtok=1.0,
+                        price_output_usd_per_mtok=4.0, max_output_tokens=100)
+    received: list[str] = []
+
+    async def main():
+        app = make_app(require_auth=False)
+
+        @web.middleware
+        async def count(request, handler):
+            received.append(request.path)
+            return await handler(request)
+
+        app.middlewares.insert(0, count)
+        state = open_campaign_state("audit", root=tmp_path, cap_usd=10.0)
+        asked = {"n": 0, "stop": False}
+
+        def stopping() -> bool:
+            asked["n"] += 1
+            now = asked["stop"]
+            if asked["n"] == 2:  # asked at send time, just before the reservation: the stop lands during it
+                asked["stop"] = True
+            return now
+
+        try:
+            async with serve(app) as base, HttpClient(default_policy=HostPolicy(timeout_s=5.0)) as http:
+                prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt", base_url=base + "/v1"), http)
+                req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate place 1 0-5.", params={"max_tokens": 100})
+                with pytest.raises(Abandoned):
+                    await metered_generate(prov, req, ledger=state.ledger, model_cfg=model, stopping=stopping)
+                await asyncio.sleep(0.2)  # a fire-and-forget release reaches the database
+            return state.ledger.summary()
+        finally:
+            state.close()
+
+    ledger = asyncio.run(main())
+    assert received == []  # nothing sent after the stop
+    assert ledger.calls == 0 and ledger.unknown_calls == 0 and ledger.open_reservations == 0
