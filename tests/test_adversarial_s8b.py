@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from geoagent.config import load_config
 from geoagent.runtime.manifest import Manifest, _write
@@ -139,3 +140,64 @@ def test_a_crawl_call_whose_stop_lands_while_its_reservation_settles_is_not_sent
     ledger = asyncio.run(main())
     assert received == []  # nothing sent after the stop
     assert ledger.calls == 0 and ledger.unknown_calls == 0 and ledger.open_reservations == 0
+
+
+def _portrait_jpeg(width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (150, 160, 170)).save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("provider, model_id", [("anthropic", "claude-sonnet-4-5"), ("gemini", "gemini-2.5-flash"),
+                                                ("openai", "gpt-4.1-mini")])
+def test_the_crawl_outline_bounds_an_image_audit_of_a_portrait_thumbnail(tmp_path, monkeypatch, provider, model_id):
+    """Mapillary's ``thumb_1024_url`` is 1024 px *wide*: a portrait phone photo's thumbnail is 1024 x 1820 (9:16).
+    The dry run's outline priced each image audit at a 1024 x 1024 square, "the largest bill a thumbnail of that size
+    can have", but Claude, Gemini and OpenAI's patch-billed models bill a 1024 x 1820 image more: with the [budget]
+    cap set to the outline's per-call worst case, the crawl's own metered call (real HTTP to the provider's fake)
+    was refused (BudgetExhausted) on main. The outline must be an upper bound of what each call reserves."""
+    import asyncio
+
+    from geoagent.crawl.campaign import crawl_budget_figures
+    from geoagent.crawl.image_audit import build_request
+    from geoagent.crawl.llmcall import metered_generate
+    from geoagent.providers.anthropic import AnthropicProvider
+    from geoagent.providers.gemini import GeminiProvider
+    from geoagent.providers.openai_compat import OpenAICompatProvider
+    from geoagent.providers.settings import ProviderSettings
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.sandbox import llm_anthropic, llm_gemini, llm_openai
+    from geoagent.sandbox.server import serve
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    cfg = load_config(Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml")
+    settings = cfg.section("crawl")
+    name = settings.image_audit.model
+    models = [m.model_copy(update={"provider": provider, "model": model_id}) if m.name == name else m for m in cfg.models]
+    cfg = cfg.model_copy(update={"models": models})
+    m_img = next(m for m in cfg.models if m.name == name)
+    assert settings.fetcher.thumb_field == "thumb_1024_url"
+    worst = crawl_budget_figures(cfg, settings)["image_audit_usd"]
+    jpeg = _portrait_jpeg(1024, 1820)
+    app, cls, suffix = {"anthropic": (llm_anthropic, AnthropicProvider, ""), "gemini": (llm_gemini, GeminiProvider, ""),
+                        "openai": (llm_openai, OpenAICompatProvider, "/v1")}[provider]
+
+    async def main():
+        state = open_campaign_state("outline", root=tmp_path, cap_usd=worst * (1 + 1e-9))
+        try:
+            async with serve(app.make_app(require_auth=False)) as base, HttpClient(default_policy=HostPolicy(timeout_s=10.0)) as http:
+                prov = cls(ProviderSettings(kind=provider, model=model_id, base_url=base + suffix, api_key="local"), http)
+                req = build_request("100000000001", jpeg, settings.image_audit, provider=provider, model=model_id)
+                await metered_generate(prov, req, ledger=state.ledger, model_cfg=m_img,
+                                       input_estimate_factor=cfg.budget.input_estimate_factor)
+            return state.ledger.summary()
+        finally:
+            state.close()
+
+    ledger = asyncio.run(main())
+    assert ledger.calls == 1 and ledger.open_reservations == 0
