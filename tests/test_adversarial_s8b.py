@@ -201,3 +201,52 @@ def test_the_crawl_outline_bounds_an_image_audit_of_a_portrait_thumbnail(tmp_pat
 
     ledger = asyncio.run(main())
     assert ledger.calls == 1 and ledger.open_reservations == 0
+
+
+@pytest.mark.parametrize("label", ["北京市海淀区中关村大街" * 20, "Święty Mikołaj, Łódź " * 10])
+def test_the_crawl_outline_bounds_a_rating_call_of_non_ascii_labels(tmp_path, monkeypatch, label):
+    """The outline priced a rating call's full batch with every label 200 ASCII characters; the reservation rule
+    counts a non-ASCII character's UTF-8 bytes (a CJK one: 3 tokens, not 1/3), and a prompt line keeps 200
+    *characters*. A batch of Chinese (or Polish) labels, as the crawl of a Chinese city sends, reserved more than
+    the outline's "up to" figure: with the cap at that figure, the crawl's metered call was refused on main."""
+    import asyncio
+
+    from geoagent.crawl.campaign import crawl_budget_figures
+    from geoagent.crawl.llmcall import metered_generate
+    from geoagent.crawl.referenceability import RefCandidate, render_candidates
+    from geoagent.crawl.image_audit import load_prompt
+    from geoagent.providers.base import ModelRequest
+    from geoagent.providers.openai_compat import OpenAICompatProvider
+    from geoagent.providers.settings import ProviderSettings
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.sandbox.llm_openai import make_app
+    from geoagent.sandbox.server import serve
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    cfg = load_config(Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml")
+    settings = cfg.section("crawl")
+    rs = settings.referenceability
+    m_ref = next(m for m in cfg.models if m.name == rs.model)
+    worst = crawl_budget_figures(cfg, settings)["rating_usd"]
+    batch = [RefCandidate(qid=f"Q{i}", label=label, dist_km=rs.radius_km * 0.9, lat=0.0, lon=0.0)
+             for i in range(rs.batch_size)]
+    # the auditor's own rating request (ReferenceabilityAuditor._request with its _ref_prompt)
+    req = ModelRequest(provider="openai", model=m_ref.model,
+                       prompt=load_prompt("crawl_referenceability.txt").replace("{candidates}", render_candidates(batch)),
+                       params={"max_output_tokens": rs.max_output_tokens, "temperature": rs.temperature},
+                       meta={"task": "crawl_referenceability"})
+
+    async def main():
+        state = open_campaign_state("outline", root=tmp_path, cap_usd=worst * (1 + 1e-9))
+        try:
+            async with serve(make_app(require_auth=False)) as base, HttpClient(default_policy=HostPolicy(timeout_s=10.0)) as http:
+                prov = OpenAICompatProvider(ProviderSettings(kind="openai", model=m_ref.model, base_url=base + "/v1"), http)
+                await metered_generate(prov, req, ledger=state.ledger, model_cfg=m_ref,
+                                       input_estimate_factor=cfg.budget.input_estimate_factor)
+            return state.ledger.summary()
+        finally:
+            state.close()
+
+    ledger = asyncio.run(main())
+    assert ledger.calls == 1 and ledger.open_reservations == 0
