@@ -309,6 +309,10 @@ def _write_trials(cfg: Any, svc: Any) -> str:
 OUTLINE_CANDIDATES = 1000
 
 
+#: the character the outline's candidate labels are made of: 4 UTF-8 bytes, the most the reservation rule counts
+#: for one character (:func:`geoagent.config.estimate_input_tokens`), so no label of the same length costs more
+#: (a Chinese city's labels: 3 bytes a character; Latin with diacritics: up to 2)
+OUTLINE_LABEL_CHAR = "\U0001F5FA"
 #: the tallest thumbnail the outline prices, as a multiple of its width (a portrait photo: 3:4, 9:16, up to 1:2)
 OUTLINE_MAX_PORTRAIT = 2.0
 
@@ -338,8 +342,8 @@ def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
     :func:`_worst_thumbnail_px`: Mapillary's ``thumb_1024_url`` is 1024 px wide, and a portrait photo's is taller
     than wide, which Claude, Gemini and OpenAI's patch-billed models bill more than a square), one rating call's
     and one sensitivity-screen call's reservation for a full batch of candidates (each label at 200 characters,
-    the most a prompt line keeps), and the most image audits the config allows (cities x
-    ``sites_per_city`` x ``max_images_per_site``). Priced by the rule the ledger reserves with
+    the most a prompt line keeps, of 4 UTF-8 bytes each: :data:`OUTLINE_LABEL_CHAR`), and the most image audits
+    the config allows (cities x ``sites_per_city`` x ``max_images_per_site``). Priced by the rule the ledger reserves with
     (:func:`geoagent.config.reservation_usd`, ``[budget] input_estimate_factor`` included).
     """
     import re
@@ -367,7 +371,9 @@ def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
                                                  input_estimate_factor=factor, has_image=True,
                                                  size_px=_worst_thumbnail_px(m_img, side, params))
     if (m_ref := priced(rs.model)) is not None:
-        batch = [RefCandidate(qid=f"Q{i}", label="x" * 200, dist_km=rs.radius_km, lat=0.0, lon=0.0)
+        # the costliest label a prompt line keeps: 200 characters (render_candidates) of 4 UTF-8 bytes each, the
+        # most the reservation rule counts per character (estimate_input_tokens: a non-ASCII character's bytes)
+        batch = [RefCandidate(qid=f"Q{i}", label=OUTLINE_LABEL_CHAR * 200, dist_km=rs.radius_km, lat=0.0, lon=0.0)
                  for i in range(rs.batch_size)]
         params = {"max_output_tokens": rs.max_output_tokens, "temperature": rs.temperature}
         for key, name, dist in (("rating_usd", "crawl_referenceability.txt", True), ("screen_usd", "crawl_sensitive.txt", False)):
