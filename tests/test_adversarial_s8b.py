@@ -250,3 +250,28 @@ def test_the_crawl_outline_bounds_a_rating_call_of_non_ascii_labels(tmp_path, mo
 
     ledger = asyncio.run(main())
     assert ledger.calls == 1 and ledger.open_reservations == 0
+
+
+@pytest.mark.parametrize("kind, section", [("geoverify", 'trials = "release"\nn_boot = 0'),
+                                           ("geohint", 'images = "release"\nconditions = ["baseline"]')])
+def test_a_campaign_on_a_crawl_whose_trials_were_moved_aside_says_so(isolated_roots, capsys, kind, section):
+    """A crawl that ends incomplete moves its earlier ``verify_trials.csv`` to ``verify_trials.stale.csv`` (session 8).
+    A campaign pointed at that folder then plans nothing; on main GeoVerify blamed the table's rows ("its
+    verify_trials.csv gives no image with a signal candidate within tau ... (no usable row)": the stale file matched
+    its ``verify_trials*.csv`` look-up) and neither kind named the stale file or why it is there."""
+    from geoagent.cli import main
+    from tests.test_crawl_handoff import _toml
+
+    root = isolated_roots
+    crawl = root / "crawl-out"
+    crawl.mkdir()
+    (crawl / "sites.csv").write_text("site,city,country,continent,lat,lon,qid,name_en\n"
+                                     "s1,Turin,Italy,Europe,45.07,7.68,Q495,Turin\n", encoding="utf-8")
+    (crawl / "verify_trials.stale.csv").write_text(
+        "image_id,site,path,img_lat,img_lon,cand,cand_lat,cand_lon,fam,dist_km,band,truth,arm\n"
+        "1,s1,s1/1.jpg,45.07,7.68,Q1,45.07,7.68,3,0.01,b0,1,main\n", encoding="utf-8")
+    cfg = _toml(root, f"{kind[:2]}-stale", kind, crawl, section)
+    assert main(["run", str(cfg), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "verify_trials.stale.csv" in err and "incomplete" in err, err
+    assert "no usable row" not in err
