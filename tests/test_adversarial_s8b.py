@@ -275,3 +275,21 @@ def test_a_campaign_on_a_crawl_whose_trials_were_moved_aside_says_so(isolated_ro
     err = capsys.readouterr().err
     assert "verify_trials.stale.csv" in err and "incomplete" in err, err
     assert "no usable row" not in err
+
+
+def test_a_dead_runs_pid_reused_by_the_new_run_itself_reads_killed(tmp_path):
+    """In a container a run's process often has the same small pid at every start (pid 1, 7, ...), and a restarted
+    container keeps its host name: the killed run's entry then names the new run's own pid. That process began
+    after the old run did, so the old run is not its own: it reads ``killed`` (skipped as "this process" before)."""
+    cfg = load_config(generic_campaign(tmp_path, name="reuse-self", n=3, models=model_table()))
+    manifest = Manifest(cfg)
+    first = manifest.start_run(command="run")
+    data = orjson.loads(manifest.path.read_bytes())
+    (entry,) = data["runs"]
+    entry["started_unix"] = time.time() - 10 * 86400.0  # before this process (the container's previous life)
+    _write(manifest.path, data)
+    live = manifest.start_run(command="run")  # a run of this process that is still going: stays running
+    second = manifest.start_run(command="run")
+    runs = {r["run_id"]: r for r in _runs(manifest.state_dir)}
+    assert runs[first]["status"] == "killed" and runs[first]["killed_found_by"] == live
+    assert runs[live]["status"] == "running" and runs[second]["status"] == "running"
