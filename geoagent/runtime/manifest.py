@@ -283,8 +283,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-#: slack (s) when comparing a process's start time with its run's: /proc/stat's boot time is whole seconds
-_START_SLACK_S = 2.0
+#: slack (s) when comparing a process's start time with its run's: /proc/stat's boot time is whole seconds and
+#: follows later steps of the wall clock (an NTP correction), so a live run's process must not read as born after
+#: its run; a pid taken over within this many seconds of a dead run's start is still taken for the run's own
+_START_SLACK_S = 30.0
 
 
 def _pid_started_unix(pid: int) -> float | None:
@@ -302,13 +304,15 @@ def _pid_started_unix(pid: int) -> float | None:
 
 def _run_process_gone(run: dict[str, Any]) -> bool:
     """Whether the process of ``run`` (a manifest entry of this machine) no longer exists: its pid is free, or
-    (Linux) the process now holding that pid started after the run did, so it is another process that reused
-    the pid (the run's own process started before it wrote its entry)."""
+    (Linux) the process now holding that pid, this one included, started after the run did, so it is another
+    process that reused the pid (the run's own process started before it wrote its entry)."""
     pid = run.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
-    if not _pid_alive(pid):
+    if pid != os.getpid() and not _pid_alive(pid):
         return True
+    # alive, this process included (a container restarted with its host name often gives the new run the
+    # killed run's pid): the run is its process's only if that process began before the run did
     started = run.get("started_unix")
     if not isinstance(started, (int, float)) or isinstance(started, bool):
         return False
