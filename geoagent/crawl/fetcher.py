@@ -110,22 +110,22 @@ def image_path(images_root: str | Path, site: str, image_id: str, thumb_field: s
 
 def kept_image_path(images_root: str | Path, site: str, kept: dict[str, Any]) -> Path:
     """The file of one kept image of a selection record: its ``path`` (relative to ``images_root``, as the fetcher
-    wrote it), else ``<site>/<image_id>.jpg`` (records without one).
+    wrote it: ``<site>/<image_id>.jpg`` or ``<site>/<field>/<image_id>.jpg``, :func:`image_path`), else (no
+    ``path``, or one of another form, e.g. an older record's) ``<site>/<image_id>.jpg``.
 
     Raises
     ------
     ValueError, KeyError
-        A ``path`` that leaves the images root or is not ``<site>/...<image_id>.jpg``; no ``image_id``.
+        An unsafe site or image id; no ``image_id``.
     """
-    rel = kept.get("path")
-    if not rel:
-        return image_path(images_root, site, str(kept["image_id"]))
-    parts = str(rel).split("/")
-    if (len(parts) not in (2, 3) or parts[0] != safe_name(site, what="site id")
-            or parts[-1] != f"{safe_image_id(str(kept['image_id']))}.jpg"
-            or any(safe_name(x, what="image path") != x for x in parts[:-1])):
-        raise ValueError(f"kept image path {rel!r} is not <site>/[<field>/]<image_id>.jpg")
-    return Path(images_root).joinpath(*parts)
+    iid = safe_image_id(str(kept["image_id"]))
+    parts = str(kept.get("path") or "").split("/")
+    if len(parts) == 3 and parts[0] == safe_name(site, what="site id") and parts[2] == f"{iid}.jpg":
+        try:
+            return Path(images_root).joinpath(parts[0], safe_name(parts[1], what="thumb_field folder"), parts[2])
+        except ValueError:
+            pass  # not a folder image_path makes: the record's own form is not ours
+    return image_path(images_root, site, iid)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
