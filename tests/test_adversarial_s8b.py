@@ -152,14 +152,11 @@ def _portrait_jpeg(width: int, height: int) -> bytes:
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("provider, model_id", [("anthropic", "claude-sonnet-4-5"), ("gemini", "gemini-2.5-flash"),
-                                                ("openai", "gpt-4.1-mini")])
-def test_the_crawl_outline_bounds_an_image_audit_of_a_portrait_thumbnail(tmp_path, monkeypatch, provider, model_id):
-    """Mapillary's ``thumb_1024_url`` is 1024 px *wide*: a portrait phone photo's thumbnail is 1024 x 1820 (9:16).
-    The dry run's outline priced each image audit at a 1024 x 1024 square, "the largest bill a thumbnail of that size
-    can have", but Claude, Gemini and OpenAI's patch-billed models bill a 1024 x 1820 image more: with the [budget]
-    cap set to the outline's per-call worst case, the crawl's own metered call (real HTTP to the provider's fake)
-    was refused (BudgetExhausted) on main. The outline must be an upper bound of what each call reserves."""
+def _image_audit_under_outline_cap(tmp_path, monkeypatch, provider: str, model_id: str, jpeg: bytes,
+                                   fetcher: dict | None = None):
+    """Run one image audit of ``jpeg`` through the crawl's metered call (real HTTP to the provider's sandbox fake)
+    under a [budget] cap equal to the dry-run outline's per-call worst case for the sandbox crawl config with its
+    image auditor switched to ``provider`` / ``model_id`` (and ``fetcher`` settings); the ledger's summary."""
     import asyncio
 
     from geoagent.crawl.campaign import crawl_budget_figures
@@ -177,13 +174,13 @@ def test_the_crawl_outline_bounds_an_image_audit_of_a_portrait_thumbnail(tmp_pat
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
     cfg = load_config(Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml")
     settings = cfg.section("crawl")
+    if fetcher:
+        settings = settings.model_copy(update={"fetcher": settings.fetcher.model_copy(update=fetcher)})
     name = settings.image_audit.model
     models = [m.model_copy(update={"provider": provider, "model": model_id}) if m.name == name else m for m in cfg.models]
     cfg = cfg.model_copy(update={"models": models})
     m_img = next(m for m in cfg.models if m.name == name)
-    assert settings.fetcher.thumb_field == "thumb_1024_url"
     worst = crawl_budget_figures(cfg, settings)["image_audit_usd"]
-    jpeg = _portrait_jpeg(1024, 1820)
     app, cls, suffix = {"anthropic": (llm_anthropic, AnthropicProvider, ""), "gemini": (llm_gemini, GeminiProvider, ""),
                         "openai": (llm_openai, OpenAICompatProvider, "/v1")}[provider]
 
@@ -199,7 +196,31 @@ def test_the_crawl_outline_bounds_an_image_audit_of_a_portrait_thumbnail(tmp_pat
         finally:
             state.close()
 
-    ledger = asyncio.run(main())
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("provider, model_id", [("anthropic", "claude-sonnet-4-5"), ("gemini", "gemini-2.5-flash"),
+                                                ("openai", "gpt-4.1-mini")])
+def test_the_crawl_outline_bounds_an_image_audit_of_a_portrait_thumbnail(tmp_path, monkeypatch, provider, model_id):
+    """Mapillary's ``thumb_1024_url`` is 1024 px *wide*: a portrait phone photo's thumbnail is 1024 x 1820 (9:16).
+    The dry run's outline priced each image audit at a 1024 x 1024 square, "the largest bill a thumbnail of that size
+    can have", but Claude, Gemini and OpenAI's patch-billed models bill a 1024 x 1820 image more: with the [budget]
+    cap set to the outline's per-call worst case, the crawl's own metered call (real HTTP to the provider's fake)
+    was refused (BudgetExhausted) on main. The outline must be an upper bound of what each call reserves."""
+    ledger = _image_audit_under_outline_cap(tmp_path, monkeypatch, provider, model_id, _portrait_jpeg(1024, 1820))
+    assert ledger.calls == 1 and ledger.open_reservations == 0
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "judgement call left open: thumb_original_url has no fixed size (the outline assumes 2048 px wide) and Gemini's "
+    "documented tiling grows with the image without bound, so no per-call figure bounds a Gemini audit of originals; "
+    "the fix needs a decision (refuse thumb_original_url with a Gemini auditor in the outline, print 'unbounded', or "
+    "assume a largest original)"))
+def test_the_crawl_outline_bounds_a_gemini_audit_of_an_original_photo(tmp_path, monkeypatch):
+    """``thumb_field = "thumb_original_url"``: a 12-MP phone original (4032 x 3024) billed by Gemini's 768-px tiles
+    (6 x 4 = 24 tiles) reserves more than the outline's figure for a 2048-px-wide image."""
+    ledger = _image_audit_under_outline_cap(tmp_path, monkeypatch, "gemini", "gemini-2.5-flash",
+                                            _portrait_jpeg(4032, 3024), {"thumb_field": "thumb_original_url"})
     assert ledger.calls == 1 and ledger.open_reservations == 0
 
 
