@@ -166,7 +166,7 @@ class GeoVerifyCampaign(CampaignKind):
                     "dropped them all?)")
         from geoagent.integrate import stale_trials_reason
 
-        stale = stale_trials_reason(root)
+        stale = stale_trials_reason(root) if s.trials != "build" else None  # "build" reads no trial table
         # the tables the importer reads (verify_trials.csv or its sample; a crawl's stale table is never read)
         has_csv = any((d / f"verify_trials{x}.csv").is_file() for d in (root, root / "data") for x in ("", "_sample"))
         what = "built" if s.trials == "build" else "read"
