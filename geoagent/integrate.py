@@ -31,6 +31,23 @@ VERIFY_TRIALS_COLUMNS = ("image_id", "site", "path", "img_lat", "img_lon", "cand
 VERIFY_TRIALS_FILE = "verify_trials.csv"
 
 
+def stale_trials_reason(folder: str | Path) -> str | None:
+    """Why a campaign finds no trial table in ``folder`` when it is a crawl's folder whose ``verify_trials.csv`` was
+    moved to ``verify_trials.stale.csv`` (:data:`geoagent.crawl.campaign.STALE_TRIALS_FILE`: the crawl ended, or
+    went idle in ``--watch``, incomplete), with what to do; None when ``folder`` has a ``verify_trials.csv`` or
+    no stale one. Campaigns never read the stale table (built from an earlier state of the crawl)."""
+    from geoagent.crawl.campaign import STALE_TRIALS_FILE
+
+    root = Path(folder)
+    if (root / VERIFY_TRIALS_FILE).is_file() or not (root / STALE_TRIALS_FILE).is_file():
+        return None
+    return (f"it has no {VERIFY_TRIALS_FILE}: the crawl that writes this folder ended incomplete (dead-lettered or "
+            f"queued work) and moved its earlier table to {STALE_TRIALS_FILE}, which campaigns never read (built from "
+            f"an earlier state of the crawl; its report/crawl_summary.json says why); finish the crawl (`run.py dead "
+            f"CRAWL_CONFIG --requeue` for dead-lettered work, then re-run `run.py crawl CRAWL_CONFIG`) and it writes "
+            f"a new {VERIFY_TRIALS_FILE}")
+
+
 def write_verify_trials(
     crawl_state_dir: str | Path,
     images_root: str | Path,

@@ -309,15 +309,41 @@ def _write_trials(cfg: Any, svc: Any) -> str:
 OUTLINE_CANDIDATES = 1000
 
 
+#: the character the outline's candidate labels are made of: 4 UTF-8 bytes, the most the reservation rule counts
+#: for one character (:func:`geoagent.config.estimate_input_tokens`), so no label of the same length costs more
+#: (a Chinese city's labels: 3 bytes a character; Latin with diacritics: up to 2)
+OUTLINE_LABEL_CHAR = "\U0001F5FA"
+#: the tallest thumbnail the outline prices, as a multiple of its width (a portrait photo: 3:4, 9:16, up to 1:2)
+OUTLINE_MAX_PORTRAIT = 2.0
+
+
+def _worst_thumbnail_px(m: Any, width_px: int, params: dict[str, Any]) -> tuple[int, int]:
+    """The (width, height) in px, width ``width_px`` (Mapillary sizes thumbnails by width) and height from a quarter
+    of it to :data:`OUTLINE_MAX_PORTRAIT` times it, whose image the ledger reserves the most input tokens for
+    (:func:`geoagent.config.reserved_image_tokens` by ``m``'s provider and model id; the square when no documented
+    rule applies: the model's ``image_input_tokens`` then, whatever the size)."""
+    from geoagent.config import reserved_image_tokens
+
+    best, best_px = -1, (width_px, width_px)
+    for h in range(max(1, width_px // 4), int(width_px * OUTLINE_MAX_PORTRAIT) + 1):
+        billed = reserved_image_tokens(m.provider, m.model, (width_px, h), params)
+        if billed is None:
+            return width_px, width_px
+        if billed[0] > best:
+            best, best_px = billed[0], (width_px, h)
+    return best_px
+
+
 def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
     """The worst cases behind :func:`crawl_budget_outline` (USD per call; None for a model without prices).
 
     Returns ``{"image_audit_usd", "rating_usd", "screen_usd", "max_image_audits", "batch_size"}``:
-    one image audit's reservation (the image as a square thumbnail of the fetcher's size, e.g.
-    ``thumb_1024_url``: 1024 x 1024 px, the largest bill a thumbnail of that size can have), one rating call's
+    one image audit's reservation (the image as the costliest thumbnail of the fetcher's size,
+    :func:`_worst_thumbnail_px`: Mapillary's ``thumb_1024_url`` is 1024 px wide, and a portrait photo's is taller
+    than wide, which Claude, Gemini and OpenAI's patch-billed models bill more than a square), one rating call's
     and one sensitivity-screen call's reservation for a full batch of candidates (each label at 200 characters,
-    the most a prompt line keeps), and the most image audits the config allows (cities x
-    ``sites_per_city`` x ``max_images_per_site``). Priced by the rule the ledger reserves with
+    the most a prompt line keeps, of 4 UTF-8 bytes each: :data:`OUTLINE_LABEL_CHAR`), and the most image audits
+    the config allows (cities x ``sites_per_city`` x ``max_images_per_site``). Priced by the rule the ledger reserves with
     (:func:`geoagent.config.reservation_usd`, ``[budget] input_estimate_factor`` included).
     """
     import re
@@ -342,9 +368,12 @@ def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
         side = int(d.group(1)) if (d := re.search(r"(\d+)", settings.fetcher.thumb_field)) else 2048
         params = {"max_output_tokens": ia.max_output_tokens, "temperature": ia.temperature, "json_mode": True}
         out["image_audit_usd"] = reservation_usd(m_img, load_prompt("crawl_image_audit.txt"), params, ia.max_output_tokens,
-                                                 input_estimate_factor=factor, has_image=True, size_px=(side, side))
+                                                 input_estimate_factor=factor, has_image=True,
+                                                 size_px=_worst_thumbnail_px(m_img, side, params))
     if (m_ref := priced(rs.model)) is not None:
-        batch = [RefCandidate(qid=f"Q{i}", label="x" * 200, dist_km=rs.radius_km, lat=0.0, lon=0.0)
+        # the costliest label a prompt line keeps: 200 characters (render_candidates) of 4 UTF-8 bytes each, the
+        # most the reservation rule counts per character (estimate_input_tokens: a non-ASCII character's bytes)
+        batch = [RefCandidate(qid=f"Q{i}", label=OUTLINE_LABEL_CHAR * 200, dist_km=rs.radius_km, lat=0.0, lon=0.0)
                  for i in range(rs.batch_size)]
         params = {"max_output_tokens": rs.max_output_tokens, "temperature": rs.temperature}
         for key, name, dist in (("rating_usd", "crawl_referenceability.txt", True), ("screen_usd", "crawl_sensitive.txt", False)):

@@ -1,5 +1,6 @@
 """Imagery fetcher (seed 000, Sec. 3.2): perspective street-level images near a site, spread out,
-bright enough, not duplicated; thumbnails saved as ``<images root>/<site>/<image_id>.jpg``.
+bright enough, not duplicated; thumbnails saved as ``<images root>/<site>/<image_id>.jpg`` (another
+``thumb_field`` than the default: ``<site>/<field>/<image_id>.jpg``, :func:`image_path`).
 
 Walk: perspective images within ``radius_m`` of the site, nearest first; an image within
 ``min_separation_m`` (40 m) of an already kept one is skipped without downloading; otherwise a fresh
@@ -86,9 +87,45 @@ def site_dir(images_root: str | Path, site: str) -> Path:
     return Path(images_root) / safe_name(site, what="site id")
 
 
-def image_path(images_root: str | Path, site: str, image_id: str) -> Path:
-    """``<images_root>/<site>/<image_id>.jpg`` with both parts validated."""
-    return site_dir(images_root, site) / f"{safe_image_id(image_id)}.jpg"
+#: the thumbnail field whose files lie directly in the site's folder (the ``[crawl.fetcher] thumb_field`` default)
+DEFAULT_THUMB_FIELD = FetcherSettings.model_fields["thumb_field"].default
+
+
+def image_path(images_root: str | Path, site: str, image_id: str, thumb_field: str | None = None) -> Path:
+    """Where the thumbnail of ``image_id`` from ``thumb_field`` lies, all parts validated:
+    ``<images_root>/<site>/<image_id>.jpg`` for the default field (``thumb_1024_url``, or None), else
+    ``<images_root>/<site>/<field without _url>/<image_id>.jpg`` (e.g. ``thumb_256/``), so thumbnails of one image
+    at different sizes (crawls with different ``thumb_field`` on one images root) never take each other's place.
+
+    Raises
+    ------
+    ValueError
+        An unsafe site id, image id or field name.
+    """
+    folder = site_dir(images_root, site)
+    if thumb_field is not None and thumb_field != DEFAULT_THUMB_FIELD:
+        folder = folder / safe_name(thumb_field.removesuffix("_url"), what="thumb_field")
+    return folder / f"{safe_image_id(image_id)}.jpg"
+
+
+def kept_image_path(images_root: str | Path, site: str, kept: dict[str, Any]) -> Path:
+    """The file of one kept image of a selection record: its ``path`` (relative to ``images_root``, as the fetcher
+    wrote it: ``<site>/<image_id>.jpg`` or ``<site>/<field>/<image_id>.jpg``, :func:`image_path`), else (no
+    ``path``, or one of another form, e.g. an older record's) ``<site>/<image_id>.jpg``.
+
+    Raises
+    ------
+    ValueError, KeyError
+        An unsafe site or image id; no ``image_id``.
+    """
+    iid = safe_image_id(str(kept["image_id"]))
+    parts = str(kept.get("path") or "").split("/")
+    if len(parts) == 3 and parts[0] == safe_name(site, what="site id") and parts[2] == f"{iid}.jpg":
+        try:
+            return Path(images_root).joinpath(parts[0], safe_name(parts[1], what="thumb_field folder"), parts[2])
+        except ValueError:
+            pass  # not a folder image_path makes: the record's own form is not ours
+    return image_path(images_root, site, iid)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -150,7 +187,7 @@ def load_selection(path: str | Path, key: str, *, images_root: str | Path | None
     if images_root is not None:
         for k in rec["kept"]:
             try:
-                if not image_path(images_root, str(rec["site"]), str(k["image_id"])).is_file():
+                if not kept_image_path(images_root, str(rec["site"]), k).is_file():
                     return None
             except (KeyError, TypeError, ValueError):
                 return None
@@ -214,7 +251,8 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         A ``sites.csv`` row (needs ``site``, ``lat``, ``lon``).
     mapillary : geoagent.clients.mapillary.MapillaryClient
     images_root : path
-        Root folder; images go to ``<root>/<site>/<id>.jpg`` (default root: ``state/images``), the selection
+        Root folder; images go to ``<root>/<site>/<id>.jpg`` (:func:`image_path`: ``<site>/<field>/<id>.jpg``
+        for a ``thumb_field`` other than the default; default root: ``state/images``), the selection
         record to ``<root>/<site>/images-<key>.json`` (:func:`selection_path`). A thumbnail already there is
         read, not downloaded, and never written over.
     """
@@ -236,7 +274,7 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
             res.rejected.append(meta | {"reason": f"within {settings.min_separation_m:g} m of {near}"})
             continue
         try:
-            path = image_path(images_root, sid, img.image_id)
+            path = image_path(images_root, sid, img.image_id, settings.thumb_field)
         except ValueError as e:
             res.rejected.append(meta | {"reason": str(e)})
             continue
@@ -265,6 +303,6 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         if not path.is_file():
             _atomic_write(path, jpeg)
         hashes.append(h)
-        res.kept.append(meta | {"path": f"{sid}/{path.name}", "brightness": round(bright, 2), "dhash": f"{h:016x}"})
+        res.kept.append(meta | {"path": path.relative_to(Path(images_root)).as_posix(), "brightness": round(bright, 2), "dhash": f"{h:016x}"})
     _atomic_write(selection_path(images_root, sid, res.selection_key), orjson.dumps(res.to_json(), option=orjson.OPT_INDENT_2))
     return res

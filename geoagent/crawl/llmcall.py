@@ -82,7 +82,15 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
 
     async def reserve() -> None:
         check_stop()  # at send time: a call that waited for its host while the stop came is not sent
-        held.append(await ledger.areserve(request.key(), worst_usd, model=getattr(model_cfg, "name", request.model)))
+        reservation = await ledger.areserve(request.key(), worst_usd, model=getattr(model_cfg, "name", request.model))
+        if stopping is not None and stopping():
+            # the stop came while the reservation's database job ran (the model caller's send gate does the
+            # same): sending now would put a request on the wire after the stop, which the grace period's
+            # cancel could cut in flight (unknown-outcome spend, paid again on resume). Release it, send nothing.
+            with anyio.CancelScope(shield=True):  # a cancel now must not leave it open
+                await ledger.arelease(reservation, note="stop requested before sending")
+            raise Abandoned(STOP_NOT_SENT)
+        held.append(reservation)
 
     if getattr(provider, "supports_before_send", False):
         # reserve at send time, once the host admitted the request (as the model caller does): a call

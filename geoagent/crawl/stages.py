@@ -664,7 +664,10 @@ class ImageAuditorStage(_CrawlStage):
             out = svc.state_dir / "image_audit" / sid / f"{iid}.json"
             if _load(out) is not None:
                 continue
-            img_file = fetch_mod.image_path(svc.images_root, sid, iid)
+            try:  # the file the selection kept (its thumb_field's: fetcher.image_path)
+                img_file = fetch_mod.kept_image_path(svc.images_root, sid, img)
+            except (KeyError, ValueError) as e:
+                raise PermanentFailure(f"site {sid}: image {iid}: {e}") from None
             if not img_file.is_file():
                 raise PermanentFailure(f"image file {img_file} is missing (fetched images were moved or deleted?)")
             jpeg = img_file.read_bytes()
@@ -674,7 +677,8 @@ class ImageAuditorStage(_CrawlStage):
                                           stopping=lambda: svc.stopping,
                                           input_estimate_factor=svc.input_estimate_factor)
             audit = ia.parse_image_audit(resp.text)
-            _dump(out, {"image_id": iid, "site": sid, "model": svc.settings.image_audit.model, "audit": audit.to_json(),
+            _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
+                        "model": svc.settings.image_audit.model, "audit": audit.to_json(),
                         "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens})
         async with svc.lock("image_audit"):
             rewrite_image_audit_csv(svc)
@@ -683,7 +687,8 @@ class ImageAuditorStage(_CrawlStage):
 
 def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
     """Rebuild ``image_audit.csv`` from the stored model audits and the human-verdict CSV (if any). Its
-    ``image`` column is ``<site>/<image_id>.jpg``, relative to the images root, the same value as the
+    ``image`` column is ``<site>/<image_id>.jpg`` (``<site>/<field>/<image_id>.jpg`` for a ``thumb_field`` other than
+    the default: :func:`geoagent.crawl.fetcher.image_path`), relative to the images root, the same value as the
     ``path`` of ``images.csv`` and ``verify_trials.csv`` (before this version: ``images/<site>/...``)."""
     human: dict[str, dict[str, str]] = {}
     hv_path = svc.settings.image_audit.human_verdicts
@@ -698,7 +703,7 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
         audit = ia.ImageAudit.from_json(rec["audit"])
         # relative to the images root, as images.csv's and verify_trials.csv's ``path`` (the release writes
         # ``streetview/<site>/<id>.jpg``, relative to its own root; readers take the id from either form)
-        rows.append(ia.audit_row(f"{rec['site']}/{rec['image_id']}.jpg", rec["site"], audit,
+        rows.append(ia.audit_row(rec.get("path") or f"{rec['site']}/{rec['image_id']}.jpg", rec["site"], audit,
                                  human.get(rec["image_id"])))
     from geoagent.crawl.export import usable_images, write_images_csv
 

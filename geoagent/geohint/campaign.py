@@ -208,8 +208,12 @@ class GeoHintCampaign(CampaignKind):
         if not n_sites:
             why = "no site (sites.csv empty or missing)"
         elif not n_images:
+            from geoagent.integrate import stale_trials_reason
+
+            stale = stale_trials_reason(root) if s.images == "release" else None
             why = (f"{n_sites} sites but no image (images = {s.images!r}; release images come from "
-                   "verify_trials.csv, which a crawl writes into its state folder when it completes)")
+                   "verify_trials.csv, which a crawl writes into its state folder when it completes)"
+                   if stale is None else f"{n_sites} sites but no image (images = {s.images!r}): {stale}")
         elif not n_ladders:
             why = f"{n_sites} sites and {n_images} images but no context ladder (ladders/*.csv)"
         else:

@@ -164,9 +164,13 @@ class GeoVerifyCampaign(CampaignKind):
         if n_trials:
             return (f"{n_trials} trials from {root} but 0 requests planned (every model's sampling_rate "
                     "dropped them all?)")
-        has_csv = any(root.glob("verify_trials*.csv")) or any((root / "data").glob("verify_trials*.csv"))
+        from geoagent.integrate import stale_trials_reason
+
+        stale = stale_trials_reason(root) if s.trials != "build" else None  # "build" reads no trial table
+        # the tables the importer reads (verify_trials.csv or its sample; a crawl's stale table is never read)
+        has_csv = any((d / f"verify_trials{x}.csv").is_file() for d in (root, root / "data") for x in ("", "_sample"))
         what = "built" if s.trials == "build" else "read"
-        why = ("it has no verify_trials.csv (after a crawl, the crawl writes one into its state folder when it "
+        why = stale if stale is not None and not has_csv else ("it has no verify_trials.csv (after a crawl, the crawl writes one into its state folder when it "
                "completes)" if not has_csv else
                "its verify_trials.csv gives no image with a signal candidate within tau and no decoy ladder "
                "(no usable row)")

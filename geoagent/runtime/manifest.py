@@ -283,18 +283,55 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+#: slack (s) when comparing a process's start time with its run's: /proc/stat's boot time is whole seconds and
+#: follows later steps of the wall clock (an NTP correction), so a live run's process must not read as born after
+#: its run; a pid taken over within this many seconds of a dead run's start is still taken for the run's own
+_START_SLACK_S = 30.0
+
+
+def _pid_started_unix(pid: int) -> float | None:
+    """When process ``pid`` started (Unix time, s, to about 1 s: boot time from ``/proc/stat`` + field 22 of
+    ``/proc/<pid>/stat`` in clock ticks), or None where that cannot be read (no ``/proc``: not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rpartition(")")[2].split()[19])  # field 22 (starttime), counted after "(comm)"
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _run_process_gone(run: dict[str, Any]) -> bool:
+    """Whether the process of ``run`` (a manifest entry of this machine) no longer exists: its pid is free, or
+    (Linux) the process now holding that pid, this one included, started after the run did, so it is another
+    process that reused the pid (the run's own process started before it wrote its entry)."""
+    pid = run.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if pid != os.getpid() and not _pid_alive(pid):
+        return True
+    # alive, this process included (a container restarted with its host name often gives the new run the
+    # killed run's pid): the run is its process's only if that process began before the run did
+    started = run.get("started_unix")
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        return False
+    born = _pid_started_unix(pid)
+    return born is not None and born > float(started) + _START_SLACK_S
+
+
 def _close_dead_runs(runs: list[dict[str, Any]], new_run_id: str) -> None:
     """Mark the entries of ``runs`` still ``running`` whose process is gone (this machine only: same host name,
-    its pid no longer exists) as ``killed``: the process ended without stopping its run (SIGKILL, a crash, a
-    power cut), so no final status was written. Entries of live processes (a ``--stages`` scale-out, a run
-    still going) and of other machines are left as they are. ``stopped_at`` stays None (the end is unknown);
-    ``killed_found_by`` names the run that found it."""
+    its pid no longer exists, or holds a process that started after the run: pid reuse, :func:`_run_process_gone`)
+    as ``killed``: the process ended without stopping its run (SIGKILL, a crash, a power cut), so no final status
+    was written. Entries of live processes (a ``--stages`` scale-out, a run still going) and of other machines are
+    left as they are. ``stopped_at`` stays None (the end is unknown); ``killed_found_by`` names the run that
+    found it."""
     here = socket.gethostname()
     for run in runs:
         if run.get("status") != "running" or run.get("host") != here:
             continue
-        pid = run.get("pid")
-        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and pid != os.getpid() and not _pid_alive(pid):
+        if _run_process_gone(run):
             run["status"] = "killed"
             run["killed_found_by"] = new_run_id
 
