@@ -211,17 +211,22 @@ def test_the_crawl_outline_bounds_an_image_audit_of_a_portrait_thumbnail(tmp_pat
     assert ledger.calls == 1 and ledger.open_reservations == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "judgement call left open: thumb_original_url has no fixed size (the outline assumes 2048 px wide) and Gemini's "
-    "documented tiling grows with the image without bound, so no per-call figure bounds a Gemini audit of originals; "
-    "the fix needs a decision (refuse thumb_original_url with a Gemini auditor in the outline, print 'unbounded', or "
-    "assume a largest original)"))
-def test_the_crawl_outline_bounds_a_gemini_audit_of_an_original_photo(tmp_path, monkeypatch):
-    """``thumb_field = "thumb_original_url"``: a 12-MP phone original (4032 x 3024) billed by Gemini's 768-px tiles
-    (6 x 4 = 24 tiles) reserves more than the outline's figure for a 2048-px-wide image."""
-    ledger = _image_audit_under_outline_cap(tmp_path, monkeypatch, "gemini", "gemini-2.5-flash",
-                                            _portrait_jpeg(4032, 3024), {"thumb_field": "thumb_original_url"})
-    assert ledger.calls == 1 and ledger.open_reservations == 0
+def test_the_crawl_outline_says_it_bounds_no_gemini_audit_of_an_original_photo(tmp_path, monkeypatch):
+    """``thumb_field = "thumb_original_url"``: originals have no fixed size, and a 12-MP phone original (4032 x 3024)
+    billed by Gemini's 768-px tiles (6 x 4 = 24 tiles) reserves more than the figure for a 2048-px-wide photo, so
+    the outline must not call that figure an upper bound (decided: it says "no per-call bound" instead)."""
+    from geoagent.config import load_config
+    from geoagent.crawl.campaign import crawl_budget_figures, crawl_budget_outline
+
+    src = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml").read_text(encoding="utf-8")
+    src = src.replace("[crawl.fetcher]\n", '[crawl.fetcher]\nthumb_field = "thumb_original_url"\n', 1)
+    p = tmp_path / "orig.toml"
+    p.write_text(src, encoding="utf-8")
+    cfg = load_config(p)
+    fig = crawl_budget_figures(cfg, cfg.section("crawl"))
+    assert fig["image_bounded"] is False and fig["image_audit_usd"] > 0
+    line = next(x for x in crawl_budget_outline(cfg, cfg.section("crawl")) if "image audit" in x)
+    assert "no per-call bound" in line and "up to" not in line, line
 
 
 @pytest.mark.parametrize("label", ["北京市海淀区中关村大街" * 20, "Święty Mikołaj, Łódź " * 10])

@@ -337,7 +337,9 @@ def _worst_thumbnail_px(m: Any, width_px: int, params: dict[str, Any]) -> tuple[
 def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
     """The worst cases behind :func:`crawl_budget_outline` (USD per call; None for a model without prices).
 
-    Returns ``{"image_audit_usd", "rating_usd", "screen_usd", "max_image_audits", "batch_size"}``:
+    Returns ``{"image_audit_usd", "rating_usd", "screen_usd", "max_image_audits", "batch_size", "image_bounded"}``
+    (``image_bounded`` False for a ``thumb_field`` without a width, ``thumb_original_url``: then the image audit's
+    figure is for a 2048-px-wide photo and not an upper bound):
     one image audit's reservation (the image as the costliest thumbnail of the fetcher's size,
     :func:`_worst_thumbnail_px`: Mapillary's ``thumb_1024_url`` is 1024 px wide, and a portrait photo's is taller
     than wide, which Claude, Gemini and OpenAI's patch-billed models bill more than a square), one rating call's
@@ -363,6 +365,9 @@ def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
     out: dict[str, Any] = {
         "image_audit_usd": None, "rating_usd": None, "screen_usd": None, "batch_size": rs.batch_size,
         "max_image_audits": len(settings.cities) * settings.sampler.sites_per_city * settings.fetcher.max_images_per_site,
+        # a thumb_field without a width (thumb_original_url): originals have no fixed size, so the image audit's
+        # figure is for a 2048-px-wide photo and bounds nothing (a larger original costs more under tiled billing)
+        "image_bounded": re.search(r"(\d+)", settings.fetcher.thumb_field) is not None,
     }
     if (m_img := priced(ia.model)) is not None:
         side = int(d.group(1)) if (d := re.search(r"(\d+)", settings.fetcher.thumb_field)) else 2048
@@ -404,7 +409,12 @@ def crawl_budget_outline(cfg: Any, settings: CrawlSettings) -> list[str]:
              f"{settings.fetcher.max_images_per_site} images per site)")
     if f["image_audit_usd"] is not None:
         each = f["image_audit_usd"]
-        lines.append(f"    image audit (model {ia.model!r}): {bound}, up to ${each:.4f} each: at most ${each * n_img:.2f}")
+        if f["image_bounded"]:
+            lines.append(f"    image audit (model {ia.model!r}): {bound}, up to ${each:.4f} each: at most ${each * n_img:.2f}")
+        else:
+            lines.append(f"    image audit (model {ia.model!r}): {bound}; {settings.fetcher.thumb_field} sends originals, "
+                         f"which have no fixed size: ${each:.4f} for a 2048-px-wide photo (${each * n_img:.2f} for "
+                         "all), more for larger ones (no per-call bound; the cap still holds)")
     else:
         lines.append(f"    image audit (model {ia.model!r}): {bound}, free (no prices)")
     how = f"2 calls (rating, sensitivity screen) per {rs.batch_size} candidates within {rs.radius_km:g} km of a city's sites"
