@@ -19,7 +19,7 @@ from _geohint_synth import hand_rows
 
 from geoagent import engine
 from geoagent.config import config_from_dict
-from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
 from geoagent.geohint.result import GeoHintResult
 from geoagent.report import geohint as GH
 from geoagent.sandbox import nominatim as nm_fake
@@ -97,3 +97,47 @@ def test_campaign_whose_answers_none_geocode_reports_regimes_undetermined(releas
     assert "regimes: 0 legible, 0 illegible, 2 undetermined (no no-context answer geocoded)" in text
     md = (tmp_path / "state" / "gh-undet" / "report" / "report.md").read_text(encoding="utf-8")
     assert "none of their no-context answers geocoded" in md
+
+
+def test_the_split_half_correction_applies_the_undetermined_rule_to_each_half_a():
+    """Seed 000 Sec. 6.1.3's split assigns the regime from half A. s4 (one geocoded miss, three unresolved) has a
+    regime on its full data, but in a split whose half A (2 of its 4 answers) holds only unresolved answers the
+    half's 0 % measures the geocoder: s4 has no regime in that split. Counted by replaying the splits' masks."""
+    import numpy as np
+
+    from geoagent.scoring.regime import draw_half_masks, split_half_correction
+
+    agg = _agg()
+    bs, bm, bh = agg.baseline_arrays("baseline")
+    flags = agg.baseline_geocoded_flags("baseline")
+    assert len(flags) == len(bs)
+    # aligned with baseline_arrays: every hit geocoded; s4's four answers: one geocoded (its miss), three not
+    assert all(f for f, h in zip(flags, bh) if h)
+    assert [f for f, s in zip(flags, bs) if s == "s4"].count(True) == 1
+    ns, nm, nh = agg.context_arrays("forced", BANDS[0])
+    n_splits, seed = 60, 7
+    new = split_half_correction(bs, bm, bh, ns, nm, nh, n_splits=n_splits, seed=seed, baseline_geocoded=flags)
+    old = split_half_correction(bs, bm, bh, ns, nm, nh, n_splits=n_splits, seed=seed)
+
+    # replay the masks: site codes in order of first appearance (baseline first), as split_half_correction codes them
+    codes = {s: i for i, s in enumerate(dict.fromkeys(list(bs) + list(ns)))}
+    groups = np.array([codes[s] for s in bs])
+    rng = np.random.default_rng(seed)
+    s2, s4 = (np.array([s == site for s in bs]) for site in ("s2", "s4"))
+    hit, geo = np.array(bh, dtype=bool), np.array(flags)
+    s4_assigned = s2_illegible = either = 0
+    for _ in range(n_splits):
+        a = draw_half_masks(groups, rng)
+        s4_in = bool((a & s4 & geo).any())  # s4's geocoded answer (a miss) in half A: s4 illegible (0 of 2)
+        s2_in = not (a & s2 & hit).any()  # s2's half A holds its two misses: s2 illegible too
+        s4_assigned += s4_in
+        s2_illegible += s2_in
+        either += s4_in or s2_in
+    assert 0 < s4_assigned < n_splits and s2_illegible < n_splits  # every kind of split occurs with this seed
+    ill_new = {r.model: r for r in new.rows if r.regime == "illegible"}["m"]
+    ill_old = {r.model: r for r in old.rows if r.regime == "illegible"}["m"]
+    # the illegible row is defined in the splits where some site is illegible: s4 only when its half A has its
+    # geocoded answer (before: in every split, by a 0 % of unresolved answers), s2 when its half A has no hit
+    assert ill_new.n_splits_used == either < ill_old.n_splits_used == n_splits
+    # the uncorrected column (full data, where s4 has a geocoded answer) is the same either way
+    assert ill_new.uncorrected == ill_old.uncorrected

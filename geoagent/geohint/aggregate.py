@@ -441,6 +441,25 @@ class GeoHintAggregator:
                 h_out += [1] * k + [0] * (n - k)
         return s_out, m_out, h_out
 
+    def baseline_geocoded_flags(self, condition: str | None = None) -> list[bool]:
+        """Whether each response of :meth:`baseline_arrays` (same order) geocoded: per (site, model) its hits, then
+        its geocoded misses, then its unresolved answers (a hit always geocoded; within a group the order carries
+        no information, as there)."""
+        cond = condition or self.baseline_condition
+        geocoded: dict[tuple[str, str], int] = {}
+        for (site, model, c, _b, _t), cell in self.cells.items():
+            if c == cond:
+                geocoded[(site, model)] = geocoded.get((site, model), 0) + cell.n - cell.n_none
+        out: list[bool] = []
+        undetermined = set(self.undetermined_sites(condition))
+        for site, per in sorted(self.baseline_counts(condition).items()):
+            if site in undetermined:
+                continue
+            for model, (k, n) in sorted(per.items()):
+                g = min(n, max(k, geocoded.get((site, model), 0)))
+                out += [True] * g + [False] * (n - g)
+        return out
+
     def context_arrays(self, condition: str, band: str) -> tuple[list[str], list[str], list[int]]:
         """Context responses of one condition and band as per-response arrays (site, model, hit)."""
         s_out, m_out, h_out = [], [], []

@@ -440,7 +440,8 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     rows = []
     notes = ""
     if bs and ns:
-        res = split_half_correction(bs, bm, bh, ns, nm, nh, threshold=agg.regime_threshold, n_splits=n_splits, seed=seed)
+        res = split_half_correction(bs, bm, bh, ns, nm, nh, threshold=agg.regime_threshold, n_splits=n_splits, seed=seed,
+                                    baseline_geocoded=agg.baseline_geocoded_flags(baseline))
         order = {m: i for i, m in enumerate(_model_order(agg, condition))}
         for r in sorted(res.rows, key=lambda r: (REGIMES.index(r.regime), order.get(r.model, 99))):
             rows.append([r.regime, r.model, r.uncorrected, r.corrected, r.corrected_sd, r.shift])

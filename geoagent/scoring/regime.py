@@ -30,7 +30,9 @@ did not geocode counts as a miss, so a site none of whose no-context answers geo
 rate that measures the geocoder, not the image. Such a site has no regime (:data:`UNDETERMINED`;
 :func:`assign_regimes` with ``geocoded``): it is in neither regime, as a site without no-context answers is.
 A site with at least one geocoded no-context answer is assigned as before (its unresolved answers still
-count as misses), so results where the geocoder resolved something at every site do not change.
+count as misses), so results where the geocoder resolved something at every site do not change. The split-half
+correction applies the same rule to each split's half A (:func:`split_half_correction` with
+``baseline_geocoded``): a site whose half A holds no geocoded answer has no regime in that split.
 """
 
 from __future__ import annotations
@@ -167,6 +169,7 @@ def split_half_correction(
     threshold: float = DEFAULT_THRESHOLD,
     n_splits: int = DEFAULT_N_SPLITS,
     seed: int = 0,
+    baseline_geocoded: Sequence[bool] | None = None,
 ) -> CorrectionResult:
     """Table 3: near-band minus no-context hit rate per (regime, model), uncorrected and split-half corrected.
 
@@ -182,6 +185,16 @@ def split_half_correction(
         Random splits (paper: 200).
     seed : int
         Seed of ``numpy.random.default_rng``.
+    baseline_geocoded : sequence of bool of length n_b, optional
+        Whether each no-context response geocoded (a hit always did). Given: a site is assigned a regime, on
+        all its responses or in a split's half A, only when at least one of those responses geocoded (the
+        undetermined rule of the module docstring, applied to each split as to the full data); None: every
+        site with responses is assigned.
+
+    Raises
+    ------
+    ValueError
+        ``baseline_geocoded`` of another length than the baseline responses.
     """
     site_index: dict[Hashable, int] = {}
     model_index: dict[str, int] = {}
@@ -214,10 +227,17 @@ def split_half_correction(
                 out[r] = 100 * (k1 / n1 - k0 / n0)
         return out
 
-    def assign_from(k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    if baseline_geocoded is not None and len(baseline_geocoded) != len(bs):
+        raise ValueError(f"baseline_geocoded has {len(baseline_geocoded)} flags for {len(bs)} baseline responses")
+    bg = None if baseline_geocoded is None else np.asarray(baseline_geocoded, dtype=float)
+
+    def assign_from(k: np.ndarray, n: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+        """Regime codes from (S, M) counts; ``w``: the responses' weights (half A's mask), for the geocoded rule."""
         ks, nsum = k.sum(1), n.sum(1)
         a = np.full(S, -1)
         has = nsum > 0
+        if bg is not None:  # undetermined: none of the site's responses counted here geocoded
+            has &= np.bincount(bs, weights=bg if w is None else bg * w, minlength=S) > 0
         a[has] = (ks[has] / nsum[has] >= threshold).astype(int)
         return a
 
@@ -233,7 +253,7 @@ def split_half_correction(
         mask_a = draw_half_masks(groups, rng)
         ka, na = site_model(bs, bm, bh, mask_a.astype(float))
         kb, nb = site_model(bs, bm, bh, (~mask_a).astype(float))
-        a = assign_from(ka, na)
+        a = assign_from(ka, na, mask_a.astype(float))
         draws[i] = diff_table(a, kb, nb)
         both = (a >= 0) & (full_assign >= 0)
         switching[i] = np.count_nonzero(a[both] != full_assign[both])
