@@ -47,7 +47,7 @@ import os
 import re
 import tomllib
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -891,7 +891,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
-    for text in _unused_host_warnings(cfg):
+    for text in _unused_host_warnings(cfg) + shared_host_warnings(cfg):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
@@ -1123,26 +1123,83 @@ def plan_rank(item: str, seed: int = 0) -> bytes:
     return hashlib.sha256(f"{seed}:plan-order:{item}".encode()).digest()
 
 
+def models_by_host(cfg: CampaignConfig) -> dict[str, list["ModelConfig"]]:
+    """``{host: [models whose calls go to it]}`` (:attr:`ModelConfig.host`; models without one left out)."""
+    out: dict[str, list[ModelConfig]] = {}
+    for m in cfg.models:
+        if m.host:
+            out.setdefault(m.host, []).append(m)
+    return out
+
+
+def shared_host_limit(models: Sequence["ModelConfig"]) -> tuple[int, float, int]:
+    """``(requests, period_s, concurrency)`` of one host that ``models`` all call: the HTTP layer keeps one rate
+    limit and one concurrency cap per host (issue 2 point 4), so models that share a host share its limit, and it
+    is the lowest any of them sets (the rate with the fewest requests per second, the smallest concurrency): no
+    model's calls go faster than its own entry allows. ``[hosts."H"]`` sets a host's limit instead
+    (:func:`host_policies`)."""
+    slow = min(models, key=lambda m: m.rate.requests / m.rate.period_s)
+    return slow.rate.requests, slow.rate.period_s, min(m.concurrency for m in models)
+
+
+def shared_host_warnings(cfg: CampaignConfig) -> list[str]:
+    """One line per host that several models call with different ``rate`` or ``concurrency`` and no
+    ``[hosts]`` entry: which limit their calls share (:func:`shared_host_limit`)."""
+    out = []
+    for host, models in models_by_host(cfg).items():
+        if len(models) < 2 or host in cfg.hosts:
+            continue
+        limits = {(m.rate.requests / m.rate.period_s, m.concurrency) for m in models}
+        if len(limits) < 2:
+            continue
+        req, per, conc = shared_host_limit(models)
+        each = "; ".join(f"{m.name!r}: {m.rate.requests:g} per {m.rate.period_s:g} s, concurrency {m.concurrency}"
+                         for m in models)
+        out.append(f"models {', '.join(repr(m.name) for m in models)} call one host, {host}, with different limits "
+                   f"({each}): the HTTP layer keeps one limit per host, so all their calls share the lowest, "
+                   f"{req:g} requests per {per:g} s and concurrency {conc}; give them the same rate and concurrency, "
+                   f"or set [hosts.\"{host}\"] rate, period_s and concurrency for the host's own limit")
+    return out
+
+
+def model_call_policy(cfg: CampaignConfig, m: "ModelConfig") -> Any:
+    """The per-call policy of model ``m``'s requests (``ProviderSettings.policy``), or None without a host: its
+    host's policy (:func:`host_policies`: the rate and concurrency its calls share with the other models on the
+    host) with ``m``'s own ``max_attempts``, ``timeout_s`` and ``connect_timeout_s`` unless a ``[hosts]`` entry
+    sets the host's; a paid provider also never retries an unknown outcome (``providers.http_base``)."""
+    import dataclasses
+
+    pol = host_policies(cfg).get(m.host) if m.host else None
+    if pol is None or m.host in cfg.hosts:
+        return pol
+    return dataclasses.replace(pol, max_attempts=m.max_attempts, timeout_s=m.timeout_s,
+                               **({"connect_timeout_s": m.connect_timeout_s} if m.connect_timeout_s is not None else {}))
+
+
 def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
     """``{host: HostPolicy}`` for every ``[hosts]`` entry and every model ``base_url`` host.
 
-    A model's policy takes its ``rate``/``concurrency``; paid model hosts never retry a request whose
-    outcome is unknown (it may have been billed). Where a host appears in both, ``[hosts]`` wins.
+    A model host's policy takes its models' ``rate``/``concurrency`` (several models on one host share the
+    lowest: :func:`shared_host_limit`), the longest ``timeout_s`` and the most ``max_attempts`` of them; a host
+    any paid model calls never retries a request whose outcome is unknown (it may have been billed). Where a
+    host appears in both, ``[hosts]`` wins.
     """
     from geoagent.runtime.http import HostPolicy
 
     out: dict[str, Any] = {}
-    for m in cfg.models:
-        if m.host:
-            out[m.host] = HostPolicy(
-                rate=m.rate.requests,
-                period_s=m.rate.period_s,
-                concurrency=m.concurrency,
-                max_attempts=m.max_attempts,
-                timeout_s=m.timeout_s,
-                retry_unknown_outcome=not m.paid,
-                **({"connect_timeout_s": m.connect_timeout_s} if m.connect_timeout_s is not None else {}),
-            )
+    for host, models in models_by_host(cfg).items():
+        req, per, conc = shared_host_limit(models)
+        connect = [m.connect_timeout_s for m in models if m.connect_timeout_s is not None]
+        out[host] = HostPolicy(
+            rate=req,
+            period_s=per,
+            concurrency=conc,
+            max_attempts=max(m.max_attempts for m in models),
+            timeout_s=max(m.timeout_s for m in models),
+            retry_unknown_outcome=not any(m.paid for m in models),
+            **({"connect_timeout_s": max(connect)} if connect else {}),
+        )
+    sharing = models_by_host(cfg)
     for host, h in cfg.hosts.items():
         out[host] = HostPolicy(
             rate=h.rate,
@@ -1152,7 +1209,8 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             backoff_base_s=h.backoff_base_s,
             backoff_max_s=h.backoff_max_s,
             timeout_s=h.timeout_s,
-            retry_unknown_outcome=True,
+            # a model host's entry sets its limits; a paid model's sent request is still never retried
+            retry_unknown_outcome=not any(m.paid for m in sharing.get(host, [])),
             max_body_bytes=h.max_body_bytes,
             **({"connect_timeout_s": h.connect_timeout_s} if h.connect_timeout_s is not None else {}),
         )
@@ -1206,7 +1264,7 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "replay_usage_field": m.replay.usage_field or None,
         "max_tokens_field": m.max_tokens_field,
         "headers": dict(m.headers),
-        "policy": host_policies(cfg).get(m.host) if m.host else None,
+        "policy": model_call_policy(cfg, m),
     }
     accepted = _accepted_fields(ProviderSettings)
     return ProviderSettings(**{k: v for k, v in values.items() if accepted is None or k in accepted})
@@ -1916,19 +1974,24 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         me.cost_usd += m.cost_usd(n_in, exp_out)
         order_exp.append(m.cost_usd(n_in, exp_out))
     by_host: dict[str, float] = {}
+    sharing = models_by_host(cfg)
     for name, me in est.by_model.items():
         m = cfg.model(name)
-        rate_per_s = m.rate.requests / m.rate.period_s
+        # the limit the model's calls get: its host's, shared with the other models on it (host_policies)
+        req, per, concurrency = shared_host_limit(sharing[m.host]) if m.host in sharing else (
+            m.rate.requests, m.rate.period_s, m.concurrency)
+        rate_per_s = req / per
         host = cfg.hosts.get(m.host or "")
         if host is not None:
             rate_per_s = min(rate_per_s, host.rate / host.period_s)
+            concurrency = min(concurrency, host.concurrency) if host.concurrency else concurrency
         me.time_basis = model_time_basis(m)
         if me.time_basis == "none":
             me.throughput_per_s = 0.0
             me.duration_s = 0.0
         else:
             me.throughput_per_s = (rate_per_s if me.time_basis == "rate"
-                                   else min(rate_per_s, m.concurrency / m.expected_latency_s))
+                                   else min(rate_per_s, concurrency / m.expected_latency_s))
             me.duration_s = me.calls / me.throughput_per_s if me.calls else 0.0
         key = m.host or f"<{m.provider}:{m.name}>"
         by_host[key] = by_host.get(key, 0.0) + me.duration_s  # models on one host share its limit

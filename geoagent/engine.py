@@ -1376,7 +1376,19 @@ def _model_time(m: Any, mc: Any, cfg: Any) -> str:
         if mc.provider == "replay":
             return f"no model-call time (replay: answers are read from the recorded file {cfg.replay_path(mc)})"
         return "no model-call time (simulated: answers are made in this process, no model is called)"
-    rate = f"{mc.rate.requests:g} per {mc.rate.period_s:g} s"
+    from geoagent.config import models_by_host, shared_host_limit
+
+    req, per, conc = mc.rate.requests, mc.rate.period_s, mc.concurrency
+    shared = [o for o in models_by_host(cfg).get(mc.host or "", []) if o is not mc]
+    if shared and mc.host not in cfg.hosts:  # the limit its calls share with the other models on its host
+        req, per, conc = shared_host_limit([mc, *shared])
+    rate = f"{req:g} per {per:g} s"
+    host = cfg.hosts.get(mc.host or "")
+    if host is not None:
+        rate += f", its host's [hosts] limit {host.rate:g} per {host.period_s:g} s"
+        conc = min(conc, host.concurrency)
+    if shared:
+        rate += f" (its host {mc.host} is shared with {', '.join(repr(o.name) for o in shared)}: one limit for all)"
     if basis == "rate":
         return (f"model-call time about {m.duration_s:.0f} s (simulated behind a local fake that answers at once: "
                 f"paced by its rate limit alone, {m.throughput_per_s:.3g} calls/s)")
@@ -1384,4 +1396,4 @@ def _model_time(m: Any, mc: Any, cfg: Any) -> str:
     lat_s = f"{lat:.1f}" if lat == round(lat, 1) else f"{lat:g}"  # "2.0 s", "0.05 s"
     return (f"model-call time about {m.duration_s:.0f} s at {m.throughput_per_s:.3g} calls/s (assuming "
             f"{lat_s} s per call ([[models]] expected_latency_s): the lower of concurrency "
-            f"{mc.concurrency} / {lat_s} s and its rate limit of {rate})")
+            f"{conc} / {lat_s} s and its rate limit of {rate})")
