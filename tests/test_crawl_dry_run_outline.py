@@ -40,6 +40,7 @@ def test_crawl_dry_run_outline_bounds_what_the_crawl_reserves(isolated_roots, mo
     ref_line = next(line for line in out.splitlines() if "referenceability (model 'sandbox-text-auditor')" in line)
     per_batch = fig["rating_usd"] + fig["screen_usd"]
     assert f"up to ${per_batch:.4f} per 40" in ref_line and "1,000 candidates in a city: 50 calls" in ref_line
+    assert "plus re-asks" in ref_line  # unparseable batches are asked again in halves: not in the 50
     assert re.search(r"the \[budget\] cap \(\$0\.50\) holds", out)
 
     assert main(["crawl", str(CONFIG), "--no-live"]) == 0

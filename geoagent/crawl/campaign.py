@@ -422,7 +422,8 @@ def crawl_budget_outline(cfg: Any, settings: CrawlSettings) -> list[str]:
         per_batch = f["rating_usd"] + f["screen_usd"]
         n_batches = math.ceil(OUTLINE_CANDIDATES / rs.batch_size)
         lines.append(f"    referenceability (model {rs.model!r}): {how}, up to ${per_batch:.4f} per {rs.batch_size}; "
-                     f"{OUTLINE_CANDIDATES:,} candidates in a city: {2 * n_batches} calls, up to ${per_batch * n_batches:.2f}")
+                     f"{OUTLINE_CANDIDATES:,} candidates in a city: {2 * n_batches} calls, up to ${per_batch * n_batches:.2f}, "
+                     "plus re-asks: an answer that does not cover every candidate is asked again in halves")
     else:
         lines.append(f"    referenceability (model {rs.model!r}): {how}, free (no prices)")
     lines.append(f"    the [budget] cap (${cfg.budget.cap_usd:,.2f}) holds: no call starts that could pass it")
