@@ -405,8 +405,12 @@ def crawl_budget_outline(cfg: Any, settings: CrawlSettings) -> list[str]:
     n_img, n_cities = f["max_image_audits"], len(settings.cities)
     lines = ["  crawl budget outline (each call's worst case, as the ledger reserves it; how many calls there are "
              "depends on what the crawl finds):"]
-    bound = (f"at most {n_img:,} calls ({n_cities} cities x {settings.sampler.sites_per_city} sites x "
-             f"{settings.fetcher.max_images_per_site} images per site)")
+    def count(n: int, one: str, many: str) -> str:
+        return f"{n} {one if n == 1 else many}"
+
+    bound = (f"at most {n_img:,} calls ({count(n_cities, 'city', 'cities')} x "
+             f"{count(settings.sampler.sites_per_city, 'site', 'sites')} x "
+             f"{count(settings.fetcher.max_images_per_site, 'image', 'images')} per site)")
     if f["image_audit_usd"] is not None:
         each = f["image_audit_usd"]
         if f["image_bounded"]:
