@@ -73,6 +73,47 @@ _CREDENTIAL_PARAMS = {"api_key", "apikey", "key", "access_token", "token", "secr
 _AUTH_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"}
 
 
+def url_problem(url: str, *, example: str, where_key: str) -> str | None:
+    """What is wrong with an endpoint URL of the config, as the tail of ``expected ...``; None when it is fine.
+
+    A URL must be ``http`` or ``https`` with a host, and carry no credentials: no ``user:password@`` and no
+    query parameter named like a key (``key``, ``api_key``, ``token``, ``*_key``, ...) or whose value looks
+    like one (:func:`geoagent.secrets.looks_like_secret`). The config is written to ``manifest.json`` and
+    URLs appear in status lines and error messages, so a key there would be stored and shown verbatim.
+
+    Parameters
+    ----------
+    url : str
+        The configured URL.
+    example : str
+        A valid URL for this key, shown in the message.
+    where_key : str
+        Where the key belongs instead (e.g. ``"put the key in the variable api_key_env names"``).
+
+    Returns
+    -------
+    str or None
+        E.g. ``"a URL without credentials in its query (...)"``; the message never repeats the URL.
+    """
+    if not isinstance(url, str):
+        return f"an http(s) URL such as {example!r}"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"an http(s) URL such as {example!r}"
+    if parts.username or parts.password:
+        return f"a URL without credentials ({where_key})"
+    if parts.query:
+        from urllib.parse import parse_qsl
+
+        from geoagent.secrets import looks_like_secret
+
+        for k, val in parse_qsl(parts.query, keep_blank_values=True):
+            name = k.lower().replace("-", "_")
+            if name in _CREDENTIAL_PARAMS or name.endswith(("_key", "_token", "_secret")) or looks_like_secret(val):
+                return f"a URL without credentials in its query ({where_key})"
+    return None
+
+
 #: provider kinds whose calls are billed by their API (replay and simulated never cost money)
 BILLING_PROVIDERS = ("openai", "anthropic", "gemini")
 #: API variable each billing provider's own API host reads the key from when ``api_key_env`` is not set
@@ -346,21 +387,10 @@ class ModelConfig(_Section):
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         if v is not None:
-            parts = urlsplit(v)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError("an http(s) URL such as 'https://api.openai.com/v1'")
-            if parts.username or parts.password:
-                raise ValueError("a URL without credentials (put the key in the variable api_key_env names)")
-            if parts.query:
-                from urllib.parse import parse_qsl
-
-                from geoagent.secrets import looks_like_secret
-
-                for k, val in parse_qsl(parts.query, keep_blank_values=True):
-                    name = k.lower().replace("-", "_")
-                    if name in _CREDENTIAL_PARAMS or name.endswith(("_key", "_token", "_secret")) or looks_like_secret(val):
-                        raise ValueError("a URL without credentials in its query (put the key in the variable "
-                                         "api_key_env names)")
+            problem = url_problem(v, example="https://api.openai.com/v1",
+                                  where_key="put the key in the variable api_key_env names")
+            if problem:
+                raise ValueError(problem)
         return v
 
     @model_validator(mode="after")

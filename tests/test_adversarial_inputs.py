@@ -1,0 +1,100 @@
+"""Adversarial inputs (session 8 review): broken config values, damaged state files, hostile answers.
+
+Each test feeds one kind of bad input through the real entry points (``load_config``, ``geoagent.cli.main``,
+the providers against local aiohttp fakes) and checks that the error names the file and key, that nothing
+stored is lost, and that no secret reaches a file or a message.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from geoagent.campaigns import register_all_sections
+from geoagent.config import ConfigError, load_config
+
+register_all_sections()  # validate the task sections at load, as the CLI does
+
+GEOHINT = """
+[campaign]
+name = "adv-gh"
+kind = "geohint"
+contact = "mailto:you@example.org"
+
+[paths]
+queues = "{tmp}/queues"
+state = "{tmp}/state"
+
+[budget]
+cap_usd = 1.0
+
+[[models]]
+name = "m"
+provider = "simulated"
+model = "sim"
+
+[geohint]
+images = "synthetic"
+
+[geohint.geocoder]
+wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
+nominatim_url = "http://nominatim.sandbox.invalid"
+{extra}
+"""
+
+
+def _geohint(tmp: Path, extra: str) -> Path:
+    p = tmp / "gh.toml"
+    p.write_text(GEOHINT.format(tmp=tmp, extra=extra))
+    return p
+
+
+@pytest.mark.parametrize("line, key", [
+    ("language = 3", "language"),
+    ("cache_ttl_s = -5", "cache_ttl_s"),
+    ("cache_path = 7", "cache_path"),
+    ("contact = 4", "contact"),
+    ("nominatim_max_requests = -1", "nominatim_max_requests"),
+    ("nominatim_max_requests = 2.5", "nominatim_max_requests"),
+    ("ref_aliases = \"no\"", "ref_aliases"),
+    ("anchor_radius_km = true", "anchor_radius_km"),
+])
+def test_geocoder_table_values_of_the_wrong_type_are_refused_at_load(tmp_path, line, key):
+    # before: only unknown keys and anchor_radius_km were checked. `language = 3` loaded, the dry run passed,
+    # and a real run paid every model call, then dead-lettered every answer at the geocoder ("TypeError:
+    # sequence item 0: expected str instance, int found", 6319 of 6319 on the sandbox release);
+    # `cache_ttl_s = -5` stopped the run after planning with "ResponseCache ttl_s must be positive", no key
+    path = _geohint(tmp_path, line)
+    with pytest.raises(ConfigError) as ei:
+        load_config(path)
+    msg = str(ei.value)
+    assert re.search(rf"geohint\.geocoder[.:] ?{key}: expected", msg) and "gh.toml" in msg, msg
+
+
+@pytest.mark.parametrize("url", [
+    "https://eu1.locationiq.com/v1?key=pk.0123456789abcdef0123",
+    "https://user:pw0123456789@nominatim.example.org",
+    "ftp://nominatim.example.org",
+    "nominatim.example.org",
+])
+def test_geocoder_urls_with_credentials_or_no_scheme_are_refused(tmp_path, url):
+    # before: a Nominatim-compatible service that takes its key in the query (LocationIQ) loaded fine, and the
+    # key went into manifest.json (the resolved config), status lines and error messages verbatim
+    path = _geohint(tmp_path, "").read_text().replace('"http://nominatim.sandbox.invalid"', f'"{url}"')
+    p = tmp_path / "gh2.toml"
+    p.write_text(path)
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    msg = str(ei.value)
+    assert re.search(r"geohint\.geocoder[.:] ?nominatim_url: expected", msg), msg
+    assert "0123456789" not in msg
+
+
+def test_geocoder_table_defaults_and_empty_nominatim_still_load(tmp_path):
+    cfg = load_config(_geohint(tmp_path, 'nominatim_max_requests = 10\ncache_ttl_s = 3600\nlanguage = "de"'))
+    assert cfg.campaign.kind == "geohint"
+    p = tmp_path / "gh3.toml"
+    p.write_text(_geohint(tmp_path, "").read_text().replace('"http://nominatim.sandbox.invalid"', '""'))
+    load_config(p)
