@@ -98,3 +98,109 @@ def test_geocoder_table_defaults_and_empty_nominatim_still_load(tmp_path):
     p = tmp_path / "gh3.toml"
     p.write_text(_geohint(tmp_path, "").read_text().replace('"http://nominatim.sandbox.invalid"', '""'))
     load_config(p)
+
+
+# --- damaged state files -----------------------------------------------------------------------------
+
+GENERIC = """
+[campaign]
+name = "adv-state"
+kind = "generic"
+seed = 3
+
+[paths]
+queues = "{tmp}/queues"
+state = "{tmp}/state"
+
+[budget]
+cap_usd = 1.0
+
+[generic]
+n_requests = 4
+
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+price_input_usd_per_mtok = 1.0
+price_output_usd_per_mtok = 2.0
+max_output_tokens = 50
+"""
+
+
+def _stored_answers(state: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(state / "campaign.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+
+@pytest.fixture()
+def ran_campaign(tmp_path):
+    """A generic campaign run to completion; returns (config path, state folder, queues folder)."""
+    from geoagent.cli import main
+
+    cfg = tmp_path / "g.toml"
+    cfg.write_text(GENERIC.format(tmp=tmp_path))
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    return cfg, tmp_path / "state" / "adv-state", tmp_path / "queues" / "adv-state"
+
+
+@pytest.mark.parametrize("which", ["queues/requests.sqlite", "state/campaign.sqlite", "state/hosts.sqlite",
+                                   "state/data/data.sqlite"])
+@pytest.mark.parametrize("damage", ["text", "truncated"])
+def test_a_damaged_sqlite_file_is_one_error_naming_it_and_nothing_is_lost(ran_campaign, capsys, which, damage):
+    # before: `run`, `status` and `export` died with a traceback; for campaign.sqlite and hosts.sqlite the last
+    # line was a bare "sqlite3.DatabaseError: file is not a database" that named no file at all
+    from geoagent.cli import main
+
+    cfg, state, queues = ran_campaign
+    n_before = _stored_answers(state)
+    root, name = which.split("/", 1)
+    target = (queues if root == "queues" else state) / name
+    if not target.exists():
+        pytest.skip(f"{which} is not written by a generic campaign")
+    import sqlite3
+
+    with sqlite3.connect(target) as db:  # fold the WAL into the file, so its bytes are the whole database
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for side in (Path(f"{target}-wal"), Path(f"{target}-shm")):
+        side.unlink(missing_ok=True)
+    original = target.read_bytes()
+    if damage == "text":
+        target.write_bytes(b"this is not a database\n")
+    else:
+        target.write_bytes(original[: len(original) // 2])
+    damaged = target.read_bytes()
+    capsys.readouterr()
+    for cmd in (["run", str(cfg), "--no-live"], ["status", str(cfg)], ["export", str(cfg)]):
+        rc = main(cmd)
+        err = capsys.readouterr().err
+        if rc == 0:  # a command that does not read this file
+            continue
+        assert rc == 2, (cmd, rc, err)
+        assert "Traceback" not in err and str(target) in err, (cmd, err)
+        assert target.read_bytes() == damaged  # nothing written into the damaged file
+    if target.name != "campaign.sqlite":
+        assert _stored_answers(state) == n_before  # the stored answers are untouched
+    target.write_bytes(original)  # put back: the campaign reads as before
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    assert _stored_answers(state) == n_before
+
+
+@pytest.mark.parametrize("content", [b"not json at all", b"[1, 2]", b"\xff\xfe garbage", b'{"runs": 5}'])
+def test_a_damaged_manifest_is_one_error_naming_it(ran_campaign, capsys, content):
+    # before: "error: invalid literal, expected 'true': line 1 column 1 (char 0)" named no file; "[1, 2]"
+    # ended in an AttributeError traceback
+    from geoagent.cli import main
+
+    cfg, state, _ = ran_campaign
+    n_before = _stored_answers(state)
+    manifest = state / "manifest.json"
+    manifest.write_bytes(content)
+    capsys.readouterr()
+    rc = main(["run", str(cfg), "--no-live"])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(manifest) in err and "Traceback" not in err, err
+    assert manifest.read_bytes() == content
+    assert _stored_answers(state) == n_before
