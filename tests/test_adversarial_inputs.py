@@ -204,3 +204,104 @@ def test_a_damaged_manifest_is_one_error_naming_it(ran_campaign, capsys, content
     assert rc == 2 and str(manifest) in err and "Traceback" not in err, err
     assert manifest.read_bytes() == content
     assert _stored_answers(state) == n_before
+
+
+# --- hostile answer bodies ------------------------------------------------------------------------------
+
+class _RawAnswerServer:
+    """A local OpenAI-compatible fake (aiohttp, own thread) whose 200 answers carry the given raw JSON string
+    literal as the message content; counts the calls it answered (each one billed by a real provider)."""
+
+    def __init__(self, content_literal: bytes) -> None:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        from geoagent.sandbox.server import free_port
+
+        self.calls = 0
+        self.port = free_port()
+        body = (b'{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+                b'"message":{"role":"assistant","content":"' + content_literal + b'"},"finish_reason":"stop"}],'
+                b'"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}')
+
+        async def chat(request: web.Request) -> web.Response:
+            await request.read()
+            self.calls += 1
+            return web.Response(body=body, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        self._loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@pytest.mark.parametrize("literal, expected", [
+    # a cut-off emoji: the high half of a UTF-16 surrogate pair, escaped (json.dumps' default ensure_ascii)
+    (b'{\\"verdict\\": \\"yes\\"} \\ud83d', '{"verdict": "yes"} \ufffd'),
+    # a lone low surrogate in the middle
+    (b'Paris \\udc80 France', "Paris \ufffd France"),
+    # bytes that are not UTF-8 (a Latin-1 server)
+    (b'Z\xfcrich', "Z\ufffdrich"),
+])
+def test_an_answer_with_lone_surrogates_or_bad_utf8_is_stored_once_not_paid_again(tmp_path, capsys, literal, expected):
+    # before: orjson refused the body ("no low surrogate in string"), the call counted as an unusable 2xx
+    # body whose outcome is unknown: each of [queue] max_attempts deliveries paid a new call (10 calls for 2
+    # requests), the answers were never stored and both tasks ended dead-lettered
+    from geoagent.cli import main
+
+    server = _RawAnswerServer(literal)
+    try:
+        cfg = tmp_path / "s.toml"
+        cfg.write_text(f"""
+[campaign]
+name = "adv-sur"
+kind = "generic"
+seed = 1
+[paths]
+queues = "{tmp_path}/queues"
+state = "{tmp_path}/state"
+[budget]
+cap_usd = 1.0
+[queue]
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+[generic]
+n_requests = 2
+[[models]]
+name = "m"
+provider = "openai"
+model = "m"
+base_url = "{server.base_url}"
+price_input_usd_per_mtok = 1.0
+price_output_usd_per_mtok = 1.0
+max_output_tokens = 50
+""")
+        rc = main(["run", str(cfg), "--no-live"])
+        out = capsys.readouterr()
+        assert rc == 0, out.out + out.err
+        assert server.calls == 2  # one paid call per request
+    finally:
+        server.close()
+    import json
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "state" / "adv-sur" / "campaign.sqlite") as db:
+        texts = [json.loads(r[0])["text"] for r in db.execute("SELECT response FROM responses")]
+    assert texts == [expected, expected]
