@@ -305,3 +305,67 @@ max_output_tokens = 50
     with sqlite3.connect(tmp_path / "state" / "adv-sur" / "campaign.sqlite") as db:
         texts = [json.loads(r[0])["text"] for r in db.execute("SELECT response FROM responses")]
     assert texts == [expected, expected]
+
+
+# --- torn lines in a crawl's logs -----------------------------------------------------------------------
+
+CRAWL_CONFIG = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
+CRAWL_LOGS = ("audit_decisions", "audit_sensitive", "audit_review_queue", "crawl_decisions")
+
+
+@pytest.fixture()
+def crawled(isolated_roots, monkeypatch):
+    """The shipped sandbox crawl, run to completion; returns its state folder."""
+    from geoagent.cli import main
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    return isolated_roots / "state" / "crawl-sandbox"
+
+
+def test_a_torn_log_line_from_a_crash_does_not_stop_the_crawl_or_its_export(crawled, capsys):
+    # append_jsonl's contract: "A crash can leave a torn last line ... Readers skip such a line", and the next
+    # append starts on a fresh line. Before: the crawl's export read these logs strictly, so a torn line (last,
+    # or followed by the next run's records) failed `crawl` and `export` with exit 2 ("audit_decisions.jsonl:568:
+    # not JSON (unexpected end of data ...)") until the file was edited by hand
+    from geoagent.cli import main
+    from geoagent.files import append_jsonl
+
+    for name in CRAWL_LOGS:
+        path = crawled / f"{name}.jsonl"
+        data = path.read_bytes()
+        last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        path.write_bytes(data[: len(data) - len(last) // 2 - 1])  # the last record cut in half, no newline
+    capsys.readouterr()
+    assert main(["export", str(CRAWL_CONFIG)]) == 0, capsys.readouterr().err
+    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0, capsys.readouterr().err
+    for name in CRAWL_LOGS:  # a later run appends after the torn bytes: they are now a line in the middle
+        append_jsonl(crawled / f"{name}.jsonl", [{"event": "adv-test"}] if name == "crawl_decisions" else [])
+    append_jsonl(crawled / "crawl_decisions.jsonl", [{"event": "adv-test-2"}])
+    assert main(["export", str(CRAWL_CONFIG)]) == 0, capsys.readouterr().err
+    import polars as pl
+
+    events = pl.read_parquet(crawled / "export" / "crawl_decisions.parquet")["event"].to_list()
+    assert events[-2:] == ["adv-test", "adv-test-2"]  # the records after the torn line are kept
+
+
+def test_a_line_that_is_not_a_torn_record_is_still_an_error_naming_it(crawled, capsys):
+    from geoagent.cli import main
+
+    path = crawled / "audit_decisions.jsonl"
+    with path.open("ab") as f:
+        f.write(b"this is not a record\n")
+    n = path.read_bytes().count(b"\n")
+    capsys.readouterr()
+    assert main(["export", str(CRAWL_CONFIG)]) == 2
+    assert f"audit_decisions.jsonl:{n}: not JSON" in capsys.readouterr().err
+
+
+def test_is_torn_record_tells_a_cut_record_from_other_bad_lines():
+    from geoagent.files import is_torn_record
+
+    whole = '{"event": "x", "city": "Zürich", "n": [1, 2.5, true, null], "s": "a\\"b"}\n'.encode()
+    cut = [whole[:i] for i in range(1, len(whole) - 2)]
+    assert all(is_torn_record(c) for c in cut)  # every cut, also inside "ü" (a multi-byte character)
+    for line in (whole, b"garbage\n", b'{"a": 1}}\n', b'{"a": tru e}\n', b"[1, 2\n", b'{"a": "\\xff"}\n', b"\n"):
+        assert not is_torn_record(line), line
