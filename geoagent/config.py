@@ -1028,8 +1028,17 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       local server, :func:`is_local_host`; no ``base_url`` means the provider's own API) without both
       ``price_*`` keys written: an unset price is $0, so the cap would never count its spend. ``0`` written
       out is accepted (a free tier); local servers keep the default 0.
+    * a ``[geohint] sample_rates`` key that names no ``[[models]]`` entry: a typo would leave the model it
+      meant at its full rate (an expensive model sampled at 1/3 would be asked every request).
     """
     out: list[str] = []
+    rates = (cfg.tasks.get("geohint") or {}).get("sample_rates")
+    if isinstance(rates, Mapping):
+        names = [m.name for m in cfg.models]
+        for key in rates:
+            if key not in names:
+                out.append(f"geohint.sample_rates: {key!r} is not the name of a [[models]] entry (models: "
+                           f"{', '.join(names) or 'none'}){did_you_mean(key, names)}")
     for i, m in enumerate(cfg.models):
         # an unset price is $0: on a paid host the cap would not count the model's spend at all
         if m.on_paid_host:

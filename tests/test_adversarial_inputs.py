@@ -369,3 +369,18 @@ def test_is_torn_record_tells_a_cut_record_from_other_bad_lines():
     assert all(is_torn_record(c) for c in cut)  # every cut, also inside "ü" (a multi-byte character)
     for line in (whole, b"garbage\n", b'{"a": 1}}\n', b'{"a": tru e}\n', b"[1, 2\n", b'{"a": "\\xff"}\n', b"\n"):
         assert not is_torn_record(line), line
+
+
+def test_sample_rates_for_a_model_the_campaign_does_not_have_is_refused(tmp_path):
+    # before: a typo in a [geohint] sample_rates key loaded silently, and the model it meant was planned at
+    # its full rate (an expensive model meant for 1/3 of the requests got all of them: 3x its planned cost)
+    path = _geohint(tmp_path, "").read_text().replace('images = "synthetic"',
+                                                      'images = "synthetic"\nsample_rates = { "mm" = 0.3333 }')
+    p = tmp_path / "gh4.toml"
+    p.write_text(path)
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    msg = str(ei.value)
+    assert "geohint.sample_rates" in msg and "'mm'" in msg and "did you mean 'm'" in msg, msg
+    p.write_text(path.replace('"mm" = 0.3333', '"m" = 0.3333'))
+    load_config(p)
