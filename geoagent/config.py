@@ -1030,11 +1030,24 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       out is accepted (a free tier); local servers keep the default 0.
     * a ``[geohint] sample_rates`` key that names no ``[[models]]`` entry: a typo would leave the model it
       meant at its full rate (an expensive model sampled at 1/3 would be asked every request).
+    * a crawl auditor (``[crawl.image_audit]`` / ``[crawl.referenceability]`` ``model``) on a provider other
+      than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
+      with "no provider configured for auditor model ...", naming neither file nor key.
     """
     out: list[str] = []
+    names = [m.name for m in cfg.models]
+    crawl = cfg.tasks.get("crawl") or {}
+    for table in ("image_audit", "referenceability"):
+        sub = crawl.get(table) if isinstance(crawl, Mapping) else None
+        if not isinstance(sub, Mapping):
+            continue
+        model, provider = sub.get("model"), sub.get("provider", "simulated")
+        if isinstance(model, str) and provider != "simulated" and model not in names:
+            out.append(f"crawl.{table}.model: {model!r} is not the name of a [[models]] entry (models: "
+                       f"{', '.join(names) or 'none'}){did_you_mean(model, names)}; a {provider!r} auditor is "
+                       "called through its [[models]] entry")
     rates = (cfg.tasks.get("geohint") or {}).get("sample_rates")
     if isinstance(rates, Mapping):
-        names = [m.name for m in cfg.models]
         for key in rates:
             if key not in names:
                 out.append(f"geohint.sample_rates: {key!r} is not the name of a [[models]] entry (models: "

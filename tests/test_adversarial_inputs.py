@@ -384,3 +384,20 @@ def test_sample_rates_for_a_model_the_campaign_does_not_have_is_refused(tmp_path
     assert "geohint.sample_rates" in msg and "'mm'" in msg and "did you mean 'm'" in msg, msg
     p.write_text(path.replace('"mm" = 0.3333', '"m" = 0.3333'))
     load_config(p)
+
+
+@pytest.mark.parametrize("table, model", [("image_audit", "sandbox-vision-auditor"),
+                                          ("referenceability", "sandbox-text-auditor")])
+def test_a_crawl_auditor_model_that_names_no_models_entry_is_refused_at_load(tmp_path, table, model):
+    # before: the file loaded and the dry run passed; `crawl` then stopped with "no provider configured for
+    # auditor model 'sandbox-vision-audit' (add it to [[models]])", naming neither file nor key, and left a
+    # state folder behind
+    text = CRAWL_CONFIG.read_text()
+    typo = model[:-2]
+    assert f'model = "{model}"' in text
+    p = tmp_path / "crawl.toml"
+    p.write_text(text.replace(f'model = "{model}"', f'model = "{typo}"'))
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    msg = str(ei.value)
+    assert f"crawl.{table}.model" in msg and "crawl.toml" in msg and f"did you mean {model!r}" in msg, msg
