@@ -401,3 +401,59 @@ def test_a_crawl_auditor_model_that_names_no_models_entry_is_refused_at_load(tmp
         load_config(p)
     msg = str(ei.value)
     assert f"crawl.{table}.model" in msg and "crawl.toml" in msg and f"did you mean {model!r}" in msg, msg
+
+
+def _crawl_with_verdicts(tmp: Path, verdicts: Path) -> Path:
+    text = CRAWL_CONFIG.read_text().replace(
+        'model = "sandbox-vision-auditor"\n', f'model = "sandbox-vision-auditor"\nhuman_verdicts = "{verdicts}"\n', 1)
+    assert "human_verdicts" in text
+    p = tmp / "crawl_hv.toml"
+    p.write_text(text)
+    return p
+
+
+def _write_verdicts(path: Path, encoding: str, images: list[str]) -> None:
+    import csv
+
+    with path.open("w", newline="", encoding=encoding) as f:
+        w = csv.writer(f)
+        w.writerow(["image", "human_verdict", "human_note"])
+        for image in images:
+            w.writerow([image, "exclude", "vérifié à la main"])
+
+
+def test_human_verdicts_saved_by_excel_with_a_bom_are_read(crawled, tmp_path, capsys):
+    # before: "CSV UTF-8" from Excel starts with a BOM; the header read '\ufeffimage', and every site's image
+    # audit task (its audit calls already paid) was dead-lettered after 5 deliveries with "hv.csv: missing
+    # column 'image' (have ['\ufeffimage', ...])": the crawl ended incomplete at the images stage
+    import csv
+
+    from geoagent.cli import main
+
+    import shutil
+
+    images = [r["image"] for r in csv.DictReader((crawled / "image_audit.csv").open())][:3]
+    hv = tmp_path / "hv.csv"
+    _write_verdicts(hv, "utf-8-sig", images)
+    shutil.rmtree(tmp_path / "state")  # crawl again from scratch, with the verdicts from the start
+    shutil.rmtree(tmp_path / "queues")
+    capsys.readouterr()
+    assert main(["crawl", str(_crawl_with_verdicts(tmp_path, hv)), "--no-live"]) == 0, capsys.readouterr().out
+    rows = {r["image"]: r for r in csv.DictReader((crawled / "image_audit.csv").open(encoding="utf-8"))}
+    assert [rows[i]["human_verdict"] for i in images] == ["exclude"] * 3
+    assert rows[images[0]]["human_note"] == "vérifié à la main"
+
+
+def test_human_verdicts_that_are_not_utf8_stop_the_crawl_before_any_call(isolated_roots, monkeypatch, capsys):
+    # before: a cp1252 file (Excel's plain "CSV" on Windows) dead-lettered every site's image audit task, after
+    # its paid audit calls, with "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe9 in position 75"
+    # (no file named); now the crawl refuses to start, naming the file and line
+    from geoagent.cli import main
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    hv = isolated_roots / "hv.csv"
+    _write_verdicts(hv, "cp1252", ["sandboxcity_ember/1.jpg", "sandboxcity_ember/2.jpg"])
+    rc = main(["crawl", str(_crawl_with_verdicts(isolated_roots, hv)), "--no-live"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{hv}:2" in err and "UTF-8" in err, err
+    assert not (isolated_roots / "state" / "crawl-sandbox").exists()  # refused before the run began
