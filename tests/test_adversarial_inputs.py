@@ -457,3 +457,34 @@ def test_human_verdicts_that_are_not_utf8_stop_the_crawl_before_any_call(isolate
     err = capsys.readouterr().err
     assert rc == 2 and f"{hv}:2" in err and "UTF-8" in err, err
     assert not (isolated_roots / "state" / "crawl-sandbox").exists()  # refused before the run began
+
+
+# --- the judged re-scoring command ---------------------------------------------------------------------
+
+RELEASE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "geocontext"
+
+
+@pytest.mark.parametrize("damage", ["missing_columns", "empty", "no_release"])
+def test_judged_rescoring_command_reports_a_bad_input_in_one_line(tmp_path, capsys, damage):
+    # before: `python -m geoagent.geohint.judged` ended in a traceback for a judged file without the required
+    # columns, an empty one, or a release folder that does not exist (the message was right, the traceback not)
+    import shutil
+
+    from geoagent.geohint.judged import main
+
+    if not (RELEASE / "answers_judged_sample.csv").is_file():
+        pytest.skip("the GeoContext release sample is not beside the project")
+    rel = tmp_path / "rel"
+    if damage != "no_release":
+        rel.mkdir()
+        shutil.copy(RELEASE / "sites.csv", rel / "sites.csv")
+        shutil.copytree(RELEASE / "ladders", rel / "ladders")
+        text = (RELEASE / "answers_judged_sample.csv").read_text(encoding="utf-8")
+        if damage == "missing_columns":
+            text = "\n".join(",".join(line.split(",")[:5]) for line in text.splitlines()[:20]) + "\n"
+        else:
+            text = ""
+        (rel / "answers_judged_sample.csv").write_text(text, encoding="utf-8")
+    assert main([str(rel), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(rel) in err and "Traceback" not in err, err

@@ -281,7 +281,21 @@ def replicate_report(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S] [--echo-rule RULE]
-    [--p-reference normal|t] [--regime-threshold F]``."""
+    [--p-reference normal|t] [--regime-threshold F]``.
+
+    Returns 0, or 2 after one ``error:`` line on stderr (naming the file) when the release folder or its
+    judged-answers file cannot be used: missing, without the required columns, empty.
+    """
+    import sys
+
+    try:
+        return _main(argv)
+    except (FileNotFoundError, ValueError) as exc:  # a bad input is one line naming the file, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     import argparse
 
     from geoagent.report.geohint import print_report
