@@ -488,3 +488,35 @@ def test_judged_rescoring_command_reports_a_bad_input_in_one_line(tmp_path, caps
     assert main([str(rel), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(rel) in err and "Traceback" not in err, err
+
+
+# --- .env ------------------------------------------------------------------------------------------------
+
+def test_a_dotenv_file_that_is_not_utf8_is_an_error_naming_it_and_its_line(tmp_path, monkeypatch, capsys):
+    # before: "error: 'utf-8' codec can't decode byte 0xe9 in position 30: invalid continuation byte", naming
+    # neither the .env file nor the line (a comment written in cp1252 by a Windows editor)
+    from geoagent.cli import main
+
+    cfg = tmp_path / "g.toml"
+    cfg.write_text(GENERIC.format(tmp=tmp_path).replace('provider = "simulated"', 'provider = "openai"\n'
+                   'base_url = "http://127.0.0.1:9/v1"\napi_key_env = "ADV_DOTENV_KEY"'))
+    key = "sk" "-" + "adv" * 10
+    env = tmp_path / ".env"
+    env.write_bytes(b"# first line\n# cl\xe9 de l'API\nADV_DOTENV_KEY=" + key.encode() + b"\n")
+    monkeypatch.setenv("GEOAGENT_DOTENV", str(env))
+    monkeypatch.delenv("ADV_DOTENV_KEY", raising=False)
+    rc = main(["run", str(cfg), "--simulate", "--no-live"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{env}:2" in err and "UTF-8" in err and key not in err, err
+
+
+def test_a_dotenv_file_with_a_byte_order_mark_gives_its_first_variable(tmp_path):
+    # a guard, not a failing-first test: python-dotenv reading the file by path drops the BOM; the .env is now
+    # decoded here first (to name the file and line of bytes that are not UTF-8), which must drop it too
+    from geoagent.secrets import lookup_secret
+
+    env = tmp_path / ".env"
+    value = "adv-bom-" + "k" * 24
+    env.write_bytes(b"\xef\xbb\xbfADV_BOM_KEY=" + value.encode() + b"\n")
+    secret = lookup_secret("ADV_BOM_KEY", dotenv_path=env, environ={})
+    assert secret is not None and secret.reveal() == value
