@@ -1095,9 +1095,12 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
     except OSError as exc:
         raise ConfigError(label, [f"cannot read: {exc.strerror}"]) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        # utf-8-sig: a byte-order mark (Windows Notepad's "UTF-8 with BOM") is dropped; TOML itself refuses it
+        # with "Invalid statement (at line 1, column 1)", where nothing visible is wrong
+        data = tomllib.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(label, [f"not UTF-8 text (byte {exc.start})"]) from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(label, [f"not UTF-8 text at line {line} (byte {exc.start}); save the file as UTF-8"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(label, [f"invalid TOML: {exc}"]) from None
     return config_from_dict(data, source=label)

@@ -520,3 +520,24 @@ def test_a_dotenv_file_with_a_byte_order_mark_gives_its_first_variable(tmp_path)
     env.write_bytes(b"\xef\xbb\xbfADV_BOM_KEY=" + value.encode() + b"\n")
     secret = lookup_secret("ADV_BOM_KEY", dotenv_path=env, environ={})
     assert secret is not None and secret.reveal() == value
+
+
+# --- the campaign file's own encoding ----------------------------------------------------------------------
+
+def test_a_campaign_file_with_a_byte_order_mark_loads(tmp_path):
+    # before: "invalid TOML: Invalid statement (at line 1, column 1)" for a file Windows Notepad saved as UTF-8
+    # with a BOM: nothing visible is wrong at line 1, column 1
+    p = tmp_path / "bom.toml"
+    p.write_bytes(b"\xef\xbb\xbf" + GENERIC.format(tmp=tmp_path).encode())
+    assert load_config(p).campaign.name == "adv-state"
+
+
+def test_a_campaign_file_that_is_not_utf8_names_the_line(tmp_path):
+    # before: "not UTF-8 text (byte 64)": a byte offset, where every other config error names a line or key
+    text = GENERIC.format(tmp=tmp_path).encode().replace(b'seed = 3', b'seed = 3  # graine caf\xe9')
+    p = tmp_path / "latin1.toml"
+    p.write_bytes(text)
+    line = text[: text.index(b"\xe9")].count(b"\n") + 1
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert f"line {line}" in str(ei.value) and "not UTF-8" in str(ei.value), str(ei.value)
