@@ -541,3 +541,29 @@ def test_a_campaign_file_that_is_not_utf8_names_the_line(tmp_path):
     with pytest.raises(ConfigError) as ei:
         load_config(p)
     assert f"line {line}" in str(ei.value) and "not UTF-8" in str(ei.value), str(ei.value)
+
+
+@pytest.mark.parametrize("key, url", [
+    ("mapillary", "https://graph.mapillary.com?access_token=MLY|1234567890|0123456789abcdef0123"),
+    ("overpass", "https://user:pw0123456789@overpass.example.org/api"),
+    ("wdqs", "query.wikidata.org/sparql"),
+    ("overpass_mirrors", ["https://overpass.example.org/api?key=0123456789abcdef"]),
+])
+def test_crawl_endpoints_with_credentials_are_refused(tmp_path, key, url):
+    # before: Mapillary's own examples put the token in the query (?access_token=MLY|...); such an endpoint loaded
+    # and the crawl wrote the token verbatim into manifest.json (the resolved config)
+    import tomllib
+
+    text = CRAWL_CONFIG.read_text()
+    value = ("[" + ", ".join(f'"{u}"' for u in url) + "]") if isinstance(url, list) else f'"{url}"'
+    text = text.replace("[crawl.endpoints]\n", f"[crawl.endpoints]\n{key} = {value}\n" if key == "overpass_mirrors"
+                        else "[crawl.endpoints]\n", 1)
+    if key != "overpass_mirrors":
+        old = tomllib.loads(CRAWL_CONFIG.read_text())["crawl"]["endpoints"][key]
+        text = text.replace(f'{key} = "{old}"', f"{key} = {value}", 1)
+    p = tmp_path / "crawl_ep.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    msg = str(ei.value)
+    assert f"crawl.endpoints.{key}" in msg and "0123456789" not in msg, msg
