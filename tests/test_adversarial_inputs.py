@@ -567,3 +567,56 @@ def test_crawl_endpoints_with_credentials_are_refused(tmp_path, key, url):
         load_config(p)
     msg = str(ei.value)
     assert f"crawl.endpoints.{key}" in msg and "0123456789" not in msg, msg
+
+
+# --- repeated header columns ------------------------------------------------------------------------------
+
+def test_a_release_table_with_a_repeated_header_column_is_reported_not_read_by_guess(tmp_path):
+    # before: sites.csv with two "lat" columns (a merge of two exports) imported silently, each site taking the
+    # LAST lat column's value; now the file is refused with an issue naming file, line 1 and the column
+    import shutil
+
+    from geoagent.data.importer import import_release
+
+    if not (RELEASE / "sites.csv").is_file():
+        pytest.skip("the GeoContext release sample is not beside the project")
+    rel = tmp_path / "rel"
+    rel.mkdir()
+    shutil.copytree(RELEASE / "ladders", rel / "ladders")
+    lines = (RELEASE / "sites.csv").read_text(encoding="utf-8").splitlines()
+    header = lines[0].split(",")
+    i = header.index("lat")
+    rows = [lines[0] + ",lat"] + [line + ",0.0" for line in lines[1:]]
+    (rel / "sites.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = import_release(rel)
+    assert not out.sites
+    issues = [str(x) for x in out.report.issues if x.file.endswith("sites.csv")]
+    assert issues and ":1:" in issues[0] and "'lat'" in issues[0], issues
+    assert i >= 0
+
+
+def test_a_human_verdict_csv_with_a_repeated_column_is_refused(tmp_path):
+    from geoagent.crawl.image_audit import read_human_verdicts
+
+    p = tmp_path / "hv.csv"
+    p.write_text("image,human_verdict,human_verdict\na/1.jpg,keep,exclude\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"hv\.csv:1: .*'human_verdict'"):
+        read_human_verdicts(p)
+
+
+def test_a_judged_answers_file_with_a_repeated_column_is_refused(tmp_path, capsys):
+    import shutil
+
+    from geoagent.geohint.judged import main
+
+    if not (RELEASE / "answers_judged_sample.csv").is_file():
+        pytest.skip("the GeoContext release sample is not beside the project")
+    rel = tmp_path / "rel"
+    rel.mkdir()
+    shutil.copy(RELEASE / "sites.csv", rel / "sites.csv")
+    shutil.copytree(RELEASE / "ladders", rel / "ladders")
+    lines = (RELEASE / "answers_judged_sample.csv").read_text(encoding="utf-8").splitlines()[:30]
+    (rel / "answers_judged_sample.csv").write_text(
+        "\n".join([lines[0] + ",error_km"] + [line + ",0.1" for line in lines[1:]]) + "\n", encoding="utf-8")
+    assert main([str(rel), str(tmp_path / "out")]) == 2
+    assert "answers_judged_sample.csv:1: header repeats column(s) ['error_km']" in capsys.readouterr().err

@@ -155,7 +155,7 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
     ValueError
         Naming the file and line for a missing column, a bad image reference, a verdict other than
         keep/exclude, the same image twice with different verdicts, or text that is not UTF-8 (a UTF-8
-        byte-order mark, as Excel's "CSV UTF-8" writes, is fine).
+        byte-order mark, as Excel's "CSV UTF-8" writes, is fine), or a header that repeats a column.
     """
     path = Path(path)
     out: dict[str, dict[str, str]] = {}
@@ -170,6 +170,10 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
                                  "'CSV UTF-8')") from None
 
         not_utf8(reader.fieldnames or [], 1)
+        names = [str(n).strip() for n in reader.fieldnames or []]
+        repeated = sorted({n for n in names if n and names.count(n) > 1})
+        if repeated:  # a row would silently take the last copy's value
+            raise ValueError(f"{path}:1: header repeats column(s) {repeated}; keep one of each")
         for col in ("image", "human_verdict"):
             if col not in (reader.fieldnames or []):
                 raise ValueError(f"{path}: missing column {col!r} (have {reader.fieldnames})")

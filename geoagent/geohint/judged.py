@@ -127,7 +127,11 @@ def iter_judged(
     # bytes that are not UTF-8 are read as surrogate escapes so they cost only their row (reported)
     with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        names = list(reader.fieldnames or [])
+        repeated = sorted({n for n in names if n and names.count(n) > 1})
+        if repeated:  # a row would silently take the last copy's value
+            raise ValueError(f"{path}:1: header repeats column(s) {repeated}; keep one of each")
+        missing = [c for c in REQUIRED if c not in names]
         if missing:
             raise ValueError(f"{path}: missing column(s) {missing}")
         unknown_refs: set[tuple[str, str]] = set()
