@@ -620,3 +620,30 @@ def test_a_judged_answers_file_with_a_repeated_column_is_refused(tmp_path, capsy
         "\n".join([lines[0] + ",error_km"] + [line + ",0.1" for line in lines[1:]]) + "\n", encoding="utf-8")
     assert main([str(rel), str(tmp_path / "out")]) == 2
     assert "answers_judged_sample.csv:1: header repeats column(s) ['error_km']" in capsys.readouterr().err
+
+
+def test_the_run_summary_shows_the_release_import_problems_themselves(tmp_path, monkeypatch, capsys):
+    # before: "release import: 3611 rows, 110 malformed (details: table meta, key 'import_report', in
+    # .../data.sqlite)": a sites.csv refused whole was only visible by reading the data store
+    import shutil
+
+    from geoagent.cli import main
+
+    if not (RELEASE / "verify_raw_sample.jsonl").is_file():
+        pytest.skip("the GeoContext release sample is not beside the project")
+    rel = tmp_path / "rel"
+    shutil.copytree(RELEASE, rel)
+    lines = (rel / "sites.csv").read_text(encoding="utf-8").splitlines()
+    (rel / "sites.csv").write_text("\n".join([lines[0] + ",lat"] + [x + ",0.0" for x in lines[1:]]) + "\n",
+                                   encoding="utf-8")
+    cfg = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "geocontext_replay.toml").read_text()
+    cfg = cfg.replace('name = "geocontext-replay"', 'name = "adv-replay"')
+    p = tmp_path / "replay.toml"
+    p.write_text(cfg + f'\n[paths]\nqueues = "{tmp_path}/queues"\nstate = "{tmp_path}/state"\n'
+                 if "[paths]" not in cfg else cfg)
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(rel))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    assert main(["run", str(p), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert f"{rel / 'sites.csv'}:1: header repeats column(s) ['lat']" in out, out
