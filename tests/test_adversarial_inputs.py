@@ -647,3 +647,36 @@ def test_the_run_summary_shows_the_release_import_problems_themselves(tmp_path, 
     assert main(["run", str(p), "--no-live"]) == 0
     out = capsys.readouterr().out
     assert f"{rel / 'sites.csv'}:1: header repeats column(s) ['lat']" in out, out
+
+
+def test_a_geohint_plan_warns_about_malformed_release_rows(tmp_path, monkeypatch, capsys):
+    # before: a GeoHint campaign stored the import report in its data store and said nothing: a sites.csv row
+    # with a bad latitude dropped the site and its requests (6264 planned instead of 6319) without a word
+    import shutil
+
+    from geoagent.cli import main
+
+    if not (RELEASE / "ladders").is_dir():
+        pytest.skip("the GeoContext release sample is not beside the project")
+    rel = tmp_path / "rel"
+    shutil.copytree(RELEASE, rel)
+    lines = (rel / "sites.csv").read_text(encoding="utf-8").splitlines()
+    col = lines[0].split(",").index("lat")
+    row = lines[1].split(",")
+    row[col] = "north"
+    lines[1] = ",".join(row)
+    (rel / "sites.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "geohint_sandbox.toml").read_text()
+    cfg = cfg.replace('name = "geohint-sandbox"', 'name = "adv-gh-import"')
+    # geocoders that are not the sandbox's (those rebuild their world from sites.csv, strictly)
+    cfg = cfg.replace("http://wikidata.sandbox.invalid/w/api.php", "http://127.0.0.1:9/w/api.php")
+    cfg = cfg.replace("http://nominatim.sandbox.invalid", "http://127.0.0.1:9")
+    p = tmp_path / "gh.toml"
+    p.write_text(cfg)
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(rel))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    assert main(["run", str(p), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert "release import: 2 problem(s)" in out, out  # the row, and its site's ladder now without a site
+    assert f"{rel / 'sites.csv'}:2: column 'lat': not a number: 'north'" in out, out
