@@ -680,3 +680,76 @@ def test_a_geohint_plan_warns_about_malformed_release_rows(tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert "release import: 2 problem(s)" in out, out  # the row, and its site's ladder now without a site
     assert f"{rel / 'sites.csv'}:2: column 'lat': not a number: 'north'" in out, out
+
+
+# --- redirects of requests that carry a key -------------------------------------------------------------------
+
+class _RedirectServers:
+    """Two local aiohttp fakes on their own thread: ``a`` answers every request with ``307`` to the same path on
+    ``b`` (another host name: ``localhost`` instead of ``127.0.0.1``), ``b`` records the headers it gets."""
+
+    def __init__(self) -> None:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        from geoagent.sandbox.server import free_port
+
+        self.port_a, self.port_b = free_port(), free_port()
+        self.seen_by_b: list[dict[str, str]] = []
+
+        async def redirect(request: web.Request) -> web.Response:
+            await request.read()
+            return web.Response(status=307, headers={"Location": f"http://localhost:{self.port_b}{request.path}"})
+
+        async def sink(request: web.Request) -> web.Response:
+            await request.read()
+            self.seen_by_b.append(dict(request.headers))
+            return web.json_response({"error": {"message": "no such model"}}, status=404)
+
+        self._loop = asyncio.new_event_loop()
+        self._runners = []
+        for handler, port in ((redirect, self.port_a), (sink, self.port_b)):
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", handler)
+            runner = web.AppRunner(app, access_log=None)
+            self._loop.run_until_complete(runner.setup())
+            self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+            self._runners.append(runner)
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        import asyncio
+
+        for runner in self._runners:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@pytest.mark.parametrize("provider, header", [("anthropic", "x-api-key"), ("gemini", "x-goog-api-key"),
+                                              ("openai", "authorization")])
+def test_a_redirect_to_another_host_never_carries_the_api_key(tmp_path, monkeypatch, capsys, provider, header):
+    # before: aiohttp followed the 307 and sent Anthropic's x-api-key and Gemini's x-goog-api-key to the other
+    # host verbatim (it strips only Authorization on a cross-origin redirect); a gateway that redirects, or a
+    # look-alike domain, received the key
+    from geoagent.cli import main
+
+    servers = _RedirectServers()
+    key = "adv-redirect-" + "k" * 24
+    monkeypatch.setenv("ADV_REDIRECT_KEY", key)
+    base = f"http://127.0.0.1:{servers.port_a}" + ("/v1" if provider == "openai" else "")
+    cfg = tmp_path / "r.toml"
+    cfg.write_text(GENERIC.format(tmp=tmp_path).replace('provider = "simulated"\nmodel = "sim-1"',
+                   f'provider = "{provider}"\nmodel = "m-1"\nbase_url = "{base}"\napi_key_env = "ADV_REDIRECT_KEY"'))
+    try:
+        rc = main(["run", str(cfg), "--no-live"])
+    finally:
+        servers.close()
+    out = capsys.readouterr().out
+    assert not any(header in {k.lower() for k in h} for h in servers.seen_by_b), servers.seen_by_b
+    assert not any(key in str(h) for h in servers.seen_by_b)
+    assert rc == 3 and "redirect" in out and f"localhost:{servers.port_b}" in out, out
+    assert "$0.0000 unknown-outcome" in out, out  # a redirect was not billed: no reservation kept
