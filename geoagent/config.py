@@ -1035,6 +1035,14 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       with "no provider configured for auditor model ...", naming neither file nor key.
     """
     out: list[str] = []
+    for i, m in enumerate(cfg.models):
+        # the key goes in a header of every request: over plain http to a host that is not local it would cross
+        # the network unencrypted (and a server's redirect to https comes after it was sent)
+        parts = urlsplit(m.effective_base_url or "")
+        if m.paid and m.key_env and parts.scheme == "http" and not is_local_host(parts.hostname):
+            out.append(f"models[{i}].base_url: plain http:// to {parts.hostname}, a host that is not local, would send "
+                       f"the API key ({m.key_env}) unencrypted; use https:// (a server on your own machine or LAN, by "
+                       "address or a dot-less, *.local, *.lan or *.internal name, may use http)")
     names = [m.name for m in cfg.models]
     crawl = cfg.tasks.get("crawl") or {}
     for table in ("image_audit", "referenceability"):

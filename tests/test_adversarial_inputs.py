@@ -753,3 +753,28 @@ def test_a_redirect_to_another_host_never_carries_the_api_key(tmp_path, monkeypa
     assert not any(key in str(h) for h in servers.seen_by_b)
     assert rc == 3 and "redirect" in out and f"localhost:{servers.port_b}" in out, out
     assert "$0.0000 unknown-outcome" in out, out  # a redirect was not billed: no reservation kept
+
+
+@pytest.mark.parametrize("base_url, refused", [
+    ("http://api.openai.com/v1", True),
+    ("http://llm.example.org:8000/v1", True),
+    ("https://api.openai.com/v1", False),
+    ("http://192.168.1.20:8000/v1", False),
+    ("http://gpu-box:8000/v1", False),
+    ("http://vllm.internal/v1", False),
+])
+def test_a_key_is_never_sent_over_plain_http_to_a_host_that_is_not_local(tmp_path, base_url, refused):
+    # before: base_url = "http://api.openai.com/v1" (an 's' missing) loaded and the dry run passed; the run
+    # would send "Authorization: Bearer <key>" unencrypted over the internet on its first request
+    text = GENERIC.format(tmp=tmp_path).replace(
+        'provider = "simulated"\nmodel = "sim-1"',
+        f'provider = "openai"\nmodel = "gpt-x"\nbase_url = "{base_url}"\napi_key_env = "ADV_HTTP_KEY"')
+    p = tmp_path / "h.toml"
+    p.write_text(text)
+    if not refused:
+        load_config(p)
+        return
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    msg = str(ei.value)
+    assert "models[0].base_url" in msg and "https://" in msg and "ADV_HTTP_KEY" in msg, msg
