@@ -778,3 +778,15 @@ def test_a_key_is_never_sent_over_plain_http_to_a_host_that_is_not_local(tmp_pat
         load_config(p)
     msg = str(ei.value)
     assert "models[0].base_url" in msg and "https://" in msg and "ADV_HTTP_KEY" in msg, msg
+
+
+def test_the_mapillary_token_is_never_sent_over_plain_http_to_a_host_that_is_not_local(tmp_path):
+    # before: mapillary = "http://graph.mapillary.com" loaded: every Graph API request would carry
+    # "Authorization: OAuth MLY|..." unencrypted
+    text = CRAWL_CONFIG.read_text().replace('mapillary = "http://mapillary.sandbox.invalid"',
+                                            'mapillary = "http://graph.mapillary.com"')
+    p = tmp_path / "crawl_http.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert "crawl.endpoints.mapillary" in str(ei.value) and "https://" in str(ei.value), str(ei.value)

@@ -222,6 +222,15 @@ class EndpointSettings(_Section):
                                                    "https://overpass-api.de/api"), where_key=where)
             if problem:
                 raise ConfigProblem(f"expected {problem}, got a string")
+        if info.field_name == "mapillary":  # its requests carry the token (Authorization: OAuth MLY|...)
+            from urllib.parse import urlsplit
+
+            from geoagent.config import is_local_host
+
+            parts = urlsplit(v)
+            if parts.scheme == "http" and not is_local_host(parts.hostname):
+                raise ConfigProblem(f"plain http:// to {parts.hostname}, a host that is not local, would send the "
+                                    "Mapillary token unencrypted; use https://")
         return v
 
 
