@@ -787,3 +787,28 @@ def test_the_mapillary_token_is_never_sent_over_plain_http_to_a_host_that_is_not
     with pytest.raises(ConfigError) as ei:
         load_config(p)
     assert "crawl.endpoints.mapillary" in str(ei.value) and "https://" in str(ei.value), str(ei.value)
+
+
+# --- one campaign name, two campaigns ------------------------------------------------------------------------------
+
+def test_a_campaign_file_of_another_kind_under_a_used_name_is_refused_before_it_writes(ran_campaign, capsys):
+    # before: a config copied from another campaign with only its task changed (the [campaign] name kept) got one
+    # warning ("campaign, models, queue changed since its last run ...") and then enqueued its 336 GeoVerify
+    # requests into the generic campaign's queues, spent from its ledger and mixed both in one state folder
+    from geoagent.cli import main
+
+    cfg, state, queues = ran_campaign
+    n_before = _stored_answers(state)
+    manifest = (state / "manifest.json").read_bytes()
+    other = cfg.read_text().replace('kind = "generic"', 'kind = "geoverify"').replace("[generic]\nn_requests = 4\n", "")
+    p = cfg.parent / "other.toml"
+    p.write_text(other)
+    sizes = {f.name: f.stat().st_size for f in queues.glob("*.sqlite")}
+    for cmd in (["run", str(p), "--no-live"], ["run", str(p), "--simulate", "--no-live"], ["export", str(p)]):
+        capsys.readouterr()
+        assert main(cmd) == 2, cmd
+        err = capsys.readouterr().err
+        assert "generic" in err and "geoverify" in err and "[campaign] name" in err, err
+    assert (state / "manifest.json").read_bytes() == manifest
+    assert {f.name: f.stat().st_size for f in queues.glob("*.sqlite")} == sizes
+    assert _stored_answers(state) == n_before
