@@ -222,9 +222,13 @@ class CampaignSection(_Section):
     @classmethod
     def _safe(cls, v: str) -> str:
         try:
-            return safe_name(v, what="campaign name")
+            name = safe_name(v, what="campaign name")
         except ValueError:
             raise ValueError("a safe file name (letters, digits, _ . -; starting with a letter or digit)") from None
+        if name.lower() == C.IMAGES_DIR:  # lower: a case-insensitive file system (macOS) folds the two together
+            raise ConfigProblem(f"{name!r} is the folder under the state root that holds every crawl's photos "
+                                f"(state/{C.IMAGES_DIR}/<site>/<id>.jpg); give the campaign another name")
+        return name
 
 
 class PathsSection(_Section):

@@ -812,3 +812,15 @@ def test_a_campaign_file_of_another_kind_under_a_used_name_is_refused_before_it_
     assert (state / "manifest.json").read_bytes() == manifest
     assert {f.name: f.stat().st_size for f in queues.glob("*.sqlite")} == sizes
     assert _stored_answers(state) == n_before
+
+
+@pytest.mark.parametrize("name", ["images", "Images"])
+def test_the_campaign_name_of_the_shared_images_folder_is_refused(tmp_path, name):
+    # before: [campaign] name = "images" loaded; its state folder was state/images/, the folder every crawl
+    # under the same state root keeps its photos in (state/images/<site>/<id>.jpg): the campaign's files mixed
+    # with the photos, and removing "the whole campaign folder" (README) deleted every crawl's images
+    p = tmp_path / "im.toml"
+    p.write_text(GENERIC.format(tmp=tmp_path).replace('name = "adv-state"', f'name = "{name}"'))
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert "campaign.name" in str(ei.value) and "state/images" in str(ei.value), str(ei.value)
