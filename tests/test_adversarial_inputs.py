@@ -824,3 +824,56 @@ def test_the_campaign_name_of_the_shared_images_folder_is_refused(tmp_path, name
     with pytest.raises(ConfigError) as ei:
         load_config(p)
     assert "campaign.name" in str(ei.value) and "state/images" in str(ei.value), str(ei.value)
+
+
+# --- terminal control sequences in untrusted text ------------------------------------------------------------------
+
+class _FixedAnswerServer(_RawAnswerServer):
+    """A local OpenAI-compatible fake whose every answer is ``status`` with ``body`` (bytes, as sent)."""
+
+    def __init__(self, status: int, body: bytes) -> None:  # noqa: D107 - a test helper
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        from geoagent.sandbox.server import free_port
+
+        self.calls = 0
+        self.port = free_port()
+
+        async def chat(request: web.Request) -> web.Response:
+            await request.read()
+            self.calls += 1
+            return web.Response(status=status, body=body, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        self._loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+
+def test_terminal_escape_sequences_in_an_error_body_never_reach_the_console(tmp_path, capsys):
+    # before: a server's 400 body with ESC sequences (set the window title, clear the screen, colours; OSC 52
+    # would write the clipboard) was printed raw by `run` (its dead-letter lines), `dead` and `status`
+    from geoagent.cli import main
+
+    server = _FixedAnswerServer(400, b'{"error": {"message": "bad \x1b]0;PWNED\x07 \x1b[2J\x1b[31mred\x1b[0m"}}')
+    cfg = tmp_path / "e.toml"
+    cfg.write_text(GENERIC.format(tmp=tmp_path).replace(
+        'provider = "simulated"\nmodel = "sim-1"', f'provider = "openai"\nmodel = "m-1"\nbase_url = "{server.base_url}"'))
+    try:
+        assert main(["run", str(cfg), "--no-live"]) == 3
+    finally:
+        server.close()
+    assert main(["dead", str(cfg)]) == 0
+    assert main(["status", str(cfg)]) == 0
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "PWNED" in text  # the reason is shown ...
+    assert "\x1b" not in text and "\x07" not in text  # ... with its control characters written out
+    assert "\\x1b]0;PWNED\\x07" in text
