@@ -238,6 +238,14 @@ class PathsSection(_Section):
     state: str | None = None
     release_dir: str | None = None
 
+    @field_validator("queues", "state", "release_dir")
+    @classmethod
+    def _home(cls, v: str | None) -> str | None:
+        # "~/geo-state" is the home folder, as in a shell: taken literally it made a folder named "~" in the
+        # working directory (which `rm -rf ~` would then "clean up"), while Polars, expanding it, wrote the
+        # exports elsewhere and failed
+        return os.path.expanduser(v) if v else v
+
 
 class BudgetSection(_Section):
     """``[budget]``: the hard cost cap in USD and how much each call reserves before it starts.
@@ -664,13 +672,16 @@ class CampaignConfig(_Section):
     # -- roots (environment wins, then config, then the default) ---------------------------------
 
     def queues_root(self) -> Path:
-        return Path(os.environ.get(C.ENV_QUEUES_ROOT) or self.paths.queues or C.DEFAULT_QUEUES_ROOT)
+        """``$GEOAGENT_QUEUES``, else ``[paths] queues``, else ``queues``; a leading ``~`` is the home folder."""
+        return Path(os.environ.get(C.ENV_QUEUES_ROOT) or self.paths.queues or C.DEFAULT_QUEUES_ROOT).expanduser()
 
     def state_root(self) -> Path:
-        return Path(os.environ.get(C.ENV_STATE_ROOT) or self.paths.state or C.DEFAULT_STATE_ROOT)
+        """``$GEOAGENT_STATE``, else ``[paths] state``, else ``state``; a leading ``~`` is the home folder."""
+        return Path(os.environ.get(C.ENV_STATE_ROOT) or self.paths.state or C.DEFAULT_STATE_ROOT).expanduser()
 
     def release_dir(self) -> Path:
-        return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR)
+        """``$GEOAGENT_RELEASE``, else ``[paths] release_dir``, else the default; a leading ``~`` is the home folder."""
+        return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR).expanduser()
 
     def replay_path(self, model: "ModelConfig | str") -> Path | None:
         """The file the ``replay`` model ``model`` answers from (None for other providers).

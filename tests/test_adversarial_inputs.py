@@ -877,3 +877,28 @@ def test_terminal_escape_sequences_in_an_error_body_never_reach_the_console(tmp_
     assert "PWNED" in text  # the reason is shown ...
     assert "\x1b" not in text and "\x07" not in text  # ... with its control characters written out
     assert "\\x1b]0;PWNED\\x07" in text
+
+
+# --- a home-relative data root ------------------------------------------------------------------------------------
+
+def test_a_data_root_written_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch, capsys):
+    # before: [paths] state = "~/geo-state" made a folder literally named "~" in the working directory (a later
+    # `rm -rf ~` to clean it up deletes the home folder), and the run, its model calls made, then failed at the
+    # export with "No such file or directory: /root/geo-state/.../.results.parquet.tmp" (Polars expands "~")
+    from geoagent.cli import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("GEOAGENT_STATE", raising=False)
+    monkeypatch.delenv("GEOAGENT_QUEUES", raising=False)
+    cfg = work / "t.toml"
+    cfg.write_text(GENERIC.format(tmp=tmp_path).replace(f'queues = "{tmp_path}/queues"', 'queues = "~/geo-queues"')
+                   .replace(f'state = "{tmp_path}/state"', 'state = "~/geo-state"'))
+    assert main(["run", str(cfg), "--no-live"]) == 0, capsys.readouterr().err
+    assert not (work / "~").exists()
+    assert (home / "geo-state" / "adv-state" / "results.parquet").is_file()
+    assert (home / "geo-queues" / "adv-state" / "requests.sqlite").is_file()
