@@ -902,3 +902,18 @@ def test_a_data_root_written_with_a_tilde_is_the_home_folder(tmp_path, monkeypat
     assert not (work / "~").exists()
     assert (home / "geo-state" / "adv-state" / "results.parquet").is_file()
     assert (home / "geo-queues" / "adv-state" / "requests.sqlite").is_file()
+
+
+def test_a_geocoder_cache_path_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    # before: cache_path = "~/geo-cache.sqlite" made a folder named "~" in the working directory
+    from geoagent.geohint.geocode_stage import GeocoderSettings, build_geocoder
+    from geoagent.runtime.http import HttpClient
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    settings = GeocoderSettings.from_mapping({"contact": "mailto:a@example.org", "cache_path": "~/geo-cache.sqlite"})
+    geocoder = build_geocoder(HttpClient(), settings)
+    assert geocoder is not None
+    assert (home / "geo-cache.sqlite").is_file() and not (tmp_path / "~").exists()

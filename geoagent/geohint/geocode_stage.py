@@ -62,7 +62,8 @@ class GeocoderSettings:
     language : str
         Search language.
     cache_path : str or None
-        SQLite response cache; default ``<state_dir>/geocode_cache.sqlite`` (no cache without a state dir).
+        SQLite response cache (a leading ``~`` is the home folder); default ``<state_dir>/geocode_cache.sqlite``
+        (no cache without a state dir).
     cache_ttl_s : float or None
         Cache entry lifetime in seconds (None: forever).
     nominatim_max_requests : int or None
@@ -190,7 +191,9 @@ def build_geocoder(
             "geocoder needs a contact (e-mail or URL) for its User-Agent: set [geohint.geocoder] contact "
             "or [campaign] contact"
         )
-    cache_path = settings.cache_path or (str(Path(state_dir) / GEOCODE_CACHE_FILE) if state_dir else None)
+    # a leading "~" is the home folder, as in a shell (taken literally it made a folder named "~" here)
+    cache_path = (os.path.expanduser(settings.cache_path) if settings.cache_path
+                  else str(Path(state_dir) / GEOCODE_CACHE_FILE) if state_dir else None)
     cache = ResponseCache(cache_path, ttl_s=settings.cache_ttl_s) if cache_path else None
     configured = set(configured_hosts)
 
