@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import find_release_dir
 from geoagent.campaigns import register_all_sections
 from geoagent.config import ConfigError, load_config
 
@@ -458,7 +459,7 @@ def test_human_verdicts_that_are_not_utf8_stop_the_crawl_before_any_call(isolate
 
 # --- the judged re-scoring command ---------------------------------------------------------------------
 
-RELEASE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "geocontext"
+RELEASE = find_release_dir()[0]  # $GEOAGENT_RELEASE, else ../shared/reference/geocontext (tests skip without it)
 
 
 @pytest.mark.parametrize("damage", ["missing_columns", "empty", "no_release"])
