@@ -918,3 +918,21 @@ def test_a_geocoder_cache_path_with_a_tilde_is_in_the_home_folder(tmp_path, monk
     geocoder = build_geocoder(HttpClient(), settings)
     assert geocoder is not None
     assert (home / "geo-cache.sqlite").is_file() and not (tmp_path / "~").exists()
+
+
+# --- a verdict given twice in one object ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ['{"answer": "no", "verdict": "yes"}',
+                                  '{"verdict": "yes", "decision": "no", "confidence": 0.9}',
+                                  '```json\n{"decision": false, "verdict": "Yes."}\n```'])
+def test_an_object_whose_verdict_keys_disagree_is_a_parse_failure_not_its_first_key(text):
+    # before: the parser read "verdict", "answer" and "decision" as the same field and took the first it found,
+    # so {"answer": "no", "verdict": "yes"} was scored as a confident yes; its own rule is that an answer stating
+    # both verdicts is a parse failure ({"verdict": "yes", "Verdict": "no"} already was one)
+    from geoagent.geoverify.parse import parse_verdict
+
+    r = parse_verdict(text)
+    assert not r.ok and r.verdict is None and "conflicting" in (r.reason or ""), r
+    assert r.raw == text
+    same = parse_verdict('{"verdict": "yes", "answer": "Yes", "confidence": 0.8}')  # agreeing keys are fine
+    assert same.ok and same.verdict == "yes" and same.confidence == 0.8
