@@ -936,3 +936,14 @@ def test_an_object_whose_verdict_keys_disagree_is_a_parse_failure_not_its_first_
     assert r.raw == text
     same = parse_verdict('{"verdict": "yes", "answer": "Yes", "confidence": 0.8}')  # agreeing keys are fine
     assert same.ok and same.verdict == "yes" and same.confidence == 0.8
+
+
+def test_a_geohint_object_naming_a_field_twice_differently_is_a_parse_failure():
+    # before: {"city": "Paris", "City": "Lyon"} was read as city "Lyon" (the last spelling of the key won) and
+    # geocoded; two objects that disagree were already a failure ("conflicting answers in one response")
+    from geoagent.geohint.parse import parse_answer
+
+    r = parse_answer('{"city": "Paris", "area": "Marais", "City": "Lyon"}')
+    assert not r.ok and r.city is None and "conflicting" in (r.error or ""), r
+    same = parse_answer('{"city": "Paris", "CITY": "paris", "area": "Marais"}')  # the same place twice is fine
+    assert same.ok and same.city in ("Paris", "paris"), same

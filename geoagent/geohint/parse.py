@@ -12,7 +12,8 @@ shared lenient reader (:mod:`geoagent.llmjson`: comments, trailing commas, singl
 literals, ``70%``, an answer cut off inside a string or bracket). The candidate with the most schema keys
 wins, standard JSON before a repaired one on a tie; but when two objects name different places (a
 shared ``city``/``area``/``building`` field differs, case aside: a correction, a second guess, an echoed
-template) the answer is a failure ("conflicting answers"), never the first guess. If nothing parses, ``"key": "value"`` pairs are read
+template), or when one object gives a field twice under keys that differ in case (``"city"`` and ``"City"``)
+with different places, the answer is a failure ("conflicting answers"), never the first (or last) guess. If nothing parses, ``"key": "value"`` pairs are read
 with a regular expression. The raw text is always kept; a failure is recorded, never raised.
 """
 
@@ -180,6 +181,24 @@ def _place_fields(obj: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _key_clash(obj: dict[str, Any]) -> str | None:
+    """The first place field one object gives twice, under keys that differ only in case or spaces, with
+    different values (``{"city": "Paris", "City": "Lyon"}`` -> ``"city: 'paris' vs 'lyon'"``), else None. Read
+    as one field, the last spelling would win without a word."""
+    seen: dict[str, str] = {}
+    for k, v in obj.items():
+        name = str(k).strip().lower()
+        if name not in ("city", "area", "building", "place"):
+            continue
+        t = _text(v)
+        if not t:
+            continue
+        other = seen.setdefault(name, t.casefold())
+        if other != t.casefold():
+            return f"{name}: {other!r} vs {t.casefold()!r}"
+    return None
+
+
 def _clash(places: list[dict[str, str]]) -> str | None:
     """The first field two candidate objects give different values for (``"city: 'a' vs 'b'"``), or None."""
     seen: dict[str, str] = {}
@@ -220,6 +239,10 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         method = "json" if cand.strict else "repaired"
         sc = _score(obj)
         if sc:
+            inner = _key_clash(obj)
+            if inner is not None:  # one object naming two places for one field: never the last spelling
+                ans.error = f"conflicting answers in one response ({inner})"
+                return ans
             places.append(_place_fields(obj))
         if sc and (best is None or sc > best[0] or (sc == best[0] and method == "json" and best[2] != "json")):
             best = (sc, obj, method, cand.truncated)
