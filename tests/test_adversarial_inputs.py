@@ -947,3 +947,14 @@ def test_a_geohint_object_naming_a_field_twice_differently_is_a_parse_failure():
     assert not r.ok and r.city is None and "conflicting" in (r.error or ""), r
     same = parse_answer('{"city": "Paris", "CITY": "paris", "area": "Marais"}')  # the same place twice is fine
     assert same.ok and same.city in ("Paris", "paris"), same
+
+
+def test_geohint_fields_that_are_booleans_are_no_place_names():
+    # before: {"city": false, "area": false, "building": true} parsed "ok" with the place names "False" and "True",
+    # which were sent to the geocoders as places (a model saying "no idea" in JSON booleans)
+    from geoagent.geohint.parse import parse_answer
+
+    r = parse_answer('{"city": false, "area": false, "building": true, "confidence_area": 0}')
+    assert not r.ok and r.city is None and r.area is None and r.building is None, r
+    mixed = parse_answer('{"city": "Paris", "area": true, "building": null}')
+    assert mixed.ok and mixed.city == "Paris" and mixed.area is None

@@ -128,6 +128,16 @@ def _text(v: Any) -> str | None:
     return s or None
 
 
+def _place(v: Any) -> str | None:
+    """A place name (city, area, building, country): :func:`_text`, but true/false name no place (a model's
+    "don't know" in JSON; read as text, "True" and "False" were sent to the geocoders as places)."""
+    if isinstance(v, bool) or (isinstance(v, (list, tuple)) and all(isinstance(x, bool) for x in v) and v):
+        return None
+    if isinstance(v, (list, tuple)):
+        v = [x for x in v if not isinstance(x, bool)]
+    return _text(v)
+
+
 def _conf(v: Any) -> float | None:
     if v is None or isinstance(v, bool):
         return None
@@ -146,10 +156,10 @@ def _conf(v: Any) -> float | None:
 
 def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
     low = {str(k).strip().lower(): v for k, v in obj.items()}
-    ans.city = _text(low.get("city"))
-    ans.area = _text(low.get("area"))
-    ans.building = _text(low.get("building", low.get("place")))
-    ans.country = _text(low.get("country"))
+    ans.city = _place(low.get("city"))
+    ans.area = _place(low.get("area"))
+    ans.building = _place(low.get("building", low.get("place")))
+    ans.country = _place(low.get("country"))
     conf = _conf(low.get("confidence"))
     ans.confidence_area = _conf(low.get("confidence_area", conf))
     ans.confidence_building = _conf(low.get("confidence_building", conf))
@@ -174,7 +184,7 @@ def _place_fields(obj: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, keys in (("city", ("city",)), ("area", ("area",)), ("building", ("building", "place"))):
         for k in keys:
-            t = _text(low.get(k))
+            t = _place(low.get(k))
             if t:
                 out[name] = t.casefold()
                 break
@@ -190,7 +200,7 @@ def _key_clash(obj: dict[str, Any]) -> str | None:
         name = str(k).strip().lower()
         if name not in ("city", "area", "building", "place"):
             continue
-        t = _text(v)
+        t = _place(v)
         if not t:
             continue
         other = seen.setdefault(name, t.casefold())
