@@ -958,3 +958,30 @@ def test_geohint_fields_that_are_booleans_are_no_place_names():
     assert not r.ok and r.city is None and r.area is None and r.building is None, r
     mixed = parse_answer('{"city": "Paris", "area": true, "building": null}')
     assert mixed.ok and mixed.city == "Paris" and mixed.area is None
+
+
+# --- a replay file read with a field name it does not have ----------------------------------------------------------
+
+@pytest.mark.parametrize("key, typo", [("text_field", "rwa")])
+def test_a_replay_field_name_that_no_record_has_is_one_error_at_start(tmp_path, monkeypatch, capsys, key, typo):
+    # before: text_field = "rwa" dead-lettered all 336 requests, each "is a recorded failure: field 'rwa' is
+    # missing or not text" (a usage field that no record has is left alone: 0 tokens, as documented)
+    from geoagent.cli import main
+
+    if not (RELEASE / "verify_raw_sample.jsonl").is_file():
+        pytest.skip("the GeoContext release sample is not beside the project")
+    cfg = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "geocontext_replay.toml").read_text()
+    cfg = cfg.replace('name = "geocontext-replay"', 'name = "adv-replay-field"')
+    cfg = cfg.replace('text_field = "raw" }', 'text_field = "raw", usage_field = "usage" }')
+    assert f'{key} = ' in cfg
+    cfg = cfg.replace('text_field = "raw"', 'text_field = "rwa"') if key == "text_field" else cfg.replace(
+        'usage_field = "usage"', 'usage_field = "usgae"')
+    p = tmp_path / "replay.toml"
+    p.write_text(cfg)
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(RELEASE))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    for cmd in (["run", str(p), "--simulate", "--no-live"], ["run", str(p), "--no-live"]):
+        assert main(cmd) == 2, cmd
+        err = capsys.readouterr().err
+        assert f"replay.{key}" in err and repr(typo) in err and "verify_raw_sample.jsonl" in err, err
