@@ -985,3 +985,61 @@ def test_a_replay_field_name_that_no_record_has_is_one_error_at_start(tmp_path, 
         assert main(cmd) == 2, cmd
         err = capsys.readouterr().err
         assert f"replay.{key}" in err and repr(typo) in err and "verify_raw_sample.jsonl" in err, err
+
+
+class _EchoKeyServer(_RawAnswerServer):
+    """A local OpenAI-compatible fake that answers 200 with the request's bearer key inside the answer text
+    (a debugging proxy that echoes the request, or a gateway's error text delivered as content)."""
+
+    def __init__(self) -> None:  # noqa: D107 - a test helper
+        import asyncio
+        import json
+        import threading
+
+        from aiohttp import web
+
+        from geoagent.sandbox.server import free_port
+
+        self.calls = 0
+        self.port = free_port()
+
+        async def chat(request: web.Request) -> web.Response:
+            await request.read()
+            self.calls += 1
+            key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            body = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": f"debug: you sent {key}"},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
+            return web.Response(body=json.dumps(body).encode(), content_type="application/json")
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        self._loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+
+def test_a_key_echoed_inside_a_200_answer_is_not_stored_or_exported(tmp_path, monkeypatch, capsys):
+    # before: the answer text was stored verbatim in campaign.sqlite and exported to model_responses.csv/.parquet
+    # with the API key in it (error bodies were scrubbed, answers were not)
+    from geoagent.cli import main
+
+    key = "adv-echo-" + "q" * 30
+    monkeypatch.setenv("ADV_ECHO_KEY", key)
+    server = _EchoKeyServer()
+    cfg = tmp_path / "echo.toml"
+    cfg.write_text(GENERIC.format(tmp=tmp_path).replace(
+        'provider = "simulated"\nmodel = "sim-1"',
+        f'provider = "openai"\nmodel = "m-1"\nbase_url = "{server.base_url}"\napi_key_env = "ADV_ECHO_KEY"'))
+    try:
+        assert main(["run", str(cfg), "--no-live"]) == 0
+    finally:
+        server.close()
+    assert server.calls == 4
+    leaks = [p for p in tmp_path.rglob("*") if p.is_file() and p != cfg and key.encode() in p.read_bytes()]
+    assert not leaks, leaks
+    assert key not in capsys.readouterr().out

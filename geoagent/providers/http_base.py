@@ -263,13 +263,30 @@ class HttpProvider(Provider, abc.ABC):
             if clean is not None:
                 raise clean from None
             raise
-        return dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0)
+        return _without_key(dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0), secret)
 
     async def aclose(self) -> None:
         """Close the private HTTP client if this provider opened one (a shared client is left alone)."""
         if self._own_http is not None:
             client, self._own_http = self._own_http, None
             await client.__aexit__(None, None, None)
+
+
+def _without_key(resp: ModelResponse, secret: str) -> ModelResponse:
+    """``resp`` with the API key (and any other key this process has read) masked in its text fields.
+
+    A server that echoes the request (a debugging proxy, a gateway's error text delivered as a 200 answer)
+    would otherwise put the key into the response store, the responses queue and the exports; the answer is
+    kept verbatim otherwise (:func:`geoagent.secrets.redact`: only whole key values are masked).
+    """
+    from geoagent.secrets import MIN_SECRET_LEN, redact
+
+    # a local server's placeholder key ("EMPTY", "local") is too short to mask: it would mangle ordinary words
+    extra = [secret] if len(secret) >= MIN_SECRET_LEN else []
+    fields = {name: redact(value, extra) for name in ("text", "finish_reason", "provider_model")
+              if isinstance(value := getattr(resp, name), str)}
+    changed = {k: v for k, v in fields.items() if v != getattr(resp, k)}
+    return dataclasses.replace(resp, **changed) if changed else resp
 
 
 def as_int(value: Any, what: str, provider: str, raw: bytes) -> int:
