@@ -460,7 +460,10 @@ def check_state_matches_queues(cfg: Any) -> None:
 
     qdir = Path(cfg.queues_root()) / cfg.name
     db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
-    recorded = (read_manifest(cfg.state_dir()) or {}).get("kind")
+    try:
+        recorded = (read_manifest(cfg.state_dir()) or {}).get("kind")
+    except ValueError:  # a damaged manifest: `run` says so when it records the run; `export` needs none
+        recorded = None
     kind = getattr(getattr(cfg, "campaign", None), "kind", None)
     if isinstance(recorded, str) and kind and recorded != kind:
         raise ValueError(

@@ -1043,3 +1043,14 @@ def test_a_key_echoed_inside_a_200_answer_is_not_stored_or_exported(tmp_path, mo
     leaks = [p for p in tmp_path.rglob("*") if p.is_file() and p != cfg and key.encode() in p.read_bytes()]
     assert not leaks, leaks
     assert key not in capsys.readouterr().out
+
+
+def test_export_still_works_with_a_damaged_manifest(ran_campaign, capsys):
+    # the kind check reads the manifest; a damaged one must not keep the stored results from being exported
+    from geoagent.cli import main
+
+    cfg, state, _ = ran_campaign
+    (state / "manifest.json").write_bytes(b"garbage")
+    capsys.readouterr()
+    assert main(["export", str(cfg)]) == 0, capsys.readouterr().err
+    assert (state / "results.parquet").is_file()
