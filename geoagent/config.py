@@ -73,6 +73,47 @@ _CREDENTIAL_PARAMS = {"api_key", "apikey", "key", "access_token", "token", "secr
 _AUTH_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"}
 
 
+def url_problem(url: str, *, example: str, where_key: str) -> str | None:
+    """What is wrong with an endpoint URL of the config, as the tail of ``expected ...``; None when it is fine.
+
+    A URL must be ``http`` or ``https`` with a host, and carry no credentials: no ``user:password@`` and no
+    query parameter named like a key (``key``, ``api_key``, ``token``, ``*_key``, ...) or whose value looks
+    like one (:func:`geoagent.secrets.looks_like_secret`). The config is written to ``manifest.json`` and
+    URLs appear in status lines and error messages, so a key there would be stored and shown verbatim.
+
+    Parameters
+    ----------
+    url : str
+        The configured URL.
+    example : str
+        A valid URL for this key, shown in the message.
+    where_key : str
+        Where the key belongs instead (e.g. ``"put the key in the variable api_key_env names"``).
+
+    Returns
+    -------
+    str or None
+        E.g. ``"a URL without credentials in its query (...)"``; the message never repeats the URL.
+    """
+    if not isinstance(url, str):
+        return f"an http(s) URL such as {example!r}"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"an http(s) URL such as {example!r}"
+    if parts.username or parts.password:
+        return f"a URL without credentials ({where_key})"
+    if parts.query:
+        from urllib.parse import parse_qsl
+
+        from geoagent.secrets import looks_like_secret
+
+        for k, val in parse_qsl(parts.query, keep_blank_values=True):
+            name = k.lower().replace("-", "_")
+            if name in _CREDENTIAL_PARAMS or name.endswith(("_key", "_token", "_secret")) or looks_like_secret(val):
+                return f"a URL without credentials in its query ({where_key})"
+    return None
+
+
 #: provider kinds whose calls are billed by their API (replay and simulated never cost money)
 BILLING_PROVIDERS = ("openai", "anthropic", "gemini")
 #: API variable each billing provider's own API host reads the key from when ``api_key_env`` is not set
@@ -181,9 +222,13 @@ class CampaignSection(_Section):
     @classmethod
     def _safe(cls, v: str) -> str:
         try:
-            return safe_name(v, what="campaign name")
+            name = safe_name(v, what="campaign name")
         except ValueError:
             raise ValueError("a safe file name (letters, digits, _ . -; starting with a letter or digit)") from None
+        if name.lower() == C.IMAGES_DIR:  # lower: a case-insensitive file system (macOS) folds the two together
+            raise ConfigProblem(f"{name!r} is the folder under the state root that holds every crawl's photos "
+                                f"(state/{C.IMAGES_DIR}/<site>/<id>.jpg); give the campaign another name")
+        return name
 
 
 class PathsSection(_Section):
@@ -192,6 +237,14 @@ class PathsSection(_Section):
     queues: str | None = None
     state: str | None = None
     release_dir: str | None = None
+
+    @field_validator("queues", "state", "release_dir")
+    @classmethod
+    def _home(cls, v: str | None) -> str | None:
+        # "~/geo-state" is the home folder, as in a shell: taken literally it made a folder named "~" in the
+        # working directory (which `rm -rf ~` would then "clean up"), while Polars, expanding it, wrote the
+        # exports elsewhere and failed
+        return os.path.expanduser(v) if v else v
 
 
 class BudgetSection(_Section):
@@ -346,21 +399,10 @@ class ModelConfig(_Section):
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         if v is not None:
-            parts = urlsplit(v)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError("an http(s) URL such as 'https://api.openai.com/v1'")
-            if parts.username or parts.password:
-                raise ValueError("a URL without credentials (put the key in the variable api_key_env names)")
-            if parts.query:
-                from urllib.parse import parse_qsl
-
-                from geoagent.secrets import looks_like_secret
-
-                for k, val in parse_qsl(parts.query, keep_blank_values=True):
-                    name = k.lower().replace("-", "_")
-                    if name in _CREDENTIAL_PARAMS or name.endswith(("_key", "_token", "_secret")) or looks_like_secret(val):
-                        raise ValueError("a URL without credentials in its query (put the key in the variable "
-                                         "api_key_env names)")
+            problem = url_problem(v, example="https://api.openai.com/v1",
+                                  where_key="put the key in the variable api_key_env names")
+            if problem:
+                raise ValueError(problem)
         return v
 
     @model_validator(mode="after")
@@ -630,13 +672,16 @@ class CampaignConfig(_Section):
     # -- roots (environment wins, then config, then the default) ---------------------------------
 
     def queues_root(self) -> Path:
-        return Path(os.environ.get(C.ENV_QUEUES_ROOT) or self.paths.queues or C.DEFAULT_QUEUES_ROOT)
+        """``$GEOAGENT_QUEUES``, else ``[paths] queues``, else ``queues``; a leading ``~`` is the home folder."""
+        return Path(os.environ.get(C.ENV_QUEUES_ROOT) or self.paths.queues or C.DEFAULT_QUEUES_ROOT).expanduser()
 
     def state_root(self) -> Path:
-        return Path(os.environ.get(C.ENV_STATE_ROOT) or self.paths.state or C.DEFAULT_STATE_ROOT)
+        """``$GEOAGENT_STATE``, else ``[paths] state``, else ``state``; a leading ``~`` is the home folder."""
+        return Path(os.environ.get(C.ENV_STATE_ROOT) or self.paths.state or C.DEFAULT_STATE_ROOT).expanduser()
 
     def release_dir(self) -> Path:
-        return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR)
+        """``$GEOAGENT_RELEASE``, else ``[paths] release_dir``, else the default; a leading ``~`` is the home folder."""
+        return Path(os.environ.get(C.ENV_RELEASE_DIR) or self.paths.release_dir or C.DEFAULT_RELEASE_DIR).expanduser()
 
     def replay_path(self, model: "ModelConfig | str") -> Path | None:
         """The file the ``replay`` model ``model`` answers from (None for other providers).
@@ -998,8 +1043,38 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       local server, :func:`is_local_host`; no ``base_url`` means the provider's own API) without both
       ``price_*`` keys written: an unset price is $0, so the cap would never count its spend. ``0`` written
       out is accepted (a free tier); local servers keep the default 0.
+    * a ``[geohint] sample_rates`` key that names no ``[[models]]`` entry: a typo would leave the model it
+      meant at its full rate (an expensive model sampled at 1/3 would be asked every request).
+    * a crawl auditor (``[crawl.image_audit]`` / ``[crawl.referenceability]`` ``model``) on a provider other
+      than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
+      with "no provider configured for auditor model ...", naming neither file nor key.
     """
     out: list[str] = []
+    for i, m in enumerate(cfg.models):
+        # the key goes in a header of every request: over plain http to a host that is not local it would cross
+        # the network unencrypted (and a server's redirect to https comes after it was sent)
+        parts = urlsplit(m.effective_base_url or "")
+        if m.paid and m.key_env and parts.scheme == "http" and not is_local_host(parts.hostname):
+            out.append(f"models[{i}].base_url: plain http:// to {parts.hostname}, a host that is not local, would send "
+                       f"the API key ({m.key_env}) unencrypted; use https:// (a server on your own machine or LAN, by "
+                       "address or a dot-less, *.local, *.lan or *.internal name, may use http)")
+    names = [m.name for m in cfg.models]
+    crawl = cfg.tasks.get("crawl") or {}
+    for table in ("image_audit", "referenceability"):
+        sub = crawl.get(table) if isinstance(crawl, Mapping) else None
+        if not isinstance(sub, Mapping):
+            continue
+        model, provider = sub.get("model"), sub.get("provider", "simulated")
+        if isinstance(model, str) and provider != "simulated" and model not in names:
+            out.append(f"crawl.{table}.model: {model!r} is not the name of a [[models]] entry (models: "
+                       f"{', '.join(names) or 'none'}){did_you_mean(model, names)}; a {provider!r} auditor is "
+                       "called through its [[models]] entry")
+    rates = (cfg.tasks.get("geohint") or {}).get("sample_rates")
+    if isinstance(rates, Mapping):
+        for key in rates:
+            if key not in names:
+                out.append(f"geohint.sample_rates: {key!r} is not the name of a [[models]] entry (models: "
+                           f"{', '.join(names) or 'none'}){did_you_mean(key, names)}")
     for i, m in enumerate(cfg.models):
         # an unset price is $0: on a paid host the cap would not count the model's spend at all
         if m.on_paid_host:
@@ -1043,9 +1118,12 @@ def load_config(path: str | os.PathLike[str]) -> CampaignConfig:
     except OSError as exc:
         raise ConfigError(label, [f"cannot read: {exc.strerror}"]) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        # utf-8-sig: a byte-order mark (Windows Notepad's "UTF-8 with BOM") is dropped; TOML itself refuses it
+        # with "Invalid statement (at line 1, column 1)", where nothing visible is wrong
+        data = tomllib.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(label, [f"not UTF-8 text (byte {exc.start})"]) from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(label, [f"not UTF-8 text at line {line} (byte {exc.start}); save the file as UTF-8"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(label, [f"invalid TOML: {exc}"]) from None
     return config_from_dict(data, source=label)

@@ -454,18 +454,36 @@ def missing_keys(cfg: Any, kind: CampaignKind, *, dotenv_path: str | Path | None
 
 
 def check_state_matches_queues(cfg: Any) -> None:
-    """Refuse to run when ``queues/<campaign>/`` holds work but ``state/<campaign>/campaign.sqlite`` is gone.
+    """Refuse to run when ``queues/<campaign>/`` holds work but ``state/<campaign>/campaign.sqlite`` is gone, or
+    when the campaign's folder holds a campaign of another kind.
 
     The queues would report every acknowledged task as done while the stored responses, results and the
     ledger's spend are lost: the run would end "complete" with nothing scored and the cap reset to $0 spent.
+    A file of another ``[campaign] kind`` under a name already used (a config copied from another campaign,
+    its name kept) would enqueue its work into that campaign's queues, spend from its ledger and mix both in
+    its results: refused before anything is written (the manifest records the kind of every run).
 
     Raises
     ------
     ValueError
-        Naming both folders and the two ways out (restore the state, or delete the queues to start over).
+        Naming both folders and the two ways out (restore the state, or delete the queues to start over); or
+        naming the manifest, both kinds and the fix (a new ``[campaign] name``).
     """
+    from geoagent.runtime.manifest import read_manifest
+
     qdir = Path(cfg.queues_root()) / cfg.name
     db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
+    try:
+        recorded = (read_manifest(cfg.state_dir()) or {}).get("kind")
+    except ValueError:  # a damaged manifest: `run` says so when it records the run; `export` needs none
+        recorded = None
+    kind = getattr(getattr(cfg, "campaign", None), "kind", None)
+    if isinstance(recorded, str) and kind and recorded != kind:
+        raise ValueError(
+            f"campaign {cfg.name}: {Path(cfg.state_dir()) / C.MANIFEST_FILE} records a {recorded} campaign under "
+            f"this name, and {getattr(cfg, 'source', 'this file')} is a {kind} campaign; give it its own "
+            "[campaign] name (its queues, spend and results would otherwise mix with the other's)"
+        )
     if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
         raise ValueError(
             f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "

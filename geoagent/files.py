@@ -140,8 +140,43 @@ def append_jsonl(path: str | Path, records: Any, *, fsync: bool = True) -> None:
             os.fsync(f.fileno())
 
 
-def iter_jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def is_torn_record(line: bytes) -> bool:
+    """Whether ``line`` is the beginning of a JSON object cut short, as a crash mid-append leaves it.
+
+    True when the line starts with ``{`` and is not JSON only because its data ends too early (the parser
+    and the UTF-8 decoder both report "unexpected end of data" at its end); text that is wrong before its
+    end (garbage, a hand edit) is not torn.
+    """
+    body = line.rstrip(b"\r\n").strip()
+    if not body.startswith(b"{"):
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:  # cut inside a multi-byte character: look at what precedes it
+        if exc.reason != "unexpected end of data":
+            return False
+        body = body[: exc.start]
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return str(exc).startswith("unexpected end of data")
+    return False
+
+
+def iter_jsonl_objects(path: str | Path, *, skip_torn: bool = False,
+                       torn: list[int] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of the JSONL file ``path`` (numbers from 1).
+
+    Parameters
+    ----------
+    path : path
+        The JSONL file.
+    skip_torn : bool
+        Skip a line that is a record cut short by a crash (:func:`is_torn_record`), last or not: the logs
+        written by :func:`append_jsonl` can hold one, and the next append starts after it on a fresh line.
+        Any other line that is not a JSON object still raises.
+    torn : list of int, optional
+        With ``skip_torn``, the numbers of the lines skipped are appended to it.
 
     Raises
     ------
@@ -157,6 +192,10 @@ def iter_jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]
             try:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
+                if skip_torn and is_torn_record(line):
+                    if torn is not None:
+                        torn.append(lineno)
+                    continue
                 raise ValueError(f"{path}:{lineno}: not JSON ({exc})") from None
             if not isinstance(obj, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")

@@ -22,13 +22,13 @@ _DIGITS = re.compile(r"^[0-9]{1,32}$")
 
 
 def queues_root(configured: str | os.PathLike[str] | None = None) -> Path:
-    """Root folder of the durable queues: config value, else ``$GEOAGENT_QUEUES``, else ``queues/``."""
-    return Path(configured or os.environ.get(C.ENV_QUEUES_ROOT) or C.DEFAULT_QUEUES_ROOT)
+    """Root folder of the durable queues: config value, else ``$GEOAGENT_QUEUES``, else ``queues/`` (``~`` expanded)."""
+    return Path(configured or os.environ.get(C.ENV_QUEUES_ROOT) or C.DEFAULT_QUEUES_ROOT).expanduser()
 
 
 def state_root(configured: str | os.PathLike[str] | None = None) -> Path:
-    """Root folder of campaign state: config value, else ``$GEOAGENT_STATE``, else ``state/``."""
-    return Path(configured or os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT)
+    """Root folder of campaign state: config value, else ``$GEOAGENT_STATE``, else ``state/`` (``~`` expanded)."""
+    return Path(configured or os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT).expanduser()
 
 
 #: the public GeoContext release (code and data; the paper's reproducibility statement)

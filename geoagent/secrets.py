@@ -113,11 +113,26 @@ def dotenv_path_default() -> Path:
 
 
 def read_dotenv(path: str | os.PathLike[str] | None = None) -> dict[str, str]:
-    """Parse a ``.env`` file (python-dotenv syntax) without touching ``os.environ``; {} if it is absent."""
+    """Parse a ``.env`` file (python-dotenv syntax) without touching ``os.environ``; {} if it is absent.
+
+    Raises
+    ------
+    ValueError
+        The file is not UTF-8 text (python-dotenv reads UTF-8): the message names the file and line, never
+        the bytes (the line may hold a key).
+    """
     p = Path(path) if path is not None else dotenv_path_default()
     if not p.is_file():
         return {}
-    return {k: v for k, v in dotenv_values(p).items() if v is not None}
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark (Windows Notepad) would glue onto the first name
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ValueError(f"{p}:{line}: not UTF-8 text; save the file as UTF-8 (the API keys are read from it)") from None
+    from io import StringIO
+
+    return {k: v for k, v in dotenv_values(stream=StringIO(text)).items() if v is not None}
 
 
 def lookup_secret(

@@ -39,8 +39,11 @@ def describe_reason(reason: str | None) -> str:
     delivery) are named as such, e.g. ``"Missing: retries exhausted after 1 attempts: http 500"`` ->
     ``"Missing: retries exhausted after 1 HTTP attempt(s) in the last delivery: http 500"`` and
     ``"RetriesExhausted: 3 attempts to URL failed"`` -> ``"... 3 HTTP attempt(s) to URL failed"``; any other text is
-    returned as is (None -> ``""``). The stored text is never changed."""
-    text = reason or ""
+    returned as is (None -> ``""``), its terminal control characters escaped (:func:`geoagent.textfmt.inert_text`:
+    a reason may quote an API's error body, untrusted text). The stored text is never changed."""
+    from geoagent.textfmt import inert_text
+
+    text = inert_text(reason or "")
     text = _HTTP_RETRIES.sub(r"retries exhausted after \1 HTTP attempt(s) in the last delivery", text)
     return _HTTP_ATTEMPTS_TO.sub(r"\1 HTTP attempt(s) to \2 failed", text)
 

@@ -6,8 +6,22 @@ whole (``1``, not ``1.0``) and otherwise with up to 4 significant digits (``0.33
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+#: C0 control characters other than tab and line feed, DEL and the C1 controls: ESC (0x1b) starts the
+#: terminal's escape sequences (clear the screen, set the window title, OSC 52 writes the clipboard)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert_text(text: str) -> str:
+    """``text`` with every control character that a terminal would act on written as an escape (``\\x1b``).
+
+    For untrusted text shown on a console: an API's error body or a model's answer quoted in a failure
+    reason. Tab and line feed stay; everything else is unchanged, so the text still reads as it was sent.
+    """
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if text else text
 
 
 def value_text(v: Any) -> str:

@@ -49,7 +49,17 @@ class CrawlCampaign(CampaignKind):
         return [(var, "the Mapillary token, [crawl.endpoints] mapillary_token_env")]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
-        return city_messages(_settings(cfg).cities)
+        """The cities to screen. A human-verdict CSV (``[crawl.image_audit] human_verdicts``) that exists is
+        read first: the image auditor reads it after each site's audit calls, so a file it cannot read would
+        dead-letter every site after they were paid for; here it stops the run before any call (exit 2,
+        ``ValueError`` naming the file and line)."""
+        settings = _settings(cfg)
+        hv = settings.image_audit.human_verdicts
+        if hv and Path(hv).is_file():
+            from geoagent.crawl.image_audit import read_human_verdicts
+
+            read_human_verdicts(hv)
+        return city_messages(settings.cities)
 
     def dry_run_outline(self, cfg: Any) -> list[str]:
         """The crawl's budget outline for the dry run (:func:`crawl_budget_outline`)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,24 @@ from geoagent.data.model import Image, ReferencePoint, Site
 from geoagent.files import atomic_open, iter_jsonl_objects
 
 IMAGES_COLUMNS = ("image_id", "site", "lat", "lon", "captured_at", "compass_angle_deg", "path", "usable")
+
+
+log = logging.getLogger(__name__)
+
+
+def _log_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` of one of the crawl's JSONL logs, skipping records a crash cut short.
+
+    The logs are appended with :func:`geoagent.files.append_jsonl`: a crash mid-append can leave a torn
+    record, and the next append starts after it on a fresh line, so a torn line may sit anywhere in the file.
+    It is skipped with a warning naming the file and line (its record was never complete); any other line
+    that is not a JSON object raises ``ValueError`` naming ``path:line``.
+    """
+    torn: list[int] = []
+    yield from iter_jsonl_objects(path, skip_torn=True, torn=torn)
+    if torn:
+        shown = ", ".join(map(str, torn[:10])) + (" ..." if len(torn) > 10 else "")
+        log.warning("%s: skipped %d record(s) cut short by a crash mid-write (line %s)", path, len(torn), shown)
 
 
 def _load(path: Path) -> Any | None:
@@ -285,7 +305,7 @@ def crawl_decisions_frame(path: str | Path) -> Any:
 
     path = Path(path)
     schema = _decision_columns()
-    rows = [_decision_row(rec, f"{path}:{i}") for i, rec in iter_jsonl_objects(path)] if path.is_file() else []
+    rows = [_decision_row(rec, f"{path}:{i}") for i, rec in _log_records(path)] if path.is_file() else []
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
 
@@ -431,7 +451,7 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
         path = state_dir / f"{name}.jsonl"
         if not path.is_file():
             continue
-        rows = [(str(i), row) for i, row in iter_jsonl_objects(path)]
+        rows = [(str(i), row) for i, row in _log_records(path)]
         frames.append((name, _with_declared(rows_to_frame(rows, schemas[name]).drop("key"), schemas[name])))
     frames.append((CRAWL_DECISIONS_TABLE, crawl_decisions_frame(state_dir / C.CRAWL_DECISIONS_FILE)))
     written = []

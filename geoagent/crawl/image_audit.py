@@ -154,17 +154,32 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
     ------
     ValueError
         Naming the file and line for a missing column, a bad image reference, a verdict other than
-        keep/exclude, or the same image twice with different verdicts.
+        keep/exclude, the same image twice with different verdicts, or text that is not UTF-8 (a UTF-8
+        byte-order mark, as Excel's "CSV UTF-8" writes, is fine), or a header that repeats a column.
     """
     path = Path(path)
     out: dict[str, dict[str, str]] = {}
-    with path.open(encoding="utf-8", newline="") as f:
+    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f)
+
+        def not_utf8(values: Any, line: int) -> None:
+            try:
+                "".join(str(v) for v in values if v is not None).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8 (Excel: "
+                                 "'CSV UTF-8')") from None
+
+        not_utf8(reader.fieldnames or [], 1)
+        names = [str(n).strip() for n in reader.fieldnames or []]
+        repeated = sorted({n for n in names if n and names.count(n) > 1})
+        if repeated:  # a row would silently take the last copy's value
+            raise ValueError(f"{path}:1: header repeats column(s) {repeated}; keep one of each")
         for col in ("image", "human_verdict"):
             if col not in (reader.fieldnames or []):
                 raise ValueError(f"{path}: missing column {col!r} (have {reader.fieldnames})")
         for row in reader:
             line = reader.line_num
+            not_utf8(row.values(), line)
             verdict = (row.get("human_verdict") or "").strip().lower()
             if verdict not in HUMAN_VERDICTS:
                 raise ValueError(f"{path}:{line}: human_verdict must be keep or exclude, got {row.get('human_verdict')!r}")

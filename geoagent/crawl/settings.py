@@ -207,6 +207,32 @@ class EndpointSettings(_Section):
     mapillary: str = "https://graph.mapillary.com"
     mapillary_token_env: str = "MAPILLARY_TOKEN"
 
+    @field_validator("overpass", "wdqs", "pageviews", "mapillary", "overpass_mirrors")
+    @classmethod
+    def _plain_urls(cls, v: Any, info: Any) -> Any:
+        """http(s) URLs without credentials (:func:`geoagent.config.url_problem`): the resolved config goes to
+        ``manifest.json`` and URLs into status lines, so a token in one (Mapillary's examples put it in the
+        query, ``?access_token=MLY|...``) would be stored and shown; the message never repeats the URL."""
+        from geoagent.config import url_problem
+
+        where = ("put the token in the variable mapillary_token_env names" if info.field_name == "mapillary"
+                 else "these APIs take no key")
+        for url in (v if isinstance(v, tuple) else (v,)):
+            problem = url_problem(url, example=str(cls.model_fields[info.field_name].default or
+                                                   "https://overpass-api.de/api"), where_key=where)
+            if problem:
+                raise ConfigProblem(f"expected {problem}, got a string")
+        if info.field_name == "mapillary":  # its requests carry the token (Authorization: OAuth MLY|...)
+            from urllib.parse import urlsplit
+
+            from geoagent.config import is_local_host
+
+            parts = urlsplit(v)
+            if parts.scheme == "http" and not is_local_host(parts.hostname):
+                raise ConfigProblem(f"plain http:// to {parts.hostname}, a host that is not local, would send the "
+                                    "Mapillary token unencrypted; use https://")
+        return v
+
 
 def _policy(**kw: Any) -> dict[str, Any]:
     return kw

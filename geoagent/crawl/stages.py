@@ -952,8 +952,8 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
     known: set[str] = set()
     while not stop.is_set():
         try:
-            with open(config_path, "rb") as f:
-                data = tomllib.load(f)
+            with open(config_path, "rb") as f:  # as load_config reads it: a byte-order mark is dropped
+                data = tomllib.loads(f.read().decode("utf-8-sig"))
             settings = load_crawl_settings(data.get("crawl", {}), where=str(config_path))
             for key, payload in city_messages(settings.cities):
                 if key in known:

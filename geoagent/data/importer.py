@@ -226,6 +226,10 @@ def _read_csv(
             report.add(path, 1, "header is not valid UTF-8 text")
             return
         header = [h.strip() for h in header]
+        repeated = sorted({h for h in header if h and header.count(h) > 1})
+        if repeated:  # which copy holds the value is a guess (a row would take the last): refuse the file
+            report.add(path, 1, f"header repeats column(s) {repeated}; keep one of each")
+            return
         missing = [c for c in required if c not in header]
         if missing:
             report.add(path, 1, f"header lacks required column(s) {missing}; have {header}")

@@ -164,15 +164,23 @@ class GeoHintCampaign(CampaignKind):
                 **(images.to_json() if images is not None else {})}
 
     def plan_warnings(self, cfg: Any) -> list[str]:
-        """The plan's image warning (images sent as placeholder pixels), when it has one."""
+        """The plan's warnings: malformed rows of the release import (each one a site, ladder point or trial
+        left out of the plan; the first five in full, ``file:line: reason``), and the image warning (images
+        sent as placeholder pixels), when there are any."""
+        out = []
+        issues = getattr(self, "_import_issues", None) or []
+        if issues:
+            shown = "; ".join(str(i) for i in issues[:5]) + (f"; ... and {len(issues) - 5} more" if len(issues) > 5 else "")
+            out.append(f"release import: {len(issues)} problem(s) (a malformed row is left out of the plan): {shown}")
         w = getattr(self, "_image_warning", None)
-        return [w] if w else []
+        return out + ([w] if w else [])
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         from geoagent.data.store import DataStore
 
         s = settings_of(cfg)
         release = import_release(s.release_dir or cfg.release_dir(), state_root=cfg.state_root())
+        self._import_issues = list(release.report.issues)
         with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
             ds.put_many(release.records())
             ds.set_meta("import_report", release.report.to_json())

@@ -62,7 +62,8 @@ class GeocoderSettings:
     language : str
         Search language.
     cache_path : str or None
-        SQLite response cache; default ``<state_dir>/geocode_cache.sqlite`` (no cache without a state dir).
+        SQLite response cache (a leading ``~`` is the home folder); default ``<state_dir>/geocode_cache.sqlite``
+        (no cache without a state dir).
     cache_ttl_s : float or None
         Cache entry lifetime in seconds (None: forever).
     nominatim_max_requests : int or None
@@ -96,9 +97,55 @@ class GeocoderSettings:
             listed = ", ".join(f"{k!r}{hint(k)}" for k in unknown)
             raise ValueError(f"{where}: unknown key(s) {listed}; expected some of {sorted(names)}")
         s = cls(**dict(raw))
-        if not (isinstance(s.anchor_radius_km, (int, float)) and math.isfinite(s.anchor_radius_km) and s.anchor_radius_km > 0):
-            raise ValueError(f"{where}.anchor_radius_km: expected a positive number of km, got {s.anchor_radius_km!r}")
+        problem = s._problem()
+        if problem:
+            key, expected = problem
+            shown = "a string" if key.endswith("_url") else repr(getattr(s, key))  # a URL may carry a key
+            raise ValueError(f"{where}.{key}: expected {expected}, got {shown}")
         return s
+
+    def _problem(self) -> tuple[str, str] | None:
+        """The first key whose value has the wrong type or range, with what was expected; None when all fit.
+
+        Checked at load, before any model call: a value of the wrong type used to pass the dry run and fail
+        in the geocoder, after the model calls of every answer were paid (e.g. ``language = 3``).
+        """
+        from geoagent.config import url_problem
+
+        def number(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+        def text(v: Any) -> bool:
+            return isinstance(v, str) and bool(v.strip())
+
+        where_key = "this geocoder takes no key: point it at an endpoint that needs none, or at a local proxy"
+        if not text(self.wikidata_url):
+            return "wikidata_url", "an http(s) URL such as 'https://www.wikidata.org/w/api.php'"
+        problem = url_problem(self.wikidata_url, example=WIKIDATA_API_URL, where_key=where_key)
+        if problem:
+            return "wikidata_url", problem
+        if self.nominatim_url is not None and not isinstance(self.nominatim_url, str):
+            return "nominatim_url", f"an http(s) URL such as {NOMINATIM_URL!r}, or \"\" for none"
+        if self.nominatim_url:
+            problem = url_problem(self.nominatim_url, example=NOMINATIM_URL, where_key=where_key)
+            if problem:
+                return "nominatim_url", problem
+        if not number(self.anchor_radius_km):
+            return "anchor_radius_km", "a positive number of km"
+        if not text(self.language):
+            return "language", "a language code such as 'en'"
+        if self.contact is not None and not isinstance(self.contact, str):
+            return "contact", "an e-mail address or URL (text)"
+        if self.cache_path is not None and not text(self.cache_path):
+            return "cache_path", "a file path (text)"
+        if self.cache_ttl_s is not None and not number(self.cache_ttl_s):
+            return "cache_ttl_s", "a positive number of seconds (leave it out: entries never expire)"
+        n = self.nominatim_max_requests
+        if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
+            return "nominatim_max_requests", "an integer >= 0 (0: answers from the cache only)"
+        if not isinstance(self.ref_aliases, bool):
+            return "ref_aliases", "true or false"
+        return None
 
     @classmethod
     def from_config(cls, cfg: Any) -> GeocoderSettings:
@@ -144,7 +191,9 @@ def build_geocoder(
             "geocoder needs a contact (e-mail or URL) for its User-Agent: set [geohint.geocoder] contact "
             "or [campaign] contact"
         )
-    cache_path = settings.cache_path or (str(Path(state_dir) / GEOCODE_CACHE_FILE) if state_dir else None)
+    # a leading "~" is the home folder, as in a shell (taken literally it made a folder named "~" here)
+    cache_path = (os.path.expanduser(settings.cache_path) if settings.cache_path
+                  else str(Path(state_dir) / GEOCODE_CACHE_FILE) if state_dir else None)
     cache = ResponseCache(cache_path, ttl_s=settings.cache_ttl_s) if cache_path else None
     configured = set(configured_hosts)
 

@@ -127,7 +127,11 @@ def iter_judged(
     # bytes that are not UTF-8 are read as surrogate escapes so they cost only their row (reported)
     with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        names = list(reader.fieldnames or [])
+        repeated = sorted({n for n in names if n and names.count(n) > 1})
+        if repeated:  # a row would silently take the last copy's value
+            raise ValueError(f"{path}:1: header repeats column(s) {repeated}; keep one of each")
+        missing = [c for c in REQUIRED if c not in names]
         if missing:
             raise ValueError(f"{path}: missing column(s) {missing}")
         unknown_refs: set[tuple[str, str]] = set()
@@ -281,7 +285,21 @@ def replicate_report(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S] [--echo-rule RULE]
-    [--p-reference normal|t] [--regime-threshold F]``."""
+    [--p-reference normal|t] [--regime-threshold F]``.
+
+    Returns 0, or 2 after one ``error:`` line on stderr (naming the file) when the release folder or its
+    judged-answers file cannot be used: missing, without the required columns, empty.
+    """
+    import sys
+
+    try:
+        return _main(argv)
+    except (FileNotFoundError, ValueError) as exc:  # a bad input is one line naming the file, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     import argparse
 
     from geoagent.report.geohint import print_report

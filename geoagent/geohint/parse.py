@@ -12,7 +12,8 @@ shared lenient reader (:mod:`geoagent.llmjson`: comments, trailing commas, singl
 literals, ``70%``, an answer cut off inside a string or bracket). The candidate with the most schema keys
 wins, standard JSON before a repaired one on a tie; but when two objects name different places (a
 shared ``city``/``area``/``building`` field differs, case aside: a correction, a second guess, an echoed
-template) the answer is a failure ("conflicting answers"), never the first guess. If nothing parses, ``"key": "value"`` pairs are read
+template), or when one object gives a field twice under keys that differ in case (``"city"`` and ``"City"``)
+with different places, the answer is a failure ("conflicting answers"), never the first (or last) guess. If nothing parses, ``"key": "value"`` pairs are read
 with a regular expression. The raw text is always kept; a failure is recorded, never raised.
 """
 
@@ -127,6 +128,16 @@ def _text(v: Any) -> str | None:
     return s or None
 
 
+def _place(v: Any) -> str | None:
+    """A place name (city, area, building, country): :func:`_text`, but true/false name no place (a model's
+    "don't know" in JSON; read as text, "True" and "False" were sent to the geocoders as places)."""
+    if isinstance(v, bool) or (isinstance(v, (list, tuple)) and all(isinstance(x, bool) for x in v) and v):
+        return None
+    if isinstance(v, (list, tuple)):
+        v = [x for x in v if not isinstance(x, bool)]
+    return _text(v)
+
+
 def _conf(v: Any) -> float | None:
     if v is None or isinstance(v, bool):
         return None
@@ -145,10 +156,10 @@ def _conf(v: Any) -> float | None:
 
 def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
     low = {str(k).strip().lower(): v for k, v in obj.items()}
-    ans.city = _text(low.get("city"))
-    ans.area = _text(low.get("area"))
-    ans.building = _text(low.get("building", low.get("place")))
-    ans.country = _text(low.get("country"))
+    ans.city = _place(low.get("city"))
+    ans.area = _place(low.get("area"))
+    ans.building = _place(low.get("building", low.get("place")))
+    ans.country = _place(low.get("country"))
     conf = _conf(low.get("confidence"))
     ans.confidence_area = _conf(low.get("confidence_area", conf))
     ans.confidence_building = _conf(low.get("confidence_building", conf))
@@ -173,11 +184,29 @@ def _place_fields(obj: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, keys in (("city", ("city",)), ("area", ("area",)), ("building", ("building", "place"))):
         for k in keys:
-            t = _text(low.get(k))
+            t = _place(low.get(k))
             if t:
                 out[name] = t.casefold()
                 break
     return out
+
+
+def _key_clash(obj: dict[str, Any]) -> str | None:
+    """The first place field one object gives twice, under keys that differ only in case or spaces, with
+    different values (``{"city": "Paris", "City": "Lyon"}`` -> ``"city: 'paris' vs 'lyon'"``), else None. Read
+    as one field, the last spelling would win without a word."""
+    seen: dict[str, str] = {}
+    for k, v in obj.items():
+        name = str(k).strip().lower()
+        if name not in ("city", "area", "building", "place"):
+            continue
+        t = _place(v)
+        if not t:
+            continue
+        other = seen.setdefault(name, t.casefold())
+        if other != t.casefold():
+            return f"{name}: {other!r} vs {t.casefold()!r}"
+    return None
 
 
 def _clash(places: list[dict[str, str]]) -> str | None:
@@ -220,6 +249,10 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         method = "json" if cand.strict else "repaired"
         sc = _score(obj)
         if sc:
+            inner = _key_clash(obj)
+            if inner is not None:  # one object naming two places for one field: never the last spelling
+                ans.error = f"conflicting answers in one response ({inner})"
+                return ans
             places.append(_place_fields(obj))
         if sc and (best is None or sc > best[0] or (sc == best[0] and method == "json" and best[2] != "json")):
             best = (sc, obj, method, cand.truncated)

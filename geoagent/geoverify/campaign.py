@@ -198,9 +198,15 @@ class GeoVerifyCampaign(CampaignKind):
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         plan = getattr(self, "_plan", None)
         if plan is not None:
+            issues = plan.import_report.issues
             lines.append(f"  release import: {sum(plan.import_report.imported.values())} rows, "
-                         f"{len(plan.import_report.issues)} malformed (details: table meta, key 'import_report', "
-                         f"in {data_db_path(cfg.name, cfg.state_root())})")
+                         f"{len(issues)} malformed (details: table meta, key 'import_report', "
+                         f"in {data_db_path(cfg.name, cfg.state_root())})" + (":" if issues else ""))
+            # the first few in full (file:line: reason), so a file refused whole (a repeated or missing header
+            # column) is seen in the summary, not only in the data store
+            lines += [f"    {issue}" for issue in issues[:5]]
+            if len(issues) > 5:
+                lines.append(f"    ... and {len(issues) - 5} more")
             if plan.duplicate_notes:
                 n_dup = len(plan.duplicate_notes)
                 lines.append(f"  trials skipped: {n_dup} repeat an earlier trial's model request (same image shown, "

@@ -171,7 +171,8 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     (2) read each ``{`` in turn with the lenient reader until one yields an object with a verdict key;
     (3) otherwise a regex for ``verdict: yes|no`` anywhere; (4) otherwise a bare leading ``Yes``/``No`` that
     stands alone (end of text, line break or ``.!,;:)`` after it, so not "No doubt ..." or "no-entry ...")
-    and is not contradicted by the opposite word standing alone later ("No, but ... yes." fails).
+    and is not contradicted by the opposite word standing alone later ("No, but ... yes." fails). An object
+    whose verdict keys disagree (``{"answer": "no", "verdict": "yes"}``) fails the same way.
     Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
     [0, 1] becomes None (rule ``confidence_invalid``).
     """
@@ -213,6 +214,9 @@ def _parse(raw: str | None) -> ParsedVerdict:
             verdict = _norm_verdict(v, rules)
             if verdict is None:
                 return ParsedVerdict(False, None, None, (), f"verdict is not yes/no: {v!r}", tuple(sorted(rules)), text)
+            if _keys_disagree(obj, verdict):  # {"answer": "no", "verdict": "yes"}: never the first key's guess
+                return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
+                                     tuple(sorted(rules)), text)
             if _conflicting(text, verdict):  # e.g. {"verdict": "yes"} ... "I meant" {"verdict": "no"}
                 return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
                                      tuple(sorted(rules)), text)
@@ -237,6 +241,15 @@ def _parse(raw: str | None) -> ParsedVerdict:
     if _RX_BARE_WORD.match(text):
         best_reason = "leading yes/no is not a standalone verdict (part of a phrase)"
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
+
+
+def _keys_disagree(obj: dict[str, Any], verdict: str) -> bool:
+    """Whether another verdict key of the same object (``verdict``, ``answer``, ``decision``, any case) states
+    the opposite verdict; a value that is no yes/no at all is not counted (``"answer": "a church"``)."""
+    for k, v in obj.items():
+        if str(k).strip().lower() in _VERDICT_KEYS and _norm_verdict(v, set()) not in (None, verdict):
+            return True
+    return False
 
 
 def _conflicting(text: str, verdict: str) -> bool:

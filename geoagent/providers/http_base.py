@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import base64
 import dataclasses
+import re
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -73,6 +74,50 @@ def _scrub_exception(exc: BaseException, secret: str) -> BaseException | None:
     clone.args = tuple(a.replace(secret, _MASK) if isinstance(a, str) else a for a in exc.args)
     return clone
 
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean_text(value: Any) -> Any:
+    """``value`` with every lone UTF-16 surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_clean_text(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean_text(k): _clean_text(v) for k, v in value.items()}
+    return value
+
+
+def lenient_json(body: bytes) -> Any:
+    """Parse a JSON body that orjson refused only for its text encoding; None when it is not JSON at all.
+
+    Two kinds of body are JSON in every other respect and carry a model's answer that was generated and
+    billed: a string with a lone UTF-16 surrogate escape (``"\\ud83d"``: an emoji cut in half, e.g. at
+    the output-token limit, by a server whose encoder escapes non-ASCII) and bytes that are not UTF-8 (a
+    server sending Latin-1). Refusing them made the call an unusable 2xx body of unknown outcome, so each
+    redelivery paid a new call and the answer was never stored. Here invalid bytes and lone surrogates
+    become U+FFFD (the Unicode replacement character, as a UTF-8 decoder writes), every other character is
+    kept, and the answer is stored like any other (the stored text cannot hold a lone surrogate: SQLite and
+    the exports write UTF-8).
+
+    Parameters
+    ----------
+    body : bytes
+        The 2xx response body.
+
+    Returns
+    -------
+    object or None
+        The decoded JSON value, its strings cleaned; None when the body is not JSON even so.
+    """
+    import json
+
+    try:
+        return _clean_text(json.loads(body.decode("utf-8", errors="replace")))
+    except (ValueError, RecursionError):
+        return None
 
 class HttpProvider(Provider, abc.ABC):
     """Base of the providers that call a remote (or local fake) HTTP API."""
@@ -160,7 +205,9 @@ class HttpProvider(Provider, abc.ABC):
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            raise MalformedResponse(self.kind, f"body is not JSON ({exc})", body_excerpt(body)) from None
+            data = lenient_json(body)
+            if data is None:
+                raise MalformedResponse(self.kind, f"body is not JSON ({exc})", body_excerpt(body)) from None
         return self.parse(request, data, body)
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
@@ -216,13 +263,30 @@ class HttpProvider(Provider, abc.ABC):
             if clean is not None:
                 raise clean from None
             raise
-        return dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0)
+        return _without_key(dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0), secret)
 
     async def aclose(self) -> None:
         """Close the private HTTP client if this provider opened one (a shared client is left alone)."""
         if self._own_http is not None:
             client, self._own_http = self._own_http, None
             await client.__aexit__(None, None, None)
+
+
+def _without_key(resp: ModelResponse, secret: str) -> ModelResponse:
+    """``resp`` with the API key (and any other key this process has read) masked in its text fields.
+
+    A server that echoes the request (a debugging proxy, a gateway's error text delivered as a 200 answer)
+    would otherwise put the key into the response store, the responses queue and the exports; the answer is
+    kept verbatim otherwise (:func:`geoagent.secrets.redact`: only whole key values are masked).
+    """
+    from geoagent.secrets import MIN_SECRET_LEN, redact
+
+    # a local server's placeholder key ("EMPTY", "local") is too short to mask: it would mangle ordinary words
+    extra = [secret] if len(secret) >= MIN_SECRET_LEN else []
+    fields = {name: redact(value, extra) for name in ("text", "finish_reason", "provider_model")
+              if isinstance(value := getattr(resp, name), str)}
+    changed = {k: v for k, v in fields.items() if v != getattr(resp, k)}
+    return dataclasses.replace(resp, **changed) if changed else resp
 
 
 def as_int(value: Any, what: str, provider: str, raw: bytes) -> int:

@@ -61,6 +61,8 @@ class ReplayIndex:
         self._loc: dict[str, tuple[int, int, bool]] = {}  # key -> (offset, length, is_error)
         self.n_lines = 0
         self.n_duplicates = 0
+        #: every field name some record of the file has (to check a configured field name at start)
+        self.fields: set[str] = set()
         self._build()
 
     def record_key(self, rec: dict[str, Any]) -> str:
@@ -84,6 +86,7 @@ class ReplayIndex:
                     if missing:
                         raise ValueError(f"{self.path}:{lineno}: record lacks key field(s) {missing}")
                     key = self.record_key(rec)
+                    self.fields.update(rec)
                     is_error = bool(rec.get(self.error_field))
                     old = self._loc.get(key)
                     if old is not None:
@@ -144,7 +147,14 @@ class ReplayProvider(Provider):
             state = f"holds no {self.path.name}" if where.is_dir() else "does not exist"
             raise FileNotFoundError(f"replay file for {entry} not found: {self.path} (the folder "
                                     f"{shown} {state}); set replay.path of its [[models]] entry")
-        _ = self.index
+        index = self.index
+        # a text field that no record has is a typo in the config: one error now, not every request
+        # dead-lettered as "a recorded failure: field ... is missing" (the usage field may be absent: 0 tokens)
+        name = model_cfg.replay_text_field
+        if name and len(index) and name not in index.fields:
+            shown = ", ".join(repr(f) for f in sorted(index.fields)[:30])
+            raise ValueError(f"replay file {self.path}: no record has the field {name!r} (replay.text_field of model "
+                             f"{model_cfg.model!r}); its records have {shown}")
 
     def __repr__(self) -> str:
         return f"ReplayProvider(model={self.settings.model!r}, path={str(self.path)!r})"

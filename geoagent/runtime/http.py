@@ -61,7 +61,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
 from geoagent.runtime.stage import Abandoned
 
@@ -341,6 +341,20 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
             out.add(str(v))
     out |= {quote_plus(s) for s in out} | {quote(s, safe="") for s in out}  # as they appear inside URLs
     return sorted((s for s in out if len(s) >= 4), key=len, reverse=True)
+
+
+def _has_secret_header(headers: Mapping[str, str] | None) -> bool:
+    """Whether ``headers`` carry a credential (a name matching :data:`SECRET_HEADER_RE` with a value)."""
+    return any(SECRET_HEADER_RE.search(k) and v for k, v in (headers or {}).items())
+
+
+def _redirect_refusal(location: str | None, url: str, secrets: list[str]) -> str:
+    """Why a 3xx answer to a request carrying a credential was not followed, naming where it pointed (its
+    scheme, host and port only: the rest of the address may carry anything)."""
+    target = urlsplit(urljoin(url, location or ""))
+    where = f"{target.scheme}://{target.netloc.rpartition('@')[2]}" if location and target.netloc else "no Location"
+    return _scrub(f"redirect to {where} not followed: the request carries an API key, which must not go to another "
+                  "address; point the URL (base_url) at the address the server redirects to", secrets)
 
 
 class _BodyTooLarge(Exception):
@@ -1181,6 +1195,9 @@ class HttpClient:
             t0 = time.monotonic()
             failure: BaseException | None = None  # raised below, outside the except block, so no
             # aiohttp exception (which may carry request headers) is chained as __context__
+            # a request that carries a credential header is never redirected automatically: aiohttp drops only
+            # Authorization on a redirect to another host and would send x-api-key / x-goog-api-key there
+            follow = not _has_secret_header(headers)
             try:
                 async with self._session.request(
                     method,
@@ -1188,6 +1205,7 @@ class HttpClient:
                     params=params,
                     data=data,
                     headers=headers,
+                    allow_redirects=follow,
                     # connect: DNS, TCP and TLS of a new connection (a failure there sends nothing)
                     timeout=aiohttp.ClientTimeout(total=pol.timeout_s, connect=pol.connect_timeout_applied_s),
                     trace_request_ctx=ctx,
@@ -1236,6 +1254,9 @@ class HttpClient:
             raise _Retryable("body too large", f"http {status}: {body}")
 
         resp = HttpResponse(status=status, headers=resp_headers, body=body, url=shown_url, elapsed_s=elapsed)
+        if 300 <= status < 400 and not follow:
+            host.count_error(f"http {status}")
+            raise PermanentHTTPError(status, shown_url, _redirect_refusal(resp_headers.get("Location"), url, secrets))
         if status < 400:
             if validate is not None:
                 invalid = None

@@ -90,12 +90,26 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def read_manifest(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The manifest of the campaign whose state folder is ``state_dir``, or None if there is none yet."""
+    """The manifest of the campaign whose state folder is ``state_dir``, or None if there is none yet.
+
+    Raises
+    ------
+    ValueError
+        The file is not a JSON object with a ``runs`` list (damaged, or hand-edited): the message names the
+        file, and nothing is written to it (a run would otherwise replace the history it holds).
+    """
     path = Path(state_dir) / C.MANIFEST_FILE
     try:
-        return orjson.loads(path.read_bytes())
+        data = orjson.loads(path.read_bytes())
     except FileNotFoundError:
         return None
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{path}: the campaign's manifest is not valid JSON ({exc}); restore it from a backup "
+                         "or move it aside (a new one is started, without the history of earlier runs)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs", []), list):
+        raise ValueError(f"{path}: the campaign's manifest is not a JSON object with a 'runs' list; restore it "
+                         "from a backup or move it aside (a new one is started, without the earlier runs)")
+    return data
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

@@ -144,7 +144,7 @@ from geoagent.runtime.queue import (
     WorkQueue,
     check_refunds,
 )
-from geoagent.runtime.sqlite_wal import enable_wal, is_busy
+from geoagent.runtime.sqlite_wal import DatabaseFileError, damaged_file_error, enable_wal, is_busy
 
 __all__ = ["SQLiteQueue", "queue_path", "read_counts", "SCHEMA_VERSION"]
 
@@ -197,6 +197,12 @@ _DEAD_SQL = (
 _EXTEND_SQL = "UPDATE tasks SET not_before = ? WHERE id = ? AND lease_id = ? AND state = 1"
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _NOTHING = object()
+
+
+class QueueFileError(QueueError, DatabaseFileError):
+    """A queue file that is not a SQLite database, or a damaged one: a :class:`QueueError` for the queue's
+    callers and a :class:`~geoagent.runtime.sqlite_wal.DatabaseFileError` (``ValueError``) for the CLI, which
+    prints it as one line naming the file (exit 2). Nothing was written to the file."""
 
 
 class _Busy(Exception):
@@ -397,8 +403,12 @@ class SQLiteQueue(WorkQueue):
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, DatabaseFileError) as exc:
             conn.close()
+            # not a database, malformed: one clear line naming the file (the CLI prints it, exit 2)
+            damaged = exc if isinstance(exc, DatabaseFileError) else damaged_file_error(None, exc, self.path)
+            if damaged is not None:
+                raise QueueFileError(f"queue {self.name!r}: cannot open it as a queue: {damaged}") from None
             raise QueueError(f"queue {self.name!r}: cannot open {self.path} as a queue: {exc}") from exc
         except BaseException:
             conn.close()

@@ -13,6 +13,46 @@ import sqlite3
 import time
 
 
+class DatabaseFileError(ValueError):
+    """A file where this project keeps a SQLite database is not one, or is damaged (``SQLITE_NOTADB``,
+    ``SQLITE_CORRUPT``). The message names the file; nothing was written to it. A ``ValueError``: the CLI
+    prints it as one ``error:`` line (exit 2) instead of a traceback."""
+
+
+#: SQLite primary result codes that mean "this file is not a (sound) database"
+_DAMAGED_CODES = (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
+
+
+def damaged_file_error(conn: sqlite3.Connection | None, exc: sqlite3.DatabaseError,
+                       path: object = None) -> DatabaseFileError | None:
+    """A :class:`DatabaseFileError` naming the file when ``exc`` says the file is not a sound SQLite database
+    (not a database, malformed), else None (busy, locked, a permission problem: the caller's own error).
+
+    Parameters
+    ----------
+    conn : sqlite3.Connection or None
+        The connection that raised (its main file is looked up when ``path`` is not given).
+    exc : sqlite3.DatabaseError
+        The error SQLite raised.
+    path : path-like, optional
+        The file, when the caller knows it.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    damaged = (code & 0xFF in _DAMAGED_CODES) if code is not None else (
+        "not a database" in str(exc) or "malformed" in str(exc))
+    if not damaged:
+        return None
+    if path is None and conn is not None:
+        try:
+            path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), None)
+        except sqlite3.Error:
+            path = None
+    return DatabaseFileError(
+        f"{path or 'a SQLite file'}: cannot be read as a SQLite database ({exc}): the file is damaged or is not "
+        "one of geoagent's; nothing was written to it. Restore it from a backup, or move it aside to have it "
+        "made anew (a queue file then loses its tasks' states, campaign.sqlite its stored answers and ledger)")
+
+
 def is_busy(exc: sqlite3.OperationalError) -> bool:
     """Whether ``exc`` is SQLite's ``SQLITE_BUSY`` ("database is locked"), by error code when available."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -41,8 +81,10 @@ def enable_wal(conn: sqlite3.Connection, *, timeout_s: float, retry_s: float = 0
 
     Raises
     ------
+    DatabaseFileError
+        The file is not a SQLite database or is damaged (the message names it; nothing was written).
     sqlite3.OperationalError
-        Any error other than busy, or busy for longer than ``timeout_s``.
+        Any other error than busy, or busy for longer than ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -52,3 +94,8 @@ def enable_wal(conn: sqlite3.Connection, *, timeout_s: float, retry_s: float = 0
             if not is_busy(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(retry_s)
+        except sqlite3.DatabaseError as exc:  # not a database, malformed: name the file instead of a traceback
+            damaged = damaged_file_error(conn, exc)
+            if damaged is None:
+                raise
+            raise damaged from None

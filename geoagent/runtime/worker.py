@@ -339,10 +339,12 @@ def _count(n: int, noun: str) -> str:
 
 def _reason(exc: BaseException) -> str:
     """The error text stored for a task (queue nack / dead-letter reason, the stage's last errors): known API key
-    values scrubbed (:func:`geoagent.secrets.redact`; the log filter covers only log lines), at most 500 chars."""
+    values scrubbed (:func:`geoagent.secrets.redact`; the log filter covers only log lines), terminal control
+    characters escaped (:func:`geoagent.textfmt.inert_text`: it may quote an API's error body), at most 500 chars."""
     from geoagent.secrets import redact
+    from geoagent.textfmt import inert_text
 
-    text = redact(exception_text(exc))  # "TimeoutError (no message)", never a bare "TimeoutError: "
+    text = inert_text(redact(exception_text(exc)))  # "TimeoutError (no message)", never a bare "TimeoutError: "
     return text if len(text) <= 500 else text[:497] + "..."
 
 
