@@ -620,17 +620,27 @@ def test_a_judged_answers_file_with_a_repeated_column_is_refused(tmp_path, capsy
     assert "answers_judged_sample.csv:1: header repeats column(s) ['error_km']" in capsys.readouterr().err
 
 
-def test_the_run_summary_shows_the_release_import_problems_themselves(tmp_path, monkeypatch, capsys):
-    # before: "release import: 3611 rows, 110 malformed (details: table meta, key 'import_report', in
-    # .../data.sqlite)": a sites.csv refused whole was only visible by reading the data store
+def _release_copy(tmp_path: Path, monkeypatch, needs: str) -> Path:
+    """A copy of the release beside the project in ``tmp_path/rel`` (skips when ``needs``, a file or folder of it,
+    is absent), with GEOAGENT_RELEASE pointing at it and the data roots under ``tmp_path``."""
     import shutil
 
-    from geoagent.cli import main
-
-    if not (RELEASE / "verify_raw_sample.jsonl").is_file():
+    if not (RELEASE / needs).exists():
         pytest.skip("the GeoContext release sample is not beside the project")
     rel = tmp_path / "rel"
     shutil.copytree(RELEASE, rel)
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(rel))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    return rel
+
+
+def test_the_run_summary_shows_the_release_import_problems_themselves(tmp_path, monkeypatch, capsys):
+    # before: "release import: 3611 rows, 110 malformed (details: table meta, key 'import_report', in
+    # .../data.sqlite)": a sites.csv refused whole was only visible by reading the data store
+    from geoagent.cli import main
+
+    rel = _release_copy(tmp_path, monkeypatch, "verify_raw_sample.jsonl")
     lines = (rel / "sites.csv").read_text(encoding="utf-8").splitlines()
     (rel / "sites.csv").write_text("\n".join([lines[0] + ",lat"] + [x + ",0.0" for x in lines[1:]]) + "\n",
                                    encoding="utf-8")
@@ -639,9 +649,6 @@ def test_the_run_summary_shows_the_release_import_problems_themselves(tmp_path, 
     p = tmp_path / "replay.toml"
     p.write_text(cfg + f'\n[paths]\nqueues = "{tmp_path}/queues"\nstate = "{tmp_path}/state"\n'
                  if "[paths]" not in cfg else cfg)
-    monkeypatch.setenv("GEOAGENT_RELEASE", str(rel))
-    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
-    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
     assert main(["run", str(p), "--no-live"]) == 0
     out = capsys.readouterr().out
     assert f"{rel / 'sites.csv'}:1: header repeats column(s) ['lat']" in out, out
@@ -650,14 +657,9 @@ def test_the_run_summary_shows_the_release_import_problems_themselves(tmp_path, 
 def test_a_geohint_plan_warns_about_malformed_release_rows(tmp_path, monkeypatch, capsys):
     # before: a GeoHint campaign stored the import report in its data store and said nothing: a sites.csv row
     # with a bad latitude dropped the site and its requests (6264 planned instead of 6319) without a word
-    import shutil
-
     from geoagent.cli import main
 
-    if not (RELEASE / "ladders").is_dir():
-        pytest.skip("the GeoContext release sample is not beside the project")
-    rel = tmp_path / "rel"
-    shutil.copytree(RELEASE, rel)
+    rel = _release_copy(tmp_path, monkeypatch, "ladders")
     lines = (rel / "sites.csv").read_text(encoding="utf-8").splitlines()
     col = lines[0].split(",").index("lat")
     row = lines[1].split(",")
@@ -671,9 +673,6 @@ def test_a_geohint_plan_warns_about_malformed_release_rows(tmp_path, monkeypatch
     cfg = cfg.replace("http://nominatim.sandbox.invalid", "http://127.0.0.1:9")
     p = tmp_path / "gh.toml"
     p.write_text(cfg)
-    monkeypatch.setenv("GEOAGENT_RELEASE", str(rel))
-    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
-    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
     assert main(["run", str(p), "--simulate", "--no-live"]) == 0
     out = capsys.readouterr().out
     assert "release import: 2 problem(s)" in out, out  # the row, and its site's ladder now without a site
