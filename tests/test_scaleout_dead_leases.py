@@ -1,0 +1,104 @@
+"""Scale-out: after a SIGKILL of one process of a campaign, the next run redelivers exactly that process's leases
+at once, even while another process of the campaign is alive (walkthrough 2, item 1).
+
+Before: a restarted process expired dead leases only when it was alone (it could take ``run.lock``
+exclusively); with another process alive the killed one's leases waited out the visibility timeout (300 s by
+default). Now every lease id names its process (:func:`geoagent.runtime.sqlite_queue.lease_owner`) and each
+running process holds ``state/<campaign>/leases/<owner>.lock``: a lock that can be taken belongs to a dead
+process, so its leases can be expired early; a live process's leases never are.
+
+Real processes: two holders of a campaign run lock, each leasing one task; one is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from geoagent import constants as C
+from geoagent.config import load_config
+from geoagent.engine import campaign_run_lock
+from geoagent.files import append_jsonl
+from geoagent.runtime.sqlite_queue import SQLiteQueue
+from geoagent.status import campaign_status, format_status
+from tests._model_harness import generic_campaign, model_table
+from tests.test_status_scaleout import _record, _stage
+
+REPO = Path(__file__).resolve().parents[1]
+
+_HOLDER = """
+import sys, time
+from geoagent.config import load_config
+from geoagent.engine import campaign_run_lock
+from geoagent.runtime.sqlite_queue import SQLiteQueue
+cfg = load_config(sys.argv[1])
+with campaign_run_lock(cfg):
+    q = SQLiteQueue.open(cfg.queues_root(), cfg.name, "requests", **cfg.queue_options())
+    print(q.lease_sync(1)[0].key, flush=True)
+    time.sleep(120)
+"""
+
+
+def _holder(cfgp: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(cfgp)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    key = proc.stdout.readline().strip()
+    assert key, "holder did not lease"
+    return proc, key
+
+
+def test_a_restart_redelivers_a_killed_process_leases_at_once_while_another_process_lives(tmp_path):
+    cfgp = generic_campaign(tmp_path, name="dl", n=3, models=model_table())
+    cfg = load_config(cfgp)
+    q = SQLiteQueue.open(cfg.queues_root(), cfg.name, "requests", **cfg.queue_options())
+    q.put_many_sync([(f"t{i}", {"i": i}) for i in range(3)])
+    q.close_sync()
+    killed, killed_key = _holder(cfgp)
+    live, live_key = _holder(cfgp)
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(10)
+        now = time.time()
+        append_jsonl(Path(cfg.state_dir()) / C.PROGRESS_FILE,
+                     [_record(killed.pid, "run-k", [_stage("model_caller", 1, 1.0)], now - 1.0, 5.0),
+                      _record(live.pid, "run-l", [_stage("model_caller", 1, 1.0)], now - 0.5, 5.0)], fsync=False)
+
+        def killed_line() -> str:
+            text = format_status(campaign_status(cfg))
+            m = re.search(rf"^    pid {killed.pid} .*$", text, re.M)
+            assert m, text
+            return m.group(0)
+
+        before = killed_line()
+        assert "stopped without its final record" in before, before
+        assert ("its leased tasks return to their queue when the next run of the campaign starts (any process), or "
+                "when their visibility timeout ([queue] visibility_timeout_s, 300 s by default, from each lease) ends, "
+                "whichever comes first") in before, before
+        with campaign_run_lock(cfg) as alone:
+            assert alone is False  # the live holder still runs the campaign
+            q = SQLiteQueue.open(cfg.queues_root(), cfg.name, "requests", **cfg.queue_options())
+            try:
+                got = sorted(t.key for t in q.lease_sync(3, visibility_timeout_s=60))
+            finally:
+                q.close_sync()
+        # the killed process's task comes back at once; the live one's stays leased (never expired early)
+        assert killed_key in got and live_key not in got, (got, killed_key, live_key)
+        assert len(got) == 2, got
+        owners = sorted(p.name for p in (Path(cfg.state_dir()) / "leases").iterdir())
+        assert len(owners) == 1, owners  # the dead owner's file was removed; the live one's stays
+        after = killed_line()  # the restart (now ended) handed them back: status no longer says they will return
+        assert "its leased tasks were handed back to their queue when a later run started" in after, after
+    finally:
+        live.kill()
+        live.wait(10)
+
+
+def test_a_dry_run_lock_takes_no_owner_file(tmp_path):
+    """A dry run is read-only: no ``leases/`` owner file, no recovery."""
+    cfg = load_config(generic_campaign(tmp_path, name="dr", n=1, models=model_table()))
+    with campaign_run_lock(cfg, simulate=True):
+        assert not (Path(cfg.state_dir()) / "leases").exists()
