@@ -52,8 +52,14 @@ class CrawlCampaign(CampaignKind):
         return city_messages(_settings(cfg).cities)
 
     def dry_run_outline(self, cfg: Any) -> list[str]:
-        """The crawl's budget outline for the dry run (:func:`crawl_budget_outline`)."""
-        return crawl_budget_outline(cfg, _settings(cfg))
+        """The crawl's budget outline for the dry run (:func:`crawl_budget_outline`), and a warning when the
+        configured cities cannot give swapped-image control trials (all on one continent:
+        :func:`geoagent.geoverify.trials.one_continent_note`)."""
+        from geoagent.geoverify.trials import one_continent_note
+
+        settings = _settings(cfg)
+        note = one_continent_note(c.continent for c in settings.cities) if settings.cities else None
+        return crawl_budget_outline(cfg, settings) + ([f"  warning: {note}"] if note else [])
 
     def empty_plan_reason(self, cfg: Any) -> str:
         return (f"0 cities planned from {getattr(cfg, 'source', cfg.name)}: [[crawl.cities]] is empty (add cities, "
@@ -300,8 +306,28 @@ def _write_trials(cfg: Any, svc: Any) -> str:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
+    warning = _no_mismatch_warning(svc.state_dir, build)
     return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
-            f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"")
+            f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"" + (f"; warning: {warning}" if warning else ""))
+
+
+def _no_mismatch_warning(state_dir: Path, build: Any) -> str | None:
+    """Why the trials just built hold no swapped-image control (``ctrl_mismatch``) although control arms were
+    drawn (``build``: :class:`geoagent.geoverify.trials.BuildReport`), or None when they hold some: the sites'
+    continents (``sites.csv``) are one or none (:func:`geoagent.geoverify.trials.one_continent_note`), else no
+    usable image of another continent was left to show."""
+    import csv
+
+    from geoagent.data.model import ARM_MISMATCH
+    from geoagent.geoverify.trials import one_continent_note
+
+    if any(arm == ARM_MISMATCH and n for (arm, _b), n in build.counts.items()) or not build.images_without_mismatch:
+        return None
+    with open(Path(state_dir) / "sites.csv", newline="", encoding="utf-8") as f:
+        note = one_continent_note(r.get("continent") for r in csv.DictReader(f))
+    return note or ("no swapped-image control trials (ctrl_mismatch) were built: no usable image of another "
+                    "continent than each claim's site was left to show; a GeoVerify campaign over these trials "
+                    "reads out 'swapped-image control not run'")
 
 
 #: per-city candidate count the dry run prices the referenceability audit at, as an example (the real count is
