@@ -140,7 +140,8 @@ class CrawlCampaign(CampaignKind):
             lines.append(f"  {api:>10}: {st['requests']} requests, {st['retries']} retries, error rate {st['error_rate']:.1%}"
                          + (f"; {answers}" if answers else ""))
         lines.append("  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
-                     + image_counts_line(image_counts(svc.state_dir, svc.images_root)))
+                     + image_counts_line(image_counts(svc.state_dir, svc.images_root),
+                                         downloaded=svc.downloads_this_run))
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
@@ -199,17 +200,23 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     return out
 
 
-def image_counts_line(c: dict[str, Any]) -> str:
-    """The summary's image line from :func:`image_counts`: ``images kept: 32 of 46 downloaded (14 rejected
-    after download: 11 too dark (brightness filter), 3 near-duplicates; 33 skipped before download: ...);
-    audit: 26 usable, 6 excluded``."""
+def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
+    """The summary's image line from :func:`image_counts`: ``images kept: 32 of 45 examined (13 rejected
+    after download: 10 too dark (brightness filter), 3 near-duplicates; 33 skipped before download: ...);
+    thumbnails downloaded by this run: 0 (the other 45 read from disk: ...); audit: 26 usable, 6 excluded``.
+
+    "Examined": thumbnails whose pixels the selection looked at (kept + rejected after download), whoever
+    downloaded them (this run, an earlier run, or another crawl whose selection with the same settings this
+    one reused). ``downloaded``: thumbnails this process downloaded (``CrawlServices.downloads_this_run``);
+    None leaves that part out."""
     order = [name for _, name, _ in _REJECTION_KINDS]
 
     def parts(d: dict[str, int]) -> str:
         return ", ".join(f"{d[k]} {k}" for k in sorted(d, key=lambda k: order.index(k) if k in order else len(order)))
 
     rejected, skipped = sum(c["rejected"].values()), sum(c["skipped"].values())
-    line = f"images kept: {c['kept']} of {c['kept'] + rejected} downloaded"
+    examined = c['kept'] + rejected
+    line = f"images kept: {c['kept']} of {examined} examined"
     why = []
     if rejected:
         why.append(f"{rejected} rejected after download: {parts(c['rejected'])}")
@@ -217,6 +224,11 @@ def image_counts_line(c: dict[str, Any]) -> str:
         why.append(f"{skipped} skipped before download: {parts(c['skipped'])}")
     if why:
         line += " (" + "; ".join(why) + ")"
+    if downloaded is not None:
+        line += f"; thumbnails downloaded by this run: {downloaded}"
+        if downloaded < examined:
+            line += (f" (the other {examined - downloaded} read from disk: fetched by an earlier run, or by another "
+                     "crawl whose selection with the same [crawl.fetcher] settings was reused)")
     line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable)"
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"
