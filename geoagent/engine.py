@@ -243,14 +243,17 @@ class Outcome:
         return sum(c.dead for c in self.counts.values())
 
     def interim_note(self) -> str | None:
-        """A sentence for reports written when the run stopped with work pending, else None; it names each
-        model's answered / planned calls and warns about models whose statistics are not comparable
-        (:meth:`coverage_warnings`)."""
+        """A sentence for reports written when the run stopped with work pending, else None; it counts the answers
+        received but not parsed yet (:meth:`unparsed_line`), names each model's answered / planned calls and warns
+        about models whose statistics are not comparable (:meth:`coverage_warnings`)."""
         pending = sum(c.ready + c.leased for c in self.counts.values())
         if self.status == "complete" or not pending:
             return None
         note = (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
                 "cover only what was answered so far (re-run the same command to finish)")
+        unparsed = self.unparsed_line()
+        if unparsed:  # answers already received (and paid) that are in no table yet
+            note += ". " + unparsed.strip()[0].upper() + unparsed.strip()[1:]
         if self.planned_by_model:
             note += f". Answered per model: {self.coverage_text()}"
             warnings = self.coverage_warnings()
@@ -286,6 +289,18 @@ class Outcome:
                 out.append(f"{name} has far fewer answers ({got} of {planned} planned, {share:.0%}, against "
                            f"{best:.0%} for {best_name}): its statistics are not comparable with the other models'")
         return out
+
+    def unparsed_line(self) -> str | None:
+        """``  N model answers received (paid where the model charges) but not parsed yet: left queued by the
+        interrupt; re-run the same command to parse them (no new model call)`` when a stop (interrupt, budget
+        stop) left answers on the ``responses`` edge (ready or leased) and this process runs the parser; None
+        otherwise (a ``--stages`` process without the parser leaves them to the parser's process)."""
+        left_by = {"interrupted": "the interrupt", "budget exhausted": "the budget stop"}.get(self.status)
+        n = self.remaining(C.EDGE_RESPONSES)
+        if not left_by or not n or (self.own_stages and C.STAGE_PARSER not in self.own_stages):
+            return None
+        return (f"  {n} model answer{'s' if n != 1 else ''} received (paid where the model charges) but not parsed "
+                f"yet: left queued by {left_by}; re-run the same command to parse them (no new model call)")
 
     def remaining(self, edge: str = C.EDGE_REQUESTS) -> int:
         c = self.counts.get(edge)
@@ -362,6 +377,9 @@ class Outcome:
                          "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
+        unparsed = self.unparsed_line()
+        if unparsed:
+            lines.append(unparsed)
         if self.planned_by_model and self.status not in ("complete", "dry run") and self.remaining():
             when = "before the cap" if self.status == "budget exhausted" else "so far"
             lines.append(f"  answered {when}, per model (stored answers / planned calls): {self.coverage_text()}")
