@@ -102,3 +102,73 @@ def test_a_dry_run_lock_takes_no_owner_file(tmp_path):
     cfg = load_config(generic_campaign(tmp_path, name="dr", n=1, models=model_table()))
     with campaign_run_lock(cfg, simulate=True):
         assert not (Path(cfg.state_dir()) / "leases").exists()
+
+
+def _leased_by(cfg, owner: str) -> int:
+    import sqlite3
+
+    db = Path(cfg.queues_root()) / cfg.name / "requests.sqlite"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+        return conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 1 AND lease_id LIKE ?",
+                            (f"%.{owner}-%",)).fetchone()[0]
+
+
+def test_end_to_end_restarted_model_caller_takes_the_killed_ones_work_at_once(tmp_path):
+    """Two ``run.py run --stages model_caller`` processes (default visibility timeout: 300 s); one is SIGKILLed
+    with calls on the wire and restarted while the other still runs. The restart redelivers the killed one's
+    leases at once, so both callers end (drained) within a minute, not after the 300 s timeout."""
+    from geoagent.sandbox.server import free_port, wait_ready
+
+    key = "sk-" "dead-leases-e2e"
+    port = free_port("127.0.0.1")
+    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
+                               "--latency-ms", "1500", "--api-key", key], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs: list[subprocess.Popen] = []
+
+    def caller() -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", "--stages",
+                              "model_caller"], cwd=REPO, env={"DL_KEY": key, "PATH": "/usr/bin:/bin"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        return p
+
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base)
+        cfgp = generic_campaign(tmp_path, name="dle", n=24, cap_usd=1.0,
+                                models=model_table(base_url=base, key_var="DL_KEY", concurrency=4, timeout_s=30.0))
+        cfg = load_config(cfgp)
+        first, doomed = caller(), caller()
+        owners = Path(cfg.state_dir()) / "leases"
+        deadline = time.monotonic() + 60
+        doomed_owner = None
+        while doomed_owner is None or not _leased_by(cfg, doomed_owner):
+            assert time.monotonic() < deadline, "the second caller took no lease in 60 s"
+            assert first.poll() is None and doomed.poll() is None
+            files = {p.read_text().strip(): p.name[:-len(".lock")] for p in owners.glob("*.lock")} if owners.is_dir() else {}
+            doomed_owner = files.get(str(doomed.pid))
+            time.sleep(0.05)
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        assert _leased_by(cfg, doomed_owner) > 0
+        t0 = time.monotonic()
+        again = caller()
+        out, err = again.communicate(timeout=90)
+        assert again.returncode == 0, err[-2000:]
+        out1, err1 = first.communicate(timeout=90)
+        assert first.returncode == 0, err1[-2000:]
+        assert time.monotonic() - t0 < 60, "the killed caller's work waited for its visibility timeout"
+        assert _leased_by(cfg, doomed_owner) == 0
+        assert "redelivered now" in err or "redelivered now" in out, (out, err[-2000:])
+        from geoagent.status import campaign_status
+
+        req = campaign_status(cfg)["queues"]["requests"]
+        assert (req.done, req.ready, req.leased, req.dead) == (24, 0, 0, 0), req
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        server.kill()
+        server.wait(10)
