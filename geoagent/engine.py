@@ -557,6 +557,9 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
 
 
 OWNERS_DIR = "leases"
+#: a temporary owner file younger than this (s) is left alone by the scan: its process may be between
+#: creating and locking it
+STALE_OWNER_TMP_S = 60.0
 _OWNER_LOCKS: dict[str, list[Any]] = {}  # resolved state folder -> [open locked file, runs holding it, pid]
 
 
@@ -573,12 +576,18 @@ def _hold_owner_lock(state_dir: Path) -> None:
     folder = Path(state_dir) / OWNERS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     me = lease_owner()
-    tmp = folder / f".{me}.{os.urandom(4).hex()}.tmp"
-    fh = open(tmp, "a+b")
-    fcntl.flock(fh, fcntl.LOCK_EX)  # a fresh file: nobody else can hold it
-    fh.write(str(os.getpid()).encode())  # for status: which process's leases wait for the next run
-    fh.flush()
-    os.replace(tmp, folder / f"{me}.lock")  # appears locked: no other process can find it free while we live
+    while True:
+        tmp = folder / f".{me}.{os.urandom(4).hex()}.tmp"
+        fh = open(tmp, "a+b")
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a fresh file: nobody else holds it (a scanner leaves fresh ones alone)
+        fh.write(str(os.getpid()).encode())  # for status: which process's leases wait for the next run
+        fh.flush()
+        try:
+            os.replace(tmp, folder / f"{me}.lock")  # appears locked: no other process finds it free while we live
+        except FileNotFoundError:  # a scanner took it for a dead one's between open and flock: make another
+            fh.close()
+            continue
+        break
     _OWNER_LOCKS[key] = [fh, 1, os.getpid()]
 
 
@@ -613,6 +622,12 @@ def _dead_owners(state_dir: Path, held: contextlib.ExitStack) -> list[tuple[str,
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
         if path.name == me or not (path.name.endswith(".lock") or path.name.endswith(".tmp")):
             continue
+        if path.name.endswith(".tmp"):
+            try:
+                if time.time() - path.stat().st_mtime < STALE_OWNER_TMP_S:
+                    continue  # maybe a process making its owner file right now (locked only after open)
+            except FileNotFoundError:
+                continue
         try:
             fh = open(path, "rb")
         except FileNotFoundError:
