@@ -10,6 +10,7 @@ arm. The sandbox crawl (``geoagent/configs/crawl_sandbox.toml``) with Mirror Bay
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 from geoagent.cli import main
@@ -46,6 +47,10 @@ def test_one_continent_crawl_warns_in_dry_run_hand_off_and_geoverify_dry_run(iso
         arms = [r["arm"] for r in csv.DictReader(f)]
     assert "main" in arms and "ctrl_noimage" in arms and "ctrl_mismatch" not in arms
     assert f"GeoVerify trials: {crawl_dir / 'verify_trials.csv'}" in out and f"; warning: {WHY}" in out, out
+    summary = json.loads((crawl_dir / "report" / "crawl_summary.json").read_text(encoding="utf-8"))
+    assert summary["verify_trials"]["written"] and summary["verify_trials"]["warning"].startswith(WHY)
+    assert main(["status", str(cfg)]) == 0
+    assert f"verify_trials.csv warning: {WHY}" in " ".join(capsys.readouterr().out.split())
 
     gv = isolated_roots / "gv.toml"
     gv.write_text(f"""

@@ -115,13 +115,17 @@ class CrawlCampaign(CampaignKind):
 
     def status_lines(self, cfg: Any) -> list[str]:
         """For ``run.py status``: why the crawl's folder has no ``verify_trials.csv`` when its last hand-off
-        (the end of a run, or an idle drain under ``--watch``) did not write one, from
-        ``report/crawl_summary.json``'s ``verify_trials`` (``[]`` when it was written or there is no summary)."""
+        (the end of a run, or an idle drain under ``--watch``) did not write one, or the hand-off's warning about
+        the one it wrote (no swapped-image control: :func:`_no_mismatch_warning`), from
+        ``report/crawl_summary.json``'s ``verify_trials`` (``[]`` when it was written without a warning or there
+        is no summary)."""
         path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
         try:
             vt = orjson.loads(path.read_bytes()).get("verify_trials") if path.is_file() else None
         except (OSError, orjson.JSONDecodeError, AttributeError):
             return []
+        if isinstance(vt, dict) and vt.get("written") and vt.get("warning"):
+            return [f"  verify_trials.csv warning: {vt['warning']}"]
         if not isinstance(vt, dict) or vt.get("written") is not False:
             return []
         line = f"  verify_trials.csv not written: {vt.get('reason') or 'the crawl is not complete'}"
@@ -258,7 +262,8 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
     status (interrupted, budget exhausted, a refused token) leaves the file as it is: a re-run resumes.
 
     Returns ``{"written": bool, "note": summary line, "reason": why not written or None, "stale": the stale
-    file's name when one was moved aside or is there, else None}``."""
+    file's name when one was moved aside or is there, else None}`` (and, when written, ``"warning"``: the
+    note's warning about the trials, e.g. no swapped-image control, or None)."""
     import os
 
     folder = Path(svc.state_dir)
@@ -268,7 +273,8 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
         written = current.is_file() and not note.startswith("no GeoVerify trials written")
         if written and stale.is_file():
             stale.unlink()
-        return {"written": written, "note": note, "reason": None if written else note, "stale": None}
+        return {"written": written, "note": note, "reason": None if written else note, "stale": None,
+                "warning": note.partition("; warning: ")[2] or None}
     if status != "incomplete":
         return {"written": False, "note": None, "stale": None,
                 "reason": f"the run ended {status}; verify_trials.csv left as it was (re-run to resume)"}
@@ -290,15 +296,17 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
     """Write ``report/crawl_summary.json`` atomically: ``status`` (as the run would end now), ``watching`` (True
     when written at an idle hand-off of a ``--watch`` run that goes on, False at the end of a run),
     ``written_at`` (Unix time, s), ``verify_trials`` (``written``, ``reason`` when not, ``stale``: see
-    :func:`_handoff_trials`), ``api`` (per-API request and error counts), ``files`` (the CSV files of the
-    crawl's folder, relative to it) and ``images_root``. Returns its path."""
+    :func:`_handoff_trials`; ``warning``: what the written trials lack, e.g. no swapped-image control),
+    ``api`` (per-API request and error counts), ``files`` (the CSV files of the crawl's folder, relative to
+    it) and ``images_root``. Returns its path."""
     import time
 
     from geoagent.files import atomic_write_bytes
 
     out = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
     files = sorted(str(p.relative_to(svc.state_dir)) for p in svc.state_dir.glob("**/*.csv"))
-    vt = {"written": bool(trials.get("written")), "reason": trials.get("reason"), "stale": trials.get("stale")}
+    vt = {"written": bool(trials.get("written")), "reason": trials.get("reason"), "stale": trials.get("stale"),
+          "warning": trials.get("warning")}
     return atomic_write_bytes(out, orjson.dumps(
         {"status": status, "watching": watching, "written_at": round(time.time(), 3), "verify_trials": vt,
          "api": svc.api_stats(), "files": files, "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
