@@ -115,9 +115,11 @@ def _leased_by(cfg, owner: str) -> int:
 
 def test_end_to_end_restarted_model_caller_takes_the_killed_ones_work_at_once(tmp_path):
     """Two ``run.py run --stages model_caller`` processes (default visibility timeout: 300 s); one is SIGKILLed
-    with calls on the wire and restarted while the other still runs. The restart redelivers the killed one's
-    leases at once, so both callers end (drained) within a minute, not after the 300 s timeout."""
+    with calls on the wire and restarted while the other (``--watch``: alive throughout) still runs. The restart
+    redelivers the killed one's leases at once, so it ends drained within a minute, not after the 300 s
+    timeout; the other ends ``complete`` on Ctrl-C."""
     from geoagent.sandbox.server import free_port, wait_ready
+    from geoagent.status import campaign_status
 
     key = "sk-" "dead-leases-e2e"
     port = free_port("127.0.0.1")
@@ -126,12 +128,17 @@ def test_end_to_end_restarted_model_caller_takes_the_killed_ones_work_at_once(tm
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     procs: list[subprocess.Popen] = []
 
-    def caller() -> subprocess.Popen:
+    def caller(*extra: str) -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live", "--stages",
-                              "model_caller"], cwd=REPO, env={"DL_KEY": key, "PATH": "/usr/bin:/bin"},
+                              "model_caller", *extra], cwd=REPO, env={"DL_KEY": key, "PATH": "/usr/bin:/bin"},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(p)
         return p
+
+    def owner_of(proc: subprocess.Popen) -> str | None:
+        owners = Path(cfg.state_dir()) / "leases"
+        files = {f.read_text().strip(): f.name[:-len(".lock")] for f in owners.glob("*.lock")} if owners.is_dir() else {}
+        return files.get(str(proc.pid))
 
     try:
         base = f"http://127.0.0.1:{port}"
@@ -139,15 +146,14 @@ def test_end_to_end_restarted_model_caller_takes_the_killed_ones_work_at_once(tm
         cfgp = generic_campaign(tmp_path, name="dle", n=24, cap_usd=1.0,
                                 models=model_table(base_url=base, key_var="DL_KEY", concurrency=4, timeout_s=30.0))
         cfg = load_config(cfgp)
-        first, doomed = caller(), caller()
-        owners = Path(cfg.state_dir()) / "leases"
+        doomed = caller()
         deadline = time.monotonic() + 60
-        doomed_owner = None
-        while doomed_owner is None or not _leased_by(cfg, doomed_owner):
-            assert time.monotonic() < deadline, "the second caller took no lease in 60 s"
-            assert first.poll() is None and doomed.poll() is None
-            files = {p.read_text().strip(): p.name[:-len(".lock")] for p in owners.glob("*.lock")} if owners.is_dir() else {}
-            doomed_owner = files.get(str(doomed.pid))
+        while (doomed_owner := owner_of(doomed)) is None or not _leased_by(cfg, doomed_owner):
+            assert time.monotonic() < deadline and doomed.poll() is None, "the caller took no lease in 60 s"
+            time.sleep(0.05)
+        other = caller("--watch")  # stays alive (watching) until stopped: the restart is never alone
+        while owner_of(other) is None:
+            assert time.monotonic() < deadline and other.poll() is None, "the second caller did not start"
             time.sleep(0.05)
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(10)
@@ -156,15 +162,15 @@ def test_end_to_end_restarted_model_caller_takes_the_killed_ones_work_at_once(tm
         again = caller()
         out, err = again.communicate(timeout=90)
         assert again.returncode == 0, err[-2000:]
-        out1, err1 = first.communicate(timeout=90)
-        assert first.returncode == 0, err1[-2000:]
         assert time.monotonic() - t0 < 60, "the killed caller's work waited for its visibility timeout"
+        assert other.poll() is None  # alive all along
         assert _leased_by(cfg, doomed_owner) == 0
         assert "redelivered now" in err or "redelivered now" in out, (out, err[-2000:])
-        from geoagent.status import campaign_status
-
         req = campaign_status(cfg)["queues"]["requests"]
         assert (req.done, req.ready, req.leased, req.dead) == (24, 0, 0, 0), req
+        other.send_signal(signal.SIGINT)
+        _, err2 = other.communicate(timeout=60)
+        assert other.returncode == 0, err2[-2000:]
     finally:
         for p in procs:
             if p.poll() is None:
