@@ -243,14 +243,17 @@ class Outcome:
         return sum(c.dead for c in self.counts.values())
 
     def interim_note(self) -> str | None:
-        """A sentence for reports written when the run stopped with work pending, else None; it names each
-        model's answered / planned calls and warns about models whose statistics are not comparable
-        (:meth:`coverage_warnings`)."""
+        """A sentence for reports written when the run stopped with work pending, else None; it counts the answers
+        received but not parsed yet (:meth:`unparsed_line`), names each model's answered / planned calls and warns
+        about models whose statistics are not comparable (:meth:`coverage_warnings`)."""
         pending = sum(c.ready + c.leased for c in self.counts.values())
         if self.status == "complete" or not pending:
             return None
         note = (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
                 "cover only what was answered so far (re-run the same command to finish)")
+        unparsed = self.unparsed_line()
+        if unparsed:  # answers already received (and paid) that are in no table yet
+            note += ". " + unparsed.strip()[0].upper() + unparsed.strip()[1:]
         if self.planned_by_model:
             note += f". Answered per model: {self.coverage_text()}"
             warnings = self.coverage_warnings()
@@ -286,6 +289,18 @@ class Outcome:
                 out.append(f"{name} has far fewer answers ({got} of {planned} planned, {share:.0%}, against "
                            f"{best:.0%} for {best_name}): its statistics are not comparable with the other models'")
         return out
+
+    def unparsed_line(self) -> str | None:
+        """``  N model answers received (paid where the model charges) but not parsed yet: left queued by the
+        interrupt; re-run the same command to parse them (no new model call)`` when a stop (interrupt, budget
+        stop) left answers on the ``responses`` edge (ready or leased) and this process runs the parser; None
+        otherwise (a ``--stages`` process without the parser leaves them to the parser's process)."""
+        left_by = {"interrupted": "the interrupt", "budget exhausted": "the budget stop"}.get(self.status)
+        n = self.remaining(C.EDGE_RESPONSES)
+        if not left_by or not n or (self.own_stages and C.STAGE_PARSER not in self.own_stages):
+            return None
+        return (f"  {n} model answer{'s' if n != 1 else ''} received (paid where the model charges) but not parsed "
+                f"yet: left queued by {left_by}; re-run the same command to parse them (no new model call)")
 
     def remaining(self, edge: str = C.EDGE_REQUESTS) -> int:
         c = self.counts.get(edge)
@@ -362,6 +377,9 @@ class Outcome:
                          "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
+        unparsed = self.unparsed_line()
+        if unparsed:
+            lines.append(unparsed)
         if self.planned_by_model and self.status not in ("complete", "dry run") and self.remaining():
             when = "before the cap" if self.status == "budget exhausted" else "so far"
             lines.append(f"  answered {when}, per model (stored answers / planned calls): {self.coverage_text()}")
@@ -493,7 +511,8 @@ def check_state_matches_queues(cfg: Any) -> None:
 
 
 @contextlib.contextmanager
-def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None) -> Iterator[bool]:
+def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, owner: bool = False,
+             when_dead: Callable[[list[str]], Any] | None = None) -> Iterator[bool]:
     """Hold ``state/<campaign>/run.lock`` (shared) for a run; yield True when no other process ran it.
 
     Every process of a campaign (scale-out with ``--stages`` included) holds the lock shared. A process that
@@ -502,6 +521,14 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None) -> It
     (other processes of the campaign wait for their shared lock meanwhile, so none can lease yet): that is
     where the caller expires those leases, instead of waiting out the visibility timeout. ``flock`` locks
     die with their process.
+
+    ``owner``: also hold ``state/<campaign>/leases/<owner>.lock`` exclusively for the run, ``<owner>`` being
+    this process's :func:`~geoagent.runtime.sqlite_queue.lease_owner` id (embedded in every lease id it takes;
+    the file appears already locked: made under a temporary name, locked, then renamed). Then every owner file
+    of another process that can be locked now belongs to a process that died (a live one holds its lock from
+    before its first lease to after its last): ``when_dead`` gets those owner ids (also when other processes of
+    the campaign are alive) to expire exactly their leases, and the dead owners' files are removed. A file of
+    this process stays while any of its runs of the campaign is on (counted per folder).
     """
     import fcntl
 
@@ -526,13 +553,141 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None) -> It
             if alone and when_alone is not None:
                 when_alone()
             fcntl.flock(fh, fcntl.LOCK_SH)
+            if owner:
+                _hold_owner_lock(state_dir)
             try:
+                if owner:
+                    with contextlib.ExitStack() as held:
+                        dead = _dead_owners(state_dir, held)  # their locks held until the files are gone
+                        if dead and not alone and when_dead is not None:  # alone: when_alone expired them all
+                            when_dead(sorted({o for o, _ in dead if o}))
+                        for _, path in dead:
+                            with contextlib.suppress(FileNotFoundError):
+                                path.unlink()
                 yield alone
             finally:
+                if owner:
+                    _release_owner_lock(state_dir)
                 fcntl.flock(fh, fcntl.LOCK_UN)
             return
         finally:
             fh.close()
+
+
+OWNERS_DIR = "leases"
+#: a temporary owner file younger than this (s) is left alone by the scan: its process may be between
+#: creating and locking it
+STALE_OWNER_TMP_S = 60.0
+_OWNER_LOCKS: dict[str, list[Any]] = {}  # resolved state folder -> [open locked file, runs holding it, pid]
+
+
+def _hold_owner_lock(state_dir: Path) -> None:
+    """Hold ``<state_dir>/leases/<lease_owner>.lock`` exclusively (see :func:`run_lock`); counted per folder."""
+    import fcntl
+
+    from geoagent.runtime.sqlite_queue import lease_owner
+
+    key = str(Path(state_dir).resolve())
+    if key in _OWNER_LOCKS and _OWNER_LOCKS[key][2] == os.getpid():  # another run of it in this process
+        _OWNER_LOCKS[key][1] += 1
+        return
+    folder = Path(state_dir) / OWNERS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    me = lease_owner()
+    while True:
+        tmp = folder / f".{me}.{os.urandom(4).hex()}.tmp"
+        fh = open(tmp, "a+b")
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a fresh file: nobody else holds it (a scanner leaves fresh ones alone)
+        fh.write(str(os.getpid()).encode())  # for status: which process's leases wait for the next run
+        fh.flush()
+        try:
+            os.replace(tmp, folder / f"{me}.lock")  # appears locked: no other process finds it free while we live
+        except FileNotFoundError:  # a scanner took it for a dead one's between open and flock: make another
+            fh.close()
+            continue
+        break
+    _OWNER_LOCKS[key] = [fh, 1, os.getpid()]
+
+
+def _release_owner_lock(state_dir: Path) -> None:
+    """Undo one :func:`_hold_owner_lock`; the last one removes the file and lets the lock go."""
+    from geoagent.runtime.sqlite_queue import lease_owner
+
+    key = str(Path(state_dir).resolve())
+    entry = _OWNER_LOCKS.get(key)
+    if entry is None or entry[2] != os.getpid():
+        return
+    entry[1] -= 1
+    if entry[1] > 0:
+        return
+    del _OWNER_LOCKS[key]
+    with contextlib.suppress(FileNotFoundError):
+        (Path(state_dir) / OWNERS_DIR / f"{lease_owner()}.lock").unlink()  # unlinked while still locked
+    entry[0].close()
+
+
+def _dead_owners(state_dir: Path, held: contextlib.ExitStack) -> list[tuple[str, Path]]:
+    """The owner files in ``<state_dir>/leases/`` that can be locked now (their process died): (owner id or
+    ``""`` for a temporary file left by a process killed while making it, path). Their locks stay held (closed
+    by ``held``) so the caller can expire the owners' leases and remove the files first."""
+    import fcntl
+
+    from geoagent.runtime.sqlite_queue import lease_owner
+
+    folder = Path(state_dir) / OWNERS_DIR
+    me = f"{lease_owner()}.lock"
+    out: list[tuple[str, Path]] = []
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if path.name == me or not (path.name.endswith(".lock") or path.name.endswith(".tmp")):
+            continue
+        if path.name.endswith(".tmp"):
+            try:
+                if time.time() - path.stat().st_mtime < STALE_OWNER_TMP_S:
+                    continue  # maybe a process making its owner file right now (locked only after open)
+            except FileNotFoundError:
+                continue
+        try:
+            fh = open(path, "rb")
+        except FileNotFoundError:
+            continue  # its process ended meanwhile and removed it
+        held.callback(fh.close)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # alive
+        if not _same_file(fh, path):
+            continue  # removed (and maybe remade) meanwhile
+        stem = path.name[:-len(".lock")] if path.name.endswith(".lock") else ""
+        out.append((stem if stem and all(c in "0123456789abcdef" for c in stem) else "", path))
+    return out
+
+
+def dead_owner_pids(state_dir: Path) -> set[int] | None:
+    """The pids of the campaign's processes that died holding an owner file (``state/<campaign>/leases/``, see
+    :func:`run_lock`): their leases have not been handed back early by a later run yet. None when the campaign
+    has no ``leases/`` folder (it never ran with this version). Read-only: each lock is tried without waiting
+    and let go at once."""
+    import fcntl
+
+    folder = Path(state_dir) / OWNERS_DIR
+    if not folder.is_dir():
+        return None
+    out: set[int] = set()
+    for path in sorted(folder.glob("*.lock")):
+        try:
+            fh = open(path, "rb")
+        except FileNotFoundError:
+            continue
+        with fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # alive
+            text = fh.read(32).decode("ascii", "replace").strip()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        if text.isdigit():
+            out.add(int(text))
+    return out
 
 
 def run_lock_held(state_dir: Path) -> bool | None:
@@ -567,8 +722,13 @@ def _same_file(fh: Any, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
 
-def expire_dead_leases(cfg: Any) -> int:
-    """Expire every lease in the campaign's existing queue files (only when no process of it is alive)."""
+def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
+    """Expire the leases of dead processes in the campaign's existing queue files; return how many.
+
+    ``owners`` None: every lease (only when no process of the campaign is alive); else only the leases taken by
+    those :func:`~geoagent.runtime.sqlite_queue.lease_owner` ids (processes whose owner lock was free:
+    :func:`run_lock`), while other processes of the campaign go on with theirs.
+    """
     from geoagent.runtime.sqlite_queue import SQLiteQueue
 
     folder = Path(cfg.queues_root()) / cfg.name
@@ -576,12 +736,22 @@ def expire_dead_leases(cfg: Any) -> int:
     for f in sorted(folder.glob("*.sqlite")) if folder.is_dir() else []:
         q = SQLiteQueue.open(cfg.queues_root(), cfg.name, f.stem, **cfg.queue_options())
         try:
-            n += q.expire_leases_sync()
+            n += q.expire_leases_sync() if owners is None else q.expire_leases_of_sync(owners)
         finally:
             q.close_sync()
     if n:
         log.warning("campaign %s: %d task(s) leased by a stopped process are redelivered now", cfg.name, n)
     return n
+
+
+def campaign_run_lock(cfg: Any, *, simulate: bool = False) -> contextlib.AbstractContextManager[bool]:
+    """:func:`run_lock` of a campaign run, with the start-up recovery of dead processes' leases: all of them
+    when no other process of the campaign is alive, else exactly those of the processes that died (their owner
+    locks were free). A dry run (``simulate``) is read-only: it takes no owner lock and recovers nothing."""
+    if simulate:
+        return run_lock(Path(cfg.state_dir()))
+    return run_lock(Path(cfg.state_dir()), when_alone=lambda: expire_dead_leases(cfg), owner=True,
+                    when_dead=lambda owners: expire_dead_leases(cfg, owners))
 
 
 @contextlib.asynccontextmanager
@@ -699,7 +869,7 @@ async def run_campaign(
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     try:
         # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
-        with run_lock(Path(cfg.state_dir()), when_alone=None if simulate else (lambda: expire_dead_leases(cfg))):
+        with campaign_run_lock(cfg, simulate=simulate):
             async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written

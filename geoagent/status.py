@@ -168,12 +168,13 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
             spend = state.ledger.summary().to_json()
             answered = state.store.count_responses_by_model()
-    from geoagent.engine import run_lock_held
+    from geoagent.engine import dead_owner_pids, run_lock_held
 
     progress_file = Path(cfg.state_dir()) / C.PROGRESS_FILE
     running = run_lock_held(Path(cfg.state_dir()))
     records = read_processes(progress_file)
-    progress = _merged(cfg, records, running, queues) if len(records) > 1 else (records[0] if records else None)
+    progress = (_merged(cfg, records, running, queues, dead_owner_pids(Path(cfg.state_dir())))
+                if len(records) > 1 else (records[0] if records else None))
     # a finished run that found nothing to do (a re-run of a done campaign): show the last run that worked
     worked = None
     if progress is not None and progress.get("finished") and not did_work(progress):
@@ -197,15 +198,20 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
 
 
 def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,
-            queues: dict[str, QueueCounts] | None) -> dict[str, Any]:
+            queues: dict[str, QueueCounts] | None, dead_pids: set[int] | None = None) -> dict[str, Any]:
     """The latest records of a scale-out run's processes merged into one
-    (:func:`geoagent.runtime.progress.merge_records`), each process given its :func:`process_state`."""
+    (:func:`geoagent.runtime.progress.merge_records`), each process given its :func:`process_state` and, when
+    stopped, ``leases``: ``"pending"`` (its pid is in ``dead_pids``, :func:`geoagent.engine.dead_owner_pids`:
+    no later run handed its leases back yet), ``"returned"`` (a later run did) or None (``dead_pids`` None:
+    unknown)."""
     now = time.time()
     states = [process_state(r, running, now) for r in records]
     merged = merge_records(records, [st == "running" for st in states], pipeline=pipeline_stages(cfg) or None,
                            counts=queues or None)
     for proc, st in zip(merged["processes"], states):
         proc["state"] = st
+        if st == "stopped" and dead_pids is not None:
+            proc["leases"] = "pending" if proc.get("pid") in dead_pids else "returned"
     return merged
 
 
@@ -507,7 +513,12 @@ def process_lines(processes: list[dict[str, Any]], running: bool | None, now: fl
         elif state == "stopped":
             why = "no process of the campaign holds run.lock" if running is False else "pid gone"
             what = f"stopped without its final record ({why}: killed?; {started}, last record {_hms(t)})"
-            note = "; its leased tasks return to their queue after the visibility timeout, or at once on the next run"
+            if p.get("leases") == "returned":
+                note = "; its leased tasks were handed back to their queue when a later run started"
+            else:
+                note = ("; its leased tasks return to their queue when the next run of the campaign starts (any "
+                        "process), or when their visibility timeout ([queue] visibility_timeout_s, 300 s by default, "
+                        "from each lease) ends, whichever comes first")
         else:
             what = (f"silent ({started}; no record for {now - t:.0f} s although pid {p.get('pid')} exists: stalled, or "
                     "the pid now belongs to another program; not counted as running)")

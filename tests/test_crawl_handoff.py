@@ -79,8 +79,8 @@ def test_crawl_writes_verify_trials_and_campaigns_plan_from_it(crawled, capsys):
     # item 3: the queue lines count per-site tasks; images kept = rows of images.csv = thumbnails on disk
     kept = len(_rows(crawl_dir / "images.csv"))
     assert kept == len(list(images.glob("*/*.jpg"))) > len(_rows(crawl_dir / "sites.csv"))
-    m = re.search(r"queue counts are per-site tasks.*images kept: (\d+) of (\d+) downloaded \((.*)\); audit: (\d+) "
-                  r"usable, (\d+) excluded", out)
+    m = re.search(r"queue counts are per-site tasks.*images kept: (\d+) of (\d+) examined \((.*)\); thumbnails "
+                  r"downloaded by this run: \d+; audit: (\d+) usable, (\d+) excluded", out)
     assert m and int(m.group(1)) == kept, out
     # every image the fetcher looked at, by the reason it was left out (the campaign's selection records),
     # counted here by hand

@@ -62,8 +62,14 @@ class CrawlCampaign(CampaignKind):
         return city_messages(settings.cities)
 
     def dry_run_outline(self, cfg: Any) -> list[str]:
-        """The crawl's budget outline for the dry run (:func:`crawl_budget_outline`)."""
-        return crawl_budget_outline(cfg, _settings(cfg))
+        """The crawl's budget outline for the dry run (:func:`crawl_budget_outline`), and a warning when the
+        configured cities cannot give swapped-image control trials (all on one continent:
+        :func:`geoagent.geoverify.trials.one_continent_note`)."""
+        from geoagent.geoverify.trials import one_continent_note
+
+        settings = _settings(cfg)
+        note = one_continent_note(c.continent for c in settings.cities) if settings.cities else None
+        return crawl_budget_outline(cfg, settings) + ([f"  warning: {note}"] if note else [])
 
     def empty_plan_reason(self, cfg: Any) -> str:
         return (f"0 cities planned from {getattr(cfg, 'source', cfg.name)}: [[crawl.cities]] is empty (add cities, "
@@ -119,13 +125,17 @@ class CrawlCampaign(CampaignKind):
 
     def status_lines(self, cfg: Any) -> list[str]:
         """For ``run.py status``: why the crawl's folder has no ``verify_trials.csv`` when its last hand-off
-        (the end of a run, or an idle drain under ``--watch``) did not write one, from
-        ``report/crawl_summary.json``'s ``verify_trials`` (``[]`` when it was written or there is no summary)."""
+        (the end of a run, or an idle drain under ``--watch``) did not write one, or the hand-off's warning about
+        the one it wrote (no swapped-image control: :func:`_no_mismatch_warning`), from
+        ``report/crawl_summary.json``'s ``verify_trials`` (``[]`` when it was written without a warning or there
+        is no summary)."""
         path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
         try:
             vt = orjson.loads(path.read_bytes()).get("verify_trials") if path.is_file() else None
         except (OSError, orjson.JSONDecodeError, AttributeError):
             return []
+        if isinstance(vt, dict) and vt.get("written") and vt.get("warning"):
+            return [f"  verify_trials.csv warning: {vt['warning']}"]
         if not isinstance(vt, dict) or vt.get("written") is not False:
             return []
         line = f"  verify_trials.csv not written: {vt.get('reason') or 'the crawl is not complete'}"
@@ -144,7 +154,8 @@ class CrawlCampaign(CampaignKind):
             lines.append(f"  {api:>10}: {st['requests']} requests, {st['retries']} retries, error rate {st['error_rate']:.1%}"
                          + (f"; {answers}" if answers else ""))
         lines.append("  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
-                     + image_counts_line(image_counts(svc.state_dir, svc.images_root)))
+                     + image_counts_line(image_counts(svc.state_dir, svc.images_root),
+                                         downloaded=svc.downloads_this_run))
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
@@ -203,17 +214,23 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     return out
 
 
-def image_counts_line(c: dict[str, Any]) -> str:
-    """The summary's image line from :func:`image_counts`: ``images kept: 32 of 46 downloaded (14 rejected
-    after download: 11 too dark (brightness filter), 3 near-duplicates; 33 skipped before download: ...);
-    audit: 26 usable, 6 excluded``."""
+def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
+    """The summary's image line from :func:`image_counts`: ``images kept: 32 of 45 examined (13 rejected
+    after download: 10 too dark (brightness filter), 3 near-duplicates; 33 skipped before download: ...);
+    thumbnails downloaded by this run: 0 (the other 45 read from disk: ...); audit: 26 usable, 6 excluded``.
+
+    "Examined": thumbnails whose pixels the selection looked at (kept + rejected after download), whoever
+    downloaded them (this run, an earlier run, or another crawl whose selection with the same settings this
+    one reused). ``downloaded``: thumbnails this process downloaded (``CrawlServices.downloads_this_run``);
+    None leaves that part out."""
     order = [name for _, name, _ in _REJECTION_KINDS]
 
     def parts(d: dict[str, int]) -> str:
         return ", ".join(f"{d[k]} {k}" for k in sorted(d, key=lambda k: order.index(k) if k in order else len(order)))
 
     rejected, skipped = sum(c["rejected"].values()), sum(c["skipped"].values())
-    line = f"images kept: {c['kept']} of {c['kept'] + rejected} downloaded"
+    examined = c['kept'] + rejected
+    line = f"images kept: {c['kept']} of {examined} examined"
     why = []
     if rejected:
         why.append(f"{rejected} rejected after download: {parts(c['rejected'])}")
@@ -221,6 +238,11 @@ def image_counts_line(c: dict[str, Any]) -> str:
         why.append(f"{skipped} skipped before download: {parts(c['skipped'])}")
     if why:
         line += " (" + "; ".join(why) + ")"
+    if downloaded is not None:
+        line += f"; thumbnails downloaded by this run: {downloaded}"
+        if downloaded < examined:
+            line += (f" (the other {examined - downloaded} read from disk: fetched by an earlier run, or by another "
+                     "crawl whose selection with the same [crawl.fetcher] settings was reused)")
     line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable)"
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"
@@ -250,7 +272,8 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
     status (interrupted, budget exhausted, a refused token) leaves the file as it is: a re-run resumes.
 
     Returns ``{"written": bool, "note": summary line, "reason": why not written or None, "stale": the stale
-    file's name when one was moved aside or is there, else None}``."""
+    file's name when one was moved aside or is there, else None}`` (and, when written, ``"warning"``: the
+    note's warning about the trials, e.g. no swapped-image control, or None)."""
     import os
 
     folder = Path(svc.state_dir)
@@ -260,7 +283,8 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
         written = current.is_file() and not note.startswith("no GeoVerify trials written")
         if written and stale.is_file():
             stale.unlink()
-        return {"written": written, "note": note, "reason": None if written else note, "stale": None}
+        return {"written": written, "note": note, "reason": None if written else note, "stale": None,
+                "warning": note.partition("; warning: ")[2] or None}
     if status != "incomplete":
         return {"written": False, "note": None, "stale": None,
                 "reason": f"the run ended {status}; verify_trials.csv left as it was (re-run to resume)"}
@@ -282,15 +306,17 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
     """Write ``report/crawl_summary.json`` atomically: ``status`` (as the run would end now), ``watching`` (True
     when written at an idle hand-off of a ``--watch`` run that goes on, False at the end of a run),
     ``written_at`` (Unix time, s), ``verify_trials`` (``written``, ``reason`` when not, ``stale``: see
-    :func:`_handoff_trials`), ``api`` (per-API request and error counts), ``files`` (the CSV files of the
-    crawl's folder, relative to it) and ``images_root``. Returns its path."""
+    :func:`_handoff_trials`; ``warning``: what the written trials lack, e.g. no swapped-image control),
+    ``api`` (per-API request and error counts), ``files`` (the CSV files of the crawl's folder, relative to
+    it) and ``images_root``. Returns its path."""
     import time
 
     from geoagent.files import atomic_write_bytes
 
     out = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
     files = sorted(str(p.relative_to(svc.state_dir)) for p in svc.state_dir.glob("**/*.csv"))
-    vt = {"written": bool(trials.get("written")), "reason": trials.get("reason"), "stale": trials.get("stale")}
+    vt = {"written": bool(trials.get("written")), "reason": trials.get("reason"), "stale": trials.get("stale"),
+          "warning": trials.get("warning")}
     return atomic_write_bytes(out, orjson.dumps(
         {"status": status, "watching": watching, "written_at": round(time.time(), 3), "verify_trials": vt,
          "api": svc.api_stats(), "files": files, "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
@@ -310,8 +336,28 @@ def _write_trials(cfg: Any, svc: Any) -> str:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
+    warning = _no_mismatch_warning(svc.state_dir, build)
     return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
-            f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"")
+            f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"" + (f"; warning: {warning}" if warning else ""))
+
+
+def _no_mismatch_warning(state_dir: Path, build: Any) -> str | None:
+    """Why the trials just built hold no swapped-image control (``ctrl_mismatch``) although control arms were
+    drawn (``build``: :class:`geoagent.geoverify.trials.BuildReport`), or None when they hold some: the sites'
+    continents (``sites.csv``) are one or none (:func:`geoagent.geoverify.trials.one_continent_note`), else no
+    usable image of another continent was left to show."""
+    import csv
+
+    from geoagent.data.model import ARM_MISMATCH
+    from geoagent.geoverify.trials import one_continent_note
+
+    if any(arm == ARM_MISMATCH and n for (arm, _b), n in build.counts.items()) or not build.images_without_mismatch:
+        return None
+    with open(Path(state_dir) / "sites.csv", newline="", encoding="utf-8") as f:
+        note = one_continent_note(r.get("continent") for r in csv.DictReader(f))
+    return note or ("no swapped-image control trials (ctrl_mismatch) were built: no usable image of another "
+                    "continent than each claim's site was left to show; a GeoVerify campaign over these trials "
+                    "reads out 'swapped-image control not run'")
 
 
 #: per-city candidate count the dry run prices the referenceability audit at, as an example (the real count is

@@ -142,6 +142,9 @@ class CrawlServices:
     #: set when the Mapillary API refused the access token (how, e.g. "HTTP 401, Mapillary error 190"):
     #: the stages that call Mapillary hold their tasks and stop (:class:`MapillaryTokenRefused`)
     mapillary_refused: str | None = None
+    #: thumbnails this process downloaded (the fetcher's ``FetchResult.downloads`` of the sites it fetched; a
+    #: reused selection, or a thumbnail already on disk, adds none): the summary's images line
+    downloads_this_run: int = 0
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _ref_auditor: ReferenceabilityAuditor | None = None
     #: identities of the WDQS splits in the decision log (:func:`split_identity`) up to byte ``_split_offset``
@@ -640,6 +643,7 @@ class ImageryFetcherStage(_CrawlStage):
                 except Exception as e:
                     self._token_gate(svc, e)
                     raise
+                svc.downloads_this_run += res.downloads
                 rec = res.to_json()
             _dump(own, rec)
         return [(f"site:{sid}", {"site": site, "images": rec["kept"]})]

@@ -146,9 +146,27 @@ class GeoVerifyCampaign(CampaignKind):
         return self._plan.messages
 
     def plan_warnings(self, cfg: Any) -> list[str]:
-        """The plan's image warning (images sent as placeholder pixels), when it has one."""
+        """The plan's image warning (images sent as placeholder pixels), when it has one, and a warning when the
+        planned trials hold the gray-field control (``ctrl_noimage``) but no swapped-image control
+        (``ctrl_mismatch``; e.g. trials of a crawl whose cities are all on one continent): the read-out cannot
+        check that arm. A table without any control arm (the release sample) gets no warning: no control was
+        meant."""
+        from geoagent.data.model import ARM_BLANK, ARM_MISMATCH
+        from geoagent.scoring.sdt import MISMATCH_F_MAX
+
         w = getattr(self, "_image_warning", None)
-        return [w] if w else []
+        out = [w] if w else []
+        plan = getattr(self, "_plan", None)
+        trials = getattr(plan, "trials", None) or []
+        arms = {t.arm for t in trials}
+        if ARM_BLANK in arms and ARM_MISMATCH not in arms:
+            out.append(
+                f"the {len(trials)} trials hold no swapped-image control (arm {ARM_MISMATCH}): the pre-registered "
+                f"read-out will say 'swapped-image control not run' and skip that arm's validity check (F <= "
+                f"{MISMATCH_F_MAX:.0%}), so it cannot rule out answers that ignore the image; a crawl whose cities "
+                "are all on one continent builds none (the swapped image comes from another continent): add cities "
+                "on another continent to the crawl")
+        return out
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """The planned images and how many have no file (:meth:`geoagent.image_files.MissingImages.to_json`)."""

@@ -223,6 +223,25 @@ def build_trials(
     return trials, rep
 
 
+def one_continent_note(continents: Iterable[str | None]) -> str | None:
+    """Why no swapped-image control (``ctrl_mismatch``) can be built from images of these ``continents`` (one
+    entry per city or image; empty / None = not given), or None when at least two distinct continents are
+    given.
+
+    The swapped-image arm shows an image from *another continent* than the claim's site (seed 000's design,
+    :func:`build_trials`), so images of one continent build none, and a GeoVerify read-out over the trials
+    says "swapped-image control not run" (:func:`geoagent.scoring.sdt.readout`: its validity check of that
+    arm is skipped)."""
+    named = sorted({c for c in continents if c})
+    if len(named) >= 2:
+        return None
+    where = f"every city is on one continent ({named[0]})" if named else "no city names its continent"
+    return (f"no swapped-image control trials (ctrl_mismatch) can be built: {where}, and that arm shows an "
+            "image from another continent than the claim's site; add cities on another continent "
+            "([[crawl.cities]] with continent = ...), else a GeoVerify campaign over these trials reads out "
+            "'swapped-image control not run' (the pre-registered check of that arm is skipped)")
+
+
 def _unique_mismatch(
     trials: list[VerifyTrial], others_of: Mapping[str | None, Sequence[Image]], seed: int, rep: BuildReport
 ) -> list[VerifyTrial]:

@@ -15,7 +15,7 @@ Schema (``PRAGMA user_version = 2``)
         state      INTEGER NOT NULL,      -- 0 ready, 1 leased, 2 done, 3 dead
         not_before REAL    NOT NULL,      -- unix s; meaning depends on state, see below
         attempts   INTEGER NOT NULL DEFAULT 0,  -- failed attempts (nack, dead_letter)
-        lease_id   TEXT,                  -- "<id>.<random hex>" while leased, else NULL
+        lease_id   TEXT,                  -- "<id>.<owner>-<random hex>" while leased, else NULL
         last_error TEXT,                  -- reason of the last nack / dead-letter
         created_at REAL    NOT NULL,
         charges    TEXT,                  -- JSON list of the charge ids recorded by charged nacks, not yet
@@ -515,7 +515,7 @@ class SQLiteQueue(WorkQueue):
     def _lease_op(self, n: int, visibility_timeout_s: float) -> _Op:
         if not visibility_timeout_s > 0:
             raise ValueError(f"visibility_timeout_s must be > 0, got {visibility_timeout_s!r}")
-        token = os.urandom(8).hex()
+        token = f"{lease_owner()}-{os.urandom(8).hex()}"
 
         def tx(conn: sqlite3.Connection, now: float) -> list[tuple[Any, ...]]:
             params = {"expires": now + visibility_timeout_s, "token": token, "now": now, "n": n}
@@ -777,6 +777,32 @@ class SQLiteQueue(WorkQueue):
     def expire_leases_sync(self) -> int:
         """Let every current lease expire now; return how many. Only for when no holder is alive (crash)."""
         return self._sync(self._expire_leases_op())
+
+    def expire_leases_of_sync(self, owners: Sequence[str]) -> int:
+        """Let the current leases taken by the processes ``owners`` (:func:`lease_owner` ids) expire now, so
+        their tasks are redelivered at once; return how many. Leases of any other owner are left as they are.
+
+        Call only for owners known to be dead (their owner lock in ``state/<campaign>/leases/`` could be
+        taken: :func:`geoagent.engine.run_lock`).
+
+        Raises
+        ------
+        ValueError
+            An owner id that :func:`lease_owner` cannot have made (not lowercase hex).
+        """
+        owners = list(owners)
+        for o in owners:
+            if not (isinstance(o, str) and o and all(c in "0123456789abcdef" for c in o)):
+                raise ValueError(f"not a lease owner id: {o!r}")
+        if not owners:
+            return 0
+
+        def tx(conn: sqlite3.Connection, now: float) -> int:
+            return sum(conn.execute(
+                "UPDATE tasks SET not_before = ? WHERE state = ? AND not_before > ? AND lease_id LIKE ?",
+                (now, LEASED, now, f"%.{o}-%")).rowcount for o in owners)
+
+        return self._sync(_Op(tx, inline=False))
 
     def counts_sync(self) -> QueueCounts:
         """Counts by state; leases past their expiry count as ready. O(log N + expired leases), any thread."""
@@ -1053,6 +1079,23 @@ def _bump(conn: sqlite3.Connection, deltas: dict[int, int]) -> None:
 def _charge_list(stored: str | None) -> list[str]:
     """The charge ids stored in a task's ``charges`` column (JSON list, or NULL: none)."""
     return orjson.loads(stored) if stored else []
+
+
+_OWNER: tuple[int, str] | None = None
+
+
+def lease_owner() -> str:
+    """This process's lease owner id (12 lowercase hex digits), made once per process (a new one after ``fork``).
+
+    Every lease id this process takes embeds it (``"<rowid>.<owner>-<random hex>"``), so a later process can
+    expire exactly the leases of a process known to be dead (:meth:`SQLiteQueue.expire_leases_of_sync`).
+    Random, not the pid: a pid is reused, an owner id is not.
+    """
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or _OWNER[0] != pid:
+        _OWNER = (pid, os.urandom(6).hex())
+    return _OWNER[1]
 
 
 def _row_id(task: Task) -> int | None:

@@ -1,0 +1,102 @@
+"""An interrupt that leaves model answers received but not parsed says so in the summary (walkthrough 2, item 3).
+
+Before, the summary of an interrupted run showed ``responses: ready 4`` and nothing else about them: answers
+the run received (and paid for) whose parsing the stop cut off. Now a line counts them and says a re-run
+finishes them without a new model call. Real: ``run.py`` in its own process against the OpenAI-compatible fake
+(in another), SIGTERM while calls are on the wire; their answers arrive in the grace period, after the parser
+stopped taking work. The re-run parses them and makes no new call for them.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from geoagent import constants as C
+from geoagent.sandbox.server import free_port, wait_ready
+from tests._model_harness import generic_campaign, model_table
+
+KEY = "sk-" "unparsed-summary"
+IN_FLIGHT = 4
+
+
+def _open_reservations(db: Path) -> int:
+    if not db.is_file():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM reservations WHERE state = 'open'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.timeout(180)
+def test_interrupted_run_counts_answers_received_but_not_parsed(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    port = free_port("127.0.0.1")
+    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
+                               "--latency-ms", "3000", "--api-key", KEY], cwd=repo,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base)
+        cfgp = generic_campaign(tmp_path, name="unparsed", n=12, cap_usd=1.0,
+                                models=model_table(base_url=base, key_var="UNP_KEY", concurrency=IN_FLIGHT,
+                                                   timeout_s=60.0))
+        db = tmp_path / "state" / "unparsed" / C.CAMPAIGN_DB
+        env = {"UNP_KEY": KEY, "PATH": "/usr/bin:/bin"}
+        cmd = [sys.executable, str(repo / "run.py"), "run", str(cfgp), "--no-live"]
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while _open_reservations(db) < IN_FLIGHT:
+                assert proc.poll() is None and time.monotonic() < deadline, "calls not sent in time"
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 130, err[-2000:]
+        m = re.search(r"^ +responses: ready (\d+)  leased (\d+)", out, re.M)
+        assert m, out
+        left = int(m.group(1)) + int(m.group(2))
+        assert left > 0, out  # the answers that came in during the grace period
+        assert (f"  {left} model answer{'s' if left != 1 else ''} received (paid where the model charges) but not "
+                "parsed yet: left queued by the interrupt; re-run the same command to parse them (no new model "
+                "call)") in out, out
+
+        again = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert "not parsed yet" not in again.stdout
+        called = int(re.search(r"requests: ready \d+  leased \d+  done (\d+)", out).group(1))
+        assert f"this run: {12 - called} new model calls" in again.stdout, (out, again.stdout)  # none for those answers
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def test_interim_report_banner_and_stages_process_wording():
+    """The reports' interim banner (GeoHint, GeoVerify ``report.md``) counts the unparsed answers too; a
+    ``--stages`` process without the parser says nothing about them (the parser's process takes them)."""
+    from geoagent.engine import Outcome
+    from geoagent.runtime.queue import QueueCounts
+
+    counts = {"requests": QueueCounts(8, 0, 4, 0), "responses": QueueCounts(3, 1, 0, 0)}
+    out = Outcome("c", "interrupted", 130, 12, counts, None)
+    assert ("4 model answers received (paid where the model charges) but not parsed yet: left queued by "
+            "the interrupt; re-run the same command to parse them (no new model call)") \
+        in out.interim_note()
+    budget = Outcome("c", "budget exhausted", 3, 12, counts, None)
+    assert "left queued by the budget stop" in budget.summary()
+    caller = Outcome("c", "interrupted", 130, 12, counts, None, own_stages=["model_caller"])
+    assert "not parsed yet" not in caller.summary()
+    done = Outcome("c", "complete", 0, 12, {"responses": QueueCounts(0, 0, 12, 0)}, None)
+    assert "not parsed yet" not in done.summary()
