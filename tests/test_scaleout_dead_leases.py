@@ -108,9 +108,12 @@ def _leased_by(cfg, owner: str) -> int:
     import sqlite3
 
     db = Path(cfg.queues_root()) / cfg.name / "requests.sqlite"
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
-        return conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 1 AND lease_id LIKE ?",
-                            (f"%.{owner}-%",)).fetchone()[0]
+    try:  # the caller may hold its owner lock before it has created (or set up) the queue file
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 1 AND lease_id LIKE ?",
+                                (f"%.{owner}-%",)).fetchone()[0]
+    except sqlite3.OperationalError:  # not there yet, or its schema not yet written
+        return 0
 
 
 def test_end_to_end_restarted_model_caller_takes_the_killed_ones_work_at_once(tmp_path):
