@@ -247,3 +247,64 @@ def ledger_figures(cfg: Any) -> tuple[list[str], dict[str, int]]:
         totals = st.ledger.db.read("SELECT reserved_nusd, unknown_nusd FROM ledger_totals WHERE id = 1")[0]
         n_results = len(dict(st.store.iter_results("results")))
     return problems, {"reserved_nusd": totals[0], "unknown_nusd": totals[1], "results": n_results}
+
+
+def open_reservations(db: Path) -> int:
+    """Open ledger reservations in the campaign database ``db`` (calls on the wire), read-only; 0 while the file
+    is missing or not yet set up."""
+    import sqlite3
+
+    if not db.is_file():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM reservations WHERE state = 'open'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def run_with_calls_on_the_wire(tmp: Path, *, name: str, latency_ms: int, key: str, key_var: str, in_flight: int,
+                               timeout_s: float, n: int = 12):
+    """Context manager: the OpenAI-compatible fake in its own process (``latency_ms`` per answer, API key ``key``)
+    and ``run.py run`` of a generic campaign of ``n`` calls on it (concurrency ``in_flight``, model timeout
+    ``timeout_s``), yielded once ``in_flight`` calls are on the wire (open reservations). Yields
+    ``(proc, cfgp, db, env, cmd)``; kills both processes on exit."""
+    import contextlib
+    import subprocess
+    import sys
+    import time
+
+    from geoagent import constants as C
+    from geoagent.sandbox.server import free_port, wait_ready
+
+    @contextlib.contextmanager
+    def cm():
+        repo = Path(__file__).resolve().parents[1]
+        port = free_port("127.0.0.1")
+        server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
+                                   "--latency-ms", str(latency_ms), "--api-key", key], cwd=repo,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = None
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_ready(base)
+            cfgp = generic_campaign(tmp, name=name, n=n, cap_usd=1.0,
+                                    models=model_table(base_url=base, key_var=key_var, concurrency=in_flight,
+                                                       timeout_s=timeout_s))
+            db = tmp / "state" / name / C.CAMPAIGN_DB
+            env = {key_var: key, "PATH": "/usr/bin:/bin"}
+            cmd = [sys.executable, str(repo / "run.py"), "run", str(cfgp), "--no-live"]
+            proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while open_reservations(db) < in_flight:
+                assert proc.poll() is None and time.monotonic() < deadline, "calls not sent in time"
+                time.sleep(0.05)
+            yield proc, cfgp, db, env, cmd
+        finally:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            server.kill()
+            server.wait(10)
+
+    return cm()

@@ -11,59 +11,24 @@ from __future__ import annotations
 
 import re
 import signal
-import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from geoagent import constants as C
-from geoagent.sandbox.server import free_port, wait_ready
-from tests._model_harness import generic_campaign, model_table
+from tests._model_harness import run_with_calls_on_the_wire
 
 KEY = "sk-" "unparsed-summary"
 IN_FLIGHT = 4
 
 
-def _open_reservations(db: Path) -> int:
-    if not db.is_file():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
-            return conn.execute("SELECT COUNT(*) FROM reservations WHERE state = 'open'").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 @pytest.mark.timeout(180)
 def test_interrupted_run_counts_answers_received_but_not_parsed(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    port = free_port("127.0.0.1")
-    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
-                               "--latency-ms", "3000", "--api-key", KEY], cwd=repo,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_ready(base)
-        cfgp = generic_campaign(tmp_path, name="unparsed", n=12, cap_usd=1.0,
-                                models=model_table(base_url=base, key_var="UNP_KEY", concurrency=IN_FLIGHT,
-                                                   timeout_s=60.0))
-        db = tmp_path / "state" / "unparsed" / C.CAMPAIGN_DB
-        env = {"UNP_KEY": KEY, "PATH": "/usr/bin:/bin"}
-        cmd = [sys.executable, str(repo / "run.py"), "run", str(cfgp), "--no-live"]
-        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 60
-            while _open_reservations(db) < IN_FLIGHT:
-                assert proc.poll() is None and time.monotonic() < deadline, "calls not sent in time"
-                time.sleep(0.05)
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with run_with_calls_on_the_wire(tmp_path, name="unparsed", latency_ms=3000, key=KEY, key_var="UNP_KEY",
+                                    in_flight=IN_FLIGHT, timeout_s=60.0) as (proc, cfgp, db, env, cmd):
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err[-2000:]
         m = re.search(r"^ +responses: ready (\d+)  leased (\d+)", out, re.M)
         assert m, out
@@ -78,9 +43,6 @@ def test_interrupted_run_counts_answers_received_but_not_parsed(tmp_path):
         assert "not parsed yet" not in again.stdout
         called = int(re.search(r"requests: ready \d+  leased \d+  done (\d+)", out).group(1))
         assert f"this run: {12 - called} new model calls" in again.stdout, (out, again.stdout)  # none for those answers
-    finally:
-        server.kill()
-        server.wait(10)
 
 
 def test_interim_report_banner_and_stages_process_wording():

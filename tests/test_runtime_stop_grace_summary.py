@@ -24,55 +24,24 @@ from pathlib import Path
 
 import pytest
 
-from geoagent import constants as C
-from geoagent.sandbox.server import free_port, wait_ready
-from tests._model_harness import generic_campaign, model_table
+from tests._model_harness import run_with_calls_on_the_wire
 
 KEY = "sk-grace-summary"
 IN_FLIGHT = 4  # the model's concurrency: calls on the wire when the stop comes
 SPEND = re.compile(r"spend:? \$([0-9.]+) settled \+ \$([0-9.]+) unknown-outcome")
 
 
-def _open_reservations(db: Path) -> int:
-    if not db.is_file():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
-            return conn.execute("SELECT COUNT(*) FROM reservations WHERE state = 'open'").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 @pytest.mark.timeout(180)
 def test_summary_after_grace_timeout_counts_the_calls_cut_off(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    port = free_port("127.0.0.1")
-    server = subprocess.Popen([sys.executable, "-m", "geoagent.sandbox.llm_openai", "--port", str(port),
-                               "--latency-ms", "45000", "--api-key", KEY], cwd=repo,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_ready(base)
-        cfgp = generic_campaign(tmp_path, name="grace", n=12, cap_usd=1.0,
-                                models=model_table(base_url=base, key_var="GRACE_KEY", concurrency=IN_FLIGHT,
-                                                   timeout_s=120.0))
-        db = tmp_path / "state" / "grace" / C.CAMPAIGN_DB
-        env = {"GRACE_KEY": KEY, "PATH": "/usr/bin:/bin"}
-        proc = subprocess.Popen([sys.executable, str(repo / "run.py"), "run", str(cfgp), "--no-live"], cwd=repo,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 60
-            while _open_reservations(db) < IN_FLIGHT:  # every slot's call is on the wire (45 s each)
-                assert proc.poll() is None and time.monotonic() < deadline, "calls not sent in time"
-                time.sleep(0.1)
-            time.sleep(1.0)
-            t_sig = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=120)
-            waited = time.monotonic() - t_sig
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    # every slot's call is on the wire (45 s each) when the stop comes
+    with run_with_calls_on_the_wire(tmp_path, name="grace", latency_ms=45000, key=KEY, key_var="GRACE_KEY",
+                                    in_flight=IN_FLIGHT, timeout_s=120.0) as (proc, cfgp, db, env, _cmd):
+        time.sleep(1.0)
+        t_sig = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        waited = time.monotonic() - t_sig
         assert proc.returncode == 130, err[-2000:]
         assert 25.0 < waited < 44.0  # the grace period ran out (the answers were 45 s away)
 
@@ -97,13 +66,6 @@ def test_summary_after_grace_timeout_counts_the_calls_cut_off(tmp_path):
         m2 = SPEND.search(st.stdout)
         assert m2, st.stdout
         assert m2.group(2) == m.group(2)  # `status` right after says the same
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
 
 
 def test_summary_waits_for_writes_still_queued_on_the_database_thread(tmp_path):
