@@ -206,13 +206,49 @@ def test_a_damaged_manifest_is_one_error_naming_it(ran_campaign, capsys, content
 
 # --- hostile answer bodies ------------------------------------------------------------------------------
 
-class _RawAnswerServer:
+class _ThreadServers:
+    """Local aiohttp apps served from one event loop on a thread of their own (the tests' client runs its own
+    loop): :meth:`_serve` starts ``(app, port)`` pairs on 127.0.0.1, :meth:`close` stops them."""
+
+    def _serve(self, apps: list) -> None:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        self._loop = asyncio.new_event_loop()
+        self._runners = []
+        for app, port in apps:
+            runner = web.AppRunner(app, access_log=None)
+            self._loop.run_until_complete(runner.setup())
+            self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+            self._runners.append(runner)
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        import asyncio
+
+        for runner in self._runners:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+def _chat_app(chat):
+    """An aiohttp app answering ``POST /v1/chat/completions`` with ``chat``."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+class _RawAnswerServer(_ThreadServers):
     """A local OpenAI-compatible fake (aiohttp, own thread) whose 200 answers carry the given raw JSON string
     literal as the message content; counts the calls it answered (each one billed by a real provider)."""
 
     def __init__(self, content_literal: bytes) -> None:
-        import asyncio
-        import threading
 
         from aiohttp import web
 
@@ -229,25 +265,11 @@ class _RawAnswerServer:
             self.calls += 1
             return web.Response(body=body, content_type="application/json")
 
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        self._loop = asyncio.new_event_loop()
-        self._runner = web.AppRunner(app, access_log=None)
-        self._loop.run_until_complete(self._runner.setup())
-        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
+        self._serve([(_chat_app(chat), self.port)])
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def close(self) -> None:
-        import asyncio
-
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
 
 @pytest.mark.parametrize("literal, expected", [
@@ -681,13 +703,11 @@ def test_a_geohint_plan_warns_about_malformed_release_rows(tmp_path, monkeypatch
 
 # --- redirects of requests that carry a key -------------------------------------------------------------------
 
-class _RedirectServers:
+class _RedirectServers(_ThreadServers):
     """Two local aiohttp fakes on their own thread: ``a`` answers every request with ``307`` to the same path on
     ``b`` (another host name: ``localhost`` instead of ``127.0.0.1``), ``b`` records the headers it gets."""
 
     def __init__(self) -> None:
-        import asyncio
-        import threading
 
         from aiohttp import web
 
@@ -705,25 +725,12 @@ class _RedirectServers:
             self.seen_by_b.append(dict(request.headers))
             return web.json_response({"error": {"message": "no such model"}}, status=404)
 
-        self._loop = asyncio.new_event_loop()
-        self._runners = []
+        apps = []
         for handler, port in ((redirect, self.port_a), (sink, self.port_b)):
             app = web.Application()
             app.router.add_route("*", "/{tail:.*}", handler)
-            runner = web.AppRunner(app, access_log=None)
-            self._loop.run_until_complete(runner.setup())
-            self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-            self._runners.append(runner)
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        import asyncio
-
-        for runner in self._runners:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+            apps.append((app, port))
+        self._serve(apps)
 
 
 @pytest.mark.parametrize("provider, header", [("anthropic", "x-api-key"), ("gemini", "x-goog-api-key"),
@@ -832,8 +839,6 @@ class _FixedAnswerServer(_RawAnswerServer):
     """A local OpenAI-compatible fake whose every answer is ``status`` with ``body`` (bytes, as sent)."""
 
     def __init__(self, status: int, body: bytes) -> None:  # noqa: D107 - a test helper
-        import asyncio
-        import threading
 
         from aiohttp import web
 
@@ -847,14 +852,7 @@ class _FixedAnswerServer(_RawAnswerServer):
             self.calls += 1
             return web.Response(status=status, body=body, content_type="application/json")
 
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        self._loop = asyncio.new_event_loop()
-        self._runner = web.AppRunner(app, access_log=None)
-        self._loop.run_until_complete(self._runner.setup())
-        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
+        self._serve([(_chat_app(chat), self.port)])
 
 
 def test_terminal_escape_sequences_in_an_error_body_never_reach_the_console(tmp_path, capsys):
@@ -991,9 +989,7 @@ class _EchoKeyServer(_RawAnswerServer):
     (a debugging proxy that echoes the request, or a gateway's error text delivered as content)."""
 
     def __init__(self) -> None:  # noqa: D107 - a test helper
-        import asyncio
         import json
-        import threading
 
         from aiohttp import web
 
@@ -1012,14 +1008,7 @@ class _EchoKeyServer(_RawAnswerServer):
                     "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
             return web.Response(body=json.dumps(body).encode(), content_type="application/json")
 
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        self._loop = asyncio.new_event_loop()
-        self._runner = web.AppRunner(app, access_log=None)
-        self._loop.run_until_complete(self._runner.setup())
-        self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
+        self._serve([(_chat_app(chat), self.port)])
 
 
 def test_a_key_echoed_inside_a_200_answer_is_not_stored_or_exported(tmp_path, monkeypatch, capsys):
