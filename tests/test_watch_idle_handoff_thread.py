@@ -14,6 +14,7 @@ Real SQLite queues and a real :class:`~geoagent.runtime.daemon.PipelineRun`; the
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -30,6 +31,21 @@ async def _finish_one(q, key: str) -> None:
     await q.put(key, {"k": key})
     tasks = await q.lease(1, 60.0)
     await q.ack(tasks)
+
+
+async def _noop_progress(view) -> None:
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _watched_queue(tmp_path, handoff, progress=_noop_progress):
+    """``(queue, run view, idle-hand-off tick)`` over one real SQLite queue ``a`` of campaign ``h``."""
+    q = open_queue(tmp_path / "q", "h", "a")
+    try:
+        view = PipelineRun("h", [], {"a": q})
+        yield q, view, idle_handoff_tick(progress, handoff)
+    finally:
+        await q.close()
 
 
 def test_idle_handoff_runs_in_a_thread_one_at_a_time_and_wait_joins_it(tmp_path, capsys):
@@ -55,10 +71,7 @@ def test_idle_handoff_runs_in_a_thread_one_at_a_time_and_wait_joins_it(tmp_path,
         ticks.append(time.monotonic())
 
     async def main():
-        q = open_queue(tmp_path / "q", "h", "a")
-        try:
-            view = PipelineRun("h", [], {"a": q})
-            on_tick = idle_handoff_tick(progress, handoff)
+        async with _watched_queue(tmp_path, handoff, progress) as (q, view, on_tick):
             await _finish_one(q, "k1")
             durations = []
             t_start = time.monotonic()
@@ -82,8 +95,6 @@ def test_idle_handoff_runs_in_a_thread_one_at_a_time_and_wait_joins_it(tmp_path,
             await on_tick.wait()
             assert len(calls) == 2 and not on_tick.busy()
             return durations
-        finally:
-            await q.close()
 
     durations = anyio.run(main)
     # every tick returned at once while a hand-off was writing: the display was never frozen
@@ -106,14 +117,8 @@ def test_wait_returns_only_after_the_handoff_in_progress_finished(tmp_path):
         done.set()
         return []
 
-    async def progress(view) -> None:
-        return None
-
     async def main():
-        q = open_queue(tmp_path / "q", "h", "a")
-        try:
-            view = PipelineRun("h", [], {"a": q})
-            on_tick = idle_handoff_tick(progress, handoff)
+        async with _watched_queue(tmp_path, handoff) as (q, view, on_tick):
             await _finish_one(q, "k1")
             await on_tick(view)
             assert on_tick.busy() and not done.is_set()
@@ -121,8 +126,6 @@ def test_wait_returns_only_after_the_handoff_in_progress_finished(tmp_path):
             await on_tick(view)
             await on_tick.wait()
             assert done.is_set() and not on_tick.busy()
-        finally:
-            await q.close()
 
     anyio.run(main)
 
@@ -160,14 +163,8 @@ def test_a_failed_handoff_is_logged_once_and_retried_at_the_next_change(tmp_path
         attempts.append(complete)
         raise OSError("disk full")
 
-    async def progress(view) -> None:
-        return None
-
     async def main():
-        q = open_queue(tmp_path / "q", "h", "a")
-        try:
-            view = PipelineRun("h", [], {"a": q})
-            on_tick = idle_handoff_tick(progress, handoff)
+        async with _watched_queue(tmp_path, handoff) as (q, view, on_tick):
             await _finish_one(q, "k1")
             for _ in range(10):  # idle ticks with nothing new after the failure: no retry, one warning
                 await on_tick(view)
@@ -178,8 +175,6 @@ def test_a_failed_handoff_is_logged_once_and_retried_at_the_next_change(tmp_path
             await on_tick(view)
             await on_tick.wait()
             assert len(attempts) == 2
-        finally:
-            await q.close()
 
     with caplog.at_level(logging.WARNING, logger="geoagent.engine"):
         anyio.run(main)
