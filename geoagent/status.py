@@ -16,7 +16,6 @@ original words ("retries exhausted after 2 attempts", which counts HTTP attempts
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from typing import Any
 from geoagent import constants as C
 from geoagent.textfmt import mapping_text
 from geoagent.runtime.progress import did_work, merge_records, read_last_with_work, read_processes, read_runs
+from geoagent.runtime.procs import pid_alive
 from geoagent.runtime.queue import DeadLetter, QueueCounts
 from geoagent.runtime.worker import unreachable_cause
 
@@ -458,22 +458,6 @@ def _utc(t: Any) -> str:
 #: one of a scale-out run whose latest record is older than this is not counted as running, s
 SILENT_AFTER_S = 15.0
 
-
-def pid_alive(pid: Any) -> bool | None:
-    """Whether a process with this id exists on this machine (signal 0); None when ``pid`` is not a positive
-    int or the check itself fails. A pid may have been reused by another program: callers also look at how
-    recent the process's last record is."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by another user
-    except OSError:
-        return None
-    return True
 
 
 def process_state(record: dict[str, Any], running: bool | None, now: float) -> str:

@@ -40,6 +40,7 @@ import orjson
 
 from geoagent import __version__
 from geoagent import constants as C
+from geoagent.runtime.procs import pid_alive
 from geoagent.secrets import redact
 
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
@@ -284,19 +285,6 @@ def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     return config_changes(cfg, state_dir=state_dir, prompts_dir=prompts_dir).calls
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this machine (signal 0; a process of another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OSError, ValueError, OverflowError):
-        return False
-    return True
-
-
 #: slack (s) when comparing a process's start time with its run's: /proc/stat's boot time is whole seconds and
 #: follows later steps of the wall clock (an NTP correction), so a live run's process must not read as born after
 #: its run; a pid taken over within this many seconds of a dead run's start is still taken for the run's own
@@ -323,7 +311,7 @@ def _run_process_gone(run: dict[str, Any]) -> bool:
     pid = run.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
-    if pid != os.getpid() and not _pid_alive(pid):
+    if pid != os.getpid() and not pid_alive(pid):
         return True
     # alive, this process included (a container restarted with its host name often gives the new run the
     # killed run's pid): the run is its process's only if that process began before the run did
