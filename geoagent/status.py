@@ -24,10 +24,11 @@ from typing import Any
 
 from geoagent import constants as C
 from geoagent.textfmt import mapping_text
-from geoagent.runtime.progress import did_work, merge_records, read_last_with_work, read_processes, read_runs
+from geoagent.runtime.progress import (did_work, merge_records, read_last_with_work, read_processes, read_runs,
+                                       record_as_of, record_counts)
 from geoagent.runtime.procs import pid_alive
 from geoagent.runtime.queue import DeadLetter, QueueCounts
-from geoagent.runtime.worker import unreachable_cause
+from geoagent.runtime.worker import STALL_MIN_S, unreachable_cause
 
 
 _HTTP_RETRIES = re.compile(r"\bretries exhausted after (\d+) attempts\b")
@@ -175,6 +176,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     records = read_processes(progress_file)
     progress = (_merged(cfg, records, running, queues, dead_owner_pids(Path(cfg.state_dir())))
                 if len(records) > 1 else (records[0] if records else None))
+    if len(records) == 1 and running is not False and not records[0].get("finished"):
+        # a running (or frozen) process's record read now: its rates fall and its stages' idle time grows with
+        # the record's age, and a stage stalled meanwhile makes the ETA unknown (a stopped process's: as it left)
+        progress = record_as_of(records[0], time.time(), queues or None)
     # a finished run that found nothing to do (a re-run of a done campaign): show the last run that worked
     worked = None
     if progress is not None and progress.get("finished") and not did_work(progress):
@@ -207,7 +212,7 @@ def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,
     now = time.time()
     states = [process_state(r, running, now) for r in records]
     merged = merge_records(records, [st == "running" for st in states], pipeline=pipeline_stages(cfg) or None,
-                           counts=queues or None)
+                           counts=queues or None, now=now, silent=[st == "silent" for st in states])
     for proc, st in zip(merged["processes"], states):
         proc["state"] = st
         if st == "stopped" and dead_pids is not None:
@@ -368,14 +373,19 @@ def format_status(st: dict[str, Any]) -> str:
         # the "last error" of the campaign
         error_label = ("earlier error (resolved: every task completed since)" if is_complete(st["queues"])
                        else "last error")
+        over = ended or running is False  # the figures are as the run left them: no idle time, no live rate
         for sd in p.get("stages", []):
             pids, live = sd.get("pids") or [], sd.get("rate_pids") or []
             shared = ""  # a stage run by several processes: counts of all, rate of the running ones
-            if len(pids) > 1:
+            if procs and not over and not live:  # none of its processes runs: its rate is no rate now
+                shared = (f"  ({len(pids)} processes, none running: no rate counted)" if len(pids) > 1
+                          else "  (its process is not running: no rate counted)")
+            elif len(pids) > 1:
                 shared = f"  ({len(pids)} processes" + (f", {len(live)} running" if n_running and len(live) != len(pids)
                                                        else "") + ")"
+            idle = "" if over else idle_note(sd, st["queues"] or record_counts(p))
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
-                         f"  dead {sd['dead']}{shared}")
+                         f"  dead {sd['dead']}{shared}" + (f"  {idle}" if idle else ""))
             # each distinct once
             for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
                 lines.append(f"      {error_label}: {err}")
@@ -410,6 +420,26 @@ def format_status(st: dict[str, Any]) -> str:
         for d in items:
             lines.append(f"  dead {edge}/{d.key} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
     return "\n".join(lines)
+
+
+def idle_note(sd: dict[str, Any], counts: dict[str, QueueCounts]) -> str:
+    """Beside a stage's rate in ``status``: ``"idle: nothing completed for N s although K task(s) are ready on
+    E"`` (or ``... K task(s) are in flight``: stalled) or ``"idle: nothing completed for N s (nothing ready on E:
+    waiting for upstream work)"`` (starved) when the stage record's ``idle_s`` has reached its ``stall_after_s``
+    (:meth:`geoagent.runtime.worker.StageStats.stall_after_s`); ``""`` while it completes work, when finished, or
+    for a record without ``idle_s``. ``counts``: edge -> QueueCounts now. The rate beside it falls meanwhile
+    (:meth:`geoagent.runtime.worker.StageStats.rate_per_s`); this says why."""
+    idle = sd.get("idle_s")
+    if idle is None or sd.get("finished") or float(idle) < float(sd.get("stall_after_s") or STALL_MIN_S):
+        return ""
+    edge = sd.get("input_edge")
+    ready = counts.get(edge, QueueCounts()).ready if edge else 0
+    head = f"idle: nothing completed for {float(idle):.0f} s"
+    if ready:
+        return f"{head} although {ready} task(s) are ready on {edge}"
+    if int(sd.get("in_flight") or 0):
+        return f"{head} although {int(sd['in_flight'])} task(s) are in flight"
+    return f"{head} (nothing ready on {edge}: waiting for upstream work)"
 
 
 def coverage_lines(planned: dict[str, int], answered: dict[str, int], *, budget_stopped: bool = False,
@@ -537,10 +567,13 @@ def format_eta(progress: dict[str, Any]) -> str:
     """``"20 s (bounded by geocoder)"`` from a progress record's ``eta_s`` / ``eta_stage``; ``"unknown"``
     when no stage has a measured rate yet; ``"unknown while waiting for host H (model M)"`` (or ``(stage S)``;
     several joined by ``and``) while a watch-mode run holds work for an unreachable host (the record's
-    ``eta_waiting``, :func:`geoagent.runtime.progress.eta_waits`). A record of a ``--stages`` process (``eta_scope`` lists its
+    ``eta_waiting``, :func:`geoagent.runtime.progress.eta_waits`); ``"unknown: stage S has completed nothing for N s
+    with K task(s) ready on E"`` (or ``K task(s) in flight``; several joined by ``;``) while a stage with work ready
+    is stalled (the record's ``eta_stalled``, :func:`geoagent.runtime.progress.stalled_stages`): its rate is old,
+    so no time is given from it. A record of a ``--stages`` process (``eta_scope`` lists its
     stages) says that its ETA covers only those stages, over the work still upstream of them too; a record merged
     from a scale-out run's processes (:func:`geoagent.runtime.progress.merge_records`) is timed by the running
-    processes' combined rates and names the stages no running process times."""
+    processes' combined capacities and names the stages no running process times."""
     eta = progress.get("eta_s")
     scope = progress.get("eta_scope")
     covers = (f" [for stage(s) {', '.join(scope)} of the process that wrote it, counting the work still "
@@ -555,6 +588,12 @@ def format_eta(progress: dict[str, Any]) -> str:
         what = [f"host {w.get('host')} (" + (f"model {w['model']}" if w.get("model") else f"stage {w.get('stage')}")
                 + ")" for w in waiting]
         return "unknown while waiting for " + " and ".join(what) + covers
+    stalled = [s for s in progress.get("eta_stalled") or [] if isinstance(s, dict)]
+    if stalled:
+        return "unknown: " + "; ".join(
+            f"stage {s.get('stage')} has completed nothing for {float(s.get('idle_s') or 0.0):.0f} s with "
+            + (f"{s['ready']} task(s) ready on {s.get('input_edge')}" if s.get("ready")
+               else f"{s.get('in_flight')} task(s) in flight") for s in stalled) + covers
     if eta is None:
         return "unknown (no rate measured yet for a stage with work ahead)" + covers
     stage = progress.get("eta_stage")

@@ -7,6 +7,15 @@ Each tick appends one JSON object per line (another process can ``tail -f`` it):
      "queues": {"requests": {"ready": 80, "leased": 8, "done": 120, "dead": 0}, ...},
      "spend": {"spent_usd": 0.12, "cap_usd": 5.0, ...}, "eta_s": 8.2, "eta_stage": "geocoder"}
 
+Rates: each stage record has two (:class:`geoagent.runtime.worker.StageStats`). ``rate_per_s``, the display
+throughput, counts the tasks of the stage's last ~64 commits over the time from the first of them up to the
+record (``rate_window_s``), so it falls while the stage completes nothing; ``status`` carries a running
+process's record on to the moment it reads it (:func:`record_as_of`). ``capacity_per_s``, the ETA's, is the same
+window's rate up to its last commit: a stage waiting for upstream work is starved, not slower, and its capacity
+stays. ``idle_s`` (since its last commit) and ``stall_after_s`` tell a stalled stage: one with work ready that
+has completed nothing for that long (:func:`stalled_stages`); while any is, the ETA is unknown (``eta_s`` null,
+``eta_stalled`` lists them) rather than timed by a rate it no longer has.
+
 Each record names the process that wrote it (``pid``, and ``run_id``: the run manifest's id), so that ``status``
 can merge the records of the processes of a scaled-out run (:func:`read_runs`, :func:`merge_records`).
 
@@ -54,7 +63,7 @@ import orjson
 from geoagent.files import append_jsonl
 from geoagent.runtime.daemon import PipelineRun
 from geoagent.runtime.queue import QueueCounts
-from geoagent.runtime.worker import eta_s, split_resolved_errors
+from geoagent.runtime.worker import STALL_MIN_S, eta_s, split_resolved_errors
 
 SpendFn = Callable[[], dict[str, Any]]
 
@@ -128,8 +137,9 @@ class Progress:
         http = self.http() if self.http else None
         answered_at = {h: float(st.get("last_ok_at") or 0.0) for h, st in (http or {}).items() if isinstance(st, dict)}
         stages = []
+        now = time.monotonic()
         for r in run.runners:
-            sd = r.stats.as_dict()
+            sd = r.stats.as_dict(now)
             # errors of a host that answered since are resolved, also while the run goes on (status, live display)
             sd["last_errors"], sd["resolved_errors"] = split_resolved_errors(r.stats, answered_at)
             sd["input_edge"] = r.stage.input_edge  # status: how many tasks wait queued for a waiting stage
@@ -137,12 +147,15 @@ class Progress:
             if waits:
                 sd["host_waits"] = waits
             stages.append(sd)
-        rates = {r.stage.name: r.stats.rate_per_s() for r in run.runners}
+        # the ETA times each stage by its capacity (its rate while working), not by the display rate, which falls
+        # while a stage waits for upstream work: a starved stage is not slower (module docstring, "Rates")
+        rates = {r.stage.name: r.stats.capacity_per_s() for r in run.runners}
         topology = self.pipeline or [(r.stage.name, r.stage.input_edge, r.stage.output_edge) for r in run.runners]
         eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
         waiting = [] if finished else eta_waits(stages)
-        if waiting:  # work is held for a host that is down: no rate says when it comes back (not "0 s")
-            eta, eta_stage = None, None
+        stalled = [] if finished or waiting else stalled_stages(stages, counts)
+        if waiting or stalled:  # work is held for a host that is down, or a stage with work ready completes
+            eta, eta_stage = None, None  # nothing: no measured rate says when it ends (not "0 s", not a stale rate)
         return {
             "t": round(time.time(), 3),
             "campaign": run.campaign,
@@ -154,6 +167,8 @@ class Progress:
             "eta_stage": eta_stage,
             # watch mode: the hosts whose outage holds work back, so the ETA is unknown (format_eta words it)
             **({"eta_waiting": waiting} if waiting else {}),
+            # a stage with work ready that has completed nothing for long: the ETA is unknown (format_eta says so)
+            **({"eta_stalled": stalled} if stalled else {}),
             # None: the ETA covers the whole pipeline; else the stages it covers (this process's, --stages)
             "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else list(rates),
             "http": http,
@@ -186,11 +201,15 @@ class Progress:
         from rich.table import Table
 
         table = Table(title=f"campaign {record['campaign']}  elapsed {record['elapsed_s']:.0f} s", expand=False)
-        for col in ("stage", "done", "in flight", "retried", "dead", "rate/s"):
+        for col in ("stage", "done", "in flight", "retried", "dead", "rate/s", "idle"):
             table.add_column(col, justify="right" if col != "stage" else "left")
         for s in record["stages"]:
+            # "idle": nothing completed for longer than the stage's stall threshold (the rate/s falls meanwhile)
+            idle = s.get("idle_s")
+            idle_text = (f"{idle:.0f} s" if idle is not None and not s.get("finished")
+                         and idle >= float(s.get("stall_after_s") or STALL_MIN_S) else "")
             table.add_row(s["stage"], str(s["done"]), str(s["in_flight"]), str(s["failed"]), str(s["dead"]),
-                          f"{s['rate_per_s']:.1f}")
+                          f"{s['rate_per_s']:.2f}", idle_text)
         spend = record.get("spend") or {}
         caption = []
         from geoagent.status import format_eta, format_usd, stop_reason  # status imports this module
@@ -243,6 +262,87 @@ def eta_waits(stages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if isinstance(info, dict) and info.get("next_probe_in_s") is not None:
                 out.append({"host": str(host), "stage": sd.get("stage"), "model": None})
     return out
+
+
+def stage_stalled(sd: Mapping[str, Any], counts: Mapping[str, QueueCounts], age_s: float = 0.0) -> bool:
+    """Whether a stage record (:meth:`geoagent.runtime.worker.StageStats.as_dict`) read ``age_s`` seconds after it
+    was written shows a stalled stage: not finished nor budget-stopped, it has completed something (``idle_s``
+    not None), work is ready for it (tasks ready on its ``input_edge`` in ``counts``, or in flight in it) and
+    it has completed nothing for at least its ``stall_after_s``. A stage with nothing ready is starved, not
+    stalled; a record of an older version (no ``idle_s``) is never stalled."""
+    idle = sd.get("idle_s")
+    if idle is None or sd.get("finished") or sd.get("budget_stopped"):
+        return False
+    c = counts.get(str(sd.get("input_edge")), QueueCounts())
+    if not (c.ready > 0 or int(sd.get("in_flight") or 0) > 0):
+        return False
+    return float(idle) + age_s >= float(sd.get("stall_after_s") or STALL_MIN_S)
+
+
+def stalled_stages(stages: Sequence[Mapping[str, Any]], counts: Mapping[str, QueueCounts],
+                   age_s: float = 0.0) -> list[dict[str, Any]]:
+    """The stalled stages of a record's stage list (:func:`stage_stalled`), read ``age_s`` seconds after it was
+    written: one ``{"stage": S, "idle_s": N, "ready": R, "in_flight": F, "input_edge": E}`` each (``idle_s``:
+    seconds since its last commit as of the reading; ``ready``: tasks ready on its input edge). While any is,
+    the ETA is unknown (``eta_stalled``; :func:`geoagent.status.format_eta` words it): its capacity was measured
+    before it stopped completing, and no rate says when it resumes."""
+    out = []
+    for sd in stages:
+        if stage_stalled(sd, counts, age_s):
+            edge = str(sd.get("input_edge"))
+            out.append({"stage": sd.get("stage"), "idle_s": round(float(sd["idle_s"]) + age_s, 1),
+                        "ready": counts.get(edge, QueueCounts()).ready, "in_flight": int(sd.get("in_flight") or 0),
+                        "input_edge": edge})
+    return out
+
+
+def rate_as_of(sd: Mapping[str, Any], age_s: float) -> float:
+    """A stage record's display rate carried on ``age_s`` seconds after it was written, tasks/s: the tasks it
+    counted over its ``rate_window_s`` over that window plus ``age_s`` (the process completed nothing since,
+    as far as the reader knows); the rate as written for a record of an older version (no ``rate_window_s``)."""
+    rate = float(sd.get("rate_per_s") or 0.0)
+    window = sd.get("rate_window_s")
+    if window is None or age_s <= 0:
+        return rate
+    window = float(window)
+    return rate * window / (window + age_s) if window + age_s > 0 else 0.0
+
+
+def record_as_of(record: Mapping[str, Any], now: float, counts: Mapping[str, QueueCounts] | None = None) -> dict[str, Any]:
+    """A running process's progress record as it reads at ``now`` (Unix time, s), for ``status``: its stages'
+    display rates carried on to ``now`` (:func:`rate_as_of`: a process that stopped writing records shows them
+    falling, not the rate it last had) and ``idle_s`` counted up to ``now``; when a stage has become stalled so
+    (:func:`stalled_stages`, against ``counts``, default the record's own queue counts) and no host wait already
+    makes the ETA unknown, ``eta_s`` is None and ``eta_stalled`` says which. A finished record is returned as it
+    is (a copy)."""
+    rec = dict(record)
+    if rec.get("finished"):
+        return rec
+    age = max(0.0, float(now) - float(rec.get("t") or now))
+    if counts is None:
+        counts = record_counts(rec)
+    stages = []
+    for sd in rec.get("stages", []):
+        sd = dict(sd)
+        sd["rate_per_s"] = rate_as_of(sd, age)
+        if sd.get("rate_window_s") is not None:
+            sd["rate_window_s"] = round(float(sd["rate_window_s"]) + age, 3)
+        if sd.get("idle_s") is not None:
+            sd["idle_s"] = round(float(sd["idle_s"]) + age, 1)
+        stages.append(sd)
+    rec["stages"] = stages
+    if not rec.get("eta_waiting"):
+        stalled = stalled_stages(stages, counts)
+        if stalled:
+            rec.update(eta_s=None, eta_stage=None, eta_stalled=stalled)
+    return rec
+
+
+def record_counts(record: Mapping[str, Any]) -> dict[str, QueueCounts]:
+    """The queue counts a progress record holds (its ``queues``: edge -> counts dict), as edge ->
+    :class:`QueueCounts`; ``{}`` for none."""
+    return {e: QueueCounts(**{k: int(v.get(k, 0)) for k in ("ready", "leased", "done", "dead")})
+            for e, v in (record.get("queues") or {}).items() if isinstance(v, dict)}
 
 
 def pipeline_eta(
@@ -484,6 +584,9 @@ def merge_records(
     running: Sequence[bool],
     pipeline: Sequence[tuple[str, str, str | None]] | None = None,
     counts: Mapping[str, QueueCounts] | None = None,
+    *,
+    now: float | None = None,
+    silent: Sequence[bool] | None = None,
 ) -> dict[str, Any]:
     """One progress record for a run of several processes (``--stages`` scale-out), for ``status``.
 
@@ -499,6 +602,13 @@ def merge_records(
         as the records name them.
     counts : mapping of edge -> QueueCounts, optional
         Queue counts to time the ETA against (``status`` reads them now); default: the newest record's.
+    now : float, optional
+        When the records are read (Unix time, s; default: the newest record's ``t``): a running process's
+        display rates are carried on to it (:func:`rate_as_of`) and its stages' ``idle_s`` counted up to it.
+    silent : sequence of bool, same length, optional
+        Whether each record's process is silent (``status``: its pid exists but it has written no record for
+        a while, :func:`geoagent.status.process_state`). While no process runs and one is silent, the run is
+        not over, so no process's rates are summed as if live (``rate_per_s`` 0, ``rate_pids`` empty).
 
     Returns
     -------
@@ -507,40 +617,57 @@ def merge_records(
         ``{"pid", "run_id", "stages", "figures", "running", "finished", "t", "started"}`` (Unix times, s;
         ``figures``: the process's own ``stage``, ``rate_per_s`` and ``done`` per stage). Per stage:
         ``done``, ``failed``, ``dead``, ``missing``, ``released`` summed over every process (each counts its own
-        work since it started); ``rate_per_s``, ``in_flight``, ``held`` summed over the running ones (over all
-        when none runs: each as it left them, as a one-process run's last record shows them); ``pids`` says which
+        work since it started); ``rate_per_s`` (each carried on to ``now``), ``capacity_per_s`` (of the
+        running processes whose stage is not stalled, :func:`stage_stalled`), ``in_flight``, ``held`` summed
+        over the running ones (over all when none runs and none is silent, i.e. the run is over: each as it
+        left them, as a one-process run's last record shows them; over none when none runs but one is silent:
+        an ended or silent process's rate is never summed as if live); ``idle_s`` the least and
+        ``stall_after_s`` the largest of the running ones; ``pids`` says which
         processes ran the stage, ``rate_pids`` whose figures of the moment are summed; ``last_errors`` and
         ``resolved_errors`` of all (each distinct once). A model's ``host_waits`` entry (one per model and host)
         and an ``unreachable`` host's entry come from those same processes (and, for ``unreachable``, from those
         that ended; a process not running has no next probe), with the ``pids`` that report it and ``held``
         summed. The ETA is :func:`pipeline_eta` over the running
-        processes' summed rates (a stage no running process runs is not timed; ``eta_scope`` lists those that
-        are, None when every stage is, and ``eta_untimed`` the others), unknown while any running process waits
-        for a host (``eta_waiting``).
+        processes' summed capacities (a stage no running process runs is not timed; ``eta_scope`` lists those
+        that are, None when every stage is, and ``eta_untimed`` the others), unknown while any running process
+        waits for a host (``eta_waiting``) or while a stage is stalled in every running process of it
+        (``eta_stalled``, :func:`stalled_stages`).
         ``http`` counters are summed per host; ``elapsed_s`` runs from the earliest process's start;
         ``finished`` is True when every process ended with its final record.
     """
     newest = max(records, key=lambda r: float(r.get("t") or 0.0))
+    now = float(newest.get("t") or 0.0) if now is None else float(now)
+    if counts is None:
+        counts = record_counts(newest)
     order = [n for n, _, _ in pipeline] if pipeline else []
     stages: dict[str, dict[str, Any]] = {}
     processes: list[dict[str, Any]] = []
     http: dict[str, dict[str, Any]] = {}
     labels: dict[str, str] = {}
     # no process running (the run ended, or was killed): each process's figures as it left them, as the record of
-    # a run of one process shows them after its end
-    counted = list(running) if any(running) else [True] * len(records)
+    # a run of one process shows them after its end; but while one is silent (it may still run, stalled) the run is
+    # not over and none of them is live: no rate is summed (an ended or silent process's rate is not a rate now)
+    if any(running):
+        counted = list(running)
+    elif silent is not None and any(silent):
+        counted = [False] * len(records)
+    else:
+        counted = [True] * len(records)
     for rec, live, figures_now in zip(records, running, counted):
+        age = max(0.0, now - float(rec.get("t") or now)) if any(running) else 0.0  # the run over: as left
         pid = rec.get("pid")
         started, t = record_span(rec)
         processes.append({"pid": pid, "run_id": rec.get("run_id"), "running": bool(live),
                           "finished": bool(rec.get("finished")), "t": t, "started": started,
                           "stages": [sd.get("stage") for sd in rec.get("stages", [])],
-                          "figures": [{k: sd.get(k) for k in ("stage", "rate_per_s", "done")}
+                          "figures": [{"stage": sd.get("stage"), "done": sd.get("done"),
+                                       "rate_per_s": round(rate_as_of(sd, age), 3) if live else sd.get("rate_per_s")}
                                       for sd in rec.get("stages", [])]})
         for sd in rec.get("stages", []):
             name = sd.get("stage")
             m = stages.setdefault(name, {
-                "stage": name, **{k: 0 for k in _SUMMED + _RUNNING_ONLY}, "rate_per_s": 0.0, "finished": True,
+                "stage": name, **{k: 0 for k in _SUMMED + _RUNNING_ONLY}, "rate_per_s": 0.0, "capacity_per_s": 0.0,
+                "idle_s": None, "stall_after_s": None, "finished": True,
                 "budget_stopped": False, "last_errors": [], "resolved_errors": [], "unreachable": {},
                 "input_edge": sd.get("input_edge"), "pids": [], "rate_pids": []})
             for k in _SUMMED:
@@ -549,10 +676,20 @@ def merge_records(
             m["budget_stopped"] = m["budget_stopped"] or bool(sd.get("budget_stopped"))
             m["last_errors"] += [e for e in sd.get("last_errors", []) if e not in m["last_errors"]]
             m["resolved_errors"] += [r for r in sd.get("resolved_errors") or [] if r not in m["resolved_errors"]]
+            if not any(counted):
+                m["finished"] = m["finished"] and bool(sd.get("finished"))
             if figures_now:
                 m["rate_pids"].append(pid)
                 m["finished"] = m["finished"] and bool(sd.get("finished"))
-                m["rate_per_s"] = round(m["rate_per_s"] + float(sd.get("rate_per_s") or 0.0), 3)
+                m["rate_per_s"] = round(m["rate_per_s"] + rate_as_of(sd, age), 3)
+                if not stage_stalled(sd, counts, age):  # a stalled process's old rate is no capacity now
+                    cap = sd.get("capacity_per_s", sd.get("rate_per_s"))  # older records: the rate they had
+                    m["capacity_per_s"] = round(m["capacity_per_s"] + float(cap or 0.0), 3)
+                if sd.get("idle_s") is not None:
+                    idle = float(sd["idle_s"]) + age
+                    m["idle_s"] = round(idle if m["idle_s"] is None else min(m["idle_s"], idle), 1)
+                    after = float(sd.get("stall_after_s") or STALL_MIN_S)
+                    m["stall_after_s"] = after if m["stall_after_s"] is None else max(m["stall_after_s"], after)
                 for k in _RUNNING_ONLY:
                     m[k] += int(sd.get(k) or 0)
                 for w in sd.get("host_waits") or []:
@@ -589,14 +726,13 @@ def merge_records(
                 h["last_ok_at"] = max(float(hs["last_ok_at"]), float(h["last_ok_at"] or 0.0))
         labels.update({k: v for k, v in (rec.get("host_labels") or {}).items() if k not in labels})
     merged = sorted(stages.values(), key=lambda m: (order.index(m["stage"]) if m["stage"] in order else len(order)))
-    rates = {m["stage"]: m["rate_per_s"] for m in merged if m["rate_pids"] and any(running)}
+    # the ETA: the running processes' capacities (rates while working), as Progress.snapshot times them
+    rates = {m["stage"]: m["capacity_per_s"] for m in merged if m["rate_pids"] and any(running)}
     topology = list(pipeline) if pipeline else [(m["stage"], m["input_edge"], None) for m in merged]
-    if counts is None:
-        counts = {e: QueueCounts(**{k: int(v.get(k, 0)) for k in ("ready", "leased", "done", "dead")})
-                  for e, v in (newest.get("queues") or {}).items() if isinstance(v, dict)}
     eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
     waiting = eta_waits([m for m in merged if m["rate_pids"]]) if any(running) else []
-    if waiting:
+    stalled = stalled_stages([m for m in merged if m["rate_pids"]], counts) if any(running) and not waiting else []
+    if waiting or stalled:
         eta, eta_stage = None, None
     planned = next((r["planned_by_model"] for r in sorted(records, key=lambda r: -float(r.get("t") or 0.0))
                     if r.get("planned_by_model")), None)
@@ -610,6 +746,7 @@ def merge_records(
         "eta_s": None if eta is None else round(eta, 1),
         "eta_stage": eta_stage,
         **({"eta_waiting": waiting} if waiting else {}),
+        **({"eta_stalled": stalled} if stalled else {}),
         "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else [n for n, _, _ in topology if n in rates],
         "eta_untimed": [n for n, _, _ in topology if n not in rates],
         "http": http or None,

@@ -159,6 +159,13 @@ from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing
 log = logging.getLogger(__name__)
 
 
+#: a stage that has completed something counts as stalled while work is ready for it (queued on its input edge, or in
+#: flight) and it has completed nothing for this many of its mean gaps between commits (:meth:`StageStats.stall_after_s`)
+STALL_GAPS = 10.0
+#: ... and for at least this long, s
+STALL_MIN_S = 60.0
+
+
 @dataclass(slots=True)
 class StageStats:
     """Live counters of one stage (for progress display, ``status`` and the progress stream)."""
@@ -207,20 +214,69 @@ class StageStats:
             kept = set(self.last_errors)
             self.error_info = {k: v for k, v in self.error_info.items() if k in kept}
 
-    def record_done(self, n: int) -> None:
+    def record_done(self, n: int, now: float | None = None) -> None:
+        """Count ``n`` tasks committed at ``now`` (``time.monotonic()`` seconds; default: the clock now)."""
         self.done += n
-        self._recent.append((time.monotonic(), self.done))
+        self._recent.append((time.monotonic() if now is None else float(now), self.done))
 
-    def rate_per_s(self) -> float:
-        """Tasks completed per second over the last ~64 commits (falls back to the run average)."""
+    def rate_per_s(self, now: float | None = None) -> float:
+        """Display throughput, tasks/s: the tasks committed in the window of the last ~64 commits over the time
+        from the window's start up to ``now`` (``time.monotonic()`` s; default: the clock now), so it falls as
+        time passes without a commit; with fewer than two commits, the run average up to ``now``. A stage that
+        stopped completing thus shows a falling rate, never its old one (:meth:`capacity_per_s` is the rate
+        while it worked, for the ETA)."""
+        now = time.monotonic() if now is None else float(now)
+        tasks, since = self._window()
+        span = now - since
+        return tasks / span if span > 0 else 0.0
+
+    def _window(self) -> tuple[int, float]:
+        """``(tasks, since)``: the tasks the display rate counts and the monotonic time it counts them from."""
+        if len(self._recent) >= 2 and self._recent[-1][0] > self._recent[0][0]:
+            (t0, n0), (_, n1) = self._recent[0], self._recent[-1]
+            return n1 - n0, t0
+        return self.done, self.started_at
+
+    def capacity_per_s(self) -> float:
+        """Rate while working, tasks/s: the same window as :meth:`rate_per_s`, but up to its last commit, not up
+        to now, so a stage that waits for upstream work (starved, not slower) keeps its measured capacity; 0.0
+        before the first commit. The ETA's rate (:func:`geoagent.runtime.progress.pipeline_eta`)."""
+        if not self._recent:
+            return 0.0
+        tasks, since = self._window()
+        span = self._recent[-1][0] - since
+        return tasks / span if span > 0 else 0.0
+
+    def idle_s(self, now: float | None = None) -> float | None:
+        """Seconds since the stage's last commit at ``now`` (monotonic s; default: the clock now); None before
+        its first commit."""
+        if not self._recent:
+            return None
+        now = time.monotonic() if now is None else float(now)
+        return max(0.0, now - self._recent[-1][0])
+
+    def stall_after_s(self) -> float:
+        """How long this stage may complete nothing before it counts as stalled while work is ready for it, s:
+        :data:`STALL_GAPS` times its mean gap between commits in the window (before a second commit: the time to
+        its first), at least :data:`STALL_MIN_S`."""
         if len(self._recent) >= 2:
-            (t0, n0), (t1, n1) = self._recent[0], self._recent[-1]
-            if t1 > t0:
-                return (n1 - n0) / (t1 - t0)
-        elapsed = time.monotonic() - self.started_at
-        return self.done / elapsed if elapsed > 0 else 0.0
+            gap = (self._recent[-1][0] - self._recent[0][0]) / (len(self._recent) - 1)
+        elif self._recent:
+            gap = self._recent[-1][0] - self.started_at
+        else:
+            gap = 0.0
+        return max(STALL_MIN_S, STALL_GAPS * gap)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, now: float | None = None) -> dict[str, Any]:
+        """The stage's record for the progress stream at ``now`` (monotonic s; default: the clock now).
+
+        Rates (tasks/s): ``rate_per_s`` (display, falls while nothing completes, :meth:`rate_per_s`) counted over
+        the last ``rate_window_s`` seconds (so a later reader can carry it on: ``rate * w / (w + age)``,
+        :func:`geoagent.runtime.progress.record_as_of`), ``capacity_per_s`` (while working, the ETA's,
+        :meth:`capacity_per_s`); ``idle_s`` since the last commit (None before the first), ``stall_after_s``
+        (:meth:`stall_after_s`)."""
+        now = time.monotonic() if now is None else float(now)
+        idle = self.idle_s(now)
         return {
             "stage": self.name,
             "done": self.done,
@@ -230,7 +286,11 @@ class StageStats:
             "released": self.released,
             "in_flight": self.in_flight,
             "held": self.held,
-            "rate_per_s": round(self.rate_per_s(), 3),
+            "rate_per_s": round(self.rate_per_s(now), 3),
+            "rate_window_s": round(max(0.0, now - self._window()[1]), 3),
+            "capacity_per_s": round(self.capacity_per_s(), 3),
+            "idle_s": None if idle is None else round(idle, 1),
+            "stall_after_s": round(self.stall_after_s(), 1),
             "finished": self.finished,
             "budget_stopped": self.budget_stopped,
             "last_errors": list(self.last_errors),
