@@ -207,7 +207,8 @@ def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,
     """The latest records of a scale-out run's processes merged into one
     (:func:`geoagent.runtime.progress.merge_records`), each process given its :func:`process_state` and, when
     stopped, ``leases``: ``"pending"`` (its pid is in ``dead_pids``, :func:`geoagent.engine.dead_owner_pids`:
-    no later run handed its leases back yet), ``"returned"`` (a later run did) or None (``dead_pids`` None:
+    no other process handed its leases back yet), ``"returned"`` (a later run, or the periodic sweep of a process
+    still running, did) or None (``dead_pids`` None:
     unknown)."""
     now = time.time()
     states = [process_state(r, running, now) for r in records]
@@ -510,6 +511,8 @@ def process_lines(processes: list[dict[str, Any]], running: bool | None, now: fl
     process (newest record first): pid, stages, state, start, and its own rate and count per stage.
     ``processes``: :func:`geoagent.runtime.progress.merge_records`'s list, each with its ``state``
     (:func:`process_state`)."""
+    from geoagent.engine import DEAD_OWNER_SWEEP_S
+
     states = [p.get("state") for p in processes]
     head = f"  processes: {states.count('running')} running, {states.count('ended')} ended"
     if states.count("stopped"):
@@ -528,7 +531,14 @@ def process_lines(processes: list[dict[str, Any]], running: bool | None, now: fl
             why = "no process of the campaign holds run.lock" if running is False else "pid gone"
             what = f"stopped without its final record ({why}: killed?; {started}, last record {_hms(t)})"
             if p.get("leases") == "returned":
-                note = "; its leased tasks were handed back to their queue when a later run started"
+                note = ("; its leased tasks were handed back to their queue (by a process of the campaign that "
+                        "started or was running after it stopped)")
+            elif running:
+                note = (f"; its leased tasks are handed back to their queue within about {DEAD_OWNER_SWEEP_S:g} s "
+                        "by a running process of the campaign (each checks every "
+                        f"{DEAD_OWNER_SWEEP_S:g} s for processes that died), else when the next run of the "
+                        "campaign starts or their visibility timeout ([queue] visibility_timeout_s, 300 s by "
+                        "default, from each lease) ends, whichever comes first")
             else:
                 note = ("; its leased tasks return to their queue when the next run of the campaign starts (any "
                         "process), or when their visibility timeout ([queue] visibility_timeout_s, 300 s by default, "

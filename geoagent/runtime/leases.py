@@ -8,7 +8,8 @@ per 10 s, 4 attempts with backoff up to 120 s). Without renewal its lease expire
 stale lease ("stale lease ignored"). :class:`LeaseKeeper` renews, every third of the visibility timeout, the
 lease of every task the runner has leased and not yet settled (:meth:`WorkQueue.extend`), for another full
 visibility timeout. A crashed process renews nothing, so its tasks still come back one visibility timeout
-later. Held tasks (:mod:`geoagent.runtime.worker`, "Held tasks") are settled as far as the keeper goes: their
+later at the latest (a campaign run hands a dead process's leases back sooner: :func:`geoagent.engine.run_lock`,
+its start-up scan and periodic dead-owner sweep). Held tasks (:mod:`geoagent.runtime.worker`, "Held tasks") are settled as far as the keeper goes: their
 leases expire as designed. A backend without ``extend`` (it returns None) is simply not renewed.
 
 Renewal has a ceiling: a task hanging in :meth:`Stage.handle` (a call that never returns) must not keep its

@@ -7,7 +7,7 @@ A stage with ``batched = True`` (sinks that write one database row per task) get
 ``lease_batch``, in one :meth:`Stage.handle_batch` call instead. Finished tasks are committed in groups:
 first the outputs of the whole group go to the output edge in one ``put_many`` (idempotent by key), then
 the group's input tasks are acked in one call. A crash anywhere before the ack redelivers the task after its
-visibility timeout; because outputs are keyed, the redelivery is harmless. While a task waits for a slot or is
+visibility timeout at the latest (sooner in a campaign run: :func:`geoagent.engine.run_lock`); because outputs are keyed, the redelivery is harmless. While a task waits for a slot or is
 being handled, its lease is renewed every third of the visibility timeout (:mod:`geoagent.runtime.leases`), so a
 slow task (HTTP retries, rate-limit waits) is not handed to another worker meanwhile. Errors decide a task's fate
 (see :mod:`geoagent.runtime.stage`).
