@@ -148,6 +148,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.runtime.http import HostPolicy, HttpClient, _HostState, _throttle_params
+from geoagent.runtime.procs import proc_start, proc_stat
 from geoagent.runtime.sqlite_wal import enable_wal
 
 log = logging.getLogger(__name__)
@@ -271,30 +272,16 @@ def _boot_id() -> str:
         return ""
 
 
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """``(state, start time)`` of ``pid`` from Linux ``/proc/<pid>/stat`` (fields 3 and 22), or None.
-
-    The start time (clock ticks since boot) together with the pid tells a live process from a new one
-    that reuses a dead one's pid; state ``Z`` (zombie) is a process that has already exited.
-    """
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    try:
-        fields = raw[raw.rindex(b")") + 2 :].split()
-        return fields[0].decode(), fields[19].decode()
-    except (ValueError, IndexError):
-        return None
-
-
 def _proc_start(pid: int) -> str:
-    st = _proc_stat(pid)
-    return st[1] if st else ""
+    """Start time of ``pid`` as the board stores it (:func:`geoagent.runtime.procs.proc_start`; '' = unknown)."""
+    return proc_start(pid) or ""
 
 
 def _alive(pid: int, pstart: str) -> bool:
-    """Whether process ``pid`` that started at ``pstart`` (``_proc_start``; '' = unknown) still runs."""
+    """Whether process ``pid`` that started at ``pstart`` (``_proc_start``; '' = unknown) still runs: its pid
+    exists, and (``pstart`` known) the process holding it started then and is no zombie (state ``Z``: it has
+    exited), and its ``/proc`` entry did not vanish meanwhile. Stricter than the ledger's check on purpose: a
+    member that is gone must not keep its turn (:mod:`geoagent.runtime.procs`)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -302,7 +289,7 @@ def _alive(pid: int, pstart: str) -> bool:
     except PermissionError:
         pass  # exists, someone else's
     if pstart:
-        st = _proc_stat(pid)
+        st = proc_stat(pid)
         if st is None:
             return not Path("/proc").is_dir()  # vanished between the two checks (or no /proc at all)
         state, start = st

@@ -44,6 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from geoagent.runtime.procs import proc_start
 from geoagent.runtime.sqlite_wal import enable_wal
 from geoagent.runtime.stage import BudgetStop
 
@@ -386,25 +387,19 @@ CREATE TABLE IF NOT EXISTS ledger_owners (
 """
 
 
-def _proc_start(pid: int) -> str | None:
-    """Kernel start time of ``pid`` (Linux ``/proc/<pid>/stat`` field 22), to detect pid reuse; None elsewhere."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _pid_alive(pid: int, proc_start: str | None) -> bool:
+def _pid_alive(pid: int, started: str | None) -> bool:
+    """Whether ledger owner process ``pid``, recorded with start time ``started``
+    (:func:`geoagent.runtime.procs.proc_start`; None: unknown), still runs: its pid exists and, where both start
+    times can be read, the process holding it started when the recorded one did (else the pid was reused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # exists, owned by someone else
-    if proc_start is not None:
-        now = _proc_start(pid)
-        if now is not None and now != proc_start:
+    if started is not None:
+        now = proc_start(pid)
+        if now is not None and now != started:
             return False  # the pid was reused by a new process
     return True
 
@@ -484,7 +479,7 @@ class Ledger:
         with db.transaction() as conn:
             conn.execute(
                 "INSERT INTO ledger_owners (token, host, pid, proc_start, started_at) VALUES (?, ?, ?, ?, ?)",
-                (self.owner, socket.gethostname(), os.getpid(), _proc_start(os.getpid()), time.time()),
+                (self.owner, socket.gethostname(), os.getpid(), proc_start(os.getpid()), time.time()),
             )
             if cap_usd is not None:
                 conn.execute("UPDATE ledger_totals SET cap_nusd = ? WHERE id = 1", (usd_to_nano(cap_usd),))

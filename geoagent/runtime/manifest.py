@@ -40,7 +40,7 @@ import orjson
 
 from geoagent import __version__
 from geoagent import constants as C
-from geoagent.runtime.procs import pid_alive
+from geoagent.runtime.procs import pid_alive, proc_start
 from geoagent.secrets import redact
 
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
@@ -294,9 +294,11 @@ _START_SLACK_S = 30.0
 def _pid_started_unix(pid: int) -> float | None:
     """When process ``pid`` started (Unix time, s, to about 1 s: boot time from ``/proc/stat`` + field 22 of
     ``/proc/<pid>/stat`` in clock ticks), or None where that cannot be read (no ``/proc``: not Linux)."""
+    start = proc_start(pid)  # field 22 (starttime), clock ticks since boot
+    if start is None:
+        return None
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        ticks = int(stat.rpartition(")")[2].split()[19])  # field 22 (starttime), counted after "(comm)"
+        ticks = int(start)
         btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
                      if line.startswith("btime "))
         return btime + ticks / os.sysconf("SC_CLK_TCK")
