@@ -1,6 +1,8 @@
 """Context-ladder builder (seed 000, Sec. 3.3): reference points stratified by distance band x tier.
 
-Bands (km, lower edge inclusive, upper exclusive): 0.5-1.5, 1.5-3, 3-6. Referenceability tiers: high
+Bands (km, lower edge inclusive, upper exclusive): 0.5-1.5, 1.5-3, 3-6, applied to the distance as written
+in the row (rounded to :data:`DIST_DECIMALS` decimals, as the release bands its rounded ``dist_km``), so every
+row's band follows from its ``dist_km``. Referenceability tiers: high
 (4-5), mid (2-3), low (0-1). Candidates are de-duplicated by QID (the nearest statement wins), the
 site's own entity and name are excluded, and each (band, tier) cell gets up to ``draws_per_cell``
 random draws (default 2, as in the paper; the release holds up to 4): random, never sorted by distance,
@@ -26,6 +28,9 @@ LADDER_COLUMNS: tuple[str, ...] = (
     "band", "tier", "name_zh", "name_en", "label_raw", "qid", "dist_km", "familiarity", "pageviews",
     "n_in_cell", "n_taken",
 )
+
+#: Decimals of a ladder row's ``dist_km`` (km); the band is read from this rounded value (the release's rule).
+DIST_DECIMALS = 3
 
 #: Tier names and the referenceability scores (0-5) they cover.
 TIERS: tuple[tuple[str, tuple[int, ...]], ...] = (("high", (4, 5)), ("mid", (2, 3)), ("low", (0, 1)))
@@ -159,12 +164,15 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
     list of dict
         Rows with :data:`LADDER_COLUMNS`, ordered by band (near to far) then tier (high, mid, low);
         within a cell in draw order. ``n_in_cell`` is the cell's candidate count, ``n_taken`` the draws.
+        ``dist_km`` is rounded to :data:`DIST_DECIMALS` and the band is that of the rounded value (a
+        candidate 1.4996 km away is a 1.5 km row in 1.5-3.0 km; one at 5.9996 km, a 6.0 km row, is in no
+        band), so ``band_for(dist_km) == band`` holds for every row, as in the release.
     """
     if draws_per_cell < 1:
         raise ValueError(f"draws_per_cell must be >= 1, got {draws_per_cell}")
     cells: dict[tuple[str, str], list[RatedCandidate]] = {}
     for c in eligible_candidates(candidates, site_qid=site_qid, site_names=site_names):
-        band = band_for(c.dist_km, bands_km)
+        band = band_for(round(c.dist_km, DIST_DECIMALS), bands_km)  # the distance the row will show
         tier = tier_for(c.familiarity)
         if band is None or tier is None:
             continue
@@ -185,7 +193,7 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
                     "name_en": c.name_en or "",
                     "label_raw": c.label_raw,
                     "qid": c.qid,
-                    "dist_km": round(c.dist_km, 3),
+                    "dist_km": round(c.dist_km, DIST_DECIMALS),
                     "familiarity": int(c.familiarity) if c.familiarity is not None else "",
                     "pageviews": "" if c.pageviews is None else int(c.pageviews),
                     "n_in_cell": len(pool),
