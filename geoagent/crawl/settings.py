@@ -52,13 +52,15 @@ class _Section(BaseModel):
 
 
 #: The 16 photographable types of Sec. 3.2.1 with their Wikidata QIDs (class items; instances of
-#: subclasses count too, via ``wdt:P31/wdt:P279*``). Editable in config.
+#: subclasses count too, via ``wdt:P31/wdt:P279*``). Editable in config. Source of the QIDs: the release's
+#: ``scripts/00_select_sites.py`` (``TYPES``); its comment calls Q200334 "clock tower", Wikidata labels it
+#: "bell tower". (Q1068842, once listed here as "clock tower", is "footbridge", a subclass of bridge.)
 DEFAULT_SITE_TYPES: dict[str, str] = {
     "museum": "Q33506",
     "park": "Q22698",
     "church building": "Q16970",
     "theatre building": "Q24354",
-    "marketplace": "Q132510",
+    "marketplace": "Q330284",
     "bridge": "Q12280",
     "square": "Q174782",
     "library": "Q7075",
@@ -69,7 +71,7 @@ DEFAULT_SITE_TYPES: dict[str, str] = {
     "university": "Q3918",
     "stadium": "Q483110",
     "fountain": "Q483453",
-    "clock tower": "Q1068842",
+    "bell tower": "Q200334",
 }
 
 #: Japanese street-numbering blocks ("X-chome"): kanji or digit numerals followed by 丁目, or the
