@@ -61,3 +61,36 @@ def test_release_ladder_distances_reproduce_from_coordinates(release_dir):
         assert (out["dist_km"], out["band"], out["tier"]) == (float(row["dist_km"]), row["band"], row["tier"]), (t["site"], row)
         checked.add((t["site"], row["qid"]))
     assert len(checked) >= 10  # the sample holds 17 sites' trials; at least this many candidates are in their ladders
+
+
+def test_one_place_with_two_wikidata_items_takes_one_slot():
+    """A place can have several Wikidata items (a station entered twice); the release de-duplicates a cell by
+    name before drawing, so one reference point never fills two slots of a cell, and ``n_in_cell`` counts
+    places (no released ladder repeats a name). The nearer item is kept."""
+    cands = [_cand("Q10", 1.30, name="Shibuya Station"), _cand("Q11", 1.10, name="shibuya station"),
+             _cand("Q12", 1.20, name="Shibuya Stn", label="Shibuya Station"),  # same place by its raw label
+             _cand("Q13", 1.40, name="Hachiko Square")]
+    rows = build_ladder(cands, rng=random.Random(0), draws_per_cell=4)
+    assert sorted(r["qid"] for r in rows) == ["Q11", "Q13"]
+    assert {r["n_in_cell"] for r in rows} == {2} and {r["n_taken"] for r in rows} == {2}
+    # different cells are different conditions: the same name in another band is kept there
+    rows = build_ladder(cands + [_cand("Q14", 2.0, name="Shibuya Station")], rng=random.Random(0), draws_per_cell=4)
+    assert sorted(r["qid"] for r in rows) == ["Q11", "Q13", "Q14"]
+
+
+def test_release_ladders_never_repeat_a_name_in_a_cell(release_dir):
+    """Rebuilding every released ladder from its own rows keeps every name once per cell (the release's
+    property that the rule above reproduces)."""
+    from geoagent.crawl.ladder import normalise_name
+
+    for path in sorted((release_dir / "ladders").glob("*.csv")):
+        rows = read_ladder_csv(path)
+        cands = [RatedCandidate(qid=r["qid"], label_raw=r["label_raw"], dist_km=float(r["dist_km"]),
+                                familiarity=int(r["familiarity"]), name_en=r["name_en"]) for r in rows]
+        out = build_ladder(cands, rng=random.Random(path.name), draws_per_cell=4)
+        assert len(out) == len(rows), path.name
+        seen = set()
+        for r in out:
+            key = (r["band"], r["tier"], normalise_name(r["name_en"]))
+            assert key not in seen, (path.name, key)
+            seen.add(key)

@@ -4,7 +4,8 @@ Bands (km, lower edge inclusive, upper exclusive): 0.5-1.5, 1.5-3, 3-6, applied 
 in the row (rounded to :data:`DIST_DECIMALS` decimals, as the release bands its rounded ``dist_km``), so every
 row's band follows from its ``dist_km``. Referenceability tiers: high
 (4-5), mid (2-3), low (0-1). Candidates are de-duplicated by QID (the nearest statement wins), the
-site's own entity and name are excluded, and each (band, tier) cell gets up to ``draws_per_cell``
+site's own entity and name are excluded, each cell keeps one item per place (:func:`one_per_place`: items
+sharing an English name or raw label are one place), and each (band, tier) cell gets up to ``draws_per_cell``
 random draws (default 2, as in the paper; the release holds up to 4): random, never sorted by distance,
 because sorting once cost the most diagnostic condition (Sec. 3.3). One CSV per site with the release's
 ladder columns.
@@ -143,6 +144,25 @@ def eligible_candidates(candidates: Iterable[RatedCandidate], *, site_qid: str |
     return out
 
 
+def one_per_place(cell: Iterable[RatedCandidate]) -> list[RatedCandidate]:
+    """One candidate per place in a ladder cell: candidates whose English names (:func:`normalise_name`) or
+    raw labels coincide are one place with several Wikidata items (a station entered twice), and only the
+    nearest is kept (ties: the smaller QID text), so one reference point never fills two slots of a cell.
+    The release de-duplicates each cell by name before drawing too (its ``build_ladder2``: by Chinese name,
+    then by raw label; this project's conditions are English, so by English name, then by raw label).
+    Returned nearest first."""
+    kept: list[RatedCandidate] = []
+    seen: set[tuple[str, str]] = set()
+    for c in sorted(cell, key=lambda c: (c.dist_km, c.qid)):
+        en, raw = normalise_name(c.name_en), normalise_name(c.label_raw)
+        keys = ({("en", en)} if en else set()) | ({("raw", raw)} if raw else set())
+        if keys & seen:
+            continue
+        seen |= keys
+        kept.append(c)
+    return kept
+
+
 def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, draws_per_cell: int = 2,
                  site_qid: str | None = None, site_names: Sequence[str] = (),
                  bands_km: Sequence[tuple[float, float]] = C.LADDER_BANDS_KM) -> list[dict[str, Any]]:
@@ -163,7 +183,8 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
     -------
     list of dict
         Rows with :data:`LADDER_COLUMNS`, ordered by band (near to far) then tier (high, mid, low);
-        within a cell in draw order. ``n_in_cell`` is the cell's candidate count, ``n_taken`` the draws.
+        within a cell in draw order. ``n_in_cell`` is the cell's candidate count after
+        :func:`one_per_place` (places, not Wikidata items), ``n_taken`` the draws.
         ``dist_km`` is rounded to :data:`DIST_DECIMALS` and the band is that of the rounded value (a
         candidate 1.4996 km away is a 1.5 km row in 1.5-3.0 km; one at 5.9996 km, a 6.0 km row, is in no
         band), so ``band_for(dist_km) == band`` holds for every row, as in the release.
@@ -181,7 +202,7 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
     for lo, hi in bands_km:
         band = band_label(lo, hi)
         for tier, _ in TIERS:
-            pool = sorted(cells.get((band, tier), []), key=lambda c: c.qid)  # canonical order before drawing
+            pool = sorted(one_per_place(cells.get((band, tier), [])), key=lambda c: c.qid)  # canonical order
             if not pool:
                 continue
             taken = rng.sample(pool, min(draws_per_cell, len(pool)))
