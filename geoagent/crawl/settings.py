@@ -81,6 +81,14 @@ CHOME_PATTERNS: tuple[str, ...] = (
     r"(?i)\b[0-9]+\s*-?\s*ch[oōô]u?me\b",
 )
 
+#: Mexico's housing developments, excluded like the X-chome blocks by the release's L_district measurement
+#: (``analysis/district_scale.py``, ``_ADDRESS_UNIT``: names beginning "Unidad Habitacional" or
+#: "Fraccionamiento"; they are the nodes its Mexico City sites lose in ``district_scale.csv``).
+MEXICAN_UNIT_PATTERNS: tuple[str, ...] = (
+    r"^Unidad Habitacional\b",
+    r"^Fraccionamiento\b",
+)
+
 #: Other numbered addressing units, excluded by default (configurable): a bare number, "Block 12",
 #: "Sector 5", "Ward 3", "Zone 2", "Quadra 7", "Phường 12", "Arrondissement 11" style names.
 DEFAULT_EXTRA_UNIT_PATTERNS: tuple[str, ...] = (
@@ -95,7 +103,7 @@ class ScreenerSettings(_Section):
     place_values: tuple[str, ...] = ("neighbourhood", "suburb", "quarter")
     radius_km: float = Field(6.0, gt=0)
     min_points: int = Field(3, ge=2)
-    addressing_unit_patterns: tuple[str, ...] = CHOME_PATTERNS + DEFAULT_EXTRA_UNIT_PATTERNS
+    addressing_unit_patterns: tuple[str, ...] = CHOME_PATTERNS + MEXICAN_UNIT_PATTERNS + DEFAULT_EXTRA_UNIT_PATTERNS
     coverage_radius_km: float = Field(1.0, gt=0)
     min_coverage: int = Field(30, ge=0)
     l_min_km: float = Field(0.32, ge=0)
