@@ -25,7 +25,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.crawl.fetcher import campaign_selections
-from geoagent.crawl.image_audit import read_human_verdicts
+from geoagent.crawl.image_audit import ImageAudit, read_human_verdicts
 from geoagent.crawl.ladder import DIST_DECIMALS, band_for, tier_for
 from geoagent.data.model import Image, ReferencePoint, Site
 from geoagent.files import atomic_open, iter_jsonl_objects
@@ -68,7 +68,8 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
     """Kept images of every site of this campaign's selection (:func:`geoagent.crawl.fetcher.campaign_selections`:
     its own ``image_selection/<site>.json``, never another campaign's selection in the shared images root),
     sorted by site, with their audit outcome: ``usable`` follows the human verdict when one exists (the
-    paper's policy), else the model audit; images without any audit are left out."""
+    paper's policy), else the model audit (:attr:`geoagent.crawl.image_audit.ImageAudit.keeps_image`: its
+    ``usable`` and App. A.4's rule); images without any audit are left out."""
     state_dir, images_root = Path(state_dir), Path(images_root)
     human = read_human_verdicts(human_verdicts) if human_verdicts and Path(human_verdicts).is_file() else {}
     out = []
@@ -80,7 +81,7 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
             if hv:
                 usable = hv == "keep"
             elif rec and rec["audit"].get("parsed"):
-                usable = bool(rec["audit"].get("usable"))
+                usable = bool(ImageAudit.from_json(rec["audit"]).keeps_image)  # App. A.4's rule holds too
             else:
                 continue
             out.append({"image_id": iid, "site": site, "lat": k["lat"], "lon": k["lon"],
