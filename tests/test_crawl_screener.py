@@ -106,7 +106,8 @@ def test_district_scale_density_and_hand_picked_range(release_dir):
     assert float(sj["L_district_median_km"]) == 0.99 and int(sj["n_nodes_filtered"]) == 21
     assert not scale_ok(0.99, ScreenerSettings())
     # the Tokyo sites lose most nodes to the X-chome exclusion (Shibuya 573 of 800, Sec. 3.1); the
-    # Mexico City sites lose a few (the "other numbered-unit patterns"); nobody else loses any
+    # Mexico City sites lose a few (Unidad Habitacional / Fraccionamiento housing developments); nobody else
+    # loses any
     lost = {r["site"]: int(r["n_nodes_raw"]) - int(r["n_nodes_filtered"]) for r in rows}
     assert {s for s, n in lost.items() if n > 100} == {"tokyo_yanaka", "tokyo_shibuya", "tokyo_shimokita"}
     assert {s for s, n in lost.items() if 0 < n <= 100} == {"cdmx_condesa", "cdmx_roma"}

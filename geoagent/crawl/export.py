@@ -25,8 +25,8 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.crawl.fetcher import campaign_selections
-from geoagent.crawl.image_audit import read_human_verdicts
-from geoagent.crawl.ladder import band_for, tier_for
+from geoagent.crawl.image_audit import ImageAudit, read_human_verdicts
+from geoagent.crawl.ladder import DIST_DECIMALS, band_for, tier_for
 from geoagent.data.model import Image, ReferencePoint, Site
 from geoagent.files import atomic_open, iter_jsonl_objects
 
@@ -68,7 +68,8 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
     """Kept images of every site of this campaign's selection (:func:`geoagent.crawl.fetcher.campaign_selections`:
     its own ``image_selection/<site>.json``, never another campaign's selection in the shared images root),
     sorted by site, with their audit outcome: ``usable`` follows the human verdict when one exists (the
-    paper's policy), else the model audit; images without any audit are left out."""
+    paper's policy), else the model audit (:attr:`geoagent.crawl.image_audit.ImageAudit.keeps_image`: its
+    ``usable`` and App. A.4's rule); images without any audit are left out."""
     state_dir, images_root = Path(state_dir), Path(images_root)
     human = read_human_verdicts(human_verdicts) if human_verdicts and Path(human_verdicts).is_file() else {}
     out = []
@@ -80,7 +81,7 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
             if hv:
                 usable = hv == "keep"
             elif rec and rec["audit"].get("parsed"):
-                usable = bool(rec["audit"].get("usable"))
+                usable = bool(ImageAudit.from_json(rec["audit"]).keeps_image)  # App. A.4's rule holds too
             else:
                 continue
             out.append({"image_id": iid, "site": site, "lat": k["lat"], "lon": k["lon"],
@@ -110,7 +111,8 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
         ``{"sites": [Site], "images": [Image], "reference_points": [ReferencePoint]}``; reference points are
         every usable, non-sensitive, rated candidate within 6 km of its site, with coordinates (the
         GeoVerify candidate pool, which includes the site's own landmark: it is a signal candidate for
-        images taken at it), band and tier. Ladders for GeoHint are the CSVs (own landmark excluded).
+        images taken at it), band and tier; ``dist_km`` is rounded to 3 decimals and the band is that of the
+        rounded distance, as in the ladders. Ladders for GeoHint are the CSVs (own landmark excluded).
     """
     state_dir = Path(state_dir)
     sites = []
@@ -139,9 +141,10 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
             if not r.get("ok") or r.get("sensitive") or tier_for(r.get("familiarity")) is None or not r.get("name_en"):
                 continue
             lat, lon = coords.get(r["qid"], (None, None))
+            dist = round(float(r["dist_km"]), DIST_DECIMALS)  # the band of the distance shown (the ladders' rule)
             points.append(ReferencePoint(qid=r["qid"], name_en=r["name_en"], name_zh=r.get("name_zh"), lat=lat, lon=lon,
-                                         dist_km=round(float(r["dist_km"]), 3), referenceability=int(r["familiarity"]),
-                                         band=band_for(float(r["dist_km"])), tier=tier_for(r["familiarity"]),
+                                         dist_km=dist, referenceability=int(r["familiarity"]),
+                                         band=band_for(dist), tier=tier_for(r["familiarity"]),
                                          pageviews=r.get("pageviews"), site_id=sid, label_raw=r.get("label_raw")))
     return {"sites": sites, "images": images, "reference_points": points}
 

@@ -74,6 +74,16 @@ class ImageAudit:
             return None
         return usable_by_rule(self.answer_overlay, self.scene_type, self.quality)
 
+    @property
+    def keeps_image(self) -> bool | None:
+        """Whether the model audit keeps the image (the ``usable`` that decides when no human verdict exists):
+        the model's own ``usable`` and App. A.4's rule over its fields (:attr:`usable_rule`), so an answer that
+        reports overlay text, a non-street scene or quality <= 1 never keeps an image, whatever its ``usable``
+        field says (answer leakage is the one hard exclusion, Sec. 3.2). None when unparsed."""
+        if not self.parsed or self.usable is None:
+            return None
+        return bool(self.usable) and self.usable_rule is not False
+
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("parsed", "answer_overlay", "overlay_text", "scene_type", "through_glass",
                                              "tourist_infrastructure", "quality", "usable", "why", "reason", "raw")}
@@ -274,7 +284,8 @@ def agreement(rows: Iterable[Mapping[str, Any]]) -> AuditAgreement:
 def audit_row(image_path: str, site: str, audit: ImageAudit | None, human: Mapping[str, str] | None = None,
               batch: str | int = "") -> dict[str, Any]:
     """One ``image_audit.csv`` row; ``usable`` follows the human verdict when there is one (the release's
-    policy), else the model's verdict."""
+    policy), else the model's verdict checked against App. A.4's rule (:attr:`ImageAudit.keeps_image`);
+    ``ai_usable`` is the model's ``usable`` field as it answered."""
     human = human or {}
     hv = human.get("human_verdict", "")
     a = audit or ImageAudit(False)
@@ -282,7 +293,7 @@ def audit_row(image_path: str, site: str, audit: ImageAudit | None, human: Mappi
     def fmt(v: Any) -> Any:
         return "" if v is None else v
 
-    usable = (hv == "keep") if hv else (a.usable if a.parsed else "")
+    usable = (hv == "keep") if hv else (a.keeps_image if a.parsed else "")
     return {
         "image": image_path, "site": site, "batch": batch, "usable": fmt(usable),
         "ai_answer_overlay": fmt(a.answer_overlay), "ai_overlay_text": a.overlay_text, "ai_scene_type": fmt(a.scene_type),

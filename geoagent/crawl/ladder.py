@@ -1,8 +1,11 @@
 """Context-ladder builder (seed 000, Sec. 3.3): reference points stratified by distance band x tier.
 
-Bands (km, lower edge inclusive, upper exclusive): 0.5-1.5, 1.5-3, 3-6. Referenceability tiers: high
+Bands (km, lower edge inclusive, upper exclusive): 0.5-1.5, 1.5-3, 3-6, applied to the distance as written
+in the row (rounded to :data:`DIST_DECIMALS` decimals, as the release bands its rounded ``dist_km``), so every
+row's band follows from its ``dist_km``. Referenceability tiers: high
 (4-5), mid (2-3), low (0-1). Candidates are de-duplicated by QID (the nearest statement wins), the
-site's own entity and name are excluded, and each (band, tier) cell gets up to ``draws_per_cell``
+site's own entity and name are excluded, each cell keeps one item per place (:func:`one_per_place`: items
+sharing an English name or raw label are one place), and each (band, tier) cell gets up to ``draws_per_cell``
 random draws (default 2, as in the paper; the release holds up to 4): random, never sorted by distance,
 because sorting once cost the most diagnostic condition (Sec. 3.3). One CSV per site with the release's
 ladder columns.
@@ -26,6 +29,9 @@ LADDER_COLUMNS: tuple[str, ...] = (
     "band", "tier", "name_zh", "name_en", "label_raw", "qid", "dist_km", "familiarity", "pageviews",
     "n_in_cell", "n_taken",
 )
+
+#: Decimals of a ladder row's ``dist_km`` (km); the band is read from this rounded value (the release's rule).
+DIST_DECIMALS = 3
 
 #: Tier names and the referenceability scores (0-5) they cover.
 TIERS: tuple[tuple[str, tuple[int, ...]], ...] = (("high", (4, 5)), ("mid", (2, 3)), ("low", (0, 1)))
@@ -138,6 +144,25 @@ def eligible_candidates(candidates: Iterable[RatedCandidate], *, site_qid: str |
     return out
 
 
+def one_per_place(cell: Iterable[RatedCandidate]) -> list[RatedCandidate]:
+    """One candidate per place in a ladder cell: candidates whose English names (:func:`normalise_name`) or
+    raw labels coincide are one place with several Wikidata items (a station entered twice), and only the
+    nearest is kept (ties: the smaller QID text), so one reference point never fills two slots of a cell.
+    The release de-duplicates each cell by name before drawing too (its ``build_ladder2``: by Chinese name,
+    then by raw label; this project's conditions are English, so by English name, then by raw label).
+    Returned nearest first."""
+    kept: list[RatedCandidate] = []
+    seen: set[tuple[str, str]] = set()
+    for c in sorted(cell, key=lambda c: (c.dist_km, c.qid)):
+        en, raw = normalise_name(c.name_en), normalise_name(c.label_raw)
+        keys = ({("en", en)} if en else set()) | ({("raw", raw)} if raw else set())
+        if keys & seen:
+            continue
+        seen |= keys
+        kept.append(c)
+    return kept
+
+
 def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, draws_per_cell: int = 2,
                  site_qid: str | None = None, site_names: Sequence[str] = (),
                  bands_km: Sequence[tuple[float, float]] = C.LADDER_BANDS_KM) -> list[dict[str, Any]]:
@@ -158,13 +183,17 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
     -------
     list of dict
         Rows with :data:`LADDER_COLUMNS`, ordered by band (near to far) then tier (high, mid, low);
-        within a cell in draw order. ``n_in_cell`` is the cell's candidate count, ``n_taken`` the draws.
+        within a cell in draw order. ``n_in_cell`` is the cell's candidate count after
+        :func:`one_per_place` (places, not Wikidata items), ``n_taken`` the draws.
+        ``dist_km`` is rounded to :data:`DIST_DECIMALS` and the band is that of the rounded value (a
+        candidate 1.4996 km away is a 1.5 km row in 1.5-3.0 km; one at 5.9996 km, a 6.0 km row, is in no
+        band), so ``band_for(dist_km) == band`` holds for every row, as in the release.
     """
     if draws_per_cell < 1:
         raise ValueError(f"draws_per_cell must be >= 1, got {draws_per_cell}")
     cells: dict[tuple[str, str], list[RatedCandidate]] = {}
     for c in eligible_candidates(candidates, site_qid=site_qid, site_names=site_names):
-        band = band_for(c.dist_km, bands_km)
+        band = band_for(round(c.dist_km, DIST_DECIMALS), bands_km)  # the distance the row will show
         tier = tier_for(c.familiarity)
         if band is None or tier is None:
             continue
@@ -173,7 +202,7 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
     for lo, hi in bands_km:
         band = band_label(lo, hi)
         for tier, _ in TIERS:
-            pool = sorted(cells.get((band, tier), []), key=lambda c: c.qid)  # canonical order before drawing
+            pool = sorted(one_per_place(cells.get((band, tier), [])), key=lambda c: c.qid)  # canonical order
             if not pool:
                 continue
             taken = rng.sample(pool, min(draws_per_cell, len(pool)))
@@ -185,7 +214,7 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
                     "name_en": c.name_en or "",
                     "label_raw": c.label_raw,
                     "qid": c.qid,
-                    "dist_km": round(c.dist_km, 3),
+                    "dist_km": round(c.dist_km, DIST_DECIMALS),
                     "familiarity": int(c.familiarity) if c.familiarity is not None else "",
                     "pageviews": "" if c.pageviews is None else int(c.pageviews),
                     "n_in_cell": len(pool),

@@ -1,10 +1,10 @@
 """City screener (seed 000, Sec. 3.1 and 3.2.1): is a city's spatial granularity comparable to the others?
 
 For a city centre, take the OSM ``place=neighbourhood|suburb|quarter`` point nodes within 6 km, drop
-addressing units (Japanese X-chome street-numbering blocks, plus configurable numbered-unit patterns),
-and compute ``L_district``, the median nearest-neighbour haversine distance between the remaining nodes
-(at least 3 needed). Coverage is the number of perspective (non-panorama) Mapillary images within 1 km.
-A city is admitted when coverage >= 30 and 0.32 <= L_district <= 0.65 km (all configurable).
+addressing units (Japanese X-chome street-numbering blocks, Mexican housing developments, plus configurable
+numbered-unit patterns), and compute ``L_district``, the median nearest-neighbour haversine distance
+between the remaining nodes (at least 3 needed). Coverage is the number of perspective (non-panorama)
+Mapillary images within 1 km. A city is admitted when coverage >= 30 and 0.32 <= L_district <= 0.65 km (all configurable).
 
 The output row has the columns of the release's ``city_pool.csv``.
 """

@@ -52,13 +52,15 @@ class _Section(BaseModel):
 
 
 #: The 16 photographable types of Sec. 3.2.1 with their Wikidata QIDs (class items; instances of
-#: subclasses count too, via ``wdt:P31/wdt:P279*``). Editable in config.
+#: subclasses count too, via ``wdt:P31/wdt:P279*``). Editable in config. Source of the QIDs: the release's
+#: ``scripts/00_select_sites.py`` (``TYPES``); its comment calls Q200334 "clock tower", Wikidata labels it
+#: "bell tower". (Q1068842, once listed here as "clock tower", is "footbridge", a subclass of bridge.)
 DEFAULT_SITE_TYPES: dict[str, str] = {
     "museum": "Q33506",
     "park": "Q22698",
     "church building": "Q16970",
     "theatre building": "Q24354",
-    "marketplace": "Q132510",
+    "marketplace": "Q330284",
     "bridge": "Q12280",
     "square": "Q174782",
     "library": "Q7075",
@@ -69,7 +71,7 @@ DEFAULT_SITE_TYPES: dict[str, str] = {
     "university": "Q3918",
     "stadium": "Q483110",
     "fountain": "Q483453",
-    "clock tower": "Q1068842",
+    "bell tower": "Q200334",
 }
 
 #: Japanese street-numbering blocks ("X-chome"): kanji or digit numerals followed by 丁目, or the
@@ -77,6 +79,14 @@ DEFAULT_SITE_TYPES: dict[str, str] = {
 CHOME_PATTERNS: tuple[str, ...] = (
     r"[0-9０-９一二三四五六七八九十百〇]+\s*丁目",
     r"(?i)\b[0-9]+\s*-?\s*ch[oōô]u?me\b",
+)
+
+#: Mexico's housing developments, excluded like the X-chome blocks by the release's L_district measurement
+#: (``analysis/district_scale.py``, ``_ADDRESS_UNIT``: names beginning "Unidad Habitacional" or
+#: "Fraccionamiento"; they are the nodes its Mexico City sites lose in ``district_scale.csv``).
+MEXICAN_UNIT_PATTERNS: tuple[str, ...] = (
+    r"^Unidad Habitacional\b",
+    r"^Fraccionamiento\b",
 )
 
 #: Other numbered addressing units, excluded by default (configurable): a bare number, "Block 12",
@@ -93,7 +103,7 @@ class ScreenerSettings(_Section):
     place_values: tuple[str, ...] = ("neighbourhood", "suburb", "quarter")
     radius_km: float = Field(6.0, gt=0)
     min_points: int = Field(3, ge=2)
-    addressing_unit_patterns: tuple[str, ...] = CHOME_PATTERNS + DEFAULT_EXTRA_UNIT_PATTERNS
+    addressing_unit_patterns: tuple[str, ...] = CHOME_PATTERNS + MEXICAN_UNIT_PATTERNS + DEFAULT_EXTRA_UNIT_PATTERNS
     coverage_radius_km: float = Field(1.0, gt=0)
     min_coverage: int = Field(30, ge=0)
     l_min_km: float = Field(0.32, ge=0)
