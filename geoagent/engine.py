@@ -1001,8 +1001,7 @@ async def _run(
         )
         tick: Any = progress
         if watch and not only_stages:  # a scale-out process (--stages) leaves the hand-off to the last one
-            tick = idle_handoff_tick(progress, lambda complete: kind.idle_handoff(cfg, ctx, export=export,
-                                                                                  complete=complete))
+            tick = kind_handoff_tick(kind, cfg, ctx, progress, export=export)
         view = await run_pipeline(
             cfg.name,
             stages,
@@ -1188,6 +1187,13 @@ def idle_handoff_tick(tick: Any, handoff: Callable[[bool], list[str]]) -> IdleHa
     """The tick callback of a ``--watch`` run that hands off at each idle drain (:class:`IdleHandoffTick`: the
     hand-off runs in a worker thread, one at a time; await its ``wait()`` before the end of the run writes)."""
     return IdleHandoffTick(tick, handoff)
+
+
+def kind_handoff_tick(kind: CampaignKind, cfg: Any, ctx: StageContext, tick: Any, *, export: bool) -> IdleHandoffTick:
+    """The idle hand-off tick of a ``--watch`` run of ``kind`` (what the engine runs): ``tick`` (the progress
+    callback), then at each idle drain with new work :meth:`CampaignKind.idle_handoff` in a worker thread
+    (:class:`IdleHandoffTick`). ``export``: the run exports (not ``--no-export``)."""
+    return idle_handoff_tick(tick, lambda complete: kind.idle_handoff(cfg, ctx, export=export, complete=complete))
 
 
 async def settle_pending_ledger_writes(ledger: Any) -> None:
