@@ -165,16 +165,27 @@ class CampaignKind(abc.ABC):
         a run creates anything."""
         return []
 
-    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool) -> list[str]:
+    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool,
+                     snapshot: Any = None) -> list[str]:
         """Write the tables another campaign reads from this one (its hand-off), called by a ``--watch`` run
         each time every queue has drained after new work was done (:func:`idle_handoff_tick`), so the folder
         is usable while the process keeps watching instead of only after it stops. ``export``: the run
         exports (not ``--no-export``); ``complete``: nothing is dead-lettered either (what a run's end calls
-        ``complete``). Writes must be atomic and idempotent (the end of the run writes them again). It runs in
-        a worker thread (:class:`IdleHandoffTick`), never two at once, so it must not touch the event loop and
-        may only read shared state that is safe to read from another thread. Returns lines to print (empty:
-        nothing to hand off; the default)."""
+        ``complete``); ``snapshot``: what :meth:`handoff_snapshot` returned for this hand-off. Writes must be
+        atomic and idempotent (the end of the run writes them again). It runs in a worker thread
+        (:class:`IdleHandoffTick`), never two at once, so it must not touch the event loop, and must read the
+        process's mutable state (sets and dicts the running stages add to) only from ``snapshot``: iterating a
+        live one while the loop adds to it fails ("Set changed size during iteration"). Files, databases with
+        their own locking and immutable values (the config, paths) may be read directly. Returns lines to
+        print (empty: nothing to hand off; the default)."""
         return []
+
+    def handoff_snapshot(self, cfg: Any, ctx: StageContext) -> Any:
+        """Called on the event loop's thread right before an idle hand-off starts in its worker thread: copies
+        of the mutable in-process state :meth:`idle_handoff` reads (e.g. the crawl's per-API request counts,
+        whose hosts the running stages add to), handed to it as ``snapshot``, so the thread reads only data no
+        one changes. None by default (a kind whose hand-off reads no such state)."""
+        return None
 
 
     def dry_run_outline(self, cfg: Any) -> list[str]:
@@ -1002,19 +1013,27 @@ async def _run(
         tick: Any = progress
         if watch and not only_stages:  # a scale-out process (--stages) leaves the hand-off to the last one
             tick = kind_handoff_tick(kind, cfg, ctx, progress, export=export)
-        view = await run_pipeline(
-            cfg.name,
-            stages,
-            queues,
-            ctx,
-            burst=not watch,
-            tick=tick,
-            handle_signals=handle_signals,
-            runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True,
-                            "probe_after_s": cfg.queue.watch_probe_after_s,
-                            "probe_max_s": cfg.queue.watch_probe_max_s,
-                            "task_timeout_s": cfg.queue.task_timeout_s},
-        )
+        try:
+            view = await run_pipeline(
+                cfg.name,
+                stages,
+                queues,
+                ctx,
+                burst=not watch,
+                tick=tick,
+                handle_signals=handle_signals,
+                runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True,
+                                "probe_after_s": cfg.queue.watch_probe_after_s,
+                                "probe_max_s": cfg.queue.watch_probe_max_s,
+                                "task_timeout_s": cfg.queue.task_timeout_s},
+            )
+        except BaseException:
+            if isinstance(tick, IdleHandoffTick):
+                # the pipeline raised (or was cancelled) while a hand-off may be writing in its thread: wait
+                # for it, so its failure is logged and it does not write on while the services close
+                with anyio.CancelScope(shield=True):
+                    await tick.wait(ending=True)
+            raise
         if isinstance(tick, IdleHandoffTick):
             # an idle hand-off still writing in its thread ends first: the report and export below write the
             # same files, and must be the last to
@@ -1122,13 +1141,20 @@ class IdleHandoffTick:
     idle tick after it ended). The lines it returns are printed and logged from the loop, at the next tick or
     at :meth:`wait`, which the engine awaits before the end of the run writes the report and tables itself,
     so a stop never races a hand-off in progress (each table is also written atomically: a temporary file of
-    its own renamed over it). Idle ticks with nothing new write nothing, so the tables' files keep their time
-    stamps. A failing hand-off is logged as a warning and retried at the next change; it never stops the
-    run."""
+    its own renamed over it); when the pipeline raises instead of ending, the engine awaits it too
+    (``wait(ending=True)``) before the error goes on, so its failure is logged. With ``snapshot``, that callable
+    runs on the loop's thread just before each hand-off and its result is the hand-off's second argument: the
+    thread reads copies of the loop's mutable state, never the live sets the stages add to
+    (:meth:`CampaignKind.handoff_snapshot`). Idle ticks with nothing new write nothing, so the tables' files
+    keep their time stamps. A failing hand-off is logged as a warning and retried at the next change; it
+    never stops the run."""
 
-    def __init__(self, tick: Any, handoff: Callable[[bool], list[str]]) -> None:
+    def __init__(self, tick: Any, handoff: Callable[..., list[str]],
+                 snapshot: Callable[[], Any] | None = None) -> None:
         self.tick = tick
         self.handoff = handoff
+        #: called on the loop's thread before each hand-off; its result is the hand-off's second argument
+        self.snapshot = snapshot
         self._last: Any = None
         self._future: Any = None  # concurrent.futures.Future of the hand-off in progress (or not yet collected)
         self._pool: Any = None
@@ -1149,14 +1175,25 @@ class IdleHandoffTick:
         if mark == self._last or not any(c.done for c in counts.values()):
             return
         self._last = mark
+        args: tuple[Any, ...] = (not any(c.dead for c in counts.values()),)
+        if self.snapshot is not None:
+            try:  # on the loop's thread: the thread then reads only these copies
+                args += (self.snapshot(),)
+            except Exception as exc:  # noqa: BLE001 - as a failed hand-off: logged, retried at the next change
+                from geoagent.runtime.http import exception_text
+
+                log.warning("idle hand-off failed (retried when new work is done, and at the end of the run): %s",
+                            exception_text(exc))
+                return
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idle-handoff")
-        self._future = self._pool.submit(self.handoff, not any(c.dead for c in counts.values()))
+        self._future = self._pool.submit(self.handoff, *args)
 
-    def _collect(self) -> None:
-        """Print and log the lines of a hand-off that has ended (a warning if it failed); no-op otherwise."""
+    def _collect(self, *, ending: bool = False) -> None:
+        """Print and log the lines of a hand-off that has ended (a warning if it failed); no-op otherwise.
+        ``ending``: the run is ending on an error (the warning then says the tables were not rewritten)."""
         fut = self._future
         if fut is None or not fut.done():
             return
@@ -1165,35 +1202,42 @@ class IdleHandoffTick:
 
         exc = fut.exception()
         if exc is not None:  # the watching run goes on; retried at the next change, and the end of the run writes
-            log.warning("idle hand-off failed (retried when new work is done, and at the end of the run): %s",
-                        exception_text(exc))
+            why = ("the run is ending on an error: re-run to write the hand-off tables" if ending else
+                   "retried when new work is done, and at the end of the run")
+            log.warning("idle hand-off failed (%s): %s", why, exception_text(exc))
             return
         for line in fut.result() or []:
             log.info("%s", line)
             print(line, flush=True)
 
-    async def wait(self) -> None:
+    async def wait(self, *, ending: bool = False) -> None:
         """Wait for the hand-off in progress, if any, to end (polling, so a cancel still gets through) and print
-        its lines; then free the thread. The engine awaits it before the end of the run writes the tables."""
+        its lines, or log its failure; then free the thread. The engine awaits it before the end of the run
+        writes the tables, and (``ending``, shielded from cancellation) when the pipeline raised, so a failing
+        hand-off is logged and no thread writes on after the run has closed its services."""
         while self.busy():
             await anyio.sleep(0.05)
-        self._collect()
+        self._collect(ending=ending)
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
 
 
-def idle_handoff_tick(tick: Any, handoff: Callable[[bool], list[str]]) -> IdleHandoffTick:
+def idle_handoff_tick(tick: Any, handoff: Callable[..., list[str]],
+                      snapshot: Callable[[], Any] | None = None) -> IdleHandoffTick:
     """The tick callback of a ``--watch`` run that hands off at each idle drain (:class:`IdleHandoffTick`: the
-    hand-off runs in a worker thread, one at a time; await its ``wait()`` before the end of the run writes)."""
-    return IdleHandoffTick(tick, handoff)
+    hand-off runs in a worker thread, one at a time; await its ``wait()`` before the end of the run writes).
+    ``handoff(complete)``, or ``handoff(complete, snapshot())`` with ``snapshot`` (called on the loop's thread)."""
+    return IdleHandoffTick(tick, handoff, snapshot)
 
 
 def kind_handoff_tick(kind: CampaignKind, cfg: Any, ctx: StageContext, tick: Any, *, export: bool) -> IdleHandoffTick:
     """The idle hand-off tick of a ``--watch`` run of ``kind`` (what the engine runs): ``tick`` (the progress
     callback), then at each idle drain with new work :meth:`CampaignKind.idle_handoff` in a worker thread
     (:class:`IdleHandoffTick`). ``export``: the run exports (not ``--no-export``)."""
-    return idle_handoff_tick(tick, lambda complete: kind.idle_handoff(cfg, ctx, export=export, complete=complete))
+    return idle_handoff_tick(
+        tick, lambda complete, snap: kind.idle_handoff(cfg, ctx, export=export, complete=complete, snapshot=snap),
+        snapshot=lambda: kind.handoff_snapshot(cfg, ctx))
 
 
 async def settle_pending_ledger_writes(ledger: Any) -> None:
