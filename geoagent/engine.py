@@ -180,6 +180,18 @@ class CampaignKind(abc.ABC):
         print (empty: nothing to hand off; the default)."""
         return []
 
+    #: what the files of :meth:`plan_inputs` are called in the watch lines (``"trial table"``)
+    plan_inputs_label: str = "plan inputs"
+
+    def plan_inputs(self, cfg: Any) -> list[Path]:
+        """Files :meth:`plan` reads that another process may rewrite while a ``--watch`` run of this campaign
+        goes on (a watching crawl's idle hand-off replaces the ``verify_trials.csv`` a GeoVerify or GeoHint
+        campaign over its folder reads). A ``--watch`` run fingerprints them (content hashes; an absent file
+        counts as absent) before it plans and again at each idle point (every queue drained), and when they
+        changed it plans again and queues the new tasks (:class:`WatchReplanTick`). ``[]`` (the default):
+        nothing is watched, the run keeps the plan it started with."""
+        return []
+
     def handoff_snapshot(self, cfg: Any, ctx: StageContext) -> Any:
         """Called on the event loop's thread right before an idle hand-off starts in its worker thread: copies
         of the mutable in-process state :meth:`idle_handoff` reads (e.g. the crawl's per-API request counts,
@@ -247,6 +259,8 @@ class Outcome:
     #: of :attr:`planned`, the messages a stage planned while the run watched (a crawl ``--watch`` picking up
     #: cities added to the config; :data:`geoagent.constants.SERVICE_PLANNED_DURING_RUN`)
     planned_while_watching: int = 0
+    #: how :attr:`planned_while_watching` came about, in the summary's ``planned`` line
+    watched_how: str = "added to the config while watching"
 
     @property
     def missing(self) -> int:
@@ -363,7 +377,7 @@ class Outcome:
     def summary(self) -> str:
         lines = [self.headline()]
         lines.extend(f"  {r}" for r in self.stop_reasons)
-        watched = (f" ({self.planned_while_watching} of them added to the config while watching)"
+        watched = (f" ({self.planned_while_watching} of them {self.watched_how})"
                    if self.planned_while_watching else "")
         lines.append(f"  planned {self.planned} {self.plan_unit}{watched}")
         for edge, c in self.counts.items():
@@ -968,6 +982,9 @@ async def _run(
 
     ctx.services["watch"] = watch
     ctx.services[C.SERVICE_CAMPAIGN_WRITES_REPORT] = True  # kind.report() below writes the final report
+    watched_inputs = kind.plan_inputs(cfg) if watch and not simulate else []
+    # taken before the plan reads them: a change while it plans is seen at the first idle point (re-planned)
+    baseline = InputsFingerprint.take(watched_inputs) if watched_inputs else None
     plan = await kind.plan(cfg, ctx)
     if simulate:
         return _estimate_outcome(cfg, kind, list(plan), ctx, t0)
@@ -1011,8 +1028,14 @@ async def _run(
             run_id=run_id,  # `status` merges the records of a scale-out run's processes by it
         )
         tick: Any = progress
+        handoff: IdleHandoffTick | None = None
         if watch and not only_stages:  # a scale-out process (--stages) leaves the hand-off to the last one
-            tick = kind_handoff_tick(kind, cfg, ctx, progress, export=export)
+            tick = handoff = kind_handoff_tick(kind, cfg, ctx, progress, export=export)
+        if baseline is not None and (not only_stages or any(s.input_edge == kind.plan_edge for s in stages)):
+            # a watching evaluation over a crawl's folder: plan the trials its hand-offs add (the process that
+            # runs the stage reading the planned edge, when the campaign is spread over processes)
+            tick = WatchReplanTick(tick, kind, cfg, ctx, queues[kind.plan_edge], baseline,
+                                   planned_by_model=planned_by_model, progress=progress)
         try:
             view = await run_pipeline(
                 cfg.name,
@@ -1028,16 +1051,16 @@ async def _run(
                                 "task_timeout_s": cfg.queue.task_timeout_s},
             )
         except BaseException:
-            if isinstance(tick, IdleHandoffTick):
+            if handoff is not None:
                 # the pipeline raised (or was cancelled) while a hand-off may be writing in its thread: wait
                 # for it, so its failure is logged and it does not write on while the services close
                 with anyio.CancelScope(shield=True):
-                    await tick.wait(ending=True)
+                    await handoff.wait(ending=True)
             raise
-        if isinstance(tick, IdleHandoffTick):
+        if handoff is not None:
             # an idle hand-off still writing in its thread ends first: the report and export below write the
             # same files, and must be the last to
-            await tick.wait()
+            await handoff.wait()
         # calls cut off when the grace period ended closed their reservations fire-and-forget on the
         # database thread (geoagent.workers.billing.close_failed_call): wait for those writes, so the
         # summary, report and export read the ledger after them (a summary of "$0 unknown-outcome" while
@@ -1101,6 +1124,8 @@ async def _run(
             planned_by_model=planned_by_model,
             answered_by_model=_answered_by_model(ctx, planned_by_model),
             planned_while_watching=n_watched,
+            **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
+               if baseline is not None else {}),
             **_replay_figures(cfg, ledger),
         )
         for line in auth_lines + unreachable_lines:
@@ -1238,6 +1263,170 @@ def kind_handoff_tick(kind: CampaignKind, cfg: Any, ctx: StageContext, tick: Any
     return idle_handoff_tick(
         tick, lambda complete, snap: kind.idle_handoff(cfg, ctx, export=export, complete=complete, snapshot=snap),
         snapshot=lambda: kind.handoff_snapshot(cfg, ctx))
+
+
+@dataclass(frozen=True)
+class InputsFingerprint:
+    """What a set of plan input files held: per path, its ``(size, mtime_ns, inode)`` (``stats``, None when
+    absent) and the SHA-256 of its bytes (``digests``, None when absent or unreadable). Two fingerprints with
+    the same digests are the same inputs, whatever the time stamps (a crawl's hand-off rewriting the same
+    table changes nothing)."""
+
+    paths: tuple[str, ...]
+    stats: tuple[tuple[int, int, int] | None, ...]
+    digests: tuple[str | None, ...]
+
+    @staticmethod
+    def stat(paths: Sequence[str | Path]) -> tuple[tuple[int, int, int] | None, ...]:
+        """``(size in bytes, mtime in ns, inode)`` of each path, None for one that cannot be stat'ed."""
+        out: list[tuple[int, int, int] | None] = []
+        for p in paths:
+            try:
+                st = os.stat(p)
+            except OSError:
+                out.append(None)
+                continue
+            out.append((st.st_size, st.st_mtime_ns, st.st_ino))
+        return tuple(out)
+
+    @classmethod
+    def take(cls, paths: Sequence[str | Path]) -> "InputsFingerprint":
+        """Stat and hash ``paths`` now (reads each file whole; blocking: call it off the event loop for big
+        files). The stats are taken before the bytes, so a file replaced in between shows as changed later."""
+        import hashlib
+
+        stats = cls.stat(paths)
+        digests: list[str | None] = []
+        for p in paths:
+            try:
+                digests.append(hashlib.sha256(Path(p).read_bytes()).hexdigest())
+            except OSError:
+                digests.append(None)
+        return cls(tuple(str(p) for p in paths), stats, tuple(digests))
+
+    def changed(self, other: "InputsFingerprint") -> list[str]:
+        """The paths whose content differs between ``self`` and ``other`` (created, removed or rewritten)."""
+        return [p for p, a, b in zip(self.paths, self.digests, other.digests) if a != b]
+
+
+class WatchReplanTick:
+    """A tick callback for a ``--watch`` run whose kind names :meth:`CampaignKind.plan_inputs` (a GeoVerify or
+    GeoHint campaign over a crawl's folder): ``tick(view)``, then, at each idle point (nothing ready or leased
+    on any edge, the run not stopping and not budget-stopped), a look at those files: their size, time stamp
+    and inode each tick, their content hash (in a worker thread) only when one of those moved. When the
+    content differs from what the last plan read, the kind plans again (:meth:`CampaignKind.plan`, the same
+    planning a plain re-run does, on the loop's thread) and the plan is queued: a task key already queued, done
+    or dead-lettered is a no-op (:meth:`~geoagent.runtime.queue.WorkQueue.put_many`), so only the new trials'
+    requests are added, and a request whose answer is stored is answered from the store by the model caller,
+    never asked again; the ledger's cost cap holds for the new calls as for the others.
+
+    The new tasks count in the run's planned figures as a re-run's plan would: the ``planned_by_model`` dicts
+    (the engine's, for the summary, and ``progress.planned_by_model``, for the progress stream and ``status``)
+    and ``ctx.services[SERVICE_PLANNED_DURING_RUN]`` (the summary's ``planned N``). One line is printed and
+    logged per re-plan (``watch: the trial table changed since planning (...): re-planned, N new requests
+    queued ...``); a re-plan that raises (a table that no longer imports, images a real model would get as
+    placeholders) is a warning line saying to fix it or re-run, and the run goes on with what it had."""
+
+    def __init__(self, tick: Any, kind: CampaignKind, cfg: Any, ctx: StageContext, queue: Any,
+                 baseline: InputsFingerprint, *, planned_by_model: dict[str, int], progress: Any = None) -> None:
+        self.tick = tick
+        self.kind, self.cfg, self.ctx, self.queue = kind, cfg, ctx, queue
+        self.planned_by_model = planned_by_model
+        self.progress = progress
+        self._fp = baseline
+        self._stats = baseline.stats
+        self._warnings = set(kind.plan_warnings(cfg))
+        #: re-plans done (lines printed), for tests and the summary
+        self.replans: list[str] = []
+
+    async def __call__(self, view: Any) -> None:
+        await self.tick(view)
+        if view.stopped_by_signal or view.finished_at is not None or view.budget_stopped:
+            return
+        stats = InputsFingerprint.stat(self._fp.paths)
+        if stats == self._stats:
+            return
+        counts = await view.counts()
+        if any(c.ready or c.leased for c in counts.values()):
+            return  # idle points only: the work planned so far first
+        fp = await anyio.to_thread.run_sync(InputsFingerprint.take, list(self._fp.paths))
+        self._stats = fp.stats
+        changed = fp.changed(self._fp)
+        if not changed:
+            return
+        self._fp = fp
+        await self._replan(changed)
+
+    async def _replan(self, changed: list[str]) -> None:
+        from geoagent.runtime.http import exception_text
+        from geoagent.textfmt import mapping_text
+
+        kind, label = self.kind, self.kind.plan_inputs_label
+        names = ", ".join(changed)
+        try:
+            plan = await kind.plan(self.cfg, self.ctx)
+            n, added, by_model = await enqueue_new(plan, self.queue)
+        except Exception as exc:  # noqa: BLE001 - the watching run goes on with what it had
+            line = (f"watch: the {label} changed since planning ({names}), but planning again failed: "
+                    f"{exception_text(exc)}; fix it (it is looked at again when it changes) or re-run to "
+                    f"include its new {kind.plan_unit}")
+            log.warning("%s", line)
+            print(line, flush=True)
+            self.replans.append(line)
+            return
+        if added:
+            counter = self.ctx.services.setdefault(C.SERVICE_PLANNED_DURING_RUN, [0])
+            counter[0] += added
+            for model, k in by_model.items():
+                self.planned_by_model[model] = self.planned_by_model.get(model, 0) + k
+                pbm = getattr(self.progress, "planned_by_model", None)
+                if isinstance(pbm, dict) and pbm is not self.planned_by_model:
+                    pbm[model] = pbm.get(model, 0) + k
+        per_model = f" ({mapping_text(by_model)})" if by_model else ""
+        line = (f"watch: the {label} changed since planning ({names}): planned again, {added} new "
+                f"{kind.plan_unit} queued{per_model}; {n - added} already queued or done (not asked again)")
+        log.info("%s", line)
+        print(line, flush=True)
+        self.replans.append(line)
+        for w in kind.plan_warnings(self.cfg):
+            if w not in self._warnings:
+                self._warnings.add(w)
+                log.warning("%s", w)
+                print(f"warning: {w}", flush=True)
+
+
+async def enqueue_new(plan: Iterable[Message], queue: Any, *,
+                      chunk: int | None = None) -> tuple[int, int, dict[str, int]]:
+    """Put the planned messages into ``queue`` in chunks (as :func:`enqueue_plan`: existing task keys are
+    no-ops) and count what was new. Returns ``(planned, added, added per model)``: the messages in ``plan``,
+    those whose key the queue did not hold in any state, and of those the model-call payloads per ``model``."""
+    chunk = chunk or PLAN_CHUNK
+    n = added = 0
+    by_model: dict[str, int] = {}
+    batch: list[Message] = []
+
+    async def flush() -> None:
+        nonlocal added
+        groups: dict[str | None, list[Message]] = {}
+        for msg in batch:
+            payload = msg[1] if isinstance(msg, tuple) and len(msg) > 1 else None
+            model = payload.get("model") if isinstance(payload, dict) else None
+            groups.setdefault(model if isinstance(model, str) else None, []).append(msg)
+        for model, msgs in groups.items():
+            k = await queue.put_many(msgs)
+            added += k
+            if model is not None and k:
+                by_model[model] = by_model.get(model, 0) + k
+        batch.clear()
+
+    for msg in plan:
+        n += 1
+        batch.append(msg)
+        if len(batch) >= chunk:
+            await flush()
+    if batch:
+        await flush()
+    return n, added, by_model
 
 
 async def settle_pending_ledger_writes(ledger: Any) -> None:
