@@ -49,13 +49,13 @@ def _release(release_dir: Path, folder: Path, n_rows: int | None) -> Path:
     return folder
 
 
-def _config(rel: Path):
+def _config(rel: Path, cap_usd: float = 5.0, concurrency: int = 16):
     return config_from_dict({
         "campaign": {"name": "watch-replan", "kind": "geoverify", "seed": 3},
-        "budget": {"cap_usd": 5.0},
+        "budget": {"cap_usd": cap_usd},
         "models": [{"name": "sandbox-gpt", "provider": "openai", "model": "sandbox-gpt",
                     "base_url": "http://openai.sandbox.invalid/v1", "price_input_usd_per_mtok": 0.15,
-                    "price_output_usd_per_mtok": 0.6, "max_output_tokens": 50, "concurrency": 16,
+                    "price_output_usd_per_mtok": 0.6, "max_output_tokens": 50, "concurrency": concurrency,
                     "rate": {"requests": 1000, "period_s": 1.0}}],
         "geoverify": {"release_dir": str(rel), "report_interval_s": 3600},
     })
@@ -262,3 +262,57 @@ def test_a_changed_table_that_cannot_be_planned_is_a_warning_and_the_run_goes_on
     line = next(ln for ln in "".join(seen).splitlines() if "planning again failed" in ln)
     assert line.startswith(REPLANNED) and "tau_m" in line and "re-run to include its new requests" in line, line
     assert box["o"].status == "complete" and box["o"].planned == n_first
+
+
+def test_the_new_trials_are_under_the_same_cost_cap(release_dir, tmp_path, monkeypatch, capsys):
+    """The re-planned requests go through the same ledger: with a cap that pays for the first plan and about
+    twenty more calls at their expected cost (one call at a time, so one worst-case reservation is open at
+    once), the run stops at the cap (budget exhausted), spends no more than it, and still sends no request
+    twice; its planned figure is the whole table's, as a re-run's dry run counts."""
+    from geoagent.config import estimate
+
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    rel = _release(release_dir, tmp_path / "crawl", None)
+    full = plan_campaign(_config(rel), store_data=False).messages
+    est = estimate(_config(rel), [p for _, p in full])
+    per_call = est.cost_usd / est.calls
+    _release(release_dir, rel, 60)
+    n_first, n_all = len(plan_campaign(_config(rel), store_data=False).messages), len(full)
+    cap = per_call * (n_first + 20)
+    cfg = _config(rel, cap, concurrency=1)
+    state = tmp_path / "state" / cfg.name
+    served0 = request_counts().get("openai", 0)
+    box: dict[str, object] = {}
+
+    async def main():
+        async def drive():
+            with anyio.fail_after(60):
+                while not _idle_with(state, n_first):
+                    await anyio.sleep(0.1)
+                _release(release_dir, rel, None)
+                while "o" not in box and not _last_record(state).get("budget_stopped"):
+                    box["last"] = _last_record(state)
+                    await anyio.sleep(0.1)
+                await anyio.sleep(1.0)
+            if "o" not in box:
+                signal.raise_signal(signal.SIGINT)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            box["o"] = await engine.run_campaign(cfg, live=False, handle_signals=True, export=False, watch=True)
+
+    try:
+        anyio.run(main)
+    except BaseException:
+        print("LAST", box.get("last"), "cap", cap, "per_call", per_call)
+        raise
+    text = capsys.readouterr().out
+    outcome = box["o"]
+    sent = request_counts().get("openai", 0) - served0
+    # a watching run stays up after a budget stop (Ctrl-C then ends it with work left: interrupted)
+    assert REPLANNED in text and _last_record(state)["budget_stopped"] is True, text
+    assert outcome.status in ("budget exhausted", "interrupted") and outcome.counts[C.EDGE_REQUESTS].ready > 0
+    assert outcome.spend["spent_usd"] + outcome.spend.get("reserved_usd", 0.0) <= cap + 1e-12, outcome.spend
+    assert n_first < sent < n_all and sent == outcome.spend["calls"], (sent, outcome.spend)
+    assert outcome.planned == n_all and outcome.planned_while_watching == n_all - n_first
