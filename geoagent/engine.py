@@ -165,16 +165,39 @@ class CampaignKind(abc.ABC):
         a run creates anything."""
         return []
 
-    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool) -> list[str]:
+    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool,
+                     snapshot: Any = None) -> list[str]:
         """Write the tables another campaign reads from this one (its hand-off), called by a ``--watch`` run
         each time every queue has drained after new work was done (:func:`idle_handoff_tick`), so the folder
         is usable while the process keeps watching instead of only after it stops. ``export``: the run
         exports (not ``--no-export``); ``complete``: nothing is dead-lettered either (what a run's end calls
-        ``complete``). Writes must be atomic and idempotent (the end of the run writes them again). It runs in
-        a worker thread (:class:`IdleHandoffTick`), never two at once, so it must not touch the event loop and
-        may only read shared state that is safe to read from another thread. Returns lines to print (empty:
-        nothing to hand off; the default)."""
+        ``complete``); ``snapshot``: what :meth:`handoff_snapshot` returned for this hand-off. Writes must be
+        atomic and idempotent (the end of the run writes them again). It runs in a worker thread
+        (:class:`IdleHandoffTick`), never two at once, so it must not touch the event loop, and must read the
+        process's mutable state (sets and dicts the running stages add to) only from ``snapshot``: iterating a
+        live one while the loop adds to it fails ("Set changed size during iteration"). Files, databases with
+        their own locking and immutable values (the config, paths) may be read directly. Returns lines to
+        print (empty: nothing to hand off; the default)."""
         return []
+
+    #: what the files of :meth:`plan_inputs` are called in the watch lines (``"trial table"``)
+    plan_inputs_label: str = "plan inputs"
+
+    def plan_inputs(self, cfg: Any) -> list[Path]:
+        """Files :meth:`plan` reads that another process may rewrite while a ``--watch`` run of this campaign
+        goes on (a watching crawl's idle hand-off replaces the ``verify_trials.csv`` a GeoVerify or GeoHint
+        campaign over its folder reads). A ``--watch`` run fingerprints them (content hashes; an absent file
+        counts as absent) before it plans and again at each idle point (every queue drained), and when they
+        changed it plans again and queues the new tasks (:class:`WatchReplanTick`). ``[]`` (the default):
+        nothing is watched, the run keeps the plan it started with."""
+        return []
+
+    def handoff_snapshot(self, cfg: Any, ctx: StageContext) -> Any:
+        """Called on the event loop's thread right before an idle hand-off starts in its worker thread: copies
+        of the mutable in-process state :meth:`idle_handoff` reads (e.g. the crawl's per-API request counts,
+        whose hosts the running stages add to), handed to it as ``snapshot``, so the thread reads only data no
+        one changes. None by default (a kind whose hand-off reads no such state)."""
+        return None
 
 
     def dry_run_outline(self, cfg: Any) -> list[str]:
@@ -236,6 +259,8 @@ class Outcome:
     #: of :attr:`planned`, the messages a stage planned while the run watched (a crawl ``--watch`` picking up
     #: cities added to the config; :data:`geoagent.constants.SERVICE_PLANNED_DURING_RUN`)
     planned_while_watching: int = 0
+    #: how :attr:`planned_while_watching` came about, in the summary's ``planned`` line
+    watched_how: str = "added to the config while watching"
 
     @property
     def missing(self) -> int:
@@ -352,7 +377,7 @@ class Outcome:
     def summary(self) -> str:
         lines = [self.headline()]
         lines.extend(f"  {r}" for r in self.stop_reasons)
-        watched = (f" ({self.planned_while_watching} of them added to the config while watching)"
+        watched = (f" ({self.planned_while_watching} of them {self.watched_how})"
                    if self.planned_while_watching else "")
         lines.append(f"  planned {self.planned} {self.plan_unit}{watched}")
         for edge, c in self.counts.items():
@@ -1038,6 +1063,9 @@ async def _run(
 
     ctx.services["watch"] = watch
     ctx.services[C.SERVICE_CAMPAIGN_WRITES_REPORT] = True  # kind.report() below writes the final report
+    watched_inputs = kind.plan_inputs(cfg) if watch and not simulate else []
+    # taken before the plan reads them: a change while it plans is seen at the first idle point (re-planned)
+    baseline = InputsFingerprint.take(watched_inputs) if watched_inputs else None
     plan = await kind.plan(cfg, ctx)
     if simulate:
         return _estimate_outcome(cfg, kind, list(plan), ctx, t0)
@@ -1081,26 +1109,39 @@ async def _run(
             run_id=run_id,  # `status` merges the records of a scale-out run's processes by it
         )
         tick: Any = progress
+        handoff: IdleHandoffTick | None = None
         if watch and not only_stages:  # a scale-out process (--stages) leaves the hand-off to the last one
-            tick = idle_handoff_tick(progress, lambda complete: kind.idle_handoff(cfg, ctx, export=export,
-                                                                                  complete=complete))
-        view = await run_pipeline(
-            cfg.name,
-            stages,
-            queues,
-            ctx,
-            burst=not watch,
-            tick=tick,
-            handle_signals=handle_signals,
-            runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True,
-                            "probe_after_s": cfg.queue.watch_probe_after_s,
-                            "probe_max_s": cfg.queue.watch_probe_max_s,
-                            "task_timeout_s": cfg.queue.task_timeout_s},
-        )
-        if isinstance(tick, IdleHandoffTick):
+            tick = handoff = kind_handoff_tick(kind, cfg, ctx, progress, export=export)
+        if baseline is not None and (not only_stages or any(s.input_edge == kind.plan_edge for s in stages)):
+            # a watching evaluation over a crawl's folder: plan the trials its hand-offs add (the process that
+            # runs the stage reading the planned edge, when the campaign is spread over processes)
+            tick = WatchReplanTick(tick, kind, cfg, ctx, queues[kind.plan_edge], baseline,
+                                   planned_by_model=planned_by_model, progress=progress)
+        try:
+            view = await run_pipeline(
+                cfg.name,
+                stages,
+                queues,
+                ctx,
+                burst=not watch,
+                tick=tick,
+                handle_signals=handle_signals,
+                runner_options={"visibility_timeout_s": cfg.queue.visibility_timeout_s, "lease_ahead": True,
+                                "probe_after_s": cfg.queue.watch_probe_after_s,
+                                "probe_max_s": cfg.queue.watch_probe_max_s,
+                                "task_timeout_s": cfg.queue.task_timeout_s},
+            )
+        except BaseException:
+            if handoff is not None:
+                # the pipeline raised (or was cancelled) while a hand-off may be writing in its thread: wait
+                # for it, so its failure is logged and it does not write on while the services close
+                with anyio.CancelScope(shield=True):
+                    await handoff.wait(ending=True)
+            raise
+        if handoff is not None:
             # an idle hand-off still writing in its thread ends first: the report and export below write the
             # same files, and must be the last to
-            await tick.wait()
+            await handoff.wait()
         # calls cut off when the grace period ended closed their reservations fire-and-forget on the
         # database thread (geoagent.workers.billing.close_failed_call): wait for those writes, so the
         # summary, report and export read the ledger after them (a summary of "$0 unknown-outcome" while
@@ -1164,6 +1205,8 @@ async def _run(
             planned_by_model=planned_by_model,
             answered_by_model=_answered_by_model(ctx, planned_by_model),
             planned_while_watching=n_watched,
+            **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
+               if baseline is not None else {}),
             **_replay_figures(cfg, ledger),
         )
         for line in auth_lines + unreachable_lines:
@@ -1204,13 +1247,20 @@ class IdleHandoffTick:
     idle tick after it ended). The lines it returns are printed and logged from the loop, at the next tick or
     at :meth:`wait`, which the engine awaits before the end of the run writes the report and tables itself,
     so a stop never races a hand-off in progress (each table is also written atomically: a temporary file of
-    its own renamed over it). Idle ticks with nothing new write nothing, so the tables' files keep their time
-    stamps. A failing hand-off is logged as a warning and retried at the next change; it never stops the
-    run."""
+    its own renamed over it); when the pipeline raises instead of ending, the engine awaits it too
+    (``wait(ending=True)``) before the error goes on, so its failure is logged. With ``snapshot``, that callable
+    runs on the loop's thread just before each hand-off and its result is the hand-off's second argument: the
+    thread reads copies of the loop's mutable state, never the live sets the stages add to
+    (:meth:`CampaignKind.handoff_snapshot`). Idle ticks with nothing new write nothing, so the tables' files
+    keep their time stamps. A failing hand-off is logged as a warning and retried at the next change; it
+    never stops the run."""
 
-    def __init__(self, tick: Any, handoff: Callable[[bool], list[str]]) -> None:
+    def __init__(self, tick: Any, handoff: Callable[..., list[str]],
+                 snapshot: Callable[[], Any] | None = None) -> None:
         self.tick = tick
         self.handoff = handoff
+        #: called on the loop's thread before each hand-off; its result is the hand-off's second argument
+        self.snapshot = snapshot
         self._last: Any = None
         self._future: Any = None  # concurrent.futures.Future of the hand-off in progress (or not yet collected)
         self._pool: Any = None
@@ -1231,14 +1281,25 @@ class IdleHandoffTick:
         if mark == self._last or not any(c.done for c in counts.values()):
             return
         self._last = mark
+        args: tuple[Any, ...] = (not any(c.dead for c in counts.values()),)
+        if self.snapshot is not None:
+            try:  # on the loop's thread: the thread then reads only these copies
+                args += (self.snapshot(),)
+            except Exception as exc:  # noqa: BLE001 - as a failed hand-off: logged, retried at the next change
+                from geoagent.runtime.http import exception_text
+
+                log.warning("idle hand-off failed (retried when new work is done, and at the end of the run): %s",
+                            exception_text(exc))
+                return
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idle-handoff")
-        self._future = self._pool.submit(self.handoff, not any(c.dead for c in counts.values()))
+        self._future = self._pool.submit(self.handoff, *args)
 
-    def _collect(self) -> None:
-        """Print and log the lines of a hand-off that has ended (a warning if it failed); no-op otherwise."""
+    def _collect(self, *, ending: bool = False) -> None:
+        """Print and log the lines of a hand-off that has ended (a warning if it failed); no-op otherwise.
+        ``ending``: the run is ending on an error (the warning then says the tables were not rewritten)."""
         fut = self._future
         if fut is None or not fut.done():
             return
@@ -1247,28 +1308,206 @@ class IdleHandoffTick:
 
         exc = fut.exception()
         if exc is not None:  # the watching run goes on; retried at the next change, and the end of the run writes
-            log.warning("idle hand-off failed (retried when new work is done, and at the end of the run): %s",
-                        exception_text(exc))
+            why = ("the run is ending on an error: re-run to write the hand-off tables" if ending else
+                   "retried when new work is done, and at the end of the run")
+            log.warning("idle hand-off failed (%s): %s", why, exception_text(exc))
             return
         for line in fut.result() or []:
             log.info("%s", line)
             print(line, flush=True)
 
-    async def wait(self) -> None:
+    async def wait(self, *, ending: bool = False) -> None:
         """Wait for the hand-off in progress, if any, to end (polling, so a cancel still gets through) and print
-        its lines; then free the thread. The engine awaits it before the end of the run writes the tables."""
+        its lines, or log its failure; then free the thread. The engine awaits it before the end of the run
+        writes the tables, and (``ending``, shielded from cancellation) when the pipeline raised, so a failing
+        hand-off is logged and no thread writes on after the run has closed its services."""
         while self.busy():
             await anyio.sleep(0.05)
-        self._collect()
+        self._collect(ending=ending)
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
 
 
-def idle_handoff_tick(tick: Any, handoff: Callable[[bool], list[str]]) -> IdleHandoffTick:
+def idle_handoff_tick(tick: Any, handoff: Callable[..., list[str]],
+                      snapshot: Callable[[], Any] | None = None) -> IdleHandoffTick:
     """The tick callback of a ``--watch`` run that hands off at each idle drain (:class:`IdleHandoffTick`: the
-    hand-off runs in a worker thread, one at a time; await its ``wait()`` before the end of the run writes)."""
-    return IdleHandoffTick(tick, handoff)
+    hand-off runs in a worker thread, one at a time; await its ``wait()`` before the end of the run writes).
+    ``handoff(complete)``, or ``handoff(complete, snapshot())`` with ``snapshot`` (called on the loop's thread)."""
+    return IdleHandoffTick(tick, handoff, snapshot)
+
+
+def kind_handoff_tick(kind: CampaignKind, cfg: Any, ctx: StageContext, tick: Any, *, export: bool) -> IdleHandoffTick:
+    """The idle hand-off tick of a ``--watch`` run of ``kind`` (what the engine runs): ``tick`` (the progress
+    callback), then at each idle drain with new work :meth:`CampaignKind.idle_handoff` in a worker thread
+    (:class:`IdleHandoffTick`). ``export``: the run exports (not ``--no-export``)."""
+    return idle_handoff_tick(
+        tick, lambda complete, snap: kind.idle_handoff(cfg, ctx, export=export, complete=complete, snapshot=snap),
+        snapshot=lambda: kind.handoff_snapshot(cfg, ctx))
+
+
+@dataclass(frozen=True)
+class InputsFingerprint:
+    """What a set of plan input files held: per path, its ``(size, mtime_ns, inode)`` (``stats``, None when
+    absent) and the SHA-256 of its bytes (``digests``, None when absent or unreadable). Two fingerprints with
+    the same digests are the same inputs, whatever the time stamps (a crawl's hand-off rewriting the same
+    table changes nothing)."""
+
+    paths: tuple[str, ...]
+    stats: tuple[tuple[int, int, int] | None, ...]
+    digests: tuple[str | None, ...]
+
+    @staticmethod
+    def stat(paths: Sequence[str | Path]) -> tuple[tuple[int, int, int] | None, ...]:
+        """``(size in bytes, mtime in ns, inode)`` of each path, None for one that cannot be stat'ed."""
+        out: list[tuple[int, int, int] | None] = []
+        for p in paths:
+            try:
+                st = os.stat(p)
+            except OSError:
+                out.append(None)
+                continue
+            out.append((st.st_size, st.st_mtime_ns, st.st_ino))
+        return tuple(out)
+
+    @classmethod
+    def take(cls, paths: Sequence[str | Path]) -> "InputsFingerprint":
+        """Stat and hash ``paths`` now (reads each file whole; blocking: call it off the event loop for big
+        files). The stats are taken before the bytes, so a file replaced in between shows as changed later."""
+        import hashlib
+
+        stats = cls.stat(paths)
+        digests: list[str | None] = []
+        for p in paths:
+            try:
+                digests.append(hashlib.sha256(Path(p).read_bytes()).hexdigest())
+            except OSError:
+                digests.append(None)
+        return cls(tuple(str(p) for p in paths), stats, tuple(digests))
+
+    def changed(self, other: "InputsFingerprint") -> list[str]:
+        """The paths whose content differs between ``self`` and ``other`` (created, removed or rewritten)."""
+        return [p for p, a, b in zip(self.paths, self.digests, other.digests) if a != b]
+
+
+class WatchReplanTick:
+    """A tick callback for a ``--watch`` run whose kind names :meth:`CampaignKind.plan_inputs` (a GeoVerify or
+    GeoHint campaign over a crawl's folder): ``tick(view)``, then, at each idle point (nothing ready or leased
+    on any edge, the run not stopping and not budget-stopped), a look at those files: their size, time stamp
+    and inode each tick, their content hash (in a worker thread) only when one of those moved. When the
+    content differs from what the last plan read, the kind plans again (:meth:`CampaignKind.plan`, the same
+    planning a plain re-run does, on the loop's thread) and the plan is queued: a task key already queued, done
+    or dead-lettered is a no-op (:meth:`~geoagent.runtime.queue.WorkQueue.put_many`), so only the new trials'
+    requests are added, and a request whose answer is stored is answered from the store by the model caller,
+    never asked again; the ledger's cost cap holds for the new calls as for the others.
+
+    The new tasks count in the run's planned figures as a re-run's plan would: the ``planned_by_model`` dicts
+    (the engine's, for the summary, and ``progress.planned_by_model``, for the progress stream and ``status``)
+    and ``ctx.services[SERVICE_PLANNED_DURING_RUN]`` (the summary's ``planned N``). One line is printed and
+    logged per re-plan (``watch: the trial table changed since planning (...): re-planned, N new requests
+    queued ...``); a re-plan that raises (a table that no longer imports, images a real model would get as
+    placeholders) is a warning line saying to fix it or re-run, and the run goes on with what it had."""
+
+    def __init__(self, tick: Any, kind: CampaignKind, cfg: Any, ctx: StageContext, queue: Any,
+                 baseline: InputsFingerprint, *, planned_by_model: dict[str, int], progress: Any = None) -> None:
+        self.tick = tick
+        self.kind, self.cfg, self.ctx, self.queue = kind, cfg, ctx, queue
+        self.planned_by_model = planned_by_model
+        self.progress = progress
+        self._fp = baseline
+        self._stats = baseline.stats
+        self._warnings = set(kind.plan_warnings(cfg))
+        #: re-plans done (lines printed), for tests and the summary
+        self.replans: list[str] = []
+
+    async def __call__(self, view: Any) -> None:
+        await self.tick(view)
+        if view.stopped_by_signal or view.finished_at is not None or view.budget_stopped:
+            return
+        stats = InputsFingerprint.stat(self._fp.paths)
+        if stats == self._stats:
+            return
+        counts = await view.counts()
+        if any(c.ready or c.leased for c in counts.values()):
+            return  # idle points only: the work planned so far first
+        fp = await anyio.to_thread.run_sync(InputsFingerprint.take, list(self._fp.paths))
+        self._stats = fp.stats
+        changed = fp.changed(self._fp)
+        if not changed:
+            return
+        self._fp = fp
+        await self._replan(changed)
+
+    async def _replan(self, changed: list[str]) -> None:
+        from geoagent.runtime.http import exception_text
+        from geoagent.textfmt import mapping_text
+
+        kind, label = self.kind, self.kind.plan_inputs_label
+        names = ", ".join(changed)
+        try:
+            plan = await kind.plan(self.cfg, self.ctx)
+            n, added, by_model = await enqueue_new(plan, self.queue)
+        except Exception as exc:  # noqa: BLE001 - the watching run goes on with what it had
+            line = (f"watch: the {label} changed since planning ({names}), but planning again failed: "
+                    f"{exception_text(exc)}; fix it (it is looked at again when it changes) or re-run to "
+                    f"include its new {kind.plan_unit}")
+            log.warning("%s", line)
+            print(line, flush=True)
+            self.replans.append(line)
+            return
+        if added:
+            counter = self.ctx.services.setdefault(C.SERVICE_PLANNED_DURING_RUN, [0])
+            counter[0] += added
+            for model, k in by_model.items():
+                self.planned_by_model[model] = self.planned_by_model.get(model, 0) + k
+                pbm = getattr(self.progress, "planned_by_model", None)
+                if isinstance(pbm, dict) and pbm is not self.planned_by_model:
+                    pbm[model] = pbm.get(model, 0) + k
+        per_model = f" ({mapping_text(by_model)})" if by_model else ""
+        line = (f"watch: the {label} changed since planning ({names}): planned again, {added} new "
+                f"{kind.plan_unit} queued{per_model}; {n - added} already queued or done (not asked again)")
+        log.info("%s", line)
+        print(line, flush=True)
+        self.replans.append(line)
+        for w in kind.plan_warnings(self.cfg):
+            if w not in self._warnings:
+                self._warnings.add(w)
+                log.warning("%s", w)
+                print(f"warning: {w}", flush=True)
+
+
+async def enqueue_new(plan: Iterable[Message], queue: Any, *,
+                      chunk: int | None = None) -> tuple[int, int, dict[str, int]]:
+    """Put the planned messages into ``queue`` in chunks (as :func:`enqueue_plan`: existing task keys are
+    no-ops) and count what was new. Returns ``(planned, added, added per model)``: the messages in ``plan``,
+    those whose key the queue did not hold in any state, and of those the model-call payloads per ``model``."""
+    chunk = chunk or PLAN_CHUNK
+    n = added = 0
+    by_model: dict[str, int] = {}
+    batch: list[Message] = []
+
+    async def flush() -> None:
+        nonlocal added
+        groups: dict[str | None, list[Message]] = {}
+        for msg in batch:
+            payload = msg[1] if isinstance(msg, tuple) and len(msg) > 1 else None
+            model = payload.get("model") if isinstance(payload, dict) else None
+            groups.setdefault(model if isinstance(model, str) else None, []).append(msg)
+        for model, msgs in groups.items():
+            k = await queue.put_many(msgs)
+            added += k
+            if model is not None and k:
+                by_model[model] = by_model.get(model, 0) + k
+        batch.clear()
+
+    for msg in plan:
+        n += 1
+        batch.append(msg)
+        if len(batch) >= chunk:
+            await flush()
+    if batch:
+        await flush()
+    return n, added, by_model
 
 
 async def settle_pending_ledger_writes(ledger: Any) -> None:

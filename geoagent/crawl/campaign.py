@@ -98,7 +98,16 @@ class CrawlCampaign(CampaignKind):
             tables += export_all(store, out, include_responses=store.count_responses() > 0)
         return tables
 
-    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool) -> list[str]:
+    def handoff_snapshot(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
+        """On the event loop's thread, before an idle hand-off: the crawl services (whose paths do not change)
+        and their per-API request counts (:meth:`geoagent.crawl.stages.CrawlServices.api_stats`, computed now:
+        it iterates the Mapillary client's set of thumbnail CDN hosts and the HTTP client's hosts, which the
+        running stages add to). ``{"svc": CrawlServices, "api": {api: counts}}``."""
+        svc = services_from_context(ctx)
+        return {"svc": svc, "api": svc.api_stats()}
+
+    def idle_handoff(self, cfg: Any, ctx: StageContext, *, export: bool, complete: bool,
+                     snapshot: Any = None) -> list[str]:
         """``run.py crawl CONFIG --watch`` went idle (every queue drained after new work): write the hand-off
         tables now, as the end of a run does, so an evaluation campaign can use the folder while the crawl
         keeps watching: ``verify_trials.csv`` (only when nothing is dead-lettered, as at the end of a run
@@ -108,10 +117,13 @@ class CrawlCampaign(CampaignKind):
         (:func:`_write_summary`, with ``"watching": true``). ``sites.csv``, ``images.csv`` and ``ladders/``
         are written by the stages as they go. Each file is written atomically (a temporary file renamed over
         it), and writing again gives the same tables. Runs in a worker thread, never two at once
-        (:class:`geoagent.engine.IdleHandoffTick`)."""
+        (:class:`geoagent.engine.IdleHandoffTick`), reading the services' in-process state only from
+        ``snapshot`` (:meth:`handoff_snapshot`, taken on the loop's thread; None: taken here, for a caller
+        on the loop's thread); the tables it reads are files, the queues and store SQLite databases."""
         from geoagent.status import dead_counts
 
-        svc = services_from_context(ctx)
+        snap = snapshot if snapshot is not None else self.handoff_snapshot(cfg, ctx)
+        svc = snap["svc"]
         status = "complete" if complete else "incomplete"
         trials = _handoff_trials(cfg, svc, status, {} if complete else dead_counts(cfg))
         self._trials_note = trials["note"]
@@ -119,7 +131,7 @@ class CrawlCampaign(CampaignKind):
         if export:
             tables = self.export(cfg, ctx.get("store"))
             parts.append(f"export: {len(tables)} tables in {Path(cfg.state_dir()) / C.EXPORT_DIR}")
-        summary = _write_summary(cfg, svc, status, trials, watching=True)
+        summary = _write_summary(cfg, svc, status, trials, watching=True, api=snap["api"])
         parts.append(f"summary: {summary}")
         return ["crawl --watch: idle (every queue drained); hand-off tables written: " + "; ".join(parts)]
 
@@ -302,13 +314,15 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
     return {"written": False, "note": note, "reason": reason, "stale": STALE_TRIALS_FILE if stale.is_file() else None}
 
 
-def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool) -> Path:
+def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool,
+                   api: dict[str, Any] | None = None) -> Path:
     """Write ``report/crawl_summary.json`` atomically: ``status`` (as the run would end now), ``watching`` (True
     when written at an idle hand-off of a ``--watch`` run that goes on, False at the end of a run),
     ``written_at`` (Unix time, s), ``verify_trials`` (``written``, ``reason`` when not, ``stale``: see
     :func:`_handoff_trials`; ``warning``: what the written trials lack, e.g. no swapped-image control),
-    ``api`` (per-API request and error counts), ``files`` (the CSV files of the crawl's folder, relative to
-    it) and ``images_root``. Returns its path."""
+    ``api`` (per-API request and error counts: the given ``api``, taken on the event loop's thread by an idle
+    hand-off, else ``svc.api_stats()`` now), ``files`` (the CSV files of the crawl's folder, relative to it)
+    and ``images_root``. Returns its path."""
     import time
 
     from geoagent.files import atomic_write_bytes
@@ -319,7 +333,7 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
           "warning": trials.get("warning")}
     return atomic_write_bytes(out, orjson.dumps(
         {"status": status, "watching": watching, "written_at": round(time.time(), 3), "verify_trials": vt,
-         "api": svc.api_stats(), "files": files, "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
+         "api": svc.api_stats() if api is None else api, "files": files, "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
 
 
 def _write_trials(cfg: Any, svc: Any) -> str:

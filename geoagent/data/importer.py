@@ -454,6 +454,15 @@ def _pick(root: Path, stem: str, suffix: str) -> Path | None:
     return None
 
 
+def trial_table_paths(root: str | Path) -> list[Path]:
+    """The files :func:`import_release` may read the trial table of ``root`` from, existing or not, in the order
+    it looks (``verify_trials.csv``, then ``verify_trials_sample.csv``, in ``root`` and in ``root/data``, a
+    release checkout): what a watching campaign fingerprints to notice a crawl's hand-off replacing the table
+    (or writing the first one)."""
+    root = Path(root)
+    return [d / f"verify_trials{x}.csv" for d in (root, root / "data") for x in ("", "_sample")]
+
+
 _LADDER_NAME = re.compile(r"^(?P<site>.+?)_ladder(?:_.*)?\.csv$")
 
 

@@ -154,6 +154,19 @@ class GeoHintCampaign(CampaignKind):
                                    regime_threshold=s.regime_threshold),
         ]
 
+    plan_inputs_label = "trial table"
+
+    def plan_inputs(self, cfg: Any) -> list[Path]:
+        """The trial table files of the release folder (:func:`geoagent.data.importer.trial_table_paths`; its
+        main-arm rows are the release images GeoHint plans): a ``--watch`` run over a crawl's folder plans
+        again when a hand-off of the crawl replaces its ``verify_trials.csv``
+        (:class:`geoagent.engine.WatchReplanTick`). ``sites.csv`` and ``ladders/``, which a crawl writes as it
+        goes, are read again then, not watched on their own."""
+        from geoagent.data.importer import trial_table_paths
+
+        s = settings_of(cfg)
+        return trial_table_paths(s.release_dir or cfg.release_dir())
+
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """The echo rule, the slope p-value reference and the regime threshold this run scores and reports
         with (also when ``[geohint]`` is absent: the defaults); after a plan, the planned images and how many
@@ -203,7 +216,11 @@ class GeoHintCampaign(CampaignKind):
             fix=("Put the photos there (the trial table's `path` column is relative to that folder: a crawl's images "
                  "folder, state/images, holds <site>/<image_id>.jpg) or fix geohint.image_root; with images = "
                  "\"release\" only the trial table's images are planned, never synthetic placeholders"))
-        ctx.services.setdefault("sites", sites)
+        known = ctx.services.get("sites")
+        if isinstance(known, dict):  # planned again (--watch, a changed trial table): the geocoder's mapping too
+            known.update(sites)
+        elif known is None:
+            ctx.services["sites"] = dict(sites)
         return messages
 
     def empty_plan_reason(self, cfg: Any) -> str:

@@ -168,6 +168,17 @@ class GeoVerifyCampaign(CampaignKind):
                 "on another continent to the crawl")
         return out
 
+    plan_inputs_label = "trial table"
+
+    def plan_inputs(self, cfg: Any) -> list[Path]:
+        """The trial table files of the release folder (:func:`geoagent.data.importer.trial_table_paths`): a
+        ``--watch`` run over a crawl's folder plans again when a hand-off of the crawl replaces its
+        ``verify_trials.csv`` (:class:`geoagent.engine.WatchReplanTick`)."""
+        from geoagent.data.importer import trial_table_paths
+
+        s = settings_of(cfg)
+        return trial_table_paths(s.release_dir or cfg.release_dir())
+
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """The planned images and how many have no file (:meth:`geoagent.image_files.MissingImages.to_json`)."""
         plan = getattr(self, "_plan", None)
