@@ -2247,7 +2247,8 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     equal shares; a model whose worst case is large can still get fewer or no calls before the cap while a
     cheap model runs many, and so can a model planned after the others in a plan that is not interleaved.
     Each model is paced by its own limit key and its host's ``[hosts]`` ceiling (:func:`model_time_limit`); entries
-    sharing one limit key, or one ceiling, are paced separately (an approximation). Each call settles at its expected cost,
+    sharing one limit key, or one ceiling, are paced separately (an approximation). Each call settles at its
+    expected cost,
     which takes every answer at ``max_output_tokens`` unless the model sets ``expected_output_tokens``: then
     the run, whose answers are usually shorter, makes more calls than simulated.
 

@@ -761,7 +761,8 @@ async def open_services(
     """Open the process-wide services of a campaign and yield the stage context.
 
     Services: ``config``, ``http`` (one :class:`~geoagent.runtime.http.HttpClient` per process with the
-    config's per-host policies and each model's own limit key, :func:`geoagent.config.http_limits`), ``state`` / ``ledger`` / ``store`` (``state/<campaign>/campaign.sqlite``),
+    config's per-host policies and each model's own limit key, :func:`geoagent.config.http_limits`),
+    ``state`` / ``ledger`` / ``store`` (``state/<campaign>/campaign.sqlite``),
     ``providers`` (model name -> provider), ``state_dir``, ``queues_root``.
 
     ``dry_run``: the ledger is opened without storing the config's ``[budget] cap_usd`` and without crash

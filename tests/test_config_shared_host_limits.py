@@ -17,8 +17,8 @@ from aiohttp import web
 
 from _model_harness import generic_campaign, model_table
 from geoagent.cli import main
-from geoagent.config import (ConfigWarning, host_ceilings, host_policies, load_config, model_call_policy, model_limit_key,
-                             model_limit_policies)
+from geoagent.config import (ConfigWarning, host_ceilings, host_policies, load_config, model_call_policy,
+                             model_limit_key, model_limit_policies)
 from geoagent.engine import run_campaign
 from geoagent.sandbox.llm_common import add_latency
 from geoagent.sandbox.llm_openai import make_app
@@ -119,3 +119,22 @@ def test_a_hosts_entry_for_a_paid_model_host_sets_its_limit_but_never_retries_a_
     assert host_ceilings(cfg) == {"api.example.com"}  # a ceiling over the models' own limit keys
     assert set(model_limit_policies(cfg)) == {"api.example.com/gpt-a", "api.example.com/gpt-b"}
     assert pol.retry_unknown_outcome is False  # paid models call it: a sent request may have been billed
+
+
+def test_the_dry_run_times_models_under_a_hosts_ceiling_together(tmp_path, monkeypatch, capsys):
+    """``[hosts."H"] rate = 4`` over models a (20/s) and b (5/s): each model's line names its own limit and the
+    ceiling it shares, and the campaign's time is the ceiling's: 32 calls at 4/s = 8 s, not each model alone."""
+    monkeypatch.setenv("SHARED_KEY", KEY)
+    models = (model_table("a", base_url="https://api.example.com", key_var="SHARED_KEY", model="gpt-a",
+                          rate_requests=20) + "expected_latency_s = 0.01\n"
+              + model_table("b", base_url="https://api.example.com", key_var="SHARED_KEY", model="gpt-b",
+                            rate_requests=5) + "expected_latency_s = 0.01\n"
+              + '\n[hosts."api.example.com"]\nrate = 4\nconcurrency = 8\n')
+    cfgp = generic_campaign(tmp_path, name="ceildry", n=16, cap_usd=5.0, models=models)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["run", str(cfgp), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert "its rate limit of 20 per 1 s, its host's [hosts] ceiling 4 per 1 s (shared with 'b'))" in out, out
+    assert "its rate limit of 5 per 1 s, its host's [hosts] ceiling 4 per 1 s (shared with 'a'))" in out, out
+    assert out.count("about 4 s at 4 calls/s") == 2 and "about 8 s of model calls" in out, out

@@ -210,3 +210,44 @@ def test_a_hosts_entry_of_a_model_host_is_a_ceiling_over_its_models(tmp_path, mo
     assert max_in_window(a + b) <= 8 and max_in_window(b) <= 5, (max_in_window(a + b), max_in_window(b))
     (warn,) = [t for t in texts if "host-wide ceiling" in t]
     assert f'[hosts."{host}"]' in warn and "rate 8 per 1 s < their 25 per s" in warn
+
+
+def test_processes_share_each_model_key_on_the_board_and_a_429_pause_stays_the_models(tmp_path):
+    """Two processes' clients (HttpClient + HostShare on one board, as engine.open_services wires them; here
+    two in one process) calling two models' keys on one host: each model's rate holds in total over both
+    processes, per model (a 10/s is not held to b's 4/s), and a 429 pause of a, posted to the board, reaches a
+    in the other process, not b."""
+    from geoagent.runtime.hostshare import HostShare, board_path
+    from geoagent.runtime.http import HostPolicy, limit_key
+    from geoagent.sandbox.echo import make_app as echo_app
+
+    app = echo_app()
+    board = board_path(tmp_path)
+
+    async def go():
+        async with serve(app) as base:
+            host = base.split("//", 1)[1]
+            ka, kb = limit_key(host, "a"), limit_key(host, "b")
+            pols = {ka: HostPolicy(rate=10, concurrency=4), kb: HostPolicy(rate=4, concurrency=4)}
+            async with HttpClient(model_policies=pols) as h1, HttpClient(model_policies=pols) as h2, \
+                    HostShare(board, h1, poll_s=0.05), HostShare(board, h2, poll_s=0.05):
+                deadline = time.monotonic() + 3.0
+
+                async def loop(http, key, tag):
+                    while time.monotonic() < deadline:
+                        await http.request("GET", f"{base}/echo", params={"w": tag}, limit=key)
+
+                await asyncio.gather(*(loop(h, k, t) for h in (h1, h2) for k, t in ((ka, "a"), (kb, "b"))
+                                       for _ in range(3)))
+                h1.pause_host(ka, 5.0)
+                await asyncio.sleep(0.5)  # a few board polls
+                now = time.monotonic()
+                return h2.paused_until(ka) - now, h2.paused_until(kb) - now
+
+    a_paused_s, b_paused_s = anyio.run(go)
+    recs = find_fault_state(app).log
+    a = [r.t_mono for r in recs if "w=a" in r.query]
+    b = [r.t_mono for r in recs if "w=b" in r.query]
+    assert max_in_window(a) <= 10 and max_in_window(b) <= 4, (max_in_window(a), max_in_window(b))
+    assert max_in_window(a) >= 8, max_in_window(a)  # a runs at its own rate, not b's
+    assert a_paused_s > 3.0 and b_paused_s <= 0, (a_paused_s, b_paused_s)

@@ -1,4 +1,4 @@
-"""Shared HTTP layer: one aiohttp ClientSession per process, per-host rate limits, retries, Retry-After.
+"""Shared HTTP layer: one aiohttp ClientSession per process, per-host and per-model rate limits, retries, Retry-After.
 
 INTERFACE FILE (signatures fixed; implementation owned by the HTTP-layer work item).
 
@@ -45,6 +45,28 @@ Implementation notes (see :class:`HttpClient` for the full contract):
   breaker) sees it grow about one retry cycle after the host went away, not one cycle per request; the first attempt that gets through resets the streak and full retries apply again. The
   streak is per client (per process): with :mod:`geoagent.runtime.hostshare` every process learns it by
   its own first retry cycle.
+
+Limit keys: per host, and per (host, model) for model calls (issue 2 point 4/5)
+------------------------------------------------------------------------------
+OpenAI, Anthropic and Gemini enforce rate limits per model (per organization/project and model), so one limit
+per host would throttle two models on one provider to the lowest limit either sets for nothing. A request made
+with ``limit=limit_key(host, model)`` (the model providers pass theirs) to a client that has a policy for that
+key (``model_policies``) waits for the key's own rate slot (same sliding window, stamped at send), concurrency
+slot, pauses and cross-process share (:mod:`geoagent.runtime.hostshare` sees the key as one more "host"). What a
+failure says is split by what it is about:
+
+* a ``Retry-After`` on a 429 pauses the request's key only (the provider's limit of that model);
+* a ``Retry-After`` on a 503 pauses the whole host, every key on it (an overloaded or unavailable service is
+  the host's condition; pausing every model is the conservative choice);
+* the counters (:meth:`HttpClient.stats`) and the unreachable streak with its fail fast stay per host (a
+  network failure is the host's).
+
+A host named in ``ceilings`` is a host-wide ceiling: a model-keyed request to it takes the key's slots AND the
+host's (concurrency: key first, then host; rate: the key's slot is held while the host's is awaited; both are
+stamped at the send or given back unsent; where processes take turns, the key's turn first, then the host's).
+Requests without a key (the free APIs: Overpass, Nominatim, Mapillary, Wikidata) and keys without a policy use
+the host's state exactly as before. Hot path: the key resolves through one cached dict lookup; a request without
+a ceiling takes one semaphore, one rate slot and one turn, as before; only a ceiling adds the second set.
 """
 
 from __future__ import annotations
@@ -790,6 +812,13 @@ class HttpClient:
         Policy of every host not in ``policies``.
     user_agent : str
         Sent as ``User-Agent`` on every request (a caller's own ``User-Agent`` header overrides it).
+    model_policies : dict of str to HostPolicy, optional
+        A model's own limits on its host, keyed by :func:`limit_key` ``(host, model)``: the rate, period and
+        concurrency of requests made with ``limit=`` that key (their retry fields come with each call's
+        ``policy=``). Without an entry a key falls back to its host's limits.
+    ceilings : collection of str, optional
+        Host keys whose host policy is also a ceiling over the model keys on that host (every model-keyed
+        request passes both); without it a model key is limited by its own policy alone.
 
     Notes
     -----
@@ -804,7 +833,9 @@ class HttpClient:
       ``policy=`` only changes that call's retry/timeout fields.
     * concurrency: an ``asyncio.Semaphore(concurrency)``; released while a caller sleeps between retries.
     * ``Retry-After`` on a 429 or 503 (seconds or HTTP-date) pauses the host for every caller (including
-      callers already waiting for a slot). If it exceeds the call's ``backoff_max_s`` the call stops at
+      callers already waiting for a slot); with a model limit key (``limit=``, ``model_policies``) a 429's
+      pauses that model's key only, a 503's the whole host (module docstring, "Limit keys"). If it exceeds
+      the call's ``backoff_max_s`` the call stops at
       once with :class:`RetriesExhausted` (``retry_after_s`` set) so a queue can nack with that delay.
     * retries on 408/425/429, 5xx, timeouts, connection errors and failed ``validate`` checks, at most
       ``max_attempts`` attempts, with exponential backoff and full jitter: the wait before attempt k+1
