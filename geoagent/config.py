@@ -1403,8 +1403,9 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             **({"connect_timeout_s": max(connect)} if connect else {}),
         )
     sharing = models_by_host(cfg)
-    for host, h in cfg.hosts.items():
-        out[host] = HostPolicy(
+
+    def entry_policy(h: HostSection, models: Sequence[ModelConfig]) -> Any:
+        return HostPolicy(
             rate=h.rate,
             period_s=h.period_s,
             concurrency=h.concurrency,
@@ -1413,10 +1414,19 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             backoff_max_s=h.backoff_max_s,
             timeout_s=h.timeout_s,
             # a model host's entry sets its limits; a paid model's sent request is still never retried
-            retry_unknown_outcome=not any(m.paid for m in sharing.get(host, [])),
+            retry_unknown_outcome=not any(m.paid for m in models),
             max_body_bytes=h.max_body_bytes,
             **({"connect_timeout_s": h.connect_timeout_s} if h.connect_timeout_s is not None else {}),
         )
+
+    for host, h in cfg.hosts.items():
+        out[host] = entry_policy(h, sharing.get(host, []))
+    for host, models in sharing.items():
+        entry = hosts_entry(cfg, host)
+        if entry is not None and host not in cfg.hosts:
+            # an entry for the hostname alone (any port) is this model host's too: its limits, not the models'
+            # lowest (it is the host-wide ceiling of host_ceilings under this very key)
+            out[host] = entry_policy(entry, models)
     return out
 
 

@@ -138,3 +138,21 @@ def test_the_dry_run_times_models_under_a_hosts_ceiling_together(tmp_path, monke
     assert "its rate limit of 20 per 1 s, its host's [hosts] ceiling 4 per 1 s (shared with 'b'))" in out, out
     assert "its rate limit of 5 per 1 s, its host's [hosts] ceiling 4 per 1 s (shared with 'a'))" in out, out
     assert out.count("about 4 s at 4 calls/s") == 2 and "about 8 s of model calls" in out, out
+
+
+def test_a_hosts_entry_for_the_hostname_alone_is_the_ceiling_of_a_model_host_on_any_port(tmp_path):
+    """``[hosts."localhost"]`` matches localhost:8000 (any port, as the HTTP client reads it): it is that model
+    host's ceiling, with the entry's limits, not the models' lowest under the host:port key."""
+    base = "http://localhost:8000"
+    models = (model_table("a", base_url=base, key_var="SHARED_KEY", model="m-a", concurrency=6, rate_requests=20)
+              + model_table("b", base_url=base, key_var="SHARED_KEY", model="m-b", concurrency=2, rate_requests=5)
+              + '\n[hosts."localhost"]\nrate = 8\nconcurrency = 7\n')
+    cfgp = generic_campaign(tmp_path, name="hostnameceil", n=4, cap_usd=5.0, models=models)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_config(cfgp)
+    pol = host_policies(cfg)["localhost:8000"]
+    assert (pol.rate, pol.concurrency) == (8.0, 7)
+    assert host_ceilings(cfg) == {"localhost:8000"}
+    pols = model_limit_policies(cfg)
+    assert (pols["localhost:8000/m-a"].rate, pols["localhost:8000/m-b"].concurrency) == (20, 2)
