@@ -954,9 +954,10 @@ class HttpClient:
 
     def policies(self) -> list[HostPolicy]:
         """Every policy this client knows now: the default one, then each host's (set at construction or with
-        :meth:`set_policy`), then each model limit key's; for bounds derived from them (the stage runner's task
-        ceiling, :func:`geoagent.runtime.worker.default_task_timeout_s`)."""
-        return [self._default, *self._policies.values(), *self._model_policies.values()]
+        :meth:`set_policy`); for bounds derived from them (the stage runner's task ceiling,
+        :func:`geoagent.runtime.worker.default_task_timeout_s`). The model limit keys' policies are not listed:
+        only their rate and concurrency are read (a call's retries and timeouts come with its own policy)."""
+        return [self._default, *self._policies.values()]
 
     def set_policy(self, host: str, policy: HostPolicy) -> None:
         """Set the policy of ``host`` (``"hostname:port"`` or ``"hostname"``); applies to live limiters too.
