@@ -1243,12 +1243,15 @@ def model_limit_key(m: "ModelConfig") -> str | None:
 
 
 def models_by_limit_key(cfg: CampaignConfig) -> dict[str, list["ModelConfig"]]:
-    """``{limit key: [entries whose calls it paces]}`` (:func:`model_limit_key`), for the models that have one
-    (:func:`model_limits`)."""
+    """``{limit key: [entries whose calls it paces]}`` (:func:`model_limit_key`), for the keys that have a limit of
+    their own (:func:`model_limits`: some entry of the key sets one; the HTTP layer then paces every entry of the
+    key by it)."""
+    own = {model_limit_key(m) for m in cfg.models if m.host and _own_limit(cfg, m) is not None}
     out: dict[str, list[ModelConfig]] = {}
     for m in cfg.models:
-        if m.host and _own_limit(cfg, m) is not None:
-            out.setdefault(model_limit_key(m) or "", []).append(m)
+        key = model_limit_key(m)
+        if key in own:
+            out.setdefault(key or "", []).append(m)
     return out
 
 
@@ -1272,9 +1275,9 @@ def model_limits(cfg: CampaignConfig) -> dict[str, tuple[float, float, int]]:
     without a key here (:func:`_own_limit`) is paced by its host's ``[hosts]`` entry."""
     out = {}
     for key, models in models_by_limit_key(cfg).items():
-        limits = [_own_limit(cfg, m) for m in models]
-        req, per, _ = min(limits, key=lambda x: x[0] / x[1])  # type: ignore[index]
-        out[key] = (req, per, min(x[2] for x in limits))  # type: ignore[index]
+        limits = [lim for m in models if (lim := _own_limit(cfg, m)) is not None]
+        req, per, _ = min(limits, key=lambda x: x[0] / x[1])
+        out[key] = (req, per, min(x[2] for x in limits))
     return out
 
 
@@ -1324,11 +1327,12 @@ def shared_host_warnings(cfg: CampaignConfig) -> list[str]:
     * entries that name one API model on one host (one limit key: the provider's limit is per model) with
       different ``rate`` or ``concurrency``: their calls share the lowest (:func:`shared_host_limit`);
     * a ``[hosts]`` entry of a model host (a host-wide ceiling) whose rate or concurrency is below the sum of
-      its models' own: the models together get the ceiling, not each their own limit.
+      its models' own limits (of the models that set any): the models together get the ceiling, not each their
+      own limit.
     """
     out = []
     for key, models in models_by_limit_key(cfg).items():
-        limits = {(m.rate.requests / m.rate.period_s, m.concurrency) for m in models}
+        limits = {(own[0] / own[1], own[2]) for m in models if (own := _own_limit(cfg, m)) is not None}
         if len(models) < 2 or len(limits) < 2:
             continue
         req, per, conc = model_limits(cfg)[key]
@@ -1347,8 +1351,9 @@ def shared_host_warnings(cfg: CampaignConfig) -> list[str]:
         own = [limits[k] for k in keys if k in limits]
         if not own:
             continue  # every model is paced by the entry alone
-        per_s = sum(r / p for r, p, _ in own) + entry.rate / entry.period_s * (len(keys) - len(own))
-        conc = sum(c for _, _, c in own) + entry.concurrency * (len(keys) - len(own))
+        # the models with limits of their own (the others are paced by the ceiling alone, by the file's choice)
+        per_s = sum(r / p for r, p, _ in own)
+        conc = sum(c for _, _, c in own)
         binds = []
         if entry.rate / entry.period_s < per_s - 1e-9:
             binds.append(f"rate {entry.rate:g} per {entry.period_s:g} s < their {per_s:g} per s")

@@ -18,7 +18,7 @@ from aiohttp import web
 from _model_harness import generic_campaign, model_table
 from geoagent.cli import main
 from geoagent.config import (ConfigWarning, host_ceilings, host_policies, load_config, model_call_policy,
-                             model_limit_key, model_limit_policies)
+                             model_limit_key, model_limit_policies, model_time_limit)
 from geoagent.engine import run_campaign
 from geoagent.sandbox.llm_common import add_latency
 from geoagent.sandbox.llm_openai import make_app
@@ -156,3 +156,36 @@ def test_a_hosts_entry_for_the_hostname_alone_is_the_ceiling_of_a_model_host_on_
     assert host_ceilings(cfg) == {"localhost:8000"}
     pols = model_limit_policies(cfg)
     assert (pols["localhost:8000/m-a"].rate, pols["localhost:8000/m-b"].concurrency) == (20, 2)
+
+
+def test_under_a_ceiling_an_entry_without_limits_shares_its_models_key_without_a_warning(tmp_path):
+    """Under ``[hosts."H"]``, entry 'one' sets gpt-a's rate and 'two' (gpt-a too) sets nothing: the HTTP layer
+    paces both by gpt-a's key (the provider's one limit), so the dry run counts 'two' under that key as well,
+    and nothing conflicts (no warning); 'three' (gpt-b, no limits of its own) has no key: the ceiling alone."""
+    import textwrap
+
+    base = "https://api.example.com"
+    bare = textwrap.dedent(f'''
+        [[models]]
+        name = "NAME"
+        provider = "openai"
+        model = "MODEL"
+        base_url = "{base}/v1"
+        api_key_env = "SHARED_KEY"
+        price_input_usd_per_mtok = 0.15
+        price_output_usd_per_mtok = 0.60
+        ''')
+    models = (model_table("one", base_url=base, key_var="SHARED_KEY", model="gpt-a", concurrency=3, rate_requests=2)
+              + bare.replace("NAME", "two").replace("MODEL", "gpt-a")
+              + bare.replace("NAME", "three").replace("MODEL", "gpt-b")
+              + '\n[hosts."api.example.com"]\nrate = 50\nconcurrency = 20\n')
+    cfgp = generic_campaign(tmp_path, name="mixed", n=4, cap_usd=5.0, models=models)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(cfgp)
+    assert not [str(w.message) for w in caught if "call one model" in str(w.message) or "ceiling" in str(w.message)]
+    assert set(model_limit_policies(cfg)) == {"api.example.com/gpt-a"}
+    pol = model_limit_policies(cfg)["api.example.com/gpt-a"]
+    assert (pol.rate, pol.concurrency) == (2, 3)
+    assert model_time_limit(cfg, cfg.model("two"))[:3] == (2, 1.0, 3)
+    assert model_time_limit(cfg, cfg.model("three")) == (50, 1.0, 20, None)
