@@ -120,7 +120,8 @@ def test_a_429_retry_after_for_one_model_does_not_pause_the_other(tmp_path, monk
     t_429, b_done = anyio.run(go)
     b = _arrivals(app, "gem-b")
     a = _arrivals(app, "gem-a")
-    assert len(b) == 5 and max(b) - t_429 < 1.0 and b_done - t_429 < 1.5, (t_429, b, b_done)
+    # (a's pause is 2 s: b done well within it, with room for a loaded machine)
+    assert len(b) == 5 and max(b) - t_429 < 1.5 and b_done - t_429 < 1.8, (t_429, b, b_done)
     assert len(a) == 2 and a[1] - a[0] >= 2.0, a
 
 
