@@ -499,7 +499,8 @@ _HOST_KEY_RE = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:
 
 
 class HostSection(_Section):
-    """``[hosts."name"]``: limits for a non-model API host (``hostname`` or ``hostname:port``)."""
+    """``[hosts."name"]``: limits for a non-model API host (``hostname`` or ``hostname:port``); for a model host,
+    a host-wide ceiling over its models' own limits (:func:`host_ceilings`), plus its retry fields."""
 
     rate: float = Field(gt=0)
     period_s: float = Field(default=1.0, gt=0)
@@ -1211,40 +1212,167 @@ def models_by_host(cfg: CampaignConfig) -> dict[str, list["ModelConfig"]]:
 
 
 def shared_host_limit(models: Sequence["ModelConfig"]) -> tuple[int, float, int]:
-    """``(requests, period_s, concurrency)`` of one host that ``models`` all call: the HTTP layer keeps one rate
-    limit and one concurrency cap per host (issue 2 point 4), so models that share a host share its limit, and it
-    is the lowest any of them sets (the rate with the fewest requests per second, the smallest concurrency): no
-    model's calls go faster than its own entry allows. ``[hosts."H"]`` sets a host's limit instead
-    (:func:`host_policies`)."""
+    """``(requests, period_s, concurrency)`` that ``models``, entries sharing one limit key (the same API model on
+    one host: :func:`model_limit_key`), all get: the lowest any of them sets (the rate with the fewest requests per
+    second, the smallest concurrency), so no entry's calls go faster than its own entry allows. Also the limit of a
+    model host's own policy (:func:`host_policies`), which applies only to requests that carry no model key."""
     slow = min(models, key=lambda m: m.rate.requests / m.rate.period_s)
     return slow.rate.requests, slow.rate.period_s, min(m.concurrency for m in models)
 
 
+def hosts_entry(cfg: CampaignConfig, host: str | None) -> "HostSection | None":
+    """The ``[hosts]`` entry that sets ``host``'s limits (``"hostname:port"``): its own, else one for the hostname
+    alone (which matches the host on any port, as :meth:`geoagent.runtime.http.HttpClient.policy_for` reads it);
+    None when there is neither."""
+    if not host:
+        return None
+    entry = cfg.hosts.get(host)
+    if entry is None and host.count(":") == 1:
+        entry = cfg.hosts.get(host.rsplit(":", 1)[0])
+    return entry
+
+
+def model_limit_key(m: "ModelConfig") -> str | None:
+    """The key of model ``m``'s own limits: :func:`geoagent.runtime.http.limit_key` ``(host, model)``
+    (``"api.openai.com/gpt-4o"``); None for a model that calls no host. OpenAI, Anthropic and Gemini limit
+    requests per model (per organization/project and model), so two models on one host are paced apart; two
+    entries naming the same API model on one host share the key (the provider's one limit)."""
+    from geoagent.runtime.http import limit_key
+
+    return limit_key(m.host, m.model) if m.host else None
+
+
+def models_by_limit_key(cfg: CampaignConfig) -> dict[str, list["ModelConfig"]]:
+    """``{limit key: [entries whose calls it paces]}`` (:func:`model_limit_key`), for the keys that have a limit of
+    their own (:func:`model_limits`: some entry of the key sets one; the HTTP layer then paces every entry of the
+    key by it)."""
+    own = {model_limit_key(m) for m in cfg.models if m.host and _own_limit(cfg, m) is not None}
+    out: dict[str, list[ModelConfig]] = {}
+    for m in cfg.models:
+        key = model_limit_key(m)
+        if key in own:
+            out.setdefault(key or "", []).append(m)
+    return out
+
+
+def _own_limit(cfg: CampaignConfig, m: "ModelConfig") -> tuple[float, float, int] | None:
+    """``(requests, period_s, concurrency)`` of entry ``m``'s own limit key, or None when it has none: on a host
+    with a ``[hosts]`` entry (a host-wide ceiling) an entry that sets neither ``rate`` nor ``concurrency`` is paced
+    by the ceiling alone (as before per-model keys), and a field it does not set is the ceiling's."""
+    entry = hosts_entry(cfg, m.host)
+    if entry is None:
+        return m.rate.requests, m.rate.period_s, m.concurrency
+    own = m.model_fields_set
+    if "rate" not in own and "concurrency" not in own:
+        return None
+    req, per = (m.rate.requests, m.rate.period_s) if "rate" in own else (entry.rate, entry.period_s)
+    return req, per, m.concurrency if "concurrency" in own else entry.concurrency
+
+
+def model_limits(cfg: CampaignConfig) -> dict[str, tuple[float, float, int]]:
+    """``{limit key: (requests, period_s, concurrency)}``: each model's own rate and concurrency at its host
+    (:func:`model_limit_key`), the lowest of the entries sharing a key (:func:`shared_host_limit`). A model
+    without a key here (:func:`_own_limit`) is paced by its host's ``[hosts]`` entry."""
+    out = {}
+    for key, models in models_by_limit_key(cfg).items():
+        limits = [lim for m in models if (lim := _own_limit(cfg, m)) is not None]
+        req, per, _ = min(limits, key=lambda x: x[0] / x[1])
+        out[key] = (req, per, min(x[2] for x in limits))
+    return out
+
+
+def model_time_limit(cfg: CampaignConfig, m: "ModelConfig") -> tuple[float, float, int, Any]:
+    """``(requests, period_s, concurrency, ceiling)`` pacing model ``m``'s calls: its own limit key's
+    (:func:`model_limits`; the ``[hosts]`` entry's when it has none), and the host-wide ceiling (the ``[hosts]``
+    entry) or None; for the dry run's timing."""
+    entry = hosts_entry(cfg, m.host)
+    key = model_limit_key(m)
+    limits = model_limits(cfg)
+    if key in limits:
+        req, per, conc = limits[key]
+        return req, per, conc, entry
+    if entry is not None:
+        return entry.rate, entry.period_s, entry.concurrency, None
+    return m.rate.requests, m.rate.period_s, m.concurrency, None
+
+
+def model_limit_policies(cfg: CampaignConfig) -> dict[str, Any]:
+    """``{limit key: HostPolicy}`` of every model's own limits (:func:`model_limits`), for
+    :class:`~geoagent.runtime.http.HttpClient` ``model_policies`` (only rate, period_s and concurrency are read
+    from it; retries and timeouts come with each call's policy, :func:`model_call_policy`)."""
+    from geoagent.runtime.http import HostPolicy
+
+    return {key: HostPolicy(rate=req, period_s=per, concurrency=conc, retry_unknown_outcome=False)
+            for key, (req, per, conc) in model_limits(cfg).items()}
+
+
+def host_ceilings(cfg: CampaignConfig) -> frozenset[str]:
+    """Model hosts whose ``[hosts]`` entry is a host-wide ceiling over their models' own limit keys: every model
+    call to such a host passes its model's limit and the host's (:class:`~geoagent.runtime.http.HttpClient`
+    ``ceilings``)."""
+    return frozenset(m.host for m in cfg.models if m.host and hosts_entry(cfg, m.host) is not None)
+
+
+def http_limits(cfg: CampaignConfig) -> dict[str, Any]:
+    """Keyword arguments of the campaign's :class:`~geoagent.runtime.http.HttpClient`: ``policies``
+    (:func:`host_policies`), ``model_policies`` (:func:`model_limit_policies`) and ``ceilings``
+    (:func:`host_ceilings`)."""
+    return {"policies": host_policies(cfg), "model_policies": model_limit_policies(cfg),
+            "ceilings": host_ceilings(cfg)}
+
+
 def shared_host_warnings(cfg: CampaignConfig) -> list[str]:
-    """One line per host that several models call with different ``rate`` or ``concurrency`` and no
-    ``[hosts]`` entry: which limit their calls share (:func:`shared_host_limit`)."""
+    """Lines about limits that bind below what a model's entry asks for:
+
+    * entries that name one API model on one host (one limit key: the provider's limit is per model) with
+      different ``rate`` or ``concurrency``: their calls share the lowest (:func:`shared_host_limit`);
+    * a ``[hosts]`` entry of a model host (a host-wide ceiling) whose rate or concurrency is below the sum of
+      its models' own limits (of the models that set any): the models together get the ceiling, not each their
+      own limit.
+    """
     out = []
-    for host, models in models_by_host(cfg).items():
-        if len(models) < 2 or host in cfg.hosts:
+    for key, models in models_by_limit_key(cfg).items():
+        limits = {(own[0] / own[1], own[2]) for m in models if (own := _own_limit(cfg, m)) is not None}
+        if len(models) < 2 or len(limits) < 2:
             continue
-        limits = {(m.rate.requests / m.rate.period_s, m.concurrency) for m in models}
-        if len(limits) < 2:
-            continue
-        req, per, conc = shared_host_limit(models)
+        req, per, conc = model_limits(cfg)[key]
         each = "; ".join(f"{m.name!r}: {m.rate.requests:g} per {m.rate.period_s:g} s, concurrency {m.concurrency}"
                          for m in models)
-        out.append(f"models {', '.join(repr(m.name) for m in models)} call one host, {host}, with different limits "
-                   f"({each}): the HTTP layer keeps one limit per host, so all their calls share the lowest, "
-                   f"{req:g} requests per {per:g} s and concurrency {conc}; give them the same rate and concurrency, "
-                   f"or set [hosts.\"{host}\"] rate, period_s and concurrency for the host's own limit")
+        out.append(f"models {', '.join(repr(m.name) for m in models)} call one model, {models[0].model!r} on "
+                   f"{models[0].host}, with different limits ({each}): the provider limits each model, so their "
+                   f"calls share one limit, the lowest, {req:g} requests per {per:g} s and concurrency {conc}; give "
+                   "them the same rate and concurrency")
+    limits = model_limits(cfg)
+    for host, models in models_by_host(cfg).items():
+        entry = hosts_entry(cfg, host)
+        if entry is None:
+            continue
+        keys = {model_limit_key(m) for m in models}
+        own = [limits[k] for k in keys if k in limits]
+        if not own:
+            continue  # every model is paced by the entry alone
+        # the models with limits of their own (the others are paced by the ceiling alone, by the file's choice)
+        per_s = sum(r / p for r, p, _ in own)
+        conc = sum(c for _, _, c in own)
+        binds = []
+        if entry.rate / entry.period_s < per_s - 1e-9:
+            binds.append(f"rate {entry.rate:g} per {entry.period_s:g} s < their {per_s:g} per s")
+        if entry.concurrency < conc:
+            binds.append(f"concurrency {entry.concurrency} < their {conc}")
+        if binds:
+            out.append(f"[hosts.\"{host}\"] is a host-wide ceiling over the models "
+                       f"{', '.join(repr(m.name) for m in models)}, below the sum of their own limits "
+                       f"({'; '.join(binds)}): together their calls get at most the ceiling; raise or remove it "
+                       "if the provider limits only per model")
     return out
 
 
 def model_call_policy(cfg: CampaignConfig, m: "ModelConfig") -> Any:
     """The per-call policy of model ``m``'s requests (``ProviderSettings.policy``), or None without a host: its
-    host's policy (:func:`host_policies`: the rate and concurrency its calls share with the other models on the
-    host) with ``m``'s own ``max_attempts``, ``timeout_s`` and ``connect_timeout_s`` unless a ``[hosts]`` entry
-    sets the host's; a paid provider also never retries an unknown outcome (``providers.http_base``)."""
+    host's policy (:func:`host_policies`) with ``m``'s own ``max_attempts``, ``timeout_s`` and
+    ``connect_timeout_s`` unless a ``[hosts]`` entry sets the host's; a paid provider also never retries an
+    unknown outcome (``providers.http_base``). Its rate and concurrency are not what paces the calls: the HTTP
+    layer applies the model's own limit key (:func:`model_limit_policies`) and any host-wide ceiling."""
     import dataclasses
 
     pol = host_policies(cfg).get(m.host) if m.host else None
@@ -1257,8 +1385,10 @@ def model_call_policy(cfg: CampaignConfig, m: "ModelConfig") -> Any:
 def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
     """``{host: HostPolicy}`` for every ``[hosts]`` entry and every model ``base_url`` host.
 
-    A model host's policy takes its models' ``rate``/``concurrency`` (several models on one host share the
-    lowest: :func:`shared_host_limit`), the longest ``timeout_s`` and the most ``max_attempts`` of them; a host
+    A model host's policy takes its models' lowest ``rate``/``concurrency`` (:func:`shared_host_limit`; it paces
+    only requests to the host that carry no model limit key: the model calls are paced by their own keys,
+    :func:`model_limit_policies`, and by a ``[hosts]`` entry as a ceiling), the longest ``timeout_s`` and the
+    most ``max_attempts`` of them; a host
     any paid model calls never retries a request whose outcome is unknown (it may have been billed). Where a
     host appears in both, ``[hosts]`` wins.
     """
@@ -1278,8 +1408,9 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             **({"connect_timeout_s": max(connect)} if connect else {}),
         )
     sharing = models_by_host(cfg)
-    for host, h in cfg.hosts.items():
-        out[host] = HostPolicy(
+
+    def entry_policy(h: HostSection, models: Sequence[ModelConfig]) -> Any:
+        return HostPolicy(
             rate=h.rate,
             period_s=h.period_s,
             concurrency=h.concurrency,
@@ -1288,10 +1419,19 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             backoff_max_s=h.backoff_max_s,
             timeout_s=h.timeout_s,
             # a model host's entry sets its limits; a paid model's sent request is still never retried
-            retry_unknown_outcome=not any(m.paid for m in sharing.get(host, [])),
+            retry_unknown_outcome=not any(m.paid for m in models),
             max_body_bytes=h.max_body_bytes,
             **({"connect_timeout_s": h.connect_timeout_s} if h.connect_timeout_s is not None else {}),
         )
+
+    for host, h in cfg.hosts.items():
+        out[host] = entry_policy(h, sharing.get(host, []))
+    for host, models in sharing.items():
+        entry = hosts_entry(cfg, host)
+        if entry is not None and host not in cfg.hosts:
+            # an entry for the hostname alone (any port) is this model host's too: its limits, not the models'
+            # lowest (it is the host-wide ceiling of host_ceilings under this very key)
+            out[host] = entry_policy(entry, models)
     return out
 
 
@@ -2051,18 +2191,17 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         me.output_tokens += exp_out
         me.cost_usd += m.cost_usd(n_in, exp_out)
         order_exp.append(m.cost_usd(n_in, exp_out))
-    by_host: dict[str, float] = {}
-    sharing = models_by_host(cfg)
+    # the HTTP layer's keys (geoagent.runtime.http): each model's own limit key on its host (entries naming one
+    # API model on one host share it), and a [hosts] entry of a model host as a ceiling over all its models
+    by_key: dict[str, float] = {}
+    by_ceiling: dict[str, float] = {}
     for name, me in est.by_model.items():
         m = cfg.model(name)
-        # the limit the model's calls get: its host's, shared with the other models on it (host_policies)
-        req, per, concurrency = shared_host_limit(sharing[m.host]) if m.host in sharing else (
-            m.rate.requests, m.rate.period_s, m.concurrency)
+        req, per, concurrency, ceiling = model_time_limit(cfg, m)
         rate_per_s = req / per
-        host = cfg.hosts.get(m.host or "")
-        if host is not None:
-            rate_per_s = min(rate_per_s, host.rate / host.period_s)
-            concurrency = min(concurrency, host.concurrency) if host.concurrency else concurrency
+        if ceiling is not None:
+            rate_per_s = min(rate_per_s, ceiling.rate / ceiling.period_s)
+            concurrency = min(concurrency, ceiling.concurrency)
         me.time_basis = model_time_basis(m)
         if me.time_basis == "none":
             me.throughput_per_s = 0.0
@@ -2071,14 +2210,20 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
             me.throughput_per_s = (rate_per_s if me.time_basis == "rate"
                                    else min(rate_per_s, concurrency / m.expected_latency_s))
             me.duration_s = me.calls / me.throughput_per_s if me.calls else 0.0
-        key = m.host or f"<{m.provider}:{m.name}>"
-        by_host[key] = by_host.get(key, 0.0) + me.duration_s  # models on one host share its limit
+        key = model_limit_key(m) or f"<{m.provider}:{m.name}>"
+        by_key[key] = by_key.get(key, 0.0) + me.duration_s  # entries of one limit key share it
+        if ceiling is not None and me.calls and me.time_basis != "none":
+            # the models under one ceiling share it: this model's calls take calls / (the ceiling's own pace)
+            pace = ceiling.rate / ceiling.period_s
+            if me.time_basis == "latency":
+                pace = min(pace, ceiling.concurrency / m.expected_latency_s)
+            by_ceiling[m.host or ""] = by_ceiling.get(m.host or "", 0.0) + me.calls / pace
         est.calls += me.calls
         est.input_tokens += me.input_tokens
         est.output_tokens += me.output_tokens
         est.cost_usd += me.cost_usd
         est.worst_case_usd += me.worst_case_usd
-    est.duration_s = max(by_host.values(), default=0.0)
+    est.duration_s = max([*by_key.values(), *by_ceiling.values()], default=0.0)
     est._order = (list(index), order_model, order_exp, order_worst)
     if not est.within_cap and est.calls:
         fit = simulate_dispatch(cfg, est)
@@ -2116,7 +2261,9 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     The planners interleave the models item by item (:func:`plan_rank`), so equally priced models get about
     equal shares; a model whose worst case is large can still get fewer or no calls before the cap while a
     cheap model runs many, and so can a model planned after the others in a plan that is not interleaved.
-    Models sharing a host are paced separately (an approximation). Each call settles at its expected cost,
+    Each model is paced by its own limit key and its host's ``[hosts]`` ceiling (:func:`model_time_limit`); entries
+    sharing one limit key, or one ceiling, are paced separately (an approximation). Each call settles at its
+    expected cost,
     which takes every answer at ``max_output_tokens`` unless the model sets ``expected_output_tokens``: then
     the run, whose answers are usually shorter, makes more calls than simulated.
 
@@ -2134,12 +2281,13 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     latency = [m.expected_latency_s if model_time_basis(m) == "latency" else 0.0 for m in models]
     limits = []
     for m in models:
-        rate_n, period = m.rate.requests, m.rate.period_s
-        host = cfg.hosts.get(m.host or "")
-        if host is not None and host.rate / host.period_s < rate_n / period:
-            rate_n, period = host.rate, host.period_s
+        rate_n, period, conc, host = model_time_limit(cfg, m)
+        if host is not None:
+            if host.rate / host.period_s < rate_n / period:
+                rate_n, period = host.rate, host.period_s
+            conc = min(conc, host.concurrency)
         timed = model_time_basis(m) != "none"
-        limits.append((m.concurrency if timed else n + 1, max(1, int(rate_n)) if timed else 0, period))
+        limits.append((conc if timed else n + 1, max(1, int(rate_n)) if timed else 0, period))
     window = _caller_window(cfg)
     waiting: list[deque[int]] = [deque() for _ in names]  # handled tasks not yet sent, in queue order
     sent_at: list[deque[float]] = [deque() for _ in names]  # send times within the rate window

@@ -867,7 +867,8 @@ async def open_services(
     """Open the process-wide services of a campaign and yield the stage context.
 
     Services: ``config``, ``http`` (one :class:`~geoagent.runtime.http.HttpClient` per process with the
-    config's per-host policies), ``state`` / ``ledger`` / ``store`` (``state/<campaign>/campaign.sqlite``),
+    config's per-host policies and each model's own limit key, :func:`geoagent.config.http_limits`),
+    ``state`` / ``ledger`` / ``store`` (``state/<campaign>/campaign.sqlite``),
     ``providers`` (model name -> provider), ``state_dir``, ``queues_root``.
 
     ``dry_run``: the ledger is opened without storing the config's ``[budget] cap_usd`` and without crash
@@ -875,11 +876,11 @@ async def open_services(
     from the ledger at every reservation, so a dry run of an edited config (a bigger cap, to see what it
     would buy) must not change it, nor settle anything.
 
-    Every host the client calls shares its rate, concurrency and ``Retry-After`` pauses with the other
-    processes of the campaign on this machine (:mod:`geoagent.runtime.hostshare`, board
+    Every host (and every model limit key) the client calls shares its rate, concurrency and ``Retry-After``
+    pauses with the other processes of the campaign on this machine (:mod:`geoagent.runtime.hostshare`, board
     ``state/<campaign>/hosts.sqlite``); a lone process keeps the full limits.
     """
-    from geoagent.config import host_policies, provider_settings
+    from geoagent.config import http_limits, provider_settings
     from geoagent.providers.base import provider_class
     from geoagent.runtime.hostshare import HostShare, board_path
     from geoagent.runtime.http import HttpClient
@@ -894,7 +895,8 @@ async def open_services(
     state = open_campaign_state(cfg.name, root=cfg.state_root(), cap_usd=None if dry_run else cfg.budget.cap_usd,
                                 recover=not dry_run)
     contact = getattr(cfg.campaign, "contact", None) or "set [campaign] contact"
-    http = HttpClient(policies=host_policies(cfg), user_agent=f"geoagent/{__version__} ({contact})")
+    # per-host policies, each model's own limit key on its host (providers limit per model) and host ceilings
+    http = HttpClient(**http_limits(cfg), user_agent=f"geoagent/{__version__} ({contact})")
     providers: dict[str, Any] = {}
     try:
         async with http, HostShare(board_path(cfg.state_dir()), http):
@@ -1884,19 +1886,24 @@ def _model_time(m: Any, mc: Any, cfg: Any) -> str:
         if mc.provider == "replay":
             return f"no model-call time (replay: answers are read from the recorded file {cfg.replay_path(mc)})"
         return "no model-call time (simulated: answers are made in this process, no model is called)"
-    from geoagent.config import models_by_host, shared_host_limit
+    from geoagent.config import hosts_entry, model_limit_key, model_time_limit, models_by_host, models_by_limit_key
 
-    req, per, conc = mc.rate.requests, mc.rate.period_s, mc.concurrency
-    shared = [o for o in models_by_host(cfg).get(mc.host or "", []) if o is not mc]
-    if shared and mc.host not in cfg.hosts:  # the limit its calls share with the other models on its host
-        req, per, conc = shared_host_limit([mc, *shared])
+    # the HTTP layer's keys: the model's own limit on its host (shared only by entries naming the same API
+    # model there), and its host's [hosts] entry as a ceiling over all the host's models
+    req, per, conc, host = model_time_limit(cfg, mc)
     rate = f"{req:g} per {per:g} s"
-    host = cfg.hosts.get(mc.host or "")
+    key = model_limit_key(mc)
+    same = [o for o in models_by_limit_key(cfg).get(key or "", []) if o is not mc]
+    if same:
+        rate += (f" (model {mc.model!r} on {mc.host} is also called by {', '.join(repr(o.name) for o in same)}: "
+                 "one limit for them)")
+    others = [o for o in models_by_host(cfg).get(mc.host or "", []) if o is not mc and o not in same]
+    with_others = f" (shared with {', '.join(repr(o.name) for o in others)})" if others else ""
     if host is not None:
-        rate += f", its host's [hosts] limit {host.rate:g} per {host.period_s:g} s"
+        rate += f", its host's [hosts] ceiling {host.rate:g} per {host.period_s:g} s{with_others}"
         conc = min(conc, host.concurrency)
-    if shared:
-        rate += f" (its host {mc.host} is shared with {', '.join(repr(o.name) for o in shared)}: one limit for all)"
+    elif hosts_entry(cfg, mc.host) is not None:  # no rate or concurrency of its own: the [hosts] entry alone
+        rate += f", its host's [hosts] limit{with_others}"
     if basis == "rate":
         return (f"model-call time about {m.duration_s:.0f} s (simulated behind a local fake that answers at once: "
                 f"paced by its rate limit alone, {m.throughput_per_s:.3g} calls/s)")

@@ -241,10 +241,11 @@ def test_newcomer_waits_for_a_departed_process_to_leave_the_window(tmp_path):
 
 
 def test_two_campaign_processes_share_the_model_hosts_rate(tmp_path):
-    """``run.py run`` twice at once (engine.open_services wiring): the model host's 10/s holds in total.
+    """``run.py run`` twice at once (engine.open_services wiring): the model's 10/s holds in total.
 
     The second process joins while the first is running; the board is watched from outside to see
-    that both processes were members at once.
+    that both processes were members of the model's limit key (``host/gpt-x``: providers limit per model,
+    so the processes share the model's key, :func:`geoagent.runtime.http.limit_key`) at once.
     """
     import contextlib
 
@@ -314,7 +315,8 @@ timeout_s = 5
                 if not board.exists():
                     return 0
                 with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(board, timeout=5)) as c:
-                    return c.execute("SELECT COUNT(*) FROM members WHERE gone_at IS NULL").fetchone()[0]
+                    return c.execute("SELECT COUNT(*) FROM members WHERE gone_at IS NULL AND host LIKE '%/gpt-x'"
+                                     ).fetchone()[0]
                 return 0
 
             async with anyio.create_task_group() as tg:

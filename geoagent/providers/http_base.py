@@ -131,6 +131,11 @@ class HttpProvider(Provider, abc.ABC):
         self._http = http
         self._own_http: Any = None
         self._policy_cache: tuple[Any, Any] | None = None
+        #: this model's limit key at its host (:func:`geoagent.runtime.http.limit_key`), made once: the HTTP
+        #: layer paces the calls by it where it has the model's own limits (providers limit per model)
+        from geoagent.runtime.http import limit_key
+
+        self.limit_key = limit_key(self.host, model_cfg.model)
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}(model={self.settings.model!r}, base_url={self.base_url!r})"
@@ -179,8 +184,8 @@ class HttpProvider(Provider, abc.ABC):
 
     def _call_policy(self, http: Any) -> Any:
         """Retry/timeout policy for one call: settings' policy, else the client's policy for this host;
-        for paid providers always with ``retry_unknown_outcome=False`` (rate and concurrency stay the
-        host's, as the HTTP layer applies them per host)."""
+        for paid providers always with ``retry_unknown_outcome=False`` (rate and concurrency are not taken
+        from it: the HTTP layer applies those of the call's limit key, :attr:`limit_key`, or of its host)."""
         base = self.settings.policy
         if base is None:
             policy_for = getattr(http, "policy_for", None)
@@ -250,7 +255,8 @@ class HttpProvider(Provider, abc.ABC):
         try:
             hook = {"before_send": request.before_send} if request.before_send is not None else {}
             resp = await http.request(
-                "POST", url, json=body, headers=headers, policy=self._call_policy(http), validate=_validate, **hook
+                "POST", url, json=body, headers=headers, policy=self._call_policy(http), validate=_validate,
+                limit=self.limit_key, **hook
             )
             if blocked:
                 raise blocked[0]

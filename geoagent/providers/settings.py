@@ -84,7 +84,9 @@ class ProviderSettings:
         The ``[[models]]`` entry's ``name`` (set by the config loader), which the provider's errors name
         (e.g. a missing replay file); ``None`` when the settings were built by hand (they name ``model``).
     policy : HostPolicy or None
-        Per-host limits for this provider's API host, passed to the HTTP layer with every request.
+        Retry and timeout policy of this provider's calls, passed to the HTTP layer with every request (the
+        rate and concurrency that pace them are the HTTP client's, per model limit key and host:
+        :mod:`geoagent.runtime.http` "Limit keys").
         ``None`` uses ``HostPolicy(retry_unknown_outcome=False)`` for paid providers. A policy given here
         is used as is, except that paid providers always get ``retry_unknown_outcome=False``.
     """

@@ -3,7 +3,11 @@
 A campaign can scale out over several processes (``run.py run CFG --stages ...``). Each process has its own
 :class:`~geoagent.runtime.http.HttpClient`, whose per-host limiter alone would give EVERY process the full
 configured rate and concurrency, and whose ``Retry-After`` pause would hold back only the process that got
-it. :class:`HostShare` fixes both through a small SQLite board, ``state/<campaign>/hosts.sqlite``
+it. (A model's own limit key on its host, :func:`geoagent.runtime.http.limit_key`, ``"host/model"``, is one
+more "host" here: its rows, shares, turns and pauses are the key's, so two models on one provider are shared
+out apart, as the providers limit them; a host's pause reaches its model keys in every process through the
+host's own entry on the board, :mod:`geoagent.runtime.http` "Limit keys".) :class:`HostShare` fixes both through
+a small SQLite board, ``state/<campaign>/hosts.sqlite``
 (:data:`HOSTS_DB`; stdlib ``sqlite3``, WAL, ``BEGIN IMMEDIATE``, ``busy_timeout``), which only a
 background task touches: the request path reads nothing but memory, except at hosts so slow that the
 processes take turns on the board for every send (below).

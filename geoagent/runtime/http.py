@@ -1,4 +1,4 @@
-"""Shared HTTP layer: one aiohttp ClientSession per process, per-host rate limits, retries, Retry-After.
+"""Shared HTTP layer: one aiohttp ClientSession per process, per-host and per-model rate limits, retries, Retry-After.
 
 INTERFACE FILE (signatures fixed; implementation owned by the HTTP-layer work item).
 
@@ -45,6 +45,28 @@ Implementation notes (see :class:`HttpClient` for the full contract):
   breaker) sees it grow about one retry cycle after the host went away, not one cycle per request; the first attempt that gets through resets the streak and full retries apply again. The
   streak is per client (per process): with :mod:`geoagent.runtime.hostshare` every process learns it by
   its own first retry cycle.
+
+Limit keys: per host, and per (host, model) for model calls (issue 2 point 4/5)
+------------------------------------------------------------------------------
+OpenAI, Anthropic and Gemini enforce rate limits per model (per organization/project and model), so one limit
+per host would throttle two models on one provider to the lowest limit either sets for nothing. A request made
+with ``limit=limit_key(host, model)`` (the model providers pass theirs) to a client that has a policy for that
+key (``model_policies``) waits for the key's own rate slot (same sliding window, stamped at send), concurrency
+slot, pauses and cross-process share (:mod:`geoagent.runtime.hostshare` sees the key as one more "host"). What a
+failure says is split by what it is about:
+
+* a ``Retry-After`` on a 429 pauses the request's key only (the provider's limit of that model);
+* a ``Retry-After`` on a 503 pauses the whole host, every key on it (an overloaded or unavailable service is
+  the host's condition; pausing every model is the conservative choice);
+* the counters (:meth:`HttpClient.stats`) and the unreachable streak with its fail fast stay per host (a
+  network failure is the host's).
+
+A host named in ``ceilings`` is a host-wide ceiling: a model-keyed request to it takes the key's slots AND the
+host's (concurrency: key first, then host; rate: the key's slot is held while the host's is awaited; both are
+stamped at the send or given back unsent; where processes take turns, the key's turn first, then the host's).
+Requests without a key (the free APIs: Overpass, Nominatim, Mapillary, Wikidata) and keys without a policy use
+the host's state exactly as before. Hot path: the key resolves through one cached dict lookup; a request without
+a ceiling takes one semaphore, one rate slot and one turn, as before; only a ceiling adds the second set.
 """
 
 from __future__ import annotations
@@ -450,6 +472,18 @@ def host_key(url: str) -> str:
     return f"{host}:{port}" if port is not None else host
 
 
+def limit_key(host: str, model: str) -> str:
+    """The key of model ``model``'s own limits at ``host`` (a :func:`host_key`): ``"host/model"``.
+
+    OpenAI, Anthropic and Gemini enforce their rate limits per model (per organization/project and model), so
+    an :class:`HttpClient` given a policy for this key (``model_policies``) paces the requests sent with
+    ``limit=limit_key(host, model)`` on their own: their rate, concurrency, ``Retry-After`` of a 429 and
+    cross-process share (:mod:`geoagent.runtime.hostshare`) are the model's, not the host's. A host key holds
+    no ``/``, so the two kinds of key never collide.
+    """
+    return f"{host}/{model}"
+
+
 class _Retryable(Exception):
     """One failed attempt that may be retried (internal)."""
 
@@ -492,14 +526,15 @@ def unlisten_slot_waits(token: contextvars.Token) -> None:
 
 
 class _SlotWait:
-    """``async with _SlotWait(host.semaphore) as waiting``: the host's concurrency slot, with the current context's
-    slot-wait listener (:func:`listen_slot_waits`) told ``+1`` on entry and ``-1`` at :meth:`done` (idempotent;
-    also on exit)."""
+    """``async with _SlotWait(lim.semaphore, ceiling) as waiting``: the limit key's concurrency slot (and, with a
+    host-wide ceiling, the host's: taken second, released first), with the current context's slot-wait listener
+    (:func:`listen_slot_waits`) told ``+1`` on entry and ``-1`` at :meth:`done` (idempotent; also on exit)."""
 
-    __slots__ = ("_sem", "_listener")
+    __slots__ = ("_sem", "_sem2", "_listener")
 
-    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+    def __init__(self, semaphore: asyncio.Semaphore, ceiling: asyncio.Semaphore | None = None) -> None:
         self._sem = semaphore
+        self._sem2 = ceiling
         self._listener = _SLOT_WAIT.get()
 
     def done(self) -> None:
@@ -515,10 +550,19 @@ class _SlotWait:
         except BaseException:
             self.done()
             raise
+        if self._sem2 is not None:
+            try:
+                await self._sem2.acquire()
+            except BaseException:
+                self._sem.release()
+                self.done()
+                raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.done()
+        if self._sem2 is not None:
+            self._sem2.release()
         self._sem.release()
 
 
@@ -618,11 +662,22 @@ def _throttle_params(policy: HostPolicy) -> tuple[int, float]:
 
 
 class _HostState:
-    """Limits and counters shared by every caller of one host through one HttpClient."""
+    """Limits and counters shared by every caller of one limit key through one HttpClient.
+
+    A host's own state (key ``"hostname[:port]"``) holds its limits and also what is always per host: the
+    counters (:class:`HttpStats`), the unreachable streak and host-wide pauses. A model's own limits on a host
+    (key :func:`limit_key`, :class:`HttpClient` ``model_policies``) are a state of their own whose ``host`` is
+    the host's state: only its rate, concurrency, pauses and cross-process gate are used; a host-wide pause of
+    ``host`` reaches it too (``children``), and ``parent`` is the host's state when the host's policy is a
+    ceiling over its models (``ceilings``), else None.
+    """
 
     def __init__(self, key: str, policy: HostPolicy) -> None:
         self.key = key
         self.policy = policy
+        self.host = self  # the host's own state (self, or the host of a model's limit key)
+        self.parent: _HostState | None = None  # a host-wide ceiling this key's requests also pass
+        self.children: list[_HostState] = []  # model limit keys on this host (host-wide pauses reach them)
         n, window = _throttle_params(policy)
         self.throttle = _SlidingWindowThrottler(n, window)
         self.semaphore = asyncio.Semaphore(max(1, policy.concurrency))
@@ -655,6 +710,8 @@ class _HostState:
         self.policy = policy
 
     def pause(self, seconds: float) -> None:
+        """Let nobody send through this key for ``seconds`` (extends, never shortens); a host's pause holds its
+        models' limit keys too (``children``)."""
         now = time.monotonic()
         until = now + max(0.0, seconds)
         if until > self.paused_until:
@@ -663,6 +720,8 @@ class _HostState:
             del self.pauses[:-100]
             if self.on_pause is not None:
                 self.on_pause(until)
+        for child in self.children:
+            child.pause(until - now)
 
     async def admit(self) -> int:
         """Wait out any host pause, then take a rate slot (re-checking pauses set meanwhile).
@@ -690,6 +749,22 @@ class _HostState:
 
     def count_answer(self, reason: str) -> None:
         self.stats.answers[reason] = self.stats.answers.get(reason, 0) + 1
+
+
+async def _admit_under_ceiling(lim: _HostState, ceiling: _HostState) -> tuple[int, int]:
+    """Rate slots of a model's limit key ``lim`` and of its host-wide ``ceiling``: ``(slot, ceiling slot)``.
+
+    The key's slot is taken first (it stays occupied, +inf, while the ceiling's is awaited: the safe side); a
+    pause of the key that began meanwhile (a 429 of another of its requests) spends both slots (stamped now) and
+    starts over. Both are stamped at the send, or given back unsent, by the caller."""
+    while True:
+        slot = await lim.admit()
+        cslot = await ceiling.admit()
+        now = time.monotonic()
+        if now >= lim.paused_until and (lim.gate is None or lim.gate.is_open()):
+            return slot, cslot
+        lim.throttle.stamp(slot, now)
+        ceiling.throttle.stamp(cslot, now)
 
 
 #: attribute :meth:`HttpClient.request` sets (True) on an exception that ended it before anything was sent
@@ -737,6 +812,13 @@ class HttpClient:
         Policy of every host not in ``policies``.
     user_agent : str
         Sent as ``User-Agent`` on every request (a caller's own ``User-Agent`` header overrides it).
+    model_policies : dict of str to HostPolicy, optional
+        A model's own limits on its host, keyed by :func:`limit_key` ``(host, model)``: the rate, period and
+        concurrency of requests made with ``limit=`` that key (their retry fields come with each call's
+        ``policy=``). Without an entry a key falls back to its host's limits.
+    ceilings : collection of str, optional
+        Host keys whose host policy is also a ceiling over the model keys on that host (every model-keyed
+        request passes both); without it a model key is limited by its own policy alone.
 
     Notes
     -----
@@ -751,7 +833,9 @@ class HttpClient:
       ``policy=`` only changes that call's retry/timeout fields.
     * concurrency: an ``asyncio.Semaphore(concurrency)``; released while a caller sleeps between retries.
     * ``Retry-After`` on a 429 or 503 (seconds or HTTP-date) pauses the host for every caller (including
-      callers already waiting for a slot). If it exceeds the call's ``backoff_max_s`` the call stops at
+      callers already waiting for a slot); with a model limit key (``limit=``, ``model_policies``) a 429's
+      pauses that model's key only, a 503's the whole host (module docstring, "Limit keys"). If it exceeds
+      the call's ``backoff_max_s`` the call stops at
       once with :class:`RetriesExhausted` (``retry_after_s`` set) so a queue can nack with that delay.
     * retries on 408/425/429, 5xx, timeouts, connection errors and failed ``validate`` checks, at most
       ``max_attempts`` attempts, with exponential backoff and full jitter: the wait before attempt k+1
@@ -781,11 +865,19 @@ class HttpClient:
         policies: dict[str, HostPolicy] | None = None,
         default_policy: HostPolicy = HostPolicy(),
         user_agent: str = DEFAULT_USER_AGENT,
+        model_policies: Mapping[str, HostPolicy] | None = None,
+        ceilings: Collection[str] = (),
     ) -> None:
         self._policies: dict[str, HostPolicy] = dict(policies or {})
         self._default = default_policy
         self._user_agent = user_agent
         self._hosts: dict[str, _HostState] = {}
+        #: a model's own limits on its host, by :func:`limit_key` (only rate, period_s and concurrency are used)
+        self._model_policies: dict[str, HostPolicy] = dict(model_policies or {})
+        #: hosts whose policy also bounds the requests of their models' limit keys (a host-wide ceiling)
+        self._ceilings = frozenset(ceilings)
+        #: the state each ``limit=`` key resolves to (a model's own, or its host's when it has none), cached
+        self._limits: dict[str, _HostState] = {}
         self._session: Any = None  # aiohttp.ClientSession, created in start()
         self._host_listener: Any = None  # see set_host_listener
         self._stopping = False  # stop_retries() was called
@@ -863,7 +955,8 @@ class HttpClient:
     def policies(self) -> list[HostPolicy]:
         """Every policy this client knows now: the default one, then each host's (set at construction or with
         :meth:`set_policy`); for bounds derived from them (the stage runner's task ceiling,
-        :func:`geoagent.runtime.worker.default_task_timeout_s`)."""
+        :func:`geoagent.runtime.worker.default_task_timeout_s`). The model limit keys' policies are not listed:
+        only their rate and concurrency are read (a call's retries and timeouts come with its own policy)."""
         return [self._default, *self._policies.values()]
 
     def set_policy(self, host: str, policy: HostPolicy) -> None:
@@ -877,16 +970,24 @@ class HttpClient:
                 state.set_policy(policy)
 
     def pause_host(self, host: str, seconds: float) -> None:
-        """Let nobody contact ``host`` for ``seconds`` (extends, never shortens, a current pause)."""
-        self._state(host).pause(seconds)
+        """Let nobody contact ``host`` for ``seconds`` (extends, never shortens, a current pause); a host's pause
+        holds every model limit key on it. ``host`` may also be a :func:`limit_key` with a model policy: then
+        only that model's calls wait."""
+        self._key_state(host).pause(seconds)
 
     def paused_until(self, host: str) -> float:
-        """``time.monotonic()`` value before which ``host`` is paused (0.0 if never paused)."""
-        return self._state(host).paused_until
+        """``time.monotonic()`` value before which ``host`` (or a model :func:`limit_key`) is paused (0.0 if never
+        paused)."""
+        return self._key_state(host).paused_until
 
     def pauses(self, host: str) -> list[tuple[float, float]]:
-        """The host's recent pauses as ``(set_at, until)`` ``time.monotonic()`` pairs (s), oldest first."""
-        return list(self._state(host).pauses)
+        """The recent pauses of ``host`` (or of a model :func:`limit_key`) as ``(set_at, until)``
+        ``time.monotonic()`` pairs (s), oldest first."""
+        return list(self._key_state(host).pauses)
+
+    def limit_keys(self) -> dict[str, HostPolicy]:
+        """``{limit_key: policy}`` of the model limit keys this client knows (``model_policies``)."""
+        return dict(self._model_policies)
 
     def stats(self) -> dict[str, HttpStats]:
         """Per-host counters: attempts sent (``requests``), ``retries``, ``errors`` by reason, and the
@@ -914,6 +1015,9 @@ class HttpClient:
         if listener is not None:
             for key, st in list(self._hosts.items()):
                 listener.host_added(key, st)
+            for key, st in list(self._limits.items()):
+                if st.host is not st:  # a model's own limit key (others resolve to their host's state)
+                    listener.host_added(key, st)
 
     def _state(self, host: str) -> _HostState:
         st = self._hosts.get(host)
@@ -921,6 +1025,30 @@ class HttpClient:
             st = self._hosts[host] = _HostState(host, self.policy_for(host))
             if self._host_listener is not None:
                 self._host_listener.host_added(host, st)
+        return st
+
+    def _key_state(self, key: str) -> _HostState:
+        """The state of a host key, or of a model :func:`limit_key` that has a model policy."""
+        if key in self._model_policies:
+            return self._limits.get(key) or self._limit_state(key, key.partition("/")[0])
+        return self._state(key)
+
+    def _limit_state(self, limit: str, host_key_: str) -> _HostState:
+        """Resolve (and cache) request key ``limit`` of a request to host ``host_key_``: the model's own state when
+        ``limit`` is a known :func:`limit_key` of that host, else the host's state."""
+        host = self._state(host_key_)
+        policy = self._model_policies.get(limit)
+        if policy is None or limit.partition("/")[0] != host_key_:
+            self._limits[limit] = host
+            return host
+        st = _HostState(limit, policy)
+        st.host = host
+        st.parent = host if host_key_ in self._ceilings else None
+        st.paused_until = host.paused_until  # a host-wide pause already running holds it too
+        host.children.append(st)
+        self._limits[limit] = st
+        if self._host_listener is not None:
+            self._host_listener.host_added(limit, st)
         return st
 
     # ---- requests ---------------------------------------------------------------------------------
@@ -938,6 +1066,7 @@ class HttpClient:
         before_send: Callable[[], Awaitable[object]] | None = None,
         expected_status: Collection[int] | Mapping[int, str] = (),
         no_retry: Callable[[HttpResponse], bool] | None = None,
+        limit: str | None = None,
     ) -> HttpResponse:
         """Send one request with the host's limits and the retry policy; return a 2xx/3xx response.
 
@@ -979,6 +1108,14 @@ class HttpClient:
             server (WDQS's 60 s query deadline: the same query times out again, and every repeat uses
             the client's per-minute processing budget; the caller splits the query instead). The host
             still counts the error and a ``Retry-After`` still pauses the host.
+        limit : str, optional
+            The request's limit key, :func:`limit_key` ``(host, model)`` (the model providers pass theirs). When
+            the client has a policy for it (``model_policies``), the request waits for that key's rate,
+            concurrency and pauses instead of the host's (and, when the host is one of ``ceilings``, for the
+            host's as well), and a ``Retry-After`` on a 429 pauses that key only. Host-wide stay: a
+            ``Retry-After`` on a 503 (the service is overloaded: a host-wide condition), the counters
+            (:meth:`stats`) and the unreachable streak. Without a policy for the key (or with ``None``) the
+            host's limits apply, as for every other client.
 
         Returns
         -------
@@ -1015,6 +1152,8 @@ class HttpClient:
             raise ValueError(f"expected_status may only name permanent 4xx statuses, got {sorted(expected)}")
         key = host_key(url)
         host = self._state(key)
+        # the limit key's state: one cached lookup (a model's own limits, or the host's)
+        lim = host if limit is None else (self._limits.get(limit) or self._limit_state(limit, key))
         if isinstance(expected_status, Mapping):
             for st, note in expected_status.items():
                 host.stats.answer_notes[f"http {st}"] = str(note)
@@ -1030,8 +1169,8 @@ class HttpClient:
             headers["Content-Type"] = "application/json"
         counter = SimpleNamespace(attempts=0, possibly_billed=0, sent=0, unreached=False)
         try:
-            args = (host, pol, method, url, shown_url, secrets, params, data, headers, validate, counter, expected,
-                    no_retry)
+            args = (host, lim, pol, method, url, shown_url, secrets, params, data, headers, validate, counter,
+                    expected, no_retry)
             last: _Retryable | None = None
             # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
             try:
@@ -1121,6 +1260,7 @@ class HttpClient:
     async def _attempt(
         self,
         host: _HostState,
+        lim: _HostState,
         pol: HostPolicy,
         method: str,
         url: str,
@@ -1136,28 +1276,37 @@ class HttpClient:
         before_send: Callable[[], Awaitable[object]] | None = None,
         retry: bool = False,
     ) -> HttpResponse:
-        """One attempt under the host's limits. ``retry``: attempt 2 or later, which a stop request
-        (:meth:`stop_retries`) ends once the host admitted it, before anything is sent (``_StopRetrying``)."""
+        """One attempt under the limits of ``lim`` (the host's state, or a model's limit key on it, then also
+        under its ceiling ``lim.parent``); counters and the unreachable streak are ``host``'s. ``retry``: attempt 2
+        or later, which a stop request (:meth:`stop_retries`) ends once the host admitted it, before anything is
+        sent (``_StopRetrying``)."""
         import aiohttp
 
         if retry and counter.unreached and host.unreachable_streak > 0:
             raise _HostDown()
         if retry:
-            # a host pause (Retry-After of the failed attempt) is waited out here, where a stop request
+            # a pause (Retry-After of the failed attempt) is waited out here, where a stop request
             # wakes it (admit() below would sleep through it and raise only after the pause)
-            while not self._stopping and (pause_s := host.paused_until - time.monotonic()) > 0:
+            while not self._stopping and (pause_s := lim.paused_until - time.monotonic()) > 0:
                 await self._backoff(pause_s)
             if self._stopping:
                 raise _StopRetrying()
-        async with _SlotWait(host.semaphore) as waiting:  # the slot waits (listen_slot_waits) end below
-            slot = await host.admit()
-            throttle = host.throttle
-            turn = None  # hostshare: this process's turn at a host whose rate the processes take turns on
+        ceiling = lim.parent  # None unless a model's key on a host with a host-wide ceiling
+        async with _SlotWait(lim.semaphore, None if ceiling is None else ceiling.semaphore) as waiting:
+            # the slot waits (listen_slot_waits) end below
+            throttle = lim.throttle
+            if ceiling is None:
+                slot = await lim.admit()
+            else:
+                slot, cslot = await _admit_under_ceiling(lim, ceiling)
+            turn = cturn = None  # hostshare: this process's turn where the processes take turns on a key's rate
             try:
                 if retry and self._stopping:
                     raise _StopRetrying()
-                if host.gate is not None:
-                    turn = await host.gate.take_turn()
+                if lim.gate is not None:
+                    turn = await lim.gate.take_turn()
+                if ceiling is not None and ceiling.gate is not None:
+                    cturn = await ceiling.gate.take_turn()
                 if retry and self._stopping:
                     raise _StopRetrying()
                 if retry and counter.unreached and host.unreachable_streak > 0:
@@ -1168,14 +1317,18 @@ class HttpClient:
                     # a Retry-After that arrived while the hook ran still holds (slot kept, +inf); a stop request
                     # during that wait ends the request unsent (RetriesStopped: the hook's caller closes what
                     # it opened, e.g. releases the reservation), instead of sending it after the pause
-                    while not self._stopping and (wait := host.paused_until - time.monotonic()) > 0:
+                    while not self._stopping and (wait := lim.paused_until - time.monotonic()) > 0:
                         await self._backoff(wait)
-                    if self._stopping and host.paused_until > time.monotonic():
+                    if self._stopping and lim.paused_until > time.monotonic():
                         raise _StopRetrying()
             except BaseException:
                 throttle.give_back(slot)  # abandoned before anything was sent
                 if turn is not None:
                     turn.done(time.monotonic(), False)
+                if ceiling is not None:
+                    ceiling.throttle.give_back(cslot)
+                    if cturn is not None:
+                        cturn.done(time.monotonic(), False)
                 raise
             counter.attempts += 1
             counter.unreached = False
@@ -1185,6 +1338,10 @@ class HttpClient:
                 throttle.stamp(slot, when_s)
                 if turn is not None:
                     turn.done(when_s, sent)
+                if ceiling is not None:
+                    ceiling.throttle.stamp(cslot, when_s)
+                    if cturn is not None:
+                        cturn.done(when_s, sent)
 
             def _on_sent(when_s: float) -> None:
                 counter.sent += 1
@@ -1238,6 +1395,10 @@ class HttpClient:
                         throttle.give_back(slot)
                         if turn is not None:
                             turn.done(time.monotonic(), False)
+                        if ceiling is not None:
+                            ceiling.throttle.give_back(cslot)
+                            if cturn is not None:
+                                cturn.done(time.monotonic(), False)
                     else:
                         _mark_sent(time.monotonic(), False)
             if failure is not None:
@@ -1284,7 +1445,9 @@ class HttpClient:
         if status in _RETRY_STATUSES or status >= 500:
             retry_after = parse_retry_after(resp_headers.get("Retry-After")) if status in (429, 503) else None
             if retry_after is not None:
-                host.pause(retry_after)
+                # a 429 is the limit of the request's key (providers limit per model): that key waits; a 503
+                # (overloaded, unavailable) is the host's condition: every key on the host waits
+                (lim if status == 429 else host).pause(retry_after)
             host.count_error(f"http {status}")
             raise _Retryable(f"http {status}", excerpt, retry_after_s=retry_after, final=_final(no_retry, resp))
         host.count_error(f"http {status}")

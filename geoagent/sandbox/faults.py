@@ -9,7 +9,8 @@ uniformly from ``cfg.kinds``:
     written as an integer, the HTTP delta-seconds form; fractions as a decimal, which only our client
     reads) and a JSON error body. The wrapped handler is NOT run.
 ``"500"`` / ``"503"``
-    Internal Server Error / Service Unavailable with a JSON error body; handler not run.
+    Internal Server Error / Service Unavailable with a JSON error body; handler not run. A 503 carries the
+    ``Retry-After`` too when ``cfg.retry_after_kinds`` names it (an overloaded service asking for a pause).
 ``"timeout"``
     The server stalls for ``cfg.timeout_delay_s`` before handling the request (set it longer than the
     client timeout). If the client hangs up during the stall the request is dropped unprocessed; if the
@@ -80,7 +81,10 @@ class FaultConfig:
     seed : int
         Seed of the RNG that decides which requests are faulted and how (in arrival order).
     retry_after_s : float
-        ``Retry-After`` sent with injected 429s, in seconds.
+        ``Retry-After`` sent with injected 429s (and the other kinds of ``retry_after_kinds``), in seconds.
+    retry_after_kinds : tuple of str
+        Injected faults whose answer carries ``Retry-After``: ``("429",)`` by default; add ``"503"`` for an
+        overloaded service asking for a pause (``"429"``, ``"500"`` and ``"503"`` may be named).
     timeout_delay_s : float
         Stall of the ``"timeout"`` fault, in seconds; make it exceed the client's per-attempt timeout.
     only_paths : tuple of str or None
@@ -98,6 +102,7 @@ class FaultConfig:
     kinds: tuple[str, ...] = FAULT_KINDS
     seed: int = 0
     retry_after_s: float = 1.0
+    retry_after_kinds: tuple[str, ...] = ("429",)
     timeout_delay_s: float = 30.0
     only_paths: tuple[str, ...] | None = None
     log_max: int = 100_000
@@ -108,6 +113,10 @@ class FaultConfig:
     def validate(self) -> None:
         """Check field values; raise ``ValueError`` naming the bad field."""
         self.kinds = tuple(self.kinds)
+        self.retry_after_kinds = tuple(self.retry_after_kinds)
+        if any(k not in ("429", "500", "503") for k in self.retry_after_kinds):
+            raise ValueError(f"FaultConfig.retry_after_kinds: only 429, 500 and 503 answers carry Retry-After, got "
+                             f"{self.retry_after_kinds}")
         if self.only_paths is not None:
             self.only_paths = tuple(self.only_paths)
         if not 0.0 <= float(self.rate) <= 1.0:
@@ -126,6 +135,7 @@ class FaultConfig:
         """Plain-JSON view (tuples become lists)."""
         d = asdict(self)
         d["kinds"] = list(self.kinds)
+        d["retry_after_kinds"] = list(self.retry_after_kinds)
         d["only_paths"] = None if self.only_paths is None else list(self.only_paths)
         return d
 
@@ -260,7 +270,7 @@ async def _admin(request: web.Request, state: FaultState) -> web.StreamResponse:
                 changes = orjson.loads(await request.read() or b"{}")
                 if not isinstance(changes, dict):
                     raise ValueError("body must be a JSON object of FaultConfig fields")
-                for k in ("kinds", "only_paths"):
+                for k in ("kinds", "only_paths", "retry_after_kinds"):
                     if isinstance(changes.get(k), list):
                         changes[k] = tuple(changes[k])
                 state.update(**changes)
@@ -332,14 +342,13 @@ def fault_middleware(cfg: FaultConfig | None = None) -> Any:
 async def _apply(kind: str | None, request: web.Request, handler: _Handler, cfg: FaultConfig) -> web.StreamResponse | None:
     if kind is None:
         return await handler(request)
-    if kind == "429":
+    if kind in ("429", "500", "503"):
         await request.read()
-        resp = _error_json(429, "rate limit exceeded (injected fault)")
-        resp.headers["Retry-After"] = _format_retry_after(cfg.retry_after_s)
+        resp = _error_json(429, "rate limit exceeded (injected fault)") if kind == "429" else \
+            _error_json(int(kind), f"injected fault {kind}")
+        if kind in cfg.retry_after_kinds:
+            resp.headers["Retry-After"] = _format_retry_after(cfg.retry_after_s)
         return resp
-    if kind in ("500", "503"):
-        await request.read()
-        return _error_json(int(kind), f"injected fault {kind}")
     if kind == "timeout":
         if not await _stall(request, cfg.timeout_delay_s):
             return None

@@ -826,7 +826,7 @@ class ModelCaller(Stage):
         Tasks handled at once by this worker. Default: the sum of the configured models' ``concurrency``
         (capped at 256), from ``config`` when given, else at :meth:`start` from the campaign's config
         (a model whose provider sends nothing over HTTP, e.g. replay, counts :data:`OFFLINE_CONCURRENCY`).
-        The HTTP layer's per-host limits cap the requests actually in flight, so more tasks than that
+        The HTTP layer's limits (per model on its host) cap the requests actually in flight, so more tasks than that
         would only wait there, leased (and, with the runner's lease-ahead, lease as many again).
 
     Stopping: :meth:`stop_requested` (the runner calls it at SIGINT/SIGTERM) abandons every request that
