@@ -37,7 +37,7 @@ RESULTS_TABLE = "results"
 class GenericSection(BaseModel):
     """``[generic]``: size of the generic campaign."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as the rest of the config: "6" is no number
     n_requests: int = Field(200, ge=0, description="prompts per model")
     image: bool = False
 

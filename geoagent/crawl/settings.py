@@ -48,7 +48,9 @@ class CrawlConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict, as the rest of the config (geoagent.config): a quoted "6" is not a number, "true" not a boolean;
+    # the tuple fields take TOML arrays (lists) with strict=False on each, their items still checked
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 #: The 16 photographable types of Sec. 3.2.1 with their Wikidata QIDs (class items; instances of
@@ -100,10 +102,11 @@ DEFAULT_EXTRA_UNIT_PATTERNS: tuple[str, ...] = (
 class ScreenerSettings(_Section):
     """City screener (Sec. 3.1, 3.2.1)."""
 
-    place_values: tuple[str, ...] = ("neighbourhood", "suburb", "quarter")
+    place_values: tuple[str, ...] = Field(("neighbourhood", "suburb", "quarter"), strict=False)
     radius_km: float = Field(6.0, gt=0)
     min_points: int = Field(3, ge=2)
-    addressing_unit_patterns: tuple[str, ...] = CHOME_PATTERNS + MEXICAN_UNIT_PATTERNS + DEFAULT_EXTRA_UNIT_PATTERNS
+    addressing_unit_patterns: tuple[str, ...] = Field(CHOME_PATTERNS + MEXICAN_UNIT_PATTERNS + DEFAULT_EXTRA_UNIT_PATTERNS,
+                                                      strict=False)
     coverage_radius_km: float = Field(1.0, gt=0)
     min_coverage: int = Field(30, ge=0)
     l_min_km: float = Field(0.32, ge=0)
@@ -211,7 +214,7 @@ class EndpointSettings(_Section):
     overpass: str = "https://overpass-api.de/api"
     #: other Overpass instances, tried in order when the first keeps failing with 5xx (e.g.
     #: "https://maps.mail.ru/osm/tools/overpass/api"); empty by default
-    overpass_mirrors: tuple[str, ...] = ()
+    overpass_mirrors: tuple[str, ...] = Field((), strict=False)
     wdqs: str = "https://query.wikidata.org/sparql"
     pageviews: str = "https://wikimedia.org/api/rest_v1"
     mapillary: str = "https://graph.mapillary.com"
@@ -279,8 +282,8 @@ class CrawlSettings(_Section):
     tool_name: str = "geoagent-crawl/0.1"
     seed: int = 0
     watch: bool = False
-    cities: tuple[CitySpec, ...] = ()
-    evaluated_models: tuple[str, ...] = ()
+    cities: tuple[CitySpec, ...] = Field((), strict=False)
+    evaluated_models: tuple[str, ...] = Field((), strict=False)
     screener: ScreenerSettings = ScreenerSettings()
     sampler: SamplerSettings = SamplerSettings()
     fetcher: FetcherSettings = FetcherSettings()

@@ -49,7 +49,7 @@ from geoagent.geohint.echo import DEFAULT_ECHO_RULE
 class GeoHintSettings(BaseModel):
     """Validated ``[geohint]`` table (unknown keys are errors)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as the rest of the config: "6" is no number
 
     conditions: list[str] = Field(default_factory=lambda: list(DEFAULT_CONDITIONS))
     baseline_repeats: int = Field(1, ge=1)

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class GeoVerifySettings(BaseModel):
     """Validated ``[geoverify]`` table (unknown keys are errors)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as the rest of the config: "6" is no number
 
     trials: Literal["release", "build"] = "release"
     release_dir: str | None = Field(None, description="release folder; default: the config's release_dir")
