@@ -1,0 +1,162 @@
+"""Acceptance (issue 2) for the real multi-stage campaigns: SIGKILL a sandbox GeoHint campaign and a sandbox
+crawl at seeded moments (inside the model caller, the geocoder, the crawl's image download and paid image
+audit, and inside a file write), restart the same command each time, then compare with an uninterrupted run
+of the same config in another folder:
+
+1. the exported tables, the report tables and figures (GeoHint) and the crawl's tables and ladder files are
+   identical (timing columns, ``created_at`` and ``latency_s``, left out);
+2. no paid model request was sent again for a key whose response was stored (the model fake's call log, a
+   process of its own, against the store's ``created_at``); the ledger's tokens and settled spend equal the
+   usage the fake returned, and billed calls cut in flight by a kill are counted as unknown-outcome spend;
+3. no temporary file is left in ``state/``, and every CSV / Parquet / JSON / JSONL file there reads whole.
+
+Helpers: ``tests/_crash_harness.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._crash_harness import (
+    REPO,
+    ModelFake,
+    after_new_calls,
+    after_queue_rows,
+    check_exactly_once_and_ledger,
+    check_no_half_written,
+    parquet_frame,
+    read_csv_rows,
+    run_with_kills,
+    when_temp_file,
+)
+
+PRICE_IN, PRICE_OUT = 0.15, 0.60
+GH_SITES = ["marrakech_cervantes", "newyork_amsterdam", "hanoi_botanic", "telaviv_dizengoff",
+            "barcelona_fontana", "copenhagen_castle", "london_barbican", "paris_bataclan"]
+
+
+def _geohint_config(tmp: Path, base_url: str) -> Path:
+    cfg = tmp / "geohint.toml"
+    cfg.write_text(f"""
+[campaign]
+name = "gh-crash"
+kind = "geohint"
+seed = 1
+contact = "mailto:you@example.org"
+
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+
+[budget]
+cap_usd = 5.0
+
+[queue]
+max_attempts = 10
+visibility_timeout_s = 5.0
+backoff_base_s = 0.05
+backoff_max_s = 0.5
+
+[[models]]
+name = "sandbox-gpt"
+provider = "openai"
+model = "sandbox-gpt"
+base_url = "{base_url}/v1"
+price_input_usd_per_mtok = {PRICE_IN}
+price_output_usd_per_mtok = {PRICE_OUT}
+max_output_tokens = 300
+concurrency = 16
+rate = {{ requests = 1000, period_s = 1.0 }}
+timeout_s = 10.0
+
+[geohint]
+conditions = ["baseline", "forced", "forced_warn"]
+images = "synthetic"
+images_per_site = 2
+sites = {GH_SITES!r}
+n_flips = 500
+n_splits = 40
+report_interval_s = 0.5
+
+[geohint.geocoder]
+wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
+nominatim_url = "http://nominatim.sandbox.invalid"
+nominatim_max_requests = 1000000
+
+[images]
+missing = "placeholder"
+""".replace("'", '"'))
+    return cfg
+
+
+def _env(release_dir: Path) -> dict[str, str]:
+    env = {**os.environ, "GEOAGENT_RELEASE": str(release_dir), "PYTHONUNBUFFERED": "1"}
+    for k in ("GEOAGENT_QUEUES", "GEOAGENT_STATE"):
+        env.pop(k, None)
+    return env
+
+
+def _geohint_outputs(state: Path) -> dict[str, object]:
+    """What a GeoHint run leaves, comparable across runs."""
+    out: dict[str, object] = {
+        "geohint_scored.csv": read_csv_rows(state / "geohint_scored.csv", sort_by=("key",)),
+        "model_responses.csv": read_csv_rows(state / "model_responses.csv", sort_by=("key",)),
+        "geohint_scored.parquet": parquet_frame(state / "geohint_scored.parquet", sort_by=("key",)),
+        "model_responses.parquet": parquet_frame(state / "model_responses.parquet", sort_by=("key",)),
+    }
+    for p in sorted((state / "report").iterdir()):
+        out[f"report/{p.name}"] = read_csv_rows(p) if p.suffix == ".csv" else p.read_bytes()
+    return out
+
+
+def _assert_same(ref: dict[str, object], got: dict[str, object]) -> None:
+    assert sorted(got) == sorted(ref)
+    for name, value in ref.items():
+        other = got[name]
+        if hasattr(value, "equals"):
+            assert value.columns == other.columns, name
+            assert value.equals(other), f"{name} differs from the uninterrupted run's"
+        else:
+            assert other == value, f"{name} differs from the uninterrupted run's"
+
+
+@pytest.mark.slow
+def test_geohint_sigkilled_in_model_caller_geocoder_and_report_matches_uninterrupted(tmp_path, release_dir):
+    env = _env(release_dir)
+    runs = {}
+    for name in ("ref", "crash"):
+        d = tmp_path / name
+        d.mkdir()
+        fake = ModelFake(d / "calls.jsonl", seed=1, latency_ms=5.0)
+        try:
+            cfg = _geohint_config(d, fake.base_url)
+            cmd = [sys.executable, "run.py", "run", str(cfg), "--no-live"]
+            state = d / "state" / "gh-crash"
+            if name == "ref":
+                run_with_kills(cmd, env, [], rng=random.Random(0))
+            else:
+                rng = random.Random(20261201)
+                located = d / "queues" / "gh-crash" / "located.sqlite"
+                kills = run_with_kills(cmd, env, [
+                    after_new_calls(fake, rng.randint(60, 250)),       # model caller (and parser) running
+                    after_queue_rows(located, rng.randint(20, 150)),   # geocoder stage running
+                    after_new_calls(fake, rng.randint(60, 250)),
+                    when_temp_file(state),                             # inside a report / export write
+                ], rng=rng)
+                print("kills:", kills)
+                assert len(kills) >= 3, kills
+            runs[name] = (_geohint_outputs(state), fake.calls(), state)
+        finally:
+            fake.close()
+    ref, ref_calls, _ = runs["ref"]
+    got, calls, state = runs["crash"]
+    _assert_same(ref, got)
+    counts = check_exactly_once_and_ledger(calls, state.parent, "gh-crash",
+                                           prices={"sandbox-gpt": (PRICE_IN, PRICE_OUT)})
+    assert counts["stored"] == len({r["key"] for r in ref_calls if r["status"] == 200})
+    check_no_half_written(state)
