@@ -349,7 +349,11 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
 def services_from_context(ctx: StageContext) -> CrawlServices:
     """The crawl services of a campaign run by the engine: built once from the engine's services
     (``config`` with its ``[crawl]`` section, ``http``, ``providers``, ``state_dir``) and stored at
-    ``ctx.services["crawl"]``. Images go to ``<state root>/images``."""
+    ``ctx.services["crawl"]``. Images go to ``<state root>/images``; the temporary files that a crawl
+    killed inside an image write left there are removed first (:func:`geoagent.files.remove_stale_temp_files`:
+    only those of processes that no longer exist, so a crawl running meanwhile keeps its own)."""
+    from geoagent.files import remove_stale_temp_files
+
     svc = ctx.services.get("crawl")
     if svc is not None:
         return svc
@@ -362,6 +366,7 @@ def services_from_context(ctx: StageContext) -> CrawlServices:
                                images_root=Path(state_root) / C.IMAGES_DIR, providers=ctx.services.get("providers"),
                                configured_hosts=list(getattr(cfg, "hosts", {}) or {}),
                                dotenv_path=ctx.services.get("dotenv_path"))
+    remove_stale_temp_files(svc.images_root)
     svc.ledger = ctx.services.get("ledger")
     budget = getattr(cfg, "budget", None)
     svc.input_estimate_factor = getattr(budget, "input_estimate_factor", None)
