@@ -9,7 +9,6 @@ fakes the campaign starts itself (deterministic, rebuilt at every start).
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import sqlite3
@@ -133,9 +132,12 @@ def after_queue_rows(path: Path, n: int) -> Callable[[], Trigger]:
 def when_temp_file(folder: Path, *, exclude: tuple[str, ...] = ("leases",)) -> Callable[[], Trigger]:
     """Fires while an atomic write under ``folder`` has its temporary file open (a file being written)."""
     def make() -> Trigger:
+        before = set(temp_files(folder)) if folder.is_dir() else set()  # left by an earlier kill: not a write
+
         def fire() -> bool:
             try:
-                hits = [p for p in temp_files(folder) if not set(p.relative_to(folder).parts) & set(exclude)]
+                hits = [p for p in temp_files(folder)
+                        if p not in before and not set(p.relative_to(folder).parts) & set(exclude)]
             except FileNotFoundError:
                 return False
             if hits:
@@ -247,3 +249,139 @@ def check_exactly_once_and_ledger(calls: list[dict[str, Any]], state_root: Path,
     assert summary.unknown_usd + 1e-12 >= sum(cost(r) for r in extra), "billed calls cut by a kill not counted"
     assert abs(summary.reserved_usd) < 1e-12, "reservations left open"
     return {"stored": len(stored), "billed": len(billed), "repeats": len(extra), "unknown_usd": summary.unknown_usd}
+
+
+#: keys of JSON records that say when something happened, not what
+TIMING_KEYS = frozenset({"ts", "t", "created_at", "latency_s", "elapsed_s"})
+
+
+def strip_timing(obj: Any) -> Any:
+    """``obj`` (parsed JSON) with every :data:`TIMING_KEYS` key removed, recursively."""
+    if isinstance(obj, dict):
+        return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
+    if isinstance(obj, list):
+        return [strip_timing(v) for v in obj]
+    return obj
+
+
+def folder_contents(folder: Path, *, skip: Callable[[Path], bool]) -> dict[str, Any]:
+    """Every file under ``folder`` not skipped, as comparable values: CSV rows (sorted, timing columns
+    dropped), Parquet frames (sorted by every column, timing columns dropped), JSON objects and the multiset of
+    JSONL records (timing keys dropped), raw bytes otherwise. Keys: paths relative to ``folder``."""
+    import orjson
+    import polars as pl
+
+    from geoagent.files import iter_jsonl_objects
+
+    drop = tuple(TIMING_KEYS | set(TIMING_COLUMNS))
+    out: dict[str, Any] = {}
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if not p.is_file() or skip(rel):
+            continue
+        if p.suffix == ".csv":
+            out[str(rel)] = read_csv_rows(p, drop=drop)
+        elif p.suffix == ".parquet":
+            df = pl.read_parquet(p)
+            df = df.drop([c for c in drop if c in df.columns])
+            out[str(rel)] = sorted(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) for r in df.to_dicts())
+        elif p.suffix == ".json":
+            out[str(rel)] = strip_timing(orjson.loads(p.read_bytes()))
+        elif p.suffix == ".jsonl":
+            out[str(rel)] = sorted(orjson.dumps(strip_timing(o), option=orjson.OPT_SORT_KEYS)
+                                   for _, o in iter_jsonl_objects(p, skip_torn=True))
+        else:
+            out[str(rel)] = p.read_bytes()
+    return out
+
+
+def files_under(folder: Path, suffix: str) -> int:
+    """Files under ``folder`` whose name ends with ``suffix`` (0 when it does not exist)."""
+    try:
+        return sum(1 for p in folder.rglob(f"*{suffix}") if p.is_file())
+    except FileNotFoundError:
+        return 0
+
+
+def after_new_files(folder: Path, suffix: str, n: int) -> Callable[[], Trigger]:
+    """Fires once ``folder`` holds ``n`` more ``*suffix`` files than when the run started."""
+    def make() -> Trigger:
+        start = files_under(folder, suffix)
+        return lambda: files_under(folder, suffix) - start >= n
+    return labelled(f"after {n} new {suffix} files under {folder.name}", make)
+
+
+def after_model_calls(fake: ModelFake, model: str, n: int) -> Callable[[], Trigger]:
+    """Fires once the model fake has logged ``n`` more calls to ``model`` than when the run started."""
+    def count() -> int:
+        return sum(1 for r in fake.calls() if r.get("model") == model)
+
+    def make() -> Trigger:
+        start = count()
+        return lambda: count() - start >= n
+    return labelled(f"after {n} calls to {model}", make)
+
+
+def check_settled_once_and_ledger(calls: list[dict[str, Any]], state_root: Path, campaign: str, *,
+                                  prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """The paid-call checks for stages that keep their answers in files of their own (the crawl's auditors:
+    ``image_audit/<site>/<image>.json``, ``audit_raw_answers.jsonl``) rather than the response store: the
+    ledger settles each answer when it arrives, so each billed key has exactly one settled reservation, and
+    the server saw no request for a key after its answer was settled (``closed_at``), which is before the
+    stage stored it; the ledger's tokens and settled spend equal the usage the server returned for the
+    settled calls, and the billed calls cut by a kill are unknown-outcome spend."""
+    import pytest
+
+    from geoagent.runtime.store import open_campaign_state
+
+    with open_campaign_state(campaign, root=state_root, recover=False) as st:
+        summary = st.ledger.summary()
+        assert st.ledger.check_consistency() == []
+    con = sqlite3.connect(f"file:{state_root / campaign / 'campaign.sqlite'}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT request_key, state, closed_at, input_tokens, output_tokens FROM reservations").fetchall()
+    finally:
+        con.close()
+    settled: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
+    for key, state, closed_at, n_in, n_out in rows:
+        if state == "settled":
+            settled[key].append((closed_at, n_in, n_out))
+    assert summary.open_reservations == 0 and abs(summary.reserved_usd) < 1e-12
+    billed = [r for r in calls if r.get("status") == 200]
+    by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in billed:
+        by_key[r["key"]].append(r)
+    assert set(by_key) == set(settled), "billed keys differ from the ledger's settled keys"
+    assert all(len(v) == 1 for v in settled.values()), "a key settled twice: its answer was paid for twice"
+    for key, rs in by_key.items():
+        closed_at, n_in, n_out = settled[key][0]
+        late = [r for r in rs if r["t_wall"] > closed_at + 1e-3]
+        assert not late, f"key {key[:12]} sent again after its answer was settled"
+        assert (n_in, n_out) == (rs[-1]["input_tokens"], rs[-1]["output_tokens"])
+
+    def cost(r: dict[str, Any]) -> float:
+        p_in, p_out = prices[r["model"]]
+        return (r["input_tokens"] * p_in + r["output_tokens"] * p_out) / 1e6
+
+    assert summary.input_tokens == sum(rs[-1]["input_tokens"] for rs in by_key.values())
+    assert summary.output_tokens == sum(rs[-1]["output_tokens"] for rs in by_key.values())
+    assert summary.spent_usd == pytest.approx(sum(cost(rs[-1]) for rs in by_key.values()), rel=1e-6, abs=1e-9)
+    extra = [r for rs in by_key.values() for r in rs[:-1]]
+    assert summary.unknown_usd + 1e-12 >= sum(cost(r) for r in extra), "billed calls cut by a kill not counted"
+    return {"settled": len(settled), "billed": len(billed), "repeats": len(extra), "unknown_usd": summary.unknown_usd}
+
+
+def either(first: Callable[[], Trigger], fallback: Callable[[], Trigger]) -> Callable[[], Trigger]:
+    """Fires with ``first`` (e.g. a moment that polling may miss), or at the latest with ``fallback``."""
+    def make() -> Trigger:
+        a, b = first(), fallback()
+
+        def fire() -> bool:
+            if a():
+                fire.seen = getattr(a, "seen", None)  # type: ignore[attr-defined]
+                return True
+            return b()
+        return fire
+    made = labelled(f"{first.label}, else {fallback.label}", make)  # type: ignore[attr-defined]
+    made.delay = getattr(first, "delay", True) and getattr(fallback, "delay", True)  # type: ignore[attr-defined]
+    return made

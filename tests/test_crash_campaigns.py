@@ -25,10 +25,15 @@ import pytest
 from tests._crash_harness import (
     REPO,
     ModelFake,
+    after_model_calls,
     after_new_calls,
+    after_new_files,
     after_queue_rows,
     check_exactly_once_and_ledger,
     check_no_half_written,
+    check_settled_once_and_ledger,
+    either,
+    folder_contents,
     parquet_frame,
     read_csv_rows,
     run_with_kills,
@@ -160,3 +165,101 @@ def test_geohint_sigkilled_in_model_caller_geocoder_and_report_matches_uninterru
                                            prices={"sandbox-gpt": (PRICE_IN, PRICE_OUT)})
     assert counts["stored"] == len({r["key"] for r in ref_calls if r["status"] == 200})
     check_no_half_written(state)
+
+
+CRAWL_CONFIG = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
+VISION, TEXT = "sandbox-vision-auditor-1", "sandbox-text-auditor-1"
+#: files of a crawl that describe the run, not its results: stores and queues (SQLite), locks, the progress
+#: stream, the manifest (every run's start and stop), the summary (API request counts of the last run) and
+#: the decision log (its per-city records count the model calls and replayed answers of the run that rated)
+CRAWL_RUN_FILES = ("progress.jsonl", "manifest.json", "report/crawl_summary.json", "crawl_decisions.jsonl",
+                   "export/crawl_decisions.csv", "export/crawl_decisions.parquet")
+
+
+def _crawl_config(tmp: Path, base_url: str) -> Path:
+    text = CRAWL_CONFIG.read_text()
+    assert text.count("http://openai.sandbox.invalid/v1") == 2
+    text = text.replace("http://openai.sandbox.invalid/v1", f"{base_url}/v1")
+    paths = f'[paths]\nqueues = "{tmp / "queues"}"\nstate = "{tmp / "state"}"\n\n'
+    text = text.replace("[budget]", paths + "[budget]", 1)
+    cfg = tmp / "crawl.toml"
+    cfg.write_text(text)
+    return cfg
+
+
+#: counters of what the run that wrote a file did (not results): thumbnails it downloaded for a site's
+#: selection (images already on disk from a killed run are reused); batches asked, model calls made and
+#: answers replayed by the city's rating step (candidates a killed run had decided are not asked again)
+RUN_COUNTERS = {"image_selection/": ("downloads",), "images-": ("downloads",),
+                "ref_cities/": ("model_calls", "answers_replayed", "rating_batches_asked", "screening_batches_asked")}
+
+
+def _without_run_counters(tables: dict[str, object]) -> dict[str, object]:
+    out = dict(tables)
+    for name, value in tables.items():
+        for prefix, keys in RUN_COUNTERS.items():
+            if (name.startswith(prefix) or Path(name).name.startswith(prefix)) and isinstance(value, dict):
+                out[name] = {k: v for k, v in value.items() if k not in keys}
+    return out
+
+
+def _skip_run_file(rel: Path) -> bool:
+    return rel.suffix in (".sqlite", ".lock", ".sqlite-wal", ".sqlite-shm") or "leases" in rel.parts \
+        or str(rel) in CRAWL_RUN_FILES
+
+
+@pytest.mark.slow
+def test_crawl_sigkilled_in_download_audit_rating_and_write_matches_uninterrupted(tmp_path):
+    env = {**os.environ, "MAPILLARY_TOKEN": "MLY|sandbox", "PYTHONUNBUFFERED": "1"}
+    for k in ("GEOAGENT_QUEUES", "GEOAGENT_STATE"):
+        env.pop(k, None)
+    runs = {}
+    for name in ("ref", "crash"):
+        d = tmp_path / name
+        d.mkdir()
+        fake = ModelFake(d / "calls.jsonl", seed=20260401, latency_ms=5.0)
+        try:
+            cfg = _crawl_config(d, fake.base_url)
+            cmd = [sys.executable, "run.py", "crawl", str(cfg), "--no-live"]
+            state_root = d / "state"
+            if name == "ref":
+                run_with_kills(cmd, env, [], rng=random.Random(0))
+            else:
+                rng = random.Random(20261202)
+                kills = run_with_kills(cmd, env, [
+                    # inside a thumbnail write (a few microseconds: polling may miss it, then a moment later)
+                    either(when_temp_file(state_root / "images"),
+                           after_new_files(state_root / "images", ".jpg", rng.randint(3, 8))),
+                    after_new_files(state_root / "images", ".jpg", rng.randint(3, 8)),  # thumbnail download
+                    after_model_calls(fake, VISION, rng.randint(2, 10)),              # paid image audit
+                    after_model_calls(fake, TEXT, rng.randint(2, 10)),                # referenceability rating
+                    when_temp_file(state_root),                                        # inside a table write
+                ], rng=rng)
+                print("kills:", kills)
+                assert len(kills) >= 3, kills
+            runs[name] = (folder_contents(state_root / "crawl-sandbox", skip=_skip_run_file),
+                          folder_contents(state_root / "images", skip=lambda rel: False), fake.calls(), state_root)
+        finally:
+            fake.close()
+    ref_tables, ref_images, ref_calls, _ = runs["ref"]
+    tables, images, calls, state_root = runs["crash"]
+    for name in ref_tables:
+        if name.startswith("ref_cities/"):  # the counters' documented bound holds after the kills too
+            for rec in (ref_tables[name], tables[name]):
+                assert rec["model_calls"] + rec["answers_replayed"] >= \
+                    rec["rating_batches_asked"] + rec["screening_batches_asked"], (name, rec)
+            assert ref_tables[name]["answers_replayed"] == 0
+    ref_tables, tables = _without_run_counters(ref_tables), _without_run_counters(tables)
+    ref_images, images = _without_run_counters(ref_images), _without_run_counters(images)
+    assert sorted(tables) == sorted(ref_tables)
+    assert any(k.startswith("ladders/") for k in ref_tables) and "export/image_audit.parquet" in ref_tables
+    differ = [name for name, value in ref_tables.items() if tables[name] != value]
+    assert not differ, f"differ from the uninterrupted crawl's: {differ}"
+    assert sorted(images) == sorted(ref_images)
+    assert images == ref_images, "the crawled images differ"
+    prices = {VISION: (PRICE_IN, PRICE_OUT), TEXT: (PRICE_IN, PRICE_OUT)}
+    # each paid audit answer is stored with its settlement, never asked again once stored, and paid once
+    counts = check_exactly_once_and_ledger(calls, state_root, "crawl-sandbox", prices=prices)
+    print("paid calls:", counts, check_settled_once_and_ledger(calls, state_root, "crawl-sandbox", prices=prices))
+    assert {r["key"] for r in calls if r["status"] == 200} == {r["key"] for r in ref_calls if r["status"] == 200}
+    check_no_half_written(state_root)
