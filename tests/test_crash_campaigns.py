@@ -263,3 +263,96 @@ def test_crawl_sigkilled_in_download_audit_rating_and_write_matches_uninterrupte
     print("paid calls:", counts, check_settled_once_and_ledger(calls, state_root, "crawl-sandbox", prices=prices))
     assert {r["key"] for r in calls if r["status"] == 200} == {r["key"] for r in ref_calls if r["status"] == 200}
     check_no_half_written(state_root)
+
+
+def _geoverify_config(tmp: Path, base_url: str) -> Path:
+    models = "".join(f"""
+[[models]]
+name = "{name}"
+provider = "openai"
+model = "{name}"
+base_url = "{base_url}/v1"
+price_input_usd_per_mtok = {p_in}
+price_output_usd_per_mtok = {p_out}
+max_output_tokens = 300
+concurrency = 16
+rate = {{ requests = 1000, period_s = 1.0 }}
+timeout_s = 10.0
+""" for name, (p_in, p_out) in GV_PRICES.items())
+    cfg = tmp / "geoverify.toml"
+    cfg.write_text(f"""
+[campaign]
+name = "gv-crash"
+kind = "geoverify"
+seed = 1
+contact = "mailto:you@example.org"
+
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+
+[budget]
+cap_usd = 5.0
+
+[queue]
+max_attempts = 10
+visibility_timeout_s = 5.0
+backoff_base_s = 0.05
+backoff_max_s = 0.5
+{models}
+[geoverify]
+trials = "release"
+n_boot = 100
+report_interval_s = 0.5
+
+[images]
+missing = "placeholder"
+""")
+    return cfg
+
+
+GV_PRICES = {"sandbox-gpt": (0.15, 0.60), "sandbox-large": (3.0, 15.0)}
+
+
+def _skip_campaign_run_file(rel: Path) -> bool:
+    return rel.suffix in (".sqlite", ".lock", ".sqlite-wal", ".sqlite-shm") or rel.parts[0] in ("leases", "data") \
+        or str(rel) in ("progress.jsonl", "manifest.json")
+
+
+@pytest.mark.slow
+def test_geoverify_sigkilled_in_model_caller_scorer_and_report_matches_uninterrupted(tmp_path, release_dir):
+    env = _env(release_dir)
+    runs = {}
+    for name in ("ref", "crash"):
+        d = tmp_path / name
+        d.mkdir()
+        fake = ModelFake(d / "calls.jsonl", seed=1, latency_ms=5.0)
+        try:
+            cfg = _geoverify_config(d, fake.base_url)
+            cmd = [sys.executable, "run.py", "run", str(cfg), "--no-live"]
+            state = d / "state" / "gv-crash"
+            if name == "ref":
+                run_with_kills(cmd, env, [], rng=random.Random(0))
+            else:
+                rng = random.Random(20261203)
+                kills = run_with_kills(cmd, env, [
+                    after_new_calls(fake, rng.randint(20, 80)),                                # model caller
+                    after_queue_rows(d / "queues" / "gv-crash" / "scored.sqlite", rng.randint(10, 60)),  # scorer
+                    after_new_calls(fake, rng.randint(20, 80)),
+                    when_temp_file(state),                                                     # a report write
+                ], rng=rng)
+                print("kills:", kills)
+                assert len(kills) >= 3, kills
+            runs[name] = (folder_contents(state, skip=_skip_campaign_run_file), fake.calls(), state)
+        finally:
+            fake.close()
+    ref, ref_calls, _ = runs["ref"]
+    got, calls, state = runs["crash"]
+    assert "report/geoverify_table.csv" in ref and "geoverify_scored.parquet" in ref
+    assert sorted(got) == sorted(ref)
+    differ = [name for name, value in ref.items() if got[name] != value]
+    assert not differ, f"differ from the uninterrupted run's: {differ}"
+    counts = check_exactly_once_and_ledger(calls, state.parent, "gv-crash", prices=GV_PRICES)
+    print("paid calls:", counts)
+    assert counts["stored"] == len({r["key"] for r in ref_calls if r["status"] == 200})
+    check_no_half_written(state)
