@@ -6,7 +6,8 @@ moment (likewise the crawl's tables when crawl stages run in several processes).
 ``O_EXCL``), which is then renamed over the target with :func:`os.replace`: a reader sees the old file or
 a complete new one, never a half-written one, and concurrent writers never rename or delete each other's
 temporary files (the last rename wins). A failed write removes its temporary file and leaves the target
-as it was.
+as it was; a writer killed mid-write (SIGKILL) leaves it behind, and the next run removes it
+(:func:`remove_stale_temp_files`).
 """
 
 from __future__ import annotations
