@@ -61,6 +61,7 @@ import anyio
 
 from geoagent import __version__
 from geoagent import constants as C
+from geoagent.files import remove_stale_temp_files
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import DeadLetter, QueueCounts
@@ -554,7 +555,9 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
     of another process that can be locked now belongs to a process that died (a live one holds its lock from
     before its first lease to after its last): ``when_dead`` gets those owner ids (also when other processes of
     the campaign are alive) to expire exactly their leases, and the dead owners' files are removed. A file of
-    this process stays while any of its runs of the campaign is on (counted per folder).
+    this process stays while any of its runs of the campaign is on (counted per folder). With ``owner``, the
+    temporary files that writers of dead processes left under ``state_dir`` (a SIGKILL inside an atomic write
+    of a report, export or table) are removed (:func:`geoagent.files.remove_stale_temp_files`).
 
     ``sweep_s`` (with ``owner`` and ``when_dead``): while the run is on, a background thread repeats that scan
     every ``sweep_s`` seconds (:class:`_DeadOwnerSweep`), so a process of the campaign killed meanwhile has its
@@ -591,6 +594,7 @@ def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, ow
             fcntl.flock(fh, fcntl.LOCK_SH)
             if owner:
                 _hold_owner_lock(state_dir)
+                remove_stale_temp_files(state_dir)  # of writers killed mid-write (their pid is gone)
             sweep: _DeadOwnerSweep | None = None
             try:
                 if owner:

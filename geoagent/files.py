@@ -6,12 +6,15 @@ moment (likewise the crawl's tables when crawl stages run in several processes).
 ``O_EXCL``), which is then renamed over the target with :func:`os.replace`: a reader sees the old file or
 a complete new one, never a half-written one, and concurrent writers never rename or delete each other's
 temporary files (the last rename wins). A failed write removes its temporary file and leaves the target
-as it was.
+as it was; a writer killed mid-write (SIGKILL) leaves it behind, and the next run removes it
+(:func:`remove_stale_temp_files`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import secrets
 import threading
 from collections.abc import Iterator
@@ -23,6 +26,12 @@ import orjson
 
 TMP_SUFFIX = ".tmp"
 """Suffix of the temporary files (named ``.<target name>.<pid>.<thread>.<random>.tmp``, hidden)."""
+
+log = logging.getLogger(__name__)
+
+#: names of the temporary files of :func:`atomic_open` (``.<target>.<pid>.<thread>.<8 hex>.tmp``) and of the
+#: run manifest's rewrite (``.manifest.json.<pid>.tmp``, :mod:`geoagent.runtime.manifest`); group 1 is the pid
+_TEMP_NAMES = (re.compile(r"^\..+\.(\d+)\.\d+\.[0-9a-f]{8}\.tmp$"), re.compile(r"^\.manifest\.json\.(\d+)\.tmp$"))
 
 
 def _create_temp(path: Path) -> tuple[int, Path]:
@@ -82,6 +91,54 @@ def atomic_open(path: str | Path, mode: str = "w", *, encoding: str = "utf-8",
         except FileNotFoundError:
             pass
         raise
+
+
+def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("leases",)) -> list[Path]:
+    """Remove the temporary files that writers killed mid-write left under ``folder`` (recursively).
+
+    A writer killed (SIGKILL, power cut) between creating its temporary file and the rename leaves the
+    target as it was but the temporary file behind (up to a whole export or image in size), and nothing else
+    would ever remove it. A file counts as left behind when its name is one this module's writers make
+    (:func:`atomic_open`: ``.<target>.<pid>.<thread>.<random>.tmp``; the manifest's ``.manifest.json.<pid>.tmp``)
+    and the process whose pid it names no longer exists on this machine. Files of live processes (another
+    process of the campaign writing right now, this process included) are left alone, as is every other name
+    and the sub-folders named in ``skip`` (``leases/``: the owner files have their own clean-up,
+    :func:`geoagent.engine.hand_back_dead_owners`). A pid reused since by another process keeps its file
+    until a later call.
+
+    Returns
+    -------
+    list of Path
+        The files removed (empty when ``folder`` does not exist). Errors on single files are ignored
+        (removed meanwhile by another process, or not ours to remove).
+    """
+    from geoagent.runtime.procs import pid_alive
+
+    root = Path(folder)
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root:
+            dirnames[:] = [d for d in dirnames if d not in skip]
+        for name in filenames:
+            if not name.endswith(TMP_SUFFIX):
+                continue
+            m = next((m for m in (rx.match(name) for rx in _TEMP_NAMES) if m), None)
+            if m is None:
+                continue
+            pid = int(m.group(1))
+            if pid == os.getpid() or pid_alive(pid) is not False:
+                continue
+            path = Path(dirpath) / name
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path)
+    if removed:
+        log.info("removed %d temporary file(s) left by writers killed mid-write under %s", len(removed), root)
+    return removed
 
 
 def atomic_write_text(path: str | Path, text: str, *, encoding: str = "utf-8") -> Path:

@@ -17,6 +17,7 @@ untouched, and what the task already stored, e.g. earlier images' audits, is reu
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ STOP_NOT_SENT = "stop requested before the model call was sent: released unsent"
 
 async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None,
                            stopping: Callable[[], bool] | None = None,
-                           input_estimate_factor: float | None = None) -> ModelResponse:
+                           input_estimate_factor: float | None = None, store: Any = None) -> ModelResponse:
     """``provider.generate(request)``, wrapped in a ledger reservation when ``ledger`` and ``model_cfg``
     (a ``[[models]]`` entry with prices) are given.
 
@@ -47,6 +48,11 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     ``before_send`` hook, awaited once the host admitted the request (rate and concurrency slot held),
     so calls queued behind a host's limits hold no reservation; offline providers reserve first.
     ``stopping`` (optional): once it returns True, a call not yet sent is not sent (module docstring).
+    ``store`` (optional, metered calls only): the campaign's :class:`~geoagent.runtime.store.ResponseStore`
+    (sharing ``ledger``'s database). The answer is then stored under the request key and its reservation
+    settled in ONE transaction, as the model caller does, and a request whose answer is stored is answered
+    from the store (no call, no reservation). Without it the answer is settled here and kept only by the
+    caller's own files, so a process killed between the two would pay for that answer again on resume.
 
     Raises
     ------
@@ -70,6 +76,10 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
 
             request = dataclasses.replace(request, before_send=gate)
         return await provider.generate(request)
+    if store is not None:
+        cached = await store.aget(request.key())
+        if cached is not None:  # paid and stored by a run killed before its caller kept the answer
+            return cached
     # the model caller's reservation for the same request, [budget] input_estimate_factor included
     from geoagent.config import DEFAULT_INPUT_ESTIMATE_FACTOR, image_size_px, reservation_usd
 
@@ -109,6 +119,15 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
         raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
     # shielded: the answer is paid for; a cancel now (the runner's grace period ending) must neither leave the
     # reservation open nor keep the answer from the caller, who stores it (else the next run pays again)
+    cost_usd = model_cfg.cost_usd(resp.usage.input_tokens, resp.usage.output_tokens)
     with anyio.CancelScope(shield=True):
-        await ledger.asettle(held[0], resp.usage, model_cfg.cost_usd(resp.usage.input_tokens, resp.usage.output_tokens))
+        if store is None:
+            await ledger.asettle(held[0], resp.usage, cost_usd)
+        else:  # store + settle in one transaction (geoagent.runtime.store.ResponseStore.put)
+            meta = {"model_name": getattr(model_cfg, "name", request.model), "provider": request.provider,
+                    "model": request.model, "image_id": request.image_id, "params": request.params,
+                    "prompt_sha256": hashlib.sha256(request.prompt.encode("utf-8")).hexdigest(),
+                    "prompt_chars": len(request.prompt), "reserved_usd": held[0].amount_usd,
+                    "task": (request.meta or {}).get("task")}
+            await store.aput(request.key(), meta, resp, held[0], cost_usd=cost_usd)
     return resp

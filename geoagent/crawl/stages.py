@@ -133,6 +133,9 @@ class CrawlServices:
     ref_provider: Any
     #: campaign ledger and the auditors' ``[[models]]`` entries (prices), when run by the engine
     ledger: Any = None
+    #: the campaign's response store (same database as ``ledger``): each paid audit answer is stored with its
+    #: settlement, so a run killed before the stage kept the answer finds it and does not pay again
+    store: Any = None
     image_model_cfg: Any = None
     ref_model_cfg: Any = None
     #: the campaign's ``[budget] input_estimate_factor``: the auditors' reservations use the model caller's rule
@@ -164,7 +167,7 @@ class CrawlServices:
             async def generate(req: Any) -> Any:
                 return await metered_generate(self.ref_provider, req, ledger=self.ledger, model_cfg=self.ref_model_cfg,
                                               stopping=lambda: self.stopping,
-                                              input_estimate_factor=self.input_estimate_factor)
+                                              input_estimate_factor=self.input_estimate_factor, store=self.store)
 
             self._ref_auditor = ReferenceabilityAuditor(
                 self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
@@ -349,7 +352,11 @@ def build_crawl_services(settings: CrawlSettings, http: Any, *, state_dir: str |
 def services_from_context(ctx: StageContext) -> CrawlServices:
     """The crawl services of a campaign run by the engine: built once from the engine's services
     (``config`` with its ``[crawl]`` section, ``http``, ``providers``, ``state_dir``) and stored at
-    ``ctx.services["crawl"]``. Images go to ``<state root>/images``."""
+    ``ctx.services["crawl"]``. Images go to ``<state root>/images``; the temporary files that a crawl
+    killed inside an image write left there are removed first (:func:`geoagent.files.remove_stale_temp_files`:
+    only those of processes that no longer exist, so a crawl running meanwhile keeps its own)."""
+    from geoagent.files import remove_stale_temp_files
+
     svc = ctx.services.get("crawl")
     if svc is not None:
         return svc
@@ -362,7 +369,9 @@ def services_from_context(ctx: StageContext) -> CrawlServices:
                                images_root=Path(state_root) / C.IMAGES_DIR, providers=ctx.services.get("providers"),
                                configured_hosts=list(getattr(cfg, "hosts", {}) or {}),
                                dotenv_path=ctx.services.get("dotenv_path"))
+    remove_stale_temp_files(svc.images_root)
     svc.ledger = ctx.services.get("ledger")
+    svc.store = ctx.services.get("store")  # a paid answer is stored with its settlement (llmcall.metered_generate)
     budget = getattr(cfg, "budget", None)
     svc.input_estimate_factor = getattr(budget, "input_estimate_factor", None)
     models = {m.name: m for m in getattr(cfg, "models", [])}
@@ -679,7 +688,7 @@ class ImageAuditorStage(_CrawlStage):
             req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
             resp = await metered_generate(svc.image_provider, req, ledger=svc.ledger, model_cfg=svc.image_model_cfg,
                                           stopping=lambda: svc.stopping,
-                                          input_estimate_factor=svc.input_estimate_factor)
+                                          input_estimate_factor=svc.input_estimate_factor, store=svc.store)
             audit = ia.parse_image_audit(resp.text)
             _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
                         "model": svc.settings.image_audit.model, "audit": audit.to_json(),
