@@ -321,6 +321,10 @@ class ModelConfig(_Section):
     headers: dict[str, str] = Field(default_factory=dict)
     #: OpenAI-compatible only: ``max_tokens`` or ``max_completion_tokens`` (default chosen by host)
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None
+    #: OpenAI-compatible only: the model follows OpenAI's reasoning-model rules (no top_p, temperature only 1);
+    #: unset: the documented id families (o1, o3, o4-mini, gpt-5*, ...) on api.openai.com
+    #: (:mod:`geoagent.providers.sampling`)
+    reasoning_model: bool | None = None
     #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
     expected_output_tokens: int | None = Field(default=None, ge=0)
     expected_latency_s: float = Field(default=2.0, gt=0)
@@ -1032,6 +1036,55 @@ def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:
 KINDS_NEEDING_MODELS = ("geoverify", "geohint")
 
 
+def _explicit_sampling(m: "ModelConfig") -> dict[str, tuple[str, Any]]:
+    """``{"temperature" | "top_p": (config key, value)}`` of the sampling values a ``[[models]]`` entry writes out
+    (``temperature`` or ``params.temperature``, ``params.top_p``); the default temperature 0.0 is not one."""
+    out: dict[str, tuple[str, Any]] = {}
+    if "temperature" in m.model_fields_set:
+        out["temperature"] = ("temperature", m.temperature)
+    for name in ("temperature", "top_p"):
+        if m.params.get(name) is not None:
+            out[name] = (f"params.{name}", m.params[name])
+    return out
+
+
+def sampling_problems(cfg: "CampaignConfig") -> list[str]:
+    """Explicit sampling values a model's API refuses with HTTP 400 (each request of the model would be
+    dead-lettered at its first delivery), one line per ``[[models]]`` entry naming the key
+    (:mod:`geoagent.providers.sampling` has the documented rules and sources):
+
+    * an OpenAI reasoning model (``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` on api.openai.com, or
+      ``reasoning_model = true``) with a temperature other than 1 or a ``top_p`` other than 1;
+    * a Claude 4.7+ model with a temperature or top_p at all;
+    * a Claude Opus 4.1 / 4.5+ model with both temperature and top_p.
+    Unset values are simply not sent to these models.
+    """
+    from geoagent.providers.sampling import claude_one_sampler, claude_rejects_sampling, openai_reasoning
+
+    out: list[str] = []
+    for i, m in enumerate(cfg.models):
+        given = _explicit_sampling(m)
+        if m.provider == "openai" and openai_reasoning(m.model, m.effective_base_url, m.reasoning_model):
+            for name, (key, value) in given.items():
+                if value != 1:
+                    out.append(
+                        f"models[{i}].{key}: {m.model} is an OpenAI reasoning model, which accepts only the default "
+                        f"{name} 1 (HTTP 400 'unsupported_value' otherwise: every request of model {m.name!r} would "
+                        f"be dead-lettered), got {_fmt_value(value)}; remove the key (then no {name} is sent), or, if "
+                        "this model does take it (e.g. gpt-5.1 with reasoning effort none), set reasoning_model = false")
+        elif m.provider == "anthropic" and claude_rejects_sampling(m.model) and given:
+            keys = " and ".join(f"models[{i}].{key}" for key, _ in given.values())
+            out.append(f"{keys}: {m.model} refuses temperature and top_p at any value (HTTP 400 '`temperature` is "
+                       f"deprecated for this model': every request of model {m.name!r} would be dead-lettered); remove "
+                       "the key (then none is sent)")
+        elif m.provider == "anthropic" and claude_one_sampler(m.model) and len(given) == 2:
+            keys = " and ".join(f"models[{i}].{key}" for key, _ in given.values())
+            out.append(f"{keys}: {m.model} refuses temperature and top_p in one request (HTTP 400 'cannot both be "
+                       f"specified for this model': every request of model {m.name!r} would be dead-lettered); keep "
+                       "one of them (with only top_p set, the default temperature is not sent)")
+    return out
+
+
 def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
     """Problems of a campaign that validates field by field but can never make a call.
 
@@ -1050,7 +1103,7 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
       with "no provider configured for auditor model ...", naming neither file nor key.
     """
-    out: list[str] = []
+    out: list[str] = sampling_problems(cfg)
     for i, m in enumerate(cfg.models):
         # the key goes in a header of every request: over plain http to a host that is not local it would cross
         # the network unencrypted (and a server's redirect to https comes after it was sent)
@@ -1481,6 +1534,7 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "replay_text_field": m.replay.text_field,
         "replay_usage_field": m.replay.usage_field or None,
         "max_tokens_field": m.max_tokens_field,
+        "reasoning_model": m.reasoning_model,
         "headers": dict(m.headers),
         "policy": model_call_policy(cfg, m),
     }
