@@ -205,6 +205,8 @@ KNOWN_PARAMS: dict[str, tuple[Any, str]] = {
     "system": (lambda v: isinstance(v, str), "a string"),
     "json_mode": (lambda v: isinstance(v, bool), "true or false"),
     "detail": (lambda v: v in ("low", "high", "auto"), "one of 'low', 'high', 'auto'"),
+    # Gemini only: generationConfig.thinkingConfig.thinkingBudget (tokens; -1 dynamic, 0 thinking off on Flash)
+    "thinking_budget": (lambda v: _is_int(v) and v >= -1, "an integer >= -1 (Gemini thinking tokens; -1 dynamic, 0 off)"),
 }
 
 
@@ -321,6 +323,10 @@ class ModelConfig(_Section):
     headers: dict[str, str] = Field(default_factory=dict)
     #: OpenAI-compatible only: ``max_tokens`` or ``max_completion_tokens`` (default chosen by host)
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None
+    #: OpenAI-compatible only: the model follows OpenAI's reasoning-model rules (no top_p, temperature only 1);
+    #: unset: the documented id families (o1, o3, o4-mini, gpt-5*, ...) on api.openai.com
+    #: (:mod:`geoagent.providers.sampling`)
+    reasoning_model: bool | None = None
     #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
     expected_output_tokens: int | None = Field(default=None, ge=0)
     expected_latency_s: float = Field(default=2.0, gt=0)
@@ -937,7 +943,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
-    for text in _unused_host_warnings(cfg) + shared_host_warnings(cfg):
+    for text in _unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
@@ -1032,6 +1038,105 @@ def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:
 KINDS_NEEDING_MODELS = ("geoverify", "geohint")
 
 
+def _explicit_sampling(m: "ModelConfig") -> dict[str, tuple[str, Any]]:
+    """``{"temperature" | "top_p": (config key, value)}`` of the sampling values a ``[[models]]`` entry writes out
+    (``temperature`` or ``params.temperature``, ``params.top_p``); the default temperature 0.0 is not one."""
+    out: dict[str, tuple[str, Any]] = {}
+    if "temperature" in m.model_fields_set:
+        out["temperature"] = ("temperature", m.temperature)
+    for name in ("temperature", "top_p"):
+        if m.params.get(name) is not None:
+            out[name] = (f"params.{name}", m.params[name])
+    return out
+
+
+def sampling_problems(cfg: "CampaignConfig") -> list[str]:
+    """Explicit sampling values a model's API refuses with HTTP 400 (each request of the model would be
+    dead-lettered at its first delivery), one line per ``[[models]]`` entry naming the key
+    (:mod:`geoagent.providers.sampling` has the documented rules and sources):
+
+    * an OpenAI reasoning model (``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` on api.openai.com, or
+      ``reasoning_model = true``) with a temperature other than 1 or a ``top_p`` other than 1;
+    * a Claude 4.7+ model with a temperature or top_p at all;
+    * a Claude Opus 4.1 / 4.5+ model with both temperature and top_p;
+    * Gemini 2.5 Pro with ``params.thinking_budget`` 0 to 127 (it cannot turn thinking off; 128 to 32,768).
+    Unset values are simply not sent to these models.
+    """
+    from geoagent.providers.sampling import (GEMINI_THINKING_BUDGET_MAX, claude_one_sampler, claude_rejects_sampling,
+                                             gemini_thinking_budget_max, openai_reasoning)
+
+    out: list[str] = []
+    for i, m in enumerate(cfg.models):
+        given = _explicit_sampling(m)
+        if m.provider == "openai" and openai_reasoning(m.model, m.effective_base_url, m.reasoning_model):
+            for name, (key, value) in given.items():
+                if value != 1:
+                    out.append(
+                        f"models[{i}].{key}: {m.model} is an OpenAI reasoning model, which accepts only the default "
+                        f"{name} 1 (HTTP 400 'unsupported_value' otherwise: every request of model {m.name!r} would "
+                        f"be dead-lettered), got {_fmt_value(value)}; remove the key (then no {name} is sent), or, if "
+                        "this model does take it (e.g. gpt-5.1 with reasoning effort none), set reasoning_model = false")
+        elif m.provider == "anthropic" and claude_rejects_sampling(m.model) and given:
+            keys = " and ".join(f"models[{i}].{key}" for key, _ in given.values())
+            out.append(f"{keys}: {m.model} refuses temperature and top_p at any value (HTTP 400 '`temperature` is "
+                       f"deprecated for this model': every request of model {m.name!r} would be dead-lettered); remove "
+                       "the key (then none is sent)")
+        elif m.provider == "gemini" and m.params.get("thinking_budget") is not None and \
+                gemini_thinking_budget_max(m.model) == GEMINI_THINKING_BUDGET_MAX["pro"] and \
+                0 <= m.params["thinking_budget"] < 128 and m.model.lower().startswith("gemini-2.5-pro"):
+            out.append(f"models[{i}].params.thinking_budget: {m.model} cannot turn thinking off and takes a budget of "
+                       f"128 to 32,768 tokens (or -1, dynamic), got {m.params['thinking_budget']}: every request of model "
+                       f"{m.name!r} would be refused with HTTP 400")
+        elif m.provider == "anthropic" and claude_one_sampler(m.model) and len(given) == 2:
+            keys = " and ".join(f"models[{i}].{key}" for key, _ in given.values())
+            out.append(f"{keys}: {m.model} refuses temperature and top_p in one request (HTTP 400 'cannot both be "
+                       f"specified for this model': every request of model {m.name!r} would be dead-lettered); keep "
+                       "one of them (with only top_p set, the default temperature is not sent)")
+    return out
+
+
+def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One line per model whose ``max_output_tokens`` hidden reasoning may use up, so that answers come back
+    empty and cut off (finish reason ``length`` / ``MAX_TOKENS``; billed all the same). Thresholds, from the
+    providers' documentation (:mod:`geoagent.providers.sampling`):
+
+    * an OpenAI reasoning model below :data:`~geoagent.providers.sampling.OPENAI_REASONING_MIN_OUTPUT` (25,000):
+      ``max_completion_tokens`` counts reasoning tokens, and OpenAI's reasoning guide recommends reserving at
+      least 25,000 for reasoning and answer when starting out;
+    * a Gemini thinking model (2.5 Flash / Pro, Gemini 3) whose cap is at or below what it may spend thinking:
+      ``params.thinking_budget`` when set above 0, else the largest dynamic budget (Flash 24,576, Pro 32,768):
+      thinking tokens count against ``maxOutputTokens``. ``thinking_budget = 0`` (Flash: thinking off) or a
+      cap above the budget gives no line.
+    """
+    from geoagent.providers.sampling import OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max, openai_reasoning
+
+    out: list[str] = []
+    for i, m in enumerate(cfg.models):
+        cap = m.default_params().get("max_output_tokens", m.max_output_tokens)
+        key = "params.max_output_tokens" if "max_output_tokens" in m.params else "max_output_tokens"
+        if m.provider == "openai" and openai_reasoning(m.model, m.effective_base_url, m.reasoning_model):
+            if cap < OPENAI_REASONING_MIN_OUTPUT:
+                out.append(
+                    f"models[{i}].{key} = {cap}: {m.model} is an OpenAI reasoning model, whose max_completion_tokens "
+                    f"also counts its hidden reasoning tokens; when reasoning uses them all the answer is empty with "
+                    f"finish_reason 'length' (billed, counted as cut off). OpenAI recommends reserving at least "
+                    f"{OPENAI_REASONING_MIN_OUTPUT:,} tokens for reasoning and answer; raise {key} (each call reserves "
+                    "it in full at the output price) or check the cut-off share after a small run")
+        budget_max = gemini_thinking_budget_max(m.model) if m.provider == "gemini" else None
+        if budget_max is not None:
+            budget = m.params.get("thinking_budget")
+            room = budget if isinstance(budget, int) and budget > 0 else budget_max
+            if budget != 0 and cap <= room:
+                what = (f"params.thinking_budget = {budget}" if isinstance(budget, int) and budget > 0 else
+                        f"its dynamic thinking budget (up to {budget_max:,} tokens; params.thinking_budget unset or -1)")
+                out.append(
+                    f"models[{i}].{key} = {cap}: {m.model} is a Gemini thinking model; its thinking tokens count "
+                    f"against maxOutputTokens and {what} can use the whole cap, leaving an empty answer with "
+                    f"finishReason MAX_TOKENS (billed, counted as cut off); raise {key} above the thinking budget, "
+                    "or bound thinking with params.thinking_budget (0 turns it off on Flash models)")
+    return out
+
+
 def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
     """Problems of a campaign that validates field by field but can never make a call.
 
@@ -1050,7 +1155,7 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
       with "no provider configured for auditor model ...", naming neither file nor key.
     """
-    out: list[str] = []
+    out: list[str] = sampling_problems(cfg)
     for i, m in enumerate(cfg.models):
         # the key goes in a header of every request: over plain http to a host that is not local it would cross
         # the network unencrypted (and a server's redirect to https comes after it was sent)
@@ -1481,6 +1586,7 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "replay_text_field": m.replay.text_field,
         "replay_usage_field": m.replay.usage_field or None,
         "max_tokens_field": m.max_tokens_field,
+        "reasoning_model": m.reasoning_model,
         "headers": dict(m.headers),
         "policy": model_call_policy(cfg, m),
     }

@@ -1823,7 +1823,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             lines.append(
                 f"  all {est.calls} calls fit at their expected cost ({dispatch}); the run would reach the cap only if "
                 f"calls cost more than expected, up to their worst case: at the worst case the cap pays for about "
-                f"{fit_worst} of the {est.calls}"
+                f"{fit_worst} of the {est.calls}" + _image_assumption_note(est, cfg)
             )
         elif est.calls_before_cap is not None:
             per_model = ", ".join(f"{name} {m.calls_before_cap} of {m.calls}" for name, m in est.by_model.items())
@@ -1835,6 +1835,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                 "to the settled spend stops the run)"
                 + (f"; the expected cost of {', '.join(full_out)} takes every answer at its max_output_tokens (no "
                    "expected_output_tokens set): shorter answers let the run make more calls than this" if full_out else "")
+                + _image_assumption_note(est, cfg)
             )
             # the run's own rule for models whose statistics are not comparable
             shares = Outcome("", "dry run", 0, est.calls, {}, None,
@@ -1849,6 +1850,27 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                if est.calls_before_cap is not None and est.calls_before_cap < est.calls else ")")
         )
     return lines
+
+
+def _image_assumption_note(est: Any, cfg: Any) -> str:
+    """``"; this forecast rests on ..."`` naming each model whose images are counted at the per-image assumption
+    (``[[models]] image_input_tokens``: no documented billing rule for its provider and model id, or images of
+    unknown size) rather than at a documented bill, else ``""``. The budget-stop forecast depends on it: images
+    that bill more stop the run sooner."""
+    parts = []
+    for name, m in est.by_model.items():
+        unsized = getattr(m, "images", 0) - getattr(m, "images_sized", 0)
+        if unsized <= 0 or getattr(m, "recorded", 0):
+            continue
+        mc = cfg.model(name)
+        parts.append(f"{name} ({unsized} image(s) at {mc.image_input_tokens} input tokens each, [[models]] "
+                     f"image_input_tokens: no documented billing rule for {mc.provider} {mc.model} or the image size "
+                     "is unknown)")
+    if not parts:
+        return ""
+    return ("; this forecast rests on the per-image token assumption for " + ", ".join(parts)
+            + ": if the provider bills those images more, the run stops sooner (set image_input_tokens to the "
+            "provider's figure)")
 
 
 def est_factor(cfg: Any) -> float:

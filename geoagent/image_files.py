@@ -186,7 +186,9 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
     -------
     str or None
         One line: ``N of M images ... have no file under <key> = <folder>: K requests carry placeholder pixels
-        instead of photos (<why that is allowed>)``.
+        instead of photos (<why that is allowed>)``; requests of ``replay`` models are not counted (they send no
+        image: the answer comes from the recorded file), and a plan whose only such requests are replay ones
+        gets None.
 
     Raises
     ------
@@ -201,6 +203,13 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
     section = cfg.section("images") if hasattr(cfg, "section") else None
     mode = getattr(section, "missing", "error")
     by_name = {m.name: m for m in getattr(cfg, "models", [])}
+    # a replay model answers from its recorded file and sends no image at all: no placeholder is sent to it
+    sent = {n: k for n, k in found.requests.items() if getattr(by_name.get(n), "provider", None) != "replay"}
+    if not sent:
+        return None
+    if len(sent) < len(found.requests):
+        found = MissingImages(task=found.task, key=found.key, image_root=found.image_root, n_images=found.n_images,
+                              missing=found.missing, requests=sent)
     real = [name for name in found.requests if name in by_name and needs_photos(by_name[name])]
     if real and mode == "error":
         models = ", ".join(f"{n!r} ({by_name[n].provider})" for n in real)

@@ -191,3 +191,20 @@ def test_replay_dry_run_of_the_release_sample_gives_its_recorded_tokens(release_
     got_out = sum(int(re.search(r"/ (\d+) out tokens", ln).group(1)) for ln in lines)
     assert (got_in, got_out) == (n_in, n_out)
     assert "no usable recorded answer" not in out
+
+
+def test_budget_stop_forecast_names_the_per_image_assumption_for_an_unknown_model_id():
+    """Walkthrough finding 18: the stop forecast rested on image_input_tokens for a model id with no documented
+    image-billing rule without saying so; a model billed by its documented rule is not named."""
+    cfg = config_from_dict({"campaign": {"name": "dr", "kind": "generic"}, "budget": {"cap_usd": 0.05}, "models": [
+        {"name": "vlm", "provider": "openai", "model": "acme-vision-7", "base_url": "https://vlm.example.com/v1",
+         "api_key_env": "K", "price_input_usd_per_mtok": 1.0, "price_output_usd_per_mtok": 2.0, "max_output_tokens": 100,
+         "expected_output_tokens": 50},
+        {"name": "mini", "provider": "openai", "model": "gpt-4o-mini", "api_key_env": "K", "price_input_usd_per_mtok": 0.15,
+         "price_output_usd_per_mtok": 0.6, "max_output_tokens": 100, "expected_output_tokens": 50}]})
+    plan = [{"model": m, "prompt": f"{i:03d} where", "image_id": str(i)} for m in ("vlm", "mini") for i in range(40)]
+    lines = estimate_lines(estimate(cfg, plan), cfg)
+    (stop,) = [ln for ln in lines if "the run would stop at the cap" in ln]
+    assert ("this forecast rests on the per-image token assumption for vlm (40 image(s) at 1600 input tokens each, "
+            "[[models]] image_input_tokens: no documented billing rule for openai acme-vision-7") in stop
+    assert "mini (" not in stop.split("this forecast rests")[1]

@@ -23,6 +23,19 @@ SCORED_FIELDS = (
 )
 
 
+def cut_off_reason(parsed: ParsedVerdict, finish_reason: str | None) -> str | None:
+    """``parsed.reason``, saying so when the provider cut the answer off at the output-token limit
+    (:func:`is_truncated`): an empty answer cut off is one whose whole cap went on hidden reasoning / thinking
+    tokens (OpenAI reasoning models, Gemini thinking models: :mod:`geoagent.providers.sampling`), not a model
+    that answered nothing. Parsed answers keep their reason (None)."""
+    if parsed.ok or not is_truncated(finish_reason):
+        return parsed.reason
+    if not (parsed.raw or "").strip():
+        return (f"empty answer cut off at the output-token limit (finish reason {finish_reason}): a reasoning or "
+                "thinking model spent the whole max_output_tokens on hidden reasoning tokens; raise max_output_tokens")
+    return f"{parsed.reason} (cut off at the output-token limit, finish reason {finish_reason})"
+
+
 def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, finish_reason: str | None = None) -> dict[str, Any]:
     """Scored row from trial fields (a ``VerifyTrial.to_dict()``-like mapping plus ``trial_id``) and a parse.
 
@@ -49,7 +62,7 @@ def scored_row(trial: dict[str, Any], model: str, parsed: ParsedVerdict, *, fini
         "conf": parsed.confidence if parsed.ok else None,
         "correct": (parsed.verdict == truth) if parsed.ok else None,
         "parse_ok": parsed.ok,
-        "parse_reason": parsed.reason,
+        "parse_reason": cut_off_reason(parsed, finish_reason),
         "finish_reason": finish_reason,
         "truncated": is_truncated(finish_reason),
     }

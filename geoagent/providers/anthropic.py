@@ -10,7 +10,10 @@ Wire format (Claude API docs: Messages, Vision, Errors):
   content is ``[{"type": "image", "source": {"type": "base64", "media_type": <mime>, "data": <b64>}},
   {"type": "text", "text": <prompt>}]`` (image first, as the vision guide recommends; ``data`` has no
   ``data:`` prefix) or just the text block without an image. The Messages API has no sampling seed
-  and no JSON mode: ``params.seed`` / ``params.json_mode`` are not sent.
+  and no JSON mode: ``params.seed`` / ``params.json_mode`` are not sent. Claude 4.7+ models get neither
+  ``temperature`` nor ``top_p`` (they refuse both at any value), and Opus 4.1 / 4.5+ models never both in one
+  request (only ``top_p`` when both are set); no ``thinking`` block is ever sent
+  (:mod:`geoagent.providers.sampling`, with the sources).
 * Answer: the ``text`` blocks of ``content`` joined in order (other block types such as ``thinking``
   are skipped), ``stop_reason`` (``end_turn``, ``max_tokens``, ``stop_sequence``, ``refusal``, ...),
   ``usage.input_tokens`` / ``usage.output_tokens`` (cache-creation and cache-read input tokens, when
@@ -24,6 +27,7 @@ from typing import Any
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import MalformedResponse, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
+from geoagent.providers.sampling import anthropic_sampling
 
 
 @register
@@ -47,9 +51,7 @@ class AnthropicProvider(HttpProvider):
         }
         if params.get("system"):
             body["system"] = str(params["system"])
-        for name in ("temperature", "top_p"):
-            if params.get(name) is not None:
-                body[name] = params[name]
+        body.update(anthropic_sampling(params, request.model))
         headers = self.common_headers(request)
         headers["anthropic-version"] = self.settings.anthropic_version
         key = self._api_key()

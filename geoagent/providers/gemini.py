@@ -9,7 +9,10 @@ Wire format (Gemini API reference ``models.generateContent``):
   [{"inlineData": {"mimeType": <mime>, "data": <b64>}}, {"text": <prompt>}]}]`` (image first; raw
   base64, no ``data:`` prefix), optional ``systemInstruction = {"parts": [{"text": <params.system>}]}``,
   ``generationConfig = {"maxOutputTokens", "temperature"?, "topP"?, "seed"?,
-  "responseMimeType": "application/json" (with params.json_mode)}``.
+  "responseMimeType": "application/json" (with params.json_mode), "thinkingConfig": {"thinkingBudget":
+  <params.thinking_budget>}?}``. On thinking models (Gemini 2.5 Flash / Pro, Gemini 3) ``maxOutputTokens``
+  includes the thinking tokens, which by default (dynamic thinking) may use the whole cap
+  (:mod:`geoagent.providers.sampling`, with the sources); ``thinking_budget = 0`` turns Flash's thinking off.
 * Answer: the ``text`` parts of ``candidates[0].content.parts`` joined in order (``thought`` parts of
   thinking models skipped), ``candidates[0].finishReason``, ``usageMetadata.promptTokenCount`` and
   output = ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output; without
@@ -55,6 +58,8 @@ class GeminiProvider(HttpProvider):
                 gen[wire] = params[name]
         if params.get("json_mode"):
             gen["responseMimeType"] = "application/json"
+        if params.get("thinking_budget") is not None:
+            gen["thinkingConfig"] = {"thinkingBudget": params["thinking_budget"]}
         body: dict[str, Any] = {"contents": [{"role": "user", "parts": parts}], "generationConfig": gen}
         if params.get("system"):
             body["systemInstruction"] = {"parts": [{"text": str(params["system"])}]}

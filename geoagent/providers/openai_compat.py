@@ -13,7 +13,11 @@ Wire format (OpenAI API reference, "Create chat completion"):
   ``max_tokens``) for ``api.openai.com`` and ``max_tokens`` elsewhere (vLLM, Ollama and OpenRouter
   document ``max_tokens``); override with ``ProviderSettings.max_tokens_field``. Optional
   ``temperature``, ``seed``, ``top_p`` and, with ``params.json_mode``, ``response_format =
-  {"type": "json_object"}``.
+  {"type": "json_object"}``. OpenAI reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` on
+  ``api.openai.com``, or ``ProviderSettings.reasoning_model``) get no ``top_p`` and a ``temperature`` only when it
+  is 1, the one value they accept (:mod:`geoagent.providers.sampling`, with the sources); their
+  ``max_completion_tokens`` also bounds the hidden reasoning tokens, so a small cap can come back as
+  ``content: ""`` with ``finish_reason: "length"`` (a cut-off answer, not an error).
 * Answer: ``choices[0].message.content`` (a refusal has ``content: null`` and the text in ``refusal``;
   that text is returned as the answer), ``choices[0].finish_reason``, ``usage.prompt_tokens`` /
   ``usage.completion_tokens`` (completion tokens include reasoning tokens; when absent, ``total_tokens -
@@ -32,6 +36,7 @@ from urllib.parse import urlsplit
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
+from geoagent.providers.sampling import openai_reasoning, openai_sampling
 
 
 def _error_message(err: Any) -> str:
@@ -45,6 +50,12 @@ class OpenAICompatProvider(HttpProvider):
     """Chat Completions over HTTP; ``kind = "openai"``."""
 
     kind = "openai"
+
+    @property
+    def reasoning(self) -> bool:
+        """Whether OpenAI's reasoning-model rules apply (:func:`geoagent.providers.sampling.openai_reasoning`:
+        ``ProviderSettings.reasoning_model``, else a documented reasoning id on ``api.openai.com``)."""
+        return openai_reasoning(self.settings.model, self.base_url, self.settings.reasoning_model)
 
     @property
     def max_tokens_field(self) -> str:
@@ -69,9 +80,7 @@ class OpenAICompatProvider(HttpProvider):
             content = request.prompt
         messages.append({"role": "user", "content": content})
         body: dict[str, Any] = {"model": request.model, "messages": messages, self.max_tokens_field: request.max_output_tokens}
-        for name in ("temperature", "top_p", "seed"):
-            if params.get(name) is not None:
-                body[name] = params[name]
+        body.update(openai_sampling(params, self.reasoning))
         if params.get("json_mode"):
             body["response_format"] = {"type": "json_object"}
         headers = self.common_headers(request)

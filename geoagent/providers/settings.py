@@ -75,6 +75,10 @@ class ProviderSettings:
         OpenAI-compatible only: body field carrying the output-token cap. ``None`` chooses
         ``max_completion_tokens`` for ``api.openai.com`` (its current name; reasoning models reject
         ``max_tokens``) and ``max_tokens`` elsewhere (vLLM, Ollama, OpenRouter accept it).
+    reasoning_model : bool or None
+        OpenAI-compatible only: whether the model follows OpenAI's reasoning-model rules (no ``top_p``, no
+        temperature other than 1: :mod:`geoagent.providers.sampling`). ``None`` decides by the documented
+        id families (``o1``, ``o3``, ``o4-mini``, ``gpt-5*``...) on ``api.openai.com``.
     anthropic_version : str
         Value of the ``anthropic-version`` header.
     headers : tuple of (str, str)
@@ -103,6 +107,7 @@ class ProviderSettings:
     replay_text_field: str = "text"
     replay_usage_field: str | None = "usage"
     max_tokens_field: str | None = None
+    reasoning_model: bool | None = None
     anthropic_version: str = "2023-06-01"
     headers: tuple[tuple[str, str], ...] = ()
     policy: Any = None  # geoagent.runtime.http.HostPolicy | None (kept Any: no import cycle at config time)

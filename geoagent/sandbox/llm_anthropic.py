@@ -11,7 +11,11 @@
   ``system`` field, a string or a list of text blocks); content a string or a list of ``text`` /
   ``image`` blocks; an image ``source`` of type ``base64`` needs ``media_type`` in jpeg/png/gif/webp and
   ``data`` that is valid base64 *without* a ``data:`` prefix (type ``url`` needs ``url``);
-  ``temperature`` in [0, 1]. A violation -> 400 ``invalid_request_error``.
+  ``temperature`` in [0, 1]. A violation -> 400 ``invalid_request_error``. Model rules as the API enforces
+  them (:func:`_sampling_rule`): a Claude 4.7+ id (``claude-opus-4-7``, ``claude-sonnet-5``) refuses
+  ``temperature``, ``top_p`` and ``top_k`` ("`temperature` is deprecated for this model."); an Opus 4.1 or
+  4.5+ id refuses ``temperature`` with ``top_p`` ("`temperature` and `top_p` cannot both be specified for
+  this model. Please use only one."). Each call record keeps the request's sampling fields (``sampling``).
 * Errors: ``{"type": "error", "error": {"type", "message"}, "request_id": "req_..."}`` and a
   ``request-id`` header on every answer.
 * Success: ``{"id": "msg_...", "type": "message", "role": "assistant", "model", "content": [{"type": "text",
@@ -35,6 +39,7 @@ Run standalone with ``python -m geoagent.sandbox.llm_anthropic --port 8002 --log
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Collection
 from typing import Any
@@ -43,6 +48,7 @@ from aiohttp import web
 
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_common import (
+    LOG_EXTRA_KEY,
     answer_and_log,
     auth_required,
     build_app,
@@ -182,6 +188,26 @@ def _header_error(request: web.Request, *, log: bool = True) -> web.Response | N
     return None
 
 
+#: ``claude-<tier>-<major>[-<minor>]...`` (a minor has 1-2 digits; an 8-digit date is not one)
+_CLAUDE_VERSION = re.compile(r"^claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:-(?P<minor>\d{1,2}))?(?:-|$)")
+
+
+def _sampling_rule(model: str, body: dict[str, Any]) -> str | None:
+    """The 400 message the API gives ``model`` for the sampling fields of ``body``, or None (the fake's own
+    reading of the model migration guides and error reports)."""
+    m = _CLAUDE_VERSION.match(model)
+    if m is None:
+        return None
+    version = (int(m["major"]), int(m["minor"] or 0))
+    if version >= (4, 7):
+        for name in ("temperature", "top_p", "top_k"):
+            if name in body:
+                return f"`{name}` is deprecated for this model."
+    elif (version >= (4, 5) or (m["tier"] == "opus" and version >= (4, 1))) and "temperature" in body and "top_p" in body:
+        return "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
+    return None
+
+
 def _model_info(model_id: str) -> dict[str, Any]:
     """One ``ModelInfo`` object (``type``, ``id``, ``display_name``, ``created_at``); the display name is the id."""
     return {"type": "model", "id": model_id, "display_name": model_id, "created_at": MODEL_CREATED_AT}
@@ -255,6 +281,7 @@ async def messages(request: web.Request) -> web.Response:
     if problem is not None or not isinstance(body, dict):
         log_call(request, API, 400, error="invalid_request_error")
         return _err(400, "invalid_request_error", "Request body is not valid JSON (expected an object)")
+    request[LOG_EXTRA_KEY] = {"sampling": {k: body[k] for k in ("temperature", "top_p", "top_k") if k in body}}
     try:
         model = body.get("model")
         if not isinstance(model, str) or not model:
@@ -267,6 +294,9 @@ async def messages(request: web.Request) -> web.Response:
         temp = body.get("temperature")
         if temp is not None and not is_number_in(temp, 0, 1):
             raise _Bad("temperature: Input should be less than or equal to 1")
+        rule = _sampling_rule(model, body)
+        if rule:
+            raise _Bad(rule)
         system = _texts_of_system(body.get("system"))
         prompt, image, image_url = _parse_messages(body.get("messages"))
     except _Bad as bad:

@@ -305,11 +305,18 @@ def _record(request: web.Request, api: str, status: int | None, *, t_wall: float
     }
 
 
+#: request-scoped fields a handler sets once it has read the body (e.g. ``{"sampling": {"temperature": 0.0}}``:
+#: the sampling fields the request carried); every record :func:`log_call` makes for the request gets them
+LOG_EXTRA_KEY: web.RequestKey[dict[str, Any]] = web.RequestKey("llm_log_extra", dict)
+
+
 def log_call(request: web.Request, api: str, status: int, **fields: Any) -> dict[str, Any]:
     """Record one call the handler answered with ``status`` and return the record. Under
     :func:`call_log_middleware` (every app of :func:`build_app`) it enters the app's call log once the answer
-    is known, with ``fault`` and ``status_sent``; otherwise at once."""
+    is known, with ``fault`` and ``status_sent``; otherwise at once. Fields the handler put under
+    :data:`LOG_EXTRA_KEY` of the request are added (``fields`` win)."""
     rec = _record(request, api, status)
+    rec.update(request.get(LOG_EXTRA_KEY) or {})
     rec.update(fields)
     pending = request.get(PENDING_CALLS_KEY)
     if pending is not None:

@@ -12,6 +12,12 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
   ``Invalid JSON payload received. Unknown name "..."``. ``contents`` must be non-empty; each part holds
   ``text`` or ``inlineData {mimeType, data}`` (raw base64, no ``data:`` prefix; MIME png/jpeg/webp/heic/heif);
   ``generationConfig.maxOutputTokens`` a positive integer (default 8192); ``temperature`` in [0, 2].
+  Thinking models (Gemini 2.5 Flash / Pro, Gemini 3; not Flash-Lite) spend :data:`THINKING_TOKENS` thinking
+  tokens (or ``thinkingConfig.thinkingBudget`` when lower; 0 turns Flash's thinking off, Pro refuses 0 with
+  "Budget 0 is invalid. This model only works in thinking mode.") out of ``maxOutputTokens``: a cap at or
+  below that is answered as a candidate without parts, ``finishReason`` ``MAX_TOKENS`` and
+  ``usageMetadata.thoughtsTokenCount`` = the cap (billed). Each call record keeps the ``generationConfig``
+  the request carried (``sampling``).
 * Errors: ``{"error": {"code", "message", "status"[, "details"]}}``.
 * Success: ``{"candidates": [{"content": {"role": "model", "parts": [{"text"}]}, "finishReason":
   "STOP"|"MAX_TOKENS", "index": 0}], "usageMetadata": {"promptTokenCount", "candidatesTokenCount",
@@ -44,6 +50,7 @@ from aiohttp import web
 
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_common import (
+    LOG_EXTRA_KEY,
     answer_and_log,
     auth_required,
     billed_image_tokens,
@@ -187,7 +194,39 @@ def _parse(body: dict[str, Any]) -> tuple[str, str, bytes | None, int, Any]:
         raise _Bad("* GenerateContentRequest.generation_config.temperature: must be in [0.0, 2.0]")
     if g.get("candidateCount", 1) != 1:
         raise _Bad("* GenerateContentRequest.generation_config.candidate_count: only 1 candidate is supported here")
-    return "\n".join(user_texts), system, image, max_out, temp
+    thinking = g.get("thinkingConfig") or {}
+    if not isinstance(thinking, dict):
+        raise _Bad("Invalid value at 'generation_config.thinking_config': expected an object")
+    tc = _norm(thinking, {"thinkingBudget", "includeThoughts", "thinkingLevel"}, "generation_config.thinking_config")
+    budget = tc.get("thinkingBudget")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < -1):
+        raise _Bad(f"Invalid value at 'generation_config.thinking_config.thinking_budget' (TYPE_INT32), {budget!r}")
+    return "\n".join(user_texts), system, image, max_out, temp, budget
+
+
+#: thinking tokens a thinking model (:func:`_thinking_tokens`) spends before its answer under dynamic thinking
+THINKING_TOKENS = 512
+#: documented thinkingBudget ranges (Gemini API thinking guide): Flash 0-24,576 (0 = off), Pro 128-32,768 (always on)
+_BUDGET_RANGE = {"flash": (0, 24_576), "pro": (128, 32_768)}
+
+
+def _thinking_tokens(model: str, budget: int | None) -> int:
+    """Thinking tokens ``model`` spends before answering (0: it does not think) under ``thinkingBudget``
+    ``budget`` (None or -1: dynamic, :data:`THINKING_TOKENS`); Gemini 2.5 Flash / Pro and Gemini 3 think by
+    default, Flash-Lite and older models not. A budget out of the model's documented range -> 400."""
+    mid = model.lower()
+    tier = None if "lite" in mid else "flash" if mid.startswith("gemini-2.5-flash") else (
+        "pro" if mid.startswith(("gemini-2.5-pro", "gemini-3")) else None)
+    if tier is None:
+        return min(budget, THINKING_TOKENS) if budget and budget > 0 else 0
+    if budget is None or budget == -1:
+        return THINKING_TOKENS
+    low, high = _BUDGET_RANGE[tier]
+    if not low <= budget <= high:
+        if budget == 0:
+            raise _Bad("Budget 0 is invalid. This model only works in thinking mode.")
+        raise _Bad(f"The thinking budget {budget} is invalid. Please choose a value between {low} and {high}.")
+    return min(budget, THINKING_TOKENS)
 
 
 def _key_error(request: web.Request, *, model: str | None = None, log: bool = True) -> web.Response | None:
@@ -301,8 +340,11 @@ async def generate_content(request: web.Request) -> web.Response:
     if problem is not None or not isinstance(body, dict):
         log_call(request, API, 400, error="INVALID_ARGUMENT", model=model)
         return _err(400, f"Invalid JSON payload received. {problem or 'Expected an object.'}")
+    gen = body.get("generationConfig", body.get("generation_config"))
+    request[LOG_EXTRA_KEY] = {"sampling": dict(gen) if isinstance(gen, dict) else {}}
     try:
-        prompt, system, image, max_out, _temp = _parse(body)
+        prompt, system, image, max_out, _temp, budget = _parse(body)
+        thoughts = _thinking_tokens(model, budget)
     except _Bad as bad:
         log_call(request, API, 400, error="INVALID_ARGUMENT", model=model)
         return _err(400, str(bad))
@@ -319,6 +361,19 @@ async def generate_content(request: web.Request) -> web.Response:
                 "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns()),
             }
         )
+    if thoughts and max_out <= thoughts:  # the cap went on thinking: no text part at all
+        image_id = image_id_for(request, image)
+        n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
+            billed_image_tokens(request, API, model, image) if image is not None else 0)
+        log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=max_out, image_id=image_id,
+                 image_sha256=sha256_hex(image), finish_reason="MAX_TOKENS")
+        note_model(request.app[MODEL_IDS_KEY], model)
+        return json_response({
+            "candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS", "index": 0}],
+            "usageMetadata": {"promptTokenCount": n_in, "totalTokenCount": n_in + max_out, "thoughtsTokenCount": max_out},
+            "modelVersion": model,
+            "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns()),
+        })
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image,
                          max_output_tokens=max_out, finish_reasons=("STOP", "MAX_TOKENS"))
     note_model(request.app[MODEL_IDS_KEY], model)

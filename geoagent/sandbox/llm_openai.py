@@ -12,6 +12,14 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   valid base64; ``max_tokens`` / ``max_completion_tokens`` positive integers; ``temperature`` in [0, 2];
   ``response_format = {"type": "json_object"}`` needs the word "json" in the messages. A violation ->
   400 ``invalid_request_error`` with ``param`` naming the field.
+* OpenAI reasoning model ids (:data:`REASONING_ID`: ``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` except ``gpt-5-chat*``,
+  ``codex-mini``) are checked as api.openai.com checks them (reasoning guide, "Limitations"; error bodies as
+  reported for o1-mini and gpt-5-mini): a ``temperature`` other than 1 -> 400 ``unsupported_value`` ("Unsupported
+  value: 'temperature' does not support 0 with this model. Only the default (1) value is supported.", ``param``
+  ``temperature``); ``top_p``, ``presence_penalty``, ``frequency_penalty``, ``logprobs``, ``top_logprobs``,
+  ``logit_bias`` or ``max_tokens`` -> 400 ``unsupported_parameter``. Their cap counts hidden reasoning tokens:
+  a cap of at most :data:`REASONING_TOKENS` is spent on reasoning alone, answered as ``content: ""`` with
+  ``finish_reason: "length"`` and ``usage.completion_tokens_details.reasoning_tokens`` = the cap (billed).
 * Success: ``{"id": "chatcmpl-...", "object": "chat.completion", "created", "model", "choices": [{"index": 0,
   "message": {"role": "assistant", "content", "refusal": null}, "logprobs": null, "finish_reason":
   "stop"|"length"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Collection
 from typing import Any
@@ -51,6 +60,7 @@ from aiohttp import web
 
 from geoagent.sandbox.faults import FaultConfig
 from geoagent.sandbox.llm_common import (
+    LOG_EXTRA_KEY,
     answer_and_log,
     auth_required,
     billed_image_tokens,
@@ -83,6 +93,16 @@ NO_USAGE_MARKER = "[[sandbox:no_usage]]"
 MODERATION_FLAGS_KEY: web.AppKey[tuple[str, ...]] = web.AppKey("llm_moderation_flags", tuple)
 IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
 ROLES = ("system", "developer", "user", "assistant", "tool")
+#: OpenAI reasoning model ids (the fake's own reading of the reasoning guide, kept apart from the client's)
+REASONING_ID = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|codex-mini)", re.IGNORECASE)
+#: hidden reasoning tokens a reasoning model spends before its answer; a cap at or below it yields no text
+REASONING_TOKENS = 512
+#: body fields a reasoning model refuses whatever their value (reasoning guide, "Limitations")
+REASONING_UNSUPPORTED = ("top_p", "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias",
+                         "max_tokens")
+#: body fields whose presence and value each call record keeps under ``sampling``
+SAMPLING_FIELDS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
+                   "max_completion_tokens", "reasoning_effort")
 #: model ids ``GET /v1/models`` names when ``make_app(models=...)`` is not given (the fake answers any id)
 DEFAULT_MODEL_IDS: tuple[str, ...] = ("sandbox-model",)
 #: ``created`` (Unix s) and ``owned_by`` of the fake's model objects: fixed, so listings are reproducible
@@ -250,6 +270,8 @@ async def chat_completions(request: web.Request) -> web.Response:
     if problem is not None or not isinstance(body, dict):
         log_call(request, API, 400, error="invalid_json")
         return _err(400, "We could not parse the JSON body of your request. (HINT: the body must be a JSON object.)", "invalid_request_error")
+    # what the request carried, for the call log: which sampling fields a client sends is part of the contract
+    request[LOG_EXTRA_KEY] = {"sampling": {k: body[k] for k in SAMPLING_FIELDS if k in body}}
     try:
         model = body.get("model")
         if not isinstance(model, str) or not model:
@@ -260,6 +282,16 @@ async def chat_completions(request: web.Request) -> web.Response:
         temp = body.get("temperature")
         if temp is not None and not is_number_in(temp, 0, 2):
             raise _Bad(f"Invalid 'temperature': expected a number in [0, 2], got {temp!r}.", "temperature", "decimal_above_max_value")
+        reasoning = bool(REASONING_ID.match(model))
+        if reasoning:
+            if temp is not None and temp != 1:
+                raise _Bad(f"Unsupported value: 'temperature' does not support {temp!r} with this model. Only the "
+                           "default (1) value is supported.", "temperature", "unsupported_value")
+            for name in REASONING_UNSUPPORTED:
+                if name in body:
+                    hint = " Use 'max_completion_tokens' instead." if name == "max_tokens" else ""
+                    raise _Bad(f"Unsupported parameter: '{name}' is not supported with this model.{hint}", name,
+                               "unsupported_parameter")
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _Bad(f"Invalid 'seed': expected an integer, got {seed!r}.", "seed")
@@ -273,7 +305,7 @@ async def chat_completions(request: web.Request) -> web.Response:
                     "messages",
                 )
     except _Bad as bad:
-        log_call(request, API, 400, error="invalid_request_error", model=body.get("model"))
+        log_call(request, API, 400, error="invalid_request_error", model=body.get("model"), param=bad.param)
         return _err(400, str(bad), "invalid_request_error", bad.code, bad.param)
 
     max_tokens = cap_b or cap_a or DEFAULT_MAX_TOKENS
@@ -290,6 +322,8 @@ async def chat_completions(request: web.Request) -> web.Response:
         }}, status=403, headers={"x-request-id": "req_" + short_id(time.time_ns())})
     if REFUSE_MARKER in prompt or FILTER_MARKER in prompt:
         return _non_answer(request, model, prompt, system, image, image_url, image_detail)
+    if reasoning and max_tokens <= REASONING_TOKENS:
+        return _all_reasoning(request, model, prompt, system, image, image_url, image_detail, max_tokens)
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
                          max_output_tokens=max_tokens, finish_reasons=("stop", "length"), image_detail=image_detail)
     n_in, n_out = ans.input_tokens, ans.output_tokens
@@ -340,6 +374,26 @@ def _non_answer(request: web.Request, model: str, prompt: str, system: str, imag
         "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "refusal": refusal}, "logprobs": None,
                      "finish_reason": finish}],
         "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+        "system_fingerprint": "fp_sandbox",
+    }, headers={"x-request-id": f"req_{rid}"})
+
+
+def _all_reasoning(request: web.Request, model: str, prompt: str, system: str, image: bytes | None,
+                   image_url: str | None, image_detail: str | None, cap: int) -> web.Response:
+    """A reasoning model whose cap (tokens) went on hidden reasoning: billed 200, ``content: ""``, ``finish_reason:
+    "length"``, ``completion_tokens`` = ``reasoning_tokens`` = ``cap``."""
+    n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
+        billed_image_tokens(request, API, model, image, detail=image_detail) if image is not None
+        else SIM_IMAGE_TOKENS if image_url is not None else 0)
+    log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=cap,
+             image_id=image_id_for(request, image, image_url), image_sha256=sha256_hex(image), finish_reason="length")
+    rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
+    return json_response({
+        "id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "", "refusal": None}, "logprobs": None,
+                     "finish_reason": "length"}],
+        "usage": {"prompt_tokens": n_in, "completion_tokens": cap, "total_tokens": n_in + cap,
+                  "completion_tokens_details": {"reasoning_tokens": cap}},
         "system_fingerprint": "fp_sandbox",
     }, headers={"x-request-id": f"req_{rid}"})
 

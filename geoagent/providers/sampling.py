@@ -1,0 +1,167 @@
+"""Which sampling parameters each provider's current models accept, and how much output room thinking takes.
+
+A request the API refuses with HTTP 400 is a fail-fast 4xx for our runtime: every request of that model is
+dead-lettered at its first delivery. So the providers leave out what a model rejects, and the config loader
+(:func:`geoagent.config.config_from_dict`) refuses a campaign that explicitly sets a value the model rejects,
+naming the key. What was confirmed, and where (checked 2026-12-01):
+
+OpenAI reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5``, ``gpt-5-mini``, ``gpt-5-nano``, ...)
+    * Reasoning guide, "Limitations" (https://platform.openai.com/docs/guides/reasoning#limitations, cited by
+      the Vercel AI SDK when it strips them, https://github.com/vercel/ai/issues/10932): ``temperature``,
+      ``top_p``, ``presence_penalty``, ``frequency_penalty``, ``logprobs`` / ``top_logprobs`` and
+      ``logit_bias`` are not supported. A temperature other than the default 1 is refused with HTTP 400
+      ``{"error": {"message": "Unsupported value: 'temperature' does not support 0 with this model. Only the
+      default (1) value is supported.", "type": "invalid_request_error", "param": "temperature", "code":
+      "unsupported_value"}}`` (reports for o1-mini, https://github.com/OpenHands/OpenHands/issues/4131, and
+      gpt-5-mini on api.openai.com, https://github.com/QwenLM/qwen-code/issues/921). ``gpt-5-chat-latest``
+      is not a reasoning model and takes a temperature (https://learnku.com/articles/90544, secondary).
+    * ``reasoning_effort`` (API reference, ReasoningEffort, mirrored at
+      https://learn.microsoft.com/en-us/javascript/api/@azure/ai-projects/reasoningeffort): models before
+      ``gpt-5.1`` default to ``medium`` and do not support ``none``; ``gpt-5.1`` defaults to ``none``, and
+      with effort ``none`` it accepts ``temperature`` / ``top_p`` / ``logprobs`` (vercel/ai#10932). We send
+      no ``reasoning_effort``, and treat the whole ``gpt-5*`` family as reasoning models (leaving the
+      temperature out is never refused); ``reasoning_model = false`` in ``[[models]]`` sends it anyway.
+    * ``max_completion_tokens`` bounds visible output **and reasoning tokens** together ("You can limit the
+      total number of tokens the model generates (including both reasoning and final output tokens)",
+      reasoning guide, quoted at https://community.openai.com/t/limiting-maximum-number-of-reasoning-tokens/1285430);
+      when reasoning uses it all the answer is ``content: ""`` with ``finish_reason: "length"`` and
+      ``usage.completion_tokens_details.reasoning_tokens`` = ``completion_tokens`` (observed:
+      https://community.openai.com/t/o1-preview-empty-response-content/1108948). The guide recommends
+      reserving at least 25,000 tokens for reasoning and outputs when starting out
+      (:data:`OPENAI_REASONING_MIN_OUTPUT`; quoted by https://www.onceonly.tech/blog/gpt5-mini-empty-responses,
+      secondary).
+
+Anthropic Messages
+    * Claude Opus 4.1 and the 4.5 models refuse ``temperature`` and ``top_p`` together: HTTP 400
+      ``invalid_request_error`` "`temperature` and `top_p` cannot both be specified for this model. Please
+      use only one." (https://github.com/BerriAI/litellm/issues/15097 for claude-sonnet-4-5-20250929,
+      https://github.com/SalesforceAIResearch/MCP-Universe/issues/49 for claude-opus-4-5, opencode#1644 for
+      Opus 4.1). The API reference has long said "You should either alter temperature or top_p, but not both".
+    * Claude Opus 4.7 and later models refuse ``temperature``, ``top_p`` and ``top_k`` at any value: HTTP 400
+      "`temperature` is deprecated for this model." (Anthropic, "Migrating to Claude Opus 4.7",
+      https://platform.claude.com/docs/en/about-claude/models/migration-guide#migrating-to-claude-opus-4-7,
+      summarised at https://openrouter.ai/docs/guides/evaluate-and-optimize/model-migrations/claude-4-7;
+      reports https://github.com/sipeed/picoclaw/issues/2939 and Comfy-Org/ComfyUI#13923).
+    * Extended thinking (``thinking: {"type": "enabled", "budget_tokens": N}``,
+      https://platform.claude.com/en/docs/build-with-claude/extended-thinking): ``budget_tokens`` >= 1024 and
+      < ``max_tokens`` (thinking tokens are output tokens counted against ``max_tokens``); with thinking on,
+      temperature / top_k modifications are not allowed (only the default). Claude 4.7+ rejects
+      ``budget_tokens`` (adaptive thinking only). We never send ``thinking`` (no key of ours maps to it), so
+      no thinking tokens are spent and none of these rules is hit.
+
+Google Gemini ``generateContent``
+    * Gemini 2.5 Pro / Flash think by default (dynamic budget, ``thinkingBudget = -1``); thinking tokens
+      count against ``maxOutputTokens`` and are billed as output (``usageMetadata.thoughtsTokenCount``); a
+      candidate can stop on ``MAX_TOKENS`` with no text part when the thoughts used the cap
+      (https://firebase.google.com/docs/ai-logic/thinking, https://dev.to/multigrid/geminis-thinking-budget-parameter-24l4,
+      /work/shared/api-notes.md section 9). ``generationConfig.thinkingConfig.thinkingBudget``: Flash 0 to
+      24,576 (0 turns thinking off), Pro 128 to 32,768 (cannot be turned off) (Gemini API "thinking" guide, as
+      mirrored at https://share.apidog.com/apidoc/docs-site/750674/api-16240710). Flash-Lite does not think
+      unless asked. Gemini 3 uses ``thinkingLevel`` instead (high by default); its token range is not
+      documented, so its cap check uses the Pro figure (:data:`GEMINI_THINKING_BUDGET_MAX`, an assumption).
+    * No Gemini model refuses our ``temperature`` / ``topP`` / ``seed`` (none found), so nothing is left out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+#: Host on which OpenAI's own reasoning-model rules apply (other OpenAI-compatible servers have their own).
+OPENAI_HOST = "api.openai.com"
+#: Documented OpenAI reasoning families (optionally behind ``ft:`` for fine-tunes): ``o1``, ``o3``, ``o4-mini``,
+#: ... (``o<digit>``), the ``gpt-5`` family except the non-reasoning ``gpt-5-chat*``, and ``codex-mini``.
+_OPENAI_REASONING = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|codex-mini)", re.IGNORECASE)
+#: OpenAI's recommended room for reasoning + answer when starting with a reasoning model (tokens).
+OPENAI_REASONING_MIN_OUTPUT = 25_000
+#: Claude ids of the current scheme: ``claude-<tier>-<major>[-<minor>][-<date>]`` (e.g. ``claude-opus-4-1-20250805``,
+#: ``claude-sonnet-4-5``, ``claude-opus-4-7``, ``claude-sonnet-5``); a minor has 1-2 digits, a date 8.
+_CLAUDE_ID = re.compile(r"^(?:anthropic/)?claude-(?P<tier>[a-z]+)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2}))?(?:[-@.]|$)",
+                        re.IGNORECASE)
+#: Highest thinking budget a Gemini model may spend under dynamic thinking (tokens): Flash 24,576, Pro 32,768.
+GEMINI_THINKING_BUDGET_MAX = {"flash": 24_576, "pro": 32_768}
+
+
+def is_openai_reasoning_id(model: str) -> bool:
+    """Whether an OpenAI model id belongs to a documented reasoning family (``o1``, ``o3-mini``, ``o4-mini``,
+    ``gpt-5``, ``gpt-5-nano``, ``gpt-5.1``, ``codex-mini-latest``, ``ft:o4-mini:...``; not ``gpt-5-chat-latest``,
+    ``gpt-4o``)."""
+    return bool(_OPENAI_REASONING.match(model.strip()))
+
+
+def openai_reasoning(model: str, base_url: str | None, override: bool | None = None) -> bool:
+    """Whether requests to ``model`` at ``base_url`` follow OpenAI's reasoning-model rules (no temperature
+    other than 1, no top_p): ``override`` when set (``[[models]] reasoning_model``), else a documented reasoning
+    id on ``api.openai.com`` (no ``base_url`` means that host)."""
+    if override is not None:
+        return bool(override)
+    host = (urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST
+    return host.lower() == OPENAI_HOST and is_openai_reasoning_id(model)
+
+
+def _claude_version(model: str) -> tuple[str, int, int] | None:
+    m = _CLAUDE_ID.match(model.strip())
+    if m is None:
+        return None
+    return m["tier"].lower(), int(m["major"]), int(m["minor"] or 0)
+
+
+def claude_rejects_sampling(model: str) -> bool:
+    """Whether a Claude model refuses ``temperature`` / ``top_p`` / ``top_k`` at any value (Opus 4.7 and
+    every Claude model of version 4.7 or later, e.g. ``claude-opus-4-7``, ``claude-sonnet-5``)."""
+    v = _claude_version(model)
+    return v is not None and (v[1], v[2]) >= (4, 7)
+
+
+def claude_one_sampler(model: str) -> bool:
+    """Whether a Claude model refuses ``temperature`` and ``top_p`` in one request (Opus 4.1 and later,
+    every 4.5+ model; older ids such as ``claude-3-5-sonnet-20241022`` or ``claude-sonnet-4-20250514`` take
+    both)."""
+    v = _claude_version(model)
+    if v is None:
+        return False
+    tier, major, minor = v
+    return (major, minor) >= (4, 5) or (tier == "opus" and (major, minor) >= (4, 1))
+
+
+def gemini_thinking_budget_max(model: str) -> int | None:
+    """Most thinking tokens a Gemini model may spend by default (tokens), or None for a model that does not
+    think unless asked (Flash-Lite, 2.0 and older, unknown ids). ``gemini-2.5-flash*`` -> 24,576;
+    ``gemini-2.5-pro*`` and ``gemini-3*`` -> 32,768 (for Gemini 3 an assumption: see the module docstring)."""
+    mid = model.strip().lower().removeprefix("models/").removeprefix("google/")
+    if "lite" in mid:
+        return None
+    if mid.startswith("gemini-2.5-flash"):
+        return GEMINI_THINKING_BUDGET_MAX["flash"]
+    if mid.startswith("gemini-2.5-pro") or mid.startswith("gemini-3"):
+        return GEMINI_THINKING_BUDGET_MAX["pro"]
+    return None
+
+
+def openai_sampling(params: dict[str, Any], reasoning: bool) -> dict[str, Any]:
+    """The ``temperature`` / ``top_p`` / ``seed`` body fields for one OpenAI-compatible request.
+
+    For a reasoning model only a temperature of exactly 1 is sent (the one value it accepts) and ``top_p``
+    never; any other temperature can only be the config's default 0.0, since the loader refuses an explicit
+    one. Other models get every value that is set.
+    """
+    out = {name: params[name] for name in ("temperature", "top_p", "seed") if params.get(name) is not None}
+    if reasoning:
+        out.pop("top_p", None)
+        if out.get("temperature") != 1:
+            out.pop("temperature", None)
+    return out
+
+
+def anthropic_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
+    """The ``temperature`` / ``top_p`` body fields for one Messages request to ``model``: none for a model
+    that refuses sampling parameters (:func:`claude_rejects_sampling`); only ``top_p`` when both are set for a
+    model that refuses the pair (:func:`claude_one_sampler`: the temperature then is the config's default,
+    since the loader refuses both set explicitly); else each one set."""
+    out = {name: params[name] for name in ("temperature", "top_p") if params.get(name) is not None}
+    if claude_rejects_sampling(model):
+        return {}
+    if "top_p" in out and "temperature" in out and claude_one_sampler(model):
+        out.pop("temperature")
+    return out
