@@ -6,6 +6,8 @@ new settings next to 228 stored answers made under the old ones, with a report t
 now plans first and then calls :func:`decide` with what planning did:
 
 * no stored work (a first run): nothing to say;
+* only keys that choose which tasks are planned changed (:func:`is_plan_scope_key`: ``n_requests``,
+  ``images_per_site``, ``n_per_band``, crawl cities, ...): an info line, nothing mixes;
 * the new config adds tasks, or tasks of an earlier run are still queued, in flight or dead-lettered: a warning
   that results would mix both versions; the manifest keeps the change in ``config_mix`` (one entry per such run);
 * otherwise (every task done, nothing new planned): an info line that the change reaches none of the stored
@@ -38,6 +40,26 @@ _PACING = re.compile(
     r"|^models\[\d+\]\.(concurrency|rate|rate\.\w+|timeout_s|connect_timeout_s|max_attempts"
     r"|expected_output_tokens|expected_latency_s)$"
 )
+
+
+#: config paths that only choose which tasks are planned, not how any of them is asked or built: more or fewer
+#: requests (``[generic] n_requests``, GeoHint ``images_per_site``, ``sites``, ``conditions``, repeats, sampling
+#: rates), other GeoVerify trials (``n_per_band``, ``max_signal``, ``n_control``, ``build_seed``), crawl cities, a
+#: model added or removed whole (``models[2]``). New tasks they add are asked like the stored ones: nothing mixes.
+_PLAN_SCOPE = re.compile(
+    r"^generic\.n_requests$"
+    r"|^geohint\.(conditions|baseline_repeats|context_repeats|images_per_site|sites|sample_rates)([.\[]|$)"
+    r"|^geoverify\.(n_per_band|max_signal|n_control|build_seed)$"
+    r"|^models\[\d+\](\.sampling_rate)?$"
+    r"|^crawl\.(cities|watch)([.\[]|$)"
+)
+
+
+def is_plan_scope_key(path: str) -> bool:
+    """Whether config path ``path`` only chooses which tasks are planned (``generic.n_requests``,
+    ``geohint.images_per_site``, ``geoverify.n_per_band``, ``crawl.cities[4]``, a whole ``models[2]``, a model's
+    ``sampling_rate``), not how a request is asked or a table built: tasks it adds are asked like the stored ones."""
+    return bool(_PLAN_SCOPE.match(path))
 
 
 def is_pacing_key(path: str) -> bool:
@@ -119,9 +141,16 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
     if not calls or tasks_before == 0:
         return DriftDecision()
     what = f"{', '.join(calls)} changed since its last run" + (f" ({keys_text})" if keys_text else "")
-    record = {"changed": {k: [old, new] for k, (old, new) in call_keys.items()},
-              "prompts": [c.split(":", 1)[1] for c in calls if c.startswith("prompt:")],
+    prompts = [c.split(":", 1)[1] for c in calls if c.startswith("prompt:")]
+    record = {"changed": {k: [old, new] for k, (old, new) in call_keys.items()}, "prompts": prompts,
               "tasks_before": tasks_before, "tasks_added": added, "left_before": left_before}
+    if not prompts and all(is_plan_scope_key(k) for k in call_keys):
+        # which tasks are planned changed, not how any is asked: new tasks are asked like the stored ones
+        new_text = (f"this run planned {added} new task{'s' if added != 1 else ''}, asked like the {done_before} "
+                    "done" if added else "no new task was planned")
+        line = (f"info: campaign {name}: {what}; this changes which tasks are planned, not how any is asked: "
+                f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
+        return DriftDecision([line], applied=True, mixed=False, record=record)
     if added or left_before:
         parts = []
         if added:
