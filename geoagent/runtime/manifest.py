@@ -17,6 +17,13 @@ print an info line, not the drift warning. A change to a geocoder table (:data:`
 shapes no model call either: it changes how answers not yet geocoded are located (endpoints, language, anchor
 radius, cache), so callers say that instead; its ``contact`` only names us in the User-Agent and is not
 reported. Either way the new config is recorded here.
+
+The run decides what a call drift means after planning (:mod:`geoagent.runtime.drift`): a change that reaches
+no stored result keeps ``config`` (what the results were made with) and records the new one under
+``config_not_applied``; one that adds work next to results made under the old settings appends to
+``config_mix``. ``answers_by_request_params`` counts the stored answers per model and request settings while a
+model's answers were made under more than one. Keys that only set limits or pacing are
+:attr:`ConfigChanges.pacing`, never call drift.
 """
 
 from __future__ import annotations
