@@ -160,7 +160,7 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
             parts.append(f"{left_before} task{'s' if left_before != 1 else ''} an earlier run left queued, in "
                          "flight or dead-lettered keep their original requests")
         line = (f"warning: campaign {name}: {what}; {'; '.join(parts)}, so results would mix both versions (the "
-                "report and the manifest say how many answers were made under each). Use a new [campaign] name "
+                "summary, the report and the manifest count the answers made under each request setting). Use a new [campaign] name "
                 "to apply the change to every trial (raising [budget] cap_usd is fine).")
         return DriftDecision([line], applied=True, mixed=True, record=record)
     line = (f"info: campaign {name}: {what}; every planned task is done ({done_before}) and this config plans "
