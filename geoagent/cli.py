@@ -41,11 +41,15 @@ def _check_state_matches_queues(cfg: Any) -> None:
     check_state_matches_queues(cfg)
 
 
-def _warn_config_drift(cfg: Any) -> None:
-    """Warn (stderr) when the config or a packaged prompt changed since the campaign's last run.
+def _warn_config_drift(cfg: Any, *, simulate: bool = False) -> None:
+    """Say (stderr) what changed since the campaign's last run that the run decides before planning.
 
-    Work already planned keeps its original requests (queue keys are per trial / request unit and a put of
-    an existing key is a no-op), so the results would mix both versions without a word otherwise.
+    A change of the call settings (:attr:`geoagent.runtime.manifest.ConfigChanges.calls`) is decided by the run
+    itself after planning (:func:`geoagent.engine.config_drift_after_plan`: whether it adds work next to
+    answers made under the old settings, so results would mix, or reaches none of them); a dry run
+    (``simulate``) plans but queues nothing, so here it only names the keys. Limits and pacing keys
+    (``rate``, ``concurrency``, timeouts, attempts, ``[hosts]``, ``[queue]``) change no answer: the run says so
+    in one info line.
 
     A change to scoring-only keys (:data:`geoagent.runtime.manifest.SCORING_ONLY_KEYS`, e.g. ``[geohint]
     echo_rule``) is no drift: one info line says the report is re-scored with the new values. A change to
@@ -58,20 +62,13 @@ def _warn_config_drift(cfg: Any) -> None:
     changes = config_changes(cfg)
     if changes.geocoder:
         _warn_geocoder_change(cfg, sorted(changes.geocoder))
-    if changes.calls:
+    if changes.calls and simulate:
         what = f"{', '.join(changes.calls)} changed since its last run"
         if changes.call_keys:
             what += f" ({_changed_keys_text(changes.call_keys)})"
-        done = _no_work_left(cfg)
-        if done is not None:
-            print(f"info: campaign {cfg.name}: {what}; no planned work is left to run ({done} tasks done), so the "
-                  "change affects none of it: the stored results keep the old settings, and only work this config "
-                  "plans anew would use the new ones. Use a new [campaign] name to run every trial with the "
-                  "change.", file=sys.stderr)
-        else:
-            print(f"warning: campaign {cfg.name}: {what}; work already planned keeps its original requests, so "
-                  "results would mix both versions. Use a new [campaign] name to apply the change to every trial "
-                  "(raising [budget] cap_usd is fine).", file=sys.stderr)
+        print(f"note: campaign {cfg.name}: {what}; the run says, once it has planned, whether it adds work next "
+              "to answers made under the old settings (results would mix both versions) or reaches none of them "
+              "(a new [campaign] name is then needed).", file=sys.stderr)
     if changes.scoring:
         what = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.scoring.items())
         print(f"info: campaign {cfg.name}: scoring setting changed since its last run ({what}); the report is "
@@ -79,40 +76,11 @@ def _warn_config_drift(cfg: Any) -> None:
               "manifest; not a change to the calls).", file=sys.stderr)
 
 
-#: at most this many changed keys are named in the config-change line (then "and N more")
-_CHANGED_KEYS_SHOWN = 8
-#: a changed value longer than this (characters) is shown cut, ending in "..."
-_CHANGED_VALUE_CHARS = 60
-
-
 def _changed_keys_text(keys: dict[str, tuple[Any, Any]]) -> str:
-    """``models[0].max_output_tokens: 512 -> 256; ...``: the changed keys of
-    :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, values redacted (known secrets masked), long
-    values cut, at most :data:`_CHANGED_KEYS_SHOWN` of them."""
-    from geoagent.secrets import redact
+    """See :func:`geoagent.runtime.drift.changed_keys_text`."""
+    from geoagent.runtime.drift import changed_keys_text
 
-    def shown(v: Any) -> str:
-        text = "unset" if v is None else repr(v)
-        return text if len(text) <= _CHANGED_VALUE_CHARS else text[:_CHANGED_VALUE_CHARS - 3] + "..."
-
-    items = [f"{k}: {shown(old)} -> {shown(new)}" for k, (old, new) in keys.items()]
-    more = len(items) - _CHANGED_KEYS_SHOWN
-    text = "; ".join(items[:_CHANGED_KEYS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
-    return redact(text)
-
-
-def _no_work_left(cfg: Any) -> int | None:
-    """How many tasks of the campaign's plan edge are done when no task on any edge is queued, in flight or
-    dead-lettered (a requeued dead task would run its old request): a config change then reaches none of
-    the planned work; None when some is left (or the campaign has no queues)."""
-    from geoagent.engine import load_kind
-    from geoagent.status import queue_counts
-
-    counts = queue_counts(cfg)
-    if not counts or any(c.ready or c.leased or c.dead for c in counts.values()):
-        return None
-    plan = counts.get(load_kind(cfg.campaign.kind).plan_edge)
-    return plan.done if plan is not None else None
+    return changed_keys_text(keys)
 
 
 def _note_default_endpoints(cfg: Any) -> None:
@@ -196,7 +164,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
-    _warn_config_drift(cfg)
+    _warn_config_drift(cfg, simulate=bool(getattr(args, "simulate", False)))
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
     if stages:
         _check_stages(cfg, stages)
@@ -287,6 +255,7 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     _check_state_matches_queues(cfg)
+    _warn_config_drift(cfg, simulate=args.simulate)  # the run itself says, after planning, what a change reaches
     before = run_baseline(cfg)
     if not args.simulate:  # the dry run shows them in its report
         _note_default_endpoints(cfg)

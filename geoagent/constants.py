@@ -87,3 +87,6 @@ DEFAULT_WATCH_PROBE_MAX_S = 600.0
 #: ctx.services key: a one-element list ``[n]`` counting plan messages a stage added while the run watched (a crawl
 #: ``--watch`` picking up a city added to the config); the engine adds it to the run's "planned N" figure
 SERVICE_PLANNED_DURING_RUN = "planned_during_run"
+#: ctx service: the stored answers per model and distinct request settings, for the models with more than one
+#: (:func:`geoagent.runtime.drift.params_mix`), set by the engine before the report is written
+SERVICE_PARAMS_MIX = "params_mix"

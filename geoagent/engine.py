@@ -51,6 +51,7 @@ import contextlib
 import importlib
 import logging
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -205,6 +206,15 @@ class CampaignKind(abc.ABC):
         """For a kind whose model calls arise along the way (not in the plan, e.g. the crawl's audits): lines the
         dry run prints about what those calls may cost (``[]`` by default)."""
         return []
+
+    def params_mix(self, cfg: Any, ctx: StageContext) -> dict[str, list[tuple[dict[str, Any], int]]]:
+        """Stored answers per model and distinct request settings, for the models with more than one
+        (:func:`geoagent.runtime.drift.params_mix`); this default counts every stored answer, a kind whose
+        report covers only some (GeoVerify: the current plan's trials) narrows it."""
+        from geoagent.runtime.drift import params_mix
+
+        store = ctx.services.get("store")
+        return params_mix(store.iter_response_meta()) if store is not None and hasattr(store, "iter_response_meta") else {}
 
     def status_lines(self, cfg: Any) -> list[str]:
         """Lines ``run.py status`` adds for this kind, read from the campaign's files (never changing them;
@@ -1090,7 +1100,13 @@ async def _run(
         planned_by_model: dict[str, int] = {}
         if kind.plan_edge == C.EDGE_REQUESTS:
             plan = _count_models(plan, planned_by_model)
-        n_planned = await enqueue_plan(plan, queues.get(kind.plan_edge))
+        plan_q = queues.get(kind.plan_edge)
+        before = {e: await q.counts() for e, q in queues.items()}
+        n_planned = await enqueue_plan(plan, plan_q)
+        # what the config change means is decided now that the plan is queued: does it add work next to
+        # answers made under the old settings? (decided before planning, it said "affects none of it" and then
+        # planned 114 new requests)
+        drift = config_drift_after_plan(cfg, kind, ctx, before, (await plan_q.counts()) if plan_q else None)
     except BaseException:
         for q in queues.values():
             await q.close()
@@ -1099,7 +1115,8 @@ async def _run(
         print(WATCH_BANNER, flush=True)  # also when stdout is not a terminal (no live display there)
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
-                                                      **kind.manifest_extra(cfg)})
+                                                      **kind.manifest_extra(cfg)}, drift=drift)
+    params_mix: dict[str, Any] | None = None
     status = "interrupted"
     view: PipelineRun | None = None
     try:
@@ -1226,8 +1243,21 @@ async def _run(
             return outcome
         if export:
             outcome.export_files = [t.parquet for t in kind.export(cfg, ctx.get("store"))]
+        if kind.plan_edge == C.EDGE_REQUESTS:
+            # answers made under different request settings (a config changed between runs): the reports and
+            # the summary say so, the manifest counts them
+            from geoagent.runtime.drift import params_mix_json
+
+            mix = kind.params_mix(cfg, ctx)
+            ctx.services[C.SERVICE_PARAMS_MIX] = mix
+            params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        if params_mix:
+            from geoagent.runtime.drift import MIX_WARNING, params_mix_lines
+
+            outcome.extra_lines += [f"  warning: {MIX_WARNING}:"] + [
+                f"    {ln}" for ln in params_mix_lines(ctx.services[C.SERVICE_PARAMS_MIX])]
         if kind.plan_edge == C.EDGE_REQUESTS:  # an evaluation: say when its answers came from the simulator
             from geoagent.sandbox.launch import simulated_models, simulated_note
 
@@ -1238,7 +1268,7 @@ async def _run(
     finally:
         for q in queues.values():
             await q.close()
-        manifest.stop_run(run_id, status=status, summary={"planned": n_planned})
+        manifest.stop_run(run_id, status=status, summary={"planned": n_planned}, params_mix=params_mix)
 
 
 class IdleHandoffTick:
@@ -1611,6 +1641,37 @@ def _replay_figures(cfg: Any, ledger: Any) -> dict[str, Any]:
         path = str(cfg.replay_path(m) or m.replay.path or m.name)
         out[path] = out.get(path, 0) + by_model.get(m.name, 0)
     return {"process_replayed": out, "calls_models": len(replay) < len(models)}
+
+
+def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
+                            plan_after: Any) -> Any:
+    """What a change of the call settings since the campaign's last run means for this run, decided after its
+    plan was queued (:func:`geoagent.runtime.drift.decide`); its lines go to stderr. ``before``: every edge's
+    :class:`~geoagent.runtime.queue.QueueCounts` before the plan was queued; ``plan_after``: the plan edge's
+    after (None: the kind has no plan queue). Returns the :class:`~geoagent.runtime.drift.DriftDecision` (for
+    the manifest), or None when the campaign has no earlier run or its manifest cannot be read."""
+    from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
+    from geoagent.runtime.drift import decide, pacing_line
+    from geoagent.runtime.manifest import config_changes
+
+    written = ctx.services.get("config_as_written", cfg)
+    try:
+        changes = config_changes(written, state_dir=cfg.state_dir())
+    except ValueError:  # a damaged manifest: the run's start says so
+        return None
+    line = pacing_line(cfg.name, changes.pacing, _changed_keys_text(changes.pacing))
+    if line:
+        print(line, file=sys.stderr)
+    plan_before = before.get(kind.plan_edge)
+    if plan_before is None or plan_after is None:
+        return None
+    decision = decide(cfg.name, changes.calls, changes.call_keys, tasks_before=plan_before.total,
+                      done_before=plan_before.done, added=max(0, plan_after.total - plan_before.total),
+                      left_before=sum(c.ready + c.leased + c.dead for c in before.values()),
+                      keys_text=_changed_keys_text(changes.call_keys) if changes.call_keys else "")
+    for ln in decision.lines:
+        print(ln, file=sys.stderr)
+    return decision
 
 
 async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK) -> int:

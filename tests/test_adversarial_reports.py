@@ -119,4 +119,4 @@ def test_rerun_with_edited_requests_warns_that_results_would_mix(tmp_path, relea
     # every trial is already answered: the change is named and reaches none of them (with work left queued it
     # is a warning that results would mix: tests/test_config_drift_keys.py)
     assert ("info: campaign gv-drift: geoverify changed since its last run (geoverify.max_output_tokens: 512 -> 300); "
-            "no planned work is left to run") in err
+            "every planned task is done") in err

@@ -1,17 +1,16 @@
 """The warning after a re-run with changed model settings names the changed keys, and says the change
-affects nothing when no planned work is left to run.
+affects nothing when no planned work is left to run and the new config plans none.
 
 Walkthrough: "models changed since its last run; ... results would mix both versions" named no key, and came
 even when every planned call was already done. Real runs of the engine (simulated provider, or an
-OpenAI-compatible host on a closed port that leaves the requests queued); the warning is what ``run.py run``
-prints before it runs (:func:`geoagent.cli._warn_config_drift`)."""
+OpenAI-compatible host on a closed port that leaves the requests queued); the warning is what the run prints
+once it has planned (:func:`geoagent.engine.config_drift_after_plan`)."""
 
 from __future__ import annotations
 
 import anyio
 
 from _model_harness import generic_campaign
-from geoagent.cli import _warn_config_drift
 from geoagent.config import load_config
 from geoagent.engine import run_campaign
 from geoagent.sandbox.server import free_port
@@ -34,11 +33,12 @@ def test_all_calls_done_the_change_affects_nothing_and_names_the_key(tmp_path, c
     assert _run(p).status == "complete"
     p.write_text(p.read_text().replace("max_output_tokens = 512", "max_output_tokens = 256"))
     capsys.readouterr()
-    _warn_config_drift(load_config(p))
+    _run(p)
     err = capsys.readouterr().err
     assert "warning" not in err and "would mix both versions" not in err
     assert ("info: campaign drift-done: models changed since its last run (models[0].max_output_tokens: 512 -> "
-            "256); no planned work is left to run (6 tasks done), so the change affects none of it") in err
+            "256); every planned task is done (6) and this config plans none anew, so the change affects none of "
+            "the stored results") in err
 
 
 def test_work_left_queued_warns_with_the_changed_keys_redacted(tmp_path, capsys):
@@ -51,9 +51,10 @@ def test_work_left_queued_warns_with_the_changed_keys_redacted(tmp_path, capsys)
     p.write_text(p.read_text().replace("max_output_tokens = 512", "max_output_tokens = 256")
                  .replace("plain-title", secret))
     capsys.readouterr()
-    _warn_config_drift(load_config(p))
+    _run(p)
     err = capsys.readouterr().err
     assert ("warning: campaign drift-left: models changed since its last run (models[0].headers.X-Title: "
-            "'plain-title' -> '***'; models[0].max_output_tokens: 512 -> 256); work already planned keeps "
-            "its original requests, so results would mix both versions") in err
+            "'plain-title' -> '***'; models[0].max_output_tokens: 512 -> 256); 6 tasks an earlier run left "
+            "queued, in flight or dead-lettered keep their original requests, so results would mix both "
+            "versions") in err
     assert secret not in err

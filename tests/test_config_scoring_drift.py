@@ -99,6 +99,7 @@ def test_echo_rule_change_rescores_the_report_without_a_drift_warning(release_di
             second = await engine.run_campaign(second_cfg, live=False, handle_signals=False, export=False)
             third_cfg = config_from_dict(_gh(wd, nm, echo_rule="release_first_word", p_reference="t", max_output_tokens=64))
             _warn_config_drift(third_cfg)
+            await engine.run_campaign(third_cfg, live=False, handle_signals=False, export=False)  # decides after planning
             err_third = capsys.readouterr().err
             return first, second, err, err_third, first_cfg
 
@@ -109,7 +110,7 @@ def test_echo_rule_change_rescores_the_report_without_a_drift_warning(release_di
             "'release_first_word', geohint.p_reference 'normal' -> 't'); the report is re-scored") in err
     # a call setting is still named, but every planned call is done: it affects none of them (an info line)
     assert ("info: campaign gh-rule: geohint changed since its last run (geohint.max_output_tokens: unset -> 64); "
-            "no planned work is left to run") in err_third
+            "every planned task is done") in err_third
     assert second.spend["calls"] == first.spend["calls"]  # re-scored from the stored answers, nothing called again
     runs = read_manifest(tmp_path / "state" / "gh-rule")["runs"]
     assert (runs[0]["echo_rule"], runs[0]["p_reference"]) == ("name", "normal")

@@ -247,6 +247,7 @@ class GeoHintCampaign(CampaignKind):
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         from geoagent.report.geohint import write_report
+        from geoagent.runtime.drift import params_mix_lines
 
         s = settings_of(cfg)
         agg = aggregate_from_store(ctx.get("store"), echo_rule=s.echo_rule, regime_threshold=s.regime_threshold)
@@ -259,7 +260,8 @@ class GeoHintCampaign(CampaignKind):
                      interim=outcome.interim_note(), p_reference=s.p_reference,
                      answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
                      image_note=getattr(self, "_image_warning", None),
-                     simulated=_simulated(cfg, ctx))
+                     simulated=_simulated(cfg, ctx),
+                     config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:

@@ -31,12 +31,11 @@ from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.plan import plan_campaign, settings_of
-from geoagent.geoverify.stages import SCORED_TABLE, geoverify_stages
+from geoagent.geoverify.stages import SERVICE_PLAN_KEYS, ScoredScope, geoverify_stages
 from geoagent.runtime.stage import Message, Stage, StageContext
 from geoagent.scoring.sdt import POOLED
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import total
-from geoagent.workers.responses import with_stored_finish_reason
 
 
 #: what the console summary's counts mean (the report table's legend says the same at length)
@@ -87,13 +86,15 @@ def parse_failures_by_arm(sc: Any) -> dict[str, int] | None:
     return out
 
 
-def aggregate_from_store(store: Any) -> GeoVerifyAggregator:
+def aggregate_from_store(store: Any, scope: ScoredScope | None = None) -> GeoVerifyAggregator:
     """A fresh aggregator filled from results table ``geoverify_scored`` in batches (rows scored before
-    finish reasons were kept get theirs from the response store, for the cut-off counts)."""
+    finish reasons were kept get theirs from the response store, for the cut-off counts). ``scope``
+    (:class:`~geoagent.geoverify.stages.ScoredScope`): which rows count (default: every row, each model request
+    once); it tallies what it left out."""
     agg = GeoVerifyAggregator()
     batch: list[dict[str, Any]] = []
-    for _key, row in store.iter_results(SCORED_TABLE):
-        batch.append(with_stored_finish_reason(row, store))
+    for row in (scope or ScoredScope(None)).rows(store):
+        batch.append(row)
         if len(batch) >= 5000:
             agg.update(batch)
             batch = []
@@ -137,6 +138,8 @@ class GeoVerifyCampaign(CampaignKind):
         from geoagent.image_files import check_missing
 
         self._plan = plan_campaign(cfg)
+        # the report and the live aggregator score exactly this plan's tasks (ScoredScope)
+        ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in self._plan.messages)
         self._image_warning = None
         if self._plan.images is not None:
             self._image_warning = check_missing(
@@ -208,23 +211,51 @@ class GeoVerifyCampaign(CampaignKind):
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         from geoagent.report.geoverify import write_report
 
+        from geoagent.runtime.drift import params_mix_lines
+
         s = settings_of(cfg)
-        agg = aggregate_from_store(ctx.get("store"))
+        scope = self._scope(ctx)
+        agg = aggregate_from_store(ctx.get("store"), scope)
+        self._scope_note = scope.note()
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
                                  missing=missing_work(cfg), interim=outcome.interim_note(),
                                  image_note=getattr(self, "_image_warning", None),
-                                 simulated=_simulated(cfg, ctx)).values())
+                                 simulated=_simulated(cfg, ctx),
+                                 config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}),
+                                 scope_note=self._scope_note).values())
+
+    @staticmethod
+    def _scope(ctx: StageContext) -> ScoredScope:
+        """The rows a report counts: the current plan's tasks (when this process planned), each request once."""
+        keys = ctx.services.get(SERVICE_PLAN_KEYS)
+        return ScoredScope(set(keys) if keys is not None else None)
+
+    def params_mix(self, cfg: Any, ctx: StageContext) -> dict[str, list[tuple[dict[str, Any], int]]]:
+        """:meth:`CampaignKind.params_mix` over the answers the report scores (the current plan's, each once)."""
+        from geoagent.runtime.drift import params_mix
+
+        store = ctx.services.get("store")
+        if store is None or not hasattr(store, "iter_response_meta"):
+            return {}
+        scope = self._scope(ctx)
+        wanted = {r.get("request_key") for r in scope.rows(store)} - {None}
+        return params_mix(store.iter_response_meta(), keys=wanted)
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geoverify import (dprime_text, small_n_note, small_n_warnings, summary_counts,
                                                truncation_warnings)
 
         scores = getattr(self, "_scores", None)
+        note = getattr(self, "_scope_note", None)
         if scores is None:
-            scores = aggregate_from_store(ctx.get("store")).scores()
+            scope = self._scope(ctx)
+            scores = aggregate_from_store(ctx.get("store"), scope).scores()
+            note = scope.note()
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
+        if note:
+            lines.append(f"  {note}")
         plan = getattr(self, "_plan", None)
         if plan is not None:
             issues = plan.import_report.issues

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +271,81 @@ class GeoVerifyScorerStage(Stage):
         return [(task.key, row)]
 
 
+#: ctx service: the message keys of the campaign's current plan (set by the campaign kind when it plans), so the
+#: live aggregator scores only those (:class:`ScoredScope`)
+SERVICE_PLAN_KEYS = "geoverify_plan_keys"
+
+
+class ScoredScope:
+    """Which stored scored rows a GeoVerify report counts: those of the current plan's tasks, each model request
+    once.
+
+    A re-run whose plan changed (``n_per_band`` 3 -> 2 on a built trial table) keeps the answers of the tasks the
+    new plan no longer holds in the store; scoring them too pooled two designs (the summary's built trials per
+    band no longer matched the scored data). And two trials of different designs can show the same image with
+    the same claim (a swapped-image control drawing the same image): one request, one answer, which must be
+    scored once. Seed 000 Sec. 5 / App. A.2: a trial is an image and a candidate name ("only the image and the
+    candidate name change"), so two trials asking the same request are one trial; the plan already keeps one
+    (:func:`geoagent.geoverify.trials.unique_trials`), and this scope keeps the first stored answer of a request
+    key and counts the rest.
+
+    Parameters
+    ----------
+    plan_keys : set of str or None
+        The current plan's message keys (``trial_id|model``, the scored table's keys); None counts every row.
+
+    Attributes
+    ----------
+    not_planned : int
+        Stored scored rows left out because their task is not in the current plan.
+    repeated : int
+        Rows left out because another counted row has the same ``request_key`` (the same answer).
+    repeated_examples : list of str
+        Up to 5 ``"<left out key> repeats <counted key>"`` texts.
+    """
+
+    def __init__(self, plan_keys: set[str] | None) -> None:
+        self.plan_keys = plan_keys
+        self.not_planned = 0
+        self.repeated = 0
+        self.repeated_examples: list[str] = []
+        self._by_request: dict[str, str] = {}
+
+    def keep(self, key: str, row: Mapping[str, Any]) -> bool:
+        """Whether the scored row ``row`` stored under ``key`` is counted (updates the tallies)."""
+        if self.plan_keys is not None and key not in self.plan_keys:
+            self.not_planned += 1
+            return False
+        rk = row.get("request_key")
+        if isinstance(rk, str) and rk:
+            first = self._by_request.get(rk)
+            if first is not None and first != key:
+                self.repeated += 1
+                if len(self.repeated_examples) < 5:
+                    self.repeated_examples.append(f"{key} repeats {first}")
+                return False
+            self._by_request[rk] = key
+        return True
+
+    def rows(self, store: Any) -> Iterator[dict[str, Any]]:
+        """The counted rows of results table ``geoverify_scored`` (finish reasons filled from the response
+        store where a row lacks them, :func:`with_stored_finish_reason`)."""
+        for key, row in store.iter_results(SCORED_TABLE):
+            if self.keep(key, row):
+                yield with_stored_finish_reason(row, store)
+
+    def note(self) -> str | None:
+        """A sentence on what was left out, for the report and the summary; None when nothing was."""
+        parts = []
+        if self.not_planned:
+            parts.append(f"{self.not_planned} stored answers of tasks the current plan no longer holds (an earlier "
+                         "run's plan: the trial design or the models changed) are kept in the store but not scored")
+        if self.repeated:
+            parts.append(f"{self.repeated} answers repeat a counted one's model request (same image shown, same "
+                         "claim: one answer) and are counted once, e.g. " + "; ".join(self.repeated_examples[:2]))
+        return ("Left out of scoring: " + "; ".join(parts) + ".") if parts else None
+
+
 class GeoVerifyAggregatorStage(Stage):
     """``scored`` -> (none): updates the incremental aggregator; rewrites the report on flush (rate-limited,
     in a worker thread) and at stop (awaited).
@@ -315,10 +390,12 @@ class GeoVerifyAggregatorStage(Stage):
 
     async def start(self, ctx: StageContext) -> None:
         store = ctx.services.get("store")
+        plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
+        self.scope = ScoredScope(set(plan_keys) if plan_keys is not None else None)
         if store is not None and hasattr(store, "iter_results"):
             batch: list[dict[str, Any]] = []
-            for _key, row in store.iter_results(SCORED_TABLE):
-                batch.append(with_stored_finish_reason(row, store))
+            for row in self.scope.rows(store):
+                batch.append(row)
                 if len(batch) >= 5000:
                     self.agg.update(batch)
                     batch = []
@@ -327,6 +404,9 @@ class GeoVerifyAggregatorStage(Stage):
             self.report_interval_s = float(ctx.services.get("geoverify_report_interval_s", 5.0))
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        scope = getattr(self, "scope", None)
+        if scope is not None and not scope.keep(task.key, task.payload):
+            return []  # a task of an earlier plan, or an answer already counted: stored, not scored
         self._pending.append(task.payload)
         if len(self._pending) >= 256 and not self.live.busy:  # busy: the report thread reads the aggregator
             self._drain()

@@ -972,6 +972,7 @@ def write_report(
     answers_left_by: str | None = None,
     image_note: str | None = None,
     simulated: Sequence[str] = (),
+    config_mix: Sequence[str] = (),
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
 
@@ -993,7 +994,12 @@ def write_report(
     counted as failed lookups; None when the geocoder's own failure left them (its ``left_by``).
     ``image_note``: the plan's line about images sent as placeholder pixels (no file under the image folder,
     :mod:`geoagent.image_files`), a warning in the header; None when every image had its file.
+    ``config_mix``: one line per model whose answers were made under more than one set of request settings
+    (a config changed between runs; :func:`geoagent.runtime.drift.params_mix_lines`), a warning in the header:
+    every table pools them.
     """
+    from geoagent.runtime.drift import MIX_WARNING
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dc, db = default_conditions(agg)
@@ -1008,6 +1014,7 @@ def write_report(
         *([f"**Interim report: {interim}**", ""] if interim else []),
         *([f"**Placeholder images: {image_note}**", ""] if image_note else []),
         *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),
+        *([f"**Warning: {MIX_WARNING}:**", "", *[f"- {ln}" for ln in config_mix], ""] if config_mix else []),
         f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",

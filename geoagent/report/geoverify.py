@@ -521,6 +521,8 @@ def write_report(
     interim: str | None = None,
     image_note: str | None = None,
     simulated: list[str] | tuple[str, ...] = (),
+    config_mix: list[str] | tuple[str, ...] = (),
+    scope_note: str | None = None,
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
 
@@ -535,6 +537,10 @@ def write_report(
     ``image_note``: the plan's line about images sent as placeholder pixels (no file under the image folder,
     :mod:`geoagent.image_files`), shown as a warning above the Markdown and terminal tables; None when every
     image had its file.
+    ``config_mix``: one line per model whose scored answers were made under more than one set of request
+    settings (:func:`geoagent.runtime.drift.params_mix_lines`), a warning above the tables (they pool them).
+    ``scope_note``: a sentence on stored answers left out because their trials are no longer in the plan, above
+    the tables; None when every stored answer is scored.
 
     Returns
     -------
@@ -545,6 +551,9 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / TABLE_MD, "csv": out / TABLE_CSV, "txt": out / TABLE_TXT}
+    # said above the tables: answers made under different request settings pooled (config_mix, one line per
+    # model, geoagent.runtime.drift.params_mix_lines), stored answers of trials the plan no longer holds
+    # (scope_note)
     md = render_markdown(scores)
     note = ""
     if missing is not None:
@@ -573,6 +582,12 @@ def write_report(
         from geoagent.sandbox.launch import simulated_note
 
         banner += f"**{simulated_note(list(simulated))}**\n\n"
+    if config_mix:
+        from geoagent.runtime.drift import MIX_WARNING
+
+        banner += f"**Warning: {MIX_WARNING}:**\n\n" + "".join(f"- {ln}\n" for ln in config_mix) + "\n"
+    if scope_note:
+        banner += f"**{scope_note}**\n\n"
     _atomic_write(paths["md"], banner + md)
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))

@@ -17,6 +17,13 @@ print an info line, not the drift warning. A change to a geocoder table (:data:`
 shapes no model call either: it changes how answers not yet geocoded are located (endpoints, language, anchor
 radius, cache), so callers say that instead; its ``contact`` only names us in the User-Agent and is not
 reported. Either way the new config is recorded here.
+
+The run decides what a call drift means after planning (:mod:`geoagent.runtime.drift`): a change that reaches
+no stored result keeps ``config`` (what the results were made with) and records the new one under
+``config_not_applied``; one that adds work next to results made under the old settings appends to
+``config_mix``. ``answers_by_request_params`` counts the stored answers per model and request settings while a
+model's answers were made under more than one. Keys that only set limits or pacing are
+:attr:`ConfigChanges.pacing`, never call drift.
 """
 
 from __future__ import annotations
@@ -181,6 +188,10 @@ class ConfigChanges:
     #: config (``models[0].max_output_tokens``) with their old and new values (JSON values as stored, i.e.
     #: redacted; None where the key was absent), :func:`changed_keys`
     call_keys: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: changed keys that only set limits or pacing (:func:`geoagent.runtime.drift.is_pacing_key`: a model's
+    #: ``rate``, ``concurrency``, timeouts, ``max_attempts``; ``[hosts]``; ``[queue]``), with their old and new
+    #: values: they change no request or answer, so they are not in :attr:`calls` / :attr:`call_keys`
+    pacing: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
@@ -265,11 +276,18 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
         if rest_b != rest_n:
             calls.append(k)
             call_keys.update(changed_keys(rest_b, rest_n, k))
+    # keys that only set limits or pacing change no answer: kept apart, and a section whose only changes they
+    # are is no call drift
+    from geoagent.runtime.drift import is_pacing_key, section_of
+
+    pacing = {k: v for k, v in call_keys.items() if is_pacing_key(k)}
+    call_keys = {k: v for k, v in call_keys.items() if k not in pacing}
+    calls = [c for c in calls if any(section_of(k) == c for k in call_keys)]
     old_prompts = old.get("prompt_templates_sha256") or {}
     new_prompts = prompt_hashes(prompts_dir)
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) | set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
-    return ConfigChanges(calls, scoring, geocoder, call_keys)
+    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing)
 
 
 def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
@@ -376,9 +394,16 @@ class Manifest:
             "git_commit": git_commit(),
         }
 
-    def start_run(self, *, command: str = "run", extra: dict[str, Any] | None = None) -> str:
+    def start_run(self, *, command: str = "run", extra: dict[str, Any] | None = None,
+                  drift: Any = None) -> str:
         """Refresh the static fields, append a run entry with its start time; return the run id. Earlier entries
-        still ``running`` whose process no longer exists on this machine become ``killed`` (:func:`_close_dead_runs`)."""
+        still ``running`` whose process no longer exists on this machine become ``killed`` (:func:`_close_dead_runs`).
+
+        ``drift`` (:class:`geoagent.runtime.drift.DriftDecision`, after planning): a change of the call settings
+        that reaches no stored result (``applied`` False) keeps the recorded ``config`` (and its hash and prompt
+        hashes: what the results were made with) and records the new config under ``config_not_applied``; one
+        that mixes (``mixed``) appends its record to ``config_mix``. Either is also the run entry's
+        ``config_drift``."""
         now = time.time()
         run_id = f"{datetime.fromtimestamp(now, UTC).strftime('%Y%m%dT%H%M%SZ')}-{_pysecrets.token_hex(3)}"
         static = self._static()
@@ -387,7 +412,21 @@ class Manifest:
             history = list(data.get("config_history", []))
             if static["config_sha256"] not in history:
                 history.append(static["config_sha256"])
-            data.update(static)
+            record = dict(getattr(drift, "record", None) or {})
+            if record:
+                record["run_id"] = run_id
+                extra = {**(extra or {}), "config_drift": {**record, "applied": bool(drift.applied)}}
+            if record and not drift.applied and isinstance(data.get("config"), dict):
+                # the stored results were made with the recorded config: it stays; the new one is noted apart
+                kept = ("config", "config_sha256", "prompt_templates_sha256")
+                data.update({k: v for k, v in static.items() if k not in kept})
+                data["config_not_applied"] = {**record, "config_sha256": static["config_sha256"],
+                                              "config": static["config"]}
+            else:
+                data.update(static)
+                data.pop("config_not_applied", None)
+                if record and drift.mixed:
+                    data["config_mix"] = [*data.get("config_mix", []), record]
             data["config_history"] = history
             runs = list(data.get("runs", []))
             _close_dead_runs(runs, run_id)
@@ -411,10 +450,15 @@ class Manifest:
             _write(self.path, data)
         return run_id
 
-    def stop_run(self, run_id: str, *, status: str = "complete", summary: dict[str, Any] | None = None) -> None:
+    def stop_run(self, run_id: str, *, status: str = "complete", summary: dict[str, Any] | None = None,
+                 params_mix: dict[str, Any] | None = None) -> None:
         """Set the stop time, final status (``complete``, ``incomplete``, ``budget_exhausted``, ``interrupted``,
         ``failed``) and an optional summary of run ``run_id``. (A run whose process died without it keeps
         ``running`` until the next run on this machine marks it ``killed``: :meth:`start_run`.)
+
+        ``params_mix`` (:func:`geoagent.runtime.drift.params_mix_json`, when measured): the stored answers per model
+        and distinct request settings, kept as the top-level ``answers_by_request_params`` while a model's answers
+        were made under more than one (removed when ``{}``: they all share one).
 
         Raises
         ------
@@ -435,6 +479,10 @@ class Manifest:
                     break
             else:
                 raise KeyError(f"{self.path}: no run {run_id!r}")
+            if params_mix:
+                data["answers_by_request_params"] = params_mix
+            elif params_mix is not None:
+                data.pop("answers_by_request_params", None)
             data["updated_at"] = _iso(now)
             _write(self.path, data)
 

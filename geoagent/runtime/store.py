@@ -164,6 +164,19 @@ class ResponseStore:
         """Stored responses per model name (one per request key)."""
         return {str(m): int(n) for m, n in self.db.read("SELECT model, COUNT(*) FROM responses GROUP BY model")}
 
+    def iter_response_meta(self, *, batch: int = 5000) -> Iterator[dict[str, Any]]:
+        """Every stored response's ``key``, ``model`` and ``request_meta`` (no answer text): what was asked,
+        e.g. for :func:`geoagent.runtime.drift.params_mix`."""
+        last = -1
+        while True:
+            rows = self.db.read("SELECT rowid, key, model, request_meta FROM responses WHERE rowid > ? ORDER BY rowid"
+                                " LIMIT ?", (last, batch))
+            if not rows:
+                return
+            for rowid, key, model, meta in rows:
+                last = rowid
+                yield {"key": key, "model": model, "request_meta": orjson.loads(meta)}
+
     def iter_responses(self, *, batch: int = 1000) -> Iterator[dict[str, Any]]:
         """Every stored response as a flat dict (key, model, cost_usd, created_at, request_meta, response fields)."""
         last = -1

@@ -1,0 +1,237 @@
+"""Config changes between runs of one campaign, decided after planning, and answers made under several settings.
+
+A re-run with a changed config used to decide its message before planning, from the queue counts alone: "no
+planned work is left to run, so the change affects none of it", and then planned 114 new requests under the
+new settings next to 228 stored answers made under the old ones, with a report that did not say so. The engine
+now plans first and then calls :func:`decide` with what planning did:
+
+* no stored work (a first run): nothing to say;
+* only keys that choose which tasks are planned changed (:func:`is_plan_scope_key`: ``n_requests``,
+  ``images_per_site``, ``n_per_band``, crawl cities, ...): an info line, nothing mixes;
+* the new config adds tasks, or tasks of an earlier run are still queued, in flight or dead-lettered: a warning
+  that results would mix both versions; the manifest keeps the change in ``config_mix`` (one entry per such run);
+* otherwise (every task done, nothing new planned): an info line that the change reaches none of the stored
+  results, so it needs a new ``[campaign]`` name; the manifest keeps the config the results were made with
+  (``config``) and records the one not applied under ``config_not_applied``, so the next run says so again.
+
+Keys that only set limits or pacing (:func:`is_pacing_key`: a model's ``rate``, ``concurrency``, timeouts,
+``max_attempts``, the estimates; ``[hosts]``; ``[queue]``) change no answer and are never listed as a change
+that would mix results: :func:`pacing_line` makes them one info line.
+
+:func:`params_mix` counts stored answers per model and distinct request settings (the ``params`` the model
+caller stored with each answer: ``max_output_tokens``, ``temperature``, ...), which the summary, the reports and
+the manifest print when a model's answers were made under more than one (:func:`params_mix_lines`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+#: config paths that only set limits or pacing: they change when and how often a request is sent, never the
+#: request or its answer (``models[i].rate``, ``concurrency``, timeouts, attempts, the dry run's estimates;
+#: ``[hosts]`` and ``[queue]`` whole)
+_PACING = re.compile(
+    r"^(hosts|queue)([.\[]|$)"
+    r"|^models\[\d+\]\.(concurrency|rate|rate\.\w+|timeout_s|connect_timeout_s|max_attempts"
+    r"|expected_output_tokens|expected_latency_s)$"
+)
+
+
+#: config paths that only choose which tasks are planned, not how any of them is asked or built: more or fewer
+#: requests (``[generic] n_requests``, GeoHint ``images_per_site``, ``sites``, ``conditions``, repeats, sampling
+#: rates), other GeoVerify trials (``n_per_band``, ``max_signal``, ``n_control``, ``build_seed``), crawl cities, a
+#: model added or removed whole (``models[2]``). New tasks they add are asked like the stored ones: nothing mixes.
+_PLAN_SCOPE = re.compile(
+    r"^generic\.n_requests$"
+    r"|^geohint\.(conditions|baseline_repeats|context_repeats|images_per_site|sites|sample_rates)([.\[]|$)"
+    r"|^geoverify\.(n_per_band|max_signal|n_control|build_seed)$"
+    r"|^models\[\d+\](\.sampling_rate)?$"
+    r"|^crawl\.(cities|watch)([.\[]|$)"
+)
+
+
+def is_plan_scope_key(path: str) -> bool:
+    """Whether config path ``path`` only chooses which tasks are planned (``generic.n_requests``,
+    ``geohint.images_per_site``, ``geoverify.n_per_band``, ``crawl.cities[4]``, a whole ``models[2]``, a model's
+    ``sampling_rate``), not how a request is asked or a table built: tasks it adds are asked like the stored ones."""
+    return bool(_PLAN_SCOPE.match(path))
+
+
+def is_pacing_key(path: str) -> bool:
+    """Whether config path ``path`` (as in :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, e.g.
+    ``models[0].rate.requests``, ``hosts.example.org.rate``) only sets limits or pacing (no answer changes)."""
+    return bool(_PACING.match(path))
+
+
+def section_of(path: str) -> str:
+    """The top-level section of config path ``path``: ``models[0].rate`` -> ``models``."""
+    return re.split(r"[.\[]", path, maxsplit=1)[0]
+
+
+#: at most this many changed keys are named in the config-change line (then "and N more")
+CHANGED_KEYS_SHOWN = 8
+#: a changed value longer than this (characters) is shown cut, ending in "..."
+CHANGED_VALUE_CHARS = 60
+
+
+def changed_keys_text(keys: dict[str, tuple[Any, Any]]) -> str:
+    """``models[0].max_output_tokens: 512 -> 256; ...``: the changed keys of
+    :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, values redacted (known secrets masked), long
+    values cut, at most :data:`CHANGED_KEYS_SHOWN` of them."""
+    from geoagent.secrets import redact
+
+    def shown(v: Any) -> str:
+        text = "unset" if v is None else repr(v)
+        return text if len(text) <= CHANGED_VALUE_CHARS else text[:CHANGED_VALUE_CHARS - 3] + "..."
+
+    items = [f"{k}: {shown(old)} -> {shown(new)}" for k, (old, new) in keys.items()]
+    more = len(items) - CHANGED_KEYS_SHOWN
+    text = "; ".join(items[:CHANGED_KEYS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    return redact(text)
+
+
+@dataclass
+class DriftDecision:
+    """What a re-run with changed call settings does with them (:func:`decide`).
+
+    Attributes
+    ----------
+    lines : list of str
+        Lines for stderr (``warning: ...`` or ``info: ...``), empty when there is nothing to say.
+    applied : bool
+        The run applies the new config to some work (False: every task was done and none was added, so the
+        stored results keep the recorded config; the manifest keeps it).
+    mixed : bool
+        Results made under the old settings sit next to work done under the new ones.
+    record : dict
+        For the manifest: ``changed`` (``{path: [old, new]}``), ``prompts`` (changed prompt files),
+        ``tasks_before`` (tasks of the plan edge before this run), ``tasks_added`` (planned anew),
+        ``left_before`` (tasks an earlier run left queued, in flight or dead).
+    """
+
+    lines: list[str] = field(default_factory=list)
+    applied: bool = True
+    mixed: bool = False
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *, tasks_before: int,
+           done_before: int, added: int, left_before: int, keys_text: str) -> DriftDecision:
+    """Decide, after planning, what a changed config means for the run of campaign ``name``.
+
+    Parameters
+    ----------
+    calls, call_keys
+        :attr:`ConfigChanges.calls` and :attr:`ConfigChanges.call_keys` without the pacing keys (sections and
+        prompts ``prompt:<file>`` that shape the calls or the planned work, and their changed keys).
+    tasks_before, done_before : int
+        Tasks of the plan edge before this run's plan was queued (all, and done).
+    added : int
+        Tasks this run's plan added to the plan edge (keys not queued before).
+    left_before : int
+        Tasks of any edge an earlier run left ready, leased or dead-lettered (they keep their old requests).
+    keys_text : str
+        The changed keys as printed (redacted, cut; :func:`geoagent.cli._changed_keys_text`).
+    """
+    if not calls or tasks_before == 0:
+        return DriftDecision()
+    what = f"{', '.join(calls)} changed since its last run" + (f" ({keys_text})" if keys_text else "")
+    prompts = [c.split(":", 1)[1] for c in calls if c.startswith("prompt:")]
+    record = {"changed": {k: [old, new] for k, (old, new) in call_keys.items()}, "prompts": prompts,
+              "tasks_before": tasks_before, "tasks_added": added, "left_before": left_before}
+    if not prompts and all(is_plan_scope_key(k) for k in call_keys):
+        # which tasks are planned changed, not how any is asked: new tasks are asked like the stored ones
+        new_text = (f"this run planned {added} new task{'s' if added != 1 else ''}, asked like the {done_before} "
+                    "done" if added else "no new task was planned")
+        line = (f"info: campaign {name}: {what}; this changes which tasks are planned, not how any is asked: "
+                f"{new_text}, so nothing mixes (stored answers of tasks no longer planned stay stored).")
+        return DriftDecision([line], applied=True, mixed=False, record=record)
+    if added or left_before:
+        parts = []
+        if added:
+            parts.append(f"this run planned {added} new task{'s' if added != 1 else ''} that use the new settings "
+                         f"next to {done_before} done under the old ones")
+        if left_before:
+            parts.append(f"{left_before} task{'s' if left_before != 1 else ''} an earlier run left queued, in "
+                         "flight or dead-lettered keep their original requests")
+        line = (f"warning: campaign {name}: {what}; {'; '.join(parts)}, so results would mix both versions (the "
+                "summary, the report and the manifest count the answers made under each request setting). Use a new [campaign] name "
+                "to apply the change to every trial (raising [budget] cap_usd is fine).")
+        return DriftDecision([line], applied=True, mixed=True, record=record)
+    line = (f"info: campaign {name}: {what}; every planned task is done ({done_before}) and this config plans "
+            "none anew, so the change affects none of the stored results: they keep the old settings, and the "
+            "manifest keeps recording those (the new config is under config_not_applied). Use a new [campaign] "
+            "name to run with the change.")
+    return DriftDecision([line], applied=False, mixed=False, record=record)
+
+
+def pacing_line(name: str, pacing: dict[str, tuple[Any, Any]], keys_text: str) -> str | None:
+    """One info line for changed keys that only set limits or pacing (``None`` when there are none)."""
+    if not pacing:
+        return None
+    return (f"info: campaign {name}: limits or pacing changed since its last run ({keys_text}); they change no "
+            "request or answer, so nothing mixes.")
+
+
+def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None) -> dict[str, list[tuple[dict[str, Any], int]]]:
+    """Stored answers per model and distinct request settings, for the models with more than one.
+
+    Parameters
+    ----------
+    responses : iterable of dict
+        Stored responses with ``key`` (request key), ``model`` and ``request_meta`` (its ``params``: the
+        request settings the model caller sent, e.g. ``max_output_tokens``), as
+        :meth:`geoagent.runtime.store.ResultStore.iter_response_meta` yields them.
+    keys : set of str, optional
+        Count only these request keys (the answers a report covers).
+
+    Returns
+    -------
+    dict
+        ``{model: [(params, n answers), ...]}`` (most answers first) for each model whose answers were made
+        under more than one set of params; ``{}`` when every model's answers share one.
+    """
+    counts: dict[str, dict[bytes, int]] = {}
+    for r in responses:
+        if keys is not None and r.get("key") not in keys:
+            continue
+        meta = r.get("request_meta") or {}
+        model = str(meta.get("model_name") or r.get("model") or "")
+        params = meta.get("params") if isinstance(meta.get("params"), dict) else {}
+        p = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
+        counts.setdefault(model, {})
+        counts[model][p] = counts[model].get(p, 0) + 1
+    out: dict[str, list[tuple[dict[str, Any], int]]] = {}
+    for model, by in counts.items():
+        if len(by) > 1:
+            out[model] = sorted(((orjson.loads(p), n) for p, n in by.items()), key=lambda x: -x[1])
+    return out
+
+
+def params_mix_lines(mix: dict[str, list[tuple[dict[str, Any], int]]]) -> list[str]:
+    """One sentence per model of :func:`params_mix`: ``local-a: 228 answers with max_output_tokens 256, 114 with
+    max_output_tokens 200`` (only the settings that differ between its groups are named)."""
+    out = []
+    for model, groups in mix.items():
+        differ = sorted({k for p, _ in groups for k in p
+                         if len({orjson.dumps(q.get(k), option=orjson.OPT_SORT_KEYS) for q, _ in groups}) > 1})
+        parts = []
+        for i, (p, n) in enumerate(groups):
+            shown = ", ".join(f"{k} {p[k]!r}" if k in p else f"{k} unset" for k in differ)
+            parts.append(f"{n} answer{'s' if n != 1 else ''} with {shown}" if i == 0 else f"{n} with {shown}")
+        out.append(f"{model}: {'; '.join(parts)}")
+    return out
+
+
+def params_mix_json(mix: dict[str, list[tuple[dict[str, Any], int]]]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`params_mix` for the manifest: ``{model: [{"params": {...}, "answers": n}, ...]}``."""
+    return {m: [{"params": p, "answers": n} for p, n in groups] for m, groups in mix.items()}
+
+
+MIX_WARNING = ("results mix configurations: some models' answers were made under different request settings "
+               "(the config changed between runs of this campaign), and every figure pools them")

@@ -1,0 +1,113 @@
+"""A GeoVerify campaign whose trial design changed between runs scores exactly the current plan's trials, each
+model request once, and says what it left out; pacing keys changed with it are not called drift.
+
+Walkthrough: ``trials = "build"`` with ``n_per_band = 3`` interrupted, then ``n_per_band = 2`` (and a model's
+rate 5 -> 100): "planned 678 requests" yet 1168 answers scored, the summary's "built trials per band" (the new
+design) did not match the scored data (the union of both designs), and 3 pairs of rows of different trial ids
+shared one request key (same swapped image, same claim: one answer counted twice). The drift warning listed the
+rate change as one that "would mix both versions". Sandbox crawl (local fakes) -> GeoVerify with a simulated
+model, through the CLI entry."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from geoagent.cli import main
+from geoagent.geoverify.campaign import aggregate_from_store
+from geoagent.geoverify.stages import SCORED_TABLE
+from geoagent.runtime.store import open_campaign_state
+
+REPO = Path(__file__).resolve().parents[1]
+CRAWL = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
+
+
+def _gv(tmp: Path, crawl_dir: Path, images: Path, n_per_band: int, rate: float) -> Path:
+    p = tmp / "gv.toml"
+    p.write_text(f"""
+[campaign]
+name = "gv-design"
+kind = "geoverify"
+seed = 7
+[paths]
+release_dir = "{crawl_dir}"
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+rate = {{ requests = {rate}, period_s = 1.0 }}
+[geoverify]
+trials = "build"
+n_per_band = {n_per_band}
+image_root = "{images}"
+n_boot = 0
+""", encoding="utf-8")
+    return p
+
+
+def _main_arm_counts(summary: str) -> tuple[int, int, int]:
+    """(built main-arm trials, parsed main-arm answers, main-arm parse failures) from the run's summary."""
+    built = re.search(r"built trials per band \(main arm\): ([^;]*);", summary).group(1)
+    n_built = sum(int(x) for x in re.findall(r" (\d+)(?:,|$)", built))
+    line = next(ln for ln in summary.splitlines() if ln.strip().startswith("sim:"))
+    parsed = int(re.search(r"main arm n (\d+)", line).group(1))
+    failed = re.search(r"parse failures \d+ \(([^)]*)\)", line)
+    main_failed = int(re.search(r"main (\d+)", failed.group(1)).group(1)) if failed and "main" in failed.group(1) else 0
+    return n_built, parsed, main_failed
+
+
+def test_a_changed_design_scores_only_the_current_plan(isolated_roots, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL), "--no-live"]) == 0
+    state = isolated_roots / "state"
+    crawl_dir, images = state / "crawl-sandbox", state / "images"
+    p = _gv(isolated_roots, crawl_dir, images, 3, 5.0)
+    capsys.readouterr()
+    assert main(["run", str(p), "--no-live"]) == 0
+    first = capsys.readouterr().out
+    n_first = int(re.search(r"planned (\d+) requests", first).group(1))
+    p = _gv(isolated_roots, crawl_dir, images, 2, 100.0)
+    assert main(["run", str(p), "--no-live"]) == 0
+    got = capsys.readouterr()
+    n_second = int(re.search(r"planned (\d+) requests", got.out).group(1))
+    assert n_second < n_first
+    # the design is a change to what is planned, the rate only paces: neither mixes anything
+    assert "would mix" not in got.err and "warning" not in got.err
+    assert "geoverify.n_per_band: 3 -> 2" in got.err and "this changes which tasks are planned" in got.err
+    assert "info: campaign gv-design: limits or pacing changed since its last run (models[0].rate.requests: 5.0 -> 100.0)" in got.err
+    # the scores cover exactly the built trials of the current design (each answered once: parsed or failed)
+    n_built, parsed, main_failed = _main_arm_counts(got.out)
+    assert parsed + main_failed == n_built, got.out
+    with open_campaign_state("gv-design", root=state) as st:
+        stored = sum(1 for _ in st.store.iter_results(SCORED_TABLE))
+    left_out = stored - n_second
+    assert left_out > 0
+    assert (f"Left out of scoring: {left_out} stored answers of tasks the current plan no longer holds") in got.out
+    md = (state / "gv-design" / "report" / "geoverify_table.md").read_text(encoding="utf-8")
+    assert f"Left out of scoring: {left_out} stored answers" in md
+
+
+def test_two_scored_rows_of_one_request_count_once(isolated_roots):
+    """Two trial ids whose requests are one (same image shown, same claim) share one stored answer: counted once."""
+    row = {"trial_id": "t1|ctrl_mismatch|Loquat Hotel", "model": "m", "site": "s1", "arm": "ctrl_mismatch",
+           "band": "1.5-3.0km", "truth": "no", "verdict": "yes", "conf": 0.75, "request_key": "rk-1",
+           "finish_reason": "stop"}
+    twin = {**row, "trial_id": "t2|ctrl_mismatch|Loquat Hotel"}
+    other = {**row, "trial_id": "t3|ctrl_mismatch|Plum Stadium", "request_key": "rk-2", "verdict": "no"}
+    with open_campaign_state("gv-twins", root=isolated_roots / "state") as st:
+        st.store.put_results(SCORED_TABLE, [("t1|ctrl_mismatch|Loquat Hotel|m", row),
+                                            ("t2|ctrl_mismatch|Loquat Hotel|m", twin),
+                                            ("t3|ctrl_mismatch|Plum Stadium|m", other)])
+        scores = aggregate_from_store(st.store).scores()
+        assert scores["m"].controls["ctrl_mismatch"][0] == 2  # 2 answers, not 3
+        from geoagent.geoverify.stages import ScoredScope
+
+        scope = ScoredScope(None)
+        assert len(list(scope.rows(st.store))) == 2
+    assert scope.repeated == 1
+    assert scope.note() == ("Left out of scoring: 1 answers repeat a counted one's model request (same image shown, "
+                            "same claim: one answer) and are counted once, e.g. t2|ctrl_mismatch|Loquat Hotel|m "
+                            "repeats t1|ctrl_mismatch|Loquat Hotel|m.")
