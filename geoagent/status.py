@@ -149,7 +149,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     and for hosts they found that no config key names, e.g. the crawl's Mapillary thumbnail CDN
     (:class:`geoagent.runtime.progress.Progress`): those of the last run and, where ``progress_with_work`` is
     shown instead, those of that run)), ``kind_lines`` (lines the campaign kind adds,
-    :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``)."""
+    :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``),
+    ``queues_dir`` (the absolute folder its queue files are looked for in) and ``roots_relative`` (whether that
+    folder depends on the working directory)."""
     from geoagent.runtime.store import open_campaign_state
 
     queues: dict[str, QueueCounts] = {}
@@ -199,7 +201,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "kind_lines": kind_lines,
             "host_labels": labels, "running": running, "progress_with_work": worked,
-            "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered}
+            "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
+            "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
+            "roots_relative": not Path(cfg.queues_root()).is_absolute()}
 
 
 def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,
@@ -321,7 +325,11 @@ def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
     if not st["queues"]:
-        lines.append("  no queues yet (campaign not started)")
+        where = f" in {st['queues_dir']}" if st.get("queues_dir") else ""
+        lines.append(f"  no queues yet (campaign not started){where}" + (
+            " (the data roots are relative to the working directory unless the config's [paths] queues / state "
+            "or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them: run status from the folder the campaign ran in)"
+            if st.get("roots_relative") else ""))
         if st.get("stages"):
             lines.append("  stages (input edge -> output edge): " + "; ".join(
                 f"{name} ({src} -> {dst or '-'})" for name, src, dst in st["stages"]))
