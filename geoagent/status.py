@@ -203,7 +203,23 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "host_labels": labels, "running": running, "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
+            "run_outcomes": _run_outcomes(Path(cfg.state_dir())),
             "roots_relative": not Path(cfg.queues_root()).is_absolute()}
+
+
+def _run_outcomes(state_dir: Path) -> dict[str, str]:
+    """run id -> the status manifest.json recorded for that run (``complete``, ``interrupted``,
+    ``incomplete``, ``budget exhausted``, ``failed``, ...; :class:`geoagent.runtime.manifest.Manifest`); {} when
+    there is no readable manifest."""
+    from geoagent.runtime.manifest import read_manifest
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return {}
+    runs = man.get("runs") if isinstance(man, dict) else None
+    return {str(r["run_id"]): str(r["status"]) for r in runs or []
+            if isinstance(r, dict) and r.get("run_id") and r.get("status") and r.get("status") != "running"}
 
 
 def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,
@@ -360,7 +376,9 @@ def format_status(st: dict[str, Any]) -> str:
         procs = p.get("processes") or []  # a scale-out run's processes (merged record), else []
         n_running = sum(1 for q in procs if q.get("state") == "running")
         if ended:
-            state, eta = ("run ended" + (f": all {len(procs)} processes" if procs else "")), ""
+            outcome = (st.get("run_outcomes") or {}).get(str(p.get("run_id"))) if not procs else None
+            state, eta = ("run ended" + (f": all {len(procs)} processes" if procs else "")
+                          + (f": {outcome}, as manifest.json recorded" if outcome else "")), ""
         elif running is False:
             leased = sum(c.leased for c in st["queues"].values())
             stopped = sum(1 for q in procs if q.get("state") == "stopped")
