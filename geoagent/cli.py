@@ -14,11 +14,13 @@ export CONFIG     write results as Parquet and CSV under state/<campaign>/ (a cr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -387,16 +389,47 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (see :mod:`geoagent.engine` for campaign codes)."""
-    import asyncio
-
-    from geoagent.config import ConfigError
-
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from geoagent.secrets import install_log_redaction
 
     install_log_redaction()
+    with _config_warnings_as_lines():
+        return _run_command(args)
+
+
+@contextlib.contextmanager
+def _config_warnings_as_lines() -> Iterator[None]:
+    """Print each :class:`geoagent.config.ConfigWarning` as one ``warning: FILE: ...`` line on stderr, like the
+    CLI's other warnings, instead of Python's ``/path/config.py:1129: ConfigWarning: ...`` and a source line
+    (the message already starts with the file); other warnings print as Python prints them."""
+    import warnings
+
+    from geoagent.config import ConfigWarning
+
+    before = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, ConfigWarning):
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            before(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = before
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the subcommand; map its failures to one readable line and an exit code (see :func:`main`)."""
+    import asyncio
+
+    from geoagent.config import ConfigError
+
     try:
         return int(args.fn(args))
     except BaseException as exc:  # noqa: BLE001 - unwrap task-group errors to one readable line
