@@ -31,8 +31,8 @@ from geoagent.runtime.queue import DeadLetter, QueueCounts
 from geoagent.runtime.worker import STALL_MIN_S, unreachable_cause
 
 
-_HTTP_RETRIES = re.compile(r"\bretries exhausted after (\d+) attempts\b")
-_HTTP_ATTEMPTS_TO = re.compile(r"\b(\d+) attempts to (\S+) failed\b")
+_HTTP_RETRIES = re.compile(r"\bretries exhausted after (\d+) attempts?\b")
+_HTTP_ATTEMPTS_TO = re.compile(r"\b(\d+) attempts? to (\S+) failed\b")
 
 
 def describe_reason(reason: str | None) -> str:
