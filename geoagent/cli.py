@@ -14,11 +14,13 @@ export CONFIG     write results as Parquet and CSV under state/<campaign>/ (a cr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -283,6 +285,64 @@ EXIT_CODES_EPILOG = """exit codes:
   130  interrupted (Ctrl-C / SIGTERM): re-run the same command to resume
 """
 
+#: each subcommand's own exit codes for its --help (the codes it can return; the full table above is the
+#: top-level --help's): code -> text, continuation lines indented as in the table
+_PIPE = "output pipe closed early (the reader of stdout went away, e.g. `| head`)"
+_CTRL_C = "interrupted (Ctrl-C)"
+_CONFIG_ERR = "config error, bad argument or unusable path"
+_INCOMPLETE = ("incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),\n"
+               "       or left queued untouched because a stage stopped early, e.g. a host could not be reached (the\n"
+               "       summary names it; re-run the same command to resume)")
+_BUDGET = "budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)"
+_RESUME = "interrupted (Ctrl-C / SIGTERM): re-run the same command to resume"
+COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
+    "run": {
+        0: "complete (every planned task reached the end of the pipeline); with --stages also when this\n"
+           "       process's stages finished while other stages still have work (it says so)",
+        1: _PIPE,
+        2: _CONFIG_ERR + "; also a --simulate dry run that predicts `run` would refuse to\n"
+           "       start (missing API key variables, a first run that plans nothing): it prints its whole report\n"
+           "       first, then a last line `exit 2: ...` saying why",
+        3: _INCOMPLETE,
+        4: _BUDGET,
+        5: "authentication failed: a model's host answered 401/403 repeatedly (that model's work stays queued\n"
+           "       while the other models finish); fix the variable named and re-run; no task is lost",
+        130: _RESUME,
+    },
+    "crawl": {
+        0: "complete (every planned task reached the end of the pipeline; with --watch, stopped once drained)",
+        1: _PIPE,
+        2: _CONFIG_ERR + "; also a --simulate dry run that predicts `crawl` would refuse to\n"
+           "       start (MAPILLARY_TOKEN or an auditor's API key variable not set): it prints its whole report\n"
+           "       first, then a last line `exit 2: ...` saying why",
+        3: _INCOMPLETE,
+        4: "budget exhausted: the cost cap stopped the auditors' model calls (raise [budget] cap_usd and re-run)",
+        5: "authentication failed: the Mapillary API refused the token (the crawl stops at once), or an\n"
+           "       auditor's host answered 401/403 repeatedly; fix the variable named (MAPILLARY_TOKEN for\n"
+           "       Mapillary) and re-run; no task is lost",
+        130: _RESUME,
+    },
+    "status": {0: "status shown (also for a campaign not started yet)", 1: _PIPE, 2: _CONFIG_ERR, 130: _CTRL_C},
+    "dead": {0: "listed or requeued (also when nothing is dead-lettered)", 1: _PIPE,
+             2: _CONFIG_ERR + " (an unknown --edge is refused, naming the edges)", 130: _CTRL_C},
+    "export": {0: "exported (a warning says so when the campaign is not finished: the export covers the work done)",
+               1: "nothing to export (the campaign has not run yet); output pipe closed early",
+               2: _CONFIG_ERR, 130: _CTRL_C},
+    "demo": {0: "complete: all three demo campaigns (crawl, GeoVerify, GeoHint) finished", 1: _PIPE,
+             2: _CONFIG_ERR + " (e.g. --workdir)", 3: _INCOMPLETE.replace("the same command", "`demo`"),
+             130: "interrupted (Ctrl-C / SIGTERM): re-run `demo` to resume"},
+}
+
+
+def command_exit_codes_epilog(command: str) -> str:
+    """The ``exit codes:`` table of subcommand ``command`` (:data:`COMMAND_EXIT_CODES`), in the layout of
+    :data:`EXIT_CODES_EPILOG`; the full table for a command not listed."""
+    rows = COMMAND_EXIT_CODES.get(command)
+    if rows is None:
+        return EXIT_CODES_EPILOG
+    return "exit codes:\n" + "".join(f"  {code:<4} {text}\n" for code, text in sorted(rows.items()))
+
+
 CONFIG_HELP = "campaign TOML file (e.g. geoagent/configs/generic_demo.toml)"
 
 
@@ -309,9 +369,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
-    kw: dict[str, Any] = {"epilog": EXIT_CODES_EPILOG, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    def kw(command: str) -> dict[str, Any]:
+        return {"epilog": command_exit_codes_epilog(command), "formatter_class": argparse.RawDescriptionHelpFormatter}
 
-    r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)", **kw)
+    r = sub.add_parser("run", help="run or resume a campaign (re-run the same command to resume)", **kw("run"))
     r.add_argument("config", help=CONFIG_HELP)
     r.add_argument("--simulate", action="store_true", help="dry run: estimate calls, tokens, cost and duration; no spend, nothing enqueued, no new state/ folder; "
                    "exits 2 (after the report) when it predicts that `run` would refuse to start, e.g. an API key variable not set")
@@ -320,16 +381,16 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     r.set_defaults(fn=_cmd_run)
 
-    s = sub.add_parser("status", help="queues, spend vs cap, rates, ETA, last errors (read-only)", **kw)
+    s = sub.add_parser("status", help="queues, spend vs cap, rates, ETA, last errors (read-only)", **kw("status"))
     s.add_argument("config", help=CONFIG_HELP)
     s.set_defaults(fn=_cmd_status)
 
-    d = sub.add_parser("demo", help="offline demo on the embedded default campaign", **kw)
+    d = sub.add_parser("demo", help="offline demo on the embedded default campaign", **kw("demo"))
     d.add_argument("--workdir", metavar="DIR", help="put queues/ and state/ of the demo under DIR (default: queues/ and state/ here, or $GEOAGENT_QUEUES/$GEOAGENT_STATE)")
     d.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     d.set_defaults(fn=_cmd_demo)
 
-    c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders", **kw)
+    c = sub.add_parser("crawl", help="crawl daemon: screen cities, sample sites, fetch and audit images, build ladders", **kw("crawl"))
     c.add_argument("config", help="crawl campaign TOML file ([campaign] kind = \"crawl\", e.g. geoagent/configs/crawl_sandbox.toml)")
     c.add_argument("--simulate", action="store_true", help="dry run: what would be planned and its model-call estimate; nothing enqueued, no new state/ folder; "
                    "exits 2 (after the report) when it predicts that `crawl` would refuse to start, e.g. MAPILLARY_TOKEN not set")
@@ -339,7 +400,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     dl = sub.add_parser("dead", help="list (or requeue) dead-lettered tasks: edge, key, deliveries=N (times the queue "
                         "handed the task out, up to [queue] max_attempts), reason (HTTP attempts are within one delivery)",
-                        **kw)
+                        **kw("dead"))
     dl.add_argument("config", help=CONFIG_HELP)
     dl.add_argument("--requeue", action="store_true",
                     help="put the dead tasks (of --edge, or all) back to ready; re-run the campaign to process them")
@@ -348,7 +409,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                     help="list at most N tasks per edge, most recent first (default 50; a shorter list says so)")
     dl.set_defaults(fn=_cmd_dead)
 
-    e = sub.add_parser("export", help="export results as Parquet and CSV (a crawl: its tables, to state/<campaign>/export/)", **kw)
+    e = sub.add_parser("export", help="export results as Parquet and CSV (a crawl: its tables, to state/<campaign>/export/)", **kw("export"))
     e.add_argument("config", help=CONFIG_HELP)
     e.set_defaults(fn=_cmd_export)
     return p
@@ -356,16 +417,47 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (see :mod:`geoagent.engine` for campaign codes)."""
-    import asyncio
-
-    from geoagent.config import ConfigError
-
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from geoagent.secrets import install_log_redaction
 
     install_log_redaction()
+    with _config_warnings_as_lines():
+        return _run_command(args)
+
+
+@contextlib.contextmanager
+def _config_warnings_as_lines() -> Iterator[None]:
+    """Print each :class:`geoagent.config.ConfigWarning` as one ``warning: FILE: ...`` line on stderr, like the
+    CLI's other warnings, instead of Python's ``/path/config.py:1129: ConfigWarning: ...`` and a source line
+    (the message already starts with the file); other warnings print as Python prints them."""
+    import warnings
+
+    from geoagent.config import ConfigWarning
+
+    before = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, ConfigWarning):
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            before(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = before
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the subcommand; map its failures to one readable line and an exit code (see :func:`main`)."""
+    import asyncio
+
+    from geoagent.config import ConfigError
+
     try:
         return int(args.fn(args))
     except BaseException as exc:  # noqa: BLE001 - unwrap task-group errors to one readable line

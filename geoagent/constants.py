@@ -21,6 +21,16 @@ DEFAULT_QUEUES_ROOT = "queues"
 DEFAULT_STATE_ROOT = "state"
 DEFAULT_RELEASE_DIR = "../shared/reference/geocontext"
 
+# --- continents -------------------------------------------------------------------------------
+#: The continent codes of the release (``city_pool.csv``, ``sites.csv``; ``verify_trials.csv`` column ``cont``),
+#: code -> name. The release writes North America as ``AN`` (New York, Toronto, Mexico City), so AN is not
+#: Antarctica here; the usual ``NA`` is read as ``AN`` (:data:`CONTINENT_ALIASES`). The swapped-image control
+#: (``ctrl_mismatch``) pairs sites whose codes differ, so every source normalises to these
+#: (:func:`geoagent.geo.continent_code`).
+CONTINENT_CODES = {"AF": "Africa", "AN": "North America", "AS": "Asia", "EU": "Europe", "OC": "Oceania",
+                   "SA": "South America"}
+CONTINENT_ALIASES = {"NA": "AN"}
+
 # --- queue edges (one SQLite file per edge under queues/<campaign>/) -------------------------
 EDGE_REQUESTS = "requests"  # planner -> model caller
 EDGE_RESPONSES = "responses"  # model caller -> parser

@@ -63,3 +63,35 @@ def haversine_km_array(lat1_deg: Any, lon1_deg: Any, lat2_deg: Any, lon2_deg: An
     dl = np.radians(np.asarray(lon2_deg, dtype=float) - np.asarray(lon1_deg, dtype=float))
     a = np.sin((p2 - p1) / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dl / 2) ** 2
     return 2.0 * C.EARTH_RADIUS_KM * np.arcsin(np.minimum(1.0, np.sqrt(a)))
+
+
+def continent_code(value: str | None) -> str:
+    """The release's continent code for ``value``: case and surrounding spaces ignored, ``NA`` read as ``AN``.
+
+    Parameters
+    ----------
+    value : str or None
+        A continent as written in a config (``[[crawl.cities]] continent``) or a table (``continent``,
+        ``cont``). None or an empty string means "not given".
+
+    Returns
+    -------
+    str
+        One of :data:`geoagent.constants.CONTINENT_CODES` (upper case), or ``""`` when not given.
+
+    Raises
+    ------
+    ValueError
+        For anything else (a name such as ``"Europe"``, a blank, an unknown code); the message lists the
+        accepted codes. Source: the codes of the release's ``city_pool.csv`` (AN = North America there).
+    """
+    if value is None or value == "":
+        return ""
+    code = str(value).strip().upper()
+    code = C.CONTINENT_ALIASES.get(code, code)
+    if code in C.CONTINENT_CODES:
+        return code
+    listed = ", ".join(C.CONTINENT_CODES)
+    names = ", ".join(f"{k} {v}" for k, v in C.CONTINENT_CODES.items())
+    raise ValueError(f"{value!r} is not a continent code; use one of {listed} ({names}, as in the release's "
+                     f"city_pool.csv; NA is read as AN; case does not matter)")

@@ -31,8 +31,8 @@ from geoagent.runtime.queue import DeadLetter, QueueCounts
 from geoagent.runtime.worker import STALL_MIN_S, unreachable_cause
 
 
-_HTTP_RETRIES = re.compile(r"\bretries exhausted after (\d+) attempts\b")
-_HTTP_ATTEMPTS_TO = re.compile(r"\b(\d+) attempts to (\S+) failed\b")
+_HTTP_RETRIES = re.compile(r"\bretries exhausted after (\d+) attempts?\b")
+_HTTP_ATTEMPTS_TO = re.compile(r"\b(\d+) attempts? to (\S+) failed\b")
 
 
 def describe_reason(reason: str | None) -> str:
@@ -149,7 +149,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     and for hosts they found that no config key names, e.g. the crawl's Mapillary thumbnail CDN
     (:class:`geoagent.runtime.progress.Progress`): those of the last run and, where ``progress_with_work`` is
     shown instead, those of that run)), ``kind_lines`` (lines the campaign kind adds,
-    :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``)."""
+    :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``),
+    ``queues_dir`` (the absolute folder its queue files are looked for in) and ``roots_relative`` (whether that
+    folder depends on the working directory)."""
     from geoagent.runtime.store import open_campaign_state
 
     queues: dict[str, QueueCounts] = {}
@@ -199,7 +201,25 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
             "kind_lines": kind_lines,
             "host_labels": labels, "running": running, "progress_with_work": worked,
-            "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered}
+            "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
+            "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
+            "run_outcomes": _run_outcomes(Path(cfg.state_dir())),
+            "roots_relative": not Path(cfg.queues_root()).is_absolute()}
+
+
+def _run_outcomes(state_dir: Path) -> dict[str, str]:
+    """run id -> the status manifest.json recorded for that run (``complete``, ``interrupted``,
+    ``incomplete``, ``budget exhausted``, ``failed``, ...; :class:`geoagent.runtime.manifest.Manifest`); {} when
+    there is no readable manifest."""
+    from geoagent.runtime.manifest import read_manifest
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return {}
+    runs = man.get("runs") if isinstance(man, dict) else None
+    return {str(r["run_id"]): str(r["status"]) for r in runs or []
+            if isinstance(r, dict) and r.get("run_id") and r.get("status") and r.get("status") != "running"}
 
 
 def _merged(cfg: Any, records: list[dict[str, Any]], running: bool | None,
@@ -321,7 +341,11 @@ def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
     if not st["queues"]:
-        lines.append("  no queues yet (campaign not started)")
+        where = f" in {st['queues_dir']}" if st.get("queues_dir") else ""
+        lines.append(f"  no queues yet (campaign not started){where}" + (
+            " (the data roots are relative to the working directory unless the config's [paths] queues / state "
+            "or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them: run status from the folder the campaign ran in)"
+            if st.get("roots_relative") else ""))
         if st.get("stages"):
             lines.append("  stages (input edge -> output edge): " + "; ".join(
                 f"{name} ({src} -> {dst or '-'})" for name, src, dst in st["stages"]))
@@ -352,7 +376,9 @@ def format_status(st: dict[str, Any]) -> str:
         procs = p.get("processes") or []  # a scale-out run's processes (merged record), else []
         n_running = sum(1 for q in procs if q.get("state") == "running")
         if ended:
-            state, eta = ("run ended" + (f": all {len(procs)} processes" if procs else "")), ""
+            outcome = (st.get("run_outcomes") or {}).get(str(p.get("run_id"))) if not procs else None
+            state, eta = ("run ended" + (f": all {len(procs)} processes" if procs else "")
+                          + (f": {outcome}, as manifest.json recorded" if outcome else "")), ""
         elif running is False:
             leased = sum(c.leased for c in st["queues"].values())
             stopped = sum(1 for q in procs if q.get("state") == "stopped")

@@ -48,3 +48,9 @@ def mapping_text(d: Mapping[Any, Any] | None, *, empty: str = "none", sep: str =
     if not d:
         return empty
     return sep.join(f"{k} {value_text(v)}" for k, v in d.items())
+
+
+def count_text(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in agreement: ``count_text(1, "attempt")`` -> ``"1 attempt"``, ``(3, "attempt")`` ->
+    ``"3 attempts"`` (``plural`` when the plural is not ``noun + "s"``)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"

@@ -30,6 +30,16 @@ def release_available(path: Path) -> bool:
 
 def pytest_report_header(config) -> str:
     """One header line saying where the release data were found, or that tests needing them are skipped."""
+    return _release_line()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The same line at the end of the run: ``pytest -q`` (the README's command) hides the header."""
+    if config.get_verbosity() < 0:
+        terminalreporter.write_line(_release_line())
+
+
+def _release_line() -> str:
     path, source = find_release_dir()
     if release_available(path):
         return f"GeoContext release data: {path} ({source})"

@@ -20,6 +20,7 @@ from _model_harness import generic_campaign, model_table
 from geoagent.cli import main
 from geoagent.config import load_config
 from geoagent.engine import EXIT_BUDGET, EXIT_COMPLETE, run_campaign
+from geoagent.runtime.daemon import REPEAT_SIGNAL_S
 from geoagent.sandbox import llm_openai
 from geoagent.sandbox.server import serve
 from geoagent.status import campaign_status, format_status
@@ -207,7 +208,7 @@ async def _start_and_kill(tmp: Path, base: str, seen: list, *, sig: int, n: int,
     await anyio.sleep(1.0)  # the other tasks are now reserved and waiting for the host's rate limit
     proc.send_signal(sig)
     if sig == _signal.SIGINT:
-        await anyio.sleep(0.05)
+        await anyio.sleep(REPEAT_SIGNAL_S + 0.2)  # a deliberate second press (a quicker repeat is ignored)
         proc.send_signal(sig)
     with anyio.fail_after(60):
         await proc.wait()
@@ -288,7 +289,7 @@ def test_second_sigint_exits_130_without_a_traceback(tmp_path):
                 await anyio.sleep(first_after_s)
                 with contextlib.suppress(ProcessLookupError):  # a re-run may already have finished the rest
                     proc.send_signal(_signal.SIGINT)
-                await anyio.sleep(0.05)
+                await anyio.sleep(REPEAT_SIGNAL_S + 0.1)  # a second press (a quicker repeat is ignored)
                 with contextlib.suppress(ProcessLookupError):  # it may have finished stopping already
                     proc.send_signal(_signal.SIGINT)
                 err = b""

@@ -26,7 +26,7 @@ max_output_tokens = 100
 def _config(tmp: Path, name: str, *, kind: str = "generic", provider: str = "simulated", extra: str = "",
             tail: str = "[generic]\nn_requests = 5\n") -> str:
     p = tmp / f"{name}.toml"
-    p.write_text(f'[campaign]\nname = "{name}"\nkind = "{kind}"\nseed = 2\n[budget]\ncap_usd = 1.0\n'
+    p.write_text(f'[campaign]\nname = "{name}"\nkind = "{kind}"\nseed = 2\ncontact = "ops@example.org"\n[budget]\ncap_usd = 1.0\n'
                  + MODEL.format(provider=provider, extra=extra) + tail, encoding="utf-8")
     return str(p)
 

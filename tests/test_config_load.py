@@ -296,7 +296,7 @@ def test_task_section_checks_read_as_sentences():
     from geoagent.campaigns import register_all_sections
 
     register_all_sections()
-    base = {"campaign": {"name": "x", "kind": "geohint"}, "budget": {"cap_usd": 1.0},
+    base = {"campaign": {"name": "x", "kind": "geohint", "contact": "ops@example.org"}, "budget": {"cap_usd": 1.0},
             "models": [{"name": "a", "provider": "simulated", "model": "m"}]}
 
     def problems(geohint):

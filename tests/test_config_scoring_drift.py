@@ -40,7 +40,7 @@ def test_config_changes_sorts_scoring_keys_from_call_drift(tmp_path):
     tau = config_from_dict(_gv(tmp_path, n_boot=200, tau_m=100.0))  # the claim prompt names tau: a call change
     assert config_changes(tau).calls == ["geoverify"] and config_drift(tau) == ["geoverify"]
     assert config_changes(tau).scoring == {"geoverify.n_boot": (1000, 200)}
-    gh = {**_gv(tmp_path), "campaign": {"name": "gh-scoring", "kind": "geohint"}}
+    gh = {**_gv(tmp_path), "campaign": {"name": "gh-scoring", "kind": "geohint", "contact": "ops@example.org"}}
     Manifest(config_from_dict(gh)).start_run()  # no [geohint] table: the defaults
     rule = config_from_dict({**gh, "geohint": {"echo_rule": "release_first_word", "p_reference": "t", "n_flips": 50}})
     assert config_changes(rule).calls == []
@@ -160,7 +160,7 @@ def test_run_command_prints_info_not_warning_for_a_bootstrap_change(tmp_path, re
 def test_geocoder_settings_are_not_call_drift(tmp_path, capsys):
     """`[geohint.geocoder]` never reaches a model call: a change there is listed apart (`geocoder`), not as
     call drift; a table written with its defaults equals an absent one; the contact alone says nothing."""
-    gh = {**_gv(tmp_path), "campaign": {"name": "gh-geocoder", "kind": "geohint"}}
+    gh = {**_gv(tmp_path), "campaign": {"name": "gh-geocoder", "kind": "geohint", "contact": "ops@example.org"}}
     Manifest(config_from_dict(gh)).start_run()  # no [geohint] table at all
     defaults = config_from_dict({**gh, "geohint": {"geocoder": {"language": "en", "anchor_radius_km": 25.0}}})
     assert config_changes(defaults).calls == [] and config_changes(defaults).geocoder == {}

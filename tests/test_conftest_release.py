@@ -54,3 +54,19 @@ def test_header_and_fixture_follow_env_var(tmp_path):
     assert f"GeoContext release data not found at {missing.resolve()}" in gone.stdout
     assert "tests that need it are skipped" in gone.stdout
     assert "1 skipped" in gone.stdout
+
+
+def test_quiet_run_still_names_the_release_folder(tmp_path):
+    """README's own test command is ``pytest -q``, which hides the header: the line also ends the run's
+    output (terminal summary), so the README's "pytest says which folder was found" holds (walkthrough 9 F)."""
+    fake = tmp_path / "release"
+    fake.mkdir()
+    (fake / "sites.csv").write_text("site,lat,lon\n", encoding="utf-8")
+    env = {**os.environ, RELEASE_ENV: str(fake)}
+    quiet = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         f"{HERE}::test_release_dir_fixture_is_the_resolved_folder"],
+        cwd=HERE.parents[1], env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert f"GeoContext release data: {fake.resolve()} (${RELEASE_ENV})" in quiet.stdout, quiet.stdout

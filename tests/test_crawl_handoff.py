@@ -37,6 +37,7 @@ def _toml(tmp: Path, name: str, kind: str, release_dir: Path, section: str) -> P
 name = "{name}"
 kind = "{kind}"
 seed = 7
+contact = "ops@example.org"
 [paths]
 release_dir = "{release_dir}"
 [budget]

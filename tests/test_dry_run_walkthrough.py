@@ -208,7 +208,7 @@ def test_unused_hosts_section_warns_with_the_used_hosts_and_a_suggestion():
 def test_hosts_of_task_urls_kind_defaults_and_default_model_apis_count_as_used():
     base = {"budget": {"cap_usd": 1.0}}
     # a geohint campaign's geocoder defaults (Wikidata, Nominatim) and a model without base_url (api.openai.com)
-    geohint = {**base, "campaign": {"name": "g", "kind": "geohint"},
+    geohint = {**base, "campaign": {"name": "g", "kind": "geohint", "contact": "ops@example.org"},
                "models": [{"name": "m", "provider": "openai", "model": "x", "price_input_usd_per_mtok": 1,
                            "price_output_usd_per_mtok": 1}],
                "hosts": {"nominatim.openstreetmap.org": {"rate": 1}, "www.wikidata.org": {"rate": 5},

@@ -245,7 +245,7 @@ def test_rule_names_are_checked_everywhere():
 
 def _minimal_cfg(**geohint):
     return {
-        "campaign": {"name": "gh-echo-cfg", "kind": "geohint"},
+        "campaign": {"name": "gh-echo-cfg", "kind": "geohint", "contact": "ops@example.org"},
         "budget": {"cap_usd": 0.0},
         "models": [{"name": "sim", "provider": "simulated", "model": "sim"}],
         "geohint": geohint,

@@ -128,7 +128,7 @@ def test_config_key_is_validated_and_defaults_to_normal():
     from geoagent.geohint.campaign import GeoHintCampaign, settings_of
 
     register_all_sections()
-    base = {"campaign": {"name": "x", "kind": "geohint"}, "budget": {"cap_usd": 0.0},
+    base = {"campaign": {"name": "x", "kind": "geohint", "contact": "ops@example.org"}, "budget": {"cap_usd": 0.0},
             "models": [{"name": "sim", "provider": "simulated", "model": "sim"}]}
     assert settings_of(config_from_dict(base)).p_reference == "normal"
     cfg = config_from_dict({**base, "geohint": {"p_reference": "t"}})

@@ -92,7 +92,7 @@ def test_models_and_settings_from_a_campaign_config():
     from geoagent.geohint.settings import GeoHintSettings
 
     raw = {
-        "campaign": {"name": "gh", "kind": "geohint"},
+        "campaign": {"name": "gh", "kind": "geohint", "contact": "ops@example.org"},
         "budget": {"cap_usd": 1.0},
         "models": [{"name": "haiku", "provider": "simulated", "model": "claude-haiku-4-5"},
                    {"name": "opus", "provider": "simulated", "model": "claude-opus-5", "sampling_rate": 0.5}],
@@ -115,7 +115,7 @@ def test_plan_from_config_on_all_109_sites(release):
     from geoagent.geohint.stages import plan_from_config
 
     cfg = config_from_dict({
-        "campaign": {"name": "gh", "kind": "geohint", "seed": 4},
+        "campaign": {"name": "gh", "kind": "geohint", "seed": 4, "contact": "ops@example.org"},
         "budget": {"cap_usd": 1.0},
         "models": [{"name": "a", "provider": "simulated", "model": "a"}, {"name": "b", "provider": "simulated", "model": "b", "sampling_rate": 0.5}],
         "geohint": {"conditions": ["baseline", "forced"], "baseline_repeats": 2, "max_output_tokens": 700},

@@ -172,7 +172,7 @@ def test_campaign_passes_the_configured_threshold():
     from geoagent.geohint.stages import GeoHintAggregatorStage
 
     register_all_sections()
-    base = {"campaign": {"name": "x", "kind": "geohint"}, "budget": {"cap_usd": 0.0},
+    base = {"campaign": {"name": "x", "kind": "geohint", "contact": "ops@example.org"}, "budget": {"cap_usd": 0.0},
             "models": [{"name": "sim", "provider": "simulated", "model": "sim"}]}
     cfg = config_from_dict({**base, "geohint": {"regime_threshold": 0.3}})
     stage = next(s for s in GeoHintCampaign().stages(cfg) if isinstance(s, GeoHintAggregatorStage))

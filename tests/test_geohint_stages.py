@@ -72,7 +72,7 @@ def _cfg(provider, base_url=None):
         if base_url:
             entry["base_url"] = base_url
         models.append(entry)
-    return config_from_dict({"campaign": {"name": "gh-test", "kind": "geohint", "seed": 0},
+    return config_from_dict({"campaign": {"name": "gh-test", "kind": "geohint", "seed": 0, "contact": "ops@example.org"},
                              "budget": {"cap_usd": 0.0}, "models": models})
 
 

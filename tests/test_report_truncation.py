@@ -106,7 +106,7 @@ def test_geoverify_report_counts_cut_off_answers_per_model_and_arm(tmp_path):
     assert float(by["share cut off, control: swapped image"]["model-a"]) == pytest.approx(2 / 50)
     assert by["share cut off, control: gray field"]["model-a"] == ""  # arm not answered
     assert by["cut off and unparsed"]["model-a"] == "1"
-    assert by["parse failures"]["model-a"] == "1"  # the unparsed cut-off answer is the parse failure
+    assert by["parse failures (all arms)"]["model-a"] == "1"  # the unparsed cut-off answer is the parse failure
     assert by["answers cut off (all arms)"]["model-b"] == "1"
     assert by["no finish reason recorded"]["model-b"] == "20"
     assert by["answers cut off (all arms)"]["pooled"] == "6"
@@ -151,7 +151,7 @@ def test_geoverify_campaign_counts_cut_off_records_of_a_replay(tmp_path, release
     assert by["answers cut off (all arms)"]["claude-haiku-4-5"] == "5"
     assert float(by["share cut off (all arms)"]["claude-haiku-4-5"]) == pytest.approx(5 / n_per_model["claude-haiku-4-5"])
     assert by["cut off and unparsed"]["claude-haiku-4-5"] == "2"
-    assert by["parse failures"]["claude-haiku-4-5"] == "2"
+    assert by["parse failures (all arms)"]["claude-haiku-4-5"] == "2"
     for m in n_per_model:
         assert by["no finish reason recorded"][m] == str(no_reason[m])
         if m != "claude-haiku-4-5":

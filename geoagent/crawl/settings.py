@@ -274,6 +274,18 @@ class CitySpec(_Section):
     lat: float = Field(ge=-90, le=90)
     lon: float = Field(ge=-180, le=180)
 
+    @field_validator("continent")
+    @classmethod
+    def _continent_code(cls, v: str) -> str:
+        # the swapped-image control pairs sites whose continents differ (seed 000 Sec. 5): "eu" beside "EU"
+        # must be one continent, and "Europe" no continent at all (refused, listing the codes)
+        from geoagent.geo import continent_code
+
+        try:
+            return continent_code(v)
+        except ValueError as exc:
+            raise ConfigProblem(str(exc)) from None
+
 
 class CrawlSettings(_Section):
     """The whole ``[crawl]`` section."""

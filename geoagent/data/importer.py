@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from geoagent import paths
+from geoagent.geo import continent_code
 from geoagent.data.model import (
     ContextLadder,
     Image,
@@ -276,6 +277,14 @@ def _read_csv(
 # --- per-file converters ------------------------------------------------------------------------
 
 
+def _continent(row: dict[str, Any], key: str) -> str:
+    # one code per continent whatever the case (the swapped-image control pairs sites whose codes differ)
+    try:
+        return continent_code(_opt(row, key))
+    except ValueError as exc:
+        raise RowError(f"{key}: {exc}") from None
+
+
 def _site(row: dict[str, Any]) -> Site:
     site_id = _req(row, "site")
     try:
@@ -286,7 +295,7 @@ def _site(row: dict[str, Any]) -> Site:
         site_id=site_id,
         city=_req(row, "city"),
         country=_opt(row, "country") or "",
-        continent=_opt(row, "continent") or "",
+        continent=_continent(row, "continent"),
         lat=_float(_req(row, "lat"), "lat", lo=-90, hi=90),
         lon=_float(_req(row, "lon"), "lon", lo=-180, hi=180),
         landmark=_opt(row, "landmark"),
@@ -352,7 +361,7 @@ def _trial(row: dict[str, Any]) -> VerifyTrial:
         d_km=_opt_float(row, "d_km", lo=0),
         band=_opt(row, "band"),
         truth=truth,
-        continent=_opt(row, "cont"),
+        continent=_continent(row, "cont") or None,
         path=normalize_rel_path(_opt(row, "path")),
         image_ref=_opt(row, "image_ref") or (image_id if arm == "main" else None),
         cand_qid=_opt(row, "cand_qid") or _opt(row, "qid"),

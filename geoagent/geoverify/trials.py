@@ -50,7 +50,7 @@ from geoagent.data.model import (
     tier_of,
     verify_band,
 )
-from geoagent.geo import haversine_km
+from geoagent.geo import continent_code, haversine_km
 
 
 def label_trial(
@@ -152,14 +152,14 @@ def build_trials(
     cont_of = dict(continents or {})
     by_continent: dict[str, list[Image]] = {}
     for im in sorted(images, key=lambda im: im.image_id):  # draws must not depend on the order of images
-        c = im.continent or cont_of.get(im.site_id)
+        c = _continent_key(im.continent or cont_of.get(im.site_id))
         if c:
             by_continent.setdefault(c, []).append(im)
     others_of: dict[str | None, list[Image]] = {}
     for im in images:
         rep.n_images += 1
         rng = random.Random(f"{seed}|{im.image_id}")
-        cont = im.continent or cont_of.get(im.site_id)
+        cont = _continent_key(im.continent or cont_of.get(im.site_id))
         signal: list[tuple[float, ReferencePoint]] = []
         cells: dict[str, list[tuple[float, ReferencePoint]]] = {b: [] for b in DECOY_BAND_LABELS}
         seen: set[str] = set()
@@ -223,6 +223,15 @@ def build_trials(
     return trials, rep
 
 
+def _continent_key(c: str | None) -> str | None:
+    # tables written before continents were checked (a crawl's sites.csv with "eu" beside "EU") still pair
+    # by continent code, not by spelling; an unknown value keeps its upper-cased self
+    try:
+        return continent_code(c) or None
+    except ValueError:
+        return str(c).strip().upper() or None
+
+
 def one_continent_note(continents: Iterable[str | None]) -> str | None:
     """Why no swapped-image control (``ctrl_mismatch``) can be built from images of these ``continents`` (one
     entry per city or image; empty / None = not given), or None when at least two distinct continents are
@@ -232,7 +241,7 @@ def one_continent_note(continents: Iterable[str | None]) -> str | None:
     :func:`build_trials`), so images of one continent build none, and a GeoVerify read-out over the trials
     says "swapped-image control not run" (:func:`geoagent.scoring.sdt.readout`: its validity check of that
     arm is skipped)."""
-    named = sorted({c for c in continents if c})
+    named = sorted({k for k in map(_continent_key, continents) if k})
     if len(named) >= 2:
         return None
     where = f"every city is on one continent ({named[0]})" if named else "no city names its continent"

@@ -326,7 +326,8 @@ def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
     (``resolved_level`` ``"none"``) exceeds :data:`UNRESOLVED_WARN_SHARE`, with its counts
     (``m in condition forced: 10 of 10 (100.0 %)``, models then conditions in the report's order); []
     when none does. One line, not one per pair: the cause and advice are the same for all. Such answers
-    count as misses."""
+    count as misses for the hit (Sec. 4.2); their echo (a text match, :mod:`geoagent.geohint.echo`) is scored
+    as for any other answer."""
     cells = []
     for m in agg.models:
         for cond in agg.conditions:
@@ -337,7 +338,10 @@ def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:
         return []
     return [f"Warning: answers that did not geocode (resolved level none), over "
             f"{100 * UNRESOLVED_WARN_SHARE:.0f} % of a model's answers in a condition: {'; '.join(cells)}. They count "
-            f"as misses, so hit and echo rates there mostly measure the geocoder. Here {UNRESOLVED_CAUSE}."]
+            f"as misses, so hit rates there mostly measure the geocoder (and so does what is built on them: the "
+            f"legible/illegible regime of a site's no-context answers; their error km is missing); echo rates do not "
+            f"depend on it (echo is a text match of the answer's area and building against the reference point's "
+            f"names, scored whether or not the answer geocoded). Here {UNRESOLVED_CAUSE}."]
 
 
 def geocoder_failure_warning(dead: int, queued: int, *, left_by: str | None = None) -> str | None:

@@ -280,6 +280,26 @@ def truncation_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
     return warning_lines(counts, setting=TRUNCATION_SETTING)
 
 
+def _parse_failures_text(s: ModelScores) -> str:
+    """``5 (main 3, swapped image 1, gray field 1)``: the parse failures of every arm, split by arm where the
+    scores carry per-arm answer counts (:func:`geoagent.geoverify.campaign.parse_failures_by_arm`)."""
+    from geoagent.geoverify.campaign import CONTROL_LABELS, parse_failures_by_arm
+
+    split = parse_failures_by_arm(s) if s.n_parse_failures else None
+    return str(s.n_parse_failures) + (" (" + ", ".join(f"{CONTROL_LABELS.get(a, a)} {n}" for a, n in split.items())
+                                      + ")" if split else "")
+
+
+def _main_parse_failures(s: ModelScores) -> int | None:
+    """The main arm's parse failures (a count), or None when the scores carry no per-arm answer counts."""
+    from geoagent.geoverify.campaign import parse_failures_by_arm
+
+    if not s.n_parse_failures:
+        return 0
+    split = parse_failures_by_arm(s)
+    return None if split is None else split.get(ARM_MAIN, 0)
+
+
 def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row]:
     """Rows in Table 12 order (plus counts, cut-off answers, F per band and the read-out); see :data:`Row`.
 
@@ -291,7 +311,10 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
     rates = "Response rates"
     rows: list[Row] = [
         ("Responses", "n parsed (main arm)", lambda s: s.n_signal + s.n_noise, lambda s: str(s.n_signal + s.n_noise), None),
-        ("Responses", "parse failures", lambda s: s.n_parse_failures, lambda s: str(s.n_parse_failures), None),
+        # every arm's, as the console's "all arms: parse failures 5 (main 3, ...)"; the main arm's own next
+        ("Responses", "parse failures (all arms)", lambda s: s.n_parse_failures, _parse_failures_text, None),
+        ("Responses", "parse failures, main arm", _main_parse_failures,
+         lambda s: "" if _main_parse_failures(s) is None else str(_main_parse_failures(s)), None),
         *_truncation_rows(scores),
         _rate_row(rates, "H (signal accepted)", lambda s: s.h, "H", lambda s: (s.n_hits, s.n_signal)),
         _rate_row(rates, "F (decoy accepted)", lambda s: s.f, "F", lambda s: (s.n_false_acceptances, s.n_noise)),

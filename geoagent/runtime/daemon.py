@@ -55,6 +55,11 @@ class PipelineRun:
         return {name: await q.counts() for name, q in self.queues.items()}
 
 
+#: a repeat of the signal that asked to stop, arriving within this many seconds of it, is the same request
+#: delivered twice (GNU ``timeout`` signals the process and its process group), not a second press: ignored
+REPEAT_SIGNAL_S = 0.5
+
+
 def stop_message(signum: int, grace_s: float) -> str:
     """The line logged at the first SIGINT/SIGTERM: what stopping does, and what a second signal does
     (:func:`run_pipeline` exits at once with status 130 via ``os._exit``: acknowledged work is kept, tasks in
@@ -157,10 +162,13 @@ async def run_pipeline(
 
     async def signal_watcher(scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            count = 0
+            count, first, first_at = 0, None, 0.0
             async for signum in signals:
+                if count and signum == first and time.monotonic() - first_at < REPEAT_SIGNAL_S:
+                    continue  # the first request delivered twice (GNU timeout: process and group), not a 2nd press
                 count += 1
                 if count == 1:
+                    first, first_at = signum, time.monotonic()
                     log.warning("%s", stop_message(signum, grace_s))
                     view.stopped_by_signal = True
                     for r in runners:

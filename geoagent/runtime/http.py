@@ -86,6 +86,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
 from geoagent.runtime.stage import Abandoned
+from geoagent.textfmt import count_text
 
 
 class HttpError(RuntimeError):
@@ -125,7 +126,7 @@ class RetriesExhausted(HttpError):
         self.attempts = attempts
         self.last = last
         self.retry_after_s = retry_after_s
-        super().__init__(f"{attempts} attempts to {url} failed; last: {last}")
+        super().__init__(f"{count_text(attempts, 'attempt')} to {url} failed; last: {last}")
 
 
 class RetriesStopped(HttpError, Abandoned):

@@ -203,6 +203,7 @@ from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
 from geoagent.runtime.worker import PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
 from geoagent.secrets import redact
+from geoagent.textfmt import count_text
 from geoagent.workers.billing import close_failed_call
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
 
@@ -614,7 +615,7 @@ class _Unreachable(Exception):
     ``handle`` asks the host breaker what next."""
 
     def __init__(self, host: str, streak: int, last: str, attempts: int, streak_id: int = 0) -> None:
-        super().__init__(f"host {host} unreachable after {attempts} attempts: {last}")
+        super().__init__(f"host {host} unreachable after {count_text(attempts, 'attempt')}: {last}")
         self.host = host
         self.streak = streak
         self.last = last
@@ -1091,7 +1092,7 @@ class ModelCaller(Stage):
                     stop.tripped_streak = (exc.host, exc.streak_id) if exc.streak_id else None
                     raise stop from None
                 # nacked: retried later (one queue attempt counted; refunded if this streak opens the breaker)
-                failed = CallFailed(f"host {exc.host} unreachable after {exc.attempts} attempts, nothing sent: "
+                failed = CallFailed(f"host {exc.host} unreachable after {count_text(exc.attempts, 'attempt')}, nothing sent: "
                                     f"{_excerpt(exc.last)}")
                 failed.unreachable_streak = (exc.host, exc.streak_id) if exc.streak_id else None
                 raise failed from None
@@ -1226,7 +1227,7 @@ class ModelCaller(Stage):
                 raise _Unreachable(str(exc.host), int(exc.streak or 0), exc.last, exc.attempts,
                                    int(getattr(exc, "streak_id", 0) or 0)) from None
             if isinstance(exc, RetriesExhausted):
-                raise Missing(f"retries exhausted after {exc.attempts} attempts: {_excerpt(exc.last)}") from None
+                raise Missing(f"retries exhausted after {count_text(exc.attempts, 'attempt')}: {_excerpt(exc.last)}") from None
             if isinstance(exc, OutcomeUnknown):
                 raise CallFailed(f"outcome unknown: {_excerpt(exc.detail)}") from None
             if isinstance(exc, ProviderError):

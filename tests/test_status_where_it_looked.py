@@ -1,0 +1,48 @@
+"""``status`` of a campaign it finds no queues for names the folder it looked in (walkthrough 9, item C).
+
+Before, ``cd /tmp && python run.py status my/verify_lisbon.toml`` said ``no queues yet (campaign not started)`` for
+a finished campaign: the data roots are relative to the working directory (documented), so status looked in
+/tmp/queues. Now the line names the absolute folder and says the roots are relative to the working directory
+unless the config's [paths] (or $GEOAGENT_QUEUES / $GEOAGENT_STATE) set them.
+"""
+
+from __future__ import annotations
+
+from geoagent.cli import main
+
+CONFIG = """[campaign]
+name = "where"
+kind = "generic"
+seed = 2
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+[generic]
+n_requests = 3
+"""
+
+
+def test_status_names_the_absolute_folder_it_looked_in(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("GEOAGENT_QUEUES", raising=False)
+    monkeypatch.delenv("GEOAGENT_STATE", raising=False)
+    ran, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    ran.mkdir()
+    elsewhere.mkdir()
+    cfg = ran / "c.toml"
+    cfg.write_text(CONFIG, encoding="utf-8")
+    monkeypatch.chdir(ran)
+    assert main(["run", str(cfg), "--no-live"]) == 0
+    assert (ran / "queues" / "where").is_dir()
+    capsys.readouterr()
+    monkeypatch.chdir(elsewhere)
+    assert main(["status", str(cfg)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"no queues yet (campaign not started) in {elsewhere / 'queues' / 'where'}" in out, out
+    assert "relative to the working directory" in out and "[paths]" in out, out
+    monkeypatch.chdir(ran)  # from the folder it ran in, status finds it
+    assert main(["status", str(cfg)]) == 0
+    assert "no queues yet" not in capsys.readouterr().out
