@@ -729,6 +729,47 @@ class SQLiteQueue(WorkQueue):
 
         return _Op(tx, inline=False)
 
+    def _ready_keys_op(self) -> _Op:
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            # two range probes of the (state, not_before) index: every ready task, and expired leases
+            rows = conn.execute("SELECT key FROM tasks WHERE state = ?", (READY,)).fetchall()
+            rows += conn.execute("SELECT key FROM tasks WHERE state = ? AND not_before <= ?", (LEASED, now)).fetchall()
+            return [k for (k,) in rows]
+
+        return _Op(tx, write=False, inline=False)
+
+    def _dead_letter_ready_op(self, keys: list[str], reason: str) -> _Op:
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            moved: list[str] = []
+            from_ready = from_leased = 0
+            for key in keys:
+                row = conn.execute("SELECT id, state, not_before FROM tasks WHERE key = ?", (key,)).fetchone()
+                if row is None:
+                    continue
+                row_id, state, not_before = row
+                if state == READY:
+                    from_ready += 1
+                elif state == LEASED and not_before <= now:  # an expired lease: held by nobody
+                    from_leased += 1
+                else:
+                    continue
+                # the write lock is held (BEGIN IMMEDIATE): the state read above is still the state now
+                conn.execute("UPDATE tasks SET state = ?, not_before = ?, last_error = ?, lease_id = NULL "
+                             "WHERE id = ?", (DEAD, now, reason, row_id))
+                moved.append(key)
+            _bump(conn, {READY: -from_ready, LEASED: -from_leased, DEAD: from_ready + from_leased})
+            return moved
+
+        return _Op(tx, inline=False)
+
+    def _dead_keys_op(self, reason_prefix: str) -> _Op:
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            rows = conn.execute("SELECT key FROM tasks WHERE state = ? AND substr(coalesce(last_error, ''), 1, ?) = ?",
+                                (DEAD, len(reason_prefix), reason_prefix)).fetchall()
+            return [k for (k,) in rows]
+
+        return _Op(tx, write=False, inline=False)
+
     # ------------------------------------------------------------------ synchronous API
     def put_many_sync(self, items: Iterable[tuple[str, dict[str, Any]]]) -> int:
         """Synchronous :meth:`put_many`: enqueue ``(key, payload)`` pairs; return how many were new.
@@ -968,6 +1009,33 @@ class SQLiteQueue(WorkQueue):
             An old file opened with ``migrate=False``.
         """
         return await self._async(self._requeue_op(keys))
+
+    async def ready_keys(self) -> list[str]:
+        """Keys of the tasks idle now (ready, also waiting out a backoff, or leased under an expired lease); a
+        snapshot (:meth:`WorkQueue.ready_keys`). Two index range probes, O(log N + idle tasks)."""
+        return await self._async(self._ready_keys_op())
+
+    async def dead_letter_ready(self, keys: Sequence[str], reason: str, *, chunk: int = 500) -> list[str]:
+        """Send each of ``keys`` still idle to dead with ``reason`` (no attempt counted), one ``BEGIN
+        IMMEDIATE`` transaction per ``chunk`` keys, so the check and the move are one atomic step while other
+        processes lease (:meth:`WorkQueue.dead_letter_ready`); return the keys moved.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        if isinstance(keys, str):
+            raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
+        moved: list[str] = []
+        iterator = iter(list(keys))
+        while part := _take(iterator, max(1, int(chunk))):
+            moved += await self._async(self._dead_letter_ready_op(part, str(reason)))
+        return moved
+
+    async def dead_keys(self, reason_prefix: str = "") -> list[str]:
+        """Keys of the dead tasks whose reason starts with ``reason_prefix`` (a walk of the dead range)."""
+        return await self._async(self._dead_keys_op(str(reason_prefix)))
 
     async def close(self) -> None:
         """Close the queue; calls already on the worker thread finish first. Idempotent."""
