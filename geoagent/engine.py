@@ -65,7 +65,7 @@ from geoagent import constants as C
 from geoagent.files import remove_stale_temp_files
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
-from geoagent.runtime.queue import DeadLetter, QueueCounts
+from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
 from geoagent.runtime.stage import Message, Stage, StageContext
 
 log = logging.getLogger(__name__)
@@ -272,11 +272,15 @@ class Outcome:
     planned_while_watching: int = 0
     #: how :attr:`planned_while_watching` came about, in the summary's ``planned`` line
     watched_how: str = "added to the config while watching"
+    #: per edge: dead tasks set aside because the current plan no longer holds them (reason
+    #: :data:`~geoagent.runtime.queue.SUPERSEDED`; :func:`set_aside_unplanned`): not failures, not missing
+    superseded: dict[str, int] = field(default_factory=dict)
 
     @property
     def missing(self) -> int:
-        """Tasks that ended in a dead-letter queue on any edge (missing results, never wrong answers)."""
-        return sum(c.dead for c in self.counts.values())
+        """Tasks that ended in a dead-letter queue on any edge (missing results, never wrong answers), less those
+        set aside as no longer planned (:attr:`superseded`)."""
+        return sum(c.dead for c in self.counts.values()) - sum(self.superseded.values())
 
     def interim_note(self) -> str | None:
         """A sentence for reports written when the run stopped with work pending, else None; it counts the answers
@@ -392,7 +396,9 @@ class Outcome:
                    if self.planned_while_watching else "")
         lines.append(f"  planned {self.planned} {self.plan_unit}{watched}")
         for edge, c in self.counts.items():
-            lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}")
+            aside = self.superseded.get(edge, 0)
+            lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}"
+                         + (f" ({aside} superseded)" if aside else ""))
         if self.spend:
             s = self.spend
             # money still held by open reservations (calls in flight, e.g. another --stages process's) is shown
@@ -420,6 +426,11 @@ class Outcome:
             when = "before the cap" if self.status == "budget exhausted" else "so far"
             lines.append(f"  answered {when}, per model (stored answers / planned calls): {self.coverage_text()}")
             lines.extend(f"  !!! WARNING: {w}" for w in self.coverage_warnings())
+        aside = sum(self.superseded.values())
+        if aside:
+            lines.append(f"  set aside: {aside} task{'s' if aside != 1 else ''} superseded, not in the current plan "
+                         "(the config changed since an earlier run queued them): never sent, not counted as missing; "
+                         "`run.py dead CONFIG` lists them, `--requeue` brings them back")
         if self.missing:
             lines.append(f"  missing: {self.missing} tasks dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
             from geoagent.status import describe_reason
@@ -1102,11 +1113,20 @@ async def _run(
             plan = _count_models(plan, planned_by_model)
         plan_q = queues.get(kind.plan_edge)
         before = {e: await q.counts() for e, q in queues.items()}
-        n_planned = await enqueue_plan(plan, plan_q)
+        # the planned keys, when this process answers for the plan edge (set_aside_unplanned)
+        plan_keys: set[str] | None = set() if plan_q is not None and plans_whole_edge(cfg, kind, stages,
+                                                                                      only_stages, watch) else None
+        n_planned = await enqueue_plan(plan, plan_q, keys=plan_keys)
         # what the config change means is decided now that the plan is queued: does it add work next to
         # answers made under the old settings? (decided before planning, it said "affects none of it" and then
         # planned 114 new requests)
         drift = config_drift_after_plan(cfg, kind, ctx, before, (await plan_q.counts()) if plan_q else None)
+        if plan_keys is not None:
+            # tasks an earlier plan left queued that this plan no longer holds are set aside (dead, reason
+            # "superseded: ..."), never sent; set-aside tasks this plan holds again come back
+            for ln in await set_aside_unplanned(cfg, plan_q, plan_keys, drift):
+                print(ln, file=sys.stderr)
+            plan_keys = None  # memory back
     except BaseException:
         for q in queues.values():
             await q.close()
@@ -1177,7 +1197,11 @@ async def _run(
         # finishes the campaign answers for every edge, so work dead-lettered by a process that ended earlier
         # still makes the campaign ``incomplete``
         judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
-        dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
+        # tasks set aside because the current plan no longer holds them are no failure of the run
+        superseded = {e: n for e, q in queues.items() if counts[e].dead and (n := await count_superseded(q))}
+        dead = {e: await q.dead_letters(20 + superseded.get(e, 0)) for e, q in queues.items() if counts[e].dead}
+        dead = {e: items[:20] for e, d in dead.items()
+                if (items := [x for x in d if not x.reason.startswith(SUPERSEDED)])}
         auth = ctx.services.get(AUTH_BREAKER_SERVICE)
         model_hosts = ctx.services.get(HOST_BREAKER_SERVICE)
         blocked = any(r.stats.blocked for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER)
@@ -1208,7 +1232,8 @@ async def _run(
             status, code = STATUS_AUTH, EXIT_AUTH
         elif view.budget_stopped:
             status, code = "budget exhausted", EXIT_BUDGET
-        elif hosts_down or any(c.dead or c.ready or c.leased for e, c in counts.items() if e in judged):
+        elif hosts_down or any(c.dead - superseded.get(e, 0) or c.ready or c.leased
+                               for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
         elif only_stages and any(c.ready or c.leased for c in counts.values()):
             # this process's stages are done, other processes' stages are not: not "complete"
@@ -1228,6 +1253,7 @@ async def _run(
             planned_by_model=planned_by_model,
             answered_by_model=_answered_by_model(ctx, planned_by_model),
             planned_while_watching=n_watched,
+            superseded=superseded,
             **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
                if baseline is not None else {}),
             **_replay_figures(cfg, ledger),
@@ -1674,16 +1700,93 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     return decision
 
 
-async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK) -> int:
+def plans_whole_edge(cfg: Any, kind: CampaignKind, stages: Sequence[Stage], only_stages: Sequence[str] | None,
+                     watch: bool) -> bool:
+    """Whether this process's plan is the whole intended content of the plan edge, so that a queued task whose
+    key it does not hold may be set aside (:func:`set_aside_unplanned`): not for a ``--stages`` process that
+    runs no stage reading the plan edge (the process that does answers for it), nor for a ``--watch`` process
+    whose plan follows input files another campaign may still be writing (:meth:`CampaignKind.plan_inputs`, e.g.
+    an evaluation over a crawl's folder: a plan read mid-way could hold fewer tasks than intended)."""
+    if only_stages and not any(s.input_edge == kind.plan_edge for s in stages):
+        return False
+    return not (watch and kind.plan_inputs(cfg))
+
+
+def superseded_reason(drift: Any) -> str:
+    """The dead-letter reason of a task set aside because the current plan no longer holds it:
+    ``superseded: not in the current plan (config changed: geoverify.n_per_band: 3 -> 2)``; without a recorded
+    config change (a plan input changed, or no manifest), ``(the config or its inputs changed)``."""
+    from geoagent.runtime.drift import changed_keys_text
+
+    changed = (getattr(drift, "record", None) or {}).get("changed") or {}
+    why = (f"config changed: {changed_keys_text({k: tuple(v) for k, v in changed.items()})}" if changed
+           else "the config or its inputs changed")
+    return f"{SUPERSEDED} not in the current plan ({why})"
+
+
+async def count_superseded(queue: Any) -> int:
+    """How many dead tasks of ``queue`` were set aside as superseded (0 when the backend cannot list them)."""
+    keys = await queue.dead_keys(SUPERSEDED) if hasattr(queue, "dead_keys") else None
+    return len(keys or [])
+
+
+#: tasks moved to dead per compare-and-set batch when setting aside superseded tasks
+SET_ASIDE_CHUNK = 500
+
+
+async def set_aside_unplanned(cfg: Any, queue: Any, plan_keys: set[str], drift: Any = None) -> list[str]:
+    """Set aside the tasks of the plan edge ``queue`` that an earlier plan queued and the current plan
+    (``plan_keys``, every key it holds) no longer holds, and bring back the set-aside ones it holds again;
+    return the lines for stderr (none when nothing changed).
+
+    A re-run whose config plans fewer tasks (``[geoverify] n_per_band`` 3 -> 2, ``trials = "build"``, GeoHint
+    ``images_per_site`` or ``[generic] n_requests`` lowered) used to lease and pay for every task the earlier
+    plan left ready, answers the scorer then left out (a walkthrough paid 1,067 calls for a 678-request plan).
+    Now each such task that is still idle (ready, or under an expired lease: never one a live process holds) goes
+    to dead with :func:`superseded_reason` through :meth:`~geoagent.runtime.queue.WorkQueue.dead_letter_ready`,
+    a compare-and-set per task that other processes leasing meanwhile cannot race; ``run.py dead CONFIG`` lists
+    them, ``--requeue`` brings them back, and a later plan that holds a key again requeues it here. Tasks done or
+    dead for another reason are left as they are. A backend without these operations is left unchanged.
+    """
+    lines: list[str] = []
+    back = [k for k in (await queue.dead_keys(SUPERSEDED) or []) if k in plan_keys]
+    if back:
+        n = await queue.requeue_dead(back)
+        lines.append(f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no "
+                     "longer planned are in the current plan again: queued again")
+    idle = await queue.ready_keys()
+    if not idle:
+        return lines
+    unplanned = [k for k in idle if k not in plan_keys]
+    if not unplanned:
+        return lines
+    reason = superseded_reason(drift)
+    moved: list[str] = []
+    for i in range(0, len(unplanned), SET_ASIDE_CHUNK):
+        moved += await queue.dead_letter_ready(unplanned[i:i + SET_ASIDE_CHUNK], reason) or []
+    if moved:
+        lines.append(f"info: campaign {cfg.name}: set aside {len(moved)} queued task{'s' if len(moved) != 1 else ''} "
+                     f"of edge {queue.name} that the current plan no longer holds; they will not be sent "
+                     f"({reason}). `run.py dead {getattr(cfg, 'source', None) or 'CONFIG'}` lists them, "
+                     "`--requeue` brings them back.")
+    return lines
+
+
+async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK,
+                       keys: set[str] | None = None) -> int:
     """Put the planned messages into ``queue`` in chunks of ``chunk``; return how many were planned.
 
     Consumes ``plan`` lazily (a generator is never materialised), so memory stays flat for any campaign
-    size. Existing task keys are no-ops (idempotent re-planning on resume). ``queue`` None only counts.
+    size, except that ``keys`` (when given) collects every planned task key (one str per task: what
+    :func:`set_aside_unplanned` compares the queue with). Existing task keys are no-ops (idempotent
+    re-planning on resume). ``queue`` None only counts.
     """
     n = 0
     batch: list[Message] = []
     for msg in plan:
         n += 1
+        if keys is not None:
+            keys.add(msg[0])
         if queue is None:
             continue
         batch.append(msg)
