@@ -1343,7 +1343,10 @@ class IdleHandoffTick:
         if mark == self._last or not any(c.done for c in counts.values()):
             return
         self._last = mark
-        args: tuple[Any, ...] = (not any(c.dead for c in counts.values()),)
+        # tasks set aside as no longer planned (superseded) are no failure: they leave the hand-off complete
+        queues = getattr(view, "queues", None) or {}
+        aside = {e: await count_superseded(queues[e]) for e, c in counts.items() if c.dead and e in queues}
+        args: tuple[Any, ...] = (not any(c.dead - aside.get(e, 0) for e, c in counts.items()),)
         if self.snapshot is not None:
             try:  # on the loop's thread: the thread then reads only these copies
                 args += (self.snapshot(),)
@@ -1706,7 +1709,11 @@ def plans_whole_edge(cfg: Any, kind: CampaignKind, stages: Sequence[Stage], only
     key it does not hold may be set aside (:func:`set_aside_unplanned`): not for a ``--stages`` process that
     runs no stage reading the plan edge (the process that does answers for it), nor for a ``--watch`` process
     whose plan follows input files another campaign may still be writing (:meth:`CampaignKind.plan_inputs`, e.g.
-    an evaluation over a crawl's folder: a plan read mid-way could hold fewer tasks than intended)."""
+    an evaluation over a crawl's folder: a plan read mid-way could hold fewer tasks than intended). Only for the
+    model requests edge (an evaluation's paid calls): a crawl's ``cities`` edge also takes cities that a
+    ``--watch`` run reads from its config as it goes, and tasks put there by hand."""
+    if kind.plan_edge != C.EDGE_REQUESTS:
+        return False
     if only_stages and not any(s.input_edge == kind.plan_edge for s in stages):
         return False
     return not (watch and kind.plan_inputs(cfg))
@@ -1855,7 +1862,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         payloads, earlier = run_would_handle(cfg, kind, messages)
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
                        image_base_dir=ctx.services.get("image_base_dir"))
-        est.done_earlier, est.dead_earlier, est.queued_earlier = earlier
+        est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
     if out.exit_code == EXIT_CONFIG:  # the last line says why the exit is 2
@@ -1865,11 +1872,13 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
 
 
 def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
-                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int]]:
+                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int, int]]:
     """The request payloads a real run of ``cfg`` would hand the model caller now, for the dry run, and
-    ``(done, dead, queued)``: planned tasks an earlier run already finished, planned tasks it dead-lettered
-    (neither is handled again; ``dead --requeue`` brings the dead back), and tasks an earlier run queued that
-    are still pending.
+    ``(done, dead, queued, set_aside)``: planned tasks an earlier run already finished, planned tasks it
+    dead-lettered (neither is handled again; ``dead --requeue`` brings the dead back), tasks an earlier run
+    queued that are still pending (also those it set aside as no longer planned that this plan holds again: the
+    run queues them again), and queued tasks this plan no longer holds, which the run sets aside unsent
+    (:func:`set_aside_unplanned`; held by nobody: one in flight in another process is counted as queued).
 
     Enqueuing is idempotent by task key, so a task planned earlier keeps its queued payload whatever the
     config says now (a changed ``max_output_tokens`` or prompt does not reach it): the run handles the queue's
@@ -1880,14 +1889,20 @@ def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
 
     queued = read_planned(cfg.queues_root(), cfg.name, kind.plan_edge, (k for k, _ in messages))
     if queued is None:
-        return [p for _, p in messages], (0, 0, 0)
+        return [p for _, p in messages], (0, 0, 0, 0)
     done = sum(1 for st in queued.states.values() if st == "done")
-    dead = sum(1 for st in queued.states.values() if st == "dead")
+    dead = sum(1 for st in queued.states.values() if st == "dead") - len(queued.superseded)
     new = [p for k, p in messages if k not in queued.states]
+    planned = {k for k, _ in messages}
+    aside = [k for k, _ in queued.pending if k in queued.idle and k not in planned]
+    kept = [(k, p) for k, p in queued.pending if k in planned or k not in queued.idle]
+    if not plans_whole_edge(cfg, kind, [], None, False):  # a kind whose plan edge is never trimmed
+        aside, kept = [], list(queued.pending)
+    kept += list(queued.superseded.items())  # set aside earlier, planned again: queued again
     names = {m.name for m in cfg.models}
     # a queued task of a model no longer in the config is dead-lettered by the run, not called
-    pending = [p for _, p in queued.pending if not isinstance(p.get("model"), str) or p["model"] in names]
-    return pending + new, (done, dead, len(pending))
+    pending = [p for _, p in kept if not isinstance(p.get("model"), str) or p["model"] in names]
+    return pending + new, (done, dead, len(pending), len(aside))
 
 
 def estimate_lines(est: Any, cfg: Any) -> list[str]:
@@ -1956,6 +1971,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                        "--requeue` would)")
     if getattr(est, "queued_earlier", 0):
         earlier.append(f"{est.queued_earlier} queued by an earlier run are counted as queued")
+    if getattr(est, "superseded_earlier", 0):
+        earlier.append(f"{est.superseded_earlier} queued by an earlier run that this plan no longer holds will be "
+                       "set aside unsent (superseded; `run.py dead CONFIG --requeue` would bring them back)")
     if earlier:
         lines.append("  planned earlier: " + "; ".join(earlier) + " (a task keeps the request it was queued with: "
                      "config changes since reach only requests not queued yet; use a new [campaign] name to "

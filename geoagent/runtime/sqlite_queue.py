@@ -125,7 +125,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -857,6 +857,10 @@ class SQLiteQueue(WorkQueue):
         """Synchronous :meth:`requeue_dead`."""
         return self._sync(self._requeue_op(keys))
 
+    def dead_keys_sync(self, reason_prefix: str = "") -> list[str]:
+        """Synchronous :meth:`dead_keys` (``status`` counts the superseded tasks with it)."""
+        return self._sync(self._dead_keys_op(str(reason_prefix)))
+
     def state_of(self, key: str) -> str | None:
         """State of ``key``: ``"ready"``, ``"leased"`` (also when the lease has expired), ``"done"``,
         ``"dead"``, or ``None`` if it was never put."""
@@ -1092,10 +1096,18 @@ class QueuedPlan:
         there was never put.
     pending : list of (str, dict)
         Every ready or leased task of the queue (asked for or not), key and payload, in insertion order.
+    idle : frozenset of str
+        Of ``pending``, the keys held by nobody (ready, or leased under an expired lease): those a run whose plan
+        does not hold them sets aside (:func:`geoagent.engine.set_aside_unplanned`).
+    superseded : dict of str to dict
+        Of the asked keys, those dead with a ``superseded:`` reason (set aside by an earlier run), with their
+        payloads: a run whose plan holds them queues them again.
     """
 
     states: dict[str, str]
     pending: list[tuple[str, dict[str, Any]]]
+    idle: frozenset[str] = frozenset()
+    superseded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: Iterable[str], *,
@@ -1117,21 +1129,30 @@ def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: I
         return None
     wanted = list(dict.fromkeys(keys))
 
-    def tx(conn: sqlite3.Connection, now: float) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
+    from geoagent.runtime.queue import SUPERSEDED
+
+    def tx(conn: sqlite3.Connection, now: float) -> tuple[Any, ...]:
         states: dict[str, str] = {}
+        aside: list[tuple[str, bytes]] = []
         for i in range(0, len(wanted), chunk):
             part = wanted[i:i + chunk]
-            rows = conn.execute(f"SELECT key, state FROM tasks WHERE key IN ({','.join('?' * len(part))})", part)
-            states.update((k, STATE_NAMES[st]) for k, st in rows)
-        pending = conn.execute("SELECT key, payload FROM tasks WHERE state IN (?, ?) ORDER BY id",
-                               (READY, LEASED)).fetchall()
-        return states, pending
+            rows = conn.execute(f"SELECT key, state, CASE WHEN state = ? AND substr(coalesce(last_error, ''), 1, ?) = ? "
+                                f"THEN payload END FROM tasks WHERE key IN ({','.join('?' * len(part))})",
+                                (DEAD, len(SUPERSEDED), SUPERSEDED, *part))
+            for k, st, blob in rows:
+                states[k] = STATE_NAMES[st]
+                if blob is not None:
+                    aside.append((k, blob))
+        pending = conn.execute("SELECT key, payload, state = ? OR not_before <= ? FROM tasks WHERE state IN (?, ?) "
+                               "ORDER BY id", (READY, now, READY, LEASED)).fetchall()
+        return states, pending, aside
 
     try:
-        states, pending = queue._sync(_Op(tx, write=False))
+        states, pending, aside = queue._sync(_Op(tx, write=False))
     finally:
         queue.close_sync()
-    return QueuedPlan(states, [(k, orjson.loads(blob)) for k, blob in pending])
+    return QueuedPlan(states, [(k, orjson.loads(blob)) for k, blob, _ in pending],
+                      frozenset(k for k, _, idle in pending if idle), {k: orjson.loads(b) for k, b in aside})
 
 
 # ---------------------------------------------------------------------- helpers
