@@ -11,7 +11,8 @@ Outcomes and exit codes
 status                 code   meaning
 =====================  =====  =====================================================================
 complete               0      every planned task reached the end of the pipeline
-incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error),
+incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error;
+                              not tasks set aside as no longer planned, :func:`set_aside_unplanned`),
                               or left queued because a stage stopped: a host it needs could not be reached
                               (:mod:`geoagent.runtime.worker`, "Unreachable hosts"; the summary names the
                               host and what to check; re-run the same command to resume), or a model's
