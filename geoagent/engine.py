@@ -1114,20 +1114,21 @@ async def _run(
             plan = _count_models(plan, planned_by_model)
         plan_q = queues.get(kind.plan_edge)
         before = {e: await q.counts() for e, q in queues.items()}
-        # the planned keys, when this process answers for the plan edge (set_aside_unplanned)
-        plan_keys: set[str] | None = set() if plan_q is not None and plans_whole_edge(cfg, kind, stages,
-                                                                                      only_stages, watch) else None
-        n_planned = await enqueue_plan(plan, plan_q, keys=plan_keys)
+        # when this process answers for the plan edge: the tasks an earlier plan left idle or set aside, checked
+        # off against the plan as it streams (set_aside_unplanned); None for a fresh queue (nothing to compare)
+        check = (await PlanCheck.of(plan_q) if plan_q is not None and plans_whole_edge(cfg, kind, stages,
+                                                                                      only_stages, watch) else None)
+        n_planned = await enqueue_plan(plan, plan_q, check=check)
         # what the config change means is decided now that the plan is queued: does it add work next to
         # answers made under the old settings? (decided before planning, it said "affects none of it" and then
         # planned 114 new requests)
         drift = config_drift_after_plan(cfg, kind, ctx, before, (await plan_q.counts()) if plan_q else None)
-        if plan_keys is not None:
+        if check is not None:
             # tasks an earlier plan left queued that this plan no longer holds are set aside (dead, reason
             # "superseded: ..."), never sent; set-aside tasks this plan holds again come back
-            for ln in await set_aside_unplanned(cfg, plan_q, plan_keys, drift):
+            for ln in await set_aside_unplanned(cfg, plan_q, check, drift):
                 print(ln, file=sys.stderr)
-            plan_keys = None  # memory back
+            check = None
     except BaseException:
         for q in queues.values():
             await q.close()
@@ -1742,10 +1743,46 @@ async def count_superseded(queue: Any) -> int:
 SET_ASIDE_CHUNK = 500
 
 
-async def set_aside_unplanned(cfg: Any, queue: Any, plan_keys: set[str], drift: Any = None) -> list[str]:
-    """Set aside the tasks of the plan edge ``queue`` that an earlier plan queued and the current plan
-    (``plan_keys``, every key it holds) no longer holds, and bring back the set-aside ones it holds again;
-    return the lines for stderr (none when nothing changed).
+class PlanCheck:
+    """What a plan is checked against while it streams into its queue (:func:`enqueue_plan`), for
+    :func:`set_aside_unplanned`: the keys of the tasks an earlier plan left idle in the queue (ready, or under
+    an expired lease) and of those it set aside as superseded, read before planning. Each planned key is
+    checked off as it passes, so memory holds only those earlier tasks, never the whole plan (a
+    1,000,000-task campaign keeps its flat planning memory; a fresh queue has none to hold).
+
+    Attributes
+    ----------
+    unplanned : set of str
+        Idle task keys the plan has not held (so far; after planning: the ones to set aside).
+    back : set of str
+        Set-aside (superseded) task keys the plan holds again (to queue again).
+    """
+
+    __slots__ = ("unplanned", "_aside", "back")
+
+    def __init__(self, idle: Iterable[str], aside: Iterable[str]) -> None:
+        self.unplanned, self._aside, self.back = set(idle), set(aside), set()
+
+    @classmethod
+    async def of(cls, queue: Any) -> "PlanCheck | None":
+        """The check of ``queue`` read now (before planning), or None when the queue holds no idle task and no
+        superseded one (a fresh campaign, or every task done: nothing can be set aside or brought back)."""
+        idle = await queue.ready_keys()
+        aside = await queue.dead_keys(SUPERSEDED) or []
+        return cls(idle, aside) if idle or aside else None
+
+    def see(self, key: str) -> None:
+        """Check off one planned task key."""
+        self.unplanned.discard(key)
+        if key in self._aside:
+            self.back.add(key)
+
+
+async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any = None) -> list[str]:
+    """Set aside the tasks of the plan edge ``queue`` that an earlier plan queued and the current plan no longer
+    holds (``check.unplanned``, :class:`PlanCheck`, after :func:`enqueue_plan` streamed the plan through it),
+    and bring back the set-aside ones it holds again (``check.back``); return the lines for stderr (none when
+    nothing changed).
 
     A re-run whose config plans fewer tasks (``[geoverify] n_per_band`` 3 -> 2, ``trials = "build"``, GeoHint
     ``images_per_site`` or ``[generic] n_requests`` lowered) used to lease and pay for every task the earlier
@@ -1754,18 +1791,14 @@ async def set_aside_unplanned(cfg: Any, queue: Any, plan_keys: set[str], drift: 
     to dead with :func:`superseded_reason` through :meth:`~geoagent.runtime.queue.WorkQueue.dead_letter_ready`,
     a compare-and-set per task that other processes leasing meanwhile cannot race; ``run.py dead CONFIG`` lists
     them, ``--requeue`` brings them back, and a later plan that holds a key again requeues it here. Tasks done or
-    dead for another reason are left as they are. A backend without these operations is left unchanged.
+    dead for another reason are left as they are.
     """
     lines: list[str] = []
-    back = [k for k in (await queue.dead_keys(SUPERSEDED) or []) if k in plan_keys]
-    if back:
-        n = await queue.requeue_dead(back)
+    if check.back:
+        n = await queue.requeue_dead(sorted(check.back))
         lines.append(f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no "
                      "longer planned are in the current plan again: queued again")
-    idle = await queue.ready_keys()
-    if not idle:
-        return lines
-    unplanned = [k for k in idle if k not in plan_keys]
+    unplanned = sorted(check.unplanned)
     if not unplanned:
         return lines
     reason = superseded_reason(drift)
@@ -1781,20 +1814,20 @@ async def set_aside_unplanned(cfg: Any, queue: Any, plan_keys: set[str], drift: 
 
 
 async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK,
-                       keys: set[str] | None = None) -> int:
+                       check: PlanCheck | None = None) -> int:
     """Put the planned messages into ``queue`` in chunks of ``chunk``; return how many were planned.
 
     Consumes ``plan`` lazily (a generator is never materialised), so memory stays flat for any campaign
-    size, except that ``keys`` (when given) collects every planned task key (one str per task: what
-    :func:`set_aside_unplanned` compares the queue with). Existing task keys are no-ops (idempotent
-    re-planning on resume). ``queue`` None only counts.
+    size. Existing task keys are no-ops (idempotent re-planning on resume). ``queue`` None only counts.
+    ``check`` (when given) sees every planned task key (:class:`PlanCheck`: what :func:`set_aside_unplanned`
+    compares the queue with).
     """
     n = 0
     batch: list[Message] = []
     for msg in plan:
         n += 1
-        if keys is not None:
-            keys.add(msg[0])
+        if check is not None:
+            check.see(msg[0])
         if queue is None:
             continue
         batch.append(msg)
