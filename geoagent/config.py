@@ -1700,6 +1700,8 @@ class Estimate:
     done_earlier: int = 0
     dead_earlier: int = 0
     queued_earlier: int = 0
+    #: queued tasks the plan no longer holds, which the run sets aside unsent (:func:`geoagent.engine.set_aside_unplanned`)
+    superseded_earlier: int = 0
     #: the planned calls to make, in queue order: model index (into ``by_model``), expected and worst USD
     _order: Any = field(default=None, repr=False)
 
@@ -1722,6 +1724,7 @@ class Estimate:
             "done_earlier": self.done_earlier,
             "dead_earlier": self.dead_earlier,
             "queued_earlier": self.queued_earlier,
+            "superseded_earlier": self.superseded_earlier,
             "by_model": {k: vars_of(v) for k, v in self.by_model.items()},
         }
 

@@ -11,7 +11,8 @@ Outcomes and exit codes
 status                 code   meaning
 =====================  =====  =====================================================================
 complete               0      every planned task reached the end of the pipeline
-incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error),
+incomplete             3      some work is missing (dead-lettered: retries exhausted or permanent error;
+                              not tasks set aside as no longer planned, :func:`set_aside_unplanned`),
                               or left queued because a stage stopped: a host it needs could not be reached
                               (:mod:`geoagent.runtime.worker`, "Unreachable hosts"; the summary names the
                               host and what to check; re-run the same command to resume), or a model's
@@ -65,7 +66,7 @@ from geoagent import constants as C
 from geoagent.files import remove_stale_temp_files
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
-from geoagent.runtime.queue import DeadLetter, QueueCounts
+from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
 from geoagent.runtime.stage import Message, Stage, StageContext
 
 log = logging.getLogger(__name__)
@@ -272,11 +273,15 @@ class Outcome:
     planned_while_watching: int = 0
     #: how :attr:`planned_while_watching` came about, in the summary's ``planned`` line
     watched_how: str = "added to the config while watching"
+    #: per edge: dead tasks set aside because the current plan no longer holds them (reason
+    #: :data:`~geoagent.runtime.queue.SUPERSEDED`; :func:`set_aside_unplanned`): not failures, not missing
+    superseded: dict[str, int] = field(default_factory=dict)
 
     @property
     def missing(self) -> int:
-        """Tasks that ended in a dead-letter queue on any edge (missing results, never wrong answers)."""
-        return sum(c.dead for c in self.counts.values())
+        """Tasks that ended in a dead-letter queue on any edge (missing results, never wrong answers), less those
+        set aside as no longer planned (:attr:`superseded`)."""
+        return sum(c.dead for c in self.counts.values()) - sum(self.superseded.values())
 
     def interim_note(self) -> str | None:
         """A sentence for reports written when the run stopped with work pending, else None; it counts the answers
@@ -392,7 +397,9 @@ class Outcome:
                    if self.planned_while_watching else "")
         lines.append(f"  planned {self.planned} {self.plan_unit}{watched}")
         for edge, c in self.counts.items():
-            lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}")
+            aside = self.superseded.get(edge, 0)
+            lines.append(f"  {edge:>10}: ready {c.ready}  leased {c.leased}  done {c.done}  dead {c.dead}"
+                         + (f" ({aside} superseded)" if aside else ""))
         if self.spend:
             s = self.spend
             # money still held by open reservations (calls in flight, e.g. another --stages process's) is shown
@@ -420,6 +427,11 @@ class Outcome:
             when = "before the cap" if self.status == "budget exhausted" else "so far"
             lines.append(f"  answered {when}, per model (stored answers / planned calls): {self.coverage_text()}")
             lines.extend(f"  !!! WARNING: {w}" for w in self.coverage_warnings())
+        aside = sum(self.superseded.values())
+        if aside:
+            lines.append(f"  set aside: {aside} task{'s' if aside != 1 else ''} superseded, not in the current plan "
+                         "(the config changed since an earlier run queued them): never sent, not counted as missing; "
+                         "`run.py dead CONFIG` lists them, `--requeue` brings them back")
         if self.missing:
             lines.append(f"  missing: {self.missing} tasks dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
             from geoagent.status import describe_reason
@@ -1102,11 +1114,21 @@ async def _run(
             plan = _count_models(plan, planned_by_model)
         plan_q = queues.get(kind.plan_edge)
         before = {e: await q.counts() for e, q in queues.items()}
-        n_planned = await enqueue_plan(plan, plan_q)
+        # when this process answers for the plan edge: the tasks an earlier plan left idle or set aside, checked
+        # off against the plan as it streams (set_aside_unplanned); None for a fresh queue (nothing to compare)
+        check = (await PlanCheck.of(plan_q) if plan_q is not None and plans_whole_edge(cfg, kind, stages,
+                                                                                      only_stages, watch) else None)
+        n_planned = await enqueue_plan(plan, plan_q, check=check)
         # what the config change means is decided now that the plan is queued: does it add work next to
         # answers made under the old settings? (decided before planning, it said "affects none of it" and then
         # planned 114 new requests)
         drift = config_drift_after_plan(cfg, kind, ctx, before, (await plan_q.counts()) if plan_q else None)
+        if check is not None:
+            # tasks an earlier plan left queued that this plan no longer holds are set aside (dead, reason
+            # "superseded: ..."), never sent; set-aside tasks this plan holds again come back
+            for ln in await set_aside_unplanned(cfg, plan_q, check, drift):
+                print(ln, file=sys.stderr)
+            check = None
     except BaseException:
         for q in queues.values():
             await q.close()
@@ -1177,7 +1199,11 @@ async def _run(
         # finishes the campaign answers for every edge, so work dead-lettered by a process that ended earlier
         # still makes the campaign ``incomplete``
         judged = set(counts) if not only_stages or campaign_drained else {s.input_edge for s in stages}
-        dead = {e: await q.dead_letters(20) for e, q in queues.items() if counts[e].dead}
+        # tasks set aside because the current plan no longer holds them are no failure of the run
+        superseded = {e: n for e, q in queues.items() if counts[e].dead and (n := await count_superseded(q))}
+        dead = {e: await q.dead_letters(20 + superseded.get(e, 0)) for e, q in queues.items() if counts[e].dead}
+        dead = {e: items[:20] for e, d in dead.items()
+                if (items := [x for x in d if not x.reason.startswith(SUPERSEDED)])}
         auth = ctx.services.get(AUTH_BREAKER_SERVICE)
         model_hosts = ctx.services.get(HOST_BREAKER_SERVICE)
         blocked = any(r.stats.blocked for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER)
@@ -1208,7 +1234,8 @@ async def _run(
             status, code = STATUS_AUTH, EXIT_AUTH
         elif view.budget_stopped:
             status, code = "budget exhausted", EXIT_BUDGET
-        elif hosts_down or any(c.dead or c.ready or c.leased for e, c in counts.items() if e in judged):
+        elif hosts_down or any(c.dead - superseded.get(e, 0) or c.ready or c.leased
+                               for e, c in counts.items() if e in judged):
             status, code = "incomplete", EXIT_INCOMPLETE
         elif only_stages and any(c.ready or c.leased for c in counts.values()):
             # this process's stages are done, other processes' stages are not: not "complete"
@@ -1228,6 +1255,7 @@ async def _run(
             planned_by_model=planned_by_model,
             answered_by_model=_answered_by_model(ctx, planned_by_model),
             planned_while_watching=n_watched,
+            superseded=superseded,
             **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
                if baseline is not None else {}),
             **_replay_figures(cfg, ledger),
@@ -1317,7 +1345,10 @@ class IdleHandoffTick:
         if mark == self._last or not any(c.done for c in counts.values()):
             return
         self._last = mark
-        args: tuple[Any, ...] = (not any(c.dead for c in counts.values()),)
+        # tasks set aside as no longer planned (superseded) are no failure: they leave the hand-off complete
+        queues = getattr(view, "queues", None) or {}
+        aside = {e: await count_superseded(queues[e]) for e, c in counts.items() if c.dead and e in queues}
+        args: tuple[Any, ...] = (not any(c.dead - aside.get(e, 0) for e, c in counts.items()),)
         if self.snapshot is not None:
             try:  # on the loop's thread: the thread then reads only these copies
                 args += (self.snapshot(),)
@@ -1674,16 +1705,129 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     return decision
 
 
-async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK) -> int:
+def plans_whole_edge(cfg: Any, kind: CampaignKind, stages: Sequence[Stage], only_stages: Sequence[str] | None,
+                     watch: bool) -> bool:
+    """Whether this process's plan is the whole intended content of the plan edge, so that a queued task whose
+    key it does not hold may be set aside (:func:`set_aside_unplanned`): not for a ``--stages`` process that
+    runs no stage reading the plan edge (the process that does answers for it), nor for a ``--watch`` process
+    whose plan follows input files another campaign may still be writing (:meth:`CampaignKind.plan_inputs`, e.g.
+    an evaluation over a crawl's folder: a plan read mid-way could hold fewer tasks than intended). Only for the
+    model requests edge (an evaluation's paid calls): a crawl's ``cities`` edge also takes cities that a
+    ``--watch`` run reads from its config as it goes, and tasks put there by hand."""
+    if kind.plan_edge != C.EDGE_REQUESTS:
+        return False
+    if only_stages and not any(s.input_edge == kind.plan_edge for s in stages):
+        return False
+    return not (watch and kind.plan_inputs(cfg))
+
+
+def superseded_reason(drift: Any) -> str:
+    """The dead-letter reason of a task set aside because the current plan no longer holds it:
+    ``superseded: not in the current plan (config changed: geoverify.n_per_band: 3 -> 2)``; without a recorded
+    config change (a plan input changed, or no manifest), ``(the config or its inputs changed)``."""
+    from geoagent.runtime.drift import changed_keys_text
+
+    changed = (getattr(drift, "record", None) or {}).get("changed") or {}
+    why = (f"config changed: {changed_keys_text({k: tuple(v) for k, v in changed.items()})}" if changed
+           else "the config or its inputs changed")
+    return f"{SUPERSEDED} not in the current plan ({why})"
+
+
+async def count_superseded(queue: Any) -> int:
+    """How many dead tasks of ``queue`` were set aside as superseded (0 when the backend cannot list them)."""
+    keys = await queue.dead_keys(SUPERSEDED) if hasattr(queue, "dead_keys") else None
+    return len(keys or [])
+
+
+#: tasks moved to dead per compare-and-set batch when setting aside superseded tasks
+SET_ASIDE_CHUNK = 500
+
+
+class PlanCheck:
+    """What a plan is checked against while it streams into its queue (:func:`enqueue_plan`), for
+    :func:`set_aside_unplanned`: the keys of the tasks an earlier plan left idle in the queue (ready, or under
+    an expired lease) and of those it set aside as superseded, read before planning. Each planned key is
+    checked off as it passes, so memory holds only those earlier tasks, never the whole plan (a
+    1,000,000-task campaign keeps its flat planning memory; a fresh queue has none to hold).
+
+    Attributes
+    ----------
+    unplanned : set of str
+        Idle task keys the plan has not held (so far; after planning: the ones to set aside).
+    back : set of str
+        Set-aside (superseded) task keys the plan holds again (to queue again).
+    """
+
+    __slots__ = ("unplanned", "_aside", "back")
+
+    def __init__(self, idle: Iterable[str], aside: Iterable[str]) -> None:
+        self.unplanned, self._aside, self.back = set(idle), set(aside), set()
+
+    @classmethod
+    async def of(cls, queue: Any) -> "PlanCheck | None":
+        """The check of ``queue`` read now (before planning), or None when the queue holds no idle task and no
+        superseded one (a fresh campaign, or every task done: nothing can be set aside or brought back)."""
+        idle = await queue.ready_keys()
+        aside = await queue.dead_keys(SUPERSEDED) or []
+        return cls(idle, aside) if idle or aside else None
+
+    def see(self, key: str) -> None:
+        """Check off one planned task key."""
+        self.unplanned.discard(key)
+        if key in self._aside:
+            self.back.add(key)
+
+
+async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any = None) -> list[str]:
+    """Set aside the tasks of the plan edge ``queue`` that an earlier plan queued and the current plan no longer
+    holds (``check.unplanned``, :class:`PlanCheck`, after :func:`enqueue_plan` streamed the plan through it),
+    and bring back the set-aside ones it holds again (``check.back``); return the lines for stderr (none when
+    nothing changed).
+
+    A re-run whose config plans fewer tasks (``[geoverify] n_per_band`` 3 -> 2, ``trials = "build"``, GeoHint
+    ``images_per_site`` or ``[generic] n_requests`` lowered) used to lease and pay for every task the earlier
+    plan left ready, answers the scorer then left out (a walkthrough paid 1,067 calls for a 678-request plan).
+    Now each such task that is still idle (ready, or under an expired lease: never one a live process holds) goes
+    to dead with :func:`superseded_reason` through :meth:`~geoagent.runtime.queue.WorkQueue.dead_letter_ready`,
+    a compare-and-set per task that other processes leasing meanwhile cannot race; ``run.py dead CONFIG`` lists
+    them, ``--requeue`` brings them back, and a later plan that holds a key again requeues it here. Tasks done or
+    dead for another reason are left as they are.
+    """
+    lines: list[str] = []
+    if check.back:
+        n = await queue.requeue_dead(sorted(check.back))
+        lines.append(f"info: campaign {cfg.name}: {n} task{'s' if n != 1 else ''} set aside by an earlier run as no "
+                     "longer planned are in the current plan again: queued again")
+    unplanned = sorted(check.unplanned)
+    if not unplanned:
+        return lines
+    reason = superseded_reason(drift)
+    moved: list[str] = []
+    for i in range(0, len(unplanned), SET_ASIDE_CHUNK):
+        moved += await queue.dead_letter_ready(unplanned[i:i + SET_ASIDE_CHUNK], reason) or []
+    if moved:
+        lines.append(f"info: campaign {cfg.name}: set aside {len(moved)} queued task{'s' if len(moved) != 1 else ''} "
+                     f"of edge {queue.name} that the current plan no longer holds; they will not be sent "
+                     f"({reason}). `run.py dead {getattr(cfg, 'source', None) or 'CONFIG'}` lists them, "
+                     "`--requeue` brings them back.")
+    return lines
+
+
+async def enqueue_plan(plan: Iterable[Message], queue: Any, *, chunk: int = PLAN_CHUNK,
+                       check: PlanCheck | None = None) -> int:
     """Put the planned messages into ``queue`` in chunks of ``chunk``; return how many were planned.
 
     Consumes ``plan`` lazily (a generator is never materialised), so memory stays flat for any campaign
     size. Existing task keys are no-ops (idempotent re-planning on resume). ``queue`` None only counts.
+    ``check`` (when given) sees every planned task key (:class:`PlanCheck`: what :func:`set_aside_unplanned`
+    compares the queue with).
     """
     n = 0
     batch: list[Message] = []
     for msg in plan:
         n += 1
+        if check is not None:
+            check.see(msg[0])
         if queue is None:
             continue
         batch.append(msg)
@@ -1752,7 +1896,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         payloads, earlier = run_would_handle(cfg, kind, messages)
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
                        image_base_dir=ctx.services.get("image_base_dir"))
-        est.done_earlier, est.dead_earlier, est.queued_earlier = earlier
+        est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
     if out.exit_code == EXIT_CONFIG:  # the last line says why the exit is 2
@@ -1762,11 +1906,13 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
 
 
 def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
-                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int]]:
+                     ) -> tuple[list[dict[str, Any]], tuple[int, int, int, int]]:
     """The request payloads a real run of ``cfg`` would hand the model caller now, for the dry run, and
-    ``(done, dead, queued)``: planned tasks an earlier run already finished, planned tasks it dead-lettered
-    (neither is handled again; ``dead --requeue`` brings the dead back), and tasks an earlier run queued that
-    are still pending.
+    ``(done, dead, queued, set_aside)``: planned tasks an earlier run already finished, planned tasks it
+    dead-lettered (neither is handled again; ``dead --requeue`` brings the dead back), tasks an earlier run
+    queued that are still pending (also those it set aside as no longer planned that this plan holds again: the
+    run queues them again), and queued tasks this plan no longer holds, which the run sets aside unsent
+    (:func:`set_aside_unplanned`; held by nobody: one in flight in another process is counted as queued).
 
     Enqueuing is idempotent by task key, so a task planned earlier keeps its queued payload whatever the
     config says now (a changed ``max_output_tokens`` or prompt does not reach it): the run handles the queue's
@@ -1777,14 +1923,20 @@ def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
 
     queued = read_planned(cfg.queues_root(), cfg.name, kind.plan_edge, (k for k, _ in messages))
     if queued is None:
-        return [p for _, p in messages], (0, 0, 0)
+        return [p for _, p in messages], (0, 0, 0, 0)
     done = sum(1 for st in queued.states.values() if st == "done")
-    dead = sum(1 for st in queued.states.values() if st == "dead")
+    dead = sum(1 for st in queued.states.values() if st == "dead") - len(queued.superseded)
     new = [p for k, p in messages if k not in queued.states]
+    planned = {k for k, _ in messages}
+    aside = [k for k, _ in queued.pending if k in queued.idle and k not in planned]
+    kept = [(k, p) for k, p in queued.pending if k in planned or k not in queued.idle]
+    if not plans_whole_edge(cfg, kind, [], None, False):  # a kind whose plan edge is never trimmed
+        aside, kept = [], list(queued.pending)
+    kept += list(queued.superseded.items())  # set aside earlier, planned again: queued again
     names = {m.name for m in cfg.models}
     # a queued task of a model no longer in the config is dead-lettered by the run, not called
-    pending = [p for _, p in queued.pending if not isinstance(p.get("model"), str) or p["model"] in names]
-    return pending + new, (done, dead, len(pending))
+    pending = [p for _, p in kept if not isinstance(p.get("model"), str) or p["model"] in names]
+    return pending + new, (done, dead, len(pending), len(aside))
 
 
 def estimate_lines(est: Any, cfg: Any) -> list[str]:
@@ -1853,6 +2005,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                        "--requeue` would)")
     if getattr(est, "queued_earlier", 0):
         earlier.append(f"{est.queued_earlier} queued by an earlier run are counted as queued")
+    if getattr(est, "superseded_earlier", 0):
+        earlier.append(f"{est.superseded_earlier} queued by an earlier run that this plan no longer holds will be "
+                       "set aside unsent (superseded; `run.py dead CONFIG --requeue` would bring them back)")
     if earlier:
         lines.append("  planned earlier: " + "; ".join(earlier) + " (a task keeps the request it was queued with: "
                      "config changes since reach only requests not queued yet; use a new [campaign] name to "

@@ -154,14 +154,23 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     folder depends on the working directory)."""
     from geoagent.runtime.store import open_campaign_state
 
+    from geoagent.runtime.queue import SUPERSEDED
+
     queues: dict[str, QueueCounts] = {}
     dead: dict[str, list[DeadLetter]] = {}
+    superseded: dict[str, int] = {}
     for f in _queue_files(cfg):
         q = _open(cfg, f)
         try:
             queues[f.stem] = q.counts_sync()
             if queues[f.stem].dead:
-                dead[f.stem] = q.dead_letters_sync(5)
+                # tasks set aside as no longer planned (superseded) are counted apart and not listed as failures
+                n_aside = len(q.dead_keys_sync(SUPERSEDED)) if hasattr(q, "dead_keys_sync") else 0
+                if n_aside:
+                    superseded[f.stem] = n_aside
+                failed = [d for d in q.dead_letters_sync(5 + n_aside) if not d.reason.startswith(SUPERSEDED)][:5]
+                if failed:
+                    dead[f.stem] = failed
         finally:
             q.close_sync()
     spend = None
@@ -199,7 +208,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - a status display shows what it can
         kind_lines = []
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
-            "kind_lines": kind_lines,
+            "superseded": superseded, "kind_lines": kind_lines,
             "host_labels": labels, "running": running, "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
@@ -332,14 +341,18 @@ def _next_probe(info: dict[str, Any], now: float) -> str:
     return f"next probe in {float(info.get('next_probe_in_s') or 0.0):.0f} s"
 
 
-def is_complete(queues: dict[str, QueueCounts]) -> bool:
-    """Whether a campaign's queues are all drained with nothing dead-lettered (and there are queues)."""
-    return bool(queues) and all(not (c.ready or c.leased or c.dead) for c in queues.values())
+def is_complete(queues: dict[str, QueueCounts], superseded: dict[str, int] | None = None) -> bool:
+    """Whether a campaign's queues are all drained with nothing dead-lettered (and there are queues); the dead
+    tasks set aside as no longer planned (``superseded``: edge -> count, :func:`campaign_status`) are no
+    failure."""
+    aside = superseded or {}
+    return bool(queues) and all(not (c.ready or c.leased or c.dead - aside.get(e, 0)) for e, c in queues.items())
 
 
 def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
+    complete = is_complete(st["queues"], st.get("superseded"))
     if not st["queues"]:
         where = f" in {st['queues_dir']}" if st.get("queues_dir") else ""
         lines.append(f"  no queues yet (campaign not started){where}" + (
@@ -350,7 +363,9 @@ def format_status(st: dict[str, Any]) -> str:
             lines.append("  stages (input edge -> output edge): " + "; ".join(
                 f"{name} ({src} -> {dst or '-'})" for name, src, dst in st["stages"]))
     for edge, c in st["queues"].items():
-        lines.append(f"  {edge:>16}: ready {c.ready:>7}  leased {c.leased:>5}  done {c.done:>8}  dead {c.dead:>5}")
+        aside = (st.get("superseded") or {}).get(edge, 0)
+        lines.append(f"  {edge:>16}: ready {c.ready:>7}  leased {c.leased:>5}  done {c.done:>8}  dead {c.dead:>5}"
+                     + (f" ({aside} superseded)" if aside else ""))
     s = st.get("spend")
     if s:
         lines.append(
@@ -360,8 +375,13 @@ def format_status(st: dict[str, Any]) -> str:
         from geoagent.engine import overrun_lines
 
         lines.extend(overrun_lines(s))
-    if is_complete(st["queues"]):
+    if complete:
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
+    aside = sum((st.get("superseded") or {}).values())
+    if aside:
+        lines.append(f"  set aside: {aside} task{'s' if aside != 1 else ''} superseded, not in the current plan (the "
+                     "config changed since an earlier run queued them): never sent, not failures; `run.py dead CONFIG` "
+                     "lists them, `--requeue` brings them back")
     lines.extend(st.get("kind_lines") or [])
     p = st.get("progress")
     if p:
@@ -398,7 +418,7 @@ def format_status(st: dict[str, Any]) -> str:
         # a complete campaign has no open condition: its stages' errors (a model's host down for a while under
         # --watch, a retried 503) were all overcome, so they are history (the progress log keeps them), not
         # the "last error" of the campaign
-        error_label = ("earlier error (resolved: every task completed since)" if is_complete(st["queues"])
+        error_label = ("earlier error (resolved: every task completed since)" if complete
                        else "last error")
         over = ended or running is False  # the figures are as the run left them: no idle time, no live rate
         for sd in p.get("stages", []):
@@ -421,7 +441,7 @@ def format_status(st: dict[str, Any]) -> str:
                 if isinstance(r, dict):
                     at = r.get("answered_at")
                     when = (time.strftime("%H:%M:%S", time.gmtime(at)) + " UTC") if isinstance(at, (int, float)) else "?"
-                    label = (error_label if is_complete(st["queues"])  # complete: the stronger statement
+                    label = (error_label if complete  # complete: the stronger statement
                              else f"earlier error (resolved: host {r.get('host')} answered again at {when})")
                     lines.append(f"      {label}: {describe_reason(str(r.get('error')))[:160]}")
         if procs:
@@ -430,7 +450,7 @@ def format_status(st: dict[str, Any]) -> str:
         if reason:
             lines.append(f"  {reason}")
         lines.extend(coverage_lines(p.get("planned_by_model") or {}, st.get("answered_by_model") or {},
-                                    budget_stopped=bool(p.get("budget_stopped")), complete=is_complete(st["queues"])))
+                                    budget_stopped=bool(p.get("budget_stopped")), complete=complete))
         http = p.get("http")
         if http:
             labels = st.get("host_labels") or {}

@@ -103,13 +103,14 @@ def test_dry_run_counts_queued_tasks_as_queued_and_new_keys_at_the_new_settings(
     path = _write(no_keys, "walk3b", SIM, n=4)
     assert _run(load_config(path)).process_calls == 4
     cfg0 = load_config(path)
-    # a task an earlier run queued and never handled, with its own output cap (as a planner may set)
-    pending = {"model": "sim", "prompt": "Generic task 99: describe a street.", "params": {"max_output_tokens": 50},
-               "meta": {"index": 99}}
+    # a task an earlier run queued and never handled, with its own output cap (as a planner may set); the new
+    # plan holds its key (a queued task the plan no longer holds is set aside unsent: test_superseded_tasks.py)
+    pending = {"model": "sim", "prompt": "Generic task 5: describe a street.", "params": {"max_output_tokens": 50},
+               "meta": {"index": 5}}
 
     async def put() -> None:
         q = open_queue(cfg0.queues_root(), cfg0.name, C.EDGE_REQUESTS)
-        await q.put_many([("sim|99", pending)])
+        await q.put_many([("sim|5", pending)])
         await q.close()
 
     anyio.run(put)
@@ -119,19 +120,19 @@ def test_dry_run_counts_queued_tasks_as_queued_and_new_keys_at_the_new_settings(
     cfg = load_config(path)
     dry = _run(cfg, simulate=True)
     text = dry.summary()
-    assert "total: 3 calls to make (4 already done by earlier runs)," in text, text  # sim|99 as queued + sim|4, sim|5
+    assert "total: 2 calls to make (4 already done by earlier runs)," in text, text  # sim|5 as queued + sim|4
     assert "4 planned request(s) already done" in text and "1 queued by an earlier run" in text
     from geoagent.config import estimate
     from geoagent.engine import run_would_handle
     from geoagent.campaigns.generic import GenericCampaign
 
     payloads, earlier = run_would_handle(cfg, GenericCampaign(), list(GenericCampaign._messages(cfg)))
-    assert earlier == (4, 0, 1)
+    assert earlier == (4, 0, 1, 0)
     est = estimate(cfg, payloads)
-    # output tokens reserved: the queued task keeps its own cap (50), the two new ones take the new 300
-    assert est.by_model["sim"].worst_output_tokens == 50 + 2 * 300
+    # output tokens reserved: the queued task keeps its own cap (50), the new one takes the new 300
+    assert est.by_model["sim"].worst_output_tokens == 50 + 300
     real = _run(cfg)
-    assert (real.status, real.process_calls) == ("complete", 3)  # what the dry run said
+    assert (real.status, real.process_calls) == ("complete", 2)  # what the dry run said
 
 
 # -- 4. a model without base_url: the API and the key it uses ---------------------------------------------

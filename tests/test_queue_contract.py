@@ -442,6 +442,49 @@ def test_contract_requeue_dead_all_or_by_key(backend):
     backend.run(body)
 
 
+def test_contract_dead_letter_ready_moves_only_idle_tasks_and_requeue_brings_them_back(backend):
+    """The compare-and-set behind "superseded" tasks: ready (also in backoff) and expired-lease tasks move to
+    dead with the reason and no attempt counted; a live lease, a done, a dead and an unknown key stay as they
+    are; the holder of the live lease can still ack; a repeat moves nothing; requeue brings them back."""
+    async def body(open_):
+        q = open_(backoff_base_s=30.0, backoff_max_s=30.0)
+        await q.put_many([(k, {"k": k}) for k in "abcdefg"])
+        by_key = {t.key: t for t in await q.lease(7, 60)}
+        await q.ack(by_key["a"])                       # a: done
+        await q.dead_letter(by_key["b"], "http 400")   # b: dead (a real failure)
+        assert await q.nack(by_key["c"], "http 500") == "ready"  # c: ready, waiting out a 15-30 s backoff
+        await q.release([by_key["d"], by_key["e"]])    # d, e: ready now
+        # f: held by a live lease; g: leased again, under a lease that expires at once
+        await q.release(by_key["g"])
+        (g,) = [t for t in await q.lease(5, 0.2) if t.key == "g"] or [None]
+        assert g is not None
+        await asyncio.sleep(0.5)
+        assert sorted(await q.ready_keys()) == ["c", "d", "e", "g"]
+        before = await q.counts()
+        assert before == QueueCounts(ready=4, leased=1, done=1, dead=1)
+        moved = await q.dead_letter_ready(["a", "b", "c", "e", "f", "g", "zz"], "superseded: not in the plan")
+        assert sorted(moved) == ["c", "e", "g"]
+        assert await q.counts() == QueueCounts(ready=1, leased=1, done=1, dead=4)
+        reasons = {d.key: (d.reason, d.attempts) for d in await q.dead_letters()}
+        assert reasons == {"b": ("http 400", 1), "c": ("superseded: not in the plan", 1),
+                           "e": ("superseded: not in the plan", 0), "g": ("superseded: not in the plan", 0)}
+        assert sorted(await q.dead_keys("superseded:")) == ["c", "e", "g"]
+        assert sorted(await q.dead_keys()) == ["b", "c", "e", "g"]
+        assert await q.dead_letter_ready(["c", "e", "g"], "again") == []  # idempotent
+        with pytest.raises(StaleLease):
+            await q.ack(g)  # its lease had expired: the task was set aside
+        await q.ack(by_key["f"])  # the live lease was not touched
+        # only d is leased now: the set-aside tasks are never handed out
+        assert [t.key for t in await q.lease(10, 60)] == ["d"]
+        with pytest.raises(TypeError):
+            await q.dead_letter_ready("abc", "x")  # type: ignore[arg-type]
+        assert await q.requeue_dead(["c", "e", "g"]) == 3
+        assert sorted(t.key for t in await q.lease(10, 60)) == ["c", "e", "g"]
+        assert await q.ready_keys() == []
+
+    backend.run(body)
+
+
 # --------------------------------------------------------------------------- contract: counts, lifetime
 def test_contract_counts_match_an_independent_model(backend):
     rng = random.Random(11)

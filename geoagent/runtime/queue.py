@@ -25,6 +25,14 @@ JSON-serialisable ``payload`` (dict). Semantics every backend must honour:
   which several chargers refund. ``requeue_dead`` clears the recorded charges; a task that is done or held by a
   live lease is never touched.
 * ``counts()`` returns ready/leased/done/dead; ``dead_letters()`` lists dead tasks with reasons.
+* ``ready_keys()``, ``dead_letter_ready(keys, reason)`` and ``dead_keys(reason_prefix)`` (optional) set aside
+  tasks nobody holds: the engine sends the queued tasks of a plan edge that the current plan no longer holds
+  (the config changed between runs) to dead with a ``superseded: ...`` reason (:data:`SUPERSEDED`), so they
+  are never leased, and ``requeue_dead`` brings them back. ``dead_letter_ready`` is a compare-and-set per task,
+  atomic per batch: only a task still *idle* (ready, also one waiting out a nack backoff, or leased under a
+  lease that has expired: held by nobody, the task ``lease`` would hand out next) moves; a task held by a live
+  lease, done, dead or unknown is left unchanged, so it is safe while other processes lease from the queue.
+  The attempt count is kept.
 * ``extend(tasks, visibility_timeout_s)`` (optional) renews leases still held: each becomes leased for
   ``visibility_timeout_s`` from now; returns the keys whose lease is no longer held (unchanged), or None when
   the backend cannot extend leases (the default). A stage runner calls it while it works on a task
@@ -42,6 +50,11 @@ import abc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+
+#: the reason prefix of a task set aside because the current plan no longer holds it
+#: (:meth:`WorkQueue.dead_letter_ready`): not a failure, and ``dead --requeue`` brings it back
+SUPERSEDED = "superseded:"
 
 
 class QueueError(RuntimeError):
@@ -296,6 +309,34 @@ class WorkQueue(abc.ABC):
             Malformed refunds (:func:`check_refunds`).
         """
         check_refunds(refunds)
+        return None
+
+    async def ready_keys(self) -> list[str] | None:
+        """Keys of the tasks idle now: ready (also waiting out a nack backoff) or leased under an expired lease
+        (held by nobody), in no set order. A snapshot: another process may lease some before the caller acts on
+        it, so act through :meth:`dead_letter_ready` (a compare-and-set). Memory: one str per such task. None:
+        this backend cannot list them (the default)."""
+        return None
+
+    async def dead_letter_ready(self, keys: Sequence[str], reason: str) -> list[str] | None:
+        """Send each of ``keys`` that is still idle (ready, waiting out a backoff, or leased under an expired
+        lease) straight to dead with ``reason``, without counting an attempt; atomic per batch (one transaction or
+        script), a compare-and-set per task: a task held by a live lease, done, dead or unknown is left unchanged.
+        Idempotent (a repeat moves nothing more). Returns the keys moved, or None: this backend cannot (the
+        default). ``requeue_dead`` brings them back.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        if isinstance(keys, str):
+            raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
+        return None
+
+    async def dead_keys(self, reason_prefix: str = "") -> list[str] | None:
+        """Keys of the dead tasks whose stored reason starts with ``reason_prefix`` (all: ``""``), in no set
+        order; None: this backend cannot list them (the default)."""
         return None
 
     @abc.abstractmethod

@@ -566,6 +566,72 @@ return once(function()
 end)
 """
 
+# ARGV: group, reply ttl ms, reason, key1, key2, ... -> keys moved to dead (by the first run)
+# A compare-and-set per key: only a task still idle (ready in the stream or waiting out a backoff in
+# ``delayed``, or leased under an expired lease) moves; a live lease, done, dead or unknown is left as it is.
+_DEAD_READY = _PRELUDE + """
+return once(function()
+  ensure_group()
+  local reason = ARGV[3]
+  local now = now_us()
+  local moved, from_ready, from_leased = {}, 0, 0
+  for i = 4, #ARGV do
+    local key = ARGV[i]
+    local st = redis.call('HGET', ST, key)
+    local idle = false
+    if st == 'ready' then
+      idle = true
+      from_ready = from_ready + 1
+    elseif st == 'leased' then
+      local deadline = redis.call('ZSCORE', LEASES, key)
+      if deadline and tonumber(deadline) <= now then
+        idle = true
+        from_leased = from_leased + 1
+      end
+    end
+    if idle then
+      unlink(key)  -- its stream entry (undelivered, or pending under the expired lease) and any lease
+      redis.call('ZREM', DELAYED, key)
+      redis.call('HSET', ST, key, 'dead')
+      redis.call('HSET', ERR, key, reason)
+      redis.call('ZADD', DEAD, now, key)
+      moved[#moved + 1] = key
+    end
+  end
+  if from_ready > 0 then redis.call('HINCRBY', CNT, 'ready', -from_ready) end
+  if from_leased > 0 then redis.call('HINCRBY', CNT, 'leased', -from_leased) end
+  if #moved > 0 then redis.call('HINCRBY', CNT, 'dead', #moved) end
+  return moved
+end)
+"""
+
+# ARGV: group -> keys of the idle tasks: state ready (stream or delayed), or leased under an expired lease.
+# One HSCAN-free pass: the ready ones are read from the stream's undelivered entries and ``delayed``.
+_READY_KEYS = _PRELUDE + """
+local out = {}
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now_us())) do out[#out + 1] = key end
+for _, key in ipairs(redis.call('ZRANGE', DELAYED, 0, -1)) do out[#out + 1] = key end
+if redis.call('EXISTS', S) == 1 then
+  for _, entry in ipairs(redis.call('XRANGE', S, '-', '+')) do
+    local key = entry[2][2]
+    if redis.call('HGET', ST, key) == 'ready' and redis.call('HGET', ENT, key) == entry[1] then
+      out[#out + 1] = key
+    end
+  end
+end
+return out
+"""
+
+# ARGV: group, reason prefix -> keys of the dead tasks whose reason starts with it
+_DEAD_KEYS = _PRELUDE + """
+local out, prefix = {}, ARGV[2]
+for _, key in ipairs(redis.call('ZRANGE', DEAD, 0, -1)) do
+  local reason = redis.call('HGET', ERR, key) or ''
+  if string.sub(reason, 1, #prefix) == prefix then out[#out + 1] = key end
+end
+return out
+"""
+
 # ARGV: group, consumer -> 1 if this consumer was removed from the group (it held no pending entry)
 _FORGET_CONSUMER = _PRELUDE + """
 if redis.call('EXISTS', S) == 0 then return 0 end
@@ -688,6 +754,9 @@ class RedisStreamsQueue(WorkQueue):
         self._requeue_script = register(_REQUEUE)
         self._forget_script = register(_FORGET_CONSUMER)
         self._refund_script = register(_REFUND)
+        self._dead_ready_script = register(_DEAD_READY)
+        self._ready_keys_script = register(_READY_KEYS)
+        self._dead_keys_script = register(_DEAD_KEYS)
 
     async def _run(self, script: Any, *args: Any) -> Any:
         """Run a read-only (or reply-free) script: KEYS = the 13 queue keys, ARGV = group, ``args``."""
@@ -910,6 +979,36 @@ class RedisStreamsQueue(WorkQueue):
         while chunk := _take(iterator, self.put_chunk):
             moved += int(await self._once(self._requeue_script, "keys", 0, *chunk))
         return moved
+
+    async def ready_keys(self) -> list[str]:
+        """Keys of the tasks idle now (ready in the stream, waiting out a backoff, or leased under an expired
+        lease; server clock): a snapshot (:meth:`WorkQueue.ready_keys`). One read script that walks the stream
+        (which holds only live work), ``delayed`` and the expired range of ``leases``: O(live tasks), and it
+        blocks the server while it runs, so call it once per plan, not per lease."""
+        return list(dict.fromkeys(_text(k) for k in await self._run(self._ready_keys_script)))
+
+    async def dead_letter_ready(self, keys: Sequence[str], reason: str) -> list[str]:
+        """Send each of ``keys`` still idle to dead with ``reason`` (no attempt counted); one script per
+        ``put_chunk`` keys, each a compare-and-set per key that no other command interleaves
+        (:meth:`WorkQueue.dead_letter_ready`); a retry after a lost reply answers from the reply record.
+        Returns the keys moved.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        if isinstance(keys, str):
+            raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
+        moved: list[str] = []
+        iterator = iter(list(keys))
+        while chunk := _take(iterator, self.put_chunk):
+            moved += [_text(k) for k in await self._once(self._dead_ready_script, str(reason), *chunk)]
+        return moved
+
+    async def dead_keys(self, reason_prefix: str = "") -> list[str]:
+        """Keys of the dead tasks whose reason starts with ``reason_prefix`` (one read script over ``dead``)."""
+        return [_text(k) for k in await self._run(self._dead_keys_script, str(reason_prefix))]
 
     async def close(self) -> None:
         """Leave the consumer group if this consumer holds no lease, and close the client if owned.

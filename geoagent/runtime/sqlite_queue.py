@@ -125,7 +125,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -729,6 +729,47 @@ class SQLiteQueue(WorkQueue):
 
         return _Op(tx, inline=False)
 
+    def _ready_keys_op(self) -> _Op:
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            # two range probes of the (state, not_before) index: every ready task, and expired leases
+            rows = conn.execute("SELECT key FROM tasks WHERE state = ?", (READY,)).fetchall()
+            rows += conn.execute("SELECT key FROM tasks WHERE state = ? AND not_before <= ?", (LEASED, now)).fetchall()
+            return [k for (k,) in rows]
+
+        return _Op(tx, write=False, inline=False)
+
+    def _dead_letter_ready_op(self, keys: list[str], reason: str) -> _Op:
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            moved: list[str] = []
+            from_ready = from_leased = 0
+            for key in keys:
+                row = conn.execute("SELECT id, state, not_before FROM tasks WHERE key = ?", (key,)).fetchone()
+                if row is None:
+                    continue
+                row_id, state, not_before = row
+                if state == READY:
+                    from_ready += 1
+                elif state == LEASED and not_before <= now:  # an expired lease: held by nobody
+                    from_leased += 1
+                else:
+                    continue
+                # the write lock is held (BEGIN IMMEDIATE): the state read above is still the state now
+                conn.execute("UPDATE tasks SET state = ?, not_before = ?, last_error = ?, lease_id = NULL "
+                             "WHERE id = ?", (DEAD, now, reason, row_id))
+                moved.append(key)
+            _bump(conn, {READY: -from_ready, LEASED: -from_leased, DEAD: from_ready + from_leased})
+            return moved
+
+        return _Op(tx, inline=False)
+
+    def _dead_keys_op(self, reason_prefix: str) -> _Op:
+        def tx(conn: sqlite3.Connection, now: float) -> list[str]:
+            rows = conn.execute("SELECT key FROM tasks WHERE state = ? AND substr(coalesce(last_error, ''), 1, ?) = ?",
+                                (DEAD, len(reason_prefix), reason_prefix)).fetchall()
+            return [k for (k,) in rows]
+
+        return _Op(tx, write=False, inline=False)
+
     # ------------------------------------------------------------------ synchronous API
     def put_many_sync(self, items: Iterable[tuple[str, dict[str, Any]]]) -> int:
         """Synchronous :meth:`put_many`: enqueue ``(key, payload)`` pairs; return how many were new.
@@ -815,6 +856,10 @@ class SQLiteQueue(WorkQueue):
     def requeue_dead_sync(self, keys: Sequence[str] | None = None) -> int:
         """Synchronous :meth:`requeue_dead`."""
         return self._sync(self._requeue_op(keys))
+
+    def dead_keys_sync(self, reason_prefix: str = "") -> list[str]:
+        """Synchronous :meth:`dead_keys` (``status`` counts the superseded tasks with it)."""
+        return self._sync(self._dead_keys_op(str(reason_prefix)))
 
     def state_of(self, key: str) -> str | None:
         """State of ``key``: ``"ready"``, ``"leased"`` (also when the lease has expired), ``"done"``,
@@ -969,6 +1014,33 @@ class SQLiteQueue(WorkQueue):
         """
         return await self._async(self._requeue_op(keys))
 
+    async def ready_keys(self) -> list[str]:
+        """Keys of the tasks idle now (ready, also waiting out a backoff, or leased under an expired lease); a
+        snapshot (:meth:`WorkQueue.ready_keys`). Two index range probes, O(log N + idle tasks)."""
+        return await self._async(self._ready_keys_op())
+
+    async def dead_letter_ready(self, keys: Sequence[str], reason: str, *, chunk: int = 500) -> list[str]:
+        """Send each of ``keys`` still idle to dead with ``reason`` (no attempt counted), one ``BEGIN
+        IMMEDIATE`` transaction per ``chunk`` keys, so the check and the move are one atomic step while other
+        processes lease (:meth:`WorkQueue.dead_letter_ready`); return the keys moved.
+
+        Raises
+        ------
+        TypeError
+            ``keys`` is a single string.
+        """
+        if isinstance(keys, str):
+            raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
+        moved: list[str] = []
+        iterator = iter(list(keys))
+        while part := _take(iterator, max(1, int(chunk))):
+            moved += await self._async(self._dead_letter_ready_op(part, str(reason)))
+        return moved
+
+    async def dead_keys(self, reason_prefix: str = "") -> list[str]:
+        """Keys of the dead tasks whose reason starts with ``reason_prefix`` (a walk of the dead range)."""
+        return await self._async(self._dead_keys_op(str(reason_prefix)))
+
     async def close(self) -> None:
         """Close the queue; calls already on the worker thread finish first. Idempotent."""
         if self._closed:
@@ -1024,10 +1096,18 @@ class QueuedPlan:
         there was never put.
     pending : list of (str, dict)
         Every ready or leased task of the queue (asked for or not), key and payload, in insertion order.
+    idle : frozenset of str
+        Of ``pending``, the keys held by nobody (ready, or leased under an expired lease): those a run whose plan
+        does not hold them sets aside (:func:`geoagent.engine.set_aside_unplanned`).
+    superseded : dict of str to dict
+        Of the asked keys, those dead with a ``superseded:`` reason (set aside by an earlier run), with their
+        payloads: a run whose plan holds them queues them again.
     """
 
     states: dict[str, str]
     pending: list[tuple[str, dict[str, Any]]]
+    idle: frozenset[str] = frozenset()
+    superseded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: Iterable[str], *,
@@ -1049,21 +1129,30 @@ def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: I
         return None
     wanted = list(dict.fromkeys(keys))
 
-    def tx(conn: sqlite3.Connection, now: float) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
+    from geoagent.runtime.queue import SUPERSEDED
+
+    def tx(conn: sqlite3.Connection, now: float) -> tuple[Any, ...]:
         states: dict[str, str] = {}
+        aside: list[tuple[str, bytes]] = []
         for i in range(0, len(wanted), chunk):
             part = wanted[i:i + chunk]
-            rows = conn.execute(f"SELECT key, state FROM tasks WHERE key IN ({','.join('?' * len(part))})", part)
-            states.update((k, STATE_NAMES[st]) for k, st in rows)
-        pending = conn.execute("SELECT key, payload FROM tasks WHERE state IN (?, ?) ORDER BY id",
-                               (READY, LEASED)).fetchall()
-        return states, pending
+            rows = conn.execute(f"SELECT key, state, CASE WHEN state = ? AND substr(coalesce(last_error, ''), 1, ?) = ? "
+                                f"THEN payload END FROM tasks WHERE key IN ({','.join('?' * len(part))})",
+                                (DEAD, len(SUPERSEDED), SUPERSEDED, *part))
+            for k, st, blob in rows:
+                states[k] = STATE_NAMES[st]
+                if blob is not None:
+                    aside.append((k, blob))
+        pending = conn.execute("SELECT key, payload, state = ? OR not_before <= ? FROM tasks WHERE state IN (?, ?) "
+                               "ORDER BY id", (READY, now, READY, LEASED)).fetchall()
+        return states, pending, aside
 
     try:
-        states, pending = queue._sync(_Op(tx, write=False))
+        states, pending, aside = queue._sync(_Op(tx, write=False))
     finally:
         queue.close_sync()
-    return QueuedPlan(states, [(k, orjson.loads(blob)) for k, blob in pending])
+    return QueuedPlan(states, [(k, orjson.loads(blob)) for k, blob, _ in pending],
+                      frozenset(k for k, _, idle in pending if idle), {k: orjson.loads(b) for k, b in aside})
 
 
 # ---------------------------------------------------------------------- helpers
