@@ -240,11 +240,14 @@ def one_continent_note(continents: Iterable[str | None]) -> str | None:
     The swapped-image arm shows an image from *another continent* than the claim's site (seed 000's design,
     :func:`build_trials`), so images of one continent build none, and a GeoVerify read-out over the trials
     says "swapped-image control not run" (:func:`geoagent.scoring.sdt.readout`: its validity check of that
-    arm is skipped)."""
+    arm is skipped). A lone ``AN`` is named as North America (the release's code for it, which most readers
+    take for Antarctica: :data:`geoagent.constants.CONTINENT_CODES`)."""
     named = sorted({k for k in map(_continent_key, continents) if k})
     if len(named) >= 2:
         return None
     where = f"every city is on one continent ({named[0]})" if named else "no city names its continent"
+    if named == ["AN"]:  # most readers take AN for Antarctica; the release (and this project) use it for North America
+        where += ", which is North America in the release's continent codes (NA is read as AN)"
     return (f"no swapped-image control trials (ctrl_mismatch) can be built: {where}, and that arm shows an "
             "image from another continent than the claim's site; add cities on another continent "
             "([[crawl.cities]] with continent = ...), else a GeoVerify campaign over these trials reads out "
