@@ -1106,9 +1106,11 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
     * a Gemini thinking model (2.5 Flash / Pro, Gemini 3) whose cap is at or below what it may spend thinking:
       ``params.thinking_budget`` when set above 0, else the largest dynamic budget (Flash 24,576, Pro 32,768):
       thinking tokens count against ``maxOutputTokens``. ``thinking_budget = 0`` (Flash: thinking off) or a
-      cap above the budget gives no line.
+      cap above the budget gives no line. Gemini 2.5 Flash-Lite, which thinks only when asked, gets the line
+      when ``params.thinking_budget`` > 0 asks it to think at or above its cap.
     """
-    from geoagent.providers.sampling import OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max, openai_reasoning
+    from geoagent.providers.sampling import (OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max,
+                                             gemini_thinks_when_asked, openai_reasoning)
 
     out: list[str] = []
     for i, m in enumerate(cfg.models):
@@ -1123,8 +1125,11 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
                     f"{OPENAI_REASONING_MIN_OUTPUT:,} tokens for reasoning and answer; raise {key} (each call reserves "
                     "it in full at the output price) or check the cut-off share after a small run")
         budget_max = gemini_thinking_budget_max(m.model) if m.provider == "gemini" else None
+        budget = m.params.get("thinking_budget")
+        if budget_max is None and m.provider == "gemini" and gemini_thinks_when_asked(m.model) and \
+                isinstance(budget, int) and budget > 0:
+            budget_max = budget  # Flash-Lite asked to think: its budget counts against the cap too
         if budget_max is not None:
-            budget = m.params.get("thinking_budget")
             room = budget if isinstance(budget, int) and budget > 0 else budget_max
             if budget != 0 and cap <= room:
                 what = (f"params.thinking_budget = {budget}" if isinstance(budget, int) and budget > 0 else

@@ -19,3 +19,24 @@ def test_one_continent_note_says_an_is_north_america():
     assert "North America" in note and "Antarctica" not in note
     eu = one_continent_note(["EU"])
     assert eu and "every city is on one continent (EU)," in eu and "North America" not in eu
+
+
+def _room_lines(model: dict) -> list[str]:
+    doc = {"campaign": {"name": "room"}, "budget": {"cap_usd": 1.0},
+           "models": [{"name": "m", "price_input_usd_per_mtok": 0.3, "price_output_usd_per_mtok": 2.5, **model}]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config_from_dict(doc)
+    return [str(w.message) for w in caught if issubclass(w.category, ConfigWarning) and "max_output_tokens" in str(w.message)]
+
+
+def test_flash_lite_asked_to_think_past_its_cap_warns():
+    # before: Flash-Lite does not think unless asked, so no line, even when params.thinking_budget asks it to
+    # think 1,024 tokens under a 512-token cap (its answers then come back empty, MAX_TOKENS, billed)
+    lite = {"provider": "gemini", "model": "gemini-2.5-flash-lite", "api_key_env": "GEMINI_API_KEY", "max_output_tokens": 512}
+    lines = _room_lines({**lite, "params": {"thinking_budget": 1024}})
+    assert len(lines) == 1 and "models[0].max_output_tokens = 512: gemini-2.5-flash-lite" in lines[0], lines
+    assert "params.thinking_budget = 1024" in lines[0]
+    assert _room_lines(lite) == []                                          # not asked to think
+    assert _room_lines({**lite, "params": {"thinking_budget": 256}}) == []  # cap above the budget
+    assert _room_lines({**lite, "params": {"thinking_budget": 0}}) == []

@@ -139,6 +139,15 @@ def gemini_thinking_budget_max(model: str) -> int | None:
     return None
 
 
+def gemini_thinks_when_asked(model: str) -> bool:
+    """Whether a Gemini model that does not think by default thinks when ``thinkingBudget`` > 0 asks it to
+    (``gemini-2.5-flash-lite*``: off by default, 512 to 24,576 tokens when set; Gemini thinking guide, mirrored
+    at https://share.apidog.com/apidoc/docs-site/750674/api-16240710). Its thinking tokens then count against
+    ``maxOutputTokens`` as on the other 2.5 models."""
+    mid = model.strip().lower().removeprefix("models/").removeprefix("google/")
+    return mid.startswith("gemini-2.5-flash-lite")
+
+
 def openai_sampling(params: dict[str, Any], reasoning: bool) -> dict[str, Any]:
     """The ``temperature`` / ``top_p`` / ``seed`` body fields for one OpenAI-compatible request.
 
