@@ -1095,6 +1095,23 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
     return out
 
 
+def spends_hidden_reasoning(m: "ModelConfig") -> bool:
+    """Whether a ``[[models]]`` entry's answers spend hidden reasoning / thinking tokens, billed as output tokens
+    on top of the visible answer (:mod:`geoagent.providers.sampling`): an OpenAI reasoning model (by id on
+    api.openai.com, or ``reasoning_model = true``), a Gemini model that thinks by default unless
+    ``params.thinking_budget = 0`` turns it off, or Gemini 2.5 Flash-Lite asked to think (budget > 0)."""
+    from geoagent.providers.sampling import gemini_thinking_budget_max, gemini_thinks_when_asked, openai_reasoning
+
+    if m.provider == "openai":
+        return openai_reasoning(m.model, m.effective_base_url, m.reasoning_model)
+    if m.provider == "gemini":
+        budget = m.params.get("thinking_budget")
+        if gemini_thinking_budget_max(m.model) is not None:
+            return budget != 0
+        return gemini_thinks_when_asked(m.model) and isinstance(budget, int) and budget > 0
+    return False
+
+
 def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
     """One line per model whose ``max_output_tokens`` hidden reasoning may use up, so that answers come back
     empty and cut off (finish reason ``length`` / ``MAX_TOKENS``; billed all the same). Thresholds, from the

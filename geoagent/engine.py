@@ -1943,7 +1943,9 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     """The dry run's lines for estimate ``est`` of campaign ``cfg``, each figure labelled with what it assumes.
 
     "expected" USD assumes each answer uses ``expected_output_tokens`` when the model sets it, else every
-    answer uses all ``max_output_tokens`` (an upper bound, said so on the line); "worst" is what the ledger
+    answer uses all ``max_output_tokens`` (an upper bound, said so on the line; for a model that spends hidden
+    reasoning tokens, :func:`geoagent.config.spends_hidden_reasoning`, the line says that ``expected_output_tokens``
+    must count them, since they are billed as output); "worst" is what the ledger
     reserves. The duration counts model calls only (rate and concurrency limits of each model's host), not
     other stages (e.g. geocoding), and names what it assumes: ``expected_latency_s`` per call, the
     concurrency and the rate limit. Replay and offline simulated models call no model: their line says so
@@ -1955,7 +1957,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     bounds: the calls the cap pays for if every call cost its worst case (cap / mean worst case; the run makes
     at least about that many) or its expected amount (cap / mean expected cost).
     """
-    from geoagent.config import model_time_basis
+    from geoagent.config import model_time_basis, spends_hidden_reasoning
 
     lines = []
     for name, m in est.by_model.items():
@@ -1968,6 +1970,10 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                             "failure) and would end missing")
         elif mc.expected_output_tokens is not None:
             assumed = f"assuming {per_call} output tokens per call ([[models]] expected_output_tokens)"
+            if spends_hidden_reasoning(mc):  # billed as output: a visible answer's length alone is far too low
+                assumed += (f"; {mc.model} also spends hidden reasoning tokens, billed as output, so "
+                            "expected_output_tokens must count them with the answer (the output tokens a small "
+                            "run's answers report), else this figure is too low")
         else:
             assumed = (f"assuming every answer uses all its max_output_tokens ({per_call} per call); "
                        "set expected_output_tokens for a closer figure")

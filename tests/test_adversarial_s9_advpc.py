@@ -40,3 +40,48 @@ def test_flash_lite_asked_to_think_past_its_cap_warns():
     assert _room_lines(lite) == []                                          # not asked to think
     assert _room_lines({**lite, "params": {"thinking_budget": 256}}) == []  # cap above the budget
     assert _room_lines({**lite, "params": {"thinking_budget": 0}}) == []
+
+
+GENERIC = """
+[campaign]
+name = "reasoning-dry"
+kind = "generic"
+[budget]
+cap_usd = 50.0
+[generic]
+n_requests = 10
+[[models]]
+name = "g5"
+provider = "openai"
+model = "gpt-5-mini"
+api_key_env = "OPENAI_API_KEY"
+price_input_usd_per_mtok = 0.25
+price_output_usd_per_mtok = 2.0
+max_output_tokens = 30000
+expected_output_tokens = 60
+[[models]]
+name = "g4"
+provider = "openai"
+model = "gpt-4o-mini"
+api_key_env = "OPENAI_API_KEY"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.6
+max_output_tokens = 400
+expected_output_tokens = 60
+"""
+
+
+def test_dry_run_expected_cost_of_a_reasoning_model_says_reasoning_tokens_count(isolated_roots, monkeypatch, capsys):
+    # before: "assuming 60 output tokens per call ([[models]] expected_output_tokens)" for gpt-5-mini, whose
+    # hidden reasoning tokens are billed as output too: a visible answer's length understated the expected USD
+    from geoagent.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-" "test-0123456789abcdef")
+    cfg = isolated_roots / "reasoning.toml"
+    cfg.write_text(GENERIC, encoding="utf-8")
+    assert main(["run", str(cfg), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    g5 = next(line for line in out.splitlines() if line.strip().startswith("g5:"))
+    g4 = next(line for line in out.splitlines() if line.strip().startswith("g4:"))
+    assert "reasoning tokens" in g5 and "expected_output_tokens" in g5, g5
+    assert "reasoning" not in g4, g4
