@@ -85,3 +85,35 @@ def test_dry_run_expected_cost_of_a_reasoning_model_says_reasoning_tokens_count(
     g4 = next(line for line in out.splitlines() if line.strip().startswith("g4:"))
     assert "reasoning tokens" in g5 and "expected_output_tokens" in g5, g5
     assert "reasoning" not in g4, g4
+
+
+def test_reasoning_cut_off_with_null_content_is_a_cut_off_answer_not_a_malformed_body():
+    # vLLM's reasoning parser answers a generation that hit max_tokens inside its reasoning with
+    # finish_reason "length", message.content null and the text in message.reasoning (vllm-project/vllm#52640).
+    # Before: "choices[0].message.content is not text" (MalformedResponse): the paid answer was nacked and asked
+    # again on every attempt, then dead-lettered, instead of an empty answer cut off at the cap (billed once).
+    import asyncio
+
+    from geoagent.providers import ProviderSettings, make_provider
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.providers.base import ModelRequest
+    from geoagent.sandbox.llm_common import CALLS_KEY
+    from geoagent.sandbox.llm_openai import make_app
+    from geoagent.sandbox.server import serve
+
+    async def main():
+        app = make_app(require_auth=False, reasoning_style="vllm")
+        async with serve(app) as base:
+            policy = HostPolicy(rate=1000, period_s=1.0, concurrency=2, max_attempts=1, timeout_s=5.0)
+            async with HttpClient(default_policy=policy) as http:
+                prov = make_provider(ProviderSettings(kind="openai", model="gpt-5-mini", base_url=base + "/v1",
+                                                      reasoning_model=True, max_tokens_field="max_completion_tokens"),
+                                     http)
+                resp = await prov.generate(ModelRequest(provider="openai", model="gpt-5-mini", prompt="Where is this?",
+                                                        params={"max_output_tokens": 64}))
+            return resp, list(app[CALLS_KEY])
+
+    resp, calls = asyncio.run(main())
+    assert len(calls) == 1 and calls[0]["status"] == 200 and calls[0]["finish_reason"] == "length"
+    assert resp.text == "" and resp.finish_reason == "length"
+    assert resp.usage.output_tokens == 64 == calls[0]["output_tokens"]  # billed: the whole cap went on reasoning

@@ -17,7 +17,9 @@ Wire format (OpenAI API reference, "Create chat completion"):
   ``api.openai.com``, or ``ProviderSettings.reasoning_model``) get no ``top_p`` and a ``temperature`` only when it
   is 1, the one value they accept (:mod:`geoagent.providers.sampling`, with the sources); their
   ``max_completion_tokens`` also bounds the hidden reasoning tokens, so a small cap can come back as
-  ``content: ""`` with ``finish_reason: "length"`` (a cut-off answer, not an error).
+  ``content: ""`` with ``finish_reason: "length"`` (a cut-off answer, not an error); servers whose reasoning parser
+  keeps the unfinished reasoning apart (vLLM: ``content: null``, the text in ``message.reasoning``,
+  vllm-project/vllm#52640) give the same empty cut-off answer.
 * Answer: ``choices[0].message.content`` (a refusal has ``content: null`` and the text in ``refusal``;
   that text is returned as the answer), ``choices[0].finish_reason``, ``usage.prompt_tokens`` /
   ``usage.completion_tokens`` (completion tokens include reasoning tokens; when absent, ``total_tokens -
@@ -111,6 +113,8 @@ class OpenAICompatProvider(HttpProvider):
             usage = data.get("usage")
             raise ContentBlocked(self.kind, "answer withheld: finish_reason content_filter",
                                  self._usage(usage, "", raw) if isinstance(usage, dict) else None)
+        if text is None and finish == "length":  # cut off before any answer text: vLLM's reasoning parser writes
+            text = ""  # content null (the unfinished reasoning in message.reasoning), api.openai.com content ""
         if not isinstance(text, str):
             raise MalformedResponse(self.kind, "choices[0].message.content is not text", body_excerpt(raw))
         usage = data.get("usage")

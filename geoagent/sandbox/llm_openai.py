@@ -109,6 +109,8 @@ DEFAULT_MODEL_IDS: tuple[str, ...] = ("sandbox-model",)
 MODEL_CREATED = 1_700_000_000
 MODEL_OWNER = "geoagent-sandbox"
 MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("llm_model_ids", list)
+#: how a reasoning model's answer cut off inside its reasoning looks ("openai" or "vllm": make_app's reasoning_style)
+REASONING_STYLE_KEY: web.AppKey[str] = web.AppKey("llm_reasoning_style", str)
 
 
 def _err(status: int, message: str, type_: str, code: str | None = None, param: str | None = None) -> web.Response:
@@ -323,7 +325,8 @@ async def chat_completions(request: web.Request) -> web.Response:
     if REFUSE_MARKER in prompt or FILTER_MARKER in prompt:
         return _non_answer(request, model, prompt, system, image, image_url, image_detail)
     if reasoning and max_tokens <= REASONING_TOKENS:
-        return _all_reasoning(request, model, prompt, system, image, image_url, image_detail, max_tokens)
+        return _all_reasoning(request, model, prompt, system, image, image_url, image_detail, max_tokens,
+                              vllm=request.app[REASONING_STYLE_KEY] == "vllm")
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image, image_url=image_url,
                          max_output_tokens=max_tokens, finish_reasons=("stop", "length"), image_detail=image_detail)
     n_in, n_out = ans.input_tokens, ans.output_tokens
@@ -379,9 +382,10 @@ def _non_answer(request: web.Request, model: str, prompt: str, system: str, imag
 
 
 def _all_reasoning(request: web.Request, model: str, prompt: str, system: str, image: bytes | None,
-                   image_url: str | None, image_detail: str | None, cap: int) -> web.Response:
+                   image_url: str | None, image_detail: str | None, cap: int, vllm: bool = False) -> web.Response:
     """A reasoning model whose cap (tokens) went on hidden reasoning: billed 200, ``content: ""``, ``finish_reason:
-    "length"``, ``completion_tokens`` = ``reasoning_tokens`` = ``cap``."""
+    "length"``, ``completion_tokens`` = ``reasoning_tokens`` = ``cap``. With ``vllm`` as vLLM's reasoning parser
+    answers it: ``content: null`` and the unfinished reasoning text in ``message.reasoning`` (vllm-project/vllm#52640)."""
     n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
         billed_image_tokens(request, API, model, image, detail=image_detail) if image is not None
         else SIM_IMAGE_TOKENS if image_url is not None else 0)
@@ -390,8 +394,10 @@ def _all_reasoning(request: web.Request, model: str, prompt: str, system: str, i
     rid = short_id(request.headers.get("X-Request-Key"), time.time_ns())
     return json_response({
         "id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "", "refusal": None}, "logprobs": None,
-                     "finish_reason": "length"}],
+        "choices": [{"index": 0, "message": ({"role": "assistant", "content": None, "reasoning": "Let me look at the "
+                                              "street signs first, then the"} if vllm else
+                                             {"role": "assistant", "content": "", "refusal": None}),
+                     "logprobs": None, "finish_reason": "length"}],
         "usage": {"prompt_tokens": n_in, "completion_tokens": cap, "total_tokens": n_in + cap,
                   "completion_tokens_details": {"reasoning_tokens": cap}},
         "system_fingerprint": "fp_sandbox",
@@ -408,6 +414,7 @@ def make_app(
     moderation_flags: Collection[str] | None = None,
     models: Collection[str] | None = None,
     image_billing: str = "simulated",
+    reasoning_style: str = "openai",
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -436,6 +443,9 @@ def make_app(
         ``"simulated"`` (default: 765 input tokens per image, as the ``simulated`` provider) or
         ``"documented"`` (the tokens the API's documented rule bills for the image's size:
         :data:`~geoagent.sandbox.llm_common.IMAGE_BILLING`).
+    reasoning_style : str
+        How a reasoning model's answer cut off inside its reasoning looks: ``"openai"`` (default, api.openai.com:
+        ``content: ""``) or ``"vllm"`` (vLLM's reasoning parser: ``content: null``, the text in ``reasoning``).
 
     Returns
     -------
@@ -456,6 +466,9 @@ def make_app(
         calls_max=calls_max,
         image_billing=image_billing,
     )
+    if reasoning_style not in ("openai", "vllm"):
+        raise ValueError(f"reasoning_style must be 'openai' or 'vllm', got {reasoning_style!r}")
+    app[REASONING_STYLE_KEY] = reasoning_style
     app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
     return app
