@@ -1112,6 +1112,25 @@ def spends_hidden_reasoning(m: "ModelConfig") -> bool:
     return False
 
 
+def _crawl_auditor_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]:
+    """``{[[models]] name: [(cap, config key), ...]}`` of a crawl campaign's auditors: their requests carry
+    ``[crawl.image_audit]`` / ``[crawl.referenceability]`` ``max_output_tokens`` (defaults 400 and 4,000), not the
+    ``[[models]]`` entry's. Empty for other kinds and for a ``[crawl]`` table that does not validate (its own
+    error says why)."""
+    if cfg.campaign.kind != "crawl":
+        return {}
+    try:
+        s = cfg.section("crawl")
+    except Exception:  # noqa: BLE001 - reported by the crawl's own validation
+        return {}
+    out: dict[str, list[tuple[int, str]]] = {}
+    for name in ("image_audit", "referenceability"):
+        sec = getattr(s, name, None)
+        if sec is not None and getattr(sec, "model", None):
+            out.setdefault(sec.model, []).append((int(sec.max_output_tokens), f"crawl.{name}.max_output_tokens"))
+    return out
+
+
 def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
     """One line per model whose ``max_output_tokens`` hidden reasoning may use up, so that answers come back
     empty and cut off (finish reason ``length`` / ``MAX_TOKENS``; billed all the same). Thresholds, from the
@@ -1125,18 +1144,27 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
       thinking tokens count against ``maxOutputTokens``. ``thinking_budget = 0`` (Flash: thinking off) or a
       cap above the budget gives no line. Gemini 2.5 Flash-Lite, which thinks only when asked, gets the line
       when ``params.thinking_budget`` > 0 asks it to think at or above its cap.
+
+    A crawl's auditors are checked at the caps their requests carry, ``[crawl.image_audit]`` and
+    ``[crawl.referenceability]`` ``max_output_tokens``, each line naming that key (:func:`_crawl_auditor_caps`).
     """
     from geoagent.providers.sampling import (OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max,
                                              gemini_thinks_when_asked, openai_reasoning)
 
     out: list[str] = []
+    auditor_caps = _crawl_auditor_caps(cfg)
+    targets: list[tuple[ModelConfig, int, str, str]] = []  # (model, cap sent, key named, key to raise)
     for i, m in enumerate(cfg.models):
-        cap = m.default_params().get("max_output_tokens", m.max_output_tokens)
-        key = "params.max_output_tokens" if "max_output_tokens" in m.params else "max_output_tokens"
+        if m.name in auditor_caps:  # a crawl auditor's requests carry its [crawl.*] cap, not this entry's
+            targets += [(m, cap, key, key) for cap, key in auditor_caps[m.name]]
+            continue
+        short = "params.max_output_tokens" if "max_output_tokens" in m.params else "max_output_tokens"
+        targets.append((m, m.default_params().get("max_output_tokens", m.max_output_tokens), f"models[{i}].{short}", short))
+    for m, cap, full, key in targets:
         if m.provider == "openai" and openai_reasoning(m.model, m.effective_base_url, m.reasoning_model):
             if cap < OPENAI_REASONING_MIN_OUTPUT:
                 out.append(
-                    f"models[{i}].{key} = {cap}: {m.model} is an OpenAI reasoning model, whose max_completion_tokens "
+                    f"{full} = {cap}: {m.model} is an OpenAI reasoning model, whose max_completion_tokens "
                     f"also counts its hidden reasoning tokens; when reasoning uses them all the answer is empty with "
                     f"finish_reason 'length' (billed, counted as cut off). OpenAI recommends reserving at least "
                     f"{OPENAI_REASONING_MIN_OUTPUT:,} tokens for reasoning and answer; raise {key} (each call reserves "
@@ -1152,7 +1180,7 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
                 what = (f"params.thinking_budget = {budget}" if isinstance(budget, int) and budget > 0 else
                         f"its dynamic thinking budget (up to {budget_max:,} tokens; params.thinking_budget unset or -1)")
                 out.append(
-                    f"models[{i}].{key} = {cap}: {m.model} is a Gemini thinking model; its thinking tokens count "
+                    f"{full} = {cap}: {m.model} is a Gemini thinking model; its thinking tokens count "
                     f"against maxOutputTokens and {what} can use the whole cap, leaving an empty answer with "
                     f"finishReason MAX_TOKENS (billed, counted as cut off); raise {key} above the thinking budget, "
                     "or bound thinking with params.thinking_budget (0 turns it off on Flash models)")

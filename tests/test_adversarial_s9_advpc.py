@@ -117,3 +117,29 @@ def test_reasoning_cut_off_with_null_content_is_a_cut_off_answer_not_a_malformed
     assert len(calls) == 1 and calls[0]["status"] == 200 and calls[0]["finish_reason"] == "length"
     assert resp.text == "" and resp.finish_reason == "length"
     assert resp.usage.output_tokens == 64 == calls[0]["output_tokens"]  # billed: the whole cap went on reasoning
+
+
+def test_crawl_auditor_cap_that_reasoning_can_use_up_warns_naming_the_crawl_key(tmp_path):
+    # the crawl's audits are sent with [crawl.image_audit] / [crawl.referenceability] max_output_tokens (400 and
+    # 4,000 by default), not the [[models]] entry's. Before: a gpt-5-mini image auditor whose [[models]] entry
+    # has 30,000 loaded without a word (and the [[models]] line, the only one, pointed at a key the audits do not
+    # use), while every audit went out capped at 400 and came back empty, cut off by hidden reasoning
+    from pathlib import Path
+
+    from geoagent.config import load_config
+
+    src = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml").read_text(encoding="utf-8")
+    old = 'model = "sandbox-vision-auditor-1"\nbase_url = "http://openai.sandbox.invalid/v1"\n'
+    assert src.count(old) == 1 and src.count("max_output_tokens = 400\n") == 1
+    text = src.replace(old, 'model = "gpt-5-mini"\nreasoning_model = true\nbase_url = "http://openai.sandbox.invalid/v1"\n')
+    text = text.replace("max_output_tokens = 400\n", "max_output_tokens = 30000\n")
+    cfg = tmp_path / "crawl.toml"
+    cfg.write_text(text, encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_config(cfg)
+    lines = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning) and "max_output_tokens" in str(w.message)]
+    assert len(lines) == 1, lines
+    assert "crawl.image_audit.max_output_tokens = 400: gpt-5-mini is an OpenAI reasoning model" in lines[0], lines
+    # the text auditor (not a reasoning model) and the [[models]] cap give no line
+    assert "crawl.referenceability" not in lines[0] and "models[0]" not in lines[0]
