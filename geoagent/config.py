@@ -1112,11 +1112,19 @@ def spends_hidden_reasoning(m: "ModelConfig") -> bool:
     return False
 
 
-def _crawl_auditor_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]:
-    """``{[[models]] name: [(cap, config key), ...]}`` of a crawl campaign's auditors: their requests carry
-    ``[crawl.image_audit]`` / ``[crawl.referenceability]`` ``max_output_tokens`` (defaults 400 and 4,000), not the
-    ``[[models]]`` entry's. Empty for other kinds and for a ``[crawl]`` table that does not validate (its own
-    error says why)."""
+def _task_output_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]:
+    """``{[[models]] name: [(cap, config key), ...]}`` for the models whose requests carry a task table's output
+    cap instead of their ``[[models]]`` one: a crawl's auditors (``[crawl.image_audit]`` /
+    ``[crawl.referenceability]`` ``max_output_tokens``, defaults 400 and 4,000) and, under ``[geoverify]`` /
+    ``[geohint]`` ``max_output_tokens``, every model (the planner's request params override the model's). Empty
+    otherwise, and for a task table that does not validate (its own error says why)."""
+    if cfg.campaign.kind in ("geoverify", "geohint"):  # [<kind>] max_output_tokens overrides every model's cap
+        try:
+            cap = getattr(cfg.section(cfg.campaign.kind), "max_output_tokens", None)
+        except Exception:  # noqa: BLE001 - reported by the section's own validation
+            cap = None
+        key = f"{cfg.campaign.kind}.max_output_tokens"
+        return {m.name: [(int(cap), key)] for m in cfg.models} if isinstance(cap, int) else {}
     if cfg.campaign.kind != "crawl":
         return {}
     try:
@@ -1145,18 +1153,19 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
       cap above the budget gives no line. Gemini 2.5 Flash-Lite, which thinks only when asked, gets the line
       when ``params.thinking_budget`` > 0 asks it to think at or above its cap.
 
-    A crawl's auditors are checked at the caps their requests carry, ``[crawl.image_audit]`` and
-    ``[crawl.referenceability]`` ``max_output_tokens``, each line naming that key (:func:`_crawl_auditor_caps`).
+    Models whose requests carry a task table's cap are checked at that cap, the line naming its key
+    (:func:`_task_output_caps`): a crawl's auditors (``[crawl.image_audit]`` / ``[crawl.referenceability]``
+    ``max_output_tokens``), every model under ``[geoverify]`` / ``[geohint]`` ``max_output_tokens``.
     """
     from geoagent.providers.sampling import (OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max,
                                              gemini_thinks_when_asked, openai_reasoning)
 
     out: list[str] = []
-    auditor_caps = _crawl_auditor_caps(cfg)
+    task_caps = _task_output_caps(cfg)
     targets: list[tuple[ModelConfig, int, str, str]] = []  # (model, cap sent, key named, key to raise)
     for i, m in enumerate(cfg.models):
-        if m.name in auditor_caps:  # a crawl auditor's requests carry its [crawl.*] cap, not this entry's
-            targets += [(m, cap, key, key) for cap, key in auditor_caps[m.name]]
+        if m.name in task_caps:  # its requests carry a task table's cap ([crawl.*] auditor, [geoverify]/[geohint])
+            targets += [(m, cap, key, key) for cap, key in task_caps[m.name]]
             continue
         short = "params.max_output_tokens" if "max_output_tokens" in m.params else "max_output_tokens"
         targets.append((m, m.default_params().get("max_output_tokens", m.max_output_tokens), f"models[{i}].{short}", short))

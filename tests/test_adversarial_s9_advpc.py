@@ -143,3 +143,37 @@ def test_crawl_auditor_cap_that_reasoning_can_use_up_warns_naming_the_crawl_key(
     assert "crawl.image_audit.max_output_tokens = 400: gpt-5-mini is an OpenAI reasoning model" in lines[0], lines
     # the text auditor (not a reasoning model) and the [[models]] cap give no line
     assert "crawl.referenceability" not in lines[0] and "models[0]" not in lines[0]
+
+
+def test_task_output_cap_override_is_the_cap_checked_for_reasoning_models(tmp_path):
+    # [geoverify] / [geohint] max_output_tokens overrides every model's cap in the requests. Before: gpt-5-mini
+    # with [[models]] max_output_tokens = 30000 under [geoverify] max_output_tokens = 512 loaded without a word,
+    # and every request went out capped at 512 (answers empty, cut off by hidden reasoning)
+    cfg = tmp_path / "gv.toml"
+    for kind in ("geoverify", "geohint"):
+        cfg.write_text(f"""
+[campaign]
+name = "cap-{kind}"
+kind = "{kind}"
+contact = "you@example.org"
+[budget]
+cap_usd = 5.0
+[{kind}]
+max_output_tokens = 512
+[[models]]
+name = "g5"
+provider = "openai"
+model = "gpt-5-mini"
+api_key_env = "OPENAI_API_KEY"
+price_input_usd_per_mtok = 0.25
+price_output_usd_per_mtok = 2.0
+max_output_tokens = 30000
+""", encoding="utf-8")
+        from geoagent.config import load_config
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            load_config(cfg)
+        lines = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning) and "max_output_tokens" in str(w.message)]
+        assert len(lines) == 1, (kind, lines)
+        assert f"{kind}.max_output_tokens = 512: gpt-5-mini is an OpenAI reasoning model" in lines[0], lines
