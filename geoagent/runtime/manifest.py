@@ -122,9 +122,11 @@ def read_manifest(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     text = redact(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode())
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from geoagent.files import atomic_write_text
+
+    # a locked temporary file of a unique name (geoagent.files.atomic_open): the run start's clean-up of killed
+    # writers' files never takes a live one's, also one of a writer in another pid namespace
+    atomic_write_text(path, text + "\n")
 
 
 #: config sections whose change between runs does not alter planned work (cap raised after "budget
