@@ -1354,9 +1354,10 @@ def model_limit_key(m: "ModelConfig") -> str | None:
     (``"api.openai.com/gpt-4o"``); None for a model that calls no host. OpenAI, Anthropic and Gemini limit
     requests per model (per organization/project and model), so two models on one host are paced apart; two
     entries naming the same API model on one host share the key (the provider's one limit)."""
+    from geoagent.providers.settings import limit_model
     from geoagent.runtime.http import limit_key
 
-    return limit_key(m.host, m.model) if m.host else None
+    return limit_key(m.host, limit_model(m.provider, m.model)) if m.host else None
 
 
 def models_by_limit_key(cfg: CampaignConfig) -> dict[str, list["ModelConfig"]]:
