@@ -1413,9 +1413,10 @@ def model_limit_key(m: "ModelConfig") -> str | None:
     (``"api.openai.com/gpt-4o"``); None for a model that calls no host. OpenAI, Anthropic and Gemini limit
     requests per model (per organization/project and model), so two models on one host are paced apart; two
     entries naming the same API model on one host share the key (the provider's one limit)."""
+    from geoagent.providers.settings import limit_model
     from geoagent.runtime.http import limit_key
 
-    return limit_key(m.host, m.model) if m.host else None
+    return limit_key(m.host, limit_model(m.provider, m.model)) if m.host else None
 
 
 def models_by_limit_key(cfg: CampaignConfig) -> dict[str, list["ModelConfig"]]:
@@ -2375,6 +2376,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     # API model on one host share it), and a [hosts] entry of a model host as a ceiling over all its models
     by_key: dict[str, float] = {}
     by_ceiling: dict[str, float] = {}
+    own_keys = model_limits(cfg)
     for name, me in est.by_model.items():
         m = cfg.model(name)
         req, per, concurrency, ceiling = model_time_limit(cfg, m)
@@ -2391,7 +2393,12 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
                                    else min(rate_per_s, concurrency / m.expected_latency_s))
             me.duration_s = me.calls / me.throughput_per_s if me.calls else 0.0
         key = model_limit_key(m) or f"<{m.provider}:{m.name}>"
-        by_key[key] = by_key.get(key, 0.0) + me.duration_s  # entries of one limit key share it
+        if m.host and key not in own_keys and hosts_entry(cfg, m.host) is not None:
+            # no limit of its own: the HTTP layer paces it by its host's state (the [hosts] entry), which every
+            # such model on the host shares and which is also the ceiling over the host's keyed models
+            by_ceiling[m.host] = by_ceiling.get(m.host, 0.0) + me.duration_s
+        else:
+            by_key[key] = by_key.get(key, 0.0) + me.duration_s  # entries of one limit key share it
         if ceiling is not None and me.calls and me.time_basis != "none":
             # the models under one ceiling share it: this model's calls take calls / (the ceiling's own pace)
             pace = ceiling.rate / ceiling.period_s

@@ -1122,7 +1122,8 @@ async def _run(
         # what the config change means is decided now that the plan is queued: does it add work next to
         # answers made under the old settings? (decided before planning, it said "affects none of it" and then
         # planned 114 new requests)
-        drift = config_drift_after_plan(cfg, kind, ctx, before, (await plan_q.counts()) if plan_q else None)
+        drift = config_drift_after_plan(cfg, kind, ctx, before, (await plan_q.counts()) if plan_q else None,
+                                        left_out=check.left_out if check is not None else 0)
         if check is not None:
             # tasks an earlier plan left queued that this plan no longer holds are set aside (dead, reason
             # "superseded: ..."), never sent; set-aside tasks this plan holds again come back
@@ -1675,12 +1676,15 @@ def _replay_figures(cfg: Any, ledger: Any) -> dict[str, Any]:
 
 
 def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, before: Mapping[str, Any],
-                            plan_after: Any) -> Any:
+                            plan_after: Any, *, left_out: int = 0) -> Any:
     """What a change of the call settings since the campaign's last run means for this run, decided after its
     plan was queued (:func:`geoagent.runtime.drift.decide`); its lines go to stderr. ``before``: every edge's
     :class:`~geoagent.runtime.queue.QueueCounts` before the plan was queued; ``plan_after``: the plan edge's
-    after (None: the kind has no plan queue). Returns the :class:`~geoagent.runtime.drift.DriftDecision` (for
-    the manifest), or None when the campaign has no earlier run or its manifest cannot be read."""
+    after (None: the kind has no plan queue); ``left_out``: tasks among ``before``'s ready, leased or dead that
+    are no request of this run (:attr:`PlanCheck.left_out`: set aside now, or earlier and not planned again), so
+    they are not counted as earlier requests that would mix with this run's. Returns the
+    :class:`~geoagent.runtime.drift.DriftDecision` (for the manifest), or None when the campaign has no earlier
+    run or its manifest cannot be read."""
     from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
     from geoagent.runtime.drift import decide, pacing_line
     from geoagent.runtime.manifest import config_changes
@@ -1698,7 +1702,7 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
         return None
     decision = decide(cfg.name, changes.calls, changes.call_keys, tasks_before=plan_before.total,
                       done_before=plan_before.done, added=max(0, plan_after.total - plan_before.total),
-                      left_before=sum(c.ready + c.leased + c.dead for c in before.values()),
+                      left_before=max(0, sum(c.ready + c.leased + c.dead for c in before.values()) - left_out),
                       keys_text=_changed_keys_text(changes.call_keys) if changes.call_keys else "")
     for ln in decision.lines:
         print(ln, file=sys.stderr)
@@ -1770,6 +1774,12 @@ class PlanCheck:
         idle = await queue.ready_keys()
         aside = await queue.dead_keys(SUPERSEDED) or []
         return cls(idle, aside) if idle or aside else None
+
+    @property
+    def left_out(self) -> int:
+        """Earlier tasks of the queue this plan sends none of (after planning): the idle ones it no longer holds
+        (set aside next) and those set aside before that it does not hold again."""
+        return len(self.unplanned) + len(self._aside) - len(self.back)
 
     def see(self, key: str) -> None:
         """Check off one planned task key."""

@@ -34,16 +34,52 @@ log = logging.getLogger(__name__)
 _TEMP_NAMES = (re.compile(r"^\..+\.(\d+)\.\d+\.[0-9a-f]{8}\.tmp$"), re.compile(r"^\.manifest\.json\.(\d+)\.tmp$"))
 
 
+def _lock_temp(fd: int) -> None:
+    """Hold an exclusive ``flock`` on temporary file ``fd`` (a fresh file: nobody else holds it) until it is
+    closed; nothing where the platform or file system has no ``flock`` (the pid check alone applies then)."""
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (ImportError, OSError):  # pragma: no cover - no flock (Windows, some network file systems)
+        pass
+
+
+def _temp_in_use(path: Path) -> bool:
+    """Whether a live writer holds temporary file ``path`` (its ``flock`` is taken: :func:`_lock_temp`); False
+    when it is free or cannot be checked (gone, unreadable: the caller's removal then fails or is harmless)."""
+    try:
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except (ImportError, OSError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # pragma: no cover - no flock on this file system
+        return False
+    finally:
+        os.close(fd)  # also lets go of the lock just taken
+    return False
+
+
 def _create_temp(path: Path) -> tuple[int, Path]:
     """Create and open (write-only, ``O_EXCL``) a new temporary file next to ``path``; mode 0o666 less the
-    umask, as a plain ``open(path, "w")`` would give the target."""
+    umask, as a plain ``open(path, "w")`` would give the target. The file is locked (exclusive ``flock``, where
+    the file system has it) for as long as the descriptor stays open: :func:`remove_stale_temp_files` never
+    removes a file whose lock is held, also when the pid in its name means nothing here (a writer in another
+    pid namespace: a second container sharing the folder)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
         try:
-            return os.open(tmp, flags, 0o666), tmp
+            fd = os.open(tmp, flags, 0o666)
         except FileExistsError:  # pragma: no cover - 32 random bits on top of pid and thread
             continue
+        _lock_temp(fd)
+        return fd, tmp
     raise FileExistsError(f"no free temporary name next to {path}")  # pragma: no cover
 
 
@@ -84,7 +120,9 @@ def atomic_open(path: str | Path, mode: str = "w", *, encoding: str = "utf-8",
     try:
         with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": encoding, "newline": newline})) as fh:
             yield fh
-        os.replace(tmp, path)
+            fh.flush()
+            # renamed while still open, so its lock (held by the open descriptor) covers it up to the rename
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -100,8 +138,10 @@ def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("lea
     target as it was but the temporary file behind (up to a whole export or image in size), and nothing else
     would ever remove it. A file counts as left behind when its name is one this module's writers make
     (:func:`atomic_open`: ``.<target>.<pid>.<thread>.<random>.tmp``; the manifest's ``.manifest.json.<pid>.tmp``)
-    and the process whose pid it names no longer exists on this machine. Files of live processes (another
-    process of the campaign writing right now, this process included) are left alone, as is every other name
+    and the process whose pid it names no longer exists on this machine, and no writer holds its lock (each
+    writer locks its file until the rename, :func:`_create_temp`; a killed one's lock is gone with it). Files of
+    live processes (another process of the campaign writing right now, this process included, also one in
+    another pid namespace: a second container sharing the folder, whose pid means nothing here) are left alone, as is every other name
     and the sub-folders named in ``skip`` (``leases/``: the owner files have their own clean-up,
     :func:`geoagent.engine.hand_back_dead_owners`). A pid reused since by another process keeps its file
     until a later call.
@@ -131,6 +171,8 @@ def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("lea
             if pid == os.getpid() or pid_alive(pid) is not False:
                 continue
             path = Path(dirpath) / name
+            if _temp_in_use(path):
+                continue  # a live writer whose pid means nothing here (another pid namespace)
             try:
                 path.unlink()
             except OSError:

@@ -133,9 +133,10 @@ class HttpProvider(Provider, abc.ABC):
         self._policy_cache: tuple[Any, Any] | None = None
         #: this model's limit key at its host (:func:`geoagent.runtime.http.limit_key`), made once: the HTTP
         #: layer paces the calls by it where it has the model's own limits (providers limit per model)
+        from geoagent.providers.settings import limit_model
         from geoagent.runtime.http import limit_key
 
-        self.limit_key = limit_key(self.host, model_cfg.model)
+        self.limit_key = limit_key(self.host, limit_model(model_cfg.kind, model_cfg.model))
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}(model={self.settings.model!r}, base_url={self.base_url!r})"

@@ -35,6 +35,14 @@ OPENAI_COMPATIBLE_BASE_URLS: dict[str, str] = {
 }
 
 
+def limit_model(kind: str, model: str) -> str:
+    """The model id a provider's per-model rate limit is kept under, for the HTTP layer's limit key
+    (:func:`geoagent.runtime.http.limit_key`): ``model`` as written, except that Gemini's resource name
+    ``models/<id>`` is the same model as ``<id>`` (the provider sends both as ``/v1beta/models/<id>``), so
+    two entries spelling one model both ways share its one limit."""
+    return model.removeprefix("models/") if kind == "gemini" else model
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderSettings:
     """Settings of one provider instance.

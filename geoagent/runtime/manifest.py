@@ -122,9 +122,11 @@ def read_manifest(state_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     text = redact(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode())
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from geoagent.files import atomic_write_text
+
+    # a locked temporary file of a unique name (geoagent.files.atomic_open): the run start's clean-up of killed
+    # writers' files never takes a live one's, also one of a writer in another pid namespace
+    atomic_write_text(path, text + "\n")
 
 
 #: config sections whose change between runs does not alter planned work (cap raised after "budget
@@ -214,6 +216,27 @@ def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any
     return {prefix: (before, now)}
 
 
+def align_by_name(before: Any, now: Any) -> tuple[Any, Any]:
+    """``(before, now)`` arrays of named tables (``[[models]]``) lined up by ``name`` for :func:`changed_keys`:
+    ``now`` keeps its order (so ``models[i]`` is the current file's entry i), ``before`` gets at position i the
+    earlier entry of the same name (None where there was none: an added model), and the earlier entries no longer
+    named follow both, against None (a removed model: ``models[<n>]: {...} -> unset``). Without this a model
+    removed from the front, or a reorder, read as every later entry's ``name`` and ``model`` changing. Anything
+    but two lists of tables with unique string names is returned as it is (compared by position)."""
+    def names(v: Any) -> list[Any] | None:
+        if not isinstance(v, list) or not all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in v):
+            return None
+        out = [x["name"] for x in v]
+        return out if len(set(out)) == len(out) else None
+
+    nb, nn = names(before), names(now)
+    if nb is None or nn is None:
+        return before, now
+    old = dict(zip(nb, before))
+    gone = [old[name] for name in nb if name not in set(nn)]
+    return [old.get(name) for name in nn] + gone, list(now) + [None] * len(gone)
+
+
 def _section_values(name: str, value: Any) -> Any:
     """A task section as compared: an absent section stands for its registered settings' defaults."""
     if value is None:
@@ -255,6 +278,8 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
             continue
         keys = SCORING_ONLY_KEYS.get(k)
         b, n = _section_values(k, before.get(k)), _section_values(k, now.get(k))
+        if k == "models":
+            b, n = align_by_name(b, n)
         nested = GEOCODER_TABLES.get(k)
         if nested is not None and isinstance(b, dict) and isinstance(n, dict):
             gb, gn = _geocoder_values(b.get(nested)), _geocoder_values(n.get(nested))
