@@ -163,3 +163,67 @@ def test_sandbox_crawl_designs_nest(sandbox_crawl):
         a, b, c = (_ids(d[2, k], (arm,)) for k in (1, 2, 3))
         assert (a == b == c) if arm == "main" else (a < b < c), arm
 
+
+def _gv(tmp: Path, crawl_dir: Path, images: Path, n_per_band: int) -> Path:
+    p = tmp / "gv.toml"
+    p.write_text(f"""
+[campaign]
+name = "gv-nested"
+kind = "geoverify"
+seed = 7
+[paths]
+release_dir = "{crawl_dir}"
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+[geoverify]
+trials = "build"
+n_per_band = {n_per_band}
+image_root = "{images}"
+n_boot = 0
+""", encoding="utf-8")
+    return p
+
+
+def test_lowered_plan_sends_nothing_new_and_a_new_builder_is_named(sandbox_crawl, monkeypatch, capsys):
+    import orjson
+
+    from geoagent.cli import main
+    from geoagent.config import load_config
+
+    tmp, crawl_dir, images = sandbox_crawl
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp / "state"))
+    assert main(["run", str(_gv(tmp, crawl_dir, images, 3)), "--no-live"]) == 0
+    capsys.readouterr()
+    manifest = load_config(_gv(tmp, crawl_dir, images, 3)).state_dir() / "manifest.json"
+    assert orjson.loads(manifest.read_bytes())["designs"] == {"geoverify.trial_builder": 2}
+    assert main(["run", str(_gv(tmp, crawl_dir, images, 2)), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    # every trial of the lowered design was answered under n_per_band = 3: nothing new, nothing set aside
+    assert "geoverify.n_per_band: 3 -> 2" in err and "no new task was planned" in err
+    assert "set aside" not in err and "trial builder" not in err
+    # a manifest written before designs were recorded: planned by trial builder 1, and the run says so
+    data = orjson.loads(manifest.read_bytes())
+    del data["designs"]
+    manifest.write_bytes(orjson.dumps(data))
+    assert main(["run", str(_gv(tmp, crawl_dir, images, 2)), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    assert "the trial builder changed since its last run (geoverify.trial_builder: 1 -> 2: " in err
+    assert "this changes which tasks are planned" in err and "would mix" not in err
+    assert orjson.loads(manifest.read_bytes())["designs"] == {"geoverify.trial_builder": 2}
+
+
+def test_superseded_reason_names_the_trial_builder():
+    from geoagent.engine import superseded_reason
+    from geoagent.runtime.drift import DriftDecision
+
+    only = DriftDecision(record={"changed": {"geoverify.trial_builder": [1, 2]}})
+    assert superseded_reason(only).endswith("(trial builder changed: geoverify.trial_builder: 1 -> 2)")
+    both = DriftDecision(record={"changed": {"geoverify.n_per_band": [3, 2], "geoverify.trial_builder": [1, 2]}})
+    assert superseded_reason(both).endswith(
+        "(config changed: geoverify.n_per_band: 3 -> 2; trial builder changed: geoverify.trial_builder: 1 -> 2)")
