@@ -156,11 +156,13 @@ def build_trials(
     seed : int
         Build seed; with the same inputs the same trials come out.
     n_per_band : int or None
-        Decoys drawn per band per image (None = every candidate in the band).
+        Decoys drawn per band per image (None = every candidate in the band); the draws for ``n`` are the
+        first ``n`` of those for ``n + 1`` (nested designs, module docstring).
     max_signal : int or None
-        Cap on signal trials per image (None = all within tau).
+        Cap on signal trials per image, nearest first (None = all within tau).
     n_control : int
-        Main-arm candidates per image that also get the two control arms (0 = no controls).
+        Main-arm candidates per image that also get the two control arms (0 = no controls): the first
+        ``n_control`` in draw-depth order (module docstring), so they do not depend on ``n_per_band``.
     tau_km : float
         Claim tolerance in km (150 m).
     continents : mapping site_id -> continent, optional
