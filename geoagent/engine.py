@@ -1727,13 +1727,18 @@ def plans_whole_edge(cfg: Any, kind: CampaignKind, stages: Sequence[Stage], only
 
 def superseded_reason(drift: Any) -> str:
     """The dead-letter reason of a task set aside because the current plan no longer holds it:
-    ``superseded: not in the current plan (config changed: geoverify.n_per_band: 3 -> 2)``; without a recorded
-    config change (a plan input changed, or no manifest), ``(the config or its inputs changed)``."""
-    from geoagent.runtime.drift import changed_keys_text
+    ``superseded: not in the current plan (config changed: geoverify.n_per_band: 3 -> 2)``; a new version of
+    the trial builder (manifest ``designs``) reads ``(trial builder changed: geoverify.trial_builder: 1 -> 2)``;
+    without a recorded config change (a plan input changed, or no manifest), ``(the config or its inputs
+    changed)``."""
+    from geoagent.runtime.drift import DESIGN_KEYS, changed_keys_text
 
     changed = (getattr(drift, "record", None) or {}).get("changed") or {}
-    why = (f"config changed: {changed_keys_text({k: tuple(v) for k, v in changed.items()})}" if changed
-           else "the config or its inputs changed")
+    config = {k: tuple(v) for k, v in changed.items() if k not in DESIGN_KEYS}
+    design = {k: tuple(v) for k, v in changed.items() if k in DESIGN_KEYS}
+    whys = ([f"config changed: {changed_keys_text(config)}"] if config else [])
+    whys += ([f"trial builder changed: {changed_keys_text(design)}"] if design else [])
+    why = "; ".join(whys) or "the config or its inputs changed"
     return f"{SUPERSEDED} not in the current plan ({why})"
 
 

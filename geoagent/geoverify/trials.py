@@ -20,9 +20,26 @@ other continent's images not yet shown with that claim; where none is left it is
 ``BuildReport.mismatch_dropped``; the image keeps its blank control). Conflicts are settled in order of
 (image_id, candidate), the first keeping its draw.
 
-Randomness comes from ``random.Random(f"{seed}|{image_id}")`` (the other continent's images in image-id
-order), so each image's draws depend only on the seed and that image, not on the order of images; a
-redraw depends on the draws of the images it collided with, never on their order either.
+Designs are **nested** (design version :data:`TRIAL_BUILDER_VERSION`): for a fixed seed, lowering
+``n_per_band`` or ``n_control`` keeps a subset of the trials and raising it a superset, so answers already paid
+for stay in the plan. Each draw has a random stream of its own, derived from the seed and the draw's identity:
+
+* decoys of one (image, band) cell: ``random.Random(f"{seed}|{image_id}|{band}")``, drawn one after another
+  (the tier matching above), so the cell's ``k`` draws are the first ``k`` of its ``k + 1``;
+* control candidates: the image's main-arm candidates ordered by their place in their cell's draw order
+  (signal candidates by distance, decoys by draw), ties by a key from
+  ``random.Random(f"{seed}|{image_id}|control|{cand}")``; the first ``n_control`` get the two control arms.
+  That is a uniform draw among the candidates drawn first in each cell (the nearest signal candidate and one
+  decoy per band), extended to those drawn second only when ``n_control`` exceeds them; so the controls do
+  not change with ``n_per_band`` (nor with ``max_signal``) as long as the cells keep those first draws, and
+  ``n_control`` + 1 adds one;
+* the mismatched image of a control: ``random.Random(f"{seed}|{image_id}|mismatch|{cand}")`` over the other
+  continent's images in image-id order.
+
+Each image's draws depend only on the seed and that image, not on the order of images; a redraw depends on
+the draws of the images it collided with, never on their order either. Version 1 (before 2026-12-01) drew
+everything of an image from one stream, so one decoy fewer in a band redrew every later band and the
+controls; a build campaign resumed across that change plans other trials (see the README).
 """
 
 from __future__ import annotations
@@ -51,6 +68,11 @@ from geoagent.data.model import (
     verify_band,
 )
 from geoagent.geo import continent_code, haversine_km
+
+#: version of the trial design :func:`build_trials` draws: 2 = nested draws (one stream per band cell, controls
+#: and mismatched images drawn apart from the decoys); 1 = one stream per image (before 2026-12-01). The same
+#: inputs and seed give other trials under another version.
+TRIAL_BUILDER_VERSION = 2
 
 
 def label_trial(
@@ -134,11 +156,13 @@ def build_trials(
     seed : int
         Build seed; with the same inputs the same trials come out.
     n_per_band : int or None
-        Decoys drawn per band per image (None = every candidate in the band).
+        Decoys drawn per band per image (None = every candidate in the band); the draws for ``n`` are the
+        first ``n`` of those for ``n + 1`` (nested designs, module docstring).
     max_signal : int or None
-        Cap on signal trials per image (None = all within tau).
+        Cap on signal trials per image, nearest first (None = all within tau).
     n_control : int
-        Main-arm candidates per image that also get the two control arms (0 = no controls).
+        Main-arm candidates per image that also get the two control arms (0 = no controls): the first
+        ``n_control`` in draw-depth order (module docstring), so they do not depend on ``n_per_band``.
     tau_km : float
         Claim tolerance in km (150 m).
     continents : mapping site_id -> continent, optional
@@ -158,7 +182,6 @@ def build_trials(
     others_of: dict[str | None, list[Image]] = {}
     for im in images:
         rep.n_images += 1
-        rng = random.Random(f"{seed}|{im.image_id}")
         cont = _continent_key(im.continent or cont_of.get(im.site_id))
         signal: list[tuple[float, ReferencePoint]] = []
         cells: dict[str, list[tuple[float, ReferencePoint]]] = {b: [] for b in DECOY_BAND_LABELS}
@@ -189,8 +212,10 @@ def build_trials(
                 image_ref=ref if ref is not None else im.image_id, cand_qid=p.qid,
             )
 
-        for d, p in signal:
+        depth: dict[str, int] = {}  # a main candidate's place in its cell's draw order (0 = drawn first)
+        for j, (d, p) in enumerate(signal):
             main.append(mk(p, d, BAND_SIGNAL, TRUTH_YES))
+            depth[p.name_en or ""] = j
         targets = [_tier_index(p) for _, p in signal]
         for band in DECOY_BAND_LABELS:
             cell = sorted(cells[band], key=lambda x: x[1].name_en or "")
@@ -199,20 +224,23 @@ def build_trials(
             k = len(cell) if n_per_band is None else n_per_band
             if len(cell) < k:
                 rep.short_cells += 1
-            chosen, unmatched = _pick_decoys(rng, [p for _, p in cell], targets, k)
+            # the cell's own stream: its k draws are the first k of its k + 1 draws (nested designs)
+            chosen, unmatched = _pick_decoys(random.Random(f"{seed}|{im.image_id}|{band}"), [p for _, p in cell],
+                                             targets, k)
             rep.unmatched_decoys += unmatched
-            for p in chosen:
+            for j, p in enumerate(chosen):
                 main.append(mk(p, dist[p.name_en], band, TRUTH_NO))
+                depth[p.name_en or ""] = j
         trials.extend(main)
         if n_control > 0 and main:
-            ctrl = rng.sample(main, min(n_control, len(main)))
+            ctrl = sorted(main, key=lambda t: (depth[t.cand], _control_key(seed, im.image_id, t.cand)))[:n_control]
             others = others_of.setdefault(cont, [o for c, ims in sorted(by_continent.items()) if c != cont for o in ims])
             for t in ctrl:
                 p = ReferencePoint(qid=t.cand_qid, name_en=t.cand, lat=t.cand_lat, lon=t.cand_lon,
                                    referenceability=None if t.referenceability is None else int(t.referenceability))
                 d = t.d_km if t.d_km is not None else 0.0
                 if others:
-                    other = others[rng.randrange(len(others))]
+                    other = others[random.Random(f"{seed}|{im.image_id}|mismatch|{t.cand}").randrange(len(others))]
                     trials.append(mk(p, d, t.band or "", TRUTH_NO, ARM_MISMATCH, other.image_id))
                 else:
                     rep.images_without_mismatch += 1
@@ -221,6 +249,11 @@ def build_trials(
     for t in trials:
         rep.counts[(t.arm, t.band)] += 1
     return trials, rep
+
+
+def _control_key(seed: int, image_id: str, cand: str) -> float:
+    """Uniform [0, 1) order key of one candidate of one image for the control draw: depends on nothing else."""
+    return random.Random(f"{seed}|{image_id}|control|{cand}").random()
 
 
 def _continent_key(c: str | None) -> str | None:

@@ -55,11 +55,25 @@ _PLAN_SCOPE = re.compile(
 )
 
 
+#: recorded versions of the code that draws the planned tasks (manifest ``designs``,
+#: :func:`geoagent.runtime.manifest.design_versions`), as they are named in messages: a new version plans
+#: other tasks from the same config and seed, a change of which tasks are planned
+DESIGN_KEYS: dict[str, str] = {
+    "geoverify.trial_builder": "the GeoVerify trial builder (trials = \"build\") draws another design from the "
+                               "same seed: version 2 draws nested designs, geoagent/geoverify/trials.py",
+}
+
+
+def design_lines(keys: Iterable[str]) -> list[str]:
+    """What each changed design key of ``keys`` (:data:`DESIGN_KEYS`) means, one phrase each."""
+    return [DESIGN_KEYS[k] for k in keys if k in DESIGN_KEYS]
+
+
 def is_plan_scope_key(path: str) -> bool:
     """Whether config path ``path`` only chooses which tasks are planned (``generic.n_requests``,
     ``geohint.images_per_site``, ``geoverify.n_per_band``, ``crawl.cities[4]``, a whole ``models[2]``, a model's
     ``sampling_rate``), not how a request is asked or a table built: tasks it adds are asked like the stored ones."""
-    return bool(_PLAN_SCOPE.match(path))
+    return bool(_PLAN_SCOPE.match(path)) or path in DESIGN_KEYS
 
 
 def is_pacing_key(path: str) -> bool:
@@ -140,7 +154,14 @@ def decide(name: str, calls: list[str], call_keys: dict[str, tuple[Any, Any]], *
     """
     if not calls or tasks_before == 0:
         return DriftDecision()
-    what = f"{', '.join(calls)} changed since its last run" + (f" ({keys_text})" if keys_text else "")
+    designs = design_lines(call_keys)
+    if designs and all(k in DESIGN_KEYS for k in call_keys) and not any(c.startswith("prompt:") for c in calls):
+        # no config key changed: the code that draws the plan did
+        what = f"the trial builder changed since its last run ({keys_text}: {'; '.join(designs)})"
+    else:
+        what = f"{', '.join(calls)} changed since its last run" + (f" ({keys_text})" if keys_text else "")
+        if designs:
+            what += f"; the trial builder changed: {'; '.join(designs)}"
     prompts = [c.split(":", 1)[1] for c in calls if c.startswith("prompt:")]
     record = {"changed": {k: [old, new] for k, (old, new) in call_keys.items()}, "prompts": prompts,
               "tasks_before": tasks_before, "tasks_added": added, "left_before": left_before}

@@ -251,6 +251,39 @@ def _section_values(name: str, value: Any) -> Any:
     return value
 
 
+#: the key under which the manifest records the version of the GeoVerify trial builder a ``trials = "build"``
+#: campaign planned with (:data:`geoagent.geoverify.trials.TRIAL_BUILDER_VERSION`)
+TRIAL_BUILDER_KEY = "geoverify.trial_builder"
+
+
+def design_versions(cfg: Any) -> dict[str, int]:
+    """Versions of the code that turns the config and its inputs into planned tasks, where a new version plans
+    other tasks from the same config and seed: ``{"geoverify.trial_builder": 2}`` for a GeoVerify campaign
+    with ``[geoverify] trials = "build"`` (:data:`geoagent.geoverify.trials.TRIAL_BUILDER_VERSION`), else
+    ``{}``. Recorded in the manifest as ``designs`` and compared by :func:`config_changes`."""
+    if getattr(getattr(cfg, "campaign", None), "kind", None) != "geoverify":
+        return {}
+    try:
+        from geoagent.geoverify.plan import settings_of
+        from geoagent.geoverify.trials import TRIAL_BUILDER_VERSION
+
+        trials = settings_of(cfg).trials
+    except Exception:  # noqa: BLE001 - an invalid section is reported where the plan reads it
+        return {}
+    return {TRIAL_BUILDER_KEY: TRIAL_BUILDER_VERSION} if trials == "build" else {}
+
+
+def _recorded_designs(old: dict[str, Any]) -> dict[str, Any]:
+    """The ``designs`` of a recorded manifest; one written before designs were recorded (2026-12-01) by a
+    ``trials = "build"`` GeoVerify campaign planned with trial builder version 1."""
+    if isinstance(old.get("designs"), dict):
+        return old["designs"]
+    gv = (old.get("config") or {}).get("geoverify")
+    if old.get("kind") == "geoverify" and isinstance(gv, dict) and gv.get("trials") == "build":
+        return {TRIAL_BUILDER_KEY: 1}
+    return {}
+
+
 def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
                    prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> ConfigChanges:
     """Compare ``cfg`` (resolved) and the packaged prompts with the campaign's last recorded run.
@@ -263,6 +296,7 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     empty lists.
     """
     from geoagent.config import resolved_dict
+    from geoagent.runtime.drift import section_of
 
     old = read_manifest(Path(state_dir) if state_dir is not None else cfg.state_dir())
     if not old or not isinstance(old.get("config"), dict):
@@ -301,9 +335,17 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
         if rest_b != rest_n:
             calls.append(k)
             call_keys.update(changed_keys(rest_b, rest_n, k))
+    # a new version of the code that draws the planned tasks (the trial builder) plans other tasks from the
+    # same config: a change of what is planned, named as such (geoagent.runtime.drift.DESIGN_KEYS)
+    old_designs, new_designs = _recorded_designs(old), design_versions(cfg)
+    for key in sorted(set(old_designs) & set(new_designs)):
+        if old_designs[key] != new_designs[key]:
+            call_keys[key] = (old_designs[key], new_designs[key])
+            if section_of(key) not in calls:
+                calls.append(section_of(key))
     # keys that only set limits or pacing change no answer: kept apart, and a section whose only changes they
     # are is no call drift
-    from geoagent.runtime.drift import is_pacing_key, section_of
+    from geoagent.runtime.drift import is_pacing_key
 
     pacing = {k: v for k, v in call_keys.items() if is_pacing_key(k)}
     call_keys = {k: v for k, v in call_keys.items() if k not in pacing}
@@ -412,6 +454,7 @@ class Manifest:
             "config": resolved_dict(cfg),
             "config_sha256": config_sha256(cfg),
             "prompt_templates_sha256": prompt_hashes(self.prompts_dir),
+            "designs": design_versions(cfg),
             "seeds": seeds,
             "package": {"name": "geoagent", "version": __version__},
             "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
@@ -443,7 +486,7 @@ class Manifest:
                 extra = {**(extra or {}), "config_drift": {**record, "applied": bool(drift.applied)}}
             if record and not drift.applied and isinstance(data.get("config"), dict):
                 # the stored results were made with the recorded config: it stays; the new one is noted apart
-                kept = ("config", "config_sha256", "prompt_templates_sha256")
+                kept = ("config", "config_sha256", "prompt_templates_sha256", "designs")
                 data.update({k: v for k, v in static.items() if k not in kept})
                 data["config_not_applied"] = {**record, "config_sha256": static["config_sha256"],
                                               "config": static["config"]}
