@@ -292,7 +292,7 @@ def test_a_campaign_on_a_crawl_whose_trials_were_moved_aside_says_so(isolated_ro
     crawl = root / "crawl-out"
     crawl.mkdir()
     (crawl / "sites.csv").write_text("site,city,country,continent,lat,lon,qid,name_en\n"
-                                     "s1,Turin,Italy,Europe,45.07,7.68,Q495,Turin\n", encoding="utf-8")
+                                     "s1,Turin,Italy,EU,45.07,7.68,Q495,Turin\n", encoding="utf-8")
     (crawl / "verify_trials.stale.csv").write_text(
         "image_id,site,path,img_lat,img_lon,cand,cand_lat,cand_lon,fam,dist_km,band,truth,arm\n"
         "1,s1,s1/1.jpg,45.07,7.68,Q1,45.07,7.68,3,0.01,b0,1,main\n", encoding="utf-8")
@@ -319,3 +319,20 @@ def test_a_dead_runs_pid_reused_by_the_new_run_itself_reads_killed(tmp_path):
     runs = {r["run_id"]: r for r in _runs(manifest.state_dir)}
     assert runs[first]["status"] == "killed" and runs[first]["killed_found_by"] == live
     assert runs[live]["status"] == "running" and runs[second]["status"] == "running"
+
+
+def test_a_geohint_campaign_whose_only_site_row_is_malformed_names_the_row(isolated_roots, capsys):
+    """A sites.csv whose rows are all malformed (here a continent name instead of a code) left the GeoHint plan
+    empty with "no site (sites.csv empty or missing)": the file was there and the row was the problem."""
+    from geoagent.cli import main
+    from tests.test_crawl_handoff import _toml
+
+    root = isolated_roots
+    crawl = root / "crawl-out"
+    crawl.mkdir()
+    (crawl / "sites.csv").write_text("site,city,country,continent,lat,lon,qid,name_en\n"
+                                     "s1,Turin,Italy,Europe,45.07,7.68,Q495,Turin\n", encoding="utf-8")
+    cfg = _toml(root, "gh-badrow", "geohint", crawl, 'images = "release"\nconditions = ["baseline"]')
+    assert main(["run", str(cfg), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "no usable site: 1 malformed row(s) of sites.csv" in err and "sites.csv:2: continent" in err, err

@@ -231,7 +231,9 @@ class GeoHintCampaign(CampaignKind):
         st = getattr(self, "_plan_inputs", None) or {}
         n_sites, n_images, n_ladders = st.get("sites", 0), st.get("images", 0), st.get("ladders", 0)
         if not n_sites:
-            why = "no site (sites.csv empty or missing)"
+            issues = [i for i in (getattr(self, "_import_issues", None) or []) if Path(i.file).name == "sites.csv"]
+            why = ("no site (sites.csv empty or missing)" if not issues else
+                   f"no usable site: {len(issues)} malformed row(s) of sites.csv left out (first: {issues[0]})")
         elif not n_images:
             from geoagent.integrate import stale_trials_reason
 
