@@ -154,7 +154,8 @@ from geoagent import constants as C
 from geoagent.runtime.http import PermanentHTTPError, exception_text, listen_slot_waits, unlisten_slot_waits
 from geoagent.runtime.leases import LeaseKeeper
 from geoagent.runtime.queue import Refund, StaleLease, Task, WorkQueue
-from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, Missing, PermanentFailure, Stage,
+                                    StageContext)
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,14 @@ log = logging.getLogger(__name__)
 STALL_GAPS = 10.0
 #: ... and for at least this long, s
 STALL_MIN_S = 60.0
+
+#: Lanes (module docstring): the shortest and the longest a task of a full lane is deferred, s
+DEFER_MIN_S = 0.2
+DEFER_MAX_S = 30.0
+#: deferred delays are rounded up to this step (s), so one release call gives back a run of them at once
+DEFER_STEP_S = 0.25
+#: leases in a row that found only tasks of full lanes before the lease loop waits for a lane to free a slot
+WALK_LEASES = 4
 
 
 @dataclass(slots=True)
@@ -178,6 +187,7 @@ class StageStats:
     released: int = 0
     in_flight: int = 0
     held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
+    deferred: int = 0  # tasks of a full lane given back to the queue unstarted, for later (module docstring, "Lanes")
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
     #: hosts whose unreachable breaker opened (module docstring): host -> (requests in a row, last failure)
     unreachable: dict[str, tuple[int, str]] = field(default_factory=dict)
@@ -520,6 +530,12 @@ class StageRunner:
         self._pending: list[tuple[Task, list[Message]]] = []
         #: held tasks by key (payload dropped): leased, released untouched when the stage ends
         self._held: dict[str, Task] = {}
+        #: lanes (module docstring, "Lanes"): the stage's lanes (None: none), tasks of each handed to the stage
+        #: and not finished, each lane's next deferral slot (monotonic s); set when a full lane frees a slot
+        self._lanes: dict[str, Lane] | None = None
+        self._lane_busy: dict[str, int] = {}
+        self._lane_next: dict[str, float] = {}
+        self._lane_room = asyncio.Event()
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
         self.flush_interval_s = flush_interval_s
@@ -566,6 +582,11 @@ class StageRunner:
         batched = bool(getattr(self.stage, "batched", False))
         # sized after start(): a stage may set its concurrency from the config there
         n_workers = min(2, max(1, self.stage.concurrency)) if batched else max(1, self.stage.concurrency)
+        lanes = None if batched else self.stage.lanes()
+        if lanes:
+            self._lanes = dict(lanes)
+            self._lane_busy = dict.fromkeys(lanes, 0)
+            self._lane_next = dict.fromkeys(lanes, 0.0)
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
             async with anyio.create_task_group() as tg:
@@ -687,8 +708,11 @@ class StageRunner:
         # for a free worker, and while every worker is busy a new lease waits until at least
         # ``prefetch // 2`` can be taken, so leases (one queue transaction each) come in batches instead of
         # one per finished task.
-        prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead else 0
+        # With lanes (module docstring, "Lanes") each lane's cap includes its own lease-ahead instead.
+        lanes = self._lanes is not None
+        prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead and not lanes else 0
         min_lease = max(1, prefetch // 2)
+        walks = 0  # leases in a row whose every task was of a full lane (deferred)
         while not self._stop.is_set() and not self._budget.is_set():
             if self._held:
                 await self._release_resumed()
@@ -704,13 +728,26 @@ class StageRunner:
             if free <= 0 or (free < min_lease and self.stats.in_flight >= self.stage.concurrency):
                 await anyio.sleep(0.005)
                 continue
-            tasks = await self.inq.lease(min(free, self.stage.lease_batch), self.visibility_timeout_s)
+            # after a lease that deferred tasks of full lanes, lease whole batches to get past them quickly
+            n = self.stage.lease_batch if walks else min(free, self.stage.lease_batch)
+            tasks = await self.inq.lease(n, self.visibility_timeout_s)
             if not tasks:
+                walks = 0
                 if await self._input_exhausted():
                     return
                 await self._maybe_commit()
                 await self._sleep_or_stop(self.poll_s)
                 continue
+            if lanes:
+                n = len(tasks)
+                tasks = await self._admit(tasks)
+                walks = 0 if len(tasks) == n else walks + 1
+                if not tasks:
+                    if walks >= WALK_LEASES:  # only tasks of full lanes ahead: wait until a lane frees a slot
+                        self._lane_room.clear()
+                        with anyio.move_on_after(min(1.0, self.poll_s * 2 ** (walks - WALK_LEASES))):
+                            await self._lane_room.wait()
+                    continue
             self.stats.in_flight += len(tasks)
             self._leases.add(tasks)
             for task in tasks:
@@ -740,6 +777,8 @@ class StageRunner:
             await self._sleep_or_stop(self.poll_s)
             return
         self._probe = tasks[0]
+        if self._lanes is not None:
+            self._lane_take(tasks[0])
         self.stats.in_flight += 1
         self._leases.add(tasks)  # worked on like any task: a slow probe must not lose its lease mid-request
         send.send_nowait(tasks[0])
@@ -780,6 +819,49 @@ class StageRunner:
         self.stats.next_probe_at = None
         self._cooldown_s = self.probe_after_s
         return False
+
+    # -- lanes (module docstring, "Lanes") ----------------------------------------------------------------
+    def _lane_take(self, task: Task) -> None:
+        """Count ``task`` in its lane (no cap check: the half-open probe)."""
+        lane = self.stage.lane_of(task)
+        if lane in self._lane_busy:
+            self._lane_busy[lane] += 1
+
+    def _lane_done(self, task: Task) -> None:
+        """``task`` left the stage: its lane has one slot more (waking a lease loop that waits for one)."""
+        lane = self.stage.lane_of(task)
+        busy = self._lane_busy.get(lane) if lane is not None else None
+        if busy is not None:
+            self._lane_busy[lane] = busy - 1
+            self._lane_room.set()
+
+    async def _admit(self, tasks: list[Task]) -> list[Task]:
+        """The leased ``tasks`` whose lane has room (counted in it; a task without a lane always), in order. The
+        others are given back to the queue unstarted (no attempt counted, :meth:`WorkQueue.release` with a
+        delay): each at its lane's next slot (the lane's ``rate_per_s`` apart, between :data:`DEFER_MIN_S` and
+        :data:`DEFER_MAX_S` from now, rounded up to :data:`DEFER_STEP_S`), grouped by delay."""
+        lanes, busy, nxt = self._lanes or {}, self._lane_busy, self._lane_next
+        admitted: list[Task] = []
+        later: dict[float, list[Task]] = {}
+        now = time.monotonic()
+        for task in tasks:
+            lane = self.stage.lane_of(task)
+            spec = lanes.get(lane) if lane is not None else None
+            if spec is None:
+                admitted.append(task)
+            elif busy[lane] < spec.cap:
+                busy[lane] += 1
+                admitted.append(task)
+            else:
+                gap = 1.0 / spec.rate_per_s if spec.rate_per_s > 0 else 0.0
+                slot = min(max(nxt[lane], now) + gap, now + DEFER_MAX_S)
+                nxt[lane] = slot
+                delay = min(DEFER_MAX_S, max(DEFER_MIN_S, math.ceil((slot - now) / DEFER_STEP_S) * DEFER_STEP_S))
+                later.setdefault(delay, []).append(task)
+        for delay, group in later.items():
+            await self._safe(self.inq.release(group, delay_s=delay))
+            self.stats.deferred += len(group)
+        return admitted
 
     async def _input_exhausted(self) -> bool:
         if not self.burst:
@@ -858,6 +940,8 @@ class StageRunner:
         finally:
             if self._probe is task:  # cancelled (stop): no verdict
                 self._probe = None
+            if self._lanes is not None:
+                self._lane_done(task)
             self.stats.in_flight -= 1
             self._leases.drop((task,))
             if not committed:
