@@ -12,16 +12,22 @@ Everything is measured server-side, on the OpenAI fake's own call log (per model
 
 from __future__ import annotations
 
+import sqlite3
 import warnings
 from collections import Counter
 
 import anyio
+import orjson
 
 from _model_harness import generic_campaign, ledger_figures
+from geoagent import constants as C
 from geoagent.config import load_config
 from geoagent.engine import run_campaign
+from geoagent.runtime.daemon import open_edge_queues, run_pipeline
+from geoagent.runtime.stage import Lane, Stage, StageContext
 from geoagent.sandbox.llm_openai import make_app as openai_app
 from geoagent.sandbox.server import serve
+from geoagent.status import campaign_status, format_status
 
 KEY = "local-fair-share"
 
@@ -82,9 +88,93 @@ def test_a_slow_model_does_not_hold_back_a_fast_one_in_one_stage(tmp_path, monke
     problems, totals = ledger_figures(cfg)
     assert problems == [] and totals["reserved_nusd"] == 0 and totals["unknown_nusd"] == 0, (problems, totals)
     assert totals["results"] == len(a) + len(b)
+    # the progress stream (and so ``status``) tells the models apart: which one is slow
+    records = [orjson.loads(line) for line in (cfg.state_dir() / C.PROGRESS_FILE).read_bytes().splitlines()
+               if line.strip()]
+    live = [sd["lanes"] for r in records if not r.get("finished") for sd in r["stages"]
+            if sd["stage"] == "model_caller" and sd.get("lanes") and sd["lanes"]["b"]["done"] >= 5
+            and sd["lanes"]["a"]["done"] < 140]
+    assert live, "no progress record with per-model rates while both models ran"
+    assert all(ln["a"]["rate_per_s"] > 3 * ln["b"]["rate_per_s"] > 0 for ln in live[-3:]), live[-3:]
+    text = format_status(campaign_status(cfg))
+    assert f"per model: a done 150, b done {len(b)}" in text, text
 
 
 def load_config_quiet(path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return load_config(path)
+
+
+class _TwoLanes(Stage):
+    """A stage with a fast lane (cap 2) and a slow one (cap 1: each task waits 0.5 s, like a 2/s rate limit)."""
+
+    name = "lanes"
+    input_edge = "a"
+    output_edge = None
+    concurrency = 3
+
+    def __init__(self):
+        self.calls: Counter[str] = Counter()
+        self.fast_done_at: list[float] = []
+
+    def lanes(self):
+        return {"fast": Lane(cap=2), "slow": Lane(cap=1, rate_per_s=2.0)}
+
+    def lane_of(self, task):
+        return task.payload.get("lane")
+
+    async def handle(self, task, ctx):
+        self.calls[task.key] += 1
+        if task.payload["lane"] == "slow":
+            await anyio.sleep(0.5)
+        else:
+            await anyio.sleep(0.01)
+            self.fast_done_at.append(anyio.current_time())
+        return []
+
+
+def test_lanes_let_the_fast_lane_pass_a_slow_backlog_and_a_stop_leaves_deferred_tasks_untouched(tmp_path):
+    """40 slow-lane tasks queued before 40 fast-lane ones (the worst order): the fast lane finishes in about a
+    second instead of after the slow backlog (20 s); a stop then leaves every unfinished task ready with no
+    attempt counted (deferrals count none), nothing leased, and no task was handled twice."""
+    stage = _TwoLanes()
+
+    async def main():
+        queues = open_edge_queues(tmp_path / "q", "t", [stage])
+        await queues["a"].put_many([(f"s{i}", {"lane": "slow"}) for i in range(40)]
+                                   + [(f"f{i}", {"lane": "fast"}) for i in range(40)])
+        holder = []
+        t0 = anyio.current_time()
+
+        async def tick(view):
+            if not holder:
+                holder.extend(view.runners)
+
+        async def stopper():
+            await anyio.sleep(3.0)
+            for r in holder:
+                r.request_stop()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stopper)
+            run = await run_pipeline("t", [stage], queues, StageContext("t"), handle_signals=False, tick=tick,
+                                     tick_interval_s=0.1, grace_s=1.0)
+        counts = await queues["a"].counts()
+        path = queues["a"].path
+        await queues["a"].close()
+        return run, counts, path, t0
+
+    run, counts, path, t0 = anyio.run(main)
+    conn = sqlite3.connect(path)
+    try:  # state 0: ready (deferred tasks are ready, not before their slot)
+        left = conn.execute("SELECT key, attempts FROM tasks WHERE state = 0").fetchall()
+    finally:
+        conn.close()
+    assert len(stage.fast_done_at) == 40 and max(stage.fast_done_at) - t0 < 2.0, max(stage.fast_done_at) - t0
+    slow_done = sum(1 for k in stage.calls if k.startswith("s"))
+    assert 3 <= slow_done <= 8, slow_done  # the slow lane went on at its own pace meanwhile
+    assert max(stage.calls.values()) == 1
+    assert counts.leased == 0 and counts.done == 40 + slow_done and counts.ready == 40 - slow_done
+    assert all(attempts == 0 for _, attempts in left) and len(left) == 40 - slow_done
+    assert run.stats()[0].deferred > 0

@@ -131,6 +131,27 @@ lease (a task leased ahead waits for a free slot first), and it stands still whi
 its host's slots (concurrency, rate limit, pause, the cross-process turn: :func:`~geoagent.runtime.http.listen_slot_waits`):
 such a wait is the host's own limit, not a hang, so tasks lined up behind a slow rate limit (1 request a minute,
 50 tasks at once) wait their turn instead of being cut and dead-lettered by the ceiling.
+
+Lanes
+-----
+The input edge is one FIFO queue, and the pool of workers is fixed. When a stage's tasks wait on separate limits
+(the model caller: each model's rate and concurrency on its host, :func:`~geoagent.runtime.http.limit_key`), the
+tasks of a slow lane would wait for their limit while holding workers, leased, until the stage held little else:
+head-of-line blocking (measured: a model at 20/s, concurrency 4, ran at ~6/s next to one limited to 2/s, close to
+the slow one's pace). A stage that names lanes (:meth:`Stage.lanes`, :meth:`Stage.lane_of`; the model caller: one
+per model when a campaign has several) gets at most a lane's :attr:`~geoagent.runtime.stage.Lane.cap` tasks of it
+at once (in a worker or waiting for one; the model caller sizes its workers as the sum of the caps, so a lane with
+room always finds a worker). A leased task of a full lane is *deferred*: given back to the queue unstarted, no
+attempt counted, nothing sent or reserved (:meth:`WorkQueue.release` with a delay), to come back at its lane's next
+slot, the lane's ``rate_per_s`` apart (between :data:`DEFER_MIN_S` and :data:`DEFER_MAX_S` from now, rounded up
+to :data:`DEFER_STEP_S` so that one release call gives back a run of them); the lease loop goes on leasing past
+it. A deferred task lines up behind every task that was ready before it (SQLite orders by ready time, Redis by
+stream order), so the fast lanes' queued work comes first and the slow lane's tasks come back about when it can
+take them. After :data:`WALK_LEASES` leases in a row that found only tasks of full lanes, the lease loop waits for
+a lane to free a slot (at most ~1 s) instead of cycling through them. ``StageStats.deferred`` counts deferrals.
+A crash leaves deferred tasks ready (at most :data:`DEFER_MAX_S` late); a stop or budget stop changes nothing for
+them. The half-open probe counts in its lane but is never deferred. Batched stages have no lanes. A stage without
+lanes (every stage but a multi-model model caller) runs exactly as before: no per-task cost.
 """
 
 from __future__ import annotations
@@ -173,6 +194,8 @@ DEFER_MAX_S = 30.0
 DEFER_STEP_S = 0.25
 #: leases in a row that found only tasks of full lanes before the lease loop waits for a lane to free a slot
 WALK_LEASES = 4
+#: the window of the per-lane rates in the progress stream (StageStats.lane_rates), s
+LANE_RATE_WINDOW_S = 10.0
 
 
 @dataclass(slots=True)
@@ -210,6 +233,9 @@ class StageStats:
     host_ok_at: dict[str, float] = field(default_factory=dict)
     error_reasons: Counter[str] = field(default_factory=Counter)
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+    #: lanes (module docstring, "Lanes"): tasks completed per lane, and (time, counts) marks for their rates
+    lane_done: dict[str, int] = field(default_factory=dict)
+    _lane_marks: deque[tuple[float, dict[str, int]]] = field(default_factory=lambda: deque(maxlen=256))
 
     def note_error(self, reason: str, host: str | None = None, *, dead: bool = False, dedupe: bool = False) -> None:
         """Record ``reason`` as the stage's latest error (``last_errors``, the 5 latest; ``dedupe``: not again when
@@ -277,6 +303,21 @@ class StageStats:
             gap = 0.0
         return max(STALL_MIN_S, STALL_GAPS * gap)
 
+    def lane_rates(self, now: float | None = None) -> dict[str, float]:
+        """Tasks completed per second of each lane over about the last :data:`LANE_RATE_WINDOW_S` seconds (since the
+        stage started when it is younger), at ``now`` (monotonic s; default: the clock now); {} without lanes.
+        Each call keeps a mark of the counts (called at each progress tick), so it costs nothing per task."""
+        if not self.lane_done:
+            return {}
+        now = time.monotonic() if now is None else float(now)
+        marks = self._lane_marks
+        while len(marks) > 1 and now - marks[1][0] >= LANE_RATE_WINDOW_S:
+            marks.popleft()
+        since, base = marks[0] if marks and now - marks[0][0] >= LANE_RATE_WINDOW_S else (self.started_at, {})
+        marks.append((now, dict(self.lane_done)))
+        span = now - since
+        return {lane: (n - base.get(lane, 0)) / span if span > 0 else 0.0 for lane, n in self.lane_done.items()}
+
     def as_dict(self, now: float | None = None) -> dict[str, Any]:
         """The stage's record for the progress stream at ``now`` (monotonic s; default: the clock now).
 
@@ -284,9 +325,12 @@ class StageStats:
         the last ``rate_window_s`` seconds (so a later reader can carry it on: ``rate * w / (w + age)``,
         :func:`geoagent.runtime.progress.record_as_of`), ``capacity_per_s`` (while working, the ETA's,
         :meth:`capacity_per_s`); ``idle_s`` since the last commit (None before the first), ``stall_after_s``
-        (:meth:`stall_after_s`)."""
+        (:meth:`stall_after_s`); with lanes, ``lanes``: per lane (the model caller: per model) ``done`` and
+        ``rate_per_s`` (:meth:`lane_rates`)."""
         now = time.monotonic() if now is None else float(now)
         idle = self.idle_s(now)
+        lanes = ({"lanes": {k: {"done": self.lane_done[k], "rate_per_s": round(r, 3)}
+                            for k, r in self.lane_rates(now).items()}} if self.lane_done else {})
         return {
             "stage": self.name,
             "done": self.done,
@@ -305,6 +349,7 @@ class StageStats:
             "budget_stopped": self.budget_stopped,
             "last_errors": list(self.last_errors),
             "unreachable": {h: self._unreachable_info(h, n, last) for h, (n, last) in self.unreachable.items()},
+            **lanes,
         }
 
     def _unreachable_info(self, host: str, n: int, last: str) -> dict[str, Any]:
@@ -586,6 +631,7 @@ class StageRunner:
         if lanes:
             self._lanes = dict(lanes)
             self._lane_busy = dict.fromkeys(lanes, 0)
+            self.stats.lane_done = dict.fromkeys(lanes, 0)
             self._lane_next = dict.fromkeys(lanes, 0.0)
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
@@ -935,6 +981,10 @@ class StageRunner:
                 committed = True
                 return
             self._probe_outcome(task, None)
+            if self._lanes is not None:
+                lane = self.stage.lane_of(task)
+                if lane in self.stats.lane_done:
+                    self.stats.lane_done[lane] += 1
             self._pending.append((task, outputs))
             committed = True
         finally:
