@@ -791,7 +791,7 @@ class StageRunner:
                 if not tasks:
                     if walks >= WALK_LEASES:  # only tasks of full lanes ahead: wait until a lane frees a slot
                         self._lane_room.clear()
-                        with anyio.move_on_after(min(1.0, self.poll_s * 2 ** (walks - WALK_LEASES))):
+                        with anyio.move_on_after(min(1.0, self.poll_s * 2 ** min(walks - WALK_LEASES, 10))):
                             await self._lane_room.wait()
                     continue
             self.stats.in_flight += len(tasks)
