@@ -433,6 +433,11 @@ def format_status(st: dict[str, Any]) -> str:
             idle = "" if over else idle_note(sd, st["queues"] or record_counts(p))
             lines.append(f"    {sd['stage']:>24}: {sd['rate_per_s']:.2f}/s  done {sd['done']}  retried {sd['failed']}"
                          f"  dead {sd['dead']}{shared}" + (f"  {idle}" if idle else ""))
+            lanes = sd.get("lanes")
+            if isinstance(lanes, dict) and lanes:  # several models: which one is slow (no live rate once over)
+                lines.append("      per model: " + ", ".join(
+                    f"{k} " + ("" if over else f"{float(v.get('rate_per_s') or 0.0):.2f}/s ") + f"done {v.get('done')}"
+                    for k, v in lanes.items() if isinstance(v, dict)))
             # each distinct once
             for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
                 lines.append(f"      {error_label}: {err}")

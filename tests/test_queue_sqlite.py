@@ -845,3 +845,21 @@ def test_soak_eight_worker_processes_and_aggregator_for_60s(tmp_path):
         f"soak: {len(expected)} tasks; busy fallbacks to the thread: {sum(w['fallbacks'] for w in workers)}; "
         f"largest WAL seen {aggregator['max_wal_bytes'] / 2**20:.1f} MiB"
     )
+
+
+def test_release_with_a_delay_keeps_the_task_back_without_counting_an_attempt(make_queue, clock):
+    """``release(tasks, delay_s=...)`` (the stage runner's deferral of a task whose lane is full): the task is
+    ready again (counted so: a burst run does not end meanwhile) but not leased before the delay has passed,
+    no attempt is counted, and it lines up behind the tasks that were ready before it."""
+    queue = make_queue()
+    queue.put_many_sync([("a", {"i": 1}), ("b", {"i": 2})])
+    (a,) = queue.lease_sync(1)
+    asyncio.run(queue.release([a], delay_s=2.0))
+    assert queue.counts_sync().ready == 2 and queue.counts_sync().leased == 0
+    clock.advance(1.0)
+    assert [t.key for t in queue.lease_sync(5)] == ["b"]
+    clock.advance(1.5)
+    (again,) = queue.lease_sync(5)
+    assert again.key == "a" and again.attempts == 0
+    with pytest.raises(ValueError):
+        asyncio.run(queue.release([again], delay_s=-1.0))

@@ -270,8 +270,12 @@ class WorkQueue(abc.ABC):
         """Move a leased task straight to the dead-letter state with ``reason``."""
 
     @abc.abstractmethod
-    async def release(self, tasks: Task | Sequence[Task]) -> None:
-        """Return leased tasks to ready without counting an attempt."""
+    async def release(self, tasks: Task | Sequence[Task], *, delay_s: float = 0.0) -> None:
+        """Return leased tasks to ready without counting an attempt.
+
+        ``delay_s`` (seconds, >= 0): the tasks are not leased again before that long from now (a backoff with
+        no attempt counted; the stage runner's deferral of a task whose lane is full, :mod:`geoagent.runtime.worker`,
+        "Lanes"). 0 (default): leasable at once. Raises ``ValueError`` for a negative ``delay_s``."""
 
     async def extend(self, tasks: Sequence[Task], visibility_timeout_s: float) -> list[str] | None:
         """Renew the leases of ``tasks`` for ``visibility_timeout_s`` seconds from now (module docstring); return

@@ -357,7 +357,8 @@ return once(function()
 end, replay)
 """
 
-# ARGV: group, reply ttl ms, op (ack|release|dead), reason, key1, lease1, ... -> list of stale keys
+# ARGV: group, reply ttl ms, op (ack|release|dead), reason (a release: its delay in us, '' = none), key1, lease1,
+#       ... -> list of stale keys
 _FINISH = _PRELUDE + """
 return once(function()
   ensure_group()
@@ -372,7 +373,13 @@ return once(function()
       if op == 'ack' then
         redis.call('HSET', ST, key, 'done')
       elseif op == 'release' then
-        enqueue(key)
+        local delay = tonumber(reason) or 0  -- a release's "reason" is its delay, us ('' = none)
+        if delay > 0 then
+          redis.call('HSET', ST, key, 'ready')
+          redis.call('ZADD', DELAYED, now + delay, key)
+        else
+          enqueue(key)
+        end
       else
         redis.call('HSET', ST, key, 'dead')
         redis.call('HINCRBY', ATT, key, 1)
@@ -907,9 +914,14 @@ class RedisStreamsQueue(WorkQueue):
             args += [t.key, str(t.lease_id)]
         return [_text(k) for k in await self._run(self._extend_script, *args)]
 
-    async def release(self, tasks: Task | Sequence[Task]) -> None:
-        """Return leased tasks to ready now, no attempt counted. Raises ``StaleLease`` like :meth:`ack`."""
-        await self._finish("release", "release", _as_list(tasks))
+    async def release(self, tasks: Task | Sequence[Task], *, delay_s: float = 0.0) -> None:
+        """Return leased tasks to ready, no attempt counted: deliverable at once, or after ``delay_s`` seconds
+        (server clock; they wait in ``delayed`` like a nack's backoff). Raises ``StaleLease`` like :meth:`ack`;
+        ``ValueError`` for a negative ``delay_s``."""
+        if not delay_s >= 0:
+            raise ValueError(f"delay_s must be >= 0, got {delay_s!r}")
+        delay_us = repr(min(float(delay_s), _MAX_S) * 1e6) if delay_s else ""
+        await self._finish("release", "release", _as_list(tasks), delay_us)
 
     async def refund_attempts(self, refunds: Sequence[Refund]) -> RefundResult:
         """Give back attempts, by charge ids (the named charges still recorded) or by expected count

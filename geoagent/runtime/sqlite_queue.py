@@ -190,6 +190,10 @@ RETURNING key, payload, attempts, lease_id, last_error
 """
 _ACK_SQL = "UPDATE tasks SET state = 2, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND state = 1"
 _RELEASE_SQL = "UPDATE tasks SET state = 0, not_before = ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND state = 1"
+#: release with a delay (params now, delay_s, id, lease_id)
+_RELEASE_LATER_SQL = (
+    "UPDATE tasks SET state = 0, not_before = ? + ?, lease_id = NULL WHERE id = ? AND lease_id = ? AND state = 1"
+)
 _DEAD_SQL = (
     "UPDATE tasks SET state = 3, not_before = ?, attempts = attempts + 1, last_error = ?, lease_id = NULL "
     "WHERE id = ? AND lease_id = ? AND state = 1"
@@ -961,8 +965,15 @@ class SQLiteQueue(WorkQueue):
         """
         await self._async(self._finish_op("dead_letter", (task,), _DEAD_SQL, DEAD, str(reason)))
 
-    async def release(self, tasks: Task | Sequence[Task]) -> None:
-        """Return leased tasks to ready now, no attempt counted. Raises ``StaleLease`` like :meth:`ack`."""
+    async def release(self, tasks: Task | Sequence[Task], *, delay_s: float = 0.0) -> None:
+        """Return leased tasks to ready, no attempt counted: leasable at once, or not before ``delay_s`` seconds
+        from now (their ``not_before``, so they also line up behind every task ready before then). Raises
+        ``StaleLease`` like :meth:`ack`; ``ValueError`` for a negative ``delay_s``."""
+        if delay_s:
+            if not delay_s >= 0:
+                raise ValueError(f"delay_s must be >= 0, got {delay_s!r}")
+            await self._async(self._finish_op("release", _as_list(tasks), _RELEASE_LATER_SQL, READY, float(delay_s)))
+            return
         await self._async(self._finish_op("release", _as_list(tasks), _RELEASE_SQL, READY))
 
     async def expire_leases(self) -> int:

@@ -23,6 +23,7 @@ redelivery harmless. Exceptions decide the task's fate:
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,23 @@ class StageContext:
             return self.services[name]
         except KeyError:
             raise KeyError(f"stage context has no service {name!r}; have {sorted(self.services)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """One lane of a stage's input (:meth:`Stage.lanes`; :mod:`geoagent.runtime.worker`, "Lanes").
+
+    Attributes
+    ----------
+    cap : int
+        The most tasks of the lane the runner hands to the stage at once (in a worker or waiting for one), >= 1.
+    rate_per_s : float
+        The most tasks of the lane per second it can finish (its own rate limit; > 0, ``math.inf`` when it has
+        none): tasks deferred while the lane is full are spaced back into the queue at this rate.
+    """
+
+    cap: int
+    rate_per_s: float = math.inf
 
 
 class Stage(abc.ABC):
@@ -135,6 +153,21 @@ class Stage(abc.ABC):
     async def flush(self, ctx: StageContext) -> None:  # noqa: B027 - optional hook
         """Called after commits (at most every ``flush_interval_s`` of the runner, 1 s by default) and once
         at shutdown; aggregators rewrite their live report here."""
+
+    def lanes(self) -> dict[str, Lane] | None:
+        """This stage's lanes, by name, once :meth:`start` ran; None (default): one lane, no per-lane admission.
+
+        A stage whose tasks wait on separate limits (the model caller: each model's rate and concurrency on its
+        host) names them here, and :meth:`lane_of` says which a task is in; the runner then hands the stage at
+        most :attr:`Lane.cap` tasks of a lane at once and gives a task of a full lane back to the queue unstarted
+        (no attempt counted) for later, so one slow lane cannot fill every worker (:mod:`geoagent.runtime.worker`,
+        "Lanes"). Called once, after :meth:`start`."""
+        return None
+
+    def lane_of(self, task: Task) -> str | None:
+        """The lane of ``task`` (a key of :meth:`lanes`), or None: admitted without a lane's cap. Must not raise;
+        called for every leased task when :meth:`lanes` named any, so keep it a dict lookup."""
+        return None
 
     def runnable(self) -> bool:
         """Whether any task of the input edge can still run in this process (default True). False (e.g. the

@@ -131,6 +131,27 @@ lease (a task leased ahead waits for a free slot first), and it stands still whi
 its host's slots (concurrency, rate limit, pause, the cross-process turn: :func:`~geoagent.runtime.http.listen_slot_waits`):
 such a wait is the host's own limit, not a hang, so tasks lined up behind a slow rate limit (1 request a minute,
 50 tasks at once) wait their turn instead of being cut and dead-lettered by the ceiling.
+
+Lanes
+-----
+The input edge is one FIFO queue, and the pool of workers is fixed. When a stage's tasks wait on separate limits
+(the model caller: each model's rate and concurrency on its host, :func:`~geoagent.runtime.http.limit_key`), the
+tasks of a slow lane would wait for their limit while holding workers, leased, until the stage held little else:
+head-of-line blocking (measured: a model at 20/s, concurrency 4, ran at ~6/s next to one limited to 2/s, close to
+the slow one's pace). A stage that names lanes (:meth:`Stage.lanes`, :meth:`Stage.lane_of`; the model caller: one
+per model when a campaign has several) gets at most a lane's :attr:`~geoagent.runtime.stage.Lane.cap` tasks of it
+at once (in a worker or waiting for one; the model caller sizes its workers as the sum of the caps, so a lane with
+room always finds a worker). A leased task of a full lane is *deferred*: given back to the queue unstarted, no
+attempt counted, nothing sent or reserved (:meth:`WorkQueue.release` with a delay), to come back at its lane's next
+slot, the lane's ``rate_per_s`` apart (between :data:`DEFER_MIN_S` and :data:`DEFER_MAX_S` from now, rounded up
+to :data:`DEFER_STEP_S` so that one release call gives back a run of them); the lease loop goes on leasing past
+it. A deferred task lines up behind every task that was ready before it (SQLite orders by ready time, Redis by
+stream order), so the fast lanes' queued work comes first and the slow lane's tasks come back about when it can
+take them. After :data:`WALK_LEASES` leases in a row that found only tasks of full lanes, the lease loop waits for
+a lane to free a slot (at most ~1 s) instead of cycling through them. ``StageStats.deferred`` counts deferrals.
+A crash leaves deferred tasks ready (at most :data:`DEFER_MAX_S` late); a stop or budget stop changes nothing for
+them. The half-open probe counts in its lane but is never deferred. Batched stages have no lanes. A stage without
+lanes (every stage but a multi-model model caller) runs exactly as before: no per-task cost.
 """
 
 from __future__ import annotations
@@ -154,7 +175,8 @@ from geoagent import constants as C
 from geoagent.runtime.http import PermanentHTTPError, exception_text, listen_slot_waits, unlisten_slot_waits
 from geoagent.runtime.leases import LeaseKeeper
 from geoagent.runtime.queue import Refund, StaleLease, Task, WorkQueue
-from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, Missing, PermanentFailure, Stage,
+                                    StageContext)
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +186,16 @@ log = logging.getLogger(__name__)
 STALL_GAPS = 10.0
 #: ... and for at least this long, s
 STALL_MIN_S = 60.0
+
+#: Lanes (module docstring): the shortest and the longest a task of a full lane is deferred, s
+DEFER_MIN_S = 0.2
+DEFER_MAX_S = 30.0
+#: deferred delays are rounded up to this step (s), so one release call gives back a run of them at once
+DEFER_STEP_S = 0.25
+#: leases in a row that found only tasks of full lanes before the lease loop waits for a lane to free a slot
+WALK_LEASES = 4
+#: the window of the per-lane rates in the progress stream (StageStats.lane_rates), s
+LANE_RATE_WINDOW_S = 10.0
 
 
 @dataclass(slots=True)
@@ -178,6 +210,7 @@ class StageStats:
     released: int = 0
     in_flight: int = 0
     held: int = 0  # tasks held (stage.Held): leased untouched while the stage runs, released at its end
+    deferred: int = 0  # tasks of a full lane given back to the queue unstarted, for later (module docstring, "Lanes")
     blocked: bool = False  # the stage said nothing more can run here (Stage.runnable): leasing stopped early
     #: hosts whose unreachable breaker opened (module docstring): host -> (requests in a row, last failure)
     unreachable: dict[str, tuple[int, str]] = field(default_factory=dict)
@@ -200,6 +233,9 @@ class StageStats:
     host_ok_at: dict[str, float] = field(default_factory=dict)
     error_reasons: Counter[str] = field(default_factory=Counter)
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+    #: lanes (module docstring, "Lanes"): tasks completed per lane, and (time, counts) marks for their rates
+    lane_done: dict[str, int] = field(default_factory=dict)
+    _lane_marks: deque[tuple[float, dict[str, int]]] = field(default_factory=lambda: deque(maxlen=256))
 
     def note_error(self, reason: str, host: str | None = None, *, dead: bool = False, dedupe: bool = False) -> None:
         """Record ``reason`` as the stage's latest error (``last_errors``, the 5 latest; ``dedupe``: not again when
@@ -267,6 +303,21 @@ class StageStats:
             gap = 0.0
         return max(STALL_MIN_S, STALL_GAPS * gap)
 
+    def lane_rates(self, now: float | None = None) -> dict[str, float]:
+        """Tasks completed per second of each lane over about the last :data:`LANE_RATE_WINDOW_S` seconds (since the
+        stage started when it is younger), at ``now`` (monotonic s; default: the clock now); {} without lanes.
+        Each call keeps a mark of the counts (called at each progress tick), so it costs nothing per task."""
+        if not self.lane_done:
+            return {}
+        now = time.monotonic() if now is None else float(now)
+        marks = self._lane_marks
+        while len(marks) > 1 and now - marks[1][0] >= LANE_RATE_WINDOW_S:
+            marks.popleft()
+        since, base = marks[0] if marks and now - marks[0][0] >= LANE_RATE_WINDOW_S else (self.started_at, {})
+        marks.append((now, dict(self.lane_done)))
+        span = now - since
+        return {lane: (n - base.get(lane, 0)) / span if span > 0 else 0.0 for lane, n in self.lane_done.items()}
+
     def as_dict(self, now: float | None = None) -> dict[str, Any]:
         """The stage's record for the progress stream at ``now`` (monotonic s; default: the clock now).
 
@@ -274,9 +325,12 @@ class StageStats:
         the last ``rate_window_s`` seconds (so a later reader can carry it on: ``rate * w / (w + age)``,
         :func:`geoagent.runtime.progress.record_as_of`), ``capacity_per_s`` (while working, the ETA's,
         :meth:`capacity_per_s`); ``idle_s`` since the last commit (None before the first), ``stall_after_s``
-        (:meth:`stall_after_s`)."""
+        (:meth:`stall_after_s`); with lanes, ``lanes``: per lane (the model caller: per model) ``done`` and
+        ``rate_per_s`` (:meth:`lane_rates`)."""
         now = time.monotonic() if now is None else float(now)
         idle = self.idle_s(now)
+        lanes = ({"lanes": {k: {"done": self.lane_done[k], "rate_per_s": round(r, 3)}
+                            for k, r in self.lane_rates(now).items()}} if self.lane_done else {})
         return {
             "stage": self.name,
             "done": self.done,
@@ -295,6 +349,7 @@ class StageStats:
             "budget_stopped": self.budget_stopped,
             "last_errors": list(self.last_errors),
             "unreachable": {h: self._unreachable_info(h, n, last) for h, (n, last) in self.unreachable.items()},
+            **lanes,
         }
 
     def _unreachable_info(self, host: str, n: int, last: str) -> dict[str, Any]:
@@ -520,6 +575,12 @@ class StageRunner:
         self._pending: list[tuple[Task, list[Message]]] = []
         #: held tasks by key (payload dropped): leased, released untouched when the stage ends
         self._held: dict[str, Task] = {}
+        #: lanes (module docstring, "Lanes"): the stage's lanes (None: none), tasks of each handed to the stage
+        #: and not finished, each lane's next deferral slot (monotonic s); set when a full lane frees a slot
+        self._lanes: dict[str, Lane] | None = None
+        self._lane_busy: dict[str, int] = {}
+        self._lane_next: dict[str, float] = {}
+        self._lane_room = asyncio.Event()
         self._last_commit = time.monotonic()
         self._commit_lock = anyio.Lock()
         self.flush_interval_s = flush_interval_s
@@ -566,6 +627,12 @@ class StageRunner:
         batched = bool(getattr(self.stage, "batched", False))
         # sized after start(): a stage may set its concurrency from the config there
         n_workers = min(2, max(1, self.stage.concurrency)) if batched else max(1, self.stage.concurrency)
+        lanes = None if batched else self.stage.lanes()
+        if lanes:
+            self._lanes = dict(lanes)
+            self._lane_busy = dict.fromkeys(lanes, 0)
+            self.stats.lane_done = dict.fromkeys(lanes, 0)
+            self._lane_next = dict.fromkeys(lanes, 0.0)
         send, recv = anyio.create_memory_object_stream[Task](math.inf)
         try:
             async with anyio.create_task_group() as tg:
@@ -687,8 +754,11 @@ class StageRunner:
         # for a free worker, and while every worker is busy a new lease waits until at least
         # ``prefetch // 2`` can be taken, so leases (one queue transaction each) come in batches instead of
         # one per finished task.
-        prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead else 0
+        # With lanes (module docstring, "Lanes") each lane's cap includes its own lease-ahead instead.
+        lanes = self._lanes is not None
+        prefetch = max(0, min(self.stage.lease_batch, self.stage.concurrency)) if self.lease_ahead and not lanes else 0
         min_lease = max(1, prefetch // 2)
+        walks = 0  # leases in a row whose every task was of a full lane (deferred)
         while not self._stop.is_set() and not self._budget.is_set():
             if self._held:
                 await self._release_resumed()
@@ -704,13 +774,26 @@ class StageRunner:
             if free <= 0 or (free < min_lease and self.stats.in_flight >= self.stage.concurrency):
                 await anyio.sleep(0.005)
                 continue
-            tasks = await self.inq.lease(min(free, self.stage.lease_batch), self.visibility_timeout_s)
+            # after a lease that deferred tasks of full lanes, lease whole batches to get past them quickly
+            n = self.stage.lease_batch if walks else min(free, self.stage.lease_batch)
+            tasks = await self.inq.lease(n, self.visibility_timeout_s)
             if not tasks:
+                walks = 0
                 if await self._input_exhausted():
                     return
                 await self._maybe_commit()
                 await self._sleep_or_stop(self.poll_s)
                 continue
+            if lanes:
+                n = len(tasks)
+                tasks = await self._admit(tasks)
+                walks = 0 if len(tasks) == n else walks + 1
+                if not tasks:
+                    if walks >= WALK_LEASES:  # only tasks of full lanes ahead: wait until a lane frees a slot
+                        self._lane_room.clear()
+                        with anyio.move_on_after(min(1.0, self.poll_s * 2 ** min(walks - WALK_LEASES, 10))):
+                            await self._lane_room.wait()
+                    continue
             self.stats.in_flight += len(tasks)
             self._leases.add(tasks)
             for task in tasks:
@@ -740,6 +823,8 @@ class StageRunner:
             await self._sleep_or_stop(self.poll_s)
             return
         self._probe = tasks[0]
+        if self._lanes is not None:
+            self._lane_take(tasks[0])
         self.stats.in_flight += 1
         self._leases.add(tasks)  # worked on like any task: a slow probe must not lose its lease mid-request
         send.send_nowait(tasks[0])
@@ -780,6 +865,49 @@ class StageRunner:
         self.stats.next_probe_at = None
         self._cooldown_s = self.probe_after_s
         return False
+
+    # -- lanes (module docstring, "Lanes") ----------------------------------------------------------------
+    def _lane_take(self, task: Task) -> None:
+        """Count ``task`` in its lane (no cap check: the half-open probe)."""
+        lane = self.stage.lane_of(task)
+        if lane in self._lane_busy:
+            self._lane_busy[lane] += 1
+
+    def _lane_done(self, task: Task) -> None:
+        """``task`` left the stage: its lane has one slot more (waking a lease loop that waits for one)."""
+        lane = self.stage.lane_of(task)
+        busy = self._lane_busy.get(lane) if lane is not None else None
+        if busy is not None:
+            self._lane_busy[lane] = busy - 1
+            self._lane_room.set()
+
+    async def _admit(self, tasks: list[Task]) -> list[Task]:
+        """The leased ``tasks`` whose lane has room (counted in it; a task without a lane always), in order. The
+        others are given back to the queue unstarted (no attempt counted, :meth:`WorkQueue.release` with a
+        delay): each at its lane's next slot (the lane's ``rate_per_s`` apart, between :data:`DEFER_MIN_S` and
+        :data:`DEFER_MAX_S` from now, rounded up to :data:`DEFER_STEP_S`), grouped by delay."""
+        lanes, busy, nxt = self._lanes or {}, self._lane_busy, self._lane_next
+        admitted: list[Task] = []
+        later: dict[float, list[Task]] = {}
+        now = time.monotonic()
+        for task in tasks:
+            lane = self.stage.lane_of(task)
+            spec = lanes.get(lane) if lane is not None else None
+            if spec is None:
+                admitted.append(task)
+            elif busy[lane] < spec.cap:
+                busy[lane] += 1
+                admitted.append(task)
+            else:
+                gap = 1.0 / spec.rate_per_s if spec.rate_per_s > 0 else 0.0
+                slot = min(max(nxt[lane], now) + gap, now + DEFER_MAX_S)
+                nxt[lane] = slot
+                delay = min(DEFER_MAX_S, max(DEFER_MIN_S, math.ceil((slot - now) / DEFER_STEP_S) * DEFER_STEP_S))
+                later.setdefault(delay, []).append(task)
+        for delay, group in later.items():
+            await self._safe(self.inq.release(group, delay_s=delay))
+            self.stats.deferred += len(group)
+        return admitted
 
     async def _input_exhausted(self) -> bool:
         if not self.burst:
@@ -853,11 +981,17 @@ class StageRunner:
                 committed = True
                 return
             self._probe_outcome(task, None)
+            if self._lanes is not None:
+                lane = self.stage.lane_of(task)
+                if lane in self.stats.lane_done:
+                    self.stats.lane_done[lane] += 1
             self._pending.append((task, outputs))
             committed = True
         finally:
             if self._probe is task:  # cancelled (stop): no verdict
                 self._probe = None
+            if self._lanes is not None:
+                self._lane_done(task)
             self.stats.in_flight -= 1
             self._leases.drop((task,))
             if not committed:

@@ -200,7 +200,8 @@ from geoagent.runtime.http import (
 )
 from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
-from geoagent.runtime.stage import Abandoned, BudgetStop, Held, Message, Missing, PermanentFailure, Stage, StageContext
+from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, Missing, PermanentFailure, Stage,
+                                    StageContext)
 from geoagent.runtime.worker import PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
 from geoagent.secrets import redact
 from geoagent.textfmt import count_text
@@ -228,6 +229,13 @@ AUTH_FAILURES_TO_STOP = 5
 #: a model whose provider sends nothing over HTTP (replay, offline simulated) has no host limit to wait on:
 #: it counts at least this many toward the model caller's default concurrency
 OFFLINE_CONCURRENCY = 64
+
+
+def lane_cap(concurrency: int) -> int:
+    """The most tasks of one model the stage runner hands the model caller at once when a campaign has several
+    models (:meth:`ModelCaller.lanes`): its ``concurrency`` plus a lease-ahead of half that (at least 1), so a
+    model's next request is ready at its key the moment a slot frees. Unitless count, >= 2."""
+    return concurrency + max(1, concurrency // 2)
 #: the StageContext service holding the campaign's :class:`AuthBreaker` (the engine reads it at the end)
 AUTH_BREAKER_SERVICE = "auth_breaker"
 #: the StageContext service holding the campaign's :class:`HostBreaker` (the engine reads it at the end)
@@ -826,7 +834,9 @@ class ModelCaller(Stage):
     concurrency : int, optional
         Tasks handled at once by this worker. Default: the sum of the configured models' ``concurrency``
         (capped at 256), from ``config`` when given, else at :meth:`start` from the campaign's config
-        (a model whose provider sends nothing over HTTP, e.g. replay, counts :data:`OFFLINE_CONCURRENCY`).
+        (a model whose provider sends nothing over HTTP, e.g. replay, counts :data:`OFFLINE_CONCURRENCY`);
+        with several models, each counts its lane's cap instead (:func:`lane_cap`: its concurrency plus a
+        lease-ahead; :meth:`lanes`).
         The HTTP layer's limits (per model on its host) cap the requests actually in flight, so more tasks than that
         would only wait there, leased (and, with the runner's lease-ahead, lease as many again).
 
@@ -854,7 +864,8 @@ class ModelCaller(Stage):
         if concurrency is not None:
             self.concurrency = max(1, int(concurrency))
         elif config is not None and getattr(config, "models", None):
-            self.concurrency = max(1, min(256, sum(m.concurrency for m in config.models)))
+            cs = [m.concurrency for m in config.models]
+            self.concurrency = max(1, min(256, sum(map(lane_cap, cs)) if len(cs) > 1 else sum(cs)))
         self._sized = concurrency is not None or (config is not None and bool(getattr(config, "models", None)))
         self._key_locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._stopping = False
@@ -865,6 +876,8 @@ class ModelCaller(Stage):
         self._mode: dict[str, Any] = {"watch": False}
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
+        #: one lane per model when the campaign has several (lanes(); set at start), else None
+        self._lanes: dict[str, Lane] | None = None
 
     async def start(self, ctx: StageContext) -> None:
         """Size ``concurrency`` from the campaign's models unless it was given (class docstring)."""
@@ -876,16 +889,36 @@ class ModelCaller(Stage):
         providers = ctx.services.get("providers") or {}
         for m in getattr(cfg, "models", None) or []:
             self._hosts.set_host(m.name, _model_host(m, providers.get(m.name)))
-        if self._sized:
-            return
         models = list(getattr(cfg, "models", None) or [])
-        if not models:
-            return
         total = 0
+        lanes: dict[str, Lane] = {}
         for m in models:
             over_http = bool(getattr(providers.get(m.name), "supports_before_send", True))
-            total += m.concurrency if over_http else max(m.concurrency, OFFLINE_CONCURRENCY)
+            c = m.concurrency if over_http else max(m.concurrency, OFFLINE_CONCURRENCY)
+            total += c
+            rate = getattr(m, "rate", None)
+            per_s = rate.requests / rate.period_s if over_http and rate is not None else math.inf
+            lanes[m.name] = Lane(cap=lane_cap(c), rate_per_s=per_s)
+        self._lanes = lanes if len(lanes) > 1 else None
+        if self._sized or not models:
+            return
+        if self._lanes is not None:
+            total = sum(lane.cap for lane in lanes.values())
         self.concurrency = max(1, min(256, total))
+
+    def lanes(self) -> dict[str, Lane] | None:
+        """One lane per model when the campaign has several (None with one: nothing to share; the runner's hot
+        path is then unchanged). A model's lane holds at most :func:`lane_cap` of its ``concurrency`` tasks at
+        once, and its tasks deferred meanwhile come back at its ``rate`` (requests / ``period_s``; unlimited
+        for a provider that sends nothing over HTTP), so a model slowed by its own limits never holds the
+        workers the other models need (:mod:`geoagent.runtime.worker`, "Lanes"). Set at :meth:`start`."""
+        return self._lanes
+
+    def lane_of(self, task: Task) -> str | None:
+        """The task's model name (its lane), or None for a payload without one (it fails in :meth:`handle`)."""
+        payload = task.payload
+        model = payload.get("model") if type(payload) is dict else None
+        return model if type(model) is str else None
 
     def runner_mode(self, *, watch: bool, probe_after_s: float, probe_max_s: float) -> None:
         """Watch mode (``run --watch``) makes the host breaker half-open with the runner's probe settings
