@@ -53,6 +53,7 @@ import importlib
 import logging
 import os
 import sys
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -67,6 +68,7 @@ from geoagent.files import remove_stale_temp_files
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
+from geoagent.runtime.scope import PlanRecorder
 from geoagent.runtime.stage import Message, Stage, StageContext
 
 log = logging.getLogger(__name__)
@@ -1112,6 +1114,9 @@ async def _run(
         planned_by_model: dict[str, int] = {}
         if kind.plan_edge == C.EDGE_REQUESTS:
             plan = _count_models(plan, planned_by_model)
+        # the plan's task keys recorded (state/<campaign>/plan_keys.tsv) for what speaks for the current plan
+        # without planning: the export's `scored` column, the answered / planned shares (geoagent.runtime.scope)
+        plan = PlanRecorder(cfg.state_dir()).wrap(plan)
         plan_q = queues.get(kind.plan_edge)
         before = {e: await q.counts() for e, q in queues.items()}
         # when this process answers for the plan edge: the tasks an earlier plan left idle or set aside, checked
@@ -1253,7 +1258,7 @@ async def _run(
             process_calls=ledger.calls_settled_here(),
             process_answered=sum(r.stats.done for r in callers) if callers else None,
             planned_by_model=planned_by_model,
-            answered_by_model=_answered_by_model(ctx, planned_by_model),
+            answered_by_model=_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge),
             planned_while_watching=n_watched,
             superseded=superseded,
             **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
@@ -1513,7 +1518,7 @@ class WatchReplanTick:
         names = ", ".join(changed)
         try:
             plan = await kind.plan(self.cfg, self.ctx)
-            n, added, by_model = await enqueue_new(plan, self.queue)
+            n, added, by_model = await enqueue_new(PlanRecorder(self.cfg.state_dir()).wrap(plan), self.queue)
         except Exception as exc:  # noqa: BLE001 - the watching run goes on with what it had
             line = (f"watch: the {label} changed since planning ({names}), but planning again failed: "
                     f"{exception_text(exc)}; fix it (it is looked at again when it changes) or re-run to "
@@ -1646,10 +1651,24 @@ def _count_models(plan: Iterable[Message], counts: dict[str, int]) -> Iterator[M
         yield msg
 
 
-def _answered_by_model(ctx: StageContext, planned: dict[str, int]) -> dict[str, int]:
-    """Stored answers per planned model (the response store's count, cumulative over runs), or {}."""
+def _answered_by_model(ctx: StageContext, planned: dict[str, int], cfg: Any = None,
+                       plan_edge: str = C.EDGE_REQUESTS) -> dict[str, int]:
+    """Answers per planned model to the current plan's requests: the recorded plan's tasks done on the plan
+    edge (:func:`geoagent.runtime.scope.answered_in_plan`; answers kept from tasks an earlier plan held are not
+    counted), or {}. Without a record or queue (or ``cfg``): the response store's count, cumulative over runs."""
+    if not planned:
+        return {}
+    if cfg is not None:
+        from geoagent.runtime.scope import answered_in_plan
+
+        try:
+            got = answered_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, plan_edge)
+        except (OSError, ValueError, sqlite3.Error):
+            got = None
+        if got is not None:
+            return {name: got.get(name, 0) for name in planned}
     store = ctx.services.get("store")
-    if not planned or store is None or not hasattr(store, "count_responses_by_model"):
+    if store is None or not hasattr(store, "count_responses_by_model"):
         return {}
     got = store.count_responses_by_model()
     return {name: got.get(name, 0) for name in planned}
