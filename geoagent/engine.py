@@ -1821,9 +1821,23 @@ async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any
     if not unplanned:
         return lines
     reason = superseded_reason(drift)
+    # without a recorded config change (e.g. tasks set aside earlier, requeued by hand with `dead --requeue` and
+    # still not planned), a task keeps the reason it was set aside with before, not the vaguer generic one
+    groups: dict[str, list[str]] = {reason: unplanned}
+    if reason == superseded_reason(None):
+        earlier = await queue.earlier_reasons(unplanned, SUPERSEDED) if hasattr(queue, "earlier_reasons") else None
+        if earlier:
+            groups = {}
+            for key in unplanned:
+                groups.setdefault(earlier.get(key, reason), []).append(key)
     moved: list[str] = []
-    for i in range(0, len(unplanned), SET_ASIDE_CHUNK):
-        moved += await queue.dead_letter_ready(unplanned[i:i + SET_ASIDE_CHUNK], reason) or []
+    for why, keys in groups.items():
+        for i in range(0, len(keys), SET_ASIDE_CHUNK):
+            moved += await queue.dead_letter_ready(keys[i:i + SET_ASIDE_CHUNK], why) or []
+    if len(groups) == 1:
+        reason = next(iter(groups))
+    elif groups:
+        reason = "; ".join(sorted(groups))
     if moved:
         lines.append(f"info: campaign {cfg.name}: set aside {len(moved)} queued task{'s' if len(moved) != 1 else ''} "
                      f"of edge {queue.name} that the current plan no longer holds; they will not be sent "

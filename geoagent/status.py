@@ -665,6 +665,14 @@ def format_eta(progress: dict[str, Any]) -> str:
     return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers
 
 
+def superseded_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:
+    """How many dead tasks per edge were set aside as superseded (reason ``superseded: ...``: no longer in the
+    plan; only edges with some; ``edge``: only that one)."""
+    from geoagent.runtime.queue import SUPERSEDED
+
+    return _per_edge(cfg, edge, lambda q: len(q.dead_keys_sync(SUPERSEDED)))
+
+
 def _per_edge(cfg: Any, edge: str | None, read: Callable[[Any], Any]) -> dict[str, Any]:
     """``read(queue)`` for each queue of the campaign (pipeline order; ``edge``: only that one), keeping the
     non-empty results by edge name. Raises ``ValueError`` for an unknown ``edge`` (see :func:`check_edge`)."""

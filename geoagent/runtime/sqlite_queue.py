@@ -1038,6 +1038,25 @@ class SQLiteQueue(WorkQueue):
             moved += await self._async(self._dead_letter_ready_op(part, str(reason)))
         return moved
 
+    async def earlier_reasons(self, keys: Sequence[str], reason_prefix: str, *, chunk: int = 500) -> dict[str, str]:
+        """Of ``keys``, the tasks not dead whose ``last_error`` (kept by :meth:`requeue_dead`) starts with
+        ``reason_prefix``: key -> that text (:meth:`WorkQueue.earlier_reasons`); read-only, ``chunk`` keys per
+        query."""
+        wanted = list(keys)
+        prefix = str(reason_prefix)
+
+        def tx(conn: sqlite3.Connection, now: float) -> dict[str, str]:
+            out: dict[str, str] = {}
+            for i in range(0, len(wanted), chunk):
+                part = wanted[i:i + chunk]
+                rows = conn.execute(f"SELECT key, last_error FROM tasks WHERE state != ? AND substr(coalesce("
+                                    f"last_error, ''), 1, ?) = ? AND key IN ({','.join('?' * len(part))})",
+                                    (DEAD, len(prefix), prefix, *part))
+                out.update({k: e for k, e in rows})
+            return out
+
+        return await self._async(_Op(tx, write=False))
+
     async def dead_keys(self, reason_prefix: str = "") -> list[str]:
         """Keys of the dead tasks whose reason starts with ``reason_prefix`` (a walk of the dead range)."""
         return await self._async(self._dead_keys_op(str(reason_prefix)))
