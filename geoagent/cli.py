@@ -199,8 +199,17 @@ def _cmd_dead(args: argparse.Namespace) -> int:
               + ("; nothing to requeue" if args.requeue else ""))
         return 0
     if args.requeue:
+        from geoagent.status import superseded_counts
+
+        aside = sum(superseded_counts(cfg, args.edge).values())
         n = requeue_dead(cfg, args.edge)
-        print(f"requeued {n} dead tasks; re-run the campaign to process them")
+        note = ""
+        if aside:
+            # tasks set aside as no longer planned come back only if the config plans them again: otherwise the
+            # next run sets them aside again (with the reason they had), unsent
+            note = (f" ({min(aside, n)} of them were set aside as superseded, not in the current plan: the next run "
+                    "sets those aside again, unsent, unless its config plans them again)")
+        print(f"requeued {n} dead tasks{note}; re-run the campaign to process them")
         return 0
     n = 0
     for edge, items in dead_letters(cfg, limit=args.limit, edge=args.edge).items():

@@ -53,6 +53,7 @@ import importlib
 import logging
 import os
 import sys
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -67,6 +68,7 @@ from geoagent.files import remove_stale_temp_files
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
+from geoagent.runtime.scope import PlanRecorder
 from geoagent.runtime.stage import Message, Stage, StageContext
 
 log = logging.getLogger(__name__)
@@ -1112,6 +1114,9 @@ async def _run(
         planned_by_model: dict[str, int] = {}
         if kind.plan_edge == C.EDGE_REQUESTS:
             plan = _count_models(plan, planned_by_model)
+        # the plan's task keys recorded (state/<campaign>/plan_keys.tsv) for what speaks for the current plan
+        # without planning: the export's `scored` column, the answered / planned shares (geoagent.runtime.scope)
+        plan = PlanRecorder(cfg.state_dir()).wrap(plan)
         plan_q = queues.get(kind.plan_edge)
         before = {e: await q.counts() for e, q in queues.items()}
         # when this process answers for the plan edge: the tasks an earlier plan left idle or set aside, checked
@@ -1254,7 +1259,7 @@ async def _run(
             process_calls=ledger.calls_settled_here(),
             process_answered=sum(r.stats.done for r in callers) if callers else None,
             planned_by_model=planned_by_model,
-            answered_by_model=_answered_by_model(ctx, planned_by_model),
+            answered_by_model=_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge),
             planned_while_watching=n_watched,
             superseded=superseded,
             **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
@@ -1514,7 +1519,7 @@ class WatchReplanTick:
         names = ", ".join(changed)
         try:
             plan = await kind.plan(self.cfg, self.ctx)
-            n, added, by_model = await enqueue_new(plan, self.queue)
+            n, added, by_model = await enqueue_new(PlanRecorder(self.cfg.state_dir()).wrap(plan), self.queue)
         except Exception as exc:  # noqa: BLE001 - the watching run goes on with what it had
             line = (f"watch: the {label} changed since planning ({names}), but planning again failed: "
                     f"{exception_text(exc)}; fix it (it is looked at again when it changes) or re-run to "
@@ -1647,10 +1652,24 @@ def _count_models(plan: Iterable[Message], counts: dict[str, int]) -> Iterator[M
         yield msg
 
 
-def _answered_by_model(ctx: StageContext, planned: dict[str, int]) -> dict[str, int]:
-    """Stored answers per planned model (the response store's count, cumulative over runs), or {}."""
+def _answered_by_model(ctx: StageContext, planned: dict[str, int], cfg: Any = None,
+                       plan_edge: str = C.EDGE_REQUESTS) -> dict[str, int]:
+    """Answers per planned model to the current plan's requests: the recorded plan's tasks done on the plan
+    edge (:func:`geoagent.runtime.scope.answered_in_plan`; answers kept from tasks an earlier plan held are not
+    counted), or {}. Without a record or queue (or ``cfg``): the response store's count, cumulative over runs."""
+    if not planned:
+        return {}
+    if cfg is not None:
+        from geoagent.runtime.scope import answered_in_plan
+
+        try:
+            got = answered_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, plan_edge)
+        except (OSError, ValueError, sqlite3.Error):
+            got = None
+        if got is not None:
+            return {name: got.get(name, 0) for name in planned}
     store = ctx.services.get("store")
-    if not planned or store is None or not hasattr(store, "count_responses_by_model"):
+    if store is None or not hasattr(store, "count_responses_by_model"):
         return {}
     got = store.count_responses_by_model()
     return {name: got.get(name, 0) for name in planned}
@@ -1817,9 +1836,23 @@ async def set_aside_unplanned(cfg: Any, queue: Any, check: PlanCheck, drift: Any
     if not unplanned:
         return lines
     reason = superseded_reason(drift)
+    # without a recorded config change (e.g. tasks set aside earlier, requeued by hand with `dead --requeue` and
+    # still not planned), a task keeps the reason it was set aside with before, not the vaguer generic one
+    groups: dict[str, list[str]] = {reason: unplanned}
+    if reason == superseded_reason(None):
+        earlier = await queue.earlier_reasons(unplanned, SUPERSEDED) if hasattr(queue, "earlier_reasons") else None
+        if earlier:
+            groups = {}
+            for key in unplanned:
+                groups.setdefault(earlier.get(key, reason), []).append(key)
     moved: list[str] = []
-    for i in range(0, len(unplanned), SET_ASIDE_CHUNK):
-        moved += await queue.dead_letter_ready(unplanned[i:i + SET_ASIDE_CHUNK], reason) or []
+    for why, keys in groups.items():
+        for i in range(0, len(keys), SET_ASIDE_CHUNK):
+            moved += await queue.dead_letter_ready(keys[i:i + SET_ASIDE_CHUNK], why) or []
+    if len(groups) == 1:
+        reason = next(iter(groups))
+    elif groups:
+        reason = "; ".join(sorted(groups))
     if moved:
         lines.append(f"info: campaign {cfg.name}: set aside {len(moved)} queued task{'s' if len(moved) != 1 else ''} "
                      f"of edge {queue.name} that the current plan no longer holds; they will not be sent "

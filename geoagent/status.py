@@ -180,6 +180,13 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
             spend = state.ledger.summary().to_json()
             answered = state.store.count_responses_by_model()
+    # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
+    # earlier plan held would overstate a model's share (geoagent.runtime.scope)
+    from geoagent.runtime.scope import answered_in_plan
+
+    in_plan = answered_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, C.EDGE_REQUESTS)
+    if in_plan is not None:
+        answered = in_plan
     from geoagent.engine import dead_owner_pids, run_lock_held
 
     progress_file = Path(cfg.state_dir()) / C.PROGRESS_FILE
@@ -500,7 +507,9 @@ def coverage_lines(planned: dict[str, int], answered: dict[str, int], *, budget_
     (``answered before the cap, per model (stored answers / planned calls): a 160/339 (47%), b 0/339 (0%)``)
     with its warning for a model left with none or far fewer than the others
     (:meth:`geoagent.engine.Outcome.coverage_warnings`). ``planned``: the last run's plan (its progress
-    record's ``planned_by_model``); ``answered``: the response store's count per model. Empty without a plan
+    record's ``planned_by_model``); ``answered``: per model, the recorded plan's tasks answered
+    (:func:`geoagent.runtime.scope.answered_in_plan`; the response store's count for a campaign without a
+    plan record). Empty without a plan
     or once the campaign is complete."""
     if not planned or complete:
         return []
@@ -659,6 +668,14 @@ def format_eta(progress: dict[str, Any]) -> str:
         return "unknown (no rate measured yet for a stage with work ahead)" + covers
     stage = progress.get("eta_stage")
     return f"{eta:.0f} s" + (f" (bounded by {stage})" if stage and eta > 0 else "") + covers
+
+
+def superseded_counts(cfg: Any, edge: str | None = None) -> dict[str, int]:
+    """How many dead tasks per edge were set aside as superseded (reason ``superseded: ...``: no longer in the
+    plan; only edges with some; ``edge``: only that one)."""
+    from geoagent.runtime.queue import SUPERSEDED
+
+    return _per_edge(cfg, edge, lambda q: len(q.dead_keys_sync(SUPERSEDED)))
 
 
 def _per_edge(cfg: Any, edge: str | None, read: Callable[[Any], Any]) -> dict[str, Any]:

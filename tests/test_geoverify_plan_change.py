@@ -111,3 +111,64 @@ def test_two_scored_rows_of_one_request_count_once(isolated_roots):
     assert scope.note() == ("Left out of scoring: 1 answers repeat a counted one's model request (same image shown, "
                             "same claim: one answer) and are counted once, e.g. t2|ctrl_mismatch|Loquat Hotel|m "
                             "repeats t1|ctrl_mismatch|Loquat Hotel|m.")
+
+
+def _h_f_counts(summary: str) -> tuple[int, int, int, int]:
+    """(H k, H n, F k, F n) of model ``sim`` from the run's summary line."""
+    line = next(ln for ln in summary.splitlines() if ln.strip().startswith("sim:"))
+    h = re.search(r" H [^(]*\((\d+)/(\d+)\)", line)
+    f = re.search(r" F [^(]*\((\d+)/(\d+)\)", line)
+    return int(h.group(1)), int(h.group(2)), int(f.group(1)), int(f.group(2))
+
+
+#: another simulated model (named sim2 here), added to a config before its [geoverify] table
+SECOND_MODEL = """[[models]]
+name = "sim2"
+provider = "simulated"
+model = "sim-2"
+max_output_tokens = 100
+"""
+
+
+def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(isolated_roots, monkeypatch, capsys):
+    """The walkthrough's export: every stored scored row (1227) while the report scored 1035, so H and F
+    recomputed from the export disagreed with the report; and the report said "Incomplete: 615 trial(s)
+    missing" for tasks set aside as superseded while the run ended complete. Run 1: two models, complete;
+    run 2: a third model's requests planned and queued, none sent; run 3: one model, n_per_band 3 -> 2 (the
+    removed model's answers left out, the queued tasks set aside), then ``run.py export``."""
+    import polars as pl
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL), "--no-live"]) == 0
+    state = isolated_roots / "state"
+    crawl_dir, images = state / "crawl-sandbox", state / "images"
+
+    def with_models(p: Path, *names: str) -> Path:
+        extra = "".join(SECOND_MODEL.replace("sim2", n) for n in names)
+        p.write_text(p.read_text(encoding="utf-8").replace("[geoverify]", extra + "[geoverify]"), encoding="utf-8")
+        return p
+
+    assert main(["run", str(with_models(_gv(isolated_roots, crawl_dir, images, 3, 100.0), "sim2")), "--no-live"]) == 0
+    p = with_models(_gv(isolated_roots, crawl_dir, images, 3, 100.0), "sim2", "sim3")
+    assert main(["run", str(p), "--no-live", "--stages", "parser"]) == 0
+    p = _gv(isolated_roots, crawl_dir, images, 2, 100.0)
+    capsys.readouterr()
+    assert main(["run", str(p), "--no-live"]) == 0
+    got = capsys.readouterr()
+    assert "set aside" in got.err and "Left out of scoring" in got.out
+    hk, hn, fk, fn = _h_f_counts(got.out)
+    report = state / "gv-design" / "report"
+    # superseded tasks are not missing: the run ended complete, the report says nothing is missing
+    md = (report / "geoverify_table.md").read_text(encoding="utf-8")
+    txt = (report / "geoverify_table.txt").read_text(encoding="utf-8")
+    assert "Incomplete" not in md and "Incomplete" not in txt
+    assert (report / "geoverify_missing.csv").read_text(encoding="utf-8").strip().count("\n") == 0
+    assert main(["export", str(p)]) == 0
+    df = pl.read_parquet(state / "gv-design" / "geoverify_scored.parquet")
+    with open_campaign_state("gv-design", root=state) as st:
+        assert df.height == sum(1 for _ in st.store.iter_results(SCORED_TABLE))
+    s = df.filter(pl.col("scored") & (pl.col("model") == "sim") & (pl.col("arm") == "main") & pl.col("parse_ok"))
+    signal, noise = s.filter(pl.col("truth") == "yes"), s.filter(pl.col("truth") == "no")
+    assert (signal.filter(pl.col("verdict") == "yes").height, signal.height,
+            noise.filter(pl.col("verdict") == "yes").height, noise.height) == (hk, hn, fk, fn)
+    assert df.filter(~pl.col("scored")).height > 0

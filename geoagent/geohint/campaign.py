@@ -32,16 +32,18 @@ from geoagent.geohint.settings import GeoHintSettings
 from geoagent.image_files import MissingImages, check_missing, tally
 from geoagent.geohint.stages import (
     SCORED_TABLE,
+    SERVICE_PLAN_KEYS,
     GeoHintAggregatorStage,
     GeoHintParserStage,
     GeoHintScorerStage,
     plan_from_config,
+    scored_scope,
 )
+from geoagent.runtime.scope import ScoredScope
 from geoagent.runtime.stage import Message, Stage, StageContext
 from geoagent.scoring.regime import DEFAULT_THRESHOLD, threshold_text
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import total
-from geoagent.workers.responses import with_stored_finish_reason
 
 
 def settings_of(cfg: Any) -> GeoHintSettings:
@@ -88,26 +90,30 @@ def image_tally(messages: list[Message], images: list[Image], image_root: str | 
 
 
 def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE,
-                         regime_threshold: float = DEFAULT_THRESHOLD) -> GeoHintAggregator:
+                         regime_threshold: float = DEFAULT_THRESHOLD, scope: ScoredScope | None = None
+                         ) -> GeoHintAggregator:
     """A fresh aggregator filled from results table ``geohint_scored``, counting echo under ``echo_rule`` and
     splitting regimes at ``regime_threshold`` (rows scored before finish reasons were kept get theirs from the
-    response store, for the cut-off counts)."""
+    response store, for the cut-off counts). ``scope`` (:func:`geoagent.geohint.stages.scored_scope`): which
+    rows count (default: every row); it tallies what it left out."""
     agg = GeoHintAggregator(echo_rule=echo_rule, regime_threshold=regime_threshold)
-    for _key, row in store.iter_results(SCORED_TABLE):
-        if isinstance(row.get("extra"), dict):  # rows scored before finish reasons were kept: from the store
-            with_stored_finish_reason(row["extra"], store)
+    for row in (scope or scored_scope(None)).rows(store):
         agg.add(GeoHintResult.from_json(row))
     return agg
 
 
 def _missing_work(cfg: Any) -> list[dict[str, Any]]:
     """Dead-lettered GeoHint work on every edge: ``model, key, edge, reason`` (keys are ``gh|model|...``; reason
-    worded for display by :func:`geoagent.status.describe_reason`: HTTP attempts named as such)."""
+    worded for display by :func:`geoagent.status.describe_reason`: HTTP attempts named as such). Tasks set
+    aside because the current plan no longer holds them (reason ``superseded: ...``) are not missing: left out."""
+    from geoagent.runtime.queue import SUPERSEDED
     from geoagent.status import dead_letters, describe_reason
 
     out = []
     for edge, items in dead_letters(cfg, limit=1_000_000_000).items():
         for d in items:
+            if str(d.reason).startswith(SUPERSEDED):
+                continue
             parts = d.key.split("|")
             out.append({"model": parts[1] if len(parts) > 1 else "", "key": d.key, "edge": edge, "reason": describe_reason(d.reason)})
     return out
@@ -209,6 +215,8 @@ class GeoHintCampaign(CampaignKind):
         images = campaign_images(release, s.images, s.images_per_site)
         self._plan_inputs = {"sites": len(sites), "images": len(images), "ladders": len(release.ladders)}
         messages, summary = plan_from_config(cfg, sites, images, release.ladders)
+        # the report and the live aggregator score exactly this plan's requests (scored_scope)
+        ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in messages)
         self._summary: PlanSummary = summary
         self._images = image_tally(messages, images, s.image_root, s.images)
         self._image_warning = check_missing(
@@ -252,8 +260,11 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.runtime.drift import params_mix_lines
 
         s = settings_of(cfg)
-        agg = aggregate_from_store(ctx.get("store"), echo_rule=s.echo_rule, regime_threshold=s.regime_threshold)
+        scope = scored_scope(ctx.services.get(SERVICE_PLAN_KEYS))
+        agg = aggregate_from_store(ctx.get("store"), echo_rule=s.echo_rule, regime_threshold=s.regime_threshold,
+                                   scope=scope)
         self._agg = agg
+        self._scope_note = scope.note()
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         if not agg.keys:
             return []
@@ -263,8 +274,21 @@ class GeoHintCampaign(CampaignKind):
                      answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
                      image_note=getattr(self, "_image_warning", None),
                      simulated=_simulated(cfg, ctx),
-                     config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}))
+                     config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}),
+                     scope_note=self._scope_note)
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
+
+    def export(self, cfg: Any, store: Any) -> list[Any]:
+        """:meth:`CampaignKind.export`, with a boolean ``scored`` column in ``geohint_scored``: True exactly for the
+        rows the report scores (:func:`scored_scope`: the request is in the current plan). ``run.py export`` runs
+        without a plan: the current plan is the one the last run recorded (``state/<campaign>/plan_keys.tsv``,
+        :mod:`geoagent.runtime.scope`), the plan its report scored; a campaign without that record marks every
+        row. So ``df.filter(pl.col("scored"))`` gives the report's counts and rates; answers of sites or models
+        an earlier plan held stay in the export, marked False."""
+        from geoagent.runtime.export import export_all
+        from geoagent.runtime.scope import read_plan_keys
+
+        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: scored_scope(read_plan_keys(cfg.state_dir())).mark})
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geohint import geocoder_failure_warning, truncation_warnings, unresolved_warnings
@@ -281,8 +305,15 @@ class GeoHintCampaign(CampaignKind):
             )
         s = settings_of(cfg)
         echo_rule = s.echo_rule
-        agg = getattr(self, "_agg", None) or aggregate_from_store(ctx.get("store"), echo_rule=echo_rule,
-                                                                  regime_threshold=s.regime_threshold)
+        agg = getattr(self, "_agg", None)
+        note = getattr(self, "_scope_note", None)
+        if agg is None:
+            scope = scored_scope(ctx.services.get(SERVICE_PLAN_KEYS))
+            agg = aggregate_from_store(ctx.get("store"), echo_rule=echo_rule, regime_threshold=s.regime_threshold,
+                                       scope=scope)
+            note = scope.note()
+        if note:
+            lines.append(f"  {note}")
         lines.append(f"  echo rule {describe_echo_rule(echo_rule)}")
         failed = geocoder_failure_warning(*_geocoder_left(outcome), left_by=_answers_left_by(outcome))
         if not agg.keys:

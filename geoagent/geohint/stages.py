@@ -53,6 +53,7 @@ from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
 from geoagent.geohint.result import GeoHintResult
 from geoagent.runtime.queue import Task
+from geoagent.runtime.scope import ScoredScope
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
 from geoagent.workers.responses import response_text, with_stored_finish_reason
@@ -269,6 +270,31 @@ class GeoHintScorerStage(Stage):
         return [(task.key, row)]
 
 
+#: ctx service: the message keys of the campaign's current plan (set by the campaign kind when it plans), so the
+#: live aggregator and the report score only those (:func:`scored_scope`)
+SERVICE_PLAN_KEYS = "geohint_plan_keys"
+
+
+def _fill_finish_reason(row: dict[str, Any], store: Any) -> dict[str, Any]:
+    """A scored row with its ``extra`` finish reason from the response store (rows scored before finish reasons
+    were kept)."""
+    if isinstance(row.get("extra"), dict):
+        with_stored_finish_reason(row["extra"], store)
+    return row
+
+
+def scored_scope(plan_keys: Iterable[str] | None) -> ScoredScope:
+    """Which stored rows of ``geohint_scored`` a GeoHint report counts: exactly the current plan's requests
+    (``plan_keys``, the message keys ``gh|model|...``; None counts every row). A re-run with sites or a model
+    removed from the config keeps their answers in the store; scoring them reported sites and models the config
+    no longer names (a walkthrough: 12 sites cut to 6, "719 scored responses over 7 sites", ``table1.csv``
+    with a removed model's row). Counted rows get their finish reason from the response store where they lack
+    one. (:class:`geoagent.runtime.scope.ScoredScope`; GeoHint rows have no top-level request key, so no row is
+    left out as a repeat.)"""
+    return ScoredScope(set(plan_keys) if plan_keys is not None else None, table=SCORED_TABLE,
+                       fill=_fill_finish_reason, changed="the sites, images, conditions or the models")
+
+
 class GeoHintAggregatorStage(Stage):
     """``scored`` -> (none): feeds the per-site aggregator; rewrites the report on flush (rate-limited,
     in a worker thread) and at stop (awaited).
@@ -324,15 +350,17 @@ class GeoHintAggregatorStage(Stage):
 
     async def start(self, ctx: StageContext) -> None:
         store = ctx.services.get("store")
+        self.scope = scored_scope(ctx.services.get(SERVICE_PLAN_KEYS))
         if store is not None and hasattr(store, "iter_results"):
-            for _key, row in store.iter_results(SCORED_TABLE):
-                if isinstance(row.get("extra"), dict):  # scored before finish reasons were kept: from the store
-                    with_stored_finish_reason(row["extra"], store)
+            for row in self.scope.rows(store):
                 self.agg.add(GeoHintResult.from_json(row))
         if self.report_interval_s is None:
             self.report_interval_s = float(ctx.services.get("geohint_report_interval_s", 5.0))
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        scope = getattr(self, "scope", None)
+        if scope is not None and not scope.keep(task.key, task.payload):
+            return []  # a task of an earlier plan: stored, not scored
         try:
             res = GeoHintResult.from_json(task.payload)
         except (TypeError, ValueError) as exc:

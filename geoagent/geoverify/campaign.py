@@ -108,12 +108,18 @@ def missing_work(cfg: Any) -> list[dict[str, Any]]:
 
     Message keys are ``trial_id|model`` on every edge (model names hold no ``|``), so the model is the
     last field. Read from the queue files, so it covers work dead-lettered by any process or earlier run.
+    Tasks set aside because the current plan no longer holds them (reason ``superseded: ...``,
+    :func:`geoagent.engine.set_aside_unplanned`) are not missing work: left out (the run's summary and
+    ``status`` count them apart).
     """
+    from geoagent.runtime.queue import SUPERSEDED
     from geoagent.status import dead_letters, describe_reason
 
     out = []
     for edge, items in dead_letters(cfg, limit=1_000_000_000).items():
         for d in items:
+            if str(d.reason).startswith(SUPERSEDED):
+                continue
             out.append({"model": d.key.rsplit("|", 1)[-1], "key": d.key, "edge": edge, "reason": describe_reason(d.reason)})
     return out
 
@@ -231,6 +237,22 @@ class GeoVerifyCampaign(CampaignKind):
         """The rows a report counts: the current plan's tasks (when this process planned), each request once."""
         keys = ctx.services.get(SERVICE_PLAN_KEYS)
         return ScoredScope(set(keys) if keys is not None else None)
+
+    def export(self, cfg: Any, store: Any) -> list[Any]:
+        """:meth:`CampaignKind.export`, with a boolean ``scored`` column in ``geoverify_scored``: True exactly for
+        the rows the report scores (:class:`ScoredScope`: the task is in the current plan, and it is the first
+        stored answer of its model request). ``run.py export`` runs without a plan: the current plan is the one
+        the last run recorded (``state/<campaign>/plan_keys.tsv``, :mod:`geoagent.runtime.scope`), the plan its
+        report scored; a campaign without that record marks every row, each request once. So
+        ``df.filter(pl.col("scored"))`` gives the report's H, F and counts; the other rows (answers of tasks an
+        earlier plan held, repeats) stay in the export for a look at them."""
+        from geoagent.runtime.export import export_all
+        from geoagent.runtime.scope import read_plan_keys
+
+        from geoagent.geoverify.stages import SCORED_TABLE
+
+        scope = ScoredScope(read_plan_keys(cfg.state_dir()))
+        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: scope.mark})
 
     def params_mix(self, cfg: Any, ctx: StageContext) -> dict[str, list[tuple[dict[str, Any], int]]]:
         """:meth:`CampaignKind.params_mix` over the answers the report scores (the current plan's, each once)."""

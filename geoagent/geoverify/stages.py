@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from geoagent.geoverify.parse import ParsedVerdict, parse_verdict
 from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.score import scored_row
 from geoagent.runtime.queue import Task
+from geoagent.runtime.scope import ScoredScope as _ScoredScope
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.responses import response_text, with_stored_finish_reason
 
@@ -276,9 +277,9 @@ class GeoVerifyScorerStage(Stage):
 SERVICE_PLAN_KEYS = "geoverify_plan_keys"
 
 
-class ScoredScope:
+class ScoredScope(_ScoredScope):
     """Which stored scored rows a GeoVerify report counts: those of the current plan's tasks, each model request
-    once.
+    once (:class:`geoagent.runtime.scope.ScoredScope` over results table ``geoverify_scored``).
 
     A re-run whose plan changed (``n_per_band`` 3 -> 2 on a built trial table) keeps the answers of the tasks the
     new plan no longer holds in the store; scoring them too pooled two designs (the summary's built trials per
@@ -287,63 +288,18 @@ class ScoredScope:
     scored once. Seed 000 Sec. 5 / App. A.2: a trial is an image and a candidate name ("only the image and the
     candidate name change"), so two trials asking the same request are one trial; the plan already keeps one
     (:func:`geoagent.geoverify.trials.unique_trials`), and this scope keeps the first stored answer of a request
-    key and counts the rest.
+    key and counts the rest. Counted rows get their finish reason from the response store where they lack one
+    (:func:`with_stored_finish_reason`).
 
     Parameters
     ----------
     plan_keys : set of str or None
         The current plan's message keys (``trial_id|model``, the scored table's keys); None counts every row.
-
-    Attributes
-    ----------
-    not_planned : int
-        Stored scored rows left out because their task is not in the current plan.
-    repeated : int
-        Rows left out because another counted row has the same ``request_key`` (the same answer).
-    repeated_examples : list of str
-        Up to 5 ``"<left out key> repeats <counted key>"`` texts.
     """
 
-    def __init__(self, plan_keys: set[str] | None) -> None:
-        self.plan_keys = plan_keys
-        self.not_planned = 0
-        self.repeated = 0
-        self.repeated_examples: list[str] = []
-        self._by_request: dict[str, str] = {}
-
-    def keep(self, key: str, row: Mapping[str, Any]) -> bool:
-        """Whether the scored row ``row`` stored under ``key`` is counted (updates the tallies)."""
-        if self.plan_keys is not None and key not in self.plan_keys:
-            self.not_planned += 1
-            return False
-        rk = row.get("request_key")
-        if isinstance(rk, str) and rk:
-            first = self._by_request.get(rk)
-            if first is not None and first != key:
-                self.repeated += 1
-                if len(self.repeated_examples) < 5:
-                    self.repeated_examples.append(f"{key} repeats {first}")
-                return False
-            self._by_request[rk] = key
-        return True
-
-    def rows(self, store: Any) -> Iterator[dict[str, Any]]:
-        """The counted rows of results table ``geoverify_scored`` (finish reasons filled from the response
-        store where a row lacks them, :func:`with_stored_finish_reason`)."""
-        for key, row in store.iter_results(SCORED_TABLE):
-            if self.keep(key, row):
-                yield with_stored_finish_reason(row, store)
-
-    def note(self) -> str | None:
-        """A sentence on what was left out, for the report and the summary; None when nothing was."""
-        parts = []
-        if self.not_planned:
-            parts.append(f"{self.not_planned} stored answers of tasks the current plan no longer holds (an earlier "
-                         "run's plan: the trial design or the models changed) are kept in the store but not scored")
-        if self.repeated:
-            parts.append(f"{self.repeated} answers repeat a counted one's model request (same image shown, same "
-                         "claim: one answer) and are counted once, e.g. " + "; ".join(self.repeated_examples[:2]))
-        return ("Left out of scoring: " + "; ".join(parts) + ".") if parts else None
+    def __init__(self, plan_keys: set[str] | frozenset[str] | None) -> None:
+        super().__init__(plan_keys, table=SCORED_TABLE, request_key=lambda row: row.get("request_key"),
+                         fill=with_stored_finish_reason, changed="the trial design or the models")
 
 
 class GeoVerifyAggregatorStage(Stage):

@@ -977,6 +977,7 @@ def write_report(
     image_note: str | None = None,
     simulated: Sequence[str] = (),
     config_mix: Sequence[str] = (),
+    scope_note: str | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
 
@@ -1001,6 +1002,8 @@ def write_report(
     ``config_mix``: one line per model whose answers were made under more than one set of request settings
     (a config changed between runs; :func:`geoagent.runtime.drift.params_mix_lines`), a warning in the header:
     every table pools them.
+    ``scope_note``: a sentence on stored answers left out because their requests are no longer in the plan
+    (:meth:`geoagent.runtime.scope.ScoredScope.note`), in bold under the title; None when none were.
     """
     from geoagent.runtime.drift import MIX_WARNING
 
@@ -1019,6 +1022,7 @@ def write_report(
         *([f"**Placeholder images: {image_note}**", ""] if image_note else []),
         *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),
         *([f"**Warning: {MIX_WARNING}:**", "", *[f"- {ln}" for ln in config_mix], ""] if config_mix else []),
+        *([f"**{scope_note}**", ""] if scope_note else []),
         f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",

@@ -93,17 +93,74 @@ CHANGED_KEYS_SHOWN = 8
 CHANGED_VALUE_CHARS = 60
 
 
+#: a changed key naming a whole item of a list (``geohint.sites[3]``, ``models[1]``): group, index
+_LIST_ITEM = re.compile(r"^(.*)\[(\d+)\]$")
+
+
+def _item_label(v: Any) -> str | None:
+    """The name of a list item that is a table with a ``name`` (a ``[[models]]`` entry), else None."""
+    return str(v["name"]) if isinstance(v, dict) and isinstance(v.get("name"), str) else None
+
+
+def _list_aware_items(keys: dict[str, tuple[Any, Any]], shown: Any) -> list[str]:
+    """The texts of :func:`changed_keys_text`, whole list items grouped per list and read as what was added or
+    removed (a positional diff of ``geohint.sites`` with one site removed named every later index as changed):
+    ``geohint.sites: removed 'a', 'b'; added 'c'``, ``models[1] (sim-b) removed``, ``geohint.sites: reordered``.
+    Other keys read ``key: old -> new``. Order: each list where its first changed item was."""
+    out: list[Any] = []
+    lists: dict[str, list[tuple[int, Any, Any]]] = {}
+    for k, (old, new) in keys.items():
+        m = _LIST_ITEM.match(k)
+        if m is None:
+            out.append(f"{k}: {shown(old)} -> {shown(new)}")
+            continue
+        path = m.group(1)
+        if path not in lists:
+            lists[path] = []
+            out.append((path,))  # placeholder, filled below
+        lists[path].append((int(m.group(2)), old, new))
+    texts: dict[str, list[str]] = {}
+    for path, changes in lists.items():
+        news = [n for _, _, n in changes if n is not None]
+        removed = [(i, o) for i, o, _ in changes if o is not None and not _take(news, o)]
+        olds_left = [o for _, o, _ in changes if o is not None]
+        added = [(i, n) for i, _, n in changes if n is not None and not _take(olds_left, n)]
+        parts: list[str] = []
+        for what, items in (("removed", removed), ("added", added)):
+            named = [(i, v) for i, v in items if _item_label(v) is not None]
+            plain = [v for _, v in items if _item_label(v) is None]
+            parts += [f"{path}[{i}] ({_item_label(v)}) {what}" for i, v in named]
+            if plain:
+                parts.append(f"{path}: {what} " + ", ".join(shown(v) for v in plain))
+        texts[path] = parts or [f"{path}: reordered"]
+    items: list[str] = []
+    for x in out:
+        items += texts[x[0]] if isinstance(x, tuple) else [x]
+    return items
+
+
+def _take(pool: list[Any], v: Any) -> bool:
+    """Remove one item equal to ``v`` from ``pool``; whether there was one (a multiset difference)."""
+    for j, w in enumerate(pool):
+        if w == v:
+            del pool[j]
+            return True
+    return False
+
+
 def changed_keys_text(keys: dict[str, tuple[Any, Any]]) -> str:
     """``models[0].max_output_tokens: 512 -> 256; ...``: the changed keys of
     :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, values redacted (known secrets masked), long
-    values cut, at most :data:`CHANGED_KEYS_SHOWN` of them."""
+    values cut, at most :data:`CHANGED_KEYS_SHOWN` of them. Whole items of a list read as what was added or
+    removed (``geohint.sites: removed 'london_barbican'``; ``models[1] (sim-b) removed``), not as a positional
+    diff of every later index."""
     from geoagent.secrets import redact
 
     def shown(v: Any) -> str:
         text = "unset" if v is None else repr(v)
         return text if len(text) <= CHANGED_VALUE_CHARS else text[:CHANGED_VALUE_CHARS - 3] + "..."
 
-    items = [f"{k}: {shown(old)} -> {shown(new)}" for k, (old, new) in keys.items()]
+    items = _list_aware_items(keys, shown)
     more = len(items) - CHANGED_KEYS_SHOWN
     text = "; ".join(items[:CHANGED_KEYS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
     return redact(text)

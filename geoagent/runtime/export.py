@@ -19,7 +19,7 @@ is ``String`` rather than Polars' ``Null``. A declared column whose stored value
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +45,7 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "referenceability": pl.Float64, "verdict": pl.String, "conf": pl.Float64, "correct": pl.Boolean,
         "parse_ok": pl.Boolean, "parse_reason": pl.String, "finish_reason": pl.String, "truncated": pl.Boolean,
         "request_key": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64, "raw": pl.String,
+        "scored": pl.Boolean,
     },
     # geoagent.geohint.result.GeoHintResult, ``extra`` as written by geoagent.geohint.stages.score_located
     "geohint_scored": {
@@ -57,7 +58,7 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "error_km": pl.Float64, "hit": pl.Boolean, "echo": pl.Boolean, "source": pl.String,
         "extra.request_key": pl.String, "extra.sample_rate": pl.Float64, "extra.qid": pl.String,
         "extra.parse_error": pl.String, "extra.raw": pl.String, "extra.finish_reason": pl.String,
-        "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String,
+        "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String, "scored": pl.Boolean,
     },
     # geoagent.campaigns.generic.Collector
     "results": {
@@ -244,6 +245,7 @@ BATCH_ROWS = 20_000
 def export_table(
     store: Any, table: str, out_dir: str | os.PathLike[str], *, stem: str | None = None, batch_rows: int = BATCH_ROWS,
     schema: dict[str, pl.DataType] | None = None,
+    rows_hook: Callable[[Iterator[tuple[str, dict[str, Any]]]], Iterator[tuple[str, dict[str, Any]]]] | None = None,
 ) -> ExportedTable:
     """Export one results table (or ``"model_responses"``, the stored model responses) to ``out_dir``.
 
@@ -264,8 +266,13 @@ def export_table(
     schema : dict of column -> Polars type, optional
         Declared column types (:func:`rows_to_frame`); default the table's entry in :data:`TABLE_SCHEMAS`
         (none for a table not listed there: types inferred, all-null columns as text).
+    rows_hook : callable, optional
+        Applied to the ``(key, row)`` stream of a results table in store order (lazily), e.g. the scored tables'
+        ``scored`` column (:meth:`geoagent.runtime.scope.ScoredScope.mark`).
     """
     rows = _response_rows(store) if table == RESPONSES_TABLE else with_raw_text(store, store.iter_results(table))
+    if rows_hook is not None and table != RESPONSES_TABLE:
+        rows = rows_hook(rows)
     out = Path(out_dir)
     name = stem or table
     parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"
@@ -411,9 +418,11 @@ def _write_batched(
         shutil.rmtree(parts_dir, ignore_errors=True)
 
 
-def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True) -> list[ExportedTable]:
-    """Export every non-empty results table (and the responses, unless ``include_responses=False``)."""
+def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True,
+               hooks: dict[str, Callable[..., Any]] | None = None) -> list[ExportedTable]:
+    """Export every non-empty results table (and the responses, unless ``include_responses=False``);
+    ``hooks``: table -> ``rows_hook`` of :func:`export_table` (a factory is not needed: each is used once)."""
     tables = list(store.result_tables())
     if include_responses:
         tables.append(RESPONSES_TABLE)
-    return [export_table(store, t, out_dir) for t in tables]
+    return [export_table(store, t, out_dir, rows_hook=(hooks or {}).get(t)) for t in tables]

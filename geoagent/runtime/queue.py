@@ -338,6 +338,13 @@ class WorkQueue(abc.ABC):
             raise TypeError("dead_letter_ready takes a sequence of keys, not one string")
         return None
 
+    async def earlier_reasons(self, keys: Sequence[str], reason_prefix: str) -> dict[str, str] | None:
+        """Of ``keys``, the tasks not dead whose last recorded error (kept by :meth:`requeue_dead`) starts with
+        ``reason_prefix``: key -> that text (e.g. the ``superseded: ...`` reason of a task set aside earlier and
+        requeued by hand, so setting it aside again keeps its reason); None when this backend cannot tell (the
+        default)."""
+        return None
+
     async def dead_keys(self, reason_prefix: str = "") -> list[str] | None:
         """Keys of the dead tasks whose stored reason starts with ``reason_prefix`` (all: ``""``), in no set
         order; None: this backend cannot list them (the default)."""

@@ -124,6 +124,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1048,6 +1049,25 @@ class SQLiteQueue(WorkQueue):
             moved += await self._async(self._dead_letter_ready_op(part, str(reason)))
         return moved
 
+    async def earlier_reasons(self, keys: Sequence[str], reason_prefix: str, *, chunk: int = 500) -> dict[str, str]:
+        """Of ``keys``, the tasks not dead whose ``last_error`` (kept by :meth:`requeue_dead`) starts with
+        ``reason_prefix``: key -> that text (:meth:`WorkQueue.earlier_reasons`); read-only, ``chunk`` keys per
+        query."""
+        wanted = list(keys)
+        prefix = str(reason_prefix)
+
+        def tx(conn: sqlite3.Connection, now: float) -> dict[str, str]:
+            out: dict[str, str] = {}
+            for i in range(0, len(wanted), chunk):
+                part = wanted[i:i + chunk]
+                rows = conn.execute(f"SELECT key, last_error FROM tasks WHERE state != ? AND substr(coalesce("
+                                    f"last_error, ''), 1, ?) = ? AND key IN ({','.join('?' * len(part))})",
+                                    (DEAD, len(prefix), prefix, *part))
+                out.update({k: e for k, e in rows})
+            return out
+
+        return await self._async(_Op(tx, write=False))
+
     async def dead_keys(self, reason_prefix: str = "") -> list[str]:
         """Keys of the dead tasks whose reason starts with ``reason_prefix`` (a walk of the dead range)."""
         return await self._async(self._dead_keys_op(str(reason_prefix)))
@@ -1164,6 +1184,42 @@ def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: I
         queue.close_sync()
     return QueuedPlan(states, [(k, orjson.loads(blob)) for k, blob, _ in pending],
                       frozenset(k for k, _, idle in pending if idle), {k: orjson.loads(b) for k, b in aside})
+
+
+def count_done(root: str | os.PathLike[str], campaign: str, edge: str, entries: Iterable[tuple[str, str]], *,
+               chunk: int = 500) -> dict[str, int] | None:
+    """Per group, how many of ``entries`` (``(group, key)``, e.g. ``(model, task key)`` of a recorded plan,
+    :func:`geoagent.runtime.scope.answered_in_plan`) are done in the queue of ``edge``; read-only, in chunks of
+    ``chunk`` keys (memory: one chunk). ``None`` when the queue file does not exist (nothing is created).
+
+    Raises
+    ------
+    ValueError
+        Unsafe ``campaign`` or ``edge``.
+    """
+    queue = _existing_queue(root, campaign, edge)
+    if queue is None:
+        return None
+    items = iter(entries)
+
+    def tx(conn: sqlite3.Connection, now: float) -> dict[str, int]:
+        out: dict[str, int] = {}
+        while True:
+            part = list(islice(items, chunk))
+            if not part:
+                return out
+            group_of = {k: g for g, k in part}
+            for g in group_of.values():
+                out.setdefault(g, 0)
+            rows = conn.execute(f"SELECT key FROM tasks WHERE state = ? AND key IN ({','.join('?' * len(group_of))})",
+                                (DONE, *group_of))
+            for (k,) in rows:
+                out[group_of[k]] += 1
+
+    try:
+        return queue._sync(_Op(tx, write=False))
+    finally:
+        queue.close_sync()
 
 
 # ---------------------------------------------------------------------- helpers

@@ -1,0 +1,196 @@
+"""The current plan of a campaign, recorded, and the scored rows a report counts (its "scope").
+
+A re-run whose config changed (GeoHint sites or a model removed, GeoVerify ``n_per_band`` lowered on built
+trials, generic ``n_requests`` lowered) keeps the answers of the tasks the new plan no longer holds in the
+store. The reports score exactly the current plan's tasks (:class:`ScoredScope`), and everything that speaks
+for "the campaign" speaks for that same plan:
+
+* the engine records the plan's task keys, with each task's model, as it streams the plan into its queue
+  (:class:`PlanRecorder`, file ``state/<campaign>/plan_keys.tsv``: one ``model<TAB>key`` line per planned
+  task, written to a temporary name and renamed when the plan is complete, so the file always holds one
+  whole plan: the last one a run queued);
+* ``run.py export`` runs without a plan: it reads that file (:func:`read_plan_keys`) and marks each exported
+  scored row with the report's own rule (the ``scored`` column, :meth:`ScoredScope.keep`);
+* the per-model "answered / planned" shares (end-of-run summary, budget-stop lines, ``status``) count the
+  plan's tasks done on the plan edge (:func:`answered_in_plan`), not every stored answer.
+
+A campaign that ran before this file existed has no record: its export marks every row as scored (each model
+request once), as a report made without a plan does, and the shares fall back to the stored answers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+#: the current plan's task keys, one ``model<TAB>key`` line per planned task (model empty when the task has none)
+PLAN_KEYS_FILE = "plan_keys.tsv"
+
+
+def plan_keys_path(state_dir: str | os.PathLike[str]) -> Path:
+    """``<state_dir>/plan_keys.tsv``: the record of the campaign's current plan (:class:`PlanRecorder`)."""
+    return Path(state_dir) / PLAN_KEYS_FILE
+
+
+class PlanRecorder:
+    """Writes the plan's task keys to ``<state_dir>/plan_keys.tsv`` as the plan streams past (flat memory).
+
+    :meth:`wrap` yields the plan's messages unchanged; when the plan is exhausted the temporary file replaces
+    the record (an aborted plan leaves the earlier record as it was). Keys or models holding a tab or a
+    newline are never written by the campaign kinds (their keys are ``|``-joined ids); such a line would be
+    refused by :func:`iter_plan_entries`, so the record is not written then (the campaign falls back to no
+    record).
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.path = plan_keys_path(state_dir)
+
+    def wrap(self, plan: Iterable[Any]) -> Iterator[Any]:
+        """``plan`` unchanged (lazily), each message's key (and payload ``model``) written to the record."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        ok = True
+        complete = False
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for msg in plan:
+                    key = msg[0] if isinstance(msg, tuple) and msg else None
+                    payload = msg[1] if isinstance(msg, tuple) and len(msg) > 1 else None
+                    model = payload.get("model") if isinstance(payload, dict) else None
+                    model = model if isinstance(model, str) else ""
+                    if isinstance(key, str) and not any(c in key + model for c in "\t\n\r"):
+                        fh.write(f"{model}\t{key}\n")
+                    else:
+                        ok = False
+                    yield msg
+            complete = True
+        finally:
+            if complete and ok:
+                os.replace(tmp, self.path)
+            else:
+                tmp.unlink(missing_ok=True)
+
+
+def iter_plan_entries(state_dir: str | os.PathLike[str]) -> Iterator[tuple[str, str]] | None:
+    """``(model, key)`` of each task of the recorded plan, or None when the campaign has no record."""
+    path = plan_keys_path(state_dir)
+    if not path.is_file():
+        return None
+
+    def gen() -> Iterator[tuple[str, str]]:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                model, _, key = line.rstrip("\n").partition("\t")
+                if key:
+                    yield model, key
+
+    return gen()
+
+
+def read_plan_keys(state_dir: str | os.PathLike[str]) -> frozenset[str] | None:
+    """The recorded plan's task keys (memory: the whole key set), or None when the campaign has no record."""
+    entries = iter_plan_entries(state_dir)
+    return None if entries is None else frozenset(k for _, k in entries)
+
+
+def answered_in_plan(state_dir: str | os.PathLike[str], queues_root: str | os.PathLike[str], campaign: str,
+                     edge: str, *, chunk: int = 500) -> dict[str, int] | None:
+    """Per model, how many tasks of the recorded plan are done on the plan edge ``edge`` (answered: the model
+    caller stored their answer), read-only; None without a record or a queue file (callers then fall back to
+    the response store's count)."""
+    from geoagent.runtime.sqlite_queue import count_done
+
+    entries = iter_plan_entries(state_dir)
+    if entries is None:
+        return None
+    return count_done(queues_root, campaign, edge, entries, chunk=chunk)
+
+
+class ScoredScope:
+    """Which stored scored rows a report counts: those of the current plan's tasks, each model request once.
+
+    A re-run whose plan changed keeps the answers of the tasks the new plan no longer holds in the store;
+    scoring them too pooled two designs (or sites and models the config no longer names). And two tasks can
+    ask one request (GeoVerify: a swapped-image control drawing the same image with the same claim): one
+    answer, scored once; this scope keeps the first stored row of a request key and counts the rest.
+
+    Parameters
+    ----------
+    plan_keys : set of str or None
+        The current plan's task keys (the scored table's keys); None counts every row.
+    table : str
+        The results table read by :meth:`rows`.
+    request_key : callable, optional
+        ``row -> request key or None``; rows with the same request key count once. Default: none repeat.
+    fill : callable, optional
+        ``(row, store) -> row`` applied to each counted row by :meth:`rows` (e.g. a finish reason from the
+        response store).
+    changed : str
+        What a config change between runs changed, for :meth:`note` (e.g. ``"the trial design or the models"``).
+
+    Attributes
+    ----------
+    not_planned : int
+        Stored scored rows left out because their task is not in the current plan.
+    repeated : int
+        Rows left out because another counted row has the same request key (the same answer).
+    repeated_examples : list of str
+        Up to 5 ``"<left out key> repeats <counted key>"`` texts.
+    """
+
+    def __init__(self, plan_keys: set[str] | frozenset[str] | None, *, table: str,
+                 request_key: Callable[[Mapping[str, Any]], Any] | None = None,
+                 fill: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
+                 changed: str = "the config") -> None:
+        self.plan_keys = plan_keys
+        self.table = table
+        self._request_key = request_key
+        self._fill = fill
+        self.changed = changed
+        self.not_planned = 0
+        self.repeated = 0
+        self.repeated_examples: list[str] = []
+        self._by_request: dict[str, str] = {}
+
+    def keep(self, key: str, row: Mapping[str, Any]) -> bool:
+        """Whether the scored row ``row`` stored under ``key`` is counted (updates the tallies)."""
+        if self.plan_keys is not None and key not in self.plan_keys:
+            self.not_planned += 1
+            return False
+        rk = self._request_key(row) if self._request_key is not None else None
+        if isinstance(rk, str) and rk:
+            first = self._by_request.get(rk)
+            if first is not None and first != key:
+                self.repeated += 1
+                if len(self.repeated_examples) < 5:
+                    self.repeated_examples.append(f"{key} repeats {first}")
+                return False
+            self._by_request[rk] = key
+        return True
+
+    def rows(self, store: Any) -> Iterator[dict[str, Any]]:
+        """The counted rows of the results table (each passed through ``fill`` when given)."""
+        for key, row in store.iter_results(self.table):
+            if self.keep(key, row):
+                yield self._fill(row, store) if self._fill is not None else row
+
+    def mark(self, rows: Iterable[tuple[str, dict[str, Any]]], column: str = "scored"
+             ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``rows`` (``(key, row)`` in store order) each with ``row[column]`` = :meth:`keep`: the export's
+        ``scored`` column, True exactly for the rows the report counts (same rule, same order)."""
+        for key, row in rows:
+            row[column] = self.keep(key, row)
+            yield key, row
+
+    def note(self) -> str | None:
+        """A sentence on what was left out, for the report and the summary; None when nothing was."""
+        parts = []
+        if self.not_planned:
+            parts.append(f"{self.not_planned} stored answers of tasks the current plan no longer holds (an earlier "
+                         f"run's plan: {self.changed} changed) are kept in the store but not scored")
+        if self.repeated:
+            parts.append(f"{self.repeated} answers repeat a counted one's model request (same image shown, same "
+                         "claim: one answer) and are counted once, e.g. " + "; ".join(self.repeated_examples[:2]))
+        return ("Left out of scoring: " + "; ".join(parts) + ".") if parts else None
