@@ -797,6 +797,26 @@ def did_you_mean(key: Any, valid: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _unknown_key_hint(key: Any, valid: list[str] | None) -> str:
+    """What follows ``unknown key`` for ``key`` in a table that accepts ``valid`` (None: unknown table).
+
+    In a ``[[models]]`` entry (its keys hold ``params``) a key the providers read from ``params``
+    (:data:`KNOWN_PARAMS`: ``top_p``, ``thinking_budget``, ...) says where it belongs, and a misspelt one is
+    matched against the model's keys and the ``params.`` keys together; elsewhere :func:`did_you_mean`.
+    """
+    if not valid:
+        return ""
+    if "params" not in valid or "max_tokens_field" not in valid:
+        return did_you_mean(key, valid)
+    if str(key) in KNOWN_PARAMS:
+        return f" (a params key: write params.{key} = ... in this [[models]] entry)"
+    own = did_you_mean(key, valid)
+    if own:
+        return own
+    close = difflib.get_close_matches(str(key), sorted(k for k in KNOWN_PARAMS if k not in valid), n=1, cutoff=0.6)
+    return f" (did you mean 'params.{close[0]}'?)" if close else ""
+
+
 def _unwrap(ann: Any) -> Any:
     """The one non-None type of ``X | None`` / ``Optional[X]`` / ``Annotated[X, ...]`` (else ``ann``)."""
     while True:
@@ -856,7 +876,7 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
             continue
         if kind == "extra_forbidden":
             valid = table_keys(model, own[:-1]) if model is not None and own else None
-            problems.append(f"{path}: unknown key{did_you_mean(own[-1], valid) if valid else ''}")
+            problems.append(f"{path}: unknown key{_unknown_key_hint(own[-1], valid)}")
             continue
         ctx = err.get("ctx") or {}
         if kind == "value_error" and isinstance(ctx.get("error"), ConfigProblem):
