@@ -1206,13 +1206,19 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
         if budget_max is not None:
             room = budget if isinstance(budget, int) and budget > 0 else budget_max
             if budget != 0 and cap <= room:
-                what = (f"params.thinking_budget = {budget}" if isinstance(budget, int) and budget > 0 else
+                bounded = isinstance(budget, int) and budget > 0
+                what = (f"params.thinking_budget = {budget}" if bounded else
                         f"its dynamic thinking budget (up to {budget_max:,} tokens; params.thinking_budget unset or -1)")
+                # with a budget already set, "bound thinking" is done: the cap must rise above it (walkthrough 9b)
+                advice = (f"raise {key} above params.thinking_budget ({budget}) plus room for the answer, or lower "
+                          "params.thinking_budget" + (" (0 turns thinking off)" if "flash" in m.model.lower() else "")
+                          if bounded else
+                          f"raise {key} above the thinking budget, or bound thinking with params.thinking_budget "
+                          "(0 turns it off on Flash models)")
                 out.append(
                     f"{full} = {cap}: {m.model} is a Gemini thinking model; its thinking tokens count "
                     f"against maxOutputTokens and {what} can use the whole cap, leaving an empty answer with "
-                    f"finishReason MAX_TOKENS (billed, counted as cut off); raise {key} above the thinking budget, "
-                    "or bound thinking with params.thinking_budget (0 turns it off on Flash models)")
+                    f"finishReason MAX_TOKENS (billed, counted as cut off); {advice}")
     return out
 
 
