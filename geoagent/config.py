@@ -963,7 +963,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
-    for text in _unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg):
+    for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
+                 + reasoning_host_warnings(cfg)):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
@@ -1156,6 +1157,32 @@ def _task_output_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]
         sec = getattr(s, name, None)
         if sec is not None and getattr(sec, "model", None):
             out.setdefault(sec.model, []).append((int(sec.max_output_tokens), f"crawl.{name}.max_output_tokens"))
+    return out
+
+
+def reasoning_host_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One line per ``provider = "openai"`` model whose id looks like an OpenAI reasoning model
+    (:func:`~geoagent.providers.sampling.is_openai_reasoning_id`: ``o3``, ``gpt-5-mini``, ...) sent to a host
+    other than ``api.openai.com`` with neither ``reasoning_model`` nor ``max_tokens_field`` set: OpenAI's rules
+    then do not apply, so its requests carry ``max_tokens`` and a temperature, and a server that follows
+    OpenAI's rules (an OpenAI proxy, the local fake) refuses each with HTTP 400 (every request dead-lettered;
+    walkthrough 9b). ``reasoning_model = true`` applies the rules (``max_completion_tokens``, no temperature
+    other than 1, no ``top_p``); ``false`` or a ``max_tokens_field`` says the server takes what is sent."""
+    from geoagent.providers.sampling import OPENAI_HOST, is_openai_reasoning_id
+
+    out = []
+    for i, m in enumerate(cfg.models):
+        if m.provider != "openai" or m.reasoning_model is not None or m.max_tokens_field is not None:
+            continue
+        host = (urlsplit(m.effective_base_url).hostname or "") if m.effective_base_url else OPENAI_HOST
+        if host.lower() == OPENAI_HOST or not is_openai_reasoning_id(m.model):
+            continue
+        out.append(f"models[{i}]: {m.model} looks like an OpenAI reasoning model but goes to {host}, not "
+                   f"{OPENAI_HOST}, with neither reasoning_model nor max_tokens_field set: its requests carry "
+                   "max_tokens and a temperature, which a server following OpenAI's reasoning rules refuses (HTTP "
+                   "400 'Unsupported parameter', every request dead-lettered); set reasoning_model = true (sends "
+                   "max_completion_tokens, no temperature or top_p) if the server follows those rules, or "
+                   "reasoning_model = false if it takes max_tokens")
     return out
 
 
