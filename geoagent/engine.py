@@ -410,6 +410,7 @@ class Outcome:
                 + (f" + {usd(held)} reserved by calls still open" if held > 0 else "")
                 + f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
+            lines.extend(spend_detail_lines(s))
             lines.extend(overrun_lines(s))
         if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
             # no model requests edge (the crawl's refused Mapillary token): the stop line above says what is queued
@@ -459,6 +460,43 @@ DEAD_FULL_TEXT = " ... (`run.py dead CONFIG` shows the full text)"
 def _cut(text: str, limit: int, more: str = "...") -> str:
     """``text`` whole when it has at most ``limit`` characters, else its first ``limit`` and ``more``."""
     return text if len(text) <= limit else text[:limit].rstrip() + more
+
+
+#: what unknown-outcome spend is, said wherever a summary or ``status`` shows some (walkthrough 9b: after a
+#: ``kill -9`` the summary showed "$0.0243 unknown-outcome" and nothing tied it to the kill)
+UNKNOWN_OUTCOME_MEANING = ("calls whose outcome is unknown (cut by a kill, a timeout or a dropped connection); the "
+                           "provider may have billed them, so they count against the cap")
+
+
+def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
+    """The lines under a spend line (run summary, ``status``): what the unknown-outcome spend is, when there is
+    any (``  unknown-outcome: $0.0243 (1 call): calls whose outcome is unknown ...``,
+    :data:`UNKNOWN_OUTCOME_MEANING`), then the spend per model (``spend["by_model"]``,
+    :meth:`geoagent.runtime.ledger.Ledger.spend_by_model`): one line per model, ``    NAME: $X settled (N
+    calls)`` plus its unknown-outcome and reserved amounts where not zero. Amounts in USD; [] when there is
+    nothing to add."""
+    out: list[str] = []
+    unknown = float(spend.get("unknown_usd") or 0.0)
+    if unknown > 0:
+        n = int(spend.get("unknown_calls") or 0)
+        out.append(f"  unknown-outcome: {usd(unknown)} ({n} call{'s' if n != 1 else ''}): {UNKNOWN_OUTCOME_MEANING}")
+    by = spend.get("by_model") or {}
+    if by:
+        out.append("  spend per model:")
+        for name, m in by.items():
+            line = f"    {name or '(no model named)'}: {usd(m.get('spent_usd'))} settled ({_calls(m.get('calls'))})"
+            if float(m.get("unknown_usd") or 0.0) > 0:
+                line += f" + {usd(m.get('unknown_usd'))} unknown-outcome ({_calls(m.get('unknown_calls'))})"
+            if float(m.get("reserved_usd") or 0.0) > 0:
+                n_open = int(m.get("open_reservations") or 0)
+                line += f" + {usd(m.get('reserved_usd'))} reserved by {n_open} call{'s' if n_open != 1 else ''} still open"
+            out.append(line)
+    return out
+
+
+def _calls(n: Any) -> str:
+    n = int(n or 0)
+    return f"{n} call{'s' if n != 1 else ''}"
 
 
 def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
@@ -1139,6 +1177,7 @@ async def _run(
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
                                                       **kind.manifest_extra(cfg)}, drift=drift)
     params_mix: dict[str, Any] | None = None
+    spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest
     status = "interrupted"
     view: PipelineRun | None = None
     try:
@@ -1243,11 +1282,12 @@ async def _run(
         else:
             status, code = "complete", EXIT_COMPLETE
         callers = [r for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER]
+        spend_json = {**ledger.summary().to_json(), "by_model": ledger.spend_by_model()}
         # messages planned while watching (a crawl --watch picking up cities added to its config) count too
         n_watched = int((ctx.services.get(C.SERVICE_PLANNED_DURING_RUN) or [0])[0])
         n_planned += n_watched
         outcome = Outcome(
-            cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
+            cfg.name, status, code, n_planned, counts, spend_json, dead,
             elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines + unreachable_lines, plan_unit=kind.plan_unit,
             own_stages=[s.name for s in stages] if only_stages else [],
             process_calls=ledger.calls_settled_here(),
@@ -1296,7 +1336,8 @@ async def _run(
     finally:
         for q in queues.values():
             await q.close()
-        manifest.stop_run(run_id, status=status, summary={"planned": n_planned}, params_mix=params_mix)
+        manifest.stop_run(run_id, status=status, summary={"planned": n_planned, **(
+            {"spend": spend_json} if spend_json is not None else {})}, params_mix=params_mix)
 
 
 class IdleHandoffTick:

@@ -179,6 +179,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     if db.is_file():
         with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
             spend = state.ledger.summary().to_json()
+            spend["by_model"] = state.ledger.spend_by_model()
             answered = state.store.count_responses_by_model()
     from geoagent.engine import dead_owner_pids, run_lock_held
 
@@ -372,8 +373,9 @@ def format_status(st: dict[str, Any]) -> str:
             f"  spend: {format_usd(s.get('spent_usd'))} settled + {format_usd(s.get('unknown_usd'))} unknown-outcome"
             f" + {format_usd(s.get('reserved_usd'))} reserved, cap {format_usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
         )
-        from geoagent.engine import overrun_lines
+        from geoagent.engine import overrun_lines, spend_detail_lines
 
+        lines.extend(spend_detail_lines(s))
         lines.extend(overrun_lines(s))
     if complete:
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
