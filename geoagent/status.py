@@ -377,7 +377,12 @@ def format_status(st: dict[str, Any]) -> str:
 
         lines.extend(spend_detail_lines(s))
         lines.extend(overrun_lines(s))
-    if complete:
+    ended = list((st.get("run_outcomes") or {}).values())[-1:]  # the newest run that ended, as recorded
+    if complete and ended == ["no usable answers"]:  # geoagent.engine.STATUS_NO_USABLE (exit 6)
+        lines.append("  campaign not usable: every queue drained, nothing dead-lettered, but the last run ended "
+                     "'no usable answers' (a model answered and none of its answers parsed; that run's summary "
+                     "names the model and the cause)")
+    elif complete:
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
     aside = sum((st.get("superseded") or {}).values())
     if aside:

@@ -49,6 +49,12 @@ def test_a_model_whose_answers_were_all_cut_off_ends_the_run_non_zero_naming_the
     assert (f"  no usable answers: {MODEL}: {n} answers, none parsed ({n} cut off at the output-token limit: "
             "raise [geoverify] max_output_tokens") in out
     assert manifest["runs"][-1]["status"] == STATUS_NO_USABLE
+    # `status` afterwards does not call the campaign complete
+    from geoagent.config import load_config
+    from geoagent.status import campaign_status, format_status
+
+    text = format_status(campaign_status(load_config(tmp_path / "gv.toml")))
+    assert "campaign complete" not in text and "the last run ended 'no usable answers'" in text
     # the other models' answers are scored as before
     assert "gemini-flash: main arm n " in out and "gemini-flash: main arm n 0 " not in out
 
