@@ -291,6 +291,9 @@ EXIT_CODES_EPILOG = """exit codes:
   5    authentication failed: a model's host answered 401/403 repeatedly (that model's work stays queued
        while the other models finish), or the Mapillary API refused a crawl's token (the crawl stops at
        once); fix the variable named (MAPILLARY_TOKEN for a crawl) and re-run; no task is lost
+  6    no usable answers: every planned task reached the end, but a model answered and none of its
+       answers parsed (e.g. every answer cut off at max_output_tokens); the summary names the model and
+       the cause
   130  interrupted (Ctrl-C / SIGTERM): re-run the same command to resume
 """
 
@@ -304,6 +307,9 @@ _INCOMPLETE = ("incomplete: some work dead-lettered (list it with `dead CONFIG`,
                "       summary names it; re-run the same command to resume)")
 _BUDGET = "budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)"
 _RESUME = "interrupted (Ctrl-C / SIGTERM): re-run the same command to resume"
+_NO_USABLE = ("no usable answers: every planned task reached the end, but a model answered and none of its\n"
+              "       answers parsed (e.g. every answer cut off at max_output_tokens); the summary names the model and\n"
+              "       the cause")
 COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
     "run": {
         0: "complete (every planned task reached the end of the pipeline); with --stages also when this\n"
@@ -316,6 +322,7 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
         4: _BUDGET,
         5: "authentication failed: a model's host answered 401/403 repeatedly (that model's work stays queued\n"
            "       while the other models finish); fix the variable named and re-run; no task is lost",
+        6: _NO_USABLE,
         130: _RESUME,
     },
     "crawl": {

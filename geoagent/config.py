@@ -797,6 +797,26 @@ def did_you_mean(key: Any, valid: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _unknown_key_hint(key: Any, valid: list[str] | None) -> str:
+    """What follows ``unknown key`` for ``key`` in a table that accepts ``valid`` (None: unknown table).
+
+    In a ``[[models]]`` entry (its keys hold ``params``) a key the providers read from ``params``
+    (:data:`KNOWN_PARAMS`: ``top_p``, ``thinking_budget``, ...) says where it belongs, and a misspelt one is
+    matched against the model's keys and the ``params.`` keys together; elsewhere :func:`did_you_mean`.
+    """
+    if not valid:
+        return ""
+    if "params" not in valid or "max_tokens_field" not in valid:
+        return did_you_mean(key, valid)
+    if str(key) in KNOWN_PARAMS:
+        return f" (a params key: write params.{key} = ... in this [[models]] entry)"
+    own = did_you_mean(key, valid)
+    if own:
+        return own
+    close = difflib.get_close_matches(str(key), sorted(k for k in KNOWN_PARAMS if k not in valid), n=1, cutoff=0.6)
+    return f" (did you mean 'params.{close[0]}'?)" if close else ""
+
+
 def _unwrap(ann: Any) -> Any:
     """The one non-None type of ``X | None`` / ``Optional[X]`` / ``Annotated[X, ...]`` (else ``ann``)."""
     while True:
@@ -856,7 +876,7 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
             continue
         if kind == "extra_forbidden":
             valid = table_keys(model, own[:-1]) if model is not None and own else None
-            problems.append(f"{path}: unknown key{did_you_mean(own[-1], valid) if valid else ''}")
+            problems.append(f"{path}: unknown key{_unknown_key_hint(own[-1], valid)}")
             continue
         ctx = err.get("ctx") or {}
         if kind == "value_error" and isinstance(ctx.get("error"), ConfigProblem):
@@ -943,7 +963,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         problems.extend(_impossible_campaign(cfg))
     if problems or cfg is None:
         raise ConfigError(source, problems)
-    for text in _unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg):
+    for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
+                 + reasoning_host_warnings(cfg)):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
@@ -1139,6 +1160,32 @@ def _task_output_caps(cfg: "CampaignConfig") -> dict[str, list[tuple[int, str]]]
     return out
 
 
+def reasoning_host_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One line per ``provider = "openai"`` model whose id looks like an OpenAI reasoning model
+    (:func:`~geoagent.providers.sampling.is_openai_reasoning_id`: ``o3``, ``gpt-5-mini``, ...) sent to a host
+    other than ``api.openai.com`` with neither ``reasoning_model`` nor ``max_tokens_field`` set: OpenAI's rules
+    then do not apply, so its requests carry ``max_tokens`` and a temperature, and a server that follows
+    OpenAI's rules (an OpenAI proxy, the local fake) refuses each with HTTP 400 (every request dead-lettered;
+    walkthrough 9b). ``reasoning_model = true`` applies the rules (``max_completion_tokens``, no temperature
+    other than 1, no ``top_p``); ``false`` or a ``max_tokens_field`` says the server takes what is sent."""
+    from geoagent.providers.sampling import OPENAI_HOST, is_openai_reasoning_id
+
+    out = []
+    for i, m in enumerate(cfg.models):
+        if m.provider != "openai" or m.reasoning_model is not None or m.max_tokens_field is not None:
+            continue
+        host = (urlsplit(m.effective_base_url).hostname or "") if m.effective_base_url else OPENAI_HOST
+        if host.lower() == OPENAI_HOST or not is_openai_reasoning_id(m.model):
+            continue
+        out.append(f"models[{i}]: {m.model} looks like an OpenAI reasoning model but goes to {host}, not "
+                   f"{OPENAI_HOST}, with neither reasoning_model nor max_tokens_field set: its requests carry "
+                   "max_tokens and a temperature, which a server following OpenAI's reasoning rules refuses (HTTP "
+                   "400 'Unsupported parameter', every request dead-lettered); set reasoning_model = true (sends "
+                   "max_completion_tokens, no temperature or top_p) if the server follows those rules, or "
+                   "reasoning_model = false if it takes max_tokens")
+    return out
+
+
 def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
     """One line per model whose ``max_output_tokens`` hidden reasoning may use up, so that answers come back
     empty and cut off (finish reason ``length`` / ``MAX_TOKENS``; billed all the same). Thresholds, from the
@@ -1186,13 +1233,19 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
         if budget_max is not None:
             room = budget if isinstance(budget, int) and budget > 0 else budget_max
             if budget != 0 and cap <= room:
-                what = (f"params.thinking_budget = {budget}" if isinstance(budget, int) and budget > 0 else
+                bounded = isinstance(budget, int) and budget > 0
+                what = (f"params.thinking_budget = {budget}" if bounded else
                         f"its dynamic thinking budget (up to {budget_max:,} tokens; params.thinking_budget unset or -1)")
+                # with a budget already set, "bound thinking" is done: the cap must rise above it (walkthrough 9b)
+                advice = (f"raise {key} above params.thinking_budget ({budget}) plus room for the answer, or lower "
+                          "params.thinking_budget" + (" (0 turns thinking off)" if "flash" in m.model.lower() else "")
+                          if bounded else
+                          f"raise {key} above the thinking budget, or bound thinking with params.thinking_budget "
+                          "(0 turns it off on Flash models)")
                 out.append(
                     f"{full} = {cap}: {m.model} is a Gemini thinking model; its thinking tokens count "
                     f"against maxOutputTokens and {what} can use the whole cap, leaving an empty answer with "
-                    f"finishReason MAX_TOKENS (billed, counted as cut off); raise {key} above the thinking budget, "
-                    "or bound thinking with params.thinking_budget (0 turns it off on Flash models)")
+                    f"finishReason MAX_TOKENS (billed, counted as cut off); {advice}")
     return out
 
 

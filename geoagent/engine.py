@@ -24,6 +24,11 @@ authentication failed  5      a model's host refused its API key (HTTP 401/403, 
                               API_KEY_INVALID, 5 times in a row): that model's tasks were left queued
                               untouched (none dead-lettered, nothing spent), every other model's work
                               ran to the end; set the key variable named in the message and re-run
+no usable answers      6      every planned task reached the end, but a model answered and none of its
+                              answers parsed (all cut off at the output-token limit, or none readable): its
+                              scores would be empty, not low (issue 2 point 10: failures are never answers);
+                              the summary names the model and the cause (cut off: raise max_output_tokens).
+                              Answers only partly cut off stay a warning in a ``complete`` run
 interrupted            130    stopped by SIGINT/SIGTERM with work left; re-run the same command to resume
 stages finished        0      (``--stages``) this process's stages finished, nothing of theirs dead-lettered,
                               but other stages (other processes) still have work queued or in flight: the
@@ -85,6 +90,46 @@ STATUS_AUTH = "authentication failed"
 #: status of a ``--stages`` process whose own stages finished while other stages still have work (exit 0)
 STATUS_STAGES_DONE = "stages finished"
 
+#: exit code of a run in which a model answered but none of its answers could be used (:data:`STATUS_NO_USABLE`)
+EXIT_NO_USABLE_ANSWERS = 6
+#: status of a run that would be ``complete`` but a model gave answers of which none parsed (every answer cut
+#: off at the output-token limit, or none readable): issue 2 point 10, failures are never answers
+STATUS_NO_USABLE = "no usable answers"
+
+
+@dataclass(frozen=True)
+class AnswerQuality:
+    """One model's answers as a report counted them (answers, not tokens): ``answers`` every answer counted,
+    ``parsed`` those that parsed (usable), ``cut_off`` those stopped at the output-token limit (parsed or
+    not); ``fix`` names the key that raises the cap (e.g. ``[geoverify] max_output_tokens (or the model's
+    [[models]] max_output_tokens)``) and ``failures`` where the unparsed answers are listed."""
+
+    answers: int
+    parsed: int
+    cut_off: int = 0
+    fix: str = "max_output_tokens"
+    failures: str = "the report's parse-failure list"
+
+
+def unusable_answer_lines(quality: Mapping[str, AnswerQuality]) -> list[str]:
+    """One summary line per model that answered but whose answers none parsed (``answers > 0``,
+    ``parsed == 0``), naming the cause: ``  no usable answers: M: 345 answers, none parsed (345 cut off at the
+    output-token limit: raise max_output_tokens ... and re-run under a new campaign name)``, or, when none was
+    cut off, where the unparsed answers are listed. [] when every model that answered has a usable answer."""
+    out = []
+    for model, q in quality.items():
+        if q.answers <= 0 or q.parsed > 0:
+            continue
+        if q.cut_off:
+            cause = (f"{q.cut_off} cut off at the output-token limit: raise {q.fix} and re-run under a new "
+                     "campaign name (stored answers are reused under the same one)")
+        else:
+            cause = f"none cut off: see {q.failures} for what the model answered"
+        out.append(f"  no usable answers: {model}: {q.answers} answer{'s' if q.answers != 1 else ''}, none parsed "
+                   f"({cause}); its scores are empty, not low")
+    return out
+
+
 #: the exit-code table for the CLI's ``--help`` epilog (one source for the codes)
 EXIT_CODES_HELP = (
     "exit codes: 0 complete (a --watch process stopped once its stages are drained included; a --stages "
@@ -96,6 +141,8 @@ EXIT_CODES_HELP = (
     "host answered 401/403 repeatedly: that model's work stays queued while the other models finish; or the "
     "Mapillary API refused the crawl's token: the crawl stops; fix the variable named in the summary and "
     "re-run; no task is lost); "
+    f"{EXIT_NO_USABLE_ANSWERS} no usable answers (a model answered but none of its answers parsed, e.g. every "
+    "answer cut off at max_output_tokens: the summary names the model and the cause); "
     "130 interrupted (re-run the same command to resume)"
 )
 
@@ -139,6 +186,12 @@ class CampaignKind(abc.ABC):
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: "Outcome") -> list[str]:
         """Extra lines for the end-of-run summary."""
         return []
+
+    def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, AnswerQuality]:
+        """Per model (``[[models]]`` name), the answers the report counted and how many of them parsed,
+        for :func:`unusable_answer_lines` (called after :meth:`report`); {} when the kind parses no answers
+        (a generic campaign, a crawl) or counted none. Kinds that parse answers override it."""
+        return {}
 
     def export(self, cfg: Any, store: Any) -> list[Any]:
         """Write the campaign's results as Parquet and CSV (end of a run and ``run.py export``); return the
@@ -412,6 +465,7 @@ class Outcome:
                 + (f" + {usd(held)} reserved by calls still open" if held > 0 else "")
                 + f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
             )
+            lines.extend(spend_detail_lines(s))
             lines.extend(overrun_lines(s))
         if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
             # no model requests edge (the crawl's refused Mapillary token): the stop line above says what is queued
@@ -461,6 +515,43 @@ DEAD_FULL_TEXT = " ... (`run.py dead CONFIG` shows the full text)"
 def _cut(text: str, limit: int, more: str = "...") -> str:
     """``text`` whole when it has at most ``limit`` characters, else its first ``limit`` and ``more``."""
     return text if len(text) <= limit else text[:limit].rstrip() + more
+
+
+#: what unknown-outcome spend is, said wherever a summary or ``status`` shows some (walkthrough 9b: after a
+#: ``kill -9`` the summary showed "$0.0243 unknown-outcome" and nothing tied it to the kill)
+UNKNOWN_OUTCOME_MEANING = ("calls whose outcome is unknown (cut by a kill, a timeout or a dropped connection); the "
+                           "provider may have billed them, so they count against the cap")
+
+
+def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
+    """The lines under a spend line (run summary, ``status``): what the unknown-outcome spend is, when there is
+    any (``  unknown-outcome: $0.0243 (1 call): calls whose outcome is unknown ...``,
+    :data:`UNKNOWN_OUTCOME_MEANING`), then the spend per model (``spend["by_model"]``,
+    :meth:`geoagent.runtime.ledger.Ledger.spend_by_model`): one line per model, ``    NAME: $X settled (N
+    calls)`` plus its unknown-outcome and reserved amounts where not zero. Amounts in USD; [] when there is
+    nothing to add."""
+    out: list[str] = []
+    unknown = float(spend.get("unknown_usd") or 0.0)
+    if unknown > 0:
+        n = int(spend.get("unknown_calls") or 0)
+        out.append(f"  unknown-outcome: {usd(unknown)} ({n} call{'s' if n != 1 else ''}): {UNKNOWN_OUTCOME_MEANING}")
+    by = spend.get("by_model") or {}
+    if by:
+        out.append("  spend per model:")
+        for name, m in by.items():
+            line = f"    {name or '(no model named)'}: {usd(m.get('spent_usd'))} settled ({_calls(m.get('calls'))})"
+            if float(m.get("unknown_usd") or 0.0) > 0:
+                line += f" + {usd(m.get('unknown_usd'))} unknown-outcome ({_calls(m.get('unknown_calls'))})"
+            if float(m.get("reserved_usd") or 0.0) > 0:
+                n_open = int(m.get("open_reservations") or 0)
+                line += f" + {usd(m.get('reserved_usd'))} reserved by {n_open} call{'s' if n_open != 1 else ''} still open"
+            out.append(line)
+    return out
+
+
+def _calls(n: Any) -> str:
+    n = int(n or 0)
+    return f"{n} call{'s' if n != 1 else ''}"
 
 
 def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
@@ -1145,6 +1236,7 @@ async def _run(
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
                                                       **kind.manifest_extra(cfg)}, drift=drift)
     params_mix: dict[str, Any] | None = None
+    spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest
     status = "interrupted"
     view: PipelineRun | None = None
     try:
@@ -1249,11 +1341,12 @@ async def _run(
         else:
             status, code = "complete", EXIT_COMPLETE
         callers = [r for r in view.runners if r.stage.name == C.STAGE_MODEL_CALLER]
+        spend_json = {**ledger.summary().to_json(), "by_model": ledger.spend_by_model()}
         # messages planned while watching (a crawl --watch picking up cities added to its config) count too
         n_watched = int((ctx.services.get(C.SERVICE_PLANNED_DURING_RUN) or [0])[0])
         n_planned += n_watched
         outcome = Outcome(
-            cfg.name, status, code, n_planned, counts, ledger.summary().to_json(), dead,
+            cfg.name, status, code, n_planned, counts, spend_json, dead,
             elapsed_s=time.monotonic() - t0, stop_reasons=auth_lines + unreachable_lines, plan_unit=kind.plan_unit,
             own_stages=[s.name for s in stages] if only_stages else [],
             process_calls=ledger.calls_settled_here(),
@@ -1287,6 +1380,15 @@ async def _run(
             params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        unusable = unusable_answer_lines(kind.answer_quality(cfg, ctx))
+        if unusable:
+            # a model with answers and none usable: a "complete" run would read as done with empty scores
+            outcome.stop_reasons = outcome.stop_reasons + [ln.strip() for ln in unusable]
+            for line in unusable:
+                log.error("campaign %s: %s", cfg.name, line.strip())
+            if status == "complete":
+                status, code = STATUS_NO_USABLE, EXIT_NO_USABLE_ANSWERS
+                outcome.status, outcome.exit_code = status, code
         if params_mix:
             from geoagent.runtime.drift import MIX_WARNING, params_mix_lines
 
@@ -1302,7 +1404,8 @@ async def _run(
     finally:
         for q in queues.values():
             await q.close()
-        manifest.stop_run(run_id, status=status, summary={"planned": n_planned}, params_mix=params_mix)
+        manifest.stop_run(run_id, status=status, summary={"planned": n_planned, **(
+            {"spend": spend_json} if spend_json is not None else {})}, params_mix=params_mix)
 
 
 class IdleHandoffTick:

@@ -179,6 +179,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     if db.is_file():
         with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
             spend = state.ledger.summary().to_json()
+            spend["by_model"] = state.ledger.spend_by_model()
             answered = state.store.count_responses_by_model()
     # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
     # earlier plan held would overstate a model's share (geoagent.runtime.scope)
@@ -379,10 +380,16 @@ def format_status(st: dict[str, Any]) -> str:
             f"  spend: {format_usd(s.get('spent_usd'))} settled + {format_usd(s.get('unknown_usd'))} unknown-outcome"
             f" + {format_usd(s.get('reserved_usd'))} reserved, cap {format_usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
         )
-        from geoagent.engine import overrun_lines
+        from geoagent.engine import overrun_lines, spend_detail_lines
 
+        lines.extend(spend_detail_lines(s))
         lines.extend(overrun_lines(s))
-    if complete:
+    ended = list((st.get("run_outcomes") or {}).values())[-1:]  # the newest run that ended, as recorded
+    if complete and ended == ["no usable answers"]:  # geoagent.engine.STATUS_NO_USABLE (exit 6)
+        lines.append("  campaign not usable: every queue drained, nothing dead-lettered, but the last run ended "
+                     "'no usable answers' (a model answered and none of its answers parsed; that run's summary "
+                     "names the model and the cause)")
+    elif complete:
         lines.append("  campaign complete: every queue drained, nothing dead-lettered")
     aside = sum((st.get("superseded") or {}).values())
     if aside:

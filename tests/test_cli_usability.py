@@ -261,7 +261,8 @@ def test_every_argument_has_help_and_exit_codes_match_the_engine():
     assert codes[engine.EXIT_INTERRUPTED] == "interrupted"
     assert codes[engine.EXIT_AUTH] == "authentication"
     assert codes[1] == "nothing"  # `export` of a campaign that never ran (tests/test_cli_state_folders.py)
-    assert set(codes) == {0, 1, 2, 3, 4, 5, 130}
+    assert codes[engine.EXIT_NO_USABLE_ANSWERS] == "no"  # "no usable answers" (walkthrough 9b)
+    assert set(codes) == {0, 1, 2, 3, 4, 5, 6, 130}
 
 
 def test_usage_names_the_invoked_program(monkeypatch):

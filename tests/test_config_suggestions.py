@@ -106,3 +106,26 @@ def test_example_toml_shows_every_models_key():
     assert set(ModelConfig.model_fields) <= shown, set(ModelConfig.model_fields) - shown
     latency = {m["expected_latency_s"] for m in doc["models"] if "expected_latency_s" in m}
     assert latency == {ModelConfig.model_fields["expected_latency_s"].default}
+
+
+@pytest.mark.parametrize("key,value", [("top_p", 0.9), ("thinking_budget", 1024), ("json_mode", True),
+                                       ("detail", "low"), ("system", "be brief")])
+def test_a_params_key_at_the_top_of_a_model_points_to_params(key, value):
+    """Walkthrough 9b: ``top_p = 0.9`` written at the top of ``[[models]]`` read ``models[0].top_p: unknown key``
+    with no hint; the keys the providers read from ``params`` (:data:`KNOWN_PARAMS`) that are not top-level
+    keys of a model now say where they belong, and the config loads once the key moves under ``params``."""
+    from geoagent.config import KNOWN_PARAMS
+
+    assert key in KNOWN_PARAMS and key not in ModelConfig.model_fields
+    problems = _problems(_doc(**{f"models__0__{key}": value}))
+    assert f"models[0].{key}: unknown key (a params key: write params.{key} = ... in this [[models]] entry)" in problems
+    register_all_sections()
+    cfg = config_from_dict(_doc(models__0__params={key: value}), source="c.toml")
+    assert cfg.models[0].params[key] == value
+
+
+def test_a_misspelt_params_key_at_the_top_of_a_model_points_to_params():
+    problems = _problems(_doc(models__0__thinking_budjet=1024))
+    assert "models[0].thinking_budjet: unknown key (did you mean 'params.thinking_budget'?)" in problems
+    # a model's own top-level keys still win (temperature is one: params.temperature only overrides it)
+    assert "models[0].tmperature: unknown key (did you mean 'temperature'?)" in _problems(_doc(models__0__tmperature=0.5))

@@ -190,3 +190,44 @@ def test_anthropic_explicit_rejected_sampling_refused_at_load():
     assert "models[0].temperature and models[0].params.top_p: claude-sonnet-4-5 refuses temperature and top_p" \
         in str(err.value)
     config_from_dict({**doc, "models": [{**base, "model": "claude-sonnet-4-5", "params": {"top_p": 0.9}}]})
+
+
+def test_explicit_reasoning_model_on_another_host_sends_max_completion_tokens():
+    """Walkthrough 9b: gpt-5-mini with ``reasoning_model = true`` on a local OpenAI-compatible fake still sent
+    ``max_tokens``; the fake (like api.openai.com) answered 400 "Unsupported parameter: 'max_tokens' ... Use
+    'max_completion_tokens'", and all 345 requests were dead-lettered. An explicit ``reasoning_model = true``
+    now means OpenAI's reasoning rules, field name included; ``max_tokens_field`` still overrides it."""
+    req = _request("openai", "gpt-5-mini", max_output_tokens=30000)
+    out, calls = asyncio.run(_call(llm_openai, {"kind": "openai", "model": "gpt-5-mini", "reasoning_model": True}, req))
+    assert not isinstance(out, Exception), out
+    assert [c["status"] for c in calls] == [200]
+    assert calls[0]["sampling"] == {"max_completion_tokens": 30000}
+    # max_tokens_field set wins; reasoning_model unset or false on another host keeps max_tokens
+    local = "http://127.0.0.1:9/v1"
+    for settings, field in (({"reasoning_model": True, "max_tokens_field": "max_tokens"}, "max_tokens"),
+                            ({"reasoning_model": False}, "max_tokens"), ({}, "max_tokens")):
+        prov = make_provider(ProviderSettings(kind="openai", model="gpt-5-mini", base_url=local, **settings))
+        body = prov.build(req)[1]
+        assert field in body and {"max_tokens", "max_completion_tokens"} - {field} - set(body)
+
+
+def _load_warnings(doc: dict) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config_from_dict(doc)
+    return [str(w.message) for w in caught]
+
+
+def test_reasoning_looking_id_on_another_host_without_either_key_warns_at_load():
+    """The load (so the dry run) says when a reasoning-looking id goes to a host other than api.openai.com with
+    neither ``reasoning_model`` nor ``max_tokens_field`` set: its requests carry ``max_tokens`` and a
+    temperature, which a server following OpenAI's rules refuses (HTTP 400 for every request)."""
+    local = {"base_url": "http://127.0.0.1:8131/v1"}
+    lines = [w for w in _load_warnings(_toml_model(**local)) if "reasoning_model" in w]
+    assert len(lines) == 1
+    assert "models[0]: gpt-5-mini looks like an OpenAI reasoning model" in lines[0]
+    assert "127.0.0.1" in lines[0] and "max_tokens" in lines[0] and "reasoning_model = true" in lines[0]
+    for quiet in ({**local, "reasoning_model": True}, {**local, "reasoning_model": False},
+                  {**local, "max_tokens_field": "max_completion_tokens"}, {}):  # {}: api.openai.com applies the rules
+        assert not [w for w in _load_warnings(_toml_model(**quiet)) if "looks like an OpenAI reasoning model" in w]
+    assert not [w for w in _load_warnings(_toml_model(model="gpt-4o-mini", **local)) if "looks like" in w]

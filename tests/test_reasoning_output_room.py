@@ -86,3 +86,18 @@ def test_cut_off_empty_answer_is_reported_as_cut_off_not_a_bare_parse_failure():
     assert row["parse_reason"].startswith("empty answer cut off at the output-token limit (finish reason length)")
     assert "hidden reasoning tokens" in row["parse_reason"]
     assert scored_row(trial, "m", parse_verdict(""), finish_reason="stop")["parse_reason"] == "empty answer"
+
+
+def test_gemini_warning_with_a_thinking_budget_set_advises_raising_the_cap_not_setting_the_budget():
+    """Walkthrough 9b: gemini-2.5-pro with ``params.thinking_budget = 1024`` and ``max_output_tokens = 600`` was
+    told to "bound thinking with params.thinking_budget", which it had done. With the budget set the advice is
+    to raise the cap above it (or lower the budget); unset, the old advice (set one) stays."""
+    g = {"provider": "gemini", "model": "gemini-2.5-pro", "api_key_env": "GEMINI_API_KEY", "max_output_tokens": 600,
+         "params": {"thinking_budget": 1024}}
+    (line,) = _load(g)[1]
+    assert "params.thinking_budget = 1024 can use the whole cap" in line
+    assert "bound thinking with params.thinking_budget" not in line
+    assert "raise max_output_tokens above params.thinking_budget (1024) plus room for the answer" in line
+    assert "or lower params.thinking_budget" in line
+    (unset,) = _load({**g, "params": {}})[1]
+    assert "bound thinking with params.thinking_budget" in unset

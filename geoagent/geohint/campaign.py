@@ -290,6 +290,23 @@ class GeoHintCampaign(CampaignKind):
 
         return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: scored_scope(read_plan_keys(cfg.state_dir())).mark})
 
+    def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
+        """:meth:`CampaignKind.answer_quality` from the aggregate :meth:`report` made: per model, every scored
+        answer (all conditions), those that parsed (``parse_ok``), those cut off at the output-token limit."""
+        from geoagent.engine import AnswerQuality
+        from geoagent.report.geohint import TRUNCATION_SETTING
+
+        agg = getattr(self, "_agg", None)
+        if agg is None or not agg.keys:
+            return {}
+        out = {}
+        for m in agg.models:
+            c = agg.select(model=m)
+            cut = total({k: v for k, v in agg.truncation.items() if k[0] == m}).n_truncated if agg.truncation else 0
+            out[m] = AnswerQuality(c.n, c.n - c.n_parse_fail, cut, TRUNCATION_SETTING,
+                                   "the report's compliance table (Unparsed) and model_responses.parquet")
+        return out
+
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geohint import geocoder_failure_warning, truncation_warnings, unresolved_warnings
 

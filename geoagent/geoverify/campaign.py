@@ -265,6 +265,23 @@ class GeoVerifyCampaign(CampaignKind):
         wanted = {r.get("request_key") for r in scope.rows(store)} - {None}
         return params_mix(store.iter_response_meta(), keys=wanted)
 
+    def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
+        """:meth:`CampaignKind.answer_quality` from the scores :meth:`report` computed (every arm): parsed =
+        the main arm's signal and decoy trials plus each control arm's parsed answers; answers = parsed + parse
+        failures; cut off from the answers' finish reasons. The pooled column is no model."""
+        from geoagent.engine import AnswerQuality
+        from geoagent.report.geoverify import FAILURES_CSV, TRUNCATION_SETTING
+
+        out = {}
+        for model, sc in (getattr(self, "_scores", None) or {}).items():
+            if model == POOLED:
+                continue
+            parsed = sc.n_signal + sc.n_noise + sum(int(c[0]) for c in (sc.controls or {}).values())
+            cut = total(sc.truncation).n_truncated if sc.truncation else 0
+            out[model] = AnswerQuality(parsed + sc.n_parse_failures, parsed, cut, TRUNCATION_SETTING,
+                                       f"report/{FAILURES_CSV}")
+        return out
+
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geoverify import (dprime_text, small_n_note, small_n_warnings, summary_counts,
                                                truncation_warnings)

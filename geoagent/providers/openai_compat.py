@@ -11,7 +11,8 @@ Wire format (OpenAI API reference, "Create chat completion"):
   ``[{"type": "text", ...}, {"type": "image_url", "image_url": {"url": "data:<mime>;base64,<b64>"}}]``;
   the output cap as ``max_completion_tokens`` (OpenAI's current field; reasoning models reject
   ``max_tokens``) for ``api.openai.com`` and ``max_tokens`` elsewhere (vLLM, Ollama and OpenRouter
-  document ``max_tokens``); override with ``ProviderSettings.max_tokens_field``. Optional
+  document ``max_tokens``), and ``max_completion_tokens`` on any host for ``ProviderSettings.reasoning_model =
+  True``; override with ``ProviderSettings.max_tokens_field``. Optional
   ``temperature``, ``seed``, ``top_p`` and, with ``params.json_mode``, ``response_format =
   {"type": "json_object"}``. OpenAI reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` on
   ``api.openai.com``, or ``ProviderSettings.reasoning_model``) get no ``top_p`` and a ``temperature`` only when it
@@ -61,9 +62,14 @@ class OpenAICompatProvider(HttpProvider):
 
     @property
     def max_tokens_field(self) -> str:
-        """Body field of the output cap (see module docstring)."""
+        """Body field of the output cap (see module docstring): ``ProviderSettings.max_tokens_field`` when set,
+        else ``max_completion_tokens`` for an explicit ``reasoning_model = true`` (OpenAI's reasoning models
+        refuse ``max_tokens``, and so do servers that follow their rules) or for ``api.openai.com``, else
+        ``max_tokens``."""
         if self.settings.max_tokens_field:
             return self.settings.max_tokens_field
+        if self.settings.reasoning_model is True:
+            return "max_completion_tokens"
         host = urlsplit(self.base_url).hostname or ""
         return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 

@@ -82,11 +82,13 @@ class ProviderSettings:
     max_tokens_field : str or None
         OpenAI-compatible only: body field carrying the output-token cap. ``None`` chooses
         ``max_completion_tokens`` for ``api.openai.com`` (its current name; reasoning models reject
-        ``max_tokens``) and ``max_tokens`` elsewhere (vLLM, Ollama, OpenRouter accept it).
+        ``max_tokens``) or for ``reasoning_model = True`` on any host, and ``max_tokens`` elsewhere (vLLM,
+        Ollama, OpenRouter accept it).
     reasoning_model : bool or None
         OpenAI-compatible only: whether the model follows OpenAI's reasoning-model rules (no ``top_p``, no
-        temperature other than 1: :mod:`geoagent.providers.sampling`). ``None`` decides by the documented
-        id families (``o1``, ``o3``, ``o4-mini``, ``gpt-5*``...) on ``api.openai.com``.
+        temperature other than 1: :mod:`geoagent.providers.sampling`; ``True`` also sends the cap as
+        ``max_completion_tokens`` unless ``max_tokens_field`` says otherwise). ``None`` decides by the
+        documented id families (``o1``, ``o3``, ``o4-mini``, ``gpt-5*``...) on ``api.openai.com``.
     anthropic_version : str
         Value of the ``anthropic-version`` header.
     headers : tuple of (str, str)

@@ -651,6 +651,39 @@ class Ledger:
                             "state = 'settled' GROUP BY COALESCE(model, '')", (self.owner,))
         return {str(m): int(n) for m, n in rows}
 
+    def spend_by_model(self) -> dict[str, dict[str, Any]]:
+        """Spend per ``[[models]]`` name (the name each reservation recorded; ``""`` for reservations made
+        without one), from the reservation rows (one scan of the table; the reservations have carried the
+        model since the ledger's first schema, so older files need no migration).
+
+        Returns
+        -------
+        dict
+            name -> ``{"spent_usd", "unknown_usd", "reserved_usd"}`` (USD: settled cost; unknown-outcome
+            amount, each possibly billed attempt at its reservation amount; open reservations) and
+            ``{"calls", "unknown_calls", "open_reservations"}`` (counts: settled calls; possibly billed
+            attempts of unknown-outcome calls; open reservations), in name order. Models whose reservations
+            were all released (never billed) are left out. The sums over the models equal
+            :meth:`summary`'s ``spent_usd`` / ``unknown_usd`` / ``reserved_usd`` (:meth:`check_consistency`).
+        """
+        rows = self.db.read(
+            "SELECT COALESCE(model, ''), state,"
+            " COALESCE(SUM(CASE state WHEN 'settled' THEN actual_nusd WHEN 'unknown' THEN amount_nusd * attempts"
+            " ELSE amount_nusd END), 0), COUNT(*), COALESCE(SUM(attempts), 0)"
+            " FROM reservations WHERE state != 'released' GROUP BY COALESCE(model, ''), state"
+        )
+        out: dict[str, dict[str, Any]] = {}
+        for model, state, nusd, n, attempts in sorted(rows):
+            m = out.setdefault(str(model), {"spent_usd": 0.0, "unknown_usd": 0.0, "reserved_usd": 0.0,
+                                            "calls": 0, "unknown_calls": 0, "open_reservations": 0})
+            if state == "settled":
+                m["spent_usd"], m["calls"] = nano_to_usd(int(nusd)), int(n)
+            elif state == "unknown":
+                m["unknown_usd"], m["unknown_calls"] = nano_to_usd(int(nusd)), int(attempts)
+            elif state == "open":
+                m["reserved_usd"], m["open_reservations"] = nano_to_usd(int(nusd)), int(n)
+        return out
+
     def summary(self) -> LedgerSummary:
         """Current totals (a consistent snapshot)."""
         row = self.db.read(
