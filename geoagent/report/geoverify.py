@@ -153,14 +153,39 @@ def small_n_note() -> str:
     """The footnote explaining :data:`SMALL_N_MARK`."""
     return (f"{SMALL_N_MARK} d' rests on fewer than {SMALL_N_TRIALS} trials (decoy trials in its band, or signal "
             "trials behind H): one answer more or less moves it a lot, so treat it, and a delta_1 at or beyond that "
-            "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed).")
+            "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed). "
+            f"{SMALL_N_MARK} after the read-out: a control-arm check that made it invalid rests on fewer than "
+            f"{SMALL_N_TRIALS} control trials (the verdict itself is not changed).")
+
+
+def _readout_text(s: ModelScores) -> str:
+    """The read-out verdict, followed by :data:`SMALL_N_MARK` when a control-arm check behind it rests on fewer
+    than SMALL_N_TRIALS trials (``Readout.small_n``)."""
+    return f"{s.readout.verdict} {SMALL_N_MARK}" if s.readout.small_n else s.readout.verdict
+
+
+def _readout_small_n_line(c: str, s: ModelScores) -> str | None:
+    """``Small n (m): the read-out 'invalid' rests on 3 swapped-image control trials ...``; None unless flagged."""
+    if not s.readout.small_n:
+        return None
+    parts = []
+    for arm, what, reason in ((ARM_MISMATCH, "swapped-image", "swapped-image control F"),
+                              (ARM_BLANK, "gray-field", "gray-field control F")):
+        n = s.controls[arm][0]
+        if n < SMALL_N_TRIALS and any(r.startswith(reason) for r in s.readout.reasons):
+            parts.append(f"{n} {what} control trial{'s' if n != 1 else ''}")
+    return (f"Small n ({c}): the read-out '{s.readout.verdict}' {SMALL_N_MARK} rests on {' and '.join(parts)}, "
+            f"fewer than {SMALL_N_TRIALS}: the read-out rests on few trials (one answer moves that control F by "
+            f"1/n).")
 
 
 def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
     """One line per column (models, then pooled) with a small-n band: bands with their decoy counts, the
-    signal count, and whether delta_1 rests on one; [] when none (:func:`~geoagent.scoring.sdt.small_n_bands`)."""
+    signal count, and whether delta_1 rests on one (:func:`~geoagent.scoring.sdt.small_n_bands`); then one
+    line per column whose read-out rests on few control trials (``Readout.small_n``); [] when none."""
     lines = []
-    for c in _columns(scores) if scores else []:
+    cols = _columns(scores) if scores else []
+    for c in cols:
         sc = scores[c]
         flagged = small_n_bands(sc)
         if not flagged:
@@ -170,6 +195,7 @@ def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
                 if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
         lines.append(f"Small n ({c}): d' {SMALL_N_MARK} at {bands}, with {sc.n_signal} signal trials behind H, "
                      f"fewer than {SMALL_N_TRIALS} on one side{tail}.")
+    lines += [ln for c in cols if (ln := _readout_small_n_line(c, scores[c]))]
     return lines
 
 
@@ -343,7 +369,7 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
         ("Confidence on false acceptances", "median", lambda s: s.fa_conf_median, lambda s: _num(s.fa_conf_median), None),
         ("Confidence on false acceptances", "share >= 0.8", lambda s: s.fa_conf_share_high,
          lambda s: _pct(s.fa_conf_share_high), None),
-        ("Read-out", "pre-registered", lambda s: s.readout.verdict, lambda s: s.readout.verdict, None),
+        ("Read-out", "pre-registered", lambda s: s.readout.verdict, _readout_text, None),
     ]
     return rows
 

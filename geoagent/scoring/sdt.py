@@ -24,7 +24,9 @@ Formulas (per model and pooled over models):
 * small-n flag (reporting only, never changes a statistic): a band's d' is flagged when its decoy trials or
   the signal trials behind H number fewer than :data:`SMALL_N_TRIALS` (20), and ``delta_1`` is flagged when
   the band it names is, or when it is "none" and any band is ("none" rests on every band's d')
-  (:func:`small_n_bands`, :func:`delta_1_small_n`). Why 20: the delta-method standard
+  (:func:`small_n_bands`, :func:`delta_1_small_n`); the read-out is flagged (``Readout.small_n``) when a
+  control-arm check that made it ``invalid`` rests on fewer than 20 control trials (F of 1 trial moves in steps
+  of 100 points). Why 20: the delta-method standard
   error of d' from n trials at a rate near 0.5 is about ``sqrt(0.25 / (n * phi(0)^2))`` = ``1.25 / sqrt(n)``
   per side, so below 20 trials one side alone contributes more than 0.28 to the SE, over a quarter of the
   d' = 1 criterion that defines ``delta_1``, and F moves in steps of 1/(n+1) > 5 points; one answer more or
@@ -235,6 +237,9 @@ class Readout:
 
     verdict: str
     reasons: tuple[str, ...] = ()
+    #: True when a control-arm check that made the verdict ``invalid`` rests on fewer than
+    #: :data:`SMALL_N_TRIALS` control trials (reporting only; the verdict is unchanged)
+    small_n: bool = False
 
 
 @dataclass
@@ -452,22 +457,39 @@ def _sites_per_statistic(n: np.ndarray, bands: list[str]) -> dict[str, int]:
 
 
 def readout(
-    near_dprime: float, far_dprime: float, f_main: float, f_mismatch: float | None, f_blank: float | None
+    near_dprime: float, far_dprime: float, f_main: float, f_mismatch: float | None, f_blank: float | None,
+    *, n_mismatch: int | None = None, n_blank: int | None = None,
 ) -> Readout:
     """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None = arm not run.
-    ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from."""
+    ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from.
+
+    ``n_mismatch`` / ``n_blank``: parsed control trials behind ``f_mismatch`` / ``f_blank`` (None = not
+    known). A control check that makes the verdict ``invalid`` from fewer than :data:`SMALL_N_TRIALS` trials
+    (the d' small-n convention) says so in its reason and sets ``Readout.small_n``; the verdict is unchanged."""
     reasons: list[str] = []
+    small = False
+
+    def few(n: int | None, what: str) -> str:
+        nonlocal small
+        if n is None or n >= SMALL_N_TRIALS:
+            return ""
+        small = True
+        return (f" (from {n} {what} control trial{'s' if n != 1 else ''}, fewer than {SMALL_N_TRIALS}: "
+                "the read-out rests on few trials)")
+
     if f_mismatch is not None and not math.isnan(f_mismatch) and f_mismatch > MISMATCH_F_MAX:
-        reasons.append(f"swapped-image control F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}")
+        reasons.append(f"swapped-image control F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}"
+                       + few(n_mismatch, "swapped-image"))
     if (
         f_blank is not None
         and not math.isnan(f_blank)
         and not math.isnan(f_main)
         and abs(f_blank - f_main) <= BLANK_F_MIN_GAP + 1e-9
     ):
-        reasons.append(f"gray-field control F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}")
+        reasons.append(f"gray-field control F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}"
+                       + few(n_blank, "gray-field"))
     if reasons:
-        return Readout("invalid", tuple(reasons))
+        return Readout("invalid", tuple(reasons), small_n=small)
     notes = []
     if f_mismatch is None or (isinstance(f_mismatch, float) and math.isnan(f_mismatch)):
         notes.append("swapped-image control not run")
@@ -552,6 +574,8 @@ def _score_one(
         float(st["F"]),
         controls[ARM_MISMATCH][2] if controls[ARM_MISMATCH][0] else None,
         controls[ARM_BLANK][2] if controls[ARM_BLANK][0] else None,
+        n_mismatch=controls[ARM_MISMATCH][0],
+        n_blank=controls[ARM_BLANK][0],
     )
     ci: dict[str, tuple[float, float]] = {}
     ci_n: dict[str, int] = {}
