@@ -127,6 +127,12 @@ def _delta_label(label: str | None) -> str:
     return _band_title(label) if label[0].isdigit() else label
 
 
+#: mark after the interval of a rate at 0 % or 100 %: Clopper-Pearson exact, not the site bootstrap
+#: (``ModelScores.ci_exact``, :func:`geoagent.scoring.sdt.clopper_pearson`)
+BOUNDARY_MARK = "‡"
+#: CSV text (``<model>_text``) of a rate row whose interval is Clopper-Pearson
+BOUNDARY_TEXT = "Clopper-Pearson exact interval (rate at 0 or 1)"
+
 #: mark after a d' (and a delta_1) resting on fewer than SMALL_N_TRIALS trials (module doc, "Small n")
 SMALL_N_MARK = "†"
 #: CSV text of a flagged d' cell, and the row flagging delta_1
@@ -218,7 +224,8 @@ def _with_ci(text: str, s: ModelScores, key: str | None, *, pct: bool = False, s
         return text
     lo, hi = iv
     if pct:
-        return f"{text} [{100 * lo:.1f}, {100 * hi:.1f}]"
+        mark = BOUNDARY_MARK if key in s.ci_exact else ""
+        return f"{text} [{100 * lo:.1f}, {100 * hi:.1f}]{mark}"
     f = "{:+.2f}" if signed else "{:.2f}"
     return f"{text} [{f.format(lo)}, {f.format(hi)}]"
 
@@ -384,6 +391,18 @@ def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
             f"a single site (its resamples are all that site: no between-site spread to estimate).")
 
 
+def boundary_note(scores: Mapping[str, ModelScores]) -> str:
+    """The sentence explaining :data:`BOUNDARY_MARK` ("" when no interval carries it)."""
+    marked = [(c, k) for c, x in scores.items() for k in sorted(x.ci_exact)]
+    if not marked:
+        return ""
+    s = next(iter(scores.values()))
+    return (f"{BOUNDARY_MARK} A rate of 0 % or 100 % (0 or all of its n trials answered yes): every site resample "
+            f"gives that value again, so its percentile interval would have zero width; its brackets are instead the "
+            f"Clopper-Pearson exact {100 * s.ci_level:.0f} % interval of the pooled count k/n shown after it (binomial: "
+            f"it ignores clustering by site, so it is a lower bound on the uncertainty, not a site bootstrap).")
+
+
 def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     """Table 12 as a Markdown table (section rows in bold)."""
     if not scores:
@@ -398,6 +417,8 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
         out.append(f"| {label} | " + " | ".join(fmt(scores[c]) for c in cols) + " |")
     notes = [f"- {c}: {scores[c].readout.verdict} ({'; '.join(scores[c].readout.reasons)})" for c in cols]
     boot = bootstrap_note(scores)
+    if boundary_note(scores):
+        boot += " " + boundary_note(scores)
     warn = "".join(f"\n\n**{w}**" for w in truncation_warnings(scores))
     small = small_n_warnings(scores)
     if small:
@@ -433,6 +454,8 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
     flagged = {c: small_n_bands(scores[c]) for c in cols}
 
     def note(c: str, key: str | None) -> str:
+        if key and key in scores[c].ci_exact:
+            return BOUNDARY_TEXT
         return SMALL_N_TEXT if key and key.startswith("d'[") and key[3:-1] in flagged[c] else ""
 
     if scores:
@@ -476,6 +499,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         # cells are text, not rich markup: "none [none, none]" would otherwise lose its bracket as a tag
         table.add_row("  " + escape(label), *[escape(fmt(scores[c])) for c in cols])
     boot = bootstrap_note(scores)
+    if boundary_note(scores):
+        boot += " " + boundary_note(scores)
     if boot:
         table.caption = boot
     if width is None:  # the table's natural width: no cell (long model names included) is ever cut or wrapped

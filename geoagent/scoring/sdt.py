@@ -54,6 +54,12 @@ Choices where the paper leaves room (each checked against the release's ``analys
   between-site spread is not estimable (as the regression's cluster-robust SE is NaN with one cluster).
   d' and c need 2 sites for H and for the band's F; ``delta_1``'s range needs them for H and every band
   with trials.
+* a rate at the boundary (k = 0 or k = n answers yes over the pooled trials, e.g. a gray-field F of 0/52) has
+  a zero-width percentile interval, since every site resample gives 0 (or 1) again. Such a rate (H, F, F per
+  band, control F) gets instead the Clopper-Pearson exact interval of its pooled count
+  (``scipy.stats.binomtest(k, n).proportion_ci(method="exact")``; binomial, so it ignores the clustering by
+  site, but it is never narrower than nominal and is defined at 0 and 1, where the Wald and percentile
+  intervals collapse); its key is listed in ``ModelScores.ci_exact``. Same site rule as above (2 sites).
 * interval of ``delta_1`` (ordinal): from the same replicates, each replicate's ``delta_1`` as a band index
   (0 = nearest band, ..., ``len(bands)`` = "none", beyond the farthest band; replicates where it is
   ``"undefined"`` are dropped); the range is the 2.5th and 97.5th percentiles of that index with
@@ -271,6 +277,9 @@ class ModelScores:
     #: bootstrap range of ``delta_1`` as (nearest, farthest) band labels, "none" = beyond the farthest band
     #: (module doc); None without a bootstrap or when no replicate defines it
     delta_1_ci: tuple[str, str] | None = None
+    #: keys of ``ci`` holding the Clopper-Pearson exact interval of a rate at 0 or 1 instead of the percentile
+    #: interval (module doc)
+    ci_exact: set[str] = field(default_factory=set)
     #: bootstrap replicates where ``delta_1`` is defined (not "undefined")
     delta_1_ci_n: int = 0
     #: answers cut off at the output-token limit, per arm (``geoagent.scoring.truncation.TruncationCount``; set
@@ -538,6 +547,32 @@ def percentile_interval(values: Any, ci_level: float = 0.95) -> tuple[tuple[floa
     return (float(np.quantile(ok, alpha)), float(np.quantile(ok, 1.0 - alpha))), int(ok.size)
 
 
+def clopper_pearson(k: int, n: int, ci_level: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson exact interval of a binomial proportion k/n (fractions in [0, 1]); used for a rate at 0
+    or 1, where the site bootstrap's percentile interval has zero width (module doc).
+
+    Source: Clopper and Pearson (1934); ``scipy.stats.binomtest(k, n).proportion_ci(method="exact")``.
+    Raises ValueError when n < 1 or k outside [0, n] (scipy)."""
+    from scipy.stats import binomtest
+
+    iv = binomtest(int(k), int(n)).proportion_ci(confidence_level=ci_level, method="exact")
+    return float(iv.low), float(iv.high)
+
+
+def _rate_counts(name: str, yes: np.ndarray, n: np.ndarray, bands: list[str]) -> tuple[int, int] | None:
+    """(k, n) behind a rate key of :func:`_stat_vector` (``H``, ``F``, ``F[band]``, ``F[arm]``) from the pooled
+    count vectors; None for a key that is not a rate (d', c)."""
+    k = len(bands)
+    if name == "H":
+        return int(yes[0]), int(n[0])
+    if name == "F":
+        return int(yes[1 : 1 + k].sum()), int(n[1 : 1 + k].sum())
+    cols = {f"F[{b}]": 1 + j for j, b in enumerate(bands)}
+    cols.update({f"F[{arm}]": 1 + k + j for j, arm in enumerate((ARM_MISMATCH, ARM_BLANK))})
+    j = cols.get(name)
+    return None if j is None else (int(yes[j]), int(n[j]))
+
+
 def _score_one(
     model: str,
     cells: pl.DataFrame,
@@ -582,6 +617,7 @@ def _score_one(
     n_boot = 0 if boot_idx is None else int(boot_idx.shape[0])
     delta_ci: tuple[str, str] | None = None
     delta_ci_n = 0
+    ci_exact: set[str] = set()
     if n_boot > 0 and len(sites) > 0:
         by = yes[boot_idx].sum(1)  # (n_boot, cols)
         bn = n[boot_idx].sum(1)
@@ -593,6 +629,10 @@ def _score_one(
             interval, kept = percentile_interval(vals, ci_level)
             if interval is not None:
                 ci[name], ci_n[name] = interval, kept
+            k_n = _rate_counts(name, tot_y, tot_n, bands)
+            if k_n is not None and k_n[1] > 0 and k_n[0] in (0, k_n[1]):  # 0 or 1: zero-width percentile
+                ci[name] = clopper_pearson(k_n[0], k_n[1], ci_level)
+                ci_exact.add(name)
         # delta_1 rests on H and every measured band's d'
         delta_ok = site_cols["H"] >= CI_MIN_SITES and all(
             site_cols[f"F[{b}]"] >= CI_MIN_SITES for b in bands if site_cols[f"F[{b}]"] > 0)
@@ -626,6 +666,7 @@ def _score_one(
         ci_level=ci_level,
         delta_1_ci=delta_ci,
         delta_1_ci_n=delta_ci_n,
+        ci_exact=ci_exact,
     )
 
 
