@@ -196,11 +196,17 @@ def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
         flagged = small_n_bands(sc)
         if not flagged:
             continue
-        bands = ", ".join(f"{_band_title(b)} ({sc.band(b).n} decoy trials)" for b in flagged)
+        small_decoy = [b for b in flagged if sc.band(b).n < SMALL_N_TRIALS]
+        decoys = ", ".join(f"{_band_title(b)} ({sc.band(b).n} decoy trials)" for b in small_decoy)
         tail = ("" if not delta_1_small_n(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
                 if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
-        lines.append(f"Small n ({c}): d' {SMALL_N_MARK} at {bands}, with {sc.n_signal} signal trials behind H, "
-                     f"fewer than {SMALL_N_TRIALS} on one side{tail}.")
+        if sc.n_signal < SMALL_N_TRIALS:  # every band with trials is flagged through H
+            side = (f"d' {SMALL_N_MARK} at every band with trials: signal side: {sc.n_signal} signal trials behind H,"
+                    f" fewer than {SMALL_N_TRIALS}" + (f"; decoy side too at {decoys}" if decoys else ""))
+        else:
+            side = (f"d' {SMALL_N_MARK} on the decoy side: {decoys}, fewer than {SMALL_N_TRIALS} (the signal side has "
+                    f"{sc.n_signal} trials behind H)")
+        lines.append(f"Small n ({c}): {side}{tail}.")
     lines += [ln for c in cols if (ln := _readout_small_n_line(c, scores[c]))]
     return lines
 
