@@ -523,29 +523,48 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 
 
-def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Path:
-    """PNG of d' against decoy distance (band midpoint, km, log axis), one line per model and pooled,
-    with the d' = 1 line dashed and the nearest band shaded (Figure 4). Written atomically."""
+def psychometric_figure(scores: Mapping[str, ModelScores]):
+    """The figure of :func:`plot_psychometric` (a matplotlib ``Figure``, not saved): d' against decoy distance
+    (band midpoint, km, log axis), one line per model and pooled, with the d' = 1 line dashed and the nearest
+    band shaded (Figure 4). What the table shows is on it too: error bars are the d' site-bootstrap intervals
+    (``ModelScores.ci``; none where the table has none), a d' resting on fewer than SMALL_N_TRIALS trials is
+    drawn hollow and marked :data:`SMALL_N_MARK`, each legend entry gives the signal and decoy trials behind
+    its line, and a caption under the axes names the interval (level, resamples, seed, sites) and the mark."""
     # a standalone Figure, not pyplot: no global figure state (the live report draws in a worker thread);
     # the Agg canvas is used when saving
     from matplotlib.figure import Figure
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(6.4, 4.2), dpi=110)
+    fig = Figure(figsize=(6.4, 4.8), dpi=110)
     ax = fig.subplots()
     edges = []
-    for c in _columns(scores):
+    any_small = False
+    cols = _columns(scores)
+    for i, c in enumerate(cols):
         s = scores[c]
-        xs, ys = [], []
+        flagged = set(small_n_bands(s))
+        dodge = 1.0 + 0.035 * (i - (len(cols) - 1) / 2)  # side by side on the log axis: bars do not overlap
+        xs, ys, lo_err, hi_err, small = [], [], [], [], []
         for b in s.bands:
             lo, hi = (float(x) for x in b.band.removesuffix("km").split("-"))
             edges.append((lo, hi))
             if not math.isnan(b.d_prime):
-                xs.append(math.sqrt(lo * hi))
+                xs.append(math.sqrt(lo * hi) * dodge)
                 ys.append(b.d_prime)
+                iv = s.ci.get(f"d'[{b.band}]")
+                lo_err.append(max(0.0, b.d_prime - iv[0]) if iv else math.nan)
+                hi_err.append(max(0.0, iv[1] - b.d_prime) if iv else math.nan)
+                small.append(b.band in flagged)
         style = dict(color="black", linewidth=2.2) if c == POOLED else dict(linewidth=1.3)
-        ax.plot(xs, ys, marker="o", label=c, **style)
+        label = f"{c} ({s.n_signal} signal, {s.n_noise} decoy trials)"
+        cont = ax.errorbar(xs, ys, yerr=[lo_err, hi_err], marker="o", capsize=2.5, elinewidth=0.8, label=label,
+                           **style)
+        color = cont.lines[0].get_color()
+        for x, y, sm in zip(xs, ys, small):
+            if sm:
+                any_small = True
+                ax.plot([x], [y], marker="o", markerfacecolor="white", markeredgecolor=color, linestyle="none",
+                        zorder=5)
+                ax.annotate(SMALL_N_MARK, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=9, color=color)
     if edges:
         lo, hi = min(edges)
         ax.axvspan(lo, hi, color="0.85", zorder=0, label="nearest band")
@@ -560,8 +579,27 @@ def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Pa
     ax.set_ylabel("sensitivity d'")
     ax.set_title("GeoVerify: discrimination vs decoy distance")
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    return atomic_savefig(fig, path)
+    boot = next((x for x in scores.values() if x.n_boot), None)
+    caption = []
+    if boot is not None:
+        caption.append(f"Error bars: {100 * boot.ci_level:.0f} % percentile intervals of d' from {boot.n_boot} "
+                       f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from one site.")
+    else:
+        caption.append("No error bars: no site bootstrap was run (n_boot = 0).")
+    if any_small:
+        caption.append(f"Hollow {SMALL_N_MARK}: d' rests on fewer than {SMALL_N_TRIALS} trials (signal or the band's "
+                       "decoys); see the table's Small n lines.")
+    fig.text(0.01, 0.01, "\n".join(caption), fontsize=6.5, ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Path:
+    """PNG of :func:`psychometric_figure` (d' against decoy distance with site-bootstrap error bars, small-n
+    marks, trial counts and a caption; Figure 4) at ``path``. Written atomically; returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_savefig(psychometric_figure(scores), path)
 
 
 def _atomic_write(path: Path, text: str) -> None:
