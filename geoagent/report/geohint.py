@@ -113,6 +113,13 @@ LEGEND = legend_for()
 P_REFERENCES = ("normal", "t")
 #: with fewer site clusters than this, normal-reference p-values of cluster-robust fits are anti-conservative
 FEW_CLUSTERS = 30
+#: with fewer site clusters than this, a slope p-value from the normal reference is not printed (an em dash, with
+#: the reason in the notes): the cluster-robust variance itself is biased down with so few clusters and the
+#: normal reference ignores that, so the p-value can be absurd (2.0e-177 from 2 clusters). 10 follows the usual
+#: reading of Cameron and Miller (2015, J. Human Resources 50(2), Sec. VI): below about 10 clusters the
+#: normal-reference Wald test of a cluster-robust fit over-rejects badly, and t with G - 1 df is the minimum
+#: remedy. The t reference (``p_reference = "t"``) keeps its p-values: G - 1 df already widens them.
+MIN_CLUSTERS_NORMAL_P = 10
 #: the settings a cut-off warning asks to raise
 TRUNCATION_SETTING = "[geohint] max_output_tokens (or the model's [[models]] max_output_tokens)"
 
@@ -537,7 +544,19 @@ def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition
         return None
 
 
-def p_reference_note(p_reference: str, n_clusters: Sequence[int]) -> str:
+def _shown_p(r: Any, p_reference: str, hidden: list[int]) -> float:
+    """The slope p of fit ``r`` as the table prints it: NaN (an em dash) without a fit, and under the normal
+    reference for a fit on fewer than :data:`MIN_CLUSTERS_NORMAL_P` site clusters (its G is appended to
+    ``hidden`` for the note, :func:`p_reference_note`)."""
+    if r is None:
+        return float("nan")
+    if p_reference == "normal" and 2 <= r.n_clusters < MIN_CLUSTERS_NORMAL_P and math.isfinite(r.slope_p):
+        hidden.append(r.n_clusters)
+        return float("nan")
+    return r.slope_p
+
+
+def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequence[int] = ()) -> str:
     """The notes' sentence on the slope p-values: the reference distribution, and with the normal reference
     and fewer than :data:`FEW_CLUSTERS` site clusters in some fit, a warning giving the cluster counts.
 
@@ -547,6 +566,9 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int]) -> str:
     n_clusters : sequence of int
         Site clusters G of every fit whose p-value the table shows (fits with G < 2 have no p-value and are
         not listed).
+    hidden : sequence of int
+        Site clusters G of the fits whose p-value is not printed (fewer than :data:`MIN_CLUSTERS_NORMAL_P`
+        under the normal reference, :func:`_shown_p`); the note says so and gives them.
     """
     check_p_reference(p_reference)
     if p_reference == "t":
@@ -560,6 +582,12 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int]) -> str:
         counts = f"{few[0]}" if len(few) == 1 else f"{few[0]} to {few[-1]}"
         note += (f" Few clusters: fits here rest on {counts} site clusters (fewer than {FEW_CLUSTERS}), where the normal "
                  f"reference gives p-values that are too small; set [geohint] p_reference = \"t\" for t with G - 1 df.")
+    if hidden:
+        gs = ", ".join(str(g) for g in sorted(set(hidden)))
+        note += (f" p is {DASH} for a fit on fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = {gs}): with so "
+                 f"few clusters the cluster-robust SE is itself unreliable and the normal reference turns it into "
+                 f"p-values far too small to print (Cameron and Miller 2015); beta is shown, p_reference = \"t\" gives "
+                 f"a p-value with G - 1 df.")
     return note
 
 
@@ -573,6 +601,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     check_p_reference(p_reference)
     rows = []
     clusters: list[int] = []
+    hidden: list[int] = []
     models = _model_order(agg, condition)
     zeros = [f"all levels {agg.n_zero_err(condition=condition)}",
              f"fine only {agg.n_zero_err(condition=condition, fine_only=True)}"]
@@ -585,7 +614,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
         share = r.slope / rr.slope if (r and rr and rr.slope) else nan
         rows.append([
             label, r.nobs if r else 0, r.slope if r else nan, r.slope_se if r else nan,
-            r.slope_p if r else nan, rf.slope if rf else nan, rr.slope if rr else nan, share,
+            _shown_p(r, p_reference, hidden), rf.slope if rf else nan, rr.slope if rr else nan, share,
         ])
     return Table(
         "table6",
@@ -595,7 +624,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
         rows,
         _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers "
                     "with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it "
-                    "(100 %).", p_reference_note(p_reference, clusters), zero_err_note("context answers", zeros)),
+                    "(100 %).", p_reference_note(p_reference, clusters, hidden), zero_err_note("context answers", zeros)),
     )
 
 
@@ -611,13 +640,14 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     groups = _regime_sites(agg, baseline)
     rows = []
     clusters: list[int] = []
+    hidden: list[int] = []
     models = _model_order(agg, condition)
     for label, ms in [*[(m, [m]) for m in models], ("All", models)]:
         row: list[Any] = [label]
         for sites in (groups[ILLEGIBLE], groups[LEGIBLE], None):
             r = _slope_cells(agg, ms, condition, False, sites, p_reference=p_reference)
             clusters += _clusters(r)
-            row += [r.nobs if r else 0, r.slope if r else float("nan"), r.slope_p if r else float("nan")]
+            row += [r.nobs if r else 0, r.slope if r else float("nan"), _shown_p(r, p_reference, hidden)]
         rows.append(row)
     return Table(
         "table7",
@@ -625,7 +655,7 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all"],
         ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p"],
         rows,
-        _join_notes(p_reference_note(p_reference, clusters), zero_err_note("context answers", [
+        _join_notes(p_reference_note(p_reference, clusters, hidden), zero_err_note("context answers", [
             f"{name} {agg.n_zero_err(condition=condition, sites=sites)}"
             for name, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None))]),
             regime_note(agg, baseline), no_regime_note(agg, baseline)),
