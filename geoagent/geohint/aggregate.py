@@ -151,6 +151,13 @@ class Cell:
         return self.hits / self.n if self.n else float("nan")
 
     @property
+    def geocoded_hit_rate(self) -> float:
+        """:attr:`hit_rate`, but NaN (undetermined) when no answer geocoded (every one resolved ``none``): an
+        answer that did not geocode counts as a miss, so 0 % would measure the geocoder, not the model (the
+        rule of an undetermined regime, :meth:`GeoHintAggregator.undetermined_sites`). Used by the report."""
+        return self.hit_rate if self.n_none < self.n else float("nan")
+
+    @property
     def echo_rate(self) -> float:
         return self.echoes / self.echo_n if self.echo_n else float("nan")
 
@@ -186,6 +193,9 @@ class PairObs:
     fine: bool
     band: str | None
     ratio: float | None
+    #: the answer geocoded (resolved level other than ``none``); a hit rate of answers none of which geocoded is
+    #: undetermined, not 0 (the report prints an em dash)
+    geocoded: bool = True
 
 
 class GeoHintAggregator:
@@ -282,7 +292,8 @@ class GeoHintAggregator:
             pk = (r.model, r.image_id, r.ref_qid or f"name:{r.ref_name}", int(r.repeat))
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
             ratio = r.error_km / r.dist_km if fine and r.dist_km and r.error_km > 0 else None
-            obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio)
+            obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio,
+                          geocoded=r.resolved_level != "none")
             slot = self.pairs.setdefault(r.site, {}).setdefault(pk, {})
             src = (r.site, pk, r.condition)
             prev = self._pair_keys.get(src)

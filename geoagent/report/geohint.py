@@ -400,19 +400,34 @@ def echo_rule_note(agg: GeoHintAggregator) -> str:
 
 
 # --- tables -----------------------------------------------------------------------------------
+#: the notes' sentence for hit-rate cells left undetermined because no answer behind them geocoded
+UNGEOCODED_NOTE = (f"{DASH} in a hit-rate column: no answer geocoded behind that cell (all unresolved), so its hit rate "
+                   "is undetermined, not 0 (an answer that did not geocode counts as a miss; 0 % would measure the "
+                   "geocoder), as for a site whose regime is undetermined. Echo is a text match and is still given.")
+
+
+def _ungeocoded(*cells: Any) -> bool:
+    """Whether some cell (with answers) has no geocoded answer: its :attr:`Cell.geocoded_hit_rate` is NaN."""
+    return any(c.n and c.n_none == c.n for c in cells)
+
+
 def table1(agg: GeoHintAggregator, condition: str = "forced") -> Table:
-    """Table 1: per model, context condition only: n, hit rate, hit rate per band, echo rate."""
+    """Table 1: per model, context condition only: n, hit rate, hit rate per band, echo rate. A hit rate of
+    answers none of which geocoded is undetermined (NaN, an em dash; :attr:`Cell.geocoded_hit_rate`)."""
     rows = []
+    undetermined = False
     for m in _model_order(agg, condition):
         c = agg.select(model=m, condition=condition)
-        rows.append([m, c.n, c.hit_rate, *[agg.select(model=m, condition=condition, band=b).hit_rate for b in BANDS], c.echo_rate])
+        per_band = [agg.select(model=m, condition=condition, band=b) for b in BANDS]
+        undetermined |= _ungeocoded(c, *per_band)
+        rows.append([m, c.n, c.geocoded_hit_rate, *[x.geocoded_hit_rate for x in per_band], c.echo_rate])
     return Table(
         "table1",
         f"Table 1: per-model results, condition {condition} (baselines excluded); hit rate and echo rate in %",
         ["Model", "n", "Hit rate", *BANDS, "Echo rate"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct"],
         rows,
-        echo_rule_note(agg),
+        _join_notes(echo_rule_note(agg), UNGEOCODED_NOTE if undetermined else ""),
     )
 
 
@@ -420,14 +435,17 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     """Table 2: Table 1 within each regime, plus the no-context hit rate of the same sites and model."""
     groups = _regime_sites(agg, baseline)
     rows = []
+    undetermined = False
     for regime in REGIMES:
         sites = groups[regime]
         for m in _model_order(agg, condition):
             c = agg.select(sites=sites, model=m, condition=condition)
             nc = agg.select(sites=sites, model=m, condition=baseline)
+            per_band = [agg.select(sites=sites, model=m, condition=condition, band=b) for b in BANDS]
+            undetermined |= _ungeocoded(c, nc, *per_band)
             rows.append([
-                f"{regime} ({len(sites)} sites)", m, c.n, nc.hit_rate, c.hit_rate,
-                *[agg.select(sites=sites, model=m, condition=condition, band=b).hit_rate for b in BANDS], c.echo_rate,
+                f"{regime} ({len(sites)} sites)", m, c.n, nc.geocoded_hit_rate, c.geocoded_hit_rate,
+                *[x.geocoded_hit_rate for x in per_band], c.echo_rate,
             ])
     return Table(
         "table2",
@@ -436,7 +454,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct"],
         rows,
-        _join_notes(echo_rule_note(agg), regime_note(agg, baseline)),
+        _join_notes(echo_rule_note(agg), regime_note(agg, baseline), UNGEOCODED_NOTE if undetermined else ""),
     )
 
 
@@ -665,13 +683,18 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
     pairs = agg.paired(treatment, control, sites=sites, model=model)
     out = {"n": len(pairs)}
+    def hit_rate(sel: list, i: int) -> float:
+        # undetermined (NaN) when none of the answers geocoded: 0 % would measure the geocoder (UNGEOCODED_NOTE)
+        if sel and not any(p[i].geocoded for p in sel):
+            out["ungeocoded_any"] = True
+        return sum(p[i].hit for p in sel) / len(sel) if any(p[i].geocoded for p in sel) else float("nan")
+
+    out["ungeocoded"] = out["ungeocoded_any"] = False
     for cond_i, cond in ((1, treatment), (2, control)):
+        out["ungeocoded"] |= bool(pairs) and not any(p[cond_i].geocoded for p in pairs)
         out[cond] = {
-            "bands": [
-                (lambda sel: (sum(p[cond_i].hit for p in sel) / len(sel)) if sel else float("nan"))([p for p in pairs if p[cond_i].band == b])
-                for b in BANDS
-            ],
-            "overall": (sum(p[cond_i].hit for p in pairs) / len(pairs)) if pairs else float("nan"),
+            "bands": [hit_rate([p for p in pairs if p[cond_i].band == b], cond_i) for b in BANDS],
+            "overall": hit_rate(pairs, cond_i),
             "echo": _rate([p[cond_i].echo for p in pairs if p[cond_i].echo is not None]),
             "building": _rate([p[cond_i].building for p in pairs]),
             "ratio": [
@@ -681,7 +704,7 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
                 for b in BANDS
             ],
         }
-    if pairs:
+    if pairs and not out["ungeocoded"]:
         res = paired_site_permutation_test(
             [p[0] for p in pairs], [p[1].hit for p in pairs], [p[2].hit for p in pairs], n_flips=n_flips, seed=seed
         )
@@ -717,6 +740,7 @@ def table_paired(
     groups = _regime_sites(agg, baseline)
     rows = []
     n_sites: list[tuple[str, int]] = []
+    ungeocoded = False
     for label, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all sites", None)):
         blk = _paired_block(agg, treatment, control, sites, None, n_flips, seed)
         n_sites.append((label, blk["n_sites"]))
@@ -729,6 +753,7 @@ def table_paired(
                 blk["building_delta_pp"] if cond == treatment else None, blk["building_p"] if cond == treatment else None,
                 *d["ratio"],
             ])
+        ungeocoded = ungeocoded or blk["ungeocoded_any"]
     title = {
         "table8": f"Table 8: hit rate (%) by regime, strictly paired, {treatment} vs {control}",
         "table10": f"Table 10: {treatment} vs {control}, strictly paired",
@@ -741,7 +766,8 @@ def table_paired(
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
         rows,
         _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_note(agg)}",
-                    few_sites_note(n_sites, n_flips), regime_note(agg, baseline)),
+                    few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
+                    (UNGEOCODED_NOTE + " A paired delta and its p need both conditions' hit rates.") if ungeocoded else ""),
     )
 
 
@@ -792,11 +818,13 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
     groups = _regime_sites(agg, baseline)
     rows = []
     n_sites: list[tuple[str, int]] = []
+    ungeocoded = False
     for m in _model_order(agg, control):
         all_ = _paired_block(agg, treatment, control, None, m, n_flips, seed)
         n_sites.append((m, all_["n_sites"]))
         il = _paired_block(agg, treatment, control, groups[ILLEGIBLE], m, n_flips, seed)
         le = _paired_block(agg, treatment, control, groups[LEGIBLE], m, n_flips, seed)
+        ungeocoded |= any(b["ungeocoded"] for b in (all_, il, le))
         rows.append([m, all_["n"], all_["delta_pp"], all_["p"], il["delta_pp"], le["delta_pp"]])
     return Table(
         "table9",
@@ -804,7 +832,10 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
         ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
         ["text", "int", "pp", "p", "pp", "pp"],
         rows,
-        _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips), regime_note(agg, baseline)),
+        _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
+                    (f"{DASH} in a delta or p column: no answer geocoded in one condition (all unresolved), so its hit "
+                     "rate, and the paired difference, are undetermined, not 0 (an answer that did not geocode counts "
+                     "as a miss; 0 would measure the geocoder).") if ungeocoded else ""),
     )
 
 
