@@ -340,6 +340,18 @@ class GeoHintAggregator:
                 out.merge(c)
         return out
 
+    def site_cells(self, *, condition: str, model: str | None = None, band: str | None = None,
+                   tier: str | None = None, sites: set[str] | None = None) -> dict[str, Cell]:
+        """site -> sum of that site's cells of ``condition`` matching the other fields (None = any); sites without
+        a matching cell are absent. One pass over the condition's cells (the per-site counts a site bootstrap
+        resamples, :func:`geoagent.report.geohint.site_bootstrap_interval`)."""
+        out: dict[str, Cell] = {}
+        for (s, m, _c, b, t), cell in self._by_condition.get(condition, {}).items():
+            if ((model is None or m == model) and (band is None or b == band) and (tier is None or t == tier)
+                    and (sites is None or s in sites)):
+                out.setdefault(s, Cell()).merge(cell)
+        return out
+
     def select(
         self,
         *,
