@@ -1281,9 +1281,8 @@ def write_report(
                f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
                f"{n_boot} resamples of the regime's sites (seed {seed}; a point at 0 % or 100 % gets the "
                f"Clopper-Pearson interval of its pooled count); the legend gives the sites and responses per line.",
-               "", "![echo rate heatmap](fig_echo_heatmap.png)", "",
-               f"Echo rate per tier and band, all models pooled ({len(agg.models)} models); n under each value = "
-               f"context answers with an echo verdict.", ""]
+               "", f"Echo rate per tier and band, all models pooled ({len(agg.models)} models); n under each value = "
+               f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))
     return tables
 
