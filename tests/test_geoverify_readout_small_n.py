@@ -42,3 +42,11 @@ def test_no_flag_with_enough_control_trials():
     scores = score(_cells(30, 20))
     assert scores["m"].readout.verdict == "invalid" and not scores["m"].readout.small_n
     assert f"invalid {SMALL_N_MARK}" not in render_markdown(scores)
+
+
+def test_footnote_names_the_readout_mark_only_when_used():
+    from geoagent.report.geoverify import readout_text, small_n_note
+
+    flagged, plain = score(_cells(3, 2)), score(_cells(30, 20))
+    assert "after the read-out" in small_n_note(flagged) and "after the read-out" not in small_n_note(plain)
+    assert readout_text(flagged["m"]) == f"invalid {SMALL_N_MARK}" and readout_text(plain["m"]) == "invalid"

@@ -155,18 +155,20 @@ def dprime_text(s: ModelScores, band: str, text: str) -> str:
     return f"{text} {SMALL_N_MARK}" if text != "-" and band in small_n_bands(s) else text
 
 
-def small_n_note() -> str:
-    """The footnote explaining :data:`SMALL_N_MARK`."""
+def small_n_note(scores: Mapping[str, ModelScores] | None = None) -> str:
+    """The footnote explaining :data:`SMALL_N_MARK`; its sentence on a marked read-out only when some column of
+    ``scores`` has one (``Readout.small_n``; always with ``scores`` None)."""
     return (f"{SMALL_N_MARK} d' rests on fewer than {SMALL_N_TRIALS} trials (decoy trials in its band, or signal "
             "trials behind H): one answer more or less moves it a lot, so treat it, and a delta_1 at or beyond that "
-            "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed). "
-            f"{SMALL_N_MARK} after the read-out: a control-arm check that made it invalid rests on fewer than "
-            f"{SMALL_N_TRIALS} control trials (the verdict itself is not changed).")
+            "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed)."
+            + (f" {SMALL_N_MARK} after the read-out: a control-arm check that made it invalid rests on fewer than "
+               f"{SMALL_N_TRIALS} control trials (the verdict itself is not changed)."
+               if scores is None or any(x.readout.small_n for x in scores.values()) else ""))
 
 
-def _readout_text(s: ModelScores) -> str:
-    """The read-out verdict, followed by :data:`SMALL_N_MARK` when a control-arm check behind it rests on fewer
-    than SMALL_N_TRIALS trials (``Readout.small_n``)."""
+def readout_text(s: ModelScores) -> str:
+    """The read-out verdict as the table and the console summary show it, followed by :data:`SMALL_N_MARK` when a
+    control-arm check behind it rests on fewer than SMALL_N_TRIALS trials (``Readout.small_n``): ``invalid †``."""
     return f"{s.readout.verdict} {SMALL_N_MARK}" if s.readout.small_n else s.readout.verdict
 
 
@@ -382,7 +384,7 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
         ("Confidence on false acceptances", "median", lambda s: s.fa_conf_median, lambda s: _num(s.fa_conf_median), None),
         ("Confidence on false acceptances", "share >= 0.8", lambda s: s.fa_conf_share_high,
          lambda s: _pct(s.fa_conf_share_high), None),
-        ("Read-out", "pre-registered", lambda s: s.readout.verdict, _readout_text, None),
+        ("Read-out", "pre-registered", lambda s: s.readout.verdict, readout_text, None),
     ]
     return rows
 
@@ -406,7 +408,7 @@ def boundary_note(scores: Mapping[str, ModelScores]) -> str:
     return (f"{BOUNDARY_MARK} A rate of 0 % or 100 % (0 or all of its n trials answered yes): every site resample "
             f"gives that value again, so its percentile interval would have zero width; its brackets are instead the "
             f"Clopper-Pearson exact {100 * s.ci_level:.0f} % interval of the pooled count k/n shown after it (binomial: "
-            f"it ignores clustering by site, so it is a lower bound on the uncertainty, not a site bootstrap).")
+            f"it ignores clustering by site, so with answers correlated within a site it may be too narrow).")
 
 
 def render_markdown(scores: Mapping[str, ModelScores]) -> str:
@@ -428,7 +430,7 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     warn = "".join(f"\n\n**{w}**" for w in truncation_warnings(scores))
     small = small_n_warnings(scores)
     if small:
-        warn += "\n\n" + small_n_note() + "".join(f"\n\n**{w}**" for w in small)
+        warn += "\n\n" + small_n_note(scores) + "".join(f"\n\n**{w}**" for w in small)
     return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
@@ -517,7 +519,7 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         console.print(w, markup=False, soft_wrap=True)
     small = small_n_warnings(scores)
     if small:
-        for w in [small_n_note(), *small]:
+        for w in [small_n_note(scores), *small]:
             console.print(w, markup=False, soft_wrap=True)
     legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines())
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
