@@ -31,7 +31,15 @@ p_reference``): ``"normal"`` (default; statsmodels' default for cluster-robust f
 scripts use) or ``"t"`` (Student's t with G - 1 degrees of freedom, G = site clusters of the fit, as
 statsmodels' ``use_t=True``). Both tables name the reference in their notes, and with the normal reference a
 table whose fits use fewer than :data:`FEW_CLUSTERS` sites says that its p-values are too small and gives
-the cluster counts (:func:`p_reference_note`). ``report.md`` names the reference in its header.
+the cluster counts (:func:`p_reference_note`); below :data:`MIN_CLUSTERS_NORMAL_P` (10) clusters a fit's
+normal-reference p is not printed (an em dash, with the reason; :func:`_shown_p`). ``report.md`` names the
+reference in its header.
+
+Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Table 1's hit and echo rates per model
+and Fig. 2's points (per regime and band, models pooled) carry 95 % site-bootstrap percentile intervals
+(:data:`DEFAULT_N_BOOT` resamples seeded by the report's ``seed``; Clopper-Pearson at 0 or 1; none from a single
+site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
+A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
 condition in the table ``cutoff`` (after the paper's tables); ``report.md`` gives the total in its header
