@@ -138,7 +138,8 @@ class Table:
 
     Formats: ``text``, ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
     signed, 2 decimals), ``pps`` (percentage points, unsigned, 2 decimals: an SD), ``f2``, ``f4`` (signed 4
-    decimals), ``p`` (p-value, 2 significant digits).
+    decimals), ``p`` (p-value, 2 significant digits), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
+    ``[lo, hi]`` in %; two CSV columns).
 
     The CSV (:meth:`to_csv`) holds every rate as a fraction: ``pct`` values as they are, ``pp``/``pps`` values
     (points) divided by 100, under :meth:`csv_columns` (the column name with ``" (fraction)"`` in place of a
