@@ -26,7 +26,8 @@ def test_paper_table_shapes(agg):
     tables = {t.name: t for t in build_tables(agg, n_flips=200, n_splits=10)}
     assert set(tables) >= {"table1", "table2", "table3", "table4", "table5", "table6", "table7", "table8", "table9", "table10", "table11"}
     t1 = tables["table1"]
-    assert t1.columns == ["Model", "n", "Hit rate", "0.5-1.5km", "1.5-3.0km", "3.0-6.0km", "Echo rate"]
+    assert t1.columns == ["Model", "n", "Hit rate", "0.5-1.5km", "1.5-3.0km", "3.0-6.0km", "Echo rate",
+                          "Hit rate 95 % CI", "Echo rate 95 % CI", "sites"]
     assert len(t1.rows) == len(agg.models)
     assert [r[0] for r in tables["table4"].rows] == ["high", "mid", "low", "All"]
     assert len(tables["table4"].columns) == 5
@@ -47,12 +48,17 @@ def test_written_files_agree_with_tables(agg, tmp_path):
     for t in tables:
         assert t.title in md
         rows = list(csv.reader(io.StringIO((tmp_path / f"{t.name}.csv").read_text(encoding="utf-8"))))
-        assert len(rows[0]) == len(t.columns) and len(rows) == len(t.rows) + 1
-        for name, col, f in zip(rows[0], t.columns, t.formats):  # rates as fractions, named so
+        # an interval column (pctci) is two CSV columns, lo and hi, both fractions
+        cols = [x for c, f in zip(t.columns, t.formats) for x in ((f"{c} lo", f"{c} hi") if f == "pctci" else (c,))]
+        fmts = [x for f in t.formats for x in (("pct", "pct") if f == "pctci" else (f,))]
+        values = [[x for v, f in zip(r, t.formats) for x in ((tuple(v) if v else (None, None)) if f == "pctci" else (v,))]
+                  for r in t.rows]
+        assert len(rows[0]) == len(cols) and len(rows) == len(t.rows) + 1
+        for name, col, f in zip(rows[0], cols, fmts):  # rates as fractions, named so
             assert name == (col if f not in ("pct", "pp", "pps") else col.removesuffix(" (%)").removesuffix(" (pp)")
                             + " (fraction)")
-        for got, want in zip(rows[1:], t.rows):
-            for g, w, f in zip(got, want, t.formats):
+        for got, want in zip(rows[1:], values):
+            for g, w, f in zip(got, want, fmts):
                 if isinstance(w, float) and w == w:
                     assert float(g) == pytest.approx(w / 100 if f in ("pp", "pps") else w)
     for fig in ("fig_hit_by_band.png", "fig_echo_heatmap.png"):

@@ -91,3 +91,17 @@ def test_console_summary_marks_small_n():
     want = norm.ppf(40.5 / 51) - norm.ppf(0.5 / 6)
     assert f"d'(nearest) {want:.2f} {SMALL_N_MARK}" in line and f"delta_1 0.15–0.3 km {SMALL_N_MARK}" in line
     assert any("Small n (m)" in ln and "(5 decoy trials)" in ln for ln in lines)
+
+
+def test_small_n_line_names_the_small_side():
+    """Reviewer finding (session 9): bands of 21-22 decoy trials were listed under "fewer than 20 on one side"
+    when the signal side was the small one; the line now names the side and its n."""
+    few_signal = score(_cells(SMALL_N_TRIALS - 5, 10, {NEAR: (7, 1), **{b: (22, 5) for b in OTHERS}}),
+                       pooled=False)["m"]
+    (line,) = small_n_warnings({"m": few_signal})
+    assert "signal side: 15 signal trials behind H" in line
+    assert "decoy side too at 0.15–0.3 km (7 decoy trials)" in line
+    assert "(22 decoy trials)" not in line and "on one side" not in line
+    few_decoy = score(_cells(50, 40, {NEAR: (7, 1), **{b: (50, 5) for b in OTHERS}}), pooled=False)["m"]
+    (line,) = small_n_warnings({"m": few_decoy})
+    assert "decoy side: 0.15–0.3 km (7 decoy trials)" in line and "the signal side has 50 trials" in line

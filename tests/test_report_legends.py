@@ -80,7 +80,7 @@ def test_geohint_report_and_terminal_carry_the_legend(tmp_path):
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     for line in GH.LEGEND:
         assert f"- {line}" in md
-    assert "error bars are 95 % Wilson score intervals" in md
+    assert "error bars are 95 % site-bootstrap percentile intervals" in md
     buf = io.StringIO()
     GH.print_report(tables, GH.report_console(buf))
     text = buf.getvalue()

@@ -151,6 +151,13 @@ class Cell:
         return self.hits / self.n if self.n else float("nan")
 
     @property
+    def geocoded_hit_rate(self) -> float:
+        """:attr:`hit_rate`, but NaN (undetermined) when no answer geocoded (every one resolved ``none``): an
+        answer that did not geocode counts as a miss, so 0 % would measure the geocoder, not the model (the
+        rule of an undetermined regime, :meth:`GeoHintAggregator.undetermined_sites`). Used by the report."""
+        return self.hit_rate if self.n_none < self.n else float("nan")
+
+    @property
     def echo_rate(self) -> float:
         return self.echoes / self.echo_n if self.echo_n else float("nan")
 
@@ -186,6 +193,9 @@ class PairObs:
     fine: bool
     band: str | None
     ratio: float | None
+    #: the answer geocoded (resolved level other than ``none``); a hit rate of answers none of which geocoded is
+    #: undetermined, not 0 (the report prints an em dash)
+    geocoded: bool = True
 
 
 class GeoHintAggregator:
@@ -282,7 +292,8 @@ class GeoHintAggregator:
             pk = (r.model, r.image_id, r.ref_qid or f"name:{r.ref_name}", int(r.repeat))
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
             ratio = r.error_km / r.dist_km if fine and r.dist_km and r.error_km > 0 else None
-            obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio)
+            obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio,
+                          geocoded=r.resolved_level != "none")
             slot = self.pairs.setdefault(r.site, {}).setdefault(pk, {})
             src = (r.site, pk, r.condition)
             prev = self._pair_keys.get(src)
@@ -327,6 +338,18 @@ class GeoHintAggregator:
         for k, c in source.items():
             if pred(k):
                 out.merge(c)
+        return out
+
+    def site_cells(self, *, condition: str, model: str | None = None, band: str | None = None,
+                   tier: str | None = None, sites: set[str] | None = None) -> dict[str, Cell]:
+        """site -> sum of that site's cells of ``condition`` matching the other fields (None = any); sites without
+        a matching cell are absent. One pass over the condition's cells (the per-site counts a site bootstrap
+        resamples, :func:`geoagent.report.geohint.site_bootstrap_interval`)."""
+        out: dict[str, Cell] = {}
+        for (s, m, _c, b, t), cell in self._by_condition.get(condition, {}).items():
+            if ((model is None or m == model) and (band is None or b == band) and (tier is None or t == tier)
+                    and (sites is None or s in sites)):
+                out.setdefault(s, Cell()).merge(cell)
         return out
 
     def select(

@@ -283,7 +283,7 @@ class GeoVerifyCampaign(CampaignKind):
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geoverify import (dprime_text, small_n_note, small_n_warnings, summary_counts,
+        from geoagent.report.geoverify import (readout_text, dprime_text, small_n_note, small_n_warnings, summary_counts,
                                                truncation_warnings)
 
         scores = getattr(self, "_scores", None)
@@ -336,7 +336,7 @@ class GeoVerifyCampaign(CampaignKind):
                 f"  {name:>20}: main arm n {parsed}  H {_pct(sc.h)}{counts['H']}  F {_pct(sc.f)}{counts['F']}"
                 f"  d'(nearest) {dprime_text(sc, sc.bands[0].band, _num(near)) if sc.bands else _num(near)}"
                 f"  delta_1 {delta_1}  controls n {controls}"
-                f"  all arms: parse failures {sc.n_parse_failures}{split_text}{cut_text}  read-out {sc.readout.verdict}"
+                f"  all arms: parse failures {sc.n_parse_failures}{split_text}{cut_text}  read-out {readout_text(sc)}"
             )
         if POOLED in scores:
             lines.append(f"  pre-registered read-out (pooled): {scores[POOLED].readout.verdict}: "
@@ -346,7 +346,7 @@ class GeoVerifyCampaign(CampaignKind):
         lines += [f"  {w}" for w in truncation_warnings(scores)]
         small = small_n_warnings(scores)
         if small:
-            lines += [f"  {w}" for w in [small_n_note(), *small]]
+            lines += [f"  {w}" for w in [small_n_note(scores), *small]]
         return lines
 
 

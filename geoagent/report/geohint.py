@@ -31,7 +31,15 @@ p_reference``): ``"normal"`` (default; statsmodels' default for cluster-robust f
 scripts use) or ``"t"`` (Student's t with G - 1 degrees of freedom, G = site clusters of the fit, as
 statsmodels' ``use_t=True``). Both tables name the reference in their notes, and with the normal reference a
 table whose fits use fewer than :data:`FEW_CLUSTERS` sites says that its p-values are too small and gives
-the cluster counts (:func:`p_reference_note`). ``report.md`` names the reference in its header.
+the cluster counts (:func:`p_reference_note`); below :data:`MIN_CLUSTERS_NORMAL_P` (10) clusters a fit's
+normal-reference p is not printed (an em dash, with the reason; :func:`_shown_p`). ``report.md`` names the
+reference in its header.
+
+Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Table 1's hit and echo rates per model
+and Fig. 2's points (per regime and band, models pooled) carry 95 % site-bootstrap percentile intervals
+(:data:`DEFAULT_N_BOOT` resamples seeded by the report's ``seed``; Clopper-Pearson at 0 or 1; none from a single
+site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
+A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
 condition in the table ``cutoff`` (after the paper's tables); ``report.md`` gives the total in its header
@@ -66,7 +74,6 @@ from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
-from geoagent.scoring.geohint import wilson_interval
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, exact_max_sites, paired_site_permutation_test
 from geoagent.scoring.regime import (
     DEFAULT_THRESHOLD,
@@ -102,7 +109,8 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
         "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
         "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
-        "Figure fig_hit_by_band.png: error bars are 95 % Wilson score intervals of the responses behind each point.",
+        "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the regime "
+        "resampled, models pooled); the legend gives the sites and responses behind each line.",
         TRUNCATION_LEGEND,
     )
 
@@ -113,6 +121,13 @@ LEGEND = legend_for()
 P_REFERENCES = ("normal", "t")
 #: with fewer site clusters than this, normal-reference p-values of cluster-robust fits are anti-conservative
 FEW_CLUSTERS = 30
+#: with fewer site clusters than this, a slope p-value from the normal reference is not printed (an em dash, with
+#: the reason in the notes): the cluster-robust variance itself is biased down with so few clusters and the
+#: normal reference ignores that, so the p-value can be absurd (2.0e-177 from 2 clusters). 10 follows the usual
+#: reading of Cameron and Miller (2015, J. Human Resources 50(2), Sec. VI): below about 10 clusters the
+#: normal-reference Wald test of a cluster-robust fit over-rejects badly, and t with G - 1 df is the minimum
+#: remedy. The t reference (``p_reference = "t"``) keeps its p-values: G - 1 df already widens them.
+MIN_CLUSTERS_NORMAL_P = 10
 #: the settings a cut-off warning asks to raise
 TRUNCATION_SETTING = "[geohint] max_output_tokens (or the model's [[models]] max_output_tokens)"
 
@@ -123,7 +138,8 @@ class Table:
 
     Formats: ``text``, ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
     signed, 2 decimals), ``pps`` (percentage points, unsigned, 2 decimals: an SD), ``f2``, ``f4`` (signed 4
-    decimals), ``p`` (p-value, 2 significant digits).
+    decimals), ``p`` (p-value, 2 significant digits), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
+    ``[lo, hi]`` in %; two CSV columns).
 
     The CSV (:meth:`to_csv`) holds every rate as a fraction: ``pct`` values as they are, ``pp``/``pps`` values
     (points) divided by 100, under :meth:`csv_columns` (the column name with ``" (fraction)"`` in place of a
@@ -161,15 +177,30 @@ class Table:
         return "\n".join(out) + "\n"
 
     def csv_columns(self) -> list[str]:
-        """Column names of the CSV: a rate column (shown in % or points elsewhere) is named ``"<name> (fraction)"``."""
-        return [_csv_fraction_name(c) if f in CSV_FRACTION_SCALE else c for c, f in zip(self.columns, self.formats)]
+        """Column names of the CSV: a rate column (shown in % or points elsewhere) is named ``"<name> (fraction)"``;
+        an interval column (``pctci``) becomes two, ``"<name> lo (fraction)"`` and ``"<name> hi (fraction)"``."""
+        out = []
+        for c, f in zip(self.columns, self.formats):
+            if f == "pctci":
+                out += [f"{c} lo (fraction)", f"{c} hi (fraction)"]
+            else:
+                out.append(_csv_fraction_name(c) if f in CSV_FRACTION_SCALE else c)
+        return out
 
     def csv_rows(self) -> list[list[Any]]:
-        """The raw values as the CSV holds them: rates as fractions (points / 100), others as they are."""
+        """The raw values as the CSV holds them: rates as fractions (points / 100), intervals as two fractions
+        (empty without an interval), others as they are."""
         out = []
         for row in self.rows:
-            out.append([v * CSV_FRACTION_SCALE[f] if f in CSV_FRACTION_SCALE and isinstance(v, (int, float))
-                        and not isinstance(v, bool) else v for v, f in zip(row, self.formats)])
+            cells: list[Any] = []
+            for v, f in zip(row, self.formats):
+                if f == "pctci":
+                    cells += list(v) if v is not None else [None, None]
+                elif f in CSV_FRACTION_SCALE and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    cells.append(v * CSV_FRACTION_SCALE[f])
+                else:
+                    cells.append(v)
+            out.append(cells)
         return out
 
     def to_csv(self) -> str:
@@ -235,6 +266,9 @@ def _fmt(v: Any, f: str) -> str:
         return f"{v:.4f}"
     if f == "p":
         return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
+    if f == "pctci":
+        lo, hi = v
+        return f"[{100 * lo:.1f}, {100 * hi:.1f}]"
     return str(v)
 
 
@@ -393,19 +427,113 @@ def echo_rule_note(agg: GeoHintAggregator) -> str:
 
 
 # --- tables -----------------------------------------------------------------------------------
-def table1(agg: GeoHintAggregator, condition: str = "forced") -> Table:
-    """Table 1: per model, context condition only: n, hit rate, hit rate per band, echo rate."""
+#: the notes' sentence for hit-rate cells left undetermined because no answer behind them geocoded
+UNGEOCODED_NOTE = (f"{DASH} in a hit-rate column: no answer geocoded behind that cell (all unresolved), so its hit rate "
+                   "is undetermined, not 0 (an answer that did not geocode counts as a miss; 0 % would measure the "
+                   "geocoder), as for a site whose regime is undetermined. Echo is a text match and is still given.")
+
+
+def _ungeocoded(*cells: Any) -> bool:
+    """Whether some cell (with answers) has no geocoded answer: its :attr:`Cell.geocoded_hit_rate` is NaN."""
+    return any(c.n and c.n_none == c.n for c in cells)
+
+
+#: site-bootstrap resamples behind the GeoHint intervals (Table 1, Fig. 2); the report's ``seed`` seeds them
+DEFAULT_N_BOOT = 200
+#: central mass of those intervals
+CI_LEVEL = 0.95
+
+
+def site_bootstrap_interval(counts: dict[str, tuple[int, int]], sites: Sequence[str], idx: np.ndarray,
+                            ci_level: float = CI_LEVEL) -> tuple[tuple[float, float] | None, bool]:
+    """Percentile interval of a rate k/n whose answers are clustered by site, resampling sites (the GeoVerify
+    rule, :mod:`geoagent.scoring.sdt`: Sec. 6 "the site as the unit of resampling").
+
+    Parameters
+    ----------
+    counts : dict
+        site -> (k, n): events and answers of that site (a site absent or with n = 0 adds nothing).
+    sites : sequence of str
+        The sites ``idx`` indexes (e.g. every site of the campaign, sorted).
+    idx : ndarray of int, shape (n_boot, len(sites))
+        Site draws with replacement (:func:`geoagent.scoring.sdt.bootstrap_site_indices`).
+    ci_level : float
+        Central mass (0.95: 2.5th and 97.5th percentiles, ``numpy.quantile`` linear).
+
+    Returns
+    -------
+    ((lo, hi) or None, exact)
+        Fractions in [0, 1]. None when the answers come from fewer than
+        :data:`~geoagent.scoring.sdt.CI_MIN_SITES` (2) sites (no between-site spread to estimate). At 0 or 1
+        (k = 0 or k = n pooled) every resample repeats it, so the interval is the Clopper-Pearson exact interval of
+        the pooled count instead and ``exact`` is True (:func:`geoagent.scoring.sdt.clopper_pearson`).
+    """
+    from geoagent.scoring.sdt import CI_MIN_SITES, clopper_pearson, percentile_interval
+
+    k = np.array([counts.get(s, (0, 0))[0] for s in sites], dtype=float)
+    n = np.array([counts.get(s, (0, 0))[1] for s in sites], dtype=float)
+    if int((n > 0).sum()) < CI_MIN_SITES:
+        return None, False
+    kt, nt = int(k.sum()), int(n.sum())
+    if kt in (0, nt):
+        return clopper_pearson(kt, nt, ci_level), True
+    bk, bn = k[idx].sum(1), n[idx].sum(1)
+    vals = np.where(bn > 0, bk / np.maximum(bn, 1), np.nan)
+    interval, _kept = percentile_interval(vals, ci_level)
+    return interval, False
+
+
+def _draws(sites: Sequence[str], n_boot: int, seed: int) -> np.ndarray | None:
+    from geoagent.scoring.sdt import bootstrap_site_indices
+
+    return bootstrap_site_indices(len(sites), n_boot, seed) if n_boot > 0 and sites else None
+
+
+def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: str) -> str:
+    """The notes' sentence naming a table's site-bootstrap intervals, their resamples, seed and site count."""
+    text = (f"95 % CI: site-bootstrap percentile intervals ({n_boot} resamples of the {n_sites} sites, seed {seed}; "
+            f"the same site draws for every row; {what}); none where the answers come from a single site.")
+    if exact:
+        text += (" A rate of 0 % or 100 % gets the Clopper-Pearson exact interval of its pooled count instead (every "
+                 "resample would repeat it; binomial, so it ignores clustering by site).")
+    return text
+
+
+def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Table:
+    """Table 1: per model, context condition only: n, sites, hit rate with its site-bootstrap 95 % interval, hit
+    rate per band, echo rate with its interval (:func:`site_bootstrap_interval`; one draw matrix over every site
+    of the campaign, seeded by ``seed``; ``n_boot`` 0 = no intervals). A hit rate of answers none of which
+    geocoded is undetermined (NaN, an em dash; :attr:`Cell.geocoded_hit_rate`), and so is its interval."""
     rows = []
+    undetermined = exact_any = False
+    sites = agg.sites
+    idx = _draws(sites, n_boot, seed)
     for m in _model_order(agg, condition):
         c = agg.select(model=m, condition=condition)
-        rows.append([m, c.n, c.hit_rate, *[agg.select(model=m, condition=condition, band=b).hit_rate for b in BANDS], c.echo_rate])
+        per_band = [agg.select(model=m, condition=condition, band=b) for b in BANDS]
+        undetermined |= _ungeocoded(c, *per_band)
+        by_site = agg.site_cells(condition=condition, model=m)
+        hit_ci = echo_ci = None
+        if idx is not None:
+            if not math.isnan(c.geocoded_hit_rate):
+                hit_ci, ex1 = site_bootstrap_interval({s: (x.hits, x.n) for s, x in by_site.items()}, sites, idx)
+                exact_any |= ex1 and hit_ci is not None
+            if c.echo_n:
+                echo_ci, ex2 = site_bootstrap_interval({s: (x.echoes, x.echo_n) for s, x in by_site.items()}, sites, idx)
+                exact_any |= ex2 and echo_ci is not None
+        n_sites = sum(1 for x in by_site.values() if x.n)
+        rows.append([m, c.n, c.geocoded_hit_rate, *[x.geocoded_hit_rate for x in per_band], c.echo_rate,
+                     hit_ci, echo_ci, n_sites])
+    boot = (bootstrap_caption(n_boot, seed, len(sites), exact_any, "n = the model's responses, sites = the sites they "
+                              "come from; echo rates over the responses with an echo verdict")
+            if idx is not None else "")
     return Table(
         "table1",
         f"Table 1: per-model results, condition {condition} (baselines excluded); hit rate and echo rate in %",
-        ["Model", "n", "Hit rate", *BANDS, "Echo rate"],
-        ["text", "int", "pct", "pct", "pct", "pct", "pct"],
+        ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites"],
+        ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int"],
         rows,
-        echo_rule_note(agg),
+        _join_notes(boot, echo_rule_note(agg), UNGEOCODED_NOTE if undetermined else ""),
     )
 
 
@@ -413,23 +541,26 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     """Table 2: Table 1 within each regime, plus the no-context hit rate of the same sites and model."""
     groups = _regime_sites(agg, baseline)
     rows = []
+    undetermined = False
     for regime in REGIMES:
         sites = groups[regime]
         for m in _model_order(agg, condition):
             c = agg.select(sites=sites, model=m, condition=condition)
             nc = agg.select(sites=sites, model=m, condition=baseline)
+            per_band = [agg.select(sites=sites, model=m, condition=condition, band=b) for b in BANDS]
+            undetermined |= _ungeocoded(c, nc, *per_band)
             rows.append([
-                f"{regime} ({len(sites)} sites)", m, c.n, nc.hit_rate, c.hit_rate,
-                *[agg.select(sites=sites, model=m, condition=condition, band=b).hit_rate for b in BANDS], c.echo_rate,
+                f"{regime} ({len(sites)} sites)", m, c.n, nc.geocoded_hit_rate, c.geocoded_hit_rate,
+                *[x.geocoded_hit_rate for x in per_band], c.echo_rate, nc.n,
             ])
     return Table(
         "table2",
         f"Table 2: per-model results within each regime ({threshold_text(agg.regime_threshold)} no-context threshold), "
         f"condition {condition}",
-        ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate"],
-        ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct"],
+        ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate", "n no context"],
+        ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(echo_rule_note(agg), regime_note(agg, baseline)),
+        _join_notes(echo_rule_note(agg), regime_note(agg, baseline), UNGEOCODED_NOTE if undetermined else ""),
     )
 
 
@@ -480,13 +611,19 @@ def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
         rows.append([tier, *[agg.select(condition=condition, tier=tier, band=b).echo_rate for b in BANDS],
                      agg.select(condition=condition, tier=tier).echo_rate])
     rows.append(["All", *[agg.select(condition=condition, band=b).echo_rate for b in BANDS], agg.select(condition=condition).echo_rate])
+    cells = [agg.select(condition=condition, tier=t, band=b).echo_n for t in TIERS_ORDER for b in BANDS]
+    total_c = agg.select(condition=condition)
+    n_sites = sum(1 for x in agg.site_cells(condition=condition).values() if x.echo_n)
+    pooled = (f"All models pooled ({len(agg.models)} models: {', '.join(agg.models)}): {total_c.echo_n} responses "
+              f"with an echo verdict from {n_sites} sites; {min(cells, default=0)} to {max(cells, default=0)} per tier "
+              f"and band cell. No interval: see Table 1 for site-bootstrap intervals per model.")
     return Table(
         "table4",
         f"Table 4: echo rate (%) by referenceability tier and band, condition {condition}",
         ["Tier", *BANDS, "All"],
         ["text", "pct", "pct", "pct", "pct"],
         rows,
-        echo_rule_note(agg),
+        _join_notes(pooled, echo_rule_note(agg)),
     )
 
 
@@ -537,7 +674,19 @@ def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition
         return None
 
 
-def p_reference_note(p_reference: str, n_clusters: Sequence[int]) -> str:
+def _shown_p(r: Any, p_reference: str, hidden: list[int]) -> float:
+    """The slope p of fit ``r`` as the table prints it: NaN (an em dash) without a fit, and under the normal
+    reference for a fit on fewer than :data:`MIN_CLUSTERS_NORMAL_P` site clusters (its G is appended to
+    ``hidden`` for the note, :func:`p_reference_note`)."""
+    if r is None:
+        return float("nan")
+    if p_reference == "normal" and 2 <= r.n_clusters < MIN_CLUSTERS_NORMAL_P and math.isfinite(r.slope_p):
+        hidden.append(r.n_clusters)
+        return float("nan")
+    return r.slope_p
+
+
+def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequence[int] = ()) -> str:
     """The notes' sentence on the slope p-values: the reference distribution, and with the normal reference
     and fewer than :data:`FEW_CLUSTERS` site clusters in some fit, a warning giving the cluster counts.
 
@@ -547,6 +696,9 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int]) -> str:
     n_clusters : sequence of int
         Site clusters G of every fit whose p-value the table shows (fits with G < 2 have no p-value and are
         not listed).
+    hidden : sequence of int
+        Site clusters G of the fits whose p-value is not printed (fewer than :data:`MIN_CLUSTERS_NORMAL_P`
+        under the normal reference, :func:`_shown_p`); the note says so and gives them.
     """
     check_p_reference(p_reference)
     if p_reference == "t":
@@ -560,6 +712,12 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int]) -> str:
         counts = f"{few[0]}" if len(few) == 1 else f"{few[0]} to {few[-1]}"
         note += (f" Few clusters: fits here rest on {counts} site clusters (fewer than {FEW_CLUSTERS}), where the normal "
                  f"reference gives p-values that are too small; set [geohint] p_reference = \"t\" for t with G - 1 df.")
+    if hidden:
+        gs = ", ".join(str(g) for g in sorted(set(hidden)))
+        note += (f" p is {DASH} for a fit on fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = {gs}): with so "
+                 f"few clusters the cluster-robust SE is itself unreliable and the normal reference turns it into "
+                 f"p-values far too small to print (Cameron and Miller 2015); beta is shown, p_reference = \"t\" gives "
+                 f"a p-value with G - 1 df.")
     return note
 
 
@@ -573,6 +731,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     check_p_reference(p_reference)
     rows = []
     clusters: list[int] = []
+    hidden: list[int] = []
     models = _model_order(agg, condition)
     zeros = [f"all levels {agg.n_zero_err(condition=condition)}",
              f"fine only {agg.n_zero_err(condition=condition, fine_only=True)}"]
@@ -585,7 +744,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
         share = r.slope / rr.slope if (r and rr and rr.slope) else nan
         rows.append([
             label, r.nobs if r else 0, r.slope if r else nan, r.slope_se if r else nan,
-            r.slope_p if r else nan, rf.slope if rf else nan, rr.slope if rr else nan, share,
+            _shown_p(r, p_reference, hidden), rf.slope if rf else nan, rr.slope if rr else nan, share,
         ])
     return Table(
         "table6",
@@ -595,7 +754,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
         rows,
         _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers "
                     "with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it "
-                    "(100 %).", p_reference_note(p_reference, clusters), zero_err_note("context answers", zeros)),
+                    "(100 %).", p_reference_note(p_reference, clusters, hidden), zero_err_note("context answers", zeros)),
     )
 
 
@@ -611,13 +770,14 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     groups = _regime_sites(agg, baseline)
     rows = []
     clusters: list[int] = []
+    hidden: list[int] = []
     models = _model_order(agg, condition)
     for label, ms in [*[(m, [m]) for m in models], ("All", models)]:
         row: list[Any] = [label]
         for sites in (groups[ILLEGIBLE], groups[LEGIBLE], None):
             r = _slope_cells(agg, ms, condition, False, sites, p_reference=p_reference)
             clusters += _clusters(r)
-            row += [r.nobs if r else 0, r.slope if r else float("nan"), r.slope_p if r else float("nan")]
+            row += [r.nobs if r else 0, r.slope if r else float("nan"), _shown_p(r, p_reference, hidden)]
         rows.append(row)
     return Table(
         "table7",
@@ -625,7 +785,7 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all"],
         ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p"],
         rows,
-        _join_notes(p_reference_note(p_reference, clusters), zero_err_note("context answers", [
+        _join_notes(p_reference_note(p_reference, clusters, hidden), zero_err_note("context answers", [
             f"{name} {agg.n_zero_err(condition=condition, sites=sites)}"
             for name, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None))]),
             regime_note(agg, baseline), no_regime_note(agg, baseline)),
@@ -635,13 +795,18 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
     pairs = agg.paired(treatment, control, sites=sites, model=model)
     out = {"n": len(pairs)}
+    def hit_rate(sel: list, i: int) -> float:
+        # undetermined (NaN) when none of the answers geocoded: 0 % would measure the geocoder (UNGEOCODED_NOTE)
+        if sel and not any(p[i].geocoded for p in sel):
+            out["ungeocoded_any"] = True
+        return sum(p[i].hit for p in sel) / len(sel) if any(p[i].geocoded for p in sel) else float("nan")
+
+    out["ungeocoded"] = out["ungeocoded_any"] = False
     for cond_i, cond in ((1, treatment), (2, control)):
+        out["ungeocoded"] |= bool(pairs) and not any(p[cond_i].geocoded for p in pairs)
         out[cond] = {
-            "bands": [
-                (lambda sel: (sum(p[cond_i].hit for p in sel) / len(sel)) if sel else float("nan"))([p for p in pairs if p[cond_i].band == b])
-                for b in BANDS
-            ],
-            "overall": (sum(p[cond_i].hit for p in pairs) / len(pairs)) if pairs else float("nan"),
+            "bands": [hit_rate([p for p in pairs if p[cond_i].band == b], cond_i) for b in BANDS],
+            "overall": hit_rate(pairs, cond_i),
             "echo": _rate([p[cond_i].echo for p in pairs if p[cond_i].echo is not None]),
             "building": _rate([p[cond_i].building for p in pairs]),
             "ratio": [
@@ -651,7 +816,7 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
                 for b in BANDS
             ],
         }
-    if pairs:
+    if pairs and not out["ungeocoded"]:
         res = paired_site_permutation_test(
             [p[0] for p in pairs], [p[1].hit for p in pairs], [p[2].hit for p in pairs], n_flips=n_flips, seed=seed
         )
@@ -687,6 +852,7 @@ def table_paired(
     groups = _regime_sites(agg, baseline)
     rows = []
     n_sites: list[tuple[str, int]] = []
+    ungeocoded = False
     for label, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all sites", None)):
         blk = _paired_block(agg, treatment, control, sites, None, n_flips, seed)
         n_sites.append((label, blk["n_sites"]))
@@ -699,6 +865,7 @@ def table_paired(
                 blk["building_delta_pp"] if cond == treatment else None, blk["building_p"] if cond == treatment else None,
                 *d["ratio"],
             ])
+        ungeocoded = ungeocoded or blk["ungeocoded_any"]
     title = {
         "table8": f"Table 8: hit rate (%) by regime, strictly paired, {treatment} vs {control}",
         "table10": f"Table 10: {treatment} vs {control}, strictly paired",
@@ -711,7 +878,8 @@ def table_paired(
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
         rows,
         _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_note(agg)}",
-                    few_sites_note(n_sites, n_flips), regime_note(agg, baseline)),
+                    few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
+                    (UNGEOCODED_NOTE + " A paired delta and its p need both conditions' hit rates.") if ungeocoded else ""),
     )
 
 
@@ -762,11 +930,13 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
     groups = _regime_sites(agg, baseline)
     rows = []
     n_sites: list[tuple[str, int]] = []
+    ungeocoded = False
     for m in _model_order(agg, control):
         all_ = _paired_block(agg, treatment, control, None, m, n_flips, seed)
         n_sites.append((m, all_["n_sites"]))
         il = _paired_block(agg, treatment, control, groups[ILLEGIBLE], m, n_flips, seed)
         le = _paired_block(agg, treatment, control, groups[LEGIBLE], m, n_flips, seed)
+        ungeocoded |= any(b["ungeocoded"] for b in (all_, il, le))
         rows.append([m, all_["n"], all_["delta_pp"], all_["p"], il["delta_pp"], le["delta_pp"]])
     return Table(
         "table9",
@@ -774,7 +944,10 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
         ["Model", "n pairs", "All sites", "p", "Illegible", "Legible"],
         ["text", "int", "pp", "p", "pp", "pp"],
         rows,
-        _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips), regime_note(agg, baseline)),
+        _join_notes(flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
+                    (f"{DASH} in a delta or p column: no answer geocoded in one condition (all unresolved), so its hit "
+                     "rate, and the paired difference, are undetermined, not 0 (an answer that did not geocode counts "
+                     "as a miss; 0 would measure the geocoder).") if ungeocoded else ""),
     )
 
 
@@ -864,6 +1037,7 @@ def build_tables(
     n_splits: int = 200,
     seed: int = 0,
     p_reference: str = "normal",
+    n_boot: int = DEFAULT_N_BOOT,
 ) -> list[Table]:
     """Every table the data supports (paired tables only when both conditions are present), then the
     cut-off answers (:func:`table_cutoff`) and the answers that did not geocode (:func:`table_unresolved`).
@@ -871,7 +1045,7 @@ def build_tables(
     (``"normal"`` or ``"t"``, :func:`p_reference_note`)."""
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
-    tables = [table1(agg, condition), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
+    tables = [table1(agg, condition, n_boot=n_boot, seed=seed), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
               table4(agg, condition), table5(agg, condition, baseline), table6(agg, condition, p_reference=p_reference),
               table7(agg, condition, baseline, p_reference=p_reference)]
     if "forced_warn" in agg.conditions and condition in agg.conditions:
@@ -901,24 +1075,60 @@ def _save_png(fig, path: str | Path) -> Path:
     return atomic_savefig(fig, path, dpi=120)
 
 
-def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline") -> Path:
-    """Fig. 2: hit rate by band, one line per regime, with 95 % Wilson score intervals as error bars (the
-    paper: "95 % binomial intervals"). Writes a PNG (atomically)."""
+def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *,
+                       n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """The points of Fig. 2: per regime (legible, illegible) and band, all models pooled, ``rate`` (hit rate,
+    fraction; NaN when nothing geocoded), ``lo``/``hi`` (95 % site-bootstrap interval over the regime's sites,
+    :func:`site_bootstrap_interval`; NaN without one), ``exact`` (Clopper-Pearson at 0 or 1), ``n`` (responses)
+    and ``n_sites`` (sites with responses). Draws: ``n_boot`` resamples of the regime's sorted sites, seed ``seed``."""
     groups = _regime_sites(agg, baseline)
-    fig, ax = _new_figure((5.5, 4))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for regime in (LEGIBLE, ILLEGIBLE):
+        sites = sorted(groups[regime])
+        idx = _draws(sites, n_boot, seed)
+        pts = []
+        for b in BANDS:
+            by_site = agg.site_cells(condition=condition, band=b, sites=set(sites))
+            c = agg.select(sites=set(sites), condition=condition, band=b)
+            iv, exact = (None, False)
+            if idx is not None and not math.isnan(c.geocoded_hit_rate):
+                iv, exact = site_bootstrap_interval({s: (x.hits, x.n) for s, x in by_site.items()}, sites, idx)
+            pts.append({"rate": c.geocoded_hit_rate, "lo": iv[0] if iv else math.nan, "hi": iv[1] if iv else math.nan,
+                        "exact": exact, "n": c.n, "n_sites": sum(1 for x in by_site.values() if x.n)})
+        out[regime] = pts
+    return out
+
+
+def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline",
+                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Path:
+    """Fig. 2: hit rate by band, one line per regime, all models pooled, with 95 % site-bootstrap percentile
+    intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
+    every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
+    legend gives each line's sites and responses. Writes a PNG (atomically)."""
+    groups = _regime_sites(agg, baseline)
+    pts = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
+    fig, ax = _new_figure((5.5, 4.2))
     x = np.arange(len(BANDS))
     for regime, marker in ((LEGIBLE, "o"), (ILLEGIBLE, "s")):
-        ks = [agg.select(sites=groups[regime], condition=condition, band=b) for b in BANDS]
-        rates = np.array([c.hit_rate for c in ks]) * 100
-        ci = np.array([wilson_interval(c.hits, c.n) for c in ks]) * 100
-        err = np.clip(np.nan_to_num(np.vstack([rates - ci[:, 0], ci[:, 1] - rates])), 0.0, None)
-        ax.errorbar(x, rates, yerr=err, marker=marker, capsize=4, label=f"{regime} ({len(groups[regime])} sites)")
+        p = pts[regime]
+        rates = np.array([q["rate"] for q in p]) * 100
+        lo = np.array([q["lo"] for q in p]) * 100
+        hi = np.array([q["hi"] for q in p]) * 100
+        err = np.clip(np.nan_to_num(np.vstack([rates - lo, hi - rates])), 0.0, None)
+        n = sum(q["n"] for q in p)
+        ax.errorbar(x, rates, yerr=err, marker=marker, capsize=4,
+                    label=f"{regime} ({len(groups[regime])} sites, {n} responses)")
+        for xi, q in zip(x, p):
+            if q["n"]:
+                ax.annotate(f"n={q['n']}", (xi, rates[xi] if np.isfinite(rates[xi]) else 0), textcoords="offset points",
+                            xytext=(5, -10), fontsize=6)
     ax.set_xticks(x, [band_title(b) for b in BANDS])
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"Hit rate by band, {condition}\n(error bars: 95 % Wilson score intervals)", fontsize=10)
-    ax.legend()
+    ax.set_title(f"Hit rate by band, {condition}, {len(agg.models)} models pooled\n(error bars: 95 % site-bootstrap "
+                 f"intervals, {n_boot} resamples)", fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return _save_png(fig, path)
 
@@ -933,12 +1143,15 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
         for j in range(len(BANDS)):
             v = grid[i, j]
             colour = "k" if np.isfinite(v) and v > 0.6 * vmax else "w"
-            ax.text(j, i, DASH if np.isnan(v) else f"{v:.1f}", ha="center", va="center", color=colour)
+            n = agg.select(condition=condition, tier=TIERS_ORDER[i], band=BANDS[j]).echo_n
+            ax.text(j, i, DASH if np.isnan(v) else f"{v:.1f}\nn={n}", ha="center", va="center", color=colour,
+                    fontsize=8)
     ax.set_xticks(range(len(BANDS)), [band_title(b) for b in BANDS])
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
-    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}")
+    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}\n{len(agg.models)} models pooled; n = answers "
+                 "with an echo verdict", fontsize=9)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     return _save_png(fig, path)
@@ -978,8 +1191,10 @@ def write_report(
     simulated: Sequence[str] = (),
     config_mix: Sequence[str] = (),
     scope_note: str | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
+    ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (seeded by ``seed``; 0 = none).
 
     ``p_reference``: p-value reference of the slope tables, ``"normal"`` or ``"t"`` (module doc); named in
     the header of ``report.md``. The header also counts the answers cut off at the output-token limit and
@@ -1012,6 +1227,7 @@ def write_report(
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
     tables = build_tables(agg, condition=condition, baseline=baseline, n_flips=n_flips, n_splits=n_splits, seed=seed,
+                          n_boot=n_boot,
                           p_reference=p_reference)
     summary = agg.summary()
     cut = total(agg.truncation)
@@ -1072,11 +1288,14 @@ def write_report(
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
     if figures:
-        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline)
+        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=seed)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
-               "Hit rate by band per regime; error bars are 95 % Wilson score intervals of the responses behind each "
-               "point.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
+               f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
+               f"{n_boot} resamples of the regime's sites (seed {seed}; a point at 0 % or 100 % gets the "
+               f"Clopper-Pearson interval of its pooled count); the legend gives the sites and responses per line.",
+               "", f"Echo rate per tier and band, all models pooled ({len(agg.models)} models); n under each value = "
+               f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))
     return tables
 

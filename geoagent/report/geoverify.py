@@ -127,6 +127,12 @@ def _delta_label(label: str | None) -> str:
     return _band_title(label) if label[0].isdigit() else label
 
 
+#: mark after the interval of a rate at 0 % or 100 %: Clopper-Pearson exact, not the site bootstrap
+#: (``ModelScores.ci_exact``, :func:`geoagent.scoring.sdt.clopper_pearson`)
+BOUNDARY_MARK = "‡"
+#: CSV text (``<model>_text``) of a rate row whose interval is Clopper-Pearson
+BOUNDARY_TEXT = "Clopper-Pearson exact interval (rate at 0 or 1)"
+
 #: mark after a d' (and a delta_1) resting on fewer than SMALL_N_TRIALS trials (module doc, "Small n")
 SMALL_N_MARK = "†"
 #: CSV text of a flagged d' cell, and the row flagging delta_1
@@ -149,27 +155,61 @@ def dprime_text(s: ModelScores, band: str, text: str) -> str:
     return f"{text} {SMALL_N_MARK}" if text != "-" and band in small_n_bands(s) else text
 
 
-def small_n_note() -> str:
-    """The footnote explaining :data:`SMALL_N_MARK`."""
+def small_n_note(scores: Mapping[str, ModelScores] | None = None) -> str:
+    """The footnote explaining :data:`SMALL_N_MARK`; its sentence on a marked read-out only when some column of
+    ``scores`` has one (``Readout.small_n``; always with ``scores`` None)."""
     return (f"{SMALL_N_MARK} d' rests on fewer than {SMALL_N_TRIALS} trials (decoy trials in its band, or signal "
             "trials behind H): one answer more or less moves it a lot, so treat it, and a delta_1 at or beyond that "
-            "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed).")
+            "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed)."
+            + (f" {SMALL_N_MARK} after the read-out: a control-arm check that made it invalid rests on fewer than "
+               f"{SMALL_N_TRIALS} control trials (the verdict itself is not changed)."
+               if scores is None or any(x.readout.small_n for x in scores.values()) else ""))
+
+
+def readout_text(s: ModelScores) -> str:
+    """The read-out verdict as the table and the console summary show it, followed by :data:`SMALL_N_MARK` when a
+    control-arm check behind it rests on fewer than SMALL_N_TRIALS trials (``Readout.small_n``): ``invalid †``."""
+    return f"{s.readout.verdict} {SMALL_N_MARK}" if s.readout.small_n else s.readout.verdict
+
+
+def _readout_small_n_line(c: str, s: ModelScores) -> str | None:
+    """``Small n (m): the read-out 'invalid' rests on 3 swapped-image control trials ...``; None unless flagged."""
+    if not s.readout.small_n:
+        return None
+    parts = []
+    for arm, what, reason in ((ARM_MISMATCH, "swapped-image", "swapped-image control F"),
+                              (ARM_BLANK, "gray-field", "gray-field control F")):
+        n = s.controls[arm][0]
+        if n < SMALL_N_TRIALS and any(r.startswith(reason) for r in s.readout.reasons):
+            parts.append(f"{n} {what} control trial{'s' if n != 1 else ''}")
+    return (f"Small n ({c}): the read-out '{s.readout.verdict}' {SMALL_N_MARK} rests on {' and '.join(parts)}, "
+            f"fewer than {SMALL_N_TRIALS}: the read-out rests on few trials (one answer moves that control F by "
+            f"1/n).")
 
 
 def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
     """One line per column (models, then pooled) with a small-n band: bands with their decoy counts, the
-    signal count, and whether delta_1 rests on one; [] when none (:func:`~geoagent.scoring.sdt.small_n_bands`)."""
+    signal count, and whether delta_1 rests on one (:func:`~geoagent.scoring.sdt.small_n_bands`); then one
+    line per column whose read-out rests on few control trials (``Readout.small_n``); [] when none."""
     lines = []
-    for c in _columns(scores) if scores else []:
+    cols = _columns(scores) if scores else []
+    for c in cols:
         sc = scores[c]
         flagged = small_n_bands(sc)
         if not flagged:
             continue
-        bands = ", ".join(f"{_band_title(b)} ({sc.band(b).n} decoy trials)" for b in flagged)
+        small_decoy = [b for b in flagged if sc.band(b).n < SMALL_N_TRIALS]
+        decoys = ", ".join(f"{_band_title(b)} ({sc.band(b).n} decoy trials)" for b in small_decoy)
         tail = ("" if not delta_1_small_n(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
                 if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
-        lines.append(f"Small n ({c}): d' {SMALL_N_MARK} at {bands}, with {sc.n_signal} signal trials behind H, "
-                     f"fewer than {SMALL_N_TRIALS} on one side{tail}.")
+        if sc.n_signal < SMALL_N_TRIALS:  # every band with trials is flagged through H
+            side = (f"d' {SMALL_N_MARK} at every band with trials: signal side: {sc.n_signal} signal trials behind H,"
+                    f" fewer than {SMALL_N_TRIALS}" + (f"; decoy side too at {decoys}" if decoys else ""))
+        else:
+            side = (f"d' {SMALL_N_MARK} on the decoy side: {decoys}, fewer than {SMALL_N_TRIALS} (the signal side has "
+                    f"{sc.n_signal} trials behind H)")
+        lines.append(f"Small n ({c}): {side}{tail}.")
+    lines += [ln for c in cols if (ln := _readout_small_n_line(c, scores[c]))]
     return lines
 
 
@@ -192,7 +232,8 @@ def _with_ci(text: str, s: ModelScores, key: str | None, *, pct: bool = False, s
         return text
     lo, hi = iv
     if pct:
-        return f"{text} [{100 * lo:.1f}, {100 * hi:.1f}]"
+        mark = BOUNDARY_MARK if key in s.ci_exact else ""
+        return f"{text} [{100 * lo:.1f}, {100 * hi:.1f}]{mark}"
     f = "{:+.2f}" if signed else "{:.2f}"
     return f"{text} [{f.format(lo)}, {f.format(hi)}]"
 
@@ -343,7 +384,7 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
         ("Confidence on false acceptances", "median", lambda s: s.fa_conf_median, lambda s: _num(s.fa_conf_median), None),
         ("Confidence on false acceptances", "share >= 0.8", lambda s: s.fa_conf_share_high,
          lambda s: _pct(s.fa_conf_share_high), None),
-        ("Read-out", "pre-registered", lambda s: s.readout.verdict, lambda s: s.readout.verdict, None),
+        ("Read-out", "pre-registered", lambda s: s.readout.verdict, readout_text, None),
     ]
     return rows
 
@@ -356,6 +397,18 @@ def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
     return (f"Brackets: {100 * s.ci_level:.0f} % percentile intervals from {s.n_boot} bootstrap resamples of sites "
             f"(seed {s.boot_seed}; the same site draws for every column); none for a value whose trials come from "
             f"a single site (its resamples are all that site: no between-site spread to estimate).")
+
+
+def boundary_note(scores: Mapping[str, ModelScores]) -> str:
+    """The sentence explaining :data:`BOUNDARY_MARK` ("" when no interval carries it)."""
+    marked = [(c, k) for c, x in scores.items() for k in sorted(x.ci_exact)]
+    if not marked:
+        return ""
+    s = next(iter(scores.values()))
+    return (f"{BOUNDARY_MARK} A rate of 0 % or 100 % (0 or all of its n trials answered yes): every site resample "
+            f"gives that value again, so its percentile interval would have zero width; its brackets are instead the "
+            f"Clopper-Pearson exact {100 * s.ci_level:.0f} % interval of the pooled count k/n shown after it (binomial: "
+            f"it ignores clustering by site, so with answers correlated within a site it may be too narrow).")
 
 
 def render_markdown(scores: Mapping[str, ModelScores]) -> str:
@@ -372,10 +425,12 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
         out.append(f"| {label} | " + " | ".join(fmt(scores[c]) for c in cols) + " |")
     notes = [f"- {c}: {scores[c].readout.verdict} ({'; '.join(scores[c].readout.reasons)})" for c in cols]
     boot = bootstrap_note(scores)
+    if boundary_note(scores):
+        boot += " " + boundary_note(scores)
     warn = "".join(f"\n\n**{w}**" for w in truncation_warnings(scores))
     small = small_n_warnings(scores)
     if small:
-        warn += "\n\n" + small_n_note() + "".join(f"\n\n**{w}**" for w in small)
+        warn += "\n\n" + small_n_note(scores) + "".join(f"\n\n**{w}**" for w in small)
     return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
@@ -407,6 +462,8 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
     flagged = {c: small_n_bands(scores[c]) for c in cols}
 
     def note(c: str, key: str | None) -> str:
+        if key and key in scores[c].ci_exact:
+            return BOUNDARY_TEXT
         return SMALL_N_TEXT if key and key.startswith("d'[") and key[3:-1] in flagged[c] else ""
 
     if scores:
@@ -450,6 +507,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         # cells are text, not rich markup: "none [none, none]" would otherwise lose its bracket as a tag
         table.add_row("  " + escape(label), *[escape(fmt(scores[c])) for c in cols])
     boot = bootstrap_note(scores)
+    if boundary_note(scores):
+        boot += " " + boundary_note(scores)
     if boot:
         table.caption = boot
     if width is None:  # the table's natural width: no cell (long model names included) is ever cut or wrapped
@@ -460,35 +519,54 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
         console.print(w, markup=False, soft_wrap=True)
     small = small_n_warnings(scores)
     if small:
-        for w in [small_n_note(), *small]:
+        for w in [small_n_note(scores), *small]:
             console.print(w, markup=False, soft_wrap=True)
     legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines())
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 
 
-def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Path:
-    """PNG of d' against decoy distance (band midpoint, km, log axis), one line per model and pooled,
-    with the d' = 1 line dashed and the nearest band shaded (Figure 4). Written atomically."""
+def psychometric_figure(scores: Mapping[str, ModelScores]):
+    """The figure of :func:`plot_psychometric` (a matplotlib ``Figure``, not saved): d' against decoy distance
+    (band midpoint, km, log axis), one line per model and pooled, with the d' = 1 line dashed and the nearest
+    band shaded (Figure 4). What the table shows is on it too: error bars are the d' site-bootstrap intervals
+    (``ModelScores.ci``; none where the table has none), a d' resting on fewer than SMALL_N_TRIALS trials is
+    drawn hollow and marked :data:`SMALL_N_MARK`, each legend entry gives the signal and decoy trials behind
+    its line, and a caption under the axes names the interval (level, resamples, seed, sites) and the mark."""
     # a standalone Figure, not pyplot: no global figure state (the live report draws in a worker thread);
     # the Agg canvas is used when saving
     from matplotlib.figure import Figure
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(6.4, 4.2), dpi=110)
+    fig = Figure(figsize=(6.4, 4.8), dpi=110)
     ax = fig.subplots()
     edges = []
-    for c in _columns(scores):
+    any_small = False
+    cols = _columns(scores)
+    for i, c in enumerate(cols):
         s = scores[c]
-        xs, ys = [], []
+        flagged = set(small_n_bands(s))
+        dodge = 1.0 + 0.035 * (i - (len(cols) - 1) / 2)  # side by side on the log axis: bars do not overlap
+        xs, ys, lo_err, hi_err, small = [], [], [], [], []
         for b in s.bands:
             lo, hi = (float(x) for x in b.band.removesuffix("km").split("-"))
             edges.append((lo, hi))
             if not math.isnan(b.d_prime):
-                xs.append(math.sqrt(lo * hi))
+                xs.append(math.sqrt(lo * hi) * dodge)
                 ys.append(b.d_prime)
+                iv = s.ci.get(f"d'[{b.band}]")
+                lo_err.append(max(0.0, b.d_prime - iv[0]) if iv else math.nan)
+                hi_err.append(max(0.0, iv[1] - b.d_prime) if iv else math.nan)
+                small.append(b.band in flagged)
         style = dict(color="black", linewidth=2.2) if c == POOLED else dict(linewidth=1.3)
-        ax.plot(xs, ys, marker="o", label=c, **style)
+        label = f"{c} ({s.n_signal} signal, {s.n_noise} decoy trials)"
+        cont = ax.errorbar(xs, ys, yerr=[lo_err, hi_err], marker="o", capsize=2.5, elinewidth=0.8, label=label,
+                           **style)
+        color = cont.lines[0].get_color()
+        for x, y, sm in zip(xs, ys, small):
+            if sm:
+                any_small = True
+                ax.plot([x], [y], marker="o", markerfacecolor="white", markeredgecolor=color, linestyle="none",
+                        zorder=5)
+                ax.annotate(SMALL_N_MARK, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=9, color=color)
     if edges:
         lo, hi = min(edges)
         ax.axvspan(lo, hi, color="0.85", zorder=0, label="nearest band")
@@ -503,8 +581,27 @@ def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Pa
     ax.set_ylabel("sensitivity d'")
     ax.set_title("GeoVerify: discrimination vs decoy distance")
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    return atomic_savefig(fig, path)
+    boot = next((x for x in scores.values() if x.n_boot), None)
+    caption = []
+    if boot is not None:
+        caption.append(f"Error bars: {100 * boot.ci_level:.0f} % percentile intervals of d' from {boot.n_boot} "
+                       f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from one site.")
+    else:
+        caption.append("No error bars: no site bootstrap was run (n_boot = 0).")
+    if any_small:
+        caption.append(f"Hollow {SMALL_N_MARK}: d' rests on fewer than {SMALL_N_TRIALS} trials (signal or the band's "
+                       "decoys); see the table's Small n lines.")
+    fig.text(0.01, 0.01, "\n".join(caption), fontsize=6.5, ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Path:
+    """PNG of :func:`psychometric_figure` (d' against decoy distance with site-bootstrap error bars, small-n
+    marks, trial counts and a caption; Figure 4) at ``path``. Written atomically; returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_savefig(psychometric_figure(scores), path)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -24,7 +24,9 @@ Formulas (per model and pooled over models):
 * small-n flag (reporting only, never changes a statistic): a band's d' is flagged when its decoy trials or
   the signal trials behind H number fewer than :data:`SMALL_N_TRIALS` (20), and ``delta_1`` is flagged when
   the band it names is, or when it is "none" and any band is ("none" rests on every band's d')
-  (:func:`small_n_bands`, :func:`delta_1_small_n`). Why 20: the delta-method standard
+  (:func:`small_n_bands`, :func:`delta_1_small_n`); the read-out is flagged (``Readout.small_n``) when a
+  control-arm check that made it ``invalid`` rests on fewer than 20 control trials (F of 1 trial moves in steps
+  of 100 points). Why 20: the delta-method standard
   error of d' from n trials at a rate near 0.5 is about ``sqrt(0.25 / (n * phi(0)^2))`` = ``1.25 / sqrt(n)``
   per side, so below 20 trials one side alone contributes more than 0.28 to the SE, over a quarter of the
   d' = 1 criterion that defines ``delta_1``, and F moves in steps of 1/(n+1) > 5 points; one answer more or
@@ -52,6 +54,12 @@ Choices where the paper leaves room (each checked against the release's ``analys
   between-site spread is not estimable (as the regression's cluster-robust SE is NaN with one cluster).
   d' and c need 2 sites for H and for the band's F; ``delta_1``'s range needs them for H and every band
   with trials.
+* a rate at the boundary (k = 0 or k = n answers yes over the pooled trials, e.g. a gray-field F of 0/52) has
+  a zero-width percentile interval, since every site resample gives 0 (or 1) again. Such a rate (H, F, F per
+  band, control F) gets instead the Clopper-Pearson exact interval of its pooled count
+  (``scipy.stats.binomtest(k, n).proportion_ci(method="exact")``; binomial, so it ignores the clustering by
+  site, but it is never narrower than nominal and is defined at 0 and 1, where the Wald and percentile
+  intervals collapse); its key is listed in ``ModelScores.ci_exact``. Same site rule as above (2 sites).
 * interval of ``delta_1`` (ordinal): from the same replicates, each replicate's ``delta_1`` as a band index
   (0 = nearest band, ..., ``len(bands)`` = "none", beyond the farthest band; replicates where it is
   ``"undefined"`` are dropped); the range is the 2.5th and 97.5th percentiles of that index with
@@ -235,6 +243,9 @@ class Readout:
 
     verdict: str
     reasons: tuple[str, ...] = ()
+    #: True when a control-arm check that made the verdict ``invalid`` rests on fewer than
+    #: :data:`SMALL_N_TRIALS` control trials (reporting only; the verdict is unchanged)
+    small_n: bool = False
 
 
 @dataclass
@@ -266,6 +277,9 @@ class ModelScores:
     #: bootstrap range of ``delta_1`` as (nearest, farthest) band labels, "none" = beyond the farthest band
     #: (module doc); None without a bootstrap or when no replicate defines it
     delta_1_ci: tuple[str, str] | None = None
+    #: keys of ``ci`` holding the Clopper-Pearson exact interval of a rate at 0 or 1 instead of the percentile
+    #: interval (module doc)
+    ci_exact: set[str] = field(default_factory=set)
     #: bootstrap replicates where ``delta_1`` is defined (not "undefined")
     delta_1_ci_n: int = 0
     #: answers cut off at the output-token limit, per arm (``geoagent.scoring.truncation.TruncationCount``; set
@@ -452,22 +466,39 @@ def _sites_per_statistic(n: np.ndarray, bands: list[str]) -> dict[str, int]:
 
 
 def readout(
-    near_dprime: float, far_dprime: float, f_main: float, f_mismatch: float | None, f_blank: float | None
+    near_dprime: float, far_dprime: float, f_main: float, f_mismatch: float | None, f_blank: float | None,
+    *, n_mismatch: int | None = None, n_blank: int | None = None,
 ) -> Readout:
     """Pre-registered read-out of Sec. 5.4 (thresholds as module constants). Control F None = arm not run.
-    ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from."""
+    ``no data`` (not ``inconclusive``) when both d' are NaN: nothing to read the outcome from.
+
+    ``n_mismatch`` / ``n_blank``: parsed control trials behind ``f_mismatch`` / ``f_blank`` (None = not
+    known). A control check that makes the verdict ``invalid`` from fewer than :data:`SMALL_N_TRIALS` trials
+    (the d' small-n convention) says so in its reason and sets ``Readout.small_n``; the verdict is unchanged."""
     reasons: list[str] = []
+    small = False
+
+    def few(n: int | None, what: str) -> str:
+        nonlocal small
+        if n is None or n >= SMALL_N_TRIALS:
+            return ""
+        small = True
+        return (f" (from {n} {what} control trial{'s' if n != 1 else ''}, fewer than {SMALL_N_TRIALS}: "
+                "the read-out rests on few trials)")
+
     if f_mismatch is not None and not math.isnan(f_mismatch) and f_mismatch > MISMATCH_F_MAX:
-        reasons.append(f"swapped-image control F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}")
+        reasons.append(f"swapped-image control F {f_mismatch:.1%} > {MISMATCH_F_MAX:.0%}"
+                       + few(n_mismatch, "swapped-image"))
     if (
         f_blank is not None
         and not math.isnan(f_blank)
         and not math.isnan(f_main)
         and abs(f_blank - f_main) <= BLANK_F_MIN_GAP + 1e-9
     ):
-        reasons.append(f"gray-field control F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}")
+        reasons.append(f"gray-field control F {f_blank:.1%} within 5 points of main-arm F {f_main:.1%}"
+                       + few(n_blank, "gray-field"))
     if reasons:
-        return Readout("invalid", tuple(reasons))
+        return Readout("invalid", tuple(reasons), small_n=small)
     notes = []
     if f_mismatch is None or (isinstance(f_mismatch, float) and math.isnan(f_mismatch)):
         notes.append("swapped-image control not run")
@@ -516,6 +547,32 @@ def percentile_interval(values: Any, ci_level: float = 0.95) -> tuple[tuple[floa
     return (float(np.quantile(ok, alpha)), float(np.quantile(ok, 1.0 - alpha))), int(ok.size)
 
 
+def clopper_pearson(k: int, n: int, ci_level: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson exact interval of a binomial proportion k/n (fractions in [0, 1]); used for a rate at 0
+    or 1, where the site bootstrap's percentile interval has zero width (module doc).
+
+    Source: Clopper and Pearson (1934); ``scipy.stats.binomtest(k, n).proportion_ci(method="exact")``.
+    Raises ValueError when n < 1 or k outside [0, n] (scipy)."""
+    from scipy.stats import binomtest
+
+    iv = binomtest(int(k), int(n)).proportion_ci(confidence_level=ci_level, method="exact")
+    return float(iv.low), float(iv.high)
+
+
+def _rate_counts(name: str, yes: np.ndarray, n: np.ndarray, bands: list[str]) -> tuple[int, int] | None:
+    """(k, n) behind a rate key of :func:`_stat_vector` (``H``, ``F``, ``F[band]``, ``F[arm]``) from the pooled
+    count vectors; None for a key that is not a rate (d', c)."""
+    k = len(bands)
+    if name == "H":
+        return int(yes[0]), int(n[0])
+    if name == "F":
+        return int(yes[1 : 1 + k].sum()), int(n[1 : 1 + k].sum())
+    cols = {f"F[{b}]": 1 + j for j, b in enumerate(bands)}
+    cols.update({f"F[{arm}]": 1 + k + j for j, arm in enumerate((ARM_MISMATCH, ARM_BLANK))})
+    j = cols.get(name)
+    return None if j is None else (int(yes[j]), int(n[j]))
+
+
 def _score_one(
     model: str,
     cells: pl.DataFrame,
@@ -552,12 +609,15 @@ def _score_one(
         float(st["F"]),
         controls[ARM_MISMATCH][2] if controls[ARM_MISMATCH][0] else None,
         controls[ARM_BLANK][2] if controls[ARM_BLANK][0] else None,
+        n_mismatch=controls[ARM_MISMATCH][0],
+        n_blank=controls[ARM_BLANK][0],
     )
     ci: dict[str, tuple[float, float]] = {}
     ci_n: dict[str, int] = {}
     n_boot = 0 if boot_idx is None else int(boot_idx.shape[0])
     delta_ci: tuple[str, str] | None = None
     delta_ci_n = 0
+    ci_exact: set[str] = set()
     if n_boot > 0 and len(sites) > 0:
         by = yes[boot_idx].sum(1)  # (n_boot, cols)
         bn = n[boot_idx].sum(1)
@@ -569,6 +629,10 @@ def _score_one(
             interval, kept = percentile_interval(vals, ci_level)
             if interval is not None:
                 ci[name], ci_n[name] = interval, kept
+            k_n = _rate_counts(name, tot_y, tot_n, bands)
+            if k_n is not None and k_n[1] > 0 and k_n[0] in (0, k_n[1]):  # 0 or 1: zero-width percentile
+                ci[name] = clopper_pearson(k_n[0], k_n[1], ci_level)
+                ci_exact.add(name)
         # delta_1 rests on H and every measured band's d'
         delta_ok = site_cols["H"] >= CI_MIN_SITES and all(
             site_cols[f"F[{b}]"] >= CI_MIN_SITES for b in bands if site_cols[f"F[{b}]"] > 0)
@@ -602,6 +666,7 @@ def _score_one(
         ci_level=ci_level,
         delta_1_ci=delta_ci,
         delta_1_ci_n=delta_ci_n,
+        ci_exact=ci_exact,
     )
 
 
