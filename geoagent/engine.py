@@ -1375,7 +1375,13 @@ async def _run(
             # the summary say so, the manifest counts them
             from geoagent.runtime.drift import params_mix_json
 
-            mix = kind.params_mix(cfg, ctx)
+            from geoagent.runtime.drift import mixed_setting_names, restrict_mix
+            from geoagent.runtime.manifest import read_manifest
+
+            # only a recorded change that mixed (config_mix) makes a mix, and only in the settings it changed: a
+            # plan varies some settings by design (a GeoHint repeat's seed, a replay's released model)
+            names = mixed_setting_names(read_manifest(cfg.state_dir()))
+            mix = restrict_mix(kind.params_mix(cfg, ctx), names) if names else {}
             ctx.services[C.SERVICE_PARAMS_MIX] = mix
             params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)

@@ -281,6 +281,9 @@ def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None
         meta = r.get("request_meta") or {}
         model = str(meta.get("model_name") or r.get("model") or "")
         params = meta.get("params") if isinstance(meta.get("params"), dict) else {}
+        if "replay_of" in params:  # a replay entry answers as several released models: each is a model here
+            params = dict(params)
+            model = str(params.pop("replay_of") or model)
         p = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
         counts.setdefault(model, {})
         counts[model][p] = counts[model].get(p, 0) + 1
@@ -288,6 +291,35 @@ def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None
     for model, by in counts.items():
         if len(by) > 1:
             out[model] = sorted(((orjson.loads(p), n) for p, n in by.items()), key=lambda x: -x[1])
+    return out
+
+
+def mixed_setting_names(manifest: dict[str, Any] | None) -> set[str]:
+    """The request settings a recorded config change mixed: the last name of each changed key of the manifest's
+    ``config_mix`` records (``models[0].max_output_tokens`` and ``geohint.max_output_tokens`` ->
+    ``max_output_tokens``; ``models[0].params.top_p`` -> ``top_p``); empty when no run mixed (a campaign never
+    changed, or changed only what reached no stored answer). Answers can differ in settings a plan varies by
+    design (a GeoHint repeat's ``seed``, a replay's ``replay_of``): those are no mix, so only these names are
+    compared (:func:`restrict_mix`)."""
+    names: set[str] = set()
+    for rec in (manifest or {}).get("config_mix") or []:
+        for key in (rec.get("changed") or {}) if isinstance(rec, dict) else ():
+            names.add(str(key).rsplit(".", 1)[-1].split("[", 1)[0])
+    return names
+
+
+def restrict_mix(mix: dict[str, list[tuple[dict[str, Any], int]]], names: set[str]
+                 ) -> dict[str, list[tuple[dict[str, Any], int]]]:
+    """``mix`` (:func:`params_mix`) with each answer's settings cut to ``names`` and counted again: the models
+    whose answers still differ in one of them, most answers first; ``{}`` for no name."""
+    out: dict[str, list[tuple[dict[str, Any], int]]] = {}
+    for model, groups in mix.items():
+        counts: dict[bytes, int] = {}
+        for params, n in groups:
+            p = orjson.dumps({k: v for k, v in params.items() if k in names}, option=orjson.OPT_SORT_KEYS)
+            counts[p] = counts.get(p, 0) + n
+        if len(counts) > 1:
+            out[model] = sorted(((orjson.loads(p), n) for p, n in counts.items()), key=lambda x: -x[1])
     return out
 
 
