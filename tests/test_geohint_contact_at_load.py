@@ -39,7 +39,8 @@ def test_no_contact_is_a_config_error_for_dry_run_and_run(isolated_roots, capsys
     assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
 
 
-def test_geocoder_contact_alone_is_enough(isolated_roots, capsys):
+def test_geocoder_contact_alone_is_enough(isolated_roots, release_dir, capsys):
+    # the dry run gets past the load and plans the sandbox config over the release (skipped without it)
     cfg = _without_contact(isolated_roots, geocoder_contact="mailto:me@example.org")
     assert main(["run", str(cfg), "--simulate", "--no-live"]) == 0
     assert "campaign.contact" not in capsys.readouterr().err

@@ -52,7 +52,7 @@ def _main_arm_counts(summary: str) -> tuple[int, int, int]:
     """(built main-arm trials, parsed main-arm answers, main-arm parse failures) from the run's summary."""
     built = re.search(r"built trials per band \(main arm\): ([^;]*);", summary).group(1)
     n_built = sum(int(x) for x in re.findall(r" (\d+)(?:,|$)", built))
-    line = next(ln for ln in summary.splitlines() if ln.strip().startswith("sim:"))
+    line = next(ln for ln in summary.splitlines() if ln.strip().startswith("sim:") and "main arm n" in ln)
     parsed = int(re.search(r"main arm n (\d+)", line).group(1))
     failed = re.search(r"parse failures \d+ \(([^)]*)\)", line)
     main_failed = int(re.search(r"main (\d+)", failed.group(1)).group(1)) if failed and "main" in failed.group(1) else 0
@@ -115,7 +115,7 @@ def test_two_scored_rows_of_one_request_count_once(isolated_roots):
 
 def _h_f_counts(summary: str) -> tuple[int, int, int, int]:
     """(H k, H n, F k, F n) of model ``sim`` from the run's summary line."""
-    line = next(ln for ln in summary.splitlines() if ln.strip().startswith("sim:"))
+    line = next(ln for ln in summary.splitlines() if ln.strip().startswith("sim:") and "main arm n" in ln)
     h = re.search(r" H [^(]*\((\d+)/(\d+)\)", line)
     f = re.search(r" F [^(]*\((\d+)/(\d+)\)", line)
     return int(h.group(1)), int(h.group(2)), int(f.group(1)), int(f.group(2))
