@@ -234,6 +234,37 @@ release_dir = "{release_dir}"
 """
 
 
+def geoverify_over_crawl_toml(tmp: Path, *, name: str, crawl_dir: Path, images: Path, trials: str = "build",
+                              n_per_band: int | None = None, rate: float | None = None) -> Path:
+    """Write ``<tmp>/gv.toml``: a GeoVerify campaign ``name`` (seed 7, cap $1, one simulated model ``sim``, no
+    bootstrap) over a crawl's folder ``crawl_dir`` and its ``images`` folder; ``trials`` "build" (the trial
+    builder, ``n_per_band`` per band when given) or "release" (the crawl's verify_trials.csv); ``rate``: the
+    model's requests per second when given. Returns the path."""
+    rate_line = f"rate = {{ requests = {rate}, period_s = 1.0 }}\n" if rate is not None else ""
+    band_line = f"n_per_band = {n_per_band}\n" if n_per_band is not None else ""
+    p = tmp / "gv.toml"
+    p.write_text(f"""
+[campaign]
+name = "{name}"
+kind = "geoverify"
+seed = 7
+[paths]
+release_dir = "{crawl_dir}"
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+max_output_tokens = 100
+{rate_line}[geoverify]
+trials = "{trials}"
+{band_line}image_root = "{images}"
+n_boot = 0
+""", encoding="utf-8")
+    return p
+
+
 def paid_keys(app: Any) -> Counter[str]:
     """How many times the fake ``app`` answered each request key with 200 (billed), from its call log."""
     return Counter(r["key"] for r in app["calls"] if r["status"] == 200)

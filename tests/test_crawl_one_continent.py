@@ -13,6 +13,7 @@ import csv
 import json
 from pathlib import Path
 
+from _model_harness import geoverify_over_crawl_toml
 from geoagent.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,26 +53,7 @@ def test_one_continent_crawl_warns_in_dry_run_hand_off_and_geoverify_dry_run(iso
     assert main(["status", str(cfg)]) == 0
     assert f"verify_trials.csv warning: {WHY}" in " ".join(capsys.readouterr().out.split())
 
-    gv = isolated_roots / "gv.toml"
-    gv.write_text(f"""
-[campaign]
-name = "gv-eu"
-kind = "geoverify"
-seed = 7
-[paths]
-release_dir = "{crawl_dir}"
-[budget]
-cap_usd = 1.0
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-[geoverify]
-trials = "release"
-image_root = "{images}"
-n_boot = 0
-""", encoding="utf-8")
+    gv = geoverify_over_crawl_toml(isolated_roots, name="gv-eu", crawl_dir=crawl_dir, images=images, trials="release")
     assert main(["run", str(gv), "--simulate", "--no-live"]) == 0
     gdry = " ".join(capsys.readouterr().out.split())
     assert (f"warning: the {len(arms)} trials hold no swapped-image control (arm ctrl_mismatch): the pre-registered "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from _model_harness import geoverify_over_crawl_toml
 from geoagent.cli import main
 from geoagent.geoverify.campaign import aggregate_from_store
 from geoagent.geoverify.stages import SCORED_TABLE
@@ -23,29 +24,8 @@ CRAWL = REPO / "geoagent" / "configs" / "crawl_sandbox.toml"
 
 
 def _gv(tmp: Path, crawl_dir: Path, images: Path, n_per_band: int, rate: float) -> Path:
-    p = tmp / "gv.toml"
-    p.write_text(f"""
-[campaign]
-name = "gv-design"
-kind = "geoverify"
-seed = 7
-[paths]
-release_dir = "{crawl_dir}"
-[budget]
-cap_usd = 1.0
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-rate = {{ requests = {rate}, period_s = 1.0 }}
-[geoverify]
-trials = "build"
-n_per_band = {n_per_band}
-image_root = "{images}"
-n_boot = 0
-""", encoding="utf-8")
-    return p
+    return geoverify_over_crawl_toml(tmp, name="gv-design", crawl_dir=crawl_dir, images=images, n_per_band=n_per_band,
+                                     rate=rate)
 
 
 def _main_arm_counts(summary: str) -> tuple[int, int, int]:

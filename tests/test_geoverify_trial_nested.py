@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from _model_harness import geoverify_over_crawl_toml
 from geoagent.data.model import DECOY_BAND_LABELS, Image, ReferencePoint, tier_of
 from geoagent.geoverify.trials import build_trials
 
@@ -165,28 +166,7 @@ def test_sandbox_crawl_designs_nest(sandbox_crawl):
 
 
 def _gv(tmp: Path, crawl_dir: Path, images: Path, n_per_band: int) -> Path:
-    p = tmp / "gv.toml"
-    p.write_text(f"""
-[campaign]
-name = "gv-nested"
-kind = "geoverify"
-seed = 7
-[paths]
-release_dir = "{crawl_dir}"
-[budget]
-cap_usd = 1.0
-[[models]]
-name = "sim"
-provider = "simulated"
-model = "sim-1"
-max_output_tokens = 100
-[geoverify]
-trials = "build"
-n_per_band = {n_per_band}
-image_root = "{images}"
-n_boot = 0
-""", encoding="utf-8")
-    return p
+    return geoverify_over_crawl_toml(tmp, name="gv-nested", crawl_dir=crawl_dir, images=images, n_per_band=n_per_band)
 
 
 def test_lowered_plan_sends_nothing_new_and_a_new_builder_is_named(sandbox_crawl, monkeypatch, capsys):
