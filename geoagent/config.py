@@ -964,7 +964,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     if problems or cfg is None:
         raise ConfigError(source, problems)
     for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
-                 + reasoning_host_warnings(cfg)):
+                 + reasoning_host_warnings(cfg) + root_override_warnings(cfg)):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
@@ -1036,6 +1036,28 @@ def campaign_hosts(cfg: "CampaignConfig") -> list[str]:
     out += _url_hosts(cfg.tasks)
     out += KIND_DEFAULT_HOSTS.get(cfg.campaign.kind, ())
     return list(dict.fromkeys(out))
+
+
+def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
+    """One line per ``[paths]`` key the file sets that an environment variable overrides with another folder.
+
+    The variables win (``$GEOAGENT_QUEUES``, ``$GEOAGENT_STATE``, ``$GEOAGENT_RELEASE``; README, "Data roots"),
+    which is what moving every campaign's data at once needs; but a campaign file that names its own folder
+    (a GeoVerify over a crawl's folder, say) would otherwise read another one without a word. Task sections'
+    own ``release_dir`` keys are not affected by the variable and are not checked here. Returns [] when nothing
+    is overridden or both name the same folder.
+    """
+    out = []
+    for key, env in (("queues", C.ENV_QUEUES_ROOT), ("state", C.ENV_STATE_ROOT), ("release_dir", C.ENV_RELEASE_DIR)):
+        written = getattr(cfg.paths, key)
+        value = os.environ.get(env)
+        if not written or not value:
+            continue
+        if os.path.normpath(os.path.expanduser(written)) == os.path.normpath(os.path.expanduser(value)):
+            continue
+        out.append(f"[paths] {key} = {written!r} is overridden by ${env} = {value!r} (the environment wins); "
+                   f"unset {env} to use the file's folder")
+    return out
 
 
 def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:

@@ -237,7 +237,8 @@ release_dir = "{release_dir}"
 def geoverify_over_crawl_toml(tmp: Path, *, name: str, crawl_dir: Path, images: Path, trials: str = "build",
                               n_per_band: int | None = None, rate: float | None = None) -> Path:
     """Write ``<tmp>/gv.toml``: a GeoVerify campaign ``name`` (seed 7, cap $1, one simulated model ``sim``, no
-    bootstrap) over a crawl's folder ``crawl_dir`` and its ``images`` folder; ``trials`` "build" (the trial
+    bootstrap) over a crawl's folder ``crawl_dir`` (set in ``[geoverify]`` too, which wins over
+    ``$GEOAGENT_RELEASE`` as in the demo's campaign files) and its ``images`` folder; ``trials`` "build" (the trial
     builder, ``n_per_band`` per band when given) or "release" (the crawl's verify_trials.csv); ``rate``: the
     model's requests per second when given. Returns the path."""
     rate_line = f"rate = {{ requests = {rate}, period_s = 1.0 }}\n" if rate is not None else ""
@@ -259,6 +260,7 @@ model = "sim-1"
 max_output_tokens = 100
 {rate_line}[geoverify]
 trials = "{trials}"
+release_dir = "{crawl_dir}"
 {band_line}image_root = "{images}"
 n_boot = 0
 """, encoding="utf-8")

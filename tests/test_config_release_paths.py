@@ -161,3 +161,41 @@ def test_the_replay_config_loads_and_records_its_replay_file(monkeypatch, tmp_pa
     (m,) = cfg.models
     assert cfg.replay_path(m) == tmp_path / "verify_raw_sample.jsonl"
     assert json.loads(json.dumps(resolved_dict(cfg)))["paths"]["replay"] == {m.name: str(tmp_path / "verify_raw_sample.jsonl")}
+
+
+def test_an_environment_root_overriding_the_file_s_folder_is_a_warning(monkeypatch, tmp_path):
+    """A GeoVerify-over-a-crawl file names its crawl in ``[paths] release_dir``; with ``$GEOAGENT_RELEASE`` set
+    in the shell to the real release, the environment wins (documented) and the campaign would read the
+    release instead: the load now says so, naming the key, the variable and both folders. The same for
+    queues and state; nothing is said when both name the same folder or the file sets no folder."""
+    from geoagent.config import ConfigWarning
+
+    doc = {"campaign": {"name": "rp", "kind": "generic"}, "budget": {"cap_usd": 0.0},
+           "models": [{"name": "s", "provider": "simulated", "model": "sim-1"}],
+           "paths": {"release_dir": str(tmp_path / "crawl"), "queues": str(tmp_path / "q"), "state": "st"}}
+    monkeypatch.setenv(C.ENV_RELEASE_DIR, str(tmp_path / "release"))
+    monkeypatch.setenv(C.ENV_QUEUES_ROOT, str(tmp_path / "q") + "/")   # the same folder: no warning
+    monkeypatch.delenv(C.ENV_STATE_ROOT, raising=False)
+    with pytest.warns(ConfigWarning) as got:
+        cfg = config_from_dict(doc, source="gv.toml")
+    lines = [str(w.message) for w in got if issubclass(w.category, ConfigWarning)]
+    assert [x for x in lines if "overridden" in x] == [
+        f"gv.toml: [paths] release_dir = {str(tmp_path / 'crawl')!r} is overridden by "
+        f"${C.ENV_RELEASE_DIR} = {str(tmp_path / 'release')!r} (the environment wins); "
+        f"unset {C.ENV_RELEASE_DIR} to use the file's folder"]
+    assert cfg.release_dir() == tmp_path / "release"
+
+    monkeypatch.setenv(C.ENV_STATE_ROOT, str(tmp_path / "other-state"))
+    monkeypatch.delenv(C.ENV_RELEASE_DIR)
+    with pytest.warns(ConfigWarning) as got:
+        config_from_dict(doc, source="gv.toml")
+    assert [str(w.message).split(" is overridden")[0] for w in got if "overridden" in str(w.message)] == [
+        "gv.toml: [paths] state = 'st'"]
+
+    import warnings
+    monkeypatch.delenv(C.ENV_STATE_ROOT)
+    doc.pop("paths")
+    monkeypatch.setenv(C.ENV_RELEASE_DIR, str(tmp_path / "release"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        config_from_dict(doc, source="gv.toml")     # the file names no folder: the variable is simply used
