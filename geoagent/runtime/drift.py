@@ -16,7 +16,8 @@ now plans first and then calls :func:`decide` with what planning did:
 
 Keys that only set limits or pacing (:func:`is_pacing_key`: a model's ``rate``, ``concurrency``, timeouts,
 ``max_attempts``, the estimates; ``[hosts]``; ``[queue]``) change no answer and are never listed as a change
-that would mix results: :func:`pacing_line` makes them one info line.
+that would mix results: :func:`pacing_line` makes them one info line. Nor are a model's prices
+(:func:`is_price_key`): they set what a call is booked at, not the request; :func:`price_line` says so.
 
 :func:`params_mix` counts stored answers per model and distinct request settings (the ``params`` the model
 caller stored with each answer: ``max_output_tokens``, ``temperature``, ...), which the summary, the reports and
@@ -40,6 +41,11 @@ _PACING = re.compile(
     r"|^models\[\d+\]\.(concurrency|rate|rate\.\w+|timeout_s|connect_timeout_s|max_attempts"
     r"|expected_output_tokens|expected_latency_s)$"
 )
+
+
+#: config paths of a model's prices (USD per 1M tokens): they set what the ledger books for a call, never the
+#: request (they are no part of its key, :meth:`geoagent.config.ModelConfig.default_params`) or its answer
+_PRICE = re.compile(r"^models\[\d+\]\.price_(input|output)_usd_per_mtok$")
 
 
 #: config paths that only choose which tasks are planned, not how any of them is asked or built: more or fewer
@@ -80,6 +86,13 @@ def is_pacing_key(path: str) -> bool:
     """Whether config path ``path`` (as in :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, e.g.
     ``models[0].rate.requests``, ``hosts.example.org.rate``) only sets limits or pacing (no answer changes)."""
     return bool(_PACING.match(path))
+
+
+def is_price_key(path: str) -> bool:
+    """Whether config path ``path`` is a model's price (``models[0].price_input_usd_per_mtok``,
+    ``models[1].price_output_usd_per_mtok``; USD per 1M tokens): it changes what a call is booked at, no
+    request or answer."""
+    return bool(_PRICE.match(path))
 
 
 def section_of(path: str) -> str:
@@ -254,6 +267,19 @@ def pacing_line(name: str, pacing: dict[str, tuple[Any, Any]], keys_text: str) -
         return None
     return (f"info: campaign {name}: limits or pacing changed since its last run ({keys_text}); they change no "
             "request or answer, so nothing mixes.")
+
+
+def price_line(name: str, prices: dict[str, tuple[Any, Any]], keys_text: str) -> str | None:
+    """One info line for changed model prices (``None`` when there are none). The ledger books each call when it
+    settles, at the prices of the config the settling run loaded (:meth:`geoagent.config.ModelConfig.cost_usd`),
+    and stores the amount (``reservations.actual_nusd``; unknown-outcome spend at its reservation amount): calls
+    settled from now on are booked at the new prices, the amounts already booked stay as they are."""
+    if not prices:
+        return None
+    return (f"info: campaign {name}: model prices changed since its last run ({keys_text}); a price changes no "
+            "request or answer, so nothing mixes: calls settled from now on are booked at the new prices, and the "
+            "spend already booked keeps the amounts of the old ones (settled and unknown-outcome spend are stored "
+            "as amounts, never re-priced).")
 
 
 def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None) -> dict[str, list[tuple[dict[str, Any], int]]]:

@@ -23,7 +23,7 @@ no stored result keeps ``config`` (what the results were made with) and records 
 ``config_not_applied``; one that adds work next to results made under the old settings appends to
 ``config_mix``. ``answers_by_request_params`` counts the stored answers per model and request settings while a
 model's answers were made under more than one. Keys that only set limits or pacing are
-:attr:`ConfigChanges.pacing`, never call drift.
+:attr:`ConfigChanges.pacing`, a model's prices :attr:`ConfigChanges.prices`: never call drift.
 """
 
 from __future__ import annotations
@@ -254,6 +254,10 @@ class ConfigChanges:
     #: ``rate``, ``concurrency``, timeouts, ``max_attempts``; ``[hosts]``; ``[queue]``), with their old and new
     #: values: they change no request or answer, so they are not in :attr:`calls` / :attr:`call_keys`
     pacing: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: changed model prices (:func:`geoagent.runtime.drift.is_price_key`: ``models[0].price_input_usd_per_mtok``,
+    #: USD per 1M tokens), with their old and new values: they change what a call is booked at, no request (no
+    #: part of its key) or answer, so they are not in :attr:`calls` / :attr:`call_keys` either
+    prices: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
@@ -406,10 +410,11 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
                 calls.append(section_of(key))
     # keys that only set limits or pacing change no answer: kept apart, and a section whose only changes they
     # are is no call drift
-    from geoagent.runtime.drift import is_pacing_key
+    from geoagent.runtime.drift import is_pacing_key, is_price_key
 
     pacing = {k: v for k, v in call_keys.items() if is_pacing_key(k)}
-    call_keys = {k: v for k, v in call_keys.items() if k not in pacing}
+    prices = {k: v for k, v in call_keys.items() if is_price_key(k)}
+    call_keys = {k: v for k, v in call_keys.items() if k not in pacing and k not in prices}
     calls = [c for c in calls if any(section_of(k) == c for k in call_keys)]
     # only the templates this campaign uses now, and only those recorded before: a manifest of the earlier
     # code hashed every packaged template (an edit of one the kind never sends is no change of its calls), and
@@ -419,7 +424,7 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     new_prompts = used_prompt_hashes(cfg, prompts_dir)
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) & set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
-    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing)
+    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices)
 
 
 def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
