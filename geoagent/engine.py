@@ -1396,10 +1396,10 @@ async def _run(
                 status, code = STATUS_NO_USABLE, EXIT_NO_USABLE_ANSWERS
                 outcome.status, outcome.exit_code = status, code
         if params_mix:
-            from geoagent.runtime.drift import MIX_WARNING, params_mix_lines
+            from geoagent.runtime.drift import MIX_WARNING, not_sent_of, params_mix_lines
 
             outcome.extra_lines += [f"  warning: {MIX_WARNING}:"] + [
-                f"    {ln}" for ln in params_mix_lines(ctx.services[C.SERVICE_PARAMS_MIX])]
+                f"    {ln}" for ln in params_mix_lines(ctx.services[C.SERVICE_PARAMS_MIX], not_sent_of(cfg))]
         if kind.plan_edge == C.EDGE_REQUESTS:  # an evaluation: say when its answers came from the simulator
             from geoagent.sandbox.launch import simulated_models, simulated_note
 

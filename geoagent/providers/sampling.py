@@ -174,3 +174,53 @@ def anthropic_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
     if "top_p" in out and "temperature" in out and claude_one_sampler(model):
         out.pop("temperature")
     return out
+
+
+#: the sampling settings of a request's params that a provider may or may not put in the body (same names as
+#: the params: ``temperature``, ``top_p``, ``seed``)
+SAMPLING_PARAMS = ("temperature", "top_p", "seed")
+
+
+def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
+                  reasoning_model: bool | None = None) -> dict[str, Any]:
+    """The sampling settings of ``params`` (:data:`SAMPLING_PARAMS`) that the provider of kind ``provider`` puts
+    in the request body for ``model``, under the names of the params: :func:`openai_sampling` for ``openai``
+    (``base_url``, ``reasoning_model`` as in :func:`openai_reasoning`), :func:`anthropic_sampling` for
+    ``anthropic`` (the Messages API has no seed), every one set for ``gemini`` and ``simulated``, none for
+    ``replay`` (its answers are read from a file; no request is sent). The request key hashes the params as
+    configured, whatever is sent (:meth:`geoagent.providers.base.ModelRequest.key`)."""
+    if provider == "openai":
+        return openai_sampling(params, openai_reasoning(model, base_url, reasoning_model))
+    if provider == "anthropic":
+        return anthropic_sampling(params, model)
+    if provider == "replay":
+        return {}
+    return {name: params[name] for name in SAMPLING_PARAMS if params.get(name) is not None}
+
+
+def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
+                    reasoning_model: bool | None = None) -> dict[str, Any]:
+    """What the manifest records of one model's sampling settings: ``{"sent": {...}, "not_sent": {...}}``, the
+    settings of ``params`` put in the body (:func:`sent_sampling`) and those set but left out, with ``"why"``
+    (one sentence naming the rule) when any is left out. Arguments as for :func:`sent_sampling`."""
+    sent = sent_sampling(provider, model, params, base_url=base_url, reasoning_model=reasoning_model)
+    not_sent = {n: params[n] for n in SAMPLING_PARAMS if params.get(n) is not None and n not in sent}
+    out: dict[str, Any] = {"sent": sent, "not_sent": not_sent}
+    if not not_sent:
+        return out
+    whys = []
+    if provider == "openai":
+        whys.append("an OpenAI reasoning model accepts no top_p and no temperature but its default 1, so the model "
+                    "samples at its own default")
+    elif provider == "anthropic":
+        if claude_rejects_sampling(model):
+            whys.append("Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model "
+                        "samples at its own default")
+        elif "temperature" in not_sent:
+            whys.append("this Claude model refuses temperature and top_p together: only top_p is sent")
+        if "seed" in not_sent:
+            whys.append("the Messages API has no seed")
+    elif provider == "replay":
+        whys.append("replayed answers: no request is sent")
+    out["why"] = "; ".join(whys)
+    return out

@@ -27,7 +27,7 @@ the manifest print when a model's answers were made under more than one (:func:`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -349,16 +349,43 @@ def restrict_mix(mix: dict[str, list[tuple[dict[str, Any], int]]], names: set[st
     return out
 
 
-def params_mix_lines(mix: dict[str, list[tuple[dict[str, Any], int]]]) -> list[str]:
+def not_sent_of(cfg: Any) -> Callable[[str, dict[str, Any]], set[str]]:
+    """For :func:`params_mix_lines`: a function of a ``[[models]]`` name and an answer's stored params giving
+    the sampling settings among them that were not sent to that model (:func:`geoagent.providers.sampling.sent_sampling`:
+    an OpenAI reasoning model's temperature other than 1, a Claude 4.7+ model's temperature, ...); the params
+    are read over the model's configured ones (a mix's params are cut to the changed settings). Empty for a
+    name ``cfg`` has no model of (a replay's released models)."""
+    from geoagent.providers.sampling import SAMPLING_PARAMS, sent_sampling
+
+    models = {m.name: m for m in getattr(cfg, "models", ()) or ()}
+
+    def not_sent(name: str, params: dict[str, Any]) -> set[str]:
+        m = models.get(name)
+        if m is None:
+            return set()
+        full = {**m.default_params(), **params}
+        sent = sent_sampling(m.provider, m.model, full, base_url=m.effective_base_url,
+                             reasoning_model=m.reasoning_model)
+        return {k for k in SAMPLING_PARAMS if full.get(k) is not None and k not in sent}
+
+    return not_sent
+
+
+def params_mix_lines(mix: dict[str, list[tuple[dict[str, Any], int]]],
+                     not_sent: Callable[[str, dict[str, Any]], set[str]] | None = None) -> list[str]:
     """One sentence per model of :func:`params_mix`: ``local-a: 228 answers with max_output_tokens 256, 114 with
-    max_output_tokens 200`` (only the settings that differ between its groups are named)."""
+    max_output_tokens 200`` (only the settings that differ between its groups are named). ``not_sent``
+    (:func:`not_sent_of`): a setting the model was not sent reads ``temperature 0.0 (not sent)``, so the line
+    does not claim the model answered under it."""
     out = []
     for model, groups in mix.items():
         differ = sorted({k for p, _ in groups for k in p
                          if len({orjson.dumps(q.get(k), option=orjson.OPT_SORT_KEYS) for q, _ in groups}) > 1})
         parts = []
         for i, (p, n) in enumerate(groups):
-            shown = ", ".join(f"{k} {p[k]!r}" if k in p else f"{k} unset" for k in differ)
+            unsent = not_sent(model, p) if not_sent is not None else set()
+            shown = ", ".join((f"{k} {p[k]!r}" + (" (not sent)" if k in unsent else "")) if k in p
+                              else f"{k} unset" for k in differ)
             parts.append(f"{n} answer{'s' if n != 1 else ''} with {shown}" if i == 0 else f"{n} with {shown}")
         out.append(f"{model}: {'; '.join(parts)}")
     return out

@@ -128,6 +128,22 @@ def used_prompt_hashes(cfg: Any, prompts_dir: str | os.PathLike[str] = PROMPTS_D
     return prompt_hashes(prompts_dir) if files is None else _hash_files(files)
 
 
+def sampling_sent(cfg: Any) -> dict[str, dict[str, Any]]:
+    """Per ``[[models]]`` name, the sampling settings of its configured params (``temperature``, ``top_p``,
+    ``seed``; :meth:`geoagent.config.ModelConfig.default_params`) that its provider sends and those it leaves
+    out, with why (:func:`geoagent.providers.sampling.sampling_record`): an OpenAI reasoning model or a Claude
+    4.7+ model is sent no temperature, though the config (and the request key) holds the default 0.0. Recorded
+    in the manifest as ``sampling_sent`` beside the configured ``config.models``. A task's own params (a GeoHint
+    repeat's seed, a crawl auditor's temperature) follow the same rules."""
+    from geoagent.providers.sampling import sampling_record
+
+    out: dict[str, dict[str, Any]] = {}
+    for m in getattr(cfg, "models", ()) or ():
+        out[m.name] = sampling_record(m.provider, m.model, m.default_params(), base_url=m.effective_base_url,
+                                      reasoning_model=m.reasoning_model)
+    return out
+
+
 def git_commit(repo_dir: str | os.PathLike[str] | None = None) -> str | None:
     """``HEAD`` commit of the checkout holding the package (with ``-dirty`` if it has changes), or None."""
     cwd = Path(repo_dir) if repo_dir is not None else Path(__file__).resolve().parents[2]
@@ -524,6 +540,7 @@ class Manifest:
             "config": resolved_dict(cfg),
             "config_sha256": config_sha256(cfg),
             "prompt_templates_sha256": used_prompt_hashes(cfg, self.prompts_dir),
+            "sampling_sent": sampling_sent(cfg),
             "designs": design_versions(cfg),
             "seeds": seeds,
             "package": {"name": "geoagent", "version": __version__},
@@ -556,7 +573,7 @@ class Manifest:
                 extra = {**(extra or {}), "config_drift": {**record, "applied": bool(drift.applied)}}
             if record and not drift.applied and isinstance(data.get("config"), dict):
                 # the stored results were made with the recorded config: it stays; the new one is noted apart
-                kept = ("config", "config_sha256", "prompt_templates_sha256", "designs")
+                kept = ("config", "config_sha256", "prompt_templates_sha256", "designs", "sampling_sent")
                 data.update({k: v for k, v in static.items() if k not in kept})
                 data["config_not_applied"] = {**record, "config_sha256": static["config_sha256"],
                                               "config": static["config"]}
