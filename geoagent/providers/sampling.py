@@ -90,6 +90,23 @@ def is_openai_reasoning_id(model: str) -> bool:
     return bool(_OPENAI_REASONING.match(model.strip()))
 
 
+#: OpenAI's first reasoning previews, which take only user and assistant messages (no system, no developer)
+_OPENAI_NO_SYSTEM = re.compile(r"^(?:ft:)?o1-(?:mini|preview)(?:[-.:_]|$)", re.IGNORECASE)
+
+
+def openai_rejects_system(model: str) -> bool:
+    """Whether an OpenAI model id refuses a ``system`` (and a ``developer``) message: ``o1-mini`` and
+    ``o1-preview`` with their dated snapshots (``o1-mini-2024-09-12``). The o1 beta limitations read "Message
+    types: user and assistant messages only, system messages are not supported"; the API answers HTTP 400
+    ``unsupported_value`` "Unsupported value: 'messages[0].role' does not support 'system' with this model."
+    (https://community.openai.com/t/o1-models-do-not-support-system-role-in-chat-completion/953880). ``o1``
+    (2024-12-17 and later), ``o3-mini`` and later take one (a system message is read as a developer message;
+    https://community.openai.com/t/how-is-developer-message-better-than-system-prompt/1062784, OpenAI staff; the
+    per-model table at https://community.openai.com/t/developer-role-not-accepted-for-o1-o1-mini-o3-mini/1110750/7).
+    Decided by the id on any host: putting the text in the user message instead is accepted everywhere."""
+    return bool(_OPENAI_NO_SYSTEM.match(model.strip()))
+
+
 def openai_reasoning(model: str, base_url: str | None, override: bool | None = None) -> bool:
     """Whether requests to ``model`` at ``base_url`` follow OpenAI's reasoning-model rules (no temperature
     other than 1, no top_p): ``override`` when set (``[[models]] reasoning_model``), else a documented reasoning
