@@ -966,6 +966,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
                  + reasoning_host_warnings(cfg) + root_override_warnings(cfg)):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
+    for text in system_message_warnings(cfg):
+        warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for i, m in enumerate(cfg.models):
         for name in m.params:
             if name not in KNOWN_PARAMS:
@@ -991,6 +993,20 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                 "dead-lettered; raise task_timeout_s above the models' timeout_s or leave it unset",
                 ConfigWarning, stacklevel=2)
     return cfg
+
+
+def system_message_warnings(cfg: Any) -> list[str]:
+    """One line per OpenAI-compatible model with ``params.system`` whose id refuses a system message
+    (``o1-mini``, ``o1-preview``: :func:`geoagent.providers.sampling.openai_rejects_system`): its system text is
+    sent at the top of the user message instead, which the model reads as the user's words, not as instructions
+    of higher rank. The request key is unchanged (it hashes the params)."""
+    from geoagent.providers.sampling import openai_rejects_system
+
+    return [f"models[{i}].params.system: {m.model} takes no system or developer message (HTTP 400 'unsupported_value' "
+            "on messages[0].role), so the system text is sent at the top of the user message, followed by a blank "
+            "line; the model reads it as part of the user's message"
+            for i, m in enumerate(cfg.models)
+            if m.provider == "openai" and m.params.get("system") and openai_rejects_system(m.model)]
 
 
 #: the public API hosts each campaign kind calls when its task table names no other URL (the defaults of

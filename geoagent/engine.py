@@ -1396,10 +1396,10 @@ async def _run(
                 status, code = STATUS_NO_USABLE, EXIT_NO_USABLE_ANSWERS
                 outcome.status, outcome.exit_code = status, code
         if params_mix:
-            from geoagent.runtime.drift import MIX_WARNING, params_mix_lines
+            from geoagent.runtime.drift import MIX_WARNING, not_sent_of, params_mix_lines
 
             outcome.extra_lines += [f"  warning: {MIX_WARNING}:"] + [
-                f"    {ln}" for ln in params_mix_lines(ctx.services[C.SERVICE_PARAMS_MIX])]
+                f"    {ln}" for ln in params_mix_lines(ctx.services[C.SERVICE_PARAMS_MIX], not_sent_of(cfg))]
         if kind.plan_edge == C.EDGE_REQUESTS:  # an evaluation: say when its answers came from the simulator
             from geoagent.sandbox.launch import simulated_models, simulated_note
 
@@ -1814,7 +1814,7 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     :class:`~geoagent.runtime.drift.DriftDecision` (for the manifest), or None when the campaign has no earlier
     run or its manifest cannot be read."""
     from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
-    from geoagent.runtime.drift import decide, pacing_line
+    from geoagent.runtime.drift import decide, pacing_line, price_line
     from geoagent.runtime.manifest import config_changes
 
     written = ctx.services.get("config_as_written", cfg)
@@ -1822,9 +1822,10 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
         changes = config_changes(written, state_dir=cfg.state_dir())
     except ValueError:  # a damaged manifest: the run's start says so
         return None
-    line = pacing_line(cfg.name, changes.pacing, _changed_keys_text(changes.pacing))
-    if line:
-        print(line, file=sys.stderr)
+    for line in (pacing_line(cfg.name, changes.pacing, _changed_keys_text(changes.pacing)),
+                 price_line(cfg.name, changes.prices, _changed_keys_text(changes.prices))):
+        if line:
+            print(line, file=sys.stderr)
     plan_before = before.get(kind.plan_edge)
     if plan_before is None or plan_after is None:
         return None

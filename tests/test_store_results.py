@@ -142,9 +142,11 @@ def test_manifest_records_runs_hashes_and_no_secret(tmp_path, monkeypatch):
     assert data["seeds"] == {"campaign": 99, "model:m": 5}
     assert data["config"]["models"][0]["api_key_env"] == "MAN_TEST_KEY"
     assert data["package"]["version"] and data["python"]["version"]
-    # prompt hashes equal an independent hashlib pass over the template files
+    # a generic campaign sends no prompt template: none is recorded (tests/test_drift_prompt_scope.py has the
+    # kinds that do); prompt_hashes equals an independent hashlib pass over the template files
+    assert data["prompt_templates_sha256"] == {}
     expected = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in PROMPTS_DIR.glob("*.txt")}
-    assert {k: v for k, v in data["prompt_templates_sha256"].items() if "/" not in k} == expected
+    assert {k: v for k, v in prompt_hashes().items() if "/" not in k} == expected
     assert prompt_hashes(tmp_path / "no-such-dir") == {}
     man.stop_run(run2, status="complete")
     assert read_manifest(cfg.state_dir())["runs"][1]["status"] == "complete"

@@ -257,7 +257,7 @@ class GeoHintCampaign(CampaignKind):
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         from geoagent.report.geohint import write_report
-        from geoagent.runtime.drift import params_mix_lines
+        from geoagent.runtime.drift import not_sent_of, params_mix_lines
 
         s = settings_of(cfg)
         scope = scored_scope(ctx.services.get(SERVICE_PLAN_KEYS))
@@ -274,7 +274,7 @@ class GeoHintCampaign(CampaignKind):
                      answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
                      image_note=getattr(self, "_image_warning", None),
                      simulated=_simulated(cfg, ctx),
-                     config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}),
+                     config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
                      scope_note=self._scope_note)
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 

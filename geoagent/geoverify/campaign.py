@@ -217,7 +217,7 @@ class GeoVerifyCampaign(CampaignKind):
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         from geoagent.report.geoverify import write_report
 
-        from geoagent.runtime.drift import params_mix_lines
+        from geoagent.runtime.drift import not_sent_of, params_mix_lines
 
         s = settings_of(cfg)
         scope = self._scope(ctx)
@@ -229,7 +229,7 @@ class GeoVerifyCampaign(CampaignKind):
                                  missing=missing_work(cfg), interim=outcome.interim_note(),
                                  image_note=getattr(self, "_image_warning", None),
                                  simulated=_simulated(cfg, ctx),
-                                 config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}),
+                                 config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
                                  scope_note=self._scope_note).values())
 
     @staticmethod

@@ -7,7 +7,9 @@ Wire format (OpenAI API reference, "Create chat completion"):
   vLLM ``http://<host>:8000/v1``, Ollama ``http://<host>:11434/v1`` (Ollama ignores the key; any
   non-empty value works; no ``Authorization`` header is sent when no key is configured).
 * Body: ``model``; ``messages`` = optional ``{"role": "system", "content": <params.system>}`` and one user
-  message whose ``content`` is the prompt string, or, with an image, the parts
+  message whose ``content`` is the prompt string (``o1-mini`` / ``o1-preview``, which refuse a system message
+  with HTTP 400: :func:`geoagent.providers.sampling.openai_rejects_system`, get no system message; its text leads
+  the prompt, followed by a blank line; the request key still hashes ``params.system``), or, with an image, the parts
   ``[{"type": "text", ...}, {"type": "image_url", "image_url": {"url": "data:<mime>;base64,<b64>"}}]``;
   the output cap as ``max_completion_tokens`` (OpenAI's current field; reasoning models reject
   ``max_tokens``) for ``api.openai.com`` and ``max_tokens`` elsewhere (vLLM, Ollama and OpenRouter
@@ -39,7 +41,7 @@ from urllib.parse import urlsplit
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
-from geoagent.providers.sampling import openai_reasoning, openai_sampling
+from geoagent.providers.sampling import openai_reasoning, openai_rejects_system, openai_sampling
 
 
 def _error_message(err: Any) -> str:
@@ -76,16 +78,21 @@ class OpenAICompatProvider(HttpProvider):
     def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
         params = request.params
         messages: list[dict[str, Any]] = []
+        text = request.prompt
         if params.get("system"):
-            messages.append({"role": "system", "content": str(params["system"])})
+            if openai_rejects_system(request.model):
+                # o1-mini / o1-preview take no system message (HTTP 400): the text leads the user message instead
+                text = f"{params['system']}\n\n{request.prompt}"
+            else:
+                messages.append({"role": "system", "content": str(params["system"])})
         if request.image is not None:
             url = f"data:{request.image_mime};base64,{b64(request.image)}"
             content: Any = [
-                {"type": "text", "text": request.prompt},
+                {"type": "text", "text": text},
                 {"type": "image_url", "image_url": {"url": url, **({"detail": params["detail"]} if params.get("detail") else {})}},
             ]
         else:
-            content = request.prompt
+            content = text
         messages.append({"role": "user", "content": content})
         body: dict[str, Any] = {"model": request.model, "messages": messages, self.max_tokens_field: request.max_output_tokens}
         body.update(openai_sampling(params, self.reasoning))

@@ -90,6 +90,23 @@ def is_openai_reasoning_id(model: str) -> bool:
     return bool(_OPENAI_REASONING.match(model.strip()))
 
 
+#: OpenAI's first reasoning previews, which take only user and assistant messages (no system, no developer)
+_OPENAI_NO_SYSTEM = re.compile(r"^(?:ft:)?o1-(?:mini|preview)(?:[-.:_]|$)", re.IGNORECASE)
+
+
+def openai_rejects_system(model: str) -> bool:
+    """Whether an OpenAI model id refuses a ``system`` (and a ``developer``) message: ``o1-mini`` and
+    ``o1-preview`` with their dated snapshots (``o1-mini-2024-09-12``). The o1 beta limitations read "Message
+    types: user and assistant messages only, system messages are not supported"; the API answers HTTP 400
+    ``unsupported_value`` "Unsupported value: 'messages[0].role' does not support 'system' with this model."
+    (https://community.openai.com/t/o1-models-do-not-support-system-role-in-chat-completion/953880). ``o1``
+    (2024-12-17 and later), ``o3-mini`` and later take one (a system message is read as a developer message;
+    https://community.openai.com/t/how-is-developer-message-better-than-system-prompt/1062784, OpenAI staff; the
+    per-model table at https://community.openai.com/t/developer-role-not-accepted-for-o1-o1-mini-o3-mini/1110750/7).
+    Decided by the id on any host: putting the text in the user message instead is accepted everywhere."""
+    return bool(_OPENAI_NO_SYSTEM.match(model.strip()))
+
+
 def openai_reasoning(model: str, base_url: str | None, override: bool | None = None) -> bool:
     """Whether requests to ``model`` at ``base_url`` follow OpenAI's reasoning-model rules (no temperature
     other than 1, no top_p): ``override`` when set (``[[models]] reasoning_model``), else a documented reasoning
@@ -173,4 +190,54 @@ def anthropic_sampling(params: dict[str, Any], model: str) -> dict[str, Any]:
         return {}
     if "top_p" in out and "temperature" in out and claude_one_sampler(model):
         out.pop("temperature")
+    return out
+
+
+#: the sampling settings of a request's params that a provider may or may not put in the body (same names as
+#: the params: ``temperature``, ``top_p``, ``seed``)
+SAMPLING_PARAMS = ("temperature", "top_p", "seed")
+
+
+def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
+                  reasoning_model: bool | None = None) -> dict[str, Any]:
+    """The sampling settings of ``params`` (:data:`SAMPLING_PARAMS`) that the provider of kind ``provider`` puts
+    in the request body for ``model``, under the names of the params: :func:`openai_sampling` for ``openai``
+    (``base_url``, ``reasoning_model`` as in :func:`openai_reasoning`), :func:`anthropic_sampling` for
+    ``anthropic`` (the Messages API has no seed), every one set for ``gemini`` and ``simulated``, none for
+    ``replay`` (its answers are read from a file; no request is sent). The request key hashes the params as
+    configured, whatever is sent (:meth:`geoagent.providers.base.ModelRequest.key`)."""
+    if provider == "openai":
+        return openai_sampling(params, openai_reasoning(model, base_url, reasoning_model))
+    if provider == "anthropic":
+        return anthropic_sampling(params, model)
+    if provider == "replay":
+        return {}
+    return {name: params[name] for name in SAMPLING_PARAMS if params.get(name) is not None}
+
+
+def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
+                    reasoning_model: bool | None = None) -> dict[str, Any]:
+    """What the manifest records of one model's sampling settings: ``{"sent": {...}, "not_sent": {...}}``, the
+    settings of ``params`` put in the body (:func:`sent_sampling`) and those set but left out, with ``"why"``
+    (one sentence naming the rule) when any is left out. Arguments as for :func:`sent_sampling`."""
+    sent = sent_sampling(provider, model, params, base_url=base_url, reasoning_model=reasoning_model)
+    not_sent = {n: params[n] for n in SAMPLING_PARAMS if params.get(n) is not None and n not in sent}
+    out: dict[str, Any] = {"sent": sent, "not_sent": not_sent}
+    if not not_sent:
+        return out
+    whys = []
+    if provider == "openai":
+        whys.append("an OpenAI reasoning model accepts no top_p and no temperature but its default 1, so the model "
+                    "samples at its own default")
+    elif provider == "anthropic":
+        if claude_rejects_sampling(model):
+            whys.append("Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model "
+                        "samples at its own default")
+        elif "temperature" in not_sent:
+            whys.append("this Claude model refuses temperature and top_p together: only top_p is sent")
+        if "seed" in not_sent:
+            whys.append("the Messages API has no seed")
+    elif provider == "replay":
+        whys.append("replayed answers: no request is sent")
+    out["why"] = "; ".join(whys)
     return out

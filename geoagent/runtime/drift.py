@@ -16,7 +16,8 @@ now plans first and then calls :func:`decide` with what planning did:
 
 Keys that only set limits or pacing (:func:`is_pacing_key`: a model's ``rate``, ``concurrency``, timeouts,
 ``max_attempts``, the estimates; ``[hosts]``; ``[queue]``) change no answer and are never listed as a change
-that would mix results: :func:`pacing_line` makes them one info line.
+that would mix results: :func:`pacing_line` makes them one info line. Nor are a model's prices
+(:func:`is_price_key`): they set what a call is booked at, not the request; :func:`price_line` says so.
 
 :func:`params_mix` counts stored answers per model and distinct request settings (the ``params`` the model
 caller stored with each answer: ``max_output_tokens``, ``temperature``, ...), which the summary, the reports and
@@ -26,7 +27,7 @@ the manifest print when a model's answers were made under more than one (:func:`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,11 @@ _PACING = re.compile(
     r"|^models\[\d+\]\.(concurrency|rate|rate\.\w+|timeout_s|connect_timeout_s|max_attempts"
     r"|expected_output_tokens|expected_latency_s)$"
 )
+
+
+#: config paths of a model's prices (USD per 1M tokens): they set what the ledger books for a call, never the
+#: request (they are no part of its key, :meth:`geoagent.config.ModelConfig.default_params`) or its answer
+_PRICE = re.compile(r"^models\[\d+\]\.price_(input|output)_usd_per_mtok$")
 
 
 #: config paths that only choose which tasks are planned, not how any of them is asked or built: more or fewer
@@ -80,6 +86,13 @@ def is_pacing_key(path: str) -> bool:
     """Whether config path ``path`` (as in :attr:`geoagent.runtime.manifest.ConfigChanges.call_keys`, e.g.
     ``models[0].rate.requests``, ``hosts.example.org.rate``) only sets limits or pacing (no answer changes)."""
     return bool(_PACING.match(path))
+
+
+def is_price_key(path: str) -> bool:
+    """Whether config path ``path`` is a model's price (``models[0].price_input_usd_per_mtok``,
+    ``models[1].price_output_usd_per_mtok``; USD per 1M tokens): it changes what a call is booked at, no
+    request or answer."""
+    return bool(_PRICE.match(path))
 
 
 def section_of(path: str) -> str:
@@ -256,6 +269,19 @@ def pacing_line(name: str, pacing: dict[str, tuple[Any, Any]], keys_text: str) -
             "request or answer, so nothing mixes.")
 
 
+def price_line(name: str, prices: dict[str, tuple[Any, Any]], keys_text: str) -> str | None:
+    """One info line for changed model prices (``None`` when there are none). The ledger books each call when it
+    settles, at the prices of the config the settling run loaded (:meth:`geoagent.config.ModelConfig.cost_usd`),
+    and stores the amount (``reservations.actual_nusd``; unknown-outcome spend at its reservation amount): calls
+    settled from now on are booked at the new prices, the amounts already booked stay as they are."""
+    if not prices:
+        return None
+    return (f"info: campaign {name}: model prices changed since its last run ({keys_text}); a price changes no "
+            "request or answer, so nothing mixes: calls settled from now on are booked at the new prices, and the "
+            "spend already booked keeps the amounts of the old ones (settled and unknown-outcome spend are stored "
+            "as amounts, never re-priced).")
+
+
 def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None) -> dict[str, list[tuple[dict[str, Any], int]]]:
     """Stored answers per model and distinct request settings, for the models with more than one.
 
@@ -323,16 +349,43 @@ def restrict_mix(mix: dict[str, list[tuple[dict[str, Any], int]]], names: set[st
     return out
 
 
-def params_mix_lines(mix: dict[str, list[tuple[dict[str, Any], int]]]) -> list[str]:
+def not_sent_of(cfg: Any) -> Callable[[str, dict[str, Any]], set[str]]:
+    """For :func:`params_mix_lines`: a function of a ``[[models]]`` name and an answer's stored params giving
+    the sampling settings among them that were not sent to that model (:func:`geoagent.providers.sampling.sent_sampling`:
+    an OpenAI reasoning model's temperature other than 1, a Claude 4.7+ model's temperature, ...); the params
+    are read over the model's configured ones (a mix's params are cut to the changed settings). Empty for a
+    name ``cfg`` has no model of (a replay's released models)."""
+    from geoagent.providers.sampling import SAMPLING_PARAMS, sent_sampling
+
+    models = {m.name: m for m in getattr(cfg, "models", ()) or ()}
+
+    def not_sent(name: str, params: dict[str, Any]) -> set[str]:
+        m = models.get(name)
+        if m is None:
+            return set()
+        full = {**m.default_params(), **params}
+        sent = sent_sampling(m.provider, m.model, full, base_url=m.effective_base_url,
+                             reasoning_model=m.reasoning_model)
+        return {k for k in SAMPLING_PARAMS if full.get(k) is not None and k not in sent}
+
+    return not_sent
+
+
+def params_mix_lines(mix: dict[str, list[tuple[dict[str, Any], int]]],
+                     not_sent: Callable[[str, dict[str, Any]], set[str]] | None = None) -> list[str]:
     """One sentence per model of :func:`params_mix`: ``local-a: 228 answers with max_output_tokens 256, 114 with
-    max_output_tokens 200`` (only the settings that differ between its groups are named)."""
+    max_output_tokens 200`` (only the settings that differ between its groups are named). ``not_sent``
+    (:func:`not_sent_of`): a setting the model was not sent reads ``temperature 0.0 (not sent)``, so the line
+    does not claim the model answered under it."""
     out = []
     for model, groups in mix.items():
         differ = sorted({k for p, _ in groups for k in p
                          if len({orjson.dumps(q.get(k), option=orjson.OPT_SORT_KEYS) for q, _ in groups}) > 1})
         parts = []
         for i, (p, n) in enumerate(groups):
-            shown = ", ".join(f"{k} {p[k]!r}" if k in p else f"{k} unset" for k in differ)
+            unsent = not_sent(model, p) if not_sent is not None else set()
+            shown = ", ".join((f"{k} {p[k]!r}" + (" (not sent)" if k in unsent else "")) if k in p
+                              else f"{k} unset" for k in differ)
             parts.append(f"{n} answer{'s' if n != 1 else ''} with {shown}" if i == 0 else f"{n} with {shown}")
         out.append(f"{model}: {'; '.join(parts)}")
     return out

@@ -1,7 +1,7 @@
 """Campaign manifest: what produced a result (``state/<campaign>/manifest.json``).
 
 Issue 2 point 8. The manifest holds the resolved config without secrets (the config only ever holds
-variable *names*), its SHA-256, the SHA-256 of every prompt template, the seeds, package and Python
+variable *names*), its SHA-256, the SHA-256 of each prompt template the campaign uses (:func:`used_prompt_files`), the seeds, package and Python
 versions, the git commit when the package runs from a checkout, and one entry per run with its start and
 stop times (a list that grows: re-running a campaign appends). Written atomically (temp file + rename)
 under an exclusive ``fcntl`` lock, so concurrent starts cannot lose an entry.
@@ -23,7 +23,7 @@ no stored result keeps ``config`` (what the results were made with) and records 
 ``config_not_applied``; one that adds work next to results made under the old settings appends to
 ``config_mix``. ``answers_by_request_params`` counts the stored answers per model and request settings while a
 model's answers were made under more than one. Keys that only set limits or pacing are
-:attr:`ConfigChanges.pacing`, never call drift.
+:attr:`ConfigChanges.pacing`, a model's prices :attr:`ConfigChanges.prices`: never call drift.
 """
 
 from __future__ import annotations
@@ -67,6 +67,81 @@ def prompt_hashes(prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> dict[str
         for p in sorted(root.rglob("*.txt"))
         if p.is_file()
     }
+
+
+def _hash_files(files: dict[str, Path]) -> dict[str, str]:
+    """``{name: SHA-256 hex}`` of the files of ``files`` that exist (sorted by name); a missing one is left out
+    (the plan that reads it reports it)."""
+    return {name: hashlib.sha256(path.read_bytes()).hexdigest()
+            for name, path in sorted(files.items()) if path.is_file()}
+
+
+def used_prompt_files(cfg: Any, prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> dict[str, Path] | None:
+    """The prompt template files a campaign's model calls are built from, as ``{recorded name: file}``.
+
+    A packaged template is named by its file name under ``prompts_dir`` (``geohint_forced.txt``); a file the
+    config names in its place by the path as configured (``[geoverify] prompt_template``; a GeoHint
+    ``prompts_dir`` joined with the file name). Per kind: GeoHint, the templates of its ``conditions`` (schema
+    template and suffixes, ``geohint_context.txt`` when a condition gives a context); GeoVerify, the claim
+    template; crawl, ``crawl_image_audit.txt``, ``crawl_referenceability.txt`` and, with ``sensitive_screen``,
+    ``crawl_sensitive.txt``; generic, none. None for a kind not known here, or a section that does not validate
+    (the caller then counts every packaged template, as before 2026-12-01)."""
+    root = Path(prompts_dir)
+    kind = getattr(getattr(cfg, "campaign", None), "kind", None)
+    try:
+        if kind == "generic":
+            return {}
+        if kind == "geoverify":
+            from geoagent.geoverify.plan import settings_of
+
+            own = settings_of(cfg).prompt_template
+            return {str(own): Path(own)} if own else {"geoverify_claim.txt": root / "geoverify_claim.txt"}
+        if kind == "geohint":
+            from geoagent.geohint.campaign import settings_of as gh_settings
+            from geoagent.geohint.conditions import CONTEXT_TEMPLATE, conditions_from_config
+
+            s = gh_settings(cfg)
+            conds = conditions_from_config({"conditions": s.conditions})
+            names = {c.template for c in conds} | {x for c in conds for x in c.suffixes}
+            if any(c.uses_context for c in conds):
+                names.add(CONTEXT_TEMPLATE)
+            if s.prompts_dir:
+                return {f"{Path(s.prompts_dir).as_posix()}/{n}": Path(s.prompts_dir) / n for n in names}
+            return {n: root / n for n in names}
+        if kind == "crawl":
+            from geoagent.crawl.campaign import _settings as crawl_settings
+
+            names = {"crawl_image_audit.txt", "crawl_referenceability.txt"}
+            if crawl_settings(cfg).referenceability.sensitive_screen:
+                names.add("crawl_sensitive.txt")
+            return {n: root / n for n in names}
+    except Exception:  # noqa: BLE001 - an invalid section is reported where the plan reads it
+        return None
+    return None
+
+
+def used_prompt_hashes(cfg: Any, prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> dict[str, str]:
+    """``{recorded name: SHA-256 hex}`` of the prompt templates campaign ``cfg`` uses (:func:`used_prompt_files`;
+    every packaged template, :func:`prompt_hashes`, for a kind it does not know). Recorded in the manifest as
+    ``prompt_templates_sha256`` and compared by :func:`config_changes`."""
+    files = used_prompt_files(cfg, prompts_dir)
+    return prompt_hashes(prompts_dir) if files is None else _hash_files(files)
+
+
+def sampling_sent(cfg: Any) -> dict[str, dict[str, Any]]:
+    """Per ``[[models]]`` name, the sampling settings of its configured params (``temperature``, ``top_p``,
+    ``seed``; :meth:`geoagent.config.ModelConfig.default_params`) that its provider sends and those it leaves
+    out, with why (:func:`geoagent.providers.sampling.sampling_record`): an OpenAI reasoning model or a Claude
+    4.7+ model is sent no temperature, though the config (and the request key) holds the default 0.0. Recorded
+    in the manifest as ``sampling_sent`` beside the configured ``config.models``. A task's own params (a GeoHint
+    repeat's seed, a crawl auditor's temperature) follow the same rules."""
+    from geoagent.providers.sampling import sampling_record
+
+    out: dict[str, dict[str, Any]] = {}
+    for m in getattr(cfg, "models", ()) or ():
+        out[m.name] = sampling_record(m.provider, m.model, m.default_params(), base_url=m.effective_base_url,
+                                      reasoning_model=m.reasoning_model)
+    return out
 
 
 def git_commit(repo_dir: str | os.PathLike[str] | None = None) -> str | None:
@@ -170,7 +245,8 @@ class ConfigChanges:
     Attributes
     ----------
     calls : list of str
-        Changed top-level sections (``models``, ``geohint``, ...) and packaged prompts (``prompt:<file>``)
+        Changed top-level sections (``models``, ``geohint``, ...) and prompt templates the campaign uses
+        (``prompt:<file>``, :func:`used_prompt_files`)
         that shape model calls or planned work: call drift.
     scoring : dict of str -> (old, new)
         Changed scoring-only keys as ``"<section>.<key>"`` with their old and new values (JSON values; None
@@ -194,6 +270,10 @@ class ConfigChanges:
     #: ``rate``, ``concurrency``, timeouts, ``max_attempts``; ``[hosts]``; ``[queue]``), with their old and new
     #: values: they change no request or answer, so they are not in :attr:`calls` / :attr:`call_keys`
     pacing: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: changed model prices (:func:`geoagent.runtime.drift.is_price_key`: ``models[0].price_input_usd_per_mtok``,
+    #: USD per 1M tokens), with their old and new values: they change what a call is booked at, no request (no
+    #: part of its key) or answer, so they are not in :attr:`calls` / :attr:`call_keys` either
+    prices: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
@@ -286,7 +366,8 @@ def _recorded_designs(old: dict[str, Any]) -> dict[str, Any]:
 
 def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
                    prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> ConfigChanges:
-    """Compare ``cfg`` (resolved) and the packaged prompts with the campaign's last recorded run.
+    """Compare ``cfg`` (resolved) and the prompt templates it uses (:func:`used_prompt_hashes`; only those the
+    last recorded run recorded too) with the campaign's last recorded run.
 
     Sections ``budget``, ``paths`` and ``source`` are ignored (a raised cap, moved data roots, a renamed
     file). In the sections of :data:`SCORING_ONLY_KEYS` the scoring-only keys are compared one by one and
@@ -345,24 +426,29 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
                 calls.append(section_of(key))
     # keys that only set limits or pacing change no answer: kept apart, and a section whose only changes they
     # are is no call drift
-    from geoagent.runtime.drift import is_pacing_key
+    from geoagent.runtime.drift import is_pacing_key, is_price_key
 
     pacing = {k: v for k, v in call_keys.items() if is_pacing_key(k)}
-    call_keys = {k: v for k, v in call_keys.items() if k not in pacing}
+    prices = {k: v for k, v in call_keys.items() if is_price_key(k)}
+    call_keys = {k: v for k, v in call_keys.items() if k not in pacing and k not in prices}
     calls = [c for c in calls if any(section_of(k) == c for k in call_keys)]
-    old_prompts = old.get("prompt_templates_sha256") or {}
-    new_prompts = prompt_hashes(prompts_dir)
-    calls += [f"prompt:{name}" for name in sorted(set(old_prompts) | set(new_prompts))
+    # only the templates this campaign uses now, and only those recorded before: a manifest of the earlier
+    # code hashed every packaged template (an edit of one the kind never sends is no change of its calls), and
+    # a template newly used (a condition added, another template file configured) comes with its config change
+    old_prompts = old.get("prompt_templates_sha256")
+    old_prompts = old_prompts if isinstance(old_prompts, dict) else {}
+    new_prompts = used_prompt_hashes(cfg, prompts_dir)
+    calls += [f"prompt:{name}" for name in sorted(set(old_prompts) & set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
-    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing)
+    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices)
 
 
 def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
                  prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> list[str]:
     """What changed since the campaign's last recorded run that shapes model calls or planned work:
     top-level config sections (``models``, ``geoverify``, ...; not ``budget`` or ``paths``; a section whose
-    only changes are scoring-only keys, :data:`SCORING_ONLY_KEYS`, is not listed) and packaged prompt
-    templates (``prompt:<file>``). See :func:`config_changes` for the scoring-only changes.
+    only changes are scoring-only keys, :data:`SCORING_ONLY_KEYS`, is not listed) and the prompt
+    templates the campaign uses (``prompt:<file>``). See :func:`config_changes` for the scoring-only changes.
 
     Planned work keeps the requests it was planned with (queue keys are per trial/request unit), so a
     change here applies only to work planned afterwards; callers warn about it. [] for a new campaign.
@@ -453,7 +539,8 @@ class Manifest:
             "kind": cfg.campaign.kind,
             "config": resolved_dict(cfg),
             "config_sha256": config_sha256(cfg),
-            "prompt_templates_sha256": prompt_hashes(self.prompts_dir),
+            "prompt_templates_sha256": used_prompt_hashes(cfg, self.prompts_dir),
+            "sampling_sent": sampling_sent(cfg),
             "designs": design_versions(cfg),
             "seeds": seeds,
             "package": {"name": "geoagent", "version": __version__},
@@ -486,7 +573,7 @@ class Manifest:
                 extra = {**(extra or {}), "config_drift": {**record, "applied": bool(drift.applied)}}
             if record and not drift.applied and isinstance(data.get("config"), dict):
                 # the stored results were made with the recorded config: it stays; the new one is noted apart
-                kept = ("config", "config_sha256", "prompt_templates_sha256", "designs")
+                kept = ("config", "config_sha256", "prompt_templates_sha256", "designs", "sampling_sent")
                 data.update({k: v for k, v in static.items() if k not in kept})
                 data["config_not_applied"] = {**record, "config_sha256": static["config_sha256"],
                                               "config": static["config"]}

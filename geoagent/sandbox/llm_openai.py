@@ -20,6 +20,9 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   ``logit_bias`` or ``max_tokens`` -> 400 ``unsupported_parameter``. Their cap counts hidden reasoning tokens:
   a cap of at most :data:`REASONING_TOKENS` is spent on reasoning alone, answered as ``content: ""`` with
   ``finish_reason: "length"`` and ``usage.completion_tokens_details.reasoning_tokens`` = the cap (billed).
+  ``o1-mini`` and ``o1-preview`` (:data:`NO_SYSTEM_ID`, dated snapshots too) take user and assistant messages
+  only: a ``system`` or ``developer`` message -> 400 ``unsupported_value`` ("Unsupported value: 'messages[0].role'
+  does not support 'system' with this model.", ``param`` ``messages[<i>].role``), as reported for the real API.
 * Success: ``{"id": "chatcmpl-...", "object": "chat.completion", "created", "model", "choices": [{"index": 0,
   "message": {"role": "assistant", "content", "refusal": null}, "logprobs": null, "finish_reason":
   "stop"|"length"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
@@ -95,6 +98,8 @@ IMAGE_MIME = ("image/jpeg", "image/png", "image/gif", "image/webp")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 #: OpenAI reasoning model ids (the fake's own reading of the reasoning guide, kept apart from the client's)
 REASONING_ID = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|codex-mini)", re.IGNORECASE)
+#: the early o1 ids that refuse a system or developer message (the fake's own reading, kept apart from the client's)
+NO_SYSTEM_ID = re.compile(r"^(?:ft:)?o1-(?:mini|preview)(?:[-.:_]|$)", re.IGNORECASE)
 #: hidden reasoning tokens a reasoning model spends before its answer; a cap at or below it yields no text
 REASONING_TOKENS = 512
 #: body fields a reasoning model refuses whatever their value (reasoning guide, "Limitations")
@@ -279,6 +284,11 @@ async def chat_completions(request: web.Request) -> web.Response:
         if not isinstance(model, str) or not model:
             raise _Bad("you must provide a model parameter", "model")
         prompt, system, image, image_url, mentions_json, image_detail = _parse_messages(body.get("messages"))
+        if NO_SYSTEM_ID.match(model):
+            for i, msg in enumerate(body["messages"]):
+                if msg.get("role") in ("system", "developer"):
+                    raise _Bad(f"Unsupported value: 'messages[{i}].role' does not support '{msg['role']}' with this "
+                               "model.", f"messages[{i}].role", "unsupported_value")
         cap_a = _positive_int(body, "max_tokens")
         cap_b = _positive_int(body, "max_completion_tokens")
         temp = body.get("temperature")

@@ -1,0 +1,78 @@
+"""The manifest records, per model, which sampling settings are sent, next to the configured ones; a summary line
+that names a setting does not claim one that was not sent.
+
+Walkthrough: a campaign of ``o3-mini`` (OpenAI reasoning model) and ``claude-opus-4-7`` recorded ``temperature
+0.0`` for both in ``manifest.json``, though neither gets a temperature (:mod:`geoagent.providers.sampling`: the
+request would be refused); after ``temperature = 1`` was set on the reasoning model mid-campaign the summary read
+"m: 4 answers with temperature 0.0; 2 with temperature 1.0", as if 0.0 had been sent. Request keys stay as they
+were (the configured params), so a re-run pays for nothing again."""
+
+from __future__ import annotations
+
+import anyio
+
+from _model_harness import generic_campaign, model_table
+from geoagent import engine
+from geoagent.campaigns import register_all_sections
+from geoagent.config import config_from_dict, load_config
+from geoagent.runtime.manifest import Manifest, read_manifest
+from geoagent.sandbox import llm_openai
+from geoagent.sandbox.server import serve
+
+register_all_sections()
+
+
+def _paid(name: str, provider: str, model: str, **kw) -> dict:
+    return {"name": name, "provider": provider, "model": model, "price_input_usd_per_mtok": 1.0,
+            "price_output_usd_per_mtok": 1.0, **kw}
+
+
+def test_the_manifest_records_the_sampling_each_model_is_sent(tmp_path):
+    cfg = config_from_dict({
+        "campaign": {"name": "sent", "kind": "generic"},
+        "paths": {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")},
+        "budget": {"cap_usd": 1.0},
+        "models": [
+            _paid("o3", "openai", "o3-mini", seed=4),
+            _paid("opus", "anthropic", "claude-opus-4-7"),
+            _paid("sonnet", "anthropic", "claude-sonnet-4-5", params={"top_p": 0.9}),
+            _paid("g4o", "openai", "gpt-4o", params={"top_p": 0.5}),
+            _paid("gem", "gemini", "gemini-2.5-flash", seed=2),
+            {"name": "sim", "provider": "simulated", "model": "sim-1"},
+        ],
+    })
+    Manifest(cfg).start_run()
+    man = read_manifest(cfg.state_dir())
+    assert man["config"]["models"][0]["temperature"] == 0.0  # the configured value stays recorded as written
+    sent = man["sampling_sent"]
+    assert sent["o3"]["sent"] == {"seed": 4} and sent["o3"]["not_sent"] == {"temperature": 0.0}
+    assert "reasoning model" in sent["o3"]["why"]
+    assert sent["opus"]["sent"] == {} and sent["opus"]["not_sent"] == {"temperature": 0.0}
+    assert "4.7" in sent["opus"]["why"]
+    assert sent["sonnet"]["sent"] == {"top_p": 0.9} and sent["sonnet"]["not_sent"] == {"temperature": 0.0}
+    assert sent["g4o"] == {"sent": {"temperature": 0.0, "top_p": 0.5}, "not_sent": {}}
+    assert sent["gem"] == {"sent": {"temperature": 0.0, "seed": 2}, "not_sent": {}}
+    assert sent["sim"] == {"sent": {"temperature": 0.0}, "not_sent": {}}
+
+
+def test_a_mix_line_does_not_claim_a_temperature_that_was_not_sent(tmp_path, monkeypatch):
+    """A reasoning model behind the local OpenAI fake (which refuses a temperature other than 1 for reasoning ids,
+    as api.openai.com does): 4 answers under the default 0.0 (not sent), then 2 more under temperature = 1."""
+    monkeypatch.setenv("FAKE_KEY", "local")
+
+    async def main():
+        async with serve(llm_openai.make_app(require_auth=False)) as url:
+            table = model_table(base_url=url, key_var="FAKE_KEY", model="o3-mini", max_output_tokens=4000) + "reasoning_model = true\n"
+            p = generic_campaign(tmp_path, name="rsn", n=4, models=table)
+            first = await engine.run_campaign(load_config(p), live=False, handle_signals=False, export=False)
+            p.write_text(p.read_text().replace("n_requests = 4", "n_requests = 6")
+                         .replace("reasoning_model = true", "reasoning_model = true\ntemperature = 1.0"))
+            second = await engine.run_campaign(load_config(p), live=False, handle_signals=False, export=False)
+            return first, second
+
+    first, second = anyio.run(main)
+    assert first.status == second.status == "complete" and second.spend["calls"] == 6
+    lines = "\n".join(second.extra_lines)
+    assert "m: 4 answers with temperature 0.0 (not sent); 2 with temperature 1.0" in lines, lines
+    man = read_manifest(tmp_path / "state" / "rsn")
+    assert man["sampling_sent"]["m"]["sent"] == {"temperature": 1.0}
