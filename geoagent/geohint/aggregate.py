@@ -18,13 +18,21 @@ sums are kept per site:
   run equals a batch recompute); :attr:`GeoHintAggregator.n_pair_conflicts` counts such meetings (both
   results still enter the unpaired cells);
 * ``truncation[(model, condition)]`` -> :class:`~geoagent.scoring.truncation.TruncationCount` of every
-  added answer (also those left out of the tables for want of a hint distance) from its
-  ``extra["finish_reason"]`` (absent, e.g. in the release's judged answers: counted as not cut off).
+  added answer (also those left out of the tables for want of a hint distance, or as no answer) from its
+  ``extra["finish_reason"]`` (absent, e.g. in the release's judged answers: counted as not cut off);
+* ``no_answer[(model, condition)]`` -> answers cut off at the output-token limit with nothing parsed, left
+  out of every other statistic (row rules below).
 
 Adding the same result key twice is a no-op (redelivered queue messages are harmless).
 
 Row rules (checked against the paper and the release's analysis scripts):
 
+* an answer cut off at the output-token limit with nothing parsed
+  (:func:`geoagent.scoring.truncation.is_no_answer`: a cut-off finish reason and ``parse_ok`` False) is no
+  answer: the campaign's cap ended it, not the model, and failures are never answers. It is counted in
+  :attr:`GeoHintAggregator.no_answer` (and in :attr:`GeoHintAggregator.truncation`) and left out of every
+  other statistic: no response, no miss, no echo verdict, no unresolved answer, no regime, no pair (the
+  module doc of :mod:`geoagent.scoring.truncation` gives the decision and its sources);
 * a context response whose reference point has no hint distance (its QID is not in the site's ladder,
   e.g. one of the self-naming reference points removed from the released ladders) is left out of every
   statistic and counted in :attr:`GeoHintAggregator.n_without_ladder_point`, as the release's
@@ -38,8 +46,9 @@ Row rules (checked against the paper and the release's analysis scripts):
   Tables 6-7) so the report can say so;
 * an answer that did not geocode (``resolved_level`` ``"none"``) counts as a response (neither hit nor echo
   where it has no verdict) and in :attr:`Cell.n_none`, which the report shows as the unresolved share;
-* hit (Sec. 4.2), echo (Sec. 6.2.1) and the building-level share count every response, parse failures
-  included (an unparsed answer is neither a hit nor an echo);
+* hit (Sec. 4.2), echo (Sec. 6.2.1) and the building-level share count every response, parse failures of
+  answers the model finished included (an unparsed answer is neither a hit nor an echo; the release's judged
+  answers keep such rows with ``hit`` False);
 * echo follows the aggregator's ``echo_rule`` (:data:`geoagent.geohint.echo.ECHO_RULES`): a result that
   carries every rule's verdict (``extra["echo_by_rule"]``, written by the scorer and the release importer)
   is counted under that rule, whatever rule it was scored with; an older result without it keeps its
@@ -71,7 +80,7 @@ from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
 from geoagent.scoring.regime import DEFAULT_THRESHOLD, UNDETERMINED, assign_regimes, check_threshold
 from geoagent.scoring.regression import ClusterOLS, usable_for_slope
-from geoagent.scoring.truncation import TruncationCount
+from geoagent.scoring.truncation import TruncationCount, is_no_answer
 
 CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition, band, tier
 PairKey = tuple[str, str, str, int]  # model, image, reference point, repeat
@@ -234,6 +243,9 @@ class GeoHintAggregator:
         self.n_without_ladder_point = 0
         #: (model, condition) -> answers cut off at the output-token limit (module doc)
         self.truncation: dict[tuple[str, str], TruncationCount] = {}
+        #: (model, condition) -> answers cut off at the output-token limit with nothing parsed: no answer, left
+        #: out of every other statistic (module doc)
+        self.no_answer: dict[tuple[str, str], int] = {}
         #: (site, model, condition, fine_only) -> context answers with a hint distance left out of the slope
         #: fits (Tables 6-7) because err_km == 0 (log undefined; module doc)
         self.zero_err: dict[tuple[str, str, str, bool], int] = {}
@@ -259,7 +271,11 @@ class GeoHintAggregator:
         tc = self.truncation.get(tk)
         if tc is None:
             tc = self.truncation[tk] = TruncationCount()
-        tc.add(r.extra.get("finish_reason") if isinstance(r.extra, dict) else None, bool(r.parse_ok))
+        finish_reason = r.extra.get("finish_reason") if isinstance(r.extra, dict) else None
+        tc.add(finish_reason, bool(r.parse_ok))
+        if is_no_answer(finish_reason, bool(r.parse_ok)):
+            self.no_answer[tk] = self.no_answer.get(tk, 0) + 1  # no answer: in no other statistic (module doc)
+            return True
         if r.has_context and r.dist_km is None:
             self.n_without_ladder_point += 1  # not in the site's ladder: out of every table (module doc)
             return True
@@ -325,6 +341,18 @@ class GeoHintAggregator:
     def conditions(self) -> list[str]:
         """Conditions seen, sorted."""
         return sorted(self._conditions)
+
+    @property
+    def answered_models(self) -> list[str]:
+        """Models with any added answer, sorted: :attr:`models` plus models whose every answer was no answer
+        (cut off with nothing parsed) or lacked a hint distance."""
+        return sorted({m for m, _c in self.truncation} | self._models)
+
+    def n_no_answer(self, *, model: str | None = None, condition: str | None = None) -> int:
+        """Answers cut off at the output-token limit with nothing parsed (:attr:`no_answer`) of ``model`` and
+        ``condition`` (None = any): left out of every rate (module doc)."""
+        return sum(n for (m, c), n in self.no_answer.items()
+                   if (model is None or m == model) and (condition is None or c == condition))
 
     @property
     def sites(self) -> list[str]:
@@ -508,6 +536,7 @@ class GeoHintAggregator:
             "hit_rate": total.hit_rate,
             "parse_failures": total.n_parse_fail,
             "without_ladder_point": self.n_without_ladder_point,
+            "no_answer": self.n_no_answer(),
             "echo_rule": self.echo_rule,
             "echo_rule_counts": dict(self.echo_rule_counts),
             "regime_threshold": self.regime_threshold,

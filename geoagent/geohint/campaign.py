@@ -283,8 +283,10 @@ class GeoHintCampaign(CampaignKind):
         rows the report scores (:func:`scored_scope`: the request is in the current plan). ``run.py export`` runs
         without a plan: the current plan is the one the last run recorded (``state/<campaign>/plan_keys.tsv``,
         :mod:`geoagent.runtime.scope`), the plan its report scored; a campaign without that record marks every
-        row. So ``df.filter(pl.col("scored"))`` gives the report's counts and rates; answers of sites or models
-        an earlier plan held stay in the export, marked False."""
+        row. So ``df.filter(pl.col("scored"))`` gives the report's counts and rates, once the rows cut off at the
+        output-token limit with nothing parsed (no answer, :func:`geoagent.scoring.truncation.is_no_answer`; only
+        the table ``cutoff`` counts them) are left out too; answers of sites or models an earlier plan held stay
+        in the export, marked False."""
         from geoagent.runtime.export import export_all
         from geoagent.runtime.scope import read_plan_keys
 
@@ -292,7 +294,8 @@ class GeoHintCampaign(CampaignKind):
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
         """:meth:`CampaignKind.answer_quality` from the aggregate :meth:`report` made: per model, every scored
-        answer (all conditions), those that parsed (``parse_ok``), those cut off at the output-token limit."""
+        answer (all conditions; also those cut off with nothing parsed, which no rate counts), those that parsed
+        (``parse_ok``), those cut off at the output-token limit."""
         from geoagent.engine import AnswerQuality
         from geoagent.report.geohint import TRUNCATION_SETTING
 
@@ -300,10 +303,10 @@ class GeoHintCampaign(CampaignKind):
         if agg is None or not agg.keys:
             return {}
         out = {}
-        for m in agg.models:
+        for m in agg.answered_models:
             c = agg.select(model=m)
             cut = total({k: v for k, v in agg.truncation.items() if k[0] == m}).n_truncated if agg.truncation else 0
-            out[m] = AnswerQuality(c.n, c.n - c.n_parse_fail, cut, TRUNCATION_SETTING,
+            out[m] = AnswerQuality(c.n + agg.n_no_answer(model=m), c.n - c.n_parse_fail, cut, TRUNCATION_SETTING,
                                    "the report's compliance table (Unparsed) and model_responses.parquet")
         return out
 
@@ -346,13 +349,17 @@ class GeoHintCampaign(CampaignKind):
         if n_no_regime:
             lines.append(f"  {n_no_regime} site{'' if n_no_regime == 1 else 's'} without a no-context answer "
                          f"{'has' if n_no_regime == 1 else 'have'} no regime")
-        for m in agg.models:
-            for cond in agg.conditions:
+        for m in agg.answered_models:
+            for cond in sorted({cc for mm, cc in agg.truncation if mm == m} | set(agg.conditions)):
                 c = agg.select(model=m, condition=cond)
                 if c.n:
                     echo = f"  echo {c.echo_rate:.1%}" if c.echo_n else ""
                     lines.append(f"  {m:>20} {cond:<12} n {c.n:>6}  hit {c.hit_rate:.1%}{echo}  unparsed {c.n_parse_fail}"
                                  f"  unresolved {c.n_none} ({c.unresolved_share:.1%})")
+                no_answer = agg.n_no_answer(model=m, condition=cond)
+                if no_answer:  # in no rate: the cap, not the model, ended them (geoagent.scoring.truncation)
+                    lines.append(f"  {m:>20} {cond:<12} no answer (cut off, nothing parsed) {no_answer}: left out of "
+                                 "every rate")
         cut = total(agg.truncation)
         lines.append(f"  cut off at the output-token limit: {cut.n_truncated} of {cut.n} answers"
                      + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")

@@ -5,7 +5,8 @@ referenceability``), ``model``, the parsed ``verdict`` (``"yes"``/``"no"``, or N
 ``conf`` (float in [0, 1] or None), ``correct`` (verdict == truth; None on failure), ``parse_reason``, the
 provider's ``finish_reason`` as stored with the answer and ``truncated`` (the answer was cut off at the
 output-token limit, :func:`geoagent.scoring.truncation.is_truncated`; a cut-off answer that parsed is scored,
-one that did not is a parse failure).
+one that did not is no answer: a parse failure, outside H and F like every parse failure; the rule shared with
+GeoHint is :func:`geoagent.scoring.truncation.is_no_answer`).
 Source: seed 000 Sec. 5.2 (Eq. 1 truth), Sec. 5.3 (answers feed H and F).
 """
 

@@ -42,7 +42,8 @@ site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo
 A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
-condition in the table ``cutoff`` (after the paper's tables); ``report.md`` gives the total in its header
+condition in the table ``cutoff`` (after the paper's tables); those with nothing parsed are no answer and enter
+no other table (:func:`no_answer_note` says how many under Tables 1 and 11); ``report.md`` gives the total in its header
 and repeats the warning lines of :func:`truncation_warnings` (share above 1 % for a model in a condition).
 
 What the tables leave out is said: answers that did not geocode (resolved level none) per model and
@@ -104,6 +105,10 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "hit: the answer lies under 1 km from where the photo was taken and resolves finer than a city "
         "(an area or a building); hit rate = share of hits.",
         "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
+        "unparsed: an answer the model finished (not cut off) whose text holds no JSON answer; it counts as a "
+        "response and a miss, as the release's judged answers count answers with empty parsed fields (hit False). "
+        "An answer cut off at the output-token limit with nothing parsed is no answer instead: left out of every "
+        "rate (see cut off).",
         f"regime: sites are split by their own no-context (baseline) hit rate: legible at {t} or more, illegible "
         "below.",
         "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
@@ -533,8 +538,22 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
         ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int"],
         rows,
-        _join_notes(boot, echo_rule_note(agg), UNGEOCODED_NOTE if undetermined else ""),
+        _join_notes(boot, echo_rule_note(agg), UNGEOCODED_NOTE if undetermined else "", no_answer_note(agg, condition)),
     )
+
+
+def no_answer_note(agg: GeoHintAggregator, condition: str | None = None) -> str:
+    """The notes' sentence on answers of ``condition`` (None = all) cut off at the output-token limit with nothing
+    parsed, which no rate counts (:func:`geoagent.scoring.truncation.is_no_answer`); "" when there are none."""
+    n = agg.n_no_answer(condition=condition)
+    if not n:
+        return ""
+    per = ", ".join(f"{m} {k}" for m in agg.answered_models if (k := agg.n_no_answer(model=m, condition=condition)))
+    return (f"{n} answer{'s' if n != 1 else ''} cut off at the output-token limit with nothing parsed "
+            f"{'are' if n != 1 else 'is'} left out ({per}): no answer (the cap ended {'them' if n != 1 else 'it'}, not "
+            "the model), so neither a response, a miss nor an echo verdict; counted in the table 'cutoff'.")
+
+
 
 
 def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> Table:
@@ -969,6 +988,7 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
         ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparsed"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
+        no_answer_note(agg, condition),
     )
 
 
@@ -987,7 +1007,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
     def row(model: str, cond: str, c: TruncationCount) -> list[Any]:
         return [model, cond, c.n, c.n_truncated, c.share, c.n_truncated_unparsed, c.n_no_reason]
 
-    for m in agg.models:
+    for m in agg.answered_models:
         per = {c: tc for (mm, c), tc in sorted(agg.truncation.items()) if mm == m}
         for cond, tc in per.items():
             rows.append(row(m, cond, tc))
@@ -998,7 +1018,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
         "cutoff",
         "Answers cut off at the output-token limit (max_output_tokens), per model and condition; share in % (a "
         "fraction in cutoff.csv)",
-        ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, unparsed", "No finish reason"],
+        ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, no answer (left out)", "No finish reason"],
         ["text", "text", "int", "int", "pct", "int", "int"],
         rows,
         _join_notes(TRUNCATION_LEGEND, *truncation_warnings(agg)),
@@ -1250,7 +1270,10 @@ def write_report(
         + (" (Student's t with G - 1 df, G = site clusters)." if p_reference == "t" else " (statsmodels' default)."),
         "",
         f"Answers cut off at the output-token limit: {cut.n_truncated} of {cut.n}"
-        + (f" ({100 * cut.share:.1f} %)" if cut.n else "") + "; per model and condition in the table 'cutoff' (cutoff.csv).",
+        + (f" ({100 * cut.share:.1f} %)" if cut.n else "")
+        + (f"; {cut.n_truncated_unparsed} of them with nothing parsed: no answer, left out of every rate (never a "
+           "miss)" if cut.n_truncated_unparsed else "")
+        + "; per model and condition in the table 'cutoff' (cutoff.csv).",
         "",
         *[x for w in truncation_warnings(agg) for x in (f"**{w}**", "")],
         unresolved_line(agg),

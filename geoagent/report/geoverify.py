@@ -85,6 +85,11 @@ LEGEND = (
     "percentile of that order (resamples where delta_1 is undefined are left out).",
     "(k/n) after a rate: k trials answered yes out of the n parsed trials the rate is computed from (H: signal "
     "trials; F: decoy trials of all bands, of one band, or of a control arm).",
+    "parse failures: answers without a verdict, outside H and F (neither a yes nor a no; the paper had none: "
+    "'Every returned response parsed', Sec. 6.4), listed with their reason in geoverify_parse_failures.csv. An "
+    "answer cut off at the output-token limit with nothing parsed is among them and also counted in 'cut off and "
+    "unparsed' (no answer: the cap, not the model, ended it; GeoHint leaves such answers out of its rates too, "
+    "while an unparsed answer the model finished is a miss there).",
     TRUNCATION_LEGEND,
 )
 #: the settings a cut-off warning asks to raise

@@ -6,13 +6,35 @@ it): OpenAI-compatible Chat Completions ``choices[0].finish_reason = "length"``,
 and the local fakes use the same values, and a replayed record keeps its recorded ``stop_reason``. Any of
 these means the answer stopped because it reached ``max_output_tokens``, not because the model finished.
 
-A cut-off answer that still parsed is scored like any other; one that did not parse is a parse failure.
+How a cut-off answer is scored (one rule for GeoHint and GeoVerify, :func:`is_no_answer`):
+
+* cut off and parsed: an answer like any other (the lenient parsers close a JSON object cut inside its
+  ``clues`` or ``evidence``), scored;
+* cut off with nothing parsed (typically empty text: a reasoning or thinking model spent the whole cap on
+  hidden reasoning): **no answer**. The campaign's ``max_output_tokens``, not the model, ended it, so it is a
+  failure of the measurement, and failures are never answers (the project's rule for a model call whose
+  retries ran out: missing, never a wrong answer). It enters no rate: in GeoHint it is neither a response, a
+  miss, an echo verdict nor an unresolved answer (left out of every table but ``cutoff``, and out of the
+  strictly paired comparisons, like a missing answer); in GeoVerify it has no verdict and, like every parse
+  failure, is outside H and F (neither a yes nor a no). Each report counts these answers per model and
+  condition or arm (:attr:`TruncationCount.n_truncated_unparsed`).
+
+An answer the model finished itself (no cut-off finish reason) that does not parse is the model's answer,
+and the tasks keep the paper's treatment of it: a miss in GeoHint (the release's judged GeoHint answers,
+``data/answers_judged.csv``, keep answers with empty parsed fields with ``hit`` False, so the paper's hit
+rates count them), a parse failure outside H and F in GeoVerify (the paper reports none: "Every returned
+response parsed; one call failed at the API and is excluded", seed 000 Sec. 6.4; a verdict-less answer is
+neither a yes nor a no). Neither release table records finish reasons for GeoHint, so the release cannot
+tell its own cut-off answers apart; its raw GeoVerify and forced_chain samples hold none (``stop`` and
+``end_turn`` only).
+
 Either way a low ``max_output_tokens`` biases the results without a word (long answers, e.g. careful
 reasoning before a verdict, are the ones cut), so the reports count cut-off answers per model (and per arm
 or condition) with :class:`TruncationCount` and warn above :data:`WARN_SHARE`.
 
 Sources: OpenAI Chat Completions API reference (``finish_reason``), Anthropic Messages API reference
-(``stop_reason``), Gemini API reference ``FinishReason``.
+(``stop_reason``), Gemini API reference ``FinishReason``; seed 000 Sec. 6.4 and the release's
+``answers_judged.csv`` for the tasks' treatment of unparsed answers.
 """
 
 from __future__ import annotations
@@ -31,9 +53,29 @@ WARN_SHARE = 0.01
 #: one legend line shared by every report (Markdown list item text, no leading dash)
 LEGEND_LINE = (
     "cut off: answers the provider stopped at the output-token limit (finish reason length, max_tokens or "
-    "MAX_TOKENS); a cut-off answer that still parsed is scored, one that did not is counted as a parse failure. "
-    "Answers without a recorded finish reason count as not cut off."
+    "MAX_TOKENS); a cut-off answer that still parsed is scored, one with nothing parsed is no answer (the cap, "
+    "not the model, ended it): it enters no rate, never a miss, an echo verdict or a 'no', and is counted as cut "
+    "off with no answer. Answers without a recorded finish reason count as not cut off."
 )
+
+
+def is_no_answer(finish_reason: object, parsed: bool) -> bool:
+    """True for an answer cut off at the output-token limit with nothing parsed: no answer (module doc).
+
+    Parameters
+    ----------
+    finish_reason : str or None
+        As stored with the answer (:func:`is_truncated`).
+    parsed : bool
+        Whether the task's parser got an answer out of the text (GeoHint ``parse_ok``, GeoVerify a verdict).
+
+    Returns
+    -------
+    bool
+        ``is_truncated(finish_reason) and not parsed``. Such an answer enters no rate of either task and is
+        counted in :attr:`TruncationCount.n_truncated_unparsed`.
+    """
+    return is_truncated(finish_reason) and not parsed
 
 
 def is_truncated(finish_reason: object) -> bool:
@@ -59,7 +101,8 @@ class TruncationCount:
     n_truncated : int
         Of those, answers cut off at the output-token limit.
     n_truncated_unparsed : int
-        Cut-off answers that did not parse (they are among the parse failures).
+        Cut-off answers with nothing parsed: no answer (:func:`is_no_answer`), in no rate of either task
+        (GeoVerify also lists them among its parse failures, outside H and F).
     n_no_reason : int
         Answers without a recorded finish reason (counted as not cut off).
     """
