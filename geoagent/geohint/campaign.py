@@ -155,7 +155,8 @@ class GeoHintCampaign(CampaignKind):
             GeoHintParserStage(),
             GeocodeStage(),
             GeoHintScorerStage(echo_rule=s.echo_rule),
-            GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed,
+            GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits,
+                                   n_boot=s.n_boot, seed=seed,
                                    echo_rule=s.echo_rule, p_reference=s.p_reference,
                                    regime_threshold=s.regime_threshold),
         ]
@@ -269,7 +270,8 @@ class GeoHintCampaign(CampaignKind):
         if not agg.keys:
             return []
         seed = int(getattr(cfg.campaign, "seed", 0) or 0)
-        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, seed=seed, missing=_missing_work(cfg),
+        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=s.n_boot, seed=seed,
+                     missing=_missing_work(cfg),
                      interim=outcome.interim_note(), p_reference=s.p_reference,
                      answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
                      image_note=getattr(self, "_image_warning", None),

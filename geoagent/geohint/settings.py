@@ -19,6 +19,8 @@ Example::
     regime_threshold = 0.5        # no-context hit rate that splits legible from illegible sites
     n_flips = 10000               # permutation sign flips (Tables 8-10)
     n_splits = 200                # split-half correction splits (Table 3)
+    n_boot = 200                  # site-bootstrap resamples of the 95 % intervals of Table 1 and Fig. 2
+                                  # (seeded by [campaign] seed; 0 = no intervals)
     report_interval_s = 5.0       # live report refresh
     images = "auto"               # "release": the release's images; "synthetic": placeholders per site;
                                   # "auto": release images where a site has them, placeholders elsewhere
@@ -66,6 +68,10 @@ class GeoHintSettings(BaseModel):
     regime_threshold: float = Field(0.5, gt=0, lt=1)
     n_flips: int = Field(10_000, ge=1)
     n_splits: int = Field(200, ge=1)
+    #: site-bootstrap resamples of the report's 95 % intervals (Table 1, Fig. 2; seeded by ``[campaign] seed``;
+    #: 0 = no intervals), as ``[geoverify] n_boot``; a scoring setting, recorded in the manifest and named in
+    #: the captions
+    n_boot: int = Field(200, ge=0, description="site-bootstrap resamples for the report's 95 % CIs (0 = none)")
     report_interval_s: float = Field(5.0, ge=0)
     images: Literal["auto", "release", "synthetic"] = "auto"
     #: echo rule (:data:`geoagent.geohint.echo.ECHO_RULES`); recorded in the manifest and named in the report

@@ -310,7 +310,8 @@ class GeoHintAggregatorStage(Stage):
 
     ``echo_rule`` (``[geohint] echo_rule``) is the rule the aggregator counts as echo and the report names;
     ``p_reference`` (``[geohint] p_reference``, ``"normal"`` or ``"t"``) the slope tables' p-value reference;
-    ``regime_threshold`` (``[geohint] regime_threshold``) the no-context hit rate from which a site is legible.
+    ``regime_threshold`` (``[geohint] regime_threshold``) the no-context hit rate from which a site is legible;
+    ``n_boot`` (``[geohint] n_boot``, >= 0, 0 = none) the site-bootstrap resamples of the report's intervals.
     """
 
     name = C.STAGE_AGGREGATOR
@@ -325,6 +326,7 @@ class GeoHintAggregatorStage(Stage):
         report_interval_s: float | None = None,
         n_flips: int = 10_000,
         n_splits: int = 200,
+        n_boot: int = 200,
         seed: int = 0,
         figures: bool = True,
         echo_rule: str = DEFAULT_ECHO_RULE,
@@ -338,6 +340,7 @@ class GeoHintAggregatorStage(Stage):
         self.p_reference = check_p_reference(p_reference)
         self.report_interval_s = report_interval_s
         self.n_flips, self.n_splits, self.seed, self.figures = n_flips, n_splits, seed, figures
+        self.n_boot = n_boot
         self._last_write = -math.inf
         self._dirty = True
         self._held: list[GeoHintResult] = []  # rows handled while a live rewrite reads the aggregator
@@ -392,7 +395,7 @@ class GeoHintAggregatorStage(Stage):
         try:
             self.tables = write_report(
                 self.agg, out_dir, n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures,
-                p_reference=self.p_reference,
+                p_reference=self.p_reference, n_boot=self.n_boot,
             )
         except BaseException:
             self._dirty = True  # try again at the next flush after the interval

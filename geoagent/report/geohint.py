@@ -37,8 +37,8 @@ reference in its header.
 
 Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Table 1's hit and echo rates per model
 and Fig. 2's points (per regime and band, models pooled) carry 95 % site-bootstrap percentile intervals
-(:data:`DEFAULT_N_BOOT` resamples seeded by the report's ``seed``; Clopper-Pearson at 0 or 1; none from a single
-site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
+(``[geohint] n_boot`` resamples, default :data:`DEFAULT_N_BOOT`, seeded by the report's ``seed``; 0 = no intervals,
+said under Table 1 and Fig. 2; Clopper-Pearson at 0 or 1; none from a single site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
 A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
@@ -115,7 +115,8 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
         "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
         "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the regime "
-        "resampled, models pooled); the legend gives the sites and responses behind each line.",
+        "resampled, models pooled; none when [geohint] n_boot = 0); the legend gives the sites and responses behind "
+        "each line.",
         TRUNCATION_LEGEND,
     )
 
@@ -443,7 +444,8 @@ def _ungeocoded(*cells: Any) -> bool:
     return any(c.n and c.n_none == c.n for c in cells)
 
 
-#: site-bootstrap resamples behind the GeoHint intervals (Table 1, Fig. 2); the report's ``seed`` seeds them
+#: default site-bootstrap resamples behind the GeoHint intervals (Table 1, Fig. 2; ``[geohint] n_boot``); the
+#: report's ``seed`` seeds them
 DEFAULT_N_BOOT = 200
 #: central mass of those intervals
 CI_LEVEL = 0.95
@@ -488,10 +490,23 @@ def site_bootstrap_interval(counts: dict[str, tuple[int, int]], sites: Sequence[
     return interval, False
 
 
+def check_n_boot(n_boot: int) -> int:
+    """``n_boot`` (site-bootstrap resamples, ``[geohint] n_boot``) if it is an integer >= 0 (0 = no intervals);
+    raises ValueError otherwise (as :func:`geoagent.scoring.sdt.score` does for GeoVerify's)."""
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
+        raise ValueError(f"n_boot must be >= 0 (an integer; 0 = no intervals), got {n_boot!r}")
+    return int(n_boot)
+
+
 def _draws(sites: Sequence[str], n_boot: int, seed: int) -> np.ndarray | None:
     from geoagent.scoring.sdt import bootstrap_site_indices
 
+    n_boot = check_n_boot(n_boot)
     return bootstrap_site_indices(len(sites), n_boot, seed) if n_boot > 0 and sites else None
+
+
+#: the notes' sentence of a report run without a site bootstrap (``[geohint] n_boot = 0``)
+NO_BOOT_NOTE = "95 % CI: no intervals: [geohint] n_boot = 0 (no site-bootstrap resamples drawn)."
 
 
 def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: str) -> str:
@@ -531,7 +546,7 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
                      hit_ci, echo_ci, n_sites])
     boot = (bootstrap_caption(n_boot, seed, len(sites), exact_any, "n = the model's responses, sites = the sites they "
                               "come from; echo rates over the responses with an echo verdict")
-            if idx is not None else "")
+            if idx is not None else (NO_BOOT_NOTE if n_boot == 0 else ""))
     return Table(
         "table1",
         f"Table 1: per-model results, condition {condition} (baselines excluded); hit rate and echo rate in %",
@@ -1146,8 +1161,9 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"Hit rate by band, {condition}, {len(agg.models)} models pooled\n(error bars: 95 % site-bootstrap "
-                 f"intervals, {n_boot} resamples)", fontsize=9)
+    bars = (f"error bars: 95 % site-bootstrap intervals, {n_boot} resamples" if n_boot
+            else "no error bars: [geohint] n_boot = 0")
+    ax.set_title(f"Hit rate by band, {condition}, {len(agg.models)} models pooled\n({bars})", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return _save_png(fig, path)
@@ -1314,9 +1330,11 @@ def write_report(
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=seed)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
-               f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
-               f"{n_boot} resamples of the regime's sites (seed {seed}; a point at 0 % or 100 % gets the "
-               f"Clopper-Pearson interval of its pooled count); the legend gives the sites and responses per line.",
+               ((f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
+                 f"{n_boot} resamples of the regime's sites (seed {seed}; a point at 0 % or 100 % gets the "
+                 f"Clopper-Pearson interval of its pooled count)") if n_boot else
+                "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
+               + "; the legend gives the sites and responses per line.",
                "", f"Echo rate per tier and band, all models pooled ({len(agg.models)} models); n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))

@@ -213,7 +213,8 @@ _DRIFT_IGNORED = ("budget", "paths", "source")
 #: split-half splits, bootstrap replicates and seed) or how often the live report is rewritten. A change
 #: re-scores the report from the stored answers; it is recorded in the manifest, not warned about as drift.
 SCORING_ONLY_KEYS: dict[str, frozenset[str]] = {
-    "geohint": frozenset({"echo_rule", "p_reference", "regime_threshold", "n_flips", "n_splits", "report_interval_s"}),
+    "geohint": frozenset({"echo_rule", "p_reference", "regime_threshold", "n_flips", "n_splits", "n_boot",
+                          "report_interval_s"}),
     "geoverify": frozenset({"n_boot", "boot_seed", "live_n_boot", "report_interval_s"}),
 }
 
