@@ -32,7 +32,8 @@ scripts use) or ``"t"`` (Student's t with G - 1 degrees of freedom, G = site clu
 statsmodels' ``use_t=True``). Both tables name the reference in their notes, and with the normal reference a
 table whose fits use fewer than :data:`FEW_CLUSTERS` sites says that its p-values are too small and gives
 the cluster counts (:func:`p_reference_note`); below :data:`MIN_CLUSTERS_NORMAL_P` (10) clusters a fit's
-normal-reference p is not printed (an em dash, with the reason; :func:`_shown_p`). ``report.md`` names the
+normal-reference p is not printed (an em dash, with the reason; :func:`_shown_p`), nor is Table 6's SE, from
+which that p is computed (:func:`_shown_se`). ``report.md`` names the
 reference in its header.
 
 Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Table 1's hit and echo rates per model
@@ -708,19 +709,37 @@ def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition
         return None
 
 
+def _withheld(r: Any, p_reference: str) -> bool:
+    """Whether fit ``r``'s inference (p, and in Table 6 the SE) is withheld: the normal reference on 2 to
+    :data:`MIN_CLUSTERS_NORMAL_P` - 1 site clusters (:data:`MIN_CLUSTERS_NORMAL_P` gives the reason)."""
+    return p_reference == "normal" and 2 <= r.n_clusters < MIN_CLUSTERS_NORMAL_P
+
+
 def _shown_p(r: Any, p_reference: str, hidden: list[int]) -> float:
     """The slope p of fit ``r`` as the table prints it: NaN (an em dash) without a fit, and under the normal
     reference for a fit on fewer than :data:`MIN_CLUSTERS_NORMAL_P` site clusters (its G is appended to
     ``hidden`` for the note, :func:`p_reference_note`)."""
     if r is None:
         return float("nan")
-    if p_reference == "normal" and 2 <= r.n_clusters < MIN_CLUSTERS_NORMAL_P and math.isfinite(r.slope_p):
+    if _withheld(r, p_reference) and math.isfinite(r.slope_p):
         hidden.append(r.n_clusters)
         return float("nan")
     return r.slope_p
 
 
-def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequence[int] = ()) -> str:
+def _shown_se(r: Any, p_reference: str) -> float:
+    """The slope's cluster-robust SE of fit ``r`` as Table 6 prints it: withheld (NaN, an em dash) exactly where
+    :func:`_shown_p` withholds the p-value, since that p is only this SE read against the normal distribution:
+    with fewer than :data:`MIN_CLUSTERS_NORMAL_P` site clusters the SE is biased down (Cameron and Miller 2015,
+    Sec. VI), and beta +- 1.96 SE would restate the inference the table refuses. Shown under the t reference,
+    whose p (G - 1 df) uses it; NaN without a fit or with fewer than 2 clusters (no SE)."""
+    if r is None or _withheld(r, p_reference):
+        return float("nan")
+    return r.slope_se
+
+
+def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequence[int] = (), *,
+                     se: bool = False) -> str:
     """The notes' sentence on the slope p-values: the reference distribution, and with the normal reference
     and fewer than :data:`FEW_CLUSTERS` site clusters in some fit, a warning giving the cluster counts.
 
@@ -733,6 +752,10 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequen
     hidden : sequence of int
         Site clusters G of the fits whose p-value is not printed (fewer than :data:`MIN_CLUSTERS_NORMAL_P`
         under the normal reference, :func:`_shown_p`); the note says so and gives them.
+    se : bool
+        The table prints the slope's SE (Table 6): the note then says the SE is withheld with the p
+        (:func:`_shown_se`), and under the t reference that an SE from fewer than :data:`MIN_CLUSTERS_NORMAL_P`
+        clusters is to be read with t, G - 1 df.
     """
     check_p_reference(p_reference)
     if p_reference == "t":
@@ -746,12 +769,22 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequen
         counts = f"{few[0]}" if len(few) == 1 else f"{few[0]} to {few[-1]}"
         note += (f" Few clusters: fits here rest on {counts} site clusters (fewer than {FEW_CLUSTERS}), where the normal "
                  f"reference gives p-values that are too small; set [geohint] p_reference = \"t\" for t with G - 1 df.")
-    if hidden:
+    if hidden and se:
+        gs = ", ".join(str(g) for g in sorted(set(hidden)))
+        note += (f" p and SE are {DASH} for a fit on fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = {gs}): "
+                 f"with so few clusters the cluster-robust SE is itself biased down, and read against the normal "
+                 f"distribution (the p, or beta +- 1.96 SE) it gives p-values far too small and intervals far too "
+                 f"narrow (Cameron and Miller 2015); beta is shown, p_reference = \"t\" gives SE and p with G - 1 df.")
+    elif hidden:
         gs = ", ".join(str(g) for g in sorted(set(hidden)))
         note += (f" p is {DASH} for a fit on fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = {gs}): with so "
                  f"few clusters the cluster-robust SE is itself unreliable and the normal reference turns it into "
                  f"p-values far too small to print (Cameron and Miller 2015); beta is shown, p_reference = \"t\" gives "
                  f"a p-value with G - 1 df.")
+    few_t = sorted({g for g in n_clusters if g < MIN_CLUSTERS_NORMAL_P})
+    if se and p_reference == "t" and few_t:
+        note += (f" SE from fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = "
+                 f"{', '.join(str(g) for g in few_t)}) is biased down: read it with t, G - 1 df, as p is.")
     return note
 
 
@@ -761,7 +794,9 @@ def _clusters(*fits: Any) -> list[int]:
 
 def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: str = "normal") -> Table:
     """Table 6: slope of log10(err) on d_ref per model (site-clustered SE), all and finer-than-city; p-values
-    from ``p_reference`` (``"normal"`` or ``"t"`` with G - 1 df, see :func:`p_reference_note`)."""
+    from ``p_reference`` (``"normal"`` or ``"t"`` with G - 1 df, see :func:`p_reference_note`). Under the normal
+    reference a fit on fewer than :data:`MIN_CLUSTERS_NORMAL_P` site clusters shows beta but neither SE nor p
+    (:func:`_shown_se`, :func:`_shown_p`)."""
     check_p_reference(p_reference)
     rows = []
     clusters: list[int] = []
@@ -777,7 +812,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
         nan = float("nan")
         share = r.slope / rr.slope if (r and rr and rr.slope) else nan
         rows.append([
-            label, r.nobs if r else 0, r.slope if r else nan, r.slope_se if r else nan,
+            label, r.nobs if r else 0, r.slope if r else nan, _shown_se(r, p_reference),
             _shown_p(r, p_reference, hidden), rf.slope if rf else nan, rr.slope if rr else nan, share,
         ])
     return Table(
@@ -788,7 +823,8 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
         rows,
         _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers "
                     "with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it "
-                    "(100 %).", p_reference_note(p_reference, clusters, hidden), zero_err_note("context answers", zeros)),
+                    "(100 %).", p_reference_note(p_reference, clusters, hidden, se=True),
+                    zero_err_note("context answers", zeros)),
     )
 
 
