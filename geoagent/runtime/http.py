@@ -960,6 +960,30 @@ class HttpClient:
         only their rate and concurrency are read (a call's retries and timeouts come with its own policy)."""
         return [self._default, *self._policies.values()]
 
+    def pace_s(self) -> float:
+        """The longest this client's configured rate limits alone may keep a key from sending, s: the largest
+        rate window (``period_s``, or ``period_s / rate`` for a fractional rate, plus the safety margin,
+        :data:`RATE_MARGIN_FRACTION`) over the default policy, every host policy and every model limit key
+        (``model_policies``), as this process's share sets it for the keys in use (scale-out,
+        :mod:`geoagent.runtime.hostshare`; a key whose processes take turns: one turn spacing per process).
+        E.g. 132.0 for a model limited to 1 request per 120 s: after one request it may send nothing for that
+        long. The stage runner's stall threshold (:meth:`geoagent.runtime.worker.StageStats.stall_after_s`) counts
+        it, so a configured slow pace is never read as a stall. Concurrency caps add no configured wait of their
+        own (a request waiting for a slot waits for another request's answer, which the threshold's measured
+        gaps cover). Cheap: no I/O, a few dozen keys at most."""
+        worst = 0.0
+        for policy in [self._default, *self._policies.values(), *self._model_policies.values()]:
+            try:
+                worst = max(worst, _throttle_params(policy)[1])
+            except ValueError:
+                continue
+        for state in [*list(self._hosts.values()), *list(self._limits.values())]:
+            worst = max(worst, float(state.throttle.inner.period))
+            gate = state.gate
+            if gate is not None and getattr(gate, "turns", False):
+                worst = max(worst, float(getattr(gate, "n", 1)) * float(getattr(gate, "spacing_s", 0.0)))
+        return worst
+
     def set_policy(self, host: str, policy: HostPolicy) -> None:
         """Set the policy of ``host`` (``"hostname:port"`` or ``"hostname"``); applies to live limiters too.
 
