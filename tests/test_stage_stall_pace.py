@@ -16,6 +16,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from geoagent.config import http_limits
 from geoagent.runtime.daemon import open_edge_queues
 from geoagent.runtime.http import HostPolicy, HttpClient, limit_key
 from geoagent.runtime.progress import stage_stalled
@@ -23,6 +24,8 @@ from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.stage import Stage, StageContext
 from geoagent.runtime.worker import STALL_MIN_S, StageRunner
 from geoagent.status import idle_note
+from geoagent.workers.model_caller import ModelCaller
+from tests._model_harness import CallerRig, write_model_config
 
 class _Caller(Stage):
     name = "model_caller"
@@ -31,15 +34,25 @@ class _Caller(Stage):
     async def handle(self, task, ctx):
         return []
 
-def _runner_stats(tmp_path, http: HttpClient):
-    """The counters of a model-caller-like stage run (burst, on an empty queue) in a process whose shared HTTP
-    client is ``http``: what the progress stream reads from."""
+class _Parser(Stage):
+    name = "parser"
+    input_edge = "requests"
+    sends_http = False
+
+    async def handle(self, task, ctx):
+        return []
+
+
+def _runner_stats(tmp_path, http: HttpClient, stage: Stage | None = None, ctx: StageContext | None = None):
+    """The counters of a stage (default: a model-caller-like one whose keys are unknown, so all count) run (burst,
+    on an empty queue) in a process whose shared HTTP client is ``http``: what the progress stream reads from."""
+    stage = stage or _Caller()
 
     async def main():
-        queues = open_edge_queues(tmp_path / "q", "c", [_Caller()])
-        runner = StageRunner(_Caller(), queues["requests"], None, StageContext("c", {"http": http}))
+        queues = open_edge_queues(tmp_path / "q", "c", [stage])
+        runner = StageRunner(stage, queues[stage.input_edge], None, ctx or StageContext("c", {"http": http}))
         stats = await runner.run()
-        await queues["requests"].close()
+        await queues[stage.input_edge].close()
         return stats
 
     return anyio.run(main)
@@ -84,3 +97,27 @@ def test_pace_counts_the_slowest_host_and_model_key():
     assert HttpClient(policies={"overpass.example.invalid": HostPolicy(rate=2, period_s=60.0)}).pace_s() == pytest.approx(66.0)
     # a fractional rate (0.5 per 60 s) is one request per 120 s
     assert HttpClient(policies={"x.invalid": HostPolicy(rate=0.5, period_s=60.0)}).pace_s() == pytest.approx(132.0)
+
+
+def test_the_model_caller_counts_its_own_models_limits_and_a_stage_without_requests_none(tmp_path, monkeypatch):
+    # the real model caller of a campaign whose model is limited to 1 request per 120 s, with the engine's
+    # HTTP client (geoagent.config.http_limits): its threshold counts the model's 132 s window
+    monkeypatch.setenv("RT_PACE_KEY", "test-not-a-key")
+    cfg = write_model_config(tmp_path / "c.toml", "http://127.0.0.1:9", name="pace", key_var="RT_PACE_KEY",
+                             rate_requests=1, rate_period_s=120.0, concurrency=1)
+    http = HttpClient(**http_limits(cfg))
+    rig = CallerRig(tmp_path, cfg, http)
+    stats = _runner_stats(tmp_path, http, ModelCaller(), rig.ctx)
+    assert stats.pace_s == pytest.approx(132.0)
+    assert stats.stall_after_s() == pytest.approx(192.0)
+    rig.state.close()
+    # a parser in the same process sends nothing: the model's pace is not its own (work ready on its edge and
+    # nothing done for 90 s is a stall)
+    parser = _runner_stats(tmp_path / "p", http, _Parser())
+    assert parser.pace_s == 0.0 and parser.stall_after_s() == STALL_MIN_S
+    # the keys of one stage only: a fast host next to the slow model's key does not count
+    fast = HttpClient(policies={"fast.invalid": HostPolicy(rate=50, period_s=1.0)},
+                      model_policies={limit_key("slow.invalid:443", "m"): HostPolicy(rate=1, period_s=120.0)})
+    assert fast.pace_s(["fast.invalid"]) == pytest.approx(1.1)
+    assert fast.pace_s([limit_key("slow.invalid:443", "m")]) == pytest.approx(132.0)
+    assert fast.pace_s([]) == 0.0

@@ -235,8 +235,9 @@ class StageStats:
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
     #: lanes (module docstring, "Lanes"): tasks completed per lane, and (time, counts) marks for their rates
     lane_done: dict[str, int] = field(default_factory=dict)
-    #: the slowest configured rate window of the process's HTTP keys, s (:meth:`geoagent.runtime.http.HttpClient.pace_s`,
-    #: set by the runner): the stage may complete nothing that long by its limits alone (:meth:`stall_after_s`)
+    #: the slowest configured rate window of the HTTP keys pacing the stage (:meth:`Stage.pace_keys`), s
+    #: (:meth:`geoagent.runtime.http.HttpClient.pace_s`, set by the runner): it may complete nothing that long by
+    #: its limits alone (:meth:`stall_after_s`)
     pace_s: float = 0.0
     _lane_marks: deque[tuple[float, dict[str, int]]] = field(default_factory=lambda: deque(maxlen=256))
 
@@ -694,13 +695,15 @@ class StageRunner:
         return default_task_timeout_s(policies)
 
     def _note_pace(self) -> None:
-        """Set the stage's :attr:`StageStats.pace_s` from the shared HTTP client's configured limits now
+        """Set the stage's :attr:`StageStats.pace_s` from the configured limits of the keys that pace it
+        (:meth:`Stage.pace_keys`; None: all) in the shared HTTP client now
         (:meth:`geoagent.runtime.http.HttpClient.pace_s`; 0.0 without a client). Called when the stage started and
         about once a second after (a scale-out share changes as processes come and go)."""
         self._pace_at = time.monotonic()
         pace = getattr(self.ctx.services.get("http"), "pace_s", None)
         try:
-            self.stats.pace_s = float(pace()) if callable(pace) else 0.0
+            keys = self.stage.pace_keys() if hasattr(self.stage, "pace_keys") else None
+            self.stats.pace_s = float(pace(keys)) if callable(pace) else 0.0
         except Exception:  # noqa: BLE001 - a threshold for the display must never break the stage
             log.debug("stage %s: pace of the HTTP limits unknown", self.stage.name, exc_info=True)
 
