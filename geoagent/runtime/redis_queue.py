@@ -134,8 +134,8 @@ Differences from the SQLite backend (none in the interface semantics):
   release, requeue or end of backoff), where SQLite orders ready tasks by their ``not_before`` time;
 * times have microsecond resolution of the *server's* clock, and there is no injectable test clock;
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
-  runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` walks the queue in read scripts of about
-  ``put_chunk`` entries each (SQLite: one read transaction);
+  runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
+  scripts of about ``put_chunk`` entries each (SQLite: one read transaction);
 * no synchronous (``*_sync``) API and no ``expire_leases``;
 * done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
   bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
@@ -661,14 +661,18 @@ end
 return out
 """
 
-# ARGV: group, reason prefix -> keys of the dead tasks whose reason starts with it
+# ARGV: group, reason prefix, cursor, n -> {next cursor, keys}: one ZSCAN step (about n members; cursor '0' to
+# start, '0' back when done) of ``dead``, the keys whose reason starts with the prefix
 _DEAD_KEYS = _PRELUDE + """
 local out, prefix = {}, ARGV[2]
-for _, key in ipairs(redis.call('ZRANGE', DEAD, 0, -1)) do
+local res = redis.call('ZSCAN', DEAD, ARGV[3], 'COUNT', tonumber(ARGV[4]))
+local items = res[2]
+for i = 1, #items, 2 do
+  local key = items[i]
   local reason = redis.call('HGET', ERR, key) or ''
   if string.sub(reason, 1, #prefix) == prefix then out[#out + 1] = key end
 end
-return out
+return {res[1], out}
 """
 
 # ARGV: group, consumer -> 1 if this consumer was removed from the group (it held no pending entry)
@@ -1077,8 +1081,17 @@ class RedisStreamsQueue(WorkQueue):
         return out
 
     async def dead_keys(self, reason_prefix: str = "") -> list[str]:
-        """Keys of the dead tasks whose reason starts with ``reason_prefix`` (one read script over ``dead``)."""
-        return [_text(k) for k in await self._run(self._dead_keys_script, str(reason_prefix))]
+        """Keys of the dead tasks whose reason starts with ``reason_prefix`` (all: ``""``), each once, in no set
+        order. Walked in ``ZSCAN`` steps of about ``put_chunk`` members of ``dead``, one short read script each
+        (one script over a large dead set blocked the server); every task dead throughout the walk is listed."""
+        out: dict[str, None] = {}
+        cursor = "0"
+        while True:
+            nxt, keys = await self._run(self._dead_keys_script, str(reason_prefix), cursor, self.put_chunk)
+            out.update(dict.fromkeys(_text(k) for k in keys))
+            cursor = _text(nxt)
+            if cursor == "0":
+                return list(out)
 
     async def close(self) -> None:
         """Leave the consumer group if this consumer holds no lease, and close the client if owned.
