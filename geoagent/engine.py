@@ -677,10 +677,12 @@ def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
     and ``GEOAGENT_STATE`` pointed at the moved folders) leave a record naming a folder that no longer exists,
     which this run's folder then replaces (with ``record``). Queues of an earlier version (no record) get one.
 
-    ``record`` False (the start of a run, before its locks): read only. True (right before the run opens its
-    queues): also create the record when there is none, exclusively (of two processes starting at once with
-    different state folders the second is refused here), or replace one naming a folder that is gone. A dry
-    run calls neither. A record that cannot be read counts as none.
+    ``record`` False: read only (the start of a run of a campaign without queue files yet, before its locks:
+    nothing is written, so a run refused later leaves no queues folder). True (the start of a run whose queues
+    hold work, and right before a run opens its queues): also create the record when there is none,
+    exclusively (of two processes starting at once with different state folders the second is refused), or
+    replace one naming a folder that is gone. A dry run calls neither. A record that cannot be read counts as
+    none.
 
     Raises
     ------
@@ -1176,7 +1178,9 @@ async def run_campaign(
     check_state_matches_queues(cfg)
     if not simulate:
         check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
-        check_queues_state_root(cfg)  # before the run lock's start-up recovery could hand back live leases
+        # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
+        # version before the record) get their record now, so a second state folder started meanwhile is refused
+        check_queues_state_root(cfg, record=_has_queues(cfg))
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     try:
