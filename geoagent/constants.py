@@ -59,6 +59,9 @@ STAGE_IMAGE_AUDITOR = "image_auditor"
 STAGE_REF_AUDITOR = "referenceability_auditor"
 STAGE_LADDER_BUILDER = "ladder_builder"
 
+# --- files under queues/<campaign>/ -------------------------------------------------------------
+QUEUES_STATE_FILE = "state_root.json"  # the state folder these queues belong to (engine.check_queues_state_root)
+
 # --- files under state/<campaign>/ ------------------------------------------------------------
 CAMPAIGN_DB = "campaign.sqlite"  # response store + ledger (one file so store+settle is one transaction)
 MANIFEST_FILE = "manifest.json"

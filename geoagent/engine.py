@@ -55,8 +55,10 @@ from __future__ import annotations
 import abc
 import contextlib
 import importlib
+import json
 import logging
 import os
+import secrets
 import sys
 import sqlite3
 import time
@@ -651,6 +653,90 @@ def check_state_matches_queues(cfg: Any) -> None:
         )
 
 
+def _same_folder(a: Path, b: Path) -> bool:
+    """Whether folders ``a`` and ``b`` are one (the same inode where both exist: a symlink or another spelling
+    of it; else the same absolute path)."""
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return str(a.resolve()) == str(b.resolve())
+
+
+def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
+    """Refuse a run whose state folder is not the one the campaign's queues belong to; with ``record``, write it.
+
+    ``queues/<campaign>/state_root.json`` (:data:`geoagent.constants.QUEUES_STATE_FILE`) records the absolute
+    state folder (``state/<campaign>``) of the runs that used these queues. Every process of a campaign must use
+    that pair: a process whose state folder is another one holds its run and owner locks there, finds no other
+    process of the campaign alive, and so hands back every lease in the queues at start (:func:`run_lock`'s
+    ``when_alone``), the live ones of the processes on the recorded folder included: their tasks would be done
+    twice. So when the recorded folder still exists and is not this run's, this raises. The scale-out
+    (``--stages`` processes with the same roots) records one folder; roots moved together (``GEOAGENT_QUEUES``
+    and ``GEOAGENT_STATE`` pointed at the moved folders) leave a record naming a folder that no longer exists,
+    which this run's folder then replaces (with ``record``). Queues of an earlier version (no record) get one.
+
+    ``record`` False: read only (the start of a run of a campaign without queue files yet, before its locks:
+    nothing is written, so a run refused later leaves no queues folder). True (the start of a run whose queues
+    hold work, and right before a run opens its queues): also create the record when there is none,
+    exclusively (of two processes starting at once with different state folders the second is refused), or
+    replace one naming a folder that is gone. A dry run calls neither. A record that cannot be read counts as
+    none.
+
+    Raises
+    ------
+    ValueError
+        Naming the queues folder, the recorded state folder, this run's, and the fixes.
+    """
+    from geoagent.files import atomic_write_text
+
+    qdir = Path(cfg.queues_root()) / cfg.name
+    here = Path(cfg.state_dir()).resolve()
+    path = qdir / C.QUEUES_STATE_FILE
+
+    def recorded() -> Path | None:
+        try:
+            value = json.loads(path.read_text(encoding="utf-8")).get("state_dir")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return Path(value) if isinstance(value, str) and value else None
+
+    def new_record() -> str:
+        return json.dumps({"state_dir": str(here), "campaign": cfg.name}) + "\n"
+
+    other = recorded()
+    if other is not None and not _same_folder(other, here):
+        if other.is_dir():
+            raise ValueError(
+                f"campaign {cfg.name}: the queues in {qdir.resolve()} belong to the state folder {other} (recorded "
+                f"in {path.name} there), but this run's state folder is {here}; two state folders on one "
+                "campaign's queues would hand back each other's leases (tasks done twice). Run with the state "
+                f"root the other processes use (${C.ENV_STATE_ROOT} or [paths] state, so that the campaign's "
+                f"folder is {other}), or give this run its own queues root (${C.ENV_QUEUES_ROOT} or [paths] "
+                f"queues); if {other} is an old copy that no process uses, remove it and run again"
+            )
+        if record:  # the recorded folder is gone (moved with the queues, or removed): the queues are this one's
+            atomic_write_text(path, new_record())
+        return
+    if other is None and record:
+        qdir.mkdir(parents=True, exist_ok=True)
+        tmp = qdir / f".{C.QUEUES_STATE_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        tmp.write_text(new_record(), encoding="utf-8")
+        try:
+            if path.exists():  # damaged: replaced
+                os.replace(tmp, path)
+            else:
+                try:
+                    os.link(tmp, path)  # exclusive: fails when another process recorded meanwhile
+                except FileExistsError:
+                    check_queues_state_root(cfg, record=False)  # that process's folder must be this one's
+                except OSError:  # no hard links on this file system: not exclusive, still recorded
+                    os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def run_lock(state_dir: Path, when_alone: Callable[[], Any] | None = None, *, owner: bool = False,
              when_dead: Callable[[list[str]], Any] | None = None,
@@ -1092,6 +1178,9 @@ async def run_campaign(
     check_state_matches_queues(cfg)
     if not simulate:
         check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
+        # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
+        # version before the record) get their record now, so a second state folder started meanwhile is refused
+        check_queues_state_root(cfg, record=_has_queues(cfg))
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     try:
@@ -1198,6 +1287,7 @@ async def _run(
         stages = [s for s in stages if s.name in set(only_stages)]
     if not watch:
         plan = _refuse_empty_first_plan(cfg, kind, plan)
+    check_queues_state_root(cfg, record=True)
     queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), **cfg.queue_options())
     try:
         # the plan is streamed into the queue in chunks, so a campaign of millions of requests never

@@ -10,7 +10,8 @@ of the states, hand-computed backoff bounds, or (Redis only) a separate raw clie
 
 The ``test_redis_*`` cases are Redis-only: eight asyncio consumers each lease every task exactly once, a
 SIGKILLed consumer process's tasks come back after the visibility timeout, counts survive a dropped
-connection, and the backoff formula read from the server's ``delayed`` scores.
+connection, the backoff formula read from the server's ``delayed`` scores, and ``ready_keys`` walking the queue
+in chunks (one short script each), exact also when a task moves from ``delayed`` into the stream meanwhile.
 """
 
 from __future__ import annotations
@@ -485,6 +486,97 @@ def test_contract_dead_letter_ready_moves_only_idle_tasks_and_requeue_brings_the
     backend.run(body)
 
 
+def test_contract_release_with_a_delay_defers_the_task_without_an_attempt(backend):
+    """``release(tasks, delay_s=...)``: the model caller's lanes give a task of a full lane back for later. The
+    task counts as ready at once (idle: ``ready_keys`` lists it, a burst run does not end) but is not leased
+    before the delay has passed (real clock: the server's for Redis), no attempt is counted, its last error is
+    kept; a zero delay is deliverable at once; a negative one is refused; a stale lease raises."""
+    delay = 1.0
+
+    async def body(open_):
+        q = open_()
+        await q.put_many([("a", {"k": "a"}), ("b", {"k": "b"}), ("c", {"k": "c"})])
+        by_key = {t.key: t for t in await q.lease(3, 60)}
+        assert await q.nack(by_key["a"], "lane full once", backoff_s=0) == "ready"
+        (a,) = await q.lease(1, 60)
+        t0 = time.monotonic()
+        await q.release([a], delay_s=delay)
+        await q.release(by_key["b"], delay_s=0.0)
+        assert await q.counts() == QueueCounts(ready=2, leased=1)
+        assert sorted(await q.ready_keys()) == ["a", "b"]
+        assert [t.key for t in await q.lease(5, 60)] == ["b"]  # a waits out its delay
+        assert await q.lease(5, 60) == []
+        (again,) = await wait_for_lease(q, 5, 60, timeout_s=15.0)
+        assert time.monotonic() - t0 >= delay - 0.05  # never before its delay (clock granularity aside)
+        assert (again.key, again.attempts, again.last_error, again.payload) == ("a", 1, "lane full once", {"k": "a"})
+        with pytest.raises(ValueError):
+            await q.release([again], delay_s=-1.0)
+        with pytest.raises(StaleLease):
+            await q.release([a], delay_s=delay)  # the old lease of a
+        await q.ack([again, by_key["c"]])
+        assert await q.counts() == QueueCounts(leased=1, done=2)
+
+    backend.run(body)
+
+
+def test_contract_earlier_reasons_finds_the_superseded_reason_of_a_requeued_task(backend):
+    """The superseded-reason lookup: a task set aside (``dead_letter_ready`` with ``superseded: ...``) and then
+    brought back by hand (``requeue_dead``) keeps that text as its last error, so a later run setting it aside
+    again gives it the same reason (``engine``: ``earlier_reasons(keys, "superseded:")``). Only tasks not dead
+    whose last error starts with the prefix answer; dead ones, others' reasons and unknown keys do not."""
+    async def body(open_):
+        q = open_()
+        await q.put_many([(k, {"k": k}) for k in "abcde"])
+        by_key = {t.key: t for t in await q.lease(5, 60)}
+        await q.nack(by_key["d"], "http 500", backoff_s=0)  # d: ready again, a real failure's reason
+        await q.release([by_key[k] for k in "abce"])
+        reason = "superseded: not in the current plan (config changed: geoverify.n_per_band: 3 -> 2)"
+        assert sorted(await q.dead_letter_ready(list("abc"), reason)) == ["a", "b", "c"]
+        assert sorted(await q.dead_keys("superseded:")) == ["a", "b", "c"]
+        assert await q.earlier_reasons(list("abcde"), "superseded:") == {}  # dead ones are not "earlier"
+        assert await q.requeue_dead(["a", "b"]) == 2
+        got = await q.earlier_reasons(list("abcde") + ["zz"], "superseded:")
+        assert got == {"a": reason, "b": reason}  # c still dead, d's reason is another, e has none, zz unknown
+        assert await q.earlier_reasons(["d"], "http") == {"d": "http 500"}
+        assert await q.earlier_reasons([], "superseded:") == {}
+        assert sorted(await q.dead_keys("superseded:")) == ["c"]
+        # set aside again: the same reason, and requeue answers it once more
+        assert sorted(await q.dead_letter_ready(["a", "b"], got["a"])) == ["a", "b"]
+        reasons = {d.key: d.reason for d in await q.dead_letters()}
+        assert reasons == {"a": reason, "b": reason, "c": reason}
+
+    backend.run(body)
+
+
+def test_contract_ready_keys_is_exact_over_many_tasks_in_every_idle_state(backend):
+    """``ready_keys`` over more tasks than one chunk of the walk (Redis: ``put_chunk``, here 7): every idle
+    task once (ready, waiting out a backoff, under an expired lease), no leased, done or dead one."""
+    async def body(open_):
+        q = open_(put_chunk=7, backoff_base_s=30.0, backoff_max_s=30.0) if backend.kind == "redis" else open_(
+            backoff_base_s=30.0, backoff_max_s=30.0)
+        keys = [f"k{i:03d}" for i in range(120)]
+        await q.put_many([(k, {}) for k in keys])
+        leased = await q.lease(60, 60)  # k000..k059 in FIFO order on both backends
+        by_key = {t.key: t for t in leased}
+        await q.ack([by_key[k] for k in keys[0:10]])                          # done
+        for k in keys[10:20]:
+            await q.dead_letter(by_key[k], "no")                                # dead
+        for k in keys[20:30]:
+            assert await q.nack(by_key[k], "later", backoff_s=30.0) == "ready"  # waiting out a backoff
+        await q.release([by_key[k] for k in keys[30:40]])                        # ready again
+        # keys[40:60] stay leased (live); keys[60:80] leased under a lease that expires at once (the released
+        # keys[30:40] line up behind the tasks ready before them)
+        short = await q.lease(20, 0.2)
+        assert sorted(t.key for t in short) == keys[60:80]
+        await asyncio.sleep(0.5)
+        idle = sorted(await q.ready_keys())
+        assert len(idle) == len(set(idle))
+        assert idle == sorted(keys[20:40] + keys[60:120])
+        assert await q.counts() == QueueCounts(ready=80, leased=20, done=10, dead=10)
+
+    backend.run(body)
+
+
 # --------------------------------------------------------------------------- contract: counts, lifetime
 def test_contract_counts_match_an_independent_model(backend):
     rng = random.Random(11)
@@ -808,3 +900,93 @@ def test_redis_close_leaves_the_group_only_without_pending_entries(rbackend, raw
     rbackend.run(body)
     consumers = {c["name"].decode(): c["pending"] for c in raw.xinfo_consumers(stream, "workers")}
     assert consumers == {"holder-one": 1}  # its lease stays pending until it expires or is acked
+
+
+def _script_calls(raw) -> int:
+    stats = raw.info("commandstats")
+    return sum(int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def test_redis_ready_keys_walks_the_queue_in_chunks(rbackend, raw):
+    """``ready_keys`` (the superseded set-aside reads it once per plan) walked the whole stream, ``delayed`` and
+    the expired leases in ONE Lua script: at a million tasks that blocks the server (every other consumer's
+    lease, ack and put) for the whole walk. Now each script call reads at most about ``put_chunk`` entries
+    (ZSCAN / XRANGE with a cursor carried between calls), and the result is still exact: every idle task once,
+    also one moved from ``delayed`` into the stream between two calls of the walk."""
+    chunk, n = 10, 95
+
+    async def body(open_):
+        q = open_(put_chunk=chunk, backoff_base_s=30.0, backoff_max_s=30.0)
+        keys = [f"k{i:03d}" for i in range(n)]
+        await q.put_many([(k, {}) for k in keys])
+        leased = {t.key: t for t in await q.lease(30, 60)}
+        for k in keys[:15]:
+            assert await q.nack(leased[k], "later", backoff_s=30.0) == "ready"  # 15 in delayed
+        before = _script_calls(raw)
+        idle = await q.ready_keys()
+        calls = _script_calls(raw) - before
+        assert sorted(idle) == sorted(keys[:15] + keys[30:])  # 15 delayed + 65 in the stream; 15 leased
+        # before: 1 call for the whole queue; now one per chunk of the stream (80 entries, the 15 leased ones'
+        # pending entries included: 8), one for delayed and one for the lease index (small sets: one ZSCAN step)
+        assert calls >= 80 // chunk + 2, calls
+        return idle
+
+    rbackend.run(body)
+
+
+def test_redis_ready_keys_keeps_a_task_promoted_from_delayed_during_the_walk(rbackend, raw):
+    """A ready task waiting out its backoff that another consumer's ``lease`` moves into the stream while the
+    walk is on (between two of its calls, before the walk reached ``delayed``) is still listed: a promoted task
+    gets a new entry at the stream's end, and the walk reads the stream after ``delayed``, up to its end."""
+    keys_of = _redis_keys(rbackend)
+
+    async def body(open_):
+        q = open_(put_chunk=5)
+        other = open_(put_chunk=5)
+        keys = [f"k{i:02d}" for i in range(40)]
+        await q.put_many([(k, {}) for k in keys])
+        (first,) = await q.lease(1, 60)
+        assert first.key == "k00"
+        assert await q.nack(first, "later", backoff_s=0.3) == "ready"  # k00 waits in delayed for 0.3 s
+        real = q._ready_keys_script
+        phases: list[str] = []
+
+        async def paused_walk(*, keys, args):  # the walk's script calls, pausing after the lease index's
+            out = await real(keys=keys, args=args)
+            phases.append(str(args[1]))
+            if phases == ["L"]:
+                await asyncio.sleep(0.5)  # k00 is due now
+                (got,) = await other.lease(1, 60)  # promotes k00 into the stream, leases k01
+                assert got.key == "k01" and raw.zcard(keys_of["delayed"]) == 0
+            return out
+
+        q._ready_keys_script = paused_walk
+        idle = await q.ready_keys()
+        assert phases[0] == "L" and phases.count("S") >= 2
+        assert sorted(idle) == ["k00"] + keys[2:]
+
+    rbackend.run(body)
+
+
+def test_redis_dead_keys_walks_the_dead_set_in_chunks(rbackend, raw):
+    """``dead_keys`` (the superseded lookup of every plan and of ``status``) read the whole ``dead`` set, and each
+    task's reason, in one script; now one ZSCAN step of about ``put_chunk`` members per script call, with the
+    same exact result (300 dead tasks: more than a small set's single-step encoding holds)."""
+    chunk, n = 25, 300
+
+    async def body(open_):
+        q = open_(put_chunk=chunk)
+        keys = [f"d{i:03d}" for i in range(n)]
+        await q.put_many([(k, {}) for k in keys])
+        leased = await q.lease(n, 60)
+        for t in leased:
+            await q.dead_letter(t, ("superseded: plan changed" if int(t.key[1:]) % 3 else "http 400"))
+        before = _script_calls(raw)
+        aside = await q.dead_keys("superseded:")
+        calls = _script_calls(raw) - before
+        assert sorted(aside) == [k for k in keys if int(k[1:]) % 3]
+        assert sorted(await q.dead_keys()) == keys
+        assert calls >= n // chunk // 2, calls  # ZSCAN's COUNT is a hint: about one call per chunk
+        return aside
+
+    rbackend.run(body)

@@ -56,6 +56,7 @@ class Collector(Stage):
     """``responses`` -> results table ``results`` (one row per request; the end of the generic pipeline)."""
 
     name = "collector"
+    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
     input_edge = C.EDGE_RESPONSES
     output_edge = None
     concurrency = 64

@@ -128,6 +128,7 @@ class GeoHintParserStage(Stage):
     """``responses`` -> ``answers``: parse the answer text defensively (never raises on bad text)."""
 
     name = C.STAGE_PARSER
+    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
     input_edge = C.EDGE_RESPONSES
     output_edge = C.EDGE_ANSWERS
     concurrency = 16
@@ -255,6 +256,7 @@ class GeoHintScorerStage(Stage):
     when a ``store`` service exists."""
 
     name = C.STAGE_SCORER
+    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
     input_edge = C.EDGE_LOCATED
     output_edge = C.EDGE_SCORED
     concurrency = 16
@@ -315,6 +317,7 @@ class GeoHintAggregatorStage(Stage):
     """
 
     name = C.STAGE_AGGREGATOR
+    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
     input_edge = C.EDGE_SCORED
     output_edge = None
     concurrency = 1

@@ -208,6 +208,7 @@ class GeoVerifyParserStage(Stage):
     """``responses`` -> ``answers``: parse the answer text (never raises on bad text)."""
 
     name = C.STAGE_PARSER
+    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
     input_edge = C.EDGE_RESPONSES
     output_edge = C.EDGE_ANSWERS
     concurrency = 16
@@ -247,6 +248,7 @@ class GeoVerifyScorerStage(Stage):
     ``geoverify_scored`` (key = message key) when a ``store`` service exists."""
 
     name = C.STAGE_SCORER
+    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
     input_edge = C.EDGE_ANSWERS
     output_edge = C.EDGE_SCORED
     concurrency = 16
@@ -317,6 +319,7 @@ class GeoVerifyAggregatorStage(Stage):
     """
 
     name = C.STAGE_AGGREGATOR
+    sends_http = False  # no request of its own: a slow model upstream is no pace of its (pace_keys)
     input_edge = C.EDGE_SCORED
     output_edge = None
     concurrency = 1

@@ -152,7 +152,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent.runtime.http import HostPolicy, HttpClient, _HostState, _throttle_params
-from geoagent.runtime.procs import proc_start, proc_stat
+from geoagent.runtime.procs import pid_alive, proc_start, proc_stat
 from geoagent.runtime.sqlite_wal import enable_wal
 
 log = logging.getLogger(__name__)
@@ -285,13 +285,10 @@ def _alive(pid: int, pstart: str) -> bool:
     """Whether process ``pid`` that started at ``pstart`` (``_proc_start``; '' = unknown) still runs: its pid
     exists, and (``pstart`` known) the process holding it started then and is no zombie (state ``Z``: it has
     exited), and its ``/proc`` entry did not vanish meanwhile. Stricter than the ledger's check on purpose: a
-    member that is gone must not keep its turn (:mod:`geoagent.runtime.procs`)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    member that is gone must not keep its turn (:mod:`geoagent.runtime.procs`: its :func:`pid_alive` tells a
+    zombie)."""
+    if pid_alive(pid) is False:
         return False
-    except PermissionError:
-        pass  # exists, someone else's
     if pstart:
         st = proc_stat(pid)
         if st is None:

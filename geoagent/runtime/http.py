@@ -79,7 +79,7 @@ import itertools
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -959,6 +959,51 @@ class HttpClient:
         :func:`geoagent.runtime.worker.default_task_timeout_s`). The model limit keys' policies are not listed:
         only their rate and concurrency are read (a call's retries and timeouts come with its own policy)."""
         return [self._default, *self._policies.values()]
+
+    def pace_s(self, keys: Iterable[str] | None = None) -> float:
+        """The longest the configured rate limits of ``keys`` alone may keep them from sending, s: the largest
+        rate window (``period_s``, or ``period_s / rate`` for a fractional rate, plus the safety margin,
+        :data:`RATE_MARGIN_FRACTION`) of those keys, as this process's share sets it for a key in use
+        (scale-out, :mod:`geoagent.runtime.hostshare`; a key whose processes take turns: one turn spacing per
+        process). ``keys``: host keys (:func:`host_key`) and model limit keys (:func:`limit_key`; a model's key
+        also counts its host's policy where that is a ceiling over its models); None: every key this client
+        knows (the default policy, every host policy, every model limit key). 0.0 for no key.
+
+        E.g. 132.0 for a model limited to 1 request per 120 s: after one request it may send nothing for that
+        long. The stage runner's stall threshold counts it (:attr:`geoagent.runtime.worker.StageStats.pace_s`),
+        so a configured slow pace is never read as a stall. Concurrency caps add no configured wait of their
+        own (a request waiting for a slot waits for another request's answer, which the threshold's measured
+        gaps cover). Cheap: no I/O, a few dozen keys at most."""
+
+        def window(policy: HostPolicy) -> float:
+            try:
+                return _throttle_params(policy)[1]
+            except ValueError:
+                return 0.0
+
+        def live(state: _HostState) -> float:
+            gate = state.gate
+            turns = (float(getattr(gate, "n", 1)) * float(getattr(gate, "spacing_s", 0.0))
+                     if gate is not None and getattr(gate, "turns", False) else 0.0)
+            return max(float(state.throttle.inner.period), turns)
+
+        if keys is None:
+            policies = [self._default, *self._policies.values(), *self._model_policies.values()]
+            states = [*list(self._hosts.values()), *list(self._limits.values())]
+        else:
+            policies, states = [], []
+            for key in keys:
+                host = key.partition("/")[0]
+                if key in self._model_policies:
+                    policies.append(self._model_policies[key])
+                    if key in self._limits:
+                        states.append(self._limits[key])
+                    if host not in self._ceilings:
+                        continue  # the host's own policy does not pace this model's calls
+                policies.append(self.policy_for(host))
+                if host in self._hosts:
+                    states.append(self._hosts[host])
+        return max([0.0, *map(window, policies), *map(live, states)])
 
     def set_policy(self, host: str, policy: HostPolicy) -> None:
         """Set the policy of ``host`` (``"hostname:port"`` or ``"hostname"``); applies to live limiters too.

@@ -44,7 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from geoagent.runtime.procs import proc_start
+from geoagent.runtime.procs import proc_start, process_alive
 from geoagent.runtime.sqlite_wal import enable_wal
 from geoagent.runtime.stage import BudgetStop
 
@@ -389,19 +389,10 @@ CREATE TABLE IF NOT EXISTS ledger_owners (
 
 def _pid_alive(pid: int, started: str | None) -> bool:
     """Whether ledger owner process ``pid``, recorded with start time ``started``
-    (:func:`geoagent.runtime.procs.proc_start`; None: unknown), still runs: its pid exists and, where both start
-    times can be read, the process holding it started when the recorded one did (else the pid was reused)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    if started is not None:
-        now = proc_start(pid)
-        if now is not None and now != started:
-            return False  # the pid was reused by a new process
-    return True
+    (:func:`geoagent.runtime.procs.proc_start`; None: unknown), still runs: the shared reader's
+    :func:`geoagent.runtime.procs.process_alive` (its pid exists, it is no zombie, and where both start times can
+    be read, the process holding it started when the recorded one did; else the pid was reused)."""
+    return process_alive(pid, started)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,15 @@
 """Whether a process of this machine still exists (for ``status``, the run manifest and crash recovery), and
 when it started (Linux ``/proc/<pid>/stat``), which tells a process from a later one that reuses its pid.
 
-The callers decide liveness from these in their own ways on purpose: the ledger's crash recovery
-(:mod:`geoagent.runtime.ledger`) counts a process as alive while its pid exists with the recorded start time,
-the host board (:mod:`geoagent.runtime.hostshare`) also counts a zombie (state ``Z``: exited, not yet reaped) and
-a pid whose ``/proc`` entry vanished between the two checks as gone, and the run manifest
-(:mod:`geoagent.runtime.manifest`) compares the start time with its run's start (Unix time).
+A zombie (state ``Z``: a process that exited and that its launcher has not reaped yet) is dead everywhere:
+:func:`pid_alive` says False for it (``kill(pid, 0)`` alone still succeeds on a zombie), so a killed process
+under a launcher that does not reap it at once frees its ledger reservations, its run and its temporary files
+at once, not when it is reaped. Beyond that the callers decide liveness in their own ways on purpose: the
+ledger's crash recovery (:mod:`geoagent.runtime.ledger`, :func:`process_alive`) counts a process as alive while
+its pid exists with the recorded start time, the host board (:mod:`geoagent.runtime.hostshare`) also counts a pid
+whose ``/proc`` entry vanished between the two checks as gone, the run manifest
+(:mod:`geoagent.runtime.manifest`) compares the start time with its run's start (Unix time), and ``status`` and
+the temporary-file sweep (:mod:`geoagent.files`) use :func:`pid_alive`.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from typing import Any
 
 
 def pid_alive(pid: Any) -> bool | None:
-    """Whether a process with id ``pid`` exists on this machine (``kill(pid, 0)``; a process of another user
-    counts). None when ``pid`` is not a positive int or the check itself fails. A pid may since have been reused
-    by another program: callers that must know compare start times (``/proc/<pid>/stat``) or record ages."""
+    """Whether a live process with id ``pid`` exists on this machine (``kill(pid, 0)``; a process of another user
+    counts): False when there is none, or when it is a zombie (``/proc/<pid>/stat`` state ``Z``: it exited and
+    its launcher has not reaped it yet; where ``/proc`` cannot be read a zombie still reads as alive). None when
+    ``pid`` is not a positive int or the check itself fails. A pid may since have been reused by another
+    program: callers that must know compare start times (:func:`proc_start`, :func:`process_alive`) or record
+    ages."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
     try:
@@ -26,9 +33,25 @@ def pid_alive(pid: Any) -> bool | None:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # exists, owned by another user
+        pass  # exists, owned by another user
     except (OSError, OverflowError):
         return None
+    st = proc_stat(pid)
+    return not (st is not None and st[0] == "Z")
+
+
+def process_alive(pid: int, started: str | None) -> bool:
+    """Whether process ``pid``, recorded with start time ``started`` (:func:`proc_start`; None: unknown), still
+    runs: :func:`pid_alive` (it exists and is no zombie) and, where both start times can be read, the process
+    holding the pid started when the recorded one did (else the pid was reused: gone). A pid the check cannot
+    judge (not a positive int, the check failed) counts as alive: the callers (crash recovery) must never take a
+    live process for dead."""
+    if pid_alive(pid) is False:
+        return False
+    if started is not None:
+        now = proc_start(pid)
+        if now is not None and now != started:
+            return False  # the pid was reused by a new process
     return True
 
 

@@ -134,7 +134,8 @@ Differences from the SQLite backend (none in the interface semantics):
   release, requeue or end of backoff), where SQLite orders ready tasks by their ``not_before`` time;
 * times have microsecond resolution of the *server's* clock, and there is no injectable test clock;
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
-  runs, so chunks are kept small), SQLite per 10,000;
+  runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
+  scripts of about ``put_chunk`` entries each (SQLite: one read transaction);
 * no synchronous (``*_sync``) API and no ``expire_leases``;
 * done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
   bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
@@ -612,31 +613,66 @@ return once(function()
 end)
 """
 
-# ARGV: group -> keys of the idle tasks: state ready (stream or delayed), or leased under an expired lease.
-# One HSCAN-free pass: the ready ones are read from the stream's undelivered entries and ``delayed``.
+# ARGV: group, phase, cursor, n -> {next cursor, keys}: one chunk of the walk of ready_keys (the idle tasks:
+# state ready, in the stream or in delayed, or leased under an expired lease). Phase 'L' (the lease index, only
+# deadlines passed now) and 'D' (delayed) read one ZSCAN step of about n members (cursor '0' to start; '0' back
+# when done); phase 'S' reads the stream entries after the cursor ('-' to start; '' back at the end), n or n + 1,
+# a task counting when its state is ready and the entry is its current one (not a leased task's pending entry).
 _READY_KEYS = _PRELUDE + """
+local phase, cursor, n = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local out = {}
-for _, key in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now_us())) do out[#out + 1] = key end
-for _, key in ipairs(redis.call('ZRANGE', DELAYED, 0, -1)) do out[#out + 1] = key end
-if redis.call('EXISTS', S) == 1 then
-  for _, entry in ipairs(redis.call('XRANGE', S, '-', '+')) do
-    local key = entry[2][2]
-    if redis.call('HGET', ST, key) == 'ready' and redis.call('HGET', ENT, key) == entry[1] then
+if phase == 'L' or phase == 'D' then
+  local now = now_us()
+  local res = redis.call('ZSCAN', phase == 'L' and LEASES or DELAYED, cursor, 'COUNT', n)
+  local items = res[2]
+  for i = 1, #items, 2 do
+    if phase == 'D' or tonumber(items[i + 1]) <= now then out[#out + 1] = items[i] end
+  end
+  return {res[1], out}
+end
+if redis.call('EXISTS', S) == 0 then return {'', out} end
+-- the range is inclusive: the previous chunk's last entry comes back first (unless deleted since), so n + 1
+local entries = redis.call('XRANGE', S, cursor, '+', 'COUNT', n + 1)
+for _, entry in ipairs(entries) do
+  local key = entry[2][2]
+  if entry[1] ~= cursor and redis.call('HGET', ST, key) == 'ready' and redis.call('HGET', ENT, key) == entry[1] then
+    out[#out + 1] = key
+  end
+end
+if #entries < n + 1 then return {'', out} end  -- the stream's end was reached
+return {entries[#entries][1], out}
+"""
+
+# ARGV: group, reason prefix, key... -> {key, reason, ...} of the given tasks not dead whose last error (kept by
+# requeue_dead) starts with the prefix
+_EARLIER_REASONS = _PRELUDE + """
+local out, prefix = {}, ARGV[2]
+for i = 3, #ARGV do
+  local key = ARGV[i]
+  local state = redis.call('HGET', ST, key)
+  if state and state ~= 'dead' then
+    local reason = redis.call('HGET', ERR, key)
+    if reason and string.sub(reason, 1, #prefix) == prefix then
       out[#out + 1] = key
+      out[#out + 1] = reason
     end
   end
 end
 return out
 """
 
-# ARGV: group, reason prefix -> keys of the dead tasks whose reason starts with it
+# ARGV: group, reason prefix, cursor, n -> {next cursor, keys}: one ZSCAN step (about n members; cursor '0' to
+# start, '0' back when done) of ``dead``, the keys whose reason starts with the prefix
 _DEAD_KEYS = _PRELUDE + """
 local out, prefix = {}, ARGV[2]
-for _, key in ipairs(redis.call('ZRANGE', DEAD, 0, -1)) do
+local res = redis.call('ZSCAN', DEAD, ARGV[3], 'COUNT', tonumber(ARGV[4]))
+local items = res[2]
+for i = 1, #items, 2 do
+  local key = items[i]
   local reason = redis.call('HGET', ERR, key) or ''
   if string.sub(reason, 1, #prefix) == prefix then out[#out + 1] = key end
 end
-return out
+return {res[1], out}
 """
 
 # ARGV: group, consumer -> 1 if this consumer was removed from the group (it held no pending entry)
@@ -764,6 +800,7 @@ class RedisStreamsQueue(WorkQueue):
         self._dead_ready_script = register(_DEAD_READY)
         self._ready_keys_script = register(_READY_KEYS)
         self._dead_keys_script = register(_DEAD_KEYS)
+        self._earlier_reasons_script = register(_EARLIER_REASONS)
 
     async def _run(self, script: Any, *args: Any) -> Any:
         """Run a read-only (or reply-free) script: KEYS = the 13 queue keys, ARGV = group, ``args``."""
@@ -994,10 +1031,23 @@ class RedisStreamsQueue(WorkQueue):
 
     async def ready_keys(self) -> list[str]:
         """Keys of the tasks idle now (ready in the stream, waiting out a backoff, or leased under an expired
-        lease; server clock): a snapshot (:meth:`WorkQueue.ready_keys`). One read script that walks the stream
-        (which holds only live work), ``delayed`` and the expired range of ``leases``: O(live tasks), and it
-        blocks the server while it runs, so call it once per plan, not per lease."""
-        return list(dict.fromkeys(_text(k) for k in await self._run(self._ready_keys_script)))
+        lease; server clock), each once, in no set order: a snapshot (:meth:`WorkQueue.ready_keys`). Walked in
+        chunks of about ``put_chunk`` entries, one short read script each (``ZSCAN`` of the lease index, then of
+        ``delayed``, then ``XRANGE`` of the stream from a cursor carried between the calls), so a large queue
+        never blocks the server for the whole walk (one script over a million tasks did); O(live tasks) in all.
+        Exact for every task idle throughout the walk: ``ZSCAN`` returns each member present from start to end
+        at least once, and a task moved from ``delayed`` into the stream meanwhile gets a new entry at the
+        stream's end, which the walk reads last (duplicates are dropped). A task that changes state during the
+        walk may be listed or not, as with any snapshot: act through :meth:`dead_letter_ready`."""
+        out: dict[str, None] = {}
+        for phase, cursor, end in (("L", "0", "0"), ("D", "0", "0"), ("S", "-", "")):
+            while True:
+                nxt, keys = await self._run(self._ready_keys_script, phase, cursor, self.put_chunk)
+                out.update(dict.fromkeys(_text(k) for k in keys))
+                cursor = _text(nxt)
+                if cursor == end:
+                    break
+        return list(out)
 
     async def dead_letter_ready(self, keys: Sequence[str], reason: str) -> list[str]:
         """Send each of ``keys`` still idle to dead with ``reason`` (no attempt counted); one script per
@@ -1018,9 +1068,30 @@ class RedisStreamsQueue(WorkQueue):
             moved += [_text(k) for k in await self._once(self._dead_ready_script, str(reason), *chunk)]
         return moved
 
+    async def earlier_reasons(self, keys: Sequence[str], reason_prefix: str) -> dict[str, str]:
+        """Of ``keys``, the tasks not dead whose last error (kept by :meth:`requeue_dead`) starts with
+        ``reason_prefix``: key -> that text (:meth:`WorkQueue.earlier_reasons`: the ``superseded: ...`` reason of
+        a task set aside earlier and requeued by hand). Read-only, one script per ``put_chunk`` keys; a task
+        without a recorded error never answers."""
+        out: dict[str, str] = {}
+        iterator = iter(list(keys))
+        while chunk := _take(iterator, self.put_chunk):
+            flat = await self._run(self._earlier_reasons_script, str(reason_prefix), *chunk)
+            out.update({_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)})
+        return out
+
     async def dead_keys(self, reason_prefix: str = "") -> list[str]:
-        """Keys of the dead tasks whose reason starts with ``reason_prefix`` (one read script over ``dead``)."""
-        return [_text(k) for k in await self._run(self._dead_keys_script, str(reason_prefix))]
+        """Keys of the dead tasks whose reason starts with ``reason_prefix`` (all: ``""``), each once, in no set
+        order. Walked in ``ZSCAN`` steps of about ``put_chunk`` members of ``dead``, one short read script each
+        (one script over a large dead set blocked the server); every task dead throughout the walk is listed."""
+        out: dict[str, None] = {}
+        cursor = "0"
+        while True:
+            nxt, keys = await self._run(self._dead_keys_script, str(reason_prefix), cursor, self.put_chunk)
+            out.update(dict.fromkeys(_text(k) for k in keys))
+            cursor = _text(nxt)
+            if cursor == "0":
+                return list(out)
 
     async def close(self) -> None:
         """Leave the consumer group if this consumer holds no lease, and close the client if owned.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +113,9 @@ class Stage(abc.ABC):
     #: nothing when repeated and leaves nothing half done (free HTTP lookups, e.g. the geocoder); never for a
     #: stage that makes paid calls (a call already sent may be billed: it keeps the grace period)
     cancel_on_stop: bool = False
+    #: False: the stage sends no HTTP request (parsers, scorers, aggregators), so no configured rate paces it
+    #: (:meth:`pace_keys` is empty); True (default): :meth:`pace_keys` says which keys pace it
+    sends_http: bool = True
 
     def runner_mode(self, *, watch: bool, probe_after_s: float, probe_max_s: float) -> None:  # noqa: B027
         """Called once by the runner before :meth:`start`: whether it runs the stage in watch mode (``watch``:
@@ -163,6 +167,16 @@ class Stage(abc.ABC):
         (no attempt counted) for later, so one slow lane cannot fill every worker (:mod:`geoagent.runtime.worker`,
         "Lanes"). Called once, after :meth:`start`."""
         return None
+
+    def pace_keys(self) -> Collection[str] | None:
+        """The HTTP limit keys whose configured rates pace this stage's tasks, once :meth:`start` ran: host keys
+        (:func:`geoagent.runtime.http.host_key`) and model limit keys (:func:`geoagent.runtime.http.limit_key`).
+        The runner's stall threshold counts their slowest rate window
+        (:meth:`geoagent.runtime.http.HttpClient.pace_s`, :attr:`geoagent.runtime.worker.StageStats.pace_s`), so
+        a stage paced by a slow configured limit is not reported as stalled. None (default): every key of the
+        process's HTTP client (for a stage whose hosts are not known ahead: never too low); empty: a stage that
+        sends no request (default when :attr:`sends_http` is False). Called about once a second; keep it cheap."""
+        return None if self.sends_http else ()
 
     def lane_of(self, task: Task) -> str | None:
         """The lane of ``task`` (a key of :meth:`lanes`), or None: admitted without a lane's cap. Must not raise;

@@ -235,6 +235,10 @@ class StageStats:
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
     #: lanes (module docstring, "Lanes"): tasks completed per lane, and (time, counts) marks for their rates
     lane_done: dict[str, int] = field(default_factory=dict)
+    #: the slowest configured rate window of the HTTP keys pacing the stage (:meth:`Stage.pace_keys`), s
+    #: (:meth:`geoagent.runtime.http.HttpClient.pace_s`, set by the runner): it may complete nothing that long by
+    #: its limits alone (:meth:`stall_after_s`)
+    pace_s: float = 0.0
     _lane_marks: deque[tuple[float, dict[str, int]]] = field(default_factory=lambda: deque(maxlen=256))
 
     def note_error(self, reason: str, host: str | None = None, *, dead: bool = False, dedupe: bool = False) -> None:
@@ -294,14 +298,16 @@ class StageStats:
     def stall_after_s(self) -> float:
         """How long this stage may complete nothing before it counts as stalled while work is ready for it, s:
         :data:`STALL_GAPS` times its mean gap between commits in the window (before a second commit: the time to
-        its first), at least :data:`STALL_MIN_S`."""
+        its first), at least :data:`STALL_MIN_S`, and at least :data:`STALL_MIN_S` more than :attr:`pace_s` (the
+        slowest configured rate window: a model limited to 1 request per 120 s may send nothing for 132 s after
+        one request, which is its configured pace, not a stall; so 192 s)."""
         if len(self._recent) >= 2:
             gap = (self._recent[-1][0] - self._recent[0][0]) / (len(self._recent) - 1)
         elif self._recent:
             gap = self._recent[-1][0] - self.started_at
         else:
             gap = 0.0
-        return max(STALL_MIN_S, STALL_GAPS * gap)
+        return max(STALL_MIN_S, STALL_GAPS * gap, float(self.pace_s) + STALL_MIN_S)
 
     def lane_rates(self, now: float | None = None) -> dict[str, float]:
         """Tasks completed per second of each lane over about the last :data:`LANE_RATE_WINDOW_S` seconds (since the
@@ -568,6 +574,7 @@ class StageRunner:
         self.commit_interval_s = commit_interval_s
         self.grace_s = grace_s
         self.stats = StageStats(stage.name)
+        self._pace_at = 0.0  # time.monotonic() of the last _note_pace
         self.finished = anyio.Event()
         self._stop = anyio.Event()
         self._cut = anyio.Event()  # the unreachable breaker opened in a cancel_on_stop stage: cancel in-flight work
@@ -624,6 +631,7 @@ class StageRunner:
             mode(watch=not self.burst, probe_after_s=self.probe_after_s, probe_max_s=self.probe_max_s)
         await self.stage.start(self.ctx)
         self.task_timeout_s = self._task_ceiling()
+        self._note_pace()
         batched = bool(getattr(self.stage, "batched", False))
         # sized after start(): a stage may set its concurrency from the config there
         n_workers = min(2, max(1, self.stage.concurrency)) if batched else max(1, self.stage.concurrency)
@@ -685,6 +693,19 @@ class StageRunner:
         except Exception:  # noqa: BLE001 - fall back to the HTTP layer's default policy
             policies = []
         return default_task_timeout_s(policies)
+
+    def _note_pace(self) -> None:
+        """Set the stage's :attr:`StageStats.pace_s` from the configured limits of the keys that pace it
+        (:meth:`Stage.pace_keys`; None: all) in the shared HTTP client now
+        (:meth:`geoagent.runtime.http.HttpClient.pace_s`; 0.0 without a client). Called when the stage started and
+        about once a second after (a scale-out share changes as processes come and go)."""
+        self._pace_at = time.monotonic()
+        pace = getattr(self.ctx.services.get("http"), "pace_s", None)
+        try:
+            keys = self.stage.pace_keys() if hasattr(self.stage, "pace_keys") else None
+            self.stats.pace_s = float(pace(keys)) if callable(pace) else 0.0
+        except Exception:  # noqa: BLE001 - a threshold for the display must never break the stage
+            log.debug("stage %s: pace of the HTTP limits unknown", self.stage.name, exc_info=True)
 
     def _timeout(self, task: Task) -> TaskTimeout:
         seconds = float(self.task_timeout_s or 0.0)
@@ -1326,6 +1347,8 @@ class StageRunner:
         while True:
             await anyio.sleep(self.commit_interval_s)
             await self._maybe_commit()
+            if time.monotonic() - self._pace_at >= 1.0:
+                self._note_pace()
 
     async def _drop_unencodable(self, batch: list[tuple[Task, list[Message]]]) -> list[tuple[Task, list[Message]]]:
         """Fail (dead-letter) the tasks whose outputs cannot be encoded as JSON; return the others."""

@@ -878,6 +878,8 @@ class ModelCaller(Stage):
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
         #: one lane per model when the campaign has several (lanes(); set at start), else None
         self._lanes: dict[str, Lane] | None = None
+        #: the HTTP limit keys of the models sent over HTTP (pace_keys(); set at start)
+        self._pace_keys: list[str] = []
 
     async def start(self, ctx: StageContext) -> None:
         """Size ``concurrency`` from the campaign's models unless it was given (class docstring)."""
@@ -887,8 +889,12 @@ class ModelCaller(Stage):
         self._hosts = self._host_breaker(ctx)
         self._hosts.configure(**self._mode)
         providers = ctx.services.get("providers") or {}
+        self._pace_keys.clear()
         for m in getattr(cfg, "models", None) or []:
-            self._hosts.set_host(m.name, _model_host(m, providers.get(m.name)))
+            host = _model_host(m, providers.get(m.name))
+            self._hosts.set_host(m.name, host)
+            if host is not None:  # over HTTP: its limit key (its own limits, else its host's) paces it
+                self._pace_keys.append(getattr(providers.get(m.name), "limit_key", None) or host)
         models = list(getattr(cfg, "models", None) or [])
         total = 0
         lanes: dict[str, Lane] = {}
@@ -913,6 +919,12 @@ class ModelCaller(Stage):
         for a provider that sends nothing over HTTP), so a model slowed by its own limits never holds the
         workers the other models need (:mod:`geoagent.runtime.worker`, "Lanes"). Set at :meth:`start`."""
         return self._lanes
+
+    def pace_keys(self) -> list[str]:
+        """The limit keys of the models sent over HTTP (:meth:`Stage.pace_keys`: their slowest configured rate
+        window, and their hosts' where a host's policy is a ceiling over its models, counts in the stall
+        threshold); none for providers that send nothing (simulated, replay). Set at :meth:`start`."""
+        return list(self._pace_keys)
 
     def lane_of(self, task: Task) -> str | None:
         """The task's model name (its lane), or None for a payload without one (it fails in :meth:`handle`)."""
