@@ -714,7 +714,9 @@ def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
                 "campaign's queues would hand back each other's leases (tasks done twice). Run with the state "
                 f"root the other processes use (${C.ENV_STATE_ROOT} or [paths] state, so that the campaign's "
                 f"folder is {other}), or give this run its own queues root (${C.ENV_QUEUES_ROOT} or [paths] "
-                f"queues); if {other} is an old copy that no process uses, remove it and run again"
+                f"queues); if you copied the state folder here and no process uses {other} any more, delete "
+                f"the record {path} (it holds only that folder's name; keep both state folders until the run "
+                "is checked) and run again"
             )
         if record:  # the recorded folder is gone (moved with the queues, or removed): the queues are this one's
             atomic_write_text(path, new_record())

@@ -53,6 +53,8 @@ def test_a_second_state_root_on_the_same_queues_is_refused_and_leaves_the_live_l
         qdir = (tmp_path / "queues" / "paired").resolve()
         assert str(qdir) in err and str((tmp_path / "state" / "paired").resolve()) in err
         assert str((other / "paired").resolve()) in err and "GEOAGENT_STATE" in err
+        # the fix it offers for a copied state folder is deleting the record, never a folder holding results
+        assert f"delete the record {qdir / 'state_root.json'}" in " ".join(err.split()) and "remove it" not in err
         assert q.counts_sync().leased == 1  # the running process's lease is intact
         q.ack_sync(held)  # and still its own
         q.close_sync()
