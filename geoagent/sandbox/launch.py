@@ -156,15 +156,26 @@ def _rewrite_obj(obj: Any, bases: dict[str, str]) -> Any:
 
 
 def rewrite_config(cfg: Any, bases: dict[str, str]) -> Any:
-    """A copy of ``cfg`` with every sandbox URL pointing at ``bases[name]`` and fast local host limits."""
+    """A copy of ``cfg`` with every sandbox URL pointing at ``bases[name]`` and fast local host limits.
+
+    ``bases``: fake name (:data:`FAKES`) -> its local base URL. Each fake's host gets :data:`LOCAL_HOST_POLICY`
+    (the crawl APIs' fakes with their usage policy's concurrency) unless the file limits that host itself
+    (``[hosts]``) or, for a crawl API, paces it with ``[crawl.policies.<api>]``: a user trying a pace offline
+    gets that pace. Raises nothing; ``cfg`` is not modified.
+    """
     from geoagent.config import HostSection
 
     models = [m.model_copy(update={"base_url": _rewrite(m.base_url, bases)}) if m.base_url else m for m in cfg.models]
     hosts = dict(cfg.hosts)
+    crawl_section = cfg.tasks.get("crawl")
+    own_policies = crawl_section.get("policies") if isinstance(crawl_section, dict) else None
+    own_policies = own_policies if isinstance(own_policies, dict) else {}
     for name, base in bases.items():
         if name in ("wikidata", "nominatim"):  # model hosts keep the model's own rate and concurrency
             hosts.setdefault(urlsplit(base).netloc, HostSection(**LOCAL_HOST_POLICY))
-        elif name in WORLD_FAKES:
+        elif name in WORLD_FAKES and name not in own_policies:
+            # a crawl API the file paces itself ([crawl.policies.<api>]) keeps that pace against its fake: a
+            # [hosts] entry would win over it (geoagent.crawl.stages) and the offline run would not show it
             hosts.setdefault(urlsplit(base).netloc, HostSection(**_world_policy(name)))
     tasks = _rewrite_obj(copy.deepcopy(cfg.tasks), bases)
     crawl = tasks.get("crawl")
