@@ -305,6 +305,18 @@ class CrawlSettings(_Section):
     endpoints: EndpointSettings = EndpointSettings()
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
+    @field_validator("contact")
+    @classmethod
+    def _contact_reachable(cls, v: str) -> str:
+        # it goes into every request's User-Agent, and Wikimedia's User-Agent policy (WDQS, pageviews) asks for
+        # contact information there: an e-mail address or a URL (https://meta.wikimedia.org/wiki/User-Agent_policy;
+        # the Nominatim client's rule too, geoagent.clients.nominatim.user_agent_for). A bare name reaches nobody.
+        text = v.strip()
+        if "@" not in text and "://" not in text:
+            raise ConfigProblem("expected an e-mail address or a URL to reach you by (e.g. \"mailto:you@example.org\"; "
+                                "it goes into the User-Agent, as Wikimedia's User-Agent policy asks)")
+        return v
+
     @field_validator("policies")
     @classmethod
     def _connect_timeouts(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
