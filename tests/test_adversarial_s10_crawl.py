@@ -70,3 +70,66 @@ def test_overpass_wdqs_and_pageviews_fakes_refuse_a_ua_without_contact_details()
         return statuses
 
     assert asyncio.run(go()) == [403, 403, 403]
+
+
+# --- 2. an image deleted since the search listed it: the Graph API's 400, not a 404 ---------------------------
+# The Graph API (Mapillary's v4 is one) answers a GET of an object that no longer exists with HTTP 400 and
+# {"error": {"message": "Unsupported get request. Object with ID '...' does not exist, cannot be loaded due to
+# missing permissions, or does not support this operation. Please read the Graph API documentation at ...",
+# "type": "GraphMethodException", "code": 100, "error_subcode": 33, "fbtrace_id": ...}} (Graph API error
+# handling; Meta clients' fixtures show 400). The fake answered 404, the only status the client read as "gone";
+# with the real 400 the client raised PermanentHTTPError out of fetch_site_images, so one image deleted between
+# the search and the download dead-lettered its whole site. The body is longer than the HTTP layer's 300-char
+# excerpt, so the code/subcode are cut off and only the message's start can be read.
+
+def _deleted_image_app():
+    import math
+
+    from geoagent.sandbox import mapillary as mly_fake
+
+    lat0, lon0 = 48.85, 2.35
+    imgs = []
+    for i, dx in enumerate((0.0, 60.0, 120.0)):
+        imgs.append(mly_fake.FakeImage(image_id=str(5100 + i), lat=lat0,
+                                       lon=lon0 + dx / (111195.0 * math.cos(math.radians(lat0))), brightness=150,
+                                       deleted=(i == 1)))
+    return mly_fake.make_app(imgs), lat0, lon0
+
+
+def test_mapillary_fake_answers_a_deleted_image_as_the_graph_api_does():
+    from aiohttp import ClientSession
+
+    app, _, _ = _deleted_image_app()
+
+    async def go():
+        async with serve(app) as base, ClientSession() as s:
+            async with s.get(f"{base}/5101", params={"fields": "id,thumb_1024_url"},
+                             headers={"Authorization": "OAuth MLY|1|x"}) as r:
+                return r.status, await r.json(), len(await r.read())
+
+    status, body, n = asyncio.run(go())
+    assert status == 400
+    assert body["error"]["code"] == 100 and body["error"]["error_subcode"] == 33
+    assert body["error"]["type"] == "GraphMethodException"
+    assert "does not exist" in body["error"]["message"] and n > 300
+
+
+def test_fetcher_skips_an_image_deleted_since_the_search_and_keeps_the_site(tmp_path):
+    from geoagent.clients.mapillary import MapillaryClient, ThumbnailUnavailable
+    from geoagent.crawl.fetcher import fetch_site_images
+    from geoagent.crawl.settings import FetcherSettings
+
+    app, lat0, lon0 = _deleted_image_app()
+    one = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=1, timeout_s=5)
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=one) as http:
+            c = MapillaryClient(http, base, "MLY|1|x", "geoagent-test (contact: mailto:t@example.org)")
+            with pytest.raises(ThumbnailUnavailable) as ei:
+                await c.fresh_thumb_url("5101")
+            assert "gone" in str(ei.value) and ei.value.status == 400
+            return await fetch_site_images({"site": "gone", "lat": lat0, "lon": lon0}, c, FetcherSettings(), tmp_path)
+
+    res = asyncio.run(go())
+    assert sorted(k["image_id"] for k in res.kept) == ["5100", "5102"]
+    assert [(r["image_id"], "gone" in r["reason"]) for r in res.rejected] == [("5101", True)]
