@@ -133,3 +133,24 @@ def test_fetcher_skips_an_image_deleted_since_the_search_and_keeps_the_site(tmp_
     res = asyncio.run(go())
     assert sorted(k["image_id"] for k in res.kept) == ["5100", "5102"]
     assert [(r["image_id"], "gone" in r["reason"]) for r in res.rejected] == [("5101", True)]
+
+
+# --- 3. [crawl.fetcher] thumb_field must name a Mapillary thumbnail field ---------------------------------------
+# The Graph API's image thumbnails are exactly thumb_256_url, thumb_1024_url, thumb_2048_url and
+# thumb_original_url (api-notes section 6, from the official SDK's field list). The setting took any string:
+# "thumb_512_url" or "thumb_1024" went to the API as a field name (400 "Tried accessing nonexisting field" on
+# every image: every site fails after its searches), and a real non-thumbnail field such as "compass_angle" came
+# back as a number, so every image was rejected "no thumbnail" and every site silently ended with no images.
+
+@pytest.mark.parametrize("field", ["thumb_512_url", "thumb_1024", "compass_angle", "geometry", "THUMB_1024_URL"])
+def test_thumb_field_that_is_not_a_mapillary_thumbnail_is_refused_at_load(field):
+    with pytest.raises(CrawlConfigError) as ei:
+        load_crawl_settings({"contact": "mailto:t@example.org", "fetcher": {"thumb_field": field}})
+    msg = str(ei.value)
+    assert "thumb_field" in msg and "thumb_1024_url" in msg and "thumb_original_url" in msg
+
+
+@pytest.mark.parametrize("field", ["thumb_256_url", "thumb_1024_url", "thumb_2048_url", "thumb_original_url"])
+def test_every_mapillary_thumbnail_field_loads(field):
+    s = load_crawl_settings({"contact": "mailto:t@example.org", "fetcher": {"thumb_field": field}})
+    assert s.fetcher.thumb_field == field

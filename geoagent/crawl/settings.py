@@ -154,6 +154,11 @@ class SamplerSettings(_Section):
         return v
 
 
+#: the image thumbnail fields of the Mapillary Graph API v4 (api-notes section 6, the official SDK's field list):
+#: ``[crawl.fetcher] thumb_field`` must be one of them
+MAPILLARY_THUMB_FIELDS: tuple[str, ...] = ("thumb_256_url", "thumb_1024_url", "thumb_2048_url", "thumb_original_url")
+
+
 class FetcherSettings(_Section):
     """Imagery fetcher (Sec. 3.2)."""
 
@@ -164,6 +169,15 @@ class FetcherSettings(_Section):
     grey_size_px: int = Field(32, ge=4)
     thumb_field: str = "thumb_1024_url"
     dedupe_hamming_max: int = Field(4, ge=0, le=64)
+
+    @field_validator("thumb_field")
+    @classmethod
+    def _thumbnail_field(cls, v: str) -> str:
+        # sent to the Graph API as a field name: another name is refused there (400 on every image), and a field
+        # that is not a thumbnail URL (e.g. compass_angle) leaves every image without a thumbnail, so no site gets one
+        if v not in MAPILLARY_THUMB_FIELDS:
+            raise ConfigProblem(f"expected one of the Mapillary thumbnail fields {', '.join(MAPILLARY_THUMB_FIELDS)}")
+        return v
 
 
 class ImageAuditSettings(_Section):
