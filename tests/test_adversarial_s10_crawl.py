@@ -154,3 +154,24 @@ def test_thumb_field_that_is_not_a_mapillary_thumbnail_is_refused_at_load(field)
 def test_every_mapillary_thumbnail_field_loads(field):
     s = load_crawl_settings({"contact": "mailto:t@example.org", "fetcher": {"thumb_field": field}})
     assert s.fetcher.thumb_field == field
+
+
+# --- 4. Overpass's 400 parse-error messages were always lost -----------------------------------------------------
+# A 400 from Overpass is an HTML page whose error paragraphs come after ~300 characters of fixed preamble
+# (XML declaration, head, the ODbL paragraph; api-notes section 1). The client parsed the messages from the HTTP
+# layer's 300-character excerpt, which ends inside that preamble, so OverpassQueryError.messages was always empty
+# and the dead-letter reason showed the page's head instead of "line 2: parse error: ...".
+
+def test_overpass_query_error_carries_the_pages_parse_error_messages():
+    from geoagent.clients.overpass import OverpassQueryError
+
+    async def go():
+        async with serve(overpass_fake.make_app([])) as base, HttpClient(default_policy=FAST) as http:
+            with pytest.raises(OverpassQueryError) as ei:
+                await OverpassClient(http, base + "/api", "geoagent-test (mailto:t@example.org)",
+                                     check_slots=False).interpreter("[out:json][timeout:25];\nrel[foo](1,2,3,4);\nout;")
+            return ei.value
+
+    err = asyncio.run(go())
+    assert len(err.messages) == 1 and err.messages[0].startswith("line 2: parse error: Unknown type")
+    assert "line 2: parse error" in str(err) and "<?xml" not in str(err)

@@ -185,15 +185,16 @@ _NO_SUCH_OBJECT_TEXT = re.compile(r"Unsupported get request\. Object with ID '[0
 
 def object_does_not_exist(exc: PermanentHTTPError) -> bool:
     """Whether a 4xx answer is the Graph API's "object does not exist" error (:data:`NO_SUCH_OBJECT`): an HTTP
-    400 whose body is that Graph error. The body is read from the HTTP layer's excerpt, which may cut it
-    before ``code``/``error_subcode`` (the message alone is some 250 characters), so the message's opening
-    words are enough when the JSON is cut; a whole JSON error with another code is not it."""
+    400 whose body is that Graph error (read from the error's kept ``body``; the message alone is some 250
+    characters, so the 300-character excerpt ends before ``code``). Should the body be cut anyway, the
+    message's opening words are enough; a whole JSON error with another code is not it."""
     if exc.status != 400:
         return False
+    body = getattr(exc, "body", None) or exc.body_excerpt
     try:
-        err = orjson.loads(exc.body_excerpt).get("error")
+        err = orjson.loads(body).get("error")
     except (orjson.JSONDecodeError, AttributeError):
-        return bool(_NO_SUCH_OBJECT_TEXT.search(exc.body_excerpt))
+        return bool(_NO_SUCH_OBJECT_TEXT.search(body))
     if not isinstance(err, dict):
         return False
     return (err.get("code"), err.get("error_subcode")) == NO_SUCH_OBJECT
@@ -295,7 +296,7 @@ class MapillaryClient:
                                            validate=_json_body)
         except PermanentHTTPError as e:
             try:
-                self._decode(e.body_excerpt.encode())
+                self._decode((getattr(e, "body", None) or e.body_excerpt).encode())
             except MapillaryError as me:
                 raise MapillaryError(f"HTTP {e.status}: {me}", code=me.code, status=e.status) from None
             raise
