@@ -175,3 +175,34 @@ def test_overpass_query_error_carries_the_pages_parse_error_messages():
     err = asyncio.run(go())
     assert len(err.messages) == 1 and err.messages[0].startswith("line 2: parse error: Unknown type")
     assert "line 2: parse error" in str(err) and "<?xml" not in str(err)
+
+
+# --- 5. WDQS's 400: the reason lies after the echoed query ------------------------------------------------------
+# Blazegraph answers a query it cannot parse with HTTP 400 and a stack trace that starts by echoing the whole
+# query ("SPARQL-QUERY: queryStr=<query>") and names "MalformedQueryException: <why>" after it (api-notes
+# section 2; the client's own timeout handling already reads the deadline the same way). Our queries are some
+# 600 characters, so WdqsQueryError, built from the 300-character excerpt, showed only the start of our own
+# query and never the reason; the fake answered a one-line body, so no test saw it.
+
+def test_wdqs_query_error_names_the_reason_after_the_echoed_query():
+    from aiohttp import ClientSession
+
+    from geoagent.clients.wdqs import WdqsQueryError, site_candidates_query
+
+    bad = site_candidates_query(48.86, 2.34, 3.0, ["Q33506"], 60, limit=10, offset=0).replace("wdt:P625", "wdt:P999")
+    assert len(bad) > 300
+
+    async def go():
+        async with serve(wdqs_fake.make_app()) as base:
+            async with ClientSession() as s:
+                async with s.post(base + "/sparql", data={"query": bad},
+                                  headers={"User-Agent": "geoagent-test (mailto:t@example.org)"}) as r:
+                    raw = (r.status, await r.text())
+            async with HttpClient(default_policy=FAST) as http:
+                with pytest.raises(WdqsQueryError) as ei:
+                    await WdqsClient(http, base + "/sparql", "geoagent-test (mailto:t@example.org)").select(bad)
+                return raw, str(ei.value)
+
+    (status, body), msg = asyncio.run(go())
+    assert status == 400 and body.startswith("SPARQL-QUERY: queryStr=" + bad[:40]) and "MalformedQueryException" in body
+    assert "MalformedQueryException" in msg and len(msg) < 700
