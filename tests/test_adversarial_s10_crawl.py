@@ -206,3 +206,31 @@ def test_wdqs_query_error_names_the_reason_after_the_echoed_query():
     (status, body), msg = asyncio.run(go())
     assert status == 400 and body.startswith("SPARQL-QUERY: queryStr=" + bad[:40]) and "MalformedQueryException" in body
     assert "MalformedQueryException" in msg and len(msg) < 700
+
+
+# --- 6. an item with two coordinates: which one a site gets must not depend on the answer's row order ----------
+# Wikidata items often carry several P625 statements (a park's two entrances, a bridge's two ends); the
+# candidate query then gives one row per coordinate. The query ordered by ?item ?type only, so the order of an
+# item's coordinate rows is the service's choice (SPARQL leaves ties unordered, and it may differ between the
+# pages of one query), and merge_candidates kept the first row seen: the same item became a site at one
+# coordinate or the other, and the split fallback (which sorts rows by coordinate) could disagree with the
+# single query. The site's coordinate decides its spacing check, coverage count and every distance after it.
+
+def test_site_coordinate_of_a_multi_coordinate_item_does_not_depend_on_row_order():
+    from geoagent.crawl.sampler import merge_candidates
+    from geoagent.sandbox.wdqs import FakeEntity
+
+    a = FakeEntity("Q777", "Twin Park", 48.8610, 2.3410, sitelinks=5, instance_of=("Q22698",))
+    b = FakeEntity("Q777", "Twin Park", 48.8590, 2.3390, sitelinks=5, instance_of=("Q22698",))
+    other = FakeEntity("Q778", "Other Park", 48.8620, 2.3420, sitelinks=5, instance_of=("Q22698",))
+
+    async def candidates(entities):
+        async with serve(wdqs_fake.make_app(entities)) as base, HttpClient(default_policy=FAST) as http:
+            ents = await WdqsClient(http, base + "/sparql", "geoagent-test (mailto:t@example.org)").site_candidates(
+                48.86, 2.34, 3.0, ["Q22698"], 60)
+        return [(c.qid, c.lat, c.lon) for c in merge_candidates(ents, ["Q22698"])]
+
+    first = asyncio.run(candidates([a, b, other]))
+    second = asyncio.run(candidates([b, a, other]))
+    assert first == second
+    assert [q for q, _, _ in first] == ["Q777", "Q778"]

@@ -299,7 +299,7 @@ def site_candidates_query(lat: float, lon: float, radius_km: float, type_qids: S
   ?item wikibase:sitelinks ?links .
   FILTER(?links <= {int(max_sitelinks)})
   SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{lang},mul". }}
-}} ORDER BY ?item ?type LIMIT {int(limit)} OFFSET {int(offset)}"""
+}} ORDER BY ?item ?type ?coord LIMIT {int(limit)} OFFSET {int(offset)}"""
 
 
 def _row_key(e: WdEntity) -> tuple[str, str, float, float]:

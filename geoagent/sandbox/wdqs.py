@@ -7,7 +7,7 @@ It answers the two geo queries the project sends (:func:`geoagent.clients.wdqs.a
 ``BIND(geof:distance(CENTRE, ?coord) AS ?dist)`` and ``FILTER(?dist <= R)`` (the same haversine distance
 and radius rule as ``around``), an optional ``VALUES ?type {...}`` with
 ``wdt:P31/wdt:P279*`` (instances of subclasses count), an optional ``FILTER(?links <= N)``, and
-``LIMIT``/``OFFSET``; rows are ordered by item IRI. Answers follow the W3C SPARQL 1.1 JSON results
+``LIMIT``/``OFFSET``; rows are ordered by item IRI (then type, then coordinate). Answers follow the W3C SPARQL 1.1 JSON results
 format: every value a string, ``type`` uri/literal, ``datatype`` or ``xml:lang``, unbound OPTIONAL
 variables absent. Content type ``application/sparql-results+json``.
 
@@ -195,7 +195,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
                 bt["type"] = {"type": "uri", "value": ENTITY + t}
                 bt["typeLabel"] = _lit(st.class_labels.get(t, t), lang="en")
                 rows.append((ENTITY + e.qid, ENTITY + t, bt))
-    rows.sort(key=lambda x: (x[0], x[1]))
+    rows.sort(key=lambda x: (x[0], x[1], x[2]["coord"]["value"]))  # ORDER BY ?item [?type] ?coord
     sel = rows[offset: offset + limit if limit is not None else None]
     head = ["item", "itemLabel", "coord", "dist", "links"] + (["title"] if types is None else ["type", "typeLabel"])
     return head, [b for _, _, b in sel]
