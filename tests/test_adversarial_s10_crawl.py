@@ -234,3 +234,31 @@ def test_site_coordinate_of_a_multi_coordinate_item_does_not_depend_on_row_order
     second = asyncio.run(candidates([b, a, other]))
     assert first == second
     assert [q for q, _, _ in first] == ["Q777", "Q778"]
+
+
+# --- 7. a GeoHint campaign's contact that is not an e-mail address or URL ---------------------------------------
+# The geocoder's clients refuse such a contact (Nominatim: geoagent.clients.nominatim.user_agent_for; Wikimedia's
+# User-Agent policy), but the load check only looked for an empty one: with `contact = "Jane Doe"` the dry run
+# passed and the run planned and wrote its state before the geocoder refused it (walkthrough 9 item B, for a
+# contact that is present but unusable).
+
+@pytest.mark.parametrize("where", ["campaign", "geocoder"])
+def test_geohint_contact_that_is_not_an_email_or_url_is_a_config_error(isolated_roots, capsys, where):
+    from pathlib import Path
+
+    from geoagent.cli import main
+
+    text = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "geohint_sandbox.toml").read_text("utf-8")
+    line = 'contact = "mailto:you@example.org"\n'
+    assert text.count(line) == 1
+    if where == "campaign":
+        text = text.replace(line, 'contact = "Jane Doe"\n')
+    else:  # the geocoder's own contact wins over a good campaign one
+        text = text.replace("[geohint.geocoder]\n", '[geohint.geocoder]\ncontact = "Jane Doe"\n')
+    cfg = isolated_roots / "hint_badcontact.toml"
+    cfg.write_text(text, encoding="utf-8")
+    assert main(["run", str(cfg), "--simulate", "--no-live"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    key = "campaign.contact" if where == "campaign" else "geohint.geocoder.contact"
+    assert err.startswith(f"config error: {cfg}: {key}: 'Jane Doe' is not an e-mail address or URL"), err
+    assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
