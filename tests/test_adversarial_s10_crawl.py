@@ -262,3 +262,48 @@ def test_geohint_contact_that_is_not_an_email_or_url_is_a_config_error(isolated_
     key = "campaign.contact" if where == "campaign" else "geohint.geocoder.contact"
     assert err.startswith(f"config error: {cfg}: {key}: 'Jane Doe' is not an e-mail address or URL"), err
     assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
+
+
+# --- 8. pageviews: one request per article and window, not one per site ---------------------------------------
+# The referenceability auditor asked the pageviews API for every candidate of every site, and a city's sites
+# share most of their 6 km candidates: the sandbox crawl sent 1,274 pageviews requests for 416 distinct
+# articles (3 sites a city). Past days' views never change and Wikimedia asks clients to cache them
+# (api-notes section 4, "Limits"; the client's own docstring: "the caller may cache them").
+
+def test_pageviews_are_requested_once_per_article_and_window_across_sites(tmp_path):
+    from geoagent.crawl.referenceability import RefCandidate, ReferenceabilityAuditor
+    from geoagent.crawl.settings import ReferenceabilitySettings
+    from geoagent.providers.base import ModelResponse, Provider, Usage
+
+    class EveryoneOk(Provider):  # a test double of the auditor model (not of our API clients)
+        kind = "scripted-test"
+        paid = False
+
+        async def generate(self, request):
+            import re
+
+            import orjson
+
+            idx = [int(i) for i in re.findall(r"^(\d+)\. ", request.prompt, re.M)]
+            if "CONTENTIOUS" in request.prompt:
+                return ModelResponse(text=orjson.dumps([{"idx": i, "sensitive": False} for i in idx]).decode(),
+                                     usage=Usage(1, 1))
+            return ModelResponse(text=orjson.dumps([{"idx": i, "ok": True, "familiarity": 3, "en": f"P{i}"}
+                                                    for i in idx]).decode(), usage=Usage(1, 1))
+
+    titles = [f"Place_{i}" for i in range(6)]
+    shared = [RefCandidate(f"Q{100 + i}", t, 1.0 + i / 10, 0.0, 0.0, 5, t) for i, t in enumerate(titles)]
+    state = pageviews_fake.PageviewsFakeState({t: 10 + i for i, t in enumerate(titles)})
+
+    async def go():
+        async with serve(pageviews_fake.make_app(state=state)) as base, HttpClient(default_policy=FAST) as http:
+            pv = PageviewsClient(http, base, "geoagent-test (mailto:t@example.org)")
+            aud = ReferenceabilityAuditor(EveryoneOk(), ReferenceabilitySettings(model="aud-1", pageviews=True), tmp_path,
+                                          pageviews=pv)
+            a = await aud.audit("city_one", shared[:5], city="city")
+            b = await aud.audit("city_two", shared[1:], city="city")
+            return a, b
+
+    a, b = asyncio.run(go())
+    assert sorted(state.requests) == sorted(titles)  # each article once, though five of six are near both sites
+    assert {r.qid: r.pageviews for r in a}["Q101"] == {r.qid: r.pageviews for r in b}["Q101"] > 0
