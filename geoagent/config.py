@@ -1301,9 +1301,10 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       out is accepted (a free tier); local servers keep the default 0.
     * a ``[geohint] sample_rates`` key that names no ``[[models]]`` entry: a typo would leave the model it
       meant at its full rate (an expensive model sampled at 1/3 would be asked every request).
-    * a GeoHint campaign with neither ``[campaign] contact`` nor ``[geohint.geocoder] contact``: its geocoder
-      (Wikidata, Nominatim: both ask for a contact in the User-Agent) refused it only after the run had planned
-      and written its state (``run --simulate`` passed).
+    * a GeoHint campaign with neither ``[campaign] contact`` nor ``[geohint.geocoder] contact``, or whose contact
+      (the geocoder's own, else the campaign's) is neither an e-mail address nor a URL: its geocoder (Wikidata,
+      Nominatim: both ask for a contact in the User-Agent) refused it only after the run had planned and written
+      its state (``run --simulate`` passed).
     * a crawl auditor (``[crawl.image_audit]`` / ``[crawl.referenceability]`` ``model``) on a provider other
       than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
       with "no provider configured for auditor model ...", naming neither file nor key.
@@ -1328,15 +1329,24 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
             out.append(f"crawl.{table}.model: {model!r} is not the name of a [[models]] entry (models: "
                        f"{', '.join(names) or 'none'}){did_you_mean(model, names)}; a {provider!r} auditor is "
                        "called through its [[models]] entry")
-    if cfg.campaign.kind == "geohint" and not cfg.campaign.contact.strip():
+    if cfg.campaign.kind == "geohint":
         geocoder = (cfg.tasks.get("geohint") or {}).get("geocoder")
         own = geocoder.get("contact") if isinstance(geocoder, Mapping) else None
-        if not (isinstance(own, str) and own.strip()):
+        if isinstance(own, str) and own.strip():  # the geocoder's own contact wins (GeocoderSettings.from_config)
+            contact, key = own, "geohint.geocoder.contact"
+        else:
+            contact, key = cfg.campaign.contact, "campaign.contact"
+        if not contact.strip():
             # the geocoder stage refused it only once the run had planned and written its state
             out.append("campaign.contact: not set, and no [geohint.geocoder] contact either: a GeoHint campaign "
                        "geocodes its answers through Wikidata and Nominatim, whose usage policies ask for a "
                        "contact (e-mail address or URL) in the User-Agent; set [campaign] contact = "
                        "\"you@example.org\" (or [geohint.geocoder] contact)")
+        elif "@" not in contact and "://" not in contact:
+            # the Nominatim client refuses it (clients.nominatim.user_agent_for), also only once the run had started
+            out.append(f"{key}: {contact!r} is not an e-mail address or URL: a GeoHint campaign geocodes its answers "
+                       "through Wikidata and Nominatim, whose usage policies ask for contact details in the "
+                       "User-Agent; write e.g. \"mailto:you@example.org\" or \"https://example.org/you\"")
     rates = (cfg.tasks.get("geohint") or {}).get("sample_rates")
     if isinstance(rates, Mapping):
         for key in rates:

@@ -85,8 +85,8 @@ def test_no_request_is_sent_after_a_stop_request_also_none_queued_for_the_host()
             c = PageviewsClient(http, base, UA)
             got = await asyncio.gather(*(c.total(f"Place {i}", "20240101", "20240107") for i in range(5)),
                                        return_exceptions=True)
-            with pytest.raises(RetriesStopped):
-                await c.total("Place 0", "20240101", "20240107")
+            with pytest.raises(RetriesStopped):  # a new request (an article not asked before)
+                await c.total("Place 9", "20240101", "20240107")
             return got
 
     got = asyncio.run(go())

@@ -108,7 +108,7 @@ def test_an_image_without_a_usable_thumbnail_is_skipped_not_fatal(tmp_path):
     add(2, -45, cdn_expired_first=5)                             # refused even when fresh
     add(3, 0.0001 + 90, cdn_body=b"<html>rate limited</html>")   # 200 with an HTML page
     add(4, -95)                                                  # ordinary
-    add(5, 140, deleted=True)                                    # listed by search, 404 on /{id}
+    add(5, 140, deleted=True)                                    # listed by search, Graph "does not exist" (400) on /{id}
     app = fake.make_app(imgs)
     fast1 = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=1, timeout_s=5)
 

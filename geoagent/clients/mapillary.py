@@ -176,6 +176,30 @@ def _jpeg_body(resp: Any) -> None:
         raise ValueError("body is not a complete JPEG")
 
 
+#: Graph API error of an object that does not exist (or no longer does): code 100, error_subcode 33, HTTP 400
+#: ("Unsupported get request. Object with ID '...' does not exist, cannot be loaded due to missing permissions, or
+#: does not support this operation"; https://developers.facebook.com/docs/graph-api/guides/error-handling)
+NO_SUCH_OBJECT = (100, 33)
+_NO_SUCH_OBJECT_TEXT = re.compile(r"Unsupported get request\. Object with ID '[0-9]+' does not exist")
+
+
+def object_does_not_exist(exc: PermanentHTTPError) -> bool:
+    """Whether a 4xx answer is the Graph API's "object does not exist" error (:data:`NO_SUCH_OBJECT`): an HTTP
+    400 whose body is that Graph error (read from the error's kept ``body``; the message alone is some 250
+    characters, so the 300-character excerpt ends before ``code``). Should the body be cut anyway, the
+    message's opening words are enough; a whole JSON error with another code is not it."""
+    if exc.status != 400:
+        return False
+    body = getattr(exc, "body", None) or exc.body_excerpt
+    try:
+        err = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return bool(_NO_SUCH_OBJECT_TEXT.search(body))
+    if not isinstance(err, dict):
+        return False
+    return (err.get("code"), err.get("error_subcode")) == NO_SUCH_OBJECT
+
+
 def _server_error(exc: RetriesExhausted) -> bool:
     return bool(re.match(r"http 5\d\d", exc.last or ""))
 
@@ -272,7 +296,7 @@ class MapillaryClient:
                                            validate=_json_body)
         except PermanentHTTPError as e:
             try:
-                self._decode(e.body_excerpt.encode())
+                self._decode((getattr(e, "body", None) or e.body_excerpt).encode())
             except MapillaryError as me:
                 raise MapillaryError(f"HTTP {e.status}: {me}", code=me.code, status=e.status) from None
             raise
@@ -361,11 +385,12 @@ class MapillaryClient:
         Raises
         ------
         ThumbnailUnavailable
-            The image has no such thumbnail (null field) or is gone (404/410)."""
+            The image has no such thumbnail (null field) or is gone (404/410, or the Graph API's "does not exist"
+            400: :func:`object_does_not_exist`)."""
         try:
             data = await self.image(image_id, ("id", thumb_field))
         except PermanentHTTPError as e:
-            if e.status in (404, 410):  # deleted since the search that listed it
+            if e.status in (404, 410) or object_does_not_exist(e):  # deleted since the search that listed it
                 raise ThumbnailUnavailable(f"Mapillary image {image_id} is gone (HTTP {e.status})", status=e.status) from None
             raise
         url = data.get(thumb_field)

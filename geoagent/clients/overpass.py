@@ -227,8 +227,8 @@ class OverpassClient:
             raise
         except PermanentHTTPError as e:
             if e.status == 400:
-                # the HTTP layer keeps only a body excerpt, so the messages may be cut off
-                raise OverpassQueryError(parse_error_page(e.body_excerpt), e.body_excerpt[:300]) from None
+                # the messages follow ~300 characters of fixed page head: read them from the kept body, not the excerpt
+                raise OverpassQueryError(parse_error_page(e.body), e.body_excerpt[:300]) from None
             raise
         ctype = resp.headers.get("Content-Type", resp.headers.get("content-type", ""))
         try:

@@ -5,7 +5,8 @@ URL: ``{base}/metrics/pageviews/per-article/{project}/{access}/{agent}/{article}
 with the title's spaces as underscores and every reserved character (``/`` too) percent-encoded.
 Days with zero views are omitted from ``items``; a 404 means no data in the whole range and is read as
 0 views, not a failure. Policy (``pageviews`` default in the crawl settings): descriptive User-Agent,
-a few requests at once; results for past days never change, so the caller may cache them. After a stop
+a few requests at once; results for past days never change, so each article and window is asked once per
+client (answers kept in memory). After a stop
 request (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`) no new request is sent: it raises
 :class:`~geoagent.runtime.http.RetriesStopped` (an ``Abandoned``: the caller's task is released untouched).
 """
@@ -70,6 +71,9 @@ class PageviewsClient:
         self.user_agent = user_agent
         self.project, self.access, self.agent = project, access, agent
         self.host = host_of(self.base_url)
+        #: answers of this client's life by URL: an article's views over a window are asked once (a city's sites
+        #: share most of their candidates; past days never change, and Wikimedia asks clients to cache them)
+        self._totals: dict[str, PageviewTotal] = {}
         if policy is not None:
             http.set_policy(self.host, policy)
 
@@ -81,7 +85,8 @@ class PageviewsClient:
                 f"{article_path(title)}/{granularity}/{start}/{end}")
 
     async def total(self, title: str, start: str, end: str) -> PageviewTotal:
-        """Sum of daily views of ``title`` from ``start`` to ``end`` (inclusive, ``YYYYMMDD``).
+        """Sum of daily views of ``title`` from ``start`` to ``end`` (inclusive, ``YYYYMMDD``). The same article
+        and window asked again is answered from memory (one request per URL over the client's life).
 
         Raises
         ------
@@ -93,6 +98,9 @@ class PageviewsClient:
             A stop was requested before the request was sent (also while it waited for its host's limits).
         """
         url = self.url(title, start, end)
+        known = self._totals.get(url)
+        if known is not None:
+            return PageviewTotal(title, known.views, known.days_with_data)
 
         async def not_after_stop() -> None:
             if getattr(self.http, "stopping", False):
@@ -104,11 +112,14 @@ class PageviewsClient:
         resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent, "Accept": "application/json"},
                                        validate=_json_body, expected_status=NO_DATA_MEANING, before_send=not_after_stop)
         if resp.status in NO_DATA_STATUSES:
-            return PageviewTotal(title, 0, 0)
-        try:
-            data = orjson.loads(resp.body)
-            items = data["items"]
-            views = sum(int(it["views"]) for it in items)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise PageviewsError(f"pageviews answered an unexpected body: {resp.text[:200]!r}") from None
-        return PageviewTotal(title, views, len(items))
+            total = PageviewTotal(title, 0, 0)
+        else:
+            try:
+                data = orjson.loads(resp.body)
+                items = data["items"]
+                views = sum(int(it["views"]) for it in items)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                raise PageviewsError(f"pageviews answered an unexpected body: {resp.text[:200]!r}") from None
+            total = PageviewTotal(title, views, len(items))
+        self._totals[url] = total
+        return total

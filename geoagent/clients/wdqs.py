@@ -66,6 +66,28 @@ def _deadline_answer(resp: Any) -> bool:
 
 ENTITY_PREFIX = "http://www.wikidata.org/entity/"
 
+_EXCEPTION = re.compile(r"(\w+(?:Exception|Error)): (\S.*)")
+_WRAPPED = re.compile(r"[\w.$]*?(\w+(?:Exception|Error)): (\S.*)")
+
+
+def _rejection_reason(exc: PermanentHTTPError) -> str:
+    """Why WDQS refused a query (HTTP 400), at most 300 characters: the first ``...Exception: <why>`` line of
+    Blazegraph's answer (a wrapper such as ``ExecutionException: ...MalformedQueryException: <why>`` gives its
+    cause). Blazegraph echoes the whole query first (``SPARQL-QUERY: queryStr=...``) and names the exception
+    after it, so the HTTP layer's 300-character excerpt holds only our own query: the line is read from the
+    error's kept ``body``. The excerpt when there is no such line."""
+    body = getattr(exc, "body", None) or exc.body_excerpt
+    for line in body.splitlines():
+        m = _EXCEPTION.search(line)
+        if m is None:
+            continue
+        name, why = m.groups()
+        inner = _WRAPPED.match(why)
+        if inner is not None:
+            name, why = inner.groups()
+        return f"{name}: {why}"[:300]
+    return exc.body_excerpt[:300]
+
 
 class WdqsError(RuntimeError):
     """A WDQS request failed."""
@@ -277,7 +299,7 @@ def site_candidates_query(lat: float, lon: float, radius_km: float, type_qids: S
   ?item wikibase:sitelinks ?links .
   FILTER(?links <= {int(max_sitelinks)})
   SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{lang},mul". }}
-}} ORDER BY ?item ?type LIMIT {int(limit)} OFFSET {int(offset)}"""
+}} ORDER BY ?item ?type ?coord LIMIT {int(limit)} OFFSET {int(offset)}"""
 
 
 def _row_key(e: WdEntity) -> tuple[str, str, float, float]:
@@ -382,7 +404,7 @@ class WdqsClient:
                 )
             except PermanentHTTPError as e:
                 if e.status == 400:
-                    raise WdqsQueryError(f"WDQS rejected the query: {e.body_excerpt[:300]}") from None
+                    raise WdqsQueryError(f"WDQS rejected the query: {_rejection_reason(e)}") from None
                 raise
             except RetriesExhausted as e:
                 # the last answer's status, not "429" anywhere in its text: a deadline trace echoes the query,

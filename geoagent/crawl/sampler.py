@@ -79,13 +79,19 @@ class SiteCandidate:
 
 
 def merge_candidates(entities: Iterable[WdEntity], type_order: Sequence[str] = ()) -> list[SiteCandidate]:
-    """One candidate per QID (an item matching several types keeps the first type in ``type_order``),
-    sorted by QID number (the canonical order the shuffle starts from)."""
+    """One candidate per QID (an item matching several types keeps the first type in ``type_order``; an item
+    with several coordinates, one row each, keeps the smallest (lat, lon) of that type's rows), sorted by QID
+    number (the canonical order the shuffle starts from). The result does not depend on the order of the
+    rows: SPARQL leaves the order of an item's rows unspecified, and the spatial-split fallback sorts them."""
     rank = {q: i for i, q in enumerate(type_order)}
+
+    def preference(e: WdEntity) -> tuple[int, float, float]:
+        return (rank.get(e.type_qid or "", 10**6), e.lat, e.lon)
+
     best: dict[str, WdEntity] = {}
     for e in entities:
         prev = best.get(e.qid)
-        if prev is None or rank.get(e.type_qid or "", 10**6) < rank.get(prev.type_qid or "", 10**6):
+        if prev is None or preference(e) < preference(prev):
             best[e.qid] = e
     out = [SiteCandidate(e.qid, e.label, e.lat, e.lon, int(e.sitelinks or 0), e.type_label or "", e.dist_km)
            for e in best.values()]

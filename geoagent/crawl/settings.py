@@ -154,6 +154,11 @@ class SamplerSettings(_Section):
         return v
 
 
+#: the image thumbnail fields of the Mapillary Graph API v4 (api-notes section 6, the official SDK's field list):
+#: ``[crawl.fetcher] thumb_field`` must be one of them
+MAPILLARY_THUMB_FIELDS: tuple[str, ...] = ("thumb_256_url", "thumb_1024_url", "thumb_2048_url", "thumb_original_url")
+
+
 class FetcherSettings(_Section):
     """Imagery fetcher (Sec. 3.2)."""
 
@@ -164,6 +169,15 @@ class FetcherSettings(_Section):
     grey_size_px: int = Field(32, ge=4)
     thumb_field: str = "thumb_1024_url"
     dedupe_hamming_max: int = Field(4, ge=0, le=64)
+
+    @field_validator("thumb_field")
+    @classmethod
+    def _thumbnail_field(cls, v: str) -> str:
+        # sent to the Graph API as a field name: another name is refused there (400 on every image), and a field
+        # that is not a thumbnail URL (e.g. compass_angle) leaves every image without a thumbnail, so no site gets one
+        if v not in MAPILLARY_THUMB_FIELDS:
+            raise ConfigProblem(f"expected one of the Mapillary thumbnail fields {', '.join(MAPILLARY_THUMB_FIELDS)}")
+        return v
 
 
 class ImageAuditSettings(_Section):
@@ -304,6 +318,18 @@ class CrawlSettings(_Section):
     ladder: LadderSettings = LadderSettings()
     endpoints: EndpointSettings = EndpointSettings()
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("contact")
+    @classmethod
+    def _contact_reachable(cls, v: str) -> str:
+        # it goes into every request's User-Agent, and Wikimedia's User-Agent policy (WDQS, pageviews) asks for
+        # contact information there: an e-mail address or a URL (https://meta.wikimedia.org/wiki/User-Agent_policy;
+        # the Nominatim client's rule too, geoagent.clients.nominatim.user_agent_for). A bare name reaches nobody.
+        text = v.strip()
+        if "@" not in text and "://" not in text:
+            raise ConfigProblem("expected an e-mail address or a URL to reach you by (e.g. \"mailto:you@example.org\"; "
+                                "it goes into the User-Agent, as Wikimedia's User-Agent policy asks)")
+        return v
 
     @field_validator("policies")
     @classmethod

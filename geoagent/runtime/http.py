@@ -94,12 +94,18 @@ class HttpError(RuntimeError):
 
 
 class PermanentHTTPError(HttpError):
-    """A non-retryable response (4xx other than 408/429). Goes to the dead-letter queue."""
+    """A non-retryable response (4xx other than 408/429). Goes to the dead-letter queue.
 
-    def __init__(self, status: int, url: str, body_excerpt: str) -> None:
+    ``body_excerpt`` (at most :data:`BODY_EXCERPT_CHARS` characters) goes into the message; ``body`` is the
+    answer's text up to :data:`BODY_KEEP_CHARS` characters (secrets scrubbed, as the excerpt), for clients whose
+    error details lie past the excerpt (an Overpass HTML error page's messages, a Graph API error's code).
+    Without ``body`` it is the excerpt."""
+
+    def __init__(self, status: int, url: str, body_excerpt: str, body: str | None = None) -> None:
         self.status = status
         self.url = url
         self.body_excerpt = body_excerpt
+        self.body = body_excerpt if body is None else body
         super().__init__(f"HTTP {status} from {url}: {body_excerpt}")
 
 
@@ -285,6 +291,8 @@ RATE_MARGIN_MIN_S = 0.02
 
 #: Longest body excerpt carried by PermanentHTTPError (characters).
 BODY_EXCERPT_CHARS = 300
+#: Longest answer text PermanentHTTPError keeps as ``body`` for the client to read (characters).
+BODY_KEEP_CHARS = 16_384
 
 #: Query-parameter names whose values are replaced by "REDACTED" in messages and in HttpResponse.url.
 SECRET_PARAM_RE = re.compile(r"(key|token|secret|signature|sig|password|passwd|auth|credential)", re.I)
@@ -1497,4 +1505,4 @@ class HttpClient:
             host.count_error(f"http {status}")
             raise _Retryable(f"http {status}", excerpt, retry_after_s=retry_after, final=_final(no_retry, resp))
         host.count_error(f"http {status}")
-        raise PermanentHTTPError(status, shown_url, excerpt)
+        raise PermanentHTTPError(status, shown_url, excerpt, _scrub(resp.text[:BODY_KEEP_CHARS], secrets)[:BODY_KEEP_CHARS])

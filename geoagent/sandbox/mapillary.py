@@ -8,7 +8,8 @@ answers ``{"data": [...]}`` holding ONLY the requested fields (``id`` as a digit
 object. Errors are Graph-style ``{"error": {"message", "type", "code", "error_subcode", "fbtrace_id"}}``.
 
 Failure shapes: no token -> 401 ``OAuthException`` code 190; unknown field, ``limit`` > 2,000 or a bbox
-over ``max_bbox_deg2`` -> 400; a "dense" box (more than ``dense_threshold`` images) -> 500 (the client
+over ``max_bbox_deg2`` -> 400; ``GET /{id}`` of an unknown or deleted image -> 400 ``GraphMethodException``
+code 100, subcode 33 ("Unsupported get request. Object with ID ... does not exist", as the Graph API answers); a "dense" box (more than ``dense_threshold`` images) -> 500 (the client
 must split it); thumbnail URLs carry an expiry (``ttl_s``) and a signature: an expired or forged one
 gets 403 with a text body (``FakeImage.cdn_expired_first`` makes a URL expire before its first uses);
 an image may have no thumbnail (``thumb_*_url`` null) or a CDN answer that is not a JPEG. Thumbnails are JPEGs rendered on demand whose mean grey level is the image's
@@ -59,7 +60,8 @@ class FakeImage:
     #: the first N CDN requests of this image answer 403 "URL signature expired" (a URL that aged
     #: between the Graph API call and the download)
     cdn_expired_first: int = 0
-    #: still in search results (an index lagging behind), but ``GET /{id}`` answers 404: deleted meanwhile
+    #: still in search results (an index lagging behind), but ``GET /{id}`` answers the Graph API's "does not
+    #: exist" error (HTTP 400, code 100, subcode 33): deleted meanwhile
     deleted: bool = False
 
 
@@ -204,7 +206,11 @@ async def _one(request: web.Request) -> web.Response:
         return fields
     img = st.by_id().get(iid)
     if img is None or img.deleted:
-        return graph_error(404, f"Unsupported get request. Object with ID '{iid}' does not exist", 100, "GraphMethodException", 33)
+        # the Graph API's answer to an object that does not exist (or no longer does): HTTP 400, code 100,
+        # subcode 33, a message longer than the HTTP layer's 300-character excerpt
+        return graph_error(400, f"Unsupported get request. Object with ID '{iid}' does not exist, cannot be loaded due to "
+                           "missing permissions, or does not support this operation. Please read the Graph API "
+                           "documentation at https://developers.facebook.com/docs/graph-api", 100, "GraphMethodException", 33)
     return web.json_response(_render(request, st, img, fields))
 
 

@@ -68,7 +68,8 @@ def ua_problem(ua: str | None) -> str | None:
     """Why a User-Agent breaks the descriptive-UA rule (None if it is fine)."""
     if not ua or _GENERIC_UA.match(ua):
         return "a descriptive User-Agent naming the tool and a contact is required"
-    if not re.search(r"(@|https?://|contact)", ua, re.I):
+    # contact details are an e-mail address or a URL (Wikimedia User-Agent policy): the word "contact" is not one
+    if not re.search(r"(@|https?://)", ua, re.I):
         return "the User-Agent must carry a contact (URL or e-mail)"
     return None
 

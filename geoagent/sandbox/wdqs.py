@@ -7,7 +7,7 @@ It answers the two geo queries the project sends (:func:`geoagent.clients.wdqs.a
 ``BIND(geof:distance(CENTRE, ?coord) AS ?dist)`` and ``FILTER(?dist <= R)`` (the same haversine distance
 and radius rule as ``around``), an optional ``VALUES ?type {...}`` with
 ``wdt:P31/wdt:P279*`` (instances of subclasses count), an optional ``FILTER(?links <= N)``, and
-``LIMIT``/``OFFSET``; rows are ordered by item IRI. Answers follow the W3C SPARQL 1.1 JSON results
+``LIMIT``/``OFFSET``; rows are ordered by item IRI (then type, then coordinate). Answers follow the W3C SPARQL 1.1 JSON results
 format: every value a string, ``type`` uri/literal, ``datatype`` or ``xml:lang``, unbound OPTIONAL
 variables absent. Content type ``application/sparql-results+json``.
 
@@ -18,7 +18,8 @@ the same User-Agent is in flight also gets 429 (one query at a time); a query se
 429's ``Retry-After`` expired is counted in ``ignored_retry_after`` (the real service bans such clients);
 ``timeout_next`` answers with the Blazegraph TimeoutException as text/plain 500 (``timeout_mode="500"``)
 or as JSON cut midway followed by a stack trace (``"truncated"``); a generic or contact-less User-Agent
-gets 403 (Wikimedia User-Agent policy); unparseable queries get 400 ``MalformedQueryException``.
+gets 403 (Wikimedia User-Agent policy); unparseable queries get 400 with Blazegraph's text: the query echoed
+(``SPARQL-QUERY: queryStr=...``), then ``...MalformedQueryException: <why>`` and a stack trace.
 ``timeout_above_km2`` (None: off) makes every query whose area is larger than that many km^2 (a circle:
 pi r^2; a box: its width times height) time out in the ``timeout_mode`` shape, every time, as a real
 query over a big or dense city does; ``area_timeouts`` counts them.
@@ -194,7 +195,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
                 bt["type"] = {"type": "uri", "value": ENTITY + t}
                 bt["typeLabel"] = _lit(st.class_labels.get(t, t), lang="en")
                 rows.append((ENTITY + e.qid, ENTITY + t, bt))
-    rows.sort(key=lambda x: (x[0], x[1]))
+    rows.sort(key=lambda x: (x[0], x[1], x[2]["coord"]["value"]))  # ORDER BY ?item [?type] ?coord
     sel = rows[offset: offset + limit if limit is not None else None]
     head = ["item", "itemLabel", "coord", "dist", "links"] + (["title"] if types is None else ["type", "typeLabel"])
     return head, [b for _, _, b in sel]
@@ -251,7 +252,12 @@ async def _sparql(request: web.Request) -> web.StreamResponse:
         try:
             head, rows = answer(st, query)
         except ValueError as e:
-            return web.Response(status=400, text=f"MalformedQueryException: {e}\n", content_type="text/plain")
+            # Blazegraph's shape: the whole query echoed first, the exception after it, then the stack
+            return web.Response(status=400, text=(
+                f"SPARQL-QUERY: queryStr={query}\njava.util.concurrent.ExecutionException: "
+                f"org.openrdf.query.MalformedQueryException: {e}\n"
+                "\tat java.util.concurrent.FutureTask.report(FutureTask.java:122)\n"
+                "\tat java.util.concurrent.FutureTask.get(FutureTask.java:192)\n"), content_type="text/plain")
         body = orjson.dumps({"head": {"vars": head}, "results": {"bindings": rows}})
         return web.Response(body=body, content_type="application/sparql-results+json")
     finally:
