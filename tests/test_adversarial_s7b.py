@@ -250,11 +250,6 @@ def test_a_short_key_of_a_paid_model_is_scrubbed():
     assert redact(f"upstream said: bad key {secret.reveal()}") == "upstream said: bad key ***"
 
 
-@pytest.mark.xfail(strict=True, reason="judgement call: the request key hashes the image ID, never the pixels, so a "
-                   "request answered about placeholder pixels (an earlier run with [images] missing = \"placeholder\") "
-                   "has the key of the same request with the photo: a later run of the same campaign with the photos "
-                   "in place reuses the stored placeholder answers (or finds the tasks done). Keying the pixel source "
-                   "would change every stored key; the README's rule is a new [campaign] name after such a change")
 def test_placeholder_and_photo_requests_have_different_keys(tmp_path):
     from geoagent.config import config_from_dict
     from geoagent.workers.model_caller import build_request
