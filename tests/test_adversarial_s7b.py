@@ -5,8 +5,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from geoagent.cli import main
 
 CONFIG = """
@@ -239,10 +237,6 @@ def test_stage_error_text_stored_in_the_queue_is_scrubbed_of_known_keys(tmp_path
     assert key not in reasons[0] and all(key not in e for e in last)
 
 
-@pytest.mark.xfail(strict=True, reason="judgement call: redact() scrubs a known value only from MIN_SECRET_LEN (8) "
-                   "characters on, whatever host it is for, so a 7-character key of a PAID host (a proxy's short "
-                   "key) is not scrubbed from log lines or stored error text; HTTP errors still scrub every header "
-                   "value from 4 characters (runtime.http._secrets_of). Real providers' keys are 20+ characters")
 def test_a_short_key_of_a_paid_model_is_scrubbed():
     from geoagent.secrets import lookup_secret, redact
 
