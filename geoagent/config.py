@@ -1724,7 +1724,8 @@ def provider_settings(
 
     The API key is looked up here, by the variable name in ``api_key_env`` (environment, then ``.env``; without
     it, a model on its provider's own API host uses the usual variable: :attr:`ModelConfig.key_env`),
-    and passed on as a :class:`geoagent.secrets.Secret`.
+    and passed on as a :class:`geoagent.secrets.Secret` (a local server's, ``local``: scrubbed from log lines and
+    stored text only from 8 characters, a paid host's from 4: :mod:`geoagent.secrets`).
 
     Raises
     ------
@@ -1738,7 +1739,8 @@ def provider_settings(
     m = cfg.model(model_name)
     api_key = None
     if m.key_env:  # api_key_env, else OPENAI_API_KEY & co. for the provider's own API host (ModelConfig.key_env)
-        api_key = (get_secret if require_key and m.paid else lookup_secret)(m.key_env, dotenv_path=dotenv_path)
+        api_key = (get_secret if require_key and m.paid else lookup_secret)(m.key_env, dotenv_path=dotenv_path,
+                                                                             local=not m.on_paid_host)
     return _build_provider_settings(cfg, m, api_key)
 
 

@@ -18,6 +18,14 @@ intended and not counted) and :func:`check_missing` decides:
 * otherwise (placeholders legitimate, or ``[images] missing = "placeholder"``): one warning line with the
   count, which the campaign prints (dry run and summary) and records in the run's manifest entry and the
   report.
+
+A request sent with placeholder pixels has a request key of its own (``pixel_source``, part of the key only
+then: :func:`geoagent.workers.model_caller.build_request`), so its stored answer never answers the same request
+with the photo. But a task keeps the request it was queued with: when the photos are put in place after a run
+that queued tasks with placeholders, the next run plans those tasks with their photos and finds them queued (or
+done) with the placeholder request. :func:`photos_after_placeholders` counts them from the queue (which keeps
+every task's payload; this works for campaigns run before the key had the pixel source too) and the campaign
+prints one warning line naming how many and the way out: a new ``[campaign]`` name.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ SANDBOX_SUFFIX = ".sandbox.invalid"
 SHOWN_MISSING = 5
 #: the opt-in line quoted in messages
 OPT_IN = '[images] missing = "placeholder"'
+#: ``image_ref`` prefixes of intended generated images (a gray field, a seeded synthetic picture): never a photo
+GENERATED_PREFIXES = ("blank:", "synthetic:")
 
 
 def needs_photos(model: Any) -> bool:
@@ -227,3 +237,62 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
               f"{', '.join(repr(n) for n in found.requests)}"
     return (f"{found.count_text()}: {found.n_requests} request{'' if found.n_requests == 1 else 's'} carry placeholder "
             f"pixels instead of photos ({why})")
+
+
+def photos_after_placeholders(cfg: Any, messages: Iterable[tuple[str, Mapping[str, Any]]], *, key: str
+                              ) -> str | None:
+    """The warning for planned tasks that now have their photo but were queued earlier with placeholder pixels.
+
+    A task planned again keeps the payload it was first queued with (a put of a queued key is a no-op), so a
+    GeoVerify trial or GeoHint request queued by an earlier run with no file under the image folder (payload
+    ``image_id`` without ``image_ref``: placeholder pixels) is still asked, or was answered, about the
+    placeholder when a later run finds its photo: its answer counts in the results as if it were about the
+    photo. Read-only; looks only at the planned tasks that carry a photo now (``image_ref`` a file path, not a
+    generated ``blank:``/``synthetic:`` image) of models that are sent pixels (not ``replay``).
+
+    Parameters
+    ----------
+    cfg : CampaignConfig
+        The campaign as run (its queue folder and name, its models' providers).
+    messages : iterable of (task key, payload)
+        The planned ``requests`` messages.
+    key : str
+        Config key of the image folder (``"geoverify.image_root"``), named in the line.
+
+    Returns
+    -------
+    str or None
+        One line: ``N planned tasks (model 'gpt': N) were queued by an earlier run of campaign C with placeholder
+        pixels (no file under <key> then) and now have their photo: ... To ask with the photos, run the campaign
+        under a new [campaign] name (...)``; None when there are none, or the campaign has no queue yet. A task
+        dead-lettered with its placeholder request counts too (a requeue sends that request).
+    """
+    from geoagent import constants as C
+    from geoagent.runtime.sqlite_queue import read_payloads
+    from geoagent.textfmt import count_text
+
+    replay = {m.name for m in getattr(cfg, "models", []) if getattr(m, "provider", None) == "replay"}
+    model_of: dict[str, str] = {}
+    for task_key, p in messages:
+        ref = p.get("image_ref")
+        if (p.get("image_id") and isinstance(ref, str) and ref and not ref.startswith(GENERATED_PREFIXES)
+                and p.get("model") not in replay):
+            model_of[task_key] = str(p.get("model"))
+    if not model_of:
+        return None
+    queued = read_payloads(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS, model_of)
+    by_model: dict[str, int] = {}
+    for task_key, old in (queued or {}).items():
+        if isinstance(old, dict) and old.get("image_id") and not old.get("image_ref"):
+            by_model[model_of[task_key]] = by_model.get(model_of[task_key], 0) + 1
+    n = sum(by_model.values())
+    if not n:
+        return None
+    models = ", ".join(f"{name!r}: {k}" for name, k in by_model.items())
+    return (f"{count_text(n, 'planned task')} (model{'s' if len(by_model) > 1 else ''} {models}) "
+            f"{'was' if n == 1 else 'were'} queued by an earlier run of campaign {cfg.name} with placeholder pixels "
+            f"(no file under {key} then) and now {'has its' if n == 1 else 'have their'} photo: a task keeps the "
+            f"request it was first queued with, so {'its answer is' if n == 1 else 'their answers are'} (or will be) "
+            f"about the placeholder and count{'s' if n == 1 else ''} in the results as if about the photo. To ask "
+            f"with the photos, run the campaign under a new [campaign] name (a new state folder: every request is "
+            f"asked, and paid for, again)")

@@ -10,6 +10,18 @@ is read, never loaded into ``os.environ``, so a real variable always wins and ch
 inherit values they were not given). Every value revealed through this module is remembered (in memory
 only) so :func:`redact` and :class:`RedactingFilter` can scrub it from any text before it is logged, stored
 or raised.
+
+How short a remembered value may be and still be scrubbed by itself depends on where the key goes:
+
+* the key of a local server (looked up with ``local=True``: a model whose API is not a paid host,
+  :attr:`geoagent.config.ModelConfig.on_paid_host`): from :data:`MIN_SECRET_LEN` (8) characters. Such servers
+  take any placeholder ("local", "EMPTY", "ollama", "test"), and masking those corrupted ordinary text that
+  contains them (a model named "oa-local" stored as "oa-***");
+* every other key (a paid host's, e.g. a proxy's short key; Mapillary's token; a lookup that does not say):
+  from :data:`MIN_PAID_SECRET_LEN` (4) characters, the floor the HTTP layer's error scrubbing uses too
+  (:func:`geoagent.runtime.http._secrets_of`). Such a key is masked wherever it occurs, also inside ordinary
+  words: give a paid host a key of its own, not a word. A value of 1-3 characters is never masked (it would
+  mangle every line): no real provider issues one.
 """
 
 from __future__ import annotations
@@ -48,12 +60,15 @@ class Secret:
 
     __slots__ = ("_value", "name")
 
-    def __init__(self, value: str, name: str = "") -> None:
+    def __init__(self, value: str, name: str = "", *, local: bool = False) -> None:
+        """``value``: the key (non-empty); ``name``: the variable it came from (shown in ``repr``); ``local``: the
+        key of a local server, scrubbed by :func:`redact` only from :data:`MIN_SECRET_LEN` characters (else from
+        :data:`MIN_PAID_SECRET_LEN`; module docstring). Raises ValueError for an empty or non-string value."""
         if not isinstance(value, str) or not value:
             raise ValueError("a Secret needs a non-empty string value")
         self._value = value
         self.name = name
-        _remember(value)
+        _remember(value, local=local)
 
     def reveal(self) -> str:
         """Return the secret value (call only where it goes on the wire, e.g. an auth header)."""
@@ -94,15 +109,25 @@ def looks_like_secret(name: str) -> bool:
     return len(name) >= 32 and has_digit and "_" not in name
 
 
-#: shortest revealed value :func:`redact` scrubs by itself: local servers' placeholder keys ("local", "EMPTY",
-#: "ollama") are shorter, and masking them corrupted ordinary text that contains them (a model named "oa-local"
-#: stored as "oa-***" in the manifest, then reported as changed on every run); real providers' keys are far
-#: longer (20+ characters)
+#: shortest revealed key of a LOCAL server (``local=True``) that :func:`redact` scrubs by itself: local servers'
+#: placeholder keys ("local", "EMPTY", "ollama") are shorter, and masking them corrupted ordinary text that
+#: contains them (a model named "oa-local" stored as "oa-***" in the manifest, then reported as changed on every
+#: run); real providers' keys are far longer (20+ characters)
 MIN_SECRET_LEN = 8
+#: shortest revealed key of any other host (a paid API, a proxy in front of one, Mapillary; or a lookup that
+#: does not say where the key goes) that :func:`redact` scrubs by itself; also the floor of ``extra`` values and
+#: of the HTTP layer's header scrubbing (:func:`geoagent.runtime.http._secrets_of`)
+MIN_PAID_SECRET_LEN = 4
 
 
-def _remember(value: str) -> None:
-    if len(value) >= MIN_SECRET_LEN:
+def min_secret_len(*, local: bool) -> int:
+    """Shortest key :func:`redact` scrubs by itself: :data:`MIN_SECRET_LEN` (8 characters) for a local server's
+    key, :data:`MIN_PAID_SECRET_LEN` (4) for any other (module docstring)."""
+    return MIN_SECRET_LEN if local else MIN_PAID_SECRET_LEN
+
+
+def _remember(value: str, *, local: bool = False) -> None:
+    if len(value) >= min_secret_len(local=local):
         with _known_lock:
             _known_values.add(value)
 
@@ -140,6 +165,7 @@ def lookup_secret(
     *,
     dotenv_path: str | os.PathLike[str] | None = None,
     environ: dict[str, str] | None = None,
+    local: bool = False,
 ) -> Secret | None:
     """Return the secret held by variable ``env_name`` (environment first, then ``.env``), or None.
 
@@ -151,6 +177,9 @@ def lookup_secret(
         The ``.env`` file to consult (default :func:`dotenv_path_default`).
     environ : dict, optional
         Environment to consult instead of ``os.environ`` (tests).
+    local : bool
+        The key is for a local server (a model not on a paid host): :func:`redact` scrubs it only from
+        :data:`MIN_SECRET_LEN` (8) characters; otherwise (default) from :data:`MIN_PAID_SECRET_LEN` (4).
 
     Returns
     -------
@@ -173,10 +202,10 @@ def lookup_secret(
         value = (read_dotenv(dotenv_path).get(env_name) or "").strip()
         where = "the .env file"
     if value and not value.isprintable():  # line breaks, tabs, NUL...: no HTTP header can carry them
-        _remember(value)  # never echoed, but scrub it wherever it might surface
+        _remember(value, local=local)  # never echoed, but scrub it wherever it might surface
         raise ValueError(f"API key variable {env_name} (from {where}) holds control characters "
                          "(line break, tab, NUL) inside the value; check its quotes and line ends")
-    return Secret(value, env_name) if value else None
+    return Secret(value, env_name, local=local) if value else None
 
 
 def get_secret(
@@ -184,9 +213,10 @@ def get_secret(
     *,
     dotenv_path: str | os.PathLike[str] | None = None,
     environ: dict[str, str] | None = None,
+    local: bool = False,
 ) -> Secret:
     """Like :func:`lookup_secret` but raise :class:`SecretNotFound` (naming the variable) when unset."""
-    secret = lookup_secret(env_name, dotenv_path=dotenv_path, environ=environ)
+    secret = lookup_secret(env_name, dotenv_path=dotenv_path, environ=environ, local=local)
     if secret is None:
         where = Path(dotenv_path) if dotenv_path is not None else dotenv_path_default()
         raise SecretNotFound(f"API key variable {env_name} is not set in the environment or in {where}")
@@ -196,8 +226,10 @@ def get_secret(
 def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ()) -> str:
     """Replace every known secret value (and ``extra`` values) in ``text`` with ``'***'``.
 
-    Known values are those revealed in this process of at least :data:`MIN_SECRET_LEN` characters; ``extra``
-    values are scrubbed from 4 characters on (masking 1-3 character strings would mangle ordinary text).
+    Known values are those revealed in this process: a local server's key of at least :data:`MIN_SECRET_LEN`
+    (8) characters, any other of at least :data:`MIN_PAID_SECRET_LEN` (4) (module docstring); ``extra`` values
+    are scrubbed from 4 characters on (masking 1-3 character strings would mangle ordinary text). Longer values
+    are replaced first, so a key containing a shorter one is masked whole.
     """
     if not text:
         return text
@@ -205,7 +237,7 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
         values = set(_known_values)
     for item in extra:
         values.add(item.reveal() if isinstance(item, Secret) else item)
-    for value in sorted((v for v in values if v and len(v) >= 4), key=len, reverse=True):
+    for value in sorted((v for v in values if v and len(v) >= MIN_PAID_SECRET_LEN), key=len, reverse=True):
         if value in text:
             text = text.replace(value, MASK)
     return text
@@ -263,7 +295,9 @@ def missing_api_keys(
         # key_env: api_key_env, else the provider's usual variable for its own API host (OPENAI_API_KEY for a
         # model without base_url: geoagent.config.ModelConfig.key_env)
         var = getattr(m, "key_env", None) or m.api_key_env
-        if var and m.paid and lookup_secret(var, dotenv_path=dotenv_path, environ=environ) is None:
+        # a key of a model not on a paid host (a local server's "EMPTY") is scrubbed only from 8 characters
+        local = not getattr(m, "on_paid_host", True)
+        if var and m.paid and lookup_secret(var, dotenv_path=dotenv_path, environ=environ, local=local) is None:
             out.append((var, m.name))
     return out
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from geoagent.cli import main
 
 CONFIG = """
@@ -239,10 +237,6 @@ def test_stage_error_text_stored_in_the_queue_is_scrubbed_of_known_keys(tmp_path
     assert key not in reasons[0] and all(key not in e for e in last)
 
 
-@pytest.mark.xfail(strict=True, reason="judgement call: redact() scrubs a known value only from MIN_SECRET_LEN (8) "
-                   "characters on, whatever host it is for, so a 7-character key of a PAID host (a proxy's short "
-                   "key) is not scrubbed from log lines or stored error text; HTTP errors still scrub every header "
-                   "value from 4 characters (runtime.http._secrets_of). Real providers' keys are 20+ characters")
 def test_a_short_key_of_a_paid_model_is_scrubbed():
     from geoagent.secrets import lookup_secret, redact
 
@@ -250,11 +244,6 @@ def test_a_short_key_of_a_paid_model_is_scrubbed():
     assert redact(f"upstream said: bad key {secret.reveal()}") == "upstream said: bad key ***"
 
 
-@pytest.mark.xfail(strict=True, reason="judgement call: the request key hashes the image ID, never the pixels, so a "
-                   "request answered about placeholder pixels (an earlier run with [images] missing = \"placeholder\") "
-                   "has the key of the same request with the photo: a later run of the same campaign with the photos "
-                   "in place reuses the stored placeholder answers (or finds the tasks done). Keying the pixel source "
-                   "would change every stored key; the README's rule is a new [campaign] name after such a change")
 def test_placeholder_and_photo_requests_have_different_keys(tmp_path):
     from geoagent.config import config_from_dict
     from geoagent.workers.model_caller import build_request

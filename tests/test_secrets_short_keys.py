@@ -1,4 +1,5 @@
-"""A local server's short placeholder key (``local``, ``EMPTY``, ``ollama``) must not be masked inside ordinary text.
+"""A local server's short placeholder key (``local``, ``EMPTY``, ``ollama``) must not be masked inside ordinary text
+(while a paid host's short key is: ``tests/test_secrets_paid_short_keys.py``).
 
 Fresh-user finding (session 7): with ``GEMINI_API_KEY=local`` (the README's own curl example key) and models named
 ``oa-local`` / ``gemini-local``, the manifest stored the names as ``oa-***`` / ``gemini-***`` and every later run
@@ -13,8 +14,8 @@ from geoagent.secrets import MIN_SECRET_LEN, Secret, redact
 
 
 def test_short_values_are_not_scrubbed_from_text_but_real_keys_are():
-    Secret("local", "LOCAL_KEY")
-    Secret("ollama", "OLLAMA_KEY")
+    Secret("local", "LOCAL_KEY", local=True)  # a local server's key (geoagent.config.provider_settings says so)
+    Secret("ollama", "OLLAMA_KEY", local=True)
     assert MIN_SECRET_LEN == 8
     assert redact("model oa-local on ollama-qwen") == "model oa-local on ollama-qwen"
     real = "sk-" "shortkeys-0123456789abcdef"

@@ -29,7 +29,7 @@ from geoagent.geohint.echo import DEFAULT_ECHO_RULE, describe_echo_rule
 from geoagent.geohint.plan import PlanSummary, synthetic_images
 from geoagent.geohint.result import GeoHintResult
 from geoagent.geohint.settings import GeoHintSettings
-from geoagent.image_files import MissingImages, check_missing, tally
+from geoagent.image_files import MissingImages, check_missing, photos_after_placeholders, tally
 from geoagent.geohint.stages import (
     SCORED_TABLE,
     SERVICE_PLAN_KEYS,
@@ -185,15 +185,15 @@ class GeoHintCampaign(CampaignKind):
 
     def plan_warnings(self, cfg: Any) -> list[str]:
         """The plan's warnings: malformed rows of the release import (each one a site, ladder point or trial
-        left out of the plan; the first five in full, ``file:line: reason``), and the image warning (images
-        sent as placeholder pixels), when there are any."""
+        left out of the plan; the first five in full, ``file:line: reason``), and the image warnings (images
+        sent as placeholder pixels; planned requests queued earlier with placeholder pixels that now have their
+        photo, :func:`geoagent.image_files.photos_after_placeholders`), when there are any."""
         out = []
         issues = getattr(self, "_import_issues", None) or []
         if issues:
             shown = "; ".join(str(i) for i in issues[:5]) + (f"; ... and {len(issues) - 5} more" if len(issues) > 5 else "")
             out.append(f"release import: {len(issues)} problem(s) (a malformed row is left out of the plan): {shown}")
-        w = getattr(self, "_image_warning", None)
-        return out + ([w] if w else [])
+        return out + [w for w in (getattr(self, "_image_warning", None), getattr(self, "_photo_warning", None)) if w]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         from geoagent.data.store import DataStore
@@ -225,6 +225,8 @@ class GeoHintCampaign(CampaignKind):
             fix=("Put the photos there (the trial table's `path` column is relative to that folder: a crawl's images "
                  "folder, state/images, holds <site>/<image_id>.jpg) or fix geohint.image_root; with images = "
                  "\"release\" only the trial table's images are planned, never synthetic placeholders"))
+        # requests queued earlier with placeholder pixels whose photo is there now keep their placeholder request
+        self._photo_warning = photos_after_placeholders(cfg, messages, key="geohint.image_root")
         known = ctx.services.get("sites")
         if isinstance(known, dict):  # planned again (--watch, a changed trial table): the geocoder's mapping too
             known.update(sites)

@@ -141,7 +141,7 @@ class GeoVerifyCampaign(CampaignKind):
         """The plan of :func:`plan_campaign`, after the image check (:func:`geoagent.image_files.check_missing`:
         trials without image files refuse for a model on a real provider unless ``[images] missing =
         "placeholder"``; otherwise their count is :meth:`plan_warnings`' line)."""
-        from geoagent.image_files import check_missing
+        from geoagent.image_files import check_missing, photos_after_placeholders
 
         self._plan = plan_campaign(cfg)
         # the report and the live aggregator score exactly this plan's tasks (ScoredScope)
@@ -152,19 +152,21 @@ class GeoVerifyCampaign(CampaignKind):
                 ctx.services.get("config_as_written", cfg), self._plan.images,
                 fix=("Put the photos there (the trial table's `path` column is relative to that folder: a crawl's "
                      "images folder, state/images, holds <site>/<image_id>.jpg) or fix geoverify.image_root"))
+        # tasks queued earlier with placeholder pixels whose photo is there now keep their placeholder request
+        self._photo_warning = photos_after_placeholders(cfg, self._plan.messages, key="geoverify.image_root")
         return self._plan.messages
 
     def plan_warnings(self, cfg: Any) -> list[str]:
-        """The plan's image warning (images sent as placeholder pixels), when it has one, and a warning when the
-        planned trials hold the gray-field control (``ctrl_noimage``) but no swapped-image control
+        """The plan's image warnings (images sent as placeholder pixels; planned tasks queued earlier with
+        placeholder pixels that now have their photo, :func:`geoagent.image_files.photos_after_placeholders`),
+        when it has them, and a warning when the planned trials hold the gray-field control (``ctrl_noimage``) but no swapped-image control
         (``ctrl_mismatch``; e.g. trials of a crawl whose cities are all on one continent): the read-out cannot
         check that arm. A table without any control arm (the release sample) gets no warning: no control was
         meant."""
         from geoagent.data.model import ARM_BLANK, ARM_MISMATCH
         from geoagent.scoring.sdt import MISMATCH_F_MAX
 
-        w = getattr(self, "_image_warning", None)
-        out = [w] if w else []
+        out = [w for w in (getattr(self, "_image_warning", None), getattr(self, "_photo_warning", None)) if w]
         plan = getattr(self, "_plan", None)
         trials = getattr(plan, "trials", None) or []
         arms = {t.arm for t in trials}

@@ -47,6 +47,12 @@ class ModelRequest:
         :meth:`Provider.generate` raises that exception unchanged. Only providers with
         ``supports_before_send`` true call it; for the others the caller awaits it before ``generate``.
         The model caller reserves the call's worst-case cost here (issue 2, points 4 and 7).
+    pixel_source : str or None
+        Where the pixels of ``image_id`` come from when they are not the image itself: :data:`PLACEHOLDER_PIXELS`
+        for a request sent with deterministic placeholder pixels because the image has no file
+        (:func:`geoagent.workers.model_caller.build_request`); None for a photo, a text-only request and an
+        intended generated image (``blank:gray``, ``synthetic:<seed>``). Part of the key only when set, so the
+        key of every request sent with a real photo is what it always was.
     """
 
     provider: str
@@ -58,26 +64,40 @@ class ModelRequest:
     params: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     before_send: Callable[[], Awaitable[object]] | None = field(default=None, compare=False, repr=False)
+    pixel_source: str | None = None
 
     @property
     def max_output_tokens(self) -> int:
         return int(self.params.get("max_output_tokens", 1024))
 
     def key(self) -> str:
-        """Stable request key: SHA-256 hex of (provider, model, prompt, image id, params).
+        """Stable request key: SHA-256 hex of (provider, model, prompt, image id, params), plus the pixel
+        source when the request carries placeholder pixels (:attr:`pixel_source`).
 
         The same logical request always gets the same key across processes and restarts, so its stored
-        response is found and no second paid call is made (exactly-once spend, issue 2 point 6).
+        response is found and no second paid call is made (exactly-once spend, issue 2 point 6). A request
+        about placeholder pixels and the same request with the photo are two requests (two keys): an answer
+        about a placeholder never stands in for the photo's.
         """
-        return request_key(self.provider, self.model, self.prompt, self.image_id, self.params)
+        return request_key(self.provider, self.model, self.prompt, self.image_id, self.params, self.pixel_source)
 
 
-def request_key(provider: str, model: str, prompt: str, image_id: str | None, params: dict[str, Any]) -> str:
-    """SHA-256 hex digest of the canonical JSON of the request's identifying fields (sorted keys)."""
-    blob = orjson.dumps(
-        {"provider": provider, "model": model, "prompt": prompt, "image_id": image_id, "params": params},
-        option=orjson.OPT_SORT_KEYS,
-    )
+#: :attr:`ModelRequest.pixel_source` of a request sent with deterministic placeholder pixels in place of a photo
+#: that has no file (:mod:`geoagent.image_files`)
+PLACEHOLDER_PIXELS = "placeholder"
+
+
+def request_key(provider: str, model: str, prompt: str, image_id: str | None, params: dict[str, Any],
+                pixel_source: str | None = None) -> str:
+    """SHA-256 hex digest (64 lowercase hex characters) of the canonical JSON of the request's identifying
+    fields (sorted keys): ``provider``, ``model``, ``prompt``, ``image_id``, ``params``, and ``pixel_source``
+    only when it is not None (so every key made before that field existed, and every request with a photo,
+    keeps its value)."""
+    fields: dict[str, Any] = {"provider": provider, "model": model, "prompt": prompt, "image_id": image_id,
+                              "params": params}
+    if pixel_source is not None:
+        fields["pixel_source"] = pixel_source
+    blob = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()
 
 

@@ -174,6 +174,13 @@ class HttpProvider(Provider, abc.ABC):
     def _api_key(self) -> str | None:
         return reveal_key(self.settings.api_key)
 
+    def _local_host(self) -> bool:
+        """Whether :attr:`base_url` is a local server (:func:`geoagent.config.is_local_host`): its key is
+        scrubbed from answers only from 8 characters (:func:`_without_key`)."""
+        from geoagent.config import is_local_host
+
+        return is_local_host(urlsplit(self.base_url).hostname)
+
     def common_headers(self, request: ModelRequest) -> dict[str, str]:
         """Content type, extra headers from settings, ``X-Request-Key`` and (if set) ``X-Image-Id``."""
         headers = {"Content-Type": "application/json"}
@@ -270,7 +277,8 @@ class HttpProvider(Provider, abc.ABC):
             if clean is not None:
                 raise clean from None
             raise
-        return _without_key(dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0), secret)
+        return _without_key(dataclasses.replace(parsed[0], latency_s=time.perf_counter() - t0), secret,
+                            local=self._local_host())
 
     async def aclose(self) -> None:
         """Close the private HTTP client if this provider opened one (a shared client is left alone)."""
@@ -279,17 +287,18 @@ class HttpProvider(Provider, abc.ABC):
             await client.__aexit__(None, None, None)
 
 
-def _without_key(resp: ModelResponse, secret: str) -> ModelResponse:
+def _without_key(resp: ModelResponse, secret: str, *, local: bool = False) -> ModelResponse:
     """``resp`` with the API key (and any other key this process has read) masked in its text fields.
 
     A server that echoes the request (a debugging proxy, a gateway's error text delivered as a 200 answer)
     would otherwise put the key into the response store, the responses queue and the exports; the answer is
-    kept verbatim otherwise (:func:`geoagent.secrets.redact`: only whole key values are masked).
+    kept verbatim otherwise (:func:`geoagent.secrets.redact`: only whole key values are masked). ``local``: the
+    key went to a local server, masked only from 8 characters (its "EMPTY" or "local" would mangle ordinary
+    words); a paid host's key is masked from 4 (:func:`geoagent.secrets.min_secret_len`).
     """
-    from geoagent.secrets import MIN_SECRET_LEN, redact
+    from geoagent.secrets import min_secret_len, redact
 
-    # a local server's placeholder key ("EMPTY", "local") is too short to mask: it would mangle ordinary words
-    extra = [secret] if len(secret) >= MIN_SECRET_LEN else []
+    extra = [secret] if len(secret) >= min_secret_len(local=local) else []
     fields = {name: redact(value, extra) for name in ("text", "finish_reason", "provider_model")
               if isinstance(value := getattr(resp, name), str)}
     changed = {k: v for k, v in fields.items() if v != getattr(resp, k)}

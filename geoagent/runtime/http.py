@@ -354,7 +354,9 @@ def _request_secrets_cached(key: tuple[str, tuple[tuple[str, str], ...], tuple[t
 
 
 def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str, str] | None) -> list[str]:
-    """Secret values present in this request (header values, secret query values), longest first."""
+    """Secret values present in this request (header values, secret query values), longest first; from 4
+    characters on (whatever the host: :data:`geoagent.secrets.MIN_PAID_SECRET_LEN`, the floor ``redact`` keeps
+    for a paid host's key too)."""
     out: set[str] = set()
     for k, v in (headers or {}).items():
         if SECRET_HEADER_RE.search(k) and v:

@@ -1222,6 +1222,41 @@ def count_done(root: str | os.PathLike[str], campaign: str, edge: str, entries: 
         queue.close_sync()
 
 
+def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: Iterable[str], *,
+                  chunk: int = 500) -> dict[str, dict[str, Any]] | None:
+    """The payload each of ``keys`` was queued with, in whatever state its task is now (ready, leased, done or
+    dead), for the keys the queue of ``edge`` holds; read-only, in chunks of ``chunk`` keys. ``None`` when the
+    queue file does not exist (nothing is created).
+
+    A put of a key the queue holds is a no-op, so this is the request a task planned again is still asked (or
+    was answered) with, whatever the new plan says (:func:`geoagent.image_files.photos_after_placeholders`).
+
+    Raises
+    ------
+    ValueError
+        Unsafe ``campaign`` or ``edge``.
+    """
+    queue = _existing_queue(root, campaign, edge)
+    if queue is None:
+        return None
+    items = iter(keys)
+
+    def tx(conn: sqlite3.Connection, now: float) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        while True:
+            part = list(dict.fromkeys(islice(items, chunk)))
+            if not part:
+                return out
+            rows = conn.execute(f"SELECT key, payload FROM tasks WHERE key IN ({','.join('?' * len(part))})", part)
+            out.update(rows)
+
+    try:
+        raw = queue._sync(_Op(tx, write=False))
+    finally:
+        queue.close_sync()
+    return {k: orjson.loads(blob) for k, blob in raw.items()}
+
+
 # ---------------------------------------------------------------------- helpers
 
 

@@ -11,7 +11,9 @@ The model caller attaches pixels according to the payload's ``image_ref``:
   re-running a released campaign against the simulated provider or a local fake uses these; the same
   id always gives the same bytes.
 
-The request key hashes the image *id*, never the bytes (:class:`geoagent.providers.base.ModelRequest`).
+The request key hashes the image *id*, never the bytes (:class:`geoagent.providers.base.ModelRequest`); a
+request sent with placeholder pixels in place of a photo without a file also hashes ``pixel_source =
+"placeholder"`` (:func:`geoagent.workers.model_caller.build_request`), so it never shares a key with the photo's.
 """
 
 from __future__ import annotations

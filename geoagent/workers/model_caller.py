@@ -189,7 +189,7 @@ import anyio
 
 from geoagent import constants as C
 from geoagent.config import image_size_px, reservation_usd
-from geoagent.providers.base import ModelRequest, ModelResponse, ProviderError
+from geoagent.providers.base import PLACEHOLDER_PIXELS, ModelRequest, ModelResponse, ProviderError
 from geoagent.runtime.http import (
     OutcomeUnknown,
     PermanentHTTPError,
@@ -668,7 +668,12 @@ def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]
 
     Params are the model's defaults overridden by the payload's; the image id is the payload's
     ``image_id``, else the ``image_ref`` itself for ``blank:``/``synthetic:`` refs, else the file name
-    stem. The request key depends only on these, so planners, the dry-run estimate and this worker agree.
+    stem. A payload with an ``image_id`` but no ``image_ref`` is sent with deterministic placeholder pixels
+    (:func:`geoagent.workers.images.load_image`; its photo had no file when it was planned,
+    :mod:`geoagent.image_files`): its request gets ``pixel_source`` = ``"placeholder"``, which enters its key,
+    so it never shares a key (a stored answer) with the same request sent with the photo; a request with a
+    photo, a text-only one and a replay model's (which sends no pixels) keep the key they always had. The
+    request key depends only on the payload, so planners, the dry-run estimate and this worker agree.
 
     Raises
     ------
@@ -690,6 +695,8 @@ def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]
         # the key hashes the image id, so fix it before building the request (never from the bytes)
         is_generated = image_ref.startswith(("blank:", "synthetic:"))
         image_id = image_ref if is_generated else resolve_image_path(image_ref).stem
+    # no file behind the image id: the caller attaches placeholder pixels (a replay model sends none at all)
+    placeholder = not image_ref and image_id is not None and m.provider != "replay"
     request = ModelRequest(
         provider=m.provider,
         model=m.model,
@@ -697,6 +704,7 @@ def build_request(cfg: Any, payload: dict[str, Any]) -> tuple[Any, ModelRequest]
         image_id=None if image_id is None else str(image_id),
         params=params,
         meta=dict(payload.get("meta") or {}),
+        pixel_source=PLACEHOLDER_PIXELS if placeholder else None,
     )
     return m, request
 
