@@ -952,7 +952,8 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
     parse is skipped (logged) and the previous cities stay.
 
     Each city that is new to the ``cities`` queue (its key ``city:<slug>`` was never queued, in any state) is
-    logged on its own line (``crawl --watch: planned new city ...``, printed, since a watching crawl is
+    logged on its own line (``crawl --watch: planned new city 'Name' (city:<slug>), found in CONFIG``: the file
+    is only read, never edited; printed, since a watching crawl is
     interactive) and passed to ``on_new``; cities already queued (the run's own plan, an earlier run's) are
     not. Source: issue 5 (the crawl daemon's watch mode)."""
     import logging
@@ -974,7 +975,7 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
                 known.add(key)
                 if await queue.put(key, payload):
                     city = CitySpec.model_validate(payload["city"])
-                    line = f"crawl --watch: planned new city {city.city!r} ({key}), added to {config_path}"
+                    line = f"crawl --watch: planned new city {city.city!r} ({key}), found in {config_path}"
                     log.info("%s", line)
                     print(line, flush=True)
                     if on_new is not None:
