@@ -495,9 +495,14 @@ class Outcome:
             from geoagent.status import describe_reason
 
             for edge, items in self.dead.items():
-                for d in items[:3]:
+                for d in items[:DEAD_LISTED]:
                     lines.append(f"    {edge}/{_cut(d.key, DEAD_KEY_CHARS)} (deliveries {d.attempts}): "
                                  f"{_cut(describe_reason(d.reason), DEAD_REASON_CHARS, DEAD_FULL_TEXT)}")
+                # a cut list says how many it left out and where they are (it listed 3 of 4, silently)
+                on_edge = self.counts[edge].dead if edge in self.counts else len(items)
+                more = max(on_edge - self.superseded.get(edge, 0), len(items)) - min(len(items), DEAD_LISTED)
+                if more > 0:
+                    lines.append(f"    ... and {more} more on {edge} (`run.py dead CONFIG --edge {edge}` lists them all)")
         lines.extend(self.extra_lines)
         for p in self.report_files:
             lines.append(f"  report: {p}")
@@ -506,6 +511,8 @@ class Outcome:
         return "\n".join(lines)
 
 
+#: the summary lists at most this many dead letters per edge, then says how many more (`run.py dead CONFIG`)
+DEAD_LISTED = 3
 #: the summary's dead-letter lines: a task key is shown whole up to this many characters (keys are short: an
 #: edge's key names its city, site or request), a reason up to DEAD_REASON_CHARS; a longer text ends with
 #: DEAD_FULL_TEXT (where to read it whole)

@@ -34,3 +34,22 @@ def test_watch_new_city_line_does_not_say_the_tool_edited_the_config(tmp_path, c
     line = next(ln for ln in out.splitlines() if "Mirror Bay" in ln)
     assert "added to" not in line, line
     assert f"found in {cfg}" in line, line
+
+
+def test_run_summary_says_how_many_dead_letters_it_did_not_list():
+    """The summary said ``missing: 4 tasks dead-lettered`` and listed 3 with no word of the 4th: a cut list says
+    how many more there are and where to see them."""
+    from geoagent.engine import Outcome
+    from geoagent.runtime.queue import DeadLetter, QueueCounts
+
+    dead = {"requests": [DeadLetter(f"k{i}", {}, 5, "PermanentFailure: 400") for i in range(4)]}
+    text = Outcome("c", "incomplete", 3, 4, {"requests": QueueCounts(dead=4)}, None, dead).summary()
+    assert "missing: 4 tasks dead-lettered" in text
+    listed = [ln for ln in text.splitlines() if ln.startswith("    requests/")]
+    assert len(listed) == 3, text
+    more = [ln for ln in text.splitlines() if "1 more" in ln]
+    assert len(more) == 1 and "requests" in more[0] and "run.py dead" in more[0], text
+    # nothing cut: no "more" line
+    text = Outcome("c", "incomplete", 3, 3, {"requests": QueueCounts(dead=3)}, None,
+                   {"requests": dead["requests"][:3]}).summary()
+    assert " more " not in text, text
