@@ -16,6 +16,8 @@ not call drift (:func:`geoagent.runtime.manifest.config_changes`).
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,14 @@ def _answers_left_by(outcome: Any) -> str | None:
     if any(str(r).startswith(f"{C.STAGE_GEOCODER}:") for r in getattr(outcome, "stop_reasons", None) or []):
         return None
     return _STOPS_LEAVING_WORK.get(str(getattr(outcome, "status", "")))
+
+
+def hit_text(cell: Any) -> str:
+    """A cell's hit rate for a console line (``"61.7%"``), or ``"—"`` when it is undetermined: no answer behind
+    it geocoded (:attr:`geoagent.geohint.aggregate.Cell.geocoded_hit_rate` is NaN), so 0 % would measure the
+    geocoder, not the model; report.md's tables print the same em dash (README, "undetermined, not 0")."""
+    rate = cell.geocoded_hit_rate
+    return "—" if math.isnan(rate) else f"{rate:.1%}"
 
 
 class GeoHintCampaign(CampaignKind):
@@ -357,8 +367,9 @@ class GeoHintCampaign(CampaignKind):
             for cond in sorted({cc for mm, cc in agg.truncation if mm == m} | set(agg.conditions)):
                 c = agg.select(model=m, condition=cond)
                 if c.n:
+                    # echo is a text match, scored whether or not the answer geocoded: given whenever scored
                     echo = f"  echo {c.echo_rate:.1%}" if c.echo_n else ""
-                    lines.append(f"  {m:>20} {cond:<12} n {c.n:>6}  hit {c.hit_rate:.1%}{echo}  unparsed {c.n_parse_fail}"
+                    lines.append(f"  {m:>20} {cond:<12} n {c.n:>6}  hit {hit_text(c)}{echo}  unparsed {c.n_parse_fail}"
                                  f"  unresolved {c.n_none} ({c.unresolved_share:.1%})")
                 no_answer = agg.n_no_answer(model=m, condition=cond)
                 if no_answer:  # in no rate: the cap, not the model, ended them (geoagent.scoring.truncation)
