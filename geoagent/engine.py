@@ -388,6 +388,17 @@ class Outcome:
                            f"{best:.0%} for {best_name}): its statistics are not comparable with the other models'")
         return out
 
+    def unsent_line(self) -> str | None:
+        """``  N requests not sent yet: left queued by the interrupt; re-run the same command to send them`` when an
+        interrupt left model requests queued (ready or leased on the ``requests`` edge) and this process runs the
+        model caller; None otherwise (a budget stop has its own line; a ``--stages`` process without the model
+        caller leaves them to the model caller's process)."""
+        n = self.remaining(C.EDGE_REQUESTS)
+        if self.status != "interrupted" or not n or (self.own_stages and C.STAGE_MODEL_CALLER not in self.own_stages):
+            return None
+        return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left queued by the interrupt; re-run the same "
+                "command to send them")
+
     def unparsed_line(self) -> str | None:
         """``  N model answers received (paid where the model charges) but not parsed yet: left queued by the
         interrupt; re-run the same command to parse them (no new model call)`` when a stop (interrupt, budget
@@ -478,6 +489,9 @@ class Outcome:
                          "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
+        unsent = self.unsent_line()
+        if unsent:
+            lines.append(unsent)
         unparsed = self.unparsed_line()
         if unparsed:
             lines.append(unparsed)

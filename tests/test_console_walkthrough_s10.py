@@ -53,3 +53,26 @@ def test_run_summary_says_how_many_dead_letters_it_did_not_list():
     text = Outcome("c", "incomplete", 3, 3, {"requests": QueueCounts(dead=3)}, None,
                    {"requests": dead["requests"][:3]}).summary()
     assert " more " not in text, text
+
+
+def test_interrupted_geohint_summary_counts_the_work_left_at_every_stage():
+    """An interrupted GeoHint summary said ``1 answers not geocoded yet`` and nothing of ``located: ready 1`` (an
+    answer geocoded, not scored yet) nor of the requests left unsent: each stage's queued work is counted, with
+    the right plural."""
+    from geoagent.engine import Outcome
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.geohint.campaign import GeoHintCampaign
+    from geoagent.runtime.queue import QueueCounts
+
+    counts = {"requests": QueueCounts(ready=5, leased=2), "responses": QueueCounts(),
+              "answers": QueueCounts(ready=1), "located": QueueCounts(ready=1),
+              "scored": QueueCounts(ready=2, leased=1)}
+    out = Outcome("gh", "interrupted", 130, 20, counts, None)
+    camp = GeoHintCampaign()
+    camp._agg = GeoHintAggregator()
+    text = "\n".join(camp.summary_lines(None, None, out))
+    assert "1 answer not geocoded yet" in text and "1 answers" not in text, text
+    assert "1 geocoded answer not scored yet" in text, text
+    assert "3 scored answers not aggregated yet" in text, text
+    summary = out.summary()
+    assert "7 requests not sent yet: left queued by the interrupt" in summary, summary

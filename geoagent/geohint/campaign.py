@@ -132,6 +132,18 @@ def _geocoder_left(outcome: Any) -> tuple[int, int]:
 _STOPS_LEAVING_WORK = {"interrupted": "the interrupt", "budget exhausted": "the budget stop"}
 
 
+def _scoring_left(outcome: Any) -> tuple[int, int]:
+    """``(located, scored)``: tasks left (ready or leased) on the scorer's and the aggregator's input edges at
+    the end of the run, from the engine's ``Outcome`` (``(0, 0)`` without one)."""
+    counts = getattr(outcome, "counts", None) or {}
+
+    def left(edge: str) -> int:
+        c = counts.get(edge)
+        return int(c.ready + c.leased) if c is not None else 0
+
+    return left(C.EDGE_LOCATED), left(C.EDGE_SCORED)
+
+
 def _answers_left_by(outcome: Any) -> str | None:
     """The stop that left answers queued for the geocoder (``"the interrupt"``, ``"the budget stop"``), or
     None when the geocoder itself stopped (its host unreachable: a ``geocoder: ...`` stop reason) or the run
@@ -325,7 +337,8 @@ class GeoHintCampaign(CampaignKind):
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geohint import geocoder_failure_warning, truncation_warnings, unresolved_warnings
+        from geoagent.report.geohint import (geocoder_failure_warning, scoring_left_note, truncation_warnings,
+                                             unresolved_warnings)
 
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         summary = getattr(self, "_summary", None)
@@ -350,8 +363,11 @@ class GeoHintCampaign(CampaignKind):
             lines.append(f"  {note}")
         lines.append(f"  echo rule {describe_echo_rule(echo_rule)}")
         failed = geocoder_failure_warning(*_geocoder_left(outcome), left_by=_answers_left_by(outcome))
+        # work a stop left past the geocoder too (geocoded, not scored; scored, not aggregated)
+        later = scoring_left_note(*_scoring_left(outcome), left_by=_STOPS_LEAVING_WORK.get(str(getattr(outcome, "status", ""))))
+        left = [f"  {x}" for x in (failed, later) if x]
         if not agg.keys:
-            return [*lines, "  GeoHint: no scored responses", *([f"  {failed}"] if failed else [])]
+            return [*lines, "  GeoHint: no scored responses", *left]
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
         n_undetermined = len(agg.undetermined_sites())
@@ -380,8 +396,7 @@ class GeoHintCampaign(CampaignKind):
                      + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")
         lines += [f"  {w}" for w in truncation_warnings(agg)]
         lines += [f"  {w}" for w in unresolved_warnings(agg)]
-        if failed:
-            lines.append(f"  {failed}")
+        lines += left
         return lines
 
 

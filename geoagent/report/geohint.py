@@ -400,13 +400,32 @@ def geocoder_failure_warning(dead: int, queued: int, *, left_by: str | None = No
     if dead or failed_queued:
         parts = ([f"{dead} dead-lettered (reasons in missing.csv and `run.py dead CONFIG`)"] if dead else []) + (
             [f"{failed_queued} left queued (re-run the same command to geocode them)"] if failed_queued else [])
-        out.append(f"Warning: {dead + failed_queued} answers did not get through the geocoder and are in no table: "
+        n = dead + failed_queued
+        out.append(f"Warning: {n} answer{'s' if n != 1 else ''} did not get through the geocoder and are in no table: "
                    f"{'; '.join(parts)}. Their lookups failed (e.g. the endpoints failed or could not be reached, "
                    f"not 'found nothing'): check {GEOCODER_SETTING} and the network.")
     if left_by and queued:
-        out.append(f"{queued} answers not geocoded yet: left queued by {left_by}; re-run the same command to finish "
-                   "(their lookups did not fail).")
+        out.append(f"{queued} answer{'s' if queued != 1 else ''} not geocoded yet: left queued by {left_by}; re-run the "
+                   "same command to finish (their lookups did not fail).")
     return " ".join(out) or None
+
+
+def scoring_left_note(located: int, scored: int, *, left_by: str | None) -> str | None:
+    """What a stop left queued past the geocoder, or None when nothing (or no stop, ``left_by`` None) did.
+
+    ``located``: answers geocoded but not scored yet (ready or leased on the ``located`` edge); ``scored``:
+    scored answers the aggregator has not counted yet (the ``scored`` edge); ``left_by`` names the stop
+    (``"the interrupt"``, ``"the budget stop"``). E.g. ``"1 geocoded answer not scored yet and 3 scored answers
+    not aggregated yet: left queued by the interrupt; re-run the same command to finish (no new model call or
+    lookup)."`` (the queue table showed ``located: ready 1`` that no summary line mentioned)."""
+    if not left_by:
+        return None
+    parts = ([f"{located} geocoded answer{'s' if located != 1 else ''} not scored yet"] if located else []) + (
+        [f"{scored} scored answer{'s' if scored != 1 else ''} not aggregated yet"] if scored else [])
+    if not parts:
+        return None
+    return (f"{' and '.join(parts)}: left queued by {left_by}; re-run the same command to finish (no new model "
+            "call or lookup).")
 
 
 def regime_threshold_note(agg: GeoHintAggregator) -> str:
