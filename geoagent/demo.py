@@ -247,18 +247,24 @@ def _spend_line(outcome: Any) -> str:
 
 def geohint_table1_text(cfg: Any) -> str:
     """GeoHint Table 1 of campaign ``cfg`` as terminal text at its natural width (no cell cut), rebuilt from
-    its stored scored results, followed by the legend of its terms."""
-    from geoagent.geohint.campaign import aggregate_from_store, settings_of
+    its stored scored results as report.md's is: the rows of the recorded plan (:func:`scored_scope` over
+    ``plan_keys.tsv``) and the report's bootstrap resamples and seed (:func:`bootstrap_params`), so its
+    intervals are table1.csv's; followed by the legend of its terms."""
+    from geoagent.geohint.campaign import aggregate_from_store, bootstrap_params, settings_of
+    from geoagent.geohint.stages import scored_scope
     from geoagent.report.geohint import default_conditions, legend_for, render_text, table1
+    from geoagent.runtime.scope import read_plan_keys
     from geoagent.runtime.store import open_campaign_state
 
     with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
         s = settings_of(cfg)
-        agg = aggregate_from_store(state.store, echo_rule=s.echo_rule, regime_threshold=s.regime_threshold)
+        agg = aggregate_from_store(state.store, echo_rule=s.echo_rule, regime_threshold=s.regime_threshold,
+                                   scope=scored_scope(read_plan_keys(cfg.state_dir())))
     if not agg.keys:
         return "no scored GeoHint responses\n"
     cond, _ = default_conditions(agg)
-    return render_text(table1(agg, condition=cond).to_rich()) + "Terms:\n" + "".join(f"  {t}\n" for t in legend_for(agg.regime_threshold))
+    n_boot, seed = bootstrap_params(cfg)
+    return render_text(table1(agg, condition=cond, n_boot=n_boot, seed=seed).to_rich()) + "Terms:\n" + "".join(f"  {t}\n" for t in legend_for(agg.regime_threshold))
 
 
 def summary_terms(gv_cfg: Any) -> list[str]:

@@ -76,3 +76,39 @@ def test_interrupted_geohint_summary_counts_the_work_left_at_every_stage():
     assert "3 scored answers not aggregated yet" in text, text
     summary = out.summary()
     assert "7 requests not sent yet: left queued by the interrupt" in summary, summary
+
+
+def test_demo_console_table1_has_the_report_s_intervals(tmp_path, monkeypatch):
+    """The demo's console GeoHint Table 1 drew its bootstrap with seed 0 (``[28.2, 87.1]``, note ``seed 0``) while
+    report.md / table1.csv used the campaign's seed (``[34.1, 83.7]``, ``seed 20260401``): the console table is
+    the report's, intervals and note alike."""
+    import sys
+    from pathlib import Path
+
+    from geoagent.config import config_from_dict
+    from geoagent.demo import geohint_table1_text
+    from geoagent.geohint.campaign import aggregate_from_store, bootstrap_params
+    from geoagent.geohint.stages import SCORED_TABLE
+    from geoagent.report.geohint import render_text, table1
+    from geoagent.runtime.store import open_campaign_state
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _geohint_synth import synth_results
+
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    cfg = config_from_dict({
+        "campaign": {"name": "gh-t1", "kind": "geohint", "seed": 20260401, "contact": "ops@example.org"},
+        "budget": {"cap_usd": 0.0},
+        "models": [{"name": "m-a", "provider": "simulated", "model": "m-a"}],
+        "geohint": {"images": "synthetic", "n_boot": 200},
+    })
+    rows = synth_results(seed=1, n_sites=6, models=("m-a",))
+    with open_campaign_state(cfg.name, root=cfg.state_root()) as st:
+        st.store.put_results(SCORED_TABLE, [(r.key, r.to_json()) for r in rows])
+        agg = aggregate_from_store(st.store)
+    assert bootstrap_params(cfg) == (200, 20260401)  # what the report's write_report gets
+    want = render_text(table1(agg, condition="forced", n_boot=200, seed=20260401).to_rich())
+    got = geohint_table1_text(cfg)
+    assert got.startswith(want), got
+    assert "seed 20260401" in got and "seed 0" not in got, got

@@ -56,6 +56,17 @@ def settings_of(cfg: Any) -> GeoHintSettings:
     return sec if isinstance(sec, GeoHintSettings) else GeoHintSettings.model_validate(sec or {})
 
 
+def bootstrap_params(cfg: Any) -> tuple[int, int]:
+    """``(n_boot, seed)`` of the GeoHint report's site-bootstrap intervals (Table 1, Fig. 2): ``[geohint] n_boot``
+    (resamples, 0 = none) and ``[campaign] seed`` (the seed :func:`geoagent.report.geohint.write_report` draws
+    them with). The one source of both for every place that draws those intervals (the final report, the live
+    report, the demo's console Table 1), so their intervals cannot differ (the demo's console table drew with
+    seed 0 while report.md used the campaign's: ``[28.2, 87.1]`` against ``[34.1, 83.7]``); a config key for a
+    bootstrap seed of its own belongs here."""
+    n_boot = int(settings_of(cfg).n_boot)
+    return n_boot, int(getattr(getattr(cfg, "campaign", None), "seed", 0) or 0)
+
+
 def campaign_images(release: Release, mode: str, per_site: int | None) -> list[Image]:
     """Images to plan: ``release``, ``synthetic`` or ``auto`` (release images where a site has any,
     ``per_site`` synthetic placeholders, default 1, elsewhere)."""
@@ -171,14 +182,14 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.workers.model_caller import ModelCaller
 
         s = settings_of(cfg)
-        seed = int(getattr(cfg.campaign, "seed", 0) or 0)
+        n_boot, seed = bootstrap_params(cfg)  # the report's seed draws its flips and splits too
         return [
             ModelCaller(),
             GeoHintParserStage(),
             GeocodeStage(),
             GeoHintScorerStage(echo_rule=s.echo_rule),
             GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits,
-                                   n_boot=s.n_boot, seed=seed,
+                                   n_boot=n_boot, seed=seed,
                                    echo_rule=s.echo_rule, p_reference=s.p_reference,
                                    regime_threshold=s.regime_threshold),
         ]
@@ -293,8 +304,8 @@ class GeoHintCampaign(CampaignKind):
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         if not agg.keys:
             return []
-        seed = int(getattr(cfg.campaign, "seed", 0) or 0)
-        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=s.n_boot, seed=seed,
+        n_boot, seed = bootstrap_params(cfg)
+        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=n_boot, seed=seed,
                      missing=_missing_work(cfg),
                      interim=outcome.interim_note(), p_reference=s.p_reference,
                      answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
