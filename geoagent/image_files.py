@@ -85,6 +85,13 @@ class MissingImages:
         Image id -> the file looked for (or why there is none), for each image without a file, in plan order.
     requests : dict of str -> int
         Model name -> planned requests that would carry placeholder pixels.
+    synthetic : set of str
+        The ids of ``missing`` that are synthetic placeholders by design (GeoHint ``images = "synthetic"``, or
+        ``"auto"`` for a site without a release image): no file is looked for, so the image folder does not apply.
+    synthetic_setting : str
+        The setting that planned them, as messages quote it (``geohint.images = 'synthetic'``).
+    synthetic_fix : str
+        What sends photos instead, for the refusal (e.g. ``set geohint.images = "release" ...``).
     """
 
     task: str
@@ -93,10 +100,23 @@ class MissingImages:
     n_images: int = 0
     missing: dict[str, str] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
+    synthetic: set[str] = field(default_factory=set)
+    synthetic_setting: str = ""
+    synthetic_fix: str = ""
 
     @property
     def n_missing(self) -> int:
         return len(self.missing)
+
+    @property
+    def n_synthetic(self) -> int:
+        """Images of ``missing`` that are synthetic placeholders by design (no file looked for)."""
+        return len(self.synthetic & set(self.missing))
+
+    @property
+    def n_no_file(self) -> int:
+        """Images of ``missing`` whose file was looked for under the image folder and not found."""
+        return self.n_missing - self.n_synthetic
 
     @property
     def n_requests(self) -> int:
@@ -117,9 +137,20 @@ class MissingImages:
         return shown
 
     def count_text(self) -> str:
-        """``3 of 17 images have no file under geoverify.image_root = 'photos' (= ...)``."""
-        return (f"{self.n_missing} of {self.n_images} image{'' if self.n_images == 1 else 's'} of the planned {self.task} "
-                f"requests {'has' if self.n_missing == 1 else 'have'} no file under {self.key} = {self.folder_text()}")
+        """``3 of 17 images ... have no file under geoverify.image_root = 'photos' (= ...)``; for synthetic
+        placeholders planned by design (:attr:`synthetic`), what happens instead of a folder that does not apply:
+        ``8 of 8 images ... are synthetic placeholders (geohint.images = 'synthetic': no photo file is looked
+        for)``; both parts when a plan has both."""
+        head = f"{self.n_missing} of {self.n_images} image{'' if self.n_images == 1 else 's'} of the planned {self.task} requests"
+        syn, files = self.n_synthetic, self.n_no_file
+        syn_text = (f"{'is a synthetic placeholder' if syn == 1 else 'are synthetic placeholders'} "
+                    f"({self.synthetic_setting or 'by design'}: no photo file is looked for)")
+        file_text = f"{'has' if files == 1 else 'have'} no file under {self.key} = {self.folder_text()}"
+        if not syn:
+            return f"{head} {file_text}"
+        if not files:
+            return f"{head} {syn_text}"
+        return f"{head} have no photo: {syn} {syn_text}; {files} {file_text}"
 
     def paths_note(self) -> str:
         """What the paths of :meth:`first_missing` are relative to, for messages: `` (paths as written in the
@@ -144,8 +175,9 @@ class MissingImages:
 
 
 def tally(messages: Iterable[tuple[str, Mapping[str, Any]]], describe: Callable[[Mapping[str, Any]], str], *,
-          task: str, key: str, image_root: str | None, intended: Callable[[Mapping[str, Any]], bool] | None = None
-          ) -> MissingImages:
+          task: str, key: str, image_root: str | None, intended: Callable[[Mapping[str, Any]], bool] | None = None,
+          synthetic: Callable[[Mapping[str, Any]], bool] | None = None, synthetic_setting: str = "",
+          synthetic_fix: str = "") -> MissingImages:
     """Tally the images of planned request messages.
 
     Parameters
@@ -158,8 +190,14 @@ def tally(messages: Iterable[tuple[str, Mapping[str, Any]]], describe: Callable[
         As in :class:`MissingImages`.
     intended : callable, optional
         Payload -> True for an image that is meant to be synthetic (a gray-field control): not counted.
+    synthetic : callable, optional
+        Payload -> True for a placeholder image the config asked for (GeoHint ``images = "synthetic"``): counted
+        (its requests still carry placeholder pixels) but worded as such, not as a file missing from the image
+        folder (:attr:`MissingImages.synthetic`); ``synthetic_setting`` and ``synthetic_fix`` as there.
     """
     out = MissingImages(task=task, key=key, image_root=image_root)
+    if synthetic is not None:
+        out.synthetic_setting, out.synthetic_fix = synthetic_setting, synthetic_fix
     seen: set[str] = set()
     for _key, p in messages:
         if intended is not None and intended(p):
@@ -175,6 +213,8 @@ def tally(messages: Iterable[tuple[str, Mapping[str, Any]]], describe: Callable[
             continue
         if image_id not in out.missing:
             out.missing[image_id] = describe(p)
+            if synthetic is not None and synthetic(p):
+                out.synthetic.add(image_id)
         model = str(p.get("model"))
         out.requests[model] = out.requests.get(model, 0) + 1
     return out
@@ -219,15 +259,21 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
         return None
     if len(sent) < len(found.requests):
         found = MissingImages(task=found.task, key=found.key, image_root=found.image_root, n_images=found.n_images,
-                              missing=found.missing, requests=sent)
+                              missing=found.missing, requests=sent, synthetic=found.synthetic,
+                              synthetic_setting=found.synthetic_setting, synthetic_fix=found.synthetic_fix)
     real = [name for name in found.requests if name in by_name and needs_photos(by_name[name])]
     if real and mode == "error":
         models = ", ".join(f"{n!r} ({by_name[n].provider})" for n in real)
         n_req = sum(found.requests[n] for n in real)
+        if found.n_no_file:
+            where, first, fix_text = found.key, f" First missing{found.paths_note()}: {found.first_missing()}.", fix
+        else:  # synthetic placeholders by design: the image folder does not apply, the images mode does
+            where, first = found.synthetic_setting.split(" = ")[0] or found.key, ""
+            fix_text = found.synthetic_fix or fix
         raise ConfigError(str(getattr(cfg, "source", None) or getattr(cfg, "name", "campaign")), [
-            f"{found.key}: {found.count_text()}, so {n_req} request{'' if n_req == 1 else 's'} to model(s) {models} "
-            f"would carry placeholder pixels instead of photos. First missing{found.paths_note()}: {found.first_missing()}. "
-            f"{fix}; or, to "
+            f"{where}: {found.count_text()}, so {n_req} request{'' if n_req == 1 else 's'} to model(s) {models} "
+            f"would carry placeholder pixels instead of photos.{first} "
+            f"{fix_text}; or, to "
             f"send placeholders to these models anyway, set {OPT_IN}. Nothing was run"])
     if real:
         why = f"{OPT_IN} for {', '.join(repr(n) for n in real)}"

@@ -87,7 +87,8 @@ def image_tally(messages: list[Message], images: list[Image], image_root: str | 
     """The images the planned GeoHint requests show, and those sent without a file (placeholder pixels):
     described by the file looked for (``<image_root>/<path>``), the table path when ``image_root`` is not
     set, or why there is none (a synthetic placeholder for a site without release images, ``images = mode``;
-    an image without a path)."""
+    an image without a path). Synthetic placeholders are tallied as such (:attr:`MissingImages.synthetic`): the
+    images mode planned them, so the messages say so instead of asking for an ``image_root`` that does not apply."""
     by_id = {im.image_id: im for im in images}
 
     def describe(p: Any) -> str:
@@ -99,7 +100,14 @@ def image_tally(messages: list[Message], images: list[Image], image_root: str | 
             return f"image {im.image_id} of site {im.site_id} (no path in the trial table)"
         return str(Path(image_root) / im.path) if image_root else im.path
 
-    return tally([(k, p) for k, p in messages], describe, task="GeoHint", key=IMAGE_ROOT_KEY, image_root=image_root)
+    def synthetic(p: Any) -> bool:  # a placeholder the images mode asked for: no file is looked for
+        im = by_id.get(str(p.get("image_id")))
+        return im is None or im.source == "synthetic"
+
+    return tally([(k, p) for k, p in messages], describe, task="GeoHint", key=IMAGE_ROOT_KEY, image_root=image_root,
+                 synthetic=synthetic, synthetic_setting=f"geohint.images = {mode!r}",
+                 synthetic_fix=('to send photos, set geohint.images = "release" (the trial table\'s images) and '
+                                "geohint.image_root to the folder its paths are relative to"))
 
 
 def aggregate_from_store(store: Any, *, echo_rule: str = DEFAULT_ECHO_RULE,
