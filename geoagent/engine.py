@@ -1345,6 +1345,7 @@ async def _run(
         raise
     if watch:
         print(WATCH_BANNER, flush=True)  # also when stdout is not a terminal (no live display there)
+    lane_work = _lane_work(cfg, kind, planned_by_model, only_stages)
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
                                                       **kind.manifest_extra(cfg)}, drift=drift)
@@ -1363,6 +1364,7 @@ async def _run(
             host_labels=host_labels(cfg),  # cfg as run: local fakes' 127.0.0.1 ports named
             planned_by_model=planned_by_model,  # `status` names each model's answered / planned calls
             run_id=run_id,  # `status` merges the records of a scale-out run's processes by it
+            lane_work=lane_work,  # the ETA: each model's tasks left at its own rate
         )
         tick: Any = progress
         handoff: IdleHandoffTick | None = None
@@ -1872,6 +1874,25 @@ def _count_models(plan: Iterable[Message], counts: dict[str, int]) -> Iterator[M
         if isinstance(model, str):
             counts[model] = counts.get(model, 0) + 1
         yield msg
+
+
+def _lane_work(cfg: Any, kind: Any, planned_by_model: Mapping[str, int],
+               only_stages: Sequence[str] | None) -> dict[str, dict[str, int]] | None:
+    """``{model caller: {model: tasks left}}`` when a run starts, for the progress record's per-model ETA
+    (:class:`geoagent.runtime.progress.Progress`, ``lane_work``): the recorded plan's request tasks still ready
+    or leased, per model (:func:`geoagent.runtime.scope.left_in_plan`, one read-only pass over the plan record).
+    None (the ETA takes the stage's rate alone) for a plan of one model (no lanes), for a plan edge other than
+    ``requests``, for a ``--stages`` process (another process's model caller may finish some of them), and
+    when the record or the queue file cannot be read."""
+    if only_stages or kind.plan_edge != C.EDGE_REQUESTS or len(planned_by_model) < 2:
+        return None
+    from geoagent.runtime.scope import left_in_plan
+
+    try:
+        left = left_in_plan(cfg.state_dir(), cfg.queues_root(), cfg.name, C.EDGE_REQUESTS)
+    except (OSError, ValueError, sqlite3.Error):
+        return None
+    return {C.STAGE_MODEL_CALLER: dict(left)} if left else None
 
 
 def _answered_by_model(ctx: StageContext, planned: dict[str, int], cfg: Any = None,

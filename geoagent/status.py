@@ -449,8 +449,10 @@ def format_status(st: dict[str, Any]) -> str:
                          f"  dead {sd['dead']}{shared}" + (f"  {idle}" if idle else ""))
             lanes = sd.get("lanes")
             if isinstance(lanes, dict) and lanes:  # several models: which one is slow (no live rate once over)
+                # "left": the model's tasks still queued (the ETA times them by the model's own rate)
                 lines.append("      per model: " + ", ".join(
                     f"{k} " + ("" if over else f"{float(v.get('rate_per_s') or 0.0):.2f}/s ") + f"done {v.get('done')}"
+                    + (f" left {v['left']}" if not over and v.get("left") is not None else "")
                     for k, v in lanes.items() if isinstance(v, dict)))
             # each distinct once
             for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):

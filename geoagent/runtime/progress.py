@@ -95,6 +95,13 @@ class Progress:
     planned_by_model : dict or None
         ``{model name: model calls in the plan}``, recorded so ``status`` can say per model how many planned
         calls have a stored answer (as the run's summary does), also after a budget stop.
+    lane_work : mapping or None
+        ``{stage name: {lane: tasks}}``: per lane of a stage with lanes (the model caller: per model), its tasks
+        left on the stage's input edge when the run started (the engine counts them once, from the recorded plan:
+        :func:`geoagent.runtime.scope.left_in_plan`). Each record then gives each lane's ``left`` (those less
+        the lane's done and dead-lettered since) and the stage's ETA times each lane's left by that lane's own
+        rate (:func:`lanes_eta`), with the stage's rate as the floor: a finished fast model's rate no longer
+        times a slow model's work. Default: none (the stage's rate alone).
     run_id : str or None
         Names the process's run in each record (``run_id``, with the writing process's ``pid``), so that
         ``status`` can tell apart the records of several processes of one campaign (``--stages`` scale-out)
@@ -112,8 +119,10 @@ class Progress:
         host_labels: dict[str, str] | None = None,
         planned_by_model: dict[str, int] | None = None,
         run_id: str | None = None,
+        lane_work: Mapping[str, Mapping[str, int]] | None = None,
     ):
         self.path = Path(path)
+        self.lane_work = {str(k): dict(v) for k, v in (lane_work or {}).items()}
         self.run_id = run_id or f"{os.getpid()}-{secrets.token_hex(3)}"
         self.planned_by_model = dict(planned_by_model or {})
         self.http = http
@@ -150,8 +159,18 @@ class Progress:
         # the ETA times each stage by its capacity (its rate while working), not by the display rate, which falls
         # while a stage waits for upstream work: a starved stage is not slower (module docstring, "Rates")
         rates = {r.stage.name: r.stats.capacity_per_s() for r in run.runners}
+        # a stage with lanes (the model caller, per model): each lane's tasks left timed by its own rate, the floor
+        # of the stage's own time (its rate is mostly a fast lane's once that lane is done)
+        floors: dict[str, float] = {}
+        for r, sd in zip(run.runners, stages):
+            start = self.lane_work.get(r.stage.name)
+            if start and isinstance(sd.get("lanes"), dict):
+                c = counts.get(r.stage.input_edge, QueueCounts())
+                t = lanes_eta(start, sd["lanes"], pending=c.ready + c.leased)
+                if t is not None:
+                    floors[r.stage.name] = t
         topology = self.pipeline or [(r.stage.name, r.stage.input_edge, r.stage.output_edge) for r in run.runners]
-        eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts)
+        eta, eta_stage = pipeline_eta([(n, i, o, rates.get(n)) for n, i, o in topology], counts, floors=floors)
         waiting = [] if finished else eta_waits(stages)
         stalled = [] if finished or waiting else stalled_stages(stages, counts)
         if waiting or stalled:  # work is held for a host that is down, or a stage with work ready completes
@@ -345,8 +364,40 @@ def record_counts(record: Mapping[str, Any]) -> dict[str, QueueCounts]:
             for e, v in (record.get("queues") or {}).items() if isinstance(v, dict)}
 
 
+def lanes_eta(start: Mapping[str, int], lanes: Mapping[str, Any], *, pending: int | None = None) -> float | None:
+    """Seconds until every lane of a stage has finished its tasks, each at its own rate; None when unknown.
+
+    ``start``: per lane, its tasks left on the stage's input edge when the run started; ``lanes``: the stage
+    record's ``lanes`` (per lane ``done``, ``dead`` since the run started and ``rate_per_s``,
+    :meth:`geoagent.runtime.worker.StageStats.as_dict`), each given ``left`` here: ``start - done - dead``, at
+    least 0 and at most ``pending`` (the input edge's ready + leased tasks now, when given: a lane never has
+    more left than the edge holds). The time is the largest ``left / rate_per_s`` over the lanes with tasks
+    left (0.0 when none has any); None when such a lane has no rate yet (the caller falls back to the stage's
+    rate). Lanes ``start`` does not name are not counted (no figure for them). Source: the walkthrough's
+    two-model run (ETA 4 s from the stage's rate while the slow model's 180 tasks took 24 s)."""
+    worst = 0.0
+    unknown = False
+    for lane, n0 in start.items():
+        info = lanes.get(lane)
+        if not isinstance(info, dict):
+            continue
+        left = max(0, int(n0) - int(info.get("done") or 0) - int(info.get("dead") or 0))
+        if pending is not None:
+            left = min(left, max(0, int(pending)))
+        info["left"] = left
+        if left <= 0:
+            continue
+        rate = float(info.get("rate_per_s") or 0.0)
+        if rate <= 0:
+            unknown = True
+            continue
+        worst = max(worst, left / rate)
+    return None if unknown else worst
+
+
 def pipeline_eta(
-    stages: Sequence[tuple[str, str, str | None, float | None]], counts: Mapping[str, QueueCounts]
+    stages: Sequence[tuple[str, str, str | None, float | None]], counts: Mapping[str, QueueCounts],
+    floors: Mapping[str, float] | None = None,
 ) -> tuple[float | None, str | None]:
     """Seconds until the pipeline is drained, and the stage that bounds it.
 
@@ -369,6 +420,9 @@ def pipeline_eta(
         a stage this process does not run.
     counts : mapping of edge -> QueueCounts
         Current counts of every edge queue.
+    floors : mapping of stage name -> seconds, optional
+        A lower bound of a stage's own time (the model caller: its slowest model's tasks left at that model's
+        rate, :func:`lanes_eta`); its time is the larger of the two.
 
     Returns
     -------
@@ -408,6 +462,8 @@ def pipeline_eta(
         if t is None:
             unknown = True
             continue
+        if floors and name in floors:
+            t = max(t, float(floors[name]))
         times[name] = t
         if best is None or t > best[0]:
             best = (t, name)

@@ -108,6 +108,21 @@ def answered_in_plan(state_dir: str | os.PathLike[str], queues_root: str | os.Pa
     return count_done(queues_root, campaign, edge, entries, chunk=chunk)
 
 
+def left_in_plan(state_dir: str | os.PathLike[str], queues_root: str | os.PathLike[str], campaign: str,
+                 edge: str, *, chunk: int = 500) -> dict[str, int] | None:
+    """Per model, how many tasks of the recorded plan are still to do on the plan edge ``edge`` (ready, also
+    waiting for a retry, or leased), read-only; None without a record or a queue file. One pass over the plan
+    record (chunked: memory one chunk), made once when a run starts: the progress record then counts each
+    model's tasks left as the run finishes them (:class:`geoagent.runtime.progress.Progress`, ``lane_work``),
+    so no refresh of ``status`` or of the live display reads the queue per model."""
+    from geoagent.runtime.sqlite_queue import count_left
+
+    entries = iter_plan_entries(state_dir)
+    if entries is None:
+        return None
+    return count_left(queues_root, campaign, edge, entries, chunk=chunk)
+
+
 class ScoredScope:
     """Which stored scored rows a report counts: those of the current plan's tasks, each model request once.
 

@@ -1197,6 +1197,27 @@ def count_done(root: str | os.PathLike[str], campaign: str, edge: str, entries: 
     ValueError
         Unsafe ``campaign`` or ``edge``.
     """
+    return count_in_states(root, campaign, edge, entries, (DONE,), chunk=chunk)
+
+
+def count_left(root: str | os.PathLike[str], campaign: str, edge: str, entries: Iterable[tuple[str, str]], *,
+               chunk: int = 500) -> dict[str, int] | None:
+    """Per group, how many of ``entries`` are still to do in the queue of ``edge``: ready (also waiting for a
+    retry) or leased; as :func:`count_done` otherwise (read-only, chunked, None without a queue file)."""
+    return count_in_states(root, campaign, edge, entries, (READY, LEASED), chunk=chunk)
+
+
+def count_in_states(root: str | os.PathLike[str], campaign: str, edge: str, entries: Iterable[tuple[str, str]],
+                    states: Sequence[int], *, chunk: int = 500) -> dict[str, int] | None:
+    """Per group, how many of ``entries`` (``(group, key)``) are in one of ``states`` (stored state codes) in the
+    queue of ``edge``; read-only, in chunks of ``chunk`` keys (memory: one chunk); every group of ``entries``
+    gets a count (0 for none). ``None`` when the queue file does not exist (nothing is created).
+
+    Raises
+    ------
+    ValueError
+        Unsafe ``campaign`` or ``edge``.
+    """
     queue = _existing_queue(root, campaign, edge)
     if queue is None:
         return None
@@ -1211,8 +1232,8 @@ def count_done(root: str | os.PathLike[str], campaign: str, edge: str, entries: 
             group_of = {k: g for g, k in part}
             for g in group_of.values():
                 out.setdefault(g, 0)
-            rows = conn.execute(f"SELECT key FROM tasks WHERE state = ? AND key IN ({','.join('?' * len(group_of))})",
-                                (DONE, *group_of))
+            rows = conn.execute(f"SELECT key FROM tasks WHERE state IN ({','.join('?' * len(states))}) "
+                                f"AND key IN ({','.join('?' * len(group_of))})", (*states, *group_of))
             for (k,) in rows:
                 out[group_of[k]] += 1
 

@@ -235,6 +235,8 @@ class StageStats:
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
     #: lanes (module docstring, "Lanes"): tasks completed per lane, and (time, counts) marks for their rates
     lane_done: dict[str, int] = field(default_factory=dict)
+    #: lanes: tasks dead-lettered per lane (with ``lane_done``, what a lane has finished with: its tasks left)
+    lane_dead: dict[str, int] = field(default_factory=dict)
     #: the slowest configured rate window of the HTTP keys pacing the stage (:meth:`Stage.pace_keys`), s
     #: (:meth:`geoagent.runtime.http.HttpClient.pace_s`, set by the runner): it may complete nothing that long by
     #: its limits alone (:meth:`stall_after_s`)
@@ -331,11 +333,11 @@ class StageStats:
         the last ``rate_window_s`` seconds (so a later reader can carry it on: ``rate * w / (w + age)``,
         :func:`geoagent.runtime.progress.record_as_of`), ``capacity_per_s`` (while working, the ETA's,
         :meth:`capacity_per_s`); ``idle_s`` since the last commit (None before the first), ``stall_after_s``
-        (:meth:`stall_after_s`); with lanes, ``lanes``: per lane (the model caller: per model) ``done`` and
-        ``rate_per_s`` (:meth:`lane_rates`)."""
+        (:meth:`stall_after_s`); with lanes, ``lanes``: per lane (the model caller: per model) ``done``, ``dead``
+        (dead-lettered) and ``rate_per_s`` (:meth:`lane_rates`)."""
         now = time.monotonic() if now is None else float(now)
         idle = self.idle_s(now)
-        lanes = ({"lanes": {k: {"done": self.lane_done[k], "rate_per_s": round(r, 3)}
+        lanes = ({"lanes": {k: {"done": self.lane_done[k], "dead": self.lane_dead.get(k, 0), "rate_per_s": round(r, 3)}
                             for k, r in self.lane_rates(now).items()}} if self.lane_done else {})
         return {
             "stage": self.name,
@@ -894,6 +896,14 @@ class StageRunner:
         if lane in self._lane_busy:
             self._lane_busy[lane] += 1
 
+    def _lane_dead(self, task: Task) -> None:
+        """Count a dead-lettered ``task`` in its lane's ``lane_dead`` (a stage without lanes: nothing)."""
+        if self._lanes is None:
+            return
+        lane = self.stage.lane_of(task)
+        if lane in self.stats.lane_done:
+            self.stats.lane_dead[lane] = self.stats.lane_dead.get(lane, 0) + 1
+
     def _lane_done(self, task: Task) -> None:
         """``task`` left the stage: its lane has one slot more (waking a lease loop that waits for one)."""
         lane = self.stage.lane_of(task)
@@ -1115,6 +1125,7 @@ class StageRunner:
             reason = _reason(exc)
             await self._safe(self.inq.dead_letter(task, reason))
             self.stats.dead += 1
+            self._lane_dead(task)
             if isinstance(exc, Missing):
                 self.stats.missing += 1
             self._note_error(reason, exc, dead=True)
@@ -1136,6 +1147,7 @@ class StageRunner:
             self.stats.failed += 1
             if state == "dead":
                 self.stats.dead += 1
+                self._lane_dead(task)
             self._note_error(reason, exc, dead=state == "dead")
             log.debug("stage %s: task %s failed: %s", self.stage.name, task.key, reason)
             if streak is not None and state is not None and self._charge(streak, task, reason, state == "dead",
