@@ -1232,7 +1232,9 @@ def count_in_states(root: str | os.PathLike[str], campaign: str, edge: str, entr
             group_of = {k: g for g, k in part}
             for g in group_of.values():
                 out.setdefault(g, 0)
-            rows = conn.execute(f"SELECT key FROM tasks WHERE state IN ({','.join('?' * len(states))}) "
+            # "+state": looked up by key (its unique index), never by scanning the state index (with most tasks in
+            # one of ``states``, SQLite chose that index: 200 000 tasks took 94 s instead of about a second)
+            rows = conn.execute(f"SELECT key FROM tasks WHERE +state IN ({','.join('?' * len(states))}) "
                                 f"AND key IN ({','.join('?' * len(group_of))})", (*states, *group_of))
             for (k,) in rows:
                 out[group_of[k]] += 1
