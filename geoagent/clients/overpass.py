@@ -24,11 +24,13 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
 
 
-class OverpassError(RuntimeError):
-    """An Overpass request failed (retryable unless a subclass says otherwise)."""
+class OverpassError(PicklableError, RuntimeError):
+    """An Overpass request failed (retryable unless a subclass says otherwise). Picklable (the attributes travel,
+    :class:`~geoagent.runtime.errors.PicklableError`)."""
 
 
 class OverpassRuntimeError(OverpassError):

@@ -85,12 +85,16 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
+from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Abandoned
 from geoagent.textfmt import count_text
 
 
-class HttpError(RuntimeError):
-    """Base of the HTTP layer's errors. Messages never include request headers (API keys)."""
+class HttpError(PicklableError, RuntimeError):
+    """Base of the HTTP layer's errors. Messages never include request headers (API keys).
+
+    Picklable (:class:`~geoagent.runtime.errors.PicklableError`): the pickled form is the message and the
+    attributes, which hold redacted URLs and scrubbed body text only."""
 
 
 class PermanentHTTPError(HttpError):
