@@ -235,14 +235,20 @@ class FetchResult:
     downloads: int = 0
     selection: dict[str, Any] = field(default_factory=dict)
     selection_key: str = ""
+    #: Mapillary search boxes still full at the minimum box size (:class:`geoagent.clients.mapillary.FullBox`
+    #: records): the images found there were used, more may exist
+    full_boxes: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"site": self.site, "kept": self.kept, "rejected": self.rejected, "downloads": self.downloads,
-                "selection": self.selection, "selection_key": self.selection_key}
+        out = {"site": self.site, "kept": self.kept, "rejected": self.rejected, "downloads": self.downloads,
+               "selection": self.selection, "selection_key": self.selection_key}
+        if self.full_boxes:
+            out["full_boxes"] = self.full_boxes
+        return out
 
 
 async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: FetcherSettings,
-                            images_root: str | Path) -> FetchResult:
+                            images_root: str | Path, *, on_note: Any = None) -> FetchResult:
     """Fetch, filter and store the images of one site (see module docstring).
 
     Parameters
@@ -255,12 +261,22 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         for a ``thumb_field`` other than the default; default root: ``state/images``), the selection
         record to ``<root>/<site>/images-<key>.json`` (:func:`selection_path`). A thumbnail already there is
         read, not downloaded, and never written over.
+    on_note : async callable, optional
+        Receives a decision-log record (``event`` ``"mapillary_box_full"``) when a search box was still full at
+        the minimum box size (the images found there are used; ``full_boxes`` in the record).
     """
     sid = safe_name(str(site["site"]), what="site id")
     lat, lon = float(site["lat"]), float(site["lon"])
     sel = selection_settings(site, settings)
     res = FetchResult(sid, selection=sel, selection_key=selection_key(sel))
-    found = await mapillary.images_within(lat, lon, settings.radius_m)
+    full: list[Any] = []
+    found = await mapillary.images_within(lat, lon, settings.radius_m, full_boxes=full)
+    if full:  # a box still full at the minimum size: its page is used, the site is not failed for it
+        res.full_boxes = [b.to_json() for b in full]
+        if on_note is not None:
+            await on_note({"event": "mapillary_box_full", "n_found": len(found), "full_boxes": res.full_boxes,
+                           "reason": (f"{len(full)} search box(es) still held the page limit at the minimum box "
+                                      "size; the images found there were used, more may exist")})
     hashes: list[int] = []
     for img, d_m in found:
         if len(res.kept) >= settings.max_images_per_site:

@@ -31,7 +31,9 @@ paid calls in flight only, so the referenceability auditor starts no pageviews r
 shared HTTP client as ``http``, so no request of any stage retries after the stop. A host that cannot be
 reached stops the stage that needs it with a line naming its config key (:func:`crawl_host_hint`).
 
-Decision log (``crawl_decisions.jsonl``, exported as ``crawl_decisions``): besides the WDQS splits, one
+Decision log (``crawl_decisions.jsonl``, exported as ``crawl_decisions``): besides the WDQS splits and the
+``"event": "mapillary_box_full"`` notes (screener, sampler, fetcher: a Mapillary search box still full at the
+minimum box size, whose images were kept as a lower bound, with ``reason`` and ``full_boxes``), one
 ``"event": "ref_city_rating"`` record per rating step of the referenceability auditor, with
 
 * ``city``: the city's name (null for a site rated alone); ``site``: the site whose task ran the step;
@@ -544,7 +546,8 @@ class CityScreenerStage(_CrawlStage):
         if rec is None:
             self._token_gate(svc)
             try:
-                res = await screen_city(city, svc.overpass, svc.mapillary, svc.settings.screener)
+                res = await screen_city(city, svc.overpass, svc.mapillary, svc.settings.screener,
+                                        on_note=svc.decision_logger(self.name, city=city.city))
             except Exception as e:
                 self._token_gate(svc, e)
                 if _permanent(e):
@@ -595,7 +598,8 @@ class SiteSamplerStage(_CrawlStage):
             self._token_gate(svc)
             try:
                 res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
-                                         on_split=svc.decision_logger(self.name, city=city.city))
+                                         on_split=svc.decision_logger(self.name, city=city.city),
+                                         on_note=svc.decision_logger(self.name, city=city.city))
             except Exception as e:
                 self._token_gate(svc, e)
                 if _permanent(e):
@@ -648,7 +652,8 @@ class ImageryFetcherStage(_CrawlStage):
             if rec is None:
                 self._token_gate(svc)
                 try:
-                    res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root)
+                    res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root,
+                                                            on_note=svc.decision_logger(self.name, site=sid))
                 except Exception as e:
                     self._token_gate(svc, e)
                     raise
