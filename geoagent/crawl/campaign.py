@@ -253,8 +253,9 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
     if downloaded is not None:
         line += f"; thumbnails downloaded by this run: {downloaded}"
         if downloaded < examined:
-            line += (f" (the other {examined - downloaded} read from disk: fetched by an earlier run, or by another "
-                     "crawl whose selection with the same [crawl.fetcher] settings was reused)")
+            line += (f" (the other {examined - downloaded} read from disk: thumbnails, or the records of rejected ones, "
+                     "fetched by an earlier run, or by another crawl whose selection with the same [crawl.fetcher] "
+                     "settings was reused)")
     line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable)"
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"

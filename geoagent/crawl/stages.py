@@ -624,7 +624,9 @@ class ImageryFetcherStage(_CrawlStage):
     #: a stop cancels fetches in flight at once (released untouched): Mapillary and thumbnail requests are
     #: free, and every thumbnail and the site's selection records are written to a temporary file renamed
     #: into place (:func:`geoagent.crawl.fetcher.fetch_site_images`), so a cancelled site leaves whole images
-    #: only, which the next run reuses without downloading them again
+    #: only, which the next run reuses without downloading them again; a thumbnail rejected (too dark,
+    #: near-duplicate) leaves its record (:func:`geoagent.crawl.fetcher.record_rejection`), which the next run
+    #: decides from instead of downloading it again
     cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
