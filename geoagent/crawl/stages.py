@@ -50,7 +50,10 @@ minimum box size, whose images were kept as a lower bound, with ``reason`` and `
 * ``model_calls``: model calls sent by the step (rating and screening, plus the split-and-retry re-asks of
   a batch whose answer was partly unparseable), ``answers_replayed``: answers read back from
   ``audit_raw_answers.jsonl`` instead of a call (a re-run after a kill). ``model_calls + answers_replayed >=
-  rating_batches_asked + screening_batches_asked``.
+  rating_batches_asked + screening_batches_asked``;
+* ``n_not_rated_no_label``: candidates kept out of rating because WDQS gave no English label (the bare QID:
+  :func:`geoagent.crawl.referenceability.has_no_label`); each has its decision in ``audit_decisions.jsonl``
+  (``not_rated`` = ``"no_label"``, ``familiarity`` null), and the crawl summary counts them.
 
 Records of older versions carry ``n_shared`` (= ``n_site_listings - n_candidates``, the repeated listings),
 ``batches``, ``asked``, ``calls`` and ``replayed`` (= ``rating_batches``, ``rating_batches_asked``,
@@ -863,7 +866,8 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                    "n_shared_candidates": sum(1 for n in listed.values() if n > 1),
                    "batch_size": aud.settings.batch_size, "rating_batches": stats["batches"],
                    "rating_batches_asked": stats["asked"], "screening_batches_asked": stats["screened"],
-                   "model_calls": stats["calls"], "answers_replayed": stats["replayed"]}
+                   "model_calls": stats["calls"], "answers_replayed": stats["replayed"],
+                   "n_not_rated_no_label": stats["not_rated_no_label"]}
             await svc.decision_logger(self.name)(rec)
             if marker is not None:
                 _dump(marker, {**rec, "qids": [c.qid for c in merged]})
