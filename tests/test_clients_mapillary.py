@@ -78,11 +78,32 @@ def test_dense_box_500_splits():
     assert len(got) == 600 and c.splits >= 1
 
 
-def test_dense_point_that_never_splits_enough_fails_loudly():
+def test_dense_point_full_at_the_minimum_box_is_kept_as_a_lower_bound():
+    """A parked dashcam: more images on one point than a page holds. The minimal box that is still full keeps
+    its page (a lower bound) and is reported, instead of failing the search (and the city or site) for good."""
     imgs = [fake.FakeImage(image_id=str(1000 + i), lat=LAT0, lon=LON0) for i in range(30)]
     app = fake.make_app(imgs)
-    with pytest.raises(MapillaryError, match="still full"):
-        asyncio.run(_run(app, lambda c: c.search_images(bbox_around(LAT0, LON0, 50)), limit=10))
+    full: list = []
+    got, c = asyncio.run(_run(app, lambda c: c.search_images(bbox_around(LAT0, LON0, 50), full_boxes=full), limit=10))
+    assert len(got) == 10 and {g.image_id for g in got} <= {i.image_id for i in imgs}
+    # the point lies on the split lines, so every quadrant around it holds it: each is full at the minimum size
+    assert full and all(b.n_images == 10 for b in full) and c.full_min_boxes == len(full)
+    for b in full:
+        w, s, e, n = b.box
+        assert w <= LON0 <= e and s <= LAT0 <= n and min(e - w, n - s) <= c.min_box_deg
+    cov, _ = asyncio.run(_run(fake.make_app(imgs), lambda c: c.count_images_within(LAT0, LON0, 50), limit=10))
+    assert (cov.total, cov.perspective, cov.lower_bound) == (10, 10, True)
+    note = cov.note()
+    assert note["event"] == "mapillary_box_full" and note["sv_perspective_at_least"] == 10 and note["reason"]
+    exact, _ = asyncio.run(_run(fake.make_app(imgs), lambda c: c.count_images_within(LAT0, LON0, 50)))  # page limit 2,000: all fit
+    assert (exact.total, exact.lower_bound, exact.note()) == (30, False, None)
+
+
+def test_dense_point_failing_at_the_minimum_box_still_fails_loudly():
+    imgs = [fake.FakeImage(image_id=str(1000 + i), lat=LAT0, lon=LON0) for i in range(30)]
+    app = fake.make_app(imgs, dense_threshold=20)  # 5xx on every box holding the point
+    with pytest.raises(MapillaryError, match="keeps failing on a minimal box"):
+        asyncio.run(_run(app, lambda c: c.search_images(bbox_around(LAT0, LON0, 50))))
 
 
 def test_coverage_count_perspective_within_radius():

@@ -7,7 +7,11 @@ the official mapillary-python-sdk field list.
   always explicit: only the listed fields come back. ``limit`` is at most 2,000 and bbox search does not
   paginate, so a response holding ``limit`` images may be truncated: the box is split into four
   quadrants and each is searched again; the same happens when a dense box fails with a 5xx (after the
-  HTTP layer's retries). Boxes stop splitting at ``min_box_deg`` (then :class:`MapillaryError`).
+  HTTP layer's retries). Boxes stop splitting at ``min_box_deg``: a minimal box that still FAILS raises
+  :class:`MapillaryError`; one still FULL (``limit`` images within ~11 m: a parked dashcam's thousands of frames)
+  keeps the page it got, so the search's count is a lower bound ("at least N", which is all a coverage check
+  needs), and the box is reported (:class:`FullBox`, ``full_boxes=``) for the caller's decision log instead
+  of failing the city or site on every resume.
 * The token goes in ``Authorization: OAuth <token>`` (never in the URL, so it is never logged).
 * Errors are Graph-style ``{"error": {"message", "type", "code", "error_subcode", "fbtrace_id"}}``,
   possibly inside an HTTP 200: checked before ``data``.
@@ -205,11 +209,39 @@ def _server_error(exc: RetriesExhausted) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class FullBox:
+    """A search box still full at the minimum box size: its ``n_images`` (= the page limit) were kept, more
+    may exist. ``box`` is ``(west, south, east, north)`` degrees."""
+
+    box: tuple[float, float, float, float]
+    n_images: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"box": [round(x, 7) for x in self.box], "n_images": self.n_images}
+
+
+@dataclass(frozen=True, slots=True)
 class CoverageCount:
-    """Images within a radius: all of them and the perspective (non-panorama) ones."""
+    """Images within a radius: all of them and the perspective (non-panorama) ones.
+
+    ``lower_bound`` is True when a search box was still full at the minimum size (``full_boxes``): the counts
+    are then "at least" counts (the API pages at 2,000 images and cannot be asked for more in that box)."""
 
     total: int
     perspective: int
+    lower_bound: bool = False
+    full_boxes: tuple[FullBox, ...] = ()
+
+    def note(self) -> dict[str, Any] | None:
+        """The decision-log record of a lower-bound count (None for an exact one): ``event``
+        ``"mapillary_box_full"``, ``reason``, the counts as lower bounds and the full boxes."""
+        if not self.lower_bound:
+            return None
+        return {"event": "mapillary_box_full",
+                "reason": (f"{len(self.full_boxes)} search box(es) still held the page limit at the minimum box "
+                           "size; the images there were kept and the counts are lower bounds"),
+                "sv_total_at_least": self.total, "sv_perspective_at_least": self.perspective,
+                "full_boxes": [b.to_json() for b in self.full_boxes]}
 
 
 class MapillaryClient:
@@ -227,7 +259,8 @@ class MapillaryClient:
     limit : int
         Page size of bbox searches, at most 2,000.
     min_box_deg : float
-        Smallest box side (degrees) that is still split when full or failing.
+        Smallest box side (degrees) that is still split when full or failing (1e-4 deg: ~11 m of latitude);
+        below it a full box's page is kept as a lower bound, a failing one raises.
     max_box_deg2 : float
         Largest box area (square degrees) sent in one search; bigger boxes are split first (client
         READMEs report failures above 0.01 square degrees).
@@ -251,6 +284,8 @@ class MapillaryClient:
         self.host = host_of(self.base_url)
         self.requests_made = 0
         self.splits = 0
+        #: boxes found still full at the minimum size (their page kept as a lower bound)
+        self.full_min_boxes = 0
         self.thumb_hosts: set[str] = set()
         if policy is not None:
             http.set_policy(self.host, policy)
@@ -307,15 +342,18 @@ class MapillaryClient:
         return rows
 
     async def search_images(self, bbox: tuple[float, float, float, float], *, fields: tuple[str, ...] = SEARCH_FIELDS,
-                            is_pano: bool | None = None, thumb_field: str | None = None) -> list[MapillaryImage]:
+                            is_pano: bool | None = None, thumb_field: str | None = None,
+                            full_boxes: list[FullBox] | None = None) -> list[MapillaryImage]:
         """All images in ``bbox`` = ``(west, south, east, north)`` degrees, splitting full or failing boxes.
 
         A box reaching past +-180 degrees of longitude is searched as two boxes (see :func:`normalise_bbox`).
+        A box still full at ``min_box_deg`` keeps the page it got (the result is then a lower bound of the images
+        there) and is appended to ``full_boxes`` when given (and counted in :attr:`full_min_boxes`).
 
         Raises
         ------
         MapillaryError
-            Error objects, bad shapes, or a box still full/failing at ``min_box_deg``.
+            Error objects, bad shapes, or a box still failing (5xx) at ``min_box_deg``.
         geoagent.runtime.http.RetriesExhausted
             429 or connection failures that outlived the retries (5xx leads to a split instead).
         """
@@ -339,12 +377,14 @@ class MapillaryClient:
                 self.splits += 1
                 stack.extend(quadrants(box))
                 continue
-            if len(rows) >= self.limit:
-                if small:
-                    raise MapillaryError(f"Mapillary box {box} is still full ({len(rows)}) at the minimum size")
+            if len(rows) >= self.limit and not small:
                 self.splits += 1
                 stack.extend(quadrants(box))
                 continue
+            if len(rows) >= self.limit:  # full at the minimum size: keep the page, a lower bound of the box
+                self.full_min_boxes += 1
+                if full_boxes is not None:
+                    full_boxes.append(FullBox(box, len(rows)))
             for r in rows:
                 img = parse_image(r, thumb_field) if isinstance(r, dict) else None
                 if img is not None:
@@ -352,10 +392,12 @@ class MapillaryClient:
         return sorted(seen.values(), key=lambda i: int(i.image_id))
 
     async def images_within(self, lat: float, lon: float, radius_m: float, *, thumb_field: str | None = None,
-                            is_pano: bool | None = None) -> list[tuple[MapillaryImage, float]]:
+                            is_pano: bool | None = None, full_boxes: list[FullBox] | None = None,
+                            ) -> list[tuple[MapillaryImage, float]]:
         """Images whose camera lies within ``radius_m`` of a point, with their haversine distance (m),
-        nearest first."""
-        found = await self.search_images(bbox_around(lat, lon, radius_m), is_pano=is_pano, thumb_field=thumb_field)
+        nearest first. ``full_boxes`` as for :meth:`search_images` (the list may then be incomplete)."""
+        found = await self.search_images(bbox_around(lat, lon, radius_m), is_pano=is_pano, thumb_field=thumb_field,
+                                         full_boxes=full_boxes)
         out = []
         for img in found:
             d_m = haversine_km(lat, lon, img.lat, img.lon) * 1000.0
@@ -365,9 +407,11 @@ class MapillaryClient:
         return out
 
     async def count_images_within(self, lat: float, lon: float, radius_m: float) -> CoverageCount:
-        """Coverage: images within ``radius_m`` (all, and perspective only)."""
-        imgs = await self.images_within(lat, lon, radius_m)
-        return CoverageCount(len(imgs), sum(1 for i, _ in imgs if i.perspective))
+        """Coverage: images within ``radius_m`` (all, and perspective only); lower bounds (``lower_bound``,
+        ``full_boxes``) when a search box was still full at the minimum size."""
+        full: list[FullBox] = []
+        imgs = await self.images_within(lat, lon, radius_m, full_boxes=full)
+        return CoverageCount(len(imgs), sum(1 for i, _ in imgs if i.perspective), bool(full), tuple(full))
 
     async def image(self, image_id: str, fields: tuple[str, ...]) -> dict[str, Any]:
         """``GET {base}/{image_id}?fields=...``: one bare image object (only the listed fields)."""

@@ -24,11 +24,13 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
+from geoagent.runtime.errors import PicklableError
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, limit_key
 
 
-class OverpassError(RuntimeError):
-    """An Overpass request failed (retryable unless a subclass says otherwise)."""
+class OverpassError(PicklableError, RuntimeError):
+    """An Overpass request failed (retryable unless a subclass says otherwise). Picklable (the attributes travel,
+    :class:`~geoagent.runtime.errors.PicklableError`)."""
 
 
 class OverpassRuntimeError(OverpassError):
@@ -46,6 +48,17 @@ class OverpassQueryError(OverpassError):
     def __init__(self, messages: list[str], body_excerpt: str) -> None:
         self.messages = messages
         super().__init__("Overpass rejected the query: " + ("; ".join(messages) or body_excerpt))
+
+
+#: Limits of the ``/api/status`` reads (rate/period/concurrency only), a limit key of their own on each instance
+#: (:func:`geoagent.runtime.http.limit_key` ``(host, "status")``), apart from the host's query pace (1 per 10 s).
+#: The instance's slot quota counts queries: after each query the server holds the IP's next admission for a
+#: time in proportion to the query's run time (the maintainer, drolbr/Overpass-API#333), and its 429 page asks
+#: a rate-limited client to "check /api/status for the quota of your IP address", so reading the page cannot
+#: need a free slot (no vendor page states outright that it is uncounted: secondary). Spending a query slot
+#: on it doubled every screening (status at t=0, query at t=10 s). The page is a few hundred bytes of text;
+#: at most 2 reads per second, one at a time, keeps it polite (the slot wait polls it at most once a second).
+STATUS_POLICY = HostPolicy(rate=2.0, period_s=1.0, concurrency=1)
 
 
 def _json_body(resp: Any) -> None:
@@ -133,7 +146,9 @@ class OverpassClient:
     policy : HostPolicy or None
         Installed for the host if given (the usage-policy default comes from the crawl settings).
     check_slots : bool
-        Read ``/api/status`` before each query and wait (up to ``max_slot_wait_s``) when no slot is free.
+        Read ``/api/status`` before each query and wait (up to ``max_slot_wait_s``) when no slot is free. The
+        reads are paced by :data:`STATUS_POLICY` on their own limit key, so they do not take the host's query
+        rate slots.
     mirrors : sequence of str
         Other public instances with the same API, tried in order when an instance keeps failing with
         5xx (overpass-api.de answers 504 when overloaded; clients move to another instance then).
@@ -153,13 +168,21 @@ class OverpassClient:
         if policy is not None:
             for h in dict.fromkeys(self.hosts):
                 http.set_policy(h, policy)
+        if hasattr(http, "set_limit_policy"):
+            for h in dict.fromkeys(self.hosts):
+                http.set_limit_policy(limit_key(h, "status"), STATUS_POLICY)
 
     def _headers(self, accept: str) -> dict[str, str]:
         return {"User-Agent": self.user_agent, "Accept": accept}
 
     async def status(self, base_url: str | None = None) -> OverpassStatus:
-        """GET ``/status`` of an instance (default: the first) and parse it."""
-        resp = await self.http.request("GET", f"{base_url or self.base_url}/status", headers=self._headers("text/plain"))
+        """GET ``/status`` of an instance (default: the first) and parse it.
+
+        Paced by :data:`STATUS_POLICY` under its own limit key, not by the instance's query slots (the page does
+        not count against the IP's quota). Raises what :meth:`geoagent.runtime.http.HttpClient.request` raises."""
+        base = base_url or self.base_url
+        resp = await self.http.request("GET", f"{base}/status", headers=self._headers("text/plain"),
+                                       limit=limit_key(host_of(base), "status"))
         return parse_status(resp.text)
 
     async def wait_for_slot(self, base_url: str | None = None) -> OverpassStatus | None:

@@ -48,6 +48,7 @@ import orjson
 from geoagent.clients.mapillary import bbox_around, normalise_bbox, quadrants
 from geoagent.clients.overpass import _json_body, host_of
 from geoagent.geo import haversine_km
+from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
 #: marker of Blazegraph's query-deadline error in a WDQS answer body
@@ -89,8 +90,8 @@ def _rejection_reason(exc: PermanentHTTPError) -> str:
     return exc.body_excerpt[:300]
 
 
-class WdqsError(RuntimeError):
-    """A WDQS request failed."""
+class WdqsError(PicklableError, RuntimeError):
+    """A WDQS request failed. Picklable (the attributes travel, :class:`~geoagent.runtime.errors.PicklableError`)."""
 
 
 class WdqsTimeout(WdqsError):

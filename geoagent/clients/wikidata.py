@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from geoagent.clients.cache import ResponseCache
+from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.http import HostPolicy, HttpClient, HttpResponse, host_key
 
 WIKIDATA_API_URL = "https://www.wikidata.org/w/api.php"
@@ -40,8 +41,9 @@ DEFAULT_MAXLAG_S = 5
 DEFAULT_WIKIDATA_POLICY = HostPolicy(rate=5.0, period_s=1.0, concurrency=1, max_attempts=5, timeout_s=60.0)
 
 
-class WikidataError(RuntimeError):
-    """An ``error`` envelope from the API that is not retryable (or whose retries ran out).
+class WikidataError(PicklableError, RuntimeError):
+    """An ``error`` envelope from the API that is not retryable (or whose retries ran out). Picklable (the
+    attributes travel, :class:`~geoagent.runtime.errors.PicklableError`).
 
     Attributes
     ----------

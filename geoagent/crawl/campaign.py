@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from geoagent import constants as C
-from geoagent.textfmt import mapping_text
+from geoagent.textfmt import count_text, mapping_text
 from geoagent.crawl.settings import CrawlConfigError, CrawlSettings
 from geoagent.crawl.stages import city_messages, crawl_stages, services_from_context
 from geoagent.engine import CampaignKind
@@ -168,6 +168,13 @@ class CrawlCampaign(CampaignKind):
         lines.append("  queue counts are per-site tasks (one task fetches or audits all of a site's images); "
                      + image_counts_line(image_counts(svc.state_dir, svc.images_root),
                                          downloaded=svc.downloads_this_run))
+        from geoagent.crawl.referenceability import not_rated_count
+
+        n_unlabeled = not_rated_count(svc.state_dir)
+        if n_unlabeled:
+            lines.append(f"  referenceability: {count_text(n_unlabeled, 'candidate')} not rated: no English label "
+                         "(WDQS gave the bare QID, a name the auditor cannot rate nor a hint use); each is a decision "
+                         "in audit_decisions.jsonl with not_rated = no_label")
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
@@ -253,8 +260,9 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
     if downloaded is not None:
         line += f"; thumbnails downloaded by this run: {downloaded}"
         if downloaded < examined:
-            line += (f" (the other {examined - downloaded} read from disk: fetched by an earlier run, or by another "
-                     "crawl whose selection with the same [crawl.fetcher] settings was reused)")
+            line += (f" (the other {examined - downloaded} read from disk: thumbnails, or the records of rejected ones, "
+                     "fetched by an earlier run, or by another crawl whose selection with the same [crawl.fetcher] "
+                     "settings was reused)")
     line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable)"
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"

@@ -12,6 +12,17 @@ angle) in the site's *selection record*. Image ids are validated as digits befor
 image whose thumbnail cannot be had (no URL, refused even when freshly issued, not a JPEG) is rejected
 with the reason; the walk goes on to the next image.
 
+Rejected thumbnails are recorded, not kept. A thumbnail rejected as too dark or as a near-duplicate is not
+written, but its record is (:func:`record_rejection`: ``<site>/[<field>/]<image_id>.rejected.json`` beside where
+its file would lie, written atomically at once): its mean brightness, at the ``grey_size_px`` it was measured
+with, and its difference hash, plus the reason given. A later walk of the site (a resume after a kill or a stop,
+or another campaign on the same images root) decides such an image from the record instead of downloading it
+again: the measurements are functions of the thumbnail's bytes alone, so the verdict is the one a download
+would give under the walk's own settings and kept images. Where that verdict is "keep" (a campaign with a lower
+``min_brightness``, or the duplicate's original no longer kept), or the record was measured with another
+``grey_size_px``, the thumbnail is downloaded as usual. So a walk downloads each thumbnail of a site at most once
+per ``thumb_field``, kept or not.
+
 Selections are per settings. The images root is shared by every campaign under a state root, so a
 selection record says what made it: ``selection`` holds the site's coordinates and every
 ``[crawl.fetcher]`` setting (:func:`selection_settings`), ``selection_key`` a digest of them
@@ -235,14 +246,74 @@ class FetchResult:
     downloads: int = 0
     selection: dict[str, Any] = field(default_factory=dict)
     selection_key: str = ""
+    #: Mapillary search boxes still full at the minimum box size (:class:`geoagent.clients.mapillary.FullBox`
+    #: records): the images found there were used, more may exist
+    full_boxes: list[dict[str, Any]] = field(default_factory=list)
+    #: rejections decided from an earlier walk's record (:func:`load_rejection`) instead of a download (not in
+    #: the selection record: a fresh walk and a resumed one make the same record)
+    rejections_reused: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"site": self.site, "kept": self.kept, "rejected": self.rejected, "downloads": self.downloads,
-                "selection": self.selection, "selection_key": self.selection_key}
+        out = {"site": self.site, "kept": self.kept, "rejected": self.rejected, "downloads": self.downloads,
+               "selection": self.selection, "selection_key": self.selection_key}
+        if self.full_boxes:
+            out["full_boxes"] = self.full_boxes
+        return out
+
+
+#: suffix of a rejected thumbnail's record, beside where its file would lie (:func:`rejection_path`)
+REJECTION_SUFFIX = ".rejected.json"
+
+
+def rejection_path(path: Path) -> Path:
+    """``<site>/[<field>/]<image_id>.rejected.json``: the record of a downloaded thumbnail that was not kept (too
+    dark, or a near-duplicate), beside the path ``path`` its file would have (:func:`image_path`)."""
+    return path.with_name(path.stem + REJECTION_SUFFIX)
+
+
+def record_rejection(path: Path, image_id: str, settings: FetcherSettings, brightness: float, dhash: int,
+                     reason: str) -> None:
+    """Write (atomically) the record of a downloaded thumbnail the walk did not keep, so a resume, or another
+    campaign, does not download it again (:func:`load_rejection`).
+
+    It holds the image id, the reason given (under the settings of that walk, ``min_brightness`` and
+    ``dedupe_hamming_max``), and what decides it under any settings: the mean brightness (0-255, unrounded) of the
+    ``grey_size_px`` grey copy and the 64-bit difference hash (16 hex digits), both functions of the thumbnail's
+    bytes alone."""
+    _atomic_write(rejection_path(path), orjson.dumps({
+        "image_id": image_id, "thumb_field": settings.thumb_field, "reason": reason, "brightness": brightness,
+        "grey_size_px": settings.grey_size_px, "dhash": f"{dhash:016x}",
+        "settings": {"min_brightness": settings.min_brightness, "dedupe_hamming_max": settings.dedupe_hamming_max},
+    }, option=orjson.OPT_INDENT_2))
+
+
+def load_rejection(path: Path, grey_size_px: int) -> tuple[float, int] | None:
+    """``(brightness, dhash)`` recorded for the thumbnail that would lie at ``path`` (:func:`record_rejection`),
+    or None: no record, an unreadable one, or one measured with another ``grey_size_px`` (its brightness is not
+    this setting's: the thumbnail is downloaded and measured again)."""
+    try:
+        rec = orjson.loads(rejection_path(path).read_bytes())
+        if int(rec["grey_size_px"]) != grey_size_px:
+            return None
+        return float(rec["brightness"]), int(str(rec["dhash"]), 16)
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _rejection_reason(bright: float, h: int, kept: list[dict[str, Any]], hashes: list[int],
+                      settings: FetcherSettings) -> dict[str, Any] | None:
+    """The rejection entry (``reason``, and ``brightness`` for a dark one) of a measured thumbnail under
+    ``settings`` and the images kept so far, or None when it is kept."""
+    if bright < settings.min_brightness:
+        return {"reason": f"too dark (mean {bright:.1f} < {settings.min_brightness:g})", "brightness": round(bright, 2)}
+    dup = next((k for k, hk in zip(kept, hashes) if hamming(h, hk) <= settings.dedupe_hamming_max), None)
+    if dup is not None:
+        return {"reason": f"near-duplicate of {dup['image_id']}"}
+    return None
 
 
 async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: FetcherSettings,
-                            images_root: str | Path) -> FetchResult:
+                            images_root: str | Path, *, on_note: Any = None) -> FetchResult:
     """Fetch, filter and store the images of one site (see module docstring).
 
     Parameters
@@ -254,13 +325,24 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         Root folder; images go to ``<root>/<site>/<id>.jpg`` (:func:`image_path`: ``<site>/<field>/<id>.jpg``
         for a ``thumb_field`` other than the default; default root: ``state/images``), the selection
         record to ``<root>/<site>/images-<key>.json`` (:func:`selection_path`). A thumbnail already there is
-        read, not downloaded, and never written over.
+        read, not downloaded, and never written over; one rejected before (too dark, near-duplicate) is decided
+        from its record (:func:`load_rejection`), downloaded only when the current settings keep it.
+    on_note : async callable, optional
+        Receives a decision-log record (``event`` ``"mapillary_box_full"``) when a search box was still full at
+        the minimum box size (the images found there are used; ``full_boxes`` in the record).
     """
     sid = safe_name(str(site["site"]), what="site id")
     lat, lon = float(site["lat"]), float(site["lon"])
     sel = selection_settings(site, settings)
     res = FetchResult(sid, selection=sel, selection_key=selection_key(sel))
-    found = await mapillary.images_within(lat, lon, settings.radius_m)
+    full: list[Any] = []
+    found = await mapillary.images_within(lat, lon, settings.radius_m, full_boxes=full)
+    if full:  # a box still full at the minimum size: its page is used, the site is not failed for it
+        res.full_boxes = [b.to_json() for b in full]
+        if on_note is not None:
+            await on_note({"event": "mapillary_box_full", "n_found": len(found), "full_boxes": res.full_boxes,
+                           "reason": (f"{len(full)} search box(es) still held the page limit at the minimum box "
+                                      "size; the images found there were used, more may exist")})
     hashes: list[int] = []
     for img, d_m in found:
         if len(res.kept) >= settings.max_images_per_site:
@@ -278,9 +360,21 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         except ValueError as e:
             res.rejected.append(meta | {"reason": str(e)})
             continue
+        jpeg: bytes | None = None
+        measured = None
         if path.is_file():  # already fetched in an earlier (interrupted) run, or by another campaign
             jpeg = path.read_bytes()
-        else:
+        else:  # rejected by an earlier run: its recorded measurements decide again, no download
+            measured = load_rejection(path, settings.grey_size_px)
+        if measured is not None:
+            bright, h = measured
+            reason = _rejection_reason(bright, h, res.kept, hashes, settings)
+            if reason is not None:
+                res.rejected.append(meta | reason)
+                res.rejections_reused += 1
+                continue
+            # kept under the current settings (e.g. a lower min_brightness): its file is needed now
+        if jpeg is None:
             try:
                 jpeg = await mapillary.download_thumbnail(img.image_id, settings.thumb_field)
             except ThumbnailUnavailable as e:  # this image only (no URL, refused, not a JPEG): skip it
@@ -293,12 +387,11 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         except ValueError as e:
             res.rejected.append(meta | {"reason": str(e)})
             continue
-        if bright < settings.min_brightness:
-            res.rejected.append(meta | {"reason": f"too dark (mean {bright:.1f} < {settings.min_brightness:g})", "brightness": round(bright, 2)})
-            continue
-        dup = next((k for k, hk in zip(res.kept, hashes) if hamming(h, hk) <= settings.dedupe_hamming_max), None)
-        if dup is not None:
-            res.rejected.append(meta | {"reason": f"near-duplicate of {dup['image_id']}"})
+        reason = _rejection_reason(bright, h, res.kept, hashes, settings)
+        if reason is not None:
+            res.rejected.append(meta | reason)
+            if not path.is_file():  # a resume (or another campaign) reads the measurements instead of downloading
+                record_rejection(path, img.image_id, settings, bright, h, reason["reason"])
             continue
         if not path.is_file():
             _atomic_write(path, jpeg)

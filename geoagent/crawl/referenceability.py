@@ -34,6 +34,17 @@ a kill replays the stored answers through the same split-and-retry path and send
 uninterrupted run would have sent. The log is not held in memory (:class:`RawAnswerLog`: an index of
 request key -> byte offset, the answer read when replayed), so a crawl of hundreds of cities can replay it.
 
+Candidates without a label. WDQS asks for labels in ``en`` then ``mul``; an item with neither comes back
+labelled with its bare QID (``Q18418728``). The auditor rates names and never sees anything else (App. A.3), so
+such a "name" buys a rating of nothing: the release's auditor rejected one as a nameless entry
+(``audit_decisions.jsonl``) and its ladders hold 4 rows (2 QIDs of 3,105 rows) whose raw label is a bare QID,
+with ratings the label could not have supported. Here they are kept out of every rating and screening batch
+(:func:`has_no_label`; the other members of their fixed batch stay together, so the other batches and their
+stored answers are unchanged) and each gets a decision record saying so (``ok`` false, ``familiarity`` null,
+``not_rated`` ``"no_label"``, ``why``), counted per rating step (``n_not_rated_no_label``) and in the crawl
+summary (:func:`not_rated_count`). Asking WDQS for other label languages would give them a name, but which
+languages is a protocol choice the paper does not make (its conditions are English only); not done.
+
 Candidates shared by cities. A Wikidata place within 6 km of sites of two cities (cities closer than
 about 2 x 6 km + 3 km), or found by both cities' queries, is rated once FOR EACH city: decisions are kept
 per (auditor model, QID, city), with the city key in the record's ``city`` field, and a city's fixed
@@ -63,6 +74,7 @@ in which sites or cities completed; the per-city ratings are also in ``audit_dec
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -159,6 +171,20 @@ def merge_site_candidates(per_site: Mapping[str, Sequence[RefCandidate]]) -> lis
             c = RefCandidate(c.qid, c.label, c.dist_km, c.lat, c.lon, c.sitelinks, titles[q])
         out.append(c)
     return sorted(out, key=lambda c: qid_order(c.qid))
+
+
+_BARE_QID = re.compile(r"Q[1-9][0-9]*")
+#: the ``not_rated`` value of the decision record of a candidate kept out of rating (:func:`has_no_label`)
+NOT_RATED_NO_LABEL = "no_label"
+
+
+def has_no_label(c: RefCandidate) -> bool:
+    """Whether the candidate's label is a bare Wikidata id (``Q123``): WDQS's label service answers the item's
+    id when it has no label in the asked languages (``en``, ``mul``; :func:`geoagent.clients.wdqs.around_query`),
+    and the WDQS client does the same for a missing label. Such a "name" tells the text-only auditor nothing (it
+    rates names, App. A.3) and cannot stand in a hint ("I took this near Q123"), so the candidate is not sent
+    for rating (:meth:`ReferenceabilityAuditor.rate_all`)."""
+    return bool(_BARE_QID.fullmatch(" ".join(str(c.label).split())))
 
 
 def fixed_batches(candidates: Sequence[RefCandidate], batch_size: int) -> list[list[RefCandidate]]:
@@ -597,7 +623,10 @@ class ReferenceabilityAuditor:
             ``batches`` (rating batches over the candidates), ``asked`` (rating batches sent or replayed),
             ``screened`` (sensitive-screening batches sent or replayed), ``calls`` and ``replayed`` (model
             calls sent and answers replayed by this call: rating and screening, each batch's split-and-retry
-            re-asks included, so ``calls + replayed`` is at least ``asked + screened``).
+            re-asks included, so ``calls + replayed`` is at least ``asked + screened``), and
+            ``not_rated_no_label``: candidates whose label is a bare QID (:func:`has_no_label`), kept out of every
+            batch (rating and screening) and logged as decisions with ``not_rated`` = ``"no_label"``; the
+            batches are the fixed ones without them (``batches`` counts those with a candidate left).
 
         Raises
         ------
@@ -606,6 +635,14 @@ class ReferenceabilityAuditor:
         """
         calls0, replayed0 = self.calls, self.replayed
         batches = fixed_batches(candidates, self.settings.batch_size)
+        unlabeled = [c for c in candidates if has_no_label(c)]
+        # logged once; it also supersedes (last record wins) a rating an earlier version paid for such a label
+        await self.decisions.append([self._not_rated(c, city) for c in unlabeled
+                                     if (self.decisions.get(self.settings.model, c.qid, city) or {}).get("not_rated")
+                                     != NOT_RATED_NO_LABEL])
+        if unlabeled:  # out of their fixed batch: the other batches keep their members (and stored answers)
+            skip = {c.qid for c in unlabeled}
+            batches = [b for b in ([c for c in batch if c.qid not in skip] for batch in batches) if b]
         asked = 0
         for batch in batches:
             todo = [c for c in batch if self.decisions.get(self.settings.model, c.qid, city) is None]
@@ -622,7 +659,16 @@ class ReferenceabilityAuditor:
                     await self._screen(batch if self._ask_whole(batch, todo, self._sens_prompt, "crawl_sensitive") else todo,
                                        city)
         return {"batches": len(batches), "asked": asked, "screened": screened, "calls": self.calls - calls0,
-                "replayed": self.replayed - replayed0}
+                "replayed": self.replayed - replayed0, "not_rated_no_label": len(unlabeled)}
+
+    def _not_rated(self, c: RefCandidate, city: str | None) -> dict[str, Any]:
+        """The decision record of a candidate kept out of rating because it has no label (:func:`has_no_label`):
+        the release's record shape with ``ok`` False and no rating (``familiarity`` None: no ladder or table
+        takes it), ``why`` and ``not_rated`` (:data:`NOT_RATED_NO_LABEL`) saying why; no model was asked."""
+        return self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": False,
+                             "familiarity": None, "name_zh": None, "name_en": None,
+                             "why": "not rated: no English label (WDQS gave the bare QID)", "ts": time.time(),
+                             "not_rated": NOT_RATED_NO_LABEL}, city)
 
     async def audit(self, site: str, candidates: Sequence[RefCandidate], *, city: str | None = None) -> list[RatedCandidate]:
         """Rate (and screen) ``candidates`` of ``site`` for ``city`` (:meth:`rate_all`: nothing is asked for
@@ -677,6 +723,17 @@ class ReferenceabilityAuditor:
                             "familiarity": r.familiarity, "tier_llm": llm, "pageviews": views[r.qid], "tier_pageviews": pv,
                             "status": "pending", "ts": time.time()})
         return out
+
+
+def not_rated_count(state_dir: str | Path) -> int:
+    """Candidates of the crawl at ``state_dir`` kept out of rating because their label is a bare QID
+    (:func:`has_no_label`): records of ``audit_decisions.jsonl`` whose ``not_rated`` is :data:`NOT_RATED_NO_LABEL`,
+    one per (auditor model, QID, city), the last record of each key counting (:class:`JsonlLog`). 0 without a
+    log."""
+    from geoagent import constants as C
+
+    log = JsonlLog(Path(state_dir) / C.AUDIT_DECISIONS_FILE)
+    return sum(1 for r in log.records.values() if r.get("not_rated") == NOT_RATED_NO_LABEL)
 
 
 #: Columns of the release's ``data/candidate_referenceability.csv``.

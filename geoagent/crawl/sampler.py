@@ -167,11 +167,13 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
 
 
 async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: SamplerSettings, seed: int,
-                       *, taken_ids: Iterable[str] = (), on_split: Any = None) -> SamplingResult:
+                       *, taken_ids: Iterable[str] = (), on_split: Any = None, on_note: Any = None) -> SamplingResult:
     """Query candidates (WDQS), shuffle with ``seed``, and walk them with Mapillary coverage counts.
 
     A candidate query that times out is split spatially (``settings.wdqs_split_depth``); ``on_split``
-    receives each split's record (the crawl's decision log). Raises
+    receives each split's record (the crawl's decision log), ``on_note`` the record of a coverage count that is a
+    lower bound (:meth:`geoagent.clients.mapillary.CoverageCount.note`: a search box still full at the minimum
+    size; the walk uses it as "at least N"). Raises
     :class:`geoagent.clients.wdqs.WdqsAreaTooDense` (naming the city) when that is not enough."""
     type_qids = list(settings.site_types.values())
     ents = await wdqs.site_candidates(city.lat, city.lon, settings.radius_km, type_qids, settings.max_sitelinks,
@@ -180,7 +182,11 @@ async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: Samp
     cands = [c for c in merge_candidates(ents, type_qids) if c.sitelinks <= settings.max_sitelinks]
 
     async def coverage(lat: float, lon: float, radius_m: float) -> int:
-        return (await mapillary.count_images_within(lat, lon, radius_m)).perspective
+        counts = await mapillary.count_images_within(lat, lon, radius_m)
+        note = counts.note() if hasattr(counts, "note") else None
+        if note is not None and on_note is not None:  # "at least N" images: enough for the coverage check
+            await on_note(note | {"lat": lat, "lon": lon, "radius_m": radius_m})
+        return counts.perspective
 
     return await walk_candidates(city, shuffled(cands, seed), coverage, settings, seed, n_candidates=len(cands),
                                  taken_ids=taken_ids)

@@ -11,6 +11,7 @@ The output row has the columns of the release's ``city_pool.csv``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -155,6 +156,9 @@ class CityScreening:
     ok_streetview: bool
     ok_scale: bool
     eligible: bool
+    #: the image counts are lower bounds: a Mapillary search box was still full at the minimum box size
+    #: (:class:`geoagent.clients.mapillary.CoverageCount`); "at least N" is all the coverage check needs
+    sv_lower_bound: bool = False
 
     def row(self) -> dict[str, Any]:
         """The ``city_pool.csv`` row (L_district rounded to 0.01 km as released; empty when undefined)."""
@@ -184,6 +188,7 @@ class CityScreening:
             "ok_streetview": self.ok_streetview,
             "ok_scale": self.ok_scale,
             "eligible": self.eligible,
+            "sv_lower_bound": self.sv_lower_bound,
         }
 
 
@@ -211,13 +216,18 @@ def place_query(lat: float, lon: float, settings: ScreenerSettings) -> str:
     )
 
 
-async def screen_city(city: CitySpec, overpass: Any, mapillary: Any, settings: ScreenerSettings) -> CityScreening:
+async def screen_city(city: CitySpec, overpass: Any, mapillary: Any, settings: ScreenerSettings,
+                      *, on_note: Any = None) -> CityScreening:
     """Screen one city with the live clients.
 
     Parameters
     ----------
     overpass : geoagent.clients.overpass.OverpassClient
     mapillary : geoagent.clients.mapillary.MapillaryClient
+    on_note : async callable, optional
+        Receives the decision-log record (:meth:`geoagent.clients.mapillary.CoverageCount.note`) when the image
+        counts are lower bounds (a search box still full at the minimum size); the screening then uses them
+        as "at least" counts (``sv_lower_bound``).
 
     Raises
     ------
@@ -227,7 +237,13 @@ async def screen_city(city: CitySpec, overpass: Any, mapillary: Any, settings: S
     data = await overpass.interpreter(place_query(city.lat, city.lon, settings))
     nodes = place_nodes_from_overpass(data.get("elements", []))
     counts = await mapillary.count_images_within(city.lat, city.lon, settings.coverage_radius_km * 1000.0)
-    return evaluate_city(city, nodes, counts.total, counts.perspective, settings)
+    res = evaluate_city(city, nodes, counts.total, counts.perspective, settings)
+    note = counts.note() if hasattr(counts, "note") else None
+    if note is not None:
+        res = dataclasses.replace(res, sv_lower_bound=True)
+        if on_note is not None:
+            await on_note(note | {"ok_streetview": res.ok_streetview})
+    return res
 
 
 #: Columns of the release's ``data/district_scale.csv``, in order.

@@ -31,7 +31,9 @@ paid calls in flight only, so the referenceability auditor starts no pageviews r
 shared HTTP client as ``http``, so no request of any stage retries after the stop. A host that cannot be
 reached stops the stage that needs it with a line naming its config key (:func:`crawl_host_hint`).
 
-Decision log (``crawl_decisions.jsonl``, exported as ``crawl_decisions``): besides the WDQS splits, one
+Decision log (``crawl_decisions.jsonl``, exported as ``crawl_decisions``): besides the WDQS splits and the
+``"event": "mapillary_box_full"`` notes (screener, sampler, fetcher: a Mapillary search box still full at the
+minimum box size, whose images were kept as a lower bound, with ``reason`` and ``full_boxes``), one
 ``"event": "ref_city_rating"`` record per rating step of the referenceability auditor, with
 
 * ``city``: the city's name (null for a site rated alone); ``site``: the site whose task ran the step;
@@ -48,7 +50,10 @@ Decision log (``crawl_decisions.jsonl``, exported as ``crawl_decisions``): besid
 * ``model_calls``: model calls sent by the step (rating and screening, plus the split-and-retry re-asks of
   a batch whose answer was partly unparseable), ``answers_replayed``: answers read back from
   ``audit_raw_answers.jsonl`` instead of a call (a re-run after a kill). ``model_calls + answers_replayed >=
-  rating_batches_asked + screening_batches_asked``.
+  rating_batches_asked + screening_batches_asked``;
+* ``n_not_rated_no_label``: candidates kept out of rating because WDQS gave no English label (the bare QID:
+  :func:`geoagent.crawl.referenceability.has_no_label`); each has its decision in ``audit_decisions.jsonl``
+  (``not_rated`` = ``"no_label"``, ``familiarity`` null), and the crawl summary counts them.
 
 Records of older versions carry ``n_shared`` (= ``n_site_listings - n_candidates``, the repeated listings),
 ``batches``, ``asked``, ``calls`` and ``replayed`` (= ``rating_batches``, ``rating_batches_asked``,
@@ -544,7 +549,8 @@ class CityScreenerStage(_CrawlStage):
         if rec is None:
             self._token_gate(svc)
             try:
-                res = await screen_city(city, svc.overpass, svc.mapillary, svc.settings.screener)
+                res = await screen_city(city, svc.overpass, svc.mapillary, svc.settings.screener,
+                                        on_note=svc.decision_logger(self.name, city=city.city))
             except Exception as e:
                 self._token_gate(svc, e)
                 if _permanent(e):
@@ -595,7 +601,8 @@ class SiteSamplerStage(_CrawlStage):
             self._token_gate(svc)
             try:
                 res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
-                                         on_split=svc.decision_logger(self.name, city=city.city))
+                                         on_split=svc.decision_logger(self.name, city=city.city),
+                                         on_note=svc.decision_logger(self.name, city=city.city))
             except Exception as e:
                 self._token_gate(svc, e)
                 if _permanent(e):
@@ -620,7 +627,9 @@ class ImageryFetcherStage(_CrawlStage):
     #: a stop cancels fetches in flight at once (released untouched): Mapillary and thumbnail requests are
     #: free, and every thumbnail and the site's selection records are written to a temporary file renamed
     #: into place (:func:`geoagent.crawl.fetcher.fetch_site_images`), so a cancelled site leaves whole images
-    #: only, which the next run reuses without downloading them again
+    #: only, which the next run reuses without downloading them again; a thumbnail rejected (too dark,
+    #: near-duplicate) leaves its record (:func:`geoagent.crawl.fetcher.record_rejection`), which the next run
+    #: decides from instead of downloading it again
     cancel_on_stop = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
@@ -648,7 +657,8 @@ class ImageryFetcherStage(_CrawlStage):
             if rec is None:
                 self._token_gate(svc)
                 try:
-                    res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root)
+                    res = await fetch_mod.fetch_site_images(site, svc.mapillary, svc.settings.fetcher, svc.images_root,
+                                                            on_note=svc.decision_logger(self.name, site=sid))
                 except Exception as e:
                     self._token_gate(svc, e)
                     raise
@@ -856,7 +866,8 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                    "n_shared_candidates": sum(1 for n in listed.values() if n > 1),
                    "batch_size": aud.settings.batch_size, "rating_batches": stats["batches"],
                    "rating_batches_asked": stats["asked"], "screening_batches_asked": stats["screened"],
-                   "model_calls": stats["calls"], "answers_replayed": stats["replayed"]}
+                   "model_calls": stats["calls"], "answers_replayed": stats["replayed"],
+                   "n_not_rated_no_label": stats["not_rated_no_label"]}
             await svc.decision_logger(self.name)(rec)
             if marker is not None:
                 _dump(marker, {**rec, "qids": [c.qid for c in merged]})

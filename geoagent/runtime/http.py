@@ -85,12 +85,16 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
+from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Abandoned
 from geoagent.textfmt import count_text
 
 
-class HttpError(RuntimeError):
-    """Base of the HTTP layer's errors. Messages never include request headers (API keys)."""
+class HttpError(PicklableError, RuntimeError):
+    """Base of the HTTP layer's errors. Messages never include request headers (API keys).
+
+    Picklable (:class:`~geoagent.runtime.errors.PicklableError`): the pickled form is the message and the
+    attributes, which hold redacted URLs and scrubbed body text only."""
 
 
 class PermanentHTTPError(HttpError):
@@ -1024,6 +1028,29 @@ class HttpClient:
         for key, state in self._hosts.items():
             if self.policy_for(key) is policy:
                 state.set_policy(policy)
+
+    def set_limit_policy(self, key: str, policy: HostPolicy) -> None:
+        """Give limit key ``key`` (a :func:`limit_key` ``(host, name)``) its own rate, period and concurrency, as
+        ``model_policies`` does at construction; requests sent with ``limit=key`` then wait for that key's slots
+        instead of the host's (not both, unless the host is one of ``ceilings``). Used for a host's cheap side
+        endpoint that its usage policy does not count (Overpass's ``/api/status``,
+        :data:`geoagent.clients.overpass.STATUS_POLICY`). Applies to a key already in use too (its recent
+        admissions are kept, as :meth:`set_policy` keeps a host's).
+
+        Raises
+        ------
+        ValueError
+            ``key`` is a host key (no ``/``): use :meth:`set_policy` for a host.
+        """
+        if "/" not in key:
+            raise ValueError(f"not a limit key (host/name): {key!r}; use set_policy for a host")
+        self._model_policies[key] = policy
+        st = self._limits.get(key)
+        if st is not None:
+            if st.host is st:  # resolved to its host's state before it had a policy: resolve again
+                del self._limits[key]
+            else:
+                st.set_policy(policy)
 
     def pause_host(self, host: str, seconds: float) -> None:
         """Let nobody contact ``host`` for ``seconds`` (extends, never shortens, a current pause); a host's pause
