@@ -38,6 +38,7 @@ from geoagent.geohint.stages import (
     GeoHintAggregatorStage,
     GeoHintParserStage,
     GeoHintScorerStage,
+    export_rows,
     plan_from_config,
     scored_scope,
 )
@@ -328,14 +329,17 @@ class GeoHintCampaign(CampaignKind):
         rows the report scores (:func:`scored_scope`: the request is in the current plan). ``run.py export`` runs
         without a plan: the current plan is the one the last run recorded (``state/<campaign>/plan_keys.tsv``,
         :mod:`geoagent.runtime.scope`), the plan its report scored; a campaign without that record marks every
-        row. So ``df.filter(pl.col("scored"))`` gives the report's counts and rates, once the rows cut off at the
+        row. So ``df.filter(pl.col("scored"))`` gives the report's counts and rates: a row cut off at the
         output-token limit with nothing parsed (no answer, :func:`geoagent.scoring.truncation.is_no_answer`; only
-        the table ``cutoff`` counts them) are left out too; answers of sites or models an earlier plan held stay
-        in the export, marked False."""
+        the table ``cutoff`` counts it) has ``hit`` and ``echo`` null and its reason in ``extra.no_answer``
+        (:func:`geoagent.geohint.stages.as_no_answer`, also for rows stored before the scorer wrote them so), so
+        Polars' ``mean`` and ``count`` of ``hit`` and ``echo`` skip it as the report does; answers of sites or
+        models an earlier plan held stay in the export, marked False."""
         from geoagent.runtime.export import export_all
         from geoagent.runtime.scope import read_plan_keys
 
-        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: scored_scope(read_plan_keys(cfg.state_dir())).mark})
+        scope = scored_scope(read_plan_keys(cfg.state_dir()))
+        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)})
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
         """:meth:`CampaignKind.answer_quality` from the aggregate :meth:`report` made: per model, every scored

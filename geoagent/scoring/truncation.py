@@ -17,7 +17,9 @@ How a cut-off answer is scored (one rule for GeoHint and GeoVerify, :func:`is_no
   miss, an echo verdict nor an unresolved answer (left out of every table but ``cutoff``, and out of the
   strictly paired comparisons, like a missing answer); in GeoVerify it has no verdict and, like every parse
   failure, is outside H and F (neither a yes nor a no). Each report counts these answers per model and
-  condition or arm (:attr:`TruncationCount.n_truncated_unparsed`).
+  condition or arm (:attr:`TruncationCount.n_truncated_unparsed`). A stored GeoHint row of such an answer
+  has ``hit`` and ``echo`` None and says why in ``extra["no_answer"]`` (:data:`NO_ANSWER_CUT_OFF`), in the
+  ``geohint_scored`` export too.
 
 An answer the model finished itself (no cut-off finish reason) that does not parse is the model's answer,
 and the tasks keep the paper's treatment of it: a miss in GeoHint (the release's judged GeoHint answers,
@@ -57,6 +59,11 @@ LEGEND_LINE = (
     "not the model, ended it): it enters no rate, never a miss, an echo verdict or a 'no', and is counted as cut "
     "off with no answer. Answers without a recorded finish reason count as not cut off."
 )
+
+
+#: why a stored GeoHint row holds no answer (``extra["no_answer"]``, export column ``extra.no_answer``; null on
+#: every other row): its ``hit``, ``echo`` and echo verdicts are null, not False (:func:`is_no_answer`)
+NO_ANSWER_CUT_OFF = "cut off at the output-token limit with nothing parsed"
 
 
 def is_no_answer(finish_reason: object, parsed: bool) -> bool:

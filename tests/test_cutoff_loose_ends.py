@@ -1,0 +1,100 @@
+"""Loose ends of the rule "an answer cut off at the output-token limit with nothing parsed is no answer"
+(:mod:`geoagent.scoring.truncation`), one section per defect.
+
+Expected values come from the hand-made answers below (which were cut off, which parsed, which hit), never
+from the code under test.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from geoagent.campaigns import register_all_sections
+from geoagent.config import config_from_dict
+from geoagent.geohint.campaign import GeoHintCampaign, aggregate_from_store
+from geoagent.geohint.stages import SCORED_TABLE, score_located
+from geoagent.providers.base import ModelResponse, Usage
+from geoagent.runtime.store import open_campaign_state
+from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF
+
+register_all_sections()
+
+
+# --- 1. the scored GeoHint export stores a no-answer as null, with the reason --------------------------------
+def _payload(i: int, *, finish_reason: str | None, parsed: bool, hit: bool = False, echo: bool = False) -> dict:
+    """A located GeoHint answer of model m, condition forced, site s<i % 2>, hint "Old Tower" 1.2 km away."""
+    meta = {"task": "geohint", "site": f"s{i % 2}", "condition": "forced", "schema": "forced", "ref_qid": "Q1",
+            "ref_name": "Old Tower", "band": "0.5-1.5km", "tier": "high", "dist_km": 1.2, "site_lat": 48.0,
+            "site_lon": 11.0}
+    if parsed:
+        p = {"ok": True, "city": "Munich", "area": "Old Tower" if echo else "Elsewhere", "building": None}
+        # 0.001 deg latitude = 0.11 km (a hit), 0.05 deg = 5.6 km (a miss)
+        loc = {"resolved_level": "area", "lat": 48.001 if hit else 48.05, "lon": 11.0}
+    else:
+        p = {"ok": False, "error": "no JSON object", "raw": ""}
+        loc = {"resolved_level": "none"}
+    return {"model": "m", "image_id": f"img{i}", "request_key": f"rk{i}", "finish_reason": finish_reason,
+            "meta": meta, "parsed": p, "located": loc}
+
+
+def test_score_located_gives_a_cut_off_empty_answer_no_hit_and_no_echo_verdict_and_says_why():
+    cut = score_located("k1", _payload(1, finish_reason="length", parsed=False))
+    assert cut.hit is None and cut.echo is None
+    assert "echo_by_rule" not in cut.extra
+    assert cut.extra["no_answer"] == NO_ANSWER_CUT_OFF
+    # an answer the model finished that did not parse stays a miss and a non-echo (the release's rule)
+    done = score_located("k2", _payload(2, finish_reason="stop", parsed=False))
+    assert done.hit is False and done.echo is False and done.extra.get("no_answer") is None
+    # cut off but parsed: an answer, scored
+    parsed = score_located("k3", _payload(3, finish_reason="length", parsed=True, hit=True, echo=True))
+    assert parsed.hit is True and parsed.echo is True and parsed.extra.get("no_answer") is None
+
+
+def _cfg(tmp_path):
+    return config_from_dict({
+        "campaign": {"name": "gh-na", "kind": "geohint", "contact": "ops@example.org"},
+        "paths": {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")},
+        "budget": {"cap_usd": 1.0},
+        "models": [{"name": "m", "provider": "simulated", "model": "m"}]})
+
+
+def test_scored_export_stores_no_answers_as_null_and_reproduces_the_report(tmp_path):
+    """Model m, forced: 3 hits (2 echoes), 2 misses, 1 finished unparsed (a miss), and 3 answers cut off with
+    nothing parsed: one scored now, one stored by the earlier scorer (hit False, echo False, echo verdicts
+    False), one stored before finish reasons were kept (its stored response says length). Report: hit rate
+    3 / 6, echo rate 2 / 6; the export's scored rows give the same with the no-answers null."""
+    cfg = _cfg(tmp_path)
+    rows = [score_located(f"k{i}", _payload(i, finish_reason="stop", parsed=True, hit=i < 3, echo=i < 2)).to_json()
+            for i in range(5)]
+    rows.append(score_located("k5", _payload(5, finish_reason="stop", parsed=False)).to_json())
+    rows.append(score_located("k6", _payload(6, finish_reason="length", parsed=False)).to_json())
+    old = score_located("k7", _payload(7, finish_reason="stop", parsed=False)).to_json()
+    old["extra"]["finish_reason"] = "length"  # as the scorer before the fix stored it: a miss, a non-echo
+    assert old["hit"] is False and old["echo"] is False and old["extra"]["echo_by_rule"]["name"] is False
+    rows.append(old)
+    older = score_located("k8", _payload(8, finish_reason="stop", parsed=False)).to_json()
+    del older["extra"]["finish_reason"]  # scored before finish reasons were carried
+    rows.append(older)
+    with open_campaign_state("gh-na", root=tmp_path / "state", cap_usd=0.0) as st:
+        st.store.put("rk8", {"model": "m"}, ModelResponse("", Usage(10, 256), finish_reason="length"), None)
+        for i, r in enumerate(rows):
+            st.store.put_result(SCORED_TABLE, f"k{i}", r)
+        agg = aggregate_from_store(st.store)
+        GeoHintCampaign().export(cfg, st.store)
+    c = agg.select(model="m", condition="forced")
+    assert (c.n, c.hits, c.echo_n, c.echoes, agg.n_no_answer()) == (6, 3, 6, 2, 3)
+    df = pl.read_parquet(cfg.state_dir() / "geohint_scored.parquet").sort("key")
+    no = df.filter(pl.col("key").is_in(["k6", "k7", "k8"]))
+    assert no["hit"].to_list() == [None] * 3 and no["echo"].to_list() == [None] * 3
+    assert no["extra.echo_by_rule"].to_list() == [None] * 3
+    assert no["extra.no_answer"].to_list() == [NO_ANSWER_CUT_OFF] * 3
+    assert no["scored"].to_list() == [True] * 3                      # the plan's rows, as the report's scope
+    assert df.filter(~pl.col("key").is_in(["k6", "k7", "k8"]))["extra.no_answer"].null_count() == 6
+    scored = df.filter(pl.col("scored"))
+    # Polars' mean and count skip nulls: the export's figures are the report's
+    assert scored["hit"].count() == c.n and scored["hit"].mean() == pytest.approx(c.hit_rate) == 0.5
+    assert scored["echo"].mean() == pytest.approx(c.echo_rate) == pytest.approx(2 / 6)
+    assert scored.filter(pl.col("extra.no_answer").is_not_null()).height == agg.n_no_answer()
+    csv = pl.read_csv(cfg.state_dir() / "geohint_scored.csv", infer_schema_length=None).sort("key")
+    assert csv.filter(pl.col("key") == "k7")["hit"].to_list() == [None]
