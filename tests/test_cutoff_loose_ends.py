@@ -98,3 +98,58 @@ def test_scored_export_stores_no_answers_as_null_and_reproduces_the_report(tmp_p
     assert scored.filter(pl.col("extra.no_answer").is_not_null()).height == agg.n_no_answer()
     csv = pl.read_csv(cfg.state_dir() / "geohint_scored.csv", infer_schema_length=None).sort("key")
     assert csv.filter(pl.col("key") == "k7")["hit"].to_list() == [None]
+
+
+# --- 2. GeoVerify: cut-off counts per arm, n of N, for the share and for "cut off and unparsed" -------------
+def _gv_scores():
+    """Model m: main arm 10 signal answers (3 cut off: 2 empty, 1 parsed), swapped image 4 (1 cut off empty),
+    gray field 5 (none cut off); 19 answers, 4 cut off, 3 of them with nothing parsed."""
+    from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH
+    from geoagent.geoverify.aggregate import GeoVerifyAggregator
+    from geoagent.geoverify.parse import parse_verdict
+    from geoagent.geoverify.score import scored_row
+
+    yes = '{"verdict": "yes", "confidence": 0.8}'
+    plan = ([(ARM_MAIN, "signal", "yes", "", "length")] * 2 + [(ARM_MAIN, "signal", "yes", yes, "length")]
+            + [(ARM_MAIN, "signal", "yes", yes, "stop")] * 7
+            + [(ARM_MISMATCH, "control", "no", "", "length")] + [(ARM_MISMATCH, "control", "no", yes, "stop")] * 3
+            + [(ARM_BLANK, "control", "no", yes, "stop")] * 5)
+    rows = [scored_row({"trial_id": f"t{i}", "site": f"s{i % 3}", "arm": arm, "band": band, "truth": truth},
+                       "m", parse_verdict(text), finish_reason=reason)
+            for i, (arm, band, truth, text, reason) in enumerate(plan)]
+    agg = GeoVerifyAggregator()
+    agg.update(rows)
+    return {"m": agg.scores()["m"]}
+
+
+def _md_cells(md: str) -> dict[str, str]:
+    return {p[1].strip(): p[2].strip() for line in md.splitlines() if (p := line.split("|")) and len(p) > 3}
+
+
+def test_geoverify_cut_off_rows_give_counts_per_arm():
+    from geoagent.report import geoverify as GV
+
+    scores = _gv_scores()
+    cells = _md_cells(GV.render_markdown(scores))
+    assert cells["answers cut off (all arms)"] == "4 of 19"
+    assert cells["share cut off, main arm"] == "30.0 % (3 of 10)"
+    assert cells["share cut off, control: swapped image"] == "25.0 % (1 of 4)"
+    assert cells["share cut off, control: gray field"] == "0.0 % (0 of 5)"
+    assert cells["cut off and unparsed"] == "3 of 19"
+    assert cells["cut off and unparsed, main arm"] == "2 of 10"
+    assert cells["cut off and unparsed, control: swapped image"] == "1 of 4"
+    assert cells["cut off and unparsed, control: gray field"] == "0 of 5"
+    text = GV.render_terminal(scores)
+    assert "cut off and unparsed, main arm" in text and "30.0 % (3 of 10)" in text
+    # the CSV gives the same counts as numbers, per arm
+    import csv as _csv
+    import io
+
+    rows = {r["row"]: r["m"] for r in _csv.DictReader(io.StringIO(GV.render_csv(scores)))}
+    assert rows["answers (all arms)"] == "19" and rows["answers cut off (all arms)"] == "4"
+    assert (rows["answers, main arm"], rows["answers cut off, main arm"], rows["cut off and unparsed, main arm"]) \
+        == ("10", "3", "2")
+    assert (rows["answers, control: swapped image"], rows["answers cut off, control: swapped image"],
+            rows["cut off and unparsed, control: swapped image"]) == ("4", "1", "1")
+    assert float(rows["share cut off, main arm"]) == pytest.approx(0.3)
+    assert rows["cut off and unparsed"] == "3"
