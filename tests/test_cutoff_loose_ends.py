@@ -153,3 +153,29 @@ def test_geoverify_cut_off_rows_give_counts_per_arm():
             rows["cut off and unparsed, control: swapped image"]) == ("4", "1", "1")
     assert float(rows["share cut off, main arm"]) == pytest.approx(0.3)
     assert rows["cut off and unparsed"] == "3"
+
+
+# --- 3. the cut-off warning names the no-answers as the rule does, in both tasks --------------------------
+def test_cut_off_warning_calls_the_answers_with_nothing_parsed_no_answer_in_both_tasks():
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.report import geohint as GH
+    from geoagent.report import geoverify as GV
+    from geoagent.scoring.truncation import TruncationCount, warning_lines
+
+    (w,) = warning_lines({"m": TruncationCount(n=100, n_truncated=4, n_truncated_unparsed=1)}, setting="X")
+    assert "(4 of 100) were cut off at the output-token limit (1 of them with nothing parsed: no answer, left out " \
+           "of every rate)" in w
+    assert "unparsed" not in w
+    (w0,) = warning_lines({"m": TruncationCount(n=100, n_truncated=4)}, setting="X")
+    assert "were cut off at the output-token limit; results are biased" in w0   # no "(0 of them ...)"
+    # GeoVerify: 3 of m's 19 answers cut off with nothing parsed (section 2's answers)
+    (gv,) = GV.truncation_warnings(_gv_scores())
+    assert "(4 of 19) were cut off" in gv and "(3 of them with nothing parsed: no answer, left out of every rate)" in gv
+    # GeoHint: 2 of 10 answers of m in forced cut off empty
+    agg = GeoHintAggregator()
+    for i in range(10):
+        cut = i < 2
+        agg.add(score_located(f"k{i}", _payload(i, finish_reason="length" if cut else "stop", parsed=not cut,
+                                                hit=True)))
+    (gh,) = GH.truncation_warnings(agg)
+    assert "(2 of 10) were cut off" in gh and "(2 of them with nothing parsed: no answer, left out of every rate)" in gh

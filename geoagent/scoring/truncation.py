@@ -154,6 +154,14 @@ def total(counts: Mapping[object, TruncationCount]) -> TruncationCount:
     return out
 
 
+def _no_answer_part(c: TruncationCount) -> str:
+    """The warning's parenthesis on the cut-off answers of ``c`` with nothing parsed (no answer); "" when there
+    are none (also the generic campaign's, which parses nothing)."""
+    if not c.n_truncated_unparsed:
+        return ""
+    return f" ({c.n_truncated_unparsed} of them with nothing parsed: no answer, left out of every rate)"
+
+
 def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, threshold: float = WARN_SHARE) -> list[str]:
     """One warning per group whose cut-off share exceeds ``threshold``.
 
@@ -170,7 +178,9 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
     -------
     list of str
         ``"Warning: 3.2 % of the answers of gpt-4o-mini (16 of 500) were cut off at the output-token
-        limit; ..."``, in label order; [] when no group exceeds the threshold.
+        limit (3 of them with nothing parsed: no answer, left out of every rate); ..."`` (no parenthesis when
+        none is a no-answer; the words of :data:`LEGEND_LINE` and :func:`is_no_answer`, one rule for both
+        tasks), in label order; [] when no group exceeds the threshold.
     """
     out = []
     for label in sorted(counts):
@@ -178,7 +188,7 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
         if c.n and c.share > threshold:
             out.append(
                 f"Warning: {100 * c.share:.1f} % of the answers of {label} ({c.n_truncated} of {c.n}) were cut off at the "
-                f"output-token limit ({c.n_truncated_unparsed} of them unparsed); results are biased towards short "
-                f"answers. Raise {setting} and re-run under a new campaign name."
+                f"output-token limit{_no_answer_part(c)}; results are biased towards short answers. Raise {setting} "
+                "and re-run under a new campaign name."
             )
     return out
