@@ -179,3 +179,58 @@ def test_cut_off_warning_calls_the_answers_with_nothing_parsed_no_answer_in_both
                                                 hit=True)))
     (gh,) = GH.truncation_warnings(agg)
     assert "(2 of 10) were cut off" in gh and "(2 of them with nothing parsed: no answer, left out of every rate)" in gh
+
+
+# --- 4. GeoHint report.md header: its counts are the tables' counts, and it says what each is ---------------
+def _header_agg():
+    """Model m: forced 6 responses (3 hits), 2 forced answers cut off empty (no answer), 1 forced answer whose
+    reference point has no hint distance (left out), baseline 3 responses: 12 answers, 9 responses."""
+    from geoagent.geohint.aggregate import GeoHintAggregator
+
+    agg = GeoHintAggregator()
+    for i in range(6):
+        agg.add(score_located(f"f{i}", _payload(i, finish_reason="stop", parsed=True, hit=i < 3)))
+    for i in (6, 7):
+        agg.add(score_located(f"f{i}", _payload(i, finish_reason="length", parsed=False)))
+    lost = _payload(8, finish_reason="stop", parsed=True, hit=True)
+    lost["meta"]["dist_km"] = None
+    agg.add(score_located("f8", lost))
+    for i in range(3):
+        base = _payload(10 + i, finish_reason="stop", parsed=True, hit=i == 0)
+        base["meta"].update(condition="baseline", ref_qid=None, ref_name=None, band=None, tier=None, dist_km=None)
+        agg.add(score_located(f"b{i}", base))
+    return agg
+
+
+def test_geohint_report_header_counts_are_the_tables_counts(tmp_path):
+    import csv as _csv
+
+    from geoagent.report import geohint as GH
+
+    agg = _header_agg()
+    GH.write_report(agg, tmp_path, n_flips=20, n_splits=3, n_boot=0, figures=False)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    with (tmp_path / "table1.csv").open(newline="", encoding="utf-8") as fh:
+        t1 = {r["Model"]: r for r in _csv.DictReader(fh)}
+    assert t1["m"]["n"] == "6"
+    head = md.split("Terms:")[0]
+    assert "12 scored responses" not in head
+    assert "9 scored responses, 2 sites, models: m;" in head
+    assert "Those 9 scored responses are the answers the tables count (every condition: baseline 3, forced 6; " \
+           "Table 1's n counts a model's forced ones)" in head
+    assert ("left out of every table: 2 answers cut off at the output-token limit with nothing parsed (no answer; "
+            "table 'cutoff') and 1 context answer whose reference point has no hint distance; 12 answers scored "
+            "in all") in head
+    assert "Answers cut off at the output-token limit: 2 of 12" in head   # of every scored answer, as said
+
+
+def test_geohint_summary_line_counts_responses_as_the_report_header(tmp_path):
+    from geoagent.geohint.campaign import GeoHintCampaign
+
+    kind = GeoHintCampaign()
+    kind._agg = _header_agg()
+    kind._scope_note = None
+    lines = kind.summary_lines(_cfg(tmp_path), None, None)
+    text = "\n".join(lines)
+    assert "GeoHint: 9 scored responses over" in text and "12 scored responses" not in text
+    assert "left out of every table: 2 answers cut off at the output-token limit with nothing parsed" in text

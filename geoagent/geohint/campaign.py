@@ -360,7 +360,8 @@ class GeoHintCampaign(CampaignKind):
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geohint import (geocoder_failure_warning, scoring_left_note, truncation_warnings,
+        from geoagent.report.geohint import (geocoder_failure_warning, left_out_text, scoring_left_note,
+                                             truncation_warnings,
                                              unresolved_warnings)
 
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
@@ -394,10 +395,12 @@ class GeoHintCampaign(CampaignKind):
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
         n_undetermined = len(agg.undetermined_sites())
-        lines.append(f"  GeoHint: {len(agg.keys)} scored responses over {len(agg.sites)} sites; "
+        lines.append(f"  GeoHint: {agg.select().n} scored responses over {len(agg.sites)} sites; "
                      f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible"
                      + (f", {n_undetermined} undetermined (no no-context answer geocoded)" if n_undetermined else "")
                      + f" (threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
+        if left_out_text(agg):  # the responses above are the answers the tables count (report header)
+            lines.append(f"  {left_out_text(agg)}")
         n_no_regime = len(agg.sites) - len(regimes) - n_undetermined
         if n_no_regime:
             lines.append(f"  {n_no_regime} site{'' if n_no_regime == 1 else 's'} without a no-context answer "

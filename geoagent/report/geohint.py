@@ -1249,6 +1249,39 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
 
 
 # --- writing ----------------------------------------------------------------------------------
+def _answers(n: int, what: str = "answer") -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def left_out_text(agg: GeoHintAggregator) -> str:
+    """What the tables leave out of the scored answers, with the total: ``"left out of every table: 2 answers cut
+    off at the output-token limit with nothing parsed (no answer; table 'cutoff') and 1 context answer whose
+    reference point has no hint distance; 12 answers scored in all"``; "" when nothing was left out (then the
+    scored responses are every scored answer). Counts from :meth:`GeoHintAggregator.n_no_answer` and
+    :attr:`GeoHintAggregator.n_without_ladder_point`; the total is every added answer (``len(agg.keys)``, the
+    ``n`` of the cut-off counts)."""
+    parts = []
+    if n := agg.n_no_answer():
+        parts.append(f"{_answers(n)} cut off at the output-token limit with nothing parsed (no answer; table 'cutoff')")
+    if n := agg.n_without_ladder_point:
+        parts.append(f"{_answers(n, 'context answer')} whose reference point has no hint distance")
+    if not parts:
+        return ""
+    return f"left out of every table: {' and '.join(parts)}; {_answers(len(agg.keys))} scored in all"
+
+
+def counts_line(agg: GeoHintAggregator, condition: str) -> str:
+    """The header's sentence saying what its count of scored responses is: the answers the tables count
+    (:meth:`GeoHintAggregator.select`: every condition, and per condition), which of them Table 1's n counts
+    (``condition``'s, per model) and what was left out of every table (:func:`left_out_text`), e.g. ``"Those 9
+    scored responses are the answers the tables count (every condition: baseline 3, forced 6; Table 1's n counts a
+    model's forced ones); left out of every table: ...; 12 answers scored in all."`` (counts of answers)."""
+    per = ", ".join(f"{c} {agg.select(condition=c).n}" for c in agg.conditions)
+    left = left_out_text(agg)
+    return (f"Those {agg.select().n} scored responses are the answers the tables count (every condition: {per}; "
+            f"Table 1's n counts a model's {condition} ones)" + (f"; {left}" if left else "") + ".")
+
+
 def unresolved_line(agg: GeoHintAggregator) -> str:
     """One sentence: how many answers (all models and conditions) did not geocode, pointing to the table."""
     t = agg.select()
@@ -1288,8 +1321,10 @@ def write_report(
     ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (seeded by ``seed``; 0 = none).
 
     ``p_reference``: p-value reference of the slope tables, ``"normal"`` or ``"t"`` (module doc); named in
-    the header of ``report.md``. The header also counts the answers cut off at the output-token limit and
-    repeats :func:`truncation_warnings`.
+    the header of ``report.md``. The header's "N scored responses" is the answers the tables count (every
+    condition), :func:`counts_line` says so, per condition, and what was left out of every table (no answers,
+    answers without a hint distance) out of how many scored answers; the header also counts the answers cut
+    off at the output-token limit (of every scored answer) and repeats :func:`truncation_warnings`.
 
     Files are written to a temporary name and renamed, so a reader never sees a half-written report.
     ``missing``: dead-lettered work as dicts ``model, key, edge, reason`` (issue 2 point 10: reports count
@@ -1330,8 +1365,10 @@ def write_report(
         *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),
         *([f"**Warning: {MIX_WARNING}:**", "", *[f"- {ln}" for ln in config_mix], ""] if config_mix else []),
         *([f"**{scope_note}**", ""] if scope_note else []),
-        f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
+        f"{agg.select().n} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
+        "",
+        counts_line(agg, condition),
         "",
         echo_rule_note(agg),
         "",
@@ -1340,7 +1377,7 @@ def write_report(
         f"Slope p-values (Tables 6-7): {p_reference} reference"
         + (" (Student's t with G - 1 df, G = site clusters)." if p_reference == "t" else " (statsmodels' default)."),
         "",
-        f"Answers cut off at the output-token limit: {cut.n_truncated} of {cut.n}"
+        f"Answers cut off at the output-token limit: {cut.n_truncated} of {cut.n} scored answers"
         + (f" ({100 * cut.share:.1f} %)" if cut.n else "")
         + (f"; {cut.n_truncated_unparsed} of them with nothing parsed: no answer, left out of every rate (never a "
            "miss)" if cut.n_truncated_unparsed else "")
