@@ -234,3 +234,129 @@ def test_geohint_summary_line_counts_responses_as_the_report_header(tmp_path):
     text = "\n".join(lines)
     assert "GeoHint: 9 scored responses over" in text and "12 scored responses" not in text
     assert "left out of every table: 2 answers cut off at the output-token limit with nothing parsed" in text
+
+
+# --- 5. [geohint] boot_seed, as [geoverify] boot_seed ------------------------------------------------------
+def _boot_doc(tmp_path, **geohint) -> dict:
+    return {"campaign": {"name": "gh-bs", "kind": "geohint", "seed": 1, "contact": "ops@example.org"},
+            "paths": {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")},
+            "budget": {"cap_usd": 1.0},
+            "models": [{"name": "sim", "provider": "simulated", "model": "sim"}],
+            **({"geohint": geohint} if geohint else {})}
+
+
+def test_geohint_boot_seed_is_validated_and_defaults_to_the_campaign_seed(tmp_path):
+    from geoagent.config import ConfigError
+    from geoagent.geohint.settings import GeoHintSettings
+
+    assert GeoHintSettings().boot_seed is None            # None: the [campaign] seed, as before the key
+    assert config_from_dict(_boot_doc(tmp_path, boot_seed=0)).section("geohint").boot_seed == 0
+    assert config_from_dict(_boot_doc(tmp_path, boot_seed=12345)).section("geohint").boot_seed == 12345
+    for bad in (-1, "5", 2.5, True):                     # numpy's generator takes no negative seed
+        with pytest.raises(ConfigError) as err:
+            config_from_dict(_boot_doc(tmp_path, boot_seed=bad))
+        assert "geohint.boot_seed" in str(err.value)
+
+
+def test_geohint_boot_seed_is_a_scoring_only_key(tmp_path):
+    from geoagent.runtime.manifest import Manifest, config_changes
+
+    Manifest(config_from_dict(_boot_doc(tmp_path))).start_run()
+    assert config_changes(config_from_dict(_boot_doc(tmp_path))).scoring == {}   # the default changes nothing
+    changed = config_changes(config_from_dict(_boot_doc(tmp_path, boot_seed=7)))
+    assert changed.calls == [] and changed.scoring == {"geohint.boot_seed": (None, 7)}
+
+
+def test_geohint_boot_seed_seeds_the_bootstrap_only_and_its_default_keeps_the_results(tmp_path):
+    """A report with seed 1 and no boot_seed is the report of before (Table 1 and Fig. 2 drawn with seed 1);
+    boot_seed 9 changes the intervals' seed (their caption says 9) and nothing else (Table 3's splits and the
+    permutation flips keep seed 1)."""
+    from _geohint_synth import synth_results
+
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.report import geohint as GH
+
+    agg = GeoHintAggregator()
+    agg.add_many(synth_results(seed=4, n_sites=6))
+    kw = dict(n_flips=50, n_splits=5, seed=1, figures=False, n_boot=40)
+    same = {t.name: t for t in GH.write_report(agg, tmp_path / "a", **kw)}
+    before = GH.table1(agg, "forced", n_boot=40, seed=1)
+    assert same["table1"].rows == before.rows
+    other = {t.name: t for t in GH.write_report(agg, tmp_path / "b", boot_seed=9, **kw)}
+    assert other["table1"].rows == GH.table1(agg, "forced", n_boot=40, seed=9).rows != before.rows
+    assert any("seed 9" in n for n in other["table1"].notes_lines())
+    for name in ("table3", "table8", "table10"):
+        assert other[name].rows == same[name].rows and other[name].notes_lines() == same[name].notes_lines()
+    assert any("seed 1" in n for n in other["table3"].notes_lines() + other["table8"].notes_lines())
+    md = (tmp_path / "b" / "report.md").read_text(encoding="utf-8")
+    assert "40 resamples of the" in md and "seed 9" in md
+    assert GH.hit_by_band_points(agg, "forced", n_boot=40, seed=9) != GH.hit_by_band_points(agg, "forced", n_boot=40,
+                                                                                                seed=1)
+
+
+def test_geohint_campaign_passes_boot_seed_to_the_report_stages(tmp_path):
+    from geoagent.geohint.campaign import bootstrap_params
+    from geoagent.geohint.stages import GeoHintAggregatorStage
+
+    # unset: the [campaign] seed (1) draws the bootstrap, as before the key; the flips and splits keep it always
+    for doc, want in ((_boot_doc(tmp_path), 1), (_boot_doc(tmp_path, boot_seed=23), 23)):
+        assert bootstrap_params(config_from_dict(doc)) == (200, want)   # the demo's console Table 1 reads it too
+        stage = next(s for s in GeoHintCampaign().stages(config_from_dict(doc)) if isinstance(s, GeoHintAggregatorStage))
+        assert (stage.seed, stage.boot_seed) == (1, want)
+
+
+def test_geohint_campaign_report_uses_records_and_captions_its_boot_seed(tmp_path, release_dir):
+    """Through the CLI with the local OpenAI-compatible fake and the geocoder fakes: [campaign] seed 1,
+    [geohint] boot_seed 11: the intervals say seed 11 and the manifest has 11 (that the campaign seed still
+    seeds the splits and flips: the report test above)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    cfg = tmp_path / "gh.toml"
+    cfg.write_text("""
+[campaign]
+name = "gh-bs"
+kind = "geohint"
+seed = 1
+contact = "mailto:you@example.org"
+
+[budget]
+cap_usd = 5.0
+
+[[models]]
+name = "sandbox-gpt"
+provider = "openai"
+model = "sandbox-gpt"
+base_url = "http://openai.sandbox.invalid/v1"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 300
+
+[geohint]
+conditions = ["baseline", "forced"]
+images = "synthetic"
+sites = ["tokyo_shibuya", "nyc_soho", "paris_marais"]
+images_per_site = 1
+n_boot = 30
+n_splits = 4
+boot_seed = 11
+
+[geohint.geocoder]
+wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
+nominatim_url = "http://nominatim.sandbox.invalid"
+nominatim_max_requests = 1000000
+""", encoding="utf-8")
+    env = {**os.environ, "GEOAGENT_QUEUES": str(tmp_path / "q"), "GEOAGENT_STATE": str(tmp_path / "s"),
+           "GEOAGENT_RELEASE": str(release_dir), "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, str(repo / "run.py"), "run", str(cfg), "--no-live"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    state = tmp_path / "s" / "gh-bs"
+    md = (state / "report" / "report.md").read_text(encoding="utf-8")
+    assert "site-bootstrap percentile intervals (30 resamples of the 3 sites, seed 11" in md       # Table 1
+    assert "95 % percentile intervals from 30 resamples of the regime's sites (seed 11" in md      # Fig. 2
+    assert json.loads((state / "manifest.json").read_text())["config"]["geohint"]["boot_seed"] == 11

@@ -57,15 +57,22 @@ def settings_of(cfg: Any) -> GeoHintSettings:
     return sec if isinstance(sec, GeoHintSettings) else GeoHintSettings.model_validate(sec or {})
 
 
+def campaign_seed(cfg: Any) -> int:
+    """The ``[campaign] seed`` (0 when unset): the GeoHint report's seed of Table 3's splits and the permutation
+    flips of Tables 8-10, and of its bootstrap unless ``[geohint] boot_seed`` is set (:func:`bootstrap_params`)."""
+    return int(getattr(getattr(cfg, "campaign", None), "seed", 0) or 0)
+
+
 def bootstrap_params(cfg: Any) -> tuple[int, int]:
     """``(n_boot, seed)`` of the GeoHint report's site-bootstrap intervals (Table 1, Fig. 2): ``[geohint] n_boot``
-    (resamples, 0 = none) and ``[campaign] seed`` (the seed :func:`geoagent.report.geohint.write_report` draws
-    them with). The one source of both for every place that draws those intervals (the final report, the live
-    report, the demo's console Table 1), so their intervals cannot differ (the demo's console table drew with
-    seed 0 while report.md used the campaign's: ``[28.2, 87.1]`` against ``[34.1, 83.7]``); a config key for a
-    bootstrap seed of its own belongs here."""
-    n_boot = int(settings_of(cfg).n_boot)
-    return n_boot, int(getattr(getattr(cfg, "campaign", None), "seed", 0) or 0)
+    (resamples, 0 = none) and the seed :func:`geoagent.report.geohint.write_report` draws them with (its
+    ``boot_seed``): ``[geohint] boot_seed`` where set, else the ``[campaign] seed`` (:func:`campaign_seed`, as
+    before the key). The one source of both for every place that draws those intervals (the final report, the
+    live report, the demo's console Table 1), so their intervals cannot differ (the demo's console table drew
+    with seed 0 while report.md used the campaign's: ``[28.2, 87.1]`` against ``[34.1, 83.7]``). The campaign
+    seed alone still draws Table 3's splits and the permutation flips."""
+    s = settings_of(cfg)
+    return int(s.n_boot), (campaign_seed(cfg) if s.boot_seed is None else int(s.boot_seed))
 
 
 def campaign_images(release: Release, mode: str, per_site: int | None) -> list[Image]:
@@ -191,14 +198,14 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.workers.model_caller import ModelCaller
 
         s = settings_of(cfg)
-        n_boot, seed = bootstrap_params(cfg)  # the report's seed draws its flips and splits too
+        n_boot, boot_seed = bootstrap_params(cfg)  # the campaign seed draws the flips and splits
         return [
             ModelCaller(),
             GeoHintParserStage(),
             GeocodeStage(),
             GeoHintScorerStage(echo_rule=s.echo_rule),
             GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits,
-                                   n_boot=n_boot, seed=seed,
+                                   n_boot=n_boot, seed=campaign_seed(cfg), boot_seed=boot_seed,
                                    echo_rule=s.echo_rule, p_reference=s.p_reference,
                                    regime_threshold=s.regime_threshold),
         ]
@@ -313,8 +320,9 @@ class GeoHintCampaign(CampaignKind):
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         if not agg.keys:
             return []
-        n_boot, seed = bootstrap_params(cfg)
-        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=n_boot, seed=seed,
+        n_boot, boot_seed = bootstrap_params(cfg)
+        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=n_boot, seed=campaign_seed(cfg),
+                     boot_seed=boot_seed,
                      missing=_missing_work(cfg),
                      interim=outcome.interim_note(), p_reference=s.p_reference,
                      answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
@@ -361,8 +369,7 @@ class GeoHintCampaign(CampaignKind):
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
         from geoagent.report.geohint import (geocoder_failure_warning, left_out_text, scoring_left_note,
-                                             truncation_warnings,
-                                             unresolved_warnings)
+                                             truncation_warnings, unresolved_warnings)
 
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         summary = getattr(self, "_summary", None)

@@ -356,7 +356,8 @@ class GeoHintAggregatorStage(Stage):
     ``echo_rule`` (``[geohint] echo_rule``) is the rule the aggregator counts as echo and the report names;
     ``p_reference`` (``[geohint] p_reference``, ``"normal"`` or ``"t"``) the slope tables' p-value reference;
     ``regime_threshold`` (``[geohint] regime_threshold``) the no-context hit rate from which a site is legible;
-    ``n_boot`` (``[geohint] n_boot``, >= 0, 0 = none) the site-bootstrap resamples of the report's intervals.
+    ``n_boot`` (``[geohint] n_boot``, >= 0, 0 = none) the site-bootstrap resamples of the report's intervals,
+    ``boot_seed`` (``[geohint] boot_seed``) their seed (None = ``seed``, the ``[campaign] seed``).
     """
 
     name = C.STAGE_AGGREGATOR
@@ -374,6 +375,7 @@ class GeoHintAggregatorStage(Stage):
         n_splits: int = 200,
         n_boot: int = 200,
         seed: int = 0,
+        boot_seed: int | None = None,
         figures: bool = True,
         echo_rule: str = DEFAULT_ECHO_RULE,
         p_reference: str = "normal",
@@ -387,6 +389,7 @@ class GeoHintAggregatorStage(Stage):
         self.report_interval_s = report_interval_s
         self.n_flips, self.n_splits, self.seed, self.figures = n_flips, n_splits, seed, figures
         self.n_boot = n_boot
+        self.boot_seed = boot_seed
         self._last_write = -math.inf
         self._dirty = True
         self._held: list[GeoHintResult] = []  # rows handled while a live rewrite reads the aggregator
@@ -441,7 +444,7 @@ class GeoHintAggregatorStage(Stage):
         try:
             self.tables = write_report(
                 self.agg, out_dir, n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures,
-                p_reference=self.p_reference, n_boot=self.n_boot,
+                p_reference=self.p_reference, n_boot=self.n_boot, boot_seed=self.boot_seed,
             )
         except BaseException:
             self._dirty = True  # try again at the next flush after the interval

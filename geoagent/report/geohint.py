@@ -38,7 +38,8 @@ reference in its header.
 
 Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Table 1's hit and echo rates per model
 and Fig. 2's points (per regime and band, models pooled) carry 95 % site-bootstrap percentile intervals
-(``[geohint] n_boot`` resamples, default :data:`DEFAULT_N_BOOT`, seeded by the report's ``seed``; 0 = no intervals,
+(``[geohint] n_boot`` resamples, default :data:`DEFAULT_N_BOOT`, seeded by ``[geohint] boot_seed``, default the
+report's ``seed``; 0 = no intervals,
 said under Table 1 and Fig. 2; Clopper-Pearson at 0 or 1; none from a single site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
 A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
@@ -1128,14 +1129,17 @@ def build_tables(
     seed: int = 0,
     p_reference: str = "normal",
     n_boot: int = DEFAULT_N_BOOT,
+    boot_seed: int | None = None,
 ) -> list[Table]:
     """Every table the data supports (paired tables only when both conditions are present), then the
     cut-off answers (:func:`table_cutoff`) and the answers that did not geocode (:func:`table_unresolved`).
     ``p_reference``: the slope tables' p-value reference
-    (``"normal"`` or ``"t"``, :func:`p_reference_note`)."""
+    (``"normal"`` or ``"t"``, :func:`p_reference_note`). ``seed`` seeds Table 3's splits and the permutation
+    flips (Tables 8-10); ``boot_seed`` (``[geohint] boot_seed``, an integer >= 0) Table 1's ``n_boot``
+    site-bootstrap resamples, None = ``seed`` (as before the setting)."""
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
-    tables = [table1(agg, condition, n_boot=n_boot, seed=seed), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
+    tables = [table1(agg, condition, n_boot=n_boot, seed=seed if boot_seed is None else boot_seed), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
               table4(agg, condition), table5(agg, condition, baseline), table6(agg, condition, p_reference=p_reference),
               table7(agg, condition, baseline, p_reference=p_reference)]
     if "forced_warn" in agg.conditions and condition in agg.conditions:
@@ -1316,9 +1320,12 @@ def write_report(
     config_mix: Sequence[str] = (),
     scope_note: str | None = None,
     n_boot: int = DEFAULT_N_BOOT,
+    boot_seed: int | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
-    ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (seeded by ``seed``; 0 = none).
+    ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none), seeded by ``boot_seed``
+    (``[geohint] boot_seed``, an integer >= 0; None = ``seed``, the ``[campaign] seed``, as before the setting);
+    ``seed`` also seeds Table 3's splits and the permutation flips of Tables 8-10, whatever ``boot_seed`` is.
 
     ``p_reference``: p-value reference of the slope tables, ``"normal"`` or ``"t"`` (module doc); named in
     the header of ``report.md``. The header's "N scored responses" is the answers the tables count (every
@@ -1352,8 +1359,9 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
+    bseed = seed if boot_seed is None else boot_seed
     tables = build_tables(agg, condition=condition, baseline=baseline, n_flips=n_flips, n_splits=n_splits, seed=seed,
-                          n_boot=n_boot,
+                          n_boot=n_boot, boot_seed=bseed,
                           p_reference=p_reference)
     summary = agg.summary()
     cut = total(agg.truncation)
@@ -1419,11 +1427,11 @@ def write_report(
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
     if figures:
-        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=seed)
+        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
-                 f"{n_boot} resamples of the regime's sites (seed {seed}; a point at 0 % or 100 % gets the "
+                 f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
                  f"Clopper-Pearson interval of its pooled count)") if n_boot else
                 "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
                + "; the legend gives the sites and responses per line.",
