@@ -198,11 +198,11 @@ def test_geohint_cutoff_table_per_model_and_condition_with_warning(tmp_path):
     assert notes[0].startswith("cut off: answers the provider stopped at the output-token limit")
     assert [n for n in notes if n.startswith("Warning")] == [
         "Warning: 4.0 % of the answers of m-a in condition forced (4 of 100) were cut off at the output-token limit "
-        "(1 of them unparsed); results are biased towards short answers. Raise [geohint] max_output_tokens (or the "
-        "model's [[models]] max_output_tokens) and re-run under a new campaign name."]
+        "(1 of them with nothing parsed: no answer, left out of every rate); results are biased towards short "
+        "answers. Raise [geohint] max_output_tokens (or the model's [[models]] max_output_tokens) and re-run under a new campaign name."]
     GH.write_report(agg, tmp_path, n_flips=20, n_splits=3, figures=False)
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
-    assert "Answers cut off at the output-token limit: 5 of 300 (1.7 %)" in md
+    assert "Answers cut off at the output-token limit: 5 of 300 scored answers (1.7 %)" in md
     assert "**Warning: 4.0 % of the answers of m-a in condition forced" in md
     assert "- cut off: answers the provider stopped" in md
     with (tmp_path / "cutoff.csv").open(newline="") as fh:

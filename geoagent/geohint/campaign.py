@@ -38,6 +38,7 @@ from geoagent.geohint.stages import (
     GeoHintAggregatorStage,
     GeoHintParserStage,
     GeoHintScorerStage,
+    export_rows,
     plan_from_config,
     scored_scope,
 )
@@ -56,15 +57,22 @@ def settings_of(cfg: Any) -> GeoHintSettings:
     return sec if isinstance(sec, GeoHintSettings) else GeoHintSettings.model_validate(sec or {})
 
 
+def campaign_seed(cfg: Any) -> int:
+    """The ``[campaign] seed`` (0 when unset): the GeoHint report's seed of Table 3's splits and the permutation
+    flips of Tables 8-10, and of its bootstrap unless ``[geohint] boot_seed`` is set (:func:`bootstrap_params`)."""
+    return int(getattr(getattr(cfg, "campaign", None), "seed", 0) or 0)
+
+
 def bootstrap_params(cfg: Any) -> tuple[int, int]:
     """``(n_boot, seed)`` of the GeoHint report's site-bootstrap intervals (Table 1, Fig. 2): ``[geohint] n_boot``
-    (resamples, 0 = none) and ``[campaign] seed`` (the seed :func:`geoagent.report.geohint.write_report` draws
-    them with). The one source of both for every place that draws those intervals (the final report, the live
-    report, the demo's console Table 1), so their intervals cannot differ (the demo's console table drew with
-    seed 0 while report.md used the campaign's: ``[28.2, 87.1]`` against ``[34.1, 83.7]``); a config key for a
-    bootstrap seed of its own belongs here."""
-    n_boot = int(settings_of(cfg).n_boot)
-    return n_boot, int(getattr(getattr(cfg, "campaign", None), "seed", 0) or 0)
+    (resamples, 0 = none) and the seed :func:`geoagent.report.geohint.write_report` draws them with (its
+    ``boot_seed``): ``[geohint] boot_seed`` where set, else the ``[campaign] seed`` (:func:`campaign_seed`, as
+    before the key). The one source of both for every place that draws those intervals (the final report, the
+    live report, the demo's console Table 1), so their intervals cannot differ (the demo's console table drew
+    with seed 0 while report.md used the campaign's: ``[28.2, 87.1]`` against ``[34.1, 83.7]``). The campaign
+    seed alone still draws Table 3's splits and the permutation flips."""
+    s = settings_of(cfg)
+    return int(s.n_boot), (campaign_seed(cfg) if s.boot_seed is None else int(s.boot_seed))
 
 
 def campaign_images(release: Release, mode: str, per_site: int | None) -> list[Image]:
@@ -190,14 +198,14 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.workers.model_caller import ModelCaller
 
         s = settings_of(cfg)
-        n_boot, seed = bootstrap_params(cfg)  # the report's seed draws its flips and splits too
+        n_boot, boot_seed = bootstrap_params(cfg)  # the campaign seed draws the flips and splits
         return [
             ModelCaller(),
             GeoHintParserStage(),
             GeocodeStage(),
             GeoHintScorerStage(echo_rule=s.echo_rule),
             GeoHintAggregatorStage(report_interval_s=s.report_interval_s, n_flips=s.n_flips, n_splits=s.n_splits,
-                                   n_boot=n_boot, seed=seed,
+                                   n_boot=n_boot, seed=campaign_seed(cfg), boot_seed=boot_seed,
                                    echo_rule=s.echo_rule, p_reference=s.p_reference,
                                    regime_threshold=s.regime_threshold),
         ]
@@ -312,8 +320,9 @@ class GeoHintCampaign(CampaignKind):
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
         if not agg.keys:
             return []
-        n_boot, seed = bootstrap_params(cfg)
-        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=n_boot, seed=seed,
+        n_boot, boot_seed = bootstrap_params(cfg)
+        write_report(agg, out, n_flips=s.n_flips, n_splits=s.n_splits, n_boot=n_boot, seed=campaign_seed(cfg),
+                     boot_seed=boot_seed,
                      missing=_missing_work(cfg),
                      interim=outcome.interim_note(), p_reference=s.p_reference,
                      answers_queued=_geocoder_left(outcome)[1], answers_left_by=_answers_left_by(outcome),
@@ -328,14 +337,17 @@ class GeoHintCampaign(CampaignKind):
         rows the report scores (:func:`scored_scope`: the request is in the current plan). ``run.py export`` runs
         without a plan: the current plan is the one the last run recorded (``state/<campaign>/plan_keys.tsv``,
         :mod:`geoagent.runtime.scope`), the plan its report scored; a campaign without that record marks every
-        row. So ``df.filter(pl.col("scored"))`` gives the report's counts and rates, once the rows cut off at the
+        row. So ``df.filter(pl.col("scored"))`` gives the report's counts and rates: a row cut off at the
         output-token limit with nothing parsed (no answer, :func:`geoagent.scoring.truncation.is_no_answer`; only
-        the table ``cutoff`` counts them) are left out too; answers of sites or models an earlier plan held stay
-        in the export, marked False."""
+        the table ``cutoff`` counts it) has ``hit`` and ``echo`` null and its reason in ``extra.no_answer``
+        (:func:`geoagent.geohint.stages.as_no_answer`, also for rows stored before the scorer wrote them so), so
+        Polars' ``mean`` and ``count`` of ``hit`` and ``echo`` skip it as the report does; answers of sites or
+        models an earlier plan held stay in the export, marked False."""
         from geoagent.runtime.export import export_all
         from geoagent.runtime.scope import read_plan_keys
 
-        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: scored_scope(read_plan_keys(cfg.state_dir())).mark})
+        scope = scored_scope(read_plan_keys(cfg.state_dir()))
+        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)})
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
         """:meth:`CampaignKind.answer_quality` from the aggregate :meth:`report` made: per model, every scored
@@ -356,8 +368,8 @@ class GeoHintCampaign(CampaignKind):
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:
-        from geoagent.report.geohint import (geocoder_failure_warning, scoring_left_note, truncation_warnings,
-                                             unresolved_warnings)
+        from geoagent.report.geohint import (geocoder_failure_warning, left_out_text, scoring_left_note,
+                                             truncation_warnings, unresolved_warnings)
 
         lines = [f"  warning: {w}" for w in self.plan_warnings(cfg)]
         summary = getattr(self, "_summary", None)
@@ -390,10 +402,12 @@ class GeoHintCampaign(CampaignKind):
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
         n_undetermined = len(agg.undetermined_sites())
-        lines.append(f"  GeoHint: {len(agg.keys)} scored responses over {len(agg.sites)} sites; "
+        lines.append(f"  GeoHint: {agg.select().n} scored responses over {len(agg.sites)} sites; "
                      f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible"
                      + (f", {n_undetermined} undetermined (no no-context answer geocoded)" if n_undetermined else "")
                      + f" (threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
+        if left_out_text(agg):  # the responses above are the answers the tables count (report header)
+            lines.append(f"  {left_out_text(agg)}")
         n_no_regime = len(agg.sites) - len(regimes) - n_undetermined
         if n_no_regime:
             lines.append(f"  {n_no_regime} site{'' if n_no_regime == 1 else 's'} without a no-context answer "

@@ -45,10 +45,12 @@ class GeoHintResult:
         Geocoded answer position.
     error_km : float or None
         Site-to-answer distance, km (None when nothing resolved).
-    hit : bool
-        ``error_km < 1`` and resolved finer than city (Sec. 4.2).
+    hit : bool or None
+        ``error_km < 1`` and resolved finer than city (Sec. 4.2); None for no answer (cut off at the output-token
+        limit with nothing parsed, ``extra["no_answer"]``; :func:`geoagent.scoring.truncation.is_no_answer`).
     echo : bool or None
-        Area or building names the reference point (None for baselines or unknown reference point).
+        Area or building names the reference point (None for baselines, an unknown reference point or no
+        answer).
     source : str
         ``campaign`` or ``release``.
     extra : dict
@@ -79,7 +81,7 @@ class GeoHintResult:
     lat: float | None = None
     lon: float | None = None
     error_km: float | None = None
-    hit: bool = False
+    hit: bool | None = False
     echo: bool | None = None
     source: str = "campaign"
     extra: dict[str, Any] = field(default_factory=dict)

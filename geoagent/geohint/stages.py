@@ -26,7 +26,10 @@ fields nested under ``located`` are accepted too.
 ``scored`` (scorer): :meth:`GeoHintResult.to_json` (the provider's finish reason in
 ``extra["finish_reason"]``, for the cut-off counts of :mod:`geoagent.scoring.truncation`); ``echo`` under the campaign's ``[geohint] echo_rule``,
 every rule's verdict in ``extra["echo_by_rule"]`` and the chosen rule in ``extra["echo_rule"]``
-(:mod:`geoagent.geohint.echo`).
+(:mod:`geoagent.geohint.echo`). An answer cut off at the output-token limit with nothing parsed (no answer,
+:func:`geoagent.scoring.truncation.is_no_answer`) has ``hit`` and ``echo`` None and no echo verdicts, and
+``extra["no_answer"]`` says why (:data:`geoagent.scoring.truncation.NO_ANSWER_CUT_OFF`; absent on every
+other row).
 
 Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional): ``store`` (response
 text by request key; results table ``geohint_scored``), ``report_dir`` (default
@@ -56,6 +59,7 @@ from geoagent.runtime.queue import Task
 from geoagent.runtime.scope import ScoredScope
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
+from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF, is_no_answer
 from geoagent.workers.responses import response_text, with_stored_finish_reason
 
 TASK_NAME = "geohint"
@@ -173,6 +177,12 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
     ``"release_first_word"`` rule uses ``meta.ref_name`` (English) and ``meta.ref_name_zh`` (Chinese;
     absent in plans made before it was recorded, then the English name alone is used).
 
+    An answer cut off at the output-token limit with nothing parsed (``finish_reason`` ``length``,
+    ``max_tokens`` or ``MAX_TOKENS`` and ``parsed.ok`` false) is no answer
+    (:func:`geoagent.scoring.truncation.is_no_answer`): ``hit`` and ``echo`` are None (not False), it carries
+    no echo verdicts and ``extra["no_answer"]`` is :data:`~geoagent.scoring.truncation.NO_ANSWER_CUT_OFF`, so
+    the stored row and the ``geohint_scored`` export say what every report does with it (no rate counts it).
+
     Raises
     ------
     PermanentFailure
@@ -204,9 +214,10 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
     parsed = payload.get("parsed") if isinstance(payload.get("parsed"), Mapping) else {}
     area, building = parsed.get("area"), parsed.get("building")
     has_ref = bool(meta.get("ref_qid") or meta.get("ref_name"))
+    no_answer = is_no_answer(payload.get("finish_reason"), bool(parsed.get("ok")))
     echo = None
     by_rule: dict[str, bool] | None = None
-    if has_ref:
+    if has_ref and not no_answer:
         names = [*(meta.get("ref_names") or []), meta.get("ref_name"), *(meta.get("ref_aliases") or []), *(loc.get("ref_aliases") or [])]
         by_rule = echo_by_rule(area, building, names, name_en=meta.get("ref_name"), name_zh=meta.get("ref_name_zh"))
         echo = by_rule[echo_rule]
@@ -235,7 +246,7 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
         lat=lat,
         lon=lon,
         error_km=error_km,
-        hit=is_hit(error_km, level),
+        hit=None if no_answer else is_hit(error_km, level),
         echo=echo,
         source="campaign",
         extra={
@@ -246,8 +257,40 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             "raw": parsed.get("raw") if not parsed.get("ok") else None,
             "finish_reason": payload.get("finish_reason"),
             **({"echo_rule": echo_rule, "echo_by_rule": by_rule} if by_rule is not None else {}),
+            **({"no_answer": NO_ANSWER_CUT_OFF} if no_answer else {}),
         },
     )
+
+
+def as_no_answer(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored ``geohint_scored`` row (:meth:`GeoHintResult.to_json`) as :func:`score_located` writes a no-answer
+    today, when it is one (:func:`geoagent.scoring.truncation.is_no_answer` of ``extra["finish_reason"]`` and
+    ``parse_ok``): ``hit`` and ``echo`` None, no ``extra["echo_by_rule"]`` / ``extra["echo_rule"]``,
+    ``extra["no_answer"]`` = :data:`~geoagent.scoring.truncation.NO_ANSWER_CUT_OFF`. Rows scored before that
+    (stored with ``hit`` and ``echo`` False) and rows whose finish reason came from the response store get the
+    same values in the export. Any other row is returned unchanged. ``row`` is modified in place."""
+    extra = row.get("extra")
+    if not isinstance(extra, dict) or not is_no_answer(extra.get("finish_reason"), bool(row.get("parse_ok"))):
+        return row
+    row["hit"] = None
+    row["echo"] = None
+    extra.pop("echo_by_rule", None)
+    extra.pop("echo_rule", None)
+    extra["no_answer"] = NO_ANSWER_CUT_OFF
+    return row
+
+
+def export_rows(scope: ScoredScope, store: Any) -> Any:
+    """The ``geohint_scored`` export's ``rows_hook`` (:func:`geoagent.runtime.export.export_table`): each
+    ``(key, row)`` with the ``scored`` column of ``scope`` (:meth:`ScoredScope.mark`: True exactly for the rows
+    the report counts), the finish reason from ``store`` where the row lacks it (as the report reads it) and a
+    no-answer stored as one (:func:`as_no_answer`). Lazy, in store order; nothing stored is changed."""
+
+    def hook(rows: Iterable[tuple[str, dict[str, Any]]]) -> Any:
+        for key, row in scope.mark(rows):
+            yield key, as_no_answer(_fill_finish_reason(row, store))
+
+    return hook
 
 
 class GeoHintScorerStage(Stage):
@@ -313,7 +356,8 @@ class GeoHintAggregatorStage(Stage):
     ``echo_rule`` (``[geohint] echo_rule``) is the rule the aggregator counts as echo and the report names;
     ``p_reference`` (``[geohint] p_reference``, ``"normal"`` or ``"t"``) the slope tables' p-value reference;
     ``regime_threshold`` (``[geohint] regime_threshold``) the no-context hit rate from which a site is legible;
-    ``n_boot`` (``[geohint] n_boot``, >= 0, 0 = none) the site-bootstrap resamples of the report's intervals.
+    ``n_boot`` (``[geohint] n_boot``, >= 0, 0 = none) the site-bootstrap resamples of the report's intervals,
+    ``boot_seed`` (``[geohint] boot_seed``) their seed (None = ``seed``, the ``[campaign] seed``).
     """
 
     name = C.STAGE_AGGREGATOR
@@ -331,6 +375,7 @@ class GeoHintAggregatorStage(Stage):
         n_splits: int = 200,
         n_boot: int = 200,
         seed: int = 0,
+        boot_seed: int | None = None,
         figures: bool = True,
         echo_rule: str = DEFAULT_ECHO_RULE,
         p_reference: str = "normal",
@@ -344,6 +389,7 @@ class GeoHintAggregatorStage(Stage):
         self.report_interval_s = report_interval_s
         self.n_flips, self.n_splits, self.seed, self.figures = n_flips, n_splits, seed, figures
         self.n_boot = n_boot
+        self.boot_seed = boot_seed
         self._last_write = -math.inf
         self._dirty = True
         self._held: list[GeoHintResult] = []  # rows handled while a live rewrite reads the aggregator
@@ -398,7 +444,7 @@ class GeoHintAggregatorStage(Stage):
         try:
             self.tables = write_report(
                 self.agg, out_dir, n_flips=self.n_flips, n_splits=self.n_splits, seed=self.seed, figures=self.figures,
-                p_reference=self.p_reference, n_boot=self.n_boot,
+                p_reference=self.p_reference, n_boot=self.n_boot, boot_seed=self.boot_seed,
             )
         except BaseException:
             self._dirty = True  # try again at the next flush after the interval
@@ -445,6 +491,8 @@ __all__ = [
     "GeoHintScorerStage",
     "PromptBook",
     "SCORED_TABLE",
+    "as_no_answer",
+    "export_rows",
     "geohint_stages",
     "plan_from_config",
     "plan_messages",

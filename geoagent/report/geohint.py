@@ -38,7 +38,8 @@ reference in its header.
 
 Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Table 1's hit and echo rates per model
 and Fig. 2's points (per regime and band, models pooled) carry 95 % site-bootstrap percentile intervals
-(``[geohint] n_boot`` resamples, default :data:`DEFAULT_N_BOOT`, seeded by the report's ``seed``; 0 = no intervals,
+(``[geohint] n_boot`` resamples, default :data:`DEFAULT_N_BOOT`, seeded by ``[geohint] boot_seed``, default the
+report's ``seed``; 0 = no intervals,
 said under Table 1 and Fig. 2; Clopper-Pearson at 0 or 1; none from a single site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
 A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
@@ -1128,14 +1129,17 @@ def build_tables(
     seed: int = 0,
     p_reference: str = "normal",
     n_boot: int = DEFAULT_N_BOOT,
+    boot_seed: int | None = None,
 ) -> list[Table]:
     """Every table the data supports (paired tables only when both conditions are present), then the
     cut-off answers (:func:`table_cutoff`) and the answers that did not geocode (:func:`table_unresolved`).
     ``p_reference``: the slope tables' p-value reference
-    (``"normal"`` or ``"t"``, :func:`p_reference_note`)."""
+    (``"normal"`` or ``"t"``, :func:`p_reference_note`). ``seed`` seeds Table 3's splits and the permutation
+    flips (Tables 8-10); ``boot_seed`` (``[geohint] boot_seed``, an integer >= 0) Table 1's ``n_boot``
+    site-bootstrap resamples, None = ``seed`` (as before the setting)."""
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
-    tables = [table1(agg, condition, n_boot=n_boot, seed=seed), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
+    tables = [table1(agg, condition, n_boot=n_boot, seed=seed if boot_seed is None else boot_seed), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
               table4(agg, condition), table5(agg, condition, baseline), table6(agg, condition, p_reference=p_reference),
               table7(agg, condition, baseline, p_reference=p_reference)]
     if "forced_warn" in agg.conditions and condition in agg.conditions:
@@ -1249,6 +1253,39 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
 
 
 # --- writing ----------------------------------------------------------------------------------
+def _answers(n: int, what: str = "answer") -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def left_out_text(agg: GeoHintAggregator) -> str:
+    """What the tables leave out of the scored answers, with the total: ``"left out of every table: 2 answers cut
+    off at the output-token limit with nothing parsed (no answer; table 'cutoff') and 1 context answer whose
+    reference point has no hint distance; 12 answers scored in all"``; "" when nothing was left out (then the
+    scored responses are every scored answer). Counts from :meth:`GeoHintAggregator.n_no_answer` and
+    :attr:`GeoHintAggregator.n_without_ladder_point`; the total is every added answer (``len(agg.keys)``, the
+    ``n`` of the cut-off counts)."""
+    parts = []
+    if n := agg.n_no_answer():
+        parts.append(f"{_answers(n)} cut off at the output-token limit with nothing parsed (no answer; table 'cutoff')")
+    if n := agg.n_without_ladder_point:
+        parts.append(f"{_answers(n, 'context answer')} whose reference point has no hint distance")
+    if not parts:
+        return ""
+    return f"left out of every table: {' and '.join(parts)}; {_answers(len(agg.keys))} scored in all"
+
+
+def counts_line(agg: GeoHintAggregator, condition: str) -> str:
+    """The header's sentence saying what its count of scored responses is: the answers the tables count
+    (:meth:`GeoHintAggregator.select`: every condition, and per condition), which of them Table 1's n counts
+    (``condition``'s, per model) and what was left out of every table (:func:`left_out_text`), e.g. ``"Those 9
+    scored responses are the answers the tables count (every condition: baseline 3, forced 6; Table 1's n counts a
+    model's forced ones); left out of every table: ...; 12 answers scored in all."`` (counts of answers)."""
+    per = ", ".join(f"{c} {agg.select(condition=c).n}" for c in agg.conditions)
+    left = left_out_text(agg)
+    return (f"Those {agg.select().n} scored responses are the answers the tables count (every condition: {per}; "
+            f"Table 1's n counts a model's {condition} ones)" + (f"; {left}" if left else "") + ".")
+
+
 def unresolved_line(agg: GeoHintAggregator) -> str:
     """One sentence: how many answers (all models and conditions) did not geocode, pointing to the table."""
     t = agg.select()
@@ -1283,13 +1320,18 @@ def write_report(
     config_mix: Sequence[str] = (),
     scope_note: str | None = None,
     n_boot: int = DEFAULT_N_BOOT,
+    boot_seed: int | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
-    ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (seeded by ``seed``; 0 = none).
+    ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none), seeded by ``boot_seed``
+    (``[geohint] boot_seed``, an integer >= 0; None = ``seed``, the ``[campaign] seed``, as before the setting);
+    ``seed`` also seeds Table 3's splits and the permutation flips of Tables 8-10, whatever ``boot_seed`` is.
 
     ``p_reference``: p-value reference of the slope tables, ``"normal"`` or ``"t"`` (module doc); named in
-    the header of ``report.md``. The header also counts the answers cut off at the output-token limit and
-    repeats :func:`truncation_warnings`.
+    the header of ``report.md``. The header's "N scored responses" is the answers the tables count (every
+    condition), :func:`counts_line` says so, per condition, and what was left out of every table (no answers,
+    answers without a hint distance) out of how many scored answers; the header also counts the answers cut
+    off at the output-token limit (of every scored answer) and repeats :func:`truncation_warnings`.
 
     Files are written to a temporary name and renamed, so a reader never sees a half-written report.
     ``missing``: dead-lettered work as dicts ``model, key, edge, reason`` (issue 2 point 10: reports count
@@ -1317,8 +1359,9 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
+    bseed = seed if boot_seed is None else boot_seed
     tables = build_tables(agg, condition=condition, baseline=baseline, n_flips=n_flips, n_splits=n_splits, seed=seed,
-                          n_boot=n_boot,
+                          n_boot=n_boot, boot_seed=bseed,
                           p_reference=p_reference)
     summary = agg.summary()
     cut = total(agg.truncation)
@@ -1330,8 +1373,10 @@ def write_report(
         *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),
         *([f"**Warning: {MIX_WARNING}:**", "", *[f"- {ln}" for ln in config_mix], ""] if config_mix else []),
         *([f"**{scope_note}**", ""] if scope_note else []),
-        f"{summary['results']} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
+        f"{agg.select().n} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
+        "",
+        counts_line(agg, condition),
         "",
         echo_rule_note(agg),
         "",
@@ -1340,7 +1385,7 @@ def write_report(
         f"Slope p-values (Tables 6-7): {p_reference} reference"
         + (" (Student's t with G - 1 df, G = site clusters)." if p_reference == "t" else " (statsmodels' default)."),
         "",
-        f"Answers cut off at the output-token limit: {cut.n_truncated} of {cut.n}"
+        f"Answers cut off at the output-token limit: {cut.n_truncated} of {cut.n} scored answers"
         + (f" ({100 * cut.share:.1f} %)" if cut.n else "")
         + (f"; {cut.n_truncated_unparsed} of them with nothing parsed: no answer, left out of every rate (never a "
            "miss)" if cut.n_truncated_unparsed else "")
@@ -1382,11 +1427,11 @@ def write_report(
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
     if figures:
-        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=seed)
+        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
-                 f"{n_boot} resamples of the regime's sites (seed {seed}; a point at 0 % or 100 % gets the "
+                 f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
                  f"Clopper-Pearson interval of its pooled count)") if n_boot else
                 "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
                + "; the legend gives the sites and responses per line.",

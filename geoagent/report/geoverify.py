@@ -29,9 +29,12 @@ as in the scored results and the delta_1 value); Markdown and the terminal text 
 Both the Markdown and the terminal table end with a legend of the terms (:data:`LEGEND`).
 
 The section "Cut off at the output-token limit" counts answers the provider stopped at ``max_output_tokens``
-(``ModelScores.truncation``, per arm; :mod:`geoagent.scoring.truncation`): count and share over all arms,
-the share per arm when control arms were answered, how many cut-off answers failed to parse and how many
-answers carry no finish reason (e.g. a replayed record without one; counted as not cut off). When a
+(``ModelScores.truncation``, per arm; :mod:`geoagent.scoring.truncation`): over all arms and, when control
+arms were answered, per arm, the answers cut off and those cut off with nothing parsed ("cut off and unparsed":
+no answer, outside H and F), each as ``k of N`` (N = the arm's answers; the per-arm share with it), and how many
+answers carry no finish reason (e.g. a replayed record without one; counted as not cut off). The CSV gives k and
+N as numbers in rows of their own (``answers (all arms)``, ``answers, <arm>``, ``answers cut off, <arm>``,
+``cut off and unparsed, <arm>``). When a
 model's share exceeds 1 % (:data:`~geoagent.scoring.truncation.WARN_SHARE`) the Markdown and terminal
 tables carry a warning line naming the setting to raise (:func:`truncation_warnings`).
 
@@ -300,20 +303,47 @@ def _trunc(s: ModelScores, arm: str | None = None) -> TruncationCount | None:
     return c if c is not None and c.n else None
 
 
-def _truncation_rows(scores: Mapping[str, ModelScores]) -> list[Row]:
+def _of(c: TruncationCount | None, k: int | None) -> str:
+    """``k of N`` (N = the group's answers, :attr:`TruncationCount.n`); ``-`` without answers."""
+    return f"{k} of {c.n}" if c is not None and k is not None else "-"
+
+
+def _truncation_rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row]:
+    """The section "Cut off at the output-token limit": over all arms, and per arm when control arms were
+    answered, the answers cut off and those cut off with nothing parsed (no answer), each as ``k of N`` (N = the
+    arm's answers) in Markdown and the terminal; the CSV (``pretty`` False) gives k and N as numbers (rows
+    ``answers ...``, ``answers cut off ...``, ``cut off and unparsed ...``) and the shares as fractions."""
     sec = "Cut off at the output-token limit"
-    rows: list[Row] = [
+    per_arm = any(_trunc(s, arm) for s in scores.values() for arm, _ in _ARM_LABELS[1:])  # control arms answered
+    rows: list[Row] = []
+    if not pretty:
+        rows.append((sec, "answers (all arms)", lambda s: _trunc(s).n if _trunc(s) else None,
+                     lambda s: str(_trunc(s).n) if _trunc(s) else "-", None))
+    rows += [
         (sec, "answers cut off (all arms)", lambda s: _trunc(s).n_truncated if _trunc(s) else None,
-         lambda s: f"{_trunc(s).n_truncated} of {_trunc(s).n}" if _trunc(s) else "-", None),
+         lambda s: _of(_trunc(s), _trunc(s).n_truncated if _trunc(s) else None), None),
         (sec, "share cut off (all arms)", lambda s: _trunc(s).share if _trunc(s) else None,
          lambda s: _pct(_trunc(s).share) if _trunc(s) else "-", None),
     ]
-    if any(_trunc(s, arm) for s in scores.values() for arm, _ in _ARM_LABELS[1:]):  # control arms answered
+    if per_arm:
         for arm, label in _ARM_LABELS:
+            if not pretty:
+                rows += [(sec, f"answers, {label}", lambda s, a=arm: _trunc(s, a).n if _trunc(s, a) else None,
+                          lambda s, a=arm: str(_trunc(s, a).n) if _trunc(s, a) else "-", None),
+                         (sec, f"answers cut off, {label}",
+                          lambda s, a=arm: _trunc(s, a).n_truncated if _trunc(s, a) else None,
+                          lambda s, a=arm: str(_trunc(s, a).n_truncated) if _trunc(s, a) else "-", None)]
             rows.append((sec, f"share cut off, {label}", lambda s, a=arm: _trunc(s, a).share if _trunc(s, a) else None,
-                         lambda s, a=arm: _pct(_trunc(s, a).share) if _trunc(s, a) else "-", None))
+                         lambda s, a=arm: (f"{_pct(_trunc(s, a).share)} ({_of(_trunc(s, a), _trunc(s, a).n_truncated)})"
+                                           if _trunc(s, a) else "-"), None))
     rows.append((sec, "cut off and unparsed", lambda s: _trunc(s).n_truncated_unparsed if _trunc(s) else None,
-                 lambda s: str(_trunc(s).n_truncated_unparsed) if _trunc(s) else "-", None))
+                 lambda s: _of(_trunc(s), _trunc(s).n_truncated_unparsed if _trunc(s) else None), None))
+    if per_arm:
+        for arm, label in _ARM_LABELS:
+            rows.append((sec, f"cut off and unparsed, {label}",
+                         lambda s, a=arm: _trunc(s, a).n_truncated_unparsed if _trunc(s, a) else None,
+                         lambda s, a=arm: _of(_trunc(s, a), _trunc(s, a).n_truncated_unparsed if _trunc(s, a) else None),
+                         None))
     rows.append((sec, "no finish reason recorded", lambda s: _trunc(s).n_no_reason if _trunc(s) else None,
                  lambda s: str(_trunc(s).n_no_reason) if _trunc(s) else "-", None))
     return rows
@@ -361,7 +391,7 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
         ("Responses", "parse failures (all arms)", lambda s: s.n_parse_failures, _parse_failures_text, None),
         ("Responses", "parse failures, main arm", _main_parse_failures,
          lambda s: "" if _main_parse_failures(s) is None else str(_main_parse_failures(s)), None),
-        *_truncation_rows(scores),
+        *_truncation_rows(scores, pretty=pretty),
         _rate_row(rates, "H (signal accepted)", lambda s: s.h, "H", lambda s: (s.n_hits, s.n_signal)),
         _rate_row(rates, "F (decoy accepted)", lambda s: s.f, "F", lambda s: (s.n_false_acceptances, s.n_noise)),
         _rate_row(rates, "control: swapped image", lambda s: s.controls[ARM_MISMATCH][2], f"F[{ARM_MISMATCH}]",

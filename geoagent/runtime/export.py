@@ -58,7 +58,8 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "error_km": pl.Float64, "hit": pl.Boolean, "echo": pl.Boolean, "source": pl.String,
         "extra.request_key": pl.String, "extra.sample_rate": pl.Float64, "extra.qid": pl.String,
         "extra.parse_error": pl.String, "extra.raw": pl.String, "extra.finish_reason": pl.String,
-        "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String, "scored": pl.Boolean,
+        "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String, "extra.no_answer": pl.String,
+        "scored": pl.Boolean,
     },
     # geoagent.campaigns.generic.Collector
     "results": {

@@ -214,7 +214,7 @@ _DRIFT_IGNORED = ("budget", "paths", "source")
 #: re-scores the report from the stored answers; it is recorded in the manifest, not warned about as drift.
 SCORING_ONLY_KEYS: dict[str, frozenset[str]] = {
     "geohint": frozenset({"echo_rule", "p_reference", "regime_threshold", "n_flips", "n_splits", "n_boot",
-                          "report_interval_s"}),
+                          "boot_seed", "report_interval_s"}),
     "geoverify": frozenset({"n_boot", "boot_seed", "live_n_boot", "report_interval_s"}),
 }
 

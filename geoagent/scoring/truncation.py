@@ -17,7 +17,9 @@ How a cut-off answer is scored (one rule for GeoHint and GeoVerify, :func:`is_no
   miss, an echo verdict nor an unresolved answer (left out of every table but ``cutoff``, and out of the
   strictly paired comparisons, like a missing answer); in GeoVerify it has no verdict and, like every parse
   failure, is outside H and F (neither a yes nor a no). Each report counts these answers per model and
-  condition or arm (:attr:`TruncationCount.n_truncated_unparsed`).
+  condition or arm (:attr:`TruncationCount.n_truncated_unparsed`). A stored GeoHint row of such an answer
+  has ``hit`` and ``echo`` None and says why in ``extra["no_answer"]`` (:data:`NO_ANSWER_CUT_OFF`), in the
+  ``geohint_scored`` export too.
 
 An answer the model finished itself (no cut-off finish reason) that does not parse is the model's answer,
 and the tasks keep the paper's treatment of it: a miss in GeoHint (the release's judged GeoHint answers,
@@ -57,6 +59,11 @@ LEGEND_LINE = (
     "not the model, ended it): it enters no rate, never a miss, an echo verdict or a 'no', and is counted as cut "
     "off with no answer. Answers without a recorded finish reason count as not cut off."
 )
+
+
+#: why a stored GeoHint row holds no answer (``extra["no_answer"]``, export column ``extra.no_answer``; null on
+#: every other row): its ``hit``, ``echo`` and echo verdicts are null, not False (:func:`is_no_answer`)
+NO_ANSWER_CUT_OFF = "cut off at the output-token limit with nothing parsed"
 
 
 def is_no_answer(finish_reason: object, parsed: bool) -> bool:
@@ -147,6 +154,14 @@ def total(counts: Mapping[object, TruncationCount]) -> TruncationCount:
     return out
 
 
+def _no_answer_part(c: TruncationCount) -> str:
+    """The warning's parenthesis on the cut-off answers of ``c`` with nothing parsed (no answer); "" when there
+    are none (also the generic campaign's, which parses nothing)."""
+    if not c.n_truncated_unparsed:
+        return ""
+    return f" ({c.n_truncated_unparsed} of them with nothing parsed: no answer, left out of every rate)"
+
+
 def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, threshold: float = WARN_SHARE) -> list[str]:
     """One warning per group whose cut-off share exceeds ``threshold``.
 
@@ -163,7 +178,9 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
     -------
     list of str
         ``"Warning: 3.2 % of the answers of gpt-4o-mini (16 of 500) were cut off at the output-token
-        limit; ..."``, in label order; [] when no group exceeds the threshold.
+        limit (3 of them with nothing parsed: no answer, left out of every rate); ..."`` (no parenthesis when
+        none is a no-answer; the words of :data:`LEGEND_LINE` and :func:`is_no_answer`, one rule for both
+        tasks), in label order; [] when no group exceeds the threshold.
     """
     out = []
     for label in sorted(counts):
@@ -171,7 +188,7 @@ def warning_lines(counts: Mapping[str, TruncationCount], *, setting: str, thresh
         if c.n and c.share > threshold:
             out.append(
                 f"Warning: {100 * c.share:.1f} % of the answers of {label} ({c.n_truncated} of {c.n}) were cut off at the "
-                f"output-token limit ({c.n_truncated_unparsed} of them unparsed); results are biased towards short "
-                f"answers. Raise {setting} and re-run under a new campaign name."
+                f"output-token limit{_no_answer_part(c)}; results are biased towards short answers. Raise {setting} "
+                "and re-run under a new campaign name."
             )
     return out
