@@ -341,7 +341,10 @@ def _request_secrets(url: str, params: Mapping[str, Any] | None,
     cache instead of parsed again; the cache holds only what the caller's own headers already hold.
     """
     try:
-        key = (url, tuple((headers or {}).items()), tuple((params or {}).items()))
+        # only the credential headers matter to the result: per-call headers that carry none (a request key,
+        # a trace id) stay out of the cache key, so model calls that differ only in those hit the cache
+        key = (url, tuple(kv for kv in (headers or {}).items() if _secret_header_name(kv[0])),
+               tuple((params or {}).items()))
         hash(key)
     except TypeError:  # unhashable param values (lists): computed every time
         secrets = _secrets_of(url, params, headers)
@@ -380,9 +383,22 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
     return sorted((s for s in out if len(s) >= 4), key=len, reverse=True)
 
 
+_SECRET_HEADER_NAMES: dict[str, bool] = {}  # header name -> whether it matches SECRET_HEADER_RE (names are few)
+
+
+def _secret_header_name(name: str) -> bool:
+    """Whether the header name ``name`` matches :data:`SECRET_HEADER_RE` (cached per name)."""
+    found = _SECRET_HEADER_NAMES.get(name)
+    if found is None:
+        found = bool(SECRET_HEADER_RE.search(name))
+        if len(_SECRET_HEADER_NAMES) < 1024:
+            _SECRET_HEADER_NAMES[name] = found
+    return found
+
+
 def _has_secret_header(headers: Mapping[str, str] | None) -> bool:
     """Whether ``headers`` carry a credential (a name matching :data:`SECRET_HEADER_RE` with a value)."""
-    return any(SECRET_HEADER_RE.search(k) and v for k, v in (headers or {}).items())
+    return any(v and _secret_header_name(k) for k, v in (headers or {}).items())
 
 
 def _redirect_refusal(location: str | None, url: str, secrets: list[str]) -> str:
@@ -579,6 +595,14 @@ class _SlotWait:
         if self._sem2 is not None:
             self._sem2.release()
         self._sem.release()
+
+
+@functools.lru_cache(maxsize=64)
+def _client_timeout(total_s: float | None, connect_s: float | None) -> Any:
+    """``aiohttp.ClientTimeout(total=total_s, connect=connect_s)`` (seconds), one per pair (it is immutable)."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=total_s, connect=connect_s)
 
 
 def _unreached(exc: _Retryable) -> bool:
@@ -1228,8 +1252,6 @@ class HttpClient:
         """
         if self._session is None:
             raise RuntimeError("HttpClient not started: use `async with HttpClient(...) as http:`")
-        from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
-
         expected = frozenset(expected_status)
         if any(not 400 <= st < 500 or st in _RETRY_STATUSES for st in expected):
             raise ValueError(f"expected_status may only name permanent 4xx statuses, got {sorted(expected)}")
@@ -1264,6 +1286,8 @@ class HttpClient:
                 raise RetriesStopped(shown_url, counter.attempts, "stop requested while the host was paused",
                                      counter.possibly_billed) from None
             if pol.max_attempts > 1 and not last.final and not self._too_long(last, pol) and not _host_down(host, last):
+                from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
                 failed = [last]
 
                 def last_failure() -> str:
@@ -1447,7 +1471,7 @@ class HttpClient:
                     headers=headers,
                     allow_redirects=follow,
                     # connect: DNS, TCP and TLS of a new connection (a failure there sends nothing)
-                    timeout=aiohttp.ClientTimeout(total=pol.timeout_s, connect=pol.connect_timeout_applied_s),
+                    timeout=_client_timeout(pol.timeout_s, pol.connect_timeout_applied_s),
                     trace_request_ctx=ctx,
                 ) as r:
                     body = await _read_body(r, pol.max_body_bytes)

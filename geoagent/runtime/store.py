@@ -12,11 +12,13 @@ overwrites its own row with the same content). :mod:`geoagent.runtime.export` tu
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +276,23 @@ class ResponseStore:
         self, key: str, request_meta: dict[str, Any], response: ModelResponse, reservation: Reservation | None, *, cost_usd: float = 0.0
     ) -> bool:
         return await self.db.run(self.put, key, request_meta, response, reservation, cost_usd=cost_usd)
+
+    def put_shielded(
+        self, key: str, request_meta: dict[str, Any], response: ModelResponse, reservation: Reservation | None, *, cost_usd: float = 0.0
+    ) -> "asyncio.Future[bool]":
+        """:meth:`put` queued on the database thread NOW (group commit), awaited through ``asyncio.shield``.
+
+        What ``await asyncio.shield(store.aput(...))`` does, without the task that shielding a coroutine starts:
+        the job is queued before this returns, and cancelling the awaiting task does not cancel it (its
+        transaction still commits; the caller just stops waiting). Call from a running event loop.
+
+        Returns
+        -------
+        asyncio.Future of bool
+            Resolves after the group's ``COMMIT`` with :meth:`put`'s result, or its exception.
+        """
+        return asyncio.shield(self.db.submit_async(partial(self.put, key, request_meta, response, reservation,
+                                                           cost_usd=cost_usd)))
 
     async def aput_result(self, table: str, key: str, row: dict[str, Any], *, overwrite: bool = True) -> bool:
         return await self.db.run(self.put_result, table, key, row, overwrite=overwrite)

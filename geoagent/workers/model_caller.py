@@ -182,7 +182,6 @@ import hashlib
 import logging
 import math
 import time
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -834,6 +833,48 @@ class _SendGate:
         self.reservation = reservation
 
 
+class _KeyTurn:
+    """``async with``: the turn of one request key in this process (:meth:`ModelCaller._one_call_per_key`).
+
+    ``locks`` maps a key to ``(asyncio.Lock, users)``; entering counts this user and takes the key's lock
+    (made by the first user), leaving releases it and drops the entry with its last user. A plain class rather
+    than an ``asynccontextmanager`` (no async generator per call); it behaves the same, cancellation included.
+    """
+
+    __slots__ = ("_locks", "_key", "_lock")
+
+    def __init__(self, locks: dict[str, tuple[asyncio.Lock, int]], key: str) -> None:
+        self._locks = locks
+        self._key = key
+        self._lock: asyncio.Lock | None = None
+
+    def _leave(self) -> None:
+        lock, users = self._locks[self._key]
+        if users <= 1:
+            del self._locks[self._key]
+        else:
+            self._locks[self._key] = (lock, users - 1)
+
+    async def __aenter__(self) -> None:
+        lock, users = self._locks.get(self._key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[self._key] = (lock, users + 1)
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+        self._lock = lock
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            if self._lock is not None:
+                self._lock.release()
+        finally:
+            self._leave()
+
+
 class ModelCaller(Stage):
     """The stage that turns request tasks into stored, paid-for-once responses (see module docstring).
 
@@ -988,22 +1029,10 @@ class ModelCaller(Stage):
 
     # -- per-key de-duplication inside this process ---------------------------------------------------
 
-    @asynccontextmanager
-    async def _one_call_per_key(self, key: str) -> Any:
-        """Serialise tasks that share a request key, so the second finds the first's stored response."""
-        lock, users = self._key_locks.get(key, (None, 0))
-        if lock is None:
-            lock = asyncio.Lock()
-        self._key_locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock_, users = self._key_locks[key]
-            if users <= 1:
-                del self._key_locks[key]
-            else:
-                self._key_locks[key] = (lock_, users - 1)
+    def _one_call_per_key(self, key: str) -> "_KeyTurn":
+        """Serialise tasks that share a request key, so the second finds the first's stored response
+        (``async with``; :class:`_KeyTurn`)."""
+        return _KeyTurn(self._key_locks, key)
 
     def _host_breaker(self, ctx: StageContext) -> HostBreaker:
         """The campaign's :class:`HostBreaker` (service :data:`HOST_BREAKER_SERVICE`; made on first use)."""
@@ -1167,7 +1196,7 @@ class ModelCaller(Stage):
                 "task_key": task.key,
             }
             # store + settle in one transaction; shielded so a shutdown cannot cut it in half
-            await asyncio.shield(store.aput(key, meta, response, reservation, cost_usd=cost_usd))
+            await store.put_shielded(key, meta, response, reservation, cost_usd=cost_usd)
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
 
     async def _send(
