@@ -1842,6 +1842,9 @@ class Estimate:
     worst_case_usd: float = 0.0
     duration_s: float = 0.0
     cap_usd: float = 0.0
+    #: USD the campaign's ledger has already booked against the cap by earlier runs (settled + unknown outcome,
+    #: :attr:`geoagent.runtime.ledger.LedgerSummary.total_usd`); the calls to make share ``cap_usd`` minus it
+    spent_usd: float = 0.0
     by_model: dict[str, ModelEstimate] = field(default_factory=dict)
     #: over the cap only: the calls the run would make before the cap stops it (:func:`simulate_dispatch`)
     calls_before_cap: int | None = None
@@ -1857,8 +1860,16 @@ class Estimate:
     _order: Any = field(default=None, repr=False)
 
     @property
+    def left_usd(self) -> float:
+        """USD of the cap left for the calls to make: ``cap_usd - spent_usd`` (>= 0)."""
+        return max(0.0, self.cap_usd - self.spent_usd)
+
+    @property
     def within_cap(self) -> bool:
-        return self.worst_case_usd <= self.cap_usd + 1e-12
+        """True when every call to make fits at its worst case next to the spend already booked:
+        ``spent_usd + worst_case_usd <= cap_usd`` (USD), as the ledger checks each reservation; True when there
+        is no call to make."""
+        return not self.calls or self.spent_usd + self.worst_case_usd <= self.cap_usd + 1e-12
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -1871,6 +1882,7 @@ class Estimate:
             "worst_case_usd": self.worst_case_usd,
             "duration_s": self.duration_s,
             "cap_usd": self.cap_usd,
+            "spent_usd": self.spent_usd,
             "calls_before_cap": self.calls_before_cap,
             "done_earlier": self.done_earlier,
             "dead_earlier": self.dead_earlier,
@@ -2349,7 +2361,7 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
 
 def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None,
              providers: Mapping[str, Any] | None = None,
-             image_base_dir: str | os.PathLike[str] | None = None) -> Estimate:
+             image_base_dir: str | os.PathLike[str] | None = None, spent_usd: float = 0.0) -> Estimate:
     """Estimate calls, tokens, USD and duration of a campaign before any spend (``--simulate``).
 
     Parameters
@@ -2366,6 +2378,11 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         The run's providers. A ``replay`` model's requests then use the token usage recorded in its file
         (``recorded_usage``) for tokens and expected USD instead of the prompt-length estimate; requests
         without a usable recorded answer are counted in ``unanswered`` (they would end missing).
+    spent_usd : float
+        USD the campaign's ledger already counts against the cap (settled + unknown outcome of earlier runs;
+        the dry run reads it from ``state/<campaign>/campaign.sqlite``). The cap check
+        (:attr:`Estimate.within_cap`) and the dispatch replay (:func:`simulate_dispatch`) start from it, as the
+        ledger's reservations do. Default 0 (a first run).
 
     Returns
     -------
@@ -2389,7 +2406,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
 
     from array import array
 
-    est = Estimate(cap_usd=cfg.budget.cap_usd)
+    est = Estimate(cap_usd=cfg.budget.cap_usd, spent_usd=max(0.0, float(spent_usd)))
     factor = cfg.budget.input_estimate_factor
     order_model, order_exp, order_worst = array("i"), array("d"), array("d")
     index: dict[str, int] = {}
@@ -2530,6 +2547,8 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
       order; a handled task waits for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
       ``period_s`` (sliding window), each call taking ``expected_latency_s`` (no time for replay, offline
       simulated and local-fake models: :func:`model_time_basis`);
+    * the settled spend starts at ``est.spent_usd`` (what earlier runs of the campaign booked: the ledger
+      counts it against the cap);
     * at its send gate a call reserves its worst case (the ledger's reservation) if settled spend + open
       reservations + it fits the cap; if it does not fit only because of open reservations, it waits for a
       call to settle (other models' calls that fit go on meanwhile); once settled spend + its worst case
@@ -2572,7 +2591,7 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     in_flight = [0] * len(names)
     made = [0] * len(names)
     done: list[tuple[float, int]] = []  # (finish time, task index)
-    spent = reserved = 0.0
+    spent, reserved = est.spent_usd, 0.0
     t, nxt, handled, stopped = 0.0, 0, 0, False
     while True:
         while not stopped and handled < window and nxt < n:
