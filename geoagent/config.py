@@ -1290,10 +1290,11 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
 def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
     """Problems of a campaign that validates field by field but can never make a call.
 
-    * ``budget.cap_usd = 0`` with a paid model that has a price: the ledger refuses every call of it (the
-      run would exit 4 having done nothing). An error, not a warning: a campaign whose answers are all
-      stored needs no run to be reported (``run.py export``); free models (replay, simulated) and paid
-      providers with no price set (local servers, all-zero prices) still run at cap 0.
+    * ``budget.cap_usd = 0`` with any model that has a price above 0 (every provider: the ledger books a
+      simulated or replay model's calls at its prices too): the ledger refuses every call of it (the run would
+      exit 4 having done nothing); the message names every such model. An error, not a warning: a campaign
+      whose answers are all stored needs no run to be reported (``run.py export``); models with no price set
+      or all-zero prices (replay, simulated, local servers) still run at cap 0.
     * a GeoVerify or GeoHint campaign with no ``[[models]]``: it would plan 0 requests and end "complete".
     * a billing model (openai, anthropic, gemini) on a paid host (:attr:`ModelConfig.on_paid_host`: not a
       local server, :func:`is_local_host`; no ``base_url`` means the provider's own API) without both
@@ -1351,7 +1352,8 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
                 if key not in m.model_fields_set:
                     out.append(f"models[{i}].{key}: required for a model on a paid host ({host}); write 0 for a "
                                "free one (the cost cap counts each call at these prices, USD per 1M tokens)")
-    paid = [m.name for m in cfg.models if m.paid and (m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0)]
+    # the ledger books every call at its model's prices whatever the provider (simulated and replay models too)
+    paid = [m.name for m in cfg.models if m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0]
     if cfg.budget.cap_usd <= 0 and paid:
         out.append(f"budget.cap_usd: 0 allows no call of the priced model(s) {', '.join(paid)}; set a cap above 0 "
                    "(USD; a dry run, `run --simulate`, estimates the cost)")
