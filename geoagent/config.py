@@ -2610,7 +2610,7 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
                     continue
                 if rate_n:
                     win = sent_at[k]
-                    while win and win[0] <= t - period:
+                    while win and win[0] + period <= t:
                         win.popleft()
                     if len(win) >= rate_n:
                         wake = min(wake, win[0] + period)
