@@ -2531,13 +2531,32 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
 
 
 def _caller_window(cfg: CampaignConfig) -> int:
-    """Request tasks the model caller handles at once: the sum of the models' ``concurrency`` (an offline model
-    counts at least 64), at most 256 (:class:`geoagent.workers.model_caller.ModelCaller`)."""
+    """Request tasks the model caller handles at once (:meth:`geoagent.workers.model_caller.ModelCaller.start`):
+    one model: its ``concurrency`` (an offline model counts at least 64); several: the sum of their lane caps
+    (:func:`_caller_lanes`); at most 256. Unitless count >= 1."""
+    lanes = _caller_lanes(cfg)
+    if lanes is not None:
+        return max(1, min(256, sum(lanes.values())))
+    return max(1, min(256, sum(_caller_concurrency(m) for m in cfg.models)))
+
+
+def _caller_concurrency(m: "ModelConfig") -> int:
+    """The concurrency the model caller sizes ``m`` with: its ``concurrency``, at least
+    :data:`geoagent.workers.model_caller.OFFLINE_CONCURRENCY` for a model that sends nothing over HTTP."""
     from geoagent.workers.model_caller import OFFLINE_CONCURRENCY
 
-    total = sum(max(m.concurrency, OFFLINE_CONCURRENCY) if model_time_basis(m) == "none" else m.concurrency
-                for m in cfg.models)
-    return max(1, min(256, total))
+    return max(m.concurrency, OFFLINE_CONCURRENCY) if model_time_basis(m) == "none" else m.concurrency
+
+
+def _caller_lanes(cfg: CampaignConfig) -> dict[str, int] | None:
+    """Model name -> its lane's cap (tasks of it the model caller holds at once,
+    :func:`geoagent.workers.model_caller.lane_cap` of :func:`_caller_concurrency`) when the campaign has several
+    models (:meth:`geoagent.workers.model_caller.ModelCaller.lanes`), else None (one model: no lanes)."""
+    from geoagent.workers.model_caller import lane_cap
+
+    if len(cfg.models) < 2:
+        return None
+    return {m.name: lane_cap(_caller_concurrency(m)) for m in cfg.models}
 
 
 def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
@@ -2546,7 +2565,12 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     Replays what the run does, in simulated time (no call, no sleep):
 
     * the model caller handles up to :func:`_caller_window` request tasks at once, taken in queue (plan)
-      order; a handled task waits for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
+      order; with several models each model has its own lane (:func:`_caller_lanes`, the runner's "Lanes" in
+      :mod:`geoagent.runtime.worker`): at most its lane's cap of its tasks are handled at once, a task of a full
+      lane goes back to the queue unsent and the next tasks of the other lanes are taken meanwhile, so a model
+      slowed by its own rate limit never holds back a faster one (the replay takes, at each free slot, the
+      earliest queued task of a lane with room; a deferred task's delay is not modelled); a handled task waits
+      for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
       ``period_s`` (sliding window), each call taking ``expected_latency_s`` (no time for replay, offline
       simulated and local-fake models: :func:`model_time_basis`);
     * the settled spend starts at ``est.spent_usd`` (what earlier runs of the campaign booked: the ledger
@@ -2588,6 +2612,14 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
         timed = model_time_basis(m) != "none"
         limits.append((conc if timed else n + 1, max(1, int(rate_n)) if timed else 0, period))
     window = _caller_window(cfg)
+    lane_caps = _caller_lanes(cfg)
+    # lanes: each model's tasks in queue order, its cap and its tasks handled and not finished
+    pending: list[deque[int]] = [deque() for _ in names]
+    if lane_caps is not None:
+        for i in range(n):
+            pending[order_model[i]].append(i)
+    caps = [lane_caps.get(name, 1) for name in names] if lane_caps is not None else []
+    busy = [0] * len(names)
     waiting: list[deque[int]] = [deque() for _ in names]  # handled tasks not yet sent, in queue order
     sent_at: list[deque[float]] = [deque() for _ in names]  # send times within the rate window
     in_flight = [0] * len(names)
@@ -2596,10 +2628,22 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     spent, reserved = est.spent_usd, 0.0
     t, nxt, handled, stopped = 0.0, 0, 0, False
     while True:
-        while not stopped and handled < window and nxt < n:
-            waiting[order_model[nxt]].append(nxt)
-            handled += 1
-            nxt += 1
+        if lane_caps is None:
+            while not stopped and handled < window and nxt < n:
+                waiting[order_model[nxt]].append(nxt)
+                handled += 1
+                nxt += 1
+        else:  # the earliest queued task of a lane with room (a full lane's tasks are deferred meanwhile)
+            while not stopped and handled < window:
+                best = -1
+                for k in range(len(names)):
+                    if pending[k] and busy[k] < caps[k] and (best < 0 or pending[k][0] < pending[best][0]):
+                        best = k
+                if best < 0:
+                    break
+                waiting[best].append(pending[best].popleft())
+                busy[best] += 1
+                handled += 1
         wake = math.inf  # the next time a rate window frees a slot
         progress = True
         while progress and not stopped:
@@ -2644,6 +2688,7 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
             spent += order_exp[i]
             reserved -= order_worst[i]
             in_flight[k] -= 1
+            busy[k] -= 1
             handled -= 1
         if stopped and not done:
             break
