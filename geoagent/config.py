@@ -1290,10 +1290,11 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
 def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
     """Problems of a campaign that validates field by field but can never make a call.
 
-    * ``budget.cap_usd = 0`` with a paid model that has a price: the ledger refuses every call of it (the
-      run would exit 4 having done nothing). An error, not a warning: a campaign whose answers are all
-      stored needs no run to be reported (``run.py export``); free models (replay, simulated) and paid
-      providers with no price set (local servers, all-zero prices) still run at cap 0.
+    * ``budget.cap_usd = 0`` with any model that has a price above 0 (every provider: the ledger books a
+      simulated or replay model's calls at its prices too): the ledger refuses every call of it (the run would
+      exit 4 having done nothing); the message names every such model. An error, not a warning: a campaign
+      whose answers are all stored needs no run to be reported (``run.py export``); models with no price set
+      or all-zero prices (replay, simulated, local servers) still run at cap 0.
     * a GeoVerify or GeoHint campaign with no ``[[models]]``: it would plan 0 requests and end "complete".
     * a billing model (openai, anthropic, gemini) on a paid host (:attr:`ModelConfig.on_paid_host`: not a
       local server, :func:`is_local_host`; no ``base_url`` means the provider's own API) without both
@@ -1361,7 +1362,8 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
                 if key not in m.model_fields_set:
                     out.append(f"models[{i}].{key}: required for a model on a paid host ({host}); write 0 for a "
                                "free one (the cost cap counts each call at these prices, USD per 1M tokens)")
-    paid = [m.name for m in cfg.models if m.paid and (m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0)]
+    # the ledger books every call at its model's prices whatever the provider (simulated and replay models too)
+    paid = [m.name for m in cfg.models if m.price_input_usd_per_mtok > 0 or m.price_output_usd_per_mtok > 0]
     if cfg.budget.cap_usd <= 0 and paid:
         out.append(f"budget.cap_usd: 0 allows no call of the priced model(s) {', '.join(paid)}; set a cap above 0 "
                    "(USD; a dry run, `run --simulate`, estimates the cost)")
@@ -1854,6 +1856,9 @@ class Estimate:
     worst_case_usd: float = 0.0
     duration_s: float = 0.0
     cap_usd: float = 0.0
+    #: USD the campaign's ledger has already booked against the cap by earlier runs (settled + unknown outcome,
+    #: :attr:`geoagent.runtime.ledger.LedgerSummary.total_usd`); the calls to make share ``cap_usd`` minus it
+    spent_usd: float = 0.0
     by_model: dict[str, ModelEstimate] = field(default_factory=dict)
     #: over the cap only: the calls the run would make before the cap stops it (:func:`simulate_dispatch`)
     calls_before_cap: int | None = None
@@ -1869,8 +1874,16 @@ class Estimate:
     _order: Any = field(default=None, repr=False)
 
     @property
+    def left_usd(self) -> float:
+        """USD of the cap left for the calls to make: ``cap_usd - spent_usd`` (>= 0)."""
+        return max(0.0, self.cap_usd - self.spent_usd)
+
+    @property
     def within_cap(self) -> bool:
-        return self.worst_case_usd <= self.cap_usd + 1e-12
+        """True when every call to make fits at its worst case next to the spend already booked:
+        ``spent_usd + worst_case_usd <= cap_usd`` (USD), as the ledger checks each reservation; True when there
+        is no call to make."""
+        return not self.calls or self.spent_usd + self.worst_case_usd <= self.cap_usd + 1e-12
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -1883,6 +1896,7 @@ class Estimate:
             "worst_case_usd": self.worst_case_usd,
             "duration_s": self.duration_s,
             "cap_usd": self.cap_usd,
+            "spent_usd": self.spent_usd,
             "calls_before_cap": self.calls_before_cap,
             "done_earlier": self.done_earlier,
             "dead_earlier": self.dead_earlier,
@@ -2361,7 +2375,7 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
 
 def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None,
              providers: Mapping[str, Any] | None = None,
-             image_base_dir: str | os.PathLike[str] | None = None) -> Estimate:
+             image_base_dir: str | os.PathLike[str] | None = None, spent_usd: float = 0.0) -> Estimate:
     """Estimate calls, tokens, USD and duration of a campaign before any spend (``--simulate``).
 
     Parameters
@@ -2378,6 +2392,11 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         The run's providers. A ``replay`` model's requests then use the token usage recorded in its file
         (``recorded_usage``) for tokens and expected USD instead of the prompt-length estimate; requests
         without a usable recorded answer are counted in ``unanswered`` (they would end missing).
+    spent_usd : float
+        USD the campaign's ledger already counts against the cap (settled + unknown outcome of earlier runs;
+        the dry run reads it from ``state/<campaign>/campaign.sqlite``). The cap check
+        (:attr:`Estimate.within_cap`) and the dispatch replay (:func:`simulate_dispatch`) start from it, as the
+        ledger's reservations do. Default 0 (a first run).
 
     Returns
     -------
@@ -2401,7 +2420,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
 
     from array import array
 
-    est = Estimate(cap_usd=cfg.budget.cap_usd)
+    est = Estimate(cap_usd=cfg.budget.cap_usd, spent_usd=max(0.0, float(spent_usd)))
     factor = cfg.budget.input_estimate_factor
     order_model, order_exp, order_worst = array("i"), array("d"), array("d")
     index: dict[str, int] = {}
@@ -2524,13 +2543,32 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
 
 
 def _caller_window(cfg: CampaignConfig) -> int:
-    """Request tasks the model caller handles at once: the sum of the models' ``concurrency`` (an offline model
-    counts at least 64), at most 256 (:class:`geoagent.workers.model_caller.ModelCaller`)."""
+    """Request tasks the model caller handles at once (:meth:`geoagent.workers.model_caller.ModelCaller.start`):
+    one model: its ``concurrency`` (an offline model counts at least 64); several: the sum of their lane caps
+    (:func:`_caller_lanes`); at most 256. Unitless count >= 1."""
+    lanes = _caller_lanes(cfg)
+    if lanes is not None:
+        return max(1, min(256, sum(lanes.values())))
+    return max(1, min(256, sum(_caller_concurrency(m) for m in cfg.models)))
+
+
+def _caller_concurrency(m: "ModelConfig") -> int:
+    """The concurrency the model caller sizes ``m`` with: its ``concurrency``, at least
+    :data:`geoagent.workers.model_caller.OFFLINE_CONCURRENCY` for a model that sends nothing over HTTP."""
     from geoagent.workers.model_caller import OFFLINE_CONCURRENCY
 
-    total = sum(max(m.concurrency, OFFLINE_CONCURRENCY) if model_time_basis(m) == "none" else m.concurrency
-                for m in cfg.models)
-    return max(1, min(256, total))
+    return max(m.concurrency, OFFLINE_CONCURRENCY) if model_time_basis(m) == "none" else m.concurrency
+
+
+def _caller_lanes(cfg: CampaignConfig) -> dict[str, int] | None:
+    """Model name -> its lane's cap (tasks of it the model caller holds at once,
+    :func:`geoagent.workers.model_caller.lane_cap` of :func:`_caller_concurrency`) when the campaign has several
+    models (:meth:`geoagent.workers.model_caller.ModelCaller.lanes`), else None (one model: no lanes)."""
+    from geoagent.workers.model_caller import lane_cap
+
+    if len(cfg.models) < 2:
+        return None
+    return {m.name: lane_cap(_caller_concurrency(m)) for m in cfg.models}
 
 
 def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
@@ -2539,9 +2577,16 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
     Replays what the run does, in simulated time (no call, no sleep):
 
     * the model caller handles up to :func:`_caller_window` request tasks at once, taken in queue (plan)
-      order; a handled task waits for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
+      order; with several models each model has its own lane (:func:`_caller_lanes`, the runner's "Lanes" in
+      :mod:`geoagent.runtime.worker`): at most its lane's cap of its tasks are handled at once, a task of a full
+      lane goes back to the queue unsent and the next tasks of the other lanes are taken meanwhile, so a model
+      slowed by its own rate limit never holds back a faster one (the replay takes, at each free slot, the
+      earliest queued task of a lane with room; a deferred task's delay is not modelled); a handled task waits
+      for its model's host: ``concurrency`` calls in flight and ``rate`` calls per
       ``period_s`` (sliding window), each call taking ``expected_latency_s`` (no time for replay, offline
       simulated and local-fake models: :func:`model_time_basis`);
+    * the settled spend starts at ``est.spent_usd`` (what earlier runs of the campaign booked: the ledger
+      counts it against the cap);
     * at its send gate a call reserves its worst case (the ledger's reservation) if settled spend + open
       reservations + it fits the cap; if it does not fit only because of open reservations, it waits for a
       call to settle (other models' calls that fit go on meanwhile); once settled spend + its worst case
@@ -2579,18 +2624,38 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
         timed = model_time_basis(m) != "none"
         limits.append((conc if timed else n + 1, max(1, int(rate_n)) if timed else 0, period))
     window = _caller_window(cfg)
+    lane_caps = _caller_lanes(cfg)
+    # lanes: each model's tasks in queue order, its cap and its tasks handled and not finished
+    pending: list[deque[int]] = [deque() for _ in names]
+    if lane_caps is not None:
+        for i in range(n):
+            pending[order_model[i]].append(i)
+    caps = [lane_caps.get(name, 1) for name in names] if lane_caps is not None else []
+    busy = [0] * len(names)
     waiting: list[deque[int]] = [deque() for _ in names]  # handled tasks not yet sent, in queue order
     sent_at: list[deque[float]] = [deque() for _ in names]  # send times within the rate window
     in_flight = [0] * len(names)
     made = [0] * len(names)
     done: list[tuple[float, int]] = []  # (finish time, task index)
-    spent = reserved = 0.0
+    spent, reserved = est.spent_usd, 0.0
     t, nxt, handled, stopped = 0.0, 0, 0, False
     while True:
-        while not stopped and handled < window and nxt < n:
-            waiting[order_model[nxt]].append(nxt)
-            handled += 1
-            nxt += 1
+        if lane_caps is None:
+            while not stopped and handled < window and nxt < n:
+                waiting[order_model[nxt]].append(nxt)
+                handled += 1
+                nxt += 1
+        else:  # the earliest queued task of a lane with room (a full lane's tasks are deferred meanwhile)
+            while not stopped and handled < window:
+                best = -1
+                for k in range(len(names)):
+                    if pending[k] and busy[k] < caps[k] and (best < 0 or pending[k][0] < pending[best][0]):
+                        best = k
+                if best < 0:
+                    break
+                waiting[best].append(pending[best].popleft())
+                busy[best] += 1
+                handled += 1
         wake = math.inf  # the next time a rate window frees a slot
         progress = True
         while progress and not stopped:
@@ -2601,7 +2666,7 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
                     continue
                 if rate_n:
                     win = sent_at[k]
-                    while win and win[0] <= t - period:
+                    while win and win[0] + period <= t:
                         win.popleft()
                     if len(win) >= rate_n:
                         wake = min(wake, win[0] + period)
@@ -2635,6 +2700,7 @@ def simulate_dispatch(cfg: CampaignConfig, est: Estimate) -> dict[str, int]:
             spent += order_exp[i]
             reserved -= order_worst[i]
             in_flight[k] -= 1
+            busy[k] -= 1
             handled -= 1
         if stopped and not done:
             break

@@ -2187,7 +2187,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     else:
         payloads, earlier = run_would_handle(cfg, kind, messages)
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
-                       image_base_dir=ctx.services.get("image_base_dir"))
+                       image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")))
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
@@ -2195,6 +2195,18 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         why = f"{'; '.join(refusals)}; " if refusals else ""
         out.extra_lines.append(f"  exit 2: `{command}` would refuse to start ({why}see the warning above)")
     return out
+
+
+def booked_usd(ledger: Any) -> float:
+    """USD the campaign's ledger already counts against the cap: settled spend + unknown-outcome spend of
+    earlier runs (:attr:`geoagent.runtime.ledger.LedgerSummary.total_usd`); 0.0 without a ledger.
+
+    A read (:meth:`geoagent.runtime.ledger.Ledger.summary`): the dry run starts its cap check and its dispatch
+    replay from it, as the run's reservations do, and changes nothing in ``state/``.
+    """
+    if ledger is None:
+        return 0.0
+    return float(ledger.summary().total_usd)
 
 
 def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
@@ -2315,21 +2327,28 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         [f"{est.cached} answered from stored responses"] if est.cached else []) + (
         [f"{est.repeated} more planned request(s) repeat another's request key and get its answer"]
         if est.repeated else [])
+    spent = getattr(est, "spent_usd", 0.0)
+    left = max(0.0, est.cap_usd - spent)
+    spent_part = (f" (${spent:.4f} already spent by earlier runs of this campaign: settled + unknown outcome, "
+                  f"in its ledger; ${left:.4f} left for these calls)" if spent > 0 else "")
     lines.append(
         f"  total: {est.calls} calls to make" + (f" ({'; '.join(left_out)})" if left_out else "")
         + f", ${est.cost_usd:.4f} expected, "
-        f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}"
+        f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}{spent_part}"
         f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"
     )
     if not est.within_cap and est.calls:
         # + 1e-9: a quotient that is a whole number in decimal (40 x 0.025 / 0.04) must not floor to one less
-        fit_worst = int(est.calls * est.cap_usd / est.worst_case_usd + 1e-9) if est.worst_case_usd > 0 else est.calls
-        fit_exp = (min(est.calls, int(est.calls * est.cap_usd / est.cost_usd + 1e-9)) if est.cost_usd > 0
+        fit_worst = int(est.calls * left / est.worst_case_usd + 1e-9) if est.worst_case_usd > 0 else est.calls
+        fit_exp = (min(est.calls, int(est.calls * left / est.cost_usd + 1e-9)) if est.cost_usd > 0
                    else est.calls)
+        what = (f"the ${left:.4f} left of [budget] cap_usd {usd(est.cap_usd)} after the ${spent:.4f} already spent"
+                if spent > 0 else f"[budget] cap_usd {usd(est.cap_usd)}")
         lines.append(
-            f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds [budget] cap_usd {usd(est.cap_usd)}. "
+            f"  !!! OVER CAP: the worst case ${est.worst_case_usd:.4f} exceeds {what}. "
             "Raise cap_usd or plan fewer requests to run them all even at their worst case."
         )
+        cap_word = "cap left" if spent > 0 else "cap"
         dispatch = ("simulated as the run dispatches them: in queue order, each model at its own concurrency, rate "
                     "and expected_latency_s; each call reserves its worst case and settles at its expected cost")
         if est.calls_before_cap is not None and est.calls_before_cap >= est.calls:
@@ -2358,8 +2377,8 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             lines.extend(f"  !!! WARNING: before the cap, {w}" for w in shares.coverage_warnings())
         lines.append(
             f"  bounds: even if every call cost its worst case, the cap pays for about {fit_worst} of the "
-            f"{est.calls} calls (cap / mean worst case per call); if every call cost its expected amount, about "
-            f"{fit_exp} (cap / mean expected cost per call"
+            f"{est.calls} calls ({cap_word} / mean worst case per call); if every call cost its expected amount, "
+            f"about {fit_exp} ({cap_word} / mean expected cost per call"
             + ("; the simulated stop above also counts the reservations still open when it comes)"
                if est.calls_before_cap is not None and est.calls_before_cap < est.calls else ")")
         )

@@ -110,17 +110,19 @@ def test_dry_run_counts_calls_per_model_before_the_cap_in_queue_order():
     cfg = _dry_cfg([_priced("a", 10.0, concurrency=8), _priced("ge", 100.0, concurrency=8)], cap=0.0155)
     plan = [{"model": m, "prompt": f"p{i}"} for m in ("a", "ge") for i in range(40)]  # distinct requests
     est = estimate(cfg, plan)
-    # by hand: the caller handles 16 tasks at once (8 + 8 concurrency) in queue order; a's calls take 2 s
-    # (expected_latency_s default), 8 at a time, and each settles at $0.0005. t=0: 8 start ($0.008 reserved);
-    # t=2: settled $0.004, 8 start ($0.012 committed); t=4: settled $0.008, 7 fit ($0.015); t=6: settled
-    # $0.0115, 4 fit ($0.0155); t=8: settled $0.0135, 2 fit ($0.0155). a has sent 29 and 11 wait, so 3 ge tasks
-    # are handled too: ge's gate sees settled $0.0135 + its worst $0.01 > cap, which no settlement can cure,
-    # and the run stops; the 2 calls in flight finish. a 29, ge 0.
-    assert (est.by_model["a"].calls_before_cap, est.by_model["ge"].calls_before_cap) == (29, 0)
-    assert est.calls_before_cap == 29
+    # by hand: each model has its own lane of 12 tasks (concurrency 8 + lease-ahead 4: the model caller's lanes),
+    # so ge's first tasks are handled from the start beside a's (a full lane's tasks are deferred, not queued
+    # ahead of the other lane's). a's calls take 2 s (expected_latency_s default), 8 at a time, and each settles
+    # at $0.0005. t=0: 8 of a start ($0.008 reserved); ge's gate: $0.008 + $0.01 > cap, but settled $0 + $0.01
+    # fits: it waits for a settlement. t=2: settled $0.004, 8 of a start ($0.012 committed); ge waits ($0.014
+    # fits alone). t=4: settled $0.008, 7 of a fit ($0.015); ge's gate sees settled $0.008 + its worst $0.01 >
+    # cap, which no settlement can cure, and the run stops; the 7 calls in flight finish. a 23, ge 0.
+    # (Before the lanes were modelled, ge's tasks were handled only after a's 40: a 29.)
+    assert (est.by_model["a"].calls_before_cap, est.by_model["ge"].calls_before_cap) == (23, 0)
+    assert est.calls_before_cap == 23
     lines = estimate_lines(est, cfg)
     text = "\n".join(lines)
-    assert "the run would stop at the cap (exit 4) after about 29 of the 80 calls, per model: a 29 of 40, ge 0 of 40" in text
+    assert "the run would stop at the cap (exit 4) after about 23 of the 80 calls, per model: a 23 of 40, ge 0 of 40" in text
     assert "!!! WARNING: before the cap, ge has no answer (0 of 40 planned calls)" in text
     # the old average-based figure is still there, labelled as a bound: 80 x 0.0155 / 0.44 = 2.8 -> 2
     assert ("bounds: even if every call cost its worst case, the cap pays for about 2 of the 80 calls "
