@@ -55,3 +55,31 @@ def test_permanent_error_body_and_excerpt_never_keep_a_cut_key():
         assert opening not in exc.body_excerpt, exc.body_excerpt[-40:]
         assert opening not in exc.body, exc.body[-40:]
         assert len(exc.body_excerpt) <= BODY_EXCERPT_CHARS and len(exc.body) <= BODY_KEEP_CHARS
+
+
+def test_pageviews_answers_kept_in_memory_are_bounded():
+    """The per-client memory of pageviews answers grew with every article and window of the crawl (one client
+    lives as long as the crawl's process): it keeps the most recent ``cache_size`` answers, an older one is
+    asked again."""
+    from geoagent.clients.pageviews import PageviewsClient
+    from geoagent.sandbox import pageviews as fake
+
+    ua = "geoagent-test/0.1 (contact: mailto:test@example.org)"
+    titles = [f"Place {i}" for i in range(5)]
+    app = fake.make_app({t.replace(" ", "_"): 1 for t in titles})
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            c = PageviewsClient(http, base, ua, cache_size=3)
+            for t in titles:
+                await c.total(t, "20240101", "20240107")
+            sent = len(app[fake.PAGEVIEWS_STATE].requests)
+            again_recent = await c.total(titles[-1], "20240101", "20240107")  # kept: no request
+            after_recent = len(app[fake.PAGEVIEWS_STATE].requests)
+            again_old = await c.total(titles[0], "20240101", "20240107")  # dropped: asked again
+            return c, sent, after_recent, len(app[fake.PAGEVIEWS_STATE].requests), again_recent, again_old
+
+    c, sent, after_recent, after_old, recent, old = asyncio.run(go())
+    assert sent == 5 and after_recent == 5 and after_old == 6
+    assert recent.views == old.views > 0  # the same answer, from memory or asked again
+    assert len(c._totals) <= 3
