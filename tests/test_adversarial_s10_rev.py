@@ -83,3 +83,33 @@ def test_pageviews_answers_kept_in_memory_are_bounded():
     assert sent == 5 and after_recent == 5 and after_old == 6
     assert recent.views == old.views > 0  # the same answer, from memory or asked again
     assert len(c._totals) <= 3
+
+
+def test_a_manifest_without_geohint_n_boot_reads_as_the_default_not_a_change(tmp_path):
+    """A GeoHint campaign run by the code before ``[geohint] n_boot`` (a192796: its manifest has no such key; the
+    report used 200 resamples) and resumed with today's code printed "scoring setting changed since its last run
+    (geohint.n_boot None -> 200)": the value did not change. A scoring key the earlier manifest lacks reads as its
+    default; a value other than the default is still a change."""
+    import json
+
+    from geoagent.campaigns import register_all_sections
+    from geoagent.config import config_from_dict
+    from geoagent.runtime.manifest import Manifest, config_changes
+
+    register_all_sections()
+
+    def doc(**geohint) -> dict:
+        return {"campaign": {"name": "gh-old", "kind": "geohint", "contact": "ops@example.org"},
+                "paths": {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")},
+                "budget": {"cap_usd": 1.0},
+                "models": [{"name": "sim", "provider": "simulated", "model": "sim"}],
+                **({"geohint": geohint} if geohint else {})}
+
+    Manifest(config_from_dict(doc(echo_rule="name"))).start_run()
+    path = tmp_path / "state" / "gh-old" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["config"]["geohint"]["n_boot"]  # as the earlier code wrote it
+    path.write_text(json.dumps(manifest))
+    assert config_changes(config_from_dict(doc(echo_rule="name"))).scoring == {}
+    assert config_changes(config_from_dict(doc(echo_rule="name", n_boot=200))).scoring == {}
+    assert config_changes(config_from_dict(doc(echo_rule="name", n_boot=50))).scoring == {"geohint.n_boot": (200, 50)}
