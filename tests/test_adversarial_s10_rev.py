@@ -113,3 +113,50 @@ def test_a_manifest_without_geohint_n_boot_reads_as_the_default_not_a_change(tmp
     assert config_changes(config_from_dict(doc(echo_rule="name"))).scoring == {}
     assert config_changes(config_from_dict(doc(echo_rule="name", n_boot=200))).scoring == {}
     assert config_changes(config_from_dict(doc(echo_rule="name", n_boot=50))).scoring == {"geohint.n_boot": (200, 50)}
+
+
+def test_a_placeholder_answer_stored_by_the_earlier_code_is_not_paid_again(tmp_path, monkeypatch):
+    """Upgrade from a192796 after a kill: a task sent with placeholder pixels whose answer the earlier code had
+    stored (and paid) but not yet acknowledged is redelivered to today's code, whose request key for it has
+    ``pixel_source`` in it: the stored answer (under the key without it) was not found and the call was paid a
+    second time. Seen end to end: a geohint_sandbox campaign SIGKILLed after 30 s under a192796 (1561 answers
+    stored, 1551 acknowledged), resumed with main: 4768 new model calls for 4758 unanswered requests, 6329
+    settled calls for 6319 requests. The answer stored under the earlier key now answers the task."""
+    from test_model_caller_flow import KEY_VALUE, KEY_VAR, SEED, Harness, make_config, payload
+
+    from geoagent.providers.base import request_key
+    from geoagent.sandbox import llm_openai
+    from geoagent.workers.model_caller import build_request
+
+    monkeypatch.setenv(KEY_VAR, KEY_VALUE)
+
+    async def main():
+        app = llm_openai.make_app(seed=SEED, api_keys=[KEY_VALUE])
+        async with serve(app) as base, HttpClient() as http:
+            cfg = make_config(tmp_path, base, cap_usd=5.0)
+            h = Harness(tmp_path, cfg, http)
+            task = payload(7, image_id="img7", image_ref=None)  # no file: placeholder pixels
+            _, req = build_request(cfg, task)
+            assert req.pixel_source == "placeholder"
+            old_key = request_key(req.provider, req.model, req.prompt, req.image_id, req.params)
+            await h.inq.put("late", task)
+            stats = await h.drive(visibility_timeout_s=0.3, ack=False)  # answered and stored, then killed
+            assert stats["ok"] >= 1 and len([c for c in app["calls"] if c["status"] == 200]) == 1
+            # the earlier code stored it under the key without the pixel source
+            with h.state.db.transaction() as conn:
+                conn.execute("UPDATE responses SET key = ? WHERE key = ?", (old_key, req.key()))
+                conn.execute("UPDATE reservations SET request_key = ? WHERE request_key = ?", (old_key, req.key()))
+            assert h.state.store.get(old_key) is not None and h.state.store.get(req.key()) is None
+            await asyncio.sleep(0.4)
+            stats = await h.drive()
+            out = h.outputs[-1][1]
+            billed = len([c for c in app["calls"] if c["status"] == 200])
+            spent = h.state.ledger.summary().calls
+            await h.close()
+            return stats, out, billed, spent, old_key
+
+    stats, out, billed, spent, old_key = asyncio.run(asyncio.wait_for(main(), 60))
+    assert stats["ok"] == 1
+    assert stats["ok"] == 1 and out["cached"] is True, (stats, out)
+    assert billed == 1 and spent == 1, (billed, spent)  # no second paid call
+    assert out["cached"] is True and out["request_key"] == old_key  # the stored answer, under its own key
