@@ -124,6 +124,7 @@ def test_a_placeholder_answer_stored_by_the_earlier_code_is_not_paid_again(tmp_p
     settled calls for 6319 requests. The answer stored under the earlier key now answers the task."""
     from test_model_caller_flow import KEY_VALUE, KEY_VAR, SEED, Harness, make_config, payload
 
+    from geoagent.config import estimate
     from geoagent.providers.base import request_key
     from geoagent.sandbox import llm_openai
     from geoagent.workers.model_caller import build_request
@@ -152,11 +153,14 @@ def test_a_placeholder_answer_stored_by_the_earlier_code_is_not_paid_again(tmp_p
             out = h.outputs[-1][1]
             billed = len([c for c in app["calls"] if c["status"] == 200])
             spent = h.state.ledger.summary().calls
+            est = estimate(cfg, [task], store=h.state.store)
             await h.close()
-            return stats, out, billed, spent, old_key
+            return stats, out, billed, spent, old_key, est
 
-    stats, out, billed, spent, old_key = asyncio.run(asyncio.wait_for(main(), 60))
+    stats, out, billed, spent, old_key, est = asyncio.run(asyncio.wait_for(main(), 60))
     assert stats["ok"] == 1
     assert stats["ok"] == 1 and out["cached"] is True, (stats, out)
     assert billed == 1 and spent == 1, (billed, spent)  # no second paid call
     assert out["cached"] is True and out["request_key"] == old_key  # the stored answer, under its own key
+    # and the dry run's estimate counts it as stored (it counted a call to pay)
+    assert (est.cached, est.calls) == (1, 0), (est.cached, est.calls)
