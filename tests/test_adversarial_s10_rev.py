@@ -164,3 +164,25 @@ def test_a_placeholder_answer_stored_by_the_earlier_code_is_not_paid_again(tmp_p
     assert out["cached"] is True and out["request_key"] == old_key  # the stored answer, under its own key
     # and the dry run's estimate counts it as stored (it counted a call to pay)
     assert (est.cached, est.calls) == (1, 0), (est.cached, est.calls)
+
+
+def test_a_short_paid_key_after_its_auth_scheme_is_scrubbed_from_an_error_body():
+    """The HTTP layer scrubs request secrets "from 4 characters on" (``_secrets_of``, as ``redact`` does a paid
+    host's key since this session), but the key behind an auth scheme ("Bearer <key>") was taken apart only from
+    6 characters: a 4-5 character proxy key echoed by the server stayed in the error's excerpt and body. The
+    scheme word itself is no secret (a Graph API "OAuthException" must stay readable)."""
+    key = "k" "9x2q"  # 5 characters
+    headers = {"Authorization": f"Bearer {key}"}
+
+    async def go() -> PermanentHTTPError:
+        async with serve(_echoing_app()) as base, HttpClient(default_policy=FAST) as http:
+            try:
+                await http.request("POST", base + "/refuse", data=f"invalid key {key} (OAuthException)".encode(),
+                                   headers=headers)
+            except PermanentHTTPError as exc:
+                return exc
+        raise AssertionError("no error")
+
+    exc = asyncio.run(go())
+    assert key not in exc.body_excerpt and key not in exc.body and key not in str(exc), exc.body
+    assert "OAuthException" in exc.body

@@ -361,8 +361,11 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
     for k, v in (headers or {}).items():
         if SECRET_HEADER_RE.search(k) and v:
             out.add(str(v))
-            for piece in str(v).split():  # "Bearer sk-..." -> also "sk-..."
-                if len(piece) >= 6:
+            pieces = str(v).split()
+            # "Bearer sk-..." -> also "sk-..." (from 4 characters: a proxy's short key), never the scheme word
+            # ("Bearer", "OAuth": no secret, and an "OAuthException" must stay readable)
+            for piece in pieces[1:] if len(pieces) > 1 else pieces:
+                if len(piece) >= 4:
                     out.add(piece)
     pairs: list[tuple[str, Any]] = list((params or {}).items())
     try:
