@@ -2416,6 +2416,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         simulated models take no model time (0 s); a simulated model behind a local fake is paced by its
         rate alone (:func:`model_time_basis`).
     """
+    from geoagent.providers.base import request_key
     from geoagent.workers.model_caller import build_request
 
     from array import array
@@ -2442,7 +2443,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
             est.repeated += 1
             continue
         seen.add(key)
-        if store is not None and store.has(key):
+        if store is not None and (store.has(key) or (req.pixel_source is not None and store.has(request_key(
+                req.provider, req.model, req.prompt, req.image_id, req.params)))):
+            # (a placeholder request's answer stored by code before pixel_source entered the key is found
+            # under the key without it, as the model caller finds it)
             est.cached += 1
             continue
         me = est.by_model.setdefault(m.name, ModelEstimate(model=m.name))

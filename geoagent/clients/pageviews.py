@@ -6,7 +6,7 @@ with the title's spaces as underscores and every reserved character (``/`` too) 
 Days with zero views are omitted from ``items``; a 404 means no data in the whole range and is read as
 0 views, not a failure. Policy (``pageviews`` default in the crawl settings): descriptive User-Agent,
 a few requests at once; results for past days never change, so each article and window is asked once per
-client (answers kept in memory). After a stop
+client (answers kept in memory, the most recent ``cache_size`` of them). After a stop
 request (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`) no new request is sent: it raises
 :class:`~geoagent.runtime.http.RetriesStopped` (an ``Abandoned``: the caller's task is released untouched).
 """
@@ -14,6 +14,7 @@ request (:meth:`~geoagent.runtime.http.HttpClient.stop_retries`) no new request 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -32,6 +33,10 @@ class PageviewsError(RuntimeError):
 #: so to the HTTP layer, which keeps the meaning with its counts for ``status``
 NO_DATA_MEANING = {404: "articles without views in the date range"}
 NO_DATA_STATUSES = frozenset(NO_DATA_MEANING)
+
+#: answers a :class:`PageviewsClient` keeps in memory by default (the most recent ones; some 300 bytes each, so
+#: about 30 MB at most however long the crawl): a city's sites share most candidates, which are asked close together
+CACHE_ENTRIES = 100_000
 
 _DATE = re.compile(r"^[0-9]{8}([0-9]{2})?$")
 
@@ -62,10 +67,14 @@ class PageviewsClient:
         ``https://wikimedia.org/api/rest_v1`` or a sandbox URL.
     user_agent : str
         Descriptive UA with contact (Wikimedia User-Agent policy).
+    cache_size : int
+        Most answers kept in memory (the most recently asked; default :data:`CACHE_ENTRIES`); an answer dropped
+        from memory is asked again when needed. 0 keeps none.
     """
 
     def __init__(self, http: Any, base_url: str, user_agent: str, *, policy: HostPolicy | None = None,
-                 project: str = "en.wikipedia", access: str = "all-access", agent: str = "user") -> None:
+                 project: str = "en.wikipedia", access: str = "all-access", agent: str = "user",
+                 cache_size: int = CACHE_ENTRIES) -> None:
         self.http = http
         self.base_url = base_url.rstrip("/")
         self.user_agent = user_agent
@@ -73,7 +82,9 @@ class PageviewsClient:
         self.host = host_of(self.base_url)
         #: answers of this client's life by URL: an article's views over a window are asked once (a city's sites
         #: share most of their candidates; past days never change, and Wikimedia asks clients to cache them)
-        self._totals: dict[str, PageviewTotal] = {}
+        #: bounded (cache_size, least recently asked dropped first): one client lives as long as a crawl's process
+        self._totals: OrderedDict[str, PageviewTotal] = OrderedDict()
+        self.cache_size = max(0, int(cache_size))
         if policy is not None:
             http.set_policy(self.host, policy)
 
@@ -86,7 +97,8 @@ class PageviewsClient:
 
     async def total(self, title: str, start: str, end: str) -> PageviewTotal:
         """Sum of daily views of ``title`` from ``start`` to ``end`` (inclusive, ``YYYYMMDD``). The same article
-        and window asked again is answered from memory (one request per URL over the client's life).
+        and window asked again is answered from memory (one request per URL while it is among the client's
+        ``cache_size`` most recent answers).
 
         Raises
         ------
@@ -100,6 +112,7 @@ class PageviewsClient:
         url = self.url(title, start, end)
         known = self._totals.get(url)
         if known is not None:
+            self._totals.move_to_end(url)
             return PageviewTotal(title, known.views, known.days_with_data)
 
         async def not_after_stop() -> None:
@@ -121,5 +134,9 @@ class PageviewsClient:
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 raise PageviewsError(f"pageviews answered an unexpected body: {resp.text[:200]!r}") from None
             total = PageviewTotal(title, views, len(items))
-        self._totals[url] = total
+        if self.cache_size:
+            self._totals[url] = total
+            self._totals.move_to_end(url)
+            while len(self._totals) > self.cache_size:
+                self._totals.popitem(last=False)
         return total

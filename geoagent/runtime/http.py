@@ -368,8 +368,11 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
     for k, v in (headers or {}).items():
         if SECRET_HEADER_RE.search(k) and v:
             out.add(str(v))
-            for piece in str(v).split():  # "Bearer sk-..." -> also "sk-..."
-                if len(piece) >= 6:
+            pieces = str(v).split()
+            # "Bearer sk-..." -> also "sk-..." (from 4 characters: a proxy's short key), never the scheme word
+            # ("Bearer", "OAuth": no secret, and an "OAuthException" must stay readable)
+            for piece in pieces[1:] if len(pieces) > 1 else pieces:
+                if len(piece) >= 4:
                     out.add(piece)
     pairs: list[tuple[str, Any]] = list((params or {}).items())
     try:
@@ -460,6 +463,14 @@ def _scrub(text: str, secrets: list[str]) -> str:
         if s in text:
             text = text.replace(s, "<redacted>")
     return text
+
+
+def _scrub_head(text: str, n: int, secrets: list[str]) -> str:
+    """The first ``n`` characters of ``text`` with ``secrets`` scrubbed. Scrubbed before the cut, over ``n``
+    characters plus the longest secret's length: a secret that straddles the cut is masked whole (cut first, its
+    opening characters no longer matched and stayed in the excerpt)."""
+    longest = max(map(len, secrets), default=0)
+    return _scrub(text[:n + longest], secrets)[:n]
 
 
 def _final(no_retry: Callable[[HttpResponse], bool] | None, resp: HttpResponse) -> bool:
@@ -1483,7 +1494,7 @@ class HttpClient:
                 timeout = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
                 reason = "timeout" if timeout else "connection"
                 hint = _timeout_hint(pol, bool(ctx.sent)) if timeout else None
-                detail = _scrub(exception_text(exc, hint=hint)[:300], secrets)
+                detail = _scrub_head(exception_text(exc, hint=hint), 300, secrets)
                 if ctx.sent and not pol.retry_unknown_outcome:
                     host.count_error("outcome unknown")
                     failure = OutcomeUnknown(shown_url, f"{reason} after the request was sent ({detail})")
@@ -1531,7 +1542,7 @@ class HttpClient:
                 try:
                     validate(resp)
                 except Exception as exc:  # the caller's check: any exception means "bad body, retry"
-                    invalid = _scrub(exception_text(exc)[:300], secrets)
+                    invalid = _scrub_head(exception_text(exc), 300, secrets)
                 if invalid is not None:
                     host.count_error("invalid body")
                     if not pol.retry_unknown_outcome:
@@ -1548,7 +1559,7 @@ class HttpClient:
             host.count_answer(f"http {status}")
             host.stats.last_ok_at = time.time()
             return resp
-        excerpt = _scrub(resp.text[:BODY_EXCERPT_CHARS], secrets)[:BODY_EXCERPT_CHARS]
+        excerpt = _scrub_head(resp.text, BODY_EXCERPT_CHARS, secrets)
         if status in _RETRY_STATUSES or status >= 500:
             retry_after = parse_retry_after(resp_headers.get("Retry-After")) if status in (429, 503) else None
             if retry_after is not None:
@@ -1558,4 +1569,4 @@ class HttpClient:
             host.count_error(f"http {status}")
             raise _Retryable(f"http {status}", excerpt, retry_after_s=retry_after, final=_final(no_retry, resp))
         host.count_error(f"http {status}")
-        raise PermanentHTTPError(status, shown_url, excerpt, _scrub(resp.text[:BODY_KEEP_CHARS], secrets)[:BODY_KEEP_CHARS])
+        raise PermanentHTTPError(status, shown_url, excerpt, _scrub_head(resp.text, BODY_KEEP_CHARS, secrets))

@@ -409,9 +409,14 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
                 calls.append(k)
                 call_keys.update(changed_keys(b, n, k))
             continue
+        # a scoring key the earlier manifest lacks (its code had no such setting, e.g. [geohint] n_boot before
+        # it could be set: 200 resamples) reads as the section's default, so an upgrade reports no change
+        defaults = _section_values(k, None)
+        defaults = defaults if isinstance(defaults, dict) else {}
         for key in sorted(keys):
-            if b.get(key) != n.get(key):
-                scoring[f"{k}.{key}"] = (b.get(key), n.get(key))
+            old_value = b[key] if key in b else defaults.get(key)
+            if old_value != n.get(key):
+                scoring[f"{k}.{key}"] = (old_value, n.get(key))
         rest_b = {x: v for x, v in b.items() if x not in keys}
         rest_n = {x: v for x, v in n.items() if x not in keys}
         if rest_b != rest_n:

@@ -188,7 +188,7 @@ import anyio
 
 from geoagent import constants as C
 from geoagent.config import image_size_px, reservation_usd
-from geoagent.providers.base import PLACEHOLDER_PIXELS, ModelRequest, ModelResponse, ProviderError
+from geoagent.providers.base import PLACEHOLDER_PIXELS, ModelRequest, ModelResponse, ProviderError, request_key
 from geoagent.runtime.http import (
     OutcomeUnknown,
     PermanentHTTPError,
@@ -1113,6 +1113,16 @@ class ModelCaller(Stage):
         ledger, store = ctx.get("ledger"), ctx.get("store")
         params = request.params
         key = request.key()
+        if request.pixel_source is not None:
+            # code before the pixel source entered the key (up to a192796) stored a placeholder request's answer
+            # under the key without it: a task that code answered but did not acknowledge (killed in between) is
+            # answered from that stored answer, not paid again (the message names the key it is stored under).
+            # That key is also the same request's with the photo: an answer about the photo (sent before its
+            # file went missing) answers the placeholder task too, never the other way round
+            legacy = request_key(request.provider, request.model, request.prompt, request.image_id, params)
+            stored = await store.aget(legacy)
+            if stored is not None:
+                return [self._message(task, legacy, m, request, stored, cost_usd=None, cached=True)]
 
         async with self._one_call_per_key(key):
             # the worst case counts an image by its id (at image_input_tokens) until its bytes are loaded
