@@ -16,7 +16,7 @@ Example::
                                   # an image without a file there: see [images] missing (geoagent.image_files)
     report_interval_s = 5.0       # live report refresh
     n_boot = 1000                 # bootstrap replicates over sites for the 95 % CIs of the report (0 = none)
-    boot_seed = 0                 # seed of those replicates (recorded in the report)
+    boot_seed = 0                 # seed of those replicates (an integer >= 0; recorded in the report)
     live_n_boot = 200             # optional: replicates for the live refresh (default: n_boot; about 0.1 s
                                   # per 1000 replicates at 100 sites x 6 columns)
 
@@ -51,7 +51,9 @@ class GeoVerifySettings(BaseModel):
     image_root: str | None = None
     report_interval_s: float = Field(5.0, ge=0)
     n_boot: int = Field(1000, ge=0, description="site-bootstrap replicates for the final report's 95 % CIs")
-    boot_seed: int = 0
+    #: seed of those replicates (recorded in the report); an integer >= 0, as ``[geohint] boot_seed``: numpy's
+    #: generator takes no negative seed, so a negative one is refused at load rather than at report time
+    boot_seed: int = Field(0, ge=0, description="seed of the site-bootstrap replicates (an integer >= 0)")
     live_n_boot: int | None = Field(None, ge=0, description="replicates for the live refresh; None = n_boot")
 
 
