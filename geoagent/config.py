@@ -58,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from geoagent import constants as C
 from geoagent.paths import safe_name
+from geoagent.runtime.errors import PicklableError
 
 PROVIDER_KINDS = ("openai", "anthropic", "gemini", "replay", "simulated")
 CAMPAIGN_KINDS = ("geoverify", "geohint", "crawl", "generic")
@@ -156,8 +157,11 @@ def is_local_host(hostname: str | None) -> bool:
     return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified
 
 
-class ConfigError(ValueError):
-    """The campaign file cannot be used. ``problems`` lists one ``key path: message`` line per error."""
+class ConfigError(PicklableError, ValueError):
+    """The campaign file cannot be used. ``problems`` lists one ``key path: message`` line per error.
+
+    Picklable (:class:`~geoagent.runtime.errors.PicklableError`): ``source`` and ``problems`` travel; a problem
+    line names a key path and what was expected, never a value the file gave for a credential."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source

@@ -31,3 +31,97 @@ def test_geoverify_boot_seed_is_refused_below_zero_at_load_naming_the_key(tmp_pa
         with pytest.raises(ConfigError) as err:
             config_from_dict(_gv_doc(tmp_path, boot_seed=bad))
         assert "geoverify.boot_seed" in str(err.value)
+
+
+# --- 2. the remaining exceptions with required arguments survive pickle ---------------------------------
+#: built from parts so no key-shaped literal sits in the source
+PROVIDER_KEY = "sk" + "-" + "PICKLESECRET" + "0123456789abcdef"
+
+
+def _roundtrip(exc: BaseException) -> BaseException:
+    import pickle
+
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is type(exc)
+    assert str(back) == str(exc) and back.args == exc.args
+    nested = {k for k, v in vars(exc).items() if isinstance(v, BaseException)}   # exceptions compare by identity
+    assert {k: v for k, v in vars(back).items() if k not in nested} == {k: v for k, v in vars(exc).items() if k not in nested}
+    for k in nested:
+        assert type(getattr(back, k)) is type(getattr(exc, k)) and vars(getattr(back, k)) == vars(getattr(exc, k))
+    return back
+
+
+def _picklable_cases() -> list[BaseException]:
+    from geoagent.config import ConfigError
+    from geoagent.providers.base import ModelResponse, Usage
+    from geoagent.providers.errors import ContentBlocked, MalformedResponse, ReplayMiss, ReplayRecordedError
+    from geoagent.runtime.ledger import BudgetExhausted
+    from geoagent.workers import model_caller as mc
+
+    refusal = BudgetExhausted(0.25, 1.5, 0.125, 0.5, 2.0)
+    cached = ModelResponse(text="{}", usage=Usage(3, 4), finish_reason="stop", provider_model="m", latency_s=0.5)
+    return [
+        ConfigError("run.toml", ["geoverify.boot_seed: expected >= 0", "budget.cap_usd: expected > 0"]),
+        MalformedResponse("openai", "no choices[0]", '{"choices": []}', Usage(10, 2)),
+        ContentBlocked("gemini", "SAFETY", Usage(5, 0)),
+        ReplayMiss("abc123", "replay.jsonl", "model m"),
+        ReplayRecordedError("abc123", "replay.jsonl", "http 500"),
+        refusal,
+        mc.AuthStop(mc.AuthFailure(model="m", status=401, api_key_env="OPENAI_API_KEY", failures=5)),
+        mc.HostStop(mc.HostDown(host="127.0.0.1:9", streak=5, last="connection refused", models=["m"]), "m"),
+        mc._Unreachable("127.0.0.1:9", 3, "connection refused", 2, streak_id=4),
+        mc._AuthFailed(401, "invalid key"),
+        mc._NotSent(refusal=refusal),
+        mc._NotSent(cached=cached),
+        mc._NotSent(elsewhere=True),
+    ]
+
+
+@pytest.mark.parametrize("exc", _picklable_cases(), ids=lambda e: type(e).__name__)
+def test_remaining_errors_pickle_roundtrip(exc):
+    """Before: TypeError on unpickling (``cls(message)`` missed required arguments), or for ``_NotSent`` the
+    message landed in ``cached``."""
+    back = _roundtrip(exc)
+    if type(exc).__name__ == "BudgetExhausted":
+        assert (back.requested_usd, back.spent_usd, back.cap_usd) == (0.25, 1.5, 2.0)
+
+
+def test_provider_errors_from_a_real_answer_pickle_without_the_key():
+    """Two real Gemini calls with the key in their header: the fake blocking the prompt, and a server that echoes
+    the key in its block reason. ``generate`` raises ContentBlocked, for the echo a copy with the key masked,
+    made without ``__init__`` (it pickled by ``cls(message)`` before: TypeError); the live error and its
+    pickled bytes hold no key, and it round-trips."""
+    import asyncio
+    import pickle
+
+    from aiohttp import web
+
+    from geoagent.providers import ContentBlocked, ModelRequest, ProviderSettings, make_provider
+    from geoagent.runtime.http import HostPolicy, HttpClient
+    from geoagent.sandbox import llm_gemini
+    from geoagent.sandbox.server import serve
+
+    policy = HostPolicy(rate=1000, concurrency=4, max_attempts=2, backoff_base_s=0.005, backoff_max_s=0.01, timeout_s=5.0)
+    req = ModelRequest(provider="gemini", model="test-model", prompt="please [[sandbox:block]] this",
+                       params={"max_output_tokens": 20})
+
+    async def echo(request: web.Request) -> web.Response:
+        return web.json_response({"promptFeedback": {"blockReason": "OTHER for key " + request.headers["x-goog-api-key"]},
+                                  "usageMetadata": {"promptTokenCount": 5, "totalTokenCount": 5}})
+
+    async def call(app: web.Application) -> BaseException:
+        async with serve(app) as url, HttpClient(default_policy=policy) as http:
+            prov = make_provider(ProviderSettings(kind="gemini", model="test-model", base_url=url, api_key=PROVIDER_KEY), http)
+            with pytest.raises(ContentBlocked) as ei:
+                await prov.generate(req)
+            return ei.value
+
+    echo_app = web.Application()
+    echo_app.router.add_post("/v1beta/models/{name}", echo)
+    errs = [asyncio.run(call(llm_gemini.make_app(api_keys=(PROVIDER_KEY,)))), asyncio.run(call(echo_app))]
+    assert "OTHER for key" in str(errs[1])          # the echo's text is kept, the key in it masked
+    for err in errs:
+        assert PROVIDER_KEY not in repr(vars(err)) and PROVIDER_KEY not in str(err)
+        assert PROVIDER_KEY.encode() not in pickle.dumps(err)
+        back = _roundtrip(err)
+        assert back.retryable is False and back.reason == err.reason

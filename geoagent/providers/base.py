@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 import orjson
 
+from geoagent.runtime.errors import PicklableError
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
@@ -158,8 +160,12 @@ class ModelResponse:
         )
 
 
-class ProviderError(RuntimeError):
-    """A provider-level failure that is not a transport error (e.g. a malformed success body)."""
+class ProviderError(PicklableError, RuntimeError):
+    """A provider-level failure that is not a transport error (e.g. a malformed success body).
+
+    Picklable, subclasses too (:class:`~geoagent.runtime.errors.PicklableError`): the message and the attributes
+    the constructor set travel; :meth:`~geoagent.providers.http_base.HttpProvider.generate` masks the API key in a raised error's message and
+    attributes first (an unpickled copy of that masked copy holds no key either)."""
 
 
 class Provider(abc.ABC):

@@ -44,6 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.procs import proc_start, process_alive
 from geoagent.runtime.sqlite_wal import enable_wal
 from geoagent.runtime.stage import BudgetStop
@@ -70,10 +71,11 @@ class LedgerError(RuntimeError):
     """Misuse of the ledger (unknown reservation id, corrupt state)."""
 
 
-class BudgetExhausted(BudgetStop):
+class BudgetExhausted(PicklableError, BudgetStop):
     """Reserving this call could push spend past the cap. The model caller turns it into ``BudgetStop``.
 
     Attributes are in USD: ``requested_usd``, ``spent_usd``, ``unknown_usd``, ``reserved_usd``, ``cap_usd``.
+    Picklable (:class:`~geoagent.runtime.errors.PicklableError`): the five amounts travel.
     """
 
     def __init__(self, requested_usd: float, spent_usd: float, unknown_usd: float, reserved_usd: float, cap_usd: float):

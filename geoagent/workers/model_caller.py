@@ -197,6 +197,7 @@ from geoagent.runtime.http import (
     exception_text,
     host_key,
 )
+from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, Missing, PermanentFailure, Stage,
@@ -287,9 +288,10 @@ class AuthFailure:
         return f"authentication failed for model {self.model} (HTTP {self.status}): {what}"
 
 
-class AuthStop(Held):
+class AuthStop(PicklableError, Held):
     """A model's authentication breaker is open: hold the task untouched (nothing sent) while the other
-    models' tasks go on; ``model`` names the refused model."""
+    models' tasks go on; ``model`` names the refused model. Picklable (message and ``model`` travel; the
+    message names the key's variable, never its value)."""
 
     def __init__(self, failure: AuthFailure) -> None:
         super().__init__(failure.message())
@@ -400,9 +402,10 @@ class HostDown:
                 f"{quoted} / is the server running?")
 
 
-class HostStop(Held):
+class HostStop(PicklableError, Held):
     """The unreachable-host breaker of a model's host is open: hold the task untouched (nothing sent) while
-    the other models' tasks go on; ``model`` names the model, ``host`` its host."""
+    the other models' tasks go on; ``model`` names the model, ``host`` its host. Picklable (the attributes
+    travel, :class:`~geoagent.runtime.errors.PicklableError`)."""
 
     def __init__(self, down: HostDown, model: str) -> None:
         super().__init__(f"{down.message()}; its requests are held unsent")
@@ -617,9 +620,9 @@ class HostBreaker:
         return [ln + "; re-run the same command to resume" for ln in lines]
 
 
-class _Unreachable(Exception):
+class _Unreachable(PicklableError, Exception):
     """A model call could not reach its host on any attempt and nothing was billed (reservation released);
-    ``handle`` asks the host breaker what next."""
+    ``handle`` asks the host breaker what next. Picklable, as the other errors of this module."""
 
     def __init__(self, host: str, streak: int, last: str, attempts: int, streak_id: int = 0) -> None:
         super().__init__(f"host {host} unreachable after {count_text(attempts, 'attempt')}: {last}")
@@ -630,10 +633,11 @@ class _Unreachable(Exception):
         self.streak_id = streak_id  # RetriesExhausted.streak_id: which run of unreachable requests
 
 
-class _NotSent(Exception):
+class _NotSent(PicklableError, Exception):
     """Raised by a :class:`_SendGate` to abandon a request unsent: ``cached`` (the stored response),
     ``refusal`` (the ledger's :class:`BudgetExhausted`) or ``elsewhere`` (the same request key is in
-    flight in another process of the campaign) is set."""
+    flight in another process of the campaign) is set. Picklable: the three attributes travel as set
+    (re-running ``__init__`` with the message put it in ``cached``)."""
 
     def __init__(self, cached: ModelResponse | None = None, refusal: BudgetExhausted | None = None,
                  elsewhere: bool = False) -> None:
@@ -648,8 +652,9 @@ class _NotSent(Exception):
 _ELSEWHERE = object()
 
 
-class _AuthFailed(Exception):
-    """A model call answered 401/403 (reservation already closed); ``handle`` asks the breaker what next."""
+class _AuthFailed(PicklableError, Exception):
+    """A model call answered 401/403 (reservation already closed); ``handle`` asks the breaker what next.
+    Picklable: ``status`` and ``reason`` travel."""
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
