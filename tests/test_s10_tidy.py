@@ -125,3 +125,58 @@ def test_provider_errors_from_a_real_answer_pickle_without_the_key():
         assert PROVIDER_KEY.encode() not in pickle.dumps(err)
         back = _roundtrip(err)
         assert back.retryable is False and back.reason == err.reason
+
+
+# --- 3. GeoHint export: context answers without a hint distance are not scored ------------------------------
+def test_geohint_export_marks_answers_without_a_hint_distance_unscored_and_reproduces_the_report(tmp_path):
+    """Model m, forced: 4 answers with a hint distance (2 hits, 1 echo), 2 context answers whose reference point
+    has no hint distance (both hits and echoes: the report leaves them out of every table), 1 answer cut off with
+    nothing parsed and no hint distance (a no-answer: counted in the table 'cutoff', scored), and 2 baseline
+    answers (no reference point: scored). Before: the two were ``scored`` True with their hits and echoes, so the
+    export's forced hit rate was 4 / 6 against the report's 2 / 4."""
+    import polars as pl
+
+    from test_cutoff_loose_ends import _cfg, _payload
+
+    from geoagent.geohint.aggregate import NO_HINT_DISTANCE
+    from geoagent.geohint.campaign import GeoHintCampaign, aggregate_from_store
+    from geoagent.geohint.stages import SCORED_TABLE, score_located
+    from geoagent.runtime.store import open_campaign_state
+    from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF
+
+    cfg = _cfg(tmp_path)
+    rows = {f"k{i}": score_located(f"k{i}", _payload(i, finish_reason="stop", parsed=True, hit=i < 2, echo=i < 1))
+            for i in range(4)}
+    for i in (4, 5):
+        lost = _payload(i, finish_reason="stop", parsed=True, hit=True, echo=True)
+        lost["meta"]["dist_km"] = None            # a reference point not in the site's ladder
+        rows[f"k{i}"] = score_located(f"k{i}", lost)
+    cut = _payload(6, finish_reason="length", parsed=False)
+    cut["meta"]["dist_km"] = None
+    rows["k6"] = score_located("k6", cut)
+    for i in (7, 8):
+        base = _payload(i, finish_reason="stop", parsed=True, hit=i == 7)
+        base["meta"].update(condition="baseline", ref_qid=None, ref_name=None, band=None, tier=None, dist_km=None)
+        rows[f"k{i}"] = score_located(f"k{i}", base)
+    assert rows["k4"].hit is True and rows["k4"].echo is True
+    with open_campaign_state("gh-na", root=tmp_path / "state", cap_usd=0.0) as st:
+        for k, r in rows.items():
+            st.store.put_result(SCORED_TABLE, k, r.to_json())
+        agg = aggregate_from_store(st.store)
+        GeoHintCampaign().export(cfg, st.store)
+    c = agg.select(model="m", condition="forced")
+    assert (c.n, c.hits, c.echoes, agg.n_without_ladder_point, agg.n_no_answer()) == (4, 2, 1, 2, 1)
+    df = pl.read_parquet(cfg.state_dir() / "geohint_scored.parquet").sort("key")
+    by_key = {r["key"]: r for r in df.iter_rows(named=True)}
+    for k in ("k4", "k5"):
+        assert by_key[k]["scored"] is False and by_key[k]["extra.left_out"] == NO_HINT_DISTANCE
+        assert by_key[k]["hit"] is True       # the stored values stay, for who wants them
+    assert by_key["k6"]["scored"] is True and by_key["k6"]["extra.no_answer"] == NO_ANSWER_CUT_OFF
+    for k in ("k0", "k1", "k2", "k3", "k6", "k7", "k8"):
+        assert by_key[k]["scored"] is True and by_key[k]["extra.left_out"] is None
+    forced = df.filter(pl.col("scored") & (pl.col("condition") == "forced"))
+    assert forced["hit"].count() == c.n and forced["hit"].mean() == pytest.approx(c.hit_rate) == 0.5
+    assert forced["echo"].mean() == pytest.approx(c.echo_rate) == pytest.approx(1 / 4)
+    assert df.filter(pl.col("scored"))["hit"].count() == agg.select().n == 6
+    csv = pl.read_csv(cfg.state_dir() / "geohint_scored.csv", infer_schema_length=None)
+    assert csv.filter(~pl.col("scored")).height == 2

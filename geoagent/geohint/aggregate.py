@@ -86,6 +86,18 @@ CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition
 PairKey = tuple[str, str, str, int]  # model, image, reference point, repeat
 BANDS = LADDER_BAND_LABELS
 ERROR_FLOOR_KM = 1e-3  # kept for importers; no longer used: zero errors are dropped, not floored
+#: why the report leaves a context answer out of every table although it is an answer: its reference point has no
+#: hint distance (:func:`without_hint_distance`); the ``geohint_scored`` export's ``extra.left_out`` (null on
+#: every other row), whose ``scored`` is then False (:func:`geoagent.geohint.stages.export_rows`)
+NO_HINT_DISTANCE = "reference point not in the site's ladder: no hint distance"
+
+
+def without_hint_distance(ref_qid: object, ref_name: object, dist_km: object) -> bool:
+    """Whether a scored GeoHint answer is a context answer (a reference point named: ``ref_qid`` or ``ref_name``
+    not None) with no hint distance (``dist_km`` None: its QID is not in the site's ladder). Such an answer is
+    left out of every statistic (module doc, row rules; the release's ``analysis/two_regimes.py`` ``load()``
+    drops these rows) unless it is a no-answer, which the table ``cutoff`` counts first."""
+    return (ref_qid is not None or ref_name is not None) and dist_km is None
 
 
 @dataclass(slots=True)
@@ -276,7 +288,7 @@ class GeoHintAggregator:
         if is_no_answer(finish_reason, bool(r.parse_ok)):
             self.no_answer[tk] = self.no_answer.get(tk, 0) + 1  # no answer: in no other statistic (module doc)
             return True
-        if r.has_context and r.dist_km is None:
+        if without_hint_distance(r.ref_qid, r.ref_name, r.dist_km):
             self.n_without_ladder_point += 1  # not in the site's ladder: out of every table (module doc)
             return True
         echo, rule = self._echo_of(r)

@@ -341,7 +341,9 @@ class GeoHintCampaign(CampaignKind):
         output-token limit with nothing parsed (no answer, :func:`geoagent.scoring.truncation.is_no_answer`; only
         the table ``cutoff`` counts it) has ``hit`` and ``echo`` null and its reason in ``extra.no_answer``
         (:func:`geoagent.geohint.stages.as_no_answer`, also for rows stored before the scorer wrote them so), so
-        Polars' ``mean`` and ``count`` of ``hit`` and ``echo`` skip it as the report does; answers of sites or
+        Polars' ``mean`` and ``count`` of ``hit`` and ``echo`` skip it as the report does; a context answer whose
+        reference point has no hint distance, which the report leaves out of every table, is marked False with
+        the reason in ``extra.left_out`` (:func:`geoagent.geohint.stages.export_rows`); answers of sites or
         models an earlier plan held stay in the export, marked False."""
         from geoagent.runtime.export import export_all
         from geoagent.runtime.scope import read_plan_keys

@@ -49,7 +49,7 @@ from geoagent import constants as C
 from geoagent import paths
 from geoagent.data.model import ContextLadder, Image, Site
 from geoagent.geo import haversine_km
-from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.aggregate import NO_HINT_DISTANCE, GeoHintAggregator, without_hint_distance
 from geoagent.geohint.conditions import Condition, PromptBook
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, check_echo_rule, echo_by_rule
 from geoagent.geohint.parse import parse_answer
@@ -282,13 +282,24 @@ def as_no_answer(row: dict[str, Any]) -> dict[str, Any]:
 
 def export_rows(scope: ScoredScope, store: Any) -> Any:
     """The ``geohint_scored`` export's ``rows_hook`` (:func:`geoagent.runtime.export.export_table`): each
-    ``(key, row)`` with the ``scored`` column of ``scope`` (:meth:`ScoredScope.mark`: True exactly for the rows
-    the report counts), the finish reason from ``store`` where the row lacks it (as the report reads it) and a
-    no-answer stored as one (:func:`as_no_answer`). Lazy, in store order; nothing stored is changed."""
+    ``(key, row)`` with the ``scored`` column of ``scope`` (:meth:`ScoredScope.mark`: the current plan's rows),
+    the finish reason from ``store`` where the row lacks it (as the report reads it) and a no-answer stored as one
+    (:func:`as_no_answer`). A context answer whose reference point has no hint distance
+    (:func:`geoagent.geohint.aggregate.without_hint_distance`; not a no-answer, which the table ``cutoff``
+    counts) is left out of every table by the report, so its ``scored`` is False and ``extra["left_out"]`` says
+    why (:data:`~geoagent.geohint.aggregate.NO_HINT_DISTANCE`; its stored ``hit`` and ``echo`` are kept): the
+    ``scored`` column is True exactly for the rows the report counts. Lazy, in store order; nothing stored is
+    changed."""
 
     def hook(rows: Iterable[tuple[str, dict[str, Any]]]) -> Any:
         for key, row in scope.mark(rows):
-            yield key, as_no_answer(_fill_finish_reason(row, store))
+            row = as_no_answer(_fill_finish_reason(row, store))
+            extra = row.get("extra")
+            if (isinstance(extra, dict) and extra.get("no_answer") is None
+                    and without_hint_distance(row.get("ref_qid"), row.get("ref_name"), row.get("dist_km"))):
+                row["scored"] = False
+                extra["left_out"] = NO_HINT_DISTANCE
+            yield key, row
 
     return hook
 

@@ -59,7 +59,7 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "extra.request_key": pl.String, "extra.sample_rate": pl.Float64, "extra.qid": pl.String,
         "extra.parse_error": pl.String, "extra.raw": pl.String, "extra.finish_reason": pl.String,
         "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String, "extra.no_answer": pl.String,
-        "scored": pl.Boolean,
+        "extra.left_out": pl.String, "scored": pl.Boolean,
     },
     # geoagent.campaigns.generic.Collector
     "results": {
