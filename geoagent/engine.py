@@ -2349,8 +2349,16 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             "Raise cap_usd or plan fewer requests to run them all even at their worst case."
         )
         cap_word = "cap left" if spent > 0 else "cap"
-        dispatch = ("simulated as the run dispatches them: in queue order, each model at its own concurrency, rate "
-                    "and expected_latency_s; each call reserves its worst case and settles at its expected cost")
+        from geoagent.config import _caller_lanes  # the model caller's lanes, as simulate_dispatch replays them
+
+        lanes = _caller_lanes(cfg)
+        lane_part = ("" if lanes is None else
+                     ", each model in its own lane (at most " + ", ".join(f"{n} {c}" for n, c in lanes.items())
+                     + " of its requests handled at once; a full lane's next requests wait while the other lanes' "
+                     "go on, so a model held back by its own limits does not hold back the others)")
+        dispatch = ("simulated as the run dispatches them: in queue order" + lane_part + ", each model at its own "
+                    "concurrency, rate and expected_latency_s; each call reserves its worst case and settles at its "
+                    "expected cost")
         if est.calls_before_cap is not None and est.calls_before_cap >= est.calls:
             # every call fits at the expected cost: the run stops at the cap only if calls cost more than that
             lines.append(

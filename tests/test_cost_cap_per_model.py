@@ -123,6 +123,12 @@ def test_dry_run_counts_calls_per_model_before_the_cap_in_queue_order():
     lines = estimate_lines(est, cfg)
     text = "\n".join(lines)
     assert "the run would stop at the cap (exit 4) after about 23 of the 80 calls, per model: a 23 of 40, ge 0 of 40" in text
+    # the text says how the stop was simulated, with the lanes that gave ge its tasks from the start
+    assert ("(simulated as the run dispatches them: in queue order, each model in its own lane (at most a 12, ge 12 "
+            "of its requests handled at once; a full lane's next requests wait while the other lanes' go on, so a "
+            "model held back by its own limits does not hold back the others), each model at its own concurrency, "
+            "rate and expected_latency_s; each call reserves its worst case and settles at its expected cost; the "
+            "first call whose worst case no longer fits next to the settled spend stops the run)") in text
     assert "!!! WARNING: before the cap, ge has no answer (0 of 40 planned calls)" in text
     # the old average-based figure is still there, labelled as a bound: 80 x 0.0155 / 0.44 = 2.8 -> 2
     assert ("bounds: even if every call cost its worst case, the cap pays for about 2 of the 80 calls "
@@ -170,6 +176,8 @@ concurrency = 1
     text = dry.summary()
     assert dry.exit_code == 0  # the dry run exits 0 or 2 (README), never the run's 4
     assert "would stop at the cap" not in text and "exit 4" not in text
+    # one model: no lanes, and the text names none
+    assert "lane" not in text
     assert ("all 40 calls fit at their expected cost (simulated as the run dispatches them: in queue order, each "
             "model at its own concurrency, rate and expected_latency_s; each call reserves its worst case and "
             "settles at its expected cost); the run would reach the cap only if calls cost more than expected, "
