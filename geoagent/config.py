@@ -1861,7 +1861,8 @@ class Estimate:
     duration_s: float = 0.0
     cap_usd: float = 0.0
     #: USD the campaign's ledger has already booked against the cap by earlier runs (settled + unknown outcome,
-    #: :attr:`geoagent.runtime.ledger.LedgerSummary.total_usd`); the calls to make share ``cap_usd`` minus it
+    #: :attr:`geoagent.runtime.ledger.LedgerSummary.total_usd`, and the dry run adds the open reservations of
+    #: processes that are gone, ``gone_usd``); the calls to make share ``cap_usd`` minus it
     spent_usd: float = 0.0
     by_model: dict[str, ModelEstimate] = field(default_factory=dict)
     #: over the cap only: the calls the run would make before the cap stops it (:func:`simulate_dispatch`)
@@ -1874,6 +1875,10 @@ class Estimate:
     queued_earlier: int = 0
     #: queued tasks the plan no longer holds, which the run sets aside unsent (:func:`geoagent.engine.set_aside_unplanned`)
     superseded_earlier: int = 0
+    #: set by the dry run (:func:`geoagent.engine.gone_reservations`): open reservations of processes that are gone
+    #: (a crashed run's calls in flight; USD and count), included in ``spent_usd`` as the run's recovery books them
+    gone_usd: float = 0.0
+    gone_calls: int = 0
     #: the planned calls to make, in queue order: model index (into ``by_model``), expected and worst USD
     _order: Any = field(default=None, repr=False)
 
@@ -1906,6 +1911,8 @@ class Estimate:
             "dead_earlier": self.dead_earlier,
             "queued_earlier": self.queued_earlier,
             "superseded_earlier": self.superseded_earlier,
+            "gone_usd": self.gone_usd,
+            "gone_calls": self.gone_calls,
             "by_model": {k: vars_of(v) for k, v in self.by_model.items()},
         }
 

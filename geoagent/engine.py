@@ -2186,9 +2186,11 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         ]
     else:
         payloads, earlier = run_would_handle(cfg, kind, messages)
+        gone_usd, gone_calls = gone_reservations(ctx.get("ledger"))
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
                        image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")))
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
+        est.gone_usd, est.gone_calls = gone_usd, gone_calls
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
     if out.exit_code == EXIT_CONFIG:  # the last line says why the exit is 2
@@ -2198,15 +2200,28 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
 
 
 def booked_usd(ledger: Any) -> float:
-    """USD the campaign's ledger already counts against the cap: settled spend + unknown-outcome spend of
-    earlier runs (:attr:`geoagent.runtime.ledger.LedgerSummary.total_usd`); 0.0 without a ledger.
+    """USD the campaign's ledger already counts against the cap when a run starts: settled spend + unknown-outcome
+    spend of earlier runs (:attr:`geoagent.runtime.ledger.LedgerSummary.total_usd`), plus the open reservations
+    of processes that are gone (a crashed run's calls in flight, :func:`gone_reservations`), which the run's
+    start-up recovery turns into unknown-outcome spend; 0.0 without a ledger.
 
-    A read (:meth:`geoagent.runtime.ledger.Ledger.summary`): the dry run starts its cap check and its dispatch
-    replay from it, as the run's reservations do, and changes nothing in ``state/``.
+    Reads only (:meth:`geoagent.runtime.ledger.Ledger.summary`, :meth:`~geoagent.runtime.ledger.Ledger.gone_open`):
+    the dry run starts its cap check and its dispatch replay from it, as the run's reservations do, and changes
+    nothing in ``state/`` (the gone owners' reservations stay open until a run recovers them).
     """
     if ledger is None:
         return 0.0
-    return float(ledger.summary().total_usd)
+    return float(ledger.summary().total_usd) + gone_reservations(ledger)[0]
+
+
+def gone_reservations(ledger: Any) -> tuple[float, int]:
+    """``(USD, count)`` of the ledger's open reservations whose owner process is gone (by the ledger's own
+    liveness rule, :meth:`geoagent.runtime.ledger.Ledger.gone_open`): spend a crashed run booked that the next
+    run counts as unknown outcome. Read-only; ``(0.0, 0)`` without a ledger."""
+    if ledger is None:
+        return 0.0, 0
+    usd_gone, n = ledger.gone_open()
+    return float(usd_gone), int(n)
 
 
 def run_would_handle(cfg: Any, kind: CampaignKind, messages: Sequence[Message]
@@ -2329,8 +2344,11 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         if est.repeated else [])
     spent = getattr(est, "spent_usd", 0.0)
     left = max(0.0, est.cap_usd - spent)
+    gone_usd, gone_calls = getattr(est, "gone_usd", 0.0), getattr(est, "gone_calls", 0)
+    gone_part = (f", with ${gone_usd:.4f} reserved by {gone_calls} call(s) of a run that is gone (crashed), which "
+                 "the run counts as unknown-outcome spend" if gone_calls else "")
     spent_part = (f" (${spent:.4f} already spent by earlier runs of this campaign: settled + unknown outcome, "
-                  f"in its ledger; ${left:.4f} left for these calls)" if spent > 0 else "")
+                  f"in its ledger{gone_part}; ${left:.4f} left for these calls)" if spent > 0 else "")
     lines.append(
         f"  total: {est.calls} calls to make" + (f" ({'; '.join(left_out)})" if left_out else "")
         + f", ${est.cost_usd:.4f} expected, "

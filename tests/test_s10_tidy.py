@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from geoagent.campaigns import register_all_sections
@@ -180,3 +182,108 @@ def test_geohint_export_marks_answers_without_a_hint_distance_unscored_and_repro
     assert df.filter(pl.col("scored"))["hit"].count() == agg.select().n == 6
     csv = pl.read_csv(cfg.state_dir() / "geohint_scored.csv", infer_schema_length=None)
     assert csv.filter(~pl.col("scored")).height == 2
+
+
+# --- 5. the dry run counts the open reservations of a run that is gone ------------------------------------
+GONE_MODELS = """
+[[models]]
+name = "a"
+provider = "simulated"
+model = "a-1"
+price_output_usd_per_mtok = 10.0
+max_output_tokens = 100
+expected_output_tokens = 11
+concurrency = 1
+"""
+
+_HOLDER = r"""
+import sys, time
+from geoagent.runtime.store import open_campaign_state
+name, root, cap = sys.argv[1], sys.argv[2], sys.argv[3]
+state = open_campaign_state(name, root=root, cap_usd=float(cap) if cap else None, recover=False)
+state.ledger.reserve("crashed-call-1", 0.004, model="a")
+state.ledger.reserve("crashed-call-2", 0.002, model="a")
+print("reserved", flush=True)
+time.sleep(600)
+"""
+
+
+def _kill_holder(cfg, cap_usd: float | None) -> None:
+    """A real child process opens the campaign's ledger, reserves $0.004 + $0.002 (two calls in flight) and is
+    SIGKILLed: its reservations stay open, its owner record names a pid that no longer runs. ``cap_usd``: the
+    cap the child's run stores (None: the stored one)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, cfg.name, str(cfg.state_root()),
+                             "" if cap_usd is None else repr(cap_usd)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "reserved"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _open_reservations(db: Path) -> list[tuple[str, str]]:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT request_key, state FROM reservations ORDER BY request_key").fetchall()
+    finally:
+        con.close()
+
+
+def test_dry_run_counts_open_reservations_of_a_sigkilled_process_without_writing(tmp_path):
+    """Before: the dry run read settled + unknown spend only ($0): 10 calls at worst $0.001 under a cap of
+    $0.012 were "(within cap)", though the run's start-up books the dead child's $0.006 as unknown outcome
+    first and then has $0.006 for $0.010 of worst cases."""
+    import anyio
+
+    from _model_harness import generic_campaign
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+
+    cfg = load_config(generic_campaign(tmp_path, name="gone", n=10, models=GONE_MODELS, cap_usd=0.012))
+    _kill_holder(cfg, 0.012)
+    db = cfg.state_dir() / "campaign.sqlite"
+    assert _open_reservations(db) == [("crashed-call-1", "open"), ("crashed-call-2", "open")]
+
+    dry = anyio.run(lambda: run_campaign(cfg, simulate=True, live=False, handle_signals=False))
+    text = dry.summary()
+    assert dry.exit_code == 0
+    assert ("$0.0060 already spent by earlier runs of this campaign: settled + unknown outcome, in its ledger, "
+            "with $0.0060 reserved by 2 call(s) of a run that is gone (crashed), which the run counts as "
+            "unknown-outcome spend; $0.0060 left for these calls)") in text
+    assert "(OVER cap)" in text and "(within cap)" not in text
+    # read-only: the gone owner's reservations are still open (only a run's recovery closes them)
+    assert _open_reservations(db) == [("crashed-call-1", "open"), ("crashed-call-2", "open")]
+
+    # the run agrees: its recovery books the $0.006 as unknown outcome, and it counts against the cap
+    run = anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, export=False))
+    assert run.spend["unknown_usd"] == pytest.approx(0.006)
+    assert [s for _, s in _open_reservations(db) if _.startswith("crashed")] == ["unknown", "unknown"]
+
+
+def test_gone_open_counts_only_dead_owners_by_the_ledger_rule(tmp_path):
+    """A live owner's open reservation (this process's own ledger) is not counted; the killed child's are."""
+    from geoagent.runtime.store import open_campaign_state
+
+    class _Cfg:
+        name = "gone2"
+
+        @staticmethod
+        def state_root():
+            return tmp_path / "state"
+
+    with open_campaign_state("gone2", root=tmp_path / "state", cap_usd=1.0, recover=False) as live:
+        live.ledger.reserve("live-call", 0.5, model="a")
+        assert live.ledger.gone_open() == (0.0, 0)
+        _kill_holder(_Cfg, None)
+        usd_gone, n = live.ledger.gone_open()
+        assert n == 2 and usd_gone == pytest.approx(0.006)

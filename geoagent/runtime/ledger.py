@@ -36,7 +36,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -480,24 +480,24 @@ class Ledger:
 
     # -- start-up recovery ------------------------------------------------------------------------
 
+    #: the owners holding open reservations (token, host, pid, process start time)
+    _OPEN_OWNERS_SQL = ("SELECT token, host, pid, proc_start FROM ledger_owners"
+                        " WHERE token IN (SELECT DISTINCT owner FROM reservations WHERE state = 'open')")
+
+    def _gone_owners(self, owners: Iterable[tuple[str, str, int, str | None]], *, all_owners: bool = False
+                     ) -> list[str]:
+        """Tokens of the ``(token, host, pid, proc_start)`` owners whose open reservations :meth:`recover` closes:
+        every other owner with ``all_owners``, else the other owners on this host whose process is gone
+        (:func:`_pid_alive`; an owner on another host is never judged from here)."""
+        host = socket.gethostname()
+        return [token for token, h, pid, ps in owners
+                if token != self.owner and (all_owners or (h == host and not _pid_alive(pid, ps)))]
+
     def recover(self, *, all_owners: bool = False) -> int:
         """Turn open reservations of crashed processes into unknown-outcome spend; return how many."""
-        host = socket.gethostname()
         now = time.time()
         with self.db.transaction() as conn:
-            owners = {
-                token: (h, pid, ps)
-                for token, h, pid, ps in conn.execute(
-                    "SELECT token, host, pid, proc_start FROM ledger_owners"
-                    " WHERE token IN (SELECT DISTINCT owner FROM reservations WHERE state = 'open')"
-                )
-            }
-            dead = []
-            for token, (h, pid, ps) in owners.items():
-                if token == self.owner:
-                    continue
-                if all_owners or (h == host and not _pid_alive(pid, ps)):
-                    dead.append(token)
+            dead = self._gone_owners(conn.execute(self._OPEN_OWNERS_SQL).fetchall(), all_owners=all_owners)
             converted = 0
             for token in dead:
                 rows = conn.execute(
@@ -517,6 +517,20 @@ class Ledger:
                 conn.execute("DELETE FROM ledger_owners WHERE token = ?", (token,))
                 converted += len(rows)
         return converted
+
+    def gone_open(self) -> tuple[float, int]:
+        """``(USD, count)`` of the open reservations whose owner process is gone: what :meth:`recover` (a run's
+        start-up) would turn into unknown-outcome spend now, by the same rule (:meth:`_gone_owners`: another
+        owner on this host whose pid no longer runs, or runs a process started later). Read-only: nothing is
+        closed or written (the dry run counts them as spend already booked, as the run will). ``(0.0, 0)`` when
+        there are none."""
+        dead = self._gone_owners(self.db.read(self._OPEN_OWNERS_SQL))
+        if not dead:
+            return 0.0, 0
+        marks = ",".join("?" * len(dead))
+        total, n = self.db.read(f"SELECT COALESCE(SUM(amount_nusd), 0), COUNT(*) FROM reservations"
+                                f" WHERE state = 'open' AND owner IN ({marks})", tuple(dead))[0]
+        return nano_to_usd(int(total)), int(n)
 
     def retire(self) -> None:
         """Forget this process's owner record if it holds no open reservation (call before closing)."""
