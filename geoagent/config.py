@@ -2126,6 +2126,24 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
     return _image_tokens(provider, model_id, size_px, params, worst=False)
 
 
+def fake_image_tokens() -> tuple[int, str]:
+    """Input tokens the local fakes (:mod:`geoagent.sandbox`, ``*.sandbox.invalid``) bill for one image, whatever
+    its size or model, and the rule as the dry run names it: (:data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS`
+    (765), text). The one constant the fakes bill by (:func:`geoagent.sandbox.llm_common.billed_image_tokens`,
+    default ``image_billing = "simulated"``), so the dry run's expected figure is the fakes' bill."""
+    from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
+
+    return SIM_IMAGE_TOKENS, f"local fake (geoagent/sandbox): {SIM_IMAGE_TOKENS} per image, as the fakes bill"
+
+
+def _on_fake(m: Any) -> bool:
+    """Whether ``[[models]]`` entry ``m`` names a local fake (``base_url`` host on ``*.sandbox.invalid``)."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(getattr(m, "base_url", None) or "").hostname or ""
+    return getattr(m, "provider", None) in ("openai", "anthropic", "gemini") and host.endswith(".sandbox.invalid")
+
+
 def reserved_image_tokens(provider: str, model_id: str, size_px: tuple[int, int],
                           params: Mapping[str, Any] | None = None) -> tuple[int, str] | None:
     """The most input tokens a provider can bill for one image of ``size_px`` (width, height in px) under its
@@ -2375,7 +2393,8 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
 
 def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None,
              providers: Mapping[str, Any] | None = None,
-             image_base_dir: str | os.PathLike[str] | None = None, spent_usd: float = 0.0) -> Estimate:
+             image_base_dir: str | os.PathLike[str] | None = None, spent_usd: float = 0.0,
+             fake_models: Iterable[str] = ()) -> Estimate:
     """Estimate calls, tokens, USD and duration of a campaign before any spend (``--simulate``).
 
     Parameters
@@ -2397,6 +2416,13 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         the dry run reads it from ``state/<campaign>/campaign.sqlite``). The cap check
         (:attr:`Estimate.within_cap`) and the dispatch replay (:func:`simulate_dispatch`) start from it, as the
         ledger's reservations do. Default 0 (a first run).
+    fake_models : iterable of str
+        Names of the models served by the local fakes (:mod:`geoagent.sandbox`: a ``base_url`` on
+        ``*.sandbox.invalid``, which the sandbox rewrites to a loopback port before the estimate; pass the names
+        read from the config as written, :func:`geoagent.sandbox.launch.simulated_models`). A model whose
+        ``base_url`` still names a fake counts as one too. Their expected figures follow the fakes' billing
+        (:func:`fake_image_tokens`: :data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS` per image, text
+        chars / 4), not the real provider's rule; their reservations are unchanged.
 
     Returns
     -------
@@ -2427,6 +2453,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     index: dict[str, int] = {}
     sizes: dict[str, tuple[int, int] | None] = {}  # image file -> size (each file's header read once)
     seen: set[str] = set()
+    fakes = set(fake_models) | {m.name for m in cfg.models if _on_fake(m)}
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
@@ -2458,7 +2485,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         if has_image:
             me.images += 1
             img_tokens = m.image_input_tokens
-            billed = expected_image_tokens(m.provider, m.model, size, merged) if size else None
+            if m.name in fakes:
+                billed = fake_image_tokens()
+            else:
+                billed = expected_image_tokens(m.provider, m.model, size, merged) if size else None
             if billed is not None:
                 img_tokens, me.image_rule = billed
                 me.images_sized += 1
@@ -2477,8 +2507,9 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
                                     size_px=size)
         system = merged.get("system")
         text = prompt + (system if isinstance(system, str) else "")
-        n_in = expected_input_tokens(text, img_tokens, provider=m.provider)
-        if m.provider != "simulated" and not text.isascii():
+        text_rule = "simulated" if m.name in fakes else m.provider  # the fakes bill text as the simulator does
+        n_in = expected_input_tokens(text, img_tokens, provider=text_rule)
+        if text_rule != "simulated" and not text.isascii():
             me.non_ascii_chars += len(text) - len(text.encode("ascii", "ignore"))
         recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
         usage = recorded(req) if recorded is not None else None

@@ -2186,8 +2186,13 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         ]
     else:
         payloads, earlier = run_would_handle(cfg, kind, messages)
+        from geoagent.sandbox.launch import simulated_models
+
+        written = ctx.services.get("config_as_written", cfg)
+        fakes = [n for n in simulated_models(written) if cfg.model(n).provider != "simulated"]
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
-                       image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")))
+                       image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")),
+                       fake_models=fakes)
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
@@ -2427,7 +2432,8 @@ def _input_assumption(m: Any, mc: Any) -> str:
             text += f" + per image from its size ({m.image_rule}): {parts}"
         else:
             mean = round(m.image_tokens_sized / m.images_sized)
-            text += f" + about {mean} tokens per image from its size ({m.image_rule})"
+            how = "" if m.image_rule.startswith("local fake") else " from its size"  # the fakes bill any size alike
+            text += f" + about {mean} tokens per image{how} ({m.image_rule})"
         if unsized:
             text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
     else:

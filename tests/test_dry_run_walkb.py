@@ -1,0 +1,53 @@
+"""Dry-run estimates of images (walkthrough, session 10): the local fakes' bill, photos without a file yet.
+
+The sandbox fakes (``*.sandbox.invalid``, :mod:`geoagent.sandbox`) bill every image
+:data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS` (765) input tokens and text at chars / 4; the dry run
+used the model's ``image_input_tokens`` (1,600) for a fake model id without a documented rule, so its
+expected figure was ~70 % above what the run then spent. Everything here runs through the engine and the
+in-process fakes (no mocks).
+"""
+
+from __future__ import annotations
+
+import re
+
+import anyio
+from _model_harness import generic_campaign, model_table
+
+from geoagent.config import load_config
+from geoagent.engine import run_campaign
+from geoagent.runtime.store import open_campaign_state
+from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
+
+KEY_VAR = "WALKB_TEST_KEY"
+KEY_VALUE = "sk-" "walkbtest-0123456789abcdef"
+
+
+def _expected_in(lines: list[str], model: str) -> int:
+    text = "\n".join(lines)
+    m = re.search(rf"{model}: \d+ calls, (\d+) in", text)
+    assert m, text
+    return int(m.group(1))
+
+
+def test_sandbox_dry_run_expects_what_the_fakes_bill_for_images(tmp_path, monkeypatch):
+    """A campaign of 12 image requests to the OpenAI fake (model id without a documented rule): the dry run's
+    expected input tokens equal the input tokens the run is then billed, and its line names the fakes' 765."""
+    monkeypatch.setenv(KEY_VAR, KEY_VALUE)
+    path = generic_campaign(tmp_path, name="walkfake", n=12, cap_usd=1.0,
+                            models=model_table("fake", base_url="http://openai.sandbox.invalid", key_var=KEY_VAR,
+                                               model="sandbox-gpt", max_output_tokens=60))
+    path.write_text(path.read_text().replace("n_requests = 12\n", "n_requests = 12\nimage = true\n"))
+    cfg = load_config(path)
+
+    dry = anyio.run(lambda: run_campaign(cfg, simulate=True, live=False, handle_signals=False, export=False))
+    lines = dry.extra_lines
+    assert f"{SIM_IMAGE_TOKENS} per image" in "\n".join(lines), lines
+    assert "1600 per image" not in "\n".join(lines), lines
+    expected = _expected_in(lines, "fake")
+
+    anyio.run(lambda: run_campaign(load_config(path), live=False, handle_signals=False, export=False))
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
+        spent = st.ledger.summary()
+    assert spent.calls == 12
+    assert spent.input_tokens == expected  # the fakes bill exactly the dry run's expected input
