@@ -1821,6 +1821,10 @@ class ModelEstimate:
     #: ``"placeholder images"``) -> [count, billed tokens (sum)], so the dry run reports the photos' tokens apart
     #: from a generated control image's (one mean over both hid 6-token photos behind a 512 px gray field)
     image_tokens_by_kind: dict[str, list[int]] = field(default_factory=dict)
+    #: calls whose photo has no file yet, estimated at ``photo_size_assumed`` (width, height in px; ``estimate``'s
+    #: ``missing_photos``), not at the placeholder's size
+    photos_no_file: int = 0
+    photo_size_assumed: tuple[int, int] | None = None
     #: non-ASCII characters of the prompts (system prompts included) counted in ``input_tokens``, at one
     #: expected token each (:func:`expected_text_tokens`; 0 for the simulated provider, which bills chars / 4)
     non_ascii_chars: int = 0
@@ -2394,7 +2398,8 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
 def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None,
              providers: Mapping[str, Any] | None = None,
              image_base_dir: str | os.PathLike[str] | None = None, spent_usd: float = 0.0,
-             fake_models: Iterable[str] = ()) -> Estimate:
+             fake_models: Iterable[str] = (), missing_photos: Iterable[str] = (),
+             photo_models: Iterable[str] = (), photo_size_px: tuple[int, int] | None = None) -> Estimate:
     """Estimate calls, tokens, USD and duration of a campaign before any spend (``--simulate``).
 
     Parameters
@@ -2423,6 +2428,14 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         ``base_url`` still names a fake counts as one too. Their expected figures follow the fakes' billing
         (:func:`fake_image_tokens`: :data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS` per image, text
         chars / 4), not the real provider's rule; their reservations are unchanged.
+    missing_photos, photo_models : iterable of str
+        Image ids whose photo has no file yet (:attr:`geoagent.image_files.MissingImages.photo_ids`), and the
+        models that must be sent photos (:func:`geoagent.image_files.needs_photos` on the config as written). A
+        request of one of those models for one of those images (no ``image_ref``: the run would attach placeholder
+        pixels today) is estimated, expected and worst case, at ``photo_size_px`` (width, height in px; default
+        :data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`, 1024 x 768): the photo the campaign will send
+        once the crawl has fetched it, not the 640 x 480 placeholder (which made the expected cost too low).
+        Counted in :attr:`ModelEstimate.photos_no_file`.
 
     Returns
     -------
@@ -2454,6 +2467,9 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     sizes: dict[str, tuple[int, int] | None] = {}  # image file -> size (each file's header read once)
     seen: set[str] = set()
     fakes = set(fake_models) | {m.name for m in cfg.models if _on_fake(m)}
+    no_file, photo_models = frozenset(missing_photos), frozenset(photo_models)
+    if photo_size_px is None:
+        from geoagent.workers.images import EXPECTED_PHOTO_SIZE_PX as photo_size_px
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
@@ -2480,6 +2496,12 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         img_tokens = 0
         size = (image_size_px(image_ref, req.image_id, req.image, base_dir=image_base_dir, cache=sizes)
                 if has_image and m.provider != "replay" else None)
+        photo_no_file = (has_image and not image_ref and req.image is None and m.name in photo_models
+                         and m.name not in fakes and str(req.image_id) in no_file)
+        if photo_no_file:  # the photo the run will send once it exists, not today's placeholder
+            size = photo_size_px
+            me.photos_no_file += 1
+            me.photo_size_assumed = tuple(photo_size_px)
         n_in = reserved_input_tokens(m, prompt, merged, has_image=has_image, size_px=size)  # as the model caller
         me.worst_input_tokens += n_in
         if has_image:
@@ -2493,7 +2515,8 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
                 img_tokens, me.image_rule = billed
                 me.images_sized += 1
                 me.image_tokens_sized += img_tokens
-                kind = me.image_tokens_by_kind.setdefault(image_kind(image_ref, req.image_id, req.image), [0, 0])
+                kind = me.image_tokens_by_kind.setdefault(
+                    IMAGE_KIND_PHOTO if photo_no_file else image_kind(image_ref, req.image_id, req.image), [0, 0])
                 kind[0] += 1
                 kind[1] += img_tokens
                 if img_tokens > me.image_tokens_max:

@@ -219,6 +219,13 @@ class CampaignKind(abc.ABC):
         kind puts them in its summary lines."""
         return []
 
+    def missing_photos(self, cfg: Any) -> frozenset[str]:
+        """Image ids of the plan just made (called after :meth:`plan`) whose photo has no file yet (not
+        synthetic placeholders by design, :attr:`geoagent.image_files.MissingImages.photo_ids`): the dry run
+        estimates their requests to real models at the photo size the campaign will send
+        (:data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`), not the placeholder's. Empty by default."""
+        return frozenset()
+
     def required_keys(self, cfg: Any) -> list[tuple[str, str]]:
         """``(variable NAME, what needs it)`` for every secret the kind's own API clients need besides the
         ``[[models]]`` keys (e.g. the crawl's Mapillary token); :func:`check_keys` looks them all up before
@@ -2189,10 +2196,13 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         from geoagent.sandbox.launch import simulated_models
 
         written = ctx.services.get("config_as_written", cfg)
+        from geoagent.image_files import needs_photos
+
         fakes = [n for n in simulated_models(written) if cfg.model(n).provider != "simulated"]
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
                        image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")),
-                       fake_models=fakes)
+                       fake_models=fakes, missing_photos=kind.missing_photos(cfg),
+                       photo_models=[m.name for m in written.models if needs_photos(m)])
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
@@ -2436,6 +2446,11 @@ def _input_assumption(m: Any, mc: Any) -> str:
             text += f" + about {mean} tokens per image{how} ({m.image_rule})"
         if unsized:
             text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
+        if getattr(m, "photos_no_file", 0):
+            w, h = m.photo_size_assumed
+            text += (f"; {m.photos_no_file} image(s) whose photo has no file yet counted at {w}x{h}, the photo the "
+                     "run will send (a Mapillary thumb_1024_url thumbnail, the crawl's default [crawl.fetcher] "
+                     "thumb_field), not the 640x480 placeholder")
     else:
         text += (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens; no documented rule for "
                  f"{mc.provider} {mc.model} or the image size is unknown)")

@@ -119,6 +119,13 @@ class MissingImages:
         return self.n_missing - self.n_synthetic
 
     @property
+    def photo_ids(self) -> frozenset[str]:
+        """Image ids of ``missing`` that stand for photos (a file looked for and not found), not synthetic
+        placeholders by design: the dry run estimates them at the expected photo size
+        (:data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`)."""
+        return frozenset(set(self.missing) - self.synthetic)
+
+    @property
     def n_requests(self) -> int:
         return sum(self.requests.values())
 

@@ -51,3 +51,40 @@ def test_sandbox_dry_run_expects_what_the_fakes_bill_for_images(tmp_path, monkey
         spent = st.ledger.summary()
     assert spent.calls == 12
     assert spent.input_tokens == expected  # the fakes bill exactly the dry run's expected input
+
+
+# --- photos without a file yet: estimated at the photo the run will send --------------------------------
+
+
+def _gv_real_toml(tmp, name: str, *, extra: str = "") -> str:
+    p = tmp / f"{name}.toml"
+    p.write_text(
+        f'[campaign]\nname = "{name}"\nkind = "geoverify"\nseed = 1\n[budget]\ncap_usd = 500.0\n'
+        f'[[models]]\nname = "gpt"\nprovider = "openai"\nmodel = "gpt-4o"\napi_key_env = "WALKB_OPENAI"\n'
+        f'price_input_usd_per_mtok = 2.5\nprice_output_usd_per_mtok = 10.0\nmax_output_tokens = 64\n'
+        f'[[models]]\nname = "claude"\nprovider = "anthropic"\nmodel = "claude-sonnet-4-5"\n'
+        f'api_key_env = "WALKB_ANTHROPIC"\nprice_input_usd_per_mtok = 3.0\nprice_output_usd_per_mtok = 15.0\n'
+        f'max_output_tokens = 64\n[geoverify]\nn_boot = 0\n{extra}', encoding="utf-8")
+    return str(p)
+
+
+def test_dry_run_counts_photos_without_a_file_at_the_thumbnail_size(isolated_roots, release_dir, monkeypatch,
+                                                                     capsys):
+    """A real campaign before its photos exist (``[images] missing = "placeholder"``, no image folder): the dry
+    run's expected tokens per image are those of the 1024 x 768 Mapillary thumbnail the crawl fetches (gpt-4o:
+    85 + 170 x 4 tiles = 765; Claude: ceil(1024 x 768 / 750) = 1,049), not of the 640 x 480 placeholder (425,
+    410), and the line says so."""
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    monkeypatch.setenv("WALKB_OPENAI", "x")
+    monkeypatch.setenv("WALKB_ANTHROPIC", "y")
+    cfg = _gv_real_toml(isolated_roots, "gv-nophotos", extra='[images]\nmissing = "placeholder"\n')
+    assert main(["run", cfg, "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    gpt = next(ln for ln in out.splitlines() if ln.lstrip().startswith("gpt:"))
+    claude = next(ln for ln in out.splitlines() if ln.lstrip().startswith("claude:"))
+    assert "about 765 tokens per image" in gpt, gpt
+    assert "about 1049 tokens per image" in claude, claude
+    for line in (gpt, claude):
+        assert "no file yet counted at 1024x768" in line and "thumb_1024_url" in line, line

@@ -232,6 +232,13 @@ class GeoHintCampaign(CampaignKind):
         return {"echo_rule": s.echo_rule, "p_reference": s.p_reference, "regime_threshold": s.regime_threshold,
                 **(images.to_json() if images is not None else {})}
 
+    def missing_photos(self, cfg: Any) -> frozenset[str]:
+        """Image ids of the plan whose photo has no file under ``geohint.image_root`` yet, not synthetic
+        placeholders by design (:attr:`geoagent.image_files.MissingImages.photo_ids`; the dry run counts them at
+        the expected photo size)."""
+        images = getattr(self, "_images", None)
+        return images.photo_ids if images is not None else frozenset()
+
     def plan_warnings(self, cfg: Any) -> list[str]:
         """The plan's warnings: malformed rows of the release import (each one a site, ladder point or trial
         left out of the plan; the first five in full, ``file:line: reason``), and the image warnings (images

@@ -190,6 +190,12 @@ class GeoVerifyCampaign(CampaignKind):
         s = settings_of(cfg)
         return trial_table_paths(s.release_dir or cfg.release_dir())
 
+    def missing_photos(self, cfg: Any) -> frozenset[str]:
+        """Image ids of the planned trials whose photo has no file under ``geoverify.image_root`` yet
+        (:attr:`geoagent.image_files.MissingImages.photo_ids`; the dry run counts them at the expected photo size)."""
+        plan = getattr(self, "_plan", None)
+        return plan.images.photo_ids if plan is not None and plan.images is not None else frozenset()
+
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """The planned images and how many have no file (:meth:`geoagent.image_files.MissingImages.to_json`)."""
         plan = getattr(self, "_plan", None)
