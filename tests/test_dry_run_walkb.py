@@ -88,3 +88,35 @@ def test_dry_run_counts_photos_without_a_file_at_the_thumbnail_size(isolated_roo
     assert "about 1049 tokens per image" in claude, claude
     for line in (gpt, claude):
         assert "no file yet counted at 1024x768" in line and "thumb_1024_url" in line, line
+
+
+# --- a dry run before the photos exist: every pre-flight problem in one exit, and still an estimate -------
+
+
+def test_dry_run_without_photos_names_keys_and_images_together_and_estimates(isolated_roots, release_dir,
+                                                                            monkeypatch, capsys):
+    """A real campaign with no photo files, no ``[images]`` setting and its API keys unset: the dry run prints its
+    estimate (missing photos at 1024 x 768), warns about the images and the unset key variables alike, and
+    exits 2 naming both; the real run still refuses, and its message recommends the dry run for an estimate."""
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    monkeypatch.delenv("WALKB_OPENAI", raising=False)
+    monkeypatch.delenv("WALKB_ANTHROPIC", raising=False)
+    cfg = _gv_real_toml(isolated_roots, "gv-preflight")
+    assert main(["run", cfg, "--simulate", "--no-live"]) == 2
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "WALKB_OPENAI" in out and "WALKB_ANTHROPIC" in out, out
+    assert "would carry placeholder pixels instead of photos" in out, out
+    assert "about 765 tokens per image" in out and "about 1049 tokens per image" in out, out
+    last = [ln for ln in out.splitlines() if "exit 2:" in ln]
+    assert len(last) == 1 and "WALKB_OPENAI" in last[0] and "images without a file" in last[0], last
+    assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
+
+    monkeypatch.setenv("WALKB_OPENAI", "x")
+    monkeypatch.setenv("WALKB_ANTHROPIC", "y")
+    assert main(["run", cfg, "--no-live"]) == 2  # the real run still refuses to send placeholders
+    err = capsys.readouterr().err
+    assert "would carry placeholder pixels" in err and "--simulate" in err and "Nothing was run" in err, err
+    assert not (isolated_roots / "queues").exists()
