@@ -1825,6 +1825,10 @@ class ModelEstimate:
     #: ``"placeholder images"``) -> [count, billed tokens (sum)], so the dry run reports the photos' tokens apart
     #: from a generated control image's (one mean over both hid 6-token photos behind a 512 px gray field)
     image_tokens_by_kind: dict[str, list[int]] = field(default_factory=dict)
+    #: calls whose photo has no file yet, estimated at ``photo_size_assumed`` (width, height in px; ``estimate``'s
+    #: ``missing_photos``), not at the placeholder's size
+    photos_no_file: int = 0
+    photo_size_assumed: tuple[int, int] | None = None
     #: non-ASCII characters of the prompts (system prompts included) counted in ``input_tokens``, at one
     #: expected token each (:func:`expected_text_tokens`; 0 for the simulated provider, which bills chars / 4)
     non_ascii_chars: int = 0
@@ -2137,6 +2141,24 @@ def expected_image_tokens(provider: str, model_id: str, size_px: tuple[int, int]
     return _image_tokens(provider, model_id, size_px, params, worst=False)
 
 
+def fake_image_tokens() -> tuple[int, str]:
+    """Input tokens the local fakes (:mod:`geoagent.sandbox`, ``*.sandbox.invalid``) bill for one image, whatever
+    its size or model, and the rule as the dry run names it: (:data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS`
+    (765), text). The one constant the fakes bill by (:func:`geoagent.sandbox.llm_common.billed_image_tokens`,
+    default ``image_billing = "simulated"``), so the dry run's expected figure is the fakes' bill."""
+    from geoagent.sandbox.responders import SIM_IMAGE_TOKENS
+
+    return SIM_IMAGE_TOKENS, f"local fake (geoagent/sandbox): {SIM_IMAGE_TOKENS} per image, as the fakes bill"
+
+
+def _on_fake(m: Any) -> bool:
+    """Whether ``[[models]]`` entry ``m`` names a local fake (``base_url`` host on ``*.sandbox.invalid``)."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(getattr(m, "base_url", None) or "").hostname or ""
+    return getattr(m, "provider", None) in ("openai", "anthropic", "gemini") and host.endswith(".sandbox.invalid")
+
+
 def reserved_image_tokens(provider: str, model_id: str, size_px: tuple[int, int],
                           params: Mapping[str, Any] | None = None) -> tuple[int, str] | None:
     """The most input tokens a provider can bill for one image of ``size_px`` (width, height in px) under its
@@ -2386,7 +2408,9 @@ def image_size_px(image_ref: str | None, image_id: str | None, image: bytes | No
 
 def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any = None,
              providers: Mapping[str, Any] | None = None,
-             image_base_dir: str | os.PathLike[str] | None = None, spent_usd: float = 0.0) -> Estimate:
+             image_base_dir: str | os.PathLike[str] | None = None, spent_usd: float = 0.0,
+             fake_models: Iterable[str] = (), missing_photos: Iterable[str] = (),
+             photo_models: Iterable[str] = (), photo_size_px: tuple[int, int] | None = None) -> Estimate:
     """Estimate calls, tokens, USD and duration of a campaign before any spend (``--simulate``).
 
     Parameters
@@ -2408,6 +2432,21 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         the dry run reads it from ``state/<campaign>/campaign.sqlite``). The cap check
         (:attr:`Estimate.within_cap`) and the dispatch replay (:func:`simulate_dispatch`) start from it, as the
         ledger's reservations do. Default 0 (a first run).
+    fake_models : iterable of str
+        Names of the models served by the local fakes (:mod:`geoagent.sandbox`: a ``base_url`` on
+        ``*.sandbox.invalid``, which the sandbox rewrites to a loopback port before the estimate; pass the names
+        read from the config as written, :func:`geoagent.sandbox.launch.simulated_models`). A model whose
+        ``base_url`` still names a fake counts as one too. Their expected figures follow the fakes' billing
+        (:func:`fake_image_tokens`: :data:`geoagent.sandbox.responders.SIM_IMAGE_TOKENS` per image, text
+        chars / 4), not the real provider's rule; their reservations are unchanged.
+    missing_photos, photo_models : iterable of str
+        Image ids whose photo has no file yet (:attr:`geoagent.image_files.MissingImages.photo_ids`), and the
+        models that must be sent photos (:func:`geoagent.image_files.needs_photos` on the config as written). A
+        request of one of those models for one of those images (no ``image_ref``: the run would attach placeholder
+        pixels today) is estimated, expected and worst case, at ``photo_size_px`` (width, height in px; default
+        :data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`, 1024 x 768): the photo the campaign will send
+        once the crawl has fetched it, not the 640 x 480 placeholder (which made the expected cost too low).
+        Counted in :attr:`ModelEstimate.photos_no_file`.
 
     Returns
     -------
@@ -2438,6 +2477,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     index: dict[str, int] = {}
     sizes: dict[str, tuple[int, int] | None] = {}  # image file -> size (each file's header read once)
     seen: set[str] = set()
+    fakes = set(fake_models) | {m.name for m in cfg.models if _on_fake(m)}
+    no_file, photo_models = frozenset(missing_photos), frozenset(photo_models)
+    if photo_size_px is None:
+        from geoagent.workers.images import EXPECTED_PHOTO_SIZE_PX as photo_size_px
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
@@ -2464,17 +2507,27 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         img_tokens = 0
         size = (image_size_px(image_ref, req.image_id, req.image, base_dir=image_base_dir, cache=sizes)
                 if has_image and m.provider != "replay" else None)
+        photo_no_file = (has_image and not image_ref and req.image is None and m.name in photo_models
+                         and m.name not in fakes and str(req.image_id) in no_file)
+        if photo_no_file:  # the photo the run will send once it exists, not today's placeholder
+            size = photo_size_px
+            me.photos_no_file += 1
+            me.photo_size_assumed = tuple(photo_size_px)
         n_in = reserved_input_tokens(m, prompt, merged, has_image=has_image, size_px=size)  # as the model caller
         me.worst_input_tokens += n_in
         if has_image:
             me.images += 1
             img_tokens = m.image_input_tokens
-            billed = expected_image_tokens(m.provider, m.model, size, merged) if size else None
+            if m.name in fakes:
+                billed = fake_image_tokens()
+            else:
+                billed = expected_image_tokens(m.provider, m.model, size, merged) if size else None
             if billed is not None:
                 img_tokens, me.image_rule = billed
                 me.images_sized += 1
                 me.image_tokens_sized += img_tokens
-                kind = me.image_tokens_by_kind.setdefault(image_kind(image_ref, req.image_id, req.image), [0, 0])
+                kind = me.image_tokens_by_kind.setdefault(
+                    IMAGE_KIND_PHOTO if photo_no_file else image_kind(image_ref, req.image_id, req.image), [0, 0])
                 kind[0] += 1
                 kind[1] += img_tokens
                 if img_tokens > me.image_tokens_max:
@@ -2488,8 +2541,9 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
                                     size_px=size)
         system = merged.get("system")
         text = prompt + (system if isinstance(system, str) else "")
-        n_in = expected_input_tokens(text, img_tokens, provider=m.provider)
-        if m.provider != "simulated" and not text.isascii():
+        text_rule = "simulated" if m.name in fakes else m.provider  # the fakes bill text as the simulator does
+        n_in = expected_input_tokens(text, img_tokens, provider=text_rule)
+        if text_rule != "simulated" and not text.isascii():
             me.non_ascii_chars += len(text) - len(text.encode("ascii", "ignore"))
         recorded = getattr((providers or {}).get(m.name), "recorded_usage", None)
         usage = recorded(req) if recorded is not None else None

@@ -103,3 +103,6 @@ SERVICE_PLANNED_DURING_RUN = "planned_during_run"
 #: ctx service: the stored answers per model and distinct request settings, for the models with more than one
 #: (:func:`geoagent.runtime.drift.params_mix`), set by the engine before the report is written
 SERVICE_PARAMS_MIX = "params_mix"
+#: service: True while a campaign kind plans for a dry run (``--simulate``): a plan problem a real run refuses
+#: for is kept for the dry run's report (:meth:`geoagent.engine.CampaignKind.plan_refusals`), not raised
+SERVICE_DRY_RUN = "dry_run"

@@ -219,6 +219,21 @@ class CampaignKind(abc.ABC):
         kind puts them in its summary lines."""
         return []
 
+    def plan_refusals(self, cfg: Any) -> list[str]:
+        """Problems of the plan just made that a real run refuses to start for (exit 2), kept instead of raised
+        when :meth:`plan` ran for a dry run (``ctx.services[constants.SERVICE_DRY_RUN]``; e.g. photos without a file
+        for a paid model, :func:`geoagent.image_files.check_missing`): the dry run still estimates the campaign,
+        prints each as a ``warning:`` line beside the missing API keys and exits 2 naming them all. Empty by
+        default."""
+        return []
+
+    def missing_photos(self, cfg: Any) -> frozenset[str]:
+        """Image ids of the plan just made (called after :meth:`plan`) whose photo has no file yet (not
+        synthetic placeholders by design, :attr:`geoagent.image_files.MissingImages.photo_ids`): the dry run
+        estimates their requests to real models at the photo size the campaign will send
+        (:data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`), not the placeholder's. Empty by default."""
+        return frozenset()
+
     def required_keys(self, cfg: Any) -> list[tuple[str, str]]:
         """``(variable NAME, what needs it)`` for every secret the kind's own API clients need besides the
         ``[[models]]`` keys (e.g. the crawl's Mapillary token); :func:`check_keys` looks them all up before
@@ -1299,6 +1314,7 @@ async def _run(
     watched_inputs = kind.plan_inputs(cfg) if watch and not simulate else []
     # taken before the plan reads them: a change while it plans is seen at the first idle point (re-planned)
     baseline = InputsFingerprint.take(watched_inputs) if watched_inputs else None
+    ctx.services[C.SERVICE_DRY_RUN] = simulate  # a dry run's plan keeps a refusal for its report (plan_refusals)
     plan = await kind.plan(cfg, ctx)
     if simulate:
         return _estimate_outcome(cfg, kind, list(plan), ctx, t0)
@@ -2163,6 +2179,14 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     warning = ([f"  warning: {missing_keys_message(missing, dotenv_path=dotenv_path, others=others)}; `{command}` "
                 f"will refuse to start until {them} set"] if n_vars else [])
     warning += [f"  warning: {w}" for w in kind.plan_warnings(cfg)]
+    plan_refusals = kind.plan_refusals(cfg)
+    from geoagent.workers.images import EXPECTED_PHOTO_SIZE_PX
+
+    w, h = EXPECTED_PHOTO_SIZE_PX
+    warning += [f"  warning: {r}; `{command}` will refuse to start (exit 2) until this is fixed; the estimate "
+                f"below counts a photo without a file at {w}x{h}, the thumbnail the crawl fetches" for r in plan_refusals]
+    if plan_refusals:
+        out.exit_code = EXIT_CONFIG
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
         warning.append(f"  warning: {kind.empty_plan_reason(cfg)}; `{command}` will refuse to start (exit 2)")
         out.exit_code = EXIT_CONFIG  # the dry run predicts the refusal: it exits as the run would
@@ -2175,6 +2199,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         names = list(dict.fromkeys([var for var, _ in missing] + [var for var, _ in others]))
         refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {', '.join(names)} not set")
         out.exit_code = EXIT_CONFIG
+    if plan_refusals:
+        refusals.append("images without a file for a model on a paid provider")
     if not messages and not _has_queues(cfg):
         refusals.append("a first run that plans nothing")
     if kind.plan_edge != C.EDGE_REQUESTS:
@@ -2187,15 +2213,24 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
     else:
         payloads, earlier = run_would_handle(cfg, kind, messages)
         gone_usd, gone_calls = gone_reservations(ctx.get("ledger"))
+        from geoagent.sandbox.launch import simulated_models
+
+        written = ctx.services.get("config_as_written", cfg)
+        from geoagent.image_files import needs_photos
+
+        fakes = [n for n in simulated_models(written) if cfg.model(n).provider != "simulated"]
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
-                       image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")))
+                       image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")),
+                       fake_models=fakes, missing_photos=kind.missing_photos(cfg),
+                       photo_models=[m.name for m in written.models if needs_photos(m)])
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         est.gone_usd, est.gone_calls = gone_usd, gone_calls
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
                                      *("  " + line for line in estimate_lines(est, cfg))]
     if out.exit_code == EXIT_CONFIG:  # the last line says why the exit is 2
         why = f"{'; '.join(refusals)}; " if refusals else ""
-        out.extra_lines.append(f"  exit 2: `{command}` would refuse to start ({why}see the warning above)")
+        out.extra_lines.append(f"  exit 2: `{command}` would refuse to start ({why}see the "
+                               f"warning{'s' if len(refusals) > 1 else ''} above)")
     return out
 
 
@@ -2453,9 +2488,15 @@ def _input_assumption(m: Any, mc: Any) -> str:
             text += f" + per image from its size ({m.image_rule}): {parts}"
         else:
             mean = round(m.image_tokens_sized / m.images_sized)
-            text += f" + about {mean} tokens per image from its size ({m.image_rule})"
+            how = "" if m.image_rule.startswith("local fake") else " from its size"  # the fakes bill any size alike
+            text += f" + about {mean} tokens per image{how} ({m.image_rule})"
         if unsized:
             text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
+        if getattr(m, "photos_no_file", 0):
+            w, h = m.photo_size_assumed
+            text += (f"; {m.photos_no_file} image(s) whose photo has no file yet counted at {w}x{h}, the photo the "
+                     "run will send (a Mapillary thumb_1024_url thumbnail, the crawl's default [crawl.fetcher] "
+                     "thumb_field), not the 640x480 placeholder")
     else:
         text += (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens; no documented rule for "
                  f"{mc.provider} {mc.model} or the image size is unknown)")

@@ -12,9 +12,11 @@ So the planners tally the images of their plan (:class:`MissingImages`; a GeoVer
 intended and not counted) and :func:`check_missing` decides:
 
 * a model on a real provider (:func:`needs_photos`) would get a placeholder and ``[images] missing`` is
-  ``"error"`` (the default): :class:`~geoagent.config.ConfigError` at plan time, so ``run`` and its dry run
-  (``--simulate``) exit 2 before anything is enqueued, naming the count, the config key, the folder and the
-  first missing paths;
+  ``"error"`` (the default): :class:`~geoagent.config.ConfigError` at plan time, so ``run`` exits 2 before
+  anything is enqueued, naming the count, the config key, the folder and the first missing paths; its dry run
+  (``--simulate``) keeps the same text as a warning (``check_missing(refusals=...)``), estimates the campaign
+  with the missing photos at the expected photo size and exits 2 naming it beside the other pre-flight
+  problems (unset API keys);
 * otherwise (placeholders legitimate, or ``[images] missing = "placeholder"``): one warning line with the
   count, which the campaign prints (dry run and summary) and records in the run's manifest entry and the
   report.
@@ -119,6 +121,13 @@ class MissingImages:
         return self.n_missing - self.n_synthetic
 
     @property
+    def photo_ids(self) -> frozenset[str]:
+        """Image ids of ``missing`` that stand for photos (a file looked for and not found), not synthetic
+        placeholders by design: the dry run estimates them at the expected photo size
+        (:data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`)."""
+        return frozenset(set(self.missing) - self.synthetic)
+
+    @property
     def n_requests(self) -> int:
         return sum(self.requests.values())
 
@@ -220,7 +229,7 @@ def tally(messages: Iterable[tuple[str, Mapping[str, Any]]], describe: Callable[
     return out
 
 
-def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
+def check_missing(cfg: Any, found: MissingImages, *, fix: str, refusals: list[str] | None = None) -> str | None:
     """Refuse placeholder pixels for real models, else the warning line (None when every image has a file).
 
     Parameters
@@ -231,6 +240,11 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
         The plan's tally (:func:`tally`).
     fix : str
         What to do about it, for the refusal (e.g. where the trial table's paths point).
+    refusals : list of str, optional
+        The dry run's list of pre-flight problems: when given, the refusal is appended to it (its text, without
+        raising) and None is returned, so the dry run can estimate the campaign (missing photos at the expected
+        photo size) and report every problem a real run would refuse for in one exit
+        (:func:`geoagent.engine.run_campaign`); a real run passes None and gets the ``ConfigError``.
 
     Returns
     -------
@@ -244,7 +258,9 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
     ------
     geoagent.config.ConfigError
         ``[images] missing = "error"`` and a model on a real provider (:func:`needs_photos`) would get a
-        placeholder: names the count, the key, the folder, the models, the first missing files and the opt-in.
+        placeholder (and ``refusals`` is None): names the count, the key, the folder, the models, the first
+        missing files, the dry run (``--simulate``) as the way to estimate before the photos exist, and the
+        opt-in (which sends placeholder pixels to those paid models).
     """
     from geoagent.config import ConfigError
 
@@ -270,11 +286,16 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str) -> str | None:
         else:  # synthetic placeholders by design: the image folder does not apply, the images mode does
             where, first = found.synthetic_setting.split(" = ")[0] or found.key, ""
             fix_text = found.synthetic_fix or fix
-        raise ConfigError(str(getattr(cfg, "source", None) or getattr(cfg, "name", "campaign")), [
-            f"{where}: {found.count_text()}, so {n_req} request{'' if n_req == 1 else 's'} to model(s) {models} "
-            f"would carry placeholder pixels instead of photos.{first} "
-            f"{fix_text}; or, to "
-            f"send placeholders to these models anyway, set {OPT_IN}. Nothing was run"])
+        text = (f"{where}: {found.count_text()}, so {n_req} request{'' if n_req == 1 else 's'} to model(s) {models} "
+                f"would carry placeholder pixels instead of photos.{first} {fix_text}. To estimate the campaign's "
+                f"cost before the photos exist, use the dry run (`run CONFIG --simulate`): it counts each missing "
+                f"photo at the size the run will send, without any config change ({OPT_IN} would instead send "
+                f"placeholder pixels to these paid models: only for a deliberate test)")
+        if refusals is not None:
+            refusals.append(text)
+            return None
+        raise ConfigError(str(getattr(cfg, "source", None) or getattr(cfg, "name", "campaign")),
+                          [text + ". Nothing was run"])
     if real:
         why = f"{OPT_IN} for {', '.join(repr(n) for n in real)}"
     else:

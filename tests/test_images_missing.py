@@ -118,7 +118,7 @@ def test_geoverify_paid_model_wrong_image_root_refuses_run_and_dry_run(env, rele
     first = sorted(images)[0]
     for args in (["run", str(cfg), "--no-live"], ["run", str(cfg), "--simulate", "--no-live"]):
         assert main(args) == 2
-        err = capsys.readouterr().err
+        err = "".join(capsys.readouterr())  # the dry run reports it on stdout, the run on stderr
         assert f"{len(images)} of {len(images)} images of the planned GeoVerify requests have no file" in err
         assert "geoverify.image_root" in err and str(root) in err and "which does not exist" in err
         assert '[images] missing = "placeholder"' in err and "'gpt' (openai)" in err
@@ -137,7 +137,7 @@ def test_geoverify_paid_model_some_files_missing_names_count_and_paths(env, rele
     n_req = len({(r["image_id"], r["cand"]) for r in rows if r["image_id"] in set(lacking)})
     cfg = _gv_toml(env, "gv-some", base_url="https://api.openai.com/v1", image_root=root)
     assert main(["run", str(cfg), "--simulate", "--no-live"]) == 2
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())  # the dry run reports it on stdout, the run on stderr
     assert f"{len(lacking)} of {len(images)} images" in err
     assert f"so {n_req} requests to model(s) 'gpt' (openai)" in err
     named = [iid for iid in lacking if str(root / images[iid]) in err]
@@ -243,7 +243,7 @@ def test_geohint_release_images_wrong_root_refuses_run_and_dry_run(env, release_
     cfg = _gh_toml(env, "gh-wrong", image_root=root)
     for args in (["run", str(cfg), "--no-live"], ["run", str(cfg), "--simulate", "--no-live"]):
         assert main(args) == 2
-        err = capsys.readouterr().err
+        err = "".join(capsys.readouterr())  # the dry run reports it on stdout, the run on stderr
         assert f"{len(images)} of {len(images)} images of the planned GeoHint requests have no file" in err
         assert "geohint.image_root" in err and str(root) in err and "'claude' (anthropic)" in err
         assert str(root / images[sorted(images)[0]]) in err or "First missing: " + str(root) in err
@@ -255,7 +255,7 @@ def test_geohint_synthetic_images_with_paid_model_refused(env, release_dir, caps
         n_sites = sum(1 for _ in csv.DictReader(f))
     cfg = _gh_toml(env, "gh-synth", image_root=None, images="synthetic")
     assert main(["run", str(cfg), "--simulate", "--no-live"]) == 2
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())  # the dry run reports it on stdout, the run on stderr
     assert f"{n_sites} of {n_sites} images" in err and "synthetic placeholder" in err
     # images = "synthetic" plans placeholders by design: the fix is the images mode, not an image folder
     assert 'geohint.images = "release"' in err and "image_root = not set" not in err, err

@@ -232,6 +232,18 @@ class GeoHintCampaign(CampaignKind):
         return {"echo_rule": s.echo_rule, "p_reference": s.p_reference, "regime_threshold": s.regime_threshold,
                 **(images.to_json() if images is not None else {})}
 
+    def plan_refusals(self, cfg: Any) -> list[str]:
+        """The image refusal a real run would stop at, kept by a dry run's plan (see
+        :meth:`geoagent.engine.CampaignKind.plan_refusals`)."""
+        return list(getattr(self, "_refusals", []))
+
+    def missing_photos(self, cfg: Any) -> frozenset[str]:
+        """Image ids of the plan whose photo has no file under ``geohint.image_root`` yet, not synthetic
+        placeholders by design (:attr:`geoagent.image_files.MissingImages.photo_ids`; the dry run counts them at
+        the expected photo size)."""
+        images = getattr(self, "_images", None)
+        return images.photo_ids if images is not None else frozenset()
+
     def plan_warnings(self, cfg: Any) -> list[str]:
         """The plan's warnings: malformed rows of the release import (each one a site, ladder point or trial
         left out of the plan; the first five in full, ``file:line: reason``), and the image warnings (images
@@ -269,11 +281,13 @@ class GeoHintCampaign(CampaignKind):
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in messages)
         self._summary: PlanSummary = summary
         self._images = image_tally(messages, images, s.image_root, s.images)
+        self._refusals: list[str] = []
         self._image_warning = check_missing(
             ctx.services.get("config_as_written", cfg), self._images,
             fix=("Put the photos there (the trial table's `path` column is relative to that folder: a crawl's images "
                  "folder, state/images, holds <site>/<image_id>.jpg) or fix geohint.image_root; with images = "
-                 "\"release\" only the trial table's images are planned, never synthetic placeholders"))
+                 "\"release\" only the trial table's images are planned, never synthetic placeholders"),
+            refusals=self._refusals if ctx.services.get(C.SERVICE_DRY_RUN) else None)
         # requests queued earlier with placeholder pixels whose photo is there now keep their placeholder request
         self._photo_warning = photos_after_placeholders(cfg, messages, key="geohint.image_root")
         known = ctx.services.get("sites")

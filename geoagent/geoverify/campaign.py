@@ -147,11 +147,13 @@ class GeoVerifyCampaign(CampaignKind):
         # the report and the live aggregator score exactly this plan's tasks (ScoredScope)
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in self._plan.messages)
         self._image_warning = None
+        self._refusals: list[str] = []
         if self._plan.images is not None:
             self._image_warning = check_missing(
                 ctx.services.get("config_as_written", cfg), self._plan.images,
                 fix=("Put the photos there (the trial table's `path` column is relative to that folder: a crawl's "
-                     "images folder, state/images, holds <site>/<image_id>.jpg) or fix geoverify.image_root"))
+                     "images folder, state/images, holds <site>/<image_id>.jpg) or fix geoverify.image_root"),
+                refusals=self._refusals if ctx.services.get(C.SERVICE_DRY_RUN) else None)
         # tasks queued earlier with placeholder pixels whose photo is there now keep their placeholder request
         self._photo_warning = photos_after_placeholders(cfg, self._plan.messages, key="geoverify.image_root")
         return self._plan.messages
@@ -189,6 +191,17 @@ class GeoVerifyCampaign(CampaignKind):
 
         s = settings_of(cfg)
         return trial_table_paths(s.release_dir or cfg.release_dir())
+
+    def plan_refusals(self, cfg: Any) -> list[str]:
+        """The image refusal a real run would stop at, kept by a dry run's plan (see
+        :meth:`geoagent.engine.CampaignKind.plan_refusals`)."""
+        return list(getattr(self, "_refusals", []))
+
+    def missing_photos(self, cfg: Any) -> frozenset[str]:
+        """Image ids of the planned trials whose photo has no file under ``geoverify.image_root`` yet
+        (:attr:`geoagent.image_files.MissingImages.photo_ids`; the dry run counts them at the expected photo size)."""
+        plan = getattr(self, "_plan", None)
+        return plan.images.photo_ids if plan is not None and plan.images is not None else frozenset()
 
     def manifest_extra(self, cfg: Any) -> dict[str, Any]:
         """The planned images and how many have no file (:meth:`geoagent.image_files.MissingImages.to_json`)."""

@@ -30,6 +30,12 @@ SYNTHETIC_PREFIX = "synthetic:"
 GRAY_LEVEL = 128
 BLANK_SIZE_PX = (512, 512)
 PLACEHOLDER_SIZE_PX = (640, 480)
+#: (width, height) in px the dry run assumes for a planned photo that has no file yet (a campaign before its
+#: crawl has fetched the pictures): a Mapillary ``thumb_1024_url`` thumbnail, what the crawl fetches by default
+#: (``[crawl.fetcher] thumb_field``, :mod:`geoagent.crawl.settings`): 1024 px on the long side, 4:3 assumed
+#: (gpt-4o high detail bills it 765 input tokens, Claude about 1,049). Not the 640 x 480 placeholder, which
+#: would make the expected cost of the real photos too low.
+EXPECTED_PHOTO_SIZE_PX = (1024, 768)
 
 
 class ImageNotFound(FileNotFoundError):
