@@ -1099,6 +1099,22 @@ def _existing_queue(root: str | os.PathLike[str], campaign: str, edge: str) -> S
     return SQLiteQueue(path, name=edge, create=False, migrate=False)
 
 
+_MISSING = object()
+
+
+def _read_only(root: str | os.PathLike[str], campaign: str, edge: str, tx: Callable[[sqlite3.Connection, float], Any]
+               ) -> Any:
+    """Run ``tx(conn, now)`` in one read transaction on the queue file of ``edge`` (opened without creating or
+    migrating anything, closed after) and return its result; :data:`_MISSING` when the file does not exist."""
+    queue = _existing_queue(root, campaign, edge)
+    if queue is None:
+        return _MISSING
+    try:
+        return queue._sync(_Op(tx, write=False))
+    finally:
+        queue.close_sync()
+
+
 def read_counts(root: str | os.PathLike[str], campaign: str, edge: str) -> QueueCounts | None:
     """Counts of one queue for another process (``status``); ``None`` when the queue file does not exist.
 
@@ -1155,9 +1171,6 @@ def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: I
     ValueError
         Unsafe ``campaign`` or ``edge``.
     """
-    queue = _existing_queue(root, campaign, edge)
-    if queue is None:
-        return None
     wanted = list(dict.fromkeys(keys))
 
     from geoagent.runtime.queue import SUPERSEDED
@@ -1178,10 +1191,10 @@ def read_planned(root: str | os.PathLike[str], campaign: str, edge: str, keys: I
                                "ORDER BY id", (READY, now, READY, LEASED)).fetchall()
         return states, pending, aside
 
-    try:
-        states, pending, aside = queue._sync(_Op(tx, write=False))
-    finally:
-        queue.close_sync()
+    got = _read_only(root, campaign, edge, tx)
+    if got is _MISSING:
+        return None
+    states, pending, aside = got
     return QueuedPlan(states, [(k, orjson.loads(blob)) for k, blob, _ in pending],
                       frozenset(k for k, _, idle in pending if idle), {k: orjson.loads(b) for k, b in aside})
 
@@ -1218,9 +1231,6 @@ def count_in_states(root: str | os.PathLike[str], campaign: str, edge: str, entr
     ValueError
         Unsafe ``campaign`` or ``edge``.
     """
-    queue = _existing_queue(root, campaign, edge)
-    if queue is None:
-        return None
     items = iter(entries)
 
     def tx(conn: sqlite3.Connection, now: float) -> dict[str, int]:
@@ -1239,10 +1249,8 @@ def count_in_states(root: str | os.PathLike[str], campaign: str, edge: str, entr
             for (k,) in rows:
                 out[group_of[k]] += 1
 
-    try:
-        return queue._sync(_Op(tx, write=False))
-    finally:
-        queue.close_sync()
+    got = _read_only(root, campaign, edge, tx)
+    return None if got is _MISSING else got
 
 
 def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: Iterable[str], *,
@@ -1259,9 +1267,6 @@ def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: 
     ValueError
         Unsafe ``campaign`` or ``edge``.
     """
-    queue = _existing_queue(root, campaign, edge)
-    if queue is None:
-        return None
     items = iter(keys)
 
     def tx(conn: sqlite3.Connection, now: float) -> dict[str, bytes]:
@@ -1273,11 +1278,8 @@ def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: 
             rows = conn.execute(f"SELECT key, payload FROM tasks WHERE key IN ({','.join('?' * len(part))})", part)
             out.update(rows)
 
-    try:
-        raw = queue._sync(_Op(tx, write=False))
-    finally:
-        queue.close_sync()
-    return {k: orjson.loads(blob) for k, blob in raw.items()}
+    raw = _read_only(root, campaign, edge, tx)
+    return None if raw is _MISSING else {k: orjson.loads(blob) for k, blob in raw.items()}
 
 
 # ---------------------------------------------------------------------- helpers
