@@ -40,7 +40,12 @@ Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Tabl
 and Fig. 2's points (per regime and band, models pooled) carry 95 % site-bootstrap percentile intervals
 (``[geohint] n_boot`` resamples, default :data:`DEFAULT_N_BOOT`, seeded by ``[geohint] boot_seed``, default the
 report's ``seed``; 0 = no intervals,
-said under Table 1 and Fig. 2; Clopper-Pearson at 0 or 1; none from a single site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
+said under Table 1 and Fig. 2; Clopper-Pearson at 0 or 1), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
+Few sites: an interval whose answers come from fewer than :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` (5) sites is
+withheld (an em dash; empty CSV cells), and one from 5 to 9 sites is given but flagged few-cluster
+(:func:`geoagent.scoring.sdt.boot_site_flag`): Table 1's ``CI flag`` column (Markdown, CSV, terminal) says which
+and why, the notes and the legend state the rule (Cameron and Miller 2015, as for Table 6's p-values), and Fig. 2
+names the withheld or flagged lines in its legend.
 A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
@@ -77,6 +82,7 @@ from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
+from geoagent.scoring.sdt import BOOT_MIN_SITES, BOOT_SITES_RULE, boot_site_flag
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, exact_max_sites, paired_site_permutation_test
 from geoagent.scoring.regime import (
     DEFAULT_THRESHOLD,
@@ -119,6 +125,7 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the regime "
         "resampled, models pooled; none when [geohint] n_boot = 0); the legend gives the sites and responses behind "
         "each line.",
+        f"few sites: {BOOT_SITES_RULE} (Table 1's CI flag column, Fig. 2's legend).",
         TRUNCATION_LEGEND,
     )
 
@@ -491,16 +498,17 @@ def site_bootstrap_interval(counts: dict[str, tuple[int, int]], sites: Sequence[
     Returns
     -------
     ((lo, hi) or None, exact)
-        Fractions in [0, 1]. None when the answers come from fewer than
-        :data:`~geoagent.scoring.sdt.CI_MIN_SITES` (2) sites (no between-site spread to estimate). At 0 or 1
+        Fractions in [0, 1]. None (withheld) when the answers come from fewer than
+        :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` (5) sites: too few resamples and clusters for the interval
+        to mean anything (:func:`geoagent.scoring.sdt.boot_site_flag` gives the reason). At 0 or 1
         (k = 0 or k = n pooled) every resample repeats it, so the interval is the Clopper-Pearson exact interval of
         the pooled count instead and ``exact`` is True (:func:`geoagent.scoring.sdt.clopper_pearson`).
     """
-    from geoagent.scoring.sdt import CI_MIN_SITES, clopper_pearson, percentile_interval
+    from geoagent.scoring.sdt import clopper_pearson, percentile_interval
 
     k = np.array([counts.get(s, (0, 0))[0] for s in sites], dtype=float)
     n = np.array([counts.get(s, (0, 0))[1] for s in sites], dtype=float)
-    if int((n > 0).sum()) < CI_MIN_SITES:
+    if int((n > 0).sum()) < BOOT_MIN_SITES:
         return None, False
     kt, nt = int(k.sum()), int(n.sum())
     if kt in (0, nt):
@@ -531,9 +539,11 @@ NO_BOOT_NOTE = "95 % CI: no intervals: [geohint] n_boot = 0 (no site-bootstrap r
 
 
 def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: str) -> str:
-    """The notes' sentence naming a table's site-bootstrap intervals, their resamples, seed and site count."""
-    text = (f"95 % CI: site-bootstrap percentile intervals ({n_boot} resamples of the {n_sites} sites, seed {seed}; "
-            f"the same site draws for every row; {what}); none where the answers come from a single site.")
+    """The notes' sentence naming a table's site-bootstrap intervals, their resamples, seed and site count, and the
+    few-site rule (:data:`geoagent.scoring.sdt.BOOT_SITES_RULE`)."""
+    text = (f"95 % CI: site-bootstrap percentile intervals ({n_boot} resamples of the {n_sites} "
+            f"site{'' if n_sites == 1 else 's'}, seed {seed}; the same site draws for every row; {what}). Few sites: "
+            f"{BOOT_SITES_RULE}; the CI flag column says which rows.")
     if exact:
         text += (" A rate of 0 % or 100 % gets the Clopper-Pearson exact interval of its pooled count instead (every "
                  "resample would repeat it; binomial, so it ignores clustering by site).")
@@ -543,7 +553,9 @@ def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: s
 def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Table:
     """Table 1: per model, context condition only: n, sites, hit rate with its site-bootstrap 95 % interval, hit
     rate per band, echo rate with its interval (:func:`site_bootstrap_interval`; one draw matrix over every site
-    of the campaign, seeded by ``seed``; ``n_boot`` 0 = no intervals). A hit rate of answers none of which
+    of the campaign, seeded by ``seed``; ``n_boot`` 0 = no intervals), and ``CI flag``: why the intervals are
+    withheld (fewer than 5 sites) or flagged few-cluster (5-9 sites), "" otherwise
+    (:func:`geoagent.scoring.sdt.boot_site_flag`). A hit rate of answers none of which
     geocoded is undetermined (NaN, an em dash; :attr:`Cell.geocoded_hit_rate`), and so is its interval."""
     rows = []
     undetermined = exact_any = False
@@ -563,16 +575,17 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
                 echo_ci, ex2 = site_bootstrap_interval({s: (x.echoes, x.echo_n) for s, x in by_site.items()}, sites, idx)
                 exact_any |= ex2 and echo_ci is not None
         n_sites = sum(1 for x in by_site.values() if x.n)
+        flag = boot_site_flag(n_sites) if idx is not None and c.n else ""
         rows.append([m, c.n, c.geocoded_hit_rate, *[x.geocoded_hit_rate for x in per_band], c.echo_rate,
-                     hit_ci, echo_ci, n_sites])
+                     hit_ci, echo_ci, n_sites, flag])
     boot = (bootstrap_caption(n_boot, seed, len(sites), exact_any, "n = the model's responses, sites = the sites they "
                               "come from; echo rates over the responses with an echo verdict")
             if idx is not None else (NO_BOOT_NOTE if n_boot == 0 else ""))
     return Table(
         "table1",
         f"Table 1: per-model results, condition {condition} (baselines excluded); hit rate and echo rate in %",
-        ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites"],
-        ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int"],
+        ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag"],
+        ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int", "text"],
         rows,
         _join_notes(boot, echo_rule_note(agg), UNGEOCODED_NOTE if undetermined else "", no_answer_note(agg, condition)),
     )
@@ -1174,7 +1187,8 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
     """The points of Fig. 2: per regime (legible, illegible) and band, all models pooled, ``rate`` (hit rate,
     fraction; NaN when nothing geocoded), ``lo``/``hi`` (95 % site-bootstrap interval over the regime's sites,
     :func:`site_bootstrap_interval`; NaN without one), ``exact`` (Clopper-Pearson at 0 or 1), ``n`` (responses)
-    and ``n_sites`` (sites with responses). Draws: ``n_boot`` resamples of the regime's sorted sites, seed ``seed``."""
+    ``n_sites`` (sites with responses) and ``ci_flag`` (:func:`geoagent.scoring.sdt.boot_site_flag` of
+    ``n_sites`` when a bootstrap was drawn: withheld below 5 sites, few-cluster from 5 to 9; "" otherwise). Draws: ``n_boot`` resamples of the regime's sorted sites, seed ``seed``."""
     groups = _regime_sites(agg, baseline)
     out: dict[str, list[dict[str, Any]]] = {}
     for regime in (LEGIBLE, ILLEGIBLE):
@@ -1187,8 +1201,10 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
             iv, exact = (None, False)
             if idx is not None and not math.isnan(c.geocoded_hit_rate):
                 iv, exact = site_bootstrap_interval({s: (x.hits, x.n) for s, x in by_site.items()}, sites, idx)
+            n_sites = sum(1 for x in by_site.values() if x.n)
             pts.append({"rate": c.geocoded_hit_rate, "lo": iv[0] if iv else math.nan, "hi": iv[1] if iv else math.nan,
-                        "exact": exact, "n": c.n, "n_sites": sum(1 for x in by_site.values() if x.n)})
+                        "exact": exact, "n": c.n, "n_sites": n_sites,
+                        "ci_flag": boot_site_flag(n_sites) if idx is not None and c.n else ""})
         out[regime] = pts
     return out
 
@@ -1210,8 +1226,11 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
         hi = np.array([q["hi"] for q in p]) * 100
         err = np.clip(np.nan_to_num(np.vstack([rates - lo, hi - rates])), 0.0, None)
         n = sum(q["n"] for q in p)
+        flags = sorted({q["ci_flag"].split(":")[0] for q in p if q["ci_flag"]})
+        mark = f"; CI {' / '.join(flags)}" if flags else ""
+        ns = len(groups[regime])
         ax.errorbar(x, rates, yerr=err, marker=marker, capsize=4,
-                    label=f"{regime} ({len(groups[regime])} sites, {n} responses)")
+                    label=f"{regime} ({ns} site{'' if ns == 1 else 's'}, {n} response{'' if n == 1 else 's'}{mark})")
         for xi, q in zip(x, p):
             if q["n"]:
                 ax.annotate(f"n={q['n']}", (xi, rates[xi] if np.isfinite(rates[xi]) else 0), textcoords="offset points",
@@ -1220,8 +1239,8 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
-    bars = (f"error bars: 95 % site-bootstrap intervals, {n_boot} resamples" if n_boot
-            else "no error bars: [geohint] n_boot = 0")
+    bars = (f"error bars: 95 % site-bootstrap intervals, {n_boot} resamples; none from < {BOOT_MIN_SITES} sites, "
+            f"few-cluster from < 10" if n_boot else "no error bars: [geohint] n_boot = 0")
     ax.set_title(f"Hit rate by band, {condition}, {len(agg.models)} models pooled\n({bars})", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -89,6 +89,36 @@ INFORMATIVE_FAR_DPRIME = 1.5
 DPRIME_USABLE = 1.0
 #: fewest sites a statistic's trials must come from for a bootstrap interval (module doc)
 CI_MIN_SITES = 2
+#: fewest sites (clusters) behind a GeoHint site-bootstrap interval (Table 1, Fig. 2): below this the interval is
+#: withheld, with the reason. A bootstrap over G sites has only C(2G - 1, G) distinct resamples (3 for G = 2, 10
+#: for G = 3, 35 for G = 4), so its percentile interval is coarse and, with so few clusters, too narrow: the
+#: release's judged answers gave an interval from 2 sites narrower than the plain binomial one. Cluster-bootstrap
+#: guidance (Cameron and Miller 2015, J. Human Resources 50(2), Sec. VI; Cameron, Gelbach and Miller 2008) is that
+#: with few clusters the pairs cluster bootstrap under-covers; 5 is where we stop printing one at all.
+BOOT_MIN_SITES = 5
+#: from :data:`BOOT_MIN_SITES` up to this many sites minus one (5-9) a site-bootstrap interval is given but
+#: flagged few-cluster (likely too narrow); the same 10 clusters below which the GeoHint report prints no
+#: normal-reference p-value (:data:`geoagent.report.geohint.MIN_CLUSTERS_NORMAL_P`, Cameron and Miller 2015)
+BOOT_FEW_SITES = 10
+
+
+def boot_site_flag(n_sites: int) -> str:
+    """The flag of a site-bootstrap interval resting on ``n_sites`` sites (sites with answers):
+    ``"withheld: 3 sites (< 5)"`` below :data:`BOOT_MIN_SITES` (no interval), ``"few sites: 7 (< 10)"`` from
+    :data:`BOOT_MIN_SITES` to :data:`BOOT_FEW_SITES` - 1 (an interval, likely too narrow), else ``""``."""
+    if n_sites < BOOT_MIN_SITES:
+        return f"withheld: {n_sites} site{'' if n_sites == 1 else 's'} (< {BOOT_MIN_SITES})"
+    if n_sites < BOOT_FEW_SITES:
+        return f"few sites: {n_sites} (< {BOOT_FEW_SITES})"
+    return ""
+
+
+#: the sentence explaining :func:`boot_site_flag` (report notes and legends)
+BOOT_SITES_RULE = (
+    f"a site-bootstrap interval from fewer than {BOOT_MIN_SITES} sites is withheld (a bootstrap over 2 sites has 3 "
+    f"distinct resamples; with so few clusters the interval is too narrow, even narrower than a binomial one), and "
+    f"one from {BOOT_MIN_SITES} to {BOOT_FEW_SITES - 1} sites is flagged few-cluster (likely too narrow); "
+    "Cameron and Miller 2015")
 #: ``delta_1`` when it cannot be decided (no band reaches d' = 1 and some band's d' is undefined)
 DELTA_UNDEFINED = "undefined"
 #: read-out verdict when the d' it rests on cannot be computed (no, or too few, parsed answers)
