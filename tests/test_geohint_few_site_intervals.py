@@ -76,3 +76,37 @@ def test_fig2_points_withhold_below_five_sites():
 def test_legend_explains_the_rule():
     legend = " ".join(GH.legend_for())
     assert "fewer than 5 sites" in legend and "few-cluster" in legend
+
+
+# --- GeoVerify: the same rule for its site-bootstrap intervals (table brackets and the d' figure) ---------------
+_GV_BANDS = ("0.15-0.3km", "0.3-0.7km", "0.7-1.5km", "1.5-3.0km", "3.0-6.0km")
+
+
+def _gv_cells(n_sites: int):
+    import polars as pl
+
+    rows = []
+    for i in range(n_sites):
+        site = f"s{i}"
+        rows.append(("m", site, "main", "signal", "yes", 6 + i % 3, 4 - i % 3, 0))
+        rows += [("m", site, "main", b, "no", 1 + (i + j) % 4, 7, 0) for j, b in enumerate(_GV_BANDS)]
+    return pl.DataFrame(rows, schema=["model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail"],
+                        orient="row")
+
+
+def test_geoverify_withholds_below_five_sites_and_flags_few():
+    from geoagent.report.geoverify import bootstrap_note, psychometric_figure
+
+    few = sdt.score(_gv_cells(3), n_boot=100, seed=0)
+    assert few["m"].ci == {} and few["m"].delta_1_ci is None
+    note = bootstrap_note(few)
+    assert "fewer than 5 sites" in note and "Cameron and Miller" in note
+    fig = psychometric_figure(few)
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "fewer than 5 sites" in caption
+    mid = sdt.score(_gv_cells(7), n_boot=100, seed=0)
+    assert "H" in mid["m"].ci and mid["m"].ci_sites["H"] == 7
+    assert "from 7 sites (fewer than 10) are given but flagged few-cluster:" in bootstrap_note(mid)
+    assert "few-cluster" in " ".join(t.get_text() for t in psychometric_figure(mid).texts)
+    many = sdt.score(_gv_cells(10), n_boot=100, seed=0)
+    assert "flagged few-cluster:" not in bootstrap_note(many) and "H" in many["m"].ci

@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
-from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, POOLED, SMALL_N_TRIALS, ModelScores,
+from geoagent.scoring.sdt import (BOOT_FEW_SITES, BOOT_MIN_SITES, BOOT_SITES_RULE, ARM_BLANK, ARM_MAIN, ARM_MISMATCH, POOLED, SMALL_N_TRIALS, ModelScores,
                                   delta_1_small_n, small_n_bands)
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
@@ -425,13 +425,28 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
 
 
 def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
-    """One sentence naming the interval method, replicates and seed ("" without a bootstrap)."""
+    """One sentence naming the interval method, replicates and seed, and the few-site rule
+    (:data:`geoagent.scoring.sdt.BOOT_SITES_RULE`: none from fewer than 5 sites; :func:`few_cluster_text` names
+    intervals from 5-9 sites); "" without a bootstrap."""
     s = next((x for x in scores.values() if x.n_boot), None)
     if s is None:
         return ""
     return (f"Brackets: {100 * s.ci_level:.0f} % percentile intervals from {s.n_boot} bootstrap resamples of sites "
-            f"(seed {s.boot_seed}; the same site draws for every column); none for a value whose trials come from "
-            f"a single site (its resamples are all that site: no between-site spread to estimate).")
+            f"(seed {s.boot_seed}; the same site draws for every column). Few sites: {BOOT_SITES_RULE}."
+            + few_cluster_text(scores))
+
+
+def few_cluster_text(scores: Mapping[str, ModelScores]) -> str:
+    """``" Here intervals from 7 sites (fewer than 10) are given but flagged few-cluster: ..."``: the site counts from
+    :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` to :data:`~geoagent.scoring.sdt.BOOT_FEW_SITES` - 1 behind the
+    intervals shown (``ModelScores.ci_sites``), with a leading space; "" when none."""
+    few = sorted({g for x in scores.values() for k, g in x.ci_sites.items()
+                  if k in x.ci and BOOT_MIN_SITES <= g < BOOT_FEW_SITES})
+    if not few:
+        return ""
+    gs = ", ".join(str(g) for g in few)
+    return (f" Here intervals from {gs} sites (fewer than {BOOT_FEW_SITES}) are given but flagged few-cluster: "
+            "likely too narrow.")
 
 
 def boundary_note(scores: Mapping[str, ModelScores]) -> str:
@@ -620,7 +635,8 @@ def psychometric_figure(scores: Mapping[str, ModelScores]):
     caption = []
     if boot is not None:
         caption.append(f"Error bars: {100 * boot.ci_level:.0f} % percentile intervals of d' from {boot.n_boot} "
-                       f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from one site.")
+                       f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from fewer than "
+                       f"{BOOT_MIN_SITES} sites." + few_cluster_text(scores))
     else:
         caption.append("No error bars: no site bootstrap was run (n_boot = 0).")
     if any_small:
