@@ -72,6 +72,7 @@ import anyio
 from geoagent import __version__
 from geoagent import constants as C
 from geoagent.files import remove_stale_temp_files
+from geoagent.textfmt import count_text
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
@@ -505,7 +506,7 @@ class Outcome:
                          "(the config changed since an earlier run queued them): never sent, not counted as missing; "
                          "`run.py dead CONFIG` lists them, `--requeue` brings them back")
         if self.missing:
-            lines.append(f"  missing: {self.missing} tasks dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
+            lines.append(f"  missing: {count_text(self.missing, 'task')} dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
             from geoagent.status import describe_reason
 
             for edge, items in self.dead.items():

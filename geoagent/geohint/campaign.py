@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent.textfmt import mapping_text
+from geoagent.textfmt import count_text, mapping_text
 from geoagent.data.importer import Release, import_release
 from geoagent.data.model import Image
 from geoagent.engine import CampaignKind
@@ -298,13 +298,14 @@ class GeoHintCampaign(CampaignKind):
             from geoagent.integrate import stale_trials_reason
 
             stale = stale_trials_reason(root) if s.images == "release" else None
-            why = (f"{n_sites} sites but no image (images = {s.images!r}; release images come from "
+            why = (f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}; release images come from "
                    "verify_trials.csv, which a crawl writes into its state folder when it completes)"
-                   if stale is None else f"{n_sites} sites but no image (images = {s.images!r}): {stale}")
+                   if stale is None else f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}): {stale}")
         elif not n_ladders:
-            why = f"{n_sites} sites and {n_images} images but no context ladder (ladders/*.csv)"
+            why = f"{count_text(n_sites, 'site')} and {count_text(n_images, 'image')} but no context ladder (ladders/*.csv)"
         else:
-            why = f"{n_sites} sites, {n_images} images, {n_ladders} ladders, but no unit matched the config"
+            why = (f"{count_text(n_sites, 'site')}, {count_text(n_images, 'image')}, {count_text(n_ladders, 'ladder')}, "
+                   "but no unit matched the config")
         return f"0 GeoHint units planned from {root}: {why}"
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
@@ -402,7 +403,7 @@ class GeoHintCampaign(CampaignKind):
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
         n_undetermined = len(agg.undetermined_sites())
-        lines.append(f"  GeoHint: {agg.select().n} scored responses over {len(agg.sites)} sites; "
+        lines.append(f"  GeoHint: {count_text(agg.select().n, 'scored response')} over {count_text(len(agg.sites), 'site')}; "
                      f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible"
                      + (f", {n_undetermined} undetermined (no no-context answer geocoded)" if n_undetermined else "")
                      + f" (threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")

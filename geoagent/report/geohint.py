@@ -78,6 +78,7 @@ from typing import Any
 import numpy as np
 
 from geoagent import constants as C
+from geoagent.textfmt import count_text
 from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
@@ -618,7 +619,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             per_band = [agg.select(sites=sites, model=m, condition=condition, band=b) for b in BANDS]
             undetermined |= _ungeocoded(c, nc, *per_band)
             rows.append([
-                f"{regime} ({len(sites)} sites)", m, c.n, nc.geocoded_hit_rate, c.geocoded_hit_rate,
+                f"{regime} ({count_text(len(sites), 'site')})", m, c.n, nc.geocoded_hit_rate, c.geocoded_hit_rate,
                 *[x.geocoded_hit_rate for x in per_band], c.echo_rate, nc.n,
             ])
     return Table(
@@ -660,8 +661,10 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
                      f"from one half, the no-context column from the other; SD over splits. On average "
                      f"{res.mean_sites_switching:.1f} sites change side per split.")
             if single:
-                notes += (f" {single} of {len(per_site)} sites have a single no-context answer and are left out of every "
-                          f"split (no half to assign their regime from); [geohint] baseline_repeats >= 2 includes them.")
+                notes += (f" {single} of {count_text(len(per_site), 'site')} {'has' if single == 1 else 'have'} a single "
+                          f"no-context answer and {'is' if single == 1 else 'are'} left out of every split (no half to "
+                          f"assign {'its' if single == 1 else 'their'} regime from); [geohint] baseline_repeats >= 2 "
+                          f"includes {'it' if single == 1 else 'them'}.")
     return Table(
         "table3",
         "Table 3: near-band hit rate minus no-context hit rate (points), before and after the split-half correction",
@@ -682,8 +685,8 @@ def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
     cells = [agg.select(condition=condition, tier=t, band=b).echo_n for t in TIERS_ORDER for b in BANDS]
     total_c = agg.select(condition=condition)
     n_sites = sum(1 for x in agg.site_cells(condition=condition).values() if x.echo_n)
-    pooled = (f"All models pooled ({len(agg.models)} models: {', '.join(agg.models)}): {total_c.echo_n} responses "
-              f"with an echo verdict from {n_sites} sites; {min(cells, default=0)} to {max(cells, default=0)} per tier "
+    pooled = (f"All models pooled ({count_text(len(agg.models), 'model')}: {', '.join(agg.models)}): "
+              f"{count_text(total_c.echo_n, 'response')} with an echo verdict from {count_text(n_sites, 'site')}; {min(cells, default=0)} to {max(cells, default=0)} per tier "
               f"and band cell. No interval: see Table 1 for site-bootstrap intervals per model.")
     return Table(
         "table4",
@@ -701,7 +704,7 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     rows = []
     zeros = []
     for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None)):
-        label = f"{regime} ({len(sites)} sites)" if sites is not None else f"all sites ({len(agg.sites)})"
+        label = f"{regime} ({count_text(len(sites), 'site')})" if sites is not None else f"all sites ({len(agg.sites)})"
         for b in BANDS:
             c = agg.select(sites=sites, condition=condition, band=b)
             rows.append([label, b, c.fine_dref_n, c.geo_mean_dref_km, c.geo_mean_err_km, c.median_ratio])
@@ -1241,7 +1244,7 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
     ax.set_ylim(0, 100)
     bars = (f"error bars: 95 % site-bootstrap intervals, {n_boot} resamples; none from < {BOOT_MIN_SITES} sites, "
             f"few-cluster from < 10" if n_boot else "no error bars: [geohint] n_boot = 0")
-    ax.set_title(f"Hit rate by band, {condition}, {len(agg.models)} models pooled\n({bars})", fontsize=9)
+    ax.set_title(f"Hit rate by band, {condition}, {count_text(len(agg.models), 'model')} pooled\n({bars})", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return _save_png(fig, path)
@@ -1264,7 +1267,7 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
-    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}\n{len(agg.models)} models pooled; n = answers "
+    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}\n{count_text(len(agg.models), 'model')} pooled; n = answers "
                  "with an echo verdict", fontsize=9)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
@@ -1392,7 +1395,7 @@ def write_report(
         *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),
         *([f"**Warning: {MIX_WARNING}:**", "", *[f"- {ln}" for ln in config_mix], ""] if config_mix else []),
         *([f"**{scope_note}**", ""] if scope_note else []),
-        f"{agg.select().n} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
+        f"{count_text(agg.select().n, 'scored response')}, {count_text(summary['sites'], 'site')}, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",
         counts_line(agg, condition),
@@ -1454,7 +1457,7 @@ def write_report(
                  f"Clopper-Pearson interval of its pooled count)") if n_boot else
                 "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
                + "; the legend gives the sites and responses per line.",
-               "", f"Echo rate per tier and band, all models pooled ({len(agg.models)} models); n under each value = "
+               "", f"Echo rate per tier and band, all models pooled ({count_text(len(agg.models), 'model')}); n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))
     return tables
