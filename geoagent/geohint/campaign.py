@@ -309,6 +309,7 @@ class GeoHintCampaign(CampaignKind):
         return f"0 GeoHint units planned from {root}: {why}"
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
+        from geoagent.providers.replay import replay_note
         from geoagent.report.geohint import write_report
         from geoagent.runtime.drift import not_sent_of, params_mix_lines
 
@@ -330,7 +331,7 @@ class GeoHintCampaign(CampaignKind):
                      image_note=getattr(self, "_image_warning", None),
                      simulated=_simulated(cfg, ctx),
                      config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
-                     scope_note=self._scope_note)
+                     scope_note=self._scope_note, replay_note=replay_note(cfg))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def export(self, cfg: Any, store: Any) -> list[Any]:

@@ -217,6 +217,7 @@ class GeoVerifyCampaign(CampaignKind):
         return f"0 trials {what} from {root}: {why}"
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
+        from geoagent.providers.replay import replay_note
         from geoagent.report.geoverify import write_report
 
         from geoagent.runtime.drift import not_sent_of, params_mix_lines
@@ -232,7 +233,7 @@ class GeoVerifyCampaign(CampaignKind):
                                  image_note=getattr(self, "_image_warning", None),
                                  simulated=_simulated(cfg, ctx),
                                  config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
-                                 scope_note=self._scope_note).values())
+                                 scope_note=self._scope_note, replay_note=replay_note(cfg)).values())
 
     @staticmethod
     def _scope(ctx: StageContext) -> ScoredScope:

@@ -1343,6 +1343,7 @@ def write_report(
     scope_note: str | None = None,
     n_boot: int = DEFAULT_N_BOOT,
     boot_seed: int | None = None,
+    replay_note: str | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
     ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none), seeded by ``boot_seed``
@@ -1374,6 +1375,8 @@ def write_report(
     every table pools them.
     ``scope_note``: a sentence on stored answers left out because their requests are no longer in the plan
     (:meth:`geoagent.runtime.scope.ScoredScope.note`), in bold under the title; None when none were.
+    ``replay_note``: the line of a campaign with replay models (:func:`geoagent.providers.replay.replay_note`:
+    the replayed files, their responses, not the paper's figures), first under the title; None or "" without.
     """
     from geoagent.runtime.drift import MIX_WARNING
 
@@ -1390,6 +1393,7 @@ def write_report(
     md = [
         "# GeoHint report",
         "",
+        *([f"**{replay_note}**", ""] if replay_note else []),
         *([f"**Interim report: {interim}**", ""] if interim else []),
         *([f"**Placeholder images: {image_note}**", ""] if image_note else []),
         *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),

@@ -694,6 +694,7 @@ def write_report(
     simulated: list[str] | tuple[str, ...] = (),
     config_mix: list[str] | tuple[str, ...] = (),
     scope_note: str | None = None,
+    replay_note: str | None = None,
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
 
@@ -712,6 +713,9 @@ def write_report(
     settings (:func:`geoagent.runtime.drift.params_mix_lines`), a warning above the tables (they pool them).
     ``scope_note``: a sentence on stored answers left out because their trials are no longer in the plan, above
     the tables; None when every stored answer is scored.
+    ``replay_note``: the line of a campaign with replay models (:func:`geoagent.providers.replay.replay_note`:
+    the replayed files, their responses, not the paper's Table 12), the first line of the Markdown and terminal
+    files; None or "" without.
 
     Returns
     -------
@@ -746,7 +750,9 @@ def write_report(
             w.writerow([f.get("model"), f.get("trial_id"), f.get("reason")])
         paths["failures"] = out / FAILURES_CSV
         _atomic_write(paths["failures"], buf.getvalue())
-    banner = f"**Interim report: {interim}**\n\n" if interim else ""
+    banner = f"**{replay_note}**\n\n" if replay_note else ""
+    if interim:
+        banner += f"**Interim report: {interim}**\n\n"
     if image_note:
         banner += f"**Placeholder images: {image_note}**\n\n"
     if simulated:
