@@ -60,3 +60,25 @@ def test_replay_note_is_generic_and_empty_without_replay(tmp_path):
                     replay_note=note)
     md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
     assert f"**{note}**" in md.split("Terms:")[0]
+
+
+def test_figures_carry_the_replay_line(tmp_path):
+    """The PNGs of a replay campaign's report say it too (GeoVerify's d' plot; GeoHint's Fig. 2 and Fig. 3)."""
+    import polars as pl
+
+    from geoagent.report.geoverify import psychometric_figure
+    from geoagent.scoring import sdt
+
+    note = "Replay of recorded responses: rp from /x/answers.jsonl (2 recorded responses). Not the paper's."
+    rows = [("m", f"s{i}", "main", b, t, 3, 2, 0) for i in range(5)
+            for b, t in (("signal", "yes"), ("0.15-0.3km", "no"), ("0.3-0.7km", "no"))]
+    cells = pl.DataFrame(rows, schema=list(sdt.CELL_COLUMNS), orient="row")
+    fig = psychometric_figure(sdt.score(cells, bands=("0.15-0.3km", "0.3-0.7km"), n_boot=20, seed=0), note=note)
+    assert any(note in t.get_text() for t in fig.texts)
+    agg = GeoHintAggregator()
+    agg.add_many(synth_results(seed=4, n_sites=3, models=("m-a",)))
+    for make in (GH.hit_by_band_figure, GH.echo_heatmap_figure):
+        fig = make(agg, "forced", note=note)
+        assert any(note in t.get_text() for t in fig.texts), make
+    GH.write_report(agg, tmp_path, n_flips=20, n_splits=3, seed=1, n_boot=20, figures=True, replay_note=note)
+    assert (tmp_path / "fig_hit_by_band.png").stat().st_size > 0

@@ -1212,12 +1212,28 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
     return out
 
 
+def _figure_note(fig, note: str | None) -> None:
+    """Lay out ``fig``, with ``note`` (a replay campaign's line) as a small caption under the axes when given."""
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=6, ha="left", va="bottom", wrap=True)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
+    else:
+        fig.tight_layout()
+
+
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline",
-                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Path:
+                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None) -> Path:
+    """Fig. 2 (:func:`hit_by_band_figure`) written as a PNG at ``path`` (atomically); returns ``path``."""
+    return _save_png(hit_by_band_figure(agg, condition, baseline, n_boot=n_boot, seed=seed, note=note), path)
+
+
+def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline",
+                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None):
     """Fig. 2: hit rate by band, one line per regime, all models pooled, with 95 % site-bootstrap percentile
     intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
-    legend gives each line's sites and responses. Writes a PNG (atomically)."""
+    legend gives each line's sites and responses. ``note``: a caption line under the axes (a replay campaign's
+    :func:`geoagent.providers.replay.replay_note`), None = none. Returns a matplotlib ``Figure`` (not saved)."""
     groups = _regime_sites(agg, baseline)
     pts = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
     fig, ax = _new_figure((5.5, 4.2))
@@ -1246,12 +1262,19 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
             f"few-cluster from < 10" if n_boot else "no error bars: [geohint] n_boot = 0")
     ax.set_title(f"Hit rate by band, {condition}, {count_text(len(agg.models), 'model')} pooled\n({bars})", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return _save_png(fig, path)
+    _figure_note(fig, note)
+    return fig
 
 
-def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str = "forced") -> Path:
-    """Fig. 3: echo rate (%) heatmap, referenceability tier x distance band. Writes a PNG (atomically)."""
+def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", *,
+                        note: str | None = None) -> Path:
+    """Fig. 3 (:func:`echo_heatmap_figure`) written as a PNG at ``path`` (atomically); returns ``path``."""
+    return _save_png(echo_heatmap_figure(agg, condition, note=note), path)
+
+
+def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, note: str | None = None):
+    """Fig. 3: echo rate (%) heatmap, referenceability tier x distance band; ``note`` as in
+    :func:`hit_by_band_figure`. Returns a matplotlib ``Figure`` (not saved)."""
     grid = np.array([[agg.select(condition=condition, tier=t, band=b).echo_rate * 100 for b in BANDS] for t in TIERS_ORDER])
     fig, ax = _new_figure((5, 3.5))
     vmax = max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0)
@@ -1270,8 +1293,8 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
     ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}\n{count_text(len(agg.models), 'model')} pooled; n = answers "
                  "with an echo verdict", fontsize=9)
     fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    return _save_png(fig, path)
+    _figure_note(fig, note)
+    return fig
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -1453,8 +1476,9 @@ def write_report(
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
     if figures:
-        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed)
-        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition)
+        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
+                           note=replay_note or None)
+        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=replay_note or None)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "

@@ -575,13 +575,15 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 
 
-def psychometric_figure(scores: Mapping[str, ModelScores]):
+def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = None):
     """The figure of :func:`plot_psychometric` (a matplotlib ``Figure``, not saved): d' against decoy distance
     (band midpoint, km, log axis), one line per model and pooled, with the d' = 1 line dashed and the nearest
     band shaded (Figure 4). What the table shows is on it too: error bars are the d' site-bootstrap intervals
     (``ModelScores.ci``; none where the table has none), a d' resting on fewer than SMALL_N_TRIALS trials is
     drawn hollow and marked :data:`SMALL_N_MARK`, each legend entry gives the signal and decoy trials behind
-    its line, and a caption under the axes names the interval (level, resamples, seed, sites) and the mark."""
+    its line, and a caption under the axes names the interval (level, resamples, seed, sites) and the mark.
+    ``note``: a line put first in that caption (a replay campaign's :func:`geoagent.providers.replay.replay_note`);
+    None = none."""
     # a standalone Figure, not pyplot: no global figure state (the live report draws in a worker thread);
     # the Agg canvas is used when saving
     from matplotlib.figure import Figure
@@ -632,7 +634,7 @@ def psychometric_figure(scores: Mapping[str, ModelScores]):
     ax.set_title("GeoVerify: discrimination vs decoy distance")
     ax.legend(fontsize=7, loc="best")
     boot = next((x for x in scores.values() if x.n_boot), None)
-    caption = []
+    caption = [note] if note else []
     if boot is not None:
         caption.append(f"Error bars: {100 * boot.ci_level:.0f} % percentile intervals of d' from {boot.n_boot} "
                        f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from fewer than "
@@ -643,16 +645,17 @@ def psychometric_figure(scores: Mapping[str, ModelScores]):
         caption.append(f"Hollow {SMALL_N_MARK}: d' rests on fewer than {SMALL_N_TRIALS} trials (signal or the band's "
                        "decoys); see the table's Small n lines.")
     fig.text(0.01, 0.01, "\n".join(caption), fontsize=6.5, ha="left", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout(rect=(0, 0.12 if note else 0.07, 1, 1))
     return fig
 
 
-def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Path:
+def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path, note: str | None = None) -> Path:
     """PNG of :func:`psychometric_figure` (d' against decoy distance with site-bootstrap error bars, small-n
-    marks, trial counts and a caption; Figure 4) at ``path``. Written atomically; returns ``path``."""
+    marks, trial counts and a caption; Figure 4) at ``path``, ``note`` first in the caption (None = none).
+    Written atomically; returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_savefig(psychometric_figure(scores), path)
+    return atomic_savefig(psychometric_figure(scores, note=note), path)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -769,5 +772,5 @@ def write_report(
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))
     if plot and scores:
-        paths["png"] = plot_psychometric(scores, out / PLOT_PNG)
+        paths["png"] = plot_psychometric(scores, out / PLOT_PNG, note=replay_note or None)
     return paths
