@@ -288,7 +288,8 @@ def replay_note(cfg: Any) -> str:
 
     ``cfg``: a :class:`geoagent.config.CampaignConfig` (its :meth:`~geoagent.config.CampaignConfig.replay_path`
     resolves each file as the provider does). A file that cannot be read is named with "not readable" instead
-    of a count (the provider itself raises at start, so a report rarely sees one).
+    of a count (the provider itself raises at start, so a report rarely sees one). Paths are made absolute (a
+    report file is read away from the working directory the config's relative path meant).
     """
     parts = []
     sample = False
@@ -301,7 +302,7 @@ def replay_note(cfg: Any) -> str:
             what = f"{n} recorded response{'' if n == 1 else 's'}"
         except OSError:
             what = "not readable"
-        parts.append(f"{m.name} from {path} ({what})")
+        parts.append(f"{m.name} from {os.path.abspath(path)} ({what})")  # absolute: the report travels
         sample |= "sample" in path.name
     if not parts:
         return ""
