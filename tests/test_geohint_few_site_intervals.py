@@ -110,3 +110,10 @@ def test_geoverify_withholds_below_five_sites_and_flags_few():
     assert "few-cluster" in " ".join(t.get_text() for t in psychometric_figure(mid).texts)
     many = sdt.score(_gv_cells(10), n_boot=100, seed=0)
     assert "flagged few-cluster:" not in bootstrap_note(many) and "H" in many["m"].ci
+
+
+def test_report_md_fig2_caption_names_withheld_lines(tmp_path):
+    GH.write_report(_agg(4), tmp_path, n_flips=20, n_splits=3, seed=1, n_boot=50, figures=True)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    cap = md.split("![hit rate by band](fig_hit_by_band.png)", 1)[1].split("\n\n")[1]
+    assert "fewer than 5 sites" in cap and "legible: withheld: 3 sites (< 5)" in cap, cap

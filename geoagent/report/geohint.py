@@ -1227,6 +1227,21 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
     return _save_png(hit_by_band_figure(agg, condition, baseline, n_boot=n_boot, seed=seed, note=note), path)
 
 
+def fig2_sites_note(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> str:
+    """The Fig. 2 caption's few-site clause (report.md): ``"; none from fewer than 5 sites, few-cluster from 5 to 9
+    (here legible: withheld: 3 sites (< 5))"`` naming each regime line whose points are withheld or flagged
+    (:func:`geoagent.scoring.sdt.boot_site_flag` of the regime's sites with answers in ``condition``); the rule
+    alone when none is."""
+    groups = _regime_sites(agg, baseline)
+    flagged = []
+    for regime in (LEGIBLE, ILLEGIBLE):
+        n = sum(1 for x in agg.site_cells(condition=condition, sites=set(groups[regime])).values() if x.n)
+        if n and (flag := boot_site_flag(n)):
+            flagged.append(f"{regime}: {flag}")
+    text = f"; none from fewer than {BOOT_MIN_SITES} sites, few-cluster from {BOOT_MIN_SITES} to 9"
+    return text + (f" (here {'; '.join(flagged)})" if flagged else "")
+
+
 def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline",
                        *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None):
     """Fig. 2: hit rate by band, one line per regime, all models pooled, with 95 % site-bootstrap percentile
@@ -1482,8 +1497,8 @@ def write_report(
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
-                 f"Clopper-Pearson interval of its pooled count)") if n_boot else
-                "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
+                 f"Clopper-Pearson interval of its pooled count){fig2_sites_note(agg, condition, baseline)}")
+                if n_boot else "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
                + "; the legend gives the sites and responses per line.",
                "", f"Echo rate per tier and band, all models pooled ({count_text(len(agg.models), 'model')}); n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
