@@ -37,3 +37,16 @@ def test_report_labels_and_notes_say_1_site_1_model(tmp_path):
     text = "\n".join(t.to_markdown() for t in tables) + (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "(1 sites)" not in text and " 1 sites" not in text and "1 models" not in text, text
     assert "(1 site)" in text and ", 1 site, models" in text and "(1 model:" in text
+
+
+def test_geoverify_small_n_line_says_1_signal_trial():
+    import polars as pl
+
+    from geoagent.report.geoverify import small_n_warnings
+    from geoagent.scoring import sdt
+
+    rows = [("m", "s1", "main", "signal", "yes", 1, 0, 0), ("m", "s1", "main", "0.15-0.3km", "no", 3, 30, 0)]
+    scores = sdt.score(pl.DataFrame(rows, schema=list(sdt.CELL_COLUMNS), orient="row"), bands=("0.15-0.3km",),
+                       pooled=False)
+    text = " ".join(small_n_warnings(scores))
+    assert "1 signal trial behind H" in text and "1 signal trials" not in text, text

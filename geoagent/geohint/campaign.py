@@ -427,7 +427,7 @@ class GeoHintCampaign(CampaignKind):
                     lines.append(f"  {m:>20} {cond:<12} no answer (cut off, nothing parsed) {no_answer}: left out of "
                                  "every rate")
         cut = total(agg.truncation)
-        lines.append(f"  cut off at the output-token limit: {cut.n_truncated} of {cut.n} answers"
+        lines.append(f"  cut off at the output-token limit: {cut.n_truncated} of {count_text(cut.n, 'answer')}"
                      + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")
         lines += [f"  {w}" for w in truncation_warnings(agg)]
         lines += [f"  {w}" for w in unresolved_warnings(agg)]

@@ -57,10 +57,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
-from geoagent.scoring.sdt import (BOOT_FEW_SITES, BOOT_MIN_SITES, BOOT_SITES_RULE, ARM_BLANK, ARM_MAIN, ARM_MISMATCH, POOLED, SMALL_N_TRIALS, ModelScores,
-                                  delta_1_small_n, small_n_bands)
+from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BOOT_FEW_SITES, BOOT_MIN_SITES, BOOT_SITES_RULE,
+                                  POOLED, SMALL_N_TRIALS, ModelScores, delta_1_small_n, small_n_bands)
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
+from geoagent.textfmt import count_text
 
 TABLE_MD = "geoverify_table.md"
 TABLE_CSV = "geoverify_table.csv"
@@ -211,11 +212,12 @@ def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
         tail = ("" if not delta_1_small_n(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
                 if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
         if sc.n_signal < SMALL_N_TRIALS:  # every band with trials is flagged through H
-            side = (f"d' {SMALL_N_MARK} at every band with trials: signal side: {sc.n_signal} signal trials behind H,"
+            side = (f"d' {SMALL_N_MARK} at every band with trials: signal side: "
+                    f"{count_text(sc.n_signal, 'signal trial')} behind H,"
                     f" fewer than {SMALL_N_TRIALS}" + (f"; decoy side too at {decoys}" if decoys else ""))
         else:
             side = (f"d' {SMALL_N_MARK} on the decoy side: {decoys}, fewer than {SMALL_N_TRIALS} (the signal side has "
-                    f"{sc.n_signal} trials behind H)")
+                    f"{count_text(sc.n_signal, 'trial')} behind H)")
         lines.append(f"Small n ({c}): {side}{tail}.")
     lines += [ln for c in cols if (ln := _readout_small_n_line(c, scores[c]))]
     return lines
