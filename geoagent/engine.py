@@ -72,6 +72,7 @@ import anyio
 from geoagent import __version__
 from geoagent import constants as C
 from geoagent.files import remove_stale_temp_files
+from geoagent.textfmt import count_text
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
 from geoagent.runtime.queue import SUPERSEDED, DeadLetter, QueueCounts
@@ -500,10 +501,10 @@ class Outcome:
             lines.append("  not done: the work above stays queued untouched; set the variable named above and re-run "
                          "the same command")
         elif self.status == STATUS_AUTH:
-            lines.append(f"  not dispatched: {self.remaining()} requests stay queued (those of the model(s) above, "
+            lines.append(f"  not dispatched: {count_text(self.remaining(), 'request')} stay queued (those of the model(s) above, "
                          "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":
-            lines.append(f"  budget exhausted: {self.remaining()} requests not dispatched; raise [budget] cap_usd and re-run")
+            lines.append(f"  budget exhausted: {count_text(self.remaining(), 'request')} not dispatched; raise [budget] cap_usd and re-run")
         unsent = self.unsent_line()
         if unsent:
             lines.append(unsent)
@@ -520,7 +521,7 @@ class Outcome:
                          "(the config changed since an earlier run queued them): never sent, not counted as missing; "
                          "`run.py dead CONFIG` lists them, `--requeue` brings them back")
         if self.missing:
-            lines.append(f"  missing: {self.missing} tasks dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
+            lines.append(f"  missing: {count_text(self.missing, 'task')} dead-lettered (list them with `run.py dead CONFIG`, retry with `--requeue`); scorers exclude them")
             from geoagent.status import describe_reason
 
             for edge, items in self.dead.items():
@@ -2341,7 +2342,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
                     + f", x {est_factor(cfg):g} ([budget] input_estimate_factor), + max_output_tokens; "
                     f"{m.worst_input_tokens} in before the factor")
         lines.append(
-            f"  {name}: {m.calls} calls, {m.input_tokens} in / {m.output_tokens} out tokens, "
+            f"  {name}: {count_text(m.calls, 'call')}, {m.input_tokens} in / {m.output_tokens} out tokens, "
             f"${m.cost_usd:.4f} expected ({assumed}), worst ${m.worst_case_usd:.4f} ({reserved}); "
             f"{_model_time(m, mc, cfg)}"
         )
@@ -2385,7 +2386,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
     spent_part = (f" (${spent:.4f} already spent by earlier runs of this campaign: settled + unknown outcome, "
                   f"in its ledger{gone_part}; ${left:.4f} left for these calls)" if spent > 0 else "")
     lines.append(
-        f"  total: {est.calls} calls to make" + (f" ({'; '.join(left_out)})" if left_out else "")
+        f"  total: {count_text(est.calls, 'call')} to make" + (f" ({'; '.join(left_out)})" if left_out else "")
         + f", ${est.cost_usd:.4f} expected, "
         f"worst ${est.worst_case_usd:.4f}, cap {usd(est.cap_usd)}{spent_part}"
         f" ({'within' if est.within_cap else 'OVER'} cap); {time_part}"

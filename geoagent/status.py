@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent.textfmt import mapping_text
+from geoagent.textfmt import count_text, mapping_text
 from geoagent.runtime.progress import (did_work, merge_records, read_last_with_work, read_processes, read_runs,
                                        record_as_of, record_counts)
 from geoagent.runtime.procs import pid_alive
@@ -481,7 +481,7 @@ def format_status(st: dict[str, Any]) -> str:
                 # normal answers of the endpoint (a pageviews 404), not errors
                 answers = describe_answers(hs.get("answers") or {}, hs.get("answer_notes") or {})
                 name = f"{host} ({labels[host]})" if labels.get(host) else host
-                lines.append(f"    http {name}: {hs.get('requests', 0)} requests, {hs.get('retries', 0)} retries,"
+                lines.append(f"    http {name}: {count_text(hs.get('requests', 0), 'request')}, {count_text(hs.get('retries', 0), 'retry', 'retries')},"
                              f" error rate {rate:.1%}" + (f" ({mapping_text(hs['errors'])})" if hs.get("errors") else "")
                              + (f"; {answers}" if answers else ""))
     for edge, items in st.get("dead", {}).items():

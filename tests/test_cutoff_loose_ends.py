@@ -277,7 +277,7 @@ def test_geohint_boot_seed_seeds_the_bootstrap_only_and_its_default_keeps_the_re
     from geoagent.report import geohint as GH
 
     agg = GeoHintAggregator()
-    agg.add_many(synth_results(seed=4, n_sites=6))
+    agg.add_many(synth_results(seed=4, n_sites=14))  # >= 5 sites per regime: Fig. 2 has intervals
     kw = dict(n_flips=50, n_splits=5, seed=1, figures=False, n_boot=40)
     same = {t.name: t for t in GH.write_report(agg, tmp_path / "a", **kw)}
     before = GH.table1(agg, "forced", n_boot=40, seed=1)

@@ -29,6 +29,7 @@ from _geohint_synth import hand_rows
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.result import GeoHintResult
 from geoagent.report import geohint as GH
+from geoagent.textfmt import count_text
 
 BASELINE = {"s1": [1, 1, 1, 0], "s2": [1, 1, 0, 0], "s3": [1, 0, 0, 0]}
 NEAR = {"s1": [1, 1, 1, 1], "s2": [1, 1, 1, 0], "s3": [1, 0, 0, 0]}
@@ -64,8 +65,8 @@ def test_threshold_moves_sites_between_regimes_as_counted_by_hand(threshold):
     t2 = GH.table2(agg, "forced", "baseline")
     assert f"({100 * threshold:g} % no-context threshold)" in t2.title
     by_regime = {r[0].split(" (")[0]: r for r in t2.rows}
-    assert by_regime["legible"][0] == f"legible ({len(legible)} sites)"
-    assert by_regime["illegible"][0] == f"illegible ({len(illegible)} sites)"
+    assert by_regime["legible"][0] == f"legible ({count_text(len(legible), 'site')})"
+    assert by_regime["illegible"][0] == f"illegible ({count_text(len(illegible), 'site')})"
     assert by_regime["legible"][3] == pytest.approx(_rate(legible, BASELINE))  # No context
     assert by_regime["legible"][4] == pytest.approx(_rate(legible, NEAR))  # With context
     if illegible:
@@ -79,7 +80,7 @@ def test_threshold_moves_sites_between_regimes_as_counted_by_hand(threshold):
         assert t3["illegible"][2] == pytest.approx(100 * (_rate(illegible, NEAR) - _rate(illegible, BASELINE)))
     # Table 5 and the paired tables take their site sets from the same split
     t5 = GH.table5(agg, "forced", "baseline")
-    assert {r[0] for r in t5.rows} >= {f"legible ({len(legible)} sites)", f"illegible ({len(illegible)} sites)"}
+    assert {r[0] for r in t5.rows} >= {f"legible ({count_text(len(legible), 'site')})", f"illegible ({count_text(len(illegible), 'site')})"}
 
 
 def _exact_corrected(threshold: float) -> dict[str, tuple[float, float]]:
@@ -134,7 +135,7 @@ def test_report_names_the_threshold(tmp_path):
     assert "legible at 60 % or more" in buf.getvalue()
     with (tmp_path / "table2.csv").open(newline="", encoding="utf-8") as fh:
         regimes = sorted({r[0] for r in list(csv.reader(fh))[1:]})
-    assert regimes == ["illegible (2 sites)", "legible (1 sites)"]
+    assert regimes == ["illegible (2 sites)", "legible (1 site)"]
 
 
 def test_default_is_the_papers_half_and_output_is_unchanged(tmp_path):

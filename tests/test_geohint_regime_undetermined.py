@@ -53,7 +53,7 @@ def test_a_site_with_no_geocoded_no_context_answer_is_undetermined():
     assert agg.regimes() == {"s1": "legible", "s2": "legible", "s4": "illegible"}
     assert agg.undetermined_sites() == ["s3"]
     t2 = {r[0]: r for r in GH.table2(agg).rows}
-    assert set(t2) == {"illegible (1 sites)", "legible (2 sites)"}  # s3 in no regime row
+    assert set(t2) == {"illegible (1 site)", "legible (2 sites)"}  # s3 in no regime row
     assert "1 site whose no-context answers none geocoded has an undetermined regime" in GH.no_regime_note(agg, "baseline")
     # Table 3's split-half assignment never puts s3 in a regime either: its no-context answers are left out
     bs, _bm, _bh = agg.baseline_arrays("baseline")

@@ -132,7 +132,7 @@ def test_zero_errors_left_out_of_tables_5_to_7_are_counted_in_their_notes(tmp_pa
     # Table 5 (finer than city): illegible none (the s2 zero is city level), legible 2 (s1), all 3 (+ s3)
     assert ("finer-than-city answers: illegible 0, legible 2, all 3." in tables["table5"].notes)
     t5 = {(r[0], r[1]): r[2] for r in tables["table5"].rows}
-    assert t5[("legible (1 sites)", NEAR)] == 2 and t5[("all sites (3)", NEAR)] == 2 + 3 + 1
+    assert t5[("legible (1 site)", NEAR)] == 2 and t5[("all sites (3)", NEAR)] == 2 + 3 + 1
     # Table 6: every level 4 (2 + 1 + 1), fine only 3; n = the 6 context answers with err > 0
     assert "context answers: all levels 4, fine only 3." in tables["table6"].notes
     assert tables["table6"].rows[-1][1] == 6

@@ -23,14 +23,16 @@ def _cells(rows):
 
 
 def _flat_scores():
-    """Two sites answering every trial yes half the time: d' = 0 in every band, so delta_1 is none in every
-    bootstrap resample; swapped image F 3/4 (> 20 %), gray field F 1/4."""
+    """Five sites (the fewest with a bootstrap interval) answering every trial yes half the time: d' = 0 in every
+    band, so delta_1 is none in every bootstrap resample; controls at two of them: swapped image F 6/8 (> 20 %),
+    gray field F 2/8."""
     rows = []
+    for site in ("s1", "s2", "s3", "s4", "s5"):
+        rows += [("m", site, "main", BAND_SIGNAL, "yes", 1, 1, 0),
+                 ("m", site, "main", B0, "no", 1, 1, 0),
+                 ("m", site, "main", B1, "no", 1, 1, 0)]
     for site in ("s1", "s2"):
-        rows += [("m", site, "main", BAND_SIGNAL, "yes", 2, 2, 0),
-                 ("m", site, "main", B0, "no", 2, 2, 0),
-                 ("m", site, "main", B1, "no", 2, 2, 0),
-                 ("m", site, "ctrl_mismatch", None, "no", 3, 1, 0),
+        rows += [("m", site, "ctrl_mismatch", None, "no", 3, 1, 0),
                  ("m", site, "ctrl_noimage", None, "no", 1, 3, 0)]
     return sdt.score(_cells(rows), bands=(B0, B1), n_boot=50, seed=1, pooled=False)
 
@@ -43,7 +45,7 @@ def _summary(scores) -> list[str]:
 
 def test_delta_1_reads_the_same_in_console_and_terminal_table():
     scores = _flat_scores()
-    d = norm.ppf((4 + 0.5) / (8 + 1)) - norm.ppf((4 + 0.5) / (8 + 1))  # H = F = 4/8 in both bands (log-linear)
+    d = norm.ppf((5 + 0.5) / (10 + 1)) - norm.ppf((5 + 0.5) / (10 + 1))  # H = F = 5/10 in both bands (log-linear)
     assert [b.d_prime for b in scores["m"].bands] == [d, d] and d < 1
     assert scores["m"].delta_1 is None and scores["m"].delta_1_ci == ("none", "none")
     line = next(ln for ln in _summary(scores) if ln.strip().startswith("m:"))
@@ -51,7 +53,7 @@ def test_delta_1_reads_the_same_in_console_and_terminal_table():
     table = R.render_terminal(scores)
     row = next(ln for ln in table.splitlines() if ln.strip("│ ").startswith("delta_1"))
     assert "none [none, none]" in row, row
-    # 8 signal and 8 decoy trials per band: every d' is small-n, and so is "none", which rests on them all
+    # 10 signal and 10 decoy trials per band: every d' is small-n, and so is "none", which rests on them all
     assert f"| delta_1 | none [none, none] {R.SMALL_N_MARK} |" in R.render_markdown(scores)
 
 

@@ -125,6 +125,9 @@ def test_counts_hand_made_case_with_controls():
 def test_delta_range_contains_point_estimate_on_release(release_boot):
     for m, s in release_boot.items():
         labels = [b.band for b in s.bands] + ["none"]
+        if s.ci_sites["H"] < sdt.CI_MIN_SITES:  # per model the sample's signal trials come from 3-4 sites: withheld
+            assert s.delta_1_ci is None and m != sdt.POOLED
+            continue
         assert s.delta_1_ci is not None and 0 < s.delta_1_ci_n <= 300
         lo, hi = (labels.index(x) for x in s.delta_1_ci)
         assert lo <= hi
@@ -146,7 +149,9 @@ def test_delta_range_equals_independent_bootstrap():
     b0, b1 = "0.15-0.3km", "0.3-0.7km"
     # site -> (signal yes, no), (band0 yes, no), (band1 yes, no) or None (no band1 trials at that site)
     data = {"A": ((4, 0), (0, 4), (0, 4)), "B": ((2, 2), (3, 1), (0, 4)),
-            "C": ((1, 3), (3, 1), (3, 1)), "D": ((3, 1), (2, 2), None)}
+            "C": ((1, 3), (3, 1), (3, 1)), "D": ((3, 1), (2, 2), None),
+            # E, F: 5 sites behind every statistic, the fewest with an interval (session 10)
+            "E": ((2, 2), (1, 3), (2, 2)), "F": ((3, 1), (3, 1), (1, 3))}
     rows = []
     for site, (sig, f0, f1) in data.items():
         rows.append(("m", site, "main", BAND_SIGNAL, "yes", *sig, 0))
@@ -178,7 +183,9 @@ def test_delta_range_equals_independent_bootstrap():
         if first is not None:
             idx.append(first)
     idx.sort()
-    assert len(set(idx)) >= 2 and len(idx) < n_boot  # a spread of bands, and some undefined replicates
+    # a spread of bands (undefined replicates, band1 drawn from no site, are dropped by the loop above; with band1
+    # at 5 of 6 sites they are rare, so their count is not asserted here)
+    assert len(set(idx)) >= 2 and len(idx) <= n_boot
     k = len(idx)  # inverted-CDF percentile: the smallest value whose cumulative share reaches q
     lo, hi = idx[math.ceil(0.025 * k) - 1], idx[math.ceil(0.975 * k) - 1]
     labels = [b0, b1, "none"]

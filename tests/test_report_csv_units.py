@@ -37,8 +37,8 @@ def test_geohint_csvs_hold_fractions_against_hand_counts(tmp_path):
     assert float(t1["0.5-1.5km (fraction)"]) == pytest.approx(6 / 8)
     t2 = {r["Regime"]: r for r in _read(tmp_path / "table2.csv")}
     # s1 legible (3 of 4 no-context hits), s2 illegible (1 of 4)
-    assert float(t2["legible (1 sites)"]["No context (fraction)"]) == pytest.approx(3 / 4)
-    assert float(t2["illegible (1 sites)"]["With context (fraction)"]) == pytest.approx(2 / 4)
+    assert float(t2["legible (1 site)"]["No context (fraction)"]) == pytest.approx(3 / 4)
+    assert float(t2["illegible (1 site)"]["With context (fraction)"]) == pytest.approx(2 / 4)
     t3 = {r["Regime"]: r for r in _read(tmp_path / "table3.csv")}
     # near minus no-context: legible 4/4 - 3/4, illegible 2/4 - 1/4: fractions, as in tables 1 and 2
     assert float(t3["legible"]["Uncorrected (fraction)"]) == pytest.approx(0.25)

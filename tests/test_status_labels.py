@@ -57,8 +57,8 @@ def test_crawl_config_endpoints_and_models_are_labelled(tmp_path):
     st = {"campaign": "c", "queues": {}, "spend": None, "dead": {}, "host_labels": labels,
           "progress": {"finished": True, "elapsed_s": 1.0, "stages": [], "http": http}}
     out = format_status(st)
-    assert "http 127.0.0.1:41003 (pageviews API): 1 requests" in out
-    assert "http 127.0.0.1:49999: 1 requests" in out  # a host the config does not name stays bare
+    assert "http 127.0.0.1:41003 (pageviews API): 1 request, 0 retries" in out
+    assert "http 127.0.0.1:49999: 1 request, 0 retries" in out  # a host the config does not name stays bare
 
 
 def test_status_names_sandbox_and_served_model_hosts_after_a_run(tmp_path):

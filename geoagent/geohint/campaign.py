@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent.textfmt import mapping_text
+from geoagent.textfmt import count_text, mapping_text
 from geoagent.data.importer import Release, import_release
 from geoagent.data.model import Image
 from geoagent.engine import CampaignKind
@@ -312,16 +312,18 @@ class GeoHintCampaign(CampaignKind):
             from geoagent.integrate import stale_trials_reason
 
             stale = stale_trials_reason(root) if s.images == "release" else None
-            why = (f"{n_sites} sites but no image (images = {s.images!r}; release images come from "
+            why = (f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}; release images come from "
                    "verify_trials.csv, which a crawl writes into its state folder when it completes)"
-                   if stale is None else f"{n_sites} sites but no image (images = {s.images!r}): {stale}")
+                   if stale is None else f"{count_text(n_sites, 'site')} but no image (images = {s.images!r}): {stale}")
         elif not n_ladders:
-            why = f"{n_sites} sites and {n_images} images but no context ladder (ladders/*.csv)"
+            why = f"{count_text(n_sites, 'site')} and {count_text(n_images, 'image')} but no context ladder (ladders/*.csv)"
         else:
-            why = f"{n_sites} sites, {n_images} images, {n_ladders} ladders, but no unit matched the config"
+            why = (f"{count_text(n_sites, 'site')}, {count_text(n_images, 'image')}, {count_text(n_ladders, 'ladder')}, "
+                   "but no unit matched the config")
         return f"0 GeoHint units planned from {root}: {why}"
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
+        from geoagent.providers.replay import replay_note
         from geoagent.report.geohint import write_report
         from geoagent.runtime.drift import not_sent_of, params_mix_lines
 
@@ -343,7 +345,7 @@ class GeoHintCampaign(CampaignKind):
                      image_note=getattr(self, "_image_warning", None),
                      simulated=_simulated(cfg, ctx),
                      config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
-                     scope_note=self._scope_note)
+                     scope_note=self._scope_note, replay_note=replay_note(cfg))
         return sorted(p for p in out.iterdir() if p.suffix in {".md", ".csv", ".png"})
 
     def export(self, cfg: Any, store: Any) -> list[Any]:
@@ -418,7 +420,7 @@ class GeoHintCampaign(CampaignKind):
         regimes = agg.regimes()
         n_leg = sum(v == "legible" for v in regimes.values())
         n_undetermined = len(agg.undetermined_sites())
-        lines.append(f"  GeoHint: {agg.select().n} scored responses over {len(agg.sites)} sites; "
+        lines.append(f"  GeoHint: {count_text(agg.select().n, 'scored response')} over {count_text(len(agg.sites), 'site')}; "
                      f"regimes: {n_leg} legible, {len(regimes) - n_leg} illegible"
                      + (f", {n_undetermined} undetermined (no no-context answer geocoded)" if n_undetermined else "")
                      + f" (threshold {threshold_text(agg.regime_threshold)} no-context hit rate)")
@@ -441,7 +443,7 @@ class GeoHintCampaign(CampaignKind):
                     lines.append(f"  {m:>20} {cond:<12} no answer (cut off, nothing parsed) {no_answer}: left out of "
                                  "every rate")
         cut = total(agg.truncation)
-        lines.append(f"  cut off at the output-token limit: {cut.n_truncated} of {cut.n} answers"
+        lines.append(f"  cut off at the output-token limit: {cut.n_truncated} of {count_text(cut.n, 'answer')}"
                      + (f" ({cut.share:.1%})" if cut.n else "") + f"; {TRUNCATION_LEGEND}")
         lines += [f"  {w}" for w in truncation_warnings(agg)]
         lines += [f"  {w}" for w in unresolved_warnings(agg)]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from geoagent import constants as C
-from geoagent.textfmt import mapping_text
+from geoagent.textfmt import count_text, mapping_text
 from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH
 from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
@@ -174,7 +174,7 @@ class GeoVerifyCampaign(CampaignKind):
         arms = {t.arm for t in trials}
         if ARM_BLANK in arms and ARM_MISMATCH not in arms:
             out.append(
-                f"the {len(trials)} trials hold no swapped-image control (arm {ARM_MISMATCH}): the pre-registered "
+                f"the {count_text(len(trials), 'trial')} {'holds' if len(trials) == 1 else 'hold'} no swapped-image control (arm {ARM_MISMATCH}): the pre-registered "
                 f"read-out will say 'swapped-image control not run' and skip that arm's validity check (F <= "
                 f"{MISMATCH_F_MAX:.0%}), so it cannot rule out answers that ignore the image; a crawl whose cities "
                 "are all on one continent builds none (the swapped image comes from another continent): add cities "
@@ -215,7 +215,7 @@ class GeoVerifyCampaign(CampaignKind):
         plan = getattr(self, "_plan", None)
         n_trials = len(plan.trials) if plan is not None else 0
         if n_trials:
-            return (f"{n_trials} trials from {root} but 0 requests planned (every model's sampling_rate "
+            return (f"{count_text(n_trials, 'trial')} from {root} but 0 requests planned (every model's sampling_rate "
                     "dropped them all?)")
         from geoagent.integrate import stale_trials_reason
 
@@ -230,6 +230,7 @@ class GeoVerifyCampaign(CampaignKind):
         return f"0 trials {what} from {root}: {why}"
 
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
+        from geoagent.providers.replay import replay_note
         from geoagent.report.geoverify import write_report
 
         from geoagent.runtime.drift import not_sent_of, params_mix_lines
@@ -245,7 +246,7 @@ class GeoVerifyCampaign(CampaignKind):
                                  image_note=getattr(self, "_image_warning", None),
                                  simulated=_simulated(cfg, ctx),
                                  config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
-                                 scope_note=self._scope_note).values())
+                                 scope_note=self._scope_note, replay_note=replay_note(cfg)).values())
 
     @staticmethod
     def _scope(ctx: StageContext) -> ScoredScope:

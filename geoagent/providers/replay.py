@@ -259,3 +259,54 @@ def _token_count(value: object) -> int | None:
     if isinstance(value, str) and value.isascii() and value.strip().isdigit():
         return int(value)
     return None
+
+
+def count_records(path: str | os.PathLike[str]) -> int:
+    """Records (non-blank lines) of the JSONL file at ``path``: the recorded responses a replay can answer
+    with, recorded failures included. Reads the file in 1 MiB blocks (no parsing).
+
+    Raises
+    ------
+    OSError
+        The file cannot be read (missing: FileNotFoundError).
+    """
+    n = 0
+    tail = b""
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            lines = (tail + block).split(b"\n")
+            tail = lines.pop()
+            n += sum(1 for ln in lines if ln.strip())
+    return n + (1 if tail.strip() else 0)
+
+
+def replay_note(cfg: Any) -> str:
+    """The header line of every written report of a campaign with ``replay`` models (:class:`ReplayProvider`),
+    "" when it has none: which model answered from which file, how many responses that file records
+    (:func:`count_records`), and that its figures are those of the replayed responses, not the paper's
+    (a release ``*_sample`` file is a cut of the release, so its tables are not, e.g., the paper's Table 12).
+
+    ``cfg``: a :class:`geoagent.config.CampaignConfig` (its :meth:`~geoagent.config.CampaignConfig.replay_path`
+    resolves each file as the provider does). A file that cannot be read is named with "not readable" instead
+    of a count (the provider itself raises at start, so a report rarely sees one). Paths are made absolute (a
+    report file is read away from the working directory the config's relative path meant).
+    """
+    parts = []
+    sample = False
+    for m in getattr(cfg, "models", ()):
+        path = cfg.replay_path(m) if getattr(m, "provider", None) == "replay" else None
+        if path is None:
+            continue
+        try:
+            n = count_records(path)
+            what = f"{n} recorded response{'' if n == 1 else 's'}"
+        except OSError:
+            what = "not readable"
+        parts.append(f"{m.name} from {os.path.abspath(path)} ({what})")  # absolute: the report travels
+        sample |= "sample" in path.name
+    if not parts:
+        return ""
+    return (f"Replay of recorded responses: {'; '.join(parts)}. Every figure here is computed from these replayed "
+            "responses only" + (", a sample of the release" if sample else "")
+            + ", so none is the paper's (its tables, e.g. GeoVerify's Table 12, rest on the full data); no model "
+            "was called.")

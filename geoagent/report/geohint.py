@@ -40,7 +40,12 @@ Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Tabl
 and Fig. 2's points (per regime and band, models pooled) carry 95 % site-bootstrap percentile intervals
 (``[geohint] n_boot`` resamples, default :data:`DEFAULT_N_BOOT`, seeded by ``[geohint] boot_seed``, default the
 report's ``seed``; 0 = no intervals,
-said under Table 1 and Fig. 2; Clopper-Pearson at 0 or 1; none from a single site), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
+said under Table 1 and Fig. 2; Clopper-Pearson at 0 or 1), in ``pctci`` columns (``[lo, hi]`` in %, two fraction columns ``<name> lo`` / ``<name> hi`` in the CSV).
+Few sites: an interval whose answers come from fewer than :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` (5) sites is
+withheld (an em dash; empty CSV cells), and one from 5 to 9 sites is given but flagged few-cluster
+(:func:`geoagent.scoring.sdt.boot_site_flag`): Table 1's ``CI flag`` column (Markdown, CSV, terminal) says which
+and why, the notes and the legend state the rule (Cameron and Miller 2015, as for Table 6's p-values), and Fig. 2
+names the withheld or flagged lines in its legend.
 A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
@@ -73,10 +78,12 @@ from typing import Any
 import numpy as np
 
 from geoagent import constants as C
+from geoagent.textfmt import count_text
 from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
+from geoagent.scoring.sdt import BOOT_MIN_SITES, BOOT_SITES_RULE, boot_site_flag
 from geoagent.scoring.permutation import DEFAULT_N_FLIPS, exact_max_sites, paired_site_permutation_test
 from geoagent.scoring.regime import (
     DEFAULT_THRESHOLD,
@@ -119,6 +126,7 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the regime "
         "resampled, models pooled; none when [geohint] n_boot = 0); the legend gives the sites and responses behind "
         "each line.",
+        f"few sites: {BOOT_SITES_RULE} (Table 1's CI flag column, Fig. 2's legend).",
         TRUNCATION_LEGEND,
     )
 
@@ -491,16 +499,17 @@ def site_bootstrap_interval(counts: dict[str, tuple[int, int]], sites: Sequence[
     Returns
     -------
     ((lo, hi) or None, exact)
-        Fractions in [0, 1]. None when the answers come from fewer than
-        :data:`~geoagent.scoring.sdt.CI_MIN_SITES` (2) sites (no between-site spread to estimate). At 0 or 1
+        Fractions in [0, 1]. None (withheld) when the answers come from fewer than
+        :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` (5) sites: too few resamples and clusters for the interval
+        to mean anything (:func:`geoagent.scoring.sdt.boot_site_flag` gives the reason). At 0 or 1
         (k = 0 or k = n pooled) every resample repeats it, so the interval is the Clopper-Pearson exact interval of
         the pooled count instead and ``exact`` is True (:func:`geoagent.scoring.sdt.clopper_pearson`).
     """
-    from geoagent.scoring.sdt import CI_MIN_SITES, clopper_pearson, percentile_interval
+    from geoagent.scoring.sdt import clopper_pearson, percentile_interval
 
     k = np.array([counts.get(s, (0, 0))[0] for s in sites], dtype=float)
     n = np.array([counts.get(s, (0, 0))[1] for s in sites], dtype=float)
-    if int((n > 0).sum()) < CI_MIN_SITES:
+    if int((n > 0).sum()) < BOOT_MIN_SITES:
         return None, False
     kt, nt = int(k.sum()), int(n.sum())
     if kt in (0, nt):
@@ -531,9 +540,11 @@ NO_BOOT_NOTE = "95 % CI: no intervals: [geohint] n_boot = 0 (no site-bootstrap r
 
 
 def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: str) -> str:
-    """The notes' sentence naming a table's site-bootstrap intervals, their resamples, seed and site count."""
-    text = (f"95 % CI: site-bootstrap percentile intervals ({n_boot} resamples of the {n_sites} sites, seed {seed}; "
-            f"the same site draws for every row; {what}); none where the answers come from a single site.")
+    """The notes' sentence naming a table's site-bootstrap intervals, their resamples, seed and site count, and the
+    few-site rule (:data:`geoagent.scoring.sdt.BOOT_SITES_RULE`)."""
+    text = (f"95 % CI: site-bootstrap percentile intervals ({n_boot} resamples of the {n_sites} "
+            f"site{'' if n_sites == 1 else 's'}, seed {seed}; the same site draws for every row; {what}). Few sites: "
+            f"{BOOT_SITES_RULE}; the CI flag column says which rows.")
     if exact:
         text += (" A rate of 0 % or 100 % gets the Clopper-Pearson exact interval of its pooled count instead (every "
                  "resample would repeat it; binomial, so it ignores clustering by site).")
@@ -543,7 +554,9 @@ def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: s
 def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Table:
     """Table 1: per model, context condition only: n, sites, hit rate with its site-bootstrap 95 % interval, hit
     rate per band, echo rate with its interval (:func:`site_bootstrap_interval`; one draw matrix over every site
-    of the campaign, seeded by ``seed``; ``n_boot`` 0 = no intervals). A hit rate of answers none of which
+    of the campaign, seeded by ``seed``; ``n_boot`` 0 = no intervals), and ``CI flag``: why the intervals are
+    withheld (fewer than 5 sites) or flagged few-cluster (5-9 sites), "" otherwise
+    (:func:`geoagent.scoring.sdt.boot_site_flag`). A hit rate of answers none of which
     geocoded is undetermined (NaN, an em dash; :attr:`Cell.geocoded_hit_rate`), and so is its interval."""
     rows = []
     undetermined = exact_any = False
@@ -563,16 +576,17 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
                 echo_ci, ex2 = site_bootstrap_interval({s: (x.echoes, x.echo_n) for s, x in by_site.items()}, sites, idx)
                 exact_any |= ex2 and echo_ci is not None
         n_sites = sum(1 for x in by_site.values() if x.n)
+        flag = boot_site_flag(n_sites) if idx is not None and c.n else ""
         rows.append([m, c.n, c.geocoded_hit_rate, *[x.geocoded_hit_rate for x in per_band], c.echo_rate,
-                     hit_ci, echo_ci, n_sites])
+                     hit_ci, echo_ci, n_sites, flag])
     boot = (bootstrap_caption(n_boot, seed, len(sites), exact_any, "n = the model's responses, sites = the sites they "
                               "come from; echo rates over the responses with an echo verdict")
             if idx is not None else (NO_BOOT_NOTE if n_boot == 0 else ""))
     return Table(
         "table1",
         f"Table 1: per-model results, condition {condition} (baselines excluded); hit rate and echo rate in %",
-        ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites"],
-        ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int"],
+        ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag"],
+        ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int", "text"],
         rows,
         _join_notes(boot, echo_rule_note(agg), UNGEOCODED_NOTE if undetermined else "", no_answer_note(agg, condition)),
     )
@@ -605,7 +619,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             per_band = [agg.select(sites=sites, model=m, condition=condition, band=b) for b in BANDS]
             undetermined |= _ungeocoded(c, nc, *per_band)
             rows.append([
-                f"{regime} ({len(sites)} sites)", m, c.n, nc.geocoded_hit_rate, c.geocoded_hit_rate,
+                f"{regime} ({count_text(len(sites), 'site')})", m, c.n, nc.geocoded_hit_rate, c.geocoded_hit_rate,
                 *[x.geocoded_hit_rate for x in per_band], c.echo_rate, nc.n,
             ])
     return Table(
@@ -647,8 +661,10 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
                      f"from one half, the no-context column from the other; SD over splits. On average "
                      f"{res.mean_sites_switching:.1f} sites change side per split.")
             if single:
-                notes += (f" {single} of {len(per_site)} sites have a single no-context answer and are left out of every "
-                          f"split (no half to assign their regime from); [geohint] baseline_repeats >= 2 includes them.")
+                notes += (f" {single} of {count_text(len(per_site), 'site')} {'has' if single == 1 else 'have'} a single "
+                          f"no-context answer and {'is' if single == 1 else 'are'} left out of every split (no half to "
+                          f"assign {'its' if single == 1 else 'their'} regime from); [geohint] baseline_repeats >= 2 "
+                          f"includes {'it' if single == 1 else 'them'}.")
     return Table(
         "table3",
         "Table 3: near-band hit rate minus no-context hit rate (points), before and after the split-half correction",
@@ -669,8 +685,8 @@ def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
     cells = [agg.select(condition=condition, tier=t, band=b).echo_n for t in TIERS_ORDER for b in BANDS]
     total_c = agg.select(condition=condition)
     n_sites = sum(1 for x in agg.site_cells(condition=condition).values() if x.echo_n)
-    pooled = (f"All models pooled ({len(agg.models)} models: {', '.join(agg.models)}): {total_c.echo_n} responses "
-              f"with an echo verdict from {n_sites} sites; {min(cells, default=0)} to {max(cells, default=0)} per tier "
+    pooled = (f"All models pooled ({count_text(len(agg.models), 'model')}: {', '.join(agg.models)}): "
+              f"{count_text(total_c.echo_n, 'response')} with an echo verdict from {count_text(n_sites, 'site')}; {min(cells, default=0)} to {max(cells, default=0)} per tier "
               f"and band cell. No interval: see Table 1 for site-bootstrap intervals per model.")
     return Table(
         "table4",
@@ -688,7 +704,7 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     rows = []
     zeros = []
     for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None)):
-        label = f"{regime} ({len(sites)} sites)" if sites is not None else f"all sites ({len(agg.sites)})"
+        label = f"{regime} ({count_text(len(sites), 'site')})" if sites is not None else f"all sites ({len(agg.sites)})"
         for b in BANDS:
             c = agg.select(sites=sites, condition=condition, band=b)
             rows.append([label, b, c.fine_dref_n, c.geo_mean_dref_km, c.geo_mean_err_km, c.median_ratio])
@@ -1174,7 +1190,8 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
     """The points of Fig. 2: per regime (legible, illegible) and band, all models pooled, ``rate`` (hit rate,
     fraction; NaN when nothing geocoded), ``lo``/``hi`` (95 % site-bootstrap interval over the regime's sites,
     :func:`site_bootstrap_interval`; NaN without one), ``exact`` (Clopper-Pearson at 0 or 1), ``n`` (responses)
-    and ``n_sites`` (sites with responses). Draws: ``n_boot`` resamples of the regime's sorted sites, seed ``seed``."""
+    ``n_sites`` (sites with responses) and ``ci_flag`` (:func:`geoagent.scoring.sdt.boot_site_flag` of
+    ``n_sites`` when a bootstrap was drawn: withheld below 5 sites, few-cluster from 5 to 9; "" otherwise). Draws: ``n_boot`` resamples of the regime's sorted sites, seed ``seed``."""
     groups = _regime_sites(agg, baseline)
     out: dict[str, list[dict[str, Any]]] = {}
     for regime in (LEGIBLE, ILLEGIBLE):
@@ -1187,18 +1204,51 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
             iv, exact = (None, False)
             if idx is not None and not math.isnan(c.geocoded_hit_rate):
                 iv, exact = site_bootstrap_interval({s: (x.hits, x.n) for s, x in by_site.items()}, sites, idx)
+            n_sites = sum(1 for x in by_site.values() if x.n)
             pts.append({"rate": c.geocoded_hit_rate, "lo": iv[0] if iv else math.nan, "hi": iv[1] if iv else math.nan,
-                        "exact": exact, "n": c.n, "n_sites": sum(1 for x in by_site.values() if x.n)})
+                        "exact": exact, "n": c.n, "n_sites": n_sites,
+                        "ci_flag": boot_site_flag(n_sites) if idx is not None and c.n else ""})
         out[regime] = pts
     return out
 
 
+def _figure_note(fig, note: str | None) -> None:
+    """Lay out ``fig``, with ``note`` (a replay campaign's line) as a small caption under the axes when given."""
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=6, ha="left", va="bottom", wrap=True)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
+    else:
+        fig.tight_layout()
+
+
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline",
-                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Path:
+                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None) -> Path:
+    """Fig. 2 (:func:`hit_by_band_figure`) written as a PNG at ``path`` (atomically); returns ``path``."""
+    return _save_png(hit_by_band_figure(agg, condition, baseline, n_boot=n_boot, seed=seed, note=note), path)
+
+
+def fig2_sites_note(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> str:
+    """The Fig. 2 caption's few-site clause (report.md): ``"; none from fewer than 5 sites, few-cluster from 5 to 9
+    (here legible: withheld: 3 sites (< 5))"`` naming each regime line whose points are withheld or flagged
+    (:func:`geoagent.scoring.sdt.boot_site_flag` of the regime's sites with answers in ``condition``); the rule
+    alone when none is."""
+    groups = _regime_sites(agg, baseline)
+    flagged = []
+    for regime in (LEGIBLE, ILLEGIBLE):
+        n = sum(1 for x in agg.site_cells(condition=condition, sites=set(groups[regime])).values() if x.n)
+        if n and (flag := boot_site_flag(n)):
+            flagged.append(f"{regime}: {flag}")
+    text = f"; none from fewer than {BOOT_MIN_SITES} sites, few-cluster from {BOOT_MIN_SITES} to 9"
+    return text + (f" (here {'; '.join(flagged)})" if flagged else "")
+
+
+def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline",
+                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None):
     """Fig. 2: hit rate by band, one line per regime, all models pooled, with 95 % site-bootstrap percentile
     intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
-    legend gives each line's sites and responses. Writes a PNG (atomically)."""
+    legend gives each line's sites and responses. ``note``: a caption line under the axes (a replay campaign's
+    :func:`geoagent.providers.replay.replay_note`), None = none. Returns a matplotlib ``Figure`` (not saved)."""
     groups = _regime_sites(agg, baseline)
     pts = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
     fig, ax = _new_figure((5.5, 4.2))
@@ -1210,8 +1260,11 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
         hi = np.array([q["hi"] for q in p]) * 100
         err = np.clip(np.nan_to_num(np.vstack([rates - lo, hi - rates])), 0.0, None)
         n = sum(q["n"] for q in p)
+        flags = sorted({q["ci_flag"].split(":")[0] for q in p if q["ci_flag"]})
+        mark = f"; CI {' / '.join(flags)}" if flags else ""
+        ns = len(groups[regime])
         ax.errorbar(x, rates, yerr=err, marker=marker, capsize=4,
-                    label=f"{regime} ({len(groups[regime])} sites, {n} responses)")
+                    label=f"{regime} ({ns} site{'' if ns == 1 else 's'}, {n} response{'' if n == 1 else 's'}{mark})")
         for xi, q in zip(x, p):
             if q["n"]:
                 ax.annotate(f"n={q['n']}", (xi, rates[xi] if np.isfinite(rates[xi]) else 0), textcoords="offset points",
@@ -1220,16 +1273,23 @@ def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str 
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
-    bars = (f"error bars: 95 % site-bootstrap intervals, {n_boot} resamples" if n_boot
-            else "no error bars: [geohint] n_boot = 0")
-    ax.set_title(f"Hit rate by band, {condition}, {len(agg.models)} models pooled\n({bars})", fontsize=9)
+    bars = (f"error bars: 95 % site-bootstrap intervals, {n_boot} resamples; none from < {BOOT_MIN_SITES} sites, "
+            f"few-cluster from < 10" if n_boot else "no error bars: [geohint] n_boot = 0")
+    ax.set_title(f"Hit rate by band, {condition}, {count_text(len(agg.models), 'model')} pooled\n({bars})", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return _save_png(fig, path)
+    _figure_note(fig, note)
+    return fig
 
 
-def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str = "forced") -> Path:
-    """Fig. 3: echo rate (%) heatmap, referenceability tier x distance band. Writes a PNG (atomically)."""
+def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", *,
+                        note: str | None = None) -> Path:
+    """Fig. 3 (:func:`echo_heatmap_figure`) written as a PNG at ``path`` (atomically); returns ``path``."""
+    return _save_png(echo_heatmap_figure(agg, condition, note=note), path)
+
+
+def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, note: str | None = None):
+    """Fig. 3: echo rate (%) heatmap, referenceability tier x distance band; ``note`` as in
+    :func:`hit_by_band_figure`. Returns a matplotlib ``Figure`` (not saved)."""
     grid = np.array([[agg.select(condition=condition, tier=t, band=b).echo_rate * 100 for b in BANDS] for t in TIERS_ORDER])
     fig, ax = _new_figure((5, 3.5))
     vmax = max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0)
@@ -1245,11 +1305,11 @@ def figure_echo_heatmap(agg: GeoHintAggregator, path: str | Path, condition: str
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
-    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}\n{len(agg.models)} models pooled; n = answers "
+    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}\n{count_text(len(agg.models), 'model')} pooled; n = answers "
                  "with an echo verdict", fontsize=9)
     fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    return _save_png(fig, path)
+    _figure_note(fig, note)
+    return fig
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -1321,6 +1381,7 @@ def write_report(
     scope_note: str | None = None,
     n_boot: int = DEFAULT_N_BOOT,
     boot_seed: int | None = None,
+    replay_note: str | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
     ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none), seeded by ``boot_seed``
@@ -1352,6 +1413,8 @@ def write_report(
     every table pools them.
     ``scope_note``: a sentence on stored answers left out because their requests are no longer in the plan
     (:meth:`geoagent.runtime.scope.ScoredScope.note`), in bold under the title; None when none were.
+    ``replay_note``: the line of a campaign with replay models (:func:`geoagent.providers.replay.replay_note`:
+    the replayed files, their responses, not the paper's figures), first under the title; None or "" without.
     """
     from geoagent.runtime.drift import MIX_WARNING
 
@@ -1368,12 +1431,13 @@ def write_report(
     md = [
         "# GeoHint report",
         "",
+        *([f"**{replay_note}**", ""] if replay_note else []),
         *([f"**Interim report: {interim}**", ""] if interim else []),
         *([f"**Placeholder images: {image_note}**", ""] if image_note else []),
         *([f"**{_simulated_note(simulated)}**", ""] if simulated else []),
         *([f"**Warning: {MIX_WARNING}:**", "", *[f"- {ln}" for ln in config_mix], ""] if config_mix else []),
         *([f"**{scope_note}**", ""] if scope_note else []),
-        f"{agg.select().n} scored responses, {summary['sites']} sites, models: {', '.join(summary['models'])}; "
+        f"{count_text(agg.select().n, 'scored response')}, {count_text(summary['sites'], 'site')}, models: {', '.join(summary['models'])}; "
         f"conditions: {', '.join(summary['conditions'])}. Reported condition: {condition}; no-context condition: {baseline}.",
         "",
         counts_line(agg, condition),
@@ -1427,15 +1491,16 @@ def write_report(
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
     if figures:
-        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed)
-        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition)
+        figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
+                           note=replay_note or None)
+        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=replay_note or None)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
-                 f"Clopper-Pearson interval of its pooled count)") if n_boot else
-                "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
+                 f"Clopper-Pearson interval of its pooled count){fig2_sites_note(agg, condition, baseline)}")
+                if n_boot else "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
                + "; the legend gives the sites and responses per line.",
-               "", f"Echo rate per tier and band, all models pooled ({len(agg.models)} models); n under each value = "
+               "", f"Echo rate per tier and band, all models pooled ({count_text(len(agg.models), 'model')}); n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))
     return tables

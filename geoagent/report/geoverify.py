@@ -57,10 +57,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
-from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, POOLED, SMALL_N_TRIALS, ModelScores,
-                                  delta_1_small_n, small_n_bands)
+from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BOOT_FEW_SITES, BOOT_MIN_SITES, BOOT_SITES_RULE,
+                                  POOLED, SMALL_N_TRIALS, ModelScores, delta_1_small_n, small_n_bands)
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
+from geoagent.textfmt import count_text
 
 TABLE_MD = "geoverify_table.md"
 TABLE_CSV = "geoverify_table.csv"
@@ -211,11 +212,12 @@ def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
         tail = ("" if not delta_1_small_n(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
                 if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
         if sc.n_signal < SMALL_N_TRIALS:  # every band with trials is flagged through H
-            side = (f"d' {SMALL_N_MARK} at every band with trials: signal side: {sc.n_signal} signal trials behind H,"
+            side = (f"d' {SMALL_N_MARK} at every band with trials: signal side: "
+                    f"{count_text(sc.n_signal, 'signal trial')} behind H,"
                     f" fewer than {SMALL_N_TRIALS}" + (f"; decoy side too at {decoys}" if decoys else ""))
         else:
             side = (f"d' {SMALL_N_MARK} on the decoy side: {decoys}, fewer than {SMALL_N_TRIALS} (the signal side has "
-                    f"{sc.n_signal} trials behind H)")
+                    f"{count_text(sc.n_signal, 'trial')} behind H)")
         lines.append(f"Small n ({c}): {side}{tail}.")
     lines += [ln for c in cols if (ln := _readout_small_n_line(c, scores[c]))]
     return lines
@@ -425,13 +427,28 @@ def _rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) -> list[Row
 
 
 def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
-    """One sentence naming the interval method, replicates and seed ("" without a bootstrap)."""
+    """One sentence naming the interval method, replicates and seed, and the few-site rule
+    (:data:`geoagent.scoring.sdt.BOOT_SITES_RULE`: none from fewer than 5 sites; :func:`few_cluster_text` names
+    intervals from 5-9 sites); "" without a bootstrap."""
     s = next((x for x in scores.values() if x.n_boot), None)
     if s is None:
         return ""
     return (f"Brackets: {100 * s.ci_level:.0f} % percentile intervals from {s.n_boot} bootstrap resamples of sites "
-            f"(seed {s.boot_seed}; the same site draws for every column); none for a value whose trials come from "
-            f"a single site (its resamples are all that site: no between-site spread to estimate).")
+            f"(seed {s.boot_seed}; the same site draws for every column). Few sites: {BOOT_SITES_RULE}."
+            + few_cluster_text(scores))
+
+
+def few_cluster_text(scores: Mapping[str, ModelScores]) -> str:
+    """``" Here intervals from 7 sites (fewer than 10) are given but flagged few-cluster: ..."``: the site counts from
+    :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` to :data:`~geoagent.scoring.sdt.BOOT_FEW_SITES` - 1 behind the
+    intervals shown (``ModelScores.ci_sites``), with a leading space; "" when none."""
+    few = sorted({g for x in scores.values() for k, g in x.ci_sites.items()
+                  if k in x.ci and BOOT_MIN_SITES <= g < BOOT_FEW_SITES})
+    if not few:
+        return ""
+    gs = ", ".join(str(g) for g in few)
+    return (f" Here intervals from {gs} sites (fewer than {BOOT_FEW_SITES}) are given but flagged few-cluster: "
+            "likely too narrow.")
 
 
 def boundary_note(scores: Mapping[str, ModelScores]) -> str:
@@ -560,13 +577,15 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 
 
-def psychometric_figure(scores: Mapping[str, ModelScores]):
+def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = None):
     """The figure of :func:`plot_psychometric` (a matplotlib ``Figure``, not saved): d' against decoy distance
     (band midpoint, km, log axis), one line per model and pooled, with the d' = 1 line dashed and the nearest
     band shaded (Figure 4). What the table shows is on it too: error bars are the d' site-bootstrap intervals
     (``ModelScores.ci``; none where the table has none), a d' resting on fewer than SMALL_N_TRIALS trials is
     drawn hollow and marked :data:`SMALL_N_MARK`, each legend entry gives the signal and decoy trials behind
-    its line, and a caption under the axes names the interval (level, resamples, seed, sites) and the mark."""
+    its line, and a caption under the axes names the interval (level, resamples, seed, sites) and the mark.
+    ``note``: a line put first in that caption (a replay campaign's :func:`geoagent.providers.replay.replay_note`);
+    None = none."""
     # a standalone Figure, not pyplot: no global figure state (the live report draws in a worker thread);
     # the Agg canvas is used when saving
     from matplotlib.figure import Figure
@@ -617,26 +636,28 @@ def psychometric_figure(scores: Mapping[str, ModelScores]):
     ax.set_title("GeoVerify: discrimination vs decoy distance")
     ax.legend(fontsize=7, loc="best")
     boot = next((x for x in scores.values() if x.n_boot), None)
-    caption = []
+    caption = [note] if note else []
     if boot is not None:
         caption.append(f"Error bars: {100 * boot.ci_level:.0f} % percentile intervals of d' from {boot.n_boot} "
-                       f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from one site.")
+                       f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from fewer than "
+                       f"{BOOT_MIN_SITES} sites." + few_cluster_text(scores))
     else:
         caption.append("No error bars: no site bootstrap was run (n_boot = 0).")
     if any_small:
         caption.append(f"Hollow {SMALL_N_MARK}: d' rests on fewer than {SMALL_N_TRIALS} trials (signal or the band's "
                        "decoys); see the table's Small n lines.")
     fig.text(0.01, 0.01, "\n".join(caption), fontsize=6.5, ha="left", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout(rect=(0, 0.12 if note else 0.07, 1, 1))
     return fig
 
 
-def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path) -> Path:
+def plot_psychometric(scores: Mapping[str, ModelScores], path: str | Path, note: str | None = None) -> Path:
     """PNG of :func:`psychometric_figure` (d' against decoy distance with site-bootstrap error bars, small-n
-    marks, trial counts and a caption; Figure 4) at ``path``. Written atomically; returns ``path``."""
+    marks, trial counts and a caption; Figure 4) at ``path``, ``note`` first in the caption (None = none).
+    Written atomically; returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_savefig(psychometric_figure(scores), path)
+    return atomic_savefig(psychometric_figure(scores, note=note), path)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -678,6 +699,7 @@ def write_report(
     simulated: list[str] | tuple[str, ...] = (),
     config_mix: list[str] | tuple[str, ...] = (),
     scope_note: str | None = None,
+    replay_note: str | None = None,
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
 
@@ -696,6 +718,9 @@ def write_report(
     settings (:func:`geoagent.runtime.drift.params_mix_lines`), a warning above the tables (they pool them).
     ``scope_note``: a sentence on stored answers left out because their trials are no longer in the plan, above
     the tables; None when every stored answer is scored.
+    ``replay_note``: the line of a campaign with replay models (:func:`geoagent.providers.replay.replay_note`:
+    the replayed files, their responses, not the paper's Table 12), the first line of the Markdown and terminal
+    files; None or "" without.
 
     Returns
     -------
@@ -730,7 +755,9 @@ def write_report(
             w.writerow([f.get("model"), f.get("trial_id"), f.get("reason")])
         paths["failures"] = out / FAILURES_CSV
         _atomic_write(paths["failures"], buf.getvalue())
-    banner = f"**Interim report: {interim}**\n\n" if interim else ""
+    banner = f"**{replay_note}**\n\n" if replay_note else ""
+    if interim:
+        banner += f"**Interim report: {interim}**\n\n"
     if image_note:
         banner += f"**Placeholder images: {image_note}**\n\n"
     if simulated:
@@ -747,5 +774,5 @@ def write_report(
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))
     if plot and scores:
-        paths["png"] = plot_psychometric(scores, out / PLOT_PNG)
+        paths["png"] = plot_psychometric(scores, out / PLOT_PNG, note=replay_note or None)
     return paths

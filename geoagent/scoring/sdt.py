@@ -49,11 +49,12 @@ Choices where the paper leaves room (each checked against the release's ``analys
   interval is the percentile interval (``numpy.quantile``, linear interpolation) of the replicates
   where the statistic is defined (replicates with no trials for a rate, NaN, are dropped; the count of
   kept replicates is ``ModelScores.ci_n``). A statistic whose trials come from fewer than
-  :data:`CI_MIN_SITES` (2) sites gets no interval (absent from ``ci``): every resample of one site is that
-  site again, and the percentile "interval" would have zero width, claiming no uncertainty where the
-  between-site spread is not estimable (as the regression's cluster-robust SE is NaN with one cluster).
-  d' and c need 2 sites for H and for the band's F; ``delta_1``'s range needs them for H and every band
-  with trials.
+  :data:`CI_MIN_SITES` (5, :data:`BOOT_MIN_SITES`, as GeoHint's) sites gets no interval (absent from ``ci``):
+  every resample of one site is that site again (a zero-width "interval"), and a bootstrap over 2 to 4 sites has
+  only 3 to 35 distinct resamples and too few clusters, so its interval is too narrow (Cameron and Miller 2015).
+  d' and c need 5 sites for H and for the band's F; ``delta_1``'s range needs them for H and every band
+  with trials. ``ModelScores.ci_sites`` gives each statistic's site count; an interval from 5 to
+  :data:`BOOT_FEW_SITES` - 1 sites is flagged few-cluster by the report (:func:`boot_site_flag`).
 * a rate at the boundary (k = 0 or k = n answers yes over the pooled trials, e.g. a gray-field F of 0/52) has
   a zero-width percentile interval, since every site resample gives 0 (or 1) again. Such a rate (H, F, F per
   band, control F) gets instead the Clopper-Pearson exact interval of its pooled count
@@ -87,8 +88,39 @@ UNINFORMATIVE_NEAR_DPRIME = 2.0
 INFORMATIVE_NEAR_DPRIME = 0.5
 INFORMATIVE_FAR_DPRIME = 1.5
 DPRIME_USABLE = 1.0
-#: fewest sites a statistic's trials must come from for a bootstrap interval (module doc)
-CI_MIN_SITES = 2
+#: fewest sites (clusters) behind a GeoHint site-bootstrap interval (Table 1, Fig. 2): below this the interval is
+#: withheld, with the reason. A bootstrap over G sites has only C(2G - 1, G) distinct resamples (3 for G = 2, 10
+#: for G = 3, 35 for G = 4), so its percentile interval is coarse and, with so few clusters, too narrow: the
+#: release's judged answers gave an interval from 2 sites narrower than the plain binomial one. Cluster-bootstrap
+#: guidance (Cameron and Miller 2015, J. Human Resources 50(2), Sec. VI; Cameron, Gelbach and Miller 2008) is that
+#: with few clusters the pairs cluster bootstrap under-covers; 5 is where we stop printing one at all.
+BOOT_MIN_SITES = 5
+#: from :data:`BOOT_MIN_SITES` up to this many sites minus one (5-9) a site-bootstrap interval is given but
+#: flagged few-cluster (likely too narrow); the same 10 clusters below which the GeoHint report prints no
+#: normal-reference p-value (:data:`geoagent.report.geohint.MIN_CLUSTERS_NORMAL_P`, Cameron and Miller 2015)
+BOOT_FEW_SITES = 10
+#: fewest sites a statistic's trials must come from for a GeoVerify bootstrap interval (module doc): the GeoHint
+#: rule, :data:`BOOT_MIN_SITES`
+CI_MIN_SITES = BOOT_MIN_SITES
+
+
+def boot_site_flag(n_sites: int) -> str:
+    """The flag of a site-bootstrap interval resting on ``n_sites`` sites (sites with answers):
+    ``"withheld: 3 sites (< 5)"`` below :data:`BOOT_MIN_SITES` (no interval), ``"few sites: 7 (< 10)"`` from
+    :data:`BOOT_MIN_SITES` to :data:`BOOT_FEW_SITES` - 1 (an interval, likely too narrow), else ``""``."""
+    if n_sites < BOOT_MIN_SITES:
+        return f"withheld: {n_sites} site{'' if n_sites == 1 else 's'} (< {BOOT_MIN_SITES})"
+    if n_sites < BOOT_FEW_SITES:
+        return f"few sites: {n_sites} (< {BOOT_FEW_SITES})"
+    return ""
+
+
+#: the sentence explaining :func:`boot_site_flag` (report notes and legends)
+BOOT_SITES_RULE = (
+    f"a site-bootstrap interval from fewer than {BOOT_MIN_SITES} sites is withheld (a bootstrap over 2 sites has 3 "
+    f"distinct resamples; with so few clusters the interval is too narrow, even narrower than a binomial one), and "
+    f"one from {BOOT_MIN_SITES} to {BOOT_FEW_SITES - 1} sites is flagged few-cluster (likely too narrow); "
+    "Cameron and Miller 2015")
 #: ``delta_1`` when it cannot be decided (no band reaches d' = 1 and some band's d' is undefined)
 DELTA_UNDEFINED = "undefined"
 #: read-out verdict when the d' it rests on cannot be computed (no, or too few, parsed answers)
@@ -270,6 +302,9 @@ class ModelScores:
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: bootstrap replicates with a defined value, per statistic name (same keys as ``ci``)
     ci_n: dict[str, int] = field(default_factory=dict)
+    #: sites the trials of each statistic come from (every statistic of a bootstrap run, with an interval or
+    #: withheld: fewer than :data:`CI_MIN_SITES`; the report flags 5-9 as few-cluster, :func:`boot_site_flag`)
+    ci_sites: dict[str, int] = field(default_factory=dict)
     #: bootstrap settings that produced ``ci`` (n_boot 0 = no intervals)
     n_boot: int = 0
     boot_seed: int | None = None
@@ -614,6 +649,7 @@ def _score_one(
     )
     ci: dict[str, tuple[float, float]] = {}
     ci_n: dict[str, int] = {}
+    ci_sites: dict[str, int] = {}
     n_boot = 0 if boot_idx is None else int(boot_idx.shape[0])
     delta_ci: tuple[str, str] | None = None
     delta_ci_n = 0
@@ -624,8 +660,9 @@ def _score_one(
         bs = _stat_vector(by, bn, bands)
         site_cols = _sites_per_statistic(n, bands)
         for name, vals in bs.items():
+            ci_sites[name] = int(site_cols[name])
             if site_cols[name] < CI_MIN_SITES:
-                continue  # one site: every resample is that site again, a zero-width "interval" (module doc)
+                continue  # too few sites: too few distinct resamples, an interval far too narrow (module doc)
             interval, kept = percentile_interval(vals, ci_level)
             if interval is not None:
                 ci[name], ci_n[name] = interval, kept
@@ -661,6 +698,7 @@ def _score_one(
         readout=ro,
         ci=ci,
         ci_n=ci_n,
+        ci_sites=ci_sites,
         n_boot=n_boot,
         boot_seed=seed if n_boot else None,
         ci_level=ci_level,
