@@ -88,8 +88,8 @@ def test_two_scored_rows_of_one_request_count_once(isolated_roots):
         scope = ScoredScope(None)
         assert len(list(scope.rows(st.store))) == 2
     assert scope.repeated == 1
-    assert scope.note() == ("Left out of scoring: 1 answers repeat a counted one's model request (same image shown, "
-                            "same claim: one answer) and are counted once, e.g. t2|ctrl_mismatch|Loquat Hotel|m "
+    assert scope.note() == ("Left out of scoring: 1 answer repeats a counted one's model request (same image shown, "
+                            "same claim: one answer) and is counted once, e.g. t2|ctrl_mismatch|Loquat Hotel|m "
                             "repeats t1|ctrl_mismatch|Loquat Hotel|m.")
 
 

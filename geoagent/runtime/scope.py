@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from geoagent.textfmt import count_text
+
 #: the current plan's task keys, one ``model<TAB>key`` line per planned task (model empty when the task has none)
 PLAN_KEYS_FILE = "plan_keys.tsv"
 
@@ -203,9 +205,13 @@ class ScoredScope:
         """A sentence on what was left out, for the report and the summary; None when nothing was."""
         parts = []
         if self.not_planned:
-            parts.append(f"{self.not_planned} stored answers of tasks the current plan no longer holds (an earlier "
-                         f"run's plan: {self.changed} changed) are kept in the store but not scored")
+            one = self.not_planned == 1
+            parts.append(f"{count_text(self.not_planned, 'stored answer')} of tasks the current plan no longer holds "
+                         f"(an earlier run's plan: {self.changed} changed) {'is' if one else 'are'} kept in the store "
+                         "but not scored")
         if self.repeated:
-            parts.append(f"{self.repeated} answers repeat a counted one's model request (same image shown, same "
-                         "claim: one answer) and are counted once, e.g. " + "; ".join(self.repeated_examples[:2]))
+            one = self.repeated == 1
+            parts.append(f"{count_text(self.repeated, 'answer')} {'repeats' if one else 'repeat'} a counted one's model "
+                         f"request (same image shown, same claim: one answer) and {'is' if one else 'are'} counted once, "
+                         "e.g. " + "; ".join(self.repeated_examples[:2]))
         return ("Left out of scoring: " + "; ".join(parts) + ".") if parts else None
