@@ -347,11 +347,13 @@ def photos_after_placeholders(cfg: Any, messages: Iterable[tuple[str, Mapping[st
             model_of[task_key] = str(p.get("model"))
     if not model_of:
         return None
-    queued = read_payloads(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS, model_of)
+    # only the payloads queued with placeholder pixels (image id, no file) are kept in memory
+    queued = read_payloads(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS, model_of,
+                           keep=lambda old: isinstance(old, dict) and bool(old.get("image_id"))
+                           and not old.get("image_ref"))
     by_model: dict[str, int] = {}
-    for task_key, old in (queued or {}).items():
-        if isinstance(old, dict) and old.get("image_id") and not old.get("image_ref"):
-            by_model[model_of[task_key]] = by_model.get(model_of[task_key], 0) + 1
+    for task_key in queued or {}:
+        by_model[model_of[task_key]] = by_model.get(model_of[task_key], 0) + 1
     n = sum(by_model.values())
     if not n:
         return None

@@ -182,3 +182,29 @@ def test_photos_after_placeholders_counts_only_placeholder_tasks_that_now_have_a
     assert line is not None and line.startswith(
         "1 planned task (model 'sim': 1) was queued by an earlier run of campaign ph-count with placeholder pixels "
         "(no file under geohint.image_root then) and now has its photo"), line
+
+
+def test_read_payloads_keeps_only_the_payloads_its_filter_accepts(tmp_path):
+    """The placeholder look reads every planned task's queued payload; at 1,000,000 planned tasks holding them
+    all in memory (as it did) costs gigabytes on every re-run. With ``keep`` only the accepted ones are held."""
+    import anyio
+
+    from geoagent.runtime.queue import open_queue
+    from geoagent.runtime.sqlite_queue import read_payloads
+
+    async def fill() -> None:
+        q = open_queue(tmp_path / "q", "c", "requests")
+        try:
+            await q.put_many([(f"k{i}", {"image_id": f"i{i}", **({} if i % 100 == 0 else {"image_ref": f"p{i}.jpg"})})
+                              for i in range(1000)])
+        finally:
+            await q.close()
+
+    anyio.run(fill)
+    keys = [f"k{i}" for i in range(1000)] + ["not-queued"]
+    everything = read_payloads(tmp_path / "q", "c", "requests", keys)
+    assert len(everything) == 1000 and everything["k1"] == {"image_id": "i1", "image_ref": "p1.jpg"}
+    kept = read_payloads(tmp_path / "q", "c", "requests", keys, keep=lambda p: not p.get("image_ref"), chunk=7)
+    assert sorted(kept) == sorted(f"k{i}" for i in range(0, 1000, 100))
+    assert kept["k300"] == {"image_id": "i300"}
+    assert read_payloads(tmp_path / "missing", "c", "requests", keys) is None

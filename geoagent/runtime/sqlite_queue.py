@@ -1254,13 +1254,16 @@ def count_in_states(root: str | os.PathLike[str], campaign: str, edge: str, entr
 
 
 def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: Iterable[str], *,
+                  keep: Callable[[dict[str, Any]], bool] | None = None,
                   chunk: int = 500) -> dict[str, dict[str, Any]] | None:
     """The payload each of ``keys`` was queued with, in whatever state its task is now (ready, leased, done or
-    dead), for the keys the queue of ``edge`` holds; read-only, in chunks of ``chunk`` keys. ``None`` when the
-    queue file does not exist (nothing is created).
+    dead), for the keys the queue of ``edge`` holds (only those whose payload ``keep`` accepts, when given);
+    read-only, in chunks of ``chunk`` keys. ``None`` when the queue file does not exist (nothing is created).
 
     A put of a key the queue holds is a no-op, so this is the request a task planned again is still asked (or
     was answered) with, whatever the new plan says (:func:`geoagent.image_files.photos_after_placeholders`).
+    Memory: the kept payloads plus one chunk (a look for the few placeholder payloads among 1,000,000 planned
+    tasks holds those few, not every payload).
 
     Raises
     ------
@@ -1269,17 +1272,20 @@ def read_payloads(root: str | os.PathLike[str], campaign: str, edge: str, keys: 
     """
     items = iter(keys)
 
-    def tx(conn: sqlite3.Connection, now: float) -> dict[str, bytes]:
-        out: dict[str, bytes] = {}
+    def tx(conn: sqlite3.Connection, now: float) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
         while True:
             part = list(dict.fromkeys(islice(items, chunk)))
             if not part:
                 return out
             rows = conn.execute(f"SELECT key, payload FROM tasks WHERE key IN ({','.join('?' * len(part))})", part)
-            out.update(rows)
+            for k, blob in rows:
+                payload = orjson.loads(blob)
+                if keep is None or keep(payload):
+                    out[k] = payload
 
-    raw = _read_only(root, campaign, edge, tx)
-    return None if raw is _MISSING else {k: orjson.loads(blob) for k, blob in raw.items()}
+    got = _read_only(root, campaign, edge, tx)
+    return None if got is _MISSING else got
 
 
 # ---------------------------------------------------------------------- helpers
