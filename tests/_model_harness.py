@@ -341,3 +341,32 @@ def run_with_calls_on_the_wire(tmp: Path, *, name: str, latency_ms: int, key: st
             server.wait(10)
 
     return cm()
+
+
+#: ``[[models]]`` blocks and the GeoHint geocoder block of campaign files against the in-process sandbox fakes
+#: (``*.sandbox.invalid``, started by :mod:`geoagent.sandbox.launch`): a priced OpenAI-compatible model, and
+#: ``g5``, a reasoning model whose 256-token cap the fake uses up (empty answer, finish reason length)
+SANDBOX_GPT_TOML = """[[models]]
+name = "sandbox-gpt"
+provider = "openai"
+model = "sandbox-gpt"
+base_url = "http://openai.sandbox.invalid/v1"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 300
+"""
+SANDBOX_G5_TOML = """[[models]]
+name = "g5"
+provider = "openai"
+model = "gpt-5-mini"
+reasoning_model = true
+base_url = "http://openai.sandbox.invalid/v1"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 256
+"""
+SANDBOX_GEOCODER_TOML = """[geohint.geocoder]
+wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
+nominatim_url = "http://nominatim.sandbox.invalid"
+nominatim_max_requests = 1000000
+"""

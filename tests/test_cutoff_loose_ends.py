@@ -10,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from _model_harness import SANDBOX_GPT_TOML, SANDBOX_GEOCODER_TOML
 from geoagent.campaigns import register_all_sections
 from geoagent.config import config_from_dict
 from geoagent.geohint.campaign import GeoHintCampaign, aggregate_from_store
@@ -327,15 +328,7 @@ contact = "mailto:you@example.org"
 [budget]
 cap_usd = 5.0
 
-[[models]]
-name = "sandbox-gpt"
-provider = "openai"
-model = "sandbox-gpt"
-base_url = "http://openai.sandbox.invalid/v1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 300
-
+""" + SANDBOX_GPT_TOML + """
 [geohint]
 conditions = ["baseline", "forced"]
 images = "synthetic"
@@ -345,11 +338,7 @@ n_boot = 30
 n_splits = 4
 boot_seed = 11
 
-[geohint.geocoder]
-wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
-nominatim_url = "http://nominatim.sandbox.invalid"
-nominatim_max_requests = 1000000
-""", encoding="utf-8")
+""" + SANDBOX_GEOCODER_TOML + """""", encoding="utf-8")
     env = {**os.environ, "GEOAGENT_QUEUES": str(tmp_path / "q"), "GEOAGENT_STATE": str(tmp_path / "s"),
            "GEOAGENT_RELEASE": str(release_dir), "PYTHONPATH": str(repo)}
     done = subprocess.run([sys.executable, str(repo / "run.py"), "run", str(cfg), "--no-live"], cwd=tmp_path, env=env,

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from _model_harness import SANDBOX_GPT_TOML, SANDBOX_G5_TOML, SANDBOX_GEOCODER_TOML
 from geoagent.data.model import ARM_MAIN
 from geoagent.geohint.aggregate import GeoHintAggregator
 from geoagent.geohint.result import GeoHintResult
@@ -148,36 +149,14 @@ contact = "mailto:you@example.org"
 [budget]
 cap_usd = 5.0
 
-[[models]]
-name = "sandbox-gpt"
-provider = "openai"
-model = "sandbox-gpt"
-base_url = "http://openai.sandbox.invalid/v1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 300
-
-[[models]]
-name = "g5"
-provider = "openai"
-model = "gpt-5-mini"
-reasoning_model = true
-base_url = "http://openai.sandbox.invalid/v1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 256
-
+""" + SANDBOX_GPT_TOML + "\n" + SANDBOX_G5_TOML + """
 [geohint]
 conditions = ["baseline", "forced"]
 images = "synthetic"
 sites = ["tokyo_shibuya", "nyc_soho"]
 images_per_site = 1
 
-[geohint.geocoder]
-wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
-nominatim_url = "http://nominatim.sandbox.invalid"
-nominatim_max_requests = 1000000
-""", encoding="utf-8")
+""" + SANDBOX_GEOCODER_TOML + """""", encoding="utf-8")
     return cfg
 
 
@@ -248,25 +227,7 @@ seed = 1
 [budget]
 cap_usd = 5.0
 
-[[models]]
-name = "sandbox-gpt"
-provider = "openai"
-model = "sandbox-gpt"
-base_url = "http://openai.sandbox.invalid/v1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 300
-
-[[models]]
-name = "g5"
-provider = "openai"
-model = "gpt-5-mini"
-reasoning_model = true
-base_url = "http://openai.sandbox.invalid/v1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 256
-
+""" + SANDBOX_GPT_TOML + "\n" + SANDBOX_G5_TOML + """
 [geoverify]
 trials = "release"
 n_boot = 0

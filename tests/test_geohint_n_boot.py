@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from _model_harness import SANDBOX_GPT_TOML, SANDBOX_GEOCODER_TOML
 from geoagent.campaigns import register_all_sections
 from geoagent.config import ConfigError, config_from_dict
 from geoagent.geohint.aggregate import GeoHintAggregator
@@ -86,15 +87,7 @@ contact = "mailto:you@example.org"
 [budget]
 cap_usd = 5.0
 
-[[models]]
-name = "sandbox-gpt"
-provider = "openai"
-model = "sandbox-gpt"
-base_url = "http://openai.sandbox.invalid/v1"
-price_input_usd_per_mtok = 0.15
-price_output_usd_per_mtok = 0.60
-max_output_tokens = 300
-
+{SANDBOX_GPT_TOML}
 [geohint]
 conditions = ["baseline", "forced"]
 images = "synthetic"
@@ -102,11 +95,7 @@ sites = ["tokyo_shibuya", "nyc_soho", "paris_marais"]
 images_per_site = 1
 n_boot = {n_boot}
 
-[geohint.geocoder]
-wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
-nominatim_url = "http://nominatim.sandbox.invalid"
-nominatim_max_requests = 1000000
-""", encoding="utf-8")
+{SANDBOX_GEOCODER_TOML}""", encoding="utf-8")
     return cfg
 
 
