@@ -21,7 +21,9 @@ sums are kept per site:
   added answer (also those left out of the tables for want of a hint distance, or as no answer) from its
   ``extra["finish_reason"]`` (absent, e.g. in the release's judged answers: counted as not cut off);
 * ``no_answer[(model, condition)]`` -> answers cut off at the output-token limit with nothing parsed, left
-  out of every other statistic (row rules below).
+  out of every other statistic (row rules below);
+* ``without_ladder_cells[(model, condition)]`` -> :class:`Cell` of the context answers left out for want of a
+  hint distance (row rules below), kept for Table 11 only.
 
 Adding the same result key twice is a no-op (redelivered queue messages are harmless).
 
@@ -36,7 +38,12 @@ Row rules (checked against the paper and the release's analysis scripts):
 * a context response whose reference point has no hint distance (its QID is not in the site's ladder,
   e.g. one of the self-naming reference points removed from the released ladders) is left out of every
   statistic and counted in :attr:`GeoHintAggregator.n_without_ladder_point`, as the release's
-  ``analysis/two_regimes.py`` ``load()`` drops such rows;
+  ``analysis/two_regimes.py`` ``load()`` drops such rows; Table 11 alone counts them
+  (:attr:`GeoHintAggregator.without_ladder_cells`): its compliance runs over "every forced_chain response",
+  2799, of which only 2538 "pair against a forced counterpart in a distance band" (seed 000 Sec. 6.3.2);
+* checklist compliance (Table 11) is counted for the conditions of :data:`CHECKLIST_CONDITIONS`: the
+  forced_chain answers with a hint and without one (``forced_chain_baseline``, the name the release importers
+  give a forced_chain answer whose context is ``none``);
 * the Table 5 quantities (geometric means of d_ref and err, median err/d_ref) use answers that resolved
   finer than city level with ``err_km > 0``; the slope regressions (Tables 6-7) use context answers with
   ``err_km > 0`` at every resolution level (``fine_only`` adds the finer-than-city filter) - zero errors
@@ -90,6 +97,9 @@ ERROR_FLOOR_KM = 1e-3  # kept for importers; no longer used: zero errors are dro
 #: hint distance (:func:`without_hint_distance`); the ``geohint_scored`` export's ``extra.left_out`` (null on
 #: every other row), whose ``scored`` is then False (:func:`geoagent.geohint.stages.export_rows`)
 NO_HINT_DISTANCE = "reference point not in the site's ladder: no hint distance"
+#: conditions whose answers carry the evidence checklist (Table 11, module doc): forced_chain and its no-context
+#: variant (:func:`geoagent.geohint.judged.release_condition`)
+CHECKLIST_CONDITIONS = ("forced_chain", "forced_chain_baseline")
 
 
 def without_hint_distance(ref_qid: object, ref_name: object, dist_km: object) -> bool:
@@ -145,7 +155,7 @@ class Cell:
                 self.ratios.append(r.error_km / r.dist_km)
             elif r.dist_km is not None and r.dist_km > 0 and r.error_km == 0:
                 self.n_zero_err += 1
-        if r.condition == "forced_chain" and r.parse_ok:
+        if r.condition in CHECKLIST_CONDITIONS and r.parse_ok:
             self.evidence_parsed += 1
             if r.evidence:
                 self.evidence_present += 1
@@ -258,6 +268,9 @@ class GeoHintAggregator:
         #: (model, condition) -> answers cut off at the output-token limit with nothing parsed: no answer, left
         #: out of every other statistic (module doc)
         self.no_answer: dict[tuple[str, str], int] = {}
+        #: (model, condition) -> Cell of the context answers left out for want of a hint distance; only Table 11
+        #: (checklist compliance over every forced_chain response) reads it (module doc)
+        self.without_ladder_cells: dict[tuple[str, str], Cell] = {}
         #: (site, model, condition, fine_only) -> context answers with a hint distance left out of the slope
         #: fits (Tables 6-7) because err_km == 0 (log undefined; module doc)
         self.zero_err: dict[tuple[str, str, str, bool], int] = {}
@@ -289,7 +302,8 @@ class GeoHintAggregator:
             self.no_answer[tk] = self.no_answer.get(tk, 0) + 1  # no answer: in no other statistic (module doc)
             return True
         if without_hint_distance(r.ref_qid, r.ref_name, r.dist_km):
-            self.n_without_ladder_point += 1  # not in the site's ladder: out of every table (module doc)
+            self.n_without_ladder_point += 1  # not in the site's ladder: out of every table but 11 (module doc)
+            self.without_ladder_cells.setdefault(tk, Cell()).add(r)
             return True
         echo, rule = self._echo_of(r)
         if echo != r.echo:
@@ -359,6 +373,18 @@ class GeoHintAggregator:
         """Models with any added answer, sorted: :attr:`models` plus models whose every answer was no answer
         (cut off with nothing parsed) or lacked a hint distance."""
         return sorted({m for m, _c in self.truncation} | self._models)
+
+    def compliance(self, model: str, condition: str = "forced_chain") -> Cell:
+        """Table 11's counts for ``model``: every answer of ``condition`` and of its no-context variant
+        (``<condition>_baseline``), also those left out of every other table for want of a hint distance
+        (:attr:`without_ladder_cells`); no answers (cut off with nothing parsed) are not in it (module doc)."""
+        out = Cell()
+        for cond in (condition, f"{condition}_baseline"):
+            out.merge(self.select(model=model, condition=cond))
+            left = self.without_ladder_cells.get((model, cond))
+            if left is not None:
+                out.merge(left)
+        return out
 
     def n_no_answer(self, *, model: str | None = None, condition: str | None = None) -> int:
         """Answers cut off at the output-token limit with nothing parsed (:attr:`no_answer`) of ``model`` and
