@@ -16,7 +16,10 @@ context, path, city, area, place, conf_area, conf_fine, error_km, resolved_level
 * ``hit`` is recomputed from ``error_km`` and ``resolved_level`` (:func:`geoagent.scoring.geohint.is_hit`);
   the release's own value is kept in ``extra["release_hit"]``.
 * ``condition``: the release's schema (``forced``, ``forced_warn``, ``forced_chain``, ``v1``), or
-  ``baseline`` / ``<schema>_baseline`` when the context is ``none``.
+  ``baseline`` / ``<schema>_baseline`` when the context is ``none`` (:func:`release_condition`).
+
+Table 11 (checklist compliance) needs the answers' evidence objects, which this file does not hold: its route is
+:mod:`geoagent.geohint.raw_import` (the release's raw forced_chain responses).
 """
 
 from __future__ import annotations
@@ -57,6 +60,14 @@ def parse_context_label(label: str) -> tuple[str, str, str] | None:
     if band is None:
         raise ValueError(f"unknown band code {m.group('band')!r} in context label {label!r}")
     return m.group("tier"), band, m.group("qid")
+
+
+def release_condition(schema: str, has_context: bool) -> str:
+    """The condition of a released answer: its ``schema`` (``forced``, ``forced_warn``, ``forced_chain``, ``v1``)
+    with a hint; without one (context ``none``) ``baseline`` for ``forced``, else ``<schema>_baseline``."""
+    if has_context:
+        return schema
+    return "baseline" if schema == "forced" else f"{schema}_baseline"
 
 
 def image_id_from_path(path: str) -> str:
@@ -176,7 +187,7 @@ def iter_judged(
                 site=site,
                 image_id=image_id,
                 model=row["model"].strip(),
-                condition=schema if ctx else ("baseline" if schema == "forced" else f"{schema}_baseline"),
+                condition=release_condition(schema, ctx is not None),
                 schema=schema,
                 repeat=int(row["repeat"]) if (row.get("repeat") or "").strip().isdigit() else 0,
                 city=city,
