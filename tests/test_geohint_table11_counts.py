@@ -45,3 +45,14 @@ def test_table11_pools_the_no_context_variant():
     # by hand: 3 answers, 2 parsed (both with evidence), 1 unparsed; terrain 1 of 2 slots "not visible"
     assert row["n"] == 3 and row["Evidence"] == 1.0 and row["Unparsed"] == 1
     assert (row["Veg."], row["Terrain"]) == (0.0, 0.5)
+
+
+def test_table11_notes_count_no_answers_of_the_no_context_variant():
+    agg = GeoHintAggregator()
+    agg.add(_row("a", qid="Q1", dist=2.0, evidence=FULL))
+    cut = _row("e", qid=None, dist=None, evidence=None, condition="forced_chain_baseline", parse_ok=False)
+    cut.extra["finish_reason"] = "max_tokens"  # cut off with nothing parsed: no answer
+    agg.add(cut)
+    t = table11(agg)
+    assert t.rows[0][1] == 1  # the no answer is not in n
+    assert "1 answer cut off at the output-token limit with nothing parsed is left out (m 1)" in t.notes

@@ -592,13 +592,19 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
     )
 
 
-def no_answer_note(agg: GeoHintAggregator, condition: str | None = None) -> str:
-    """The notes' sentence on answers of ``condition`` (None = all) cut off at the output-token limit with nothing
+def no_answer_note(agg: GeoHintAggregator, condition: str | Sequence[str] | None = None) -> str:
+    """The notes' sentence on answers of ``condition`` (None = all; several conditions pooled when a sequence is
+    given, as Table 11 pools forced_chain and its no-context variant) cut off at the output-token limit with nothing
     parsed, which no rate counts (:func:`geoagent.scoring.truncation.is_no_answer`); "" when there are none."""
-    n = agg.n_no_answer(condition=condition)
+    conds: Sequence[str | None] = [condition] if condition is None or isinstance(condition, str) else list(condition)
+
+    def count(model: str | None) -> int:
+        return sum(agg.n_no_answer(model=model, condition=c) for c in conds)
+
+    n = count(None)
     if not n:
         return ""
-    per = ", ".join(f"{m} {k}" for m in agg.answered_models if (k := agg.n_no_answer(model=m, condition=condition)))
+    per = ", ".join(f"{m} {k}" for m in agg.answered_models if (k := count(m)))
     return (f"{n} answer{'s' if n != 1 else ''} cut off at the output-token limit with nothing parsed "
             f"{'are' if n != 1 else 'is'} left out ({per}): no answer (the cap ended {'them' if n != 1 else 'it'}, not "
             "the model), so neither a response, a miss nor an echo verdict; counted in the table 'cutoff'.")
@@ -1090,7 +1096,7 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
         ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparsed"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(left_note, no_answer_note(agg, condition)),
+        _join_notes(left_note, no_answer_note(agg, (condition, f"{condition}_baseline"))),
     )
 
 
