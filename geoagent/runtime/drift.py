@@ -365,7 +365,7 @@ def not_sent_of(cfg: Any) -> Callable[[str, dict[str, Any]], set[str]]:
             return set()
         full = {**m.default_params(), **params}
         sent = sent_sampling(m.provider, m.model, full, base_url=m.effective_base_url,
-                             reasoning_model=m.reasoning_model)
+                             reasoning_model=m.reasoning_model, family=getattr(m, "model_family", None))
         return {k for k in SAMPLING_PARAMS if full.get(k) is not None and k not in sent}
 
     return not_sent

@@ -140,7 +140,7 @@ def sampling_sent(cfg: Any) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for m in getattr(cfg, "models", ()) or ():
         out[m.name] = sampling_record(m.provider, m.model, m.default_params(), base_url=m.effective_base_url,
-                                      reasoning_model=m.reasoning_model)
+                                      reasoning_model=m.reasoning_model, family=m.model_family)
     return out
 
 
