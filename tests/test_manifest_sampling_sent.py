@@ -76,3 +76,33 @@ def test_a_mix_line_does_not_claim_a_temperature_that_was_not_sent(tmp_path, mon
     assert "m: 4 answers with temperature 0.0 (not sent); 2 with temperature 1.0" in lines, lines
     man = read_manifest(tmp_path / "state" / "rsn")
     assert man["sampling_sent"]["m"]["sent"] == {"temperature": 1.0}
+
+
+def test_the_manifest_records_what_the_crawl_auditors_are_sent(tmp_path):
+    """The crawl's auditors send their own [crawl.image_audit] / [crawl.referenceability] temperature, not their
+    [[models]] entry's. Before (session 11): ``sampling_sent`` recorded only the entries (temperature 0.0 sent to
+    the text auditor, though its requests carried 0.3; a temperature for the reasoning image auditor)."""
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml").read_text(encoding="utf-8")
+    old = 'model = "sandbox-vision-auditor-1"\nbase_url = "http://openai.sandbox.invalid/v1"\n'
+    assert src.count(old) == 1 and src.count("[crawl.referenceability]\n") == 1
+    text = src.replace(old, 'model = "geo-vision"\nmodel_family = "o4-mini"\nbase_url = "http://openai.sandbox.invalid/v1"\n')
+    text = text.replace("[crawl.referenceability]\n", "[crawl.referenceability]\ntemperature = 0.3\n")
+    text += f"\n[paths]\nstate = \"{tmp_path / 'state'}\"\nqueues = \"{tmp_path / 'queues'}\"\n"
+    p = tmp_path / "crawl.toml"
+    p.write_text(text, encoding="utf-8")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_config(p)
+    Manifest(cfg).start_run()
+    sent = read_manifest(cfg.state_dir())["sampling_sent"]
+    assert sent["crawl.image_audit"]["model"] == "sandbox-vision-auditor"
+    assert sent["crawl.image_audit"]["sent"] == {} and sent["crawl.image_audit"]["not_sent"] == {"temperature": 0.0}
+    assert "reasoning model" in sent["crawl.image_audit"]["why"]
+    assert sent["crawl.referenceability"] == {"model": "sandbox-text-auditor", "sent": {"temperature": 0.3},
+                                              "not_sent": {}}
+    # the [[models]] entries' own records stay (what a request built from the entry would carry)
+    assert sent["sandbox-text-auditor"] == {"sent": {"temperature": 0.0}, "not_sent": {}}
