@@ -19,9 +19,8 @@ Wire format (OpenAI API reference, "Create chat completion"):
   {"type": "json_object"}`` (not for ``o1-mini`` / ``o1-preview``, which refuse it with HTTP 400:
   :func:`geoagent.providers.sampling.openai_rejects_response_format`; their JSON is read from the text). OpenAI
   reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` on ``api.openai.com``, a reasoning
-  ``ProviderSettings.model_family`` on any host, or ``ProviderSettings.reasoning_model``) get no ``top_p`` and a
-  ``temperature`` only when it is 1, the one value they accept (:mod:`geoagent.providers.sampling`, with the
-  sources); their
+  ``ProviderSettings.model_family`` on any host, or ``ProviderSettings.reasoning_model``) get no ``top_p`` and no
+  ``temperature`` (they sample at their default 1: :mod:`geoagent.providers.sampling`, with the sources); their
   ``max_completion_tokens`` also bounds the hidden reasoning tokens, so a small cap can come back as
   ``content: ""`` with ``finish_reason: "length"`` (a cut-off answer, not an error); servers whose reasoning parser
   keeps the unfinished reasoning apart (vLLM: ``content: null``, the text in ``message.reasoning``,

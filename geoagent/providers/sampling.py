@@ -6,6 +6,8 @@ dead-lettered at its first delivery. So the providers leave out what a model rej
 naming the key. What was confirmed, and where (checked 2026-12-01):
 
 OpenAI reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5``, ``gpt-5-mini``, ``gpt-5-nano``, ...)
+    * We send them no ``temperature`` and no ``top_p`` at all (:func:`openai_sampling`: 1, the only value
+      api.openai.com accepts, is their default, and Azure OpenAI refuses the parameter itself).
     * Reasoning guide, "Limitations" (https://platform.openai.com/docs/guides/reasoning#limitations, cited by
       the Vercel AI SDK when it strips them, https://github.com/vercel/ai/issues/10932): ``temperature``,
       ``top_p``, ``presence_penalty``, ``frequency_penalty``, ``logprobs`` / ``top_logprobs`` and
@@ -225,15 +227,20 @@ def gemini_thinks_when_asked(model: str) -> bool:
 def openai_sampling(params: dict[str, Any], reasoning: bool) -> dict[str, Any]:
     """The ``temperature`` / ``top_p`` / ``seed`` body fields for one OpenAI-compatible request.
 
-    For a reasoning model only a temperature of exactly 1 is sent (the one value it accepts) and ``top_p``
-    never; any other temperature can only be the config's default 0.0, since the loader refuses an explicit
-    one. Other models get every value that is set.
+    A reasoning model is sent neither ``temperature`` nor ``top_p``: it samples at its default temperature 1
+    whatever is configured (api.openai.com refuses any other value; the loader refuses an explicit one, so a
+    configured value is the default 0.0 or 1). Leaving out 1 as well changes no answer (1 is the default) and
+    keeps the request valid where the parameter itself is refused: Azure OpenAI deployments of o1 and o3-mini
+    answer HTTP 400 "Unsupported parameter: 'temperature' is not supported with this model." at any value
+    (cline/cline#2643, langchain4j/langchain4j#2699; Azure's reasoning guide lists temperature among the
+    unsupported parameters, learn.microsoft.com/azure/ai-services/openai/how-to/reasoning). It also means two
+    configurations differing only in that unsent temperature made the same requests (:mod:`geoagent.runtime.drift`).
+    Other models get every value that is set.
     """
     out = {name: params[name] for name in ("temperature", "top_p", "seed") if params.get(name) is not None}
     if reasoning:
         out.pop("top_p", None)
-        if out.get("temperature") != 1:
-            out.pop("temperature", None)
+        out.pop("temperature", None)
     return out
 
 
@@ -284,8 +291,8 @@ def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_u
         return out
     whys = []
     if provider == "openai":
-        whys.append("an OpenAI reasoning model accepts no top_p and no temperature but its default 1, so the model "
-                    "samples at its own default")
+        whys.append("an OpenAI reasoning model is sent no temperature and no top_p (it accepts none but its default "
+                    "temperature 1), so the model samples at its own default")
     elif provider == "anthropic":
         if claude_rejects_sampling(model):
             whys.append("Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model "

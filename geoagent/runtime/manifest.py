@@ -314,6 +314,11 @@ class ConfigChanges:
     #: USD per 1M tokens), with their old and new values: they change what a call is booked at, no request (no
     #: part of its key) or answer, so they are not in :attr:`calls` / :attr:`call_keys` either
     prices: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: changed sampling settings that are sent to the model neither before nor after
+    #: (:func:`geoagent.runtime.drift.unsent_sampling_changes`: ``models[0].temperature`` 0.0 -> 1 for an OpenAI
+    #: reasoning model, which is sent no temperature), with their old and new values: the requests carry the same
+    #: sampling, so they are not in :attr:`calls` / :attr:`call_keys` either
+    unsent: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
@@ -476,6 +481,12 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     pacing = {k: v for k, v in call_keys.items() if is_pacing_key(k)}
     prices = {k: v for k, v in call_keys.items() if is_price_key(k)}
     call_keys = {k: v for k, v in call_keys.items() if k not in pacing and k not in prices}
+    # a sampling setting sent neither before nor after (an OpenAI reasoning model's temperature) changes no request
+    from geoagent.runtime.drift import unsent_sampling_changes
+
+    old_models = before.get("models") if isinstance(before.get("models"), list) else []
+    unsent = unsent_sampling_changes(call_keys, align_by_name(old_models, now.get("models") or [])[0], cfg)
+    call_keys = {k: v for k, v in call_keys.items() if k not in unsent}
     calls = [c for c in calls if any(section_of(k) == c for k in call_keys)]
     # only the templates this campaign uses now, and only those recorded before: a manifest of the earlier
     # code hashed every packaged template (an edit of one the kind never sends is no change of its calls), and
@@ -485,7 +496,7 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     new_prompts = used_prompt_hashes(cfg, prompts_dir)
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) & set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
-    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices)
+    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices, unsent)
 
 
 def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
