@@ -331,6 +331,11 @@ class ModelConfig(_Section):
     #: unset: the documented id families (o1, o3, o4-mini, gpt-5*, ...) on api.openai.com
     #: (:mod:`geoagent.providers.sampling`)
     reasoning_model: bool | None = None
+    #: OpenAI-compatible only: the OpenAI model ``model`` names under a name of its own (an Azure OpenAI
+    #: deployment: ``model = "geo-reasoner"``, ``model_family = "o1-mini"``); the id rules (reasoning, system
+    #: message, images, ``response_format``) read it instead of ``model``, on any host
+    #: (:attr:`openai_rules_id`; :mod:`geoagent.providers.sampling`)
+    model_family: str | None = None
     #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
     expected_output_tokens: int | None = Field(default=None, ge=0)
     expected_latency_s: float = Field(default=2.0, gt=0)
@@ -415,6 +420,23 @@ class ModelConfig(_Section):
                 raise ValueError(problem)
         return v
 
+    @field_validator("model_family")
+    @classmethod
+    def _openai_family(cls, v: str | None) -> str | None:
+        from geoagent.providers.sampling import is_openai_model_id
+
+        if v is not None and not is_openai_model_id(v):
+            raise ValueError("the OpenAI model id the deployment serves (e.g. 'o1-mini', 'o3-mini', "
+                             "'o4-mini', 'gpt-4o', 'gpt-5-mini'), whose rules then apply to it")
+        return v.strip() if v is not None else v
+
+    @model_validator(mode="after")
+    def _family_is_openai(self) -> "ModelConfig":
+        if self.model_family is not None and self.provider != "openai":
+            raise ConfigProblem(f'model_family: only for provider = "openai" (an OpenAI model behind a name of its '
+                                f"own, e.g. an Azure OpenAI deployment), not {self.provider!r}")
+        return self
+
     @model_validator(mode="after")
     def _connect_within_timeout(self) -> "ModelConfig":
         _check_connect_timeout(self.connect_timeout_s, self.timeout_s)
@@ -427,6 +449,26 @@ class ModelConfig(_Section):
         return self
 
     # -- derived values --------------------------------------------------------------------------
+
+    @property
+    def openai_rules_id(self) -> str:
+        """The model id OpenAI's id rules read (:mod:`geoagent.providers.sampling`): ``model_family`` when set
+        (the model an Azure OpenAI deployment serves), else ``model``."""
+        return self.model_family or self.model
+
+    @property
+    def openai_reasoning(self) -> bool:
+        """Whether this is an OpenAI-compatible entry following OpenAI's reasoning-model rules
+        (:func:`geoagent.providers.sampling.openai_reasoning`: ``reasoning_model``, else a reasoning
+        ``model_family``, else a documented reasoning id on api.openai.com)."""
+        from geoagent.providers.sampling import openai_reasoning
+
+        return self.provider == "openai" and openai_reasoning(self.model, self.effective_base_url,
+                                                              self.reasoning_model, self.model_family)
+
+    def named(self) -> str:
+        """``model`` for messages, with the family it serves when declared: ``geo-reasoner (o1-mini)``."""
+        return f"{self.model} ({self.model_family})" if self.model_family else self.model
 
     @property
     def paid(self) -> bool:
@@ -1006,11 +1048,53 @@ def system_message_warnings(cfg: Any) -> list[str]:
     of higher rank. The request key is unchanged (it hashes the params)."""
     from geoagent.providers.sampling import openai_rejects_system
 
-    return [f"models[{i}].params.system: {m.model} takes no system or developer message (HTTP 400 'unsupported_value' "
-            "on messages[0].role), so the system text is sent at the top of the user message, followed by a blank "
-            "line; the model reads it as part of the user's message"
+    return [f"models[{i}].params.system: {m.named()} takes no system or developer message (HTTP 400 "
+            "'unsupported_value' on messages[0].role), so the system text is sent at the top of the user message, "
+            "followed by a blank line; the model reads it as part of the user's message"
             for i, m in enumerate(cfg.models)
-            if m.provider == "openai" and m.params.get("system") and openai_rejects_system(m.model)]
+            if m.provider == "openai" and m.params.get("system") and openai_rejects_system(m.openai_rules_id)]
+
+
+#: campaign kinds whose every request carries a photo (a GeoVerify trial or a GeoHint request shows one; a gray
+#: field for the no-image controls)
+KINDS_SENDING_PHOTOS = ("geoverify", "geohint")
+
+
+def image_problems(cfg: Any) -> list[str]:
+    """One line per model that would be sent a photo it cannot take: an OpenAI-compatible entry whose model (or
+    declared ``model_family``) takes no image input (``o1-mini``, ``o1-preview``, ``o3-mini``:
+    :func:`geoagent.providers.sampling.openai_rejects_images`; HTTP 400 "Invalid content type. image_url is only
+    supported by certain models.") in a campaign that sends one with its requests: every model of a GeoVerify or
+    GeoHint campaign, every model of a ``generic`` campaign with ``[generic] image = true``, a crawl's image
+    auditor (``[crawl.image_audit] model``; the referenceability auditor sends text only). Refused at load, so
+    neither a dry run nor a run starts: each of its requests would be refused after the run had begun. A replay or
+    simulated model is never asked."""
+    from geoagent.providers.sampling import openai_rejects_images
+
+    def blind(m: Any) -> bool:
+        return m.provider == "openai" and openai_rejects_images(m.openai_rules_id)
+
+    kind = cfg.campaign.kind
+    generic = cfg.tasks.get("generic") if isinstance(cfg.tasks.get("generic"), Mapping) else {}
+    why = ("HTTP 400 'Invalid content type. image_url is only supported by certain models.' on every request, each "
+           "dead-lettered after the run has started")
+    out: list[str] = []
+    if kind in KINDS_SENDING_PHOTOS or (kind == "generic" and generic.get("image") is True):
+        what = (f"a {kind} campaign sends a photo with every request" if kind != "generic" else
+                "a generic campaign with [generic] image = true sends a photo with every request")
+        for i, m in enumerate(cfg.models):
+            if blind(m):
+                out.append(f"models[{i}]: {m.named()} takes no image input, and {what} ({why}); use a vision model "
+                           f"(e.g. o1, o4-mini, gpt-4o) or remove model {m.name!r}")
+    if kind == "crawl":
+        crawl = cfg.tasks.get("crawl")
+        audit = crawl.get("image_audit") if isinstance(crawl, Mapping) else None
+        name = audit.get("model") if isinstance(audit, Mapping) else None
+        m = next((x for x in cfg.models if x.name == name), None)
+        if m is not None and blind(m):
+            out.append(f"crawl.image_audit.model: {name!r} ({m.openai_rules_id}) takes no image input, and the image "
+                       f"auditor sends it every fetched photo ({why}); name a vision model (e.g. o4-mini, gpt-4o)")
+    return out
 
 
 #: the public API hosts each campaign kind calls when its task table names no other URL (the defaults of
@@ -1126,16 +1210,16 @@ def sampling_problems(cfg: "CampaignConfig") -> list[str]:
     Unset values are simply not sent to these models.
     """
     from geoagent.providers.sampling import (GEMINI_THINKING_BUDGET_MAX, claude_one_sampler, claude_rejects_sampling,
-                                             gemini_thinking_budget_max, openai_reasoning)
+                                             gemini_thinking_budget_max)
 
     out: list[str] = []
     for i, m in enumerate(cfg.models):
         given = _explicit_sampling(m)
-        if m.provider == "openai" and openai_reasoning(m.model, m.effective_base_url, m.reasoning_model):
+        if m.openai_reasoning:
             for name, (key, value) in given.items():
                 if value != 1:
                     out.append(
-                        f"models[{i}].{key}: {m.model} is an OpenAI reasoning model, which accepts only the default "
+                        f"models[{i}].{key}: {m.named()} is an OpenAI reasoning model, which accepts only the default "
                         f"{name} 1 (HTTP 400 'unsupported_value' otherwise: every request of model {m.name!r} would "
                         f"be dead-lettered), got {_fmt_value(value)}; remove the key (then no {name} is sent), or, if "
                         "this model does take it (e.g. gpt-5.1 with reasoning effort none), set reasoning_model = false")
@@ -1163,10 +1247,10 @@ def spends_hidden_reasoning(m: "ModelConfig") -> bool:
     on top of the visible answer (:mod:`geoagent.providers.sampling`): an OpenAI reasoning model (by id on
     api.openai.com, or ``reasoning_model = true``), a Gemini model that thinks by default unless
     ``params.thinking_budget = 0`` turns it off, or Gemini 2.5 Flash-Lite asked to think (budget > 0)."""
-    from geoagent.providers.sampling import gemini_thinking_budget_max, gemini_thinks_when_asked, openai_reasoning
+    from geoagent.providers.sampling import gemini_thinking_budget_max, gemini_thinks_when_asked
 
     if m.provider == "openai":
-        return openai_reasoning(m.model, m.effective_base_url, m.reasoning_model)
+        return m.openai_reasoning
     if m.provider == "gemini":
         budget = m.params.get("thinking_budget")
         if gemini_thinking_budget_max(m.model) is not None:
@@ -1214,7 +1298,8 @@ def reasoning_host_warnings(cfg: "CampaignConfig") -> list[str]:
 
     out = []
     for i, m in enumerate(cfg.models):
-        if m.provider != "openai" or m.reasoning_model is not None or m.max_tokens_field is not None:
+        if m.provider != "openai" or m.reasoning_model is not None or m.max_tokens_field is not None or \
+                m.model_family is not None:  # a declared family decides the rules on any host
             continue
         host = (urlsplit(m.effective_base_url).hostname or "") if m.effective_base_url else OPENAI_HOST
         if host.lower() == OPENAI_HOST or not is_openai_reasoning_id(m.model):
@@ -1246,8 +1331,7 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
     (:func:`_task_output_caps`): a crawl's auditors (``[crawl.image_audit]`` / ``[crawl.referenceability]``
     ``max_output_tokens``), every model under ``[geoverify]`` / ``[geohint]`` ``max_output_tokens``.
     """
-    from geoagent.providers.sampling import (OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max,
-                                             gemini_thinks_when_asked, openai_reasoning)
+    from geoagent.providers.sampling import OPENAI_REASONING_MIN_OUTPUT, gemini_thinking_budget_max, gemini_thinks_when_asked
 
     out: list[str] = []
     task_caps = _task_output_caps(cfg)
@@ -1259,10 +1343,10 @@ def output_room_warnings(cfg: "CampaignConfig") -> list[str]:
         short = "params.max_output_tokens" if "max_output_tokens" in m.params else "max_output_tokens"
         targets.append((m, m.default_params().get("max_output_tokens", m.max_output_tokens), f"models[{i}].{short}", short))
     for m, cap, full, key in targets:
-        if m.provider == "openai" and openai_reasoning(m.model, m.effective_base_url, m.reasoning_model):
+        if m.openai_reasoning:
             if cap < OPENAI_REASONING_MIN_OUTPUT:
                 out.append(
-                    f"{full} = {cap}: {m.model} is an OpenAI reasoning model, whose max_completion_tokens "
+                    f"{full} = {cap}: {m.named()} is an OpenAI reasoning model, whose max_completion_tokens "
                     f"also counts its hidden reasoning tokens; when reasoning uses them all the answer is empty with "
                     f"finish_reason 'length' (billed, counted as cut off). OpenAI recommends reserving at least "
                     f"{OPENAI_REASONING_MIN_OUTPUT:,} tokens for reasoning and answer; raise {key} (each call reserves "
@@ -1314,7 +1398,7 @@ def _impossible_campaign(cfg: CampaignConfig) -> list[str]:
       than ``simulated`` that names no ``[[models]]`` entry: the dry run passed and ``crawl`` then stopped
       with "no provider configured for auditor model ...", naming neither file nor key.
     """
-    out: list[str] = sampling_problems(cfg)
+    out: list[str] = sampling_problems(cfg) + image_problems(cfg)
     for i, m in enumerate(cfg.models):
         # the key goes in a header of every request: over plain http to a host that is not local it would cross
         # the network unencrypted (and a server's redirect to https comes after it was sent)
@@ -1768,6 +1852,7 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "replay_usage_field": m.replay.usage_field or None,
         "max_tokens_field": m.max_tokens_field,
         "reasoning_model": m.reasoning_model,
+        "model_family": m.model_family,
         "headers": dict(m.headers),
         "policy": model_call_policy(cfg, m),
     }
@@ -2270,7 +2355,9 @@ def reserved_input_tokens(m: "ModelConfig", prompt: str, params: Mapping[str, An
     img = 0
     if has_image:
         img = m.image_input_tokens
-        billed = reserved_image_tokens(m.provider, m.model, size_px, params) if size_px else None
+        # an Azure deployment bills its images as the model it serves (model_family)
+        billed = reserved_image_tokens(m.provider, getattr(m, "openai_rules_id", m.model), size_px, params) \
+            if size_px else None
         if billed is not None:
             img = max(img, billed[0])
     return estimate_input_tokens(text, has_image, image_tokens=img)
@@ -2521,7 +2608,7 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
             if m.name in fakes:
                 billed = fake_image_tokens()
             else:
-                billed = expected_image_tokens(m.provider, m.model, size, merged) if size else None
+                billed = expected_image_tokens(m.provider, m.openai_rules_id, size, merged) if size else None
             if billed is not None:
                 img_tokens, me.image_rule = billed
                 me.images_sized += 1

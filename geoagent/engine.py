@@ -1513,7 +1513,10 @@ async def _run(
             # only a recorded change that mixed (config_mix) makes a mix, and only in the settings it changed: a
             # plan varies some settings by design (a GeoHint repeat's seed, a replay's released model)
             names = mixed_setting_names(read_manifest(cfg.state_dir()))
-            mix = restrict_mix(kind.params_mix(cfg, ctx), names) if names else {}
+            from geoagent.runtime.drift import not_sent_of
+
+            # compared by what the requests carried: a setting the model was not sent makes no group of its own
+            mix = restrict_mix(kind.params_mix(cfg, ctx), names, not_sent_of(cfg)) if names else {}
             ctx.services[C.SERVICE_PARAMS_MIX] = mix
             params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)
@@ -1965,7 +1968,7 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     :class:`~geoagent.runtime.drift.DriftDecision` (for the manifest), or None when the campaign has no earlier
     run or its manifest cannot be read."""
     from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
-    from geoagent.runtime.drift import decide, pacing_line, price_line
+    from geoagent.runtime.drift import decide, pacing_line, price_line, unsent_line
     from geoagent.runtime.manifest import config_changes
 
     written = ctx.services.get("config_as_written", cfg)
@@ -1974,7 +1977,8 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     except ValueError:  # a damaged manifest: the run's start says so
         return None
     for line in (pacing_line(cfg.name, changes.pacing, _changed_keys_text(changes.pacing)),
-                 price_line(cfg.name, changes.prices, _changed_keys_text(changes.prices))):
+                 price_line(cfg.name, changes.prices, _changed_keys_text(changes.prices)),
+                 unsent_line(cfg.name, changes.unsent, _changed_keys_text(changes.unsent))):
         if line:
             print(line, file=sys.stderr)
     plan_before = before.get(kind.plan_edge)

@@ -55,13 +55,17 @@ def test_the_manifest_records_the_sampling_each_model_is_sent(tmp_path):
     assert sent["sim"] == {"sent": {"temperature": 0.0}, "not_sent": {}}
 
 
-def test_a_mix_line_does_not_claim_a_temperature_that_was_not_sent(tmp_path, monkeypatch):
+def test_a_temperature_sent_neither_way_mixes_nothing(tmp_path, monkeypatch, capsys):
     """A reasoning model behind the local OpenAI fake (which refuses a temperature other than 1 for reasoning ids,
-    as api.openai.com does): 4 answers under the default 0.0 (not sent), then 2 more under temperature = 1."""
+    as api.openai.com does): 4 answers under the default 0.0, then 2 more under temperature = 1. Neither value is
+    sent (a reasoning model samples at its default 1 either way; Azure refuses the parameter at any value), so the
+    requests carry the same sampling. Before (session 11): the run warned "results would mix both versions" and the
+    summary read "m: 4 answers with temperature 0.0 (not sent); 2 with temperature 1.0", a mix of nothing."""
     monkeypatch.setenv("FAKE_KEY", "local")
+    app = llm_openai.make_app(require_auth=False)
 
     async def main():
-        async with serve(llm_openai.make_app(require_auth=False)) as url:
+        async with serve(app) as url:
             table = model_table(base_url=url, key_var="FAKE_KEY", model="o3-mini", max_output_tokens=4000) + "reasoning_model = true\n"
             p = generic_campaign(tmp_path, name="rsn", n=4, models=table)
             first = await engine.run_campaign(load_config(p), live=False, handle_signals=False, export=False)
@@ -72,7 +76,42 @@ def test_a_mix_line_does_not_claim_a_temperature_that_was_not_sent(tmp_path, mon
 
     first, second = anyio.run(main)
     assert first.status == second.status == "complete" and second.spend["calls"] == 6
+    err = capsys.readouterr().err
+    assert "results would mix" not in err, err
+    assert "info: campaign rsn: sampling settings changed since its last run (models[0].temperature: 0.0 -> 1.0)" in err
     lines = "\n".join(second.extra_lines)
-    assert "m: 4 answers with temperature 0.0 (not sent); 2 with temperature 1.0" in lines, lines
+    assert "answers with temperature" not in lines and "results mix configurations" not in lines, lines
+    assert [c["sampling"] for c in app["calls"]] == [{"max_completion_tokens": 4000}] * 6  # no temperature, ever
     man = read_manifest(tmp_path / "state" / "rsn")
-    assert man["sampling_sent"]["m"]["sent"] == {"temperature": 1.0}
+    assert man["sampling_sent"]["m"]["sent"] == {} and man["sampling_sent"]["m"]["not_sent"] == {"temperature": 1.0}
+    assert not man.get("config_mix")
+
+
+def test_the_manifest_records_what_the_crawl_auditors_are_sent(tmp_path):
+    """The crawl's auditors send their own [crawl.image_audit] / [crawl.referenceability] temperature, not their
+    [[models]] entry's. Before (session 11): ``sampling_sent`` recorded only the entries (temperature 0.0 sent to
+    the text auditor, though its requests carried 0.3; a temperature for the reasoning image auditor)."""
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml").read_text(encoding="utf-8")
+    old = 'model = "sandbox-vision-auditor-1"\nbase_url = "http://openai.sandbox.invalid/v1"\n'
+    assert src.count(old) == 1 and src.count("[crawl.referenceability]\n") == 1
+    text = src.replace(old, 'model = "geo-vision"\nmodel_family = "o4-mini"\nbase_url = "http://openai.sandbox.invalid/v1"\n')
+    text = text.replace("[crawl.referenceability]\n", "[crawl.referenceability]\ntemperature = 0.3\n")
+    text += f"\n[paths]\nstate = \"{tmp_path / 'state'}\"\nqueues = \"{tmp_path / 'queues'}\"\n"
+    p = tmp_path / "crawl.toml"
+    p.write_text(text, encoding="utf-8")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_config(p)
+    Manifest(cfg).start_run()
+    sent = read_manifest(cfg.state_dir())["sampling_sent"]
+    assert sent["crawl.image_audit"]["model"] == "sandbox-vision-auditor"
+    assert sent["crawl.image_audit"]["sent"] == {} and sent["crawl.image_audit"]["not_sent"] == {"temperature": 0.0}
+    assert "reasoning model" in sent["crawl.image_audit"]["why"]
+    assert sent["crawl.referenceability"] == {"model": "sandbox-text-auditor", "sent": {"temperature": 0.3},
+                                              "not_sent": {}}
+    # the [[models]] entries' own records stay (what a request built from the entry would carry)
+    assert sent["sandbox-text-auditor"] == {"sent": {"temperature": 0.0}, "not_sent": {}}

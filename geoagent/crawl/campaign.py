@@ -404,7 +404,7 @@ def _worst_thumbnail_px(m: Any, width_px: int, params: dict[str, Any]) -> tuple[
 
     best, best_px = -1, (width_px, width_px)
     for h in range(max(1, width_px // 4), int(width_px * OUTLINE_MAX_PORTRAIT) + 1):
-        billed = reserved_image_tokens(m.provider, m.model, (width_px, h), params)
+        billed = reserved_image_tokens(m.provider, getattr(m, "openai_rules_id", m.model), (width_px, h), params)
         if billed is None:
             return width_px, width_px
         if billed[0] > best:

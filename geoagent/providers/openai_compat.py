@@ -16,13 +16,18 @@ Wire format (OpenAI API reference, "Create chat completion"):
   document ``max_tokens``), and ``max_completion_tokens`` on any host for ``ProviderSettings.reasoning_model =
   True``; override with ``ProviderSettings.max_tokens_field``. Optional
   ``temperature``, ``seed``, ``top_p`` and, with ``params.json_mode``, ``response_format =
-  {"type": "json_object"}``. OpenAI reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` on
-  ``api.openai.com``, or ``ProviderSettings.reasoning_model``) get no ``top_p`` and a ``temperature`` only when it
-  is 1, the one value they accept (:mod:`geoagent.providers.sampling`, with the sources); their
+  {"type": "json_object"}`` (not for ``o1-mini`` / ``o1-preview``, which refuse it with HTTP 400:
+  :func:`geoagent.providers.sampling.openai_rejects_response_format`; their JSON is read from the text). OpenAI
+  reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5*`` on ``api.openai.com``, a reasoning
+  ``ProviderSettings.model_family`` on any host, or ``ProviderSettings.reasoning_model``) get no ``top_p`` and no
+  ``temperature`` (they sample at their default 1: :mod:`geoagent.providers.sampling`, with the sources); their
   ``max_completion_tokens`` also bounds the hidden reasoning tokens, so a small cap can come back as
   ``content: ""`` with ``finish_reason: "length"`` (a cut-off answer, not an error); servers whose reasoning parser
   keeps the unfinished reasoning apart (vLLM: ``content: null``, the text in ``message.reasoning``,
   vllm-project/vllm#52640) give the same empty cut-off answer.
+* Azure OpenAI (v1 API, ``base_url = "https://<resource>.openai.azure.com/openai/v1"``, Bearer key): ``model``
+  is the deployment name; ``ProviderSettings.model_family`` names the OpenAI model it serves, and every id rule
+  above (reasoning, system message, ``response_format``, the ``max_completion_tokens`` field) reads it instead.
 * Answer: ``choices[0].message.content`` (a refusal has ``content: null`` and the text in ``refusal``;
   that text is returned as the answer), ``choices[0].finish_reason``, ``usage.prompt_tokens`` /
   ``usage.completion_tokens`` (completion tokens include reasoning tokens; when absent, ``total_tokens -
@@ -41,7 +46,8 @@ from urllib.parse import urlsplit
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
-from geoagent.providers.sampling import openai_reasoning, openai_rejects_system, openai_sampling
+from geoagent.providers.sampling import (is_openai_reasoning_id, openai_reasoning, openai_rejects_response_format,
+                                         openai_rejects_system, openai_sampling)
 
 
 def _error_message(err: Any) -> str:
@@ -57,10 +63,18 @@ class OpenAICompatProvider(HttpProvider):
     kind = "openai"
 
     @property
+    def rules_id(self) -> str:
+        """The OpenAI model id the id rules read: ``ProviderSettings.model_family`` (the model an Azure OpenAI
+        deployment serves under its own name), else ``ProviderSettings.model``."""
+        return self.settings.model_family or self.settings.model
+
+    @property
     def reasoning(self) -> bool:
         """Whether OpenAI's reasoning-model rules apply (:func:`geoagent.providers.sampling.openai_reasoning`:
-        ``ProviderSettings.reasoning_model``, else a documented reasoning id on ``api.openai.com``)."""
-        return openai_reasoning(self.settings.model, self.base_url, self.settings.reasoning_model)
+        ``ProviderSettings.reasoning_model``, else a reasoning ``model_family`` on any host, else a documented
+        reasoning id on ``api.openai.com``)."""
+        return openai_reasoning(self.settings.model, self.base_url, self.settings.reasoning_model,
+                                self.settings.model_family)
 
     @property
     def max_tokens_field(self) -> str:
@@ -72,6 +86,9 @@ class OpenAICompatProvider(HttpProvider):
             return self.settings.max_tokens_field
         if self.settings.reasoning_model is True:
             return "max_completion_tokens"
+        if self.settings.reasoning_model is None and self.settings.model_family and \
+                is_openai_reasoning_id(self.settings.model_family):
+            return "max_completion_tokens"  # a deployment of a reasoning model refuses max_tokens on any host
         host = urlsplit(self.base_url).hostname or ""
         return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
@@ -80,7 +97,7 @@ class OpenAICompatProvider(HttpProvider):
         messages: list[dict[str, Any]] = []
         text = request.prompt
         if params.get("system"):
-            if openai_rejects_system(request.model):
+            if openai_rejects_system(self.settings.model_family or request.model):
                 # o1-mini / o1-preview take no system message (HTTP 400): the text leads the user message instead
                 text = f"{params['system']}\n\n{request.prompt}"
             else:
@@ -96,7 +113,8 @@ class OpenAICompatProvider(HttpProvider):
         messages.append({"role": "user", "content": content})
         body: dict[str, Any] = {"model": request.model, "messages": messages, self.max_tokens_field: request.max_output_tokens}
         body.update(openai_sampling(params, self.reasoning))
-        if params.get("json_mode"):
+        if params.get("json_mode") and not openai_rejects_response_format(self.settings.model_family or request.model):
+            # o1-mini / o1-preview refuse response_format (HTTP 400): their JSON is read from the text as usual
             body["response_format"] = {"type": "json_object"}
         headers = self.common_headers(request)
         key = self._api_key()

@@ -6,6 +6,8 @@ dead-lettered at its first delivery. So the providers leave out what a model rej
 naming the key. What was confirmed, and where (checked 2026-12-01):
 
 OpenAI reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5``, ``gpt-5-mini``, ``gpt-5-nano``, ...)
+    * We send them no ``temperature`` and no ``top_p`` at all (:func:`openai_sampling`: 1, the only value
+      api.openai.com accepts, is their default, and Azure OpenAI refuses the parameter itself).
     * Reasoning guide, "Limitations" (https://platform.openai.com/docs/guides/reasoning#limitations, cited by
       the Vercel AI SDK when it strips them, https://github.com/vercel/ai/issues/10932): ``temperature``,
       ``top_p``, ``presence_penalty``, ``frequency_penalty``, ``logprobs`` / ``top_logprobs`` and
@@ -30,6 +32,17 @@ OpenAI reasoning models (``o1``, ``o3``, ``o4-mini``, ``gpt-5``, ``gpt-5-mini``,
       reserving at least 25,000 tokens for reasoning and outputs when starting out
       (:data:`OPENAI_REASONING_MIN_OUTPUT`; quoted by https://www.onceonly.tech/blog/gpt5-mini-empty-responses,
       secondary).
+
+OpenAI models under a name of their own (Azure OpenAI deployments)
+    * Azure OpenAI's v1 API takes the plain OpenAI client with ``base_url =
+      "https://<resource>.openai.azure.com/openai/v1/"`` and ``model`` = the deployment name ("Replace with your
+      model deployment name", https://learn.microsoft.com/azure/ai-foundry/openai/api-version-lifecycle), a name
+      the user chose, so no id rule above can tell which model answers. ``[[models]] model_family`` (an OpenAI
+      model id: ``o1-mini``, ``o3-mini``, ``gpt-4o``) names it; every rule here then reads the family instead of
+      ``model``, on any host (``family`` arguments; :attr:`geoagent.config.ModelConfig.openai_rules_id`).
+      Azure applies the reasoning rules of the model a deployment serves: "Unsupported parameter: 'max_tokens' is
+      not supported with this model. Use 'max_completion_tokens' instead." for an o3-mini deployment
+      (https://learn.microsoft.com/en-us/answers/a/2014879).
 
 Anthropic Messages
     * Claude Opus 4.1 and the 4.5 models refuse ``temperature`` and ``top_p`` together: HTTP 400
@@ -107,12 +120,58 @@ def openai_rejects_system(model: str) -> bool:
     return bool(_OPENAI_NO_SYSTEM.match(model.strip()))
 
 
-def openai_reasoning(model: str, base_url: str | None, override: bool | None = None) -> bool:
-    """Whether requests to ``model`` at ``base_url`` follow OpenAI's reasoning-model rules (no temperature
-    other than 1, no top_p): ``override`` when set (``[[models]] reasoning_model``), else a documented reasoning
-    id on ``api.openai.com`` (no ``base_url`` means that host)."""
+#: OpenAI models that take no image input: ``o1-mini``, ``o1-preview`` and ``o3-mini`` (with dated snapshots and
+#: fine-tunes). Per-model table of what api.openai.com accepts ("messages/user-images": No for o3-mini, o1-preview
+#: and o1-mini, Yes for o1), https://community.openai.com/t/developer-role-not-accepted-for-o1-o1-mini-o3-mini/1110750/7,
+#: and the 400s those three answer to an image while o1 describes it,
+#: https://community.openai.com/t/api-reasoning-models-without-image-support-returning-bad-validation-error-message/1110985;
+#: o3 and o4-mini take images (https://community.openai.com/t/responses-api-image-upload-error-worked-before/1289584)
+_OPENAI_NO_IMAGES = re.compile(r"^(?:ft:)?(?:o1-(?:mini|preview)|o3-mini)(?:[-.:_]|$)", re.IGNORECASE)
+#: OpenAI models that refuse ``response_format`` (JSON mode and Structured Outputs): ``o1-mini`` and ``o1-preview``
+#: (the same per-model table: "response_format-object" / "-schema" No for both, Yes for o3-mini and o1; the
+#: Structured Outputs 400 reported for o1-mini, https://github.com/dzhng/deep-research/issues/96)
+_OPENAI_NO_RESPONSE_FORMAT = _OPENAI_NO_SYSTEM
+#: what an OpenAI model id (or a ``[[models]] model_family``) looks like: ``o1``..``o4-mini``, ``gpt-3.5-turbo``,
+#: ``gpt-4o``, ``gpt-4.1-mini``, ``gpt-5*``, ``chatgpt-4o-latest``, ``codex-mini-latest``, fine-tunes ``ft:...``
+_OPENAI_ID = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-\d|chatgpt-|codex-mini)", re.IGNORECASE)
+
+
+def is_openai_model_id(model: str) -> bool:
+    """Whether ``model`` names an OpenAI model (family) whose rules we know how to read: ``o1-mini``,
+    ``o3-mini-2025-01-31``, ``gpt-4o``, ``gpt-5-mini``, ``chatgpt-4o-latest``, ``codex-mini-latest``, ``ft:o4-mini:...``;
+    not ``llama-3``, ``my-deployment``. The config loader accepts ``[[models]] model_family`` only in this form."""
+    return bool(_OPENAI_ID.match(model.strip()))
+
+
+def openai_rejects_images(model: str) -> bool:
+    """Whether an OpenAI model id (or family) takes no image input: ``o1-mini``, ``o1-preview``, ``o3-mini`` and
+    their snapshots. The API answers an image part with HTTP 400 ``invalid_request_error`` "Invalid content type.
+    image_url is only supported by certain models." (``param`` ``messages.[0].content.[1].type``, ``code`` null;
+    quoted at https://community.openai.com/t/responses-api-image-upload-error-worked-before/1289584), or, for an
+    https image URL, "Invalid image URL: ... Expected a base64-encoded data URL" (the 1110985 thread above). The
+    config loader refuses a campaign that would send such a model a photo (:func:`geoagent.config.image_problems`)."""
+    return bool(_OPENAI_NO_IMAGES.match(model.strip()))
+
+
+def openai_rejects_response_format(model: str) -> bool:
+    """Whether an OpenAI model id (or family) refuses ``response_format`` (``o1-mini``, ``o1-preview``): HTTP 400
+    "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model." as reported
+    for o1-mini (dzhng/deep-research#96); the ``json_object`` wording and ``param: "response_format"`` are those
+    reported for other models that lack JSON mode (mrwadams/stride-gpt#19; unconfirmed for o1-mini itself). The
+    provider leaves the field out for them; the answer's JSON is read from its text as for any model."""
+    return bool(_OPENAI_NO_RESPONSE_FORMAT.match(model.strip()))
+
+
+def openai_reasoning(model: str, base_url: str | None, override: bool | None = None, family: str | None = None) -> bool:
+    """Whether requests to ``model`` at ``base_url`` follow OpenAI's reasoning-model rules (no temperature, no
+    top_p, ``max_completion_tokens``): ``override`` when set (``[[models]] reasoning_model``), else, when
+    ``family`` is given (``[[models]] model_family``: the OpenAI model a deployment such as Azure OpenAI's serves
+    under a name of its own), whether that family is a reasoning one on any host, else a documented reasoning id on
+    ``api.openai.com`` (no ``base_url`` means that host)."""
     if override is not None:
         return bool(override)
+    if family:
+        return is_openai_reasoning_id(family)
     host = (urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST
     return host.lower() == OPENAI_HOST and is_openai_reasoning_id(model)
 
@@ -168,15 +227,20 @@ def gemini_thinks_when_asked(model: str) -> bool:
 def openai_sampling(params: dict[str, Any], reasoning: bool) -> dict[str, Any]:
     """The ``temperature`` / ``top_p`` / ``seed`` body fields for one OpenAI-compatible request.
 
-    For a reasoning model only a temperature of exactly 1 is sent (the one value it accepts) and ``top_p``
-    never; any other temperature can only be the config's default 0.0, since the loader refuses an explicit
-    one. Other models get every value that is set.
+    A reasoning model is sent neither ``temperature`` nor ``top_p``: it samples at its default temperature 1
+    whatever is configured (api.openai.com refuses any other value; the loader refuses an explicit one, so a
+    configured value is the default 0.0 or 1). Leaving out 1 as well changes no answer (1 is the default) and
+    keeps the request valid where the parameter itself is refused: Azure OpenAI deployments of o1 and o3-mini
+    answer HTTP 400 "Unsupported parameter: 'temperature' is not supported with this model." at any value
+    (cline/cline#2643, langchain4j/langchain4j#2699; Azure's reasoning guide lists temperature among the
+    unsupported parameters, learn.microsoft.com/azure/ai-services/openai/how-to/reasoning). It also means two
+    configurations differing only in that unsent temperature made the same requests (:mod:`geoagent.runtime.drift`).
+    Other models get every value that is set.
     """
     out = {name: params[name] for name in ("temperature", "top_p", "seed") if params.get(name) is not None}
     if reasoning:
         out.pop("top_p", None)
-        if out.get("temperature") != 1:
-            out.pop("temperature", None)
+        out.pop("temperature", None)
     return out
 
 
@@ -199,15 +263,15 @@ SAMPLING_PARAMS = ("temperature", "top_p", "seed")
 
 
 def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
-                  reasoning_model: bool | None = None) -> dict[str, Any]:
+                  reasoning_model: bool | None = None, family: str | None = None) -> dict[str, Any]:
     """The sampling settings of ``params`` (:data:`SAMPLING_PARAMS`) that the provider of kind ``provider`` puts
     in the request body for ``model``, under the names of the params: :func:`openai_sampling` for ``openai``
-    (``base_url``, ``reasoning_model`` as in :func:`openai_reasoning`), :func:`anthropic_sampling` for
+    (``base_url``, ``reasoning_model``, ``family`` as in :func:`openai_reasoning`), :func:`anthropic_sampling` for
     ``anthropic`` (the Messages API has no seed), every one set for ``gemini`` and ``simulated``, none for
     ``replay`` (its answers are read from a file; no request is sent). The request key hashes the params as
     configured, whatever is sent (:meth:`geoagent.providers.base.ModelRequest.key`)."""
     if provider == "openai":
-        return openai_sampling(params, openai_reasoning(model, base_url, reasoning_model))
+        return openai_sampling(params, openai_reasoning(model, base_url, reasoning_model, family))
     if provider == "anthropic":
         return anthropic_sampling(params, model)
     if provider == "replay":
@@ -216,19 +280,19 @@ def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url
 
 
 def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_url: str | None = None,
-                    reasoning_model: bool | None = None) -> dict[str, Any]:
+                    reasoning_model: bool | None = None, family: str | None = None) -> dict[str, Any]:
     """What the manifest records of one model's sampling settings: ``{"sent": {...}, "not_sent": {...}}``, the
     settings of ``params`` put in the body (:func:`sent_sampling`) and those set but left out, with ``"why"``
     (one sentence naming the rule) when any is left out. Arguments as for :func:`sent_sampling`."""
-    sent = sent_sampling(provider, model, params, base_url=base_url, reasoning_model=reasoning_model)
+    sent = sent_sampling(provider, model, params, base_url=base_url, reasoning_model=reasoning_model, family=family)
     not_sent = {n: params[n] for n in SAMPLING_PARAMS if params.get(n) is not None and n not in sent}
     out: dict[str, Any] = {"sent": sent, "not_sent": not_sent}
     if not not_sent:
         return out
     whys = []
     if provider == "openai":
-        whys.append("an OpenAI reasoning model accepts no top_p and no temperature but its default 1, so the model "
-                    "samples at its own default")
+        whys.append("an OpenAI reasoning model is sent no temperature and no top_p (it accepts none but its default "
+                    "temperature 1), so the model samples at its own default")
     elif provider == "anthropic":
         if claude_rejects_sampling(model):
             whys.append("Claude 4.7 and later models refuse temperature, top_p and top_k at any value, so the model "

@@ -89,6 +89,12 @@ class ProviderSettings:
         temperature other than 1: :mod:`geoagent.providers.sampling`; ``True`` also sends the cap as
         ``max_completion_tokens`` unless ``max_tokens_field`` says otherwise). ``None`` decides by the
         documented id families (``o1``, ``o3``, ``o4-mini``, ``gpt-5*``...) on ``api.openai.com``.
+    model_family : str or None
+        OpenAI-compatible only: the OpenAI model (``o1-mini``, ``o3-mini``, ``gpt-4o``, ...) that ``model`` names
+        under another name, e.g. an Azure OpenAI deployment (``[[models]] model_family``). The id rules of
+        :mod:`geoagent.providers.sampling` (reasoning, no system message, no ``response_format``) then read it
+        instead of ``model``, on any host; ``reasoning_model``, when set, still decides the reasoning rules.
+        ``None``: the rules read ``model``.
     anthropic_version : str
         Value of the ``anthropic-version`` header.
     headers : tuple of (str, str)
@@ -118,6 +124,7 @@ class ProviderSettings:
     replay_usage_field: str | None = "usage"
     max_tokens_field: str | None = None
     reasoning_model: bool | None = None
+    model_family: str | None = None
     anthropic_version: str = "2023-06-01"
     headers: tuple[tuple[str, str], ...] = ()
     policy: Any = None  # geoagent.runtime.http.HostPolicy | None (kept Any: no import cycle at config time)

@@ -334,19 +334,89 @@ def mixed_setting_names(manifest: dict[str, Any] | None) -> set[str]:
     return names
 
 
-def restrict_mix(mix: dict[str, list[tuple[dict[str, Any], int]]], names: set[str]
+def restrict_mix(mix: dict[str, list[tuple[dict[str, Any], int]]], names: set[str],
+                 not_sent: Callable[[str, dict[str, Any]], set[str]] | None = None
                  ) -> dict[str, list[tuple[dict[str, Any], int]]]:
     """``mix`` (:func:`params_mix`) with each answer's settings cut to ``names`` and counted again: the models
-    whose answers still differ in one of them, most answers first; ``{}`` for no name."""
+    whose answers still differ in one of them, most answers first; ``{}`` for no name. ``not_sent``
+    (:func:`not_sent_of`): a setting the model was not sent is left out too, so answers compare by what their
+    requests carried (``temperature 0.0`` and ``temperature 1`` to an OpenAI reasoning model, sent neither, are
+    one group)."""
     out: dict[str, list[tuple[dict[str, Any], int]]] = {}
     for model, groups in mix.items():
         counts: dict[bytes, int] = {}
         for params, n in groups:
-            p = orjson.dumps({k: v for k, v in params.items() if k in names}, option=orjson.OPT_SORT_KEYS)
+            unsent = not_sent(model, params) if not_sent is not None else set()
+            p = orjson.dumps({k: v for k, v in params.items() if k in names and k not in unsent},
+                             option=orjson.OPT_SORT_KEYS)
             counts[p] = counts.get(p, 0) + n
         if len(counts) > 1:
             out[model] = sorted(((orjson.loads(p), n) for p, n in counts.items()), key=lambda x: -x[1])
     return out
+
+
+#: config paths of a model's sampling settings (:data:`geoagent.providers.sampling.SAMPLING_PARAMS`):
+#: ``models[0].temperature``, ``models[0].seed``, ``models[0].params.top_p``
+_SAMPLING_KEY = re.compile(r"^models\[(\d+)\]\.(?:params\.)?(temperature|top_p|seed)$")
+#: a model's keys that decide which sampling rules apply (:func:`geoagent.providers.sampling.sent_sampling`)
+_RULE_KEYS = ("provider", "model", "base_url", "reasoning_model", "model_family")
+
+
+def _recorded_params(entry: dict[str, Any]) -> dict[str, Any]:
+    """A recorded ``[[models]]`` entry's request params, as :meth:`geoagent.config.ModelConfig.default_params`
+    makes them."""
+    out: dict[str, Any] = {"max_output_tokens": entry.get("max_output_tokens"), "temperature": entry.get("temperature")}
+    if entry.get("seed") is not None:
+        out["seed"] = entry["seed"]
+    out.update(entry.get("params") if isinstance(entry.get("params"), dict) else {})
+    return out
+
+
+def unsent_sampling_changes(call_keys: dict[str, tuple[Any, Any]], before_models: list[Any], cfg: Any
+                            ) -> dict[str, tuple[Any, Any]]:
+    """The changed keys of ``call_keys`` that are sampling settings of a ``[[models]]`` entry whose requests carry
+    the same sampling before and after (:func:`geoagent.providers.sampling.sent_sampling`): ``models[0].temperature``
+    0.0 -> 1 for an OpenAI reasoning model, which is sent no temperature either way. Such a change alters the
+    request key (the configured params are hashed) but no request body, so it mixes no results.
+
+    ``before_models``: the recorded entries lined up with ``cfg.models`` by name
+    (:func:`geoagent.runtime.manifest.align_by_name`). Only entries whose rule keys (provider, model, base_url,
+    reasoning_model, model_family) did not change are judged, each by its current rules; ``{}`` otherwise."""
+    from geoagent.providers.sampling import SAMPLING_PARAMS, sent_sampling
+
+    models = list(getattr(cfg, "models", ()) or ())
+    by_model: dict[int, list[str]] = {}
+    for key in call_keys:
+        hit = _SAMPLING_KEY.match(key)
+        if hit:
+            by_model.setdefault(int(hit.group(1)), []).append(key)
+    out: dict[str, tuple[Any, Any]] = {}
+    for i, keys in by_model.items():
+        old = before_models[i] if i < len(before_models) else None
+        if i >= len(models) or not isinstance(old, dict):
+            continue
+        m = models[i]
+        if any(f"models[{i}].{k}" in call_keys for k in _RULE_KEYS):
+            continue
+
+        def sent(params: dict[str, Any]) -> dict[str, Any]:
+            got = sent_sampling(m.provider, m.model, params, base_url=m.effective_base_url,
+                                reasoning_model=m.reasoning_model, family=getattr(m, "model_family", None))
+            return {k: got[k] for k in SAMPLING_PARAMS if k in got}
+
+        if sent(_recorded_params(old)) == sent(m.default_params()):
+            out.update({k: call_keys[k] for k in keys})
+    return out
+
+
+def unsent_line(name: str, unsent: dict[str, tuple[Any, Any]], keys_text: str) -> str | None:
+    """One info line for changed sampling settings that no request carries, before or after
+    (:func:`unsent_sampling_changes`; ``None`` when there are none)."""
+    if not unsent:
+        return None
+    return (f"info: campaign {name}: sampling settings changed since its last run ({keys_text}), but the model is "
+            "sent none of them either way (an OpenAI reasoning model is sent no temperature or top_p; "
+            "manifest sampling_sent), so its requests carry the same sampling and nothing mixes.")
 
 
 def not_sent_of(cfg: Any) -> Callable[[str, dict[str, Any]], set[str]]:
@@ -365,7 +435,7 @@ def not_sent_of(cfg: Any) -> Callable[[str, dict[str, Any]], set[str]]:
             return set()
         full = {**m.default_params(), **params}
         sent = sent_sampling(m.provider, m.model, full, base_url=m.effective_base_url,
-                             reasoning_model=m.reasoning_model)
+                             reasoning_model=m.reasoning_model, family=getattr(m, "model_family", None))
         return {k for k in SAMPLING_PARAMS if full.get(k) is not None and k not in sent}
 
     return not_sent

@@ -134,13 +134,52 @@ def sampling_sent(cfg: Any) -> dict[str, dict[str, Any]]:
     out, with why (:func:`geoagent.providers.sampling.sampling_record`): an OpenAI reasoning model or a Claude
     4.7+ model is sent no temperature, though the config (and the request key) holds the default 0.0. Recorded
     in the manifest as ``sampling_sent`` beside the configured ``config.models``. A task's own params (a GeoHint
-    repeat's seed, a crawl auditor's temperature) follow the same rules."""
+    repeat's seed) follow the same rules.
+
+    A crawl's auditors send their own settings, not their ``[[models]]`` entry's (``[crawl.image_audit]`` /
+    ``[crawl.referenceability]`` ``temperature``: :func:`geoagent.crawl.image_audit.build_request`,
+    :meth:`geoagent.crawl.referenceability.ReferenceabilityAuditor._request`): they are recorded under
+    ``crawl.image_audit`` and ``crawl.referenceability`` (:func:`auditor_sampling_sent`), each with the ``model``
+    (entry name) it calls, by the same rules."""
     from geoagent.providers.sampling import sampling_record
 
     out: dict[str, dict[str, Any]] = {}
     for m in getattr(cfg, "models", ()) or ():
         out[m.name] = sampling_record(m.provider, m.model, m.default_params(), base_url=m.effective_base_url,
-                                      reasoning_model=m.reasoning_model)
+                                      reasoning_model=m.reasoning_model, family=m.model_family)
+    out.update(auditor_sampling_sent(cfg))
+    return out
+
+
+def auditor_sampling_sent(cfg: Any) -> dict[str, dict[str, Any]]:
+    """For a crawl campaign, ``{"crawl.image_audit": {...}, "crawl.referenceability": {...}}``: the sampling
+    settings each auditor's requests carry (its table's ``temperature``) as sent to its model, ``{"model": <name>,
+    "sent": {...}, "not_sent": {...}[, "why"]}`` (:func:`geoagent.providers.sampling.sampling_record`). The model is
+    the ``[[models]]`` entry the table names when there is one (its provider, id, host, ``reasoning_model``,
+    ``model_family``: as the crawl calls it, :func:`geoagent.crawl.stages.services_from_context`), else the table's own
+    ``provider`` (the default simulated auditors). ``{}`` for other kinds or a crawl table that does not validate."""
+    if getattr(getattr(cfg, "campaign", None), "kind", None) != "crawl":
+        return {}
+    from geoagent.providers.sampling import sampling_record
+
+    try:
+        from geoagent.crawl.campaign import _settings as crawl_settings
+
+        settings = crawl_settings(cfg)
+    except Exception:  # noqa: BLE001 - an invalid section is reported where the crawl reads it
+        return {}
+    models = {m.name: m for m in getattr(cfg, "models", ()) or ()}
+    out: dict[str, dict[str, Any]] = {}
+    for table in ("image_audit", "referenceability"):
+        sec = getattr(settings, table)
+        params = {"temperature": sec.temperature}  # the auditors' requests carry no top_p and no seed
+        m = models.get(sec.model)
+        if m is not None:
+            rec = sampling_record(m.provider, m.model, params, base_url=m.effective_base_url,
+                                  reasoning_model=m.reasoning_model, family=m.model_family)
+        else:
+            rec = sampling_record(str(sec.provider), str(sec.model), params)
+        out[f"crawl.{table}"] = {"model": sec.model, **rec}
     return out
 
 
@@ -275,6 +314,11 @@ class ConfigChanges:
     #: USD per 1M tokens), with their old and new values: they change what a call is booked at, no request (no
     #: part of its key) or answer, so they are not in :attr:`calls` / :attr:`call_keys` either
     prices: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: changed sampling settings that are sent to the model neither before nor after
+    #: (:func:`geoagent.runtime.drift.unsent_sampling_changes`: ``models[0].temperature`` 0.0 -> 1 for an OpenAI
+    #: reasoning model, which is sent no temperature), with their old and new values: the requests carry the same
+    #: sampling, so they are not in :attr:`calls` / :attr:`call_keys` either
+    unsent: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
@@ -437,6 +481,12 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     pacing = {k: v for k, v in call_keys.items() if is_pacing_key(k)}
     prices = {k: v for k, v in call_keys.items() if is_price_key(k)}
     call_keys = {k: v for k, v in call_keys.items() if k not in pacing and k not in prices}
+    # a sampling setting sent neither before nor after (an OpenAI reasoning model's temperature) changes no request
+    from geoagent.runtime.drift import unsent_sampling_changes
+
+    old_models = before.get("models") if isinstance(before.get("models"), list) else []
+    unsent = unsent_sampling_changes(call_keys, align_by_name(old_models, now.get("models") or [])[0], cfg)
+    call_keys = {k: v for k, v in call_keys.items() if k not in unsent}
     calls = [c for c in calls if any(section_of(k) == c for k in call_keys)]
     # only the templates this campaign uses now, and only those recorded before: a manifest of the earlier
     # code hashed every packaged template (an edit of one the kind never sends is no change of its calls), and
@@ -446,7 +496,7 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     new_prompts = used_prompt_hashes(cfg, prompts_dir)
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) & set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
-    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices)
+    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices, unsent)
 
 
 def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,

@@ -23,6 +23,14 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   ``o1-mini`` and ``o1-preview`` (:data:`NO_SYSTEM_ID`, dated snapshots too) take user and assistant messages
   only: a ``system`` or ``developer`` message -> 400 ``unsupported_value`` ("Unsupported value: 'messages[0].role'
   does not support 'system' with this model.", ``param`` ``messages[<i>].role``), as reported for the real API.
+  They also refuse ``response_format`` (:data:`NO_RESPONSE_FORMAT_ID`): 400 "Invalid parameter: 'response_format'
+  of type 'json_object' is not supported with this model." (``param`` ``response_format``, ``code`` null; the
+  wording reported for models without JSON mode, the json_schema form reported for o1-mini). ``o1-mini``,
+  ``o1-preview`` and ``o3-mini`` (:data:`NO_IMAGE_ID`) take no image: an ``image_url`` part -> 400 "Invalid content
+  type. image_url is only supported by certain models." (``param`` ``messages.[<i>].content.[<j>].type``, ``code``
+  null, as quoted on the OpenAI community forum; sources in :mod:`geoagent.providers.sampling`).
+* ``deployments=`` (Azure OpenAI-style): a ``model`` naming a deployment is checked and answered as the model it
+  serves.
 * Success: ``{"id": "chatcmpl-...", "object": "chat.completion", "created", "model", "choices": [{"index": 0,
   "message": {"role": "assistant", "content", "refusal": null}, "logprobs": null, "finish_reason":
   "stop"|"length"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
@@ -100,6 +108,13 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 REASONING_ID = re.compile(r"^(?:ft:)?(?:o\d+(?:[-.:_]|$)|gpt-5(?!-chat)|codex-mini)", re.IGNORECASE)
 #: the early o1 ids that refuse a system or developer message (the fake's own reading, kept apart from the client's)
 NO_SYSTEM_ID = re.compile(r"^(?:ft:)?o1-(?:mini|preview)(?:[-.:_]|$)", re.IGNORECASE)
+#: the OpenAI models that take no image input (the fake's own reading of the per-model table cited in
+#: geoagent.providers.sampling, kept apart from the client's): o1-mini, o1-preview, o3-mini
+NO_IMAGE_ID = re.compile(r"^(?:ft:)?(?:o1-(?:mini|preview)|o3-mini)(?:[-.:_]|$)", re.IGNORECASE)
+#: the OpenAI models that refuse ``response_format`` (JSON mode, Structured Outputs): o1-mini, o1-preview
+NO_RESPONSE_FORMAT_ID = NO_SYSTEM_ID
+#: Azure OpenAI-style deployment names -> the model each serves (``make_app(deployments=...)``)
+DEPLOYMENTS_KEY: web.AppKey[dict[str, str]] = web.AppKey("llm_deployments", dict)
 #: hidden reasoning tokens a reasoning model spends before its answer; a cap at or below it yields no text
 REASONING_TOKENS = 512
 #: body fields a reasoning model refuses whatever their value (reasoning guide, "Limitations")
@@ -284,6 +299,15 @@ async def chat_completions(request: web.Request) -> web.Response:
         if not isinstance(model, str) or not model:
             raise _Bad("you must provide a model parameter", "model")
         prompt, system, image, image_url, mentions_json, image_detail = _parse_messages(body.get("messages"))
+        # an Azure OpenAI deployment name is checked as the model it serves (its rules, its echoed id)
+        model = request.app[DEPLOYMENTS_KEY].get(model, model)
+        if NO_IMAGE_ID.match(model):
+            for i, msg in enumerate(body["messages"]):
+                parts = msg.get("content") if isinstance(msg.get("content"), list) else []
+                for j, part in enumerate(parts):
+                    if part.get("type") == "image_url":
+                        raise _Bad("Invalid content type. image_url is only supported by certain models.",
+                                   f"messages.[{i}].content.[{j}].type")
         if NO_SYSTEM_ID.match(model):
             for i, msg in enumerate(body["messages"]):
                 if msg.get("role") in ("system", "developer"):
@@ -308,6 +332,10 @@ async def chat_completions(request: web.Request) -> web.Response:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _Bad(f"Invalid 'seed': expected an integer, got {seed!r}.", "seed")
         rf = body.get("response_format")
+        if rf is not None and NO_RESPONSE_FORMAT_ID.match(model):
+            kind = rf.get("type") if isinstance(rf, dict) else None
+            raise _Bad(f"Invalid parameter: 'response_format' of type '{kind}' is not supported with this model.",
+                       "response_format")
         if rf is not None:
             if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
                 raise _Bad("Invalid 'response_format': expected type text, json_object or json_schema.", "response_format")
@@ -425,6 +453,7 @@ def make_app(
     models: Collection[str] | None = None,
     image_billing: str = "simulated",
     reasoning_style: str = "openai",
+    deployments: dict[str, str] | None = None,
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -456,6 +485,10 @@ def make_app(
     reasoning_style : str
         How a reasoning model's answer cut off inside its reasoning looks: ``"openai"`` (default, api.openai.com:
         ``content: ""``) or ``"vllm"`` (vLLM's reasoning parser: ``content: null``, the text in ``reasoning``).
+    deployments : dict of str to str, optional
+        Azure OpenAI-style deployment names and the model each serves (``{"geo-reasoner": "o1-mini"}``): a request
+        naming a deployment is checked by that model's rules and answered with its id, as Azure OpenAI's v1 API
+        does (``model`` = the deployment name). Default none.
 
     Returns
     -------
@@ -479,6 +512,7 @@ def make_app(
     if reasoning_style not in ("openai", "vllm"):
         raise ValueError(f"reasoning_style must be 'openai' or 'vllm', got {reasoning_style!r}")
     app[REASONING_STYLE_KEY] = reasoning_style
+    app[DEPLOYMENTS_KEY] = dict(deployments or {})
     app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
     return app
