@@ -26,6 +26,15 @@ from geoagent.geo import haversine_km
 from geoagent.crawl.settings import CitySpec, SamplerSettings
 from geoagent.paths import safe_name
 
+#: Version of the sampling rules that can move a site, recorded in each city's sampling record
+#: (``sampler_version``; :func:`recorded_versions`). 2 (2026-12-01): an item with several coordinates (one WDQS row
+#: each) becomes a site at the smallest (lat, lon) of them, whatever the rows' order (:func:`merge_candidates`).
+#: 1: at its first row in the answer's order, which the service chooses, so such a site could lie at another of
+#: its coordinates. Records of crawls before this number was recorded have none ("unrecorded": version 1 before
+#: commit d9e1c73, 2026-12-01 15:41 UTC, version 2 after it; the record cannot tell which). A resumed crawl keeps
+#: the sampling of the cities it sampled before, so its summary says when they were sampled by another version.
+SAMPLER_VERSION = 2
+
 #: Columns of the release's ``data/sites.csv``, in order.
 RELEASE_SITES_COLUMNS: tuple[str, ...] = (
     "site", "city", "country", "continent", "landmark", "qid", "wd_type", "lat", "lon", "sitelinks", "sv_perspective",
@@ -133,7 +142,49 @@ class SamplingResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"city": self.city.model_dump(), "seed": self.seed, "n_candidates": self.n_candidates, "sites": self.sites,
-                "walk": self.walk, "coverage_calls": self.coverage_calls}
+                "walk": self.walk, "coverage_calls": self.coverage_calls, "sampler_version": SAMPLER_VERSION}
+
+
+#: the :func:`recorded_versions` key of sampling records that carry no ``sampler_version``
+UNRECORDED = "unrecorded"
+
+
+def recorded_versions(sampling_dir: str | Path) -> dict[str, list[str]]:
+    """Which sampler version (:data:`SAMPLER_VERSION`) sampled each city of a crawl: version (as text, or
+    :data:`UNRECORDED` for a record without one) -> the cities' names (sorted), read from the sampling records
+    ``<sampling_dir>/<city key>.json`` (the crawl's ``sampling/`` folder). Unreadable records are left out; no
+    folder: ``{}``."""
+    import orjson
+
+    out: dict[str, list[str]] = {}
+    folder = Path(sampling_dir)
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = orjson.loads(p.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        city = rec.get("city")
+        name = str(city.get("city")) if isinstance(city, dict) and city.get("city") else p.stem
+        v = rec.get("sampler_version")
+        out.setdefault(UNRECORDED if v is None else str(v), []).append(name)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def sampler_version_warning(versions: dict[str, list[str]]) -> str | None:
+    """One line when some cities (:func:`recorded_versions`) were sampled by another sampler version than
+    :data:`SAMPLER_VERSION` (or by one that recorded none), else None."""
+    other = {k: v for k, v in versions.items() if k != str(SAMPLER_VERSION)}
+    if not other:
+        return None
+    parts = "; ".join(f"{'version ' + k if k != UNRECORDED else 'version unrecorded'}: {', '.join(v)}"
+                      for k, v in other.items())
+    return (f"warning: site sampler: {sum(map(len, other.values()))} of {sum(map(len, versions.values()))} cities "
+            f"were sampled by another sampler version than this one (version {SAMPLER_VERSION}) and keep those sites "
+            f"({parts}): an item with several coordinates may lie at another of them than version {SAMPLER_VERSION} "
+            "chooses (smallest lat, lon); sampling/<city>.json sampler_version. Crawl again under a new campaign "
+            "name for one rule throughout")
 
 
 async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], coverage: Any, settings: SamplerSettings,
