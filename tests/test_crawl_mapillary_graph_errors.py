@@ -71,6 +71,29 @@ def test_throttling_that_persists_is_a_retryable_failure_not_a_deleted_image_nor
     assert len(st.image_requests) == FAST.max_attempts
 
 
+@pytest.mark.parametrize("times", [2, None])
+def test_a_throttled_search_is_retried_then_raised_as_retryable(times):
+    imgs = [fake_mly.FakeImage(IID, LAT0, LON0)]
+    st = fake_mly.MapillaryFakeState(images=imgs, search_error=fake_mly.rate_limited(613, 403), search_error_times=times)
+
+    async def go():
+        async with serve(fake_mly.make_app(state=st)) as base, HttpClient(default_policy=FAST) as http:
+            m = MapillaryClient(http, base, "MLY|1|tok", UA)
+            try:
+                return await m.images_within(LAT0, LON0, 50.0), m
+            except Exception as e:  # noqa: BLE001 - the test looks at what was raised
+                return e, m
+
+    out, m = asyncio.run(go())
+    if times is None:
+        assert isinstance(out, RetriesExhausted) and "613" in out.last and m.token_refused(out) is None, repr(out)
+        assert len(st.search_requests) == FAST.max_attempts
+    else:
+        assert [i.image_id for i, _ in out] == [IID] and len(st.search_requests) == 3
+    assert m.throttled == min(FAST.max_attempts, times or FAST.max_attempts)
+    assert m.token_refused(MapillaryError("HTTP 403: Mapillary error 4: limit", code=4, status=403)) is None
+
+
 def test_a_throttled_image_fails_the_site_for_a_later_retry_instead_of_being_rejected_as_gone(tmp_path):
     imgs = [fake_mly.FakeImage(IID, LAT0, LON0, graph_error=fake_mly.rate_limited(17, 400))]
     app = fake_mly.make_app(imgs)

@@ -371,6 +371,8 @@ class MapillaryClient:
             return None
         if isinstance(exc, MapillaryError):
             status = exc.status
+            if exc.code in RATE_LIMIT_CODES:  # throttling, also at HTTP 403: the app's rate, not the token
+                return None
             if exc.code == TOKEN_ERROR_CODE or status in (401, 403):
                 parts = ([f"HTTP {status}"] if status else []) + ([f"Mapillary error {exc.code}"] if exc.code else [])
                 return ", ".join(parts)
