@@ -14,7 +14,11 @@ the official mapillary-python-sdk field list.
   of failing the city or site on every resume.
 * The token goes in ``Authorization: OAuth <token>`` (never in the URL, so it is never logged).
 * Errors are Graph-style ``{"error": {"message", "type", "code", "error_subcode", "fbtrace_id"}}``,
-  possibly inside an HTTP 200: checked before ``data``.
+  possibly inside an HTTP 200: checked before ``data`` (:func:`graph_error_of`), for searches and single images
+  alike (:meth:`MapillaryClient._graph_get`). An expired or revoked token (code 190, HTTP 400 or 401) is the
+  token's refusal (:meth:`MapillaryClient.token_refused`); throttling (:data:`RATE_LIMIT_CODES`, at any HTTP
+  status) is retried with backoff and, when it persists, raised as a retryable
+  :class:`~geoagent.runtime.http.RetriesExhausted`, never as a deleted image or a refused token.
 * ``captured_at`` is milliseconds since the epoch; geometries are GeoJSON ``[lon, lat]``.
 * ``thumb_*_url`` are signed CDN URLs that expire: fetch them per image right before downloading
   (:meth:`MapillaryClient.fresh_thumb_url`) and download at once.
@@ -26,6 +30,7 @@ requests per minute per app; we stay far below (20/s, 8 in flight).
 from __future__ import annotations
 
 import math
+import random
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +41,7 @@ from geoagent.clients.overpass import _json_body, host_of
 from geoagent import constants as C
 from geoagent.geo import haversine_km
 from geoagent.paths import safe_image_id
-from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted
+from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
 MAX_LIMIT = 2000
 SEARCH_FIELDS = ("id", "computed_geometry", "geometry", "captured_at", "is_pano", "camera_type", "compass_angle")
@@ -45,11 +50,14 @@ PANO_CAMERA_TYPES = frozenset({"equirectangular", "spherical"})
 
 class MapillaryError(RuntimeError):
     """A Mapillary request failed, or answered an error object / unexpected shape. ``code`` is the Graph error
-    code when there was one (190: invalid OAuth access token), ``status`` the HTTP status of an error answer."""
+    code when there was one (190: invalid OAuth access token), ``subcode`` its ``error_subcode``, ``status`` the
+    HTTP status of an error answer."""
 
-    def __init__(self, message: str, *, code: int | None = None, status: int | None = None) -> None:
+    def __init__(self, message: str, *, code: int | None = None, status: int | None = None,
+                 subcode: int | None = None) -> None:
         self.code = code
         self.status = status
+        self.subcode = subcode
         super().__init__(message)
 
 
@@ -57,13 +65,59 @@ class MapillaryError(RuntimeError):
 #: (https://developers.facebook.com/docs/graph-api/guides/error-handling, "OAuthException" code 190)
 TOKEN_ERROR_CODE = 190
 
+#: Graph API error codes of throttling: wait and retry. Confirmed for the Facebook Graph API (its "Handling Errors"
+#: page: 4 "API Too Many Calls", 17 "API User Too Many Calls", 341 "Application limit reached", each "temporary
+#: ... wait and retry"; 32: the Pages API's page-level limit, Facebook developer blog 2016-06-16); 613 ("Calls to
+#: this api have exceeded the rate limit") only from third-party reports. NOT confirmed for graph.mapillary.com:
+#: which of them it sends, and with which HTTP status (400, 403 and 429 are all seen from Graph APIs; api-notes
+#: section 6 lists "429 / Graph error codes (unconfirmed)"); a mapillary-js issue (#456, 2021) reports code 4's
+#: text, "Application request limit reached", from API v4. Any of these codes at any status is retried.
+RATE_LIMIT_CODES = frozenset({4, 17, 32, 341, 613})
+
+
+@dataclass(frozen=True, slots=True)
+class GraphError:
+    """The ``error`` object of a Graph-style answer: ``code``, ``subcode`` (``error_subcode``), ``message``."""
+
+    code: int | None
+    subcode: int | None
+    message: str
+
+    @property
+    def throttled(self) -> bool:
+        """A rate limit (:data:`RATE_LIMIT_CODES`): temporary, retried with backoff."""
+        return self.code in RATE_LIMIT_CODES
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def graph_error_of(body: str | bytes | None) -> GraphError | None:
+    """The Graph error object of an answer's body (``{"error": {...}}``), or None when the body is not one
+    (not JSON, cut short, no ``error`` object)."""
+    if not body:
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    err = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(err, dict):
+        return None
+    return GraphError(_int_or_none(err.get("code")), _int_or_none(err.get("error_subcode")), str(err.get("message") or ""))
+
 
 class ThumbnailUnavailable(MapillaryError):
-    """One image's thumbnail cannot be had: no ``thumb_*_url`` (null), the CDN refuses the URL even when
-    freshly issued (403/404/410), or the bytes are not a JPEG. A per-image condition, not an API outage:
-    callers skip the image (``status`` is the CDN's HTTP status when there was one)."""
+    """One image's thumbnail cannot be had: no ``thumb_*_url`` (null), the image is gone or may not be loaded,
+    the CDN refuses the URL even when freshly issued (403/404/410), or the bytes are not a JPEG. A per-image
+    condition, not an API outage: callers skip the image (``status`` is the HTTP status when there was one).
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    ``kind`` says which: ``"no_url"``, ``"gone"``, ``"not_permitted"``, ``"refused"`` (the CDN) or
+    ``"not_jpeg"`` (the downloaded bytes are not a JPEG: the only kind that is about the bytes themselves)."""
+
+    def __init__(self, message: str, *, status: int | None = None, kind: str | None = None) -> None:
+        self.kind = kind
         super().__init__(message, status=status)
 
 
@@ -185,13 +239,28 @@ def _jpeg_body(resp: Any) -> None:
 #: does not support this operation"; https://developers.facebook.com/docs/graph-api/guides/error-handling)
 NO_SUCH_OBJECT = (100, 33)
 _NO_SUCH_OBJECT_TEXT = re.compile(r"Unsupported get request\. Object with ID '[0-9]+' does not exist")
+#: a message naming missing permissions (:func:`permission_only`)
+_PERMISSION_TEXT = re.compile(r"missing permission|permission(s)? (is|are) missing|not (been )?granted", re.I)
 
 
-def object_does_not_exist(exc: PermanentHTTPError) -> bool:
+def permission_only(err: GraphError) -> bool:
+    """Whether a "does not exist" error (:data:`NO_SUCH_OBJECT`) says only that permissions are missing, not
+    that the object does not exist. The Graph API's own message for code 100 / subcode 33 names the three causes
+    at once ("does not exist, cannot be loaded due to missing permissions, or does not support this operation"),
+    so its body cannot tell a deleted image from one the token may not load: such an error counts as deleted
+    (False). Only a message that names missing permissions and not non-existence is told apart (True); no
+    source seen shows Mapillary sending one (the sandbox fake's ``NO_PERMISSION_ONLY`` is hypothetical)."""
+    return bool(_PERMISSION_TEXT.search(err.message)) and "does not exist" not in err.message
+
+
+def object_does_not_exist(exc: PermanentHTTPError | MapillaryError) -> bool:
     """Whether a 4xx answer is the Graph API's "object does not exist" error (:data:`NO_SUCH_OBJECT`): an HTTP
     400 whose body is that Graph error (read from the error's kept ``body``; the message alone is some 250
     characters, so the 300-character excerpt ends before ``code``). Should the body be cut anyway, the
-    message's opening words are enough; a whole JSON error with another code is not it."""
+    message's opening words are enough; a whole JSON error with another code is not it. A
+    :class:`MapillaryError` (the client's reading of such an answer) is it when its status, code and subcode are."""
+    if isinstance(exc, MapillaryError):
+        return exc.status == 400 and (exc.code, exc.subcode) == NO_SUCH_OBJECT
     if exc.status != 400:
         return False
     body = getattr(exc, "body", None) or exc.body_excerpt
@@ -286,6 +355,8 @@ class MapillaryClient:
         self.splits = 0
         #: boxes found still full at the minimum size (their page kept as a lower bound)
         self.full_min_boxes = 0
+        #: Graph answers that were throttling (:data:`RATE_LIMIT_CODES`), each retried after a backoff
+        self.throttled = 0
         self.thumb_hosts: set[str] = set()
         if policy is not None:
             http.set_policy(self.host, policy)
@@ -300,6 +371,8 @@ class MapillaryClient:
             return None
         if isinstance(exc, MapillaryError):
             status = exc.status
+            if exc.code in RATE_LIMIT_CODES:  # throttling, also at HTTP 403: the app's rate, not the token
+                return None
             if exc.code == TOKEN_ERROR_CODE or status in (401, 403):
                 parts = ([f"HTTP {status}"] if status else []) + ([f"Mapillary error {exc.code}"] if exc.code else [])
                 return ", ".join(parts)
@@ -318,27 +391,69 @@ class MapillaryClient:
             raise MapillaryError(f"Mapillary answered non-JSON: {body[:200]!r}") from None
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
             err = data["error"]
-            raise MapillaryError(f"Mapillary error {err.get('code')}: {err.get('message')}", code=err.get("code"))
+            raise MapillaryError(f"Mapillary error {err.get('code')}: {err.get('message')}", code=err.get("code"),
+                                 subcode=_int_or_none(err.get("error_subcode")))
         return data
+
+    def _backoff_s(self, attempt: int) -> float:
+        """Wait after throttled attempt ``attempt`` (1-based), s: exponential in the host policy's
+        ``backoff_base_s`` up to ``backoff_max_s``, with jitter over its upper half (a throttled app gains
+        nothing from an at-once retry, which full jitter can draw)."""
+        pol = self.http.policy_for(self.host)
+        cap = min(float(pol.backoff_max_s), float(pol.backoff_base_s) * 2.0 ** (attempt - 1))
+        return cap / 2.0 + random.uniform(0.0, cap / 2.0)
+
+    async def _graph_get(self, url: str, params: dict[str, str]) -> Any:
+        """``GET url`` on the Graph API; the decoded JSON of a good answer.
+
+        A Graph error answer (in a 4xx, or inside a 200) that is throttling (:data:`RATE_LIMIT_CODES`) pauses the
+        API host for a backoff (:meth:`_backoff_s`: every request to it waits, the limit is the app's) and asks
+        again, up to the host policy's ``max_attempts`` in all (429 and 5xx are the HTTP layer's own retries).
+
+        Raises
+        ------
+        MapillaryError
+            Any other Graph error (``code``, ``subcode``, ``status``: the HTTP status, None inside a 200).
+        geoagent.runtime.http.RetriesExhausted
+            Still throttled after ``max_attempts`` (``last`` names the Graph code): retryable, as a 429 that
+            outlived its retries; :class:`~geoagent.runtime.http.RetriesStopped` when a stop came meanwhile.
+        geoagent.runtime.http.PermanentHTTPError
+            A 4xx whose body is not a Graph error.
+        """
+        attempts = max(1, int(self.http.policy_for(self.host).max_attempts))
+        for attempt in range(1, attempts + 1):
+            try:
+                resp = await self.http.request("GET", url, params=params, headers=self._headers(), validate=_json_body)
+            except PermanentHTTPError as e:
+                err, status = graph_error_of(getattr(e, "body", None) or e.body_excerpt), e.status
+                if err is None:
+                    raise
+            else:
+                err, status = graph_error_of(resp.body), None
+                if err is None:
+                    return self._decode(resp.body)
+            where = f"HTTP {status}: " if status is not None else ""
+            if not err.throttled:
+                raise MapillaryError(f"{where}Mapillary error {err.code}: {err.message}", code=err.code,
+                                     status=status, subcode=err.subcode)
+            self.throttled += 1
+            last = f"Mapillary rate limit: {where}Graph error {err.code}: {err.message[:160]}"
+            if attempt == attempts:
+                raise RetriesExhausted(url, attempt, last)
+            if self.http.stopping:
+                raise RetriesStopped(url, attempt, last)
+            self.http.pause_host(self.host, self._backoff_s(attempt))
+        raise AssertionError("unreachable")
 
     async def _search_once(self, bbox: tuple[float, float, float, float], fields: tuple[str, ...],
                            extra: dict[str, str]) -> list[dict[str, Any]]:
         w, s, e, n = bbox
         params = {"fields": ",".join(fields), "bbox": f"{w:.7f},{s:.7f},{e:.7f},{n:.7f}", "limit": str(self.limit), **extra}
         self.requests_made += 1
-        try:
-            resp = await self.http.request("GET", f"{self.base_url}/images", params=params, headers=self._headers(),
-                                           validate=_json_body)
-        except PermanentHTTPError as e:
-            try:
-                self._decode((getattr(e, "body", None) or e.body_excerpt).encode())
-            except MapillaryError as me:
-                raise MapillaryError(f"HTTP {e.status}: {me}", code=me.code, status=e.status) from None
-            raise
-        data = self._decode(resp.body)
+        data = await self._graph_get(f"{self.base_url}/images", params)
         rows = data.get("data") if isinstance(data, dict) else None
         if not isinstance(rows, list):
-            raise MapillaryError(f"Mapillary JSON without a data list: {resp.text[:200]!r}")
+            raise MapillaryError(f"Mapillary JSON without a data list: {orjson.dumps(data)[:200]!r}")
         return rows
 
     async def search_images(self, bbox: tuple[float, float, float, float], *, fields: tuple[str, ...] = SEARCH_FIELDS,
@@ -414,13 +529,18 @@ class MapillaryClient:
         return CoverageCount(len(imgs), sum(1 for i, _ in imgs if i.perspective), bool(full), tuple(full))
 
     async def image(self, image_id: str, fields: tuple[str, ...]) -> dict[str, Any]:
-        """``GET {base}/{image_id}?fields=...``: one bare image object (only the listed fields)."""
+        """``GET {base}/{image_id}?fields=...``: one bare image object (only the listed fields).
+
+        Raises
+        ------
+        MapillaryError
+            A Graph error (e.g. code 190, an expired or revoked token: :meth:`token_refused`; code 100 subcode 33,
+            no such object: :func:`object_does_not_exist`) or an unexpected body. Throttling is retried
+            (:meth:`_graph_get`), then raised as :class:`~geoagent.runtime.http.RetriesExhausted`."""
         iid = safe_image_id(image_id)
-        resp = await self.http.request("GET", f"{self.base_url}/{iid}", params={"fields": ",".join(fields)},
-                                       headers=self._headers(), validate=_json_body)
-        data = self._decode(resp.body)
+        data = await self._graph_get(f"{self.base_url}/{iid}", {"fields": ",".join(fields)})
         if not isinstance(data, dict) or str(data.get("id")) != iid:
-            raise MapillaryError(f"Mapillary image {iid}: unexpected body {resp.text[:200]!r}")
+            raise MapillaryError(f"Mapillary image {iid}: unexpected body {orjson.dumps(data)[:200]!r}")
         return data
 
     async def fresh_thumb_url(self, image_id: str, thumb_field: str = "thumb_1024_url") -> str:
@@ -429,17 +549,35 @@ class MapillaryClient:
         Raises
         ------
         ThumbnailUnavailable
-            The image has no such thumbnail (null field) or is gone (404/410, or the Graph API's "does not exist"
-            400: :func:`object_does_not_exist`)."""
+            The image has no such thumbnail (null field; ``kind`` ``"no_url"``), is gone (404/410, or the Graph
+            API's "does not exist" 400: :func:`object_does_not_exist`; ``"gone"``), or may not be loaded (a
+            "does not exist" error whose message names only missing permissions: :func:`permission_only`;
+            ``"not_permitted"``).
+        MapillaryError
+            Another Graph error, e.g. an expired or revoked token (code 190: :meth:`token_refused`).
+        geoagent.runtime.http.RetriesExhausted
+            Throttled still after the retries (:data:`RATE_LIMIT_CODES`), or 429/5xx/connection failures."""
         try:
             data = await self.image(image_id, ("id", thumb_field))
-        except PermanentHTTPError as e:
+        except MapillaryError as e:
+            if object_does_not_exist(e):
+                err = GraphError(e.code, e.subcode, str(e))
+                if permission_only(err):  # the body says the token may not load it, not that it is gone
+                    raise ThumbnailUnavailable(f"Mapillary image {image_id} cannot be loaded: missing permissions "
+                                               f"(HTTP {e.status}, Graph error {e.code}/{e.subcode})",
+                                               status=e.status, kind="not_permitted") from None
+                # deleted since the search that listed it (or not loadable: the standard message does not say which)
+                raise ThumbnailUnavailable(f"Mapillary image {image_id} is gone (HTTP {e.status})", status=e.status,
+                                           kind="gone") from None
+            raise
+        except PermanentHTTPError as e:  # a 4xx without a Graph error body
             if e.status in (404, 410) or object_does_not_exist(e):  # deleted since the search that listed it
-                raise ThumbnailUnavailable(f"Mapillary image {image_id} is gone (HTTP {e.status})", status=e.status) from None
+                raise ThumbnailUnavailable(f"Mapillary image {image_id} is gone (HTTP {e.status})", status=e.status,
+                                           kind="gone") from None
             raise
         url = data.get(thumb_field)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ThumbnailUnavailable(f"Mapillary image {image_id} has no {thumb_field} (got {url!r})")
+            raise ThumbnailUnavailable(f"Mapillary image {image_id} has no {thumb_field} (got {url!r})", kind="no_url")
         return url
 
     #: CDN statuses that mean "this URL is no good" (expired or bad signature, gone): ask for a new URL once
@@ -466,14 +604,15 @@ class MapillaryClient:
                 resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
             except RetriesExhausted as e:
                 if e.last.startswith("invalid body"):
-                    raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG: {e.last}") from None
+                    raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG: {e.last}",
+                                               kind="not_jpeg") from None
                 raise
             except PermanentHTTPError as e:
                 if e.status in self.REFRESH_STATUSES and attempt == 1:
                     continue
                 raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: HTTP {e.status} {e.body_excerpt[:80]!r}",
-                                           status=e.status) from None
+                                           status=e.status, kind="refused") from None
             if not resp.body.startswith(b"\xff\xd8"):
-                raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})")
+                raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG ({resp.body[:40]!r})", kind="not_jpeg")
             return resp.body
         raise AssertionError("unreachable")

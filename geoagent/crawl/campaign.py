@@ -178,6 +178,11 @@ class CrawlCampaign(CampaignKind):
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
+        from geoagent.crawl.sampler import recorded_versions, sampler_version_warning
+
+        warning = sampler_version_warning(recorded_versions(svc.state_dir / "sampling"))
+        if warning:
+            lines.append(f"  {warning}")
         return lines
 
 
@@ -329,10 +334,13 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
     ``written_at`` (Unix time, s), ``verify_trials`` (``written``, ``reason`` when not, ``stale``: see
     :func:`_handoff_trials`; ``warning``: what the written trials lack, e.g. no swapped-image control),
     ``api`` (per-API request and error counts: the given ``api``, taken on the event loop's thread by an idle
-    hand-off, else ``svc.api_stats()`` now), ``files`` (the CSV files of the crawl's folder, relative to it)
-    and ``images_root``. Returns its path."""
+    hand-off, else ``svc.api_stats()`` now), ``files`` (the CSV files of the crawl's folder, relative to it),
+    ``images_root`` and ``sampler_versions`` (``current``: :data:`geoagent.crawl.sampler.SAMPLER_VERSION`;
+    ``cities_by_version``: :func:`geoagent.crawl.sampler.recorded_versions`, so a crawl resumed across a change of
+    the sampling rules is seen as such). Returns its path."""
     import time
 
+    from geoagent.crawl.sampler import SAMPLER_VERSION, recorded_versions
     from geoagent.files import atomic_write_bytes
 
     out = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
@@ -341,7 +349,10 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
           "warning": trials.get("warning")}
     return atomic_write_bytes(out, orjson.dumps(
         {"status": status, "watching": watching, "written_at": round(time.time(), 3), "verify_trials": vt,
-         "api": svc.api_stats() if api is None else api, "files": files, "images_root": str(svc.images_root)}, option=orjson.OPT_INDENT_2))
+         "api": svc.api_stats() if api is None else api, "files": files, "images_root": str(svc.images_root),
+         "sampler_versions": {"current": SAMPLER_VERSION,
+                              "cities_by_version": recorded_versions(svc.state_dir / "sampling")}},
+        option=orjson.OPT_INDENT_2))
 
 
 def _write_trials(cfg: Any, svc: Any) -> str:

@@ -327,8 +327,11 @@ def crawl_table_schemas() -> dict[str, dict[str, Any]]:
         "city_pool": {"city": S, "country": S, "continent": S, "lat": F, "lon": F, "sv_total": I,
                       "sv_perspective": I, "L_district": F, "ok_streetview": B, "ok_scale": B, "eligible": B},
         # counts, written as integers (a crawl from before session 7 wrote "58.0": read back by inference)
+        # coverage_lower_bound: sv_perspective is "at least N" (a Mapillary search box still full at the minimum
+        # size; null: a site sampled before the column existed); not in the release's sites.csv
         "sites": {"site": S, "city": S, "country": S, "continent": S, "landmark": S, "qid": S, "wd_type": S,
-                  "lat": F, "lon": F, "sitelinks": I, "sv_perspective": I, "selection_method": S},
+                  "lat": F, "lon": F, "sitelinks": I, "sv_perspective": I, "selection_method": S,
+                  "coverage_lower_bound": B},
         "images": {"image_id": S, "site": S, "lat": F, "lon": F, "captured_at": S, "compass_angle_deg": F,
                    "path": S, "usable": B},
         "image_audit": {"image": S, "site": S, "batch": S, "usable": B, "ai_answer_overlay": B,

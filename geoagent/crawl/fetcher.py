@@ -23,6 +23,13 @@ would give under the walk's own settings and kept images. Where that verdict is 
 ``grey_size_px``, the thumbnail is downloaded as usual. So a walk downloads each thumbnail of a site at most once
 per ``thumb_field``, kept or not.
 
+Unreadable thumbnails are recorded too. A thumbnail whose downloaded bytes are not a readable image (not a JPEG at
+all, e.g. an HTML error page served with status 200, or a JPEG that PIL cannot decode) gets the same kind of record
+(:func:`record_unreadable`: ``"unreadable": true`` and the reason, no measurements), and a later walk rejects it
+from the record, with the same reason, under any settings (:func:`load_unreadable`): the verdict depends on the
+bytes alone. Remove the ``.rejected.json`` to have it downloaded again. An image whose thumbnail could not be had
+at all (no URL, gone, not permitted, refused by the CDN) has no bytes to judge and no record: a walk asks again.
+
 Selections are per settings. The images root is shared by every campaign under a state root, so a
 selection record says what made it: ``selection`` holds the site's coordinates and every
 ``[crawl.fetcher]`` setting (:func:`selection_settings`), ``selection_key`` a digest of them
@@ -287,6 +294,27 @@ def record_rejection(path: Path, image_id: str, settings: FetcherSettings, brigh
     }, option=orjson.OPT_INDENT_2))
 
 
+def record_unreadable(path: Path, image_id: str, settings: FetcherSettings, reason: str) -> None:
+    """Write (atomically) the record of a downloaded thumbnail whose bytes are not a readable image (not a JPEG,
+    or one PIL cannot decode), so a resume, or another campaign, rejects it without downloading it again
+    (:func:`load_unreadable`): the image id, ``thumb_field``, ``"unreadable": true`` and the reason given."""
+    _atomic_write(rejection_path(path), orjson.dumps({
+        "image_id": image_id, "thumb_field": settings.thumb_field, "reason": reason, "unreadable": True,
+    }, option=orjson.OPT_INDENT_2))
+
+
+def load_unreadable(path: Path) -> str | None:
+    """The recorded reason when the thumbnail that would lie at ``path`` was found unreadable
+    (:func:`record_unreadable`), else None (no record, an unreadable record file, or a measured rejection)."""
+    try:
+        rec = orjson.loads(rejection_path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(rec, dict) or rec.get("unreadable") is not True or not isinstance(rec.get("reason"), str):
+        return None
+    return rec["reason"]
+
+
 def load_rejection(path: Path, grey_size_px: int) -> tuple[float, int] | None:
     """``(brightness, dhash)`` recorded for the thumbnail that would lie at ``path`` (:func:`record_rejection`),
     or None: no record, an unreadable one, or one measured with another ``grey_size_px`` (its brightness is not
@@ -364,6 +392,10 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         measured = None
         if path.is_file():  # already fetched in an earlier (interrupted) run, or by another campaign
             jpeg = path.read_bytes()
+        elif (unreadable := load_unreadable(path)) is not None:  # its bytes were no image: the same under any settings
+            res.rejected.append(meta | {"reason": unreadable})
+            res.rejections_reused += 1
+            continue
         else:  # rejected by an earlier run: its recorded measurements decide again, no download
             measured = load_rejection(path, settings.grey_size_px)
         if measured is not None:
@@ -377,15 +409,20 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         if jpeg is None:
             try:
                 jpeg = await mapillary.download_thumbnail(img.image_id, settings.thumb_field)
-            except ThumbnailUnavailable as e:  # this image only (no URL, refused, not a JPEG): skip it
+            except ThumbnailUnavailable as e:  # this image only (no URL, gone, refused, not a JPEG): skip it
                 res.rejected.append(meta | {"reason": f"no thumbnail: {e}"})
+                if e.kind == "not_jpeg":  # downloaded, and the bytes are no image: a resume need not download them
+                    record_unreadable(path, img.image_id, settings, f"no thumbnail: {e}")
                 continue
             res.downloads += 1
         try:
             bright = mean_brightness(jpeg, settings.grey_size_px)
             h = dhash64(jpeg)
-        except ValueError as e:
-            res.rejected.append(meta | {"reason": str(e)})
+        except Exception as e:  # noqa: BLE001 - PIL raises several types for bad data (dhash64 as mean_brightness)
+            reason = str(e) if isinstance(e, ValueError) else f"not a readable image: {type(e).__name__}: {e}"
+            res.rejected.append(meta | {"reason": reason})
+            if not path.is_file():  # downloaded just now: a resume reads the record instead of downloading again
+                record_unreadable(path, img.image_id, settings, reason)
             continue
         reason = _rejection_reason(bright, h, res.kept, hashes, settings)
         if reason is not None:

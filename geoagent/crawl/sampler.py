@@ -6,7 +6,8 @@ QID), shuffled with a recorded seed (the shuffle is what keeps the batch from be
 eligible landmarks"), and walked in that order: a candidate within 250 m of an already chosen site is
 skipped BEFORE any coverage call is spent on it; otherwise coverage is counted (perspective Mapillary
 images within 150 m) and the candidate is taken when it has at least 8. The first three that pass
-become sites. Output rows have the columns of the release's ``sites.csv``.
+become sites. Output rows have the columns of the release's ``sites.csv``, in its order, then one of the crawl's
+own: ``coverage_lower_bound`` (:data:`SITES_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -25,11 +26,26 @@ from geoagent.geo import haversine_km
 from geoagent.crawl.settings import CitySpec, SamplerSettings
 from geoagent.paths import safe_name
 
+#: Version of the sampling rules that can move a site, recorded in each city's sampling record
+#: (``sampler_version``; :func:`recorded_versions`). 2 (2026-12-01): an item with several coordinates (one WDQS row
+#: each) becomes a site at the smallest (lat, lon) of them, whatever the rows' order (:func:`merge_candidates`).
+#: 1: at its first row in the answer's order, which the service chooses, so such a site could lie at another of
+#: its coordinates. Records of crawls before this number was recorded have none ("unrecorded": version 1 before
+#: commit d9e1c73, 2026-12-01 15:41 UTC, version 2 after it; the record cannot tell which). A resumed crawl keeps
+#: the sampling of the cities it sampled before, so its summary says when they were sampled by another version.
+SAMPLER_VERSION = 2
+
 #: Columns of the release's ``data/sites.csv``, in order.
-SITES_COLUMNS: tuple[str, ...] = (
+RELEASE_SITES_COLUMNS: tuple[str, ...] = (
     "site", "city", "country", "continent", "landmark", "qid", "wd_type", "lat", "lon", "sitelinks", "sv_perspective",
     "selection_method",
 )
+#: Columns of the crawl's ``sites.csv``: the release's (:data:`RELEASE_SITES_COLUMNS`), in its order, then
+#: ``coverage_lower_bound`` (not in the release): ``true`` when ``sv_perspective`` is a lower bound ("at least N":
+#: a Mapillary search box was still full, at the page limit, at the minimum box size, so more images may exist
+#: there; the decision log has an ``event: "mapillary_box_full"`` record for it), ``false`` for an exact count,
+#: empty for a site sampled before the column existed (unknown).
+SITES_COLUMNS: tuple[str, ...] = RELEASE_SITES_COLUMNS + ("coverage_lower_bound",)
 
 
 def slug(text: str) -> str:
@@ -126,7 +142,49 @@ class SamplingResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"city": self.city.model_dump(), "seed": self.seed, "n_candidates": self.n_candidates, "sites": self.sites,
-                "walk": self.walk, "coverage_calls": self.coverage_calls}
+                "walk": self.walk, "coverage_calls": self.coverage_calls, "sampler_version": SAMPLER_VERSION}
+
+
+#: the :func:`recorded_versions` key of sampling records that carry no ``sampler_version``
+UNRECORDED = "unrecorded"
+
+
+def recorded_versions(sampling_dir: str | Path) -> dict[str, list[str]]:
+    """Which sampler version (:data:`SAMPLER_VERSION`) sampled each city of a crawl: version (as text, or
+    :data:`UNRECORDED` for a record without one) -> the cities' names (sorted), read from the sampling records
+    ``<sampling_dir>/<city key>.json`` (the crawl's ``sampling/`` folder). Unreadable records are left out; no
+    folder: ``{}``."""
+    import orjson
+
+    out: dict[str, list[str]] = {}
+    folder = Path(sampling_dir)
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = orjson.loads(p.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        city = rec.get("city")
+        name = str(city.get("city")) if isinstance(city, dict) and city.get("city") else p.stem
+        v = rec.get("sampler_version")
+        out.setdefault(UNRECORDED if v is None else str(v), []).append(name)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def sampler_version_warning(versions: dict[str, list[str]]) -> str | None:
+    """One line when some cities (:func:`recorded_versions`) were sampled by another sampler version than
+    :data:`SAMPLER_VERSION` (or by one that recorded none), else None."""
+    other = {k: v for k, v in versions.items() if k != str(SAMPLER_VERSION)}
+    if not other:
+        return None
+    parts = "; ".join(f"{'version ' + k if k != UNRECORDED else 'version unrecorded'}: {', '.join(v)}"
+                      for k, v in other.items())
+    return (f"warning: site sampler: {sum(map(len, other.values()))} of {sum(map(len, versions.values()))} cities "
+            f"were sampled by another sampler version than this one (version {SAMPLER_VERSION}) and keep those sites "
+            f"({parts}): an item with several coordinates may lie at another of them than version {SAMPLER_VERSION} "
+            "chooses (smallest lat, lon); sampling/<city>.json sampler_version. Crawl again under a new campaign "
+            "name for one rule throughout")
 
 
 async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], coverage: Any, settings: SamplerSettings,
@@ -135,8 +193,10 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
 
     Parameters
     ----------
-    coverage : async callable ``(lat, lon, radius_m) -> int``
-        Number of perspective images within ``radius_m`` (one Mapillary search per call).
+    coverage : async callable ``(lat, lon, radius_m) -> int | CoverageCount``
+        Number of perspective images within ``radius_m`` (one Mapillary search per call): an int (an exact
+        count), or a :class:`geoagent.clients.mapillary.CoverageCount` whose ``perspective`` is the count and
+        ``lower_bound`` says it is "at least N" (the walk record's and the site row's ``coverage_lower_bound``).
     """
     res = SamplingResult(city, seed, len(order) if n_candidates is None else n_candidates)
     chosen: list[SiteCandidate] = []
@@ -148,20 +208,25 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
         if near:
             res.walk.append({"qid": c.qid, "decision": "skip_spacing", "near": near[0].qid})
             continue
-        n_img = await coverage(c.lat, c.lon, settings.coverage_radius_m)
+        counted = await coverage(c.lat, c.lon, settings.coverage_radius_m)
+        n_img, lower = (counted, False) if isinstance(counted, int) else (int(counted.perspective),
+                                                                           bool(counted.lower_bound))
         res.coverage_calls += 1
         if n_img < settings.min_coverage:
-            res.walk.append({"qid": c.qid, "decision": "skip_coverage", "sv_perspective": n_img})
+            res.walk.append({"qid": c.qid, "decision": "skip_coverage", "sv_perspective": n_img,
+                             "coverage_lower_bound": lower})
             continue
         chosen.append(c)
         sid = site_id(city.city, c.label, ids)
         ids.add(sid)
-        res.walk.append({"qid": c.qid, "decision": "take", "sv_perspective": n_img, "site": sid})
+        res.walk.append({"qid": c.qid, "decision": "take", "sv_perspective": n_img, "site": sid,
+                         "coverage_lower_bound": lower})
         res.sites.append({
             "site": sid, "city": city.city, "country": city.country, "continent": city.continent, "landmark": c.label,
             "qid": c.qid, "wd_type": c.type_label, "lat": c.lat, "lon": c.lon, "sitelinks": int(c.sitelinks),
             # counts as integers (the release's sites.csv writes them as floats, "17.0": every reader takes both)
             "sv_perspective": int(n_img), "selection_method": "algorithm",
+            "coverage_lower_bound": lower,  # sv_perspective is "at least" (written true/false: write_sites_csv)
         })
     return res
 
@@ -181,19 +246,25 @@ async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: Samp
                                       max_split_depth=settings.wdqs_split_depth, on_split=on_split)
     cands = [c for c in merge_candidates(ents, type_qids) if c.sitelinks <= settings.max_sitelinks]
 
-    async def coverage(lat: float, lon: float, radius_m: float) -> int:
+    async def coverage(lat: float, lon: float, radius_m: float) -> Any:
         counts = await mapillary.count_images_within(lat, lon, radius_m)
         note = counts.note() if hasattr(counts, "note") else None
         if note is not None and on_note is not None:  # "at least N" images: enough for the coverage check
             await on_note(note | {"lat": lat, "lon": lon, "radius_m": radius_m})
-        return counts.perspective
+        return counts if hasattr(counts, "lower_bound") else int(counts.perspective)
 
     return await walk_candidates(city, shuffled(cands, seed), coverage, settings, seed, n_candidates=len(cands),
                                  taken_ids=taken_ids)
 
 
+def _csv_value(v: Any) -> Any:
+    """A cell as written: booleans as ``true``/``false`` (Polars, pandas and DuckDB read them as booleans)."""
+    return ("true" if v else "false") if isinstance(v, bool) else v
+
+
 def write_sites_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write site rows with :data:`SITES_COLUMNS` (atomic replace)."""
+    """Write site rows with :data:`SITES_COLUMNS` (atomic replace); a missing key (``coverage_lower_bound`` of a
+    site sampled before the column existed) is written empty, a boolean as ``true``/``false``."""
     from geoagent.files import atomic_open
 
     path = Path(path)
@@ -201,5 +272,5 @@ def write_sites_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
         w = csv.DictWriter(f, fieldnames=list(SITES_COLUMNS))
         w.writeheader()
         for r in rows:
-            w.writerow({k: r.get(k, "") for k in SITES_COLUMNS})
+            w.writerow({k: _csv_value(r.get(k, "")) for k in SITES_COLUMNS})
     return path

@@ -14,6 +14,12 @@ must split it); thumbnail URLs carry an expiry (``ttl_s``) and a signature: an e
 gets 403 with a text body (``FakeImage.cdn_expired_first`` makes a URL expire before its first uses);
 an image may have no thumbnail (``thumb_*_url`` null) or a CDN answer that is not a JPEG. Thumbnails are JPEGs rendered on demand whose mean grey level is the image's
 ``brightness`` (so the brightness filter has something real to measure).
+
+Graph API error shapes on demand (:class:`GraphErrorShape`; ``FakeImage.graph_error`` for ``GET /{id}``,
+``MapillaryFakeState.search_error`` for ``/images``, each for every request or only the first N): an expired or
+revoked token (:data:`TOKEN_EXPIRED`, code 190), throttling (:func:`rate_limited`: codes 4, 17, 32, 613 at HTTP
+400, 403, 429 or inside a 200), and a "does not exist" error whose message names only missing permissions
+(:data:`NO_PERMISSION_ONLY`). What is confirmed about these shapes and what is not: see :class:`GraphErrorShape`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,54 @@ KNOWN_FIELDS = frozenset({
     "height", "width", "quality_score", "creator",
 })
 THUMB_SIZES = {"thumb_256_url": 256, "thumb_1024_url": 1024, "thumb_2048_url": 2048, "thumb_original_url": 2048}
+
+
+@dataclass(frozen=True)
+class GraphErrorShape:
+    """A Graph-style error answer: HTTP ``status`` (200: the error object inside a 200) and the ``error`` object's
+    ``code``, ``error_subcode``, ``message`` (``{id}`` is replaced by the image id) and ``type``.
+
+    Confirmed (Facebook Graph API "Handling Errors" page, developers.facebook.com/docs/graph-api/guides/error-handling):
+    the error object's fields; code 190 "access token has expired" (subcodes such as 463 "expired", 460 "password
+    changed"); codes 4 (application request limit), 17 (user request limit) and 341 as temporary throttling
+    (wait and retry); code 32 is the Pages API's page-level limit (Facebook developer blog, 2016-06-16); 613
+    ("Calls to this api have exceeded the rate limit") is seen in third-party reports only. NOT confirmed for
+    Mapillary: which of these codes graph.mapillary.com sends and with which HTTP status (api-notes section 6:
+    "429 / Graph error codes (unconfirmed)"; a mapillary-js issue, #456, reports "Application request limit
+    reached", code 4's text, from API v4). So the fake offers each code at 400, 403, 429 or inside a 200."""
+
+    status: int
+    code: int
+    subcode: int = 0
+    message: str = ""
+    etype: str = "OAuthException"
+
+    def response(self, image_id: str = "") -> web.Response:
+        return graph_error(self.status, self.message.replace("{id}", image_id), self.code, self.etype, self.subcode)
+
+
+#: an expired (or revoked) access token: HTTP 400, OAuthException code 190, subcode 463 (Graph API error-handling
+#: page; Mapillary's use of 190 is unconfirmed, api-notes section 6)
+TOKEN_EXPIRED = GraphErrorShape(400, 190, 463, "Error validating access token: Session has expired on Tuesday, "
+                                "01-Dec-26 10:00:00 PST. The current time is Tuesday, 01-Dec-26 11:00:00 PST.")
+#: the Graph API's message of each throttling code (4, 17: Graph API error-handling page; 32: Pages API; 613:
+#: third-party reports)
+RATE_LIMIT_MESSAGES = {4: "(#4) Application request limit reached", 17: "(#17) User request limit reached",
+                       32: "(#32) Page request limit reached",
+                       613: "(#613) Calls to this api have exceeded the rate limit."}
+
+
+def rate_limited(code: int = 4, status: int = 400) -> GraphErrorShape:
+    """A throttling error of Graph ``code`` (4, 17, 32 or 613) answered with HTTP ``status``."""
+    return GraphErrorShape(status, code, 0, RATE_LIMIT_MESSAGES.get(code, f"(#{code}) request limit reached"))
+
+
+#: a HYPOTHETICAL variant of the "does not exist" error (code 100, subcode 33) whose message names only missing
+#: permissions: the Graph API's own message names three causes at once ("does not exist, cannot be loaded due to
+#: missing permissions, or does not support this operation"), and no source seen shows a permission-only text;
+#: the fake offers it so a client that tells the two apart can be tested
+NO_PERMISSION_ONLY = GraphErrorShape(400, 100, 33, "Unsupported get request. Object with ID '{id}' cannot be loaded "
+                                     "due to missing permissions.", "GraphMethodException")
 
 
 @dataclass
@@ -63,6 +117,17 @@ class FakeImage:
     #: still in search results (an index lagging behind), but ``GET /{id}`` answers the Graph API's "does not
     #: exist" error (HTTP 400, code 100, subcode 33): deleted meanwhile
     deleted: bool = False
+    #: ``GET /{id}`` answers this Graph error (:class:`GraphErrorShape`) instead of the image ...
+    graph_error: GraphErrorShape | None = None
+    #: ... for the first N requests of the image (None: for every request)
+    graph_error_times: int | None = None
+
+
+def _take_error(shape: GraphErrorShape | None, times: int | None) -> tuple[bool, int | None]:
+    """Whether a request gets the error now, and the count left after it."""
+    if shape is None or times == 0:
+        return False, times
+    return True, None if times is None else times - 1
 
 
 @dataclass
@@ -76,6 +141,10 @@ class MapillaryFakeState:
     #: base URL of a separate thumbnail CDN host (:func:`make_cdn_app`, as the real API's ``scontent-*.fbcdn.net``
     #: URLs); None: thumbnail URLs name the Graph API host itself
     cdn_base: str | None = None
+    #: every ``/images`` search answers this Graph error (:class:`GraphErrorShape`) ...
+    search_error: GraphErrorShape | None = None
+    #: ... the first N times (None: always)
+    search_error_times: int | None = None
     search_requests: list[str] = field(default_factory=list)
     thumb_requests: list[str] = field(default_factory=list)
     image_requests: list[str] = field(default_factory=list)
@@ -171,6 +240,10 @@ async def _images(request: web.Request) -> web.Response:
     if not _authorised(request):
         return graph_error(401, "An access token is required to request this resource.", 190)
     st.search_requests.append(request.query_string)
+    hit, st.search_error_times = _take_error(st.search_error, st.search_error_times)
+    if hit:
+        assert st.search_error is not None
+        return st.search_error.response()
     fields = _fields(request)
     if isinstance(fields, web.Response):
         return fields
@@ -205,6 +278,11 @@ async def _one(request: web.Request) -> web.Response:
     if isinstance(fields, web.Response):
         return fields
     img = st.by_id().get(iid)
+    if img is not None:
+        hit, img.graph_error_times = _take_error(img.graph_error, img.graph_error_times)
+        if hit:
+            assert img.graph_error is not None
+            return img.graph_error.response(iid)
     if img is None or img.deleted:
         # the Graph API's answer to an object that does not exist (or no longer does): HTTP 400, code 100,
         # subcode 33, a message longer than the HTTP layer's 300-character excerpt
