@@ -1,0 +1,121 @@
+"""Session 11 export and pre-flight gaps (branch s11-export): each test failed on main before its fix.
+
+1. The scored exports say why a row is not scored ("not in the current plan", a repeated request) apart from a
+   no-answer and a scored row; a no-answer row's ``resolved_level`` is null (it was never geocoded).
+2. The exports of a replay campaign say they hold replayed responses, in a way CSV readers do not trip on.
+3. The dry run estimates a photo without a file at the size of the crawl's ``[crawl.fetcher] thumb_field``.
+4. A real run missing key variables that also has an images problem names both in one refusal.
+
+Expected values come from the hand-made rows and files below, never from the code under test.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from geoagent.campaigns import register_all_sections
+from geoagent.config import config_from_dict
+from geoagent.runtime.scope import plan_keys_path
+from geoagent.runtime.store import open_campaign_state
+
+register_all_sections()
+
+
+def _write_plan(state_dir, entries: list[tuple[str, str]]) -> None:
+    """The plan record as :class:`geoagent.runtime.scope.PlanRecorder` writes it (``model<TAB>key`` lines)."""
+    path = plan_keys_path(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{m}\t{k}\n" for m, k in entries), encoding="utf-8")
+
+
+# --- 1. the scored exports: why a row is not scored; no-answer rows were never geocoded ---------------------
+def test_geohint_export_says_not_in_plan_apart_from_no_answer_and_a_no_answer_has_no_resolved_level(tmp_path):
+    """GeoHint, model m: k0 a hit, k1 an answer the geocoder resolved nothing for (resolved level "none"), k2 cut
+    off with nothing parsed (no answer), k3 a hit whose task the current plan no longer holds. Before: k3 had
+    ``scored`` False and no reason anywhere (a reader could not tell it from a context answer without a hint
+    distance or guess why), and k2's ``resolved_level`` was the string "none", as if the geocoder had tried."""
+    from test_cutoff_loose_ends import _cfg, _payload
+
+    from geoagent.geohint.campaign import GeoHintCampaign, aggregate_from_store
+    from geoagent.geohint.stages import SCORED_TABLE, scored_scope, score_located
+    from geoagent.runtime.scope import NOT_IN_PLAN, read_plan_keys
+    from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF
+
+    cfg = _cfg(tmp_path)
+    unresolved = _payload(1, finish_reason="stop", parsed=True)
+    unresolved["located"] = {"resolved_level": "none"}       # a real answer the geocoder found nothing for
+    rows = {"k0": score_located("k0", _payload(0, finish_reason="stop", parsed=True, hit=True)),
+            "k1": score_located("k1", unresolved),
+            "k2": score_located("k2", _payload(2, finish_reason="length", parsed=False)),
+            "k3": score_located("k3", _payload(3, finish_reason="stop", parsed=True, hit=True))}
+    assert rows["k2"].resolved_level is None                 # the stored row: never geocoded
+    assert rows["k1"].resolved_level == "none"
+    _write_plan(cfg.state_dir(), [("m", "k0"), ("m", "k1"), ("m", "k2")])
+    with open_campaign_state("gh-na", root=tmp_path / "state", cap_usd=0.0) as st:
+        for k, r in rows.items():
+            st.store.put_result(SCORED_TABLE, k, r.to_json())
+        # an older stored no-answer row (before the fix) still carries "none": the export makes it null
+        old = score_located("k4", _payload(4, finish_reason="stop", parsed=False)).to_json()
+        old["extra"]["finish_reason"] = "length"
+        st.store.put_result(SCORED_TABLE, "k4", old)
+        _write_plan(cfg.state_dir(), [("m", "k0"), ("m", "k1"), ("m", "k2"), ("m", "k4")])
+        agg = aggregate_from_store(st.store, scope=scored_scope(read_plan_keys(cfg.state_dir())))
+        GeoHintCampaign().export(cfg, st.store)
+    # the report: 2 responses (k0 hit, k1 unresolved), 2 no-answers, k3 left out of scoring
+    c = agg.select(model="m", condition="forced")
+    assert (c.n, c.hits, c.n_none, agg.n_no_answer()) == (2, 1, 1, 2)
+    df = pl.read_parquet(cfg.state_dir() / "geohint_scored.parquet")
+    by = {r["key"]: r for r in df.iter_rows(named=True)}
+    assert by["k3"]["scored"] is False and by["k3"]["extra.left_out"] == NOT_IN_PLAN
+    for k in ("k0", "k1", "k2", "k4"):
+        assert by[k]["scored"] is True and by[k]["extra.left_out"] is None, k
+    assert by["k2"]["extra.no_answer"] == by["k4"]["extra.no_answer"] == NO_ANSWER_CUT_OFF
+    assert by["k2"]["resolved_level"] is None and by["k4"]["resolved_level"] is None
+    assert by["k1"]["resolved_level"] == "none" and by["k0"]["resolved_level"] == "area"
+    # what a reader filters: scored, no answer, not scored and why
+    assert df.filter(pl.col("scored") & pl.col("extra.no_answer").is_null()).height == c.n
+    assert df.filter(pl.col("resolved_level") == "none").height == c.n_none
+    csv = pl.read_csv(cfg.state_dir() / "geohint_scored.csv", infer_schema_length=None)
+    assert csv.filter(pl.col("key") == "k3")["extra.left_out"].to_list() == [NOT_IN_PLAN]
+    assert csv.filter(pl.col("key") == "k2")["resolved_level"].to_list() == [None]
+
+
+def _gv_cfg(tmp_path, name: str = "gv-lo", models: list[dict] | None = None):
+    return config_from_dict({
+        "campaign": {"name": name, "kind": "geoverify", "contact": "ops@example.org"},
+        "paths": {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")},
+        "budget": {"cap_usd": 1.0},
+        "models": models or [{"name": "m", "provider": "simulated", "model": "m"}]})
+
+
+def test_geoverify_export_has_a_left_out_column_naming_why_a_row_is_not_scored(tmp_path):
+    """GeoVerify, model m: t0 parsed, t1 an unparsed answer (scored: a parse failure, outside H and F), t2 whose
+    task the current plan no longer holds, t3 repeating t0's model request. Before: no column said why t2 and t3
+    had ``scored`` False."""
+    from geoagent.geoverify.campaign import GeoVerifyCampaign
+    from geoagent.geoverify.parse import parse_verdict
+    from geoagent.geoverify.score import scored_row
+    from geoagent.geoverify.stages import SCORED_TABLE
+    from geoagent.runtime.scope import NOT_IN_PLAN
+
+    cfg = _gv_cfg(tmp_path)
+    yes = '{"verdict": "yes", "confidence": 0.9}'
+
+    def row(i: int, text: str, rk: str) -> dict:
+        r = scored_row({"trial_id": f"t{i}", "site": "s", "arm": "main", "band": "signal", "truth": "yes"}, "m",
+                       parse_verdict(text), finish_reason="stop")
+        return {**r, "request_key": rk}
+
+    _write_plan(cfg.state_dir(), [("m", "t0|m"), ("m", "t1|m"), ("m", "t3|m")])
+    with open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=0.0) as st:
+        st.store.put_results(SCORED_TABLE, [("t0|m", row(0, yes, "rk0")), ("t1|m", row(1, "hmm", "rk1")),
+                                            ("t2|m", row(2, yes, "rk2")), ("t3|m", row(3, yes, "rk0"))])
+        GeoVerifyCampaign().export(cfg, st.store)
+    for df in (pl.read_parquet(cfg.state_dir() / "geoverify_scored.parquet"),
+               pl.read_csv(cfg.state_dir() / "geoverify_scored.csv", infer_schema_length=None)):
+        by = {r["key"]: r for r in df.iter_rows(named=True)}
+        assert by["t0|m"]["scored"] is True and by["t0|m"]["left_out"] is None
+        assert by["t1|m"]["scored"] is True and by["t1|m"]["left_out"] is None and by["t1|m"]["parse_ok"] is False
+        assert by["t2|m"]["scored"] is False and by["t2|m"]["left_out"] == NOT_IN_PLAN
+        assert by["t3|m"]["scored"] is False and "t0|m" in by["t3|m"]["left_out"], by["t3|m"]["left_out"]
+    assert pl.read_parquet(cfg.state_dir() / "geoverify_scored.parquet").schema["left_out"] == pl.String
