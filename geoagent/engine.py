@@ -202,7 +202,7 @@ class CampaignKind(abc.ABC):
         store and the stored model responses, under ``state/<campaign>/``."""
         from geoagent.runtime.export import export_all
 
-        return export_all(store, cfg.state_dir())
+        return export_all(store, cfg.state_dir(), cfg=cfg)
 
     def empty_plan_reason(self, cfg: Any) -> str:
         """Why the plan was empty, for the error a first run that plans nothing ends with (called after

@@ -119,3 +119,89 @@ def test_geoverify_export_has_a_left_out_column_naming_why_a_row_is_not_scored(t
         assert by["t2|m"]["scored"] is False and by["t2|m"]["left_out"] == NOT_IN_PLAN
         assert by["t3|m"]["scored"] is False and "t0|m" in by["t3|m"]["left_out"], by["t3|m"]["left_out"]
     assert pl.read_parquet(cfg.state_dir() / "geoverify_scored.parquet").schema["left_out"] == pl.String
+
+
+# --- 2. the exports of a replay campaign say they hold replayed responses -----------------------------------
+def test_replay_campaign_csv_exports_say_replayed_without_tripping_csv_readers(release_dir, tmp_path, monkeypatch):
+    """``geocontext_replay.toml`` run with its export: before, ``geoverify_scored.csv`` and ``model_responses.csv``
+    carried nothing saying the answers were replayed from a release sample (the report files did). Now every row
+    says so in the column ``replayed``, the Parquet files carry the report's replay line in their metadata, and
+    ``export_note.txt`` beside the files gives it in full; polars and pandas read the CSV with default
+    arguments (no comment line to skip)."""
+    import importlib.util
+    import tomllib
+
+    import anyio
+    import pandas as pd
+
+    from geoagent import engine
+    from geoagent.config import packaged_config_path
+    from geoagent.runtime.export import EXPORT_NOTE_FILE, PARQUET_NOTE_KEY
+
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    if importlib.util.find_spec("geoagent.campaigns.geoverify") is None:
+        monkeypatch.setitem(engine.KINDS, "geoverify", "geoagent.geoverify.campaign:GeoVerifyCampaign")
+    cfg = config_from_dict(tomllib.loads(packaged_config_path("geocontext_replay").read_text(encoding="utf-8")))
+    out = anyio.run(lambda: engine.run_campaign(cfg, live=False, handle_signals=False, export=True))
+    assert out.status == "complete", out.summary()
+    state = tmp_path / "state" / cfg.name
+    raw = release_dir / "verify_raw_sample.jsonl"
+    for table in ("geoverify_scored", "model_responses"):
+        csv_pl = pl.read_csv(state / f"{table}.csv", infer_schema_length=None)
+        csv_pd = pd.read_csv(state / f"{table}.csv")
+        assert csv_pl.height == csv_pd.shape[0] > 300, table            # no line taken for a header or lost
+        assert list(csv_pl.columns) == list(csv_pd.columns) and csv_pl.columns[0] == "key"
+        assert csv_pl["replayed"].to_list() == [True] * csv_pl.height, (table, csv_pl["model"].unique().to_list())
+        assert csv_pd["replayed"].tolist() == [True] * csv_pd.shape[0], table
+        meta = pl.read_parquet_metadata(state / f"{table}.parquet")
+        assert meta[PARQUET_NOTE_KEY].startswith("Replay of recorded responses: release-replay from "), meta
+        assert str(raw) in meta[PARQUET_NOTE_KEY]
+    note = (state / EXPORT_NOTE_FILE).read_text(encoding="utf-8")
+    assert str(raw) in note and "336 recorded responses" in note and "none is the paper's" in note
+    assert "geoverify_scored.csv" in note and "replayed" in note
+
+
+def test_replayed_column_per_model_and_exports_still_concatenate(tmp_path):
+    """A campaign with a replay model and a simulated one: ``replayed`` is True on the replay model's rows, False
+    on the other's, null for a model the config no longer names; a campaign without replay models has the same
+    columns (all False), so ``pl.concat`` of the two exports works, and no note file or metadata (an earlier
+    replay export's note file is removed)."""
+    from geoagent.geoverify.campaign import GeoVerifyCampaign
+    from geoagent.geoverify.parse import parse_verdict
+    from geoagent.geoverify.score import scored_row
+    from geoagent.geoverify.stages import SCORED_TABLE
+    from geoagent.runtime.export import EXPORT_NOTE_FILE, PARQUET_NOTE_KEY
+
+    rec = tmp_path / "answers.jsonl"
+    rec.write_text('{"key": "t0|rp", "raw": "yes"}\n', encoding="utf-8")
+    replay = {"name": "rp", "provider": "replay", "model": "recorded", "replay": {"path": str(rec)}}
+    sim = {"name": "sim", "provider": "simulated", "model": "sim"}
+
+    def rows() -> list:
+        out = []
+        for i, model in enumerate(("rp", "sim", "gone")):
+            r = scored_row({"trial_id": f"t{i}", "site": "s", "arm": "main", "band": "signal", "truth": "yes"}, model,
+                           parse_verdict('{"verdict": "yes"}'), finish_reason="stop")
+            out.append((f"t{i}|{model}", r))
+        return out
+
+    frames = {}
+    for name, models in (("gv-mixed", [replay, sim]), ("gv-plain", [sim])):
+        cfg = _gv_cfg(tmp_path, name, models)
+        with open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=0.0) as st:
+            st.store.put_results(SCORED_TABLE, rows())
+            if name == "gv-plain":
+                (cfg.state_dir() / EXPORT_NOTE_FILE).write_text("stale", encoding="utf-8")
+            GeoVerifyCampaign().export(cfg, st.store)
+        frames[name] = pl.read_csv(cfg.state_dir() / "geoverify_scored.csv", infer_schema_length=None)
+        meta = pl.read_parquet_metadata(cfg.state_dir() / "geoverify_scored.parquet")
+        assert (PARQUET_NOTE_KEY in meta) == (name == "gv-mixed")
+        assert (cfg.state_dir() / EXPORT_NOTE_FILE).exists() == (name == "gv-mixed")
+    mixed = dict(zip(frames["gv-mixed"]["model"], frames["gv-mixed"]["replayed"]))
+    assert mixed == {"rp": True, "sim": False, "gone": None}
+    plain = dict(zip(frames["gv-plain"]["model"], frames["gv-plain"]["replayed"]))
+    assert plain == {"rp": None, "sim": False, "gone": None}
+    both = pl.concat([pl.read_parquet(tmp_path / "state" / n / "geoverify_scored.parquet") for n in frames])
+    assert both.height == 6 and both.schema["replayed"] == pl.Boolean
