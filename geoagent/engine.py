@@ -232,8 +232,18 @@ class CampaignKind(abc.ABC):
         """Image ids of the plan just made (called after :meth:`plan`) whose photo has no file yet (not
         synthetic placeholders by design, :attr:`geoagent.image_files.MissingImages.photo_ids`): the dry run
         estimates their requests to real models at the photo size the campaign will send
-        (:data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`), not the placeholder's. Empty by default."""
+        (:meth:`expected_photo`), not the placeholder's. Empty by default."""
         return frozenset()
+
+    def expected_photo(self, cfg: Any) -> tuple[tuple[int, int], str]:
+        """``((width, height) in px, what it is)``: the photo the run will send for an image of
+        :meth:`missing_photos`, which the dry run estimates its requests at (called after :meth:`plan`).
+        Default: :data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX` (1024 x 768, the crawl's default
+        thumbnail); GeoVerify and GeoHint read the ``thumb_field`` of the crawl their release folder is
+        (:func:`geoagent.image_files.expected_photo`)."""
+        from geoagent.image_files import expected_photo
+
+        return expected_photo(None)
 
     def required_keys(self, cfg: Any) -> list[tuple[str, str]]:
         """``(variable NAME, what needs it)`` for every secret the kind's own API clients need besides the
@@ -2181,11 +2191,10 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                 f"will refuse to start until {them} set"] if n_vars else [])
     warning += [f"  warning: {w}" for w in kind.plan_warnings(cfg)]
     plan_refusals = kind.plan_refusals(cfg)
-    from geoagent.workers.images import EXPECTED_PHOTO_SIZE_PX
-
-    w, h = EXPECTED_PHOTO_SIZE_PX
+    photo_px, photo_basis = kind.expected_photo(cfg)
+    w, h = photo_px
     warning += [f"  warning: {r}; `{command}` will refuse to start (exit 2) until this is fixed; the estimate "
-                f"below counts a photo without a file at {w}x{h}, the thumbnail the crawl fetches" for r in plan_refusals]
+                f"below counts a photo without a file at {w}x{h} ({photo_basis})" for r in plan_refusals]
     if plan_refusals:
         out.exit_code = EXIT_CONFIG
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
@@ -2223,7 +2232,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
                        image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")),
                        fake_models=fakes, missing_photos=kind.missing_photos(cfg),
-                       photo_models=[m.name for m in written.models if needs_photos(m)])
+                       photo_models=[m.name for m in written.models if needs_photos(m)], photo_size_px=photo_px)
+        est.photo_basis = photo_basis
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         est.gone_usd, est.gone_calls = gone_usd, gone_calls
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
@@ -2335,7 +2345,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         if mc.provider == "replay" and not (m.recorded or m.unanswered):
             assumed += "; the run records each answer's token usage from the file"
         if not m.recorded:
-            assumed = f"{_input_assumption(m, mc)}; {assumed}"
+            assumed = f"{_input_assumption(m, mc, getattr(est, 'photo_basis', ''))}; {assumed}"
         reserved = ("reserved per call: (prompt + system prompt) chars/3 + 16"
                     + (f" + per image max({mc.image_input_tokens} ([[models]] image_input_tokens), the documented "
                        "bill for its size)" if m.images else "")
@@ -2473,8 +2483,10 @@ def est_factor(cfg: Any) -> float:
     return float(cfg.budget.input_estimate_factor)
 
 
-def _input_assumption(m: Any, mc: Any) -> str:
-    """What one model's expected input tokens assume (see :func:`geoagent.config.estimate`)."""
+def _input_assumption(m: Any, mc: Any, photo_basis: str = "") -> str:
+    """What one model's expected input tokens assume (see :func:`geoagent.config.estimate`); ``photo_basis``:
+    what a photo without a file is counted as (:meth:`CampaignKind.expected_photo`; default the crawl's default
+    thumbnail, :data:`geoagent.image_files.DEFAULT_PHOTO_BASIS`)."""
     text = "input expected: prompt chars/4"
     if getattr(m, "non_ascii_chars", 0):
         text += f" (ASCII; {m.non_ascii_chars} non-ASCII chars at 1 token each)"
@@ -2495,9 +2507,10 @@ def _input_assumption(m: Any, mc: Any) -> str:
             text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
         if getattr(m, "photos_no_file", 0):
             w, h = m.photo_size_assumed
+            from geoagent.image_files import DEFAULT_PHOTO_BASIS
+
             text += (f"; {m.photos_no_file} image(s) whose photo has no file yet counted at {w}x{h}, the photo the "
-                     "run will send (a Mapillary thumb_1024_url thumbnail, the crawl's default [crawl.fetcher] "
-                     "thumb_field), not the 640x480 placeholder")
+                     f"run will send ({photo_basis or DEFAULT_PHOTO_BASIS}), not the 640x480 placeholder")
     else:
         text += (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens; no documented rule for "
                  f"{mc.provider} {mc.model} or the image size is unknown)")

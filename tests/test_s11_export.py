@@ -12,6 +12,7 @@ Expected values come from the hand-made rows and files below, never from the cod
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from geoagent.campaigns import register_all_sections
 from geoagent.config import config_from_dict
@@ -205,3 +206,82 @@ def test_replayed_column_per_model_and_exports_still_concatenate(tmp_path):
     assert plain == {"rp": None, "sim": False, "gone": None}
     both = pl.concat([pl.read_parquet(tmp_path / "state" / n / "geoverify_scored.parquet") for n in frames])
     assert both.height == 6 and both.schema["replayed"] == pl.Boolean
+
+
+# --- 3. the dry run counts a photo without a file at the size of the crawl's thumb_field ---------------------
+def _crawl_release(tmp_path, release_dir, thumb_field: str | None):
+    """A copy of the release folder as a crawl's state folder: its ``manifest.json`` written by
+    :class:`geoagent.runtime.manifest.Manifest` for ``crawl_sandbox.toml`` with ``[crawl.fetcher] thumb_field``
+    (None: no manifest, a plain release folder)."""
+    import shutil
+    import tomllib
+
+    from geoagent.config import packaged_config_path
+    from geoagent.runtime.manifest import Manifest
+
+    folder = tmp_path / f"crawl-{thumb_field or 'none'}"
+    shutil.copytree(release_dir, folder)
+    if thumb_field is not None:
+        doc = tomllib.loads(packaged_config_path("crawl_sandbox").read_text(encoding="utf-8"))
+        doc["crawl"].setdefault("fetcher", {})["thumb_field"] = thumb_field
+        Manifest(config_from_dict(doc), state_dir=folder).start_run(command="crawl")
+    return folder
+
+
+@pytest.mark.parametrize("thumb_field, size, gpt, claude", [
+    # gpt-4o high detail: 85 + 170 x tiles after the shortest side is scaled to 768 (never up); Claude:
+    # ceil(w x h / 750) after its resize to a long edge of at most 1,568 px and 1,568 28-px patches
+    (None, (1024, 768), 765, 1049),
+    ("thumb_1024_url", (1024, 768), 765, 1049),
+    ("thumb_256_url", (256, 192), 255, 66),                  # 1 tile; ceil(256 x 192 / 750) = 66
+    ("thumb_2048_url", (2048, 1536), 765, None),             # scaled to 1024 x 768 by OpenAI; Claude resizes
+    ("thumb_original_url", (4000, 3000), 765, None),         # no fixed size: 4000 x 3000 assumed (12 MP, 4:3)
+])
+def test_dry_run_counts_a_photo_without_a_file_at_the_crawls_thumbnail_size(
+        isolated_roots, release_dir, monkeypatch, capsys, thumb_field, size, gpt, claude):
+    """A GeoVerify campaign over a crawl's folder whose photos are not there yet: before, the dry run counted
+    each at 1024 x 768 (``thumb_1024_url``) whatever ``[crawl.fetcher] thumb_field`` the crawl fetched with."""
+    from test_dry_run_walkb import _gv_real_toml
+
+    from geoagent.cli import main
+    from geoagent.config import expected_image_tokens
+
+    folder = _crawl_release(isolated_roots, release_dir, thumb_field)
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(folder))
+    monkeypatch.setenv("WALKB_OPENAI", "x")
+    monkeypatch.setenv("WALKB_ANTHROPIC", "y")
+    cfg = _gv_real_toml(isolated_roots, f"gv-thumb-{thumb_field or 'none'}",
+                        extra='[images]\nmissing = "placeholder"\n')
+    assert main(["run", cfg, "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    gpt_line = next(ln for ln in out.splitlines() if ln.lstrip().startswith("gpt:"))
+    claude_line = next(ln for ln in out.splitlines() if ln.lstrip().startswith("claude:"))
+    claude = claude or expected_image_tokens("anthropic", "claude-sonnet-4-5", size)[0]
+    assert claude > 1049 or size[0] <= 1024
+    assert f"about {gpt} tokens per image" in gpt_line, gpt_line
+    assert f"about {claude} tokens per image" in claude_line, claude_line
+    field = thumb_field or "thumb_1024_url"
+    for line in (gpt_line, claude_line):
+        assert f"no file yet counted at {size[0]}x{size[1]}" in line and field in line, line
+        if thumb_field is not None:
+            assert str(folder) in line, line                   # where the size came from
+    if thumb_field == "thumb_original_url":
+        assert "no fixed size" in gpt_line, gpt_line
+
+
+def test_both_kinds_take_the_photo_size_from_the_crawl_their_release_folder_is(isolated_roots, release_dir):
+    """GeoHint reads the same crawl setting through ``[geohint] release_dir`` (and GeoVerify through
+    ``[geoverify] release_dir``); a plain release folder (no crawl manifest) keeps 1024 x 768."""
+    from geoagent.geohint.campaign import GeoHintCampaign
+    from geoagent.geoverify.campaign import GeoVerifyCampaign
+
+    crawl = _crawl_release(isolated_roots, release_dir, "thumb_2048_url")
+    for kind, Kind in (("geohint", GeoHintCampaign), ("geoverify", GeoVerifyCampaign)):
+        for folder, size in ((crawl, (2048, 1536)), (release_dir, (1024, 768))):
+            cfg = config_from_dict({
+                "campaign": {"name": f"{kind}-px", "kind": kind, "contact": "ops@example.org"},
+                "budget": {"cap_usd": 1.0}, "models": [{"name": "m", "provider": "simulated", "model": "m"}],
+                kind: {"release_dir": str(folder)}})
+            got, basis = Kind().expected_photo(cfg)
+            assert got == size, (kind, folder)
+            assert ("thumb_2048_url" in basis and str(crawl) in basis) == (folder == crawl), basis

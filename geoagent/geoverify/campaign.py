@@ -197,6 +197,16 @@ class GeoVerifyCampaign(CampaignKind):
         :meth:`geoagent.engine.CampaignKind.plan_refusals`)."""
         return list(getattr(self, "_refusals", []))
 
+    def expected_photo(self, cfg: Any) -> tuple[tuple[int, int], str]:
+        """The photo an image without a file will be sent as (:meth:`geoagent.engine.CampaignKind.expected_photo`):
+        the thumbnail of the crawl whose state folder is the release folder (``geoverify.release_dir`` or
+        ``[paths] release_dir``), at its ``[crawl.fetcher] thumb_field`` size, when that folder holds the crawl's
+        ``manifest.json`` (:func:`geoagent.image_files.expected_photo`); else 1024 x 768."""
+        from geoagent.image_files import expected_photo
+
+        s = settings_of(cfg)
+        return expected_photo(s.release_dir or cfg.release_dir())
+
     def missing_photos(self, cfg: Any) -> frozenset[str]:
         """Image ids of the planned trials whose photo has no file under ``geoverify.image_root`` yet
         (:attr:`geoagent.image_files.MissingImages.photo_ids`; the dry run counts them at the expected photo size)."""
