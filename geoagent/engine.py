@@ -1226,7 +1226,17 @@ async def run_campaign(
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
     if not simulate:
-        check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
+        from geoagent.secrets import SecretNotFound
+
+        try:
+            check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
+        except SecretNotFound as exc:
+            # the plan's own refusals too (photos without a file for a paid model), as the dry run names them:
+            # one message, not a second refusal once the variables are set
+            more = await preflight_refusals(cfg, kind, dotenv_path=dotenv_path)
+            if not more:
+                raise
+            raise SecretNotFound(f"{exc}. Also: {'. Also: '.join(more)}. Nothing was run") from None
         # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
         # version before the record) get their record now, so a second state folder started meanwhile is refused
         check_queues_state_root(cfg, record=_has_queues(cfg))
@@ -1247,6 +1257,37 @@ async def run_campaign(
     if simulate:
         discard_unstarted_state(written, created)  # a dry run leaves nothing under state/
     return outcome
+
+
+async def preflight_refusals(cfg: Any, kind: "CampaignKind", *, dotenv_path: str | Path | None = None) -> list[str]:
+    """What a real run would refuse to start for besides unset key variables, found by planning as the dry run
+    does (read-only: no queue file, no state folder left, :func:`discard_unstarted_state`): the kind's
+    :meth:`CampaignKind.plan_refusals` (GeoVerify, GeoHint: photos without a file for a model on a paid
+    provider) and a first run that plans nothing (:meth:`CampaignKind.empty_plan_reason`). Called by
+    :func:`run_campaign` when key variables are missing, so its refusal names every problem at once, as the dry
+    run's does. [] for a kind without plan refusals of its own (e.g. the crawl: its plan is not made here), and
+    when planning fails otherwise (the keys' message stands; the run once they are set says the rest)."""
+    from geoagent.sandbox.launch import launch
+
+    if type(kind).plan_refusals is CampaignKind.plan_refusals:
+        return []
+    created = _absent_dirs(Path(cfg.state_dir()))
+    try:
+        with campaign_run_lock(cfg, simulate=True):
+            async with launch(cfg) as lcfg, open_services(lcfg, dotenv_path=dotenv_path, require_keys=False,
+                                                          dry_run=True) as ctx:
+                ctx.services["config_as_written"] = cfg
+                ctx.services["dotenv_path"] = dotenv_path
+                ctx.services[C.SERVICE_DRY_RUN] = True  # the plan keeps its refusals instead of raising them
+                plan = list(await kind.plan(lcfg, ctx))
+                out = list(kind.plan_refusals(lcfg))
+                if not plan and not _has_queues(cfg):
+                    out.append(kind.empty_plan_reason(lcfg))
+                return out
+    except Exception:  # noqa: BLE001 - a plan that fails here fails the same way once the keys are set
+        return []
+    finally:
+        discard_unstarted_state(cfg, created)
 
 
 def _absent_dirs(path: Path) -> list[Path]:

@@ -285,3 +285,34 @@ def test_both_kinds_take_the_photo_size_from_the_crawl_their_release_folder_is(i
             got, basis = Kind().expected_photo(cfg)
             assert got == size, (kind, folder)
             assert ("thumb_2048_url" in basis and str(crawl) in basis) == (folder == crawl), basis
+
+
+# --- 4. a real run refused for unset keys names the images problem too, as its dry run does ------------------
+def test_real_run_without_keys_and_photos_names_both_in_one_refusal(isolated_roots, release_dir, monkeypatch,
+                                                                   capsys):
+    """A real campaign with its API key variables unset and no photo files: before, ``run`` said only that the
+    variables were not set (exit 2); setting them then met the images refusal, a second round trip, although
+    the dry run names both. Now the refusal names both, still exit 2, and nothing is created."""
+    from test_dry_run_walkb import _gv_real_toml
+
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    monkeypatch.delenv("WALKB_OPENAI", raising=False)
+    monkeypatch.delenv("WALKB_ANTHROPIC", raising=False)
+    cfg = _gv_real_toml(isolated_roots, "gv-both")
+    assert main(["run", cfg, "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "WALKB_OPENAI" in err and "WALKB_ANTHROPIC" in err, err
+    assert "would carry placeholder pixels instead of photos" in err and "geoverify.image_root" in err, err
+    errors = [ln for ln in err.splitlines() if ln.startswith(("error:", "config error:"))]
+    assert len(errors) == 1 and "WALKB_OPENAI" in errors[0] and "placeholder pixels" in errors[0], err  # one message
+    assert errors[0].rstrip().endswith("Nothing was run"), errors[0]
+    assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
+
+    # only the keys missing (the photos allowed as placeholders): the message is the keys' alone, as before
+    cfg = _gv_real_toml(isolated_roots, "gv-keys", extra='[images]\nmissing = "placeholder"\n')
+    assert main(["run", cfg, "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "WALKB_OPENAI" in err and "placeholder pixels" not in err, err
+    assert not (isolated_roots / "state").exists() and not (isolated_roots / "queues").exists()
