@@ -123,7 +123,8 @@ def test_geoverify_export_has_a_left_out_column_naming_why_a_row_is_not_scored(t
 
 
 # --- 2. the exports of a replay campaign say they hold replayed responses -----------------------------------
-def test_replay_campaign_csv_exports_say_replayed_without_tripping_csv_readers(release_dir, tmp_path, monkeypatch):
+def test_replay_campaign_csv_exports_say_replayed_without_tripping_csv_readers(release_dir, tmp_path, monkeypatch,
+                                                                               capsys):
     """``geocontext_replay.toml`` run with its export: before, ``geoverify_scored.csv`` and ``model_responses.csv``
     carried nothing saying the answers were replayed from a release sample (the report files did). Now every row
     says so in the column ``replayed``, the Parquet files carry the report's replay line in their metadata, and
@@ -162,6 +163,15 @@ def test_replay_campaign_csv_exports_say_replayed_without_tripping_csv_readers(r
     note = (state / EXPORT_NOTE_FILE).read_text(encoding="utf-8")
     assert str(raw) in note and "336 recorded responses" in note and "none is the paper's" in note
     assert "geoverify_scored.csv" in note and "replayed" in note
+    # `run.py export` writes the same and points at the note
+    from geoagent.cli import main
+
+    (state / EXPORT_NOTE_FILE).unlink()
+    path = tmp_path / "replay.toml"
+    path.write_text(packaged_config_path("geocontext_replay").read_text(encoding="utf-8"), encoding="utf-8")
+    assert main(["export", str(path)]) == 0
+    assert (state / EXPORT_NOTE_FILE).read_text(encoding="utf-8") == note
+    assert f"column replayed; {state / EXPORT_NOTE_FILE}" in capsys.readouterr().out
 
 
 def test_replayed_column_per_model_and_exports_still_concatenate(tmp_path):
