@@ -242,6 +242,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
     if not tables:
         print(f"campaign {cfg.name}: no results to export yet")
+    elif any(m.provider == "replay" for m in cfg.models):  # replayed answers: say where the exports say so
+        from geoagent.runtime.export import EXPORT_NOTE_FILE
+
+        notes = sorted({str(p) for t in tables if (p := t.csv.parent / EXPORT_NOTE_FILE).is_file()})
+        if notes:
+            print(f"note: rows of replay models hold recorded answers, no model was called (column replayed; "
+                  f"{', '.join(notes)})")
     pending = {e: c for e, c in queue_counts(cfg).items() if c.ready or c.leased}
     if pending:  # still exit 0: what is answered so far is exported (re-export once the campaign is done)
         what = ", ".join(f"{e} ready {c.ready} leased {c.leased}" for e, c in pending.items())

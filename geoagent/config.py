@@ -1968,6 +1968,9 @@ class Estimate:
     #: (a crashed run's calls in flight; USD and count), included in ``spent_usd`` as the run's recovery books them
     gone_usd: float = 0.0
     gone_calls: int = 0
+    #: set by the dry run (:meth:`geoagent.engine.CampaignKind.expected_photo`): what a photo without a file is
+    #: counted as (``ModelEstimate.photo_size_assumed``), e.g. the crawl's ``thumb_field``; "" = the default
+    photo_basis: str = ""
     #: the planned calls to make, in queue order: model index (into ``by_model``), expected and worst USD
     _order: Any = field(default=None, repr=False)
 

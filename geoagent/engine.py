@@ -202,7 +202,7 @@ class CampaignKind(abc.ABC):
         store and the stored model responses, under ``state/<campaign>/``."""
         from geoagent.runtime.export import export_all
 
-        return export_all(store, cfg.state_dir())
+        return export_all(store, cfg.state_dir(), cfg=cfg)
 
     def empty_plan_reason(self, cfg: Any) -> str:
         """Why the plan was empty, for the error a first run that plans nothing ends with (called after
@@ -232,8 +232,18 @@ class CampaignKind(abc.ABC):
         """Image ids of the plan just made (called after :meth:`plan`) whose photo has no file yet (not
         synthetic placeholders by design, :attr:`geoagent.image_files.MissingImages.photo_ids`): the dry run
         estimates their requests to real models at the photo size the campaign will send
-        (:data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`), not the placeholder's. Empty by default."""
+        (:meth:`expected_photo`), not the placeholder's. Empty by default."""
         return frozenset()
+
+    def expected_photo(self, cfg: Any) -> tuple[tuple[int, int], str]:
+        """``((width, height) in px, what it is)``: the photo the run will send for an image of
+        :meth:`missing_photos`, which the dry run estimates its requests at (called after :meth:`plan`).
+        Default: :data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX` (1024 x 768, the crawl's default
+        thumbnail); GeoVerify and GeoHint read the ``thumb_field`` of the crawl their release folder is
+        (:func:`geoagent.image_files.expected_photo`)."""
+        from geoagent.image_files import expected_photo
+
+        return expected_photo(None)
 
     def required_keys(self, cfg: Any) -> list[tuple[str, str]]:
         """``(variable NAME, what needs it)`` for every secret the kind's own API clients need besides the
@@ -1216,7 +1226,17 @@ async def run_campaign(
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
     if not simulate:
-        check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
+        from geoagent.secrets import SecretNotFound
+
+        try:
+            check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
+        except SecretNotFound as exc:
+            # the plan's own refusals too (photos without a file for a paid model), as the dry run names them:
+            # one message, not a second refusal once the variables are set
+            more = await preflight_refusals(cfg, kind, dotenv_path=dotenv_path)
+            if not more:
+                raise
+            raise SecretNotFound(f"{exc}. Also: {'. Also: '.join(more)}. Nothing was run") from None
         # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
         # version before the record) get their record now, so a second state folder started meanwhile is refused
         check_queues_state_root(cfg, record=_has_queues(cfg))
@@ -1237,6 +1257,37 @@ async def run_campaign(
     if simulate:
         discard_unstarted_state(written, created)  # a dry run leaves nothing under state/
     return outcome
+
+
+async def preflight_refusals(cfg: Any, kind: "CampaignKind", *, dotenv_path: str | Path | None = None) -> list[str]:
+    """What a real run would refuse to start for besides unset key variables, found by planning as the dry run
+    does (read-only: no queue file, no state folder left, :func:`discard_unstarted_state`): the kind's
+    :meth:`CampaignKind.plan_refusals` (GeoVerify, GeoHint: photos without a file for a model on a paid
+    provider) and a first run that plans nothing (:meth:`CampaignKind.empty_plan_reason`). Called by
+    :func:`run_campaign` when key variables are missing, so its refusal names every problem at once, as the dry
+    run's does. [] for a kind without plan refusals of its own (e.g. the crawl: its plan is not made here), and
+    when planning fails otherwise (the keys' message stands; the run once they are set says the rest)."""
+    from geoagent.sandbox.launch import launch
+
+    if type(kind).plan_refusals is CampaignKind.plan_refusals:
+        return []
+    created = _absent_dirs(Path(cfg.state_dir()))
+    try:
+        with campaign_run_lock(cfg, simulate=True):
+            async with launch(cfg) as lcfg, open_services(lcfg, dotenv_path=dotenv_path, require_keys=False,
+                                                          dry_run=True) as ctx:
+                ctx.services["config_as_written"] = cfg
+                ctx.services["dotenv_path"] = dotenv_path
+                ctx.services[C.SERVICE_DRY_RUN] = True  # the plan keeps its refusals instead of raising them
+                plan = list(await kind.plan(lcfg, ctx))
+                out = list(kind.plan_refusals(lcfg))
+                if not plan and not _has_queues(cfg):
+                    out.append(kind.empty_plan_reason(lcfg))
+                return out
+    except Exception:  # noqa: BLE001 - a plan that fails here fails the same way once the keys are set
+        return []
+    finally:
+        discard_unstarted_state(cfg, created)
 
 
 def _absent_dirs(path: Path) -> list[Path]:
@@ -2185,11 +2236,10 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
                 f"will refuse to start until {them} set"] if n_vars else [])
     warning += [f"  warning: {w}" for w in kind.plan_warnings(cfg)]
     plan_refusals = kind.plan_refusals(cfg)
-    from geoagent.workers.images import EXPECTED_PHOTO_SIZE_PX
-
-    w, h = EXPECTED_PHOTO_SIZE_PX
+    photo_px, photo_basis = kind.expected_photo(cfg)
+    w, h = photo_px
     warning += [f"  warning: {r}; `{command}` will refuse to start (exit 2) until this is fixed; the estimate "
-                f"below counts a photo without a file at {w}x{h}, the thumbnail the crawl fetches" for r in plan_refusals]
+                f"below counts a photo without a file at {w}x{h} ({photo_basis})" for r in plan_refusals]
     if plan_refusals:
         out.exit_code = EXIT_CONFIG
     if not messages and not _has_queues(cfg):  # a real first run refuses it (_refuse_empty_first_plan)
@@ -2227,7 +2277,8 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         est = estimate(cfg, payloads, store=ctx.get("store"), providers=ctx.services.get("providers"),
                        image_base_dir=ctx.services.get("image_base_dir"), spent_usd=booked_usd(ctx.get("ledger")),
                        fake_models=fakes, missing_photos=kind.missing_photos(cfg),
-                       photo_models=[m.name for m in written.models if needs_photos(m)])
+                       photo_models=[m.name for m in written.models if needs_photos(m)], photo_size_px=photo_px)
+        est.photo_basis = photo_basis
         est.done_earlier, est.dead_earlier, est.queued_earlier, est.superseded_earlier = earlier
         est.gone_usd, est.gone_calls = gone_usd, gone_calls
         out.extra_lines = warning + ["  dry run (no call made, nothing enqueued):",
@@ -2339,7 +2390,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
         if mc.provider == "replay" and not (m.recorded or m.unanswered):
             assumed += "; the run records each answer's token usage from the file"
         if not m.recorded:
-            assumed = f"{_input_assumption(m, mc)}; {assumed}"
+            assumed = f"{_input_assumption(m, mc, getattr(est, 'photo_basis', ''))}; {assumed}"
         reserved = ("reserved per call: (prompt + system prompt) chars/3 + 16"
                     + (f" + per image max({mc.image_input_tokens} ([[models]] image_input_tokens), the documented "
                        "bill for its size)" if m.images else "")
@@ -2477,8 +2528,10 @@ def est_factor(cfg: Any) -> float:
     return float(cfg.budget.input_estimate_factor)
 
 
-def _input_assumption(m: Any, mc: Any) -> str:
-    """What one model's expected input tokens assume (see :func:`geoagent.config.estimate`)."""
+def _input_assumption(m: Any, mc: Any, photo_basis: str = "") -> str:
+    """What one model's expected input tokens assume (see :func:`geoagent.config.estimate`); ``photo_basis``:
+    what a photo without a file is counted as (:meth:`CampaignKind.expected_photo`; default the crawl's default
+    thumbnail, :data:`geoagent.image_files.DEFAULT_PHOTO_BASIS`)."""
     text = "input expected: prompt chars/4"
     if getattr(m, "non_ascii_chars", 0):
         text += f" (ASCII; {m.non_ascii_chars} non-ASCII chars at 1 token each)"
@@ -2499,9 +2552,10 @@ def _input_assumption(m: Any, mc: Any) -> str:
             text += f"; {unsized} image(s) of unknown size at {mc.image_input_tokens} ([[models]] image_input_tokens)"
         if getattr(m, "photos_no_file", 0):
             w, h = m.photo_size_assumed
+            from geoagent.image_files import DEFAULT_PHOTO_BASIS
+
             text += (f"; {m.photos_no_file} image(s) whose photo has no file yet counted at {w}x{h}, the photo the "
-                     "run will send (a Mapillary thumb_1024_url thumbnail, the crawl's default [crawl.fetcher] "
-                     "thumb_field), not the 640x480 placeholder")
+                     f"run will send ({photo_basis or DEFAULT_PHOTO_BASIS}), not the 640x480 placeholder")
     else:
         text += (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens; no documented rule for "
                  f"{mc.provider} {mc.model} or the image size is unknown)")

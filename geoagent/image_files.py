@@ -123,8 +123,7 @@ class MissingImages:
     @property
     def photo_ids(self) -> frozenset[str]:
         """Image ids of ``missing`` that stand for photos (a file looked for and not found), not synthetic
-        placeholders by design: the dry run estimates them at the expected photo size
-        (:data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`)."""
+        placeholders by design: the dry run estimates them at the expected photo size (:func:`expected_photo`)."""
         return frozenset(set(self.missing) - self.synthetic)
 
     @property
@@ -227,6 +226,51 @@ def tally(messages: Iterable[tuple[str, Mapping[str, Any]]], describe: Callable[
         model = str(p.get("model"))
         out.requests[model] = out.requests.get(model, 0) + 1
     return out
+
+
+#: what the dry run says a photo without a file is counted as when no crawl's ``thumb_field`` is known
+DEFAULT_PHOTO_BASIS = "a Mapillary thumb_1024_url thumbnail, the crawl's default [crawl.fetcher] thumb_field"
+
+
+def crawl_thumb_field(folder: str | os.PathLike[str] | None) -> str | None:
+    """The ``[crawl.fetcher] thumb_field`` of the crawl whose state folder is ``folder`` (a GeoVerify or GeoHint
+    campaign's release folder, ``release_dir``, when it points at a crawl), read from the ``manifest.json`` the
+    crawl wrote (its ``kind`` ``"crawl"``, ``config.crawl.fetcher.thumb_field``); None for a folder without one
+    (the public release, a copy of it) or whose manifest cannot be read."""
+    from geoagent.runtime.manifest import read_manifest
+
+    if folder is None:
+        return None
+    try:
+        data = read_manifest(folder)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("kind") != "crawl":
+        return None
+    fetcher = ((data.get("config") or {}).get("crawl") or {}).get("fetcher")
+    thumb = fetcher.get("thumb_field") if isinstance(fetcher, dict) else None
+    return thumb if isinstance(thumb, str) else None
+
+
+def expected_photo(folder: str | os.PathLike[str] | None) -> tuple[tuple[int, int], str]:
+    """``((width, height) in px, what it is)``: the photo a campaign reading the release folder ``folder`` will
+    send for an image whose file is not there yet, for the dry run's estimate. A crawl's folder with a known
+    ``thumb_field`` (:func:`crawl_thumb_field`): that thumbnail's size
+    (:data:`geoagent.workers.images.THUMB_PHOTO_SIZE_PX`; ``thumb_original_url``: an assumed 4000 x 3000, said
+    so); otherwise :data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX` (1024 x 768, the crawl's default
+    ``thumb_1024_url``) and :data:`DEFAULT_PHOTO_BASIS`."""
+    from geoagent.workers.images import EXPECTED_PHOTO_SIZE_PX, THUMB_PHOTO_SIZE_PX
+
+    thumb = crawl_thumb_field(folder)
+    size = THUMB_PHOTO_SIZE_PX.get(thumb or "")
+    if size is None:
+        return EXPECTED_PHOTO_SIZE_PX, DEFAULT_PHOTO_BASIS
+    basis = f"a Mapillary {thumb} thumbnail, the [crawl.fetcher] thumb_field of the crawl in {folder}"
+    if thumb == "thumb_original_url":
+        basis = (f"a Mapillary thumb_original_url photo, the [crawl.fetcher] thumb_field of the crawl in {folder}: "
+                 f"originals have no fixed size, {size[0]}x{size[1]} assumed (12 MP, 4:3, a common phone and "
+                 "action-camera size; a larger original costs more under tiled billing)")
+    return size, basis
 
 
 def check_missing(cfg: Any, found: MissingImages, *, fix: str, refusals: list[str] | None = None) -> str | None:

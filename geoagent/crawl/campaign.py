@@ -95,7 +95,7 @@ class CrawlCampaign(CampaignKind):
         out = Path(cfg.state_dir()) / C.EXPORT_DIR
         tables = export_crawl_tables(cfg.state_dir(), out)
         if store.count_responses() or store.result_tables():
-            tables += export_all(store, out, include_responses=store.count_responses() > 0)
+            tables += export_all(store, out, include_responses=store.count_responses() > 0, cfg=cfg)
         return tables
 
     def handoff_snapshot(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:

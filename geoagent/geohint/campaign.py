@@ -237,6 +237,16 @@ class GeoHintCampaign(CampaignKind):
         :meth:`geoagent.engine.CampaignKind.plan_refusals`)."""
         return list(getattr(self, "_refusals", []))
 
+    def expected_photo(self, cfg: Any) -> tuple[tuple[int, int], str]:
+        """The photo an image without a file will be sent as (:meth:`geoagent.engine.CampaignKind.expected_photo`):
+        the thumbnail of the crawl whose state folder is the release folder (``geohint.release_dir`` or
+        ``[paths] release_dir``), at its ``[crawl.fetcher] thumb_field`` size, when that folder holds the crawl's
+        ``manifest.json`` (:func:`geoagent.image_files.expected_photo`); else 1024 x 768."""
+        from geoagent.image_files import expected_photo
+
+        s = settings_of(cfg)
+        return expected_photo(s.release_dir or cfg.release_dir())
+
     def missing_photos(self, cfg: Any) -> frozenset[str]:
         """Image ids of the plan whose photo has no file under ``geohint.image_root`` yet, not synthetic
         placeholders by design (:attr:`geoagent.image_files.MissingImages.photo_ids`; the dry run counts them at
@@ -365,7 +375,7 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.runtime.scope import read_plan_keys
 
         scope = scored_scope(read_plan_keys(cfg.state_dir()))
-        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)})
+        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)}, cfg=cfg)
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
         """:meth:`CampaignKind.answer_quality` from the aggregate :meth:`report` made: per model, every scored

@@ -38,8 +38,9 @@ class GeoHintResult:
     parse_ok : bool
     evidence : dict or None
         Checklist answers by category (forced_chain).
-    resolved_level : str
-        ``building``, ``area``, ``city`` or ``none``.
+    resolved_level : str or None
+        ``building``, ``area``, ``city`` or ``none`` (the geocoder resolved nothing for the answer); None for no
+        answer (cut off with nothing parsed, ``extra["no_answer"]``): there was nothing to geocode.
     resolved_label : str or None
     lat, lon : float or None
         Geocoded answer position.
@@ -76,7 +77,7 @@ class GeoHintResult:
     confidence_building: float | None = None
     parse_ok: bool = True
     evidence: dict[str, str] | None = None
-    resolved_level: str = "none"
+    resolved_level: str | None = "none"
     resolved_label: str | None = None
     lat: float | None = None
     lon: float | None = None

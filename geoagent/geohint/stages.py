@@ -27,7 +27,8 @@ fields nested under ``located`` are accepted too.
 ``extra["finish_reason"]``, for the cut-off counts of :mod:`geoagent.scoring.truncation`); ``echo`` under the campaign's ``[geohint] echo_rule``,
 every rule's verdict in ``extra["echo_by_rule"]`` and the chosen rule in ``extra["echo_rule"]``
 (:mod:`geoagent.geohint.echo`). An answer cut off at the output-token limit with nothing parsed (no answer,
-:func:`geoagent.scoring.truncation.is_no_answer`) has ``hit`` and ``echo`` None and no echo verdicts, and
+:func:`geoagent.scoring.truncation.is_no_answer`) has ``hit``, ``echo`` and ``resolved_level`` None and no echo
+verdicts, and
 ``extra["no_answer"]`` says why (:data:`geoagent.scoring.truncation.NO_ANSWER_CUT_OFF`; absent on every
 other row).
 
@@ -181,7 +182,9 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
     ``max_tokens`` or ``MAX_TOKENS`` and ``parsed.ok`` false) is no answer
     (:func:`geoagent.scoring.truncation.is_no_answer`): ``hit`` and ``echo`` are None (not False), it carries
     no echo verdicts and ``extra["no_answer"]`` is :data:`~geoagent.scoring.truncation.NO_ANSWER_CUT_OFF`, so
-    the stored row and the ``geohint_scored`` export say what every report does with it (no rate counts it).
+    the stored row and the ``geohint_scored`` export say what every report does with it (no rate counts it);
+    its ``resolved_level`` is None (there was no answer to geocode), whereas ``"none"`` is a real answer the
+    geocoder resolved nothing for.
 
     Raises
     ------
@@ -241,7 +244,7 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
         confidence_building=_f(parsed.get("confidence_building")),
         parse_ok=bool(parsed.get("ok")),
         evidence=parsed.get("evidence") if isinstance(parsed.get("evidence"), dict) else None,
-        resolved_level=level,
+        resolved_level=None if no_answer else level,
         resolved_label=loc.get("resolved_label") or loc.get("label"),
         lat=lat,
         lon=lon,
@@ -267,13 +270,14 @@ def as_no_answer(row: dict[str, Any]) -> dict[str, Any]:
     today, when it is one (:func:`geoagent.scoring.truncation.is_no_answer` of ``extra["finish_reason"]`` and
     ``parse_ok``): ``hit`` and ``echo`` None, no ``extra["echo_by_rule"]`` / ``extra["echo_rule"]``,
     ``extra["no_answer"]`` = :data:`~geoagent.scoring.truncation.NO_ANSWER_CUT_OFF`. Rows scored before that
-    (stored with ``hit`` and ``echo`` False) and rows whose finish reason came from the response store get the
-    same values in the export. Any other row is returned unchanged. ``row`` is modified in place."""
+    (stored with ``hit`` and ``echo`` False, ``resolved_level`` ``"none"``) and rows whose finish reason came
+    from the response store get the same values in the export: ``resolved_level`` None too. Any other row is returned unchanged. ``row`` is modified in place."""
     extra = row.get("extra")
     if not isinstance(extra, dict) or not is_no_answer(extra.get("finish_reason"), bool(row.get("parse_ok"))):
         return row
     row["hit"] = None
     row["echo"] = None
+    row["resolved_level"] = None  # nothing to geocode: not the geocoder's "none" (it resolved nothing)
     extra.pop("echo_by_rule", None)
     extra.pop("echo_rule", None)
     extra["no_answer"] = NO_ANSWER_CUT_OFF
@@ -284,18 +288,28 @@ def export_rows(scope: ScoredScope, store: Any) -> Any:
     """The ``geohint_scored`` export's ``rows_hook`` (:func:`geoagent.runtime.export.export_table`): each
     ``(key, row)`` with the ``scored`` column of ``scope`` (:meth:`ScoredScope.mark`: the current plan's rows),
     the finish reason from ``store`` where the row lacks it (as the report reads it) and a no-answer stored as one
-    (:func:`as_no_answer`). A context answer whose reference point has no hint distance
+    (:func:`as_no_answer`). A row the scope leaves out (its task is not in the current plan, or it repeats a
+    counted request) has ``scored`` False and the reason in ``extra["left_out"]``
+    (:meth:`geoagent.runtime.scope.ScoredScope.left_out`: :data:`~geoagent.runtime.scope.NOT_IN_PLAN`). A
+    context answer whose reference point has no hint distance
     (:func:`geoagent.geohint.aggregate.without_hint_distance`; not a no-answer, which the table ``cutoff``
     counts) is left out of every table by the report, so its ``scored`` is False and ``extra["left_out"]`` says
     why (:data:`~geoagent.geohint.aggregate.NO_HINT_DISTANCE`; its stored ``hit`` and ``echo`` are kept): the
-    ``scored`` column is True exactly for the rows the report counts. Lazy, in store order; nothing stored is
-    changed."""
+    ``scored`` column is True exactly for the rows the report counts, and ``extra.left_out`` is null exactly on
+    them: a reader tells a scored row (``extra.no_answer`` null), a scored no-answer (``extra.no_answer`` set:
+    the table ``cutoff`` counts it) and a row left out (``extra.left_out`` says why) apart. Lazy, in store
+    order; nothing stored is changed."""
 
     def hook(rows: Iterable[tuple[str, dict[str, Any]]]) -> Any:
-        for key, row in scope.mark(rows):
+        for key, row in rows:
+            why = scope.left_out(key, row)
+            row["scored"] = why is None
             row = as_no_answer(_fill_finish_reason(row, store))
             extra = row.get("extra")
-            if (isinstance(extra, dict) and extra.get("no_answer") is None
+            if not isinstance(extra, dict):
+                extra = row["extra"] = {}
+            extra["left_out"] = why
+            if (why is None and extra.get("no_answer") is None
                     and without_hint_distance(row.get("ref_qid"), row.get("ref_name"), row.get("dist_km"))):
                 row["scored"] = False
                 extra["left_out"] = NO_HINT_DISTANCE

@@ -197,6 +197,16 @@ class GeoVerifyCampaign(CampaignKind):
         :meth:`geoagent.engine.CampaignKind.plan_refusals`)."""
         return list(getattr(self, "_refusals", []))
 
+    def expected_photo(self, cfg: Any) -> tuple[tuple[int, int], str]:
+        """The photo an image without a file will be sent as (:meth:`geoagent.engine.CampaignKind.expected_photo`):
+        the thumbnail of the crawl whose state folder is the release folder (``geoverify.release_dir`` or
+        ``[paths] release_dir``), at its ``[crawl.fetcher] thumb_field`` size, when that folder holds the crawl's
+        ``manifest.json`` (:func:`geoagent.image_files.expected_photo`); else 1024 x 768."""
+        from geoagent.image_files import expected_photo
+
+        s = settings_of(cfg)
+        return expected_photo(s.release_dir or cfg.release_dir())
+
     def missing_photos(self, cfg: Any) -> frozenset[str]:
         """Image ids of the planned trials whose photo has no file under ``geoverify.image_root`` yet
         (:attr:`geoagent.image_files.MissingImages.photo_ids`; the dry run counts them at the expected photo size)."""
@@ -261,14 +271,19 @@ class GeoVerifyCampaign(CampaignKind):
         the last run recorded (``state/<campaign>/plan_keys.tsv``, :mod:`geoagent.runtime.scope`), the plan its
         report scored; a campaign without that record marks every row, each request once. So
         ``df.filter(pl.col("scored"))`` gives the report's H, F and counts; the other rows (answers of tasks an
-        earlier plan held, repeats) stay in the export for a look at them."""
+        earlier plan held, repeats) stay in the export for a look at them, and the column ``left_out`` says why
+        each is not scored (:meth:`geoagent.runtime.scope.ScoredScope.left_out`: ``NOT_IN_PLAN``'s text, or
+        ``repeats the model request of <key> ...``; null on a scored row). An unparsed answer (``parse_ok``
+        False; cut off with nothing parsed: ``truncated`` True too) is a scored row, outside H and F as in the
+        report."""
         from geoagent.runtime.export import export_all
         from geoagent.runtime.scope import read_plan_keys
 
         from geoagent.geoverify.stages import SCORED_TABLE
 
         scope = ScoredScope(read_plan_keys(cfg.state_dir()))
-        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: scope.mark})
+        return export_all(store, cfg.state_dir(),
+                          hooks={SCORED_TABLE: lambda rows: scope.mark(rows, reason_column="left_out")}, cfg=cfg)
 
     def params_mix(self, cfg: Any, ctx: StageContext) -> dict[str, list[tuple[dict[str, Any], int]]]:
         """:meth:`CampaignKind.params_mix` over the answers the report scores (the current plan's, each once)."""

@@ -14,12 +14,23 @@ still has its type (``Float64``, all null), and the exports of two campaigns con
 the schema (a new ``extra`` key, a ``request_meta`` field) follow, with inferred types, and an all-null one
 is ``String`` rather than Polars' ``Null``. A declared column whose stored values do not fit its type
 (hand-edited data) is written as text rather than dropped, so no stored value is lost.
+
+Replayed responses. Every declared table ends with the Boolean column ``replayed``: True on a row whose model is a
+``replay`` model of the campaign's config (its answer was read from a recorded file; no model was called), False
+on a row of any other model of the config, null where the row's model is not in the config (or the export had
+no config). A campaign with replay models also gets the report's replay line
+(:func:`geoagent.providers.replay.replay_note`: which file, how many recorded responses, not the paper's
+figures) in each Parquet file's key-value metadata (:data:`PARQUET_NOTE_KEY`) and in ``export_note.txt``
+(:data:`EXPORT_NOTE_FILE`) beside the files. The CSV files themselves get no comment or banner line: ``pl.read_csv``,
+``pandas.read_csv`` and DuckDB's ``read_csv`` read a first line as the header and would take a banner for it
+(or fail on the column count) unless told to skip it, so the per-row column carries the fact into any reader
+and any concatenation of exports, and the note file gives the details.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +41,19 @@ import polars as pl
 
 RESPONSES_TABLE = "model_responses"
 
+#: the note beside the exports of a campaign with ``replay`` models (:func:`export_all`): the report's replay line
+EXPORT_NOTE_FILE = "export_note.txt"
+#: the Parquet key-value metadata key holding that line (``pl.read_parquet_metadata(path)[PARQUET_NOTE_KEY]``)
+PARQUET_NOTE_KEY = "geoagent.replay_note"
+
 #: checklist categories of the GeoHint evidence condition (:data:`geoagent.geohint.parse.EVIDENCE_CATEGORIES`;
 #: a test keeps the two equal): ``evidence`` is exported as one text column per category
 _EVIDENCE_COLUMNS = {f"evidence.{c}": pl.String for c in ("infrastructure", "vegetation", "architecture", "script",
                                                           "terrain")}
 
 #: declared column types of each results table (besides the leading ``key``, always ``String``); units as in the
-#: row writers: ``*_km`` km, ``lat``/``lon`` degrees, ``cost_usd`` USD, ``*_tokens`` tokens, ``latency_s`` s
+#: row writers: ``*_km`` km, ``lat``/``lon`` degrees, ``cost_usd`` USD, ``*_tokens`` tokens, ``latency_s`` s;
+#: ``replayed`` is added by the export (module docstring)
 TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     # geoagent.geoverify.score.scored_row plus what GeoVerifyScorerStage adds
     "geoverify_scored": {
@@ -45,7 +62,7 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "referenceability": pl.Float64, "verdict": pl.String, "conf": pl.Float64, "correct": pl.Boolean,
         "parse_ok": pl.Boolean, "parse_reason": pl.String, "finish_reason": pl.String, "truncated": pl.Boolean,
         "request_key": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64, "raw": pl.String,
-        "scored": pl.Boolean,
+        "scored": pl.Boolean, "left_out": pl.String, "replayed": pl.Boolean,
     },
     # geoagent.geohint.result.GeoHintResult, ``extra`` as written by geoagent.geohint.stages.score_located
     "geohint_scored": {
@@ -59,19 +76,19 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "extra.request_key": pl.String, "extra.sample_rate": pl.Float64, "extra.qid": pl.String,
         "extra.parse_error": pl.String, "extra.raw": pl.String, "extra.finish_reason": pl.String,
         "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String, "extra.no_answer": pl.String,
-        "extra.left_out": pl.String, "scored": pl.Boolean,
+        "extra.left_out": pl.String, "scored": pl.Boolean, "replayed": pl.Boolean,
     },
     # geoagent.campaigns.generic.Collector
     "results": {
         "model": pl.String, "request_key": pl.String, "index": pl.Int64, "text": pl.String,
         "input_tokens": pl.Int64, "output_tokens": pl.Int64, "cost_usd": pl.Float64, "cached": pl.Boolean,
-        "finish_reason": pl.String,
+        "finish_reason": pl.String, "replayed": pl.Boolean,
     },
     # geoagent.runtime.store.ResponseStore.iter_responses (ModelResponse.to_json plus the store's columns)
     RESPONSES_TABLE: {
         "model": pl.String, "cost_usd": pl.Float64, "created_at": pl.Float64, "text": pl.String,
         "input_tokens": pl.Int64, "output_tokens": pl.Int64, "latency_s": pl.Float64, "finish_reason": pl.String,
-        "provider_model": pl.String,
+        "provider_model": pl.String, "replayed": pl.Boolean,
     },
 }
 
@@ -175,12 +192,14 @@ def _csv_ready(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path: str | os.PathLike[str]) -> None:
+def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path: str | os.PathLike[str], *,
+                metadata: dict[str, str] | None = None) -> None:
     """Write ``df`` to Parquet (zstd) and CSV, each atomically: a temporary file of its own (a unique name
     created with ``O_EXCL``, :mod:`geoagent.files`; one named by the process id alone was shared by two writers
     in one process, e.g. a ``--watch`` idle hand-off's thread and the end of the run, which then renamed or
     lost each other's file), then renamed over the target. A failed write removes its temporary file and
-    leaves the target as it was."""
+    leaves the target as it was. ``metadata``: key-value pairs for the Parquet file's metadata (e.g.
+    :data:`PARQUET_NOTE_KEY`); the CSV holds data only."""
     from geoagent.files import _create_temp
 
     for path, writer in ((Path(parquet_path), "parquet"), (Path(csv_path), "csv")):
@@ -189,7 +208,7 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
         os.close(fd)
         try:
             if writer == "parquet":
-                df.write_parquet(tmp, compression="zstd")
+                df.write_parquet(tmp, compression="zstd", **({"metadata": metadata} if metadata else {}))
             else:
                 _csv_ready(df).write_csv(tmp)
             os.replace(tmp, path)
@@ -247,6 +266,7 @@ def export_table(
     store: Any, table: str, out_dir: str | os.PathLike[str], *, stem: str | None = None, batch_rows: int = BATCH_ROWS,
     schema: dict[str, pl.DataType] | None = None,
     rows_hook: Callable[[Iterator[tuple[str, dict[str, Any]]]], Iterator[tuple[str, dict[str, Any]]]] | None = None,
+    replayed: Mapping[str, bool] | None = None, metadata: dict[str, str] | None = None,
 ) -> ExportedTable:
     """Export one results table (or ``"model_responses"``, the stored model responses) to ``out_dir``.
 
@@ -270,10 +290,17 @@ def export_table(
     rows_hook : callable, optional
         Applied to the ``(key, row)`` stream of a results table in store order (lazily), e.g. the scored tables'
         ``scored`` column (:meth:`geoagent.runtime.scope.ScoredScope.mark`).
+    replayed : mapping of model name -> bool, optional
+        Whether each model of the config is a ``replay`` model: a row with a ``model`` gets the column
+        ``replayed`` (None for a model not in the mapping). Without it the column stays null.
+    metadata : dict of str -> str, optional
+        Key-value metadata of the Parquet file (the replay note, :data:`PARQUET_NOTE_KEY`).
     """
     rows = _response_rows(store) if table == RESPONSES_TABLE else with_raw_text(store, store.iter_results(table))
     if rows_hook is not None and table != RESPONSES_TABLE:
         rows = rows_hook(rows)
+    if replayed is not None:
+        rows = _with_replayed(store, rows, replayed)
     out = Path(out_dir)
     name = stem or table
     parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"
@@ -282,12 +309,42 @@ def export_table(
     first = list(islice(rows, batch_rows))
     if len(first) < batch_rows:
         df = rows_to_frame(first, schema)
-        write_frame(df, parquet, csv)
+        write_frame(df, parquet, csv, metadata=metadata)
         return ExportedTable(table, df.height, parquet, csv)
     batches = _batches(first, rows, batch_rows)
     del first  # the generator holds the first batch until it hands it on: one batch of rows alive at a time
-    n = _write_batched(batches, parquet, csv, batch_rows, schema)
+    n = _write_batched(batches, parquet, csv, batch_rows, schema, metadata=metadata)
     return ExportedTable(table, n, parquet, csv)
+
+
+def _with_replayed(store: Any, rows: Iterable[tuple[str, dict[str, Any]]], replayed: Mapping[str, bool], *,
+                   chunk: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each row with a ``model`` gets ``replayed``: from the provider recorded with its request where known (a
+    stored response's ``request_meta.provider``: the row's own for ``model_responses``, else the response of
+    its request key, :meth:`geoagent.runtime.store.ResponseStore.response_sources`), == ``"replay"``; else
+    ``replayed`` of the ``[[models]]`` name that asked (the response's ``model``, else the row's; a GeoVerify
+    replay of every recorded model reports its rows under the recorded names, which the config does not
+    list); None when neither is known. One store query per ``chunk`` rows."""
+    it = iter(rows)
+    while True:
+        batch = list(islice(it, chunk))
+        if not batch:
+            return
+        slots = [_raw_slot(row) for _, row in batch]
+        need = [s[1] for s, (_, row) in zip(slots, batch) if s is not None and not isinstance(row.get("request_meta"), dict)]
+        sources = store.response_sources(need) if need and hasattr(store, "response_sources") else {}
+        for (key, row), slot in zip(batch, slots):
+            model = row.get("model")
+            if model is not None:
+                meta = row.get("request_meta")
+                asked, provider = (model, meta.get("provider")) if isinstance(meta, dict) else (
+                    sources.get(slot[1], (None, None)) if slot is not None else (None, None))
+                if isinstance(provider, str):
+                    row["replayed"] = provider == "replay"
+                else:
+                    name = asked if isinstance(asked, str) else model
+                    row["replayed"] = replayed.get(name) if isinstance(name, str) else None
+            yield key, row
 
 
 def _batches(first: list[Any], rest: Iterator[Any], batch_rows: int) -> Iterator[list[Any]]:
@@ -380,6 +437,8 @@ def _write_batched(
     csv_path: Path,
     batch_rows: int,
     schema: dict[str, pl.DataType] | None = None,
+    *,
+    metadata: dict[str, str] | None = None,
 ) -> int:
     import shutil
     import tempfile
@@ -405,7 +464,8 @@ def _write_batched(
         os.close(fd)
         try:
             # row groups of one batch: the writer then buffers one batch, not ever more of the table
-            parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows)
+            parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows,
+                                                           **({"metadata": metadata} if metadata else {}))
             os.replace(tmp, parquet_path)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -420,10 +480,53 @@ def _write_batched(
 
 
 def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True,
-               hooks: dict[str, Callable[..., Any]] | None = None) -> list[ExportedTable]:
+               hooks: dict[str, Callable[..., Any]] | None = None, cfg: Any = None) -> list[ExportedTable]:
     """Export every non-empty results table (and the responses, unless ``include_responses=False``);
-    ``hooks``: table -> ``rows_hook`` of :func:`export_table` (a factory is not needed: each is used once)."""
+    ``hooks``: table -> ``rows_hook`` of :func:`export_table` (a factory is not needed: each is used once).
+
+    ``cfg`` (the campaign's :class:`~geoagent.config.CampaignConfig`): fills each row's ``replayed`` column from
+    its ``[[models]]`` (True for a ``replay`` model); when any model is a replay model, the replay line
+    (:func:`geoagent.providers.replay.replay_note`) goes into every Parquet file's metadata
+    (:data:`PARQUET_NOTE_KEY`) and into ``out_dir/export_note.txt`` (:data:`EXPORT_NOTE_FILE`, naming the files
+    it covers); otherwise a note file left by an earlier export is removed (the files it spoke of were just
+    rewritten). See the module docstring for why the CSV files carry no banner line."""
+    replayed, note = _replay_of(cfg)
+    metadata = {PARQUET_NOTE_KEY: note} if note else None
     tables = list(store.result_tables())
     if include_responses:
         tables.append(RESPONSES_TABLE)
-    return [export_table(store, t, out_dir, rows_hook=(hooks or {}).get(t)) for t in tables]
+    out = [export_table(store, t, out_dir, rows_hook=(hooks or {}).get(t), replayed=replayed, metadata=metadata)
+           for t in tables]
+    note_path = Path(out_dir) / EXPORT_NOTE_FILE
+    if note:
+        write_export_note(note_path, note, out)
+    elif cfg is not None:
+        note_path.unlink(missing_ok=True)
+    return out
+
+
+def _replay_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
+    """(model name -> is a replay model, the replay line or ""), or (None, "") without a config."""
+    if cfg is None:
+        return None, ""
+    from geoagent.providers.replay import replay_note
+
+    replayed = {m.name: getattr(m, "provider", None) == "replay" for m in getattr(cfg, "models", ())}
+    return replayed, (replay_note(cfg) if any(replayed.values()) else "")
+
+
+def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[ExportedTable]) -> None:
+    """Write ``export_note.txt``: ``note`` (the replay line), the files it covers, and how each says it (column
+    ``replayed``, Parquet metadata key :data:`PARQUET_NOTE_KEY`). Written atomically (UTF-8 text)."""
+    from geoagent.files import atomic_open
+
+    names = ", ".join(f"{t.csv.name} / {t.parquet.name}" for t in tables) or "none"
+    with atomic_open(path, "w") as fh:
+        fh.write(
+            f"{note}\n\n"
+            f"Files this note covers (written beside it): {names}.\n"
+            "In each, the column `replayed` is true on a row of a replay model (its answer was read from the recorded "
+            "file named above; no model was called), false on a row of a model that was called, empty for a model "
+            "the config no longer names. The Parquet files carry the line above in their key-value metadata too "
+            f"(key {PARQUET_NOTE_KEY}: polars.read_parquet_metadata(path)). The CSV files hold no comment or "
+            "banner line, so polars, pandas and DuckDB read them with their default arguments.\n")

@@ -30,6 +30,10 @@ from geoagent.textfmt import count_text
 #: the current plan's task keys, one ``model<TAB>key`` line per planned task (model empty when the task has none)
 PLAN_KEYS_FILE = "plan_keys.tsv"
 
+#: why a stored scored row is not scored because its task is not in the current plan (:meth:`ScoredScope.left_out`;
+#: the scored exports' reason column: GeoVerify's ``left_out``, GeoHint's ``extra.left_out``)
+NOT_IN_PLAN = "not in the current plan: a task an earlier run's plan held (the config changed since)"
+
 
 def plan_keys_path(state_dir: str | os.PathLike[str]) -> Path:
     """``<state_dir>/plan_keys.tsv``: the record of the campaign's current plan (:class:`PlanRecorder`)."""
@@ -173,9 +177,15 @@ class ScoredScope:
 
     def keep(self, key: str, row: Mapping[str, Any]) -> bool:
         """Whether the scored row ``row`` stored under ``key`` is counted (updates the tallies)."""
+        return self.left_out(key, row) is None
+
+    def left_out(self, key: str, row: Mapping[str, Any]) -> str | None:
+        """Why the scored row ``row`` stored under ``key`` is not counted, None when it is (updates the tallies,
+        as :meth:`keep`): :data:`NOT_IN_PLAN`, or ``"repeats the model request of <counted key> (one answer,
+        counted once)"``. The scored exports' reason column (:meth:`mark`)."""
         if self.plan_keys is not None and key not in self.plan_keys:
             self.not_planned += 1
-            return False
+            return NOT_IN_PLAN
         rk = self._request_key(row) if self._request_key is not None else None
         if isinstance(rk, str) and rk:
             first = self._by_request.get(rk)
@@ -183,9 +193,9 @@ class ScoredScope:
                 self.repeated += 1
                 if len(self.repeated_examples) < 5:
                     self.repeated_examples.append(f"{key} repeats {first}")
-                return False
+                return f"repeats the model request of {first} (one answer, counted once)"
             self._by_request[rk] = key
-        return True
+        return None
 
     def rows(self, store: Any) -> Iterator[dict[str, Any]]:
         """The counted rows of the results table (each passed through ``fill`` when given)."""
@@ -193,12 +203,17 @@ class ScoredScope:
             if self.keep(key, row):
                 yield self._fill(row, store) if self._fill is not None else row
 
-    def mark(self, rows: Iterable[tuple[str, dict[str, Any]]], column: str = "scored"
-             ) -> Iterator[tuple[str, dict[str, Any]]]:
+    def mark(self, rows: Iterable[tuple[str, dict[str, Any]]], column: str = "scored", *,
+             reason_column: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """``rows`` (``(key, row)`` in store order) each with ``row[column]`` = :meth:`keep`: the export's
-        ``scored`` column, True exactly for the rows the report counts (same rule, same order)."""
+        ``scored`` column, True exactly for the rows the report counts (same rule, same order); with
+        ``reason_column``, ``row[reason_column]`` = :meth:`left_out` (None on a counted row), so a reader of the
+        export tells a row of a task no longer planned, or a repeated request, from a scored one."""
         for key, row in rows:
-            row[column] = self.keep(key, row)
+            why = self.left_out(key, row)
+            row[column] = why is None
+            if reason_column is not None:
+                row[reason_column] = why
             yield key, row
 
     def note(self) -> str | None:

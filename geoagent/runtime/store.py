@@ -215,6 +215,26 @@ class ResponseStore:
                     out[key] = text
         return out
 
+    def response_sources(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, tuple[str | None, str | None]]:
+        """Request key -> ``(model, provider)`` of the stored response: the ``[[models]]`` name that asked and the
+        provider recorded with the request (``request_meta.provider``, e.g. ``"replay"``; None when not
+        recorded), for those of ``keys`` that have a stored response; one query per ``chunk`` keys. Read by the
+        export's ``replayed`` column (:mod:`geoagent.runtime.export`)."""
+        wanted = list(dict.fromkeys(k for k in keys if isinstance(k, str)))
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for i in range(0, len(wanted), chunk):
+            part = wanted[i:i + chunk]
+            marks = ",".join("?" * len(part))
+            for key, model, meta in self.db.read(
+                    f"SELECT key, model, request_meta FROM responses WHERE key IN ({marks})", tuple(part)):
+                try:
+                    provider = orjson.loads(meta).get("provider")
+                except (orjson.JSONDecodeError, AttributeError):
+                    provider = None
+                out[key] = (model if isinstance(model, str) else None,
+                            provider if isinstance(provider, str) else None)
+        return out
+
     # -- results tables ---------------------------------------------------------------------------
 
     def put_result(self, table: str, key: str, row: dict[str, Any], *, overwrite: bool = True) -> bool:

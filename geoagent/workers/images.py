@@ -31,11 +31,26 @@ GRAY_LEVEL = 128
 BLANK_SIZE_PX = (512, 512)
 PLACEHOLDER_SIZE_PX = (640, 480)
 #: (width, height) in px the dry run assumes for a planned photo that has no file yet (a campaign before its
-#: crawl has fetched the pictures): a Mapillary ``thumb_1024_url`` thumbnail, what the crawl fetches by default
+#: crawl has fetched the pictures) when no crawl's ``thumb_field`` is known (else :data:`THUMB_PHOTO_SIZE_PX`):
+#: a Mapillary ``thumb_1024_url`` thumbnail, what the crawl fetches by default
 #: (``[crawl.fetcher] thumb_field``, :mod:`geoagent.crawl.settings`): 1024 px on the long side, 4:3 assumed
 #: (gpt-4o high detail bills it 765 input tokens, Claude about 1,049). Not the 640 x 480 placeholder, which
 #: would make the expected cost of the real photos too low.
 EXPECTED_PHOTO_SIZE_PX = (1024, 768)
+#: (width, height) in px the dry run assumes for a photo without a file from a crawl whose ``[crawl.fetcher]
+#: thumb_field`` is known (:func:`geoagent.image_files.expected_photo`), per Mapillary thumbnail field: the field's
+#: number is the width (Mapillary Graph API v4, api-notes section 6), 4:3 assumed as for
+#: :data:`EXPECTED_PHOTO_SIZE_PX`. ``thumb_original_url`` has no fixed size (the camera's own): 4000 x 3000 is
+#: assumed, 12 MP at 4:3, the still size of common phones (4032 x 3024) and action cameras (4000 x 3000) that
+#: Mapillary sequences are taken with. An assumption, not a bound: OpenAI's gpt-4o rule and Claude downscale such
+#: a photo (its bill is that of any large photo), Gemini bills it 258 per 768-px tile (24 tiles, 6,192 tokens),
+#: so a larger original costs more there.
+THUMB_PHOTO_SIZE_PX: dict[str, tuple[int, int]] = {
+    "thumb_256_url": (256, 192),
+    "thumb_1024_url": EXPECTED_PHOTO_SIZE_PX,
+    "thumb_2048_url": (2048, 1536),
+    "thumb_original_url": (4000, 3000),
+}
 
 
 class ImageNotFound(FileNotFoundError):
