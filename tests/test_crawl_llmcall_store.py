@@ -17,16 +17,20 @@ from geoagent.providers.base import ModelRequest
 from geoagent.providers.openai_compat import OpenAICompatProvider
 from geoagent.providers.settings import ProviderSettings
 from geoagent.runtime.http import HostPolicy, HttpClient
-from geoagent.runtime.store import open_campaign_state
 from geoagent.sandbox.llm_common import CALLS_KEY
 from geoagent.sandbox.llm_openai import make_app
 from geoagent.sandbox.server import serve
+from _state_backends import KINDS, open_state
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 
 MODEL = ModelConfig(name="auditor", provider="openai", model="sim-gpt", price_input_usd_per_mtok=1.0,
                     price_output_usd_per_mtok=4.0, max_output_tokens=100)
 
 
-def test_paid_answer_stored_with_its_settlement_and_not_asked_again(tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_paid_answer_stored_with_its_settlement_and_not_asked_again(tmp_path, kind, request):
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+
     async def main():
         app = make_app(faults=None, require_auth=False)
         async with serve(app) as base:
@@ -35,7 +39,7 @@ def test_paid_answer_stored_with_its_settlement_and_not_asked_again(tmp_path):
                                params={"max_tokens": 100})
             answers = []
             for _ in range(2):  # the second "run" opens the campaign state again, as a restart does
-                state = open_campaign_state("audit", root=tmp_path, cap_usd=10.0)
+                state = open_state(kind, url, "audit", tmp_path, cap_usd=10.0)
                 try:
                     async with HttpClient(default_policy=policy) as http:
                         prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt",

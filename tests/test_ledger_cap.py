@@ -1,4 +1,7 @@
-"""Cost ledger: hard cap under concurrency (coroutines and processes), settle/release/unknown, crash recovery."""
+"""Cost ledger: hard cap under concurrency (coroutines and processes), settle/release/unknown, crash recovery.
+
+Every test that uses the ledger's public interface runs against both backends (``spec``: SQLite file and
+Redis, :mod:`tests._state_backends`)."""
 
 from __future__ import annotations
 
@@ -9,20 +12,16 @@ import random
 
 import pytest
 
+from _state_backends import open_ledger, spec  # noqa: F401 - the two-backend fixture
 from geoagent.providers.base import Usage
 from geoagent.runtime.ledger import (
     BudgetExhausted,
-    CampaignDB,
-    Ledger,
     LedgerError,
     nano_to_usd,
     usd_to_nano,
 )
 from geoagent.runtime.stage import BudgetStop
-
-
-def open_ledger(path, cap_usd=None, **kw) -> Ledger:
-    return Ledger(CampaignDB(path), cap_usd, **kw)
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 
 
 def test_nano_rounding_is_exact_for_cap_arithmetic():
@@ -36,8 +35,8 @@ def test_nano_rounding_is_exact_for_cap_arithmetic():
         usd_to_nano(float("nan"))
 
 
-def test_settle_release_unknown_arithmetic(tmp_path):
-    led = open_ledger(tmp_path / "c.sqlite", 1.0)
+def test_settle_release_unknown_arithmetic(spec):
+    led = open_ledger(spec, 1.0)
     r1 = led.reserve("k1", 0.30, model="m")
     r2 = led.reserve("k2", 0.30)
     r3 = led.reserve("k3", 0.30)
@@ -71,19 +70,19 @@ def test_settle_release_unknown_arithmetic(tmp_path):
     led.db.close()
 
 
-def test_cap_persists_and_reopen_keeps_spend(tmp_path):
-    led = open_ledger(tmp_path / "c.sqlite", 2.0)
+def test_cap_persists_and_reopen_keeps_spend(spec):
+    led = open_ledger(spec, 2.0)
     led.settle(led.reserve("a", 0.5), Usage(1, 1), 0.4)
     led.db.close()
-    again = open_ledger(tmp_path / "c.sqlite")  # cap None: keep the stored one
+    again = open_ledger(spec)  # cap None: keep the stored one
     s = again.summary()
     assert s.cap_usd == 2.0 and s.spent_usd == pytest.approx(0.4) and s.calls == 1
     again.db.close()
 
 
-def test_cap_under_concurrency_coroutines(tmp_path):
+def test_cap_under_concurrency_coroutines(spec):
     """$1.00 left, 50 concurrent requests of worst case $0.05: at most 20 start before any settles."""
-    led = open_ledger(tmp_path / "c.sqlite", 3.0)
+    led = open_ledger(spec, 3.0)
     led.settle(led.reserve("earlier", 2.0), Usage(5, 5), 2.0)  # spent $2.00 of $3.00 -> $1.00 left
 
     async def main():
@@ -111,8 +110,8 @@ def test_cap_under_concurrency_coroutines(tmp_path):
     led.db.close()
 
 
-def _reserve_worker(path: str, barrier, n: int, out) -> None:
-    led = Ledger(CampaignDB(path), None, recover=False)
+def _reserve_worker(spec, barrier, n: int, out) -> None:
+    led = open_ledger(spec, None, recover=False)
     barrier.wait()
     got = 0
     for i in range(n):
@@ -125,14 +124,14 @@ def _reserve_worker(path: str, barrier, n: int, out) -> None:
     led.db.close()
 
 
-def test_cap_under_concurrency_processes(tmp_path):
-    """The same cap check holds across processes sharing the SQLite file (BEGIN IMMEDIATE)."""
-    path = str(tmp_path / "c.sqlite")
-    setup = open_ledger(path, 1.0)
+def test_cap_under_concurrency_processes(spec):
+    """The same cap check holds across processes sharing the SQLite file (BEGIN IMMEDIATE) or the Redis
+    server (one Lua script)."""
+    setup = open_ledger(spec, 1.0)
     ctx = mp.get_context("spawn")
     n_proc, per_proc = 5, 10
     barrier, out = ctx.Barrier(n_proc), ctx.Queue()
-    procs = [ctx.Process(target=_reserve_worker, args=(path, barrier, per_proc, out)) for _ in range(n_proc)]
+    procs = [ctx.Process(target=_reserve_worker, args=(spec, barrier, per_proc, out)) for _ in range(n_proc)]
     for p in procs:
         p.start()
     counts = [out.get(timeout=120) for _ in procs]
@@ -146,8 +145,8 @@ def test_cap_under_concurrency_processes(tmp_path):
     setup.db.close()
 
 
-def _crash_worker(path: str, n: int, hold, release_evt) -> None:
-    led = Ledger(CampaignDB(path), None, recover=False)
+def _crash_worker(spec, n: int, hold, release_evt) -> None:
+    led = open_ledger(spec, None, recover=False)
     for i in range(n):
         led.reserve(f"crash-{i}", 0.1)
     hold.set()
@@ -156,23 +155,22 @@ def _crash_worker(path: str, n: int, hold, release_evt) -> None:
     os._exit(0)  # die without closing anything, as a SIGKILL would
 
 
-def test_crash_recovery_converts_dead_owners_only(tmp_path):
-    path = str(tmp_path / "c.sqlite")
-    base = open_ledger(path, 5.0)
+def test_crash_recovery_converts_dead_owners_only(spec):
+    base = open_ledger(spec, 5.0)
     mine = base.reserve("mine", 0.2)  # this process is alive: never converted
     ctx = mp.get_context("spawn")
     # 1) a live worker holding 2 reservations
     hold, go = ctx.Event(), ctx.Event()
-    live = ctx.Process(target=_crash_worker, args=(path, 2, hold, go))
+    live = ctx.Process(target=_crash_worker, args=(spec, 2, hold, go))
     live.start()
     assert hold.wait(60)
-    second = open_ledger(path, None)
+    second = open_ledger(spec, None)
     assert second.recovered == 0  # the worker is alive
     assert second.summary().open_reservations == 3
     # 2) it dies with the reservations still open
     go.set()
     live.join(60)
-    third = open_ledger(path, None)
+    third = open_ledger(spec, None)
     assert third.recovered == 2
     s = third.summary()
     assert s.unknown_usd == pytest.approx(0.2) and s.unknown_calls == 2
@@ -183,7 +181,7 @@ def test_crash_recovery_converts_dead_owners_only(tmp_path):
     assert third.check_consistency() == []
     # recover_all converts open reservations of anyone else (single-daemon restart)
     other = base.reserve("x", 0.1)
-    fourth = open_ledger(path, None, recover_all=True)
+    fourth = open_ledger(spec, None, recover_all=True)
     assert fourth.recovered == 1 and fourth.summary().unknown_usd == pytest.approx(0.3)
     base.settle(other, Usage(1, 1), 0.01)  # a late settle replaces the unknown amount by the actual
     assert fourth.summary().unknown_usd == pytest.approx(0.2)
@@ -192,11 +190,11 @@ def test_crash_recovery_converts_dead_owners_only(tmp_path):
         led.db.close()
 
 
-def test_full_cost_three_times_cap_stops_within_cap(tmp_path):
+def test_full_cost_three_times_cap_stops_within_cap(spec):
     """Reserve/settle loop over work whose total cost is 3x the cap: spend stays <= cap, the rest is left."""
     rng = random.Random(5)
     cap = 1.0
-    led = open_ledger(tmp_path / "c.sqlite", cap)
+    led = open_ledger(spec, cap)
     worst = [rng.uniform(0.02, 0.06) for _ in range(1000)]
     actual = [w * rng.uniform(0.3, 1.0) for w in worst]
     # pick a prefix of work whose actual cost is 3x the cap

@@ -1,4 +1,6 @@
-"""Response store (put + settle in one transaction), results tables, export to Parquet/CSV, manifest."""
+"""Response store (put + settle in one transaction), results tables, export to Parquet/CSV, manifest.
+
+The ``state`` tests run against both campaign-state backends (SQLite file, Redis: :mod:`tests._state_backends`)."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from geoagent.providers.base import ModelResponse, Usage, request_key
 from geoagent.runtime.export import export_all, export_table
 from geoagent.runtime.ledger import LedgerError, Reservation
 from geoagent.runtime.manifest import PROMPTS_DIR, Manifest, prompt_hashes, read_manifest
-from geoagent.runtime.store import open_campaign_state
+from _state_backends import KINDS, open_state
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 
 
-@pytest.fixture
-def state(tmp_path):
-    st = open_campaign_state("c1", root=tmp_path / "state", cap_usd=1.0)
+@pytest.fixture(params=KINDS)
+def state(request, tmp_path):
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    st = open_state(request.param, url, "c1", tmp_path / "state", cap_usd=1.0)
     yield st
     st.close()
 

@@ -359,7 +359,8 @@ def open_campaign_state(
     recover: bool = True,
     recover_all: bool = False,
     synchronous: str = "NORMAL",
-) -> CampaignState:
+    redis_url: str | None = None,
+) -> Any:
     """Open ``<state root>/<campaign>/campaign.sqlite`` and return its ledger and store.
 
     Parameters
@@ -373,8 +374,22 @@ def open_campaign_state(
         The budget cap to record (None keeps the stored one).
     recover, recover_all : bool
         Crash recovery of open reservations, see :class:`geoagent.runtime.ledger.Ledger`.
+    redis_url : str, optional
+        Keep the ledger and the store on this Redis server instead (shared by machines,
+        :func:`geoagent.runtime.redis_state.open_redis_campaign_state`; a secret, never logged); the state
+        folder above stays this machine's (manifest, plan keys, progress).
+
+    Returns
+    -------
+    CampaignState or geoagent.runtime.redis_state.RedisCampaignState
+        Both have ``ledger``, ``store``, ``db`` (job thread: ``run``/``submit``), ``state_dir`` and ``close``.
     """
     directory = state_root(root) / safe_name(campaign, what="campaign name")
+    if redis_url is not None:
+        from geoagent.runtime.redis_state import open_redis_campaign_state
+
+        return open_redis_campaign_state(redis_url, campaign, directory, cap_usd=cap_usd, recover=recover,
+                                         recover_all=recover_all)
     db = CampaignDB(directory / C.CAMPAIGN_DB, synchronous=synchronous)
     try:
         ledger = Ledger(db, cap_usd, recover=recover, recover_all=recover_all)

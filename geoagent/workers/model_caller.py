@@ -742,6 +742,17 @@ async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float
     """
 
     def job() -> tuple[Any, Any]:
+        guarded = getattr(ledger, "reserve_guarded", None)
+        if guarded is not None:  # the three checks in one atomic step (Redis: no transaction spans them)
+            try:
+                got = guarded(key, worst_usd, model=model_name)
+            except BudgetExhausted as exc:
+                return None, exc
+            if got == "elsewhere":
+                return None, _ELSEWHERE
+            if got == "stored":  # stored responses are never removed
+                return store.get(key), None
+            return None, got
         cached = store.get(key)
         if cached is not None:
             return cached, None

