@@ -228,15 +228,16 @@ def _cmd_dead(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from geoagent.engine import load_kind
-    from geoagent.runtime.store import open_campaign_state
+    from geoagent.runtime.backend import open_state, state_exists, uses_redis
     from geoagent.status import queue_counts
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
-    if not Path(cfg.state_dir()).is_dir():  # never run: opening the state would create an empty campaign
+    if not Path(cfg.state_dir()).is_dir() and not (uses_redis(cfg) and state_exists(cfg)):
+        # never run (here, nor on the shared Redis): opening the state would create an empty campaign
         print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}): nothing to export", file=sys.stderr)
         return 1
-    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
+    with open_state(cfg, recover=False) as state:
         tables = load_kind(cfg.campaign.kind).export(cfg, state.store)  # what the campaign kind calls results
     for t in tables:
         print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")

@@ -610,6 +610,27 @@ class ImagesSection(_Section):
     missing: Literal["error", "placeholder"] = "error"
 
 
+class BackendSection(_Section):
+    """``[backend]``: where the queues and the ledger/store live (:mod:`geoagent.runtime.backend`).
+
+    ``kind = "sqlite"`` (default): files under ``[paths]``, shared by the processes of one machine.
+    ``kind = "redis"``: Redis Streams queues and the ledger/store on one Redis server shared by machines; its
+    URL is read from the environment variable named by ``url_env`` (default ``GEOAGENT_REDIS_URL``), never
+    from this file (a URL may hold a password).
+    """
+
+    kind: Literal["sqlite", "redis"] = "sqlite"
+    url_env: str = "GEOAGENT_REDIS_URL"
+
+    @field_validator("url_env")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("the NAME of an environment variable (letters, digits, _), not a URL: the URL may "
+                             "hold a password and stays out of campaign files")
+        return v
+
+
 # ------------------------------------------------------------------------------------------------
 # task-section registry
 # ------------------------------------------------------------------------------------------------
@@ -649,6 +670,7 @@ class CampaignConfig(_Section):
     models: list[ModelConfig] = Field(default_factory=list)
     hosts: dict[str, HostSection] = Field(default_factory=dict)
     queue: QueueSection = QueueSection()
+    backend: BackendSection = BackendSection()
     #: task tables (``geoverify``, ``geohint``, ``crawl`` and registered names), raw as read
     tasks: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: where the config came from (file path or ``<dict>``), for error messages and the manifest
@@ -805,7 +827,7 @@ _EXPECTED = {
     "missing": "a value (required key is missing)",
     "extra_forbidden": "no such key (unknown key)",
 }
-_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers"}  # may hold a pasted key (params: its messages say what they show)
+_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers", "url_env"}  # may hold a pasted key (params: its messages say what they show)
 
 
 #: ``[images]`` is a registered section: validated at load, absent = its defaults (also in drift checks)
@@ -1028,6 +1050,11 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                 f"{source}: models[{i}].api_key_env: not set for model {m.name!r} on paid host {m.host}: its calls "
                 "go out without a key (a server that needs one answers 401 and the model stops); name the key's "
                 "variable in api_key_env", ConfigWarning, stacklevel=2)
+    if cfg.backend.kind == "redis":  # what is not shared between machines yet: said, not hidden
+        from geoagent.runtime.backend import redis_limits
+
+        for text in redis_limits(cfg):
+            warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     ceiling = cfg.queue.task_timeout_s
     for i, m in enumerate(cfg.models):
         if ceiling is not None and m.provider not in ("replay", "simulated") and float(m.timeout_s) > ceiling:
@@ -1533,6 +1560,7 @@ def config_sha256(cfg: CampaignConfig) -> str:
     data = resolved_dict(cfg)
     data.pop("paths", None)
     data.pop("source", None)
+    data.pop("backend", None)  # where the work is kept changes no call or result (and older hashes stay valid)
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 

@@ -254,9 +254,9 @@ def geohint_table1_text(cfg: Any) -> str:
     from geoagent.geohint.stages import scored_scope
     from geoagent.report.geohint import default_conditions, legend_for, render_text, table1
     from geoagent.runtime.scope import read_plan_keys
-    from geoagent.runtime.store import open_campaign_state
+    from geoagent.runtime.backend import open_state
 
-    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
+    with open_state(cfg, recover=False) as state:
         s = settings_of(cfg)
         agg = aggregate_from_store(state.store, echo_rule=s.echo_rule, regime_threshold=s.regime_threshold,
                                    scope=scored_scope(read_plan_keys(cfg.state_dir())))

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import importlib
 import json
 import logging
@@ -692,6 +693,10 @@ def check_state_matches_queues(cfg: Any) -> None:
             f"this name, and {getattr(cfg, 'source', 'this file')} is a {kind} campaign; give it its own "
             "[campaign] name (its queues, spend and results would otherwise mix with the other's)"
         )
+    from geoagent.runtime.backend import uses_redis
+
+    if uses_redis(cfg):  # queues and ledger/store live together on the Redis server
+        return
     if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
         raise ValueError(
             f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
@@ -737,7 +742,12 @@ def check_queues_state_root(cfg: Any, *, record: bool = False) -> None:
         Naming the queues folder, the recorded state folder, this run's, and the fixes.
     """
     from geoagent.files import atomic_write_text
+    from geoagent.runtime.backend import uses_redis
 
+    if uses_redis(cfg):
+        # Redis queues have no folder to record in; each machine has its own state folder by design, and leases
+        # expire on the server's clock (no start-up hand-back of live leases)
+        return
     qdir = Path(cfg.queues_root()) / cfg.name
     here = Path(cfg.state_dir()).resolve()
     path = qdir / C.QUEUES_STATE_FILE
@@ -1086,8 +1096,11 @@ def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
     those :func:`~geoagent.runtime.sqlite_queue.lease_owner` ids (processes whose owner lock was free:
     :func:`run_lock`), while other processes of the campaign go on with theirs.
     """
+    from geoagent.runtime.backend import uses_redis
     from geoagent.runtime.sqlite_queue import SQLiteQueue
 
+    if uses_redis(cfg):  # a Redis lease expires on the server after its visibility timeout: nothing to hand back
+        return 0
     folder = Path(cfg.queues_root()) / cfg.name
     n = 0
     for f in sorted(folder.glob("*.sqlite")) if folder.is_dir() else []:
@@ -1138,7 +1151,7 @@ async def open_services(
     from geoagent.providers.base import provider_class
     from geoagent.runtime.hostshare import HostShare, board_path
     from geoagent.runtime.http import HttpClient
-    from geoagent.runtime.store import open_campaign_state
+    from geoagent.runtime.backend import open_state, redis_url
 
     from geoagent.secrets import SecretNotFound, missing_api_keys, missing_keys_message
     from geoagent.workers.model_caller import AUTH_BREAKER_SERVICE, AuthBreaker
@@ -1146,8 +1159,8 @@ async def open_services(
     missing = missing_api_keys(cfg, dotenv_path=dotenv_path)
     if missing and require_keys:  # every missing variable at once, before anything is opened
         raise SecretNotFound(missing_keys_message(missing, dotenv_path=dotenv_path))
-    state = open_campaign_state(cfg.name, root=cfg.state_root(), cap_usd=None if dry_run else cfg.budget.cap_usd,
-                                recover=not dry_run)
+    url = redis_url(cfg, dotenv_path=dotenv_path)  # [backend] kind = "redis": queues and state on that server
+    state = open_state(cfg, cap_usd=None if dry_run else cfg.budget.cap_usd, recover=not dry_run)
     contact = getattr(cfg.campaign, "contact", None) or "set [campaign] contact"
     # per-host policies, each model's own limit key on its host (providers limit per model) and host ceilings
     http = HttpClient(**http_limits(cfg), user_agent=f"geoagent/{__version__} ({contact})")
@@ -1168,6 +1181,7 @@ async def open_services(
                     "providers": providers,
                     "state_dir": cfg.state_dir(),
                     "queues_root": cfg.queues_root(),
+                    "open_queue": functools.partial(_open_queue, cfg, url),
                     "missing_api_keys": missing,
                     AUTH_BREAKER_SERVICE: AuthBreaker(),
                 },
@@ -1314,13 +1328,15 @@ def discard_unstarted_state(cfg: Any, created: Sequence[Path]) -> bool:
     import fcntl
     import shutil
 
+    from geoagent.runtime.backend import uses_redis
+
     if not created:
         return False
     state_dir = Path(created[0])
     qdir = Path(cfg.queues_root()) / cfg.name
 
     def started() -> bool:
-        return qdir.is_dir() and any(qdir.glob("*.sqlite"))
+        return _has_queues(cfg) if uses_redis(cfg) else qdir.is_dir() and any(qdir.glob("*.sqlite"))
 
     if started() or not state_dir.is_dir():
         return False
@@ -1379,7 +1395,10 @@ async def _run(
     if not watch:
         plan = _refuse_empty_first_plan(cfg, kind, plan)
     check_queues_state_root(cfg, record=True)
-    queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), **cfg.queue_options())
+    from geoagent.runtime.backend import redis_url
+
+    queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), redis_url=redis_url(cfg),
+                              **cfg.queue_options())
     try:
         # the plan is streamed into the queue in chunks, so a campaign of millions of requests never
         # holds them all in memory (kinds may return a list or a generator)
@@ -1878,6 +1897,18 @@ async def enqueue_new(plan: Iterable[Message], queue: Any, *,
     return n, added, by_model
 
 
+def _open_queue(cfg: Any, url: str | None, edge: str) -> Any:
+    """The queue of ``edge`` on the campaign's backend (the ``open_queue`` service: Redis when ``url``, else the
+    SQLite file under ``cfg.queues_root()``)."""
+    if url is not None:
+        from geoagent.runtime.redis_queue import open_redis_queue
+
+        return open_redis_queue(url, cfg.name, edge, **cfg.queue_options())
+    from geoagent.runtime.queue import open_queue
+
+    return open_queue(cfg.queues_root(), cfg.name, edge, **cfg.queue_options())
+
+
 async def settle_pending_ledger_writes(ledger: Any) -> None:
     """Wait until every ledger write queued so far on the campaign database's thread has committed.
 
@@ -1933,7 +1964,14 @@ _NOTHING = object()
 
 
 def _has_queues(cfg: Any) -> bool:
-    """Whether campaign ``cfg`` has queue files (it ran before), under ``queues/<campaign>/``."""
+    """Whether campaign ``cfg`` has queue files (it ran before), under ``queues/<campaign>/``; on Redis
+    (``[backend] kind = "redis"``): whether a queue of one of its edges exists on the server."""
+    from geoagent.runtime.backend import redis_edges, uses_redis
+
+    if uses_redis(cfg):
+        from geoagent.status import pipeline_edges
+
+        return bool(redis_edges(cfg, pipeline_edges(cfg)))
     qdir = Path(cfg.queues_root()) / cfg.name
     return qdir.is_dir() and any(qdir.glob("*.sqlite"))
 

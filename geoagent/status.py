@@ -77,8 +77,22 @@ def pipeline_stages(cfg: Any) -> list[tuple[str, str, str | None]]:
     return [(s.name, s.input_edge, s.output_edge) for s in stages]
 
 
-def _queue_files(cfg: Any) -> list[Path]:
-    """The campaign's queue files, in pipeline order (files of edges no stage names last, alphabetically)."""
+class _RedisEdge:
+    """A queue of a ``[backend] kind = "redis"`` campaign, where :func:`_queue_files` lists a file (``stem``: edge)."""
+
+    __slots__ = ("stem",)
+
+    def __init__(self, edge: str) -> None:
+        self.stem = edge
+
+
+def _queue_files(cfg: Any) -> list[Any]:
+    """The campaign's queue files, in pipeline order (files of edges no stage names last, alphabetically); on
+    Redis, the pipeline's edges that have a queue on the server (:class:`_RedisEdge`, in pipeline order)."""
+    from geoagent.runtime.backend import redis_edges, uses_redis
+
+    if uses_redis(cfg):
+        return [_RedisEdge(e) for e in redis_edges(cfg, pipeline_edges(cfg))]
     folder = Path(cfg.queues_root()) / cfg.name
     files = sorted(folder.glob("*.sqlite")) if folder.is_dir() else []
     order = {e: i for i, e in enumerate(pipeline_edges(cfg))} if files else {}
@@ -105,6 +119,10 @@ def _open(cfg: Any, path: Path, *, write: bool = False) -> Any:
     version as it is (:class:`~geoagent.runtime.sqlite_queue.SQLiteQueue` ``migrate``), ``write=True`` upgrades it."""
     from geoagent.runtime.sqlite_queue import SQLiteQueue
 
+    if isinstance(path, _RedisEdge):
+        from geoagent.runtime.backend import SyncRedisQueue, redis_url
+
+        return SyncRedisQueue(redis_url(cfg), cfg.name, path.stem, **cfg.queue_options())
     return SQLiteQueue.open(cfg.queues_root(), cfg.name, path.stem, migrate=write, **cfg.queue_options())
 
 
@@ -152,8 +170,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``),
     ``queues_dir`` (the absolute folder its queue files are looked for in) and ``roots_relative`` (whether that
     folder depends on the working directory)."""
-    from geoagent.runtime.store import open_campaign_state
-
+    from geoagent.runtime.backend import open_state, state_exists
     from geoagent.runtime.queue import SUPERSEDED
 
     queues: dict[str, QueueCounts] = {}
@@ -175,9 +192,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             q.close_sync()
     spend = None
     answered: dict[str, int] = {}
-    db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
-    if db.is_file():
-        with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
+    if state_exists(cfg):
+        with open_state(cfg, recover=False) as state:
             spend = state.ledger.summary().to_json()
             spend["by_model"] = state.ledger.spend_by_model()
             answered = state.store.count_responses_by_model()
@@ -738,17 +754,18 @@ def run_baseline(cfg: Any) -> tuple[int, int]:
     """``(model calls settled, request tasks done)`` of a campaign before a run; ``(0, 0)`` when it has no
     state yet (nothing is created). The run's summary subtracts them to tell this run's new calls from the
     stored answers it reused."""
-    from geoagent.runtime.store import open_campaign_state
+    from geoagent.runtime.backend import open_state, redis_edges, state_exists, uses_redis
 
     calls = done = 0
-    db = Path(cfg.state_dir()) / C.CAMPAIGN_DB
-    if db.is_file():
-        with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as state:
+    if state_exists(cfg):
+        with open_state(cfg, recover=False) as state:
             calls = state.ledger.summary().calls
     from geoagent.runtime.sqlite_queue import queue_path
 
-    qfile = Path(queue_path(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS))
-    if qfile.is_file():
+    qfile: Any = Path(queue_path(cfg.queues_root(), cfg.name, C.EDGE_REQUESTS))
+    if uses_redis(cfg):
+        qfile = _RedisEdge(C.EDGE_REQUESTS) if redis_edges(cfg, [C.EDGE_REQUESTS]) else None
+    if qfile is not None and (isinstance(qfile, _RedisEdge) or qfile.is_file()):
         q = _open(cfg, qfile)
         try:
             done = q.counts_sync().done

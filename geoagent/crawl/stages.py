@@ -515,10 +515,14 @@ class CityScreenerStage(_CrawlStage):
         source = getattr(cfg, "source", None)
         watch = svc.settings.watch or bool(ctx.services.get("watch"))
         if watch and source and Path(str(source)).is_file():
-            from geoagent.runtime.queue import open_queue
+            opener = ctx.services.get("open_queue")  # the campaign's backend (engine), else a SQLite file
+            if opener is not None:
+                self._watch_queue = opener(C.EDGE_CITIES)
+            else:
+                from geoagent.runtime.queue import open_queue
 
-            root = ctx.services.get("queues_root") or paths.queues_root()
-            self._watch_queue = open_queue(root, ctx.campaign, C.EDGE_CITIES)
+                root = ctx.services.get("queues_root") or paths.queues_root()
+                self._watch_queue = open_queue(root, ctx.campaign, C.EDGE_CITIES)
             # cities planned while watching count in the run's "planned N cities"
             added = ctx.services.setdefault(C.SERVICE_PLANNED_DURING_RUN, [0])
 

@@ -86,14 +86,21 @@ def upstream_map(stages: Sequence[Stage]) -> dict[str, list[str]]:
 
 
 def open_edge_queues(
-    queues_root: str | Path, campaign: str, stages: Sequence[Stage], **queue_options: Any
+    queues_root: str | Path, campaign: str, stages: Sequence[Stage], *, redis_url: str | None = None,
+    **queue_options: Any
 ) -> dict[str, WorkQueue]:
-    """Open (creating if needed) the queue of every edge any stage reads or writes."""
+    """Open (creating if needed) the queue of every edge any stage reads or writes: SQLite files under
+    ``queues_root``, or Redis Streams queues on the server at ``redis_url`` (a secret; ``[backend] kind =
+    "redis"``, :func:`geoagent.runtime.redis_queue.open_redis_queue`; call inside the running event loop)."""
     edges: list[str] = []
     for s in stages:
         for e in (s.input_edge, s.output_edge):
             if e and e not in edges:
                 edges.append(e)
+    if redis_url is not None:
+        from geoagent.runtime.redis_queue import open_redis_queue
+
+        return {e: open_redis_queue(redis_url, campaign, e, **queue_options) for e in edges}
     return {e: open_queue(queues_root, campaign, e, **queue_options) for e in edges}
 
 

@@ -245,7 +245,7 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 #: config sections whose change between runs does not alter planned work (cap raised after "budget
 #: exhausted", data roots moved, the file renamed)
-_DRIFT_IGNORED = ("budget", "paths", "source")
+_DRIFT_IGNORED = ("budget", "paths", "source", "backend")
 
 #: keys of task sections that never reach a model call or the planned work: they only choose how the stored
 #: answers are scored and reported (echo rule, slope p-value reference, regime threshold, permutation flips,

@@ -1,0 +1,236 @@
+"""Where a campaign keeps its queues and its ledger/store: the ``[backend]`` table of the campaign file.
+
+``kind = "sqlite"`` (default): queue files under ``queues/<campaign>/`` and ``state/<campaign>/campaign.sqlite``,
+shared by the processes of one machine. ``kind = "redis"``: the queues on Redis Streams
+(:mod:`geoagent.runtime.redis_queue`) and the ledger and response store on the same Redis
+(:mod:`geoagent.runtime.redis_state`), shared by every machine that reaches the server; each machine keeps its
+own state folder for its files (manifest, plan keys, progress, run lock, the host-share board).
+
+The server's URL is read from the environment variable named by ``url_env`` (default ``GEOAGENT_REDIS_URL``;
+``.env`` too, like API keys). A URL may carry a password: it is handled as a secret (:class:`geoagent.secrets.Secret`:
+scrubbed from logs and from the errors raised here), never written to the manifest or any state file.
+
+What Redis does not share yet (:func:`redis_limits`, printed as warnings when a run starts): provider rate
+limits and concurrency are shared by the processes of one machine only (the host-share board is a SQLite file
+in each machine's state folder), so N machines may together send N times a model's limit; the record tying a
+queue folder to its state folder (``state_root.json``) does not exist; the dry run and ``status``'s per-plan
+figures read local queue files, so on Redis they count from the response store instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from geoagent import constants as C
+
+#: the default variable holding the Redis URL
+DEFAULT_URL_ENV = "GEOAGENT_REDIS_URL"
+
+
+class BackendError(ValueError):
+    """The ``[backend]`` table cannot be used as written (variable unset, URL malformed, server unreachable); the
+    message names the key and never the URL or its password. A ValueError, so the CLI prints it as one
+    ``error:`` line (exit 2)."""
+
+
+def uses_redis(cfg: Any) -> bool:
+    """Whether campaign ``cfg`` keeps its queues and state on Redis (``[backend] kind = "redis"``)."""
+    backend = getattr(cfg, "backend", None)
+    return getattr(backend, "kind", "sqlite") == "redis"
+
+
+def redis_url(cfg: Any, *, dotenv_path: str | Path | None = None) -> str | None:
+    """The Redis URL of a ``kind = "redis"`` campaign (from the variable ``[backend] url_env``), else None.
+
+    The URL and its password are registered as secrets (:func:`geoagent.secrets.redact` scrubs them from any
+    text from now on).
+
+    Raises
+    ------
+    BackendError
+        The variable is not set (or blank), or its value is not a ``redis://``/``rediss://``/``unix://`` URL.
+    """
+    if not uses_redis(cfg):
+        return None
+    from geoagent.secrets import Secret, lookup_secret
+
+    name = cfg.backend.url_env
+    try:
+        secret = lookup_secret(name, dotenv_path=dotenv_path, local=True)
+    except ValueError:
+        raise BackendError(f"{cfg.source}: [backend] url_env: variable {name} holds control characters (line "
+                           "break, tab, NUL); the value is not shown (it may hold a password)") from None
+    if secret is None:
+        raise BackendError(f"{cfg.source}: [backend] kind = \"redis\" but the variable {name} named by "
+                           f"[backend] url_env is not set (in the environment or .env): set it to the server's "
+                           f"URL, e.g. redis://host:6379/0")
+    url = secret.reveal()
+    parts = urlsplit(url)
+    if parts.password and len(parts.password) >= 4:
+        Secret(parts.password, name)  # remembered: redact() scrubs the password alone too
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise BackendError(f"{cfg.source}: [backend] url_env: variable {name} does not hold a redis://, rediss:// "
+                           "or unix:// URL (the value is not shown: it may hold a password)")
+    return url
+
+
+def scrub(text: str, url: str | None) -> str:
+    """``text`` with the URL and its password replaced by ``***`` (for messages about a failed connection)."""
+    from geoagent.secrets import redact
+
+    if not url:
+        return redact(text)
+    extra = [url]
+    password = urlsplit(url).password
+    if password:
+        extra.append(password)
+    return redact(text, extra)
+
+
+def redis_limits(cfg: Any) -> list[str]:
+    """Warning lines for what a ``kind = "redis"`` campaign does not share between machines yet ([] for SQLite)."""
+    if not uses_redis(cfg):
+        return []
+    return [
+        "[backend] kind = \"redis\": queues, spend and answers are shared by every machine, but provider rate "
+        "limits and concurrency are per machine (each machine's host-share board): N machines may send up to N "
+        "times a model's limits; divide them in [[models]] / [hosts] per machine",
+        "[backend] kind = \"redis\": the dry run's count of work already queued and status's answers per "
+        "planned model read local queue files; on Redis the dry run estimates the whole plan (answers already "
+        "stored still cost nothing) and status counts answers from the response store",
+    ]
+
+
+# ------------------------------------------------------------------------------------------------
+# campaign state and queues of either backend
+# ------------------------------------------------------------------------------------------------
+
+
+def open_state(cfg: Any, **options: Any) -> Any:
+    """:func:`geoagent.runtime.store.open_campaign_state` of campaign ``cfg`` on its backend; ``options`` as there
+    (``cap_usd``, ``recover``, ``recover_all``). Raises :class:`BackendError` like :func:`redis_url`, and a
+    connection error with the URL scrubbed."""
+    from geoagent.runtime.store import open_campaign_state
+
+    url = redis_url(cfg)
+    if url is None:
+        return open_campaign_state(cfg.name, root=cfg.state_root(), **options)
+    try:
+        return open_campaign_state(cfg.name, root=cfg.state_root(), redis_url=url, **options)
+    except Exception as exc:  # noqa: BLE001 - a Redis error re-raised with the URL scrubbed
+        err = _scrubbed(exc, url)
+        if err is exc:
+            raise
+        raise err from None
+
+
+def _scrubbed(exc: BaseException, url: str) -> BaseException:
+    """A Redis or OS error as a :class:`BackendError` whose message has the URL and password scrubbed; any other
+    exception as it is."""
+    try:
+        from redis.exceptions import RedisError
+    except ImportError:  # pragma: no cover - redis-py is needed for kind = "redis" anyway
+        RedisError = OSError  # noqa: N806
+    if not isinstance(exc, (RedisError, OSError)):
+        return exc
+    text = scrub(f"{type(exc).__name__}: {exc}", url)
+    return BackendError(f"the Redis server named by [backend] url_env cannot be used: {text}")
+
+
+def state_exists(cfg: Any) -> bool:
+    """Whether the campaign has a ledger/store yet (SQLite: the file; Redis: its totals on the server). Creates
+    nothing."""
+    url = redis_url(cfg)
+    if url is None:
+        return (Path(cfg.state_dir()) / C.CAMPAIGN_DB).is_file()
+    from geoagent.runtime.redis_state import redis_client, state_prefix
+
+    client = redis_client(url)
+    try:
+        return bool(client.exists(state_prefix(cfg.name) + "totals", state_prefix(cfg.name) + "rid"))
+    except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+        raise _scrubbed(exc, url) from None
+    finally:
+        client.close()
+
+
+def redis_edges(cfg: Any, edges: Sequence[str]) -> list[str]:
+    """Those of ``edges`` that have a queue on the campaign's Redis server (a task was ever put), in order."""
+    url = redis_url(cfg)
+    if url is None:
+        return []
+    from geoagent.runtime.redis_queue import key_prefix
+    from geoagent.runtime.redis_state import redis_client
+
+    client = redis_client(url)
+    try:
+        return [e for e in edges if client.exists(key_prefix(cfg.name, e) + "payload")]
+    except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+        raise _scrubbed(exc, url) from None
+    finally:
+        client.close()
+
+
+class SyncRedisQueue:
+    """The synchronous look of :class:`geoagent.runtime.sqlite_queue.SQLiteQueue` that ``status`` and ``dead`` use
+    (``counts_sync``, ``dead_letters_sync``, ``dead_keys_sync``, ``requeue_dead_sync``, ``close_sync``), for a
+    Redis Streams queue: each call opens the queue on its own event loop in a helper thread (so it also works
+    when called from a running loop), runs, and closes it.
+
+    Parameters
+    ----------
+    url : str
+        The server's URL (secret).
+    campaign, edge : str
+    **options
+        As for :func:`geoagent.runtime.redis_queue.open_redis_queue`.
+    """
+
+    def __init__(self, url: str, campaign: str, edge: str, **options: Any) -> None:
+        self._url, self.campaign, self.name, self._options = url, campaign, edge, options
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        from geoagent.runtime.redis_queue import open_redis_queue
+
+        async def main() -> Any:
+            queue = open_redis_queue(self._url, self.campaign, self.name, **self._options)
+            try:
+                return await fn(queue)
+            finally:
+                await queue.close()
+
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = asyncio.run(main())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name=f"redis-queue-{self.name}")
+        thread.start()
+        thread.join()
+        if "error" in box:
+            err = _scrubbed(box["error"], self._url)
+            raise err from (None if err is not box["error"] else err.__cause__)
+        return box["value"]
+
+    def counts_sync(self) -> Any:
+        return self._call(lambda q: q.counts())
+
+    def dead_letters_sync(self, limit: int = 100) -> Any:
+        return self._call(lambda q: q.dead_letters(limit))
+
+    def dead_keys_sync(self, reason_prefix: str = "") -> Any:
+        return self._call(lambda q: q.dead_keys(reason_prefix))
+
+    def requeue_dead_sync(self, keys: Sequence[str] | None = None) -> int:
+        return self._call(lambda q: q.requeue_dead(keys))
+
+    def close_sync(self) -> None:
+        return None

@@ -1,0 +1,123 @@
+"""``[backend]``: a campaign chooses where its queues and ledger/store live (:mod:`geoagent.runtime.backend`).
+
+Before: a campaign could only use SQLite files; the Redis queue and state existed but no config reached them.
+Checked here: the table's validation (errors name the key, never echo a URL), the URL read from the variable
+``url_env`` names and kept out of every file and message, and a whole ``generic`` campaign run, inspected
+(``status``, ``dead``) and exported through the CLI on a password-protected redis-server, leaving no queue file
+and no ``campaign.sqlite`` on the machine."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from _model_harness import generic_campaign, model_table
+from geoagent.config import ConfigError, ConfigWarning, config_from_dict, config_sha256, load_config
+from test_queue_contract import RedisServer, _redis_binary
+
+PASSWORD = "pw-" + "Zq8" * 6  # what a URL's password looks like; must never surface
+
+
+def _doc(**backend) -> dict:
+    doc = {"campaign": {"name": "b1", "kind": "generic"}, "budget": {"cap_usd": 1.0}}
+    if backend:
+        doc["backend"] = backend
+    return doc
+
+
+def test_backend_table_is_validated_naming_the_key_and_never_echoing_a_url():
+    assert config_from_dict(_doc()).backend.kind == "sqlite"
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(_doc(kind="mysql", url_env=f"redis://:{PASSWORD}@h:6379/0", url="x"))
+    text = str(ei.value)
+    assert "backend.kind: expected one of 'sqlite' or 'redis', got 'mysql'" in text
+    assert "backend.url_env: expected the NAME of an environment variable" in text
+    assert "backend.url: unknown key (did you mean 'url_env'?)" in text
+    assert PASSWORD not in text
+
+
+def test_backend_changes_no_config_hash_and_warns_what_is_not_shared():
+    plain = config_from_dict(_doc())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        redis = config_from_dict(_doc(kind="redis", url_env="MY_REDIS"))
+    assert config_sha256(plain) == config_sha256(redis)  # the same calls and results: no drift, old hashes hold
+    lines = [str(w.message) for w in seen if issubclass(w.category, ConfigWarning)]
+    assert any("rate limits and concurrency are per machine" in s for s in lines)
+
+
+@pytest.fixture(scope="module")
+def secured_redis(tmp_path_factory):
+    """A redis-server that requires a password (set after start: the helper's readiness ping has none); yields
+    its URL with the password in it."""
+    import redis
+
+    server = RedisServer(_redis_binary(), tmp_path_factory.mktemp("redis-pw"), "--appendonly", "no")
+    server.start()
+    try:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        client.config_set("requirepass", PASSWORD)
+        client.close()
+        yield f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
+    finally:
+        server.stop()
+
+
+def _redis_campaign(tmp_path: Path, name: str, n: int = 20) -> Path:
+    p = generic_campaign(tmp_path, name=name, n=n, models=model_table("m"), cap_usd=1.0)
+    p.write_text(p.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+    return p
+
+
+def _cli(args: list[str], capsys) -> tuple[int, str]:
+    from geoagent.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        rc = main(args)
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def test_unset_variable_or_unreachable_server_refuse_with_the_key_and_no_secret(tmp_path, monkeypatch, capsys):
+    cfg_path = _redis_campaign(tmp_path, "b2")
+    monkeypatch.delenv("GA_TEST_REDIS", raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env of the repository
+    rc, text = _cli(["run", str(cfg_path)], capsys)
+    assert rc == 2 and "[backend] url_env" in text and "GA_TEST_REDIS" in text and "is not set" in text
+    assert not (tmp_path / "state").exists() and not (tmp_path / "queues").exists()
+    monkeypatch.setenv("GA_TEST_REDIS", f"redis://:{PASSWORD}@127.0.0.1:1/0")  # nothing listens on port 1
+    for command in ("run", "status", "export"):
+        rc, text = _cli([command, str(cfg_path)], capsys)
+        assert rc == 2 and "cannot be used" in text and PASSWORD not in text, (command, text)
+    monkeypatch.setenv("GA_TEST_REDIS", f"http://u:{PASSWORD}@h/")
+    rc, text = _cli(["status", str(cfg_path)], capsys)
+    assert rc == 2 and "does not hold a redis://" in text and PASSWORD not in text
+
+
+def test_campaign_runs_and_is_read_and_exported_on_redis_with_no_local_queue_or_ledger(
+        tmp_path, monkeypatch, capsys, secured_redis):
+    cfg_path = _redis_campaign(tmp_path, "b3", n=20)
+    monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
+    rc, text = _cli(["run", str(cfg_path)], capsys)
+    assert rc == 0, text
+    assert "complete" in text and "calls 20" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        cfg = load_config(cfg_path)
+    assert not (tmp_path / "queues").exists()  # the queues are on the server
+    assert not (cfg.state_dir() / "campaign.sqlite").exists()  # so are the ledger and the store
+    rc, text = _cli(["status", str(cfg_path)], capsys)
+    assert rc == 0 and "done       20" in text and "calls 20" in text and "campaign complete" in text, text
+    rc, text = _cli(["dead", str(cfg_path)], capsys)
+    assert rc == 0 and "no dead-lettered work" in text
+    rc, text = _cli(["export", str(cfg_path)], capsys)
+    assert rc == 0 and "model_responses: 20 rows" in text, text
+    # a second run finds every answer stored on the server: no new call
+    rc, text = _cli(["run", str(cfg_path)], capsys)
+    assert rc == 0 and "0 new model calls" in text, text
+    for f in (tmp_path / "state").rglob("*"):  # the URL's password is in no file the runs wrote
+        if f.is_file():
+            assert PASSWORD.encode() not in f.read_bytes(), f
