@@ -1,0 +1,111 @@
+"""Scale-out across machines, end to end: one campaign (``[backend] kind = "redis"``) run by two
+``python run.py run CONFIG`` processes at once, each with its own state folder (as two machines have), against
+one redis-server and one OpenAI-compatible fake in a process of its own (its call log outlives every kill).
+
+One process is SIGKILLed mid-run; the other goes on (it takes the killed one's leases after their visibility
+timeout and its open reservations once its pid is gone), and the killed one is run again. Checked against the
+fake's call log and the shared ledger: the campaign ends complete; every request key has exactly one settled
+reservation and one stored answer (settled calls == distinct request keys == planned requests); no request was
+sent after its answer was stored; a call cut by the kill is counted as unknown-outcome spend; nothing stays
+reserved; spend stays under the cap."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from _crash_harness import ModelFake
+from _model_harness import generic_campaign, model_table
+from geoagent.runtime.redis_state import open_redis_campaign_state, state_prefix
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
+
+REPO = Path(__file__).resolve().parents[1]
+N = 60
+
+
+def _env(redis: str, state_root: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "GA_TEST_REDIS": redis, "GA_FAKE_KEY": "local-fake-key",
+            "GEOAGENT_STATE": str(state_root)}
+
+
+def _start(cfg: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "run.py", "run", str(cfg)], cwd=REPO, env=env,
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+
+
+def test_two_processes_with_separate_state_share_one_campaign_and_survive_a_kill(tmp_path, redis_url):
+    fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=120.0)
+    try:
+        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
+        cfg = generic_campaign(tmp_path, name="so1", n=N, models=models, cap_usd=1.0,
+                               queue={"visibility_timeout_s": 3.0})
+        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        env_a, env_b = _env(redis_url, tmp_path / "m1"), _env(redis_url, tmp_path / "m2")
+        a = _start(cfg, env_a, tmp_path / "a1.log")
+        b = _start(cfg, env_b, tmp_path / "b.log")
+        import redis
+
+        raw = redis.Redis.from_url(redis_url)
+        settled_by = state_prefix("so1") + "settled_by_owner"
+
+        def a_paid() -> int:  # calls settled on reservations of process A (owner "<host>:<pid>:<random>")
+            return sum(int(n) for o, n in raw.hgetall(settled_by).items() if o.decode().split(":")[1] == str(a.pid))
+
+        deadline = time.monotonic() + 120
+        while (len(fake.calls()) < 12 or a_paid() < 3) and time.monotonic() < deadline and a.poll() is None:
+            time.sleep(0.02)
+        killed_at = len(fake.calls())
+        assert a.poll() is None, "process A ended before it could be killed: " + (tmp_path / "a1.log").read_text()
+        a.send_signal(signal.SIGKILL)
+        a.wait(30)
+        assert b.wait(240) == 0, (tmp_path / "b.log").read_text()[-3000:]
+        again = subprocess.run([sys.executable, "run.py", "run", str(cfg)], cwd=REPO, env=env_a,
+                               capture_output=True, text=True, timeout=240)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        status = subprocess.run([sys.executable, "run.py", "status", str(cfg)], cwd=REPO, env=env_a,
+                                capture_output=True, text=True, timeout=120)
+        calls = fake.calls()
+        raw.close()
+    finally:
+        fake.close()
+    assert 12 <= killed_at < N
+    assert "campaign complete" in status.stdout, status.stdout + status.stderr
+    assert "complete" in (tmp_path / "b.log").read_text() or "complete" in again.stdout
+    # the state folders are each machine's own; nothing of the ledger, store or queues is in them
+    for root in (tmp_path / "m1", tmp_path / "m2"):
+        assert (root / "so1" / "manifest.json").is_file() and not (root / "so1" / "campaign.sqlite").exists()
+    assert not (tmp_path / "queues").exists()
+
+    with open_redis_campaign_state(redis_url, "so1", tmp_path / "check", recover=False) as st:
+        s = st.ledger.summary()
+        reservations = list(st.ledger.iter_reservations())
+        stored = {r["key"]: r for r in st.store.iter_responses()}
+        assert st.ledger.check_consistency() == []
+    settled = Counter(r["key"] for r in reservations if r["state"] == "settled")
+    by_pid = Counter(r["owner"].split(":")[1] for r in reservations if r["state"] == "settled")
+    assert by_pid[str(a.pid)] >= 3 and by_pid[str(b.pid)] >= 1  # both "machines" paid for answers
+    assert len(stored) == N and set(settled) == set(stored)
+    assert max(settled.values()) == 1 and s.calls == len(settled) == N  # each request paid (settled) once
+    assert s.open_reservations == 0 and s.reserved_usd == 0
+    assert s.spent_usd + s.unknown_usd <= s.cap_usd
+
+    billed = defaultdict(list)
+    for c in calls:
+        if c.get("status") == 200:
+            billed[c["key"]].append(c)
+    assert set(billed) == set(stored)
+    for key, cs in billed.items():  # none sent again once its answer was stored
+        assert not [c for c in cs if c["t_wall"] > stored[key]["created_at"] + 1e-3], key[:12]
+    repeats = [c for cs in billed.values() for c in cs[:-1]]  # calls of A cut by the kill, sent again by B
+    cost = sum((c["input_tokens"] * 0.15 + c["output_tokens"] * 0.60) / 1e6 for c in repeats)
+    assert s.unknown_usd + 1e-12 >= cost
+    assert s.unknown_calls >= len(repeats)
+    assert s.spent_usd == pytest.approx(sum((cs[-1]["input_tokens"] * 0.15 + cs[-1]["output_tokens"] * 0.60) / 1e6
+                                            for cs in billed.values()), rel=1e-6, abs=1e-9)
