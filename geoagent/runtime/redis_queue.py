@@ -7,13 +7,10 @@ its ``redis.asyncio`` client) and one Redis server >= 5.0 (tested with 6.2, the 
 wheel bundles). Measured on the shared 2-core development machine, one client, batch 256: about 11,700
 tasks/s leased and acked (session 4, before the per-call reply records; not re-measured since).
 
-Scope. This backend is **not wired into the campaign engine**: campaigns still open their queues with
-:func:`geoagent.runtime.queue.open_queue` (SQLite), and the ledger (spend, reservations) and the response
-store are SQLite files under ``state/``. A campaign spread over several machines therefore needs a later
-step: a shared ledger with the same reserve/settle cap semantics and a shared response store (both could
-live in the same Redis), plus a config switch choosing the queue backend. What this module proves is that
-the queue interface is backend-neutral: ``tests/test_queue_contract.py`` runs one set of semantic tests
-against both backends.
+Scope. A campaign uses this backend when its config says ``[backend] kind = "redis"``
+(:mod:`geoagent.runtime.backend`); its ledger and response store then live on the same server
+(:mod:`geoagent.runtime.redis_state`), so several machines can run one campaign. ``tests/test_queue_contract.py``
+runs one set of semantic tests against both queue backends.
 
 Data layout
 -----------

@@ -58,12 +58,18 @@ suffix                       type    content
 ===========================  ======  ===========================================================================
 
 Not shared here: the per-machine host-share board (rate limits, ``hosts.sqlite``) and the run's files in the
-state folder (manifest, plan keys, progress) stay on each machine (README, "Scale-out").
+state folder (manifest, plan keys, progress) stay on each machine (README, "Scale-out across machines").
+
+Durability is the server's: run it with the append-only file (``appendonly yes``; ``appendfsync everysec`` may
+lose the last second on a power cut, ``always`` nothing; https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/).
+A server without persistence loses spend records and stored answers when it restarts (the cap then counts from
+zero); :func:`open_redis_campaign_state` logs a warning when the server says ``appendonly no``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets as _pysecrets
 import socket
@@ -95,6 +101,7 @@ from geoagent.runtime.procs import proc_start, process_alive
 from geoagent.runtime.store import ResponseStore, _check_table, _dumps
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: heartbeat lifetime of a ledger owner (s); refreshed every third of it
 HEARTBEAT_TTL_S = 30.0
@@ -683,6 +690,27 @@ def redis_client(url: str, **options: Any) -> Any:
                          "hold a password)") from None
 
 
+_warned_persistence = False
+
+
+def _warn_without_persistence(client: Any) -> None:
+    """Log one warning per process when the server reports ``appendonly no`` (a restart would lose the ledger);
+    silent where ``CONFIG GET`` is not allowed (managed servers often disable it)."""
+    global _warned_persistence
+    if _warned_persistence:
+        return
+    from redis.exceptions import ResponseError
+
+    try:
+        aof = client.config_get("appendonly").get("appendonly")
+    except ResponseError:
+        return
+    if aof in ("no", b"no"):
+        _warned_persistence = True
+        log.warning("the Redis server keeps no append-only file (appendonly no): a restart of it loses the "
+                    "campaign's spend records and stored answers; set appendonly yes for paid campaigns")
+
+
 def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathLike[str], *,
                               cap_usd: float | None = None, recover: bool = True, recover_all: bool = False,
                               heartbeat_ttl_s: float = HEARTBEAT_TTL_S, host: str | None = None,
@@ -715,6 +743,7 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
     Path(state_dir).mkdir(parents=True, exist_ok=True)
     db = RedisStateDB(redis_client(url, **(client_options or {})), campaign, state_dir)
     try:
+        _warn_without_persistence(db.client)
         ledger = RedisLedger(db, cap_usd, recover=recover, recover_all=recover_all,
                              heartbeat_ttl_s=heartbeat_ttl_s, host=host)
         store = RedisResponseStore(db, ledger)
