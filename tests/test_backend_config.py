@@ -115,9 +115,31 @@ def test_campaign_runs_and_is_read_and_exported_on_redis_with_no_local_queue_or_
     assert rc == 0 and "no dead-lettered work" in text
     rc, text = _cli(["export", str(cfg_path)], capsys)
     assert rc == 0 and "model_responses: 20 rows" in text, text
-    # a second run finds every answer stored on the server: no new call
+    # a dead letter on the server's queue is listed and requeued by `dead`, as a SQLite one is
+    import asyncio
+
+    from geoagent.runtime.redis_queue import open_redis_queue
+
+    async def bury() -> None:
+        q = open_redis_queue(secured_redis, "b3", "requests")
+        try:
+            await q.put("extra-task", {"x": 1})
+            (task,) = await q.lease(1, 60)
+            await q.dead_letter(task, "malformed: test")
+        finally:
+            await q.close()
+
+    asyncio.run(bury())
+    rc, text = _cli(["dead", str(cfg_path)], capsys)
+    assert rc == 0 and "requests\textra-task\t" in text, text
+    rc, text = _cli(["dead", "--requeue", str(cfg_path)], capsys)
+    assert rc == 0 and "requeued 1 dead tasks" in text, text
+    rc, text = _cli(["dead", str(cfg_path)], capsys)
+    assert "no dead-lettered work" in text
+    # a second run finds every answer stored on the server: no new call (the requeued task is no request of
+    # the plan: the run sets it aside as superseded)
     rc, text = _cli(["run", str(cfg_path)], capsys)
-    assert rc == 0 and "0 new model calls" in text, text
+    assert rc == 0 and "0 new model calls" in text and "dead 1 (1 superseded)" in text, text
     for f in (tmp_path / "state").rglob("*"):  # the URL's password is in no file the runs wrote
         if f.is_file():
             assert PASSWORD.encode() not in f.read_bytes(), f
