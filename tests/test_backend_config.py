@@ -143,3 +143,28 @@ def test_campaign_runs_and_is_read_and_exported_on_redis_with_no_local_queue_or_
     for f in (tmp_path / "state").rglob("*"):  # the URL's password is in no file the runs wrote
         if f.is_file():
             assert PASSWORD.encode() not in f.read_bytes(), f
+
+
+def test_replayed_geoverify_on_redis_matches_the_sqlite_run(tmp_path, monkeypatch, capsys, secured_redis, release_dir):
+    """The release's recorded GeoVerify answers replayed once with each backend: the same summary figures and the
+    same scored export. Before the fix of the Lua negation (``-0``), the Redis run's $0 settlements failed half-way
+    ("calls 0", every answer "reused")."""
+    from _crash_harness import parquet_frame
+    from _model_harness import geoverify_replay_toml
+
+    monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
+    outs, frames = [], []
+    for kind in ("sqlite", "redis"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        text = geoverify_replay_toml(folder, "gvb", release_dir)
+        if kind == "redis":
+            text += '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n'
+        (folder / "gv.toml").write_text(text, encoding="utf-8")
+        rc, out = _cli(["run", str(folder / "gv.toml")], capsys)
+        assert rc == 0, out
+        outs.append([line.replace(str(folder), "<folder>") for line in out.splitlines()
+                     if line.startswith(("  spend", "  this run", "    release-replay"))])
+        frames.append(parquet_frame(folder / "state" / "gvb" / "geoverify_scored.parquet", sort_by=("key",)))
+    assert outs[0] == outs[1] and any("calls 336" in line for line in outs[0]), outs
+    assert frames[0].equals(frames[1])

@@ -209,3 +209,25 @@ def test_close_retires_the_owner_and_a_bad_url_is_not_repeated(tmp_path, redis_u
     with pytest.raises(ValueError) as ei:
         open_redis_campaign_state("nosuch://:hunter2-secret@h:1/0", campaign, tmp_path)
     assert "hunter2" not in str(ei.value)
+
+
+def test_free_calls_reserve_and_close_at_zero_dollars(tmp_path, redis_url):
+    """A free model (replay, a $0 price) reserves and settles $0. Before: Lua's ``-0`` went to HINCRBY as "-0",
+    which Redis refuses as no integer, half-way through the script: the reservation stayed open while the open
+    count dropped, and the stored answer had no settled call (a replayed GeoVerify campaign showed "calls 0")."""
+    for url in (None, redis_url):
+        state = open_campaign_state(_campaign(tmp_path), root=tmp_path / ("r" if url else "s"), cap_usd=0.0,
+                                    redis_url=url)
+        try:
+            led = state.ledger
+            r1, r2, r3, r4 = (led.reserve(f"z{i}", 0.0, model="free") for i in range(4))
+            assert state.store.put("z0", {"model_name": "free"}, ModelResponse("a", Usage(5, 1)), r1, cost_usd=0.0)
+            led.settle(r2, Usage(1, 1), 0.0)
+            led.release(r3)
+            led.mark_unknown(r4, attempts=2)
+            s = led.summary()
+            assert (s.calls, s.open_reservations, s.released_calls, s.unknown_calls) == (2, 0, 1, 2), url
+            assert led.check_consistency() == [] and s.spent_usd == 0.0
+            assert led.spend_by_model()["free"]["calls"] == 2
+        finally:
+            state.close()

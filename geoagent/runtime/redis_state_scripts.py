@@ -21,14 +21,16 @@ from __future__ import annotations
 _PRELUDE = r"""
 local P = ARGV[1]
 local function num(v) if not v then return 0 end return tonumber(v) end
+-- 0 - x, never -x: Lua's -0 reaches HINCRBY as "-0", which Redis refuses as no integer (half-way through a script)
+local function neg(x) return 0 - x end
 local T = P .. 'totals'
 -- a reservation leaves the open indexes (per owner, per request key) and the per-model open counts
 local function unopen(id, owner, key, model, amount)
   redis.call('SREM', P .. 'oopen:' .. owner, id)
   redis.call('HDEL', P .. 'kopen:' .. key, id)
   redis.call('HINCRBY', T, 'open_reservations', -1)
-  redis.call('HINCRBY', T, 'reserved_nusd', -amount)
-  redis.call('HINCRBY', P .. 'm:' .. model, 'reserved_nusd', -amount)
+  redis.call('HINCRBY', T, 'reserved_nusd', neg(amount))
+  redis.call('HINCRBY', P .. 'm:' .. model, 'reserved_nusd', neg(amount))
   redis.call('HINCRBY', P .. 'm:' .. model, 'open_reservations', -1)
 end
 -- open -> unknown at `attempts` x the reservation amount (mark_unknown, recovery)
@@ -57,10 +59,10 @@ local function settle(id, actual, n_in, n_out, now)
   if state == 'open' then
     unopen(id, owner, f[5], model, amount)
   elseif state == 'unknown' then
-    redis.call('HINCRBY', T, 'unknown_nusd', -amount * attempts)
-    redis.call('HINCRBY', T, 'unknown_calls', -attempts)
-    redis.call('HINCRBY', M, 'unknown_nusd', -amount * attempts)
-    redis.call('HINCRBY', M, 'unknown_calls', -attempts)
+    redis.call('HINCRBY', T, 'unknown_nusd', neg(amount * attempts))
+    redis.call('HINCRBY', T, 'unknown_calls', neg(attempts))
+    redis.call('HINCRBY', M, 'unknown_nusd', neg(amount * attempts))
+    redis.call('HINCRBY', M, 'unknown_calls', neg(attempts))
   end
   redis.call('HSET', r, 'state', 'settled', 'actual', actual, 'in', n_in, 'out', n_out, 'attempts', 1,
              'closed', now)
