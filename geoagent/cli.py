@@ -182,17 +182,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from geoagent.runtime.backend import check_backend_unchanged
     from geoagent.status import campaign_status, format_status
 
     cfg = _load(args.config)
+    check_backend_unchanged(cfg)  # the other backend would show an empty campaign
     print(format_status(campaign_status(cfg)))
     return 0
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
+    from geoagent.runtime.backend import check_backend_unchanged
     from geoagent.status import check_edge, dead_counts, dead_letters, describe_reason, queue_counts, requeue_dead
 
     cfg = _load(args.config)
+    check_backend_unchanged(cfg)
     if not queue_counts(cfg):  # no queue file yet: say it as `status` does
         check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
         print(f"campaign {cfg.name} not started (no queues yet): nothing dead-lettered"

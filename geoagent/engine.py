@@ -693,8 +693,9 @@ def check_state_matches_queues(cfg: Any) -> None:
             f"this name, and {getattr(cfg, 'source', 'this file')} is a {kind} campaign; give it its own "
             "[campaign] name (its queues, spend and results would otherwise mix with the other's)"
         )
-    from geoagent.runtime.backend import uses_redis
+    from geoagent.runtime.backend import check_backend_unchanged, uses_redis
 
+    check_backend_unchanged(cfg)  # a campaign moved to the other backend would pay for everything again
     if uses_redis(cfg):  # queues and ledger/store live together on the Redis server
         return
     if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):

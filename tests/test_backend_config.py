@@ -168,3 +168,30 @@ def test_replayed_geoverify_on_redis_matches_the_sqlite_run(tmp_path, monkeypatc
         frames.append(parquet_frame(folder / "state" / "gvb" / "geoverify_scored.parquet", sort_by=("key",)))
     assert outs[0] == outs[1] and any("calls 336" in line for line in outs[0]), outs
     assert frames[0].equals(frames[1])
+
+
+def test_switching_the_backend_of_a_campaign_with_state_is_refused(tmp_path, monkeypatch, capsys, secured_redis):
+    """A campaign that ran (and paid) on one backend, then given the other: the new backend has none of its
+    answers or spend, so the run would pay for every call again and start the cap from $0. Refused, naming both
+    backends and the way out, before anything is written; `status` too (it would show an empty campaign)."""
+    monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
+    cfg_path = generic_campaign(tmp_path, name="b4", n=5, models=model_table("m"), cap_usd=1.0)
+    rc, text = _cli(["run", str(cfg_path)], capsys)
+    assert rc == 0, text
+    sqlite_text = cfg_path.read_text()
+    cfg_path.write_text(sqlite_text + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+    for command in ("run", "status", "export"):
+        rc, text = _cli([command, str(cfg_path)], capsys)
+        assert rc == 2 and "ran on the sqlite backend" in text and "[campaign] name" in text, (command, text)
+    import redis
+
+    assert not redis.Redis.from_url(secured_redis).keys("geoagent:b4:*")  # nothing was written there
+    # and back: a campaign that ran on Redis, then given the default backend
+    (tmp_path / "two").mkdir()
+    cfg2 = generic_campaign(tmp_path / "two", name="b5", n=5, models=model_table("m"), cap_usd=1.0)
+    plain = cfg2.read_text()
+    cfg2.write_text(plain + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+    assert _cli(["run", str(cfg2)], capsys)[0] == 0
+    cfg2.write_text(plain, encoding="utf-8")
+    rc, text = _cli(["run", str(cfg2)], capsys)
+    assert rc == 2 and "ran on the redis backend" in text, text

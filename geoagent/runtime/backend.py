@@ -106,6 +106,51 @@ def redis_limits(cfg: Any) -> list[str]:
     ]
 
 
+def recorded_backend(cfg: Any) -> str | None:
+    """The backend kind this machine's last run of the campaign used: the manifest's ``config.backend.kind``
+    (``"sqlite"`` for a manifest of a run before ``[backend]`` existed); ``"sqlite"`` when there is no manifest but
+    a ``campaign.sqlite`` or queue files; None for a campaign that has not run here."""
+    from geoagent.runtime.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(cfg.state_dir())
+    except ValueError:  # a damaged manifest: `run` says so when it records the run
+        manifest = None
+    if isinstance(manifest, dict) and isinstance(manifest.get("config"), dict):
+        backend = manifest["config"].get("backend")
+        kind = backend.get("kind") if isinstance(backend, dict) else None
+        return kind if isinstance(kind, str) else "sqlite"
+    qdir = Path(cfg.queues_root()) / cfg.name
+    if (Path(cfg.state_dir()) / C.CAMPAIGN_DB).is_file() or (qdir.is_dir() and any(qdir.glob("*.sqlite"))):
+        return "sqlite"
+    return None
+
+
+def check_backend_unchanged(cfg: Any) -> None:
+    """Refuse a campaign whose ``[backend] kind`` is not the one its earlier runs on this machine used.
+
+    The other backend holds none of its stored answers, results, queued work or spend: a run would pay for every
+    call again and count the cap from $0 (and ``status``/``export`` would show an empty campaign). Nothing is
+    moved between backends.
+
+    Raises
+    ------
+    BackendError
+        Naming both kinds and the ways out (the old ``kind`` back, or a new ``[campaign] name``).
+    """
+    before = recorded_backend(cfg)
+    now = cfg.backend.kind if getattr(cfg, "backend", None) is not None else "sqlite"
+    if before is None or before == now:
+        return
+    raise BackendError(
+        f"campaign {cfg.name} ran on the {before} backend (state folder {cfg.state_dir()}), and "
+        f"{getattr(cfg, 'source', 'this file')} says [backend] kind = \"{now}\": the {now} backend holds none of its "
+        f"answers, results or spend (every call would be paid again, the cap counted from $0), and nothing is moved "
+        f"between backends. Set kind = \"{before}\" again, or give the campaign a new [campaign] name to start it "
+        f"on {now}"
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # campaign state and queues of either backend
 # ------------------------------------------------------------------------------------------------
