@@ -231,3 +231,24 @@ def test_free_calls_reserve_and_close_at_zero_dollars(tmp_path, redis_url):
             assert led.spend_by_model()["free"]["calls"] == 2
         finally:
             state.close()
+
+
+def test_a_machine_with_the_same_host_name_is_judged_by_its_heartbeat_not_by_pid(tmp_path, redis_url, raw):
+    """Two machines can share a host name (cloned images, containers): a pid of the other one means nothing here.
+    The owner record carries the kernel's boot id; the pid check applies only when host name and boot id match."""
+    import orjson
+
+    from geoagent.runtime import redis_state
+
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=5.0) as here, \
+            open_redis_campaign_state(redis_url, campaign, tmp_path / "b", heartbeat_ttl_s=600) as other:
+        other.ledger.reserve("k", 0.5)
+        owners = state_prefix(campaign) + "owners"
+        record = orjson.loads(raw.hget(owners, other.ledger.owner))
+        assert record["host"] == here.ledger.host and record["boot_id"] == redis_state._BOOT_ID
+        dead_pid = 2 ** 22 + 12345  # above the usual pid_max: runs nowhere
+        raw.hset(owners, other.ledger.owner, orjson.dumps({**record, "pid": dead_pid, "boot_id": "another-machine"}))
+        assert here.ledger.recover() == 0  # same name, other machine: its heartbeat is fresh, so it is alive
+        raw.hset(owners, other.ledger.owner, orjson.dumps({**record, "pid": dead_pid}))
+        assert here.ledger.recover() == 1  # this machine, pid gone: gone at once

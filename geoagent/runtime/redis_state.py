@@ -26,8 +26,8 @@ Crash recovery across machines (the owner rule). Each :class:`RedisLedger` regis
 and keeps a heartbeat key ``hb:<owner>`` alive with a TTL of ``heartbeat_ttl_s`` (default
 :data:`HEARTBEAT_TTL_S` = 30 s, server-side expiry, so clocks of machines need not agree), refreshed every
 ``heartbeat_ttl_s / 3`` by a daemon thread. An owner is **gone** when its heartbeat key has expired, or, as a
-faster path, when it is on this host and its pid no longer runs (or runs a later process:
-:func:`geoagent.runtime.procs.process_alive`). ``recover`` (at start, and while a call waits on a key held
+faster path, when it is on this host (same host name and kernel boot id) and its pid no longer runs (or runs a
+later process: :func:`geoagent.runtime.procs.process_alive`). ``recover`` (at start, and while a call waits on a key held
 elsewhere) turns the open reservations of gone owners into unknown-outcome spend, like SQLite. A process
 that cannot reach Redis for longer than the TTL (a partition, a stall) is treated as gone: its in-flight
 reservations are counted as unknown spend (never less than the real bill) and a later settle of one
@@ -115,6 +115,18 @@ REPLY_TTL_S = 300.0
 #: redis-py retries of a command after a dropped connection (equal-jitter backoff, 50 ms doubling, <= 1 s)
 RETRIES = 3
 _NONE_MODEL = "\0"  # ``resp_models`` field of responses stored without a model name
+
+
+def _boot_id() -> str | None:
+    """This kernel's boot id (Linux ``/proc/sys/kernel/random/boot_id``; None elsewhere): with the host name, what
+    tells "this machine" from another one that happens to have the same host name, whose pids mean nothing here."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+_BOOT_ID = _boot_id()
 
 
 def state_prefix(campaign: str) -> str:
@@ -275,8 +287,8 @@ class RedisLedger:
         self.db = db
         self.host = host or socket.gethostname()
         self.owner = f"{self.host}:{os.getpid()}:{_pysecrets.token_hex(6)}"
-        record = orjson.dumps({"host": self.host, "pid": os.getpid(), "proc_start": proc_start(os.getpid()),
-                               "started_at": time.time()})
+        record = orjson.dumps({"host": self.host, "boot_id": _BOOT_ID, "pid": os.getpid(),
+                               "proc_start": proc_start(os.getpid()), "started_at": time.time()})
         db.start_heartbeat(self.owner, record, heartbeat_ttl_s)
         if cap_usd is not None:
             db.client.hset(db.key("totals"), "cap_nusd", usd_to_nano(cap_usd))
@@ -294,8 +306,8 @@ class RedisLedger:
                 continue
             try:
                 info = orjson.loads(rec)
-                local_dead = info.get("host") == self.host and not process_alive(int(info["pid"]),
-                                                                                 info.get("proc_start"))
+                here = info.get("host") == self.host and info.get("boot_id") == _BOOT_ID
+                local_dead = here and not process_alive(int(info["pid"]), info.get("proc_start"))
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 local_dead = False
             out.append((token, "force" if all_owners or local_dead else "hb"))
