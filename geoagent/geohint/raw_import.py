@@ -55,17 +55,31 @@ WITHHELD = ("Withheld: Tables 1-10 and the table 'unresolved' (hit rate, echo, e
 
 
 def _text_field(d: Mapping[str, Any], name: str) -> str:
+    """A required text field, stripped (raises ValueError when not a non-empty string, or when it holds a lone
+    UTF-16 surrogate: JSON's ``"\\ud800"`` decodes to a ``str`` that no UTF-8 table or report can be written
+    with, so such a line is a bad line, not a failed route)."""
     v = d.get(name)
     if not isinstance(v, str) or not v.strip():
         raise ValueError(f"field {name!r} is not a non-empty string: {v!r:.60}")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"field {name!r} is not UTF-8 text (a lone surrogate escape): {v!r:.60}") from None
     return v.strip()
 
 
+#: most digits a ``repeat`` is read from (a repeat index; also below the interpreter's int() limit of 4300)
+_REPEAT_MAX_DIGITS = 18
+
+
 def _repeat(v: Any) -> int:
-    """The ``repeat`` field: an integer >= 0 (or its digits), else 0, as the judged importer reads it."""
+    """The ``repeat`` field: an integer >= 0 (or its decimal digits, up to 18), else 0 (a value ``int()`` cannot
+    read, e.g. a superscript "²", never drops the answer)."""
     if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
         return v
-    return int(v) if isinstance(v, str) and v.strip().isdigit() else 0
+    if not isinstance(v, str) or not v.strip().isdecimal() or len(v.strip()) > _REPEAT_MAX_DIGITS:
+        return 0
+    return int(v.strip())
 
 
 def _finish_reason(usage: Any) -> str | None:
