@@ -67,3 +67,19 @@ def test_a_repeat_int_cannot_read_is_0_and_the_answer_is_kept(release, repeat):
     rows, report = import_raw(release)
     assert len(rows) == 1 and rows[0].parse_ok and not report.issues
     assert rows[0].repeat == (3 if repeat == "\u0663" else 0)  # Arabic-Indic 3 is a decimal digit: int() reads it
+
+
+def test_a_model_name_with_a_line_break_stays_in_its_markdown_row(release, tmp_path):
+    """3. (adversarial review) The raw file's ``model`` is untrusted text: a line break in it ended the Markdown
+    table row of report.md mid-cell (a pipe was escaped, a newline was not), so the rest of the name became a
+    line of its own (here a heading). It is shown on one line; the CSV keeps the name as given."""
+    name = "m\n# injected\r\nheading"
+    (release / "forced_chain_raw.jsonl").write_text(_line(model=name) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main([str(release), str(out)]) == 0
+    md = (out / "report.md").read_text(encoding="utf-8").splitlines()
+    assert not any(ln.startswith("# injected") or ln == "heading |" or ln.startswith("heading") for ln in md), md
+    rows = [ln for ln in md if ln.startswith("| m")]
+    assert len(rows) == 3 and all(ln.endswith("|") and "# injected" in ln for ln in rows), rows
+    with (out / "table11.csv").open(encoding="utf-8", newline="") as fh:
+        assert [r["Model"] for r in csv.DictReader(fh)] == [name]

@@ -148,6 +148,12 @@ MIN_CLUSTERS_NORMAL_P = 10
 TRUNCATION_SETTING = "[geohint] max_output_tokens (or the model's [[models]] max_output_tokens)"
 
 
+def _md_cell(text: str) -> str:
+    """One Markdown table cell: line breaks (any :meth:`str.splitlines` boundary) as spaces, pipes escaped, so a
+    name from an untrusted file (the raw route's ``model``) can neither end its row nor split a cell."""
+    return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
 @dataclass(slots=True)
 class Table:
     """A report table: raw values in ``rows`` and a display format per column.
@@ -184,10 +190,10 @@ class Table:
 
     def to_markdown(self) -> str:
         out = [f"### {self.title}", ""]
-        out.append("| " + " | ".join(self.display_columns()) + " |")
+        out.append("| " + " | ".join(_md_cell(c) for c in self.display_columns()) + " |")
         out.append("|" + "|".join("---" if f == "text" else "---:" for f in self.formats) + "|")
         for row in self.display_rows():
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+            out.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
         for line in self.notes_lines():
             out += ["", line]
         return "\n".join(out) + "\n"
