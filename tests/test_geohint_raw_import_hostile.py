@@ -83,3 +83,18 @@ def test_a_model_name_with_a_line_break_stays_in_its_markdown_row(release, tmp_p
     assert len(rows) == 3 and all(ln.endswith("|") and "# injected" in ln for ln in rows), rows
     with (out / "table11.csv").open(encoding="utf-8", newline="") as fh:
         assert [r["Model"] for r in csv.DictReader(fh)] == [name]
+
+
+def test_a_line_of_another_schema_is_noted_as_outside_table11(release, tmp_path):
+    """4. (adversarial review) A line whose ``schema`` is not forced_chain (``forced``, or ``FORCED_CHAIN`` in
+    another case) was imported and counted in the tables 'parse' and 'cutoff' but silently left out of Table 11;
+    a raw file of another condition (``--file`` naming the wrong file) gave an empty Table 11 and exit 0 with no
+    word. Each such schema is now noted once (file:line of its first line), and its answers still counted where
+    they were."""
+    lines = [_line(), _line(schema="forced"), _line(schema="FORCED_CHAIN"), _line(schema="forced")]
+    (release / "forced_chain_raw.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rows, report = import_raw(release)
+    assert len(rows) == 4
+    notes = [(i.line, i.reason) for i in report.issues if i.file.endswith(".jsonl")]
+    assert [ln for ln, _ in notes] == [2, 3], notes
+    assert "'forced'" in notes[0][1] and "not in Table 11" in notes[0][1] and "'FORCED_CHAIN'" in notes[1][1]
