@@ -46,8 +46,8 @@ from urllib.parse import urlsplit
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
-from geoagent.providers.sampling import (is_openai_reasoning_id, openai_reasoning, openai_rejects_response_format,
-                                         openai_rejects_system, openai_sampling)
+from geoagent.providers.sampling import (is_openai_reasoning_id, openai_keeps_unit_temperature, openai_reasoning,
+                                         openai_rejects_response_format, openai_rejects_system, openai_sampling)
 
 
 def _error_message(err: Any) -> str:
@@ -112,7 +112,8 @@ class OpenAICompatProvider(HttpProvider):
             content = text
         messages.append({"role": "user", "content": content})
         body: dict[str, Any] = {"model": request.model, "messages": messages, self.max_tokens_field: request.max_output_tokens}
-        body.update(openai_sampling(params, self.reasoning))
+        body.update(openai_sampling(params, self.reasoning, keep_unit_temperature=openai_keeps_unit_temperature(
+            self.base_url, self.settings.reasoning_model, self.settings.model_family)))
         if params.get("json_mode") and not openai_rejects_response_format(self.settings.model_family or request.model):
             # o1-mini / o1-preview refuse response_format (HTTP 400): their JSON is read from the text as usual
             body["response_format"] = {"type": "json_object"}
