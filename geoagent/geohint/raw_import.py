@@ -41,7 +41,8 @@ from geoagent import paths
 from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import ContextLadder
 from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
-from geoagent.geohint.judged import image_id_from_path, ladder_index, parse_context_label, release_condition
+from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, read_repeat,
+                                    release_condition)
 from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.result import GeoHintResult
 
@@ -70,20 +71,6 @@ def _text_field(d: Mapping[str, Any], name: str) -> str:
     except UnicodeEncodeError:
         raise ValueError(f"field {name!r} is not UTF-8 text (a lone surrogate escape): {v!r:.60}") from None
     return v.strip()
-
-
-#: most digits a ``repeat`` is read from (a repeat index; also below the interpreter's int() limit of 4300)
-_REPEAT_MAX_DIGITS = 18
-
-
-def _repeat(v: Any) -> int:
-    """The ``repeat`` field: an integer >= 0 (or its decimal digits, up to 18), else 0 (a value ``int()`` cannot
-    read, e.g. a superscript "²", never drops the answer)."""
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return v
-    if not isinstance(v, str) or not v.strip().isdecimal() or len(v.strip()) > _REPEAT_MAX_DIGITS:
-        return 0
-    return int(v.strip())
 
 
 def _finish_reason(usage: Any) -> str | None:
@@ -115,7 +102,7 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
         model=_text_field(d, "model"),
         condition=release_condition(schema, ctx is not None),
         schema=schema,
-        repeat=_repeat(d.get("repeat")),
+        repeat=read_repeat(d.get("repeat")),
         city=ans.city,
         area=ans.area,
         building=ans.building,
