@@ -420,6 +420,8 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         try:
             bright = mean_brightness(jpeg, settings.grey_size_px)
             h = dhash64(jpeg)
+        except MemoryError:  # the machine, not the image: no verdict, no record (the next walk measures it again)
+            raise
         except Exception as e:  # noqa: BLE001 - PIL raises several types for bad data (dhash64 as mean_brightness)
             reason = str(e) if isinstance(e, ValueError) else f"not a readable image: {type(e).__name__}: {e}"
             res.rejected.append(meta | {"reason": reason})
