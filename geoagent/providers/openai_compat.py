@@ -44,10 +44,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
-from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
+from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
 from geoagent.providers.sampling import (is_openai_reasoning_id, openai_keeps_unit_temperature, openai_reasoning,
-                                         openai_rejects_response_format, openai_rejects_system, openai_sampling)
+                                         openai_rejects_images, openai_rejects_response_format, openai_rejects_system,
+                                         openai_sampling)
 
 
 def _error_message(err: Any) -> str:
@@ -93,11 +94,28 @@ class OpenAICompatProvider(HttpProvider):
         return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """``(url, body, headers)`` of one Chat Completions call (module docstring).
+
+        Raises
+        ------
+        UnsupportedRequest
+            ``request`` carries an image and the model (its ``model_family`` when declared) takes no image input
+            (``o1-mini``, ``o1-preview``, ``o3-mini``: :func:`geoagent.providers.sampling.openai_rejects_images`).
+            :meth:`generate` calls this first, so nothing is sent and ``request.before_send`` (the model caller's
+            cost reservation) never runs; the config loader already refuses campaigns that would do this
+            (:func:`geoagent.config.image_problems`).
+        """
         params = request.params
+        family = self.settings.model_family or request.model
+        if request.image is not None and openai_rejects_images(family):
+            named = family if family == request.model else f"{request.model} ({family})"
+            raise UnsupportedRequest(self.kind, family, (
+                f"{named} takes no image input (the API answers HTTP 400 'Invalid content type. image_url is only "
+                "supported by certain models.'); send this request to a vision model (e.g. o1, o4-mini, gpt-4o)"))
         messages: list[dict[str, Any]] = []
         text = request.prompt
         if params.get("system"):
-            if openai_rejects_system(self.settings.model_family or request.model):
+            if openai_rejects_system(family):
                 # o1-mini / o1-preview take no system message (HTTP 400): the text leads the user message instead
                 text = f"{params['system']}\n\n{request.prompt}"
             else:
@@ -114,7 +132,7 @@ class OpenAICompatProvider(HttpProvider):
         body: dict[str, Any] = {"model": request.model, "messages": messages, self.max_tokens_field: request.max_output_tokens}
         body.update(openai_sampling(params, self.reasoning, keep_unit_temperature=openai_keeps_unit_temperature(
             self.base_url, self.settings.reasoning_model, self.settings.model_family)))
-        if params.get("json_mode") and not openai_rejects_response_format(self.settings.model_family or request.model):
+        if params.get("json_mode") and not openai_rejects_response_format(family):
             # o1-mini / o1-preview refuse response_format (HTTP 400): their JSON is read from the text as usual
             body["response_format"] = {"type": "json_object"}
         headers = self.common_headers(request)
