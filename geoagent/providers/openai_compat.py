@@ -28,6 +28,16 @@ Wire format (OpenAI API reference, "Create chat completion"):
 * Azure OpenAI (v1 API, ``base_url = "https://<resource>.openai.azure.com/openai/v1"``, Bearer key): ``model``
   is the deployment name; ``ProviderSettings.model_family`` names the OpenAI model it serves, and every id rule
   above (reasoning, system message, ``response_format``, the ``max_completion_tokens`` field) reads it instead.
+* Azure OpenAI, classic per-deployment route (``ProviderSettings.api_version`` set, ``[[models]] api_version``):
+  ``POST {base_url}/openai/deployments/{model}/chat/completions?api-version={api_version}`` with the key in an
+  ``api-key`` header (never ``Authorization``: Azure reads a Bearer value as a Microsoft Entra token and answers
+  401), ``base_url`` the resource endpoint ``https://<resource>.openai.azure.com``, ``model`` the deployment name
+  (in the path; the body carries no ``model``); the body and answer are the Chat Completions ones above, errors
+  ``{"error": {"code", "message"}}`` (Azure OpenAI REST reference, "Chat completions"; the route, the api-key
+  header and the query parameter as quoted in MicrosoftDocs/azure-docs#114602). A missing or unknown api-version
+  is answered 404 "Resource not found" (that issue; microsoft/azurechat#426), a throttled call 429 with
+  ``retry-after`` / ``retry-after-ms`` headers, which the HTTP layer honours (:func:`geoagent.runtime.http.
+  retry_after_of`). The deployment's rate limits are its own: the limit key is ``<resource host>/<deployment>``.
 * Answer: ``choices[0].message.content`` (a refusal has ``content: null`` and the text in ``refusal``;
   that text is returned as the answer), ``choices[0].finish_reason``, ``usage.prompt_tokens`` /
   ``usage.completion_tokens`` (completion tokens include reasoning tokens; when absent, ``total_tokens -
@@ -41,7 +51,7 @@ Wire format (OpenAI API reference, "Create chat completion"):
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
@@ -94,7 +104,9 @@ class OpenAICompatProvider(HttpProvider):
         return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
-        """``(url, body, headers)`` of one Chat Completions call (module docstring).
+        """``(url, body, headers)`` of one Chat Completions call (module docstring): ``{base_url}/chat/completions``
+        with a Bearer key, or Azure OpenAI's per-deployment URL with an ``api-key`` header when
+        ``ProviderSettings.api_version`` is set.
 
         Raises
         ------
@@ -129,7 +141,9 @@ class OpenAICompatProvider(HttpProvider):
         else:
             content = text
         messages.append({"role": "user", "content": content})
-        body: dict[str, Any] = {"model": request.model, "messages": messages, self.max_tokens_field: request.max_output_tokens}
+        body: dict[str, Any] = {"messages": messages, self.max_tokens_field: request.max_output_tokens}
+        if not self.settings.api_version:  # Azure's classic route names the deployment in its path instead
+            body = {"model": request.model, **body}
         body.update(openai_sampling(params, self.reasoning, keep_unit_temperature=openai_keeps_unit_temperature(
             self.base_url, self.settings.reasoning_model, self.settings.model_family)))
         if params.get("json_mode") and not openai_rejects_response_format(family):
@@ -137,6 +151,12 @@ class OpenAICompatProvider(HttpProvider):
             body["response_format"] = {"type": "json_object"}
         headers = self.common_headers(request)
         key = self._api_key()
+        if self.settings.api_version:  # Azure OpenAI's classic per-deployment route (module docstring)
+            if key:
+                headers["api-key"] = key
+            url = (f"{self.base_url}/openai/deployments/{quote(request.model, safe='')}/chat/completions"
+                   f"?api-version={quote(self.settings.api_version, safe='')}")
+            return url, body, headers
         if key:
             headers["Authorization"] = f"Bearer {key}"
         return f"{self.base_url}/chat/completions", body, headers
