@@ -179,6 +179,10 @@ def test_two_deployments_on_one_resource_have_their_own_limit_keys(monkeypatch):
                  _paid("b", "geo-mini", base_url=RESOURCE, api_key_env="AZURE_OPENAI_API_KEY", api_version=VERSION)])
     a, b = (make_provider(provider_settings(cfg, n)) for n in ("a", "b"))
     assert (a.limit_key, b.limit_key) == ("geo-res.openai.azure.com/geo-4o", "geo-res.openai.azure.com/geo-mini")
+    # and the HTTP client is given each deployment's own rate and concurrency under those keys
+    from geoagent.config import model_limit_policies
+
+    assert sorted(model_limit_policies(cfg)) == [a.limit_key, b.limit_key]
 
 
 def test_a_declared_family_still_decides_the_rules_on_the_classic_route():
