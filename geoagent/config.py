@@ -297,6 +297,10 @@ def _check_connect_timeout(connect_timeout_s: float | None, timeout_s: float) ->
                          f"connection phase of one attempt), got connect_timeout_s = {connect_timeout_s:g}")
 
 
+#: an Azure OpenAI ``api-version``: ``YYYY-MM-DD``, optionally ``-preview`` (``2024-10-21``, ``2025-04-01-preview``)
+_AZURE_API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(?:-preview)?$")
+
+
 class ModelConfig(_Section):
     """One ``[[models]]`` entry: a model reached through one provider."""
 
@@ -336,6 +340,13 @@ class ModelConfig(_Section):
     #: message, images, ``response_format``) read it instead of ``model``, on any host
     #: (:attr:`openai_rules_id`; :mod:`geoagent.providers.sampling`)
     model_family: str | None = None
+    #: OpenAI-compatible only: Azure OpenAI's ``api-version`` (``"2024-10-21"``, ``"2025-04-01-preview"``) of its
+    #: classic per-deployment route: calls then go to ``{base_url}/openai/deployments/{model}/chat/completions?
+    #: api-version=...`` with the key in an ``api-key`` header; ``base_url`` is the resource endpoint
+    #: (``https://<resource>.openai.azure.com``), ``model`` the deployment name, ``api_key_env`` required
+    #: (:mod:`geoagent.providers.openai_compat`). Unset: ``{base_url}/chat/completions`` with a Bearer key (also
+    #: Azure's v1 API, ``base_url = "https://<resource>.openai.azure.com/openai/v1"``)
+    api_version: str | None = None
     #: for ``--simulate`` estimates only: typical answer length (tokens) and latency (s)
     expected_output_tokens: int | None = Field(default=None, ge=0)
     expected_latency_s: float = Field(default=2.0, gt=0)
@@ -429,6 +440,42 @@ class ModelConfig(_Section):
             raise ValueError("the OpenAI model id the deployment serves (e.g. 'o1-mini', 'o3-mini', "
                              "'o4-mini', 'gpt-4o', 'gpt-5-mini'), whose rules then apply to it")
         return v.strip() if v is not None else v
+
+    @field_validator("api_version")
+    @classmethod
+    def _azure_api_version(cls, v: str | None) -> str | None:
+        if v is not None and not _AZURE_API_VERSION.match(v):
+            raise ValueError("an Azure OpenAI api-version such as '2024-10-21' or '2025-04-01-preview' (YYYY-MM-DD, "
+                             "optionally followed by -preview)")
+        return v
+
+    @model_validator(mode="after")
+    def _azure_classic_route(self) -> "ModelConfig":
+        """``api_version``: an OpenAI-compatible entry whose ``base_url`` is a resource endpoint and whose key is
+        named (the route and header of :mod:`geoagent.providers.openai_compat`). The messages never repeat the
+        URL (it may hold a pasted key: :data:`_NO_ECHO_FIELDS`)."""
+        if self.api_version is None:
+            return self
+        if self.provider != "openai":
+            raise ConfigProblem(f'api_version: only for provider = "openai" (Azure OpenAI\'s classic per-deployment '
+                                f"route), not {self.provider!r}")
+        if not self.base_url:
+            raise ConfigProblem('api_version: the classic Azure OpenAI route needs base_url = "https://<resource>.'
+                                'openai.azure.com" (the resource endpoint; /openai/deployments/<model>/chat/completions '
+                                "is added), and model = the deployment name")
+        path = (urlsplit(self.base_url).path or "").rstrip("/").lower()
+        if path.endswith("/openai/v1"):
+            raise ConfigProblem("api_version: base_url ends in /openai/v1, Azure's v1 API, which takes no api-version: "
+                                'remove api_version (the v1 API takes the key as Bearer), or set base_url = "https://'
+                                '<resource>.openai.azure.com" for the classic per-deployment route')
+        if "/deployments" in path or path.endswith(("/openai", "/chat/completions")):
+            raise ConfigProblem('api_version: base_url is the resource endpoint, "https://<resource>.openai.azure.com"'
+                                ", without /openai/...: the route /openai/deployments/<model>/chat/completions is "
+                                "added to it, with the deployment name from model")
+        if not self.api_key_env:
+            raise ConfigProblem("api_version: needs api_key_env, the NAME of the variable holding the Azure OpenAI key "
+                                '(e.g. api_key_env = "AZURE_OPENAI_API_KEY"; sent as the api-key header)')
+        return self
 
     @model_validator(mode="after")
     def _family_is_openai(self) -> "ModelConfig":
@@ -827,7 +874,7 @@ _EXPECTED = {
     "missing": "a value (required key is missing)",
     "extra_forbidden": "no such key (unknown key)",
 }
-_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers", "url_env"}  # may hold a pasted key (params: its messages say what they show)
+_NO_ECHO_FIELDS = {"api_key_env", "base_url", "params", "headers", "api_version", "url_env"}  # may hold a pasted key (params: its messages say what they show)
 
 
 #: ``[images]`` is a registered section: validated at load, absent = its defaults (also in drift checks)
@@ -1881,6 +1928,7 @@ def _build_provider_settings(cfg: CampaignConfig, m: ModelConfig, api_key: Any) 
         "max_tokens_field": m.max_tokens_field,
         "reasoning_model": m.reasoning_model,
         "model_family": m.model_family,
+        "api_version": m.api_version,
         "headers": dict(m.headers),
         "policy": model_call_policy(cfg, m),
     }

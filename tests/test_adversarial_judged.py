@@ -80,3 +80,18 @@ def test_text_confidence_keeps_the_row_with_no_confidence(copy, release_dir):
     assert len(got) == len(clean) and _judged_issues(rep) == []
     row = next(r for r in got if r.extra["line"] == 6)
     assert row.confidence_area is None and row.confidence_building is None
+
+
+def test_a_repeat_int_cannot_read_is_0_and_keeps_the_row(copy, release_dir):
+    """Adversarial review s11: a ``repeat`` column value that passes ``str.isdigit`` but not ``int()`` (a
+    superscript "²") dropped the row with Python's own message; it reads as 0 (as in the raw route), digits as
+    their number."""
+    clean, _ = import_judged(release_dir)
+    rows = _rows(copy / JUDGED)
+    rows[0].append("repeat")
+    for k, r in enumerate(rows[1:], start=1):
+        r.append({1: "\u00b2", 2: "3"}.get(k, ""))
+    _write(copy / JUDGED, rows)
+    got, rep = import_judged(copy)
+    assert len(got) == len(clean) and not _judged_issues(rep)
+    assert [g.repeat for g in got[:3]] == [0, 3, 0]

@@ -149,3 +149,32 @@ def test_a_token_revoked_after_the_search_stops_the_crawl_with_exit_5(tmp_path, 
     assert "the Mapillary API refused the access token (HTTP 400, Mapillary error 190)" in text
     assert all(c.dead == 0 for c in out.counts.values()), text
     assert out.counts[C.EDGE_SITES].ready > 0, text  # the sites stay queued for a re-run with a good token
+
+
+GONE_TEXT = "Unsupported get request. Object with ID '{id}' does not exist"
+
+
+@pytest.mark.parametrize("shape", [fake_mly.GraphErrorShape(404, 100, 33, GONE_TEXT, "GraphMethodException"),
+                                   fake_mly.GraphErrorShape(410, 100, 0, "(#100) Object was deleted", "GraphMethodException")],
+                         ids=["404", "410"])
+def test_a_404_or_410_with_a_graph_error_body_is_a_gone_image_not_a_failed_site(tmp_path, shape):
+    """Adversarial review (session 11): before c078d05 a 404/410 of ``GET /{id}`` was a gone image whatever its
+    body (PermanentHTTPError 404/410); since then a Graph error body made it a MapillaryError that only an HTTP
+    400 "does not exist" read as gone, so the fetcher raised it and the whole site failed (queue retries, then
+    dead-lettered) for one deleted image."""
+    gone = fake_mly.FakeImage(IID, LAT0, LON0, graph_error=shape)
+    _, exc, m, st = _run(gone, lambda m: m.fresh_thumb_url(IID))
+    assert isinstance(exc, ThumbnailUnavailable) and exc.kind == "gone" and exc.status == shape.status, repr(exc)
+    assert m.token_refused(exc) is None and st.image_requests == [IID]  # not retried
+    imgs = [fake_mly.FakeImage(IID, LAT0, LON0, graph_error=shape),
+            fake_mly.FakeImage("700000000002", LAT0 + 0.0009, LON0, brightness=170.0)]
+    app = fake_mly.make_app(imgs)
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            m = MapillaryClient(http, base, "MLY|1|tok", UA)
+            return await fetch_site_images({"site": "s1", "lat": LAT0, "lon": LON0}, m, FetcherSettings(), tmp_path)
+
+    res = asyncio.run(go())
+    assert [k["image_id"] for k in res.kept] == ["700000000002"]
+    assert [(r["image_id"], "gone" in r["reason"]) for r in res.rejected] == [(IID, True)]

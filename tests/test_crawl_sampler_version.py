@@ -59,3 +59,18 @@ def test_a_resumed_crawl_sampled_by_another_version_says_so(tmp_path, monkeypatc
     if recs[1:]:
         by_version[str(SAMPLER_VERSION)] = sorted(json.loads(p.read_text())["city"]["city"] for p in recs[1:])
     assert summary["sampler_versions"] == {"current": SAMPLER_VERSION, "cities_by_version": by_version}
+
+
+def test_the_warning_does_not_say_an_unrecorded_version_was_another():
+    """Adversarial review (session 11): a record without ``sampler_version`` may come from version 2 (a crawl
+    of 2026-12-01 after commit d9e1c73 and before the version was recorded: SAMPLER_VERSION's comment), so the
+    summary must not say such cities "were sampled by another sampler version than this one" (it did)."""
+    from geoagent.crawl.sampler import UNRECORDED, sampler_version_warning
+
+    line = sampler_version_warning({UNRECORDED: ["Delft", "Graz"]})
+    assert line is not None and "2 of 2 cities" in line
+    assert "were sampled by another sampler version than this one" not in line, line
+    assert "recorded no version" in line and "cannot tell" in line and "Delft, Graz" in line
+    mixed = sampler_version_warning({"1": ["Aachen"], UNRECORDED: ["Delft"], str(SAMPLER_VERSION): ["Graz"]})
+    assert "2 of 3 cities" in mixed and "version 1: Aachen" in mixed and "Delft" in mixed and "Graz" not in mixed
+    assert sampler_version_warning({str(SAMPLER_VERSION): ["Graz"]}) is None

@@ -13,6 +13,7 @@ from scipy.spatial import cKDTree
 from geoagent import constants as C
 from geoagent.crawl.screener import (
     CITY_POOL_COLUMNS,
+    RELEASE_CITY_POOL_COLUMNS,
     PlaceNode,
     admit,
     evaluate_city,
@@ -47,7 +48,7 @@ def _l(row) -> float | None:
 def test_city_pool_columns_match_release(release_dir):
     with (release_dir / "city_pool.csv").open(encoding="utf-8") as f:
         header = next(csv.reader(f))
-    assert tuple(header) == CITY_POOL_COLUMNS
+    assert tuple(header) == RELEASE_CITY_POOL_COLUMNS
 
 
 def test_eligible_column_reproduced_with_original_floor(release_dir):

@@ -56,3 +56,22 @@ def test_table11_notes_count_no_answers_of_the_no_context_variant():
     t = table11(agg)
     assert t.rows[0][1] == 1  # the no answer is not in n
     assert "1 answer cut off at the output-token limit with nothing parsed is left out (m 1)" in t.notes
+
+
+def test_the_report_header_does_not_say_table11s_answers_are_left_out_of_every_table():
+    """Adversarial review (session 11): since Table 11 counts the forced_chain answers without a hint distance,
+    the header's "left out of every table: 1 context answer whose reference point has no hint distance"
+    (left_out_text) contradicted Table 11's own note, which counts that answer. It now says Table 11 counts it."""
+    from geoagent.report.geohint import left_out_text
+
+    agg = GeoHintAggregator()
+    agg.add(_row("a", qid="Q1", dist=2.0, evidence=FULL))
+    agg.add(_row("b", qid="Q2", dist=None, evidence=FULL))
+    other = _row("c", qid="Q3", dist=None, evidence=None, condition="forced")
+    agg.add(other)
+    text = left_out_text(agg)
+    assert "2 context answers whose reference point has no hint distance" in text, text
+    assert "Table 11 counts the 1 forced_chain one" in text, text
+    plain = GeoHintAggregator()
+    plain.add(other)
+    assert "Table 11" not in left_out_text(plain)

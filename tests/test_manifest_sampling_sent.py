@@ -60,17 +60,19 @@ def test_a_temperature_sent_neither_way_mixes_nothing(tmp_path, monkeypatch, cap
     as api.openai.com does): 4 answers under the default 0.0, then 2 more under temperature = 1. Neither value is
     sent (a reasoning model samples at its default 1 either way; Azure refuses the parameter at any value), so the
     requests carry the same sampling. Before (session 11): the run warned "results would mix both versions" and the
-    summary read "m: 4 answers with temperature 0.0 (not sent); 2 with temperature 1.0", a mix of nothing."""
+    summary read "m: 4 answers with temperature 0.0 (not sent); 2 with temperature 1.0", a mix of nothing. (The
+    model is declared by ``model_family``, the OpenAI/Azure rules; ``reasoning_model = true`` on a server of its own
+    keeps an explicit 1, whose default may differ: tests/test_providers_sampling_rules.py.)"""
     monkeypatch.setenv("FAKE_KEY", "local")
     app = llm_openai.make_app(require_auth=False)
 
     async def main():
         async with serve(app) as url:
-            table = model_table(base_url=url, key_var="FAKE_KEY", model="o3-mini", max_output_tokens=4000) + "reasoning_model = true\n"
+            table = model_table(base_url=url, key_var="FAKE_KEY", model="o3-mini", max_output_tokens=4000) + 'model_family = "o3-mini"\n'
             p = generic_campaign(tmp_path, name="rsn", n=4, models=table)
             first = await engine.run_campaign(load_config(p), live=False, handle_signals=False, export=False)
             p.write_text(p.read_text().replace("n_requests = 4", "n_requests = 6")
-                         .replace("reasoning_model = true", "reasoning_model = true\ntemperature = 1.0"))
+                         .replace('model_family = "o3-mini"', 'model_family = "o3-mini"\ntemperature = 1.0'))
             second = await engine.run_campaign(load_config(p), live=False, handle_signals=False, export=False)
             return first, second
 

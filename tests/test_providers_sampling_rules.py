@@ -17,7 +17,7 @@ import pytest
 
 from geoagent.config import ConfigError, config_from_dict, provider_settings
 from geoagent.providers import ModelRequest, ProviderSettings, make_provider
-from geoagent.providers.sampling import (claude_one_sampler, claude_rejects_sampling, is_openai_reasoning_id,
+from geoagent.providers.sampling import (claude_one_sampler, sent_sampling, claude_rejects_sampling, is_openai_reasoning_id,
                                          openai_reasoning)
 from geoagent.runtime.http import HostPolicy, HttpClient, PermanentHTTPError
 from geoagent.sandbox import llm_anthropic, llm_openai
@@ -233,3 +233,24 @@ def test_reasoning_looking_id_on_another_host_without_either_key_warns_at_load()
                   {**local, "max_tokens_field": "max_completion_tokens"}, {}):  # {}: api.openai.com applies the rules
         assert not [w for w in _load_warnings(_toml_model(**quiet)) if "looks like an OpenAI reasoning model" in w]
     assert not [w for w in _load_warnings(_toml_model(model="gpt-4o-mini", **local)) if "looks like" in w]
+
+
+@pytest.mark.parametrize("base_url, family, sent", [
+    ("http://127.0.0.1:8000/v1", None, {"temperature": 1}),           # vLLM/R1: its own default is not 1
+    ("https://api.openai.com/v1", None, {}),                          # 1 is OpenAI's default and only value
+    ("https://res.openai.azure.com/openai/v1", None, {}),             # Azure refuses the parameter at any value
+    ("http://127.0.0.1:8000/v1", "o3-mini", {}),                      # a declared Azure-style deployment
+])
+def test_reasoning_model_override_on_a_server_of_its_own_keeps_an_explicit_temperature_1(base_url, family, sent):
+    """Adversarial review s11: ``reasoning_model = true`` on a self-hosted server sent no temperature at all, so a
+    configured 1 became the server's default (DeepSeek-R1: 0.6) under an unchanged request key. The explicit 1 is
+    kept there; on OpenAI, on Azure and for a declared family nothing is sent; top_p never; the manifest record
+    (sent_sampling) says what the body carries."""
+    prov = make_provider(ProviderSettings(kind="openai", model="r1", base_url=base_url, reasoning_model=True,
+                                          model_family=family))
+    body = prov.build(_request("openai", "r1", temperature=1, top_p=0.5))[1]
+    assert {k: body[k] for k in ("temperature", "top_p") if k in body} == sent
+    assert sent_sampling("openai", "r1", {"temperature": 1, "top_p": 0.5}, base_url=base_url, reasoning_model=True,
+                         family=family) == sent
+    # a configured 0.0 (the default: no temperature asked for) is never sent to a reasoning model
+    assert "temperature" not in prov.build(_request("openai", "r1", temperature=0.0))[1]

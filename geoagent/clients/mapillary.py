@@ -549,10 +549,10 @@ class MapillaryClient:
         Raises
         ------
         ThumbnailUnavailable
-            The image has no such thumbnail (null field; ``kind`` ``"no_url"``), is gone (404/410, or the Graph
-            API's "does not exist" 400: :func:`object_does_not_exist`; ``"gone"``), or may not be loaded (a
-            "does not exist" error whose message names only missing permissions: :func:`permission_only`;
-            ``"not_permitted"``).
+            The image has no such thumbnail (null field; ``kind`` ``"no_url"``), is gone (404/410, with a Graph
+            error body or none, or the Graph API's "does not exist" 400: :func:`object_does_not_exist`; ``"gone"``),
+            or may not be loaded (a "does not exist" error whose message names only missing permissions:
+            :func:`permission_only`; ``"not_permitted"``).
         MapillaryError
             Another Graph error, e.g. an expired or revoked token (code 190: :meth:`token_refused`).
         geoagent.runtime.http.RetriesExhausted
@@ -560,7 +560,7 @@ class MapillaryClient:
         try:
             data = await self.image(image_id, ("id", thumb_field))
         except MapillaryError as e:
-            if object_does_not_exist(e):
+            if e.status in (404, 410) or object_does_not_exist(e):  # a 404/410 is gone whatever its body says
                 err = GraphError(e.code, e.subcode, str(e))
                 if permission_only(err):  # the body says the token may not load it, not that it is gone
                     raise ThumbnailUnavailable(f"Mapillary image {image_id} cannot be loaded: missing permissions "

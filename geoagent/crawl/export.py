@@ -325,7 +325,8 @@ def crawl_table_schemas() -> dict[str, dict[str, Any]]:
     S, F, I, B = pl.String, pl.Float64, pl.Int64, pl.Boolean
     return {
         "city_pool": {"city": S, "country": S, "continent": S, "lat": F, "lon": F, "sv_total": I,
-                      "sv_perspective": I, "L_district": F, "ok_streetview": B, "ok_scale": B, "eligible": B},
+                      "sv_perspective": I, "L_district": F, "ok_streetview": B, "ok_scale": B, "eligible": B,
+                      "coverage_lower_bound": B},  # as sites.csv's (null: screened before the flag was kept)
         # counts, written as integers (a crawl from before session 7 wrote "58.0": read back by inference)
         # coverage_lower_bound: sv_perspective is "at least N" (a Mapillary search box still full at the minimum
         # size; null: a site sampled before the column existed); not in the release's sites.csv

@@ -23,12 +23,14 @@ would give under the walk's own settings and kept images. Where that verdict is 
 ``grey_size_px``, the thumbnail is downloaded as usual. So a walk downloads each thumbnail of a site at most once
 per ``thumb_field``, kept or not.
 
-Unreadable thumbnails are recorded too. A thumbnail whose downloaded bytes are not a readable image (not a JPEG at
-all, e.g. an HTML error page served with status 200, or a JPEG that PIL cannot decode) gets the same kind of record
-(:func:`record_unreadable`: ``"unreadable": true`` and the reason, no measurements), and a later walk rejects it
-from the record, with the same reason, under any settings (:func:`load_unreadable`): the verdict depends on the
-bytes alone. Remove the ``.rejected.json`` to have it downloaded again. An image whose thumbnail could not be had
-at all (no URL, gone, not permitted, refused by the CDN) has no bytes to judge and no record: a walk asks again.
+Undecodable thumbnails are recorded too. A thumbnail downloaded whole (a complete JPEG, ``FFD8`` ... ``FFD9``)
+that PIL cannot decode gets the same kind of record (:func:`record_unreadable`: ``"unreadable": true`` and the
+reason, no measurements), and a later walk rejects it from the record, with the same reason, under any settings
+(:func:`load_unreadable`): the verdict depends on the image's bytes alone. Remove the ``.rejected.json`` to have it
+downloaded again. An answer that is no complete JPEG (an HTML error page served with status 200, a body cut short;
+:class:`~geoagent.clients.mapillary.ThumbnailUnavailable` ``kind`` ``"not_jpeg"``, after the HTTP layer's retries)
+is a failed transfer, not a verdict on the image: like an image whose thumbnail could not be had at all (no URL,
+gone, not permitted, refused by the CDN), it gets no record, and the next walk asks again.
 
 Selections are per settings. The images root is shared by every campaign under a state root, so a
 selection record says what made it: ``selection`` holds the site's coordinates and every
@@ -295,8 +297,8 @@ def record_rejection(path: Path, image_id: str, settings: FetcherSettings, brigh
 
 
 def record_unreadable(path: Path, image_id: str, settings: FetcherSettings, reason: str) -> None:
-    """Write (atomically) the record of a downloaded thumbnail whose bytes are not a readable image (not a JPEG,
-    or one PIL cannot decode), so a resume, or another campaign, rejects it without downloading it again
+    """Write (atomically) the record of a downloaded thumbnail whose bytes are not a readable image (a complete
+    JPEG that PIL cannot decode; module doc), so a resume, or another campaign, rejects it without downloading it again
     (:func:`load_unreadable`): the image id, ``thumb_field``, ``"unreadable": true`` and the reason given."""
     _atomic_write(rejection_path(path), orjson.dumps({
         "image_id": image_id, "thumb_field": settings.thumb_field, "reason": reason, "unreadable": True,
@@ -410,14 +412,16 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
             try:
                 jpeg = await mapillary.download_thumbnail(img.image_id, settings.thumb_field)
             except ThumbnailUnavailable as e:  # this image only (no URL, gone, refused, not a JPEG): skip it
+                # no record, not even for "not_jpeg": a body that is no complete JPEG (an HTML page served with 200,
+                # a transfer cut short) says nothing about the image, so the next walk asks again (module doc)
                 res.rejected.append(meta | {"reason": f"no thumbnail: {e}"})
-                if e.kind == "not_jpeg":  # downloaded, and the bytes are no image: a resume need not download them
-                    record_unreadable(path, img.image_id, settings, f"no thumbnail: {e}")
                 continue
             res.downloads += 1
         try:
             bright = mean_brightness(jpeg, settings.grey_size_px)
             h = dhash64(jpeg)
+        except MemoryError:  # the machine, not the image: no verdict, no record (the next walk measures it again)
+            raise
         except Exception as e:  # noqa: BLE001 - PIL raises several types for bad data (dhash64 as mean_brightness)
             reason = str(e) if isinstance(e, ValueError) else f"not a readable image: {type(e).__name__}: {e}"
             res.rejected.append(meta | {"reason": reason})

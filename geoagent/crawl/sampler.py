@@ -174,17 +174,23 @@ def recorded_versions(sampling_dir: str | Path) -> dict[str, list[str]]:
 
 def sampler_version_warning(versions: dict[str, list[str]]) -> str | None:
     """One line when some cities (:func:`recorded_versions`) were sampled by another sampler version than
-    :data:`SAMPLER_VERSION` (or by one that recorded none), else None."""
+    :data:`SAMPLER_VERSION`, or by one that recorded none, else None. A city whose record has no version is not
+    called another version's: it is version 1, or 2 for a crawl of 2026-12-01 after commit d9e1c73 (the record
+    cannot tell; :data:`SAMPLER_VERSION`)."""
     other = {k: v for k, v in versions.items() if k != str(SAMPLER_VERSION)}
     if not other:
         return None
-    parts = "; ".join(f"{'version ' + k if k != UNRECORDED else 'version unrecorded'}: {', '.join(v)}"
-                      for k, v in other.items())
+    known = {k: v for k, v in other.items() if k != UNRECORDED}
+    parts = [f"version {k}: {', '.join(v)}" for k, v in known.items()]
+    if UNRECORDED in other:
+        parts.append(f"version {UNRECORDED} (version 1, or {SAMPLER_VERSION} if sampled on 2026-12-01 after 15:41 UTC; "
+                     f"the record cannot tell): {', '.join(other[UNRECORDED])}")
+    by = " or ".join(([f"another sampler version than this one (version {SAMPLER_VERSION})"] if known else [])
+                     + (["a sampler that recorded no version"] if UNRECORDED in other else []))
     return (f"warning: site sampler: {sum(map(len, other.values()))} of {sum(map(len, versions.values()))} cities "
-            f"were sampled by another sampler version than this one (version {SAMPLER_VERSION}) and keep those sites "
-            f"({parts}): an item with several coordinates may lie at another of them than version {SAMPLER_VERSION} "
-            "chooses (smallest lat, lon); sampling/<city>.json sampler_version. Crawl again under a new campaign "
-            "name for one rule throughout")
+            f"were sampled by {by} and keep those sites ({'; '.join(parts)}): an item with several coordinates may "
+            f"lie at another of them than version {SAMPLER_VERSION} chooses (smallest lat, lon); "
+            "sampling/<city>.json sampler_version. Crawl again under a new campaign name for one rule throughout")
 
 
 async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], coverage: Any, settings: SamplerSettings,

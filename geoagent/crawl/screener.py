@@ -6,7 +6,7 @@ numbered-unit patterns), and compute ``L_district``, the median nearest-neighbou
 between the remaining nodes (at least 3 needed). Coverage is the number of perspective (non-panorama)
 Mapillary images within 1 km. A city is admitted when coverage >= 30 and 0.32 <= L_district <= 0.65 km (all configurable).
 
-The output row has the columns of the release's ``city_pool.csv``.
+The output row has the columns of the release's ``city_pool.csv``, then ``coverage_lower_bound`` (:data:`CITY_POOL_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,10 +26,17 @@ from geoagent.crawl.geo import haversine_matrix_km
 from geoagent.crawl.settings import CitySpec, ScreenerSettings
 
 #: Columns of the release's ``data/city_pool.csv``, in order.
-CITY_POOL_COLUMNS: tuple[str, ...] = (
+RELEASE_CITY_POOL_COLUMNS: tuple[str, ...] = (
     "city", "country", "continent", "lat", "lon", "sv_total", "sv_perspective", "L_district",
     "ok_streetview", "ok_scale", "eligible",
 )
+#: Columns of the crawl's ``city_pool.csv``: the release's (:data:`RELEASE_CITY_POOL_COLUMNS`), in its order, then
+#: ``coverage_lower_bound`` (not in the release; as ``sites.csv``'s, :data:`geoagent.crawl.sampler.SITES_COLUMNS`):
+#: ``True`` when ``sv_total`` / ``sv_perspective`` are lower bounds ("at least N": a Mapillary search box was still
+#: full, at the page limit, at the minimum box size; the decision log has an ``event: "mapillary_box_full"`` record
+#: for the city), ``False`` for exact counts, empty for a city screened before the screening record kept the flag
+#: (unknown). Booleans are written ``True``/``False`` like the file's other flags (the release's form).
+CITY_POOL_COLUMNS: tuple[str, ...] = RELEASE_CITY_POOL_COLUMNS + ("coverage_lower_bound",)
 
 
 @lru_cache(maxsize=64)
@@ -161,7 +169,8 @@ class CityScreening:
     sv_lower_bound: bool = False
 
     def row(self) -> dict[str, Any]:
-        """The ``city_pool.csv`` row (L_district rounded to 0.01 km as released; empty when undefined)."""
+        """The ``city_pool.csv`` row, :data:`CITY_POOL_COLUMNS` (L_district rounded to 0.01 km as released; empty
+        when undefined; ``coverage_lower_bound`` = :attr:`sv_lower_bound`)."""
         return {
             "city": self.city.city,
             "country": self.city.country,
@@ -174,6 +183,7 @@ class CityScreening:
             "ok_streetview": self.ok_streetview,
             "ok_scale": self.ok_scale,
             "eligible": self.eligible,
+            "coverage_lower_bound": self.sv_lower_bound,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -244,6 +254,37 @@ async def screen_city(city: CitySpec, overpass: Any, mapillary: Any, settings: S
         if on_note is not None:
             await on_note(note | {"ok_streetview": res.ok_streetview})
     return res
+
+
+def city_pool_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``city_pool.csv`` rows of stored screening records (``screening/<city key>.json``: :meth:`CityScreening.
+    to_json` plus its ``row``), in the given order. A row stored before ``coverage_lower_bound`` existed takes it from
+    the record's ``sv_lower_bound`` when the record has one (kept since the full-box change), else stays without it
+    (written empty: unknown)."""
+    out: list[dict[str, Any]] = []
+    for rec in records:
+        row = dict(rec["row"])
+        if "coverage_lower_bound" not in row and isinstance(rec.get("sv_lower_bound"), bool):
+            row["coverage_lower_bound"] = rec["sv_lower_bound"]
+        out.append(row)
+    return out
+
+
+def write_city_pool_csv(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """Write ``city_pool.csv`` with :data:`CITY_POOL_COLUMNS` (atomic replace): a missing key is written empty
+    (``coverage_lower_bound`` of a city screened before the flag was kept), booleans as ``True``/``False`` (the
+    release's form of its flags)."""
+    import csv
+
+    from geoagent.files import atomic_open
+
+    path = Path(path)
+    with atomic_open(path, "w", newline="") as f:  # a temporary file of its own: concurrent writers never share one
+        w = csv.DictWriter(f, fieldnames=list(CITY_POOL_COLUMNS))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in CITY_POOL_COLUMNS})
+    return path
 
 
 #: Columns of the release's ``data/district_scale.csv``, in order.

@@ -94,7 +94,7 @@ from geoagent.crawl.referenceability import (
     merge_site_candidates,
 )
 from geoagent.crawl.sampler import city_seed, sample_sites, slug, write_sites_csv
-from geoagent.crawl.screener import CITY_POOL_COLUMNS, screen_city
+from geoagent.crawl.screener import city_pool_rows, screen_city, write_city_pool_csv
 from geoagent.crawl.settings import CitySpec, CrawlConfigError, CrawlSettings
 from geoagent.files import atomic_open, atomic_write_bytes
 from geoagent.runtime.queue import Task, WorkQueue
@@ -563,8 +563,8 @@ class CityScreenerStage(_CrawlStage):
             rec = res.to_json() | {"row": res.row()}
             _dump(path, rec)
         async with svc.lock("city_pool"):
-            rows = [r["row"] for p in sorted((svc.state_dir / "screening").glob("*.json")) if (r := _load(p))]
-            _write_csv(rows, svc.state_dir / "city_pool.csv", CITY_POOL_COLUMNS)
+            recs = [r for p in sorted((svc.state_dir / "screening").glob("*.json")) if (r := _load(p))]
+            write_city_pool_csv(city_pool_rows(recs), svc.state_dir / "city_pool.csv")
         if not rec["eligible"]:
             return []
         return [(f"city:{key}", {"city": city.model_dump(), "screening": {k: v for k, v in rec.items() if k != "row"}})]

@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from geoagent import paths
 from geoagent.data.importer import ImportReport, import_release
@@ -40,6 +41,20 @@ from geoagent.scoring.geohint import is_hit, normalize_level
 REQUIRED = ("site", "model", "schema", "context", "path", "error_km", "resolved_level")
 BAND_CODES = {"05_15km": LADDER_BAND_LABELS[0], "15_30km": LADDER_BAND_LABELS[1], "30_60km": LADDER_BAND_LABELS[2]}
 _CONTEXT = re.compile(r"^(?P<tier>high|mid|low)_(?P<band>\d\d_\d\dkm)_(?P<qid>Q\d+)$")
+
+
+#: most digits a ``repeat`` is read from (a repeat index; also below the interpreter's int() limit of 4300)
+_REPEAT_MAX_DIGITS = 18
+
+
+def read_repeat(v: Any) -> int:
+    """A release row's ``repeat`` field (judged answers, raw responses): an integer >= 0 (or its decimal digits, up to 18), else 0 (a value ``int()`` cannot
+    read, e.g. a superscript "²", never drops the answer)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    if not isinstance(v, str) or not v.strip().isdecimal() or len(v.strip()) > _REPEAT_MAX_DIGITS:
+        return 0
+    return int(v.strip())
 
 
 def parse_context_label(label: str) -> tuple[str, str, str] | None:
@@ -189,7 +204,7 @@ def iter_judged(
                 model=row["model"].strip(),
                 condition=release_condition(schema, ctx is not None),
                 schema=schema,
-                repeat=int(row["repeat"]) if (row.get("repeat") or "").strip().isdigit() else 0,
+                repeat=read_repeat(row.get("repeat")),
                 city=city,
                 area=area,
                 building=building,

@@ -14,6 +14,9 @@ Sec. 6.3.2). One JSON object a line: ``path`` (``streetview\\<site>\\<id>.jpg``)
   context is ``none`` (:func:`~geoagent.geohint.judged.release_condition`); tier, band and QID come from the
   context label, the hint distance from the site's ladder (a QID missing from it is noted once; Table 11 still
   counts the answer, :class:`~geoagent.geohint.aggregate.GeoHintAggregator`); key ``release|<file>|<line>``.
+* A line whose ``schema`` is not ``forced_chain`` is imported (tables ``parse`` and ``cutoff``) but is no checklist
+  answer (:data:`~geoagent.geohint.aggregate.CHECKLIST_CONDITIONS`), so not in Table 11: each such schema is
+  noted once, at its first line.
 * ``usage.stop_reason`` is the finish reason (``extra["finish_reason"]``): the table ``cutoff`` counts the
   answers cut off at the output-token limit, and one cut off with nothing parsed is no answer
   (:mod:`geoagent.scoring.truncation`).
@@ -37,7 +40,9 @@ from typing import Any
 from geoagent import paths
 from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import ContextLadder
-from geoagent.geohint.judged import image_id_from_path, ladder_index, parse_context_label, release_condition
+from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
+from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, read_repeat,
+                                    release_condition)
 from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.result import GeoHintResult
 
@@ -55,17 +60,17 @@ WITHHELD = ("Withheld: Tables 1-10 and the table 'unresolved' (hit rate, echo, e
 
 
 def _text_field(d: Mapping[str, Any], name: str) -> str:
+    """A required text field, stripped (raises ValueError when not a non-empty string, or when it holds a lone
+    UTF-16 surrogate: JSON's ``"\\ud800"`` decodes to a ``str`` that no UTF-8 table or report can be written
+    with, so such a line is a bad line, not a failed route)."""
     v = d.get(name)
     if not isinstance(v, str) or not v.strip():
         raise ValueError(f"field {name!r} is not a non-empty string: {v!r:.60}")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"field {name!r} is not UTF-8 text (a lone surrogate escape): {v!r:.60}") from None
     return v.strip()
-
-
-def _repeat(v: Any) -> int:
-    """The ``repeat`` field: an integer >= 0 (or its digits), else 0, as the judged importer reads it."""
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return v
-    return int(v) if isinstance(v, str) and v.strip().isdigit() else 0
 
 
 def _finish_reason(usage: Any) -> str | None:
@@ -97,7 +102,7 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
         model=_text_field(d, "model"),
         condition=release_condition(schema, ctx is not None),
         schema=schema,
-        repeat=_repeat(d.get("repeat")),
+        repeat=read_repeat(d.get("repeat")),
         city=ans.city,
         area=ans.area,
         building=ans.building,
@@ -137,6 +142,7 @@ def iter_raw(path: str | Path, ladders: Mapping[str, ContextLadder], report: Imp
     index = ladder_index(ladders)
     rep.files.append(str(path))
     unknown: set[tuple[str, str]] = set()
+    other_schemas: set[str] = set()
     with path.open("rb") as fh:
         for line, data in enumerate(fh, start=1):
             try:
@@ -162,6 +168,10 @@ def iter_raw(path: str | Path, ladders: Mapping[str, ContextLadder], report: Imp
             except ValueError as exc:
                 rep.add(path, line, str(exc))
                 continue
+            if res.condition not in CHECKLIST_CONDITIONS and res.schema not in other_schemas:
+                other_schemas.add(res.schema)  # counted in 'parse' and 'cutoff', never in Table 11: say so once
+                rep.add(path, line, f"schema {res.schema!r} is not forced_chain: its answers are not in Table 11 (only "
+                        "in the tables 'parse' and 'cutoff')")
             if res.ref_qid:
                 point = index.get((res.site, res.ref_qid))
                 if point is not None:

@@ -14,7 +14,8 @@ from typing import Any
 
 from geoagent.providers import anthropic, gemini, openai_compat, replay, simulated  # noqa: F401  (register)
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider, ProviderError, Usage, provider_class
-from geoagent.providers.errors import ContentBlocked, MalformedResponse, ReplayMiss, ReplayRecordedError
+from geoagent.providers.errors import (ContentBlocked, MalformedResponse, ReplayMiss, ReplayRecordedError,
+                                       UnsupportedRequest)
 from geoagent.providers.settings import ProviderSettings
 
 
@@ -39,6 +40,7 @@ __all__ = [
     "ProviderSettings",
     "ReplayMiss",
     "ReplayRecordedError",
+    "UnsupportedRequest",
     "Usage",
     "make_provider",
     "provider_class",

@@ -45,6 +45,23 @@ class ContentBlocked(ProviderError):
         super().__init__(f"{provider}: content blocked: {reason}")
 
 
+class UnsupportedRequest(ProviderError):
+    """The provider refused to send a request the API is documented to refuse for this model (e.g. an image to an
+    OpenAI model that takes no image input). Raised by the provider before any HTTP request is made and before the
+    request's ``before_send`` hook runs, so no cost is reserved and nothing is billed. Not retryable: the same
+    request is refused again (the model caller dead-letters it as a permanent failure).
+
+    ``model`` is the model id (or declared family) whose rule refused it; ``reason`` the rule, in words."""
+
+    retryable = False
+
+    def __init__(self, provider: str, model: str, reason: str) -> None:
+        self.provider = provider
+        self.model = model
+        self.reason = reason
+        super().__init__(f"{provider}: request not sent: {reason}")
+
+
 class ReplayMiss(ProviderError):
     """The replay file holds no record for this request key. Not retryable."""
 

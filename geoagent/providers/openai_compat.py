@@ -28,6 +28,16 @@ Wire format (OpenAI API reference, "Create chat completion"):
 * Azure OpenAI (v1 API, ``base_url = "https://<resource>.openai.azure.com/openai/v1"``, Bearer key): ``model``
   is the deployment name; ``ProviderSettings.model_family`` names the OpenAI model it serves, and every id rule
   above (reasoning, system message, ``response_format``, the ``max_completion_tokens`` field) reads it instead.
+* Azure OpenAI, classic per-deployment route (``ProviderSettings.api_version`` set, ``[[models]] api_version``):
+  ``POST {base_url}/openai/deployments/{model}/chat/completions?api-version={api_version}`` with the key in an
+  ``api-key`` header (never ``Authorization``: Azure reads a Bearer value as a Microsoft Entra token and answers
+  401), ``base_url`` the resource endpoint ``https://<resource>.openai.azure.com``, ``model`` the deployment name
+  (in the path; the body carries no ``model``); the body and answer are the Chat Completions ones above, errors
+  ``{"error": {"code", "message"}}`` (Azure OpenAI REST reference, "Chat completions"; the route, the api-key
+  header and the query parameter as quoted in MicrosoftDocs/azure-docs#114602). A missing or unknown api-version
+  is answered 404 "Resource not found" (that issue; microsoft/azurechat#426), a throttled call 429 with
+  ``retry-after`` / ``retry-after-ms`` headers, which the HTTP layer honours (:func:`geoagent.runtime.http.
+  retry_after_of`). The deployment's rate limits are its own: the limit key is ``<resource host>/<deployment>``.
 * Answer: ``choices[0].message.content`` (a refusal has ``content: null`` and the text in ``refusal``;
   that text is returned as the answer), ``choices[0].finish_reason``, ``usage.prompt_tokens`` /
   ``usage.completion_tokens`` (completion tokens include reasoning tokens; when absent, ``total_tokens -
@@ -41,13 +51,14 @@ Wire format (OpenAI API reference, "Create chat completion"):
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
-from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
+from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
-from geoagent.providers.sampling import (is_openai_reasoning_id, openai_reasoning, openai_rejects_response_format,
-                                         openai_rejects_system, openai_sampling)
+from geoagent.providers.sampling import (is_openai_reasoning_id, openai_keeps_unit_temperature, openai_reasoning,
+                                         openai_rejects_images, openai_rejects_response_format, openai_rejects_system,
+                                         openai_sampling)
 
 
 def _error_message(err: Any) -> str:
@@ -93,11 +104,30 @@ class OpenAICompatProvider(HttpProvider):
         return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     def build(self, request: ModelRequest) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """``(url, body, headers)`` of one Chat Completions call (module docstring): ``{base_url}/chat/completions``
+        with a Bearer key, or Azure OpenAI's per-deployment URL with an ``api-key`` header when
+        ``ProviderSettings.api_version`` is set.
+
+        Raises
+        ------
+        UnsupportedRequest
+            ``request`` carries an image and the model (its ``model_family`` when declared) takes no image input
+            (``o1-mini``, ``o1-preview``, ``o3-mini``: :func:`geoagent.providers.sampling.openai_rejects_images`).
+            :meth:`generate` calls this first, so nothing is sent and ``request.before_send`` (the model caller's
+            cost reservation) never runs; the config loader already refuses campaigns that would do this
+            (:func:`geoagent.config.image_problems`).
+        """
         params = request.params
+        family = self.settings.model_family or request.model
+        if request.image is not None and openai_rejects_images(family):
+            named = family if family == request.model else f"{request.model} ({family})"
+            raise UnsupportedRequest(self.kind, family, (
+                f"{named} takes no image input (the API answers HTTP 400 'Invalid content type. image_url is only "
+                "supported by certain models.'); send this request to a vision model (e.g. o1, o4-mini, gpt-4o)"))
         messages: list[dict[str, Any]] = []
         text = request.prompt
         if params.get("system"):
-            if openai_rejects_system(self.settings.model_family or request.model):
+            if openai_rejects_system(family):
                 # o1-mini / o1-preview take no system message (HTTP 400): the text leads the user message instead
                 text = f"{params['system']}\n\n{request.prompt}"
             else:
@@ -111,13 +141,22 @@ class OpenAICompatProvider(HttpProvider):
         else:
             content = text
         messages.append({"role": "user", "content": content})
-        body: dict[str, Any] = {"model": request.model, "messages": messages, self.max_tokens_field: request.max_output_tokens}
-        body.update(openai_sampling(params, self.reasoning))
-        if params.get("json_mode") and not openai_rejects_response_format(self.settings.model_family or request.model):
+        body: dict[str, Any] = {"messages": messages, self.max_tokens_field: request.max_output_tokens}
+        if not self.settings.api_version:  # Azure's classic route names the deployment in its path instead
+            body = {"model": request.model, **body}
+        body.update(openai_sampling(params, self.reasoning, keep_unit_temperature=openai_keeps_unit_temperature(
+            self.base_url, self.settings.reasoning_model, self.settings.model_family)))
+        if params.get("json_mode") and not openai_rejects_response_format(family):
             # o1-mini / o1-preview refuse response_format (HTTP 400): their JSON is read from the text as usual
             body["response_format"] = {"type": "json_object"}
         headers = self.common_headers(request)
         key = self._api_key()
+        if self.settings.api_version:  # Azure OpenAI's classic per-deployment route (module docstring)
+            if key:
+                headers["api-key"] = key
+            url = (f"{self.base_url}/openai/deployments/{quote(request.model, safe='')}/chat/completions"
+                   f"?api-version={quote(self.settings.api_version, safe='')}")
+            return url, body, headers
         if key:
             headers["Authorization"] = f"Bearer {key}"
         return f"{self.base_url}/chat/completions", body, headers

@@ -224,7 +224,28 @@ def gemini_thinks_when_asked(model: str) -> bool:
     return mid.startswith("gemini-2.5-flash-lite")
 
 
-def openai_sampling(params: dict[str, Any], reasoning: bool) -> dict[str, Any]:
+#: hosts whose reasoning models sample at temperature 1 whatever is asked and refuse any other value (OpenAI) or
+#: the parameter itself (Azure OpenAI; :func:`openai_sampling`)
+_OPENAI_DEFAULT_HOSTS = (OPENAI_HOST,)
+_AZURE_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+
+def openai_keeps_unit_temperature(base_url: str | None, reasoning_model: bool | None = None,
+                                  family: str | None = None) -> bool:
+    """Whether a reasoning-rules request still carries an explicit ``temperature`` of 1 (:func:`openai_sampling`):
+    only when the reasoning rules come from ``[[models]] reasoning_model = true`` on a server that is neither
+    api.openai.com nor Azure OpenAI and no ``model_family`` is declared, e.g. a self-hosted reasoning model on
+    vLLM, whose default temperature is its own (DeepSeek-R1's generation config: 0.6), so leaving out a
+    configured 1 would change the sampling. On OpenAI 1 is the default and the only value accepted; Azure
+    refuses the parameter at any value."""
+    if reasoning_model is not True or family:
+        return False
+    host = ((urlsplit(base_url).hostname or "") if base_url else OPENAI_HOST).lower()
+    return host not in _OPENAI_DEFAULT_HOSTS and not host.endswith(_AZURE_HOST_SUFFIXES)
+
+
+def openai_sampling(params: dict[str, Any], reasoning: bool, *, keep_unit_temperature: bool = False
+                    ) -> dict[str, Any]:
     """The ``temperature`` / ``top_p`` / ``seed`` body fields for one OpenAI-compatible request.
 
     A reasoning model is sent neither ``temperature`` nor ``top_p``: it samples at its default temperature 1
@@ -235,12 +256,15 @@ def openai_sampling(params: dict[str, Any], reasoning: bool) -> dict[str, Any]:
     (cline/cline#2643, langchain4j/langchain4j#2699; Azure's reasoning guide lists temperature among the
     unsupported parameters, learn.microsoft.com/azure/ai-services/openai/how-to/reasoning). It also means two
     configurations differing only in that unsent temperature made the same requests (:mod:`geoagent.runtime.drift`).
-    Other models get every value that is set.
+    Other models get every value that is set. ``keep_unit_temperature``
+    (:func:`openai_keeps_unit_temperature`: ``reasoning_model = true`` on a server of its own) keeps a configured
+    temperature of exactly 1, as such a server's default may differ.
     """
     out = {name: params[name] for name in ("temperature", "top_p", "seed") if params.get(name) is not None}
     if reasoning:
         out.pop("top_p", None)
-        out.pop("temperature", None)
+        if not (keep_unit_temperature and out.get("temperature") == 1):
+            out.pop("temperature", None)
     return out
 
 
@@ -271,7 +295,8 @@ def sent_sampling(provider: str, model: str, params: dict[str, Any], *, base_url
     ``replay`` (its answers are read from a file; no request is sent). The request key hashes the params as
     configured, whatever is sent (:meth:`geoagent.providers.base.ModelRequest.key`)."""
     if provider == "openai":
-        return openai_sampling(params, openai_reasoning(model, base_url, reasoning_model, family))
+        return openai_sampling(params, openai_reasoning(model, base_url, reasoning_model, family),
+                               keep_unit_temperature=openai_keeps_unit_temperature(base_url, reasoning_model, family))
     if provider == "anthropic":
         return anthropic_sampling(params, model)
     if provider == "replay":

@@ -95,6 +95,13 @@ class ProviderSettings:
         :mod:`geoagent.providers.sampling` (reasoning, no system message, no ``response_format``) then read it
         instead of ``model``, on any host; ``reasoning_model``, when set, still decides the reasoning rules.
         ``None``: the rules read ``model``.
+    api_version : str or None
+        OpenAI-compatible only: Azure OpenAI's ``api-version`` (``2024-10-21``, ``2025-04-01-preview``) of its
+        classic per-deployment route (``[[models]] api_version``). Set, the provider posts to
+        ``{base_url}/openai/deployments/{model}/chat/completions?api-version={api_version}`` with the key in an
+        ``api-key`` header (no ``Authorization``) and no ``model`` in the body; ``base_url`` is then the resource
+        endpoint (``https://<resource>.openai.azure.com``) and ``model`` the deployment name.
+        ``None``: ``{base_url}/chat/completions`` with a Bearer key (OpenAI, Azure's v1 API, other servers).
     anthropic_version : str
         Value of the ``anthropic-version`` header.
     headers : tuple of (str, str)
@@ -125,6 +132,7 @@ class ProviderSettings:
     max_tokens_field: str | None = None
     reasoning_model: bool | None = None
     model_family: str | None = None
+    api_version: str | None = None
     anthropic_version: str = "2023-06-01"
     headers: tuple[tuple[str, str], ...] = ()
     policy: Any = None  # geoagent.runtime.http.HostPolicy | None (kept Any: no import cycle at config time)

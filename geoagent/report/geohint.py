@@ -79,7 +79,7 @@ import numpy as np
 
 from geoagent import constants as C
 from geoagent.textfmt import count_text
-from geoagent.geohint.aggregate import BANDS, GeoHintAggregator
+from geoagent.geohint.aggregate import BANDS, CHECKLIST_CONDITIONS, GeoHintAggregator
 from geoagent.geohint.echo import describe_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES
 from geoagent.files import atomic_savefig, atomic_write_text
@@ -148,6 +148,12 @@ MIN_CLUSTERS_NORMAL_P = 10
 TRUNCATION_SETTING = "[geohint] max_output_tokens (or the model's [[models]] max_output_tokens)"
 
 
+def _md_cell(text: str) -> str:
+    """One Markdown table cell: line breaks (any :meth:`str.splitlines` boundary) as spaces, pipes escaped, so a
+    name from an untrusted file (the raw route's ``model``) can neither end its row nor split a cell."""
+    return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
 @dataclass(slots=True)
 class Table:
     """A report table: raw values in ``rows`` and a display format per column.
@@ -184,10 +190,10 @@ class Table:
 
     def to_markdown(self) -> str:
         out = [f"### {self.title}", ""]
-        out.append("| " + " | ".join(self.display_columns()) + " |")
+        out.append("| " + " | ".join(_md_cell(c) for c in self.display_columns()) + " |")
         out.append("|" + "|".join("---" if f == "text" else "---:" for f in self.formats) + "|")
         for row in self.display_rows():
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+            out.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
         for line in self.notes_lines():
             out += ["", line]
         return "\n".join(out) + "\n"
@@ -1344,12 +1350,17 @@ def left_out_text(agg: GeoHintAggregator) -> str:
     reference point has no hint distance; 12 answers scored in all"``; "" when nothing was left out (then the
     scored responses are every scored answer). Counts from :meth:`GeoHintAggregator.n_no_answer` and
     :attr:`GeoHintAggregator.n_without_ladder_point`; the total is every added answer (``len(agg.keys)``, the
-    ``n`` of the cut-off counts)."""
+    ``n`` of the cut-off counts). The forced_chain ones among those without a hint distance are named as counted
+    by Table 11 (:meth:`GeoHintAggregator.compliance`)."""
     parts = []
     if n := agg.n_no_answer():
         parts.append(f"{_answers(n)} cut off at the output-token limit with nothing parsed (no answer; table 'cutoff')")
     if n := agg.n_without_ladder_point:
-        parts.append(f"{_answers(n, 'context answer')} whose reference point has no hint distance")
+        # Table 11 alone counts the checklist ones (forced_chain: GeoHintAggregator.compliance)
+        k = sum(c.n for (_m, cond), c in agg.without_ladder_cells.items() if cond in CHECKLIST_CONDITIONS)
+        kept = (f" (Table 11 counts the {k} forced_chain one{'s' if k != 1 else ''}: every forced_chain response)"
+                if k else "")
+        parts.append(f"{_answers(n, 'context answer')} whose reference point has no hint distance{kept}")
     if not parts:
         return ""
     return f"left out of every table: {' and '.join(parts)}; {_answers(len(agg.keys))} scored in all"

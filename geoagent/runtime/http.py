@@ -502,6 +502,35 @@ def parse_retry_after(value: str | None, now_wall_s: float | None = None) -> flo
     return max(0.0, when.timestamp() - now)
 
 
+def header_value(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of header ``name`` in ``headers`` whatever the letter case of either, or None. Header names are
+    case-insensitive (RFC 9110 section 5.1), and :attr:`HttpResponse.headers` is a plain dict: aiohttp spells the
+    headers it knows canonically (``Retry-After``, ``Location``) and keeps the server's spelling of the others
+    (``retry-after-ms``)."""
+    value = headers.get(name)
+    if value is not None:
+        return value
+    low = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == low), None)
+
+
+def retry_after_of(headers: Mapping[str, str], now_wall_s: float | None = None) -> float | None:
+    """Seconds a 429/503 answer asks to wait, or None: ``retry-after-ms`` (milliseconds, more precise; sent by Azure
+    OpenAI and read first by Azure's SDKs, e.g. @azure/core-rest-pipeline's throttlingRetryStrategy, which also reads
+    ``x-ms-retry-after-ms``), else ``Retry-After`` (:func:`parse_retry_after`); header names in any letter case.
+    A negative or unreadable millisecond value is skipped."""
+    for name in ("retry-after-ms", "x-ms-retry-after-ms"):
+        raw = header_value(headers, name)
+        if raw is not None:
+            try:
+                ms = float(raw.strip())
+            except ValueError:
+                continue
+            if ms >= 0 and ms == ms and ms != float("inf"):
+                return ms / 1000.0
+    return parse_retry_after(header_value(headers, "Retry-After"), now_wall_s)
+
+
 @functools.lru_cache(maxsize=1024)
 def host_key(url: str) -> str:
     """``"hostname:port"`` when the URL names a port explicitly, else ``"hostname"`` (lower-case)."""
@@ -1535,7 +1564,7 @@ class HttpClient:
         resp = HttpResponse(status=status, headers=resp_headers, body=body, url=shown_url, elapsed_s=elapsed)
         if 300 <= status < 400 and not follow:
             host.count_error(f"http {status}")
-            raise PermanentHTTPError(status, shown_url, _redirect_refusal(resp_headers.get("Location"), url, secrets))
+            raise PermanentHTTPError(status, shown_url, _redirect_refusal(header_value(resp_headers, "Location"), url, secrets))
         if status < 400:
             if validate is not None:
                 invalid = None
@@ -1561,7 +1590,7 @@ class HttpClient:
             return resp
         excerpt = _scrub_head(resp.text, BODY_EXCERPT_CHARS, secrets)
         if status in _RETRY_STATUSES or status >= 500:
-            retry_after = parse_retry_after(resp_headers.get("Retry-After")) if status in (429, 503) else None
+            retry_after = retry_after_of(resp_headers) if status in (429, 503) else None
             if retry_after is not None:
                 # a 429 is the limit of the request's key (providers limit per model): that key waits; a 503
                 # (overloaded, unavailable) is the host's condition: every key on the host waits

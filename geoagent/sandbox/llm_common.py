@@ -31,6 +31,7 @@ from collections import deque
 import base64
 import binascii
 import hashlib
+import math
 import os
 import threading
 import time
@@ -152,6 +153,31 @@ def _shaped_error(api: str, status: int, message: str, retry_after: str | None) 
     return status, {"error": {"message": message, "type": etype, "param": None, "code": code}}
 
 
+def _azure_throttle(request: web.Request, retry_after: str | None) -> web.Response:
+    """Azure OpenAI's 429 on its classic route: ``{"error": {"code": "429", "message": "Requests to the
+    ChatCompletions_Create Operation under Azure OpenAI API version <v> have exceeded token rate limit ..."}}``
+    (as quoted in alex-wolf-ps/dbchatprov2#2) with lower-case ``retry-after`` (whole seconds, rounded up) and
+    ``retry-after-ms`` headers (the milliseconds Azure's SDKs read first: @azure/core-rest-pipeline's
+    throttlingRetryStrategy) when the injected fault asked for a pause."""
+    seconds = None
+    if retry_after is not None:
+        try:
+            seconds = max(0.0, float(retry_after))
+        except ValueError:
+            seconds = None
+    wait = f"{math.ceil(seconds)}" if seconds is not None else "1"
+    version = request.query.get("api-version", "")
+    body = {"error": {"code": "429", "message": (
+        f"Requests to the ChatCompletions_Create Operation under Azure OpenAI API version {version} have exceeded "
+        f"token rate limit of your current OpenAI S0 pricing tier. Please retry after {wait} seconds. Please go here: "
+        "https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.")}}
+    out = web.json_response(body, status=429)
+    if seconds is not None:
+        out.headers["retry-after"] = wait
+        out.headers["retry-after-ms"] = str(int(round(seconds * 1000)))
+    return out
+
+
 def api_error_middleware(api: str) -> Any:
     """Outermost middleware: rewrite the fault middleware's generic 429/500/503 bodies into ``api``'s
     documented error shape (OpenAI ``{"error": {message, type, param, code}}``; Anthropic
@@ -173,6 +199,8 @@ def api_error_middleware(api: str) -> Any:
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return resp  # not the fault middleware's body: leave it
         retry_after = resp.headers.get("Retry-After")
+        if api == "openai" and resp.status == 429 and request.path.startswith("/openai/deployments/"):
+            return _azure_throttle(request, retry_after)
         status, body = _shaped_error(api, resp.status, message, retry_after)
         out = web.json_response(body, status=status)
         for h in ("Retry-After",):

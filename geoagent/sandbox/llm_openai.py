@@ -31,6 +31,20 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
   null, as quoted on the OpenAI community forum; sources in :mod:`geoagent.providers.sampling`).
 * ``deployments=`` (Azure OpenAI-style): a ``model`` naming a deployment is checked and answered as the model it
   serves.
+* Azure OpenAI's classic per-deployment route, ``POST /openai/deployments/{deployment}/chat/completions?api-version=
+  <version>`` (Azure OpenAI REST reference, "Chat completions"), checked in this order: an ``api-version`` missing
+  or not among ``azure_api_versions=`` (default :data:`AZURE_API_VERSIONS`) -> 404 ``{"error": {"code": "404",
+  "message": "Resource not found"}}`` (MicrosoftDocs/azure-docs#114602, microsoft/azurechat#426); the key must come
+  in an ``api-key`` header: none with an ``Authorization: Bearer`` header -> 401 ``{"statusCode": 401, "message":
+  AZURE_BEARER_401}`` (Azure reads Bearer as a Microsoft Entra token, run-llama/llama_index#12484), neither -> 401
+  ``{"statusCode": 401, "message": AZURE_MISSING_KEY_401}`` (openai/openai-python#1527), an unknown key -> 401
+  ``{"error": {"code": "401", "message": AZURE_KEY_401}}`` (SciSharp/BotSharp#386; the key is never echoed); a
+  deployment not in ``deployments=`` (when given) -> 404 ``DeploymentNotFound`` (chatboxai/chatbox#861). Then the
+  body is checked and answered as above, as the model the deployment serves (the body needs no ``model``; one it
+  carries is ignored, as Azure ignores it). An injected 429 there is Azure's (``{"error": {"code": "429", "message":
+  "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version <v> have exceeded token rate
+  limit ..."}}``, alex-wolf-ps/dbchatprov2#2) with lower-case ``retry-after`` (whole seconds, rounded up) and
+  ``retry-after-ms`` headers (:func:`geoagent.sandbox.llm_common.api_error_middleware`).
 * Success: ``{"id": "chatcmpl-...", "object": "chat.completion", "created", "model", "choices": [{"index": 0,
   "message": {"role": "assistant", "content", "refusal": null}, "logprobs": null, "finish_reason":
   "stop"|"length"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"},
@@ -115,6 +129,26 @@ NO_IMAGE_ID = re.compile(r"^(?:ft:)?(?:o1-(?:mini|preview)|o3-mini)(?:[-.:_]|$)"
 NO_RESPONSE_FORMAT_ID = NO_SYSTEM_ID
 #: Azure OpenAI-style deployment names -> the model each serves (``make_app(deployments=...)``)
 DEPLOYMENTS_KEY: web.AppKey[dict[str, str]] = web.AppKey("llm_deployments", dict)
+#: Azure OpenAI ``api-version`` values the classic route accepts by default (GA and preview data-plane inference
+#: versions; ``make_app(azure_api_versions=...)`` replaces them)
+AZURE_API_VERSIONS: tuple[str, ...] = (
+    "2023-05-15", "2024-02-01", "2024-06-01", "2024-10-21", "2024-02-15-preview", "2024-05-01-preview",
+    "2024-08-01-preview", "2024-09-01-preview", "2024-10-01-preview", "2024-12-01-preview", "2025-01-01-preview",
+    "2025-03-01-preview", "2025-04-01-preview",
+)
+AZURE_API_VERSIONS_KEY: web.AppKey[frozenset[str]] = web.AppKey("llm_azure_api_versions", frozenset)
+#: Azure OpenAI's 401 texts: an ``Authorization: Bearer`` value that is no Microsoft Entra token, no key at all, and
+#: an unknown ``api-key`` (sources in the module docstring)
+AZURE_BEARER_401 = ("Unauthorized. Access token is missing, invalid, audience is incorrect "
+                    "(https://cognitiveservices.azure.com), or have expired.")
+AZURE_MISSING_KEY_401 = ("Access denied due to missing subscription key. Make sure to include subscription key when "
+                         "making requests to an API.")
+AZURE_KEY_401 = ("Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid "
+                 "key for an active subscription and use a correct regional API endpoint for your resource.")
+AZURE_DEPLOYMENT_404 = ("The API deployment for this resource does not exist. If you created the deployment within the "
+                        "last 5 minutes, please wait a moment and try again.")
+#: path prefix of the classic route (the error middleware answers its injected 429s in Azure's shape)
+AZURE_ROUTE_PREFIX = "/openai/deployments/"
 #: hidden reasoning tokens a reasoning model spends before its answer; a cap at or below it yields no text
 REASONING_TOKENS = 512
 #: body fields a reasoning model refuses whatever their value (reasoning guide, "Limitations")
@@ -283,11 +317,53 @@ async def retrieve_model(request: web.Request) -> web.Response:
                          headers={"x-request-id": "req_" + short_id(time.time_ns())})
 
 
+def _azure_auth_error(request: web.Request) -> web.Response | None:
+    """The 401 Azure OpenAI answers on its classic route for a missing or unknown ``api-key`` (a Bearer header is not
+    read as a key), logged as a call, or None."""
+    key = request.headers.get("api-key")
+    if key is None:
+        if request.headers.get("Authorization"):
+            log_call(request, API, 401, error="bearer_not_entra_token")
+            return json_response({"statusCode": 401, "message": AZURE_BEARER_401}, status=401)
+        if auth_required(request.app):
+            log_call(request, API, 401, error="missing_api_key")
+            return json_response({"statusCode": 401, "message": AZURE_MISSING_KEY_401}, status=401)
+        return None
+    if not key_ok(request.app, key):
+        log_call(request, API, 401, error="invalid_api_key")
+        return json_response({"error": {"code": "401", "message": AZURE_KEY_401}}, status=401)
+    return None
+
+
+async def azure_chat_completions(request: web.Request) -> web.Response:
+    """``POST /openai/deployments/{deployment}/chat/completions?api-version=...``: Azure OpenAI's classic route
+    (module docstring: api-version, then the ``api-key`` header, then the deployment; then as chat completions)."""
+    version = request.query.get("api-version")
+    if not version or version not in request.app[AZURE_API_VERSIONS_KEY]:
+        log_call(request, API, 404, error="api_version")
+        return json_response({"error": {"code": "404", "message": "Resource not found"}}, status=404)
+    denied = _azure_auth_error(request)
+    if denied is not None:
+        return denied
+    deployment = request.match_info["deployment"]
+    deployments = request.app[DEPLOYMENTS_KEY]
+    if deployments and deployment not in deployments:
+        log_call(request, API, 404, error="deployment_not_found", model=deployment)
+        return json_response({"error": {"code": "DeploymentNotFound", "message": AZURE_DEPLOYMENT_404}}, status=404)
+    return await _completion(request, deployment=deployment)
+
+
 async def chat_completions(request: web.Request) -> web.Response:
     """The ``/v1/chat/completions`` handler."""
     denied = _auth_error(request)
     if denied is not None:
         return denied
+    return await _completion(request)
+
+
+async def _completion(request: web.Request, deployment: str | None = None) -> web.Response:
+    """Check and answer one authorised chat completion; ``deployment`` (Azure's classic route) names the model
+    instead of the body's ``model``."""
     body, problem = await read_json(request)
     if problem is not None or not isinstance(body, dict):
         log_call(request, API, 400, error="invalid_json")
@@ -295,7 +371,7 @@ async def chat_completions(request: web.Request) -> web.Response:
     # what the request carried, for the call log: which sampling fields a client sends is part of the contract
     request[LOG_EXTRA_KEY] = {"sampling": {k: body[k] for k in SAMPLING_FIELDS if k in body}}
     try:
-        model = body.get("model")
+        model = deployment if deployment is not None else body.get("model")
         if not isinstance(model, str) or not model:
             raise _Bad("you must provide a model parameter", "model")
         prompt, system, image, image_url, mentions_json, image_detail = _parse_messages(body.get("messages"))
@@ -454,6 +530,7 @@ def make_app(
     image_billing: str = "simulated",
     reasoning_style: str = "openai",
     deployments: dict[str, str] | None = None,
+    azure_api_versions: Collection[str] | None = None,
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -488,7 +565,11 @@ def make_app(
     deployments : dict of str to str, optional
         Azure OpenAI-style deployment names and the model each serves (``{"geo-reasoner": "o1-mini"}``): a request
         naming a deployment is checked by that model's rules and answered with its id, as Azure OpenAI's v1 API
-        does (``model`` = the deployment name). Default none.
+        does (``model`` = the deployment name), and on the classic route ``/openai/deployments/{deployment}/...``
+        only these deployments exist (404 ``DeploymentNotFound`` for another; with none given every name is a
+        deployment of the model of that name). Default none.
+    azure_api_versions : collection of str, optional
+        ``api-version`` values the classic Azure route accepts (default :data:`AZURE_API_VERSIONS`); another -> 404.
 
     Returns
     -------
@@ -497,7 +578,8 @@ def make_app(
     """
     routes = [("POST", "/v1/chat/completions", chat_completions), ("POST", "/chat/completions", chat_completions),
               ("GET", "/v1/models", list_models), ("GET", "/models", list_models),
-              ("GET", "/v1/models/{model}", retrieve_model), ("GET", "/models/{model}", retrieve_model)]
+              ("GET", "/v1/models/{model}", retrieve_model), ("GET", "/models/{model}", retrieve_model),
+              ("POST", AZURE_ROUTE_PREFIX + "{deployment}/chat/completions", azure_chat_completions)]
     app = build_app(
         routes,
         api=API,
@@ -513,6 +595,7 @@ def make_app(
         raise ValueError(f"reasoning_style must be 'openai' or 'vllm', got {reasoning_style!r}")
     app[REASONING_STYLE_KEY] = reasoning_style
     app[DEPLOYMENTS_KEY] = dict(deployments or {})
+    app[AZURE_API_VERSIONS_KEY] = frozenset(AZURE_API_VERSIONS if azure_api_versions is None else azure_api_versions)
     app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
     return app

@@ -65,6 +65,8 @@ MalformedResponse (2xx)     unknown-outcome spend (or settled   retried (nack)
 ContentBlocked              settled with reported usage, else   ``PermanentFailure``
                             unknown-outcome spend
 ReplayMiss / recorded error released (replay is free)           ``Missing``
+UnsupportedRequest (an      none made (raised before            ``PermanentFailure`` -> dead letter
+image to o1-mini)           the gate: nothing sent)
 cancelled while in flight   unknown-outcome spend               (runner releases the task)
 cancelled while queued      none made (or released: not sent)   (runner releases the task)
 stop requested before the  none made (or released: not sent)   ``Abandoned`` -> released untouched at
