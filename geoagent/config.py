@@ -472,6 +472,11 @@ class ModelConfig(_Section):
             raise ConfigProblem('api_version: base_url is the resource endpoint, "https://<resource>.openai.azure.com"'
                                 ", without /openai/...: the route /openai/deployments/<model>/chat/completions is "
                                 "added to it, with the deployment name from model")
+        from geoagent.providers.sampling import azure_deployment_problem
+
+        problem = azure_deployment_problem(self.model)
+        if problem:
+            raise ConfigProblem(f"api_version: model is the deployment name, put in the URL path: {problem}")
         if not self.api_key_env:
             raise ConfigProblem("api_version: needs api_key_env, the NAME of the variable holding the Azure OpenAI key "
                                 '(e.g. api_key_env = "AZURE_OPENAI_API_KEY"; sent as the api-key header)')

@@ -1,0 +1,62 @@
+"""Adversarial review s11 (branch s11-adv2): each test failed on main before its fix.
+
+1. An Azure deployment name that is a dot segment (``.``, ``..``) or holds a control character: quoting keeps
+   ``/``, ``?``, ``#`` inside the path segment, but ``.``/``..`` are unreserved, so the HTTP library resolved them
+   and the call went to ``/openai/chat/completions`` (``..``) or ``/openai/deployments/chat/completions`` (``.``),
+   not to a deployment; now refused at load (naming the key) and by the provider before anything is sent.
+2. A ``Retry-After`` of ``inf`` (or ``1e400``, ``Infinity``) paused the key forever (``paused_until`` = inf), and
+   ``retry-after-ms`` read Python-only number forms (``1_000``, non-ASCII digits) as milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from test_providers_azure_classic import FAST, KEY, RESOURCE, VERSION, _generate, _load, _paid, _req
+
+from geoagent.config import ConfigError
+from geoagent.providers.errors import UnsupportedRequest
+from geoagent.runtime.http import HostPolicy, HttpClient, RetriesExhausted, host_key, retry_after_of
+from geoagent.sandbox import echo
+from geoagent.sandbox.server import serve
+
+
+# --- 1. Azure deployment names that are no path segment ------------------------------------------------------
+@pytest.mark.parametrize("dep", ["..", ".", "geo\n4o", "geo\t4o", "geo\x7f"])
+def test_a_deployment_name_that_would_leave_its_path_segment_is_refused_at_load(dep):
+    with pytest.raises(ConfigError) as err:
+        _load([_paid("a", dep, base_url=RESOURCE, api_key_env="AZURE_OPENAI_API_KEY", api_version=VERSION)])
+    assert "models[0].model" in str(err.value) or "models[0]: " in str(err.value), str(err.value)
+    assert "deployment" in str(err.value)
+
+
+@pytest.mark.parametrize("dep", ["..", "."])
+def test_the_provider_refuses_a_dot_segment_deployment_before_sending(dep):
+    """Before: ``..`` was sent to ``/openai/chat/completions`` (the fake answered 404, Azure would too)."""
+    from geoagent.providers import ProviderSettings, make_provider
+    from geoagent.sandbox import llm_openai
+
+    async def go():
+        app = llm_openai.make_app(seed=1, api_keys=(KEY,), deployments={dep: "gpt-4o-mini"})
+        async with serve(app) as url, HttpClient(default_policy=FAST) as http:
+            prov = make_provider(ProviderSettings(kind="openai", model=dep, base_url=url, api_key=KEY,
+                                                  api_version=VERSION), http)
+            with pytest.raises(UnsupportedRequest) as ei:
+                await prov.generate(_req(dep))
+            return ei.value, list(app["calls"])
+
+    err, calls = asyncio.run(go())
+    assert calls == [] and "dot segment" in str(err)
+
+
+@pytest.mark.parametrize("dep", ["a/../b", "geo?x=1", "geo#f", "géo", "a b", "a%2Fb"])
+def test_other_odd_deployment_names_stay_inside_their_path_segment(dep):
+    _load([_paid("a", dep, base_url=RESOURCE, api_key_env="AZURE_OPENAI_API_KEY", api_version=VERSION)])
+    out, (url, body, headers), calls, _ = asyncio.run(_generate({"model": dep, "api_version": VERSION}, _req(dep),
+                                                                deployments={dep: "gpt-4o-mini"}))
+    assert not isinstance(out, Exception), out
+    assert [c["status"] for c in calls] == [200]          # the fake found the deployment by its full name
+    assert url.count("?") == 1 and "#" not in url and url.endswith(f"/chat/completions?api-version={VERSION}")
