@@ -60,3 +60,38 @@ def test_other_odd_deployment_names_stay_inside_their_path_segment(dep):
     assert not isinstance(out, Exception), out
     assert [c["status"] for c in calls] == [200]          # the fake found the deployment by its full name
     assert url.count("?") == 1 and "#" not in url and url.endswith(f"/chat/completions?api-version={VERSION}")
+
+
+# --- 2. Retry-After / retry-after-ms values that are no number of seconds -------------------------------------
+P = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=1, backoff_base_s=0.005, backoff_max_s=0.02,
+               timeout_s=5.0)
+
+
+async def _pause_after_429(retry_after: str) -> tuple[float | None, float]:
+    async with serve(echo.make_app()) as base, HttpClient(default_policy=P) as http:
+        with pytest.raises(RetriesExhausted) as ei:
+            await http.request("GET", base + "/status/429", params={"retry_after": retry_after})
+        return ei.value.retry_after_s, http.paused_until(host_key(base)) - time.monotonic()
+
+
+@pytest.mark.parametrize("value", ["inf", "Infinity", "1e400", "-inf", "9" * 400])
+def test_a_non_finite_retry_after_pauses_nobody_forever(value):
+    """Before: ``inf`` seconds: the host's ``paused_until`` became inf, every later request to it waited forever
+    (and a shared board would have carried it to the campaign's other processes)."""
+    ra, left = asyncio.run(_pause_after_429(value))
+    assert ra is None or ra < 1e6, ra
+    assert left < 1.0, left
+
+
+@pytest.mark.parametrize("headers,want", [
+    ({"retry-after-ms": "1_000", "Retry-After": "2"}, 2.0),      # Python's digit grouping is no HTTP number
+    ({"retry-after-ms": "\u0663", "Retry-After": "2"}, 2.0),      # ARABIC-INDIC DIGIT THREE
+    ({"retry-after-ms": "inf", "Retry-After": "inf"}, None),
+    ({"Retry-After": "\u0663"}, None),
+    ({"retry-after-ms": "250", "Retry-After": "1"}, 0.25),        # held: the ordinary case
+    ({"retry-after-ms": " 1500 "}, 1.5),
+    ({"Retry-After": "2.5"}, 2.5),
+    ({"Retry-After": "-5"}, 0.0),                                 # as before: a negative delay is no delay
+])
+def test_retry_after_reads_only_ascii_finite_numbers(headers, want):
+    assert retry_after_of(headers) == want
