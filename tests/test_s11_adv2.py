@@ -95,3 +95,38 @@ def test_a_non_finite_retry_after_pauses_nobody_forever(value):
 ])
 def test_retry_after_reads_only_ascii_finite_numbers(headers, want):
     assert retry_after_of(headers) == want
+
+
+# --- 3. the dry run's photo size from a crawl folder whose manifest.json is damaged ---------------------------
+@pytest.mark.parametrize("body", ['{"kind": "crawl", "runs": [], "config": [1]}',
+                                  '{"kind": "crawl", "runs": [], "config": {"crawl": "x"}}',
+                                  '{"kind": "crawl", "runs": [], "config": {"crawl": {"fetcher": ["thumb_256_url"]}}}'])
+def test_a_crawl_manifest_of_another_shape_gives_the_default_size_and_says_why(tmp_path, body):
+    """Before: AttributeError ('list' object has no attribute 'get') out of the dry run's estimate."""
+    from geoagent.image_files import expected_photo
+
+    (tmp_path / "manifest.json").write_text(body, encoding="utf-8")
+    size, basis = expected_photo(tmp_path)
+    assert size == (1024, 768)
+    assert "manifest.json" in basis and str(tmp_path) in basis, basis
+
+
+def test_a_crawl_manifest_naming_an_unknown_thumb_field_is_not_called_the_default(tmp_path):
+    """Before: a crawl whose manifest names a thumb_field with no known size (hand-edited, or a later release of
+    the code) was said to fetch "thumb_1024_url, the crawl's default"."""
+    from geoagent.image_files import expected_photo
+
+    (tmp_path / "manifest.json").write_text(
+        '{"kind": "crawl", "runs": [], "config": {"crawl": {"fetcher": {"thumb_field": "thumb_4096_url"}}}}',
+        encoding="utf-8")
+    size, basis = expected_photo(tmp_path)
+    assert size == (1024, 768)
+    assert "thumb_4096_url" in basis and "default" not in basis, basis
+
+
+def test_a_folder_without_a_manifest_keeps_the_default_wording(tmp_path):
+    from geoagent.image_files import DEFAULT_PHOTO_BASIS, expected_photo
+
+    assert expected_photo(tmp_path) == ((1024, 768), DEFAULT_PHOTO_BASIS)
+    (tmp_path / "manifest.json").write_text('{"kind": "geohint", "runs": []}', encoding="utf-8")
+    assert expected_photo(tmp_path) == ((1024, 768), DEFAULT_PHOTO_BASIS)
