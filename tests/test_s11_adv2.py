@@ -130,3 +130,35 @@ def test_a_folder_without_a_manifest_keeps_the_default_wording(tmp_path):
     assert expected_photo(tmp_path) == ((1024, 768), DEFAULT_PHOTO_BASIS)
     (tmp_path / "manifest.json").write_text('{"kind": "geohint", "runs": []}', encoding="utf-8")
     assert expected_photo(tmp_path) == ((1024, 768), DEFAULT_PHOTO_BASIS)
+
+
+# --- 4. one spelling of a boolean across the crawl's CSV files ----------------------------------------------
+def test_sites_csv_spells_coverage_lower_bound_as_city_pool_and_images_do(tmp_path):
+    """The crawl's CSV flags are written ``True``/``False`` (the release's form: ``city_pool.csv``'s ``ok_*`` and
+    ``eligible``, ``images.csv``/``image_audit.csv``'s ``usable``, and ``city_pool.csv``'s ``coverage_lower_bound``).
+    Before: ``sites.csv``'s ``coverage_lower_bound`` alone was ``true``/``false``. Polars and pandas infer both, but a
+    reader comparing text (``csv.DictReader``, ``row[...] == "True"`` as the crawl's own readers of ``usable`` and
+    ``eligible`` do) got a different answer for the same flag in the two files. The release's columns are unchanged."""
+    import csv
+
+    import polars as pl
+
+    from geoagent.crawl.sampler import RELEASE_SITES_COLUMNS, write_sites_csv
+    from geoagent.crawl.screener import write_city_pool_csv
+
+    site = {"site": "s1", "city": "X", "country": "NL", "continent": "EU", "landmark": "L", "qid": "Q1",
+            "wd_type": "museum", "lat": 1.0, "lon": 2.0, "sitelinks": 3, "sv_perspective": 40,
+            "selection_method": "algorithm"}
+    write_sites_csv([dict(site, coverage_lower_bound=True), dict(site, site="s2", coverage_lower_bound=False),
+                     dict(site, site="s3")], tmp_path / "sites.csv")
+    write_city_pool_csv([{"city": "X", "coverage_lower_bound": True, "eligible": True},
+                         {"city": "Y", "coverage_lower_bound": False, "eligible": False}], tmp_path / "city_pool.csv")
+    with open(tmp_path / "sites.csv", newline="", encoding="utf-8") as fh:
+        sites = list(csv.DictReader(fh))
+    with open(tmp_path / "city_pool.csv", newline="", encoding="utf-8") as fh:
+        pool = list(csv.DictReader(fh))
+    assert [r["coverage_lower_bound"] for r in pool] == ["True", "False"]
+    assert [r["coverage_lower_bound"] for r in sites] == ["True", "False", ""]
+    assert list(sites[0])[:len(RELEASE_SITES_COLUMNS)] == list(RELEASE_SITES_COLUMNS)
+    df = pl.read_csv(tmp_path / "sites.csv")
+    assert df.schema["coverage_lower_bound"] == pl.Boolean and df["coverage_lower_bound"].to_list() == [True, False, None]
