@@ -162,3 +162,50 @@ def test_sites_csv_spells_coverage_lower_bound_as_city_pool_and_images_do(tmp_pa
     assert list(sites[0])[:len(RELEASE_SITES_COLUMNS)] == list(RELEASE_SITES_COLUMNS)
     df = pl.read_csv(tmp_path / "sites.csv")
     assert df.schema["coverage_lower_bound"] == pl.Boolean and df["coverage_lower_bound"].to_list() == [True, False, None]
+
+
+# --- 5. GeoVerify: a replayed recorded model reported under a name another [[models]] entry has -------------
+def _mixed_replay_cfg(tmp_path, release_dir, extra_models):
+    import tomllib
+
+    from geoagent.config import config_from_dict, packaged_config_path
+
+    d = tomllib.loads(packaged_config_path("geocontext_replay").read_text(encoding="utf-8"))
+    d["campaign"]["name"] = "gv-mixed-names"
+    d["paths"] = {"state": str(tmp_path / "state"), "queues": str(tmp_path / "queues")}
+    d["models"][0]["replay"]["path"] = str(release_dir / "verify_raw_sample.jsonl")
+    d["models"] += extra_models
+    return config_from_dict(d)
+
+
+@pytest.mark.parametrize("extra", [
+    [{"name": "claude-haiku-4-5", "provider": "simulated", "model": "claude-haiku-4-5"}],
+    [{"name": "second-replay", "provider": "replay", "model": "recorded",
+      "replay": {"path": "SAME", "key_field": "replay_key", "record_key_fields": ["trial_id", "model"],
+                 "text_field": "raw"}}],
+])
+def test_a_recorded_name_that_another_model_also_reports_under_is_refused_at_plan(tmp_path, release_dir, extra):
+    """``model = "recorded"`` replays every recorded model and reports each under its recorded name
+    (``claude-haiku-4-5``, ...). Before: a ``[[models]]`` entry of that name (here a simulated one), or a second
+    replay-every model, was planned too; the report's GeoVerify aggregator counts one answer per (trial, model name),
+    so the two sources' answers were merged into one column (replayed answers under a column the report called
+    simulated; which of two answers to one trial counted depended on store order) while the export marked every
+    row scored. Now the plan refuses, naming both entries."""
+    from geoagent.geoverify.plan import plan_campaign
+
+    for m in extra:
+        if m.get("replay", {}).get("path") == "SAME":
+            m["replay"]["path"] = str(release_dir / "verify_raw_sample.jsonl")
+    cfg = _mixed_replay_cfg(tmp_path, release_dir, extra)
+    with pytest.raises(ValueError) as err:
+        plan_campaign(cfg, store_data=False)
+    text = str(err.value)
+    assert "claude-haiku-4-5" in text and "release-replay" in text and extra[0]["name"] in text, text
+
+
+def test_a_replay_of_one_recorded_model_beside_a_live_model_of_another_name_is_planned(tmp_path, release_dir):
+    from geoagent.geoverify.plan import plan_campaign
+
+    cfg = _mixed_replay_cfg(tmp_path, release_dir, [{"name": "sim", "provider": "simulated", "model": "sim"}])
+    plan = plan_campaign(cfg, store_data=False)
+    assert set(plan.per_model) == {"release-replay", "sim"}
