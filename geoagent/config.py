@@ -429,6 +429,12 @@ class ModelConfig(_Section):
                                   where_key="put the key in the variable api_key_env names")
             if problem:
                 raise ValueError(problem)
+            parts = urlsplit(v)
+            if parts.query or parts.fragment or v.rstrip("/").endswith(("?", "#")):
+                # the provider appends its route (/chat/completions, /v1/messages, Azure's /openai/deployments/...)
+                # to base_url: after a query it lands in the query, after a fragment it is never sent
+                raise ValueError("a base URL without a ?query or #fragment (such as 'https://api.openai.com/v1'): the "
+                                 "API's path is appended to it")
         return v
 
     @field_validator("model_family")

@@ -209,3 +209,25 @@ def test_a_replay_of_one_recorded_model_beside_a_live_model_of_another_name_is_p
     cfg = _mixed_replay_cfg(tmp_path, release_dir, [{"name": "sim", "provider": "simulated", "model": "sim"}])
     plan = plan_campaign(cfg, store_data=False)
     assert set(plan.per_model) == {"release-replay", "sim"}
+
+
+# --- 6. a base_url with a query or a fragment: the API path was appended after it --------------------------
+@pytest.mark.parametrize("base_url", ["https://geo-res.openai.azure.com?x=1", "https://geo-res.openai.azure.com#frag",
+                                      "https://geo-res.openai.azure.com/?a=b", "https://geo-res.openai.azure.com/#"])
+@pytest.mark.parametrize("classic", [True, False])
+def test_a_base_url_with_a_query_or_fragment_is_refused_at_load(base_url, classic):
+    """Every provider appends its route to ``base_url`` (``/chat/completions``, the classic
+    ``/openai/deployments/<model>/chat/completions?api-version=...``, ``/v1/messages``). Before: such a base_url
+    loaded, and the route landed inside the query (``...azure.com?x=1/openai/deployments/...``) or the fragment,
+    which is never sent (a POST to the resource's root). The message does not repeat the URL."""
+    kw = {"api_version": VERSION} if classic else {}
+    with pytest.raises(ConfigError) as err:
+        _load([_paid("a", "geo-4o", base_url=base_url, api_key_env="AZURE_OPENAI_API_KEY", **kw)])
+    text = str(err.value)
+    assert "models[0].base_url" in text and "query" in text and "fragment" in text, text
+    assert "x=1" not in text and "frag" not in text.replace("fragment", "")
+
+
+def test_a_base_url_with_a_path_prefix_or_port_still_loads():
+    for url in ("https://geo-res.openai.azure.com:443", "https://apim.example.org/my%20proxy"):
+        _load([_paid("a", "geo-4o", base_url=url, api_key_env="AZURE_OPENAI_API_KEY", api_version=VERSION)])
