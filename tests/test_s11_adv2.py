@@ -231,3 +231,43 @@ def test_a_base_url_with_a_query_or_fragment_is_refused_at_load(base_url, classi
 def test_a_base_url_with_a_path_prefix_or_port_still_loads():
     for url in ("https://geo-res.openai.azure.com:443", "https://apim.example.org/my%20proxy"):
         _load([_paid("a", "geo-4o", base_url=url, api_key_env="AZURE_OPENAI_API_KEY", api_version=VERSION)])
+
+
+# --- 7. what an empty `replayed` means, as the export's note and README say it ------------------------------
+def test_replayed_of_a_model_the_config_no_longer_names_comes_from_its_recorded_request(tmp_path):
+    """A row of a model the config no longer names, whose stored response recorded its provider, gets ``replayed``
+    from that record (here True: it was a replay model's answer). Before: the code did so, but the note beside the
+    exports (and README) said such a row's ``replayed`` was empty, so a reader took True/False there for a bug, or
+    an empty cell for "model removed" when it means "not known"."""
+    from test_s11_export import _gv_cfg
+
+    from geoagent.geoverify.campaign import GeoVerifyCampaign
+    from geoagent.geoverify.parse import parse_verdict
+    from geoagent.geoverify.score import scored_row
+    from geoagent.geoverify.stages import SCORED_TABLE
+    from geoagent.providers.base import ModelResponse, Usage
+    from geoagent.runtime.export import EXPORT_NOTE_FILE
+
+    import polars as pl
+
+    rec = tmp_path / "answers.jsonl"
+    rec.write_text('{"key": "t0|rp", "raw": "yes"}\n', encoding="utf-8")
+    cfg = _gv_cfg(tmp_path, "gv-gone", [{"name": "rp", "provider": "replay", "model": "recorded",
+                                          "replay": {"path": str(rec)}}])
+    rows = []
+    for i, model in enumerate(("rp", "gone-replay", "gone-unknown")):
+        r = scored_row({"trial_id": f"t{i}", "site": "s", "arm": "main", "band": "signal", "truth": "yes"}, model,
+                       parse_verdict('{"verdict": "yes"}'), finish_reason="stop")
+        rows.append((f"t{i}|{model}", {**r, "request_key": f"rk{i}"}))
+    from geoagent.runtime.store import open_campaign_state
+
+    with open_campaign_state(cfg.name, root=tmp_path / "state", cap_usd=0.0) as st:
+        st.store.put_results(SCORED_TABLE, rows)
+        resp = ModelResponse(text='{"verdict": "yes"}', usage=Usage(10, 5), finish_reason="stop")
+        st.store.put("rk1", {"model_name": "gone-replay", "provider": "replay"}, resp, None)
+        GeoVerifyCampaign().export(cfg, st.store)
+    df = pl.read_parquet(cfg.state_dir() / "geoverify_scored.parquet")
+    assert dict(zip(df["model"], df["replayed"])) == {"rp": True, "gone-replay": True, "gone-unknown": None}
+    note = (cfg.state_dir() / EXPORT_NOTE_FILE).read_text(encoding="utf-8")
+    assert "no longer names" not in note, note
+    assert "empty where" in note and "not known" in note, note
