@@ -271,3 +271,37 @@ def test_replayed_of_a_model_the_config_no_longer_names_comes_from_its_recorded_
     note = (cfg.state_dir() / EXPORT_NOTE_FILE).read_text(encoding="utf-8")
     assert "no longer names" not in note, note
     assert "empty where" in note and "not known" in note, note
+
+
+# --- 8. GeoHint: a forced_chain answer without a hint distance is in Table 11 ---------------------------------
+def test_a_forced_chain_answer_without_hint_distance_says_table_11_counts_it(tmp_path):
+    """Table 11 (the evidence checklist) counts every forced_chain answer, those without a hint distance too (since
+    5d363e5; the report's header says so since 5eadb08). Before: the export said such a row was left out (``scored``
+    False, ``extra.left_out`` "... no hint distance") with no word of Table 11, and README said "left out of every
+    table", so a reader rebuilding Table 11 from ``filter(scored)`` missed them. A forced-condition row keeps the
+    plain reason."""
+    from test_cutoff_loose_ends import _cfg, _payload
+
+    from geoagent.geohint.aggregate import NO_HINT_DISTANCE
+    from geoagent.geohint.campaign import GeoHintCampaign
+    from geoagent.geohint.stages import SCORED_TABLE, score_located
+    from geoagent.runtime.store import open_campaign_state
+
+    import polars as pl
+
+    def no_dist(i: int, condition: str) -> dict:
+        p = _payload(i, finish_reason="stop", parsed=True, hit=True)
+        p["meta"] = {**p["meta"], "condition": condition, "schema": condition, "dist_km": None, "band": None,
+                     "tier": None}
+        return score_located(f"k{i}", p).to_json()
+
+    cfg = _cfg(tmp_path)
+    with open_campaign_state("gh-na", root=tmp_path / "state", cap_usd=0.0) as st:
+        st.store.put_result(SCORED_TABLE, "k0", no_dist(0, "forced_chain"))
+        st.store.put_result(SCORED_TABLE, "k1", no_dist(1, "forced"))
+        GeoHintCampaign().export(cfg, st.store)
+    df = pl.read_parquet(cfg.state_dir() / "geohint_scored.parquet")
+    why = dict(zip(df["key"], df["extra.left_out"]))
+    assert df["scored"].to_list() == [False, False]
+    assert why["k1"] == NO_HINT_DISTANCE
+    assert why["k0"].startswith(NO_HINT_DISTANCE) and "Table 11" in why["k0"], why["k0"]
