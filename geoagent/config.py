@@ -298,7 +298,7 @@ def _check_connect_timeout(connect_timeout_s: float | None, timeout_s: float) ->
 
 
 #: an Azure OpenAI ``api-version``: ``YYYY-MM-DD``, optionally ``-preview`` (``2024-10-21``, ``2025-04-01-preview``)
-_AZURE_API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(?:-preview)?$")
+_AZURE_API_VERSION = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:-preview)?")  # fullmatch: no trailing line break
 
 
 class ModelConfig(_Section):
@@ -450,7 +450,7 @@ class ModelConfig(_Section):
     @field_validator("api_version")
     @classmethod
     def _azure_api_version(cls, v: str | None) -> str | None:
-        if v is not None and not _AZURE_API_VERSION.match(v):
+        if v is not None and not _AZURE_API_VERSION.fullmatch(v):
             raise ValueError("an Azure OpenAI api-version such as '2024-10-21' or '2025-04-01-preview' (YYYY-MM-DD, "
                              "optionally followed by -preview)")
         return v

@@ -305,3 +305,15 @@ def test_a_forced_chain_answer_without_hint_distance_says_table_11_counts_it(tmp
     assert df["scored"].to_list() == [False, False]
     assert why["k1"] == NO_HINT_DISTANCE
     assert why["k0"].startswith(NO_HINT_DISTANCE) and "Table 11" in why["k0"], why["k0"]
+
+
+# --- 9. an api_version the regex took but Azure does not serve ------------------------------------------------
+@pytest.mark.parametrize("version", ["2024-10-21\n", "\u0662\u0660\u0662\u0664-\u0661\u0660-\u0662\u0661",
+                                     "2024-10-21-preview\n"])
+def test_an_api_version_with_a_trailing_newline_or_non_ascii_digits_is_refused_at_load(version):
+    """Before: ``^\\d{4}-\\d{2}-\\d{2}(?:-preview)?$`` matched a trailing line break (``$`` matches before one) and
+    Arabic-Indic digits (``\\d`` is Unicode), so the entry loaded and every call went out with
+    ``api-version=2024-10-21%0A``: Azure's 404 "Resource not found" at run time instead of a load error."""
+    with pytest.raises(ConfigError) as err:
+        _load([_paid("a", "geo-4o", base_url=RESOURCE, api_key_env="AZURE_OPENAI_API_KEY", api_version=version)])
+    assert "models[0].api_version" in str(err.value)
