@@ -298,7 +298,7 @@ def _check_connect_timeout(connect_timeout_s: float | None, timeout_s: float) ->
 
 
 #: an Azure OpenAI ``api-version``: ``YYYY-MM-DD``, optionally ``-preview`` (``2024-10-21``, ``2025-04-01-preview``)
-_AZURE_API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(?:-preview)?$")
+_AZURE_API_VERSION = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:-preview)?")  # fullmatch: no trailing line break
 
 
 class ModelConfig(_Section):
@@ -429,6 +429,12 @@ class ModelConfig(_Section):
                                   where_key="put the key in the variable api_key_env names")
             if problem:
                 raise ValueError(problem)
+            parts = urlsplit(v)
+            if parts.query or parts.fragment or v.rstrip("/").endswith(("?", "#")):
+                # the provider appends its route (/chat/completions, /v1/messages, Azure's /openai/deployments/...)
+                # to base_url: after a query it lands in the query, after a fragment it is never sent
+                raise ValueError("a base URL without a ?query or #fragment (such as 'https://api.openai.com/v1'): the "
+                                 "API's path is appended to it")
         return v
 
     @field_validator("model_family")
@@ -444,7 +450,7 @@ class ModelConfig(_Section):
     @field_validator("api_version")
     @classmethod
     def _azure_api_version(cls, v: str | None) -> str | None:
-        if v is not None and not _AZURE_API_VERSION.match(v):
+        if v is not None and not _AZURE_API_VERSION.fullmatch(v):
             raise ValueError("an Azure OpenAI api-version such as '2024-10-21' or '2025-04-01-preview' (YYYY-MM-DD, "
                              "optionally followed by -preview)")
         return v
@@ -472,6 +478,11 @@ class ModelConfig(_Section):
             raise ConfigProblem('api_version: base_url is the resource endpoint, "https://<resource>.openai.azure.com"'
                                 ", without /openai/...: the route /openai/deployments/<model>/chat/completions is "
                                 "added to it, with the deployment name from model")
+        from geoagent.providers.sampling import azure_deployment_problem
+
+        problem = azure_deployment_problem(self.model)
+        if problem:
+            raise ConfigProblem(f"api_version: model is the deployment name, put in the URL path: {problem}")
         if not self.api_key_env:
             raise ConfigProblem("api_version: needs api_key_env, the NAME of the variable holding the Azure OpenAI key "
                                 '(e.g. api_key_env = "AZURE_OPENAI_API_KEY"; sent as the api-key header)')

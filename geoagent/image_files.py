@@ -236,20 +236,39 @@ def crawl_thumb_field(folder: str | os.PathLike[str] | None) -> str | None:
     """The ``[crawl.fetcher] thumb_field`` of the crawl whose state folder is ``folder`` (a GeoVerify or GeoHint
     campaign's release folder, ``release_dir``, when it points at a crawl), read from the ``manifest.json`` the
     crawl wrote (its ``kind`` ``"crawl"``, ``config.crawl.fetcher.thumb_field``); None for a folder without one
-    (the public release, a copy of it) or whose manifest cannot be read."""
+    (the public release, a copy of it) or whose manifest cannot be read (:func:`_crawl_thumb` says why)."""
+    return _crawl_thumb(folder)[0]
+
+
+def _crawl_thumb(folder: str | os.PathLike[str] | None) -> tuple[str | None, str]:
+    """``(thumb_field or None, why it is not known or "")`` of the crawl in ``folder`` (:func:`crawl_thumb_field`).
+    The reason is "" where nothing is amiss: no folder, no manifest, another campaign's manifest, or a crawl's
+    that records no ``[crawl.fetcher]`` (the crawl's default then applied). It names the file when the manifest
+    cannot be read or a part of it has another shape (hand-edited: a list where a table belongs)."""
     from geoagent.runtime.manifest import read_manifest
 
     if folder is None:
-        return None
+        return None, ""
+    where = Path(folder) / "manifest.json"
     try:
         data = read_manifest(folder)
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as exc:
+        return None, f"{where} cannot be read ({type(exc).__name__}), so a crawl's thumb_field is not known"
     if not isinstance(data, dict) or data.get("kind") != "crawl":
-        return None
-    fetcher = ((data.get("config") or {}).get("crawl") or {}).get("fetcher")
-    thumb = fetcher.get("thumb_field") if isinstance(fetcher, dict) else None
-    return thumb if isinstance(thumb, str) else None
+        return None, ""
+    node: Any = data
+    for part in ("config", "crawl", "fetcher"):
+        node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            return None, ""
+        if not isinstance(node, dict):
+            return None, f"the crawl's {where} holds no readable [crawl.fetcher] thumb_field ({part} is no table)"
+    thumb = node.get("thumb_field")
+    if thumb is None:
+        return None, ""
+    if not isinstance(thumb, str):
+        return None, f"the crawl's {where} holds no readable [crawl.fetcher] thumb_field ({thumb!r})"
+    return thumb, ""
 
 
 def expected_photo(folder: str | os.PathLike[str] | None) -> tuple[tuple[int, int], str]:
@@ -258,12 +277,18 @@ def expected_photo(folder: str | os.PathLike[str] | None) -> tuple[tuple[int, in
     ``thumb_field`` (:func:`crawl_thumb_field`): that thumbnail's size
     (:data:`geoagent.workers.images.THUMB_PHOTO_SIZE_PX`; ``thumb_original_url``: an assumed 4000 x 3000, said
     so); otherwise :data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX` (1024 x 768, the crawl's default
-    ``thumb_1024_url``) and :data:`DEFAULT_PHOTO_BASIS`."""
+    ``thumb_1024_url``) and :data:`DEFAULT_PHOTO_BASIS`, or, where the crawl's manifest cannot be read or names a
+    field of no known size, that size with the reason instead of "the crawl's default"."""
     from geoagent.workers.images import EXPECTED_PHOTO_SIZE_PX, THUMB_PHOTO_SIZE_PX
 
-    thumb = crawl_thumb_field(folder)
+    thumb, problem = _crawl_thumb(folder)
     size = THUMB_PHOTO_SIZE_PX.get(thumb or "")
     if size is None:
+        if thumb is not None:
+            problem = (f"the crawl in {folder} fetches {thumb}, a [crawl.fetcher] thumb_field of no known size "
+                       f"(known: {', '.join(THUMB_PHOTO_SIZE_PX)})")
+        if problem:
+            return EXPECTED_PHOTO_SIZE_PX, f"a Mapillary thumb_1024_url thumbnail assumed: {problem}"
         return EXPECTED_PHOTO_SIZE_PX, DEFAULT_PHOTO_BASIS
     basis = f"a Mapillary {thumb} thumbnail, the [crawl.fetcher] thumb_field of the crawl in {folder}"
     if thumb == "thumb_original_url":

@@ -51,8 +51,8 @@ def test_sites_csv_marks_a_lower_bound_coverage_count(tmp_path):
                                         "lon", "sitelinks", "sv_perspective", "selection_method"]  # release order kept
     assert header[-1] == "coverage_lower_bound" and tuple(header) == SITES_COLUMNS
     by_qid = {r["qid"]: r for r in rows}
-    assert by_qid["Q101"]["coverage_lower_bound"] == "true" and int(by_qid["Q101"]["sv_perspective"]) >= PAGE
-    assert by_qid["Q102"]["coverage_lower_bound"] == "false" and by_qid["Q102"]["sv_perspective"] == "9"
+    assert by_qid["Q101"]["coverage_lower_bound"] == "True" and int(by_qid["Q101"]["sv_perspective"]) >= PAGE
+    assert by_qid["Q102"]["coverage_lower_bound"] == "False" and by_qid["Q102"]["sv_perspective"] == "9"
     take = {w["qid"]: w for w in res.walk if w["decision"] == "take"}
     assert take["Q101"]["coverage_lower_bound"] is True and take["Q102"]["coverage_lower_bound"] is False
 

@@ -41,9 +41,9 @@ RELEASE_SITES_COLUMNS: tuple[str, ...] = (
     "selection_method",
 )
 #: Columns of the crawl's ``sites.csv``: the release's (:data:`RELEASE_SITES_COLUMNS`), in its order, then
-#: ``coverage_lower_bound`` (not in the release): ``true`` when ``sv_perspective`` is a lower bound ("at least N":
+#: ``coverage_lower_bound`` (not in the release): ``True`` when ``sv_perspective`` is a lower bound ("at least N":
 #: a Mapillary search box was still full, at the page limit, at the minimum box size, so more images may exist
-#: there; the decision log has an ``event: "mapillary_box_full"`` record for it), ``false`` for an exact count,
+#: there; the decision log has an ``event: "mapillary_box_full"`` record for it), ``False`` for an exact count,
 #: empty for a site sampled before the column existed (unknown).
 SITES_COLUMNS: tuple[str, ...] = RELEASE_SITES_COLUMNS + ("coverage_lower_bound",)
 
@@ -232,7 +232,7 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
             "qid": c.qid, "wd_type": c.type_label, "lat": c.lat, "lon": c.lon, "sitelinks": int(c.sitelinks),
             # counts as integers (the release's sites.csv writes them as floats, "17.0": every reader takes both)
             "sv_perspective": int(n_img), "selection_method": "algorithm",
-            "coverage_lower_bound": lower,  # sv_perspective is "at least" (written true/false: write_sites_csv)
+            "coverage_lower_bound": lower,  # sv_perspective is "at least" (written True/False: write_sites_csv)
         })
     return res
 
@@ -264,13 +264,15 @@ async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: Samp
 
 
 def _csv_value(v: Any) -> Any:
-    """A cell as written: booleans as ``true``/``false`` (Polars, pandas and DuckDB read them as booleans)."""
-    return ("true" if v else "false") if isinstance(v, bool) else v
+    """A cell as written: booleans as ``True``/``False``, as the crawl's other CSV flags (``city_pool.csv``,
+    ``images.csv``) and the release write them (Polars, pandas and DuckDB read either spelling as booleans; a reader
+    comparing text gets one spelling in every file)."""
+    return ("True" if v else "False") if isinstance(v, bool) else v
 
 
 def write_sites_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write site rows with :data:`SITES_COLUMNS` (atomic replace); a missing key (``coverage_lower_bound`` of a
-    site sampled before the column existed) is written empty, a boolean as ``true``/``false``."""
+    site sampled before the column existed) is written empty, a boolean as ``True``/``False``."""
     from geoagent.files import atomic_open
 
     path = Path(path)

@@ -50,7 +50,8 @@ from geoagent import constants as C
 from geoagent import paths
 from geoagent.data.model import ContextLadder, Image, Site
 from geoagent.geo import haversine_km
-from geoagent.geohint.aggregate import NO_HINT_DISTANCE, GeoHintAggregator, without_hint_distance
+from geoagent.geohint.aggregate import (CHECKLIST_CONDITIONS, NO_HINT_DISTANCE, GeoHintAggregator,
+                                       without_hint_distance)
 from geoagent.geohint.conditions import Condition, PromptBook
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, check_echo_rule, echo_by_rule
 from geoagent.geohint.parse import parse_answer
@@ -284,6 +285,12 @@ def as_no_answer(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+#: added to :data:`~geoagent.geohint.aggregate.NO_HINT_DISTANCE` in ``extra.left_out`` of a forced_chain (or
+#: forced_chain_baseline) answer without a hint distance: Table 11, the evidence checklist, counts every
+#: forced_chain answer (:data:`~geoagent.geohint.aggregate.CHECKLIST_CONDITIONS`, module doc of the aggregator)
+NO_HINT_DISTANCE_TABLE_11 = "; counted in Table 11 only (the evidence checklist counts every forced_chain answer)"
+
+
 def export_rows(scope: ScoredScope, store: Any) -> Any:
     """The ``geohint_scored`` export's ``rows_hook`` (:func:`geoagent.runtime.export.export_table`): each
     ``(key, row)`` with the ``scored`` column of ``scope`` (:meth:`ScoredScope.mark`: the current plan's rows),
@@ -294,7 +301,8 @@ def export_rows(scope: ScoredScope, store: Any) -> Any:
     context answer whose reference point has no hint distance
     (:func:`geoagent.geohint.aggregate.without_hint_distance`; not a no-answer, which the table ``cutoff``
     counts) is left out of every table by the report, so its ``scored`` is False and ``extra["left_out"]`` says
-    why (:data:`~geoagent.geohint.aggregate.NO_HINT_DISTANCE`; its stored ``hit`` and ``echo`` are kept): the
+    why (:data:`~geoagent.geohint.aggregate.NO_HINT_DISTANCE`, followed by :data:`NO_HINT_DISTANCE_TABLE_11` for a
+    forced_chain answer, which Table 11 counts; its stored ``hit`` and ``echo`` are kept): the
     ``scored`` column is True exactly for the rows the report counts, and ``extra.left_out`` is null exactly on
     them: a reader tells a scored row (``extra.no_answer`` null), a scored no-answer (``extra.no_answer`` set:
     the table ``cutoff`` counts it) and a row left out (``extra.left_out`` says why) apart. Lazy, in store
@@ -312,7 +320,8 @@ def export_rows(scope: ScoredScope, store: Any) -> Any:
             if (why is None and extra.get("no_answer") is None
                     and without_hint_distance(row.get("ref_qid"), row.get("ref_name"), row.get("dist_km"))):
                 row["scored"] = False
-                extra["left_out"] = NO_HINT_DISTANCE
+                extra["left_out"] = (NO_HINT_DISTANCE + NO_HINT_DISTANCE_TABLE_11
+                                     if row.get("condition") in CHECKLIST_CONDITIONS else NO_HINT_DISTANCE)
             yield key, row
 
     return hook

@@ -153,6 +153,36 @@ def check_tolerance(trials: Iterable[VerifyTrial], tau_km: float, *, source: str
         )
 
 
+def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
+    """Refuse two ``[[models]]`` entries whose answers the report would count under one model name.
+
+    A replay model whose ``model`` is no recorded model name replays every recorded model and reports each under
+    its recorded name (module docstring); every other entry reports under its own ``name``. The GeoVerify
+    aggregator counts one answer per (trial, model name) (:class:`geoagent.geoverify.aggregate.
+    GeoVerifyAggregator`), so two sources under one name would be merged into one column of the report (replayed
+    answers mixed with a called or simulated model's, the one counted for a trial chosen by store order).
+
+    Raises
+    ------
+    ValueError
+        Naming the shared report name and the entries that would report under it, and the fix.
+    """
+    recorded = list(recorded)
+    by_name: dict[str, list[str]] = {}
+    for m in models:
+        names = recorded if m.provider == "replay" and m.model not in recorded else [m.name]
+        for n in names:
+            by_name.setdefault(n, []).append(m.name)
+    clashes = {n: owners for n, owners in by_name.items() if len(owners) > 1}
+    if clashes:
+        what = "; ".join(f"{n!r}: {', '.join(repr(o) for o in owners)}" for n, owners in sorted(clashes.items()))
+        raise ValueError(
+            f"GeoVerify: the report would count the answers of more than one [[models]] entry under one model name "
+            f"({what}); a replay model whose model is no recorded name (e.g. model = \"recorded\") reports every "
+            "recorded model under its recorded name. Rename the other entry, or set the replay model's model to one "
+            "recorded name (it then replays that model only, under its own name)")
+
+
 def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool = True) -> CampaignPlan:
     """Plan every request message of a GeoVerify campaign (see module docstring).
 
@@ -169,7 +199,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     FileNotFoundError
         The release folder has no ``sites.csv``.
     ValueError
-        With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`).
+        With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`);
+        two ``[[models]]`` entries the report would count under one model name (:func:`check_report_names`).
     geoagent.geoverify.prompt.TemplateError
         The configured prompt template is missing or lacks ``{candidate}``.
     """
@@ -210,6 +241,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         notes += [n for n in more if n not in notes]
     for note in notes:
         log.warning("GeoVerify: %s", note)
+    check_report_names(cfg.models, recorded)
     common = dict(template=template, max_output_tokens=s.max_output_tokens, image_root=s.image_root, tau_km=tau_km)
     messages: list[Message] = []
     per_model: dict[str, int] = {}

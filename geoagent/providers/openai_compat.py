@@ -56,8 +56,8 @@ from urllib.parse import quote, urlsplit
 from geoagent.providers.base import ModelRequest, ModelResponse, Usage, register
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, UnsupportedRequest, body_excerpt
 from geoagent.providers.http_base import HttpProvider, as_int, b64
-from geoagent.providers.sampling import (is_openai_reasoning_id, openai_keeps_unit_temperature, openai_reasoning,
-                                         openai_rejects_images, openai_rejects_response_format, openai_rejects_system,
+from geoagent.providers.sampling import (azure_deployment_problem, is_openai_reasoning_id,
+                                         openai_keeps_unit_temperature, openai_reasoning, openai_rejects_images, openai_rejects_response_format, openai_rejects_system,
                                          openai_sampling)
 
 
@@ -115,7 +115,8 @@ class OpenAICompatProvider(HttpProvider):
             (``o1-mini``, ``o1-preview``, ``o3-mini``: :func:`geoagent.providers.sampling.openai_rejects_images`).
             :meth:`generate` calls this first, so nothing is sent and ``request.before_send`` (the model caller's
             cost reservation) never runs; the config loader already refuses campaigns that would do this
-            (:func:`geoagent.config.image_problems`).
+            (:func:`geoagent.config.image_problems`). Also, on Azure's classic route, a deployment name the URL
+            path cannot carry (``.``, ``..``, a control character: :func:`geoagent.providers.sampling.azure_deployment_problem`).
         """
         params = request.params
         family = self.settings.model_family or request.model
@@ -152,6 +153,9 @@ class OpenAICompatProvider(HttpProvider):
         headers = self.common_headers(request)
         key = self._api_key()
         if self.settings.api_version:  # Azure OpenAI's classic per-deployment route (module docstring)
+            problem = azure_deployment_problem(request.model)
+            if problem:  # a dot segment would be resolved away by the URL: the call would miss the deployment
+                raise UnsupportedRequest(self.kind, request.model, f"Azure OpenAI deployment name: {problem}")
             if key:
                 headers["api-key"] = key
             url = (f"{self.base_url}/openai/deployments/{quote(request.model, safe='')}/chat/completions"

@@ -330,3 +330,18 @@ def sampling_record(provider: str, model: str, params: dict[str, Any], *, base_u
         whys.append("replayed answers: no request is sent")
     out["why"] = "; ".join(whys)
     return out
+
+
+def azure_deployment_problem(name: str) -> str | None:
+    """Why ``name`` cannot be an Azure OpenAI deployment name in the classic route's path
+    (``/openai/deployments/{name}/chat/completions``), or None. The provider percent-encodes the name as one path
+    segment (``/``, ``?``, ``#``, spaces and non-ASCII letters stay inside it), but ``.`` and ``..`` are unreserved
+    characters that stay as they are, and an HTTP client resolves them as dot segments (RFC 3986 section 5.2.4):
+    ``..`` would post to ``/openai/chat/completions``, no deployment. Control characters are refused too (no
+    deployment name holds one: a pasted line break or tab)."""
+    if name in (".", ".."):
+        return (f"{name!r} is a dot segment, which the URL resolves away (the call would not reach a deployment); "
+                "use the deployment's name as Azure shows it")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "it holds a control character (a line break or tab pasted with it?)"
+    return None

@@ -15,10 +15,11 @@ the schema (a new ``extra`` key, a ``request_meta`` field) follow, with inferred
 is ``String`` rather than Polars' ``Null``. A declared column whose stored values do not fit its type
 (hand-edited data) is written as text rather than dropped, so no stored value is lost.
 
-Replayed responses. Every declared table ends with the Boolean column ``replayed``: True on a row whose model is a
-``replay`` model of the campaign's config (its answer was read from a recorded file; no model was called), False
-on a row of any other model of the config, null where the row's model is not in the config (or the export had
-no config). A campaign with replay models also gets the report's replay line
+Replayed responses. Every declared table ends with the Boolean column ``replayed``: True on a row whose answer a
+``replay`` model gave (read from a recorded file; no model was called), False on a row of any other model, as the
+provider recorded with its request says (else as the campaign's config names the row's model), null where neither
+tells (a model the config no longer lists, without a stored response; or an export without a config:
+:func:`_with_replayed`). A campaign with replay models also gets the report's replay line
 (:func:`geoagent.providers.replay.replay_note`: which file, how many recorded responses, not the paper's
 figures) in each Parquet file's key-value metadata (:data:`PARQUET_NOTE_KEY`) and in ``export_note.txt``
 (:data:`EXPORT_NOTE_FILE`) beside the files. The CSV files themselves get no comment or banner line: ``pl.read_csv``,
@@ -526,7 +527,8 @@ def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[
             f"{note}\n\n"
             f"Files this note covers (written beside it): {names}.\n"
             "In each, the column `replayed` is true on a row of a replay model (its answer was read from the recorded "
-            "file named above; no model was called), false on a row of a model that was called, empty for a model "
-            "the config no longer names. The Parquet files carry the line above in their key-value metadata too "
+            "file named above; no model was called), false on a row of any other model, as recorded with its request "
+            "(else as the config names its model), empty where neither tells, so it is not known (a model the config "
+            "no longer lists, without a stored response). The Parquet files carry the line above in their key-value metadata too "
             f"(key {PARQUET_NOTE_KEY}: polars.read_parquet_metadata(path)). The CSV files hold no comment or "
             "banner line, so polars, pandas and DuckDB read them with their default arguments.\n")

@@ -76,6 +76,7 @@ import contextvars
 import email.utils
 import functools
 import itertools
+import math
 import random
 import re
 import time
@@ -478,20 +479,27 @@ def _final(no_retry: Callable[[HttpResponse], bool] | None, resp: HttpResponse) 
     return no_retry is not None and bool(no_retry(resp))
 
 
+#: a number as a header carries it: ASCII digits, an optional sign and decimal fraction (``float()`` also takes
+#: ``inf``, ``nan``, exponents, ``1_000`` and non-ASCII digits, none of which a server means as a delay)
+_HTTP_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+", re.ASCII)
+
+
 def parse_retry_after(value: str | None, now_wall_s: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header value (delta-seconds or an HTTP-date), or None.
 
-    Source: RFC 9110 section 10.2.3. Decimal seconds are accepted too. Negative results become 0.
+    Source: RFC 9110 section 10.2.3. Decimal seconds are accepted too (ASCII digits with an optional sign and
+    fraction: :data:`_HTTP_NUMBER`). Negative results become 0. ``inf``, ``nan``, ``1e400``, Python's ``1_000`` and
+    non-ASCII digits are no HTTP number and read as None (``float()`` took them: a ``Retry-After: inf`` paused the
+    key forever).
     """
     if value is None:
         return None
     value = value.strip()
     if not value:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    if _HTTP_NUMBER.fullmatch(value):
+        seconds = float(value)
+        return max(0.0, seconds) if math.isfinite(seconds) else None  # 400 digits read as inf
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
@@ -518,15 +526,12 @@ def retry_after_of(headers: Mapping[str, str], now_wall_s: float | None = None) 
     """Seconds a 429/503 answer asks to wait, or None: ``retry-after-ms`` (milliseconds, more precise; sent by Azure
     OpenAI and read first by Azure's SDKs, e.g. @azure/core-rest-pipeline's throttlingRetryStrategy, which also reads
     ``x-ms-retry-after-ms``), else ``Retry-After`` (:func:`parse_retry_after`); header names in any letter case.
-    A negative or unreadable millisecond value is skipped."""
+    A negative or unreadable millisecond value (no plain ASCII number: :data:`_HTTP_NUMBER`) is skipped."""
     for name in ("retry-after-ms", "x-ms-retry-after-ms"):
         raw = header_value(headers, name)
-        if raw is not None:
-            try:
-                ms = float(raw.strip())
-            except ValueError:
-                continue
-            if ms >= 0 and ms == ms and ms != float("inf"):
+        if raw is not None and _HTTP_NUMBER.fullmatch(raw.strip()):
+            ms = float(raw.strip())
+            if 0 <= ms < math.inf:
                 return ms / 1000.0
     return parse_retry_after(header_value(headers, "Retry-After"), now_wall_s)
 
