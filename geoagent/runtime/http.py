@@ -58,6 +58,7 @@ failure says is split by what it is about:
 * a ``Retry-After`` on a 429 pauses the request's key only (the provider's limit of that model);
 * a ``Retry-After`` on a 503 pauses the whole host, every key on it (an overloaded or unavailable service is
   the host's condition; pausing every model is the conservative choice);
+* either pause lasts at most :data:`RETRY_AFTER_MAX_S` (1 day; a longer value is cut to it with a warning);
 * the counters (:meth:`HttpClient.stats`) and the unreachable streak with its fail fast stay per host (a
   network failure is the host's).
 
@@ -76,6 +77,7 @@ import contextvars
 import email.utils
 import functools
 import itertools
+import logging
 import math
 import random
 import re
@@ -89,6 +91,8 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsp
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.stage import Abandoned
 from geoagent.textfmt import count_text
+
+log = logging.getLogger(__name__)
 
 
 class HttpError(PicklableError, RuntimeError):
@@ -482,6 +486,44 @@ def _final(no_retry: Callable[[HttpResponse], bool] | None, resp: HttpResponse) 
 #: a number as a header carries it: ASCII digits, an optional sign and decimal fraction (``float()`` also takes
 #: ``inf``, ``nan``, exponents, ``1_000`` and non-ASCII digits, none of which a server means as a delay)
 _HTTP_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+", re.ASCII)
+
+
+#: Longest pause one ``Retry-After`` / ``retry-after-ms`` may set, seconds (1 day). A 429/503 asking for longer
+#: pauses its key (or host) this long, with a warning naming the host (never a key) and the value asked vs
+#: applied (:func:`capped_retry_after`); the request's :class:`RetriesExhausted` carries the applied value. Before
+#: the bound, a finite but absurd value (``Retry-After: 1000000000000``, 31,700 years) held the model's key for
+#: that long: the run waited without saying why and no process of the campaign called the model again. A real
+#: long pause (a quota reset in an hour, ``Retry-After: 3600``; a daily quota's reset at midnight) is below it
+#: and honoured as asked.
+RETRY_AFTER_MAX_S = 86_400.0
+
+
+def capped_retry_after(seconds: float | None, key: str, status: int | None = None) -> float | None:
+    """``seconds`` (a parsed ``Retry-After``: :func:`retry_after_of`) bounded by :data:`RETRY_AFTER_MAX_S`.
+
+    Parameters
+    ----------
+    seconds : float or None
+        The wait the answer asked for, in seconds (None: it asked for none; returned as is).
+    key : str
+        The host key or model limit key (``host/model``, :func:`limit_key`) the pause applies to; named in the
+        warning (it holds no API key).
+    status : int, optional
+        The answer's HTTP status, named in the warning.
+
+    Returns
+    -------
+    float or None
+        ``min(seconds, RETRY_AFTER_MAX_S)``; a longer value logs one warning (logger ``geoagent.runtime.http``)
+        with the value asked and the value applied.
+    """
+    if seconds is None or seconds <= RETRY_AFTER_MAX_S:
+        return seconds
+    what = f"HTTP {status} " if status is not None else ""
+    log.warning("%s: the %sanswer asked to wait %.0f s (Retry-After); pausing %s %.0f s (%.0f h) instead, the "
+                "longest pause a Retry-After may set (geoagent.runtime.http.RETRY_AFTER_MAX_S)",
+                key, what, seconds, key, RETRY_AFTER_MAX_S, RETRY_AFTER_MAX_S / 3600)
+    return RETRY_AFTER_MAX_S
 
 
 def parse_retry_after(value: str | None, now_wall_s: float | None = None) -> float | None:
@@ -1599,7 +1641,9 @@ class HttpClient:
             if retry_after is not None:
                 # a 429 is the limit of the request's key (providers limit per model): that key waits; a 503
                 # (overloaded, unavailable) is the host's condition: every key on the host waits
-                (lim if status == 429 else host).pause(retry_after)
+                paused = lim if status == 429 else host
+                retry_after = capped_retry_after(retry_after, paused.key, status)  # at most RETRY_AFTER_MAX_S
+                paused.pause(retry_after)
             host.count_error(f"http {status}")
             raise _Retryable(f"http {status}", excerpt, retry_after_s=retry_after, final=_final(no_retry, resp))
         host.count_error(f"http {status}")
