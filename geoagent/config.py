@@ -1998,9 +1998,12 @@ class ModelEstimate:
     #: from a generated control image's (one mean over both hid 6-token photos behind a 512 px gray field)
     image_tokens_by_kind: dict[str, list[int]] = field(default_factory=dict)
     #: calls whose photo has no file yet, estimated at ``photo_size_assumed`` (width, height in px; ``estimate``'s
-    #: ``missing_photos``), not at the placeholder's size
+    #: ``missing_photos``): the photo's size, not the placeholder's, unless ``photos_as_placeholder``
     photos_no_file: int = 0
     photo_size_assumed: tuple[int, int] | None = None
+    #: ``[images] missing = "placeholder"``: the run sends those calls the placeholder pixels
+    #: (:data:`geoagent.workers.images.PLACEHOLDER_SIZE_PX`), so ``photo_size_assumed`` is the placeholder's size
+    photos_as_placeholder: bool = False
     #: non-ASCII characters of the prompts (system prompts included) counted in ``input_tokens``, at one
     #: expected token each (:func:`expected_text_tokens`; 0 for the simulated provider, which bills chars / 4)
     non_ascii_chars: int = 0
@@ -2623,7 +2626,10 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
         pixels today) is estimated, expected and worst case, at ``photo_size_px`` (width, height in px; default
         :data:`geoagent.workers.images.EXPECTED_PHOTO_SIZE_PX`, 1024 x 768): the photo the campaign will send
         once the crawl has fetched it, not the 640 x 480 placeholder (which made the expected cost too low).
-        Counted in :attr:`ModelEstimate.photos_no_file`.
+        Counted in :attr:`ModelEstimate.photos_no_file`. Except with ``[images] missing = "placeholder"``: that
+        run sends those requests the placeholder pixels (:data:`geoagent.workers.images.PLACEHOLDER_SIZE_PX`,
+        640 x 480; a task keeps the payload it was queued with, so a photo found later does not change it), so
+        they are estimated at the placeholder's size (:attr:`ModelEstimate.photos_as_placeholder`).
 
     Returns
     -------
@@ -2658,6 +2664,9 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
     no_file, photo_models = frozenset(missing_photos), frozenset(photo_models)
     if photo_size_px is None:
         from geoagent.workers.images import EXPECTED_PHOTO_SIZE_PX as photo_size_px
+    from geoagent.workers.images import PLACEHOLDER_SIZE_PX
+    # [images] missing = "placeholder": the run sends a photo without a file as the placeholder's pixels
+    as_placeholder = getattr(cfg.section("images"), "missing", "error") == "placeholder"
     for item in planned_requests:
         if isinstance(item, tuple):
             model_name, req = item
@@ -2686,7 +2695,13 @@ def estimate(cfg: CampaignConfig, planned_requests: Iterable[Any], *, store: Any
                 if has_image and m.provider != "replay" else None)
         photo_no_file = (has_image and not image_ref and req.image is None and m.name in photo_models
                          and m.name not in fakes and str(req.image_id) in no_file)
-        if photo_no_file:  # the photo the run will send once it exists, not today's placeholder
+        if photo_no_file and as_placeholder:  # that run sends the placeholder, whatever exists later
+            size = PLACEHOLDER_SIZE_PX
+            me.photos_no_file += 1
+            me.photo_size_assumed = tuple(PLACEHOLDER_SIZE_PX)
+            me.photos_as_placeholder = True
+            photo_no_file = False  # tallied as the placeholder image it is (image_kind)
+        elif photo_no_file:  # the photo the run will send once it exists, not today's placeholder
             size = photo_size_px
             me.photos_no_file += 1
             me.photo_size_assumed = tuple(photo_size_px)

@@ -2593,8 +2593,13 @@ def _input_assumption(m: Any, mc: Any, photo_basis: str = "") -> str:
             w, h = m.photo_size_assumed
             from geoagent.image_files import DEFAULT_PHOTO_BASIS
 
-            text += (f"; {m.photos_no_file} image(s) whose photo has no file yet counted at {w}x{h}, the photo the "
-                     f"run will send ({photo_basis or DEFAULT_PHOTO_BASIS}), not the 640x480 placeholder")
+            if getattr(m, "photos_as_placeholder", False):
+                text += (f"; {m.photos_no_file} image(s) whose photo has no file counted at {w}x{h}, the placeholder "
+                         f"pixels the run sends for them ([images] missing = \"placeholder\"), not the photo "
+                         f"({photo_basis or DEFAULT_PHOTO_BASIS})")
+            else:
+                text += (f"; {m.photos_no_file} image(s) whose photo has no file yet counted at {w}x{h}, the photo "
+                         f"the run will send ({photo_basis or DEFAULT_PHOTO_BASIS}), not the 640x480 placeholder")
     else:
         text += (f" + {mc.image_input_tokens} per image ([[models]] image_input_tokens; no documented rule for "
                  f"{mc.provider} {mc.model} or the image size is unknown)")

@@ -68,12 +68,15 @@ def _gv_real_toml(tmp, name: str, *, extra: str = "") -> str:
     return str(p)
 
 
-def test_dry_run_counts_photos_without_a_file_at_the_thumbnail_size(isolated_roots, release_dir, monkeypatch,
-                                                                     capsys):
-    """A real campaign before its photos exist (``[images] missing = "placeholder"``, no image folder): the dry
-    run's expected tokens per image are those of the 1024 x 768 Mapillary thumbnail the crawl fetches (gpt-4o:
-    85 + 170 x 4 tiles = 765; Claude: ceil(1024 x 768 / 750) = 1,049), not of the 640 x 480 placeholder (425,
-    410), and the line says so."""
+def test_dry_run_with_placeholder_opt_in_counts_photos_without_a_file_at_the_placeholder_size(
+        isolated_roots, release_dir, monkeypatch, capsys):
+    """A real campaign before its photos exist with ``[images] missing = "placeholder"`` (no image folder): that run
+    sends the 640 x 480 placeholder pixels for them (a queued task keeps its payload), so the dry run's expected
+    tokens per image are the placeholder's (gpt-4o: 85 + 170 x 2 tiles = 425; Claude: ceil(640 x 480 / 750) =
+    410), and the line says so. Before (session 11 leftovers): it counted them at the 1,024 x 768 thumbnail (765,
+    1,049) and said "the photo the run will send ..., not the 640x480 placeholder", which that run did not send.
+    Without the opt-in the run refuses until the photos exist, and the dry run keeps the thumbnail size
+    (:func:`test_dry_run_without_photos_names_keys_and_images_together_and_estimates`)."""
     from geoagent.cli import main
 
     monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
@@ -84,10 +87,12 @@ def test_dry_run_counts_photos_without_a_file_at_the_thumbnail_size(isolated_roo
     out = capsys.readouterr().out
     gpt = next(ln for ln in out.splitlines() if ln.lstrip().startswith("gpt:"))
     claude = next(ln for ln in out.splitlines() if ln.lstrip().startswith("claude:"))
-    assert "about 765 tokens per image" in gpt, gpt
-    assert "about 1049 tokens per image" in claude, claude
+    assert "about 425 tokens per image" in gpt, gpt
+    assert "about 410 tokens per image" in claude, claude
     for line in (gpt, claude):
-        assert "no file yet counted at 1024x768" in line and "thumb_1024_url" in line, line
+        assert "has no file counted at 640x480, the placeholder pixels the run sends" in line, line
+        assert '[images] missing = "placeholder"' in line and "thumb_1024_url" in line, line
+        assert "not the 640x480 placeholder" not in line and "the photo the run will send" not in line, line
 
 
 # --- a dry run before the photos exist: every pre-flight problem in one exit, and still an estimate -------

@@ -260,9 +260,11 @@ def test_dry_run_counts_a_photo_without_a_file_at_the_crawls_thumbnail_size(
     monkeypatch.setenv("GEOAGENT_RELEASE", str(folder))
     monkeypatch.setenv("WALKB_OPENAI", "x")
     monkeypatch.setenv("WALKB_ANTHROPIC", "y")
-    cfg = _gv_real_toml(isolated_roots, f"gv-thumb-{thumb_field or 'none'}",
-                        extra='[images]\nmissing = "placeholder"\n')
-    assert main(["run", cfg, "--simulate", "--no-live"]) == 0
+    # no [images] opt-in: the real run waits for the photos (refused until then: the dry run exits 2 saying so),
+    # so they are counted at the crawl's size (with missing = "placeholder" that run would send the placeholder
+    # and the dry run counts that: test_dry_run_walkb, session 11 leftovers)
+    cfg = _gv_real_toml(isolated_roots, f"gv-thumb-{thumb_field or 'none'}")
+    assert main(["run", cfg, "--simulate", "--no-live"]) == 2
     out = capsys.readouterr().out
     gpt_line = next(ln for ln in out.splitlines() if ln.lstrip().startswith("gpt:"))
     claude_line = next(ln for ln in out.splitlines() if ln.lstrip().startswith("claude:"))
