@@ -106,3 +106,8 @@ SERVICE_PARAMS_MIX = "params_mix"
 #: service: True while a campaign kind plans for a dry run (``--simulate``): a plan problem a real run refuses
 #: for is kept for the dry run's report (:meth:`geoagent.engine.CampaignKind.plan_refusals`), not raised
 SERVICE_DRY_RUN = "dry_run"
+#: service: True while a campaign kind plans only to name what a real run would refuse for
+#: (:func:`geoagent.engine.preflight_refusals`, a run refused for unset key variables): the plan writes nothing
+#: (no data import into ``state/<campaign>/data/``), and no campaign service (ledger, store, HTTP client, host
+#: board, run lock) is open
+SERVICE_READ_ONLY = "plan_read_only"

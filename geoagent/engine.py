@@ -1281,28 +1281,36 @@ async def preflight_refusals(cfg: Any, kind: "CampaignKind", *, dotenv_path: str
     provider) and a first run that plans nothing (:meth:`CampaignKind.empty_plan_reason`). Called by
     :func:`run_campaign` when key variables are missing, so its refusal names every problem at once, as the dry
     run's does. [] for a kind without plan refusals of its own (e.g. the crawl: its plan is not made here), and
-    when planning fails otherwise (the keys' message stands; the run once they are set says the rest)."""
+    when planning fails otherwise (the keys' message stands; the run once they are set says the rest).
+
+    Creates and changes nothing under ``state/``, also when the campaign's folder exists (empty, or an earlier
+    run's): the plan runs with a bare context (no ledger, store, HTTP client, host board or run lock is opened)
+    and :data:`geoagent.constants.SERVICE_READ_ONLY` set, so it imports the release without storing it. (Before,
+    it opened the campaign's services: in an existing folder ``campaign.sqlite``, ``hosts.sqlite``,
+    ``data/data.sqlite`` and ``run.lock`` were left behind, or an earlier run's rewritten, by a refused run.)"""
     from geoagent.sandbox.launch import launch
 
     if type(kind).plan_refusals is CampaignKind.plan_refusals:
         return []
-    created = _absent_dirs(Path(cfg.state_dir()))
     try:
-        with campaign_run_lock(cfg, simulate=True):
-            async with launch(cfg) as lcfg, open_services(lcfg, dotenv_path=dotenv_path, require_keys=False,
-                                                          dry_run=True) as ctx:
-                ctx.services["config_as_written"] = cfg
-                ctx.services["dotenv_path"] = dotenv_path
-                ctx.services[C.SERVICE_DRY_RUN] = True  # the plan keeps its refusals instead of raising them
-                plan = list(await kind.plan(lcfg, ctx))
-                out = list(kind.plan_refusals(lcfg))
-                if not plan and not _has_queues(cfg):
-                    out.append(kind.empty_plan_reason(lcfg))
-                return out
+        async with launch(cfg) as lcfg:
+            ctx = StageContext(cfg.name, {
+                "config": lcfg,
+                "config_as_written": cfg,
+                "dotenv_path": dotenv_path,
+                "state_dir": lcfg.state_dir(),
+                "queues_root": lcfg.queues_root(),
+                "missing_api_keys": [],
+                C.SERVICE_DRY_RUN: True,  # the plan keeps its refusals instead of raising them
+                C.SERVICE_READ_ONLY: True,  # and stores nothing
+            })
+            plan = list(await kind.plan(lcfg, ctx))
+            out = list(kind.plan_refusals(lcfg))
+            if not plan and not _has_queues(cfg):
+                out.append(kind.empty_plan_reason(lcfg))
+            return out
     except Exception:  # noqa: BLE001 - a plan that fails here fails the same way once the keys are set
         return []
-    finally:
-        discard_unstarted_state(cfg, created)
 
 
 def _absent_dirs(path: Path) -> list[Path]:

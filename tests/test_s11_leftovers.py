@@ -60,3 +60,88 @@ def test_an_hours_quota_reset_is_honoured_as_asked(caplog):
     ra, left, _ = asyncio.run(_pause_after(429, {"Retry-After": "3600"}, model="gpt-x"))
     assert ra == 3600.0 and 3595 < left <= 3600, (ra, left)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# --- 2. a run refused for unset key variables creates nothing, also in an existing state folder -----------------
+def _listing(root) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes) and every folder (relative path/ -> b"")."""
+    out: dict[str, bytes] = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        out[rel + "/" if p.is_dir() else rel] = b"" if p.is_dir() else p.read_bytes()
+    return out
+
+
+def _earlier_run_files(state_dir) -> None:
+    """What an earlier run of the campaign left in its folder: ledger and store, host board, data import, lock."""
+    import sqlite3
+
+    from geoagent.data.store import DataStore
+    from geoagent.runtime.store import open_campaign_state
+
+    with open_campaign_state(state_dir.name, root=state_dir.parent, recover=False):
+        pass
+    with DataStore.for_campaign(state_dir.name, state_dir.parent) as ds:
+        ds.set_meta("release_root", "earlier")
+    con = sqlite3.connect(state_dir / "hosts.sqlite")
+    con.execute("CREATE TABLE earlier (x)")
+    con.execute("INSERT INTO earlier VALUES (1)")
+    con.commit()
+    con.close()
+    (state_dir / "run.lock").write_bytes(b"")
+    (state_dir / "report").mkdir()
+    (state_dir / "report" / "note.txt").write_text("earlier report\n")
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+@pytest.mark.parametrize("photos", ["missing", "placeholder"])
+def test_a_run_refused_for_unset_keys_leaves_an_existing_state_folder_as_it_was(
+        isolated_roots, release_dir, monkeypatch, capsys, earlier, photos):
+    """Before: with ``state/<campaign>/`` already there (empty, or an earlier run's), ``run`` refused for unset
+    key variables (exit 2) but its read-only re-plan (the images check named in the same refusal) left
+    ``campaign.sqlite``, ``hosts.sqlite``, ``data/data.sqlite`` and ``run.lock`` in it (and rewrote an earlier
+    run's), while README says a refusal creates nothing. Now the folder is as it was, byte for byte."""
+    from test_dry_run_walkb import _gv_real_toml
+
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    monkeypatch.delenv("WALKB_OPENAI", raising=False)
+    monkeypatch.delenv("WALKB_ANTHROPIC", raising=False)
+    name = f"gv-refused-{photos}-{int(earlier)}"
+    extra = '[images]\nmissing = "placeholder"\n' if photos == "placeholder" else ""
+    cfg = _gv_real_toml(isolated_roots, name, extra=extra)
+    state_dir = isolated_roots / "state" / name
+    state_dir.mkdir(parents=True)
+    if earlier:
+        _earlier_run_files(state_dir)
+    before = _listing(isolated_roots / "state")
+    assert main(["run", cfg, "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "WALKB_OPENAI" in err and "WALKB_ANTHROPIC" in err, err
+    if photos == "missing":  # the re-plan still names the images problem in the same refusal
+        assert "would carry placeholder pixels instead of photos" in err, err
+    after = _listing(isolated_roots / "state")
+    assert sorted(after) == sorted(before), (sorted(set(after) - set(before)), sorted(set(before) - set(after)))
+    assert [k for k in before if before[k] != after[k]] == []
+    assert not (isolated_roots / "queues").exists()
+
+
+def test_a_geohint_run_refused_for_an_unset_key_leaves_an_earlier_runs_folder_as_it_was(
+        isolated_roots, release_dir, monkeypatch, capsys):
+    """GeoHint's plan wrote its release import into ``data/data.sqlite`` even for the read-only re-plan."""
+    from test_images_missing import _gh_toml
+
+    from geoagent.cli import main
+
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    monkeypatch.delenv("IMAGES_TEST_KEY", raising=False)
+    cfg = _gh_toml(isolated_roots, "gh-refused", image_root=isolated_roots / "typo")
+    state_dir = isolated_roots / "state" / "gh-refused"
+    state_dir.mkdir(parents=True)
+    _earlier_run_files(state_dir)
+    before = _listing(isolated_roots / "state")
+    assert main(["run", str(cfg), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "IMAGES_TEST_KEY" in err and "geohint.image_root" in err and "have no file" in err, err
+    assert _listing(isolated_roots / "state") == before

@@ -272,10 +272,11 @@ class GeoHintCampaign(CampaignKind):
         s = settings_of(cfg)
         release = import_release(s.release_dir or cfg.release_dir(), state_root=cfg.state_root())
         self._import_issues = list(release.report.issues)
-        with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
-            ds.put_many(release.records())
-            ds.set_meta("import_report", release.report.to_json())
-            ds.set_meta("release_root", str(release.root))
+        if not ctx.services.get(C.SERVICE_READ_ONLY):  # a read-only plan (engine.preflight_refusals) stores nothing
+            with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
+                ds.put_many(release.records())
+                ds.set_meta("import_report", release.report.to_json())
+                ds.set_meta("release_root", str(release.root))
         sites = release.sites
         if s.sites is not None:
             unknown = sorted(set(s.sites) - set(sites))

@@ -143,7 +143,8 @@ class GeoVerifyCampaign(CampaignKind):
         "placeholder"``; otherwise their count is :meth:`plan_warnings`' line)."""
         from geoagent.image_files import check_missing, photos_after_placeholders
 
-        self._plan = plan_campaign(cfg)
+        # a read-only plan (a run refused for unset keys naming its other problems) stores no data import
+        self._plan = plan_campaign(cfg, store_data=not ctx.services.get(C.SERVICE_READ_ONLY))
         # the report and the live aggregator score exactly this plan's tasks (ScoredScope)
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in self._plan.messages)
         self._image_warning = None
