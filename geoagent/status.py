@@ -231,7 +231,10 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         kind_lines = load_kind(cfg.campaign.kind).status_lines(cfg)
     except Exception:  # noqa: BLE001 - a status display shows what it can
         kind_lines = []
+    from geoagent.runtime.hostshare import board_pauses
+
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
+            "pauses": board_pauses(cfg.state_dir()),
             "superseded": superseded, "kind_lines": kind_lines,
             "host_labels": labels, "running": running, "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
@@ -500,6 +503,16 @@ def format_status(st: dict[str, Any]) -> str:
                 lines.append(f"    http {name}: {count_text(hs.get('requests', 0), 'request')}, {count_text(hs.get('retries', 0), 'retry', 'retries')},"
                              f" error rate {rate:.1%}" + (f" ({mapping_text(hs['errors'])})" if hs.get("errors") else "")
                              + (f"; {answers}" if answers else ""))
+    pauses = st.get("pauses") or {}
+    if pauses:
+        labels = st.get("host_labels") or {}
+        for key, left in pauses.items():
+            host = key.split("/", 1)[0]
+            name = f"{key} ({labels[host]})" if labels.get(host) else key
+            what = "model" if "/" in key else "host"
+            lines.append(f"  paused: {what} {name} for another {_duration(left)} (until "
+                         f"{_utc(time.time() + left)}; a Retry-After, at most 1 day): its tasks wait, a run started "
+                         f"now waits too")
     for edge, items in st.get("dead", {}).items():
         for d in items:
             lines.append(f"  dead {edge}/{d.key} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
@@ -637,6 +650,14 @@ def process_lines(processes: list[dict[str, Any]], running: bool | None, now: fl
         lines.append(f"    pid {p.get('pid')} [{', '.join(str(x) for x in p.get('stages') or [])}]: {what}"
                      + (f"; {figures}" if figures else "") + note)
     return lines
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as ``"3 h 20 min"``, ``"12 min"`` or ``"40 s"`` (for the ``paused:`` lines of ``status``)."""
+    s = max(0, int(round(seconds)))
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 60} min" if s >= 60 else f"{s} s"
 
 
 def _hms(t: Any) -> str:

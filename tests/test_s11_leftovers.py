@@ -145,3 +145,33 @@ def test_a_geohint_run_refused_for_an_unset_key_leaves_an_earlier_runs_folder_as
     err = capsys.readouterr().err
     assert "IMAGES_TEST_KEY" in err and "geohint.image_root" in err and "have no file" in err, err
     assert _listing(isolated_roots / "state") == before
+
+
+def test_status_shows_a_model_paused_by_retry_after(tmp_path):
+    """``status`` showed no pause at all (nothing read the host board's ``pauses``), so a model held by a long
+    ``Retry-After`` looked merely slow; now it says which key is paused and for how long."""
+    from _model_harness import generic_campaign, model_table
+
+    from geoagent.config import load_config
+    from geoagent.runtime.hostshare import HostShare, board_path
+    from geoagent.status import campaign_status, format_status
+
+    cfg = load_config(generic_campaign(tmp_path, name="paused", n=2, models=model_table("m")))
+    state_dir = cfg.state_dir()
+    state_dir.mkdir(parents=True)
+
+    async def pause_published() -> str:
+        async with serve(echo.make_app()) as base:
+            key = limit_key(host_key(base), "gpt-x")
+            async with HttpClient(default_policy=P, model_policies={key: P}) as http, \
+                    HostShare(board_path(state_dir), http):
+                with pytest.raises(RetriesExhausted):
+                    await http.request("GET", base + "/status/429", params={"retry_after": "3600"}, limit=key)
+                await asyncio.sleep(0.8)  # the board's next tick publishes it
+            return key
+
+    key = asyncio.run(pause_published())
+    text = format_status(campaign_status(cfg))
+    line = next((ln for ln in text.splitlines() if "paused:" in ln), None)
+    assert line is not None, text
+    assert f"model {key}" in line and ("for another 59 min" in line or "for another 1 h 0 min" in line), line

@@ -858,3 +858,28 @@ class HostShare:
 def board_path(state_dir: str | Path) -> Path:
     """The board of the campaign whose state folder is ``state_dir``: ``<state_dir>/hosts.sqlite``."""
     return Path(state_dir) / HOSTS_DB
+
+
+def board_pauses(state_dir: str | Path) -> dict[str, float]:
+    """The pauses in force on the campaign's board (``<state_dir>/hosts.sqlite``): ``{host or limit key: seconds
+    left}``, longest first; read-only (opens nothing for writing, creates nothing; {} without a board).
+
+    A pause is a ``Retry-After`` on a 429 (a model's limit key, ``host/model``) or a 503 (the host), or
+    :meth:`~geoagent.runtime.http.HttpClient.pause_host`, as a process of the campaign published it; a process of
+    the campaign started now waits it out too. Only pauses of this boot count (their ``until`` is this machine's
+    ``time.monotonic()``, s). Used by ``status``."""
+    path = board_path(state_dir)
+    if not path.is_file():
+        return {}
+    try:
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return {}
+    try:
+        now = time.monotonic()
+        rows = conn.execute("SELECT host, until FROM pauses WHERE boot = ? AND until > ?", (_boot_id(), now)).fetchall()
+    except sqlite3.Error:  # an older board without the table, or a locked file: status shows what it can
+        return {}
+    finally:
+        conn.close()
+    return dict(sorted(((str(h), float(u) - now) for h, u in rows), key=lambda kv: -kv[1]))
