@@ -352,7 +352,9 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
                1: "nothing to export (the campaign has not run yet); output pipe closed early",
                2: _CONFIG_ERR, 130: _CTRL_C},
     "demo": {0: "complete: all three demo campaigns (crawl, GeoVerify, GeoHint) finished", 1: _PIPE,
-             2: _CONFIG_ERR + " (e.g. --workdir)", 3: _INCOMPLETE.replace("the same command", "`demo`"),
+             2: _CONFIG_ERR + " (e.g. --workdir)", 3: _INCOMPLETE.replace("the same command", "`demo`").replace(
+                 "`dead CONFIG`", "`dead CONFIG`, CONFIG being the filled-in file the demo\n"
+                 "       wrote to state/demo-configs/ and names at the end"),
              130: "interrupted (Ctrl-C / SIGTERM): re-run `demo` to resume"},
 }
 

@@ -977,7 +977,9 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         where = ", ".join(f"{hole} in {path}" for path, hole in holes)
         raise ConfigError(source, [
             f"unfilled template placeholder(s): {where}. This file is a template that `python run.py demo` fills "
-            "in; run `python run.py demo`, or copy the file and write real values (see geoagent/configs/example.toml)"
+            "in; run `python run.py demo` (it writes each campaign's config, filled in, to state/demo-configs/: "
+            "`status`, `dead` and `export` work on those), or copy the file and write real values (see "
+            "geoagent/configs/example.toml)"
         ])
     doc = dict(data)
     tasks: dict[str, dict[str, Any]] = {}

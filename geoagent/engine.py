@@ -1192,6 +1192,7 @@ async def run_campaign(
     handle_signals: bool = True,
     dotenv_path: str | Path | None = None,
     export: bool = True,
+    gazetteer: Any = None,
 ) -> Outcome:
     """Plan and run campaign ``cfg`` to completion (or the cap, or a signal); see the module docstring.
 
@@ -1216,7 +1217,8 @@ async def run_campaign(
         Daemon mode: keep polling the queues instead of finishing when they drain.
 
     URLs on ``*.sandbox.invalid`` hosts start the local fake APIs in-process for the run
-    (:mod:`geoagent.sandbox.launch`). Every key the run needs is looked up first (:func:`check_keys`; not for
+    (:mod:`geoagent.sandbox.launch`; ``gazetteer``: the places its Wikidata and Nominatim fakes know, default
+    built from the release folder), and the manifest records the config as written, never their local ports. Every key the run needs is looked up first (:func:`check_keys`; not for
     a dry run), so a missing one creates nothing. A run that fails later but before its plan is enqueued
     (a bad plan) removes the state folder it created (:func:`discard_unstarted_state`).
     """
@@ -1245,7 +1247,7 @@ async def run_campaign(
     try:
         # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
         with campaign_run_lock(cfg, simulate=simulate):
-            async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
+            async with launch(cfg, gazetteer=gazetteer) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
                 ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
