@@ -522,13 +522,23 @@ def run_demo(workdir: Path | None = None, live: bool | None = None) -> int:
         ``$GEOAGENT_STATE``).
     live : bool, optional
         Live terminal display (default: when stdout is a TTY).
+
+    Raises
+    ------
+    ValueError
+        ``workdir`` is a file, or cannot be made (the CLI prints one ``error:`` line, exit 2).
     """
     import anyio
 
     roots: dict[str, str | None] = {C.ENV_QUEUES_ROOT: None, C.ENV_STATE_ROOT: None}
     if workdir is not None:
         wd = Path(workdir).resolve()
-        wd.mkdir(parents=True, exist_ok=True)
+        if wd.exists() and not wd.is_dir():
+            raise ValueError(f"--workdir {workdir}: not a folder (a file of that name exists); name a folder")
+        try:
+            wd.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way (ENOTDIR, EEXIST), read-only, no permission, ...
+            raise ValueError(f"--workdir {workdir}: cannot make the folder: {exc.strerror or exc}") from None
         roots = {C.ENV_QUEUES_ROOT: str(wd / "queues"), C.ENV_STATE_ROOT: str(wd / "state")}
     with _env(roots):
         return anyio.run(lambda: demo_pipeline(live=live, resume_cmd=_resume_cmd(workdir)))
