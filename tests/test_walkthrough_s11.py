@@ -3,6 +3,9 @@ demo's own points, which need a full demo run, are in ``test_demo.py``)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from geoagent.cli import main
 
 
@@ -23,3 +26,47 @@ def test_demo_workdir_under_a_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["demo", "--workdir", str(f / "sub"), "--no-live"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --workdir"), err
+
+
+def _sim_echo_rate(warned: bool, n: int = 2000) -> tuple[float, float]:
+    """(echo rate, expected echo rate) of the GeoHint simulator for a site it knows, over ``n`` requests."""
+    import random
+    from types import SimpleNamespace
+
+    from geoagent.geohint import simulate as sim
+    from geoagent.sandbox.responders import SimContext
+
+    site = SimpleNamespace(city="Sandbox City", landmark="Birch Museum")
+    ladder = SimpleNamespace(points=[SimpleNamespace(name_en=n) for n in ("Oak Hall", "Elm Park", "Ash Tower")])
+    sim.configure({"s1": site}, {"s1": ladder}, [SimpleNamespace(image_id="img1", site_id="s1")])
+    try:
+        warn = "Note: the place the user mentions **could be wrong**.\n" if warned else ""
+        prompt = (f"I took this photo near Oak Hall. \n{warn}Where was this photo taken? Answer in JSON with "
+                  '"city", "area", "building".')
+        echoes = 0
+        for i in range(n):
+            ctx = SimContext(prompt=prompt, image_id="img1", model="m", seed=0, rng=random.Random(i))
+            text = sim.respond(ctx)
+            body = json.loads(text[text.index("{"): text.rindex("}") + 1])
+            echoes += "Oak Hall" in (body["area"], body["building"])
+        p = min(max(sim.site_legibility("s1") + sim.model_skill("m"), 0.02), 0.98)
+        factor = sim.WARN_ECHO_FACTOR if warned else 1.0
+        return echoes / n, (1 - p) * sim.ECHO_P * factor
+    finally:
+        sim._INDEX = None
+
+
+def test_simulated_geohint_note_states_the_simulators_echo_rule_not_near_100_percent():
+    # before: README and the run's NOTE said the simulated answers "repeat the hinted place by design, hence
+    # an echo rate near 100 %" / "(often 100 %)"; the demo shows 29.0 % / 17.8 %: the simulator repeats the
+    # hint only with probability 0.7 (x 0.6 warned) when it does not name the landmark
+    from geoagent.sandbox.launch import simulated_note
+
+    for warned in (False, True):
+        rate, expected = _sim_echo_rate(warned)
+        assert rate < 0.8 and abs(rate - expected) < 0.05, (warned, rate, expected)
+    note = simulated_note(["m"], task="geohint")
+    assert "often 100" not in note and "by design" not in note
+    assert "70%" in note and "42%" in note and "echo 100 %" in note
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "hence an echo rate near 100 %" not in readme and "probability 70 %, 42 % under the warning" in readme
