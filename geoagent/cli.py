@@ -212,7 +212,9 @@ def _cmd_dead(args: argparse.Namespace) -> int:
         print(f"requeued {n} dead tasks{note}; re-run the campaign to process them")
         return 0
     n = 0
-    for edge, items in dead_letters(cfg, limit=args.limit, edge=args.edge).items():
+    # --limit 0: every task (the largest edge's count bounds each edge's list)
+    limit = args.limit or max([1, *dead_counts(cfg, args.edge).values()])
+    for edge, items in dead_letters(cfg, limit=limit, edge=args.edge).items():
         for d in items:
             n += 1
             print(f"{edge}\t{d.key}\tdeliveries={d.attempts}\t{describe_reason(d.reason)}")
@@ -222,7 +224,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
         return 0
     total = sum(dead_counts(cfg, args.edge).values())
     if total > n:  # on stderr: the listing on stdout stays one task a line
-        print(f"showing {n} of {total} dead tasks{where} (use --limit)", file=sys.stderr)
+        print(f"showing {n} of {total} dead tasks{where} (use --limit N, or --limit 0 for all)", file=sys.stderr)
     return 0
 
 
@@ -377,10 +379,10 @@ def _prog() -> str:
     return name if name and name not in ("__main__.py", "-c", "-m") else "geoagent"
 
 
-def _positive_int(text: str) -> int:
+def _non_negative_int(text: str) -> int:
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (all) or more, got {value}")
     return value
 
 
@@ -430,8 +432,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     dl.add_argument("--requeue", action="store_true",
                     help="put the dead tasks (of --edge, or all) back to ready; re-run the campaign to process them")
     dl.add_argument("--edge", help="only this edge (queue), e.g. requests or responses; an unknown name is refused")
-    dl.add_argument("--limit", type=_positive_int, default=50, metavar="N",
-                    help="list at most N tasks per edge, most recent first (default 50; a shorter list says so)")
+    dl.add_argument("--limit", type=_non_negative_int, default=50, metavar="N",
+                    help="list at most N tasks per edge, most recent first (default 50; 0: all of them; a shorter "
+                         "list says so)")
     dl.set_defaults(fn=_cmd_dead)
 
     e = sub.add_parser("export", help="export results as Parquet and CSV (a crawl: its tables, to state/<campaign>/export/)", **kw("export"))

@@ -542,7 +542,7 @@ class Outcome:
                 on_edge = self.counts[edge].dead if edge in self.counts else len(items)
                 more = max(on_edge - self.superseded.get(edge, 0), len(items)) - min(len(items), DEAD_LISTED)
                 if more > 0:
-                    lines.append(f"    ... and {more} more on {edge} (`run.py dead CONFIG --edge {edge}` lists them all)")
+                    lines.append(dead_lines_hint_example(edge, more))
         lines.extend(self.extra_lines)
         for p in self.report_files:
             lines.append(f"  report: {p}")
@@ -553,6 +553,12 @@ class Outcome:
 
 #: the summary lists at most this many dead letters per edge, then says how many more (`run.py dead CONFIG`)
 DEAD_LISTED = 3
+
+
+def dead_lines_hint_example(edge: str, more: int) -> str:
+    """The summary line after the first :data:`DEAD_LISTED` dead tasks of ``edge``: how many more there are
+    and the command that lists every one (``--limit 0``: ``dead`` lists at most 50 per edge by default)."""
+    return f"    ... and {more} more on {edge} (`run.py dead CONFIG --edge {edge} --limit 0` lists them all)"
 #: the summary's dead-letter lines: a task key is shown whole up to this many characters (keys are short: an
 #: edge's key names its city, site or request), a reason up to DEAD_REASON_CHARS; a longer text ends with
 #: DEAD_FULL_TEXT (where to read it whole)
