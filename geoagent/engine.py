@@ -1424,6 +1424,9 @@ async def _run(
     lane_work = _lane_work(cfg, kind, planned_by_model, only_stages)
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
+                                                      # where its queues are: `status` with another queues root
+                                                      # names this folder (geoagent.status.format_status)
+                                                      "queues_dir": str((Path(cfg.queues_root()) / cfg.name).resolve()),
                                                       **kind.manifest_extra(cfg)}, drift=drift)
     params_mix: dict[str, Any] | None = None
     spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest

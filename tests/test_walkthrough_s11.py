@@ -70,3 +70,21 @@ def test_simulated_geohint_note_states_the_simulators_echo_rule_not_near_100_per
     assert "70%" in note and "42%" in note and "echo 100 %" in note
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     assert "hence an echo rate near 100 %" not in readme and "probability 70 %, 42 % under the warning" in readme
+
+
+def test_status_with_a_wrong_queues_root_after_a_run_says_so_naming_both_folders(tmp_path, capsys, monkeypatch):
+    # before: `GEOAGENT_QUEUES=/tmp/x run.py status CFG` after the run said "no queues yet (campaign not
+    # started)" and then printed its spend and "run ended: complete"
+    from _model_harness import generic_campaign, model_table
+
+    cfgp = generic_campaign(tmp_path, name="wq", n=3, models=model_table())
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    capsys.readouterr()
+    wrong = tmp_path / "elsewhere"
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(wrong))
+    assert main(["status", str(cfgp)]) == 0
+    out = capsys.readouterr().out
+    assert "campaign not started" not in out, out
+    assert "queues root is probably wrong" in out, out
+    assert str(wrong / "wq") in out and str(tmp_path / "state" / "wq") in out, out
+    assert str((tmp_path / "queues" / "wq").resolve()) in out, out  # where its last run kept them
