@@ -88,3 +88,34 @@ def test_status_with_a_wrong_queues_root_after_a_run_says_so_naming_both_folders
     assert "queues root is probably wrong" in out, out
     assert str(wrong / "wq") in out and str(tmp_path / "state" / "wq") in out, out
     assert str((tmp_path / "queues" / "wq").resolve()) in out, out  # where its last run kept them
+
+
+def _empty_export(tmp_path, kind_name: str, table: str):
+    """Export of a campaign of ``kind_name`` whose store holds no row of ``table`` (a fresh state folder)."""
+    from geoagent.engine import load_kind
+    from geoagent.runtime.store import open_campaign_state
+
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(models=[], state_dir=lambda: tmp_path / "state" / "c", name="c")
+    with open_campaign_state("c", root=tmp_path / "state", recover=False) as state:
+        kind = load_kind(kind_name)
+        return kind, kind.export(cfg, state.store)
+
+
+def test_export_with_no_answers_writes_the_declared_results_table_empty(tmp_path):
+    # before: a GeoVerify campaign with 0 answers exported only model_responses; no geoverify_scored file and
+    # no line saying so, although README promises schemas never depend on the data (pl.concat of two exports)
+    import polars as pl
+
+    from geoagent.runtime.export import TABLE_SCHEMAS
+
+    for kind_name, table in (("geoverify", "geoverify_scored"), ("geohint", "geohint_scored"), ("generic", "results")):
+        _kind, tables = _empty_export(tmp_path / kind_name, kind_name, table)
+        got = {t.table: t for t in tables}
+        assert table in got and got[table].rows == 0, (kind_name, list(got))
+        df = pl.read_parquet(got[table].parquet)
+        assert df.height == 0
+        want = {"key": pl.String, **TABLE_SCHEMAS[table]}
+        assert dict(df.schema) == want, (kind_name, dict(df.schema))
+        assert pl.read_csv(got[table].csv).columns == list(want)
