@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from geoagent.cli import main
 
 
@@ -119,3 +121,47 @@ def test_export_with_no_answers_writes_the_declared_results_table_empty(tmp_path
         want = {"key": pl.String, **TABLE_SCHEMAS[table]}
         assert dict(df.schema) == want, (kind_name, dict(df.schema))
         assert pl.read_csv(got[table].csv).columns == list(want)
+
+
+@pytest.mark.parametrize("module", ["judged", "raw_import"])
+def test_release_commands_errors_name_their_own_argument_not_the_campaign_settings(module, tmp_path, capsys,
+                                                                                   release_dir):
+    # before: a bad RELEASE_DIR advised GEOAGENT_RELEASE / [paths] release_dir (which this command ignores),
+    # judged's `--file nope.csv` printed a raw "[Errno 2] ..."
+    import importlib
+
+    main_fn = importlib.import_module(f"geoagent.geohint.{module}").main
+    assert main_fn([str(tmp_path / "nope"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "RELEASE_DIR" in err[0] and str(tmp_path / "nope") in err[0], err
+    assert "GEOAGENT_RELEASE" not in err[0] and "[paths]" not in err[0], err
+    assert main_fn([str(release_dir), str(tmp_path / "out"), "--file", "nope.csv"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "[Errno" not in err[0] and "--file nope.csv" in err[0], err
+    assert str(release_dir / "nope.csv") in err[0] or "nope.csv: no such file" in err[0]
+
+
+@pytest.mark.parametrize("module", ["judged", "raw_import"])
+def test_release_commands_help_names_the_module_and_shows_defaults(module, capsys):
+    import importlib
+
+    main_fn = importlib.import_module(f"geoagent.geohint.{module}").main
+    with pytest.raises(SystemExit):
+        main_fn(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: python -m geoagent.geohint.{module} "), out[:200]
+    assert "(default: " in out
+    if module == "judged":
+        for opt in ("--flips", "--splits", "--seed", "--n-boot", "--boot-seed", "--regime-threshold"):
+            assert opt in out
+        assert "(default: 10000)" in out and "(default: 200)" in out
+
+
+def test_judged_n_boot_and_boot_seed_reach_table1(release_dir, tmp_path, capsys):
+    # Table 1 prints "200 resamples ..., seed 0": the command now sets both, as [geohint] n_boot / boot_seed do
+    from geoagent.geohint.judged import main as judged
+
+    assert judged([str(release_dir), str(tmp_path / "o"), "--flips", "50", "--splits", "5", "--n-boot", "40",
+                   "--boot-seed", "7"]) == 0
+    out = capsys.readouterr().out
+    assert "(40 resamples of the" in out and "seed 7;" in out, out[:3000]
