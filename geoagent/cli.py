@@ -117,11 +117,15 @@ def _check_stages(cfg: Any, stages: list[str]) -> None:
     Raises
     ------
     ValueError
-        One line: ``unknown stage foo; this campaign has: model_caller, parser, ...``.
+        One line: ``unknown stage foo; this campaign has: model_caller, parser, ...``; or, for an empty list
+        (``--stages ""``, ``--stages ,``), that it names no stage.
     """
     from geoagent.engine import load_kind
 
     known = [s.name for s in load_kind(cfg.campaign.kind).stages(cfg)]
+    if not stages:  # `--stages ""` or `--stages ,`: no name at all, not "every stage"
+        raise ValueError(f"--stages names no stage; name one or more, comma-separated (this campaign has: "
+                         f"{', '.join(known)}), or leave --stages out to run them all")
     unknown = [s for s in stages if s not in known]
     if unknown:
         raise ValueError(f"unknown stage{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
@@ -167,8 +171,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
     _warn_config_drift(cfg, simulate=bool(getattr(args, "simulate", False)))
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
-    if stages:
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages is not None else None
+    if stages is not None:
         _check_stages(cfg, stages)
     before = run_baseline(cfg)
     if not args.simulate:  # the dry run shows them in its report
@@ -177,8 +181,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                              only_stages=stages, watch=args.watch)
     )
-    print(_summary(outcome, before))
+    with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
+        print(_summary(outcome, before))
     return outcome.exit_code
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the duration (main thread only; the handlers are put back after): for
+    printing the summary of a run that has ended, whose status a late Ctrl-C must not turn into exit 130."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -271,8 +294,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     if cfg.campaign.kind != "crawl":
-        print(f"{args.config}: [campaign] kind must be 'crawl' for the crawl command, got {cfg.campaign.kind!r}",
-              file=sys.stderr)
+        print(f"config error: {args.config}: [campaign] kind must be 'crawl' for the crawl command, got "
+              f"{cfg.campaign.kind!r} (run it with `run.py run {args.config}`)", file=sys.stderr)
         return 2
     _check_state_matches_queues(cfg)
     _warn_config_drift(cfg, simulate=args.simulate)  # the run itself says, after planning, what a change reaches
@@ -281,7 +304,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         _note_default_endpoints(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                                              watch=args.watch))
-    print(_summary(outcome, before))
+    with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
+        print(_summary(outcome, before))
     return outcome.exit_code
 
 

@@ -442,6 +442,9 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume (its config, for "
             f"`python run.py status|dead {crawl_path}`)")
         return crawl.exit_code
+    if crawl.late_signal:  # Ctrl-C as the crawl ended: it finished, the demo stops before the next campaign
+        say(f"\ndemo stopped by a signal after the crawl finished; re-run `{resume_cmd}` to go on")
+        return EXIT_INTERRUPTED
 
     # hand-off: the crawl's folder becomes a complete release-form folder ------------------------------
     gv_path = write_demo_config("demo_geoverify", values, conf_dir)
@@ -460,9 +463,9 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     gv = await run_campaign(gv_cfg, live=live, handle_signals=handle_signals)
     say(gv.summary_with_this_run())
     outcomes.append(("GeoVerify", gv_cfg, gv))
-    if gv.exit_code == EXIT_INTERRUPTED:
+    if gv.exit_code == EXIT_INTERRUPTED or gv.late_signal:
         say(f"\ndemo stopped by a signal; re-run `{resume_cmd}` to resume")
-        return gv.exit_code
+        return EXIT_INTERRUPTED
 
     # 3. GeoHint ------------------------------------------------------------------------------------------
     say("\n[3/3] GeoHint on the crawled ladders (geocoder against the local Wikidata and Nominatim) ...")

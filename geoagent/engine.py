@@ -42,10 +42,12 @@ the run made is removed; not in ``--watch`` mode); printed by the CLI. A dry run
 one of these refusals also ends 2, after its whole report, whose last line says why.)
 The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 
-A ``--watch`` process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and
-every edge upstream of them have nothing ready or leased) ends like a finished run (``complete``, 0, or
-``incomplete`` when some of that work was dead-lettered; ``stages finished``, 0, when other stages still have
-work), not ``interrupted``.
+A process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and every edge
+upstream of them have nothing ready or leased: a ``--watch`` process waiting for work, or a run whose last
+tasks ended as the signal came) ends like a finished run (``complete``, 0, or ``incomplete`` when some of that
+work was dead-lettered; ``stages finished``, 0, when other stages still have work), not ``interrupted``. A
+signal after the pipeline ended (the report, the export) cuts nothing short either
+(:class:`geoagent.runtime.daemon.LateSignals`): the summary says it came after every task had ended.
 
 Campaign kinds (``[campaign] kind``) are looked up in :data:`KINDS` and imported lazily.
 """
@@ -87,6 +89,8 @@ EXIT_INCOMPLETE = 3
 EXIT_BUDGET = 4
 EXIT_AUTH = 5
 EXIT_INTERRUPTED = 130
+#: ctx.services key of the run's :class:`geoagent.runtime.daemon.LateSignals` (None: signals not handled)
+SERVICE_LATE_SIGNALS = "late_signals"
 
 #: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
 STATUS_AUTH = "authentication failed"
@@ -336,6 +340,8 @@ class Outcome:
     report_files: list[Path] = field(default_factory=list)
     export_files: list[Path] = field(default_factory=list)
     extra_lines: list[str] = field(default_factory=list)
+    #: the signal (``"SIGINT"``) that came after every task had ended (report, export), cutting nothing short
+    late_signal: str | None = None
     #: why the run stopped early, one line each (e.g. a model's authentication failure)
     stop_reasons: list[str] = field(default_factory=list)
     #: what one planned message is ("requests"; a crawl plans "cities")
@@ -1255,6 +1261,10 @@ async def run_campaign(
         check_queues_state_root(cfg, record=_has_queues(cfg))
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
+    from geoagent.runtime.daemon import LateSignals
+
+    # a signal after the pipeline ended (report, export, closing): recorded, cuts nothing short (_run installs it)
+    late = LateSignals() if handle_signals and not simulate else None
     try:
         # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
         with campaign_run_lock(cfg, simulate=simulate):
@@ -1262,11 +1272,19 @@ async def run_campaign(
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
                 ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
+                ctx.services[SERVICE_LATE_SIGNALS] = late
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
                                      only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
     except BaseException:
         discard_unstarted_state(written, created)  # e.g. a missing API key or a bad plan (exit 2)
         raise
+    finally:
+        if late is not None:
+            late.restore()
+    if late is not None and late.received:
+        outcome.late_signal = late.received
+        outcome.extra_lines.append(f"  note: {late.received} came after every task had ended: it cut nothing short, "
+                                   f"the run ends {outcome.status} (exit {outcome.exit_code})")
     if simulate:
         discard_unstarted_state(written, created)  # a dry run leaves nothing under state/
     return outcome
@@ -1480,6 +1498,9 @@ async def _run(
                 with anyio.CancelScope(shield=True):
                     await handoff.wait(ending=True)
             raise
+        late = ctx.services.get(SERVICE_LATE_SIGNALS)
+        if late is not None:  # from here on a signal cuts nothing short (LateSignals); the pipeline's is gone
+            late.install(stopped=view.stopped_by_signal)
         if handoff is not None:
             # an idle hand-off still writing in its thread ends first: the report and export below write the
             # same files, and must be the last to
@@ -1525,7 +1546,10 @@ async def _run(
         unreachable_lines += [ln for r in view.runners for ln in r.unreachable_lines(
             counts[r.stage.input_edge].ready if r.stage.input_edge in counts else None)]
         drained = stages_drained(kind.stages(cfg), [s.name for s in stages], counts)
-        if view.stopped_by_signal and not (watch and drained):
+        if view.stopped_by_signal and not drained:
+            # a signal whose stop left work: interrupted. One that came when every task had ended (the queues
+            # were drained meanwhile, or it landed as the last stage finished) cut nothing short: the run ends
+            # as its work did, as a --watch process stopped when drained does
             status, code = "interrupted", EXIT_INTERRUPTED
         elif auth_lines:
             status, code = STATUS_AUTH, EXIT_AUTH
@@ -1588,6 +1612,8 @@ async def _run(
             params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        if view.stopped_by_signal and status != "interrupted" and not watch:
+            outcome.extra_lines.append("  note: the stop signal came when every task had ended: it cut nothing short")
         unusable = unusable_answer_lines(kind.answer_quality(cfg, ctx))
         if unusable:
             # a model with answers and none usable: a "complete" run would read as done with empty scores

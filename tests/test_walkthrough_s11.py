@@ -165,3 +165,65 @@ def test_judged_n_boot_and_boot_seed_reach_table1(release_dir, tmp_path, capsys)
                    "--boot-seed", "7"]) == 0
     out = capsys.readouterr().out
     assert "(40 resamples of the" in out and "seed 7;" in out, out[:3000]
+
+
+def test_a_signal_after_every_task_ended_does_not_turn_a_complete_run_into_interrupted(tmp_path, capsys,
+                                                                                      monkeypatch):
+    # before: a SIGINT landing after the work was done and the report written ended "interrupted: forced exit",
+    # exit 130, while the manifest (and `status`) said complete. A Ctrl-C is delivered to this process right
+    # after the report is written (the kind's own report, then a real SIGINT).
+    import json as _json
+    import os
+    import signal
+
+    from _model_harness import generic_campaign, model_table
+    from geoagent.campaigns.generic import GenericCampaign
+
+    before = signal.getsignal(signal.SIGINT)
+    original = GenericCampaign.report
+
+    async def report_then_ctrl_c(self, cfg, ctx, outcome):
+        files = await original(self, cfg, ctx, outcome)
+        os.kill(os.getpid(), signal.SIGINT)
+        return files
+
+    monkeypatch.setattr(GenericCampaign, "report", report_then_ctrl_c)
+    cfgp = generic_campaign(tmp_path, name="late", n=4, models=model_table())
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    out, err = capsys.readouterr()
+    assert "forced exit" not in err, err
+    assert "came after every task had ended" in out, out
+    runs = _json.loads((tmp_path / "state" / "late" / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert runs[-1]["status"] == "complete"
+    assert signal.getsignal(signal.SIGINT) == before  # the handler the run found is back
+    monkeypatch.setattr(GenericCampaign, "report", original)
+    assert main(["status", str(cfgp)]) == 0
+    assert "campaign complete" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_empty_stages_list_is_refused_not_read_as_all_stages(value, tmp_path, capsys):
+    # before: `run CFG --stages ""` (or ",") silently ran every stage
+    from _model_harness import generic_campaign, model_table
+
+    cfgp = generic_campaign(tmp_path, name="st", n=2, models=model_table())
+    assert main(["run", str(cfgp), "--stages", value, "--no-live"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--stages" in err[0] and "model_caller" in err[0], err
+    assert not (tmp_path / "state" / "st").exists() and not (tmp_path / "queues" / "st").exists()
+
+
+def test_crawl_command_on_a_non_crawl_config_is_a_config_error_line(capsys):
+    # before: the kind error was the only config error without the `config error:` prefix
+    cfg = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "generic_demo.toml"
+    assert main(["crawl", str(cfg), "--no-live"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("config error: ") and "kind must be 'crawl'" in err[0], err
+
+
+def test_readme_exit_codes_and_queues_readme_name_what_exists():
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    assert "output pipe closed early" in readme  # `--help` lists it under exit code 1
+    queues = (repo / "queues" / "README.md").read_text(encoding="utf-8")
+    assert "queues/demo/" not in queues and "queues/demo-geohint/requests.sqlite" in queues
