@@ -232,7 +232,7 @@ class CampaignKind(abc.ABC):
     def plan_refusals(self, cfg: Any) -> list[str]:
         """Problems of the plan just made that a real run refuses to start for (exit 2), kept instead of raised
         when :meth:`plan` ran for a dry run (``ctx.services[constants.SERVICE_DRY_RUN]``; e.g. photos without a file
-        for a paid model, :func:`geoagent.image_files.check_missing`): the dry run still estimates the campaign,
+        for a real model, :func:`geoagent.image_files.check_missing`): the dry run still estimates the campaign,
         prints each as a ``warning:`` line beside the missing API keys and exits 2 naming them all. Empty by
         default."""
         return []
@@ -1250,7 +1250,7 @@ async def run_campaign(
         try:
             check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
         except SecretNotFound as exc:
-            # the plan's own refusals too (photos without a file for a paid model), as the dry run names them:
+            # the plan's own refusals too (photos without a file for a real model), as the dry run names them:
             # one message, not a second refusal once the variables are set
             more = await preflight_refusals(cfg, kind, dotenv_path=dotenv_path)
             if not more:
@@ -1293,8 +1293,8 @@ async def run_campaign(
 async def preflight_refusals(cfg: Any, kind: "CampaignKind", *, dotenv_path: str | Path | None = None) -> list[str]:
     """What a real run would refuse to start for besides unset key variables, found by planning as the dry run
     does (read-only: no queue file, no state folder left, :func:`discard_unstarted_state`): the kind's
-    :meth:`CampaignKind.plan_refusals` (GeoVerify, GeoHint: photos without a file for a model on a paid
-    provider) and a first run that plans nothing (:meth:`CampaignKind.empty_plan_reason`). Called by
+    :meth:`CampaignKind.plan_refusals` (GeoVerify, GeoHint: photos without a file for a real model,
+    :func:`geoagent.image_files.needs_photos`) and a first run that plans nothing (:meth:`CampaignKind.empty_plan_reason`). Called by
     :func:`run_campaign` when key variables are missing, so its refusal names every problem at once, as the dry
     run's does. [] for a kind without plan refusals of its own (e.g. the crawl: its plan is not made here), and
     when planning fails otherwise (the keys' message stands; the run once they are set says the rest)."""
@@ -2297,7 +2297,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {', '.join(names)} not set")
         out.exit_code = EXIT_CONFIG
     if plan_refusals:
-        refusals.append("images without a file for a model on a paid provider")
+        refusals.append("images without a file for a real model")
     if not messages and not _has_queues(cfg):
         refusals.append("a first run that plans nothing")
     if kind.plan_edge != C.EDGE_REQUESTS:

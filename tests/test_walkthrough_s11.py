@@ -227,3 +227,24 @@ def test_readme_exit_codes_and_queues_readme_name_what_exists():
     assert "output pipe closed early" in readme  # `--help` lists it under exit code 1
     queues = (repo / "queues" / "README.md").read_text(encoding="utf-8")
     assert "queues/demo/" not in queues and "queues/demo-geohint/requests.sqlite" in queues
+
+
+def test_hosts_a_campaign_calls_leave_out_default_apis_its_config_replaced():
+    # before: the [hosts] typo warning of the offline geohint_sandbox listed www.wikidata.org and
+    # nominatim.openstreetmap.org as "hosts this campaign calls"; its geocoder asks the sandbox fakes only
+    from geoagent.config import campaign_hosts, config_from_dict, load_config
+
+    hosts = campaign_hosts(load_config("geohint_sandbox"))
+    assert "www.wikidata.org" not in hosts and "nominatim.openstreetmap.org" not in hosts, hosts
+    assert "wikidata.sandbox.invalid" in hosts and "nominatim.sandbox.invalid" in hosts, hosts
+    crawl = campaign_hosts(load_config("crawl_sandbox"))
+    assert not {"overpass-api.de", "query.wikidata.org", "wikimedia.org", "graph.mapillary.com"} & set(crawl), crawl
+    # a geocoder left at its defaults does call the public APIs; nominatim_url = "" calls no Nominatim
+    from geoagent.campaigns import register_all_sections
+
+    register_all_sections()
+    base = {"campaign": {"name": "h", "kind": "geohint", "seed": 1, "contact": "mailto:a@example.org"},
+            "budget": {"cap_usd": 1.0}, "models": [{"name": "m", "provider": "simulated", "model": "sim-1"}]}
+    assert {"www.wikidata.org", "nominatim.openstreetmap.org"} <= set(campaign_hosts(config_from_dict(base)))
+    none = config_from_dict({**base, "geohint": {"geocoder": {"nominatim_url": ""}}})
+    assert "nominatim.openstreetmap.org" not in campaign_hosts(none)
