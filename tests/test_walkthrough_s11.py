@@ -248,3 +248,30 @@ def test_hosts_a_campaign_calls_leave_out_default_apis_its_config_replaced():
     assert {"www.wikidata.org", "nominatim.openstreetmap.org"} <= set(campaign_hosts(config_from_dict(base)))
     none = config_from_dict({**base, "geohint": {"geocoder": {"nominatim_url": ""}}})
     assert "nominatim.openstreetmap.org" not in campaign_hosts(none)
+
+
+#: the dry run's expected cost of the shipped generic_demo.toml must be within this factor of what the run books
+DRY_RUN_FACTOR = 1.5
+
+
+def test_generic_demo_dry_run_expected_cost_is_near_what_the_run_books(tmp_path, capsys, monkeypatch):
+    # before: the dry run said $0.1343 expected, the run booked $0.0159 (8x): the file assumed 120 output tokens
+    # per answer, the simulator's generic answers ({"answer": ..., "confidence": ...}) are about 10
+    import re
+
+    from geoagent.config import load_config
+    from geoagent.runtime.store import open_campaign_state
+
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    cfgp = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "generic_demo.toml"
+    assert main(["run", str(cfgp), "--simulate", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    expected = float(re.search(r"total: \d+ calls to make, \$([0-9.]+) expected", out).group(1))
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    capsys.readouterr()
+    cfg = load_config(cfgp)
+    with open_campaign_state(cfg.name, root=cfg.state_root(), recover=False) as st:
+        booked = st.ledger.summary().spent_usd
+    assert booked > 0
+    assert 1 / DRY_RUN_FACTOR <= expected / booked <= DRY_RUN_FACTOR, (expected, booked)
