@@ -340,8 +340,6 @@ class Outcome:
     report_files: list[Path] = field(default_factory=list)
     export_files: list[Path] = field(default_factory=list)
     extra_lines: list[str] = field(default_factory=list)
-    #: the signal (``"SIGINT"``) that came after every task had ended (report, export), cutting nothing short
-    late_signal: str | None = None
     #: why the run stopped early, one line each (e.g. a model's authentication failure)
     stop_reasons: list[str] = field(default_factory=list)
     #: what one planned message is ("requests"; a crawl plans "cities")
@@ -370,6 +368,8 @@ class Outcome:
     #: per edge: dead tasks set aside because the current plan no longer holds them (reason
     #: :data:`~geoagent.runtime.queue.SUPERSEDED`; :func:`set_aside_unplanned`): not failures, not missing
     superseded: dict[str, int] = field(default_factory=dict)
+    #: the signal (``"SIGINT"``) that came after every task had ended (report, export), cutting nothing short
+    late_signal: str | None = None
 
     @property
     def missing(self) -> int:
