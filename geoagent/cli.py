@@ -117,11 +117,15 @@ def _check_stages(cfg: Any, stages: list[str]) -> None:
     Raises
     ------
     ValueError
-        One line: ``unknown stage foo; this campaign has: model_caller, parser, ...``.
+        One line: ``unknown stage foo; this campaign has: model_caller, parser, ...``; or, for an empty list
+        (``--stages ""``, ``--stages ,``), that it names no stage.
     """
     from geoagent.engine import load_kind
 
     known = [s.name for s in load_kind(cfg.campaign.kind).stages(cfg)]
+    if not stages:  # `--stages ""` or `--stages ,`: no name at all, not "every stage"
+        raise ValueError(f"--stages names no stage; name one or more, comma-separated (this campaign has: "
+                         f"{', '.join(known)}), or leave --stages out to run them all")
     unknown = [s for s in stages if s not in known]
     if unknown:
         raise ValueError(f"unknown stage{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
@@ -167,8 +171,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
     _warn_config_drift(cfg, simulate=bool(getattr(args, "simulate", False)))
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
-    if stages:
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages is not None else None
+    if stages is not None:
         _check_stages(cfg, stages)
     before = run_baseline(cfg)
     if not args.simulate:  # the dry run shows them in its report
@@ -177,8 +181,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                              only_stages=stages, watch=args.watch)
     )
-    print(_summary(outcome, before))
+    with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
+        print(_summary(outcome, before))
     return outcome.exit_code
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the duration (main thread only; the handlers are put back after): for
+    printing the summary of a run that has ended, whose status a late Ctrl-C must not turn into exit 130."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -216,7 +239,9 @@ def _cmd_dead(args: argparse.Namespace) -> int:
         print(f"requeued {n} dead tasks{note}; re-run the campaign to process them")
         return 0
     n = 0
-    for edge, items in dead_letters(cfg, limit=args.limit, edge=args.edge).items():
+    # --limit 0: every task (the largest edge's count bounds each edge's list)
+    limit = args.limit or max([1, *dead_counts(cfg, args.edge).values()])
+    for edge, items in dead_letters(cfg, limit=limit, edge=args.edge).items():
         for d in items:
             n += 1
             print(f"{edge}\t{d.key}\tdeliveries={d.attempts}\t{describe_reason(d.reason)}")
@@ -226,7 +251,7 @@ def _cmd_dead(args: argparse.Namespace) -> int:
         return 0
     total = sum(dead_counts(cfg, args.edge).values())
     if total > n:  # on stderr: the listing on stdout stays one task a line
-        print(f"showing {n} of {total} dead tasks{where} (use --limit)", file=sys.stderr)
+        print(f"showing {n} of {total} dead tasks{where} (use --limit N, or --limit 0 for all)", file=sys.stderr)
     return 0
 
 
@@ -274,8 +299,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     if cfg.campaign.kind != "crawl":
-        print(f"{args.config}: [campaign] kind must be 'crawl' for the crawl command, got {cfg.campaign.kind!r}",
-              file=sys.stderr)
+        print(f"config error: {args.config}: [campaign] kind must be 'crawl' for the crawl command, got "
+              f"{cfg.campaign.kind!r} (run it with `run.py run {args.config}`)", file=sys.stderr)
         return 2
     _check_state_matches_queues(cfg)
     _warn_config_drift(cfg, simulate=args.simulate)  # the run itself says, after planning, what a change reaches
@@ -284,7 +309,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         _note_default_endpoints(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                                              watch=args.watch))
-    print(_summary(outcome, before))
+    with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
+        print(_summary(outcome, before))
     return outcome.exit_code
 
 
@@ -357,7 +383,9 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
                1: "nothing to export (the campaign has not run yet); output pipe closed early",
                2: _CONFIG_ERR, 130: _CTRL_C},
     "demo": {0: "complete: all three demo campaigns (crawl, GeoVerify, GeoHint) finished", 1: _PIPE,
-             2: _CONFIG_ERR + " (e.g. --workdir)", 3: _INCOMPLETE.replace("the same command", "`demo`"),
+             2: _CONFIG_ERR + " (e.g. --workdir)", 3: _INCOMPLETE.replace("the same command", "`demo`").replace(
+                 "`dead CONFIG`", "`dead CONFIG`, CONFIG being the filled-in file the demo\n"
+                 "       wrote to state/demo-configs/ and names at the end"),
              130: "interrupted (Ctrl-C / SIGTERM): re-run `demo` to resume"},
 }
 
@@ -380,10 +408,10 @@ def _prog() -> str:
     return name if name and name not in ("__main__.py", "-c", "-m") else "geoagent"
 
 
-def _positive_int(text: str) -> int:
+def _non_negative_int(text: str) -> int:
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (all) or more, got {value}")
     return value
 
 
@@ -433,8 +461,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     dl.add_argument("--requeue", action="store_true",
                     help="put the dead tasks (of --edge, or all) back to ready; re-run the campaign to process them")
     dl.add_argument("--edge", help="only this edge (queue), e.g. requests or responses; an unknown name is refused")
-    dl.add_argument("--limit", type=_positive_int, default=50, metavar="N",
-                    help="list at most N tasks per edge, most recent first (default 50; a shorter list says so)")
+    dl.add_argument("--limit", type=_non_negative_int, default=50, metavar="N",
+                    help="list at most N tasks per edge, most recent first (default 50; 0: all of them; a shorter "
+                         "list says so)")
     dl.set_defaults(fn=_cmd_dead)
 
     e = sub.add_parser("export", help="export results as Parquet and CSV (a crawl: its tables, to state/<campaign>/export/)", **kw("export"))

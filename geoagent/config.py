@@ -1057,7 +1057,9 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
         where = ", ".join(f"{hole} in {path}" for path, hole in holes)
         raise ConfigError(source, [
             f"unfilled template placeholder(s): {where}. This file is a template that `python run.py demo` fills "
-            "in; run `python run.py demo`, or copy the file and write real values (see geoagent/configs/example.toml)"
+            "in; run `python run.py demo` (it writes each campaign's config, filled in, to state/demo-configs/: "
+            "`status`, `dead` and `export` work on those), or copy the file and write real values (see "
+            "geoagent/configs/example.toml)"
         ])
     doc = dict(data)
     tasks: dict[str, dict[str, Any]] = {}
@@ -1190,6 +1192,15 @@ KIND_DEFAULT_HOSTS: dict[str, tuple[str, ...]] = {
     "crawl": ("overpass-api.de", "query.wikidata.org", "wikimedia.org", "graph.mapillary.com"),
     "geohint": ("www.wikidata.org", "nominatim.openstreetmap.org"),
 }
+#: the config key (path in the task tables) whose URL replaces each default API host of :data:`KIND_DEFAULT_HOSTS`:
+#: a campaign that sets it (a sandbox fake, a mirror; ``nominatim_url = ""``: none) never calls the default host
+KIND_DEFAULT_HOST_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
+    "crawl": {"overpass-api.de": ("crawl", "endpoints", "overpass"), "query.wikidata.org": ("crawl", "endpoints", "wdqs"),
+              "wikimedia.org": ("crawl", "endpoints", "pageviews"),
+              "graph.mapillary.com": ("crawl", "endpoints", "mapillary")},
+    "geohint": {"www.wikidata.org": ("geohint", "geocoder", "wikidata_url"),
+                "nominatim.openstreetmap.org": ("geohint", "geocoder", "nominatim_url")},
+}
 #: host suffixes a crawl fetches from without naming them anywhere: the Mapillary thumbnail CDN's signed URLs
 #: (``https://scontent-...fbcdn.net/...``, /work/shared/api-notes.md, Mapillary ``thumb_1024_url``)
 CRAWL_CDN_SUFFIXES = (".fbcdn.net",)
@@ -1218,13 +1229,25 @@ def _url_hosts(value: Any) -> list[str]:
 def campaign_hosts(cfg: "CampaignConfig") -> list[str]:
     """The hosts campaign ``cfg`` calls, as ``[hosts]`` keys (``hostname`` or ``hostname:port``), in order:
     each model's (``base_url``, else its provider's own API, :attr:`ModelConfig.effective_base_url`), every URL
-    in its task tables, then its kind's default API hosts (:data:`KIND_DEFAULT_HOSTS`)."""
+    in its task tables, then its kind's default API hosts (:data:`KIND_DEFAULT_HOSTS`) whose config key
+    (:data:`KIND_DEFAULT_HOST_KEYS`) the file leaves unset: a geocoder pointed at the sandbox fakes calls no
+    public Wikidata or Nominatim."""
     out: list[str] = []
     for m in cfg.models:
         out += _url_hosts(m.effective_base_url or "")
     out += _url_hosts(cfg.tasks)
-    out += KIND_DEFAULT_HOSTS.get(cfg.campaign.kind, ())
+    keys = KIND_DEFAULT_HOST_KEYS.get(cfg.campaign.kind, {})
+    out += [h for h in KIND_DEFAULT_HOSTS.get(cfg.campaign.kind, ()) if h not in keys or not _has_key(cfg.tasks, keys[h])]
     return list(dict.fromkeys(out))
+
+
+def _has_key(tables: Any, path: tuple[str, ...]) -> bool:
+    """Whether nested mapping ``tables`` sets ``path`` (``("geohint", "geocoder", "wikidata_url")``), to any value."""
+    for part in path:
+        if not isinstance(tables, Mapping) or part not in tables:
+            return False
+        tables = tables[part]
+    return True
 
 
 def root_override_warnings(cfg: "CampaignConfig") -> list[str]:

@@ -19,7 +19,8 @@ What it does (every step is the code path of a real campaign; only the URLs poin
    geocoder asking the local Wikidata and Nominatim fakes (``configs/demo_geohint.toml``);
 5. prints a summary: crawl counts per stage, the GeoVerify table, GeoHint Table 1 (each with a legend of
    its terms), the terms of the campaign lines printed above it (:func:`summary_terms`), spend against the
-   cap of each campaign and where the reports are.
+   cap of each campaign, where the reports are and where the filled-in configs are
+   (``state/demo-configs/``, :func:`write_demo_config`: ``status``, ``dead`` and ``export`` work on them).
 
 The sandbox world is :func:`geoagent.sandbox.city.build_world` ("Sandbox City" admitted, "Sprawl Town"
 rejected by the screener) plus a copy of Sandbox City moved to another continent ("Mirror Bay", see
@@ -193,6 +194,91 @@ def demo_config(name: str, values: Mapping[str, str], *, hosts: Sequence[str] = 
     return config_from_dict(doc, source=str(path))
 
 
+#: folder under the demo's state root where it writes the configs it ran, every placeholder filled in
+#: (``state/demo-configs/demo_geohint.toml``): ``status``, ``dead`` and ``export`` work on those files
+CONFIGS_DIR = "demo-configs"
+
+
+def _toml_str(value: str) -> str:
+    """``value`` as the inside of a TOML basic string (backslash, quote and control characters escaped)."""
+    import json
+
+    return json.dumps(value, ensure_ascii=False)[1:-1]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + _toml_str(value) + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def demo_configs_dir() -> Path:
+    """Where the demo writes its filled-in configs: ``<state root>/demo-configs`` (absolute), the state root
+    being ``$GEOAGENT_STATE`` or ``state`` of the working directory (``--workdir DIR``: ``DIR/state``)."""
+    return (Path(os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT).expanduser() / CONFIGS_DIR).resolve()
+
+
+def write_demo_config(name: str, values: Mapping[str, str], folder: Path, *, cities: list[dict] | None = None) -> Path:
+    """Write packaged template ``configs/<name>.toml`` to ``folder/<name>.toml`` with every ``{placeholder}``
+    filled in from ``values``, ``[paths] queues`` and ``state`` set to the absolute roots in use
+    (``$GEOAGENT_QUEUES`` / ``$GEOAGENT_STATE`` or ``queues`` / ``state`` here) and, for the crawl, its
+    ``[[crawl.cities]]``; return the file's path. The demo runs its campaigns from these files, so
+    ``python run.py status|dead|export FILE`` and the manifest see the config the campaign ran with (its URLs
+    on ``*.sandbox.invalid``, not the local ports the run's fakes happened to get). Written atomically.
+
+    Raises
+    ------
+    KeyError
+        A placeholder is left unfilled (names it).
+    FileNotFoundError
+        The packaged template is missing.
+    """
+    import re
+
+    from geoagent.config import packaged_config_path
+
+    path = packaged_config_path(name)
+    if path is None:
+        raise FileNotFoundError(f"packaged demo config {name}.toml is missing from geoagent/configs/")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if lines and lines[0].startswith("# TEMPLATE"):  # the template's "not runnable as is" paragraph
+        while lines and lines[0].startswith("#") and lines[0].strip() != "#":
+            lines.pop(0)
+        if lines and lines[0].strip() == "#":
+            lines.pop(0)
+    text = "\n".join(lines) + "\n"
+    for k, v in values.items():
+        text = text.replace('"{' + k + '}"', '"' + _toml_str(str(v)) + '"')
+    left = re.findall(r'"\{([a-z_]+)\}"', text)
+    if left:
+        raise KeyError(f"{path}: placeholder(s) {sorted(set(left))} not filled")
+    roots = {"queues": Path(os.environ.get(C.ENV_QUEUES_ROOT) or C.DEFAULT_QUEUES_ROOT).expanduser().resolve(),
+             "state": Path(os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT).expanduser().resolve()}
+    root_lines = "".join(f'{k} = "{_toml_str(str(v))}"\n' for k, v in roots.items())
+    if re.search(r"^\[paths\]\s*$", text, flags=re.M):
+        text = re.sub(r"^\[paths\]\s*$\n", lambda m: m.group(0) + root_lines, text, count=1, flags=re.M)
+    else:
+        text += "\n[paths]\n" + root_lines
+    for city in cities or []:
+        text += "\n[[crawl.cities]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in city.items())
+    header = (f"# Written by `python run.py demo` from geoagent/configs/{name}.toml, every placeholder filled in: the\n"
+              "# config this demo campaign ran with. `python run.py status|dead|export THIS_FILE` work on it.\n#\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{name}.toml"
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(header + text, encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # summary helpers
 # --------------------------------------------------------------------------------------------------
@@ -320,8 +406,8 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     from geoagent.engine import EXIT_INTERRUPTED, run_campaign
     from geoagent.geohint import simulate as gh_sim
     from geoagent.integrate import gazetteer_from_world, write_verify_trials
+    from geoagent.config import load_config
     from geoagent.report.geoverify import TABLE_TXT
-    from geoagent.sandbox.launch import launch
     from geoagent.sandbox.responders import load_builtin_responders
 
     out = out or sys.stdout
@@ -337,23 +423,32 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         "(Overpass, WDQS, pageviews, Mapillary; per campaign an OpenAI-compatible model server, and for "
         "GeoHint Wikidata and Nominatim)")
 
+    # each campaign runs from its template filled in and written to state/demo-configs/ (status, dead and
+    # export work on those files); run_campaign serves the fakes the file names on *.sandbox.invalid
+    # (geoagent.sandbox.launch), so the manifest records those names, not the fakes' random local ports
+    conf_dir = demo_configs_dir()
     # 1. crawl: its endpoints name the sandbox fakes, which launch() serves from demo_world() ------------
-    crawl_cfg = demo_config("demo_crawl", SANDBOX_ENDPOINTS, cities=world.cities)
+    crawl_path = write_demo_config("demo_crawl", SANDBOX_ENDPOINTS, conf_dir, cities=world.cities)
+    crawl_cfg = load_config(crawl_path)
     crawl_dir = crawl_cfg.state_dir()
     images_dir = crawl_cfg.state_root() / C.IMAGES_DIR
     values = {"crawl_dir": str(crawl_dir.resolve()), "images_dir": str(images_dir.resolve())}
     say("\n[1/3] crawl of the sandbox world (screen, sample, fetch, audit, rate, ladders) ...")
     with _env({MAPILLARY_TOKEN_ENV: os.environ.get(MAPILLARY_TOKEN_ENV) or SANDBOX_MAPILLARY_TOKEN}):
-        async with launch(crawl_cfg) as cfg:
-            crawl = await run_campaign(cfg, live=live, handle_signals=handle_signals, export=False)
+        crawl = await run_campaign(crawl_cfg, live=live, handle_signals=handle_signals, export=False)
     say(crawl.summary_with_this_run())
     outcomes = [("crawl", crawl_cfg, crawl)]
     if crawl.exit_code != 0:
-        say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume")
+        say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume (its config, for "
+            f"`python run.py status|dead {crawl_path}`)")
         return crawl.exit_code
+    if crawl.late_signal:  # Ctrl-C as the crawl ended: it finished, the demo stops before the next campaign
+        say(f"\ndemo stopped by a signal after the crawl finished; re-run `{resume_cmd}` to go on")
+        return EXIT_INTERRUPTED
 
     # hand-off: the crawl's folder becomes a complete release-form folder ------------------------------
-    gv_cfg = demo_config("demo_geoverify", values)
+    gv_path = write_demo_config("demo_geoverify", values, conf_dir)
+    gv_cfg = load_config(gv_path)
     trials_path, build = write_verify_trials(crawl_dir, images_dir, seed=gv_cfg.campaign.seed, n_per_band=2,
                                              n_control=2)
     ctrl = {arm: sum(n for (a, _b), n in build.counts.items() if a == arm) for arm in ("ctrl_mismatch", "ctrl_noimage")}
@@ -365,19 +460,18 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
 
     # 2. GeoVerify ----------------------------------------------------------------------------------------
     say("\n[2/3] GeoVerify on the crawled sites (2 models behind the OpenAI-compatible fake) ...")
-    async with launch(gv_cfg) as cfg:
-        gv = await run_campaign(cfg, live=live, handle_signals=handle_signals)
+    gv = await run_campaign(gv_cfg, live=live, handle_signals=handle_signals)
     say(gv.summary_with_this_run())
     outcomes.append(("GeoVerify", gv_cfg, gv))
-    if gv.exit_code == EXIT_INTERRUPTED:
+    if gv.exit_code == EXIT_INTERRUPTED or gv.late_signal:
         say(f"\ndemo stopped by a signal; re-run `{resume_cmd}` to resume")
-        return gv.exit_code
+        return EXIT_INTERRUPTED
 
     # 3. GeoHint ------------------------------------------------------------------------------------------
     say("\n[3/3] GeoHint on the crawled ladders (geocoder against the local Wikidata and Nominatim) ...")
-    gh_cfg = demo_config("demo_geohint", values)
-    async with launch(gh_cfg, gazetteer=gaz) as cfg:
-        gh = await run_campaign(cfg, live=live, handle_signals=handle_signals)
+    gh_path = write_demo_config("demo_geohint", values, conf_dir)
+    gh_cfg = load_config(gh_path)
+    gh = await run_campaign(gh_cfg, live=live, handle_signals=handle_signals, gazetteer=gaz)
     say(gh.summary_with_this_run())
     outcomes.append(("GeoHint", gh_cfg, gh))
 
@@ -406,6 +500,9 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         report_dir = cfg.state_dir() / C.REPORT_DIR
         main = [p for p in o.report_files if p.suffix in (".md", ".json")]
         say(f"  {label:>9}: {report_dir}" + (f" ({', '.join(p.name for p in main)})" if main else ""))
+    say(f"configs (filled in; `python run.py status|dead|export FILE` works on each): {conf_dir}")
+    for label, path in (("crawl", crawl_path), ("GeoVerify", gv_path), ("GeoHint", gh_path)):
+        say(f"  {label:>9}: {path}")
     code = next((o.exit_code for _l, _c, o in outcomes if o.exit_code != 0), 0)
     say(f"demo {'complete' if code == 0 else 'ended with exit code ' + str(code)} in {time.monotonic() - t0:.1f} s"
         + (f"; re-run `{resume_cmd}` to resume" if code else "; a re-run resumes and makes no new model call"))
@@ -428,13 +525,23 @@ def run_demo(workdir: Path | None = None, live: bool | None = None) -> int:
         ``$GEOAGENT_STATE``).
     live : bool, optional
         Live terminal display (default: when stdout is a TTY).
+
+    Raises
+    ------
+    ValueError
+        ``workdir`` is a file, or cannot be made (the CLI prints one ``error:`` line, exit 2).
     """
     import anyio
 
     roots: dict[str, str | None] = {C.ENV_QUEUES_ROOT: None, C.ENV_STATE_ROOT: None}
     if workdir is not None:
         wd = Path(workdir).resolve()
-        wd.mkdir(parents=True, exist_ok=True)
+        if wd.exists() and not wd.is_dir():
+            raise ValueError(f"--workdir {workdir}: not a folder (a file of that name exists); name a folder")
+        try:
+            wd.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way (ENOTDIR, EEXIST), read-only, no permission, ...
+            raise ValueError(f"--workdir {workdir}: cannot make the folder: {exc.strerror or exc}") from None
         roots = {C.ENV_QUEUES_ROOT: str(wd / "queues"), C.ENV_STATE_ROOT: str(wd / "state")}
     with _env(roots):
         return anyio.run(lambda: demo_pipeline(live=live, resume_cmd=_resume_cmd(workdir)))

@@ -42,10 +42,12 @@ the run made is removed; not in ``--watch`` mode); printed by the CLI. A dry run
 one of these refusals also ends 2, after its whole report, whose last line says why.)
 The table as text for the CLI's help epilog is :data:`EXIT_CODES_HELP`.
 
-A ``--watch`` process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and
-every edge upstream of them have nothing ready or leased) ends like a finished run (``complete``, 0, or
-``incomplete`` when some of that work was dead-lettered; ``stages finished``, 0, when other stages still have
-work), not ``interrupted``.
+A process stopped by SIGINT/SIGTERM when its own stages are drained (their input edges and every edge
+upstream of them have nothing ready or leased: a ``--watch`` process waiting for work, or a run whose last
+tasks ended as the signal came) ends like a finished run (``complete``, 0, or ``incomplete`` when some of that
+work was dead-lettered; ``stages finished``, 0, when other stages still have work), not ``interrupted``. A
+signal after the pipeline ended (the report, the export) cuts nothing short either
+(:class:`geoagent.runtime.daemon.LateSignals`): the summary says it came after every task had ended.
 
 Campaign kinds (``[campaign] kind``) are looked up in :data:`KINDS` and imported lazily.
 """
@@ -88,6 +90,8 @@ EXIT_INCOMPLETE = 3
 EXIT_BUDGET = 4
 EXIT_AUTH = 5
 EXIT_INTERRUPTED = 130
+#: ctx.services key of the run's :class:`geoagent.runtime.daemon.LateSignals` (None: signals not handled)
+SERVICE_LATE_SIGNALS = "late_signals"
 
 #: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
 STATUS_AUTH = "authentication failed"
@@ -197,13 +201,18 @@ class CampaignKind(abc.ABC):
         (a generic campaign, a crawl) or counted none. Kinds that parse answers override it."""
         return {}
 
+    #: results tables this kind always exports, empty ones too, with their declared schema
+    #: (:data:`geoagent.runtime.export.TABLE_SCHEMAS`): a campaign with no answer yet still writes them
+    results_tables: tuple[str, ...] = ()
+
     def export(self, cfg: Any, store: Any) -> list[Any]:
         """Write the campaign's results as Parquet and CSV (end of a run and ``run.py export``); return the
         :class:`~geoagent.runtime.export.ExportedTable` list. Default: every results table of the response
-        store and the stored model responses, under ``state/<campaign>/``."""
+        store (:attr:`results_tables` also when empty) and the stored model responses, under
+        ``state/<campaign>/``."""
         from geoagent.runtime.export import export_all
 
-        return export_all(store, cfg.state_dir(), cfg=cfg)
+        return export_all(store, cfg.state_dir(), cfg=cfg, tables=self.results_tables)
 
     def empty_plan_reason(self, cfg: Any) -> str:
         """Why the plan was empty, for the error a first run that plans nothing ends with (called after
@@ -224,7 +233,7 @@ class CampaignKind(abc.ABC):
     def plan_refusals(self, cfg: Any) -> list[str]:
         """Problems of the plan just made that a real run refuses to start for (exit 2), kept instead of raised
         when :meth:`plan` ran for a dry run (``ctx.services[constants.SERVICE_DRY_RUN]``; e.g. photos without a file
-        for a paid model, :func:`geoagent.image_files.check_missing`): the dry run still estimates the campaign,
+        for a real model, :func:`geoagent.image_files.check_missing`): the dry run still estimates the campaign,
         prints each as a ``warning:`` line beside the missing API keys and exits 2 naming them all. Empty by
         default."""
         return []
@@ -360,6 +369,8 @@ class Outcome:
     #: per edge: dead tasks set aside because the current plan no longer holds them (reason
     #: :data:`~geoagent.runtime.queue.SUPERSEDED`; :func:`set_aside_unplanned`): not failures, not missing
     superseded: dict[str, int] = field(default_factory=dict)
+    #: the signal (``"SIGINT"``) that came after every task had ended (report, export), cutting nothing short
+    late_signal: str | None = None
 
     @property
     def missing(self) -> int:
@@ -543,7 +554,7 @@ class Outcome:
                 on_edge = self.counts[edge].dead if edge in self.counts else len(items)
                 more = max(on_edge - self.superseded.get(edge, 0), len(items)) - min(len(items), DEAD_LISTED)
                 if more > 0:
-                    lines.append(f"    ... and {more} more on {edge} (`run.py dead CONFIG --edge {edge}` lists them all)")
+                    lines.append(dead_lines_hint_example(edge, more))
         lines.extend(self.extra_lines)
         for p in self.report_files:
             lines.append(f"  report: {p}")
@@ -554,6 +565,12 @@ class Outcome:
 
 #: the summary lists at most this many dead letters per edge, then says how many more (`run.py dead CONFIG`)
 DEAD_LISTED = 3
+
+
+def dead_lines_hint_example(edge: str, more: int) -> str:
+    """The summary line after the first :data:`DEAD_LISTED` dead tasks of ``edge``: how many more there are
+    and the command that lists every one (``--limit 0``: ``dead`` lists at most 50 per edge by default)."""
+    return f"    ... and {more} more on {edge} (`run.py dead CONFIG --edge {edge} --limit 0` lists them all)"
 #: the summary's dead-letter lines: a task key is shown whole up to this many characters (keys are short: an
 #: edge's key names its city, site or request), a reason up to DEAD_REASON_CHARS; a longer text ends with
 #: DEAD_FULL_TEXT (where to read it whole)
@@ -1207,6 +1224,7 @@ async def run_campaign(
     handle_signals: bool = True,
     dotenv_path: str | Path | None = None,
     export: bool = True,
+    gazetteer: Any = None,
 ) -> Outcome:
     """Plan and run campaign ``cfg`` to completion (or the cap, or a signal); see the module docstring.
 
@@ -1231,7 +1249,8 @@ async def run_campaign(
         Daemon mode: keep polling the queues instead of finishing when they drain.
 
     URLs on ``*.sandbox.invalid`` hosts start the local fake APIs in-process for the run
-    (:mod:`geoagent.sandbox.launch`). Every key the run needs is looked up first (:func:`check_keys`; not for
+    (:mod:`geoagent.sandbox.launch`; ``gazetteer``: the places its Wikidata and Nominatim fakes know, default
+    built from the release folder), and the manifest records the config as written, never their local ports. Every key the run needs is looked up first (:func:`check_keys`; not for
     a dry run), so a missing one creates nothing. A run that fails later but before its plan is enqueued
     (a bad plan) removes the state folder it created (:func:`discard_unstarted_state`).
     """
@@ -1246,7 +1265,7 @@ async def run_campaign(
         try:
             check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
         except SecretNotFound as exc:
-            # the plan's own refusals too (photos without a file for a paid model), as the dry run names them:
+            # the plan's own refusals too (photos without a file for a real model), as the dry run names them:
             # one message, not a second refusal once the variables are set
             more = await preflight_refusals(cfg, kind, dotenv_path=dotenv_path)
             if not more:
@@ -1257,18 +1276,30 @@ async def run_campaign(
         check_queues_state_root(cfg, record=_has_queues(cfg))
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
+    from geoagent.runtime.daemon import LateSignals
+
+    # a signal after the pipeline ended (report, export, closing): recorded, cuts nothing short (_run installs it)
+    late = LateSignals() if handle_signals and not simulate else None
     try:
         # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
         with campaign_run_lock(cfg, simulate=simulate):
-            async with launch(cfg) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
+            async with launch(cfg, gazetteer=gazetteer) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
                 ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
+                ctx.services[SERVICE_LATE_SIGNALS] = late
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
                                      only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
     except BaseException:
         discard_unstarted_state(written, created)  # e.g. a missing API key or a bad plan (exit 2)
         raise
+    finally:
+        if late is not None:
+            late.restore()
+    if late is not None and late.received:
+        outcome.late_signal = late.received
+        outcome.extra_lines.append(f"  note: {late.received} came after every task had ended: it cut nothing short, "
+                                   f"the run ends {outcome.status} (exit {outcome.exit_code})")
     if simulate:
         discard_unstarted_state(written, created)  # a dry run leaves nothing under state/
     return outcome
@@ -1277,8 +1308,8 @@ async def run_campaign(
 async def preflight_refusals(cfg: Any, kind: "CampaignKind", *, dotenv_path: str | Path | None = None) -> list[str]:
     """What a real run would refuse to start for besides unset key variables, found by planning as the dry run
     does (read-only: no queue file, no state folder left, :func:`discard_unstarted_state`): the kind's
-    :meth:`CampaignKind.plan_refusals` (GeoVerify, GeoHint: photos without a file for a model on a paid
-    provider) and a first run that plans nothing (:meth:`CampaignKind.empty_plan_reason`). Called by
+    :meth:`CampaignKind.plan_refusals` (GeoVerify, GeoHint: photos without a file for a real model,
+    :func:`geoagent.image_files.needs_photos`) and a first run that plans nothing (:meth:`CampaignKind.empty_plan_reason`). Called by
     :func:`run_campaign` when key variables are missing, so its refusal names every problem at once, as the dry
     run's does. [] for a kind without plan refusals of its own (e.g. the crawl: its plan is not made here), and
     when planning fails otherwise (the keys' message stands; the run once they are set says the rest).
@@ -1444,6 +1475,9 @@ async def _run(
     lane_work = _lane_work(cfg, kind, planned_by_model, only_stages)
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
+                                                      # where its queues are: `status` with another queues root
+                                                      # names this folder (geoagent.status.format_status)
+                                                      "queues_dir": str((Path(cfg.queues_root()) / cfg.name).resolve()),
                                                       **kind.manifest_extra(cfg)}, drift=drift)
     params_mix: dict[str, Any] | None = None
     spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest
@@ -1492,6 +1526,9 @@ async def _run(
                 with anyio.CancelScope(shield=True):
                     await handoff.wait(ending=True)
             raise
+        late = ctx.services.get(SERVICE_LATE_SIGNALS)
+        if late is not None:  # from here on a signal cuts nothing short (LateSignals); the pipeline's is gone
+            late.install(stopped=view.stopped_by_signal)
         if handoff is not None:
             # an idle hand-off still writing in its thread ends first: the report and export below write the
             # same files, and must be the last to
@@ -1537,7 +1574,10 @@ async def _run(
         unreachable_lines += [ln for r in view.runners for ln in r.unreachable_lines(
             counts[r.stage.input_edge].ready if r.stage.input_edge in counts else None)]
         drained = stages_drained(kind.stages(cfg), [s.name for s in stages], counts)
-        if view.stopped_by_signal and not (watch and drained):
+        if view.stopped_by_signal and not drained:
+            # a signal whose stop left work: interrupted. One that came when every task had ended (the queues
+            # were drained meanwhile, or it landed as the last stage finished) cut nothing short: the run ends
+            # as its work did, as a --watch process stopped when drained does
             status, code = "interrupted", EXIT_INTERRUPTED
         elif auth_lines:
             status, code = STATUS_AUTH, EXIT_AUTH
@@ -1600,6 +1640,8 @@ async def _run(
             params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        if view.stopped_by_signal and status != "interrupted" and not watch:
+            outcome.extra_lines.append("  note: the stop signal came when every task had ended: it cut nothing short")
         unusable = unusable_answer_lines(kind.answer_quality(cfg, ctx))
         if unusable:
             # a model with answers and none usable: a "complete" run would read as done with empty scores
@@ -2302,7 +2344,7 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
         refusals.append(f"{'variables' if n_vars > 1 else 'variable'} {', '.join(names)} not set")
         out.exit_code = EXIT_CONFIG
     if plan_refusals:
-        refusals.append("images without a file for a model on a paid provider")
+        refusals.append("images without a file for a real model")
     if not messages and not _has_queues(cfg):
         refusals.append("a first run that plans nothing")
     if kind.plan_edge != C.EDGE_REQUESTS:

@@ -55,7 +55,8 @@ def needs_photos(model: Any) -> bool:
     """Whether ``model`` (a ``[[models]]`` entry as written in the campaign file) is a real vision model that
     must not be sent placeholder pixels without the opt-in: provider ``openai``, ``anthropic`` or ``gemini``
     whose ``base_url`` is not a local fake (``*.sandbox.invalid``). A server on this machine (Ollama, a
-    proxy in front of a paid API) counts as real."""
+    proxy in front of a paid API, a fake started by hand on a local port) counts as real: "real model" in
+    messages and README."""
     if getattr(model, "provider", None) not in PHOTO_PROVIDERS:
         return False
     host = urlsplit(getattr(model, "base_url", None) or "").hostname or ""
@@ -329,7 +330,7 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str, refusals: list[st
         ``[images] missing = "error"`` and a model on a real provider (:func:`needs_photos`) would get a
         placeholder (and ``refusals`` is None): names the count, the key, the folder, the models, the first
         missing files, the dry run (``--simulate``) as the way to estimate before the photos exist, and the
-        opt-in (which sends placeholder pixels to those paid models).
+        opt-in (which sends placeholder pixels to those real models).
     """
     from geoagent.config import ConfigError
 
@@ -355,11 +356,11 @@ def check_missing(cfg: Any, found: MissingImages, *, fix: str, refusals: list[st
         else:  # synthetic placeholders by design: the image folder does not apply, the images mode does
             where, first = found.synthetic_setting.split(" = ")[0] or found.key, ""
             fix_text = found.synthetic_fix or fix
-        text = (f"{where}: {found.count_text()}, so {n_req} request{'' if n_req == 1 else 's'} to model(s) {models} "
+        text = (f"{where}: {found.count_text()}, so {n_req} request{'' if n_req == 1 else 's'} to real model(s) {models} "
                 f"would carry placeholder pixels instead of photos.{first} {fix_text}. To estimate the campaign's "
                 f"cost before the photos exist, use the dry run (`run CONFIG --simulate`): it counts each missing "
                 f"photo at the size the run will send, without any config change ({OPT_IN} would instead send "
-                f"placeholder pixels to these paid models: only for a deliberate test)")
+                f"placeholder pixels to these real models (not *.sandbox.invalid fakes): only for a deliberate test)")
         if refusals is not None:
             refusals.append(text)
             return None

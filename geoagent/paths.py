@@ -122,6 +122,28 @@ def missing_release_error(
     )
 
 
+def release_argument_error(release_dir: str | os.PathLike[str], filename: str | None = None) -> FileNotFoundError | None:
+    """The error of a command that takes the release folder as its ``RELEASE_DIR`` argument
+    (``python -m geoagent.geohint.judged``, ``python -m geoagent.geohint.raw_import``), or None when usable.
+
+    Unlike :func:`missing_release_error` (campaigns: ``$GEOAGENT_RELEASE`` or ``[paths] release_dir``), it names
+    the argument, which is all such a command reads: ``RELEASE_DIR <dir>: not a GeoContext release folder (...)``
+    when neither ``sites.csv`` nor ``data/sites.csv`` is there; ``--file <name>: no such file: <path>`` when
+    ``filename`` (the command's ``--file``) is not in the release's data folder. Returns the error (raise it)."""
+    root = Path(release_dir)
+    shown = str(root) if root.is_absolute() else f"{root} (= {os.path.abspath(root)})"
+    data = next((d for d in (root, root / "data") if (d / "sites.csv").is_file()), None)
+    if data is None:
+        state = ("the folder does not exist" if not root.exists() else "it is not a folder" if not root.is_dir()
+                 else "it holds no sites.csv nor data/sites.csv")
+        return FileNotFoundError(
+            f"RELEASE_DIR {shown}: not a GeoContext release folder ({state}); give the release folder (it holds "
+            f"sites.csv and ladders/, or data/ with them) as the first argument. The public release is {RELEASE_URL}")
+    if filename is not None and not (data / filename).is_file():
+        return FileNotFoundError(f"--file {filename}: no such file: {data / filename}")
+    return None
+
+
 def _rel(path: Path, root: Path) -> Path:
     try:
         return path.relative_to(root)

@@ -240,7 +240,27 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
             "run_outcomes": _run_outcomes(Path(cfg.state_dir())),
+            "state_ran": _state_ran(Path(cfg.state_dir())) if not queues else None,
             "roots_relative": not Path(cfg.queues_root()).is_absolute()}
+
+
+def _state_ran(state_dir: Path) -> dict[str, Any] | None:
+    """What the state folder says of earlier runs, for a status that found no queues: ``state_dir``, ``runs``
+    (how many runs manifest.json records), ``last_status`` and ``queues_dir`` (the queues folder the last run
+    recorded, absolute; None for a run of a version that did not record it); None when no run is recorded."""
+    from geoagent.runtime.manifest import read_manifest
+
+    try:
+        man = read_manifest(state_dir) or {}
+    except (OSError, ValueError):
+        return None
+    runs = [r for r in (man.get("runs") if isinstance(man, dict) else None) or [] if isinstance(r, dict)]
+    if not runs:
+        return None
+    last = runs[-1]
+    qdir = next((r.get("queues_dir") for r in reversed(runs) if isinstance(r.get("queues_dir"), str)), None)
+    return {"state_dir": str(state_dir.absolute()), "runs": len(runs), "last_status": last.get("status"),
+            "queues_dir": qdir}
 
 
 def _run_outcomes(state_dir: Path) -> dict[str, str]:
@@ -380,7 +400,16 @@ def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
     complete = is_complete(st["queues"], st.get("superseded"))
-    if not st["queues"]:
+    ran = st.get("state_ran")
+    if not st["queues"] and ran:
+        # the state folder shows runs: the queues were looked for in the wrong place, not "not started"
+        n = int(ran.get("runs") or 0)
+        was = f"{ran['queues_dir']}" if ran.get("queues_dir") else "another folder"
+        lines.append(
+            f"  no queues found in {st.get('queues_dir')}, but the state folder {ran['state_dir']} shows the campaign "
+            f"ran ({n} run{'' if n == 1 else 's'}, the last {ran.get('last_status') or 'unknown'}): the queues root "
+            f"is probably wrong; its runs kept their queues in {was} (point $GEOAGENT_QUEUES or [paths] queues there)")
+    elif not st["queues"]:
         where = f" in {st['queues_dir']}" if st.get("queues_dir") else ""
         lines.append(f"  no queues yet (campaign not started){where}" + (
             " (the data roots are relative to the working directory unless the config's [paths] queues / state "

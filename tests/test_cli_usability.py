@@ -158,11 +158,30 @@ def test_dead_edge_filters_the_listing_and_says_when_it_is_truncated(dead_campai
     out, err = capsys.readouterr()
     rows = out.splitlines()
     assert len(rows) == 50 and all(r.startswith("responses\t") for r in rows)
-    assert "showing 50 of 300 dead tasks on edge responses (use --limit)" in err
+    assert "showing 50 of 300 dead tasks on edge responses (use --limit N, or --limit 0 for all)" in err
 
     assert main(["dead", str(dead_campaign), "--limit", "400"]) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 303 and err == ""
+
+
+def test_dead_limit_0_lists_them_all_as_the_summary_hint_says(dead_campaign, capsys):
+    # walkthrough s11: the summary's `... and N more on EDGE (`run.py dead CONFIG --edge EDGE` lists them all)`
+    # ran into the default --limit 50 ("showing 50 of 78"); `--limit 0` lists every task, and the hints say it
+    from geoagent.engine import dead_lines_hint_example
+
+    assert main(["dead", str(dead_campaign), "--edge", "responses", "--limit", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 300 and err == ""
+    assert main(["dead", str(dead_campaign), "--limit", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 303 and err == ""
+    assert "`run.py dead CONFIG --edge responses --limit 0` lists them all" in dead_lines_hint_example("responses", 5)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "`run.py dead CONFIG --edge EDGE --limit 0` lists them all" in readme
+    assert "--edge EDGE` lists them all" not in readme.replace("--edge EDGE --limit 0` lists", "")
+    with pytest.raises(SystemExit):
+        main(["dead", str(dead_campaign), "--limit", "-1"])
 
 
 def test_dead_unknown_edge_is_refused_naming_the_queues(dead_campaign, capsys):
@@ -170,8 +189,8 @@ def test_dead_unknown_edge_is_refused_naming_the_queues(dead_campaign, capsys):
     out, err = capsys.readouterr()
     assert out == ""
     assert err.strip() == "error: campaign cliu has no queue nosuch; its queues are: requests, responses"
-    with pytest.raises(SystemExit):
-        main(["dead", str(dead_campaign), "--limit", "0"])
+    with pytest.raises(SystemExit):  # a negative limit (0 means all, test_dead_limit_0_lists_them_all_...)
+        main(["dead", str(dead_campaign), "--limit", "-1"])
 
 
 # -- 3. output piped into head ---------------------------------------------------------------------------

@@ -227,3 +227,43 @@ def test_geohint_answers_geocode_to_sandbox_places(demo):
             n_landmark += 1
             assert r["resolved_level"] == "building" and float(r["error_km"]) < 0.01
     assert n_landmark > 0
+
+
+def test_rerun_reports_no_config_change_for_the_fakes_local_ports(demo):
+    """Walkthrough s11: a second `demo` printed five `info:` lines of models, endpoints and [hosts] "changed
+    since its last run", the only change being the random local ports of the demo's own fakes. The manifest
+    now records each config as written (hosts on *.sandbox.invalid)."""
+    p = demo["second"]
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    both = p.stdout + p.stderr
+    assert "changed since its last run" not in both, both[-4000:]
+    assert "127.0.0.1" not in "".join(line for line in both.splitlines() if line.startswith("info:"))
+    for name in CAMPAIGNS:
+        manifest = json.loads((demo["work"] / "state" / name / "manifest.json").read_text(encoding="utf-8"))
+        assert "127.0.0.1" not in json.dumps(manifest.get("config")), name
+
+
+def test_demo_writes_filled_in_configs_that_status_dead_and_export_accept(demo, capsys, monkeypatch):
+    """Walkthrough s11: `demo --help` and the exit-3 message say "list it with `dead CONFIG`", but the packaged
+    demo_*.toml are templates ("unfilled template placeholder(s)"). The demo writes each campaign's config,
+    filled in, under state/demo-configs/ and names the files; they work from any folder, with no variable set."""
+    from geoagent.cli import main
+
+    out = demo["first"].stdout
+    folder = demo["work"] / "state" / "demo-configs"
+    paths = [folder / f"{n}.toml" for n in ("demo_crawl", "demo_geoverify", "demo_geohint")]
+    for path in paths:
+        assert str(path) in out, out[-2000:]
+        assert not re.search(r'"\{[a-z_]+\}"', path.read_text(encoding="utf-8")), path
+    for var in ("GEOAGENT_QUEUES", "GEOAGENT_STATE", "GEOAGENT_RELEASE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(demo["work"].parent)
+    capsys.readouterr()
+    for path, name in zip(paths, CAMPAIGNS):
+        assert main(["status", str(path)]) == 0
+        text = capsys.readouterr().out
+        assert f"campaign {name}" in text and "campaign complete" in text, text[:2000]
+        assert main(["dead", str(path)]) == 0
+        assert f"no dead-lettered work in campaign {name}" in capsys.readouterr().out
+    assert main(["export", str(paths[2])]) == 0
+    assert re.search(r"geohint_scored: \d+ rows -> .*demo-geohint/geohint_scored\.parquet", capsys.readouterr().out)

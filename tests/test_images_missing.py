@@ -139,7 +139,7 @@ def test_geoverify_paid_model_some_files_missing_names_count_and_paths(env, rele
     assert main(["run", str(cfg), "--simulate", "--no-live"]) == 2
     err = "".join(capsys.readouterr())  # the dry run reports it on stdout, the run on stderr
     assert f"{len(lacking)} of {len(images)} images" in err
-    assert f"so {n_req} requests to model(s) 'gpt' (openai)" in err
+    assert f"so {n_req} requests to real model(s) 'gpt' (openai)" in err
     named = [iid for iid in lacking if str(root / images[iid]) in err]
     assert len(named) == 5 and f"(and {len(lacking) - 5} more)" in err
     assert not any(str(root / images[iid]) in err for iid in have)
@@ -190,6 +190,8 @@ def test_geoverify_local_server_refused_without_opt_in_runs_with_it(env, release
         anyio.run(go, cfg)
     assert f"{n_missing} of {len(images)} images" in str(ei.value)
     assert not apps[0]["calls"]  # refused at plan time: nothing was sent
+    # walkthrough s11: the refusal called this local server a "paid" model; README's term is "real model"
+    assert "paid" not in str(ei.value) and "real model" in str(ei.value), str(ei.value)
 
     cfg = _gv_toml(env, "gv-local2", base_url="http://PLACEHOLDER/v1", image_root=root,
                    extra='[images]\nmissing = "placeholder"\n')

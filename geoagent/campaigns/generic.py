@@ -91,6 +91,7 @@ class Collector(Stage):
 
 class GenericCampaign(CampaignKind):
     kind = "generic"
+    results_tables = (RESULTS_TABLE,)
 
     def stages(self, cfg: Any) -> list[Stage]:
         return [ModelCaller(), Collector()]

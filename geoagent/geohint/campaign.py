@@ -376,7 +376,8 @@ class GeoHintCampaign(CampaignKind):
         from geoagent.runtime.scope import read_plan_keys
 
         scope = scored_scope(read_plan_keys(cfg.state_dir()))
-        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)}, cfg=cfg)
+        return export_all(store, cfg.state_dir(), hooks={SCORED_TABLE: export_rows(scope, store)}, cfg=cfg,
+                          tables=(SCORED_TABLE,))
 
     def answer_quality(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
         """:meth:`CampaignKind.answer_quality` from the aggregate :meth:`report` made: per model, every scored

@@ -283,8 +283,14 @@ def replicate_report(
     echo_rule: str = DEFAULT_ECHO_RULE,
     p_reference: str = "normal",
     regime_threshold: float = 0.5,
+    n_boot: int | None = None,
+    boot_seed: int | None = None,
 ):
     """Recompute the GeoHint report from a released campaign, with no model calls.
+
+    ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (None: the report's default,
+    :data:`geoagent.report.geohint.DEFAULT_N_BOOT`; 0 = none), drawn with ``boot_seed`` (None: ``seed``), as a
+    campaign's ``[geohint] n_boot`` and ``boot_seed``.
 
     ``p_reference``: the slope tables' p-value reference, ``"normal"`` or ``"t"`` (G - 1 df).
     ``regime_threshold``: no-context hit rate (fraction) from which a site is legible (paper: 0.5).
@@ -304,14 +310,15 @@ def replicate_report(
     rows, report = import_judged(release_dir, filename=filename, echo_rule=echo_rule)
     agg = GeoHintAggregator(echo_rule=echo_rule, regime_threshold=regime_threshold)
     agg.add_many(rows)
+    boot = {} if n_boot is None else {"n_boot": int(n_boot)}
     tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures,
-                          p_reference=p_reference)
+                          p_reference=p_reference, boot_seed=boot_seed, **boot)
     return tables, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--seed S] [--echo-rule RULE]
-    [--p-reference normal|t] [--regime-threshold F]``.
+    """``python -m geoagent.geohint.judged RELEASE_DIR OUT_DIR [--file NAME] [--flips N] [--splits N] [--seed S]
+    [--n-boot N] [--boot-seed S] [--echo-rule RULE] [--p-reference normal|t] [--regime-threshold F]``.
 
     Returns 0, or 2 after one ``error:`` line on stderr (naming the file) when the release folder or its
     judged-answers file cannot be used: missing, without the required columns, empty.
@@ -330,25 +337,44 @@ def _main(argv: list[str] | None) -> int:
 
     from geoagent.report.geohint import print_report
 
-    ap = argparse.ArgumentParser(description="Recompute the GeoHint report from a release's judged answers.")
-    ap.add_argument("release_dir")
-    ap.add_argument("out_dir")
-    ap.add_argument("--file", default=None, help="judged-answers file name (default answers_judged.csv, else _sample)")
-    ap.add_argument("--flips", type=int, default=10_000, help="permutation sign flips")
-    ap.add_argument("--splits", type=int, default=200, help="split-half correction splits")
-    ap.add_argument("--seed", type=int, default=0)
+    from geoagent.paths import release_argument_error
+    from geoagent.report.geohint import DEFAULT_N_BOOT
+
+    ap = argparse.ArgumentParser(prog="python -m geoagent.geohint.judged",
+                                 description="Recompute the GeoHint report from a release's judged answers "
+                                             "(no model calls, no geocoder).",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("release_dir", metavar="RELEASE_DIR",
+                    help="the GeoContext release folder (sites.csv, ladders/, answers_judged*.csv; or its data/ folder)")
+    ap.add_argument("out_dir", metavar="OUT_DIR", help="folder for report.md, the tables' CSV files and the figures")
+    ap.add_argument("--file", default=None,
+                    help="judged-answers file name in RELEASE_DIR (None: answers_judged.csv, else answers_judged_sample.csv)")
+    ap.add_argument("--flips", type=int, default=10_000, help="permutation sign flips (Tables 8-10)")
+    ap.add_argument("--splits", type=int, default=200, help="split-half correction splits (Table 3)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the splits and flips (and of the bootstrap "
+                    "without --boot-seed), as a campaign's [campaign] seed")
+    ap.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT,
+                    help="site-bootstrap resamples of Table 1's and Fig. 2's intervals, 0 = none ([geohint] n_boot)")
+    ap.add_argument("--boot-seed", type=int, default=None,
+                    help="seed of those resamples ([geohint] boot_seed); None: --seed")
     ap.add_argument("--echo-rule", choices=ECHO_RULES, default=DEFAULT_ECHO_RULE,
-                    help="echo rule: 'name' (whole name, default) or 'release_first_word' (the release's scripts)")
+                    help="echo rule: 'name' (whole name) or 'release_first_word' (the release's scripts)")
     ap.add_argument("--p-reference", choices=("normal", "t"), default="normal",
-                    help="slope p-values (Tables 6-7): 'normal' (default, statsmodels' default) or 't' (G - 1 df)")
+                    help="slope p-values (Tables 6-7): 'normal' (statsmodels' default) or 't' (G - 1 df)")
     ap.add_argument("--regime-threshold", type=float, default=0.5,
-                    help="no-context hit rate (fraction in (0, 1)) from which a site is legible (default 0.5, the paper's)")
+                    help="no-context hit rate (fraction in (0, 1)) from which a site is legible (the paper's: 0.5)")
     args = ap.parse_args(argv)
     if not 0 < args.regime_threshold < 1:
         ap.error(f"--regime-threshold must be in (0, 1), got {args.regime_threshold}")
+    if args.n_boot < 0 or (args.boot_seed is not None and args.boot_seed < 0):
+        ap.error("--n-boot and --boot-seed must be 0 or more")
+    bad = release_argument_error(args.release_dir, args.file)
+    if bad is not None:
+        raise bad
     tables, report = replicate_report(args.release_dir, args.out_dir, filename=args.file, n_flips=args.flips,
                                       n_splits=args.splits, seed=args.seed, echo_rule=args.echo_rule,
-                                      p_reference=args.p_reference, regime_threshold=args.regime_threshold)
+                                      p_reference=args.p_reference, regime_threshold=args.regime_threshold,
+                                      n_boot=args.n_boot, boot_seed=args.boot_seed)
     print(f"echo rule: {describe_echo_rule(args.echo_rule)}")
     print_report(tables, regime_threshold=args.regime_threshold)
     for issue in report.issues[:20]:

@@ -245,13 +245,22 @@ def main(argv: list[str] | None = None) -> int:
 
     from geoagent.report.geohint import print_report
 
-    ap = argparse.ArgumentParser(description="Recompute Table 11 from a release's raw forced_chain responses "
-                                             "(no model calls, no geocoder).")
-    ap.add_argument("release_dir")
-    ap.add_argument("out_dir")
-    ap.add_argument("--file", default=None, help="raw file name (default forced_chain_raw.jsonl, else _sample)")
+    from geoagent.paths import release_argument_error
+
+    ap = argparse.ArgumentParser(prog="python -m geoagent.geohint.raw_import",
+                                 description="Recompute Table 11 from a release's raw forced_chain responses "
+                                             "(no model calls, no geocoder).",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("release_dir", metavar="RELEASE_DIR",
+                    help="the GeoContext release folder (sites.csv, ladders/, forced_chain_raw*.jsonl; or its data/ folder)")
+    ap.add_argument("out_dir", metavar="OUT_DIR", help="folder for report.md, table11.csv, parse.csv and cutoff.csv")
+    ap.add_argument("--file", default=None,
+                    help=f"raw file name in RELEASE_DIR (None: {' or else '.join(DEFAULT_FILES)})")
     args = ap.parse_args(argv)
     try:
+        bad = release_argument_error(args.release_dir, args.file)
+        if bad is not None:
+            raise bad
         tables, report = replicate_table11(args.release_dir, args.out_dir, filename=args.file)
     except (FileNotFoundError, ValueError) as exc:  # a bad input is one line naming the file, not a traceback
         print(f"error: {exc}", file=sys.stderr)

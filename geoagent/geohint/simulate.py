@@ -12,7 +12,10 @@ prompt's schema:
   fixed skill offset from SHA-256 of its name;
 * with probability ``L + skill`` the answer names the site's landmark (area = landmark, building =
   landmark): a likely hit; otherwise, for context prompts, it echoes the hint as area with probability
-  0.7 (x 0.6 under the warning), else names another reference point of the same ladder;
+  :data:`ECHO_P` 0.7 (x :data:`WARN_ECHO_FACTOR` 0.6 under the warning), else names another reference point of
+  the same ladder; so a context condition's echo rate is about 0.7 x (1 - P(landmark)), well under 100 %;
+* a site it cannot tell (an image it was not given and a hint in no ladder it knows: a campaign over a folder
+  other than the one :func:`configure` or the release gave it) gets the hint itself as area: echo 100 %;
 * the permissive schema (``"place"`` key) answers "unknown" sometimes; the checklist prompt gets an
   ``evidence`` object with some "not visible" slots;
 * the text varies in format like real models: plain JSON, fenced JSON, prose before fenced JSON.
@@ -38,6 +41,10 @@ from geoagent import constants as C
 from geoagent.geohint.conditions import CONTEXT_TEMPLATE, PROMPTS_DIR
 
 RESPONDER_NAME = "geohint"
+#: chance that an answer not naming the landmark repeats the hint as its area (a context prompt)
+ECHO_P = 0.7
+#: factor on :data:`ECHO_P` under the warning ("the hint could be wrong")
+WARN_ECHO_FACTOR = 0.6
 #: synthetic placeholder images per site recognised without :func:`configure`
 SYNTHETIC_IMAGES_PER_SITE = 8
 
@@ -184,7 +191,7 @@ def respond(ctx) -> str:  # ctx: geoagent.sandbox.responders.SimContext
     roll = rng.random()
     if landmark and roll < p_landmark:
         area, building = landmark, landmark
-    elif hint and rng.random() < 0.7 * (0.6 if warned else 1.0):
+    elif hint and rng.random() < ECHO_P * (WARN_ECHO_FACTOR if warned else 1.0):
         area, building = hint, rng.choice(("corner shop", "apartment block", "cafe", hint))
     elif others:
         other = rng.choice(others)

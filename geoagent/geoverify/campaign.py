@@ -284,7 +284,8 @@ class GeoVerifyCampaign(CampaignKind):
 
         scope = ScoredScope(read_plan_keys(cfg.state_dir()))
         return export_all(store, cfg.state_dir(),
-                          hooks={SCORED_TABLE: lambda rows: scope.mark(rows, reason_column="left_out")}, cfg=cfg)
+                          hooks={SCORED_TABLE: lambda rows: scope.mark(rows, reason_column="left_out")}, cfg=cfg,
+                          tables=(SCORED_TABLE,))
 
     def params_mix(self, cfg: Any, ctx: StageContext) -> dict[str, list[tuple[dict[str, Any], int]]]:
         """:meth:`CampaignKind.params_mix` over the answers the report scores (the current plan's, each once)."""

@@ -60,6 +60,53 @@ class PipelineRun:
 REPEAT_SIGNAL_S = 0.5
 
 
+class LateSignals:
+    """SIGINT / SIGTERM handling for the end of a run, after :func:`run_pipeline` returned: every task has ended
+    (done, dead-lettered, or left queued by a stop already decided), and the report, export and summary are
+    being written. A first signal then cuts nothing short: it is recorded (:attr:`received`, the signal's name)
+    and said on stderr, and the run ends as its work did (``complete`` stays ``complete``, exit 0, as `status`
+    shows it) instead of a ``KeyboardInterrupt`` ("forced exit", exit 130) over a run the manifest records as
+    complete. A second signal (the first one repeated within :data:`REPEAT_SIGNAL_S` by GNU ``timeout`` aside), or
+    any signal when ``stopped`` (the pipeline was already stopped by one), exits at once with 130, as a second
+    signal during the run does. Main thread only (elsewhere :meth:`install` does nothing); :meth:`restore` puts
+    back the handlers it replaced."""
+
+    def __init__(self) -> None:
+        #: name of the first signal received after the pipeline ended (``"SIGINT"``), or None
+        self.received: str | None = None
+        self._at = 0.0
+        self._signum = 0
+        self._stopped = False
+        self._before: dict[int, Any] = {}
+
+    def install(self, *, stopped: bool = False) -> None:
+        """Catch SIGINT and SIGTERM from now on (``stopped``: the run was already stopped by a signal)."""
+        import threading
+
+        self._stopped = stopped
+        if threading.current_thread() is not threading.main_thread() or self._before:
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._before[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == self._signum and time.monotonic() - self._at < REPEAT_SIGNAL_S:
+            return  # the first request delivered twice (GNU timeout: process and group), not a 2nd press
+        if self._stopped or self.received is not None:
+            os.write(2, b"second signal: exiting at once; acknowledged work is kept\n")
+            os._exit(130)
+        self.received, self._signum, self._at = signal.Signals(signum).name, signum, time.monotonic()
+        os.write(2, f"{self.received} after every task had ended: finishing the report and export (it cuts "
+                    "nothing short; press again to exit at once)\n".encode())
+
+    def restore(self) -> None:
+        """Put back the handlers :meth:`install` replaced (main thread only)."""
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)
+        self._before.clear()
+
+
 def stop_message(signum: int, grace_s: float) -> str:
     """The line logged at the first SIGINT/SIGTERM: what stopping does, and what a second signal does
     (:func:`run_pipeline` exits at once with status 130 via ``os._exit``: acknowledged work is kept, tasks in

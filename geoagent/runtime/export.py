@@ -481,9 +481,15 @@ def _write_batched(
 
 
 def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses: bool = True,
-               hooks: dict[str, Callable[..., Any]] | None = None, cfg: Any = None) -> list[ExportedTable]:
+               hooks: dict[str, Callable[..., Any]] | None = None, cfg: Any = None,
+               tables: Iterable[str] = ()) -> list[ExportedTable]:
     """Export every non-empty results table (and the responses, unless ``include_responses=False``);
     ``hooks``: table -> ``rows_hook`` of :func:`export_table` (a factory is not needed: each is used once).
+
+    ``tables``: the results tables the campaign kind always has (:attr:`geoagent.engine.CampaignKind.results_tables`):
+    each is exported also when it holds no row, as empty files with its declared columns and types
+    (:data:`TABLE_SCHEMAS`), so a campaign with no answers yet still writes ``geoverify_scored.parquet`` (0 rows)
+    and its exports concatenate with another campaign's.
 
     ``cfg`` (the campaign's :class:`~geoagent.config.CampaignConfig`): fills each row's ``replayed`` column from
     its ``[[models]]`` (True for a ``replay`` model); when any model is a replay model, the replay line
@@ -493,11 +499,12 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
     rewritten). See the module docstring for why the CSV files carry no banner line."""
     replayed, note = _replay_of(cfg)
     metadata = {PARQUET_NOTE_KEY: note} if note else None
-    tables = list(store.result_tables())
+    names = list(store.result_tables())
+    names += sorted(t for t in set(tables) if t not in names)
     if include_responses:
-        tables.append(RESPONSES_TABLE)
+        names.append(RESPONSES_TABLE)
     out = [export_table(store, t, out_dir, rows_hook=(hooks or {}).get(t), replayed=replayed, metadata=metadata)
-           for t in tables]
+           for t in names]
     note_path = Path(out_dir) / EXPORT_NOTE_FILE
     if note:
         write_export_note(note_path, note, out)

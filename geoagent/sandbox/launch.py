@@ -111,8 +111,15 @@ def simulated_models(cfg: Any) -> list[str]:
 def simulated_note(names: list[str] | tuple[str, ...], *, task: str | None = None) -> str:
     """The warning a report and the run's summary carry when ``names`` (:func:`simulated_models`) answered:
     their figures describe the simulator, not a model. ``task="geohint"`` adds why its echo rate is high."""
-    why = (" The simulated GeoHint answers repeat the hinted place by design, so their echo rate (often 100 %) "
-           "and hit rate say nothing about a model." if task == "geohint" else "")
+    if task == "geohint":
+        from geoagent.geohint.simulate import ECHO_P, WARN_ECHO_FACTOR
+
+        why = (" A simulated GeoHint answer names the site's landmark with a fixed chance per site and model, else "
+               f"repeats the hinted place with probability {ECHO_P:.0%} ({ECHO_P * WARN_ECHO_FACTOR:.0%} under the "
+               "warning) or names another ladder point; for a site it cannot tell (an image and hint it was not "
+               "given) it always repeats the hint (echo 100 %). Its echo and hit rates say nothing about a model.")
+    else:
+        why = ""
     return (f"Simulated answers: {', '.join(names)} answered from geoagent's simulator (provider \"simulated\" or a "
             "local *.sandbox.invalid model fake), not from a model; every figure of "
             f"{'it' if len(names) == 1 else 'them'} describes the simulator.{why} Point [[models]] at a real "
