@@ -210,8 +210,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     check_backend_unchanged(cfg)  # the other backend would show an empty campaign
-    print(format_status(campaign_status(cfg)))
-    return 0
+    st = campaign_status(cfg)
+    print(format_status(st))
+    # no queues where they were looked for, though the state folder shows runs: a wrong queues root (exit 2)
+    return 2 if st.get("state_ran") else 0
 
 
 def _cmd_dead(args: argparse.Namespace) -> int:
@@ -222,6 +224,12 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     check_backend_unchanged(cfg)
     if not queue_counts(cfg):  # no queue file yet: say it as `status` does
         check_edge(cfg, args.edge)  # an --edge typo is still refused, naming the pipeline's edges
+        from geoagent.status import wrong_queues_root
+
+        wrong = wrong_queues_root(cfg)
+        if wrong:  # the state folder shows runs: not "not started" but queues looked for in the wrong place
+            print(f"error: campaign {cfg.name}: {wrong}", file=sys.stderr)
+            return 2
         print(f"campaign {cfg.name} not started (no queues yet): nothing dead-lettered"
               + ("; nothing to requeue" if args.requeue else ""))
         return 0
@@ -376,9 +384,14 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
            "       Mapillary) and re-run; no task is lost",
         130: _RESUME,
     },
-    "status": {0: "status shown (also for a campaign not started yet)", 1: _PIPE, 2: _CONFIG_ERR, 130: _CTRL_C},
+    "status": {0: "status shown (also for a campaign not started yet)", 1: _PIPE,
+               2: _CONFIG_ERR + "; also no queues found although the state folder shows the campaign\n"
+               "       ran: the queues root is probably wrong (the status shown names the root its runs used)",
+               130: _CTRL_C},
     "dead": {0: "listed or requeued (also when nothing is dead-lettered)", 1: _PIPE,
-             2: _CONFIG_ERR + " (an unknown --edge is refused, naming the edges)", 130: _CTRL_C},
+             2: _CONFIG_ERR + " (an unknown --edge is refused, naming the edges); also no queues\n"
+             "       found although the state folder shows the campaign ran: the queues root is probably wrong\n"
+             "       (the message names the root its runs used)", 130: _CTRL_C},
     "export": {0: "exported (a warning says so when the campaign is not finished: the export covers the work done)",
                1: "nothing to export (the campaign has not run yet); output pipe closed early",
                2: _CONFIG_ERR, 130: _CTRL_C},

@@ -191,6 +191,12 @@ class ConfigWarning(UserWarning):
     """A campaign file loads but holds something that probably does not do what was meant."""
 
 
+class SetupWarning(ConfigWarning):
+    """A service the campaign uses is set up in a way that may lose its data (e.g. a Redis server without an
+    append-only file); the CLI prints it like a :class:`ConfigWarning`, one ``warning: campaign NAME: ...``
+    line on stderr."""
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 

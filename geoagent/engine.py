@@ -723,6 +723,60 @@ def check_state_matches_queues(cfg: Any) -> None:
         )
 
 
+def check_queues_root_as_recorded(cfg: Any) -> str | None:
+    """Refuse a run whose queues folder is not the one the campaign's earlier runs recorded while that one still
+    holds the campaign's queue files; return a warning line when the recorded folder is gone.
+
+    Each run records its queues folder (``queues_dir``, absolute) in the state folder's ``manifest.json``. A run
+    pointed at another queues root (``$GEOAGENT_QUEUES``, ``[paths] queues``) would start a second, empty set
+    of queues next to the stored answers: it would reuse those, and never see the tasks dead-lettered or left
+    queued in the real queues. Not checked on the Redis backend (no queues folder), nor when no run recorded a
+    folder (a first run, or runs of a version before the record).
+
+    Returns
+    -------
+    str or None
+        A ``warning: ...`` line when the recorded folder no longer exists or holds no queue file (deleted or
+        moved on purpose: the run goes on, and records its own folder); None when the folders agree.
+
+    Raises
+    ------
+    ValueError
+        Naming both folders, the root the earlier runs used and the fix, when the recorded folder holds queue
+        files.
+    """
+    from geoagent.runtime.backend import uses_redis
+    from geoagent.runtime.manifest import read_manifest
+
+    if uses_redis(cfg):
+        return None
+    try:
+        man = read_manifest(cfg.state_dir()) or {}
+    except (OSError, ValueError):  # a damaged manifest: the run says so when it records
+        return None
+    runs = [r for r in (man.get("runs") if isinstance(man, dict) else None) or [] if isinstance(r, dict)]
+    was = next((r.get("queues_dir") for r in reversed(runs) if isinstance(r.get("queues_dir"), str)), None)
+    if not was:
+        return None
+    here = Path(cfg.queues_root()) / cfg.name
+    recorded = Path(was)
+    if _same_folder(recorded, here):
+        return None
+    held = recorded.is_dir() and any(f.is_file() and f.stat().st_size > 0 for f in recorded.glob("*.sqlite"))
+    if held:
+        raise ValueError(
+            f"campaign {cfg.name}: its earlier runs kept their queues in {recorded} (recorded in "
+            f"{Path(cfg.state_dir()) / C.MANIFEST_FILE}), which still holds them, but this run's queues folder is "
+            f"{here.absolute()}: it would start a second, empty set of queues and never see the work dead-lettered "
+            f"or left queued in the first. Point ${C.ENV_QUEUES_ROOT} or [paths] queues at {recorded.parent} (the "
+            f"root, which holds {recorded.name}/); to start over on new queues, move or delete {recorded} first"
+        )
+    return (f"warning: campaign {cfg.name}: its earlier runs kept their queues in {recorded}, which "
+            f"{'holds no queue file' if recorded.exists() else 'no longer exists'}; this run starts its queues in "
+            f"{here.absolute()} (tasks dead-lettered or left queued there are not carried over; stored answers are "
+            "reused)")
+
+
 def _same_folder(a: Path, b: Path) -> bool:
     """Whether folders ``a`` and ``b`` are one (the same inode where both exist: a symlink or another spelling
     of it; else the same absolute path)."""
@@ -1262,6 +1316,10 @@ async def run_campaign(
     if not simulate:
         from geoagent.secrets import SecretNotFound
 
+        moved = check_queues_root_as_recorded(cfg)  # refused (ValueError) before anything is created
+        if moved:
+            print(moved, file=sys.stderr)
+
         try:
             check_keys(cfg, kind, dotenv_path=dotenv_path)  # before any folder, lock or queue file is made
         except SecretNotFound as exc:
@@ -1435,7 +1493,7 @@ async def _run(
     if not watch:
         plan = _refuse_empty_first_plan(cfg, kind, plan)
     check_queues_state_root(cfg, record=True)
-    from geoagent.runtime.backend import redis_url
+    from geoagent.runtime.backend import redis_url, uses_redis
 
     queues = open_edge_queues(cfg.queues_root(), cfg.name, kind.stages(cfg), redis_url=redis_url(cfg),
                               **cfg.queue_options())
@@ -1477,7 +1535,9 @@ async def _run(
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
                                                       # where its queues are: `status` with another queues root
                                                       # names this folder (geoagent.status.format_status)
-                                                      "queues_dir": str((Path(cfg.queues_root()) / cfg.name).resolve()),
+                                                      # (none on Redis: its queues live on the server)
+                                                      **({} if uses_redis(cfg) else {"queues_dir": str(
+                                                          (Path(cfg.queues_root()) / cfg.name).resolve())}),
                                                       **kind.manifest_extra(cfg)}, drift=drift)
     params_mix: dict[str, Any] | None = None
     spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest

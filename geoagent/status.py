@@ -170,7 +170,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``),
     ``queues_dir`` (the absolute folder its queue files are looked for in) and ``roots_relative`` (whether that
     folder depends on the working directory)."""
-    from geoagent.runtime.backend import open_state, state_exists
+    from geoagent.runtime.backend import open_state, state_exists, uses_redis
     from geoagent.runtime.queue import SUPERSEDED
 
     queues: dict[str, QueueCounts] = {}
@@ -240,7 +240,8 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
             "queues_dir": (Path(cfg.queues_root()) / cfg.name).absolute(),
             "run_outcomes": _run_outcomes(Path(cfg.state_dir())),
-            "state_ran": _state_ran(Path(cfg.state_dir())) if not queues else None,
+            # the Redis backend has no queues folder to be looked for in the wrong place
+            "state_ran": _state_ran(Path(cfg.state_dir())) if not queues and not uses_redis(cfg) else None,
             "roots_relative": not Path(cfg.queues_root()).is_absolute()}
 
 
@@ -261,6 +262,39 @@ def _state_ran(state_dir: Path) -> dict[str, Any] | None:
     qdir = next((r.get("queues_dir") for r in reversed(runs) if isinstance(r.get("queues_dir"), str)), None)
     return {"state_dir": str(state_dir.absolute()), "runs": len(runs), "last_status": last.get("status"),
             "queues_dir": qdir}
+
+
+def wrong_queues_root(cfg: Any) -> str | None:
+    """The diagnosis (one line) when campaign ``cfg`` has no queue files under its queues root although its
+    state folder's manifest records runs (:func:`wrong_queues_root_text`); None when it has queue files, or no
+    run is recorded (a campaign not started), or on the Redis backend (no queues folder). ``status`` and
+    ``dead`` print it and exit 2."""
+    from geoagent.runtime.backend import uses_redis
+
+    if uses_redis(cfg) or _queue_files(cfg):
+        return None
+    ran = _state_ran(Path(cfg.state_dir()))
+    return wrong_queues_root_text(ran, (Path(cfg.queues_root()) / cfg.name).absolute()) if ran else None
+
+
+def wrong_queues_root_text(ran: dict[str, Any], queues_dir: Any) -> str:
+    """The line for a campaign whose queues were looked for in ``queues_dir`` (absent or empty) while its state
+    folder records runs (``ran``: :func:`_state_ran`): which root the runs used, to point ``$GEOAGENT_QUEUES``
+    / ``[paths] queues`` at (the root, the folder that holds ``<campaign>/``, not the campaign's folder); or,
+    when the runs recorded this same folder, that its queues are gone."""
+    n = int(ran.get("runs") or 0)
+    head = (f"no queues found in {queues_dir}, but the state folder {ran['state_dir']} shows the campaign ran "
+            f"({n} run{'' if n == 1 else 's'}, the last {ran.get('last_status') or 'unknown'})")
+    was = ran.get("queues_dir")
+    if not was:
+        return (head + f": the queues root is probably wrong; point ${C.ENV_QUEUES_ROOT} or [paths] queues at the "
+                "root the runs used (the folder that holds the campaign's queue folder)")
+    if queues_dir is not None and str(Path(str(queues_dir)).resolve()) == str(Path(was).resolve()):
+        return (head + ": its runs kept their queues in this folder, which is gone or empty (deleted or moved?): "
+                f"restore it, or point ${C.ENV_QUEUES_ROOT} or [paths] queues at the root it was moved to")
+    root = Path(was).parent
+    return (head + f": the queues root is probably wrong; its runs kept their queues in {was}: point "
+            f"${C.ENV_QUEUES_ROOT} or [paths] queues at {root} (the root, which holds {Path(was).name}/)")
 
 
 def _run_outcomes(state_dir: Path) -> dict[str, str]:
@@ -403,12 +437,7 @@ def format_status(st: dict[str, Any]) -> str:
     ran = st.get("state_ran")
     if not st["queues"] and ran:
         # the state folder shows runs: the queues were looked for in the wrong place, not "not started"
-        n = int(ran.get("runs") or 0)
-        was = f"{ran['queues_dir']}" if ran.get("queues_dir") else "another folder"
-        lines.append(
-            f"  no queues found in {st.get('queues_dir')}, but the state folder {ran['state_dir']} shows the campaign "
-            f"ran ({n} run{'' if n == 1 else 's'}, the last {ran.get('last_status') or 'unknown'}): the queues root "
-            f"is probably wrong; its runs kept their queues in {was} (point $GEOAGENT_QUEUES or [paths] queues there)")
+        lines.append("  " + wrong_queues_root_text(ran, st.get("queues_dir")))
     elif not st["queues"]:
         where = f" in {st['queues_dir']}" if st.get("queues_dir") else ""
         lines.append(f"  no queues yet (campaign not started){where}" + (

@@ -84,7 +84,7 @@ def test_status_with_a_wrong_queues_root_after_a_run_says_so_naming_both_folders
     capsys.readouterr()
     wrong = tmp_path / "elsewhere"
     monkeypatch.setenv("GEOAGENT_QUEUES", str(wrong))
-    assert main(["status", str(cfgp)]) == 0
+    assert main(["status", str(cfgp)]) == 2  # a wrong root: exit 2 (0 before s11b)
     out = capsys.readouterr().out
     assert "campaign not started" not in out, out
     assert "queues root is probably wrong" in out, out

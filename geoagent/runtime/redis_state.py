@@ -710,9 +710,10 @@ def redis_client(url: str, **options: Any) -> Any:
 _warned_persistence = False
 
 
-def _warn_without_persistence(client: Any) -> None:
-    """Log one warning per process when the server reports ``appendonly no`` (a restart would lose the ledger);
-    silent where ``CONFIG GET`` is not allowed (managed servers often disable it)."""
+def _warn_without_persistence(client: Any, campaign: str) -> None:
+    """Warn once per process (:class:`geoagent.config.SetupWarning`, which the CLI prints as one ``warning:
+    campaign NAME: ...`` line like its other warnings) when the server reports ``appendonly no`` (a restart
+    would lose the ledger); silent where ``CONFIG GET`` is not allowed (managed servers often disable it)."""
     global _warned_persistence
     if _warned_persistence:
         return
@@ -724,8 +725,13 @@ def _warn_without_persistence(client: Any) -> None:
         return
     if aof in ("no", b"no"):
         _warned_persistence = True
-        log.warning("the Redis server keeps no append-only file (appendonly no): a restart of it loses the "
-                    "campaign's spend records and stored answers; set appendonly yes for paid campaigns")
+        import warnings
+
+        from geoagent.config import SetupWarning
+
+        warnings.warn(f"campaign {campaign}: the Redis server keeps no append-only file (appendonly no): a restart "
+                      "of it loses the campaign's spend records and stored answers; set appendonly yes for paid "
+                      "campaigns", SetupWarning, stacklevel=2)
 
 
 def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathLike[str], *,
@@ -760,7 +766,7 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
     Path(state_dir).mkdir(parents=True, exist_ok=True)
     db = RedisStateDB(redis_client(url, **(client_options or {})), campaign, state_dir)
     try:
-        _warn_without_persistence(db.client)
+        _warn_without_persistence(db.client, campaign)
         ledger = RedisLedger(db, cap_usd, recover=recover, recover_all=recover_all,
                              heartbeat_ttl_s=heartbeat_ttl_s, host=host)
         store = RedisResponseStore(db, ledger)

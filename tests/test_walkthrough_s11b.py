@@ -1,0 +1,116 @@
+"""A second fresh-user walkthrough of main (session 11): one test per point found."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+
+from geoagent.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _ran_campaign(tmp_path, capsys, name: str) -> Path:
+    from _model_harness import generic_campaign, model_table
+
+    cfgp = generic_campaign(tmp_path, name=name, n=3, models=model_table())
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    capsys.readouterr()
+    return cfgp
+
+
+def test_dead_with_a_wrong_queues_root_diagnoses_it_and_exits_2(tmp_path, capsys, monkeypatch):
+    # before: "campaign wd not started (no queues yet): nothing dead-lettered", exit 0
+    cfgp = _ran_campaign(tmp_path, capsys, "wd")
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "wrong"))
+    assert main(["dead", str(cfgp)]) == 2
+    cap = capsys.readouterr()
+    text = cap.out + cap.err
+    assert "not started" not in text and "nothing dead-lettered" not in text, text
+    assert "queues root is probably wrong" in text, text
+    assert str((tmp_path / "queues").resolve()) in text, text
+    assert not (tmp_path / "wrong").exists()
+
+
+def test_status_with_a_wrong_queues_root_names_the_root_to_point_at_and_exits_2(tmp_path, capsys, monkeypatch):
+    # before: exit 0, and "its runs kept their queues in <root>/<campaign> (point $GEOAGENT_QUEUES or [paths]
+    # queues there)": the variable takes the root, so following it literally looked in <root>/<campaign>/<campaign>
+    cfgp = _ran_campaign(tmp_path, capsys, "ws")
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "wrong"))
+    assert main(["status", str(cfgp)]) == 2
+    out = capsys.readouterr().out
+    root = (tmp_path / "queues").resolve()
+    assert f"$GEOAGENT_QUEUES or [paths] queues at {root} " in out, out
+    assert "queues there" not in out
+    # the advice works when followed literally
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(root))
+    assert main(["status", str(cfgp)]) == 0
+    assert "campaign complete" in capsys.readouterr().out
+
+
+def test_status_and_dead_help_document_exit_2_for_a_wrong_queues_root(capsys):
+    from geoagent.cli import COMMAND_EXIT_CODES
+
+    for cmd in ("status", "dead"):
+        assert "queues root" in COMMAND_EXIT_CODES[cmd][2], cmd
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "the queues root is probably wrong" in readme
+
+
+def test_run_with_a_wrong_queues_root_after_runs_is_refused_naming_both_folders(tmp_path, capsys, monkeypatch):
+    # before: a second, empty set of queues started silently under the wrong root, exit 0
+    cfgp = _ran_campaign(tmp_path, capsys, "wr")
+    wrong = tmp_path / "wrong"
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(wrong))
+    manifest = (tmp_path / "state" / "wr" / "manifest.json").read_bytes()
+    assert main(["run", str(cfgp), "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert str((tmp_path / "queues" / "wr").resolve()) in err and str(wrong / "wr") in err, err
+    assert "GEOAGENT_QUEUES" in err
+    assert not wrong.exists()
+    assert (tmp_path / "state" / "wr" / "manifest.json").read_bytes() == manifest
+
+
+def test_run_after_the_recorded_queues_folder_was_removed_warns_and_runs(tmp_path, capsys, monkeypatch):
+    cfgp = _ran_campaign(tmp_path, capsys, "wm")
+    shutil.rmtree(tmp_path / "queues")
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "new"))
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and str((tmp_path / "queues" / "wm").resolve()) in err, err
+    # the new folder is recorded: no warning next time
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    assert str((tmp_path / "queues" / "wm").resolve()) not in capsys.readouterr().err
+
+
+def test_redis_run_records_no_queues_folder_and_warns_of_appendonly_as_a_warning_line(tmp_path):
+    # before: the manifest recorded queues_dir = <queues root>/<campaign>, a folder a Redis run never creates;
+    # the appendonly warning printed as a raw logging line "2026-12-01 ... WARNING geoagent.runtime.redis_state:"
+    import os
+    import subprocess
+    import sys
+
+    from _model_harness import generic_campaign, model_table
+    from test_queue_contract import RedisServer, _redis_binary
+
+    server = RedisServer(_redis_binary(), tmp_path / "redis", "--appendonly", "no")
+    (tmp_path / "redis").mkdir()
+    server.start()
+    try:
+        cfgp = generic_campaign(tmp_path, name="rq", n=3, models=model_table())
+        cfgp.write_text(cfgp.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n',
+                        encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": str(REPO), "GA_TEST_REDIS": server.url}
+        r = subprocess.run([sys.executable, "run.py", "run", str(cfgp), "--no-live"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=180)
+    finally:
+        server.stop()
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    runs = json.loads((tmp_path / "state" / "rq" / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert runs and all("queues_dir" not in run for run in runs), runs
+    assert not (tmp_path / "queues").exists()
+    lines = [ln for ln in r.stderr.splitlines() if "appendonly" in ln]
+    assert len(lines) == 1 and lines[0].startswith("warning: "), r.stderr
+    assert "WARNING geoagent" not in r.stderr
