@@ -4,7 +4,7 @@ Commands
 --------
 run CONFIG        run (or resume) a campaign; ``--simulate`` estimates calls, tokens, USD and time first
 status CONFIG     per-queue ready/leased/done/dead, spend vs cap, calls/s, ETA, last errors
-demo              the embedded default: a small complete campaign offline, through local fake APIs
+demo              offline demo: three small campaigns (crawl, GeoVerify, GeoHint) through local fake APIs
 crawl CONFIG      the crawl daemon (``--watch`` keeps watching the config for new cities)
 dead CONFIG       list dead-lettered tasks, one a line: edge, key, ``deliveries=N`` (times the queue handed
                   the task out), reason (``--requeue`` puts them back)
@@ -257,9 +257,14 @@ def _cmd_dead(args: argparse.Namespace) -> int:
     if not n:
         print(f"no dead-lettered work{where} in campaign {cfg.name}")
         return 0
-    total = sum(dead_counts(cfg, args.edge).values())
-    if total > n:  # on stderr: the listing on stdout stays one task a line
+    counts = dead_counts(cfg, args.edge)
+    total = sum(counts.values())
+    if total > n and args.edge:  # on stderr: the listing on stdout stays one task a line
         print(f"showing {n} of {total} dead tasks{where} (use --limit N, or --limit 0 for all)", file=sys.stderr)
+    elif total > n:  # --limit caps each edge's list: name the edges it cut
+        cut = ", ".join(f"{e}: {limit} of {c}" for e, c in counts.items() if c > limit)
+        print(f"showing {n} of {total} dead tasks, at most {limit} per edge ({cut}; use --limit N per edge, or "
+              "--limit 0 for all)", file=sys.stderr)
     return 0
 
 
@@ -454,7 +459,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("config", help=CONFIG_HELP)
     s.set_defaults(fn=_cmd_status)
 
-    d = sub.add_parser("demo", help="offline demo on the embedded default campaign", **kw("demo"))
+    d = sub.add_parser("demo", help="offline demo: three small campaigns (crawl, GeoVerify, GeoHint) through local "
+                       "fake APIs and simulated models", **kw("demo"))
     d.add_argument("--workdir", metavar="DIR", help="put queues/ and state/ of the demo under DIR (default: queues/ and state/ here, or $GEOAGENT_QUEUES/$GEOAGENT_STATE)")
     d.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
     d.set_defaults(fn=_cmd_demo)

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 
 from geoagent.cli import main
 
@@ -114,3 +116,54 @@ def test_redis_run_records_no_queues_folder_and_warns_of_appendonly_as_a_warning
     lines = [ln for ln in r.stderr.splitlines() if "appendonly" in ln]
     assert len(lines) == 1 and lines[0].startswith("warning: "), r.stderr
     assert "WARNING geoagent" not in r.stderr
+
+
+def test_dead_limit_note_says_the_cap_is_per_edge(tmp_path, capsys):
+    # before: "showing 53 of 303 dead tasks (use --limit N, or --limit 0 for all)": the cap is per edge
+    from test_cli_usability import _config, _dead_tasks
+
+    from geoagent.cli import _load
+
+    cfgp = _config(tmp_path)
+    cfg = _load(str(cfgp))
+    _dead_tasks(cfg, "requests", 3)
+    _dead_tasks(cfg, "responses", 300)
+    assert main(["dead", str(cfgp)]) == 0
+    err = capsys.readouterr().err
+    assert "showing 53 of 303 dead tasks, at most 50 per edge (responses: 50 of 300;" in err, err
+    assert "--limit N per edge" in err, err
+
+
+def test_judged_without_intervals_names_its_own_option_not_the_config_key(release_dir, tmp_path, capsys):
+    # before: "no intervals: [geohint] n_boot = 0" (a campaign key) for `judged --n-boot 0`
+    from geoagent.geohint.judged import main as judged
+
+    out_dir = tmp_path / "o"
+    assert judged([str(release_dir), str(out_dir), "--flips", "20", "--splits", "3", "--n-boot", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "no intervals: --n-boot 0" in out, out[:3000]
+    assert "[geohint] n_boot = 0" not in out
+    assert "[geohint] n_boot = 0" not in (out_dir / "report.md").read_text(encoding="utf-8")
+
+
+def test_judged_negative_n_boot_names_only_the_bad_option(release_dir, tmp_path, capsys):
+    from geoagent.geohint.judged import main as judged
+
+    with pytest.raises(SystemExit) as e:
+        judged([str(release_dir), str(tmp_path / "o"), "--n-boot", "-1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--n-boot must be 0 or more, got -1" in err and "--boot-seed" not in err.split("error:")[-1], err
+
+
+def test_raw_import_file_help_and_demo_help_read_right(capsys):
+    from geoagent.cli import build_parser
+    from geoagent.geohint.raw_import import main as raw_main
+
+    with pytest.raises(SystemExit):
+        raw_main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "None" not in help_text.split("--file FILE", 1)[1].split("--", 1)[0], help_text
+    sub = build_parser("run.py")._subparsers._group_actions[0]
+    demo_help = next(a.help for a in sub._choices_actions if a.dest == "demo")
+    assert "embedded default campaign" not in demo_help and "GeoHint" in demo_help, demo_help

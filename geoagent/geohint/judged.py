@@ -285,12 +285,14 @@ def replicate_report(
     regime_threshold: float = 0.5,
     n_boot: int | None = None,
     boot_seed: int | None = None,
+    n_boot_source: str = "n_boot",
 ):
     """Recompute the GeoHint report from a released campaign, with no model calls.
 
     ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (None: the report's default,
     :data:`geoagent.report.geohint.DEFAULT_N_BOOT`; 0 = none), drawn with ``boot_seed`` (None: ``seed``), as a
-    campaign's ``[geohint] n_boot`` and ``boot_seed``.
+    campaign's ``[geohint] n_boot`` and ``boot_seed``; ``n_boot_source`` names where ``n_boot`` was set in the
+    report's "no intervals" notes (the command line: ``"--n-boot"``).
 
     ``p_reference``: the slope tables' p-value reference, ``"normal"`` or ``"t"`` (G - 1 df).
     ``regime_threshold``: no-context hit rate (fraction) from which a site is legible (paper: 0.5).
@@ -312,7 +314,7 @@ def replicate_report(
     agg.add_many(rows)
     boot = {} if n_boot is None else {"n_boot": int(n_boot)}
     tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures,
-                          p_reference=p_reference, boot_seed=boot_seed, **boot)
+                          p_reference=p_reference, boot_seed=boot_seed, n_boot_source=n_boot_source, **boot)
     return tables, report
 
 
@@ -347,16 +349,17 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("release_dir", metavar="RELEASE_DIR",
                     help="the GeoContext release folder (sites.csv, ladders/, answers_judged*.csv; or its data/ folder)")
     ap.add_argument("out_dir", metavar="OUT_DIR", help="folder for report.md, the tables' CSV files and the figures")
-    ap.add_argument("--file", default=None,
-                    help="judged-answers file name in RELEASE_DIR (None: answers_judged.csv, else answers_judged_sample.csv)")
+    ap.add_argument("--file", default=argparse.SUPPRESS,  # no "(default: None)" appended to the help
+                    help="judged-answers file name in RELEASE_DIR (default: answers_judged.csv, else "
+                         "answers_judged_sample.csv)")
     ap.add_argument("--flips", type=int, default=10_000, help="permutation sign flips (Tables 8-10)")
     ap.add_argument("--splits", type=int, default=200, help="split-half correction splits (Table 3)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the splits and flips (and of the bootstrap "
                     "without --boot-seed), as a campaign's [campaign] seed")
     ap.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT,
                     help="site-bootstrap resamples of Table 1's and Fig. 2's intervals, 0 = none ([geohint] n_boot)")
-    ap.add_argument("--boot-seed", type=int, default=None,
-                    help="seed of those resamples ([geohint] boot_seed); None: --seed")
+    ap.add_argument("--boot-seed", type=int, default=argparse.SUPPRESS,
+                    help="seed of those resamples ([geohint] boot_seed; default: --seed)")
     ap.add_argument("--echo-rule", choices=ECHO_RULES, default=DEFAULT_ECHO_RULE,
                     help="echo rule: 'name' (whole name) or 'release_first_word' (the release's scripts)")
     ap.add_argument("--p-reference", choices=("normal", "t"), default="normal",
@@ -364,17 +367,20 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("--regime-threshold", type=float, default=0.5,
                     help="no-context hit rate (fraction in (0, 1)) from which a site is legible (the paper's: 0.5)")
     args = ap.parse_args(argv)
+    args.file, args.boot_seed = getattr(args, "file", None), getattr(args, "boot_seed", None)
     if not 0 < args.regime_threshold < 1:
         ap.error(f"--regime-threshold must be in (0, 1), got {args.regime_threshold}")
-    if args.n_boot < 0 or (args.boot_seed is not None and args.boot_seed < 0):
-        ap.error("--n-boot and --boot-seed must be 0 or more")
+    if args.n_boot < 0:
+        ap.error(f"--n-boot must be 0 or more, got {args.n_boot}")
+    if args.boot_seed is not None and args.boot_seed < 0:
+        ap.error(f"--boot-seed must be 0 or more, got {args.boot_seed}")
     bad = release_argument_error(args.release_dir, args.file)
     if bad is not None:
         raise bad
     tables, report = replicate_report(args.release_dir, args.out_dir, filename=args.file, n_flips=args.flips,
                                       n_splits=args.splits, seed=args.seed, echo_rule=args.echo_rule,
                                       p_reference=args.p_reference, regime_threshold=args.regime_threshold,
-                                      n_boot=args.n_boot, boot_seed=args.boot_seed)
+                                      n_boot=args.n_boot, boot_seed=args.boot_seed, n_boot_source="--n-boot")
     print(f"echo rule: {describe_echo_rule(args.echo_rule)}")
     print_report(tables, regime_threshold=args.regime_threshold)
     for issue in report.issues[:20]:

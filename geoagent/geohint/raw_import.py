@@ -254,9 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("release_dir", metavar="RELEASE_DIR",
                     help="the GeoContext release folder (sites.csv, ladders/, forced_chain_raw*.jsonl; or its data/ folder)")
     ap.add_argument("out_dir", metavar="OUT_DIR", help="folder for report.md, table11.csv, parse.csv and cutoff.csv")
-    ap.add_argument("--file", default=None,
-                    help=f"raw file name in RELEASE_DIR (None: {' or else '.join(DEFAULT_FILES)})")
+    ap.add_argument("--file", default=argparse.SUPPRESS,  # no "(default: None)" appended to the help
+                    help=f"raw file name in RELEASE_DIR (default: {' or else '.join(DEFAULT_FILES)})")
     args = ap.parse_args(argv)
+    args.file = getattr(args, "file", None)
     try:
         bad = release_argument_error(args.release_dir, args.file)
         if bad is not None:

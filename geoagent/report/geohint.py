@@ -124,7 +124,7 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
         "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
         "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the regime "
-        "resampled, models pooled; none when [geohint] n_boot = 0); the legend gives the sites and responses behind "
+        "resampled, models pooled; none when n_boot = 0: [geohint] n_boot, or judged's --n-boot); the legend gives the sites and responses behind "
         "each line.",
         f"few sites: {BOOT_SITES_RULE} (Table 1's CI flag column, Fig. 2's legend).",
         TRUNCATION_LEGEND,
@@ -541,8 +541,23 @@ def _draws(sites: Sequence[str], n_boot: int, seed: int) -> np.ndarray | None:
     return bootstrap_site_indices(len(sites), n_boot, seed) if n_boot > 0 and sites else None
 
 
-#: the notes' sentence of a report run without a site bootstrap (``[geohint] n_boot = 0``)
-NO_BOOT_NOTE = "95 % CI: no intervals: [geohint] n_boot = 0 (no site-bootstrap resamples drawn)."
+#: where a campaign sets ``n_boot`` (the "no intervals" notes name it; ``judged`` passes ``"--n-boot"``)
+N_BOOT_KEY = "[geohint] n_boot"
+
+
+def no_boot_setting(source: str = N_BOOT_KEY) -> str:
+    """``[geohint] n_boot = 0`` (a config key, the default) or ``--n-boot 0`` (``source`` an option, ``--...``):
+    the setting that turned the site bootstrap off, as the report names it."""
+    return f"{source} 0" if source.startswith("--") else f"{source} = 0"
+
+
+def no_boot_note(source: str = N_BOOT_KEY) -> str:
+    """The notes' sentence of a report run without a site bootstrap, naming the setting (:func:`no_boot_setting`)."""
+    return f"95 % CI: no intervals: {no_boot_setting(source)} (no site-bootstrap resamples drawn)."
+
+
+#: the notes' sentence of a campaign report run without a site bootstrap (``[geohint] n_boot = 0``)
+NO_BOOT_NOTE = no_boot_note()
 
 
 def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: str) -> str:
@@ -557,10 +572,12 @@ def bootstrap_caption(n_boot: int, seed: int, n_sites: int, exact: bool, what: s
     return text
 
 
-def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> Table:
+def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
+           n_boot_source: str = N_BOOT_KEY) -> Table:
     """Table 1: per model, context condition only: n, sites, hit rate with its site-bootstrap 95 % interval, hit
     rate per band, echo rate with its interval (:func:`site_bootstrap_interval`; one draw matrix over every site
-    of the campaign, seeded by ``seed``; ``n_boot`` 0 = no intervals), and ``CI flag``: why the intervals are
+    of the campaign, seeded by ``seed``; ``n_boot`` 0 = no intervals, the notes then name ``n_boot_source``, the
+    setting, :func:`no_boot_note`), and ``CI flag``: why the intervals are
     withheld (fewer than 5 sites) or flagged few-cluster (5-9 sites), "" otherwise
     (:func:`geoagent.scoring.sdt.boot_site_flag`). A hit rate of answers none of which
     geocoded is undetermined (NaN, an em dash; :attr:`Cell.geocoded_hit_rate`), and so is its interval."""
@@ -587,7 +604,7 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
                      hit_ci, echo_ci, n_sites, flag])
     boot = (bootstrap_caption(n_boot, seed, len(sites), exact_any, "n = the model's responses, sites = the sites they "
                               "come from; echo rates over the responses with an echo verdict")
-            if idx is not None else (NO_BOOT_NOTE if n_boot == 0 else ""))
+            if idx is not None else (no_boot_note(n_boot_source) if n_boot == 0 else ""))
     return Table(
         "table1",
         f"Table 1: per-model results, condition {condition} (baselines excluded); hit rate and echo rate in %",
@@ -1173,16 +1190,19 @@ def build_tables(
     p_reference: str = "normal",
     n_boot: int = DEFAULT_N_BOOT,
     boot_seed: int | None = None,
+    n_boot_source: str = N_BOOT_KEY,
 ) -> list[Table]:
     """Every table the data supports (paired tables only when both conditions are present), then the
     cut-off answers (:func:`table_cutoff`) and the answers that did not geocode (:func:`table_unresolved`).
     ``p_reference``: the slope tables' p-value reference
     (``"normal"`` or ``"t"``, :func:`p_reference_note`). ``seed`` seeds Table 3's splits and the permutation
     flips (Tables 8-10); ``boot_seed`` (``[geohint] boot_seed``, an integer >= 0) Table 1's ``n_boot``
-    site-bootstrap resamples, None = ``seed`` (as before the setting)."""
+    site-bootstrap resamples, None = ``seed`` (as before the setting); ``n_boot_source``: the setting Table 1's
+    "no intervals" note names (:func:`no_boot_note`)."""
     dc, db = default_conditions(agg)
     condition, baseline = condition or dc, baseline or db
-    tables = [table1(agg, condition, n_boot=n_boot, seed=seed if boot_seed is None else boot_seed), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
+    tables = [table1(agg, condition, n_boot=n_boot, seed=seed if boot_seed is None else boot_seed,
+                     n_boot_source=n_boot_source), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
               table4(agg, condition), table5(agg, condition, baseline), table6(agg, condition, p_reference=p_reference),
               table7(agg, condition, baseline, p_reference=p_reference)]
     if "forced_warn" in agg.conditions and condition in agg.conditions:
@@ -1249,9 +1269,11 @@ def _figure_note(fig, note: str | None) -> None:
 
 
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline",
-                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None) -> Path:
+                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None,
+                       n_boot_source: str = N_BOOT_KEY) -> Path:
     """Fig. 2 (:func:`hit_by_band_figure`) written as a PNG at ``path`` (atomically); returns ``path``."""
-    return _save_png(hit_by_band_figure(agg, condition, baseline, n_boot=n_boot, seed=seed, note=note), path)
+    return _save_png(hit_by_band_figure(agg, condition, baseline, n_boot=n_boot, seed=seed, note=note,
+                                        n_boot_source=n_boot_source), path)
 
 
 def fig2_sites_note(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> str:
@@ -1270,7 +1292,8 @@ def fig2_sites_note(agg: GeoHintAggregator, condition: str = "forced", baseline:
 
 
 def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline",
-                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None):
+                       *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None,
+                       n_boot_source: str = N_BOOT_KEY):
     """Fig. 2: hit rate by band, one line per regime, all models pooled, with 95 % site-bootstrap percentile
     intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
@@ -1301,7 +1324,7 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
     bars = (f"error bars: 95 % site-bootstrap intervals, {n_boot} resamples; none from < {BOOT_MIN_SITES} sites, "
-            f"few-cluster from < 10" if n_boot else "no error bars: [geohint] n_boot = 0")
+            f"few-cluster from < 10" if n_boot else f"no error bars: {no_boot_setting(n_boot_source)}")
     ax.set_title(f"Hit rate by band, {condition}, {count_text(len(agg.models), 'model')} pooled\n({bars})", fontsize=9)
     ax.legend(fontsize=8)
     _figure_note(fig, note)
@@ -1414,9 +1437,11 @@ def write_report(
     n_boot: int = DEFAULT_N_BOOT,
     boot_seed: int | None = None,
     replay_note: str | None = None,
+    n_boot_source: str = N_BOOT_KEY,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
-    ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none), seeded by ``boot_seed``
+    ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none: the notes name
+    ``n_boot_source``, :func:`no_boot_note`), seeded by ``boot_seed``
     (``[geohint] boot_seed``, an integer >= 0; None = ``seed``, the ``[campaign] seed``, as before the setting);
     ``seed`` also seeds Table 3's splits and the permutation flips of Tables 8-10, whatever ``boot_seed`` is.
 
@@ -1456,7 +1481,7 @@ def write_report(
     condition, baseline = condition or dc, baseline or db
     bseed = seed if boot_seed is None else boot_seed
     tables = build_tables(agg, condition=condition, baseline=baseline, n_flips=n_flips, n_splits=n_splits, seed=seed,
-                          n_boot=n_boot, boot_seed=bseed,
+                          n_boot=n_boot, boot_seed=bseed, n_boot_source=n_boot_source,
                           p_reference=p_reference)
     summary = agg.summary()
     cut = total(agg.truncation)
@@ -1524,13 +1549,14 @@ def write_report(
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
     if figures:
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
-                           note=replay_note or None)
+                           note=replay_note or None, n_boot_source=n_boot_source)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=replay_note or None)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
                  f"Clopper-Pearson interval of its pooled count){fig2_sites_note(agg, condition, baseline)}")
-                if n_boot else "Hit rate by band per regime, all models pooled; no error bars ([geohint] n_boot = 0)")
+                if n_boot else ("Hit rate by band per regime, all models pooled; no error bars "
+                                f"({no_boot_setting(n_boot_source)})"))
                + "; the legend gives the sites and responses per line.",
                "", f"Echo rate per tier and band, all models pooled ({count_text(len(agg.models), 'model')}); n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
