@@ -107,7 +107,7 @@ def test_maxlag_without_retry_after_waits_the_lag_and_gives_up_after_max_retries
 
 def test_maxlag_wait_uses_reported_lag_when_no_retry_after():
     c = WikidataClient.__new__(WikidataClient)
-    c.maxlag_min_wait_s = 5.0
+    c.maxlag_min_wait_s, c.host = 5.0, "www.wikidata.org"
     assert c._wait_after("maxlag", {"lag": 12.0}, {}, 1) == 12.0
     assert c._wait_after("maxlag", {"lag": 1.0}, {}, 1) == 5.0  # never below the 5 s floor (Manual:Maxlag)
     assert c._wait_after("maxlag", {"lag": 12.0}, {"retry-after": "3"}, 1) == 3.0

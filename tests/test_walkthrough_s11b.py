@@ -167,3 +167,18 @@ def test_raw_import_file_help_and_demo_help_read_right(capsys):
     sub = build_parser("run.py")._subparsers._group_actions[0]
     demo_help = next(a.help for a in sub._choices_actions if a.dest == "demo")
     assert "embedded default campaign" not in demo_help and "GeoHint" in demo_help, demo_help
+
+
+def test_wikidata_retry_after_is_capped_at_one_day_like_every_other_host(caplog):
+    # before: the Wikidata client read Retry-After itself: "Retry-After: 1000000000" paused the host ~31.7 years
+    from geoagent.clients.wikidata import WikidataClient
+    from geoagent.runtime.http import RETRY_AFTER_MAX_S
+
+    c = WikidataClient.__new__(WikidataClient)
+    c.maxlag_min_wait_s, c.host = 5.0, "www.wikidata.org"
+    with caplog.at_level("WARNING", logger="geoagent.runtime.http"):
+        assert c._wait_after("maxlag", {"lag": 12.0}, {"Retry-After": "1000000000"}, 1) == RETRY_AFTER_MAX_S
+        assert c._wait_after("ratelimited", {}, {"retry-after": "1000000000"}, 1) == RETRY_AFTER_MAX_S
+    assert "www.wikidata.org" in caplog.text and "RETRY_AFTER_MAX_S" in caplog.text
+    assert c._wait_after("maxlag", {"lag": 12.0}, {"Retry-After": "3"}, 1) == 3.0
+    assert c._wait_after("maxlag", {"lag": 12.0}, {"Retry-After": "inf"}, 1) == 12.0  # no HTTP number: the lag

@@ -251,7 +251,8 @@ class WikidataClient:
         How many maxlag/ratelimited refusals one call waits out before raising :class:`WikidataError`.
     maxlag_min_wait_s : float
         Floor of the wait after a maxlag error when the server sends no ``Retry-After``, seconds.
-        Manual:Maxlag says wait at least 5 s; a ``Retry-After`` header is always honoured as sent.
+        Manual:Maxlag says wait at least 5 s; a ``Retry-After`` header is honoured as sent up to one day
+        (:data:`geoagent.runtime.http.RETRY_AFTER_MAX_S`).
     policy : HostPolicy or None
         Rate/concurrency policy installed for the API host (default :data:`DEFAULT_WIKIDATA_POLICY`);
         None keeps whatever policy the HttpClient already has for the host (e.g. from ``[hosts]``).
@@ -333,8 +334,13 @@ class WikidataClient:
             await self._sleep(wait_s)
 
     def _wait_after(self, code: str, err: dict[str, Any], headers: dict[str, str], refusals: int) -> float:
-        """Seconds to wait after a maxlag or ratelimited refusal (see class docstring)."""
-        retry_after = _header_seconds(headers, "Retry-After")
+        """Seconds to wait after a maxlag or ratelimited refusal (see class docstring); a ``Retry-After`` is read
+        as every host's is (:func:`geoagent.runtime.http.parse_retry_after`: delta-seconds or an HTTP-date) and
+        cut to :data:`geoagent.runtime.http.RETRY_AFTER_MAX_S` (1 day) with a warning
+        (:func:`geoagent.runtime.http.capped_retry_after`)."""
+        from geoagent.runtime.http import capped_retry_after, header_value, parse_retry_after
+
+        retry_after = capped_retry_after(parse_retry_after(header_value(headers, "Retry-After")), self.host)
         if code == "maxlag":
             if retry_after is not None:
                 return retry_after
@@ -440,14 +446,3 @@ def _must_be_json_object(resp: HttpResponse) -> None:
     body = resp.json()
     if not isinstance(body, dict):
         raise ValueError("Wikidata API answer is not a JSON object")
-
-
-def _header_seconds(headers: dict[str, str], name: str) -> float | None:
-    for k, v in headers.items():
-        if k.lower() == name.lower():
-            try:
-                s = float(v)
-            except (TypeError, ValueError):
-                return None
-            return s if math.isfinite(s) and s >= 0 else None
-    return None
