@@ -371,6 +371,9 @@ class Outcome:
     superseded: dict[str, int] = field(default_factory=dict)
     #: the signal (``"SIGINT"``) that came after every task had ended (report, export), cutting nothing short
     late_signal: str | None = None
+    #: the queues are shared with other machines (``[backend] kind = "redis"``): work this process left queued
+    #: may be taken by processes elsewhere, so the summary does not call it left by this process's stop
+    shared_queues: bool = False
 
     @property
     def missing(self) -> int:
@@ -385,8 +388,14 @@ class Outcome:
         pending = sum(c.ready + c.leased for c in self.counts.values())
         if self.status == "complete" or not pending:
             return None
-        note = (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
-                "cover only what was answered so far (re-run the same command to finish)")
+        if self.shared_queues:  # Redis: other machines' processes may still be working on them
+            note = (f"this machine's run ended '{self.status}' with {pending} task(s) of the campaign still queued "
+                    "or in flight in the shared queues (processes on other machines may still be working on them); "
+                    "the tables cover only what was answered so far (the process that finds the campaign drained "
+                    "writes the final report, on its machine; re-run the same command here to take part again)")
+        else:
+            note = (f"the run ended '{self.status}' with {pending} task(s) still queued or in flight; the tables "
+                    "cover only what was answered so far (re-run the same command to finish)")
         unparsed = self.unparsed_line()
         if unparsed:  # answers already received (and paid) that are in no table yet
             note += ". " + unparsed.strip()[0].upper() + unparsed.strip()[1:]
@@ -434,6 +443,9 @@ class Outcome:
         n = self.remaining(C.EDGE_REQUESTS)
         if self.status != "interrupted" or not n or (self.own_stages and C.STAGE_MODEL_CALLER not in self.own_stages):
             return None
+        if self.shared_queues:
+            return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left in the shared queues (processes on other "
+                    "machines may be sending them); re-run the same command here to take part again")
         return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left queued by the interrupt; re-run the same "
                 "command to send them")
 
@@ -446,6 +458,10 @@ class Outcome:
         n = self.remaining(C.EDGE_RESPONSES)
         if not left_by or not n or (self.own_stages and C.STAGE_PARSER not in self.own_stages):
             return None
+        if self.shared_queues:
+            return (f"  {n} model answer{'s' if n != 1 else ''} received (paid where the model charges) but not "
+                    "parsed yet: left in the shared queues (processes on other machines may be parsing them); re-run "
+                    "the same command here to take part again (no new model call)")
         return (f"  {n} model answer{'s' if n != 1 else ''} received (paid where the model charges) but not parsed "
                 f"yet: left queued by {left_by}; re-run the same command to parse them (no new model call)")
 
@@ -1666,6 +1682,7 @@ async def _run(
             answered_by_model=_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge),
             planned_while_watching=n_watched,
             superseded=superseded,
+            shared_queues=uses_redis(cfg),
             **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
                if baseline is not None else {}),
             **_replay_figures(cfg, ledger),

@@ -168,8 +168,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     (:class:`geoagent.runtime.progress.Progress`): those of the last run and, where ``progress_with_work`` is
     shown instead, those of that run)), ``kind_lines`` (lines the campaign kind adds,
     :meth:`geoagent.engine.CampaignKind.status_lines`: a crawl says why it wrote no ``verify_trials.csv``),
-    ``queues_dir`` (the absolute folder its queue files are looked for in) and ``roots_relative`` (whether that
-    folder depends on the working directory)."""
+    ``queues_dir`` (the absolute folder its queue files are looked for in), ``roots_relative`` (whether that
+    folder depends on the working directory) and ``redis`` (the Redis backend: counts of every machine, rates and
+    ETA of this machine's processes)."""
     from geoagent.runtime.backend import open_state, state_exists, uses_redis
     from geoagent.runtime.queue import SUPERSEDED
 
@@ -242,7 +243,9 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "run_outcomes": _run_outcomes(Path(cfg.state_dir())),
             # the Redis backend has no queues folder to be looked for in the wrong place
             "state_ran": _state_ran(Path(cfg.state_dir())) if not queues and not uses_redis(cfg) else None,
-            "roots_relative": not Path(cfg.queues_root()).is_absolute()}
+            "roots_relative": not Path(cfg.queues_root()).is_absolute(),
+            # Redis: the counts are the campaign's (every machine), the rates and ETA this machine's processes'
+            "redis": uses_redis(cfg)}
 
 
 def _state_ran(state_dir: Path) -> dict[str, Any] | None:
@@ -505,6 +508,9 @@ def format_status(st: dict[str, Any]) -> str:
         else:
             state = "running" if running else "running, or killed before its last record"
             eta = f", ETA {format_eta(p)}"
+        if eta and st.get("redis"):  # the progress records are this machine's; the queue counts the campaign's
+            eta += (" [from this machine's rate: processes on other machines are not counted, the queue counts "
+                    "are the whole campaign's]")
         lines.append(f"  last progress ({state}), elapsed {p.get('elapsed_s', 0):.0f} s{eta}")
         # a complete campaign has no open condition: its stages' errors (a model's host down for a while under
         # --watch, a retried 503) were all overcome, so they are history (the progress log keeps them), not

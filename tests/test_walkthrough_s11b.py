@@ -182,3 +182,43 @@ def test_wikidata_retry_after_is_capped_at_one_day_like_every_other_host(caplog)
     assert "www.wikidata.org" in caplog.text and "RETRY_AFTER_MAX_S" in caplog.text
     assert c._wait_after("maxlag", {"lag": 12.0}, {"Retry-After": "3"}, 1) == 3.0
     assert c._wait_after("maxlag", {"lag": 12.0}, {"Retry-After": "inf"}, 1) == 12.0  # no HTTP number: the lag
+
+
+def _outcome(status: str, **kw):
+    from geoagent.engine import Outcome
+    from geoagent.runtime.queue import QueueCounts
+
+    counts = {"requests": QueueCounts(ready=4896, leased=0, done=104, dead=0),
+              "responses": QueueCounts(ready=3, leased=0, done=101, dead=0)}
+    return Outcome("rs", status, 130, 5000, counts, None, **kw)
+
+
+def test_redis_interrupt_summary_says_the_work_is_left_in_the_shared_queues():
+    # before: "4896 requests not sent yet: left queued by the interrupt; re-run the same command to send them"
+    # while another machine's process was still sending them
+    out = _outcome("interrupted", shared_queues=True)
+    line = out.unsent_line()
+    assert "4896 requests not sent yet" in line and "shared queues" in line and "other machines" in line, line
+    assert "left queued by the interrupt" not in line
+    parsed = out.unparsed_line()
+    assert "shared queues" in parsed and "left queued by the interrupt" not in parsed, parsed
+    note = out.interim_note()
+    assert "this machine" in note and "other machines" in note, note
+    # one machine's queues: as before
+    assert "left queued by the interrupt" in _outcome("interrupted").unsent_line()
+
+
+def test_redis_status_eta_says_it_is_this_machines_rate():
+    from geoagent.runtime.queue import QueueCounts
+    from geoagent.status import format_status
+
+    st = {"campaign": "rs", "queues": {"requests": QueueCounts(ready=40, leased=2, done=10, dead=0)},
+          "running": True, "redis": True,
+          "progress": {"t": 0.0, "elapsed_s": 12.0, "eta_s": 30.0, "eta_stage": "model_caller", "stages": []}}
+    line = next(ln for ln in format_status(st).splitlines() if "ETA" in ln)
+    assert "this machine's rate" in line, line
+    st["redis"] = False
+    line = next(ln for ln in format_status(st).splitlines() if "ETA" in ln)
+    assert "this machine" not in line, line
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "this machine's rate" in readme
