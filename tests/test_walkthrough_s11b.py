@@ -222,3 +222,38 @@ def test_redis_status_eta_says_it_is_this_machines_rate():
     assert "this machine" not in line, line
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "this machine's rate" in readme
+
+
+def test_a_429_whose_retry_after_outlasts_the_backoff_is_redelivered_not_dead_at_the_first_delivery(tmp_path,
+                                                                                                  monkeypatch):
+    # before: every call answered 429 with a Retry-After longer than the host's backoff_max_s: the HTTP client
+    # stopped after one attempt "so a queue can nack with that delay" (geoagent/runtime/http.py), but the model
+    # caller took that as retries exhausted (Missing): dead-lettered at its first delivery whatever [queue]
+    # max_attempts said (here 2)
+    import anyio
+
+    from test_cost_dead_letter_deliveries import KEY, _cfg
+
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+    from geoagent.sandbox import llm_openai
+    from geoagent.sandbox.faults import FaultConfig
+    from geoagent.sandbox.server import serve
+
+    monkeypatch.setenv("DEAD_TEST_KEY", KEY)
+    app = llm_openai.make_app(faults=FaultConfig(rate=1.0, kinds=("429",), retry_after_s=0.3), api_keys=[KEY])
+
+    async def go():
+        async with serve(app) as base:
+            p = _cfg(tmp_path, base)
+            host = base.split("//", 1)[1].rstrip("/")
+            p.write_text(p.read_text().replace("max_attempts = 8", "max_attempts = 2")
+                         + f'\n[hosts."{host}"]\nrate = 1000\nbackoff_max_s = 0.05\nmax_attempts = 3\n', encoding="utf-8")
+            return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)
+
+    out = anyio.run(go)
+    dead = out.dead["requests"]
+    assert out.counts["requests"].dead == 3
+    assert [d.attempts for d in dead] == [2, 2, 2], dead  # [queue] max_attempts deliveries, not 1
+    assert all("429" in d.reason and "Retry-After" in d.reason for d in dead), dead
+    assert out.spend["reserved_usd"] == 0 and out.spend["open_reservations"] == 0

@@ -135,6 +135,11 @@ class RetriesExhausted(HttpError):
     #: unreachable requests to the host share it; a new run (after an attempt got through) gets a new one. The
     #: stage runner refunds the queue attempts of a streak that opened a breaker (:mod:`geoagent.runtime.worker`)
     streak_id: int = 0
+    #: the attempts stopped early because the last answer's ``Retry-After`` (``retry_after_s``, seconds, the
+    #: pause applied) outlasts the call's ``backoff_max_s``: the request was not retried out, the host (or model
+    #: key) is paused instead, so a queue should put the task back after that delay, not give up on it
+    #: (:class:`geoagent.workers.model_caller.ModelCaller` nacks it with ``backoff_s = retry_after_s``)
+    paused: bool = False
 
     def __init__(self, url: str, attempts: int, last: str, retry_after_s: float | None = None) -> None:
         self.url = url
@@ -1420,6 +1425,7 @@ class HttpClient:
                 err = RetriesExhausted(shown_url, counter.attempts, _scrub(f"{last.reason}: {last.detail}", secrets), last.retry_after_s)
                 err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
                 err.host = key
+                err.paused = self._too_long(last, pol)  # stopped for a long Retry-After, not retried out
                 if _unreached(last):
                     # the last attempt did not get through to the host: it cannot be reached now (refused, DNS,
                     # connect timeout; an earlier attempt may have gone out on a pooled connection that died)

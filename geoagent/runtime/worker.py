@@ -1142,8 +1142,11 @@ class StageRunner:
             if streak is not None and self._by_charge:  # an unreachable failure: its charge id, for the refund
                 self._charge_seq += 1
                 charge = f"{self._charge_token}.{self._charge_seq}"
-            state = await self._safe(self.inq.nack(task, reason) if charge is None
-                                     else self.inq.nack(task, reason, charge=charge))
+            # a failure that says when to come back (a host's long Retry-After): redelivered after that delay
+            delay = getattr(exc, "retry_after_s", None) if getattr(exc, "paused", False) else None
+            backoff = {"backoff_s": float(delay)} if isinstance(delay, (int, float)) and delay >= 0 else {}
+            state = await self._safe(self.inq.nack(task, reason, **backoff) if charge is None
+                                     else self.inq.nack(task, reason, charge=charge, **backoff))
             self.stats.failed += 1
             if state == "dead":
                 self.stats.dead += 1

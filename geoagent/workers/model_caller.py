@@ -224,6 +224,10 @@ class CallFailed(RuntimeError):
     "Refunds"), else None."""
 
     unreachable_streak: tuple[str, int] | None = None
+    #: with ``paused``: seconds the task should wait before its next delivery (a 429/503 ``Retry-After`` longer
+    #: than the host's backoff: the stage runner nacks it with that delay, :mod:`geoagent.runtime.worker`)
+    retry_after_s: float | None = None
+    paused: bool = False
 
 
 #: consecutive authentication failures (HTTP 401/403 from a model's host) that stop dispatching to it
@@ -1336,6 +1340,14 @@ class ModelCaller(Stage):
                 # no attempt got through to the host, none may have been billed: the breaker decides
                 raise _Unreachable(str(exc.host), int(exc.streak or 0), exc.last, exc.attempts,
                                    int(getattr(exc, "streak_id", 0) or 0)) from None
+            if isinstance(exc, RetriesExhausted) and exc.paused and exc.retry_after_s is not None:
+                # the host asked for a pause longer than the call's backoff: not retried out, so the task goes
+                # back to the queue for after the pause (an attempt counted, [queue] max_attempts), not dead
+                failed = CallFailed(f"paused by the host: {_excerpt(exc.last)} (Retry-After {exc.retry_after_s:g} s, "
+                                    f"longer than the host's backoff_max_s; after {count_text(exc.attempts, 'attempt')} "
+                                    "in this delivery)")
+                failed.retry_after_s, failed.paused = float(exc.retry_after_s), True
+                raise failed from None
             if isinstance(exc, RetriesExhausted):
                 raise Missing(f"retries exhausted after {count_text(exc.attempts, 'attempt')}: {_excerpt(exc.last)}") from None
             if isinstance(exc, OutcomeUnknown):
