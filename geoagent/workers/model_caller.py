@@ -55,6 +55,10 @@ could not be reached        been billed: ``possibly_billed``     attempt counted
 (``unreachable``: refused,  0, so nothing was billed)            task's last attempt the host breaker opens);
 DNS, connect timeout) and                                        once the model's host breaker is open
 nothing possibly billed                                          ``HostStop`` -> held, then released untouched
+RetriesExhausted stopped    released (a 429/503 is not billed)  ``CallFailed`` (``paused``) -> nack with
+for a Retry-After longer                                         ``backoff_s`` = the pause: redelivered after
+than backoff_max_s                                               it, an attempt counted ([queue] max_attempts)
+(``paused``)
 RetriesExhausted (any       released; or unknown-outcome spend  ``Missing`` -> dead letter, reported as
 other: a host that answers  if an attempt may have been billed   missing (never a wrong answer)
 with errors, or an attempt
