@@ -252,3 +252,33 @@ def test_a_machine_with_the_same_host_name_is_judged_by_its_heartbeat_not_by_pid
         assert here.ledger.recover() == 0  # same name, other machine: its heartbeat is fresh, so it is alive
         raw.hset(owners, other.ledger.owner, orjson.dumps({**record, "pid": dead_pid}))
         assert here.ledger.recover() == 1  # this machine, pid gone: gone at once
+
+
+# --------------------------------------------------------------------------- adversarial review s11 (adv3)
+def test_attempts_marked_after_a_stall_recovered_the_reservation_are_all_counted(tmp_path, redis_url):
+    """A live process stalls past its heartbeat (GC pause, SIGSTOP, partition): another process books its open
+    reservation as unknown-outcome spend at ONE attempt. When the stalled process resumes and marks that call
+    unknown after two possibly billed attempts (two 2xx bodies that did not parse), both attempts must count.
+    Before: ``mark_unknown`` acted only on open reservations, so the second attempt was never counted (spend
+    under-counted by one reservation: the cap could be passed by it)."""
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=1.0, heartbeat_ttl_s=0.5,
+                                   host="machine-a") as a:
+        r = a.ledger.reserve("k", 0.3, model="m")
+        a.db.stop_heartbeats()  # the stall: no refresh
+        time.sleep(0.8)
+        with open_redis_campaign_state(redis_url, campaign, tmp_path / "b", host="machine-b") as b:
+            assert b.ledger.recovered == 1
+            a.ledger.mark_unknown(r, note="2 bodies unparsed", attempts=2)  # the stalled process resumes
+            s = b.ledger.summary()
+            assert (s.unknown_calls, s.unknown_usd) == (2, pytest.approx(0.6)), s
+            assert b.ledger.spend_by_model()["m"]["unknown_calls"] == 2
+            assert b.ledger.check_consistency() == []
+            with pytest.raises(BudgetExhausted):  # 0.6 counted: 0.5 more does not fit under 1.0
+                b.ledger.reserve("k2", 0.5)
+            a.ledger.mark_unknown(r, attempts=1)  # fewer attempts never lowers the count
+            assert b.ledger.summary().unknown_calls == 2
+            a.ledger.settle(r, Usage(10, 5), 0.01)  # a late settle still replaces the worst case
+            s = b.ledger.summary()
+            assert (s.unknown_calls, s.unknown_usd, s.calls) == (0, 0.0, 1) and b.ledger.check_consistency() == []
+

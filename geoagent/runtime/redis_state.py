@@ -391,8 +391,9 @@ class RedisLedger:
         self.db.script("RELEASE", reservation.id, time.time(), note or "")
 
     def mark_unknown(self, reservation: Reservation, *, note: str | None = None, attempts: int = 1) -> None:
-        """The call's outcome is unknown: keep it counted at ``attempts`` x the reservation amount (no-op if not
-        open)."""
+        """The call's outcome is unknown: keep it counted at ``attempts`` x the reservation amount. No-op if not open,
+        except for one already unknown at fewer attempts (recovery booked one attempt of this process while it
+        stalled past its heartbeat): raised to ``attempts``, so every possibly billed attempt counts."""
         self.db.script("MARK_UNKNOWN", reservation.id, time.time(), note or "", max(1, int(attempts)))
 
     # -- reading --------------------------------------------------------------------------------------

@@ -138,9 +138,24 @@ redis.call('HINCRBY', T, 'released_calls', 1)
 return 1
 """
 
-#: ARGV: prefix, reservation id, now, note, attempts. Returns 1 if it was open (now unknown), else 0.
+#: ARGV: prefix, reservation id, now, note, attempts. Returns 1 if it was open (now unknown), 2 if it was unknown
+#: already at fewer attempts (raised to ``attempts``: recovery booked one attempt of a live process that stalled
+#: past its heartbeat, and that process now reports more possibly billed ones), else 0.
 MARK_UNKNOWN = _PRELUDE + r"""
-return to_unknown(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+local attempts = tonumber(ARGV[5])
+if to_unknown(ARGV[2], ARGV[3], ARGV[4], attempts) == 1 then return 1 end
+local r = P .. 'r:' .. ARGV[2]
+local f = redis.call('HMGET', r, 'state', 'amount', 'attempts', 'model')
+if f[1] ~= 'unknown' then return 0 end
+local more = attempts - num(f[3])
+if more <= 0 then return 0 end
+local amount, M = tonumber(f[2]), P .. 'm:' .. (f[4] or '')
+redis.call('HSET', r, 'attempts', attempts, 'note', ARGV[4])
+redis.call('HINCRBY', T, 'unknown_nusd', amount * more)
+redis.call('HINCRBY', T, 'unknown_calls', more)
+redis.call('HINCRBY', M, 'unknown_nusd', amount * more)
+redis.call('HINCRBY', M, 'unknown_calls', more)
+return 2
 """
 
 #: ARGV: prefix, now, then (owner, mode) pairs; mode 'force' converts the owner's open reservations, 'hb'
