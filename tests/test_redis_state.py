@@ -282,3 +282,31 @@ def test_attempts_marked_after_a_stall_recovered_the_reservation_are_all_counted
             s = b.ledger.summary()
             assert (s.unknown_calls, s.unknown_usd, s.calls) == (0, 0.0, 1) and b.ledger.check_consistency() == []
 
+
+def test_a_server_that_may_evict_keys_is_refused(tmp_path):
+    """A server with a ``maxmemory`` limit and an evicting ``maxmemory-policy`` (allkeys-*: any key; volatile-*: keys
+    with a TTL, i.e. the owners' heartbeats) can drop the ledger's totals, reservations and stored answers, or a
+    live process's heartbeat. Before: opened silently; with ``allkeys-random`` and another application's data on
+    the server the totals and ``rid`` were evicted, the next process wrote the cap again and reserved $0.50 on top
+    of an open $0.90 under a $1.00 cap (reservation id 1 reused). Refused, naming the setting; ``noeviction``
+    opens."""
+    from test_queue_contract import RedisServer, _redis_binary
+
+    for policy in ("allkeys-random", "volatile-lru"):
+        server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "no", "--maxmemory", "64mb",
+                             "--maxmemory-policy", policy)
+        server.start()
+        try:
+            with pytest.raises(ValueError) as ei:
+                open_redis_campaign_state(server.url, "ev1", tmp_path / "s", cap_usd=1.0)
+            text = str(ei.value)
+            assert "maxmemory-policy" in text and policy in text and "noeviction" in text, text
+            import redis
+
+            raw_client = redis.Redis.from_url(server.url)
+            assert not raw_client.keys("geoagent:ev1:*")  # nothing written
+            raw_client.config_set("maxmemory-policy", "noeviction")
+            raw_client.close()
+            open_redis_campaign_state(server.url, "ev1", tmp_path / "s", cap_usd=1.0).close()
+        finally:
+            server.stop()

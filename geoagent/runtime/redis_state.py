@@ -68,7 +68,8 @@ one process, redis-server on loopback: about 1,400 reserve + store pairs/s (SQLi
 Durability is the server's: run it with the append-only file (``appendonly yes``; ``appendfsync everysec`` may
 lose the last second on a power cut, ``always`` nothing; https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/).
 A server without persistence loses spend records and stored answers when it restarts (the cap then counts from
-zero); :func:`open_redis_campaign_state` logs a warning when the server says ``appendonly no``.
+zero); :func:`open_redis_campaign_state` logs a warning when the server says ``appendonly no``, and refuses a
+server that may evict keys (:func:`check_no_eviction`).
 """
 
 from __future__ import annotations
@@ -729,6 +730,41 @@ def _warn_without_persistence(client: Any) -> None:
                     "campaign's spend records and stored answers; set appendonly yes for paid campaigns")
 
 
+def check_no_eviction(client: Any) -> None:
+    """Refuse a server that may evict keys: a ``maxmemory`` limit with a ``maxmemory-policy`` other than
+    ``noeviction`` (read from ``INFO memory``, which managed servers that disable ``CONFIG`` still answer).
+
+    ``allkeys-*`` may drop any key: the totals (the cap, spend, open reservations), the reservation counter and
+    records, the stored answers; a later process then writes the cap again over an empty ledger and reserves up to
+    it once more. ``volatile-*`` drops keys with a TTL: a live process's heartbeat, so its open calls are taken for
+    a crashed process's and sent again. https://redis.io/docs/latest/develop/reference/eviction/
+
+    Raises
+    ------
+    ValueError
+        The server reports an evicting policy with a memory limit (the message names both and the fix).
+    """
+    try:
+        info = client.info("memory")
+    except Exception as exc:  # noqa: BLE001 - a server that hides INFO: nothing to check (connection errors recur later)
+        from redis.exceptions import ResponseError
+
+        if isinstance(exc, ResponseError):
+            return
+        raise
+    policy = _text(info.get("maxmemory_policy", "noeviction"))
+    try:
+        limit = int(info.get("maxmemory", 0))
+    except (TypeError, ValueError):
+        limit = 0
+    if limit > 0 and policy != "noeviction":
+        raise ValueError(
+            f"the Redis server may evict keys (maxmemory-policy {policy} with maxmemory {limit} bytes): it could "
+            "drop the campaign's spend records, reservations, stored answers or a running process's heartbeat, "
+            "so the cap would be counted from $0 again and answered calls paid again. Set maxmemory-policy "
+            "noeviction (CONFIG SET maxmemory-policy noeviction, or in redis.conf), or maxmemory 0")
+
+
 def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathLike[str], *,
                               cap_usd: float | None = None, recover: bool = True, recover_all: bool = False,
                               heartbeat_ttl_s: float = HEARTBEAT_TTL_S, host: str | None = None,
@@ -753,7 +789,7 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
     Raises
     ------
     ValueError
-        Unsafe campaign name, malformed URL.
+        Unsafe campaign name, malformed URL, a server that may evict keys (:func:`check_no_eviction`).
     redis.ConnectionError
         The server cannot be reached (after the retries).
     """
@@ -761,6 +797,7 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
     Path(state_dir).mkdir(parents=True, exist_ok=True)
     db = RedisStateDB(redis_client(url, **(client_options or {})), campaign, state_dir)
     try:
+        check_no_eviction(db.client)
         _warn_without_persistence(db.client)
         ledger = RedisLedger(db, cap_usd, recover=recover, recover_all=recover_all,
                              heartbeat_ttl_s=heartbeat_ttl_s, host=host)
