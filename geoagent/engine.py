@@ -670,7 +670,8 @@ def check_state_matches_queues(cfg: Any) -> None:
     ledger's spend are lost: the run would end "complete" with nothing scored and the cap reset to $0 spent.
     A file of another ``[campaign] kind`` under a name already used (a config copied from another campaign,
     its name kept) would enqueue its work into that campaign's queues, spend from its ledger and mix both in
-    its results: refused before anything is written (the manifest records the kind of every run).
+    its results: refused before anything is written (the manifest records the kind of every run; on Redis the
+    server records it too, :func:`geoagent.runtime.backend.check_server_kind`, for the other machines).
 
     Raises
     ------
@@ -693,10 +694,11 @@ def check_state_matches_queues(cfg: Any) -> None:
             f"this name, and {getattr(cfg, 'source', 'this file')} is a {kind} campaign; give it its own "
             "[campaign] name (its queues, spend and results would otherwise mix with the other's)"
         )
-    from geoagent.runtime.backend import check_backend_unchanged, uses_redis
+    from geoagent.runtime.backend import check_backend_unchanged, check_server_kind, uses_redis
 
     check_backend_unchanged(cfg)  # a campaign moved to the other backend would pay for everything again
     if uses_redis(cfg):  # queues and ledger/store live together on the Redis server
+        check_server_kind(cfg)  # another machine's campaign of another kind under this name
         return
     if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
         raise ValueError(
@@ -1255,6 +1257,9 @@ async def run_campaign(
         # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
         # version before the record) get their record now, so a second state folder started meanwhile is refused
         check_queues_state_root(cfg, record=_has_queues(cfg))
+        from geoagent.runtime.backend import check_server_kind
+
+        check_server_kind(cfg, record=True)  # Redis: the kind recorded on the server, before anything is queued
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     try:
