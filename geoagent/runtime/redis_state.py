@@ -292,8 +292,23 @@ class RedisLedger:
                                "proc_start": proc_start(os.getpid()), "started_at": time.time()})
         db.start_heartbeat(self.owner, record, heartbeat_ttl_s)
         if cap_usd is not None:
-            db.client.hset(db.key("totals"), "cap_nusd", usd_to_nano(cap_usd))
+            self._set_cap(usd_to_nano(cap_usd))
         self.recovered = self.recover(all_owners=recover_all) if (recover or recover_all) else 0
+
+    def _set_cap(self, cap: int) -> None:
+        """Write the campaign's cap (nano-USD); warn when that changes the one on the server: every process of every
+        machine reserves against it from now on, and another machine's config may hold another amount."""
+        pipe = self.db.client.pipeline(transaction=True)
+        pipe.hget(self.db.key("totals"), "cap_nusd")
+        pipe.hset(self.db.key("totals"), "cap_nusd", cap)
+        before = pipe.execute()[0]
+        if before is not None and int(before) != cap:
+            def usd(n: int) -> str:
+                return f"${nano_to_usd(n):.2f}" if n >= 10 ** 9 else f"${nano_to_usd(n):.6f}"
+
+            log.warning("[budget] cap_usd: this process sets campaign %s's cap to %s; it was %s (set by an earlier "
+                        "run, maybe on another machine): every machine's processes now reserve against %s. Give "
+                        "every machine's config the same cap", self.db.campaign, usd(cap), usd(int(before)), usd(cap))
 
     # -- recovery -------------------------------------------------------------------------------------
 
