@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from geoagent.providers.base import ModelResponse, Usage
-from geoagent.runtime.ledger import BudgetExhausted
+from geoagent.runtime.ledger import BudgetExhausted, Reservation
 from geoagent.runtime.redis_state import open_redis_campaign_state, state_prefix
 from geoagent.runtime.store import open_campaign_state
 from test_queue_contract import raw, redis_url  # noqa: F401 - the module's redis-server fixtures
@@ -332,3 +332,29 @@ def test_a_process_that_changes_the_shared_cap_says_so(tmp_path, redis_url, capl
             assert d.ledger.summary().cap_usd == 50.0
     msgs = [r.getMessage() for r in caplog.records if "cap_usd" in r.getMessage()]
     assert len(msgs) == 1 and "$20.00" in msgs[0] and "$50.00" in msgs[0] and "every machine" in msgs[0], msgs
+
+
+def test_a_reservation_made_after_the_owner_was_recovered_is_never_orphaned(tmp_path, redis_url):
+    """Process A stalls past its heartbeat (or is cut off from the server): B's recovery books A's calls and drops
+    A's owner record. A resumes and reserves a new call before its heartbeat thread's next tick (up to a third of
+    the TTL later), then dies. Before: that reservation had no owner record, so no recovery ever judged it: it
+    stayed open for good, holding its amount against the cap and its request key "in flight elsewhere" (every
+    other process waited on it, then failed the task). Every reservation records its owner and refreshes its
+    heartbeat (it proves the owner alive), so it is judged like any other."""
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=1.0, heartbeat_ttl_s=0.5,
+                                   host="machine-a") as a, \
+            open_redis_campaign_state(redis_url, campaign, tmp_path / "b", host="machine-b") as b:
+        a.ledger.reserve("k0", 0.1)
+        a.db.stop_heartbeats()  # the stall
+        time.sleep(0.8)
+        assert b.ledger.recover() == 1
+        a.ledger.reserve("k1", 0.2)  # A resumed; it dies before its heartbeat beats again
+        assert b.ledger.reserve_guarded("k1", 0.2) == "elsewhere"  # A's call may be in flight
+        assert b.ledger.recover() == 0  # the reservation proved A alive: its heartbeat is fresh
+        time.sleep(0.8)
+        assert b.ledger.gone_open() == (pytest.approx(0.2), 1)
+        assert b.ledger.recover() == 1
+        s = b.ledger.summary()
+        assert (s.open_reservations, s.reserved_usd, s.unknown_usd) == (0, 0.0, pytest.approx(0.3))
+        assert isinstance(b.ledger.reserve_guarded("k1", 0.2), Reservation)

@@ -25,7 +25,8 @@ Money rules (the same as SQLite's, see :mod:`geoagent.runtime.ledger`)
 Crash recovery across machines (the owner rule). Each :class:`RedisLedger` registers an *owner* (``<host>:<pid>:<random>``)
 and keeps a heartbeat key ``hb:<owner>`` alive with a TTL of ``heartbeat_ttl_s`` (default
 :data:`HEARTBEAT_TTL_S` = 30 s, server-side expiry, so clocks of machines need not agree), refreshed every
-``heartbeat_ttl_s / 3`` by a daemon thread. An owner is **gone** when its heartbeat key has expired, or, as a
+``heartbeat_ttl_s / 3`` by a daemon thread and by each of its reservations (which also writes its owner record
+back if a recovery dropped it while the process stalled: no open reservation is left without an owner to judge). An owner is **gone** when its heartbeat key has expired, or, as a
 faster path, when it is on this host (same host name and kernel boot id) and its pid no longer runs (or runs a
 later process: :func:`geoagent.runtime.procs.process_alive`). ``recover`` (at start, and while a call waits on a key held
 elsewhere) turns the open reservations of gone owners into unknown-outcome spend, like SQLite. A process
@@ -290,6 +291,8 @@ class RedisLedger:
         self.owner = f"{self.host}:{os.getpid()}:{_pysecrets.token_hex(6)}"
         record = orjson.dumps({"host": self.host, "boot_id": _BOOT_ID, "pid": os.getpid(),
                                "proc_start": proc_start(os.getpid()), "started_at": time.time()})
+        # also written by every reservation (RESERVE), with the heartbeat: none is left without its owner
+        self._record, self._hb_ms = record, max(1, round(heartbeat_ttl_s * 1000))
         db.start_heartbeat(self.owner, record, heartbeat_ttl_s)
         if cap_usd is not None:
             self._set_cap(usd_to_nano(cap_usd))
@@ -359,7 +362,7 @@ class RedisLedger:
         amount = usd_to_nano(worst_case_usd, round_up=True)
         out = self.db.script("RESERVE", uuid.uuid4().hex, round(REPLY_TTL_S * 1000), amount, request_key,
                              model or "", "0" if model is None else "1", self.owner, time.time(),
-                             "1" if guard else "0")
+                             "1" if guard else "0", self._record, self._hb_ms)
         what = _text(out[0])
         if what == "reserved":
             return Reservation(int(out[1]), request_key, amount, model)

@@ -85,7 +85,10 @@ end
 
 #: ARGV: prefix, reply token, reply ttl (ms), amount (nano-USD), request key, model ('' = none), has model
 #: ('1'/'0'), owner, now (unix s), guard ('1': answer 'stored' / 'elsewhere' instead of reserving when the
-#: response is stored or another owner holds an open reservation for the key).
+#: response is stored or another owner holds an open reservation for the key), owner record (JSON: written to
+#: ``owners`` unless there, so that recovery can judge every open reservation, also one made after a recovery
+#: dropped the record of its owner, a live process that had stalled past its heartbeat), heartbeat TTL (ms: the
+#: reservation refreshes the owner's heartbeat, it proves the owner alive).
 #: Returns {'reserved', id} | {'refused', cap, spent, reserved, unknown} | {'stored'} | {'elsewhere'}.
 RESERVE = _PRELUDE + r"""
 local rep = P .. 'reply:' .. ARGV[2]
@@ -111,6 +114,10 @@ redis.call('HINCRBY', T, 'reserved_nusd', amount)
 redis.call('HINCRBY', T, 'open_reservations', 1)
 redis.call('SADD', P .. 'oopen:' .. owner, id)
 redis.call('HSET', P .. 'kopen:' .. key, id, owner)
+if ARGV[11] then  -- a reserving owner is alive: its record and heartbeat exist from now on
+  redis.call('HSETNX', P .. 'owners', owner, ARGV[11])
+  redis.call('SET', P .. 'hb:' .. owner, '1', 'PX', ARGV[12])
+end
 redis.call('SADD', P .. 'models', model)
 redis.call('HINCRBY', P .. 'm:' .. model, 'reserved_nusd', amount)
 redis.call('HINCRBY', P .. 'm:' .. model, 'open_reservations', 1)
