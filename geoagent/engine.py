@@ -1242,6 +1242,7 @@ async def run_campaign(
     t0 = time.monotonic()
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
+    recorded_kind = False
     if not simulate:
         from geoagent.secrets import SecretNotFound
 
@@ -1259,7 +1260,8 @@ async def run_campaign(
         check_queues_state_root(cfg, record=_has_queues(cfg))
         from geoagent.runtime.backend import check_server_kind
 
-        check_server_kind(cfg, record=True)  # Redis: the kind recorded on the server, before anything is queued
+        # Redis: the kind recorded on the server, before anything is queued
+        recorded_kind = check_server_kind(cfg, record=True)
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     try:
@@ -1272,7 +1274,11 @@ async def run_campaign(
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
                                      only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
     except BaseException:
-        discard_unstarted_state(written, created)  # e.g. a missing API key or a bad plan (exit 2)
+        # e.g. a missing API key or a bad plan (exit 2)
+        if discard_unstarted_state(written, created) and recorded_kind:  # (it found no queue on the server)
+            from geoagent.runtime.backend import forget_server_kind
+
+            forget_server_kind(cfg)  # nothing ran: the name is free again, as the removed folder's manifest
         raise
     if simulate:
         discard_unstarted_state(written, created)  # a dry run leaves nothing under state/

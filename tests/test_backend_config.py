@@ -211,11 +211,15 @@ def test_a_campaign_of_another_kind_under_the_same_name_on_another_machine_is_re
 
     monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
     backend = '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n'
+    raw_client = redis.Redis.from_url(secured_redis)
+    (tmp_path / "z").mkdir()  # a first run that fails before queuing anything records no kind (as no manifest)
+    rc, text = _cli(["run", str(_redis_campaign(tmp_path / "z", "same", n=0))], capsys)
+    assert rc == 2 and "planned 0 requests" in text and raw_client.get("geoagent:same::campaign_kind") is None, text
     (tmp_path / "a").mkdir()
     cfg_a = _redis_campaign(tmp_path / "a", "same", n=5)
     rc, text = _cli(["run", str(cfg_a)], capsys)
     assert rc == 0, text
-    raw_client = redis.Redis.from_url(secured_redis)
+    assert raw_client.get("geoagent:same::campaign_kind") == b"generic"
     before = {k: raw_client.type(k) for k in raw_client.keys("geoagent:same:*")}
     totals = raw_client.hgetall("geoagent:same::totals")
     (tmp_path / "b").mkdir()

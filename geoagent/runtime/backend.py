@@ -155,10 +155,10 @@ def check_backend_unchanged(cfg: Any) -> None:
 KIND_KEY = "campaign_kind"
 
 
-def check_server_kind(cfg: Any, *, record: bool = False) -> None:
+def check_server_kind(cfg: Any, *, record: bool = False) -> bool:
     """Refuse a ``kind = "redis"`` campaign whose ``[campaign] kind`` is not the one recorded on the server under its
     name; with ``record``, record it when none is (atomically: of two machines starting different kinds at once,
-    the second is refused). No-op for SQLite.
+    the second is refused). Return whether this call recorded it. No-op (False) for SQLite.
 
     On one machine the manifest ties a campaign name to its kind (:func:`geoagent.engine.check_state_matches_queues`);
     another machine has no manifest of it, so a file of another kind that happens to use the same name would
@@ -173,7 +173,7 @@ def check_server_kind(cfg: Any, *, record: bool = False) -> None:
     """
     url = redis_url(cfg)
     if url is None:
-        return
+        return False
     from geoagent.runtime.redis_state import redis_client, state_prefix
 
     kind = cfg.campaign.kind
@@ -181,7 +181,7 @@ def check_server_kind(cfg: Any, *, record: bool = False) -> None:
     client = redis_client(url)
     try:
         if record and client.set(key, kind, nx=True):
-            return
+            return True
         got = client.get(key)
     except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
         raise _scrubbed(exc, url) from None
@@ -195,6 +195,27 @@ def check_server_kind(cfg: Any, *, record: bool = False) -> None:
             "campaign; give it its own [campaign] name (its queues, cap, spend and results would otherwise mix with "
             "the other's)"
         )
+    return False
+
+
+def forget_server_kind(cfg: Any) -> None:
+    """Drop the kind :func:`check_server_kind` recorded for a run that failed before it queued anything (its state
+    folder is removed too, :func:`geoagent.engine.discard_unstarted_state`), if it is still this file's kind: a
+    corrected file of another kind may then use the name. Best effort: an unreachable server leaves it."""
+    url = redis_url(cfg)
+    if url is None:
+        return
+    from geoagent.runtime.redis_state import redis_client, state_prefix
+
+    client = redis_client(url)
+    try:
+        # compare-and-delete in one step: another machine's run may have recorded its own meanwhile
+        client.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                    1, state_prefix(cfg.name) + KIND_KEY, cfg.campaign.kind)
+    except Exception:  # noqa: BLE001 - best effort on a failed run's way out
+        pass
+    finally:
+        client.close()
 
 
 # ------------------------------------------------------------------------------------------------
