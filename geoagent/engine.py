@@ -1275,7 +1275,11 @@ async def run_campaign(
                                      only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
     except BaseException:
         # e.g. a missing API key or a bad plan (exit 2)
-        if discard_unstarted_state(written, created) and recorded_kind:  # (it found no queue on the server)
+        try:
+            discarded = discard_unstarted_state(written, created)
+        except Exception:  # noqa: BLE001 - e.g. the Redis server went away: keep the folder, raise the run's error
+            discarded = False
+        if discarded and recorded_kind:  # (it found no queue on the server)
             from geoagent.runtime.backend import forget_server_kind
 
             forget_server_kind(cfg)  # nothing ran: the name is free again, as the removed folder's manifest

@@ -146,6 +146,14 @@ def _text(v: Any) -> str:
     return v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else str(v)
 
 
+def _mark_retrieved(fut: "asyncio.Future[Any]") -> None:
+    """Done callback: mark a job future's exception as retrieved. Whoever awaits the future still gets it; when the
+    awaiting task was cancelled first (the workers' task group ending because the server went away), asyncio would
+    otherwise log a "Future exception was never retrieved" traceback for each job, after the run's own error."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class RedisStateDB:
     """The Redis connection of one process's campaign state, with the job thread of :class:`CampaignDB`.
 
@@ -208,7 +216,9 @@ class RedisStateDB:
         """Queue ``fn()`` like :meth:`submit_future`; return a future of the running loop. As with
         :class:`~geoagent.runtime.ledger.CampaignDB`, a job whose future is cancelled before it started is
         skipped, one already running completes. Raises RuntimeError outside a running loop."""
-        return asyncio.wrap_future(self.submit_future(fn))
+        fut = asyncio.wrap_future(self.submit_future(fn))
+        fut.add_done_callback(_mark_retrieved)
+        return fut
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking ``fn(*args, **kwargs)`` on this state's thread and await its result."""
@@ -675,7 +685,15 @@ class RedisResponseStore:
     aget = ResponseStore.aget
     ahas = ResponseStore.ahas
     aput = ResponseStore.aput
-    put_shielded = ResponseStore.put_shielded
+
+    def put_shielded(self, key: str, request_meta: dict[str, Any], response: ModelResponse,
+                     reservation: Reservation | None, *, cost_usd: float = 0.0) -> "asyncio.Future[bool]":
+        """:meth:`geoagent.runtime.store.ResponseStore.put_shielded`: :meth:`put` queued now, awaited through
+        ``asyncio.shield``; a failure (the server went away) is raised to the awaiting task, not logged again."""
+        fut = ResponseStore.put_shielded(self, key, request_meta, response, reservation, cost_usd=cost_usd)
+        fut.add_done_callback(_mark_retrieved)
+        return fut
+
     aput_result = ResponseStore.aput_result
     aput_results = ResponseStore.aput_results
     aget_result = ResponseStore.aget_result
