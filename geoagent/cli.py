@@ -337,7 +337,7 @@ EXIT_CODES_EPILOG = """exit codes:
        prints its whole report first, then a last line `exit 2: ...` saying why
   3    incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),
        or left queued untouched because a stage stopped early, e.g. a host could not be reached (the
-       summary names it; re-run the same command to resume)
+       summary names it; re-run the same command to resume), or the [backend] Redis server went away
   4    budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)
   5    authentication failed: a model's host answered 401/403 repeatedly (that model's work stays queued
        while the other models finish), or the Mapillary API refused a crawl's token (the crawl stops at
@@ -355,7 +355,7 @@ _CTRL_C = "interrupted (Ctrl-C)"
 _CONFIG_ERR = "config error, bad argument or unusable path"
 _INCOMPLETE = ("incomplete: some work dead-lettered (list it with `dead CONFIG`, retry with `dead CONFIG --requeue`),\n"
                "       or left queued untouched because a stage stopped early, e.g. a host could not be reached (the\n"
-               "       summary names it; re-run the same command to resume)")
+               "       summary names it; re-run the same command to resume), or the [backend] Redis server went away")
 _BUDGET = "budget exhausted: the cost cap stopped dispatching (raise [budget] cap_usd and re-run)"
 _RESUME = "interrupted (Ctrl-C / SIGTERM): re-run the same command to resume"
 _NO_USABLE = ("no usable answers: every planned task reached the end, but a model answered and none of its\n"
@@ -556,6 +556,15 @@ def _run_command(args: argparse.Namespace) -> int:
             print(f"error: {leaf} (check [paths] in the config and ${C.ENV_STATE_ROOT} / ${C.ENV_QUEUES_ROOT})",
                   file=sys.stderr)
             return 2
+        lost = _redis_failure(exc)
+        if lost is not None:
+            from geoagent.runtime.backend import scrub
+
+            print(f"error: the Redis server named by [backend] url_env failed during the command "
+                  f"({scrub(f'{type(lost).__name__}: {lost}', None)}); what it acknowledged is kept there (stored "
+                  "answers, spend, finished work; calls cut off count as unknown-outcome spend): re-run the same "
+                  "command once it answers again", file=sys.stderr)
+            return 3
         raise
 
 
@@ -586,6 +595,28 @@ def entry() -> None:
 
 #: file-system errors that mean a data root or input path is unusable (answered with one line, exit 2)
 _PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def _redis_failure(exc: BaseException) -> BaseException | None:
+    """The first Redis client error (redis-py's ``RedisError``: connection lost, timeout, ...) when every error in
+    ``exc`` (an exception group walked down, cancellations left out) is one, else None."""
+    import asyncio
+
+    try:
+        from redis.exceptions import RedisError
+    except ImportError:  # redis-py absent: no campaign can use Redis
+        return None
+    leaves: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        elif not isinstance(e, asyncio.CancelledError):
+            leaves.append(e)
+    if leaves and all(isinstance(e, RedisError) for e in leaves):
+        return leaves[-1]
+    return None
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -703,7 +703,8 @@ def check_state_matches_queues(cfg: Any) -> None:
     ledger's spend are lost: the run would end "complete" with nothing scored and the cap reset to $0 spent.
     A file of another ``[campaign] kind`` under a name already used (a config copied from another campaign,
     its name kept) would enqueue its work into that campaign's queues, spend from its ledger and mix both in
-    its results: refused before anything is written (the manifest records the kind of every run).
+    its results: refused before anything is written (the manifest records the kind of every run; on Redis the
+    server records it too, :func:`geoagent.runtime.backend.check_server_kind`, for the other machines).
 
     Raises
     ------
@@ -726,10 +727,11 @@ def check_state_matches_queues(cfg: Any) -> None:
             f"this name, and {getattr(cfg, 'source', 'this file')} is a {kind} campaign; give it its own "
             "[campaign] name (its queues, spend and results would otherwise mix with the other's)"
         )
-    from geoagent.runtime.backend import check_backend_unchanged, uses_redis
+    from geoagent.runtime.backend import check_backend_unchanged, check_server_kind, uses_redis
 
     check_backend_unchanged(cfg)  # a campaign moved to the other backend would pay for everything again
     if uses_redis(cfg):  # queues and ledger/store live together on the Redis server
+        check_server_kind(cfg)  # another machine's campaign of another kind under this name
         return
     if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
         raise ValueError(
@@ -1329,6 +1331,7 @@ async def run_campaign(
     t0 = time.monotonic()
     kind = load_kind(cfg.campaign.kind)
     check_state_matches_queues(cfg)
+    recorded_kind = False
     if not simulate:
         from geoagent.secrets import SecretNotFound
 
@@ -1348,6 +1351,10 @@ async def run_campaign(
         # before the run lock's start-up recovery could hand back live leases; queues that hold work (of a
         # version before the record) get their record now, so a second state folder started meanwhile is refused
         check_queues_state_root(cfg, record=_has_queues(cfg))
+        from geoagent.runtime.backend import check_server_kind
+
+        # Redis: the kind recorded on the server, before anything is queued
+        recorded_kind = check_server_kind(cfg, record=True)
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     from geoagent.runtime.daemon import LateSignals
@@ -1365,7 +1372,15 @@ async def run_campaign(
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
                                      only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
     except BaseException:
-        discard_unstarted_state(written, created)  # e.g. a missing API key or a bad plan (exit 2)
+        # e.g. a missing API key or a bad plan (exit 2)
+        try:
+            discarded = discard_unstarted_state(written, created)
+        except Exception:  # noqa: BLE001 - e.g. the Redis server went away: keep the folder, raise the run's error
+            discarded = False
+        if discarded and recorded_kind:  # (it found no queue on the server)
+            from geoagent.runtime.backend import forget_server_kind
+
+            forget_server_kind(cfg)  # nothing ran: the name is free again, as the removed folder's manifest
         raise
     finally:
         if late is not None:

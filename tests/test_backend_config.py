@@ -195,3 +195,42 @@ def test_switching_the_backend_of_a_campaign_with_state_is_refused(tmp_path, mon
     cfg2.write_text(plain, encoding="utf-8")
     rc, text = _cli(["run", str(cfg2)], capsys)
     assert rc == 2 and "ran on the redis backend" in text, text
+
+
+def test_a_campaign_of_another_kind_under_the_same_name_on_another_machine_is_refused(
+        tmp_path, monkeypatch, capsys, secured_redis, release_dir):
+    """Two machines, each with its own state folder and config, share one Redis server: machine A runs ``generic``
+    campaign ``same``; machine B's file is a GeoVerify campaign that happens to have the same ``[campaign] name``.
+    On one machine the manifest refuses that (its queues, spend and results would mix with the other's); across
+    machines B has no manifest, so the record must be on the server. Before: B's run went ahead, enqueued its plan
+    into A's campaign and spent from A's ledger. Refused (run and dry run, exit 2) naming both kinds, before
+    anything is written; A's campaign is untouched and still runs."""
+    import redis
+
+    from _model_harness import geoverify_replay_toml
+
+    monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
+    backend = '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n'
+    raw_client = redis.Redis.from_url(secured_redis)
+    (tmp_path / "z").mkdir()  # a first run that fails before queuing anything records no kind (as no manifest)
+    rc, text = _cli(["run", str(_redis_campaign(tmp_path / "z", "same", n=0))], capsys)
+    assert rc == 2 and "planned 0 requests" in text and raw_client.get("geoagent:same::campaign_kind") is None, text
+    (tmp_path / "a").mkdir()
+    cfg_a = _redis_campaign(tmp_path / "a", "same", n=5)
+    rc, text = _cli(["run", str(cfg_a)], capsys)
+    assert rc == 0, text
+    assert raw_client.get("geoagent:same::campaign_kind") == b"generic"
+    before = {k: raw_client.type(k) for k in raw_client.keys("geoagent:same:*")}
+    totals = raw_client.hgetall("geoagent:same::totals")
+    (tmp_path / "b").mkdir()
+    cfg_b = tmp_path / "b" / "gv.toml"
+    cfg_b.write_text(geoverify_replay_toml(tmp_path / "b", "same", release_dir) + backend, encoding="utf-8")
+    for args in (["run", "--simulate", str(cfg_b)], ["run", str(cfg_b)]):
+        rc, text = _cli(args, capsys)
+        assert rc == 2 and "generic" in text and "geoverify" in text and "[campaign] name" in text, (args, text)
+        assert PASSWORD not in text
+    assert {k: raw_client.type(k) for k in raw_client.keys("geoagent:same:*")} == before  # nothing written
+    assert raw_client.hgetall("geoagent:same::totals") == totals
+    raw_client.close()
+    rc, text = _cli(["run", str(cfg_a)], capsys)  # the campaign's own file still runs
+    assert rc == 0 and "complete" in text, text

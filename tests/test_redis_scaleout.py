@@ -109,3 +109,60 @@ def test_two_processes_with_separate_state_share_one_campaign_and_survive_a_kill
     assert s.unknown_calls >= len(repeats)
     assert s.spent_usd == pytest.approx(sum((cs[-1]["input_tokens"] * 0.15 + cs[-1]["output_tokens"] * 0.60) / 1e6
                                             for cs in billed.values()), rel=1e-6, abs=1e-9)
+
+
+def test_a_server_that_goes_away_mid_run_ends_the_run_with_one_line_and_a_rerun_completes(tmp_path):
+    """The Redis server stops mid-run (a restart, a failover longer than the client's retries). Before: the run
+    ended with exit code 1 (the README's code for "nothing to export") and a 500-line traceback of an exception
+    group of ``redis.exceptions.ConnectionError`` from the workers (or, when one error came first, exit 2 "cannot
+    be used", the code of a config error). Now: one ``error:`` line naming the server (not its URL or password)
+    and what to do, exit 3 (incomplete: re-run to resume). Once the server is back the same command completes:
+    every request answered and settled once, spend within the cap."""
+    from test_backend_config import PASSWORD
+    from test_queue_contract import RedisServer, _redis_binary
+
+    import redis
+
+    server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    server.start()
+
+    def protect() -> str:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        client.config_set("requirepass", PASSWORD)
+        client.close()
+        return f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+    fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
+    try:
+        url = protect()
+        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
+        cfg = generic_campaign(tmp_path, name="gone", n=40, models=models, cap_usd=1.0,
+                               queue={"visibility_timeout_s": 3.0})
+        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        env = _env(url, tmp_path / "state")
+        run = _start(cfg, env, tmp_path / "run.log")
+        deadline = time.monotonic() + 60
+        while len(fake.calls()) < 8 and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.02)
+        assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        server.stop()
+        rc = run.wait(60)
+        text = (tmp_path / "run.log").read_text()
+        assert rc == 3, text[-3000:]
+        assert "Traceback" not in text and PASSWORD not in text, text[-3000:]
+        errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and "Redis server" in errors[0] and "re-run" in errors[0], text[-3000:]
+        server.start()
+        url = protect()
+        again = subprocess.run([sys.executable, "run.py", "run", str(cfg)], cwd=REPO, env=_env(url, tmp_path / "state"),
+                               capture_output=True, text=True, timeout=240)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        with open_redis_campaign_state(url, "gone", tmp_path / "check", recover=False) as st:
+            s = st.ledger.summary()
+            settled = Counter(r["key"] for r in st.ledger.iter_reservations() if r["state"] == "settled")
+            assert st.store.count_responses() == 40 and len(settled) == 40 and max(settled.values()) == 1
+            assert s.open_reservations == 0 and s.spent_usd + s.unknown_usd <= s.cap_usd
+            assert st.ledger.check_consistency() == []
+    finally:
+        fake.close()
+        server.stop()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from geoagent.providers.base import ModelResponse, Usage
-from geoagent.runtime.ledger import BudgetExhausted
+from geoagent.runtime.ledger import BudgetExhausted, Reservation
 from geoagent.runtime.redis_state import open_redis_campaign_state, state_prefix
 from geoagent.runtime.store import open_campaign_state
 from test_queue_contract import raw, redis_url  # noqa: F401 - the module's redis-server fixtures
@@ -252,3 +252,109 @@ def test_a_machine_with_the_same_host_name_is_judged_by_its_heartbeat_not_by_pid
         assert here.ledger.recover() == 0  # same name, other machine: its heartbeat is fresh, so it is alive
         raw.hset(owners, other.ledger.owner, orjson.dumps({**record, "pid": dead_pid}))
         assert here.ledger.recover() == 1  # this machine, pid gone: gone at once
+
+
+# --------------------------------------------------------------------------- adversarial review s11 (adv3)
+def test_attempts_marked_after_a_stall_recovered_the_reservation_are_all_counted(tmp_path, redis_url):
+    """A live process stalls past its heartbeat (GC pause, SIGSTOP, partition): another process books its open
+    reservation as unknown-outcome spend at ONE attempt. When the stalled process resumes and marks that call
+    unknown after two possibly billed attempts (two 2xx bodies that did not parse), both attempts must count.
+    Before: ``mark_unknown`` acted only on open reservations, so the second attempt was never counted (spend
+    under-counted by one reservation: the cap could be passed by it)."""
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=1.0, heartbeat_ttl_s=0.5,
+                                   host="machine-a") as a:
+        r = a.ledger.reserve("k", 0.3, model="m")
+        a.db.stop_heartbeats()  # the stall: no refresh
+        time.sleep(0.8)
+        with open_redis_campaign_state(redis_url, campaign, tmp_path / "b", host="machine-b") as b:
+            assert b.ledger.recovered == 1
+            a.ledger.mark_unknown(r, note="2 bodies unparsed", attempts=2)  # the stalled process resumes
+            s = b.ledger.summary()
+            assert (s.unknown_calls, s.unknown_usd) == (2, pytest.approx(0.6)), s
+            assert b.ledger.spend_by_model()["m"]["unknown_calls"] == 2
+            assert b.ledger.check_consistency() == []
+            with pytest.raises(BudgetExhausted):  # 0.6 counted: 0.5 more does not fit under 1.0
+                b.ledger.reserve("k2", 0.5)
+            a.ledger.mark_unknown(r, attempts=1)  # fewer attempts never lowers the count
+            assert b.ledger.summary().unknown_calls == 2
+            a.ledger.settle(r, Usage(10, 5), 0.01)  # a late settle still replaces the worst case
+            s = b.ledger.summary()
+            assert (s.unknown_calls, s.unknown_usd, s.calls) == (0, 0.0, 1) and b.ledger.check_consistency() == []
+
+
+def test_a_server_that_may_evict_keys_is_refused(tmp_path):
+    """A server with a ``maxmemory`` limit and an evicting ``maxmemory-policy`` (allkeys-*: any key; volatile-*: keys
+    with a TTL, i.e. the owners' heartbeats) can drop the ledger's totals, reservations and stored answers, or a
+    live process's heartbeat. Before: opened silently; with ``allkeys-random`` and another application's data on
+    the server the totals and ``rid`` were evicted, the next process wrote the cap again and reserved $0.50 on top
+    of an open $0.90 under a $1.00 cap (reservation id 1 reused). Refused, naming the setting; ``noeviction``
+    opens."""
+    from test_queue_contract import RedisServer, _redis_binary
+
+    for policy in ("allkeys-random", "volatile-lru"):
+        server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "no", "--maxmemory", "64mb",
+                             "--maxmemory-policy", policy)
+        server.start()
+        try:
+            with pytest.raises(ValueError) as ei:
+                open_redis_campaign_state(server.url, "ev1", tmp_path / "s", cap_usd=1.0)
+            text = str(ei.value)
+            assert "maxmemory-policy" in text and policy in text and "noeviction" in text, text
+            import redis
+
+            raw_client = redis.Redis.from_url(server.url)
+            assert not raw_client.keys("geoagent:ev1:*")  # nothing written
+            raw_client.config_set("maxmemory-policy", "noeviction")
+            raw_client.close()
+            open_redis_campaign_state(server.url, "ev1", tmp_path / "s", cap_usd=1.0).close()
+        finally:
+            server.stop()
+
+
+def test_a_process_that_changes_the_shared_cap_says_so(tmp_path, redis_url, caplog):
+    """Every machine's config carries ``[budget] cap_usd`` and each process writes its own over the campaign's one
+    cap on the server: a machine started with a stale file (the cap lowered elsewhere to stop spending) raises it
+    again for every machine. Before: silently. The process that changes the cap warns with both amounts; the
+    same cap, or a process that sets none (status, dry run), says nothing."""
+    import logging
+
+    campaign = _campaign(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="geoagent.runtime.redis_state"):
+        with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=20.0):
+            pass
+        with open_redis_campaign_state(redis_url, campaign, tmp_path / "b", cap_usd=20.0):
+            pass
+        with open_redis_campaign_state(redis_url, campaign, tmp_path / "c"):
+            pass
+        assert not [r for r in caplog.records if "cap" in r.getMessage() and "appendonly" not in r.getMessage()]
+        with open_redis_campaign_state(redis_url, campaign, tmp_path / "d", cap_usd=50.0) as d:
+            assert d.ledger.summary().cap_usd == 50.0
+    msgs = [r.getMessage() for r in caplog.records if "cap_usd" in r.getMessage()]
+    assert len(msgs) == 1 and "$20.00" in msgs[0] and "$50.00" in msgs[0] and "every machine" in msgs[0], msgs
+
+
+def test_a_reservation_made_after_the_owner_was_recovered_is_never_orphaned(tmp_path, redis_url):
+    """Process A stalls past its heartbeat (or is cut off from the server): B's recovery books A's calls and drops
+    A's owner record. A resumes and reserves a new call before its heartbeat thread's next tick (up to a third of
+    the TTL later), then dies. Before: that reservation had no owner record, so no recovery ever judged it: it
+    stayed open for good, holding its amount against the cap and its request key "in flight elsewhere" (every
+    other process waited on it, then failed the task). Every reservation records its owner and refreshes its
+    heartbeat (it proves the owner alive), so it is judged like any other."""
+    campaign = _campaign(tmp_path)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=1.0, heartbeat_ttl_s=0.5,
+                                   host="machine-a") as a, \
+            open_redis_campaign_state(redis_url, campaign, tmp_path / "b", host="machine-b") as b:
+        a.ledger.reserve("k0", 0.1)
+        a.db.stop_heartbeats()  # the stall
+        time.sleep(0.8)
+        assert b.ledger.recover() == 1
+        a.ledger.reserve("k1", 0.2)  # A resumed; it dies before its heartbeat beats again
+        assert b.ledger.reserve_guarded("k1", 0.2) == "elsewhere"  # A's call may be in flight
+        assert b.ledger.recover() == 0  # the reservation proved A alive: its heartbeat is fresh
+        time.sleep(0.8)
+        assert b.ledger.gone_open() == (pytest.approx(0.2), 1)
+        assert b.ledger.recover() == 1
+        s = b.ledger.summary()
+        assert (s.open_reservations, s.reserved_usd, s.unknown_usd) == (0, 0.0, pytest.approx(0.3))
+        assert isinstance(b.ledger.reserve_guarded("k1", 0.2), Reservation)

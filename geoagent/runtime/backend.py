@@ -151,6 +151,73 @@ def check_backend_unchanged(cfg: Any) -> None:
     )
 
 
+#: key suffix (after :func:`geoagent.runtime.redis_state.state_prefix`) of the campaign kind recorded on the server
+KIND_KEY = "campaign_kind"
+
+
+def check_server_kind(cfg: Any, *, record: bool = False) -> bool:
+    """Refuse a ``kind = "redis"`` campaign whose ``[campaign] kind`` is not the one recorded on the server under its
+    name; with ``record``, record it when none is (atomically: of two machines starting different kinds at once,
+    the second is refused). Return whether this call recorded it. No-op (False) for SQLite.
+
+    On one machine the manifest ties a campaign name to its kind (:func:`geoagent.engine.check_state_matches_queues`);
+    another machine has no manifest of it, so a file of another kind that happens to use the same name would
+    enqueue its plan into the campaign's queues, write its ``[budget] cap_usd`` over the campaign's cap and spend
+    from its ledger. The server's record is what every machine sees.
+
+    Raises
+    ------
+    BackendError
+        Naming both kinds and the fix (a new ``[campaign] name``); like :func:`redis_url`; a connection error with
+        the URL scrubbed.
+    """
+    url = redis_url(cfg)
+    if url is None:
+        return False
+    from geoagent.runtime.redis_state import redis_client, state_prefix
+
+    kind = cfg.campaign.kind
+    key = state_prefix(cfg.name) + KIND_KEY
+    client = redis_client(url)
+    try:
+        if record and client.set(key, kind, nx=True):
+            return True
+        got = client.get(key)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+        raise _scrubbed(exc, url) from None
+    finally:
+        client.close()
+    recorded = got.decode("utf-8", "replace") if isinstance(got, bytes) else got
+    if recorded is not None and recorded != kind:
+        raise BackendError(
+            f"campaign {cfg.name}: the Redis server named by [backend] url_env holds a {recorded} campaign under this "
+            f"name (run from another machine or config), and {getattr(cfg, 'source', 'this file')} is a {kind} "
+            "campaign; give it its own [campaign] name (its queues, cap, spend and results would otherwise mix with "
+            "the other's)"
+        )
+    return False
+
+
+def forget_server_kind(cfg: Any) -> None:
+    """Drop the kind :func:`check_server_kind` recorded for a run that failed before it queued anything (its state
+    folder is removed too, :func:`geoagent.engine.discard_unstarted_state`), if it is still this file's kind: a
+    corrected file of another kind may then use the name. Best effort: an unreachable server leaves it."""
+    url = redis_url(cfg)
+    if url is None:
+        return
+    from geoagent.runtime.redis_state import redis_client, state_prefix
+
+    client = redis_client(url)
+    try:
+        # compare-and-delete in one step: another machine's run may have recorded its own meanwhile
+        client.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                    1, state_prefix(cfg.name) + KIND_KEY, cfg.campaign.kind)
+    except Exception:  # noqa: BLE001 - best effort on a failed run's way out
+        pass
+    finally:
+        client.close()
+
+
 # ------------------------------------------------------------------------------------------------
 # campaign state and queues of either backend
 # ------------------------------------------------------------------------------------------------

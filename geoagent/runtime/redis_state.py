@@ -25,7 +25,8 @@ Money rules (the same as SQLite's, see :mod:`geoagent.runtime.ledger`)
 Crash recovery across machines (the owner rule). Each :class:`RedisLedger` registers an *owner* (``<host>:<pid>:<random>``)
 and keeps a heartbeat key ``hb:<owner>`` alive with a TTL of ``heartbeat_ttl_s`` (default
 :data:`HEARTBEAT_TTL_S` = 30 s, server-side expiry, so clocks of machines need not agree), refreshed every
-``heartbeat_ttl_s / 3`` by a daemon thread. An owner is **gone** when its heartbeat key has expired, or, as a
+``heartbeat_ttl_s / 3`` by a daemon thread and by each of its reservations (which also writes its owner record
+back if a recovery dropped it while the process stalled: no open reservation is left without an owner to judge). An owner is **gone** when its heartbeat key has expired, or, as a
 faster path, when it is on this host (same host name and kernel boot id) and its pid no longer runs (or runs a
 later process: :func:`geoagent.runtime.procs.process_alive`). ``recover`` (at start, and while a call waits on a key held
 elsewhere) turns the open reservations of gone owners into unknown-outcome spend, like SQLite. A process
@@ -68,7 +69,8 @@ one process, redis-server on loopback: about 1,400 reserve + store pairs/s (SQLi
 Durability is the server's: run it with the append-only file (``appendonly yes``; ``appendfsync everysec`` may
 lose the last second on a power cut, ``always`` nothing; https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/).
 A server without persistence loses spend records and stored answers when it restarts (the cap then counts from
-zero); :func:`open_redis_campaign_state` logs a warning when the server says ``appendonly no``.
+zero); :func:`open_redis_campaign_state` logs a warning when the server says ``appendonly no``, and refuses a
+server that may evict keys (:func:`check_no_eviction`).
 """
 
 from __future__ import annotations
@@ -144,6 +146,14 @@ def _text(v: Any) -> str:
     return v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else str(v)
 
 
+def _mark_retrieved(fut: "asyncio.Future[Any]") -> None:
+    """Done callback: mark a job future's exception as retrieved. Whoever awaits the future still gets it; when the
+    awaiting task was cancelled first (the workers' task group ending because the server went away), asyncio would
+    otherwise log a "Future exception was never retrieved" traceback for each job, after the run's own error."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class RedisStateDB:
     """The Redis connection of one process's campaign state, with the job thread of :class:`CampaignDB`.
 
@@ -206,7 +216,9 @@ class RedisStateDB:
         """Queue ``fn()`` like :meth:`submit_future`; return a future of the running loop. As with
         :class:`~geoagent.runtime.ledger.CampaignDB`, a job whose future is cancelled before it started is
         skipped, one already running completes. Raises RuntimeError outside a running loop."""
-        return asyncio.wrap_future(self.submit_future(fn))
+        fut = asyncio.wrap_future(self.submit_future(fn))
+        fut.add_done_callback(_mark_retrieved)
+        return fut
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking ``fn(*args, **kwargs)`` on this state's thread and await its result."""
@@ -289,10 +301,27 @@ class RedisLedger:
         self.owner = f"{self.host}:{os.getpid()}:{_pysecrets.token_hex(6)}"
         record = orjson.dumps({"host": self.host, "boot_id": _BOOT_ID, "pid": os.getpid(),
                                "proc_start": proc_start(os.getpid()), "started_at": time.time()})
+        # also written by every reservation (RESERVE), with the heartbeat: none is left without its owner
+        self._record, self._hb_ms = record, max(1, round(heartbeat_ttl_s * 1000))
         db.start_heartbeat(self.owner, record, heartbeat_ttl_s)
         if cap_usd is not None:
-            db.client.hset(db.key("totals"), "cap_nusd", usd_to_nano(cap_usd))
+            self._set_cap(usd_to_nano(cap_usd))
         self.recovered = self.recover(all_owners=recover_all) if (recover or recover_all) else 0
+
+    def _set_cap(self, cap: int) -> None:
+        """Write the campaign's cap (nano-USD); warn when that changes the one on the server: every process of every
+        machine reserves against it from now on, and another machine's config may hold another amount."""
+        pipe = self.db.client.pipeline(transaction=True)
+        pipe.hget(self.db.key("totals"), "cap_nusd")
+        pipe.hset(self.db.key("totals"), "cap_nusd", cap)
+        before = pipe.execute()[0]
+        if before is not None and int(before) != cap:
+            def usd(n: int) -> str:
+                return f"${nano_to_usd(n):.2f}" if n >= 10 ** 9 else f"${nano_to_usd(n):.6f}"
+
+            log.warning("[budget] cap_usd: this process sets campaign %s's cap to %s; it was %s (set by an earlier "
+                        "run, maybe on another machine): every machine's processes now reserve against %s. Give "
+                        "every machine's config the same cap", self.db.campaign, usd(cap), usd(int(before)), usd(cap))
 
     # -- recovery -------------------------------------------------------------------------------------
 
@@ -343,7 +372,7 @@ class RedisLedger:
         amount = usd_to_nano(worst_case_usd, round_up=True)
         out = self.db.script("RESERVE", uuid.uuid4().hex, round(REPLY_TTL_S * 1000), amount, request_key,
                              model or "", "0" if model is None else "1", self.owner, time.time(),
-                             "1" if guard else "0")
+                             "1" if guard else "0", self._record, self._hb_ms)
         what = _text(out[0])
         if what == "reserved":
             return Reservation(int(out[1]), request_key, amount, model)
@@ -391,8 +420,9 @@ class RedisLedger:
         self.db.script("RELEASE", reservation.id, time.time(), note or "")
 
     def mark_unknown(self, reservation: Reservation, *, note: str | None = None, attempts: int = 1) -> None:
-        """The call's outcome is unknown: keep it counted at ``attempts`` x the reservation amount (no-op if not
-        open)."""
+        """The call's outcome is unknown: keep it counted at ``attempts`` x the reservation amount. No-op if not open,
+        except for one already unknown at fewer attempts (recovery booked one attempt of this process while it
+        stalled past its heartbeat): raised to ``attempts``, so every possibly billed attempt counts."""
         self.db.script("MARK_UNKNOWN", reservation.id, time.time(), note or "", max(1, int(attempts)))
 
     # -- reading --------------------------------------------------------------------------------------
@@ -655,7 +685,15 @@ class RedisResponseStore:
     aget = ResponseStore.aget
     ahas = ResponseStore.ahas
     aput = ResponseStore.aput
-    put_shielded = ResponseStore.put_shielded
+
+    def put_shielded(self, key: str, request_meta: dict[str, Any], response: ModelResponse,
+                     reservation: Reservation | None, *, cost_usd: float = 0.0) -> "asyncio.Future[bool]":
+        """:meth:`geoagent.runtime.store.ResponseStore.put_shielded`: :meth:`put` queued now, awaited through
+        ``asyncio.shield``; a failure (the server went away) is raised to the awaiting task, not logged again."""
+        fut = ResponseStore.put_shielded(self, key, request_meta, response, reservation, cost_usd=cost_usd)
+        fut.add_done_callback(_mark_retrieved)
+        return fut
+
     aput_result = ResponseStore.aput_result
     aput_results = ResponseStore.aput_results
     aget_result = ResponseStore.aget_result
@@ -734,6 +772,41 @@ def _warn_without_persistence(client: Any, campaign: str) -> None:
                       "campaigns", SetupWarning, stacklevel=2)
 
 
+def check_no_eviction(client: Any) -> None:
+    """Refuse a server that may evict keys: a ``maxmemory`` limit with a ``maxmemory-policy`` other than
+    ``noeviction`` (read from ``INFO memory``, which managed servers that disable ``CONFIG`` still answer).
+
+    ``allkeys-*`` may drop any key: the totals (the cap, spend, open reservations), the reservation counter and
+    records, the stored answers; a later process then writes the cap again over an empty ledger and reserves up to
+    it once more. ``volatile-*`` drops keys with a TTL: a live process's heartbeat, so its open calls are taken for
+    a crashed process's and sent again. https://redis.io/docs/latest/develop/reference/eviction/
+
+    Raises
+    ------
+    ValueError
+        The server reports an evicting policy with a memory limit (the message names both and the fix).
+    """
+    try:
+        info = client.info("memory")
+    except Exception as exc:  # noqa: BLE001 - a server that hides INFO: nothing to check (connection errors recur later)
+        from redis.exceptions import ResponseError
+
+        if isinstance(exc, ResponseError):
+            return
+        raise
+    policy = _text(info.get("maxmemory_policy", "noeviction"))
+    try:
+        limit = int(info.get("maxmemory", 0))
+    except (TypeError, ValueError):
+        limit = 0
+    if limit > 0 and policy != "noeviction":
+        raise ValueError(
+            f"the Redis server may evict keys (maxmemory-policy {policy} with maxmemory {limit} bytes): it could "
+            "drop the campaign's spend records, reservations, stored answers or a running process's heartbeat, "
+            "so the cap would be counted from $0 again and answered calls paid again. Set maxmemory-policy "
+            "noeviction (CONFIG SET maxmemory-policy noeviction, or in redis.conf), or maxmemory 0")
+
+
 def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathLike[str], *,
                               cap_usd: float | None = None, recover: bool = True, recover_all: bool = False,
                               heartbeat_ttl_s: float = HEARTBEAT_TTL_S, host: str | None = None,
@@ -758,7 +831,7 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
     Raises
     ------
     ValueError
-        Unsafe campaign name, malformed URL.
+        Unsafe campaign name, malformed URL, a server that may evict keys (:func:`check_no_eviction`).
     redis.ConnectionError
         The server cannot be reached (after the retries).
     """
@@ -766,6 +839,7 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
     Path(state_dir).mkdir(parents=True, exist_ok=True)
     db = RedisStateDB(redis_client(url, **(client_options or {})), campaign, state_dir)
     try:
+        check_no_eviction(db.client)
         _warn_without_persistence(db.client, campaign)
         ledger = RedisLedger(db, cap_usd, recover=recover, recover_all=recover_all,
                              heartbeat_ttl_s=heartbeat_ttl_s, host=host)

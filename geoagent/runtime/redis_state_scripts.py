@@ -85,7 +85,10 @@ end
 
 #: ARGV: prefix, reply token, reply ttl (ms), amount (nano-USD), request key, model ('' = none), has model
 #: ('1'/'0'), owner, now (unix s), guard ('1': answer 'stored' / 'elsewhere' instead of reserving when the
-#: response is stored or another owner holds an open reservation for the key).
+#: response is stored or another owner holds an open reservation for the key), owner record (JSON: written to
+#: ``owners`` unless there, so that recovery can judge every open reservation, also one made after a recovery
+#: dropped the record of its owner, a live process that had stalled past its heartbeat), heartbeat TTL (ms: the
+#: reservation refreshes the owner's heartbeat, it proves the owner alive).
 #: Returns {'reserved', id} | {'refused', cap, spent, reserved, unknown} | {'stored'} | {'elsewhere'}.
 RESERVE = _PRELUDE + r"""
 local rep = P .. 'reply:' .. ARGV[2]
@@ -111,6 +114,10 @@ redis.call('HINCRBY', T, 'reserved_nusd', amount)
 redis.call('HINCRBY', T, 'open_reservations', 1)
 redis.call('SADD', P .. 'oopen:' .. owner, id)
 redis.call('HSET', P .. 'kopen:' .. key, id, owner)
+if ARGV[11] then  -- a reserving owner is alive: its record and heartbeat exist from now on
+  redis.call('HSETNX', P .. 'owners', owner, ARGV[11])
+  redis.call('SET', P .. 'hb:' .. owner, '1', 'PX', ARGV[12])
+end
 redis.call('SADD', P .. 'models', model)
 redis.call('HINCRBY', P .. 'm:' .. model, 'reserved_nusd', amount)
 redis.call('HINCRBY', P .. 'm:' .. model, 'open_reservations', 1)
@@ -138,9 +145,24 @@ redis.call('HINCRBY', T, 'released_calls', 1)
 return 1
 """
 
-#: ARGV: prefix, reservation id, now, note, attempts. Returns 1 if it was open (now unknown), else 0.
+#: ARGV: prefix, reservation id, now, note, attempts. Returns 1 if it was open (now unknown), 2 if it was unknown
+#: already at fewer attempts (raised to ``attempts``: recovery booked one attempt of a live process that stalled
+#: past its heartbeat, and that process now reports more possibly billed ones), else 0.
 MARK_UNKNOWN = _PRELUDE + r"""
-return to_unknown(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+local attempts = tonumber(ARGV[5])
+if to_unknown(ARGV[2], ARGV[3], ARGV[4], attempts) == 1 then return 1 end
+local r = P .. 'r:' .. ARGV[2]
+local f = redis.call('HMGET', r, 'state', 'amount', 'attempts', 'model')
+if f[1] ~= 'unknown' then return 0 end
+local more = attempts - num(f[3])
+if more <= 0 then return 0 end
+local amount, M = tonumber(f[2]), P .. 'm:' .. (f[4] or '')
+redis.call('HSET', r, 'attempts', attempts, 'note', ARGV[4])
+redis.call('HINCRBY', T, 'unknown_nusd', amount * more)
+redis.call('HINCRBY', T, 'unknown_calls', more)
+redis.call('HINCRBY', M, 'unknown_nusd', amount * more)
+redis.call('HINCRBY', M, 'unknown_calls', more)
+return 2
 """
 
 #: ARGV: prefix, now, then (owner, mode) pairs; mode 'force' converts the owner's open reservations, 'hb'
