@@ -312,25 +312,28 @@ def test_a_server_that_may_evict_keys_is_refused(tmp_path):
             server.stop()
 
 
-def test_a_process_that_changes_the_shared_cap_says_so(tmp_path, redis_url, caplog):
+def test_a_process_that_changes_the_shared_cap_says_so(tmp_path, redis_url):
     """Every machine's config carries ``[budget] cap_usd`` and each process writes its own over the campaign's one
     cap on the server: a machine started with a stale file (the cap lowered elsewhere to stop spending) raises it
     again for every machine. Before: silently. The process that changes the cap warns with both amounts; the
     same cap, or a process that sets none (status, dry run), says nothing."""
-    import logging
+    import warnings
+
+    from geoagent.config import SetupWarning
 
     campaign = _campaign(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="geoagent.runtime.redis_state"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=20.0):
             pass
         with open_redis_campaign_state(redis_url, campaign, tmp_path / "b", cap_usd=20.0):
             pass
         with open_redis_campaign_state(redis_url, campaign, tmp_path / "c"):
             pass
-        assert not [r for r in caplog.records if "cap" in r.getMessage() and "appendonly" not in r.getMessage()]
+        assert not [w for w in caught if "cap_usd" in str(w.message)]
         with open_redis_campaign_state(redis_url, campaign, tmp_path / "d", cap_usd=50.0) as d:
             assert d.ledger.summary().cap_usd == 50.0
-    msgs = [r.getMessage() for r in caplog.records if "cap_usd" in r.getMessage()]
+    msgs = [str(w.message) for w in caught if "cap_usd" in str(w.message) and issubclass(w.category, SetupWarning)]
     assert len(msgs) == 1 and "$20.00" in msgs[0] and "$50.00" in msgs[0] and "every machine" in msgs[0], msgs
 
 

@@ -319,9 +319,15 @@ class RedisLedger:
             def usd(n: int) -> str:
                 return f"${nano_to_usd(n):.2f}" if n >= 10 ** 9 else f"${nano_to_usd(n):.6f}"
 
-            log.warning("[budget] cap_usd: this process sets campaign %s's cap to %s; it was %s (set by an earlier "
-                        "run, maybe on another machine): every machine's processes now reserve against %s. Give "
-                        "every machine's config the same cap", self.db.campaign, usd(cap), usd(int(before)), usd(cap))
+            import warnings
+
+            from geoagent.config import SetupWarning
+
+            # a SetupWarning: the CLI prints it as one ``warning:`` line like its other warnings
+            warnings.warn(f"campaign {self.db.campaign}: [budget] cap_usd: this process sets the campaign's cap to "
+                          f"{usd(cap)}; it was {usd(int(before))} (set by an earlier run, maybe on another machine): "
+                          f"every machine's processes now reserve against {usd(cap)}. Give every machine's config the "
+                          "same cap", SetupWarning, stacklevel=2)
 
     # -- recovery -------------------------------------------------------------------------------------
 
