@@ -75,7 +75,9 @@ nothing for that task. A batch ``ack``/``release`` applies the valid leases in t
 raises with ``stale_keys``.
 
 Retries after a lost reply. :func:`open_redis_queue` makes redis-py retry a command (on a fresh
-connection) when the connection drops or times out, so a server restart or a network blip is ridden out.
+connection) when the connection drops, a connect is refused or a reply times out, for up to the retry window
+(:mod:`geoagent.runtime.redis_retry`: 45 s from the first failure by default, replies timed out after 30 s), so
+a server restart, a failover or a network blip is ridden out.
 When the *reply* was lost (the server ran the script, the connection dropped before the answer came
 back), the retry is a second run of the same call. The queue's state is safe against that by construction
 (``HSETNX`` for put, the lease-id check of every finishing call, attempts counted only under a held lease);
@@ -106,10 +108,11 @@ The record lives in the same Redis as the effect, so persistence and replication
 AOF both survive a crash or neither does, and a replica promoted by a failover has the record of every
 effect it has. Bound: records expire after ``reply_ttl_s`` (default ``REPLY_TTL_S`` = 300 s), which must
 exceed the longest time the client may keep retrying one call; with the default retry policy that is
-about ``(RETRIES + 1) * (socket_connect_timeout + socket_timeout) + RETRIES * 1`` s
-(:func:`open_redis_queue` refuses a shorter ``reply_ttl_s`` when the timeouts are given). Set a
-``socket_timeout`` where the network can partition: without one a hung connection is not retried at all,
-it waits for TCP to give up. A retry that reaches the server after the record expired runs as a new call
+about ``window + 2 * (socket_connect_timeout + socket_timeout)`` s, 45 + 2 * (10 + 30) = 125 s with the
+defaults (:func:`geoagent.runtime.redis_retry.retry_span_s`; :func:`open_redis_queue` refuses a
+``reply_ttl_s`` that is not longer). The default ``socket_timeout`` (30 s) also ends a connection that hangs
+(a partition) instead of waiting for TCP to give up; no queue command blocks on the server (``XREADGROUP``
+is sent without ``BLOCK``, inside a script). A retry that reaches the server after the record expired runs as a new call
 (state still right, the return value as without a token). Memory, measured on Redis 6.2 (``MEMORY
 USAGE``): about 115 bytes per mutating call plus (key length + 2) bytes per task leased, each held for
 ``reply_ttl_s``: for the 11,700 tasks/s benchmark above with 10-character keys (batches of 256, about 92
@@ -155,14 +158,13 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.paths import safe_name
+from geoagent.runtime.redis_retry import REPLY_TTL_S, client_defaults, retry_span_s, window_retry
 from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, Refund, RefundResult, Task, WorkQueue, check_refunds
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
 
 try:  # optional dependency: pip install 'geoagent[redis]'
     import redis.asyncio as aioredis
     from redis.asyncio.connection import parse_url
-    from redis.asyncio.retry import Retry
-    from redis.backoff import EqualJitterBackoff
     from redis.exceptions import RedisError, ResponseError
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -173,10 +175,6 @@ __all__ = ["RedisStreamsQueue", "open_redis_queue", "key_prefix", "GROUP"]
 
 #: consumer group name on every queue stream
 GROUP = "workers"
-#: default retries of a command after a connection error or timeout (:func:`open_redis_queue`)
-RETRIES = 3
-#: longest backoff between two of those retries, s
-_RETRY_BACKOFF_CAP_S = 1.0
 #: longest visibility timeout or backoff in s (about 31 years): larger values (``inf``) are clamped to it
 _MAX_S = 1e9
 #: key suffixes, in the order every script receives them as KEYS[1..13]
@@ -186,8 +184,8 @@ KEY_SUFFIXES = (
 )
 #: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[14] of its script)
 REPLY_SUFFIX = "reply:"
-#: default lifetime of a reply record in s (:class:`RedisStreamsQueue` ``reply_ttl_s``); see the module docstring
-REPLY_TTL_S = 300.0
+# REPLY_TTL_S (imported): default lifetime of a reply record in s (:class:`RedisStreamsQueue` ``reply_ttl_s``), shared
+# with the ledger/store; see the module docstring
 
 # Shared prelude of every script: names for KEYS, the server clock, group creation, the two moves that
 # keep the stream, the PEL and the indexes in step, and ``once``, the reply record of a mutating call.
@@ -732,7 +730,8 @@ class RedisStreamsQueue(WorkQueue):
     seed : int, optional
         Seed of the backoff jitter generator (tests).
     reply_ttl_s : float
-        Lifetime in s of the reply record each mutating call leaves on the server (``REPLY_TTL_S`` = 300):
+        Lifetime in s of the reply record each mutating call leaves on the server (``REPLY_TTL_S`` = 300,
+        :mod:`geoagent.runtime.redis_retry`):
         a retry of the call that arrives within it answers as the first run did. Must exceed the longest
         time the client may keep retrying one call (module docstring, "Retries after a lost reply").
 
@@ -1130,13 +1129,15 @@ def open_redis_queue(
     campaign, edge : str
         As for :func:`geoagent.runtime.queue.open_queue`.
     client_options : dict, optional
-        Extra keyword arguments for ``redis.asyncio.Redis.from_url`` (timeouts, TLS, ...). Unless it
-        names a ``retry`` policy, a command that meets a dropped connection or a timeout is retried up to
-        ``RETRIES`` (3) times on a fresh connection with equal-jitter backoff (50 ms doubling, at most 1 s):
-        safe, since every mutating queue call carries a call token and a retry answers from its reply
-        record (see the module docstring). When ``socket_timeout`` is given (here or in the URL's query),
-        the longest retry window ``(RETRIES + 1) * (socket_connect_timeout + socket_timeout) + RETRIES``
-        s must be shorter than ``reply_ttl_s``.
+        Extra keyword arguments for ``redis.asyncio.Redis.from_url`` (timeouts, TLS, ...). Timeouts default
+        to 30 s per reply and 10 s per connect unless given here or in the URL's query
+        (:mod:`geoagent.runtime.redis_retry`). Unless it names a ``retry`` policy, a command that meets a
+        dropped connection, a refused connect or a timeout is retried on a fresh connection for up to the
+        retry window (45 s; ``GEOAGENT_REDIS_RETRY_S``) with equal-jitter backoff (50 ms doubling, at most
+        1 s): safe, since every mutating queue call carries a call token and a retry answers from its reply
+        record (see the module docstring). The longest time one call may be retried,
+        ``window + 2 * (socket_connect_timeout + socket_timeout)`` s, must then be shorter than
+        ``reply_ttl_s``; with a ``retry`` policy of its own the caller keeps that bound.
     **options
         As for :class:`RedisStreamsQueue`: ``max_attempts`` (default 5), ``backoff_base_s`` (2.0),
         ``backoff_max_s`` (300.0), ``put_chunk``, ``promote_max``, ``consumer``, ``seed``,
@@ -1149,26 +1150,23 @@ def open_redis_queue(
     Raises
     ------
     ValueError
-        Unsafe ``campaign``/``edge``, a bad option, a malformed URL, or a ``reply_ttl_s`` not longer
-        than the default retry policy's window.
+        Unsafe ``campaign``/``edge``, a bad option, a malformed URL, a bad ``GEOAGENT_REDIS_RETRY_S``, or a
+        ``reply_ttl_s`` not longer than the default retry policy's span.
     """
     key_prefix(campaign, edge)  # validate before creating a client
     client_options = dict(client_options or {})
+    client_options.update(client_defaults(parse_url(url), client_options))  # 30 s reply / 10 s connect timeouts
     if "retry" not in client_options:
-        # from_url's pool does not retry by default; a retried queue call answers from its reply record as
-        # long as that record lives, so the retries must end within reply_ttl_s (module docstring)
-        timeouts = {**parse_url(url), **client_options}
-        socket_s = timeouts.get("socket_timeout")
-        if socket_s is not None:
-            connect_s = timeouts.get("socket_connect_timeout") or socket_s
-            window_s = (RETRIES + 1) * (float(connect_s) + float(socket_s)) + RETRIES * _RETRY_BACKOFF_CAP_S
-            ttl_s = float(options.get("reply_ttl_s", REPLY_TTL_S))
-            if not ttl_s > window_s:
-                raise ValueError(
-                    f"reply_ttl_s={ttl_s:g} s must exceed the client's retry window of {window_s:g} s "
-                    f"({RETRIES + 1} tries of socket_connect_timeout + socket_timeout, plus backoffs): raise "
-                    "reply_ttl_s or lower the timeouts"
-                )
-        client_options["retry"] = Retry(EqualJitterBackoff(cap=_RETRY_BACKOFF_CAP_S, base=0.05), RETRIES)
+        # a retried queue call answers from its reply record as long as that record lives, so the retries must
+        # end within reply_ttl_s (module docstring; geoagent.runtime.redis_retry)
+        span_s = retry_span_s({**parse_url(url), **client_options})
+        ttl_s = float(options.get("reply_ttl_s", REPLY_TTL_S))
+        if not ttl_s > span_s:
+            raise ValueError(
+                f"reply_ttl_s={ttl_s:g} s must exceed the {span_s:g} s one call may be retried for (the retry "
+                "window plus twice socket_connect_timeout + socket_timeout): raise reply_ttl_s or lower the "
+                "timeouts"
+            )
+        client_options["retry"] = window_retry(asynchronous=True)
     client = aioredis.Redis.from_url(url, **client_options)
     return RedisStreamsQueue(client, campaign, edge, owns_client=True, **options)
