@@ -209,3 +209,37 @@ def test_a_server_restarted_within_the_retry_window_is_ridden_out_and_every_requ
         server.stop()
     billed = Counter(c["key"] for c in calls if c.get("status") == 200)
     assert len(billed) == 40 and max(billed.values()) == 1  # each request paid once
+
+
+def test_a_rerun_on_the_same_machine_takes_over_a_killed_process_leases_at_once(tmp_path, redis_url):
+    """A process is SIGKILLed mid-run and run again on the same machine, with the default visibility timeout
+    (300 s). Before: the re-run waited for the dead process's Redis leases to expire (about 5 minutes idle; SQLite
+    hands them back at start). Now the re-run hands back at start the leases of this machine's gone processes and
+    completes at once: every request answered and stored once, the killed calls counted as unknown spend."""
+    fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
+    try:
+        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
+        cfg = generic_campaign(tmp_path, name="rerun", n=30, models=models, cap_usd=1.0)
+        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        env = _env(redis_url, tmp_path / "state")
+        first = _start(cfg, env, tmp_path / "first.log")
+        deadline = time.monotonic() + 60
+        while len(fake.calls()) < 6 and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.02)
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+        t0 = time.monotonic()
+        again = subprocess.run([sys.executable, "run.py", "run", str(cfg)], cwd=REPO, env=env, capture_output=True,
+                               text=True, timeout=150)
+        took = time.monotonic() - t0
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert took < 120, took  # not the 300 s visibility timeout
+        assert "redelivered now" in again.stdout + again.stderr
+        with open_redis_campaign_state(redis_url, "rerun", tmp_path / "check", recover=False) as st:
+            s = st.ledger.summary()
+            settled = Counter(r["key"] for r in st.ledger.iter_reservations() if r["state"] == "settled")
+            assert st.store.count_responses() == 30 and len(settled) == 30 and max(settled.values()) == 1
+            assert s.open_reservations == 0 and st.ledger.check_consistency() == []
+    finally:
+        fake.close()

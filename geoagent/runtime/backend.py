@@ -361,5 +361,10 @@ class SyncRedisQueue:
     def requeue_dead_sync(self, keys: Sequence[str] | None = None) -> int:
         return self._call(lambda q: q.requeue_dead(keys))
 
+    def hand_back_gone_local_sync(self) -> int:
+        """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`: the leases of this machine's
+        gone processes, handed back now; how many."""
+        return self._call(lambda q: q.hand_back_gone_local())
+
     def close_sync(self) -> None:
         return None

@@ -34,6 +34,8 @@ suffix         type    content
 ``charges``    hash    key -> JSON list of the charge ids its charged nacks recorded, not yet refunded or
                        cleared by ``requeue_dead`` (absent = none)
 ``killer``     hash    key -> the charge id of the charged nack that dead-lettered it, while it is dead
+``consumers``  hash    consumer -> JSON {host, boot_id, pid, proc_start} of the process that leased under that name
+                       (written by each ``lease`` that grants tasks; :meth:`RedisStreamsQueue.hand_back_gone_local`)
 ``reply:<t>``  string  reply record of the mutating call with token ``<t>`` (msgpack), expires after
                        ``reply_ttl_s``: see "Retries after a lost reply"
 =============  ======  =====================================================================================
@@ -136,7 +138,9 @@ Differences from the SQLite backend (none in the interface semantics):
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
   runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
   scripts of about ``put_chunk`` entries each (SQLite: one read transaction);
-* no synchronous (``*_sync``) API and no ``expire_leases``;
+* no synchronous (``*_sync``) API and no ``expire_leases``: a crashed consumer's leases come back after their
+  visibility timeout, or at once through :meth:`RedisStreamsQueue.hand_back_gone_local` when a process on the same
+  machine (host name and boot id) finds its pid gone (a run calls it at start: ``engine.expire_dead_leases``);
 * done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
   bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
 * every mutating call leaves a small reply record for ``reply_ttl_s`` (above), so a retried call answers
@@ -158,6 +162,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.paths import safe_name
+from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S, client_defaults, retry_span_s, window_retry
 from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, Refund, RefundResult, Task, WorkQueue, check_refunds
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
@@ -184,6 +189,8 @@ KEY_SUFFIXES = (
 )
 #: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[14] of its script)
 REPLY_SUFFIX = "reply:"
+#: suffix of the hash consumer -> JSON {host, boot_id, pid, proc_start} of the process that leased under that name
+CONSUMERS_SUFFIX = "consumers"
 # REPLY_TTL_S (imported): default lifetime of a reply record in s (:class:`RedisStreamsQueue` ``reply_ttl_s``), shared
 # with the ledger/store; see the module docstring
 
@@ -272,8 +279,8 @@ end
 return stale
 """
 
-# ARGV: group, reply ttl ms, consumer, n, visibility timeout us, token, promote limit
-# -> list of {key, payload, attempts, lease id, last error or nil}
+# ARGV: group, reply ttl ms, consumer, n, visibility timeout us, token, promote limit, consumer record (JSON; KEYS[15]
+# is the ``consumers`` hash) -> list of {key, payload, attempts, lease id, last error or nil}
 # The record keeps only the granted keys in order (lease id i is '<token>.<i>'); a replay rebuilds the rows
 # of the tasks this lease still holds (payload is immutable, attempts and error cannot change while held).
 _LEASE = _PRELUDE + """
@@ -348,6 +355,9 @@ return once(function()
   if fresh > 0 then
     redis.call('HINCRBY', CNT, 'ready', -fresh)
     redis.call('HINCRBY', CNT, 'leased', fresh)
+  end
+  if i > 0 then  -- who holds these: a later process on the same machine hands them back once this one is gone
+    redis.call('HSET', KEYS[15], consumer, ARGV[8])
   end
   return out, granted
 end, replay)
@@ -670,12 +680,48 @@ end
 return {res[1], out}
 """
 
-# ARGV: group, consumer -> 1 if this consumer was removed from the group (it held no pending entry)
+# ARGV: group, consumer, start id, count; KEYS[14] is the ``consumers`` hash -> {expired now, last id seen ('' when
+# none)}: the leases the consumer (a process known to be gone) still holds, from ``start id`` on in its PEL (at most
+# ``count`` entries), get a deadline of now, so the next ``lease`` takes them over at once (XCLAIM) and counts report
+# them ready; a consumer with no pending entry left leaves the group and the hash.
+_HAND_BACK = _PRELUDE + """
+local consumer = ARGV[2]
+if redis.call('EXISTS', S) == 0 then
+  redis.call('HDEL', KEYS[14], consumer)
+  return {0, ''}
+end
+local pending = redis.call('XPENDING', S, GROUP, ARGV[3], '+', tonumber(ARGV[4]), consumer)
+if #pending == 0 then
+  if ARGV[3] == '-' then
+    redis.call('XGROUP', 'DELCONSUMER', S, GROUP, consumer)
+    redis.call('HDEL', KEYS[14], consumer)
+  end
+  return {0, ''}
+end
+local now, n = now_us(), 0
+for _, p in ipairs(pending) do
+  local id = p[1]
+  local entry = redis.call('XRANGE', S, id, id)
+  local key = entry[1] and entry[1][2][2]
+  if key and redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', ENT, key) == id then
+    local deadline = tonumber(redis.call('ZSCORE', LEASES, key))
+    if deadline and deadline > now then
+      redis.call('ZADD', LEASES, 'XX', now, key)
+      n = n + 1
+    end
+  end
+end
+return {n, pending[#pending][1]}
+"""
+
+# ARGV: group, consumer; KEYS[14] the ``consumers`` hash -> 1 if this consumer was removed from the group (it held no
+# pending entry), with its record
 _FORGET_CONSUMER = _PRELUDE + """
 if redis.call('EXISTS', S) == 0 then return 0 end
 local pending = redis.pcall('XPENDING', S, GROUP, '-', '+', 1, ARGV[2])
 if type(pending) == 'table' and not pending.err and #pending == 0 then
   redis.call('XGROUP', 'DELCONSUMER', S, GROUP, ARGV[2])
+  if KEYS[14] then redis.call('HDEL', KEYS[14], ARGV[2]) end  -- its process record (consumers)
   return 1
 end
 return 0
@@ -797,6 +843,9 @@ class RedisStreamsQueue(WorkQueue):
         self._ready_keys_script = register(_READY_KEYS)
         self._dead_keys_script = register(_DEAD_KEYS)
         self._earlier_reasons_script = register(_EARLIER_REASONS)
+        self._hand_back_script = register(_HAND_BACK)
+        self._record = orjson.dumps({"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
+                                     "proc_start": proc_start(os.getpid())})
 
     async def _run(self, script: Any, *args: Any) -> Any:
         """Run a read-only (or reply-free) script: KEYS = the 13 queue keys, ARGV = group, ``args``."""
@@ -807,8 +856,9 @@ class RedisStreamsQueue(WorkQueue):
         so every retry of this call carries the same one) names the reply record KEYS[14]; ARGV = group,
         reply TTL in ms, ``args``. A retry whose first try ran answers from the record (module docstring)."""
         token = token or uuid.uuid4().hex
+        extra = [self.prefix + CONSUMERS_SUFFIX] if script is self._lease_script else []
         return await self._call(
-            script, [*self.keys, self.prefix + REPLY_SUFFIX + token], [GROUP, self._reply_ttl_ms, *args]
+            script, [*self.keys, self.prefix + REPLY_SUFFIX + token, *extra], [GROUP, self._reply_ttl_ms, *args]
         )
 
     async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
@@ -863,7 +913,7 @@ class RedisStreamsQueue(WorkQueue):
         vt_us = max(1, round(min(visibility_timeout_s, _MAX_S) * 1e6))
         token = uuid.uuid4().hex  # the call token, and the stem of this call's lease ids
         rows = await self._once(
-            self._lease_script, self.consumer, n, vt_us, token, max(n, self.promote_max), token=token
+            self._lease_script, self.consumer, n, vt_us, token, max(n, self.promote_max), self._record, token=token
         )
         return [
             Task(key=_text(k), payload=orjson.loads(p), attempts=int(a), lease_id=_text(lid), last_error=_opt_text(e))
@@ -1089,6 +1139,45 @@ class RedisStreamsQueue(WorkQueue):
             if cursor == "0":
                 return list(out)
 
+    async def hand_back_gone_local(self) -> int:
+        """Hand back now the leases held by consumers of processes that are gone on this machine; return how many.
+
+        Every ``lease`` that grants tasks records its consumer's process (host name, kernel boot id, pid and its
+        start time) in the ``consumers`` hash. A consumer recorded on this host with this boot id whose process no
+        longer runs (or whose pid now runs a later process: :func:`geoagent.runtime.procs.process_alive`) is gone:
+        its leases get a deadline of now, so the next ``lease`` (of any process) takes them over at once instead of
+        after their visibility timeout, and a consumer left without leases leaves the group. The same rule as the
+        ledger's owners (:mod:`geoagent.runtime.redis_state`); consumers on other machines (another host name or
+        boot id) are left to their visibility timeout, since their pids mean nothing here. No attempt is counted
+        (as for an expired lease). Idempotent; one script per ``put_chunk`` pending entries of a gone consumer.
+        """
+        here, boot = socket.gethostname(), boot_id()
+        gone: list[str] = []
+        for name, rec in (await self._client.hgetall(self.prefix + CONSUMERS_SUFFIX)).items():
+            name = _text(name)
+            if name == self.consumer:
+                continue
+            try:
+                info = orjson.loads(rec)
+                if info.get("host") == here and boot is not None and info.get("boot_id") == boot and \
+                        not process_alive(int(info["pid"]), info.get("proc_start")):
+                    gone.append(name)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+                continue
+        n = 0
+        keys = [*self.keys, self.prefix + CONSUMERS_SUFFIX]
+        for name in gone:
+            start = "-"
+            while True:
+                done, last = await self._call(self._hand_back_script, keys, [GROUP, name, start, self.put_chunk])
+                n += int(done)
+                last = _text(last)
+                if not last:
+                    break
+                ms, _, seq = last.partition("-")
+                start = f"{ms}-{int(seq) + 1}"
+        return n
+
     async def close(self) -> None:
         """Leave the consumer group if this consumer holds no lease, and close the client if owned.
 
@@ -1097,7 +1186,7 @@ class RedisStreamsQueue(WorkQueue):
         if self._closed:
             return
         try:
-            await self._run(self._forget_script, self.consumer)
+            await self._call(self._forget_script, [*self.keys, self.prefix + CONSUMERS_SUFFIX], [GROUP, self.consumer])
         except (RedisError, QueueError, OSError):
             pass
         self._closed = True

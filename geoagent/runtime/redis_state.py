@@ -106,7 +106,7 @@ from geoagent.runtime.ledger import (
     nano_to_usd,
     usd_to_nano,
 )
-from geoagent.runtime.procs import proc_start, process_alive
+from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S as _REPLY_TTL_S
 from geoagent.runtime.redis_retry import client_defaults, ping_once, window_retry
 from geoagent.runtime.store import ResponseStore, _check_table, _dumps
@@ -122,16 +122,7 @@ REPLY_TTL_S = _REPLY_TTL_S
 _NONE_MODEL = "\0"  # ``resp_models`` field of responses stored without a model name
 
 
-def _boot_id() -> str | None:
-    """This kernel's boot id (Linux ``/proc/sys/kernel/random/boot_id``; None elsewhere): with the host name, what
-    tells "this machine" from another one that happens to have the same host name, whose pids mean nothing here."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
-    except OSError:
-        return None
-
-
-_BOOT_ID = _boot_id()
+_BOOT_ID = boot_id()  # with the host name: "this machine" (geoagent.runtime.procs.boot_id)
 
 
 def state_prefix(campaign: str) -> str:
