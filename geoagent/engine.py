@@ -1185,12 +1185,22 @@ def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
     ``owners`` None: every lease (only when no process of the campaign is alive); else only the leases taken by
     those :func:`~geoagent.runtime.sqlite_queue.lease_owner` ids (processes whose owner lock was free:
     :func:`run_lock`), while other processes of the campaign go on with theirs.
+
+    On Redis (``[backend] kind = "redis"``) ``owners`` is not used: the leases of every consumer recorded on this
+    machine (same host name and boot id) whose process is gone are handed back
+    (:meth:`~geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`), whoever's owner lock found it;
+    those of other machines come back after their visibility timeout. Raises
+    :class:`~geoagent.runtime.backend.BackendError` when the server cannot be used.
     """
     from geoagent.runtime.backend import uses_redis
     from geoagent.runtime.sqlite_queue import SQLiteQueue
 
-    if uses_redis(cfg):  # a Redis lease expires on the server after its visibility timeout: nothing to hand back
-        return 0
+    if uses_redis(cfg):
+        n = _hand_back_redis_leases(cfg)
+        if n:
+            log.warning("campaign %s: %d task(s) leased by a stopped process on this machine are redelivered now",
+                        cfg.name, n)
+        return n
     folder = Path(cfg.queues_root()) / cfg.name
     n = 0
     for f in sorted(folder.glob("*.sqlite")) if folder.is_dir() else []:
@@ -1202,6 +1212,18 @@ def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
     if n:
         log.warning("campaign %s: %d task(s) leased by a stopped process are redelivered now", cfg.name, n)
     return n
+
+
+def _hand_back_redis_leases(cfg: Any) -> int:
+    """Hand back the leases of this machine's gone processes in every Redis queue of the campaign; return how many."""
+    from geoagent.runtime.backend import SyncRedisQueue, redis_edges, redis_url
+    from geoagent.status import pipeline_edges
+
+    url = redis_url(cfg)
+    if url is None:
+        return 0
+    return sum(SyncRedisQueue(url, cfg.name, e, **cfg.queue_options()).hand_back_gone_local_sync()
+               for e in redis_edges(cfg, pipeline_edges(cfg)))
 
 
 def campaign_run_lock(cfg: Any, *, simulate: bool = False,

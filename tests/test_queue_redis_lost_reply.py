@@ -122,6 +122,15 @@ def _run(redis_url, body, **options):  # noqa: F811
     return asyncio.run(main())
 
 
+def _short_retry() -> dict:
+    """Client options with a retry policy of the test's own (3 retries), which lifts the check that ``reply_ttl_s``
+    outlasts the default policy's retries: these tests use records of under a second on purpose."""
+    from redis.asyncio.retry import Retry
+    from redis.backoff import EqualJitterBackoff
+
+    return {"retry": Retry(EqualJitterBackoff(cap=1.0, base=0.05), 3)}
+
+
 async def _warm(q) -> None:
     """Run every mutating script once through ``q`` (redis-py loads a script on its first NOSCRIPT), so the
     next call is one EVALSHA whose reply the proxy drops; leaves the queue empty of pending work."""
@@ -346,7 +355,7 @@ def test_reply_records_expire_after_reply_ttl(redis_url, raw):  # noqa: F811
         await asyncio.sleep(ttl_s + 1.0)  # wide margin over the server's expiry
         return names, ttls_ms, raw.keys(proxy.prefix + "reply:*"), await q.counts()
 
-    names, ttls_ms, left, counts = _run(redis_url, body, reply_ttl_s=ttl_s)
+    names, ttls_ms, left, counts = _run(redis_url, body, reply_ttl_s=ttl_s, client_options=_short_retry())
     assert len(names) == 3  # one record per mutating call: put, lease, ack (counts() writes none)
     assert all(0 < t <= ttl_s * 1000 for t in ttls_ms)
     assert left == [] and counts == QueueCounts(done=1)
@@ -358,12 +367,14 @@ def test_default_reply_ttl_and_bad_values(redis_url, raw):  # noqa: F811
     for bad in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="reply_ttl_s"):
             open_redis_queue(redis_url, "c", "e", reply_ttl_s=bad)
-    # the default retry policy's window: 4 tries x (connect + socket timeout) + 3 backoffs of at most 1 s
-    with pytest.raises(ValueError, match="243 s"):  # 4 x (30 + 30) + 3
-        open_redis_queue(redis_url, "c", "e", client_options={"socket_timeout": 30}, reply_ttl_s=240)
-    with pytest.raises(ValueError, match="303 s"):  # 4 x (25 + 50) + 3, both timeouts from the URL query
-        open_redis_queue(redis_url + "?socket_timeout=50&socket_connect_timeout=25", "c", "e")
-    ok = open_redis_queue(redis_url, "c", "e", client_options={"socket_timeout": 30}, reply_ttl_s=244)
+    # the default retry policy's span: the 45 s window + 2 x (connect + socket timeout), defaults 10 s and 30 s
+    with pytest.raises(ValueError, match="125 s"):  # 45 + 2 x (10 + 30)
+        open_redis_queue(redis_url, "c", "e", reply_ttl_s=120)
+    with pytest.raises(ValueError, match="145 s"):  # 45 + 2 x (10 + 40)
+        open_redis_queue(redis_url, "c", "e", client_options={"socket_timeout": 40}, reply_ttl_s=144)
+    with pytest.raises(ValueError, match="325 s"):  # 45 + 2 x (20 + 120), both timeouts from the URL query
+        open_redis_queue(redis_url + "?socket_timeout=120&socket_connect_timeout=20", "c", "e")
+    ok = open_redis_queue(redis_url, "c", "e", reply_ttl_s=126)
     asyncio.run(ok.close())
 
     async def body(q, proxy, direct):
@@ -390,5 +401,5 @@ def test_retry_arriving_after_the_reply_ttl_is_a_fresh_call(redis_url):  # noqa:
         proxy.gate.set()
         return await asyncio.wait_for(pending, 20), await q.counts()
 
-    added, counts = _run(redis_url, body, reply_ttl_s=0.2)
+    added, counts = _run(redis_url, body, reply_ttl_s=0.2, client_options=_short_retry())
     assert added is False and counts == QueueCounts(ready=1, done=4)

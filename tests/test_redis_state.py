@@ -361,3 +361,92 @@ def test_a_reservation_made_after_the_owner_was_recovered_is_never_orphaned(tmp_
         s = b.ledger.summary()
         assert (s.open_reservations, s.reserved_usd, s.unknown_usd) == (0, 0.0, pytest.approx(0.3))
         assert isinstance(b.ledger.reserve_guarded("k1", 0.2), Reservation)
+
+
+# --------------------------------------------------------------------------- outages: retry window, timeouts
+
+
+def test_clients_have_a_default_socket_timeout_that_the_url_overrides(tmp_path, redis_url):
+    """A server that stops answering without closing the connection. Before: no ``socket_timeout``, so a command
+    waited until TCP gave up (about 15 min) with the run blocked. Now both clients (ledger/store and queues) time a
+    silent connection out after :data:`~geoagent.runtime.redis_retry.SOCKET_TIMEOUT_S` (then retry within the
+    window), and a URL's own ``?socket_timeout=`` wins."""
+    import asyncio
+
+    from geoagent.runtime.redis_queue import open_redis_queue
+    from geoagent.runtime.redis_retry import SOCKET_CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S
+    from geoagent.runtime.redis_state import redis_client
+
+    assert 10 <= SOCKET_TIMEOUT_S <= 60 and 0 < SOCKET_CONNECT_TIMEOUT_S <= SOCKET_TIMEOUT_S
+
+    def kwargs(client):
+        return client.connection_pool.connection_kwargs
+
+    client = redis_client(redis_url)
+    assert kwargs(client)["socket_timeout"] == SOCKET_TIMEOUT_S
+    assert kwargs(client)["socket_connect_timeout"] == SOCKET_CONNECT_TIMEOUT_S
+    client.close()
+    client = redis_client(redis_url + "?socket_timeout=2.5")
+    assert kwargs(client)["socket_timeout"] == 2.5
+    client.close()
+
+    async def queue_kwargs(url):
+        q = open_redis_queue(url, _campaign(tmp_path), "e")
+        try:
+            await q.counts()
+            return dict(kwargs(q._client))
+        finally:
+            await q.close()
+
+    got = asyncio.run(queue_kwargs(redis_url))
+    assert got["socket_timeout"] == SOCKET_TIMEOUT_S and got["socket_connect_timeout"] == SOCKET_CONNECT_TIMEOUT_S
+    assert asyncio.run(queue_kwargs(redis_url + "?socket_timeout=4"))["socket_timeout"] == 4.0
+
+
+def test_an_unreachable_server_at_start_fails_fast_while_a_later_outage_is_retried(tmp_path):
+    """Opening the campaign state pings once without retries: a wrong URL fails in well under a second, not
+    after the retry window; the client it returns retries a command through an outage of a few seconds."""
+    import socket as _socket
+    import threading
+
+    import redis
+
+    from geoagent.runtime.redis_retry import RETRY_WINDOW_S
+    from test_queue_contract import RedisServer, _redis_binary
+
+    assert 30 <= RETRY_WINDOW_S <= 60
+    with _socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(redis.ConnectionError):
+        open_redis_campaign_state(f"redis://127.0.0.1:{port}/0", "ff", tmp_path / "s1")
+    assert time.monotonic() - t0 < 3.0
+
+    server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "yes")
+    server.start()
+    try:
+        with open_redis_campaign_state(server.url, "ff", tmp_path / "s2", cap_usd=1.0) as st:
+            server.stop()
+            got: dict = {}
+
+            def reserve() -> None:  # waits for the server instead of failing after ~2 s
+                try:
+                    got["r"] = st.ledger.reserve("k1", 0.01)
+                except Exception as exc:  # noqa: BLE001 - checked below
+                    got["error"] = exc
+                got["t"] = time.monotonic()
+
+            t0 = time.monotonic()
+            caller = threading.Thread(target=reserve)
+            caller.start()
+            time.sleep(4.0)
+            assert caller.is_alive()
+            server.start()  # from this thread: the server dies with the thread that started it
+            caller.join(60)
+            assert "error" not in got and got["t"] - t0 >= 4.0, got
+            r = got["r"]
+            assert st.store.put("k1", {"model": "m"}, ModelResponse("a", Usage(1, 1)), r, cost_usd=0.001)
+            assert st.ledger.summary().calls == 1
+    finally:
+        server.stop()

@@ -174,11 +174,11 @@ def check_server_kind(cfg: Any, *, record: bool = False) -> bool:
     url = redis_url(cfg)
     if url is None:
         return False
-    from geoagent.runtime.redis_state import redis_client, state_prefix
+    from geoagent.runtime.redis_state import state_prefix
 
     kind = cfg.campaign.kind
     key = state_prefix(cfg.name) + KIND_KEY
-    client = redis_client(url)
+    client = _client(url)
     try:
         if record and client.set(key, kind, nx=True):
             return True
@@ -205,9 +205,12 @@ def forget_server_kind(cfg: Any) -> None:
     url = redis_url(cfg)
     if url is None:
         return
-    from geoagent.runtime.redis_state import redis_client, state_prefix
+    from geoagent.runtime.redis_state import state_prefix
 
-    client = redis_client(url)
+    try:
+        client = _client(url)
+    except BackendError:  # best effort on a failed run's way out
+        return
     try:
         # compare-and-delete in one step: another machine's run may have recorded its own meanwhile
         client.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
@@ -241,6 +244,21 @@ def open_state(cfg: Any, **options: Any) -> Any:
         raise err from None
 
 
+def _client(url: str) -> Any:
+    """A synchronous client of the server at ``url`` (:func:`geoagent.runtime.redis_state.redis_client`: one ``PING``
+    without retries first, so an unreachable server fails at once). Raises :class:`BackendError` with the URL
+    scrubbed when the server cannot be reached or the URL is malformed."""
+    from geoagent.runtime.redis_state import redis_client
+
+    try:
+        return redis_client(url)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+        err = _scrubbed(exc, url)
+        if err is exc:
+            raise
+        raise err from None
+
+
 def _scrubbed(exc: BaseException, url: str) -> BaseException:
     """A Redis or OS error as a :class:`BackendError` whose message has the URL and password scrubbed; any other
     exception as it is."""
@@ -260,9 +278,9 @@ def state_exists(cfg: Any) -> bool:
     url = redis_url(cfg)
     if url is None:
         return (Path(cfg.state_dir()) / C.CAMPAIGN_DB).is_file()
-    from geoagent.runtime.redis_state import redis_client, state_prefix
+    from geoagent.runtime.redis_state import state_prefix
 
-    client = redis_client(url)
+    client = _client(url)
     try:
         return bool(client.exists(state_prefix(cfg.name) + "totals", state_prefix(cfg.name) + "rid"))
     except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
@@ -277,9 +295,8 @@ def redis_edges(cfg: Any, edges: Sequence[str]) -> list[str]:
     if url is None:
         return []
     from geoagent.runtime.redis_queue import key_prefix
-    from geoagent.runtime.redis_state import redis_client
 
-    client = redis_client(url)
+    client = _client(url)
     try:
         return [e for e in edges if client.exists(key_prefix(cfg.name, e) + "payload")]
     except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
@@ -343,6 +360,11 @@ class SyncRedisQueue:
 
     def requeue_dead_sync(self, keys: Sequence[str] | None = None) -> int:
         return self._call(lambda q: q.requeue_dead(keys))
+
+    def hand_back_gone_local_sync(self) -> int:
+        """:meth:`geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`: the leases of this machine's
+        gone processes, handed back now; how many."""
+        return self._call(lambda q: q.hand_back_gone_local())
 
     def close_sync(self) -> None:
         return None

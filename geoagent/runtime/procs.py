@@ -78,3 +78,20 @@ def proc_start(pid: int) -> str | None:
     process)."""
     st = proc_stat(pid)
     return st[1] if st else None
+
+
+def boot_id() -> str | None:
+    """This kernel's boot id (Linux ``/proc/sys/kernel/random/boot_id``; None elsewhere, or unreadable): with the
+    host name, what tells "this machine" from another one with the same host name, whose pids mean nothing here
+    (the Redis owner rule: :mod:`geoagent.runtime.redis_state`, :meth:`~geoagent.runtime.redis_queue.RedisStreamsQueue.hand_back_gone_local`).
+    Read once per process."""
+    global _BOOT_ID_CACHE
+    if _BOOT_ID_CACHE is None:
+        try:
+            _BOOT_ID_CACHE = (Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None,)
+        except OSError:
+            _BOOT_ID_CACHE = (None,)
+    return _BOOT_ID_CACHE[0]
+
+
+_BOOT_ID_CACHE: tuple[str | None] | None = None

@@ -34,6 +34,8 @@ suffix         type    content
 ``charges``    hash    key -> JSON list of the charge ids its charged nacks recorded, not yet refunded or
                        cleared by ``requeue_dead`` (absent = none)
 ``killer``     hash    key -> the charge id of the charged nack that dead-lettered it, while it is dead
+``consumers``  hash    consumer -> JSON {host, boot_id, pid, proc_start} of the process that leased under that name
+                       (written by each ``lease`` that grants tasks; :meth:`RedisStreamsQueue.hand_back_gone_local`)
 ``reply:<t>``  string  reply record of the mutating call with token ``<t>`` (msgpack), expires after
                        ``reply_ttl_s``: see "Retries after a lost reply"
 =============  ======  =====================================================================================
@@ -75,7 +77,9 @@ nothing for that task. A batch ``ack``/``release`` applies the valid leases in t
 raises with ``stale_keys``.
 
 Retries after a lost reply. :func:`open_redis_queue` makes redis-py retry a command (on a fresh
-connection) when the connection drops or times out, so a server restart or a network blip is ridden out.
+connection) when the connection drops, a connect is refused or a reply times out, for up to the retry window
+(:mod:`geoagent.runtime.redis_retry`: 45 s from the first failure by default, replies timed out after 30 s), so
+a server restart, a failover or a network blip is ridden out.
 When the *reply* was lost (the server ran the script, the connection dropped before the answer came
 back), the retry is a second run of the same call. The queue's state is safe against that by construction
 (``HSETNX`` for put, the lease-id check of every finishing call, attempts counted only under a held lease);
@@ -106,10 +110,11 @@ The record lives in the same Redis as the effect, so persistence and replication
 AOF both survive a crash or neither does, and a replica promoted by a failover has the record of every
 effect it has. Bound: records expire after ``reply_ttl_s`` (default ``REPLY_TTL_S`` = 300 s), which must
 exceed the longest time the client may keep retrying one call; with the default retry policy that is
-about ``(RETRIES + 1) * (socket_connect_timeout + socket_timeout) + RETRIES * 1`` s
-(:func:`open_redis_queue` refuses a shorter ``reply_ttl_s`` when the timeouts are given). Set a
-``socket_timeout`` where the network can partition: without one a hung connection is not retried at all,
-it waits for TCP to give up. A retry that reaches the server after the record expired runs as a new call
+about ``window + 2 * (socket_connect_timeout + socket_timeout)`` s, 45 + 2 * (10 + 30) = 125 s with the
+defaults (:func:`geoagent.runtime.redis_retry.retry_span_s`; :func:`open_redis_queue` refuses a
+``reply_ttl_s`` that is not longer). The default ``socket_timeout`` (30 s) also ends a connection that hangs
+(a partition) instead of waiting for TCP to give up; no queue command blocks on the server (``XREADGROUP``
+is sent without ``BLOCK``, inside a script). A retry that reaches the server after the record expired runs as a new call
 (state still right, the return value as without a token). Memory, measured on Redis 6.2 (``MEMORY
 USAGE``): about 115 bytes per mutating call plus (key length + 2) bytes per task leased, each held for
 ``reply_ttl_s``: for the 11,700 tasks/s benchmark above with 10-character keys (batches of 256, about 92
@@ -133,7 +138,9 @@ Differences from the SQLite backend (none in the interface semantics):
 * ``put_many`` is atomic per ``put_chunk`` items (default 1,000; a script blocks the server while it
   runs, so chunks are kept small), SQLite per 10,000; ``ready_keys`` and ``dead_keys`` walk the queue in read
   scripts of about ``put_chunk`` entries each (SQLite: one read transaction);
-* no synchronous (``*_sync``) API and no ``expire_leases``;
+* no synchronous (``*_sync``) API and no ``expire_leases``: a crashed consumer's leases come back after their
+  visibility timeout, or at once through :meth:`RedisStreamsQueue.hand_back_gone_local` when a process on the same
+  machine (host name and boot id) finds its pid gone (a run calls it at start: ``engine.expire_dead_leases``);
 * done tasks stay in server memory (as SQLite keeps their rows on disk): measured on Redis 6.2, 311
   bytes per done task with a 150-byte payload (427 while ready); size the server for the campaign;
 * every mutating call leaves a small reply record for ``reply_ttl_s`` (above), so a retried call answers
@@ -155,14 +162,14 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.paths import safe_name
+from geoagent.runtime.procs import boot_id, proc_start, process_alive
+from geoagent.runtime.redis_retry import REPLY_TTL_S, client_defaults, retry_span_s, window_retry
 from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, Refund, RefundResult, Task, WorkQueue, check_refunds
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
 
 try:  # optional dependency: pip install 'geoagent[redis]'
     import redis.asyncio as aioredis
     from redis.asyncio.connection import parse_url
-    from redis.asyncio.retry import Retry
-    from redis.backoff import EqualJitterBackoff
     from redis.exceptions import RedisError, ResponseError
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -173,10 +180,6 @@ __all__ = ["RedisStreamsQueue", "open_redis_queue", "key_prefix", "GROUP"]
 
 #: consumer group name on every queue stream
 GROUP = "workers"
-#: default retries of a command after a connection error or timeout (:func:`open_redis_queue`)
-RETRIES = 3
-#: longest backoff between two of those retries, s
-_RETRY_BACKOFF_CAP_S = 1.0
 #: longest visibility timeout or backoff in s (about 31 years): larger values (``inf``) are clamped to it
 _MAX_S = 1e9
 #: key suffixes, in the order every script receives them as KEYS[1..13]
@@ -186,8 +189,10 @@ KEY_SUFFIXES = (
 )
 #: suffix of the reply record of one mutating call: ``<prefix>reply:<call token>`` (KEYS[14] of its script)
 REPLY_SUFFIX = "reply:"
-#: default lifetime of a reply record in s (:class:`RedisStreamsQueue` ``reply_ttl_s``); see the module docstring
-REPLY_TTL_S = 300.0
+#: suffix of the hash consumer -> JSON {host, boot_id, pid, proc_start} of the process that leased under that name
+CONSUMERS_SUFFIX = "consumers"
+# REPLY_TTL_S (imported): default lifetime of a reply record in s (:class:`RedisStreamsQueue` ``reply_ttl_s``), shared
+# with the ledger/store; see the module docstring
 
 # Shared prelude of every script: names for KEYS, the server clock, group creation, the two moves that
 # keep the stream, the PEL and the indexes in step, and ``once``, the reply record of a mutating call.
@@ -274,8 +279,8 @@ end
 return stale
 """
 
-# ARGV: group, reply ttl ms, consumer, n, visibility timeout us, token, promote limit
-# -> list of {key, payload, attempts, lease id, last error or nil}
+# ARGV: group, reply ttl ms, consumer, n, visibility timeout us, token, promote limit, consumer record (JSON; KEYS[15]
+# is the ``consumers`` hash) -> list of {key, payload, attempts, lease id, last error or nil}
 # The record keeps only the granted keys in order (lease id i is '<token>.<i>'); a replay rebuilds the rows
 # of the tasks this lease still holds (payload is immutable, attempts and error cannot change while held).
 _LEASE = _PRELUDE + """
@@ -350,6 +355,9 @@ return once(function()
   if fresh > 0 then
     redis.call('HINCRBY', CNT, 'ready', -fresh)
     redis.call('HINCRBY', CNT, 'leased', fresh)
+  end
+  if i > 0 then  -- who holds these: a later process on the same machine hands them back once this one is gone
+    redis.call('HSET', KEYS[15], consumer, ARGV[8])
   end
   return out, granted
 end, replay)
@@ -672,12 +680,48 @@ end
 return {res[1], out}
 """
 
-# ARGV: group, consumer -> 1 if this consumer was removed from the group (it held no pending entry)
+# ARGV: group, consumer, start id, count; KEYS[14] is the ``consumers`` hash -> {expired now, last id seen ('' when
+# none)}: the leases the consumer (a process known to be gone) still holds, from ``start id`` on in its PEL (at most
+# ``count`` entries), get a deadline of now, so the next ``lease`` takes them over at once (XCLAIM) and counts report
+# them ready; a consumer with no pending entry left leaves the group and the hash.
+_HAND_BACK = _PRELUDE + """
+local consumer = ARGV[2]
+if redis.call('EXISTS', S) == 0 then
+  redis.call('HDEL', KEYS[14], consumer)
+  return {0, ''}
+end
+local pending = redis.call('XPENDING', S, GROUP, ARGV[3], '+', tonumber(ARGV[4]), consumer)
+if #pending == 0 then
+  if ARGV[3] == '-' then
+    redis.call('XGROUP', 'DELCONSUMER', S, GROUP, consumer)
+    redis.call('HDEL', KEYS[14], consumer)
+  end
+  return {0, ''}
+end
+local now, n = now_us(), 0
+for _, p in ipairs(pending) do
+  local id = p[1]
+  local entry = redis.call('XRANGE', S, id, id)
+  local key = entry[1] and entry[1][2][2]
+  if key and redis.call('HGET', ST, key) == 'leased' and redis.call('HGET', ENT, key) == id then
+    local deadline = tonumber(redis.call('ZSCORE', LEASES, key))
+    if deadline and deadline > now then
+      redis.call('ZADD', LEASES, 'XX', now, key)
+      n = n + 1
+    end
+  end
+end
+return {n, pending[#pending][1]}
+"""
+
+# ARGV: group, consumer; KEYS[14] the ``consumers`` hash -> 1 if this consumer was removed from the group (it held no
+# pending entry), with its record
 _FORGET_CONSUMER = _PRELUDE + """
 if redis.call('EXISTS', S) == 0 then return 0 end
 local pending = redis.pcall('XPENDING', S, GROUP, '-', '+', 1, ARGV[2])
 if type(pending) == 'table' and not pending.err and #pending == 0 then
   redis.call('XGROUP', 'DELCONSUMER', S, GROUP, ARGV[2])
+  if KEYS[14] then redis.call('HDEL', KEYS[14], ARGV[2]) end  -- its process record (consumers)
   return 1
 end
 return 0
@@ -732,7 +776,8 @@ class RedisStreamsQueue(WorkQueue):
     seed : int, optional
         Seed of the backoff jitter generator (tests).
     reply_ttl_s : float
-        Lifetime in s of the reply record each mutating call leaves on the server (``REPLY_TTL_S`` = 300):
+        Lifetime in s of the reply record each mutating call leaves on the server (``REPLY_TTL_S`` = 300,
+        :mod:`geoagent.runtime.redis_retry`):
         a retry of the call that arrives within it answers as the first run did. Must exceed the longest
         time the client may keep retrying one call (module docstring, "Retries after a lost reply").
 
@@ -798,6 +843,9 @@ class RedisStreamsQueue(WorkQueue):
         self._ready_keys_script = register(_READY_KEYS)
         self._dead_keys_script = register(_DEAD_KEYS)
         self._earlier_reasons_script = register(_EARLIER_REASONS)
+        self._hand_back_script = register(_HAND_BACK)
+        self._record = orjson.dumps({"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
+                                     "proc_start": proc_start(os.getpid())})
 
     async def _run(self, script: Any, *args: Any) -> Any:
         """Run a read-only (or reply-free) script: KEYS = the 13 queue keys, ARGV = group, ``args``."""
@@ -808,8 +856,9 @@ class RedisStreamsQueue(WorkQueue):
         so every retry of this call carries the same one) names the reply record KEYS[14]; ARGV = group,
         reply TTL in ms, ``args``. A retry whose first try ran answers from the record (module docstring)."""
         token = token or uuid.uuid4().hex
+        extra = [self.prefix + CONSUMERS_SUFFIX] if script is self._lease_script else []
         return await self._call(
-            script, [*self.keys, self.prefix + REPLY_SUFFIX + token], [GROUP, self._reply_ttl_ms, *args]
+            script, [*self.keys, self.prefix + REPLY_SUFFIX + token, *extra], [GROUP, self._reply_ttl_ms, *args]
         )
 
     async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
@@ -864,7 +913,7 @@ class RedisStreamsQueue(WorkQueue):
         vt_us = max(1, round(min(visibility_timeout_s, _MAX_S) * 1e6))
         token = uuid.uuid4().hex  # the call token, and the stem of this call's lease ids
         rows = await self._once(
-            self._lease_script, self.consumer, n, vt_us, token, max(n, self.promote_max), token=token
+            self._lease_script, self.consumer, n, vt_us, token, max(n, self.promote_max), self._record, token=token
         )
         return [
             Task(key=_text(k), payload=orjson.loads(p), attempts=int(a), lease_id=_text(lid), last_error=_opt_text(e))
@@ -1090,6 +1139,45 @@ class RedisStreamsQueue(WorkQueue):
             if cursor == "0":
                 return list(out)
 
+    async def hand_back_gone_local(self) -> int:
+        """Hand back now the leases held by consumers of processes that are gone on this machine; return how many.
+
+        Every ``lease`` that grants tasks records its consumer's process (host name, kernel boot id, pid and its
+        start time) in the ``consumers`` hash. A consumer recorded on this host with this boot id whose process no
+        longer runs (or whose pid now runs a later process: :func:`geoagent.runtime.procs.process_alive`) is gone:
+        its leases get a deadline of now, so the next ``lease`` (of any process) takes them over at once instead of
+        after their visibility timeout, and a consumer left without leases leaves the group. The same rule as the
+        ledger's owners (:mod:`geoagent.runtime.redis_state`); consumers on other machines (another host name or
+        boot id) are left to their visibility timeout, since their pids mean nothing here. No attempt is counted
+        (as for an expired lease). Idempotent; one script per ``put_chunk`` pending entries of a gone consumer.
+        """
+        here, boot = socket.gethostname(), boot_id()
+        gone: list[str] = []
+        for name, rec in (await self._client.hgetall(self.prefix + CONSUMERS_SUFFIX)).items():
+            name = _text(name)
+            if name == self.consumer:
+                continue
+            try:
+                info = orjson.loads(rec)
+                if info.get("host") == here and boot is not None and info.get("boot_id") == boot and \
+                        not process_alive(int(info["pid"]), info.get("proc_start")):
+                    gone.append(name)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+                continue
+        n = 0
+        keys = [*self.keys, self.prefix + CONSUMERS_SUFFIX]
+        for name in gone:
+            start = "-"
+            while True:
+                done, last = await self._call(self._hand_back_script, keys, [GROUP, name, start, self.put_chunk])
+                n += int(done)
+                last = _text(last)
+                if not last:
+                    break
+                ms, _, seq = last.partition("-")
+                start = f"{ms}-{int(seq) + 1}"
+        return n
+
     async def close(self) -> None:
         """Leave the consumer group if this consumer holds no lease, and close the client if owned.
 
@@ -1098,7 +1186,7 @@ class RedisStreamsQueue(WorkQueue):
         if self._closed:
             return
         try:
-            await self._run(self._forget_script, self.consumer)
+            await self._call(self._forget_script, [*self.keys, self.prefix + CONSUMERS_SUFFIX], [GROUP, self.consumer])
         except (RedisError, QueueError, OSError):
             pass
         self._closed = True
@@ -1130,13 +1218,15 @@ def open_redis_queue(
     campaign, edge : str
         As for :func:`geoagent.runtime.queue.open_queue`.
     client_options : dict, optional
-        Extra keyword arguments for ``redis.asyncio.Redis.from_url`` (timeouts, TLS, ...). Unless it
-        names a ``retry`` policy, a command that meets a dropped connection or a timeout is retried up to
-        ``RETRIES`` (3) times on a fresh connection with equal-jitter backoff (50 ms doubling, at most 1 s):
-        safe, since every mutating queue call carries a call token and a retry answers from its reply
-        record (see the module docstring). When ``socket_timeout`` is given (here or in the URL's query),
-        the longest retry window ``(RETRIES + 1) * (socket_connect_timeout + socket_timeout) + RETRIES``
-        s must be shorter than ``reply_ttl_s``.
+        Extra keyword arguments for ``redis.asyncio.Redis.from_url`` (timeouts, TLS, ...). Timeouts default
+        to 30 s per reply and 10 s per connect unless given here or in the URL's query
+        (:mod:`geoagent.runtime.redis_retry`). Unless it names a ``retry`` policy, a command that meets a
+        dropped connection, a refused connect or a timeout is retried on a fresh connection for up to the
+        retry window (45 s; ``GEOAGENT_REDIS_RETRY_S``) with equal-jitter backoff (50 ms doubling, at most
+        1 s): safe, since every mutating queue call carries a call token and a retry answers from its reply
+        record (see the module docstring). The longest time one call may be retried,
+        ``window + 2 * (socket_connect_timeout + socket_timeout)`` s, must then be shorter than
+        ``reply_ttl_s``; with a ``retry`` policy of its own the caller keeps that bound.
     **options
         As for :class:`RedisStreamsQueue`: ``max_attempts`` (default 5), ``backoff_base_s`` (2.0),
         ``backoff_max_s`` (300.0), ``put_chunk``, ``promote_max``, ``consumer``, ``seed``,
@@ -1149,26 +1239,23 @@ def open_redis_queue(
     Raises
     ------
     ValueError
-        Unsafe ``campaign``/``edge``, a bad option, a malformed URL, or a ``reply_ttl_s`` not longer
-        than the default retry policy's window.
+        Unsafe ``campaign``/``edge``, a bad option, a malformed URL, a bad ``GEOAGENT_REDIS_RETRY_S``, or a
+        ``reply_ttl_s`` not longer than the default retry policy's span.
     """
     key_prefix(campaign, edge)  # validate before creating a client
     client_options = dict(client_options or {})
+    client_options.update(client_defaults(parse_url(url), client_options))  # 30 s reply / 10 s connect timeouts
     if "retry" not in client_options:
-        # from_url's pool does not retry by default; a retried queue call answers from its reply record as
-        # long as that record lives, so the retries must end within reply_ttl_s (module docstring)
-        timeouts = {**parse_url(url), **client_options}
-        socket_s = timeouts.get("socket_timeout")
-        if socket_s is not None:
-            connect_s = timeouts.get("socket_connect_timeout") or socket_s
-            window_s = (RETRIES + 1) * (float(connect_s) + float(socket_s)) + RETRIES * _RETRY_BACKOFF_CAP_S
-            ttl_s = float(options.get("reply_ttl_s", REPLY_TTL_S))
-            if not ttl_s > window_s:
-                raise ValueError(
-                    f"reply_ttl_s={ttl_s:g} s must exceed the client's retry window of {window_s:g} s "
-                    f"({RETRIES + 1} tries of socket_connect_timeout + socket_timeout, plus backoffs): raise "
-                    "reply_ttl_s or lower the timeouts"
-                )
-        client_options["retry"] = Retry(EqualJitterBackoff(cap=_RETRY_BACKOFF_CAP_S, base=0.05), RETRIES)
+        # a retried queue call answers from its reply record as long as that record lives, so the retries must
+        # end within reply_ttl_s (module docstring; geoagent.runtime.redis_retry)
+        span_s = retry_span_s({**parse_url(url), **client_options})
+        ttl_s = float(options.get("reply_ttl_s", REPLY_TTL_S))
+        if not ttl_s > span_s:
+            raise ValueError(
+                f"reply_ttl_s={ttl_s:g} s must exceed the {span_s:g} s one call may be retried for (the retry "
+                "window plus twice socket_connect_timeout + socket_timeout): raise reply_ttl_s or lower the "
+                "timeouts"
+            )
+        client_options["retry"] = window_retry(asynchronous=True)
     client = aioredis.Redis.from_url(url, **client_options)
     return RedisStreamsQueue(client, campaign, edge, owns_client=True, **options)

@@ -18,9 +18,11 @@ Money rules (the same as SQLite's, see :mod:`geoagent.runtime.ledger`)
   repeated after a crash or a retry never counts twice.
 * ``release`` / ``mark_unknown`` act only on open reservations (unknown-outcome spend counts each possibly
   billed attempt at the reservation amount).
-* redis-py retries a command after a dropped connection; the two calls whose repetition would change the
-  outcome (``reserve``: a second reservation; ``put``: a "not stored" answer) carry a call token and leave
-  a reply record for ``REPLY_TTL_S`` (as the queue does, :mod:`geoagent.runtime.redis_queue`).
+* redis-py retries a command after a dropped connection or a timeout for up to the retry window
+  (:mod:`geoagent.runtime.redis_retry`: 45 s by default, so a server restart or failover holds a run up instead of
+  ending it); the two calls whose repetition would change the outcome (``reserve``: a second reservation;
+  ``put``: a "not stored" answer) carry a call token and leave a reply record for ``REPLY_TTL_S`` (300 s, longer
+  than any call's retries; as the queue does, :mod:`geoagent.runtime.redis_queue`).
 
 Crash recovery across machines (the owner rule). Each :class:`RedisLedger` registers an *owner* (``<host>:<pid>:<random>``)
 and keeps a heartbeat key ``hb:<owner>`` alive with a TTL of ``heartbeat_ttl_s`` (default
@@ -104,7 +106,9 @@ from geoagent.runtime.ledger import (
     nano_to_usd,
     usd_to_nano,
 )
-from geoagent.runtime.procs import proc_start, process_alive
+from geoagent.runtime.procs import boot_id, proc_start, process_alive
+from geoagent.runtime.redis_retry import REPLY_TTL_S as _REPLY_TTL_S
+from geoagent.runtime.redis_retry import client_defaults, ping_once, window_retry
 from geoagent.runtime.store import ResponseStore, _check_table, _dumps
 
 T = TypeVar("T")
@@ -112,23 +116,13 @@ log = logging.getLogger(__name__)
 
 #: heartbeat lifetime of a ledger owner (s); refreshed every third of it
 HEARTBEAT_TTL_S = 30.0
-#: lifetime of the reply record of a ``reserve``/``put`` call (s): longer than redis-py's retries of one call
-REPLY_TTL_S = 300.0
-#: redis-py retries of a command after a dropped connection (equal-jitter backoff, 50 ms doubling, <= 1 s)
-RETRIES = 3
+#: lifetime of the reply record of a ``reserve``/``put`` call (s): longer than the retries of one call
+#: (:data:`geoagent.runtime.redis_retry.REPLY_TTL_S`, shared with the queues)
+REPLY_TTL_S = _REPLY_TTL_S
 _NONE_MODEL = "\0"  # ``resp_models`` field of responses stored without a model name
 
 
-def _boot_id() -> str | None:
-    """This kernel's boot id (Linux ``/proc/sys/kernel/random/boot_id``; None elsewhere): with the host name, what
-    tells "this machine" from another one that happens to have the same host name, whose pids mean nothing here."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
-    except OSError:
-        return None
-
-
-_BOOT_ID = _boot_id()
+_BOOT_ID = boot_id()  # with the host name: "this machine" (geoagent.runtime.procs.boot_id)
 
 
 def state_prefix(campaign: str) -> str:
@@ -732,23 +726,46 @@ class RedisCampaignState:
         self.close()
 
 
-def redis_client(url: str, **options: Any) -> Any:
-    """A synchronous redis-py client for ``url`` that retries a command ``RETRIES`` times on a dropped
-    connection or a timeout (equal-jitter backoff from 50 ms, at most 1 s).
+def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
+    """A synchronous redis-py client for ``url`` that retries a command on a dropped connection, a refused connect
+    or a timeout for up to the retry window (:func:`geoagent.runtime.redis_retry.window_retry`, 45 s), with a
+    reply timeout of 30 s and a connect timeout of 10 s unless the URL's query (``?socket_timeout=``) or
+    ``options`` name their own (:mod:`geoagent.runtime.redis_retry`).
 
-    ``url`` may carry a password: it is never logged or stored, and a malformed one raises a ValueError
-    that does not repeat it. https://redis.readthedocs.io/en/stable/connections.html#redis.Redis.from_url
+    ``ping`` (default): send one ``PING`` with no retry first (:func:`~geoagent.runtime.redis_retry.ping_once`),
+    so an unreachable server fails at once instead of after the window. ``url`` may carry a password: it is never
+    logged or stored, and a malformed one raises a ValueError that does not repeat it.
+    https://redis.readthedocs.io/en/stable/connections.html#redis.Redis.from_url
+
+    Raises
+    ------
+    ValueError
+        A malformed URL, or a bad ``GEOAGENT_REDIS_RETRY_S``.
+    redis.ConnectionError, redis.TimeoutError
+        ``ping`` and the server cannot be reached (the client is closed).
     """
     import redis
-    from redis.backoff import EqualJitterBackoff
-    from redis.retry import Retry
+    from redis.connection import parse_url
 
-    options.setdefault("retry", Retry(EqualJitterBackoff(cap=1.0, base=0.05), RETRIES))
     try:
-        return redis.Redis.from_url(url, **options)
+        parsed = parse_url(url)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"not a usable Redis URL ({type(exc).__name__}; the URL is not repeated here: it may "
                          "hold a password)") from None
+    options = {**client_defaults(parsed, options), **options}
+    options.setdefault("retry", window_retry(asynchronous=False))
+    try:
+        client = redis.Redis.from_url(url, **options)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a usable Redis URL ({type(exc).__name__}; the URL is not repeated here: it may "
+                         "hold a password)") from None
+    if ping:
+        try:
+            ping_once(client)
+        except BaseException:
+            client.close()
+            raise
+    return client
 
 
 _warned_persistence = False
@@ -838,8 +855,9 @@ def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathL
     ------
     ValueError
         Unsafe campaign name, malformed URL, a server that may evict keys (:func:`check_no_eviction`).
-    redis.ConnectionError
-        The server cannot be reached (after the retries).
+    redis.ConnectionError, redis.TimeoutError
+        The server cannot be reached: at once (one ``PING`` without retries, :func:`redis_client`), not after the
+        retry window the returned state's commands get.
     """
     state_prefix(campaign)
     Path(state_dir).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,204 @@
+"""How the Redis clients of a campaign ride out an outage: one retry window, default timeouts, a fail-fast first ping.
+
+Both Redis modules use these settings: the queues (:mod:`geoagent.runtime.redis_queue`, ``redis.asyncio``) and
+the ledger and response store (:mod:`geoagent.runtime.redis_state`, the synchronous client), so every process of a
+campaign on every machine waits for the server for the same time.
+
+* **Retry window** (:data:`RETRY_WINDOW_S` = 45 s; the environment variable :data:`RETRY_WINDOW_ENV` sets another,
+  0 < s <= :data:`MAX_RETRY_WINDOW_S`): a command that meets a dropped connection, a refused connect or a timeout
+  is retried on a fresh connection (equal-jitter backoff from 50 ms, at most :data:`BACKOFF_CAP_S` = 1 s apart) until
+  the window, counted from its first failure, has passed; then the error is raised (a run ends with exit 3,
+  "incomplete: re-run to resume"). A restart of the server (seconds) or a Sentinel failover (typically 10-30 s)
+  therefore holds the run up instead of ending it, and answers paid for meanwhile are stored once it is back.
+  redis-py retries at two levels (the command, and the connect inside it); one window covers both, so a command
+  gives up after about the window, not twice it. Retrying is safe: every call whose repetition would change its
+  outcome carries a call token and answers a retry from its reply record (:mod:`geoagent.runtime.redis_queue`,
+  "Retries after a lost reply"), and the others are idempotent.
+* **Timeouts** (:data:`SOCKET_TIMEOUT_S` = 30 s per reply, :data:`SOCKET_CONNECT_TIMEOUT_S` = 10 s per connect,
+  unless the URL's query or the caller's options name their own): a server that stops answering without closing
+  the connection (a partition, a hung host) is noticed after 30 s and retried, instead of after TCP's own timeout
+  (about 15 min on Linux). No command of ours may legitimately take that long: every Lua script works on at most
+  ``put_chunk`` (1,000) items or one ZSCAN/XRANGE step of that size (milliseconds), results are written in chunks of
+  1,000 rows, and nothing blocks on the server (no ``BLOCK`` reads, no ``BLPOP``/``WAIT``: a queue's ``lease``
+  returns at once when nothing is ready).
+* **Reply records** live :data:`REPLY_TTL_S` = 300 s, which must exceed the longest time one call may keep being
+  retried: about ``window + 2 * (socket_connect_timeout + socket_timeout)`` (its first try may end a socket timeout
+  after the server ran it, and its last try may start just before the window ends):
+  45 + 2 * (10 + 30) = 125 s by default, 200 s at the largest window. :func:`retry_span_s` computes it;
+  :func:`geoagent.runtime.redis_queue.open_redis_queue` refuses a ``reply_ttl_s`` that is not longer.
+* **Fail fast at start**: :func:`ping_once` sends one ``PING`` with no retry, so an unreachable server (a typo in
+  the URL, a server that is down) is reported at once with its clear error, not after the window.
+
+A heartbeat of the ledger (``heartbeat_ttl_s``, 30 s) may expire during an outage longer than it: other machines
+may then judge this process gone (:mod:`geoagent.runtime.redis_state`, owner rule) once the server is back, before
+its heartbeat thread beats again (it retries inside the window and beats as soon as the server answers).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import time
+from typing import Any
+
+__all__ = [
+    "RETRY_WINDOW_S", "RETRY_WINDOW_ENV", "MAX_RETRY_WINDOW_S", "BACKOFF_CAP_S", "SOCKET_TIMEOUT_S",
+    "SOCKET_CONNECT_TIMEOUT_S", "REPLY_TTL_S", "retry_window_s", "retry_span_s", "client_defaults", "ping_once",
+    "window_retry",
+]
+
+#: how long (s) a command keeps being retried after its first connection error or timeout
+RETRY_WINDOW_S = 45.0
+#: environment variable that sets another retry window (s), for servers whose failover takes longer or tests
+RETRY_WINDOW_ENV = "GEOAGENT_REDIS_RETRY_S"
+#: the largest window the variable may set (s): keeps every retry inside the reply records' lifetime
+MAX_RETRY_WINDOW_S = 120.0
+#: longest pause between two retries (s); the first is 50 ms, doubling, equal jitter
+BACKOFF_CAP_S = 1.0
+#: default time (s) to wait for a reply on an open connection before it counts as failed (and is retried)
+SOCKET_TIMEOUT_S = 30.0
+#: default time (s) to wait for a TCP connect to the server
+SOCKET_CONNECT_TIMEOUT_S = 10.0
+#: lifetime (s) of a reply record of a retried call (queue and ledger/store): longer than :func:`retry_span_s`
+REPLY_TTL_S = 300.0
+
+# the start of the current call's retry window (monotonic s, or None before its first failure), shared by the
+# nested call_with_retry of redis-py (the command's, and the connect's inside it) running in one task or thread
+_WINDOW: contextvars.ContextVar[list[float | None] | None] = contextvars.ContextVar("geoagent_redis_window",
+                                                                                    default=None)
+# set by ping_once: the first failure ends the call
+_NO_RETRY: contextvars.ContextVar[bool] = contextvars.ContextVar("geoagent_redis_no_retry", default=False)
+
+
+def retry_window_s() -> float:
+    """The retry window in s: :data:`RETRY_WINDOW_ENV` when set, else :data:`RETRY_WINDOW_S`.
+
+    Raises
+    ------
+    ValueError
+        The variable is not a number in (0, :data:`MAX_RETRY_WINDOW_S`].
+    """
+    raw = os.environ.get(RETRY_WINDOW_ENV, "").strip()
+    if not raw:
+        return RETRY_WINDOW_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MAX_RETRY_WINDOW_S:
+        raise ValueError(f"{RETRY_WINDOW_ENV} must be a number of seconds in (0, {MAX_RETRY_WINDOW_S:g}], "
+                         f"got {raw!r}")
+    return value
+
+
+def retry_span_s(options: dict[str, Any], window_s: float | None = None) -> float:
+    """Longest time (s) from the server running a call to the last retry of it reaching the server:
+    ``window + 2 * (socket_connect_timeout + socket_timeout)``, with the timeouts of ``options`` (a URL's parsed
+    query merged with client options; the defaults of :func:`client_defaults` where absent)."""
+    window = retry_window_s() if window_s is None else float(window_s)
+    sock = options.get("socket_timeout")
+    sock = SOCKET_TIMEOUT_S if sock is None else float(sock)
+    conn = options.get("socket_connect_timeout")
+    conn = sock if conn is None else float(conn)
+    return window + 2 * (conn + sock)
+
+
+def client_defaults(url_options: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The timeouts to add to a client's ``options``: :data:`SOCKET_TIMEOUT_S` and :data:`SOCKET_CONNECT_TIMEOUT_S`
+    unless the URL's query (``url_options``, redis-py's ``parse_url``) or ``options`` name them."""
+    given = {**url_options, **options}
+    out: dict[str, Any] = {}
+    if given.get("socket_timeout") is None:
+        out["socket_timeout"] = SOCKET_TIMEOUT_S
+    if given.get("socket_connect_timeout") is None:
+        out["socket_connect_timeout"] = SOCKET_CONNECT_TIMEOUT_S
+    return out
+
+
+def _check_window(error: BaseException, window_s: float) -> None:
+    """Called after each failure, before redis-py's backoff: raise ``error`` once the window has passed (or at the
+    first failure under :func:`ping_once`)."""
+    if _NO_RETRY.get():
+        raise error
+    box = _WINDOW.get()
+    if box is None:  # pragma: no cover - set by call_with_retry
+        return
+    now = time.monotonic()
+    if box[0] is None:
+        box[0] = now
+    elif now - box[0] >= window_s:
+        raise error
+
+
+def window_retry(*, asynchronous: bool, window_s: float | None = None) -> Any:
+    """A redis-py ``Retry`` (``redis.asyncio.retry.Retry`` when ``asynchronous``, else ``redis.retry.Retry``) that
+    retries a connection error or timeout until ``window_s`` (default :func:`retry_window_s`) s have passed since
+    the call's first failure, with equal-jitter backoff (50 ms doubling, at most :data:`BACKOFF_CAP_S`).
+
+    Raises
+    ------
+    ValueError
+        A bad :data:`RETRY_WINDOW_ENV`.
+    """
+    from redis.backoff import EqualJitterBackoff
+
+    window = retry_window_s() if window_s is None else float(window_s)
+    backoff = EqualJitterBackoff(cap=BACKOFF_CAP_S, base=0.05)
+    if asynchronous:
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        class _AsyncWindowRetry(AsyncRetry):
+            window_s = window
+
+            async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+                token = _WINDOW.set([None]) if _WINDOW.get() is None else None
+
+                async def failed(error: BaseException, *rest: Any) -> Any:
+                    out = await fail(error, *rest)
+                    _check_window(error, window)
+                    return out
+
+                try:
+                    return await super().call_with_retry(do, failed, *args, **kwargs)
+                finally:
+                    if token is not None:
+                        _WINDOW.reset(token)
+
+        return _AsyncWindowRetry(backoff, -1)
+
+    from redis.retry import Retry as SyncRetry
+
+    class _WindowRetry(SyncRetry):
+        window_s = window
+
+        def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+            token = _WINDOW.set([None]) if _WINDOW.get() is None else None
+
+            def failed(error: BaseException, *rest: Any) -> Any:
+                out = fail(error, *rest)
+                _check_window(error, window)
+                return out
+
+            try:
+                return super().call_with_retry(do, failed, *args, **kwargs)
+            finally:
+                if token is not None:
+                    _WINDOW.reset(token)
+
+    return _WindowRetry(backoff, -1)
+
+
+def ping_once(client: Any) -> Any:
+    """``client.ping()`` (a synchronous redis-py client) with no retry: the first connection error or timeout is
+    raised at once. For the start of a run: an unreachable server is reported now, not after the retry window.
+
+    Raises
+    ------
+    redis.ConnectionError, redis.TimeoutError
+        The server cannot be reached (within the connect timeout).
+    """
+    token = _NO_RETRY.set(True)
+    try:
+        return client.ping()
+    finally:
+        _NO_RETRY.reset(token)
