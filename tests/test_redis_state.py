@@ -450,3 +450,19 @@ def test_an_unreachable_server_at_start_fails_fast_while_a_later_outage_is_retri
             assert st.ledger.summary().calls == 1
     finally:
         server.stop()
+
+
+def test_the_default_heartbeat_outlives_the_clients_retry_window(tmp_path, redis_url, raw, monkeypatch):
+    """Session 11 review: the heartbeat lived 30 s while the clients ride out outages of up to 45 s (60-120 s with
+    GEOAGENT_REDIS_RETRY_S), so after such an outage other machines judged a live process gone, booked its calls in
+    flight as unknown and could send them again. The default heartbeat is twice the window, set on the server."""
+    from geoagent.runtime.redis_retry import RETRY_WINDOW_ENV, retry_window_s
+
+    campaign = _campaign(tmp_path)
+    monkeypatch.delenv(RETRY_WINDOW_ENV, raising=False)
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "a", cap_usd=1.0) as st:
+        ttl_ms = raw.pttl(state_prefix(campaign) + "hb:" + st.ledger.owner)
+        assert 2 * retry_window_s() * 1000 - 5000 < ttl_ms <= 2 * retry_window_s() * 1000
+    monkeypatch.setenv(RETRY_WINDOW_ENV, "100")
+    with open_redis_campaign_state(redis_url, campaign, tmp_path / "b") as st:
+        assert raw.pttl(state_prefix(campaign) + "hb:" + st.ledger.owner) > 195_000

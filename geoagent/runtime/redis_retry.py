@@ -29,9 +29,10 @@ campaign on every machine waits for the server for the same time.
 * **Fail fast at start**: :func:`ping_once` sends one ``PING`` with no retry, so an unreachable server (a typo in
   the URL, a server that is down) is reported at once with its clear error, not after the window.
 
-A heartbeat of the ledger (``heartbeat_ttl_s``, 30 s) may expire during an outage longer than it: other machines
-may then judge this process gone (:mod:`geoagent.runtime.redis_state`, owner rule) once the server is back, before
-its heartbeat thread beats again (it retries inside the window and beats as soon as the server answers).
+A heartbeat of the ledger (``heartbeat_ttl_s``, by default twice the window: 90 s,
+:func:`geoagent.runtime.redis_state.default_heartbeat_ttl_s`) outlives every outage the clients ride out, so other
+machines do not judge a live process gone (:mod:`geoagent.runtime.redis_state`, owner rule) while it waits; an
+outage longer than the window ends the run first.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ Money rules (the same as SQLite's, see :mod:`geoagent.runtime.ledger`)
 
 Crash recovery across machines (the owner rule). Each :class:`RedisLedger` registers an *owner* (``<host>:<pid>:<random>``)
 and keeps a heartbeat key ``hb:<owner>`` alive with a TTL of ``heartbeat_ttl_s`` (default
-:data:`HEARTBEAT_TTL_S` = 30 s, server-side expiry, so clocks of machines need not agree), refreshed every
+:data:`HEARTBEAT_TTL_S` = 90 s, twice the clients' retry window, server-side expiry, so clocks of machines need not agree), refreshed every
 ``heartbeat_ttl_s / 3`` by a daemon thread and by each of its reservations (which also writes its owner record
 back if a recovery dropped it while the process stalled: no open reservation is left without an owner to judge). An owner is **gone** when its heartbeat key has expired, or, as a
 faster path, when it is on this host (same host name and kernel boot id) and its pid no longer runs (or runs a
@@ -114,8 +114,19 @@ from geoagent.runtime.store import ResponseStore, _check_table, _dumps
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-#: heartbeat lifetime of a ledger owner (s); refreshed every third of it
-HEARTBEAT_TTL_S = 30.0
+#: heartbeat lifetime of a ledger owner (s); refreshed every third of it. Twice the default retry window
+#: (:data:`geoagent.runtime.redis_retry.RETRY_WINDOW_S`, 45 s) so that an outage the clients ride out does not make
+#: other machines judge a live process gone (its in-flight calls would be booked unknown and could be sent again);
+#: a larger window set by ``GEOAGENT_REDIS_RETRY_S`` raises it to twice that (:func:`default_heartbeat_ttl_s`)
+HEARTBEAT_TTL_S = 90.0
+
+
+def default_heartbeat_ttl_s() -> float:
+    """The heartbeat lifetime (s) a ledger gets by default: :data:`HEARTBEAT_TTL_S`, or twice the retry window
+    when ``GEOAGENT_REDIS_RETRY_S`` sets a longer one (:func:`geoagent.runtime.redis_retry.retry_window_s`)."""
+    from geoagent.runtime.redis_retry import retry_window_s
+
+    return max(HEARTBEAT_TTL_S, 2.0 * retry_window_s())
 #: lifetime of the reply record of a ``reserve``/``put`` call (s): longer than the retries of one call
 #: (:data:`geoagent.runtime.redis_retry.REPLY_TTL_S`, shared with the queues)
 REPLY_TTL_S = _REPLY_TTL_S
@@ -280,14 +291,17 @@ class RedisLedger:
     recover, recover_all : bool
         As for :class:`~geoagent.runtime.ledger.Ledger` (``recover_all``: every other owner's open
         reservations, only when no other process can be running).
-    heartbeat_ttl_s : float
+    heartbeat_ttl_s : float, optional
         Lifetime of this owner's heartbeat (s, > 0); another process treats this one as gone once it expired.
+        Default :func:`default_heartbeat_ttl_s` (90 s: twice the clients' retry window).
     host : str, optional
         The host name recorded with the owner (default ``socket.gethostname()``; tests simulate machines).
     """
 
     def __init__(self, db: RedisStateDB, cap_usd: float | None = None, *, recover: bool = True,
-                 recover_all: bool = False, heartbeat_ttl_s: float = HEARTBEAT_TTL_S, host: str | None = None):
+                 recover_all: bool = False, heartbeat_ttl_s: float | None = None, host: str | None = None):
+        if heartbeat_ttl_s is None:
+            heartbeat_ttl_s = default_heartbeat_ttl_s()
         if not heartbeat_ttl_s > 0:
             raise ValueError(f"heartbeat_ttl_s must be > 0 (s), got {heartbeat_ttl_s!r}")
         self.db = db
@@ -832,7 +846,7 @@ def check_no_eviction(client: Any) -> None:
 
 def open_redis_campaign_state(url: str, campaign: str, state_dir: str | os.PathLike[str], *,
                               cap_usd: float | None = None, recover: bool = True, recover_all: bool = False,
-                              heartbeat_ttl_s: float = HEARTBEAT_TTL_S, host: str | None = None,
+                              heartbeat_ttl_s: float | None = None, host: str | None = None,
                               client_options: dict[str, Any] | None = None) -> RedisCampaignState:
     """Open campaign ``campaign``'s ledger and store on the Redis server at ``url``.
 
