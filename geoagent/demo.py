@@ -404,6 +404,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     """
     from geoagent.data.importer import import_release
     from geoagent.engine import EXIT_INTERRUPTED, run_campaign
+    from geoagent.runtime.manifest import adopt_sandbox_names
     from geoagent.geohint import simulate as gh_sim
     from geoagent.integrate import gazetteer_from_world, write_verify_trials
     from geoagent.config import load_config
@@ -430,6 +431,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     # 1. crawl: its endpoints name the sandbox fakes, which launch() serves from demo_world() ------------
     crawl_path = write_demo_config("demo_crawl", SANDBOX_ENDPOINTS, conf_dir, cities=world.cities)
     crawl_cfg = load_config(crawl_path)
+    adopt_sandbox_names(crawl_cfg)  # an earlier demo's record of the fakes' loopback ports is no change
     crawl_dir = crawl_cfg.state_dir()
     images_dir = crawl_cfg.state_root() / C.IMAGES_DIR
     values = {"crawl_dir": str(crawl_dir.resolve()), "images_dir": str(images_dir.resolve())}
@@ -449,6 +451,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     # hand-off: the crawl's folder becomes a complete release-form folder ------------------------------
     gv_path = write_demo_config("demo_geoverify", values, conf_dir)
     gv_cfg = load_config(gv_path)
+    adopt_sandbox_names(gv_cfg)
     trials_path, build = write_verify_trials(crawl_dir, images_dir, seed=gv_cfg.campaign.seed, n_per_band=2,
                                              n_control=2)
     ctrl = {arm: sum(n for (a, _b), n in build.counts.items() if a == arm) for arm in ("ctrl_mismatch", "ctrl_noimage")}
@@ -471,6 +474,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say("\n[3/3] GeoHint on the crawled ladders (geocoder against the local Wikidata and Nominatim) ...")
     gh_path = write_demo_config("demo_geohint", values, conf_dir)
     gh_cfg = load_config(gh_path)
+    adopt_sandbox_names(gh_cfg)
     gh = await run_campaign(gh_cfg, live=live, handle_signals=handle_signals, gazetteer=gaz)
     say(gh.summary_with_this_run())
     outcomes.append(("GeoHint", gh_cfg, gh))
