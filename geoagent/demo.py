@@ -444,7 +444,9 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume (its config, for "
             f"`python run.py status|dead {crawl_path}`)")
         return crawl.exit_code
-    if crawl.late_signal:  # Ctrl-C as the crawl ended: it finished, the demo stops before the next campaign
+    if crawl.late_signal or crawl.stop_signal:
+        # Ctrl-C as the crawl ended (its stop left nothing queued, or it came after): it finished, the demo stops
+        # before the next campaign
         say(f"\ndemo stopped by a signal after the crawl finished; re-run `{resume_cmd}` to go on")
         return EXIT_INTERRUPTED
 
@@ -466,7 +468,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     gv = await run_campaign(gv_cfg, live=live, handle_signals=handle_signals)
     say(gv.summary_with_this_run())
     outcomes.append(("GeoVerify", gv_cfg, gv))
-    if gv.exit_code == EXIT_INTERRUPTED or gv.late_signal:
+    if gv.exit_code == EXIT_INTERRUPTED or gv.late_signal or gv.stop_signal:
         say(f"\ndemo stopped by a signal; re-run `{resume_cmd}` to resume")
         return EXIT_INTERRUPTED
 

@@ -371,6 +371,9 @@ class Outcome:
     superseded: dict[str, int] = field(default_factory=dict)
     #: the signal (``"SIGINT"``) that came after every task had ended (report, export), cutting nothing short
     late_signal: str | None = None
+    #: the signal (``"SIGINT"``) that stopped the pipeline, also one that cut nothing short (its stop left nothing
+    #: queued: the run ends ``complete``); None when no signal stopped it. A caller that runs more (``demo``) stops
+    stop_signal: str | None = None
     #: the queues are shared with other machines (``[backend] kind = "redis"``): work this process left queued
     #: may be taken by processes elsewhere, so the summary does not call it left by this process's stop
     shared_queues: bool = False
@@ -1732,6 +1735,7 @@ async def _run(
             params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        outcome.stop_signal = view.stop_signal if view.stopped_by_signal else None
         if view.stopped_by_signal and status != "interrupted" and not watch:
             outcome.extra_lines.append("  note: the stop signal came when every task had ended: it cut nothing short")
         unusable = unusable_answer_lines(kind.answer_quality(cfg, ctx))

@@ -107,3 +107,54 @@ def test_env_root_naming_the_files_folder_by_another_spelling_is_no_override(tmp
         assert root_override_warnings(cfg) == [], same
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "other"))
     assert len(root_override_warnings(cfg)) == 1
+
+
+def test_a_stop_signal_that_cut_nothing_short_is_on_the_outcome(tmp_path, monkeypatch):
+    # before: a SIGINT whose stop left nothing queued ended the run 'complete' (exit 0) and the Outcome kept no
+    # trace of it (only late_signal, for a signal after the pipeline ended): `demo` went on to the next
+    # campaign (GeoVerify, then GeoHint, seconds of calls) after the user's Ctrl-C, as it checked only
+    # exit_code == 130 and late_signal
+    import signal
+    import threading
+
+    import anyio
+
+    from test_cost_dead_letter_deliveries import KEY, _cfg
+
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+    from geoagent.sandbox import llm_openai
+    from geoagent.sandbox.server import serve
+
+    monkeypatch.setenv("DEAD_TEST_KEY", KEY)
+    app = llm_openai.make_app(api_keys=[KEY])
+
+    async def go():
+        async with serve(app) as base:
+            cfg = load_config(_cfg(tmp_path, base))
+            done = threading.Event()
+
+            def later() -> None:  # once every request is done, as a --watch process waits for more
+                import sqlite3
+                import time
+
+                qfile = tmp_path / "q" / "dead" / "responses.sqlite"
+                for _ in range(400):
+                    time.sleep(0.05)
+                    try:
+                        with sqlite3.connect(qfile) as conn:
+                            if conn.execute("SELECT count(*) FROM tasks WHERE state != 2").fetchone()[0] == 0 \
+                                    and conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 3:
+                                break
+                    except sqlite3.Error:
+                        pass
+                time.sleep(0.5)
+                os.kill(os.getpid(), signal.SIGINT)
+                done.set()
+
+            threading.Thread(target=later, daemon=True).start()
+            return await run_campaign(cfg, live=False, handle_signals=True, export=False, watch=True)
+
+    out = anyio.run(go)
+    assert (out.status, out.exit_code) == ("complete", 0)
+    assert out.stop_signal == "SIGINT"
