@@ -758,7 +758,9 @@ def check_queues_root_as_recorded(cfg: Any) -> str | None:
     -------
     str or None
         A ``warning: ...`` line when the recorded folder no longer exists or holds no queue file (deleted or
-        moved on purpose: the run goes on, and records its own folder); None when the folders agree.
+        moved on purpose: the run goes on, and records its own folder) and this run's folder holds none either
+        (it starts over); None when the folders agree, or when the recorded one is gone and this one holds
+        queue files (the campaign moved with its queues: the run goes on with them).
 
     Raises
     ------
@@ -783,7 +785,14 @@ def check_queues_root_as_recorded(cfg: Any) -> str | None:
     recorded = Path(was)
     if _same_folder(recorded, here):
         return None
-    held = recorded.is_dir() and any(f.is_file() and f.stat().st_size > 0 for f in recorded.glob("*.sqlite"))
+    def holds_queues(folder: Path) -> bool:
+        return folder.is_dir() and any(f.is_file() and f.stat().st_size > 0 for f in folder.glob("*.sqlite"))
+
+    held = holds_queues(recorded)
+    if not held and holds_queues(here):
+        # the recorded folder is gone or empty and this one holds queue files: the campaign moved with its
+        # queues (root renamed, copied to another disk); this run goes on with them, nothing starts over
+        return None
     if held:
         raise ValueError(
             f"campaign {cfg.name}: its earlier runs kept their queues in {recorded} (recorded in "

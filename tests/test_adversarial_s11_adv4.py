@@ -158,3 +158,38 @@ def test_a_stop_signal_that_cut_nothing_short_is_on_the_outcome(tmp_path, monkey
     out = anyio.run(go)
     assert (out.status, out.exit_code) == ("complete", 0)
     assert out.stop_signal == "SIGINT"
+
+
+def _simulated_cfg(root: Path) -> Path:
+    p = root / "c.toml"
+    p.write_text(f'[campaign]\nname = "c"\nkind = "generic"\n[paths]\nqueues = "{root / "q"}"\nstate = "{root / "s"}"\n'
+                 '[budget]\ncap_usd = 1.0\n[generic]\nn_requests = 2\n'
+                 '[[models]]\nname = "m"\nprovider = "simulated"\nmodel = "sim"\n', encoding="utf-8")
+    return p
+
+
+def test_a_campaign_moved_with_its_queues_and_state_runs_on_without_the_not_carried_over_warning(tmp_path, capsys):
+    # before: moving a campaign's root (queues and state together) and pointing the file at it, the next run said
+    # 'warning: campaign c: its earlier runs kept their queues in /old/q/c, which no longer exists; this run starts
+    # its queues in /new/q/c (tasks dead-lettered or left queued there are not carried over ...)', though the new
+    # folder holds those very queues (moved along) and the run used them
+    import shutil
+
+    from geoagent.cli import main
+
+    old = tmp_path / "old"
+    old.mkdir()
+    assert main(["run", str(_simulated_cfg(old)), "--no-live"]) == 0
+    new = tmp_path / "new"
+    shutil.move(str(old), str(new))
+    p = _simulated_cfg(new)
+    capsys.readouterr()
+    assert main(["run", str(p), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    assert "not carried over" not in err and "no longer exists" not in err, err
+    # the recorded queues gone (deleted) and none where this run looks: it does start over, and still says so
+    shutil.rmtree(new / "q")
+    p.write_text(p.read_text(encoding="utf-8").replace(str(new / "q"), str(tmp_path / "q2")), encoding="utf-8")
+    assert main(["run", str(p), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    assert "no longer exists" in err and "not carried over" in err, err
