@@ -193,3 +193,24 @@ def test_a_campaign_moved_with_its_queues_and_state_runs_on_without_the_not_carr
     assert main(["run", str(p), "--no-live"]) == 0
     err = capsys.readouterr().err
     assert "no longer exists" in err and "not carried over" in err, err
+
+
+@pytest.mark.slow
+def test_demo_in_a_moved_workdir_prints_no_drift_for_its_own_folders(tmp_path):
+    # before: `mv work work2; demo --workdir work2` said 'info: campaign demo-geoverify: geoverify changed since its
+    # last run (geoverify.image_root: '/x/work/state/images' -> '/x/work2/state/images'; geoverify.release_dir:
+    # ...) ... Use a new [campaign] name to run with the change' (and the same for GeoHint) on that demo and every
+    # later one (a change 'not applied'): the demo's own folders, moved with it, read as changed call settings
+    import shutil
+
+    first = _demo(tmp_path / "work")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    shutil.move(str(tmp_path / "work"), str(tmp_path / "work2"))
+    p = _demo(tmp_path / "work2")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    both = p.stdout + p.stderr
+    assert "changed since its last run" not in both, [ln for ln in both.splitlines() if "changed since" in ln]
+    assert "this run: 0 new model calls" in both
+    for name in DEMO_CAMPAIGNS:
+        data = json.loads((tmp_path / "work2" / "state" / name / "manifest.json").read_text(encoding="utf-8"))
+        assert str(tmp_path / "work") + "/" not in json.dumps(data.get("config")), name

@@ -250,17 +250,23 @@ _LOOPBACK_HOST = re.compile(r"^127\.0\.0\.1:\d+$")
 
 
 def adopt_sandbox_names(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """Rewrite, in the campaign's ``manifest.json``, a recorded config that names the local sandbox fakes by
-    their loopback ports (what ``run.py demo`` recorded before it ran each campaign from its config as written:
-    ``http://127.0.0.1:36979/v1``) to the ``*.sandbox.invalid`` names ``cfg`` gives the same fakes; return the
-    config paths rewritten (``["models[0].base_url", "hosts.127.0.0.1:36979", ...]``; empty when none).
+    """Rewrite, in the campaign's ``manifest.json``, what a demo campaign's recorded config says differently
+    from ``cfg`` only because of where the demo ran: return the config paths rewritten
+    (``["models[0].base_url", "hosts.127.0.0.1:36979", "geoverify.image_root", ...]``; empty when none).
 
-    A recorded URL ``http://127.0.0.1:PORT/path`` is replaced where ``cfg`` (resolved, as the manifest stores
-    it) has ``http://NAME.sandbox.invalid/path`` at the same place, same path; ``[hosts]`` entries keyed
-    ``127.0.0.1:PORT`` (pacing of those fakes, ports long gone) are dropped. Without this, such a manifest made
-    every later demo say its models, endpoints and ``[hosts]`` "changed since its last run" (the random ports
-    against the names), a change "not applied" to the stored results, so said again on every run. Only for
-    campaigns served by the sandbox fakes (the demo calls it); nothing else of the record is touched.
+    * the local sandbox fakes named by their loopback ports (what ``run.py demo`` recorded before it ran each
+      campaign from its config as written): a recorded URL ``http://127.0.0.1:PORT/path`` is replaced where
+      ``cfg`` (resolved, as the manifest stores it) has ``http://NAME.sandbox.invalid/path`` at the same place,
+      same path; ``[hosts]`` entries keyed ``127.0.0.1:PORT`` (pacing of those fakes, ports long gone) are
+      dropped;
+    * the demo's workdir moved (``mv work work2``): a recorded path under the recorded ``[paths] state`` (the
+      crawl's folder as ``release_dir``, the images as ``image_root``) is replaced where ``cfg`` has the same
+      path under its own ``[paths] state``.
+
+    Without this, such a manifest made every later demo say its models, endpoints and ``[hosts]`` (or its
+    ``image_root`` and ``release_dir``) "changed since its last run ... Use a new [campaign] name", a change
+    "not applied" to the stored results, so said again on every run. Only for the demo's campaigns, which it
+    writes itself (the demo calls it); nothing else of the record is touched.
 
     Raises
     ------
@@ -275,6 +281,7 @@ def adopt_sandbox_names(cfg: Any, *, state_dir: str | os.PathLike[str] | None = 
         return []
     now = orjson.loads(redact(orjson.dumps(resolved_dict(cfg)).decode()))
     changed: list[str] = []
+    roots: list[tuple[str, str]] = []  # (recorded [paths] state, this config's), when they differ
 
     def walk(old: Any, new: Any, where: str) -> Any:
         if isinstance(old, dict) and isinstance(new, dict):
@@ -286,12 +293,20 @@ def adopt_sandbox_names(cfg: Any, *, state_dir: str | os.PathLike[str] | None = 
             if lo and sb and (lo.group("rest") or "") == (sb.group("rest") or ""):
                 changed.append(where)
                 return new
+            for was, is_ in roots:
+                if old.startswith(was + "/") and new == is_ + old[len(was):]:
+                    changed.append(where)
+                    return new
         return old
 
     with _locked(path):
         data = read_manifest(sdir)
         if not data or not isinstance(data.get("config"), dict):
             return []
+        was_state = (data["config"].get("paths") or {}).get("state")
+        is_state = (now.get("paths") or {}).get("state")
+        if isinstance(was_state, str) and isinstance(is_state, str) and was_state.rstrip("/") != is_state.rstrip("/"):
+            roots.append((was_state.rstrip("/"), is_state.rstrip("/")))
         rec = walk(data["config"], now, "")
         hosts = rec.get("hosts")
         if isinstance(hosts, dict):
