@@ -1256,6 +1256,19 @@ def _has_key(tables: Any, path: tuple[str, ...]) -> bool:
     return True
 
 
+def _same_path(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` (``~`` expanded, relative ones from the working folder, as the roots are
+    read) name one folder: the same file where both exist (:func:`os.path.samefile`: a symlink, ``..``, another
+    spelling), else the same absolute normalised path."""
+    a, b = os.path.abspath(os.path.expanduser(a)), os.path.abspath(os.path.expanduser(b))
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.normpath(a) == os.path.normpath(b)
+
+
 def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
     """One line per ``[paths]`` key the file sets that an environment variable overrides with another folder.
 
@@ -1271,7 +1284,7 @@ def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
         value = os.environ.get(env)
         if not written or not value:
             continue
-        if os.path.normpath(os.path.expanduser(written)) == os.path.normpath(os.path.expanduser(value)):
+        if _same_path(written, value):  # also another spelling of it: relative, a symlink, `..`, a trailing /
             continue
         out.append(f"[paths] {key} = {written!r} is overridden by ${env} = {value!r} (the environment wins); "
                    f"unset {env} to use the file's folder")

@@ -404,6 +404,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     """
     from geoagent.data.importer import import_release
     from geoagent.engine import EXIT_INTERRUPTED, run_campaign
+    from geoagent.runtime.manifest import adopt_sandbox_names
     from geoagent.geohint import simulate as gh_sim
     from geoagent.integrate import gazetteer_from_world, write_verify_trials
     from geoagent.config import load_config
@@ -430,6 +431,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     # 1. crawl: its endpoints name the sandbox fakes, which launch() serves from demo_world() ------------
     crawl_path = write_demo_config("demo_crawl", SANDBOX_ENDPOINTS, conf_dir, cities=world.cities)
     crawl_cfg = load_config(crawl_path)
+    adopt_sandbox_names(crawl_cfg)  # an earlier demo's record of the fakes' loopback ports is no change
     crawl_dir = crawl_cfg.state_dir()
     images_dir = crawl_cfg.state_root() / C.IMAGES_DIR
     values = {"crawl_dir": str(crawl_dir.resolve()), "images_dir": str(images_dir.resolve())}
@@ -442,13 +444,16 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
         say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume (its config, for "
             f"`python run.py status|dead {crawl_path}`)")
         return crawl.exit_code
-    if crawl.late_signal:  # Ctrl-C as the crawl ended: it finished, the demo stops before the next campaign
+    if crawl.late_signal or crawl.stop_signal:
+        # Ctrl-C as the crawl ended (its stop left nothing queued, or it came after): it finished, the demo stops
+        # before the next campaign
         say(f"\ndemo stopped by a signal after the crawl finished; re-run `{resume_cmd}` to go on")
         return EXIT_INTERRUPTED
 
     # hand-off: the crawl's folder becomes a complete release-form folder ------------------------------
     gv_path = write_demo_config("demo_geoverify", values, conf_dir)
     gv_cfg = load_config(gv_path)
+    adopt_sandbox_names(gv_cfg)
     trials_path, build = write_verify_trials(crawl_dir, images_dir, seed=gv_cfg.campaign.seed, n_per_band=2,
                                              n_control=2)
     ctrl = {arm: sum(n for (a, _b), n in build.counts.items() if a == arm) for arm in ("ctrl_mismatch", "ctrl_noimage")}
@@ -463,7 +468,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     gv = await run_campaign(gv_cfg, live=live, handle_signals=handle_signals)
     say(gv.summary_with_this_run())
     outcomes.append(("GeoVerify", gv_cfg, gv))
-    if gv.exit_code == EXIT_INTERRUPTED or gv.late_signal:
+    if gv.exit_code == EXIT_INTERRUPTED or gv.late_signal or gv.stop_signal:
         say(f"\ndemo stopped by a signal; re-run `{resume_cmd}` to resume")
         return EXIT_INTERRUPTED
 
@@ -471,6 +476,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say("\n[3/3] GeoHint on the crawled ladders (geocoder against the local Wikidata and Nominatim) ...")
     gh_path = write_demo_config("demo_geohint", values, conf_dir)
     gh_cfg = load_config(gh_path)
+    adopt_sandbox_names(gh_cfg)
     gh = await run_campaign(gh_cfg, live=live, handle_signals=handle_signals, gazetteer=gaz)
     say(gh.summary_with_this_run())
     outcomes.append(("GeoHint", gh_cfg, gh))

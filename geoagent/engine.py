@@ -371,6 +371,9 @@ class Outcome:
     superseded: dict[str, int] = field(default_factory=dict)
     #: the signal (``"SIGINT"``) that came after every task had ended (report, export), cutting nothing short
     late_signal: str | None = None
+    #: the signal (``"SIGINT"``) that stopped the pipeline, also one that cut nothing short (its stop left nothing
+    #: queued: the run ends ``complete``); None when no signal stopped it. A caller that runs more (``demo``) stops
+    stop_signal: str | None = None
     #: the queues are shared with other machines (``[backend] kind = "redis"``): work this process left queued
     #: may be taken by processes elsewhere, so the summary does not call it left by this process's stop
     shared_queues: bool = False
@@ -755,7 +758,9 @@ def check_queues_root_as_recorded(cfg: Any) -> str | None:
     -------
     str or None
         A ``warning: ...`` line when the recorded folder no longer exists or holds no queue file (deleted or
-        moved on purpose: the run goes on, and records its own folder); None when the folders agree.
+        moved on purpose: the run goes on, and records its own folder) and this run's folder holds none either
+        (it starts over); None when the folders agree, or when the recorded one is gone and this one holds
+        queue files (the campaign moved with its queues: the run goes on with them).
 
     Raises
     ------
@@ -780,7 +785,14 @@ def check_queues_root_as_recorded(cfg: Any) -> str | None:
     recorded = Path(was)
     if _same_folder(recorded, here):
         return None
-    held = recorded.is_dir() and any(f.is_file() and f.stat().st_size > 0 for f in recorded.glob("*.sqlite"))
+    def holds_queues(folder: Path) -> bool:
+        return folder.is_dir() and any(f.is_file() and f.stat().st_size > 0 for f in folder.glob("*.sqlite"))
+
+    held = holds_queues(recorded)
+    if not held and holds_queues(here):
+        # the recorded folder is gone or empty and this one holds queue files: the campaign moved with its
+        # queues (root renamed, copied to another disk); this run goes on with them, nothing starts over
+        return None
     if held:
         raise ValueError(
             f"campaign {cfg.name}: its earlier runs kept their queues in {recorded} (recorded in "
@@ -1754,6 +1766,7 @@ async def _run(
             params_mix = params_mix_json(mix)
         outcome.report_files = await kind.report(cfg, ctx, outcome)
         outcome.extra_lines = kind.summary_lines(cfg, ctx, outcome)
+        outcome.stop_signal = view.stop_signal if view.stopped_by_signal else None
         if view.stopped_by_signal and status != "interrupted" and not watch:
             outcome.extra_lines.append("  note: the stop signal came when every task had ended: it cut nothing short")
         unusable = unusable_answer_lines(kind.answer_quality(cfg, ctx))

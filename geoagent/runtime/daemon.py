@@ -43,6 +43,8 @@ class PipelineRun:
     started_at: float = field(default_factory=time.time)
     stopped_by_signal: bool = False
     finished_at: float | None = None
+    #: name of the signal that asked the pipeline to stop (``"SIGINT"``, ``"SIGTERM"``), or None
+    stop_signal: str | None = None
 
     @property
     def budget_stopped(self) -> bool:
@@ -225,6 +227,7 @@ async def run_pipeline(
                     first, first_at = signum, time.monotonic()
                     log.warning("%s", stop_message(signum, grace_s))
                     view.stopped_by_signal = True
+                    view.stop_signal = signal.Signals(signum).name
                     for r in runners:
                         r.request_stop()
                 else:

@@ -35,9 +35,9 @@ import orjson
 
 #: config paths that only set limits or pacing: they change when and how often a request is sent, never the
 #: request or its answer (``models[i].rate``, ``concurrency``, timeouts, attempts, the dry run's estimates;
-#: ``[hosts]`` and ``[queue]`` whole)
+#: ``[hosts]`` and ``[queue]`` whole; the crawl's ``[crawl.policies.<api>]``, keys as in ``[hosts]``)
 _PACING = re.compile(
-    r"^(hosts|queue)([.\[]|$)"
+    r"^(hosts|queue|crawl\.policies)([.\[]|$)"
     r"|^models\[\d+\]\.(concurrency|rate|rate\.\w+|timeout_s|connect_timeout_s|max_attempts"
     r"|expected_output_tokens|expected_latency_s)$"
 )

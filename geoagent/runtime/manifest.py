@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import os
 import platform
+import re
 import secrets as _pysecrets
 import socket
 import subprocess
@@ -241,6 +242,81 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     # a locked temporary file of a unique name (geoagent.files.atomic_open): the run start's clean-up of killed
     # writers' files never takes a live one's, also one of a writer in another pid namespace
     atomic_write_text(path, text + "\n")
+
+
+_LOOPBACK_URL = re.compile(r"^http://127\.0\.0\.1:\d+(?P<rest>/.*)?$")
+_SANDBOX_URL = re.compile(r"^https?://[a-z0-9-]+\.sandbox\.invalid(?P<rest>/.*)?$")
+_LOOPBACK_HOST = re.compile(r"^127\.0\.0\.1:\d+$")
+
+
+def adopt_sandbox_names(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """Rewrite, in the campaign's ``manifest.json``, what a demo campaign's recorded config says differently
+    from ``cfg`` only because of where the demo ran: return the config paths rewritten
+    (``["models[0].base_url", "hosts.127.0.0.1:36979", "geoverify.image_root", ...]``; empty when none).
+
+    * the local sandbox fakes named by their loopback ports (what ``run.py demo`` recorded before it ran each
+      campaign from its config as written): a recorded URL ``http://127.0.0.1:PORT/path`` is replaced where
+      ``cfg`` (resolved, as the manifest stores it) has ``http://NAME.sandbox.invalid/path`` at the same place,
+      same path; ``[hosts]`` entries keyed ``127.0.0.1:PORT`` (pacing of those fakes, ports long gone) are
+      dropped;
+    * the demo's workdir moved (``mv work work2``): a recorded path under the recorded ``[paths] state`` (the
+      crawl's folder as ``release_dir``, the images as ``image_root``) is replaced where ``cfg`` has the same
+      path under its own ``[paths] state``.
+
+    Without this, such a manifest made every later demo say its models, endpoints and ``[hosts]`` (or its
+    ``image_root`` and ``release_dir``) "changed since its last run ... Use a new [campaign] name", a change
+    "not applied" to the stored results, so said again on every run. Only for the demo's campaigns, which it
+    writes itself (the demo calls it); nothing else of the record is touched.
+
+    Raises
+    ------
+    ValueError
+        A damaged manifest (:func:`read_manifest`).
+    """
+    from geoagent.config import resolved_dict
+
+    sdir = Path(state_dir) if state_dir is not None else Path(cfg.state_dir())
+    path = sdir / C.MANIFEST_FILE
+    if not path.is_file():
+        return []
+    now = orjson.loads(redact(orjson.dumps(resolved_dict(cfg)).decode()))
+    changed: list[str] = []
+    roots: list[tuple[str, str]] = []  # (recorded [paths] state, this config's), when they differ
+
+    def walk(old: Any, new: Any, where: str) -> Any:
+        if isinstance(old, dict) and isinstance(new, dict):
+            return {k: (walk(v, new[k], f"{where}.{k}" if where else k) if k in new else v) for k, v in old.items()}
+        if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            return [walk(o, n, f"{where}[{i}]") for i, (o, n) in enumerate(zip(old, new))]
+        if isinstance(old, str) and isinstance(new, str):
+            lo, sb = _LOOPBACK_URL.match(old), _SANDBOX_URL.match(new)
+            if lo and sb and (lo.group("rest") or "") == (sb.group("rest") or ""):
+                changed.append(where)
+                return new
+            for was, is_ in roots:
+                if old.startswith(was + "/") and new == is_ + old[len(was):]:
+                    changed.append(where)
+                    return new
+        return old
+
+    with _locked(path):
+        data = read_manifest(sdir)
+        if not data or not isinstance(data.get("config"), dict):
+            return []
+        was_state = (data["config"].get("paths") or {}).get("state")
+        is_state = (now.get("paths") or {}).get("state")
+        if isinstance(was_state, str) and isinstance(is_state, str) and was_state.rstrip("/") != is_state.rstrip("/"):
+            roots.append((was_state.rstrip("/"), is_state.rstrip("/")))
+        rec = walk(data["config"], now, "")
+        hosts = rec.get("hosts")
+        if isinstance(hosts, dict):
+            gone = [h for h in hosts if _LOOPBACK_HOST.match(str(h)) and h not in (now.get("hosts") or {})]
+            rec["hosts"] = {h: v for h, v in hosts.items() if h not in gone}
+            changed += [f"hosts.{h}" for h in gone]
+        if changed:
+            data["config"] = rec
+            _write(path, data)
+    return changed
 
 
 #: config sections whose change between runs does not alter planned work (cap raised after "budget
