@@ -89,7 +89,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
 from geoagent.runtime.errors import PicklableError
-from geoagent.runtime.stage import Abandoned
+from geoagent.runtime.stage import Abandoned, Deferred
 from geoagent.textfmt import count_text
 
 log = logging.getLogger(__name__)
@@ -161,6 +161,26 @@ class RetriesStopped(HttpError, Abandoned):
         self.last = last
         self.possibly_billed = possibly_billed
         super().__init__(f"stop requested: no retry after {attempts} attempt(s) to {url}; last: {last}")
+
+
+class PausedUnsent(HttpError, Deferred):
+    """The host (or model key) was paused for longer than the call's ``backoff_max_s`` (another request's 429/503
+    ``Retry-After``) when this request had passed its ``before_send`` hook but was not sent yet; raised instead of
+    waiting out the pause when the hook asks for it (a truthy ``defer_long_pause`` attribute: the model caller's
+    send gate, whose ledger reservation would otherwise stay open for the whole pause, up to
+    :data:`RETRY_AFTER_MAX_S`). Nothing was sent (``attempts`` and ``possibly_billed`` 0, ``never_sent``); a
+    :class:`~geoagent.runtime.stage.Deferred`, so a stage runner returns the task to the queue for after the pause
+    (``delay_s`` = ``retry_after_s``, seconds, the pause left) without counting an attempt."""
+
+    def __init__(self, url: str, retry_after_s: float) -> None:
+        self.url = url
+        self.retry_after_s = self.delay_s = float(retry_after_s)
+        self.attempts = 0
+        self.possibly_billed = 0
+        self.paused = True
+        self.host: str | None = None
+        super().__init__(f"{url}: not sent, the host is paused for another {self.retry_after_s:.3g} s (Retry-After "
+                         "longer than the host's backoff_max_s); the task goes back to the queue for after the pause")
 
 
 class _StopRetrying(Exception):
@@ -1514,6 +1534,11 @@ class HttpClient:
                 waiting.done()  # slots and turn taken: from here on the request is under way
                 if before_send is not None:
                     await before_send()
+                    left = lim.paused_until - time.monotonic()
+                    if left > pol.backoff_max_s and getattr(before_send, "defer_long_pause", False):
+                        # a long pause arrived while the hook ran: the hook's caller closes what it opened (the
+                        # reservation) and the task comes back after the pause, instead of holding both through it
+                        raise PausedUnsent(shown_url, left)
                     # a Retry-After that arrived while the hook ran still holds (slot kept, +inf); a stop request
                     # during that wait ends the request unsent (RetriesStopped: the hook's caller closes what
                     # it opened, e.g. releases the reservation), instead of sending it after the pause

@@ -51,6 +51,17 @@ class Abandoned(Exception):
     :meth:`Stage.stop_requested` was called; the message says why."""
 
 
+class Deferred(Exception):
+    """This task cannot be attempted before ``delay_s`` seconds from now, and nothing it did counts (nothing sent,
+    nothing paid: e.g. its host asked for a pause longer than the call's backoff while its request waited to be
+    sent): the runner returns it to the queue with that delay and no attempt counted
+    (:meth:`geoagent.runtime.queue.WorkQueue.release` with ``delay_s``), so it holds nothing (no lease, no ledger
+    reservation) through the pause and is delivered again after it."""
+
+    #: seconds (>= 0) before the task may be leased again
+    delay_s: float = 0.0
+
+
 class Held(Exception):
     """This task cannot run in this process now, though other tasks can (e.g. its model's authentication
     breaker is open): the runner holds its lease without counting an attempt and releases it, untouched,

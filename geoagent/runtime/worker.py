@@ -175,7 +175,7 @@ from geoagent import constants as C
 from geoagent.runtime.http import PermanentHTTPError, exception_text, listen_slot_waits, unlisten_slot_waits
 from geoagent.runtime.leases import LeaseKeeper
 from geoagent.runtime.queue import Refund, StaleLease, Task, WorkQueue
-from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, Missing, PermanentFailure, Stage,
+from geoagent.runtime.stage import (Abandoned, BudgetStop, Deferred, Held, Lane, Message, Missing, PermanentFailure, Stage,
                                     StageContext)
 
 log = logging.getLogger(__name__)
@@ -1112,6 +1112,11 @@ class StageRunner:
             tripped = getattr(exc, "tripped_streak", None)  # the model caller's host breaker opened on it
             if tripped is not None and self._trip(tripped):
                 await self._flush_refunds()
+        elif isinstance(exc, Deferred):
+            # nothing sent, nothing paid, and it cannot go before a pause ends (a host's long Retry-After): back to
+            # the queue for after it, no attempt counted; it holds no lease (nor reservation) meanwhile
+            await self._safe(self.inq.release(task, delay_s=max(0.0, float(getattr(exc, "delay_s", 0.0) or 0.0))))
+            self.stats.released += 1
         elif isinstance(exc, Abandoned):
             # given up unstarted after a stop request: back to the queue untouched (no attempt counted)
             await self._safe(self.inq.release(task))

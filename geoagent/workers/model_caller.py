@@ -59,6 +59,10 @@ RetriesExhausted stopped    released (a 429/503 is not billed)  ``CallFailed`` (
 for a Retry-After longer                                         ``backoff_s`` = the pause: redelivered after
 than backoff_max_s                                               it, an attempt counted ([queue] max_attempts)
 (``paused``)
+PausedUnsent (the host      released (nothing sent)             ``Deferred`` -> back to the queue for after
+paused, for longer than                                          the pause, no attempt counted (it holds no
+backoff_max_s, after the                                         reservation through the pause; the next
+gate reserved)                                                   delivery reserves again)
 RetriesExhausted (any       released; or unknown-outcome spend  ``Missing`` -> dead letter, reported as
 other: a host that answers  if an attempt may have been billed   missing (never a wrong answer)
 with errors, or an attempt
@@ -197,6 +201,7 @@ from geoagent.config import image_size_px, reservation_usd
 from geoagent.providers.base import PLACEHOLDER_PIXELS, ModelRequest, ModelResponse, ProviderError, request_key
 from geoagent.runtime.http import (
     OutcomeUnknown,
+    PausedUnsent,
     PermanentHTTPError,
     RetriesExhausted,
     RetriesStopped,
@@ -820,6 +825,11 @@ class _SendGate:
 
     __slots__ = ("_args", "reservation", "breaker", "stopping", "hosts")
 
+    #: the HTTP layer raises :class:`~geoagent.runtime.http.PausedUnsent` (nothing sent) instead of waiting out a
+    #: host pause longer than the call's backoff that arrives after this gate reserved: the reservation is released
+    #: and the task comes back after the pause (module table), not held open through it
+    defer_long_pause = True
+
     def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str,
                  breaker: "AuthBreaker | None" = None, stopping: Any = None, hosts: "HostBreaker | None" = None) -> None:
         self._args = (store, ledger, key, worst_usd, model_name)
@@ -1192,6 +1202,10 @@ class ModelCaller(Stage):
 
             try:
                 cached, response = await self._send(provider, dataclasses.replace(request, before_send=gate), ledger, gate, m)
+            except PausedUnsent:
+                if probe is not None:
+                    probe.clear()  # nothing was sent: no verdict on the host
+                raise
             except _AuthFailed as exc:
                 last = task.attempts + 1 >= int(getattr(getattr(cfg, "queue", None), "max_attempts", C.DEFAULT_MAX_ATTEMPTS))
                 opened = breaker.failure(m.name, exc.status, getattr(m, "key_env", None) or m.api_key_env, last_attempt=last)
@@ -1330,6 +1344,14 @@ class ModelCaller(Stage):
                 await close_failed_call(ledger, gate.reservation, exc, m)
             raise Abandoned(f"stop requested between retries: {_excerpt(exc.last)}") from None
         except (_NotSent, Abandoned):
+            raise
+        except PausedUnsent:
+            # the host paused (another call's long Retry-After) after the gate reserved, before the request went
+            # out: nothing sent, nothing billed; the reservation goes back now, not after the pause (up to a day),
+            # and the next delivery reserves again
+            if gate.reservation is not None:
+                await ledger.arelease(gate.reservation, note="host paused before sending; nothing sent")
+                gate.reservation = None
             raise
         except BaseException as exc:
             # without a reservation the gate never let the request through, so nothing was sent
