@@ -179,7 +179,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _note_default_endpoints(cfg)
     outcome = anyio.run(
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
-                             only_stages=stages, watch=args.watch)
+                             only_stages=stages, watch=args.watch,
+                             accept_config_change=args.accept_config_change)
     )
     with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
         print(_summary(outcome, before))
@@ -453,6 +454,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--stages", help="comma-separated stages to run in this process (scale-out; an unknown name is refused, naming the campaign's stages)")
     r.add_argument("--watch", action="store_true", help="daemon mode: keep polling queues instead of finishing")
     r.add_argument("--no-live", action="store_true", help="no live terminal display (it is off anyway when stdout is not a terminal)")
+    r.add_argument("--accept-config-change", action="store_true",
+                   help="[backend] kind = \"redis\": make this file's config the campaign's for every machine when it differs "
+                        "from the one recorded on the server in what changes requests or results (otherwise refused, exit 2); "
+                        "machines still on the old config are then refused at their next start")
     r.set_defaults(fn=_cmd_run)
 
     s = sub.add_parser("status", help="queues, spend vs cap, rates, ETA, last errors (read-only)", **kw("status"))

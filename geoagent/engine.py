@@ -1331,6 +1331,7 @@ async def run_campaign(
     dotenv_path: str | Path | None = None,
     export: bool = True,
     gazetteer: Any = None,
+    accept_config_change: bool = False,
 ) -> Outcome:
     """Plan and run campaign ``cfg`` to completion (or the cap, or a signal); see the module docstring.
 
@@ -1353,6 +1354,10 @@ async def run_campaign(
         for stages whose upstream is elsewhere).
     watch : bool
         Daemon mode: keep polling the queues instead of finishing when they drain.
+    accept_config_change : bool
+        Redis backend: replace the config recorded on the server by this one when they differ in what changes
+        requests or results (a deliberate change for every machine; otherwise such a run is refused, exit 2:
+        :func:`geoagent.runtime.backend.check_server_config`). No effect on SQLite.
 
     URLs on ``*.sandbox.invalid`` hosts start the local fake APIs in-process for the run
     (:mod:`geoagent.sandbox.launch`; ``gazetteer``: the places its Wikidata and Nominatim fakes know, default
@@ -1389,6 +1394,12 @@ async def run_campaign(
 
         # Redis: the kind recorded on the server, before anything is queued
         recorded_kind = check_server_kind(cfg, record=True)
+    from geoagent.runtime.backend import check_server_config
+
+    # Redis: the config recorded on the server (machines sharing the campaign run the same requests)
+    recorded_config, config_line = check_server_config(cfg, record=not simulate, accept_change=accept_config_change)
+    if config_line:
+        print(config_line, file=sys.stderr)
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     from geoagent.runtime.daemon import LateSignals
@@ -1415,6 +1426,10 @@ async def run_campaign(
             from geoagent.runtime.backend import forget_server_kind
 
             forget_server_kind(cfg)  # nothing ran: the name is free again, as the removed folder's manifest
+        if discarded and recorded_config:
+            from geoagent.runtime.backend import forget_server_config
+
+            forget_server_config(cfg)  # nothing ran: the next first run records its own config
         raise
     finally:
         if late is not None:

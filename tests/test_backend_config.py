@@ -234,3 +234,87 @@ def test_a_campaign_of_another_kind_under_the_same_name_on_another_machine_is_re
     raw_client.close()
     rc, text = _cli(["run", str(cfg_a)], capsys)  # the campaign's own file still runs
     assert rc == 0 and "complete" in text, text
+
+
+def test_machines_sharing_a_redis_campaign_must_share_its_config_or_change_it_explicitly(
+        tmp_path, monkeypatch, capsys, secured_redis):
+    """Two machines run campaign ``shared`` (same name and kind) on one Redis server. Before: machine B's stale file
+    (another ``max_output_tokens``) was accepted: it planned other requests into the same queues (and a re-run set
+    the other machine's planned tasks aside as superseded). Now the first run records the config on the server and
+    a machine whose config differs in what changes requests or results is refused (run and dry run, exit 2, naming
+    the key, nothing written); one that differs only in pacing or the cap runs; ``--accept-config-change`` makes a
+    deliberate change for the whole campaign (the record is updated and the run says so), after which a machine
+    still on the old config is refused; a record that holds no config is refused naming both hashes."""
+    import redis
+
+    monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
+    raw = redis.Redis.from_url(secured_redis)
+    key = "geoagent:shared::campaign_config"
+
+    def machine(sub: str, cap: float = 1.0, **model) -> Path:
+        (tmp_path / sub).mkdir()
+        p = generic_campaign(tmp_path / sub, name="shared", n=5, models=model_table("m", **model), cap_usd=cap)
+        p.write_text(p.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        return p
+
+    cfg_a = machine("a")
+    rc, text = _cli(["run", str(cfg_a)], capsys)
+    assert rc == 0, text
+    assert raw.get(key) is not None
+    # only pacing and the cap differ (concurrency, rate, [budget] cap_usd): the same requests and results, so it runs
+    cfg_pace = machine("pace", cap=3.0, concurrency=2, rate_requests=500)
+    rc, text = _cli(["run", str(cfg_pace)], capsys)
+    assert rc == 0, text
+    # another max_output_tokens: other requests into the same queues
+    cfg_b = machine("b", max_output_tokens=200)
+    keys_before = {k: raw.type(k) for k in raw.keys("geoagent:shared:*")}
+    totals = raw.hgetall("geoagent:shared::totals")
+    recorded = raw.get(key)
+    for args in (["run", "--simulate", str(cfg_b)], ["run", str(cfg_b)]):
+        rc, text = _cli(args, capsys)
+        assert rc == 2, (args, text)
+        assert "models[0].max_output_tokens" in text and "100" in text and "200" in text, text
+        assert "[campaign] name" in text and "--accept-config-change" in text, text
+        assert PASSWORD not in text
+    assert {k: raw.type(k) for k in raw.keys("geoagent:shared:*")} == keys_before  # nothing written
+    assert raw.hgetall("geoagent:shared::totals") == totals and raw.get(key) == recorded
+    # a deliberate change for the whole campaign
+    rc, text = _cli(["run", "--accept-config-change", str(cfg_b)], capsys)
+    assert rc == 0, text
+    assert "config recorded for this campaign on the Redis server is replaced" in text, text
+    assert "models[0].max_output_tokens: 100 -> 200" in text, text
+    assert raw.get(key) != recorded
+    rc, text = _cli(["run", str(cfg_b)], capsys)  # the new config runs on
+    assert rc == 0, text
+    rc, text = _cli(["run", str(cfg_a)], capsys)  # a machine still on the old config is refused
+    assert rc == 2 and "models[0].max_output_tokens" in text, text
+    # a record without its config (damaged, hand-written): refused naming both hashes
+    raw.set(key, "0" * 64)
+    rc, text = _cli(["run", str(cfg_b)], capsys)
+    assert rc == 2 and "0" * 64 in text, text
+    raw.close()
+
+
+def test_the_recorded_config_hash_leaves_out_pacing_the_cap_and_scoring_but_not_a_request_setting():
+    from geoagent.runtime.manifest import server_config_record
+
+    def doc(**over) -> dict:
+        d = {"campaign": {"name": "h1", "kind": "generic"}, "budget": {"cap_usd": 1.0},
+             "models": [{"name": "m", "provider": "simulated", "model": "sim-1", "max_output_tokens": 100,
+                         "concurrency": 4, "price_input_usd_per_mtok": 0.15, "price_output_usd_per_mtok": 0.6}]}
+        for k, v in over.items():
+            d[k] = v
+        return d
+
+    def h(d: dict) -> str:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigWarning)
+            return server_config_record(config_from_dict(d))["results_sha256"]
+
+    base = h(doc())
+    paced = doc(budget={"cap_usd": 5.0}, hosts={"api.example.org": {"rate": 2}}, queue={"max_attempts": 3})
+    paced["models"][0]["concurrency"] = 1
+    assert h(paced) == base
+    other = doc()
+    other["models"][0]["max_output_tokens"] = 200
+    assert h(other) != base

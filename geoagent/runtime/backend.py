@@ -221,6 +221,146 @@ def forget_server_kind(cfg: Any) -> None:
         client.close()
 
 
+#: key suffix (after :func:`geoagent.runtime.redis_state.state_prefix`) of the campaign config recorded on the server
+#: (:func:`geoagent.runtime.manifest.server_config_record`, JSON)
+CONFIG_KEY = "campaign_config"
+
+#: the ``run`` option that makes a deliberate config change for every machine of a Redis campaign
+ACCEPT_CONFIG_CHANGE = "--accept-config-change"
+
+
+def _record_bytes(record: dict[str, Any]) -> bytes:
+    import orjson
+
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+
+
+def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool = False) -> tuple[bool, str | None]:
+    """Refuse a ``kind = "redis"`` campaign whose config differs, in what changes requests or results, from the
+    one recorded on the server under its name; with ``record``, record it when none is (atomically, ``SET NX``:
+    of two machines starting different configs at once, the second is refused). No-op for SQLite.
+
+    On one machine the manifest compares a re-run's config with the last run's and warns when results would mix
+    (:func:`geoagent.runtime.drift.decide`). Machines that share a campaign on one server each have their own
+    manifest, so a stale file on one of them (another ``n_per_band``, other models, another prompt) planned other
+    requests into the shared queues, and its re-run set the other machine's planned tasks aside as superseded.
+    Compared: :func:`geoagent.runtime.manifest.results_sha256` first (pacing, limits, prices, ``[budget]``,
+    ``[hosts]``, ``[queue]`` and scoring-only keys do not count: machines may differ there), then, where the
+    hashes differ, key by key (:func:`geoagent.runtime.manifest.config_changes_against`): only call drift or a
+    geocoder change refuses.
+
+    ``accept_change`` (``run --accept-config-change``): a deliberate change for the whole campaign; the record
+    is replaced by this config (unless ``record`` is False: a dry run writes nothing) and the returned line says
+    so; machines still on the old config are refused at their next start.
+
+    Returns
+    -------
+    (bool, str or None)
+        Whether this call wrote the first record (so :func:`forget_server_config` may drop it if the run queues
+        nothing), and an ``info:`` line when a change was accepted (else None).
+
+    Raises
+    ------
+    BackendError
+        Naming the keys that differ with both values (or, where the record holds no config, both hashes), and
+        the fixes: the same config on every machine, a new ``[campaign] name``, or ``--accept-config-change``.
+    """
+    url = redis_url(cfg)
+    if url is None:
+        return False, None
+    import orjson
+
+    from geoagent.runtime.drift import changed_keys_text
+    from geoagent.runtime.manifest import config_changes_against, server_config_record
+    from geoagent.runtime.redis_state import state_prefix
+
+    mine = server_config_record(cfg)
+    data = _record_bytes(mine)
+    key = state_prefix(cfg.name) + CONFIG_KEY
+    client = _client(url)
+    try:
+        if record and client.set(key, data, nx=True):
+            return True, None
+        got = client.get(key)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+        client.close()
+        raise _scrubbed(exc, url) from None
+    if got is None or got == data:
+        client.close()
+        return False, None
+    try:
+        old = orjson.loads(got)
+    except orjson.JSONDecodeError:
+        old = None
+    old = old if isinstance(old, dict) else None
+    source = getattr(cfg, "source", None) or "this file"
+    if old is not None and isinstance(old.get("config"), dict):
+        if old.get("results_sha256") == mine["results_sha256"]:
+            client.close()
+            return False, None  # only pacing, the cap or scoring differ
+        changes = config_changes_against(old, cfg)
+        parts = ([changed_keys_text(changes.call_keys)] if changes.call_keys else []) + [
+            f"prompt template {c.split(':', 1)[1]} edited" for c in changes.calls if c.startswith("prompt:")]
+        if changes.geocoder:
+            parts.append("geocoder " + changed_keys_text(changes.geocoder))
+        if not parts:
+            client.close()
+            return False, None  # no key that changes a request or result (e.g. a section written out as its defaults)
+        what = "; ".join(parts)
+        differs = f"{source} differs from it in what changes requests or results: {what}"
+    else:
+        recorded = old.get("results_sha256") if old is not None else None
+        recorded = recorded if isinstance(recorded, str) else got.decode("utf-8", "replace")[:80]
+        what = f"recorded config hash {recorded}, this file's {mine['results_sha256']}"
+        differs = (f"the record holds no config to compare key by key, and its hash differs from {source}'s "
+                   f"({what})")
+    if accept_change:
+        line = (f"info: campaign {cfg.name}: {ACCEPT_CONFIG_CHANGE}: the config recorded for this campaign on the "
+                f"Redis server {'is' if record else 'would be'} replaced by {source}'s ({what}); machines still "
+                "running the old config are refused at their next start. Work planned from now on uses the new "
+                "config; stored results made with the old one stay and mix with the new ones, as on one machine")
+        try:
+            if record:
+                client.set(key, data)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
+            raise _scrubbed(exc, url) from None
+        finally:
+            client.close()
+        return False, line
+    client.close()
+    raise BackendError(
+        f"campaign {cfg.name}: the Redis server named by [backend] url_env records this campaign's config (from its "
+        f"first run, or the last `run {ACCEPT_CONFIG_CHANGE}`), and {differs}. Every machine of a campaign must run "
+        "the same config (pacing such as [hosts], rates, concurrency, and [budget] cap_usd may differ), or its "
+        "requests mix with the other machines' in the shared queues: copy the campaign's file to this machine, or "
+        "give this config its own [campaign] name; to change the config of the whole campaign on purpose, run "
+        f"`geoagent run {ACCEPT_CONFIG_CHANGE}` with the new file once (machines still on the old one are then "
+        "refused at their next start)"
+    )
+
+
+def forget_server_config(cfg: Any) -> None:
+    """Drop the config :func:`check_server_config` recorded for a run that failed before it queued anything, if
+    it is still this file's (as :func:`forget_server_kind`). Best effort."""
+    url = redis_url(cfg)
+    if url is None:
+        return
+    from geoagent.runtime.manifest import server_config_record
+    from geoagent.runtime.redis_state import state_prefix
+
+    try:
+        client = _client(url)
+    except BackendError:  # best effort on a failed run's way out
+        return
+    try:
+        client.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                    1, state_prefix(cfg.name) + CONFIG_KEY, _record_bytes(server_config_record(cfg)))
+    except Exception:  # noqa: BLE001 - best effort on a failed run's way out
+        pass
+    finally:
+        client.close()
+
+
 # ------------------------------------------------------------------------------------------------
 # campaign state and queues of either backend
 # ------------------------------------------------------------------------------------------------

@@ -497,14 +497,21 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     changed. An absent task section equals its settings' defaults. Nothing changed (or a new campaign):
     empty lists.
     """
-    from geoagent.config import resolved_dict
+    old = read_manifest(Path(state_dir) if state_dir is not None else cfg.state_dir())
+    return config_changes_against(old, cfg, prompts_dir=prompts_dir)
+
+
+def config_changes_against(old: dict[str, Any] | None, cfg: Any, *,
+                           prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> ConfigChanges:
+    """:func:`config_changes` against a recorded ``old`` (a manifest, or the record a Redis campaign keeps on
+    its server, :func:`server_config_record`: ``config``, ``prompt_templates_sha256``, ``designs``, ``kind``)
+    instead of the state folder's manifest. No ``old``, or one without a ``config`` table: no change."""
     from geoagent.runtime.drift import section_of
 
-    old = read_manifest(Path(state_dir) if state_dir is not None else cfg.state_dir())
     if not old or not isinstance(old.get("config"), dict):
         return ConfigChanges()
     # compared as it would be stored (the manifest is written through redact)
-    before, now = old["config"], orjson.loads(redact(orjson.dumps(resolved_dict(cfg)).decode()))
+    before, now = old["config"], stored_config(cfg)
     calls: list[str] = []
     call_keys: dict[str, tuple[Any, Any]] = {}
     scoring: dict[str, tuple[Any, Any]] = {}
@@ -573,6 +580,70 @@ def config_changes(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) & set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
     return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices, unsent)
+
+
+def stored_config(cfg: Any) -> dict[str, Any]:
+    """The resolved config of ``cfg`` as the manifest stores and compares it (JSON values, secrets redacted)."""
+    from geoagent.config import resolved_dict
+
+    return orjson.loads(redact(orjson.dumps(resolved_dict(cfg)).decode()))
+
+
+def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """``(path, value)`` of every leaf of a JSON value, paths as in :func:`changed_keys`; ``[[models]]`` sorted
+    by name (their order changes no request)."""
+    if isinstance(value, dict):
+        for k in sorted(value):
+            yield from _leaves(value[k], f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, list):
+        if prefix == "models" and all(isinstance(x, dict) for x in value):
+            value = sorted(value, key=lambda x: str(x.get("name")))
+        for i, x in enumerate(value):
+            yield from _leaves(x, f"{prefix}[{i}]")
+    else:
+        yield prefix, value
+
+
+def results_sha256(record: dict[str, Any]) -> str:
+    """SHA-256 hex of what in a recorded config (:func:`server_config_record`) shapes requests or results: every
+    key :func:`config_changes` compares as call drift, i.e. not the sections it ignores (``[budget]``, ``[paths]``,
+    ``[backend]``), not pacing or limits (:func:`geoagent.runtime.drift.is_pacing_key`: a model's ``rate``,
+    ``concurrency``, timeouts; ``[hosts]``, ``[queue]``), not prices, scoring-only keys or a geocoder's
+    ``contact``; plus the prompt templates used and the design versions. Equal hashes: the same requests and
+    results (machines may differ in pacing and the cap). Different hashes are compared key by key
+    (:func:`config_changes_against`) before anything is refused."""
+    from geoagent.runtime.drift import is_pacing_key, is_price_key, section_of
+
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    kept = []
+    for path, value in _leaves({k: v for k, v in config.items() if k not in _DRIFT_IGNORED}, ""):
+        section, _, rest = path.partition(".")
+        if is_pacing_key(path) or is_price_key(path) or section_of(path) == "hosts":
+            continue
+        if rest.split(".", 1)[0].split("[", 1)[0] in SCORING_ONLY_KEYS.get(section, ()):
+            continue
+        nested = GEOCODER_TABLES.get(section)
+        if nested is not None and rest.split(".")[-1] in _GEOCODER_SILENT_KEYS and rest.startswith(nested + "."):
+            continue
+        kept.append([path, value])
+    data = {"config": kept, "prompts": record.get("prompt_templates_sha256") or {},
+            "designs": record.get("designs") or {}}
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def server_config_record(cfg: Any, prompts_dir: str | os.PathLike[str] = PROMPTS_DIR) -> dict[str, Any]:
+    """What a ``[backend] kind = "redis"`` campaign records on its server at its first run
+    (:func:`geoagent.runtime.backend.check_server_config`): ``kind``, ``config`` (:func:`stored_config`: redacted),
+    ``prompt_templates_sha256``, ``designs`` (as the manifest's fields, so :func:`config_changes_against` compares
+    them) and ``results_sha256`` (:func:`results_sha256`)."""
+    record: dict[str, Any] = {
+        "kind": cfg.campaign.kind,
+        "config": stored_config(cfg),
+        "prompt_templates_sha256": used_prompt_hashes(cfg, prompts_dir),
+        "designs": design_versions(cfg),
+    }
+    record["results_sha256"] = results_sha256(record)
+    return record
 
 
 def config_drift(cfg: Any, *, state_dir: str | os.PathLike[str] | None = None,
