@@ -215,6 +215,7 @@ def test_a_campaign_of_another_kind_under_the_same_name_on_another_machine_is_re
     (tmp_path / "z").mkdir()  # a first run that fails before queuing anything records no kind (as no manifest)
     rc, text = _cli(["run", str(_redis_campaign(tmp_path / "z", "same", n=0))], capsys)
     assert rc == 2 and "planned 0 requests" in text and raw_client.get("geoagent:same::campaign_kind") is None, text
+    assert raw_client.get("geoagent:same::campaign_config") is None  # nor its config (the next first run records its own)
     (tmp_path / "a").mkdir()
     cfg_a = _redis_campaign(tmp_path / "a", "same", n=5)
     rc, text = _cli(["run", str(cfg_a)], capsys)
