@@ -383,11 +383,17 @@ def _main(argv: list[str] | None) -> int:
                                       n_boot=args.n_boot, boot_seed=args.boot_seed, n_boot_source="--n-boot")
     print(f"echo rule: {describe_echo_rule(args.echo_rule)}")
     print_report(tables, regime_threshold=args.regime_threshold)
-    for issue in report.issues[:20]:
-        print(f"note: {issue}")
-    if len(report.issues) > 20:
-        print(f"note: ... {len(report.issues) - 20} more import notes")
+    print_import_notes(report)
     return 0
+
+
+def print_import_notes(report: ImportReport, *, limit: int = 20) -> None:
+    """Print the first ``limit`` import notes of ``report`` as ``note:`` lines, then how many more there are (the
+    console output of the re-score commands, this one and :mod:`geoagent.geohint.raw_import`)."""
+    for issue in report.issues[:limit]:
+        print(f"note: {issue}")
+    if len(report.issues) > limit:
+        print(f"note: ... {len(report.issues) - limit} more import notes")
 
 
 if __name__ == "__main__":

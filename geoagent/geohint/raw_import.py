@@ -41,8 +41,8 @@ from geoagent import paths
 from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import ContextLadder
 from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
-from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, read_repeat,
-                                    release_condition)
+from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, print_import_notes,
+                                    read_repeat, release_condition)
 from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.result import GeoHintResult
 
@@ -268,10 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_report(tables, legend=False)
     print(WITHHELD)
-    for issue in report.issues[:20]:
-        print(f"note: {issue}")
-    if len(report.issues) > 20:
-        print(f"note: ... {len(report.issues) - 20} more import notes")
+    print_import_notes(report)
     return 0
 
 

@@ -198,27 +198,33 @@ def check_server_kind(cfg: Any, *, record: bool = False) -> bool:
     return False
 
 
-def forget_server_kind(cfg: Any) -> None:
-    """Drop the kind :func:`check_server_kind` recorded for a run that failed before it queued anything (its state
-    folder is removed too, :func:`geoagent.engine.discard_unstarted_state`), if it is still this file's kind: a
-    corrected file of another kind may then use the name. Best effort: an unreachable server leaves it."""
+def _forget_if_still(cfg: Any, suffix: str, value: Any) -> None:
+    """Delete the campaign's server key ``suffix`` (after :func:`geoagent.runtime.redis_state.state_prefix`) if it
+    still holds ``value``: one compare-and-delete step, since another machine's run may have recorded its own
+    meanwhile. Best effort on a failed run's way out: an unreachable server or a failed script leaves it."""
+    from geoagent.runtime.redis_state import state_prefix
+
     url = redis_url(cfg)
     if url is None:
         return
-    from geoagent.runtime.redis_state import state_prefix
-
     try:
         client = _client(url)
-    except BackendError:  # best effort on a failed run's way out
+    except BackendError:
         return
     try:
-        # compare-and-delete in one step: another machine's run may have recorded its own meanwhile
         client.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-                    1, state_prefix(cfg.name) + KIND_KEY, cfg.campaign.kind)
+                    1, state_prefix(cfg.name) + suffix, value)
     except Exception:  # noqa: BLE001 - best effort on a failed run's way out
         pass
     finally:
         client.close()
+
+
+def forget_server_kind(cfg: Any) -> None:
+    """Drop the kind :func:`check_server_kind` recorded for a run that failed before it queued anything (its state
+    folder is removed too, :func:`geoagent.engine.discard_unstarted_state`), if it is still this file's kind: a
+    corrected file of another kind may then use the name. Best effort: an unreachable server leaves it."""
+    _forget_if_still(cfg, KIND_KEY, cfg.campaign.kind)
 
 
 #: key suffix (after :func:`geoagent.runtime.redis_state.state_prefix`) of the campaign config recorded on the server
@@ -342,23 +348,11 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
 def forget_server_config(cfg: Any) -> None:
     """Drop the config :func:`check_server_config` recorded for a run that failed before it queued anything, if
     it is still this file's (as :func:`forget_server_kind`). Best effort."""
-    url = redis_url(cfg)
-    if url is None:
+    if redis_url(cfg) is None:
         return
     from geoagent.runtime.manifest import server_config_record
-    from geoagent.runtime.redis_state import state_prefix
 
-    try:
-        client = _client(url)
-    except BackendError:  # best effort on a failed run's way out
-        return
-    try:
-        client.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-                    1, state_prefix(cfg.name) + CONFIG_KEY, _record_bytes(server_config_record(cfg)))
-    except Exception:  # noqa: BLE001 - best effort on a failed run's way out
-        pass
-    finally:
-        client.close()
+    _forget_if_still(cfg, CONFIG_KEY, _record_bytes(server_config_record(cfg)))
 
 
 # ------------------------------------------------------------------------------------------------
