@@ -206,3 +206,38 @@ def test_a_pause_posted_on_one_machine_is_in_force_for_a_share_and_status_starte
     t0, (arrival,), listed, key = asyncio.run(go())
     assert list(listed) == [key] and 1.0 < listed[key] <= 2.0
     assert arrival >= t0 + 2.0 - 0.05  # B's first send waited out A's pause
+
+
+def test_a_sigkilled_machine_is_counted_until_its_heartbeat_is_stale_then_its_share_is_taken_over(tmp_path, redis_url):
+    """Machine B (its own boot id: A cannot check its pid) is SIGKILLed: A keeps half the rate until B's heartbeat
+    on the server is older than STALE_S and B's last window is over, then takes the whole rate; no 1-s window at
+    the server ever holds more than the rate."""
+    from geoagent.runtime.hostshare import LEASE_S, STALE_S
+
+    rate = 20
+
+    async def go():
+        app = make_app()
+        kids = Children()
+        async with serve(app) as base:
+            opt = dict(url=base + "/echo", rate=rate, concurrency=6, workers=6)
+            await kids.start("A", duration_s=20.0, **opt, **_machine(redis_url, "kill", "A", tmp_path / "A"))
+            await kids.start("B", duration_s=60.0, **opt, **_machine(redis_url, "kill", "B", tmp_path / "B"))
+            await _wait_for_tags(app, {"A", "B"})
+            await asyncio.sleep(2.5)
+            t_kill = time.monotonic()
+            kids.procs["B"].kill()
+            out = await kids.finish()
+        return list(app[FAULTS_KEY].log), out, t_kill
+
+    log, out, t_kill = asyncio.run(go())
+    assert out["A"][0] == 0 and out["B"][0] == -9, out
+    t = np.array([r.t_mono for r in log])
+    a = np.array([r.t_mono for r in log if _tag(r) == "A"])
+    assert max_in_window(t, 1.0) <= rate, max_in_window(t, 1.0)
+    # B's row still counts: A keeps its half (B's heartbeat is not stale yet, and its pid is not ours to check)
+    held = a[(a >= t_kill + 1.0) & (a < t_kill + STALE_S - LEASE_S)]
+    assert held.size > 0 and max_in_window(held, 1.0) <= rate // 2
+    # then A takes the whole rate
+    late = a[a >= t_kill + STALE_S + 2.0]
+    assert late.size > 0 and max_in_window(late, 1.0) > rate // 2
