@@ -241,3 +241,73 @@ def test_a_sigkilled_machine_is_counted_until_its_heartbeat_is_stale_then_its_sh
     # then A takes the whole rate
     late = a[a >= t_kill + STALE_S + 2.0]
     assert late.size > 0 and max_in_window(late, 1.0) > rate // 2
+
+
+def test_a_turn_holder_of_another_machine_is_dropped_once_its_heartbeat_is_stale_and_waited_for_while_fresh(redis_url):
+    """Tickets at the head of a 1/s host's turn queue on Redis, written straight to the server as another machine
+    would leave them (two shares in the test process, own boot ids, are the live machines):
+
+    * its member row's heartbeat is older than STALE_S on the server's clock: dropped, the next send waits one
+      spacing from then (it might have sent just before it died), not longer;
+    * its member row is gone (expired): the same;
+    * its heartbeat is fresh (a live machine): the next send waits until the test removes the ticket.
+    """
+    import redis
+
+    from geoagent.runtime.hostshare import STALE_S
+    from geoagent.runtime.hostshare_redis import RedisBoard, board_prefix
+
+    policy = HostPolicy(rate=1, period_s=1.0, concurrency=1, timeout_s=10.0)
+    spacing = turn_spacing_s(policy)
+    campaign = "heads"
+    prefix = board_prefix(campaign)
+    raw = redis.Redis.from_url(redis_url)
+
+    def put_head(key: str, token: str, heartbeat_age_s: float | None) -> None:
+        seq = 10**6 + len(token)
+        if heartbeat_age_s is not None:
+            s, us = raw.time()
+            raw.hset(f"{prefix}m:{seq}", mapping={"host": key, "pid": 1, "pstart": "", "boot": "elsewhere|x",
+                                                  "heartbeat": f"{s + us / 1e6 - heartbeat_age_s:.6f}", "hold_s": "1.1"})
+        raw.zadd(f"{prefix}t:{key}", {token: 0})  # ahead of every real ticket (those count from 1)
+        raw.hset(f"{prefix}ti:{key}", token, seq)
+
+    def drop(key: str, token: str) -> None:
+        raw.zrem(f"{prefix}t:{key}", token)
+
+    async def go():
+        app = make_app()
+        waits = {}
+        async with serve(app) as base:
+            from geoagent.runtime.http import host_key
+
+            url, key = base + "/echo", host_key(base)
+            async with HttpClient(default_policy=policy) as a, HttpClient(default_policy=policy) as b:
+                share_a, share_b = HostShare(RedisBoard(redis_url, campaign), a), HostShare(RedisBoard(redis_url, campaign), b)
+                share_a.boot, share_b.boot = "boot-A", "boot-B"
+                async with share_a, share_b:
+                    await a.request("GET", url)
+                    await b.request("GET", url)  # joined: both take turns from now on
+                    for case, age in (("stale heartbeat", STALE_S + 1.0), ("member gone", None), ("live holder", 0.0)):
+                        await asyncio.sleep(2 * spacing + 0.1)  # A's limiter and the host's next_at are free again
+                        await asyncio.to_thread(put_head, key, case, age)
+                        t0 = time.monotonic()
+                        sent = asyncio.ensure_future(a.request("GET", url))
+                        if case == "live holder":
+                            await asyncio.sleep(2 * spacing)
+                            assert not sent.done()  # still waiting behind a live machine's turn
+                            await asyncio.to_thread(drop, key, case)
+                            t0 = time.monotonic()
+                        await asyncio.wait_for(sent, 10.0)
+                        waits[case] = app[FAULTS_KEY].log[-1].t_mono - t0
+            left = raw.zcard(f"{prefix}t:{key}")
+        return waits, left
+
+    try:
+        waits, left = asyncio.run(go())
+    finally:
+        raw.close()
+    assert spacing <= waits["stale heartbeat"] <= spacing + 0.6, waits
+    assert spacing <= waits["member gone"] <= spacing + 0.6, waits
+    assert waits["live holder"] <= 0.6, waits
+    assert left == 0
