@@ -1269,7 +1269,8 @@ async def open_services(
 
     Every host (and every model limit key) the client calls shares its rate, concurrency and ``Retry-After``
     pauses with the other processes of the campaign on this machine (:mod:`geoagent.runtime.hostshare`, board
-    ``state/<campaign>/hosts.sqlite``); a lone process keeps the full limits.
+    ``state/<campaign>/hosts.sqlite``), or with ``[backend] kind = "redis"`` on every machine (the board on the
+    campaign's Redis server, :mod:`geoagent.runtime.hostshare_redis`); a lone process keeps the full limits.
     """
     from geoagent.config import http_limits, provider_settings
     from geoagent.providers.base import provider_class
@@ -1290,7 +1291,14 @@ async def open_services(
     http = HttpClient(**http_limits(cfg), user_agent=f"geoagent/{__version__} ({contact})")
     providers: dict[str, Any] = {}
     try:
-        async with http, HostShare(board_path(cfg.state_dir()), http):
+        # the host-share board: this machine's SQLite file, or (kind = "redis") the campaign's keys on the server,
+        # shared by every machine (geoagent.runtime.hostshare_redis)
+        board: Any = board_path(cfg.state_dir())
+        if url is not None:
+            from geoagent.runtime.hostshare_redis import RedisBoard
+
+            board = RedisBoard(url, cfg.name)
+        async with http, HostShare(board, http):
             for m in cfg.models:
                 settings = provider_settings(cfg, m.name, dotenv_path=dotenv_path, require_key=require_keys)
                 providers[m.name] = provider_class(settings.kind)(settings, http)

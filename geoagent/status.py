@@ -235,7 +235,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
     from geoagent.runtime.hostshare import board_pauses
 
     return {"campaign": cfg.name, "queues": queues, "spend": spend, "progress": progress, "dead": dead,
-            "pauses": board_pauses(cfg.state_dir()),
+            "pauses": _redis_pauses(cfg) if uses_redis(cfg) else board_pauses(cfg.state_dir()),
             "superseded": superseded, "kind_lines": kind_lines,
             "host_labels": labels, "running": running, "progress_with_work": worked,
             "stages": pipeline_stages(cfg) if not queues else [], "answered_by_model": answered,
@@ -246,6 +246,19 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
             "roots_relative": not Path(cfg.queues_root()).is_absolute(),
             # Redis: the counts are the campaign's (every machine), the rates and ETA this machine's processes'
             "redis": uses_redis(cfg)}
+
+
+def _redis_pauses(cfg: Any) -> dict[str, float]:
+    """The pauses on a ``kind = "redis"`` campaign's host-share board on the server (every machine's): ``{host or
+    limit key: seconds left}``; {} when the server cannot be reached (status shows what it can)."""
+    from geoagent.runtime.backend import redis_url
+    from geoagent.runtime.hostshare_redis import redis_board_pauses
+
+    try:
+        url = redis_url(cfg)
+        return redis_board_pauses(url, cfg.name) if url else {}
+    except Exception:  # noqa: BLE001 - a status display shows what it can
+        return {}
 
 
 def _state_ran(state_dir: Path) -> dict[str, Any] | None:

@@ -2,7 +2,9 @@
 
 Usage: ``python tests/_hostshare_child.py '<json options>'`` with keys ``url``, ``board``, ``tag``,
 ``rate``, ``period_s``, ``concurrency``, ``duration_s``, ``workers`` (optional ``max_attempts``,
-``backoff_max_s``, ``params``: more query parameters for every request). Opens an :class:`HttpClient` plus a :class:`HostShare` on ``board`` (as
+``backoff_max_s``, ``params``: more query parameters for every request; ``redis_url`` + ``campaign``: the
+board on Redis instead of the ``board`` file; ``boot``: a boot id of its own, i.e. another "machine" whose pids
+the others cannot check). Opens an :class:`HttpClient` plus a :class:`HostShare` on ``board`` (as
 ``engine.open_services`` does), prints ``ready`` once the share is running, then has ``workers`` tasks
 call ``url?w=<tag>`` as fast as the limits allow for ``duration_s`` seconds, and prints one JSON line
 ``{"tag", "ok", "errors"}``.
@@ -30,7 +32,16 @@ async def main(opt: dict) -> None:
         timeout_s=10.0,
     )
     ok = errors = 0
-    async with HttpClient(default_policy=policy) as http, HostShare(opt["board"], http):
+    board = opt.get("board")
+    if opt.get("redis_url"):
+        from geoagent.runtime.hostshare_redis import RedisBoard
+
+        board = RedisBoard(opt["redis_url"], opt["campaign"])
+    async with HttpClient(default_policy=policy) as http:
+        share = HostShare(board, http)
+        if opt.get("boot"):
+            share.boot = opt["boot"]
+        await share.__aenter__()
         print("ready", flush=True)
         end = time.monotonic() + opt["duration_s"]
 
@@ -44,6 +55,7 @@ async def main(opt: dict) -> None:
                     errors += 1
 
         await asyncio.gather(*(worker(w) for w in range(opt["workers"])))
+        await share.close()
     print(json.dumps({"tag": opt["tag"], "ok": ok, "errors": errors}), flush=True)
 
 

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).resolve().parent / "_hostshare_child.py"
 
@@ -36,3 +38,23 @@ class Children:
             so, se = await asyncio.wait_for(p.communicate(), timeout=60)
             out[tag] = (p.returncode, so.decode(errors="replace"), se.decode(errors="replace")[-3000:])
         return out
+
+
+BOARDS = ["sqlite", "redis"]
+
+
+@pytest.fixture(params=BOARDS)
+def boards(request, tmp_path):
+    """The board kinds a test runs on: ``(kind, new_board, child_opts)``: ``new_board()`` a fresh board for one
+    HostShare (the SQLite file in tmp_path, or a RedisBoard of a campaign of this test on the module's
+    redis-server, tests/test_queue_contract.py), ``child_opts`` the options of tests/_hostshare_child.py for it."""
+    if request.param == "sqlite":
+        from geoagent.runtime.hostshare import board_path
+
+        board = str(board_path(tmp_path))
+        return "sqlite", (lambda: board_path(tmp_path)), {"board": board}
+    from geoagent.runtime.hostshare_redis import RedisBoard
+
+    url = request.getfixturevalue("redis_url")
+    campaign = "hs" + format(abs(hash(str(tmp_path))), "x")
+    return "redis", (lambda: RedisBoard(url, campaign)), {"redis_url": url, "campaign": campaign}

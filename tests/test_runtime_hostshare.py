@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 import numpy as np
 import pytest
 
+import _hostshare_procs
 from _hostshare_procs import REPO, Children
 from geoagent.runtime.hostshare import POLL_S, HostShare, board_path, share_policy
 from geoagent.runtime.http import HostPolicy, HttpClient, _throttle_params, host_key
@@ -27,9 +28,15 @@ from geoagent.sandbox.echo import SCRIPT_KEY, make_app
 from geoagent.sandbox.faults import FAULTS_KEY
 from _windows import max_in_window
 from geoagent.sandbox.server import serve
+import test_queue_contract
 
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pid/start-time liveness and a system-wide monotonic clock are Linux's")
+
+#: fixtures: the module's redis-server (tests/test_queue_contract.py) and both board kinds (tests/_hostshare_procs.py)
+redis_url = test_queue_contract.redis_url
+boards = _hostshare_procs.boards
+
 
 
 def test_share_policy_hand_cases():
@@ -60,20 +67,20 @@ async def _wait_for_tags(app, tags: set[str], timeout_s: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
-def test_processes_share_rate_with_join_and_sigkill(tmp_path):
+def test_processes_share_rate_with_join_and_sigkill(tmp_path, boards):
     """Three processes on one host limited to 20/s: never more than 20 in any 1-s window (server-side).
 
     A and B start together; C joins once both are sending; B is SIGKILLed later; A and C then take
     over B's share (they grow only after B's last requests left the window).
     """
     rate = 20
-    board = str(board_path(tmp_path))
+    _kind, _new, board_opt = boards
 
     async def go():
         app = make_app()
         kids = Children()
         async with serve(app) as base:
-            opt = dict(url=base + "/echo", board=board, rate=rate, concurrency=6, workers=6)
+            opt = dict(url=base + "/echo", rate=rate, concurrency=6, workers=6, **board_opt)
             await kids.start("A", duration_s=14.0, **opt)
             await kids.start("B", duration_s=30.0, **opt)
             await _wait_for_tags(app, {"A", "B"})
@@ -106,9 +113,9 @@ def test_processes_share_rate_with_join_and_sigkill(tmp_path):
     assert max_in_window(late, 1.0) > math.floor(rate / 3)
 
 
-def test_retry_after_seen_by_one_process_pauses_all(tmp_path):
+def test_retry_after_seen_by_one_process_pauses_all(tmp_path, boards):
     """A 429 with Retry-After: 3 to one process stops the others too, after at most the documented lag."""
-    board = str(board_path(tmp_path))
+    _kind, _new, board_opt = boards
     retry_after = 3.0
     lag_allowed = POLL_S + 0.5  # documented poll lag + board transaction + loaded-machine margin
 
@@ -116,7 +123,7 @@ def test_retry_after_seen_by_one_process_pauses_all(tmp_path):
         app = make_app()
         kids = Children()
         async with serve(app) as base:
-            opt = dict(url=base + "/script", board=board, rate=30, concurrency=3, workers=3, duration_s=9.0)
+            opt = dict(url=base + "/script", rate=30, concurrency=3, workers=3, duration_s=9.0, **board_opt)
             for tag in "ABC":
                 await kids.start(tag, **opt)
             await _wait_for_tags(app, set("ABC"))
@@ -180,7 +187,7 @@ def _rows(path: Path) -> list[dict]:
         return [dict(r) for r in c.execute("SELECT * FROM members")]
 
 
-def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path):
+def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path, boards):
     """A pause posted while a process sleeps out its own shorter pause is seen before its first send.
 
     Process A polls the board only every 2 s here (the longest allowed), so only the check at the end of
@@ -193,9 +200,10 @@ def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path):
         app = make_app()
         async with serve(app) as base:
             key = host_key(base)
-            async with HttpClient(default_policy=policy) as b, HostShare(board_path(tmp_path), b):
+            new_board = boards[1]
+            async with HttpClient(default_policy=policy) as b, HostShare(new_board(), b):
                 await b.request("GET", base + "/echo", params={"w": "B"})
-                async with HttpClient(default_policy=policy) as a, HostShare(board_path(tmp_path), a, poll_s=2.0):
+                async with HttpClient(default_policy=policy) as a, HostShare(new_board(), a, poll_s=2.0):
                     await a.request("GET", base + "/echo", params={"w": "A"})  # joined
                     t0 = time.monotonic()
                     a.pause_host(key, 1.0)
@@ -212,7 +220,7 @@ def test_waking_from_a_pause_reads_the_board_before_sending(tmp_path):
     assert arrival >= b_until  # without the wake-up check A would have sent at t0 + 1.0
 
 
-def test_newcomer_waits_for_a_departed_process_to_leave_the_window(tmp_path):
+def test_newcomer_waits_for_a_departed_process_to_leave_the_window(tmp_path, boards):
     """A process that left right after a full burst still owns that window: a newcomer must not add to it.
 
     (Two clients in the test process stand in for two processes; the first closes its share cleanly.)
@@ -226,9 +234,10 @@ def test_newcomer_waits_for_a_departed_process_to_leave_the_window(tmp_path):
     async def go():
         app = make_app()
         async with serve(app) as base:
-            async with HttpClient(default_policy=policy) as a, HostShare(board_path(tmp_path), a):
+            new_board = boards[1]
+            async with HttpClient(default_policy=policy) as a, HostShare(new_board(), a):
                 await burst(a, base + "/echo", "A")  # alone: the full 20 at once
-            async with HttpClient(default_policy=policy) as b, HostShare(board_path(tmp_path), b):
+            async with HttpClient(default_policy=policy) as b, HostShare(new_board(), b):
                 await burst(b, base + "/echo", "B")
         return list(app[FAULTS_KEY].log)
 

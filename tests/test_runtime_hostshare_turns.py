@@ -22,6 +22,7 @@ from urllib.parse import parse_qs
 import numpy as np
 import pytest
 
+import _hostshare_procs
 from _hostshare_procs import Children
 from geoagent.runtime.hostshare import HostShare, board_path, share_policy, takes_turns, turn_spacing_s
 from geoagent.runtime.http import HostPolicy, HttpClient, _throttle_params, host_key
@@ -31,10 +32,15 @@ from geoagent.sandbox.echo import SCRIPT_KEY
 from geoagent.sandbox.faults import FAULTS_KEY
 from geoagent.sandbox.gazetteer import Gazetteer
 from geoagent.sandbox.server import serve
+import test_queue_contract
 
 GAZETTEER = Path(__file__).resolve().parent / "fixtures" / "gazetteer_geocode.jsonl"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pid/start-time liveness and a system-wide monotonic clock are Linux's")
+
+#: fixtures: the module's redis-server (tests/test_queue_contract.py) and both board kinds (tests/_hostshare_procs.py)
+redis_url = test_queue_contract.redis_url
+boards = _hostshare_procs.boards
 
 
 def test_which_hosts_take_turns_and_their_spacing():
@@ -65,7 +71,7 @@ def _tag(rec: dict) -> str:
     return rec["params"]["w"]
 
 
-def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigkill(tmp_path):
+def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigkill(tmp_path, boards):
     """Nominatim's 1 request/s shared by three processes: no two arrivals closer than 1.0 s, the host
     is kept busy at about the allowed rate with all three taking part, and after one process is
     SIGKILLed the other two go on, losing at most about one spacing. (The kill rarely lands while the
@@ -74,15 +80,15 @@ def test_three_processes_take_turns_on_a_one_per_second_host_and_survive_a_sigki
     """
     policy = HostPolicy(rate=1, period_s=1.0, concurrency=1)
     spacing = turn_spacing_s(policy)  # 1.1 s
-    board = str(board_path(tmp_path))
+    board_opt = boards[2]
     state = nm_fake.NominatimFakeState(min_interval_s=1.0, tolerance_s=0.0)  # 429 for ANY gap under 1.0 s
 
     async def go():
         app = nm_fake.make_app(Gazetteer.from_jsonl(GAZETTEER), state=state)
         kids = Children()
         async with serve(app) as base:
-            opt = dict(url=base + "/search", board=board, rate=policy.rate, concurrency=policy.concurrency, workers=2,
-                       max_attempts=2, params={"q": "Tokyo", "format": "jsonv2"})
+            opt = dict(url=base + "/search", rate=policy.rate, concurrency=policy.concurrency, workers=2,
+                       max_attempts=2, params={"q": "Tokyo", "format": "jsonv2"}, **board_opt)
             for tag, duration_s in (("A", 15.0), ("B", 60.0), ("C", 15.0)):
                 await kids.start(tag, duration_s=duration_s, **opt)
             deadline = time.monotonic() + 25.0

@@ -4,15 +4,16 @@
 shared by the processes of one machine. ``kind = "redis"``: the queues on Redis Streams
 (:mod:`geoagent.runtime.redis_queue`) and the ledger and response store on the same Redis
 (:mod:`geoagent.runtime.redis_state`), shared by every machine that reaches the server; each machine keeps its
-own state folder for its files (manifest, plan keys, progress, run lock, the host-share board).
+own state folder for its files (manifest, plan keys, progress, run lock). Provider rate limits, concurrency, turns
+and ``Retry-After`` pauses are shared by every process of every machine through the host-share board on the same
+server (:mod:`geoagent.runtime.hostshare_redis`; on SQLite the board is ``state/<campaign>/hosts.sqlite``, one
+machine's processes).
 
 The server's URL is read from the environment variable named by ``url_env`` (default ``GEOAGENT_REDIS_URL``;
 ``.env`` too, like API keys). A URL may carry a password: it is handled as a secret (:class:`geoagent.secrets.Secret`:
 scrubbed from logs and from the errors raised here), never written to the manifest or any state file.
 
-What Redis does not share yet (:func:`redis_limits`, printed as warnings when a run starts): provider rate
-limits and concurrency are shared by the processes of one machine only (the host-share board is a SQLite file
-in each machine's state folder), so N machines may together send N times a model's limit; the record tying a
+What Redis does not share yet (:func:`redis_limits`, printed as warnings when a run starts): the record tying a
 queue folder to its state folder (``state_root.json``) does not exist; the dry run and ``status``'s per-plan
 figures read local queue files, so on Redis they count from the response store instead.
 """
@@ -97,9 +98,6 @@ def redis_limits(cfg: Any) -> list[str]:
     if not uses_redis(cfg):
         return []
     return [
-        "[backend] kind = \"redis\": queues, spend and answers are shared by every machine, but provider rate "
-        "limits and concurrency are per machine (each machine's host-share board): N machines may send up to N "
-        "times a model's limits; divide them in [[models]] / [hosts] per machine",
         "[backend] kind = \"redis\": the dry run's count of work already queued and status's answers per "
         "planned model read local queue files; on Redis the dry run estimates the whole plan (answers already "
         "stored still cost nothing) and status counts answers from the response store",

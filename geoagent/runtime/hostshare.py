@@ -119,8 +119,10 @@ before its first send.
 
 Limits
 ------
-* One machine: liveness uses pids, ``/proc`` start times and boot id, and times are CLOCK_MONOTONIC; a
-  state folder shared over a network file system by several machines is not supported.
+* One machine (this SQLite board): liveness uses pids, ``/proc`` start times and boot id, and times are
+  CLOCK_MONOTONIC; a state folder shared over a network file system by several machines is not supported.
+  Several machines share a board on Redis instead (:mod:`geoagent.runtime.hostshare_redis`: the same rules
+  and proof, times on the server's clock, liveness by heartbeat across machines).
 * Every process must hold the same policy for a host (same config and code); shares are computed
   from each process's own policy.
 * A process keeps its share of a host until it closes its services or dies, also while it no longer
@@ -391,7 +393,7 @@ class _Host:
                     return self.free
                 try:
                     look = await share._run(share._turn_db, self.key, token, self.seq or 0, self.spacing_s)
-                except sqlite3.Error as exc:
+                except share.board_errors as exc:
                     log.warning("hostshare: board %s (turn of %s): %s", share.db_path, self.key, exc)
                     await asyncio.sleep(share.poll_s)
                     continue
@@ -453,8 +455,10 @@ class HostShare:
 
     Parameters
     ----------
-    db_path : str or Path
-        The board, normally ``state/<campaign>/hosts.sqlite`` (:func:`board_path`); created if absent.
+    db_path : str or Path or RedisBoard
+        The board, normally ``state/<campaign>/hosts.sqlite`` (:func:`board_path`); created if absent. A
+        :class:`geoagent.runtime.hostshare_redis.RedisBoard` instead shares the hosts with every machine of a
+        ``[backend] kind = "redis"`` campaign (same rules, the server's clock).
     http : HttpClient
         This process's client; every host it calls (present and future) takes part.
     poll_s : float
@@ -470,12 +474,18 @@ class HostShare:
     ------
     ValueError
         ``poll_s`` not in ``(0, LEASE_S / 2]``.
-    sqlite3.Error
+    sqlite3.Error, redis.RedisError
         When the board cannot be opened or created (on ``__aenter__``).
     """
 
-    def __init__(self, db_path: str | Path, http: HttpClient, *, poll_s: float = POLL_S) -> None:
-        self.db_path = Path(db_path)
+    def __init__(self, db_path: Any, http: HttpClient, *, poll_s: float = POLL_S) -> None:
+        self.board: Any = None  # a RedisBoard (geoagent.runtime.hostshare_redis), or None: the SQLite file
+        self.board_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+        if isinstance(db_path, (str, os.PathLike)):
+            self.db_path = Path(db_path)
+        else:  # the board's storage on Redis: same algorithm, server clock (hostshare_redis module docstring)
+            self.board, self.db_path = db_path, Path(repr(db_path))
+            self.board_errors = (sqlite3.Error, *db_path.errors)
         self.http = http
         if not 0.0 < float(poll_s) <= LEASE_S / 2:
             raise ValueError(f"HostShare: poll_s must be in (0, {LEASE_S / 2}] s, got {poll_s!r}")
@@ -538,7 +548,7 @@ class HostShare:
                 {h.key: h.spacing_s for h in self.hosts.values()},
                 self.pending_releases,
             )
-        except sqlite3.Error as exc:
+        except self.board_errors as exc:
             log.warning("hostshare: could not mark rows gone in %s: %s", self.db_path, exc)
         await self._run(self._close_db)
         self._pool.shutdown(wait=False)
@@ -600,7 +610,7 @@ class HostShare:
                     for key, until in inp["pauses"].items():  # publish them on the next tick
                         self.pending_pauses[key] = max(until, self.pending_pauses.get(key, 0.0))
                     self.pending_releases.extend(inp["releases"])
-                    if isinstance(exc, sqlite3.Error):
+                    if isinstance(exc, self.board_errors):
                         log.warning("hostshare: board %s: %s", self.db_path, exc)
                     else:
                         log.exception("hostshare: tick failed")
@@ -685,6 +695,9 @@ class HostShare:
 
     # ---- board (executor thread only) ---------------------------------------------------------------
     def _open_db(self) -> None:
+        if self.board is not None:
+            self.board.open(boot=self.boot, pid=self.pid, pstart=self.pstart)
+            return
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -695,11 +708,17 @@ class HostShare:
         self._conn = conn
 
     def _close_db(self) -> None:
+        if self.board is not None:
+            self.board.close()
+            return
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
     def _leave_db(self, seqs: list[int], spacings: dict[str, float], releases: list[tuple[str, str, float | None]]) -> None:
+        if self.board is not None:
+            self.board.leave(seqs, spacings, releases, self._token_prefix)
+            return
         if self._conn is None or not (seqs or releases):
             return
         c = self._conn
@@ -719,6 +738,8 @@ class HostShare:
             raise
 
     def _tick_db(self, inp: dict[str, Any]) -> dict[str, Any]:
+        if self.board is not None:
+            return self.board.tick(inp)
         c = self._conn
         assert c is not None
         c.execute("BEGIN IMMEDIATE")
@@ -787,6 +808,9 @@ class HostShare:
                 self._push_next_at(c, key, next_at)
 
     def _release_db(self, items: list[tuple[str, str, float | None]]) -> None:
+        if self.board is not None:
+            self.board.release(items)
+            return
         c = self._conn
         if c is None:
             return
@@ -806,6 +830,8 @@ class HostShare:
         member row gone or its heartbeat older than :data:`STALE_S`) is removed; it may have sent just
         before it died, so ``next_at`` becomes at least ``now + spacing_s``.
         """
+        if self.board is not None:
+            return self.board.turn(key, token, member, spacing_s)
         c = self._conn
         if c is None:
             raise sqlite3.ProgrammingError("hostshare: board closed")
