@@ -24,6 +24,7 @@ Table 11 (checklist compliance) needs the answers' evidence objects, which this 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import re
@@ -335,23 +336,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    import argparse
-
     from geoagent.report.geohint import print_report
 
     from geoagent.paths import release_argument_error
     from geoagent.report.geohint import DEFAULT_N_BOOT
 
-    ap = argparse.ArgumentParser(prog="python -m geoagent.geohint.judged",
-                                 description="Recompute the GeoHint report from a release's judged answers "
-                                             "(no model calls, no geocoder).",
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("release_dir", metavar="RELEASE_DIR",
-                    help="the GeoContext release folder (sites.csv, ladders/, answers_judged*.csv; or its data/ folder)")
-    ap.add_argument("out_dir", metavar="OUT_DIR", help="folder for report.md, the tables' CSV files and the figures")
-    ap.add_argument("--file", default=argparse.SUPPRESS,  # no "(default: None)" appended to the help
-                    help="judged-answers file name in RELEASE_DIR (default: answers_judged.csv, else "
-                         "answers_judged_sample.csv)")
+    ap = rescore_parser("judged", "Recompute the GeoHint report from a release's judged answers",
+                        "answers_judged*.csv", "report.md, the tables' CSV files and the figures",
+                        "judged-answers file name in RELEASE_DIR (default: answers_judged.csv, else "
+                        "answers_judged_sample.csv)")
     ap.add_argument("--flips", type=int, default=10_000, help="permutation sign flips (Tables 8-10)")
     ap.add_argument("--splits", type=int, default=200, help="split-half correction splits (Table 3)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the splits and flips (and of the bootstrap "
@@ -385,6 +378,20 @@ def _main(argv: list[str] | None) -> int:
     print_report(tables, regime_threshold=args.regime_threshold)
     print_import_notes(report)
     return 0
+
+
+def rescore_parser(module: str, what: str, files: str, outputs: str, file_help: str) -> argparse.ArgumentParser:
+    """The argument parser both re-score commands start from (``python -m geoagent.geohint.<module>``): the
+    positional ``RELEASE_DIR`` (holding ``files``) and ``OUT_DIR`` (for ``outputs``), and ``--file`` (absent from
+    the namespace unless given, so its help shows no "(default: None)"); defaults shown in ``--help``."""
+    ap = argparse.ArgumentParser(prog=f"python -m geoagent.geohint.{module}",
+                                 description=f"{what} (no model calls, no geocoder).",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("release_dir", metavar="RELEASE_DIR",
+                    help=f"the GeoContext release folder (sites.csv, ladders/, {files}; or its data/ folder)")
+    ap.add_argument("out_dir", metavar="OUT_DIR", help=f"folder for {outputs}")
+    ap.add_argument("--file", default=argparse.SUPPRESS, help=file_help)
+    return ap
 
 
 def print_import_notes(report: ImportReport, *, limit: int = 20) -> None:

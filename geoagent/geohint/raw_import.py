@@ -42,7 +42,7 @@ from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import ContextLadder
 from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
 from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, print_import_notes,
-                                    read_repeat, release_condition)
+                                    read_repeat, release_condition, rescore_parser)
 from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.result import GeoHintResult
 
@@ -240,22 +240,15 @@ def main(argv: list[str] | None = None) -> int:
     Returns 0 (the tables printed, then one ``note:`` line per import note, up to 20), or 2 after one ``error:``
     line on stderr naming the file when the folder or its raw file cannot be used (missing, no usable line).
     """
-    import argparse
     import sys
 
     from geoagent.report.geohint import print_report
 
     from geoagent.paths import release_argument_error
 
-    ap = argparse.ArgumentParser(prog="python -m geoagent.geohint.raw_import",
-                                 description="Recompute Table 11 from a release's raw forced_chain responses "
-                                             "(no model calls, no geocoder).",
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("release_dir", metavar="RELEASE_DIR",
-                    help="the GeoContext release folder (sites.csv, ladders/, forced_chain_raw*.jsonl; or its data/ folder)")
-    ap.add_argument("out_dir", metavar="OUT_DIR", help="folder for report.md, table11.csv, parse.csv and cutoff.csv")
-    ap.add_argument("--file", default=argparse.SUPPRESS,  # no "(default: None)" appended to the help
-                    help=f"raw file name in RELEASE_DIR (default: {' or else '.join(DEFAULT_FILES)})")
+    ap = rescore_parser("raw_import", "Recompute Table 11 from a release's raw forced_chain responses",
+                        "forced_chain_raw*.jsonl", "report.md, table11.csv, parse.csv and cutoff.csv",
+                        f"raw file name in RELEASE_DIR (default: {' or else '.join(DEFAULT_FILES)})")
     args = ap.parse_args(argv)
     args.file = getattr(args, "file", None)
     try:
