@@ -7,7 +7,10 @@ Each test failed on main before its fix:
   -0.25 for 14 sites and -5 flips) instead of refusing, and the judged re-score command took ``--flips 0`` /
   ``--splits 0`` silently (every sampled p = 1; every corrected Table 3 cell empty);
 * the regime functions of :mod:`geoagent.scoring.regime` took a threshold in percent (the release scripts'
-  ``THRESHOLD = 50.0``) and put every site in the illegible regime, without a word.
+  ``THRESHOLD = 50.0``) and put every site in the illegible regime, without a word;
+* Table 11's "Evidence" column divided by the parsed answers; the paper's column is "the share of responses
+  carrying an evidence object" over every forced_chain response (seed 000 Sec. 6.3.2, Table 11: "2799
+  responses"), and the release's ``analysis/chain_compliance.py`` divides by every response (``with_ev[m] / n[m]``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.parse import EVIDENCE_CATEGORIES
+from geoagent.geohint.result import GeoHintResult
+from geoagent.report.geohint import table11
 from geoagent.scoring.permutation import paired_site_permutation_test, site_flip_test_from_sums
 from geoagent.scoring.regime import assign_regimes, regime_of, split_half_correction
 
@@ -71,3 +78,29 @@ def test_regime_functions_refuse_a_threshold_in_percent():
     with pytest.raises(ValueError, match="threshold"):
         split_half_correction(["a", "a"], ["m", "m"], [1, 1], ["a"], ["m"], [1], threshold=50.0, n_splits=2)
     assert regime_of(0.9, threshold=0.5) == "legible"
+
+
+# --- Table 11: evidence share over every response --------------------------------------------------------------
+
+
+def _chain(key: str, *, parsed: bool, evidence: dict | None) -> GeoHintResult:
+    return GeoHintResult(key=key, site="s1", image_id="111", model="m", condition="forced_chain", schema="forced_chain",
+                         ref_qid="Q1", ref_name="P", band="1.5-3.0km", tier="high", dist_km=2.0, parse_ok=parsed,
+                         evidence=evidence, resolved_level="none", hit=None)
+
+
+def test_table11_evidence_share_counts_every_response_as_the_paper_and_release_do():
+    full = {c: "seen" for c in EVIDENCE_CATEGORIES}
+    agg = GeoHintAggregator()
+    agg.add_many([
+        _chain("a", parsed=True, evidence=full),
+        _chain("b", parsed=True, evidence={**full, "vegetation": "not visible"}),
+        _chain("c", parsed=True, evidence=None),   # parsed, no evidence object
+        _chain("d", parsed=False, evidence=None),  # unparseable: a response without an evidence object
+    ])
+    row = dict(zip(table11(agg).columns, table11(agg).rows[0]))
+    # by hand (chain_compliance.py: with_ev / n over every response): 2 of 4; before: 2 of 3 parsed
+    assert row["n"] == 4 and row["Unparsed"] == 1
+    assert row["Evidence"] == pytest.approx(2 / 4)
+    # the "not visible" shares run over the slots of the responses that parsed (unchanged): vegetation 1 of 2
+    assert row["Veg."] == pytest.approx(0.5) and row["Arch."] == 0.0
