@@ -42,8 +42,9 @@ def test_table11_pools_the_no_context_variant():
     agg.add(_row("c", qid=None, dist=None, evidence={**FULL, "terrain": "not visible"}, condition="forced_chain_baseline"))
     agg.add(_row("d", qid=None, dist=None, evidence=None, condition="forced_chain_baseline", parse_ok=False))
     row = dict(zip(table11(agg).columns, table11(agg).rows[0]))
-    # by hand: 3 answers, 2 parsed (both with evidence), 1 unparsed; terrain 1 of 2 slots "not visible"
-    assert row["n"] == 3 and row["Evidence"] == 1.0 and row["Unparsed"] == 1
+    # by hand: 3 answers, 2 parsed (both with evidence), 1 unparsed: 2 of the 3 answers carry an evidence object
+    # (the paper's "share of responses", over every response); terrain 1 of 2 slots "not visible"
+    assert row["n"] == 3 and row["Evidence"] == 2 / 3 and row["Unparsed"] == 1
     assert (row["Veg."], row["Terrain"]) == (0.0, 0.5)
 
 

@@ -363,6 +363,10 @@ def _main(argv: list[str] | None) -> int:
     args.file, args.boot_seed = getattr(args, "file", None), getattr(args, "boot_seed", None)
     if not 0 < args.regime_threshold < 1:
         ap.error(f"--regime-threshold must be in (0, 1), got {args.regime_threshold}")
+    if args.flips < 1:
+        ap.error(f"--flips must be 1 or more, got {args.flips} (random sign flips behind the p of Tables 8-10)")
+    if args.splits < 1:
+        ap.error(f"--splits must be 1 or more, got {args.splits} (random splits behind Table 3's corrected column)")
     if args.n_boot < 0:
         ap.error(f"--n-boot must be 0 or more, got {args.n_boot}")
     if args.boot_seed is not None and args.boot_seed < 0:

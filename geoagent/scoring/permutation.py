@@ -113,7 +113,9 @@ def site_flip_test_from_sums(
     Raises
     ------
     ValueError
-        No pairs, a non-finite site sum, or ``exact`` with more than 20 sites.
+        No pairs, a non-finite site sum, ``exact`` with more than 20 sites, or fewer than one random flip
+        (``n_flips < 1``) where the test samples: ``(1 + count) / (1 + n_flips)`` would be 1 for any data with 0
+        flips and negative with fewer (a flip count is only unused by ``exact=True``).
     """
     D = np.asarray(sums, dtype=float).reshape(-1)
     if n_pairs <= 0 or D.size == 0:
@@ -128,6 +130,8 @@ def site_flip_test_from_sums(
     thresh = abs(float(D.sum())) - tol
     if exact is None:
         exact = S <= exact_max_sites(n_flips)
+    if not exact and (isinstance(n_flips, bool) or int(n_flips) != n_flips or n_flips < 1):
+        raise ValueError(f"n_flips must be an integer >= 1 for a sampled permutation test, got {n_flips!r}")
     if exact:
         if S > EXACT_MAX_SITES:
             raise ValueError(f"exact test over 2**{S} sign vectors is too large")
@@ -180,7 +184,8 @@ def paired_site_permutation_test(
     Raises
     ------
     ValueError
-        Different lengths, no pairs, or a NaN / infinite outcome (drop undefined pairs first).
+        Different lengths, no pairs, a NaN / infinite outcome (drop undefined pairs first), or ``n_flips < 1``
+        where the test samples (:func:`site_flip_test_from_sums`).
     """
     t = np.asarray(treatment, dtype=float)
     c = np.asarray(control, dtype=float)

@@ -75,8 +75,11 @@ def regime_of(rate: float, *, threshold: float = DEFAULT_THRESHOLD) -> str:
     ------
     ValueError
         ``rate`` is NaN (a site without baseline responses has no regime; ``NaN >= threshold`` is False
-        and would silently make it illegible).
+        and would silently make it illegible), or ``threshold`` is not a fraction in (0, 1)
+        (:func:`check_threshold`: a percentage such as the release scripts' ``50.0`` would make every site
+        illegible).
     """
+    threshold = check_threshold(threshold)
     if rate != rate:  # NaN
         raise ValueError("no-context hit rate is NaN: a site without baseline responses has no regime")
     return LEGIBLE if rate >= threshold else ILLEGIBLE
@@ -90,7 +93,10 @@ def assign_regimes(
 
     ``geocoded``: per site, how many of those n answers geocoded (resolved level other than ``none``); a
     site with none (absent counts as 0) is :data:`UNDETERMINED` instead of being assigned by a hit rate of
-    unresolved answers (module docstring). None: every site is assigned by its hit rate."""
+    unresolved answers (module docstring). None: every site is assigned by its hit rate.
+
+    Raises ValueError for a ``threshold`` that is not a fraction in (0, 1) (:func:`check_threshold`)."""
+    threshold = check_threshold(threshold)
     out: dict[Hashable, str] = {}
     for s, (k, n) in baseline_hits.items():
         if n <= 0:
@@ -180,9 +186,9 @@ def split_half_correction(
     near_sites, near_models, near_hits : sequences of length n_c
         Context-condition responses in the nearest band (0.5-1.5 km).
     threshold : float
-        Regime threshold on the pooled no-context hit rate (0.5).
+        Regime threshold on the pooled no-context hit rate, a fraction in (0, 1) (0.5; not a percentage).
     n_splits : int
-        Random splits (paper: 200).
+        Random splits (paper: 200), at least 1.
     seed : int
         Seed of ``numpy.random.default_rng``.
     baseline_geocoded : sequence of bool of length n_b, optional
@@ -194,8 +200,12 @@ def split_half_correction(
     Raises
     ------
     ValueError
-        ``baseline_geocoded`` of another length than the baseline responses.
+        ``baseline_geocoded`` of another length than the baseline responses, a ``threshold`` that is not a
+        fraction in (0, 1) (:func:`check_threshold`), or ``n_splits`` below 1 (no split: nothing to correct with).
     """
+    threshold = check_threshold(threshold)
+    if isinstance(n_splits, bool) or int(n_splits) != n_splits or n_splits < 1:
+        raise ValueError(f"n_splits must be an integer >= 1 (random splits of the baseline), got {n_splits!r}")
     site_index: dict[Hashable, int] = {}
     model_index: dict[str, int] = {}
     bs = _codes(baseline_sites, site_index)
@@ -266,4 +276,4 @@ def split_half_correction(
             sd = float(col[ok].std(ddof=0)) if ok.any() else float("nan")
             unc = float(uncorrected[r, j])
             rows.append(CorrectionRow(regime, model, unc, mean, sd, mean - unc, int(ok.sum())))
-    return CorrectionResult(rows, float(switching.mean()) if n_splits else float("nan"), n_splits, seed)
+    return CorrectionResult(rows, float(switching.mean()), n_splits, seed)

@@ -60,7 +60,8 @@ Choices where the paper leaves room (each checked against the release's ``analys
   band, control F) gets instead the Clopper-Pearson exact interval of its pooled count
   (``scipy.stats.binomtest(k, n).proportion_ci(method="exact")``; binomial, so it ignores the clustering by
   site, but it is never narrower than nominal and is defined at 0 and 1, where the Wald and percentile
-  intervals collapse); its key is listed in ``ModelScores.ci_exact``. Same site rule as above (2 sites).
+  intervals collapse); its key is listed in ``ModelScores.ci_exact``. Same site rule as above (at least
+  :data:`CI_MIN_SITES`, 5, sites).
 * interval of ``delta_1`` (ordinal): from the same replicates, each replicate's ``delta_1`` as a band index
   (0 = nearest band, ..., ``len(bands)`` = "none", beyond the farthest band; replicates where it is
   ``"undefined"`` are dropped); the range is the 2.5th and 97.5th percentiles of that index with
