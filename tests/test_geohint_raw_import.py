@@ -74,10 +74,10 @@ def test_fixture_table11_by_hand(release):
     agg.add_many(rows)
     t = table11(agg)
     row = dict(zip(t.columns, t.rows[0]))
-    # by hand: lines 1-3 are answers (6 is no answer); 2 parsed, both with evidence; 1 unparsed;
-    # vegetation and script "not visible" in 1 of 2 slots each
+    # by hand: lines 1-3 are answers (6 is no answer); 2 parsed, both with evidence; 1 unparsed: evidence in 2 of
+    # the 3 responses (the paper's share of responses); vegetation and script "not visible" in 1 of 2 slots each
     assert len(t.rows) == 1 and row["Model"] == "m" and row["n"] == 3 and row["Unparsed"] == 1
-    assert row["Evidence"] == 1.0
+    assert row["Evidence"] == 2 / 3
     assert tuple(row[c] for c in CATS) == (0.0, 0.5, 0.0, 0.5, 0.0)
 
 

@@ -42,8 +42,9 @@ def test_table11_pools_the_no_context_variant():
     agg.add(_row("c", qid=None, dist=None, evidence={**FULL, "terrain": "not visible"}, condition="forced_chain_baseline"))
     agg.add(_row("d", qid=None, dist=None, evidence=None, condition="forced_chain_baseline", parse_ok=False))
     row = dict(zip(table11(agg).columns, table11(agg).rows[0]))
-    # by hand: 3 answers, 2 parsed (both with evidence), 1 unparsed; terrain 1 of 2 slots "not visible"
-    assert row["n"] == 3 and row["Evidence"] == 1.0 and row["Unparsed"] == 1
+    # by hand: 3 answers, 2 parsed (both with evidence), 1 unparsed: evidence in 2 of 3 responses (session 12: the
+    # paper's share of responses, was 2 of 2 parsed); terrain 1 of 2 slots "not visible"
+    assert row["n"] == 3 and row["Evidence"] == 2 / 3 and row["Unparsed"] == 1
     assert (row["Veg."], row["Terrain"]) == (0.0, 0.5)
 
 
@@ -75,3 +76,20 @@ def test_the_report_header_does_not_say_table11s_answers_are_left_out_of_every_t
     plain = GeoHintAggregator()
     plain.add(other)
     assert "Table 11" not in left_out_text(plain)
+
+
+def test_table11_evidence_is_a_share_of_every_response_not_of_the_parsed_ones():
+    """Seed 000 Table 11: "The second column gives the share of responses carrying an evidence object" over
+    "2799 responses", 2 of them unparseable (Sec. 6.3.2): an unparsed response carries no evidence object and
+    stays in the denominator. Before (session 12) the column was the share of parsed answers (here 2 of 3 parsed,
+    67 %, where the paper's share is 2 of 4 responses, 50 %)."""
+    agg = GeoHintAggregator()
+    agg.add(_row("a", qid="Q1", dist=2.0, evidence=FULL))
+    agg.add(_row("b", qid="Q1", dist=2.0, evidence=FULL))
+    agg.add(_row("c", qid="Q1", dist=2.0, evidence=None))  # parsed, no evidence object
+    agg.add(_row("d", qid="Q1", dist=2.0, evidence=None, parse_ok=False))  # unparsed
+    t = table11(agg)
+    row = dict(zip(t.columns, t.rows[0]))
+    # by hand: 4 responses, 2 with an evidence object -> 0.5 (of the 3 parsed it would be 2/3)
+    assert row["n"] == 4 and row["Unparsed"] == 1 and row["Evidence"] == 0.5
+    assert "% of responses" in t.title and "of parsed" not in t.title
