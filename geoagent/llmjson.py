@@ -19,7 +19,10 @@ Reading rules
   with ``json.loads``, and a surrogate half without its partner (escaped or literal) becomes U+FFFD, so
   every string read encodes as UTF-8.
 - Unquoted keys and bare words (``yes``) are strings; ``true``/``false``/``null``/``none`` in any case
-  are JSON literals (``NaN`` and ``Infinity`` stay strings, so no non-finite number comes from a word).
+  are JSON literals. The non-finite words ``NaN``, ``Infinity`` (JavaScript, and Python's ``json`` module)
+  and ``nan``, ``inf`` (Python's repr), with an optional sign, are the floats ``json.loads`` makes of them,
+  never text: read as strings, ``{"city": NaN}`` named the city "NaN" (a quoted ``"Nan"`` stays a string).
+  A number too large for a float (``1e999``) is infinite too, so callers check ``math.isfinite``.
 - ``//``, ``#`` and ``/* */`` comments; trailing commas; ``=`` in place of ``:``.
 - With ``percent=True`` a number followed by ``%`` is read as :class:`Percent`; otherwise the ``%`` is a
   syntax error, as in JSON.
@@ -119,6 +122,7 @@ class _EOF(Exception):
 
 _NUM = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+_NONFINITE = re.compile(r"([-+]?)(NaN|nan|Infinity|inf)(?![A-Za-z0-9_\-])")
 _QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019"}
 _PLAIN = {q: re.compile("[^\\\\" + re.escape(c) + "]+") for q, c in _QUOTES.items()}
 _ESC = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"', "'": "'"}
@@ -176,6 +180,11 @@ class _Reader:
             return self.arr()
         if c in _QUOTES:
             return self.string()
+        m = _NONFINITE.match(self.s, self.i)
+        if m:  # a number word, never text (module notes)
+            self.i = m.end()
+            self.rules.add(RULE_BARE_WORDS)
+            return float(m.group(1) + ("nan" if m.group(2).lower() == "nan" else "inf"))
         m = _NUM.match(self.s, self.i)
         if m:
             self.i = m.end()

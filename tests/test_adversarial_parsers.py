@@ -121,6 +121,10 @@ def test_geohint_answer_without_any_place_is_a_parse_failure(text):
     assert not a.ok and a.raw == text and a.error
 
 
-def test_geohint_place_given_as_an_object_uses_its_name_not_its_repr():
+def test_geohint_place_given_as_an_object_or_list_is_no_place_never_its_repr():
+    # session 12: a place field must be a JSON string; an object or a list (several guesses) is absent, where it
+    # used to read as the object's "name" or the list's items joined (tests/test_parse_nonstring_places.py)
     a = parse_answer('{"city": {"name": "Paris", "country": "FR"}, "area": ["Le Marais", {"x": 1}], "building": {"id": 3}}')
-    assert a.ok and a.city == "Paris" and a.area == "Le Marais" and a.building is None
+    assert not a.ok and (a.city, a.area, a.building) == (None, None, None) and a.error
+    a = parse_answer('{"city": {"name": "Paris"}, "area": "Le Marais"}')
+    assert a.ok and a.city is None and a.area == "Le Marais"

@@ -91,7 +91,8 @@ def test_a_line_of_another_schema_is_noted_as_outside_table11(release, tmp_path)
     a raw file of another condition (``--file`` naming the wrong file) gave an empty Table 11 and exit 0 with no
     word. Each such schema is now noted once (file:line of its first line), and its answers still counted where
     they were."""
-    lines = [_line(), _line(schema="forced"), _line(schema="FORCED_CHAIN"), _line(schema="forced")]
+    # line 4 is another repeat: the same request twice would be counted once (tests/test_raw_import_request_identity.py)
+    lines = [_line(), _line(schema="forced"), _line(schema="FORCED_CHAIN"), _line(schema="forced", repeat=1)]
     (release / "forced_chain_raw.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     rows, report = import_raw(release)
     assert len(rows) == 4

@@ -114,7 +114,7 @@ def parse_image_audit(text: str | None) -> ImageAudit:
         usable = usable_by_rule(overlay, scene, quality)
     overlay_text = obj.get("overlay_text")
     return ImageAudit(
-        True, overlay, str(overlay_text) if overlay_text not in (None, False) else "", scene,
+        True, overlay, overlay_text if isinstance(overlay_text, str) else "", scene,  # text only: NaN is none
         as_bool(obj.get("through_glass")), as_bool(obj.get("tourist_infrastructure")), quality, usable,
         str(obj.get("why", ""))[:300], "", raw,
     )

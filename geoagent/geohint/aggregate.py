@@ -129,7 +129,10 @@ class Cell:
     fine_log_dref: float = 0.0
     fine_log_err: float = 0.0
     ratios: list[float] = field(default_factory=list)
+    #: checklist answers that parsed with an evidence object (Table 11's evidence share is of :attr:`n`, every
+    #: response, as the paper's; seed 000 Table 11)
     evidence_present: int = 0
+    #: checklist answers that parsed (the paper's slot count "runs over the 2797 that parsed")
     evidence_parsed: int = 0
     slots_filled: dict[str, int] = field(default_factory=dict)
     slots_not_visible: dict[str, int] = field(default_factory=dict)

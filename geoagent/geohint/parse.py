@@ -15,6 +15,11 @@ shared ``city``/``area``/``building`` field differs, case aside: a correction, a
 template), or when one object gives a field twice under keys that differ in case (``"city"`` and ``"City"``)
 with different places, the answer is a failure ("conflicting answers"), never the first (or last) guess. If nothing parses, ``"key": "value"`` pairs are read
 with a regular expression. The raw text is always kept; a failure is recorded, never raised.
+
+A place field (``city``, ``area``, ``building``/``place``, ``country``) names a place only when it is a JSON
+string: a number (``NaN``, ``Infinity`` and ``1e999`` included), true/false, null, a list or an object is
+absent, no answer for that level (an answer with no place left is a failure); ``clues`` keep their text items
+and an evidence slot its text.
 """
 
 from __future__ import annotations
@@ -116,26 +121,23 @@ def _candidates(text: str) -> list[Candidate]:
 
 # --- field coercion ---------------------------------------------------------------------------
 def _text(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, dict):  # {"name": "Paris", ...}: the name, never the dict's repr as a place name
-        v = v.get("name") if isinstance(v.get("name"), str) else None
-        if v is None:
-            return None
+    """Free text (an evidence slot): a string, or a list's string items joined with ", "; anything else (a
+    number, NaN or Infinity, an object, true/false, null) is no text."""
     if isinstance(v, (list, tuple)):
-        v = ", ".join(str(x) for x in v if x is not None and not isinstance(x, (dict, list)))
-    s = str(v).strip()
-    return s or None
+        v = ", ".join(x.strip() for x in v if isinstance(x, str) and x.strip())
+    if not isinstance(v, str):
+        return None
+    return v.strip() or None
 
 
 def _place(v: Any) -> str | None:
-    """A place name (city, area, building, country): :func:`_text`, but true/false name no place (a model's
-    "don't know" in JSON; read as text, "True" and "False" were sent to the geocoders as places)."""
-    if isinstance(v, bool) or (isinstance(v, (list, tuple)) and all(isinstance(x, bool) for x in v) and v):
+    """A place name (city, area, building, country): a JSON string that is not blank, else None (no answer
+    for that level). The schema asks for a string: a number (also NaN, Infinity, 1e999: read as the city
+    "NaN" or "inf" they reached the geocoders), true/false (a "don't know"), null, a list (several guesses,
+    never joined into one query) or an object names no place."""
+    if not isinstance(v, str):
         return None
-    if isinstance(v, (list, tuple)):
-        v = [x for x in v if not isinstance(x, bool)]
-    return _text(v)
+    return v.strip() or None
 
 
 def _conf(v: Any) -> float | None:
@@ -156,16 +158,21 @@ def _conf(v: Any) -> float | None:
 
 def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
     low = {str(k).strip().lower(): v for k, v in obj.items()}
-    ans.city = _place(low.get("city"))
-    ans.area = _place(low.get("area"))
-    ans.building = _place(low.get("building", low.get("place")))
-    ans.country = _place(low.get("country"))
+    places: dict[str, str] = {}  # the first place each field names, over keys that differ in case or spaces
+    for k, v in obj.items():
+        t = _place(v)
+        if t:
+            places.setdefault(str(k).strip().lower(), t)
+    ans.city = places.get("city")
+    ans.area = places.get("area")
+    ans.building = places.get("building") or places.get("place")
+    ans.country = places.get("country")
     conf = _conf(low.get("confidence"))
     ans.confidence_area = _conf(low.get("confidence_area", conf))
     ans.confidence_building = _conf(low.get("confidence_building", conf))
     clues = low.get("clues")
-    if isinstance(clues, list):
-        ans.clues = [str(c) for c in clues if c is not None]
+    if isinstance(clues, list):  # text items only: a number or NaN is no clue
+        ans.clues = [c for c in clues if isinstance(c, str)]
     elif isinstance(clues, str):
         ans.clues = [clues]
     ev = low.get("evidence")
@@ -274,7 +281,7 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         key = m.group("key").lower()
         if key in SCHEMA_KEYS and key not in pairs:
             val = m.group("dq") if m.group("dq") is not None else m.group("sq") if m.group("sq") is not None else m.group("num")
-            pairs[key] = val
+            pairs[key] = val if m.group("num") is None else float(val)  # a bare number is no place name
     if pairs:
         _fill(ans, pairs)
         ans.ok, ans.method = True, "regex"

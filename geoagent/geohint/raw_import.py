@@ -24,6 +24,14 @@ Sec. 6.3.2). One JSON object a line: ``path`` (``streetview\\<site>\\<id>.jpg``)
   (:data:`NOT_GEOCODED`). Such a row is never a miss: this route writes only Table 11, the parse accounting
   (table ``parse``) and the table ``cutoff``, and ``report.md`` says that the hit, echo and distance tables are
   withheld (:data:`WITHHELD`); the judged answers (:mod:`geoagent.geohint.judged`) give those.
+* One request is one line: a later line with the same request (:func:`request_identity`: site, image, model,
+  schema, context, repeat, ``lang``, light ``condition`` and ``hour``; ``ts``, ``raw`` and ``usage`` are the
+  outcome) is reported with its file and line and the first line's, and skipped, as a bad line is: the request
+  is counted once, at its first usable line (a failed call before its retry is a bad line, so the retry
+  counts); the note says when the two answers differ. Skipping, not refusing the file, is how this route
+  treats every line it cannot count, and keeps an answer logged twice from counting twice in Table 11.
+* A line whose ``path`` names another site (the folder holding the image) than its ``location`` is a bad line:
+  which site the answer belongs to cannot be told.
 * A bad line (not UTF-8, not JSON, not an object, a required field missing or of the wrong type, a bad
   site id, image path or context label, an API error with no text) is reported with file and line
   (:class:`~geoagent.data.importer.ImportReport`) and skipped, as :func:`geoagent.geohint.judged.iter_judged`
@@ -80,6 +88,22 @@ def _finish_reason(usage: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
+def path_site(image_path: str) -> str | None:
+    """The site a release image path names: the folder holding the image (``streetview\\<site>\\<id>.jpg`` ->
+    ``"<site>"``, either separator), or None when the path has no folder."""
+    parts = [p for p in image_path.strip().replace("\\", "/").split("/") if p]
+    return parts[-2] if len(parts) >= 2 else None
+
+
+def request_identity(res: GeoHintResult) -> tuple[Any, ...]:
+    """What makes a line of the raw file one request (module doc): site, image, model, schema, context (tier,
+    band and QID, or none), repeat, prompt language, and the line's light ``condition`` and ``hour``
+    (``repr``: ``12`` and ``"12"`` are told apart, never merged). The time stamp, the answer and its usage are
+    the outcome, not the request."""
+    return (res.site, res.image_id, res.model, res.schema, res.tier, res.band, res.ref_qid, res.repeat,
+            res.extra.get("lang"), repr(res.extra.get("light")), repr(res.extra.get("hour")))
+
+
 def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
     """One line's object as a result (raises ValueError with the reason for a line to skip)."""
     missing = [k for k in REQUIRED if k not in d]
@@ -91,7 +115,12 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
     if raw is not None and not isinstance(raw, str):
         raise ValueError(f"field 'raw' is not text: {type(raw).__name__}")
     site = paths.safe_name(_text_field(d, "location"), what="site id")
-    image_id = image_id_from_path(_text_field(d, "path"))
+    image_path = _text_field(d, "path")
+    image_id = image_id_from_path(image_path)
+    folder = path_site(image_path)
+    if folder is not None and folder != site:
+        raise ValueError(f"field 'path' names site {folder!r} ({image_path!r:.80}) but field 'location' names {site!r}: "
+                         "which site the answer belongs to cannot be told")
     schema = _text_field(d, "schema")
     ctx = parse_context_label(_text_field(d, "context"))
     ans = parse_answer(raw)
@@ -143,6 +172,7 @@ def iter_raw(path: str | Path, ladders: Mapping[str, ContextLadder], report: Imp
     rep.files.append(str(path))
     unknown: set[tuple[str, str]] = set()
     other_schemas: set[str] = set()
+    seen: dict[tuple[Any, ...], tuple[int, str]] = {}  # request -> (its first line, its answer)
     with path.open("rb") as fh:
         for line, data in enumerate(fh, start=1):
             try:
@@ -167,6 +197,13 @@ def iter_raw(path: str | Path, ladders: Mapping[str, ContextLadder], report: Imp
                 res = _row(obj, path, line)
             except ValueError as exc:
                 rep.add(path, line, str(exc))
+                continue
+            ident = request_identity(res)
+            first = seen.setdefault(ident, (line, res.extra["raw"]))
+            if first[0] != line:  # the request logged again: never counted twice
+                differs = "; the answer differs, the first is kept" if first[1] != res.extra["raw"] else ""
+                rep.add(path, line, f"same request as {path}:{first[0]} (site, image, model, schema, context, repeat, "
+                        f"language, light and hour): counted once, at line {first[0]}{differs}")
                 continue
             if res.condition not in CHECKLIST_CONDITIONS and res.schema not in other_schemas:
                 other_schemas.add(res.schema)  # counted in 'parse' and 'cutoff', never in Table 11: say so once

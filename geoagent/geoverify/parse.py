@@ -10,6 +10,7 @@ reason when no yes/no verdict can be recovered. A failure is never turned into a
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -127,7 +128,9 @@ def _norm_evidence(v: Any) -> tuple[str, ...]:
     if isinstance(v, str):
         return (v,)
     if isinstance(v, list):
-        return tuple(str(x) for x in v if isinstance(x, (str, int, float)) and not isinstance(x, bool))
+        # text and finite numbers: NaN or Infinity is no evidence (read as "nan"/"inf" it was listed as some)
+        return tuple(str(x) for x in v if (isinstance(x, (str, int)) and not isinstance(x, bool))
+                     or (isinstance(x, float) and math.isfinite(x)))
     return ()
 
 

@@ -1120,7 +1120,7 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
                  if n_left else "")
     return Table(
         "table11",
-        f"Table 11: {condition} compliance: evidence object present (% of answers) and 'not visible' share per category (%)",
+        f"Table 11: {condition} compliance: evidence object present (% of responses) and 'not visible' share per category (%)",
         ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparsed"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
