@@ -32,8 +32,13 @@ SITES = {
 
 
 def _release_folder(root: Path) -> Path:
-    """A release-form folder (``sites.csv``, ``ladders/<site>_ladder_x.csv``) of :data:`SITES`."""
+    """A release-form folder (``sites.csv``, ``city_pool.csv``, ``ladders/<site>_ladder_x.csv``) of :data:`SITES`
+    (the sandbox's Wikidata/Nominatim fakes build their gazetteer from it too); returns ``root``."""
     (root / "ladders").mkdir(parents=True)
+    with (root / "city_pool.csv").open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["city", "country", "continent", "lat", "lon"])
+        w.writerows([["Zorvania", "XX", "EU", 10.5, 20.5], ["Brimmelburg", "XX", "EU", 12.0, 22.0]])
     with (root / "sites.csv").open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["site", "city", "country", "continent", "landmark", "lat", "lon"])
