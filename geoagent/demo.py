@@ -402,10 +402,8 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     are set (:func:`run_demo` sets them for ``--workdir``). Exit code: 0 when all three campaigns are
     complete, else the first non-zero campaign code (see :mod:`geoagent.engine`).
     """
-    from geoagent.data.importer import import_release
     from geoagent.engine import EXIT_INTERRUPTED, run_campaign
     from geoagent.runtime.manifest import adopt_sandbox_names
-    from geoagent.geohint import simulate as gh_sim
     from geoagent.integrate import gazetteer_from_world, write_verify_trials
     from geoagent.config import load_config
     from geoagent.report.geoverify import TABLE_TXT
@@ -459,9 +457,8 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     ctrl = {arm: sum(n for (a, _b), n in build.counts.items() if a == arm) for arm in ("ctrl_mismatch", "ctrl_noimage")}
     say(f"\nhand-off: GeoVerify trials built from {build.n_images} crawled images -> {trials_path}\n"
         f"  main arm per band {mapping_text(build.per_band())}; control arms {mapping_text(ctrl)}")
-    release = import_release(crawl_dir)
-    # the fake model server answers GeoHint prompts knowing each crawled image's site (it "sees" the image)
-    gh_sim.configure(release.sites, release.ladders, release.images.values())
+    # the fake model server answers GeoHint prompts knowing each crawled image's site (it "sees" the image): the
+    # GeoHint campaign's plan gives the simulator the folder it plans from, this crawl's (geoagent.geohint.simulate)
 
     # 2. GeoVerify ----------------------------------------------------------------------------------------
     say("\n[2/3] GeoVerify on the crawled sites (2 models behind the OpenAI-compatible fake) ...")

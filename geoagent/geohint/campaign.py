@@ -277,6 +277,7 @@ class GeoHintCampaign(CampaignKind):
                 ds.put_many(release.records())
                 ds.set_meta("import_report", release.report.to_json())
                 ds.set_meta("release_root", str(release.root))
+        full = release
         sites = release.sites
         if s.sites is not None:
             unknown = sorted(set(s.sites) - set(sites))
@@ -286,6 +287,12 @@ class GeoHintCampaign(CampaignKind):
             release = Release(root=release.root, sites=sites, ladders=release.ladders,
                               images={k: v for k, v in release.images.items() if v.site_id in sites})
         images = campaign_images(release, s.images, s.images_per_site)
+        if _simulated(cfg, ctx):
+            # the simulator answers from the folder this plan reads (a crawl's output, [geohint] release_dir),
+            # not from the GeoContext release it would index by itself: it "sees" each planned image's site
+            from geoagent.geohint import simulate
+
+            simulate.configure(full.sites, full.ladders, [*full.images.values(), *images], merge=True)
         self._plan_inputs = {"sites": len(sites), "images": len(images), "ladders": len(release.ladders)}
         messages, summary = plan_from_config(cfg, sites, images, release.ladders)
         # the report and the live aggregator score exactly this plan's requests (scored_scope)

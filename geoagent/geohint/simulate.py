@@ -14,11 +14,18 @@ prompt's schema:
   landmark): a likely hit; otherwise, for context prompts, it echoes the hint as area with probability
   :data:`ECHO_P` 0.7 (x :data:`WARN_ECHO_FACTOR` 0.6 under the warning), else names another reference point of
   the same ladder; so a context condition's echo rate is about 0.7 x (1 - P(landmark)), well under 100 %;
-* a site it cannot tell (an image it was not given and a hint in no ladder it knows: a campaign over a folder
-  other than the one :func:`configure` or the release gave it) gets the hint itself as area: echo 100 %;
+* a site it cannot tell (an image it was not given and a hint in no ladder it knows: a fake model server in a
+  process of its own, answering a campaign over a folder other than the release it indexes) gets the hint
+  itself as area: echo 100 %;
 * the permissive schema (``"place"`` key) answers "unknown" sometimes; the checklist prompt gets an
   ``evidence`` object with some "not visible" slots;
 * the text varies in format like real models: plain JSON, fenced JSON, prose before fenced JSON.
+
+What it knows: the GeoContext release it finds (``$GEOAGENT_RELEASE``, else ``../shared/reference/geocontext``,
+with :data:`SYNTHETIC_IMAGES_PER_SITE` placeholder images per site), with the sites, ladders and images of the
+folder each GeoHint campaign of this process plans from laid over it (:func:`configure` with ``merge=True``,
+called by the plan when a model of the campaign is simulated: a campaign over a crawl's folder is answered from
+that folder).
 
 All draws use ``ctx.rng`` (seeded by the request key), so the same request always gets the same text.
 The real-site demo geocodes these names against the local Wikidata fake built from the release
@@ -75,28 +82,51 @@ def _hint_regex() -> re.Pattern[str]:
 _HINT = _hint_regex()
 
 
+def _build(idx: _Index, sites: Mapping[str, object], ladders: Mapping[str, object], images: Iterable[object]) -> _Index:
+    """``idx`` with ``sites`` (``Site``), ``ladders`` (``ContextLadder``) and ``images`` (``Image``) laid over it
+    (a site's entry and ladder replaced, an image's site replaced), ``by_name`` rebuilt from the ladders."""
+    for sid, s in sites.items():
+        idx.sites[sid] = (getattr(s, "city", "") or "", getattr(s, "landmark", None) or getattr(s, "city", "") or sid)
+    for sid, lad in ladders.items():
+        idx.ladder_names[sid] = [p.name_en for p in getattr(lad, "points", ()) if getattr(p, "name_en", None)]
+    for img in images:
+        idx.image_site[str(getattr(img, "image_id"))] = getattr(img, "site_id")
+    idx.by_name = {}
+    for sid, names in idx.ladder_names.items():
+        for n in names:
+            idx.by_name.setdefault(n, []).append(sid)
+    for v in idx.by_name.values():
+        v.sort()
+    return idx
+
+
 def configure(
     sites: Mapping[str, object],
     ladders: Mapping[str, object],
     images: Iterable[object] = (),
+    *,
+    merge: bool = False,
 ) -> None:
     """Give the responder the campaign's sites (``Site``), ladders (``ContextLadder``) and images
-    (``Image``) in-process, instead of reading the release folder."""
-    idx = _Index()
-    for sid, s in sites.items():
-        idx.sites[sid] = (getattr(s, "city", "") or "", getattr(s, "landmark", None) or getattr(s, "city", "") or sid)
-    for sid, lad in ladders.items():
-        names = [p.name_en for p in getattr(lad, "points", ()) if getattr(p, "name_en", None)]
-        idx.ladder_names[sid] = names
-        for n in names:
-            idx.by_name.setdefault(n, []).append(sid)
-    for img in images:
-        idx.image_site[str(getattr(img, "image_id"))] = getattr(img, "site_id")
-    for v in idx.by_name.values():
-        v.sort()
+    (``Image``) in-process, instead of reading the release folder.
+
+    ``merge=False`` (the demo's hand-off): the responder knows exactly these. ``merge=True`` (what a GeoHint
+    campaign's plan does with the folder it plans from, :meth:`geoagent.geohint.campaign.GeoHintCampaign.plan`):
+    they are laid over what it knows already (the release folder of :func:`_release_dir`, or an earlier
+    :func:`configure`), each given site's entry and ladder and each given image's site replaced, so the sites of
+    another campaign of the same process are still answered as before. Thread-safe; the answers stay
+    deterministic given ``ctx.rng``.
+    """
+    if merge:
+        _index()  # what it knows already: the release folder, unless configured before
     global _INDEX
     with _LOCK:
-        _INDEX = idx
+        base = _INDEX if merge else None
+        idx = _Index()
+        if base is not None:
+            idx.sites, idx.image_site = dict(base.sites), dict(base.image_site)
+            idx.ladder_names = {k: list(v) for k, v in base.ladder_names.items()}
+        _INDEX = _build(idx, sites, ladders, images)
 
 
 def _release_dir() -> Path | None:
