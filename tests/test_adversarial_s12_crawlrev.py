@@ -65,3 +65,58 @@ def test_an_image_id_with_a_trailing_newline_is_not_an_image_id(tmp_path):
     assert [k["image_id"] for k in res.kept] == ["90000"]
     assert [r["image_id"] for r in res.rejected] == []
     assert app[mly_fake.MAPILLARY_STATE].image_requests == ["90000"]
+
+
+# --- WDQS: WKT variants and malformed bindings ------------------------------------------------------------------
+
+W_LAT, W_LON = 41.39, 2.17
+
+
+def _wdqs_run(app, fn):
+    from geoagent.clients.wdqs import WdqsClient
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            return await fn(WdqsClient(http, base + "/sparql", UA))
+
+    return asyncio.run(go())
+
+
+def test_wkt_variants_in_an_area_answer():
+    """One ``?coord`` literal with a malformed number (``Point(2.17e 41.39)``) raised ``ValueError`` out of the
+    whole area query, which the crawl's stages take as permanent: the site (or the city's sampling) was
+    dead-lettered for one bad row among hundreds. Now that row is skipped; ``POINT(...)`` (WKT keywords are
+    case-insensitive) is read as the point it is; a coordinate on another globe (WDQS writes its IRI before the
+    point: ``<http://www.wikidata.org/entity/Q405> Point(...)``, the Moon) is no place near a site, Earth's
+    (Q2) is."""
+    from geoagent.sandbox import wdqs as wd_fake
+
+    globe = "http://www.wikidata.org/entity/"
+    ents = [wd_fake.FakeEntity("Q101", "Plain", 41.391, 2.171),
+            wd_fake.FakeEntity("Q102", "Upper", 41.392, 2.172, coord_wkt="POINT(2.172 41.392)"),
+            wd_fake.FakeEntity("Q103", "Broken", 41.39, 2.17, coord_wkt="Point(2.17e 41.39)"),
+            wd_fake.FakeEntity("Q104", "Moon", 41.393, 2.173, coord_wkt=f"<{globe}Q405> Point(2.173 41.393)"),
+            wd_fake.FakeEntity("Q105", "Earth", 41.394, 2.174, coord_wkt=f"<{globe}Q2> Point(2.174 41.394)")]
+    got = _wdqs_run(wd_fake.make_app(ents), lambda c: c.entities_around(W_LAT, W_LON, 2.0, page_size=50))
+    assert {(e.qid, e.lat, e.lon) for e in got} == {("Q101", 41.391, 2.171), ("Q102", 41.392, 2.172),
+                                                     ("Q105", 41.394, 2.174)}
+
+
+@pytest.mark.parametrize("wkt", ["Point(- 48.85)", "Point(1e 2)", "Point(1.2.3 4)", "Point(2.35 48.85 -)"])
+def test_parse_point_never_raises(wkt):
+    from geoagent.clients.wdqs import parse_point
+
+    assert parse_point(wkt) is None
+
+
+def test_malformed_bindings_are_skipped_not_raised():
+    """A binding that is not an object, or a sitelink count that overflows an int (``"1e400"``), raised
+    ``AttributeError``/``OverflowError`` out of the page's parse."""
+    from geoagent.clients.wdqs import entity_from_binding
+
+    item = {"type": "uri", "value": "http://www.wikidata.org/entity/Q42"}
+    coord = {"type": "literal", "value": "Point(2 48)"}
+    assert entity_from_binding(None) is None and entity_from_binding("x") is None
+    e = entity_from_binding({"item": item, "coord": coord, "links": {"type": "literal", "value": "1e400"},
+                             "dist": {"type": "literal", "value": "NaN"}})
+    assert e is not None and e.sitelinks is None and e.dist_km is None

@@ -60,6 +60,10 @@ class FakeEntity:
     sitelinks: int = 0
     instance_of: tuple[str, ...] = ()
     title: str | None = None
+    #: served verbatim as the ``?coord`` literal instead of ``Point(LON LAT)`` (a WKT variant: ``POINT(...)``, a
+    #: globe IRI before the point as WDQS writes coordinates on another globe, a malformed number); the fake's
+    #: own distance and box tests still use ``lat``/``lon``
+    coord_wkt: str | None = None
 
 
 @dataclass
@@ -181,7 +185,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
         b: dict[str, Any] = {
             "item": {"type": "uri", "value": ENTITY + e.qid},
             "itemLabel": _lit(e.label, lang="en") if e.label else _lit(e.qid),
-            "coord": _lit(f"Point({e.lon} {e.lat})", WKT),
+            "coord": _lit(e.coord_wkt if e.coord_wkt is not None else f"Point({e.lon} {e.lat})", WKT),
             "dist": _lit(f"{d:.3f}", XSD + "double"),
             "links": _lit(e.sitelinks, XSD + "integer"),
         }
