@@ -120,3 +120,36 @@ def test_malformed_bindings_are_skipped_not_raised():
     e = entity_from_binding({"item": item, "coord": coord, "links": {"type": "literal", "value": "1e400"},
                              "dist": {"type": "literal", "value": "NaN"}})
     assert e is not None and e.sitelinks is None and e.dist_km is None
+
+
+# --- Overpass: elements the screener must survive ----------------------------------------------------------------
+
+
+def test_malformed_place_elements_are_skipped_not_fatal():
+    """A node with ``"lat": null``, one without an ``id``, ``tags`` that is not an object, or an element that is
+    not an object at all raised ``TypeError``/``KeyError``/``AttributeError`` out of the screening (retried and
+    dead-lettered: the city was never screened). They are skipped; ``L_district`` comes from the usable nodes."""
+    from geoagent.clients.overpass import OverpassClient
+    from geoagent.crawl.screener import l_district_km, measure_site_scale
+    from geoagent.crawl.settings import ScreenerSettings
+    from geoagent.sandbox import overpass as op_fake
+
+    good = [{"type": "node", "id": 100 + i, "lat": LAT + 0.004 * i, "lon": LON + 0.003 * (i % 2),
+             "tags": {"place": "neighbourhood", "name": f"N{i}"}} for i in range(5)]
+    bad = [None, "node", {"type": "node", "id": 9, "lat": None, "lon": LON, "tags": {"place": "suburb"}},
+           {"type": "node", "lat": LAT, "lon": LON, "tags": {"place": "suburb"}},
+           {"type": "node", "id": "n12", "lat": LAT, "lon": LON, "tags": {"place": "suburb"}},
+           {"type": "node", "id": 13, "lat": 95.0, "lon": LON, "tags": {"place": "suburb"}}]
+    odd_tags = {"type": "node", "id": 14, "lat": LAT + 0.03, "lon": LON, "tags": "suburb"}  # usable position, no tags
+    app = op_fake.make_app(good)
+    app[op_fake.OVERPASS_STATE].passthrough = bad + [odd_tags]
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            return await measure_site_scale("paris_x", LAT, LON, OverpassClient(http, base + "/api", UA),
+                                            ScreenerSettings())
+
+    row = asyncio.run(go())
+    pts = good + [odd_tags]
+    assert row["n_nodes_raw"] == row["n_nodes_filtered"] == 6
+    assert row["L_district_median_km"] == round(l_district_km([p["lat"] for p in pts], [p["lon"] for p in pts]), 2)

@@ -37,6 +37,9 @@ class OverpassFakeState:
     """Live, mutable behaviour of the fake (tests flip fields between requests)."""
 
     elements: list[dict[str, Any]] = field(default_factory=list)
+    #: appended verbatim to every place-node answer, unfiltered (malformed elements a client must survive: a node
+    #: without coordinates or id, ``"lat": null``, ``tags`` that is not an object, an element that is no object)
+    passthrough: list[Any] = field(default_factory=list)
     remark_mode: str | None = None  # None | "timeout" | "oom"
     remark_times: int = 1_000_000  # how many more queries get the remark before it clears
     slots_available: int = 2
@@ -173,6 +176,8 @@ async def _answer(request: web.Request, st: OverpassFakeState) -> web.Response:
                 continue
         if haversine_km(lat, lon, pos[0], pos[1]) * 1000.0 <= r_m:  # around: radius in m
             out.append(el)
+    if kind == "place":
+        out.extend(st.passthrough)
     if st.remark_mode and st.remark_times > 0:
         st.remark_times -= 1
         if st.remark_mode == "oom":
