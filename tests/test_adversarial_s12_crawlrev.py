@@ -153,3 +153,22 @@ def test_malformed_place_elements_are_skipped_not_fatal():
     pts = good + [odd_tags]
     assert row["n_nodes_raw"] == row["n_nodes_filtered"] == 6
     assert row["L_district_median_km"] == round(l_district_km([p["lat"] for p in pts], [p["lon"] for p in pts]), 2)
+
+
+def test_an_endpoint_that_ignores_offset_fails_instead_of_paging_forever():
+    """WDQS pages with ``LIMIT``/``OFFSET`` until a page comes back short. An endpoint that drops ``OFFSET`` (a
+    proxy, a mirror) answers the first page again and again: the client asked for pages without end, holding
+    every copy in memory. A full page that repeats the previous one is now an error naming the cause."""
+    from geoagent.clients.wdqs import WdqsError
+    from geoagent.sandbox import wdqs as wd_fake
+
+    ents = [wd_fake.FakeEntity(f"Q{200 + i}", f"Thing {i}", W_LAT + 0.0001 * i, W_LON) for i in range(30)]
+    app = wd_fake.make_app(ents)
+    app[wd_fake.WDQS_STATE].ignore_offset = True
+
+    async def bounded(c):
+        return await asyncio.wait_for(c.entities_around(W_LAT, W_LON, 2.0, page_size=10, max_split_depth=0), 20)
+
+    with pytest.raises(WdqsError, match="OFFSET"):
+        _wdqs_run(app, bounded)
+    assert len(app[wd_fake.WDQS_STATE].queries) == 2

@@ -522,14 +522,23 @@ class WdqsClient:
         geoagent.runtime.http.RetriesStopped
             A stop was requested before a page was sent (an ``Abandoned``: the task is released untouched,
             nothing of the query is kept; the next run asks it again from the first page).
+        WdqsError
+            A full page repeats the previous one: the endpoint ignores ``OFFSET`` (it would page for ever).
         """
         out: list[WdEntity] = []
         offset = 0
+        previous: list[dict[str, Any]] | None = None
         while True:
             if getattr(self.http, "stopping", False):
                 raise RetriesStopped(self.endpoint, 0, f"stop requested: no WDQS page at offset {offset} "
                                                        f"({len(out)} rows read so far are dropped)")
             rows = await self.select(make_query(page_size, offset))
+            if previous is not None and rows and rows == previous:
+                # the query is ordered, so a later page can never repeat an earlier full one: the endpoint dropped
+                # OFFSET and would answer this page for ever (each copy held in memory)
+                raise WdqsError(f"WDQS answered the page at OFFSET {offset} with the same {len(rows)} rows as the page "
+                                f"at OFFSET {offset - page_size}: the endpoint ignores OFFSET ({self.endpoint})")
+            previous = rows
             for b in rows:
                 e = entity_from_binding(b)
                 if e is not None:

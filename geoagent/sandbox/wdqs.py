@@ -91,6 +91,8 @@ class WdqsFakeState:
     budget_s: float | None = None
     budget_window_s: float = 60.0
     spent: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: answer every query as if it had no ``OFFSET`` (a proxy or endpoint that drops it): each page is the first
+    ignore_offset: bool = False
 
     def used_s(self, ua: str, now: float) -> float:
         recs = [r for r in self.spent.get(ua, []) if r[0] > now - self.budget_window_s]
@@ -172,7 +174,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
     max_links = int(fm.group(1)) if fm else None
     lm, om = _LIMIT.search(query), _OFFSET.search(query)
     limit = int(lm.group(1)) if lm else None
-    offset = int(om.group(1)) if om else 0
+    offset = int(om.group(1)) if om and not st.ignore_offset else 0
     rows: list[tuple[str, str, dict[str, Any]]] = []
     for e in st.entities:
         if box is not None and not (box[0] <= e.lon <= box[2] and box[1] <= e.lat <= box[3]):
