@@ -172,3 +172,40 @@ def test_an_endpoint_that_ignores_offset_fails_instead_of_paging_forever():
     with pytest.raises(WdqsError, match="OFFSET"):
         _wdqs_run(app, bounded)
     assert len(app[wd_fake.WDQS_STATE].queries) == 2
+
+
+# --- imagery fetcher: perspective images only --------------------------------------------------------------------
+
+
+def test_the_fetcher_keeps_perspective_frames_not_fisheye(tmp_path):
+    """Sec. 3.2 takes *perspective* Mapillary images; the release's fetcher selects ``camera_type ==
+    "perspective"`` (geocontext/streetview.py ``pick``: it "excludes fisheye (heavy distortion) and equirectangular
+    (full panorama)"; 71 of 200 Paris candidates were fisheye). Ours only left out panoramas, so a fisheye frame
+    was downloaded, kept and audited. It is skipped before download now, with its own reason (and summary
+    category); an image whose ``camera_type`` is absent is still judged by ``is_pano`` alone."""
+    from geoagent.crawl.campaign import image_counts
+
+    spots = [(0, 0, "perspective"), (80, 0, "fisheye"), (-80, 0, "perspective"), (0, 80, None)]
+    imgs = []
+    for i, (dx, dy, cam) in enumerate(spots):
+        lat, lon = _offset(dx, dy)
+        imgs.append(mly_fake.FakeImage(image_id=str(91000 + i), lat=lat, lon=lon, brightness=150,
+                                       camera_type=cam))  # type: ignore[arg-type]
+    app = mly_fake.make_app(imgs)
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            c = MapillaryClient(http, base, "MLY|1|x", UA)
+            return await fetch_site_images({"site": "paris_test", "lat": LAT, "lon": LON}, c, FetcherSettings(),
+                                           tmp_path / "images")
+
+    res = asyncio.run(go())
+    assert sorted(k["image_id"] for k in res.kept) == ["91000", "91002", "91003"]
+    (rej,) = res.rejected
+    assert rej["image_id"] == "91001" and rej["reason"].startswith("not a perspective camera"), rej
+    assert "91001" not in app[mly_fake.MAPILLARY_STATE].thumb_requests  # never downloaded
+    state = tmp_path / "state"
+    (state / "image_selection").mkdir(parents=True)
+    (state / "image_selection" / "paris_test.json").write_text(__import__("json").dumps(res.to_json()))
+    counts = image_counts(state, tmp_path / "images")
+    assert counts["skipped"] == {"not perspective (fisheye or another non-perspective camera)": 1}
