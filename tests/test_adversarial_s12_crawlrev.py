@@ -209,3 +209,37 @@ def test_the_fetcher_keeps_perspective_frames_not_fisheye(tmp_path):
     (state / "image_selection" / "paris_test.json").write_text(__import__("json").dumps(res.to_json()))
     counts = image_counts(state, tmp_path / "images")
     assert counts["skipped"] == {"not perspective (fisheye or another non-perspective camera)": 1}
+
+
+# --- site sampler: a candidate without a label is no landmark ---------------------------------------------------
+
+
+def test_the_sampler_never_takes_a_candidate_named_by_its_bare_qid():
+    """WDQS's label service answers an item's bare QID when it has no label in the asked languages (``en``,
+    ``mul``). The release's site selection drops such candidates (``00_select_sites.py``: "Seen once: Marrakech's
+    Q3496072 (a stadium with only French/Arabic names) ..."; ``df[~df.name.eq(df.qid)]``), and our own auditor
+    never rates a bare-QID "name" (App. A.3 rates names). The sampler took it as a site: landmark ``Q104``, site id
+    ``testtown_q104``. Now the walk skips it before any coverage call, with its decision logged."""
+    from geoagent.clients.wdqs import WdqsClient
+    from geoagent.crawl.sampler import sample_sites
+    from geoagent.crawl.settings import CitySpec, SamplerSettings
+    from geoagent.sandbox import wdqs as wd_fake
+
+    spots = {"Q101": (0, 0), "Q102": (600, 0), "Q103": (0, 600), "Q104": (-600, 0)}
+    ents, imgs = [], []
+    for k, (qid, (dx, dy)) in enumerate(spots.items()):
+        lat, lon = _offset(dx, dy)
+        ents.append(wd_fake.FakeEntity(qid, "" if qid == "Q104" else f"Museum {qid}", lat, lon, 5, ("Q33506",)))
+        imgs += [mly_fake.FakeImage(str(920000 + 100 * k + i), lat + 0.0001 * (i - 4), lon) for i in range(9)]
+    wd_app, mly_app = wd_fake.make_app(ents), mly_fake.make_app(imgs)
+
+    async def go():
+        async with serve(wd_app) as wd, serve(mly_app) as mly, HttpClient(default_policy=FAST) as http:
+            city = CitySpec(city="Test Town", country="FR", continent="EU", lat=LAT, lon=LON)
+            return await sample_sites(city, WdqsClient(http, wd + "/sparql", UA), MapillaryClient(http, mly, "MLY|1|x", UA),
+                                      SamplerSettings(sites_per_city=4), seed=3)
+
+    res = asyncio.run(go())
+    assert sorted(s["qid"] for s in res.sites) == ["Q101", "Q102", "Q103"], res.walk
+    assert {"qid": "Q104", "decision": "skip_no_label", "label": "Q104"} in res.walk
+    assert res.coverage_calls == 3
