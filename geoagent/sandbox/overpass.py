@@ -15,6 +15,8 @@ Failure modes, switchable at runtime through :class:`OverpassFakeState` (``app[O
 * ``slots_available = 0``: ``/api/status`` reports ``Slot available after: ..., in N seconds.`` and
   ``/api/interpreter`` answers 429 with the rate_limited HTML page (no Retry-After, as documented);
 * a missing or generic User-Agent gets 403 (the fake enforces the courtesy rule loudly);
+* ``passthrough``: elements appended verbatim to every place-node answer, unfiltered (malformed ones: a node
+  without an id or coordinates, ``"lat": null``, ``tags`` that is no object, an element that is no object);
 * the generic fault middleware (429/500/503/timeout/reset/malformed) when ``faults`` is given.
 """
 

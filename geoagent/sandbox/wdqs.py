@@ -22,7 +22,9 @@ gets 403 (Wikimedia User-Agent policy); unparseable queries get 400 with Blazegr
 (``SPARQL-QUERY: queryStr=...``), then ``...MalformedQueryException: <why>`` and a stack trace.
 ``timeout_above_km2`` (None: off) makes every query whose area is larger than that many km^2 (a circle:
 pi r^2; a box: its width times height) time out in the ``timeout_mode`` shape, every time, as a real
-query over a big or dense city does; ``area_timeouts`` counts them.
+query over a big or dense city does; ``area_timeouts`` counts them. ``ignore_offset`` answers every page as
+the first (an endpoint that drops ``OFFSET``); ``FakeEntity.coord_wkt`` serves a ``?coord`` literal verbatim
+(WKT variants and malformed ones).
 """
 
 from __future__ import annotations
