@@ -17,8 +17,9 @@ from pathlib import Path
 
 from geoagent import constants as C
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_DIGITS = re.compile(r"^[0-9]{1,32}$")
+#: matched with ``fullmatch``: ``$`` in ``match`` also matches before a final newline ("123\n" would pass)
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_DIGITS = re.compile(r"[0-9]{1,32}")
 
 
 def queues_root(configured: str | os.PathLike[str] | None = None) -> Path:
@@ -157,7 +158,7 @@ def safe_name(value: str, *, what: str = "name") -> str:
     Allowed: letters, digits, ``_ . -``; must start with a letter or digit; at most 128 characters.
     Used for campaign names, site ids and anything from an API that becomes a file name.
     """
-    if not isinstance(value, str) or not _SAFE_NAME.match(value) or ".." in value:
+    if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
         raise ValueError(f"unsafe {what} for a file name: {value!r}")
     return value
 
@@ -165,6 +166,6 @@ def safe_name(value: str, *, what: str = "name") -> str:
 def safe_image_id(value: str | int) -> str:
     """Return a Mapillary image id as a string if it is 1-32 decimal digits, else raise ``ValueError``."""
     text = str(value)
-    if not _DIGITS.match(text):
+    if not _DIGITS.fullmatch(text):
         raise ValueError(f"image id must be decimal digits, got {text!r}")
     return text

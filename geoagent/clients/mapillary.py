@@ -137,8 +137,18 @@ class MapillaryImage:
 
     @property
     def perspective(self) -> bool:
-        """Not a panorama (``is_pano`` false and not an equirectangular/spherical camera)."""
+        """Not a panorama (``is_pano`` false and not an equirectangular/spherical camera): what the coverage checks
+        count as a perspective image (seed 000 Sec. 3.2.1; the release's site selection counts ``not is_pano``)."""
         return not self.is_pano and (self.camera_type or "perspective") not in PANO_CAMERA_TYPES
+
+    @property
+    def perspective_frame(self) -> bool:
+        """A frame the imagery fetcher may keep (Sec. 3.2, perspective images): ``camera_type`` ``"perspective"``,
+        as the release's fetcher selects (``geocontext/streetview.py`` ``pick``, which leaves out fisheye frames:
+        heavy distortion); an image whose ``camera_type`` is absent is judged by :attr:`perspective` alone."""
+        if self.camera_type is None:
+            return self.perspective
+        return self.camera_type == "perspective" and not self.is_pano
 
     def to_json(self) -> dict[str, Any]:
         return {"image_id": self.image_id, "lat": self.lat, "lon": self.lon, "captured_at_ms": self.captured_at_ms,

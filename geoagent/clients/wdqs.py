@@ -36,6 +36,7 @@ absent from a binding; the parsers below never rely on ``datatype``.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from collections import deque
@@ -190,7 +191,12 @@ class WdEntity:
     enwiki_title: str | None = None
 
 
-_POINT = re.compile(r"Point\(\s*(-?[0-9.eE+-]+)\s+(-?[0-9.eE+-]+)\s*\)")
+#: a WKT point literal as WDQS writes ``wdt:P625`` values: ``Point(LON LAT)``, optionally preceded by the IRI of
+#: a globe other than Earth (``<http://www.wikidata.org/entity/Q405> Point(...)``: the Moon); WKT keywords are
+#: case-insensitive (``POINT(...)``)
+_POINT = re.compile(r"^\s*(?:<([^>]*)>\s*)?Point\s*\(\s*([-+0-9.eE]+)\s+([-+0-9.eE]+)\s*\)", re.I)
+#: the globe of a coordinate that names none, and of Earth when named
+EARTH = ENTITY_PREFIX + "Q2"
 
 
 def _value(binding: dict[str, Any], var: str) -> str | None:
@@ -210,20 +216,33 @@ def qid_from_uri(uri: str | None) -> str | None:
 
 
 def parse_point(wkt: str | None) -> tuple[float, float] | None:
-    """WKT ``Point(LON LAT)`` (longitude first) -> ``(lat, lon)``."""
-    if not wkt:
+    """WKT ``Point(LON LAT)`` (longitude first, keyword in any case) -> ``(lat, lon)`` in degrees.
+
+    None, never an exception, for anything else: no point, a number that does not parse, a position outside
+    [-90, 90] x [-180, 180], or a point on another globe than Earth (WDQS writes the globe's IRI before the
+    point, ``<http://www.wikidata.org/entity/Q405> Point(...)``; no IRI, or Earth's, Q2, is Earth)."""
+    if not isinstance(wkt, str) or not wkt:
         return None
-    m = _POINT.search(wkt)
+    m = _POINT.match(wkt)
     if not m:
         return None
-    lon, lat = float(m.group(1)), float(m.group(2))
-    if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+    globe, x, y = m.groups()
+    if globe is not None and globe.strip() not in (EARTH, EARTH.replace("http://", "https://")):
+        return None  # a coordinate on another globe is no place near a site on Earth
+    try:
+        lon, lat = float(x), float(y)
+    except ValueError:  # "2.17e", "-", "1.2.3": the row is unusable, the rest of the answer is not
+        return None
+    if not (-90 <= lat <= 90 and -180 <= lon <= 180):  # NaN fails too
         return None
     return lat, lon
 
 
 def entity_from_binding(b: dict[str, Any]) -> WdEntity | None:
-    """Parse one binding of the geo queries below; None if it lacks an item or a usable coordinate."""
+    """Parse one binding of the geo queries below; None if it is not an object or lacks an item or a usable
+    coordinate. A ``dist`` or ``links`` value that does not parse as a finite number is left None."""
+    if not isinstance(b, dict):
+        return None
     qid = qid_from_uri(_value(b, "item"))
     pt = parse_point(_value(b, "coord"))
     if qid is None or pt is None:
@@ -235,9 +254,11 @@ def entity_from_binding(b: dict[str, Any]) -> WdEntity | None:
         dist_km = float(dist) if dist is not None else None
     except ValueError:
         dist_km = None
+    if dist_km is not None and not math.isfinite(dist_km):
+        dist_km = None
     try:
         n_links = int(float(links)) if links is not None else None
-    except ValueError:
+    except (ValueError, OverflowError):  # "1e400", "INF": no count
         n_links = None
     return WdEntity(qid, label, pt[0], pt[1], dist_km, n_links, qid_from_uri(_value(b, "type")),
                     _value(b, "typeLabel"), _value(b, "title"))
@@ -329,8 +350,6 @@ def _box_reaches_circle(box: Box, lat: float, lon: float, radius_km: float) -> b
 
 def _box_km2(box: Box) -> float:
     """Approximate area of a box in km^2 (for the split log)."""
-    import math
-
     w, s, e, n = box
     return (n - s) * 111.195 * (e - w) * 111.195 * math.cos(math.radians((s + n) / 2))
 
@@ -503,14 +522,23 @@ class WdqsClient:
         geoagent.runtime.http.RetriesStopped
             A stop was requested before a page was sent (an ``Abandoned``: the task is released untouched,
             nothing of the query is kept; the next run asks it again from the first page).
+        WdqsError
+            A full page repeats the previous one: the endpoint ignores ``OFFSET`` (it would page for ever).
         """
         out: list[WdEntity] = []
         offset = 0
+        previous: list[dict[str, Any]] | None = None
         while True:
             if getattr(self.http, "stopping", False):
                 raise RetriesStopped(self.endpoint, 0, f"stop requested: no WDQS page at offset {offset} "
                                                        f"({len(out)} rows read so far are dropped)")
             rows = await self.select(make_query(page_size, offset))
+            if previous is not None and rows and rows == previous:
+                # the query is ordered, so a later page can never repeat an earlier full one: the endpoint dropped
+                # OFFSET and would answer this page for ever (each copy held in memory)
+                raise WdqsError(f"WDQS answered the page at OFFSET {offset} with the same {len(rows)} rows as the page "
+                                f"at OFFSET {offset - page_size}: the endpoint ignores OFFSET ({self.endpoint})")
+            previous = rows
             for b in rows:
                 e = entity_from_binding(b)
                 if e is not None:

@@ -199,7 +199,9 @@ def images_kept(state_dir: str | Path) -> int:
 
 #: why the fetcher left an image out (its selection record's ``rejected[].reason``, :mod:`geoagent.crawl.fetcher`),
 #: by the reason's start: (category, before download?)
-_REJECTION_KINDS = (("panorama", "panoramas", True), ("within ", "within min_separation_m of a kept image", True),
+_REJECTION_KINDS = (("panorama", "panoramas", True),
+                    ("not a perspective camera", "not perspective (fisheye or another non-perspective camera)", True),
+                    ("within ", "within min_separation_m of a kept image", True),
                     ("no thumbnail", "no thumbnail to be had", True),
                     ("too dark", "too dark (brightness filter)", False), ("near-duplicate", "near-duplicates", False))
 
@@ -211,7 +213,8 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     ``<state_dir>/image_selection/<site>.json``, made by its own ``[crawl.fetcher]`` settings; never another
     campaign's selection in the shared images root; ``kept`` and ``rejected`` with a ``reason``) and
     ``images.csv`` (the audited kept images, ``usable`` True/False). Returns ``kept``
-    (thumbnails on disk), ``skipped`` (category -> count, left out before download: panoramas, within
+    (thumbnails on disk), ``skipped`` (category -> count, left out before download: panoramas, fisheye or other
+    cameras that are not perspective, within
     ``min_separation_m`` of a kept image, no thumbnail), ``rejected`` (category -> count, left out after
     download: too dark, the brightness filter; near-duplicates; ``other``: an unreadable JPEG), ``usable`` and
     ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's) and

@@ -2,7 +2,9 @@
 bright enough, not duplicated; thumbnails saved as ``<images root>/<site>/<image_id>.jpg`` (another
 ``thumb_field`` than the default: ``<site>/<field>/<image_id>.jpg``, :func:`image_path`).
 
-Walk: perspective images within ``radius_m`` of the site, nearest first; an image within
+Walk: perspective images within ``radius_m`` of the site, nearest first (``camera_type`` ``perspective``, as the
+release's fetcher selects: panoramas and fisheye frames are skipped before download, each with its reason;
+:attr:`~geoagent.clients.mapillary.MapillaryImage.perspective_frame`); an image within
 ``min_separation_m`` (40 m) of an already kept one is skipped without downloading; otherwise a fresh
 thumbnail URL is requested and the JPEG downloaded at once (the URLs expire); it is rejected if the mean
 of a small greyscale copy is below ``min_brightness`` (90 on 0-255, the daylight filter) or if its
@@ -67,8 +69,11 @@ from geoagent.paths import safe_image_id, safe_name
 METADATA_FILE = "images.json"
 #: the campaign's own selection records: ``<state_dir>/image_selection/<site>.json``
 SELECTION_DIR = "image_selection"
-#: bumped when the walk or its filters change in a way that changes which images a setting keeps
-SELECTION_VERSION = 1
+#: bumped when the walk or its filters change in a way that changes which images a setting keeps (2, 2026-12-01:
+#: fisheye frames, and any other ``camera_type`` than ``perspective``, are skipped; version 1 kept them)
+SELECTION_VERSION = 2
+#: the start of the rejection reason of an image whose ``camera_type`` is not ``perspective`` (e.g. fisheye)
+NOT_PERSPECTIVE = "not a perspective camera"
 
 
 def mean_brightness(jpeg: bytes, size_px: int = 32) -> float:
@@ -380,6 +385,9 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         meta = img.to_json() | {"dist_m": round(d_m, 1)}
         if not img.perspective:
             res.rejected.append(meta | {"reason": "panorama"})
+            continue
+        if not img.perspective_frame:  # fisheye (or another camera that is not perspective): never downloaded
+            res.rejected.append(meta | {"reason": f"{NOT_PERSPECTIVE} (camera_type {img.camera_type!r})"})
             continue
         near = too_close(img, res.kept, settings.min_separation_m)
         if near:

@@ -6,8 +6,9 @@ QID), shuffled with a recorded seed (the shuffle is what keeps the batch from be
 eligible landmarks"), and walked in that order: a candidate within 250 m of an already chosen site is
 skipped BEFORE any coverage call is spent on it; otherwise coverage is counted (perspective Mapillary
 images within 150 m) and the candidate is taken when it has at least 8. The first three that pass
-become sites. Output rows have the columns of the release's ``sites.csv``, in its order, then one of the crawl's
-own: ``coverage_lower_bound`` (:data:`SITES_COLUMNS`).
+become sites. A candidate without a label (WDQS names it by its bare QID) is skipped first, as the release's
+site selection drops it (:func:`unnamed`). Output rows have the columns of the release's ``sites.csv``, in its
+order, then one of the crawl's own: ``coverage_lower_bound`` (:data:`SITES_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from geoagent.paths import safe_name
 #: its coordinates. Records of crawls before this number was recorded have none ("unrecorded": version 1 before
 #: commit d9e1c73, 2026-12-01 15:41 UTC, version 2 after it; the record cannot tell which). A resumed crawl keeps
 #: the sampling of the cities it sampled before, so its summary says when they were sampled by another version.
-SAMPLER_VERSION = 2
+#: 3 (2026-12-01): a candidate whose label is its bare QID (no label in the asked languages: WDQS names it by its
+#: id) is skipped before its coverage call (walk decision ``skip_no_label``), as the release's site selection drops
+#: it; versions 1 and 2 could take it as a site named ``Q123``.
+SAMPLER_VERSION = 3
 
 #: Columns of the release's ``data/sites.csv``, in order.
 RELEASE_SITES_COLUMNS: tuple[str, ...] = (
@@ -176,26 +180,36 @@ def sampler_version_warning(versions: dict[str, list[str]]) -> str | None:
     """One line when some cities (:func:`recorded_versions`) were sampled by another sampler version than
     :data:`SAMPLER_VERSION`, or by one that recorded none, else None. A city whose record has no version is not
     called another version's: it is version 1, or 2 for a crawl of 2026-12-01 after commit d9e1c73 (the record
-    cannot tell; :data:`SAMPLER_VERSION`)."""
+    cannot tell; :data:`SAMPLER_VERSION`); either differs from the current version 3."""
     other = {k: v for k, v in versions.items() if k != str(SAMPLER_VERSION)}
     if not other:
         return None
     known = {k: v for k, v in other.items() if k != UNRECORDED}
     parts = [f"version {k}: {', '.join(v)}" for k, v in known.items()]
     if UNRECORDED in other:
-        parts.append(f"version {UNRECORDED} (version 1, or {SAMPLER_VERSION} if sampled on 2026-12-01 after 15:41 UTC; "
+        parts.append(f"version {UNRECORDED} (version 1, or 2 if sampled on 2026-12-01 after 15:41 UTC; "
                      f"the record cannot tell): {', '.join(other[UNRECORDED])}")
     by = " or ".join(([f"another sampler version than this one (version {SAMPLER_VERSION})"] if known else [])
                      + (["a sampler that recorded no version"] if UNRECORDED in other else []))
     return (f"warning: site sampler: {sum(map(len, other.values()))} of {sum(map(len, versions.values()))} cities "
             f"were sampled by {by} and keep those sites ({'; '.join(parts)}): an item with several coordinates may "
-            f"lie at another of them than version {SAMPLER_VERSION} chooses (smallest lat, lon); "
+            f"lie at another of them than version {SAMPLER_VERSION} chooses (smallest lat, lon; version 1), and a "
+            "candidate without a label (named by its bare QID) may have been taken as a site (versions 1 and 2); "
             "sampling/<city>.json sampler_version. Crawl again under a new campaign name for one rule throughout")
+
+
+def unnamed(c: SiteCandidate) -> bool:
+    """Whether a candidate's label is its bare QID (``Q123``): WDQS's label service names an item by its id when it
+    has no label in the asked languages (:func:`geoagent.clients.wdqs.site_candidates_query`: ``en``, ``mul``), so
+    the item has no name to be a landmark by. The release's site selection drops such candidates
+    (``scripts/00_select_sites.py``: ``df[~df.name.eq(df.qid)]``); :func:`walk_candidates` skips them."""
+    return " ".join(str(c.label).split()) in ("", c.qid)
 
 
 async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], coverage: Any, settings: SamplerSettings,
                           seed: int, *, n_candidates: int | None = None, taken_ids: Iterable[str] = ()) -> SamplingResult:
-    """Walk shuffled candidates: spacing check first (no API call), then coverage, first N that pass.
+    """Walk shuffled candidates: a candidate without a label is skipped (:func:`unnamed`; decision
+    ``skip_no_label``), then the spacing check (no API call), then coverage; the first N that pass are taken.
 
     Parameters
     ----------
@@ -210,6 +224,9 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
     for c in order:
         if len(chosen) >= settings.sites_per_city:
             break
+        if unnamed(c):  # no label: nothing to call the site by (the release drops these too); no API call spent
+            res.walk.append({"qid": c.qid, "decision": "skip_no_label", "label": c.label})
+            continue
         near = [s for s in chosen if haversine_km(c.lat, c.lon, s.lat, s.lon) * 1000.0 < settings.min_spacing_m]
         if near:
             res.walk.append({"qid": c.qid, "decision": "skip_spacing", "near": near[0].qid})

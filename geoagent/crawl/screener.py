@@ -71,15 +71,36 @@ class PlaceNode:
     place: str | None
 
 
-def place_nodes_from_overpass(elements: Iterable[dict[str, Any]]) -> list[PlaceNode]:
-    """Turn Overpass ``elements`` (``[out:json]``) into :class:`PlaceNode`s; non-nodes and nodes without
-    coordinates are skipped, ``tags`` may be absent."""
+def _coordinate(v: Any, limit: float) -> float | None:
+    """A JSON number (or numeric string) within [-limit, limit] as a float, else None (null, NaN, text)."""
+    if isinstance(v, bool):
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if -limit <= x <= limit else None
+
+
+def place_nodes_from_overpass(elements: Iterable[Any]) -> list[PlaceNode]:
+    """Turn Overpass ``elements`` (``[out:json]``) into :class:`PlaceNode`s (degrees).
+
+    Skipped, never raised on: elements that are not objects, non-nodes, nodes without an integer ``id`` or without
+    a usable position (missing or null ``lat``/``lon``, not a number, outside [-90, 90] x [-180, 180]). ``tags`` may
+    be absent (api-notes section 1: omitted when a node has none); one that is not an object counts as absent, and a
+    ``name``/``place`` that is not text as missing."""
     out = []
     for el in elements:
-        if el.get("type") != "node" or "lat" not in el or "lon" not in el:
+        if not isinstance(el, dict) or el.get("type") != "node":
             continue
-        tags = el.get("tags") or {}
-        out.append(PlaceNode(int(el["id"]), float(el["lat"]), float(el["lon"]), tags.get("name"), tags.get("place")))
+        osm_id, lat, lon = el.get("id"), _coordinate(el.get("lat"), 90.0), _coordinate(el.get("lon"), 180.0)
+        if not isinstance(osm_id, int) or isinstance(osm_id, bool) or lat is None or lon is None:
+            continue
+        tags = el.get("tags")
+        tags = tags if isinstance(tags, dict) else {}
+        name, place = tags.get("name"), tags.get("place")
+        out.append(PlaceNode(osm_id, lat, lon, name if isinstance(name, str) else None,
+                             place if isinstance(place, str) else None))
     return out
 
 

@@ -15,6 +15,8 @@ Failure modes, switchable at runtime through :class:`OverpassFakeState` (``app[O
 * ``slots_available = 0``: ``/api/status`` reports ``Slot available after: ..., in N seconds.`` and
   ``/api/interpreter`` answers 429 with the rate_limited HTML page (no Retry-After, as documented);
 * a missing or generic User-Agent gets 403 (the fake enforces the courtesy rule loudly);
+* ``passthrough``: elements appended verbatim to every place-node answer, unfiltered (malformed ones: a node
+  without an id or coordinates, ``"lat": null``, ``tags`` that is no object, an element that is no object);
 * the generic fault middleware (429/500/503/timeout/reset/malformed) when ``faults`` is given.
 """
 
@@ -37,6 +39,9 @@ class OverpassFakeState:
     """Live, mutable behaviour of the fake (tests flip fields between requests)."""
 
     elements: list[dict[str, Any]] = field(default_factory=list)
+    #: appended verbatim to every place-node answer, unfiltered (malformed elements a client must survive: a node
+    #: without coordinates or id, ``"lat": null``, ``tags`` that is not an object, an element that is no object)
+    passthrough: list[Any] = field(default_factory=list)
     remark_mode: str | None = None  # None | "timeout" | "oom"
     remark_times: int = 1_000_000  # how many more queries get the remark before it clears
     slots_available: int = 2
@@ -173,6 +178,8 @@ async def _answer(request: web.Request, st: OverpassFakeState) -> web.Response:
                 continue
         if haversine_km(lat, lon, pos[0], pos[1]) * 1000.0 <= r_m:  # around: radius in m
             out.append(el)
+    if kind == "place":
+        out.extend(st.passthrough)
     if st.remark_mode and st.remark_times > 0:
         st.remark_times -= 1
         if st.remark_mode == "oom":

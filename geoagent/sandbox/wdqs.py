@@ -22,7 +22,9 @@ gets 403 (Wikimedia User-Agent policy); unparseable queries get 400 with Blazegr
 (``SPARQL-QUERY: queryStr=...``), then ``...MalformedQueryException: <why>`` and a stack trace.
 ``timeout_above_km2`` (None: off) makes every query whose area is larger than that many km^2 (a circle:
 pi r^2; a box: its width times height) time out in the ``timeout_mode`` shape, every time, as a real
-query over a big or dense city does; ``area_timeouts`` counts them.
+query over a big or dense city does; ``area_timeouts`` counts them. ``ignore_offset`` answers every page as
+the first (an endpoint that drops ``OFFSET``); ``FakeEntity.coord_wkt`` serves a ``?coord`` literal verbatim
+(WKT variants and malformed ones).
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class FakeEntity:
     sitelinks: int = 0
     instance_of: tuple[str, ...] = ()
     title: str | None = None
+    #: served verbatim as the ``?coord`` literal instead of ``Point(LON LAT)`` (a WKT variant: ``POINT(...)``, a
+    #: globe IRI before the point as WDQS writes coordinates on another globe, a malformed number); the fake's
+    #: own distance and box tests still use ``lat``/``lon``
+    coord_wkt: str | None = None
 
 
 @dataclass
@@ -87,6 +93,8 @@ class WdqsFakeState:
     budget_s: float | None = None
     budget_window_s: float = 60.0
     spent: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: answer every query as if it had no ``OFFSET`` (a proxy or endpoint that drops it): each page is the first
+    ignore_offset: bool = False
 
     def used_s(self, ua: str, now: float) -> float:
         recs = [r for r in self.spent.get(ua, []) if r[0] > now - self.budget_window_s]
@@ -168,7 +176,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
     max_links = int(fm.group(1)) if fm else None
     lm, om = _LIMIT.search(query), _OFFSET.search(query)
     limit = int(lm.group(1)) if lm else None
-    offset = int(om.group(1)) if om else 0
+    offset = int(om.group(1)) if om and not st.ignore_offset else 0
     rows: list[tuple[str, str, dict[str, Any]]] = []
     for e in st.entities:
         if box is not None and not (box[0] <= e.lon <= box[2] and box[1] <= e.lat <= box[3]):
@@ -181,7 +189,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
         b: dict[str, Any] = {
             "item": {"type": "uri", "value": ENTITY + e.qid},
             "itemLabel": _lit(e.label, lang="en") if e.label else _lit(e.qid),
-            "coord": _lit(f"Point({e.lon} {e.lat})", WKT),
+            "coord": _lit(e.coord_wkt if e.coord_wkt is not None else f"Point({e.lon} {e.lat})", WKT),
             "dist": _lit(f"{d:.3f}", XSD + "double"),
             "links": _lit(e.sitelinks, XSD + "integer"),
         }
