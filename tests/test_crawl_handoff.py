@@ -224,11 +224,13 @@ def test_readme_says_what_build_and_release_trials_mean():
     assert "skipped with a warning naming the file and both lines" in para
 
 
-def test_readme_handoff_says_geohint_needs_a_geocoder_that_knows_the_crawl():
-    """Walkthrough: the handoff's "two lines" read as if GeoHint ran offline over a crawl's output, but the
-    sandbox geocoder fakes do not know the crawl's world (every answer unresolved); the section says so."""
+def test_readme_handoff_says_what_the_sandbox_geocoder_knows_of_the_crawl():
+    """Walkthrough: the handoff's "two lines" read as if GeoHint ran for results offline over a crawl's output;
+    the section says what the sandbox geocoder fakes know (session 12: the places of the folder the campaign
+    plans from, ladder points at synthetic positions) and that results need the real endpoints."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     start = text.index("From a crawl to a campaign")
     para = " ".join(text[start:text.index("`trials` says where", start)].split())
-    assert "do not know the crawl's world" in para and "every GeoHint answer stays unresolved" in para
+    assert "know the places of the folder the campaign plans from" in para
+    assert "seeded bearing" in para and "not a result" in para
     assert "the real Wikidata and Nominatim" in para

@@ -373,8 +373,9 @@ GEOCODER_SETTING = "[geohint.geocoder] wikidata_url, nominatim_url"
 UNRESOLVED_CAUSE = (
     "the geocoder's endpoints answered (an answer whose lookup failed is never scored: it is dead-lettered or "
     "left queued) but found no place of that name near the answered city, or the answer named none. The "
-    f"endpoints ({GEOCODER_SETTING}) must know the campaign's places: only the demo wires fakes that know its "
-    "world; a run over your own crawl needs the real Wikidata and Nominatim, or a gazetteer fake of your own")
+    f"endpoints ({GEOCODER_SETTING}) must know the places the answers name: the sandbox's fakes know only the "
+    "cities, sites and ladder points of the folder the campaign plans from; a campaign for results needs the "
+    "real Wikidata and Nominatim, or a gazetteer fake of your own")
 
 
 def unresolved_warnings(agg: GeoHintAggregator) -> list[str]:

@@ -33,6 +33,7 @@ import collections
 import contextlib
 import copy
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -220,6 +221,19 @@ def _app(name: str, cfg: Any, gazetteer: Any, world_apps: dict[str, Any]) -> Any
     return nominatim.make_app(gazetteer, min_interval_s=0.0)
 
 
+def campaign_release_dir(cfg: Any) -> Path:
+    """The release-form folder a campaign plans from: its task section's ``release_dir`` (``[geohint]`` or
+    ``[geoverify]``, e.g. a crawl's output folder) when it names one, else ``cfg.release_dir()``
+    (``$GEOAGENT_RELEASE``, ``[paths] release_dir`` or the default)."""
+    kind = cfg.campaign.kind
+    if kind in ("geohint", "geoverify"):
+        sec = cfg.section(kind)  # the raw table when the kind's settings model is not registered yet
+        own = sec.get("release_dir") if isinstance(sec, dict) else getattr(sec, "release_dir", None)
+        if own:
+            return Path(own).expanduser()
+    return cfg.release_dir()
+
+
 @contextlib.asynccontextmanager
 async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
     """Serve the fakes ``cfg`` names and yield the rewritten config (``cfg`` itself when it names none).
@@ -228,8 +242,8 @@ async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
     ----------
     cfg : CampaignConfig
     gazetteer : Gazetteer or path, optional
-        Places known to the Wikidata/Nominatim fakes; default :meth:`Gazetteer.from_release` of
-        ``cfg.release_dir()``.
+        Places known to the Wikidata/Nominatim fakes; default :meth:`Gazetteer.from_release` of the folder
+        the campaign plans from (:func:`campaign_release_dir`).
 
     The crawl's fakes (:data:`WORLD_FAKES`) serve :func:`geoagent.demo.demo_world` (fixed seed
     :data:`geoagent.demo.WORLD_SEED`), fresh for each launch.
@@ -246,7 +260,7 @@ async def launch(cfg: Any, *, gazetteer: Any = None) -> AsyncIterator[Any]:
     if gazetteer is None and ("wikidata" in names or "nominatim" in names):
         from geoagent.sandbox.gazetteer import Gazetteer
 
-        gazetteer = Gazetteer.from_release(cfg.release_dir(), seed=cfg.campaign.seed)
+        gazetteer = Gazetteer.from_release(campaign_release_dir(cfg), seed=cfg.campaign.seed)
     world_apps: dict[str, Any] = {}
     if any(n in WORLD_FAKES for n in names):
         from geoagent.demo import demo_world
