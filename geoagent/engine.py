@@ -1643,6 +1643,8 @@ async def _run(
             planned_by_model=planned_by_model,  # `status` names each model's answered / planned calls
             run_id=run_id,  # `status` merges the records of a scale-out run's processes by it
             lane_work=lane_work,  # the ETA: each model's tasks left at its own rate
+            # a long Retry-After pause gets a console line once a minute (host, time left, calls waiting)
+            pauses=lambda: ctx.get("http").pauses_in_force(),
         )
         tick: Any = progress
         handoff: IdleHandoffTick | None = None

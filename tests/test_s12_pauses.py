@@ -1,0 +1,126 @@
+"""Session 12: Retry-After pauses seen while they last, dead reasons after pauses, the accepted config change in
+the manifest, and ``status``'s Redis pause line (local aiohttp fakes, a local redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from geoagent.runtime.http import HostPolicy, HttpClient, RetriesExhausted, host_key, limit_key
+from geoagent.sandbox import echo
+from geoagent.sandbox.server import serve
+
+#: one attempt, a backoff far below the pauses asked for
+P = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=1, backoff_base_s=0.005, backoff_max_s=0.02,
+               timeout_s=10.0)
+
+
+# --------------------------------------------------------------------------- 1. pauses on the console
+def _pause_then_wait(pause_s: float, waiters: int, watch_s: float, interval_s: float, model: bool = True):
+    """A 429 with ``Retry-After: pause_s`` on a model key of the echo fake, then ``waiters`` requests of that key
+    waiting it out, the notices ticked every 0.05 s for ``watch_s`` seconds. Returns (key, [(t, lines)], answered
+    requests, [the client's pauses_in_force() while the waiters wait])."""
+    from geoagent.runtime.progress import PauseNotices
+
+    async def go():
+        async with serve(echo.make_app()) as base:
+            key = limit_key(host_key(base), "gpt-x") if model else host_key(base)
+            async with HttpClient(default_policy=P, model_policies={key: P} if model else None) as http:
+                notices = PauseNotices(http.pauses_in_force, labels=lambda: {host_key(base): "m"},
+                                       interval_s=interval_s)
+                with pytest.raises(RetriesExhausted):
+                    await http.request("GET", base + "/status/429", params={"retry_after": f"{pause_s:g}"},
+                                       limit=key if model else None)
+                t0 = time.monotonic()
+                calls = [asyncio.create_task(http.request("GET", base + "/echo", limit=key if model else None))
+                         for _ in range(waiters)]
+                seen, in_force = [], []
+                while time.monotonic() - t0 < watch_s:
+                    await asyncio.sleep(0.05)
+                    if not in_force and http.pauses_in_force():
+                        in_force = http.pauses_in_force()
+                    lines = notices.tick()
+                    if lines:
+                        seen.append((time.monotonic() - t0, lines))
+                done = await asyncio.gather(*calls)
+            return key, seen, len(done), in_force
+
+    return asyncio.run(go())
+
+
+def test_a_long_pause_gets_a_console_line_per_interval_naming_the_key_time_left_and_calls_waiting(caplog):
+    """Before: a paused call waited with nothing on the console (one warning at most, for a Retry-After over a
+    day). Now a pause in force for the interval gets a warning line, then one per interval while it lasts: the
+    model key and its name, the time left and the calls of this process waiting for it."""
+    caplog.set_level(logging.WARNING, logger="geoagent.runtime.progress")
+    key, seen, answered, in_force = _pause_then_wait(pause_s=4, waiters=3, watch_s=3.4, interval_s=1.0)
+    assert answered == 3
+    assert in_force and in_force[0][0] == key and in_force[0][2] == 3, in_force
+    # first line about 1 s after the pause began (this object's first look), then one per second, never more
+    times = [t for t, _ in seen]
+    assert 2 <= len(times) <= 4, seen
+    assert all(b - a >= 0.95 for a, b in zip(times, times[1:])), times
+    assert all(len(lines) == 1 for _, lines in seen), seen
+    line = seen[0][1][0]
+    assert line.startswith(f"paused: model {key} (m) for another ") and " s (until " in line, line
+    assert "3 calls of this process waiting for it" in line, line
+    logged = [r.getMessage() for r in caplog.records if r.name == "geoagent.runtime.progress"]
+    assert logged == [ln for _, lines in seen for ln in lines]
+    assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == "geoagent.runtime.progress")
+
+
+def test_a_pause_shorter_than_the_interval_prints_nothing(caplog):
+    """A pause shorter than the print interval (here 1.5 s for a 1 s pause) gets no line at all: no spam."""
+    caplog.set_level(logging.WARNING, logger="geoagent.runtime.progress")
+    _key, seen, answered, in_force = _pause_then_wait(pause_s=1, waiters=2, watch_s=2.0, interval_s=1.5, model=False)
+    assert answered == 2 and in_force and in_force[0][2] == 2, in_force
+    assert seen == []
+    assert [r for r in caplog.records if r.name == "geoagent.runtime.progress"] == []
+
+
+def test_a_run_whose_model_is_paused_prints_the_line_on_the_console(tmp_path, monkeypatch, caplog):
+    """End to end: the engine's progress ticks print the pause line while a model's 429 Retry-After holds its
+    calls (the print interval shortened to 1 s for the test), and a run without such a pause prints none."""
+    import anyio
+
+    from test_cost_dead_letter_deliveries import KEY, _cfg
+
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+    from geoagent.runtime import progress
+    from geoagent.sandbox import llm_openai
+    from geoagent.sandbox.faults import FaultConfig
+
+    monkeypatch.setattr(progress, "PAUSE_NOTICE_S", 1.0)
+    monkeypatch.setenv("DEAD_TEST_KEY", KEY)
+    caplog.set_level(logging.WARNING, logger="geoagent.runtime.progress")
+    faults = FaultConfig(rate=1.0, kinds=("429",), retry_after_s=3.0)
+    app = llm_openai.make_app(faults=faults, api_keys=[KEY])
+
+    async def go():
+        async with serve(app) as base:
+            p = _cfg(tmp_path, base)
+            host = base.split("//", 1)[1].rstrip("/")
+            # backoff_max_s above the pause: the calls wait it out in the process (not put back in the queue)
+            p.write_text(p.read_text() + f'\n[hosts."{host}"]\nrate = 1000\nbackoff_max_s = 10\nmax_attempts = 3\n',
+                         encoding="utf-8")
+
+            async def heal():
+                await anyio.sleep(0.5)
+                faults.rate = 0.0  # the retries after the pause are answered
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(heal)
+                return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)
+
+    out = anyio.run(go)
+    assert out.exit_code == 0 and out.counts["requests"].done == 3, out.summary()
+    lines = [r.getMessage() for r in caplog.records if r.name == "geoagent.runtime.progress"]
+    # the model's host has a [hosts] table, so its calls are paced (and paused) by the host's key
+    assert lines and all(ln.startswith("paused: host 127.0.0.1:") for ln in lines), lines
+    assert all("(model m) for another" in ln and "3 calls of this process waiting for it" in ln for ln in lines), lines
+    assert not any("for another 0 s" in ln for ln in lines), lines
+    assert len(lines) <= 3, lines  # about one a second over a 3 s pause, not one per tick
