@@ -124,3 +124,92 @@ def test_a_run_whose_model_is_paused_prints_the_line_on_the_console(tmp_path, mo
     assert all("(model m) for another" in ln and "3 calls of this process waiting for it" in ln for ln in lines), lines
     assert not any("for another 0 s" in ln for ln in lines), lines
     assert len(lines) <= 3, lines  # about one a second over a 3 s pause, not one per tick
+
+
+# --------------------------------------------------------------------------- 2. dead reasons after pauses
+def _run_dead(tmp_path, monkeypatch, faults, *, max_attempts: int, switch=None):
+    """Run the 1-request campaign of tests/test_cost_dead_letter_deliveries.py against the OpenAI fake with
+    ``faults`` ([queue] max_attempts ``max_attempts``; the model host's backoff_max_s 0.05 s, so a 1-s Retry-After
+    pauses the task in the queue). ``switch(faults)``, if given, runs once the fake has answered one call.
+    Returns the run's outcome."""
+    import anyio
+
+    from test_cost_dead_letter_deliveries import KEY, _cfg
+
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+    from geoagent.sandbox import llm_openai
+    from geoagent.sandbox.faults import FAULTS_KEY
+
+    monkeypatch.setenv("DEAD_TEST_KEY", KEY)
+    app = llm_openai.make_app(faults=faults, api_keys=[KEY])
+
+    async def go():
+        async with serve(app) as base:
+            p = _cfg(tmp_path, base)
+            host = base.split("//", 1)[1].rstrip("/")
+            p.write_text(p.read_text().replace("max_attempts = 8", f"max_attempts = {max_attempts}")
+                         .replace("n_requests = 3", "n_requests = 1")
+                         + f'\n[hosts."{host}"]\nrate = 1000\nbackoff_max_s = 0.05\nmax_attempts = 3\n',
+                         encoding="utf-8")
+
+            async def watch():
+                while not app[FAULTS_KEY].log:
+                    await anyio.sleep(0.01)
+                switch(faults)
+
+            async with anyio.create_task_group() as tg:
+                if switch is not None:
+                    tg.start_soon(watch)
+                return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)
+
+    return anyio.run(go)
+
+
+def test_a_task_dead_after_pauses_reads_its_last_failure_and_the_pauses_before_it(tmp_path, monkeypatch):
+    """Before: the last delivery of a task that every delivery saw paused (a 429 whose Retry-After outlasts the
+    host's backoff) was dead-lettered reading "CallFailed: paused by the host: ...", as if it still waited. Now it
+    says the deliveries ran out, that the host paused it before, and the real last failure (http 429 and body)."""
+    from geoagent.sandbox.faults import FaultConfig
+
+    out = _run_dead(tmp_path, monkeypatch, FaultConfig(rate=1.0, kinds=("429",), retry_after_s=1.0), max_attempts=2)
+    (dead,) = out.dead["requests"]
+    assert dead.attempts == 2
+    r = dead.reason
+    assert not r.startswith("CallFailed: paused by the host"), r
+    assert r.startswith("CallFailed: retries exhausted after 2 deliveries ([queue] max_attempts), the host had "
+                        "paused the task before it (its previous delivery waited out a Retry-After); last failure "
+                        "(1 HTTP attempt in the last delivery): http 429: "), r
+    assert "rate limit exceeded" in r and r.endswith("(Retry-After 1 s, longer than the host's backoff_max_s: no "
+                                                     "delivery left to wait it out)"), r
+    assert len(r) <= 500
+
+
+def test_a_task_paused_once_then_failing_otherwise_names_that_failure_and_the_pause(tmp_path, monkeypatch):
+    """A task paused at its first delivery whose second delivery's HTTP retries ran out on 503s: the dead reason is
+    the 503 (Missing, retries exhausted), followed by the pause that came before it."""
+    from geoagent.sandbox.faults import FaultConfig
+
+    def to_503(faults):
+        faults.kinds = ("503",)  # the next delivery (after the 1-s pause) meets 503s without Retry-After
+
+    faults = FaultConfig(rate=1.0, kinds=("429",), retry_after_s=1.0)
+    out = _run_dead(tmp_path, monkeypatch, faults, max_attempts=5, switch=to_503)
+    (dead,) = out.dead["requests"]
+    assert dead.attempts == 2
+    assert dead.reason.startswith("Missing: retries exhausted after 3 attempts: http 503"), dead.reason
+    assert dead.reason.endswith("; the host had paused the task before it (its previous delivery waited out a "
+                                "Retry-After)"), dead.reason
+
+
+def test_a_paused_task_with_deliveries_left_is_redelivered_after_the_pause_and_completes(tmp_path, monkeypatch):
+    """Not the last delivery (a guard for the change above): the task goes back for after the pause, not dead, and
+    the delivery after it that is answered completes the task."""
+    from geoagent.sandbox.faults import FaultConfig
+
+    def heal(faults):
+        faults.rate = 0.0
+
+    out = _run_dead(tmp_path, monkeypatch, FaultConfig(rate=1.0, kinds=("429",), retry_after_s=1.0),
+                    max_attempts=2, switch=heal)
+    assert out.counts["requests"].dead == 0 and out.counts["requests"].done == 1, out.summary()
