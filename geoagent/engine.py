@@ -92,6 +92,10 @@ EXIT_AUTH = 5
 EXIT_INTERRUPTED = 130
 #: ctx.services key of the run's :class:`geoagent.runtime.daemon.LateSignals` (None: signals not handled)
 SERVICE_LATE_SIGNALS = "late_signals"
+#: ctx.services key of what ``run --accept-config-change`` accepted (None without the flag): the run manifest's
+#: ``accepted_config_change`` (``given_at``, ``changed_keys`` as names only, ``server_record_replaced``, ``note``;
+#: :class:`geoagent.runtime.backend.ServerConfigCheck`)
+SERVICE_ACCEPTED_CONFIG_CHANGE = "accepted_config_change"
 
 #: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
 STATUS_AUTH = "authentication failed"
@@ -1405,9 +1409,14 @@ async def run_campaign(
     from geoagent.runtime.backend import check_server_config
 
     # Redis: the config recorded on the server (machines sharing the campaign run the same requests)
-    recorded_config, config_line = check_server_config(cfg, record=not simulate, accept_change=accept_config_change)
+    recorded_config, config_line, accepted = check_server_config(cfg, record=not simulate,
+                                                                 accept_change=accept_config_change)
     if config_line:
         print(config_line, file=sys.stderr)
+    if accept_config_change:  # recorded in the run's manifest entry (audit): given, when, which keys (names only)
+        accepted = {"given_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(accepted or {
+            "server_record_replaced": False, "changed_keys": [],
+            "note": "no effect: the flag acts on the config recorded on a Redis server ([backend] kind = \"redis\")"})}
     written = cfg  # the manifest records the config as written, not its local sandbox ports
     created = _absent_dirs(Path(cfg.state_dir()))  # folders this run makes (the campaign's, maybe the root)
     from geoagent.runtime.daemon import LateSignals
@@ -1420,6 +1429,7 @@ async def run_campaign(
             async with launch(cfg, gazetteer=gazetteer) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
+                ctx.services[SERVICE_ACCEPTED_CONFIG_CHANGE] = accepted if accept_config_change else None
                 ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
                 ctx.services[SERVICE_LATE_SIGNALS] = late
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
@@ -1626,6 +1636,10 @@ async def _run(
                                                       # (none on Redis: its queues live on the server)
                                                       **({} if uses_redis(cfg) else {"queues_dir": str(
                                                           (Path(cfg.queues_root()) / cfg.name).resolve())}),
+                                                      # run --accept-config-change: when, which keys (names)
+                                                      **({"accepted_config_change": accepted} if (
+                                                          accepted := ctx.services.get(SERVICE_ACCEPTED_CONFIG_CHANGE))
+                                                         else {}),
                                                       **kind.manifest_extra(cfg)}, drift=drift)
     params_mix: dict[str, Any] | None = None
     spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest
@@ -1643,6 +1657,8 @@ async def _run(
             planned_by_model=planned_by_model,  # `status` names each model's answered / planned calls
             run_id=run_id,  # `status` merges the records of a scale-out run's processes by it
             lane_work=lane_work,  # the ETA: each model's tasks left at its own rate
+            # a long Retry-After pause gets a console line once a minute (host, time left, calls waiting)
+            pauses=lambda: ctx.get("http").pauses_in_force(),
         )
         tick: Any = progress
         handoff: IdleHandoffTick | None = None

@@ -24,7 +24,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from geoagent import constants as C
@@ -239,7 +239,29 @@ def _record_bytes(record: dict[str, Any]) -> bytes:
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
 
 
-def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool = False) -> tuple[bool, str | None]:
+class ServerConfigCheck(NamedTuple):
+    """What :func:`check_server_config` found: ``recorded`` (this call wrote the first record), ``line`` (the
+    ``info:`` line of an accepted change, else None) and ``accepted`` (with ``accept_change`` on a Redis campaign:
+    what the manifest's run entry records as ``accepted_config_change``, see :func:`check_server_config`; else
+    None)."""
+
+    recorded: bool
+    line: str | None
+    accepted: dict[str, Any] | None
+
+
+def _accepted(replaced: bool, keys: list[str] | None, note: str | None = None) -> dict[str, Any]:
+    """An ``accepted`` record of :class:`ServerConfigCheck`: key NAMES only (redacted anyway), never values."""
+    from geoagent.secrets import redact
+
+    out: dict[str, Any] = {"server_record_replaced": replaced,
+                           "changed_keys": None if keys is None else [redact(k) for k in keys]}
+    if note:
+        out["note"] = note
+    return out
+
+
+def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool = False) -> ServerConfigCheck:
     """Refuse a ``kind = "redis"`` campaign whose config differs, in what changes requests or results, from the
     one recorded on the server under its name; with ``record``, record it when none is (atomically, ``SET NX``:
     of two machines starting different configs at once, the second is refused). No-op for SQLite.
@@ -259,9 +281,15 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
 
     Returns
     -------
-    (bool, str or None)
-        Whether this call wrote the first record (so :func:`forget_server_config` may drop it if the run queues
-        nothing), and an ``info:`` line when a change was accepted (else None).
+    ServerConfigCheck
+        ``(recorded, line, accepted)``: whether this call wrote the first record (so :func:`forget_server_config`
+        may drop it if the run queues nothing), an ``info:`` line when a change was accepted (else None), and,
+        with ``accept_change`` on a Redis campaign, what was accepted for the run manifest (else None):
+        ``server_record_replaced`` (bool: False when the record already matched in what changes requests or
+        results, or was missing and is now written as the first, or ``record`` is False) and ``changed_keys``, the
+        NAMES of what differed from the record (``models[0].max_output_tokens``, ``prompt template X``,
+        ``geocoder nominatim_url``; never a value, as values could be secrets), ``[]`` when nothing did, None
+        when the record held no config to compare key by key; ``note`` says which case it was.
 
     Raises
     ------
@@ -271,7 +299,7 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
     """
     url = redis_url(cfg)
     if url is None:
-        return False, None
+        return ServerConfigCheck(False, None, None)
     import orjson
 
     from geoagent.runtime.drift import changed_keys_text
@@ -282,16 +310,19 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
     data = _record_bytes(mine)
     key = state_prefix(cfg.name) + CONFIG_KEY
     client = _client(url)
+    same = _accepted(False, [], "the config recorded on the server already matched in what changes requests or "
+                     "results") if accept_change else None
     try:
         if record and client.set(key, data, nx=True):
-            return True, None
+            return ServerConfigCheck(True, None, _accepted(False, [], "no config was recorded on the server: this "
+                                                           "one is recorded as the first") if accept_change else None)
         got = client.get(key)
     except Exception as exc:  # noqa: BLE001 - re-raised with the URL scrubbed
         client.close()
         raise _scrubbed(exc, url) from None
     if got is None or got == data:
         client.close()
-        return False, None
+        return ServerConfigCheck(False, None, same)
     try:
         old = orjson.loads(got)
     except orjson.JSONDecodeError:
@@ -301,15 +332,18 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
     if old is not None and isinstance(old.get("config"), dict):
         if old.get("results_sha256") == mine["results_sha256"]:
             client.close()
-            return False, None  # only pacing, the cap or scoring differ
+            return ServerConfigCheck(False, None, same)  # only pacing, the cap or scoring differ
         changes = config_changes_against(old, cfg)
+        names = ([*changes.call_keys] + [f"prompt template {c.split(':', 1)[1]}" for c in changes.calls
+                                          if c.startswith("prompt:")] + [f"geocoder {k}" for k in changes.geocoder])
         parts = ([changed_keys_text(changes.call_keys)] if changes.call_keys else []) + [
             f"prompt template {c.split(':', 1)[1]} edited" for c in changes.calls if c.startswith("prompt:")]
         if changes.geocoder:
             parts.append("geocoder " + changed_keys_text(changes.geocoder))
         if not parts:
             client.close()
-            return False, None  # no key that changes a request or result (e.g. a section written out as its defaults)
+            # no key that changes a request or result (e.g. a section written out as its defaults)
+            return ServerConfigCheck(False, None, same)
         what = "; ".join(parts)
         differs = f"{source} differs from it in what changes requests or results: {what}"
     else:
@@ -318,6 +352,7 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
         what = f"recorded config hash {recorded}, this file's {mine['results_sha256']}"
         differs = (f"the record holds no config to compare key by key, and its hash differs from {source}'s "
                    f"({what})")
+        names = None
     if accept_change:
         line = (f"info: campaign {cfg.name}: {ACCEPT_CONFIG_CHANGE}: the config recorded for this campaign on the "
                 f"Redis server {'is' if record else 'would be'} replaced by {source}'s ({what}); machines still "
@@ -330,7 +365,9 @@ def check_server_config(cfg: Any, *, record: bool = False, accept_change: bool =
             raise _scrubbed(exc, url) from None
         finally:
             client.close()
-        return False, line
+        note = (None if names is not None else
+                "the recorded config held no config to compare key by key (only its hash differed)")
+        return ServerConfigCheck(False, line, _accepted(bool(record), names, note))
     client.close()
     raise BackendError(
         f"campaign {cfg.name}: the Redis server named by [backend] url_env records this campaign's config (from its "

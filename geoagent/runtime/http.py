@@ -669,25 +669,34 @@ def unlisten_slot_waits(token: contextvars.Token) -> None:
 
 
 class _SlotWait:
-    """``async with _SlotWait(lim.semaphore, ceiling) as waiting``: the limit key's concurrency slot (and, with a
-    host-wide ceiling, the host's: taken second, released first), with the current context's slot-wait listener
-    (:func:`listen_slot_waits`) told ``+1`` on entry and ``-1`` at :meth:`done` (idempotent; also on exit)."""
+    """``async with _SlotWait(lim.semaphore, ceiling, lim) as waiting``: the limit key's concurrency slot (and, with
+    a host-wide ceiling, the host's: taken second, released first), with the current context's slot-wait listener
+    (:func:`listen_slot_waits`) told ``+1`` on entry and ``-1`` at :meth:`done` (idempotent; also on exit), and
+    the key's ``waiting`` count (``state``, a ``_HostState``: :meth:`HttpClient.pauses_in_force`) raised by one
+    meanwhile."""
 
-    __slots__ = ("_sem", "_sem2", "_listener")
+    __slots__ = ("_sem", "_sem2", "_listener", "_state")
 
-    def __init__(self, semaphore: asyncio.Semaphore, ceiling: asyncio.Semaphore | None = None) -> None:
+    def __init__(self, semaphore: asyncio.Semaphore, ceiling: asyncio.Semaphore | None = None,
+                 state: "_HostState | None" = None) -> None:
         self._sem = semaphore
         self._sem2 = ceiling
         self._listener = _SLOT_WAIT.get()
+        self._state = state
 
     def done(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener(-1)
+        state, self._state = self._state, None
+        if state is not None:
+            state.waiting -= 1
 
     async def __aenter__(self) -> "_SlotWait":
         if self._listener is not None:
             self._listener(+1)
+        if self._state is not None:
+            self._state.waiting += 1
         try:
             await self._sem.acquire()
         except BaseException:
@@ -834,6 +843,9 @@ class _HostState:
         self.semaphore = asyncio.Semaphore(max(1, policy.concurrency))
         self.paused_until = 0.0  # time.monotonic() before which nobody may contact the host
         self.pauses: list[tuple[float, float]] = []  # (set at, until), monotonic s; newest last, bounded
+        #: requests of this process under this key not sent yet: waiting for its slots, turn or pause (a retry
+        #: waiting out a Retry-After too); during a pause every one of them waits for it (pauses_in_force)
+        self.waiting = 0
         self.stats = HttpStats()
         # Optional cross-process coordination (geoagent.runtime.hostshare): ``gate`` has ``is_open() -> bool``
         # (cheap, in memory), ``async wait_open()`` (admission waits while it is closed),
@@ -1204,6 +1216,27 @@ class HttpClient:
         ``time.monotonic()`` pairs (s), oldest first."""
         return list(self._key_state(host).pauses)
 
+    def pauses_in_force(self) -> list[tuple[str, float, int]]:
+        """The pauses in force now, one ``(key, seconds_left, waiting)`` per paused host or model
+        :func:`limit_key` (a ``Retry-After``, this process's own or one another process posted through
+        :mod:`geoagent.runtime.hostshare`), longest first. ``waiting``: this process's requests held by the pause,
+        not sent yet (waiting for the key's slots, turn or pause, a retry waiting out its ``Retry-After``); for a
+        host's pause, those of every model key on the host too. A model key paused no longer than its host is left
+        out (the host's pause holds it). O(keys), for a display (:mod:`geoagent.runtime.progress`), never on a
+        request's path."""
+        now = time.monotonic()
+        states = {id(st): st for st in [*list(self._hosts.values()), *list(self._limits.values())]}
+        out = []
+        for st in states.values():
+            left = st.paused_until - now
+            if left <= 0:
+                continue
+            if st.host is not st and st.host.paused_until >= st.paused_until:
+                continue  # its host's pause (it reached this key too) is listed instead
+            waiting = st.waiting + (sum(c.waiting for c in st.children) if st.host is st else 0)
+            out.append((st.key, left, waiting))
+        return sorted(out, key=lambda p: (-p[1], p[0]))
+
     def limit_keys(self) -> dict[str, HostPolicy]:
         """``{limit_key: policy}`` of the model limit keys this client knows (``model_policies``)."""
         return dict(self._model_policies)
@@ -1507,12 +1540,16 @@ class HttpClient:
         if retry:
             # a pause (Retry-After of the failed attempt) is waited out here, where a stop request
             # wakes it (admit() below would sleep through it and raise only after the pause)
-            while not self._stopping and (pause_s := lim.paused_until - time.monotonic()) > 0:
-                await self._backoff(pause_s)
+            lim.waiting += 1
+            try:
+                while not self._stopping and (pause_s := lim.paused_until - time.monotonic()) > 0:
+                    await self._backoff(pause_s)
+            finally:
+                lim.waiting -= 1
             if self._stopping:
                 raise _StopRetrying()
         ceiling = lim.parent  # None unless a model's key on a host with a host-wide ceiling
-        async with _SlotWait(lim.semaphore, None if ceiling is None else ceiling.semaphore) as waiting:
+        async with _SlotWait(lim.semaphore, None if ceiling is None else ceiling.semaphore, lim) as waiting:
             # the slot waits (listen_slot_waits) end below
             throttle = lim.throttle
             if ceiling is None:
@@ -1542,8 +1579,13 @@ class HttpClient:
                     # a Retry-After that arrived while the hook ran still holds (slot kept, +inf); a stop request
                     # during that wait ends the request unsent (RetriesStopped: the hook's caller closes what
                     # it opened, e.g. releases the reservation), instead of sending it after the pause
-                    while not self._stopping and (wait := lim.paused_until - time.monotonic()) > 0:
-                        await self._backoff(wait)
+                    if lim.paused_until > time.monotonic():
+                        lim.waiting += 1
+                        try:
+                            while not self._stopping and (wait := lim.paused_until - time.monotonic()) > 0:
+                                await self._backoff(wait)
+                        finally:
+                            lim.waiting -= 1
                     if self._stopping and lim.paused_until > time.monotonic():
                         raise _StopRetrying()
             except BaseException:

@@ -44,11 +44,21 @@ calls it resolved while the run goes on, not only once the campaign is complete.
 
 The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
 is not a TTY, so logs and CI output stay clean.
+
+Pauses on the console: while a host or model key is paused by a ``Retry-After`` (up to
+:data:`geoagent.runtime.http.RETRY_AFTER_MAX_S`, one day), each tick asks the HTTP client which pauses are in
+force (:meth:`geoagent.runtime.http.HttpClient.pauses_in_force`) and :class:`PauseNotices` logs one warning line
+per paused key once the pause has been in force for :data:`PAUSE_NOTICE_S` (60 s), then at most once per
+:data:`PAUSE_NOTICE_S` while it lasts: the key (and its readable name), the time it still lasts, when it ends and
+how many of this process's calls wait for it. A pause shorter than that prints nothing more than before (the
+warning, if any, of the ``Retry-After`` itself). Warnings reach the console without a TTY too (``run``'s log
+level), and rich's live display prints them above its table.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import sys
@@ -66,8 +76,86 @@ from geoagent.runtime.queue import QueueCounts
 from geoagent.runtime.worker import STALL_MIN_S, eta_s, split_resolved_errors
 
 SpendFn = Callable[[], dict[str, Any]]
+#: ``() -> [(key, seconds left, calls waiting), ...]``: the pauses in force (HttpClient.pauses_in_force)
+PausesFn = Callable[[], Sequence[tuple[str, float, int]]]
 
 log = logging.getLogger(__name__)
+
+#: a pause in force this long (s) gets its first console line, then one per this many seconds while it lasts;
+#: a shorter pause none (module docstring, "Pauses on the console")
+PAUSE_NOTICE_S = 60.0
+
+
+class PauseNotices:
+    """Console lines for long ``Retry-After`` pauses (module docstring, "Pauses on the console").
+
+    Call :meth:`tick` often (each progress tick, about once a second); it returns the lines it logged (as
+    warnings, logger ``geoagent.runtime.progress``). A key gets a line when its pause has been in force for at
+    least ``interval_s`` seconds (as this object saw it: from the first tick that found it paused) and its last
+    line is at least ``interval_s`` old; a key whose pause ended is forgotten (a new pause starts over), so a
+    pause shorter than ``interval_s`` never gets one.
+
+    Parameters
+    ----------
+    pauses : callable
+        ``() -> [(key, seconds_left, waiting)]``: :meth:`geoagent.runtime.http.HttpClient.pauses_in_force`.
+    labels : callable or None
+        ``() -> {host: readable name}`` (model or API name), for the line's ``(name)``.
+    interval_s : float or None
+        Seconds between lines for one key, and before its first (default: :data:`PAUSE_NOTICE_S` as it is when
+        the object is made).
+    """
+
+    def __init__(self, pauses: PausesFn, labels: Callable[[], Mapping[str, str]] | None = None,
+                 interval_s: float | None = None) -> None:
+        self.pauses = pauses
+        self.labels = labels
+        self.interval_s = float(PAUSE_NOTICE_S if interval_s is None else interval_s)
+        self._since: dict[str, float] = {}  # key -> monotonic time first seen paused
+        self._said: dict[str, float] = {}  # key -> monotonic time of its last line
+
+    def tick(self, now: float | None = None) -> list[str]:
+        """Log (and return) the lines due now (``now``: ``time.monotonic()``, default the clock). A failing
+        ``pauses`` or ``labels`` is logged, never raised (a display must not stop a run)."""
+        now = time.monotonic() if now is None else float(now)
+        try:
+            current = list(self.pauses() or [])
+        except Exception:  # noqa: BLE001 - the run goes on without the notice
+            log.exception("pause notices: reading the pauses failed")
+            return []
+        keys = {str(k) for k, _, _ in current}
+        for gone in set(self._since) - keys:
+            self._since.pop(gone, None)
+            self._said.pop(gone, None)
+        lines = []
+        for key, left, waiting in current:
+            key = str(key)
+            since = self._since.setdefault(key, now)
+            last = self._said.get(key)
+            if now - since < self.interval_s or (last is not None and now - last < self.interval_s):
+                continue
+            self._said[key] = now
+            lines.append(self._line(key, float(left), int(waiting)))
+        for line in lines:
+            log.warning("%s", line)
+        return lines
+
+    def _line(self, key: str, left: float, waiting: int) -> str:
+        from geoagent.status import _duration, _utc  # status imports this module
+        from geoagent.textfmt import count_text
+
+        labels: Mapping[str, str] = {}
+        if self.labels is not None:
+            try:
+                labels = self.labels() or {}
+            except Exception:  # noqa: BLE001 - the line goes without the name
+                labels = {}
+        host = key.split("/", 1)[0]
+        name = f"{key} ({labels[host]})" if labels.get(host) else key
+        what = "model" if "/" in key else "host"
+        left = math.ceil(left)  # never "0 s" while it is in force
+        return (f"paused: {what} {name} for another {_duration(left)} (until {_utc(time.time() + left)}; a "
+                f"Retry-After, at most 1 day): {count_text(waiting, 'call')} of this process waiting for it")
 
 
 class Progress:
@@ -107,6 +195,10 @@ class Progress:
         ``status`` can tell apart the records of several processes of one campaign (``--stages`` scale-out)
         appending to the same stream (:func:`read_processes`); default: ``"<pid>-<6 hex digits>"``. The
         engine passes the run manifest's run id.
+    pauses : callable or None
+        ``() -> [(key, seconds_left, waiting)]``, the HTTP client's pauses in force
+        (:meth:`geoagent.runtime.http.HttpClient.pauses_in_force`): each tick of a run still going logs the
+        :class:`PauseNotices` lines due (module docstring, "Pauses on the console"); None: no such lines.
     """
 
     def __init__(
@@ -120,8 +212,13 @@ class Progress:
         planned_by_model: dict[str, int] | None = None,
         run_id: str | None = None,
         lane_work: Mapping[str, Mapping[str, int]] | None = None,
+        pauses: PausesFn | None = None,
     ):
         self.path = Path(path)
+        self._run: PipelineRun | None = None
+        # long Retry-After pauses on the console (module docstring); none without the client's pauses
+        self.pause_notices = (PauseNotices(pauses, labels=lambda: self.labels(self._run) if self._run else
+                                           self.host_labels) if pauses is not None else None)
         self.lane_work = {str(k): dict(v) for k, v in (lane_work or {}).items()}
         self.run_id = run_id or f"{os.getpid()}-{secrets.token_hex(3)}"
         self.planned_by_model = dict(planned_by_model or {})
@@ -137,6 +234,9 @@ class Progress:
     async def __call__(self, run: PipelineRun) -> None:
         record = await self.snapshot(run)
         append_jsonl(self.path, [record], fsync=False)  # a torn line from a crash never swallows this one
+        if self.pause_notices is not None and run.finished_at is None:
+            self._run = run
+            self.pause_notices.tick()
         if self.live_enabled:
             self._render(record, final=run.finished_at is not None)
 

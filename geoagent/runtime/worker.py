@@ -112,6 +112,15 @@ dead-lettered after ``max_attempts`` as before. A task alone on a host nothing e
 case the runner cannot tell from an outage: its own redeliveries form the streak, are refunded, and every run stops
 on that host (incomplete, the host named, the task left queued) until the input or the host is fixed.
 
+Dead reasons after pauses
+-------------------------
+A failure that says when to come back (``paused`` with ``retry_after_s``: a host's ``Retry-After`` longer than its
+backoff) is nacked with that delay, its reason "paused by the host: ...". At the task's last delivery (its failed
+attempts reach the input queue's ``max_attempts``) such a reason would read as if the task still waited, so the
+dead reason is worded by :func:`dead_reason` instead: the deliveries used up, the real last failure (the HTTP
+status and body) and whether the delivery before was paused too; a dead letter of any other failure whose previous
+delivery was paused (``Task.last_error``) says that after its own reason.
+
 Task ceiling
 ------------
 A task may not stay in :meth:`Stage.handle` (or a batch in :meth:`Stage.handle_batch`) for ever: a call that never
@@ -460,15 +469,71 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+#: the longest reason stored for a task (queue nack / dead-letter reason), characters
+REASON_CHARS = 500
+#: how a paused failure's message starts (the model caller's ``CallFailed`` with ``paused``): a task whose last
+#: nack reason has it after its type (``"CallFailed: paused by the host: ..."``) waited out a pause in the queue
+PAUSED_BY_HOST = "paused by the host: "
+
+
+def _clean(text: str) -> str:
+    """``text`` as a stored reason: known API key values scrubbed (:func:`geoagent.secrets.redact`), terminal
+    control characters escaped (:func:`geoagent.textfmt.inert_text`), at most :data:`REASON_CHARS` chars."""
+    from geoagent.secrets import redact
+    from geoagent.textfmt import inert_text
+
+    text = inert_text(redact(text))
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+
+
 def _reason(exc: BaseException) -> str:
     """The error text stored for a task (queue nack / dead-letter reason, the stage's last errors): known API key
     values scrubbed (:func:`geoagent.secrets.redact`; the log filter covers only log lines), terminal control
     characters escaped (:func:`geoagent.textfmt.inert_text`: it may quote an API's error body), at most 500 chars."""
-    from geoagent.secrets import redact
-    from geoagent.textfmt import inert_text
+    return _clean(exception_text(exc))  # "TimeoutError (no message)", never a bare "TimeoutError: "
 
-    text = inert_text(redact(exception_text(exc)))  # "TimeoutError (no message)", never a bare "TimeoutError: "
-    return text if len(text) <= 500 else text[:497] + "..."
+
+def was_paused(reason: str | None) -> bool:
+    """Whether a task's last nack reason (``Task.last_error``) is a pause by its host (:data:`PAUSED_BY_HOST`
+    after the error's type): its previous delivery ended in a ``Retry-After`` longer than the host's backoff and
+    the task waited it out in the queue."""
+    return bool(reason) and str(reason).partition(": ")[2].startswith(PAUSED_BY_HOST)
+
+
+#: said of a dead-lettered task whose previous delivery was paused by its host (:func:`dead_reason`)
+_PAUSED_BEFORE = "the host had paused the task before it (its previous delivery waited out a Retry-After)"
+
+
+def dead_reason(exc: BaseException, task: Task) -> str:
+    """The dead-letter reason of ``task`` failing with ``exc`` at its last delivery (a permanent failure, or a
+    nack the queue dead-letters: its attempts reached ``[queue] max_attempts``), at most :data:`REASON_CHARS`.
+
+    A failure that is itself a pause by the host (``paused`` with ``retry_after_s``, the model caller's
+    ``CallFailed``: the answer's ``Retry-After`` outlasts the host's backoff, and no delivery is left to wait it
+    out) reads as what it is: the deliveries used up, then the real last failure (``last_failure``, e.g. ``http
+    429: <body>``, with the HTTP attempts of the last delivery), the pause it asked for, and whether the
+    delivery before was paused too; before, it read "paused by the host: ...", as if it were still waiting. Any
+    other failure keeps its own reason, followed by :data:`_PAUSED_BEFORE` when the previous delivery was paused
+    (``task.last_error``, :func:`was_paused`), shortened so that note always fits."""
+    earlier = was_paused(task.last_error)
+    delay = getattr(exc, "retry_after_s", None)
+    if getattr(exc, "paused", False) and isinstance(delay, (int, float)):
+        n = int(task.attempts) + 1
+        last = str(getattr(exc, "last_failure", "") or "") or exception_text(exc)
+        tries = getattr(exc, "http_attempts", None)
+        tries_text = f" ({_count(int(tries), 'HTTP attempt')} in the last delivery)" if isinstance(tries, int) else ""
+        before = f", {_PAUSED_BEFORE}" if earlier else " (no earlier delivery of it was paused)"
+        # the pause note first: a long error body is what a 500-character reason cuts short
+        return _clean(f"{type(exc).__name__}: retries exhausted after {n} deliver{'y' if n == 1 else 'ies'} ([queue] "
+                      f"max_attempts){before}; last failure{tries_text}: {last} (Retry-After {float(delay):g} s, "
+                      "longer than the host's backoff_max_s: no delivery left to wait it out)")
+    reason = _reason(exc)
+    if not earlier:
+        return reason
+    room = REASON_CHARS - len(_PAUSED_BEFORE) - 2
+    if len(reason) > room:
+        reason = reason[:room - 3] + "..."
+    return f"{reason}; {_PAUSED_BEFORE}"
 
 
 class StageRunner:
@@ -1127,7 +1192,7 @@ class StageRunner:
             await self._safe(self.inq.release(task))
             self.stats.released += 1
         elif isinstance(exc, (PermanentFailure, PermanentHTTPError)):
-            reason = _reason(exc)
+            reason = dead_reason(exc, task)  # its own reason (and a pause of the delivery before, if any)
             await self._safe(self.inq.dead_letter(task, reason))
             self.stats.dead += 1
             self._lane_dead(task)
@@ -1141,7 +1206,9 @@ class StageRunner:
             if self._trip(_charged_streak(hx)):  # the attempts its streak charged are given back
                 await self._flush_refunds()
         else:  # any other failure is retried
-            reason = _reason(exc)
+            # its last delivery ([queue] max_attempts): the reason is the dead letter's (a pause reads as the failure
+            # it is, dead_reason); the queue decides, this only words it
+            reason = dead_reason(exc, task) if self._last_delivery(task) else _reason(exc)
             streak = _charged_streak(exc)
             charge = None
             if streak is not None and self._by_charge:  # an unreachable failure: its charge id, for the refund
@@ -1161,6 +1228,12 @@ class StageRunner:
             if streak is not None and state is not None and self._charge(streak, task, reason, state == "dead",
                                                                           charge):
                 await self._flush_refunds()  # its streak already opened a breaker: refunded at once
+
+    def _last_delivery(self, task: Task) -> bool:
+        """Whether a nack of ``task`` now dead-letters it: its failed attempts so far plus this one reach the input
+        queue's ``max_attempts`` (a queue without that attribute: never known, False)."""
+        limit = getattr(self.inq, "max_attempts", None)
+        return isinstance(limit, int) and not isinstance(limit, bool) and int(task.attempts) + 1 >= limit
 
     def _breaker_open(self, hx: Any) -> bool:
         """Whether ``hx`` (an unreachable ``RetriesExhausted``) finds its host's breaker open, opening it when

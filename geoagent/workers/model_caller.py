@@ -213,7 +213,7 @@ from geoagent.runtime.ledger import BudgetExhausted
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, Missing, PermanentFailure, Stage,
                                     StageContext)
-from geoagent.runtime.worker import PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
+from geoagent.runtime.worker import PAUSED_BY_HOST, PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
 from geoagent.secrets import redact
 from geoagent.textfmt import count_text
 from geoagent.workers.billing import close_failed_call
@@ -237,6 +237,11 @@ class CallFailed(RuntimeError):
     #: than the host's backoff: the stage runner nacks it with that delay, :mod:`geoagent.runtime.worker`)
     retry_after_s: float | None = None
     paused: bool = False
+    #: with ``paused``: the last failure's text (``http 429: <body excerpt>``) and the HTTP attempts of this
+    #: delivery: what the dead reason says if this was the task's last delivery
+    #: (:func:`geoagent.runtime.worker.dead_reason`)
+    last_failure: str | None = None
+    http_attempts: int | None = None
 
 
 #: consecutive authentication failures (HTTP 401/403 from a model's host) that stop dispatching to it
@@ -1369,10 +1374,12 @@ class ModelCaller(Stage):
             if isinstance(exc, RetriesExhausted) and exc.paused and exc.retry_after_s is not None:
                 # the host asked for a pause longer than the call's backoff: not retried out, so the task goes
                 # back to the queue for after the pause (an attempt counted, [queue] max_attempts), not dead
-                failed = CallFailed(f"paused by the host: {_excerpt(exc.last)} (Retry-After {exc.retry_after_s:g} s, "
+                failed = CallFailed(f"{PAUSED_BY_HOST}{_excerpt(exc.last)} (Retry-After {exc.retry_after_s:g} s, "
                                     f"longer than the host's backoff_max_s; after {count_text(exc.attempts, 'attempt')} "
                                     "in this delivery)")
                 failed.retry_after_s, failed.paused = float(exc.retry_after_s), True
+                # the real failure, for the dead reason if no delivery is left (geoagent.runtime.worker.dead_reason)
+                failed.last_failure, failed.http_attempts = _excerpt(exc.last), int(exc.attempts)
                 raise failed from None
             if isinstance(exc, RetriesExhausted):
                 raise Missing(f"retries exhausted after {count_text(exc.attempts, 'attempt')}: {_excerpt(exc.last)}") from None
