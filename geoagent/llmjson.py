@@ -488,9 +488,3 @@ def extract_json(text: str | None, want: type = dict, looks_right: Callable[[Any
                 except Exception:  # noqa: BLE001 - a predicate over untrusted data must not raise out
                     continue
     return first[0] if first is not None else None
-    opener = "[" if want is list else "{"
-    for src in [*fenced_blocks(text), text]:
-        for cand in iter_candidates(src, opener):
-            if cand.ok and not cand.truncated and isinstance(cand.value, want):
-                return cand.value
-    return None

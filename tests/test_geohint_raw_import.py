@@ -74,11 +74,12 @@ def test_fixture_table11_by_hand(release):
     agg.add_many(rows)
     t = table11(agg)
     row = dict(zip(t.columns, t.rows[0]))
-    # by hand: lines 1-3 are answers (6 is no answer); 2 parsed, both with evidence; 1 unparsed, so 2 of the 3
-    # answers carry an evidence object (the paper's and the release's denominator: every response);
+    # by hand: lines 1-3 and 6 are responses (6 is no answer elsewhere, but Table 11's n is every forced_chain
+    # response, the paper's 2799 with its 2 unparseable ones); 2 parsed, both with evidence; 2 unparsed (3, 6), so
+    # 2 of the 4 responses carry an evidence object (the paper's and the release's denominator: every response);
     # vegetation and script "not visible" in 1 of 2 slots each
-    assert len(t.rows) == 1 and row["Model"] == "m" and row["n"] == 3 and row["Unparsed"] == 1
-    assert row["Evidence"] == pytest.approx(2 / 3)
+    assert len(t.rows) == 1 and row["Model"] == "m" and row["n"] == 4 and row["Unparsed"] == 2
+    assert row["Evidence"] == pytest.approx(2 / 4)
     assert tuple(row[c] for c in CATS) == (0.0, 0.5, 0.0, 0.5, 0.0)
 
 
@@ -91,7 +92,7 @@ def test_fixture_command_writes_table11_and_withholds_hit_tables(release, tmp_pa
     assert "Withheld: Tables 1-10" in md and "not geocoded" in md and "forced_chain_raw.jsonl (4 answers)" in md
     with (out / "table11.csv").open(encoding="utf-8") as fh:
         t11 = list(csv.DictReader(fh))
-    assert len(t11) == 1 and t11[0]["n"] == "3" and float(t11[0]["Veg. (fraction)"]) == 0.5
+    assert len(t11) == 1 and t11[0]["n"] == "4" and float(t11[0]["Veg. (fraction)"]) == 0.5  # 6 counted (no answer)
     with (out / "cutoff.csv").open(encoding="utf-8") as fh:
         cut = {(r["Model"], r["Condition"]): r for r in csv.DictReader(fh)}
     # by hand: forced_chain lines 1, 2, 6 (6 cut off with nothing parsed); forced_chain_baseline line 3

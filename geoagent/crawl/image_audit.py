@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json_like
+from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, extract_json_like
 from geoagent.crawl.settings import ImageAuditSettings
 from geoagent.files import atomic_open
 from geoagent.providers.base import ModelRequest
@@ -116,7 +116,7 @@ def parse_image_audit(text: str | None) -> ImageAudit:
     return ImageAudit(
         True, overlay, overlay_text if isinstance(overlay_text, str) else "", scene,  # text only: NaN is none
         as_bool(obj.get("through_glass")), as_bool(obj.get("tourist_infrastructure")), quality, usable,
-        str(obj.get("why", ""))[:300], "", raw,
+        as_text(obj.get("why"), 300), "", raw,  # text only: a number or a list is no reason
     )
 
 

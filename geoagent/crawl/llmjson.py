@@ -13,7 +13,7 @@ from typing import Any
 
 from geoagent.llmjson import extract_json
 
-__all__ = ["as_bool", "as_int_in", "extract_json", "extract_json_like"]
+__all__ = ["as_bool", "as_int_in", "as_text", "extract_json", "extract_json_like"]
 
 
 def extract_json_like(text: str | None, want: type, looks_right: Callable[[Any], bool]) -> Any | None:
@@ -52,3 +52,10 @@ def as_int_in(v: Any, lo: int, hi: int) -> int | None:
     if isinstance(v, float) and v.is_integer() and lo <= v <= hi:
         return int(v)
     return None
+
+
+def as_text(v: Any, max_chars: int) -> str:
+    """A free-text field (an auditor's ``why``): a JSON string, cut to ``max_chars`` characters; anything else (a
+    number, NaN or Infinity, true/false, null, a list, an object) is no text, ``""`` as a missing field is (the
+    caller keeps the verbatim answer). ``str()`` would have written ``42``, ``nan`` or a list's repr as the reason."""
+    return v[:max_chars] if isinstance(v, str) else ""

@@ -85,7 +85,7 @@ import orjson
 
 from geoagent.crawl.image_audit import load_prompt
 from geoagent.crawl.ladder import RatedCandidate, tier_for
-from geoagent.crawl.llmjson import as_bool, as_int_in, extract_json_like
+from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, extract_json_like
 from geoagent.crawl.settings import ReferenceabilitySettings
 from geoagent.files import append_jsonl
 from geoagent.geo import haversine_km
@@ -226,7 +226,8 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
     -------
     dict or None
         idx -> {"ok", "familiarity", "name_zh", "name_en", "why"} for each element that is complete and
-        valid (``ok`` boolean, ``familiarity`` integer 0-5, idx in range, first occurrence wins); None when
+        valid (``ok`` boolean, ``familiarity`` integer 0-5, idx in range, first occurrence wins; names and ``why``
+        text only, else None and ``""``, :func:`~geoagent.crawl.llmjson.as_text`); None when
         no JSON array can be found at all. Candidates missing from the dict must be asked again.
     """
     def read(el: dict[str, Any]) -> dict[str, Any] | None:
@@ -236,16 +237,17 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
             return None
         zh, en = el.get("zh"), el.get("en")
         return {"ok": ok, "familiarity": fam, "name_zh": zh if isinstance(zh, str) and zh.strip() else None,
-                "name_en": en if isinstance(en, str) and en.strip() else None, "why": str(el.get("why", ""))[:200]}
+                "name_en": en if isinstance(en, str) and en.strip() else None, "why": as_text(el.get("why"), 200)}
 
     return _by_idx(text, n, read)
 
 
 def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | None:
-    """Read the screening pass's JSON array: idx -> {"sensitive": bool, "why": str}; None if no array."""
+    """Read the screening pass's JSON array: idx -> {"sensitive": bool, "why": str} (``why`` text only,
+    :func:`~geoagent.crawl.llmjson.as_text`); None if no array."""
     def read(el: dict[str, Any]) -> dict[str, Any] | None:
         sens = as_bool(el.get("sensitive"))
-        return None if sens is None else {"sensitive": sens, "why": str(el.get("why", ""))[:200]}
+        return None if sens is None else {"sensitive": sens, "why": as_text(el.get("why"), 200)}
 
     return _by_idx(text, n, read)
 

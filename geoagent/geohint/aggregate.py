@@ -21,9 +21,11 @@ sums are kept per site:
   added answer (also those left out of the tables for want of a hint distance, or as no answer) from its
   ``extra["finish_reason"]`` (absent, e.g. in the release's judged answers: counted as not cut off);
 * ``no_answer[(model, condition)]`` -> answers cut off at the output-token limit with nothing parsed, left
-  out of every other statistic (row rules below);
+  out of every other statistic but Table 11 (row rules below);
 * ``without_ladder_cells[(model, condition)]`` -> :class:`Cell` of the context answers left out for want of a
-  hint distance (row rules below), kept for Table 11 only.
+  hint distance (row rules below), kept for Table 11 only;
+* ``no_answer_cells[(model, condition)]`` -> :class:`Cell` of those no answers (row rules below), kept for
+  Table 11 only (which reads the checklist conditions').
 
 Adding the same result key twice is a no-op (redelivered queue messages are harmless).
 
@@ -34,7 +36,11 @@ Row rules (checked against the paper and the release's analysis scripts):
   answer: the campaign's cap ended it, not the model, and failures are never answers. It is counted in
   :attr:`GeoHintAggregator.no_answer` (and in :attr:`GeoHintAggregator.truncation`) and left out of every
   other statistic: no response, no miss, no echo verdict, no unresolved answer, no regime, no pair (the
-  module doc of :mod:`geoagent.scoring.truncation` gives the decision and its sources);
+  module doc of :mod:`geoagent.scoring.truncation` gives the decision and its sources). Table 11 alone counts
+  a checklist one (:attr:`GeoHintAggregator.no_answer_cells`) as a response, unparsed and without an evidence
+  object unless the parser recovered one: the paper's Table 11 runs over "every forced_chain response", 2799,
+  "2 responses out of 2799 are unparseable" (seed 000 Sec. 6.3.2), and the release's
+  ``analysis/chain_compliance.py`` divides by every line of the raw file, whatever its fate;
 * a context response whose reference point has no hint distance (its QID is not in the site's ladder,
   e.g. one of the self-naming reference points removed from the released ladders) is left out of every
   statistic and counted in :attr:`GeoHintAggregator.n_without_ladder_point`, as the release's
@@ -43,7 +49,10 @@ Row rules (checked against the paper and the release's analysis scripts):
   2799, of which only 2538 "pair against a forced counterpart in a distance band" (seed 000 Sec. 6.3.2);
 * checklist compliance (Table 11) is counted for the conditions of :data:`CHECKLIST_CONDITIONS`: the
   forced_chain answers with a hint and without one (``forced_chain_baseline``, the name the release importers
-  give a forced_chain answer whose context is ``none``);
+  give a forced_chain answer whose context is ``none``). A response carries an evidence object when the parser
+  found one (``evidence`` not None), whether or not a place parsed, and its slots count: the release's
+  ``chain_compliance.py`` counts every response whose JSON object holds an ``evidence`` object, and the
+  categories of its slots, whatever else the object holds;
 * the Table 5 quantities (geometric means of d_ref and err, median err/d_ref) use answers that resolved
   finer than city level with ``err_km > 0``; the slope regressions (Tables 6-7) use context answers with
   ``err_km > 0`` at every resolution level (``fine_only`` adds the finer-than-city filter) - zero errors
@@ -129,10 +138,10 @@ class Cell:
     fine_log_dref: float = 0.0
     fine_log_err: float = 0.0
     ratios: list[float] = field(default_factory=list)
-    #: checklist answers that parsed with an evidence object (Table 11's evidence share is of :attr:`n`, every
-    #: response, as the paper's; seed 000 Table 11)
+    #: checklist answers carrying an evidence object, parsed or not (Table 11's evidence share is of :attr:`n`,
+    #: every response, as the paper's; seed 000 Table 11; module doc); the slots below are theirs
     evidence_present: int = 0
-    #: checklist answers that parsed (the paper's slot count "runs over the 2797 that parsed")
+    #: checklist answers that parsed (a place named)
     evidence_parsed: int = 0
     slots_filled: dict[str, int] = field(default_factory=dict)
     slots_not_visible: dict[str, int] = field(default_factory=dict)
@@ -158,9 +167,9 @@ class Cell:
                 self.ratios.append(r.error_km / r.dist_km)
             elif r.dist_km is not None and r.dist_km > 0 and r.error_km == 0:
                 self.n_zero_err += 1
-        if r.condition in CHECKLIST_CONDITIONS and r.parse_ok:
-            self.evidence_parsed += 1
-            if r.evidence:
+        if r.condition in CHECKLIST_CONDITIONS:
+            self.evidence_parsed += bool(r.parse_ok)
+            if r.evidence is not None:  # an evidence object, whatever else parsed (module doc)
                 self.evidence_present += 1
                 for cat in EVIDENCE_CATEGORIES:
                     if cat in r.evidence:
@@ -269,8 +278,11 @@ class GeoHintAggregator:
         #: (model, condition) -> answers cut off at the output-token limit (module doc)
         self.truncation: dict[tuple[str, str], TruncationCount] = {}
         #: (model, condition) -> answers cut off at the output-token limit with nothing parsed: no answer, left
-        #: out of every other statistic (module doc)
+        #: out of every other statistic but Table 11 (module doc)
         self.no_answer: dict[tuple[str, str], int] = {}
+        #: (model, condition) -> Cell of those no answers; only Table 11 (every forced_chain response, so the
+        #: checklist conditions') reads it (module doc)
+        self.no_answer_cells: dict[tuple[str, str], Cell] = {}
         #: (model, condition) -> Cell of the context answers left out for want of a hint distance; only Table 11
         #: (checklist compliance over every forced_chain response) reads it (module doc)
         self.without_ladder_cells: dict[tuple[str, str], Cell] = {}
@@ -303,6 +315,7 @@ class GeoHintAggregator:
         tc.add(finish_reason, bool(r.parse_ok))
         if is_no_answer(finish_reason, bool(r.parse_ok)):
             self.no_answer[tk] = self.no_answer.get(tk, 0) + 1  # no answer: in no other statistic (module doc)
+            self.no_answer_cells.setdefault(tk, Cell()).add(r)  # Table 11 counts a checklist one (module doc)
             return True
         if without_hint_distance(r.ref_qid, r.ref_name, r.dist_km):
             self.n_without_ladder_point += 1  # not in the site's ladder: out of every table but 11 (module doc)
@@ -380,13 +393,15 @@ class GeoHintAggregator:
     def compliance(self, model: str, condition: str = "forced_chain") -> Cell:
         """Table 11's counts for ``model``: every answer of ``condition`` and of its no-context variant
         (``<condition>_baseline``), also those left out of every other table for want of a hint distance
-        (:attr:`without_ladder_cells`); no answers (cut off with nothing parsed) are not in it (module doc)."""
+        (:attr:`without_ladder_cells`) or as no answers, cut off with nothing parsed (:attr:`no_answer_cells`): the
+        paper's n is every forced_chain response (module doc)."""
         out = Cell()
         for cond in (condition, f"{condition}_baseline"):
             out.merge(self.select(model=model, condition=cond))
-            left = self.without_ladder_cells.get((model, cond))
-            if left is not None:
-                out.merge(left)
+            for kept in (self.without_ladder_cells, self.no_answer_cells):
+                left = kept.get((model, cond))
+                if left is not None:
+                    out.merge(left)
         return out
 
     def n_no_answer(self, *, model: str | None = None, condition: str | None = None) -> int:

@@ -17,6 +17,12 @@ context, path, city, area, place, conf_area, conf_fine, error_km, resolved_level
   the release's own value is kept in ``extra["release_hit"]``.
 * ``condition``: the release's schema (``forced``, ``forced_warn``, ``forced_chain``, ``v1``), or
   ``baseline`` / ``<schema>_baseline`` when the context is ``none`` (:func:`release_condition`).
+* One request is one row, and a row whose ``path`` names another site (the folder holding the image) than its
+  ``site`` is a bad row: the rules of the raw route too (:mod:`geoagent.geohint.release_rows`). The request is
+  site, image, model, schema, context, ``repeat`` (absent from the release's file: 0; an unreadable one is not the
+  request of repeat 0) and ``lang``; a later row of a request is reported with its line and the line it repeats,
+  and skipped: the request counts once, at its first row that parsed (a place named), else its first; the note
+  says when two parsed answers differ.
 
 Table 11 (checklist compliance) needs the answers' evidence objects, which this file does not hold: its route is
 :mod:`geoagent.geohint.raw_import` (the release's raw forced_chain responses).
@@ -30,32 +36,18 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from geoagent import paths
 from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import LADDER_BAND_LABELS, ContextLadder, ReferencePoint
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULES, check_echo_rule, describe_echo_rule, echo_by_rule
+from geoagent.geohint.release_rows import check_path_site, one_per_request, read_repeat, unreadable_repeat
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import is_hit, normalize_level
 
 REQUIRED = ("site", "model", "schema", "context", "path", "error_km", "resolved_level")
 BAND_CODES = {"05_15km": LADDER_BAND_LABELS[0], "15_30km": LADDER_BAND_LABELS[1], "30_60km": LADDER_BAND_LABELS[2]}
 _CONTEXT = re.compile(r"^(?P<tier>high|mid|low)_(?P<band>\d\d_\d\dkm)_(?P<qid>Q\d+)$")
-
-
-#: most digits a ``repeat`` is read from (a repeat index; also below the interpreter's int() limit of 4300)
-_REPEAT_MAX_DIGITS = 18
-
-
-def read_repeat(v: Any) -> int:
-    """A release row's ``repeat`` field (judged answers, raw responses): an integer >= 0 (or its decimal digits, up to 18), else 0 (a value ``int()`` cannot
-    read, e.g. a superscript "²", never drops the answer)."""
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return v
-    if not isinstance(v, str) or not v.strip().isdecimal() or len(v.strip()) > _REPEAT_MAX_DIGITS:
-        return 0
-    return int(v.strip())
 
 
 def parse_context_label(label: str) -> tuple[str, str, str] | None:
@@ -124,14 +116,16 @@ def iter_judged(
     aliases: Mapping[str, list[str]] | None = None,
     echo_rule: str = DEFAULT_ECHO_RULE,
 ) -> Iterator[GeoHintResult]:
-    """Yield one :class:`GeoHintResult` per well-formed row of a judged-answers CSV.
+    """Yield one :class:`GeoHintResult` per well-formed row of a judged-answers CSV, one per request (module doc:
+    a later row of a request is a note, as a malformed row is), in line order.
 
     Parameters
     ----------
     path : path of ``answers_judged*.csv``
     ladders : mapping site_id -> ContextLadder (from :func:`geoagent.data.importer.import_release`)
     report : ImportReport, optional
-        Collects malformed rows (file, line, reason) and unknown QIDs; rows with errors are skipped.
+        Collects malformed rows, rows of a request already counted (file, line, reason) and unknown QIDs; such rows
+        are skipped. This file's notes are in line order.
     aliases : mapping QID -> list of names, optional
         Wikidata aliases added to the echo names (``"name"`` rule only).
     echo_rule : str
@@ -151,6 +145,33 @@ def iter_judged(
     index = ladder_index(ladders)
     aliases = aliases or {}
     rep.files.append(str(path))
+    first_note = len(rep.issues)
+    unknown_refs: set[tuple[str, str]] = set()
+    for res in one_per_request(_judged_rows(path, rep), path, rep):  # a request logged again counts once
+        if res.ref_qid:
+            site, qid = res.site, res.ref_qid
+            point = index.get((site, qid))
+            if point is None:
+                if (site, qid) not in unknown_refs:
+                    unknown_refs.add((site, qid))
+                    rep.add(path, res.extra["line"], f"reference point {qid} is not in the ladder of {site!r}; d_ref and "
+                            "echo left empty")
+            else:
+                res.ref_name = point.name_en
+                res.dist_km = point.dist_km
+                names = [point.name_en, point.label_raw, point.name_zh, *aliases.get(qid, [])]
+                by_rule = echo_by_rule(res.area, res.building, names, name_en=point.name_en, name_zh=point.name_zh)
+                res.echo = by_rule[echo_rule]
+                res.extra["echo_rule"] = echo_rule
+                res.extra["echo_by_rule"] = by_rule
+        rep.count(path)
+        yield res
+    rep.issues[first_note:] = sorted(rep.issues[first_note:], key=lambda i: i.line)  # this file's notes, by line
+
+
+def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
+    """Every well-formed row of the file as a result (no ladder look-up yet), in line order; each malformed row is
+    a note in ``rep``. Raises ValueError for a header that repeats or lacks a required column."""
     # bytes that are not UTF-8 are read as surrogate escapes so they cost only their row (reported)
     with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
         reader = csv.DictReader(fh)
@@ -161,7 +182,6 @@ def iter_judged(
         missing = [c for c in REQUIRED if c not in names]
         if missing:
             raise ValueError(f"{path}: missing column(s) {missing}")
-        unknown_refs: set[tuple[str, str]] = set()
         rows = iter(reader)
         last_end = reader.line_num
         while True:
@@ -192,6 +212,7 @@ def iter_judged(
                     raise ValueError(f"error_km is negative: {error_km}")
                 schema = row["schema"].strip()
                 image_id = image_id_from_path(row["path"])
+                check_path_site(row["path"], site, site_field="site")
             except (ValueError, KeyError) as exc:
                 rep.add(path, line, str(exc))
                 continue
@@ -219,23 +240,11 @@ def iter_judged(
                 source="release",
                 extra={"release_hit": (row.get("hit") or "").strip(), "lang": (row.get("lang") or "").strip(), "line": line},
             )
+            bad_repeat = unreadable_repeat(row.get("repeat"))
+            if bad_repeat is not None:
+                res.extra["repeat_unreadable"] = bad_repeat
             if ctx:
-                tier, band, qid = ctx
-                res.tier, res.band, res.ref_qid = tier, band, qid
-                point = index.get((site, qid))
-                if point is None:
-                    if (site, qid) not in unknown_refs:
-                        unknown_refs.add((site, qid))
-                        rep.add(path, line, f"reference point {qid} is not in the ladder of {site!r}; d_ref and echo left empty")
-                else:
-                    res.ref_name = point.name_en
-                    res.dist_km = point.dist_km
-                    names = [point.name_en, point.label_raw, point.name_zh, *aliases.get(qid, [])]
-                    by_rule = echo_by_rule(area, building, names, name_en=point.name_en, name_zh=point.name_zh)
-                    res.echo = by_rule[echo_rule]
-                    res.extra["echo_rule"] = echo_rule
-                    res.extra["echo_by_rule"] = by_rule
-            rep.count(path)
+                res.tier, res.band, res.ref_qid = ctx
             yield res
 
 

@@ -19,7 +19,7 @@ with a regular expression. The raw text is always kept; a failure is recorded, n
 A place field (``city``, ``area``, ``building``/``place``, ``country``) names a place only when it is a JSON
 string: a number (``NaN``, ``Infinity`` and ``1e999`` included), true/false, null, a list or an object is
 absent, no answer for that level (an answer with no place left is a failure); ``clues`` keep their text items
-and an evidence slot its text.
+and an evidence slot its text (a slot that is not a string keeps its category with no text, ``""``).
 """
 
 from __future__ import annotations
@@ -121,10 +121,9 @@ def _candidates(text: str) -> list[Candidate]:
 
 # --- field coercion ---------------------------------------------------------------------------
 def _text(v: Any) -> str | None:
-    """Free text (an evidence slot): a string, or a list's string items joined with ", "; anything else (a
-    number, NaN or Infinity, an object, true/false, null) is no text."""
-    if isinstance(v, (list, tuple)):
-        v = ", ".join(x.strip() for x in v if isinstance(x, str) and x.strip())
+    """Free text (an evidence slot): a JSON string; anything else (a number, NaN or Infinity, true/false, null, a
+    list, an object) is no text (a list's items joined could read ``["not visible"]`` as a declined slot, which the
+    release's ``analysis/chain_compliance.py`` counts as an answered one)."""
     if not isinstance(v, str):
         return None
     return v.strip() or None

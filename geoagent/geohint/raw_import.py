@@ -24,14 +24,14 @@ Sec. 6.3.2). One JSON object a line: ``path`` (``streetview\\<site>\\<id>.jpg``)
   (:data:`NOT_GEOCODED`). Such a row is never a miss: this route writes only Table 11, the parse accounting
   (table ``parse``) and the table ``cutoff``, and ``report.md`` says that the hit, echo and distance tables are
   withheld (:data:`WITHHELD`); the judged answers (:mod:`geoagent.geohint.judged`) give those.
-* One request is one line: a later line with the same request (:func:`request_identity`: site, image, model,
-  schema, context, repeat, ``lang``, light ``condition`` and ``hour``; ``ts``, ``raw`` and ``usage`` are the
-  outcome) is reported with its file and line and the first line's, and skipped, as a bad line is: the request
-  is counted once, at its first usable line (a failed call before its retry is a bad line, so the retry
-  counts); the note says when the two answers differ. Skipping, not refusing the file, is how this route
-  treats every line it cannot count, and keeps an answer logged twice from counting twice in Table 11.
-* A line whose ``path`` names another site (the folder holding the image) than its ``location`` is a bad line:
-  which site the answer belongs to cannot be told.
+* One request is one row, and a line whose ``path`` names another site (the folder holding the image) than its
+  ``location`` is a bad line: the rules both re-score routes share (:mod:`geoagent.geohint.release_rows`). The
+  request (:func:`~geoagent.geohint.release_rows.request_identity`) is site, image, model, schema, context,
+  repeat, ``lang``, light ``condition`` and ``hour`` (``ts``, ``raw`` and ``usage`` are the outcome); an unreadable
+  ``repeat`` is read as 0 but is not the request of repeat 0. A later line of a request is reported with its file
+  and line and the line it repeats, and skipped, as a bad line is: the request counts once, at its first complete
+  line (parsed, not cut off, no ``error`` logged), else its first that parsed, else its first; the note on the
+  line given up says why (a failed call with no text is a bad line, so its retry counts).
 * A bad line (not UTF-8, not JSON, not an object, a required field missing or of the wrong type, a bad
   site id, image path or context label, an API error with no text) is reported with file and line
   (:class:`~geoagent.data.importer.ImportReport`) and skipped, as :func:`geoagent.geohint.judged.iter_judged`
@@ -50,8 +50,9 @@ from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import ContextLadder
 from geoagent.geohint.aggregate import CHECKLIST_CONDITIONS
 from geoagent.geohint.judged import (image_id_from_path, ladder_index, parse_context_label, print_import_notes,
-                                    read_repeat, release_condition, rescore_parser)
+                                    release_condition, rescore_parser)
 from geoagent.geohint.parse import parse_answer
+from geoagent.geohint.release_rows import check_path_site, one_per_request, read_repeat, unreadable_repeat
 from geoagent.geohint.result import GeoHintResult
 
 #: fields every line must hold (``raw`` may be null: an empty answer, unless ``error`` says the call failed)
@@ -88,22 +89,6 @@ def _finish_reason(usage: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def path_site(image_path: str) -> str | None:
-    """The site a release image path names: the folder holding the image (``streetview\\<site>\\<id>.jpg`` ->
-    ``"<site>"``, either separator), or None when the path has no folder."""
-    parts = [p for p in image_path.strip().replace("\\", "/").split("/") if p]
-    return parts[-2] if len(parts) >= 2 else None
-
-
-def request_identity(res: GeoHintResult) -> tuple[Any, ...]:
-    """What makes a line of the raw file one request (module doc): site, image, model, schema, context (tier,
-    band and QID, or none), repeat, prompt language, and the line's light ``condition`` and ``hour``
-    (``repr``: ``12`` and ``"12"`` are told apart, never merged). The time stamp, the answer and its usage are
-    the outcome, not the request."""
-    return (res.site, res.image_id, res.model, res.schema, res.tier, res.band, res.ref_qid, res.repeat,
-            res.extra.get("lang"), repr(res.extra.get("light")), repr(res.extra.get("hour")))
-
-
 def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
     """One line's object as a result (raises ValueError with the reason for a line to skip)."""
     missing = [k for k in REQUIRED if k not in d]
@@ -117,10 +102,7 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
     site = paths.safe_name(_text_field(d, "location"), what="site id")
     image_path = _text_field(d, "path")
     image_id = image_id_from_path(image_path)
-    folder = path_site(image_path)
-    if folder is not None and folder != site:
-        raise ValueError(f"field 'path' names site {folder!r} ({image_path!r:.80}) but field 'location' names {site!r}: "
-                         "which site the answer belongs to cannot be told")
+    check_path_site(image_path, site, site_field="location")
     schema = _text_field(d, "schema")
     ctx = parse_context_label(_text_field(d, "context"))
     ans = parse_answer(raw)
@@ -145,6 +127,11 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
                "parse_method": ans.method, "parse_error": ans.error, "truncated": ans.truncated,
                "not_geocoded": NOT_GEOCODED, "light": d.get("condition"), "hour": d.get("hour"), "raw": ans.raw},
     )
+    bad_repeat = unreadable_repeat(d.get("repeat"))
+    if bad_repeat is not None:
+        res.extra["repeat_unreadable"] = bad_repeat
+    if d.get("error"):  # text and an error both logged: an answer, but not a complete one (a retry is preferred)
+        res.extra["api_error"] = str(d["error"])[:200]
     if ctx:
         res.tier, res.band, res.ref_qid = ctx
     return res
@@ -170,9 +157,30 @@ def iter_raw(path: str | Path, ladders: Mapping[str, ContextLadder], report: Imp
     rep = report if report is not None else ImportReport()
     index = ladder_index(ladders)
     rep.files.append(str(path))
+    first_note = len(rep.issues)
     unknown: set[tuple[str, str]] = set()
     other_schemas: set[str] = set()
-    seen: dict[tuple[Any, ...], tuple[int, str]] = {}  # request -> (its first line, its answer)
+    for res in one_per_request(_usable_lines(path, rep), path, rep):  # a request logged again counts once
+        line = res.extra["line"]
+        if res.condition not in CHECKLIST_CONDITIONS and res.schema not in other_schemas:
+            other_schemas.add(res.schema)  # counted in 'parse' and 'cutoff', never in Table 11: say so once
+            rep.add(path, line, f"schema {res.schema!r} is not forced_chain: its answers are not in Table 11 (only "
+                    "in the tables 'parse' and 'cutoff')")
+        if res.ref_qid:
+            point = index.get((res.site, res.ref_qid))
+            if point is not None:
+                res.ref_name, res.dist_km = point.name_en, point.dist_km
+            elif (res.site, res.ref_qid) not in unknown:
+                unknown.add((res.site, res.ref_qid))
+                rep.add(path, line, f"reference point {res.ref_qid} is not in the ladder of {res.site!r}: no hint "
+                        "distance (Table 11 still counts its answers)")
+        rep.count(path)
+        yield res
+    rep.issues[first_note:] = sorted(rep.issues[first_note:], key=lambda i: i.line)  # this file's notes, by line
+
+
+def _usable_lines(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
+    """Every usable line of the file as a result, in line order; each bad line is a note in ``rep``."""
     with path.open("rb") as fh:
         for line, data in enumerate(fh, start=1):
             try:
@@ -198,26 +206,6 @@ def iter_raw(path: str | Path, ladders: Mapping[str, ContextLadder], report: Imp
             except ValueError as exc:
                 rep.add(path, line, str(exc))
                 continue
-            ident = request_identity(res)
-            first = seen.setdefault(ident, (line, res.extra["raw"]))
-            if first[0] != line:  # the request logged again: never counted twice
-                differs = "; the answer differs, the first is kept" if first[1] != res.extra["raw"] else ""
-                rep.add(path, line, f"same request as {path}:{first[0]} (site, image, model, schema, context, repeat, "
-                        f"language, light and hour): counted once, at line {first[0]}{differs}")
-                continue
-            if res.condition not in CHECKLIST_CONDITIONS and res.schema not in other_schemas:
-                other_schemas.add(res.schema)  # counted in 'parse' and 'cutoff', never in Table 11: say so once
-                rep.add(path, line, f"schema {res.schema!r} is not forced_chain: its answers are not in Table 11 (only "
-                        "in the tables 'parse' and 'cutoff')")
-            if res.ref_qid:
-                point = index.get((res.site, res.ref_qid))
-                if point is not None:
-                    res.ref_name, res.dist_km = point.name_en, point.dist_km
-                elif (res.site, res.ref_qid) not in unknown:
-                    unknown.add((res.site, res.ref_qid))
-                    rep.add(path, line, f"reference point {res.ref_qid} is not in the ladder of {res.site!r}: no hint "
-                            "distance (Table 11 still counts its answers)")
-            rep.count(path)
             yield res
 
 

@@ -46,9 +46,9 @@ def table_parse(rows: Sequence[GeoHintResult]) -> Table:
         ["Model", "Condition", "n", "JSON", "Repaired", "Pattern", "Unparsed", "Object cut off"],
         ["text", "text", "int", "int", "int", "int", "int", "int"],
         out,
-        "Unparsed: no city, area or building could be read (geoagent.geohint.parse); an unparsed answer the model "
-        "finished counts in Table 11's n and Unparsed, one cut off at the output-token limit is no answer (table "
-        "'cutoff').",
+        "Unparsed: no city, area or building could be read (geoagent.geohint.parse); every unparsed forced_chain "
+        "answer counts in Table 11's n and Unparsed (its evidence object too, where one was read), also one cut off "
+        "at the output-token limit, which is no answer in every other table (table 'cutoff').",
     )
 
 

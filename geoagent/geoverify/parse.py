@@ -10,7 +10,6 @@ reason when no yes/no verdict can be recovered. A failure is never turned into a
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -125,12 +124,12 @@ def _norm_conf(v: Any, rules: set[str]) -> float | None:
 
 
 def _norm_evidence(v: Any) -> tuple[str, ...]:
+    """The evidence (or ``reasons``) field as text items: a string, or a list's string items; a number (NaN and
+    Infinity included), true/false, null, a nested list or an object is no evidence, never its text."""
     if isinstance(v, str):
         return (v,)
     if isinstance(v, list):
-        # text and finite numbers: NaN or Infinity is no evidence (read as "nan"/"inf" it was listed as some)
-        return tuple(str(x) for x in v if (isinstance(x, (str, int)) and not isinstance(x, bool))
-                     or (isinstance(x, float) and math.isfinite(x)))
+        return tuple(x for x in v if isinstance(x, str))
     return ()
 
 

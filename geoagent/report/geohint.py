@@ -50,7 +50,8 @@ A hit rate none of whose answers geocoded is undetermined and prints as an em da
 
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
 condition in the table ``cutoff`` (after the paper's tables); those with nothing parsed are no answer and enter
-no other table (:func:`no_answer_note` says how many under Tables 1 and 11); ``report.md`` gives the total in its header
+no other table but Table 11, whose n is every forced_chain response (:func:`no_answer_note` says how many under
+Table 1, :func:`table11` how many its n holds); ``report.md`` gives the total in its header
 and repeats the warning lines of :func:`truncation_warnings` (share above 1 % for a model in a condition).
 
 What the tables leave out is said: answers that did not geocode (resolved level none) per model and
@@ -1088,28 +1089,29 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
 
 
 def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
-    """Table 11: checklist compliance per model: share of answers (parsed or not) carrying an evidence object,
-    share of each category's slots answered "not visible" (fractions; NaN without a slot), unparsed answers.
+    """Table 11: checklist compliance per model: share of responses (parsed or not) carrying an evidence object,
+    share of each category's slots answered "not visible" (fractions; NaN without a slot), unparsed responses.
 
-    The evidence share runs over every answer, as the paper's column does ("the share of responses carrying an
-    evidence object", Table 11 over "2799 responses", 2 of them unparseable; seed 000 Sec. 6.3.2) and as the
-    release's ``analysis/chain_compliance.py`` computes it (``with_ev / n`` over every response): an unparsed
-    answer is a response without one. The "not visible" shares run over the slots of the parsed answers.
-
-    Counts are :meth:`GeoHintAggregator.compliance`: every answer of ``condition`` and of its no-context variant,
-    also context answers whose reference point is not in the site's ladder (left out of every other table), as
-    the paper's Table 11 runs over "every forced_chain response" (seed 000 Sec. 6.3.2: 2799 responses, 2538 of
-    them paired); the notes say how many such answers it holds. No answers (cut off, nothing parsed) are left out.
+    n is every response, as the paper's ("2799 is every forced_chain response", "2 responses out of 2799 are
+    unparseable"; seed 000 Sec. 6.3.2) and as the release's ``analysis/chain_compliance.py`` counts it (every line
+    of the raw file): :meth:`GeoHintAggregator.compliance`, every answer of ``condition`` and of its no-context
+    variant, also context answers whose reference point is not in the site's ladder and answers cut off at the
+    output-token limit with nothing parsed (both left out of every other table); the notes say how many of each.
+    The evidence share runs over n (``with_ev / n`` in the release's script): a response carries an evidence object
+    when the parser found one, whether or not a place parsed (the release's script counts every JSON object with
+    an ``evidence`` object); the "not visible" shares run over the slots of those evidence objects.
     """
     rows = []
-    n_left = 0
-    models = sorted(set(agg.models) | {m for m, c in agg.without_ladder_cells if c in (condition, f"{condition}_baseline")})
+    n_left = n_cut = 0
+    conds = (condition, f"{condition}_baseline")
+    models = sorted(set(agg.models) | {m for cells in (agg.without_ladder_cells, agg.no_answer_cells)
+                                       for m, c in cells if c in conds})
     for m in models:
         c = agg.compliance(m, condition)
         if not c.n:
             continue
-        n_left += sum(agg.without_ladder_cells[(m, cond)].n for cond in (condition, f"{condition}_baseline")
-                      if (m, cond) in agg.without_ladder_cells)
+        n_left += sum(agg.without_ladder_cells[(m, cond)].n for cond in conds if (m, cond) in agg.without_ladder_cells)
+        n_cut += sum(agg.no_answer_cells[(m, cond)].n for cond in conds if (m, cond) in agg.no_answer_cells)
         rows.append([
             m, c.n, c.evidence_present / c.n,
             *[(c.slots_not_visible.get(k, 0) / c.slots_filled[k]) if c.slots_filled.get(k) else float("nan") for k in EVIDENCE_CATEGORIES],
@@ -1119,13 +1121,17 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
                  "is not in the site's ladder (no hint distance; left out of every other table): the paper's Table 11 "
                  "runs over every forced_chain response (2799, of which 2538 are paired; seed 000 Sec. 6.3.2)."
                  if n_left else "")
+    cut_note = (f"n counts {_answers(n_cut, 'response')} cut off at the output-token limit with nothing parsed "
+                "(no answer in every other table; here unparsed, with no evidence object unless one was recovered): "
+                "the paper's n is every forced_chain response, unparseable ones included (2 of 2799; seed 000 Sec. "
+                "6.3.2)." if n_cut else "")
     return Table(
         "table11",
         f"Table 11: {condition} compliance: evidence object present (% of responses) and 'not visible' share per category (%)",
         ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparsed"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(left_note, no_answer_note(agg, (condition, f"{condition}_baseline"))),
+        _join_notes(left_note, cut_note),
     )
 
 
@@ -1379,17 +1385,20 @@ def left_out_text(agg: GeoHintAggregator) -> str:
     reference point has no hint distance; 12 answers scored in all"``; "" when nothing was left out (then the
     scored responses are every scored answer). Counts from :meth:`GeoHintAggregator.n_no_answer` and
     :attr:`GeoHintAggregator.n_without_ladder_point`; the total is every added answer (``len(agg.keys)``, the
-    ``n`` of the cut-off counts). The forced_chain ones among those without a hint distance are named as counted
-    by Table 11 (:meth:`GeoHintAggregator.compliance`)."""
+    ``n`` of the cut-off counts). The forced_chain ones among the no answers and those without a hint distance are
+    named as counted by Table 11 (:meth:`GeoHintAggregator.compliance`)."""
+    def kept(cells: dict[tuple[str, str], Any]) -> str:
+        # Table 11 alone counts the checklist ones (forced_chain: GeoHintAggregator.compliance)
+        k = sum(c.n for (_m, cond), c in cells.items() if cond in CHECKLIST_CONDITIONS)
+        return f" (Table 11 counts the {k} forced_chain one{'s' if k != 1 else ''}: every forced_chain response)" if k else ""
+
     parts = []
     if n := agg.n_no_answer():
-        parts.append(f"{_answers(n)} cut off at the output-token limit with nothing parsed (no answer; table 'cutoff')")
+        parts.append(f"{_answers(n)} cut off at the output-token limit with nothing parsed (no answer; table "
+                     f"'cutoff'){kept(agg.no_answer_cells)}")
     if n := agg.n_without_ladder_point:
-        # Table 11 alone counts the checklist ones (forced_chain: GeoHintAggregator.compliance)
-        k = sum(c.n for (_m, cond), c in agg.without_ladder_cells.items() if cond in CHECKLIST_CONDITIONS)
-        kept = (f" (Table 11 counts the {k} forced_chain one{'s' if k != 1 else ''}: every forced_chain response)"
-                if k else "")
-        parts.append(f"{_answers(n, 'context answer')} whose reference point has no hint distance{kept}")
+        parts.append(f"{_answers(n, 'context answer')} whose reference point has no hint distance"
+                     f"{kept(agg.without_ladder_cells)}")
     if not parts:
         return ""
     return f"left out of every table: {' and '.join(parts)}; {_answers(len(agg.keys))} scored in all"

@@ -132,7 +132,10 @@ def geometric_mean(x_km: np.ndarray, *, floor_km: float | None = None) -> float:
 def wilson_interval(k: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion ``k / n`` (Fig. 2 error bars).
 
-    Returns ``(nan, nan)`` when ``n == 0``.
+    Returns ``(nan, nan)`` when ``n == 0``. The bounds at the ends are exact: at ``k == n`` the upper bound is 1
+    and at ``k == 0`` the lower bound is 0 (``centre +- half`` is exactly 1 or 0 there; the floating-point sum
+    gave ``0.9999999999999999`` or ``5.6e-17``). Matches statsmodels ``proportion_confint(k, n,
+    method="wilson")`` to rounding elsewhere.
     """
     if n <= 0:
         return (float("nan"), float("nan"))
@@ -143,4 +146,6 @@ def wilson_interval(k: int, n: int, *, confidence: float = 0.95) -> tuple[float,
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    lo = 0.0 if k == 0 else max(0.0, centre - half)
+    hi = 1.0 if k == n else min(1.0, centre + half)
+    return (lo, hi)

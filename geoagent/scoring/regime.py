@@ -164,6 +164,18 @@ def draw_half_masks(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return mask
 
 
+def _hits(hits: Sequence[bool], sites: Sequence[Hashable], name: str) -> np.ndarray:
+    """``hits`` as floats 0/1; raises ValueError naming the first other value (NaN included) and its site."""
+    h = np.asarray(hits, dtype=float)
+    bad = np.flatnonzero((h != 0) & (h != 1))
+    if bad.size:
+        i = int(bad[0])
+        site = sites[i] if i < len(sites) else "?"
+        raise ValueError(f"{name}[{i}] (site {site!r}) is {hits[i]!r}: a hit is 0 or 1 (a missing answer is left "
+                         "out, not passed as NaN)")
+    return h
+
+
 def split_half_correction(
     baseline_sites: Sequence[Hashable],
     baseline_models: Sequence[str],
@@ -201,7 +213,10 @@ def split_half_correction(
     ------
     ValueError
         ``baseline_geocoded`` of another length than the baseline responses, a ``threshold`` that is not a
-        fraction in (0, 1) (:func:`check_threshold`), or ``n_splits`` below 1 (no split: nothing to correct with).
+        fraction in (0, 1) (:func:`check_threshold`), ``n_splits`` below 1 (no split: nothing to correct with), or
+        a hit that is not 0 or 1 (NaN included; names the response and its site): a missing answer is left out of
+        the arrays, never passed as NaN, which would empty its site's cells without a word (the report's caller,
+        :func:`geoagent.report.geohint.table3`, passes 0/1 only).
     """
     threshold = check_threshold(threshold)
     if isinstance(n_splits, bool) or int(n_splits) != n_splits or n_splits < 1:
@@ -212,8 +227,8 @@ def split_half_correction(
     bm = _codes(baseline_models, model_index)
     ns = _codes(near_sites, site_index)
     nm = _codes(near_models, model_index)
-    bh = np.asarray(baseline_hits, dtype=float)
-    nh = np.asarray(near_hits, dtype=float)
+    bh = _hits(baseline_hits, baseline_sites, "baseline_hits")
+    nh = _hits(near_hits, near_sites, "near_hits")
     S, M = len(site_index), len(model_index)
     models = sorted(model_index, key=model_index.get)
 

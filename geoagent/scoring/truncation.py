@@ -15,8 +15,11 @@ How a cut-off answer is scored (one rule for GeoHint and GeoVerify, :func:`is_no
   failure of the measurement, and failures are never answers (the project's rule for a model call whose
   retries ran out: missing, never a wrong answer). It enters no rate: in GeoHint it is neither a response, a
   miss, an echo verdict nor an unresolved answer (left out of every table but ``cutoff``, and out of the
-  strictly paired comparisons, like a missing answer); in GeoVerify it has no verdict and, like every parse
-  failure, is outside H and F (neither a yes nor a no). Each report counts these answers per model and
+  strictly paired comparisons, like a missing answer). The one exception is GeoHint's Table 11 (checklist
+  compliance, :func:`geoagent.report.geohint.table11`): it counts a forced_chain one in its n, and so in the
+  denominator of its evidence share, as an unparsed response, because the paper's n there is "every forced_chain
+  response", unparseable ones included (seed 000 Sec. 6.3.2), as the release's script counts it. In GeoVerify it
+  has no verdict and, like every parse failure, is outside H and F (neither a yes nor a no). Each report counts these answers per model and
   condition or arm (:attr:`TruncationCount.n_truncated_unparsed`). A stored GeoHint row of such an answer
   has ``hit`` and ``echo`` None and says why in ``extra["no_answer"]`` (:data:`NO_ANSWER_CUT_OFF`), in the
   ``geohint_scored`` export too.
