@@ -928,13 +928,21 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 
 
 def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
+    """Tables 8-10's numbers for one group of strictly paired items (:meth:`GeoHintAggregator.paired`: same site,
+    image, model, language and reference point, repeats averaged per item). The paired deltas are the mean over
+    items of (treatment mean - control mean) with a site-flip p; the rate columns pool every response of the
+    paired items (hits / responses, echoes / verdicts, building-level / responses, the median of every ratio), as
+    the release's raw-count rows of these tables (``analysis/mitigation_results.py``, ``chain_results.py``)."""
     pairs = agg.paired(treatment, control, sites=sites, model=model)
     out = {"n": len(pairs)}
     def hit_rate(sel: list, i: int) -> float:
         # undetermined (NaN) when none of the answers geocoded: 0 % would measure the geocoder (UNGEOCODED_NOTE)
         if sel and not any(p[i].geocoded for p in sel):
             out["ungeocoded_any"] = True
-        return sum(p[i].hit for p in sel) / len(sel) if any(p[i].geocoded for p in sel) else float("nan")
+        return sum(p[i].hits for p in sel) / sum(p[i].n for p in sel) if any(p[i].geocoded for p in sel) else float("nan")
+
+    def pooled(num: int, den: int) -> float:
+        return num / den if den else float("nan")
 
     out["ungeocoded"] = out["ungeocoded_any"] = False
     for cond_i, cond in ((1, treatment), (2, control)):
@@ -942,11 +950,11 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
         out[cond] = {
             "bands": [hit_rate([p for p in pairs if p[cond_i].band == b], cond_i) for b in BANDS],
             "overall": hit_rate(pairs, cond_i),
-            "echo": _rate([p[cond_i].echo for p in pairs if p[cond_i].echo is not None]),
-            "building": _rate([p[cond_i].building for p in pairs]),
+            "echo": pooled(sum(p[cond_i].echoes for p in pairs), sum(p[cond_i].echo_n for p in pairs)),
+            "building": pooled(sum(p[cond_i].n_building for p in pairs), sum(p[cond_i].n for p in pairs)),
             "ratio": [
                 (lambda xs: float(np.median(xs)) if xs else float("nan"))(
-                    [p[cond_i].ratio for p in pairs if p[cond_i].band == b and p[cond_i].ratio is not None]
+                    [x for p in pairs if p[cond_i].band == b for x in p[cond_i].ratios]
                 )
                 for b in BANDS
             ],
