@@ -22,6 +22,11 @@ sums are kept per site:
   key is held, so the paired tables do not depend on the order results arrive in (an incremental run equals a
   batch recompute); :attr:`GeoHintAggregator.n_pair_conflicts` counts such meetings (both results still enter
   the unpaired cells);
+* ``image_counts[condition][(site, image, model, band)]`` -> :class:`ImageCount` (responses, hits, building-level
+  answers, geocoded answers) of one image, pooled over languages, repeats and reference points, for the
+  comparisons "paired by image" of the no-context baseline with a band (Sec. 6.1.3, the per-model no context
+  vs near band estimate; Sec. 6.3.1, building-level share with context vs without):
+  :meth:`GeoHintAggregator.image_paired`;
 * ``truncation[(model, condition)]`` -> :class:`~geoagent.scoring.truncation.TruncationCount` of every
   added answer (also those left out of the tables for want of a hint distance, or as no answer) from its
   ``extra["finish_reason"]`` (absent, e.g. in the release's judged answers: counted as not cut off);
@@ -96,6 +101,7 @@ from geoagent.scoring.truncation import TruncationCount, is_no_answer
 
 CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition, band, tier
 PairKey = tuple[str, str, str, str]  # model, image, lang, reference point (repeats are held under it, averaged)
+ImageKey = tuple[str, str, str, str | None]  # site, image, model, band
 #: prompt language of an answer that does not name one: every campaign prompt is English (seed 000 Sec. 6: "English
 #: only"; the release's judged answers all carry ``lang`` ``en``)
 DEFAULT_LANG = "en"
@@ -239,6 +245,40 @@ def pair_lang(r: GeoHintResult) -> str:
     return lang or DEFAULT_LANG
 
 
+@dataclass(slots=True)
+class ImageCount:
+    """Counts of one image's responses under one condition (and band), for comparisons paired by image."""
+
+    n: int = 0
+    hits: int = 0
+    n_building: int = 0
+    #: responses whose answer geocoded (resolved level other than ``none``)
+    n_geocoded: int = 0
+
+    def add(self, hit: bool, building: bool, geocoded: bool) -> None:
+        self.n += 1
+        self.hits += bool(hit)
+        self.n_building += bool(building)
+        self.n_geocoded += bool(geocoded)
+
+    def merge(self, o: "ImageCount") -> "ImageCount":
+        self.n += o.n
+        self.hits += o.hits
+        self.n_building += o.n_building
+        self.n_geocoded += o.n_geocoded
+        return self
+
+    @property
+    def hit_rate(self) -> float:
+        """Share (fraction) of responses that hit; NaN without responses."""
+        return self.hits / self.n if self.n else float("nan")
+
+    @property
+    def building_share(self) -> float:
+        """Share (fraction) of responses resolved at building level; NaN without responses."""
+        return self.n_building / self.n if self.n else float("nan")
+
+
 @dataclass(frozen=True, slots=True)
 class PairObs:
     """One item's outcome under one condition (for strictly paired comparisons)."""
@@ -326,6 +366,8 @@ class GeoHintAggregator:
         self.pairs: dict[str, dict[PairKey, dict[str, dict[int, PairObs]]]] = {}
         #: (site, pair key, condition, repeat) -> result key of the observation held in :attr:`pairs`
         self._pair_keys: dict[tuple[str, PairKey, str, int], str] = {}
+        #: condition -> (site, image, model, band) -> counts of that image's responses (module doc)
+        self.image_counts: dict[str, dict[ImageKey, ImageCount]] = {}
         #: results that met an already-held observation of the same strictly paired item and condition under
         #: another result key (module doc); the paired tables keep one observation per item and condition
         self.n_pair_conflicts = 0
@@ -401,6 +443,12 @@ class GeoHintAggregator:
             for fine in (False, True) if r.resolved_level in FINE_LEVELS else (False,):
                 zk = (r.site, r.model, r.condition, fine)
                 self.zero_err[zk] = self.zero_err.get(zk, 0) + 1
+        if r.condition == self.baseline_condition or (r.has_context and r.band is not None):
+            ik = (r.site, r.image_id, r.model, r.band if r.has_context else None)
+            ic = self.image_counts.setdefault(r.condition, {}).get(ik)
+            if ic is None:
+                ic = self.image_counts[r.condition][ik] = ImageCount()
+            ic.add(bool(r.hit), r.resolved_level == "building", r.resolved_level != "none")
         if r.has_context:
             pk = (r.model, r.image_id, pair_lang(r), r.ref_qid or f"name:{r.ref_name}")
             rep = int(r.repeat)
@@ -600,6 +648,28 @@ class GeoHintAggregator:
                     out.append((site, PairMean.of(conds[treatment][k] for k in sorted(conds[treatment])),
                                 PairMean.of(conds[control][k] for k in sorted(conds[control]))))
         return out
+
+    def image_paired(
+        self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None
+    ) -> list[tuple[str, str, ImageCount, ImageCount]]:
+        """Images answered under both ``treatment`` in ``band`` and the no-context ``control``: list of
+        ``(site, image, treatment counts, control counts)`` sorted by (site, image), each :class:`ImageCount`
+        pooling that image's responses over languages, repeats and reference points, and over models unless
+        ``model`` is given (None = all models pooled). ``sites``: restrict to these (None = all).
+
+        This is the unit of the comparisons "paired by image" of seed 000 Sec. 6.1.3 (no context vs near band,
+        per model) and Sec. 6.3.1 (building-level share, context vs no context, per band), as the release
+        computes the latter (``analysis/cluster_inference.py``, "CONTEXT VS BASELINE": ``groupby("path")`` mean
+        of each condition, inner join on the image, all models, languages and repeats of the image pooled)."""
+        def pooled(cond: str, b: str | None) -> dict[tuple[str, str], ImageCount]:
+            acc: dict[tuple[str, str], ImageCount] = {}
+            for (s, img, m, bb), c in self.image_counts.get(cond, {}).items():
+                if bb == b and (model is None or m == model) and (sites is None or s in sites):
+                    acc.setdefault((s, img), ImageCount()).merge(c)
+            return acc
+
+        t, c = pooled(treatment, band), pooled(control, None)
+        return [(s, img, t[(s, img)], c[(s, img)]) for s, img in sorted(t.keys() & c.keys())]
 
     def baseline_arrays(self, condition: str | None = None) -> tuple[list[str], list[str], list[int]]:
         """No-context responses as per-response arrays (site, model, hit), rebuilt from counts (the order
