@@ -11,12 +11,22 @@ sums are kept per site:
   median is not a sum statistic);
 * ``ols[(model, condition, fine_only)]`` -> :class:`~geoagent.scoring.regression.ClusterOLS` with one
   cluster per site (``log10 err ~ d_ref``);
-* ``pairs[site][(model, image, reference point, repeat)][condition]`` -> the outcome of that item under
-  that condition, for strictly paired comparisons (Tables 8-10). Two results with different keys for the
-  same item and condition (e.g. a release import next to a campaign) are one pair slot: the result with the
-  smallest key is held, so the paired tables do not depend on the order results arrive in (an incremental
-  run equals a batch recompute); :attr:`GeoHintAggregator.n_pair_conflicts` counts such meetings (both
-  results still enter the unpaired cells);
+* ``pairs[site][(model, image, lang, reference point)][condition][repeat]`` -> the outcome of that item's
+  repeat under that condition, for strictly paired comparisons (Tables 8-10). The paired item is "same site,
+  same image, same model, same language, same reference point" (seed 000 Sec. 6.3.1-6.3.2; the release's
+  ``analysis/mitigation_results.py``, ``chain_results.py`` and ``cluster_inference.py`` key
+  ``[site, path, model, lang, context]``), and its repeats are averaged before the paired difference (those
+  scripts' ``pivot_table`` averages every row of a key; their "n pairs", e.g. 8215, count keys): see
+  :meth:`GeoHintAggregator.paired` and :func:`pair_lang`. Two results with different keys for the same item,
+  repeat and condition (e.g. a release import next to a campaign) are one slot: the result with the smallest
+  key is held, so the paired tables do not depend on the order results arrive in (an incremental run equals a
+  batch recompute); :attr:`GeoHintAggregator.n_pair_conflicts` counts such meetings (both results still enter
+  the unpaired cells);
+* ``image_counts[condition][(site, image, model, band)]`` -> :class:`ImageCount` (responses, hits, building-level
+  answers, geocoded answers) of one image, pooled over languages, repeats and reference points, for the
+  comparisons "paired by image" of the no-context baseline with a band (Sec. 6.1.3, the per-model no context
+  vs near band estimate; Sec. 6.3.1, building-level share with context vs without):
+  :meth:`GeoHintAggregator.image_paired`;
 * ``truncation[(model, condition)]`` -> :class:`~geoagent.scoring.truncation.TruncationCount` of every
   added answer (also those left out of the tables for want of a hint distance, or as no answer) from its
   ``extra["finish_reason"]`` (absent, e.g. in the release's judged answers: counted as not cut off);
@@ -99,7 +109,11 @@ from geoagent.scoring.regression import ClusterOLS, usable_for_slope
 from geoagent.scoring.truncation import TruncationCount, is_no_answer
 
 CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition, band, tier
-PairKey = tuple[str, str, str, int]  # model, image, reference point, repeat
+PairKey = tuple[str, str, str, str]  # model, image, lang, reference point (repeats are held under it, averaged)
+ImageKey = tuple[str, str, str, str | None]  # site, image, model, band
+#: prompt language of an answer that does not name one: every campaign prompt is English (seed 000 Sec. 6: "English
+#: only"; the release's judged answers all carry ``lang`` ``en``)
+DEFAULT_LANG = "en"
 BANDS = LADDER_BAND_LABELS
 ERROR_FLOOR_KM = 1e-3  # kept for importers; no longer used: zero errors are dropped, not floored
 #: why the report leaves a context answer out of every table although it is an answer: its reference point has no
@@ -226,6 +240,54 @@ class Cell:
         return float(np.median(self.ratios)) if self.ratios else float("nan")
 
 
+def pair_lang(r: GeoHintResult) -> str:
+    """The prompt language of ``r`` for the strictly paired key: ``extra["lang"]`` (release imports carry the
+    release's ``lang`` column) stripped and lower-cased, else :data:`DEFAULT_LANG` (campaign prompts are English).
+
+    Source: seed 000 Sec. 6.3.1 and 6.3.2 pair "same site, same image, same model, same language, same reference
+    point", and the release's ``analysis/mitigation_results.py`` / ``chain_results.py`` / ``cluster_inference.py``
+    key ``["site", "path", "model", "lang", "context"]``: an answer in one language never pairs with one in
+    another (before session 12 the key left ``lang`` out, so an English forced answer paired with a Chinese
+    forced_warn answer of the same item, and two languages of one item and condition took one slot)."""
+    lang = r.extra.get("lang") if isinstance(r.extra, dict) else None
+    lang = str(lang).strip().lower() if lang is not None else ""
+    return lang or DEFAULT_LANG
+
+
+@dataclass(slots=True)
+class ImageCount:
+    """Counts of one image's responses under one condition (and band), for comparisons paired by image."""
+
+    n: int = 0
+    hits: int = 0
+    n_building: int = 0
+    #: responses whose answer geocoded (resolved level other than ``none``)
+    n_geocoded: int = 0
+
+    def add(self, hit: bool, building: bool, geocoded: bool) -> None:
+        self.n += 1
+        self.hits += bool(hit)
+        self.n_building += bool(building)
+        self.n_geocoded += bool(geocoded)
+
+    def merge(self, o: "ImageCount") -> "ImageCount":
+        self.n += o.n
+        self.hits += o.hits
+        self.n_building += o.n_building
+        self.n_geocoded += o.n_geocoded
+        return self
+
+    @property
+    def hit_rate(self) -> float:
+        """Share (fraction) of responses that hit; NaN without responses."""
+        return self.hits / self.n if self.n else float("nan")
+
+    @property
+    def building_share(self) -> float:
+        """Share (fraction) of responses resolved at building level; NaN without responses."""
+        return self.n_building / self.n if self.n else float("nan")
+
+
 @dataclass(frozen=True, slots=True)
 class PairObs:
     """One item's outcome under one condition (for strictly paired comparisons)."""
@@ -239,6 +301,52 @@ class PairObs:
     #: the answer geocoded (resolved level other than ``none``); a hit rate of answers none of which geocoded is
     #: undetermined, not 0 (the report prints an em dash)
     geocoded: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PairMean:
+    """One strictly paired item's outcome under one condition, its repeats averaged (:meth:`GeoHintAggregator.paired`).
+
+    ``hit``, ``building`` and ``echo`` are means over the item's repeats (fractions in [0, 1]; ``echo`` None when no
+    repeat has an echo verdict), the per-item values whose treatment-minus-control difference the paired tests
+    average; the counts let a table pool rates over responses (the release's raw-count rows of Tables 8 and 10)."""
+
+    n: int
+    hits: int
+    n_building: int
+    n_geocoded: int
+    echo_n: int
+    echoes: int
+    band: str | None
+    #: err/d_ref of the finer-than-city repeats with err > 0
+    ratios: tuple[float, ...]
+
+    @classmethod
+    def of(cls, obs: Iterable[PairObs]) -> "PairMean":
+        obs = list(obs)
+        if not obs:
+            raise ValueError("a paired item needs at least one observation")
+        echo = [o.echo for o in obs if o.echo is not None]
+        return cls(len(obs), sum(o.hit for o in obs), sum(o.building for o in obs), sum(o.geocoded for o in obs),
+                   len(echo), sum(bool(e) for e in echo), obs[0].band,
+                   tuple(o.ratio for o in obs if o.ratio is not None))
+
+    @property
+    def hit(self) -> float:
+        return self.hits / self.n
+
+    @property
+    def building(self) -> float:
+        return self.n_building / self.n
+
+    @property
+    def echo(self) -> float | None:
+        return self.echoes / self.echo_n if self.echo_n else None
+
+    @property
+    def geocoded(self) -> bool:
+        """Any repeat's answer geocoded."""
+        return self.n_geocoded > 0
 
 
 class GeoHintAggregator:
@@ -264,9 +372,11 @@ class GeoHintAggregator:
         #: same rows with y = log10(d_ref): the slope a model reciting the hint would get (Sec. 6.2.3)
         self.ols_recite: dict[tuple[str, str, bool], ClusterOLS] = {}
         self._by_condition: dict[str, dict[CellKey, Cell]] = {}
-        self.pairs: dict[str, dict[PairKey, dict[str, PairObs]]] = {}
-        #: (site, pair key, condition) -> result key of the observation held in :attr:`pairs`
-        self._pair_keys: dict[tuple[str, PairKey, str], str] = {}
+        self.pairs: dict[str, dict[PairKey, dict[str, dict[int, PairObs]]]] = {}
+        #: (site, pair key, condition, repeat) -> result key of the observation held in :attr:`pairs`
+        self._pair_keys: dict[tuple[str, PairKey, str, int], str] = {}
+        #: condition -> (site, image, model, band) -> counts of that image's responses (module doc)
+        self.image_counts: dict[str, dict[ImageKey, ImageCount]] = {}
         #: results that met an already-held observation of the same strictly paired item and condition under
         #: another result key (module doc); the paired tables keep one observation per item and condition
         self.n_pair_conflicts = 0
@@ -346,19 +456,26 @@ class GeoHintAggregator:
             for fine in (False, True) if r.resolved_level in FINE_LEVELS else (False,):
                 zk = (r.site, r.model, r.condition, fine)
                 self.zero_err[zk] = self.zero_err.get(zk, 0) + 1
+        if r.condition == self.baseline_condition or (r.has_context and r.band is not None):
+            ik = (r.site, r.image_id, r.model, r.band if r.has_context else None)
+            ic = self.image_counts.setdefault(r.condition, {}).get(ik)
+            if ic is None:
+                ic = self.image_counts[r.condition][ik] = ImageCount()
+            ic.add(bool(r.hit), r.resolved_level == "building", r.resolved_level != "none")
         if r.has_context:
-            pk = (r.model, r.image_id, r.ref_qid or f"name:{r.ref_name}", int(r.repeat))
+            pk = (r.model, r.image_id, pair_lang(r), r.ref_qid or f"name:{r.ref_name}")
+            rep = int(r.repeat)
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
             ratio = r.error_km / r.dist_km if fine and r.dist_km and r.error_km > 0 else None
             obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio,
                           geocoded=r.resolved_level != "none")
-            slot = self.pairs.setdefault(r.site, {}).setdefault(pk, {})
-            src = (r.site, pk, r.condition)
+            slot = self.pairs.setdefault(r.site, {}).setdefault(pk, {}).setdefault(r.condition, {})
+            src = (r.site, pk, r.condition, rep)
             prev = self._pair_keys.get(src)
             if prev is not None:
                 self.n_pair_conflicts += 1
             if prev is None or r.key < prev:  # the smallest result key wins, whatever the arrival order
-                slot[r.condition] = obs
+                slot[rep] = obs
                 self._pair_keys[src] = r.key
         return True
 
@@ -517,9 +634,23 @@ class GeoHintAggregator:
 
     def paired(
         self, treatment: str, control: str, *, sites: set[str] | None = None, model: str | None = None
-    ) -> list[tuple[str, PairObs, PairObs]]:
-        """Strictly paired items (same site, image, model, reference point, repeat) observed under both
-        conditions: list of ``(site, treatment_obs, control_obs)``, in a deterministic order."""
+    ) -> list[tuple[str, PairMean, PairMean]]:
+        """Strictly paired items (same site, image, model, language, reference point) observed under both
+        conditions: list of ``(site, treatment, control)``, each a :class:`PairMean` of the item's repeats under
+        that condition, in a deterministic order. One entry per item, whatever its repeat counts.
+
+        Pairing unit and repeats, decided from the paper and the release (seed 000 Sec. 6.3.1: "strictly paired
+        observations - same site, same image, same model, same language, same reference point - giving 8215
+        pairs"; the release's ``analysis/mitigation_results.py``, ``chain_results.py`` and
+        ``cluster_inference.py``: ``pivot_table(index=key, columns="schema", values="hit")`` over
+        ``key = [site, path, model, lang, context]``, whose default ``aggfunc`` is the mean, then ``dropna()``):
+
+        * ``lang`` is part of the item (:func:`pair_lang`);
+        * an item's repeats are averaged per condition before the difference, and an item counts once (n pairs
+          = items). Pairing repeat r with repeat r instead (the key before session 12) gives another number
+          whenever the repeat counts differ between the two conditions: repeats without a counterpart were
+          dropped (an item with repeats 0, 1 under forced and 0 under forced_warn used only repeat 0) and an
+          item whose repeat indices did not overlap had no pair at all; it also counted each repeat as a pair."""
         out = []
         for site in sorted(self.pairs):
             if sites is not None and site not in sites:
@@ -528,9 +659,32 @@ class GeoHintAggregator:
                 if model is not None and pk[0] != model:
                     continue
                 conds = self.pairs[site][pk]
-                if treatment in conds and control in conds:
-                    out.append((site, conds[treatment], conds[control]))
+                if conds.get(treatment) and conds.get(control):
+                    out.append((site, PairMean.of(conds[treatment][k] for k in sorted(conds[treatment])),
+                                PairMean.of(conds[control][k] for k in sorted(conds[control]))))
         return out
+
+    def image_paired(
+        self, treatment: str, control: str, *, band: str, model: str | None = None, sites: set[str] | None = None
+    ) -> list[tuple[str, str, ImageCount, ImageCount]]:
+        """Images answered under both ``treatment`` in ``band`` and the no-context ``control``: list of
+        ``(site, image, treatment counts, control counts)`` sorted by (site, image), each :class:`ImageCount`
+        pooling that image's responses over languages, repeats and reference points, and over models unless
+        ``model`` is given (None = all models pooled). ``sites``: restrict to these (None = all).
+
+        This is the unit of the comparisons "paired by image" of seed 000 Sec. 6.1.3 (no context vs near band,
+        per model) and Sec. 6.3.1 (building-level share, context vs no context, per band), as the release
+        computes the latter (``analysis/cluster_inference.py``, "CONTEXT VS BASELINE": ``groupby("path")`` mean
+        of each condition, inner join on the image, all models, languages and repeats of the image pooled)."""
+        def pooled(cond: str, b: str | None) -> dict[tuple[str, str], ImageCount]:
+            acc: dict[tuple[str, str], ImageCount] = {}
+            for (s, img, m, bb), c in self.image_counts.get(cond, {}).items():
+                if bb == b and (model is None or m == model) and (sites is None or s in sites):
+                    acc.setdefault((s, img), ImageCount()).merge(c)
+            return acc
+
+        t, c = pooled(treatment, band), pooled(control, None)
+        return [(s, img, t[(s, img)], c[(s, img)]) for s, img in sorted(t.keys() & c.keys())]
 
     def baseline_arrays(self, condition: str | None = None) -> tuple[list[str], list[str], list[int]]:
         """No-context responses as per-response arrays (site, model, hit), rebuilt from counts (the order

@@ -48,6 +48,13 @@ and why, the notes and the legend state the rule (Cameron and Miller 2015, as fo
 names the withheld or flagged lines in its legend.
 A hit rate none of whose answers geocoded is undetermined and prints as an em dash (Tables 1, 2, 8-10).
 
+Comparisons with the no-context baseline paired by image (when the data hold no-context answers, after Table 7):
+``nocontext_near`` (Sec. 6.1.3: per model, near-band minus no-context hit rate; :func:`table_nocontext_near`) and
+``building_vs_nocontext`` (Sec. 6.3.1: building-level share with context minus without, per band, models pooled;
+:func:`table_building_vs_nocontext`), both from :func:`image_paired_difference`. The strictly paired Tables 8-10
+pair items by site, image, model, language and reference point, repeats averaged per item
+(:meth:`geoagent.geohint.aggregate.GeoHintAggregator.paired`).
+
 Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) are counted per model and
 condition in the table ``cutoff`` (after the paper's tables); those with nothing parsed are no answer and enter
 no other table but Table 11, whose n is every forced_chain response (:func:`no_answer_note` says how many under
@@ -930,13 +937,21 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 
 
 def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
+    """Tables 8-10's numbers for one group of strictly paired items (:meth:`GeoHintAggregator.paired`: same site,
+    image, model, language and reference point, repeats averaged per item). The paired deltas are the mean over
+    items of (treatment mean - control mean) with a site-flip p; the rate columns pool every response of the
+    paired items (hits / responses, echoes / verdicts, building-level / responses, the median of every ratio), as
+    the release's raw-count rows of these tables (``analysis/mitigation_results.py``, ``chain_results.py``)."""
     pairs = agg.paired(treatment, control, sites=sites, model=model)
     out = {"n": len(pairs)}
     def hit_rate(sel: list, i: int) -> float:
         # undetermined (NaN) when none of the answers geocoded: 0 % would measure the geocoder (UNGEOCODED_NOTE)
         if sel and not any(p[i].geocoded for p in sel):
             out["ungeocoded_any"] = True
-        return sum(p[i].hit for p in sel) / len(sel) if any(p[i].geocoded for p in sel) else float("nan")
+        return sum(p[i].hits for p in sel) / sum(p[i].n for p in sel) if any(p[i].geocoded for p in sel) else float("nan")
+
+    def pooled(num: int, den: int) -> float:
+        return num / den if den else float("nan")
 
     out["ungeocoded"] = out["ungeocoded_any"] = False
     for cond_i, cond in ((1, treatment), (2, control)):
@@ -944,11 +959,11 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
         out[cond] = {
             "bands": [hit_rate([p for p in pairs if p[cond_i].band == b], cond_i) for b in BANDS],
             "overall": hit_rate(pairs, cond_i),
-            "echo": _rate([p[cond_i].echo for p in pairs if p[cond_i].echo is not None]),
-            "building": _rate([p[cond_i].building for p in pairs]),
+            "echo": pooled(sum(p[cond_i].echoes for p in pairs), sum(p[cond_i].echo_n for p in pairs)),
+            "building": pooled(sum(p[cond_i].n_building for p in pairs), sum(p[cond_i].n for p in pairs)),
             "ratio": [
                 (lambda xs: float(np.median(xs)) if xs else float("nan"))(
-                    [p[cond_i].ratio for p in pairs if p[cond_i].band == b and p[cond_i].ratio is not None]
+                    [x for p in pairs if p[cond_i].band == b for x in p[cond_i].ratios]
                 )
                 for b in BANDS
             ],
@@ -1088,6 +1103,140 @@ def table9(agg: GeoHintAggregator, treatment: str = "forced_warn", control: str 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ImagePairedDifference:
+    """A comparison paired by image (:func:`image_paired_difference`).
+
+    Attributes
+    ----------
+    n_images : int
+        Images answered under both conditions (the pairs).
+    n_sites : int
+        Sites those images come from (the units the test flips).
+    treatment, control : float
+        Mean over the images of each image's rate (fraction) under the context condition's band and under no
+        context; ``treatment - control`` equals ``delta``.
+    delta : float
+        Mean over images of (treatment rate - control rate), a fraction (x100 for points); NaN without pairs, or
+        for hit rates when no answer of one condition geocoded (undetermined, as Tables 8-10).
+    p_value : float
+        Two-sided site-flip permutation p (:func:`geoagent.scoring.permutation.paired_site_permutation_test`);
+        NaN where ``delta`` is.
+    """
+
+    n_images: int
+    n_sites: int
+    treatment: float
+    control: float
+    delta: float
+    p_value: float
+
+
+def image_paired_difference(agg: GeoHintAggregator, treatment: str, control: str, *, band: str, measure: str,
+                            model: str | None = None, n_flips: int = DEFAULT_N_FLIPS, seed: int = 0) -> ImagePairedDifference:
+    """A rate under ``treatment`` in ``band`` against the no-context ``control``, paired by image.
+
+    Unit: the image (:meth:`GeoHintAggregator.image_paired`): each image answered under both conditions gives one
+    difference, its rate over every response under ``treatment`` in ``band`` (all languages, repeats and
+    reference points of the band; all models pooled unless ``model``) minus its rate over every no-context
+    response; the statistic is the unweighted mean of those differences over images, and the two-sided test flips
+    the sign of whole sites (seed 000 Sec. 6: "paired tests flip the sign of a whole site at a time"). This is the
+    release's computation of the building-level comparison (``analysis/cluster_inference.py``, "CONTEXT VS
+    BASELINE": per-path means, inner join, ``diff = ctx - base``, ``perm_site``) and the paper's "paired by image"
+    of Sec. 6.1.3 and 6.3.1.
+
+    ``measure``: ``"hit"`` (Sec. 4.2's hit; an answer that did not geocode is a miss, as in the release) or
+    ``"building"`` (resolved at building level; the release's ``resolved_level == "place"``; unparsed and unresolved
+    answers count as not building). Raises ValueError for another measure."""
+    if measure not in ("hit", "building"):
+        raise ValueError(f"measure must be 'hit' or 'building', got {measure!r}")
+    pairs = agg.image_paired(treatment, control, band=band, model=model)
+    nan = float("nan")
+    if not pairs:
+        return ImagePairedDifference(0, 0, nan, nan, nan, nan)
+    rate = (lambda c: c.hit_rate) if measure == "hit" else (lambda c: c.building_share)
+    t = np.array([rate(p[2]) for p in pairs])
+    c = np.array([rate(p[3]) for p in pairs])
+    n_sites = len({p[0] for p in pairs})
+    if measure == "hit" and (not any(p[2].n_geocoded for p in pairs) or not any(p[3].n_geocoded for p in pairs)):
+        return ImagePairedDifference(len(pairs), n_sites, nan, nan, nan, nan)
+    res = paired_site_permutation_test([p[0] for p in pairs], t, c, n_flips=n_flips, seed=seed)
+    return ImagePairedDifference(len(pairs), n_sites, float(t.mean()), float(c.mean()), res.delta, res.p_value)
+
+
+def table_nocontext_near(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *,
+                         n_flips: int = DEFAULT_N_FLIPS, seed: int = 0) -> Table:
+    """Per-model hit rate with no context against the near band, paired by image, over every site (no regime split).
+
+    Seed 000 Sec. 6.1.3, after Table 3: "An independent estimate that uses no regime split at all - each model's
+    no-context rate against its near-band rate over all 109 sites, paired by image - gives +4.8, -3.9, +8.9, +11.0
+    and +19.3 in the same model order" (claude-opus-5, gemini-flash, qwen3-vl-235b, qwen3-vl-8b, claude-haiku-4-5):
+    near band minus no context, in points, positive = more accurate with the hint. Per model, one difference per
+    image answered in both conditions (:func:`image_paired_difference`, ``measure="hit"``, band ``0.5-1.5km``),
+    averaged over images. The paper prints no interval or p for it; the table adds the site-flip p of its other
+    paired comparisons (Sec. 6). No script of the release (commit f4975f2, ``analysis/``) computes this number; the
+    unit and statistic follow the release's other image-paired comparison (:func:`table_building_vs_nocontext`).
+    Rows: models by overall hit rate in ``condition``, as Tables 1-3."""
+    rows = []
+    n_sites: list[tuple[str, int]] = []
+    ungeocoded = False
+    for m in _model_order(agg, condition):
+        d = image_paired_difference(agg, condition, baseline, band=BANDS[0], measure="hit", model=m,
+                                    n_flips=n_flips, seed=seed)
+        if d.n_images and math.isnan(d.delta):
+            ungeocoded = True
+        n_sites.append((m, d.n_sites))
+        rows.append([m, d.n_images, d.n_sites, d.control, d.treatment, 100 * d.delta, d.p_value])
+    return Table(
+        "nocontext_near",
+        f"No context vs near band ({band_title(BANDS[0])}), paired by image, per model: {condition} minus {baseline}",
+        ["Model", "n images", "Sites", "No context", "Near band", "Near minus no context (pp)", "p"],
+        ["text", "int", "int", "pct", "pct", "pp", "p"],
+        rows,
+        _join_notes(
+            "Seed 000 Sec. 6.1.3's independent estimate (every site, sites not split into regimes): per model, each image answered "
+            f"both with no context ({baseline}) and with a near-band hint ({condition}) gives its near-band hit rate "
+            "minus its no-context hit rate (all repeats, languages and reference points of the image pooled); the "
+            "columns are means over those images, positive = more accurate with the hint. The paper gives no "
+            "interval or p for it; p here is the site-flip test of Sec. 6.",
+            flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips),
+            (f"{DASH} in the delta: no answer of one condition geocoded, so the difference is undetermined, not "
+             "a hit rate of 0.") if ungeocoded else ""),
+    )
+
+
+def table_building_vs_nocontext(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *,
+                                n_flips: int = DEFAULT_N_FLIPS, seed: int = 0) -> Table:
+    """Share of answers resolved at building level with context (per band) against no context, paired by image.
+
+    Seed 000 Sec. 6.3.1: "Building-level resolution sits above the no-context baseline in all three bands, paired by
+    image (+4.3, +4.0 and +2.9 points, at p = 0.007, 0.010 and 0.046)": context band minus no context, in points.
+    The release computes it in ``analysis/cluster_inference.py`` ("CONTEXT VS BASELINE, building-level share, per
+    band"): for each band, per image (``path``) the mean of ``resolved_level == "place"`` over every forced answer in
+    that band and over every no-context answer (all models, languages and repeats pooled), inner join on the image,
+    ``diff = (ctx - base) * 100``, mean over images, two-sided site-level sign-flip p. Here
+    :func:`image_paired_difference` with ``measure="building"`` and models pooled, one row per band."""
+    rows = []
+    n_sites: list[tuple[str, int]] = []
+    for b in BANDS:
+        d = image_paired_difference(agg, condition, baseline, band=b, measure="building", n_flips=n_flips, seed=seed)
+        n_sites.append((band_title(b), d.n_sites))
+        rows.append([b, d.n_images, d.n_sites, d.control, d.treatment, 100 * d.delta, d.p_value])
+    return Table(
+        "building_vs_nocontext",
+        f"Building-level share, {condition} (by band) vs {baseline}, paired by image, models pooled",
+        ["Band", "n images", "Sites", "No context", "With context", "Context minus no context (pp)", "p"],
+        ["text", "int", "int", "pct", "pct", "pp", "p"],
+        rows,
+        _join_notes(
+            "Seed 000 Sec. 6.3.1 (the release's analysis/cluster_inference.py): per image answered both with no "
+            "context and with a hint in the band, the share of its answers resolved at building level with the hint "
+            "minus without (every model, language, repeat and reference point of the image pooled; unparsed and "
+            "unresolved answers count as not building); the columns are means over those images.",
+            flip_method_note(n_flips, seed), few_sites_note(n_sites, n_flips)),
+    )
+
+
 def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     """Table 11: checklist compliance per model: share of responses (parsed or not) carrying an evidence object,
     share of each category's slots answered "not visible" (fractions; NaN without a slot), unparsed responses.
@@ -1204,7 +1353,9 @@ def build_tables(
     boot_seed: int | None = None,
     n_boot_source: str = N_BOOT_KEY,
 ) -> list[Table]:
-    """Every table the data supports (paired tables only when both conditions are present), then the
+    """Every table the data supports (paired tables only when both conditions are present; the image-paired
+    comparisons with the no-context baseline, ``nocontext_near`` and ``building_vs_nocontext``, after Table 7 when
+    ``baseline`` and ``condition`` are both present), then the
     cut-off answers (:func:`table_cutoff`) and the answers that did not geocode (:func:`table_unresolved`).
     ``p_reference``: the slope tables' p-value reference
     (``"normal"`` or ``"t"``, :func:`p_reference_note`). ``seed`` seeds Table 3's splits and the permutation
@@ -1217,6 +1368,9 @@ def build_tables(
                      n_boot_source=n_boot_source), table2(agg, condition, baseline), table3(agg, condition, baseline, n_splits=n_splits, seed=seed),
               table4(agg, condition), table5(agg, condition, baseline), table6(agg, condition, p_reference=p_reference),
               table7(agg, condition, baseline, p_reference=p_reference)]
+    if baseline in agg.conditions and condition in agg.conditions:
+        tables.append(table_nocontext_near(agg, condition, baseline, n_flips=n_flips, seed=seed))
+        tables.append(table_building_vs_nocontext(agg, condition, baseline, n_flips=n_flips, seed=seed))
     if "forced_warn" in agg.conditions and condition in agg.conditions:
         tables.append(table_paired(agg, "forced_warn", condition, baseline, name="table8", n_flips=n_flips, seed=seed))
         tables.append(table9(agg, "forced_warn", condition, baseline, n_flips=n_flips, seed=seed))
