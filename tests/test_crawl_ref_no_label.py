@@ -1,6 +1,8 @@
-"""Wikidata items without an English label are not sent to the paid referenceability rating.
+"""Wikidata items without a label in any asked language are not sent to the paid referenceability rating.
 
-WDQS's label service answers the bare QID for an item with no label in ``en``/``mul``; before, such an item went
+WDQS's label service answers the bare QID for an item with no label in the asked languages
+(:data:`geoagent.clients.wdqs.LABEL_LANGUAGES`; items labelled only in Chinese or a local language are rated:
+``test_crawl_ref_non_english_label.py``); before, such an item went
 into a rating batch as "Q123" (a name the text-only auditor cannot rate, paid for nothing, and a rating that
 could reach a ladder). The offline crawl (sandbox fakes, the crawl's own simulated auditor behind a recording
 wrapper) of a world with two unlabeled items near a site: no prompt names them, each has a decision record with
@@ -103,4 +105,4 @@ def test_unlabeled_items_are_logged_not_rated(tmp_path: Path):
     table = (state / "candidate_referenceability.csv").read_text(encoding="utf-8")
     assert not any(q in table for q in UNLABELED)
     line = next(x for x in summary if "not rated" in x)
-    assert "2 candidates not rated: no English label" in line and "not_rated = no_label" in line
+    assert "2 candidates not rated: no label in any asked language" in line and "not_rated = no_label" in line

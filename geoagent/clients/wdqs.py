@@ -289,19 +289,33 @@ def _geo_block(lat: float, lon: float, radius_km: float, box: Box | None) -> str
   FILTER(?dist <= {radius_km:g})"""
 
 
+#: Label languages of the reference-point query (:func:`around_query`), in order of preference: English, then
+#: the language-neutral ``mul``, then Chinese (the release's ladder query asked ``zh,en``), then the languages
+#: of the release's cities and other common ones. Every item within 6 km goes to the auditor (Sec. 3.3), which
+#: gives its canonical English name; an item labelled only in Chinese or only in its local language must reach
+#: the auditor under that label, not as its bare QID (which only an item with none of these labels gets).
+LABEL_LANGUAGES: tuple[str, ...] = (
+    "en", "mul", "zh", "fr", "es", "de", "it", "pt", "nl", "ca", "sv", "da", "hu", "el", "cs", "pl", "ru", "ja",
+    "ko", "vi", "he", "ar", "hi", "mr", "tr")
+
+
 def around_query(lat: float, lon: float, radius_km: float, *, limit: int, offset: int, lang: str = "en",
-                 box: Box | None = None) -> str:
+                 box: Box | None = None, label_langs: Sequence[str] = LABEL_LANGUAGES) -> str:
     """SPARQL for ALL items with coordinates within ``radius_km`` (Sec. 3.3), one page.
 
     Ordered by item IRI (a stable order unrelated to fame, so paging never truncates toward famous
-    items), with sitelinks and the English Wikipedia title when present. With ``box`` (west, south, east,
-    north degrees) only the part of the circle inside that box is asked (a spatial split, see
-    :func:`_geo_block`)."""
+    items), with sitelinks and the ``lang`` Wikipedia title when present. ``?itemLabel`` is the label in the
+    first of ``label_langs`` the item has (:data:`LABEL_LANGUAGES`; the bare QID when it has none). With
+    ``box`` (west, south, east, north degrees) only the part of the circle inside that box is asked (a
+    spatial split, see :func:`_geo_block`). ``ValueError`` for a label language that is not a language code."""
+    for code in label_langs:
+        if not re.fullmatch(r"[a-z]{2,3}(-[a-z0-9]+)*", code):
+            raise ValueError(f"not a language code: {code!r}")
     return f"""SELECT ?item ?itemLabel ?coord ?dist ?links ?title WHERE {{
 {_geo_block(lat, lon, radius_km, box)}
   OPTIONAL {{ ?item wikibase:sitelinks ?links . }}
   OPTIONAL {{ ?article schema:about ?item ; schema:isPartOf <https://{lang}.wikipedia.org/> ; schema:name ?title . }}
-  SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{lang},mul". }}
+  SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{','.join(label_langs)}". }}
 }} ORDER BY ?item ?coord LIMIT {int(limit)} OFFSET {int(offset)}"""
 
 

@@ -172,9 +172,9 @@ class CrawlCampaign(CampaignKind):
 
         n_unlabeled = not_rated_count(svc.state_dir)
         if n_unlabeled:
-            lines.append(f"  referenceability: {count_text(n_unlabeled, 'candidate')} not rated: no English label "
-                         "(WDQS gave the bare QID, a name the auditor cannot rate nor a hint use); each is a decision "
-                         "in audit_decisions.jsonl with not_rated = no_label")
+            lines.append(f"  referenceability: {count_text(n_unlabeled, 'candidate')} not rated: no label in any "
+                         "asked language (WDQS gave the bare QID, a name the auditor cannot rate nor a hint use); "
+                         "each is a decision in audit_decisions.jsonl with not_rated = no_label")
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")

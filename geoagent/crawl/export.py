@@ -26,7 +26,7 @@ import orjson
 from geoagent import constants as C
 from geoagent.crawl.fetcher import campaign_selections
 from geoagent.crawl.image_audit import ImageAudit, read_human_verdicts
-from geoagent.crawl.ladder import DIST_DECIMALS, band_for, tier_for
+from geoagent.crawl.ladder import DIST_DECIMALS, band_for, hint_name, tier_for
 from geoagent.data.model import Image, ReferencePoint, Site
 from geoagent.files import atomic_open, iter_jsonl_objects
 
@@ -138,11 +138,12 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
         sid = rec["site"]["site"]
         coords = rec.get("coords", {})
         for r in rec["rated"]:
-            if not r.get("ok") or r.get("sensitive") or tier_for(r.get("familiarity")) is None or not r.get("name_en"):
+            name = hint_name(r.get("name_en"), r.get("label_raw"), r.get("name_zh"))
+            if not r.get("ok") or r.get("sensitive") or tier_for(r.get("familiarity")) is None or not name:
                 continue
             lat, lon = coords.get(r["qid"], (None, None))
             dist = round(float(r["dist_km"]), DIST_DECIMALS)  # the band of the distance shown (the ladders' rule)
-            points.append(ReferencePoint(qid=r["qid"], name_en=r["name_en"], name_zh=r.get("name_zh"), lat=lat, lon=lon,
+            points.append(ReferencePoint(qid=r["qid"], name_en=name, name_zh=r.get("name_zh"), lat=lat, lon=lon,
                                          dist_km=dist, referenceability=int(r["familiarity"]),
                                          band=band_for(dist), tier=tier_for(r["familiarity"]),
                                          pageviews=r.get("pageviews"), site_id=sid, label_raw=r.get("label_raw")))

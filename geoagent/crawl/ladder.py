@@ -18,7 +18,7 @@ import random
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,14 +128,45 @@ def dedupe_by_qid(candidates: Iterable[RatedCandidate]) -> list[RatedCandidate]:
     return [best[q] for q in order]
 
 
+_BARE_QID = re.compile(r"Q[1-9][0-9]*")
+
+
+def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = None) -> str | None:
+    """The name a reference point is given to the model ("I took this photo near <name>"), or None.
+
+    The auditor's canonical English name when it gave one (Sec. 3.3: the auditor returns a canonical English
+    name for every candidate); otherwise the Wikidata label (Chinese or local-language when the item has no
+    English one, :data:`geoagent.clients.wdqs.LABEL_LANGUAGES`) unless it is a bare QID, which names nothing;
+    otherwise the auditor's Chinese name. The release gives such a candidate a name too rather than dropping
+    it (its ``audit.to_context`` falls back from the English to the Chinese name to the raw label, and its
+    ``fill_missing_names`` explains why: the candidates without an English name are almost all low tier, the
+    paper's control); ours tries the raw label before the Chinese name because its labels come in English,
+    language-neutral, Chinese and local-language order, so the raw label is the name a visitor would read on
+    the spot. Whitespace is collapsed; an empty or whitespace-only name counts as none."""
+    en = " ".join(str(name_en or "").split())
+    if en:
+        return en
+    raw = " ".join(str(label_raw or "").split())
+    if raw and not _BARE_QID.fullmatch(raw):
+        return raw
+    zh = " ".join(str(name_zh or "").split())
+    return zh or None
+
+
 def eligible_candidates(candidates: Iterable[RatedCandidate], *, site_qid: str | None = None,
                         site_names: Sequence[str] = ()) -> list[RatedCandidate]:
-    """Usable, not sensitive, rated, with an English name, not the site itself (by QID or by name)."""
+    """Usable, not sensitive, rated, with a name (:func:`hint_name`, returned as ``name_en``), not the site
+    itself (by QID or by name)."""
     own = {normalise_name(n) for n in site_names if normalise_name(n)}
     out = []
     for c in dedupe_by_qid(candidates):
-        if not c.ok or c.sensitive or tier_for(c.familiarity) is None or not c.name_en:
+        if not c.ok or c.sensitive or tier_for(c.familiarity) is None:
             continue
+        name = hint_name(c.name_en, c.label_raw, c.name_zh)
+        if not name:
+            continue
+        if name != c.name_en:
+            c = replace(c, name_en=name)
         if site_qid and c.qid == site_qid:
             continue
         if own and (normalise_name(c.name_en) in own or normalise_name(c.label_raw) in own):

@@ -34,16 +34,19 @@ a kill replays the stored answers through the same split-and-retry path and send
 uninterrupted run would have sent. The log is not held in memory (:class:`RawAnswerLog`: an index of
 request key -> byte offset, the answer read when replayed), so a crawl of hundreds of cities can replay it.
 
-Candidates without a label. WDQS asks for labels in ``en`` then ``mul``; an item with neither comes back
-labelled with its bare QID (``Q18418728``). The auditor rates names and never sees anything else (App. A.3), so
-such a "name" buys a rating of nothing: the release's auditor rejected one as a nameless entry
-(``audit_decisions.jsonl``) and its ladders hold 4 rows (2 QIDs of 3,105 rows) whose raw label is a bare QID,
-with ratings the label could not have supported. Here they are kept out of every rating and screening batch
-(:func:`has_no_label`; the other members of their fixed batch stay together, so the other batches and their
-stored answers are unchanged) and each gets a decision record saying so (``ok`` false, ``familiarity`` null,
-``not_rated`` ``"no_label"``, ``why``), counted per rating step (``n_not_rated_no_label``) and in the crawl
-summary (:func:`not_rated_count`). Asking WDQS for other label languages would give them a name, but which
-languages is a protocol choice the paper does not make (its conditions are English only); not done.
+Candidates without a label. WDQS asks for labels in ``en``, ``mul``, ``zh`` and then the common local languages
+(:data:`geoagent.clients.wdqs.LABEL_LANGUAGES`), so an item labelled only in Chinese or only in its local language
+is rated under that label and the auditor gives its canonical English name (Sec. 3.3; the ladder names a usable one
+the auditor gave no English name by its label, :func:`geoagent.crawl.ladder.hint_name`, as the release names such
+candidates rather than dropping them: they are almost all low tier, the paper's control). An item with a label in
+none of them comes back labelled with its bare QID (``Q18418728``). The auditor rates names and never sees anything
+else (App. A.3), so such a "name" buys a rating of nothing: the release's auditor rejected one as a nameless entry
+(``audit_decisions.jsonl``) and its ladders hold 4 rows (2 QIDs of 3,105 rows) whose raw label is a bare QID, with
+ratings the label could not have supported. Here they are kept out of every rating and screening batch
+(:func:`has_no_label`; the other members of their fixed batch stay together, so the other batches and their stored
+answers are unchanged) and each gets a decision record saying so (``ok`` false, ``familiarity`` null, ``not_rated``
+``"no_label"``, ``why``), counted per rating step (``n_not_rated_no_label``) and in the crawl summary
+(:func:`not_rated_count`).
 
 Candidates shared by cities. A Wikidata place within 6 km of sites of two cities (cities closer than
 about 2 x 6 km + 3 km), or found by both cities' queries, is rated once FOR EACH city: decisions are kept
@@ -180,7 +183,7 @@ NOT_RATED_NO_LABEL = "no_label"
 
 def has_no_label(c: RefCandidate) -> bool:
     """Whether the candidate's label is a bare Wikidata id (``Q123``): WDQS's label service answers the item's
-    id when it has no label in the asked languages (``en``, ``mul``; :func:`geoagent.clients.wdqs.around_query`),
+    id when it has no label in the asked languages (:data:`geoagent.clients.wdqs.LABEL_LANGUAGES`),
     and the WDQS client does the same for a missing label. Such a "name" tells the text-only auditor nothing (it
     rates names, App. A.3) and cannot stand in a hint ("I took this near Q123"), so the candidate is not sent
     for rating (:meth:`ReferenceabilityAuditor.rate_all`)."""
@@ -669,7 +672,8 @@ class ReferenceabilityAuditor:
         takes it), ``why`` and ``not_rated`` (:data:`NOT_RATED_NO_LABEL`) saying why; no model was asked."""
         return self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": False,
                              "familiarity": None, "name_zh": None, "name_en": None,
-                             "why": "not rated: no English label (WDQS gave the bare QID)", "ts": time.time(),
+                             "why": "not rated: no label in the asked languages (WDQS gave the bare QID)",
+                             "ts": time.time(),
                              "not_rated": NOT_RATED_NO_LABEL}, city)
 
     async def audit(self, site: str, candidates: Sequence[RefCandidate], *, city: str | None = None) -> list[RatedCandidate]:

@@ -92,10 +92,22 @@ MEXICAN_UNIT_PATTERNS: tuple[str, ...] = (
 )
 
 #: Other numbered addressing units, excluded by default (configurable): a bare number, "Block 12",
-#: "Sector 5", "Ward 3", "Zone 2", "Quadra 7", "Phường 12", "Arrondissement 11" style names.
+#: "Sector 5", "Ward 3", "Zone 2", "Quadra 7", "Lot 4", "Phường 12" style names.
 DEFAULT_EXTRA_UNIT_PATTERNS: tuple[str, ...] = (
     r"^\s*[0-9]+\s*$",
     r"(?i)^\s*(block|sector|ward|zone|quadra|lot|phường|phuong)\s*[0-9]+[a-z]?\s*$",
+)
+
+
+#: The release's own addressing-unit rule (``analysis/district_scale.py``, ``_ADDRESS_UNIT``): a name ending in a
+#: kanji or digit numeral and 丁目, or beginning "Unidad Habitacional" or "Fraccionamiento". Narrower than the
+#: default (:data:`CHOME_PATTERNS`, :data:`MEXICAN_UNIT_PATTERNS`, :data:`DEFAULT_EXTRA_UNIT_PATTERNS`; the paper,
+#: Sec. 3.1, requires addressing units to be excluded and lists none): set ``addressing_unit_patterns`` to these to
+#: screen exactly as the release did (README, crawl judgement calls).
+RELEASE_UNIT_PATTERNS: tuple[str, ...] = (
+    r"[一二三四五六七八九十\d]+丁目$",
+    r"^Unidad Habitacional",
+    r"^Fraccionamiento",
 )
 
 

@@ -51,9 +51,10 @@ minimum box size, whose images were kept as a lower bound, with ``reason`` and `
   a batch whose answer was partly unparseable), ``answers_replayed``: answers read back from
   ``audit_raw_answers.jsonl`` instead of a call (a re-run after a kill). ``model_calls + answers_replayed >=
   rating_batches_asked + screening_batches_asked``;
-* ``n_not_rated_no_label``: candidates kept out of rating because WDQS gave no English label (the bare QID:
-  :func:`geoagent.crawl.referenceability.has_no_label`); each has its decision in ``audit_decisions.jsonl``
-  (``not_rated`` = ``"no_label"``, ``familiarity`` null), and the crawl summary counts them.
+* ``n_not_rated_no_label``: candidates kept out of rating because WDQS gave no label in any asked language (the
+  bare QID: :func:`geoagent.crawl.referenceability.has_no_label`); each has its decision in
+  ``audit_decisions.jsonl`` (``not_rated`` = ``"no_label"``, ``familiarity`` null), and the crawl summary counts
+  them.
 
 Records of older versions carry ``n_shared`` (= ``n_site_listings - n_candidates``, the repeated listings),
 ``batches``, ``asked``, ``calls`` and ``replayed`` (= ``rating_batches``, ``rating_batches_asked``,
