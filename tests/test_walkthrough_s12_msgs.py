@@ -1,0 +1,89 @@
+"""A fresh-user walkthrough of main (session 12): messages and README points, one test per point found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from geoagent.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+VERIFY = """\
+[campaign]
+name = "{name}"
+kind = "geoverify"
+seed = 1
+
+[budget]
+cap_usd = 1.0
+
+[[models]]
+name = "sandbox-gpt"
+provider = "openai"
+model = "sandbox-gpt"
+base_url = "http://openai.sandbox.invalid/v1"
+max_output_tokens = 300
+
+[geoverify]
+trials = "release"
+{extra}
+"""
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch, release_dir):
+    """A config folder ``tmp_path/cfg`` and a working directory ``tmp_path/cwd`` apart from it."""
+    monkeypatch.setenv("GEOAGENT_RELEASE", str(release_dir))
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    return tmp_path
+
+
+# -- 1. a prompt template beside the config --------------------------------------------------------------
+
+
+def test_geoverify_prompt_template_not_found_names_key_file_and_folder_and_the_fix(elsewhere, capsys):
+    # before: "error: cannot read GeoVerify prompt template my_claim.txt: [Errno 2] No such file or directory:
+    # 'my_claim.txt'": no key, no config file, no word on what the path is relative to
+    cfg_dir = elsewhere / "cfg"
+    (cfg_dir / "my_claim.txt").write_text("Was this photo taken within {tau_m} m of {candidate}? yes or no\n")
+    cfgp = cfg_dir / "pt.toml"
+    cfgp.write_text(VERIFY.format(name="pt", extra='prompt_template = "my_claim.txt"'))
+    assert main(["run", str(cfgp), "--simulate"]) == 2
+    err = capsys.readouterr().err
+    assert f"geoverify.prompt_template in {cfgp}" in err, err
+    assert f"looked for {elsewhere / 'cwd' / 'my_claim.txt'}" in err, err
+    assert "taken from the directory the command runs in" in err and "not from the config file's folder" in err, err
+    fix = f'prompt_template = "{cfg_dir / "my_claim.txt"}"'
+    assert fix in err, err
+    # the fix works as written
+    cfgp.write_text(VERIFY.format(name="pt", extra=fix))
+    assert main(["run", str(cfgp), "--simulate"]) == 0, capsys.readouterr().err
+
+
+def test_geohint_prompts_dir_not_found_names_key_file_and_folder(elsewhere, capsys):
+    import shutil
+
+    shutil.copytree(REPO / "geoagent" / "prompts", elsewhere / "cfg" / "my_prompts")
+    cfgp = elsewhere / "cfg" / "pd.toml"
+    text = (REPO / "geoagent" / "configs" / "geohint_sandbox.toml").read_text(encoding="utf-8")
+    text = text.replace('images = "synthetic"', 'images = "synthetic"\nsites = ["tokyo_shibuya"]\nprompts_dir = "my_prompts"')
+    cfgp.write_text(text)
+    assert main(["run", str(cfgp), "--simulate"]) == 2
+    err = capsys.readouterr().err
+    assert f"geohint.prompts_dir in {cfgp}" in err, err
+    assert "not from the config file's folder" in err, err
+    assert f'prompts_dir = "{elsewhere / "cfg" / "my_prompts"}"' in err, err
+
+
+def test_readme_names_prompt_template_where_it_lists_campaign_keys():
+    text = README.read_text(encoding="utf-8")
+    conf = text[text.index("### Campaign configuration"):text.index("### Where things go")]
+    assert 'prompt_template = "my_claim.txt"' in conf and "prompts_dir" in conf
+    assert "not from the config file's folder" in conf
