@@ -117,7 +117,8 @@ def _check_stages(cfg: Any, stages: list[str]) -> None:
     Raises
     ------
     ValueError
-        One line: ``unknown stage foo; this campaign has: model_caller, parser, ...``; or, for an empty list
+        One line: ``unknown stage model_calr (did you mean 'model_caller'?); this campaign has: model_caller,
+        parser, ...`` (:func:`geoagent.config.did_you_mean`, as an unknown config key); or, for an empty list
         (``--stages ""``, ``--stages ,``), that it names no stage.
     """
     from geoagent.engine import load_kind
@@ -128,7 +129,10 @@ def _check_stages(cfg: Any, stages: list[str]) -> None:
                          f"{', '.join(known)}), or leave --stages out to run them all")
     unknown = [s for s in stages if s not in known]
     if unknown:
-        raise ValueError(f"unknown stage{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+        from geoagent.config import did_you_mean
+
+        named = ", ".join(f"{u}{did_you_mean(u, known)}" for u in unknown)
+        raise ValueError(f"unknown stage{'s' if len(unknown) > 1 else ''} {named}; "
                          f"this campaign has: {', '.join(known)}")
 
 

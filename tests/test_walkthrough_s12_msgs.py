@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,39 @@ def test_readme_names_prompt_template_where_it_lists_campaign_keys():
     conf = text[text.index("### Campaign configuration"):text.index("### Where things go")]
     assert 'prompt_template = "my_claim.txt"' in conf and "prompts_dir" in conf
     assert "not from the config file's folder" in conf
+
+
+# -- 2. unknown values in lists get a suggestion ---------------------------------------------------------
+
+
+def test_unknown_site_id_suggests_the_close_one_and_names_the_config(elsewhere, capsys):
+    # before: "error: [geohint] sites: unknown site id(s) ['athens_kotza'] (not in .../sites.csv)"
+    cfgp = elsewhere / "cfg" / "st.toml"
+    text = (REPO / "geoagent" / "configs" / "geohint_sandbox.toml").read_text(encoding="utf-8")
+    cfgp.write_text(text.replace('images = "synthetic"', 'images = "synthetic"\nsites = ["tokyo_shibuya", "athens_kotza"]'))
+    assert main(["run", str(cfgp), "--simulate"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {cfgp}: geohint.sites: unknown site id 'athens_kotza' "
+                          "(did you mean 'athens_kotzia'?)"), err
+
+
+def test_unknown_stage_suggests_the_close_one(tmp_path, capsys):
+    # before: "error: unknown stage model_calr; this campaign has: ..."
+    from _model_harness import generic_campaign, model_table
+
+    cfgp = generic_campaign(tmp_path, name="stg", n=3, models=model_table())
+    assert main(["run", str(cfgp), "--stages", "model_calr", "--no-live"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown stage model_calr (did you mean 'model_caller'?); this campaign has: "), err
+
+
+def test_unknown_condition_suggests_the_close_one(tmp_path):
+    from geoagent.config import ConfigError, load_config
+
+    cfgp = tmp_path / "cond.toml"
+    text = (REPO / "geoagent" / "configs" / "geohint_sandbox.toml").read_text(encoding="utf-8")
+    cfgp.write_text(re.sub(r"(?m)^conditions = .*$", 'conditions = ["baseline", "forced_wran"]', text))
+    with pytest.raises(ConfigError) as exc:
+        load_config(cfgp)
+    assert str(exc.value).startswith(f"{cfgp}: geohint.conditions: unknown GeoHint condition 'forced_wran' "
+                                     "(did you mean 'forced_warn'?)"), exc.value

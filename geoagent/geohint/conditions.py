@@ -96,14 +96,17 @@ def get_condition(name: str) -> Condition:
     Raises
     ------
     KeyError
-        Unknown name (the message lists the known ones).
+        Unknown name (the message names the closest known one, :func:`geoagent.config.did_you_mean`, and lists
+        them all).
     """
     key = ALIASES.get(name, name)
     try:
         return BUILTIN_CONDITIONS[key]
     except KeyError:
+        from geoagent.config import did_you_mean
+
         known = sorted(BUILTIN_CONDITIONS) + sorted(ALIASES)
-        raise KeyError(f"unknown GeoHint condition {name!r}; known: {known}") from None
+        raise KeyError(f"unknown GeoHint condition {name!r}{did_you_mean(name, known)}; known: {known}") from None
 
 
 def conditions_from_config(config: Mapping[str, Any] | None) -> list[Condition]:
