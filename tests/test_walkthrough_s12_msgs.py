@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -124,3 +127,32 @@ def test_unknown_condition_suggests_the_close_one(tmp_path):
         load_config(cfgp)
     assert str(exc.value).startswith(f"{cfgp}: geohint.conditions: unknown GeoHint condition 'forced_wran' "
                                      "(did you mean 'forced_warn'?)"), exc.value
+
+
+# -- 3. run.py outside the environment -------------------------------------------------------------------
+
+
+def test_run_py_without_its_dependencies_says_what_to_install_in_one_line():
+    # before: a ModuleNotFoundError traceback ("No module named 'anyio'"). -S: no site-packages, so no
+    # third-party package is importable whatever this machine has installed
+    r = subprocess.run([sys.executable, "-S", "-I", str(REPO / "run.py"), "--help"], capture_output=True,
+                       text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("error: geoagent needs the package 'aiohttp'"), lines[0]
+    assert ". .venv/bin/activate" in lines[0] and "pip install -q -e ." in lines[0], lines[0]
+
+
+def test_run_py_dependency_list_matches_pyproject():
+    import runpy
+
+    ns = runpy.run_path(str(REPO / "run.py"), run_name="not_main")
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    names = [re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].strip() for d in deps]
+    assert list(ns["DEPENDENCIES"]) == names
+
+
+def test_readme_shows_the_missing_package_line():
+    text = README.read_text(encoding="utf-8")
+    assert "error: geoagent needs the package 'aiohttp'" in " ".join(text.split())
