@@ -154,13 +154,15 @@ def _summary(outcome: Any, before: tuple[int, int]) -> str:
         lines = outcome.summary().split("\n")
     spend = outcome.spend or {}
     if getattr(outcome, "process_calls", None) is None and outcome.status != "dry run" and spend:
+        from geoagent.engine import done_before_phrase, reused_phrase
+
         calls_before, done_before = before
         new_calls = max(0, int(spend.get("calls", 0)) - calls_before)
         c = outcome.counts.get(C.EDGE_REQUESTS)
         answered = max(0, c.done - done_before) if c else 0
         reused = max(0, answered - new_calls)
-        line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; "
-                f"{reused} stored answer{'s' if reused != 1 else ''} reused")
+        line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; {reused_phrase(reused)}"
+                f"{done_before_phrase(done_before)}")
         at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
         lines.insert(at, line)
     if outcome.status == "interrupted":
