@@ -2683,7 +2683,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             )
     timed = [n for n in est.by_model if model_time_basis(cfg.model(n)) != "none"]
     time_part = (f"about {est.duration_s:.0f} s of model calls (model-call time only: excludes geocoding and other "
-                 "stages)" if timed or not est.by_model else
+                 "stages, so the whole run takes longer)" if timed or not est.by_model else
                  "no model-call time (replay and simulated answers call no model; other stages not included)")
     earlier = []
     if getattr(est, "done_earlier", 0):
