@@ -1604,7 +1604,11 @@ async def _run(
     if only_stages:
         unknown = set(only_stages) - {s.name for s in stages}
         if unknown:
-            raise KeyError(f"unknown stage(s) {sorted(unknown)}; this campaign has {[s.name for s in stages]}")
+            from geoagent.config import did_you_mean
+
+            names = [s.name for s in stages]
+            raise KeyError(f"unknown stage(s) {', '.join(f'{u!r}{did_you_mean(u, names)}' for u in sorted(unknown))}; "
+                           f"this campaign has {names}")
         stages = [s for s in stages if s.name in set(only_stages)]
     if not watch:
         plan = _refuse_empty_first_plan(cfg, kind, plan)

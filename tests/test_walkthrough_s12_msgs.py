@@ -217,3 +217,18 @@ def test_readme_demo_time_and_sandbox_run_time_are_given():
     assert "10-15 s wall-clock" not in text and "`python run.py demo` (15-25 s wall-clock" in text
     at = text.index("python run.py run geoagent/configs/geohint_sandbox.toml")
     assert re.search(r"takes about [\d.]+-[\d.]+ (s|min)", text[at:at + 1500]), text[at:at + 1500]
+
+
+def test_run_campaign_unknown_stage_suggests_the_close_one(tmp_path, monkeypatch):
+    """The engine's own check (``run_campaign(only_stages=...)``, behind the CLI's) suggests as the CLI does."""
+    import anyio
+
+    from _model_harness import generic_campaign, model_table
+    from geoagent.config import load_config
+    from geoagent.engine import run_campaign
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(generic_campaign(tmp_path, name="stg2", n=2, models=model_table()))
+    with pytest.raises(KeyError) as exc:
+        anyio.run(lambda: run_campaign(cfg, live=False, handle_signals=False, only_stages=["colector"]))
+    assert "'colector' (did you mean 'collector'?)" in str(exc.value), exc.value
