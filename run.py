@@ -2,14 +2,65 @@
 """geoagent command line: ``python run.py --help``.
 
 Thin wrapper so the CLI works from a checkout without installing; the installed entry point is ``geoagent``.
+Run by a Python that lacks one of the project's packages (outside the project's ``.venv``), it prints one line
+naming the package and how to install (README "Set up on a fresh machine") and exits 2, instead of a
+``ModuleNotFoundError`` traceback.
 """
 
+import importlib.util
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+#: ``pyproject.toml`` ``[project] dependencies`` (distribution name -> import name), in its order; checked
+#: before the import so a package imported late (polars, matplotlib) is named at start, not mid-run
+DEPENDENCIES = {
+    "aiohttp": "aiohttp",
+    "anyio": "anyio",
+    "asyncio-throttle": "asyncio_throttle",
+    "tenacity": "tenacity",
+    "orjson": "orjson",
+    "polars": "polars",
+    "numpy": "numpy",
+    "scipy": "scipy",
+    "pydantic": "pydantic",
+    "python-dotenv": "dotenv",
+    "rich": "rich",
+    "matplotlib": "matplotlib",
+    "pillow": "PIL",
+}
 
-from geoagent.cli import entry  # noqa: E402
+INSTALL_HINT = ("activate the project's environment (. .venv/bin/activate) or run .venv/bin/python run.py ...; "
+                "to create it: python3 -m venv .venv && .venv/bin/pip install -q -e .")
+
+
+def missing_dependency() -> str | None:
+    """The first of :data:`DEPENDENCIES` (distribution name) this Python cannot import, else None.
+
+    Looks the packages up without importing them (``importlib.util.find_spec``), a few milliseconds."""
+    for dist, module in DEPENDENCIES.items():
+        try:
+            if importlib.util.find_spec(module) is None:
+                return dist
+        except (ImportError, ValueError):  # ValueError: a module in sys.modules with no spec
+            return dist
+    return None
+
+
+def _refuse(package: str) -> None:
+    print(f"error: geoagent needs the package {package!r}, which this Python ({sys.executable}) does not have: "
+          f"{INSTALL_HINT}", file=sys.stderr)
+    sys.exit(2)
+
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    missing = missing_dependency()
+    if missing is not None:
+        _refuse(missing)
+    try:
+        from geoagent.cli import entry
+    except ModuleNotFoundError as exc:  # a third-party package not in DEPENDENCIES; our own modules traceback
+        if not exc.name or exc.name.split(".")[0] == "geoagent":
+            raise
+        _refuse(exc.name.split(".")[0])
     entry()

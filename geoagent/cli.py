@@ -117,7 +117,8 @@ def _check_stages(cfg: Any, stages: list[str]) -> None:
     Raises
     ------
     ValueError
-        One line: ``unknown stage foo; this campaign has: model_caller, parser, ...``; or, for an empty list
+        One line: ``unknown stage model_calr (did you mean 'model_caller'?); this campaign has: model_caller,
+        parser, ...`` (:func:`geoagent.config.did_you_mean`, as an unknown config key); or, for an empty list
         (``--stages ""``, ``--stages ,``), that it names no stage.
     """
     from geoagent.engine import load_kind
@@ -128,7 +129,10 @@ def _check_stages(cfg: Any, stages: list[str]) -> None:
                          f"{', '.join(known)}), or leave --stages out to run them all")
     unknown = [s for s in stages if s not in known]
     if unknown:
-        raise ValueError(f"unknown stage{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+        from geoagent.config import did_you_mean
+
+        named = ", ".join(f"{u}{did_you_mean(u, known)}" for u in unknown)
+        raise ValueError(f"unknown stage{'s' if len(unknown) > 1 else ''} {named}; "
                          f"this campaign has: {', '.join(known)}")
 
 
@@ -150,13 +154,15 @@ def _summary(outcome: Any, before: tuple[int, int]) -> str:
         lines = outcome.summary().split("\n")
     spend = outcome.spend or {}
     if getattr(outcome, "process_calls", None) is None and outcome.status != "dry run" and spend:
+        from geoagent.engine import done_before_phrase, reused_phrase
+
         calls_before, done_before = before
         new_calls = max(0, int(spend.get("calls", 0)) - calls_before)
         c = outcome.counts.get(C.EDGE_REQUESTS)
         answered = max(0, c.done - done_before) if c else 0
         reused = max(0, answered - new_calls)
-        line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; "
-                f"{reused} stored answer{'s' if reused != 1 else ''} reused")
+        line = (f"  this run: {new_calls} new model call{'s' if new_calls != 1 else ''}; {reused_phrase(reused)}"
+                f"{done_before_phrase(done_before)}")
         at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
         lines.insert(at, line)
     if outcome.status == "interrupted":

@@ -923,7 +923,8 @@ def did_you_mean(key: Any, valid: Iterable[str]) -> str:
     """``" (did you mean 'max_output_tokens'?)"`` for the valid key closest to an unknown ``key``, else ``""``.
 
     Uses :func:`difflib.get_close_matches` (ratio >= 0.6, the closest one) over ``valid``, the keys the table
-    accepts; used by every "unknown key" message of a campaign file.
+    accepts; used by every "unknown key" message of a campaign file, and for an unknown value of a list that
+    names known things (``geohint.sites`` ids, ``geohint.conditions``, ``--stages``).
     """
     close = difflib.get_close_matches(str(key), sorted({str(v) for v in valid}), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -330,6 +330,18 @@ def load_kind(kind: str) -> CampaignKind:
     return getattr(importlib.import_module(module), name)()
 
 
+def reused_phrase(n: int) -> str:
+    """What the ``this run:`` line says of ``n`` request tasks this run finished from the response store:
+    ``"2 answers reused (stored by an earlier run, used instead of a call)"``."""
+    return f"{n} answer{'s' if n != 1 else ''} reused (stored by an earlier run, used instead of a call)"
+
+
+def done_before_phrase(n: int) -> str:
+    """``"; 120 requests done by earlier runs"`` for ``n`` planned requests already answered when this run
+    started (nothing left to ask for them), or ``""`` when ``n`` is 0."""
+    return f"; {n} request{'s' if n != 1 else ''} done by earlier runs" if n > 0 else ""
+
+
 @dataclass(slots=True)
 class Outcome:
     """The end of one run of a campaign."""
@@ -353,7 +365,7 @@ class Outcome:
     own_stages: list[str] = field(default_factory=list)
     #: model calls this process settled (paid) in this run; None when not measured (e.g. a dry run)
     process_calls: int | None = None
-    #: request tasks this process's model caller finished in this run (new calls + stored answers reused);
+    #: request tasks this process's model caller finished in this run (new calls + answers reused from the store);
     #: None when this process ran no model caller
     process_answered: int | None = None
     #: per model: model calls in the plan (request tasks) and stored answers (cumulative over runs, at most
@@ -487,9 +499,14 @@ class Outcome:
         return f"campaign {self.campaign}: {self.status} ({self.elapsed_s:.1f} s)"
 
     def this_run_line(self) -> str | None:
-        """``  this run: N new model calls; M stored answers reused`` from this process's own figures
+        """``  this run: N new model calls; M answers reused (stored by an earlier run, used instead of a call); K
+        requests done by earlier runs`` from this process's own figures
         (:attr:`process_calls`, :attr:`process_answered`; ``by this process`` for a ``--stages`` process, and a
-        process without the model caller says so), or None when they were not measured (a dry run).
+        process without the model caller says so), or None when they were not measured (a dry run). M counts
+        request tasks this run finished with an answer already in the response store (a task queued again whose
+        answer an earlier run had stored: no call); K (:func:`done_before_phrase`, left out when 0) the stored
+        answers of the plan whose tasks were done before this run started (a re-run of a finished campaign:
+        ``0 new model calls; 0 answers reused (...); 120 requests done by earlier runs``).
 
         Answers of ``replay`` models are no model call: they read ``K answers replayed from <file>``
         (:attr:`process_replayed`), and a campaign of replay models only names no new model calls."""
@@ -507,8 +524,9 @@ class Outcome:
         # every replay file when replay is all there is, else those that answered something
         parts += [f"{n} answer{'s' if n != 1 else ''} replayed from {path}" for path, n in self.process_replayed.items()
                   if n or not parts]
-        return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; "
-                f"{reused} stored answer{'s' if reused != 1 else ''} reused")
+        before = max(0, sum(self.answered_by_model.values()) - (answered or 0)) if answered is not None else 0
+        return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; {reused_phrase(reused)}"
+                f"{done_before_phrase(before)}")
 
     def summary_with_this_run(self) -> str:
         """:meth:`summary` with :meth:`this_run_line` under its spend line (what ``run`` and ``demo`` print)."""
@@ -1586,7 +1604,11 @@ async def _run(
     if only_stages:
         unknown = set(only_stages) - {s.name for s in stages}
         if unknown:
-            raise KeyError(f"unknown stage(s) {sorted(unknown)}; this campaign has {[s.name for s in stages]}")
+            from geoagent.config import did_you_mean
+
+            names = [s.name for s in stages]
+            raise KeyError(f"unknown stage(s) {', '.join(f'{u!r}{did_you_mean(u, names)}' for u in sorted(unknown))}; "
+                           f"this campaign has {names}")
         stages = [s for s in stages if s.name in set(only_stages)]
     if not watch:
         plan = _refuse_empty_first_plan(cfg, kind, plan)
@@ -2665,7 +2687,7 @@ def estimate_lines(est: Any, cfg: Any) -> list[str]:
             )
     timed = [n for n in est.by_model if model_time_basis(cfg.model(n)) != "none"]
     time_part = (f"about {est.duration_s:.0f} s of model calls (model-call time only: excludes geocoding and other "
-                 "stages)" if timed or not est.by_model else
+                 "stages, so the whole run takes longer)" if timed or not est.by_model else
                  "no model-call time (replay and simulated answers call no model; other stages not included)")
     earlier = []
     if getattr(est, "done_earlier", 0):

@@ -169,3 +169,38 @@ def safe_image_id(value: str | int) -> str:
     if not _DIGITS.fullmatch(text):
         raise ValueError(f"image id must be decimal digits, got {text!r}")
     return text
+
+
+
+def config_path_problem(key: str, value: str | os.PathLike[str], source: str | None, *, file: str | None = None) -> str:
+    """Where a config's path ``value`` (key ``key``, e.g. ``geoverify.prompt_template``) was looked for, for an
+    error that it is missing: the key, the config file ``source`` and the folder a relative path is taken from.
+
+    Every relative path in a campaign file is taken from the working directory (``[paths]``, ``replay.path``,
+    ``image_root``, prompt templates), not from the config file's folder; when ``value`` would exist relative to
+    the config's folder the text says so and gives the value to write. ``file``: a file looked for inside the
+    folder ``value`` (``geohint.prompts_dir``). ``source`` is the config's label
+    (:attr:`geoagent.config.CampaignConfig.source`: the path as given, or ``<dict>``).
+
+    Returns
+    -------
+    str
+        ``geoverify.prompt_template in cfg.toml: looked for /cwd/my_claim.txt (a relative path in a config is
+        taken from the directory the command runs in, /cwd, not from the config file's folder); the config's
+        folder has my_claim.txt: write prompt_template = "/abs/my_claim.txt" or run the command from /abs``.
+    """
+    p = Path(value)
+    named = source and not str(source).startswith("<")
+    where = f"{key} in {source}" if named else key
+    target = p / file if file else p
+    if p.is_absolute():
+        return f"{where}: looked for {target}"
+    cwd = Path.cwd()
+    text = (f"{where}: looked for {cwd / target} (a relative path in a config is taken from the directory the "
+            f"command runs in, {cwd}, not from the config file's folder)")
+    if named:
+        cfg_dir = Path(str(source)).expanduser().resolve().parent
+        if cfg_dir != cwd.resolve() and (cfg_dir / target).exists():
+            text += (f"; the config's folder has {target}: write {key.rsplit('.', 1)[-1]} = \"{cfg_dir / p}\" "
+                     f"or run the command from {cfg_dir}")
+    return text

@@ -31,7 +31,7 @@ def _run(cfgp: Path, *args: str) -> subprocess.Popen:
 
 
 def _own_calls(out: str) -> int:
-    m = re.search(r"this run: (\d+) new model calls? by this process; (\d+) stored answers? reused", out)
+    m = re.search(r"this run: (\d+) new model calls? by this process; (\d+) answers? reused \(stored by an earlier run, used instead of a call\)", out)
     assert m, out
     return int(m.group(1))
 

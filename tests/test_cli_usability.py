@@ -363,7 +363,7 @@ def test_interrupted_run_says_how_to_resume_and_a_rerun_counts_its_own_calls(tmp
     shutil.rmtree(tmp_path / "queues" / "cliu")
     assert main(["run", str(cfgp), "--no-live"]) == 0
     out = capsys.readouterr().out
-    assert "this run: 0 new model calls; 120 stored answers reused" in out, out
+    assert "this run: 0 new model calls; 120 answers reused (stored by an earlier run, used instead of a call)" in out, out
     assert _ledger_calls(tmp_path) == total
 
 

@@ -305,7 +305,9 @@ def test_task_section_checks_read_as_sentences():
         return [p.removeprefix("<dict>: ") for p in ei.value.problems]
 
     (unknown,) = problems({"conditions": ["nope"]})
-    assert unknown.startswith("geohint.conditions: unknown GeoHint condition 'nope'; known: ['baseline', ")
+    # the closest known name is suggested as for an unknown key (did_you_mean: 'none', an alias of baseline)
+    assert unknown.startswith("geohint.conditions: unknown GeoHint condition 'nope' (did you mean 'none'?); "
+                              "known: ['baseline', ")
     assert not unknown.endswith("got an array")
     assert problems({"conditions": ["forced", "forced"]}) == ["geohint.conditions: condition 'forced' listed twice"]
     assert problems({"sample_rates": {"a": 2}}) == ["geohint.sample_rates: sample_rates['a'] must be in (0, 1], got 2.0"]

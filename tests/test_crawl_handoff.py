@@ -203,7 +203,7 @@ def test_crawl_trials_are_unique_requests_and_dry_run_counts_the_calls(crawled, 
     assert int(re.search(r"total: (\d+) calls", out).group(1)) == len(rows)
     assert main(["run", str(gv), "--no-live"]) == 0
     out = capsys.readouterr().out
-    assert re.search(rf"this run: {len(rows)} new model calls; 0 stored answers reused", out), out
+    assert f"this run: {len(rows)} new model calls; 0 answers reused (stored by an earlier run, used instead of a call)" in out, out
     with open_campaign_state("gv-release", root=state, recover=False) as st:
         assert st.ledger.summary().calls == len(rows)
         scored = list(st.store.iter_results("geoverify_scored"))

@@ -198,7 +198,7 @@ def test_second_run_resumes_without_new_calls(demo):
     # like `run`, each campaign's summary says what this run paid for: the first run every call it settled
     # (the ledgers' counts), the second none, and the spend lines carry the same figure
     first_calls = [demo["ledgers_first"][name][0] for name in CAMPAIGNS]
-    first_lines = re.findall(r"this run: (\d+) new model calls?; \d+ stored answers? reused", demo["first"].stdout)
+    first_lines = re.findall(r"this run: (\d+) new model calls?; \d+ answers? reused \(stored by an earlier run", demo["first"].stdout)
     assert [int(n) for n in first_lines] == first_calls, first_lines
     assert re.findall(r"this run: (\d+) new model calls?; ", p.stdout) == ["0", "0", "0"], p.stdout[-4000:]
     # the spend line's tokens are the campaign's totals over both runs, labelled so; this run paid nothing

@@ -87,7 +87,7 @@ def test_repeated_requests_are_skipped_named_and_counted_once(isolated_roots, tm
 
     assert main(["run", str(cfg), "--no-live"]) == 0
     out = capsys.readouterr().out
-    assert f"this run: {N_UNIQUE} new model calls; 0 stored answers reused" in out, out
+    assert f"this run: {N_UNIQUE} new model calls; 0 answers reused (stored by an earlier run, used instead of a call)" in out, out
     assert "trials skipped: 2 repeat an earlier trial's model request" in out
     assert f"{table} line 6:" in out and f"{table} line 10:" in out
     with open_campaign_state("gv-dup", root=isolated_roots / "state", recover=False) as st:

@@ -26,12 +26,12 @@ def test_replay_run_line_names_the_file_not_model_calls(release_dir, isolated_ro
     n = _answerable(raw)
     assert main(["run", str(CONFIG), "--no-live"]) == 0
     out = capsys.readouterr().out
-    assert f"this run: {n} answers replayed from {raw}; 0 stored answers reused" in out, out
+    assert f"this run: {n} answers replayed from {raw}; 0 answers reused (stored by an earlier run, used instead of a call)" in out, out
     assert "new model call" not in out
     # the re-run finds everything done: still no "model calls"
     assert main(["run", str(CONFIG), "--no-live"]) == 0
     out = capsys.readouterr().out
-    assert f"this run: 0 answers replayed from {raw}; 0 stored answers reused" in out, out
+    assert f"this run: 0 answers replayed from {raw}; 0 answers reused (stored by an earlier run, used instead of a call)" in out, out
 
 
 def test_replay_next_to_a_simulated_model_counts_each(release_dir, isolated_roots, monkeypatch, capsys, tmp_path):
@@ -52,5 +52,5 @@ max_output_tokens = 200
     assert n_sim > 0
     assert main(["run", str(cfg), "--no-live"]) == 0
     out = capsys.readouterr().out
-    want = f"this run: {n_sim} new model calls; {_answerable(raw)} answers replayed from {raw}; 0 stored answers reused"
+    want = f"this run: {n_sim} new model calls; {_answerable(raw)} answers replayed from {raw}; 0 answers reused (stored by an earlier run, used instead of a call)"
     assert want in out, out

@@ -216,7 +216,7 @@ def test_ctrl_c_of_a_run_sends_no_new_call_and_the_rerun_finishes_each_key_once(
         monkeypatch.setenv("STOP_KEY", KEY)
         cfgp.write_text(cfgp.read_text().replace(f"concurrency = {HOST_CONCURRENCY}\n", "concurrency = 32\n"))
         assert main(["run", str(cfgp), "--no-live"]) == 0
-        assert f"this run: {n - calls} new model calls; 0 stored answers reused" in capsys.readouterr().out
+        assert f"this run: {n - calls} new model calls; 0 answers reused (stored by an earlier run, used instead of a call)" in capsys.readouterr().out
         keys = Counter(orjson.loads(line)["key"] for line in log.read_bytes().splitlines())
         assert len(keys) == n and set(keys.values()) == {1}
     finally:

@@ -282,7 +282,12 @@ class GeoHintCampaign(CampaignKind):
         if s.sites is not None:
             unknown = sorted(set(s.sites) - set(sites))
             if unknown:
-                raise ValueError(f"[geohint] sites: unknown site id(s) {unknown} (not in {release.root / 'sites.csv'})")
+                from geoagent.config import did_you_mean
+
+                named = ", ".join(f"{u!r}{did_you_mean(u, sites)}" for u in unknown)
+                where = "" if str(cfg.source).startswith("<") else f"{cfg.source}: "
+                raise ValueError(f"{where}geohint.sites: unknown site id{'s' if len(unknown) > 1 else ''} {named} "
+                                 f"(not in {release.root / 'sites.csv'})")
             sites = {k: v for k, v in sites.items() if k in set(s.sites)}
             release = Release(root=release.root, sites=sites, ladders=release.ladders,
                               images={k: v for k, v in release.images.items() if v.site_id in sites})

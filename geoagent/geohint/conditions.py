@@ -96,14 +96,17 @@ def get_condition(name: str) -> Condition:
     Raises
     ------
     KeyError
-        Unknown name (the message lists the known ones).
+        Unknown name (the message names the closest known one, :func:`geoagent.config.did_you_mean`, and lists
+        them all).
     """
     key = ALIASES.get(name, name)
     try:
         return BUILTIN_CONDITIONS[key]
     except KeyError:
+        from geoagent.config import did_you_mean
+
         known = sorted(BUILTIN_CONDITIONS) + sorted(ALIASES)
-        raise KeyError(f"unknown GeoHint condition {name!r}; known: {known}") from None
+        raise KeyError(f"unknown GeoHint condition {name!r}{did_you_mean(name, known)}; known: {known}") from None
 
 
 def conditions_from_config(config: Mapping[str, Any] | None) -> list[Condition]:
@@ -136,18 +139,31 @@ def conditions_from_config(config: Mapping[str, Any] | None) -> list[Condition]:
 
 
 class PromptBook:
-    """Loads and renders the condition templates from a prompts folder (cached per instance)."""
+    """Loads and renders the condition templates from a prompts folder (cached per instance).
 
-    def __init__(self, prompts_dir: str | Path | None = None) -> None:
+    ``prompts_dir`` is the configured ``geohint.prompts_dir`` (default: the packaged templates); a relative one
+    is taken from the working directory, as every path of a campaign file. ``source`` names the config file in
+    the error for a missing template."""
+
+    def __init__(self, prompts_dir: str | Path | None = None, *, source: str | None = None) -> None:
         self.dir = Path(prompts_dir) if prompts_dir else PROMPTS_DIR
+        self._configured = str(prompts_dir) if prompts_dir else None
+        self._source = source
         self._cache: dict[str, str] = {}
 
     def text(self, filename: str) -> str:
-        """Raw template text. Raises ``FileNotFoundError`` naming the file."""
+        """Raw template text. Raises ``FileNotFoundError`` naming the file (and, for a configured
+        ``prompts_dir``, the key, the config file and the folder a relative path was taken from)."""
         if filename not in self._cache:
             path = self.dir / filename
             if not path.is_file():
-                raise FileNotFoundError(f"GeoHint prompt template not found: {path}")
+                if self._configured is None:
+                    raise FileNotFoundError(f"GeoHint prompt template not found: {path}")
+                from geoagent.paths import config_path_problem
+
+                raise FileNotFoundError(
+                    f"GeoHint prompt template {filename} not found in prompts_dir {self._configured}: "
+                    f"{config_path_problem('geohint.prompts_dir', self._configured, self._source, file=filename)}")
             self._cache[filename] = path.read_text(encoding="utf-8")
         return self._cache[filename]
 

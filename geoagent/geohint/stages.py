@@ -117,7 +117,7 @@ def plan_from_config(
         baseline_repeats=sec.baseline_repeats,
         context_repeats=sec.context_repeats,
         params={} if sec.max_output_tokens is None else {"max_output_tokens": sec.max_output_tokens},
-        prompts=PromptBook(sec.prompts_dir) if sec.prompts_dir else None,
+        prompts=PromptBook(sec.prompts_dir, source=getattr(cfg, "source", None)) if sec.prompts_dir else None,
         images_per_site=sec.images_per_site,
         image_root=sec.image_root,
     )

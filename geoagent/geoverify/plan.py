@@ -215,7 +215,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
             ds.put_many(release.records())
             ds.set_meta("import_report", release.report.to_json())
             ds.set_meta("release_root", str(release.root))
-    template = load_template(s.prompt_template)
+    template = load_template(s.prompt_template, source=getattr(cfg, "source", None))
     tau_km = s.tau_m / 1000.0
     build_rep = None
     if s.trials == "build":

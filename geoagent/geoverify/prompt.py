@@ -21,28 +21,40 @@ class TemplateError(ValueError):
     """The template file is missing or lacks the ``{candidate}`` placeholder."""
 
 
-def load_template(path: str | Path | None = None) -> str:
+def load_template(path: str | Path | None = None, *, source: str | None = None) -> str:
     """Read a claim template (default: ``geoagent/prompts/geoverify_claim.txt``).
+
+    ``path`` is the configured ``geoverify.prompt_template``: a relative one is taken from the working
+    directory, as every path of a campaign file (README "Running campaigns"). ``source`` names the config file
+    in the error (:attr:`geoagent.config.CampaignConfig.source`).
 
     Raises
     ------
     TemplateError
-        The file cannot be read or has no ``{candidate}`` placeholder.
+        The file cannot be read (the message names the key, the config file and the folder a relative path
+        was taken from, :func:`geoagent.paths.config_path_problem`) or has no ``{candidate}`` placeholder.
     """
     p = Path(path) if path else DEFAULT_TEMPLATE_PATH
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise TemplateError(f"cannot read GeoVerify prompt template {p}: {exc}") from None
+        if not path:
+            raise TemplateError(f"cannot read GeoVerify prompt template {p}: {exc}") from None
+        from geoagent.paths import config_path_problem
+
+        why = exc.strerror or type(exc).__name__
+        raise TemplateError(f"cannot read GeoVerify prompt template {path} ({why}): "
+                            f"{config_path_problem('geoverify.' + CONFIG_KEY, path, source)}") from None
     if "{candidate}" not in text:
         raise TemplateError(f"GeoVerify prompt template {p} has no {{candidate}} placeholder")
     return text
 
 
-def template_from_config(config: dict[str, Any] | None) -> str:
-    """Template named by ``config["geoverify"]["prompt_template"]`` if set, else the default."""
+def template_from_config(config: dict[str, Any] | None, source: str | None = None) -> str:
+    """Template named by ``config["geoverify"]["prompt_template"]`` if set, else the default (``source``: the
+    config file, named in the error; :func:`load_template`)."""
     path = ((config or {}).get("geoverify") or {}).get(CONFIG_KEY)
-    return load_template(path)
+    return load_template(path, source=source)
 
 
 def render_claim(candidate: str, template: str | None = None, tau_km: float = C.GEOVERIFY_TAU_KM) -> str:
