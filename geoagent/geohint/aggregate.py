@@ -456,7 +456,7 @@ class GeoHintAggregator:
             for fine in (False, True) if r.resolved_level in FINE_LEVELS else (False,):
                 zk = (r.site, r.model, r.condition, fine)
                 self.zero_err[zk] = self.zero_err.get(zk, 0) + 1
-        if r.condition == self.baseline_condition or (r.has_context and r.band is not None):
+        if not r.has_context or r.band is not None:  # every no-context condition (v1_baseline too), every band
             ik = (r.site, r.image_id, r.model, r.band if r.has_context else None)
             ic = self.image_counts.setdefault(r.condition, {}).get(ik)
             if ic is None:
