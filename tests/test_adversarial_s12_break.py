@@ -26,3 +26,18 @@ def test_image_paired_tables_with_another_baseline_condition():
     assert near[0] == "m" and near[1:3] == [2, 2]
     assert near[3] == pytest.approx(0.5) and near[4] == pytest.approx(0.5) and near[5] == pytest.approx(0.0)
     assert tables["building_vs_nocontext"].rows[0][1] == 2
+
+
+@pytest.mark.parametrize("text", [
+    '{"city": "Paris", "City": null}\nActually: {"city": "Lyon"}',
+    '{"city": "Paris"}\nActually: {"city": "Lyon", "City": null}',
+    '{"city": "Paris", "City": NaN}\nActually: {"city": "Lyon"}',
+])
+def test_place_named_beside_a_non_place_spelling_still_clashes(text):
+    """Two answers in one response are a failure ("conflicting answers"), never the first or the last guess. Since
+    non-string places name nothing, :func:`_fill` reads the first place each field names over its spellings, but the
+    clash check read the last spelling (null): Paris was invisible to it and the response parsed as Paris (or Lyon)."""
+    from geoagent.geohint.parse import parse_answer
+
+    ans = parse_answer(text)
+    assert not ans.ok and "conflicting answers" in (ans.error or ""), (ans.city, ans.error)

@@ -185,14 +185,19 @@ def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
 
 
 def _place_fields(obj: dict[str, Any]) -> dict[str, str]:
-    """``city``/``area``/``building`` (or ``place``) of one candidate object, case-folded, blanks left out."""
-    low = {str(k).strip().lower(): v for k, v in obj.items()}
+    """``city``/``area``/``building`` (or ``place``) of one candidate object, case-folded, blanks left out: the
+    place :func:`_fill` reads (the first place each field names over keys that differ in case or spaces; a
+    last-spelling-wins read let ``{"city": "Paris", "City": null}`` hide Paris from the clash check)."""
+    first: dict[str, str] = {}
+    for k, v in obj.items():
+        t = _place(v)
+        if t:
+            first.setdefault(str(k).strip().lower(), t)
     out: dict[str, str] = {}
     for name, keys in (("city", ("city",)), ("area", ("area",)), ("building", ("building", "place"))):
         for k in keys:
-            t = _place(low.get(k))
-            if t:
-                out[name] = t.casefold()
+            if k in first:
+                out[name] = first[k].casefold()
                 break
     return out
 
