@@ -41,3 +41,34 @@ def test_place_named_beside_a_non_place_spelling_still_clashes(text):
 
     ans = parse_answer(text)
     assert not ans.ok and "conflicting answers" in (ans.error or ""), (ans.city, ans.error)
+
+
+def test_unreadable_repeats_kept_by_the_judged_route_are_all_averaged_in_the_pairs(tmp_path):
+    """The release routes keep rows whose ``repeat`` is unreadable (read as 0, "1.0" as a CSV written by pandas
+    gives) as requests of their own, not copies of repeat 0 (release_rows); the strict pairing then put them all
+    in the slot of repeat 0 and held one (n_pair_conflicts), so the paired mean used 1 of the 3 forced answers.
+    The release's pivot_table(mean) over [site, path, model, lang, context] averages every row of the item.
+    By hand: forced_warn 1 hit of 1; forced hits 1, 0, 0 over repeats "0.0", "1.0", "2.0": mean 1/3 ->
+    delta +2/3 (held alone, the smallest key's row, line 2's hit: delta 0)."""
+    from test_release_routes_one_request import HEADER, _judged, make_release
+
+    from geoagent.geohint.judged import import_judged
+
+    release = make_release(tmp_path)
+    hit = "Paris,1er,shop,0.5,0.5,0.4,area,1er,True"
+    miss = "Paris,2e,bar,0.5,0.5,3.0,area,2e,False"
+    img = "streetview\\s1\\111.jpg"
+    _judged(release, [
+        f"s1,m,forced,en,high_15_30km_Q1,{img},{hit},0.0",       # 2
+        f"s1,m,forced,en,high_15_30km_Q1,{img},{miss},1.0",      # 3
+        f"s1,m,forced,en,high_15_30km_Q1,{img},{miss},2.0",      # 4
+        f"s1,m,forced_warn,en,high_15_30km_Q1,{img},{hit},0.0",  # 5
+    ], header=HEADER.strip() + ",repeat\n")
+    rows, _ = import_judged(release)
+    assert len(rows) == 4
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    (site, warn, forced), = agg.paired("forced_warn", "forced")
+    assert forced.n == 3 and forced.hit == pytest.approx(1 / 3)
+    assert warn.hit - forced.hit == pytest.approx(2 / 3)
+    assert agg.n_pair_conflicts == 0
