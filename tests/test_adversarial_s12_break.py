@@ -72,3 +72,45 @@ def test_unreadable_repeats_kept_by_the_judged_route_are_all_averaged_in_the_pai
     assert forced.n == 3 and forced.hit == pytest.approx(1 / 3)
     assert warn.hit - forced.hit == pytest.approx(2 / 3)
     assert agg.n_pair_conflicts == 0
+
+
+def _gazetteer_folder(tmp_path, sites_csv: str, city_pool: str | None):
+    from test_release_routes_one_request import make_release
+
+    root = make_release(tmp_path)
+    (root / "sites.csv").write_text(sites_csv, encoding="utf-8")
+    if city_pool is not None:
+        (root / "city_pool.csv").write_text(city_pool, encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize("sites_csv, city_pool", [
+    # no city_pool.csv and no landmark column: the folder the release route tests plan from
+    ("site,city,lat,lon\ns1,Paris,48.88,2.34\ns2,Paris,48.85,2.36\n", None),
+    # a spreadsheet's byte-order mark before the header
+    ("\ufeffsite,city,lat,lon,landmark,qid\ns1,Paris,48.88,2.34,Gare du Nord,Q11\ns2,Paris,48.85,2.36,Ile,Q12\n",
+     "\ufeffcity,country,lat,lon\nParis,France,48.86,2.35\n"),
+    # a row whose coordinate is no number (NaN, empty): the importer skips and reports it
+    ("site,city,lat,lon,landmark\ns1,Paris,48.88,2.34,Gare\ns2,Paris,nan,2.36,X\ns3,Paris,,2.3,Y\n",
+     "city,country,lat,lon\nParis,France,48.86,2.35\nLyon,France,NaN,4.8\n"),
+])
+def test_sandbox_gazetteer_reads_every_folder_the_campaign_plans_from(tmp_path, sites_csv, city_pool):
+    """Since session 12 the Wikidata/Nominatim fakes' gazetteer is built from the campaign's own folder
+    (``[geohint] release_dir``, :func:`geoagent.sandbox.launch.campaign_release_dir`), not the shared release. The
+    campaign imports these folders (:func:`import_release`: no city_pool.csv needed, landmark optional, a BOM
+    read, a row with a bad coordinate skipped and reported), but the gazetteer failed on each (FileNotFoundError
+    city_pool.csv, KeyError 'landmark', KeyError 'site') or kept a site at NaN, so the sandbox run stopped at launch
+    where it ran before (against the shared release). Paris is known as a city, ladder point Q1 near s1."""
+    import math
+
+    from geoagent.data.importer import import_release
+    from geoagent.sandbox.gazetteer import Gazetteer
+
+    root = _gazetteer_folder(tmp_path, sites_csv, city_pool)
+    rel = import_release(root)
+    assert "s1" in rel.sites
+    gaz = Gazetteer.from_release(root)
+    assert any(e.kind == "city" and e.labels.get("en") == "Paris" for e in gaz), "Paris is no city of the gazetteer"
+    assert gaz.get("Q1") is not None and gaz.get("Q1").synthetic  # s1's ladder point, placed from s1
+    for e in gaz:
+        assert math.isfinite(e.lat) and math.isfinite(e.lon), e
