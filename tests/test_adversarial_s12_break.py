@@ -114,3 +114,30 @@ def test_sandbox_gazetteer_reads_every_folder_the_campaign_plans_from(tmp_path, 
     assert gaz.get("Q1") is not None and gaz.get("Q1").synthetic  # s1's ladder point, placed from s1
     for e in gaz:
         assert math.isfinite(e.lat) and math.isfinite(e.lon), e
+
+
+def test_table11_counts_the_checklist_of_an_answer_naming_two_cities_in_one_object(tmp_path):
+    """Table 11's Evidence column counts every response whose JSON object holds an evidence object, parsed or not
+    (release analysis/chain_compliance.py: json.loads of the first '{' to the last '}', then
+    isinstance(obj.get("evidence"), dict)). An object giving "city" and "City" two places is a failure (conflicting
+    answers) but its checklist was dropped with the place: 1 of 2 responses carried evidence instead of 2 of 2, and
+    its "not visible" vegetation slot was lost (by hand: vegetation not visible in 2 of 2 slots)."""
+    import json
+
+    from test_release_routes_one_request import EVIDENCE, OK, _line, _write_raw, make_release
+
+    from geoagent.geohint.raw_import import import_raw
+    from geoagent.report.geohint import table11
+
+    release = make_release(tmp_path)
+    clash = json.dumps({"city": "Paris", "City": "Lyon", "area": "1er", "evidence": EVIDENCE})
+    _write_raw(release, [_line(json.dumps(OK)), _line(clash, repeat=1)])
+    rows, _ = import_raw(release)
+    assert [r.parse_ok for r in rows] == [True, False]
+    agg = GeoHintAggregator()
+    agg.add_many(rows)
+    t = table11(agg)
+    row = dict(zip(t.columns, t.rows[0]))
+    assert row["n"] == 2 and row["Unparsed"] == 1
+    assert row["Evidence"] == pytest.approx(1.0)
+    assert row["Veg."] == pytest.approx(1.0) and row["Infra."] == pytest.approx(0.0)

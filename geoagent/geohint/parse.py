@@ -174,14 +174,20 @@ def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
         ans.clues = [c for c in clues if isinstance(c, str)]
     elif isinstance(clues, str):
         ans.clues = [clues]
+    ans.evidence = _evidence(low)
+
+
+def _evidence(low: dict[str, Any]) -> dict[str, str] | None:
+    """The object's ``evidence`` object by canonical category (a slot that is not text: ``""``), else None."""
     ev = low.get("evidence")
-    if isinstance(ev, dict):
-        out: dict[str, str] = {}
-        for k, v in ev.items():
-            cat = canonical_category(str(k))
-            if cat and cat not in out:
-                out[cat] = _text(v) or ""
-        ans.evidence = out
+    if not isinstance(ev, dict):
+        return None
+    out: dict[str, str] = {}
+    for k, v in ev.items():
+        cat = canonical_category(str(k))
+        if cat and cat not in out:
+            out[cat] = _text(v) or ""
+    return out
 
 
 def _place_fields(obj: dict[str, Any]) -> dict[str, str]:
@@ -263,6 +269,9 @@ def parse_answer(text: str | None) -> ParsedAnswer:
             inner = _key_clash(obj)
             if inner is not None:  # one object naming two places for one field: never the last spelling
                 ans.error = f"conflicting answers in one response ({inner})"
+                # no place, but the object still carries its checklist (Table 11 counts it, as the release's
+                # chain_compliance.py does every JSON object holding an evidence object)
+                ans.evidence = _evidence({str(k).strip().lower(): v for k, v in obj.items()})
                 return ans
             places.append(_place_fields(obj))
         if sc and (best is None or sc > best[0] or (sc == best[0] and method == "json" and best[2] != "json")):
