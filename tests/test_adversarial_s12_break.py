@@ -141,3 +141,23 @@ def test_table11_counts_the_checklist_of_an_answer_naming_two_cities_in_one_obje
     assert row["n"] == 2 and row["Unparsed"] == 1
     assert row["Evidence"] == pytest.approx(1.0)
     assert row["Veg."] == pytest.approx(1.0) and row["Infra."] == pytest.approx(0.0)
+
+
+def test_sandbox_gazetteer_reads_a_release_checkout_as_the_importer_does(tmp_path):
+    """A checkout of the release repository holds its files under data/ (the importer reads RELEASE/data, and the
+    missing-release message says "point at that folder (or its data/ folder)"); the sandbox gazetteer, now built
+    from the campaign's own folder, looked for RELEASE/sites.csv only and stopped the launch (FileNotFoundError)."""
+    import shutil
+
+    from test_release_routes_one_request import make_release
+
+    from geoagent.data.importer import import_release
+    from geoagent.sandbox.gazetteer import Gazetteer
+
+    src = make_release(tmp_path / "src")
+    (src / "city_pool.csv").write_text("city,country,lat,lon\nParis,France,48.86,2.35\n", encoding="utf-8")
+    checkout = tmp_path / "geocontext"
+    shutil.copytree(src, checkout / "data")
+    assert "s1" in import_release(checkout).sites
+    gaz = Gazetteer.from_release(checkout)
+    assert gaz.get("Q1") is not None and any(e.kind == "city" for e in gaz)

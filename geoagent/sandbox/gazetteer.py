@@ -320,12 +320,14 @@ class Gazetteer:
             If ``sites.csv`` is missing (message names the path).
 
         The folder may be any the campaign plans from (:func:`geoagent.sandbox.launch.campaign_release_dir`: a
-        crawl's export, a hand-made folder), read as :func:`geoagent.data.importer.import_release` reads it: a
+        crawl's export, a hand-made folder, a release checkout whose files are under ``data/``), read as :func:`geoagent.data.importer.import_release` reads it: a
         byte-order mark is no part of the header, ``landmark``/``qid`` are optional, a row without a site, city
         or name, or with a coordinate or distance that is not a finite number is skipped (the importer reports
         it); without ``city_pool.csv`` each city of ``sites.csv`` is placed at the mean of its sites.
         """
         root = Path(release_dir)
+        if not (root / "sites.csv").is_file() and (root / "data" / "sites.csv").is_file():
+            root = root / "data"  # a checkout of the release repository, as the importer reads it
         if not (root / "sites.csv").is_file():
             raise paths.missing_release_error(root, root / "sites.csv")
         gaz = cls()
