@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from test_geohint_image_paired import _base, _ctx
@@ -161,3 +162,23 @@ def test_sandbox_gazetteer_reads_a_release_checkout_as_the_importer_does(tmp_pat
     assert "s1" in import_release(checkout).sites
     gaz = Gazetteer.from_release(checkout)
     assert gaz.get("Q1") is not None and any(e.kind == "city" for e in gaz)
+
+
+def test_a_crawl_resumed_across_the_label_language_change_says_so(tmp_path):
+    """Session 12 widened the reference-point query's label languages (en,mul -> en,mul,zh,... LABEL_LANGUAGES).
+    A crawl begun before keeps each site's stored candidate list (ref_candidates/<site>.json, never queried again),
+    so its earlier sites' Chinese- or local-language-only places stayed bare QIDs, not rated, and its later sites'
+    were rated: two rules in one crawl, with no version and no word (the sampler and the fetcher say so for theirs).
+    The crawl summary now names such sites; a list stored by this version records its languages."""
+    from geoagent.clients.wdqs import LABEL_LANGUAGES
+    from geoagent.crawl.stages import REF_CANDIDATES_DIR, label_language_warning
+
+    d = tmp_path / REF_CANDIDATES_DIR
+    d.mkdir()
+    assert label_language_warning(tmp_path) is None  # nothing stored yet
+    (d / "s_new.json").write_text(json.dumps({"site": "s_new", "label_languages": list(LABEL_LANGUAGES),
+                                              "candidates": []}), encoding="utf-8")
+    assert label_language_warning(tmp_path) is None
+    (d / "s_old.json").write_text(json.dumps({"site": "s_old", "candidates": []}), encoding="utf-8")  # before
+    w = label_language_warning(tmp_path)
+    assert w is not None and "1 of 2 sites" in w and "s_old" in w and "s_new" not in w
