@@ -22,11 +22,12 @@ from pathlib import Path
 import orjson
 
 from _crawl_upstream import crawl_upstream, pending_sites
+from geoagent.clients.wdqs import LABEL_LANGUAGES
 from geoagent.crawl.demo import SANDBOX_POLICY, sandbox_settings
 from geoagent.crawl.export import crawl_records
 from geoagent.crawl.ladder import RatedCandidate, build_ladder, hint_name
 from geoagent.crawl.referenceability import REF_MARKER
-from geoagent.crawl.stages import ReferenceabilityAuditorStage, build_crawl_services
+from geoagent.crawl.stages import ReferenceabilityAuditorStage, build_crawl_services, label_language_warning
 from geoagent.demo import demo_world
 from geoagent.geohint.conditions import render_prompt
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider
@@ -119,6 +120,9 @@ def test_non_english_labels_reach_the_ladder(tmp_path: Path):
     labels = {c["qid"]: c["label"] for f in cand_files for c in f.get("candidates", [])}
     assert labels[ZH_ONLY[0]] == ZH_ONLY[1] and labels[ES_ONLY[0]] == ES_ONLY[1]  # not their bare QIDs
     assert labels[NO_LABEL] == NO_LABEL
+    # each stored list records the languages it was asked in, so a resumed crawl can tell (label_language_warning)
+    assert all(f.get("label_languages") == list(LABEL_LANGUAGES) for f in cand_files)
+    assert label_language_warning(state) is None
 
     ref_prompts = [p for p in rec.prompts if REF_MARKER in p]
     assert any(ZH_ONLY[1] in p for p in ref_prompts) and any(ES_ONLY[1] in p for p in ref_prompts)

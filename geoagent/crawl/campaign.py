@@ -183,6 +183,11 @@ class CrawlCampaign(CampaignKind):
         warning = sampler_version_warning(recorded_versions(svc.state_dir / "sampling"))
         if warning:
             lines.append(f"  {warning}")
+        from geoagent.crawl.stages import label_language_warning
+
+        warning = label_language_warning(svc.state_dir)
+        if warning:
+            lines.append(f"  {warning}")
         return lines
 
 

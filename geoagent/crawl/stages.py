@@ -745,6 +745,36 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
 #: (``<state_dir>/ref_cities/<city key>.json``) of the referenceability auditor
 REF_CANDIDATES_DIR = "ref_candidates"
 REF_CITIES_DIR = "ref_cities"
+#: the label languages of a candidate list stored before they were recorded (``label_languages`` absent): the
+#: reference-point query asked ``en,mul`` until 2026-12-01 (commit fc5953a)
+OLD_LABEL_LANGUAGES: tuple[str, ...] = ("en", "mul")
+
+
+def label_language_warning(state_dir: str | Path) -> str | None:
+    """One line when some sites' stored candidate lists (``ref_candidates/<site>.json``) were queried with other
+    label languages than :data:`geoagent.clients.wdqs.LABEL_LANGUAGES` (``label_languages``; a list without it:
+    :data:`OLD_LABEL_LANGUAGES`), else None. A resumed crawl keeps a site's stored list, so a crawl begun before
+    the languages changed rates and ladders those sites' candidates under the old rule (an item labelled only in
+    Chinese or a local language was a bare QID there, not rated) and the later sites' under the new one."""
+    from geoagent.clients.wdqs import LABEL_LANGUAGES
+
+    old: list[str] = []
+    n = 0
+    for path in sorted((Path(state_dir) / REF_CANDIDATES_DIR).glob("*.json")):
+        rec = _load(path)
+        if not isinstance(rec, dict):
+            continue
+        n += 1
+        langs = rec.get("label_languages", list(OLD_LABEL_LANGUAGES))
+        if langs != list(LABEL_LANGUAGES):
+            old.append(path.stem)
+    if not old:
+        return None
+    shown = ", ".join(old[:5]) + (f" and {len(old) - 5} more" if len(old) > 5 else "")
+    return (f"warning: referenceability: {len(old)} of {n} sites' candidates were queried with other label languages "
+            f"than this version asks ({','.join(LABEL_LANGUAGES[:3])},...; e.g. {','.join(OLD_LABEL_LANGUAGES)} before "
+            f"2026-12-01): {shown}; their places labelled only in Chinese or a local language were not rated "
+            "(ref_candidates/<site>.json label_languages). Crawl again under a new campaign name for one rule throughout")
 
 
 class ReferenceabilityAuditorStage(_CrawlStage):
@@ -814,7 +844,10 @@ class ReferenceabilityAuditorStage(_CrawlStage):
                 raise PermanentFailure(str(e)) from None
             raise
         cands = candidates_for_site(ents, lat, lon, rs.radius_km)
+        from geoagent.clients.wdqs import LABEL_LANGUAGES
+
         _dump(path, {"site": sid, "lat": lat, "lon": lon, "radius_km": rs.radius_km,
+                     "label_languages": list(LABEL_LANGUAGES),  # label_language_warning
                      "candidates": [candidate_to_json(c) for c in cands]})
         return cands
 

@@ -11,9 +11,10 @@ sums are kept per site:
   median is not a sum statistic);
 * ``ols[(model, condition, fine_only)]`` -> :class:`~geoagent.scoring.regression.ClusterOLS` with one
   cluster per site (``log10 err ~ d_ref``);
-* ``pairs[site][(model, image, lang, reference point)][condition][repeat]`` -> the outcome of that item's
-  repeat under that condition, for strictly paired comparisons (Tables 8-10). The paired item is "same site,
-  same image, same model, same language, same reference point" (seed 000 Sec. 6.3.1-6.3.2; the release's
+* ``pairs[site][(model, image, lang, reference point)][condition][(repeat, unreadable)]`` -> the outcome of that
+  item's repeat under that condition (``unreadable``: the written value of a repeat a release route read as 0,
+  ``extra["repeat_unreadable"]``, a request of its own; ``""`` otherwise), for strictly paired comparisons
+  (Tables 8-10). The paired item is "same site, same image, same model, same language, same reference point" (seed 000 Sec. 6.3.1-6.3.2; the release's
   ``analysis/mitigation_results.py``, ``chain_results.py`` and ``cluster_inference.py`` key
   ``[site, path, model, lang, context]``), and its repeats are averaged before the paired difference (those
   scripts' ``pivot_table`` averages every row of a key; their "n pairs", e.g. 8215, count keys): see
@@ -111,6 +112,8 @@ from geoagent.scoring.truncation import TruncationCount, is_no_answer
 CellKey = tuple[str, str, str, str | None, str | None]  # site, model, condition, band, tier
 PairKey = tuple[str, str, str, str]  # model, image, lang, reference point (repeats are held under it, averaged)
 ImageKey = tuple[str, str, str, str | None]  # site, image, model, band
+#: repeat, and the written value of a repeat the release routes could not read ("" for a readable one)
+RepeatKey = tuple[int, str]
 #: prompt language of an answer that does not name one: every campaign prompt is English (seed 000 Sec. 6: "English
 #: only"; the release's judged answers all carry ``lang`` ``en``)
 DEFAULT_LANG = "en"
@@ -372,9 +375,9 @@ class GeoHintAggregator:
         #: same rows with y = log10(d_ref): the slope a model reciting the hint would get (Sec. 6.2.3)
         self.ols_recite: dict[tuple[str, str, bool], ClusterOLS] = {}
         self._by_condition: dict[str, dict[CellKey, Cell]] = {}
-        self.pairs: dict[str, dict[PairKey, dict[str, dict[int, PairObs]]]] = {}
+        self.pairs: dict[str, dict[PairKey, dict[str, dict[RepeatKey, PairObs]]]] = {}
         #: (site, pair key, condition, repeat) -> result key of the observation held in :attr:`pairs`
-        self._pair_keys: dict[tuple[str, PairKey, str, int], str] = {}
+        self._pair_keys: dict[tuple[str, PairKey, str, RepeatKey], str] = {}
         #: condition -> (site, image, model, band) -> counts of that image's responses (module doc)
         self.image_counts: dict[str, dict[ImageKey, ImageCount]] = {}
         #: results that met an already-held observation of the same strictly paired item and condition under
@@ -456,7 +459,7 @@ class GeoHintAggregator:
             for fine in (False, True) if r.resolved_level in FINE_LEVELS else (False,):
                 zk = (r.site, r.model, r.condition, fine)
                 self.zero_err[zk] = self.zero_err.get(zk, 0) + 1
-        if r.condition == self.baseline_condition or (r.has_context and r.band is not None):
+        if not r.has_context or r.band is not None:  # every no-context condition (v1_baseline too), every band
             ik = (r.site, r.image_id, r.model, r.band if r.has_context else None)
             ic = self.image_counts.setdefault(r.condition, {}).get(ik)
             if ic is None:
@@ -464,7 +467,10 @@ class GeoHintAggregator:
             ic.add(bool(r.hit), r.resolved_level == "building", r.resolved_level != "none")
         if r.has_context:
             pk = (r.model, r.image_id, pair_lang(r), r.ref_qid or f"name:{r.ref_name}")
-            rep = int(r.repeat)
+            # a repeat the release routes could not read (read as 0) is a request of its own, not repeat 0's
+            # (geoagent.geohint.release_rows.unreadable_repeat): its own slot, averaged with the others
+            bad = r.extra.get("repeat_unreadable") if isinstance(r.extra, dict) else None
+            rep = (int(r.repeat), "" if bad is None else str(bad))
             fine = r.resolved_level in FINE_LEVELS and r.error_km is not None
             ratio = r.error_km / r.dist_km if fine and r.dist_km and r.error_km > 0 else None
             obs = PairObs(bool(r.hit), r.resolved_level == "building", r.echo, fine, r.band, ratio,

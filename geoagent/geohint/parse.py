@@ -174,25 +174,36 @@ def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
         ans.clues = [c for c in clues if isinstance(c, str)]
     elif isinstance(clues, str):
         ans.clues = [clues]
+    ans.evidence = _evidence(low)
+
+
+def _evidence(low: dict[str, Any]) -> dict[str, str] | None:
+    """The object's ``evidence`` object by canonical category (a slot that is not text: ``""``), else None."""
     ev = low.get("evidence")
-    if isinstance(ev, dict):
-        out: dict[str, str] = {}
-        for k, v in ev.items():
-            cat = canonical_category(str(k))
-            if cat and cat not in out:
-                out[cat] = _text(v) or ""
-        ans.evidence = out
+    if not isinstance(ev, dict):
+        return None
+    out: dict[str, str] = {}
+    for k, v in ev.items():
+        cat = canonical_category(str(k))
+        if cat and cat not in out:
+            out[cat] = _text(v) or ""
+    return out
 
 
 def _place_fields(obj: dict[str, Any]) -> dict[str, str]:
-    """``city``/``area``/``building`` (or ``place``) of one candidate object, case-folded, blanks left out."""
-    low = {str(k).strip().lower(): v for k, v in obj.items()}
+    """``city``/``area``/``building`` (or ``place``) of one candidate object, case-folded, blanks left out: the
+    place :func:`_fill` reads (the first place each field names over keys that differ in case or spaces; a
+    last-spelling-wins read let ``{"city": "Paris", "City": null}`` hide Paris from the clash check)."""
+    first: dict[str, str] = {}
+    for k, v in obj.items():
+        t = _place(v)
+        if t:
+            first.setdefault(str(k).strip().lower(), t)
     out: dict[str, str] = {}
     for name, keys in (("city", ("city",)), ("area", ("area",)), ("building", ("building", "place"))):
         for k in keys:
-            t = _place(low.get(k))
-            if t:
-                out[name] = t.casefold()
+            if k in first:
+                out[name] = first[k].casefold()
                 break
     return out
 
@@ -258,6 +269,9 @@ def parse_answer(text: str | None) -> ParsedAnswer:
             inner = _key_clash(obj)
             if inner is not None:  # one object naming two places for one field: never the last spelling
                 ans.error = f"conflicting answers in one response ({inner})"
+                # no place, but the object still carries its checklist (Table 11 counts it, as the release's
+                # chain_compliance.py does every JSON object holding an evidence object)
+                ans.evidence = _evidence({str(k).strip().lower(): v for k, v in obj.items()})
                 return ans
             places.append(_place_fields(obj))
         if sc and (best is None or sc > best[0] or (sc == best[0] and method == "json" and best[2] != "json")):

@@ -317,46 +317,50 @@ class Gazetteer:
         Raises
         ------
         FileNotFoundError
-            If ``sites.csv`` or ``city_pool.csv`` is missing (message names the path).
-        ValueError
-            On a row with a bad number (message names file, line and column).
+            If ``sites.csv`` is missing (message names the path).
+
+        The folder may be any the campaign plans from (:func:`geoagent.sandbox.launch.campaign_release_dir`: a
+        crawl's export, a hand-made folder, a release checkout whose files are under ``data/``), read as :func:`geoagent.data.importer.import_release` reads it: a
+        byte-order mark is no part of the header, ``landmark``/``qid`` are optional, a row without a site, city
+        or name, or with a coordinate or distance that is not a finite number is skipped (the importer reports
+        it); without ``city_pool.csv`` each city of ``sites.csv`` is placed at the mean of its sites.
         """
         root = Path(release_dir)
-        for name in ("sites.csv", "city_pool.csv"):
-            if not (root / name).is_file():
-                raise paths.missing_release_error(root, root / name)
+        if not (root / "sites.csv").is_file() and (root / "data" / "sites.csv").is_file():
+            root = root / "data"  # a checkout of the release repository, as the importer reads it
+        if not (root / "sites.csv").is_file():
+            raise paths.missing_release_error(root, root / "sites.csv")
         gaz = cls()
 
-        def num(row: dict[str, str], col: str, where: str) -> float:
+        def num(row: dict[str, str], col: str) -> float | None:
             try:
-                return float(row[col])
+                x = float(row[col])
             except (KeyError, TypeError, ValueError):
-                raise ValueError(f"{where}: column {col!r} is not a number: {row.get(col)!r}") from None
+                return None
+            return x if math.isfinite(x) else None
 
-        with open(root / "city_pool.csv", newline="", encoding="utf-8") as fh:
-            for i, row in enumerate(csv.DictReader(fh), start=2):
-                where = f"{root / 'city_pool.csv'}:{i}"
-                name = (row.get("city") or "").strip()
-                if not name:
-                    raise ValueError(f"{where}: empty city")
-                gaz.add(
-                    GazetteerEntry(
-                        qid=f"Q{9_100_000_000 + i}",
-                        labels={"en": name},
-                        lat=num(row, "lat", where),
-                        lon=num(row, "lon", where),
-                        kind="city",
-                        city=name,
-                        description=f"city in {row.get('country', '').strip()} (release screening centre)",
-                        sitelinks=1000,
-                    )
-                )
+        def city_entry(i: int, name: str, lat: float, lon: float, country: str, where: str) -> GazetteerEntry:
+            return GazetteerEntry(qid=f"Q{9_100_000_000 + i}", labels={"en": name}, lat=lat, lon=lon, kind="city",
+                                  city=name, description=f"city in {country} ({where})", sitelinks=1000)
+
+        pool = root / "city_pool.csv"
+        if pool.is_file():
+            with open(pool, newline="", encoding="utf-8-sig") as fh:
+                for i, row in enumerate(csv.DictReader(fh), start=2):
+                    name = (row.get("city") or "").strip()
+                    lat, lon = num(row, "lat"), num(row, "lon")
+                    if not name or lat is None or lon is None or not (-90 <= lat <= 90 and -180 <= lon <= 180):
+                        continue
+                    gaz.add(city_entry(i, name, lat, lon, (row.get("country") or "").strip(),
+                                       "release screening centre"))
         sites: dict[str, tuple[float, float, str]] = {}
-        with open(root / "sites.csv", newline="", encoding="utf-8") as fh:
-            for i, row in enumerate(csv.DictReader(fh), start=2):
-                where = f"{root / 'sites.csv'}:{i}"
-                lat, lon = num(row, "lat", where), num(row, "lon", where)
-                site, city, name = row["site"].strip(), row["city"].strip(), row["landmark"].strip()
+        with open(root / "sites.csv", newline="", encoding="utf-8-sig") as fh:
+            for row in csv.DictReader(fh):
+                lat, lon = num(row, "lat"), num(row, "lon")
+                site, city = (row.get("site") or "").strip(), (row.get("city") or "").strip()
+                name = (row.get("landmark") or "").strip()
+                if not site or not city or lat is None or lon is None or not (-90 <= lat <= 90 and -180 <= lon <= 180):
+                    continue
                 sites[site] = (lat, lon, city)
                 qid = (row.get("qid") or "").strip()
                 if not (qid[:1] == "Q" and qid[1:].isdigit()) or not name:
@@ -379,20 +383,29 @@ class Gazetteer:
                         sitelinks=sitelinks,
                     )
                 )
+        if not pool.is_file():  # no screening centres: each city at the mean of its sites (docstring)
+            by_city: dict[str, list[tuple[float, float]]] = {}
+            for lat, lon, city in sites.values():
+                by_city.setdefault(city, []).append((lat, lon))
+            for i, city in enumerate(sorted(by_city), start=2):
+                pts = by_city[city]
+                gaz.add(city_entry(i, city, sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts), "",
+                                   "mean of its sites: the folder has no city_pool.csv"))
         if include_ladders and (root / "ladders").is_dir():
             for path in sorted((root / "ladders").glob("*.csv")):
                 site = path.name.split("_ladder")[0]
                 if site not in sites:
                     continue
                 s_lat, s_lon, city = sites[site]
-                with open(path, newline="", encoding="utf-8") as fh:
-                    for i, row in enumerate(csv.DictReader(fh), start=2):
-                        where = f"{path}:{i}"
+                with open(path, newline="", encoding="utf-8-sig") as fh:
+                    for row in csv.DictReader(fh):
                         qid = (row.get("qid") or "").strip()
                         name_en = (row.get("name_en") or "").strip()
                         if not (qid[:1] == "Q" and qid[1:].isdigit()) or not name_en or gaz.get(qid):
                             continue
-                        dist_km = num(row, "dist_km", where)
+                        dist_km = num(row, "dist_km")
+                        if dist_km is None or dist_km < 0:
+                            continue
                         lat, lon = destination_point(s_lat, s_lon, seeded_bearing_deg(seed, site, qid), dist_km)
                         labels = {"en": name_en}
                         if (row.get("name_zh") or "").strip():
