@@ -446,6 +446,13 @@ def is_complete(queues: dict[str, QueueCounts], superseded: dict[str, int] | Non
     return bool(queues) and all(not (c.ready or c.leased or c.dead - aside.get(e, 0)) for e, c in queues.items())
 
 
+#: what a queue's ``leased`` count (and the live display's ``leased`` column) is: not calls on the wire. A stage
+#: leases more than it sends at once (the model caller up to 1.5 x each model's ``concurrency``, README "Workers"),
+#: so 24 leased next to two models of concurrency 8 is no broken limit: the HTTP layer sends at most 8 of each
+LEASED_MEANS = ("leased: taken by a process, being handled or waiting for a slot; a model's leased requests may "
+                "outnumber its concurrency, at most that many are sent at once")
+
+
 def format_status(st: dict[str, Any]) -> str:
     """Human-readable status text (plain, so it can be piped or logged)."""
     lines = [f"campaign {st['campaign']}"]
@@ -463,6 +470,10 @@ def format_status(st: dict[str, Any]) -> str:
         if st.get("stages"):
             lines.append("  stages (input edge -> output edge): " + "; ".join(
                 f"{name} ({src} -> {dst or '-'})" for name, src, dst in st["stages"]))
+    if st["queues"]:
+        # the queues (and the spend below) count every run; the stage lines further down the last run's only
+        leased = any(c.leased for c in st["queues"].values())
+        lines.append("  queues, every run of the campaign" + (f" ({LEASED_MEANS}):" if leased else ":"))
     for edge, c in st["queues"].items():
         aside = (st.get("superseded") or {}).get(edge, 0)
         lines.append(f"  {edge:>16}: ready {c.ready:>7}  leased {c.leased:>5}  done {c.done:>8}  dead {c.dead:>5}"
@@ -531,6 +542,9 @@ def format_status(st: dict[str, Any]) -> str:
         error_label = ("earlier error (resolved: every task completed since)" if complete
                        else "last error")
         over = ended or running is False  # the figures are as the run left them: no idle time, no live rate
+        which = "last run" if over else "this run"
+        if p.get("stages"):
+            lines.append(f"    stages, {which} only (the queue counts and calls above cover every run of the campaign):")
         for sd in p.get("stages", []):
             pids, live = sd.get("pids") or [], sd.get("rate_pids") or []
             shared = ""  # a stage run by several processes: counts of all, rate of the running ones
@@ -546,7 +560,7 @@ def format_status(st: dict[str, Any]) -> str:
             lanes = sd.get("lanes")
             if isinstance(lanes, dict) and lanes:  # several models: which one is slow (no live rate once over)
                 # "left": the model's tasks still queued (the ETA times them by the model's own rate)
-                lines.append("      per model: " + ", ".join(
+                lines.append(f"      per model ({which}): " + ", ".join(
                     f"{k} " + ("" if over else f"{float(v.get('rate_per_s') or 0.0):.2f}/s ") + f"done {v.get('done')}"
                     + (f" left {v['left']}" if not over and v.get("left") is not None else "")
                     for k, v in lanes.items() if isinstance(v, dict)))
@@ -598,7 +612,7 @@ def format_status(st: dict[str, Any]) -> str:
 
 def idle_note(sd: dict[str, Any], counts: dict[str, QueueCounts]) -> str:
     """Beside a stage's rate in ``status``: ``"idle: nothing completed for N s although K task(s) are ready on
-    E"`` (or ``... K task(s) are in flight``: stalled) or ``"idle: nothing completed for N s (nothing ready on E:
+    E"`` (or ``... K task(s) are leased (being worked on or waiting for a slot)``: stalled) or ``"idle: nothing completed for N s (nothing ready on E:
     waiting for upstream work)"`` (starved) when the stage record's ``idle_s`` has reached its ``stall_after_s``
     (:meth:`geoagent.runtime.worker.StageStats.stall_after_s`); ``""`` while it completes work, when finished, or
     for a record without ``idle_s``. ``counts``: edge -> QueueCounts now. The rate beside it falls meanwhile
@@ -612,7 +626,7 @@ def idle_note(sd: dict[str, Any], counts: dict[str, QueueCounts]) -> str:
     if ready:
         return f"{head} although {ready} task(s) are ready on {edge}"
     if int(sd.get("in_flight") or 0):
-        return f"{head} although {int(sd['in_flight'])} task(s) are in flight"
+        return f"{head} although {int(sd['in_flight'])} task(s) are leased (being worked on or waiting for a slot)"
     return f"{head} (nothing ready on {edge}: waiting for upstream work)"
 
 
@@ -761,7 +775,7 @@ def format_eta(progress: dict[str, Any]) -> str:
     when no stage has a measured rate yet; ``"unknown while waiting for host H (model M)"`` (or ``(stage S)``;
     several joined by ``and``) while a watch-mode run holds work for an unreachable host (the record's
     ``eta_waiting``, :func:`geoagent.runtime.progress.eta_waits`); ``"unknown: stage S has completed nothing for N s
-    with K task(s) ready on E"`` (or ``K task(s) in flight``; several joined by ``;``) while a stage with work ready
+    with K task(s) ready on E"`` (or ``K task(s) leased``; several joined by ``;``) while a stage with work ready
     is stalled (the record's ``eta_stalled``, :func:`geoagent.runtime.progress.stalled_stages`): its rate is old,
     so no time is given from it. A record of a ``--stages`` process (``eta_scope`` lists its
     stages) says that its ETA covers only those stages, over the work still upstream of them too; a record merged
@@ -786,7 +800,7 @@ def format_eta(progress: dict[str, Any]) -> str:
         return "unknown: " + "; ".join(
             f"stage {s.get('stage')} has completed nothing for {float(s.get('idle_s') or 0.0):.0f} s with "
             + (f"{s['ready']} task(s) ready on {s.get('input_edge')}" if s.get("ready")
-               else f"{s.get('in_flight')} task(s) in flight") for s in stalled) + covers
+               else f"{s.get('in_flight')} task(s) leased") for s in stalled) + covers
     if eta is None:
         return "unknown (no rate measured yet for a stage with work ahead)" + covers
     stage = progress.get("eta_stage")

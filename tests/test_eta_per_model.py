@@ -82,7 +82,7 @@ def test_status_per_model_line_shows_each_model_s_tasks_left(tmp_path):
     st = {"campaign": "c", "queues": {"requests": QueueCounts(ready=180)}, "spend": None, "progress": rec,
           "dead": {}, "running": True}
     text = format_status(st)
-    line = next(ln for ln in text.splitlines() if "per model:" in ln)
+    line = next(ln for ln in text.splitlines() if "per model (this run):" in ln)
     assert "fake-gpt" in line and "left 180" in line and "sim-a" in line and "left 0" in line, line
 
 

@@ -91,6 +91,7 @@ def test_built_trials_line_explains_unmatched_decoys():
 
     class Plan:  # the attributes summary_lines reads from a plan
         import_report = type("IR", (), {"imported": {"x": 1}, "issues": []})()
+        import_counts = "1 site"
         duplicate_notes: list = []
         build_report = BuildReport(unmatched_decoys=4)
 

@@ -97,7 +97,7 @@ def test_a_slow_model_does_not_hold_back_a_fast_one_in_one_stage(tmp_path, monke
     assert live, "no progress record with per-model rates while both models ran"
     assert all(ln["a"]["rate_per_s"] > 3 * ln["b"]["rate_per_s"] > 0 for ln in live[-3:]), live[-3:]
     text = format_status(campaign_status(cfg))
-    assert f"per model: a done 150, b done {len(b)}" in text, text
+    assert f"per model (last run): a done 150, b done {len(b)}" in text, text
 
 
 def load_config_quiet(path):

@@ -124,6 +124,36 @@ def missing_work(cfg: Any) -> list[dict[str, Any]]:
     return out
 
 
+#: what a run's status says left work queued (:func:`scoring_left_line`), as GeoHint's summary words it
+_STOPS_LEAVING_WORK = {"interrupted": "the interrupt", "budget exhausted": "the budget stop"}
+
+
+def scoring_left_line(outcome: Any) -> str | None:
+    """What a stop left queued past the parser, from the engine's ``Outcome`` (its ``status``, ``counts``: queue
+    counts by edge at the end of the run, ``own_stages``), or None when nothing was (or the run was not stopped):
+    e.g. ``"1 parsed answer not scored yet and 2 scored answers not aggregated yet: left queued by the interrupt;
+    re-run the same command to finish (no new model call)."`` Left = ready + leased on the scorer's input edge
+    (``answers``) and on the aggregator's (``scored``); a ``--stages`` process counts only the edges its own stages
+    read. The engine's lines name requests not sent and answers not parsed; the summary showed ``scored: ready 2``
+    in the queue table and no line about it (GeoHint's summary had one)."""
+    left_by = _STOPS_LEAVING_WORK.get(str(getattr(outcome, "status", "")))
+    if not left_by:
+        return None
+    counts = getattr(outcome, "counts", None) or {}
+    own = getattr(outcome, "own_stages", None) or []
+
+    def left(edge: str, stage: str) -> int:
+        c = counts.get(edge)
+        return int(c.ready + c.leased) if c is not None and (not own or stage in own) else 0
+
+    parsed, scored = left(C.EDGE_ANSWERS, C.STAGE_SCORER), left(C.EDGE_SCORED, C.STAGE_AGGREGATOR)
+    parts = ([f"{count_text(parsed, 'parsed answer')} not scored yet"] if parsed else []) + (
+        [f"{count_text(scored, 'scored answer')} not aggregated yet"] if scored else [])
+    if not parts:
+        return None
+    return f"{' and '.join(parts)}: left queued by {left_by}; re-run the same command to finish (no new model call)."
+
+
 class GeoVerifyCampaign(CampaignKind):
     """GeoVerify (seed 000 Sec. 5): claim verification scored with signal detection theory."""
 
@@ -331,7 +361,7 @@ class GeoVerifyCampaign(CampaignKind):
         plan = getattr(self, "_plan", None)
         if plan is not None:
             issues = plan.import_report.issues
-            lines.append(f"  release import: {sum(plan.import_report.imported.values())} rows, "
+            lines.append(f"  release import: {plan.import_counts or sum(plan.import_report.imported.values())}; "
                          f"{len(issues)} malformed (details: table meta, key 'import_report', "
                          f"in {data_db_path(cfg.name, cfg.state_root())})" + (":" if issues else ""))
             # the first few in full (file:line: reason), so a file refused whole (a repeated or missing header
@@ -349,11 +379,14 @@ class GeoVerifyCampaign(CampaignKind):
             if plan.build_report is not None:
                 br = plan.build_report
                 lines.append(f"  built trials per band (main arm): {mapping_text(br.per_band())}; images without signal "
-                             f"{br.images_without_signal}; unmatched decoys {br.unmatched_decoys} (drawn from any "
-                             "referenceability tier: none of their band was within one tier of the image's signal "
-                             "candidates)")
+                             f"{br.images_without_signal}; unmatched decoys {br.unmatched_decoys}"
+                             # the why only for decoys there are (it read as a finding with n_per_band = 0)
+                             + (" (drawn from any referenceability tier: none of their band was within one tier of "
+                                "the image's signal candidates)" if br.unmatched_decoys else ""))
+        later = scoring_left_line(outcome)
+        left = [f"  {later}"] if later else []
         if not scores:
-            return [*lines, "  GeoVerify: no scored responses"]
+            return [*lines, "  GeoVerify: no scored responses", *left]
         for name, sc in scores.items():
             near = sc.bands[0].d_prime if sc.bands else math.nan
             cut = total(sc.truncation or {})
@@ -380,7 +413,7 @@ class GeoVerifyCampaign(CampaignKind):
         small = small_n_warnings(scores)
         if small:
             lines += [f"  {w}" for w in [small_n_note(scores), *small]]
-        return lines
+        return [*lines, *left]
 
 
 def _simulated(cfg: Any, ctx: StageContext) -> list[str]:

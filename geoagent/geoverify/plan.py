@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from geoagent.data.importer import ImportReport, Release, import_release
+from geoagent.data.importer import ImportReport, Release, import_counts_text, import_release
 from geoagent.data.model import ARM_MAIN, BLANK_IMAGE_REF, VerifyTrial
 from geoagent.data.store import DataStore
 from geoagent.geoverify.prompt import load_template
@@ -59,6 +59,8 @@ class CampaignPlan:
     per_model: dict[str, int] = field(default_factory=dict)
     duplicate_notes: list[str] = field(default_factory=list)
     images: MissingImages | None = None
+    #: the summary's count of what the import read (:func:`geoagent.data.importer.import_counts_text`)
+    import_counts: str = ""
 
 
 def unique_trials(
@@ -266,7 +268,10 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
             kept.append((key, payload))
             per_model[payload["model"]] = per_model.get(payload["model"], 0) + 1
     images = image_tally(kept, [*trials, *replay_trials], s.image_root)
-    return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes, images)
+    # the recorded responses count only where a replay model answers from them (the release's trials)
+    raw_used = s.trials != "build" and any(m.provider == "replay" for m in cfg.models)
+    return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes, images,
+                        import_counts_text(release, raw_used=raw_used))
 
 
 #: config key of GeoVerify's image folder (named in messages)

@@ -723,8 +723,9 @@ def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
     cells = [agg.select(condition=condition, tier=t, band=b).echo_n for t in TIERS_ORDER for b in BANDS]
     total_c = agg.select(condition=condition)
     n_sites = sum(1 for x in agg.site_cells(condition=condition).values() if x.echo_n)
-    pooled = (f"All models pooled ({count_text(len(agg.models), 'model')}: {', '.join(agg.models)}): "
-              f"{count_text(total_c.echo_n, 'response')} with an echo verdict from {count_text(n_sites, 'site')}; {min(cells, default=0)} to {max(cells, default=0)} per tier "
+    who = (f"All models pooled ({count_text(len(agg.models), 'model')}: {', '.join(agg.models)})"
+           if len(agg.models) > 1 else "M" + models_pooled_text(agg.models)[1:])
+    pooled = (f"{who}: {count_text(total_c.echo_n, 'response')} with an echo verdict from {count_text(n_sites, 'site')}; {min(cells, default=0)} to {max(cells, default=0)} per tier "
               f"and band cell. No interval: see Table 1 for site-bootstrap intervals per model.")
     return Table(
         "table4",
@@ -1457,6 +1458,23 @@ def fig2_sites_note(agg: GeoHintAggregator, condition: str = "forced", baseline:
     return text + (f" (here {'; '.join(flagged)})" if flagged else "")
 
 
+def models_pooled_text(models: Sequence[str]) -> str:
+    """The figures' and captions' words for the models behind pooled figures: ``"model m-a"`` for one (nothing is
+    pooled), ``"3 models pooled"`` for several, ``"no model"`` for none."""
+    models = list(models)
+    if not models:
+        return "no model"
+    return f"model {models[0]}" if len(models) == 1 else f"{len(models)} models pooled"
+
+
+def _fit_title(ax, lines: Sequence[str], *, width_chars: int) -> None:
+    """Set ``ax``'s title (9 pt) from ``lines``, each wrapped at ``width_chars`` characters, so that no line runs
+    past the figure's edges (a figure 5.5 in wide holds about 75 characters of 9 pt text)."""
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.fill(line, width_chars) for line in lines if line), fontsize=9)
+
+
 def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline",
                        *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None,
                        n_boot_source: str = N_BOOT_KEY):
@@ -1489,9 +1507,11 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     ax.set_xlabel("distance from the site to the reference point")
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
-    bars = (f"error bars: 95 % site-bootstrap intervals, {n_boot} resamples; none from < {BOOT_MIN_SITES} sites, "
-            f"few-cluster from < 10" if n_boot else f"no error bars: {no_boot_setting(n_boot_source)}")
-    ax.set_title(f"Hit rate by band, {condition}, {count_text(len(agg.models), 'model')} pooled\n({bars})", fontsize=9)
+    # the subtitle wrapped to the figure's width (it ran past both edges); report.md's caption has the whole rule
+    bars = (f"error bars: 95 % site-bootstrap intervals ({n_boot} resamples); none from fewer than {BOOT_MIN_SITES} "
+            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if n_boot
+            else f"no error bars: {no_boot_setting(n_boot_source)}")
+    _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(agg.models)}", f"({bars})"], width_chars=70)
     ax.legend(fontsize=8)
     _figure_note(fig, note)
     return fig
@@ -1507,9 +1527,11 @@ def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, no
     """Fig. 3: echo rate (%) heatmap, referenceability tier x distance band; ``note`` as in
     :func:`hit_by_band_figure`. Returns a matplotlib ``Figure`` (not saved)."""
     grid = np.array([[agg.select(condition=condition, tier=t, band=b).echo_rate * 100 for b in BANDS] for t in TIERS_ORDER])
-    fig, ax = _new_figure((5, 3.5))
+    # sized to the number of band columns (about 1.5 in each, plus the tier labels and the colour bar), cells
+    # not forced square: at 5 in the band tick labels ran into each other ("0.5–1.5 km1.5–3.0 km")
+    fig, ax = _new_figure((2.2 + 1.5 * len(BANDS), 3.5))
     vmax = max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0)
-    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=vmax)
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
     for i in range(len(TIERS_ORDER)):
         for j in range(len(BANDS)):
             v = grid[i, j]
@@ -1521,8 +1543,8 @@ def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, no
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
-    ax.set_title(f"Echo rate (%), {condition}, rule {agg.echo_rule}\n{count_text(len(agg.models), 'model')} pooled; n = answers "
-                 "with an echo verdict", fontsize=9)
+    _fit_title(ax, [f"Echo rate (%), {condition}, rule {agg.echo_rule}",
+                    f"{models_pooled_text(agg.models)}; n = answers with an echo verdict"], width_chars=70)
     fig.colorbar(im, ax=ax)
     _figure_note(fig, note)
     return fig
@@ -1721,13 +1743,13 @@ def write_report(
                            note=replay_note or None, n_boot_source=n_boot_source)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=replay_note or None)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
-               ((f"Hit rate by band per regime, all models pooled; error bars are 95 % percentile intervals from "
+               ((f"Hit rate by band per regime, {models_pooled_text(agg.models)}; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
                  f"Clopper-Pearson interval of its pooled count){fig2_sites_note(agg, condition, baseline)}")
-                if n_boot else ("Hit rate by band per regime, all models pooled; no error bars "
+                if n_boot else (f"Hit rate by band per regime, {models_pooled_text(agg.models)}; no error bars "
                                 f"({no_boot_setting(n_boot_source)})"))
                + "; the legend gives the sites and responses per line.",
-               "", f"Echo rate per tier and band, all models pooled ({count_text(len(agg.models), 'model')}); n under each value = "
+               "", f"Echo rate per tier and band, {models_pooled_text(agg.models)}; n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))
     return tables

@@ -317,30 +317,8 @@ class Progress:
 
     def _render(self, record: dict[str, Any], final: bool) -> None:
         from rich.live import Live
-        from rich.table import Table
 
-        table = Table(title=f"campaign {record['campaign']}  elapsed {record['elapsed_s']:.0f} s", expand=False)
-        for col in ("stage", "done", "in flight", "retried", "dead", "rate/s", "idle"):
-            table.add_column(col, justify="right" if col != "stage" else "left")
-        for s in record["stages"]:
-            # "idle": nothing completed for longer than the stage's stall threshold (the rate/s falls meanwhile)
-            idle = s.get("idle_s")
-            idle_text = (f"{idle:.0f} s" if idle is not None and not s.get("finished")
-                         and idle >= float(s.get("stall_after_s") or STALL_MIN_S) else "")
-            table.add_row(s["stage"], str(s["done"]), str(s["in_flight"]), str(s["failed"]), str(s["dead"]),
-                          f"{s['rate_per_s']:.2f}", idle_text)
-        spend = record.get("spend") or {}
-        caption = []
-        from geoagent.status import format_eta, format_usd, stop_reason  # status imports this module
-
-        if spend:
-            caption.append(f"spend {format_usd(spend.get('spent_usd'))} / cap {format_usd(spend.get('cap_usd'))}")
-        if not final:
-            caption.append(f"ETA {format_eta(record)}")
-        reason = stop_reason(record)
-        if reason:
-            caption.append(reason.upper() + (" - draining" if record.get("budget_stopped") else ""))
-        table.caption = "   ".join(caption)
+        table = live_table(record, final)
         if self._live is None:
             self._live = Live(table, refresh_per_second=4, transient=False)
             self._live.start()
@@ -349,6 +327,43 @@ class Progress:
         if final:
             self._live.stop()
             self._live = None
+
+
+def live_table(record: dict[str, Any], final: bool):
+    """The live display's table (a ``rich.table.Table``) of one progress record (:meth:`Progress.snapshot`).
+
+    Title: the campaign and ``this run: elapsed N s`` (every count in it is this run's; ``status`` gives the
+    campaign's totals over every run). Columns per stage: ``done``, ``leased`` (tasks the stage has taken from
+    its queue: being sent, or waiting for a model's concurrency or rate slot, so more than the models'
+    ``concurrency`` added up; it read ``in flight`` and looked like a broken limit), ``retried``, ``dead``,
+    ``rate/s`` and ``idle`` (s without a commit past the stall threshold). Caption: spend / cap, ETA (not when
+    ``final``), a stop reason, and what ``leased`` means."""
+    from rich.table import Table
+
+    from geoagent.status import format_eta, format_usd, stop_reason  # status imports this module
+
+    table = Table(title=f"campaign {record['campaign']}  this run: elapsed {record['elapsed_s']:.0f} s", expand=False)
+    for col in ("stage", "done", "leased", "retried", "dead", "rate/s", "idle"):
+        table.add_column(col, justify="right" if col != "stage" else "left")
+    for s in record["stages"]:
+        # "idle": nothing completed for longer than the stage's stall threshold (the rate/s falls meanwhile)
+        idle = s.get("idle_s")
+        idle_text = (f"{idle:.0f} s" if idle is not None and not s.get("finished")
+                     and idle >= float(s.get("stall_after_s") or STALL_MIN_S) else "")
+        table.add_row(s["stage"], str(s["done"]), str(s["in_flight"]), str(s["failed"]), str(s["dead"]),
+                      f"{s['rate_per_s']:.2f}", idle_text)
+    spend = record.get("spend") or {}
+    caption = []
+    if spend:
+        caption.append(f"spend {format_usd(spend.get('spent_usd'))} / cap {format_usd(spend.get('cap_usd'))}")
+    if not final:
+        caption.append(f"ETA {format_eta(record)}")
+    reason = stop_reason(record)
+    if reason:
+        caption.append(reason.upper() + (" - draining" if record.get("budget_stopped") else ""))
+    caption.append("leased: being sent, or waiting for a model's concurrency or rate slot")
+    table.caption = "   ".join(caption)
+    return table
 
 
 def stage_host_waits(stage: Any) -> list[dict[str, Any]]:
