@@ -984,10 +984,6 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
     return out
 
 
-def _rate(xs: list[bool]) -> float:
-    return sum(bool(x) for x in xs) / len(xs) if xs else float("nan")
-
-
 def table_paired(
     agg: GeoHintAggregator,
     treatment: str,
