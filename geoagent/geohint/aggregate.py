@@ -104,6 +104,7 @@ from geoagent.data.model import LADDER_BAND_LABELS
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, check_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
 from geoagent.geohint.result import GeoHintResult
+from geoagent.geohint.release_rows import release_lang
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
 from geoagent.scoring.regime import DEFAULT_THRESHOLD, UNDETERMINED, assign_regimes, check_threshold
 from geoagent.scoring.regression import ClusterOLS, usable_for_slope
@@ -245,7 +246,9 @@ class Cell:
 
 def pair_lang(r: GeoHintResult) -> str:
     """The prompt language of ``r`` for the strictly paired key: ``extra["lang"]`` (release imports carry the
-    release's ``lang`` column) stripped and lower-cased, else :data:`DEFAULT_LANG` (campaign prompts are English).
+    release's ``lang`` column) as the release writes it (:func:`geoagent.geohint.release_rows.release_lang`: case
+    and spaces kept, "EN" and "en" are two languages, as in the release's scripts and the request identity), else
+    :data:`DEFAULT_LANG` (campaign prompts are English).
 
     Source: seed 000 Sec. 6.3.1 and 6.3.2 pair "same site, same image, same model, same language, same reference
     point", and the release's ``analysis/mitigation_results.py`` / ``chain_results.py`` / ``cluster_inference.py``
@@ -253,8 +256,7 @@ def pair_lang(r: GeoHintResult) -> str:
     another (before session 12 the key left ``lang`` out, so an English forced answer paired with a Chinese
     forced_warn answer of the same item, and two languages of one item and condition took one slot)."""
     lang = r.extra.get("lang") if isinstance(r.extra, dict) else None
-    lang = str(lang).strip().lower() if lang is not None else ""
-    return lang or DEFAULT_LANG
+    return release_lang(lang) or DEFAULT_LANG
 
 
 @dataclass(slots=True)

@@ -61,6 +61,15 @@ def _readable_repeat(v: Any) -> int | None:
     return None
 
 
+def release_lang(v: Any) -> str:
+    """A row's prompt language ``lang`` as the release writes it: the text as is (case and spaces kept), ``""``
+    when absent. The one spelling rule of the request identity (:func:`request_identity`), both import routes and
+    the strict pairing (:func:`geoagent.geohint.aggregate.pair_lang`): the release's analysis scripts key
+    ``[site, path, model, lang, context]`` on the column as read, so "EN", "en" and " en" are three languages
+    there (seed 000 says only "same language")."""
+    return "" if v is None else str(v)
+
+
 def _absent(v: Any) -> bool:
     return v is None or (isinstance(v, str) and not v.strip())
 
@@ -108,7 +117,7 @@ def request_identity(res: GeoHintResult) -> tuple[Any, ...]:
     bad = extra.get("repeat_unreadable")
     repeat: Any = res.repeat if bad is None else ("unreadable", bad)
     return (res.site, res.image_id, res.model, res.schema, res.tier, res.band, res.ref_qid, repeat,
-            extra.get("lang"), repr(extra.get("light")), repr(extra.get("hour")))
+            release_lang(extra.get("lang")), repr(extra.get("light")), repr(extra.get("hour")))
 
 
 def incomplete_reason(res: GeoHintResult) -> str | None:
