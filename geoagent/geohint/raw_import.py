@@ -125,7 +125,7 @@ def _row(d: Mapping[str, Any], path: Path, line: int) -> GeoHintResult:
         hit=None,
         source="release",
         extra={"line": line, "lang": release_lang(d.get("lang")), "finish_reason": _finish_reason(d.get("usage")),
-               "parse_method": ans.method, "parse_error": ans.error, "truncated": ans.truncated,
+               "parse_method": ans.method, "evidence_slots": ans.evidence_slots, "parse_error": ans.error, "truncated": ans.truncated,
                "not_geocoded": NOT_GEOCODED, "light": d.get("condition"), "hour": d.get("hour"), "raw": ans.raw},
     )
     bad_repeat = unreadable_repeat(d.get("repeat"))
