@@ -243,6 +243,16 @@ class CampaignSection(_Section):
         return name
 
 
+def expand_home(v: str | None) -> str | None:
+    """A config path value with a leading ``~`` (or ``~user``) expanded to the home folder, as a shell does; None or
+    empty unchanged. The one rule for every path key of a campaign file (``[paths]``, ``models[].replay.path``,
+    ``[geohint] release_dir / prompts_dir / image_root``, ``[geoverify] release_dir / prompt_template /
+    image_root``, ``[geohint.geocoder] cache_path``, ``[crawl.image_audit] human_verdicts``), applied when the
+    config is read, so every reader sees the same folder (before, only ``[paths]`` and the sandbox launch expanded
+    it: a campaign's own import looked for ``./~/...``). Relative paths stay relative (to the working directory)."""
+    return os.path.expanduser(v) if v else v
+
+
 class PathsSection(_Section):
     """``[paths]``: data roots. The environment (``GEOAGENT_QUEUES``/``_STATE``/``_RELEASE``) overrides these."""
 
@@ -256,7 +266,7 @@ class PathsSection(_Section):
         # "~/geo-state" is the home folder, as in a shell: taken literally it made a folder named "~" in the
         # working directory (which `rm -rf ~` would then "clean up"), while Polars, expanding it, wrote the
         # exports elsewhere and failed
-        return os.path.expanduser(v) if v else v
+        return expand_home(v)
 
 
 class BudgetSection(_Section):
@@ -294,6 +304,11 @@ class ReplaySection(_Section):
     text_field: str = "text"
     #: record field holding the token usage; ``""`` reads input/output tokens from the record's top level
     usage_field: str = "usage"
+
+    @field_validator("path")
+    @classmethod
+    def _home(cls, v: str | None) -> str | None:
+        return expand_home(v)
 
 
 def _check_connect_timeout(connect_timeout_s: float | None, timeout_s: float) -> None:

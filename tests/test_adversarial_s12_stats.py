@@ -100,7 +100,7 @@ def test_table11_evidence_share_counts_every_response_as_the_paper_and_release_d
     ])
     row = dict(zip(table11(agg).columns, table11(agg).rows[0]))
     # by hand (chain_compliance.py: with_ev / n over every response): 2 of 4; before: 2 of 3 parsed
-    assert row["n"] == 4 and row["Unparsed"] == 1
+    assert row["n"] == 4 and row["Unparseable"] == 1
     assert row["Evidence"] == pytest.approx(2 / 4)
     # the "not visible" shares run over the slots of the responses that parsed (unchanged): vegetation 1 of 2
     assert row["Veg."] == pytest.approx(0.5) and row["Arch."] == 0.0

@@ -89,10 +89,10 @@ class KnowsNames(Provider):
 
 
 def test_hint_name_order():
-    assert hint_name("Stadion metro station", "體育場站", "体育场站") == "Stadion metro station"
-    assert hint_name(None, "Edificio Prueba", "大厦") == "Edificio Prueba"
-    assert hint_name("  ", "Q111721634", "曼努埃尔大厦") == "曼努埃尔大厦"
-    assert hint_name(None, "Q111721634", None) is None
+    assert hint_name("Stadion metro station", "體育場站", "体育场站", qid="Q1") == "Stadion metro station"
+    assert hint_name(None, "Edificio Prueba", "大厦", qid="Q1") == "Edificio Prueba"
+    assert hint_name("  ", "Q111721634", "曼努埃尔大厦", qid="Q111721634") == "曼努埃尔大厦"
+    assert hint_name(None, "Q111721634", None, qid="Q111721634") is None
 
 
 def test_non_english_labels_reach_the_ladder(tmp_path: Path):

@@ -58,9 +58,10 @@ def test_two_languages_of_one_item_are_two_pairs():
 
 def test_a_missing_language_is_english():
     """A campaign answer carries no ``lang``: every campaign prompt is English, so it pairs with a release row
-    whose ``lang`` is ``en`` (and takes the same slot for the same repeat)."""
+    whose ``lang`` is ``en`` (and takes the same slot for the same repeat). The spelling is the release's, as
+    written ("EN " is another language: tests/test_lang_spelling_one_rule.py)."""
     agg = GeoHintAggregator()
-    agg.add_many([_r("a", "forced", True, lang=None), _r("b", "forced_warn", False, lang="EN ")])
+    agg.add_many([_r("a", "forced", True, lang=None), _r("b", "forced_warn", False, lang="en")])
     assert len(agg.paired("forced_warn", "forced")) == 1
 
 

@@ -78,7 +78,7 @@ def test_fixture_table11_by_hand(release):
     # response, the paper's 2799 with its 2 unparseable ones); 2 parsed, both with evidence; 2 unparsed (3, 6), so
     # 2 of the 4 responses carry an evidence object (the paper's and the release's denominator: every response);
     # vegetation and script "not visible" in 1 of 2 slots each
-    assert len(t.rows) == 1 and row["Model"] == "m" and row["n"] == 4 and row["Unparsed"] == 2
+    assert len(t.rows) == 1 and row["Model"] == "m" and row["n"] == 4 and row["Unparseable"] == 2
     assert row["Evidence"] == pytest.approx(2 / 4)
     assert tuple(row[c] for c in CATS) == (0.0, 0.5, 0.0, 0.5, 0.0)
 
@@ -141,10 +141,10 @@ def test_real_sample_table11_by_hand(release_dir):
     # by hand from the 7 lines: claude-haiku-4-5 lines 1-6, every one with a 5-slot evidence object; "not
     # visible": language on lines 3, 4, 5, vegetation on line 5. qwen3-vl-235b line 7: language "not visible"
     c = t["claude-haiku-4-5"]
-    assert (c["n"], c["Evidence"], c["Unparsed"]) == (6, 1.0, 0)
+    assert (c["n"], c["Evidence"], c["Unparseable"]) == (6, 1.0, 0)
     assert tuple(c[k] for k in CATS) == pytest.approx((0.0, 1 / 6, 0.0, 3 / 6, 0.0))
     q = t["qwen3-vl-235b"]
-    assert (q["n"], q["Evidence"], q["Unparsed"]) == (1, 1.0, 0)
+    assert (q["n"], q["Evidence"], q["Unparseable"]) == (1, 1.0, 0)
     assert tuple(q[k] for k in CATS) == (0.0, 0.0, 0.0, 1.0, 0.0)
 
 

@@ -31,7 +31,7 @@ def test_table11_counts_answers_left_out_for_want_of_a_hint_distance():
     assert [r[0] for r in t.rows] == ["m"]
     row = dict(zip(t.columns, t.rows[0]))
     # by hand: 2 answers, both parsed with an evidence object; vegetation 1 of 2 slots "not visible", script 1 of 2
-    assert row["n"] == 2 and row["Evidence"] == 1.0 and row["Unparsed"] == 0
+    assert row["n"] == 2 and row["Evidence"] == 1.0 and row["Unparseable"] == 0
     assert (row["Infra."], row["Veg."], row["Arch."], row["Script"], row["Terrain"]) == (0.0, 0.5, 0.0, 0.5, 0.0)
     assert "not in the site's ladder" in t.notes and "2799" in t.notes
 
@@ -44,7 +44,7 @@ def test_table11_pools_the_no_context_variant():
     row = dict(zip(table11(agg).columns, table11(agg).rows[0]))
     # by hand: 3 answers, 2 parsed (both with evidence), 1 unparsed: 2 of the 3 answers carry an evidence object
     # (the paper's "share of responses", over every response); terrain 1 of 2 slots "not visible"
-    assert row["n"] == 3 and row["Evidence"] == 2 / 3 and row["Unparsed"] == 1
+    assert row["n"] == 3 and row["Evidence"] == 2 / 3 and row["Unparseable"] == 1
     assert (row["Veg."], row["Terrain"]) == (0.0, 0.5)
 
 
@@ -58,7 +58,7 @@ def test_table11_notes_count_no_answers_of_the_no_context_variant():
     # the no answer is a response of the paper's n ("every forced_chain response", 2 of 2799 unparseable; seed 000
     # Sec. 6.3.2): n 2, unparsed 1, evidence in 1 of 2 (was n 1: left out)
     row = dict(zip(t.columns, t.rows[0]))
-    assert (row["n"], row["Unparsed"], row["Evidence"]) == (2, 1, 0.5)
+    assert (row["n"], row["Unparseable"], row["Evidence"]) == (2, 1, 0.5)
     assert "n counts 1 response cut off at the output-token limit with nothing parsed" in t.notes
 
 

@@ -40,8 +40,9 @@ def test_table11_counts_the_evidence_of_an_unparsed_response(release, tmp_path):
     ])
     t = _table11(release, tmp_path)["m"]
     # by hand: 2 responses, both carry an evidence object (was 1 of 2: the unparsed one's was not counted);
-    # vegetation "not visible" in both slots
-    assert (t["n"], t["Unparsed"]) == ("2", "1")
+    # vegetation "not visible" in both slots; none unparseable: line 2 is a JSON object, which the release's
+    # script counts as parsed (it was "Unparsed" 1 before Table 11's column took the release's meaning)
+    assert (t["n"], t["Unparseable"]) == ("2", "0")
     assert float(t["Evidence (fraction)"]) == 1.0
     assert float(t["Veg. (fraction)"]) == 1.0 and float(t["Infra. (fraction)"]) == 0.0
 
@@ -53,8 +54,8 @@ def test_table11_n_counts_a_cut_off_response_with_nothing_parsed(release, tmp_pa
     ])
     tables = _table11(release, tmp_path)
     t = tables["m"]
-    # by hand: 2 responses (was 1), 1 with an evidence object, 1 unparsed
-    assert (t["n"], t["Unparsed"]) == ("2", "1")
+    # by hand: 2 responses (was 1), 1 with an evidence object, 1 unparseable (no JSON object)
+    assert (t["n"], t["Unparseable"]) == ("2", "1")
     assert float(t["Evidence (fraction)"]) == 0.5
     md = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "n counts 1 response cut off at the output-token limit with nothing parsed" in md

@@ -138,7 +138,7 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
         sid = rec["site"]["site"]
         coords = rec.get("coords", {})
         for r in rec["rated"]:
-            name = hint_name(r.get("name_en"), r.get("label_raw"), r.get("name_zh"))
+            name = hint_name(r.get("name_en"), r.get("label_raw"), r.get("name_zh"), qid=r.get("qid"))
             if not r.get("ok") or r.get("sensitive") or tier_for(r.get("familiarity")) is None or not name:
                 continue
             lat, lon = coords.get(r["qid"], (None, None))

@@ -128,15 +128,15 @@ def dedupe_by_qid(candidates: Iterable[RatedCandidate]) -> list[RatedCandidate]:
     return [best[q] for q in order]
 
 
-_BARE_QID = re.compile(r"Q[1-9][0-9]*")
-
-
-def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = None) -> str | None:
+def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = None, *,
+              qid: str | None) -> str | None:
     """The name a reference point is given to the model ("I took this photo near <name>"), or None.
 
     The auditor's canonical English name when it gave one (Sec. 3.3: the auditor returns a canonical English
     name for every candidate); otherwise the Wikidata label (Chinese or local-language when the item has no
-    English one, :data:`geoagent.clients.wdqs.LABEL_LANGUAGES`) unless it is a bare QID, which names nothing;
+    English one, :data:`geoagent.clients.wdqs.LABEL_LANGUAGES`) unless it is the item's own id ``qid`` (WDQS's
+    answer for an item with no label in the asked languages), which names nothing (a label merely shaped like an
+    id, the Gold Coast tower "Q1", is a name: :func:`geoagent.crawl.referenceability.has_no_label`);
     otherwise the auditor's Chinese name. The release gives such a candidate a name too rather than dropping
     it (its ``audit.to_context`` falls back from the English to the Chinese name to the raw label, and its
     ``fill_missing_names`` explains why: the candidates without an English name are almost all low tier, the
@@ -147,7 +147,7 @@ def hint_name(name_en: str | None, label_raw: str | None, name_zh: str | None = 
     if en:
         return en
     raw = " ".join(str(label_raw or "").split())
-    if raw and not _BARE_QID.fullmatch(raw):
+    if raw and raw != qid:
         return raw
     zh = " ".join(str(name_zh or "").split())
     return zh or None
@@ -162,7 +162,7 @@ def eligible_candidates(candidates: Iterable[RatedCandidate], *, site_qid: str |
     for c in dedupe_by_qid(candidates):
         if not c.ok or c.sensitive or tier_for(c.familiarity) is None:
             continue
-        name = hint_name(c.name_en, c.label_raw, c.name_zh)
+        name = hint_name(c.name_en, c.label_raw, c.name_zh, qid=c.qid)
         if not name:
             continue
         if name != c.name_en:

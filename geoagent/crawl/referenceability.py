@@ -77,7 +77,6 @@ in which sites or cities completed; the per-city ratings are also in ``audit_dec
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -176,18 +175,21 @@ def merge_site_candidates(per_site: Mapping[str, Sequence[RefCandidate]]) -> lis
     return sorted(out, key=lambda c: qid_order(c.qid))
 
 
-_BARE_QID = re.compile(r"Q[1-9][0-9]*")
 #: the ``not_rated`` value of the decision record of a candidate kept out of rating (:func:`has_no_label`)
 NOT_RATED_NO_LABEL = "no_label"
 
 
 def has_no_label(c: RefCandidate) -> bool:
-    """Whether the candidate's label is a bare Wikidata id (``Q123``): WDQS's label service answers the item's
-    id when it has no label in the asked languages (:data:`geoagent.clients.wdqs.LABEL_LANGUAGES`),
-    and the WDQS client does the same for a missing label. Such a "name" tells the text-only auditor nothing (it
-    rates names, App. A.3) and cannot stand in a hint ("I took this near Q123"), so the candidate is not sent
-    for rating (:meth:`ReferenceabilityAuditor.rate_all`)."""
-    return bool(_BARE_QID.fullmatch(" ".join(str(c.label).split())))
+    """Whether the candidate has no label: its label (whitespace collapsed) is empty or the item's own Wikidata
+    id (``c.qid``). WDQS's label service answers the item's id when it has no label in the asked languages
+    (:data:`geoagent.clients.wdqs.LABEL_LANGUAGES`), and the WDQS client does the same for a missing label. Such
+    a "name" tells the text-only auditor nothing (it rates names, App. A.3) and cannot stand in a hint ("I took
+    this near Q123"), so the candidate is not sent for rating (:meth:`ReferenceabilityAuditor.rate_all`).
+
+    Compared with the item's own id, as the release's site sampler does (``scripts/00_select_sites.py``:
+    ``df[~df.name.eq(df.qid)]``; :func:`geoagent.crawl.sampler.has_no_label`), not by the shape ``Q<digits>``: a
+    place really named like an id (the Gold Coast tower "Q1") is a label."""
+    return " ".join(str(c.label).split()) in ("", c.qid)
 
 
 def fixed_batches(candidates: Sequence[RefCandidate], batch_size: int) -> list[list[RefCandidate]]:

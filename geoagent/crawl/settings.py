@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from geoagent.config import ConfigProblem
+from geoagent.config import ConfigProblem, expand_home
 from geoagent.runtime.http import HostPolicy
 
 
@@ -201,6 +201,11 @@ class ImageAuditSettings(_Section):
     temperature: float = 0.0
     #: optional CSV of human keep/exclude verdicts (columns image, human_verdict[, human_reason, ...])
     human_verdicts: str | None = None
+
+    @field_validator("human_verdicts")
+    @classmethod
+    def _home(cls, v: str | None) -> str | None:
+        return expand_home(v)  # a leading "~" is the home folder, as in [paths]
 
 
 class ReferenceabilitySettings(_Section):

@@ -104,6 +104,7 @@ from geoagent.data.model import LADDER_BAND_LABELS
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, check_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
 from geoagent.geohint.result import GeoHintResult
+from geoagent.geohint.release_rows import release_lang
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
 from geoagent.scoring.regime import DEFAULT_THRESHOLD, UNDETERMINED, assign_regimes, check_threshold
 from geoagent.scoring.regression import ClusterOLS, usable_for_slope
@@ -162,6 +163,9 @@ class Cell:
     evidence_parsed: int = 0
     slots_filled: dict[str, int] = field(default_factory=dict)
     slots_not_visible: dict[str, int] = field(default_factory=dict)
+    #: checklist answers from which no JSON object was read (:func:`no_json_object`): Table 11's Unparseable,
+    #: the paper's "2 responses out of 2799 are unparseable" (module doc)
+    n_unparseable: int = 0
 
     def add(self, r: GeoHintResult) -> None:
         self.n += 1
@@ -186,17 +190,17 @@ class Cell:
                 self.n_zero_err += 1
         if r.condition in CHECKLIST_CONDITIONS:
             self.evidence_parsed += bool(r.parse_ok)
+            self.n_unparseable += no_json_object(r)
             if r.evidence is not None:  # an evidence object, whatever else parsed (module doc)
                 self.evidence_present += 1
-                for cat in EVIDENCE_CATEGORIES:
-                    if cat in r.evidence:
-                        self.slots_filled[cat] = self.slots_filled.get(cat, 0) + 1
-                        if str(r.evidence[cat]).strip().lower().startswith(NOT_VISIBLE):
-                            self.slots_not_visible[cat] = self.slots_not_visible.get(cat, 0) + 1
+                for cat, (n_slots, n_nv) in evidence_slots(r).items():
+                    self.slots_filled[cat] = self.slots_filled.get(cat, 0) + n_slots
+                    self.slots_not_visible[cat] = self.slots_not_visible.get(cat, 0) + n_nv
 
     def merge(self, o: "Cell") -> "Cell":
         for name in ("n", "hits", "echo_n", "echoes", "n_building", "n_fine", "n_city", "n_none", "n_parse_fail",
-                     "n_zero_err", "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed"):
+                     "n_zero_err", "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed",
+                     "n_unparseable"):
             setattr(self, name, getattr(self, name) + getattr(o, name))
         self.ratios.extend(o.ratios)
         for cat, v in o.slots_filled.items():
@@ -243,9 +247,40 @@ class Cell:
         return float(np.median(self.ratios)) if self.ratios else float("nan")
 
 
+#: parser methods (:attr:`geoagent.geohint.parse.ParsedAnswer.method`) that read no JSON object from the answer
+NO_OBJECT_METHODS = frozenset({"regex", "failed"})
+
+
+def no_json_object(r: GeoHintResult) -> bool:
+    """Whether no JSON object was read from ``r``'s answer: Table 11's Unparseable. The paper's "2 responses out of
+    2799 are unparseable" and "the 2797 that parsed" (seed 000 Sec. 6.3.2) are the release's
+    ``analysis/chain_compliance.py`` count of responses with no JSON object at all (an object with no place in it
+    parsed there); before session 12 the column counted answers naming no place (``parse_ok`` False). Read from
+    the parser method (``extra["parse_method"]``, written by both import routes' raw importer and the campaign
+    scorer; :data:`NO_OBJECT_METHODS`); a stored result without it: no place parsed and no evidence object."""
+    method = r.extra.get("parse_method") if isinstance(r.extra, dict) else None
+    if isinstance(method, str) and method:
+        return method in NO_OBJECT_METHODS
+    return not r.parse_ok and r.evidence is None
+
+
+def evidence_slots(r: GeoHintResult) -> dict[str, tuple[int, int]]:
+    """Table 11's slots of ``r``'s evidence object: category -> (slots, slots answered "not visible"), every key
+    naming the category counted (``extra["evidence_slots"]``, :func:`geoagent.geohint.parse.evidence_slot_counts`,
+    as the release's ``chain_compliance.py``); a stored result without it: one slot per category of ``evidence``
+    (its first key). {} without an evidence object."""
+    counts = r.extra.get("evidence_slots") if isinstance(r.extra, dict) else None
+    if isinstance(counts, dict):
+        return {c: (int(v[0]), int(v[1])) for c, v in counts.items() if c in EVIDENCE_CATEGORIES}
+    return {c: (1, int(str(r.evidence[c]).strip().lower().startswith(NOT_VISIBLE)))
+            for c in EVIDENCE_CATEGORIES if r.evidence and c in r.evidence}
+
+
 def pair_lang(r: GeoHintResult) -> str:
     """The prompt language of ``r`` for the strictly paired key: ``extra["lang"]`` (release imports carry the
-    release's ``lang`` column) stripped and lower-cased, else :data:`DEFAULT_LANG` (campaign prompts are English).
+    release's ``lang`` column) as the release writes it (:func:`geoagent.geohint.release_rows.release_lang`: case
+    and spaces kept, "EN" and "en" are two languages, as in the release's scripts and the request identity), else
+    :data:`DEFAULT_LANG` (campaign prompts are English).
 
     Source: seed 000 Sec. 6.3.1 and 6.3.2 pair "same site, same image, same model, same language, same reference
     point", and the release's ``analysis/mitigation_results.py`` / ``chain_results.py`` / ``cluster_inference.py``
@@ -253,8 +288,7 @@ def pair_lang(r: GeoHintResult) -> str:
     another (before session 12 the key left ``lang`` out, so an English forced answer paired with a Chinese
     forced_warn answer of the same item, and two languages of one item and condition took one slot)."""
     lang = r.extra.get("lang") if isinstance(r.extra, dict) else None
-    lang = str(lang).strip().lower() if lang is not None else ""
-    return lang or DEFAULT_LANG
+    return release_lang(lang) or DEFAULT_LANG
 
 
 @dataclass(slots=True)

@@ -406,7 +406,8 @@ class GeoHintCampaign(CampaignKind):
             c = agg.select(model=m)
             cut = total({k: v for k, v in agg.truncation.items() if k[0] == m}).n_truncated if agg.truncation else 0
             out[m] = AnswerQuality(c.n + agg.n_no_answer(model=m), c.n - c.n_parse_fail, cut, TRUNCATION_SETTING,
-                                   "the report's compliance table (Unparsed) and model_responses.parquet")
+                                   "the report's compliance table (Unparseable: no JSON object) and "
+                                   "model_responses.parquet")
         return out
 
     def summary_lines(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[str]:

@@ -35,6 +35,7 @@ from geoagent import constants as C
 from geoagent.clients.cache import ResponseCache
 from geoagent.clients.nominatim import NOMINATIM_URL, NominatimBudgetExceeded, NominatimClient
 from geoagent.clients.wikidata import WIKIDATA_API_URL, WikidataClient, WikidataError
+from geoagent.config import expand_home
 from geoagent.geohint.geocode import DEFAULT_ANCHOR_RADIUS_KM, Geocoder, LocatedAnswer, ParsedAnswer
 from geoagent.runtime.http import host_key
 from geoagent.runtime.queue import Task
@@ -192,7 +193,7 @@ def build_geocoder(
             "or [campaign] contact"
         )
     # a leading "~" is the home folder, as in a shell (taken literally it made a folder named "~" here)
-    cache_path = (os.path.expanduser(settings.cache_path) if settings.cache_path
+    cache_path = (expand_home(settings.cache_path) if settings.cache_path
                   else str(Path(state_dir) / GEOCODE_CACHE_FILE) if state_dir else None)
     cache = ResponseCache(cache_path, ttl_s=settings.cache_ttl_s) if cache_path else None
     configured = set(configured_hosts)

@@ -41,7 +41,8 @@ from geoagent import paths
 from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import LADDER_BAND_LABELS, ContextLadder, ReferencePoint
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULES, check_echo_rule, describe_echo_rule, echo_by_rule
-from geoagent.geohint.release_rows import check_path_site, one_per_request, read_repeat, unreadable_repeat
+from geoagent.geohint.release_rows import (check_path_site, one_per_request, read_repeat, release_lang,
+                                           unreadable_repeat)
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import is_hit, normalize_level
 
@@ -238,7 +239,7 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 error_km=error_km,
                 hit=is_hit(error_km, level),
                 source="release",
-                extra={"release_hit": (row.get("hit") or "").strip(), "lang": (row.get("lang") or "").strip(), "line": line},
+                extra={"release_hit": (row.get("hit") or "").strip(), "lang": release_lang(row.get("lang")), "line": line},
             )
             bad_repeat = unreadable_repeat(row.get("repeat"))
             if bad_repeat is not None:

@@ -57,6 +57,9 @@ class ParsedAnswer:
     evidence : dict or None
         Checklist answers by canonical category (:data:`EVIDENCE_CATEGORIES`), when an ``evidence``
         object was present.
+    evidence_slots : dict or None
+        Table 11's counts of that object, every matching key: category -> [slots, "not visible" slots]
+        (:func:`evidence_slot_counts`).
     country : str or None
     method : str
         ``json`` (standard JSON as written), ``repaired`` (read leniently), ``regex`` or ``failed``.
@@ -77,6 +80,7 @@ class ParsedAnswer:
     confidence_building: float | None = None
     clues: list[str] = field(default_factory=list)
     evidence: dict[str, str] | None = None
+    evidence_slots: dict[str, list[int]] | None = None
     country: str | None = None
     method: str = "failed"
     error: str | None = None
@@ -92,21 +96,26 @@ class ParsedAnswer:
         return {k: v.strip().lower().startswith(NOT_VISIBLE) for k, v in self.evidence.items()}
 
 
+#: the words an evidence key is matched by, in the order tried, and the category each names: the release's
+#: ``analysis/chain_compliance.py`` ``CATS`` (``infrastructure``, ``vegetation``, ``architecture``, ``language``,
+#: ``terrain``; its ``language`` is Table 11's Script column), plus ``script``, the key our own checklist prompt
+#: asks for (``geoagent/prompts/geohint_chain.txt``), which names the same category
+_CATEGORY_WORDS = (("infrastructure", "infrastructure"), ("vegetation", "vegetation"),
+                   ("architecture", "architecture"), ("language", "script"), ("script", "script"),
+                   ("terrain", "terrain"))
+
+
 def canonical_category(key: str) -> str | None:
-    """Map an evidence key as models write it ("Language", "terrain_climate_vehicles", "1. Infrastructure")
-    to a canonical category, or None."""
+    """The checklist category (:data:`EVIDENCE_CATEGORIES`) an evidence key as models write it names, or None.
+
+    The release's rule (``analysis/chain_compliance.py``, which Table 11 is computed from; seed 000 Sec. 6.3.2
+    does not say how keys are matched): the first of its category words that the lower-cased key contains
+    ("Language" -> script, "terrain_climate_vehicles" -> terrain, "1. Infrastructure" -> infrastructure), with
+    ``script`` (our prompt's key) read as the release's ``language``. A key naming none of them ("climate",
+    "vehicles", "flora", "building") counts in no category, as in the release (before session 12 such words were
+    matched too, a category the release never counted)."""
     k = key.lower()
-    if "infra" in k:
-        return "infrastructure"
-    if "veget" in k or "flora" in k:
-        return "vegetation"
-    if "archi" in k or "building" in k:
-        return "architecture"
-    if "script" in k or "lang" in k or "text" in k:
-        return "script"
-    if any(w in k for w in ("terrain", "climate", "vehicle", "road", "surface")):
-        return "terrain"
-    return None
+    return next((cat for word, cat in _CATEGORY_WORDS if word in k), None)
 
 
 # --- candidates ------------------------------------------------------------------------------
@@ -175,10 +184,12 @@ def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
     elif isinstance(clues, str):
         ans.clues = [clues]
     ans.evidence = _evidence(low)
+    ans.evidence_slots = evidence_slot_counts(low.get("evidence"))
 
 
 def _evidence(low: dict[str, Any]) -> dict[str, str] | None:
-    """The object's ``evidence`` object by canonical category (a slot that is not text: ``""``), else None."""
+    """The object's ``evidence`` object by canonical category (the first key of each; a slot that is not text:
+    ``""``), else None."""
     ev = low.get("evidence")
     if not isinstance(ev, dict):
         return None
@@ -187,6 +198,27 @@ def _evidence(low: dict[str, Any]) -> dict[str, str] | None:
         cat = canonical_category(str(k))
         if cat and cat not in out:
             out[cat] = _text(v) or ""
+    return out
+
+
+def evidence_slot_counts(ev: Any) -> dict[str, list[int]] | None:
+    """Table 11's slot counts of one ``evidence`` object: category -> ``[slots, slots answered "not visible"]``
+    over every key that names the category (:func:`canonical_category`), as the release's
+    ``analysis/chain_compliance.py`` counts them (a model writing ``"terrain"`` and ``"terrain_notes"`` gives two
+    terrain slots there; before session 12 only the first counted). A slot is "not visible" when its text starts
+    with it (any case, spaces stripped); a value that is not text (null, a number, a list, an object) is an answered
+    slot, as the release's ``json.dumps`` of it never starts with "not visible". None when ``ev`` is no object;
+    categories without a key are absent."""
+    if not isinstance(ev, dict):
+        return None
+    out: dict[str, list[int]] = {}
+    for k, v in ev.items():
+        cat = canonical_category(str(k))
+        if cat is None:
+            continue
+        c = out.setdefault(cat, [0, 0])
+        c[0] += 1
+        c[1] += (_text(v) or "").lower().startswith(NOT_VISIBLE)
     return out
 
 

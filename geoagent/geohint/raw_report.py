@@ -47,8 +47,9 @@ def table_parse(rows: Sequence[GeoHintResult]) -> Table:
         ["text", "text", "int", "int", "int", "int", "int", "int"],
         out,
         "Unparsed: no city, area or building could be read (geoagent.geohint.parse); every unparsed forced_chain "
-        "answer counts in Table 11's n and Unparsed (its evidence object too, where one was read), also one cut off "
-        "at the output-token limit, which is no answer in every other table (table 'cutoff').",
+        "answer counts in Table 11's n (its evidence object too, where one was read), also one cut off at the "
+        "output-token limit, which is no answer in every other table (table 'cutoff'); Table 11's Unparseable "
+        "counts only the answers from which no JSON object was read (the paper's and the release's unparseable).",
     )
 
 

@@ -5,8 +5,9 @@ judged answers), so they read a release the same way.
 * The request (:func:`request_identity`): site, image, model, schema, context (tier, band and QID, or none),
   repeat, prompt language (``lang``) and, where the file has them (the raw file), the light ``condition`` and
   ``hour``. The time stamp, the answer and its usage are the outcome, not the request.
-* ``repeat`` (:func:`read_repeat`): an integer >= 0 or its decimal digits; absent or empty is 0 (no repeats
-  logged). Any other value (``"²"``, ``-1``, ``1.5``, ``"abc"``) is read as 0, never dropping the answer, but is
+* ``repeat`` (:func:`read_repeat`): an integer >= 0 or its decimal digits, or an integral float (``1.0``,
+  ``"1.0"``: that integer); absent or empty is 0 (no repeats logged). Any other value (``"²"``, ``-1``, ``1.5``,
+  ``NaN``, ``"abc"``) is read as 0, never dropping the answer, but is
   not the repeat 0: the request keeps the value as written (:func:`unreadable_repeat`), so such a line is never
   taken for a second copy of the line of repeat 0 (it is one of another line holding the same value).
 * One request is one row (:func:`one_per_request`): a later line of a request already read is reported with its
@@ -22,6 +23,8 @@ judged answers), so they read a release the same way.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -36,12 +39,35 @@ _REPEAT_MAX_DIGITS = 18
 REQUEST_FIELDS = "site, image, model, schema, context, repeat, language, light and hour"
 
 
+#: the text of an integral float as a JSON or CSV writer prints one: ``1.0``, ``1.``, ``2.00`` (ASCII digits only;
+#: no sign, exponent or underscore, which ``float()`` would also read)
+_INTEGRAL_FLOAT_TEXT = re.compile(r"([0-9]+)\.0*")
+
+
 def _readable_repeat(v: Any) -> int | None:
     if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
         return v
-    if isinstance(v, str) and v.strip().isdecimal() and len(v.strip()) <= _REPEAT_MAX_DIGITS:
-        return int(v.strip())
+    if isinstance(v, float):  # an integral float (JSON 1.0, a pandas column that held a NaN): that integer
+        if math.isfinite(v) and v.is_integer() and 0 <= v < 10 ** _REPEAT_MAX_DIGITS:
+            return int(v)
+        return None
+    if isinstance(v, str):
+        t = v.strip()
+        if t.isdecimal() and len(t) <= _REPEAT_MAX_DIGITS:
+            return int(t)
+        m = _INTEGRAL_FLOAT_TEXT.fullmatch(t)
+        if m and len(m.group(1)) <= _REPEAT_MAX_DIGITS:
+            return int(m.group(1))
     return None
+
+
+def release_lang(v: Any) -> str:
+    """A row's prompt language ``lang`` as the release writes it: the text as is (case and spaces kept), ``""``
+    when absent. The one spelling rule of the request identity (:func:`request_identity`), both import routes and
+    the strict pairing (:func:`geoagent.geohint.aggregate.pair_lang`): the release's analysis scripts key
+    ``[site, path, model, lang, context]`` on the column as read, so "EN", "en" and " en" are three languages
+    there (seed 000 says only "same language")."""
+    return "" if v is None else str(v)
 
 
 def _absent(v: Any) -> bool:
@@ -50,7 +76,7 @@ def _absent(v: Any) -> bool:
 
 def read_repeat(v: Any) -> int:
     """A release row's ``repeat`` field (judged answers, raw responses): an integer >= 0 (or its decimal digits, up
-    to 18), else 0 (absent, empty, or a value ``int()`` cannot read, e.g. a superscript "²": never drops the
+    to 18), or an integral finite float >= 0 (``1.0`` or its text ``"1.0"``: that integer), else 0 (absent, empty, or a value ``int()`` cannot read, e.g. a superscript "²": never drops the
     answer; :func:`unreadable_repeat` keeps such a value apart from a real 0)."""
     r = _readable_repeat(v)
     return 0 if r is None else r
@@ -91,7 +117,7 @@ def request_identity(res: GeoHintResult) -> tuple[Any, ...]:
     bad = extra.get("repeat_unreadable")
     repeat: Any = res.repeat if bad is None else ("unreadable", bad)
     return (res.site, res.image_id, res.model, res.schema, res.tier, res.band, res.ref_qid, repeat,
-            extra.get("lang"), repr(extra.get("light")), repr(extra.get("hour")))
+            release_lang(extra.get("lang")), repr(extra.get("light")), repr(extra.get("hour")))
 
 
 def incomplete_reason(res: GeoHintResult) -> str | None:

@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from geoagent.config import ConfigProblem
+from geoagent.config import ConfigProblem, expand_home
 from geoagent.geohint.conditions import DEFAULT_CONDITIONS, get_condition
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE
 
@@ -88,6 +88,11 @@ class GeoHintSettings(BaseModel):
     p_reference: Literal["normal", "t"] = "normal"
     #: ``[geohint.geocoder]``: the geocoder worker's table (checked by its GeocoderSettings)
     geocoder: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("prompts_dir", "image_root", "release_dir")
+    @classmethod
+    def _home(cls, v: str | None) -> str | None:
+        return expand_home(v)  # a leading "~" is the home folder, as in [paths]
 
     @field_validator("geocoder")
     @classmethod

@@ -258,6 +258,8 @@ def score_located(key: str, payload: Mapping[str, Any], *, echo_rule: str = DEFA
             "sample_rate": meta.get("sample_rate"),
             "qid": loc.get("qid"),
             "parse_error": parsed.get("error"),
+            "parse_method": parsed.get("method"),
+            **({"evidence_slots": parsed["evidence_slots"]} if isinstance(parsed.get("evidence_slots"), dict) else {}),
             "raw": parsed.get("raw") if not parsed.get("ok") else None,
             "finish_reason": payload.get("finish_reason"),
             **({"echo_rule": echo_rule, "echo_by_rule": by_rule} if by_rule is not None else {}),

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from geoagent.config import expand_home
 
 
 class GeoVerifySettings(BaseModel):
@@ -55,6 +57,11 @@ class GeoVerifySettings(BaseModel):
     #: generator takes no negative seed, so a negative one is refused at load rather than at report time
     boot_seed: int = Field(0, ge=0, description="seed of the site-bootstrap replicates (an integer >= 0)")
     live_n_boot: int | None = Field(None, ge=0, description="replicates for the live refresh; None = n_boot")
+
+    @field_validator("release_dir", "prompt_template", "image_root")
+    @classmethod
+    def _home(cls, v: str | None) -> str | None:
+        return expand_home(v)  # a leading "~" is the home folder, as in [paths]
 
 
 def _register() -> None:

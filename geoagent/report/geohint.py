@@ -985,10 +985,6 @@ def _paired_block(agg, treatment, control, sites, model, n_flips, seed):
     return out
 
 
-def _rate(xs: list[bool]) -> float:
-    return sum(bool(x) for x in xs) / len(xs) if xs else float("nan")
-
-
 def table_paired(
     agg: GeoHintAggregator,
     treatment: str,
@@ -1240,7 +1236,10 @@ def table_building_vs_nocontext(agg: GeoHintAggregator, condition: str = "forced
 
 def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     """Table 11: checklist compliance per model: share of responses (parsed or not) carrying an evidence object,
-    share of each category's slots answered "not visible" (fractions; NaN without a slot), unparsed responses.
+    share of each category's slots answered "not visible" (fractions; NaN without a slot), unparseable responses
+    (no JSON object read: :func:`geoagent.geohint.aggregate.no_json_object`, the paper's "2 responses out of
+    2799 are unparseable"; an object naming no place is parsed there). Every key of an evidence object that names
+    a category is a slot of it (:func:`geoagent.geohint.parse.evidence_slot_counts`, as the release's script).
 
     n is every response, as the paper's ("2799 is every forced_chain response", "2 responses out of 2799 are
     unparseable"; seed 000 Sec. 6.3.2) and as the release's ``analysis/chain_compliance.py`` counts it (every line
@@ -1265,7 +1264,7 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
         rows.append([
             m, c.n, c.evidence_present / c.n,
             *[(c.slots_not_visible.get(k, 0) / c.slots_filled[k]) if c.slots_filled.get(k) else float("nan") for k in EVIDENCE_CATEGORIES],
-            c.n_parse_fail,
+            c.n_unparseable,
         ])
     left_note = (f"n counts every {condition} answer, also {_answers(n_left, 'context answer')} whose reference point "
                  "is not in the site's ladder (no hint distance; left out of every other table): the paper's Table 11 "
@@ -1278,7 +1277,7 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     return Table(
         "table11",
         f"Table 11: {condition} compliance: evidence object present (% of responses) and 'not visible' share per category (%)",
-        ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparsed"],
+        ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparseable"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
         _join_notes(left_note, cut_note),
