@@ -149,3 +149,21 @@ def test_the_crawl_outline_bounds_a_rating_call_whose_lines_carry_titles(monkeyp
     for key, name, dist in (("rating_usd", "crawl_referenceability.txt", True), ("screen_usd", "crawl_sensitive.txt", False)):
         prompt = load_prompt(name).replace("{candidates}", render_candidates(batch, with_distance=dist))
         assert reservation_usd(m_ref, prompt, params, rs.max_output_tokens, input_estimate_factor=factor) <= fig[key], key
+
+
+def test_a_bare_qid_kept_out_before_is_rated_once_it_shows_a_title(tmp_path):
+    """A crawl resumed across the change holds a ``not_rated`` decision for a bare-QID label that has an English
+    Wikipedia article: it is rated now (the rating supersedes the record, last record wins) and only once."""
+    settings = ReferenceabilitySettings(model="aud-1", sensitive_screen=False)
+    before = [RefCandidate("Q503", "Q503", 1.0, 0, 0, 3, None), RefCandidate("Q505", "Jardin Secret", 1.2, 0, 0, 4, None)]
+    asyncio.run(ReferenceabilityAuditor(Recording(), settings, tmp_path).rate_all(before, city="marrakech"))
+    now = [RefCandidate("Q503", "Q503", 1.0, 0, 0, 3, "Church of the Holy Martyrs"), before[1]]
+    prov = Recording()
+    asyncio.run(ReferenceabilityAuditor(prov, settings, tmp_path).rate_all(now, city="marrakech"))
+    assert len(prov.prompts) == 1 and "0. Q503 (English Wikipedia: Church of the Holy Martyrs)" in prov.prompts[0]
+    assert "Jardin Secret" not in prov.prompts[0]  # decided before: not asked again
+    aud = ReferenceabilityAuditor(again := Recording(), settings, tmp_path)
+    asyncio.run(aud.rate_all(now, city="marrakech"))
+    assert again.prompts == []
+    d = aud.decisions.get("aud-1", "Q503", "marrakech")
+    assert d is not None and d.get("not_rated") is None and d["familiarity"] == 3
