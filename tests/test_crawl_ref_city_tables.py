@@ -39,7 +39,7 @@ from geoagent.runtime.stage import StageContext
 from geoagent.sandbox.city import serve_world
 from test_crawl_ref_shared import WORLD
 
-_LINE = re.compile(r"^(\d+)\. (.*?)(?: \(([0-9.]+) km\))?$", re.M)
+_LINE = re.compile(r"^(\d+)\. (.*?)(?: \(English Wikipedia: .*?\))?(?: \(([0-9.]+) km\))?$", re.M)
 
 
 def rating_for(dist_km: float) -> int:

@@ -74,9 +74,21 @@ def test_unlabeled_items_are_logged_not_rated(tmp_path: Path):
             await stage.start(ctx)
             for key, payload in sites:
                 await stage.handle(Task(key, payload, 0, "test-lease"), ctx)
-            return rec, CrawlCampaign().summary_lines(None, ctx, None)
+            summary = CrawlCampaign().summary_lines(None, ctx, None)
+            # the same crawl as one rated before the candidate lines carried English Wikipedia titles (no
+            # candidate_lines in its decisions): its summary says so (ref_candidate_lines_warning)
+            path = tmp_path / "state" / C.AUDIT_DECISIONS_FILE
+            text = path.read_text(encoding="utf-8")
+            path.write_text("".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "candidate_lines"}) + "\n"
+                                    for x in text.splitlines()), encoding="utf-8")
+            older = CrawlCampaign().summary_lines(None, ctx, None)
+            path.write_text(text, encoding="utf-8")
+            return rec, summary, older
 
-    rec, summary = asyncio.run(audit())
+    rec, summary, older = asyncio.run(audit())
+    assert not any("older candidate lines" in x for x in summary), summary
+    (warn,) = [x for x in older if "older candidate lines" in x]
+    assert "English Wikipedia title" in warn and "candidate_lines" in warn
     state = tmp_path / "state"
     # the WDQS answer did carry them, labelled with the bare QID
     cand_files = [json.loads(p.read_text()) for p in (state / "ref_candidates").rglob("*.json")]

@@ -47,7 +47,7 @@ from geoagent.sandbox.city import serve_world
 WORLD = demo_world()
 BATCH = 40  # the sandbox settings' batch size (ReferenceabilitySettings default)
 TEMPLATE = load_prompt("crawl_referenceability.txt")
-_LINE = re.compile(r"^(\d+)\. (.*) \(([0-9.]+) km\)$")
+_LINE = re.compile(r"^(\d+)\. (.*?)(?: \(English Wikipedia: .*?\))? \(([0-9.]+) km\)$")
 
 
 class Recording(Provider):

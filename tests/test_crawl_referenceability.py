@@ -41,7 +41,7 @@ class ScriptedProvider(Provider):
     async def generate(self, request: ModelRequest) -> ModelResponse:
         assert request.image is None  # text-only auditor
         body = request.prompt.split("Candidates", 1)[-1] if "Candidates" in request.prompt else request.prompt.split("Names:", 1)[-1]
-        items = re.findall(r"^(\d+)\. (.*?)(?: \(([0-9.]+) km\))?$", body, re.M)
+        items = re.findall(r"^(\d+)\. (.*?)(?: \(English Wikipedia: .*?\))?(?: \(([0-9.]+) km\))?$", body, re.M)
         labels = [lab for _, lab, _ in items]
         self.batches.append(labels)
         self.kinds.append("sens" if "CONTENTIOUS" in request.prompt else "ref")
@@ -217,7 +217,7 @@ class UntrustedProvider(Provider):
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         body = request.prompt.split("Candidates", 1)[-1] if "Candidates" in request.prompt else request.prompt.split("Names:", 1)[-1]
-        items = re.findall(r"^(\d+)\. (.*?)(?: \(([0-9.]+) km\))?$", body, re.M)
+        items = re.findall(r"^(\d+)\. (.*?)(?: \(English Wikipedia: .*?\))?(?: \(([0-9.]+) km\))?$", body, re.M)
         if "CONTENTIOUS" in request.prompt:
             text = orjson.dumps([{"idx": int(i), "sensitive": False} for i, _, _ in items]).decode()
         elif len(items) == 4:

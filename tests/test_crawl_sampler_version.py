@@ -15,7 +15,7 @@ from geoagent.crawl.settings import CitySpec
 
 def test_a_sampling_record_carries_the_sampler_version():
     city = CitySpec(city="X", country="NL", continent="EU", lat=1.0, lon=2.0)
-    assert SAMPLER_VERSION == 3  # 3: a candidate named by its bare QID is skipped (test_adversarial_s12_crawlrev)
+    assert SAMPLER_VERSION == 4  # 3: a bare-QID candidate is skipped (test_adversarial_s12_crawlrev); 4: labels en,mul,fr,es,de
     assert SamplingResult(city, 1, 0).to_json()["sampler_version"] == SAMPLER_VERSION
 
 

@@ -299,6 +299,14 @@ LABEL_LANGUAGES: tuple[str, ...] = (
     "ko", "vi", "he", "ar", "hi", "mr", "tr")
 
 
+#: Label languages of the site-candidate query (:func:`site_candidates_query`), in order: the release's site query's
+#: (``scripts/00_select_sites.py``: ``en,mul,fr,es,de``, widened there after a Marrakech stadium with only French and
+#: Arabic names came back as its bare QID). A candidate with a label in none of them is named by its QID and skipped
+#: by the sampler (:func:`geoagent.crawl.sampler.unnamed`), as the release drops it; one labelled only in French,
+#: Spanish or German is a site under that label, as in the release. Until 2026-12-01 (sampler version 3) ``en,mul``.
+SITE_LABEL_LANGUAGES: tuple[str, ...] = ("en", "mul", "fr", "es", "de")
+
+
 def around_query(lat: float, lon: float, radius_km: float, *, limit: int, offset: int, lang: str = "en",
                  box: Box | None = None, label_langs: Sequence[str] = LABEL_LANGUAGES) -> str:
     """SPARQL for ALL items with coordinates within ``radius_km`` (Sec. 3.3), one page.
@@ -320,10 +328,16 @@ def around_query(lat: float, lon: float, radius_km: float, *, limit: int, offset
 
 
 def site_candidates_query(lat: float, lon: float, radius_km: float, type_qids: Sequence[str], max_sitelinks: int,
-                          *, limit: int, offset: int, lang: str = "en", box: Box | None = None) -> str:
+                          *, limit: int, offset: int, box: Box | None = None,
+                          label_langs: Sequence[str] = SITE_LABEL_LANGUAGES) -> str:
     """SPARQL for items within ``radius_km`` that are instances (or subclass instances) of one of
     ``type_qids`` and have at most ``max_sitelinks`` sitelinks (Sec. 3.2.1), one page (``box``: one part
-    of a split area, as in :func:`around_query`)."""
+    of a split area, as in :func:`around_query`). ``?itemLabel`` is the label in the first of ``label_langs`` the
+    item has (:data:`SITE_LABEL_LANGUAGES`, the release's; the bare QID when it has none). ``ValueError`` for a
+    type that is not a QID or a label language that is not a language code."""
+    for code in label_langs:
+        if not re.fullmatch(r"[a-z]{2,3}(-[a-z0-9]+)*", code):
+            raise ValueError(f"not a language code: {code!r}")
     for q in type_qids:
         if not re.fullmatch(r"Q[1-9][0-9]*", q):
             raise ValueError(f"not a QID: {q!r}")
@@ -334,7 +348,7 @@ def site_candidates_query(lat: float, lon: float, radius_km: float, type_qids: S
   ?item wdt:P31/wdt:P279* ?type .
   ?item wikibase:sitelinks ?links .
   FILTER(?links <= {int(max_sitelinks)})
-  SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{lang},mul". }}
+  SERVICE wikibase:label {{ bd:serviceParam wikibase:language "{','.join(label_langs)}". }}
 }} ORDER BY ?item ?type ?coord LIMIT {int(limit)} OFFSET {int(offset)}"""
 
 

@@ -173,7 +173,8 @@ class CrawlCampaign(CampaignKind):
         n_unlabeled = not_rated_count(svc.state_dir)
         if n_unlabeled:
             lines.append(f"  referenceability: {count_text(n_unlabeled, 'candidate')} not rated: no label in any "
-                         "asked language (WDQS gave the bare QID, a name the auditor cannot rate nor a hint use); "
+                         "asked language and no English Wikipedia article (WDQS gave the bare QID, a name the auditor cannot "
+                         "rate nor a hint use); "
                          "each is a decision in audit_decisions.jsonl with not_rated = no_label")
         note = getattr(self, "_trials_note", None)
         if note:
@@ -186,6 +187,11 @@ class CrawlCampaign(CampaignKind):
         from geoagent.crawl.stages import label_language_warning
 
         warning = label_language_warning(svc.state_dir)
+        if warning:
+            lines.append(f"  {warning}")
+        from geoagent.crawl.referenceability import ref_candidate_lines_warning
+
+        warning = ref_candidate_lines_warning(svc.state_dir)
         if warning:
             lines.append(f"  {warning}")
         return lines
@@ -440,8 +446,9 @@ def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
     one image audit's reservation (the image as the costliest thumbnail of the fetcher's size,
     :func:`_worst_thumbnail_px`: Mapillary's ``thumb_1024_url`` is 1024 px wide, and a portrait photo's is taller
     than wide, which Claude, Gemini and OpenAI's patch-billed models bill more than a square), one rating call's
-    and one sensitivity-screen call's reservation for a full batch of candidates (each label at 200 characters,
-    the most a prompt line keeps, of 4 UTF-8 bytes each: :data:`OUTLINE_LABEL_CHAR`), and the most image audits
+    and one sensitivity-screen call's reservation for a full batch of candidates (each label and each English
+    Wikipedia title at 200 characters, the most a prompt line keeps of either, of 4 UTF-8 bytes each:
+    :data:`OUTLINE_LABEL_CHAR`), and the most image audits
     the config allows (cities x ``sites_per_city`` x ``max_images_per_site``). Priced by the rule the ledger reserves with
     (:func:`geoagent.config.reservation_usd`, ``[budget] input_estimate_factor`` included).
     """
@@ -475,7 +482,9 @@ def crawl_budget_figures(cfg: Any, settings: CrawlSettings) -> dict[str, Any]:
     if (m_ref := priced(rs.model)) is not None:
         # the costliest label a prompt line keeps: 200 characters (render_candidates) of 4 UTF-8 bytes each, the
         # most the reservation rule counts per character (estimate_input_tokens: a non-ASCII character's bytes)
-        batch = [RefCandidate(qid=f"Q{i}", label=OUTLINE_LABEL_CHAR * 200, dist_km=rs.radius_km, lat=0.0, lon=0.0)
+        # (and as long an English Wikipedia title, which the line shows too: REF_CANDIDATE_LINES 2)
+        batch = [RefCandidate(qid=f"Q{i}", label=OUTLINE_LABEL_CHAR * 200, dist_km=rs.radius_km, lat=0.0, lon=0.0,
+                              enwiki_title=OUTLINE_LABEL_CHAR * 200)
                  for i in range(rs.batch_size)]
         params = {"max_output_tokens": rs.max_output_tokens, "temperature": rs.temperature}
         for key, name, dist in (("rating_usd", "crawl_referenceability.txt", True), ("screen_usd", "crawl_sensitive.txt", False)):

@@ -345,9 +345,9 @@ def crawl_table_schemas() -> dict[str, dict[str, Any]]:
         "ladders": {"site": S, "ladder": S, "band": S, "tier": S, "name_zh": S, "name_en": S, "label_raw": S,
                     "qid": S, "dist_km": F, "familiarity": I, "pageviews": I, "n_in_cell": I, "n_taken": I},
         "audit_decisions": {"qid": S, "label": S, "model": S, "ok": B, "familiarity": I, "name_zh": S,
-                            "name_en": S, "why": S, "ts": F, "city": S},
+                            "name_en": S, "why": S, "ts": F, "city": S, "candidate_lines": I},
         "audit_sensitive": {"qid": S, "label": S, "model": S, "auditor": S, "sensitive": B, "why": S, "ts": F,
-                            "city": S},
+                            "city": S, "candidate_lines": I},
         "audit_review_queue": {"qid": S, "label": S, "model": S, "site": S, "familiarity": I, "tier_llm": S,
                                "pageviews": I, "tier_pageviews": S, "status": S, "ts": F},
     }

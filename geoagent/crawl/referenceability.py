@@ -38,9 +38,11 @@ Candidates without a label. WDQS asks for labels in ``en``, ``mul``, ``zh`` and 
 (:data:`geoagent.clients.wdqs.LABEL_LANGUAGES`), so an item labelled only in Chinese or only in its local language
 is rated under that label and the auditor gives its canonical English name (Sec. 3.3; the ladder names a usable one
 the auditor gave no English name by its label, :func:`geoagent.crawl.ladder.hint_name`, as the release names such
-candidates rather than dropping them: they are almost all low tier, the paper's control). An item with a label in
-none of them comes back labelled with its bare QID (``Q18418728``). The auditor rates names and never sees anything
-else (App. A.3), so such a "name" buys a rating of nothing: the release's auditor rejected one as a nameless entry
+candidates rather than dropping them: they are almost all low tier, the paper's control). Each candidate line also
+shows the title of the item's English Wikipedia article when it has one, as the release's auditor was shown it
+(:func:`render_candidates`, :data:`REF_CANDIDATE_LINES`). An item with a label in none of them comes back labelled
+with its bare QID (``Q18418728``); with an English Wikipedia title it is rated by that, without one it has no
+name. The auditor rates names and never sees anything else (App. A.3), so such a "name" buys a rating of nothing: the release's auditor rejected one as a nameless entry
 (``audit_decisions.jsonl``) and its ladders hold 4 rows (2 QIDs of 3,105 rows) whose raw label is a bare QID, with
 ratings the label could not have supported. Here they are kept out of every rating and screening batch
 (:func:`has_no_label`; the other members of their fixed batch stay together, so the other batches and their stored
@@ -180,15 +182,19 @@ NOT_RATED_NO_LABEL = "no_label"
 
 
 def has_no_label(c: RefCandidate) -> bool:
-    """Whether the candidate has no label: its label (whitespace collapsed) is empty or the item's own Wikidata
-    id (``c.qid``). WDQS's label service answers the item's id when it has no label in the asked languages
-    (:data:`geoagent.clients.wdqs.LABEL_LANGUAGES`), and the WDQS client does the same for a missing label. Such
-    a "name" tells the text-only auditor nothing (it rates names, App. A.3) and cannot stand in a hint ("I took
-    this near Q123"), so the candidate is not sent for rating (:meth:`ReferenceabilityAuditor.rate_all`).
+    """Whether the candidate has no name to rate: its label (whitespace collapsed) is empty or the item's own
+    Wikidata id (``c.qid``; WDQS's label service answers the item's id when it has no label in the asked languages,
+    :data:`geoagent.clients.wdqs.LABEL_LANGUAGES`, and the WDQS client does the same for a missing label) and it
+    has no English Wikipedia title either (:func:`render_candidates` shows the title next to the label, so such a
+    label with a title is rated by that name). Such a "name" tells the text-only auditor nothing (it rates names,
+    App. A.3) and cannot stand in a hint ("I took this near Q123"), so the candidate is not sent for rating
+    (:meth:`ReferenceabilityAuditor.rate_all`).
 
     Compared with the item's own id, as the release's site sampler does (``scripts/00_select_sites.py``:
     ``df[~df.name.eq(df.qid)]``; :func:`geoagent.crawl.sampler.has_no_label`), not by the shape ``Q<digits>``: a
     place really named like an id (the Gold Coast tower "Q1") is a label."""
+    if " ".join(str(c.enwiki_title or "").split()):
+        return False
     return " ".join(str(c.label).split()) in ("", c.qid)
 
 
@@ -214,13 +220,27 @@ def candidate_from_json(d: dict[str, Any]) -> RefCandidate:
                         None if links is None else int(links), d.get("enwiki_title") or None)
 
 
+#: Version of the candidate lines of the rating and screening prompts (:func:`render_candidates`), recorded as
+#: ``candidate_lines`` in every decision the crawl makes for a city (``audit_decisions.jsonl``,
+#: ``audit_sensitive.jsonl``; :func:`ref_candidate_lines_warning`). 2 (2026-12-01): a candidate with an English
+#: Wikipedia article is shown with its title, as the release's auditor was (``audit._fmt``: "(English name:
+#: <enwiki title>)"), and a bare-QID label with a title is rated (:func:`has_no_label`). 1 (no field): the label
+#: (and distance) alone.
+REF_CANDIDATE_LINES = 2
+
+
 def render_candidates(batch: Sequence[RefCandidate], with_distance: bool = True) -> str:
-    """Numbered candidate lines for a prompt: ``0. Label (1.23 km)``. Labels are data, never instructions:
-    newlines are flattened."""
+    """Numbered candidate lines for a prompt: ``0. Label (English Wikipedia: Title) (1.23 km)``; the title part
+    only for a candidate with an English Wikipedia article (``enwiki_title``, the ``en.wikipedia.org`` sitelink's
+    ``schema:name`` from the candidates' WDQS query), as the release's auditor was shown it (its ``audit._fmt``);
+    the distance (km from the reference point, 2 decimals) only ``with_distance``. Labels and titles are data,
+    never instructions: newlines are flattened (:data:`REF_CANDIDATE_LINES`)."""
     lines = []
     for i, c in enumerate(batch):
         label = " ".join(str(c.label).split())[:200]
-        lines.append(f"{i}. {label} ({c.dist_km:.2f} km)" if with_distance else f"{i}. {label}")
+        title = " ".join(str(c.enwiki_title or "").split())[:200]
+        line = f"{i}. {label}" + (f" (English Wikipedia: {title})" if title else "")
+        lines.append(f"{line} ({c.dist_km:.2f} km)" if with_distance else line)
     return "\n".join(lines)
 
 
@@ -523,14 +543,20 @@ class ReferenceabilityAuditor:
     @staticmethod
     async def _log_new(log: JsonlLog, recs: Sequence[dict[str, Any]]) -> None:
         """Append the records whose (model, qid, city) has no record yet (a replayed answer re-derives
-        decisions that the crashed run may already have logged)."""
-        await log.append([r for r in recs if log.get(str(r["model"]), str(r["qid"]), r.get("city")) is None])
+        decisions that the crashed run may already have logged), or only a ``not_rated`` one that this record,
+        a decision, supersedes (a bare-QID label an earlier version kept out, rated now by its English Wikipedia
+        title: :func:`has_no_label`)."""
+        def new(r: dict[str, Any]) -> bool:
+            old = log.get(str(r["model"]), str(r["qid"]), r.get("city"))
+            return old is None or (bool(old.get("not_rated")) and not r.get("not_rated"))
+
+        await log.append([r for r in recs if new(r)])
 
     @staticmethod
     def _scoped(rec: dict[str, Any], city: str | None) -> dict[str, Any]:
-        """``rec`` with the city it was made for as its last key (records without a city keep the
-        release's shape)."""
-        return rec if city is None else {**rec, "city": city}
+        """``rec`` with the city it was made for and the candidate-line version it was made with
+        (:data:`REF_CANDIDATE_LINES`) as its last keys (records without a city keep the release's shape)."""
+        return rec if city is None else {**rec, "city": city, "candidate_lines": REF_CANDIDATE_LINES}
 
     async def _rate(self, batch: list[RefCandidate], city: str | None = None) -> list[dict[str, Any]]:
         """Decisions for ``batch`` (made for ``city``, see :meth:`rate_all`); unparseable output -> split in
@@ -652,7 +678,10 @@ class ReferenceabilityAuditor:
             batches = [b for b in ([c for c in batch if c.qid not in skip] for batch in batches) if b]
         asked = 0
         for batch in batches:
-            todo = [c for c in batch if self.decisions.get(self.settings.model, c.qid, city) is None]
+            # a not_rated record here is an earlier version's for a label that names nothing (the candidate has an
+            # English Wikipedia title now, so it is in a batch: has_no_label): rated like an undecided one
+            todo = [c for c in batch
+                    if (self.decisions.get(self.settings.model, c.qid, city) or {"not_rated": True}).get("not_rated")]
             if todo:
                 asked += 1
                 await self._rate(batch if self._ask_whole(batch, todo, self._ref_prompt, "crawl_referenceability") else todo,
@@ -674,7 +703,7 @@ class ReferenceabilityAuditor:
         takes it), ``why`` and ``not_rated`` (:data:`NOT_RATED_NO_LABEL`) saying why; no model was asked."""
         return self._scoped({"qid": c.qid, "label": c.label, "model": self.settings.model, "ok": False,
                              "familiarity": None, "name_zh": None, "name_en": None,
-                             "why": "not rated: no label in the asked languages (WDQS gave the bare QID)",
+                             "why": "not rated: no label in the asked languages (WDQS gave the bare QID), no English Wikipedia title",
                              "ts": time.time(),
                              "not_rated": NOT_RATED_NO_LABEL}, city)
 
@@ -731,6 +760,39 @@ class ReferenceabilityAuditor:
                             "familiarity": r.familiarity, "tier_llm": llm, "pageviews": views[r.qid], "tier_pageviews": pv,
                             "status": "pending", "ts": time.time()})
         return out
+
+
+def ref_candidate_lines_warning(state_dir: str | Path) -> str | None:
+    """One line when some cities of a crawl hold rating or screening decisions (``audit_decisions.jsonl``,
+    ``audit_sensitive.jsonl``; the last record of each model, QID and city) made with other candidate lines than
+    this version sends (``candidate_lines`` other than :data:`REF_CANDIDATE_LINES`; a record without it: version 1,
+    label and distance only), else None. Decisions are reused by a resumed crawl (a candidate decided for a city is
+    not asked again), so a crawl begun before 2026-12-01 keeps its earlier ratings, made without the candidates'
+    English Wikipedia titles, next to later ones made with them. Records without a city (a site audited alone, in
+    the release's shape) are not counted."""
+    from geoagent import constants as C
+
+    old: set[str] = set()
+    cities: set[str] = set()
+    for name in (C.AUDIT_DECISIONS_FILE, C.AUDIT_SENSITIVE_FILE):
+        path = Path(state_dir) / name
+        if not path.is_file():
+            continue
+        for rec in JsonlLog(path).records.values():
+            city = rec.get("city")
+            if city is None:
+                continue
+            cities.add(str(city))
+            if rec.get("candidate_lines", 1) != REF_CANDIDATE_LINES:
+                old.add(str(city))
+    if not old:
+        return None
+    names = sorted(old)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"warning: referenceability: {len(old)} of {len(cities)} cities hold ratings made with the older "
+            f"candidate lines (label and distance only, before 2026-12-01; this version adds each candidate's English "
+            f"Wikipedia title, as the release's auditor was shown it): {shown}; a resumed crawl reuses them "
+            "(audit_decisions.jsonl candidate_lines). Crawl again under a new campaign name for one rule throughout")
 
 
 def not_rated_count(state_dir: str | Path) -> int:

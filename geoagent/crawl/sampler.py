@@ -37,7 +37,11 @@ from geoagent.paths import safe_name
 #: 3 (2026-12-01): a candidate whose label is its bare QID (no label in the asked languages: WDQS names it by its
 #: id) is skipped before its coverage call (walk decision ``skip_no_label``), as the release's site selection drops
 #: it; versions 1 and 2 could take it as a site named ``Q123``.
-SAMPLER_VERSION = 3
+#: 4 (2026-12-01): candidates are named in the release's label languages, ``en,mul,fr,es,de``
+#: (:data:`geoagent.clients.wdqs.SITE_LABEL_LANGUAGES`); versions 1-3 asked ``en,mul``, so an item labelled only in
+#: French, Spanish or German was a bare QID there (skipped by version 3, a site named ``Q123`` in 1 and 2) and can
+#: be a site under its label now, which also moves the shuffled walk's later picks.
+SAMPLER_VERSION = 4
 
 #: Columns of the release's ``data/sites.csv``, in order.
 RELEASE_SITES_COLUMNS: tuple[str, ...] = (
@@ -180,7 +184,7 @@ def sampler_version_warning(versions: dict[str, list[str]]) -> str | None:
     """One line when some cities (:func:`recorded_versions`) were sampled by another sampler version than
     :data:`SAMPLER_VERSION`, or by one that recorded none, else None. A city whose record has no version is not
     called another version's: it is version 1, or 2 for a crawl of 2026-12-01 after commit d9e1c73 (the record
-    cannot tell; :data:`SAMPLER_VERSION`); either differs from the current version 3."""
+    cannot tell; :data:`SAMPLER_VERSION`); either differs from the current version 4."""
     other = {k: v for k, v in versions.items() if k != str(SAMPLER_VERSION)}
     if not other:
         return None
@@ -194,13 +198,15 @@ def sampler_version_warning(versions: dict[str, list[str]]) -> str | None:
     return (f"warning: site sampler: {sum(map(len, other.values()))} of {sum(map(len, versions.values()))} cities "
             f"were sampled by {by} and keep those sites ({'; '.join(parts)}): an item with several coordinates may "
             f"lie at another of them than version {SAMPLER_VERSION} chooses (smallest lat, lon; version 1), and a "
-            "candidate without a label (named by its bare QID) may have been taken as a site (versions 1 and 2); "
+            "candidate without a label (named by its bare QID) may have been taken as a site (versions 1 and 2), "
+            "and candidates were named in en,mul only (versions 1-3: one labelled only in fr,es,de was a bare QID, "
+            "skipped by version 3, and the walk's other picks may differ); "
             "sampling/<city>.json sampler_version. Crawl again under a new campaign name for one rule throughout")
 
 
 def unnamed(c: SiteCandidate) -> bool:
     """Whether a candidate's label is its bare QID (``Q123``): WDQS's label service names an item by its id when it
-    has no label in the asked languages (:func:`geoagent.clients.wdqs.site_candidates_query`: ``en``, ``mul``), so
+    has no label in the asked languages (:data:`geoagent.clients.wdqs.SITE_LABEL_LANGUAGES`: ``en,mul,fr,es,de``), so
     the item has no name to be a landmark by. The release's site selection drops such candidates
     (``scripts/00_select_sites.py``: ``df[~df.name.eq(df.qid)]``); :func:`walk_candidates` skips them."""
     return " ".join(str(c.label).split()) in ("", c.qid)

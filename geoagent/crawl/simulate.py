@@ -21,7 +21,9 @@ from geoagent.crawl.image_audit import PROMPT_MARKER
 from geoagent.crawl.referenceability import REF_MARKER, SENS_MARKER
 from geoagent.sandbox.responders import SimContext, register_responder
 
-_LINE = re.compile(r"^\s*(\d+)\.\s+(.*?)(?:\s+\(([0-9.]+) km\))?\s*$")
+#: a candidate line (:func:`geoagent.crawl.referenceability.render_candidates`): index, label, English Wikipedia
+#: title if any, distance if any
+_LINE = re.compile(r"^\s*(\d+)\.\s+(.*?)(?:\s+\(English Wikipedia: (.*?)\))?(?:\s+\(([0-9.]+) km\))?\s*$")
 _HIGH = ("station", "square", "plaza", "bridge", "market", "cathedral", "gate", "tower", "park")
 _MID = ("church", "museum", "theatre", "theater", "library", "university", "garden", "fountain", "stadium", "hall")
 _REJECT = ("district", "ward", "subdistrict", "plaque", "grave", "room", "line", "network", "incident", "festival")
@@ -33,7 +35,7 @@ def _candidates(prompt: str, marker_block: str = "Candidates") -> list[tuple[int
     for line in prompt.splitlines():
         m = _LINE.match(line)
         if m and not line.lstrip().startswith(("1. \"", "2. \"", "3. \"", "4. \"")):
-            out.append((int(m.group(1)), m.group(2), float(m.group(3)) if m.group(3) else None))
+            out.append((int(m.group(1)), m.group(2), float(m.group(4)) if m.group(4) else None))
     return out
 
 
