@@ -61,6 +61,22 @@ class CrawlCampaign(CampaignKind):
             read_human_verdicts(hv)
         return city_messages(settings.cities)
 
+    def config_at_end(self, cfg: Any, ctx: StageContext) -> Any | None:
+        """``cfg`` (the config as written) with the ``[[crawl.cities]]`` the run ended with when its ``--watch``
+        planned cities added to the config file (:func:`geoagent.crawl.stages.cities_run_with`, in the file's
+        order), so the manifest records them and a re-run of the unchanged file reports no config change; None
+        when the run planned none anew (or did not watch). Only the cities are taken from the file: another edit
+        made while watching was not run with, and the next run's drift check names it."""
+        from geoagent.crawl.stages import SERVICE_WATCHED_CITIES, cities_run_with
+
+        seen = ctx.services.get(SERVICE_WATCHED_CITIES)
+        if not isinstance(seen, dict) or not seen.get("added"):
+            return None
+        raw = dict(cfg.tasks.get("crawl") or {})
+        cities = cities_run_with(_settings(cfg).cities, seen["added"], seen.get("last_read"))
+        raw["cities"] = [c.model_dump(mode="json", exclude_unset=False) for c in cities]
+        return cfg.model_copy(update={"tasks": {**cfg.tasks, "crawl": raw}})
+
     def dry_run_outline(self, cfg: Any) -> list[str]:
         """The crawl's budget outline for the dry run (:func:`crawl_budget_outline`), and a warning when the
         configured cities cannot give swapped-image control trials (all on one continent:
