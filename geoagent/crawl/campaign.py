@@ -156,7 +156,17 @@ class CrawlCampaign(CampaignKind):
         (the end of a run, or an idle drain under ``--watch``) did not write one, or the hand-off's warning about
         the one it wrote (no swapped-image control: :func:`_no_mismatch_warning`), from
         ``report/crawl_summary.json``'s ``verify_trials`` (``[]`` when it was written without a warning or there
-        is no summary)."""
+        is no summary); then the cities the screener did not admit, each with its reasons
+        (:func:`geoagent.crawl.screener.not_admitted_lines`, from the stored screening records)."""
+        from geoagent.crawl.screener import not_admitted_lines
+
+        try:
+            rejected = not_admitted_lines(cfg.state_dir(), _settings(cfg).screener)
+        except (OSError, CrawlConfigError):
+            rejected = []
+        return self._trials_status_lines(cfg) + rejected
+
+    def _trials_status_lines(self, cfg: Any) -> list[str]:
         path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
         try:
             vt = orjson.loads(path.read_bytes()).get("verify_trials") if path.is_file() else None
@@ -192,6 +202,9 @@ class CrawlCampaign(CampaignKind):
                          "asked language and no English Wikipedia article (WDQS gave the bare QID, a name the auditor cannot "
                          "rate nor a hint use); "
                          "each is a decision in audit_decisions.jsonl with not_rated = no_label")
+        from geoagent.crawl.screener import not_admitted_lines
+
+        lines += not_admitted_lines(svc.state_dir, svc.settings.screener)
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
