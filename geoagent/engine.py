@@ -228,6 +228,13 @@ class CampaignKind(abc.ABC):
         """Kind-specific fields recorded in each run's manifest entry (e.g. GeoHint's echo rule)."""
         return {}
 
+    def config_at_end(self, cfg: Any, ctx: StageContext) -> Any | None:
+        """The config the run ended with, when it took in more of its config file while it ran (a ``--watch``
+        crawl planning cities added to ``[[crawl.cities]]``), for the manifest
+        (:meth:`geoagent.runtime.manifest.Manifest.stop_run`), so the next run's drift check compares against
+        what ran; ``cfg`` is the config as written. None (the default): the config of its start."""
+        return None
+
     def plan_warnings(self, cfg: Any) -> list[str]:
         """Warnings about the plan just made (called after :meth:`plan`; e.g. images sent as placeholder
         pixels, :mod:`geoagent.image_files`): the dry run prints each as a ``warning:`` line; a real run's
@@ -1665,6 +1672,7 @@ async def _run(
                                                       **kind.manifest_extra(cfg)}, drift=drift)
     params_mix: dict[str, Any] | None = None
     spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest
+    n_plan_start = n_planned  # the manifest's "planned": this plus what the run planned while watching
     status = "interrupted"
     view: PipelineRun | None = None
     try:
@@ -1854,8 +1862,17 @@ async def _run(
     finally:
         for q in queues.values():
             await q.close()
-        manifest.stop_run(run_id, status=status, summary={"planned": n_planned, **(
-            {"spend": spend_json} if spend_json is not None else {})}, params_mix=params_mix)
+        # messages planned while watching (a crawl --watch's added cities) count in the entry's "planned", and
+        # the config it ended with (those cities) is recorded: the next run's drift check compares against it
+        n_planned_all = n_plan_start + int((ctx.services.get(C.SERVICE_PLANNED_DURING_RUN) or [0])[0])
+        try:
+            ended = kind.config_at_end(ctx.services.get("config_as_written", cfg), ctx)
+        except Exception as exc:  # noqa: BLE001 - the manifest keeps the config of the start; the run's end goes on
+            log.warning("campaign %s: the config this run ended with is not recorded: %s", cfg.name, exc)
+            ended = None
+        manifest.stop_run(run_id, status=status, summary={"planned": n_planned_all, **(
+            {"spend": spend_json} if spend_json is not None else {})}, params_mix=params_mix,
+            planned=n_planned_all, config=ended)
 
 
 class IdleHandoffTick:

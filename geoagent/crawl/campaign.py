@@ -61,6 +61,22 @@ class CrawlCampaign(CampaignKind):
             read_human_verdicts(hv)
         return city_messages(settings.cities)
 
+    def config_at_end(self, cfg: Any, ctx: StageContext) -> Any | None:
+        """``cfg`` (the config as written) with the ``[[crawl.cities]]`` the run ended with when its ``--watch``
+        planned cities added to the config file (:func:`geoagent.crawl.stages.cities_run_with`, in the file's
+        order), so the manifest records them and a re-run of the unchanged file reports no config change; None
+        when the run planned none anew (or did not watch). Only the cities are taken from the file: another edit
+        made while watching was not run with, and the next run's drift check names it."""
+        from geoagent.crawl.stages import SERVICE_WATCHED_CITIES, cities_run_with
+
+        seen = ctx.services.get(SERVICE_WATCHED_CITIES)
+        if not isinstance(seen, dict) or not seen.get("added"):
+            return None
+        raw = dict(cfg.tasks.get("crawl") or {})
+        cities = cities_run_with(_settings(cfg).cities, seen["added"], seen.get("last_read"))
+        raw["cities"] = [c.model_dump(mode="json", exclude_unset=False) for c in cities]
+        return cfg.model_copy(update={"tasks": {**cfg.tasks, "crawl": raw}})
+
     def dry_run_outline(self, cfg: Any) -> list[str]:
         """The crawl's budget outline for the dry run (:func:`crawl_budget_outline`), and a warning when the
         configured cities cannot give swapped-image control trials (all on one continent:
@@ -140,7 +156,17 @@ class CrawlCampaign(CampaignKind):
         (the end of a run, or an idle drain under ``--watch``) did not write one, or the hand-off's warning about
         the one it wrote (no swapped-image control: :func:`_no_mismatch_warning`), from
         ``report/crawl_summary.json``'s ``verify_trials`` (``[]`` when it was written without a warning or there
-        is no summary)."""
+        is no summary); then the cities the screener did not admit, each with its reasons
+        (:func:`geoagent.crawl.screener.not_admitted_lines`, from the stored screening records)."""
+        from geoagent.crawl.screener import not_admitted_lines
+
+        try:
+            rejected = not_admitted_lines(cfg.state_dir(), _settings(cfg).screener)
+        except (OSError, CrawlConfigError):
+            rejected = []
+        return self._trials_status_lines(cfg) + rejected
+
+    def _trials_status_lines(self, cfg: Any) -> list[str]:
         path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
         try:
             vt = orjson.loads(path.read_bytes()).get("verify_trials") if path.is_file() else None
@@ -176,6 +202,9 @@ class CrawlCampaign(CampaignKind):
                          "asked language and no English Wikipedia article (WDQS gave the bare QID, a name the auditor cannot "
                          "rate nor a hint use); "
                          "each is a decision in audit_decisions.jsonl with not_rated = no_label")
+        from geoagent.crawl.screener import not_admitted_lines
+
+        lines += not_admitted_lines(svc.state_dir, svc.settings.screener)
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")

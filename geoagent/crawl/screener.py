@@ -334,3 +334,82 @@ async def measure_site_scale(site: str, lat: float, lon: float, overpass: Any, s
     """Fetch the place nodes around one site and return its :func:`district_scale_row`."""
     data = await overpass.interpreter(place_query(lat, lon, settings))
     return district_scale_row(site, place_nodes_from_overpass(data.get("elements", [])), settings)
+
+
+def not_admitted_reasons(rec: dict[str, Any], settings: ScreenerSettings) -> list[str]:
+    """Why a stored screening record (``screening/<city key>.json``: :meth:`CityScreening.to_json`) was not
+    admitted, in the terms of seed 000 Sec. 3.1 / 3.2.1 with the measured values: ``L_district`` (km, the median
+    nearest-neighbour distance of the neighbourhood points within ``radius_km``) outside
+    [``l_min_km``, ``l_max_km``], or undefined with fewer than ``min_points`` points; Mapillary coverage
+    (perspective images within ``coverage_radius_km``) below ``min_coverage``. The record's own ``ok_scale`` /
+    ``ok_streetview`` decide which reasons apply (the decision made when it was screened; a stored screening is
+    not redone), ``settings`` gives the thresholds named. ``[]`` for an admitted city."""
+    out: list[str] = []
+    if rec.get("eligible"):
+        return out
+    n_raw, n_kept = rec.get("n_nodes_raw"), rec.get("n_nodes_filtered")
+    dropped = (f", {n_raw - n_kept} addressing unit(s) left out of {n_raw} place nodes"
+               if isinstance(n_raw, int) and isinstance(n_kept, int) and n_raw > n_kept else "")
+    lo, hi = settings.l_min_km, settings.l_max_km
+    if not rec.get("ok_scale", True):
+        ld = rec.get("l_district_km")
+        if not isinstance(ld, (int, float)) or isinstance(ld, bool) or math.isnan(ld):
+            out.append(f"L_district undefined: {n_kept} neighbourhood points within {settings.radius_km:g} km"
+                       f"{dropped} (at least {settings.min_points} needed)")
+        elif lo <= ld <= hi:
+            out.append(f"L_district {ld:.2f} km, outside the range in force when it was screened (now within "
+                       f"[{lo:g}, {hi:g}] km; the stored screening stands)")
+        else:
+            out.append(f"L_district {ld:.2f} km outside [{lo:g}, {hi:g}] km (median nearest-neighbour distance of "
+                       f"{n_kept} neighbourhood points within {settings.radius_km:g} km{dropped})")
+    if not rec.get("ok_streetview", True):
+        sv, total = rec.get("sv_perspective"), rec.get("sv_total")
+        also = f" ({total} with panoramas)" if isinstance(total, int) and total != sv else ""
+        out.append(f"Mapillary coverage {sv} perspective images within {settings.coverage_radius_km:g} km{also}, "
+                   f"below {settings.min_coverage}")
+    if not out:  # a record without the flags (hand-edited): say what is known
+        out.append("not eligible in its screening record")
+    return out
+
+
+#: the most cities :func:`not_admitted_lines` names one by one (the rest are counted)
+NOT_ADMITTED_LINES_MAX = 20
+
+
+def not_admitted_lines(state_dir: str | Path, settings: ScreenerSettings, *,
+                       limit: int = NOT_ADMITTED_LINES_MAX) -> list[str]:
+    """Lines for the crawl summary and ``run.py status``: the cities of the crawl's folder (``state_dir``) that
+    the screener did not admit (``screening/*.json`` with ``eligible`` false, in file-name order, as
+    ``city_pool.csv``), one line each with :func:`not_admitted_reasons`, after a header naming the rule (seed 000
+    Sec. 3.1). At most ``limit`` cities are named; a last line counts the rest. ``[]`` when every screened city
+    was admitted (or none was screened). Unreadable records are skipped."""
+    import orjson
+
+    folder = Path(state_dir) / "screening"
+    recs: list[dict[str, Any]] = []
+    n_screened = 0
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = orjson.loads(p.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        n_screened += 1
+        if not rec.get("eligible"):
+            recs.append(rec)
+    if not recs:
+        return []
+    s = settings
+    lines = [f"  screener: {len(recs)} of {n_screened} screened cities not admitted (seed 000 Sec. 3.1: L_district "
+             f"within [{s.l_min_km:g}, {s.l_max_km:g}] km, from at least {s.min_points} neighbourhood points within "
+             f"{s.radius_km:g} km, and at least {s.min_coverage} Mapillary perspective images within "
+             f"{s.coverage_radius_km:g} km; city_pool.csv, screening/<city>.json):"]
+    for rec in recs[:limit]:
+        city = rec.get("city") if isinstance(rec.get("city"), dict) else {}
+        where = ", ".join(str(city[k]) for k in ("country", "continent") if city.get(k))
+        name = f"{city.get('city', '?')}" + (f" ({where})" if where else "")
+        lines.append(f"    not admitted: {name}: " + "; ".join(not_admitted_reasons(rec, s)))
+    if len(recs) > limit:
+        lines.append(f"    ... and {len(recs) - limit} more not admitted (city_pool.csv, column eligible)")
+    return lines

@@ -524,14 +524,20 @@ class CityScreenerStage(_CrawlStage):
 
                 root = ctx.services.get("queues_root") or paths.queues_root()
                 self._watch_queue = open_queue(root, ctx.campaign, C.EDGE_CITIES)
-            # cities planned while watching count in the run's "planned N cities"
+            # cities planned while watching count in the run's "planned N cities", and the run's manifest records
+            # the config it ended with: these cities in the file's order (CrawlCampaign.config_at_end)
             added = ctx.services.setdefault(C.SERVICE_PLANNED_DURING_RUN, [0])
+            seen = ctx.services.setdefault(SERVICE_WATCHED_CITIES, {"added": [], "last_read": None})
 
-            def on_new(_city: CitySpec) -> None:
+            def on_new(city: CitySpec) -> None:
                 added[0] += 1
+                seen["added"].append(city)
+
+            def on_read(cities: list[CitySpec]) -> None:
+                seen["last_read"] = list(cities)
 
             self._watch = asyncio.create_task(watch_config_cities(str(source), self._watch_queue, stop=self._stop_watch,
-                                                                  on_new=on_new))
+                                                                  on_new=on_new, on_read=on_read))
 
     async def stop(self, ctx: StageContext) -> None:
         if self._watch is not None:
@@ -977,6 +983,37 @@ class LadderBuilderStage(_CrawlStage):
         return []
 
 
+#: ctx.services key of a ``--watch`` crawl's config watcher: ``{"added": [CitySpec, ...], "last_read": [CitySpec, ...] |
+#: None}``: the cities it planned anew (in the order found) and the file's ``[[crawl.cities]]`` as last read
+SERVICE_WATCHED_CITIES = "crawl_watched_cities"
+
+
+def cities_run_with(started: Sequence[CitySpec], added: Sequence[CitySpec],
+                    last_read: Sequence[CitySpec] | None) -> list[CitySpec]:
+    """The ``[[crawl.cities]]`` a ``--watch`` crawl ran with: the cities of its start (``started``) and those its
+    watcher planned anew (``added``), in the order of the config file as last read (``last_read``; None: the
+    added cities after the started ones), so that the unchanged file compares equal to it on the next run. A
+    city is identified by its key (:func:`city_key`); a started city keeps the values it was planned with (an
+    edit of its coordinates while watching was not planned: the queue already held its key); a started city
+    no longer in the file follows the file's cities (it ran). Returns a new list; ``started`` when nothing was
+    added."""
+    if not added:
+        return list(started)
+    by_key = {city_key(c.city): c for c in added}
+    by_key.update({city_key(c.city): c for c in started})
+    order = [city_key(c.city) for c in (last_read if last_read is not None else [*started, *added])]
+    out: list[CitySpec] = []
+    for k in order:
+        if k in by_key and all(city_key(c.city) != k for c in out):
+            out.append(by_key[k])
+    placed = {city_key(c.city) for c in out}
+    for c in [*started, *added]:
+        if (k := city_key(c.city)) not in placed:
+            placed.add(k)
+            out.append(by_key[k])
+    return out
+
+
 def crawl_stages() -> list[Stage]:
     """The six crawl stages in data-flow order."""
     return [CityScreenerStage(), SiteSamplerStage(), ImageryFetcherStage(), ImageAuditorStage(),
@@ -995,7 +1032,8 @@ async def enqueue_cities(queue: WorkQueue, cities: Sequence[CitySpec]) -> int:
 
 async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, interval_s: float = 10.0,
                               stop: asyncio.Event | None = None,
-                              on_new: Callable[[CitySpec], None] | None = None) -> None:
+                              on_new: Callable[[CitySpec], None] | None = None,
+                              on_read: Callable[[list[CitySpec]], None] | None = None) -> None:
     """Re-read the config every ``interval_s`` and enqueue cities added to ``[[crawl.cities]]`` (daemon
     ``--watch``: editing the config file is how a city is added to a running crawl). A config that fails to
     parse is skipped (logged) and the previous cities stay.
@@ -1004,7 +1042,8 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
     logged on its own line (``crawl --watch: planned new city 'Name' (city:<slug>), found in CONFIG``: the file
     is only read, never edited; printed, since a watching crawl is
     interactive) and passed to ``on_new``; cities already queued (the run's own plan, an earlier run's) are
-    not. Source: issue 5 (the crawl daemon's watch mode)."""
+    not. ``on_read`` gets the file's whole ``[[crawl.cities]]`` list (in its order) after each read that parsed.
+    Source: issue 5 (the crawl daemon's watch mode)."""
     import logging
     import tomllib
 
@@ -1018,6 +1057,8 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
             with open(config_path, "rb") as f:  # as load_config reads it: a byte-order mark is dropped
                 data = tomllib.loads(f.read().decode("utf-8-sig"))
             settings = load_crawl_settings(data.get("crawl", {}), where=str(config_path))
+            if on_read is not None:
+                on_read(list(settings.cities))
             for key, payload in city_messages(settings.cities):
                 if key in known:
                     continue

@@ -809,7 +809,8 @@ class Manifest:
         return run_id
 
     def stop_run(self, run_id: str, *, status: str = "complete", summary: dict[str, Any] | None = None,
-                 params_mix: dict[str, Any] | None = None) -> None:
+                 params_mix: dict[str, Any] | None = None, planned: int | None = None,
+                 config: Any = None) -> None:
         """Set the stop time, final status (``complete``, ``incomplete``, ``budget_exhausted``, ``interrupted``,
         ``failed``) and an optional summary of run ``run_id``. (A run whose process died without it keeps
         ``running`` until the next run on this machine marks it ``killed``: :meth:`start_run`.)
@@ -817,6 +818,17 @@ class Manifest:
         ``params_mix`` (:func:`geoagent.runtime.drift.params_mix_json`, when measured): the stored answers per model
         and distinct request settings, kept as the top-level ``answers_by_request_params`` while a model's answers
         were made under more than one (removed when ``{}``: they all share one).
+
+        ``planned`` (tasks): the run entry's ``planned`` becomes it (the count of the run's start plus what it
+        planned while watching, e.g. cities a ``--watch`` crawl found added to its config).
+
+        ``config`` (a :class:`geoagent.config.CampaignConfig`, the config the run ended with when it took in more
+        of its file while running: :meth:`geoagent.engine.CampaignKind.config_at_end`): recorded in place of the
+        config of the run's start (``config``, ``config_sha256``, the prompt hashes, ``designs``,
+        ``sampling_sent``; in ``config_not_applied`` instead when that holds the run's start), added to
+        ``config_history``, and the run entry's ``config_sha256`` becomes its hash (``config_sha256_at_start``
+        keeps the start's), so the next run's drift check compares against what ran. Left as it is when another
+        run recorded its config meanwhile.
 
         Raises
         ------
@@ -834,6 +846,10 @@ class Manifest:
                     run["status"] = status
                     if summary is not None:
                         run["summary"] = summary
+                    if planned is not None:
+                        run["planned"] = int(planned)
+                    if config is not None:
+                        self._record_ended_config(data, run, config)
                     break
             else:
                 raise KeyError(f"{self.path}: no run {run_id!r}")
@@ -843,6 +859,27 @@ class Manifest:
                 data.pop("answers_by_request_params", None)
             data["updated_at"] = _iso(now)
             _write(self.path, data)
+
+    def _record_ended_config(self, data: dict[str, Any], run: dict[str, Any], config: Any) -> None:
+        """:meth:`stop_run`'s ``config``: record it in ``data`` (the manifest, read under its lock) for ``run``."""
+        start_sha = run.get("config_sha256")
+        static = Manifest(config, state_dir=self.state_dir, prompts_dir=self.prompts_dir)._static()
+        if static["config_sha256"] == start_sha:
+            return
+        kept = ("config", "config_sha256", "prompt_templates_sha256", "designs", "sampling_sent")
+        pending = data.get("config_not_applied")
+        if isinstance(pending, dict) and pending.get("config_sha256") == start_sha:
+            pending.update(config_sha256=static["config_sha256"], config=static["config"])
+        elif data.get("config_sha256") == start_sha:
+            data.update({k: static[k] for k in kept})
+        else:  # another run recorded its config since this one started: its record stays
+            return
+        history = list(data.get("config_history", []))
+        if static["config_sha256"] not in history:
+            history.append(static["config_sha256"])
+        data["config_history"] = history
+        run["config_sha256_at_start"] = start_sha
+        run["config_sha256"] = static["config_sha256"]
 
     @contextlib.contextmanager
     def run(self, *, command: str = "run") -> Iterator[dict[str, Any]]:
