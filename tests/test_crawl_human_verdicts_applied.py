@@ -148,3 +148,15 @@ def test_a_malformed_verdict_file_is_named_with_its_line(tmp_path, text, where, 
     with pytest.raises(ValueError) as ei:
         read_human_verdicts(p)
     assert f"{p}:{where}: " in str(ei.value) and what in str(ei.value), str(ei.value)
+
+
+def test_the_readme_documents_the_human_half_of_the_audits():
+    # before: the README never named human_verdicts, the agreement files or how the review queue is resolved
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for name in ("human_verdicts", "image_audit_agreement.json", "image_audit_human_excludes_model_accepts.csv",
+                 "image_audit_model_rejects_human_keeps.csv", "audit_review_queue.jsonl"):
+        assert name in readme, name
+    assert "the crawl\nnever reads the file back" in readme or "the crawl never reads the file back" in readme
+    assert "Ladders do not wait for it" in readme
+    example = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "example.toml").read_text(encoding="utf-8")
+    assert "to compare with" not in example and "decides the image's usability" in example
