@@ -2313,7 +2313,7 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
     :class:`~geoagent.runtime.drift.DriftDecision` (for the manifest), or None when the campaign has no earlier
     run or its manifest cannot be read."""
     from geoagent.runtime.drift import changed_keys_text as _changed_keys_text
-    from geoagent.runtime.drift import decide, pacing_line, price_line, unsent_line
+    from geoagent.runtime.drift import applied_after_line, decide, pacing_line, price_line, unsent_line
     from geoagent.runtime.manifest import config_changes
 
     written = ctx.services.get("config_as_written", cfg)
@@ -2323,7 +2323,8 @@ def config_drift_after_plan(cfg: Any, kind: CampaignKind, ctx: StageContext, bef
         return None
     for line in (pacing_line(cfg.name, changes.pacing, _changed_keys_text(changes.pacing)),
                  price_line(cfg.name, changes.prices, _changed_keys_text(changes.prices)),
-                 unsent_line(cfg.name, changes.unsent, _changed_keys_text(changes.unsent))):
+                 unsent_line(cfg.name, changes.unsent, _changed_keys_text(changes.unsent)),
+                 applied_after_line(cfg.name, changes.applied_after, _changed_keys_text(changes.applied_after))):
         if line:
             print(line, file=sys.stderr)
     plan_before = before.get(kind.plan_edge)

@@ -58,6 +58,7 @@ def write_verify_trials(
     n_control: int = 2,
     tau_km: float = C.GEOVERIFY_TAU_KM,
     out_dir: str | Path | None = None,
+    human_verdicts: str | Path | None = None,
 ) -> tuple[Path, Any]:
     """Build GeoVerify trials from a crawl and write them as a release-form ``verify_trials.csv``.
 
@@ -72,6 +73,10 @@ def write_verify_trials(
         As in :func:`geoagent.geoverify.trials.build_trials` (tau in km; 0.15 = 150 m).
     out_dir : path, optional
         Where to write (default: ``crawl_state_dir``, which then imports as a complete release folder).
+    human_verdicts : path, optional
+        The crawl's ``[crawl.image_audit] human_verdicts`` CSV: an image a human excluded gets no trial (and so
+        is no GeoHint image), as in ``images.csv`` (:func:`geoagent.crawl.export.usable_images`). None: the
+        model audit decides.
 
     Returns
     -------
@@ -81,9 +86,11 @@ def write_verify_trials(
     Raises
     ------
     FileNotFoundError
-        The folder has no ``sites.csv`` (the crawl admitted no city or has not sampled yet).
+        The folder has no ``sites.csv`` (the crawl admitted no city or has not sampled yet), or
+        ``human_verdicts`` names no file.
     ValueError
-        The crawl produced no usable image or no rated candidate with coordinates.
+        The crawl produced no usable image or no rated candidate with coordinates, or ``human_verdicts`` is
+        malformed (file:line named).
     """
     from geoagent.crawl.export import crawl_records
     from geoagent.geoverify.trials import build_trials
@@ -91,7 +98,7 @@ def write_verify_trials(
     state = Path(crawl_state_dir)
     if not (state / "sites.csv").is_file():
         raise FileNotFoundError(f"{state / 'sites.csv'}: the crawl has no sites (no city admitted yet?)")
-    recs = crawl_records(state, images_root)
+    recs = crawl_records(state, images_root, human_verdicts=human_verdicts)
     if not recs["images"]:
         raise ValueError(f"{state}: the crawl has no usable audited image to build GeoVerify trials from")
     pools: dict[str, list[Any]] = {}

@@ -49,16 +49,26 @@ class CrawlCampaign(CampaignKind):
         return [(var, "the Mapillary token, [crawl.endpoints] mapillary_token_env")]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> Iterable[Message]:
-        """The cities to screen. A human-verdict CSV (``[crawl.image_audit] human_verdicts``) that exists is
-        read first: the image auditor reads it after each site's audit calls, so a file it cannot read would
-        dead-letter every site after they were paid for; here it stops the run before any call (exit 2,
-        ``ValueError`` naming the file and line)."""
-        settings = _settings(cfg)
-        hv = settings.image_audit.human_verdicts
-        if hv and Path(hv).is_file():
-            from geoagent.crawl.image_audit import read_human_verdicts
+        """The cities to screen. A human-verdict CSV (``[crawl.image_audit] human_verdicts``) is read first: the
+        image auditor reads it after each site's audit calls, so a file it cannot read would dead-letter every
+        site after they were paid for; here it stops the run before any call (exit 2: ``FileNotFoundError``
+        naming the key and file when it does not exist, ``ValueError`` naming file:line when it is malformed).
 
-            read_human_verdicts(hv)
+        A run (not a dry run) of a crawl that has audited images then rebuilds its image tables from the stored
+        audits under these verdicts (:func:`geoagent.crawl.stages.rewrite_image_tables`; no request): verdicts
+        added to a finished crawl reach ``images.csv``, ``image_audit.csv``, the agreement files and the
+        export this run writes; the hand-off then builds ``verify_trials.csv`` with them."""
+        from geoagent.crawl.image_audit import human_verdicts_of
+
+        settings = _settings(cfg)
+        human_verdicts_of(settings.image_audit.human_verdicts)
+        services = getattr(ctx, "services", {}) or {}
+        state_dir = Path(services.get("state_dir") or cfg.state_dir())
+        if (not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY)
+                and (state_dir / "image_audit").is_dir()):
+            from geoagent.crawl.stages import rewrite_image_tables
+
+            rewrite_image_tables(settings, state_dir, _images_root(cfg))
         return city_messages(settings.cities)
 
     def config_at_end(self, cfg: Any, ctx: StageContext) -> Any | None:
@@ -339,6 +349,10 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
     by a campaign as if current) to :data:`STALE_TRIALS_FILE`, atomically (:func:`os.replace`). Any other
     status (interrupted, budget exhausted, a refused token) leaves the file as it is: a re-run resumes.
 
+    First the image tables are rebuilt under the current human verdicts (:func:`_apply_human_verdicts`); when the
+    verdict file cannot be read now (moved or edited into a bad one since the run started) nothing is written
+    and an earlier ``verify_trials.csv`` is left as it is (the reason says why).
+
     Returns ``{"written": bool, "note": summary line, "reason": why not written or None, "stale": the stale
     file's name when one was moved aside or is there, else None}`` (and, when written, ``"warning"``: the
     note's warning about the trials, e.g. no swapped-image control, or None)."""
@@ -346,6 +360,12 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
 
     folder = Path(svc.state_dir)
     current, stale = folder / "verify_trials.csv", folder / STALE_TRIALS_FILE
+    try:
+        _apply_human_verdicts(svc)
+    except (FileNotFoundError, ValueError) as exc:  # the file was checked at the start: moved or edited since
+        reason = f"the human verdicts could not be applied: {exc}"
+        return {"written": False, "note": f"verify_trials.csv not written: {reason}", "reason": reason,
+                "stale": STALE_TRIALS_FILE if stale.is_file() else None}
     if status == "complete":
         note = _write_trials(cfg, svc)
         written = current.is_file() and not note.startswith("no GeoVerify trials written")
@@ -368,6 +388,27 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
     if moved:
         note += f"; the earlier one moved to {STALE_TRIALS_FILE} (built from an earlier state of the crawl)"
     return {"written": False, "note": note, "reason": reason, "stale": STALE_TRIALS_FILE if stale.is_file() else None}
+
+
+def _images_root(cfg: Any) -> Path:
+    """The crawl's images folder, as :func:`geoagent.crawl.stages.services_from_context` sets it:
+    ``<state root>/images``."""
+    from geoagent import paths
+
+    state_root = cfg.state_root() if hasattr(cfg, "state_root") else paths.state_root()
+    return Path(state_root) / C.IMAGES_DIR
+
+
+def _apply_human_verdicts(svc: Any) -> None:
+    """Rebuild ``image_audit.csv``, ``images.csv`` and the agreement files from the stored model audits and the
+    current ``[crawl.image_audit] human_verdicts`` (:func:`geoagent.crawl.stages.rewrite_image_audit_csv`; no
+    request), so a hand-off's trials, summary counts and export use the verdicts of this run's config also
+    when every image was audited by an earlier run (verdicts added to a finished crawl). Nothing before the
+    first image audit (no ``image_audit/`` folder)."""
+    if (Path(svc.state_dir) / "image_audit").is_dir():
+        from geoagent.crawl.stages import rewrite_image_audit_csv
+
+        rewrite_image_audit_csv(svc)
 
 
 def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool,
@@ -400,14 +441,16 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
 
 def _write_trials(cfg: Any, svc: Any) -> str:
     """Write ``verify_trials.csv`` into the crawl's state folder (:func:`geoagent.integrate.write_verify_trials`
-    with the demo's arguments: seed of ``[campaign]``, 2 trials per band, 2 per control arm), so a GeoVerify or
+    with the demo's arguments: seed of ``[campaign]``, 2 trials per band, 2 per control arm; the images usable
+    under the crawl's ``[crawl.image_audit] human_verdicts``, as in ``images.csv``), so a GeoVerify or
     GeoHint campaign with ``release_dir`` = this folder and ``image_root`` = the images folder runs on it.
     Returns the summary line (also when the crawl gave nothing to build trials from)."""
     from geoagent.integrate import write_verify_trials
 
     try:
         path, build = write_verify_trials(svc.state_dir, svc.images_root, seed=int(cfg.campaign.seed or 0),
-                                          n_per_band=2, n_control=2)
+                                          n_per_band=2, n_control=2,
+                                          human_verdicts=svc.settings.image_audit.human_verdicts)
     except (FileNotFoundError, ValueError) as exc:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "

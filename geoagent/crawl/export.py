@@ -25,7 +25,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent.crawl.fetcher import campaign_selections
-from geoagent.crawl.image_audit import ImageAudit, read_human_verdicts
+from geoagent.crawl.image_audit import ImageAudit, human_verdicts_of
 from geoagent.crawl.ladder import DIST_DECIMALS, band_for, hint_name, tier_for
 from geoagent.data.model import Image, ReferencePoint, Site
 from geoagent.files import atomic_open, iter_jsonl_objects
@@ -69,9 +69,12 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
     its own ``image_selection/<site>.json``, never another campaign's selection in the shared images root),
     sorted by site, with their audit outcome: ``usable`` follows the human verdict when one exists (the
     paper's policy), else the model audit (:attr:`geoagent.crawl.image_audit.ImageAudit.keeps_image`: its
-    ``usable`` and App. A.4's rule); images without any audit are left out."""
+    ``usable`` and App. A.4's rule); images without any audit are left out. ``human_verdicts``: the crawl's
+    ``[crawl.image_audit] human_verdicts`` path (None: none), read by
+    :func:`geoagent.crawl.image_audit.human_verdicts_of` (``FileNotFoundError`` when it names no file,
+    ``ValueError`` naming file:line for a malformed one)."""
     state_dir, images_root = Path(state_dir), Path(images_root)
-    human = read_human_verdicts(human_verdicts) if human_verdicts and Path(human_verdicts).is_file() else {}
+    human = human_verdicts_of(human_verdicts)
     out = []
     for site, meta in campaign_selections(state_dir, images_root).items():
         for k in meta.get("kept") or []:
@@ -113,6 +116,9 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
         GeoVerify candidate pool, which includes the site's own landmark: it is a signal candidate for
         images taken at it), band and tier; ``dist_km`` is rounded to 3 decimals and the band is that of the
         rounded distance, as in the ladders. Ladders for GeoHint are the CSVs (own landmark excluded).
+        ``images`` are those :func:`usable_images` calls usable under ``human_verdicts`` (the crawl's
+        ``[crawl.image_audit] human_verdicts`` path: a human verdict decides over the model audit), all of
+        them when ``only_usable`` is False; pass the crawl's path, or the images differ from ``images.csv``.
     """
     state_dir = Path(state_dir)
     sites = []

@@ -186,7 +186,7 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
             raise ValueError(f"{path}:1: header repeats column(s) {repeated}; keep one of each")
         for col in ("image", "human_verdict"):
             if col not in (reader.fieldnames or []):
-                raise ValueError(f"{path}: missing column {col!r} (have {reader.fieldnames})")
+                raise ValueError(f"{path}:1: missing column {col!r} (have {reader.fieldnames})")
         for row in reader:
             line = reader.line_num
             not_utf8(row.values(), line)
@@ -203,6 +203,35 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
                 raise ValueError(f"{path}:{line}: image {key} has conflicting verdicts")
             out[key] = rec
     return out
+
+
+#: the config key of the human-verdict CSV, as named in messages
+HUMAN_VERDICTS_KEY = "[crawl.image_audit] human_verdicts"
+#: the files :func:`write_agreement` writes into the crawl's state folder
+AGREEMENT_FILES = ("image_audit_agreement.json", "image_audit_human_excludes_model_accepts.csv",
+                   "image_audit_model_rejects_human_keeps.csv")
+
+
+def human_verdicts_of(path: str | Path | None) -> dict[str, dict[str, str]]:
+    """The human verdicts of a crawl (:data:`HUMAN_VERDICTS_KEY`, read by :func:`read_human_verdicts`), the one
+    reader every consumer of the usable decision goes through (``images.csv``, ``image_audit.csv``, the GeoVerify
+    trials and with them GeoHint's images, the summary counts). ``{}`` when the key is unset (None or empty).
+
+    Raises
+    ------
+    FileNotFoundError
+        The key names a file that does not exist (a typo must not silently leave every image to the model audit).
+    ValueError
+        As :func:`read_human_verdicts` (file and line named).
+    """
+    if not path:
+        return {}
+    if not Path(path).is_file():
+        what = "is not a file" if Path(path).exists() else "does not exist"
+        raise FileNotFoundError(f"{HUMAN_VERDICTS_KEY} = {str(path)!r}: {path} {what} (the CSV of human keep/exclude "
+                                "verdicts, columns image,human_verdict[,human_reason]; a relative path is read from the "
+                                "working folder); fix the path, or remove the key to let the model audit decide")
+    return read_human_verdicts(path)
 
 
 def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
@@ -329,7 +358,9 @@ def write_agreement(ag: AuditAgreement, out_dir: str | Path) -> list[Path]:
                "model_rejects_human_keeps": len(ag.model_rejects_human_keeps),
                "model_rejects_human_keeps_by_scene": dict(ag.scene_types_of_model_rejects())}
     p0 = out_dir / "image_audit_agreement.json"
-    p0.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    from geoagent.files import atomic_write_bytes
+
+    atomic_write_bytes(p0, orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     p1 = write_image_audit_csv(ag.human_excludes_model_accepts, out_dir / "image_audit_human_excludes_model_accepts.csv")
     p2 = write_image_audit_csv(ag.model_rejects_human_keeps, out_dir / "image_audit_model_rejects_human_keeps.csv")
     return [p0, p1, p2]

@@ -720,16 +720,29 @@ class ImageAuditorStage(_CrawlStage):
 
 
 def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
+    """:func:`rewrite_image_tables` for the crawl services ``svc`` (its settings, state folder and images root)."""
+    return rewrite_image_tables(svc.settings, svc.state_dir, svc.images_root)
+
+
+def rewrite_image_tables(settings: CrawlSettings, state_dir: str | Path, images_root: str | Path) -> Path:
     """Rebuild ``image_audit.csv`` from the stored model audits and the human-verdict CSV (if any). Its
     ``image`` column is ``<site>/<image_id>.jpg`` (``<site>/<field>/<image_id>.jpg`` for a ``thumb_field`` other than
     the default: :func:`geoagent.crawl.fetcher.image_path`), relative to the images root, the same value as the
-    ``path`` of ``images.csv`` and ``verify_trials.csv`` (before this version: ``images/<site>/...``)."""
-    human: dict[str, dict[str, str]] = {}
-    hv_path = svc.settings.image_audit.human_verdicts
-    if hv_path and Path(hv_path).is_file():
-        human = ia.read_human_verdicts(hv_path)
+    ``path`` of ``images.csv`` and ``verify_trials.csv`` (before this version: ``images/<site>/...``). Also
+    rewrites ``images.csv`` (:func:`geoagent.crawl.export.usable_images`, same verdicts) and, with verdicts, the
+    agreement files (:func:`geoagent.crawl.image_audit.write_agreement`; removed when the key is unset). Sends no
+    request: the image auditor calls it after each site, and each hand-off (the end of a run, an idle
+    ``--watch`` drain) calls it again, so verdicts added to a finished crawl are applied by a re-run.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        The verdict file is missing or malformed (:func:`geoagent.crawl.image_audit.human_verdicts_of`)."""
+    state_dir = Path(state_dir)
+    hv_path = settings.image_audit.human_verdicts
+    human = ia.human_verdicts_of(hv_path)
     rows = []
-    root = svc.state_dir / "image_audit"
+    root = state_dir / "image_audit"
     for p in sorted(root.glob("*/*.json")) if root.is_dir() else []:
         rec = _load(p)
         if not rec:
@@ -741,10 +754,13 @@ def rewrite_image_audit_csv(svc: CrawlServices) -> Path:
                                  human.get(rec["image_id"])))
     from geoagent.crawl.export import usable_images, write_images_csv
 
-    write_images_csv(usable_images(svc.state_dir, svc.images_root, hv_path), svc.state_dir / "images.csv")
+    write_images_csv(usable_images(state_dir, images_root, hv_path), state_dir / "images.csv")
     if human:
-        ia.write_agreement(ia.agreement(rows), svc.state_dir)
-    return ia.write_image_audit_csv(rows, svc.state_dir / "image_audit.csv")
+        ia.write_agreement(ia.agreement(rows), state_dir)
+    else:  # verdicts removed from the config: an agreement of earlier verdicts no longer describes the tables
+        for name in ia.AGREEMENT_FILES:
+            (state_dir / name).unlink(missing_ok=True)
+    return ia.write_image_audit_csv(rows, state_dir / "image_audit.csv")
 
 
 #: per-site candidate lists (``<state_dir>/ref_candidates/<site>.json``) and per-city rating records

@@ -14,6 +14,9 @@ now plans first and then calls :func:`decide` with what planning did:
   results, so it needs a new ``[campaign]`` name; the manifest keeps the config the results were made with
   (``config``) and records the one not applied under ``config_not_applied``, so the next run says so again.
 
+Inputs applied after the calls (:func:`is_applied_after_key`: the crawl's ``[crawl.image_audit] human_verdicts``)
+are no drift either: each run re-applies them to the stored answers (:func:`applied_after_line`).
+
 Keys that only set limits or pacing (:func:`is_pacing_key`: a model's ``rate``, ``concurrency``, timeouts,
 ``max_attempts``, the estimates; ``[hosts]``; ``[queue]``) change no answer and are never listed as a change
 that would mix results: :func:`pacing_line` makes them one info line. Nor are a model's prices
@@ -46,6 +49,12 @@ _PACING = re.compile(
 #: config paths of a model's prices (USD per 1M tokens): they set what the ledger books for a call, never the
 #: request (they are no part of its key, :meth:`geoagent.config.ModelConfig.default_params`) or its answer
 _PRICE = re.compile(r"^models\[\d+\]\.price_(input|output)_usd_per_mtok$")
+
+
+#: config paths of inputs applied after the model calls, to their stored answers, never to a request: the crawl's
+#: human image-audit verdicts (``[crawl.image_audit] human_verdicts``, Sec. 3.2: a human verdict decides over the
+#: model's). Each run reads them afresh and rebuilds the tables from the stored audits, so a change is no drift
+_APPLIED_AFTER = re.compile(r"^crawl\.image_audit\.human_verdicts$")
 
 
 #: config paths that only choose which tasks are planned, not how any of them is asked or built: more or fewer
@@ -93,6 +102,12 @@ def is_price_key(path: str) -> bool:
     ``models[1].price_output_usd_per_mtok``; USD per 1M tokens): it changes what a call is booked at, no
     request or answer."""
     return bool(_PRICE.match(path))
+
+
+def is_applied_after_key(path: str) -> bool:
+    """Whether config path ``path`` names an input applied to stored answers after the calls, never part of a
+    request (``crawl.image_audit.human_verdicts``): a change re-applies it, no call is repeated."""
+    return bool(_APPLIED_AFTER.match(path))
 
 
 def section_of(path: str) -> str:
@@ -280,6 +295,17 @@ def price_line(name: str, prices: dict[str, tuple[Any, Any]], keys_text: str) ->
             "request or answer, so nothing mixes: calls settled from now on are booked at the new prices, and the "
             "spend already booked keeps the amounts of the old ones (settled and unknown-outcome spend are stored "
             "as amounts, never re-priced).")
+
+
+def applied_after_line(name: str, keys: dict[str, tuple[Any, Any]], keys_text: str) -> str | None:
+    """One info line for changed keys applied after the calls (:func:`is_applied_after_key`; ``None`` when there
+    are none): the run applies them to the stored answers and asks nothing anew."""
+    if not keys:
+        return None
+    return (f"info: campaign {name}: the human image-audit verdicts changed since its last run ({keys_text}); they "
+            "are applied to the stored model audits, never sent in a request, so no model call is repeated and "
+            "nothing mixes: this run rebuilds image_audit.csv, images.csv and the agreement files with them, and "
+            "verify_trials.csv when the crawl is complete (the export too, unless --no-export).")
 
 
 def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None) -> dict[str, list[tuple[dict[str, Any], int]]]:

@@ -395,6 +395,10 @@ class ConfigChanges:
     #: reasoning model, which is sent no temperature), with their old and new values: the requests carry the same
     #: sampling, so they are not in :attr:`calls` / :attr:`call_keys` either
     unsent: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: changed inputs applied to stored answers after the calls (:func:`geoagent.runtime.drift.is_applied_after_key`:
+    #: the crawl's ``crawl.image_audit.human_verdicts``), with their old and new values: no request carries them,
+    #: each run re-applies them, so they are not in :attr:`calls` / :attr:`call_keys` either
+    applied_after: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def changed_keys(before: Any, now: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
@@ -559,11 +563,12 @@ def config_changes_against(old: dict[str, Any] | None, cfg: Any, *,
                 calls.append(section_of(key))
     # keys that only set limits or pacing change no answer: kept apart, and a section whose only changes they
     # are is no call drift
-    from geoagent.runtime.drift import is_pacing_key, is_price_key
+    from geoagent.runtime.drift import is_applied_after_key, is_pacing_key, is_price_key
 
     pacing = {k: v for k, v in call_keys.items() if is_pacing_key(k)}
     prices = {k: v for k, v in call_keys.items() if is_price_key(k)}
-    call_keys = {k: v for k, v in call_keys.items() if k not in pacing and k not in prices}
+    after = {k: v for k, v in call_keys.items() if is_applied_after_key(k)}
+    call_keys = {k: v for k, v in call_keys.items() if k not in pacing and k not in prices and k not in after}
     # a sampling setting sent neither before nor after (an OpenAI reasoning model's temperature) changes no request
     from geoagent.runtime.drift import unsent_sampling_changes
 
@@ -579,7 +584,7 @@ def config_changes_against(old: dict[str, Any] | None, cfg: Any, *,
     new_prompts = used_prompt_hashes(cfg, prompts_dir)
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) & set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
-    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices, unsent)
+    return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices, unsent, after)
 
 
 def stored_config(cfg: Any) -> dict[str, Any]:
@@ -608,17 +613,18 @@ def results_sha256(record: dict[str, Any]) -> str:
     """SHA-256 hex of what in a recorded config (:func:`server_config_record`) shapes requests or results: every
     key :func:`config_changes` compares as call drift, i.e. not the sections it ignores (``[budget]``, ``[paths]``,
     ``[backend]``), not pacing or limits (:func:`geoagent.runtime.drift.is_pacing_key`: a model's ``rate``,
-    ``concurrency``, timeouts; ``[hosts]``, ``[queue]``), not prices, scoring-only keys or a geocoder's
+    ``concurrency``, timeouts; ``[hosts]``, ``[queue]``), not prices, inputs applied after the calls (the crawl's
+    human verdicts), scoring-only keys or a geocoder's
     ``contact``; plus the prompt templates used and the design versions. Equal hashes: the same requests and
     results (machines may differ in pacing and the cap). Different hashes are compared key by key
     (:func:`config_changes_against`) before anything is refused."""
-    from geoagent.runtime.drift import is_pacing_key, is_price_key, section_of
+    from geoagent.runtime.drift import is_applied_after_key, is_pacing_key, is_price_key, section_of
 
     config = record.get("config") if isinstance(record.get("config"), dict) else {}
     kept = []
     for path, value in _leaves({k: v for k, v in config.items() if k not in _DRIFT_IGNORED}, ""):
         section, _, rest = path.partition(".")
-        if is_pacing_key(path) or is_price_key(path) or section_of(path) == "hosts":
+        if is_pacing_key(path) or is_price_key(path) or is_applied_after_key(path) or section_of(path) == "hosts":
             continue
         if rest.split(".", 1)[0].split("[", 1)[0] in SCORING_ONLY_KEYS.get(section, ()):
             continue
