@@ -128,8 +128,10 @@ def test_referenceability_logs_and_ladders(crawled):
     decisions = [json.loads(l) for l in (tmp / "state" / C.AUDIT_DECISIONS_FILE).read_text().splitlines()]
     sens = [json.loads(l) for l in (tmp / "state" / C.AUDIT_SENSITIVE_FILE).read_text().splitlines()]
     ok_keys = {"qid", "label", "model", "ok", "familiarity", "name_zh", "name_en", "why", "ts"}
-    # the crawl rates per city: the release's keys plus the city key the rating was made for
-    assert all(set(d) == ok_keys | {"city"} or {"error", "raw", "city"} <= set(d) for d in decisions)
+    # the crawl rates per city: the release's keys plus the city key the rating was made for and the version of
+    # the candidate lines it was shown (session 12: 2, with the English Wikipedia title)
+    assert all(set(d) == ok_keys | {"city", "candidate_lines"} or {"error", "raw", "city"} <= set(d) for d in decisions)
+    assert {d.get("candidate_lines") for d in decisions if "error" not in d} == {2}
     assert {d["city"] for d in decisions} == {s["city"].lower().replace(" ", "") for s in sites}  # "Sandbox City" -> sandboxcity
     assert {"qid", "label", "model", "auditor", "sensitive", "why", "ts"} <= set(sens[0])
     # every entity within 6 km of each site was audited, famous or not
