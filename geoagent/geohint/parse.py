@@ -33,6 +33,9 @@ from geoagent.llmjson import Candidate, Percent, fenced_blocks, iter_candidates
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
 )
+#: ``ParsedAnswer.error`` of an answer whose fields were read with a pattern (no JSON object), kept in stored
+#: results as ``extra["parse_error"]`` (:func:`geoagent.geohint.aggregate.no_json_object` reads it)
+PATTERN_READ_ERROR = "no parsable JSON object; fields read with a pattern"
 EVIDENCE_CATEGORIES = ("infrastructure", "vegetation", "architecture", "script", "terrain")
 NOT_VISIBLE = "not visible"
 
@@ -336,7 +339,7 @@ def parse_answer(text: str | None) -> ParsedAnswer:
     if pairs:
         _fill(ans, pairs)
         ans.ok, ans.method = True, "regex"
-        ans.error = "no parsable JSON object; fields read with a pattern"
+        ans.error = PATTERN_READ_ERROR
         if not (ans.city or ans.area or ans.building):
             ans.ok, ans.error = False, "no city, area or building found"
         return ans
