@@ -287,8 +287,9 @@ def evidence_slots(r: GeoHintResult) -> dict[str, tuple[int, int]]:
 def pair_lang(r: GeoHintResult) -> str:
     """The prompt language of ``r`` for the strictly paired key: ``extra["lang"]`` (release imports carry the
     release's ``lang`` column) as the release writes it (:func:`geoagent.geohint.release_rows.release_lang`: case
-    and spaces kept, "EN" and "en" are two languages, as in the release's scripts and the request identity), else
-    :data:`DEFAULT_LANG` (campaign prompts are English).
+    and spaces kept, "EN" and "en" are two languages, as in the release's scripts and the request identity; an
+    empty one is ``""``, not English: the identity keeps it apart from "en"), else :data:`DEFAULT_LANG` (a
+    campaign answer carries no ``lang``: campaign prompts are English).
 
     Source: seed 000 Sec. 6.3.1 and 6.3.2 pair "same site, same image, same model, same language, same reference
     point", and the release's ``analysis/mitigation_results.py`` / ``chain_results.py`` / ``cluster_inference.py``
@@ -296,7 +297,7 @@ def pair_lang(r: GeoHintResult) -> str:
     another (before session 12 the key left ``lang`` out, so an English forced answer paired with a Chinese
     forced_warn answer of the same item, and two languages of one item and condition took one slot)."""
     lang = r.extra.get("lang") if isinstance(r.extra, dict) else None
-    return release_lang(lang) or DEFAULT_LANG
+    return DEFAULT_LANG if lang is None else release_lang(lang)
 
 
 @dataclass(slots=True)
