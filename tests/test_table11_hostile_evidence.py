@@ -45,3 +45,14 @@ def test_an_object_without_schema_keys_is_no_unparseable_response(tmp_path):
     assert row["n"] == 2 and row["Evidence"] == pytest.approx(0.0)
     assert row["Unparseable"] == 1
     assert all(row[c] != row[c] for c in CATS)  # no slot: NaN
+
+
+def test_the_exact_evidence_key_is_read_before_other_spellings(tmp_path):
+    # the release reads obj["evidence"]; a later "Evidence": null (or another object) hid it here
+    raws = [json.dumps({"city": "Paris", "evidence": {"terrain": "not visible"}, "Evidence": None}),
+            json.dumps({"city": "Paris", "evidence": {"terrain": "flat"}, " EVIDENCE ": {"vegetation": "x"}})]
+    assert parse_answer(raws[0]).evidence_slots == {"terrain": [1, 1]}
+    assert parse_answer(raws[1]).evidence_slots == {"terrain": [1, 0]}
+    row = _table11_row(tmp_path, raws)
+    assert row["Evidence"] == pytest.approx(1.0) and row["Terrain"] == pytest.approx(0.5)
+    assert row["Veg."] != row["Veg."]  # no vegetation slot: NaN

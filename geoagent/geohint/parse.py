@@ -168,8 +168,18 @@ def _conf(v: Any) -> float | None:
     return x if 0 <= x <= 1 else None
 
 
-def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
+def _lowered(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` by lower-cased, stripped key (a later spelling wins), except ``evidence``: the key spelled exactly so
+    when there is one, as the release's ``chain_compliance.py`` reads it (a later ``"Evidence": null`` hid the
+    checklist), another spelling only without it."""
     low = {str(k).strip().lower(): v for k, v in obj.items()}
+    if "evidence" in obj:
+        low["evidence"] = obj["evidence"]
+    return low
+
+
+def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
+    low = _lowered(obj)
     places: dict[str, str] = {}  # the first place each field names, over keys that differ in case or spaces
     for k, v in obj.items():
         t = _place(v)
@@ -309,7 +319,7 @@ def parse_answer(text: str | None) -> ParsedAnswer:
                 ans.error = f"conflicting answers in one response ({inner})"
                 # no place, but the object still carries its checklist (Table 11 counts it, as the release's
                 # chain_compliance.py does every JSON object holding an evidence object)
-                low = {str(k).strip().lower(): v for k, v in obj.items()}
+                low = _lowered(obj)
                 ans.evidence = _evidence(low)
                 ans.evidence_slots = evidence_slot_counts(low.get("evidence"))
                 ans.method = method  # a JSON object was read: not Table 11's Unparseable (release's count)
