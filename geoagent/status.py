@@ -544,7 +544,9 @@ def format_status(st: dict[str, Any]) -> str:
         error_label = ("earlier error (resolved: every task completed since)" if complete
                        else "last error")
         over = ended or running is False  # the figures are as the run left them: no idle time, no live rate
-        which = "last run that did work" if earlier else "last run" if over else "this run"
+        # running None: no run.lock to tell ("running, or killed before its last record")
+        which = ("last run that did work" if earlier else "last run" if over
+                 else "this run" if running or procs else "this or the last run")
         if p.get("stages"):
             lines.append(f"    stages, {which} only (the queue counts and calls above cover every run of the campaign):")
         for sd in p.get("stages", []):
