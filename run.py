@@ -4,8 +4,11 @@
 Thin wrapper so the CLI works from a checkout without installing; the installed entry point is ``geoagent``.
 Run by a Python that lacks one of the project's packages (outside the project's ``.venv``), it prints one line
 naming the package and how to install (README "Set up on a fresh machine") and exits 2, instead of a
-``ModuleNotFoundError`` traceback.
+``ModuleNotFoundError`` traceback; a Python older than :data:`MIN_PYTHON` gets one line saying so (this file
+stays readable by Python 3.8: no annotation is evaluated).
 """
+
+from __future__ import annotations
 
 import importlib.util
 import sys
@@ -28,6 +31,9 @@ DEPENDENCIES = {
     "matplotlib": "matplotlib",
     "pillow": "PIL",
 }
+
+#: ``pyproject.toml`` ``requires-python``
+MIN_PYTHON = (3, 11)
 
 INSTALL_HINT = ("activate the project's environment (. .venv/bin/activate) or run .venv/bin/python run.py ...; "
                 "to create it: python3 -m venv .venv && .venv/bin/pip install -q -e .")
@@ -53,6 +59,12 @@ def _refuse(package: str) -> None:
 
 
 if __name__ == "__main__":
+    if sys.version_info < MIN_PYTHON:  # a distribution's older python3 outside the project's .venv
+        need = ".".join(map(str, MIN_PYTHON))
+        print(f"error: geoagent needs Python {need} or newer; this Python ({sys.executable}) is "
+              f"{sys.version.split()[0]}: run .venv/bin/python run.py ..., or create the environment with a newer "
+              f"one: python{need} -m venv .venv && .venv/bin/pip install -q -e .", file=sys.stderr)
+        sys.exit(2)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     missing = missing_dependency()
     if missing is not None:

@@ -10,6 +10,7 @@ written it yet (``crawl output not found: ...``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -201,6 +202,9 @@ def config_path_problem(key: str, value: str | os.PathLike[str], source: str | N
     if named:
         cfg_dir = Path(str(source)).expanduser().resolve().parent
         if cfg_dir != cwd.resolve() and (cfg_dir / target).exists():
-            text += (f"; the config's folder has {target}: write {key.rsplit('.', 1)[-1]} = \"{cfg_dir / p}\" "
+            # a TOML basic string, escaped (json.dumps's escapes are TOML's): a backslash or quote in the folder's
+            # name, written as it was, started an escape or ended the string
+            text += (f"; the config's folder has {target}: write {key.rsplit('.', 1)[-1]} = "
+                     f"{json.dumps(str(cfg_dir / p), ensure_ascii=False)} "
                      f"or run the command from {cfg_dir}")
     return text

@@ -506,11 +506,13 @@ def format_status(st: dict[str, Any]) -> str:
         ended = bool(p.get("finished"))
         running = st.get("running")  # None: unknown (no run.lock)
         worked = st.get("progress_with_work")
+        earlier = False  # the figures below are an earlier run's (the last one did no work)
         if ended and worked is not None:
             lines.append(f"  last run (ended {_utc(p.get('t'))}): no work left to do; the figures below are of the "
                          f"last run that did work, last recorded {_utc(worked.get('t'))}")
             p = worked
             ended = bool(p.get("finished"))
+            earlier = True
         procs = p.get("processes") or []  # a scale-out run's processes (merged record), else []
         n_running = sum(1 for q in procs if q.get("state") == "running")
         if ended:
@@ -542,7 +544,9 @@ def format_status(st: dict[str, Any]) -> str:
         error_label = ("earlier error (resolved: every task completed since)" if complete
                        else "last error")
         over = ended or running is False  # the figures are as the run left them: no idle time, no live rate
-        which = "last run" if over else "this run"
+        # running None: no run.lock to tell ("running, or killed before its last record")
+        which = ("last run that did work" if earlier else "last run" if over
+                 else "this run" if running or procs else "this or the last run")
         if p.get("stages"):
             lines.append(f"    stages, {which} only (the queue counts and calls above cover every run of the campaign):")
         for sd in p.get("stages", []):

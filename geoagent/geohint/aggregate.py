@@ -102,7 +102,7 @@ import numpy as np
 
 from geoagent.data.model import LADDER_BAND_LABELS
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, check_echo_rule
-from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE
+from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE, PATTERN_READ_ERROR, parse_answer
 from geoagent.geohint.result import GeoHintResult
 from geoagent.geohint.release_rows import release_lang
 from geoagent.scoring.geohint import FINE_LEVELS, geometric_mean
@@ -257,11 +257,19 @@ def no_json_object(r: GeoHintResult) -> bool:
     ``analysis/chain_compliance.py`` count of responses with no JSON object at all (an object with no place in it
     parsed there); before session 12 the column counted answers naming no place (``parse_ok`` False). Read from
     the parser method (``extra["parse_method"]``, written by both import routes' raw importer and the campaign
-    scorer; :data:`NO_OBJECT_METHODS`); a stored result without it: no place parsed and no evidence object."""
-    method = r.extra.get("parse_method") if isinstance(r.extra, dict) else None
+    scorer; :data:`NO_OBJECT_METHODS`). A result stored without it (scored before session 12): its kept ``raw``
+    text parsed again when nothing was parsed, else its ``parse_error`` says whether the place was read with a
+    pattern (the parser's wording since before session 12), so an old state counts as a fresh run of it; no
+    place parsed and no evidence object where neither was kept."""
+    extra = r.extra if isinstance(r.extra, dict) else {}
+    method = extra.get("parse_method")
     if isinstance(method, str) and method:
         return method in NO_OBJECT_METHODS
-    return not r.parse_ok and r.evidence is None
+    if not r.parse_ok and isinstance(extra.get("raw"), str):
+        return parse_answer(extra["raw"]).method in NO_OBJECT_METHODS
+    if r.parse_ok:
+        return str(extra.get("parse_error") or "").startswith(PATTERN_READ_ERROR)
+    return r.evidence is None
 
 
 def evidence_slots(r: GeoHintResult) -> dict[str, tuple[int, int]]:
@@ -279,8 +287,9 @@ def evidence_slots(r: GeoHintResult) -> dict[str, tuple[int, int]]:
 def pair_lang(r: GeoHintResult) -> str:
     """The prompt language of ``r`` for the strictly paired key: ``extra["lang"]`` (release imports carry the
     release's ``lang`` column) as the release writes it (:func:`geoagent.geohint.release_rows.release_lang`: case
-    and spaces kept, "EN" and "en" are two languages, as in the release's scripts and the request identity), else
-    :data:`DEFAULT_LANG` (campaign prompts are English).
+    and spaces kept, "EN" and "en" are two languages, as in the release's scripts and the request identity; an
+    empty one is ``""``, not English: the identity keeps it apart from "en"), else :data:`DEFAULT_LANG` (a
+    campaign answer carries no ``lang``: campaign prompts are English).
 
     Source: seed 000 Sec. 6.3.1 and 6.3.2 pair "same site, same image, same model, same language, same reference
     point", and the release's ``analysis/mitigation_results.py`` / ``chain_results.py`` / ``cluster_inference.py``
@@ -288,7 +297,7 @@ def pair_lang(r: GeoHintResult) -> str:
     another (before session 12 the key left ``lang`` out, so an English forced answer paired with a Chinese
     forced_warn answer of the same item, and two languages of one item and condition took one slot)."""
     lang = r.extra.get("lang") if isinstance(r.extra, dict) else None
-    return release_lang(lang) or DEFAULT_LANG
+    return DEFAULT_LANG if lang is None else release_lang(lang)
 
 
 @dataclass(slots=True)

@@ -153,7 +153,8 @@ class PromptBook:
 
     def text(self, filename: str) -> str:
         """Raw template text. Raises ``FileNotFoundError`` naming the file (and, for a configured
-        ``prompts_dir``, the key, the config file and the folder a relative path was taken from)."""
+        ``prompts_dir``, the key, the config file and the folder a relative path was taken from); ``ValueError``
+        naming the file (and the key) when it is not UTF-8 text."""
         if filename not in self._cache:
             path = self.dir / filename
             if not path.is_file():
@@ -164,7 +165,14 @@ class PromptBook:
                 raise FileNotFoundError(
                     f"GeoHint prompt template {filename} not found in prompts_dir {self._configured}: "
                     f"{config_path_problem('geohint.prompts_dir', self._configured, self._source, file=filename)}")
-            self._cache[filename] = path.read_text(encoding="utf-8")
+            try:
+                self._cache[filename] = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:  # saved as UTF-16 or Latin-1: name the key and the file
+                key = "geohint.prompts_dir" + (f" in {self._source}" if self._source
+                                               and not str(self._source).startswith("<") else "")
+                raise ValueError(f"GeoHint prompt template {path} is not UTF-8 text ({exc.reason} at byte "
+                                 f"{exc.start})" + (f": {key}" if self._configured else "")
+                                 + "; save it as UTF-8") from None
         return self._cache[filename]
 
     def render(self, condition: Condition | str, reference_point: str | None = None) -> str:

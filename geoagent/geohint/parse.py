@@ -33,6 +33,9 @@ from geoagent.llmjson import Candidate, Percent, fenced_blocks, iter_candidates
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
 )
+#: ``ParsedAnswer.error`` of an answer whose fields were read with a pattern (no JSON object), kept in stored
+#: results as ``extra["parse_error"]`` (:func:`geoagent.geohint.aggregate.no_json_object` reads it)
+PATTERN_READ_ERROR = "no parsable JSON object; fields read with a pattern"
 EVIDENCE_CATEGORIES = ("infrastructure", "vegetation", "architecture", "script", "terrain")
 NOT_VISIBLE = "not visible"
 
@@ -99,10 +102,11 @@ class ParsedAnswer:
 #: the words an evidence key is matched by, in the order tried, and the category each names: the release's
 #: ``analysis/chain_compliance.py`` ``CATS`` (``infrastructure``, ``vegetation``, ``architecture``, ``language``,
 #: ``terrain``; its ``language`` is Table 11's Script column), plus ``script``, the key our own checklist prompt
-#: asks for (``geoagent/prompts/geohint_chain.txt``), which names the same category
+#: asks for (``geoagent/prompts/geohint_chain.txt``), which names the same category; tried last, so a key the
+#: release counts under one of its words ("terrain_and_script": terrain) keeps that category
 _CATEGORY_WORDS = (("infrastructure", "infrastructure"), ("vegetation", "vegetation"),
-                   ("architecture", "architecture"), ("language", "script"), ("script", "script"),
-                   ("terrain", "terrain"))
+                   ("architecture", "architecture"), ("language", "script"), ("terrain", "terrain"),
+                   ("script", "script"))
 
 
 def canonical_category(key: str) -> str | None:
@@ -164,8 +168,18 @@ def _conf(v: Any) -> float | None:
     return x if 0 <= x <= 1 else None
 
 
-def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
+def _lowered(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` by lower-cased, stripped key (a later spelling wins), except ``evidence``: the key spelled exactly so
+    when there is one, as the release's ``chain_compliance.py`` reads it (a later ``"Evidence": null`` hid the
+    checklist), another spelling only without it."""
     low = {str(k).strip().lower(): v for k, v in obj.items()}
+    if "evidence" in obj:
+        low["evidence"] = obj["evidence"]
+    return low
+
+
+def _fill(ans: ParsedAnswer, obj: dict[str, Any]) -> None:
+    low = _lowered(obj)
     places: dict[str, str] = {}  # the first place each field names, over keys that differ in case or spaces
     for k, v in obj.items():
         t = _place(v)
@@ -293,9 +307,11 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         return ans
     best: tuple[int, dict[str, Any], str, bool] | None = None
     places: list[dict[str, str]] = []
+    read: str | None = None  # how the first JSON object was read, when one was
     for cand in _candidates(raw):
         obj = cand.value
         method = "json" if cand.strict else "repaired"
+        read = read or method
         sc = _score(obj)
         if sc:
             inner = _key_clash(obj)
@@ -303,7 +319,10 @@ def parse_answer(text: str | None) -> ParsedAnswer:
                 ans.error = f"conflicting answers in one response ({inner})"
                 # no place, but the object still carries its checklist (Table 11 counts it, as the release's
                 # chain_compliance.py does every JSON object holding an evidence object)
-                ans.evidence = _evidence({str(k).strip().lower(): v for k, v in obj.items()})
+                low = _lowered(obj)
+                ans.evidence = _evidence(low)
+                ans.evidence_slots = evidence_slot_counts(low.get("evidence"))
+                ans.method = method  # a JSON object was read: not Table 11's Unparseable (release's count)
                 return ans
             places.append(_place_fields(obj))
         if sc and (best is None or sc > best[0] or (sc == best[0] and method == "json" and best[2] != "json")):
@@ -330,9 +349,12 @@ def parse_answer(text: str | None) -> ParsedAnswer:
     if pairs:
         _fill(ans, pairs)
         ans.ok, ans.method = True, "regex"
-        ans.error = "no parsable JSON object; fields read with a pattern"
+        ans.error = PATTERN_READ_ERROR
         if not (ans.city or ans.area or ans.building):
             ans.ok, ans.error = False, "no city, area or building found"
+        return ans
+    if read:  # an object with none of the schema's keys ({"note": ...}): the release parses it (Table 11)
+        ans.method, ans.error = read, "JSON object has no city, area or building"
         return ans
     ans.error = "no JSON object and no schema fields found"
     return ans

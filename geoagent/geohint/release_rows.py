@@ -48,7 +48,8 @@ def _readable_repeat(v: Any) -> int | None:
     if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
         return v
     if isinstance(v, float):  # an integral float (JSON 1.0, a pandas column that held a NaN): that integer
-        if math.isfinite(v) and v.is_integer() and 0 <= v < 10 ** _REPEAT_MAX_DIGITS:
+        # -0.0 is a signed form, unreadable as its text "-0.0" is on the judged route (copysign sees its sign)
+        if math.isfinite(v) and v.is_integer() and math.copysign(1.0, v) > 0 and v < 10 ** _REPEAT_MAX_DIGITS:
             return int(v)
         return None
     if isinstance(v, str):

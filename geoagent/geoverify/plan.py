@@ -268,8 +268,9 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
             kept.append((key, payload))
             per_model[payload["model"]] = per_model.get(payload["model"], 0) + 1
     images = image_tally(kept, [*trials, *replay_trials], s.image_root)
-    # the recorded responses count only where a replay model answers from them (the release's trials)
-    raw_used = s.trials != "build" and any(m.provider == "replay" for m in cfg.models)
+    # the recorded responses count only where a replay model answers from them (the release's trials, a
+    # replay.path in the release folder; one answering from a recording of its own reads none of them)
+    raw_used = s.trials != "build" and any(cfg.replay_in_release(m) for m in cfg.models)
     return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes, images,
                         import_counts_text(release, raw_used=raw_used))
 

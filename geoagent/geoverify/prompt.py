@@ -32,7 +32,8 @@ def load_template(path: str | Path | None = None, *, source: str | None = None) 
     ------
     TemplateError
         The file cannot be read (the message names the key, the config file and the folder a relative path
-        was taken from, :func:`geoagent.paths.config_path_problem`) or has no ``{candidate}`` placeholder.
+        was taken from, :func:`geoagent.paths.config_path_problem`), is not UTF-8 text (the key, the config
+        file and the file) or has no ``{candidate}`` placeholder.
     """
     p = Path(path) if path else DEFAULT_TEMPLATE_PATH
     try:
@@ -45,6 +46,11 @@ def load_template(path: str | Path | None = None, *, source: str | None = None) 
         why = exc.strerror or type(exc).__name__
         raise TemplateError(f"cannot read GeoVerify prompt template {path} ({why}): "
                             f"{config_path_problem('geoverify.' + CONFIG_KEY, path, source)}") from None
+    except UnicodeDecodeError as exc:  # saved as UTF-16 or Latin-1: the key and the file, not the codec's words only
+        where = f"geoverify.{CONFIG_KEY} in {source}" if source and not str(source).startswith("<") else \
+            f"geoverify.{CONFIG_KEY}"
+        raise TemplateError(f"GeoVerify prompt template {p} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
+                            f"{where}; save it as UTF-8") from None
     if "{candidate}" not in text:
         raise TemplateError(f"GeoVerify prompt template {p} has no {{candidate}} placeholder")
     return text
