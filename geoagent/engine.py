@@ -1807,7 +1807,10 @@ async def _run(
                                    "(other stages still have work queued or in flight)"]
             return outcome
         if export:
-            outcome.export_files = [t.parquet for t in kind.export(cfg, ctx.get("store"))]
+            # the config as written: a sandbox model fake is known by its *.sandbox.invalid URL (the export's
+            # simulated column), which the running copy has replaced by a local port
+            outcome.export_files = [t.parquet for t in kind.export(ctx.services.get("config_as_written", cfg),
+                                                                   ctx.get("store"))]
         if kind.plan_edge == C.EDGE_REQUESTS:
             # answers made under different request settings (a config changed between runs): the reports and
             # the summary say so, the manifest counts them

@@ -1426,10 +1426,11 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
 
 
 def _figure_note(fig, note: str | None) -> None:
-    """Lay out ``fig``, with ``note`` (a replay campaign's line) as a small caption under the axes when given."""
+    """Lay out ``fig``, with ``note`` (a replay campaign's line, the simulator's warning; one per line) as a small
+    caption under the axes when given (the axes give up more room the longer it is)."""
     if note:
         fig.text(0.01, 0.01, note, fontsize=6, ha="left", va="bottom", wrap=True)
-        fig.tight_layout(rect=(0, 0.12, 1, 1))
+        fig.tight_layout(rect=(0, min(0.3, 0.12 * (note.count("\n") + 1)), 1, 1))
     else:
         fig.tight_layout()
 
@@ -1648,7 +1649,9 @@ def write_report(
     a banner at the top of ``report.md``; None for a finished run.
     ``simulated``: names of models whose answers came from the simulator
     (:func:`geoagent.sandbox.launch.simulated_models`): a bold note under the title says the figures (echo
-    rate included: the simulated answers repeat the hint by design) describe the simulator, not a model.
+    rate included: the simulated answers repeat the hint by design) describe the simulator, not a model; the
+    figures carry it as a caption under the axes, and ``report_note.txt`` beside the CSV tables says it for them
+    (:func:`geoagent.report.write_csv_note`; with the replay line too).
     ``answers_queued``: answers still queued for the geocoder (``answers`` edge, ready or leased); with the
     dead letters of that edge (from ``missing``) they make :func:`geocoder_failure_warning` in the header.
     ``answers_left_by``: the stop that left those answers queued (``"the interrupt"``), so they are not
@@ -1737,10 +1740,18 @@ def write_report(
     for t in tables:
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
+    from geoagent.report import figure_note, write_csv_note
+    from geoagent.sandbox.launch import simulated_note
+
+    sim_note = _simulated_note(simulated) if simulated else ""
+    csv_names = [f"{t.name}.csv" for t in tables] + (["missing.csv"] if missing is not None else [])
+    write_csv_note(out, [replay_note, sim_note], csv_names)
     if figures:
+        # the figures' caption: the simulator's warning without GeoHint's echo paragraph (report.md has it)
+        fig_note = figure_note(replay_note, simulated_note(list(simulated)) if simulated else "")
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
-                           note=replay_note or None, n_boot_source=n_boot_source)
-        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=replay_note or None)
+                           note=fig_note, n_boot_source=n_boot_source)
+        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=fig_note)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, {models_pooled_text(agg.models)}; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "

@@ -725,8 +725,10 @@ def write_report(
     Returns
     -------
     dict
-        ``{"md", "csv", "txt", "png", "failures", "missing"}`` -> written paths (``png`` absent when ``plot``
-        is False or no scores exist yet; ``failures`` / ``missing`` only when given).
+        ``{"md", "csv", "txt", "png", "failures", "missing", "csv_note"}`` -> written paths (``png`` absent when
+        ``plot`` is False or no scores exist yet; ``failures`` / ``missing`` only when given; ``csv_note``, the
+        replay line and the simulator's warning beside the CSV files, :func:`geoagent.report.write_csv_note`, only
+        when there is either). The figure's caption carries the same line(s).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -760,10 +762,12 @@ def write_report(
         banner += f"**Interim report: {interim}**\n\n"
     if image_note:
         banner += f"**Placeholder images: {image_note}**\n\n"
+    sim_note = ""
     if simulated:
         from geoagent.sandbox.launch import simulated_note
 
-        banner += f"**{simulated_note(list(simulated))}**\n\n"
+        sim_note = simulated_note(list(simulated))
+        banner += f"**{sim_note}**\n\n"
     if config_mix:
         from geoagent.runtime.drift import MIX_WARNING
 
@@ -773,6 +777,11 @@ def write_report(
     _atomic_write(paths["md"], banner + md)
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))
+    from geoagent.report import figure_note, write_csv_note
+
+    csv_names = [p.name for k, p in paths.items() if k in ("csv", "failures", "missing")]
+    if note_path := write_csv_note(out, [replay_note, sim_note], csv_names):
+        paths["csv_note"] = note_path
     if plot and scores:
-        paths["png"] = plot_psychometric(scores, out / PLOT_PNG, note=replay_note or None)
+        paths["png"] = plot_psychometric(scores, out / PLOT_PNG, note=figure_note(replay_note, sim_note))
     return paths
