@@ -206,21 +206,31 @@ class Table:
             out += ["", line]
         return "\n".join(out) + "\n"
 
+    def _labelled(self) -> list[int]:
+        """Indexes of the text columns holding a band label in some row (shown pretty in Markdown and the
+        terminal, ASCII in the CSV): each gets a ``"<name> label"`` column at the end of the CSV."""
+        return [i for i, f in enumerate(self.formats)
+                if f == "text" and any(isinstance(r[i], str) and band_title(r[i]) != r[i] for r in self.rows)]
+
     def csv_columns(self) -> list[str]:
         """Column names of the CSV: a rate column (shown in % or points elsewhere) is named ``"<name> (fraction)"``;
-        an interval column (``pctci``) becomes two, ``"<name> lo (fraction)"`` and ``"<name> hi (fraction)"``."""
+        an interval column (``pctci``) becomes two, ``"<name> lo (fraction)"`` and ``"<name> hi (fraction)"``. A
+        text column holding band labels (the data's ASCII ``0.5-1.5km``, a stable key) gets a ``"<name> label"``
+        column at the end with the label as Markdown and the terminal show it (``0.5–1.5 km``), so a CSV row can
+        be matched to its Markdown row."""
         out = []
         for c, f in zip(self.columns, self.formats):
             if f == "pctci":
                 out += [f"{c} lo (fraction)", f"{c} hi (fraction)"]
             else:
                 out.append(_csv_fraction_name(c) if f in CSV_FRACTION_SCALE else c)
-        return out
+        return out + [f"{self.columns[i]} label" for i in self._labelled()]
 
     def csv_rows(self) -> list[list[Any]]:
         """The raw values as the CSV holds them: rates as fractions (points / 100), intervals as two fractions
-        (empty without an interval), others as they are."""
+        (empty without an interval), others as they are; then the shown band labels (:meth:`csv_columns`)."""
         out = []
+        labelled = self._labelled()
         for row in self.rows:
             cells: list[Any] = []
             for v, f in zip(row, self.formats):
@@ -230,7 +240,7 @@ class Table:
                     cells.append(v * CSV_FRACTION_SCALE[f])
                 else:
                     cells.append(v)
-            out.append(cells)
+            out.append(cells + [band_title(row[i]) if isinstance(row[i], str) else row[i] for i in labelled])
         return out
 
     def to_csv(self) -> str:

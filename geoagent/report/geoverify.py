@@ -570,18 +570,27 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
     them as numeric; ``<model>_text`` holds the rows whose value is text (delta_1's band, ``none`` or
     ``undefined``; the read-out verdict) and is empty elsewhere. delta_1's bootstrap range follows its row as
     rows ``delta_1 range lo`` / ``delta_1 range hi`` (text; only when a bootstrap ran). Rates are fractions in
-    [0, 1]; band labels are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and ``0.7-1.5km``, and the
-    delta_1 values), never the pretty ``0.7–1.5 km`` of Markdown and the terminal."""
+    [0, 1]; band labels in ``row`` are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and ``0.7-1.5km``, and
+    the delta_1 values), a stable machine key; the last column, ``label``, holds the row's label exactly as
+    Markdown and the terminal show it (``F 0.7–1.5 km``; the same as ``row`` for a row without a band, and for the
+    CSV's own rows: counts, the delta_1 range), so ``(section, label)`` matches a row of ``geoverify_table.md``.
+    (Last, so the per-model groups of four keep their places from the third column on.)"""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = _columns(scores)
-    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi", f"{c}_text")]])
+    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi", f"{c}_text")], "label"])
+    band_labels = [b.band for b in next(iter(scores.values())).bands] if scores else []
+
+    def shown(label: str) -> str:  # the row label of Markdown and the terminal (:func:`_rows` with pretty=True)
+        for b in band_labels:
+            label = label.replace(b, _band_title(b))
+        return label
 
     def cell(v: object) -> object:
         return "" if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
     def text_row(sec: str, label: str, texts: list[object]) -> None:
-        w.writerow([sec, label, *[x for v in texts for x in ("", "", "", cell(v))]])
+        w.writerow([sec, label, *[x for v in texts for x in ("", "", "", cell(v))], shown(label)])
 
     flagged = {c: small_n_bands(scores[c]) for c in cols}
 
@@ -601,7 +610,7 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
                 for c in cols:
                     iv = ivs[c]
                     vals += [cell(values[c]), *((cell(iv[0]), cell(iv[1])) if iv else ("", "")), note(c, key)]
-                w.writerow([sec, label, *vals])
+                w.writerow([sec, label, *vals, shown(label)])
             if any(iv is not None and isinstance(iv[0], str) for iv in ivs.values()):  # delta_1: band labels
                 for i, range_label in enumerate(DELTA_RANGE_ROWS):
                     text_row(sec, range_label, [ivs[c][i] if ivs[c] else None for c in cols])
