@@ -2528,6 +2528,9 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
 
     # which API a model without base_url calls, and the key variable it reads
     warning += default_endpoint_lines(cfg)
+    from geoagent.runtime.backend import redis_limits
+
+    warning += [f"  warning: {w}" for w in redis_limits(cfg)]  # what a Redis campaign's dry run cannot count
     # what the real run would refuse to start for: the dry run exits 2 as the run would, after its report
     refusals = []
     if n_vars:
