@@ -299,6 +299,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if notes:
             print(f"note: rows of replay models hold recorded answers, no model was called (column replayed; "
                   f"{', '.join(notes)})")
+    if tables:
+        from geoagent.runtime.export import EXPORT_NOTE_FILE
+        from geoagent.sandbox.launch import simulated_models
+
+        if sim := simulated_models(cfg):  # simulated answers: say where the exports say so
+            notes = sorted({str(p) for t in tables if (p := t.csv.parent / EXPORT_NOTE_FILE).is_file()})
+            print(f"note: rows of {', '.join(sim)} hold simulated answers, from geoagent's simulator, not a model "
+                  f"(column simulated; {', '.join(notes) or EXPORT_NOTE_FILE})")
     pending = {e: c for e, c in queue_counts(cfg).items() if c.ready or c.leased}
     if pending:  # still exit 0: what is answered so far is exported (re-export once the campaign is done)
         what = ", ".join(f"{e} ready {c.ready} leased {c.leased}" for e, c in pending.items())

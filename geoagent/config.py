@@ -1132,11 +1132,6 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
                 f"{source}: models[{i}].api_key_env: not set for model {m.name!r} on paid host {m.host}: its calls "
                 "go out without a key (a server that needs one answers 401 and the model stops); name the key's "
                 "variable in api_key_env", ConfigWarning, stacklevel=2)
-    if cfg.backend.kind == "redis":  # what is not shared between machines yet: said, not hidden
-        from geoagent.runtime.backend import redis_limits
-
-        for text in redis_limits(cfg):
-            warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     ceiling = cfg.queue.task_timeout_s
     for i, m in enumerate(cfg.models):
         if ceiling is not None and m.provider not in ("replay", "simulated") and float(m.timeout_s) > ceiling:

@@ -1815,7 +1815,10 @@ async def _run(
                                    "(other stages still have work queued or in flight)"]
             return outcome
         if export:
-            outcome.export_files = [t.parquet for t in kind.export(cfg, ctx.get("store"))]
+            # the config as written: a sandbox model fake is known by its *.sandbox.invalid URL (the export's
+            # simulated column), which the running copy has replaced by a local port
+            outcome.export_files = [t.parquet for t in kind.export(ctx.services.get("config_as_written", cfg),
+                                                                   ctx.get("store"))]
         if kind.plan_edge == C.EDGE_REQUESTS:
             # answers made under different request settings (a config changed between runs): the reports and
             # the summary say so, the manifest counts them
@@ -2543,6 +2546,9 @@ def _estimate_outcome(cfg: Any, kind: CampaignKind, messages: list[Message], ctx
 
     # which API a model without base_url calls, and the key variable it reads
     warning += default_endpoint_lines(cfg)
+    from geoagent.runtime.backend import redis_limits
+
+    warning += [f"  warning: {w}" for w in redis_limits(cfg)]  # what a Redis campaign's dry run cannot count
     # what the real run would refuse to start for: the dry run exits 2 as the run would, after its report
     refusals = []
     if n_vars:

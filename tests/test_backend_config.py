@@ -48,7 +48,8 @@ def test_backend_changes_no_config_hash_and_warns_what_is_not_shared():
     # provider rate limits are shared across machines now (the host-share board on Redis,
     # tests/test_hostshare_redis.py): no warning says otherwise; what is still per machine is
     assert not any("rate limits" in s for s in lines), lines
-    assert any("dry run's count of work already queued" in s for s in lines)
+    # (session 12) what the dry run cannot count on Redis is said in its report, not on every config load
+    assert not any("dry run's count of work already queued" in s for s in lines), lines
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,8 @@ def test_csv_values_and_layout(scores):
     header = rows[0]
     assert header[:2] == ["section", "row"]
     models = ["claude-haiku-4-5", "gemini-flash", "qwen3-vl-235b", "qwen3-vl-8b", "pooled"]
-    assert header[2:] == [x for m in models for x in (m, f"{m}_lo", f"{m}_hi", f"{m}_text")]
+    assert header[2:-1] == [x for m in models for x in (m, f"{m}_lo", f"{m}_hi", f"{m}_text")]
+    assert header[-1] == "label"  # (session 12) the row's label as Markdown shows it, last
     by_label = {r[1]: dict(zip(header[2:], r[2:])) for r in rows[1:]}
     assert all(by_label["H (signal accepted)"][f"{m}_lo"] == "" for m in models)  # no bootstrap: empty
     # rows of Table 12, in order
@@ -46,9 +47,12 @@ def test_csv_values_and_layout(scores):
         assert by_label["delta_1"][f"{m}_text"] == (s.delta_1 or "none") and by_label["delta_1"][m] == ""
         assert by_label["control: swapped image"][m] == ""  # the sample has no control arms
         assert by_label["pre-registered"][f"{m}_text"] == s.readout.verdict and by_label["pre-registered"][m] == ""
-    # one band spelling in the CSV: the data's ASCII label, as in the scored results and the delta_1 value
+    # one band spelling in the CSV's keys and values: the data's ASCII label, as in the scored results and the
+    # delta_1 value; only the last column, label, shows the Markdown spelling (session 12)
     text = R.render_csv(scores)
-    assert "–" not in text and " km" not in text
+    no_label = "\n".join(",".join(r[:-1]) for r in rows)
+    assert "–" not in no_label and " km" not in no_label
+    assert {r[-1] for r in rows[1:] if r[1] == "F 0.15-0.3km"} == {"F 0.15–0.3 km"}
     assert [lab for lab in labels if lab.startswith("F ") and lab[2].isdigit()] == [f"F {b.band}" for b in scores["pooled"].bands]
     assert all(by_label["delta_1"][f"{m}_text"] in {"none", "undefined", *(b.band for b in s.bands)} for m, s in scores.items())
     assert "delta_1 range lo" not in by_label  # no bootstrap, no range rows

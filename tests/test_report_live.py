@@ -151,7 +151,8 @@ def test_geoverify_live_report_during_run_and_complete_final(release_dir, tmp_pa
     def n_parsed(path: Path) -> dict[str, int]:
         got = _csv_rows(path)
         header, line = got[0], next(r for r in got if r[1] == "n parsed (main arm)")
-        return {h: int(v) for h, v in zip(header[2::4], line[2::4])}  # <model>, _lo, _hi, _text
+        # <model>, _lo, _hi, _text per model; then label (session 12)
+        return {h: int(v) for h, v in zip(header[2:-1:4], line[2:-1:4])}
 
     def probe() -> bool:
         if not table.is_file():

@@ -209,9 +209,15 @@ def test_replayed_column_per_model_and_exports_still_concatenate(tmp_path):
         frames[name] = pl.read_csv(cfg.state_dir() / "geoverify_scored.csv", infer_schema_length=None)
         meta = pl.read_parquet_metadata(cfg.state_dir() / "geoverify_scored.parquet")
         assert (PARQUET_NOTE_KEY in meta) == (name == "gv-mixed")
-        assert (cfg.state_dir() / EXPORT_NOTE_FILE).exists() == (name == "gv-mixed")
+        # (session 12: both name a simulated model, so both get a note file, the simulator's warning; the replay
+        # line only where a replay model is, and the stale note is replaced)
+        note = (cfg.state_dir() / EXPORT_NOTE_FILE).read_text(encoding="utf-8")
+        assert ("Replay of recorded responses" in note) == (name == "gv-mixed")
+        assert "Simulated answers: sim answered" in note and "stale" not in note
     mixed = dict(zip(frames["gv-mixed"]["model"], frames["gv-mixed"]["replayed"]))
     assert mixed == {"rp": True, "sim": False, "gone": None}
+    assert dict(zip(frames["gv-mixed"]["model"], frames["gv-mixed"]["simulated"])) == {
+        "rp": False, "sim": True, "gone": None}
     plain = dict(zip(frames["gv-plain"]["model"], frames["gv-plain"]["replayed"]))
     assert plain == {"rp": None, "sim": False, "gone": None}
     both = pl.concat([pl.read_parquet(tmp_path / "state" / n / "geoverify_scored.parquet") for n in frames])

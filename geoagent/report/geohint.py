@@ -206,21 +206,31 @@ class Table:
             out += ["", line]
         return "\n".join(out) + "\n"
 
+    def _labelled(self) -> list[int]:
+        """Indexes of the text columns holding a band label in some row (shown pretty in Markdown and the
+        terminal, ASCII in the CSV): each gets a ``"<name> label"`` column at the end of the CSV."""
+        return [i for i, f in enumerate(self.formats)
+                if f == "text" and any(isinstance(r[i], str) and band_title(r[i]) != r[i] for r in self.rows)]
+
     def csv_columns(self) -> list[str]:
         """Column names of the CSV: a rate column (shown in % or points elsewhere) is named ``"<name> (fraction)"``;
-        an interval column (``pctci``) becomes two, ``"<name> lo (fraction)"`` and ``"<name> hi (fraction)"``."""
+        an interval column (``pctci``) becomes two, ``"<name> lo (fraction)"`` and ``"<name> hi (fraction)"``. A
+        text column holding band labels (the data's ASCII ``0.5-1.5km``, a stable key) gets a ``"<name> label"``
+        column at the end with the label as Markdown and the terminal show it (``0.5–1.5 km``), so a CSV row can
+        be matched to its Markdown row."""
         out = []
         for c, f in zip(self.columns, self.formats):
             if f == "pctci":
                 out += [f"{c} lo (fraction)", f"{c} hi (fraction)"]
             else:
                 out.append(_csv_fraction_name(c) if f in CSV_FRACTION_SCALE else c)
-        return out
+        return out + [f"{self.columns[i]} label" for i in self._labelled()]
 
     def csv_rows(self) -> list[list[Any]]:
         """The raw values as the CSV holds them: rates as fractions (points / 100), intervals as two fractions
-        (empty without an interval), others as they are."""
+        (empty without an interval), others as they are; then the shown band labels (:meth:`csv_columns`)."""
         out = []
+        labelled = self._labelled()
         for row in self.rows:
             cells: list[Any] = []
             for v, f in zip(row, self.formats):
@@ -230,7 +240,7 @@ class Table:
                     cells.append(v * CSV_FRACTION_SCALE[f])
                 else:
                     cells.append(v)
-            out.append(cells)
+            out.append(cells + [band_title(row[i]) if isinstance(row[i], str) else row[i] for i in labelled])
         return out
 
     def to_csv(self) -> str:
@@ -1426,10 +1436,11 @@ def hit_by_band_points(agg: GeoHintAggregator, condition: str = "forced", baseli
 
 
 def _figure_note(fig, note: str | None) -> None:
-    """Lay out ``fig``, with ``note`` (a replay campaign's line) as a small caption under the axes when given."""
+    """Lay out ``fig``, with ``note`` (a replay campaign's line, the simulator's warning; one per line) as a small
+    caption under the axes when given (the axes give up more room the longer it is)."""
     if note:
         fig.text(0.01, 0.01, note, fontsize=6, ha="left", va="bottom", wrap=True)
-        fig.tight_layout(rect=(0, 0.12, 1, 1))
+        fig.tight_layout(rect=(0, min(0.3, 0.12 * (note.count("\n") + 1)), 1, 1))
     else:
         fig.tight_layout()
 
@@ -1648,7 +1659,9 @@ def write_report(
     a banner at the top of ``report.md``; None for a finished run.
     ``simulated``: names of models whose answers came from the simulator
     (:func:`geoagent.sandbox.launch.simulated_models`): a bold note under the title says the figures (echo
-    rate included: the simulated answers repeat the hint by design) describe the simulator, not a model.
+    rate included: the simulated answers repeat the hint by design) describe the simulator, not a model; the
+    figures carry it as a caption under the axes, and ``report_note.txt`` beside the CSV tables says it for them
+    (:func:`geoagent.report.write_csv_note`; with the replay line too).
     ``answers_queued``: answers still queued for the geocoder (``answers`` edge, ready or leased); with the
     dead letters of that edge (from ``missing``) they make :func:`geocoder_failure_warning` in the header.
     ``answers_left_by``: the stop that left those answers queued (``"the interrupt"``), so they are not
@@ -1737,10 +1750,18 @@ def write_report(
     for t in tables:
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
+    from geoagent.report import figure_note, write_csv_note
+    from geoagent.sandbox.launch import simulated_note
+
+    sim_note = _simulated_note(simulated) if simulated else ""
+    csv_names = [f"{t.name}.csv" for t in tables] + (["missing.csv"] if missing is not None else [])
+    write_csv_note(out, [replay_note, sim_note], csv_names)
     if figures:
+        # the figures' caption: the simulator's warning without GeoHint's echo paragraph (report.md has it)
+        fig_note = figure_note(replay_note, simulated_note(list(simulated)) if simulated else "")
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
-                           note=replay_note or None, n_boot_source=n_boot_source)
-        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=replay_note or None)
+                           note=fig_note, n_boot_source=n_boot_source)
+        figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=fig_note)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, {models_pooled_text(agg.models)}; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "

@@ -43,7 +43,9 @@ Small n: a band's d' whose decoy trials in the band, or the signal trials behind
 :data:`SMALL_N_MARK` in Markdown and the terminal, and so is a delta_1 at such a band; a line per model below
 the table names the bands and counts (:func:`small_n_warnings`). The CSV has ``small n`` in the d' row's
 ``<model>_text`` cell and a text row ``delta_1 small n`` (``yes``/``no``) after delta_1 when any column has a
-flagged band. The statistics themselves are unchanged.
+flagged band. The statistics themselves are unchanged. † is about trials only: a value shown without brackets in
+a run with a site bootstrap (e.g. a nearest-band d' whose decoys come from fewer than 5 sites) is named, with the
+reason that applies, under a line giving every reason an interval is withheld (:func:`withheld_lines`).
 
 Source: seed 000 Sec. 5.3-5.4, 6.4, Table 12 and Figure 4.
 """
@@ -58,6 +60,7 @@ from pathlib import Path
 
 from geoagent.files import atomic_savefig, atomic_write_text
 from geoagent.scoring.sdt import (ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BOOT_FEW_SITES, BOOT_MIN_SITES, BOOT_SITES_RULE,
+                                  CI_MIN_SITES, DELTA_UNDEFINED,
                                   POOLED, SMALL_N_TRIALS, ModelScores, delta_1_small_n, small_n_bands)
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
@@ -172,7 +175,73 @@ def small_n_note(scores: Mapping[str, ModelScores] | None = None) -> str:
             "band (every band up to delta_1 decides it), as a rough value (the statistic itself is not changed)."
             + (f" {SMALL_N_MARK} after the read-out: a control-arm check that made it invalid rests on fewer than "
                f"{SMALL_N_TRIALS} control trials (the verdict itself is not changed)."
-               if scores is None or any(x.readout.small_n for x in scores.values()) else ""))
+               if scores is None or any(x.readout.small_n for x in scores.values()) else "")
+            + (f" {SMALL_N_MARK} does not say why a value has no interval: the line 'Intervals' below names every "
+               "reason one is withheld and which applies to each."
+               if scores is not None and withheld_lines(scores) else ""))
+
+
+#: the reasons a value of the table is shown without brackets in a run with a site bootstrap (:func:`withheld_lines`)
+WITHHELD_REASONS = (f"an interval is withheld, whatever the {SMALL_N_MARK}, where (a) the statistic's trials come "
+                    f"from fewer than {CI_MIN_SITES} sites (d' needs {CI_MIN_SITES} for H and for its band's F; the "
+                    f"delta_1 range needs them for H and every band with trials), or (b) the statistic is undefined "
+                    "in every site resample; with no site bootstrap (n_boot = 0) no value has one. "
+                    f"{SMALL_N_MARK} itself is only about trials, not sites")
+
+
+def _withheld_why(s: ModelScores, key: str) -> str | None:
+    """Why ``s`` has no interval for the bootstrap key ``key`` (``"H"``, ``"F[<band>]"``, ``"d'[<band>]"``,
+    ``"c[<band>]"``, ``"delta_1"`` ...) in a bootstrap run: the scarce side's site count (``ModelScores.ci_sites``;
+    d' and c rest on H and their band's F, the delta_1 range on H and every band with trials) or "undefined in
+    every resample"; None when it has one (or no bootstrap ran)."""
+    if not s.n_boot:
+        return None
+    if key == DELTA_KEY:
+        if s.delta_1_ci is not None:
+            return None
+        parts = [("signal", s.ci_sites.get("H", 0))] + [
+            (_band_title(b.band), s.ci_sites.get(f"F[{b.band}]", 0)) for b in s.bands if b.n > 0]
+    elif key in s.ci:
+        return None
+    elif key.startswith(("d'[", "c[")):
+        band = key[key.index("[") + 1:-1]
+        parts = [("signal", s.ci_sites.get("H", 0)), (_band_title(band), s.ci_sites.get(f"F[{band}]", 0))]
+    else:
+        parts = [("its", s.ci_sites.get(key, 0))]
+    few = [(what, g) for what, g in parts if g < CI_MIN_SITES]
+    if few:
+        return "; ".join(f"{what if what in ('signal', 'its') else what + ' decoy'} trials from {count_text(g, 'site')}"
+                         for what, g in few) + f" (fewer than {CI_MIN_SITES}: reason a)"
+    return "undefined in every site resample (reason b)"
+
+
+def withheld_lines(scores: Mapping[str, ModelScores]) -> list[str]:
+    """Where a bootstrap ran, the reasons any interval is withheld (:data:`WITHHELD_REASONS`), then one line per
+    column naming each value of the table shown without brackets although its row has them elsewhere (rates, d',
+    c, the delta_1 range) and the reason that applies: ``No interval (m): 0.15–0.3 km (d'): 0.15–0.3 km decoy
+    trials from 3 sites (fewer than 5: reason a); ...``; [] when every such value has its interval (or no
+    bootstrap ran)."""
+    lines = []
+    rows = [(sec, label, get, key) for sec, label, get, _, key in _rows(scores)] if scores else []
+    for c in _columns(scores) if scores else []:
+        sc = scores[c]
+        parts = []
+        for sec, label, get, key in rows:
+            if key is None:
+                continue
+            try:
+                value = get(sc)
+            except (IndexError, StopIteration):
+                continue
+            if value is None or value == DELTA_UNDEFINED or (isinstance(value, float) and math.isnan(value)):
+                if key != DELTA_KEY or value is not None:  # delta_1 None = "none", a value
+                    continue
+            if why := _withheld_why(sc, key):
+                what = "delta_1 range" if key == DELTA_KEY else f"{label} ({sec.split(' by ')[0]})"
+                parts.append(f"{what}: {why}")
+        if parts:
+            lines.append(f"No interval ({c}): " + "; ".join(parts) + ".")
+    return [f"Intervals: {WITHHELD_REASONS}.", *lines] if lines else []
 
 
 def readout_text(s: ModelScores) -> str:
@@ -483,6 +552,9 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     small = small_n_warnings(scores)
     if small:
         warn += "\n\n" + small_n_note(scores) + "".join(f"\n\n**{w}**" for w in small)
+    withheld = withheld_lines(scores)
+    if withheld:
+        warn += "\n\n" + withheld[0] + "".join(f"\n\n**{w}**" for w in withheld[1:])
     return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
@@ -498,18 +570,27 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
     them as numeric; ``<model>_text`` holds the rows whose value is text (delta_1's band, ``none`` or
     ``undefined``; the read-out verdict) and is empty elsewhere. delta_1's bootstrap range follows its row as
     rows ``delta_1 range lo`` / ``delta_1 range hi`` (text; only when a bootstrap ran). Rates are fractions in
-    [0, 1]; band labels are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and ``0.7-1.5km``, and the
-    delta_1 values), never the pretty ``0.7–1.5 km`` of Markdown and the terminal."""
+    [0, 1]; band labels in ``row`` are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and ``0.7-1.5km``, and
+    the delta_1 values), a stable machine key; the last column, ``label``, holds the row's label exactly as
+    Markdown and the terminal show it (``F 0.7–1.5 km``; the same as ``row`` for a row without a band, and for the
+    CSV's own rows: counts, the delta_1 range), so ``(section, label)`` matches a row of ``geoverify_table.md``.
+    (Last, so the per-model groups of four keep their places from the third column on.)"""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = _columns(scores)
-    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi", f"{c}_text")]])
+    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi", f"{c}_text")], "label"])
+    band_labels = [b.band for b in next(iter(scores.values())).bands] if scores else []
+
+    def shown(label: str) -> str:  # the row label of Markdown and the terminal (:func:`_rows` with pretty=True)
+        for b in band_labels:
+            label = label.replace(b, _band_title(b))
+        return label
 
     def cell(v: object) -> object:
         return "" if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
     def text_row(sec: str, label: str, texts: list[object]) -> None:
-        w.writerow([sec, label, *[x for v in texts for x in ("", "", "", cell(v))]])
+        w.writerow([sec, label, *[x for v in texts for x in ("", "", "", cell(v))], shown(label)])
 
     flagged = {c: small_n_bands(scores[c]) for c in cols}
 
@@ -529,7 +610,7 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
                 for c in cols:
                     iv = ivs[c]
                     vals += [cell(values[c]), *((cell(iv[0]), cell(iv[1])) if iv else ("", "")), note(c, key)]
-                w.writerow([sec, label, *vals])
+                w.writerow([sec, label, *vals, shown(label)])
             if any(iv is not None and isinstance(iv[0], str) for iv in ivs.values()):  # delta_1: band labels
                 for i, range_label in enumerate(DELTA_RANGE_ROWS):
                     text_row(sec, range_label, [ivs[c][i] if ivs[c] else None for c in cols])
@@ -573,6 +654,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     if small:
         for w in [small_n_note(scores), *small]:
             console.print(w, markup=False, soft_wrap=True)
+    for w in withheld_lines(scores):
+        console.print(w, markup=False, soft_wrap=True)
     legend = "Terms:\n" + "".join(f"  {line[2:]}\n" for line in legend_lines())
     return console.file.getvalue() + legend  # type: ignore[attr-defined]
 
@@ -725,8 +808,10 @@ def write_report(
     Returns
     -------
     dict
-        ``{"md", "csv", "txt", "png", "failures", "missing"}`` -> written paths (``png`` absent when ``plot``
-        is False or no scores exist yet; ``failures`` / ``missing`` only when given).
+        ``{"md", "csv", "txt", "png", "failures", "missing", "csv_note"}`` -> written paths (``png`` absent when
+        ``plot`` is False or no scores exist yet; ``failures`` / ``missing`` only when given; ``csv_note``, the
+        replay line and the simulator's warning beside the CSV files, :func:`geoagent.report.write_csv_note`, only
+        when there is either). The figure's caption carries the same line(s).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -760,10 +845,12 @@ def write_report(
         banner += f"**Interim report: {interim}**\n\n"
     if image_note:
         banner += f"**Placeholder images: {image_note}**\n\n"
+    sim_note = ""
     if simulated:
         from geoagent.sandbox.launch import simulated_note
 
-        banner += f"**{simulated_note(list(simulated))}**\n\n"
+        sim_note = simulated_note(list(simulated))
+        banner += f"**{sim_note}**\n\n"
     if config_mix:
         from geoagent.runtime.drift import MIX_WARNING
 
@@ -773,6 +860,11 @@ def write_report(
     _atomic_write(paths["md"], banner + md)
     _atomic_write(paths["csv"], render_csv(scores))
     _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))
+    from geoagent.report import figure_note, write_csv_note
+
+    csv_names = [p.name for k, p in paths.items() if k in ("csv", "failures", "missing")]
+    if note_path := write_csv_note(out, [replay_note, sim_note], csv_names):
+        paths["csv_note"] = note_path
     if plot and scores:
-        paths["png"] = plot_psychometric(scores, out / PLOT_PNG, note=replay_note or None)
+        paths["png"] = plot_psychometric(scores, out / PLOT_PNG, note=figure_note(replay_note, sim_note))
     return paths

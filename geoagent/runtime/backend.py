@@ -13,7 +13,7 @@ The server's URL is read from the environment variable named by ``url_env`` (def
 ``.env`` too, like API keys). A URL may carry a password: it is handled as a secret (:class:`geoagent.secrets.Secret`:
 scrubbed from logs and from the errors raised here), never written to the manifest or any state file.
 
-What Redis does not share yet (:func:`redis_limits`, printed as warnings when a run starts): the record tying a
+What Redis does not share yet (:func:`redis_limits`, a warning of the dry run's report): the record tying a
 queue folder to its state folder (``state_root.json``) does not exist; the dry run and ``status``'s per-plan
 figures read local queue files, so on Redis they count from the response store instead.
 """
@@ -94,13 +94,15 @@ def scrub(text: str, url: str | None) -> str:
 
 
 def redis_limits(cfg: Any) -> list[str]:
-    """Warning lines for what a ``kind = "redis"`` campaign does not share between machines yet ([] for SQLite)."""
+    """Warning lines of a dry run (``run --simulate``) of a ``kind = "redis"`` campaign ([] for SQLite): what it
+    cannot count there. Said once, in the dry run's report (:func:`geoagent.engine._estimate_outcome`), not on
+    loading the config (it was printed by every ``status``, ``dead`` and ``export``, and twice by a dry run)."""
     if not uses_redis(cfg):
         return []
     return [
-        "[backend] kind = \"redis\": the dry run's count of work already queued and status's answers per "
-        "planned model read local queue files; on Redis the dry run estimates the whole plan (answers already "
-        "stored still cost nothing) and status counts answers from the response store",
+        "[backend] kind = \"redis\": the dry run's count of work already queued reads local queue files, which a "
+        "Redis campaign does not have: the estimate below covers the whole plan (answers already stored still cost "
+        "nothing; `status` counts answers from the response store)",
     ]
 
 

@@ -26,6 +26,16 @@ figures) in each Parquet file's key-value metadata (:data:`PARQUET_NOTE_KEY`) an
 ``pandas.read_csv`` and DuckDB's ``read_csv`` read a first line as the header and would take a banner for it
 (or fail on the column count) unless told to skip it, so the per-row column carries the fact into any reader
 and any concatenation of exports, and the note file gives the details.
+
+Simulated answers get the same treatment: every declared table ends, after ``replayed``, with the Boolean column
+``simulated``: True on a row whose answer came from geoagent's simulator (a ``[[models]]`` entry with provider
+``"simulated"`` or a ``base_url`` on a local ``*.sandbox.invalid`` model fake,
+:func:`geoagent.sandbox.launch.simulated_models` of the config as written), False on a row of any other model,
+null where the row's model is not known (:func:`_with_replayed`). The simulator's warning
+(:func:`geoagent.sandbox.launch.simulated_note`) goes into each Parquet file's metadata
+(:data:`PARQUET_SIMULATED_KEY`) and into ``export_note.txt``. A sandbox fake's answers are recorded under the
+provider it imitates (``request_meta.provider = "openai"``), so the column, not that field, says they are
+simulated.
 """
 
 from __future__ import annotations
@@ -46,6 +56,8 @@ RESPONSES_TABLE = "model_responses"
 EXPORT_NOTE_FILE = "export_note.txt"
 #: the Parquet key-value metadata key holding that line (``pl.read_parquet_metadata(path)[PARQUET_NOTE_KEY]``)
 PARQUET_NOTE_KEY = "geoagent.replay_note"
+#: the Parquet key-value metadata key holding the simulator's warning (:func:`geoagent.sandbox.launch.simulated_note`)
+PARQUET_SIMULATED_KEY = "geoagent.simulated_note"
 
 #: checklist categories of the GeoHint evidence condition (:data:`geoagent.geohint.parse.EVIDENCE_CATEGORIES`;
 #: a test keeps the two equal): ``evidence`` is exported as one text column per category
@@ -54,7 +66,7 @@ _EVIDENCE_COLUMNS = {f"evidence.{c}": pl.String for c in ("infrastructure", "veg
 
 #: declared column types of each results table (besides the leading ``key``, always ``String``); units as in the
 #: row writers: ``*_km`` km, ``lat``/``lon`` degrees, ``cost_usd`` USD, ``*_tokens`` tokens, ``latency_s`` s;
-#: ``replayed`` is added by the export (module docstring)
+#: ``replayed`` and ``simulated`` are added by the export (module docstring)
 TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     # geoagent.geoverify.score.scored_row plus what GeoVerifyScorerStage adds
     "geoverify_scored": {
@@ -63,7 +75,7 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "referenceability": pl.Float64, "verdict": pl.String, "conf": pl.Float64, "correct": pl.Boolean,
         "parse_ok": pl.Boolean, "parse_reason": pl.String, "finish_reason": pl.String, "truncated": pl.Boolean,
         "request_key": pl.String, "input_tokens": pl.Int64, "output_tokens": pl.Int64, "raw": pl.String,
-        "scored": pl.Boolean, "left_out": pl.String, "replayed": pl.Boolean,
+        "scored": pl.Boolean, "left_out": pl.String, "replayed": pl.Boolean, "simulated": pl.Boolean,
     },
     # geoagent.geohint.result.GeoHintResult, ``extra`` as written by geoagent.geohint.stages.score_located
     "geohint_scored": {
@@ -78,19 +90,19 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "extra.parse_error": pl.String, "extra.parse_method": pl.String, "extra.evidence_slots": pl.String,
         "extra.raw": pl.String, "extra.finish_reason": pl.String,
         "extra.echo_rule": pl.String, "extra.echo_by_rule": pl.String, "extra.no_answer": pl.String,
-        "extra.left_out": pl.String, "scored": pl.Boolean, "replayed": pl.Boolean,
+        "extra.left_out": pl.String, "scored": pl.Boolean, "replayed": pl.Boolean, "simulated": pl.Boolean,
     },
     # geoagent.campaigns.generic.Collector
     "results": {
         "model": pl.String, "request_key": pl.String, "index": pl.Int64, "text": pl.String,
         "input_tokens": pl.Int64, "output_tokens": pl.Int64, "cost_usd": pl.Float64, "cached": pl.Boolean,
-        "finish_reason": pl.String, "replayed": pl.Boolean,
+        "finish_reason": pl.String, "replayed": pl.Boolean, "simulated": pl.Boolean,
     },
     # geoagent.runtime.store.ResponseStore.iter_responses (ModelResponse.to_json plus the store's columns)
     RESPONSES_TABLE: {
         "model": pl.String, "cost_usd": pl.Float64, "created_at": pl.Float64, "text": pl.String,
         "input_tokens": pl.Int64, "output_tokens": pl.Int64, "latency_s": pl.Float64, "finish_reason": pl.String,
-        "provider_model": pl.String, "replayed": pl.Boolean,
+        "provider_model": pl.String, "replayed": pl.Boolean, "simulated": pl.Boolean,
     },
 }
 
@@ -269,6 +281,7 @@ def export_table(
     schema: dict[str, pl.DataType] | None = None,
     rows_hook: Callable[[Iterator[tuple[str, dict[str, Any]]]], Iterator[tuple[str, dict[str, Any]]]] | None = None,
     replayed: Mapping[str, bool] | None = None, metadata: dict[str, str] | None = None,
+    simulated: Mapping[str, bool] | None = None,
 ) -> ExportedTable:
     """Export one results table (or ``"model_responses"``, the stored model responses) to ``out_dir``.
 
@@ -296,13 +309,17 @@ def export_table(
         Whether each model of the config is a ``replay`` model: a row with a ``model`` gets the column
         ``replayed`` (None for a model not in the mapping). Without it the column stays null.
     metadata : dict of str -> str, optional
-        Key-value metadata of the Parquet file (the replay note, :data:`PARQUET_NOTE_KEY`).
+        Key-value metadata of the Parquet file (the replay note, :data:`PARQUET_NOTE_KEY`; the simulator's
+        warning, :data:`PARQUET_SIMULATED_KEY`).
+    simulated : mapping of model name -> bool, optional
+        Whether each model of the config answers from the simulator (:func:`geoagent.sandbox.launch.simulated_models`):
+        fills the column ``simulated`` as ``replayed`` fills its own (only with ``replayed`` given).
     """
     rows = _response_rows(store) if table == RESPONSES_TABLE else with_raw_text(store, store.iter_results(table))
     if rows_hook is not None and table != RESPONSES_TABLE:
         rows = rows_hook(rows)
     if replayed is not None:
-        rows = _with_replayed(store, rows, replayed)
+        rows = _with_replayed(store, rows, replayed, simulated=simulated)
     out = Path(out_dir)
     name = stem or table
     parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"
@@ -320,13 +337,18 @@ def export_table(
 
 
 def _with_replayed(store: Any, rows: Iterable[tuple[str, dict[str, Any]]], replayed: Mapping[str, bool], *,
-                   chunk: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
+                   chunk: int = 1000, simulated: Mapping[str, bool] | None = None,
+                   ) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each row with a ``model`` gets ``replayed``: from the provider recorded with its request where known (a
     stored response's ``request_meta.provider``: the row's own for ``model_responses``, else the response of
     its request key, :meth:`geoagent.runtime.store.ResponseStore.response_sources`), == ``"replay"``; else
     ``replayed`` of the ``[[models]]`` name that asked (the response's ``model``, else the row's; a GeoVerify
     replay of every recorded model reports its rows under the recorded names, which the config does not
-    list); None when neither is known. One store query per ``chunk`` rows."""
+    list); None when neither is known. One store query per ``chunk`` rows.
+
+    With ``simulated`` (model name -> answers from the simulator) each such row also gets ``simulated``: True
+    when the recorded provider is ``"simulated"``, False when it is ``"replay"``, else as ``simulated`` names
+    the model that asked (a sandbox model fake records the provider it imitates), None for a model not in it."""
     it = iter(rows)
     while True:
         batch = list(islice(it, chunk))
@@ -341,11 +363,16 @@ def _with_replayed(store: Any, rows: Iterable[tuple[str, dict[str, Any]]], repla
                 meta = row.get("request_meta")
                 asked, provider = (model, meta.get("provider")) if isinstance(meta, dict) else (
                     sources.get(slot[1], (None, None)) if slot is not None else (None, None))
+                name = asked if isinstance(asked, str) else model
                 if isinstance(provider, str):
                     row["replayed"] = provider == "replay"
                 else:
-                    name = asked if isinstance(asked, str) else model
                     row["replayed"] = replayed.get(name) if isinstance(name, str) else None
+                if simulated is not None:
+                    if provider in ("simulated", "replay"):
+                        row["simulated"] = provider == "simulated"
+                    else:
+                        row["simulated"] = simulated.get(name) if isinstance(name, str) else None
             yield key, row
 
 
@@ -492,23 +519,30 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
     (:data:`TABLE_SCHEMAS`), so a campaign with no answers yet still writes ``geoverify_scored.parquet`` (0 rows)
     and its exports concatenate with another campaign's.
 
-    ``cfg`` (the campaign's :class:`~geoagent.config.CampaignConfig`): fills each row's ``replayed`` column from
-    its ``[[models]]`` (True for a ``replay`` model); when any model is a replay model, the replay line
+    ``cfg`` (the campaign's :class:`~geoagent.config.CampaignConfig`, as written: a sandbox model fake is known by
+    its ``*.sandbox.invalid`` URL): fills each row's ``replayed`` column from its ``[[models]]`` (True for a
+    ``replay`` model) and its ``simulated`` column (True for a model answered by the simulator,
+    :func:`geoagent.sandbox.launch.simulated_models`); when any model is a replay model, the replay line
     (:func:`geoagent.providers.replay.replay_note`) goes into every Parquet file's metadata
-    (:data:`PARQUET_NOTE_KEY`) and into ``out_dir/export_note.txt`` (:data:`EXPORT_NOTE_FILE`, naming the files
-    it covers); otherwise a note file left by an earlier export is removed (the files it spoke of were just
-    rewritten). See the module docstring for why the CSV files carry no banner line."""
+    (:data:`PARQUET_NOTE_KEY`), when any is simulated the simulator's warning
+    (:func:`geoagent.sandbox.launch.simulated_note`) does (:data:`PARQUET_SIMULATED_KEY`), and either goes into
+    ``out_dir/export_note.txt`` (:data:`EXPORT_NOTE_FILE`, naming the files it covers); otherwise a note file left
+    by an earlier export is removed (the files it spoke of were just rewritten). See the module docstring for why
+    the CSV files carry no banner line."""
     replayed, note = _replay_of(cfg)
-    metadata = {PARQUET_NOTE_KEY: note} if note else None
+    simulated, sim_note = _simulated_of(cfg)
+    metadata = {**({PARQUET_NOTE_KEY: note} if note else {}),
+                **({PARQUET_SIMULATED_KEY: sim_note} if sim_note else {})} or None
     names = list(store.result_tables())
     names += sorted(t for t in set(tables) if t not in names)
     if include_responses:
         names.append(RESPONSES_TABLE)
-    out = [export_table(store, t, out_dir, rows_hook=(hooks or {}).get(t), replayed=replayed, metadata=metadata)
+    out = [export_table(store, t, out_dir, rows_hook=(hooks or {}).get(t), replayed=replayed, metadata=metadata,
+                        simulated=simulated)
            for t in names]
     note_path = Path(out_dir) / EXPORT_NOTE_FILE
-    if note:
-        write_export_note(note_path, note, out)
+    if note or sim_note:
+        write_export_note(note_path, note, out, simulated_note=sim_note)
     elif cfg is not None:
         note_path.unlink(missing_ok=True)
     return out
@@ -524,13 +558,38 @@ def _replay_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
     return replayed, (replay_note(cfg) if any(replayed.values()) else "")
 
 
-def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[ExportedTable]) -> None:
-    """Write ``export_note.txt``: ``note`` (the replay line), the files it covers, and how each says it (column
-    ``replayed``, Parquet metadata key :data:`PARQUET_NOTE_KEY`). Written atomically (UTF-8 text)."""
+def _simulated_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
+    """(model name -> answers from the simulator, the simulator's warning or ""), or (None, "") without a config
+    (:func:`geoagent.sandbox.launch.simulated_models`, :func:`~geoagent.sandbox.launch.simulated_note`)."""
+    if cfg is None:
+        return None, ""
+    from geoagent.sandbox.launch import simulated_models, simulated_note
+
+    names = simulated_models(cfg)
+    return ({m.name: m.name in names for m in getattr(cfg, "models", ())},
+            simulated_note(names) if names else "")
+
+
+def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[ExportedTable], *,
+                      simulated_note: str = "") -> None:
+    """Write ``export_note.txt``: ``note`` (the replay line, "" for none) and ``simulated_note`` (the simulator's
+    warning, "" for none), the files they cover, and how each says it (columns ``replayed`` and ``simulated``,
+    Parquet metadata keys :data:`PARQUET_NOTE_KEY` and :data:`PARQUET_SIMULATED_KEY`). Written atomically
+    (UTF-8 text)."""
     from geoagent.files import atomic_open
 
     names = ", ".join(f"{t.csv.name} / {t.parquet.name}" for t in tables) or "none"
     with atomic_open(path, "w") as fh:
+        if simulated_note:
+            fh.write(
+                f"{simulated_note}\n\n"
+                f"Files this note covers (written beside it): {names}.\n"
+                "In each, the column `simulated` is true on a row whose answer came from geoagent's simulator, false "
+                "on a row of any other model, empty where its model is not known. The Parquet files carry the line "
+                f"above in their key-value metadata too (key {PARQUET_SIMULATED_KEY}: "
+                "polars.read_parquet_metadata(path)).\n" + ("\n" if note else ""))
+        if not note:
+            return
         fh.write(
             f"{note}\n\n"
             f"Files this note covers (written beside it): {names}.\n"

@@ -184,6 +184,13 @@ def auditor_sampling_sent(cfg: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _simulated_models(cfg: Any) -> list[str]:
+    """:func:`geoagent.sandbox.launch.simulated_models` of ``cfg`` (the manifest's ``simulated_models``)."""
+    from geoagent.sandbox.launch import simulated_models
+
+    return simulated_models(cfg)
+
+
 def git_commit(repo_dir: str | os.PathLike[str] | None = None) -> str | None:
     """``HEAD`` commit of the checkout holding the package (with ``-dirty`` if it has changes), or None."""
     cwd = Path(repo_dir) if repo_dir is not None else Path(__file__).resolve().parents[2]
@@ -750,6 +757,9 @@ class Manifest:
             "config_sha256": config_sha256(cfg),
             "prompt_templates_sha256": used_prompt_hashes(cfg, self.prompts_dir),
             "sampling_sent": sampling_sent(cfg),
+            # models answered by geoagent's simulator (provider "simulated", a *.sandbox.invalid model fake; the
+            # config as written), [] for none: their results describe the simulator, not a model
+            "simulated_models": _simulated_models(cfg),
             "designs": design_versions(cfg),
             "seeds": seeds,
             "package": {"name": "geoagent", "version": __version__},
@@ -782,7 +792,8 @@ class Manifest:
                 extra = {**(extra or {}), "config_drift": {**record, "applied": bool(drift.applied)}}
             if record and not drift.applied and isinstance(data.get("config"), dict):
                 # the stored results were made with the recorded config: it stays; the new one is noted apart
-                kept = ("config", "config_sha256", "prompt_templates_sha256", "designs", "sampling_sent")
+                kept = ("config", "config_sha256", "prompt_templates_sha256", "designs", "sampling_sent",
+                        "simulated_models")
                 data.update({k: v for k, v in static.items() if k not in kept})
                 data["config_not_applied"] = {**record, "config_sha256": static["config_sha256"],
                                               "config": static["config"]}
