@@ -105,7 +105,7 @@ def write_images_csv(rows: list[dict[str, Any]], path: str | Path) -> Path:
 
 
 def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdicts: str | Path | None = None,
-                  only_usable: bool = True) -> dict[str, list[Any]]:
+                  only_usable: bool = True, review_verdicts: str | Path | None = None) -> dict[str, list[Any]]:
     """Sites, images and reference points of a finished (or partial) crawl as data-model records.
 
     Returns
@@ -119,7 +119,13 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
         ``images`` are those :func:`usable_images` calls usable under ``human_verdicts`` (the crawl's
         ``[crawl.image_audit] human_verdicts`` path: a human verdict decides over the model audit), all of
         them when ``only_usable`` is False; pass the crawl's path, or the images differ from ``images.csv``.
+        ``review_verdicts``: the crawl's ``[crawl.referenceability] review_verdicts`` path (None: none): a
+        candidate's human-corrected rating replaces the model's (:func:`geoagent.crawl.review.apply_decisions`),
+        as in the ladders; ``FileNotFoundError``/``ValueError`` as :func:`geoagent.crawl.review.review_verdicts_of`.
     """
+    from geoagent.crawl.review import review_verdicts_of
+
+    decisions = review_verdicts_of(review_verdicts)
     state_dir = Path(state_dir)
     sites = []
     sites_csv = state_dir / "sites.csv"
@@ -144,6 +150,9 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
         sid = rec["site"]["site"]
         coords = rec.get("coords", {})
         for r in rec["rated"]:
+            d = decisions.get((str(sid), str(r["qid"])))
+            if d and d.get("familiarity") is not None:
+                r = {**r, "familiarity": d["familiarity"]}
             name = hint_name(r.get("name_en"), r.get("label_raw"), r.get("name_zh"), qid=r.get("qid"))
             if not r.get("ok") or r.get("sensitive") or tier_for(r.get("familiarity")) is None or not name:
                 continue

@@ -53,8 +53,9 @@ _PRICE = re.compile(r"^models\[\d+\]\.price_(input|output)_usd_per_mtok$")
 
 #: config paths of inputs applied after the model calls, to their stored answers, never to a request: the crawl's
 #: human image-audit verdicts (``[crawl.image_audit] human_verdicts``, Sec. 3.2: a human verdict decides over the
-#: model's). Each run reads them afresh and rebuilds the tables from the stored audits, so a change is no drift
-_APPLIED_AFTER = re.compile(r"^crawl\.image_audit\.human_verdicts$")
+#: model's) and the human decisions on referenceability review items (``[crawl.referenceability] review_verdicts``,
+#: Sec. 3.3). Each run reads them afresh and rebuilds the tables from the stored audits, so a change is no drift
+_APPLIED_AFTER = re.compile(r"^crawl\.(image_audit\.human_verdicts|referenceability\.review_verdicts)$")
 
 
 #: config paths that only choose which tasks are planned, not how any of them is asked or built: more or fewer
