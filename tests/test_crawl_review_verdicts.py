@@ -6,8 +6,11 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+
+from geoagent.cli import main
 
 from geoagent.crawl.review import DECISION_LOG_FILE, RESOLVED_FILE, read_review_verdicts, review_verdicts_of
 from geoagent.runtime.drift import is_applied_after_key
@@ -125,3 +128,74 @@ def test_review_decisions_rebuild_ladders_and_trials_without_calls(crawled, tmp_
     assert len(log) == len(rows) - 1 and log[0]["reviewer"] == "ana" and log[0]["ts"] > 0
     again = apply_review_verdicts(settings, state)  # a re-run logs nothing twice
     assert again["logged"] == 0 and len((state / DECISION_LOG_FILE).read_text().splitlines()) == len(rows) - 1
+
+
+CRAWL_CONFIG = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "crawl_sandbox.toml"
+
+
+def _config_with_review(tmp: Path, verdicts: Path) -> Path:
+    text = CRAWL_CONFIG.read_text(encoding="utf-8").replace(
+        'model = "sandbox-text-auditor"\n', f'model = "sandbox-text-auditor"\nreview_verdicts = "{verdicts}"\n', 1)
+    assert "review_verdicts" in text
+    p = tmp / "crawl_rv.toml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_decisions_added_to_a_finished_crawl_are_applied_by_a_rerun_with_no_new_call(isolated_roots, monkeypatch,
+                                                                                      capsys):
+    # before: the key was refused ([crawl.referenceability] has no review_verdicts), the queue was never read back and
+    # a decision could only be a hand edit of rated/ and ladders/
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    capsys.readouterr()
+    state = isolated_roots / "state" / "crawl-sandbox"
+    queue = [json.loads(x) for x in (state / "audit_review_queue.jsonl").read_text().splitlines() if x.strip()]
+    in_trials = {(r["site"], r["cand_qid"]) for r in _csv(state / "verify_trials.csv") if r.get("cand_qid")}
+    item = next((q for q in queue if (q["site"], q["qid"]) in in_trials), None)
+    assert item is not None, (len(queue), sorted(in_trials)[:5])
+    assert {t["fam"] for t in _csv(state / "verify_trials.csv")
+            if (t["site"], t["cand_qid"]) == (item["site"], item["qid"])} == {str(item["familiarity"])}
+    new_fam = 0 if item["familiarity"] >= 3 else 5
+    rv = isolated_roots / "review.csv"
+    rv.write_text(f"site,qid,decision,reviewer,note\n{item['site']},{item['qid']},{new_fam},ana,pageviews right\n",
+                  encoding="utf-8")
+    rated_before = {p.name: p.read_bytes() for p in (state / "rated").glob("*.json")}
+    trials_before = (state / "verify_trials.csv").read_bytes()
+    ladder_before = _ladder_rows(state)
+    cfg = _config_with_review(isolated_roots, rv)
+    assert main(["crawl", str(cfg), "--no-live"]) == 0
+    got = capsys.readouterr()
+    assert "this run: 0 new model calls" in got.out, got.out
+    assert "new [campaign] name" not in got.err and "affects none of the stored results" not in got.err, got.err
+    assert {p.name: p.read_bytes() for p in (state / "rated").glob("*.json")} == rated_before
+    resolved = {(r["site"], r["qid"]): r for r in _csv(state / RESOLVED_FILE)}
+    r = resolved[(item["site"], item["qid"])]
+    assert (r["status"], r["decision"], r["familiarity_final"], r["reviewer"]) == ("resolved", str(new_fam), str(new_fam), "ana")
+    assert sum(1 for x in resolved.values() if x["status"] == "pending") == len(resolved) - 1
+    trials = [t for t in _csv(state / "verify_trials.csv") if (t["site"], t["cand_qid"]) == (item["site"], item["qid"])]
+    assert all(t["fam"] == str(new_fam) for t in trials), trials  # the trial pool takes the decided rating
+    assert (state / "verify_trials.csv").read_bytes() != trials_before  # rebuilt with the decided rating
+    site_ladders = lambda rows: [r for n, rs in rows.items() if n.startswith(item["site"] + "_ladder_") for r in rs]  # noqa: E731
+    assert site_ladders(_ladder_rows(state)) != site_ladders(ladder_before)
+    assert all(r["familiarity"] == str(new_fam) for r in site_ladders(_ladder_rows(state)) if r["qid"] == item["qid"])
+    log = [json.loads(x) for x in (state / DECISION_LOG_FILE).read_text().splitlines()]
+    assert [(x["qid"], x["decision"], x["reviewer"]) for x in log] == [(item["qid"], str(new_fam), "ana")]
+
+
+def test_a_decision_file_that_does_not_exist_stops_the_crawl_before_any_call(isolated_roots, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    rv = isolated_roots / "no_such_dir" / "review.csv"
+    rc = main(["crawl", str(_config_with_review(isolated_roots, rv)), "--no-live"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "[crawl.referenceability] review_verdicts" in err and str(rv) in err and "does not exist" in err, err
+    assert not (isolated_roots / "state" / "crawl-sandbox").exists()
+
+
+def test_the_key_expands_home(monkeypatch, tmp_path):
+    from geoagent.crawl.settings import ReferenceabilitySettings
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert ReferenceabilitySettings(review_verdicts="~/r.csv").review_verdicts == str(tmp_path / "r.csv")
+    assert ReferenceabilitySettings().review_verdicts is None

@@ -57,7 +57,12 @@ class CrawlCampaign(CampaignKind):
         A run (not a dry run) of a crawl that has audited images then rebuilds its image tables from the stored
         audits under these verdicts (:func:`geoagent.crawl.stages.rewrite_image_tables`; no request): verdicts
         added to a finished crawl reach ``images.csv``, ``image_audit.csv``, the agreement files and the
-        export this run writes; the hand-off then builds ``verify_trials.csv`` with them."""
+        export this run writes; the hand-off then builds ``verify_trials.csv`` with them.
+
+        The human review decisions (``[crawl.referenceability] review_verdicts``) are read here too (same errors,
+        :func:`geoagent.crawl.review.review_verdicts_of`), and a run of a crawl that has rated sites rebuilds every
+        ladder with them and writes the resolution table and decision log
+        (:func:`geoagent.crawl.stages.apply_review_verdicts`; no request, ``rated/`` untouched)."""
         from geoagent.crawl.image_audit import human_verdicts_of
         from geoagent.crawl.review import review_verdicts_of
 
