@@ -181,6 +181,12 @@ def test_decisions_added_to_a_finished_crawl_are_applied_by_a_rerun_with_no_new_
     assert all(r["familiarity"] == str(new_fam) for r in site_ladders(_ladder_rows(state)) if r["qid"] == item["qid"])
     log = [json.loads(x) for x in (state / DECISION_LOG_FILE).read_text().splitlines()]
     assert [(x["qid"], x["decision"], x["reviewer"]) for x in log] == [(item["qid"], str(new_fam), "ana")]
+    assert "review decisions changed" in got.err and "no model call" in got.err, got.err  # said as an info line
+    import polars as pl
+
+    exported = pl.read_parquet(state / "export" / "audit_review_resolved.parquet")
+    assert exported.filter(pl.col("status") == "resolved")["familiarity_final"].to_list() == [new_fam]
+    assert pl.read_parquet(state / "export" / "audit_review_log.parquet")["reviewer"].to_list() == ["ana"]
 
 
 def test_a_decision_file_that_does_not_exist_stops_the_crawl_before_any_call(isolated_roots, monkeypatch, capsys):

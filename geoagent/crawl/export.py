@@ -211,9 +211,10 @@ def ids_as_text(df: Any) -> Any:
 #: the crawl's CSV tables under its state folder, in data-flow order (``<name>.csv``)
 #: (``candidate_referenceability_by_city``: every city's rating of a QID, the release-layout table keeps one)
 CRAWL_CSV_TABLES = ("city_pool", "sites", "images", "image_audit", "candidate_referenceability",
-                    "candidate_referenceability_by_city")
-#: its JSONL logs: audit decisions, sensitive-place flags, the human review queue (``<name>.jsonl``)
-CRAWL_JSONL_TABLES = ("audit_decisions", "audit_sensitive", "audit_review_queue")
+                    "candidate_referenceability_by_city", "audit_review_resolved")
+#: its JSONL logs: audit decisions, sensitive-place flags, the human review queue and the log of the human decisions
+#: on it (``<name>.jsonl``; :mod:`geoagent.crawl.review`)
+CRAWL_JSONL_TABLES = ("audit_decisions", "audit_sensitive", "audit_review_queue", "audit_review_log")
 #: the crawl's own decision log (:data:`geoagent.constants.CRAWL_DECISIONS_FILE`) as an exported table
 CRAWL_DECISIONS_TABLE = "crawl_decisions"
 
@@ -365,6 +366,11 @@ def crawl_table_schemas() -> dict[str, dict[str, Any]]:
                             "city": S, "candidate_lines": I},
         "audit_review_queue": {"qid": S, "label": S, "model": S, "site": S, "familiarity": I, "tier_llm": S,
                                "pageviews": I, "tier_pageviews": S, "status": S, "ts": F},
+        "audit_review_resolved": {"site": S, "qid": S, "label": S, "familiarity_model": I, "tier_llm": S,
+                                  "pageviews": I, "tier_pageviews": S, "status": S, "decision": S,
+                                  "familiarity_final": I, "tier_final": S, "reviewer": S, "note": S},
+        "audit_review_log": {"site": S, "qid": S, "decision": S, "familiarity_model": I, "familiarity_final": I,
+                             "reviewer": S, "note": S, "source": S, "ts": F},
     }
 
 
