@@ -247,7 +247,8 @@ def expand_home(v: str | None) -> str | None:
     """A config path value with a leading ``~`` (or ``~user``) expanded to the home folder, as a shell does; None or
     empty unchanged. The one rule for every path key of a campaign file (``[paths]``, ``models[].replay.path``,
     ``[geohint] release_dir / prompts_dir / image_root``, ``[geoverify] release_dir / prompt_template /
-    image_root``, ``[geohint.geocoder] cache_path``, ``[crawl.image_audit] human_verdicts``), applied when the
+    image_root``, ``[geohint.geocoder] cache_path``, ``[crawl.image_audit] human_verdicts``,
+    ``[crawl.referenceability] review_verdicts``), applied when the
     config is read, so every reader sees the same folder (before, only ``[paths]`` and the sandbox launch expanded
     it: a campaign's own import looked for ``./~/...``). Relative paths stay relative (to the working directory)."""
     return os.path.expanduser(v) if v else v

@@ -59,6 +59,7 @@ def write_verify_trials(
     tau_km: float = C.GEOVERIFY_TAU_KM,
     out_dir: str | Path | None = None,
     human_verdicts: str | Path | None = None,
+    review_verdicts: str | Path | None = None,
 ) -> tuple[Path, Any]:
     """Build GeoVerify trials from a crawl and write them as a release-form ``verify_trials.csv``.
 
@@ -77,6 +78,9 @@ def write_verify_trials(
         The crawl's ``[crawl.image_audit] human_verdicts`` CSV: an image a human excluded gets no trial (and so
         is no GeoHint image), as in ``images.csv`` (:func:`geoagent.crawl.export.usable_images`). None: the
         model audit decides.
+    review_verdicts : path, optional
+        The crawl's ``[crawl.referenceability] review_verdicts`` CSV: a candidate's corrected rating sets its tier
+        (:func:`geoagent.crawl.review.read_review_verdicts`). None: the model's ratings stand.
 
     Returns
     -------
@@ -87,7 +91,7 @@ def write_verify_trials(
     ------
     FileNotFoundError
         The folder has no ``sites.csv`` (the crawl admitted no city or has not sampled yet), or
-        ``human_verdicts`` names no file.
+        ``human_verdicts`` or ``review_verdicts`` names no file.
     ValueError
         The crawl produced no usable image or no rated candidate with coordinates, or ``human_verdicts`` is
         malformed (file:line named).
@@ -98,7 +102,7 @@ def write_verify_trials(
     state = Path(crawl_state_dir)
     if not (state / "sites.csv").is_file():
         raise FileNotFoundError(f"{state / 'sites.csv'}: the crawl has no sites (no city admitted yet?)")
-    recs = crawl_records(state, images_root, human_verdicts=human_verdicts)
+    recs = crawl_records(state, images_root, human_verdicts=human_verdicts, review_verdicts=review_verdicts)
     if not recs["images"]:
         raise ValueError(f"{state}: the crawl has no usable audited image to build GeoVerify trials from")
     pools: dict[str, list[Any]] = {}

@@ -156,7 +156,8 @@ def test_the_readme_documents_the_human_half_of_the_audits():
     for name in ("human_verdicts", "image_audit_agreement.json", "image_audit_human_excludes_model_accepts.csv",
                  "image_audit_model_rejects_human_keeps.csv", "audit_review_queue.jsonl"):
         assert name in readme, name
-    assert "the crawl\nnever reads the file back" in readme or "the crawl never reads the file back" in readme
-    assert "Ladders do not wait for it" in readme
+    assert "Ladders do\nnot wait for it" in readme or "Ladders do not wait for it" in readme
+    for name in ("review_verdicts", "audit_review_resolved.csv", "audit_review_log.jsonl"):  # how a decision is fed back
+        assert name in readme, name
     example = (Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "example.toml").read_text(encoding="utf-8")
     assert "to compare with" not in example and "decides the image's usability" in example

@@ -57,11 +57,18 @@ class CrawlCampaign(CampaignKind):
         A run (not a dry run) of a crawl that has audited images then rebuilds its image tables from the stored
         audits under these verdicts (:func:`geoagent.crawl.stages.rewrite_image_tables`; no request): verdicts
         added to a finished crawl reach ``images.csv``, ``image_audit.csv``, the agreement files and the
-        export this run writes; the hand-off then builds ``verify_trials.csv`` with them."""
+        export this run writes; the hand-off then builds ``verify_trials.csv`` with them.
+
+        The human review decisions (``[crawl.referenceability] review_verdicts``) are read here too (same errors,
+        :func:`geoagent.crawl.review.review_verdicts_of`), and a run of a crawl that has rated sites rebuilds every
+        ladder with them and writes the resolution table and decision log
+        (:func:`geoagent.crawl.stages.apply_review_verdicts`; no request, ``rated/`` untouched)."""
         from geoagent.crawl.image_audit import human_verdicts_of
+        from geoagent.crawl.review import review_verdicts_of
 
         settings = _settings(cfg)
         human_verdicts_of(settings.image_audit.human_verdicts)
+        review_verdicts_of(settings.referenceability.review_verdicts)
         services = getattr(ctx, "services", {}) or {}
         state_dir = Path(services.get("state_dir") or cfg.state_dir())
         if (not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY)
@@ -69,6 +76,11 @@ class CrawlCampaign(CampaignKind):
             from geoagent.crawl.stages import rewrite_image_tables
 
             rewrite_image_tables(settings, state_dir, _images_root(cfg))
+        if (not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY)
+                and (state_dir / "rated").is_dir()):
+            from geoagent.crawl.stages import apply_review_verdicts
+
+            apply_review_verdicts(settings, state_dir)
         return city_messages(settings.cities)
 
     def config_at_end(self, cfg: Any, ctx: StageContext) -> Any | None:
@@ -450,7 +462,8 @@ def _write_trials(cfg: Any, svc: Any) -> str:
     try:
         path, build = write_verify_trials(svc.state_dir, svc.images_root, seed=int(cfg.campaign.seed or 0),
                                           n_per_band=2, n_control=2,
-                                          human_verdicts=svc.settings.image_audit.human_verdicts)
+                                          human_verdicts=svc.settings.image_audit.human_verdicts,
+                                          review_verdicts=svc.settings.referenceability.review_verdicts)
     except (FileNotFoundError, ValueError) as exc:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "

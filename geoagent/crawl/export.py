@@ -105,7 +105,7 @@ def write_images_csv(rows: list[dict[str, Any]], path: str | Path) -> Path:
 
 
 def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdicts: str | Path | None = None,
-                  only_usable: bool = True) -> dict[str, list[Any]]:
+                  only_usable: bool = True, review_verdicts: str | Path | None = None) -> dict[str, list[Any]]:
     """Sites, images and reference points of a finished (or partial) crawl as data-model records.
 
     Returns
@@ -119,7 +119,13 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
         ``images`` are those :func:`usable_images` calls usable under ``human_verdicts`` (the crawl's
         ``[crawl.image_audit] human_verdicts`` path: a human verdict decides over the model audit), all of
         them when ``only_usable`` is False; pass the crawl's path, or the images differ from ``images.csv``.
+        ``review_verdicts``: the crawl's ``[crawl.referenceability] review_verdicts`` path (None: none): a
+        candidate's human-corrected rating replaces the model's (:func:`geoagent.crawl.review.apply_decisions`),
+        as in the ladders; ``FileNotFoundError``/``ValueError`` as :func:`geoagent.crawl.review.review_verdicts_of`.
     """
+    from geoagent.crawl.review import review_verdicts_of
+
+    decisions = review_verdicts_of(review_verdicts)
     state_dir = Path(state_dir)
     sites = []
     sites_csv = state_dir / "sites.csv"
@@ -144,6 +150,9 @@ def crawl_records(state_dir: str | Path, images_root: str | Path, *, human_verdi
         sid = rec["site"]["site"]
         coords = rec.get("coords", {})
         for r in rec["rated"]:
+            d = decisions.get((str(sid), str(r["qid"])))
+            if d and d.get("familiarity") is not None:
+                r = {**r, "familiarity": d["familiarity"]}
             name = hint_name(r.get("name_en"), r.get("label_raw"), r.get("name_zh"), qid=r.get("qid"))
             if not r.get("ok") or r.get("sensitive") or tier_for(r.get("familiarity")) is None or not name:
                 continue
@@ -202,9 +211,10 @@ def ids_as_text(df: Any) -> Any:
 #: the crawl's CSV tables under its state folder, in data-flow order (``<name>.csv``)
 #: (``candidate_referenceability_by_city``: every city's rating of a QID, the release-layout table keeps one)
 CRAWL_CSV_TABLES = ("city_pool", "sites", "images", "image_audit", "candidate_referenceability",
-                    "candidate_referenceability_by_city")
-#: its JSONL logs: audit decisions, sensitive-place flags, the human review queue (``<name>.jsonl``)
-CRAWL_JSONL_TABLES = ("audit_decisions", "audit_sensitive", "audit_review_queue")
+                    "candidate_referenceability_by_city", "audit_review_resolved")
+#: its JSONL logs: audit decisions, sensitive-place flags, the human review queue and the log of the human decisions
+#: on it (``<name>.jsonl``; :mod:`geoagent.crawl.review`)
+CRAWL_JSONL_TABLES = ("audit_decisions", "audit_sensitive", "audit_review_queue", "audit_review_log")
 #: the crawl's own decision log (:data:`geoagent.constants.CRAWL_DECISIONS_FILE`) as an exported table
 CRAWL_DECISIONS_TABLE = "crawl_decisions"
 
@@ -356,6 +366,11 @@ def crawl_table_schemas() -> dict[str, dict[str, Any]]:
                             "city": S, "candidate_lines": I},
         "audit_review_queue": {"qid": S, "label": S, "model": S, "site": S, "familiarity": I, "tier_llm": S,
                                "pageviews": I, "tier_pageviews": S, "status": S, "ts": F},
+        "audit_review_resolved": {"site": S, "qid": S, "label": S, "familiarity_model": I, "tier_llm": S,
+                                  "pageviews": I, "tier_pageviews": S, "status": S, "decision": S,
+                                  "familiarity_final": I, "tier_final": S, "reviewer": S, "note": S},
+        "audit_review_log": {"site": S, "qid": S, "decision": S, "familiarity_model": I, "familiarity_final": I,
+                             "reviewer": S, "note": S, "source": S, "ts": F},
     }
 
 

@@ -230,6 +230,14 @@ class ReferenceabilitySettings(_Section):
     #: a (pageviews, LLM) pair goes to human review when the pageview percentile tier and the LLM tier
     #: differ by at least this many tiers (high/mid/low are 2 apart at most)
     review_tier_gap: int = Field(2, ge=1, le=2)
+    #: optional CSV of human decisions on review-queue items (columns site, qid, decision: ``keep`` or a corrected
+    #: referenceability 0-5; optional reviewer, note), applied to the ladders and trials after the calls
+    review_verdicts: str | None = None
+
+    @field_validator("review_verdicts")
+    @classmethod
+    def _review_home(cls, v: str | None) -> str | None:
+        return expand_home(v)  # a leading "~" is the home folder, as in [paths]
 
 
 class LadderSettings(_Section):

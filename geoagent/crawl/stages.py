@@ -989,14 +989,60 @@ class LadderBuilderStage(_CrawlStage):
         rec = _load(svc.state_dir / "rated" / f"{sid}.json")
         if rec is None:
             raise PermanentFailure(f"no rated candidates stored for site {sid}")
-        cands = [RatedCandidate(**r) for r in rec["rated"]]
-        ls = svc.settings.ladder
-        seed = ls.seed if ls.seed is not None else svc.settings.seed
-        rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
-                            site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
-        auditor = re.sub(r"[^A-Za-z0-9_.-]+", "-", svc.settings.referenceability.model).strip("-") or "auditor"
-        write_ladder_csv(rows, svc.state_dir / "ladders" / ladder_file_name(sid, auditor, "en"))
+        from geoagent.crawl.review import review_verdicts_of
+
+        write_site_ladder(svc.settings, svc.state_dir, site, rec,
+                          review_verdicts_of(svc.settings.referenceability.review_verdicts))
         return []
+
+
+def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, Any], rec: dict[str, Any],
+                      decisions: Any) -> Path:
+    """Build and write one site's ladder CSV from its ``rated/<site>.json`` record ``rec`` with the human review
+    ``decisions`` ((site, qid) -> decision, :func:`geoagent.crawl.review.read_review_verdicts`) applied to the
+    ratings (:func:`geoagent.crawl.review.apply_decisions`; the record itself is not changed). Returns its path."""
+    from geoagent.crawl.review import apply_decisions
+
+    sid = paths.safe_name(str(site["site"]), what="site id")
+    cands = apply_decisions(str(site["site"]), [RatedCandidate(**r) for r in rec["rated"]], decisions)
+    ls = settings.ladder
+    seed = ls.seed if ls.seed is not None else settings.seed
+    rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
+                        site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
+    auditor = re.sub(r"[^A-Za-z0-9_.-]+", "-", settings.referenceability.model).strip("-") or "auditor"
+    out = state_dir / "ladders" / ladder_file_name(sid, auditor, "en")
+    write_ladder_csv(rows, out)
+    return out
+
+
+def apply_review_verdicts(settings: CrawlSettings, state_dir: str | Path) -> dict[str, int]:
+    """Apply ``[crawl.referenceability] review_verdicts`` to a crawl's stored ratings, sending no request: every
+    rated site's ladder is rebuilt with the decisions (:func:`write_site_ladder`; ``rated/`` untouched), and
+    ``audit_review_resolved.csv`` / ``audit_review_log.jsonl`` are written
+    (:func:`geoagent.crawl.review.write_resolution`). Without the key the ladders are rebuilt from the model's
+    ratings (a removed decision is undone) and the resolution table lists every item as pending. Returns
+    ``{"sites": n ladders rebuilt, "resolved", "pending", "logged"}``.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        The decision file is missing or malformed (:func:`geoagent.crawl.review.review_verdicts_of`)."""
+    from geoagent.crawl.review import review_verdicts_of, write_resolution
+
+    state_dir = Path(state_dir)
+    decisions = review_verdicts_of(settings.referenceability.review_verdicts)
+    model: dict[tuple[str, str], Any] = {}
+    n = 0
+    for p in sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []:
+        rec = _load(p)
+        if not rec:
+            continue
+        site = rec["site"]
+        for r in rec["rated"]:
+            model[(str(site["site"]), str(r["qid"]))] = r.get("familiarity")
+        write_site_ladder(settings, state_dir, site, rec, decisions)
+        n += 1
+    return {"sites": n, **write_resolution(state_dir, decisions, model)}
 
 
 #: ctx.services key of a ``--watch`` crawl's config watcher: ``{"added": [CitySpec, ...], "last_read": [CitySpec, ...] |

@@ -53,8 +53,9 @@ _PRICE = re.compile(r"^models\[\d+\]\.price_(input|output)_usd_per_mtok$")
 
 #: config paths of inputs applied after the model calls, to their stored answers, never to a request: the crawl's
 #: human image-audit verdicts (``[crawl.image_audit] human_verdicts``, Sec. 3.2: a human verdict decides over the
-#: model's). Each run reads them afresh and rebuilds the tables from the stored audits, so a change is no drift
-_APPLIED_AFTER = re.compile(r"^crawl\.image_audit\.human_verdicts$")
+#: model's) and the human decisions on referenceability review items (``[crawl.referenceability] review_verdicts``,
+#: Sec. 3.3). Each run reads them afresh and rebuilds the tables from the stored audits, so a change is no drift
+_APPLIED_AFTER = re.compile(r"^crawl\.(image_audit\.human_verdicts|referenceability\.review_verdicts)$")
 
 
 #: config paths that only choose which tasks are planned, not how any of them is asked or built: more or fewer
@@ -302,9 +303,17 @@ def applied_after_line(name: str, keys: dict[str, tuple[Any, Any]], keys_text: s
     are none): the run applies them to the stored answers and asks nothing anew."""
     if not keys:
         return None
-    return (f"info: campaign {name}: the human image-audit verdicts changed since its last run ({keys_text}); they "
-            "are applied to the stored model audits, never sent in a request, so no model call is repeated and "
-            "nothing mixes: this run rebuilds image_audit.csv, images.csv and the agreement files with them, and "
+    review = any("review_verdicts" in k for k in keys)
+    if review and len(keys) == 1:  # [crawl.referenceability] review_verdicts alone
+        return (f"info: campaign {name}: the human review decisions changed since its last run ({keys_text}); they "
+                "are applied to the stored ratings, never sent in a request, so no model call is repeated and "
+                "nothing mixes: this run rebuilds the ladders, audit_review_resolved.csv and audit_review_log.jsonl "
+                "with them (rated/ keeps the model's), and verify_trials.csv when the crawl is complete (the export "
+                "too, unless --no-export).")
+    return (f"info: campaign {name}: the human {'audit verdicts and review decisions' if review else 'image-audit verdicts'} "
+            f"changed since its last run ({keys_text}); they are applied to the stored model answers, never sent in a "
+            "request, so no model call is repeated and nothing mixes: this run rebuilds image_audit.csv, images.csv "
+            f"and the agreement files{', the ladders and the review resolution' if review else ''} with them, and "
             "verify_trials.csv when the crawl is complete (the export too, unless --no-export).")
 
 

@@ -1,0 +1,185 @@
+"""Human decisions on the referenceability review queue (seed 000 Sec. 3.3: where the model's rating and
+Wikipedia pageviews disagree, the item goes to a human; "not an automatic override").
+
+The crawl writes ``audit_review_queue.jsonl`` (:data:`geoagent.crawl.referenceability.REVIEW_QUEUE_FILE`). A
+researcher resolves items in a CSV named by ``[crawl.referenceability] review_verdicts`` (:data:`REVIEW_VERDICTS_KEY`):
+columns ``site``, ``qid``, ``decision`` (``keep``: the model's rating stands; or an integer 0-5: the corrected
+referenceability), optionally ``reviewer`` and ``note``. The decisions are applied to the stored ratings, never to a
+request, as ``[crawl.image_audit] human_verdicts`` are (:func:`geoagent.runtime.drift.is_applied_after_key`):
+``rated/<site>.json`` keeps the model's record; the ladders and ``verify_trials.csv`` take the decided rating
+(:func:`apply_decisions`); ``audit_review_resolved.csv`` lists every queue item with its status and decision and
+``audit_review_log.jsonl`` logs each decision (who, what, when) once (:func:`write_resolution`).
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from geoagent.crawl.ladder import RatedCandidate, tier_for
+
+#: the config key of the review-decision CSV, as named in messages
+REVIEW_VERDICTS_KEY = "[crawl.referenceability] review_verdicts"
+#: every queue item with its resolution (written into the crawl's folder)
+RESOLVED_FILE = "audit_review_resolved.csv"
+RESOLVED_COLUMNS = ("site", "qid", "label", "familiarity_model", "tier_llm", "pageviews", "tier_pageviews", "status",
+                    "decision", "familiarity_final", "tier_final", "reviewer", "note")
+#: one line per decision as first seen (or changed): site, qid, decision, familiarity_model, familiarity_final,
+#: reviewer, note, source (file:line), ts (Unix time, s)
+DECISION_LOG_FILE = "audit_review_log.jsonl"
+
+
+def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """Read a review-decision CSV (UTF-8, a byte-order mark allowed).
+
+    Returns
+    -------
+    dict
+        ``(site, qid)`` -> ``{"decision": "keep" | "0".."5", "familiarity": int | None (None for keep),
+        "reviewer": str, "note": str, "source": "file:line"}``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``file:line``: a missing ``site``/``qid``/``decision`` column, an empty site or qid, a QID not of the
+        form ``Q<digits>``, a decision other than ``keep`` or an integer 0-5, the same (site, qid) twice with
+        different decisions, or text that is not UTF-8.
+    """
+    path = Path(path)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            names = [str(n).strip() for n in reader.fieldnames or []]
+            for col in ("site", "qid", "decision"):
+                if col not in names:
+                    raise ValueError(f"{path}:1: {REVIEW_VERDICTS_KEY}: missing column {col!r} (have {names}); "
+                                     "columns site,qid,decision[,reviewer,note]")
+            reader.fieldnames = names
+            for row in reader:
+                line = reader.line_num
+                where = f"{path}:{line}"
+                site, qid = (row.get("site") or "").strip(), (row.get("qid") or "").strip()
+                raw = (row.get("decision") or "").strip().lower()
+                if not site or not qid:
+                    raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: empty site or qid")
+                if not (qid[:1] in "Qq" and qid[1:].isdigit()):
+                    raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: qid must be a Wikidata id like Q123, got {qid!r}")
+                qid = "Q" + qid[1:]
+                if raw == "keep":
+                    fam = None
+                elif raw.isdigit() and 0 <= int(raw) <= 5:
+                    fam = int(raw)
+                else:
+                    raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: decision must be keep (the model's rating "
+                                     f"stands) or a corrected referenceability 0-5, got {row.get('decision')!r}")
+                rec = {"decision": "keep" if fam is None else str(fam), "familiarity": fam,
+                       "reviewer": (row.get("reviewer") or "").strip(), "note": (row.get("note") or "").strip(),
+                       "source": where}
+                prev = out.get((site, qid))
+                if prev is not None and prev["decision"] != rec["decision"]:
+                    raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: site {site} qid {qid} has conflicting decisions "
+                                     f"({prev['decision']} at {prev['source']}, {rec['decision']} here)")
+                out[(site, qid)] = rec
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: {REVIEW_VERDICTS_KEY}: not UTF-8 text ({exc.reason} at byte {exc.start}); save "
+                         "the file as UTF-8 (Excel: 'CSV UTF-8')") from None
+    return out
+
+
+def review_verdicts_of(path: str | Path | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """The review decisions of a crawl (:data:`REVIEW_VERDICTS_KEY`, :func:`read_review_verdicts`); ``{}`` when the
+    key is unset.
+
+    Raises
+    ------
+    FileNotFoundError
+        The key names no file (a typo must not silently leave every rating to the model).
+    ValueError
+        As :func:`read_review_verdicts`.
+    """
+    if not path:
+        return {}
+    if not Path(path).is_file():
+        what = "is not a file" if Path(path).exists() else "does not exist"
+        raise FileNotFoundError(f"{REVIEW_VERDICTS_KEY} = {str(path)!r}: {path} {what} (the CSV of review decisions, "
+                                "columns site,qid,decision[,reviewer,note]; a relative path is read from the working "
+                                "folder); fix the path, or remove the key to let the model's ratings stand")
+    return read_review_verdicts(path)
+
+
+def apply_decisions(site: str, cands: Iterable[RatedCandidate],
+                    decisions: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[RatedCandidate]:
+    """``cands`` of ``site`` with each decided rating applied: a numeric decision replaces ``familiarity`` (0-5, so
+    the tier follows), ``keep`` leaves the model's. The inputs are not changed (``rated/`` keeps the model's)."""
+    out = []
+    for c in cands:
+        d = decisions.get((site, c.qid))
+        out.append(replace(c, familiarity=d["familiarity"]) if d and d.get("familiarity") is not None else c)
+    return out
+
+
+def _queue(state_dir: Path) -> list[dict[str, Any]]:
+    from geoagent.crawl.referenceability import REVIEW_QUEUE_FILE
+
+    path = state_dir / REVIEW_QUEUE_FILE
+    items: dict[tuple[str, str], dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_bytes().splitlines():
+            if line.strip():
+                r = orjson.loads(line)
+                items.setdefault((str(r.get("site")), str(r.get("qid"))), r)
+    return [items[k] for k in sorted(items)]
+
+
+def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], Mapping[str, Any]],
+                     model_ratings: Mapping[tuple[str, str], int | None]) -> dict[str, int]:
+    """Write :data:`RESOLVED_FILE` (every item of the review queue: ``status`` ``resolved`` with the decision, or
+    ``pending``; :data:`RESOLVED_COLUMNS`) and append to :data:`DECISION_LOG_FILE` each decision not logged before
+    with the same decision, reviewer and note (so a re-run logs nothing new). ``model_ratings``: (site, qid) -> the
+    model's familiarity from ``rated/``. A decision on an item outside the queue is applied and logged too.
+    Returns ``{"resolved": n, "pending": n, "logged": n}``."""
+    state_dir = Path(state_dir)
+    rows = []
+    n_res = 0
+    for it in _queue(state_dir):
+        key = (str(it.get("site")), str(it.get("qid")))
+        d = decisions.get(key)
+        fam_final = it.get("familiarity") if not d or d["familiarity"] is None else d["familiarity"]
+        n_res += d is not None
+        rows.append({"site": key[0], "qid": key[1], "label": it.get("label", ""), "familiarity_model": it.get("familiarity"),
+                     "tier_llm": it.get("tier_llm", ""), "pageviews": it.get("pageviews", ""),
+                     "tier_pageviews": it.get("tier_pageviews", ""), "status": "resolved" if d else "pending",
+                     "decision": d["decision"] if d else "", "familiarity_final": fam_final,
+                     "tier_final": tier_for(fam_final) or "", "reviewer": d["reviewer"] if d else "",
+                     "note": d["note"] if d else ""})
+    with (state_dir / RESOLVED_FILE).open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(RESOLVED_COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+    log = state_dir / DECISION_LOG_FILE
+    seen = set()
+    if log.is_file():
+        for line in log.read_bytes().splitlines():
+            if line.strip():
+                r = orjson.loads(line)
+                seen.add((r["site"], r["qid"], r["decision"], r.get("reviewer", ""), r.get("note", "")))
+    new = []
+    for (site, qid), d in sorted(decisions.items()):
+        if (site, qid, d["decision"], d["reviewer"], d["note"]) in seen:
+            continue
+        fam_model = model_ratings.get((site, qid))
+        new.append({"site": site, "qid": qid, "decision": d["decision"], "familiarity_model": fam_model,
+                    "familiarity_final": fam_model if d["familiarity"] is None else d["familiarity"],
+                    "reviewer": d["reviewer"], "note": d["note"], "source": d["source"], "ts": round(time.time(), 3)})
+    if new:
+        with log.open("ab") as f:
+            for r in new:
+                f.write(orjson.dumps(r) + b"\n")
+    return {"resolved": n_res, "pending": len(rows) - n_res, "logged": len(new)}
