@@ -205,3 +205,33 @@ def test_the_key_expands_home(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     assert ReferenceabilitySettings(review_verdicts="~/r.csv").review_verdicts == str(tmp_path / "r.csv")
     assert ReferenceabilitySettings().review_verdicts is None
+
+
+def test_a_decision_matching_no_rated_candidate_is_named_in_a_warning(crawled, tmp_path, caplog):
+    """A decision for a (site, QID) that no rated candidate of the crawl has (a typo in the QID, another crawl's
+    site) changes nothing; the run says so, naming the file line, instead of logging it as if applied."""
+    import logging
+
+    from geoagent.crawl.stages import apply_review_verdicts
+
+    tmp, world, run, apps, counts = crawled
+    state = tmp_path / "state"
+    shutil.copytree(tmp / "state", state)
+    queue = [json.loads(x) for x in (state / "audit_review_queue.jsonl").read_text().splitlines() if x.strip()]
+    verdicts = tmp_path / "review.csv"
+    with verdicts.open("w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([["site", "qid", "decision"], [queue[0]["site"], queue[0]["qid"], "keep"],
+                                 [queue[0]["site"], "Q999999999", "4"], ["no_such_site", queue[0]["qid"], "1"]])
+    endpoints = {"overpass": "http://127.0.0.1:9/api", "wdqs": "http://127.0.0.1:9/sparql",
+                 "pageviews": "http://127.0.0.1:9", "mapillary": "http://127.0.0.1:9"}
+    settings = _settings(world, endpoints, referenceability={"pageviews": True, "batch_size": 25,
+                                                             "review_verdicts": str(verdicts)})
+    with caplog.at_level(logging.WARNING):
+        got = apply_review_verdicts(settings, state)
+    assert got["unmatched"] == 2
+    text = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    assert "2 review decisions match no rated candidate" in text, text
+    assert "review.csv:3" in text and "review.csv:4" in text and "Q999999999" in text and "no_such_site" in text
+    assert "review.csv:2" not in text
+    log = [json.loads(x) for x in (state / DECISION_LOG_FILE).read_text().splitlines()]
+    assert [(r["site"], r["qid"]) for r in log] == [(queue[0]["site"], queue[0]["qid"])]  # only the applied one

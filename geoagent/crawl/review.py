@@ -14,6 +14,7 @@ request, as ``[crawl.image_audit] human_verdicts`` are (:func:`geoagent.runtime.
 from __future__ import annotations
 
 import csv
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -23,6 +24,8 @@ from typing import Any
 import orjson
 
 from geoagent.crawl.ladder import RatedCandidate, tier_for
+
+_log = logging.getLogger(__name__)
 
 #: the config key of the review-decision CSV, as named in messages
 REVIEW_VERDICTS_KEY = "[crawl.referenceability] review_verdicts"
@@ -143,8 +146,9 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     """Write :data:`RESOLVED_FILE` (every item of the review queue: ``status`` ``resolved`` with the decision, or
     ``pending``; :data:`RESOLVED_COLUMNS`) and append to :data:`DECISION_LOG_FILE` each decision not logged before
     with the same decision, reviewer and note (so a re-run logs nothing new). ``model_ratings``: (site, qid) -> the
-    model's familiarity from ``rated/``. A decision on an item outside the queue is applied and logged too.
-    Returns ``{"resolved": n, "pending": n, "logged": n}``."""
+    model's familiarity from ``rated/``. A decision on an item outside the queue is applied and logged too; one
+    whose (site, qid) no rated candidate has changes nothing, is not logged, and is named (file:line) in one
+    warning. Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
     state_dir = Path(state_dir)
     rows = []
     n_res = 0
@@ -171,7 +175,17 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
                 r = orjson.loads(line)
                 seen.add((r["site"], r["qid"], r["decision"], r.get("reviewer", ""), r.get("note", "")))
     new = []
+    unmatched = [(k, d) for k, d in sorted(decisions.items()) if k not in model_ratings]
+    if unmatched:
+        shown = "; ".join(f"{d['source']}: site {site!r}, {qid}" for (site, qid), d in unmatched[:10])
+        more = f"; and {len(unmatched) - 10} more" if len(unmatched) > 10 else ""
+        _log.warning("%d review decision%s match%s no rated candidate of this crawl (no site of that id rated that "
+                     "QID), so %s nothing and %s not logged: %s%s", len(unmatched), "" if len(unmatched) == 1 else "s",
+                     "es" if len(unmatched) == 1 else "", "it changes" if len(unmatched) == 1 else "they change",
+                     "is" if len(unmatched) == 1 else "are", shown, more)
     for (site, qid), d in sorted(decisions.items()):
+        if (site, qid) not in model_ratings:
+            continue
         if (site, qid, d["decision"], d["reviewer"], d["note"]) in seen:
             continue
         fam_model = model_ratings.get((site, qid))
@@ -182,4 +196,4 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
         with log.open("ab") as f:
             for r in new:
                 f.write(orjson.dumps(r) + b"\n")
-    return {"resolved": n_res, "pending": len(rows) - n_res, "logged": len(new)}
+    return {"resolved": n_res, "pending": len(rows) - n_res, "logged": len(new), "unmatched": len(unmatched)}
