@@ -946,6 +946,27 @@ def did_you_mean(key: Any, valid: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+#: how many unknown names of one list get a did-you-mean suggestion (:func:`name_unknown`); the rest are counted
+SUGGEST_LIMIT = 10
+
+
+def name_unknown(unknown: Iterable[Any], valid: Iterable[str], *, limit: int = SUGGEST_LIMIT) -> str:
+    """The unknown names of a list, for its error message: the first ``limit`` as ``'x' (did you mean 'y'?)``
+    (:func:`did_you_mean`, the helper of the unknown-key messages), joined by ``", "``, then ``", and N more"`` for
+    the rest, which are counted, not matched (``"'a' (did you mean 'b'?), 'c', and 290 more"``).
+
+    Each suggestion compares one name with every valid one (:func:`difflib.get_close_matches`), so a list of 300
+    unknown site ids against a release of 3,000 sites took seconds; at most ``limit`` names are matched, each
+    against ``valid`` sorted once. ``ValueError`` for ``limit`` < 1."""
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    names = [str(u) for u in unknown]
+    pool = sorted({str(v) for v in valid}) if names else []
+    parts = [f"{u!r}{did_you_mean(u, pool)}" for u in names[:limit]]
+    rest = len(names) - len(parts)
+    return ", ".join(parts) + (f", and {rest} more" if rest > 0 else "")
+
+
 def _unknown_key_hint(key: Any, valid: list[str] | None) -> str:
     """What follows ``unknown key`` for ``key`` in a table that accepts ``valid`` (None: unknown table).
 

@@ -9,7 +9,7 @@ import pytest
 from geoagent.data.importer import import_release
 from geoagent.data.model import DECOY_BAND_LABELS, Image, ReferencePoint, tier_of
 from geoagent.geo import haversine_km
-from geoagent.geoverify.prompt import TemplateError, load_template, render_claim, template_from_config
+from geoagent.geoverify.prompt import TemplateError, load_template, render_claim
 from geoagent.geoverify.trials import build_trials, label_trial, pools_from_trials
 
 
@@ -122,9 +122,9 @@ def test_claim_prompt(tmp_path):
     assert render_claim("X", tau_km=0.3).count("300 metres") == 1
     own = tmp_path / "mine.txt"
     own.write_text("Is this near {candidate}? {tau_m} m. JSON please: {\"verdict\": ...}", encoding="utf-8")
-    tpl = template_from_config({"geoverify": {"prompt_template": str(own)}})
+    tpl = load_template(str(own))
     assert render_claim("Big Ben", tpl) == 'Is this near Big Ben? 150 m. JSON please: {"verdict": ...}'
-    assert template_from_config({}) == load_template()
+    assert load_template(None) == load_template()
     bad = tmp_path / "bad.txt"
     bad.write_text("no placeholder", encoding="utf-8")
     with pytest.raises(TemplateError):

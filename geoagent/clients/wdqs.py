@@ -49,6 +49,7 @@ import orjson
 from geoagent.clients.mapillary import bbox_around, normalise_bbox, quadrants
 from geoagent.clients.overpass import _json_body, host_of
 from geoagent.geo import haversine_km
+from geoagent.qid import is_qid
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
@@ -212,7 +213,7 @@ def qid_from_uri(uri: str | None) -> str | None:
     if not uri or not uri.startswith(ENTITY_PREFIX):
         return None
     q = uri[len(ENTITY_PREFIX):]
-    return q if re.fullmatch(r"Q[1-9][0-9]*", q) else None
+    return q if is_qid(q) else None
 
 
 def parse_point(wkt: str | None) -> tuple[float, float] | None:
@@ -339,7 +340,7 @@ def site_candidates_query(lat: float, lon: float, radius_km: float, type_qids: S
         if not re.fullmatch(r"[a-z]{2,3}(-[a-z0-9]+)*", code):
             raise ValueError(f"not a language code: {code!r}")
     for q in type_qids:
-        if not re.fullmatch(r"Q[1-9][0-9]*", q):
+        if not is_qid(q):
             raise ValueError(f"not a QID: {q!r}")
     values = " ".join(f"wd:{q}" for q in type_qids)
     return f"""SELECT ?item ?itemLabel ?coord ?dist ?links ?type ?typeLabel WHERE {{

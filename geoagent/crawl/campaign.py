@@ -127,13 +127,14 @@ class CrawlCampaign(CampaignKind):
         audit logs, the crawl's decision log) as Parquet and CSV under ``state/<campaign>/export/``
         (:func:`geoagent.crawl.export.export_crawl_tables`), plus the response store's tables when it holds
         any (the crawl's audits are kept in its own files, so it usually holds none)."""
-        from geoagent.crawl.export import export_crawl_tables
+        from geoagent.crawl.export import export_crawl_tables, write_crawl_export_note
         from geoagent.runtime.export import export_all
 
         out = Path(cfg.state_dir()) / C.EXPORT_DIR
-        tables = export_crawl_tables(cfg.state_dir(), out)
+        tables = export_crawl_tables(cfg.state_dir(), out, cfg=cfg)
         if store.count_responses() or store.result_tables():
             tables += export_all(store, out, include_responses=store.count_responses() > 0, cfg=cfg)
+        write_crawl_export_note(out, tables, cfg)  # after export_all: one note covering every table
         return tables
 
     def handoff_snapshot(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
@@ -166,8 +167,8 @@ class CrawlCampaign(CampaignKind):
         trials = _handoff_trials(cfg, svc, status, {} if complete else dead_counts(cfg))
         self._trials_note = trials["note"]
         parts = [trials["note"]]
-        if export:
-            tables = self.export(cfg, ctx.get("store"))
+        if export:  # the config as written: a sandbox auditor fake is known by its *.sandbox.invalid URL
+            tables = self.export(ctx.services.get("config_as_written", cfg), ctx.get("store"))
             parts.append(f"export: {len(tables)} tables in {Path(cfg.state_dir()) / C.EXPORT_DIR}")
         summary = _write_summary(cfg, svc, status, trials, watching=True, api=snap["api"])
         parts.append(f"summary: {summary}")

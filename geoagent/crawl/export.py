@@ -422,7 +422,54 @@ def _with_declared(df: Any, schema: dict[str, Any]) -> Any:
     return out.with_columns(pl.col(c).cast(pl.String) for c in nulls) if nulls else out
 
 
-def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None) -> list[Any]:
+#: the auditor each auditor table's rows come from (:data:`geoagent.sandbox.launch.CRAWL_AUDITOR_ROLES`): these
+#: tables get the column ``simulated`` (:func:`export_crawl_tables`); a table with an ``auditor`` or ``model``
+#: column is flagged by its rows' model instead
+AUDITOR_TABLES = {"image_audit": "image_audit", "candidate_referenceability": "referenceability",
+                  "candidate_referenceability_by_city": "referenceability", "ladders": "referenceability",
+                  "audit_decisions": "referenceability", "audit_sensitive": "referenceability",
+                  "audit_review_queue": "referenceability"}
+
+
+def crawl_simulated(cfg: Any) -> tuple[dict[str, bool], dict[str, bool], str]:
+    """What the config as written says of the crawl's auditors: ``(role -> answered by the simulator, model name ->
+    answered by the simulator, the simulator's warning or "")`` (:func:`geoagent.sandbox.launch.simulated_auditors`,
+    :func:`~geoagent.sandbox.launch.simulated_models`, :func:`~geoagent.sandbox.launch.simulated_note`). The
+    model names are the auditors' and the ``[[models]]`` entries'; another model is not known."""
+    from geoagent.sandbox.launch import CRAWL_AUDITOR_ROLES, simulated_auditors, simulated_models, simulated_note
+
+    sim_roles = simulated_auditors(cfg)
+    names = simulated_models(cfg)
+    try:
+        crawl = cfg.section("crawl")
+    except Exception:
+        crawl = None
+    known = {m.name for m in getattr(cfg, "models", None) or []}
+    known |= {getattr(getattr(crawl, r, None), "model", None) for r in CRAWL_AUDITOR_ROLES} - {None}
+    return ({r: r in sim_roles for r in CRAWL_AUDITOR_ROLES}, {m: m in names for m in known},
+            simulated_note(names, task="crawl") if names else "")
+
+
+def _with_simulated(df: Any, table: str, roles: dict[str, bool], models: dict[str, bool]) -> Any:
+    """``df`` with the column ``simulated`` (Boolean) when ``table`` is an auditor table (:data:`AUDITOR_TABLES`):
+    by the row's ``auditor`` or ``model`` where the table has one (null for a model the config does not name),
+    else by the table's auditor."""
+    import polars as pl
+
+    role = AUDITOR_TABLES.get(table)
+    if role is None:
+        return df
+    # audit_sensitive's ``model`` is its cache key (``sens|<auditor>``); its ``auditor`` is the model's name
+    by = next((c for c in ("auditor", "model") if c in df.columns), None)
+    if by is not None:
+        col = pl.col(by).replace_strict(models, default=None, return_dtype=pl.Boolean)
+    else:
+        col = pl.lit(roles.get(role), dtype=pl.Boolean)
+    return df.with_columns(col.alias("simulated"))
+
+
+def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None, *,
+                        cfg: Any = None) -> list[Any]:
     """Export a crawl's tables as Parquet and CSV (``run.py export`` of a ``kind = "crawl"`` campaign).
 
     Each present file of :data:`CRAWL_CSV_TABLES` and :data:`CRAWL_JSONL_TABLES` becomes
@@ -444,6 +491,13 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     out_dir : path, optional
         Default ``<state_dir>/export`` (:data:`geoagent.constants.EXPORT_DIR`), so the exported CSVs never
         replace the crawl's own.
+    cfg : CampaignConfig, optional
+        The crawl's config as written (a sandbox model fake is known by its ``*.sandbox.invalid`` URL, which the
+        running copy has replaced by a local port). With it, the auditor tables (:data:`AUDITOR_TABLES`) get the
+        column ``simulated`` (True where geoagent's simulator answered: :func:`crawl_simulated`) and, when an
+        auditor is simulated, every Parquet file carries the simulator's warning in its metadata
+        (:data:`geoagent.runtime.export.PARQUET_SIMULATED_KEY`); ``export_note.txt`` is the caller's
+        (:meth:`geoagent.crawl.campaign.CrawlCampaign.export`, :func:`write_crawl_export_note`).
 
     Returns
     -------
@@ -483,10 +537,39 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
         rows = [(str(i), row) for i, row in _log_records(path)]
         frames.append((name, _with_declared(rows_to_frame(rows, schemas[name]).drop("key"), schemas[name])))
     frames.append((CRAWL_DECISIONS_TABLE, crawl_decisions_frame(state_dir / C.CRAWL_DECISIONS_FILE)))
+    metadata = None
+    if cfg is not None:
+        from geoagent.runtime.export import PARQUET_SIMULATED_KEY
+
+        roles, models, note = crawl_simulated(cfg)
+        frames = [(name, _with_simulated(df, name, roles, models)) for name, df in frames]
+        metadata = {PARQUET_SIMULATED_KEY: note} if note else None
     written = []
     for name, df in frames:
         parquet, csv_path = out / f"{name}.parquet", out / f"{name}.csv"
         df = ids_as_text(df)
-        write_frame(df, parquet, csv_path)
+        write_frame(df, parquet, csv_path, metadata=metadata)
         written.append(ExportedTable(name, df.height, parquet, csv_path))
     return written
+
+
+def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any) -> Path | None:
+    """``out_dir/export_note.txt`` for a crawl's export (``tables``: every table written there, the crawl's and
+    the response store's): the replay line and the simulator's warning when an auditor (or ``[[models]]`` entry)
+    is simulated (:func:`crawl_simulated`, :func:`geoagent.runtime.export.write_export_note`), naming the tables
+    with the column ``simulated``; else a note left by an earlier export is removed. Returns the note's path,
+    or None when none is written."""
+    from geoagent.runtime.export import EXPORT_NOTE_FILE, _replay_of, write_export_note
+
+    path = Path(out_dir) / EXPORT_NOTE_FILE
+    _, _, sim_note = crawl_simulated(cfg)
+    _, note = _replay_of(cfg)
+    if not (sim_note or note):
+        path.unlink(missing_ok=True)
+        return None
+    if sim_note:
+        flagged = [t.table for t in tables if t.table in AUDITOR_TABLES]
+        sim_note += (f" The column `simulated` is in the auditor tables ({', '.join(flagged) or 'none'}); every "
+                     "other table (sites, images, ...) was built from their answers too.")
+    write_export_note(path, note, tables, simulated_note=sim_note)
+    return path

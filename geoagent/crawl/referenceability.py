@@ -191,7 +191,7 @@ def has_no_label(c: RefCandidate) -> bool:
     (:meth:`ReferenceabilityAuditor.rate_all`).
 
     Compared with the item's own id, as the release's site sampler does (``scripts/00_select_sites.py``:
-    ``df[~df.name.eq(df.qid)]``; :func:`geoagent.crawl.sampler.has_no_label`), not by the shape ``Q<digits>``: a
+    ``df[~df.name.eq(df.qid)]``; :func:`geoagent.crawl.sampler.unnamed`), not by the shape ``Q<digits>``: a
     place really named like an id (the Gold Coast tower "Q1") is a label."""
     if " ".join(str(c.enwiki_title or "").split()):
         return False

@@ -40,6 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from geoagent.config import ConfigProblem, expand_home
+from geoagent.qid import is_qid
 from geoagent.runtime.http import HostPolicy
 
 
@@ -161,7 +162,7 @@ class SamplerSettings(_Section):
     @classmethod
     def _qids(cls, v: dict[str, str]) -> dict[str, str]:
         for name, qid in v.items():
-            if not re.fullmatch(r"Q[1-9][0-9]*", qid):
+            if not is_qid(qid):
                 raise ConfigProblem(f"site type {name!r}: {qid!r} is not a Wikidata item id like Q33506")
         return v
 

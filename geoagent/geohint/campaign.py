@@ -282,9 +282,9 @@ class GeoHintCampaign(CampaignKind):
         if s.sites is not None:
             unknown = sorted(set(s.sites) - set(sites))
             if unknown:
-                from geoagent.config import did_you_mean
+                from geoagent.config import name_unknown
 
-                named = ", ".join(f"{u!r}{did_you_mean(u, sites)}" for u in unknown)
+                named = name_unknown(unknown, sites)  # the first few with a suggestion, the rest counted
                 where = "" if str(cfg.source).startswith("<") else f"{cfg.source}: "
                 raise ValueError(f"{where}geohint.sites: unknown site id{'s' if len(unknown) > 1 else ''} {named} "
                                  f"(not in {release.root / 'sites.csv'})")

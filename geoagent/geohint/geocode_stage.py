@@ -37,6 +37,7 @@ from geoagent.clients.nominatim import NOMINATIM_URL, NominatimBudgetExceeded, N
 from geoagent.clients.wikidata import WIKIDATA_API_URL, WikidataClient, WikidataError
 from geoagent.config import expand_home
 from geoagent.geohint.geocode import DEFAULT_ANCHOR_RADIUS_KM, Geocoder, LocatedAnswer, ParsedAnswer
+from geoagent.qid import is_qid
 from geoagent.runtime.http import host_key
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import BudgetStop, Message, PermanentFailure, Stage, StageContext
@@ -304,7 +305,7 @@ class GeocodeStage(Stage):
         )
 
     async def _ref_aliases(self, ref_qid: Any) -> list[str]:
-        if not (isinstance(ref_qid, str) and ref_qid[:1] == "Q" and ref_qid[1:].isdigit()):
+        if not is_qid(ref_qid):
             return []
         if ref_qid not in self._aliases:
             assert self.geocoder is not None

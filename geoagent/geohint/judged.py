@@ -48,7 +48,8 @@ from geoagent.scoring.geohint import is_hit, normalize_level
 
 REQUIRED = ("site", "model", "schema", "context", "path", "error_km", "resolved_level")
 BAND_CODES = {"05_15km": LADDER_BAND_LABELS[0], "15_30km": LADDER_BAND_LABELS[1], "30_60km": LADDER_BAND_LABELS[2]}
-_CONTEXT = re.compile(r"^(?P<tier>high|mid|low)_(?P<band>\d\d_\d\dkm)_(?P<qid>Q\d+)$")
+#: ASCII digits only (``\d`` also takes "٣"), the QID as :data:`geoagent.qid.QID_RE`; used with ``fullmatch``
+_CONTEXT = re.compile(r"(?P<tier>high|mid|low)_(?P<band>[0-9][0-9]_[0-9][0-9]km)_(?P<qid>Q[1-9][0-9]*)")
 
 
 def parse_context_label(label: str) -> tuple[str, str, str] | None:
@@ -62,7 +63,7 @@ def parse_context_label(label: str) -> tuple[str, str, str] | None:
     text = (label or "").strip()
     if text.lower() in {"none", ""}:
         return None
-    m = _CONTEXT.match(text)
+    m = _CONTEXT.fullmatch(text)
     if not m:
         raise ValueError(f"context label {label!r} is neither 'none' nor tier_band_QID")
     band = BAND_CODES.get(m.group("band"))

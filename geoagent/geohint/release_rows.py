@@ -5,7 +5,7 @@ judged answers), so they read a release the same way.
 * The request (:func:`request_identity`): site, image, model, schema, context (tier, band and QID, or none),
   repeat, prompt language (``lang``) and, where the file has them (the raw file), the light ``condition`` and
   ``hour``. The time stamp, the answer and its usage are the outcome, not the request.
-* ``repeat`` (:func:`read_repeat`): an integer >= 0 or its decimal digits, or an integral float (``1.0``,
+* ``repeat`` (:func:`read_repeat`): an integer >= 0 or its ASCII decimal digits, or an integral float (``1.0``,
   ``"1.0"``: that integer); absent or empty is 0 (no repeats logged). Any other value (``"²"``, ``-1``, ``1.5``,
   ``NaN``, ``"abc"``) is read as 0, never dropping the answer, but is
   not the repeat 0: the request keeps the value as written (:func:`unreadable_repeat`), so such a line is never
@@ -54,7 +54,8 @@ def _readable_repeat(v: Any) -> int | None:
         return None
     if isinstance(v, str):
         t = v.strip()
-        if t.isdecimal() and len(t) <= _REPEAT_MAX_DIGITS:
+        # ASCII digits only, as the integral-float text: "٣" (Arabic-Indic) or "３" is not a repeat index
+        if t.isascii() and t.isdecimal() and len(t) <= _REPEAT_MAX_DIGITS:
             return int(t)
         m = _INTEGRAL_FLOAT_TEXT.fullmatch(t)
         if m and len(m.group(1)) <= _REPEAT_MAX_DIGITS:
@@ -76,8 +77,8 @@ def _absent(v: Any) -> bool:
 
 
 def read_repeat(v: Any) -> int:
-    """A release row's ``repeat`` field (judged answers, raw responses): an integer >= 0 (or its decimal digits, up
-    to 18), or an integral finite float >= 0 (``1.0`` or its text ``"1.0"``: that integer), else 0 (absent, empty, or a value ``int()`` cannot read, e.g. a superscript "²": never drops the
+    """A release row's ``repeat`` field (judged answers, raw responses): an integer >= 0 (or its ASCII decimal digits, up
+    to 18; other digits, e.g. Arabic-Indic "٣", are unreadable), or an integral finite float >= 0 (``1.0`` or its text ``"1.0"``: that integer), else 0 (absent, empty, or a value ``int()`` cannot read, e.g. a superscript "²": never drops the
     answer; :func:`unreadable_repeat` keeps such a value apart from a real 0)."""
     r = _readable_repeat(v)
     return 0 if r is None else r

@@ -9,7 +9,6 @@ no escaping. A campaign can point at its own template with config key ``geoverif
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from geoagent import constants as C
 
@@ -54,13 +53,6 @@ def load_template(path: str | Path | None = None, *, source: str | None = None) 
     if "{candidate}" not in text:
         raise TemplateError(f"GeoVerify prompt template {p} has no {{candidate}} placeholder")
     return text
-
-
-def template_from_config(config: dict[str, Any] | None, source: str | None = None) -> str:
-    """Template named by ``config["geoverify"]["prompt_template"]`` if set, else the default (``source``: the
-    config file, named in the error; :func:`load_template`)."""
-    path = ((config or {}).get("geoverify") or {}).get(CONFIG_KEY)
-    return load_template(path, source=source)
 
 
 def render_claim(candidate: str, template: str | None = None, tau_km: float = C.GEOVERIFY_TAU_KM) -> str:

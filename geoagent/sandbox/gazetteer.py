@@ -34,6 +34,7 @@ from geoagent import constants as C
 from geoagent import paths
 from geoagent.files import iter_jsonl_objects
 from geoagent.geohint.placenames import fold, is_linear_name
+from geoagent.qid import is_qid
 
 KINDS = ("building", "area", "city", "linear")
 
@@ -91,7 +92,7 @@ class GazetteerEntry:
     origin: str = ""
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.qid, str) and self.qid[:1] == "Q" and self.qid[1:].isdigit()):
+        if not is_qid(self.qid):
             raise ValueError(f"gazetteer entry has a bad qid {self.qid!r}")
         if self.kind not in KINDS:
             raise ValueError(f"gazetteer entry {self.qid}: kind must be one of {KINDS}, got {self.kind!r}")
@@ -258,7 +259,7 @@ class Gazetteer:
             return []
         out: list[tuple[tuple[Any, ...], NameMatch]] = []
         q = text.strip().upper()
-        if q[:1] == "Q" and q[1:].isdigit() and q in self._by_qid:
+        if is_qid(q) and q in self._by_qid:
             e = self._by_qid[q]
             out.append(((0, 0, -e.sitelinks, e.qid), NameMatch(e, "entityId", language or "en", q, True)))
         best: dict[str, tuple[tuple[Any, ...], NameMatch]] = {m.entry.qid: (r, m) for r, m in out}
@@ -363,7 +364,7 @@ class Gazetteer:
                     continue
                 sites[site] = (lat, lon, city)
                 qid = (row.get("qid") or "").strip()
-                if not (qid[:1] == "Q" and qid[1:].isdigit()) or not name:
+                if not is_qid(qid) or not name:
                     continue
                 wd_type = (row.get("wd_type") or "").strip()
                 linear = is_linear_name(name) or wd_type in {"street", "avenue", "road", "boulevard"}
@@ -401,7 +402,7 @@ class Gazetteer:
                     for row in csv.DictReader(fh):
                         qid = (row.get("qid") or "").strip()
                         name_en = (row.get("name_en") or "").strip()
-                        if not (qid[:1] == "Q" and qid[1:].isdigit()) or not name_en or gaz.get(qid):
+                        if not is_qid(qid) or not name_en or gaz.get(qid):
                             continue
                         dist_km = num(row, "dist_km")
                         if dist_km is None or dist_km < 0:

@@ -90,12 +90,55 @@ def fake_name(url: str) -> str | None:
 MODEL_FAKES = ("openai", "anthropic", "gemini")
 
 
+#: a crawl's auditors, by their ``[crawl.<role>]`` table: the image audit (vision model) and the referenceability
+#: auditor (text model; it also answers the sensitive-place screen, ``[crawl.referenceability] sensitive_screen``)
+CRAWL_AUDITOR_ROLES = ("image_audit", "referenceability")
+
+
+def simulated_auditors(cfg: Any) -> dict[str, str]:
+    """A crawl's auditors answered by geoagent's simulator: ``{role: model name}`` (roles of
+    :data:`CRAWL_AUDITOR_ROLES`), ``{}`` for another campaign kind or none. An auditor's model that is a
+    ``[[models]]`` entry answers through that entry (:func:`geoagent.crawl.stages.build_crawl_services`), so it is
+    simulated when :func:`simulated_models` names the entry (provider ``"simulated"`` or a sandbox model fake's
+    ``base_url``); any other is answered by ``[crawl.<role>] provider``, simulated when that is ``"simulated"``
+    (the default). Pass the config as written, as for :func:`simulated_models`."""
+    if getattr(getattr(cfg, "campaign", None), "kind", None) != "crawl":
+        return {}
+    from geoagent.crawl.settings import CrawlSettings  # importing it registers the [crawl] table's model
+
+    try:
+        crawl = cfg.section("crawl")
+    except Exception:  # a [crawl] table that does not validate: the run refuses it, nothing was answered
+        return {}
+    if not isinstance(crawl, CrawlSettings):
+        return {}
+    entries = {m.name for m in getattr(cfg, "models", None) or []}
+    sim_entries = set(_simulated_entries(cfg))
+    out = {}
+    for role in CRAWL_AUDITOR_ROLES:
+        part = getattr(crawl, role, None)
+        model = getattr(part, "model", None)
+        if not isinstance(model, str):
+            continue
+        if (model in sim_entries) if model in entries else getattr(part, "provider", None) == "simulated":
+            out[role] = model
+    return out
+
+
 def simulated_models(cfg: Any) -> list[str]:
-    """Names of the ``[[models]]`` of ``cfg`` whose answers come from geoagent's simulator: ``provider =
-    "simulated"``, or a ``base_url`` on a model fake of the sandbox (``openai.sandbox.invalid`` ...), which
-    answers through the same responders. Pass the config as written (before :func:`rewrite_config` puts the
-    fakes' local ports in). A fake the user started on a port of its own is not recognised (its URL is a
-    plain ``http://127.0.0.1:PORT``)."""
+    """Names of the models of ``cfg`` whose answers come from geoagent's simulator: the ``[[models]]`` with
+    ``provider = "simulated"`` or a ``base_url`` on a model fake of the sandbox (``openai.sandbox.invalid`` ...),
+    which answers through the same responders, then a crawl's simulated auditors not among them
+    (:func:`simulated_auditors`: ``[crawl.image_audit]`` / ``[crawl.referenceability]`` with provider
+    ``"simulated"``, the default). Pass the config as written (before :func:`rewrite_config` puts the fakes'
+    local ports in). A fake the user started on a port of its own is not recognised (its URL is a plain
+    ``http://127.0.0.1:PORT``)."""
+    out = _simulated_entries(cfg)
+    out += [m for m in dict.fromkeys(simulated_auditors(cfg).values()) if m not in out]
+    return out
+
+
+def _simulated_entries(cfg: Any) -> list[str]:
     out = []
     for m in getattr(cfg, "models", None) or []:
         if getattr(m, "provider", None) == "simulated":
@@ -111,7 +154,8 @@ def simulated_models(cfg: Any) -> list[str]:
 
 def simulated_note(names: list[str] | tuple[str, ...], *, task: str | None = None) -> str:
     """The warning a report and the run's summary carry when ``names`` (:func:`simulated_models`) answered:
-    their figures describe the simulator, not a model. ``task="geohint"`` adds why its echo rate is high."""
+    their figures describe the simulator, not a model. ``task="geohint"`` adds why its echo rate is high,
+    ``task="crawl"`` what a simulated auditor decided."""
     if task == "geohint":
         from geoagent.geohint.simulate import ECHO_P, WARN_ECHO_FACTOR
 
@@ -119,6 +163,11 @@ def simulated_note(names: list[str] | tuple[str, ...], *, task: str | None = Non
                f"repeats the hinted place with probability {ECHO_P:.0%} ({ECHO_P * WARN_ECHO_FACTOR:.0%} under the "
                "warning) or names another ladder point; for a site it cannot tell (an image and hint it was not "
                "given) it always repeats the hint (echo 100 %). Its echo and hit rates say nothing about a model.")
+    elif task == "crawl":
+        why = (" A crawl's simulated auditors decide which images are usable, how familiar each reference point is "
+               "and which places are sensitive, so its sites' images and context ladders are the simulator's too; "
+               "set [crawl.image_audit] / [crawl.referenceability] provider (or the [[models]] entry of that name) "
+               "to a real one for a benchmark.")
     else:
         why = ""
     return (f"Simulated answers: {', '.join(names)} answered from geoagent's simulator (provider \"simulated\" or a "
