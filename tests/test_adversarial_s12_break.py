@@ -139,7 +139,8 @@ def test_table11_counts_the_checklist_of_an_answer_naming_two_cities_in_one_obje
     agg.add_many(rows)
     t = table11(agg)
     row = dict(zip(t.columns, t.rows[0]))
-    assert row["n"] == 2 and row["Unparseable"] == 1
+    # Unparseable: 0 (session 12, later: the object is read by json.loads, so the release counts it parsed)
+    assert row["n"] == 2 and row["Unparseable"] == 0
     assert row["Evidence"] == pytest.approx(1.0)
     assert row["Veg."] == pytest.approx(1.0) and row["Infra."] == pytest.approx(0.0)
 

@@ -45,7 +45,9 @@ def test_crawl_trials_note_is_text(tmp_path):
     from geoagent.crawl.demo import run_sandbox_crawl
 
     asyncio.run(run_sandbox_crawl(tmp_path / "run"))
-    svc = SimpleNamespace(state_dir=tmp_path / "run" / "state", images_root=tmp_path / "run" / "images")
+    no_human = SimpleNamespace(image_audit=SimpleNamespace(human_verdicts=None),
+                               referenceability=SimpleNamespace(review_verdicts=None))  # the crawl's settings: no human decisions
+    svc = SimpleNamespace(state_dir=tmp_path / "run" / "state", images_root=tmp_path / "run" / "images", settings=no_human)
     note = _write_trials(SimpleNamespace(campaign=SimpleNamespace(seed=0)), svc)
     with open(svc.state_dir / "verify_trials.csv", newline="", encoding="utf-8") as f:
         rows = [r for r in csv.DictReader(f) if r["arm"] == "main"]

@@ -36,7 +36,8 @@ def test_report_labels_and_notes_say_1_site_1_model(tmp_path):
     tables = GH.write_report(agg, tmp_path, n_flips=20, n_splits=3, seed=1, n_boot=20, figures=False)
     text = "\n".join(t.to_markdown() for t in tables) + (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "(1 sites)" not in text and " 1 sites" not in text and "1 models" not in text, text
-    assert "(1 site)" in text and ", 1 site, models" in text and "(1 model:" in text
+    # one model is named, not counted (session 12: "Model m-a", was "All models pooled (1 model: m-a)")
+    assert "(1 site)" in text and ", 1 site, models" in text and "Model m-a" in text and "(1 model:" not in text
 
 
 def test_geoverify_small_n_line_says_1_signal_trial():
