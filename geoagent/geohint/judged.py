@@ -19,10 +19,13 @@ context, path, city, area, place, conf_area, conf_fine, error_km, resolved_level
   ``baseline`` / ``<schema>_baseline`` when the context is ``none`` (:func:`release_condition`).
 * One request is one row, and a row whose ``path`` names another site (the folder holding the image) than its
   ``site`` is a bad row: the rules of the raw route too (:mod:`geoagent.geohint.release_rows`). The request is
-  site, image, model, schema, context, ``repeat`` (absent from the release's file: 0; an unreadable one is not the
-  request of repeat 0) and ``lang``; a later row of a request is reported with its line and the line it repeats,
-  and skipped: the request counts once, at its first row that parsed (a place named), else its first; the note
-  says when two parsed answers differ.
+  site, image, model, schema, context, ``repeat`` (an unreadable one is not the request of repeat 0) and ``lang``.
+  With a ``repeat`` column a later row of a request is reported with its line and the line it repeats, and
+  skipped: the request counts once, at its first row that parsed (a place named), else its first; the note says
+  when two parsed answers differ. The release's file has no ``repeat`` column: there rows sharing site, path,
+  model, schema, context and ``lang`` are that request's successive repeats (0, 1, 2, ... in file order) and all
+  count, as the release's analysis scripts count every row (``analysis/two_regimes.py`` ``load``,
+  ``model_tables.py``); one note says how many rows were read so.
 
 Table 11 (checklist compliance) needs the answers' evidence objects, which this file does not hold: its route is
 :mod:`geoagent.geohint.raw_import` (the release's raw forced_chain responses).
@@ -186,6 +189,10 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
             raise ValueError(f"{path}: missing column(s) {missing}")
         rows = iter(reader)
         last_end = reader.line_num
+        # no repeat column (the release's file): rows sharing a request are its successive repeats, all counted
+        has_repeat = "repeat" in names
+        seen: dict[tuple[str, ...], int] = {}
+        n_repeats, first_repeat_line = 0, 0
         while True:
             try:
                 row = next(rows)
@@ -247,7 +254,20 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 res.extra["repeat_unreadable"] = bad_repeat
             if ctx:
                 res.tier, res.band, res.ref_qid = ctx
+            if not has_repeat:
+                key = (site, image_id, res.model, schema, row["context"].strip(), res.extra["lang"])
+                res.repeat = seen.get(key, 0)
+                seen[key] = res.repeat + 1
+                if res.repeat:
+                    n_repeats += 1
+                    first_repeat_line = first_repeat_line or line
             yield res
+        if n_repeats:
+            rep.add(path, first_repeat_line,
+                    f"{n_repeats} rows repeat the request of an earlier row (same site, path, model, schema, context and "
+                    "lang; first at this line): the file has no 'repeat' column, so they are read as that request's "
+                    "successive repeats (1, 2, ... in file order) and all counted, as the release's analysis scripts "
+                    "count every row")
 
 
 def import_judged(
