@@ -16,7 +16,9 @@ Before:
 
 from __future__ import annotations
 
-from geoagent.geohint.judged import import_judged
+import csv
+
+from geoagent.geohint.judged import import_judged, replicate_report
 
 from tests.test_release_routes_one_request import HEADER, _judged, _notes, make_release
 
@@ -49,3 +51,56 @@ def test_with_a_repeat_column_a_row_logged_twice_still_counts_once(tmp_path):
     assert [(r.extra["line"], r.repeat) for r in rows] == [(2, 0), (4, 1)]
     notes = _notes(report, "answers_judged.csv")
     assert sorted(notes) == [3] and "counted once, at line 2" in notes[3]
+
+
+# --- 2, 3, 6: the judged report says what it read and what it withholds -------------------------------------
+
+def _sample_report(release_dir, tmp_path):
+    out = tmp_path / "out"
+    replicate_report(release_dir, out, n_flips=10, n_splits=2, figures=True, n_boot=0)
+    return " ".join((out / "report.md").read_text(encoding="utf-8").split())
+
+
+def test_the_judged_report_names_its_file_its_schema_and_the_sample(release_dir, tmp_path):
+    md = _sample_report(release_dir, tmp_path)
+    head = md[:1500]
+    assert "Source: answers_judged_sample.csv" in head
+    assert "a sample" in head
+    assert "permissive control schema" in head and "App. A.1" in head
+    assert "not comparable with the paper's Tables 1-7" in head
+
+
+def test_a_forced_file_gets_no_comparability_warning(tmp_path):
+    release = make_release(tmp_path)
+    _judged(release, ["s1,m,forced,en,high_15_30km_Q1,streetview\\s1\\111.jpg,Paris,1er,shop,0.5,0.5,0.4,area,1er,True"])
+    out = tmp_path / "out"
+    replicate_report(release, out, n_flips=10, n_splits=2, figures=False, n_boot=0)
+    md = " ".join((out / "report.md").read_text(encoding="utf-8").split())
+    assert "Source: answers_judged.csv" in md and "not comparable" not in md and "a sample" not in md
+
+
+def test_the_judged_report_says_which_tables_it_withholds_and_why(release_dir, tmp_path):
+    md = _sample_report(release_dir, tmp_path)
+    assert "Withheld:" in md
+    withheld = md[md.index("Withheld:"):][:900]
+    for name in ("nocontext_near", "building_vs_nocontext", "Table 3", "Tables 8-9", "Tables 10-11"):
+        assert name in withheld, name
+    assert "no no-context answers" in withheld and "forced_warn" in withheld and "forced_chain" in withheld
+    cap = md[md.index("![hit rate by band]"):][:700]
+    assert "no regime line" in cap.lower() and "plot is empty" in cap
+
+
+def test_the_note_on_unladdered_answers_cites_the_release_filter(release_dir, tmp_path):
+    md = _sample_report(release_dir, tmp_path)
+    assert "30 context responses" in md
+    note = md[md.index("30 context responses"):][:700]
+    assert "two_regimes.py" in note and "tier and band" in note
+
+
+def test_sample_table1_values(release_dir, tmp_path):
+    out = tmp_path / "t1"
+    replicate_report(release_dir, out, n_flips=10, n_splits=2, figures=False, n_boot=0)
+    rows = list(csv.DictReader((out / "table1.csv").open(encoding="utf-8")))
+    got = [(r["Model"], int(r["n"]), round(100 * float(r["Hit rate (fraction)"]), 1)) for r in rows]
+    assert got == [("gemini-flash", 150, 68.7), ("claude-opus-5", 180, 47.8), ("qwen3-vl-8b", 202, 26.7),
+                   ("qwen3-vl-235b", 202, 14.9), ("claude-haiku-4-5", 202, 7.4)]

@@ -270,6 +270,33 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                     "count every row")
 
 
+#: the schema of the paper's reported tables (seed 000 App. A.1: "forced is the schema all reported results use")
+PAPER_SCHEMA = "forced"
+
+
+def source_note(filename: str, condition: str) -> str:
+    """The judged report's first line: the file read (``filename``, a name in the release folder), whether it is
+    the release's sample (a ``*_sample.csv`` name: the beginning of ``answers_judged.csv``), and the reported
+    ``condition`` against the paper's: only :data:`PAPER_SCHEMA` (forced) gives tables comparable with the paper's
+    Tables 1-7 (seed 000 App. A.1; v1 is its permissive control schema, abstention allowed)."""
+    parts = [f"Source: {filename}"]
+    if filename.endswith("_sample.csv"):
+        parts.append(" (a sample: the beginning of the release's answers_judged.csv, about 4 % of it, "
+                     "not the whole file; no table here can reproduce the paper's numbers)")
+    parts.append(f"; reported condition {condition}")
+    if condition == PAPER_SCHEMA:
+        parts.append(": the forced schema, the one the paper's reported tables use (App. A.1).")
+    elif condition == "v1":
+        parts.append(": v1 is the paper's permissive control schema (abstention allowed; App. A.1), not the forced "
+                     "schema all its reported tables use, so Tables 1-7 here are not comparable with the paper's "
+                     "Tables 1-7 (e.g. Table 1's hit rates with the paper's forced-schema ones).")
+    else:
+        parts.append(f": not the forced schema all the paper's reported tables use (App. A.1), so Tables 1-7 here are "
+                     f"not comparable with the paper's Tables 1-7 (those are forced; {condition} enters the paper only "
+                     "paired with forced, Tables 8-11).")
+    return "".join(parts)
+
+
 def import_judged(
     release_dir: str | Path, *, filename: str | None = None, echo_rule: str = DEFAULT_ECHO_RULE
 ) -> tuple[list[GeoHintResult], ImportReport]:
@@ -341,12 +368,16 @@ def replicate_report(
     from geoagent.geohint.aggregate import GeoHintAggregator
     from geoagent.report.geohint import write_report
 
+    from geoagent.report.geohint import default_conditions
+
     rows, report = import_judged(release_dir, filename=filename, echo_rule=echo_rule)
     agg = GeoHintAggregator(echo_rule=echo_rule, regime_threshold=regime_threshold)
     agg.add_many(rows)
     boot = {} if n_boot is None else {"n_boot": int(n_boot)}
+    read = Path(report.files[-1]).name if report.files else str(filename)
     tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures,
-                          p_reference=p_reference, boot_seed=boot_seed, n_boot_source=n_boot_source, **boot)
+                          p_reference=p_reference, boot_seed=boot_seed, n_boot_source=n_boot_source,
+                          source_note=source_note(read, default_conditions(agg)[0]), **boot)
     return tables, report
 
 
