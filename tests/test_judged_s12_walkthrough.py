@@ -17,10 +17,18 @@ Before:
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 from geoagent.geohint.judged import import_judged, replicate_report
 
 from tests.test_release_routes_one_request import HEADER, _judged, _notes, make_release
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme() -> str:
+    return " ".join(README.read_text(encoding="utf-8").split())
+
 
 # --- 1: rows sharing a request are its repeats when the file has no repeat column -------------------------
 
@@ -95,6 +103,31 @@ def test_the_note_on_unladdered_answers_cites_the_release_filter(release_dir, tm
     assert "30 context responses" in md
     note = md[md.index("30 context responses"):][:700]
     assert "two_regimes.py" in note and "tier and band" in note
+
+
+# --- 4, 5: README and Table 11's note -------------------------------------------------------------------------
+
+def test_readme_gives_the_sample_expected_values_and_the_paper_values_with_models():
+    text = _readme()
+    assert "n 150, 180, 202, 202, 202" in text and "68.7, 47.8, 26.7, 14.9, 7.4" in text
+    for pair in ("claude-opus-5 +4.8", "gemini-flash -3.9", "qwen3-vl-235b +8.9", "qwen3-vl-8b +11.0",
+                 "claude-haiku-4-5 +19.3"):
+        assert pair in text, pair
+    assert "cannot reproduce the paper's Tables 1-10" in text
+
+
+def test_readme_says_plainly_how_table11_counts_against_the_release_script():
+    text = _readme()
+    assert "Same as the release's `analysis/chain_compliance.py`:" in text
+    assert "Different:" in text and "on the full release" in text
+
+
+def test_table11_note_reads_including(release_dir, tmp_path):
+    from geoagent.geohint.raw_import import main
+
+    assert main([str(release_dir), str(tmp_path / "raw")]) == 0
+    md = " ".join((tmp_path / "raw" / "report.md").read_text(encoding="utf-8").split())
+    assert "including 1 context answer" in md and "also 1 context answer" not in md
 
 
 def test_sample_table1_values(release_dir, tmp_path):

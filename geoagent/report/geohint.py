@@ -1276,8 +1276,8 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
             *[(c.slots_not_visible.get(k, 0) / c.slots_filled[k]) if c.slots_filled.get(k) else float("nan") for k in EVIDENCE_CATEGORIES],
             c.n_unparseable,
         ])
-    left_note = (f"n counts every {condition} answer, also {_answers(n_left, 'context answer')} whose reference point "
-                 "is not in the site's ladder (no hint distance; left out of every other table): the paper's Table 11 "
+    left_note = (f"n counts every {condition} answer, including {_answers(n_left, 'context answer')} whose reference "
+                 "point is not in the site's ladder (it has no hint distance, so every other table leaves it out): the paper's Table 11 "
                  "runs over every forced_chain response (2799, of which 2538 are paired; seed 000 Sec. 6.3.2)."
                  if n_left else "")
     cut_note = (f"n counts {_answers(n_cut, 'response')} cut off at the output-token limit with nothing parsed "
