@@ -118,12 +118,12 @@ def _judged(release, rows: list[str], header: str = HEADER):
 
 def test_the_judged_route_counts_a_request_once_and_prefers_the_parsed_row(release):
     _judged(release, [
-        "s1,m,forced,en,none,streetview\\s1\\111.jpg,Paris,1er,shop,0.5,0.5,0.4,area,1er,True",      # 2
-        "s1,m,forced,en,none,streetview\\s1\\111.jpg,Paris,2e,bar,0.5,0.5,3.0,area,2e,False",        # 3: line 2 again
-        "s1,m,forced,en,high_15_30km_Q1,streetview\\s1\\111.jpg,,,,,,,,,False",                     # 4: unparsed
-        "s1,m,forced,en,high_15_30km_Q1,streetview\\s1\\111.jpg,Paris,1er,shop,0.5,0.5,0.4,area,1er,True",  # 5
-        "s1,m2,forced,en,none,streetview\\s1\\111.jpg,Paris,1er,shop,0.5,0.5,0.4,area,1er,True",     # 6: other model
-    ])
+        "s1,m,forced,en,none,streetview\\s1\\111.jpg,Paris,1er,shop,0.5,0.5,0.4,area,1er,True,0",      # 2
+        "s1,m,forced,en,none,streetview\\s1\\111.jpg,Paris,2e,bar,0.5,0.5,3.0,area,2e,False,0",        # 3: line 2 again
+        "s1,m,forced,en,high_15_30km_Q1,streetview\\s1\\111.jpg,,,,,,,,,False,0",                     # 4: unparsed
+        "s1,m,forced,en,high_15_30km_Q1,streetview\\s1\\111.jpg,Paris,1er,shop,0.5,0.5,0.4,area,1er,True,0",  # 5
+        "s1,m2,forced,en,none,streetview\\s1\\111.jpg,Paris,1er,shop,0.5,0.5,0.4,area,1er,True,0",     # 6: other model
+    ], header=HEADER.strip() + ",repeat\n")  # a repeat column: the duplicate rule applies (no column: repeats)
     rows, report = import_judged(release)
     assert [r.extra["line"] for r in rows] == [2, 5, 6]
     notes = _notes(report, "answers_judged.csv")

@@ -19,10 +19,13 @@ context, path, city, area, place, conf_area, conf_fine, error_km, resolved_level
   ``baseline`` / ``<schema>_baseline`` when the context is ``none`` (:func:`release_condition`).
 * One request is one row, and a row whose ``path`` names another site (the folder holding the image) than its
   ``site`` is a bad row: the rules of the raw route too (:mod:`geoagent.geohint.release_rows`). The request is
-  site, image, model, schema, context, ``repeat`` (absent from the release's file: 0; an unreadable one is not the
-  request of repeat 0) and ``lang``; a later row of a request is reported with its line and the line it repeats,
-  and skipped: the request counts once, at its first row that parsed (a place named), else its first; the note
-  says when two parsed answers differ.
+  site, image, model, schema, context, ``repeat`` (an unreadable one is not the request of repeat 0) and ``lang``.
+  With a ``repeat`` column a later row of a request is reported with its line and the line it repeats, and
+  skipped: the request counts once, at its first row that parsed (a place named), else its first; the note says
+  when two parsed answers differ. The release's file has no ``repeat`` column: there rows sharing site, path,
+  model, schema, context and ``lang`` are that request's successive repeats (0, 1, 2, ... in file order) and all
+  count, as the release's analysis scripts count every row (``analysis/two_regimes.py`` ``load``,
+  ``model_tables.py``); one note says how many rows were read so.
 
 Table 11 (checklist compliance) needs the answers' evidence objects, which this file does not hold: its route is
 :mod:`geoagent.geohint.raw_import` (the release's raw forced_chain responses).
@@ -186,6 +189,10 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
             raise ValueError(f"{path}: missing column(s) {missing}")
         rows = iter(reader)
         last_end = reader.line_num
+        # no repeat column (the release's file): rows sharing a request are its successive repeats, all counted
+        has_repeat = "repeat" in names
+        seen: dict[tuple[str, ...], int] = {}
+        n_repeats, first_repeat_line = 0, 0
         while True:
             try:
                 row = next(rows)
@@ -247,7 +254,47 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
                 res.extra["repeat_unreadable"] = bad_repeat
             if ctx:
                 res.tier, res.band, res.ref_qid = ctx
+            if not has_repeat:
+                key = (site, image_id, res.model, schema, row["context"].strip(), res.extra["lang"])
+                res.repeat = seen.get(key, 0)
+                seen[key] = res.repeat + 1
+                if res.repeat:
+                    n_repeats += 1
+                    first_repeat_line = first_repeat_line or line
             yield res
+        if n_repeats:
+            rep.add(path, first_repeat_line,
+                    f"{n_repeats} rows repeat the request of an earlier row (same site, path, model, schema, context and "
+                    "lang; first at this line): the file has no 'repeat' column, so they are read as that request's "
+                    "successive repeats (1, 2, ... in file order) and all counted, as the release's analysis scripts "
+                    "count every row")
+
+
+#: the schema of the paper's reported tables (seed 000 App. A.1: "forced is the schema all reported results use")
+PAPER_SCHEMA = "forced"
+
+
+def source_note(filename: str, condition: str) -> str:
+    """The judged report's first line: the file read (``filename``, a name in the release folder), whether it is
+    the release's sample (a ``*_sample.csv`` name: the beginning of ``answers_judged.csv``), and the reported
+    ``condition`` against the paper's: only :data:`PAPER_SCHEMA` (forced) gives tables comparable with the paper's
+    Tables 1-7 (seed 000 App. A.1; v1 is its permissive control schema, abstention allowed)."""
+    parts = [f"Source: {filename}"]
+    if filename.endswith("_sample.csv"):
+        parts.append(" (a sample: the beginning of the release's answers_judged.csv, about 4 % of it, "
+                     "not the whole file; no table here can reproduce the paper's numbers)")
+    parts.append(f"; reported condition {condition}")
+    if condition == PAPER_SCHEMA:
+        parts.append(": the forced schema, the one the paper's reported tables use (App. A.1).")
+    elif condition == "v1":
+        parts.append(": v1 is the paper's permissive control schema (abstention allowed; App. A.1), not the forced "
+                     "schema all its reported tables use, so Tables 1-7 here are not comparable with the paper's "
+                     "Tables 1-7 (e.g. Table 1's hit rates with the paper's forced-schema ones).")
+    else:
+        parts.append(f": not the forced schema all the paper's reported tables use (App. A.1), so Tables 1-7 here are "
+                     f"not comparable with the paper's Tables 1-7 (those are forced; {condition} enters the paper only "
+                     "paired with forced, Tables 8-11).")
+    return "".join(parts)
 
 
 def import_judged(
@@ -321,12 +368,16 @@ def replicate_report(
     from geoagent.geohint.aggregate import GeoHintAggregator
     from geoagent.report.geohint import write_report
 
+    from geoagent.report.geohint import default_conditions
+
     rows, report = import_judged(release_dir, filename=filename, echo_rule=echo_rule)
     agg = GeoHintAggregator(echo_rule=echo_rule, regime_threshold=regime_threshold)
     agg.add_many(rows)
     boot = {} if n_boot is None else {"n_boot": int(n_boot)}
+    read = Path(report.files[-1]).name if report.files else str(filename)
     tables = write_report(agg, out_dir, n_flips=n_flips, n_splits=n_splits, seed=seed, figures=figures,
-                          p_reference=p_reference, boot_seed=boot_seed, n_boot_source=n_boot_source, **boot)
+                          p_reference=p_reference, boot_seed=boot_seed, n_boot_source=n_boot_source,
+                          source_note=source_note(read, default_conditions(agg)[0]), **boot)
     return tables, report
 
 

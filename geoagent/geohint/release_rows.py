@@ -6,7 +6,8 @@ judged answers), so they read a release the same way.
   repeat, prompt language (``lang``) and, where the file has them (the raw file), the light ``condition`` and
   ``hour``. The time stamp, the answer and its usage are the outcome, not the request.
 * ``repeat`` (:func:`read_repeat`): an integer >= 0 or its ASCII decimal digits, or an integral float (``1.0``,
-  ``"1.0"``: that integer); absent or empty is 0 (no repeats logged). Any other value (``"²"``, ``-1``, ``1.5``,
+  ``"1.0"``: that integer); absent or empty is 0 (no repeats logged; the judged route numbers the rows of a request in a file with no
+  ``repeat`` column 0, 1, 2, ... instead, :mod:`geoagent.geohint.judged`). Any other value (``"²"``, ``-1``, ``1.5``,
   ``NaN``, ``"abc"``) is read as 0, never dropping the answer, but is
   not the repeat 0: the request keeps the value as written (:func:`unreadable_repeat`), so such a line is never
   taken for a second copy of the line of repeat 0 (it is one of another line holding the same value).

@@ -1276,8 +1276,8 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
             *[(c.slots_not_visible.get(k, 0) / c.slots_filled[k]) if c.slots_filled.get(k) else float("nan") for k in EVIDENCE_CATEGORIES],
             c.n_unparseable,
         ])
-    left_note = (f"n counts every {condition} answer, also {_answers(n_left, 'context answer')} whose reference point "
-                 "is not in the site's ladder (no hint distance; left out of every other table): the paper's Table 11 "
+    left_note = (f"n counts every {condition} answer, including {_answers(n_left, 'context answer')} whose reference "
+                 "point is not in the site's ladder (it has no hint distance, so every other table leaves it out): the paper's Table 11 "
                  "runs over every forced_chain response (2799, of which 2538 are paired; seed 000 Sec. 6.3.2)."
                  if n_left else "")
     cut_note = (f"n counts {_answers(n_cut, 'response')} cut off at the output-token limit with nothing parsed "
@@ -1639,6 +1639,7 @@ def write_report(
     boot_seed: int | None = None,
     replay_note: str | None = None,
     n_boot_source: str = N_BOOT_KEY,
+    source_note: str | None = None,
 ) -> list[Table]:
     """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
     ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none: the notes name
@@ -1675,6 +1676,10 @@ def write_report(
     (:meth:`geoagent.runtime.scope.ScoredScope.note`), in bold under the title; None when none were.
     ``replay_note``: the line of a campaign with replay models (:func:`geoagent.providers.replay.replay_note`:
     the replayed files, their responses, not the paper's figures), first under the title; None or "" without.
+    ``source_note``: the re-score route's line naming the file it read, whether it is a sample, and whether its
+    condition is the paper's reported schema (:func:`geoagent.geohint.judged.source_note`); first under the title.
+    The header's ``Withheld:`` line (:func:`withheld_tables`) names each table left out or left without rows and
+    why; Fig. 2's caption says when it has no regime line (:func:`empty_figure_note`).
     """
     from geoagent.runtime.drift import MIX_WARNING
 
@@ -1691,6 +1696,7 @@ def write_report(
     md = [
         "# GeoHint report",
         "",
+        *([f"**{source_note}**", ""] if source_note else []),
         *([f"**{replay_note}**", ""] if replay_note else []),
         *([f"**Interim report: {interim}**", ""] if interim else []),
         *([f"**Placeholder images: {image_note}**", ""] if image_note else []),
@@ -1723,6 +1729,7 @@ def write_report(
                                                answers_queued, left_by=answers_left_by)] if w
           for x in (f"**{w}**", "")],
         *([no_regime_note(agg, baseline), ""] if no_regime_note(agg, baseline) else []),
+        *([f"**{withheld}**", ""] if (withheld := withheld_tables(agg, tables, condition, baseline)) else []),
         "Terms:",
         "",
         *[f"- {line}" for line in legend_for(agg.regime_threshold)],
@@ -1746,7 +1753,10 @@ def write_report(
         _atomic_write(out / "missing.csv", buf.getvalue())
     if summary.get("without_ladder_point"):
         md += [f"{summary['without_ladder_point']} context responses name a reference point that is not in its site's "
-               "ladder (no hint distance) and are left out of every table, as in the release's analysis.", ""]
+               "ladder (no hint distance) and are left out of every table, as in the release's analysis: its "
+               "analysis/two_regimes.py (load) keeps only rows whose context is 'none' or found in the site's ladder, "
+               "so they count in none of its tables either, the tier and band columns of Tables 1 and 4 included, "
+               "although their context labels carry a tier and band (Tables 5-7 need the hint distance anyway).", ""]
     for t in tables:
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
@@ -1759,8 +1769,9 @@ def write_report(
     if figures:
         # the figures' caption: the simulator's warning without GeoHint's echo paragraph (report.md has it)
         fig_note = figure_note(replay_note, simulated_note(list(simulated)) if simulated else "")
+        empty = empty_figure_note(agg, baseline)
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
-                           note=fig_note, n_boot_source=n_boot_source)
+                           note="\n".join(x for x in (fig_note, empty) if x) or None, n_boot_source=n_boot_source)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=fig_note)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
                ((f"Hit rate by band per regime, {models_pooled_text(agg.models)}; error bars are 95 % percentile intervals from "
@@ -1768,11 +1779,47 @@ def write_report(
                  f"Clopper-Pearson interval of its pooled count){fig2_sites_note(agg, condition, baseline)}")
                 if n_boot else (f"Hit rate by band per regime, {models_pooled_text(agg.models)}; no error bars "
                                 f"({no_boot_setting(n_boot_source)})"))
-               + "; the legend gives the sites and responses per line.",
+               + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else ""),
                "", f"Echo rate per tier and band, {models_pooled_text(agg.models)}; n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))
     return tables
+
+
+def empty_figure_note(agg: GeoHintAggregator, baseline: str) -> str:
+    """Fig. 2's caption when it has no regime line (no site has a regime: no no-context answers, or none that
+    geocoded), else ""."""
+    if agg.regimes(condition=baseline):
+        return ""
+    return (f"No regime line: these data hold no no-context answers that geocoded (condition {baseline!r}), so no "
+            "site is legible or illegible and the plot is empty (its legend says 0 sites); Table 5's 'all sites' "
+            "rows give the hit rate by band without the split.")
+
+
+def withheld_tables(agg: GeoHintAggregator, tables: Sequence[Table], condition: str, baseline: str) -> str:
+    """The report header's ``"Withheld: ..."`` line: each table of the report's set (README, "The GeoHint report's
+    tables") that :func:`build_tables` left out, or wrote with no rows, and why (the data hold no answers of the
+    condition it needs); "" when none. Source: :func:`build_tables`' conditions."""
+    names = {t.name: t for t in tables}
+    conds = set(agg.conditions)
+    parts = []
+    if condition not in conds:
+        parts.append(f"every table of condition {condition!r} (no answers of it in these data)")
+    if "nocontext_near" not in names:
+        parts.append(f"nocontext_near and building_vs_nocontext (they compare with no-context answers: there are "
+                     f"no no-context answers, condition {baseline!r}, in these data)")
+    t3 = names.get("table3")
+    if t3 is not None and not t3.rows:
+        why = (f"no site has a regime: no no-context answers that geocoded ({baseline!r}) in these data"
+               if not agg.regimes(condition=baseline) else "no regime has both near-band and no-context answers")
+        parts.append(f"Table 3's rows (header only: its rows are per regime, and {why})")
+    if "table8" not in names:
+        parts.append(f"Tables 8-9 (they pair forced_warn answers with {condition} ones; no forced_warn answers "
+                     "in these data)")
+    if "table10" not in names:
+        parts.append("Tables 10-11 (they need forced_chain answers; none in these data; Table 11 of a release comes "
+                     "from its raw forced_chain responses: python -m geoagent.geohint.raw_import)")
+    return "Withheld: " + "; ".join(parts) + "." if parts else ""
 
 
 def report_console(file=None):
