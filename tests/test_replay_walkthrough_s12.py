@@ -162,3 +162,29 @@ def test_columns_follow_the_papers_table12_rule(replay):
     assert [c.strip() for c in header.strip("|").split("|")][1:] == [
         "qwen3-vl-8b", "gemini-flash", "qwen3-vl-235b", "claude-haiku-4-5", "pooled"]  # d' farthest 1.24, 1.22, 0.82, 0.28
     assert "Columns: models by d' in the farthest decoy band, highest first" in md
+
+
+def test_a_recorded_api_error_is_listed_with_its_reason(release_dir, tmp_path):
+    """The paper's "one call failed at the API and is excluded": a raw record with ``error`` is not replayed and
+    is listed as ``recorded API error: ...`` (the other table trials of that model: ``no recording in ...``)."""
+    from geoagent.data.importer import import_release
+    from geoagent.geoverify.plan import NOT_REPLAYED, unreplayed_trials
+
+    rel = tmp_path / "rel"
+    rel.mkdir()
+    for p in release_dir.iterdir():
+        if p.name not in ("verify_raw_sample.jsonl",):
+            (rel / p.name).symlink_to(p)
+    raw = _raw(release_dir)
+    ok = raw[0]
+    other = next(r for r in raw if r["model"] == ok["model"] and r["trial_id"] != ok["trial_id"])
+    failed = dict(other, raw="", error="HTTP 500: upstream error")
+    assert ok["model"] == failed["model"]
+    (rel / "verify_raw_sample.jsonl").write_text(json.dumps(ok) + "\n" + json.dumps(failed) + "\n", encoding="utf-8")
+    release = import_release(rel)
+    got = unreplayed_trials(release, release.trials, [ok["model"]])
+    by_trial = {u["trial_id"]: u for u in got}
+    assert ok["trial_id"] not in by_trial and len(got) == len(release.trials) - 1
+    assert by_trial[failed["trial_id"]]["reason"] == "recorded API error: HTTP 500: upstream error"
+    assert all(u["edge"] == NOT_REPLAYED for u in got)
+    assert sum(u["reason"] == "no recording in verify_raw_sample.jsonl" for u in got) == len(got) - 1
