@@ -146,6 +146,8 @@ def test_few_cluster_intervals_are_marked_in_every_table_file(release_dir, repla
     assert 5 <= len(sig_sites) < 10
     h_row = next(x for x in md.splitlines() if x.startswith("| H (signal accepted)"))
     assert re.search(r"\[\d+\.\d, \d+\.\d\]§", h_row.split("|")[-2]), h_row
+    d_row = next(x for x in md.splitlines() if x.startswith("| delta_1 "))
+    assert "none [0.7–1.5 km, none]§" in d_row.split("|")[-2], d_row  # the delta_1 range rests on H too
     assert "flagged few-cluster: likely too narrow; each is marked § after its brackets" in md
     assert "§" in txt and "each is marked § after its brackets" in " ".join(txt.split())
     with (report / "geoverify_table.csv").open(encoding="utf-8", newline="") as f:
