@@ -349,6 +349,10 @@ def done_before_phrase(n: int) -> str:
     return f"; {n} request{'s' if n != 1 else ''} done by earlier runs" if n > 0 else ""
 
 
+#: the spend line's clause when every model is simulated (:attr:`Outcome.spend_note`)
+SIMULATED_SPEND_NOTE = "at the config's illustrative prices; nothing billed: every model is simulated"
+
+
 @dataclass(slots=True)
 class Outcome:
     """The end of one run of a campaign."""
@@ -368,6 +372,9 @@ class Outcome:
     stop_reasons: list[str] = field(default_factory=list)
     #: what one planned message is ("requests"; a crawl plans "cities")
     plan_unit: str = "requests"
+    #: a clause after the spend line's figures when every model of the run is simulated (provider "simulated" or
+    #: a local *.sandbox.invalid model fake): its prices are the config's illustrative ones, nothing was billed
+    spend_note: str = ""
     #: the stages this process ran when only some were asked for (``--stages``), else empty
     own_stages: list[str] = field(default_factory=list)
     #: model calls this process settled (paid) in this run; None when not measured (e.g. a dry run)
@@ -563,6 +570,7 @@ class Outcome:
                 f"  spend {usd(s.get('spent_usd'))} settled + {usd(s.get('unknown_usd'))} unknown-outcome"
                 + (f" + {usd(held)} reserved by calls still open" if held > 0 else "")
                 + f" of cap {usd(s.get('cap_usd'))}; calls {s.get('calls', 0)}"
+                + (f" ({self.spend_note})" if self.spend_note and float(s.get("spent_usd") or 0.0) > 0 else "")
             )
             lines.extend(spend_detail_lines(s))
             lines.extend(overrun_lines(s))
@@ -1861,6 +1869,8 @@ async def _run(
             sim = simulated_models(ctx.services.get("config_as_written", cfg))
             if sim:
                 outcome.extra_lines.append("  !!! NOTE: " + simulated_note(sim, task=cfg.campaign.kind))
+                if cfg.models and all(m.name in sim for m in cfg.models):
+                    outcome.spend_note = SIMULATED_SPEND_NOTE
         return outcome
     finally:
         for q in queues.values():

@@ -320,7 +320,7 @@ def test_replication_report_names_the_rule_and_reproduces_the_count(release_dir,
         block = md.split(f"### {table}:")[1].split("### ")[0]
         assert "Echo rule release_first_word:" in block, table
     t4 = list(csv.reader((tmp_path / "table4.csv").open(encoding="utf-8")))
-    assert t4[-1][0] == "All" and float(t4[-1][-1]) == 371 / 936
+    assert t4[-1][0] == "Pooled: All" and float(t4[-1][-1]) == 371 / 936
     t1 = list(csv.DictReader((tmp_path / "table1.csv").open(encoding="utf-8")))
     assert sum(int(r["n"]) for r in t1) == 936
     assert sum(float(r["Echo rate (fraction)"]) * int(r["n"]) for r in t1) == pytest.approx(371, abs=1e-9)
@@ -403,7 +403,7 @@ def test_campaign_scores_reports_and_records_the_rule(release_dir, tmp_path, mon
     # "St Margaret's, Westminster", whose 2-letter first word never counts under the release rule
     assert want["name"] > 0 and want["release_first_word"] > 0 and want["name"] != want["release_first_word"]
     t4 = list(csv.reader((state_dir / "report" / "table4.csv").open(encoding="utf-8")))
-    assert t4[-1][0] == "All" and float(t4[-1][-1]) == want["release_first_word"] / len(context)
+    assert t4[-1][0] == "Pooled: All" and float(t4[-1][-1]) == want["release_first_word"] / len(context)
     cell = by_name.select(condition="forced")
     assert (cell.echoes, cell.echo_n) == (want["name"], len(context)) and by_name.echo_rule_counts == {"name": len(context)}
 

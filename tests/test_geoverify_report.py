@@ -27,7 +27,8 @@ def test_csv_values_and_layout(scores):
     rows = list(csv.reader(io.StringIO(R.render_csv(scores))))
     header = rows[0]
     assert header[:2] == ["section", "row"]
-    models = ["claude-haiku-4-5", "gemini-flash", "qwen3-vl-235b", "qwen3-vl-8b", "pooled"]
+    # (session 12) ordered by farthest-band d', highest first, as the paper's Table 12 (was alphabetical)
+    models = ["qwen3-vl-8b", "gemini-flash", "qwen3-vl-235b", "claude-haiku-4-5", "pooled"]
     assert header[2:-1] == [x for m in models for x in (m, f"{m}_lo", f"{m}_hi", f"{m}_text")]
     assert header[-1] == "label"  # (session 12) the row's label as Markdown shows it, last
     by_label = {r[1]: dict(zip(header[2:], r[2:])) for r in rows[1:]}

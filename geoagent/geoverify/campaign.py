@@ -282,12 +282,15 @@ class GeoVerifyCampaign(CampaignKind):
         self._scope_note = scope.note()
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
+        plan = getattr(self, "_plan", None)
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
                                  missing=missing_work(cfg), interim=outcome.interim_note(),
                                  image_note=getattr(self, "_image_warning", None),
                                  simulated=_simulated(cfg, ctx),
                                  config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
-                                 scope_note=self._scope_note, replay_note=replay_note(cfg)).values())
+                                 scope_note=self._scope_note, replay_note=replay_note(cfg),
+                                 unreplayed=plan.unreplayed if plan is not None else None,
+                                 n_trials=len(plan.trials) if plan is not None else None).values())
 
     @staticmethod
     def _scope(ctx: StageContext) -> ScoredScope:
@@ -369,6 +372,10 @@ class GeoVerifyCampaign(CampaignKind):
             lines += [f"    {issue}" for issue in issues[:5]]
             if len(issues) > 5:
                 lines.append(f"    ... and {len(issues) - 5} more")
+            if plan.unreplayed:
+                from geoagent.report.geoverify import render_unreplayed
+
+                lines.append(f"  {render_unreplayed(plan.unreplayed, len(plan.trials))}")
             if plan.duplicate_notes:
                 n_dup = len(plan.duplicate_notes)
                 lines.append(f"  trials skipped: {n_dup} repeat an earlier trial's model request (same image shown, "

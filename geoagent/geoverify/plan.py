@@ -61,6 +61,36 @@ class CampaignPlan:
     images: MissingImages | None = None
     #: the summary's count of what the import read (:func:`geoagent.data.importer.import_counts_text`)
     import_counts: str = ""
+    #: trials of the table a replay model could not replay, per recorded model (:func:`unreplayed_trials`)
+    unreplayed: list[dict[str, str]] = field(default_factory=list)
+
+
+#: ``edge`` of an unreplayed trial in ``geoverify_missing.csv`` (never planned, so on no queue edge)
+NOT_REPLAYED = "not replayed"
+
+
+def unreplayed_trials(release: Release, trials: Iterable[VerifyTrial], models: Iterable[str]) -> list[dict[str, str]]:
+    """The trials of the table that a replay of ``models`` (recorded model names) cannot replay, one dict per
+    (trial, model): ``model, key`` (``trial_id|model``), ``edge`` (:data:`NOT_REPLAYED`), ``trial_id``, ``site_id``
+    and ``reason``: ``recorded API error: <error>`` where the release recorded a failed call for that trial and
+    model (the paper: "one call failed at the API and is excluded"), else ``no recording in <raw file>``. Such
+    trials are never planned, so they enter no statistic; the report lists them beside dead-lettered work.
+    Ordered by model, then the table's order."""
+    errors = {(r.trial_id, r.model): r.error for r in release.raw if r.error is not None}
+    recorded = {(r.trial_id, r.model) for r in release.raw if r.error is None}
+    raw_files = sorted({Path(f).name for f in release.report.imported if Path(f).name.startswith("verify_raw")})
+    where = ", ".join(raw_files) or "the recorded responses"
+    out = []
+    trials = list(trials)
+    for m in models:
+        for t in trials:
+            if (t.trial_id, m) in recorded:
+                continue
+            err = errors.get((t.trial_id, m))
+            out.append({"model": m, "key": f"{t.trial_id}|{m}", "edge": NOT_REPLAYED, "trial_id": t.trial_id,
+                        "site_id": t.site_id,
+                        "reason": f"recorded API error: {err}" if err is not None else f"no recording in {where}"})
+    return out
 
 
 def unique_trials(
@@ -247,9 +277,12 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     common = dict(template=template, max_output_tokens=s.max_output_tokens, image_root=s.image_root, tau_km=tau_km)
     messages: list[Message] = []
     per_model: dict[str, int] = {}
+    unreplayed: list[dict[str, str]] = []
     for m in cfg.models:
         if m.provider == "replay":
             names = [m.model] if m.model in recorded else recorded
+            if s.trials != "build" and cfg.replay_in_release(m):
+                unreplayed += unreplayed_trials(release, trials, names)
             for rec in names:
                 msgs = plan_requests(replay_trials, [m.name], replay_model_of={m.name: rec}, pairs=pairs, **common)
                 for key, payload in msgs:
@@ -272,7 +305,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     # replay.path in the release folder; one answering from a recording of its own reads none of them)
     raw_used = s.trials != "build" and any(cfg.replay_in_release(m) for m in cfg.models)
     return CampaignPlan(interleave(kept, cfg.campaign.seed), trials, release.report, build_rep, per_model, notes, images,
-                        import_counts_text(release, raw_used=raw_used))
+                        import_counts_text(release, raw_used=raw_used), unreplayed)
 
 
 #: config key of GeoVerify's image folder (named in messages)

@@ -109,6 +109,10 @@ BAND_NAMES = ("Near", "Mid", "Far")
 #: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_note`)
 ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
+#: Table 4's row label of each tier, with its referenceability range as the paper's Table 4 gives it
+TIER_LABELS = {"high": "High (4–5)", "mid": "Mid (2–3)", "low": "Low (0–1)"}
+#: Table 4's pooled row (the paper's group "Pooled", row "All")
+TABLE4_POOLED = "Pooled: All"
 DASH = "\u2014"
 #: console width when the output is not a terminal: wide enough that no table is ever cut or wrapped
 #: (rich tables keep their natural width; a wider console adds no padding)
@@ -724,12 +728,14 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 
 
 def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
-    """Table 4: echo rate (%) by referenceability tier x distance band, with margins."""
+    """Table 4: echo rate (%) by referenceability tier x distance band, with margins. Rows: :data:`TIER_LABELS`
+    (``High (4–5)``, ``Mid (2–3)``, ``Low (0–1)``: the tier and its referenceability range, as the paper's Table 4),
+    then :data:`TABLE4_POOLED` (every tier); the last column, ``All``, pools the bands."""
     rows = []
     for tier in TIERS_ORDER:
-        rows.append([tier, *[agg.select(condition=condition, tier=tier, band=b).echo_rate for b in BANDS],
+        rows.append([TIER_LABELS.get(tier, tier), *[agg.select(condition=condition, tier=tier, band=b).echo_rate for b in BANDS],
                      agg.select(condition=condition, tier=tier).echo_rate])
-    rows.append(["All", *[agg.select(condition=condition, band=b).echo_rate for b in BANDS], agg.select(condition=condition).echo_rate])
+    rows.append([TABLE4_POOLED, *[agg.select(condition=condition, band=b).echo_rate for b in BANDS], agg.select(condition=condition).echo_rate])
     cells = [agg.select(condition=condition, tier=t, band=b).echo_n for t in TIERS_ORDER for b in BANDS]
     total_c = agg.select(condition=condition)
     n_sites = sum(1 for x in agg.site_cells(condition=condition).values() if x.echo_n)
@@ -920,27 +926,46 @@ def _slope_sort(agg: GeoHintAggregator, model: str, condition: str) -> float:
 
 def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline", *, p_reference: str = "normal") -> Table:
     """Table 7: the slope fitted separately within each regime, per model and pooled; p-values from
-    ``p_reference`` (``"normal"`` or ``"t"`` with G - 1 df, see :func:`p_reference_note`)."""
+    ``p_reference`` (``"normal"`` or ``"t"`` with G - 1 df, see :func:`p_reference_note`). After the regimes and
+    all sites: each regime's finer-than-city slope (``fine_only``, as Table 6's) and each regime's beta as a share
+    (fraction, shown in %) of the same models' reciting slope over all sites (Table 6's ``beta if reciting``)."""
     check_p_reference(p_reference)
     groups = _regime_sites(agg, baseline)
     rows = []
     clusters: list[int] = []
     hidden: list[int] = []
     models = _model_order(agg, condition)
+    nan = float("nan")
     for label, ms in [*[(m, [m]) for m in models], ("All", models)]:
         row: list[Any] = [label]
+        regime_slopes = []
         for sites in (groups[ILLEGIBLE], groups[LEGIBLE], None):
             r = _slope_cells(agg, ms, condition, False, sites, p_reference=p_reference)
             clusters += _clusters(r)
-            row += [r.nobs if r else 0, r.slope if r else float("nan"), _shown_p(r, p_reference, hidden)]
+            row += [r.nobs if r else 0, r.slope if r else nan, _shown_p(r, p_reference, hidden)]
+            regime_slopes.append(r.slope if r else nan)
+        # finer-than-city answers only, per regime (Table 6's "beta (fine only)" within a regime)
+        for sites in (groups[ILLEGIBLE], groups[LEGIBLE]):
+            rf = _slope_cells(agg, ms, condition, True, sites)
+            row.append(rf.slope if rf else nan)
+        # each regime's beta as a share of Table 6's "beta if reciting" of the same models (all sites), as the paper
+        rr = _slope_cells(agg, ms, condition, False, recite=True)
+        row += [b / rr.slope if (rr and rr.slope and math.isfinite(b)) else nan for b in regime_slopes[:2]]
         rows.append(row)
     return Table(
         "table7",
         f"Table 7: log10(err_km) ~ d_ref within each regime, condition {condition}",
-        ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all"],
-        ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p"],
+        ["Model", "n illegible", "beta illegible", "p illegible", "n legible", "beta legible", "p legible", "n all", "beta all", "p all",
+         "beta illegible (fine only)", "beta legible (fine only)", "Share of reciting illegible (%)",
+         "Share of reciting legible (%)"],
+        ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p", "f4", "f4", "pct", "pct"],
         rows,
-        _join_notes(p_reference_note(p_reference, clusters, hidden), zero_err_note("context answers", [
+        _join_notes(p_reference_note(p_reference, clusters, hidden),
+                    "'fine only': the same fit on answers finer than city level (Table 6's 'beta (fine only)'), within "
+                    "the regime. 'Share of reciting': the regime's beta as a share of Table 6's 'beta if reciting' of "
+                    "the same models over all sites (err = d_ref; 0 % = ignoring the hint, 100 % = reciting it), as the "
+                    "paper's Sec. 6.2.3 places its regime slopes (57 % and 37 % of 0.176).",
+                    zero_err_note("context answers", [
             f"{name} {agg.n_zero_err(condition=condition, sites=sites)}"
             for name, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None))]),
             regime_note(agg, baseline), no_regime_note(agg, baseline)),

@@ -151,6 +151,24 @@ SMALL_N_MARK = "†"
 SMALL_N_TEXT = "small n"
 DELTA_SMALL_N_ROW = "delta_1 small n"
 
+#: mark after an interval from BOOT_MIN_SITES to BOOT_FEW_SITES - 1 sites (few clusters: likely too narrow;
+#: ``ModelScores.ci_sites``), defined in the note under the table (:func:`few_cluster_text`)
+FEW_CLUSTER_MARK = "§"
+#: CSV text (``<model>_text``, joined to any other note by "; ") of a value whose interval is flagged few-cluster
+FEW_CLUSTER_TEXT = "few-cluster interval"
+
+
+def few_cluster(s: ModelScores, key: str | None) -> bool:
+    """Whether the interval shown for ``key`` rests on BOOT_MIN_SITES to BOOT_FEW_SITES - 1 sites (5-9): given but
+    flagged few-cluster (Cameron and Miller 2015); False without an interval or a site count."""
+    if key == DELTA_KEY:  # its range rests on H and every band's d' (geoagent.scoring.sdt): few if any of them is
+        return s.delta_1_ci is not None and any(
+            BOOT_MIN_SITES <= g < BOOT_FEW_SITES for k, g in s.ci_sites.items() if k == "H" or k.startswith("d'["))
+    if key is None or key not in s.ci:
+        return False
+    g = s.ci_sites.get(key)
+    return g is not None and BOOT_MIN_SITES <= g < BOOT_FEW_SITES
+
 
 def _delta_text(s: ModelScores) -> str:
     """delta_1 with its bootstrap range of bands when there is one: ``0.3–0.7 km [0.15–0.3 km, none]``; followed
@@ -158,7 +176,7 @@ def _delta_text(s: ModelScores) -> str:
     text = _delta_label(s.delta_1)
     if s.delta_1_ci is not None:
         lo, hi = s.delta_1_ci
-        text = f"{text} [{_delta_label(lo)}, {_delta_label(hi)}]"
+        text = f"{text} [{_delta_label(lo)}, {_delta_label(hi)}]" + (FEW_CLUSTER_MARK if few_cluster(s, DELTA_KEY) else "")
     return f"{text} {SMALL_N_MARK}" if delta_1_small_n(s) else text
 
 
@@ -310,19 +328,39 @@ def _with_ci(text: str, s: ModelScores, key: str | None, *, pct: bool = False, s
     if iv is None or text == "-":
         return text
     lo, hi = iv
+    few = FEW_CLUSTER_MARK if few_cluster(s, key) else ""
     if pct:
         mark = BOUNDARY_MARK if key in s.ci_exact else ""
-        return f"{text} [{100 * lo:.1f}, {100 * hi:.1f}]{mark}"
+        return f"{text} [{100 * lo:.1f}, {100 * hi:.1f}]{mark}{few}"
     f = "{:+.2f}" if signed else "{:.2f}"
-    return f"{text} [{f.format(lo)}, {f.format(hi)}]"
+    return f"{text} [{f.format(lo)}, {f.format(hi)}]{few}"
 
 
 def _band_title(label: str) -> str:
     return label.replace("km", " km").replace("-", "–")
 
 
+#: how the model columns are ordered (said under the table): the paper's Table 12 order follows this rule
+COLUMN_ORDER_NOTE = ("Columns: models by d' in the farthest decoy band, highest first (the order of the paper's "
+                     "Table 12), then by name; a model without that d' last; pooled last.")
+
+
+def _farthest_dprime(s: ModelScores) -> float | None:
+    """d' of the farthest decoy band with a defined d' in any column's band list (the last band), or None."""
+    if not s.bands:
+        return None
+    d = s.bands[-1].d_prime
+    return None if d is None or (isinstance(d, float) and math.isnan(d)) else float(d)
+
+
 def _columns(scores: Mapping[str, ModelScores]) -> list[str]:
-    models = sorted(m for m in scores if m != POOLED)
+    """Model columns in :data:`COLUMN_ORDER_NOTE`'s order (the paper's Table 12: gemini-flash 2.36, claude-opus-5
+    1.95, qwen3-vl-8b 1.13, qwen3-vl-235b 1.07, claude-haiku-4-5 0.82 in the farthest band), then ``pooled``."""
+    def key(m: str) -> tuple[int, float, str]:
+        d = _farthest_dprime(scores[m])
+        return (1, 0.0, m) if d is None else (0, -d, m)
+
+    models = sorted((m for m in scores if m != POOLED), key=key)
     return models + ([POOLED] if POOLED in scores else [])
 
 
@@ -517,7 +555,7 @@ def few_cluster_text(scores: Mapping[str, ModelScores]) -> str:
         return ""
     gs = ", ".join(str(g) for g in few)
     return (f" Here intervals from {gs} sites (fewer than {BOOT_FEW_SITES}) are given but flagged few-cluster: "
-            "likely too narrow.")
+            f"likely too narrow; each is marked {FEW_CLUSTER_MARK} after its brackets.")
 
 
 def boundary_note(scores: Mapping[str, ModelScores]) -> str:
@@ -555,7 +593,8 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     withheld = withheld_lines(scores)
     if withheld:
         warn += "\n\n" + withheld[0] + "".join(f"\n\n**{w}**" for w in withheld[1:])
-    return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + (f" {boot}" if boot else "") + warn
+    order = f" {COLUMN_ORDER_NOTE}" if len(cols) > 2 else ""
+    return ("\n".join(out) + "\n\nLog-linear correction applied (Hautus 1995)." + order + (f" {boot}" if boot else "") + warn
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
 
@@ -596,8 +635,10 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
 
     def note(c: str, key: str | None) -> str:
         if key and key in scores[c].ci_exact:
-            return BOUNDARY_TEXT
-        return SMALL_N_TEXT if key and key.startswith("d'[") and key[3:-1] in flagged[c] else ""
+            text = BOUNDARY_TEXT
+        else:
+            text = SMALL_N_TEXT if key and key.startswith("d'[") and key[3:-1] in flagged[c] else ""
+        return "; ".join(t for t in (text, FEW_CLUSTER_TEXT if few_cluster(scores[c], key) else "") if t)
 
     if scores:
         for sec, label, raw, _, key in _rows(scores, pretty=False):
@@ -642,6 +683,8 @@ def render_terminal(scores: Mapping[str, ModelScores], *, width: int | None = No
     boot = bootstrap_note(scores)
     if boundary_note(scores):
         boot += " " + boundary_note(scores)
+    if len(cols) > 2:
+        boot = f"{COLUMN_ORDER_NOTE} {boot}".strip()
     if boot:
         table.caption = boot
     if width is None:  # the table's natural width: no cell (long model names included) is ever cut or wrapped
@@ -770,6 +813,24 @@ def render_missing_md(missing: list[dict]) -> str:
             f"See {MISSING_CSV} and `run.py dead`.\n")
 
 
+def render_unreplayed(unreplayed: list[dict], n_trials: int | None = None) -> str:
+    """One sentence on the table's trials a replay model could not replay (``model, key, edge, trial_id, reason``
+    dicts of :func:`geoagent.geoverify.plan.unreplayed_trials`), per model and per reason; "" when none."""
+    if not unreplayed:
+        return ""
+    per_model: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    for u in unreplayed:
+        per_model[str(u.get("model"))] = per_model.get(str(u.get("model")), 0) + 1
+        r = str(u.get("reason"))
+        r = "recorded API error" if r.startswith("recorded API error") else r
+        reasons[r] = reasons.get(r, 0) + 1
+    of = f" of the {n_trials} table trials" if n_trials else ""
+    return (f"Trials not replayed{of} (never planned, excluded from every statistic), per model: "
+            + ", ".join(f"{k} {v}" for k, v in per_model.items()) + " ("
+            + "; ".join(f"{r}: {n}" for r, n in reasons.items()) + f"); listed in {MISSING_CSV} (edge 'not replayed').")
+
+
 def write_report(
     scores: Mapping[str, ModelScores],
     out_dir: str | Path,
@@ -783,6 +844,8 @@ def write_report(
     config_mix: list[str] | tuple[str, ...] = (),
     scope_note: str | None = None,
     replay_note: str | None = None,
+    unreplayed: list[dict] | None = None,
+    n_trials: int | None = None,
 ) -> dict[str, Path]:
     """Write table (Markdown, CSV, terminal text) and plot under ``out_dir``; safe to call repeatedly.
 
@@ -801,6 +864,10 @@ def write_report(
     settings (:func:`geoagent.runtime.drift.params_mix_lines`), a warning above the tables (they pool them).
     ``scope_note``: a sentence on stored answers left out because their trials are no longer in the plan, above
     the tables; None when every stored answer is scored.
+    ``unreplayed``: the table's trials a replay model could not replay (no recording, or a recorded API error;
+    :func:`geoagent.geoverify.plan.unreplayed_trials`), counted per model under the Markdown and terminal tables
+    (:func:`render_unreplayed`, ``n_trials`` the table's trials) and listed in ``geoverify_missing.csv`` with edge
+    ``not replayed`` (written even without ``missing``).
     ``replay_note``: the line of a campaign with replay models (:func:`geoagent.providers.replay.replay_note`:
     the replayed files, their responses, not the paper's Table 12), the first line of the Markdown and terminal
     files; None or "" without.
@@ -821,13 +888,14 @@ def write_report(
     # (scope_note)
     md = render_markdown(scores)
     note = ""
-    if missing is not None:
-        note = render_missing_md(missing)
+    unrep = render_unreplayed(unreplayed or [], n_trials)
+    if missing is not None or unreplayed:
+        note = (render_missing_md(missing) if missing is not None else "") + (f"\n**{unrep}**\n" if unrep else "")
         md += note
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["model", "edge", "key", "reason"])
-        for m in missing:
+        for m in [*(missing or []), *(unreplayed or [])]:
             w.writerow([m.get("model"), m.get("edge"), m.get("key"), m.get("reason")])
         paths["missing"] = out / MISSING_CSV
         _atomic_write(paths["missing"], buf.getvalue())
@@ -859,7 +927,7 @@ def write_report(
         banner += f"**{scope_note}**\n\n"
     _atomic_write(paths["md"], banner + md)
     _atomic_write(paths["csv"], render_csv(scores))
-    _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing else ""))
+    _atomic_write(paths["txt"], banner.replace("**", "") + render_terminal(scores) + (note.replace("**", "") if missing or unrep else ""))
     from geoagent.report import figure_note, write_csv_note
 
     csv_names = [p.name for k, p in paths.items() if k in ("csv", "failures", "missing")]
