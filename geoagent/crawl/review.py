@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from geoagent.crawl.ladder import RatedCandidate, tier_for
+from geoagent.qid import is_qid
 
 _log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
     ------
     ValueError
         Naming ``file:line``: a missing ``site``/``qid``/``decision`` column, an empty site or qid, a QID not of the
-        form ``Q<digits>``, a decision other than ``keep`` or an integer 0-5, the same (site, qid) twice with
+        form ``Q<digits>`` (:func:`geoagent.qid.is_qid` after a lower-case ``q`` is raised: no leading zero, ASCII
+        digits), a decision other than ``keep`` or an integer 0-5, the same (site, qid) twice with
         different decisions, or text that is not UTF-8.
     """
     path = Path(path)
@@ -72,12 +74,12 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
                 raw = (row.get("decision") or "").strip().lower()
                 if not site or not qid:
                     raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: empty site or qid")
-                if not (qid[:1] in "Qq" and qid[1:].isdigit()):
+                qid = "Q" + qid[1:] if qid[:1] == "q" else qid
+                if not is_qid(qid):  # the project's one rule: "Q042", "Q0", "Q²" are no id (and match no candidate)
                     raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: qid must be a Wikidata id like Q123, got {qid!r}")
-                qid = "Q" + qid[1:]
                 if raw == "keep":
                     fam = None
-                elif raw.isdigit() and 0 <= int(raw) <= 5:
+                elif raw.isascii() and raw.isdigit() and 0 <= int(raw) <= 5:  # int("²") raises; "٣" is no rating
                     fam = int(raw)
                 else:
                     raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: decision must be keep (the model's rating "

@@ -1,0 +1,34 @@
+"""Hostile review-decision CSVs (``[crawl.referenceability] review_verdicts``): the QID follows the project's one
+id shape rule (:func:`geoagent.qid.is_qid`), a decision is an ASCII 0-5 or keep, and every malformed row is named
+by file:line (a bare ``int()`` error named neither)."""
+
+from __future__ import annotations
+
+import pytest
+
+from geoagent.crawl.review import read_review_verdicts
+
+
+@pytest.mark.parametrize("qid", ["Q042", "Q0", "Q\u00b2", "Q\u0663", "Q1 2"])
+def test_qid_not_shaped_like_a_wikidata_id_is_named(tmp_path, qid):
+    p = tmp_path / "r.csv"
+    p.write_text(f"site,qid,decision\r\ns1,Q7,keep\r\ns1,{qid},keep\r\n", encoding="utf-8")
+    with pytest.raises(ValueError) as e:
+        read_review_verdicts(p)
+    assert f"{p}:3:" in str(e.value) and "qid must be a Wikidata id" in str(e.value)
+
+
+@pytest.mark.parametrize("decision", ["\u00b2", "\u0663", "\uff13"])
+def test_decision_in_non_ascii_digits_is_named(tmp_path, decision):
+    p = tmp_path / "r.csv"
+    p.write_text(f"\ufeffsite,qid,decision\ns1,Q7,{decision}\n", encoding="utf-8")
+    with pytest.raises(ValueError) as e:
+        read_review_verdicts(p)
+    assert f"{p}:2:" in str(e.value) and "decision must be keep" in str(e.value)
+
+
+def test_lower_case_q_and_crlf_still_read(tmp_path):
+    p = tmp_path / "r.csv"
+    p.write_bytes(b"\xef\xbb\xbfsite,qid,decision\r\ns1,q42,4\r\ns1,Q42,4\r\n")
+    got = read_review_verdicts(p)
+    assert list(got) == [("s1", "Q42")] and got[("s1", "Q42")]["familiarity"] == 4
