@@ -32,3 +32,24 @@ def test_lower_case_q_and_crlf_still_read(tmp_path):
     p.write_bytes(b"\xef\xbb\xbfsite,qid,decision\r\ns1,q42,4\r\ns1,Q42,4\r\n")
     got = read_review_verdicts(p)
     assert list(got) == [("s1", "Q42")] and got[("s1", "Q42")]["familiarity"] == 4
+
+
+def _decide(tmp_path, decision, name="r.csv"):
+    p = tmp_path / name
+    p.write_text(f"site,qid,decision,reviewer\ns1,Q7,{decision},ana\n", encoding="utf-8")
+    return read_review_verdicts(p)
+
+
+def test_a_decision_changed_back_is_logged_again(tmp_path):
+    """3, then 0, then 3 again: the log's last line for the item must be the decision in force (3); before, the
+    return to 3 matched the first line and was not logged, so the log said 0 while the ladders took 3."""
+    import json
+
+    from geoagent.crawl.review import DECISION_LOG_FILE, write_resolution
+
+    model = {("s1", "Q7"): 5}
+    for d in ("3", "0", "3"):
+        write_resolution(tmp_path, _decide(tmp_path, d), model)
+    log = [json.loads(x) for x in (tmp_path / DECISION_LOG_FILE).read_text().splitlines()]
+    assert [r["decision"] for r in log] == ["3", "0", "3"]
+    assert write_resolution(tmp_path, _decide(tmp_path, "3"), model)["logged"] == 0  # an unchanged re-run: nothing

@@ -146,8 +146,9 @@ def _queue(state_dir: Path) -> list[dict[str, Any]]:
 def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], Mapping[str, Any]],
                      model_ratings: Mapping[tuple[str, str], int | None]) -> dict[str, int]:
     """Write :data:`RESOLVED_FILE` (every item of the review queue: ``status`` ``resolved`` with the decision, or
-    ``pending``; :data:`RESOLVED_COLUMNS`) and append to :data:`DECISION_LOG_FILE` each decision not logged before
-    with the same decision, reviewer and note (so a re-run logs nothing new). ``model_ratings``: (site, qid) -> the
+    ``pending``; :data:`RESOLVED_COLUMNS`) and append to :data:`DECISION_LOG_FILE` each decision that differs
+    (decision, reviewer or note) from the item's latest logged line (so a re-run logs nothing new, and a decision
+    changed back is logged again). ``model_ratings``: (site, qid) -> the
     model's familiarity from ``rated/``. A decision on an item outside the queue is applied and logged too; one
     whose (site, qid) no rated candidate has changes nothing, is not logged, and is named (file:line) in one
     warning. Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
@@ -170,12 +171,12 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
         w.writeheader()
         w.writerows(rows)
     log = state_dir / DECISION_LOG_FILE
-    seen = set()
+    last: dict[tuple[str, str], tuple[str, str, str]] = {}  # (site, qid) -> the latest logged decision
     if log.is_file():
         for line in log.read_bytes().splitlines():
             if line.strip():
                 r = orjson.loads(line)
-                seen.add((r["site"], r["qid"], r["decision"], r.get("reviewer", ""), r.get("note", "")))
+                last[(r["site"], r["qid"])] = (r["decision"], r.get("reviewer", ""), r.get("note", ""))
     new = []
     unmatched = [(k, d) for k, d in sorted(decisions.items()) if k not in model_ratings]
     if unmatched:
@@ -188,8 +189,8 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     for (site, qid), d in sorted(decisions.items()):
         if (site, qid) not in model_ratings:
             continue
-        if (site, qid, d["decision"], d["reviewer"], d["note"]) in seen:
-            continue
+        if last.get((site, qid)) == (d["decision"], d["reviewer"], d["note"]):
+            continue  # as last logged (3 -> 0 -> 3 logs the return to 3: the log's last line is the decision in force)
         fam_model = model_ratings.get((site, qid))
         new.append({"site": site, "qid": qid, "decision": d["decision"], "familiarity_model": fam_model,
                     "familiarity_final": fam_model if d["familiarity"] is None else d["familiarity"],
