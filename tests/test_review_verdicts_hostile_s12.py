@@ -53,3 +53,11 @@ def test_a_decision_changed_back_is_logged_again(tmp_path):
     log = [json.loads(x) for x in (tmp_path / DECISION_LOG_FILE).read_text().splitlines()]
     assert [r["decision"] for r in log] == ["3", "0", "3"]
     assert write_resolution(tmp_path, _decide(tmp_path, "3"), model)["logged"] == 0  # an unchanged re-run: nothing
+
+
+def test_qid_order_puts_a_non_ascii_number_last_instead_of_raising():
+    """``qid_order`` (the candidates' sort key) promises ids without a number last; "Q²" passed ``isdigit`` and
+    ``int("²")`` raised, failing a whole site's candidate sort on one such id from a stored cache."""
+    from geoagent.crawl.referenceability import qid_order
+
+    assert sorted(["Q\u00b2", "Q10", "Q9", "Q\u0663"], key=qid_order) == ["Q9", "Q10", "Q\u00b2", "Q\u0663"]
