@@ -61,3 +61,13 @@ def test_qid_order_puts_a_non_ascii_number_last_instead_of_raising():
     from geoagent.crawl.referenceability import qid_order
 
     assert sorted(["Q\u00b2", "Q10", "Q9", "Q\u0663"], key=qid_order) == ["Q9", "Q10", "Q\u00b2", "Q\u0663"]
+
+
+def test_a_header_that_repeats_a_column_is_named(tmp_path):
+    """``decision`` twice (a pasted column): the row would silently take the last copy ("keep"), dropping the
+    correction; the image verdicts' reader refuses such a header, and so does this one now."""
+    p = tmp_path / "r.csv"
+    p.write_text("site,qid,decision,note,decision\ns1,Q7,2,,keep\n", encoding="utf-8")
+    with pytest.raises(ValueError) as e:
+        read_review_verdicts(p)
+    assert f"{p}:1:" in str(e.value) and "'decision'" in str(e.value) and "repeats" in str(e.value)

@@ -51,10 +51,10 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
     Raises
     ------
     ValueError
-        Naming ``file:line``: a missing ``site``/``qid``/``decision`` column, an empty site or qid, a QID not of the
-        form ``Q<digits>`` (:func:`geoagent.qid.is_qid` after a lower-case ``q`` is raised: no leading zero, ASCII
-        digits), a decision other than ``keep`` or an integer 0-5, the same (site, qid) twice with
-        different decisions, or text that is not UTF-8.
+        Naming ``file:line``: a header that repeats a column, a missing ``site``/``qid``/``decision`` column, an
+        empty site or qid, a QID not of the form ``Q<digits>`` (:func:`geoagent.qid.is_qid` after a lower-case
+        ``q`` is raised: no leading zero, ASCII digits), a decision other than ``keep`` or an integer 0-5 (ASCII
+        digits), the same (site, qid) twice with different decisions, or text that is not UTF-8.
     """
     path = Path(path)
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -62,6 +62,10 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
         with path.open(encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
             names = [str(n).strip() for n in reader.fieldnames or []]
+            repeated = sorted({n for n in names if n and names.count(n) > 1})
+            if repeated:  # a row would silently take the last copy's value
+                raise ValueError(f"{path}:1: {REVIEW_VERDICTS_KEY}: header repeats column(s) {repeated}; keep one "
+                                 "of each")
             for col in ("site", "qid", "decision"):
                 if col not in names:
                     raise ValueError(f"{path}:1: {REVIEW_VERDICTS_KEY}: missing column {col!r} (have {names}); "
