@@ -428,7 +428,9 @@ def _with_declared(df: Any, schema: dict[str, Any]) -> Any:
 AUDITOR_TABLES = {"image_audit": "image_audit", "candidate_referenceability": "referenceability",
                   "candidate_referenceability_by_city": "referenceability", "ladders": "referenceability",
                   "audit_decisions": "referenceability", "audit_sensitive": "referenceability",
-                  "audit_review_queue": "referenceability"}
+                  "audit_review_queue": "referenceability",
+                  # the human review tables hold the referenceability auditor's ratings (familiarity_model)
+                  "audit_review_resolved": "referenceability", "audit_review_log": "referenceability"}
 
 
 def crawl_simulated(cfg: Any) -> tuple[dict[str, bool], dict[str, bool], str]:

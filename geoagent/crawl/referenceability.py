@@ -122,7 +122,7 @@ def qid_order(qid: str) -> tuple[int, str]:
     """Sort key of a Wikidata id: by its number (``Q9`` before ``Q10``), then the text; ids without a
     number come last."""
     tail = qid[1:]
-    return (int(tail), qid) if tail.isdigit() else (2**63, qid)
+    return (int(tail), qid) if tail.isascii() and tail.isdigit() else (2**63, qid)  # int("²") raises
 
 
 def candidates_for_site(entities: Iterable[Any], site_lat: float, site_lon: float, radius_km: float) -> list[RefCandidate]:

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from geoagent.crawl.ladder import RatedCandidate, tier_for
+from geoagent.qid import is_qid
 
 _log = logging.getLogger(__name__)
 
@@ -50,9 +51,10 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
     Raises
     ------
     ValueError
-        Naming ``file:line``: a missing ``site``/``qid``/``decision`` column, an empty site or qid, a QID not of the
-        form ``Q<digits>``, a decision other than ``keep`` or an integer 0-5, the same (site, qid) twice with
-        different decisions, or text that is not UTF-8.
+        Naming ``file:line``: a header that repeats a column, a missing ``site``/``qid``/``decision`` column, an
+        empty site or qid, a QID not of the form ``Q<digits>`` (:func:`geoagent.qid.is_qid` after a lower-case
+        ``q`` is raised: no leading zero, ASCII digits), a decision other than ``keep`` or an integer 0-5 (ASCII
+        digits), the same (site, qid) twice with different decisions, or text that is not UTF-8.
     """
     path = Path(path)
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -60,6 +62,10 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
         with path.open(encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
             names = [str(n).strip() for n in reader.fieldnames or []]
+            repeated = sorted({n for n in names if n and names.count(n) > 1})
+            if repeated:  # a row would silently take the last copy's value
+                raise ValueError(f"{path}:1: {REVIEW_VERDICTS_KEY}: header repeats column(s) {repeated}; keep one "
+                                 "of each")
             for col in ("site", "qid", "decision"):
                 if col not in names:
                     raise ValueError(f"{path}:1: {REVIEW_VERDICTS_KEY}: missing column {col!r} (have {names}); "
@@ -72,12 +78,12 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
                 raw = (row.get("decision") or "").strip().lower()
                 if not site or not qid:
                     raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: empty site or qid")
-                if not (qid[:1] in "Qq" and qid[1:].isdigit()):
+                qid = "Q" + qid[1:] if qid[:1] == "q" else qid
+                if not is_qid(qid):  # the project's one rule: "Q042", "Q0", "Q²" are no id (and match no candidate)
                     raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: qid must be a Wikidata id like Q123, got {qid!r}")
-                qid = "Q" + qid[1:]
                 if raw == "keep":
                     fam = None
-                elif raw.isdigit() and 0 <= int(raw) <= 5:
+                elif raw.isascii() and raw.isdigit() and 0 <= int(raw) <= 5:  # int("²") raises; "٣" is no rating
                     fam = int(raw)
                 else:
                     raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: decision must be keep (the model's rating "
@@ -144,8 +150,9 @@ def _queue(state_dir: Path) -> list[dict[str, Any]]:
 def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], Mapping[str, Any]],
                      model_ratings: Mapping[tuple[str, str], int | None]) -> dict[str, int]:
     """Write :data:`RESOLVED_FILE` (every item of the review queue: ``status`` ``resolved`` with the decision, or
-    ``pending``; :data:`RESOLVED_COLUMNS`) and append to :data:`DECISION_LOG_FILE` each decision not logged before
-    with the same decision, reviewer and note (so a re-run logs nothing new). ``model_ratings``: (site, qid) -> the
+    ``pending``; :data:`RESOLVED_COLUMNS`) and append to :data:`DECISION_LOG_FILE` each decision that differs
+    (decision, reviewer or note) from the item's latest logged line (so a re-run logs nothing new, and a decision
+    changed back is logged again). ``model_ratings``: (site, qid) -> the
     model's familiarity from ``rated/``. A decision on an item outside the queue is applied and logged too; one
     whose (site, qid) no rated candidate has changes nothing, is not logged, and is named (file:line) in one
     warning. Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
@@ -168,12 +175,12 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
         w.writeheader()
         w.writerows(rows)
     log = state_dir / DECISION_LOG_FILE
-    seen = set()
+    last: dict[tuple[str, str], tuple[str, str, str]] = {}  # (site, qid) -> the latest logged decision
     if log.is_file():
         for line in log.read_bytes().splitlines():
             if line.strip():
                 r = orjson.loads(line)
-                seen.add((r["site"], r["qid"], r["decision"], r.get("reviewer", ""), r.get("note", "")))
+                last[(r["site"], r["qid"])] = (r["decision"], r.get("reviewer", ""), r.get("note", ""))
     new = []
     unmatched = [(k, d) for k, d in sorted(decisions.items()) if k not in model_ratings]
     if unmatched:
@@ -186,8 +193,8 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     for (site, qid), d in sorted(decisions.items()):
         if (site, qid) not in model_ratings:
             continue
-        if (site, qid, d["decision"], d["reviewer"], d["note"]) in seen:
-            continue
+        if last.get((site, qid)) == (d["decision"], d["reviewer"], d["note"]):
+            continue  # as last logged (3 -> 0 -> 3 logs the return to 3: the log's last line is the decision in force)
         fam_model = model_ratings.get((site, qid))
         new.append({"site": site, "qid": qid, "decision": d["decision"], "familiarity_model": fam_model,
                     "familiarity_final": fam_model if d["familiarity"] is None else d["familiarity"],

@@ -45,7 +45,7 @@ from geoagent.data.importer import ImportReport, import_release
 from geoagent.data.model import LADDER_BAND_LABELS, ContextLadder, ReferencePoint
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULES, check_echo_rule, describe_echo_rule, echo_by_rule
 from geoagent.geohint.release_rows import (check_path_site, one_per_request, read_repeat, release_lang,
-                                           unreadable_repeat)
+                                           request_identity, unreadable_repeat)
 from geoagent.geohint.result import GeoHintResult
 from geoagent.scoring.geohint import is_hit, normalize_level
 
@@ -255,7 +255,9 @@ def _judged_rows(path: Path, rep: ImportReport) -> Iterator[GeoHintResult]:
             if ctx:
                 res.tier, res.band, res.ref_qid = ctx
             if not has_repeat:
-                key = (site, image_id, res.model, schema, row["context"].strip(), res.extra["lang"])
+                # the duplicate rule's own request (parsed context: "none", "None" and "" are one), so a repeat
+                # numbered here is never taken for a second copy of another row by one_per_request
+                key = request_identity(res)
                 res.repeat = seen.get(key, 0)
                 seen[key] = res.repeat + 1
                 if res.repeat:
