@@ -29,7 +29,7 @@ def test_paper_table_shapes(agg):
     assert t1.columns == ["Model", "n", "Hit rate", "0.5-1.5km", "1.5-3.0km", "3.0-6.0km", "Echo rate",
                           "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag"]
     assert len(t1.rows) == len(agg.models)
-    assert [r[0] for r in tables["table4"].rows] == ["High (4–5)", "Mid (2–3)", "Low (0–1)", "Pooled: All"]
+    assert [r[0] for r in tables["table4"].rows] == ["High (4-5)", "Mid (2-3)", "Low (0-1)", "Pooled: All"]
     assert len(tables["table4"].columns) == 5
     assert len(tables["table5"].rows) == 9  # (illegible, legible, all) x 3 bands
     assert [r[0] for r in tables["table6"].rows][-1] == "All"

@@ -1,7 +1,7 @@
 """GeoHint Tables 4 and 7 against the paper (seed 000), walkthrough of session 12.
 
 Table 4 labelled its tiers ``high``/``mid``/``low`` and its pooled row ``All``; the paper gives each tier with its
-referenceability range (``High (4–5)``, ``Mid (2–3)``, ``Low (0–1)``) and the pooled row under ``Pooled``. Table 7
+referenceability range (``High (4-5)``, ``Mid (2-3)``, ``Low (0-1)``) and the pooled row under ``Pooled``. Table 7
 gave only the regime slopes; the paper's text also places them on the reciting scale (57 % and 37 % of 0.176,
 Table 6's "beta if reciting") and gives the finer-than-city regime slopes (+0.1078 / +0.0625). Both are now columns,
 checked here by hand (numpy least squares on the synthetic rows)."""
@@ -29,7 +29,7 @@ def test_table4_tier_labels_and_pooled_row_as_the_paper():
     agg = GeoHintAggregator()
     agg.add_many(synth_results(seed=3, n_sites=6))
     t = table4(agg, "forced")
-    assert [r[0] for r in t.rows] == ["High (4–5)", "Mid (2–3)", "Low (0–1)", "Pooled: All"]
+    assert [r[0] for r in t.rows] == ["High (4-5)", "Mid (2-3)", "Low (0-1)", "Pooled: All"]
     assert t.columns[-1] == "All"
 
 

@@ -110,7 +110,7 @@ BAND_NAMES = ("Near", "Mid", "Far")
 ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
 #: Table 4's row label of each tier, with its referenceability range as the paper's Table 4 gives it
-TIER_LABELS = {"high": "High (4–5)", "mid": "Mid (2–3)", "low": "Low (0–1)"}
+TIER_LABELS = {"high": "High (4-5)", "mid": "Mid (2-3)", "low": "Low (0-1)"}
 #: Table 4's pooled row (the paper's group "Pooled", row "All")
 TABLE4_POOLED = "Pooled: All"
 DASH = "\u2014"
@@ -729,7 +729,7 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 
 def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
     """Table 4: echo rate (%) by referenceability tier x distance band, with margins. Rows: :data:`TIER_LABELS`
-    (``High (4–5)``, ``Mid (2–3)``, ``Low (0–1)``: the tier and its referenceability range, as the paper's Table 4),
+    (``High (4-5)``, ``Mid (2-3)``, ``Low (0-1)``: the tier and its referenceability range, as the paper's Table 4),
     then :data:`TABLE4_POOLED` (every tier); the last column, ``All``, pools the bands."""
     rows = []
     for tier in TIERS_ORDER:
