@@ -776,10 +776,14 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 
 
 def zero_err_note(what: str, counts: Sequence[str]) -> str:
-    """The notes' sentence on answers left out because err = 0 km (log undefined; neither the paper nor the
-    release states a floor, and the release's analysis keeps ``error_km > 0``). ``counts``: ``"<group> <n>"``."""
+    """The notes' sentences on answers left out because err = 0 km (log undefined; neither the paper nor the
+    release states a floor, and the release's analysis keeps ``error_km > 0``), and what that leaves: the
+    distance statistics describe only answers with a nonzero error; the paper's Sec. 6.2 (Tables 5-7) states no
+    rule for err = 0 km, fitting log10 err_km "using every response". ``counts``: ``"<group> <n>"``."""
     return (f"Left out because err = 0 km (its logarithm is undefined; no floor is applied, as in the release's "
-            f"analysis), {what}: " + ", ".join(counts) + ".")
+            f"analysis), {what}: " + ", ".join(counts) + ". The distance statistics here therefore describe only "
+            "answers with a nonzero error (err > 0 km). The paper states no rule for err = 0 km (Sec. 6.2 fits log10 err_km "
+            "\"using every response\"); this one is the release analysis's (error_km > 0).")
 
 
 def check_p_reference(p_reference: str) -> str:
