@@ -489,8 +489,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say("")
     table_txt = gv_cfg.state_dir() / C.REPORT_DIR / TABLE_TXT
     say(table_txt.read_text(encoding="utf-8") if table_txt.is_file() else "GeoVerify table: not written")
-    say("  (the demo's models are simulated: their GeoVerify verdicts do not depend on what the image shows, so d'\n"
-        "   stays near 0 up to sampling noise and the read-out means nothing; point [[models]] at a real provider)\n")
+    say(simulated_verdicts_note())
     say("GeoHint Table 1 (hit rate, forced condition):")
     say(geohint_table1_text(gh_cfg))
     for line in summary_terms(gv_cfg):
@@ -516,6 +515,22 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
 def _resume_cmd(workdir: Path | None) -> str:
     """The command that resumes this demo (with its ``--workdir``, if one was given)."""
     return "python run.py demo" + (f" --workdir {workdir}" if workdir is not None else "")
+
+
+def simulated_verdicts_note() -> str:
+    """The demo summary's note under the GeoVerify table: what the simulated models' verdicts depend on.
+
+    Returns:
+        Two indented lines in parentheses, ending with a blank line. The gray-field share comes from
+        :data:`geoagent.geoverify.simulate.BLANK_P_YES` (the simulated models' P(yes) for the gray field).
+    """
+    from geoagent.geoverify.simulate import BLANK_P_YES
+
+    no_pct = round(100 * (1 - BLANK_P_YES))
+    return ("  (the demo's models are simulated: their GeoVerify verdicts do not depend on where the photo was taken\n"
+            f"   (a signal claim and a decoy claim get the same chance of yes; only the gray field differs: answered no\n"
+            f"   {no_pct} % of the time), so d' between signal and decoys is 0 only in expectation: sampling noise moves\n"
+            "   it, and an interval may exclude 0; the read-out means nothing; point [[models]] at a real provider)\n")
 
 
 def run_demo(workdir: Path | None = None, live: bool | None = None) -> int:

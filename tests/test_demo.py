@@ -267,3 +267,17 @@ def test_demo_writes_filled_in_configs_that_status_dead_and_export_accept(demo, 
         assert f"no dead-lettered work in campaign {name}" in capsys.readouterr().out
     assert main(["export", str(paths[2])]) == 0
     assert re.search(r"geohint_scored: \d+ rows -> .*demo-geohint/geohint_scored\.parquet", capsys.readouterr().out)
+
+
+def test_summary_note_says_verdicts_ignore_where_the_photo_was_taken_not_what_it_shows(demo):
+    """The simulated models answer the gray field "no" 98 % of the time (the table shows it), so the note must not
+    claim their verdicts ignore what the image shows; d' is 0 only in expectation."""
+    out = " ".join(demo["first"].stdout.split())
+    assert "do not depend on what the image shows" not in out
+    assert "do not depend on where the photo was taken" in out
+    assert "gray field differs: answered no 98 % of the time" in out
+    assert "d' between signal and decoys is 0 only in expectation" in out
+    # the table it sits under shows that gray-field share: at most a few percent yes
+    row = next(line for line in demo["first"].stdout.splitlines() if "control: gray field" in line
+               and "share cut off" not in line and "unparsed" not in line)
+    assert float(row.split("│")[2].split("%")[0]) < 10, row

@@ -65,15 +65,17 @@ def test_release_tables_note_the_few_clusters_under_the_normal_reference(judged)
     counts = sorted({_sm_slope_p([r for r in rows if r.condition == cond and (m is None or r.model == m)], use_t=False)[2]
                      for m in [*agg.models, None]})
     assert counts[-1] == 3  # the judged sample holds 3 sites
-    want = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
     for p_ref in ("normal", "t"):
         for t in (GH.table6(agg, cond, p_reference=p_ref), GH.table7(agg, cond, base, p_reference=p_ref)):
-            note = next(n for n in t.notes_lines() if n.startswith("p: two-sided"))
             if p_ref == "normal":
-                assert "normal distribution" in note
-                assert f"Few clusters: fits here rest on {want} site clusters (fewer than 30)" in note
-                assert 'p_reference = "t"' in note
+                # 3 sites: every p is withheld (fewer than 10 clusters), so the note is that sentence alone
+                assert not any(n.startswith("p: two-sided") for n in t.notes_lines())
+                note = next(n for n in t.notes_lines() if n.startswith("p ") and "fewer than 10 site clusters" in n)
+                assert "normal" in note and 'p_reference = "t"' in note
+                assert "(here G = " in note and str(counts[-1]) in note.split("(here G = ", 1)[1].split(")")[0]
+                assert "Few clusters" not in note
             else:
+                note = next(n for n in t.notes_lines() if n.startswith("p: two-sided"))
                 assert "Student's t with G - 1 degrees of freedom" in note and "Few clusters" not in note
 
 
@@ -116,7 +118,10 @@ def test_hand_made_four_sites_both_references_match_statsmodels_and_t_is_wider()
                 assert t7[label][9] == pytest.approx(p, rel=1e-9)
             res[(p_ref, label)] = p
         note = GH.table7(agg, "forced", p_reference=p_ref).notes_lines()[0]
-        assert ("Few clusters: fits here rest on 4 site clusters" in note) == (p_ref == "normal")
+        # normal: every p withheld at 4 clusters, so the note is only that sentence (no "set p_reference" lead-in)
+        assert "Few clusters" not in note
+        assert note.startswith(f"p is {GH.DASH} for a fit on fewer than 10 site clusters (here G = 4)") == (
+            p_ref == "normal"), note
     # t with 3 df is far wider than the normal reference at 4 clusters
     assert all(res[("t", lab)] > res[("normal", lab)] for lab in ("m-a", "m-b", "All"))
 
@@ -153,3 +158,16 @@ def test_no_few_clusters_note_from_30_sites_on():
     assert "rest on 29 site clusters" in GH.p_reference_note("normal", [29, 41])
     assert "rest on 2 to 29 site clusters" in GH.p_reference_note("normal", [29, 2, 100])
     assert "Few clusters" not in GH.p_reference_note("t", [3])
+
+
+def test_every_p_withheld_prints_only_the_withheld_sentence():
+    """Normal reference, every fit on fewer than 10 site clusters: no 'p: two-sided ... set p_reference' lead-in
+    for p-values the table does not print; only the withheld sentence."""
+    for se, lead in ((True, "p and SE are"), (False, "p is")):
+        note = GH.p_reference_note("normal", [3, 4], [3, 4], se=se)
+        assert note.startswith(f"{lead} {GH.DASH} for a fit on fewer than 10 site clusters (here G = 3, 4)"), note
+        assert "two-sided" not in note and "Few clusters" not in note and "too small;" not in note
+    # some p printed: the reference and the few-clusters warning stay, then the withheld sentence
+    note = GH.p_reference_note("normal", [3, 12], [3], se=True)
+    assert note.startswith("p: two-sided, from the normal distribution") and "Few clusters" in note
+    assert "p and SE are" in note and "(here G = 3)" in note

@@ -140,6 +140,11 @@ def test_zero_errors_left_out_of_tables_5_to_7_are_counted_in_their_notes(tmp_pa
     assert "context answers: illegible 1, legible 2, all 4." in tables["table7"].notes
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert md.count("Left out because err = 0 km") == 3
+    # and what that means for the figures, with the paper's (absent) rule cited: Sec. 6.2
+    for name in ("table5", "table6", "table7"):
+        notes = " ".join(tables[name].notes.split())
+        assert "The distance statistics here therefore describe only answers with a nonzero error (err > 0 km)." in notes
+        assert "Sec. 6.2" in notes and "using every response" in notes
 
 
 def test_site_without_no_context_answer_is_said_to_have_no_regime(tmp_path):

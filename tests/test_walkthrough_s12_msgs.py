@@ -200,6 +200,56 @@ def test_readme_own_campaign_example_runs_and_a_rerun_says_what_it_reused(releas
             f"{n} requests done by earlier runs") in out, out
 
 
+def test_readme_own_campaign_says_it_needs_the_release_and_names_the_placeholder_warning():
+    """A fresh clone has no ../shared: the example must say so before its block, and the expected warning."""
+    text = README.read_text(encoding="utf-8")
+    at = text.index("## Running campaigns")
+    head = text[at:text.index("# my_verify.toml", at)]
+    assert "GEOAGENT_RELEASE" in head and "fresh clone" in head, head[-800:]
+    flat = " ".join(text[at:at + 6000].split())
+    assert "17 of 17 images of the planned GeoVerify requests have no file under geoverify.image_root" in flat
+    assert "placeholder pixels" in flat and "not an error" in flat
+
+
+def _readme_fresh_clone_variant() -> str:
+    text = README.read_text(encoding="utf-8")
+    at = text.index("## Running campaigns")
+    m = re.search(r"```toml\n(image_root = \"state/images\".*?)```", text[at:at + 8000], re.S)
+    assert m, "README's fresh-clone variant (a ```toml block starting 'image_root = \"state/images\"') not found"
+    return m.group(1)
+
+
+def test_readme_own_campaign_fresh_clone_variant_runs_after_the_demo(tmp_path, capsys, monkeypatch):
+    """No release anywhere: the demo, then the README's example plus its fresh-clone lines, run as written."""
+    from geoagent.demo import run_demo
+
+    for var in ("GEOAGENT_RELEASE", "GEOAGENT_QUEUES", "GEOAGENT_STATE"):
+        monkeypatch.delenv(var, raising=False)
+    work = tmp_path / "deep" / "clone"  # no ../shared beside it
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    # the example as first written: no release on a fresh clone (the walkthrough's error)
+    (work / "my_verify.toml").write_text(_readme_own_campaign())
+    assert main(["run", "my_verify.toml", "--simulate"]) == 2
+    assert "GeoContext release file not found" in capsys.readouterr().err
+    (work / "my_verify.toml").write_text(_readme_own_campaign() + _readme_fresh_clone_variant())
+    cfg = tomllib.loads((work / "my_verify.toml").read_text())
+    assert cfg["paths"]["release_dir"] == "state/demo-crawl" and cfg["geoverify"]["image_root"] == "state/images"
+    # before the demo the crawl folder is missing, and the message says so
+    assert main(["run", "my_verify.toml", "--simulate"]) == 2
+    assert "crawl output not found: state/demo-crawl/sites.csv" in capsys.readouterr().err
+    assert run_demo(workdir=work, live=False) == 0
+    capsys.readouterr()
+    assert main(["run", "my_verify.toml", "--simulate"]) == 0
+    dry = capsys.readouterr().out
+    assert "planned 345 requests" in dry, dry
+    assert main(["run", "my_verify.toml", "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert "campaign my-verify: complete" in out and "planned 345 requests" in out, out
+    assert "placeholder pixels" not in out, out
+    assert "this run: 345 new model calls" in out, out
+
+
 def test_readme_documents_the_this_run_line():
     text = README.read_text(encoding="utf-8")
     flat = " ".join(text.split())

@@ -20,6 +20,8 @@ import json
 import re
 
 BLANK_IMAGE_ID = "blank:gray"
+#: P(yes) for the blank gray field (probability, 0-1): the simulated models answer it "no" 98 % of the time
+BLANK_P_YES = 0.02
 _CAND = re.compile(r'"([^"\n]{1,200})"')
 
 
@@ -60,7 +62,7 @@ def respond(ctx) -> str:  # ctx: geoagent.sandbox.responders.SimContext
     """Answer text for one GeoVerify claim prompt (deterministic given ``ctx.rng``)."""
     rng = ctx.rng
     blank = bool(ctx.image_id) and ctx.image_id.split("#", 1)[0] == BLANK_IMAGE_ID
-    p_yes = 0.02 if blank else model_bias(ctx.model)
+    p_yes = BLANK_P_YES if blank else model_bias(ctx.model)
     verdict = "yes" if rng.random() < p_yes else "no"
     conf = round(round(rng.uniform(0.5, 1.0) / 0.05) * 0.05, 2)
     evidence = rng.sample(_EVIDENCE, rng.randint(1, 3))

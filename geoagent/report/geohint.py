@@ -776,10 +776,14 @@ def table5(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
 
 
 def zero_err_note(what: str, counts: Sequence[str]) -> str:
-    """The notes' sentence on answers left out because err = 0 km (log undefined; neither the paper nor the
-    release states a floor, and the release's analysis keeps ``error_km > 0``). ``counts``: ``"<group> <n>"``."""
+    """The notes' sentences on answers left out because err = 0 km (log undefined; neither the paper nor the
+    release states a floor, and the release's analysis keeps ``error_km > 0``), and what that leaves: the
+    distance statistics describe only answers with a nonzero error; the paper's Sec. 6.2 (Tables 5-7) states no
+    rule for err = 0 km, fitting log10 err_km "using every response". ``counts``: ``"<group> <n>"``."""
     return (f"Left out because err = 0 km (its logarithm is undefined; no floor is applied, as in the release's "
-            f"analysis), {what}: " + ", ".join(counts) + ".")
+            f"analysis), {what}: " + ", ".join(counts) + ". The distance statistics here therefore describe only "
+            "answers with a nonzero error (err > 0 km). The paper states no rule for err = 0 km (Sec. 6.2 fits log10 err_km "
+            "\"using every response\"); this one is the release analysis's (error_km > 0).")
 
 
 def check_p_reference(p_reference: str) -> str:
@@ -847,6 +851,9 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequen
         The table prints the slope's SE (Table 6): the note then says the SE is withheld with the p
         (:func:`_shown_se`), and under the t reference that an SE from fewer than :data:`MIN_CLUSTERS_NORMAL_P`
         clusters is to be read with t, G - 1 df.
+
+    Where every fit's p is withheld (``hidden`` as long as ``n_clusters``), the note is the withheld sentence
+    alone: the reference and its few-clusters remedy would describe p-values the table does not print.
     """
     check_p_reference(p_reference)
     if p_reference == "t":
@@ -860,18 +867,25 @@ def p_reference_note(p_reference: str, n_clusters: Sequence[int], hidden: Sequen
         counts = f"{few[0]}" if len(few) == 1 else f"{few[0]} to {few[-1]}"
         note += (f" Few clusters: fits here rest on {counts} site clusters (fewer than {FEW_CLUSTERS}), where the normal "
                  f"reference gives p-values that are too small; set [geohint] p_reference = \"t\" for t with G - 1 df.")
+    withheld = ""
     if hidden and se:
         gs = ", ".join(str(g) for g in sorted(set(hidden)))
-        note += (f" p and SE are {DASH} for a fit on fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = {gs}): "
+        withheld = (f"p and SE are {DASH} for a fit on fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = {gs}): "
                  f"with so few clusters the cluster-robust SE is itself biased down, and read against the normal "
                  f"distribution (the p, or beta +- 1.96 SE) it gives p-values far too small and intervals far too "
                  f"narrow (Cameron and Miller 2015); beta is shown, p_reference = \"t\" gives SE and p with G - 1 df.")
     elif hidden:
         gs = ", ".join(str(g) for g in sorted(set(hidden)))
-        note += (f" p is {DASH} for a fit on fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = {gs}): with so "
+        withheld = (f"p is {DASH} for a fit on fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = {gs}): with so "
                  f"few clusters the cluster-robust SE is itself unreliable and the normal reference turns it into "
                  f"p-values far too small to print (Cameron and Miller 2015); beta is shown, p_reference = \"t\" gives "
                  f"a p-value with G - 1 df.")
+    if withheld and len(hidden) >= len(n_clusters):
+        # every p the table could show is withheld: the reference and its few-clusters remedy describe p-values
+        # that are not printed, so only the withheld sentence stays
+        return withheld
+    if withheld:
+        note += " " + withheld
     few_t = sorted({g for g in n_clusters if g < MIN_CLUSTERS_NORMAL_P})
     if se and p_reference == "t" and few_t:
         note += (f" SE from fewer than {MIN_CLUSTERS_NORMAL_P} site clusters (here G = "

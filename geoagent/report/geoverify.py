@@ -170,9 +170,19 @@ def few_cluster(s: ModelScores, key: str | None) -> bool:
     return g is not None and BOOT_MIN_SITES <= g < BOOT_FEW_SITES
 
 
+def delta_none_throughout(s: ModelScores) -> bool:
+    """Whether delta_1 is none and so is each end of its bootstrap range (no band reaches d' = 1, in the data
+    and in every kept site resample): the table then shows plain ``none``, with no range and no mark."""
+    return s.delta_1 is None and s.delta_1_ci is not None and not any(
+        lab and lab != "none" for lab in s.delta_1_ci)
+
+
 def _delta_text(s: ModelScores) -> str:
     """delta_1 with its bootstrap range of bands when there is one: ``0.3–0.7 km [0.15–0.3 km, none]``; followed
-    by :data:`SMALL_N_MARK` when the band it names rests on few trials (:func:`~geoagent.scoring.sdt.delta_1_small_n`)."""
+    by :data:`SMALL_N_MARK` when the band it names rests on few trials (:func:`~geoagent.scoring.sdt.delta_1_small_n`).
+    Plain ``none`` (no brackets, no mark) where the value and both ends are none (:func:`delta_none_throughout`)."""
+    if delta_none_throughout(s):
+        return "none"
     text = _delta_label(s.delta_1)
     if s.delta_1_ci is not None:
         lo, hi = s.delta_1_ci
@@ -608,7 +618,8 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
     interval; empty where the row has none, no bootstrap ran, or the value is text), so a CSV reader infers
     them as numeric; ``<model>_text`` holds the rows whose value is text (delta_1's band, ``none`` or
     ``undefined``; the read-out verdict) and is empty elsewhere. delta_1's bootstrap range follows its row as
-    rows ``delta_1 range lo`` / ``delta_1 range hi`` (text; only when a bootstrap ran). Rates are fractions in
+    rows ``delta_1 range lo`` / ``delta_1 range hi`` (text; only when a bootstrap ran; empty for a column whose
+    delta_1 and both ends are none, shown as plain ``none``, :func:`delta_none_throughout`). Rates are fractions in
     [0, 1]; band labels in ``row`` are the data's ASCII ``0.7-1.5km`` (rows ``F 0.7-1.5km`` and ``0.7-1.5km``, and
     the delta_1 values), a stable machine key; the last column, ``label``, holds the row's label exactly as
     Markdown and the terminal show it (``F 0.7–1.5 km``; the same as ``row`` for a row without a band, and for the
@@ -654,7 +665,8 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
                 w.writerow([sec, label, *vals, shown(label)])
             if any(iv is not None and isinstance(iv[0], str) for iv in ivs.values()):  # delta_1: band labels
                 for i, range_label in enumerate(DELTA_RANGE_ROWS):
-                    text_row(sec, range_label, [ivs[c][i] if ivs[c] else None for c in cols])
+                    text_row(sec, range_label, [ivs[c][i] if ivs[c] and not delta_none_throughout(scores[c])
+                                                else None for c in cols])
             if key == DELTA_KEY and any(flagged.values()):
                 text_row(sec, DELTA_SMALL_N_ROW, ["yes" if delta_1_small_n(scores[c]) else "no" for c in cols])
     return buf.getvalue()
