@@ -95,6 +95,7 @@ def test_built_trials_line_explains_unmatched_decoys():
         import_counts = "1 site"
         duplicate_notes: list = []
         build_report = BuildReport(unmatched_decoys=4)
+        unreplayed: list = []  # session 12: trials a replay model could not replay
 
     camp._plan = Plan()
     from geoagent.config import config_from_dict

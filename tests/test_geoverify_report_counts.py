@@ -138,6 +138,8 @@ def test_delta_range_contains_point_estimate_on_release(release_boot):
     assert (by["delta_1 range lo"]["pooled_text"], by["delta_1 range hi"]["pooled_text"]) == p.delta_1_ci
     lo, hi = (R._delta_label(x) for x in p.delta_1_ci)
     cell = f"{R._delta_label(p.delta_1)} [{lo}, {hi}]"
+    if R.few_cluster(p, R.DELTA_KEY):  # session 12: an interval from 5-9 sites is marked after its brackets
+        cell = f"{cell}{R.FEW_CLUSTER_MARK}"
     if sdt.delta_1_small_n(p):  # "none" with a small-n band (few signal trials in the release sample) is marked
         assert p.delta_1 is None or p.delta_1 in sdt.small_n_bands(p)
         cell = f"{cell} {R.SMALL_N_MARK}"
