@@ -160,11 +160,12 @@ FEW_CLUSTER_TEXT = "few-cluster interval"
 
 def few_cluster(s: ModelScores, key: str | None) -> bool:
     """Whether the interval shown for ``key`` rests on BOOT_MIN_SITES to BOOT_FEW_SITES - 1 sites (5-9): given but
-    flagged few-cluster (Cameron and Miller 2015); False without an interval or a site count."""
+    flagged few-cluster (Cameron and Miller 2015); False without an interval or a site count, and for an exact
+    Clopper-Pearson interval (``s.ci_exact``: a rate at 0 or 1, not a site bootstrap)."""
     if key == DELTA_KEY:  # its range rests on H and every band's d' (geoagent.scoring.sdt): few if any of them is
         return s.delta_1_ci is not None and any(
             BOOT_MIN_SITES <= g < BOOT_FEW_SITES for k, g in s.ci_sites.items() if k == "H" or k.startswith("d'["))
-    if key is None or key not in s.ci:
+    if key is None or key not in s.ci or key in s.ci_exact:  # an exact (Clopper-Pearson) interval is no bootstrap
         return False
     g = s.ci_sites.get(key)
     return g is not None and BOOT_MIN_SITES <= g < BOOT_FEW_SITES
