@@ -248,9 +248,10 @@ def withheld_lines(scores: Mapping[str, ModelScores]) -> list[str]:
     """Where a bootstrap ran, the reasons any interval is withheld (:data:`WITHHELD_REASONS`), then one line per
     column naming each value of the table shown without brackets although its row has them elsewhere (rates, d',
     c, the delta_1 range) and the reason that applies: ``No interval (m): 0.15–0.3 km (d'): 0.15–0.3 km decoy
-    trials from 3 sites (fewer than 5: reason a); ...``; [] when every such value has its interval (or no
-    bootstrap ran)."""
-    lines = []
+    trials from 3 sites (fewer than 5: reason a); ...`` (columns whose reasons are the same word for word share
+    one line: ``No interval (m1, m2, pooled): ...``); [] when every such value has its interval (or no bootstrap
+    ran)."""
+    by_text: dict[str, list[str]] = {}  # the reasons of a column -> the columns with exactly these reasons
     rows = [(sec, label, get, key) for sec, label, get, _, key in _rows(scores)] if scores else []
     for c in _columns(scores) if scores else []:
         sc = scores[c]
@@ -269,7 +270,9 @@ def withheld_lines(scores: Mapping[str, ModelScores]) -> list[str]:
                 what = "delta_1 range" if key == DELTA_KEY else f"{label} ({sec.split(' by ')[0]})"
                 parts.append(f"{what}: {why}")
         if parts:
-            lines.append(f"No interval ({c}): " + "; ".join(parts) + ".")
+            by_text.setdefault("; ".join(parts), []).append(c)
+    # columns with the same reasons word for word share one line (the walkthrough's demo-large, demo-fast, pooled)
+    lines = [f"No interval ({', '.join(cols)}): {text}." for text, cols in by_text.items()]
     return [f"Intervals: {WITHHELD_REASONS}.", *lines] if lines else []
 
 
