@@ -31,3 +31,26 @@ def test_identical_no_interval_lines_are_merged():
         assert len(lines) == 1, lines
         assert "No interval (a, b, pooled):" in lines[0]
         assert "decoy trials from 3 sites (fewer than 5: reason a)" in lines[0]
+
+
+def _with_truncation(scores, n_cut=0):
+    from geoagent.scoring.truncation import TruncationCount
+    for s in scores.values():
+        s.truncation = {"main": TruncationCount(n=40, n_truncated=n_cut), "ctrl_mismatch": TruncationCount(n=10),
+                        "ctrl_noimage": TruncationCount(n=10)}
+    return scores
+
+
+def test_cut_off_block_is_one_line_when_nothing_was_cut_off():
+    """Before: 10 all-zero rows (share per arm, cut off and unparsed per arm, ...) and the no-finish-reason row."""
+    scores = _with_truncation(sdt.score(_cells(["a", "b"]), bands=(B0, B1), pooled=True, n_boot=0, seed=1))
+    md = R.render_markdown(scores)
+    rows = [ln for ln in md.splitlines() if ln.startswith("|") and "cut off" in ln]
+    assert rows == ["| answers cut off (all arms) | 0 of 60 | 0 of 60 | 0 of 60 |"], rows
+    assert "share cut off" not in R.render_terminal(scores)
+    # the CSV keeps every row (numbers for machines)
+    assert "share cut off, main arm" in R.render_csv(scores)
+    # something cut off: every row is back
+    scores = _with_truncation(sdt.score(_cells(["a"]), bands=(B0, B1), pooled=False, n_boot=0, seed=1), n_cut=2)
+    md = R.render_markdown(scores)
+    assert "| share cut off, main arm | 5.0 % (2 of 40) |" in md and "| cut off and unparsed | 0 of 60 |" in md

@@ -435,8 +435,19 @@ def _truncation_rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) 
     """The section "Cut off at the output-token limit": over all arms, and per arm when control arms were
     answered, the answers cut off and those cut off with nothing parsed (no answer), each as ``k of N`` (N = the
     arm's answers) in Markdown and the terminal; the CSV (``pretty`` False) gives k and N as numbers (rows
-    ``answers ...``, ``answers cut off ...``, ``cut off and unparsed ...``) and the shares as fractions."""
+    ``answers ...``, ``answers cut off ...``, ``cut off and unparsed ...``) and the shares as fractions. When no
+    column has an answer cut off, Markdown and the terminal give one row (``answers cut off (all arms)``, ``0 of
+    N``) and ``no finish reason recorded`` only where it is not 0; the CSV keeps every row."""
     sec = "Cut off at the output-token limit"
+    if pretty and any(_trunc(s) for s in scores.values()) and not any(
+            _trunc(s) and _trunc(s).n_truncated for s in scores.values()):
+        # nothing cut off: one row (k of N), not ten all-zero ones; the CSV keeps every row
+        rows = [(sec, "answers cut off (all arms)", lambda s: _trunc(s).n_truncated if _trunc(s) else None,
+                 lambda s: _of(_trunc(s), _trunc(s).n_truncated if _trunc(s) else None), None)]
+        if any(_trunc(s) and _trunc(s).n_no_reason for s in scores.values()):
+            rows.append((sec, "no finish reason recorded", lambda s: _trunc(s).n_no_reason if _trunc(s) else None,
+                         lambda s: str(_trunc(s).n_no_reason) if _trunc(s) else "-", None))
+        return rows
     per_arm = any(_trunc(s, arm) for s in scores.values() for arm, _ in _ARM_LABELS[1:])  # control arms answered
     rows: list[Row] = []
     if not pretty:
