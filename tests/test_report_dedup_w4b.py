@@ -54,3 +54,4 @@ def test_cut_off_block_is_one_line_when_nothing_was_cut_off():
     scores = _with_truncation(sdt.score(_cells(["a"]), bands=(B0, B1), pooled=False, n_boot=0, seed=1), n_cut=2)
     md = R.render_markdown(scores)
     assert "| share cut off, main arm | 5.0 % (2 of 40) |" in md and "| cut off and unparsed | 0 of 60 |" in md
+

@@ -106,7 +106,8 @@ from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
 
 BAND_NAMES = ("Near", "Mid", "Far")
-#: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_note`)
+#: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_ref`; the report's top gives
+#: it in full, :func:`echo_rule_note`)
 ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
 #: Table 4's row label of each tier, with its referenceability range as the paper's Table 4 gives it
@@ -490,6 +491,12 @@ def echo_rule_note(agg: GeoHintAggregator) -> str:
     return note
 
 
+def echo_rule_ref(agg: GeoHintAggregator) -> str:
+    """The tables' short reference to the echo rule: its name, the full sentence (:func:`echo_rule_note`) being
+    at the top of the report once (session 12: it came 5 times in the demo's report.md)."""
+    return f"Echo rule: {agg.echo_rule} (see top)."
+
+
 # --- tables -----------------------------------------------------------------------------------
 #: the notes' sentence for hit-rate cells left undetermined because no answer behind them geocoded
 UNGEOCODED_NOTE = (f"{DASH} in a hit-rate column: no answer geocoded behind that cell (all unresolved), so its hit rate "
@@ -634,7 +641,7 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
         ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int", "text"],
         rows,
-        _join_notes(boot, echo_rule_note(agg), UNGEOCODED_NOTE if undetermined else "", no_answer_note(agg, condition)),
+        _join_notes(boot, echo_rule_ref(agg), UNGEOCODED_NOTE if undetermined else "", no_answer_note(agg, condition)),
     )
 
 
@@ -681,7 +688,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate", "n no context"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(echo_rule_note(agg), regime_note(agg, baseline), UNGEOCODED_NOTE if undetermined else ""),
+        _join_notes(echo_rule_ref(agg), regime_note(agg, baseline), UNGEOCODED_NOTE if undetermined else ""),
     )
 
 
@@ -749,7 +756,7 @@ def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
         ["Tier", *BANDS, "All"],
         ["text", "pct", "pct", "pct", "pct"],
         rows,
-        _join_notes(pooled, echo_rule_note(agg)),
+        _join_notes(pooled, echo_rule_ref(agg)),
     )
 
 
@@ -1075,7 +1082,7 @@ def table_paired(
          "Building delta (pp)", "p (building)", *(f"Median ratio {b}" for b in BAND_NAMES)],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
         rows,
-        _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_note(agg)}",
+        _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_ref(agg)}",
                     few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
                     (UNGEOCODED_NOTE + " A paired delta and its p need both conditions' hit rates.") if ungeocoded else ""),
     )
@@ -1362,7 +1369,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
         ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, no answer (left out)", "No finish reason"],
         ["text", "text", "int", "int", "pct", "int", "int"],
         rows,
-        _join_notes(TRUNCATION_LEGEND, *truncation_warnings(agg)),
+        _join_notes("cut off: defined under Terms (said once per report).", *truncation_warnings(agg)),
     )
 
 
