@@ -55,3 +55,39 @@ def test_cut_off_block_is_one_line_when_nothing_was_cut_off():
     md = R.render_markdown(scores)
     assert "| share cut off, main arm | 5.0 % (2 of 40) |" in md and "| cut off and unparsed | 0 of 60 |" in md
 
+
+
+def _synth_agg():
+    from _geohint_synth import synth_results
+
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    agg = GeoHintAggregator()
+    agg.add_many(synth_results(seed=3, n_sites=6))
+    return agg
+
+
+def test_hit_by_band_title_says_no_error_bars_when_every_interval_is_withheld():
+    """Before: "(error bars: 95 % site-bootstrap intervals ...)" over a figure with no error bar (every regime
+    from fewer than 5 sites, so every interval withheld)."""
+    import matplotlib.pyplot as plt
+
+    from geoagent.report import geohint as G
+    agg = _synth_agg()
+    pts = G.hit_by_band_points(agg, "forced", "baseline", n_boot=50, seed=0)
+    drawn = any(q["lo"] == q["lo"] and q["lo"] is not None for p in pts.values() for q in p)
+    fig = G.hit_by_band_figure(agg, n_boot=50)
+    title = fig.axes[0].get_title()
+    plt.close(fig)
+    assert not drawn  # the synthetic regimes have fewer than 5 sites each
+    assert "no error bars: intervals withheld (< 5 sites" in title.replace("\n", " ")
+    assert "error bars: 95 %" not in title
+
+
+def test_echo_heatmap_title_names_the_rule_plainly():
+    import matplotlib.pyplot as plt
+
+    from geoagent.report import geohint as G
+    fig = G.echo_heatmap_figure(_synth_agg())
+    title = fig.axes[0].get_title().replace("\n", " ")
+    plt.close(fig)
+    assert "echo rule: name" in title and "rule name" not in title.replace("echo rule: name", "")

@@ -1538,16 +1538,20 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
     legend gives each line's sites and responses. ``note``: a caption line under the axes (a replay campaign's
-    :func:`geoagent.providers.replay.replay_note`), None = none. Returns a matplotlib ``Figure`` (not saved)."""
+    :func:`geoagent.providers.replay.replay_note`), None = none. The subtitle says "no error bars: intervals
+    withheld (< 5 sites per regime)" when a bootstrap ran but every interval was withheld. Returns a matplotlib
+    ``Figure`` (not saved)."""
     groups = _regime_sites(agg, baseline)
     pts = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
     fig, ax = _new_figure((5.5, 4.2))
     x = np.arange(len(BANDS))
+    drawn = False  # any error bar drawn (each interval from fewer than BOOT_MIN_SITES sites is withheld)
     for regime, marker in ((LEGIBLE, "o"), (ILLEGIBLE, "s")):
         p = pts[regime]
         rates = np.array([q["rate"] for q in p]) * 100
-        lo = np.array([q["lo"] for q in p]) * 100
-        hi = np.array([q["hi"] for q in p]) * 100
+        lo = np.array([q["lo"] for q in p], dtype=float) * 100
+        hi = np.array([q["hi"] for q in p], dtype=float) * 100
+        drawn = drawn or bool((np.isfinite(lo) & np.isfinite(hi) & np.isfinite(rates)).any())
         err = np.clip(np.nan_to_num(np.vstack([rates - lo, hi - rates])), 0.0, None)
         n = sum(q["n"] for q in p)
         flags = sorted({q["ci_flag"].split(":")[0] for q in p if q["ci_flag"]})
@@ -1565,7 +1569,8 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     ax.set_ylim(0, 100)
     # the subtitle wrapped to the figure's width (it ran past both edges); report.md's caption has the whole rule
     bars = (f"error bars: 95 % site-bootstrap intervals ({n_boot} resamples); none from fewer than {BOOT_MIN_SITES} "
-            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if n_boot
+            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if n_boot and drawn
+            else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if n_boot
             else f"no error bars: {no_boot_setting(n_boot_source)}")
     _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(agg.models)}", f"({bars})"], width_chars=70)
     ax.legend(fontsize=8)
@@ -1599,7 +1604,7 @@ def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, no
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
-    _fit_title(ax, [f"Echo rate (%), {condition}, rule {agg.echo_rule}",
+    _fit_title(ax, [f"Echo rate (%), {condition}, echo rule: {agg.echo_rule}",
                     f"{models_pooled_text(agg.models)}; n = answers with an echo verdict"], width_chars=70)
     fig.colorbar(im, ax=ax)
     _figure_note(fig, note)
