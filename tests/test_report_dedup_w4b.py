@@ -91,3 +91,14 @@ def test_echo_heatmap_title_names_the_rule_plainly():
     title = fig.axes[0].get_title().replace("\n", " ")
     plt.close(fig)
     assert "echo rule: name" in title and "rule name" not in title.replace("echo rule: name", "")
+
+
+def test_dprime_caption_speaks_of_the_figure_not_of_the_tables_brackets():
+    """Before: the caption of geoverify_dprime.png said "each is marked § after its brackets", a figure with
+    neither brackets nor §."""
+    scores = sdt.score(_cells(["a"]), bands=(B0, B1), pooled=False, n_boot=200, seed=1)
+    assert "after its brackets" in R.few_cluster_text(scores)  # the table's wording, where it is true
+    fig = R.psychometric_figure(scores)
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "flagged few-cluster" in caption  # the fact stays
+    assert "after its brackets" not in caption and R.FEW_CLUSTER_MARK not in caption

@@ -570,17 +570,19 @@ def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
             + few_cluster_text(scores))
 
 
-def few_cluster_text(scores: Mapping[str, ModelScores]) -> str:
+def few_cluster_text(scores: Mapping[str, ModelScores], *, figure: bool = False) -> str:
     """``" Here intervals from 7 sites (fewer than 10) are given but flagged few-cluster: ..."``: the site counts from
     :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` to :data:`~geoagent.scoring.sdt.BOOT_FEW_SITES` - 1 behind the
-    intervals shown (``ModelScores.ci_sites``), with a leading space; "" when none."""
+    intervals shown (``ModelScores.ci_sites``), with a leading space; "" when none. ``figure``: the wording of the
+    d' figure's caption, which draws no brackets and no mark (it says the table marks them)."""
     few = sorted({g for x in scores.values() for k, g in x.ci_sites.items()
                   if k in x.ci and BOOT_MIN_SITES <= g < BOOT_FEW_SITES})
     if not few:
         return ""
     gs = ", ".join(str(g) for g in few)
     return (f" Here intervals from {gs} sites (fewer than {BOOT_FEW_SITES}) are given but flagged few-cluster: "
-            f"likely too narrow; each is marked {FEW_CLUSTER_MARK} after its brackets.")
+            + ("likely too narrow (the figure does not mark them; the table does)." if figure
+               else f"likely too narrow; each is marked {FEW_CLUSTER_MARK} after its brackets."))
 
 
 def boundary_note(scores: Mapping[str, ModelScores]) -> str:
@@ -793,7 +795,7 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     if boot is not None:
         caption.append(f"Error bars: {100 * boot.ci_level:.0f} % percentile intervals of d' from {boot.n_boot} "
                        f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from fewer than "
-                       f"{BOOT_MIN_SITES} sites." + few_cluster_text(scores))
+                       f"{BOOT_MIN_SITES} sites." + few_cluster_text(scores, figure=True))
     else:
         caption.append("No error bars: no site bootstrap was run (n_boot = 0).")
     if any_small:
