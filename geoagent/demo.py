@@ -416,8 +416,26 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     world = demo_world()
     gaz = gazetteer_from_world(world)
 
+    from geoagent.scoring.truncation import LEGEND_LINE
+    said: set[str] = set()  # notes already printed (each campaign's summary, the tables' terms repeat them)
+
     def say(text: str = "") -> None:
-        print(text, file=out, flush=True)
+        """Print ``text``; the definition of "cut off" (every campaign's summary and table terms give it) after its
+        first time becomes "cut off: see above", and a line with a simulated-answers banner already printed
+        (the GeoVerify summary's, again atop its table text) is left out."""
+        lines = []
+        for line in text.split("\n"):
+            if "Simulated answers: " in line:
+                banner = line.split("Simulated answers: ", 1)[1]
+                if banner in said:
+                    continue
+                said.add(banner)
+            if LEGEND_LINE in line:
+                if LEGEND_LINE in said:
+                    line = line.replace(LEGEND_LINE, "cut off: see above")
+                said.add(LEGEND_LINE)
+            lines.append(line)
+        print("\n".join(lines), file=out, flush=True)
 
     say(f"geoagent demo: {len(world.cities)} candidate cities in the sandbox world; local fakes on 127.0.0.1 "
         "(Overpass, WDQS, pageviews, Mapillary; per campaign an OpenAI-compatible model server, and for "

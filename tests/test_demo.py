@@ -281,3 +281,21 @@ def test_summary_note_says_verdicts_ignore_where_the_photo_was_taken_not_what_it
     row = next(line for line in demo["first"].stdout.splitlines() if "control: gray field" in line
                and "share cut off" not in line and "unparsed" not in line)
     assert float(row.split("│")[2].split("%")[0]) < 10, row
+
+
+def test_console_says_each_note_once(demo):
+    """Session 12 walkthrough: the definition of "cut off" came 4 times (both campaign summaries, the GeoVerify
+    table's terms, GeoHint Table 1's terms) although nothing was cut off, and the GeoVerify simulated banner twice
+    (its summary and the table text); each is said once now, later places refer to it."""
+    from geoagent.scoring.truncation import LEGEND_LINE
+    out = demo["first"].stdout
+    assert out.count(LEGEND_LINE) == 1, out.count(LEGEND_LINE)
+    assert "cut off: see above" in out
+    banners = [ln.split("Simulated answers: ", 1)[1] for ln in out.splitlines() if "Simulated answers: " in ln]
+    assert len(banners) == len(set(banners)) == 2, banners  # once per model campaign (GeoVerify, GeoHint)
+    # GeoHint report.md: the echo rule in full once (at the top; before also after Tables 1, 2, 4 and 8), the
+    # cut-off definition once (under Terms; before also under the cut-off table)
+    md = (demo["work"] / "state" / "demo-geohint" / "report" / "report.md").read_text(encoding="utf-8")
+    assert md.count("Echo rule name:") == 1 and "Echo rule name:" in md.split("### ")[0]
+    assert md.count("Echo rule: name (see top).") >= 4
+    assert md.count(LEGEND_LINE) == 1

@@ -195,7 +195,8 @@ def test_geohint_cutoff_table_per_model_and_condition_with_warning(tmp_path):
     assert rows[("All", "all")] == [300, 5, pytest.approx(5 / 300), 1, 10]
     assert ("m-b", "all") not in rows  # one condition only: no per-model total row
     notes = cut.notes_lines()
-    assert notes[0].startswith("cut off: answers the provider stopped at the output-token limit")
+    # the definition is said once per report, under Terms (session 12 walkthrough: it came twice in report.md)
+    assert notes[0] == "cut off: defined under Terms (said once per report)."
     assert [n for n in notes if n.startswith("Warning")] == [
         "Warning: 4.0 % of the answers of m-a in condition forced (4 of 100) were cut off at the output-token limit "
         "(1 of them with nothing parsed: no answer, left out of every rate); results are biased towards short "

@@ -106,7 +106,8 @@ from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
 from geoagent.scoring.truncation import TruncationCount, total, warning_lines
 
 BAND_NAMES = ("Near", "Mid", "Far")
-#: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_note`)
+#: tables with an echo-rate column (their notes name the echo rule, :func:`echo_rule_ref`; the report's top gives
+#: it in full, :func:`echo_rule_note`)
 ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
 #: Table 4's row label of each tier, with its referenceability range as the paper's Table 4 gives it
@@ -490,6 +491,12 @@ def echo_rule_note(agg: GeoHintAggregator) -> str:
     return note
 
 
+def echo_rule_ref(agg: GeoHintAggregator) -> str:
+    """The tables' short reference to the echo rule: its name, the full sentence (:func:`echo_rule_note`) being
+    at the top of the report once (session 12: it came 5 times in the demo's report.md)."""
+    return f"Echo rule: {agg.echo_rule} (see top)."
+
+
 # --- tables -----------------------------------------------------------------------------------
 #: the notes' sentence for hit-rate cells left undetermined because no answer behind them geocoded
 UNGEOCODED_NOTE = (f"{DASH} in a hit-rate column: no answer geocoded behind that cell (all unresolved), so its hit rate "
@@ -634,7 +641,7 @@ def table1(agg: GeoHintAggregator, condition: str = "forced", *, n_boot: int = D
         ["Model", "n", "Hit rate", *BANDS, "Echo rate", "Hit rate 95 % CI", "Echo rate 95 % CI", "sites", "CI flag"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pctci", "pctci", "int", "text"],
         rows,
-        _join_notes(boot, echo_rule_note(agg), UNGEOCODED_NOTE if undetermined else "", no_answer_note(agg, condition)),
+        _join_notes(boot, echo_rule_ref(agg), UNGEOCODED_NOTE if undetermined else "", no_answer_note(agg, condition)),
     )
 
 
@@ -681,7 +688,7 @@ def table2(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "n", "No context", "With context", *BANDS, "Echo rate", "n no context"],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(echo_rule_note(agg), regime_note(agg, baseline), UNGEOCODED_NOTE if undetermined else ""),
+        _join_notes(echo_rule_ref(agg), regime_note(agg, baseline), UNGEOCODED_NOTE if undetermined else ""),
     )
 
 
@@ -749,7 +756,7 @@ def table4(agg: GeoHintAggregator, condition: str = "forced") -> Table:
         ["Tier", *BANDS, "All"],
         ["text", "pct", "pct", "pct", "pct"],
         rows,
-        _join_notes(pooled, echo_rule_note(agg)),
+        _join_notes(pooled, echo_rule_ref(agg)),
     )
 
 
@@ -1075,7 +1082,7 @@ def table_paired(
          "Building delta (pp)", "p (building)", *(f"Median ratio {b}" for b in BAND_NAMES)],
         ["text", "text", "int", "pct", "pct", "pct", "pct", "pp", "p", "pct", "pct", "pp", "p", "f2", "f2", "f2"],
         rows,
-        _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_note(agg)}",
+        _join_notes(f"{flip_method_note(n_flips, seed)} {echo_rule_ref(agg)}",
                     few_sites_note(n_sites, n_flips), regime_note(agg, baseline),
                     (UNGEOCODED_NOTE + " A paired delta and its p need both conditions' hit rates.") if ungeocoded else ""),
     )
@@ -1362,7 +1369,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
         ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, no answer (left out)", "No finish reason"],
         ["text", "text", "int", "int", "pct", "int", "int"],
         rows,
-        _join_notes(TRUNCATION_LEGEND, *truncation_warnings(agg)),
+        _join_notes("cut off: defined under Terms (said once per report).", *truncation_warnings(agg)),
     )
 
 
@@ -1531,16 +1538,20 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
     legend gives each line's sites and responses. ``note``: a caption line under the axes (a replay campaign's
-    :func:`geoagent.providers.replay.replay_note`), None = none. Returns a matplotlib ``Figure`` (not saved)."""
+    :func:`geoagent.providers.replay.replay_note`), None = none. The subtitle says "no error bars: intervals
+    withheld (< 5 sites per regime)" when a bootstrap ran but every interval was withheld. Returns a matplotlib
+    ``Figure`` (not saved)."""
     groups = _regime_sites(agg, baseline)
     pts = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
     fig, ax = _new_figure((5.5, 4.2))
     x = np.arange(len(BANDS))
+    drawn = False  # any error bar drawn (each interval from fewer than BOOT_MIN_SITES sites is withheld)
     for regime, marker in ((LEGIBLE, "o"), (ILLEGIBLE, "s")):
         p = pts[regime]
         rates = np.array([q["rate"] for q in p]) * 100
-        lo = np.array([q["lo"] for q in p]) * 100
-        hi = np.array([q["hi"] for q in p]) * 100
+        lo = np.array([q["lo"] for q in p], dtype=float) * 100
+        hi = np.array([q["hi"] for q in p], dtype=float) * 100
+        drawn = drawn or bool((np.isfinite(lo) & np.isfinite(hi) & np.isfinite(rates)).any())
         err = np.clip(np.nan_to_num(np.vstack([rates - lo, hi - rates])), 0.0, None)
         n = sum(q["n"] for q in p)
         flags = sorted({q["ci_flag"].split(":")[0] for q in p if q["ci_flag"]})
@@ -1558,7 +1569,8 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     ax.set_ylim(0, 100)
     # the subtitle wrapped to the figure's width (it ran past both edges); report.md's caption has the whole rule
     bars = (f"error bars: 95 % site-bootstrap intervals ({n_boot} resamples); none from fewer than {BOOT_MIN_SITES} "
-            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if n_boot
+            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if n_boot and drawn
+            else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if n_boot
             else f"no error bars: {no_boot_setting(n_boot_source)}")
     _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(agg.models)}", f"({bars})"], width_chars=70)
     ax.legend(fontsize=8)
@@ -1592,7 +1604,7 @@ def echo_heatmap_figure(agg: GeoHintAggregator, condition: str = "forced", *, no
     ax.set_yticks(range(len(TIERS_ORDER)), TIERS_ORDER)
     ax.set_xlabel("band")
     ax.set_ylabel("referenceability tier")
-    _fit_title(ax, [f"Echo rate (%), {condition}, rule {agg.echo_rule}",
+    _fit_title(ax, [f"Echo rate (%), {condition}, echo rule: {agg.echo_rule}",
                     f"{models_pooled_text(agg.models)}; n = answers with an echo verdict"], width_chars=70)
     fig.colorbar(im, ax=ax)
     _figure_note(fig, note)

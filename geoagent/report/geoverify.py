@@ -248,9 +248,10 @@ def withheld_lines(scores: Mapping[str, ModelScores]) -> list[str]:
     """Where a bootstrap ran, the reasons any interval is withheld (:data:`WITHHELD_REASONS`), then one line per
     column naming each value of the table shown without brackets although its row has them elsewhere (rates, d',
     c, the delta_1 range) and the reason that applies: ``No interval (m): 0.15–0.3 km (d'): 0.15–0.3 km decoy
-    trials from 3 sites (fewer than 5: reason a); ...``; [] when every such value has its interval (or no
-    bootstrap ran)."""
-    lines = []
+    trials from 3 sites (fewer than 5: reason a); ...`` (columns whose reasons are the same word for word share
+    one line: ``No interval (m1, m2, pooled): ...``); [] when every such value has its interval (or no bootstrap
+    ran)."""
+    by_text: dict[str, list[str]] = {}  # the reasons of a column -> the columns with exactly these reasons
     rows = [(sec, label, get, key) for sec, label, get, _, key in _rows(scores)] if scores else []
     for c in _columns(scores) if scores else []:
         sc = scores[c]
@@ -269,7 +270,9 @@ def withheld_lines(scores: Mapping[str, ModelScores]) -> list[str]:
                 what = "delta_1 range" if key == DELTA_KEY else f"{label} ({sec.split(' by ')[0]})"
                 parts.append(f"{what}: {why}")
         if parts:
-            lines.append(f"No interval ({c}): " + "; ".join(parts) + ".")
+            by_text.setdefault("; ".join(parts), []).append(c)
+    # columns with the same reasons word for word share one line (the walkthrough's demo-large, demo-fast, pooled)
+    lines = [f"No interval ({', '.join(cols)}): {text}." for text, cols in by_text.items()]
     return [f"Intervals: {WITHHELD_REASONS}.", *lines] if lines else []
 
 
@@ -432,8 +435,19 @@ def _truncation_rows(scores: Mapping[str, ModelScores], *, pretty: bool = True) 
     """The section "Cut off at the output-token limit": over all arms, and per arm when control arms were
     answered, the answers cut off and those cut off with nothing parsed (no answer), each as ``k of N`` (N = the
     arm's answers) in Markdown and the terminal; the CSV (``pretty`` False) gives k and N as numbers (rows
-    ``answers ...``, ``answers cut off ...``, ``cut off and unparsed ...``) and the shares as fractions."""
+    ``answers ...``, ``answers cut off ...``, ``cut off and unparsed ...``) and the shares as fractions. When no
+    column has an answer cut off, Markdown and the terminal give one row (``answers cut off (all arms)``, ``0 of
+    N``) and ``no finish reason recorded`` only where it is not 0; the CSV keeps every row."""
     sec = "Cut off at the output-token limit"
+    if pretty and any(_trunc(s) for s in scores.values()) and not any(
+            _trunc(s) and _trunc(s).n_truncated for s in scores.values()):
+        # nothing cut off: one row (k of N), not ten all-zero ones; the CSV keeps every row
+        rows = [(sec, "answers cut off (all arms)", lambda s: _trunc(s).n_truncated if _trunc(s) else None,
+                 lambda s: _of(_trunc(s), _trunc(s).n_truncated if _trunc(s) else None), None)]
+        if any(_trunc(s) and _trunc(s).n_no_reason for s in scores.values()):
+            rows.append((sec, "no finish reason recorded", lambda s: _trunc(s).n_no_reason if _trunc(s) else None,
+                         lambda s: str(_trunc(s).n_no_reason) if _trunc(s) else "-", None))
+        return rows
     per_arm = any(_trunc(s, arm) for s in scores.values() for arm, _ in _ARM_LABELS[1:])  # control arms answered
     rows: list[Row] = []
     if not pretty:
@@ -556,17 +570,19 @@ def bootstrap_note(scores: Mapping[str, ModelScores]) -> str:
             + few_cluster_text(scores))
 
 
-def few_cluster_text(scores: Mapping[str, ModelScores]) -> str:
+def few_cluster_text(scores: Mapping[str, ModelScores], *, figure: bool = False) -> str:
     """``" Here intervals from 7 sites (fewer than 10) are given but flagged few-cluster: ..."``: the site counts from
     :data:`~geoagent.scoring.sdt.BOOT_MIN_SITES` to :data:`~geoagent.scoring.sdt.BOOT_FEW_SITES` - 1 behind the
-    intervals shown (``ModelScores.ci_sites``), with a leading space; "" when none."""
+    intervals shown (``ModelScores.ci_sites``), with a leading space; "" when none. ``figure``: the wording of the
+    d' figure's caption, which draws no brackets and no mark (it says the table marks them)."""
     few = sorted({g for x in scores.values() for k, g in x.ci_sites.items()
                   if k in x.ci and BOOT_MIN_SITES <= g < BOOT_FEW_SITES})
     if not few:
         return ""
     gs = ", ".join(str(g) for g in few)
     return (f" Here intervals from {gs} sites (fewer than {BOOT_FEW_SITES}) are given but flagged few-cluster: "
-            f"likely too narrow; each is marked {FEW_CLUSTER_MARK} after its brackets.")
+            + ("likely too narrow (the figure does not mark them; the table does)." if figure
+               else f"likely too narrow; each is marked {FEW_CLUSTER_MARK} after its brackets."))
 
 
 def boundary_note(scores: Mapping[str, ModelScores]) -> str:
@@ -779,7 +795,7 @@ def psychometric_figure(scores: Mapping[str, ModelScores], note: str | None = No
     if boot is not None:
         caption.append(f"Error bars: {100 * boot.ci_level:.0f} % percentile intervals of d' from {boot.n_boot} "
                        f"bootstrap resamples of sites (seed {boot.boot_seed}); none where trials come from fewer than "
-                       f"{BOOT_MIN_SITES} sites." + few_cluster_text(scores))
+                       f"{BOOT_MIN_SITES} sites." + few_cluster_text(scores, figure=True))
     else:
         caption.append("No error bars: no site bootstrap was run (n_boot = 0).")
     if any_small:
