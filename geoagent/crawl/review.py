@@ -153,7 +153,8 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     ``pending``; :data:`RESOLVED_COLUMNS`) and append to :data:`DECISION_LOG_FILE` each decision that differs
     (decision, reviewer or note) from the item's latest logged line (so a re-run logs nothing new, and a decision
     changed back is logged again). ``model_ratings``: (site, qid) -> the
-    model's familiarity from ``rated/``. A decision on an item outside the queue is applied and logged too; one
+    model's familiarity from ``rated/``. Without decisions and without an earlier table nothing is written. A
+    decision on an item outside the queue is applied and logged too; one
     whose (site, qid) no rated candidate has changes nothing, is not logged, and is named (file:line) in one
     warning. Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
     state_dir = Path(state_dir)
@@ -170,6 +171,10 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
                      "decision": d["decision"] if d else "", "familiarity_final": fam_final,
                      "tier_final": tier_for(fam_final) or "", "reviewer": d["reviewer"] if d else "",
                      "note": d["note"] if d else ""})
+    if not decisions and not (state_dir / RESOLVED_FILE).exists():
+        # no decision file and none before: nothing to resolve, no table (a crawl without review decisions writes
+        # the same files on every run); with the key removed after a run, the table is rewritten all pending
+        return {"resolved": 0, "pending": len(rows), "logged": 0, "unmatched": 0}
     with (state_dir / RESOLVED_FILE).open("w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(RESOLVED_COLUMNS))
         w.writeheader()
