@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 #: names of the temporary files of :func:`atomic_open` (``.<target>.<pid>.<thread>.<8 hex>.tmp``) and of the
 #: run manifest's rewrite (``.manifest.json.<pid>.tmp``, :mod:`geoagent.runtime.manifest`); group 1 is the pid
-_TEMP_NAMES = (re.compile(r"^\..+\.(\d+)\.\d+\.[0-9a-f]{8}\.tmp$"), re.compile(r"^\.manifest\.json\.(\d+)\.tmp$"))
+_TEMP_NAMES = (re.compile(r"^\..+\.(\d+)\.\d+\.[0-9a-f]{8}\.tmp$"), re.compile(r"^\.manifest\.json\.(\d+)\.tmp$"),
+               re.compile(r"^\.plan_keys\.tsv\.(\d+)\.tmp$"))  # the plan record (geoagent.runtime.scope.PlanRecorder)
 
 
 def _lock_temp(fd: int) -> None:
@@ -137,7 +138,8 @@ def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("lea
     A writer killed (SIGKILL, power cut) between creating its temporary file and the rename leaves the
     target as it was but the temporary file behind (up to a whole export or image in size), and nothing else
     would ever remove it. A file counts as left behind when its name is one this module's writers make
-    (:func:`atomic_open`: ``.<target>.<pid>.<thread>.<random>.tmp``; the manifest's ``.manifest.json.<pid>.tmp``)
+    (:func:`atomic_open`: ``.<target>.<pid>.<thread>.<random>.tmp``; the manifest's ``.manifest.json.<pid>.tmp``;
+    the plan record's ``.plan_keys.tsv.<pid>.tmp``)
     and the process whose pid it names no longer exists on this machine, and no writer holds its lock (each
     writer locks its file until the rename, :func:`_create_temp`; a killed one's lock is gone with it). Files of
     live processes (another process of the campaign writing right now, this process included, also one in

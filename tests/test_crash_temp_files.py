@@ -71,3 +71,40 @@ def test_remove_stale_temp_files_images_folder_and_manifest_name(tmp_path):
     assert sorted(removed) == sorted([t, manifest_tmp])
     assert lease_tmp.exists()
     assert remove_stale_temp_files(tmp_path / "missing") == []
+
+
+PLAN_CHILD = """
+import sys, time
+from geoagent.runtime.scope import PlanRecorder
+
+def plan():
+    yield ("k1", {"model": "m"})
+    print("inside", flush=True)
+    time.sleep(60)
+    yield ("k2", {"model": "m"})
+
+for _ in PlanRecorder(sys.argv[1]).wrap(plan()):
+    pass
+"""
+
+
+def test_a_plan_record_killed_mid_stream_leaves_a_temp_file_the_next_run_removes(tmp_path):
+    """The plan record (``plan_keys.tsv``) is written to a temporary file as the plan streams past; a process
+    SIGKILLed mid-plan left ``.plan_keys.tsv.<pid>.tmp`` behind for good (its name was none the clean-up knows:
+    seen in a crash acceptance test). The next run's clean-up removes it; a live recorder's file is kept."""
+    state = tmp_path / "state" / "camp"
+    state.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", PLAN_CHILD, str(state)], stdout=subprocess.PIPE)
+    live = subprocess.Popen([sys.executable, "-c", PLAN_CHILD, str(state)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"inside" and live.stdout.readline().strip() == b"inside"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        dead = state / f".plan_keys.tsv.{proc.pid}.tmp"
+        alive = state / f".plan_keys.tsv.{live.pid}.tmp"
+        assert dead.exists() and alive.exists()
+        assert remove_stale_temp_files(state) == [dead]
+        assert not dead.exists() and alive.exists()
+    finally:
+        live.kill()
+        live.wait(10)

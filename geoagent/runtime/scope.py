@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from geoagent.files import _lock_temp
 from geoagent.textfmt import count_text
 
 #: the current plan's task keys, one ``model<TAB>key`` line per planned task (model empty when the task has none)
@@ -61,6 +62,7 @@ class PlanRecorder:
         complete = False
         try:
             with open(tmp, "w", encoding="utf-8") as fh:
+                _lock_temp(fh.fileno())  # held until closed: the stale-file clean-up leaves a live recorder's file
                 for msg in plan:
                     key = msg[0] if isinstance(msg, tuple) and msg else None
                     payload = msg[1] if isinstance(msg, tuple) and len(msg) > 1 else None
