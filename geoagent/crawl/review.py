@@ -21,9 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from geoagent.crawl.ladder import RatedCandidate, tier_for
+from geoagent.files import append_jsonl, iter_jsonl_objects
 from geoagent.qid import is_qid
 
 _log = logging.getLogger(__name__)
@@ -140,10 +139,8 @@ def _queue(state_dir: Path) -> list[dict[str, Any]]:
     path = state_dir / REVIEW_QUEUE_FILE
     items: dict[tuple[str, str], dict[str, Any]] = {}
     if path.is_file():
-        for line in path.read_bytes().splitlines():
-            if line.strip():
-                r = orjson.loads(line)
-                items.setdefault((str(r.get("site")), str(r.get("qid"))), r)
+        for _n, r in iter_jsonl_objects(path, skip_torn=True):  # a record cut short by a crash is skipped
+            items.setdefault((str(r.get("site")), str(r.get("qid"))), r)
     return [items[k] for k in sorted(items)]
 
 
@@ -182,10 +179,8 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     log = state_dir / DECISION_LOG_FILE
     last: dict[tuple[str, str], tuple[str, str, str]] = {}  # (site, qid) -> the latest logged decision
     if log.is_file():
-        for line in log.read_bytes().splitlines():
-            if line.strip():
-                r = orjson.loads(line)
-                last[(r["site"], r["qid"])] = (r["decision"], r.get("reviewer", ""), r.get("note", ""))
+        for _n, r in iter_jsonl_objects(log, skip_torn=True):
+            last[(str(r.get("site")), str(r.get("qid")))] = (r.get("decision"), r.get("reviewer", ""), r.get("note", ""))
     new = []
     unmatched = [(k, d) for k, d in sorted(decisions.items()) if k not in model_ratings]
     if unmatched:
@@ -205,7 +200,5 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
                     "familiarity_final": fam_model if d["familiarity"] is None else d["familiarity"],
                     "reviewer": d["reviewer"], "note": d["note"], "source": d["source"], "ts": round(time.time(), 3)})
     if new:
-        with log.open("ab") as f:
-            for r in new:
-                f.write(orjson.dumps(r) + b"\n")
+        append_jsonl(log, new)  # after a torn last line, on a fresh line
     return {"resolved": n_res, "pending": len(rows) - n_res, "logged": len(new), "unmatched": len(unmatched)}
