@@ -74,6 +74,10 @@ AUDIT_SENSITIVE_FILE = "audit_sensitive.jsonl"
 CRAWL_DECISIONS_FILE = "crawl_decisions.jsonl"  # a crawl's own decisions (e.g. WDQS spatial splits), one JSON per line
 IMAGES_DIR = "images"  # state/images/<site>/<image_id>.jpg
 EXPORT_DIR = "export"  # state/<campaign>/export/: a crawl's tables as Parquet and CSV (run.py export)
+LADDERS_DIR = "ladders"  # state/<campaign>/ladders/<site>_ladder_<auditor>-<lang>.csv: a crawl's context ladders
+#: state/<campaign>/ladders_superseded/: ladders built under another referenceability auditor than the config's
+#: (moved out of LADDERS_DIR, kept, read by nothing: geoagent.crawl.stages.set_aside_other_auditor_ladders)
+SUPERSEDED_LADDERS_DIR = "ladders_superseded"
 
 # --- queue defaults ---------------------------------------------------------------------------
 DEFAULT_VISIBILITY_TIMEOUT_S = 300.0

@@ -62,7 +62,10 @@ class CrawlCampaign(CampaignKind):
         The human review decisions (``[crawl.referenceability] review_verdicts``) are read here too (same errors,
         :func:`geoagent.crawl.review.review_verdicts_of`), and a run of a crawl that has rated sites rebuilds every
         ladder with them and writes the resolution table and decision log
-        (:func:`geoagent.crawl.stages.apply_review_verdicts`; no request, ``rated/`` untouched)."""
+        (:func:`geoagent.crawl.stages.apply_review_verdicts`; no request, ``rated/`` untouched). Before that, ladders
+        built under another referenceability auditor than the config's are moved to ``ladders_superseded/`` with a
+        warning (:func:`geoagent.crawl.stages.set_aside_other_auditor_ladders`): ``ladders/`` holds the current
+        auditor's only."""
         from geoagent.crawl.image_audit import human_verdicts_of
         from geoagent.crawl.review import review_verdicts_of
 
@@ -76,6 +79,10 @@ class CrawlCampaign(CampaignKind):
             from geoagent.crawl.stages import rewrite_image_tables
 
             rewrite_image_tables(settings, state_dir, _images_root(cfg))
+        if not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY):
+            from geoagent.crawl.stages import set_aside_other_auditor_ladders
+
+            set_aside_other_auditor_ladders(settings, state_dir)
         if (not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY)
                 and (state_dir / "rated").is_dir()):
             from geoagent.crawl.stages import apply_review_verdicts

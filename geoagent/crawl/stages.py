@@ -1009,10 +1009,65 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
     seed = ls.seed if ls.seed is not None else settings.seed
     rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
                         site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
-    auditor = re.sub(r"[^A-Za-z0-9_.-]+", "-", settings.referenceability.model).strip("-") or "auditor"
-    out = state_dir / "ladders" / ladder_file_name(sid, auditor, "en")
+    out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, ladder_auditor(settings), "en")
     write_ladder_csv(rows, out)
     return out
+
+
+def ladder_auditor(settings: CrawlSettings) -> str:
+    """The auditor part of the crawl's ladder file names (``<site>_ladder_<auditor>-en.csv``): the
+    ``[crawl.referenceability] model`` name, each run of characters other than ``A-Za-z0-9_.-`` written ``-``
+    (``"auditor"`` when nothing is left)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", settings.referenceability.model).strip("-") or "auditor"
+
+
+def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Path) -> list[Path]:
+    """Move every ``ladders/*.csv`` not named by the config's referenceability auditor (:func:`ladder_auditor`;
+    a file whose name does not end ``_ladder_<auditor>-en.csv``: built under an auditor since renamed or
+    replaced) to ``ladders_superseded/`` (:data:`geoagent.constants.SUPERSEDED_LADDERS_DIR`), and log one
+    warning naming how many, the auditor(s) they were built under and the folder.
+
+    Ladders are a function of the current config: a run of a crawl with rated sites rebuilds every ladder under
+    the config's auditor (:func:`apply_review_verdicts`), and every reader of ``ladders/`` (the export's
+    ``ladders`` table, a GeoHint campaign over the crawl, the gazetteer) takes every CSV there, so the old
+    auditor's files beside the rebuilt ones would count each site twice. They are moved, never deleted (a
+    second file of the same name already set aside with other bytes is kept too: the newcomer gets a ``.N``
+    before ``.csv``; one with the same bytes is simply replaced). Returns the new paths (``[]`` when nothing
+    was moved, or there is no ``ladders/``).
+
+    Raises
+    ------
+    OSError
+        A file could not be moved (the folder is not writable)."""
+    import logging
+    import os
+
+    state_dir = Path(state_dir)
+    src = state_dir / C.LADDERS_DIR
+    if not src.is_dir():
+        return []
+    suffix = f"_ladder_{ladder_auditor(settings)}-en.csv"
+    stale = [p for p in sorted(src.glob("*.csv")) if not p.name.endswith(suffix)]
+    if not stale:
+        return []
+    dest = state_dir / C.SUPERSEDED_LADDERS_DIR
+    dest.mkdir(parents=True, exist_ok=True)
+    moved: list[Path] = []
+    auditors: set[str] = set()
+    for p in stale:
+        _site, sep, rest = p.stem.partition("_ladder_")
+        auditors.add(rest.rsplit("-", 1)[0] if sep else "?")
+        target, n = dest / p.name, 1
+        while target.exists() and target.read_bytes() != p.read_bytes():
+            target, n = dest / f"{p.stem}.{n}.csv", n + 1
+        os.replace(p, target)
+        moved.append(target)
+    logging.getLogger(__name__).warning(
+        "%d ladder file%s in %s %s built under another referenceability auditor (%s) than the config's (%r): moved to "
+        "%s (kept, read by nothing); the current auditor's ladders are in %s", len(moved), "" if len(moved) == 1 else "s",
+        src, "was" if len(moved) == 1 else "were", ", ".join(repr(a) for a in sorted(auditors)),
+        ladder_auditor(settings), dest, src)
+    return moved
 
 
 def apply_review_verdicts(settings: CrawlSettings, state_dir: str | Path) -> dict[str, int]:
