@@ -104,6 +104,11 @@ DEFAULT_WATCH_PROBE_MAX_S = 600.0
 #: ctx.services key: a one-element list ``[n]`` counting plan messages a stage added while the run watched (a crawl
 #: ``--watch`` picking up a city added to the config); the engine adds it to the run's "planned N" figure
 SERVICE_PLANNED_DURING_RUN = "planned_during_run"
+#: ctx service (set by the engine once the run's manifest entry exists): a callable ``() -> None`` that records in
+#: that entry, durably, the run's planned count and the config it runs with so far (what the end of the run
+#: records: geoagent.runtime.manifest.Manifest.record_progress); a stage that plans more while the run goes on
+#: (a crawl --watch adding a city) calls it after each addition, so a process killed outright leaves them recorded
+SERVICE_RECORD_RUN_SO_FAR = "record_run_so_far"
 #: ctx service: the stored answers per model and distinct request settings, for the models with more than one
 #: (:func:`geoagent.runtime.drift.params_mix`), set by the engine before the report is written
 SERVICE_PARAMS_MIX = "params_mix"

@@ -532,6 +532,19 @@ class CityScreenerStage(_CrawlStage):
             def on_new(city: CitySpec) -> None:
                 added[0] += 1
                 seen["added"].append(city)
+                # recorded in the run's manifest entry now, not only at the run's end: a crawl killed outright
+                # (SIGKILL) would leave the config of its start there, and the next run would call the added
+                # city a config change
+                record = ctx.services.get(C.SERVICE_RECORD_RUN_SO_FAR)
+                if record is not None:
+                    try:
+                        record()
+                    except Exception as exc:  # noqa: BLE001 - the run's end records it again; the crawl goes on
+                        import logging
+
+                        logging.getLogger(__name__).warning(
+                            "crawl --watch: the city %r added while watching is not recorded in the manifest yet "
+                            "(the end of the run records it): %s", city.city, exc)
 
             def on_read(cities: list[CitySpec]) -> None:
                 seen["last_read"] = list(cities)
