@@ -1101,16 +1101,41 @@ def apply_review_verdicts(settings: CrawlSettings, state_dir: str | Path) -> dic
     decisions = review_verdicts_of(settings.referenceability.review_verdicts)
     model: dict[tuple[str, str], Any] = {}
     n = 0
-    for p in sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []:
-        rec = _load(p)
-        if not rec:
-            continue
+    for rec in _rated_records(state_dir):
         site = rec["site"]
         for r in rec["rated"]:
             model[(str(site["site"]), str(r["qid"]))] = r.get("familiarity")
         write_site_ladder(settings, state_dir, site, rec, decisions)
         n += 1
     return {"sites": n, **write_resolution(state_dir, decisions, model)}
+
+
+def _rated_records(state_dir: Path) -> list[dict[str, Any]]:
+    """Every readable ``rated/<site>.json`` record of a crawl, in file-name order."""
+    paths_ = sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []
+    return [rec for p in paths_ if (rec := _load(p))]
+
+
+def refresh_review_resolution(settings: CrawlSettings, state_dir: str | Path) -> dict[str, int]:
+    """Rewrite ``audit_review_resolved.csv`` (and log new decisions) over the crawl's review queue and rated sites
+    as they are now, with the config's review decisions (:func:`geoagent.crawl.review.write_resolution`; no
+    ladder is rebuilt: the ladder stage applies the decisions to each site it builds). The start of a run
+    writes the table before the run rates more sites (:func:`apply_review_verdicts`); the end of the run and a
+    ``--watch`` hand-off call this, so items queued or decided during the run are counted resolved or pending
+    as the ladders have them. A decision matching no rated candidate was named at the start: no second warning.
+    Returns as :func:`geoagent.crawl.review.write_resolution`.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        The decision file is missing or malformed (:func:`geoagent.crawl.review.review_verdicts_of`)."""
+    from geoagent.crawl.review import review_verdicts_of, write_resolution
+
+    state_dir = Path(state_dir)
+    decisions = review_verdicts_of(settings.referenceability.review_verdicts)
+    model = {(str(rec["site"]["site"]), str(r["qid"])): r.get("familiarity")
+             for rec in _rated_records(state_dir) for r in rec["rated"]}
+    return write_resolution(state_dir, decisions, model, warn_unmatched=False)
 
 
 #: ctx.services key of a ``--watch`` crawl's config watcher: ``{"added": [CitySpec, ...], "last_read": [CitySpec, ...] |
