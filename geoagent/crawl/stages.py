@@ -1071,10 +1071,15 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
         _site, sep, rest = p.stem.partition("_ladder_")
         auditors.add(rest.rsplit("-", 1)[0] if sep else "?")
         target, n = dest / p.name, 1
-        while target.exists() and target.read_bytes() != p.read_bytes():
-            target, n = dest / f"{p.stem}.{n}.csv", n + 1
-        os.replace(p, target)
+        try:
+            while target.exists() and target.read_bytes() != p.read_bytes():
+                target, n = dest / f"{p.stem}.{n}.csv", n + 1
+            os.replace(p, target)
+        except FileNotFoundError:  # moved meanwhile by another process of the campaign starting (--stages)
+            continue
         moved.append(target)
+    if not moved:
+        return []
     logging.getLogger(__name__).warning(
         "%d ladder file%s in %s %s built under another referenceability auditor (%s) than the config's (%r): moved to "
         "%s (kept, read by nothing); the current auditor's ladders are in %s", len(moved), "" if len(moved) == 1 else "s",
