@@ -74,6 +74,10 @@ AUDIT_SENSITIVE_FILE = "audit_sensitive.jsonl"
 CRAWL_DECISIONS_FILE = "crawl_decisions.jsonl"  # a crawl's own decisions (e.g. WDQS spatial splits), one JSON per line
 IMAGES_DIR = "images"  # state/images/<site>/<image_id>.jpg
 EXPORT_DIR = "export"  # state/<campaign>/export/: a crawl's tables as Parquet and CSV (run.py export)
+LADDERS_DIR = "ladders"  # state/<campaign>/ladders/<site>_ladder_<auditor>-<lang>.csv: a crawl's context ladders
+#: state/<campaign>/ladders_superseded/: ladders built under another referenceability auditor than the config's
+#: (moved out of LADDERS_DIR, kept, read by nothing: geoagent.crawl.stages.set_aside_other_auditor_ladders)
+SUPERSEDED_LADDERS_DIR = "ladders_superseded"
 
 # --- queue defaults ---------------------------------------------------------------------------
 DEFAULT_VISIBILITY_TIMEOUT_S = 300.0
@@ -100,6 +104,11 @@ DEFAULT_WATCH_PROBE_MAX_S = 600.0
 #: ctx.services key: a one-element list ``[n]`` counting plan messages a stage added while the run watched (a crawl
 #: ``--watch`` picking up a city added to the config); the engine adds it to the run's "planned N" figure
 SERVICE_PLANNED_DURING_RUN = "planned_during_run"
+#: ctx service (set by the engine once the run's manifest entry exists): a callable ``() -> None`` that records in
+#: that entry, durably, the run's planned count and the config it runs with so far (what the end of the run
+#: records: geoagent.runtime.manifest.Manifest.record_progress); a stage that plans more while the run goes on
+#: (a crawl --watch adding a city) calls it after each addition, so a process killed outright leaves them recorded
+SERVICE_RECORD_RUN_SO_FAR = "record_run_so_far"
 #: ctx service: the stored answers per model and distinct request settings, for the models with more than one
 #: (:func:`geoagent.runtime.drift.params_mix`), set by the engine before the report is written
 SERVICE_PARAMS_MIX = "params_mix"

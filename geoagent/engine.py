@@ -1681,6 +1681,14 @@ async def _run(
     params_mix: dict[str, Any] | None = None
     spend_json: dict[str, Any] | None = None  # the ledger's totals and spend per model, for the manifest
     n_plan_start = n_planned  # the manifest's "planned": this plus what the run planned while watching
+
+    def record_run_so_far() -> None:
+        # what the end of the run records (below), recorded now: a run killed outright never gets there
+        n_now = n_plan_start + int((ctx.services.get(C.SERVICE_PLANNED_DURING_RUN) or [0])[0])
+        manifest.record_progress(run_id, planned=n_now,
+                                 config=kind.config_at_end(ctx.services.get("config_as_written", cfg), ctx))
+
+    ctx.services[C.SERVICE_RECORD_RUN_SO_FAR] = record_run_so_far
     status = "interrupted"
     view: PipelineRun | None = None
     try:

@@ -167,3 +167,26 @@ def test_a_bare_qid_kept_out_before_is_rated_once_it_shows_a_title(tmp_path):
     assert again.prompts == []
     d = aud.decisions.get("aud-1", "Q503", "marrakech")
     assert d is not None and d.get("not_rated") is None and d["familiarity"] == 3
+
+
+def test_the_sandbox_wdqs_names_an_english_article_with_spaces_as_the_real_service_does():
+    """WDQS's ``schema:name`` of an ``en.wikipedia.org`` sitelink article is the sitelink's title, which MediaWiki
+    stores with spaces ("Eiffel Tower"; wbgetentities ``sitelinks.enwiki.title`` in api-notes section 3 is the
+    same string); only the article's URL (and the pageviews path built from it) uses underscores. The demo
+    world's fake answered "Eiffel_Tower" shapes, so the simulated auditor read titles no real crawl shows it."""
+    from geoagent.demo import demo_world
+
+    world = demo_world()
+    with_title = [e for e in world.entities if e.title and " " in e.label]
+    assert with_title  # the demo world has articles whose names hold spaces
+    e0 = with_title[0]
+    app = wd_fake.make_app(world.entities, subclass_of=world.subclass_of, class_labels=world.class_labels)
+
+    async def go():
+        async with serve(app) as base, HttpClient(default_policy=FAST) as http:
+            return await WdqsClient(http, base + "/sparql", UA).entities_around(e0.lat, e0.lon, 1.0, page_size=500)
+
+    got = asyncio.run(go())
+    titles = [r.enwiki_title for r in got if r.enwiki_title]
+    assert titles and not [t for t in titles if "_" in t], [t for t in titles if "_" in t][:5]
+    assert {r.qid: r.enwiki_title for r in got}[e0.qid] == e0.label  # the demo world's titles are its labels

@@ -1,11 +1,18 @@
 """The referenceability audit asks the same questions whatever the order in which sites reach it.
 
 Sites of one city share most of their 6 km candidates. When each site's not-yet-rated candidates were
-batched, the batches (and so the prompts, their request keys and the number of calls: the simulated
-auditor cuts some answers off, which costs re-asks) depended on which site came first; on the code before
+batched, the batches (and so the prompts, their request keys and the number of calls: an answer cut off
+mid-array costs re-asks of the batch's halves) depended on which site came first; on the code before
 the per-city rating, auditing the six sites of the demo world in reverse order sent 22 rating calls
 instead of 21. Now a city's candidates are merged and cut into fixed batches first
 (:mod:`geoagent.crawl.referenceability`).
+
+The re-asks are part of what must not depend on the order, so they are made certain here: the recording
+provider cuts off the answer to every first ask of a whole batch (:data:`BATCH` candidates listed), as the
+simulated auditor cuts off one answer in ~8 of its own accord. That rule reads the prompt alone, so every
+interleaving gets the same cut-off answers. (Until 2026-12-02 the test relied on the simulated auditor's own
+cut-offs, drawn from the request keys: once the sandbox WDQS named Wikipedia articles with spaces, as the real
+service does, instead of "Eiffel_Tower", the 16 new keys drew none and the split-and-retry path went untested.)
 
 The crawl runs once over the demo world (two admitted cities, local fakes, simulated auditors) up to the
 referenceability auditor; copies of that state are then audited in different interleavings: sites one
@@ -21,6 +28,7 @@ the answers were logged but before any decision was (the next run sends no call 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import re
@@ -50,9 +58,17 @@ TEMPLATE = load_prompt("crawl_referenceability.txt")
 _LINE = re.compile(r"^(\d+)\. (.*?)(?: \(English Wikipedia: .*?\))? \(([0-9.]+) km\)$")
 
 
+def _n_candidates(prompt: str) -> int:
+    """Number of candidate lines of a rating prompt (:func:`_block`)."""
+    return len(_block(prompt))
+
+
 class Recording(Provider):
     """Passes each request to the crawl's own (simulated) provider and records its request key and prompt;
-    with ``stop_after``, asks the crawl to stop once that many calls were answered."""
+    cuts off (halfway, after a preamble, as the simulated auditor does) the answer to a rating prompt that lists
+    a whole batch of :data:`BATCH` candidates, so that every whole batch is re-asked in halves (the halves and
+    smaller parts are answered as the simulated auditor answers them); with ``stop_after``, asks the crawl to
+    stop once that many calls were answered."""
 
     kind = "recording-test"
     paid = False
@@ -60,10 +76,14 @@ class Recording(Provider):
     def __init__(self, inner, svc, stop_after=None):
         self.inner, self.svc, self.stop_after = inner, svc, stop_after
         self.calls: list[tuple[str, str]] = []  # (request key, prompt)
+        self.cut: list[str] = []  # request keys whose answer this provider cut off
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         self.calls.append((request.key(), request.prompt))
         resp = await self.inner.generate(request)
+        if REF_MARKER in request.prompt and _n_candidates(request.prompt) == BATCH:
+            resp = dataclasses.replace(resp, text="Here are the ratings:\n" + resp.text[: len(resp.text) // 2])
+            self.cut.append(request.key())
         if self.stop_after is not None and len(self.calls) >= self.stop_after:
             self.svc.stopping = True  # the stop request arrives while this answer is read
         return resp
@@ -151,11 +171,20 @@ def test_every_interleaving_sends_the_same_rating_calls_and_gets_the_same_rating
     base = runs["base"]
     ref = {m: runs[m]["rec"].ref_keys() for m in MODES}
     assert len(ref["forward"]) > 2 * 8  # two cities, 8 batches each, plus re-asks (recomputed in the next test)
+    # the re-ask path ran: whole batches were cut off, and each was asked again in parts (not whole again)
+    raw = [r for r in _lines(base / "forward" / "state" / RAW_ANSWERS_FILE) if r["task"] == "crawl_referenceability"]
+    cut = set(runs["forward"]["rec"].cut)
+    assert len(cut) >= 2 * 6  # 16 batches, at least 6 whole ones per city
+    reasks = [r for r in raw if len(r["qids"]) < BATCH and any(set(r["qids"]) < set(c["qids"]) for c in raw
+                                                               if c["key"] in cut)]
+    assert len(reasks) >= 2 * len(cut)  # two halves (or more parts) per cut-off batch
+    assert runs["forward"]["rec"].svc.ref_auditor.splits >= len(cut)
     for m in MODES:
         assert len(ref[m]) == len(ref["forward"]), m  # the same number of rating calls
         assert sorted(ref[m]) == sorted(ref["forward"]), m  # the same request keys ...
         assert len(set(ref[m])) == len(ref[m]), m  # ... each sent once
         assert runs[m]["replayed"] == 0 and runs[m]["calls"] == len(runs[m]["rec"].calls), m
+        assert sorted(runs[m]["rec"].cut) == sorted(runs["forward"]["rec"].cut), m  # the same answers cut off
     outcomes = {m: _outcome(base / m / "state") for m in MODES}
     for m in MODES:
         o = outcomes[m]

@@ -235,3 +235,38 @@ def test_a_decision_matching_no_rated_candidate_is_named_in_a_warning(crawled, t
     assert "review.csv:2" not in text
     log = [json.loads(x) for x in (state / DECISION_LOG_FILE).read_text().splitlines()]
     assert [(r["site"], r["qid"]) for r in log] == [(queue[0]["site"], queue[0]["qid"])]  # only the applied one
+
+
+def test_the_summary_and_status_say_how_many_review_items_are_pending_and_resolved(isolated_roots, monkeypatch,
+                                                                                    capsys):
+    """The queue file is the auditor's append-only record of what it queued (each item ``status: "pending"``, as
+    queued; the crawl never rewrites it), and the decisions in force are in ``audit_review_resolved.csv``: before,
+    nothing said how many items were still pending once decisions were applied, so a reader of the queue saw every
+    item pending. The crawl's summary (printed and ``report/crawl_summary.json``) and ``run.py status`` now count
+    them, and the queue file keeps every byte."""
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    state = isolated_roots / "state" / "crawl-sandbox"
+    queue = [json.loads(x) for x in (state / "audit_review_queue.jsonl").read_text().splitlines() if x.strip()]
+    n = len({(q["site"], q["qid"]) for q in queue})
+    assert n >= 3, n
+    out = capsys.readouterr().out
+    assert f"referenceability review: {n} items queued (audit_review_queue.jsonl): {n} pending, 0 resolved" in out, out
+    summary = json.loads((state / "report" / "crawl_summary.json").read_text())
+    assert summary["review"] == {"queued": n, "pending": n, "resolved": 0}
+
+    rv = isolated_roots / "review.csv"
+    rv.write_text(f"site,qid,decision,reviewer\n{queue[0]['site']},{queue[0]['qid']},keep,ana\n"
+                  f"{queue[1]['site']},{queue[1]['qid']},0,ana\n", encoding="utf-8")
+    queue_bytes = (state / "audit_review_queue.jsonl").read_bytes()
+    cfg = _config_with_review(isolated_roots, rv)
+    assert main(["crawl", str(cfg), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    line = f"referenceability review: {n} items queued (audit_review_queue.jsonl): {n - 2} pending, 2 resolved"
+    assert line in out and RESOLVED_FILE in out, out
+    summary = json.loads((state / "report" / "crawl_summary.json").read_text())
+    assert summary["review"] == {"queued": n, "pending": n - 2, "resolved": 2}
+    assert (state / "audit_review_queue.jsonl").read_bytes() == queue_bytes  # nothing stored is lost or rewritten
+    assert main(["status", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert line in out, out

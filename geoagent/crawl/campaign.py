@@ -62,7 +62,10 @@ class CrawlCampaign(CampaignKind):
         The human review decisions (``[crawl.referenceability] review_verdicts``) are read here too (same errors,
         :func:`geoagent.crawl.review.review_verdicts_of`), and a run of a crawl that has rated sites rebuilds every
         ladder with them and writes the resolution table and decision log
-        (:func:`geoagent.crawl.stages.apply_review_verdicts`; no request, ``rated/`` untouched)."""
+        (:func:`geoagent.crawl.stages.apply_review_verdicts`; no request, ``rated/`` untouched). Before that, ladders
+        built under another referenceability auditor than the config's are moved to ``ladders_superseded/`` with a
+        warning (:func:`geoagent.crawl.stages.set_aside_other_auditor_ladders`): ``ladders/`` holds the current
+        auditor's only."""
         from geoagent.crawl.image_audit import human_verdicts_of
         from geoagent.crawl.review import review_verdicts_of
 
@@ -76,6 +79,10 @@ class CrawlCampaign(CampaignKind):
             from geoagent.crawl.stages import rewrite_image_tables
 
             rewrite_image_tables(settings, state_dir, _images_root(cfg))
+        if not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY):
+            from geoagent.crawl.stages import set_aside_other_auditor_ladders
+
+            set_aside_other_auditor_ladders(settings, state_dir)
         if (not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY)
                 and (state_dir / "rated").is_dir()):
             from geoagent.crawl.stages import apply_review_verdicts
@@ -116,8 +123,10 @@ class CrawlCampaign(CampaignKind):
     async def report(self, cfg: Any, ctx: StageContext, outcome: Any) -> list[Path]:
         """The end of a run: ``verify_trials.csv`` (:func:`_handoff_trials`: written when the crawl is
         ``complete``; when it ends ``incomplete`` an earlier one is moved aside) and
-        ``report/crawl_summary.json`` (:func:`_write_summary`)."""
+        ``report/crawl_summary.json`` (:func:`_write_summary`), after the review resolution table is brought up to
+        date with the sites rated during the run (:func:`_refresh_review_resolution`)."""
         svc = services_from_context(ctx)
+        _refresh_review_resolution(svc)
         trials = _handoff_trials(cfg, svc, outcome.status, dict(_dead_of(outcome.counts)))
         self._trials_note = trials["note"]
         return [_write_summary(cfg, svc, outcome.status, trials, watching=False)]
@@ -164,6 +173,7 @@ class CrawlCampaign(CampaignKind):
         snap = snapshot if snapshot is not None else self.handoff_snapshot(cfg, ctx)
         svc = snap["svc"]
         status = "complete" if complete else "incomplete"
+        _refresh_review_resolution(svc)
         trials = _handoff_trials(cfg, svc, status, {} if complete else dead_counts(cfg))
         self._trials_note = trials["note"]
         parts = [trials["note"]]
@@ -180,14 +190,21 @@ class CrawlCampaign(CampaignKind):
         the one it wrote (no swapped-image control: :func:`_no_mismatch_warning`), from
         ``report/crawl_summary.json``'s ``verify_trials`` (``[]`` when it was written without a warning or there
         is no summary); then the cities the screener did not admit, each with its reasons
-        (:func:`geoagent.crawl.screener.not_admitted_lines`, from the stored screening records)."""
+        (:func:`geoagent.crawl.screener.not_admitted_lines`, from the stored screening records); then how many
+        referenceability review items are pending and resolved (:func:`geoagent.crawl.review.review_counts_line`,
+        from the queue and the resolution table the last run wrote)."""
+        from geoagent.crawl.review import review_counts, review_counts_line
         from geoagent.crawl.screener import not_admitted_lines
 
         try:
             rejected = not_admitted_lines(cfg.state_dir(), _settings(cfg).screener)
         except (OSError, CrawlConfigError):
             rejected = []
-        return self._trials_status_lines(cfg) + rejected
+        try:
+            review = review_counts_line(review_counts(cfg.state_dir()))
+        except OSError:
+            review = None
+        return self._trials_status_lines(cfg) + rejected + ([f"  {review}"] if review else [])
 
     def _trials_status_lines(self, cfg: Any) -> list[str]:
         path = Path(cfg.state_dir()) / C.REPORT_DIR / SUMMARY_FILE
@@ -219,6 +236,11 @@ class CrawlCampaign(CampaignKind):
                                          downloaded=svc.downloads_this_run))
         from geoagent.crawl.referenceability import not_rated_count
 
+        from geoagent.crawl.review import review_counts, review_counts_line
+
+        review = review_counts_line(review_counts(svc.state_dir))
+        if review:
+            lines.append(f"  {review}")
         n_unlabeled = not_rated_count(svc.state_dir)
         if n_unlabeled:
             lines.append(f"  referenceability: {count_text(n_unlabeled, 'candidate')} not rated: no label in any "
@@ -424,6 +446,22 @@ def _apply_human_verdicts(svc: Any) -> None:
         rewrite_image_audit_csv(svc)
 
 
+def _refresh_review_resolution(svc: Any) -> None:
+    """Bring ``audit_review_resolved.csv`` up to date with the review queue and the sites rated during the run
+    (:func:`geoagent.crawl.stages.refresh_review_resolution`; no request). Nothing before the first rated site
+    (no ``rated/`` folder). A decision file that became unreadable since the run's start (which read it) is
+    logged as a warning: the table keeps what the start of the run wrote, and the end of the run goes on."""
+    if (Path(svc.state_dir) / "rated").is_dir():
+        from geoagent.crawl.stages import refresh_review_resolution
+
+        try:
+            refresh_review_resolution(svc.settings, svc.state_dir)
+        except (OSError, ValueError) as exc:
+            import logging
+
+            logging.getLogger(__name__).warning("review resolution table not brought up to date: %s", exc)
+
+
 def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool,
                    api: dict[str, Any] | None = None) -> Path:
     """Write ``report/crawl_summary.json`` atomically: ``status`` (as the run would end now), ``watching`` (True
@@ -434,9 +472,11 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
     hand-off, else ``svc.api_stats()`` now), ``files`` (the CSV files of the crawl's folder, relative to it),
     ``images_root`` and ``sampler_versions`` (``current``: :data:`geoagent.crawl.sampler.SAMPLER_VERSION`;
     ``cities_by_version``: :func:`geoagent.crawl.sampler.recorded_versions`, so a crawl resumed across a change of
-    the sampling rules is seen as such). Returns its path."""
+    the sampling rules is seen as such), ``review`` (the referenceability review queue's items: ``queued``,
+    ``pending``, ``resolved``: :func:`geoagent.crawl.review.review_counts`). Returns its path."""
     import time
 
+    from geoagent.crawl.review import review_counts
     from geoagent.crawl.sampler import SAMPLER_VERSION, recorded_versions
     from geoagent.files import atomic_write_bytes
 
@@ -448,7 +488,8 @@ def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, w
         {"status": status, "watching": watching, "written_at": round(time.time(), 3), "verify_trials": vt,
          "api": svc.api_stats() if api is None else api, "files": files, "images_root": str(svc.images_root),
          "sampler_versions": {"current": SAMPLER_VERSION,
-                              "cities_by_version": recorded_versions(svc.state_dir / "sampling")}},
+                              "cities_by_version": recorded_versions(svc.state_dir / "sampling")},
+         "review": review_counts(svc.state_dir)},
         option=orjson.OPT_INDENT_2))
 
 

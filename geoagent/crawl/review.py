@@ -145,7 +145,8 @@ def _queue(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], Mapping[str, Any]],
-                     model_ratings: Mapping[tuple[str, str], int | None]) -> dict[str, int]:
+                     model_ratings: Mapping[tuple[str, str], int | None], *,
+                     warn_unmatched: bool = True) -> dict[str, int]:
     """Write :data:`RESOLVED_FILE` (every item of the review queue: ``status`` ``resolved`` with the decision, or
     ``pending``; :data:`RESOLVED_COLUMNS`) and append to :data:`DECISION_LOG_FILE` each decision that differs
     (decision, reviewer or note) from the item's latest logged line (so a re-run logs nothing new, and a decision
@@ -153,7 +154,7 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     model's familiarity from ``rated/``. Without decisions and without an earlier table nothing is written. A
     decision on an item outside the queue is applied and logged too; one
     whose (site, qid) no rated candidate has changes nothing, is not logged, and is named (file:line) in one
-    warning. Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
+    warning (unless ``warn_unmatched`` is False: a second pass of the same run). Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
     state_dir = Path(state_dir)
     rows = []
     n_res = 0
@@ -183,7 +184,7 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
             last[(str(r.get("site")), str(r.get("qid")))] = (r.get("decision"), r.get("reviewer", ""), r.get("note", ""))
     new = []
     unmatched = [(k, d) for k, d in sorted(decisions.items()) if k not in model_ratings]
-    if unmatched:
+    if unmatched and warn_unmatched:
         shown = "; ".join(f"{d['source']}: site {site!r}, {qid}" for (site, qid), d in unmatched[:10])
         more = f"; and {len(unmatched) - 10} more" if len(unmatched) > 10 else ""
         _log.warning("%d review decision%s match%s no rated candidate of this crawl (no site of that id rated that "
@@ -202,3 +203,41 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     if new:
         append_jsonl(log, new)  # after a torn last line, on a fresh line
     return {"resolved": n_res, "pending": len(rows) - n_res, "logged": len(new), "unmatched": len(unmatched)}
+
+
+def review_counts(state_dir: str | Path) -> dict[str, int]:
+    """How many items of a crawl's review queue are settled, from its files: ``{"queued": n, "pending": n,
+    "resolved": n}``. ``queued``: the (site, QID) items of ``audit_review_queue.jsonl`` (the auditor's append-only
+    record of what it queued, each item ``status: "pending"`` as queued; a record torn by a crash is skipped);
+    ``resolved``: those :data:`RESOLVED_FILE` (written by the last run that applied the decisions of
+    :data:`REVIEW_VERDICTS_KEY`) marks ``resolved``; ``pending``: the others (an item queued after that table was
+    written included). All zero without a queue."""
+    state_dir = Path(state_dir)
+    keys = {(str(it.get("site")), str(it.get("qid"))) for it in _queue(state_dir)}
+    done: set[tuple[str, str]] = set()
+    path = state_dir / RESOLVED_FILE
+    if keys and path.is_file():
+        try:
+            with path.open(encoding="utf-8", newline="") as f:
+                done = {(r.get("site") or "", r.get("qid") or "") for r in csv.DictReader(f)
+                        if r.get("status") == "resolved"}
+        except (OSError, UnicodeDecodeError, csv.Error):
+            done = set()
+    n_res = len(keys & done)
+    return {"queued": len(keys), "pending": len(keys) - n_res, "resolved": n_res}
+
+
+def review_counts_line(counts: Mapping[str, int]) -> str | None:
+    """One summary / ``status`` line for :func:`review_counts` (None when nothing was queued):
+    ``referenceability review: 12 items queued (audit_review_queue.jsonl): 10 pending, 2 resolved (decisions in
+    force: audit_review_resolved.csv)``; while none is resolved it says how to settle them instead."""
+    n = int(counts.get("queued", 0))
+    if not n:
+        return None
+    from geoagent.crawl.referenceability import REVIEW_QUEUE_FILE
+
+    head = (f"referenceability review: {n} item{'' if n == 1 else 's'} queued ({REVIEW_QUEUE_FILE}): "
+            f"{counts.get('pending', 0)} pending, {counts.get('resolved', 0)} resolved")
+    if counts.get("resolved"):
+        return head + f" (decisions in force: {RESOLVED_FILE}; the queue file lists each item as it was queued)"
+    return head + f" (settle them with {REVIEW_VERDICTS_KEY}: a CSV of site,qid,decision; README, 'review queue')"

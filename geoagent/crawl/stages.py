@@ -532,6 +532,19 @@ class CityScreenerStage(_CrawlStage):
             def on_new(city: CitySpec) -> None:
                 added[0] += 1
                 seen["added"].append(city)
+                # recorded in the run's manifest entry now, not only at the run's end: a crawl killed outright
+                # (SIGKILL) would leave the config of its start there, and the next run would call the added
+                # city a config change
+                record = ctx.services.get(C.SERVICE_RECORD_RUN_SO_FAR)
+                if record is not None:
+                    try:
+                        record()
+                    except Exception as exc:  # noqa: BLE001 - the run's end records it again; the crawl goes on
+                        import logging
+
+                        logging.getLogger(__name__).warning(
+                            "crawl --watch: the city %r added while watching is not recorded in the manifest yet "
+                            "(the end of the run records it): %s", city.city, exc)
 
             def on_read(cities: list[CitySpec]) -> None:
                 seen["last_read"] = list(cities)
@@ -1009,10 +1022,70 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
     seed = ls.seed if ls.seed is not None else settings.seed
     rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
                         site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
-    auditor = re.sub(r"[^A-Za-z0-9_.-]+", "-", settings.referenceability.model).strip("-") or "auditor"
-    out = state_dir / "ladders" / ladder_file_name(sid, auditor, "en")
+    out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, ladder_auditor(settings), "en")
     write_ladder_csv(rows, out)
     return out
+
+
+def ladder_auditor(settings: CrawlSettings) -> str:
+    """The auditor part of the crawl's ladder file names (``<site>_ladder_<auditor>-en.csv``): the
+    ``[crawl.referenceability] model`` name, each run of characters other than ``A-Za-z0-9_.-`` written ``-``
+    (``"auditor"`` when nothing is left)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", settings.referenceability.model).strip("-") or "auditor"
+
+
+def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Path) -> list[Path]:
+    """Move every ``ladders/*.csv`` not named by the config's referenceability auditor (:func:`ladder_auditor`;
+    a file whose name does not end ``_ladder_<auditor>-en.csv``: built under an auditor since renamed or
+    replaced) to ``ladders_superseded/`` (:data:`geoagent.constants.SUPERSEDED_LADDERS_DIR`), and log one
+    warning naming how many, the auditor(s) they were built under and the folder.
+
+    Ladders are a function of the current config: a run of a crawl with rated sites rebuilds every ladder under
+    the config's auditor (:func:`apply_review_verdicts`), and every reader of ``ladders/`` (the export's
+    ``ladders`` table, a GeoHint campaign over the crawl, the gazetteer) takes every CSV there, so the old
+    auditor's files beside the rebuilt ones would count each site twice. They are moved, never deleted (a
+    second file of the same name already set aside with other bytes is kept too: the newcomer gets a ``.N``
+    before ``.csv``; one with the same bytes is simply replaced). Returns the new paths (``[]`` when nothing
+    was moved, or there is no ``ladders/``).
+
+    Raises
+    ------
+    OSError
+        A file could not be moved (the folder is not writable)."""
+    import logging
+    import os
+
+    state_dir = Path(state_dir)
+    src = state_dir / C.LADDERS_DIR
+    if not src.is_dir():
+        return []
+    suffix = f"_ladder_{ladder_auditor(settings)}-en.csv"
+    stale = [p for p in sorted(src.glob("*.csv")) if not p.name.endswith(suffix)]
+    if not stale:
+        return []
+    dest = state_dir / C.SUPERSEDED_LADDERS_DIR
+    dest.mkdir(parents=True, exist_ok=True)
+    moved: list[Path] = []
+    auditors: set[str] = set()
+    for p in stale:
+        _site, sep, rest = p.stem.partition("_ladder_")
+        auditors.add(rest.rsplit("-", 1)[0] if sep else "?")
+        target, n = dest / p.name, 1
+        try:
+            while target.exists() and target.read_bytes() != p.read_bytes():
+                target, n = dest / f"{p.stem}.{n}.csv", n + 1
+            os.replace(p, target)
+        except FileNotFoundError:  # moved meanwhile by another process of the campaign starting (--stages)
+            continue
+        moved.append(target)
+    if not moved:
+        return []
+    logging.getLogger(__name__).warning(
+        "%d ladder file%s in %s %s built under another referenceability auditor (%s) than the config's (%r): moved to "
+        "%s (kept, read by nothing); the current auditor's ladders are in %s", len(moved), "" if len(moved) == 1 else "s",
+        src, "was" if len(moved) == 1 else "were", ", ".join(repr(a) for a in sorted(auditors)),
+        ladder_auditor(settings), dest, src)
+    return moved
 
 
 def apply_review_verdicts(settings: CrawlSettings, state_dir: str | Path) -> dict[str, int]:
@@ -1033,16 +1106,41 @@ def apply_review_verdicts(settings: CrawlSettings, state_dir: str | Path) -> dic
     decisions = review_verdicts_of(settings.referenceability.review_verdicts)
     model: dict[tuple[str, str], Any] = {}
     n = 0
-    for p in sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []:
-        rec = _load(p)
-        if not rec:
-            continue
+    for rec in _rated_records(state_dir):
         site = rec["site"]
         for r in rec["rated"]:
             model[(str(site["site"]), str(r["qid"]))] = r.get("familiarity")
         write_site_ladder(settings, state_dir, site, rec, decisions)
         n += 1
     return {"sites": n, **write_resolution(state_dir, decisions, model)}
+
+
+def _rated_records(state_dir: Path) -> list[dict[str, Any]]:
+    """Every readable ``rated/<site>.json`` record of a crawl, in file-name order."""
+    paths_ = sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []
+    return [rec for p in paths_ if (rec := _load(p))]
+
+
+def refresh_review_resolution(settings: CrawlSettings, state_dir: str | Path) -> dict[str, int]:
+    """Rewrite ``audit_review_resolved.csv`` (and log new decisions) over the crawl's review queue and rated sites
+    as they are now, with the config's review decisions (:func:`geoagent.crawl.review.write_resolution`; no
+    ladder is rebuilt: the ladder stage applies the decisions to each site it builds). The start of a run
+    writes the table before the run rates more sites (:func:`apply_review_verdicts`); the end of the run and a
+    ``--watch`` hand-off call this, so items queued or decided during the run are counted resolved or pending
+    as the ladders have them. A decision matching no rated candidate was named at the start: no second warning.
+    Returns as :func:`geoagent.crawl.review.write_resolution`.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        The decision file is missing or malformed (:func:`geoagent.crawl.review.review_verdicts_of`)."""
+    from geoagent.crawl.review import review_verdicts_of, write_resolution
+
+    state_dir = Path(state_dir)
+    decisions = review_verdicts_of(settings.referenceability.review_verdicts)
+    model = {(str(rec["site"]["site"]), str(r["qid"])): r.get("familiarity")
+             for rec in _rated_records(state_dir) for r in rec["rated"]}
+    return write_resolution(state_dir, decisions, model, warn_unmatched=False)
 
 
 #: ctx.services key of a ``--watch`` crawl's config watcher: ``{"added": [CitySpec, ...], "last_read": [CitySpec, ...] |

@@ -877,6 +877,34 @@ class Manifest:
             data["updated_at"] = _iso(now)
             _write(self.path, data)
 
+    def record_progress(self, run_id: str, *, planned: int | None = None, config: Any = None) -> None:
+        """Record, while run ``run_id`` goes on, what :meth:`stop_run` records at its end: ``planned`` (tasks: the
+        count of the run's start plus what it planned since) and ``config`` (the config it runs with now, recorded
+        as :meth:`stop_run`'s ``config`` is; None: left as it is). The entry stays ``running``. Called at each
+        change (a ``--watch`` crawl planning a city added to its config file), so that a process killed outright
+        (SIGKILL, a power cut), which never reaches :meth:`stop_run`, leaves a manifest that records what it ran
+        with: the file is rewritten atomically under its lock (a kill leaves the last complete record).
+
+        Raises
+        ------
+        KeyError
+            No run ``run_id`` in the manifest.
+        """
+        now = time.time()
+        with _locked(self.path):
+            data = read_manifest(self.state_dir)
+            for run in (data or {}).get("runs", []):
+                if run.get("run_id") == run_id:
+                    if planned is not None:
+                        run["planned"] = int(planned)
+                    if config is not None:
+                        self._record_ended_config(data, run, config)
+                    break
+            else:
+                raise KeyError(f"{self.path}: no run {run_id!r}")
+            data["updated_at"] = _iso(now)
+            _write(self.path, data)
+
     def _record_ended_config(self, data: dict[str, Any], run: dict[str, Any], config: Any) -> None:
         """:meth:`stop_run`'s ``config``: record it in ``data`` (the manifest, read under its lock) for ``run``."""
         start_sha = run.get("config_sha256")
@@ -895,7 +923,7 @@ class Manifest:
         if static["config_sha256"] not in history:
             history.append(static["config_sha256"])
         data["config_history"] = history
-        run["config_sha256_at_start"] = start_sha
+        run.setdefault("config_sha256_at_start", start_sha)  # recorded before (record_progress): the start's stays
         run["config_sha256"] = static["config_sha256"]
 
     @contextlib.contextmanager

@@ -20,6 +20,8 @@ the same User-Agent is in flight also gets 429 (one query at a time); a query se
 or as JSON cut midway followed by a stack trace (``"truncated"``); a generic or contact-less User-Agent
 gets 403 (Wikimedia User-Agent policy); unparseable queries get 400 with Blazegraph's text: the query echoed
 (``SPARQL-QUERY: queryStr=...``), then ``...MalformedQueryException: <why>`` and a stack trace.
+An item's English Wikipedia title (``?title``, ``schema:name`` of its ``en.wikipedia.org`` article) is answered
+with spaces, as the real service names articles (:func:`article_name`), never in the URL's underscore form.
 ``timeout_above_km2`` (None: off) makes every query whose area is larger than that many km^2 (a circle:
 pi r^2; a box: its width times height) time out in the ``timeout_mode`` shape, every time, as a real
 query over a big or dense city does; ``area_timeouts`` counts them. ``ignore_offset`` answers every page as
@@ -63,6 +65,9 @@ class FakeEntity:
     lon: float
     sitelinks: int = 0
     instance_of: tuple[str, ...] = ()
+    #: the English Wikipedia article's title, either as MediaWiki stores it ("Eiffel Tower") or in its URL form
+    #: ("Eiffel_Tower", the form the pageviews fake's ``daily_views`` is keyed by); the fake answers it as WDQS's
+    #: ``schema:name`` does, with spaces (:func:`article_name`)
     title: str | None = None
     #: served verbatim as the ``?coord`` literal instead of ``Point(LON LAT)`` (a WKT variant: ``POINT(...)``, a
     #: globe IRI before the point as WDQS writes coordinates on another globe, a malformed number); the fake's
@@ -150,6 +155,14 @@ def _lit(value: Any, dtype: str | None = None, lang: str | None = None) -> dict[
     return d
 
 
+def article_name(title: str) -> str:
+    """The ``schema:name`` WDQS gives a Wikipedia article: its title as MediaWiki stores it, spaces where the
+    article's URL (``https://en.wikipedia.org/wiki/Eiffel_Tower``) has underscores ("Eiffel Tower"; the sitelink
+    title of ``wbgetentities`` is the same string, api-notes section 3). A title never holds an underscore
+    (MediaWiki normalises it to a space), so every underscore is replaced."""
+    return title.replace("_", " ")
+
+
 def query_area(query: str) -> tuple[float, float, float, tuple[float, float, float, float] | None]:
     """``(lat0, lon0, radius_km, box)`` of a supported geo query (``box`` west, south, east, north degrees for
     a ``wikibase:box`` query, else None); ``ValueError`` if the query is neither shape."""
@@ -210,7 +223,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
         }
         if types is None:
             if e.title:
-                b["title"] = _lit(e.title, lang="en")
+                b["title"] = _lit(article_name(e.title), lang="en")
             rows.append((ENTITY + e.qid, "", b))
             continue
         classes: set[str] = set()
