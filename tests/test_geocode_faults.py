@@ -91,11 +91,12 @@ def test_fault2_linear_feature_by_wikidata_class_not_name():
     assert any(t.query == "Omotesando" and t.outcome == "linear-deferred" and t.qid == "Q99000004" for t in loc.trace)
 
 
-def test_fault2_linear_feature_alone_resolves_at_area_level_only():
-    """With no usable area, the street itself is resolved, but counts as area level (Sec. 7 caveat)."""
+def test_fault2_linear_feature_alone_is_never_scored():
+    """With no usable area, the street is still not scored: the answer is city level, censored (session 13; the
+    release's geocoder falls through to the city; tests/test_geocode_linear_alone_s13.py has the other cases)."""
     loc = _locate(ParsedAnswer(city="Tokyo", area="unknown", building="Meiji-dori"), TRUTH_SHIBUYA)
-    assert loc.resolved_level == "area" and loc.linear and loc.qid == "Q99000003"
-    assert abs(loc.error_km - km(*MEIJI_DORI, *TRUTH_SHIBUYA)) < 1e-9
+    assert loc.resolved_level == "city" and not loc.linear and loc.qid == "Q1490" and not loc.hit
+    assert abs(loc.error_km - km(*TOKYO, *TRUTH_SHIBUYA)) < 1e-9
 
 
 # --- fault 3 ---------------------------------------------------------------------------------------

@@ -12,11 +12,15 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
    :func:`~geoagent.geohint.placenames.name_variants`: the text as given, then without parenthetical
    asides ("Shibuya (Miyamasuzaka)" -> "Shibuya"), then the segments of compound answers. A Wikidata
    search hit counts only when the variant equals one of its labels or aliases after folding.
-4. **Linear features are area-level (fault 2, Sec. 7).** A building answer whose primary name is a
+4. **Linear features are never scored (fault 2, Sec. 7).** A building answer whose primary name is a
    street, road, avenue, dōri, calle, rue, Straße ... (by name, :func:`is_linear_name`, or by the
    Wikidata class of the resolved item, :data:`LINEAR_CLASSES`, or Nominatim's ``highway`` category) is
-   not scored as a point: the area decides. Only if the area fails is the linear feature itself
-   resolved, and then it counts as ``area`` level.
+   not scored as a point: the area decides, and when the area fails the answer is ``city`` level
+   (censored), never the street's own coordinate (trace outcome ``linear-deferred``). Sec. 4.3: "Linear
+   features cannot be scored as points"; Sec. 7: they cost precision "without affecting whether an answer
+   counts as correct"; the release's ``geocontext/geocode.py`` skips a linear place and falls through to
+   area, then city. (Before session 13 the street's point was scored at ``area`` level when the area
+   failed, which could make a hit of a street whose one Wikidata point lay within 1 km of the site.)
 5. **No global fallback (fault 3).** A candidate farther than ``anchor_radius_km`` from the anchor is
    rejected; if no candidate lies within the radius the level fails (trace outcome
    ``out-of-anchor``). With no anchor (the city did not resolve) nothing finer is tried and the
@@ -126,7 +130,7 @@ class Lookup:
         ``wikidata``, ``nominatim`` or ``-`` (decided without a lookup).
     outcome : str
         ``resolved``, ``no-match`` (no exact name match), ``out-of-anchor`` (matches exist but none within
-        the radius), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level),
+        the radius), ``no-coordinates``, ``linear-deferred`` (a linear feature left to the area level, never scored),
         ``same-as-city`` (the candidate is the anchor city itself), ``null`` (no answer given),
         ``no-anchor`` (finer levels skipped because the city did not resolve).
     qid, label : str or None
@@ -180,7 +184,8 @@ class LocatedAnswer:
     source : str or None
         ``wikidata`` or ``nominatim`` for the resolved item.
     linear : bool
-        True when the result is a linear feature scored at area level.
+        True only in results stored before session 13, when a linear feature was scored at area level if
+        the area failed; the geocoder now never scores a linear feature (module doc, point 4), so False.
     """
 
     resolved_level: str
@@ -311,18 +316,14 @@ class Geocoder:
                     trace.append(Lookup(level, str(text), "-", "no-anchor"))
             return self._finish("none", None, None, trace, true_lat, true_lon)
 
-        deferred: list[Candidate | str] = []
-        building = await self._resolve_building(answer.building, anchor, trace, deferred)
+        building = await self._resolve_building(answer.building, anchor, trace)
         if building is not None:
             return self._finish("building", building, anchor, trace, true_lat, true_lon)
         area = await self._resolve_fine(answer.area, "area", anchor, trace)
         if area is not None:
             return self._finish("area", area, anchor, trace, true_lat, true_lon)
-        for item in deferred:  # linear building answers, scored at area level only when the area failed
-            cand = item if isinstance(item, Candidate) else await self._resolve_fine(item, "area", anchor, trace)
-            if cand is not None:
-                linear = Candidate(cand.qid, cand.label, cand.lat, cand.lon, cand.source, linear=True)
-                return self._finish("area", linear, anchor, trace, true_lat, true_lon)
+        # a linear building answer (trace ``linear-deferred``) is never scored, not even when the area failed:
+        # its one coordinate says nothing about where along the street the photo was taken (fault 2, module doc)
         return self._finish("city", anchor, anchor, trace, true_lat, true_lon)
 
     # ---- levels ---------------------------------------------------------------------------------
@@ -357,9 +358,9 @@ class Geocoder:
                 trace.append(Lookup("city", variant, "nominatim", "no-match"))
         return None
 
-    async def _resolve_building(
-        self, text: str | None, anchor: Candidate, trace: list[Lookup], deferred: list[Candidate | str]
-    ) -> Candidate | None:
+    async def _resolve_building(self, text: str | None, anchor: Candidate, trace: list[Lookup]) -> Candidate | None:
+        """The building's candidate, or None: no answer, no match within the anchor radius, or a linear feature
+        (by name or class; left to the area and never scored, module doc point 4)."""
         if is_null_answer(text):
             trace.append(Lookup("building", text or "", "-", "null"))
             return None
@@ -368,13 +369,9 @@ class Geocoder:
         if is_linear_name(head):
             # fault 2: a street cannot be scored as a point; the area decides (Sec. 4.3, Sec. 7)
             trace.append(Lookup("building", head, "-", "linear-deferred"))
-            deferred.append(text)
             return None
         cand = await self._resolve_fine(text, "building", anchor, trace, stop_on_linear=True)
-        if cand is not None and cand.linear:
-            deferred.append(cand)
-            return None
-        return cand
+        return None if cand is not None and cand.linear else cand
 
     async def _resolve_fine(
         self, text: str | None, level: str, anchor: Candidate, trace: list[Lookup], *, stop_on_linear: bool = False
