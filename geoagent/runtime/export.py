@@ -214,21 +214,14 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
     lost each other's file), then renamed over the target. A failed write removes its temporary file and
     leaves the target as it was. ``metadata``: key-value pairs for the Parquet file's metadata (e.g.
     :data:`PARQUET_NOTE_KEY`); the CSV holds data only."""
-    from geoagent.files import _create_temp
+    from geoagent.files import atomic_temp_path
 
     for path, writer in ((Path(parquet_path), "parquet"), (Path(csv_path), "csv")):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = _create_temp(path)
-        os.close(fd)
-        try:
+        with atomic_temp_path(path) as tmp:  # locked while written, fsync-ed, renamed (geoagent.files)
             if writer == "parquet":
                 df.write_parquet(tmp, compression="zstd", **({"metadata": metadata} if metadata else {}))
             else:
                 _csv_ready(df).write_csv(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
 
 def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -487,21 +480,15 @@ def _write_batched(
             del df
         schemas = [dict(pl.read_parquet_schema(p)) for p in parts]
         want = _unified_schema(schemas)
-        from geoagent.files import _create_temp, atomic_open
+        from geoagent.files import atomic_stream, atomic_temp_path
 
-        fd, tmp = _create_temp(parquet_path)  # a temporary file of its own (see write_frame)
-        os.close(fd)
-        try:
+        with atomic_temp_path(parquet_path) as tmp:  # a temporary file of its own (see write_frame)
             # row groups of one batch: the writer then buffers one batch, not ever more of the table
             parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows,
                                                            **({"metadata": metadata} if metadata else {}))
-            os.replace(tmp, parquet_path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        with atomic_open(csv_path, "wb") as fh:
+        with atomic_stream(csv_path, "wb") as out:  # appended part by part, renamed whole
             for i, frame in enumerate(conformed_parts(parts, schemas, want)):
-                _csv_ready(frame).write_csv(fh, include_header=i == 0)
+                _csv_ready(frame).write_csv(out.file, include_header=i == 0)
                 del frame
         return n
     finally:
