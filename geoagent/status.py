@@ -606,7 +606,7 @@ def format_status(st: dict[str, Any]) -> str:
             name = f"{key} ({labels[host]})" if labels.get(host) else key
             what = "model" if "/" in key else "host"
             lines.append(f"  paused: {what} {name} for another {_duration(left)} (until "
-                         f"{_utc(time.time() + left)}; a Retry-After, at most 1 day): its tasks wait, a run started "
+                         f"{_utc(time.time() + left)}; a Retry-After, at most the host's max_retry_after_s): its tasks wait, a run started "
                          f"now waits too")
     for edge, items in st.get("dead", {}).items():
         for d in items:

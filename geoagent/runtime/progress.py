@@ -49,8 +49,8 @@ calls it resolved while the run goes on, not only once the campaign is complete.
 The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
 is not a TTY, so logs and CI output stay clean.
 
-Pauses on the console: while a host or model key is paused by a ``Retry-After`` (up to
-:data:`geoagent.runtime.http.RETRY_AFTER_MAX_S`, one day), each tick asks the HTTP client which pauses are in
+Pauses on the console: while a host or model key is paused by a ``Retry-After`` (up to the host's
+``max_retry_after_s``, :data:`geoagent.runtime.http.DEFAULT_MAX_RETRY_AFTER_S` by default), each tick asks the HTTP client which pauses are in
 force (:meth:`geoagent.runtime.http.HttpClient.pauses_in_force`) and :class:`PauseNotices` logs one warning line
 per paused key once the pause has been in force for :data:`PAUSE_NOTICE_S` (60 s), then at most once per
 :data:`PAUSE_NOTICE_S` while it lasts: the key (and its readable name), the time it still lasts, when it ends and
@@ -159,7 +159,7 @@ class PauseNotices:
         what = "model" if "/" in key else "host"
         left = math.ceil(left)  # never "0 s" while it is in force
         return (f"paused: {what} {name} for another {_duration(left)} (until {_utc(time.time() + left)}; a "
-                f"Retry-After, at most 1 day): {count_text(waiting, 'call')} of this process waiting for it")
+                f"Retry-After, at most the host's max_retry_after_s): {count_text(waiting, 'call')} of this process waiting for it")
 
 
 class Progress:

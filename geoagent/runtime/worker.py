@@ -555,6 +555,13 @@ def dead_reason(exc: BaseException, task: Task) -> str:
         tries = getattr(exc, "http_attempts", None)
         tries_text = f" ({_count(int(tries), 'HTTP attempt')} in the last delivery)" if isinstance(tries, int) else ""
         before = f", {_PAUSED_BEFORE}" if earlier else " (no earlier delivery of it was paused)"
+        asked = getattr(exc, "retry_after_asked_s", None)
+        if isinstance(asked, (int, float)):  # the server asked for more than the host's max_retry_after_s
+            pause = (f"(the server asked Retry-After {float(asked):g} s, more than the host's max_retry_after_s "
+                     f"{float(delay):g} s: retried after the cap, no delivery left)")
+            # said first: a long error body is what a 500-character reason cuts short
+            return _clean(f"{type(exc).__name__}: retries exhausted after {n} deliver{'y' if n == 1 else 'ies'} "
+                          f"([queue] max_attempts) {pause}{before}; last failure{tries_text}: {last}")
         # the pause note first: a long error body is what a 500-character reason cuts short
         return _clean(f"{type(exc).__name__}: retries exhausted after {n} deliver{'y' if n == 1 else 'ies'} ([queue] "
                       f"max_attempts){before}; last failure{tries_text}: {last} (Retry-After {float(delay):g} s, "

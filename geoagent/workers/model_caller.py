@@ -1374,10 +1374,14 @@ class ModelCaller(Stage):
             if isinstance(exc, RetriesExhausted) and exc.paused and exc.retry_after_s is not None:
                 # the host asked for a pause longer than the call's backoff: not retried out, so the task goes
                 # back to the queue for after the pause (an attempt counted, [queue] max_attempts), not dead
-                failed = CallFailed(f"{PAUSED_BY_HOST}{_excerpt(exc.last)} (Retry-After {exc.retry_after_s:g} s, "
-                                    f"longer than the host's backoff_max_s; after {count_text(exc.attempts, 'attempt')} "
-                                    "in this delivery)")
+                asked = getattr(exc, "retry_after_asked_s", None)
+                why = (f"Retry-After {asked:g} s asked, more than the host's max_retry_after_s: retried after "
+                       f"{exc.retry_after_s:g} s" if asked is not None else
+                       f"Retry-After {exc.retry_after_s:g} s, longer than the host's backoff_max_s")
+                failed = CallFailed(f"{PAUSED_BY_HOST}{_excerpt(exc.last)} ({why}; after "
+                                    f"{count_text(exc.attempts, 'attempt')} in this delivery)")
                 failed.retry_after_s, failed.paused = float(exc.retry_after_s), True
+                failed.retry_after_asked_s = asked  # for the dead reason (geoagent.runtime.worker.dead_reason)
                 # the real failure, for the dead reason if no delivery is left (geoagent.runtime.worker.dead_reason)
                 failed.last_failure, failed.http_attempts = _excerpt(exc.last), int(exc.attempts)
                 raise failed from None
