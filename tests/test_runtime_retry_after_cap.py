@@ -146,3 +146,17 @@ def test_a_task_asked_to_wait_a_day_is_retried_after_the_cap_and_completes(tmp_p
     out, took = _run(tmp_path, monkeypatch, faults, max_attempts=3, heal=True)
     assert out.counts["requests"].dead == 0 and out.counts["requests"].done == 1, out.summary()
     assert 0.9 < took < 30, took  # waited the 1-s cap, not the day asked
+
+
+def test_the_wikidata_clients_own_refusal_wait_is_capped_by_the_hosts_max_retry_after_s():
+    """The Wikidata client reads a maxlag / ratelimited refusal's Retry-After itself and sleeps it: it used the
+    1-day bound only, so ``Retry-After: 86400`` slept a day; now the host's policy cap applies there too."""
+    from geoagent.clients.wikidata import WikidataClient
+
+    async def go() -> tuple[float, float]:
+        async with HttpClient(default_policy=_policy(max_retry_after_s=30.0)) as http:
+            c = WikidataClient(http, user_agent="geoagent-test (mailto:x@example.org)", policy=None)
+            return (c._wait_after("maxlag", {"lag": 2.0}, {"Retry-After": "86400"}, 1),
+                    c._wait_after("ratelimited", {}, {"Retry-After": "20"}, 1))
+
+    assert asyncio.run(go()) == (30.0, 20.0)
