@@ -286,8 +286,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         # never run (here, nor on the shared Redis): opening the state would create an empty campaign
         print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}): nothing to export", file=sys.stderr)
         return 1
+    from geoagent.runtime.export import simulated_answer_models
+
     with open_state(cfg, recover=False) as state:
         tables = load_kind(cfg.campaign.kind).export(cfg, state.store)  # what the campaign kind calls results
+        # the models whose stored answers are simulated (as recorded with each; the config for older answers)
+        sim = simulated_answer_models(state.store, cfg) if tables else []
     for t in tables:
         print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
     if not tables:
@@ -300,13 +304,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
             print(f"note: rows of replay models hold recorded answers, no model was called (column replayed; "
                   f"{', '.join(notes)})")
     if tables:
-        from geoagent.runtime.export import EXPORT_NOTE_FILE
-        from geoagent.sandbox.launch import simulated_models
+        from geoagent.runtime.export import EXPORT_NOTE_FILE, simulated_from_config_line
 
-        if sim := simulated_models(cfg):  # simulated answers: say where the exports say so
-            notes = sorted({str(p) for t in tables if (p := t.csv.parent / EXPORT_NOTE_FILE).is_file()})
+        notes = sorted({str(p) for t in tables if (p := t.csv.parent / EXPORT_NOTE_FILE).is_file()})
+        if sim:  # simulated answers: say where the exports say so
             print(f"note: rows of {', '.join(sim)} hold simulated answers, from geoagent's simulator, not a model "
                   f"(column simulated; {', '.join(notes) or EXPORT_NOTE_FILE})")
+        if guessed := simulated_from_config_line(tables):  # answers stored before the provider kind was recorded
+            print(f"note: {guessed} ({', '.join(notes) or EXPORT_NOTE_FILE})")
     pending = {e: c for e, c in queue_counts(cfg).items() if c.ready or c.leased}
     if pending:  # still exit 0: what is answered so far is exported (re-export once the campaign is done)
         what = ", ".join(f"{e} ready {c.ready} leased {c.leased}" for e, c in pending.items())

@@ -644,6 +644,10 @@ class HostSection(_Section):
     #: seconds one attempt may take to open its connection; unset: 10 s, or timeout_s when shorter
     connect_timeout_s: float | None = Field(default=None, gt=0)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)  # larger response bodies fail the attempt
+    #: longest pause one Retry-After of this host may set, s (default 900, at most 86400): a server asking for more
+    #: pauses it this long, with a warning, and the task is retried after it (dead-lettered with the reason once
+    #: its attempts are used up) (geoagent.runtime.http.DEFAULT_MAX_RETRY_AFTER_S)
+    max_retry_after_s: float = Field(default=900.0, gt=0, le=86_400.0)
 
     @model_validator(mode="after")
     def _connect_within_timeout(self) -> "HostSection":
@@ -1950,6 +1954,7 @@ def host_policies(cfg: CampaignConfig) -> dict[str, Any]:
             # a model host's entry sets its limits; a paid model's sent request is still never retried
             retry_unknown_outcome=not any(m.paid for m in models),
             max_body_bytes=h.max_body_bytes,
+            max_retry_after_s=h.max_retry_after_s,
             **({"connect_timeout_s": h.connect_timeout_s} if h.connect_timeout_s is not None else {}),
         )
 

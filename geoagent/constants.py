@@ -120,3 +120,18 @@ SERVICE_DRY_RUN = "dry_run"
 #: (no data import into ``state/<campaign>/data/``), and no campaign service (ledger, store, HTTP client, host
 #: board, run lock) is open
 SERVICE_READ_ONLY = "plan_read_only"
+
+#: A stored model response's ``request_meta.provider_kind``: what answered it, recorded at call time (the export's
+#: ``replayed`` / ``simulated`` columns read it, :mod:`geoagent.runtime.export`): geoagent's simulator (provider
+#: ``"simulated"``, or a ``base_url`` on a sandbox model fake, ``*.sandbox.invalid``), a ``replay`` model (a recorded
+#: answer, no call), or a model server (any other: the provider's API, a local server of one's own). A response stored
+#: before this field existed has none: the export then falls back to the current config and says so.
+REQUEST_META_PROVIDER_KIND = "provider_kind"
+PROVIDER_KIND_SIMULATED = "simulated"
+PROVIDER_KIND_REPLAY = "replay"
+PROVIDER_KIND_MODEL = "model"
+PROVIDER_KINDS = (PROVIDER_KIND_SIMULATED, PROVIDER_KIND_REPLAY, PROVIDER_KIND_MODEL)
+#: ctx service: ``[[models]]`` name -> provider kind (:data:`PROVIDER_KINDS`), from the config as written (a sandbox
+#: fake is known by its ``*.sandbox.invalid`` URL, which the launched config no longer has), set by the engine
+#: (:func:`geoagent.sandbox.launch.provider_kinds`); the model caller records each answer's kind from it
+SERVICE_PROVIDER_KINDS = "provider_kinds"

@@ -1462,6 +1462,10 @@ async def run_campaign(
             async with launch(cfg, gazetteer=gazetteer) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
+                from geoagent.sandbox.launch import provider_kinds
+
+                # what answers each model, recorded with each stored answer (request_meta.provider_kind)
+                ctx.services[C.SERVICE_PROVIDER_KINDS] = provider_kinds(written)
                 ctx.services[SERVICE_ACCEPTED_CONFIG_CHANGE] = accepted if accept_config_change else None
                 ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
                 ctx.services[SERVICE_LATE_SIGNALS] = late

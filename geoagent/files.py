@@ -8,6 +8,11 @@ a complete new one, never a half-written one, and concurrent writers never renam
 temporary files (the last rename wins). A failed write removes its temporary file and leaves the target
 as it was; a writer killed mid-write (SIGKILL) leaves it behind, and the next run removes it
 (:func:`remove_stale_temp_files`).
+
+A writer that produces its file piece by piece (the plan record, a batched export) uses the public
+:func:`atomic_stream` (an open file; :meth:`AtomicStream.discard` to keep the old target) or
+:func:`atomic_temp_path` (a path, for writers that take a file name); both lock the temporary file, ``fsync`` it
+before the rename and the folder after it.
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ TMP_SUFFIX = ".tmp"
 
 log = logging.getLogger(__name__)
 
-#: names of the temporary files of :func:`atomic_open` (``.<target>.<pid>.<thread>.<8 hex>.tmp``) and of the
-#: run manifest's rewrite (``.manifest.json.<pid>.tmp``, :mod:`geoagent.runtime.manifest`); group 1 is the pid
+#: names of the temporary files of :func:`atomic_open`, :func:`atomic_stream` and :func:`atomic_temp_path`
+#: (``.<target>.<pid>.<thread>.<8 hex>.tmp``), of the run manifest's rewrite (``.manifest.json.<pid>.tmp``,
+#: :mod:`geoagent.runtime.manifest`) and of the plan record before it used :func:`atomic_stream`
+#: (``.plan_keys.tsv.<pid>.tmp``, left by an older version); group 1 is the pid
 _TEMP_NAMES = (re.compile(r"^\..+\.(\d+)\.\d+\.[0-9a-f]{8}\.tmp$"), re.compile(r"^\.manifest\.json\.(\d+)\.tmp$"),
-               re.compile(r"^\.plan_keys\.tsv\.(\d+)\.tmp$"))  # the plan record (geoagent.runtime.scope.PlanRecorder)
+               re.compile(r"^\.plan_keys\.tsv\.(\d+)\.tmp$"))  # an older plan record's name
 
 
 def _lock_temp(fd: int) -> None:
@@ -130,6 +137,162 @@ def atomic_open(path: str | Path, mode: str = "w", *, encoding: str = "utf-8",
         except FileNotFoundError:
             pass
         raise
+
+
+class AtomicStream:
+    """The open temporary file of :func:`atomic_stream`: write to it, or :meth:`discard` it.
+
+    Attributes
+    ----------
+    path : Path
+        The target file (renamed onto at a clean exit).
+    temp : Path
+        The temporary file being written (``.<target>.<pid>.<thread>.<8 hex>.tmp`` in the target's folder,
+        locked while open).
+    file : file object
+        Open on ``temp`` (text or bytes, as the mode asked).
+    """
+
+    __slots__ = ("path", "temp", "file", "discarded")
+
+    def __init__(self, path: Path, temp: Path, file: IO[Any]) -> None:
+        self.path, self.temp, self.file = path, temp, file
+        self.discarded = False
+
+    def write(self, data: Any) -> int:
+        """Write ``data`` (``str`` in text mode, bytes in ``"wb"``) to the temporary file; returns what
+        ``file.write`` returns (characters or bytes written)."""
+        return self.file.write(data)
+
+    def discard(self) -> None:
+        """Keep the target as it was: at the end of the ``with`` block the temporary file is removed instead
+        of renamed (what an exception does, without raising one)."""
+        self.discarded = True
+
+
+@contextmanager
+def atomic_stream(path: str | Path, mode: str = "w", *, encoding: str = "utf-8", newline: str | None = None,
+                  fsync: bool = True) -> Iterator[AtomicStream]:
+    """Stream a file to ``path`` through a locked temporary file: written as it comes, made visible whole.
+
+    The public helper for a writer that produces its file piece by piece over a long time (a plan record
+    written as the plan streams past, a large export appended batch by batch). The steps:
+
+    1. a temporary file of its own is created next to ``path`` (``O_EXCL``, a name with this process's pid,
+       thread and 32 random bits: ``.<target>.<pid>.<thread>.<8 hex>.tmp``) and locked (exclusive ``flock``,
+       held while it is open);
+    2. the caller writes to it (:meth:`AtomicStream.write` or ``.file``);
+    3. at a clean exit of the ``with`` block it is flushed, ``fsync``-ed (with ``fsync``: its data is on disk
+       before the name points at it, so a power cut after the rename cannot leave an empty or short file
+       under the target's name), renamed over ``path`` with :func:`os.replace` (atomic: a reader sees the old
+       file or the whole new one), and the folder is ``fsync``-ed (best effort) so the rename itself is
+       durable;
+    4. on an exception inside the block, or after :meth:`AtomicStream.discard`, the temporary file is removed
+       and ``path`` is left as it was.
+
+    A process killed inside the block (SIGKILL, power cut) leaves ``path`` as it was and its temporary file
+    behind; :func:`remove_stale_temp_files` (run by the next run of the campaign) removes it once its process
+    is gone and its lock free, and never removes the temporary file of a live writer (its pid is alive here, or
+    its lock is held: a writer in another pid namespace).
+
+    Parameters
+    ----------
+    path : str or Path
+        The target file; its folder is created when missing.
+    mode : str
+        ``"w"`` (text, ``encoding``, ``newline`` as for :func:`open`) or ``"wb"`` (bytes).
+    encoding : str
+        Text encoding for ``"w"``.
+    newline : str or None
+        As for :func:`open` in text mode.
+    fsync : bool
+        ``fsync`` the file before the rename and the folder after it (default True).
+
+    Yields
+    ------
+    AtomicStream
+        The temporary file (``.file``, ``.temp``, ``.path``, ``.write``, ``.discard``).
+
+    Raises
+    ------
+    ValueError
+        For a mode other than ``"w"`` or ``"wb"``.
+    OSError
+        When the folder or the file cannot be written (the temporary file is removed; ``path`` unchanged).
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_stream: mode must be 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path)
+    renamed = False
+    try:
+        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": encoding, "newline": newline})) as fh:
+            stream = AtomicStream(path, tmp, fh)
+            yield stream
+            if not stream.discarded:
+                fh.flush()
+                if fsync:
+                    os.fsync(fh.fileno())
+                # renamed while still open, so its lock covers it up to the rename
+                os.replace(tmp, path)
+                renamed = True
+        if renamed and fsync:
+            _fsync_folder(path.parent)
+    finally:
+        if not renamed:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+@contextmanager
+def atomic_temp_path(path: str | Path, *, fsync: bool = True) -> Iterator[Path]:
+    """:func:`atomic_stream` for a writer that takes a file name rather than an open file (Polars'
+    ``write_parquet`` / ``sink_parquet``): yields the locked temporary file's path (created empty); the caller
+    writes the whole file there by name. At a clean exit the file is ``fsync``-ed (with ``fsync``) and renamed
+    over ``path``; on an exception it is removed and ``path`` is left as it was. The lock is held (the
+    descriptor stays open) until the rename, so :func:`remove_stale_temp_files` leaves it alone meanwhile.
+
+    Raises
+    ------
+    OSError
+        The temporary file cannot be created, written or renamed (removed; ``path`` unchanged).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path)
+    renamed = False
+    try:
+        yield tmp
+        if fsync:
+            os.fsync(fd)  # the same inode the caller wrote by name
+        os.replace(tmp, path)
+        renamed = True
+        if fsync:
+            _fsync_folder(path.parent)
+    finally:
+        os.close(fd)
+        if not renamed:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _fsync_folder(folder: Path) -> None:
+    """``fsync`` a folder so a rename in it is on disk; nothing where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # pragma: no cover - no directory descriptors on this platform
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some file systems refuse fsync on a folder
+        pass
+    finally:
+        os.close(fd)
 
 
 def remove_stale_temp_files(folder: str | Path, *, skip: tuple[str, ...] = ("leases",)) -> list[Path]:

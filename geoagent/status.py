@@ -606,7 +606,7 @@ def format_status(st: dict[str, Any]) -> str:
             name = f"{key} ({labels[host]})" if labels.get(host) else key
             what = "model" if "/" in key else "host"
             lines.append(f"  paused: {what} {name} for another {_duration(left)} (until "
-                         f"{_utc(time.time() + left)}; a Retry-After, at most 1 day): its tasks wait, a run started "
+                         f"{_utc(time.time() + left)}; a Retry-After, at most the host's max_retry_after_s): its tasks wait, a run started "
                          f"now waits too")
     for edge, items in st.get("dead", {}).items():
         for d in items:
@@ -781,7 +781,9 @@ def format_eta(progress: dict[str, Any]) -> str:
     ``eta_waiting``, :func:`geoagent.runtime.progress.eta_waits`); ``"unknown: stage S has completed nothing for N s
     with K task(s) ready on E"`` (or ``K task(s) leased``; several joined by ``;``) while a stage with work ready
     is stalled (the record's ``eta_stalled``, :func:`geoagent.runtime.progress.stalled_stages`): its rate is old,
-    so no time is given from it. A record of a ``--stages`` process (``eta_scope`` lists its
+    so no time is given from it; ``"estimating (model_caller: 2 of 5 completions over 3 of 5 s measured)"`` right
+    after a start or resume, while no stage with work ahead has its rate measured well enough yet (the record's
+    ``eta_estimating``, :meth:`geoagent.runtime.worker.StageStats.eta_ready`). A record of a ``--stages`` process (``eta_scope`` lists its
     stages) says that its ETA covers only those stages, over the work still upstream of them too; a record merged
     from a scale-out run's processes (:func:`geoagent.runtime.progress.merge_records`) is timed by the running
     processes' combined capacities and names the stages no running process times."""
@@ -805,6 +807,14 @@ def format_eta(progress: dict[str, Any]) -> str:
             f"stage {s.get('stage')} has completed nothing for {float(s.get('idle_s') or 0.0):.0f} s with "
             + (f"{s['ready']} task(s) ready on {s.get('input_edge')}" if s.get("ready")
                else f"{s.get('in_flight')} task(s) leased") for s in stalled) + covers
+    estimating = [e for e in progress.get("eta_estimating") or [] if isinstance(e, dict)]
+    if eta is None and estimating:
+        from geoagent.runtime.worker import ETA_MIN_COMPLETIONS, ETA_MIN_WINDOW_S
+
+        return "estimating (" + "; ".join(
+            f"{e.get('stage')}: {min(int(e.get('done') or 0), ETA_MIN_COMPLETIONS)} of {ETA_MIN_COMPLETIONS} "
+            f"completions over {min(float(e.get('over_s') or 0.0), ETA_MIN_WINDOW_S):.0f} of {ETA_MIN_WINDOW_S:.0f} s "
+            "measured" for e in estimating) + ")" + covers
     if eta is None:
         return "unknown (no rate measured yet for a stage with work ahead)" + covers
     stage = progress.get("eta_stage")

@@ -90,7 +90,7 @@ for _ in PlanRecorder(sys.argv[1]).wrap(plan()):
 
 def test_a_plan_record_killed_mid_stream_leaves_a_temp_file_the_next_run_removes(tmp_path):
     """The plan record (``plan_keys.tsv``) is written to a temporary file as the plan streams past; a process
-    SIGKILLed mid-plan left ``.plan_keys.tsv.<pid>.tmp`` behind for good (its name was none the clean-up knows:
+    SIGKILLed mid-plan left ``.plan_keys.tsv.<pid>.tmp`` (now ``.plan_keys.tsv.<pid>.<thread>.<8 hex>.tmp``) behind for good (its name was none the clean-up knows:
     seen in a crash acceptance test). The next run's clean-up removes it; a live recorder's file is kept."""
     state = tmp_path / "state" / "camp"
     state.mkdir(parents=True)
@@ -100,8 +100,9 @@ def test_a_plan_record_killed_mid_stream_leaves_a_temp_file_the_next_run_removes
         assert proc.stdout.readline().strip() == b"inside" and live.stdout.readline().strip() == b"inside"
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        dead = state / f".plan_keys.tsv.{proc.pid}.tmp"
-        alive = state / f".plan_keys.tsv.{live.pid}.tmp"
+        # the record streams through geoagent.files.atomic_stream: .plan_keys.tsv.<pid>.<thread>.<8 hex>.tmp
+        [dead] = [p for p in state.iterdir() if p.name.startswith(f".plan_keys.tsv.{proc.pid}.")]
+        [alive] = [p for p in state.iterdir() if p.name.startswith(f".plan_keys.tsv.{live.pid}.")]
         assert dead.exists() and alive.exists()
         assert remove_stale_temp_files(state) == [dead]
         assert not dead.exists() and alive.exists()

@@ -134,7 +134,9 @@ def test_a_two_model_run_s_eta_covers_the_slow_model_s_work(tmp_path, monkeypatc
 
     async def go():
         async with serve(app) as base:
-            cfgp = generic_campaign(tmp_path, name="eta2", n=48, cap_usd=5.0,
+            # 80 tasks each: the slow model's take ~10 s, so records of the ETA's first
+            # geoagent.runtime.worker.ETA_MIN_WINDOW_S (5 s, "estimating" before) still have its work left
+            cfgp = generic_campaign(tmp_path, name="eta2", n=80, cap_usd=5.0,
                                     models=table("fast", base, 200, 8) + table("slow", base, 8, 1))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -336,11 +336,14 @@ class WikidataClient:
     def _wait_after(self, code: str, err: dict[str, Any], headers: dict[str, str], refusals: int) -> float:
         """Seconds to wait after a maxlag or ratelimited refusal (see class docstring); a ``Retry-After`` is read
         as every host's is (:func:`geoagent.runtime.http.parse_retry_after`: delta-seconds or an HTTP-date) and
-        cut to :data:`geoagent.runtime.http.RETRY_AFTER_MAX_S` (1 day) with a warning
+        cut to the host's ``max_retry_after_s`` (its :class:`~geoagent.runtime.http.HostPolicy` in the HTTP client,
+        default 900 s; :data:`geoagent.runtime.http.RETRY_AFTER_MAX_S`, 1 day, without a client) with a warning
         (:func:`geoagent.runtime.http.capped_retry_after`)."""
         from geoagent.runtime.http import capped_retry_after, header_value, parse_retry_after
 
-        retry_after = capped_retry_after(parse_retry_after(header_value(headers, "Retry-After")), self.host)
+        http = getattr(self, "http", None)
+        cap = http.policy_for(self.host).max_retry_after_s if hasattr(http, "policy_for") else None
+        retry_after = capped_retry_after(parse_retry_after(header_value(headers, "Retry-After")), self.host, max_s=cap)
         if code == "maxlag":
             if retry_after is not None:
                 return retry_after

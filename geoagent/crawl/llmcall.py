@@ -129,5 +129,7 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
                     "prompt_sha256": hashlib.sha256(request.prompt.encode("utf-8")).hexdigest(),
                     "prompt_chars": len(request.prompt), "reserved_usd": held[0].amount_usd,
                     "task": (request.meta or {}).get("task")}
+            if request.provider in ("simulated", "replay"):  # what answered, as a fact of this call (export)
+                meta["provider_kind"] = request.provider  # geoagent.constants.PROVIDER_KIND_SIMULATED / _REPLAY
             await store.aput(request.key(), meta, resp, held[0], cost_usd=cost_usd)
     return resp

@@ -29,13 +29,19 @@ and any concatenation of exports, and the note file gives the details.
 
 Simulated answers get the same treatment: every declared table ends, after ``replayed``, with the Boolean column
 ``simulated``: True on a row whose answer came from geoagent's simulator (a ``[[models]]`` entry with provider
-``"simulated"`` or a ``base_url`` on a local ``*.sandbox.invalid`` model fake,
-:func:`geoagent.sandbox.launch.simulated_models` of the config as written), False on a row of any other model,
-null where the row's model is not known (:func:`_with_replayed`). The simulator's warning
-(:func:`geoagent.sandbox.launch.simulated_note`) goes into each Parquet file's metadata
-(:data:`PARQUET_SIMULATED_KEY`) and into ``export_note.txt``. A sandbox fake's answers are recorded under the
-provider it imitates (``request_meta.provider = "openai"``), so the column, not that field, says they are
-simulated.
+``"simulated"`` or a ``base_url`` on a local ``*.sandbox.invalid`` model fake), False on a row of any other model,
+null where the row's model is not known (:func:`_with_replayed`). It is a fact recorded with each stored response
+at call time: the model caller records what answered (``request_meta.provider_kind``: ``"simulated"``,
+``"replay"`` or ``"model"``, :data:`geoagent.constants.PROVIDER_KINDS`, from the config as written when the call
+was made), and the export reads that, so a config that later renames a model, or moves it to another provider or
+``base_url``, does not change the flags of answers already stored. A response stored before that field existed
+keeps the earlier rule (:func:`geoagent.sandbox.launch.simulated_models` of the config at export time) and the
+export says so: ``export_note.txt`` counts those rows per table (:func:`simulated_from_config_line`,
+:attr:`ExportedTable.simulated_from_config`) and ``run.py export`` prints the line. The simulator's warning
+(:func:`geoagent.sandbox.launch.simulated_note`, naming :func:`simulated_answer_models`) goes into each Parquet
+file's metadata (:data:`PARQUET_SIMULATED_KEY`) and into ``export_note.txt``. A sandbox fake's answers are recorded
+under the provider it imitates (``request_meta.provider = "openai"``), so ``provider_kind``, not that field, says
+they are simulated.
 """
 
 from __future__ import annotations
@@ -115,6 +121,9 @@ class ExportedTable:
     rows: int
     parquet: Path
     csv: Path
+    #: rows whose ``simulated`` flag was taken from the current config, not from a provider kind recorded with
+    #: their stored response (responses stored before geoagent recorded it; :func:`_with_replayed`)
+    simulated_from_config: int = 0
 
 
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -214,21 +223,14 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
     lost each other's file), then renamed over the target. A failed write removes its temporary file and
     leaves the target as it was. ``metadata``: key-value pairs for the Parquet file's metadata (e.g.
     :data:`PARQUET_NOTE_KEY`); the CSV holds data only."""
-    from geoagent.files import _create_temp
+    from geoagent.files import atomic_temp_path
 
     for path, writer in ((Path(parquet_path), "parquet"), (Path(csv_path), "csv")):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = _create_temp(path)
-        os.close(fd)
-        try:
+        with atomic_temp_path(path) as tmp:  # locked while written, fsync-ed, renamed (geoagent.files)
             if writer == "parquet":
                 df.write_parquet(tmp, compression="zstd", **({"metadata": metadata} if metadata else {}))
             else:
                 _csv_ready(df).write_csv(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
 
 def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -318,8 +320,9 @@ def export_table(
     rows = _response_rows(store) if table == RESPONSES_TABLE else with_raw_text(store, store.iter_results(table))
     if rows_hook is not None and table != RESPONSES_TABLE:
         rows = rows_hook(rows)
+    fallback = {"simulated": 0}  # rows whose simulated flag came from the config (counted as they stream past)
     if replayed is not None:
-        rows = _with_replayed(store, rows, replayed, simulated=simulated)
+        rows = _with_replayed(store, rows, replayed, simulated=simulated, fallback=fallback)
     out = Path(out_dir)
     name = stem or table
     parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"
@@ -329,26 +332,35 @@ def export_table(
     if len(first) < batch_rows:
         df = rows_to_frame(first, schema)
         write_frame(df, parquet, csv, metadata=metadata)
-        return ExportedTable(table, df.height, parquet, csv)
+        return ExportedTable(table, df.height, parquet, csv, simulated_from_config=fallback["simulated"])
     batches = _batches(first, rows, batch_rows)
     del first  # the generator holds the first batch until it hands it on: one batch of rows alive at a time
     n = _write_batched(batches, parquet, csv, batch_rows, schema, metadata=metadata)
-    return ExportedTable(table, n, parquet, csv)
+    return ExportedTable(table, n, parquet, csv, simulated_from_config=fallback["simulated"])
 
 
 def _with_replayed(store: Any, rows: Iterable[tuple[str, dict[str, Any]]], replayed: Mapping[str, bool], *,
                    chunk: int = 1000, simulated: Mapping[str, bool] | None = None,
-                   ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each row with a ``model`` gets ``replayed``: from the provider recorded with its request where known (a
-    stored response's ``request_meta.provider``: the row's own for ``model_responses``, else the response of
-    its request key, :meth:`geoagent.runtime.store.ResponseStore.response_sources`), == ``"replay"``; else
-    ``replayed`` of the ``[[models]]`` name that asked (the response's ``model``, else the row's; a GeoVerify
-    replay of every recorded model reports its rows under the recorded names, which the config does not
-    list); None when neither is known. One store query per ``chunk`` rows.
+                   fallback: dict[str, int] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each row with a ``model`` gets ``replayed`` and (with ``simulated``) ``simulated``, from what was recorded
+    with its stored response at call time (the row's own ``request_meta`` for ``model_responses``, else the
+    response of its request key, :meth:`geoagent.runtime.store.ResponseStore.response_sources`), in this order:
 
-    With ``simulated`` (model name -> answers from the simulator) each such row also gets ``simulated``: True
-    when the recorded provider is ``"simulated"``, False when it is ``"replay"``, else as ``simulated`` names
-    the model that asked (a sandbox model fake records the provider it imitates), None for a model not in it."""
+    1. ``request_meta.provider_kind`` (:data:`geoagent.constants.PROVIDER_KINDS`, recorded by the model caller):
+       ``replayed`` is kind == ``"replay"``, ``simulated`` kind == ``"simulated"``; the config is not consulted, so
+       a model renamed, or moved to another provider or ``base_url`` since, keeps the flags of what answered;
+    2. else ``request_meta.provider``: ``"replay"`` / ``"simulated"`` say it; another provider says ``replayed``
+       False, and ``simulated`` is taken from the current config (a sandbox model fake records the provider it
+       imitates, ``"openai"``): ``simulated`` of the ``[[models]]`` name that asked, counted in
+       ``fallback["simulated"]`` (the export says so: :func:`write_export_note`);
+    3. else (no stored response, or one without a recorded provider) both from the current config by name
+       (``replayed`` / ``simulated`` of the response's ``model``, else the row's; a GeoVerify replay of every
+       recorded model reports its rows under the recorded names, which the config does not list), as before; None
+       for a model the config does not name.
+
+    One store query per ``chunk`` rows."""
+    from geoagent.runtime.store import request_meta_source
+
     it = iter(rows)
     while True:
         batch = list(islice(it, chunk))
@@ -361,18 +373,28 @@ def _with_replayed(store: Any, rows: Iterable[tuple[str, dict[str, Any]]], repla
             model = row.get("model")
             if model is not None:
                 meta = row.get("request_meta")
-                asked, provider = (model, meta.get("provider")) if isinstance(meta, dict) else (
-                    sources.get(slot[1], (None, None)) if slot is not None else (None, None))
+                if isinstance(meta, dict):
+                    asked, (provider, kind) = model, request_meta_source(meta)
+                else:
+                    src = sources.get(slot[1]) if slot is not None else None
+                    asked, provider, kind = (tuple(src) + (None,) * 3)[:3] if src else (None, None, None)
                 name = asked if isinstance(asked, str) else model
-                if isinstance(provider, str):
+                if kind is not None:
+                    row["replayed"] = kind == "replay"
+                elif isinstance(provider, str):
                     row["replayed"] = provider == "replay"
                 else:
                     row["replayed"] = replayed.get(name) if isinstance(name, str) else None
                 if simulated is not None:
-                    if provider in ("simulated", "replay"):
+                    if kind is not None:
+                        row["simulated"] = kind == "simulated"
+                    elif provider in ("simulated", "replay"):
                         row["simulated"] = provider == "simulated"
                     else:
                         row["simulated"] = simulated.get(name) if isinstance(name, str) else None
+                        if provider is not None and row["simulated"] is not None and fallback is not None:
+                            # a stored response without the recorded kind: the config decided (said in the note)
+                            fallback["simulated"] = fallback.get("simulated", 0) + 1
             yield key, row
 
 
@@ -487,21 +509,15 @@ def _write_batched(
             del df
         schemas = [dict(pl.read_parquet_schema(p)) for p in parts]
         want = _unified_schema(schemas)
-        from geoagent.files import _create_temp, atomic_open
+        from geoagent.files import atomic_stream, atomic_temp_path
 
-        fd, tmp = _create_temp(parquet_path)  # a temporary file of its own (see write_frame)
-        os.close(fd)
-        try:
+        with atomic_temp_path(parquet_path) as tmp:  # a temporary file of its own (see write_frame)
             # row groups of one batch: the writer then buffers one batch, not ever more of the table
             parts_frame(parts, schemas, want).sink_parquet(tmp, compression="zstd", row_group_size=batch_rows,
                                                            **({"metadata": metadata} if metadata else {}))
-            os.replace(tmp, parquet_path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        with atomic_open(csv_path, "wb") as fh:
+        with atomic_stream(csv_path, "wb") as out:  # appended part by part, renamed whole
             for i, frame in enumerate(conformed_parts(parts, schemas, want)):
-                _csv_ready(frame).write_csv(fh, include_header=i == 0)
+                _csv_ready(frame).write_csv(out.file, include_header=i == 0)
                 del frame
         return n
     finally:
@@ -530,7 +546,7 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
     by an earlier export is removed (the files it spoke of were just rewritten). See the module docstring for why
     the CSV files carry no banner line."""
     replayed, note = _replay_of(cfg)
-    simulated, sim_note = _simulated_of(cfg)
+    simulated, sim_note = _simulated_of(cfg, store)
     metadata = {**({PARQUET_NOTE_KEY: note} if note else {}),
                 **({PARQUET_SIMULATED_KEY: sim_note} if sim_note else {})} or None
     names = list(store.result_tables())
@@ -541,7 +557,7 @@ def export_all(store: Any, out_dir: str | os.PathLike[str], *, include_responses
                         simulated=simulated)
            for t in names]
     note_path = Path(out_dir) / EXPORT_NOTE_FILE
-    if note or sim_note:
+    if note or sim_note or any(t.simulated_from_config for t in out):
         write_export_note(note_path, note, out, simulated_note=sim_note)
     elif cfg is not None:
         note_path.unlink(missing_ok=True)
@@ -558,16 +574,61 @@ def _replay_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
     return replayed, (replay_note(cfg) if any(replayed.values()) else "")
 
 
-def _simulated_of(cfg: Any) -> tuple[dict[str, bool] | None, str]:
-    """(model name -> answers from the simulator, the simulator's warning or ""), or (None, "") without a config
-    (:func:`geoagent.sandbox.launch.simulated_models`, :func:`~geoagent.sandbox.launch.simulated_note`)."""
+def _simulated_of(cfg: Any, store: Any = None) -> tuple[dict[str, bool] | None, str]:
+    """(model name -> answers from the simulator, by the current config; the simulator's warning or ""), or
+    (None, "") without a config (:func:`geoagent.sandbox.launch.simulated_models`,
+    :func:`~geoagent.sandbox.launch.simulated_note`). The warning names :func:`simulated_answer_models` of
+    ``store`` (what the stored answers recorded, the config for those that recorded nothing)."""
     if cfg is None:
         return None, ""
     from geoagent.sandbox.launch import simulated_models, simulated_note
 
     names = simulated_models(cfg)
+    told = simulated_answer_models(store, cfg) if store is not None else names
     return ({m.name: m.name in names for m in getattr(cfg, "models", ())},
-            simulated_note(names) if names else "")
+            simulated_note(told) if told else "")
+
+
+def simulated_answer_models(store: Any, cfg: Any) -> list[str]:
+    """Names of the models whose stored answers came from geoagent's simulator, for the export's note and the
+    ``export`` command's line: each model a stored response of which recorded ``provider_kind = "simulated"`` (or
+    provider ``"simulated"``), plus each model the current config calls simulated
+    (:func:`geoagent.sandbox.launch.simulated_models`) unless every stored response of it recorded another kind
+    (it was answered by a model server or replayed, whatever the config says now). Config order first, then
+    other names sorted. Reads each stored response's request settings once
+    (:meth:`geoagent.runtime.store.ResponseStore.iter_response_meta`); without that method, the config's names."""
+    from geoagent.runtime.store import request_meta_source
+    from geoagent.sandbox.launch import simulated_models
+
+    names = simulated_models(cfg)
+    if not hasattr(store, "iter_response_meta"):
+        return names
+    recorded: dict[str, set[str | None]] = {}
+    for rec in store.iter_response_meta():
+        model = rec.get("model")
+        if not isinstance(model, str):
+            continue
+        provider, kind = request_meta_source(rec.get("request_meta"))
+        if kind is None and provider in ("simulated", "replay"):
+            kind = provider
+        recorded.setdefault(model, set()).add(kind)
+    out = [n for n in names if n not in recorded or "simulated" in recorded[n] or None in recorded[n]]
+    out += sorted(n for n, kinds in recorded.items() if "simulated" in kinds and n not in out)
+    return out
+
+
+def simulated_from_config_line(tables: Iterable[ExportedTable]) -> str:
+    """The line an export whose ``simulated`` column fell back to the current config for some rows carries (in
+    ``export_note.txt`` and on the ``export`` command's output): how many rows of which tables, and why; "" when
+    none did."""
+    counts = [(t.csv.name, t.simulated_from_config) for t in tables if t.simulated_from_config]
+    if not counts:
+        return ""
+    what = ", ".join(f"{n} row{'s' if n != 1 else ''} of {name}" for name, n in counts)
+    return (f"Simulated flag from the current config: {what} have a `simulated` value taken from the config's "
+            "[[models]] as they are now, not from a record of what answered (their responses were stored before "
+            "geoagent recorded the provider kind with each answer). If a model's provider, base_url or name changed "
+            "since they were stored, their flag may be wrong.")
 
 
 def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[ExportedTable], *,
@@ -578,8 +639,14 @@ def write_export_note(path: str | os.PathLike[str], note: str, tables: Iterable[
     (UTF-8 text)."""
     from geoagent.files import atomic_open
 
+    tables = list(tables)
     names = ", ".join(f"{t.csv.name} / {t.parquet.name}" for t in tables) or "none"
+    guessed = [t for t in tables if t.simulated_from_config]
     with atomic_open(path, "w") as fh:
+        if guessed:
+            fh.write(f"{simulated_from_config_line(guessed)}\n\n")
+            if not (simulated_note or note):
+                fh.write(f"Files this note covers (written beside it): {names}.\n")
         if simulated_note:
             fh.write(
                 f"{simulated_note}\n\n"

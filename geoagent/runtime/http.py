@@ -58,7 +58,12 @@ failure says is split by what it is about:
 * a ``Retry-After`` on a 429 pauses the request's key only (the provider's limit of that model);
 * a ``Retry-After`` on a 503 pauses the whole host, every key on it (an overloaded or unavailable service is
   the host's condition; pausing every model is the conservative choice);
-* either pause lasts at most :data:`RETRY_AFTER_MAX_S` (1 day; a longer value is cut to it with a warning);
+* either pause lasts at most the host's ``max_retry_after_s`` (:attr:`HostPolicy.max_retry_after_s`, default
+  :data:`DEFAULT_MAX_RETRY_AFTER_S`, 15 min; never more than :data:`RETRY_AFTER_MAX_S`, 1 day): a server asking
+  for longer gets a warning line naming the key, the value asked and the pause applied, the key is paused for the
+  cap only, and the request ends (``RetriesExhausted`` with ``paused``, ``retry_after_s`` the cap and
+  ``retry_after_asked_s`` the value asked), so a queued task is put back for after the cap and retried, and
+  dead-lettered with that reason once its attempts are used up, instead of the host waiting up to a day;
 * the counters (:meth:`HttpClient.stats`) and the unreachable streak with its fail fast stay per host (a
   network failure is the host's).
 
@@ -140,6 +145,9 @@ class RetriesExhausted(HttpError):
     #: key) is paused instead, so a queue should put the task back after that delay, not give up on it
     #: (:class:`geoagent.workers.model_caller.ModelCaller` nacks it with ``backoff_s = retry_after_s``)
     paused: bool = False
+    #: the ``Retry-After`` the server asked for, seconds, when it was more than the host's ``max_retry_after_s``
+    #: (``retry_after_s`` is then that cap, the pause applied); None when it asked for no more than the cap
+    retry_after_asked_s: float | None = None
 
     def __init__(self, url: str, attempts: int, last: str, retry_after_s: float | None = None) -> None:
         self.url = url
@@ -233,6 +241,11 @@ class HostPolicy:
         request was sent then: such a failure counts toward the host's unreachable streak
         (:meth:`HttpClient.unreachable_streak`), and a request that ends so was never sent
         (:func:`never_sent`; no attempt may have been billed: ``possibly_billed`` 0). Must be > 0.
+    max_retry_after_s : float
+        Longest pause one ``Retry-After`` (or ``retry-after-ms``) of this host may set, in seconds (default
+        :data:`DEFAULT_MAX_RETRY_AFTER_S`, 900 s; at most :data:`RETRY_AFTER_MAX_S` applies). A server asking for
+        more pauses the key this long, with a warning line, and the request ends at once (``paused``; module
+        docstring); config: ``[hosts."name"] max_retry_after_s``. Must be > 0.
     retry_unknown_outcome : bool
         Whether a connection dropped after sending may be retried (True for free GET APIs, False for paid
         model endpoints, where it raises OutcomeUnknown instead).
@@ -253,11 +266,15 @@ class HostPolicy:
     retry_unknown_outcome: bool = True
     max_body_bytes: int = 64 * 1024 * 1024
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    max_retry_after_s: float = 900.0  # DEFAULT_MAX_RETRY_AFTER_S (below)
 
     def __post_init__(self) -> None:
         c = self.connect_timeout_s
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
             raise ValueError(f"connect_timeout_s must be a number of seconds > 0, got {c!r}")
+        m = self.max_retry_after_s
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0 or math.isnan(m):
+            raise ValueError(f"max_retry_after_s must be a number of seconds > 0, got {m!r}")
 
     @property
     def connect_timeout_applied_s(self) -> float:
@@ -522,9 +539,20 @@ _HTTP_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+", re.ASCII)
 #: and honoured as asked.
 RETRY_AFTER_MAX_S = 86_400.0
 
+#: Default longest pause one ``Retry-After`` may set on a host, seconds (15 min): :attr:`HostPolicy.max_retry_after_s`,
+#: ``[hosts."name"] max_retry_after_s``. A server asking for more (a daily quota's ``Retry-After: 86400``, an
+#: HTTP-date a day ahead) used to pause the host, and the run, up to :data:`RETRY_AFTER_MAX_S` (a day) with no
+#: other word than one log line; now the key is paused for the cap, a warning says what was asked and what happens,
+#: and a queued task comes back after the cap (an attempt counted; dead-lettered with the reason once they are used
+#: up). 15 min covers a provider's per-minute and most per-hour limits asking for their reset a few times over; raise
+#: it for a host whose long pauses should be waited out as asked.
+DEFAULT_MAX_RETRY_AFTER_S = 900.0
 
-def capped_retry_after(seconds: float | None, key: str, status: int | None = None) -> float | None:
-    """``seconds`` (a parsed ``Retry-After``: :func:`retry_after_of`) bounded by :data:`RETRY_AFTER_MAX_S`.
+
+def capped_retry_after(seconds: float | None, key: str, status: int | None = None, *,
+                       max_s: float | None = None) -> float | None:
+    """``seconds`` (a parsed ``Retry-After``: :func:`retry_after_of`) bounded by ``max_s`` (the host's
+    :attr:`HostPolicy.max_retry_after_s`; default and at most :data:`RETRY_AFTER_MAX_S`).
 
     Parameters
     ----------
@@ -536,19 +564,31 @@ def capped_retry_after(seconds: float | None, key: str, status: int | None = Non
     status : int, optional
         The answer's HTTP status, named in the warning.
 
+    max_s : float, optional
+        The longest pause, seconds (the host's ``max_retry_after_s``); None: :data:`RETRY_AFTER_MAX_S`.
+
     Returns
     -------
     float or None
-        ``min(seconds, RETRY_AFTER_MAX_S)``; a longer value logs one warning (logger ``geoagent.runtime.http``)
-        with the value asked and the value applied.
+        ``min(seconds, max_s)``; a longer value logs one warning (logger ``geoagent.runtime.http``, shown on the
+        console by ``run``) with the value asked, the pause applied, and what happens to the request.
     """
-    if seconds is None or seconds <= RETRY_AFTER_MAX_S:
+    cap = RETRY_AFTER_MAX_S if max_s is None else min(float(max_s), RETRY_AFTER_MAX_S)
+    if seconds is None or seconds <= cap:
         return seconds
     what = f"HTTP {status} " if status is not None else ""
-    log.warning("%s: the %sanswer asked to wait %.0f s (Retry-After); pausing %s %.0f s (%.0f h) instead, the "
-                "longest pause a Retry-After may set (geoagent.runtime.http.RETRY_AFTER_MAX_S)",
-                key, what, seconds, key, RETRY_AFTER_MAX_S, RETRY_AFTER_MAX_S / 3600)
-    return RETRY_AFTER_MAX_S
+    if max_s is None or cap >= RETRY_AFTER_MAX_S:
+        log.warning("%s: the %sanswer asked to wait %.0f s (Retry-After); pausing %s %.0f s (%.0f h) instead, the "
+                    "longest pause a Retry-After may set (geoagent.runtime.http.RETRY_AFTER_MAX_S)",
+                    key, what, seconds, key, cap, cap / 3600)
+    else:
+        host = key.split("/", 1)[0]
+        log.warning("%s: the %sanswer asked to wait %.0f s (Retry-After), more than the host's max_retry_after_s "
+                    "(%.0f s): pausing %s %.0f s instead, not %.0f s; the request is given up for now: a queued task "
+                    "is retried after the pause (an attempt counted) and dead-lettered with this reason once its "
+                    "attempts are used up ([hosts.\"%s\"] max_retry_after_s sets the cap)",
+                    key, what, seconds, cap, key, cap, seconds, host)
+    return cap
 
 
 def parse_retry_after(value: str | None, now_wall_s: float | None = None) -> float | None:
@@ -631,11 +671,13 @@ class _Retryable(Exception):
     """One failed attempt that may be retried (internal)."""
 
     def __init__(self, reason: str, detail: str, *, retry_after_s: float | None = None, maybe_processed: bool = False,
-                 final: bool = False) -> None:
+                 final: bool = False, retry_after_asked_s: float | None = None) -> None:
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
         self.retry_after_s = retry_after_s
+        #: the Retry-After asked, when more than the host's max_retry_after_s (retry_after_s is then the cap)
+        self.retry_after_asked_s = retry_after_asked_s
         self.maybe_processed = maybe_processed
         self.final = final  # the caller's ``no_retry`` said: do not repeat this request
 
@@ -1479,6 +1521,7 @@ class HttpClient:
                 err.possibly_billed = counter.possibly_billed  # type: ignore[attr-defined]
                 err.host = key
                 err.paused = self._too_long(last, pol)  # stopped for a long Retry-After, not retried out
+                err.retry_after_asked_s = last.retry_after_asked_s  # more than the host's max_retry_after_s
                 if _unreached(last):
                     # the last attempt did not get through to the host: it cannot be reached now (refused, DNS,
                     # connect timeout; an earlier attempt may have gone out on a pooled connection that died)
@@ -1501,8 +1544,10 @@ class HttpClient:
 
     @staticmethod
     def _too_long(exc: _Retryable, pol: HostPolicy) -> bool:
-        """A Retry-After longer than the call's longest backoff: give up now (the host stays paused)."""
-        return exc.retry_after_s is not None and exc.retry_after_s > pol.backoff_max_s
+        """A Retry-After longer than the call's longest backoff, or one asking for more than the host's
+        ``max_retry_after_s``: give up now (the host stays paused)."""
+        return exc.retry_after_s is not None and (exc.retry_after_s > pol.backoff_max_s
+                                                  or exc.retry_after_asked_s is not None)
 
     @staticmethod
     def _finish(resp: HttpResponse, counter: SimpleNamespace) -> HttpResponse:
@@ -1715,9 +1760,15 @@ class HttpClient:
                 # a 429 is the limit of the request's key (providers limit per model): that key waits; a 503
                 # (overloaded, unavailable) is the host's condition: every key on the host waits
                 paused = lim if status == 429 else host
-                retry_after = capped_retry_after(retry_after, paused.key, status)  # at most RETRY_AFTER_MAX_S
+                asked = retry_after
+                # at most the host's max_retry_after_s (a longer ask: a warning, and the request ends now)
+                retry_after = capped_retry_after(retry_after, paused.key, status, max_s=pol.max_retry_after_s)
                 paused.pause(retry_after)
+                over = asked if retry_after is not None and asked > retry_after else None
+            else:
+                over = None
             host.count_error(f"http {status}")
-            raise _Retryable(f"http {status}", excerpt, retry_after_s=retry_after, final=_final(no_retry, resp))
+            raise _Retryable(f"http {status}", excerpt, retry_after_s=retry_after, final=_final(no_retry, resp),
+                             retry_after_asked_s=over)
         host.count_error(f"http {status}")
         raise PermanentHTTPError(status, shown_url, excerpt, _scrub_head(resp.text, BODY_KEEP_CHARS, secrets))

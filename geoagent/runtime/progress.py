@@ -14,7 +14,11 @@ process's record on to the moment it reads it (:func:`record_as_of`). ``capacity
 window's rate up to its last commit: a stage waiting for upstream work is starved, not slower, and its capacity
 stays. ``idle_s`` (since its last commit) and ``stall_after_s`` tell a stalled stage: one with work ready that
 has completed nothing for that long (:func:`stalled_stages`); while any is, the ETA is unknown (``eta_s`` null,
-``eta_stalled`` lists them) rather than timed by a rate it no longer has.
+``eta_stalled`` lists them) rather than timed by a rate it no longer has. Right after a start or resume a stage's
+capacity times the ETA only once it is measured over :data:`geoagent.runtime.worker.ETA_MIN_COMPLETIONS` tasks after
+its first commit and :data:`~geoagent.runtime.worker.ETA_MIN_WINDOW_S` seconds (``eta_ready``; the start-up before the
+first commit never counts); while no stage with work ahead is, ``eta_s`` is null and ``eta_estimating`` lists the
+stages with what they have measured (``status``: "ETA estimating ...").
 
 Each record names the process that wrote it (``pid``, and ``run_id``: the run manifest's id), so that ``status``
 can merge the records of the processes of a scaled-out run (:func:`read_runs`, :func:`merge_records`).
@@ -45,8 +49,8 @@ calls it resolved while the run goes on, not only once the campaign is complete.
 The terminal display (rich ``Live``) shows per-stage rates, spend vs cap and the ETA; it is off when stdout
 is not a TTY, so logs and CI output stay clean.
 
-Pauses on the console: while a host or model key is paused by a ``Retry-After`` (up to
-:data:`geoagent.runtime.http.RETRY_AFTER_MAX_S`, one day), each tick asks the HTTP client which pauses are in
+Pauses on the console: while a host or model key is paused by a ``Retry-After`` (up to the host's
+``max_retry_after_s``, :data:`geoagent.runtime.http.DEFAULT_MAX_RETRY_AFTER_S` by default), each tick asks the HTTP client which pauses are in
 force (:meth:`geoagent.runtime.http.HttpClient.pauses_in_force`) and :class:`PauseNotices` logs one warning line
 per paused key once the pause has been in force for :data:`PAUSE_NOTICE_S` (60 s), then at most once per
 :data:`PAUSE_NOTICE_S` while it lasts: the key (and its readable name), the time it still lasts, when it ends and
@@ -155,7 +159,7 @@ class PauseNotices:
         what = "model" if "/" in key else "host"
         left = math.ceil(left)  # never "0 s" while it is in force
         return (f"paused: {what} {name} for another {_duration(left)} (until {_utc(time.time() + left)}; a "
-                f"Retry-After, at most 1 day): {count_text(waiting, 'call')} of this process waiting for it")
+                f"Retry-After, at most the host's max_retry_after_s): {count_text(waiting, 'call')} of this process waiting for it")
 
 
 class Progress:
@@ -258,7 +262,12 @@ class Progress:
             stages.append(sd)
         # the ETA times each stage by its capacity (its rate while working), not by the display rate, which falls
         # while a stage waits for upstream work: a starved stage is not slower (module docstring, "Rates")
-        rates = {r.stage.name: r.stats.capacity_per_s() for r in run.runners}
+        # a stage not yet measured well enough (right after a start or resume: StageStats.eta_ready) has no rate
+        # for it: its work ahead is not timed, and while no stage is, the ETA says "estimating" (eta_estimating)
+        rates = {r.stage.name: r.stats.capacity_per_s() if r.stats.eta_ready() else 0.0 for r in run.runners}
+        estimating = [] if finished else [
+            {"stage": sd["stage"], "done": sd["eta_measured_done"], "over_s": sd["eta_measured_s"]}
+            for r, sd in zip(run.runners, stages) if not r.stats.eta_ready() and not r.stats.finished]
         # a stage with lanes (the model caller, per model): each lane's tasks left timed by its own rate, the floor
         # of the stage's own time (its rate is mostly a fast lane's once that lane is done)
         floors: dict[str, float] = {}
@@ -275,6 +284,8 @@ class Progress:
         stalled = [] if finished or waiting else stalled_stages(stages, counts)
         if waiting or stalled:  # work is held for a host that is down, or a stage with work ready completes
             eta, eta_stage = None, None  # nothing: no measured rate says when it ends (not "0 s", not a stale rate)
+        if eta is not None or waiting or stalled:
+            estimating = []
         return {
             "t": round(time.time(), 3),
             "campaign": run.campaign,
@@ -288,6 +299,8 @@ class Progress:
             **({"eta_waiting": waiting} if waiting else {}),
             # a stage with work ready that has completed nothing for long: the ETA is unknown (format_eta says so)
             **({"eta_stalled": stalled} if stalled else {}),
+            # no time yet: the stages whose rate is not measured well enough yet (format_eta: "estimating")
+            **({"eta_estimating": estimating} if estimating else {}),
             # None: the ETA covers the whole pipeline; else the stages it covers (this process's, --stages)
             "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else list(rates),
             "http": http,
@@ -853,9 +866,15 @@ def merge_records(
                 m["rate_pids"].append(pid)
                 m["finished"] = m["finished"] and bool(sd.get("finished"))
                 m["rate_per_s"] = round(m["rate_per_s"] + rate_as_of(sd, age), 3)
-                if not stage_stalled(sd, counts, age):  # a stalled process's old rate is no capacity now
+                # a stalled process's old rate is no capacity now; nor is one not measured well enough yet
+                # (eta_ready False: right after its start); older records (no eta_ready): the rate they had
+                if sd.get("eta_ready", True) is False and not sd.get("finished"):
+                    m.setdefault("eta_estimating", []).append(
+                        {"pid": pid, "done": sd.get("eta_measured_done"), "over_s": sd.get("eta_measured_s")})
+                elif not stage_stalled(sd, counts, age):
                     cap = sd.get("capacity_per_s", sd.get("rate_per_s"))  # older records: the rate they had
                     m["capacity_per_s"] = round(m["capacity_per_s"] + float(cap or 0.0), 3)
+                    m["eta_measured"] = True
                 if sd.get("idle_s") is not None:
                     idle = float(sd["idle_s"]) + age
                     m["idle_s"] = round(idle if m["idle_s"] is None else min(m["idle_s"], idle), 1)
@@ -905,6 +924,11 @@ def merge_records(
     stalled = stalled_stages([m for m in merged if m["rate_pids"]], counts) if any(running) and not waiting else []
     if waiting or stalled:
         eta, eta_stage = None, None
+    # stages no running process has measured well enough yet (each process's eta_ready): "estimating"
+    estimating = [] if eta is not None or waiting or stalled or not any(running) else [
+        {"stage": m["stage"], "done": max(int(e.get("done") or 0) for e in m["eta_estimating"]),
+         "over_s": max(float(e.get("over_s") or 0.0) for e in m["eta_estimating"])}
+        for m in merged if m.get("eta_estimating") and not m.get("eta_measured")]
     planned = next((r["planned_by_model"] for r in sorted(records, key=lambda r: -float(r.get("t") or 0.0))
                     if r.get("planned_by_model")), None)
     return {
@@ -918,6 +942,7 @@ def merge_records(
         "eta_stage": eta_stage,
         **({"eta_waiting": waiting} if waiting else {}),
         **({"eta_stalled": stalled} if stalled else {}),
+        **({"eta_estimating": estimating} if estimating else {}),
         "eta_scope": None if {n for n, _, _ in topology} <= set(rates) else [n for n, _, _ in topology if n in rates],
         "eta_untimed": [n for n, _, _ in topology if n not in rates],
         "http": http or None,

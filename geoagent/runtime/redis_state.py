@@ -633,14 +633,16 @@ class RedisResponseStore:
                 out[k] = text
         return out
 
-    def response_sources(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, tuple[str | None, str | None]]:
-        """Request key -> ``(model, provider)`` of the stored response (see the SQLite store's docstring)."""
-        out: dict[str, tuple[str | None, str | None]] = {}
+    def response_sources(self, keys: Iterable[str], *, chunk: int = 500
+                         ) -> dict[str, tuple[str | None, str | None, str | None]]:
+        """Request key -> ``(model, provider, provider_kind)`` of the stored response (see the SQLite store's
+        docstring)."""
+        from geoagent.runtime.store import request_meta_source
+
+        out: dict[str, tuple[str | None, str | None, str | None]] = {}
         for k, rec in self._chunked(keys, chunk):
-            meta = rec["request_meta"]
-            provider = meta.get("provider") if isinstance(meta, dict) else None
             model = rec["model"]
-            out[k] = (model if isinstance(model, str) else None, provider if isinstance(provider, str) else None)
+            out[k] = (model if isinstance(model, str) else None, *request_meta_source(rec["request_meta"]))
         return out
 
     def _chunked(self, keys: Iterable[str], chunk: int) -> Iterator[tuple[str, dict[str, Any]]]:

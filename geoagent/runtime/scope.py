@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from geoagent.files import _lock_temp
+from geoagent.files import atomic_stream
 from geoagent.textfmt import count_text
 
 #: the current plan's task keys, one ``model<TAB>key`` line per planned task (model empty when the task has none)
@@ -56,29 +56,23 @@ class PlanRecorder:
 
     def wrap(self, plan: Iterable[Any]) -> Iterator[Any]:
         """``plan`` unchanged (lazily), each message's key (and payload ``model``) written to the record."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         ok = True
-        complete = False
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                _lock_temp(fh.fileno())  # held until closed: the stale-file clean-up leaves a live recorder's file
-                for msg in plan:
-                    key = msg[0] if isinstance(msg, tuple) and msg else None
-                    payload = msg[1] if isinstance(msg, tuple) and len(msg) > 1 else None
-                    model = payload.get("model") if isinstance(payload, dict) else None
-                    model = model if isinstance(model, str) else ""
-                    if isinstance(key, str) and not any(c in key + model for c in "\t\n\r"):
-                        fh.write(f"{model}\t{key}\n")
-                    else:
-                        ok = False
-                    yield msg
-            complete = True
-        finally:
-            if complete and ok:
-                os.replace(tmp, self.path)
-            else:
-                tmp.unlink(missing_ok=True)
+        # a locked temporary file of its own, renamed over the record once the plan is complete
+        # (geoagent.files.atomic_stream): an aborted plan (an exception, the generator closed early, a kill)
+        # leaves the earlier record as it was; a killed one's temporary file goes at the next run's clean-up
+        with atomic_stream(self.path, "w") as out:
+            for msg in plan:
+                key = msg[0] if isinstance(msg, tuple) and msg else None
+                payload = msg[1] if isinstance(msg, tuple) and len(msg) > 1 else None
+                model = payload.get("model") if isinstance(payload, dict) else None
+                model = model if isinstance(model, str) else ""
+                if isinstance(key, str) and not any(c in key + model for c in "\t\n\r"):
+                    out.write(f"{model}\t{key}\n")
+                else:
+                    ok = False
+                yield msg
+            if not ok:
+                out.discard()
 
 
 def iter_plan_entries(state_dir: str | os.PathLike[str]) -> Iterator[tuple[str, str]] | None:

@@ -61,6 +61,17 @@ def _dumps(obj: Any) -> str:
     return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
+def request_meta_source(meta: Any) -> tuple[str | None, str | None]:
+    """``(provider, provider_kind)`` recorded in a stored response's ``request_meta`` (each None when absent or
+    not a string; a ``provider_kind`` outside :data:`geoagent.constants.PROVIDER_KINDS` reads as None)."""
+    from geoagent.constants import PROVIDER_KINDS, REQUEST_META_PROVIDER_KIND
+
+    if not isinstance(meta, dict):
+        return None, None
+    provider, kind = meta.get("provider"), meta.get(REQUEST_META_PROVIDER_KIND)
+    return (provider if isinstance(provider, str) else None, kind if kind in PROVIDER_KINDS else None)
+
+
 class ResponseStore:
     """Response cache keyed by request key, plus keyed JSON results tables.
 
@@ -215,24 +226,26 @@ class ResponseStore:
                     out[key] = text
         return out
 
-    def response_sources(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, tuple[str | None, str | None]]:
-        """Request key -> ``(model, provider)`` of the stored response: the ``[[models]]`` name that asked and the
-        provider recorded with the request (``request_meta.provider``, e.g. ``"replay"``; None when not
-        recorded), for those of ``keys`` that have a stored response; one query per ``chunk`` keys. Read by the
-        export's ``replayed`` column (:mod:`geoagent.runtime.export`)."""
+    def response_sources(self, keys: Iterable[str], *, chunk: int = 500
+                         ) -> dict[str, tuple[str | None, str | None, str | None]]:
+        """Request key -> ``(model, provider, provider_kind)`` of the stored response: the ``[[models]]`` name that
+        asked, the provider recorded with the request (``request_meta.provider``, e.g. ``"replay"``) and what
+        answered it, recorded at call time (``request_meta.provider_kind``, :data:`geoagent.constants.PROVIDER_KINDS`;
+        None for a response stored before it was recorded), each None when not recorded, for those of ``keys`` that
+        have a stored response; one query per ``chunk`` keys. Read by the export's ``replayed`` and ``simulated``
+        columns (:mod:`geoagent.runtime.export`)."""
         wanted = list(dict.fromkeys(k for k in keys if isinstance(k, str)))
-        out: dict[str, tuple[str | None, str | None]] = {}
+        out: dict[str, tuple[str | None, str | None, str | None]] = {}
         for i in range(0, len(wanted), chunk):
             part = wanted[i:i + chunk]
             marks = ",".join("?" * len(part))
             for key, model, meta in self.db.read(
                     f"SELECT key, model, request_meta FROM responses WHERE key IN ({marks})", tuple(part)):
                 try:
-                    provider = orjson.loads(meta).get("provider")
-                except (orjson.JSONDecodeError, AttributeError):
-                    provider = None
-                out[key] = (model if isinstance(model, str) else None,
-                            provider if isinstance(provider, str) else None)
+                    rm = orjson.loads(meta)
+                except orjson.JSONDecodeError:
+                    rm = None
+                out[key] = (model if isinstance(model, str) else None, *request_meta_source(rm))
         return out
 
     # -- results tables ---------------------------------------------------------------------------

@@ -205,6 +205,12 @@ DEFER_STEP_S = 0.25
 WALK_LEASES = 4
 #: the window of the per-lane rates in the progress stream (StageStats.lane_rates), s
 LANE_RATE_WINDOW_S = 10.0
+#: a stage's rate times the ETA only once this many tasks completed after its first commit (in this process) ...
+ETA_MIN_COMPLETIONS = 5
+#: ... over at least this many seconds from that first commit (StageStats.eta_ready): the start-up before the first
+#: commit (opening the state, planning, the first connection) never counts, nor does a burst of a few quick commits;
+#: until then the ETA says "estimating" (geoagent.status.format_eta)
+ETA_MIN_WINDOW_S = 5.0
 
 
 @dataclass(slots=True)
@@ -251,6 +257,8 @@ class StageStats:
     #: its limits alone (:meth:`stall_after_s`)
     pace_s: float = 0.0
     _lane_marks: deque[tuple[float, dict[str, int]]] = field(default_factory=lambda: deque(maxlen=256))
+    #: (monotonic time, ``done``) of the stage's first commit in this process (:meth:`eta_measured`)
+    _first_commit: tuple[float, int] | None = None
 
     def note_error(self, reason: str, host: str | None = None, *, dead: bool = False, dedupe: bool = False) -> None:
         """Record ``reason`` as the stage's latest error (``last_errors``, the 5 latest; ``dedupe``: not again when
@@ -269,6 +277,25 @@ class StageStats:
         """Count ``n`` tasks committed at ``now`` (``time.monotonic()`` seconds; default: the clock now)."""
         self.done += n
         self._recent.append((time.monotonic() if now is None else float(now), self.done))
+        if self._first_commit is None:
+            self._first_commit = self._recent[-1]
+
+    def eta_measured(self) -> tuple[int, float]:
+        """``(tasks, seconds)`` measured for the ETA so far: the tasks committed after the stage's first commit in
+        this process and the seconds from that commit to the last one; ``(0, 0.0)`` before a second commit."""
+        if self._first_commit is None or not self._recent:
+            return 0, 0.0
+        t0, n0 = self._first_commit
+        t1, n1 = self._recent[-1]
+        return n1 - n0, max(0.0, t1 - t0)
+
+    def eta_ready(self) -> bool:
+        """Whether the stage's capacity is measured well enough to time the ETA: at least
+        :data:`ETA_MIN_COMPLETIONS` tasks after its first commit, over at least :data:`ETA_MIN_WINDOW_S` s
+        (:meth:`eta_measured`). Right after a start or resume it is not: one commit's rate counts the start-up,
+        two quick commits' a burst."""
+        done, span_s = self.eta_measured()
+        return done >= ETA_MIN_COMPLETIONS and span_s >= ETA_MIN_WINDOW_S
 
     def rate_per_s(self, now: float | None = None) -> float:
         """Display throughput, tasks/s: the tasks committed in the window of the last ~64 commits over the time
@@ -342,7 +369,8 @@ class StageStats:
         the last ``rate_window_s`` seconds (so a later reader can carry it on: ``rate * w / (w + age)``,
         :func:`geoagent.runtime.progress.record_as_of`), ``capacity_per_s`` (while working, the ETA's,
         :meth:`capacity_per_s`); ``idle_s`` since the last commit (None before the first), ``stall_after_s``
-        (:meth:`stall_after_s`); with lanes, ``lanes``: per lane (the model caller: per model) ``done``, ``dead``
+        (:meth:`stall_after_s`); ``eta_ready``, ``eta_measured_done`` and ``eta_measured_s`` (:meth:`eta_ready`:
+        whether the capacity times the ETA yet, and the tasks and seconds it is measured over); with lanes, ``lanes``: per lane (the model caller: per model) ``done``, ``dead``
         (dead-lettered) and ``rate_per_s`` (:meth:`lane_rates`)."""
         now = time.monotonic() if now is None else float(now)
         idle = self.idle_s(now)
@@ -360,6 +388,10 @@ class StageStats:
             "rate_per_s": round(self.rate_per_s(now), 3),
             "rate_window_s": round(max(0.0, now - self._window()[1]), 3),
             "capacity_per_s": round(self.capacity_per_s(), 3),
+            # whether capacity_per_s times the ETA yet, and what it is measured over (eta_ready)
+            "eta_ready": self.eta_ready(),
+            "eta_measured_done": self.eta_measured()[0],
+            "eta_measured_s": round(self.eta_measured()[1], 1),
             "idle_s": None if idle is None else round(idle, 1),
             "stall_after_s": round(self.stall_after_s(), 1),
             "finished": self.finished,
@@ -523,6 +555,13 @@ def dead_reason(exc: BaseException, task: Task) -> str:
         tries = getattr(exc, "http_attempts", None)
         tries_text = f" ({_count(int(tries), 'HTTP attempt')} in the last delivery)" if isinstance(tries, int) else ""
         before = f", {_PAUSED_BEFORE}" if earlier else " (no earlier delivery of it was paused)"
+        asked = getattr(exc, "retry_after_asked_s", None)
+        if isinstance(asked, (int, float)):  # the server asked for more than the host's max_retry_after_s
+            pause = (f"(the server asked Retry-After {float(asked):g} s, more than the host's max_retry_after_s "
+                     f"{float(delay):g} s: retried after the cap, no delivery left)")
+            # said first: a long error body is what a 500-character reason cuts short
+            return _clean(f"{type(exc).__name__}: retries exhausted after {n} deliver{'y' if n == 1 else 'ies'} "
+                          f"([queue] max_attempts) {pause}{before}; last failure{tries_text}: {last}")
         # the pause note first: a long error body is what a 500-character reason cuts short
         return _clean(f"{type(exc).__name__}: retries exhausted after {n} deliver{'y' if n == 1 else 'ies'} ([queue] "
                       f"max_attempts){before}; last failure{tries_text}: {last} (Retry-After {float(delay):g} s, "

@@ -85,6 +85,9 @@ class FaultConfig:
     retry_after_kinds : tuple of str
         Injected faults whose answer carries ``Retry-After``: ``("429",)`` by default; add ``"503"`` for an
         overloaded service asking for a pause (``"429"``, ``"500"`` and ``"503"`` may be named).
+    retry_after_date : bool
+        Send the ``Retry-After`` as an HTTP-date (RFC 9110 10.2.3: ``Wed, 03 Dec 2026 01:00:00 GMT``, now +
+        ``retry_after_s``, whole seconds) instead of delta-seconds. Default False.
     timeout_delay_s : float
         Stall of the ``"timeout"`` fault, in seconds; make it exceed the client's per-attempt timeout.
     only_paths : tuple of str or None
@@ -103,6 +106,7 @@ class FaultConfig:
     seed: int = 0
     retry_after_s: float = 1.0
     retry_after_kinds: tuple[str, ...] = ("429",)
+    retry_after_date: bool = False
     timeout_delay_s: float = 30.0
     only_paths: tuple[str, ...] | None = None
     log_max: int = 100_000
@@ -228,6 +232,14 @@ FAULT_RECORD_KEY: Any = web.RequestKey("sandbox_fault_record", RequestRecord) if
     else "geoagent_sandbox_fault_record"
 
 
+def _http_date(unix_s: float) -> str:
+    """``unix_s`` as an HTTP-date (IMF-fixdate, GMT, whole seconds rounded up)."""
+    import email.utils
+    import math
+
+    return email.utils.formatdate(math.ceil(unix_s), usegmt=True)
+
+
 def _format_retry_after(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
 
@@ -347,7 +359,8 @@ async def _apply(kind: str | None, request: web.Request, handler: _Handler, cfg:
         resp = _error_json(429, "rate limit exceeded (injected fault)") if kind == "429" else \
             _error_json(int(kind), f"injected fault {kind}")
         if kind in cfg.retry_after_kinds:
-            resp.headers["Retry-After"] = _format_retry_after(cfg.retry_after_s)
+            resp.headers["Retry-After"] = (_http_date(time.time() + cfg.retry_after_s) if cfg.retry_after_date
+                                           else _format_retry_after(cfg.retry_after_s))
         return resp
     if kind == "timeout":
         if not await _stall(request, cfg.timeout_delay_s):

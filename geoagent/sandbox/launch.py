@@ -138,6 +138,27 @@ def simulated_models(cfg: Any) -> list[str]:
     return out
 
 
+def provider_kinds(cfg: Any) -> dict[str, str]:
+    """``[[models]]`` name -> what answers it (:data:`geoagent.constants.PROVIDER_KINDS`): ``"simulated"`` for the
+    models :func:`simulated_models` names among the entries (provider ``"simulated"``, or a sandbox model fake's
+    ``base_url``), ``"replay"`` for a ``replay`` model, ``"model"`` for any other. Pass the config as written (the
+    launched one has the fakes' local ports instead of their ``*.sandbox.invalid`` names). The model caller records
+    each answer's kind with it (``request_meta.provider_kind``), so an export made after the config changed still
+    says which stored answers were simulated."""
+    from geoagent import constants as C
+
+    sim = set(_simulated_entries(cfg))
+    out = {}
+    for m in getattr(cfg, "models", None) or []:
+        if m.name in sim:
+            out[m.name] = C.PROVIDER_KIND_SIMULATED
+        elif getattr(m, "provider", None) == "replay":
+            out[m.name] = C.PROVIDER_KIND_REPLAY
+        else:
+            out[m.name] = C.PROVIDER_KIND_MODEL
+    return out
+
+
 def _simulated_entries(cfg: Any) -> list[str]:
     out = []
     for m in getattr(cfg, "models", None) or []:

@@ -226,6 +226,22 @@ EXCERPT_CHARS = 300
 STOP_NOT_SENT = "stop requested before the request was sent: released unsent"
 
 
+def provider_kind(m: Any, kinds: Any = None) -> str | None:
+    """What answers model ``m`` (:data:`geoagent.constants.PROVIDER_KINDS`), recorded with each stored answer as
+    ``request_meta.provider_kind``: ``kinds[m.name]`` (the engine's :data:`~geoagent.constants.SERVICE_PROVIDER_KINDS`,
+    from the config as written) where given, else ``"simulated"`` / ``"replay"`` for those providers; None when it
+    is not known (another provider without the engine's mapping: a sandbox fake cannot be told from a model server
+    by its launched URL), and nothing is recorded."""
+    if isinstance(kinds, dict) and kinds.get(getattr(m, "name", None)) in C.PROVIDER_KINDS:
+        return str(kinds[m.name])
+    provider = getattr(m, "provider", None)
+    if provider == "simulated":
+        return C.PROVIDER_KIND_SIMULATED
+    if provider == "replay":
+        return C.PROVIDER_KIND_REPLAY
+    return None
+
+
 class CallFailed(RuntimeError):
     """A retryable call failure (outcome unknown, malformed body, host unreachable below its breaker's threshold):
     the runner nacks and retries the task. ``unreachable_streak``: ``(host, streak id)`` when the host could not be
@@ -1250,6 +1266,9 @@ class ModelCaller(Stage):
                 "reserved_usd": reservation.amount_usd,
                 "task_key": task.key,
             }
+            kind = provider_kind(m, ctx.services.get(C.SERVICE_PROVIDER_KINDS))
+            if kind is not None:  # what answered, as a fact of this call (the export's simulated column reads it)
+                meta[C.REQUEST_META_PROVIDER_KIND] = kind
             # store + settle in one transaction; shielded so a shutdown cannot cut it in half
             await store.put_shielded(key, meta, response, reservation, cost_usd=cost_usd)
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
@@ -1374,10 +1393,14 @@ class ModelCaller(Stage):
             if isinstance(exc, RetriesExhausted) and exc.paused and exc.retry_after_s is not None:
                 # the host asked for a pause longer than the call's backoff: not retried out, so the task goes
                 # back to the queue for after the pause (an attempt counted, [queue] max_attempts), not dead
-                failed = CallFailed(f"{PAUSED_BY_HOST}{_excerpt(exc.last)} (Retry-After {exc.retry_after_s:g} s, "
-                                    f"longer than the host's backoff_max_s; after {count_text(exc.attempts, 'attempt')} "
-                                    "in this delivery)")
+                asked = getattr(exc, "retry_after_asked_s", None)
+                why = (f"Retry-After {asked:g} s asked, more than the host's max_retry_after_s: retried after "
+                       f"{exc.retry_after_s:g} s" if asked is not None else
+                       f"Retry-After {exc.retry_after_s:g} s, longer than the host's backoff_max_s")
+                failed = CallFailed(f"{PAUSED_BY_HOST}{_excerpt(exc.last)} ({why}; after "
+                                    f"{count_text(exc.attempts, 'attempt')} in this delivery)")
                 failed.retry_after_s, failed.paused = float(exc.retry_after_s), True
+                failed.retry_after_asked_s = asked  # for the dead reason (geoagent.runtime.worker.dead_reason)
                 # the real failure, for the dead reason if no delivery is left (geoagent.runtime.worker.dead_reason)
                 failed.last_failure, failed.http_attempts = _excerpt(exc.last), int(exc.attempts)
                 raise failed from None
