@@ -644,10 +644,10 @@ class HostSection(_Section):
     #: seconds one attempt may take to open its connection; unset: 10 s, or timeout_s when shorter
     connect_timeout_s: float | None = Field(default=None, gt=0)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)  # larger response bodies fail the attempt
-    #: longest pause one Retry-After of this host may set, s (default 900, at most 86400): a server asking for more
+    #: longest pause one Retry-After of this host may set, s (default and at most 86400, a day: honoured as asked): a server asking for more
     #: pauses it this long, with a warning, and the task is retried after it (dead-lettered with the reason once
     #: its attempts are used up) (geoagent.runtime.http.DEFAULT_MAX_RETRY_AFTER_S)
-    max_retry_after_s: float = Field(default=900.0, gt=0, le=86_400.0)
+    max_retry_after_s: float = Field(default=86_400.0, gt=0, le=86_400.0)
 
     @model_validator(mode="after")
     def _connect_within_timeout(self) -> "HostSection":

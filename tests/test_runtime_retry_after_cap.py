@@ -3,8 +3,9 @@
 Before (session 13 check): a ``Retry-After: 86400`` (or an HTTP-date a day ahead) on a 429 paused the model's key for
 86,400 s (:data:`geoagent.runtime.http.RETRY_AFTER_MAX_S`, the only bound) and the model caller put the task back
 for 86,400 s: the run sat waiting a day, saying only one log line. Now each host has a cap, ``max_retry_after_s``
-(:attr:`geoagent.runtime.http.HostPolicy.max_retry_after_s`, ``[hosts."name"] max_retry_after_s``, default
-:data:`geoagent.runtime.http.DEFAULT_MAX_RETRY_AFTER_S`, 900 s): a longer ask pauses the key for the cap only, prints
+(:attr:`geoagent.runtime.http.HostPolicy.max_retry_after_s`, ``[hosts."name"] max_retry_after_s``; the default,
+:data:`geoagent.runtime.http.DEFAULT_MAX_RETRY_AFTER_S`, is the day-long bound, so a long pause is waited out as asked
+unless a lower cap is configured): a longer ask than the cap pauses the key for the cap only, prints
 a warning that says what was asked and what happens, and the task is retried after the cap (an attempt counted) and
 dead-lettered with that reason once its attempts are used up. Local aiohttp fakes (the echo fake's status route,
 the OpenAI fake's fault injection, which sends the header as delta-seconds or as an HTTP-date).
@@ -49,17 +50,21 @@ async def _ask(retry_after: str, pol: HostPolicy, status: int = 429) -> tuple[Re
 def test_the_default_cap_is_documented_and_configurable():
     from geoagent.config import HostSection
 
-    assert DEFAULT_MAX_RETRY_AFTER_S == 900.0 == HostPolicy().max_retry_after_s == HostSection(rate=1).max_retry_after_s
+    # the default waits a long pause out as asked (a quota reset keeps every queued task alive); a cap is opt-in
+    assert DEFAULT_MAX_RETRY_AFTER_S == DAY_S == HostPolicy().max_retry_after_s == HostSection(rate=1).max_retry_after_s
+    assert HostSection(rate=1, max_retry_after_s=900).max_retry_after_s == 900.0
+    with pytest.raises(ValueError):
+        HostSection(rate=1, max_retry_after_s=DAY_S + 1)
     with pytest.raises(ValueError):
         HostPolicy(max_retry_after_s=0)
 
 
 def test_a_day_long_retry_after_pauses_the_key_for_the_cap_with_a_warning(caplog):
     caplog.set_level(logging.WARNING, logger="geoagent.runtime.http")
-    err, left, key, took = asyncio.run(_ask("86400", _policy()))
-    # before: retry_after_s 86400 and the key paused a day
-    assert err.retry_after_s == DEFAULT_MAX_RETRY_AFTER_S and err.retry_after_asked_s == DAY_S and err.paused
-    assert DEFAULT_MAX_RETRY_AFTER_S - 5 < left <= DEFAULT_MAX_RETRY_AFTER_S, left
+    err, left, key, took = asyncio.run(_ask("86400", _policy(max_retry_after_s=900.0)))
+    # before: retry_after_s 86400 and the key paused a day, whatever the host's configured cap
+    assert err.retry_after_s == 900.0 and err.retry_after_asked_s == DAY_S and err.paused
+    assert 900.0 - 5 < left <= 900.0, left
     assert err.attempts == 1 and took < 5  # given up at once, not retried nor waited out in the call
     (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert key in line and "asked to wait 86400 s" in line and "max_retry_after_s (900 s)" in line, line
@@ -76,7 +81,7 @@ def test_an_http_date_a_day_ahead_on_a_503_pauses_the_host_for_its_own_cap():
 
 def test_a_retry_after_within_the_cap_is_honoured_as_asked(caplog):
     caplog.set_level(logging.WARNING, logger="geoagent.runtime.http")
-    err, left, _, _ = asyncio.run(_ask("600", _policy()))
+    err, left, _, _ = asyncio.run(_ask("600", _policy(max_retry_after_s=900.0)))
     assert err.retry_after_s == 600.0 and err.retry_after_asked_s is None and 595 < left <= 600
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 

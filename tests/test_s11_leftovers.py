@@ -21,7 +21,7 @@ from geoagent.sandbox.server import serve
 
 # --- 1. a Retry-After beyond any sensible pause --------------------------------------------------------------
 RETRY_AFTER_MAX_S = 86_400.0  # documented bound (geoagent.runtime.http.RETRY_AFTER_MAX_S, checked below)
-# a host whose cap is raised to the absolute bound ([hosts] max_retry_after_s = 86400; the default, 15 min, is
+# a host whose cap is the absolute bound ([hosts] max_retry_after_s = 86400, also the default; lower caps are
 # tests/test_runtime_retry_after_cap.py's): the bound still holds above any cap
 P = HostPolicy(rate=1000, period_s=1.0, concurrency=4, max_attempts=1, backoff_base_s=0.005, backoff_max_s=0.02,
                timeout_s=5.0, max_retry_after_s=RETRY_AFTER_MAX_S)

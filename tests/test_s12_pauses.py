@@ -16,7 +16,7 @@ from geoagent.sandbox.server import serve
 #: one attempt, a backoff far below the pauses asked for
 P = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=1, backoff_base_s=0.005, backoff_max_s=0.02,
                timeout_s=10.0)
-#: the same, for a host configured to wait out a Retry-After of up to a day (the default caps it at 15 min)
+#: the same, for a host set to wait out a Retry-After of up to a day (also the default; a lower cap is opt-in)
 P_HOUR = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=1, backoff_base_s=0.005, backoff_max_s=0.02,
                     timeout_s=10.0, max_retry_after_s=86_400.0)
 
@@ -308,7 +308,7 @@ def test_status_of_a_redis_campaign_shows_a_pause_posted_on_the_server(tmp_path,
     cfg = load_config(p)
     assert "paused:" not in format_status(campaign_status(cfg))
 
-    P = P_HOUR  # this host waits out an hour's Retry-After (max_retry_after_s above the 15-min default)
+    P = P_HOUR  # this host waits out an hour's Retry-After (max_retry_after_s = 1 day, the default)
 
     async def pause_published() -> str:
         from geoagent.runtime.hostshare_redis import redis_board_pauses

@@ -59,11 +59,11 @@ failure says is split by what it is about:
 * a ``Retry-After`` on a 503 pauses the whole host, every key on it (an overloaded or unavailable service is
   the host's condition; pausing every model is the conservative choice);
 * either pause lasts at most the host's ``max_retry_after_s`` (:attr:`HostPolicy.max_retry_after_s`, default
-  :data:`DEFAULT_MAX_RETRY_AFTER_S`, 15 min; never more than :data:`RETRY_AFTER_MAX_S`, 1 day): a server asking
-  for longer gets a warning line naming the key, the value asked and the pause applied, the key is paused for the
-  cap only, and the request ends (``RetriesExhausted`` with ``paused``, ``retry_after_s`` the cap and
-  ``retry_after_asked_s`` the value asked), so a queued task is put back for after the cap and retried, and
-  dead-lettered with that reason once its attempts are used up, instead of the host waiting up to a day;
+  :data:`DEFAULT_MAX_RETRY_AFTER_S` = :data:`RETRY_AFTER_MAX_S`, 1 day: a long pause is waited out as asked); with
+  a lower cap configured, a server asking for longer gets a warning line naming the key, the value asked and the
+  pause applied, the key is paused for the cap only, and the request ends (``RetriesExhausted`` with ``paused``,
+  ``retry_after_s`` the cap and ``retry_after_asked_s`` the value asked), so a queued task is put back for after
+  the cap and retried, and dead-lettered with that reason once its attempts are used up;
 * the counters (:meth:`HttpClient.stats`) and the unreachable streak with its fail fast stay per host (a
   network failure is the host's).
 
@@ -243,7 +243,7 @@ class HostPolicy:
         (:func:`never_sent`; no attempt may have been billed: ``possibly_billed`` 0). Must be > 0.
     max_retry_after_s : float
         Longest pause one ``Retry-After`` (or ``retry-after-ms``) of this host may set, in seconds (default
-        :data:`DEFAULT_MAX_RETRY_AFTER_S`, 900 s; at most :data:`RETRY_AFTER_MAX_S` applies). A server asking for
+        :data:`DEFAULT_MAX_RETRY_AFTER_S`, 1 day: honoured as asked; at most :data:`RETRY_AFTER_MAX_S` applies). A server asking for
         more pauses the key this long, with a warning line, and the request ends at once (``paused``; module
         docstring); config: ``[hosts."name"] max_retry_after_s``. Must be > 0.
     retry_unknown_outcome : bool
@@ -266,7 +266,7 @@ class HostPolicy:
     retry_unknown_outcome: bool = True
     max_body_bytes: int = 64 * 1024 * 1024
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-    max_retry_after_s: float = 900.0  # DEFAULT_MAX_RETRY_AFTER_S (below)
+    max_retry_after_s: float = 86_400.0  # DEFAULT_MAX_RETRY_AFTER_S (below)
 
     def __post_init__(self) -> None:
         c = self.connect_timeout_s
@@ -539,14 +539,13 @@ _HTTP_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+", re.ASCII)
 #: and honoured as asked.
 RETRY_AFTER_MAX_S = 86_400.0
 
-#: Default longest pause one ``Retry-After`` may set on a host, seconds (15 min): :attr:`HostPolicy.max_retry_after_s`,
-#: ``[hosts."name"] max_retry_after_s``. A server asking for more (a daily quota's ``Retry-After: 86400``, an
-#: HTTP-date a day ahead) used to pause the host, and the run, up to :data:`RETRY_AFTER_MAX_S` (a day) with no
-#: other word than one log line; now the key is paused for the cap, a warning says what was asked and what happens,
-#: and a queued task comes back after the cap (an attempt counted; dead-lettered with the reason once they are used
-#: up). 15 min covers a provider's per-minute and most per-hour limits asking for their reset a few times over; raise
-#: it for a host whose long pauses should be waited out as asked.
-DEFAULT_MAX_RETRY_AFTER_S = 900.0
+#: Default longest pause one ``Retry-After`` may set on a host, seconds (1 day, the bound): :attr:`HostPolicy.max_retry_after_s`,
+#: ``[hosts."name"] max_retry_after_s``. A provider's long ``Retry-After`` is usually a real quota reset (an
+#: hourly or daily limit) and waiting it out keeps every queued task alive, with a console line each minute
+#: saying what the run waits for. Set a lower cap for a host whose long pauses should rather be probed again
+#: after the cap: the key is then paused for the cap only, a warning says what was asked and what happens, and
+#: a queued task comes back after the cap (an attempt counted; dead-lettered with the reason once they are used up).
+DEFAULT_MAX_RETRY_AFTER_S = RETRY_AFTER_MAX_S
 
 
 def capped_retry_after(seconds: float | None, key: str, status: int | None = None, *,
