@@ -87,6 +87,10 @@ DEFAULT_BACKOFF_MAX_S = 300.0
 
 # --- protocol constants (seed 000) ------------------------------------------------------------
 EARTH_RADIUS_KM = 6371.0088  # mean Earth radius (IUGG); matches the release's d_km to 1e-4 km
+#: the largest distance two points on Earth's surface can have, km: half the equatorial circumference (WGS 84
+#: equatorial radius 6378.137 km; above pi * EARTH_RADIUS_KM, the haversine maximum, so any radius convention
+#: fits under it). A ladder ``dist_km`` or trial ``d_km`` above it is a corrupt value, refused where it is read.
+MAX_SURFACE_DISTANCE_KM = 3.141592653589793 * 6378.137
 GEOVERIFY_TAU_KM = 0.15  # Sec. 5: claim tolerance tau = 150 m
 GEOVERIFY_DECOY_BANDS_KM = ((0.15, 0.3), (0.3, 0.7), (0.7, 1.5), (1.5, 3.0), (3.0, 6.0))  # Sec. 5.2
 LADDER_BANDS_KM = ((0.5, 1.5), (1.5, 3.0), (3.0, 6.0))  # Sec. 3.3

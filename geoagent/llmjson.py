@@ -87,6 +87,11 @@ class Candidate:
         The text ended inside the value; ``value`` holds what was complete.
     rules : frozenset of str
         Leniency rules (``RULE_*``) that fired while reading it.
+    repeated : tuple of (str, Any)
+        Keys the outermost object gives more than once, each with a value the dict lost (``{"city": "Paris",
+        "city": "Lyon"}`` reads as ``{"city": "Lyon"}`` with ``repeated == (("city", "Paris"),)``), in order;
+        a task parser compares them with the kept value (two answers in one object), ``json.loads`` silently
+        keeps the last.
     """
 
     source: str
@@ -96,6 +101,7 @@ class Candidate:
     error: str | None
     truncated: bool = False
     rules: frozenset[str] = frozenset()
+    repeated: tuple[tuple[str, Any], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -151,6 +157,7 @@ class _Reader:
         self.partial_strings = partial_strings
         self.max_depth = max_depth
         self.depth = 0
+        self.repeated: list[tuple[str, Any]] = []
 
     def ws(self) -> None:
         s = self.s
@@ -309,6 +316,8 @@ class _Reader:
                     raise _Syntax(f"expected ':' after key {k!r}")
                 self.i += 1
                 v = self.value()
+                if k in out and self.depth == 1:  # the outermost object (value() may have gone deeper and back)
+                    self.repeated.append((k, out[k]))
                 out[k] = v
                 self.ws()
                 if self.i >= self.n:
@@ -398,7 +407,8 @@ def _read(source: str, start: int, percent: bool, partial_strings: bool, max_dep
         return Candidate(source, start, start, None, str(exc), False, frozenset(r.rules)), r.i - start
     except RecursionError:  # max_depth above the interpreter's limit
         return Candidate(source, start, start, None, "nested too deeply", False, frozenset(r.rules)), r.i - start
-    return Candidate(source, start, r.i, value, None, r.truncated, frozenset(r.rules)), r.i - start
+    return (Candidate(source, start, r.i, value, None, r.truncated, frozenset(r.rules), tuple(r.repeated)),
+            r.i - start)
 
 
 def iter_candidates(source: str, openers: str = "{", *, nested: bool = True, percent: bool = False,

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from geoagent import constants as C
 from geoagent import paths
 from geoagent.geo import continent_code
 from geoagent.data.model import (
@@ -145,6 +146,17 @@ def _float(value: Any, col: str, *, lo: float | None = None, hi: float | None = 
 def _opt_float(row: dict[str, Any], col: str, **kw: float) -> float | None:
     v = _opt(row, col)
     return None if v is None else _float(v, col, **kw)
+
+
+def _opt_distance_km(row: dict[str, Any], col: str) -> float | None:
+    """An optional distance column in km (a ladder's ``dist_km``, a trial's ``d_km``): absent, or a finite number
+    in ``[0, constants.MAX_SURFACE_DISTANCE_KM]``. Raises RowError naming the column and the value otherwise (a
+    corrupt 1e200 km overflowed the slope regression's X'X, whose fit then blamed "all hint distances equal")."""
+    x = _opt_float(row, col, lo=0)
+    if x is not None and x > C.MAX_SURFACE_DISTANCE_KM:
+        raise RowError(f"column {col!r}: {_opt(row, col)} km is farther than any two points on Earth "
+                       f"(at most {C.MAX_SURFACE_DISTANCE_KM:.1f} km, half the equatorial circumference)")
+    return x
 
 
 def _opt_int(row: dict[str, Any], col: str, **kw: float) -> int | None:
@@ -320,7 +332,7 @@ def _ladder_point(site_id: str) -> Callable[[dict[str, Any]], ReferencePoint]:
             name_zh=_opt(row, "name_zh"),
             lat=_opt_float(row, "lat", lo=-90, hi=90),
             lon=_opt_float(row, "lon", lo=-180, hi=180),
-            dist_km=_opt_float(row, "dist_km", lo=0),
+            dist_km=_opt_distance_km(row, "dist_km"),
             referenceability=None if fam is None else int(round(fam)),
             usable=True,
             band=_opt(row, "band"),
@@ -358,7 +370,7 @@ def _trial(row: dict[str, Any]) -> VerifyTrial:
         cand_lat=cand_lat,
         cand_lon=cand_lon,
         referenceability=_opt_float(row, "fam", lo=0, hi=5),
-        d_km=_opt_float(row, "d_km", lo=0),
+        d_km=_opt_distance_km(row, "d_km"),
         band=_opt(row, "band"),
         truth=truth,
         continent=_continent(row, "cont") or None,

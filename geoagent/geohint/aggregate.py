@@ -100,6 +100,7 @@ from typing import Any
 
 import numpy as np
 
+from geoagent import constants as C
 from geoagent.data.model import LADDER_BAND_LABELS
 from geoagent.geohint.echo import DEFAULT_ECHO_RULE, ECHO_RULE_NAME, check_echo_rule
 from geoagent.geohint.parse import EVIDENCE_CATEGORIES, NOT_VISIBLE, PATTERN_READ_ERROR, parse_answer
@@ -459,7 +460,22 @@ class GeoHintAggregator:
         return r.echo, str(rule or ECHO_RULE_NAME)
 
     def add(self, r: GeoHintResult) -> bool:
-        """Add one scored result; returns False (and changes nothing) for an already-seen key."""
+        """Add one scored result; returns False (and changes nothing) for an already-seen key.
+
+        Raises
+        ------
+        ValueError
+            ``r.dist_km`` is no distance on Earth (not a finite number in ``[0, constants.MAX_SURFACE_DISTANCE_KM]``
+            km: a corrupt ladder row scored before the importer refused it); the message names the result key and
+            the value, and nothing is added (before, 1e200 km overflowed the slope regression, whose fit then said
+            "X'X is singular" and the table showed a dash).
+        """
+        if r.dist_km is not None:
+            d = r.dist_km
+            if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= C.MAX_SURFACE_DISTANCE_KM:
+                raise ValueError(f"GeoHint result {r.key!r} (site {r.site!r}, reference {r.ref_qid or r.ref_name!r}): "
+                                 f"hint distance dist_km={d!r} is no distance on Earth (0 to "
+                                 f"{C.MAX_SURFACE_DISTANCE_KM:.1f} km); its ladder row is corrupt")
         if r.key in self.keys:
             return False
         self.keys.add(r.key)

@@ -254,12 +254,13 @@ def _place_fields(obj: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _key_clash(obj: dict[str, Any]) -> str | None:
-    """The first place field one object gives twice, under keys that differ only in case or spaces, with
-    different values (``{"city": "Paris", "City": "Lyon"}`` -> ``"city: 'paris' vs 'lyon'"``), else None. Read
-    as one field, the last spelling would win without a word."""
+def _key_clash(obj: dict[str, Any], repeated: tuple[tuple[str, Any], ...] = ()) -> str | None:
+    """The first place field one object gives twice, under keys that differ only in case or spaces or under the
+    same key (``repeated``: the earlier values the reader's dict lost, :attr:`geoagent.llmjson.Candidate.repeated`),
+    with different values (``{"city": "Paris", "City": "Lyon"}`` -> ``"city: 'paris' vs 'lyon'"``), else None.
+    Read as one field, the last spelling would win without a word."""
     seen: dict[str, str] = {}
-    for k, v in obj.items():
+    for k, v in [*repeated, *obj.items()]:
         name = str(k).strip().lower()
         if name not in ("city", "area", "building", "place"):
             continue
@@ -281,6 +282,19 @@ def _clash(places: list[dict[str, str]]) -> str | None:
             if other != value:
                 return f"{name}: {other!r} vs {value!r}"
     return None
+
+
+# a double-quoted string in a JSON key or value position: after "{", "[", "," or ":" (spaces allowed); a quote
+# mark in prose (5" tall) is preceded by something else and opens no span
+_JSON_STRING = re.compile(r'(?<=[{\[,:])(\s*)"(?:[^"\\]|\\.)*"')
+
+
+def _json_string_spans(raw: str) -> list[tuple[int, int]]:
+    """``(start, end)`` offsets of the double-quoted JSON string literals in ``raw`` (opening to closing quote
+    inclusive, end exclusive), for the pattern fallback: a ``key: value`` pattern that starts strictly inside
+    one is text of a value (a clue saying "city: 'Lyon'"), not a field (before session 13 it was read as the
+    city, ahead of the real ``"city"`` key after it)."""
+    return [(m.start() + len(m.group(1)), m.end()) for m in _JSON_STRING.finditer(raw)]
 
 
 def _score(obj: dict[str, Any]) -> int:
@@ -314,7 +328,7 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         read = read or method
         sc = _score(obj)
         if sc:
-            inner = _key_clash(obj)
+            inner = _key_clash(obj, cand.repeated)
             if inner is not None:  # one object naming two places for one field: never the last spelling
                 ans.error = f"conflicting answers in one response ({inner})"
                 # no place, but the object still carries its checklist (Table 11 counts it, as the release's
@@ -341,7 +355,10 @@ def parse_answer(text: str | None) -> ParsedAnswer:
             ans.ok, ans.error = False, "JSON object has no city, area or building"
         return ans
     pairs = {}
+    inside = _json_string_spans(raw)
     for m in _PAIR.finditer(raw):
+        if any(s < m.start() < e for s, e in inside):  # "city: 'Lyon'" within a clue's text is no key
+            continue
         key = m.group("key").lower()
         if key in SCHEMA_KEYS and key not in pairs:
             val = m.group("dq") if m.group("dq") is not None else m.group("sq") if m.group("sq") is not None else m.group("num")

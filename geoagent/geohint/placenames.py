@@ -17,10 +17,13 @@ NULL_ANSWERS = frozenset(
     {"", "unknown", "unk", "n/a", "na", "none", "null", "not visible", "not sure", "unclear", "unsure", "-", "?"}
 )
 
-# Street designators that END a linear feature's name ("Canal Street", "Meiji-dori", "Friedrichstraße").
+# The release's lists (Yifan1209/geocontext, geocontext/geocode.py ``_LINEAR_SUFFIX`` and ``_LINEAR_PREFIX``, lines
+# 226-235, read by its ``is_linear`` at the place level) are all in ours; ours adds designators of more languages.
+# Street designators that END a linear feature's name ("Canal Street", "Meiji-dori", "Friedrichstraße"); the
+# release's "crossing", "intersection" and "freeway" too ("Shibuya Crossing" is no point a photo was taken at).
 _LINEAR_SUFFIX_WORDS = (
     "street", "st", "road", "rd", "avenue", "ave", "av", "boulevard", "blvd", "lane", "ln", "drive", "dr",
-    "highway", "parkway", "pkwy", "expressway", "alley", "dori", "dōri", "doori", "dôri", "douri",
+    "highway", "parkway", "pkwy", "expressway", "freeway", "crossing", "intersection", "alley", "dori", "dōri", "doori", "dôri", "douri",
     "strasse", "straße", "str", "gasse", "allee", "laan", "straat", "gade", "gatan", "vej", "utca", "ulica",
     "caddesi", "sokak", "promenade", "embankment", "broadway", "prospekt", "ulitsa", "pereulok", "shosse",
     "naberezhnaya", "улица", "проспект", "переулок", "шоссе", "набережная", "bulvar", "бульвар",
@@ -28,18 +31,28 @@ _LINEAR_SUFFIX_WORDS = (
 # Designators that START a linear feature's name ("Rue de Rivoli", "Calle Mayor", "Avenida Paulista").
 _LINEAR_PREFIX_WORDS = (
     "rue", "calle", "avenida", "avenue", "av", "boulevard", "bd", "blvd", "via", "viale", "carrer", "rua",
-    "calzada", "paseo", "passeig", "strada", "corso", "quai", "gran via", "allée", "allee", "rambla",
+    "calzada", "paseo", "passeig", "strada", "corso", "quai", "gran via", "allée", "allee", "straße", "strasse",
+    "rambla",
     "ulitsa", "odos", "leoforos", "jalan", "duong", "đường", "phố", "pho", "ulica", "ul.", "улица",
     "проспект", "thanon", "sharia", "shari", "شارع", "rehov", "רחוב", "carrera",
 )
-# Compound endings written without a space ("Friedrichstraße", "Omotesando-dori", "表参道通り").
-_LINEAR_COMPOUND_ENDINGS = ("straße", "strasse", "gasse", "allee", "straat", "gatan", "-dori", "-dōri", "通り", "大街", "大道",
-                            "路", "대로")
+# Compound endings written without a space ("Friedrichstraße", "Omotesando-dori", "表参道通り"); as in the release,
+# the romanised bound morphemes -zaka (slope: "Dogenzaka") and -bashi (bridge: "Nihonbashi") and the kanji street
+# and slope endings (通, 坂, 坂上, 坂下, 坂道, 街道, 大路). Not the release's bare 街: it also ends district names
+# (中華街, Chinatown; 商店街, a shopping street's whole quarter).
+_LINEAR_COMPOUND_ENDINGS = ("straße", "strasse", "gasse", "allee", "straat", "gatan", "-dori", "-dōri", "zaka", "bashi",
+                            "通り", "通", "坂", "坂上", "坂下", "坂道", "街道", "大街", "大道", "大路", "路", "대로")
 # Compound starts written without a space (Thai "ถนนสุขุมวิท", Thanon Sukhumvit).
 _LINEAR_COMPOUND_STARTS = ("ถนน",)
 
 _SUFFIX_RE = re.compile(r"(?:^|\s)(?:" + "|".join(re.escape(w) for w in _LINEAR_SUFFIX_WORDS) + r")\.?$", re.IGNORECASE)
-_PREFIX_RE = re.compile(r"^(?:" + "|".join(re.escape(w) for w in _LINEAR_PREFIX_WORDS) + r")\s+\S", re.IGNORECASE)
+# the designator is a whole word ("Viaduct", "Avalon", "Phoenix" are not "via", "av", "pho"), an abbreviation
+# may carry its period ("Av. Paulista"), and a name follows
+_PREFIX_RE = re.compile(r"^(?:" + "|".join(re.escape(w) for w in _LINEAR_PREFIX_WORDS) + r")\.?\s+\S", re.IGNORECASE)
+# short designators that also begin business names ("Pho 10", "Pho 24": noodle restaurants; "Via 45"): followed by
+# a bare number and nothing else, the name is not a street's ("Pho Hue", "Via 20 Settembre", "Av. 9 de Julio" are).
+# Full designators keep numbered streets ("Calle 72", "Carrera 7" in Bogota's grid).
+_SHORT_PREFIX_NUMBER_RE = re.compile(r"^(?:pho|via|av)\.?\s+\d+[a-z]?$", re.IGNORECASE)
 _HOUSE_NUMBER_RE = re.compile(r"^\d+[a-z]?\s", re.IGNORECASE)  # "500 Fifth Avenue" is a building address
 _PAREN_RE = re.compile(r"\s*[\(\[（【][^\)\]）】]*[\)\]）】]")
 _PAREN_CONTENT_RE = re.compile(r"[\(\[（【]([^\)\]）】]*)[\)\]）】]")
@@ -108,16 +121,20 @@ def is_linear_name(text: str | None) -> bool:
 
     A name is linear when, after removing parenthetical asides, it ends with a street designator
     ("Canal Street", "Meiji-dōri", "Friedrichstraße") or starts with one in a language that puts it
-    first ("Rue de Rivoli", "Calle Mayor"). Addresses with a house number ("500 Fifth Avenue") name a
-    building, and names that merely contain a designator ("Park Street Church", "Broadway station") are
-    not linear. Wikidata classes catch the rest (see :data:`geoagent.geohint.geocode.LINEAR_CLASSES`).
+    first ("Rue de Rivoli", "Calle Mayor"). Crossings and intersections ("Shibuya Crossing") and the bound
+    morphemes -zaka and -bashi ("Dogenzaka", "Nihonbashi") count, as in the release. Addresses with a house
+    number ("500 Fifth Avenue") name a building, a short designator followed only by a number ("Pho 10", a
+    restaurant; "Via 45") names a business, and names that merely contain a designator ("Park Street
+    Church", "Broadway station") are not linear. Wikidata classes catch the rest (see
+    :data:`geoagent.geohint.geocode.LINEAR_CLASSES`).
 
-    Source: seed 000 Sec. 4.3 fault 2 and Sec. 7.
+    Source: seed 000 Sec. 4.3 fault 2 and Sec. 7; the release's ``geocontext/geocode.py`` ``is_linear``
+    (Yifan1209/geocontext @ f4975f2, lines 221-238), whose word lists this one contains.
     """
     if not text:
         return False
     core = strip_parentheticals(text).strip().rstrip(".")
-    if not core or _HOUSE_NUMBER_RE.match(core):
+    if not core or _HOUSE_NUMBER_RE.match(core) or _SHORT_PREFIX_NUMBER_RE.match(core):
         return False
     if _SUFFIX_RE.search(core) or _PREFIX_RE.search(core):
         return True

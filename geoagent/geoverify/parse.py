@@ -174,7 +174,9 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     (3) otherwise a regex for ``verdict: yes|no`` anywhere; (4) otherwise a bare leading ``Yes``/``No`` that
     stands alone (end of text, line break or ``.!,;:)`` after it, so not "No doubt ..." or "no-entry ...")
     and is not contradicted by the opposite word standing alone later ("No, but ... yes." fails). An object
-    whose verdict keys disagree (``{"answer": "no", "verdict": "yes"}``) fails the same way.
+    whose verdict keys disagree (``{"answer": "no", "verdict": "yes"}``, or one key given twice) fails the same
+    way, and so does another object, or a labelled ``verdict: yes|no`` in the prose outside the objects, that
+    states the opposite verdict; text inside an object's string values (its evidence) is never read as one.
     Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
     [0, 1] becomes None (rule ``confidence_invalid``).
     """
@@ -216,7 +218,7 @@ def _parse(raw: str | None) -> ParsedVerdict:
             verdict = _norm_verdict(v, rules)
             if verdict is None:
                 return ParsedVerdict(False, None, None, (), f"verdict is not yes/no: {v!r}", tuple(sorted(rules)), text)
-            if _keys_disagree(obj, verdict):  # {"answer": "no", "verdict": "yes"}: never the first key's guess
+            if _keys_disagree(obj, verdict, cand.repeated):  # {"answer": "no", "verdict": "yes"}: no first guess
                 return ParsedVerdict(False, None, None, (), "conflicting verdicts in one answer (yes and no)",
                                      tuple(sorted(rules)), text)
             if _conflicting(text, verdict):  # e.g. {"verdict": "yes"} ... "I meant" {"verdict": "no"}
@@ -245,26 +247,33 @@ def _parse(raw: str | None) -> ParsedVerdict:
     return ParsedVerdict(False, None, None, (), best_reason, tuple(sorted(rules)), text)
 
 
-def _keys_disagree(obj: dict[str, Any], verdict: str) -> bool:
-    """Whether another verdict key of the same object (``verdict``, ``answer``, ``decision``, any case) states
-    the opposite verdict; a value that is no yes/no at all is not counted (``"answer": "a church"``)."""
-    for k, v in obj.items():
+def _keys_disagree(obj: dict[str, Any], verdict: str, repeated: tuple[tuple[str, Any], ...] = ()) -> bool:
+    """Whether another verdict key of the same object (``verdict``, ``answer``, ``decision``, any case), or the
+    same key given twice (``repeated``: the values the reader's dict lost, :attr:`geoagent.llmjson.Candidate.
+    repeated`), states the opposite verdict; a value that is no yes/no at all is not counted
+    (``"answer": "a church"``)."""
+    for k, v in [*obj.items(), *repeated]:
         if str(k).strip().lower() in _VERDICT_KEYS and _norm_verdict(v, set()) not in (None, verdict):
             return True
     return False
 
 
 def _conflicting(text: str, verdict: str) -> bool:
-    """Whether another top-level JSON object, or a labelled ``verdict: yes|no`` anywhere in ``text``, states
-    the opposite verdict (an ambiguous answer is a parse failure, never the first guess)."""
-    if any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer(text)):
-        return True
+    """Whether another top-level JSON object (or a key one object gives twice), or a labelled ``verdict: yes|no``
+    in the prose outside the objects, states the opposite verdict (an ambiguous answer is a parse failure,
+    never the first guess).
+
+    The labelled pattern is searched only outside the objects read (each complete or cut-off top-level object
+    is blanked first): words inside an object's string values are the model's evidence, not a second verdict
+    (before session 13 ``{"verdict": "yes", "evidence": ["The verdict: no obvious mismatch"]}`` was a failure).
+    A malformed object is not blanked, so its text still counts (conservative)."""
+    prose = list(text)
     for cand in iter_candidates(text, "{", nested=False, percent=True):
         if cand.ok and isinstance(cand.value, dict):
-            has_v, v = _lookup(cand.value, _VERDICT_KEYS)
-            if has_v and _norm_verdict(v, set()) not in (None, verdict):
+            prose[cand.start : cand.end] = " " * (cand.end - cand.start)
+            if _keys_disagree(cand.value, verdict, cand.repeated):
                 return True
-    return False
+    return any(m.group(1).lower() != verdict for m in _RX_VERDICT.finditer("".join(prose)))
 
 
 def _from_regex(word: str, text: str, rules: set[str]) -> ParsedVerdict:

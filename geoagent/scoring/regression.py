@@ -119,7 +119,8 @@ class ClusterOLS:
         Raises
         ------
         ValueError
-            Wrong shapes or non-finite values.
+            Wrong shapes, non-finite values, or values so large that ``X'X`` or ``X'y`` overflows (e.g. a corrupt
+            hint distance of 1e200 km); the message names ``cluster`` and the first such row, and nothing is added.
         """
         X = np.asarray(X, dtype=float)
         y = np.asarray(y, dtype=float)
@@ -131,12 +132,18 @@ class ClusterOLS:
             raise ValueError("X and y must be finite")
         if X.shape[0] == 0:
             return
+        with np.errstate(over="ignore", invalid="ignore"):
+            xtx, xty, yty = X.T @ X, X.T @ y, float(y @ y)
+        if not (np.isfinite(xtx).all() and np.isfinite(xty).all() and np.isfinite(yty)):
+            for xi, yi in zip(X, y):
+                _check_row(cluster, [float(v) for v in xi], float(yi))
+            raise ValueError(f"cluster {cluster!r}: the rows' sums of squares overflow (values too large to regress)")
         st = self.clusters.get(cluster)
         if st is None:
             st = self.clusters[cluster] = ClusterStats(np.zeros((self.k, self.k)), np.zeros(self.k), 0.0, 0)
-        st.xtx += X.T @ X
-        st.xty += X.T @ y
-        st.yty += float(y @ y)
+        st.xtx += xtx
+        st.xty += xty
+        st.yty += yty
         st.n += int(X.shape[0])
 
     def add_row(self, cluster: Hashable, x: tuple[float, ...] | list[float], y: float) -> None:
@@ -145,7 +152,9 @@ class ClusterOLS:
         Raises
         ------
         ValueError
-            Wrong length or non-finite values.
+            Wrong length, non-finite values, or a value whose square overflows (e.g. a corrupt hint distance of
+            1e200 km: before, it made ``X'X`` infinite and the fit said "X'X is singular"); the message names
+            ``cluster`` and the row, and nothing is added.
         """
         k = self.k
         if len(x) != k:
@@ -153,7 +162,8 @@ class ClusterOLS:
         xs = [float(v) for v in x]
         y = float(y)
         if not all(np.isfinite(xs)) or not np.isfinite(y):
-            raise ValueError("X and y must be finite")
+            raise ValueError(f"cluster {cluster!r}: row x={xs}, y={y}: X and y must be finite")
+        _check_row(cluster, xs, y)
         st = self.clusters.get(cluster)
         if st is None:
             st = self.clusters[cluster] = ClusterStats(np.zeros((k, k)), np.zeros(k), 0.0, 0)
@@ -216,6 +226,12 @@ class ClusterOLS:
             xtx += st.xtx
             xty += st.xty
             yty += st.yty
+        if not (np.isfinite(xtx).all() and np.isfinite(xty).all()):
+            bad = [g for g, st in self.clusters.items() if st.n > 0 and any(st is c for c in chosen)
+                   and not (np.isfinite(st.xtx).all() and np.isfinite(st.xty).all())]
+            raise ValueError(f"X'X or X'y is not finite (overflow from a value too large to regress, e.g. a corrupt "
+                             f"hint distance) in cluster(s) {bad[:5]!r}" if bad else
+                             "X'X or X'y is not finite (the clusters' sums overflow together: values too large to regress)")
         if _rank_deficient(xtx):
             raise ValueError("X'X is singular (e.g. all hint distances equal)")
         try:
@@ -245,6 +261,16 @@ class ClusterOLS:
         sigma2 = rss / (n - k)
         bse_nonrobust = np.sqrt(np.diag(bread) * sigma2)
         return ClusterOLSResult(beta, bse, tvalues, pvalues, cov, bse_nonrobust, n, G)
+
+
+def _check_row(cluster: Hashable, xs: list[float], y: float) -> None:
+    """Raise ValueError naming ``cluster`` and the row when one of the row's products in ``X'X``/``X'y``/``y'y``
+    is not finite (finite values whose product overflows, e.g. a hint distance of 1e200 km squared)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        ok = np.isfinite(np.outer(xs, xs)).all() and np.isfinite(np.multiply(xs, y)).all() and np.isfinite(y * y)
+    if not ok:
+        raise ValueError(f"cluster {cluster!r}: row x={xs}, y={y} overflows X'X (a value too large to regress; "
+                         "a corrupt hint distance?)")
 
 
 def _rank_deficient(xtx: np.ndarray, *, rtol: float = 1e-10) -> bool:
