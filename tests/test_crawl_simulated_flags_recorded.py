@@ -164,3 +164,28 @@ def test_older_answers_without_the_record_keep_the_config_rule_and_the_note_coun
     n_dec = pl.read_parquet(export / "audit_decisions.parquet").height
     assert f"{n_images} rows of image_audit.csv" in line and f"{n_dec} rows of audit_decisions.csv" in line, line
     assert "may be wrong" in line, line
+
+
+def test_an_auditor_answered_by_both_kinds_is_told_apart_per_image_and_left_null_elsewhere(tmp_path):
+    """The same auditor name answered by the simulator and then by a model server (the config changed mid-crawl):
+    each image_audit row follows its own image's record; rows of a table that only name the auditor cannot be
+    told apart and get null, not a guess (and are not counted as taken from the config)."""
+    from geoagent.crawl.export import export_crawl_tables
+    from geoagent.crawl.image_audit import IMAGE_AUDIT_COLUMNS
+
+    state = tmp_path / "state"
+    for i, kind in ((1, "simulated"), (2, "model")):
+        f = state / "image_audit" / "s1" / f"{i}.json"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(orjson.dumps({"image_id": str(i), "site": "s1", "path": f"s1/{i}.jpg", "model": VISION,
+                                    "audit": {}, "provider_kind": kind}))
+    (state / "image_audit.csv").write_text(
+        ",".join(IMAGE_AUDIT_COLUMNS) + "\n" + "".join(f"s1/{i}.jpg,s1" + "," * (len(IMAGE_AUDIT_COLUMNS) - 2) + "\n"
+                                                       for i in (1, 2)), encoding="utf-8")
+    (state / "audit_decisions.jsonl").write_bytes(orjson.dumps({"qid": "Q1", "label": "x", "model": VISION}) + b"\n")
+    cfg = load_config(_config(tmp_path / "c.toml", tmp_path,
+                              vision=_entry(VISION, "v-1", "openai", "http://127.0.0.1:9/v1", 400), text=None))
+    tables = {t.table: t for t in export_crawl_tables(state, tmp_path / "export", cfg=cfg)}
+    assert pl.read_parquet(tmp_path / "export" / "image_audit.parquet")["simulated"].to_list() == [True, False]
+    assert pl.read_parquet(tmp_path / "export" / "audit_decisions.parquet")["simulated"].to_list() == [None]
+    assert tables["image_audit"].simulated_from_config == 0 and tables["audit_decisions"].simulated_from_config == 0
