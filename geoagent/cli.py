@@ -288,10 +288,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 1
     from geoagent.runtime.export import simulated_answer_models
 
+    kind = load_kind(cfg.campaign.kind)
     with open_state(cfg, recover=False) as state:
-        tables = load_kind(cfg.campaign.kind).export(cfg, state.store)  # what the campaign kind calls results
-        # the models whose stored answers are simulated (as recorded with each; the config for older answers)
-        sim = simulated_answer_models(state.store, cfg) if tables else []
+        tables = kind.export(cfg, state.store)  # what the campaign kind calls results
+        # the models whose stored answers are simulated (as recorded with each; the config for older answers);
+        # a kind keeping answers in files of its own (a crawl's auditors) says so itself
+        own = getattr(kind, "simulated_answer_models", None)
+        sim = ((own(cfg, state.store) if own is not None else simulated_answer_models(state.store, cfg))
+               if tables else [])
     for t in tables:
         print(f"{t.table}: {t.rows} rows -> {t.parquet}, {t.csv}")
     if not tables:

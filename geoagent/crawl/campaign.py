@@ -143,8 +143,17 @@ class CrawlCampaign(CampaignKind):
         tables = export_crawl_tables(cfg.state_dir(), out, cfg=cfg)
         if store.count_responses() or store.result_tables():
             tables += export_all(store, out, include_responses=store.count_responses() > 0, cfg=cfg)
-        write_crawl_export_note(out, tables, cfg)  # after export_all: one note covering every table
+        write_crawl_export_note(out, tables, cfg, cfg.state_dir())  # after export_all: one note for every table
         return tables
+
+    def simulated_answer_models(self, cfg: Any, store: Any = None) -> list[str]:
+        """Names of the auditors whose answers came from geoagent's simulator, for ``run.py export``'s line: as
+        recorded with each answer in the crawl's own files (every auditor answer is there, metered or not;
+        :func:`geoagent.crawl.export.crawl_simulated` with the state folder), the config's rule for auditors that
+        recorded nothing. ``store`` is not read (the kind's hook has the campaign kinds' signature)."""
+        from geoagent.crawl.export import crawl_simulated
+
+        return crawl_simulated(cfg, cfg.state_dir())[3]
 
     def handoff_snapshot(self, cfg: Any, ctx: StageContext) -> dict[str, Any]:
         """On the event loop's thread, before an idle hand-off: the crawl services (whose paths do not change)

@@ -433,11 +433,67 @@ AUDITOR_TABLES = {"image_audit": "image_audit", "candidate_referenceability": "r
                   "audit_review_resolved": "referenceability", "audit_review_log": "referenceability"}
 
 
-def crawl_simulated(cfg: Any) -> tuple[dict[str, bool], dict[str, bool], str]:
-    """What the config as written says of the crawl's auditors: ``(role -> answered by the simulator, model name ->
-    answered by the simulator, the simulator's warning or "")`` (:func:`geoagent.sandbox.launch.simulated_auditors`,
-    :func:`~geoagent.sandbox.launch.simulated_models`, :func:`~geoagent.sandbox.launch.simulated_note`). The
-    model names are the auditors' and the ``[[models]]`` entries'; another model is not known."""
+def recorded_auditor_kinds(state_dir: str | Path) -> tuple[dict[str, set[str]], dict[str, str]]:
+    """What answered the crawl's auditors, as recorded with each answer at call time
+    (:func:`geoagent.crawl.llmcall.auditor_provider_kind`, :data:`geoagent.constants.PROVIDER_KINDS`).
+
+    Reads the image audits (``image_audit/<site>/<image>.json``, ``provider_kind``) and the referenceability
+    auditor's raw answer log (``audit_raw_answers.jsonl``, ``provider_kind``; one line in memory at a time; a
+    torn or malformed line is skipped, as the auditor's own reader does). Answers stored before the kind was
+    recorded (crawls before session 13) carry none and count for nothing here.
+
+    Returns
+    -------
+    (dict, dict)
+        Auditor model name -> the kinds recorded with its answers (a name answered by both the simulator and a
+        model server under one config after another has two), and image path (``<site>/<image_id>.jpg``, the
+        ``image`` column of ``image_audit.csv``) -> the kind recorded with its audit.
+    """
+    from geoagent.crawl.referenceability import RAW_ANSWERS_FILE
+
+    state_dir = Path(state_dir)
+    by_model: dict[str, set[str]] = {}
+    by_image: dict[str, str] = {}
+    root = state_dir / "image_audit"
+    for path in sorted(root.glob("*/*.json")) if root.is_dir() else []:
+        rec = _load(path)
+        if not isinstance(rec, dict) or rec.get("provider_kind") not in C.PROVIDER_KINDS:
+            continue
+        kind = rec["provider_kind"]
+        if isinstance(rec.get("model"), str):
+            by_model.setdefault(rec["model"], set()).add(kind)
+        image = rec.get("path") or f"{rec.get('site')}/{rec.get('image_id')}.jpg"  # as image_audit.csv's image
+        by_image[str(image)] = kind
+    raw = state_dir / RAW_ANSWERS_FILE
+    if raw.is_file():
+        with raw.open("rb") as f:
+            for line in f:
+                if b'"provider_kind"' not in line:  # most of an old log: no parse
+                    continue
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get("model"), str) \
+                        and rec.get("provider_kind") in C.PROVIDER_KINDS:
+                    by_model.setdefault(rec["model"], set()).add(rec["provider_kind"])
+    return by_model, by_image
+
+
+def crawl_simulated(cfg: Any, state_dir: str | Path | None = None, *,
+                    recorded: tuple[dict[str, set[str]], dict[str, str]] | None = None
+                    ) -> tuple[dict[str, bool], dict[str, bool], str, list[str]]:
+    """What the config as written says of the crawl's auditors, and which of them answered from the simulator.
+
+    Returns ``(role -> answered by the simulator, model name -> answered by the simulator, the simulator's warning
+    or "", the names the warning gives)``. The two mappings are the config's rule
+    (:func:`geoagent.sandbox.launch.simulated_auditors`, :func:`~geoagent.sandbox.launch.simulated_models`; the
+    model names are the auditors' and the ``[[models]]`` entries'; another model is not known), which the export
+    falls back to for answers that recorded nothing. The warning
+    (:func:`~geoagent.sandbox.launch.simulated_note`) names, with ``state_dir`` (the crawl's output folder), what
+    the answers recorded (:func:`recorded_auditor_kinds`): each auditor an answer of which recorded
+    ``simulated``, and each the config calls simulated that recorded no answer; without it, the config's names.
+    ``recorded``: :func:`recorded_auditor_kinds` of ``state_dir`` when the caller has it (read once)."""
     from geoagent.sandbox.launch import CRAWL_AUDITOR_ROLES, simulated_auditors, simulated_models, simulated_note
 
     sim_roles = simulated_auditors(cfg)
@@ -448,26 +504,80 @@ def crawl_simulated(cfg: Any) -> tuple[dict[str, bool], dict[str, bool], str]:
         crawl = None
     known = {m.name for m in getattr(cfg, "models", None) or []}
     known |= {getattr(getattr(crawl, r, None), "model", None) for r in CRAWL_AUDITOR_ROLES} - {None}
+    told = list(names)
+    if state_dir is not None or recorded is not None:
+        by_model = (recorded if recorded is not None else recorded_auditor_kinds(state_dir))[0]
+        told = [n for n in names if not by_model.get(n) or C.PROVIDER_KIND_SIMULATED in by_model[n]]
+        told += sorted(n for n, kinds in by_model.items() if C.PROVIDER_KIND_SIMULATED in kinds and n not in told)
     return ({r: r in sim_roles for r in CRAWL_AUDITOR_ROLES}, {m: m in names for m in known},
-            simulated_note(names, task="crawl") if names else "")
+            simulated_note(told, task="crawl") if told else "", told)
 
 
-def _with_simulated(df: Any, table: str, roles: dict[str, bool], models: dict[str, bool]) -> Any:
-    """``df`` with the column ``simulated`` (Boolean) when ``table`` is an auditor table (:data:`AUDITOR_TABLES`):
-    by the row's ``auditor`` or ``model`` where the table has one (null for a model the config does not name),
-    else by the table's auditor."""
+def _role_models(cfg: Any) -> dict[str, str]:
+    """Auditor role -> its model's name in ``cfg`` (:data:`geoagent.sandbox.launch.CRAWL_AUDITOR_ROLES`)."""
+    from geoagent.sandbox.launch import CRAWL_AUDITOR_ROLES
+
+    try:
+        crawl = cfg.section("crawl")
+    except Exception:
+        return {}
+    out = {}
+    for r in CRAWL_AUDITOR_ROLES:
+        model = getattr(getattr(crawl, r, None), "model", None)
+        if isinstance(model, str):
+            out[r] = model
+    return out
+
+
+def _with_simulated(df: Any, table: str, roles: dict[str, bool], models: dict[str, bool],
+                    recorded: tuple[dict[str, set[str]], dict[str, str]] | None = None,
+                    role_models: dict[str, str] | None = None) -> tuple[Any, int]:
+    """``(df with the column simulated, rows whose flag came from the config)`` when ``table`` is an auditor table
+    (:data:`AUDITOR_TABLES`), else ``(df, 0)``.
+
+    Each row's flag is what answered it, as recorded at call time (``recorded``: :func:`recorded_auditor_kinds`):
+    an ``image_audit`` row by its image's audit; a row of a table with an ``auditor`` or ``model`` column by the
+    kinds recorded with that auditor's answers; another table's rows by those of the table's auditor (its model
+    in ``role_models``, the config's). True when that is ``simulated``, False for ``model`` or ``replay``; null
+    when the auditor recorded both the simulator and another kind (its rows cannot be told apart). Where nothing
+    was recorded (answers stored before the crawl recorded it) the config decides as before (``models`` by the
+    row's auditor, null for one the config does not name; ``roles`` by the table's auditor), and those rows
+    are counted (the export note says so: :func:`geoagent.runtime.export.simulated_from_config_line`)."""
     import polars as pl
 
     role = AUDITOR_TABLES.get(table)
     if role is None:
-        return df
+        return df, 0
+    by_model, by_image = recorded if recorded is not None else ({}, {})
+
+    def of(name: Any) -> str | None:  # "" when the name recorded more than one kind
+        kinds = by_model.get(name) if isinstance(name, str) else None
+        return None if not kinds else (next(iter(kinds)) if len(kinds) == 1 else "")
+
     # audit_sensitive's ``model`` is its cache key (``sens|<auditor>``); its ``auditor`` is the model's name
     by = next((c for c in ("auditor", "model") if c in df.columns), None)
-    if by is not None:
-        col = pl.col(by).replace_strict(models, default=None, return_dtype=pl.Boolean)
+    if table == "image_audit" and "image" in df.columns:
+        keys = df["image"].to_list()
+        kinds = [by_image.get(k) if isinstance(k, str) else None for k in keys]
+        fallback = [roles.get(role)] * len(keys)
+    elif by is not None:
+        keys = df[by].to_list()
+        kinds = [of(k) for k in keys]
+        fallback = [models.get(k) if isinstance(k, str) else None for k in keys]
     else:
-        col = pl.lit(roles.get(role), dtype=pl.Boolean)
-    return df.with_columns(col.alias("simulated"))
+        kind = of((role_models or {}).get(role))
+        kinds, fallback = [kind] * df.height, [roles.get(role)] * df.height
+    flags: list[bool | None] = []
+    guessed = 0
+    for kind, rule in zip(kinds, fallback):
+        if kind:
+            flags.append(kind == C.PROVIDER_KIND_SIMULATED)
+        elif kind == "":
+            flags.append(None)
+        else:
+            flags.append(rule)
+            guessed += rule is not None
+    return df.with_columns(pl.Series("simulated", flags, dtype=pl.Boolean)), guessed
 
 
 def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None, *,
@@ -496,10 +606,14 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
     cfg : CampaignConfig, optional
         The crawl's config as written (a sandbox model fake is known by its ``*.sandbox.invalid`` URL, which the
         running copy has replaced by a local port). With it, the auditor tables (:data:`AUDITOR_TABLES`) get the
-        column ``simulated`` (True where geoagent's simulator answered: :func:`crawl_simulated`) and, when an
-        auditor is simulated, every Parquet file carries the simulator's warning in its metadata
-        (:data:`geoagent.runtime.export.PARQUET_SIMULATED_KEY`); ``export_note.txt`` is the caller's
-        (:meth:`geoagent.crawl.campaign.CrawlCampaign.export`, :func:`write_crawl_export_note`).
+        column ``simulated``: True where geoagent's simulator answered, as recorded with each auditor answer at
+        call time (:func:`recorded_auditor_kinds`, :func:`_with_simulated`), so a config changed since does not
+        change it; rows whose answers recorded nothing (a crawl before session 13) take the config's rule
+        (:func:`crawl_simulated`) and are counted (``ExportedTable.simulated_from_config``, said in
+        ``export_note.txt``). When an auditor answered from the simulator, every Parquet file carries the
+        simulator's warning in its metadata (:data:`geoagent.runtime.export.PARQUET_SIMULATED_KEY`);
+        ``export_note.txt`` is the caller's (:meth:`geoagent.crawl.campaign.CrawlCampaign.export`,
+        :func:`write_crawl_export_note`).
 
     Returns
     -------
@@ -540,33 +654,43 @@ def export_crawl_tables(state_dir: str | Path, out_dir: str | Path | None = None
         frames.append((name, _with_declared(rows_to_frame(rows, schemas[name]).drop("key"), schemas[name])))
     frames.append((CRAWL_DECISIONS_TABLE, crawl_decisions_frame(state_dir / C.CRAWL_DECISIONS_FILE)))
     metadata = None
+    guessed: dict[str, int] = {}  # table -> rows whose simulated flag came from the config
     if cfg is not None:
         from geoagent.runtime.export import PARQUET_SIMULATED_KEY
 
-        roles, models, note = crawl_simulated(cfg)
-        frames = [(name, _with_simulated(df, name, roles, models)) for name, df in frames]
+        recorded, role_models = recorded_auditor_kinds(state_dir), _role_models(cfg)
+        roles, models, note, _ = crawl_simulated(cfg, recorded=recorded)
+        flagged = []
+        for name, df in frames:
+            df, guessed[name] = _with_simulated(df, name, roles, models, recorded, role_models)
+            flagged.append((name, df))
+        frames = flagged
         metadata = {PARQUET_SIMULATED_KEY: note} if note else None
     written = []
     for name, df in frames:
         parquet, csv_path = out / f"{name}.parquet", out / f"{name}.csv"
         df = ids_as_text(df)
         write_frame(df, parquet, csv_path, metadata=metadata)
-        written.append(ExportedTable(name, df.height, parquet, csv_path))
+        written.append(ExportedTable(name, df.height, parquet, csv_path, simulated_from_config=guessed.get(name, 0)))
     return written
 
 
-def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any) -> Path | None:
+def write_crawl_export_note(out_dir: str | Path, tables: list[Any], cfg: Any,
+                            state_dir: str | Path | None = None) -> Path | None:
     """``out_dir/export_note.txt`` for a crawl's export (``tables``: every table written there, the crawl's and
-    the response store's): the replay line and the simulator's warning when an auditor (or ``[[models]]`` entry)
-    is simulated (:func:`crawl_simulated`, :func:`geoagent.runtime.export.write_export_note`), naming the tables
-    with the column ``simulated``; else a note left by an earlier export is removed. Returns the note's path,
-    or None when none is written."""
+    the response store's): the replay line, the simulator's warning when an auditor (or ``[[models]]`` entry)
+    answered from the simulator (:func:`crawl_simulated`; with ``state_dir``, the crawl's output folder, as its
+    answers recorded, else by the config), naming the tables with the column ``simulated``, and the line counting
+    the rows whose flag came from the current config (answers stored before the crawl recorded what answered,
+    :attr:`geoagent.runtime.export.ExportedTable.simulated_from_config`); written by
+    :func:`geoagent.runtime.export.write_export_note`. Without any of them a note left by an earlier export is
+    removed. Returns the note's path, or None when none is written."""
     from geoagent.runtime.export import EXPORT_NOTE_FILE, _replay_of, write_export_note
 
     path = Path(out_dir) / EXPORT_NOTE_FILE
-    _, _, sim_note = crawl_simulated(cfg)
+    _, _, sim_note, _ = crawl_simulated(cfg, state_dir)
     _, note = _replay_of(cfg)
-    if not (sim_note or note):
+    if not (sim_note or note or any(getattr(t, "simulated_from_config", 0) for t in tables)):
         path.unlink(missing_ok=True)
         return None
     if sim_note:

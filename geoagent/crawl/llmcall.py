@@ -12,6 +12,13 @@ Stopping: once ``stopping()`` is true (the crawl stages' :meth:`~geoagent.runtim
 SIGINT/SIGTERM) no new call is sent: a call not yet through its host's admission raises
 :class:`~geoagent.runtime.stage.Abandoned` there (nothing sent, no reservation; the runner releases the task
 untouched, and what the task already stored, e.g. earlier images' audits, is reused by the next run).
+
+What answered: every auditor answer records what answered it, as the model caller does for the evaluated
+models (:data:`geoagent.constants.PROVIDER_KINDS`: ``simulated`` / ``replay`` / ``model``;
+:func:`auditor_provider_kind`): in the response store's ``request_meta.provider_kind`` for a metered call, and in
+the crawl's own record of the answer (the image audit's ``image_audit/<site>/<image>.json``, the raw answer log
+``audit_raw_answers.jsonl``), which the crawl's export reads for its ``simulated`` column
+(:func:`geoagent.crawl.export.recorded_auditor_kinds`), so a config changed after the crawl does not change it.
 """
 
 from __future__ import annotations
@@ -32,9 +39,30 @@ from geoagent.workers.billing import close_failed_call
 STOP_NOT_SENT = "stop requested before the model call was sent: released unsent"
 
 
+def auditor_provider_kind(section: Any, model_cfg: Any = None, kinds: Any = None) -> str | None:
+    """What answers a crawl auditor (:data:`geoagent.constants.PROVIDER_KINDS`), recorded with each of its answers.
+
+    ``section``: its ``[crawl.image_audit]`` / ``[crawl.referenceability]`` settings; ``model_cfg``: the
+    ``[[models]]`` entry of its model, None when there is none; ``kinds``: the engine's
+    :data:`~geoagent.constants.SERVICE_PROVIDER_KINDS` (``[[models]]`` name -> kind, from the config as written,
+    where a sandbox fake is still known by its ``*.sandbox.invalid`` URL). An auditor with a ``[[models]]`` entry
+    is that entry's kind (:func:`geoagent.workers.model_caller.provider_kind`: None when it is not known, an entry
+    on another provider without the engine's mapping); one without is answered by ``section.provider``, which the
+    crawl accepts only as ``"simulated"`` (:func:`geoagent.crawl.stages.build_crawl_services`). Returns None when
+    not known: nothing is recorded and the export falls back to the config."""
+    from geoagent import constants as C
+    from geoagent.workers.model_caller import provider_kind
+
+    if model_cfg is not None:
+        return provider_kind(model_cfg, kinds)
+    provider = getattr(section, "provider", None)
+    return provider if provider in (C.PROVIDER_KIND_SIMULATED, C.PROVIDER_KIND_REPLAY) else None
+
+
 async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any = None, model_cfg: Any = None,
                            stopping: Callable[[], bool] | None = None,
-                           input_estimate_factor: float | None = None, store: Any = None) -> ModelResponse:
+                           input_estimate_factor: float | None = None, store: Any = None,
+                           provider_kind: str | None = None) -> ModelResponse:
     """``provider.generate(request)``, wrapped in a ledger reservation when ``ledger`` and ``model_cfg``
     (a ``[[models]]`` entry with prices) are given.
 
@@ -53,6 +81,9 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     settled in ONE transaction, as the model caller does, and a request whose answer is stored is answered
     from the store (no call, no reservation). Without it the answer is settled here and kept only by the
     caller's own files, so a process killed between the two would pay for that answer again on resume.
+    ``provider_kind`` (optional): what answers this auditor (:func:`auditor_provider_kind`), recorded with the
+    stored answer as ``request_meta.provider_kind``; None records the request's provider when it is
+    ``"simulated"`` or ``"replay"``, else nothing.
 
     Raises
     ------
@@ -129,7 +160,12 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
                     "prompt_sha256": hashlib.sha256(request.prompt.encode("utf-8")).hexdigest(),
                     "prompt_chars": len(request.prompt), "reserved_usd": held[0].amount_usd,
                     "task": (request.meta or {}).get("task")}
-            if request.provider in ("simulated", "replay"):  # what answered, as a fact of this call (export)
-                meta["provider_kind"] = request.provider  # geoagent.constants.PROVIDER_KIND_SIMULATED / _REPLAY
+            from geoagent import constants as C
+
+            # what answered, as a fact of this call (the exports' simulated column reads it)
+            kind = provider_kind if provider_kind in C.PROVIDER_KINDS else (
+                request.provider if request.provider in (C.PROVIDER_KIND_SIMULATED, C.PROVIDER_KIND_REPLAY) else None)
+            if kind is not None:
+                meta[C.REQUEST_META_PROVIDER_KIND] = kind
             await store.aput(request.key(), meta, resp, held[0], cost_usd=cost_usd)
     return resp

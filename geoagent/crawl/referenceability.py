@@ -476,12 +476,16 @@ class ReferenceabilityAuditor:
         ``() -> bool``: True once the run was asked to stop (the crawl: its services' ``stopping``). From
         then on :meth:`audit` starts no pageviews request (free work the next run redoes; the paid calls
         are stopped by the metered ``generate``).
+    provider_kind : str, optional
+        What answers the auditor (:func:`geoagent.crawl.llmcall.auditor_provider_kind`: ``"simulated"``,
+        ``"replay"`` or ``"model"``), recorded with each answer in ``audit_raw_answers.jsonl``
+        (``provider_kind``; the crawl export's ``simulated`` column reads it). None: nothing is recorded.
     """
 
     def __init__(self, provider: Any, settings: ReferenceabilitySettings, state_dir: str | Path, *,
                  pageviews: Any = None, decisions: JsonlLog | None = None, sensitive: JsonlLog | None = None,
                  generate: Any = None, request_model: tuple[str, str] | None = None,
-                 stopping: Callable[[], bool] | None = None) -> None:
+                 stopping: Callable[[], bool] | None = None, provider_kind: str | None = None) -> None:
         from geoagent import constants as C
 
         self.provider = provider
@@ -504,6 +508,8 @@ class ReferenceabilityAuditor:
         self.splits = 0
         self._generate = generate or provider.generate
         self._kind, self._model_id = request_model or (settings.provider, settings.model)
+        #: what answers this auditor (geoagent.crawl.llmcall.auditor_provider_kind), recorded with each raw answer
+        self.provider_kind = provider_kind
 
     @property
     def sens_model(self) -> str:
@@ -536,6 +542,8 @@ class ReferenceabilityAuditor:
         text = resp.text if isinstance(resp.text, str) else ""
         rec = {"task": task, "model": self.settings.model, "key": key, "qids": [c.qid for c in batch], "raw": text,
                "ts": time.time()}
+        if self.provider_kind:  # what answered, as a fact of this call (the export's simulated column reads it)
+            rec["provider_kind"] = self.provider_kind
         async with self._raw_lock:
             self.raw.append(rec)
         return text

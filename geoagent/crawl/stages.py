@@ -144,6 +144,10 @@ class CrawlServices:
     store: Any = None
     image_model_cfg: Any = None
     ref_model_cfg: Any = None
+    #: what answers each auditor (:func:`geoagent.crawl.llmcall.auditor_provider_kind`: ``simulated`` / ``replay`` /
+    #: ``model``, None when not known), recorded with each of its answers (the export's ``simulated`` column)
+    image_kind: str | None = None
+    ref_kind: str | None = None
     #: the campaign's ``[budget] input_estimate_factor``: the auditors' reservations use the model caller's rule
     input_estimate_factor: float | None = None
     #: set when the run is asked to stop: the auditors send no new model call (crawl.llmcall, "Stopping")
@@ -173,12 +177,13 @@ class CrawlServices:
             async def generate(req: Any) -> Any:
                 return await metered_generate(self.ref_provider, req, ledger=self.ledger, model_cfg=self.ref_model_cfg,
                                               stopping=lambda: self.stopping,
-                                              input_estimate_factor=self.input_estimate_factor, store=self.store)
+                                              input_estimate_factor=self.input_estimate_factor, store=self.store,
+                                              provider_kind=self.ref_kind)
 
             self._ref_auditor = ReferenceabilityAuditor(
                 self.ref_provider, self.settings.referenceability, self.state_dir, pageviews=self.pageviews,
                 generate=generate, request_model=_model_id(self.ref_model_cfg, self.settings.referenceability),
-                stopping=lambda: self.stopping)
+                stopping=lambda: self.stopping, provider_kind=self.ref_kind)
         return self._ref_auditor
 
     def decision_logger(self, stage: str, **fields: Any) -> Any:
@@ -383,6 +388,11 @@ def services_from_context(ctx: StageContext) -> CrawlServices:
     models = {m.name: m for m in getattr(cfg, "models", [])}
     svc.image_model_cfg = models.get(settings.image_audit.model)
     svc.ref_model_cfg = models.get(settings.referenceability.model)
+    from geoagent.crawl.llmcall import auditor_provider_kind
+
+    kinds = ctx.services.get(C.SERVICE_PROVIDER_KINDS)  # the engine's, from the config as written
+    svc.image_kind = auditor_provider_kind(settings.image_audit, svc.image_model_cfg, kinds)
+    svc.ref_kind = auditor_provider_kind(settings.referenceability, svc.ref_model_cfg, kinds)
     ctx.services["crawl"] = svc
     return svc
 
@@ -722,11 +732,14 @@ class ImageAuditorStage(_CrawlStage):
             req = ia.build_request(iid, jpeg, svc.settings.image_audit, prompt, provider=kind, model=model_id)
             resp = await metered_generate(svc.image_provider, req, ledger=svc.ledger, model_cfg=svc.image_model_cfg,
                                           stopping=lambda: svc.stopping,
-                                          input_estimate_factor=svc.input_estimate_factor, store=svc.store)
+                                          input_estimate_factor=svc.input_estimate_factor, store=svc.store,
+                                          provider_kind=svc.image_kind)
             audit = ia.parse_image_audit(resp.text)
+            # provider_kind: what answered, as a fact of this call (the export's simulated column reads it)
             _dump(out, {"image_id": iid, "site": sid, "path": img_file.relative_to(Path(svc.images_root)).as_posix(),
                         "model": svc.settings.image_audit.model, "audit": audit.to_json(),
-                        "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens})
+                        "input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens,
+                        **({"provider_kind": svc.image_kind} if svc.image_kind else {})})
         async with svc.lock("image_audit"):
             rewrite_image_audit_csv(svc)
         return [(f"site:{sid}", {"site": site})]

@@ -33,7 +33,9 @@ statsmodels' ``use_t=True``). Both tables name the reference in their notes, and
 table whose fits use fewer than :data:`FEW_CLUSTERS` sites says that its p-values are too small and gives
 the cluster counts (:func:`p_reference_note`); below :data:`MIN_CLUSTERS_NORMAL_P` (10) clusters a fit's
 normal-reference p is not printed (an em dash, with the reason; :func:`_shown_p`), nor is Table 6's SE, from
-which that p is computed (:func:`_shown_se`). ``report.md`` names the
+which that p is computed (:func:`_shown_se`). A fit the regression refuses (too few rows, every hint distance
+equal, sums that are not finite) leaves its cells as dashes, and the table's notes give one line per reason, said
+once, naming those cells (:func:`no_fit_note`). ``report.md`` names the
 reference in its header.
 
 Intervals resample sites, as GeoVerify's (:func:`site_bootstrap_interval`): Table 1's hit and echo rates per model
@@ -78,7 +80,7 @@ import csv
 import io
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -801,14 +803,33 @@ def check_p_reference(p_reference: str) -> str:
 
 
 def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition: str, fine: bool, sites: set[str] | None = None,
-                 recite: bool = False, p_reference: str = "normal"):
+                 recite: bool = False, p_reference: str = "normal", *, failed: dict[str, list[str]] | None = None,
+                 cell: str = ""):
+    """The site-clustered fit of log10(err) on d_ref behind a Table 6/7 cell, or None when the regression refuses
+    it (:meth:`geoagent.scoring.regression.ClusterOLS.fit`: too few rows, a singular design, X'X or X'y not
+    finite naming the clusters); the table prints its cells as dashes. With ``failed``, the refusal's reason is
+    recorded there (reason -> the cells it blanks, ``cell`` appended once), for :func:`no_fit_note`."""
     ols = agg.regression(models=models, condition=condition, fine_only=fine, recite=recite)
     try:
         # fewer than 2 sites: SE is NaN, shown as a dash. No warning to silence: the live report runs in a
         # worker thread (report/live.py), where warnings.catch_warnings would change process-wide filters
         return ols.fit(sorted(sites) if sites is not None else None, use_t=p_reference == "t", warn_few_clusters=False)
-    except ValueError:
+    except ValueError as exc:
+        if failed is not None:
+            cells = failed.setdefault(str(exc).rstrip(".") or type(exc).__name__, [])
+            if cell and cell not in cells:
+                cells.append(cell)
         return None
+
+
+def no_fit_note(failed: Mapping[str, Sequence[str]]) -> str:
+    """The notes' lines on slope cells printed as dashes because their fit failed (:func:`_slope_cells`): one line
+    per reason the regression gave, said once, naming the cells it blanks in the table's order, as GeoVerify's
+    ``No interval (...)`` lines name withheld intervals (:func:`geoagent.report.geoverify.withheld_lines`):
+    ``No fit (— in m beta, SE, p; m beta if reciting): X'X is singular (e.g. all hint distances equal).``
+    "" when every fit was made."""
+    return "\n\n".join(f"No fit ({DASH} in {'; '.join(cells)}): {reason}." if cells else f"No fit ({DASH}): {reason}."
+                        for reason, cells in failed.items())
 
 
 def _withheld(r: Any, p_reference: str) -> bool:
@@ -916,11 +937,12 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     models = _model_order(agg, condition)
     zeros = [f"all levels {agg.n_zero_err(condition=condition)}",
              f"fine only {agg.n_zero_err(condition=condition, fine_only=True)}"]
+    failed: dict[str, list[str]] = {}  # why a fit failed -> the cells it leaves as dashes (no_fit_note)
     for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], ("All", models)]:
-        r = _slope_cells(agg, ms, condition, False, p_reference=p_reference)
+        r = _slope_cells(agg, ms, condition, False, p_reference=p_reference, failed=failed, cell=f"{label} beta, SE, p")
         clusters += _clusters(r)
-        rf = _slope_cells(agg, ms, condition, True)
-        rr = _slope_cells(agg, ms, condition, False, recite=True)
+        rf = _slope_cells(agg, ms, condition, True, failed=failed, cell=f"{label} beta (fine only)")
+        rr = _slope_cells(agg, ms, condition, False, recite=True, failed=failed, cell=f"{label} beta if reciting")
         nan = float("nan")
         share = r.slope / rr.slope if (r and rr and rr.slope) else nan
         rows.append([
@@ -935,7 +957,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
         rows,
         _join_notes("'beta if reciting' is the slope of the same rows with err = d_ref (a model that always answers "
                     "with the hint, Sec. 6.2.3); the share places beta between ignoring the hint (0 %) and reciting it "
-                    "(100 %).", p_reference_note(p_reference, clusters, hidden, se=True),
+                    "(100 %).", p_reference_note(p_reference, clusters, hidden, se=True), no_fit_note(failed),
                     zero_err_note("context answers", zeros)),
     )
 
@@ -957,20 +979,23 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     hidden: list[int] = []
     models = _model_order(agg, condition)
     nan = float("nan")
+    failed: dict[str, list[str]] = {}  # why a fit failed -> the cells it leaves as dashes (no_fit_note)
     for label, ms in [*[(m, [m]) for m in models], ("All", models)]:
         row: list[Any] = [label]
         regime_slopes = []
-        for sites in (groups[ILLEGIBLE], groups[LEGIBLE], None):
-            r = _slope_cells(agg, ms, condition, False, sites, p_reference=p_reference)
+        for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None)):
+            r = _slope_cells(agg, ms, condition, False, sites, p_reference=p_reference, failed=failed,
+                             cell=f"{label} beta {regime}, p {regime}")
             clusters += _clusters(r)
             row += [r.nobs if r else 0, r.slope if r else nan, _shown_p(r, p_reference, hidden)]
             regime_slopes.append(r.slope if r else nan)
         # finer-than-city answers only, per regime (Table 6's "beta (fine only)" within a regime)
-        for sites in (groups[ILLEGIBLE], groups[LEGIBLE]):
-            rf = _slope_cells(agg, ms, condition, True, sites)
+        for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE])):
+            rf = _slope_cells(agg, ms, condition, True, sites, failed=failed, cell=f"{label} beta {regime} (fine only)")
             row.append(rf.slope if rf else nan)
         # each regime's beta as a share of Table 6's "beta if reciting" of the same models (all sites), as the paper
-        rr = _slope_cells(agg, ms, condition, False, recite=True)
+        rr = _slope_cells(agg, ms, condition, False, recite=True, failed=failed,
+                          cell=f"{label} Share of reciting illegible, legible")
         row += [b / rr.slope if (rr and rr.slope and math.isfinite(b)) else nan for b in regime_slopes[:2]]
         rows.append(row)
     return Table(
@@ -981,7 +1006,7 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
          "Share of reciting legible (%)"],
         ["text", "int", "f4", "p", "int", "f4", "p", "int", "f4", "p", "f4", "f4", "pct", "pct"],
         rows,
-        _join_notes(p_reference_note(p_reference, clusters, hidden),
+        _join_notes(p_reference_note(p_reference, clusters, hidden), no_fit_note(failed),
                     "'fine only': the same fit on answers finer than city level (Table 6's 'beta (fine only)'), within "
                     "the regime. 'Share of reciting': the regime's beta as a share of Table 6's 'beta if reciting' of "
                     "the same models over all sites (err = d_ref; 0 % = ignoring the hint, 100 % = reciting it), as the "
