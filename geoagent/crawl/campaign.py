@@ -161,7 +161,7 @@ class CrawlCampaign(CampaignKind):
         keeps watching: ``verify_trials.csv`` (only when nothing is dead-lettered, as at the end of a run
         that ends ``complete``; with dead-lettered tasks an earlier ``verify_trials.csv`` is moved aside to
         ``verify_trials.stale.csv``, as at the end of a run that ends ``incomplete``: :func:`_handoff_trials`),
-        unless ``--no-export`` ``export/`` (:meth:`export`), and ``report/crawl_summary.json``
+        unless the run does not export (``geoagent.engine.run_campaign(export=False)``) ``export/`` (:meth:`export`), and ``report/crawl_summary.json``
         (:func:`_write_summary`, with ``"watching": true``). ``sites.csv``, ``images.csv`` and ``ladders/``
         are written by the stages as they go. Each file is written atomically (a temporary file renamed over
         it), and writing again gives the same tables. Runs in a worker thread, never two at once

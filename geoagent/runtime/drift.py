@@ -308,13 +308,13 @@ def applied_after_line(name: str, keys: dict[str, tuple[Any, Any]], keys_text: s
         return (f"info: campaign {name}: the human review decisions changed since its last run ({keys_text}); they "
                 "are applied to the stored ratings, never sent in a request, so no model call is repeated and "
                 "nothing mixes: this run rebuilds the ladders, audit_review_resolved.csv and audit_review_log.jsonl "
-                "with them (rated/ keeps the model's), and verify_trials.csv when the crawl is complete (the export "
-                "too, unless --no-export).")
+                "with them (rated/ keeps the model's), verify_trials.csv when the crawl is complete, and the export "
+                "(export/).")
     return (f"info: campaign {name}: the human {'audit verdicts and review decisions' if review else 'image-audit verdicts'} "
             f"changed since its last run ({keys_text}); they are applied to the stored model answers, never sent in a "
             "request, so no model call is repeated and nothing mixes: this run rebuilds image_audit.csv, images.csv "
-            f"and the agreement files{', the ladders and the review resolution' if review else ''} with them, and "
-            "verify_trials.csv when the crawl is complete (the export too, unless --no-export).")
+            f"and the agreement files{', the ladders and the review resolution' if review else ''} with them, "
+            "verify_trials.csv when the crawl is complete, and the export (export/).")
 
 
 def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None) -> dict[str, list[tuple[dict[str, Any], int]]]:
