@@ -3,6 +3,9 @@
 * The info line printed when human image verdicts or review decisions are added to a finished crawl ended
   "(the export too, unless --no-export)"; ``run.py crawl`` has no ``--no-export`` option (argparse refuses it:
   "unrecognized arguments: --no-export").
+* After lowering ``[crawl.screener] min_coverage`` from 30 to 10 on a screened crawl, the summary said of a city
+  screened with 12 images "Mapillary coverage 12 perspective images within 1 km, below 10": false (12 is not
+  below 10); the stored screening stands, as the L_district reason already said in that case.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import re
 
 from geoagent.cli import build_parser
+from geoagent.crawl.screener import not_admitted_reasons
+from geoagent.crawl.settings import ScreenerSettings
 from geoagent.runtime.drift import applied_after_line
 
 
@@ -28,3 +33,29 @@ def test_the_verdict_info_lines_name_only_options_run_py_crawl_has():
         line = applied_after_line("c", keys, "...")
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", line))
         assert named <= options, (named - options, line)
+
+
+SPRAWL = {"city": {"city": "Sprawl Town", "country": "SB", "continent": "EU"}, "n_nodes_raw": 14,
+          "n_nodes_filtered": 14, "l_district_km": 1.63, "sv_total": 12, "sv_perspective": 12,
+          "ok_streetview": False, "ok_scale": False, "eligible": False}
+
+
+def test_a_coverage_reason_under_a_lowered_minimum_does_not_claim_the_count_is_below_it():
+    # screened under the default (at least 30 images); the config now asks for 10 and a wider L_district range
+    now = ScreenerSettings(min_coverage=10, l_max_km=2.0)
+    reasons = not_admitted_reasons(SPRAWL, now)
+    cov = [r for r in reasons if r.startswith("Mapillary coverage")]
+    assert len(cov) == 1, reasons
+    assert "below 10" not in cov[0], cov[0]
+    assert "12 perspective images" in cov[0] and "the stored screening stands" in cov[0], cov[0]
+    # under the thresholds it was screened with the reason is as before
+    assert "Mapillary coverage 12 perspective images within 1 km, below 30" in not_admitted_reasons(SPRAWL, ScreenerSettings())
+
+
+def test_an_undefined_l_district_under_a_lowered_min_points_does_not_claim_more_were_needed():
+    rec = dict(SPRAWL, n_nodes_raw=2, n_nodes_filtered=2, l_district_km=None, ok_streetview=True)
+    assert not_admitted_reasons(rec, ScreenerSettings()) == [
+        "L_district undefined: 2 neighbourhood points within 6 km (at least 3 needed)"]
+    (reason,) = not_admitted_reasons(rec, ScreenerSettings(min_points=2))
+    assert "at least 2 needed" not in reason, reason
+    assert "2 neighbourhood points" in reason and "the stored screening stands" in reason, reason
