@@ -10,6 +10,7 @@ engine's watch mode plus that flag) keeps re-reading the config for new cities. 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from geoagent.crawl.settings import CrawlConfigError, CrawlSettings
 from geoagent.crawl.stages import city_messages, crawl_stages, services_from_context
 from geoagent.engine import CampaignKind
 from geoagent.runtime.stage import Message, Stage, StageContext
+
+_log = logging.getLogger(__name__)
 
 
 def _settings(cfg: Any) -> CrawlSettings:
@@ -402,6 +405,7 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
         return {"written": False, "note": f"verify_trials.csv not written: {reason}", "reason": reason,
                 "stale": STALE_TRIALS_FILE if stale.is_file() else None}
     if status == "complete":
+        _warn_unmatched_verdicts(svc)
         note = _write_trials(cfg, svc)
         written = current.is_file() and not note.startswith("no GeoVerify trials written")
         if written and stale.is_file():
@@ -460,6 +464,26 @@ def _refresh_review_resolution(svc: Any) -> None:
             import logging
 
             logging.getLogger(__name__).warning("review resolution table not brought up to date: %s", exc)
+
+
+def _warn_unmatched_verdicts(svc: Any) -> None:
+    """Log one warning naming the human verdicts (``[crawl.image_audit] human_verdicts``) whose image the crawl
+    did not audit (:func:`geoagent.crawl.image_audit.unmatched_human_verdicts` over ``image_audit/<site>/<id>.json``):
+    they decide nothing, and a typo in an image id must not pass unseen (a review decision naming no rated
+    candidate is named the same way, :func:`geoagent.crawl.review.apply_review_decisions`). Called by a hand-off
+    of a complete crawl only: before, the images of sites not audited yet would be named too."""
+    from geoagent.crawl.image_audit import HUMAN_VERDICTS_KEY, unmatched_human_verdicts
+
+    root = Path(svc.state_dir) / "image_audit"
+    audited = [p.stem for p in root.glob("*/*.json")] if root.is_dir() else []
+    unmatched = unmatched_human_verdicts(svc.settings.image_audit.human_verdicts, audited)
+    if unmatched:
+        n = len(unmatched)
+        more = f"; and {n - 10} more" if n > 10 else ""
+        _log.warning("%d human verdict%s of %s name%s no image this crawl audited (a typo in the image id, an image "
+                     "of another crawl, or one rejected before the audit), so %s nothing: %s%s", n,
+                     "" if n == 1 else "s", HUMAN_VERDICTS_KEY, "s" if n == 1 else "",
+                     "it decides" if n == 1 else "they decide", "; ".join(unmatched[:10]), more)
 
 
 def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool,
