@@ -534,7 +534,7 @@ def _write_trials(cfg: Any, svc: Any) -> str:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
-    warning = _no_mismatch_warning(svc.state_dir, build)
+    warning = "; ".join(w for w in (_no_mismatch_warning(svc.state_dir, build), _shared_sites_warning(svc.state_dir)) if w)
     return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
             f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"" + (f"; warning: {warning}" if warning else ""))
 
@@ -556,6 +556,46 @@ def _no_mismatch_warning(state_dir: Path, build: Any) -> str | None:
     return note or ("no swapped-image control trials (ctrl_mismatch) were built: no usable image of another "
                     "continent than each claim's site was left to show; a GeoVerify campaign over these trials "
                     "reads out 'swapped-image control not run'")
+
+
+def _shared_sites_warning(state_dir: Path, *, limit: int = 5) -> str | None:
+    """Landmarks sampled as a site of more than one city, and images kept under more than one site, or None when
+    there are none: two candidate cities whose centres lie closer than twice ``[crawl.sampler] radius_km`` can
+    both sample one landmark (their sampling is independent: each city keeps its own spacing, seed 000 Sec.
+    3.2.1), and its site then holds the same photos twice. A campaign over the folder imports the trial rows of
+    the second copy of an image as duplicates ("duplicate row ...; kept the first") and plans that site without
+    them, so the crawl says so where the trials are announced (summary, ``run.py status``,
+    ``report/crawl_summary.json`` ``verify_trials.warning``). Read from ``sites.csv`` (``qid``, ``landmark``,
+    ``site``, ``city``) and ``images.csv`` (``image_id``, ``site``); at most ``limit`` landmarks are named."""
+    import csv
+
+    folder = Path(state_dir)
+    sites_by_qid: dict[str, list[tuple[str, str]]] = {}
+    landmark: dict[str, str] = {}
+    if (folder / "sites.csv").is_file():
+        with open(folder / "sites.csv", newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                sites_by_qid.setdefault(r.get("qid") or "", []).append((r.get("site") or "", r.get("city") or ""))
+                landmark.setdefault(r.get("qid") or "", r.get("landmark") or "")
+    shared = {q: v for q, v in sorted(sites_by_qid.items()) if q and len({c for _s, c in v}) > 1}
+    sites_by_image: dict[str, set[str]] = {}
+    if (folder / "images.csv").is_file():
+        with open(folder / "images.csv", newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                sites_by_image.setdefault(r.get("image_id") or "", set()).add(r.get("site") or "")
+    n_images = sum(len(v) > 1 for v in sites_by_image.values())
+    if not shared and not n_images:
+        return None
+    parts = []
+    if shared:
+        named = "; ".join(f"{landmark.get(q) or q} ({q}): " + ", ".join(f"{s} ({c})" for s, c in v) for q, v in list(shared.items())[:limit])
+        more = f"; and {len(shared) - limit} more" if len(shared) > limit else ""
+        parts.append(f"{count_text(len(shared), 'landmark')} sampled as a site of more than one city ({named}{more})")
+    if n_images:
+        parts.append(f"{count_text(n_images, 'image')} {'lies' if n_images == 1 else 'lie'} under more than one site")
+    return (" and ".join(parts) + ": the cities' sampling discs ([crawl.sampler] radius_km around each centre) "
+            "overlap; a campaign over this folder keeps each shared image's trials of the first such site and "
+            "reports the others as duplicate rows (screen cities whose centres lie at least twice radius_km apart)")
 
 
 #: per-city candidate count the dry run prices the referenceability audit at, as an example (the real count is
