@@ -132,3 +132,31 @@ def subprocess_status(cfg) -> str:
     with contextlib.redirect_stdout(buf):
         assert main(["status", str(cfg)]) == 0
     return buf.getvalue()
+
+
+def _audit_tables(state, verdicts: list[str]) -> None:
+    """images.csv and image_audit.csv of a crawl of 3 audited images, the given human verdicts ('' for none)."""
+    state.mkdir(parents=True)
+    rows = [("s1", "11", "True"), ("s1", "12", "False"), ("s1", "13", "True")]
+    (state / "images.csv").write_text("image_id,site,path,usable\n" + "".join(
+        f"{i},{s},{s}/{i}.jpg,{u}\n" for s, i, u in rows), encoding="utf-8")
+    (state / "image_audit.csv").write_text("image,site,usable,ai_usable,human_verdict\n" + "".join(
+        f"{s}/{i}.jpg,{s},{u},True,{v}\n" for (s, i, u), v in zip(rows, verdicts)), encoding="utf-8")
+
+
+def test_the_audit_line_says_whether_a_human_verdict_or_the_model_decided(tmp_path):
+    # before: "audit: 2 usable, 1 excluded (images.csv column usable)" whether or not any human verdict was given:
+    # a benchmark built on the model's audit alone (seed 000 Sec. 3.2 excludes images on the human verdict) read
+    # the same as one a person had audited
+    from geoagent.crawl.campaign import image_counts, image_counts_line
+
+    _audit_tables(tmp_path / "a", ["", "", ""])
+    line = image_counts_line(image_counts(tmp_path / "a", tmp_path / "images"))
+    assert "audit: 2 usable, 1 excluded (images.csv column usable;" in line, line
+    assert "no human verdicts" in line and "[crawl.image_audit] human_verdicts" in line, line
+    _audit_tables(tmp_path / "b", ["keep", "exclude", ""])
+    line = image_counts_line(image_counts(tmp_path / "b", tmp_path / "images"))
+    assert "2 by a human verdict, 1 by the model audit alone" in line, line
+    _audit_tables(tmp_path / "c", ["keep", "exclude", "keep"])
+    line = image_counts_line(image_counts(tmp_path / "c", tmp_path / "images"))
+    assert "all 3 by a human verdict" in line, line

@@ -305,8 +305,9 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     cameras that are not perspective, within
     ``min_separation_m`` of a kept image, no thumbnail), ``rejected`` (category -> count, left out after
     download: too dark, the brightness filter; near-duplicates; ``other``: an unreadable JPEG), ``usable`` and
-    ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's) and
-    ``audited`` (rows of images.csv)."""
+    ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's),
+    ``audited`` (rows of images.csv) and, when ``image_audit.csv`` is there, ``human`` (images.csv rows decided by
+    a human verdict: ``image_audit.csv`` rows with a ``human_verdict`` whose ``image`` is an images.csv ``path``)."""
     import csv
 
     from geoagent.crawl.fetcher import campaign_selections
@@ -326,13 +327,23 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
             for row in csv.DictReader(f):
                 out["audited"] += 1
                 out["usable" if row.get("usable") == "True" else "excluded"] += 1
+    audits = Path(state_dir) / "image_audit.csv"
+    if audits.is_file():
+        ids = set()
+        if path.is_file():
+            with open(path, newline="", encoding="utf-8") as f:
+                ids = {str(r.get("path") or "") for r in csv.DictReader(f)}
+        with open(audits, newline="", encoding="utf-8") as f:
+            out["human"] = sum(1 for r in csv.DictReader(f)
+                               if (r.get("human_verdict") or "").strip() and str(r.get("image") or "") in ids)
     return out
 
 
 def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
     """The summary's image line from :func:`image_counts`: ``images kept: 32 of 45 examined (13 rejected
     after download: 10 too dark (brightness filter), 3 near-duplicates; 33 skipped before download: ...);
-    thumbnails downloaded by this run: 0 (the other 45 read from disk: ...); audit: 26 usable, 6 excluded``.
+    thumbnails downloaded by this run: 0 (the other 45 read from disk: ...); audit: 26 usable, 6 excluded
+    (images.csv column usable; ...)``, the parenthesis saying how many of them a human verdict decided (``human``).
 
     "Examined": thumbnails whose pixels the selection looked at (kept + rejected after download), whoever
     downloaded them (this run, an earlier run, or another crawl whose selection with the same settings this
@@ -359,7 +370,17 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
             line += (f" (the other {examined - downloaded} read from disk: thumbnails, or the records of rejected ones, "
                      "fetched by an earlier run, or by another crawl whose selection with the same [crawl.fetcher] "
                      "settings was reused)")
-    line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable)"
+    line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable"
+    n_human, n_audited = c.get("human"), c["audited"]
+    if n_human is None or not n_audited:
+        line += ")"
+    elif n_human == 0:  # seed 000 Sec. 3.2: "exclusion runs off the human verdict"
+        line += ("; decided by the model audit alone: no human verdicts ([crawl.image_audit] human_verdicts), on "
+                 "which seed 000 Sec. 3.2 excludes images)")
+    elif n_human >= n_audited:
+        line += f"; all {n_audited} by a human verdict)"
+    else:
+        line += f"; {n_human} by a human verdict, {n_audited - n_human} by the model audit alone)"
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"
     return line
