@@ -160,3 +160,52 @@ def test_the_audit_line_says_whether_a_human_verdict_or_the_model_decided(tmp_pa
     _audit_tables(tmp_path / "c", ["keep", "exclude", "keep"])
     line = image_counts_line(image_counts(tmp_path / "c", tmp_path / "images"))
     assert "all 3 by a human verdict" in line, line
+
+
+def _verify_over(root, state, model: str, kind: str = "geoverify") -> str:
+    task = (f'[geoverify]\ntrials = "release"\nimage_root = "{root / "state" / "images"}"\n' if kind == "geoverify" else
+            f'[geohint]\nimages = "release"\nconditions = ["baseline"]\nimage_root = "{root / "state" / "images"}"\n')
+    p = root / f"{kind}-{model}.toml"
+    p.write_text(f'''[campaign]
+name = "{kind}-over-crawl"
+kind = "{kind}"
+seed = 1
+contact = "mailto:you@example.org"
+[budget]
+cap_usd = 1.0
+[[models]]
+name = "m"
+provider = "openai"
+model = "{model}"
+base_url = "http://openai.sandbox.invalid/v1"
+max_output_tokens = 300
+[paths]
+release_dir = "{state}"
+{task}''', encoding="utf-8")
+    return str(p)
+
+
+def test_an_evaluated_model_that_audited_the_crawl_is_named_by_a_campaign_over_its_folder(isolated_roots, monkeypatch,
+                                                                                           capsys):
+    # before: a GeoVerify or GeoHint campaign over a crawl's folder evaluating the crawl's own text auditor
+    # (sandbox-text-auditor-1) planned and ran without a word, although seed 000 Sec. 3.3 forbids it ("the auditor
+    # must not be an evaluated model, else the benchmark sets its own exam"); the crawl checks only its own
+    # [crawl] evaluated_models list
+    from tests.test_crawl_human_verdicts_applied import CRAWL_CONFIG
+    from geoagent.cli import main
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    capsys.readouterr()
+    state = isolated_roots / "state" / "crawl-sandbox"
+    for kind in ("geoverify", "geohint"):
+        assert main(["run", _verify_over(isolated_roots, state, "sandbox-text-auditor-1", kind), "--simulate"]) == 0
+        out = capsys.readouterr().out
+        warned = [ln for ln in out.splitlines() if "warning:" in ln and "auditor" in ln]
+        assert len(warned) == 1, (kind, out[-3000:])
+        assert "'sandbox-text-auditor'" in warned[0] and "Sec. 3.3" in warned[0], warned[0]
+        assert "[crawl.referenceability] model" in warned[0], warned[0]
+        # another model: no such warning
+        assert main(["run", _verify_over(isolated_roots, state, "sandbox-gpt", kind), "--simulate"]) == 0
+        out = capsys.readouterr().out
+        assert not [ln for ln in out.splitlines() if "warning:" in ln and "auditor" in ln], (kind, out[-3000:])
