@@ -209,3 +209,35 @@ def test_an_evaluated_model_that_audited_the_crawl_is_named_by_a_campaign_over_i
         assert main(["run", _verify_over(isolated_roots, state, "sandbox-gpt", kind), "--simulate"]) == 0
         out = capsys.readouterr().out
         assert not [ln for ln in out.splitlines() if "warning:" in ln and "auditor" in ln], (kind, out[-3000:])
+
+
+def test_a_changed_ladder_draw_count_is_applied_to_the_stored_ratings_and_said_so(isolated_roots, monkeypatch, capsys):
+    # before: [crawl.ladder] draws_per_cell 2 -> 3 on a finished crawl printed "the change affects none of the stored
+    # results: they keep the old settings, and the manifest keeps recording those (the new config is under
+    # config_not_applied). Use a new [campaign] name to run with the change", while the same run rebuilt every
+    # ladder from the stored ratings with 3 draws per cell (27 rows where there were 18): the tables and the
+    # manifest disagreed, and the advice would have paid every audit again for nothing
+    import json
+
+    from tests.test_crawl_human_verdicts_applied import CRAWL_CONFIG
+    from geoagent.cli import main
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    capsys.readouterr()
+    state = isolated_roots / "state" / "crawl-sandbox"
+    ladder = sorted((state / "ladders").glob("*.csv"))[0]
+    n_before = len(ladder.read_text(encoding="utf-8").splitlines()) - 1
+    assert n_before <= 18
+    head, sep, rest = CRAWL_CONFIG.read_text(encoding="utf-8").partition("\n[crawl.endpoints]")
+    cfg = isolated_roots / "crawl_draws3.toml"
+    cfg.write_text(head + "\n[crawl.ladder]\ndraws_per_cell = 3\n" + sep + rest, encoding="utf-8")
+    assert main(["crawl", str(cfg), "--no-live"]) == 0
+    got = capsys.readouterr()
+    assert "this run: 0 new model calls" in got.out, got.out[-2000:]
+    assert "affects none of the stored results" not in got.err and "new [campaign] name" not in got.err, got.err
+    assert "crawl.ladder.draws_per_cell" in got.err and "no model call" in got.err, got.err
+    assert len(ladder.read_text(encoding="utf-8").splitlines()) - 1 > n_before  # rebuilt with 3 draws per cell
+    man = json.loads((state / "manifest.json").read_text(encoding="utf-8"))
+    assert man["config"]["crawl"]["ladder"]["draws_per_cell"] == 3, man["config"]["crawl"].get("ladder")
+    assert not man.get("config_not_applied")
