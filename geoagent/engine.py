@@ -277,7 +277,7 @@ class CampaignKind(abc.ABC):
         """Write the tables another campaign reads from this one (its hand-off), called by a ``--watch`` run
         each time every queue has drained after new work was done (:func:`idle_handoff_tick`), so the folder
         is usable while the process keeps watching instead of only after it stops. ``export``: the run
-        exports (not ``--no-export``); ``complete``: nothing is dead-lettered either (what a run's end calls
+        exports (``run_campaign(export=...)``, True for ``run.py``); ``complete``: nothing is dead-lettered either (what a run's end calls
         ``complete``); ``snapshot``: what :meth:`handoff_snapshot` returned for this hand-off. Writes must be
         atomic and idempotent (the end of the run writes them again). It runs in a worker thread
         (:class:`IdleHandoffTick`), never two at once, so it must not touch the event loop, and must read the
@@ -2008,7 +2008,7 @@ def idle_handoff_tick(tick: Any, handoff: Callable[..., list[str]],
 def kind_handoff_tick(kind: CampaignKind, cfg: Any, ctx: StageContext, tick: Any, *, export: bool) -> IdleHandoffTick:
     """The idle hand-off tick of a ``--watch`` run of ``kind`` (what the engine runs): ``tick`` (the progress
     callback), then at each idle drain with new work :meth:`CampaignKind.idle_handoff` in a worker thread
-    (:class:`IdleHandoffTick`). ``export``: the run exports (not ``--no-export``)."""
+    (:class:`IdleHandoffTick`). ``export``: the run exports (``run_campaign(export=...)``, True for ``run.py``)."""
     return idle_handoff_tick(
         tick, lambda complete, snap: kind.idle_handoff(cfg, ctx, export=export, complete=complete, snapshot=snap),
         snapshot=lambda: kind.handoff_snapshot(cfg, ctx))

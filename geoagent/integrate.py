@@ -186,3 +186,61 @@ def gazetteer_from_world(world: Any, *, city_qid_start: int = 4_990_001, city_ra
                                       sitelinks=int(e.sitelinks), classes=tuple(e.instance_of),
                                       description=f"place in {city}" if city else "place (sandbox world)"))
     return Gazetteer(entries)
+
+
+#: the crawl's two auditors: ``[crawl.<section>]`` of a crawl's config, as named in messages
+_AUDITOR_SECTIONS = (("image_audit", "image auditor ([crawl.image_audit] model)"),
+                     ("referenceability", "referenceability auditor ([crawl.referenceability] model)"))
+
+
+def _api_model_id(model: Any) -> str:
+    """A model id as compared for :func:`auditor_overlap_warning`: lower case, without a router's ``vendor/``
+    prefix (``deepseek/deepseek-v4-pro`` and ``deepseek-v4-pro`` are one model)."""
+    return str(model or "").strip().lower().rsplit("/", 1)[-1]
+
+
+def auditor_overlap_warning(folder: str | Path | None, models: Any) -> str | None:
+    """A warning when an evaluated model of a GeoVerify or GeoHint campaign is one of the auditors of the crawl
+    whose state folder ``folder`` is (the campaign's release folder), else None.
+
+    Seed 000 Sec. 3.3, construction constraint 1: "The auditor must not be an evaluated model, else the benchmark
+    sets its own exam." A crawl checks its own ``[crawl] evaluated_models`` list at load, but a campaign run later
+    over its folder names its models anew. The crawl's ``manifest.json`` (its ``kind`` ``"crawl"``; the config as
+    written) gives each auditor's ``[[models]]`` entry; an evaluated model (``models``: the campaign's
+    :class:`geoagent.config.ModelConfig` entries) whose API model id (:func:`_api_model_id`) is an auditor's is
+    named. A simulated auditor (``provider = "simulated"``) is no model and is never matched; a folder that is not
+    a crawl's (the public release) or whose manifest cannot be read gives None."""
+    from geoagent.runtime.manifest import read_manifest
+
+    if folder is None:
+        return None
+    try:
+        data = read_manifest(folder)
+    except (OSError, ValueError):
+        return None
+    conf = data.get("config") if isinstance(data, dict) and data.get("kind") == "crawl" else None
+    crawl = conf.get("crawl") if isinstance(conf, dict) else None
+    if not isinstance(crawl, dict):
+        return None
+    entries = {str(m.get("name")): m for m in conf.get("models") or [] if isinstance(m, dict)}
+    auditors: dict[str, list[str]] = {}
+    for section, what in _AUDITOR_SECTIONS:
+        sec = crawl.get(section)
+        sec = sec if isinstance(sec, dict) else {}
+        name = sec.get("model")
+        if not name or str(sec.get("provider", "simulated")) == "simulated":
+            continue
+        entry = entries.get(str(name)) or {}
+        api = _api_model_id(entry.get("model") or name)
+        auditors.setdefault(api, []).append(f"the crawl's {what} {name!r}")
+    hits = []
+    for m in models or []:
+        found = auditors.get(_api_model_id(getattr(m, "model", None)))
+        if found and getattr(m, "provider", None) not in ("simulated", "replay"):
+            hits.append(f"model {m.name!r} ({m.model}) is {' and '.join(found)}")
+    if not hits:
+        return None
+    return (f"{'; '.join(hits)} of {folder}: seed 000 Sec. 3.3 requires that the auditor not be an evaluated model "
+            "(\"else the benchmark sets its own exam\"): the images it kept or the reference points it rated were "
+            "judged by that model; "
+            "evaluate another model, or crawl with another auditor")

@@ -10,6 +10,7 @@ engine's watch mode plus that flag) keeps re-reading the config for new cities. 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from geoagent.crawl.settings import CrawlConfigError, CrawlSettings
 from geoagent.crawl.stages import city_messages, crawl_stages, services_from_context
 from geoagent.engine import CampaignKind
 from geoagent.runtime.stage import Message, Stage, StageContext
+
+_log = logging.getLogger(__name__)
 
 
 def _settings(cfg: Any) -> CrawlSettings:
@@ -170,7 +173,7 @@ class CrawlCampaign(CampaignKind):
         keeps watching: ``verify_trials.csv`` (only when nothing is dead-lettered, as at the end of a run
         that ends ``complete``; with dead-lettered tasks an earlier ``verify_trials.csv`` is moved aside to
         ``verify_trials.stale.csv``, as at the end of a run that ends ``incomplete``: :func:`_handoff_trials`),
-        unless ``--no-export`` ``export/`` (:meth:`export`), and ``report/crawl_summary.json``
+        unless the run does not export (``geoagent.engine.run_campaign(export=False)``) ``export/`` (:meth:`export`), and ``report/crawl_summary.json``
         (:func:`_write_summary`, with ``"watching": true``). ``sites.csv``, ``images.csv`` and ``ladders/``
         are written by the stages as they go. Each file is written atomically (a temporary file renamed over
         it), and writing again gives the same tables. Runs in a worker thread, never two at once
@@ -311,8 +314,9 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     cameras that are not perspective, within
     ``min_separation_m`` of a kept image, no thumbnail), ``rejected`` (category -> count, left out after
     download: too dark, the brightness filter; near-duplicates; ``other``: an unreadable JPEG), ``usable`` and
-    ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's) and
-    ``audited`` (rows of images.csv)."""
+    ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's),
+    ``audited`` (rows of images.csv) and, when ``image_audit.csv`` is there, ``human`` (images.csv rows decided by
+    a human verdict: ``image_audit.csv`` rows with a ``human_verdict`` whose ``image`` is an images.csv ``path``)."""
     import csv
 
     from geoagent.crawl.fetcher import campaign_selections
@@ -332,13 +336,23 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
             for row in csv.DictReader(f):
                 out["audited"] += 1
                 out["usable" if row.get("usable") == "True" else "excluded"] += 1
+    audits = Path(state_dir) / "image_audit.csv"
+    if audits.is_file():
+        ids = set()
+        if path.is_file():
+            with open(path, newline="", encoding="utf-8") as f:
+                ids = {str(r.get("path") or "") for r in csv.DictReader(f)}
+        with open(audits, newline="", encoding="utf-8") as f:
+            out["human"] = sum(1 for r in csv.DictReader(f)
+                               if (r.get("human_verdict") or "").strip() and str(r.get("image") or "") in ids)
     return out
 
 
 def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
     """The summary's image line from :func:`image_counts`: ``images kept: 32 of 45 examined (13 rejected
     after download: 10 too dark (brightness filter), 3 near-duplicates; 33 skipped before download: ...);
-    thumbnails downloaded by this run: 0 (the other 45 read from disk: ...); audit: 26 usable, 6 excluded``.
+    thumbnails downloaded by this run: 0 (the other 45 read from disk: ...); audit: 26 usable, 6 excluded
+    (images.csv column usable; ...)``, the parenthesis saying how many of them a human verdict decided (``human``).
 
     "Examined": thumbnails whose pixels the selection looked at (kept + rejected after download), whoever
     downloaded them (this run, an earlier run, or another crawl whose selection with the same settings this
@@ -365,7 +379,17 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
             line += (f" (the other {examined - downloaded} read from disk: thumbnails, or the records of rejected ones, "
                      "fetched by an earlier run, or by another crawl whose selection with the same [crawl.fetcher] "
                      "settings was reused)")
-    line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable)"
+    line += f"; audit: {c['usable']} usable, {c['excluded']} excluded (images.csv column usable"
+    n_human, n_audited = c.get("human"), c["audited"]
+    if n_human is None or not n_audited:
+        line += ")"
+    elif n_human == 0:  # seed 000 Sec. 3.2: "exclusion runs off the human verdict"
+        line += ("; decided by the model audit alone: no human verdicts ([crawl.image_audit] human_verdicts), on "
+                 "which seed 000 Sec. 3.2 excludes images)")
+    elif n_human >= n_audited:
+        line += f"; all {n_audited} by a human verdict)"
+    else:
+        line += f"; {n_human} by a human verdict, {n_audited - n_human} by the model audit alone)"
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"
     return line
@@ -411,6 +435,7 @@ def _handoff_trials(cfg: Any, svc: Any, status: str, dead: dict[str, int]) -> di
         return {"written": False, "note": f"verify_trials.csv not written: {reason}", "reason": reason,
                 "stale": STALE_TRIALS_FILE if stale.is_file() else None}
     if status == "complete":
+        _warn_unmatched_verdicts(svc)
         note = _write_trials(cfg, svc)
         written = current.is_file() and not note.startswith("no GeoVerify trials written")
         if written and stale.is_file():
@@ -471,6 +496,26 @@ def _refresh_review_resolution(svc: Any) -> None:
             logging.getLogger(__name__).warning("review resolution table not brought up to date: %s", exc)
 
 
+def _warn_unmatched_verdicts(svc: Any) -> None:
+    """Log one warning naming the human verdicts (``[crawl.image_audit] human_verdicts``) whose image the crawl
+    did not audit (:func:`geoagent.crawl.image_audit.unmatched_human_verdicts` over ``image_audit/<site>/<id>.json``):
+    they decide nothing, and a typo in an image id must not pass unseen (a review decision naming no rated
+    candidate is named the same way, :func:`geoagent.crawl.review.apply_review_decisions`). Called by a hand-off
+    of a complete crawl only: before, the images of sites not audited yet would be named too."""
+    from geoagent.crawl.image_audit import HUMAN_VERDICTS_KEY, unmatched_human_verdicts
+
+    root = Path(svc.state_dir) / "image_audit"
+    audited = [p.stem for p in root.glob("*/*.json")] if root.is_dir() else []
+    unmatched = unmatched_human_verdicts(svc.settings.image_audit.human_verdicts, audited)
+    if unmatched:
+        n = len(unmatched)
+        more = f"; and {n - 10} more" if n > 10 else ""
+        _log.warning("%d human verdict%s of %s name%s no image this crawl audited (a typo in the image id, an image "
+                     "of another crawl, or one rejected before the audit), so %s nothing: %s%s", n,
+                     "" if n == 1 else "s", HUMAN_VERDICTS_KEY, "s" if n == 1 else "",
+                     "it decides" if n == 1 else "they decide", "; ".join(unmatched[:10]), more)
+
+
 def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool,
                    api: dict[str, Any] | None = None) -> Path:
     """Write ``report/crawl_summary.json`` atomically: ``status`` (as the run would end now), ``watching`` (True
@@ -519,7 +564,7 @@ def _write_trials(cfg: Any, svc: Any) -> str:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
-    warning = _no_mismatch_warning(svc.state_dir, build)
+    warning = "; ".join(w for w in (_no_mismatch_warning(svc.state_dir, build), _shared_sites_warning(svc.state_dir)) if w)
     return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
             f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"" + (f"; warning: {warning}" if warning else ""))
 
@@ -541,6 +586,46 @@ def _no_mismatch_warning(state_dir: Path, build: Any) -> str | None:
     return note or ("no swapped-image control trials (ctrl_mismatch) were built: no usable image of another "
                     "continent than each claim's site was left to show; a GeoVerify campaign over these trials "
                     "reads out 'swapped-image control not run'")
+
+
+def _shared_sites_warning(state_dir: Path, *, limit: int = 5) -> str | None:
+    """Landmarks sampled as a site of more than one city, and images kept under more than one site, or None when
+    there are none: two candidate cities whose centres lie closer than twice ``[crawl.sampler] radius_km`` can
+    both sample one landmark (their sampling is independent: each city keeps its own spacing, seed 000 Sec.
+    3.2.1), and its site then holds the same photos twice. A campaign over the folder imports the trial rows of
+    the second copy of an image as duplicates ("duplicate row ...; kept the first") and plans that site without
+    them, so the crawl says so where the trials are announced (summary, ``run.py status``,
+    ``report/crawl_summary.json`` ``verify_trials.warning``). Read from ``sites.csv`` (``qid``, ``landmark``,
+    ``site``, ``city``) and ``images.csv`` (``image_id``, ``site``); at most ``limit`` landmarks are named."""
+    import csv
+
+    folder = Path(state_dir)
+    sites_by_qid: dict[str, list[tuple[str, str]]] = {}
+    landmark: dict[str, str] = {}
+    if (folder / "sites.csv").is_file():
+        with open(folder / "sites.csv", newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                sites_by_qid.setdefault(r.get("qid") or "", []).append((r.get("site") or "", r.get("city") or ""))
+                landmark.setdefault(r.get("qid") or "", r.get("landmark") or "")
+    shared = {q: v for q, v in sorted(sites_by_qid.items()) if q and len({c for _s, c in v}) > 1}
+    sites_by_image: dict[str, set[str]] = {}
+    if (folder / "images.csv").is_file():
+        with open(folder / "images.csv", newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                sites_by_image.setdefault(r.get("image_id") or "", set()).add(r.get("site") or "")
+    n_images = sum(len(v) > 1 for v in sites_by_image.values())
+    if not shared and not n_images:
+        return None
+    parts = []
+    if shared:
+        named = "; ".join(f"{landmark.get(q) or q} ({q}): " + ", ".join(f"{s} ({c})" for s, c in v) for q, v in list(shared.items())[:limit])
+        more = f"; and {len(shared) - limit} more" if len(shared) > limit else ""
+        parts.append(f"{count_text(len(shared), 'landmark')} sampled as a site of more than one city ({named}{more})")
+    if n_images:
+        parts.append(f"{count_text(n_images, 'image')} {'lies' if n_images == 1 else 'lie'} under more than one site")
+    return (" and ".join(parts) + ": the cities' sampling discs ([crawl.sampler] radius_km around each centre) "
+            "overlap; a campaign over this folder keeps each shared image's trials of the first such site and "
+            "reports the others as duplicate rows (screen cities whose centres lie at least twice radius_km apart)")
 
 
 #: per-city candidate count the dry run prices the referenceability audit at, as an example (the real count is

@@ -207,6 +207,29 @@ def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:
 
 #: the config key of the human-verdict CSV, as named in messages
 HUMAN_VERDICTS_KEY = "[crawl.image_audit] human_verdicts"
+
+
+def unmatched_human_verdicts(path: str | Path | None, audited_ids: Iterable[str]) -> list[str]:
+    """The rows of a human-verdict CSV (:func:`read_human_verdicts`'s format, already read without error) whose
+    image is not among ``audited_ids`` (the image ids the crawl audited), each as ``"<file>:<line>: <image>"`` in
+    file order: such a verdict decides nothing (a typo in the id, an image of another crawl or one rejected before
+    the audit). ``[]`` when the key is unset or every verdict names an audited image. Rows whose image reference
+    cannot be read are skipped (:func:`read_human_verdicts` refuses the file for them)."""
+    if not path:
+        return []
+    audited = set(audited_ids)
+    out = []
+    with Path(path).open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            ref = row.get("image") or ""
+            try:
+                key = image_key(ref)
+            except ValueError:
+                continue
+            if key not in audited:
+                out.append(f"{path}:{reader.line_num}: {ref.strip()}")
+    return out
 #: the files :func:`write_agreement` writes into the crawl's state folder
 AGREEMENT_FILES = ("image_audit_agreement.json", "image_audit_human_excludes_model_accepts.csv",
                    "image_audit_model_rejects_human_keeps.csv")

@@ -343,7 +343,9 @@ def not_admitted_reasons(rec: dict[str, Any], settings: ScreenerSettings) -> lis
     [``l_min_km``, ``l_max_km``], or undefined with fewer than ``min_points`` points; Mapillary coverage
     (perspective images within ``coverage_radius_km``) below ``min_coverage``. The record's own ``ok_scale`` /
     ``ok_streetview`` decide which reasons apply (the decision made when it was screened; a stored screening is
-    not redone), ``settings`` gives the thresholds named. ``[]`` for an admitted city."""
+    not redone), ``settings`` gives the thresholds named; a measured value that passes a threshold changed since
+    (``l_min_km``/``l_max_km``, ``min_points``, ``min_coverage``) is named as failing the threshold in force when
+    the city was screened, never as failing the current one. ``[]`` for an admitted city."""
     out: list[str] = []
     if rec.get("eligible"):
         return out
@@ -354,8 +356,13 @@ def not_admitted_reasons(rec: dict[str, Any], settings: ScreenerSettings) -> lis
     if not rec.get("ok_scale", True):
         ld = rec.get("l_district_km")
         if not isinstance(ld, (int, float)) or isinstance(ld, bool) or math.isnan(ld):
-            out.append(f"L_district undefined: {n_kept} neighbourhood points within {settings.radius_km:g} km"
-                       f"{dropped} (at least {settings.min_points} needed)")
+            if isinstance(n_kept, int) and n_kept >= max(2, settings.min_points):  # min_points lowered since
+                out.append(f"L_district undefined: {n_kept} neighbourhood points within {settings.radius_km:g} km"
+                           f"{dropped}, fewer than the minimum in force when it was screened (now at least "
+                           f"{settings.min_points}; the stored screening stands)")
+            else:
+                out.append(f"L_district undefined: {n_kept} neighbourhood points within {settings.radius_km:g} km"
+                           f"{dropped} (at least {settings.min_points} needed)")
         elif lo <= ld <= hi:
             out.append(f"L_district {ld:.2f} km, outside the range in force when it was screened (now within "
                        f"[{lo:g}, {hi:g}] km; the stored screening stands)")
@@ -365,8 +372,13 @@ def not_admitted_reasons(rec: dict[str, Any], settings: ScreenerSettings) -> lis
     if not rec.get("ok_streetview", True):
         sv, total = rec.get("sv_perspective"), rec.get("sv_total")
         also = f" ({total} with panoramas)" if isinstance(total, int) and total != sv else ""
-        out.append(f"Mapillary coverage {sv} perspective images within {settings.coverage_radius_km:g} km{also}, "
-                   f"below {settings.min_coverage}")
+        if isinstance(sv, int) and not isinstance(sv, bool) and sv >= settings.min_coverage:  # min_coverage lowered since
+            out.append(f"Mapillary coverage {sv} perspective images within {settings.coverage_radius_km:g} km{also}, "
+                       f"below the minimum in force when it was screened (now at least {settings.min_coverage}; the "
+                       "stored screening stands)")
+        else:
+            out.append(f"Mapillary coverage {sv} perspective images within {settings.coverage_radius_km:g} km{also}, "
+                       f"below {settings.min_coverage}")
     if not out:  # a record without the flags (hand-edited): say what is known
         out.append("not eligible in its screening record")
     return out

@@ -258,13 +258,16 @@ class GeoHintCampaign(CampaignKind):
         """The plan's warnings: malformed rows of the release import (each one a site, ladder point or trial
         left out of the plan; the first five in full, ``file:line: reason``), and the image warnings (images
         sent as placeholder pixels; planned requests queued earlier with placeholder pixels that now have their
-        photo, :func:`geoagent.image_files.photos_after_placeholders`), when there are any."""
+        photo, :func:`geoagent.image_files.photos_after_placeholders`), and a model that audited the crawl whose
+        folder the plan reads (:func:`geoagent.integrate.auditor_overlap_warning`, seed 000 Sec. 3.3), when there
+        are any."""
         out = []
         issues = getattr(self, "_import_issues", None) or []
         if issues:
             shown = "; ".join(str(i) for i in issues[:5]) + (f"; ... and {len(issues) - 5} more" if len(issues) > 5 else "")
             out.append(f"release import: {len(issues)} problem(s) (a malformed row is left out of the plan): {shown}")
-        return out + [w for w in (getattr(self, "_image_warning", None), getattr(self, "_photo_warning", None)) if w]
+        return out + [w for w in (getattr(self, "_image_warning", None), getattr(self, "_photo_warning", None),
+                                  getattr(self, "_auditor_warning", None)) if w]
 
     async def plan(self, cfg: Any, ctx: StageContext) -> list[Message]:
         from geoagent.data.store import DataStore
@@ -272,6 +275,10 @@ class GeoHintCampaign(CampaignKind):
         s = settings_of(cfg)
         release = import_release(s.release_dir or cfg.release_dir(), state_root=cfg.state_root())
         self._import_issues = list(release.report.issues)
+        from geoagent.integrate import auditor_overlap_warning
+
+        # seed 000 Sec. 3.3: a crawl's auditor must not be an evaluated model
+        self._auditor_warning = auditor_overlap_warning(s.release_dir or cfg.release_dir(), cfg.models)
         if not ctx.services.get(C.SERVICE_READ_ONLY):  # a read-only plan (engine.preflight_refusals) stores nothing
             with DataStore.for_campaign(cfg.name, cfg.state_root()) as ds:
                 ds.put_many(release.records())

@@ -187,6 +187,10 @@ class GeoVerifyCampaign(CampaignKind):
                 refusals=self._refusals if ctx.services.get(C.SERVICE_DRY_RUN) else None)
         # tasks queued earlier with placeholder pixels whose photo is there now keep their placeholder request
         self._photo_warning = photos_after_placeholders(cfg, self._plan.messages, key="geoverify.image_root")
+        from geoagent.integrate import auditor_overlap_warning
+
+        s = settings_of(cfg)  # seed 000 Sec. 3.3: a crawl's auditor must not be an evaluated model
+        self._auditor_warning = auditor_overlap_warning(s.release_dir or cfg.release_dir(), cfg.models)
         return self._plan.messages
 
     def plan_warnings(self, cfg: Any) -> list[str]:
@@ -195,11 +199,13 @@ class GeoVerifyCampaign(CampaignKind):
         when it has them, and a warning when the planned trials hold the gray-field control (``ctrl_noimage``) but no swapped-image control
         (``ctrl_mismatch``; e.g. trials of a crawl whose cities are all on one continent): the read-out cannot
         check that arm. A table without any control arm (the release sample) gets no warning: no control was
-        meant."""
+        meant. Also a model that audited the crawl whose folder the trials come from
+        (:func:`geoagent.integrate.auditor_overlap_warning`, seed 000 Sec. 3.3)."""
         from geoagent.data.model import ARM_BLANK, ARM_MISMATCH
         from geoagent.scoring.sdt import MISMATCH_F_MAX
 
-        out = [w for w in (getattr(self, "_image_warning", None), getattr(self, "_photo_warning", None)) if w]
+        out = [w for w in (getattr(self, "_image_warning", None), getattr(self, "_photo_warning", None),
+                           getattr(self, "_auditor_warning", None)) if w]
         plan = getattr(self, "_plan", None)
         trials = getattr(plan, "trials", None) or []
         arms = {t.arm for t in trials}

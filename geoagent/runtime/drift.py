@@ -14,8 +14,8 @@ now plans first and then calls :func:`decide` with what planning did:
   results, so it needs a new ``[campaign]`` name; the manifest keeps the config the results were made with
   (``config``) and records the one not applied under ``config_not_applied``, so the next run says so again.
 
-Inputs applied after the calls (:func:`is_applied_after_key`: the crawl's ``[crawl.image_audit] human_verdicts``)
-are no drift either: each run re-applies them to the stored answers (:func:`applied_after_line`).
+Inputs applied after the calls (:func:`is_applied_after_key`: the crawl's ``[crawl.image_audit] human_verdicts``,
+``[crawl.referenceability] review_verdicts``, ``[crawl.ladder]`` draws) are no drift either: each run re-applies them to the stored answers (:func:`applied_after_line`).
 
 Keys that only set limits or pacing (:func:`is_pacing_key`: a model's ``rate``, ``concurrency``, timeouts,
 ``max_attempts``, the estimates; ``[hosts]``; ``[queue]``) change no answer and are never listed as a change
@@ -54,8 +54,11 @@ _PRICE = re.compile(r"^models\[\d+\]\.price_(input|output)_usd_per_mtok$")
 #: config paths of inputs applied after the model calls, to their stored answers, never to a request: the crawl's
 #: human image-audit verdicts (``[crawl.image_audit] human_verdicts``, Sec. 3.2: a human verdict decides over the
 #: model's) and the human decisions on referenceability review items (``[crawl.referenceability] review_verdicts``,
-#: Sec. 3.3). Each run reads them afresh and rebuilds the tables from the stored audits, so a change is no drift
-_APPLIED_AFTER = re.compile(r"^crawl\.(image_audit\.human_verdicts|referenceability\.review_verdicts)$")
+#: Sec. 3.3), and the context-ladder builder's draws (``[crawl.ladder] draws_per_cell`` and ``seed``: the ladders are
+#: drawn from the stored ratings, :func:`geoagent.crawl.stages.apply_review_verdicts`). Each run reads them afresh
+#: and rebuilds the tables from the stored audits, so a change is no drift
+_APPLIED_AFTER = re.compile(
+    r"^crawl\.(image_audit\.human_verdicts|referenceability\.review_verdicts|ladder\.(draws_per_cell|seed))$")
 
 
 #: config paths that only choose which tasks are planned, not how any of them is asked or built: more or fewer
@@ -303,18 +306,28 @@ def applied_after_line(name: str, keys: dict[str, tuple[Any, Any]], keys_text: s
     are none): the run applies them to the stored answers and asks nothing anew."""
     if not keys:
         return None
+    if all(k.startswith("crawl.ladder.") for k in keys):  # [crawl.ladder] draws alone
+        return (f"info: campaign {name}: the context-ladder settings changed since its last run ({keys_text}); the "
+                "ladders are drawn from the stored ratings, never in a request, so no model call is repeated and "
+                "nothing mixes: this run rebuilds every site's ladder (ladders/) with them, and the export (export/); "
+                "the ratings (rated/) and verify_trials.csv do not depend on them.")
     review = any("review_verdicts" in k for k in keys)
+    ladder = any(k.startswith("crawl.ladder.") for k in keys)
     if review and len(keys) == 1:  # [crawl.referenceability] review_verdicts alone
         return (f"info: campaign {name}: the human review decisions changed since its last run ({keys_text}); they "
                 "are applied to the stored ratings, never sent in a request, so no model call is repeated and "
                 "nothing mixes: this run rebuilds the ladders, audit_review_resolved.csv and audit_review_log.jsonl "
-                "with them (rated/ keeps the model's), and verify_trials.csv when the crawl is complete (the export "
-                "too, unless --no-export).")
-    return (f"info: campaign {name}: the human {'audit verdicts and review decisions' if review else 'image-audit verdicts'} "
-            f"changed since its last run ({keys_text}); they are applied to the stored model answers, never sent in a "
-            "request, so no model call is repeated and nothing mixes: this run rebuilds image_audit.csv, images.csv "
-            f"and the agreement files{', the ladders and the review resolution' if review else ''} with them, and "
-            "verify_trials.csv when the crawl is complete (the export too, unless --no-export).")
+                "with them (rated/ keeps the model's), verify_trials.csv when the crawl is complete, and the export "
+                "(export/).")
+    hv = any("human_verdicts" in k for k in keys)
+    what = [w for w, on in (("the human image-audit verdicts", hv), ("the human review decisions", review),
+                            ("the context-ladder settings", ladder)) if on]
+    tables = [t for t, on in (("image_audit.csv, images.csv and the agreement files", hv), ("the ladders", review or ladder),
+                              ("the review resolution", review)) if on]
+    return (f"info: campaign {name}: {' and '.join(what)} changed since its last run ({keys_text}); they are applied "
+            "to the stored model answers, never sent in a request, so no model call is repeated and nothing mixes: "
+            f"this run rebuilds {', '.join(tables)} with them, verify_trials.csv when the crawl is complete, and the "
+            "export (export/).")
 
 
 def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None) -> dict[str, list[tuple[dict[str, Any], int]]]:
