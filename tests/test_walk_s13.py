@@ -1,0 +1,41 @@
+"""Defects a new user met in a first-hour walkthrough of the README (session 13, s13-walk).
+
+Each test drives the real CLI or loader on a small campaign; no function is mocked.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from geoagent.cli import main
+from geoagent.config import load_config
+from geoagent.runtime.queue import open_queue
+from geoagent.runtime.store import open_campaign_state
+from tests._model_harness import generic_campaign, model_table
+
+
+def test_status_of_a_run_stopped_while_planning_is_not_complete(tmp_path, capsys):
+    """A Ctrl-C while a first run was planning (after it had made its queue files, before its first task was
+    queued) left empty queues and no recorded run; `status` then said "campaign complete: every queue drained"
+    over a campaign that had done nothing (walkthrough: `requests: ... done 0`, "campaign complete")."""
+    cfgp = generic_campaign(tmp_path, name="cut", n=5, cap_usd=1.0, models=model_table())
+    cfg = load_config(cfgp)
+
+    with open_campaign_state(cfg.name, root=cfg.state_root(), cap_usd=1.0):  # its state, opened before planning
+        pass
+
+    async def make() -> None:  # what the stopped run left: its queue files, empty
+        for edge in ("requests", "responses"):
+            await open_queue(cfg.queues_root(), cfg.name, edge, **cfg.queue_options()).close()
+
+    anyio.run(make)
+    assert main(["status", str(cfgp)]) == 0
+    out = capsys.readouterr().out
+    assert "campaign complete" not in out, out
+    assert "no task queued yet" in out and "re-run the same command" in out, out
+    # the same command then plans and runs it: complete, and status says so
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    capsys.readouterr()
+    assert main(["status", str(cfgp)]) == 0
+    out = capsys.readouterr().out
+    assert "done        5" in out and "campaign complete: every queue drained" in out, out
