@@ -39,3 +39,31 @@ def test_status_of_a_run_stopped_while_planning_is_not_complete(tmp_path, capsys
     assert main(["status", str(cfgp)]) == 0
     out = capsys.readouterr().out
     assert "done        5" in out and "campaign complete: every queue drained" in out, out
+
+
+def test_geoverify_template_with_an_unknown_placeholder_is_refused(tmp_path):
+    """A claim template with ``{tau}`` (for ``{tau_m}``) loaded and sent the literal text ``{tau}`` to the model on
+    every request (walkthrough: the dry run planned 345 such requests without a word); GeoHint's templates refuse
+    an unknown placeholder. Now the load names it and the two GeoVerify knows."""
+    import pytest
+
+    from geoagent.geoverify.prompt import DEFAULT_TEMPLATE_PATH, TemplateError, load_template
+
+    default = DEFAULT_TEMPLATE_PATH.read_text(encoding="utf-8")
+    assert load_template() == default  # the packaged template, with its JSON braces, loads as before
+    typo = tmp_path / "claim.txt"
+    typo.write_text(default.replace("{tau_m}", "{tau}"), encoding="utf-8")
+    with pytest.raises(TemplateError) as err:
+        load_template(typo)
+    msg = str(err.value)
+    assert "{tau}" in msg and "{candidate}" in msg and "{tau_m}" in msg, msg
+    # a misspelt {candidate} is named too, not only "has no {candidate} placeholder"
+    typo.write_text(default.replace("{candidate}", "{candidat}"), encoding="utf-8")
+    with pytest.raises(TemplateError) as err:
+        load_template(typo)
+    assert "{candidat}" in str(err.value) and "no {candidate} placeholder" in str(err.value), str(err.value)
+    # a template without {tau_m} (its own wording of the tolerance) is still the user's choice
+    ok = tmp_path / "ok.txt"
+    ok.write_text('Was this photo taken within 150 m of "{candidate}"? Answer {"verdict": "yes" or "no"}.',
+                  encoding="utf-8")
+    assert "{candidate}" in load_template(ok)
