@@ -67,3 +67,24 @@ def test_geoverify_template_with_an_unknown_placeholder_is_refused(tmp_path):
     ok.write_text('Was this photo taken within 150 m of "{candidate}"? Answer {"verdict": "yes" or "no"}.',
                   encoding="utf-8")
     assert "{candidate}" in load_template(ok)
+
+
+def test_missing_template_beside_the_config_warns_what_running_from_there_moves(tmp_path, monkeypatch):
+    """The error for a relative template path found beside the config offered "or run the command from
+    <config folder>" with no word that the campaign's queues/ and state/ (relative to the working directory by
+    default) and its other relative paths move with it: followed from the project folder, a campaign that had
+    run there started over in an empty state folder (every call paid again). The alternative now says so."""
+    import pytest
+
+    from geoagent.geoverify.prompt import TemplateError, load_template
+
+    project, cfg_dir = tmp_path / "project", tmp_path / "project" / "cfg"
+    cfg_dir.mkdir(parents=True)
+    (cfg_dir / "my_claim.txt").write_text('Near "{candidate}"?', encoding="utf-8")
+    monkeypatch.chdir(project)
+    with pytest.raises(TemplateError) as err:
+        load_template("my_claim.txt", source="cfg/pt.toml")
+    msg = " ".join(str(err.value).split())
+    assert f'write prompt_template = "{cfg_dir / "my_claim.txt"}"' in msg, msg
+    assert f"or run the command from {cfg_dir} (then" in msg, msg
+    assert "queues/ and state/" in msg and "[paths]" in msg, msg
