@@ -88,3 +88,22 @@ def test_missing_template_beside_the_config_warns_what_running_from_there_moves(
     assert f'write prompt_template = "{cfg_dir / "my_claim.txt"}"' in msg, msg
     assert f"or run the command from {cfg_dir} (then" in msg, msg
     assert "queues/ and state/" in msg and "[paths]" in msg, msg
+
+
+def test_missing_demo_crawl_folder_says_run_the_demo(tmp_path, monkeypatch, capsys):
+    """README's fresh-clone variant of my_verify.toml reads ``state/demo-crawl`` (what `run.py demo` writes);
+    run before the demo, it was told to "run `python run.py crawl CRAWL_CONFIG` first ... see
+    geoagent/configs/crawl_sandbox.toml", a crawl that writes another folder. It now names the demo."""
+    monkeypatch.chdir(tmp_path)
+    cfgp = tmp_path / "my_verify.toml"
+    cfgp.write_text(
+        '[campaign]\nname = "my-verify"\nkind = "geoverify"\nseed = 1\n[budget]\ncap_usd = 1.00\n'
+        '[[models]]\nname = "sandbox-gpt"\nprovider = "openai"\nmodel = "sandbox-gpt"\n'
+        'base_url = "http://openai.sandbox.invalid/v1"\nmax_output_tokens = 300\n'
+        '[geoverify]\ntrials = "release"\nimage_root = "state/images"\n'
+        '[paths]\nrelease_dir = "state/demo-crawl"\n', encoding="utf-8")
+    assert main(["run", str(cfgp), "--simulate"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "crawl output not found: state/demo-crawl/sites.csv" in err, err
+    assert "run `python run.py demo` first" in err, err
+    assert not (tmp_path / "state" / "my-verify").exists()
