@@ -5,6 +5,12 @@ Each test drives the real CLI or loader on a small campaign; no function is mock
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import anyio
 
 from geoagent.cli import main
@@ -107,3 +113,48 @@ def test_missing_demo_crawl_folder_says_run_the_demo(tmp_path, monkeypatch, caps
     assert "crawl output not found: state/demo-crawl/sites.csv" in err, err
     assert "run `python run.py demo` first" in err, err
     assert not (tmp_path / "state" / "my-verify").exists()
+
+
+#: a child process that runs the real CLI (``run.py``'s ``entry``) and sends itself a real SIGINT the moment a
+#: chosen module starts importing: a Ctrl-C that lands while the command is still loading (deterministic, where a
+#: timer would race the interpreter's start-up)
+_CTRL_C_AT_IMPORT = r"""
+import importlib.abc, os, signal, sys
+target = sys.argv[1]
+class Hit(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target_=None):
+        if name == target:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Hit())
+sys.argv = ["run.py"] + sys.argv[2:]
+from geoagent.cli import entry
+entry()
+"""
+
+
+def _ctrl_c_at_import(module: str, args: list[str], cwd) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-c", _CTRL_C_AT_IMPORT, module, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_not_a_traceback(tmp_path):
+    """A Ctrl-C in the first second of `run.py run CONFIG` (while it imported its modules) printed a
+    KeyboardInterrupt traceback through ``_config_warnings_as_lines``; one a moment later, while the campaign
+    was planned, printed "interrupted: forced exit" for a single press. Both now say in one line that the run
+    was interrupted before it started (exit 130, as any interrupt)."""
+    cfgp = generic_campaign(tmp_path, name="early", n=5, cap_usd=1.0, models=model_table())
+    done = _ctrl_c_at_import("geoagent.config", ["run", str(cfgp), "--no-live"], tmp_path)
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+    assert done.stderr.strip().startswith("interrupted (Ctrl-C) before the run started"), done.stderr
+    # later, once the config is loaded and the campaign is being opened and planned: the same kind of line
+    late = _ctrl_c_at_import("geoagent.engine", ["run", str(cfgp), "--no-live"], tmp_path)
+    assert late.returncode == 130, (late.returncode, late.stderr)
+    assert "forced exit" not in late.stderr and "Traceback" not in late.stderr, late.stderr
+    assert late.stderr.strip().startswith("interrupted (Ctrl-C) before the run started"), late.stderr
+    # nothing was queued or sent: the same command then runs the campaign from the start
+    assert main(["run", str(cfgp), "--no-live"]) == 0
