@@ -1067,6 +1067,9 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
         # a check on a whole table says itself what it found ("got a table" would add nothing)
         table_check = kind == "value_error" and isinstance(err.get("input"), dict)
         got = "" if no_echo or table_check else f", got {_fmt_value(err.get('input'))}"
+        if kind == "list_type" and isinstance(err.get("input"), dict) and re.fullmatch(r"[A-Za-z_][\w.]*", path):
+            # `[models]` for `[[models]]`: TOML's array of tables is written with double brackets
+            got += f" (write each entry as its own [[{path}]] table, in double brackets)"
         problems.append(f"{path}: expected {expected}{got}")
     return problems
 

@@ -158,3 +158,21 @@ def test_ctrl_c_while_the_command_loads_is_one_line_not_a_traceback(tmp_path):
     assert late.stderr.strip().startswith("interrupted (Ctrl-C) before the run started"), late.stderr
     # nothing was queued or sent: the same command then runs the campaign from the start
     assert main(["run", str(cfgp), "--no-live"]) == 0
+
+
+def test_single_bracket_models_table_says_how_to_write_it(tmp_path):
+    """``[models]`` written for ``[[models]]`` (a first campaign file's commonest TOML slip) was refused with
+    "models: expected an array, got a table" and no word of the fix; the message now gives the double brackets."""
+    import pytest
+
+    from geoagent.config import ConfigError
+
+    cfgp = tmp_path / "one.toml"
+    cfgp.write_text('[campaign]\nname = "one"\nkind = "generic"\nseed = 1\n[budget]\ncap_usd = 1.0\n'
+                    '[models]\nname = "m"\nprovider = "simulated"\nmodel = "sim-1"\n'
+                    '[generic]\nn_requests = 3\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfgp)
+    msg = str(err.value)
+    assert "models: expected an array, got a table" in msg, msg
+    assert "[[models]]" in msg, msg
