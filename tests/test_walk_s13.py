@@ -176,3 +176,31 @@ def test_single_bracket_models_table_says_how_to_write_it(tmp_path):
     msg = str(err.value)
     assert "models: expected an array, got a table" in msg, msg
     assert "[[models]]" in msg, msg
+
+
+def test_prompts_dir_with_one_edited_template_names_every_one_it_lacks(tmp_path, monkeypatch):
+    """A user who copied only the template they edited (``my_prompts/geohint_forced.txt``) into
+    ``geohint.prompts_dir`` was refused one missing file per try (first geohint_forced.txt, then
+    geohint_context.txt, ...), with no word that the folder replaces the packaged one as a whole. The error now
+    says so, names every packaged template the folder lacks and where to copy them from."""
+    import pytest
+
+    from geoagent.geohint.conditions import PROMPTS_DIR, PromptBook
+
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "my_prompts"
+    mine.mkdir()
+    (mine / "geohint_forced.txt").write_text((PROMPTS_DIR / "geohint_forced.txt").read_text(encoding="utf-8"),
+                                            encoding="utf-8")
+    book = PromptBook("my_prompts", source="gh.toml")
+    with pytest.raises(FileNotFoundError) as err:
+        book.render("forced", "Eiffel Tower")
+    msg = " ".join(str(err.value).split())
+    assert "geohint_context.txt not found in prompts_dir my_prompts" in msg, msg
+    lacks = sorted(p.name for p in PROMPTS_DIR.glob("geohint_*.txt") if p.name != "geohint_forced.txt")
+    assert f"lacks {len(lacks)} of the packaged templates ({', '.join(lacks)})" in msg, msg
+    assert f"copy them from {PROMPTS_DIR}" in msg, msg
+    # with them copied, it renders from the folder
+    for name in lacks:
+        (mine / name).write_text((PROMPTS_DIR / name).read_text(encoding="utf-8"), encoding="utf-8")
+    assert "Eiffel Tower" in PromptBook("my_prompts", source="gh.toml").render("forced", "Eiffel Tower")
