@@ -204,3 +204,19 @@ def test_prompts_dir_with_one_edited_template_names_every_one_it_lacks(tmp_path,
     for name in lacks:
         (mine / name).write_text((PROMPTS_DIR / name).read_text(encoding="utf-8"), encoding="utf-8")
     assert "Eiffel Tower" in PromptBook("my_prompts", source="gh.toml").render("forced", "Eiffel Tower")
+
+
+def test_cap_below_one_call_says_no_call_fits(tmp_path, capsys):
+    """A cap below one call's worst-case reservation ended "budget exhausted: 5 requests not dispatched; raise
+    [budget] cap_usd and re-run" after 0 calls, the same line as a cap reached after many calls; the summary now
+    says that not one call fitted (the walkthrough's cap $0.001 against a $0.0088 reservation)."""
+    cfgp = generic_campaign(tmp_path, name="tiny", n=5, cap_usd=1e-7, models=model_table())
+    assert main(["run", str(cfgp), "--no-live"]) == 4
+    out = " ".join(capsys.readouterr().out.split())
+    assert "calls 0" in out and "budget exhausted: 5 requests not dispatched" in out, out
+    assert "not one call fitted under the cap" in out, out
+    # a cap reached after some calls keeps the plain line
+    cfgp = generic_campaign(tmp_path, name="some", n=100, cap_usd=0.0002, models=model_table())
+    assert main(["run", str(cfgp), "--no-live"]) == 4
+    out = " ".join(capsys.readouterr().out.split())
+    assert "budget exhausted:" in out and "calls 0" not in out and "not one call fitted" not in out, out
