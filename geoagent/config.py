@@ -1070,6 +1070,12 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
         if kind == "list_type" and isinstance(err.get("input"), dict) and re.fullmatch(r"[A-Za-z_][\w.]*", path):
             # `[models]` for `[[models]]`: TOML's array of tables is written with double brackets
             got += f" (write each entry as its own [[{path}]] table, in double brackets)"
+        if (kind in ("model_type", "dict_type", "model_attributes_type") and len(loc) == 3 and loc[0] == "models"
+                and loc[2] == "rate" and isinstance(err.get("input"), (int, float))
+                and not isinstance(err.get("input"), bool)):
+            # `rate = 8` as [hosts."name"] takes it: a [[models]] entry's rate is a table with its own period
+            got += (f" (in a [[models]] entry: rate = {{ requests = {err['input']:g}, period_s = 1.0 }}, requests "
+                    "per period_s seconds)")
         problems.append(f"{path}: expected {expected}{got}")
     return problems
 

@@ -220,3 +220,21 @@ def test_cap_below_one_call_says_no_call_fits(tmp_path, capsys):
     assert main(["run", str(cfgp), "--no-live"]) == 4
     out = " ".join(capsys.readouterr().out.split())
     assert "budget exhausted:" in out and "calls 0" not in out and "not one call fitted" not in out, out
+
+
+def test_models_rate_as_a_number_says_the_table_form(tmp_path):
+    """``rate = 1000`` in a ``[[models]]`` entry (the form ``[hosts."name"]`` takes: ``rate = N`` with its own
+    ``period_s``) was refused as "models[0].rate: expected a table, got 1000"; the message now shows the form."""
+    import pytest
+
+    from geoagent.config import ConfigError
+
+    cfgp = tmp_path / "r.toml"
+    cfgp.write_text('[campaign]\nname = "r"\nkind = "generic"\nseed = 1\n[budget]\ncap_usd = 1.0\n'
+                    '[[models]]\nname = "m"\nprovider = "simulated"\nmodel = "sim-1"\nrate = 1000\n'
+                    '[generic]\nn_requests = 3\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfgp)
+    msg = str(err.value)
+    assert "models[0].rate: expected a table, got 1000" in msg, msg
+    assert "rate = { requests = 1000, period_s = 1.0 }" in msg, msg
