@@ -238,3 +238,31 @@ def test_models_rate_as_a_number_says_the_table_form(tmp_path):
     msg = str(err.value)
     assert "models[0].rate: expected a table, got 1000" in msg, msg
     assert "rate = { requests = 1000, period_s = 1.0 }" in msg, msg
+
+
+def test_a_key_in_the_wrong_table_names_the_table_it_belongs_to(tmp_path):
+    """``image_root`` written under ``[paths]`` (beside ``release_dir``, where README's fresh-clone example puts
+    its other folder) was refused as "paths.image_root: unknown key" and ``max_output_tokens`` under ``[budget]``
+    as "budget.max_output_tokens: unknown key", with no word of where they go; the message now names the table."""
+    import pytest
+
+    from geoagent.config import ConfigError
+
+    def refused(extra_paths: str, extra_budget: str) -> str:
+        cfgp = tmp_path / "w.toml"
+        cfgp.write_text('[campaign]\nname = "w"\nkind = "generic"\nseed = 1\n'
+                        f'[paths]\nstate = "state"\n{extra_paths}[budget]\ncap_usd = 1.0\n{extra_budget}'
+                        '[[models]]\nname = "m"\nprovider = "simulated"\nmodel = "sim-1"\n'
+                        '[generic]\nn_requests = 3\n', encoding="utf-8")
+        with pytest.raises(ConfigError) as err:
+            load_config(cfgp)
+        return str(err.value)
+
+    msg = refused('image_root = "state/images"\n', "")
+    assert "paths.image_root: unknown key (a key of [geohint] or [geoverify], not of [paths])" in msg, msg
+    msg = refused("", "max_output_tokens = 300\n")
+    assert ("budget.max_output_tokens: unknown key (a key of each [[models]] entry or [geohint] or [geoverify], "
+            "not of [budget])") in msg, msg
+    # a misspelling keeps its did-you-mean
+    msg = refused("", "capusd = 2\n")
+    assert "budget.capusd: unknown key (did you mean 'cap_usd'?)" in msg, msg
