@@ -216,7 +216,7 @@ def config_path_problem(key: str, value: str | os.PathLike[str], source: str | N
             # name, written as it was, started an escape or ended the string
             text += (f"; the config's folder has {target}: write {key.rsplit('.', 1)[-1]} = "
                      f"{json.dumps(str(cfg_dir / p), ensure_ascii=False)} "
-                     f"or run the command from {cfg_dir} (then every command of the campaign, from there: its other "
-                     "relative paths, and its queues/ and state/ unless [paths] or $GEOAGENT_QUEUES / $GEOAGENT_STATE "
-                     "set them, are taken from there too; a campaign already run from here would start over)")
+                     f"or run the command from {cfg_dir} (then every relative path of the campaign, and its queues/ "
+                     "and state/ unless [paths] or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them, are taken from that "
+                     "folder too: a campaign already run from here would start over there)")
     return text
