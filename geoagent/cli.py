@@ -566,9 +566,10 @@ def _run_command(args: argparse.Namespace) -> int:
         return int(args.fn(args))
     except BaseException as exc:  # noqa: BLE001 - unwrap task-group errors to one readable line
         leaf = _leaf(exc)
-        if isinstance(leaf, (KeyboardInterrupt, asyncio.CancelledError)):  # Ctrl-C at start-up, or a forced exit
-            print("interrupted: forced exit; acknowledged work is durable, re-run the same command to resume",
-                  file=sys.stderr)
+        if isinstance(leaf, (KeyboardInterrupt, asyncio.CancelledError)):
+            # a Ctrl-C before the pipeline's own signal handling (loading, opening, planning): once the workers run,
+            # a first signal stops them gracefully and a second one exits through os._exit, never through here
+            print(INTERRUPTED_EARLY, file=sys.stderr)
             return 130
         if isinstance(leaf, ConfigError):
             print(f"config error: {leaf}", file=sys.stderr)
@@ -611,6 +612,9 @@ def entry() -> None:
             code = main()
         except SystemExit as exc:  # argparse (--help, a usage error) still flushes below
             code = exc.code
+        except KeyboardInterrupt:  # a Ctrl-C while the command still imported its modules: one line, no traceback
+            print(INTERRUPTED_EARLY, file=sys.stderr)
+            code = 130
         sys.stdout.flush()  # inside the try: a closed pipe shows up here when the output was buffered
     except BrokenPipeError:
         # Python flushes stdout again at exit: point it at devnull so that flush cannot fail too
@@ -620,6 +624,10 @@ def entry() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code)
 
+
+#: the line for a Ctrl-C that lands before a command's workers run (while it loads, opens the campaign or plans)
+INTERRUPTED_EARLY = ("interrupted (Ctrl-C) before the run started its workers (while loading or planning, or between "
+                     "the demo's campaigns): acknowledged work is durable; re-run the same command to start or resume")
 
 #: file-system errors that mean a data root or input path is unusable (answered with one line, exit 2)
 _PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS}

@@ -991,6 +991,33 @@ def _unknown_key_hint(key: Any, valid: list[str] | None) -> str:
     return f" (did you mean 'params.{close[0]}'?)" if close else ""
 
 
+def _other_table_hint(key: Any, table: tuple[Any, ...]) -> str:
+    """``" (a key of [geohint] or [geoverify], not of [paths])"``: the tables of a campaign file that do accept
+    ``key``, for an unknown key of the table at ``table`` (its location: ``("paths",)``, ``("models", 0)``; ``()``
+    the top level) that no key of its own table is close to (``image_root`` under ``[paths]``); ``""`` when no
+    other table has it. The task sections are those registered (:func:`register_section`), every one imported."""
+    try:
+        from geoagent.campaigns import register_all_sections
+
+        register_all_sections()
+    except Exception:  # noqa: BLE001 - a hint only: the sections registered so far
+        pass
+    tables: dict[str, type[BaseModel]] = {"[campaign]": CampaignSection, "[paths]": PathsSection,
+                                          "[budget]": BudgetSection, "[queue]": QueueSection,
+                                          "[backend]": BackendSection}
+    tables.update({f"[{name}]": cls for name, cls in sorted(_SECTIONS.items())})
+    here = ("[[models]]" if table[:1] == ("models",) and len(table) == 2 else
+            f"[{table[0]}]" if len(table) == 1 and isinstance(table[0], str) else None)
+    if here is None and table:
+        return ""  # deeper tables ([hosts."x"], [crawl.fetcher]): their own keys only
+    names = (["each [[models]] entry"] if here != "[[models]]" and str(key) in ModelConfig.model_fields else [])
+    names += sorted(t for t, cls in tables.items() if t != here and str(key) in cls.model_fields)
+    if not names:
+        return ""
+    where = " or ".join(names) if len(names) <= 3 else ", ".join(names[:3]) + ", ..."
+    return f" (a key of {where}, not of {here or 'the top level'})"
+
+
 def _unwrap(ann: Any) -> Any:
     """The one non-None type of ``X | None`` / ``Optional[X]`` / ``Annotated[X, ...]`` (else ``ann``)."""
     while True:
@@ -1050,7 +1077,8 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
             continue
         if kind == "extra_forbidden":
             valid = table_keys(model, own[:-1]) if model is not None and own else None
-            problems.append(f"{path}: unknown key{_unknown_key_hint(own[-1], valid)}")
+            hint = _unknown_key_hint(own[-1], valid) or _other_table_hint(own[-1], loc[:-1])
+            problems.append(f"{path}: unknown key{hint}")
             continue
         ctx = err.get("ctx") or {}
         if kind == "value_error" and isinstance(ctx.get("error"), ConfigProblem):
@@ -1071,6 +1099,15 @@ def _problems(exc: ValidationError, prefix: tuple[Any, ...] = (), model: type[Ba
         # a check on a whole table says itself what it found ("got a table" would add nothing)
         table_check = kind == "value_error" and isinstance(err.get("input"), dict)
         got = "" if no_echo or table_check else f", got {_fmt_value(err.get('input'))}"
+        if kind == "list_type" and isinstance(err.get("input"), dict) and re.fullmatch(r"[A-Za-z_][\w.]*", path):
+            # `[models]` for `[[models]]`: TOML's array of tables is written with double brackets
+            got += f" (write each entry as its own [[{path}]] table, in double brackets)"
+        if (kind in ("model_type", "dict_type", "model_attributes_type") and len(loc) == 3 and loc[0] == "models"
+                and loc[2] == "rate" and isinstance(err.get("input"), (int, float))
+                and not isinstance(err.get("input"), bool)):
+            # `rate = 8` as [hosts."name"] takes it: a [[models]] entry's rate is a table with its own period
+            got += (f" (in a [[models]] entry: rate = {{ requests = {err['input']:g}, period_s = 1.0 }}, requests "
+                    "per period_s seconds)")
         problems.append(f"{path}: expected {expected}{got}")
     return problems
 

@@ -583,6 +583,12 @@ class Outcome:
                          "and any other work left); set the key variable and re-run the same command")
         if self.status == "budget exhausted":
             lines.append(f"  budget exhausted: {count_text(self.remaining(), 'request')} not dispatched; raise [budget] cap_usd and re-run")
+            s = self.spend or {}
+            if not s.get("calls") and not any(float(s.get(k) or 0.0) for k in ("spent_usd", "unknown_usd", "reserved_usd")):
+                # nothing booked by any run: the very first call's worst case was over the cap on its own
+                lines.append(f"  not one call fitted under the cap: a single call's worst-case reservation (prompt, "
+                             f"images and all of max_output_tokens) is above cap_usd {usd(s.get('cap_usd'))}; "
+                             "`run CONFIG --simulate` prints that worst case per call and how many calls a cap pays for")
         unsent = self.unsent_line()
         if unsent:
             lines.append(unsent)

@@ -33,6 +33,10 @@ def state_root(configured: str | os.PathLike[str] | None = None) -> Path:
     return Path(configured or os.environ.get(C.ENV_STATE_ROOT) or C.DEFAULT_STATE_ROOT).expanduser()
 
 
+#: the campaign name of `run.py demo`'s crawl (geoagent/configs/demo_crawl.toml): its state folder is the
+#: ``release_dir`` of README's fresh-clone GeoVerify example
+DEMO_CRAWL = "demo-crawl"
+
 #: the public GeoContext release (code and data; the paper's reproducibility statement)
 RELEASE_URL = "https://github.com/Yifan1209/geocontext"
 
@@ -61,18 +65,24 @@ def missing_crawl_output_error(
     -------
     FileNotFoundError
         One line: ``crawl output not found: <file> (the folder <dir> does not exist | holds no <name>); run
-        `python run.py crawl CRAWL_CONFIG` first ...`` (``<file>``: the first of ``looked_for``).
+        `python run.py crawl CRAWL_CONFIG` first ...`` (``<file>``: the first of ``looked_for``); for the demo's
+        crawl folder (:data:`DEMO_CRAWL`) ``run `python run.py demo` first ...``.
     """
     root = Path(folder)
     # a crawl writes its tables at the top of its folder (never a release checkout's data/)
     file = Path(looked_for) if isinstance(looked_for, (str, os.PathLike)) else Path(looked_for[0])
     shown = str(root) if root.is_absolute() else f"{root} (= {os.path.abspath(root)})"
     state = f"the folder {shown} does not exist" if not root.exists() else f"the folder {shown} holds no {_rel(file, root)}"
+    if root.name == DEMO_CRAWL:  # README's fresh-clone campaign reads the demo's crawl: the demo writes it
+        first = (f"run `python run.py demo` first (its crawl campaign, {DEMO_CRAWL!r}, writes sites.csv, ladders/ "
+                 "and verify_trials.csv into this folder, with the same state root)")
+    else:
+        first = (f"run `python run.py crawl CRAWL_CONFIG` first (the crawl campaign named {root.name!r} writes "
+                 "sites.csv, ladders/ and, when it completes, verify_trials.csv into this folder; see "
+                 "geoagent/configs/crawl_sandbox.toml)")
     return FileNotFoundError(
-        f"crawl output not found: {file} ({state}); run `python run.py crawl "
-        f"CRAWL_CONFIG` first (the crawl campaign named {root.name!r} writes sites.csv, ladders/ and, when it "
-        "completes, verify_trials.csv into this folder; see geoagent/configs/crawl_sandbox.toml), or point "
-        f"release_dir at a finished crawl's state folder or at the GeoContext release ({RELEASE_URL})"
+        f"crawl output not found: {file} ({state}); {first}, or point release_dir at a finished crawl's state "
+        f"folder or at the GeoContext release ({RELEASE_URL})"
     )
 
 
@@ -206,5 +216,7 @@ def config_path_problem(key: str, value: str | os.PathLike[str], source: str | N
             # name, written as it was, started an escape or ended the string
             text += (f"; the config's folder has {target}: write {key.rsplit('.', 1)[-1]} = "
                      f"{json.dumps(str(cfg_dir / p), ensure_ascii=False)} "
-                     f"or run the command from {cfg_dir}")
+                     f"or run the command from {cfg_dir} (then every relative path of the campaign, and its queues/ "
+                     "and state/ unless [paths] or $GEOAGENT_QUEUES / $GEOAGENT_STATE set them, are taken from that "
+                     "folder too: a campaign already run from here would start over there)")
     return text

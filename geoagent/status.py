@@ -489,7 +489,14 @@ def format_status(st: dict[str, Any]) -> str:
         lines.extend(spend_detail_lines(s))
         lines.extend(overrun_lines(s))
     ended = list((st.get("run_outcomes") or {}).values())[-1:]  # the newest run that ended, as recorded
-    if complete and ended == ["no usable answers"]:  # geoagent.engine.STATUS_NO_USABLE (exit 6)
+    if complete and not any(c.ready or c.leased or c.done or c.dead for c in st["queues"].values()):
+        # queue files without a single task: a run made them and was stopped (Ctrl-C) or failed while planning,
+        # before it queued its first task (or is planning now); nothing was done, so nothing is complete
+        lines.append("  no task queued yet: " + (
+            "a run is planning the campaign now" if st.get("running") else
+            "a run made the queues but stopped (or failed) while planning, before it queued its first task; "
+            "nothing was sent: re-run the same command to plan and start it"))
+    elif complete and ended == ["no usable answers"]:  # geoagent.engine.STATUS_NO_USABLE (exit 6)
         lines.append("  campaign not usable: every queue drained, nothing dead-lettered, but the last run ended "
                      "'no usable answers' (a model answered and none of its answers parsed; that run's summary "
                      "names the model and the cause)")

@@ -153,7 +153,8 @@ class PromptBook:
 
     def text(self, filename: str) -> str:
         """Raw template text. Raises ``FileNotFoundError`` naming the file (and, for a configured
-        ``prompts_dir``, the key, the config file and the folder a relative path was taken from); ``ValueError``
+        ``prompts_dir``, the key, the config file and the folder a relative path was taken from, and, when that
+        folder exists, every packaged ``geohint_*.txt`` it lacks and where to copy them from); ``ValueError``
         naming the file (and the key) when it is not UTF-8 text."""
         if filename not in self._cache:
             path = self.dir / filename
@@ -162,9 +163,16 @@ class PromptBook:
                     raise FileNotFoundError(f"GeoHint prompt template not found: {path}")
                 from geoagent.paths import config_path_problem
 
+                lacks = ""
+                if self.dir.is_dir():  # a folder holding only the edited template: name all it lacks at once
+                    absent = sorted(f.name for f in PROMPTS_DIR.glob("geohint_*.txt") if not (self.dir / f.name).is_file())
+                    lacks = (f"; prompts_dir replaces the packaged templates as a whole (each one the conditions use "
+                             f"is read from it): this folder lacks {len(absent)} of the packaged templates "
+                             f"({', '.join(absent)}): copy them from {PROMPTS_DIR}, then edit those to change")
                 raise FileNotFoundError(
                     f"GeoHint prompt template {filename} not found in prompts_dir {self._configured}: "
-                    f"{config_path_problem('geohint.prompts_dir', self._configured, self._source, file=filename)}")
+                    f"{config_path_problem('geohint.prompts_dir', self._configured, self._source, file=filename)}"
+                    + lacks)
             try:
                 self._cache[filename] = path.read_text(encoding="utf-8")
             except UnicodeDecodeError as exc:  # saved as UTF-16 or Latin-1: name the key and the file

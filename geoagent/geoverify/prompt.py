@@ -8,6 +8,7 @@ no escaping. A campaign can point at its own template with config key ``geoverif
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from geoagent import constants as C
@@ -16,8 +17,14 @@ DEFAULT_TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "prompts" / "geove
 CONFIG_KEY = "prompt_template"  # under the campaign config's ``geoverify`` section
 
 
+#: the placeholders a claim template may use (:func:`render_claim` fills them in)
+PLACEHOLDERS = ("candidate", "tau_m")
+#: a placeholder-shaped word in braces, ``{tau}``; JSON braces (``{"verdict": ...}``) do not match
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 class TemplateError(ValueError):
-    """The template file is missing or lacks the ``{candidate}`` placeholder."""
+    """The template file is missing, lacks the ``{candidate}`` placeholder or has one GeoVerify does not fill."""
 
 
 def load_template(path: str | Path | None = None, *, source: str | None = None) -> str:
@@ -32,7 +39,8 @@ def load_template(path: str | Path | None = None, *, source: str | None = None) 
     TemplateError
         The file cannot be read (the message names the key, the config file and the folder a relative path
         was taken from, :func:`geoagent.paths.config_path_problem`), is not UTF-8 text (the key, the config
-        file and the file) or has no ``{candidate}`` placeholder.
+        file and the file), has no ``{candidate}`` placeholder, or has a placeholder other than ``{candidate}``
+        and ``{tau_m}`` (a ``{word}`` in braces, e.g. ``{tau}``: it would reach the model as written).
     """
     p = Path(path) if path else DEFAULT_TEMPLATE_PATH
     try:
@@ -50,8 +58,15 @@ def load_template(path: str | Path | None = None, *, source: str | None = None) 
             f"geoverify.{CONFIG_KEY}"
         raise TemplateError(f"GeoVerify prompt template {p} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
                             f"{where}; save it as UTF-8") from None
+    unknown = sorted({m for m in _PLACEHOLDER.findall(text) if m not in PLACEHOLDERS})
+    named = ", ".join("{" + m + "}" for m in unknown)
+    known = "its placeholders are {candidate} (the place's name) and {tau_m} (the tolerance in metres)"
     if "{candidate}" not in text:
-        raise TemplateError(f"GeoVerify prompt template {p} has no {{candidate}} placeholder")
+        raise TemplateError(f"GeoVerify prompt template {p} has no {{candidate}} placeholder"
+                            + (f" (it has {named}, which is not one)" if unknown else "") + f"; {known}")
+    if unknown:
+        # the text would go to the model as written, "{tau}" and all, on every request
+        raise TemplateError(f"GeoVerify prompt template {p} has unknown placeholder(s) {named}: {known}")
     return text
 
 
