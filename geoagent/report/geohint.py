@@ -59,7 +59,9 @@ Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) a
 condition in the table ``cutoff`` (after the paper's tables); those with nothing parsed are no answer and enter
 no other table but Table 11, whose n is every forced_chain response (:func:`no_answer_note` says how many under
 Table 1, :func:`table11` how many its n holds); ``report.md`` gives the total in its header
-and repeats the warning lines of :func:`truncation_warnings` (share above 1 % for a model in a condition).
+and repeats the warning lines of :func:`truncation_warnings` (share above 1 % for a model in a condition). When
+nothing was cut off, Markdown and the terminal show that table as one row, ``All | all | 0 of N``, as the GeoVerify
+report's section (``cutoff.csv`` keeps every row).
 
 What the tables leave out is said: answers that did not geocode (resolved level none) per model and
 condition in the table ``unresolved`` (:func:`table_unresolved`), in the ``report.md`` header
@@ -179,6 +181,9 @@ class Table:
     The CSV (:meth:`to_csv`) holds every rate as a fraction: ``pct`` values as they are, ``pp``/``pps`` values
     (points) divided by 100, under :meth:`csv_columns` (the column name with ``" (fraction)"`` in place of a
     ``" (%)"`` / ``" (pp)"`` unit).
+
+    ``shown``: a shorter table that Markdown and the terminal show in place of this one (e.g. the cut-off table's
+    one row when nothing was cut off, :func:`table_cutoff`); the CSV always holds ``rows``. None: this table.
     """
 
     name: str
@@ -187,6 +192,7 @@ class Table:
     formats: list[str]
     rows: list[list[Any]]
     notes: str = ""
+    shown: Table | None = None
 
     def display_rows(self) -> list[list[str]]:
         """Cells as Markdown and the terminal show them (band labels in the pretty ``0.5–1.5 km`` form)."""
@@ -202,6 +208,9 @@ class Table:
         return [p for p in self.notes.split("\n\n") if p]
 
     def to_markdown(self) -> str:
+        """The table as Markdown: a ``###`` title, the shown rows (:attr:`shown` when set), the notes below."""
+        if self.shown is not None:
+            return self.shown.to_markdown()
         out = [f"### {self.title}", ""]
         out.append("| " + " | ".join(_md_cell(c) for c in self.display_columns()) + " |")
         out.append("|" + "|".join("---" if f == "text" else "---:" for f in self.formats) + "|")
@@ -259,6 +268,9 @@ class Table:
         return buf.getvalue()
 
     def to_rich(self):
+        """The table as a rich table (:attr:`shown` when set), the notes as its caption."""
+        if self.shown is not None:
+            return self.shown.to_rich()
         from rich.markup import escape
         from rich.table import Table as RichTable
 
@@ -1347,9 +1359,19 @@ def truncation_warnings(agg: GeoHintAggregator) -> list[str]:
     return warning_lines(counts, setting=TRUNCATION_SETTING)
 
 
+#: the cut-off table's note when nothing was cut off and Markdown and the terminal show its total row alone
+CUTOFF_COLLAPSED_NOTE = ("Nothing was cut off: one row, every model and condition (as GeoVerify's 'answers cut off "
+                         "(all arms)'); cutoff.csv keeps a row per model and condition.")
+
+
 def table_cutoff(agg: GeoHintAggregator) -> Table:
     """Answers cut off at the output-token limit per model and condition (every scored answer, also those
-    the other tables leave out), with a row per model over all conditions and a total row."""
+    the other tables leave out), with a row per model over all conditions and a total row.
+
+    When answers were counted and none was cut off, Markdown and the terminal show one row (:attr:`Table.shown`):
+    ``All | all | 0 of N`` under ``Answers cut off`` (N = every scored answer), with a ``No finish reason`` column
+    only where that count is not 0, as the GeoVerify report's cut-off section (its ``answers cut off (all arms)``
+    row, :func:`geoagent.report.geoverify._truncation_rows`); ``cutoff.csv`` keeps every row and column."""
     rows = []
 
     def row(model: str, cond: str, c: TruncationCount) -> list[Any]:
@@ -1361,15 +1383,28 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
             rows.append(row(m, cond, tc))
         if len(per) > 1:
             rows.append(row(m, "all", total(per)))
-    rows.append(row("All", "all", total(agg.truncation)))
+    all_ = total(agg.truncation)
+    rows.append(row("All", "all", all_))
+    title = ("Answers cut off at the output-token limit (max_output_tokens), per model and condition; share in % (a "
+             "fraction in cutoff.csv)")
+    notes = _join_notes("cut off: defined under Terms (said once per report).", *truncation_warnings(agg))
+    shown = None
+    if all_.n and not all_.n_truncated:
+        # nothing cut off: one row (k of N), not a row of zeros per model and condition; the CSV keeps every row
+        extra = [all_.n_no_reason] if all_.n_no_reason else []
+        shown = Table("cutoff", title,
+                      ["Model", "Condition", "Answers cut off", *(["No finish reason"] if extra else [])],
+                      ["text", "text", "text", *(["int"] if extra else [])],
+                      [["All", "all", f"{all_.n_truncated} of {all_.n}", *extra]],
+                      _join_notes(notes, CUTOFF_COLLAPSED_NOTE))
     return Table(
         "cutoff",
-        "Answers cut off at the output-token limit (max_output_tokens), per model and condition; share in % (a "
-        "fraction in cutoff.csv)",
+        title,
         ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, no answer (left out)", "No finish reason"],
         ["text", "text", "int", "int", "pct", "int", "int"],
         rows,
-        _join_notes("cut off: defined under Terms (said once per report).", *truncation_warnings(agg)),
+        notes,
+        shown,
     )
 
 

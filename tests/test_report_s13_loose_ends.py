@@ -1,0 +1,86 @@
+"""Report loose ends left by session 12 (closing12_notdone.md, "Reports"), each checked against counts made here.
+
+1. GeoHint's cut-off table listed every model and condition as all-zero rows in report.md when nothing was cut off;
+   GeoVerify's section already collapsed to one ``0 of N`` row. Both now say it the same way (the CSV keeps every
+   row, numbers for machines).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from geoagent.geohint.aggregate import GeoHintAggregator
+from geoagent.geohint.result import GeoHintResult
+from geoagent.report import geohint as GH
+
+
+def _answer(key: str, model: str, condition: str, *, finish_reason: str | None = "stop", site: str = "s1",
+            parse_ok: bool = True) -> GeoHintResult:
+    """One scored GeoHint answer: a hit at 0.2 km (area level) with a hint at 1.0 km, unless ``condition`` is a
+    no-context one."""
+    ctx = not condition.endswith("baseline")
+    return GeoHintResult(
+        key=key, site=site, image_id="1", model=model, condition=condition, schema=condition.split("_baseline")[0],
+        repeat=0, city="C" if parse_ok else None, area="A" if parse_ok else None, parse_ok=parse_ok,
+        resolved_level="area" if parse_ok else "none", error_km=0.2 if parse_ok else None, hit=parse_ok,
+        ref_qid="Q1" if ctx else None, dist_km=1.0 if ctx else None, band="0.5-1.5km" if ctx else None,
+        tier="high" if ctx else None, extra={"finish_reason": finish_reason})
+
+
+def _agg(finish_reasons: dict[tuple[str, str], list[str | None]]) -> GeoHintAggregator:
+    agg = GeoHintAggregator()
+    i = 0
+    for (model, cond), reasons in finish_reasons.items():
+        for fr in reasons:
+            i += 1
+            agg.add(_answer(f"k{i}", model, cond, finish_reason=fr))
+    return agg
+
+
+def _md_rows(md: str) -> list[str]:
+    return [ln for ln in md.splitlines() if ln.startswith("|") and not ln.startswith("|---")]
+
+
+# --- 1. cut-off table: one row when nothing was cut off ----------------------------------------------------------
+def test_geohint_cutoff_table_is_one_row_when_nothing_was_cut_off():
+    """Before: 9 rows (per model and condition, per-model totals, the total), every count 0, in report.md and the
+    terminal. Now the total alone, as ``0 of N`` (GeoVerify's ``answers cut off (all arms) | 0 of N``)."""
+    agg = _agg({("m-a", "baseline"): ["stop"] * 3, ("m-a", "forced"): ["stop"] * 5,
+                ("m-b", "baseline"): ["stop"] * 2, ("m-b", "forced"): ["stop"] * 4})
+    t = GH.table_cutoff(agg)
+    md = t.to_markdown()
+    rows = _md_rows(md)
+    assert rows == ["| Model | Condition | Answers cut off |", "| All | all | 0 of 14 |"], rows
+    assert "No finish reason" not in md  # 0 everywhere: not shown (GeoVerify shows that row only when not 0)
+    assert "cutoff.csv keeps a row per model and condition" in md
+    text = GH.render_text(t.to_rich())
+    assert "0 of 14" in text and "m-a" not in text
+    # the CSV keeps every row and column (numbers for machines)
+    csv_rows = list(csv.DictReader(io.StringIO(t.to_csv())))
+    assert [(r["Model"], r["Condition"], r["n"], r["Cut off"]) for r in csv_rows] == [
+        ("m-a", "baseline", "3", "0"), ("m-a", "forced", "5", "0"), ("m-a", "all", "8", "0"),
+        ("m-b", "baseline", "2", "0"), ("m-b", "forced", "4", "0"), ("m-b", "all", "6", "0"), ("All", "all", "14", "0")]
+
+
+def test_geohint_cutoff_collapsed_row_keeps_a_no_finish_reason_count():
+    agg = _agg({("m-a", "forced"): ["stop", None, None], ("m-b", "forced"): ["stop"]})
+    rows = _md_rows(GH.table_cutoff(agg).to_markdown())
+    assert rows == ["| Model | Condition | Answers cut off | No finish reason |", "| All | all | 0 of 4 | 2 |"], rows
+
+
+def test_geohint_cutoff_table_keeps_every_row_when_something_was_cut_off():
+    agg = _agg({("m-a", "forced"): ["stop", "length", "stop", "stop"], ("m-b", "forced"): ["stop", "stop"]})
+    rows = _md_rows(GH.table_cutoff(agg).to_markdown())
+    assert rows[0].startswith("| Model | Condition | n | Cut off | Share cut off (%)")
+    assert "| m-a | forced | 4 | 1 | 25.0 | 0 | 0 |" in rows and "| All | all | 6 | 1 | 16.7 | 0 | 0 |" in rows
+
+
+def test_geohint_report_md_and_raw_route_show_the_collapsed_cutoff(tmp_path):
+    agg = _agg({("m-a", "baseline"): ["stop"] * 2, ("m-a", "forced"): ["stop"] * 3})
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=2, n_boot=0, figures=False)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    block = md.split("### Answers cut off at the output-token limit", 1)[1].split("###", 1)[0]
+    assert _md_rows(block) == ["| Model | Condition | Answers cut off |", "| All | all | 0 of 5 |"]
+    with (tmp_path / "cutoff.csv").open(newline="", encoding="utf-8") as fh:
+        assert len(list(csv.DictReader(fh))) == 4  # m-a baseline, forced, all; All all
