@@ -335,7 +335,8 @@ def geohint_table1_text(cfg: Any) -> str:
     """GeoHint Table 1 of campaign ``cfg`` as terminal text at its natural width (no cell cut), rebuilt from
     its stored scored results as report.md's is: the rows of the recorded plan (:func:`scored_scope` over
     ``plan_keys.tsv``) and the report's bootstrap resamples and seed (:func:`bootstrap_params`), so its
-    intervals are table1.csv's; followed by the legend of its terms."""
+    intervals are table1.csv's; followed by the legend of its terms (without the figure's line: no figure is
+    shown here)."""
     from geoagent.geohint.campaign import aggregate_from_store, bootstrap_params, settings_of
     from geoagent.geohint.stages import scored_scope
     from geoagent.report.geohint import default_conditions, legend_for, render_text, table1
@@ -350,7 +351,9 @@ def geohint_table1_text(cfg: Any) -> str:
         return "no scored GeoHint responses\n"
     cond, _ = default_conditions(agg)
     n_boot, seed = bootstrap_params(cfg)
-    return render_text(table1(agg, condition=cond, n_boot=n_boot, seed=seed).to_rich()) + "Terms:\n" + "".join(f"  {t}\n" for t in legend_for(agg.regime_threshold))
+    # the console shows no figure: its terms leave out fig_hit_by_band.png's line (report.md says what it draws)
+    return (render_text(table1(agg, condition=cond, n_boot=n_boot, seed=seed).to_rich()) + "Terms:\n"
+            + "".join(f"  {t}\n" for t in legend_for(agg.regime_threshold, fig2=None)))
 
 
 def summary_terms(gv_cfg: Any) -> list[str]:

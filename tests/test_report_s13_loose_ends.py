@@ -84,3 +84,50 @@ def test_geohint_report_md_and_raw_route_show_the_collapsed_cutoff(tmp_path):
     assert _md_rows(block) == ["| Model | Condition | Answers cut off |", "| All | all | 0 of 5 |"]
     with (tmp_path / "cutoff.csv").open(newline="", encoding="utf-8") as fh:
         assert len(list(csv.DictReader(fh))) == 4  # m-a baseline, forced, all; All all
+
+
+# --- 3. Terms: what fig_hit_by_band.png draws ------------------------------------------------------------------
+def _terms(md: str) -> str:
+    return md.split("Terms:", 1)[1].split("###", 1)[0]
+
+
+def _synth(n_sites: int) -> GeoHintAggregator:
+    from _geohint_synth import synth_results
+
+    agg = GeoHintAggregator()
+    agg.add_many(synth_results(seed=3, n_sites=n_sites))
+    return agg
+
+
+def test_terms_say_no_error_bars_when_every_interval_is_withheld(tmp_path):
+    """Before: Terms said "error bars are 95 % site-bootstrap percentile intervals" above a figure that drew none
+    (every regime line from fewer than 5 sites: each interval withheld), and so did the caption under it."""
+    agg = _synth(6)
+    pts = GH.hit_by_band_points(agg, "forced", "baseline", n_boot=50, seed=0)
+    assert not any(q["lo"] == q["lo"] for p in pts.values() for q in p if q["n"])  # by hand: nothing to draw
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=2, n_boot=50, seed=0)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    terms = _terms(md)
+    assert "error bars are 95 %" not in terms
+    assert "Figure fig_hit_by_band.png: no error bars: every interval is withheld" in terms
+    caption = md.split("![hit rate by band](fig_hit_by_band.png)", 1)[1].split("\n\n", 2)[1]
+    assert "error bars are 95 %" not in caption and "no error bars: every interval is withheld" in caption
+
+
+def test_terms_say_no_error_bars_without_a_bootstrap_and_nothing_without_the_figure(tmp_path):
+    agg = _synth(6)
+    GH.write_report(agg, tmp_path / "a", n_flips=10, n_splits=2, n_boot=0)
+    terms = _terms((tmp_path / "a" / "report.md").read_text(encoding="utf-8"))
+    assert "Figure fig_hit_by_band.png: no error bars ([geohint] n_boot = 0" in terms and "95 %" not in terms
+    GH.write_report(agg, tmp_path / "b", n_flips=10, n_splits=2, n_boot=50, figures=False)
+    md = (tmp_path / "b" / "report.md").read_text(encoding="utf-8")
+    assert "fig_hit_by_band" not in md  # no figure written: the Terms describe none
+
+
+def test_terms_keep_the_error_bar_line_when_the_figure_draws_them(tmp_path):
+    agg = _synth(14)
+    pts = GH.hit_by_band_points(agg, "forced", "baseline", n_boot=50, seed=0)
+    assert any(q["lo"] == q["lo"] for p in pts.values() for q in p if q["n"])  # by hand: some bar is drawn
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=2, n_boot=50, seed=0)
+    terms = _terms((tmp_path / "report.md").read_text(encoding="utf-8"))
+    assert "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals" in terms

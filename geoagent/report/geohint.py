@@ -121,11 +121,48 @@ DASH = "\u2014"
 #: (rich tables keep their natural width; a wider console adds no padding)
 UNBOUNDED_WIDTH = 10_000
 
-def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
+#: what Fig. 2 (``fig_hit_by_band.png``) draws as error bars (:func:`fig2_bars`): some site-bootstrap interval,
+#: none because every one is withheld (fewer than 5 sites behind each point), none because no bootstrap ran
+FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF = "drawn", "withheld", "off"
+FIG2_BARS = (FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF)
+
+
+def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | None = None) -> str | None:
+    """The Terms line on ``fig_hit_by_band.png`` for what it draws (``bars``, one of :data:`FIG2_BARS`, as
+    :func:`fig2_bars` returns it); None (no line) when ``bars`` is None: no figure was written, or the output
+    shows none (the terminal). ``n_boot_source``: the setting that turned the bootstrap off (:func:`no_boot_setting`;
+    default ``[geohint] n_boot``).
+
+    Raises
+    ------
+    ValueError
+        ``bars`` is not one of :data:`FIG2_BARS` or None.
+    """
+    tail = "; the legend gives the sites and responses behind each line."
+    if bars is None:
+        return None
+    if bars == FIG2_BARS_DRAWN:
+        return ("Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the "
+                f"regime resampled, models pooled; none at a point whose answers come from fewer than {BOOT_MIN_SITES} "
+                "sites: see few sites)" + tail)
+    if bars == FIG2_BARS_WITHHELD:
+        return (f"Figure fig_hit_by_band.png: no error bars: every interval is withheld (each point's answers come "
+                f"from fewer than {BOOT_MIN_SITES} sites of its regime; see few sites)" + tail)
+    if bars == FIG2_BARS_OFF:
+        return (f"Figure fig_hit_by_band.png: no error bars ({no_boot_setting(n_boot_source or N_BOOT_KEY)}: no "
+                "site-bootstrap resamples drawn)" + tail)
+    raise ValueError(f"fig2 bars {bars!r}: expected one of {FIG2_BARS} or None")
+
+
+def legend_for(regime_threshold: float = DEFAULT_THRESHOLD, *, fig2: str | None = FIG2_BARS_DRAWN,
+               n_boot_source: str | None = None) -> tuple[str, ...]:
     """One line per term used in the tables and figures (seed 000 Sec. 6.1-6.2, in our words); the regime
-    line gives ``regime_threshold`` (``[geohint] regime_threshold``, a fraction) as a percentage."""
+    line gives ``regime_threshold`` (``[geohint] regime_threshold``, a fraction) as a percentage. ``fig2``: what
+    ``fig_hit_by_band.png`` draws as error bars (:func:`fig2_bars`; its line, :func:`fig2_terms_line`), None to
+    leave the figure out (none was written, or the output shows no figure); ``n_boot_source`` as there."""
     t = threshold_text(check_threshold(regime_threshold))
-    return (
+    fig_line = fig2_terms_line(fig2, n_boot_source)
+    return tuple(line for line in (
         "hit: the answer lies under 1 km from where the photo was taken and resolves finer than a city "
         "(an area or a building); hit rate = share of hits.",
         "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
@@ -138,12 +175,10 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
         "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
         "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
-        "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the regime "
-        "resampled, models pooled; none when n_boot = 0: [geohint] n_boot, or judged's --n-boot); the legend gives the sites and responses behind "
-        "each line.",
+        fig_line,
         f"few sites: {BOOT_SITES_RULE} (Table 1's CI flag column, Fig. 2's legend).",
         TRUNCATION_LEGEND,
-    )
+    ) if line)
 
 
 #: the legend at the paper's threshold (0.5); :func:`legend_for` for another one
@@ -1528,10 +1563,27 @@ def _figure_note(fig, note: str | None) -> None:
 
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline",
                        *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None,
-                       n_boot_source: str = N_BOOT_KEY) -> Path:
+                       n_boot_source: str = N_BOOT_KEY, points: dict[str, list[dict[str, Any]]] | None = None) -> Path:
     """Fig. 2 (:func:`hit_by_band_figure`) written as a PNG at ``path`` (atomically); returns ``path``."""
     return _save_png(hit_by_band_figure(agg, condition, baseline, n_boot=n_boot, seed=seed, note=note,
-                                        n_boot_source=n_boot_source), path)
+                                        n_boot_source=n_boot_source, points=points), path)
+
+
+def bars_drawn(points: dict[str, list[dict[str, Any]]]) -> bool:
+    """Whether Fig. 2 draws some error bar from ``points`` (:func:`hit_by_band_points`): a point with a rate and
+    both ends of its interval (each interval from fewer than 5 sites is withheld: NaN ends)."""
+    return any(all(isinstance(q[k], (int, float)) and math.isfinite(q[k]) for k in ("rate", "lo", "hi"))
+               for p in points.values() for q in p)
+
+
+def fig2_bars(points: dict[str, list[dict[str, Any]]], n_boot: int) -> str:
+    """What Fig. 2 draws as error bars (:data:`FIG2_BARS`), from its ``points`` (:func:`hit_by_band_points`) and
+    ``n_boot`` (its resamples): :data:`FIG2_BARS_OFF` when ``n_boot`` is 0, :data:`FIG2_BARS_DRAWN` when some
+    interval is drawn (:func:`bars_drawn`), else :data:`FIG2_BARS_WITHHELD`. The figure's subtitle, its caption
+    in report.md and the Terms line (:func:`fig2_terms_line`) all follow it."""
+    if not n_boot:
+        return FIG2_BARS_OFF
+    return FIG2_BARS_DRAWN if bars_drawn(points) else FIG2_BARS_WITHHELD
 
 
 def fig2_sites_note(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> str:
@@ -1568,25 +1620,24 @@ def _fit_title(ax, lines: Sequence[str], *, width_chars: int) -> None:
 
 def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline",
                        *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None,
-                       n_boot_source: str = N_BOOT_KEY):
+                       n_boot_source: str = N_BOOT_KEY, points: dict[str, list[dict[str, Any]]] | None = None):
     """Fig. 2: hit rate by band, one line per regime, all models pooled, with 95 % site-bootstrap percentile
     intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
     legend gives each line's sites and responses. ``note``: a caption line under the axes (a replay campaign's
     :func:`geoagent.providers.replay.replay_note`), None = none. The subtitle says "no error bars: intervals
-    withheld (< 5 sites per regime)" when a bootstrap ran but every interval was withheld. Returns a matplotlib
-    ``Figure`` (not saved)."""
+    withheld (< 5 sites per regime)" when a bootstrap ran but every interval was withheld (:func:`fig2_bars`).
+    ``points``: :func:`hit_by_band_points` of the same arguments when already computed (None: computed here).
+    Returns a matplotlib ``Figure`` (not saved)."""
     groups = _regime_sites(agg, baseline)
-    pts = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
+    pts = points if points is not None else hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
     fig, ax = _new_figure((5.5, 4.2))
     x = np.arange(len(BANDS))
-    drawn = False  # any error bar drawn (each interval from fewer than BOOT_MIN_SITES sites is withheld)
     for regime, marker in ((LEGIBLE, "o"), (ILLEGIBLE, "s")):
         p = pts[regime]
         rates = np.array([q["rate"] for q in p]) * 100
         lo = np.array([q["lo"] for q in p], dtype=float) * 100
         hi = np.array([q["hi"] for q in p], dtype=float) * 100
-        drawn = drawn or bool((np.isfinite(lo) & np.isfinite(hi) & np.isfinite(rates)).any())
         err = np.clip(np.nan_to_num(np.vstack([rates - lo, hi - rates])), 0.0, None)
         n = sum(q["n"] for q in p)
         flags = sorted({q["ci_flag"].split(":")[0] for q in p if q["ci_flag"]})
@@ -1603,9 +1654,10 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
     # the subtitle wrapped to the figure's width (it ran past both edges); report.md's caption has the whole rule
+    state = fig2_bars(pts, n_boot)  # each interval from fewer than BOOT_MIN_SITES sites is withheld
     bars = (f"error bars: 95 % site-bootstrap intervals ({n_boot} resamples); none from fewer than {BOOT_MIN_SITES} "
-            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if n_boot and drawn
-            else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if n_boot
+            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if state == FIG2_BARS_DRAWN
+            else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if state == FIG2_BARS_WITHHELD
             else f"no error bars: {no_boot_setting(n_boot_source)}")
     _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(agg.models)}", f"({bars})"], width_chars=70)
     ax.legend(fontsize=8)
@@ -1779,6 +1831,9 @@ def write_report(
                           p_reference=p_reference)
     summary = agg.summary()
     cut = total(agg.truncation)
+    # Fig. 2's points once: the figure, its caption and the Terms line say what it draws (fig2_bars)
+    fig2_points = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=bseed) if figures else None
+    fig2 = fig2_bars(fig2_points, n_boot) if fig2_points is not None else None
     md = [
         "# GeoHint report",
         "",
@@ -1818,7 +1873,7 @@ def write_report(
         *([f"**{withheld}**", ""] if (withheld := withheld_tables(agg, tables, condition, baseline)) else []),
         "Terms:",
         "",
-        *[f"- {line}" for line in legend_for(agg.regime_threshold)],
+        *[f"- {line}" for line in legend_for(agg.regime_threshold, fig2=fig2, n_boot_source=n_boot_source)],
         "",
     ]
     if missing is not None:
@@ -1857,14 +1912,19 @@ def write_report(
         fig_note = figure_note(replay_note, simulated_note(list(simulated)) if simulated else "")
         empty = empty_figure_note(agg, baseline)
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
-                           note="\n".join(x for x in (fig_note, empty) if x) or None, n_boot_source=n_boot_source)
+                           note="\n".join(x for x in (fig_note, empty) if x) or None, n_boot_source=n_boot_source,
+                           points=fig2_points)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=fig_note)
+        pooled = models_pooled_text(agg.models)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
-               ((f"Hit rate by band per regime, {models_pooled_text(agg.models)}; error bars are 95 % percentile intervals from "
+               ((f"Hit rate by band per regime, {pooled}; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
                  f"Clopper-Pearson interval of its pooled count){fig2_sites_note(agg, condition, baseline)}")
-                if n_boot else (f"Hit rate by band per regime, {models_pooled_text(agg.models)}; no error bars "
-                                f"({no_boot_setting(n_boot_source)})"))
+                if fig2 == FIG2_BARS_DRAWN
+                else (f"Hit rate by band per regime, {pooled}; no error bars: every interval is withheld "
+                      f"({n_boot} resamples drawn){fig2_sites_note(agg, condition, baseline)}")
+                if fig2 == FIG2_BARS_WITHHELD
+                else f"Hit rate by band per regime, {pooled}; no error bars ({no_boot_setting(n_boot_source)})")
                + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else ""),
                "", f"Echo rate per tier and band, {models_pooled_text(agg.models)}; n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
@@ -1932,6 +1992,8 @@ def render_text(renderable) -> str:
 def print_report(tables: Sequence[Table], console=None, *, legend: bool = True,
                  regime_threshold: float = DEFAULT_THRESHOLD) -> None:
     """Print the tables (and, with ``legend``, the terms of :func:`legend_for` for ``regime_threshold``) with rich.
+    The terms leave out the line on ``fig_hit_by_band.png``: the terminal shows no figure (``report.md``, beside
+    it, says what it draws).
 
     ``console``: default :func:`report_console` (terminal width on a terminal, natural table width when
     redirected)."""
@@ -1940,7 +2002,7 @@ def print_report(tables: Sequence[Table], console=None, *, legend: bool = True,
         console.print(t.to_rich())
     if legend:
         console.print("Terms:", markup=False)
-        for line in legend_for(regime_threshold):
+        for line in legend_for(regime_threshold, fig2=None):
             console.print(f"  {line}", markup=False, soft_wrap=not console.is_terminal)
 
 
