@@ -131,3 +131,54 @@ def test_terms_keep_the_error_bar_line_when_the_figure_draws_them(tmp_path):
     GH.write_report(agg, tmp_path, n_flips=10, n_splits=2, n_boot=50, seed=0)
     terms = _terms((tmp_path / "report.md").read_text(encoding="utf-8"))
     assert "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals" in terms
+
+
+# --- 4. GeoVerify CSV: 'delta_1 small n' follows the delta_1 cell's mark --------------------------------------
+def _plain_none_scores():
+    """One model whose nearest band has 5 decoy trials (small n) and whose delta_1 is none in the data and in every
+    site resample (range none to none): the table shows plain ``none``, no mark (session 12)."""
+    import dataclasses
+
+    import polars as pl
+
+    from geoagent.data.model import DECOY_BAND_LABELS
+    from geoagent.scoring.sdt import delta_1_small_n, score, small_n_bands
+
+    near, *others = DECOY_BAND_LABELS
+    rows = [("m", "s1", "main", "signal", "yes", 25, 25, 0), ("m", "s1", "main", near, "no", 2, 3, 0)]
+    rows += [("m", "s1", "main", b, "no", 25, 25, 0) for b in others]  # H = F everywhere: no d' near 1
+    cells = pl.DataFrame(rows, schema=["model", "site", "arm", "band", "truth", "n_yes", "n_no", "n_fail"], orient="row")
+    s = score(cells, pooled=False)["m"]
+    assert s.delta_1 is None and small_n_bands(s) == [near] and delta_1_small_n(s)  # by hand: 5 < 20 trials
+    return {"m": dataclasses.replace(s, delta_1_ci=("none", "none"))}
+
+
+def test_delta_1_small_n_csv_flag_is_no_where_the_cell_shows_plain_none():
+    """Before: the CSV's 'delta_1 small n' said yes for a column whose delta_1 cell shows plain ``none`` (no †),
+    and the Small n line said delta_1 rests on the small band; both now follow the cell."""
+    from geoagent.report import geoverify as GV
+
+    scores = _plain_none_scores()
+    md = GV.render_markdown(scores)
+    row = next(ln for ln in md.splitlines() if ln.startswith("| delta_1 |"))
+    assert row == "| delta_1 | none |", row  # plain none: no mark
+    rows = list(csv.reader(io.StringIO(GV.render_csv(scores))))
+    by_label = {r[1]: dict(zip(rows[0], r)) for r in rows[1:]}
+    assert by_label["0.15-0.3km"]["m_text"] == "small n"  # the band's d' keeps its flag
+    assert by_label[GV.DELTA_SMALL_N_ROW]["m_text"] == "no"
+    small = [w for w in GV.small_n_warnings(scores) if w.startswith("Small n (m)")]
+    assert small and "delta_1" not in small[0], small
+    # the flag is defined beside the table the CSV mirrors
+    assert GV.DELTA_SMALL_N_DEFINITION in md
+
+
+def test_delta_1_small_n_csv_flag_stays_yes_where_the_cell_is_marked():
+    import dataclasses
+
+    from geoagent.report import geoverify as GV
+
+    scores = {"m": dataclasses.replace(_plain_none_scores()["m"], delta_1_ci=("0.7-1.5km", "none"))}
+    md = GV.render_markdown(scores)
+    assert next(ln for ln in md.splitlines() if ln.startswith("| delta_1 |")).endswith(f"{GV.SMALL_N_MARK} |")
+    rows = list(csv.reader(io.StringIO(GV.render_csv(scores))))
+    assert {r[1]: dict(zip(rows[0], r)) for r in rows[1:]}[GV.DELTA_SMALL_N_ROW]["m_text"] == "yes"
