@@ -115,7 +115,7 @@ def test_campaign_uses_records_and_captions_its_n_boot(tmp_path, release_dir):
     assert "site-bootstrap percentile intervals (37 resamples of the 3 sites, seed 1" in md      # Table 1
     # Fig. 2: 3 sites, so every interval is withheld (< 5 sites): the caption says no bars, from 37 resamples
     # (session 13: it said "error bars are 95 % percentile intervals from 37 resamples" over a figure with none)
-    assert "no error bars: every interval is withheld (37 resamples drawn)" in md
+    assert "no error bars: every interval is withheld (37 resamples drawn, seed 1)" in md
     assert json.loads((state / "manifest.json").read_text())["config"]["geohint"]["n_boot"] == 37
     second = run(0)
     assert "warning: campaign gh-boot" not in second.stderr

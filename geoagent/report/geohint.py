@@ -1922,7 +1922,7 @@ def write_report(
                  f"Clopper-Pearson interval of its pooled count){fig2_sites_note(agg, condition, baseline)}")
                 if fig2 == FIG2_BARS_DRAWN
                 else (f"Hit rate by band per regime, {pooled}; no error bars: every interval is withheld "
-                      f"({n_boot} resamples drawn){fig2_sites_note(agg, condition, baseline)}")
+                      f"({n_boot} resamples drawn, seed {bseed}){fig2_sites_note(agg, condition, baseline)}")
                 if fig2 == FIG2_BARS_WITHHELD
                 else f"Hit rate by band per regime, {pooled}; no error bars ({no_boot_setting(n_boot_source)})")
                + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else ""),
