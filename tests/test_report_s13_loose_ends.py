@@ -111,7 +111,8 @@ def test_terms_say_no_error_bars_when_every_interval_is_withheld(tmp_path):
     assert "error bars are 95 %" not in terms
     assert "Figure fig_hit_by_band.png: no error bars: every interval is withheld" in terms
     caption = md.split("![hit rate by band](fig_hit_by_band.png)", 1)[1].split("\n\n", 2)[1]
-    assert "error bars are 95 %" not in caption and "no error bars: every interval is withheld" in caption
+    assert "error bars are 95 %" not in caption
+    assert "no error bars: every interval is withheld (50 resamples drawn, seed 0)" in caption
 
 
 def test_terms_say_no_error_bars_without_a_bootstrap_and_nothing_without_the_figure(tmp_path):
@@ -182,3 +183,57 @@ def test_delta_1_small_n_csv_flag_stays_yes_where_the_cell_is_marked():
     assert next(ln for ln in md.splitlines() if ln.startswith("| delta_1 |")).endswith(f"{GV.SMALL_N_MARK} |")
     rows = list(csv.reader(io.StringIO(GV.render_csv(scores))))
     assert {r[1]: dict(zip(rows[0], r)) for r in rows[1:]}[GV.DELTA_SMALL_N_ROW]["m_text"] == "yes"
+
+
+# --- 5. Table 11 only from answers whose text was read (the raw forced_chain responses, or a campaign's) --------
+def _judged_release(tmp_path):
+    """A release folder whose answers_judged.csv holds forced, its no-context baseline and forced_chain rows (the
+    judged file keeps parsed fields only: no answer text, no evidence object)."""
+    root = tmp_path / "rel"
+    (root / "ladders").mkdir(parents=True)
+    (root / "sites.csv").write_text("site,city,lat,lon\ns1,Paris,48.88,2.34\ns2,Paris,48.85,2.36\n", encoding="utf-8")
+    lines = ["site,model,schema,lang,context,path,city,area,place,conf_area,conf_fine,error_km,resolved_level,"
+             "resolved_label,hit"]
+    for site, img in (("s1", "101"), ("s2", "202")):
+        (root / "ladders" / f"{site}_ladder_deepseek-en.csv").write_text(
+            "band,tier,name_zh,name_en,label_raw,qid,dist_km,familiarity,pageviews,n_in_cell,n_taken\n"
+            "1.5-3.0km,high,,Louvre Pyramid,,Q1,2.0,5,,22,4\n", encoding="utf-8")
+        for schema, ctx in (("forced", "none"), ("forced", "high_15_30km_Q1"), ("forced_chain", "high_15_30km_Q1")):
+            lines.append(f"{site},m,{schema},en,{ctx},streetview\\{site}\\{img}.jpg,Paris,Marais,Cafe,0.8,0.7,0.4,"
+                         "area,Marais,True")
+    (root / "answers_judged.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def test_judged_report_withholds_table11_and_says_why(tmp_path):
+    """Before: a judged file holding forced_chain rows got a Table 11 with 'Evidence 0.0 %' (the file keeps no
+    evidence object; the paper computes Table 11 from the raw forced_chain responses, seed 000 Reproducibility).
+    Table 10 (hit rates, paired with forced) is the judged file's and stays."""
+    from geoagent.geohint.judged import replicate_report
+
+    tables, _ = replicate_report(_judged_release(tmp_path), tmp_path / "out", n_flips=10, n_splits=2, figures=False)
+    names = [t.name for t in tables]
+    assert "table10" in names and "table11" not in names, names
+    assert not (tmp_path / "out" / "table11.csv").exists()
+    md = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    withheld = next(ln for ln in md.splitlines() if ln.startswith("**Withheld:"))
+    assert "Table 11 (its 2 forced_chain answers carry no answer text" in withheld
+    assert "python -m geoagent.geohint.raw_import" in withheld and "Tables 10-11" not in withheld
+
+
+def test_campaign_forced_chain_answers_keep_table11():
+    """A campaign's forced_chain answers were read from their text (the scorer records the parser method): Table 11
+    is printed, also with no forced answers to pair them with (Table 10 then has no pair)."""
+    agg = GeoHintAggregator()
+    for i, site in enumerate(("s1", "s2")):
+        r = _answer(f"c{i}", "m", "forced_chain", site=site)
+        r.evidence = {"infrastructure": "kerbs", "vegetation": "not visible", "architecture": "stone",
+                      "language": "Latin", "terrain": "flat"}
+        r.extra["parse_method"] = "json"
+        agg.add(r)
+    agg.add(_answer("b1", "m", "baseline"))
+    names = [t.name for t in GH.build_tables(agg, n_flips=10, n_splits=2, n_boot=0)]
+    assert "table11" in names and "table10" not in names, names
+    t11 = next(t for t in GH.build_tables(agg, n_flips=10, n_splits=2, n_boot=0) if t.name == "table11")
+    row = dict(zip(t11.columns, t11.rows[0]))
+    assert (row["n"], row["Evidence"], row["Veg."]) == (2, 1.0, 1.0)  # by hand: 2 answers, both "not visible"

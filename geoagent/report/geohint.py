@@ -1356,9 +1356,7 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     rows = []
     n_left = n_cut = 0
     conds = (condition, f"{condition}_baseline")
-    models = sorted(set(agg.models) | {m for cells in (agg.without_ladder_cells, agg.no_answer_cells)
-                                       for m, c in cells if c in conds})
-    for m in models:
+    for m in _checklist_models(agg, condition):
         c = agg.compliance(m, condition)
         if not c.n:
             continue
@@ -1377,14 +1375,46 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
                 "(no answer in every other table; here unparsed, with no evidence object unless one was recovered): "
                 "the paper's n is every forced_chain response, unparseable ones included (2 of 2799; seed 000 Sec. "
                 "6.3.2)." if n_cut else "")
+    others = [c for c in agg.conditions if c not in conds]
+    only_note = (f"Only the {condition} answers (and their no-context variant) are counted here, as the paper's Table 11 "
+                 f"counts every forced_chain response and nothing else; the other conditions of these data "
+                 f"({', '.join(others)}) are not in it." if others else "")
     return Table(
         "table11",
         f"Table 11: {condition} compliance: evidence object present (% of responses) and 'not visible' share per category (%)",
         ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparseable"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(left_note, cut_note),
+        _join_notes(only_note, left_note, cut_note),
     )
+
+
+def _checklist_models(agg: GeoHintAggregator, condition: str = "forced_chain") -> list[str]:
+    """Models with answers of ``condition`` or its no-context variant, those left out of every other table
+    included (Table 11's rows, :meth:`GeoHintAggregator.compliance`)."""
+    conds = (condition, f"{condition}_baseline")
+    return sorted(set(agg.models) | {m for cells in (agg.without_ladder_cells, agg.no_answer_cells)
+                                     for m, c in cells if c in conds})
+
+
+def table11_withheld(agg: GeoHintAggregator, condition: str = "forced_chain") -> str:
+    """Why Table 11 is left out although the data hold ``condition`` answers, as the report's ``Withheld:`` line
+    gives it; "" when it can be computed (or there are no such answers: :func:`withheld_tables` says that).
+
+    Table 11 is computed from the answers' text: seed 000 computes it from "the raw forced_chain responses that Table
+    11 is computed from" (Reproducibility; the release's ``analysis/chain_compliance.py`` reads
+    ``forced_chain_raw.jsonl``), whose evidence objects it counts. Answers whose text geoagent never read
+    (:func:`geoagent.geohint.aggregate.answer_text_read`: the rows of a judged file, parsed fields only) would
+    show as carrying no evidence object (0 %), so the table is withheld when any of them is among its answers."""
+    cells = [agg.compliance(m, condition) for m in _checklist_models(agg, condition)]
+    n, unread = sum(c.n for c in cells), sum(c.n_text_unread for c in cells)
+    if not unread:
+        return ""
+    which = f"its {n}" if unread == n else f"{unread} of its {n}"
+    return (f"Table 11 ({which} {condition} answer{'s' if n != 1 else ''} carry no answer text: a judged file keeps "
+            "the parsed fields only, no evidence object, and the paper computes Table 11 from the raw forced_chain "
+            "responses (seed 000, Reproducibility), as the release's chain_compliance.py does; from a release: python "
+            "-m geoagent.geohint.raw_import RELEASE_DIR OUT_DIR)")
 
 
 def truncation_warnings(agg: GeoHintAggregator) -> list[str]:
@@ -1497,12 +1527,18 @@ def build_tables(
     if baseline in agg.conditions and condition in agg.conditions:
         tables.append(table_nocontext_near(agg, condition, baseline, n_flips=n_flips, seed=seed))
         tables.append(table_building_vs_nocontext(agg, condition, baseline, n_flips=n_flips, seed=seed))
-    if "forced_warn" in agg.conditions and condition in agg.conditions:
+    # Tables 8-10 pair an intervention with the reported condition: never with itself (data of the intervention
+    # alone report it as their condition, default_conditions)
+    if "forced_warn" in agg.conditions and condition in agg.conditions and condition != "forced_warn":
         tables.append(table_paired(agg, "forced_warn", condition, baseline, name="table8", n_flips=n_flips, seed=seed))
         tables.append(table9(agg, "forced_warn", condition, baseline, n_flips=n_flips, seed=seed))
-    if "forced_chain" in agg.conditions and condition in agg.conditions:
+    if "forced_chain" in agg.conditions and condition in agg.conditions and condition != "forced_chain":
         tables.append(table_paired(agg, "forced_chain", condition, baseline, name="table10", n_flips=n_flips, seed=seed))
-        tables.append(table11(agg))
+    # Table 11 needs no pair (every forced_chain response, seed 000 Sec. 6.3.2), but the answers' text: withheld
+    # for a judged file's rows (table11_withheld)
+    t11 = table11(agg)
+    if t11.rows and not table11_withheld(agg):
+        tables.append(t11)
     tables.append(table_cutoff(agg))
     tables.append(table_unresolved(agg))
     return tables
@@ -1711,9 +1747,11 @@ def left_out_text(agg: GeoHintAggregator) -> str:
     :attr:`GeoHintAggregator.n_without_ladder_point`; the total is every added answer (``len(agg.keys)``, the
     ``n`` of the cut-off counts). The forced_chain ones among the no answers and those without a hint distance are
     named as counted by Table 11 (:meth:`GeoHintAggregator.compliance`)."""
+    withheld = bool(table11_withheld(agg))
+
     def kept(cells: dict[tuple[str, str], Any]) -> str:
-        # Table 11 alone counts the checklist ones (forced_chain: GeoHintAggregator.compliance)
-        k = sum(c.n for (_m, cond), c in cells.items() if cond in CHECKLIST_CONDITIONS)
+        # Table 11 alone counts the checklist ones (forced_chain: GeoHintAggregator.compliance), when it is given
+        k = 0 if withheld else sum(c.n for (_m, cond), c in cells.items() if cond in CHECKLIST_CONDITIONS)
         return f" (Table 11 counts the {k} forced_chain one{'s' if k != 1 else ''}: every forced_chain response)" if k else ""
 
     parts = []
@@ -1961,10 +1999,23 @@ def withheld_tables(agg: GeoHintAggregator, tables: Sequence[Table], condition: 
         parts.append(f"Table 3's rows (header only: its rows are per regime, and {why})")
     if "table8" not in names:
         parts.append(f"Tables 8-9 (they pair forced_warn answers with {condition} ones; no forced_warn answers "
-                     "in these data)")
-    if "table10" not in names:
+                     "in these data)" if "forced_warn" not in conds or condition not in conds else
+                     f"Tables 8-9 (they pair forced_warn answers with those of another condition; {condition} is the "
+                     "reported one here, as these data hold no forced answers)")
+    has_chain = any(c in conds for c in CHECKLIST_CONDITIONS) or any(
+        c in CHECKLIST_CONDITIONS for cells in (agg.without_ladder_cells, agg.no_answer_cells) for _m, c in cells)
+    if not has_chain:
         parts.append("Tables 10-11 (they need forced_chain answers; none in these data; Table 11 of a release comes "
                      "from its raw forced_chain responses: python -m geoagent.geohint.raw_import)")
+    else:
+        if "table10" not in names and condition in conds and "forced_chain" in conds:
+            parts.append(f"Table 10 (it pairs forced_chain answers with those of another condition; {condition} is the "
+                         "reported one here, as these data hold no forced answers)")
+        elif "table10" not in names and condition in conds:
+            parts.append(f"Table 10 (it pairs forced_chain answers with {condition} ones; these data hold only the "
+                         "no-context variant forced_chain_baseline)")
+        if reason := table11_withheld(agg):
+            parts.append(reason)
     return "Withheld: " + "; ".join(parts) + "." if parts else ""
 
 
