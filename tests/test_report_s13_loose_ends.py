@@ -237,3 +237,18 @@ def test_campaign_forced_chain_answers_keep_table11():
     t11 = next(t for t in GH.build_tables(agg, n_flips=10, n_splits=2, n_boot=0) if t.name == "table11")
     row = dict(zip(t11.columns, t11.rows[0]))
     assert (row["n"], row["Evidence"], row["Veg."]) == (2, 1.0, 1.0)  # by hand: 2 answers, both "not visible"
+
+
+def test_forced_warn_alone_is_not_paired_with_itself(tmp_path):
+    """Data of forced_warn (and the baseline) only report forced_warn as their condition; Tables 8-9 pair it with
+    another condition, so they are withheld and said so (before: forced_warn 'paired' with itself, difference 0)."""
+    agg = GeoHintAggregator()
+    for i, site in enumerate(("s1", "s2")):
+        agg.add(_answer(f"w{i}", "m", "forced_warn", site=site))
+        agg.add(_answer(f"b{i}", "m", "baseline", site=site))
+    tables = GH.write_report(agg, tmp_path, n_flips=10, n_splits=2, n_boot=0, figures=False)
+    names = [t.name for t in tables]
+    assert "table8" not in names and "table9" not in names, names
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "Tables 8-9 (they pair forced_warn answers with those of another condition; forced_warn is the reported " \
+           "one here" in md
