@@ -252,3 +252,63 @@ def test_forced_warn_alone_is_not_paired_with_itself(tmp_path):
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "Tables 8-9 (they pair forced_warn answers with those of another condition; forced_warn is the reported " \
            "one here" in md
+
+
+# --- 2. notes said once by the summary writer, for every entry point -------------------------------------------
+def _outcome(name: str, extra: list[str]):
+    from geoagent.engine import Outcome
+    from geoagent.runtime.queue import QueueCounts
+
+    return Outcome(name, "complete", 0, 2, {"requests": QueueCounts(done=2)}, None, extra_lines=extra)
+
+
+def _campaign_lines(model: str) -> list[str]:
+    from geoagent.sandbox.launch import simulated_note
+    from geoagent.scoring.truncation import LEGEND_LINE
+
+    small = ("  Small n (pooled): d' † on the decoy side: 0.15–0.3 km (14 decoy trials), fewer than 20 (the signal "
+             "side has 52 trials behind H).")
+    return [f"  cut off at the output-token limit: 0 of 10 answers (0.0%); {LEGEND_LINE}", small,
+            f"  !!! NOTE: {simulated_note([model])}"]
+
+
+def test_summary_writer_says_each_note_once_across_campaigns():
+    """Before: only the demo's own printer said a note once; the summary writer (Outcome.summary, what `run`
+    prints) repeated the cut-off definition, the simulated banner and a small-n line in every summary. Now one
+    NotesOnce shared by a process's output says each once, and a later summary refers to the definition."""
+    from geoagent.notes import CUT_OFF_SEE_ABOVE, NotesOnce
+    from geoagent.scoring.truncation import LEGEND_LINE
+
+    notes = NotesOnce()
+    first = _outcome("a", _campaign_lines("m")).summary_with_this_run(notes=notes)
+    second = _outcome("b", _campaign_lines("m")).summary(notes=notes)
+    both = first + "\n" + second
+    assert both.count(LEGEND_LINE) == 1 and first.count(LEGEND_LINE) == 1
+    assert f"  cut off at the output-token limit: 0 of 10 answers (0.0%); {CUT_OFF_SEE_ABOVE}" in second
+    assert both.count("Simulated answers: ") == 1 and both.count("Small n (pooled)") == 1
+    # another campaign's banner (another model) is another note: said
+    third = _outcome("c", _campaign_lines("other")).summary(notes=notes)
+    assert third.count("Simulated answers: other") == 1 and "campaign c: complete" in third
+
+
+def test_one_summary_says_a_repeated_note_once_and_run_prints_it_so():
+    """Within one summary (no shared NotesOnce): a note its lines give twice is said once; `run`'s printer (the CLI's
+    summary) goes through the same writer."""
+    from geoagent.cli import _summary
+    from geoagent.scoring.truncation import LEGEND_LINE
+
+    o = _outcome("a", _campaign_lines("m") + _campaign_lines("m"))
+    for text in (o.summary(), _summary(o, (0, 0))):
+        assert text.count(LEGEND_LINE) == 1 and text.count("Simulated answers: ") == 1, text
+        assert text.count("Small n (pooled)") == 1
+        assert text.count("cut off at the output-token limit: 0 of 10 answers") == 2  # the counts stay
+
+
+def test_table_rows_and_short_lines_are_never_left_out():
+    from geoagent.notes import NotesOnce
+
+    notes = NotesOnce()
+    row = "│ " + "x" * 120 + " │"
+    rule = "=" * 100  # the demo's summary heading sits between two of these
+    text = "\n".join([row, row, "  report: a", "  report: a", rule, "demo summary", rule, ""])
+    assert notes.say(text) == text
