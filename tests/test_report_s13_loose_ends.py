@@ -312,3 +312,16 @@ def test_table_rows_and_short_lines_are_never_left_out():
     rule = "=" * 100  # the demo's summary heading sits between two of these
     text = "\n".join([row, row, "  report: a", "  report: a", rule, "demo summary", rule, ""])
     assert notes.say(text) == text
+
+
+def test_terms_say_the_figure_is_empty_when_no_site_has_a_regime(tmp_path):
+    """No no-context answers: Fig. 2 has no line (its caption says why); the Terms line says so, not 'every
+    interval is withheld'."""
+    agg = GeoHintAggregator()
+    for i, site in enumerate(("s1", "s2", "s3", "s4", "s5", "s6")):
+        agg.add(_answer(f"f{i}", "m", "forced", site=site))
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=2, n_boot=20)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "Figure fig_hit_by_band.png: no line and no error bar: no site has a regime" in _terms(md)
+    assert "error bars are 95 %" not in md and "every interval is withheld" not in md
+    assert "No regime line" in md  # the caption's reason (empty_figure_note)

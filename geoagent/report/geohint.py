@@ -122,9 +122,10 @@ DASH = "\u2014"
 UNBOUNDED_WIDTH = 10_000
 
 #: what Fig. 2 (``fig_hit_by_band.png``) draws as error bars (:func:`fig2_bars`): some site-bootstrap interval,
-#: none because every one is withheld (fewer than 5 sites behind each point), none because no bootstrap ran
-FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF = "drawn", "withheld", "off"
-FIG2_BARS = (FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF)
+#: none because every one is withheld (fewer than 5 sites behind each point), none because no bootstrap ran, none
+#: because the figure has no point at all (no site has a regime)
+FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF, FIG2_EMPTY = "drawn", "withheld", "off", "empty"
+FIG2_BARS = (FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF, FIG2_EMPTY)
 
 
 def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | None = None) -> str | None:
@@ -151,6 +152,9 @@ def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | Non
     if bars == FIG2_BARS_OFF:
         return (f"Figure fig_hit_by_band.png: no error bars ({no_boot_setting(n_boot_source or N_BOOT_KEY)}: no "
                 "site-bootstrap resamples drawn)" + tail)
+    if bars == FIG2_EMPTY:
+        return ("Figure fig_hit_by_band.png: no line and no error bar: no site has a regime (its caption says why)"
+                + tail)
     raise ValueError(f"fig2 bars {bars!r}: expected one of {FIG2_BARS} or None")
 
 
@@ -1614,9 +1618,12 @@ def bars_drawn(points: dict[str, list[dict[str, Any]]]) -> bool:
 
 def fig2_bars(points: dict[str, list[dict[str, Any]]], n_boot: int) -> str:
     """What Fig. 2 draws as error bars (:data:`FIG2_BARS`), from its ``points`` (:func:`hit_by_band_points`) and
-    ``n_boot`` (its resamples): :data:`FIG2_BARS_OFF` when ``n_boot`` is 0, :data:`FIG2_BARS_DRAWN` when some
-    interval is drawn (:func:`bars_drawn`), else :data:`FIG2_BARS_WITHHELD`. The figure's subtitle, its caption
-    in report.md and the Terms line (:func:`fig2_terms_line`) all follow it."""
+    ``n_boot`` (its resamples): :data:`FIG2_EMPTY` when no point has an answer (no site has a regime),
+    :data:`FIG2_BARS_OFF` when ``n_boot`` is 0, :data:`FIG2_BARS_DRAWN` when some interval is drawn
+    (:func:`bars_drawn`), else :data:`FIG2_BARS_WITHHELD`. The figure's subtitle, its caption in report.md and the
+    Terms line (:func:`fig2_terms_line`) all follow it."""
+    if not any(q["n"] for p in points.values() for q in p):
+        return FIG2_EMPTY
     if not n_boot:
         return FIG2_BARS_OFF
     return FIG2_BARS_DRAWN if bars_drawn(points) else FIG2_BARS_WITHHELD
@@ -1694,7 +1701,8 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     bars = (f"error bars: 95 % site-bootstrap intervals ({n_boot} resamples); none from fewer than {BOOT_MIN_SITES} "
             f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if state == FIG2_BARS_DRAWN
             else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if state == FIG2_BARS_WITHHELD
-            else f"no error bars: {no_boot_setting(n_boot_source)}")
+            else f"no error bars: {no_boot_setting(n_boot_source)}" if state == FIG2_BARS_OFF
+            else "no line: no site has a regime")
     _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(agg.models)}", f"({bars})"], width_chars=70)
     ax.legend(fontsize=8)
     _figure_note(fig, note)
@@ -1962,7 +1970,9 @@ def write_report(
                 else (f"Hit rate by band per regime, {pooled}; no error bars: every interval is withheld "
                       f"({n_boot} resamples drawn, seed {bseed}){fig2_sites_note(agg, condition, baseline)}")
                 if fig2 == FIG2_BARS_WITHHELD
-                else f"Hit rate by band per regime, {pooled}; no error bars ({no_boot_setting(n_boot_source)})")
+                else f"Hit rate by band per regime, {pooled}; no error bars ({no_boot_setting(n_boot_source)})"
+                if fig2 == FIG2_BARS_OFF
+                else f"Hit rate by band per regime, {pooled}; no line and no error bar")
                + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else ""),
                "", f"Echo rate per tier and band, {models_pooled_text(agg.models)}; n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
