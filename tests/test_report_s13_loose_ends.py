@@ -3,6 +3,12 @@
 1. GeoHint's cut-off table listed every model and condition as all-zero rows in report.md when nothing was cut off;
    GeoVerify's section already collapsed to one ``0 of N`` row. Both now say it the same way (the CSV keeps every
    row, numbers for machines).
+2. Notes (the cut-off definition, a simulated-answers banner, a long note line) were said once only by the demo's own
+   printer; the summary writer (``Outcome.summary``, what ``run`` prints) now says each once.
+3. The Terms line on fig_hit_by_band.png described error bars the figure did not draw.
+4. GeoVerify's CSV flag 'delta_1 small n' said yes beside a delta_1 cell showing plain ``none`` (no mark).
+5. Table 11 was printed from a judged file's forced_chain rows, which hold no evidence object (the paper computes it
+   from the raw forced_chain responses).
 """
 
 from __future__ import annotations
