@@ -136,9 +136,10 @@ def _check_stages(cfg: Any, stages: list[str]) -> None:
                          f"this campaign has: {', '.join(known)}")
 
 
-def _summary(outcome: Any, before: tuple[int, int]) -> str:
+def _summary(outcome: Any, before: tuple[int, int], notes: Any = None) -> str:
     """The run's summary (:meth:`geoagent.engine.Outcome.summary`) with this run's own model calls under the
-    cumulative spend line, and, for an interrupted run, a last line on how to resume.
+    cumulative spend line, and, for an interrupted run, a last line on how to resume. Each note is said once
+    (``notes``: the process's :class:`geoagent.notes.NotesOnce`; None: a fresh one), by the summary writer.
 
     The figures are this process's own (:attr:`Outcome.process_calls`: calls it settled;
     :attr:`Outcome.process_answered`: request tasks its model caller finished, so the answers it took from the
@@ -149,9 +150,9 @@ def _summary(outcome: Any, before: tuple[int, int]) -> str:
     """
     if getattr(outcome, "process_calls", None) is not None:
         # this process's own figures (other --stages processes share the ledger and the queues)
-        lines = outcome.summary_with_this_run().split("\n")
+        lines = outcome.summary_with_this_run(notes=notes).split("\n")
     else:
-        lines = outcome.summary().split("\n")
+        lines = outcome.summary(notes=notes).split("\n")
     spend = outcome.spend or {}
     if getattr(outcome, "process_calls", None) is None and outcome.status != "dry run" and spend:
         from geoagent.engine import done_before_phrase, reused_phrase

@@ -335,7 +335,8 @@ def geohint_table1_text(cfg: Any) -> str:
     """GeoHint Table 1 of campaign ``cfg`` as terminal text at its natural width (no cell cut), rebuilt from
     its stored scored results as report.md's is: the rows of the recorded plan (:func:`scored_scope` over
     ``plan_keys.tsv``) and the report's bootstrap resamples and seed (:func:`bootstrap_params`), so its
-    intervals are table1.csv's; followed by the legend of its terms."""
+    intervals are table1.csv's; followed by the legend of its terms (without the figure's line: no figure is
+    shown here)."""
     from geoagent.geohint.campaign import aggregate_from_store, bootstrap_params, settings_of
     from geoagent.geohint.stages import scored_scope
     from geoagent.report.geohint import default_conditions, legend_for, render_text, table1
@@ -350,7 +351,9 @@ def geohint_table1_text(cfg: Any) -> str:
         return "no scored GeoHint responses\n"
     cond, _ = default_conditions(agg)
     n_boot, seed = bootstrap_params(cfg)
-    return render_text(table1(agg, condition=cond, n_boot=n_boot, seed=seed).to_rich()) + "Terms:\n" + "".join(f"  {t}\n" for t in legend_for(agg.regime_threshold))
+    # the console shows no figure: its terms leave out fig_hit_by_band.png's line (report.md says what it draws)
+    return (render_text(table1(agg, condition=cond, n_boot=n_boot, seed=seed).to_rich()) + "Terms:\n"
+            + "".join(f"  {t}\n" for t in legend_for(agg.regime_threshold, fig2=None)))
 
 
 def summary_terms(gv_cfg: Any) -> list[str]:
@@ -416,26 +419,19 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     world = demo_world()
     gaz = gazetteer_from_world(world)
 
-    from geoagent.scoring.truncation import LEGEND_LINE
-    said: set[str] = set()  # notes already printed (each campaign's summary, the tables' terms repeat them)
+    from geoagent.notes import NotesOnce
+
+    # one output: each note (the cut-off definition, a simulated-answers banner, a small-n line) said once across
+    # the three campaign summaries and the tables printed after them (geoagent.notes, the summary writer's rule)
+    notes = NotesOnce()
 
     def say(text: str = "") -> None:
-        """Print ``text``; the definition of "cut off" (every campaign's summary and table terms give it) after its
-        first time becomes "cut off: see above", and a line with a simulated-answers banner already printed
-        (the GeoVerify summary's, again atop its table text) is left out."""
-        lines = []
-        for line in text.split("\n"):
-            if "Simulated answers: " in line:
-                banner = line.split("Simulated answers: ", 1)[1]
-                if banner in said:
-                    continue
-                said.add(banner)
-            if LEGEND_LINE in line:
-                if LEGEND_LINE in said:
-                    line = line.replace(LEGEND_LINE, "cut off: see above")
-                said.add(LEGEND_LINE)
-            lines.append(line)
-        print("\n".join(lines), file=out, flush=True)
+        """Print ``text`` (the demo's own lines, the report texts), each note in it said once (``notes``)."""
+        print(notes.say(text), file=out, flush=True)
+
+    def say_summary(outcome: Any) -> None:
+        """Print a campaign's summary as ``run`` does (:meth:`Outcome.summary_with_this_run`), sharing ``notes``."""
+        print(outcome.summary_with_this_run(notes=notes), file=out, flush=True)
 
     say(f"geoagent demo: {len(world.cities)} candidate cities in the sandbox world; local fakes on 127.0.0.1 "
         "(Overpass, WDQS, pageviews, Mapillary; per campaign an OpenAI-compatible model server, and for "
@@ -455,7 +451,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     say("\n[1/3] crawl of the sandbox world (screen, sample, fetch, audit, rate, ladders) ...")
     with _env({MAPILLARY_TOKEN_ENV: os.environ.get(MAPILLARY_TOKEN_ENV) or SANDBOX_MAPILLARY_TOKEN}):
         crawl = await run_campaign(crawl_cfg, live=live, handle_signals=handle_signals, export=False)
-    say(crawl.summary_with_this_run())
+    say_summary(crawl)
     outcomes = [("crawl", crawl_cfg, crawl)]
     if crawl.exit_code != 0:
         say(f"\ndemo stopped: the crawl ended '{crawl.status}'; re-run `{resume_cmd}` to resume (its config, for "
@@ -482,7 +478,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     # 2. GeoVerify ----------------------------------------------------------------------------------------
     say("\n[2/3] GeoVerify on the crawled sites (2 models behind the OpenAI-compatible fake) ...")
     gv = await run_campaign(gv_cfg, live=live, handle_signals=handle_signals)
-    say(gv.summary_with_this_run())
+    say_summary(gv)
     outcomes.append(("GeoVerify", gv_cfg, gv))
     if gv.exit_code == EXIT_INTERRUPTED or gv.late_signal or gv.stop_signal:
         say(f"\ndemo stopped by a signal; re-run `{resume_cmd}` to resume")
@@ -494,7 +490,7 @@ async def demo_pipeline(*, live: bool | None = None, out: Any = None, handle_sig
     gh_cfg = load_config(gh_path)
     adopt_sandbox_names(gh_cfg)
     gh = await run_campaign(gh_cfg, live=live, handle_signals=handle_signals, gazetteer=gaz)
-    say(gh.summary_with_this_run())
+    say_summary(gh)
     outcomes.append(("GeoHint", gh_cfg, gh))
 
     # summary ------------------------------------------------------------------------------------------

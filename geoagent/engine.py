@@ -75,6 +75,7 @@ import anyio
 from geoagent import __version__
 from geoagent import constants as C
 from geoagent.files import remove_stale_temp_files
+from geoagent.notes import NotesOnce
 from geoagent.textfmt import count_text
 from geoagent.runtime.daemon import PipelineRun, open_edge_queues, run_pipeline
 from geoagent.runtime.progress import Progress
@@ -542,16 +543,26 @@ class Outcome:
         return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; {reused_phrase(reused)}"
                 f"{done_before_phrase(before)}")
 
-    def summary_with_this_run(self) -> str:
-        """:meth:`summary` with :meth:`this_run_line` under its spend line (what ``run`` and ``demo`` print)."""
-        lines = self.summary().split("\n")
+    def summary_with_this_run(self, notes: NotesOnce | None = None) -> str:
+        """:meth:`summary` with :meth:`this_run_line` under its spend line (what ``run`` and ``demo`` print);
+        ``notes`` as there."""
+        lines = self._summary_lines()
         line = self.this_run_line()
         if line is not None:
             at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("  spend ")), len(lines))
             lines.insert(at, line)
-        return "\n".join(lines)
+        return (notes or NotesOnce()).say("\n".join(lines))
 
-    def summary(self) -> str:
+    def summary(self, notes: NotesOnce | None = None) -> str:
+        """The run's summary, one line per fact (headline, plan, queues, spend, the campaign kind's lines, reports).
+
+        Each note is said once (:class:`geoagent.notes.NotesOnce`: the cut-off definition, a simulated-answers
+        banner, a long note line): within this summary, and with ``notes`` (one instance shared by everything a
+        process prints, e.g. the demo's three summaries and its tables) across them; None: a fresh one."""
+        return (notes or NotesOnce()).say("\n".join(self._summary_lines()))
+
+    def _summary_lines(self) -> list[str]:
+        """The summary's lines before any note is said once (:meth:`summary`)."""
         lines = [self.headline()]
         lines.extend(f"  {r}" for r in self.stop_reasons)
         watched = (f" ({self.planned_while_watching} of them {self.watched_how})"
@@ -622,7 +633,7 @@ class Outcome:
             lines.append(f"  report: {p}")
         for p in self.export_files:
             lines.append(f"  export: {p}")
-        return "\n".join(lines)
+        return lines
 
 
 #: the summary lists at most this many dead letters per edge, then says how many more (`run.py dead CONFIG`)

@@ -347,5 +347,6 @@ boot_seed = 11
     state = tmp_path / "s" / "gh-bs"
     md = (state / "report" / "report.md").read_text(encoding="utf-8")
     assert "site-bootstrap percentile intervals (30 resamples of the 3 sites, seed 11" in md       # Table 1
-    assert "95 % percentile intervals from 30 resamples of the regime's sites (seed 11" in md      # Fig. 2
+    # Fig. 2: 3 sites, every interval withheld (< 5 sites): no error bars, the resamples and seed still named
+    assert "no error bars: every interval is withheld (30 resamples drawn, seed 11)" in md        # Fig. 2
     assert json.loads((state / "manifest.json").read_text())["config"]["geohint"]["boot_seed"] == 11

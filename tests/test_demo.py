@@ -293,6 +293,11 @@ def test_console_says_each_note_once(demo):
     assert "cut off: see above" in out
     banners = [ln.split("Simulated answers: ", 1)[1] for ln in out.splitlines() if "Simulated answers: " in ln]
     assert len(banners) == len(set(banners)) == 2, banners  # once per model campaign (GeoVerify, GeoHint)
+    # session 13: the summary writer says them once (geoagent.notes), so the GeoVerify small-n lines, in its summary
+    # and again under its table text, are said once too
+    small = [ln for ln in out.splitlines() if ln.lstrip().startswith(("Small n (", "† d' rests on"))]
+    assert small and len(small) == len(set(ln.strip() for ln in small)), small
+    assert out.count("=" * 100 + "\ndemo summary\n" + "=" * 100) == 1  # a rule is no note: both kept
     # GeoHint report.md: the echo rule in full once (at the top; before also after Tables 1, 2, 4 and 8), the
     # cut-off definition once (under Terms; before also under the cut-off table)
     md = (demo["work"] / "state" / "demo-geohint" / "report" / "report.md").read_text(encoding="utf-8")

@@ -113,7 +113,9 @@ def test_campaign_uses_records_and_captions_its_n_boot(tmp_path, release_dir):
     run(37)
     md = (state / "report" / "report.md").read_text(encoding="utf-8")
     assert "site-bootstrap percentile intervals (37 resamples of the 3 sites, seed 1" in md      # Table 1
-    assert "95 % percentile intervals from 37 resamples of the regime's sites (seed 1" in md     # Fig. 2
+    # Fig. 2: 3 sites, so every interval is withheld (< 5 sites): the caption says no bars, from 37 resamples
+    # (session 13: it said "error bars are 95 % percentile intervals from 37 resamples" over a figure with none)
+    assert "no error bars: every interval is withheld (37 resamples drawn, seed 1)" in md
     assert json.loads((state / "manifest.json").read_text())["config"]["geohint"]["n_boot"] == 37
     second = run(0)
     assert "warning: campaign gh-boot" not in second.stderr

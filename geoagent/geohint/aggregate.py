@@ -167,6 +167,9 @@ class Cell:
     #: checklist answers from which no JSON object was read (:func:`no_json_object`): Table 11's Unparseable,
     #: the paper's "2 responses out of 2799 are unparseable" (module doc)
     n_unparseable: int = 0
+    #: checklist answers whose text geoagent's parser never read (:func:`answer_text_read` False: rows of a judged
+    #: file, parsed fields only): Table 11 cannot be computed from them (seed 000: from the raw responses)
+    n_text_unread: int = 0
 
     def add(self, r: GeoHintResult) -> None:
         self.n += 1
@@ -190,6 +193,7 @@ class Cell:
             elif r.dist_km is not None and r.dist_km > 0 and r.error_km == 0:
                 self.n_zero_err += 1
         if r.condition in CHECKLIST_CONDITIONS:
+            self.n_text_unread += not answer_text_read(r)
             self.evidence_parsed += bool(r.parse_ok)
             self.n_unparseable += no_json_object(r)
             if r.evidence is not None:  # an evidence object, whatever else parsed (module doc)
@@ -201,7 +205,7 @@ class Cell:
     def merge(self, o: "Cell") -> "Cell":
         for name in ("n", "hits", "echo_n", "echoes", "n_building", "n_fine", "n_city", "n_none", "n_parse_fail",
                      "n_zero_err", "fine_dref_n", "fine_log_dref", "fine_log_err", "evidence_present", "evidence_parsed",
-                     "n_unparseable"):
+                     "n_unparseable", "n_text_unread"):
             setattr(self, name, getattr(self, name) + getattr(o, name))
         self.ratios.extend(o.ratios)
         for cat, v in o.slots_filled.items():
@@ -250,6 +254,18 @@ class Cell:
 
 #: parser methods (:attr:`geoagent.geohint.parse.ParsedAnswer.method`) that read no JSON object from the answer
 NO_OBJECT_METHODS = frozenset({"regex", "failed"})
+
+
+def answer_text_read(r: GeoHintResult) -> bool:
+    """Whether geoagent's parser read ``r``'s answer text, so that its evidence object (or its absence) is known:
+    every campaign answer (``source`` ``"campaign"``: the scorer parses the model's text) and every answer of the
+    raw route (:mod:`geoagent.geohint.raw_import`, which records ``extra["parse_method"]``); not a row of a judged
+    file (:mod:`geoagent.geohint.judged`: ``answers_judged.csv`` holds parsed fields only, no text and no evidence
+    object). Table 11 is computed from the answers' text: seed 000 computes it from "the raw forced_chain
+    responses" (Reproducibility), as the release's ``analysis/chain_compliance.py`` reads ``forced_chain_raw.jsonl``
+    (:func:`geoagent.report.geohint.table11_withheld`)."""
+    extra = r.extra if isinstance(r.extra, dict) else {}
+    return r.source != "release" or bool(extra.get("parse_method"))
 
 
 def no_json_object(r: GeoHintResult) -> bool:

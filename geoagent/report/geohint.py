@@ -61,7 +61,9 @@ Answers cut off at the output-token limit (:mod:`geoagent.scoring.truncation`) a
 condition in the table ``cutoff`` (after the paper's tables); those with nothing parsed are no answer and enter
 no other table but Table 11, whose n is every forced_chain response (:func:`no_answer_note` says how many under
 Table 1, :func:`table11` how many its n holds); ``report.md`` gives the total in its header
-and repeats the warning lines of :func:`truncation_warnings` (share above 1 % for a model in a condition).
+and repeats the warning lines of :func:`truncation_warnings` (share above 1 % for a model in a condition). When
+nothing was cut off, Markdown and the terminal show that table as one row, ``All | all | 0 of N``, as the GeoVerify
+report's section (``cutoff.csv`` keeps every row).
 
 What the tables leave out is said: answers that did not geocode (resolved level none) per model and
 condition in the table ``unresolved`` (:func:`table_unresolved`), in the ``report.md`` header
@@ -121,11 +123,52 @@ DASH = "\u2014"
 #: (rich tables keep their natural width; a wider console adds no padding)
 UNBOUNDED_WIDTH = 10_000
 
-def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
+#: what Fig. 2 (``fig_hit_by_band.png``) draws as error bars (:func:`fig2_bars`): some site-bootstrap interval,
+#: none because every one is withheld (fewer than 5 sites behind each point), none because no bootstrap ran, none
+#: because the figure has no point at all (no site has a regime)
+FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF, FIG2_EMPTY = "drawn", "withheld", "off", "empty"
+FIG2_BARS = (FIG2_BARS_DRAWN, FIG2_BARS_WITHHELD, FIG2_BARS_OFF, FIG2_EMPTY)
+
+
+def fig2_terms_line(bars: str | None = FIG2_BARS_DRAWN, n_boot_source: str | None = None) -> str | None:
+    """The Terms line on ``fig_hit_by_band.png`` for what it draws (``bars``, one of :data:`FIG2_BARS`, as
+    :func:`fig2_bars` returns it); None (no line) when ``bars`` is None: no figure was written, or the output
+    shows none (the terminal). ``n_boot_source``: the setting that turned the bootstrap off (:func:`no_boot_setting`;
+    default ``[geohint] n_boot``).
+
+    Raises
+    ------
+    ValueError
+        ``bars`` is not one of :data:`FIG2_BARS` or None.
+    """
+    tail = "; the legend gives the sites and responses behind each line."
+    if bars is None:
+        return None
+    if bars == FIG2_BARS_DRAWN:
+        return ("Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the "
+                f"regime resampled, models pooled; none at a point whose answers come from fewer than {BOOT_MIN_SITES} "
+                "sites: see few sites)" + tail)
+    if bars == FIG2_BARS_WITHHELD:
+        return (f"Figure fig_hit_by_band.png: no error bars: every interval is withheld (each point's answers come "
+                f"from fewer than {BOOT_MIN_SITES} sites of its regime; see few sites)" + tail)
+    if bars == FIG2_BARS_OFF:
+        return (f"Figure fig_hit_by_band.png: no error bars ({no_boot_setting(n_boot_source or N_BOOT_KEY)}: no "
+                "site-bootstrap resamples drawn)" + tail)
+    if bars == FIG2_EMPTY:
+        return ("Figure fig_hit_by_band.png: no line and no error bar: no site has a regime (its caption says why)"
+                + tail)
+    raise ValueError(f"fig2 bars {bars!r}: expected one of {FIG2_BARS} or None")
+
+
+def legend_for(regime_threshold: float = DEFAULT_THRESHOLD, *, fig2: str | None = FIG2_BARS_DRAWN,
+               n_boot_source: str | None = None) -> tuple[str, ...]:
     """One line per term used in the tables and figures (seed 000 Sec. 6.1-6.2, in our words); the regime
-    line gives ``regime_threshold`` (``[geohint] regime_threshold``, a fraction) as a percentage."""
+    line gives ``regime_threshold`` (``[geohint] regime_threshold``, a fraction) as a percentage. ``fig2``: what
+    ``fig_hit_by_band.png`` draws as error bars (:func:`fig2_bars`; its line, :func:`fig2_terms_line`), None to
+    leave the figure out (none was written, or the output shows no figure); ``n_boot_source`` as there."""
     t = threshold_text(check_threshold(regime_threshold))
-    return (
+    fig_line = fig2_terms_line(fig2, n_boot_source)
+    return tuple(line for line in (
         "hit: the answer lies under 1 km from where the photo was taken and resolves finer than a city "
         "(an area or a building); hit rate = share of hits.",
         "echo: the answer names the reference point the hint gave (see the echo rule); echo rate = share of echoes.",
@@ -138,12 +181,10 @@ def legend_for(regime_threshold: float = DEFAULT_THRESHOLD) -> tuple[str, ...]:
         "undetermined regime: none of the site's no-context answers geocoded, so it is in neither regime.",
         "bands (km): distance from the photo's site to the hinted reference point (d_ref); err = distance (km) "
         "from the site to the geocoded answer; ratio = err / d_ref (1 = the answer is the hint).",
-        "Figure fig_hit_by_band.png: error bars are 95 % site-bootstrap percentile intervals (sites of the regime "
-        "resampled, models pooled; none when n_boot = 0: [geohint] n_boot, or judged's --n-boot); the legend gives the sites and responses behind "
-        "each line.",
+        fig_line,
         f"few sites: {BOOT_SITES_RULE} (Table 1's CI flag column, Fig. 2's legend).",
         TRUNCATION_LEGEND,
-    )
+    ) if line)
 
 
 #: the legend at the paper's threshold (0.5); :func:`legend_for` for another one
@@ -181,6 +222,9 @@ class Table:
     The CSV (:meth:`to_csv`) holds every rate as a fraction: ``pct`` values as they are, ``pp``/``pps`` values
     (points) divided by 100, under :meth:`csv_columns` (the column name with ``" (fraction)"`` in place of a
     ``" (%)"`` / ``" (pp)"`` unit).
+
+    ``shown``: a shorter table that Markdown and the terminal show in place of this one (e.g. the cut-off table's
+    one row when nothing was cut off, :func:`table_cutoff`); the CSV always holds ``rows``. None: this table.
     """
 
     name: str
@@ -189,6 +233,7 @@ class Table:
     formats: list[str]
     rows: list[list[Any]]
     notes: str = ""
+    shown: Table | None = None
 
     def display_rows(self) -> list[list[str]]:
         """Cells as Markdown and the terminal show them (band labels in the pretty ``0.5–1.5 km`` form)."""
@@ -204,6 +249,9 @@ class Table:
         return [p for p in self.notes.split("\n\n") if p]
 
     def to_markdown(self) -> str:
+        """The table as Markdown: a ``###`` title, the shown rows (:attr:`shown` when set), the notes below."""
+        if self.shown is not None:
+            return self.shown.to_markdown()
         out = [f"### {self.title}", ""]
         out.append("| " + " | ".join(_md_cell(c) for c in self.display_columns()) + " |")
         out.append("|" + "|".join("---" if f == "text" else "---:" for f in self.formats) + "|")
@@ -261,6 +309,9 @@ class Table:
         return buf.getvalue()
 
     def to_rich(self):
+        """The table as a rich table (:attr:`shown` when set), the notes as its caption."""
+        if self.shown is not None:
+            return self.shown.to_rich()
         from rich.markup import escape
         from rich.table import Table as RichTable
 
@@ -1334,9 +1385,7 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     rows = []
     n_left = n_cut = 0
     conds = (condition, f"{condition}_baseline")
-    models = sorted(set(agg.models) | {m for cells in (agg.without_ladder_cells, agg.no_answer_cells)
-                                       for m, c in cells if c in conds})
-    for m in models:
+    for m in _checklist_models(agg, condition):
         c = agg.compliance(m, condition)
         if not c.n:
             continue
@@ -1355,14 +1404,46 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
                 "(no answer in every other table; here unparsed, with no evidence object unless one was recovered): "
                 "the paper's n is every forced_chain response, unparseable ones included (2 of 2799; seed 000 Sec. "
                 "6.3.2)." if n_cut else "")
+    others = [c for c in agg.conditions if c not in conds]
+    only_note = (f"Only the {condition} answers (and their no-context variant) are counted here, as the paper's Table 11 "
+                 f"counts every forced_chain response and nothing else; the other conditions of these data "
+                 f"({', '.join(others)}) are not in it." if others else "")
     return Table(
         "table11",
         f"Table 11: {condition} compliance: evidence object present (% of responses) and 'not visible' share per category (%)",
         ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparseable"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(left_note, cut_note),
+        _join_notes(only_note, left_note, cut_note),
     )
+
+
+def _checklist_models(agg: GeoHintAggregator, condition: str = "forced_chain") -> list[str]:
+    """Models with answers of ``condition`` or its no-context variant, those left out of every other table
+    included (Table 11's rows, :meth:`GeoHintAggregator.compliance`)."""
+    conds = (condition, f"{condition}_baseline")
+    return sorted(set(agg.models) | {m for cells in (agg.without_ladder_cells, agg.no_answer_cells)
+                                     for m, c in cells if c in conds})
+
+
+def table11_withheld(agg: GeoHintAggregator, condition: str = "forced_chain") -> str:
+    """Why Table 11 is left out although the data hold ``condition`` answers, as the report's ``Withheld:`` line
+    gives it; "" when it can be computed (or there are no such answers: :func:`withheld_tables` says that).
+
+    Table 11 is computed from the answers' text: seed 000 computes it from "the raw forced_chain responses that Table
+    11 is computed from" (Reproducibility; the release's ``analysis/chain_compliance.py`` reads
+    ``forced_chain_raw.jsonl``), whose evidence objects it counts. Answers whose text geoagent never read
+    (:func:`geoagent.geohint.aggregate.answer_text_read`: the rows of a judged file, parsed fields only) would
+    show as carrying no evidence object (0 %), so the table is withheld when any of them is among its answers."""
+    cells = [agg.compliance(m, condition) for m in _checklist_models(agg, condition)]
+    n, unread = sum(c.n for c in cells), sum(c.n_text_unread for c in cells)
+    if not unread:
+        return ""
+    which = f"its {n}" if unread == n else f"{unread} of its {n}"
+    return (f"Table 11 ({which} {condition} answer{'s' if n != 1 else ''} carry no answer text: a judged file keeps "
+            "the parsed fields only, no evidence object, and the paper computes Table 11 from the raw forced_chain "
+            "responses (seed 000, Reproducibility), as the release's chain_compliance.py does; from a release: python "
+            "-m geoagent.geohint.raw_import RELEASE_DIR OUT_DIR)")
 
 
 def truncation_warnings(agg: GeoHintAggregator) -> list[str]:
@@ -1372,9 +1453,19 @@ def truncation_warnings(agg: GeoHintAggregator) -> list[str]:
     return warning_lines(counts, setting=TRUNCATION_SETTING)
 
 
+#: the cut-off table's note when nothing was cut off and Markdown and the terminal show its total row alone
+CUTOFF_COLLAPSED_NOTE = ("Nothing was cut off: one row, every model and condition (as GeoVerify's 'answers cut off "
+                         "(all arms)'); cutoff.csv keeps a row per model and condition.")
+
+
 def table_cutoff(agg: GeoHintAggregator) -> Table:
     """Answers cut off at the output-token limit per model and condition (every scored answer, also those
-    the other tables leave out), with a row per model over all conditions and a total row."""
+    the other tables leave out), with a row per model over all conditions and a total row.
+
+    When answers were counted and none was cut off, Markdown and the terminal show one row (:attr:`Table.shown`):
+    ``All | all | 0 of N`` under ``Answers cut off`` (N = every scored answer), with a ``No finish reason`` column
+    only where that count is not 0, as the GeoVerify report's cut-off section (its ``answers cut off (all arms)``
+    row, :func:`geoagent.report.geoverify._truncation_rows`); ``cutoff.csv`` keeps every row and column."""
     rows = []
 
     def row(model: str, cond: str, c: TruncationCount) -> list[Any]:
@@ -1386,15 +1477,28 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
             rows.append(row(m, cond, tc))
         if len(per) > 1:
             rows.append(row(m, "all", total(per)))
-    rows.append(row("All", "all", total(agg.truncation)))
+    all_ = total(agg.truncation)
+    rows.append(row("All", "all", all_))
+    title = ("Answers cut off at the output-token limit (max_output_tokens), per model and condition; share in % (a "
+             "fraction in cutoff.csv)")
+    notes = _join_notes("cut off: defined under Terms (said once per report).", *truncation_warnings(agg))
+    shown = None
+    if all_.n and not all_.n_truncated:
+        # nothing cut off: one row (k of N), not a row of zeros per model and condition; the CSV keeps every row
+        extra = [all_.n_no_reason] if all_.n_no_reason else []
+        shown = Table("cutoff", title,
+                      ["Model", "Condition", "Answers cut off", *(["No finish reason"] if extra else [])],
+                      ["text", "text", "text", *(["int"] if extra else [])],
+                      [["All", "all", f"{all_.n_truncated} of {all_.n}", *extra]],
+                      _join_notes(notes, CUTOFF_COLLAPSED_NOTE))
     return Table(
         "cutoff",
-        "Answers cut off at the output-token limit (max_output_tokens), per model and condition; share in % (a "
-        "fraction in cutoff.csv)",
+        title,
         ["Model", "Condition", "n", "Cut off", "Share cut off (%)", "Cut off, no answer (left out)", "No finish reason"],
         ["text", "text", "int", "int", "pct", "int", "int"],
         rows,
-        _join_notes("cut off: defined under Terms (said once per report).", *truncation_warnings(agg)),
+        notes,
+        shown,
     )
 
 
@@ -1452,12 +1556,18 @@ def build_tables(
     if baseline in agg.conditions and condition in agg.conditions:
         tables.append(table_nocontext_near(agg, condition, baseline, n_flips=n_flips, seed=seed))
         tables.append(table_building_vs_nocontext(agg, condition, baseline, n_flips=n_flips, seed=seed))
-    if "forced_warn" in agg.conditions and condition in agg.conditions:
+    # Tables 8-10 pair an intervention with the reported condition: never with itself (data of the intervention
+    # alone report it as their condition, default_conditions)
+    if "forced_warn" in agg.conditions and condition in agg.conditions and condition != "forced_warn":
         tables.append(table_paired(agg, "forced_warn", condition, baseline, name="table8", n_flips=n_flips, seed=seed))
         tables.append(table9(agg, "forced_warn", condition, baseline, n_flips=n_flips, seed=seed))
-    if "forced_chain" in agg.conditions and condition in agg.conditions:
+    if "forced_chain" in agg.conditions and condition in agg.conditions and condition != "forced_chain":
         tables.append(table_paired(agg, "forced_chain", condition, baseline, name="table10", n_flips=n_flips, seed=seed))
-        tables.append(table11(agg))
+    # Table 11 needs no pair (every forced_chain response, seed 000 Sec. 6.3.2), but the answers' text: withheld
+    # for a judged file's rows (table11_withheld)
+    t11 = table11(agg)
+    if t11.rows and not table11_withheld(agg):
+        tables.append(t11)
     tables.append(table_cutoff(agg))
     tables.append(table_unresolved(agg))
     return tables
@@ -1518,10 +1628,30 @@ def _figure_note(fig, note: str | None) -> None:
 
 def figure_hit_by_band(agg: GeoHintAggregator, path: str | Path, condition: str = "forced", baseline: str = "baseline",
                        *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None,
-                       n_boot_source: str = N_BOOT_KEY) -> Path:
+                       n_boot_source: str = N_BOOT_KEY, points: dict[str, list[dict[str, Any]]] | None = None) -> Path:
     """Fig. 2 (:func:`hit_by_band_figure`) written as a PNG at ``path`` (atomically); returns ``path``."""
     return _save_png(hit_by_band_figure(agg, condition, baseline, n_boot=n_boot, seed=seed, note=note,
-                                        n_boot_source=n_boot_source), path)
+                                        n_boot_source=n_boot_source, points=points), path)
+
+
+def bars_drawn(points: dict[str, list[dict[str, Any]]]) -> bool:
+    """Whether Fig. 2 draws some error bar from ``points`` (:func:`hit_by_band_points`): a point with a rate and
+    both ends of its interval (each interval from fewer than 5 sites is withheld: NaN ends)."""
+    return any(all(isinstance(q[k], (int, float)) and math.isfinite(q[k]) for k in ("rate", "lo", "hi"))
+               for p in points.values() for q in p)
+
+
+def fig2_bars(points: dict[str, list[dict[str, Any]]], n_boot: int) -> str:
+    """What Fig. 2 draws as error bars (:data:`FIG2_BARS`), from its ``points`` (:func:`hit_by_band_points`) and
+    ``n_boot`` (its resamples): :data:`FIG2_EMPTY` when no point has an answer (no site has a regime),
+    :data:`FIG2_BARS_OFF` when ``n_boot`` is 0, :data:`FIG2_BARS_DRAWN` when some interval is drawn
+    (:func:`bars_drawn`), else :data:`FIG2_BARS_WITHHELD`. The figure's subtitle, its caption in report.md and the
+    Terms line (:func:`fig2_terms_line`) all follow it."""
+    if not any(q["n"] for p in points.values() for q in p):
+        return FIG2_EMPTY
+    if not n_boot:
+        return FIG2_BARS_OFF
+    return FIG2_BARS_DRAWN if bars_drawn(points) else FIG2_BARS_WITHHELD
 
 
 def fig2_sites_note(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline") -> str:
@@ -1558,25 +1688,24 @@ def _fit_title(ax, lines: Sequence[str], *, width_chars: int) -> None:
 
 def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "baseline",
                        *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0, note: str | None = None,
-                       n_boot_source: str = N_BOOT_KEY):
+                       n_boot_source: str = N_BOOT_KEY, points: dict[str, list[dict[str, Any]]] | None = None):
     """Fig. 2: hit rate by band, one line per regime, all models pooled, with 95 % site-bootstrap percentile
     intervals as error bars (:func:`hit_by_band_points`; the paper draws "95 % binomial intervals", which treat
     every response as independent; resampling sites follows its Sec. 6 rule and the GeoVerify intervals). The
     legend gives each line's sites and responses. ``note``: a caption line under the axes (a replay campaign's
     :func:`geoagent.providers.replay.replay_note`), None = none. The subtitle says "no error bars: intervals
-    withheld (< 5 sites per regime)" when a bootstrap ran but every interval was withheld. Returns a matplotlib
-    ``Figure`` (not saved)."""
+    withheld (< 5 sites per regime)" when a bootstrap ran but every interval was withheld (:func:`fig2_bars`).
+    ``points``: :func:`hit_by_band_points` of the same arguments when already computed (None: computed here).
+    Returns a matplotlib ``Figure`` (not saved)."""
     groups = _regime_sites(agg, baseline)
-    pts = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
+    pts = points if points is not None else hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=seed)
     fig, ax = _new_figure((5.5, 4.2))
     x = np.arange(len(BANDS))
-    drawn = False  # any error bar drawn (each interval from fewer than BOOT_MIN_SITES sites is withheld)
     for regime, marker in ((LEGIBLE, "o"), (ILLEGIBLE, "s")):
         p = pts[regime]
         rates = np.array([q["rate"] for q in p]) * 100
         lo = np.array([q["lo"] for q in p], dtype=float) * 100
         hi = np.array([q["hi"] for q in p], dtype=float) * 100
-        drawn = drawn or bool((np.isfinite(lo) & np.isfinite(hi) & np.isfinite(rates)).any())
         err = np.clip(np.nan_to_num(np.vstack([rates - lo, hi - rates])), 0.0, None)
         n = sum(q["n"] for q in p)
         flags = sorted({q["ci_flag"].split(":")[0] for q in p if q["ci_flag"]})
@@ -1593,10 +1722,12 @@ def hit_by_band_figure(agg: GeoHintAggregator, condition: str = "forced", baseli
     ax.set_ylabel("hit rate (%)")
     ax.set_ylim(0, 100)
     # the subtitle wrapped to the figure's width (it ran past both edges); report.md's caption has the whole rule
+    state = fig2_bars(pts, n_boot)  # each interval from fewer than BOOT_MIN_SITES sites is withheld
     bars = (f"error bars: 95 % site-bootstrap intervals ({n_boot} resamples); none from fewer than {BOOT_MIN_SITES} "
-            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if n_boot and drawn
-            else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if n_boot
-            else f"no error bars: {no_boot_setting(n_boot_source)}")
+            f"sites, few-cluster from {BOOT_MIN_SITES} to 9" if state == FIG2_BARS_DRAWN
+            else f"no error bars: intervals withheld (< {BOOT_MIN_SITES} sites per regime)" if state == FIG2_BARS_WITHHELD
+            else f"no error bars: {no_boot_setting(n_boot_source)}" if state == FIG2_BARS_OFF
+            else "no line: no site has a regime")
     _fit_title(ax, [f"Hit rate by band, {condition}, {models_pooled_text(agg.models)}", f"({bars})"], width_chars=70)
     ax.legend(fontsize=8)
     _figure_note(fig, note)
@@ -1649,9 +1780,11 @@ def left_out_text(agg: GeoHintAggregator) -> str:
     :attr:`GeoHintAggregator.n_without_ladder_point`; the total is every added answer (``len(agg.keys)``, the
     ``n`` of the cut-off counts). The forced_chain ones among the no answers and those without a hint distance are
     named as counted by Table 11 (:meth:`GeoHintAggregator.compliance`)."""
+    withheld = bool(table11_withheld(agg))
+
     def kept(cells: dict[tuple[str, str], Any]) -> str:
-        # Table 11 alone counts the checklist ones (forced_chain: GeoHintAggregator.compliance)
-        k = sum(c.n for (_m, cond), c in cells.items() if cond in CHECKLIST_CONDITIONS)
+        # Table 11 alone counts the checklist ones (forced_chain: GeoHintAggregator.compliance), when it is given
+        k = 0 if withheld else sum(c.n for (_m, cond), c in cells.items() if cond in CHECKLIST_CONDITIONS)
         return f" (Table 11 counts the {k} forced_chain one{'s' if k != 1 else ''}: every forced_chain response)" if k else ""
 
     parts = []
@@ -1769,6 +1902,9 @@ def write_report(
                           p_reference=p_reference)
     summary = agg.summary()
     cut = total(agg.truncation)
+    # Fig. 2's points once: the figure, its caption and the Terms line say what it draws (fig2_bars)
+    fig2_points = hit_by_band_points(agg, condition, baseline, n_boot=n_boot, seed=bseed) if figures else None
+    fig2 = fig2_bars(fig2_points, n_boot) if fig2_points is not None else None
     md = [
         "# GeoHint report",
         "",
@@ -1808,7 +1944,7 @@ def write_report(
         *([f"**{withheld}**", ""] if (withheld := withheld_tables(agg, tables, condition, baseline)) else []),
         "Terms:",
         "",
-        *[f"- {line}" for line in legend_for(agg.regime_threshold)],
+        *[f"- {line}" for line in legend_for(agg.regime_threshold, fig2=fig2, n_boot_source=n_boot_source)],
         "",
     ]
     if missing is not None:
@@ -1847,14 +1983,21 @@ def write_report(
         fig_note = figure_note(replay_note, simulated_note(list(simulated)) if simulated else "")
         empty = empty_figure_note(agg, baseline)
         figure_hit_by_band(agg, out / "fig_hit_by_band.png", condition, baseline, n_boot=n_boot, seed=bseed,
-                           note="\n".join(x for x in (fig_note, empty) if x) or None, n_boot_source=n_boot_source)
+                           note="\n".join(x for x in (fig_note, empty) if x) or None, n_boot_source=n_boot_source,
+                           points=fig2_points)
         figure_echo_heatmap(agg, out / "fig_echo_heatmap.png", condition, note=fig_note)
+        pooled = models_pooled_text(agg.models)
         md += ["![hit rate by band](fig_hit_by_band.png)", "",
-               ((f"Hit rate by band per regime, {models_pooled_text(agg.models)}; error bars are 95 % percentile intervals from "
+               ((f"Hit rate by band per regime, {pooled}; error bars are 95 % percentile intervals from "
                  f"{n_boot} resamples of the regime's sites (seed {bseed}; a point at 0 % or 100 % gets the "
                  f"Clopper-Pearson interval of its pooled count){fig2_sites_note(agg, condition, baseline)}")
-                if n_boot else (f"Hit rate by band per regime, {models_pooled_text(agg.models)}; no error bars "
-                                f"({no_boot_setting(n_boot_source)})"))
+                if fig2 == FIG2_BARS_DRAWN
+                else (f"Hit rate by band per regime, {pooled}; no error bars: every interval is withheld "
+                      f"({n_boot} resamples drawn, seed {bseed}){fig2_sites_note(agg, condition, baseline)}")
+                if fig2 == FIG2_BARS_WITHHELD
+                else f"Hit rate by band per regime, {pooled}; no error bars ({no_boot_setting(n_boot_source)})"
+                if fig2 == FIG2_BARS_OFF
+                else f"Hit rate by band per regime, {pooled}; no line and no error bar")
                + "; the legend gives the sites and responses per line." + (f" {empty}" if empty else ""),
                "", f"Echo rate per tier and band, {models_pooled_text(agg.models)}; n under each value = "
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
@@ -1891,10 +2034,23 @@ def withheld_tables(agg: GeoHintAggregator, tables: Sequence[Table], condition: 
         parts.append(f"Table 3's rows (header only: its rows are per regime, and {why})")
     if "table8" not in names:
         parts.append(f"Tables 8-9 (they pair forced_warn answers with {condition} ones; no forced_warn answers "
-                     "in these data)")
-    if "table10" not in names:
+                     "in these data)" if "forced_warn" not in conds or condition not in conds else
+                     f"Tables 8-9 (they pair forced_warn answers with those of another condition; {condition} is the "
+                     "reported one here, as these data hold no forced answers)")
+    has_chain = any(c in conds for c in CHECKLIST_CONDITIONS) or any(
+        c in CHECKLIST_CONDITIONS for cells in (agg.without_ladder_cells, agg.no_answer_cells) for _m, c in cells)
+    if not has_chain:
         parts.append("Tables 10-11 (they need forced_chain answers; none in these data; Table 11 of a release comes "
                      "from its raw forced_chain responses: python -m geoagent.geohint.raw_import)")
+    else:
+        if "table10" not in names and condition in conds and "forced_chain" in conds:
+            parts.append(f"Table 10 (it pairs forced_chain answers with those of another condition; {condition} is the "
+                         "reported one here, as these data hold no forced answers)")
+        elif "table10" not in names and condition in conds:
+            parts.append(f"Table 10 (it pairs forced_chain answers with {condition} ones; these data hold only the "
+                         "no-context variant forced_chain_baseline)")
+        if reason := table11_withheld(agg):
+            parts.append(reason)
     return "Withheld: " + "; ".join(parts) + "." if parts else ""
 
 
@@ -1922,6 +2078,8 @@ def render_text(renderable) -> str:
 def print_report(tables: Sequence[Table], console=None, *, legend: bool = True,
                  regime_threshold: float = DEFAULT_THRESHOLD) -> None:
     """Print the tables (and, with ``legend``, the terms of :func:`legend_for` for ``regime_threshold``) with rich.
+    The terms leave out the line on ``fig_hit_by_band.png``: the terminal shows no figure (``report.md``, beside
+    it, says what it draws).
 
     ``console``: default :func:`report_console` (terminal width on a terminal, natural table width when
     redirected)."""
@@ -1930,7 +2088,7 @@ def print_report(tables: Sequence[Table], console=None, *, legend: bool = True,
         console.print(t.to_rich())
     if legend:
         console.print("Terms:", markup=False)
-        for line in legend_for(regime_threshold):
+        for line in legend_for(regime_threshold, fig2=None):
             console.print(f"  {line}", markup=False, soft_wrap=not console.is_terminal)
 
 

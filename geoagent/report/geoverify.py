@@ -42,8 +42,10 @@ Small n: a band's d' whose decoy trials in the band, or the signal trials behind
 :data:`~geoagent.scoring.sdt.SMALL_N_TRIALS` (20; the reason is in :mod:`geoagent.scoring.sdt`) is marked
 :data:`SMALL_N_MARK` in Markdown and the terminal, and so is a delta_1 at such a band; a line per model below
 the table names the bands and counts (:func:`small_n_warnings`). The CSV has ``small n`` in the d' row's
-``<model>_text`` cell and a text row ``delta_1 small n`` (``yes``/``no``) after delta_1 when any column has a
-flagged band. The statistics themselves are unchanged. † is about trials only: a value shown without brackets in
+``<model>_text`` cell and a text row ``delta_1 small n`` after delta_1 when any column has a flagged band: ``yes``
+exactly where the table's delta_1 cell carries the mark (:func:`delta_1_marked`; a plain ``none``, none in the data
+and in every site resample, carries none and reads ``no``), ``no`` elsewhere; the Markdown table says so
+(:data:`DELTA_SMALL_N_DEFINITION`). The statistics themselves are unchanged. † is about trials only: a value shown without brackets in
 a run with a site bootstrap (e.g. a nearest-band d' whose decoys come from fewer than 5 sites) is named, with the
 reason that applies, under a line giving every reason an interval is withheld (:func:`withheld_lines`).
 
@@ -147,9 +149,14 @@ BOUNDARY_TEXT = "Clopper-Pearson exact interval (rate at 0 or 1)"
 
 #: mark after a d' (and a delta_1) resting on fewer than SMALL_N_TRIALS trials (module doc, "Small n")
 SMALL_N_MARK = "†"
-#: CSV text of a flagged d' cell, and the row flagging delta_1
+#: CSV text of a flagged d' cell, and the row flagging delta_1 (``yes`` exactly where the table's delta_1 cell
+#: carries :data:`SMALL_N_MARK`, :func:`delta_1_marked`; ``no`` elsewhere)
 SMALL_N_TEXT = "small n"
 DELTA_SMALL_N_ROW = "delta_1 small n"
+#: what the CSV row :data:`DELTA_SMALL_N_ROW` means, said under the Markdown table whenever the CSV has that row
+DELTA_SMALL_N_DEFINITION = (f"In geoverify_table.csv the row '{DELTA_SMALL_N_ROW}' is yes exactly where the "
+                            f"delta_1 cell above carries {SMALL_N_MARK}, no elsewhere: a plain none (no band reaches "
+                            "d' = 1 in the data nor in any site resample) carries no mark, so its flag is no.")
 
 #: mark after an interval from BOOT_MIN_SITES to BOOT_FEW_SITES - 1 sites (few clusters: likely too narrow;
 #: ``ModelScores.ci_sites``), defined in the note under the table (:func:`few_cluster_text`)
@@ -178,6 +185,14 @@ def delta_none_throughout(s: ModelScores) -> bool:
         lab and lab != "none" for lab in s.delta_1_ci)
 
 
+def delta_1_marked(s: ModelScores) -> bool:
+    """Whether the table's delta_1 cell carries :data:`SMALL_N_MARK` (the CSV's ``delta_1 small n`` is ``yes``
+    exactly then): delta_1 rests on a band whose d' has few trials (:func:`~geoagent.scoring.sdt.delta_1_small_n`)
+    and is not shown as plain ``none`` (:func:`delta_none_throughout`: none in the data and at both ends of its
+    site-bootstrap range, shown with no range and no mark)."""
+    return delta_1_small_n(s) and not delta_none_throughout(s)
+
+
 def _delta_text(s: ModelScores) -> str:
     """delta_1 with its bootstrap range of bands when there is one: ``0.3–0.7 km [0.15–0.3 km, none]``; followed
     by :data:`SMALL_N_MARK` when the band it names rests on few trials (:func:`~geoagent.scoring.sdt.delta_1_small_n`).
@@ -188,7 +203,7 @@ def _delta_text(s: ModelScores) -> str:
     if s.delta_1_ci is not None:
         lo, hi = s.delta_1_ci
         text = f"{text} [{_delta_label(lo)}, {_delta_label(hi)}]" + (FEW_CLUSTER_MARK if few_cluster(s, DELTA_KEY) else "")
-    return f"{text} {SMALL_N_MARK}" if delta_1_small_n(s) else text
+    return f"{text} {SMALL_N_MARK}" if delta_1_marked(s) else text
 
 
 def dprime_text(s: ModelScores, band: str, text: str) -> str:
@@ -310,7 +325,8 @@ def small_n_warnings(scores: Mapping[str, ModelScores]) -> list[str]:
             continue
         small_decoy = [b for b in flagged if sc.band(b).n < SMALL_N_TRIALS]
         decoys = ", ".join(f"{_band_title(b)} ({sc.band(b).n} decoy trials)" for b in small_decoy)
-        tail = ("" if not delta_1_small_n(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
+        # said only where the delta_1 cell is marked (a plain none is not: delta_1_marked)
+        tail = ("" if not delta_1_marked(sc) else "; delta_1 = none (no band reaches d' = 1) rests on these too"
                 if sc.delta_1 is None else f"; delta_1 = {_delta_label(sc.delta_1)} rests on it")
         if sc.n_signal < SMALL_N_TRIALS:  # every band with trials is flagged through H
             side = (f"d' {SMALL_N_MARK} at every band with trials: signal side: "
@@ -617,6 +633,8 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     small = small_n_warnings(scores)
     if small:
         warn += "\n\n" + small_n_note(scores) + "".join(f"\n\n**{w}**" for w in small)
+    if any(small_n_bands(s) for s in scores.values()):  # the CSV has the row DELTA_SMALL_N_ROW (render_csv)
+        warn += "\n\n" + DELTA_SMALL_N_DEFINITION
     withheld = withheld_lines(scores)
     if withheld:
         warn += "\n\n" + withheld[0] + "".join(f"\n\n**{w}**" for w in withheld[1:])
@@ -685,7 +703,7 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
                     text_row(sec, range_label, [ivs[c][i] if ivs[c] and not delta_none_throughout(scores[c])
                                                 else None for c in cols])
             if key == DELTA_KEY and any(flagged.values()):
-                text_row(sec, DELTA_SMALL_N_ROW, ["yes" if delta_1_small_n(scores[c]) else "no" for c in cols])
+                text_row(sec, DELTA_SMALL_N_ROW, ["yes" if delta_1_marked(scores[c]) else "no" for c in cols])
     return buf.getvalue()
 
 

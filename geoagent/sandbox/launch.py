@@ -191,7 +191,9 @@ def simulated_note(names: list[str] | tuple[str, ...], *, task: str | None = Non
                "to a real one for a benchmark.")
     else:
         why = ""
-    return (f"Simulated answers: {', '.join(names)} answered from geoagent's simulator (provider \"simulated\" or a "
+    from geoagent.notes import SIMULATED_BANNER  # the words a console output says once (geoagent.notes)
+
+    return (f"{SIMULATED_BANNER}{', '.join(names)} answered from geoagent's simulator (provider \"simulated\" or a "
             "local *.sandbox.invalid model fake), not from a model; every figure of "
             f"{'it' if len(names) == 1 else 'them'} describes the simulator.{why} Point [[models]] at a real "
             "provider for results.")
