@@ -52,3 +52,23 @@ def test_key_echoed_json_escaped_by_a_401_never_reaches_state_queues_or_status(t
     for out in (run.stdout, run.stderr, status.stdout, status.stderr, dead.stdout, dead.stderr):
         assert "EfGh" not in out, out
     assert _files_holding(tmp_path, b"EfGh") == []
+
+
+def test_status_after_a_run_stopped_by_a_cap_lowered_below_the_spend_is_no_finished_campaign(tmp_path):
+    """A campaign resumed with more requests and a cap lowered below what it already spent stops at once
+    ("budget exhausted", nothing dispatched, half the plan still queued). ``status`` took that run, which
+    finished no task, for a no-op re-run of a done campaign: "last run: no work left to do", the earlier run's
+    figures "run ended: complete" and "m 20/20 (100%)" answered, hiding both the cap and the 20 queued requests."""
+    cfgp = generic_campaign(tmp_path, name="lowcap", n=6, models=model_table(), cap_usd=1.0)
+    first = _run_py("run", str(cfgp))
+    assert first.returncode == 0 and "complete" in first.stdout, first.stdout + first.stderr
+    text = cfgp.read_text(encoding="utf-8").replace("n_requests = 6", "n_requests = 12")
+    cfgp.write_text(text.replace("cap_usd = 1.0", "cap_usd = 1e-07"), encoding="utf-8")
+    second = _run_py("run", str(cfgp))
+    assert "budget exhausted" in second.stdout, second.stdout + second.stderr
+    status = _run_py("status", str(cfgp)).stdout
+    assert "ready       6" in status, status
+    assert "no work left to do" not in status, status
+    assert "run ended: complete" not in status, status
+    assert "budget exhausted" in status, status
+    assert "6/12 (50%)" in status, status
