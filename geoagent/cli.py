@@ -585,6 +585,13 @@ def _run_command(args: argparse.Namespace) -> int:
             print(f"error: {leaf} (check [paths] in the config and ${C.ENV_STATE_ROOT} / ${C.ENV_QUEUES_ROOT})",
                   file=sys.stderr)
             return 2
+        full = _storage_failure(exc)
+        if full is not None:
+            print(f"error: could not write the campaign's files ({full}): the disk is probably full (or failing); "
+                  "what was acknowledged is kept (finished tasks, stored answers, booked spend; calls still on the "
+                  "wire when the write failed count as unknown-outcome spend): free some space and re-run the same "
+                  "command to resume", file=sys.stderr)
+            return 3
         lost = _redis_failure(exc)
         if lost is not None:
             from geoagent.runtime.backend import scrub
@@ -631,6 +638,49 @@ INTERRUPTED_EARLY = ("interrupted (Ctrl-C) before the run started its workers (w
 
 #: file-system errors that mean a data root or input path is unusable (answered with one line, exit 2)
 _PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+#: errno values of a write refused for want of space (no space, file too large for the limit, quota)
+_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+#: SQLite's messages for a write the file system refused (SQLITE_FULL; SQLITE_IOERR, e.g. EFBIG on a write)
+_SQLITE_FULL_TEXTS = ("database or disk is full", "disk i/o error")
+
+
+def _is_storage_full(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from (``__cause__`` / ``__context__``) is a write the file
+    system refused: an ``OSError`` of :data:`_FULL_ERRNOS`, or an SQLite error reading so (a queue's
+    ``QueueError`` wraps the latter)."""
+    import sqlite3
+
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
+            return True
+        if isinstance(e, sqlite3.Error) and any(t in str(e).lower() for t in _SQLITE_FULL_TEXTS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _storage_failure(exc: BaseException) -> BaseException | None:
+    """The first failed write (a full disk, :func:`_is_storage_full`) when every error in ``exc`` (an exception
+    group walked down, cancellations left out) is one, else None. Several workers hit a full disk at once: the
+    run ends with one line naming the first file, not a traceback of each (``run`` exit 3, re-run to resume)."""
+    import asyncio
+
+    leaves: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(reversed(e.exceptions))
+        elif not isinstance(e, asyncio.CancelledError):
+            leaves.append(e)
+    if leaves and all(_is_storage_full(e) for e in leaves):
+        return leaves[0]
+    return None
 
 
 def _redis_failure(exc: BaseException) -> BaseException | None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _model_harness import generic_campaign, model_table
 
 from geoagent.sandbox.server import spawn, wait_ready
@@ -72,3 +73,34 @@ def test_status_after_a_run_stopped_by_a_cap_lowered_below_the_spend_is_no_finis
     assert "run ended: complete" not in status, status
     assert "budget exhausted" in status, status
     assert "6/12 (50%)" in status, status
+
+
+def _limit_file_size(max_bytes: int):
+    """A ``preexec_fn``: files of the child grow to ``max_bytes`` at most (RLIMIT_FSIZE); a write past it fails
+    with EFBIG (Python ignores SIGXFSZ), as writes fail on a full disk."""
+    import resource
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    return apply
+
+
+@pytest.mark.parametrize("limit_kib", [300, 1200])  # full while planning; full mid-run, answers coming in
+def test_a_full_disk_ends_the_run_with_one_error_line_and_the_rerun_resumes(tmp_path, limit_kib):
+    """Writes that fail for want of space (here RLIMIT_FSIZE: SQLite reports "disk I/O error") ended ``run`` with
+    a traceback of up to 16 chained exceptions (exit 1), while a data root that is a file or read-only gets one
+    ``error:`` line. Now one line names the file and says what to do; nothing acknowledged is lost: the re-run,
+    with space again, completes every request and pays each at most once beyond the unknown-outcome calls the
+    ledger booked (answers on the wire when the store failed)."""
+    cfgp = generic_campaign(tmp_path, name="full", n=3000, models=model_table(concurrency=16))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.run([sys.executable, "run.py", "run", str(cfgp)], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=180, preexec_fn=_limit_file_size(limit_kib * 1024))
+    assert "Traceback" not in first.stderr, first.stderr[-3000:]
+    lines = [ln for ln in first.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and ".sqlite" in lines[0] and "re-run the same command" in lines[0], first.stderr[-3000:]
+    assert first.returncode == 3, (first.returncode, first.stderr[-2000:])
+    second = _run_py("run", str(cfgp), timeout=300)
+    assert second.returncode == 0 and "complete" in second.stdout, second.stdout + second.stderr
+    assert "done 3000  dead 0" in second.stdout
