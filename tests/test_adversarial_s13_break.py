@@ -104,3 +104,47 @@ def test_a_full_disk_ends_the_run_with_one_error_line_and_the_rerun_resumes(tmp_
     second = _run_py("run", str(cfgp), timeout=300)
     assert second.returncode == 0 and "complete" in second.stdout, second.stdout + second.stderr
     assert "done 3000  dead 0" in second.stdout
+
+
+@pytest.mark.parametrize("usage, price_out", [
+    ({"prompt_tokens": 10, "completion_tokens": 1e300}, None),     # a JSON number with an integral value
+    ({"prompt_tokens": 10, "completion_tokens": 10 ** 25}, None),  # a JSON integer past 64-bit nano-USD
+    ({"prompt_tokens": "\u00b2", "completion_tokens": 5}, None),   # a numeric string of a non-ASCII digit
+    # a plausible count at a price no model has: the cost itself passes 64-bit nano-USD when it is stored
+    ({"prompt_tokens": 10, "completion_tokens": 10 ** 9}, 1e7),
+])
+def test_implausible_usage_never_leaves_a_reservation_open(tmp_path, usage, price_out):
+    """A provider reporting a token count out of any range (1e300 completion tokens) made the settlement fail
+    ("TypeError: Integer exceeds 64-bit range" when the cost in nano-USD went into SQLite): the answer was not
+    stored, its reservation stayed OPEN after the run ("reserved by calls still open" with no process running)
+    and the dead-letter reason named the TypeError. A usage no call can have is an unusable answer: booked as
+    unknown-outcome spend at its worst case (the cap counts it), never left open, never settled as a number."""
+    from _model_harness import ledger_figures
+
+    from geoagent.config import load_config
+
+    log = tmp_path / "calls.jsonl"
+    proc, base = spawn("_hostile_usage:make_app", usage=usage, log=str(log))
+    try:
+        wait_ready(base)
+        cfgp = generic_campaign(tmp_path, name="usage", n=2, queue={"max_attempts": 2},
+                                models=model_table(base_url=base, key_var="S13_USAGE_KEY", concurrency=2))
+        if price_out is not None:  # worst case per call 100 tokens x price: the cap must allow one call
+            text = cfgp.read_text(encoding="utf-8").replace("cap_usd = 1.0", "cap_usd = 100000.0")
+            cfgp.write_text(text.replace("price_output_usd_per_mtok = 0.60", f"price_output_usd_per_mtok = {price_out}"),
+                            encoding="utf-8")
+        run = _run_py("run", str(cfgp), env={"S13_USAGE_KEY": "usage-test-" + "key-0123456789"})
+    finally:
+        proc.terminate()
+        proc.join(10)
+    out = run.stdout + run.stderr
+    assert "dead 2" in out, out
+    problems, totals = ledger_figures(load_config(cfgp))
+    assert problems == []
+    n_calls = len(log.read_text().splitlines())
+    assert n_calls == 4  # 2 tasks x 2 deliveries, each answered (billed) by the fake
+    assert totals["reserved_nusd"] == 0, totals  # nothing left open once the run ended
+    assert totals["unknown_nusd"] > 0 and totals["results"] == 0, totals
+    dead = _run_py("dead", str(cfgp)).stdout
+    assert "TypeError" not in dead and "ValueError" not in dead, dead
+    assert ("malformed response" if price_out is None else "the answer could not be stored") in dead, dead
