@@ -686,14 +686,17 @@ def _calls(n: Any) -> str:
 def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
     """The warning for calls the provider billed above their reservation (a ledger summary's
     ``overrun_calls`` / ``overrun_usd``); none when there were none. Such a call means the worst case
-    assumed too little input (an image or prompt billed above the estimate), so calls in flight could pass
-    the cap."""
+    assumed too little: more input than estimated (an image or prompt billed above the estimate), or more
+    output than ``max_output_tokens`` allows (a provider or gateway that does not honour the limit), so calls in
+    flight could pass the cap."""
     n = int(spend.get("overrun_calls") or 0)
     if not n:
         return []
     return [f"  !!! WARNING: {n} call{'s' if n != 1 else ''} billed more than reserved ({usd(spend.get('overrun_usd'))}"
-            " above their reservations in all): the provider billed more input than the worst case assumed, so "
-            "calls in flight could pass the cap; raise [[models]] image_input_tokens or [budget] input_estimate_factor"]
+            " above their reservations in all): the provider billed more than the worst case assumed, so calls in "
+            "flight could pass the cap; more input than estimated: raise [[models]] image_input_tokens or [budget] "
+            "input_estimate_factor; more output than [[models]] max_output_tokens allows: the provider does not "
+            "honour the limit (model_responses.parquet lists each call's output_tokens)"]
 
 
 def usd(amount: float | None) -> str:

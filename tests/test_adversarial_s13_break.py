@@ -148,3 +148,22 @@ def test_implausible_usage_never_leaves_a_reservation_open(tmp_path, usage, pric
     dead = _run_py("dead", str(cfgp)).stdout
     assert "TypeError" not in dead and "ValueError" not in dead, dead
     assert ("malformed response" if price_out is None else "the answer could not be stored") in dead, dead
+
+
+def test_overrun_warning_names_output_past_max_output_tokens(tmp_path):
+    """A provider that bills more output than ``max_output_tokens`` allows (5,000 completion tokens for a limit of
+    100: a gateway that ignores the limit) passes the reservation by its output; the run's warning said "the
+    provider billed more input than the worst case assumed" and sent the user to image_input_tokens and
+    input_estimate_factor, neither of which bounds output."""
+    proc, base = spawn("_hostile_usage:make_app", usage={"prompt_tokens": 10, "completion_tokens": 5000})
+    try:
+        wait_ready(base)
+        cfgp = generic_campaign(tmp_path, name="overrun", n=2,
+                                models=model_table(base_url=base, key_var="S13_OVER_KEY", concurrency=2))
+        run = _run_py("run", str(cfgp), env={"S13_OVER_KEY": "overrun-test-" + "key-0123456789"})
+    finally:
+        proc.terminate()
+        proc.join(10)
+    warn = [ln for ln in run.stdout.splitlines() if "billed more than reserved" in ln]
+    assert len(warn) == 1, run.stdout + run.stderr
+    assert "max_output_tokens" in warn[0] and "billed more input than" not in warn[0], warn[0]
