@@ -782,7 +782,9 @@ def check_state_matches_queues(cfg: Any) -> None:
     if uses_redis(cfg):  # queues and ledger/store live together on the Redis server
         check_server_kind(cfg)  # another machine's campaign of another kind under this name
         return
-    if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    if not db.exists() and any(f.stat().st_size > 0 for f in queue_files(qdir)):
         raise ValueError(
             f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
             f"{db} (stored responses, results, spend) is missing; restore the state folder, or delete {qdir} "
@@ -832,7 +834,9 @@ def check_queues_root_as_recorded(cfg: Any) -> str | None:
     if _same_folder(recorded, here):
         return None
     def holds_queues(folder: Path) -> bool:
-        return folder.is_dir() and any(f.is_file() and f.stat().st_size > 0 for f in folder.glob("*.sqlite"))
+        from geoagent.runtime.sqlite_queue import queue_files
+
+        return any(f.is_file() and f.stat().st_size > 0 for f in queue_files(folder))
 
     held = holds_queues(recorded)
     if not held and holds_queues(here):
@@ -1261,7 +1265,9 @@ def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
         return n
     folder = Path(cfg.queues_root()) / cfg.name
     n = 0
-    for f in sorted(folder.glob("*.sqlite")) if folder.is_dir() else []:
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    for f in queue_files(folder):
         q = SQLiteQueue.open(cfg.queues_root(), cfg.name, f.stem, **cfg.queue_options())
         try:
             n += q.expire_leases_sync() if owners is None else q.expire_leases_of_sync(owners)
@@ -1578,7 +1584,9 @@ def discard_unstarted_state(cfg: Any, created: Sequence[Path]) -> bool:
     qdir = Path(cfg.queues_root()) / cfg.name
 
     def started() -> bool:
-        return _has_queues(cfg) if uses_redis(cfg) else qdir.is_dir() and any(qdir.glob("*.sqlite"))
+        from geoagent.runtime.sqlite_queue import queue_files
+
+        return _has_queues(cfg) if uses_redis(cfg) else bool(queue_files(qdir))
 
     if started() or not state_dir.is_dir():
         return False
@@ -2263,7 +2271,9 @@ def _has_queues(cfg: Any) -> bool:
 
         return bool(redis_edges(cfg, pipeline_edges(cfg)))
     qdir = Path(cfg.queues_root()) / cfg.name
-    return qdir.is_dir() and any(qdir.glob("*.sqlite"))
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    return bool(queue_files(qdir))
 
 def _count_models(plan: Iterable[Message], counts: dict[str, int]) -> Iterator[Message]:
     """``plan`` unchanged (lazily), counting each model-call payload's ``model`` into ``counts``."""

@@ -93,8 +93,9 @@ def _queue_files(cfg: Any) -> list[Any]:
 
     if uses_redis(cfg):
         return [_RedisEdge(e) for e in redis_edges(cfg, pipeline_edges(cfg))]
-    folder = Path(cfg.queues_root()) / cfg.name
-    files = sorted(folder.glob("*.sqlite")) if folder.is_dir() else []
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    files = queue_files(Path(cfg.queues_root()) / cfg.name)
     order = {e: i for i, e in enumerate(pipeline_edges(cfg))} if files else {}
     return sorted(files, key=lambda f: (order.get(f.stem, len(order)), f.stem))
 

@@ -167,3 +167,31 @@ def test_overrun_warning_names_output_past_max_output_tokens(tmp_path):
     warn = [ln for ln in run.stdout.splitlines() if "billed more than reserved" in ln]
     assert len(warn) == 1, run.stdout + run.stderr
     assert "max_output_tokens" in warn[0] and "billed more input than" not in warn[0], warn[0]
+
+
+def test_queues_and_state_in_one_folder_never_take_the_state_files_for_queues(tmp_path):
+    """``[paths] queues`` and ``state`` naming one folder (``data/``) is accepted, and the campaign runs; but every
+    place that found the queues by listing ``*.sqlite`` in the campaign's queues folder took the state's own
+    ``campaign.sqlite`` (store and ledger) and ``hosts.sqlite`` for queues: ``status`` listed a "campaign" and a
+    "hosts" queue, and opening them as queues (the run's lease hand-back, status, dead) wrote a queue's tables
+    into the ledger's database."""
+    import sqlite3
+
+    cfgp = generic_campaign(tmp_path, name="onefolder", n=4, models=model_table())
+    text = cfgp.read_text(encoding="utf-8")
+    cfgp.write_text(text.replace(f'"{tmp_path / "queues"}"', f'"{tmp_path / "data"}"')
+                    .replace(f'"{tmp_path / "state"}"', f'"{tmp_path / "data"}"'), encoding="utf-8")
+    run = _run_py("run", str(cfgp))
+    assert run.returncode == 0 and "complete" in run.stdout, run.stdout + run.stderr
+    again = _run_py("run", str(cfgp))
+    assert again.returncode == 0, again.stdout + again.stderr
+    status = _run_py("status", str(cfgp)).stdout
+    dead = _run_py("dead", str(cfgp), "--requeue")
+    assert dead.returncode == 0, dead.stdout + dead.stderr
+    edges = [ln.split(":")[0].strip() for ln in status.splitlines() if "ready" in ln and "leased" in ln]
+    assert edges == ["requests", "responses"], status
+    folder = tmp_path / "data" / "onefolder"
+    for name in ("campaign.sqlite", "hosts.sqlite"):
+        with sqlite3.connect(folder / name) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "tasks" not in tables, (name, tables)
