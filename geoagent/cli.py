@@ -569,7 +569,7 @@ def _run_command(args: argparse.Namespace) -> int:
         if isinstance(leaf, (KeyboardInterrupt, asyncio.CancelledError)):
             # a Ctrl-C before the pipeline's own signal handling (loading, opening, planning): once the workers run,
             # a first signal stops them gracefully and a second one exits through os._exit, never through here
-            print(INTERRUPTED_EARLY, file=sys.stderr)
+            print(_interrupted_early_line(), file=sys.stderr)
             return 130
         if isinstance(leaf, ConfigError):
             print(f"config error: {leaf}", file=sys.stderr)
@@ -614,13 +614,17 @@ def entry() -> None:
     """
     import signal
 
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # until a run's pipeline installs its own handling (and from then on outside it): a SIGTERM stops the
+        # command as a Ctrl-C does (KeyboardInterrupt: "interrupted (SIGTERM) before ...", exit 130), not silently
+        signal.signal(signal.SIGTERM, _interrupt_on_term)
     try:
         try:
             code = main()
         except SystemExit as exc:  # argparse (--help, a usage error) still flushes below
             code = exc.code
         except KeyboardInterrupt:  # a Ctrl-C while the command still imported its modules: one line, no traceback
-            print(INTERRUPTED_EARLY, file=sys.stderr)
+            print(_interrupted_early_line(), file=sys.stderr)
             code = 130
         sys.stdout.flush()  # inside the try: a closed pipe shows up here when the output was buffered
     except BrokenPipeError:
@@ -629,12 +633,34 @@ def entry() -> None:
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if signal.getsignal(signal.SIGTERM) is _interrupt_on_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the work is durable: no traceback from a late one
     sys.exit(code)
 
 
 #: the line for a Ctrl-C that lands before a command's workers run (while it loads, opens the campaign or plans)
 INTERRUPTED_EARLY = ("interrupted (Ctrl-C) before the run started its workers (while loading or planning, or between "
                      "the demo's campaigns): acknowledged work is durable; re-run the same command to start or resume")
+#: the same for a SIGTERM (:func:`_interrupt_on_term`)
+INTERRUPTED_EARLY_TERM = INTERRUPTED_EARLY.replace("(Ctrl-C)", "(SIGTERM)")
+#: set by :func:`_interrupt_on_term`: the KeyboardInterrupt being handled came from a SIGTERM
+_TERM_RECEIVED = False
+
+
+def _interrupted_early_line() -> str:
+    """:data:`INTERRUPTED_EARLY`, or :data:`INTERRUPTED_EARLY_TERM` when a SIGTERM raised the interrupt."""
+    return INTERRUPTED_EARLY_TERM if _TERM_RECEIVED else INTERRUPTED_EARLY
+
+
+def _interrupt_on_term(signum: int, frame: Any) -> None:
+    """SIGTERM handler outside a run's pipeline (start-up, planning, the other commands): raise
+    ``KeyboardInterrupt``, as Python's own SIGINT handler does, so the command ends as at a Ctrl-C
+    (:data:`INTERRUPTED_EARLY_TERM`, exit 130). The signal used to kill the process silently (exit -15) while a
+    large plan was being queued."""
+    global _TERM_RECEIVED
+    _TERM_RECEIVED = True
+    raise KeyboardInterrupt
+
 
 #: file-system errors that mean a data root or input path is unusable (answered with one line, exit 2)
 _PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS}

@@ -195,3 +195,37 @@ def test_queues_and_state_in_one_folder_never_take_the_state_files_for_queues(tm
         with sqlite3.connect(folder / name) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "tasks" not in tables, (name, tables)
+
+
+def test_sigterm_while_planning_stops_like_ctrl_c(tmp_path):
+    """A SIGTERM (a supervisor's stop, ``kill PID``) that lands while a large plan is being queued, before the
+    pipeline installs its signal handling, killed the process silently by the signal's default action (exit
+    -15: no line, nothing said about resuming), where a Ctrl-C at the same moment says "interrupted (Ctrl-C)
+    before the run started its workers ...; re-run the same command to start or resume" (exit 130). The queued
+    part of the plan stays queued."""
+    import signal
+    import time
+
+    from _crash_harness import queue_rows
+
+    cfgp = generic_campaign(tmp_path, name="termplan", n=200_000, models=model_table(), cap_usd=100.0)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "run.py", "run", str(cfgp)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        qfile = tmp_path / "queues" / "termplan" / "requests.sqlite"
+        deadline = time.monotonic() + 60
+        while queue_rows(qfile) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        n_before = queue_rows(qfile)
+        assert 0 < n_before < 200_000, n_before  # signalled while planning
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 130, (proc.returncode, out[-1000:], err[-2000:])
+    assert "interrupted (SIGTERM) before the run started its workers" in err, err[-2000:]
+    assert "re-run the same command to start or resume" in err and "Traceback" not in err, err[-2000:]
+    assert queue_rows(qfile) >= n_before
