@@ -248,7 +248,7 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
         values = set(_known_values)
     for item in extra:
         value = item.reveal() if isinstance(item, Secret) else item
-        if value:
+        if value and len(value) >= MIN_PAID_SECRET_LEN:  # a shorter one is never masked, nor its spellings
             values.update(secret_spellings(value))
     for value in sorted((v for v in values if v and len(v) >= MIN_PAID_SECRET_LEN), key=len, reverse=True):
         if value in text:
