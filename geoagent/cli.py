@@ -570,7 +570,7 @@ def _run_command(args: argparse.Namespace) -> int:
         if isinstance(leaf, (KeyboardInterrupt, asyncio.CancelledError)):
             # a Ctrl-C before the pipeline's own signal handling (loading, opening, planning): once the workers run,
             # a first signal stops them gracefully and a second one exits through os._exit, never through here
-            print(INTERRUPTED_EARLY, file=sys.stderr)
+            print(_interrupted_early_line(), file=sys.stderr)
             return 130
         if isinstance(leaf, ConfigError):
             print(f"config error: {leaf}", file=sys.stderr)
@@ -586,6 +586,13 @@ def _run_command(args: argparse.Namespace) -> int:
             print(f"error: {leaf} (check [paths] in the config and ${C.ENV_STATE_ROOT} / ${C.ENV_QUEUES_ROOT})",
                   file=sys.stderr)
             return 2
+        full = _storage_failure(exc)
+        if full is not None:
+            print(f"error: could not write the campaign's files ({full}): the disk is probably full (or failing); "
+                  "what was acknowledged is kept (finished tasks, stored answers, booked spend; calls still on the "
+                  "wire when the write failed count as unknown-outcome spend): free some space and re-run the same "
+                  "command to resume", file=sys.stderr)
+            return 3
         lost = _redis_failure(exc)
         if lost is not None:
             from geoagent.runtime.backend import scrub
@@ -608,13 +615,17 @@ def entry() -> None:
     """
     import signal
 
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # until a run's pipeline installs its own handling (and from then on outside it): a SIGTERM stops the
+        # command as a Ctrl-C does (KeyboardInterrupt: "interrupted (SIGTERM) before ...", exit 130), not silently
+        signal.signal(signal.SIGTERM, _interrupt_on_term)
     try:
         try:
             code = main()
         except SystemExit as exc:  # argparse (--help, a usage error) still flushes below
             code = exc.code
         except KeyboardInterrupt:  # a Ctrl-C while the command still imported its modules: one line, no traceback
-            print(INTERRUPTED_EARLY, file=sys.stderr)
+            print(_interrupted_early_line(), file=sys.stderr)
             code = 130
         sys.stdout.flush()  # inside the try: a closed pipe shows up here when the output was buffered
     except BrokenPipeError:
@@ -623,15 +634,80 @@ def entry() -> None:
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if signal.getsignal(signal.SIGTERM) is _interrupt_on_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the work is durable: no traceback from a late one
     sys.exit(code)
 
 
 #: the line for a Ctrl-C that lands before a command's workers run (while it loads, opens the campaign or plans)
 INTERRUPTED_EARLY = ("interrupted (Ctrl-C) before the run started its workers (while loading or planning, or between "
                      "the demo's campaigns): acknowledged work is durable; re-run the same command to start or resume")
+#: the same for a SIGTERM (:func:`_interrupt_on_term`)
+INTERRUPTED_EARLY_TERM = INTERRUPTED_EARLY.replace("(Ctrl-C)", "(SIGTERM)")
+#: set by :func:`_interrupt_on_term`: the KeyboardInterrupt being handled came from a SIGTERM
+_TERM_RECEIVED = False
+
+
+def _interrupted_early_line() -> str:
+    """:data:`INTERRUPTED_EARLY`, or :data:`INTERRUPTED_EARLY_TERM` when a SIGTERM raised the interrupt."""
+    return INTERRUPTED_EARLY_TERM if _TERM_RECEIVED else INTERRUPTED_EARLY
+
+
+def _interrupt_on_term(signum: int, frame: Any) -> None:
+    """SIGTERM handler outside a run's pipeline (start-up, planning, the other commands): raise
+    ``KeyboardInterrupt``, as Python's own SIGINT handler does, so the command ends as at a Ctrl-C
+    (:data:`INTERRUPTED_EARLY_TERM`, exit 130). The signal used to kill the process silently (exit -15) while a
+    large plan was being queued."""
+    global _TERM_RECEIVED
+    _TERM_RECEIVED = True
+    raise KeyboardInterrupt
+
 
 #: file-system errors that mean a data root or input path is unusable (answered with one line, exit 2)
 _PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+#: errno values of a write refused for want of space (no space, file too large for the limit, quota)
+_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+#: SQLite's messages for a write the file system refused (SQLITE_FULL; SQLITE_IOERR, e.g. EFBIG on a write)
+_SQLITE_FULL_TEXTS = ("database or disk is full", "disk i/o error")
+
+
+def _is_storage_full(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from (``__cause__`` / ``__context__``) is a write the file
+    system refused: an ``OSError`` of :data:`_FULL_ERRNOS`, or an SQLite error reading so (a queue's
+    ``QueueError`` wraps the latter)."""
+    import sqlite3
+
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
+            return True
+        if isinstance(e, sqlite3.Error) and any(t in str(e).lower() for t in _SQLITE_FULL_TEXTS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _storage_failure(exc: BaseException) -> BaseException | None:
+    """The first failed write (a full disk, :func:`_is_storage_full`) when every error in ``exc`` (an exception
+    group walked down, cancellations left out) is one, else None. Several workers hit a full disk at once: the
+    run ends with one line naming the first file, not a traceback of each (``run`` exit 3, re-run to resume)."""
+    import asyncio
+
+    leaves: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(reversed(e.exceptions))
+        elif not isinstance(e, asyncio.CancelledError):
+            leaves.append(e)
+    if leaves and all(_is_storage_full(e) for e in leaves):
+        return leaves[0]
+    return None
 
 
 def _redis_failure(exc: BaseException) -> BaseException | None:

@@ -697,14 +697,17 @@ def _calls(n: Any) -> str:
 def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
     """The warning for calls the provider billed above their reservation (a ledger summary's
     ``overrun_calls`` / ``overrun_usd``); none when there were none. Such a call means the worst case
-    assumed too little input (an image or prompt billed above the estimate), so calls in flight could pass
-    the cap."""
+    assumed too little: more input than estimated (an image or prompt billed above the estimate), or more
+    output than ``max_output_tokens`` allows (a provider or gateway that does not honour the limit), so calls in
+    flight could pass the cap."""
     n = int(spend.get("overrun_calls") or 0)
     if not n:
         return []
     return [f"  !!! WARNING: {n} call{'s' if n != 1 else ''} billed more than reserved ({usd(spend.get('overrun_usd'))}"
-            " above their reservations in all): the provider billed more input than the worst case assumed, so "
-            "calls in flight could pass the cap; raise [[models]] image_input_tokens or [budget] input_estimate_factor"]
+            " above their reservations in all): the provider billed more than the worst case assumed, so calls in "
+            "flight could pass the cap; more input than estimated: raise [[models]] image_input_tokens or [budget] "
+            "input_estimate_factor; more output than [[models]] max_output_tokens allows: the provider does not "
+            "honour the limit (model_responses.parquet lists each call's output_tokens)"]
 
 
 def usd(amount: float | None) -> str:
@@ -790,7 +793,9 @@ def check_state_matches_queues(cfg: Any) -> None:
     if uses_redis(cfg):  # queues and ledger/store live together on the Redis server
         check_server_kind(cfg)  # another machine's campaign of another kind under this name
         return
-    if not db.exists() and qdir.is_dir() and any(f.stat().st_size > 0 for f in qdir.glob("*.sqlite")):
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    if not db.exists() and any(f.stat().st_size > 0 for f in queue_files(qdir)):
         raise ValueError(
             f"campaign {cfg.name}: the queues in {qdir} hold work from an earlier run but its state "
             f"{db} (stored responses, results, spend) is missing; restore the state folder, or delete {qdir} "
@@ -840,7 +845,9 @@ def check_queues_root_as_recorded(cfg: Any) -> str | None:
     if _same_folder(recorded, here):
         return None
     def holds_queues(folder: Path) -> bool:
-        return folder.is_dir() and any(f.is_file() and f.stat().st_size > 0 for f in folder.glob("*.sqlite"))
+        from geoagent.runtime.sqlite_queue import queue_files
+
+        return any(f.is_file() and f.stat().st_size > 0 for f in queue_files(folder))
 
     held = holds_queues(recorded)
     if not held and holds_queues(here):
@@ -1269,7 +1276,9 @@ def expire_dead_leases(cfg: Any, owners: Sequence[str] | None = None) -> int:
         return n
     folder = Path(cfg.queues_root()) / cfg.name
     n = 0
-    for f in sorted(folder.glob("*.sqlite")) if folder.is_dir() else []:
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    for f in queue_files(folder):
         q = SQLiteQueue.open(cfg.queues_root(), cfg.name, f.stem, **cfg.queue_options())
         try:
             n += q.expire_leases_sync() if owners is None else q.expire_leases_of_sync(owners)
@@ -1586,7 +1595,9 @@ def discard_unstarted_state(cfg: Any, created: Sequence[Path]) -> bool:
     qdir = Path(cfg.queues_root()) / cfg.name
 
     def started() -> bool:
-        return _has_queues(cfg) if uses_redis(cfg) else qdir.is_dir() and any(qdir.glob("*.sqlite"))
+        from geoagent.runtime.sqlite_queue import queue_files
+
+        return _has_queues(cfg) if uses_redis(cfg) else bool(queue_files(qdir))
 
     if started() or not state_dir.is_dir():
         return False
@@ -2271,7 +2282,9 @@ def _has_queues(cfg: Any) -> bool:
 
         return bool(redis_edges(cfg, pipeline_edges(cfg)))
     qdir = Path(cfg.queues_root()) / cfg.name
-    return qdir.is_dir() and any(qdir.glob("*.sqlite"))
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    return bool(queue_files(qdir))
 
 def _count_models(plan: Iterable[Message], counts: dict[str, int]) -> Iterator[Message]:
     """``plan`` unchanged (lazily), counting each model-call payload's ``model`` into ``counts``."""

@@ -126,10 +126,21 @@ def min_secret_len(*, local: bool) -> int:
     return MIN_SECRET_LEN if local else MIN_PAID_SECRET_LEN
 
 
+def secret_spellings(value: str) -> set[str]:
+    """The ways a key ``value`` can be spelled in the text of an HTTP answer that repeats it: as is, and as a JSON
+    string writes it (``"`` and ``\\`` escaped, control and non-ASCII characters as ``\\uXXXX``; also with every
+    ``/`` written ``\\/``, as PHP's ``json_encode`` and some proxies do). A server that echoes a refused key in its
+    error body must not put it, so escaped, in a stored reason, the progress stream or ``status``."""
+    import json
+
+    escaped = json.dumps(value)[1:-1]
+    return {value, escaped, escaped.replace("/", "\\/")}
+
+
 def _remember(value: str, *, local: bool = False) -> None:
     if len(value) >= min_secret_len(local=local):
         with _known_lock:
-            _known_values.add(value)
+            _known_values.update(secret_spellings(value))
 
 
 def dotenv_path_default() -> Path:
@@ -236,7 +247,9 @@ def redact(text: str, extra: list[str | Secret] | tuple[str | Secret, ...] = ())
     with _known_lock:
         values = set(_known_values)
     for item in extra:
-        values.add(item.reveal() if isinstance(item, Secret) else item)
+        value = item.reveal() if isinstance(item, Secret) else item
+        if value and len(value) >= MIN_PAID_SECRET_LEN:  # a shorter one is never masked, nor its spellings
+            values.update(secret_spellings(value))
     for value in sorted((v for v in values if v and len(v) >= MIN_PAID_SECRET_LEN), key=len, reverse=True):
         if value in text:
             text = text.replace(value, MASK)

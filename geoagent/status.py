@@ -93,8 +93,9 @@ def _queue_files(cfg: Any) -> list[Any]:
 
     if uses_redis(cfg):
         return [_RedisEdge(e) for e in redis_edges(cfg, pipeline_edges(cfg))]
-    folder = Path(cfg.queues_root()) / cfg.name
-    files = sorted(folder.glob("*.sqlite")) if folder.is_dir() else []
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    files = queue_files(Path(cfg.queues_root()) / cfg.name)
     order = {e: i for i, e in enumerate(pipeline_edges(cfg))} if files else {}
     return sorted(files, key=lambda f: (order.get(f.stem, len(order)), f.stem))
 
@@ -218,7 +219,7 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         progress = record_as_of(records[0], time.time(), queues or None)
     # a finished run that found nothing to do (a re-run of a done campaign): show the last run that worked
     worked = None
-    if progress is not None and progress.get("finished") and not did_work(progress):
+    if progress is not None and found_nothing_to_do(progress):
         run = next((r for r in read_runs(progress_file) if any(did_work(rec) for rec in r)), [])
         # of a scale-out run, every process's figures (its queue counts as recorded: the ETA is not shown)
         worked = _merged(cfg, run, running, None) if len(run) > 1 else read_last_with_work(progress_file)
@@ -436,6 +437,21 @@ def _next_probe(info: dict[str, Any], now: float) -> str:
     if isinstance(at, (int, float)):
         return f"next probe in {max(0.0, float(at) - now):.0f} s, at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC"
     return f"next probe in {float(info.get('next_probe_in_s') or 0.0):.0f} s"
+
+
+def found_nothing_to_do(record: dict[str, Any]) -> bool:
+    """Whether a progress record is the final one of a run that found nothing to do (a re-run of a done
+    campaign): finished, no task finished, retried or dead-lettered (:func:`did_work`), not stopped by the cost
+    cap and, where the record counts its queues, none left ready or leased. A run that stopped at once with work
+    queued (a cap lowered below the spend, every model's key refused) did no work either, but it is no no-op:
+    ``status`` shows it, not the last run that worked ("run ended: complete")."""
+    if not record.get("finished") or did_work(record) or record.get("budget_stopped"):
+        return False
+    if any(sd.get("budget_stopped") or sd.get("held") for sd in record.get("stages", [])):
+        return False
+    queues = record.get("queues")
+    return not (isinstance(queues, dict) and any(
+        isinstance(c, dict) and (c.get("ready") or c.get("leased")) for c in queues.values()))
 
 
 def is_complete(queues: dict[str, QueueCounts], superseded: dict[str, int] | None = None) -> bool:

@@ -324,8 +324,11 @@ def test_status_after_a_noop_rerun_of_a_scaled_out_campaign_merges_the_run_that_
     worked = [_record(101, "a", [_stage("model_caller", 20, 4.0)], t + 10, 10.0, finished=True),
               _record(102, "b", [_stage("model_caller", 10, 2.0)], t + 11, 9.0, finished=True),
               _record(103, "c", [_stage("collector", 30, 6.0, input_edge="responses")], t + 12, 11.0, finished=True)]
+    # a re-run that finds nothing to do: its queues are drained (one with work still queued is no no-op)
+    drained = {"requests": {"ready": 0, "leased": 0, "done": 30, "dead": 0},
+               "responses": {"ready": 0, "leased": 0, "done": 30, "dead": 0}}
     noop = _record(104, "d", [_stage("model_caller", 0, 0.0), _stage("collector", 0, 0.0)], t + 50, 1.0,
-                   finished=True)
+                   finished=True, queues=drained)
     append_jsonl(f, [*worked, noop], fsync=False)
     runs = read_runs(f)
     assert [[r["run_id"] for r in run] for run in runs] == [["d"], ["c", "b", "a"]]

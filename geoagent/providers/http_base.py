@@ -305,14 +305,28 @@ def _without_key(resp: ModelResponse, secret: str, *, local: bool = False) -> Mo
     return dataclasses.replace(resp, **changed) if changed else resp
 
 
+#: the largest token count one call's usage field may report (10^9): no model's context or output comes near,
+#: and its cost stays far inside the ledger's 64-bit nano-USD amounts at any configured price; a larger count
+#: (1e300 from a broken gateway) is no usage but an unusable answer (booked at its worst case, unknown outcome)
+MAX_USAGE_TOKENS = 10**9
+
+
 def as_int(value: Any, what: str, provider: str, raw: bytes) -> int:
-    """``value`` as a non-negative int (JSON number or numeric string), else :class:`MalformedResponse`."""
+    """``value`` as an int in [0, :data:`MAX_USAGE_TOKENS`] (a JSON number with an integral value, or a string of
+    ASCII digits), else :class:`MalformedResponse` (a negative, fractional, non-numeric or implausibly large
+    count; a string of other digits, e.g. "\u00b2", which ``int`` refuses)."""
     if isinstance(value, bool):
         value = None
-    if isinstance(value, int) and value >= 0:
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
+    number: int | None = None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.isascii() and value.isdigit():
+        number = int(value) if len(value) <= 12 else MAX_USAGE_TOKENS + 1  # int() refuses 4,300+ digits
+    if number is not None and 0 <= number <= MAX_USAGE_TOKENS:
+        return number
+    if number is not None and number > MAX_USAGE_TOKENS:
+        raise MalformedResponse(provider, f"{what} is implausibly large: {value!r} tokens (more than "
+                                f"{MAX_USAGE_TOKENS:,} in one call)", body_excerpt(raw))
     raise MalformedResponse(provider, f"{what} is not a non-negative integer: {value!r}", body_excerpt(raw))

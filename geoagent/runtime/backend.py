@@ -121,7 +121,9 @@ def recorded_backend(cfg: Any) -> str | None:
         kind = backend.get("kind") if isinstance(backend, dict) else None
         return kind if isinstance(kind, str) else "sqlite"
     qdir = Path(cfg.queues_root()) / cfg.name
-    if (Path(cfg.state_dir()) / C.CAMPAIGN_DB).is_file() or (qdir.is_dir() and any(qdir.glob("*.sqlite"))):
+    from geoagent.runtime.sqlite_queue import queue_files
+
+    if (Path(cfg.state_dir()) / C.CAMPAIGN_DB).is_file() or queue_files(qdir):
         return "sqlite"
     return None
 

@@ -94,6 +94,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urljoin, urlsplit, urlunsplit
 
 from geoagent.runtime.errors import PicklableError
+from geoagent.secrets import secret_spellings
 from geoagent.runtime.stage import Abandoned, Deferred
 from geoagent.textfmt import count_text
 
@@ -430,6 +431,7 @@ def _secrets_of(url: str, params: Mapping[str, Any] | None, headers: Mapping[str
         if SECRET_PARAM_RE.search(str(k)) and v not in (None, ""):
             out.add(str(v))
     out |= {quote_plus(s) for s in out} | {quote(s, safe="") for s in out}  # as they appear inside URLs
+    out |= {spelled for s in list(out) if len(s) >= 4 for spelled in secret_spellings(s)}  # as JSON repeats them
     return sorted((s for s in out if len(s) >= 4), key=len, reverse=True)
 
 

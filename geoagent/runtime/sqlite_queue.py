@@ -147,7 +147,7 @@ from geoagent.runtime.queue import (
 )
 from geoagent.runtime.sqlite_wal import DatabaseFileError, damaged_file_error, enable_wal, is_busy
 
-__all__ = ["SQLiteQueue", "queue_path", "read_counts", "SCHEMA_VERSION"]
+__all__ = ["SQLiteQueue", "queue_path", "queue_files", "read_counts", "SCHEMA_VERSION"]
 
 T = TypeVar("T")
 
@@ -233,6 +233,22 @@ def queue_path(root: str | os.PathLike[str], campaign: str, edge: str) -> Path:
         If ``campaign`` or ``edge`` is not a safe single path component.
     """
     return Path(root) / safe_name(campaign, what="campaign") / (safe_name(edge, what="queue edge") + SUFFIX)
+
+
+#: the campaign state's own SQLite files (``geoagent.constants.CAMPAIGN_DB``, ``geoagent.runtime.hostshare.HOSTS_DB``,
+#: GeoHint's ``geocode_stage.GEOCODE_CACHE_FILE``): never a queue, although they lie in the queues folder when
+#: ``[paths] queues`` and ``state`` name one folder (no edge of any pipeline has these names)
+STATE_FILES = frozenset({"campaign.sqlite", "hosts.sqlite", "geocode_cache.sqlite"})
+
+
+def queue_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The queue files in a campaign's queues folder ``folder`` (``<queues root>/<campaign>``): its ``*.sqlite``
+    files but the state's own (:data:`STATE_FILES`), sorted by name; [] when the folder does not exist. Opening
+    a state file as a queue would write a queue's tables into the ledger's database and list it in ``status``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(f for f in folder.glob("*" + SUFFIX) if f.name not in STATE_FILES)
 
 
 class SQLiteQueue(WorkQueue):

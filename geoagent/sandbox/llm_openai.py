@@ -81,6 +81,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from geoagent.sandbox.faults import FaultConfig
@@ -165,6 +166,8 @@ MODEL_OWNER = "geoagent-sandbox"
 MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("llm_model_ids", list)
 #: how a reasoning model's answer cut off inside its reasoning looks ("openai" or "vllm": make_app's reasoning_style)
 REASONING_STYLE_KEY: web.AppKey[str] = web.AppKey("llm_reasoning_style", str)
+#: whether a refused key is repeated in full in the 401 body, JSON with "/" written "\\/" (make_app's echo_key)
+ECHO_KEY_KEY: web.AppKey[bool] = web.AppKey("llm_echo_key", bool)
 
 
 def _err(status: int, message: str, type_: str, code: str | None = None, param: str | None = None) -> web.Response:
@@ -286,6 +289,10 @@ def _auth_error(request: web.Request, *, log: bool = True) -> web.Response | Non
     if not key_ok(request.app, token or None):
         if log:
             log_call(request, API, 401, error="invalid_api_key")
+        if request.app[ECHO_KEY_KEY]:  # a careless proxy: the whole key, "/" escaped as PHP's json_encode does
+            body = orjson.dumps({"error": {"message": f"Incorrect API key provided: {token}.",
+                                           "type": "invalid_request_error", "code": "invalid_api_key"}})
+            return web.Response(status=401, body=body.replace(b"/", b"\\/"), content_type="application/json")
         return _err(401, f"Incorrect API key provided: {_mask(token)}.", "invalid_request_error", "invalid_api_key")
     return None
 
@@ -531,6 +538,7 @@ def make_app(
     reasoning_style: str = "openai",
     deployments: dict[str, str] | None = None,
     azure_api_versions: Collection[str] | None = None,
+    echo_key: bool = False,
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -570,6 +578,9 @@ def make_app(
         deployment of the model of that name). Default none.
     azure_api_versions : collection of str, optional
         ``api-version`` values the classic Azure route accepts (default :data:`AZURE_API_VERSIONS`); another -> 404.
+    echo_key : bool
+        A careless proxy (default False): the 401 for a refused key repeats the key in full, in JSON whose every
+        ``/`` is written ``\\/`` (as PHP's ``json_encode`` does), instead of OpenAI's masked ``sk-...abcd``.
 
     Returns
     -------
@@ -594,6 +605,7 @@ def make_app(
     if reasoning_style not in ("openai", "vllm"):
         raise ValueError(f"reasoning_style must be 'openai' or 'vllm', got {reasoning_style!r}")
     app[REASONING_STYLE_KEY] = reasoning_style
+    app[ECHO_KEY_KEY] = bool(echo_key)
     app[DEPLOYMENTS_KEY] = dict(deployments or {})
     app[AZURE_API_VERSIONS_KEY] = frozenset(AZURE_API_VERSIONS if azure_api_versions is None else azure_api_versions)
     app[MODERATION_FLAGS_KEY] = tuple(w.lower() for w in (moderation_flags or ()))

@@ -1270,7 +1270,17 @@ class ModelCaller(Stage):
             if kind is not None:  # what answered, as a fact of this call (the export's simulated column reads it)
                 meta[C.REQUEST_META_PROVIDER_KIND] = kind
             # store + settle in one transaction; shielded so a shutdown cannot cut it in half
-            await store.put_shielded(key, meta, response, reservation, cost_usd=cost_usd)
+            try:
+                await store.put_shielded(key, meta, response, reservation, cost_usd=cost_usd)
+            except (TypeError, ValueError, OverflowError) as exc:
+                # the answer came (billed) but these figures cannot be stored (a cost past the ledger's 64-bit
+                # nano-USD): its transaction was undone, settlement with it. Never leave the reservation open (it
+                # would count as a call on the wire until the next run's recovery): booked as unknown-outcome
+                # spend at its worst case, and the task is retried. A store that cannot write at all (a full disk,
+                # a lost Redis server) raises other errors: they stop the run as before (the next run recovers).
+                await ledger.amark_unknown(reservation, note="answered, but the answer could not be stored")
+                raise CallFailed(f"outcome unknown: the answer could not be stored ({_excerpt(exception_text(exc))})"
+                                 ) from None
             return [self._message(task, key, m, request, response, cost_usd=cost_usd, cached=False)]
 
     async def _send(
