@@ -265,6 +265,14 @@ class CrawlCampaign(CampaignKind):
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
+        from geoagent.crawl.stages import other_city_skips
+
+        n_skip = other_city_skips(svc.state_dir)
+        if n_skip:
+            lines.append(f"  site sampler: {count_text(n_skip, 'candidate')} skipped as already a site of another city "
+                         "of this crawl (cities whose sampling discs overlap; one landmark is one site: the city "
+                         "sampled first keeps it, cities being sampled one at a time in the order the screener "
+                         "admits them); sampling/<city>.json walk decision skip_other_city")
         from geoagent.crawl.sampler import recorded_versions, sampler_version_warning
 
         warning = sampler_version_warning(recorded_versions(svc.state_dir / "sampling"))
@@ -564,7 +572,7 @@ def _write_trials(cfg: Any, svc: Any) -> str:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
-    warning = "; ".join(w for w in (_no_mismatch_warning(svc.state_dir, build), _shared_sites_warning(svc.state_dir)) if w)
+    warning = "; ".join(w for w in (_no_mismatch_warning(svc.state_dir, build), _shared_sites_warning(svc.state_dir, svc.images_root)) if w)
     return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
             f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"" + (f"; warning: {warning}" if warning else ""))
 
@@ -588,16 +596,21 @@ def _no_mismatch_warning(state_dir: Path, build: Any) -> str | None:
                     "reads out 'swapped-image control not run'")
 
 
-def _shared_sites_warning(state_dir: Path, *, limit: int = 5) -> str | None:
-    """Landmarks sampled as a site of more than one city, and images kept under more than one site, or None when
-    there are none: two candidate cities whose centres lie closer than twice ``[crawl.sampler] radius_km`` can
-    both sample one landmark (their sampling is independent: each city keeps its own spacing, seed 000 Sec.
-    3.2.1), and its site then holds the same photos twice. A campaign over the folder imports the trial rows of
-    the second copy of an image as duplicates ("duplicate row ...; kept the first") and plans that site without
-    them, so the crawl says so where the trials are announced (summary, ``run.py status``,
-    ``report/crawl_summary.json`` ``verify_trials.warning``). Read from ``sites.csv`` (``qid``, ``landmark``,
-    ``site``, ``city``) and ``images.csv`` (``image_id``, ``site``); at most ``limit`` landmarks are named."""
+def _shared_sites_warning(state_dir: str | Path, images_root: str | Path | None = None, *,
+                          limit: int = 5) -> str | None:
+    """Landmarks that are a site of more than one city, and images the fetcher kept under more than one site, or
+    None when there are none. Since sampler version 5 (:data:`geoagent.crawl.sampler.SAMPLER_VERSION`) the sampler
+    skips a landmark already a site of another city, so a shared landmark comes from cities sampled before that
+    (their stored sites are kept on resume: resampling would change them silently); an image is used under one site
+    only, the nearest (:func:`geoagent.crawl.export.image_owners`: ``images.csv`` and ``verify_trials.csv`` hold it
+    once), and the site left without it loses those images. Said where the trials are announced (summary,
+    ``run.py status``, ``report/crawl_summary.json`` ``verify_trials.warning``). Read from ``sites.csv`` (``qid``,
+    ``landmark``, ``site``, ``city``) and the campaign's selection records
+    (:func:`geoagent.crawl.fetcher.campaign_selections`; ``images_root`` None: ``<state_dir>/../images``, the default
+    images root); at most ``limit`` landmarks are named."""
     import csv
+
+    from geoagent.crawl.fetcher import campaign_selections
 
     folder = Path(state_dir)
     sites_by_qid: dict[str, list[tuple[str, str]]] = {}
@@ -609,10 +622,11 @@ def _shared_sites_warning(state_dir: Path, *, limit: int = 5) -> str | None:
                 landmark.setdefault(r.get("qid") or "", r.get("landmark") or "")
     shared = {q: v for q, v in sorted(sites_by_qid.items()) if q and len({c for _s, c in v}) > 1}
     sites_by_image: dict[str, set[str]] = {}
-    if (folder / "images.csv").is_file():
-        with open(folder / "images.csv", newline="", encoding="utf-8") as f:
-            for r in csv.DictReader(f):
-                sites_by_image.setdefault(r.get("image_id") or "", set()).add(r.get("site") or "")
+    root = Path(images_root) if images_root is not None else folder.parent / "images"
+    for site, meta in campaign_selections(folder, root).items():
+        for k in meta.get("kept") or []:
+            if isinstance(k, dict):
+                sites_by_image.setdefault(str(k.get("image_id")), set()).add(site)
     n_images = sum(len(v) > 1 for v in sites_by_image.values())
     if not shared and not n_images:
         return None
@@ -620,12 +634,15 @@ def _shared_sites_warning(state_dir: Path, *, limit: int = 5) -> str | None:
     if shared:
         named = "; ".join(f"{landmark.get(q) or q} ({q}): " + ", ".join(f"{s} ({c})" for s, c in v) for q, v in list(shared.items())[:limit])
         more = f"; and {len(shared) - limit} more" if len(shared) > limit else ""
-        parts.append(f"{count_text(len(shared), 'landmark')} sampled as a site of more than one city ({named}{more})")
+        parts.append(f"{count_text(len(shared), 'landmark')} {'is' if len(shared) == 1 else 'are'} a site of more "
+                     f"than one city ({named}{more}), sampled before sampler version 5 skipped a landmark already a "
+                     "site of another city; the stored sites are kept (resampling would change them): crawl again "
+                     "under a new [campaign] name for one site per landmark")
     if n_images:
-        parts.append(f"{count_text(n_images, 'image')} {'lies' if n_images == 1 else 'lie'} under more than one site")
-    return (" and ".join(parts) + ": the cities' sampling discs ([crawl.sampler] radius_km around each centre) "
-            "overlap; a campaign over this folder keeps each shared image's trials of the first such site and "
-            "reports the others as duplicate rows (screen cities whose centres lie at least twice radius_km apart)")
+        parts.append(f"{count_text(n_images, 'image')} {'was' if n_images == 1 else 'were'} kept under more than one "
+                     "site (sites whose image discs overlap): each is used under the site nearest to it only "
+                     "(images.csv, verify_trials.csv)")
+    return "; ".join(parts)
 
 
 #: per-city candidate count the dry run prices the referenceability audit at, as an example (the real count is

@@ -629,25 +629,61 @@ class SiteSamplerStage(_CrawlStage):
         city = CitySpec.model_validate(task.payload["city"])
         key = city_key(city.city)
         path = svc.state_dir / "sampling" / f"{key}.json"
-        rec = _load(path)
-        if rec is None:
-            seed = city_seed(svc.settings.seed, city.city)
-            self._token_gate(svc)
-            try:
-                res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
-                                         on_split=svc.decision_logger(self.name, city=city.city),
-                                         on_note=svc.decision_logger(self.name, city=city.city))
-            except Exception as e:
-                self._token_gate(svc, e)
-                if _permanent(e):
-                    raise PermanentFailure(str(e)) from None
-                raise
-            rec = res.to_json()
-            _dump(path, rec)
+        # one city at a time: a landmark already a site of a city sampled before is skipped (sampler version 5), so
+        # the city sampled first keeps it whatever the concurrency; a stored record is kept as it is (resume)
+        async with svc.lock("sampling"):
+            rec = _load(path)
+            if rec is None:
+                seed = city_seed(svc.settings.seed, city.city)
+                self._token_gate(svc)
+                try:
+                    res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
+                                             on_split=svc.decision_logger(self.name, city=city.city),
+                                             on_note=svc.decision_logger(self.name, city=city.city),
+                                             claimed=claimed_sites(svc.state_dir, exclude=key))
+                except Exception as e:
+                    self._token_gate(svc, e)
+                    if _permanent(e):
+                        raise PermanentFailure(str(e)) from None
+                    raise
+                rec = res.to_json()
+                _dump(path, rec)
         async with svc.lock("sites"):
             rows = [s for p in sorted((svc.state_dir / "sampling").glob("*.json")) if (r := _load(p)) for s in r["sites"]]
             write_sites_csv(rows, svc.state_dir / "sites.csv")
         return [(f"site:{s['site']}", {"site": s}) for s in rec["sites"]]
+
+
+def claimed_sites(state_dir: str | Path, *, exclude: str | None = None) -> dict[str, str]:
+    """QID -> city name of every site in the crawl's sampling records (``<state_dir>/sampling/<city key>.json``,
+    sorted by file name; a QID that is a site of several cities keeps the first), leaving out the record
+    ``exclude`` (a city key: the city being sampled). The site sampler skips these candidates
+    (:func:`geoagent.crawl.sampler.walk_candidates` ``claimed``). Unreadable records are left out."""
+    out: dict[str, str] = {}
+    folder = Path(state_dir) / "sampling"
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if p.stem == exclude:
+            continue
+        rec = _load(p)
+        if not isinstance(rec, dict):
+            continue
+        name = str((rec.get("city") or {}).get("city") or p.stem)
+        for s in rec.get("sites") or []:
+            if isinstance(s, dict) and s.get("qid"):
+                out.setdefault(str(s["qid"]), str(s.get("city") or name))
+    return out
+
+
+def other_city_skips(state_dir: str | Path) -> int:
+    """How many candidates the site sampler skipped as already a site of another city (walk decisions
+    ``skip_other_city`` in ``<state_dir>/sampling/*.json``; 0 without any)."""
+    folder = Path(state_dir) / "sampling"
+    n = 0
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        rec = _load(p)
+        if isinstance(rec, dict):
+            n += sum(1 for w in rec.get("walk") or [] if isinstance(w, dict) and w.get("decision") == "skip_other_city")
+    return n
 
 
 class ImageryFetcherStage(_CrawlStage):

@@ -1,0 +1,103 @@
+"""Crawl walkthrough defects (session 13, crawl2; seed 000 Sec. 3).
+
+* A city added 1.1 km from Mirror Bay sampled Peony Bell Tower (Q6000034) again, with the same photos, as a site of
+  both cities; the crawl only warned and every campaign over its folder dropped the duplicate trial rows as
+  malformed. A benchmark holds a landmark once: the sampler skips a candidate already a site of another city of
+  the crawl (the city sampled first keeps it), and an image kept under two sites is used under one of them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+from geoagent.cli import main
+
+MIRROR_BAY_NORTH = '''
+[[crawl.cities]]
+city = "Mirror Bay North"
+country = "MB"
+continent = "AS"
+lat = 45.0802
+lon = 107.6869
+'''
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _config(tmp: Path, extra: str = "", name: str = "crawl_x.toml", head_extra: str = "") -> Path:
+    from tests.test_crawl_human_verdicts_applied import CRAWL_CONFIG
+
+    head, sep, rest = CRAWL_CONFIG.read_text(encoding="utf-8").partition("\n[crawl.endpoints]")
+    p = tmp / name
+    p.write_text(head + head_extra + extra + sep + rest, encoding="utf-8")
+    return p
+
+
+def test_a_landmark_of_two_overlapping_cities_is_a_site_of_the_city_sampled_first_only(isolated_roots, monkeypatch,
+                                                                                        capsys):
+    # before: mirrorbaynorth_peony (Q6000034, the 6 photos of mirrorbay_peony) was sampled, verify_trials.csv held
+    # each of those photos' trial rows twice, and the summary only warned
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    cfg = _config(isolated_roots, MIRROR_BAY_NORTH)
+    assert main(["crawl", str(cfg), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    state = isolated_roots / "state" / "crawl-sandbox"
+    sites = _rows(state / "sites.csv")
+    by_qid: dict[str, list[str]] = {}
+    for s in sites:
+        by_qid.setdefault(s["qid"], []).append(s["city"])
+    assert by_qid["Q6000034"] == ["Mirror Bay"], by_qid["Q6000034"]
+    assert all(len(v) == 1 for v in by_qid.values()), by_qid
+    assert any(s["city"] == "Mirror Bay North" for s in sites), sites  # the north city has sites of its own
+    images = [r["image_id"] for r in _rows(state / "images.csv")]
+    assert len(images) == len(set(images)), "an image under two sites"
+    trials = [(r["image_id"], r["arm"], r["cand"]) for r in _rows(state / "verify_trials.csv")]
+    assert len(trials) == len(set(trials)), "duplicate trial rows"
+    rec = json.loads((state / "sampling" / "mirrorbaynorth.json").read_text(encoding="utf-8"))
+    skipped = [w for w in rec["walk"] if w["decision"] == "skip_other_city"]
+    assert [(w["qid"], w["city"]) for w in skipped] == [("Q6000034", "Mirror Bay")], skipped
+    assert rec["sampler_version"] == 5
+    line = next(ln for ln in out.splitlines() if "already a site of another city" in ln)
+    assert re.search(r"\b1 candidate skipped\b", line) and "sampled first keeps it" in line, line
+    trials_line = next(ln for ln in out.splitlines() if "GeoVerify trials:" in ln)
+    assert "more than one" not in trials_line, trials_line
+
+
+def test_a_crawl_already_holding_a_shared_landmark_keeps_its_sites_and_warns(isolated_roots, monkeypatch, capsys):
+    # a crawl sampled before the rule (sampler version 4) that holds Q6000034 under both cities keeps its stored
+    # sites on resume (resampling would change them silently) and keeps naming them; its images are used under
+    # one site each (the nearest; on a tie, the first site id)
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(_config(isolated_roots)), "--no-live"]) == 0
+    capsys.readouterr()
+    state = isolated_roots / "state" / "crawl-sandbox"
+    south = json.loads((state / "sampling" / "mirrorbay.json").read_text(encoding="utf-8"))
+    north = dict(south, city=dict(south["city"], city="Mirror Bay North", lat=45.0802), sampler_version=4)
+    north["sites"] = [dict(s, city="Mirror Bay North", site=s["site"].replace("mirrorbay_", "mirrorbaynorth_"))
+                      for s in south["sites"]]
+    (state / "sampling" / "mirrorbaynorth.json").write_text(json.dumps(north), encoding="utf-8")
+    cfg = _config(isolated_roots, MIRROR_BAY_NORTH)
+    assert main(["crawl", str(cfg), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    sites = _rows(state / "sites.csv")
+    assert sorted(s["city"] for s in sites if s["qid"] == "Q6000034") == ["Mirror Bay", "Mirror Bay North"]
+    line = next(ln for ln in out.splitlines() if "GeoVerify trials:" in ln)
+    assert "Q6000034" in line and "mirrorbaynorth_peony (Mirror Bay North)" in line, line
+    assert "sampled before sampler version 5" in line and "the stored sites are kept" in line, line
+    assert re.search(r"\b\d+ images were kept under more than one site\b.*nearest", line), line
+    images = [r["image_id"] for r in _rows(state / "images.csv")]
+    assert len(images) == len(set(images)), "an image under two sites"
+    assert {r["site"] for r in _rows(state / "images.csv") if r["site"].startswith("mirrorbaynorth_")} == set()
+    trials = [(r["image_id"], r["arm"], r["cand"]) for r in _rows(state / "verify_trials.csv")]
+    assert len(trials) == len(set(trials)), "duplicate trial rows"
+    summary = json.loads((state / "report" / "crawl_summary.json").read_text(encoding="utf-8"))
+    assert "Q6000034" in (summary["verify_trials"]["warning"] or ""), summary["verify_trials"]
+    from tests.test_crawl_walk2_s13 import subprocess_status
+
+    assert "Q6000034" in subprocess_status(cfg)
