@@ -101,3 +101,57 @@ def test_a_crawl_already_holding_a_shared_landmark_keeps_its_sites_and_warns(iso
     from tests.test_crawl_walk2_s13 import subprocess_status
 
     assert "Q6000034" in subprocess_status(cfg)
+
+
+def _seed_config(tmp: Path, seed: int, ladder: str = "", name: str = "crawl_seed.toml") -> Path:
+    from tests.test_crawl_human_verdicts_applied import CRAWL_CONFIG
+
+    text = CRAWL_CONFIG.read_text(encoding="utf-8")
+    text = text.replace('[crawl]\ncontact = "mailto:you@example.org"\nseed = 20260401\n',
+                        f'[crawl]\ncontact = "mailto:you@example.org"\nseed = {seed}\n', 1)
+    assert f"seed = {seed}\nevaluated_models" in text
+    head, sep, rest = text.partition("\n[crawl.endpoints]")
+    p = tmp / name
+    p.write_text(head + ladder + sep + rest, encoding="utf-8")
+    return p
+
+
+def _ladders(state: Path) -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted((state / "ladders").glob("*.csv"))}
+
+
+def test_a_changed_crawl_seed_that_redraws_the_ladders_is_said_and_recorded(isolated_roots, monkeypatch, capsys):
+    # before: [crawl] seed changed on a finished crawl (no [crawl.ladder] seed) printed "the change affects none of
+    # the stored results: they keep the old settings, and the manifest keeps recording those ... Use a new
+    # [campaign] name", while the same run redrew every ladder with the new seed; the manifest kept the old seed
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(_seed_config(isolated_roots, 20260401)), "--no-live"]) == 0
+    capsys.readouterr()
+    state = isolated_roots / "state" / "crawl-sandbox"
+    before = _ladders(state)
+    sampling = (state / "sampling" / "mirrorbay.json").read_bytes()
+    assert main(["crawl", str(_seed_config(isolated_roots, 7)), "--no-live"]) == 0
+    got = capsys.readouterr()
+    assert "this run: 0 new model calls" in got.out, got.out[-2000:]
+    assert _ladders(state) != before  # redrawn with the new seed
+    assert (state / "sampling" / "mirrorbay.json").read_bytes() == sampling  # stored picks kept
+    assert "affects none of the stored results" not in got.err and "new [campaign] name" not in got.err, got.err
+    line = next(ln for ln in got.err.splitlines() if "crawl.seed" in ln)
+    assert line.startswith("info:") and "ladder" in line and "no model call" in line, line
+    assert "sampling/<city>.json" in line and "[crawl.ladder] seed" in line, line
+    man = json.loads((state / "manifest.json").read_text(encoding="utf-8"))
+    assert man["config"]["crawl"]["seed"] == 7 and not man.get("config_not_applied"), man.get("config_not_applied")
+
+
+def test_a_changed_crawl_seed_under_a_fixed_ladder_seed_changes_no_stored_result(isolated_roots, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    fixed = "\n[crawl.ladder]\nseed = 5\n"
+    assert main(["crawl", str(_seed_config(isolated_roots, 20260401, fixed)), "--no-live"]) == 0
+    capsys.readouterr()
+    state = isolated_roots / "state" / "crawl-sandbox"
+    before = _ladders(state)
+    assert main(["crawl", str(_seed_config(isolated_roots, 7, fixed)), "--no-live"]) == 0
+    got = capsys.readouterr()
+    assert _ladders(state) == before
+    line = next(ln for ln in got.err.splitlines() if "crawl.seed" in ln)
+    assert "affects none of the stored results" in line, line
