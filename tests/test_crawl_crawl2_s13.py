@@ -155,3 +155,32 @@ def test_a_changed_crawl_seed_under_a_fixed_ladder_seed_changes_no_stored_result
     assert _ladders(state) == before
     line = next(ln for ln in got.err.splitlines() if "crawl.seed" in ln)
     assert "affects none of the stored results" in line, line
+
+
+def test_verdicts_and_decisions_that_decide_nothing_are_warning_lines_like_the_clis_others(isolated_roots, monkeypatch,
+                                                                                          capsys):
+    # before: "2026-12-02 01:02:03,456 WARNING geoagent.crawl.review: 1 review decision matches no rated candidate ..."
+    # and "... WARNING geoagent.crawl.campaign: 1 human verdict of ... names no image ...": logging records, where the
+    # CLI's other warnings are "warning: ..." lines
+    from tests.test_crawl_human_verdicts_applied import CRAWL_CONFIG
+
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    capsys.readouterr()
+    state = isolated_roots / "state" / "crawl-sandbox"
+    site = _rows(state / "sites.csv")[0]["site"]
+    hv, rv = isolated_roots / "hv.csv", isolated_roots / "rv.csv"
+    hv.write_text(f"image,human_verdict\n{site}/999.jpg,exclude\n", encoding="utf-8")
+    rv.write_text(f"site,qid,decision\n{site},Q999999999,4\n", encoding="utf-8")
+    text = CRAWL_CONFIG.read_text(encoding="utf-8")
+    text = text.replace('model = "sandbox-vision-auditor"\n', f'model = "sandbox-vision-auditor"\nhuman_verdicts = "{hv}"\n', 1)
+    text = text.replace('model = "sandbox-text-auditor"\n', f'model = "sandbox-text-auditor"\nreview_verdicts = "{rv}"\n', 1)
+    cfg = isolated_roots / "crawl_both.toml"
+    cfg.write_text(text, encoding="utf-8")
+    assert main(["crawl", str(cfg), "--no-live"]) == 0
+    err = capsys.readouterr().err
+    review = [ln for ln in err.splitlines() if "Q999999999" in ln]
+    verdict = [ln for ln in err.splitlines() if "999.jpg" in ln]
+    assert len(review) == 1 and review[0].startswith("warning: ") and f"{rv}:2" in review[0], err[-3000:]
+    assert len(verdict) == 1 and verdict[0].startswith("warning: ") and f"{hv}:2" in verdict[0], err[-3000:]
+    assert not re.search(r"^\d{4}-\d\d-\d\d .*WARNING geoagent", err, re.M), err[-3000:]

@@ -492,20 +492,23 @@ def _refresh_review_resolution(svc: Any) -> None:
     """Bring ``audit_review_resolved.csv`` up to date with the review queue and the sites rated during the run
     (:func:`geoagent.crawl.stages.refresh_review_resolution`; no request). Nothing before the first rated site
     (no ``rated/`` folder). A decision file that became unreadable since the run's start (which read it) is
-    logged as a warning: the table keeps what the start of the run wrote, and the end of the run goes on."""
+    said in a warning (:class:`geoagent.config.InputWarning`): the table keeps what the start of the run wrote, and the end of the run goes on."""
     if (Path(svc.state_dir) / "rated").is_dir():
         from geoagent.crawl.stages import refresh_review_resolution
 
         try:
             refresh_review_resolution(svc.settings, svc.state_dir)
         except (OSError, ValueError) as exc:
-            import logging
+            import warnings
 
-            logging.getLogger(__name__).warning("review resolution table not brought up to date: %s", exc)
+            from geoagent.config import InputWarning
+
+            warnings.warn(f"the review resolution table (audit_review_resolved.csv) was not brought up to date: {exc}",
+                          InputWarning, stacklevel=2)
 
 
 def _warn_unmatched_verdicts(svc: Any) -> None:
-    """Log one warning naming the human verdicts (``[crawl.image_audit] human_verdicts``) whose image the crawl
+    """Warn once (:class:`geoagent.config.InputWarning`: a ``warning:`` line on the CLI's console) naming the human verdicts (``[crawl.image_audit] human_verdicts``) whose image the crawl
     did not audit (:func:`geoagent.crawl.image_audit.unmatched_human_verdicts` over ``image_audit/<site>/<id>.json``):
     they decide nothing, and a typo in an image id must not pass unseen (a review decision naming no rated
     candidate is named the same way, :func:`geoagent.crawl.review.apply_review_decisions`). Called by a hand-off
@@ -518,10 +521,14 @@ def _warn_unmatched_verdicts(svc: Any) -> None:
     if unmatched:
         n = len(unmatched)
         more = f"; and {n - 10} more" if n > 10 else ""
-        _log.warning("%d human verdict%s of %s name%s no image this crawl audited (a typo in the image id, an image "
-                     "of another crawl, or one rejected before the audit), so %s nothing: %s%s", n,
-                     "" if n == 1 else "s", HUMAN_VERDICTS_KEY, "s" if n == 1 else "",
-                     "it decides" if n == 1 else "they decide", "; ".join(unmatched[:10]), more)
+        import warnings
+
+        from geoagent.config import InputWarning
+
+        warnings.warn(f"{n} human verdict{'' if n == 1 else 's'} of {HUMAN_VERDICTS_KEY} name{'s' if n == 1 else ''} no "
+                      "image this crawl audited (a typo in the image id, an image of another crawl, or one rejected "
+                      f"before the audit), so {'it decides' if n == 1 else 'they decide'} nothing: "
+                      f"{'; '.join(unmatched[:10])}{more}", InputWarning, stacklevel=2)
 
 
 def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool,

@@ -154,7 +154,7 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     model's familiarity from ``rated/``. Without decisions and without an earlier table nothing is written. A
     decision on an item outside the queue is applied and logged too; one
     whose (site, qid) no rated candidate has changes nothing, is not logged, and is named (file:line) in one
-    warning (unless ``warn_unmatched`` is False: a second pass of the same run). Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
+    warning (:class:`geoagent.config.InputWarning`, a ``warning:`` line on the CLI's console; unless ``warn_unmatched`` is False: a second pass of the same run). Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
     state_dir = Path(state_dir)
     rows = []
     n_res = 0
@@ -187,10 +187,15 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     if unmatched and warn_unmatched:
         shown = "; ".join(f"{d['source']}: site {site!r}, {qid}" for (site, qid), d in unmatched[:10])
         more = f"; and {len(unmatched) - 10} more" if len(unmatched) > 10 else ""
-        _log.warning("%d review decision%s match%s no rated candidate of this crawl (no site of that id rated that "
-                     "QID), so %s nothing and %s not logged: %s%s", len(unmatched), "" if len(unmatched) == 1 else "s",
-                     "es" if len(unmatched) == 1 else "", "it changes" if len(unmatched) == 1 else "they change",
-                     "is" if len(unmatched) == 1 else "are", shown, more)
+        import warnings
+
+        from geoagent.config import InputWarning
+
+        n = len(unmatched)  # a "warning: ..." line on the CLI's console, as its other warnings
+        warnings.warn(f"{n} review decision{'' if n == 1 else 's'} match{'es' if n == 1 else ''} no rated candidate of "
+                      f"this crawl (no site of that id rated that QID), so {'it changes' if n == 1 else 'they change'} "
+                      f"nothing and {'is' if n == 1 else 'are'} not logged ({REVIEW_VERDICTS_KEY}): {shown}{more}",
+                      InputWarning, stacklevel=2)
     for (site, qid), d in sorted(decisions.items()):
         if (site, qid) not in model_ratings:
             continue

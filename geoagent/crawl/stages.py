@@ -1086,8 +1086,8 @@ def ladder_auditor(settings: CrawlSettings) -> str:
 def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Path) -> list[Path]:
     """Move every ``ladders/*.csv`` not named by the config's referenceability auditor (:func:`ladder_auditor`;
     a file whose name does not end ``_ladder_<auditor>-en.csv``: built under an auditor since renamed or
-    replaced) to ``ladders_superseded/`` (:data:`geoagent.constants.SUPERSEDED_LADDERS_DIR`), and log one
-    warning naming how many, the auditor(s) they were built under and the folder.
+    replaced) to ``ladders_superseded/`` (:data:`geoagent.constants.SUPERSEDED_LADDERS_DIR`), and give one
+    warning (:class:`geoagent.config.InputWarning`: a ``warning:`` line on the CLI's console) naming how many, the auditor(s) they were built under and the folder.
 
     Ladders are a function of the current config: a run of a crawl with rated sites rebuilds every ladder under
     the config's auditor (:func:`apply_review_verdicts`), and every reader of ``ladders/`` (the export's
@@ -1101,7 +1101,6 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     ------
     OSError
         A file could not be moved (the folder is not writable)."""
-    import logging
     import os
 
     state_dir = Path(state_dir)
@@ -1129,11 +1128,15 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
         moved.append(target)
     if not moved:
         return []
-    logging.getLogger(__name__).warning(
-        "%d ladder file%s in %s %s built under another referenceability auditor (%s) than the config's (%r): moved to "
-        "%s (kept, read by nothing); the current auditor's ladders are in %s", len(moved), "" if len(moved) == 1 else "s",
-        src, "was" if len(moved) == 1 else "were", ", ".join(repr(a) for a in sorted(auditors)),
-        ladder_auditor(settings), dest, src)
+    import warnings
+
+    from geoagent.config import InputWarning
+
+    n = len(moved)  # a "warning: ..." line on the CLI's console, as its other warnings
+    warnings.warn(f"{n} ladder file{'' if n == 1 else 's'} in {src} {'was' if n == 1 else 'were'} built under another "
+                  f"referenceability auditor ({', '.join(repr(a) for a in sorted(auditors))}) than the config's "
+                  f"({ladder_auditor(settings)!r}): moved to {dest} (kept, read by nothing); the current auditor's "
+                  f"ladders are in {src}", InputWarning, stacklevel=2)
     return moved
 
 
