@@ -184,3 +184,23 @@ def test_verdicts_and_decisions_that_decide_nothing_are_warning_lines_like_the_c
     assert len(review) == 1 and review[0].startswith("warning: ") and f"{rv}:2" in review[0], err[-3000:]
     assert len(verdict) == 1 and verdict[0].startswith("warning: ") and f"{hv}:2" in verdict[0], err[-3000:]
     assert not re.search(r"^\d{4}-\d\d-\d\d .*WARNING geoagent", err, re.M), err[-3000:]
+
+
+def test_a_review_decision_written_as_an_integral_float_is_read_as_that_rating(tmp_path):
+    # before: "4.0" (as the release writes ratings: verify_trials.csv fam 4.0, and as a spreadsheet saves a number
+    # column) was refused: "decision must be keep (the model's rating stands) or a corrected referenceability 0-5,
+    # got '4.0'", while every crawl table reading ratings takes 4.0
+    import pytest
+
+    from geoagent.crawl.review import read_review_verdicts
+
+    p = tmp_path / "rv.csv"
+    p.write_text("site,qid,decision\na,Q1,4.0\na,Q2,0.0\na,Q3,5.00\na,Q4,keep\na,Q5,3\n", encoding="utf-8")
+    got = read_review_verdicts(p)
+    assert [(k[1], v["decision"], v["familiarity"]) for k, v in got.items()] == [
+        ("Q1", "4", 4), ("Q2", "0", 0), ("Q3", "5", 5), ("Q4", "keep", None), ("Q5", "3", 3)]
+    for bad in ("4.5", "6", "-1", "6.0", "nan", "inf", "1e0", '"4,0"', "", "4.0.0"):
+        p.write_text(f"site,qid,decision\na,Q1,keep\na,Q2,{bad}\n", encoding="utf-8")
+        with pytest.raises(ValueError) as exc:
+            read_review_verdicts(p)
+        assert f"{p}:3" in str(exc.value) and "0-5" in str(exc.value), (bad, str(exc.value))
