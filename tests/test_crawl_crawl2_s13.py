@@ -204,3 +204,25 @@ def test_a_review_decision_written_as_an_integral_float_is_read_as_that_rating(t
         with pytest.raises(ValueError) as exc:
             read_review_verdicts(p)
         assert f"{p}:3" in str(exc.value) and "0-5" in str(exc.value), (bad, str(exc.value))
+
+
+def test_equal_pageview_counts_share_one_tier_whatever_their_qids():
+    # before: tiers were cut by rank in (views, QID) order, so four candidates with 0 views were split 2 low / 2 mid by
+    # their QID numbers, and whether a 0-view candidate rated 5 went to the review queue (gap 2: low vs high) depended
+    # on its QID
+    from geoagent.crawl.referenceability import pageview_tiers
+
+    views = {"Q1": 0, "Q2": 0, "Q3": 0, "Q4": 0, "Q5": 10, "Q6": 20}
+    got = pageview_tiers(views)
+    assert {got[q] for q in ("Q1", "Q2", "Q3", "Q4")} == {"low"}, got
+    assert got["Q6"] == "high", got
+    # relabelling the candidates moves no count to another tier
+    relabelled = pageview_tiers({"Q9" + q[1:]: v for q, v in reversed(list(views.items()))})
+    assert {views[q]: t for q, t in got.items()} == {views["Q" + q[2:]]: t for q, t in relabelled.items()}
+    # a tie across a cut (positions 1 and 2 of 6; the cut lies at 2): the group takes the tier of its mean position
+    assert pageview_tiers({"Q1": 1, "Q2": 2, "Q3": 2, "Q4": 4, "Q5": 5, "Q6": 6}) == {
+        "Q1": "low", "Q2": "low", "Q3": "low", "Q4": "mid", "Q5": "high", "Q6": "high"}
+    assert set(pageview_tiers({"Q1": 0, "Q2": 0, "Q3": 0}).values()) == {"mid"}  # no order at all: the middle
+    # distinct counts: as before (tertiles of the rank)
+    assert pageview_tiers({"Q1": 5846, "Q2": 2294, "Q3": 10, "Q4": 900, "Q5": 400, "Q6": 50}) == {
+        "Q3": "low", "Q6": "low", "Q5": "mid", "Q4": "mid", "Q2": "high", "Q1": "high"}
