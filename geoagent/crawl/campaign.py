@@ -641,10 +641,17 @@ def _shared_sites_warning(state_dir: str | Path, images_root: str | Path | None 
     if shared:
         named = "; ".join(f"{landmark.get(q) or q} ({q}): " + ", ".join(f"{s} ({c})" for s, c in v) for q, v in list(shared.items())[:limit])
         more = f"; and {len(shared) - limit} more" if len(shared) > limit else ""
+        from geoagent.crawl.sampler import recorded_versions
+
+        versions = {c: v for v, cs in recorded_versions(folder / "sampling").items() for c in cs}
+        cities = {c for q in shared for _s, c in shared[q]}
+        old = sorted(c for c in cities if not versions.get(c, "").isdigit() or int(versions[c]) < 5)
+        why = (f"sampled before sampler version 5 skipped a landmark already a site of another city ({', '.join(old)})"
+               if old else "sampled at once by two processes of the crawl (--stages: each samples one city at a "
+               "time, not across processes)")
         parts.append(f"{count_text(len(shared), 'landmark')} {'is' if len(shared) == 1 else 'are'} a site of more "
-                     f"than one city ({named}{more}), sampled before sampler version 5 skipped a landmark already a "
-                     "site of another city; the stored sites are kept (resampling would change them): crawl again "
-                     "under a new [campaign] name for one site per landmark")
+                     f"than one city ({named}{more}), {why}; the stored sites are kept (resampling would change "
+                     "them): crawl again under a new [campaign] name for one site per landmark")
     if n_images:
         parts.append(f"{count_text(n_images, 'image')} {'was' if n_images == 1 else 'were'} kept under more than one "
                      "site (sites whose image discs overlap): each is used under the site nearest to it only "

@@ -630,7 +630,9 @@ class SiteSamplerStage(_CrawlStage):
         key = city_key(city.city)
         path = svc.state_dir / "sampling" / f"{key}.json"
         # one city at a time: a landmark already a site of a city sampled before is skipped (sampler version 5), so
-        # the city sampled first keeps it whatever the concurrency; a stored record is kept as it is (resume)
+        # the city sampled first keeps it whatever the stage's concurrency (within this process: two processes
+        # sampling at once are not serialised, and the trials' hand-off warning names a landmark they both took); a
+        # stored record is kept as it is (resume)
         async with svc.lock("sampling"):
             rec = _load(path)
             if rec is None:
