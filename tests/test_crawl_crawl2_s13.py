@@ -94,6 +94,8 @@ def test_a_crawl_already_holding_a_shared_landmark_keeps_its_sites_and_warns(iso
     images = [r["image_id"] for r in _rows(state / "images.csv")]
     assert len(images) == len(set(images)), "an image under two sites"
     assert {r["site"] for r in _rows(state / "images.csv") if r["site"].startswith("mirrorbaynorth_")} == set()
+    # the copies under the north sites are not audited (paid) a second time: they are used under mirrorbay_*
+    assert not list((state / "image_audit").glob("mirrorbaynorth_*/*.json"))
     trials = [(r["image_id"], r["arm"], r["cand"]) for r in _rows(state / "verify_trials.csv")]
     assert len(trials) == len(set(trials)), "duplicate trial rows"
     summary = json.loads((state / "report" / "crawl_summary.json").read_text(encoding="utf-8"))

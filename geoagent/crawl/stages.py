@@ -742,7 +742,9 @@ class ImageryFetcherStage(_CrawlStage):
 
 class ImageAuditorStage(_CrawlStage):
     """images -> sites_for_audit: the vision-model audit of each kept image, merged with human verdicts
-    into ``image_audit.csv``; the site then moves on to the referenceability audit."""
+    into ``image_audit.csv``; the site then moves on to the referenceability audit. An image also kept under a
+    nearer site whose selection is known (:func:`geoagent.crawl.export.image_owners`) is not audited here: it is
+    used, and audited, under that site only."""
 
     name = C.STAGE_IMAGE_AUDITOR
     input_edge = C.EDGE_IMAGES
@@ -754,10 +756,19 @@ class ImageAuditorStage(_CrawlStage):
         site = task.payload["site"]
         sid = paths.safe_name(str(site["site"]), what="site id")
         prompt = ia.load_prompt("crawl_image_audit.txt")
+        owners: dict[str, str] | None = None
         for img in task.payload.get("images", []):
             iid = paths.safe_image_id(img["image_id"])
             out = svc.state_dir / "image_audit" / sid / f"{iid}.json"
             if _load(out) is not None:
+                continue
+            if owners is None:  # read once per site, only when something is left to audit
+                from geoagent.crawl.export import image_owners
+
+                owners = image_owners(svc.state_dir, fetch_mod.campaign_selections(svc.state_dir, svc.images_root))
+            if owners.get(str(iid), sid) != sid:
+                # kept under a nearer site too, where it is used (export.image_owners) and audited: not paid twice.
+                # The set of sites only grows, so the site that finally uses it never skipped it
                 continue
             try:  # the file the selection kept (its thumb_field's: fetcher.image_path)
                 img_file = fetch_mod.kept_image_path(svc.images_root, sid, img)
