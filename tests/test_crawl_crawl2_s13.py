@@ -96,6 +96,9 @@ def test_a_crawl_already_holding_a_shared_landmark_keeps_its_sites_and_warns(iso
     assert {r["site"] for r in _rows(state / "images.csv") if r["site"].startswith("mirrorbaynorth_")} == set()
     # the copies under the north sites are not audited (paid) a second time: they are used under mirrorbay_*
     assert not list((state / "image_audit").glob("mirrorbaynorth_*/*.json"))
+    audit_line = next(ln for ln in out.splitlines() if "images kept:" in ln)
+    assert "not audited yet" not in audit_line, audit_line
+    assert re.search(r"\b\d+ more copies of kept images under a farther site too\b", audit_line), audit_line
     trials = [(r["image_id"], r["arm"], r["cand"]) for r in _rows(state / "verify_trials.csv")]
     assert len(trials) == len(set(trials)), "duplicate trial rows"
     summary = json.loads((state / "report" / "crawl_summary.json").read_text(encoding="utf-8"))

@@ -323,15 +323,24 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     ``min_separation_m`` of a kept image, no thumbnail), ``rejected`` (category -> count, left out after
     download: too dark, the brightness filter; near-duplicates; ``other``: an unreadable JPEG), ``usable`` and
     ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's),
-    ``audited`` (rows of images.csv) and, when ``image_audit.csv`` is there, ``human`` (images.csv rows decided by
+    ``audited`` (rows of images.csv), ``shared`` (copies of images kept under a farther site too, not counted in
+    ``kept``: each is used under the nearest site only, :func:`geoagent.crawl.export.image_owners`) and, when ``image_audit.csv`` is there, ``human`` (images.csv rows decided by
     a human verdict: ``image_audit.csv`` rows with a ``human_verdict`` whose ``image`` is an images.csv ``path``)."""
     import csv
 
     from geoagent.crawl.fetcher import campaign_selections
 
-    out: dict[str, Any] = {"kept": 0, "skipped": {}, "rejected": {}, "usable": 0, "excluded": 0, "audited": 0}
-    for meta in campaign_selections(state_dir, images_root).values():
-        out["kept"] += len(meta.get("kept") or [])
+    from geoagent.crawl.export import image_owners
+
+    out: dict[str, Any] = {"kept": 0, "skipped": {}, "rejected": {}, "usable": 0, "excluded": 0, "audited": 0,
+                           "shared": 0}
+    selections = campaign_selections(state_dir, images_root)
+    owners = image_owners(state_dir, selections)
+    for site, meta in selections.items():
+        kept = [k for k in meta.get("kept") or [] if isinstance(k, dict)]
+        used = sum(owners.get(str(k.get("image_id")), site) == site for k in kept)
+        out["kept"] += used  # an image kept under several sites counts once, under the site that uses it
+        out["shared"] += len(kept) - used
         for r in meta.get("rejected") or []:
             reason = str(r.get("reason", "")) if isinstance(r, dict) else ""
             kind = next(((name, before) for start, name, before in _REJECTION_KINDS if reason.startswith(start)),
@@ -400,6 +409,9 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
         line += f"; {n_human} by a human verdict, {n_audited - n_human} by the model audit alone)"
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"
+    if c.get("shared"):
+        line += (f"; {c['shared']} more {'copy' if c['shared'] == 1 else 'copies'} of kept images under a farther site "
+                 "too, used (and audited) under the nearest site only")
     return line
 
 
