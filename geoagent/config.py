@@ -197,6 +197,14 @@ class SetupWarning(ConfigWarning):
     line on stderr."""
 
 
+class InputWarning(ConfigWarning):
+    """Rows of an input file the config names that decide nothing, or stored outputs set aside (e.g. a crawl's
+    ``[crawl.image_audit] human_verdicts`` row naming no audited image, a ``[crawl.referenceability]
+    review_verdicts`` row naming no rated candidate, each named as ``file:line``); the CLI prints it like a
+    :class:`ConfigWarning`, one ``warning: ...`` line on stderr (the same text said twice in one process is
+    printed once: Python's default warning filter)."""
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 

@@ -207,11 +207,9 @@ def test_the_key_expands_home(monkeypatch, tmp_path):
     assert ReferenceabilitySettings().review_verdicts is None
 
 
-def test_a_decision_matching_no_rated_candidate_is_named_in_a_warning(crawled, tmp_path, caplog):
+def test_a_decision_matching_no_rated_candidate_is_named_in_a_warning(crawled, tmp_path):
     """A decision for a (site, QID) that no rated candidate of the crawl has (a typo in the QID, another crawl's
     site) changes nothing; the run says so, naming the file line, instead of logging it as if applied."""
-    import logging
-
     from geoagent.crawl.stages import apply_review_verdicts
 
     tmp, world, run, apps, counts = crawled
@@ -226,10 +224,12 @@ def test_a_decision_matching_no_rated_candidate_is_named_in_a_warning(crawled, t
                  "pageviews": "http://127.0.0.1:9", "mapillary": "http://127.0.0.1:9"}
     settings = _settings(world, endpoints, referenceability={"pageviews": True, "batch_size": 25,
                                                              "review_verdicts": str(verdicts)})
-    with caplog.at_level(logging.WARNING):
+    from geoagent.config import InputWarning
+
+    with pytest.warns(InputWarning) as caught:  # the CLI prints it as one "warning:" line
         got = apply_review_verdicts(settings, state)
     assert got["unmatched"] == 2
-    text = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    text = " ".join(str(w.message) for w in caught if issubclass(w.category, InputWarning))
     assert "2 review decisions match no rated candidate" in text, text
     assert "review.csv:3" in text and "review.csv:4" in text and "Q999999999" in text and "no_such_site" in text
     assert "review.csv:2" not in text

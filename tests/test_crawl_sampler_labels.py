@@ -60,7 +60,7 @@ def test_a_site_labelled_only_in_french_spanish_or_german_is_sampled_under_that_
 
 
 def test_a_crawl_sampled_before_the_wider_languages_is_told():
-    assert SAMPLER_VERSION == 4
+    assert SAMPLER_VERSION >= 4  # 5: a landmark already a site of another city is skipped (test_crawl_crawl2_s13)
     line = sampler_version_warning({"3": ["Marrakech"], str(SAMPLER_VERSION): ["Lima"]})
     assert line is not None and "version 3: Marrakech" in line and "Lima" not in line
     assert "en,mul" in line and "fr,es,de" in line  # says what version 3 could not name

@@ -15,7 +15,8 @@ from geoagent.crawl.settings import CitySpec
 
 def test_a_sampling_record_carries_the_sampler_version():
     city = CitySpec(city="X", country="NL", continent="EU", lat=1.0, lon=2.0)
-    assert SAMPLER_VERSION == 4  # 3: a bare-QID candidate is skipped (test_adversarial_s12_crawlrev); 4: labels en,mul,fr,es,de
+    assert SAMPLER_VERSION == 5  # 3: a bare-QID candidate is skipped (test_adversarial_s12_crawlrev); 4: labels en,mul,fr,es,de;
+    # 5: a landmark already a site of another city is skipped (test_crawl_crawl2_s13)
     assert SamplingResult(city, 1, 0).to_json()["sampler_version"] == SAMPLER_VERSION
 
 

@@ -61,7 +61,7 @@ def test_an_undefined_l_district_under_a_lowered_min_points_does_not_claim_more_
     assert "2 neighbourhood points" in reason and "the stored screening stands" in reason, reason
 
 
-def test_a_human_verdict_naming_no_audited_image_is_named_in_a_warning(isolated_roots, monkeypatch, capsys, caplog):
+def test_a_human_verdict_naming_no_audited_image_is_named_in_a_warning(isolated_roots, monkeypatch, capsys):
     # before: a verdict row whose image the crawl never audited (a typo in the id, another crawl's image) was
     # silently ignored: the run ended complete, the agreement counted only the others, and nothing said that the
     # researcher's verdict decided nothing (a review decision naming no rated candidate is named in a warning)
@@ -77,50 +77,16 @@ def test_a_human_verdict_naming_no_audited_image_is_named_in_a_warning(isolated_
     site = image["site"]
     hv = isolated_roots / "hv.csv"
     hv.write_text(f"image,human_verdict\n{image['path']},exclude\n{site}/999.jpg,exclude\n", encoding="utf-8")
-    caplog.clear()
     assert main(["crawl", str(_config_with_verdicts(isolated_roots, hv)), "--no-live"]) == 0
-    capsys.readouterr()
-    warned = [r.getMessage() for r in caplog.records
-              if r.levelname == "WARNING" and "human verdict" in r.getMessage() and "999" in r.getMessage()]
-    assert len(warned) == 1, [r.getMessage() for r in caplog.records][-20:]
+    err = capsys.readouterr().err  # a "warning:" line (s13-crawl2: no longer a logging record)
+    warned = [ln for ln in err.splitlines() if ln.startswith("warning: ") and "human verdict" in ln and "999" in ln]
+    assert len(warned) == 1, err[-3000:]
     assert f"{hv}:3" in warned[0] and "1 human verdict" in warned[0], warned[0]
     assert image["image_id"] not in warned[0], warned[0]  # the verdict that matched is not named
 
 
-MIRROR_BAY_NORTH = '''
-[[crawl.cities]]
-city = "Mirror Bay North"
-country = "MB"
-continent = "AS"
-lat = 45.0802
-lon = 107.6869
-'''
-
-
-def test_a_landmark_sampled_as_a_site_of_two_overlapping_cities_is_named(isolated_roots, monkeypatch, capsys):
-    # before: a city added 1.1 km from Mirror Bay was admitted and sampled Peony Bell Tower (Q6000034) again, with
-    # the same 6 photos, as site mirrorbaynorth_peony; the crawl ended complete saying nothing, and every campaign
-    # over its folder then warned "release import: 74 malformed ... duplicate row for ('100010002156', 'main',
-    # 'Peony Bell Tower'); kept the first" and planned 8 of its 9 sites
-    import json
-
-    from tests.test_crawl_human_verdicts_applied import CRAWL_CONFIG
-    from geoagent.cli import main
-
-    head, sep, rest = CRAWL_CONFIG.read_text(encoding="utf-8").partition("\n[crawl.endpoints]")
-    cfg = isolated_roots / "crawl_overlap.toml"
-    cfg.write_text(head + MIRROR_BAY_NORTH + sep + rest, encoding="utf-8")
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(cfg), "--no-live"]) == 0
-    out = capsys.readouterr().out
-    line = next(ln for ln in out.splitlines() if "GeoVerify trials:" in ln)
-    assert "Q6000034" in line and "mirrorbay_peony (Mirror Bay)" in line, line
-    assert "mirrorbaynorth_peony (Mirror Bay North)" in line, line
-    assert re.search(r"\b6 images? lie under more than one site\b", line), line
-    summary = json.loads((isolated_roots / "state" / "crawl-sandbox" / "report" / "crawl_summary.json").read_text())
-    assert "Q6000034" in (summary["verify_trials"]["warning"] or ""), summary["verify_trials"]
-    st = subprocess_status(cfg)
-    assert "Q6000034" in st, st[-3000:]
+# test_a_landmark_sampled_as_a_site_of_two_overlapping_cities_is_named moved to tests/test_crawl_crawl2_s13.py: since
+# sampler version 5 a fresh crawl no longer samples the landmark twice; a crawl sampled before still warns there
 
 
 def subprocess_status(cfg) -> str:

@@ -265,6 +265,14 @@ class CrawlCampaign(CampaignKind):
         note = getattr(self, "_trials_note", None)
         if note:
             lines.append(f"  {note}")
+        from geoagent.crawl.stages import other_city_skips
+
+        n_skip = other_city_skips(svc.state_dir)
+        if n_skip:
+            lines.append(f"  site sampler: {count_text(n_skip, 'candidate')} skipped as already a site of another city "
+                         "of this crawl (cities whose sampling discs overlap; one landmark is one site: the city "
+                         "sampled first keeps it, cities being sampled one at a time in the order the screener "
+                         "admits them); sampling/<city>.json walk decision skip_other_city")
         from geoagent.crawl.sampler import recorded_versions, sampler_version_warning
 
         warning = sampler_version_warning(recorded_versions(svc.state_dir / "sampling"))
@@ -315,15 +323,24 @@ def image_counts(state_dir: str | Path, images_root: str | Path) -> dict[str, An
     ``min_separation_m`` of a kept image, no thumbnail), ``rejected`` (category -> count, left out after
     download: too dark, the brightness filter; near-duplicates; ``other``: an unreadable JPEG), ``usable`` and
     ``excluded`` (images.csv rows the audit kept / excluded; a human verdict overrides the model's),
-    ``audited`` (rows of images.csv) and, when ``image_audit.csv`` is there, ``human`` (images.csv rows decided by
+    ``audited`` (rows of images.csv), ``shared`` (copies of images kept under a farther site too, not counted in
+    ``kept``: each is used under the nearest site only, :func:`geoagent.crawl.export.image_owners`) and, when ``image_audit.csv`` is there, ``human`` (images.csv rows decided by
     a human verdict: ``image_audit.csv`` rows with a ``human_verdict`` whose ``image`` is an images.csv ``path``)."""
     import csv
 
     from geoagent.crawl.fetcher import campaign_selections
 
-    out: dict[str, Any] = {"kept": 0, "skipped": {}, "rejected": {}, "usable": 0, "excluded": 0, "audited": 0}
-    for meta in campaign_selections(state_dir, images_root).values():
-        out["kept"] += len(meta.get("kept") or [])
+    from geoagent.crawl.export import image_owners
+
+    out: dict[str, Any] = {"kept": 0, "skipped": {}, "rejected": {}, "usable": 0, "excluded": 0, "audited": 0,
+                           "shared": 0}
+    selections = campaign_selections(state_dir, images_root)
+    owners = image_owners(state_dir, selections)
+    for site, meta in selections.items():
+        kept = [k for k in meta.get("kept") or [] if isinstance(k, dict)]
+        used = sum(owners.get(str(k.get("image_id")), site) == site for k in kept)
+        out["kept"] += used  # an image kept under several sites counts once, under the site that uses it
+        out["shared"] += len(kept) - used
         for r in meta.get("rejected") or []:
             reason = str(r.get("reason", "")) if isinstance(r, dict) else ""
             kind = next(((name, before) for start, name, before in _REJECTION_KINDS if reason.startswith(start)),
@@ -392,6 +409,9 @@ def image_counts_line(c: dict[str, Any], downloaded: int | None = None) -> str:
         line += f"; {n_human} by a human verdict, {n_audited - n_human} by the model audit alone)"
     if c["audited"] != c["kept"]:
         line += f", {c['kept'] - c['audited']} not audited yet"
+    if c.get("shared"):
+        line += (f"; {c['shared']} more {'copy' if c['shared'] == 1 else 'copies'} of kept images under a farther site "
+                 "too, used (and audited) under the nearest site only")
     return line
 
 
@@ -484,20 +504,23 @@ def _refresh_review_resolution(svc: Any) -> None:
     """Bring ``audit_review_resolved.csv`` up to date with the review queue and the sites rated during the run
     (:func:`geoagent.crawl.stages.refresh_review_resolution`; no request). Nothing before the first rated site
     (no ``rated/`` folder). A decision file that became unreadable since the run's start (which read it) is
-    logged as a warning: the table keeps what the start of the run wrote, and the end of the run goes on."""
+    said in a warning (:class:`geoagent.config.InputWarning`): the table keeps what the start of the run wrote, and the end of the run goes on."""
     if (Path(svc.state_dir) / "rated").is_dir():
         from geoagent.crawl.stages import refresh_review_resolution
 
         try:
             refresh_review_resolution(svc.settings, svc.state_dir)
         except (OSError, ValueError) as exc:
-            import logging
+            import warnings
 
-            logging.getLogger(__name__).warning("review resolution table not brought up to date: %s", exc)
+            from geoagent.config import InputWarning
+
+            warnings.warn(f"the review resolution table (audit_review_resolved.csv) was not brought up to date: {exc}",
+                          InputWarning, stacklevel=2)
 
 
 def _warn_unmatched_verdicts(svc: Any) -> None:
-    """Log one warning naming the human verdicts (``[crawl.image_audit] human_verdicts``) whose image the crawl
+    """Warn once (:class:`geoagent.config.InputWarning`: a ``warning:`` line on the CLI's console) naming the human verdicts (``[crawl.image_audit] human_verdicts``) whose image the crawl
     did not audit (:func:`geoagent.crawl.image_audit.unmatched_human_verdicts` over ``image_audit/<site>/<id>.json``):
     they decide nothing, and a typo in an image id must not pass unseen (a review decision naming no rated
     candidate is named the same way, :func:`geoagent.crawl.review.apply_review_decisions`). Called by a hand-off
@@ -510,10 +533,14 @@ def _warn_unmatched_verdicts(svc: Any) -> None:
     if unmatched:
         n = len(unmatched)
         more = f"; and {n - 10} more" if n > 10 else ""
-        _log.warning("%d human verdict%s of %s name%s no image this crawl audited (a typo in the image id, an image "
-                     "of another crawl, or one rejected before the audit), so %s nothing: %s%s", n,
-                     "" if n == 1 else "s", HUMAN_VERDICTS_KEY, "s" if n == 1 else "",
-                     "it decides" if n == 1 else "they decide", "; ".join(unmatched[:10]), more)
+        import warnings
+
+        from geoagent.config import InputWarning
+
+        warnings.warn(f"{n} human verdict{'' if n == 1 else 's'} of {HUMAN_VERDICTS_KEY} name{'s' if n == 1 else ''} no "
+                      "image this crawl audited (a typo in the image id, an image of another crawl, or one rejected "
+                      f"before the audit), so {'it decides' if n == 1 else 'they decide'} nothing: "
+                      f"{'; '.join(unmatched[:10])}{more}", InputWarning, stacklevel=2)
 
 
 def _write_summary(cfg: Any, svc: Any, status: str, trials: dict[str, Any], *, watching: bool,
@@ -564,7 +591,7 @@ def _write_trials(cfg: Any, svc: Any) -> str:
         return f"no GeoVerify trials written: {exc}"
     redrawn = (f"; swapped-image controls (ctrl_mismatch) redrawn {build.mismatch_redrawn}, dropped {build.mismatch_dropped} "
                "(each trial is its own model request)" if build.mismatch_redrawn or build.mismatch_dropped else "")
-    warning = "; ".join(w for w in (_no_mismatch_warning(svc.state_dir, build), _shared_sites_warning(svc.state_dir)) if w)
+    warning = "; ".join(w for w in (_no_mismatch_warning(svc.state_dir, build), _shared_sites_warning(svc.state_dir, svc.images_root)) if w)
     return (f"GeoVerify trials: {path} (main arm per band {mapping_text(build.per_band())}{redrawn}); use it with release_dir = "
             f"\"{svc.state_dir}\", image_root = \"{svc.images_root}\"" + (f"; warning: {warning}" if warning else ""))
 
@@ -588,16 +615,21 @@ def _no_mismatch_warning(state_dir: Path, build: Any) -> str | None:
                     "reads out 'swapped-image control not run'")
 
 
-def _shared_sites_warning(state_dir: Path, *, limit: int = 5) -> str | None:
-    """Landmarks sampled as a site of more than one city, and images kept under more than one site, or None when
-    there are none: two candidate cities whose centres lie closer than twice ``[crawl.sampler] radius_km`` can
-    both sample one landmark (their sampling is independent: each city keeps its own spacing, seed 000 Sec.
-    3.2.1), and its site then holds the same photos twice. A campaign over the folder imports the trial rows of
-    the second copy of an image as duplicates ("duplicate row ...; kept the first") and plans that site without
-    them, so the crawl says so where the trials are announced (summary, ``run.py status``,
-    ``report/crawl_summary.json`` ``verify_trials.warning``). Read from ``sites.csv`` (``qid``, ``landmark``,
-    ``site``, ``city``) and ``images.csv`` (``image_id``, ``site``); at most ``limit`` landmarks are named."""
+def _shared_sites_warning(state_dir: str | Path, images_root: str | Path | None = None, *,
+                          limit: int = 5) -> str | None:
+    """Landmarks that are a site of more than one city, and images the fetcher kept under more than one site, or
+    None when there are none. Since sampler version 5 (:data:`geoagent.crawl.sampler.SAMPLER_VERSION`) the sampler
+    skips a landmark already a site of another city, so a shared landmark comes from cities sampled before that
+    (their stored sites are kept on resume: resampling would change them silently); an image is used under one site
+    only, the nearest (:func:`geoagent.crawl.export.image_owners`: ``images.csv`` and ``verify_trials.csv`` hold it
+    once), and the site left without it loses those images. Said where the trials are announced (summary,
+    ``run.py status``, ``report/crawl_summary.json`` ``verify_trials.warning``). Read from ``sites.csv`` (``qid``,
+    ``landmark``, ``site``, ``city``) and the campaign's selection records
+    (:func:`geoagent.crawl.fetcher.campaign_selections`; ``images_root`` None: ``<state_dir>/../images``, the default
+    images root); at most ``limit`` landmarks are named."""
     import csv
+
+    from geoagent.crawl.fetcher import campaign_selections
 
     folder = Path(state_dir)
     sites_by_qid: dict[str, list[tuple[str, str]]] = {}
@@ -609,10 +641,11 @@ def _shared_sites_warning(state_dir: Path, *, limit: int = 5) -> str | None:
                 landmark.setdefault(r.get("qid") or "", r.get("landmark") or "")
     shared = {q: v for q, v in sorted(sites_by_qid.items()) if q and len({c for _s, c in v}) > 1}
     sites_by_image: dict[str, set[str]] = {}
-    if (folder / "images.csv").is_file():
-        with open(folder / "images.csv", newline="", encoding="utf-8") as f:
-            for r in csv.DictReader(f):
-                sites_by_image.setdefault(r.get("image_id") or "", set()).add(r.get("site") or "")
+    root = Path(images_root) if images_root is not None else folder.parent / "images"
+    for site, meta in campaign_selections(folder, root).items():
+        for k in meta.get("kept") or []:
+            if isinstance(k, dict):
+                sites_by_image.setdefault(str(k.get("image_id")), set()).add(site)
     n_images = sum(len(v) > 1 for v in sites_by_image.values())
     if not shared and not n_images:
         return None
@@ -620,12 +653,22 @@ def _shared_sites_warning(state_dir: Path, *, limit: int = 5) -> str | None:
     if shared:
         named = "; ".join(f"{landmark.get(q) or q} ({q}): " + ", ".join(f"{s} ({c})" for s, c in v) for q, v in list(shared.items())[:limit])
         more = f"; and {len(shared) - limit} more" if len(shared) > limit else ""
-        parts.append(f"{count_text(len(shared), 'landmark')} sampled as a site of more than one city ({named}{more})")
+        from geoagent.crawl.sampler import recorded_versions
+
+        versions = {c: v for v, cs in recorded_versions(folder / "sampling").items() for c in cs}
+        cities = {c for q in shared for _s, c in shared[q]}
+        old = sorted(c for c in cities if not versions.get(c, "").isdigit() or int(versions[c]) < 5)
+        why = (f"sampled before sampler version 5 skipped a landmark already a site of another city ({', '.join(old)})"
+               if old else "sampled at once by two processes of the crawl (--stages: each samples one city at a "
+               "time, not across processes)")
+        parts.append(f"{count_text(len(shared), 'landmark')} {'is' if len(shared) == 1 else 'are'} a site of more "
+                     f"than one city ({named}{more}), {why}; the stored sites are kept (resampling would change "
+                     "them): crawl again under a new [campaign] name for one site per landmark")
     if n_images:
-        parts.append(f"{count_text(n_images, 'image')} {'lies' if n_images == 1 else 'lie'} under more than one site")
-    return (" and ".join(parts) + ": the cities' sampling discs ([crawl.sampler] radius_km around each centre) "
-            "overlap; a campaign over this folder keeps each shared image's trials of the first such site and "
-            "reports the others as duplicate rows (screen cities whose centres lie at least twice radius_km apart)")
+        parts.append(f"{count_text(n_images, 'image')} {'was' if n_images == 1 else 'were'} kept under more than one "
+                     "site (sites whose image discs overlap): each is used under the site nearest to it only "
+                     "(images.csv, verify_trials.csv)")
+    return "; ".join(parts)
 
 
 #: per-city candidate count the dry run prices the referenceability audit at, as an example (the real count is

@@ -72,13 +72,22 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
     ``usable`` and App. A.4's rule); images without any audit are left out. ``human_verdicts``: the crawl's
     ``[crawl.image_audit] human_verdicts`` path (None: none), read by
     :func:`geoagent.crawl.image_audit.human_verdicts_of` (``FileNotFoundError`` when it names no file,
-    ``ValueError`` naming file:line for a malformed one)."""
+    ``ValueError`` naming file:line for a malformed one).
+
+    One image is used under one site only: an image the fetcher kept under several sites (sites less than twice
+    ``[crawl.fetcher] radius_m`` apart, or one landmark sampled as a site of two cities by a sampler before version
+    5) is listed under the site nearest to it (``sites.csv`` coordinates; on a tie, or without coordinates, the first
+    site id), so ``images.csv`` and ``verify_trials.csv`` never hold an image twice (:func:`image_owners`)."""
     state_dir, images_root = Path(state_dir), Path(images_root)
     human = human_verdicts_of(human_verdicts)
+    selections = campaign_selections(state_dir, images_root)
+    owner = image_owners(state_dir, selections)
     out = []
-    for site, meta in campaign_selections(state_dir, images_root).items():
+    for site, meta in selections.items():
         for k in meta.get("kept") or []:
             iid = k["image_id"]
+            if owner.get(str(iid), site) != site:  # kept under a nearer site too: used there only
+                continue
             rec = _load(state_dir / "image_audit" / site / f"{iid}.json")
             hv = human.get(iid, {}).get("human_verdict")
             if hv:
@@ -91,6 +100,39 @@ def usable_images(state_dir: str | Path, images_root: str | Path, human_verdicts
                         "captured_at": _iso(k.get("captured_at_ms")), "compass_angle_deg": k.get("compass_angle"),
                         "path": k.get("path") or f"{site}/{iid}.jpg", "usable": usable})
     return out
+
+
+def image_owners(state_dir: str | Path, selections: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """image id -> the one site it is used under, for the images kept under more than one site of ``selections``
+    (site -> selection record, :func:`geoagent.crawl.fetcher.campaign_selections`): the site whose ``sites.csv``
+    coordinates lie nearest to the image (great-circle distance), on a tie (one landmark sampled as two sites) or
+    without coordinates the first site id in sorted order. Images kept under one site are not listed."""
+    from geoagent.geo import haversine_km
+
+    under: dict[str, list[tuple[str, Any]]] = {}
+    for site, meta in selections.items():
+        for k in meta.get("kept") or []:
+            under.setdefault(str(k["image_id"]), []).append((site, k))
+    shared = {i: v for i, v in under.items() if len({s for s, _k in v}) > 1}
+    if not shared:
+        return {}
+    coords: dict[str, tuple[float, float]] = {}
+    sites_csv = Path(state_dir) / "sites.csv"
+    if sites_csv.is_file():
+        with sites_csv.open(encoding="utf-8", newline="") as f:
+            for r in csv.DictReader(f):
+                try:
+                    coords[r["site"]] = (float(r["lat"]), float(r["lon"]))
+                except (KeyError, TypeError, ValueError):
+                    continue
+
+    def distance(site: str, k: dict[str, Any]) -> float:
+        try:
+            return haversine_km(float(k["lat"]), float(k["lon"]), *coords[site])
+        except (KeyError, TypeError, ValueError):
+            return float("inf")
+
+    return {i: min(v, key=lambda sk: (round(distance(*sk), 9), sk[0]))[0] for i, v in shared.items()}
 
 
 def write_images_csv(rows: list[dict[str, Any]], path: str | Path) -> Path:

@@ -443,12 +443,27 @@ class RawAnswerLog:
 
 
 def pageview_tiers(views: dict[str, int]) -> dict[str, str]:
-    """Tier by pageview tertile within one site: top third ``high``, middle ``mid``, bottom ``low``."""
+    """Tier by pageview tertile within one site (``views``: QID -> English Wikipedia views over the configured
+    window): the candidates ranked by views, ascending (positions 0 .. n-1), a position below n/3 is ``low``, below
+    2n/3 ``mid``, else ``high``. Equal counts share one tier: a group of candidates with the same views takes the tier
+    of its mean position (e.g. four of six with 0 views occupy positions 0-3, mean 1.5: all ``low``; all equal: the
+    middle position, ``mid`` from three candidates up), so a tier never depends on the QIDs. Seed 000 Sec. 3.3 says
+    only that disagreement between the auditor and pageviews becomes a review queue; tertiles are this
+    implementation's reading of it (README, "review queue"). Before 2026-12-02 ties were ordered by QID and could be
+    split between tiers; items queued then stay in ``audit_review_queue.jsonl`` (the queue is append-only)."""
     order = sorted(views, key=lambda q: (views[q], q))
     n = len(order)
-    out = {}
-    for rank, q in enumerate(order):
-        out[q] = "low" if rank < n / 3 else ("mid" if rank < 2 * n / 3 else "high")
+    out: dict[str, str] = {}
+    start = 0
+    while start < n:
+        end = start
+        while end + 1 < n and views[order[end + 1]] == views[order[start]]:
+            end += 1
+        pos = (start + end) / 2  # the mean position of the tied group (its own position when untied)
+        tier = "low" if pos < n / 3 else ("mid" if pos < 2 * n / 3 else "high")
+        for q in order[start:end + 1]:
+            out[q] = tier
+        start = end + 1
     return out
 
 

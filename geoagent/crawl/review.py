@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -38,6 +39,21 @@ RESOLVED_COLUMNS = ("site", "qid", "label", "familiarity_model", "tier_llm", "pa
 DECISION_LOG_FILE = "audit_review_log.jsonl"
 
 
+#: a decision's rating as written: ASCII digits, optionally a decimal point and zeros (``4``, ``4.0``, ``4.00``; the
+#: release writes ratings as ``4.0`` and a spreadsheet may save a number column so)
+_RATING = re.compile(r"[0-9]+(?:\.0*)?")
+
+
+def _rating_decision(raw: str) -> int | None:
+    """The 0-5 rating a review decision's text names, or None when it names none: ASCII digits with an optional
+    fractional part of zeros only (``"4"``, ``"4.0"``, ``"04"`` -> 4), as the crawl's tables read the release's
+    ``4.0``; ``"4.5"``, ``"6"``, ``"-1"``, ``"nan"``, ``"1e0"``, ``"²"`` -> None."""
+    if not _RATING.fullmatch(raw):
+        return None
+    value = int(raw.split(".", 1)[0])
+    return value if 0 <= value <= 5 else None
+
+
 def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
     """Read a review-decision CSV (UTF-8, a byte-order mark allowed).
 
@@ -52,8 +68,9 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
     ValueError
         Naming ``file:line``: a header that repeats a column, a missing ``site``/``qid``/``decision`` column, an
         empty site or qid, a QID not of the form ``Q<digits>`` (:func:`geoagent.qid.is_qid` after a lower-case
-        ``q`` is raised: no leading zero, ASCII digits), a decision other than ``keep`` or an integer 0-5 (ASCII
-        digits), the same (site, qid) twice with different decisions, or text that is not UTF-8.
+        ``q`` is raised: no leading zero, ASCII digits), a decision other than ``keep`` or a whole number 0-5 (ASCII
+        digits, optionally a decimal point and zeros: ``4`` and ``4.0`` read as 4; ``4.5``, ``6``, ``-1`` are refused;
+        :func:`_rating_decision`), the same (site, qid) twice with different decisions, or text that is not UTF-8.
     """
     path = Path(path)
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -82,11 +99,10 @@ def read_review_verdicts(path: str | Path) -> dict[tuple[str, str], dict[str, An
                     raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: qid must be a Wikidata id like Q123, got {qid!r}")
                 if raw == "keep":
                     fam = None
-                elif raw.isascii() and raw.isdigit() and 0 <= int(raw) <= 5:  # int("²") raises; "٣" is no rating
-                    fam = int(raw)
-                else:
+                elif (fam := _rating_decision(raw)) is None:
                     raise ValueError(f"{where}: {REVIEW_VERDICTS_KEY}: decision must be keep (the model's rating "
-                                     f"stands) or a corrected referenceability 0-5, got {row.get('decision')!r}")
+                                     "stands) or a corrected referenceability, a whole number 0-5 (4 or 4.0), got "
+                                     f"{row.get('decision')!r}")
                 rec = {"decision": "keep" if fam is None else str(fam), "familiarity": fam,
                        "reviewer": (row.get("reviewer") or "").strip(), "note": (row.get("note") or "").strip(),
                        "source": where}
@@ -154,7 +170,7 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     model's familiarity from ``rated/``. Without decisions and without an earlier table nothing is written. A
     decision on an item outside the queue is applied and logged too; one
     whose (site, qid) no rated candidate has changes nothing, is not logged, and is named (file:line) in one
-    warning (unless ``warn_unmatched`` is False: a second pass of the same run). Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
+    warning (:class:`geoagent.config.InputWarning`, a ``warning:`` line on the CLI's console; unless ``warn_unmatched`` is False: a second pass of the same run). Returns ``{"resolved": n, "pending": n, "logged": n, "unmatched": n}``."""
     state_dir = Path(state_dir)
     rows = []
     n_res = 0
@@ -187,10 +203,15 @@ def write_resolution(state_dir: str | Path, decisions: Mapping[tuple[str, str], 
     if unmatched and warn_unmatched:
         shown = "; ".join(f"{d['source']}: site {site!r}, {qid}" for (site, qid), d in unmatched[:10])
         more = f"; and {len(unmatched) - 10} more" if len(unmatched) > 10 else ""
-        _log.warning("%d review decision%s match%s no rated candidate of this crawl (no site of that id rated that "
-                     "QID), so %s nothing and %s not logged: %s%s", len(unmatched), "" if len(unmatched) == 1 else "s",
-                     "es" if len(unmatched) == 1 else "", "it changes" if len(unmatched) == 1 else "they change",
-                     "is" if len(unmatched) == 1 else "are", shown, more)
+        import warnings
+
+        from geoagent.config import InputWarning
+
+        n = len(unmatched)  # a "warning: ..." line on the CLI's console, as its other warnings
+        warnings.warn(f"{n} review decision{'' if n == 1 else 's'} match{'es' if n == 1 else ''} no rated candidate of "
+                      f"this crawl (no site of that id rated that QID), so {'it changes' if n == 1 else 'they change'} "
+                      f"nothing and {'is' if n == 1 else 'are'} not logged ({REVIEW_VERDICTS_KEY}): {shown}{more}",
+                      InputWarning, stacklevel=2)
     for (site, qid), d in sorted(decisions.items()):
         if (site, qid) not in model_ratings:
             continue

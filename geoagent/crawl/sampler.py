@@ -6,7 +6,9 @@ QID), shuffled with a recorded seed (the shuffle is what keeps the batch from be
 eligible landmarks"), and walked in that order: a candidate within 250 m of an already chosen site is
 skipped BEFORE any coverage call is spent on it; otherwise coverage is counted (perspective Mapillary
 images within 150 m) and the candidate is taken when it has at least 8. The first three that pass
-become sites. A candidate without a label (WDQS names it by its bare QID) is skipped first, as the release's
+become sites. A candidate that is already a site of another city of the crawl (sampled before this one: two
+cities whose 3 km discs overlap) is skipped before its coverage call, so a benchmark holds each landmark once. A
+candidate without a label (WDQS names it by its bare QID) is skipped first, as the release's
 site selection drops it (:func:`unnamed`). Output rows have the columns of the release's ``sites.csv``, in its
 order, then one of the crawl's own: ``coverage_lower_bound`` (:data:`SITES_COLUMNS`).
 """
@@ -17,7 +19,7 @@ import csv
 import random
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,12 @@ from geoagent.paths import safe_name
 #: (:data:`geoagent.clients.wdqs.SITE_LABEL_LANGUAGES`); versions 1-3 asked ``en,mul``, so an item labelled only in
 #: French, Spanish or German was a bare QID there (skipped by version 3, a site named ``Q123`` in 1 and 2) and can
 #: be a site under its label now, which also moves the shuffled walk's later picks.
-SAMPLER_VERSION = 4
+#: 5 (2026-12-02): a candidate already a site of another city of the crawl (two cities whose sampling discs overlap)
+#: is skipped before its coverage call (walk decision ``skip_other_city``, naming that city): cities are sampled one
+#: at a time and the city sampled first keeps the landmark (:func:`walk_candidates` ``claimed``). Versions 1-4
+#: could take it again, and the landmark was then a site of both cities with the same photos; a resumed crawl keeps
+#: such stored sites (they are not resampled) and its trials' hand-off warning names them.
+SAMPLER_VERSION = 5
 
 #: Columns of the release's ``data/sites.csv``, in order.
 RELEASE_SITES_COLUMNS: tuple[str, ...] = (
@@ -200,7 +207,8 @@ def sampler_version_warning(versions: dict[str, list[str]]) -> str | None:
             f"lie at another of them than version {SAMPLER_VERSION} chooses (smallest lat, lon; version 1), and a "
             "candidate without a label (named by its bare QID) may have been taken as a site (versions 1 and 2), "
             "and candidates were named in en,mul only (versions 1-3: one labelled only in fr,es,de was a bare QID, "
-            "skipped by version 3, and the walk's other picks may differ); "
+            "skipped by version 3, and the walk's other picks may differ), and a landmark already a site of another "
+            "city could be taken again (versions 1-4); "
             "sampling/<city>.json sampler_version. Crawl again under a new campaign name for one rule throughout")
 
 
@@ -213,12 +221,17 @@ def unnamed(c: SiteCandidate) -> bool:
 
 
 async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], coverage: Any, settings: SamplerSettings,
-                          seed: int, *, n_candidates: int | None = None, taken_ids: Iterable[str] = ()) -> SamplingResult:
+                          seed: int, *, n_candidates: int | None = None, taken_ids: Iterable[str] = (),
+                          claimed: Mapping[str, str] | None = None) -> SamplingResult:
     """Walk shuffled candidates: a candidate without a label is skipped (:func:`unnamed`; decision
-    ``skip_no_label``), then the spacing check (no API call), then coverage; the first N that pass are taken.
+    ``skip_no_label``), then one already a site of another city (``claimed``; decision ``skip_other_city`` with
+    that ``city``), then the spacing check (no API call), then coverage; the first N that pass are taken.
 
     Parameters
     ----------
+    claimed : mapping QID -> city name, optional
+        Landmarks that are sites of other cities of the crawl, sampled before this one (their sampling records):
+        never taken again, so one landmark is never a site of two cities whose sampling discs overlap.
     coverage : async callable ``(lat, lon, radius_m) -> int | CoverageCount``
         Number of perspective images within ``radius_m`` (one Mapillary search per call): an int (an exact
         count), or a :class:`geoagent.clients.mapillary.CoverageCount` whose ``perspective`` is the count and
@@ -232,6 +245,9 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
             break
         if unnamed(c):  # no label: nothing to call the site by (the release drops these too); no API call spent
             res.walk.append({"qid": c.qid, "decision": "skip_no_label", "label": c.label})
+            continue
+        if claimed and c.qid in claimed:  # a site of a city sampled before: one landmark, one site; no API call
+            res.walk.append({"qid": c.qid, "decision": "skip_other_city", "city": claimed[c.qid]})
             continue
         near = [s for s in chosen if haversine_km(c.lat, c.lon, s.lat, s.lon) * 1000.0 < settings.min_spacing_m]
         if near:
@@ -261,8 +277,10 @@ async def walk_candidates(city: CitySpec, order: Sequence[SiteCandidate], covera
 
 
 async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: SamplerSettings, seed: int,
-                       *, taken_ids: Iterable[str] = (), on_split: Any = None, on_note: Any = None) -> SamplingResult:
-    """Query candidates (WDQS), shuffle with ``seed``, and walk them with Mapillary coverage counts.
+                       *, taken_ids: Iterable[str] = (), on_split: Any = None, on_note: Any = None,
+                       claimed: Mapping[str, str] | None = None) -> SamplingResult:
+    """Query candidates (WDQS), shuffle with ``seed``, and walk them with Mapillary coverage counts
+    (:func:`walk_candidates`; ``claimed``: QID -> city of the landmarks that are sites of other cities already).
 
     A candidate query that times out is split spatially (``settings.wdqs_split_depth``); ``on_split``
     receives each split's record (the crawl's decision log), ``on_note`` the record of a coverage count that is a
@@ -283,7 +301,7 @@ async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: Samp
         return counts if hasattr(counts, "lower_bound") else int(counts.perspective)
 
     return await walk_candidates(city, shuffled(cands, seed), coverage, settings, seed, n_candidates=len(cands),
-                                 taken_ids=taken_ids)
+                                 taken_ids=taken_ids, claimed=claimed)
 
 
 def _csv_value(v: Any) -> Any:

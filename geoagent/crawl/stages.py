@@ -629,25 +629,63 @@ class SiteSamplerStage(_CrawlStage):
         city = CitySpec.model_validate(task.payload["city"])
         key = city_key(city.city)
         path = svc.state_dir / "sampling" / f"{key}.json"
-        rec = _load(path)
-        if rec is None:
-            seed = city_seed(svc.settings.seed, city.city)
-            self._token_gate(svc)
-            try:
-                res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
-                                         on_split=svc.decision_logger(self.name, city=city.city),
-                                         on_note=svc.decision_logger(self.name, city=city.city))
-            except Exception as e:
-                self._token_gate(svc, e)
-                if _permanent(e):
-                    raise PermanentFailure(str(e)) from None
-                raise
-            rec = res.to_json()
-            _dump(path, rec)
+        # one city at a time: a landmark already a site of a city sampled before is skipped (sampler version 5), so
+        # the city sampled first keeps it whatever the stage's concurrency (within this process: two processes
+        # sampling at once are not serialised, and the trials' hand-off warning names a landmark they both took); a
+        # stored record is kept as it is (resume)
+        async with svc.lock("sampling"):
+            rec = _load(path)
+            if rec is None:
+                seed = city_seed(svc.settings.seed, city.city)
+                self._token_gate(svc)
+                try:
+                    res = await sample_sites(city, svc.wdqs, svc.mapillary, svc.settings.sampler, seed,
+                                             on_split=svc.decision_logger(self.name, city=city.city),
+                                             on_note=svc.decision_logger(self.name, city=city.city),
+                                             claimed=claimed_sites(svc.state_dir, exclude=key))
+                except Exception as e:
+                    self._token_gate(svc, e)
+                    if _permanent(e):
+                        raise PermanentFailure(str(e)) from None
+                    raise
+                rec = res.to_json()
+                _dump(path, rec)
         async with svc.lock("sites"):
             rows = [s for p in sorted((svc.state_dir / "sampling").glob("*.json")) if (r := _load(p)) for s in r["sites"]]
             write_sites_csv(rows, svc.state_dir / "sites.csv")
         return [(f"site:{s['site']}", {"site": s}) for s in rec["sites"]]
+
+
+def claimed_sites(state_dir: str | Path, *, exclude: str | None = None) -> dict[str, str]:
+    """QID -> city name of every site in the crawl's sampling records (``<state_dir>/sampling/<city key>.json``,
+    sorted by file name; a QID that is a site of several cities keeps the first), leaving out the record
+    ``exclude`` (a city key: the city being sampled). The site sampler skips these candidates
+    (:func:`geoagent.crawl.sampler.walk_candidates` ``claimed``). Unreadable records are left out."""
+    out: dict[str, str] = {}
+    folder = Path(state_dir) / "sampling"
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if p.stem == exclude:
+            continue
+        rec = _load(p)
+        if not isinstance(rec, dict):
+            continue
+        name = str((rec.get("city") or {}).get("city") or p.stem)
+        for s in rec.get("sites") or []:
+            if isinstance(s, dict) and s.get("qid"):
+                out.setdefault(str(s["qid"]), str(s.get("city") or name))
+    return out
+
+
+def other_city_skips(state_dir: str | Path) -> int:
+    """How many candidates the site sampler skipped as already a site of another city (walk decisions
+    ``skip_other_city`` in ``<state_dir>/sampling/*.json``; 0 without any)."""
+    folder = Path(state_dir) / "sampling"
+    n = 0
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        rec = _load(p)
+        if isinstance(rec, dict):
+            n += sum(1 for w in rec.get("walk") or [] if isinstance(w, dict) and w.get("decision") == "skip_other_city")
+    return n
 
 
 class ImageryFetcherStage(_CrawlStage):
@@ -704,7 +742,9 @@ class ImageryFetcherStage(_CrawlStage):
 
 class ImageAuditorStage(_CrawlStage):
     """images -> sites_for_audit: the vision-model audit of each kept image, merged with human verdicts
-    into ``image_audit.csv``; the site then moves on to the referenceability audit."""
+    into ``image_audit.csv``; the site then moves on to the referenceability audit. An image also kept under a
+    nearer site whose selection is known (:func:`geoagent.crawl.export.image_owners`) is not audited here: it is
+    used, and audited, under that site only."""
 
     name = C.STAGE_IMAGE_AUDITOR
     input_edge = C.EDGE_IMAGES
@@ -716,10 +756,19 @@ class ImageAuditorStage(_CrawlStage):
         site = task.payload["site"]
         sid = paths.safe_name(str(site["site"]), what="site id")
         prompt = ia.load_prompt("crawl_image_audit.txt")
+        owners: dict[str, str] | None = None
         for img in task.payload.get("images", []):
             iid = paths.safe_image_id(img["image_id"])
             out = svc.state_dir / "image_audit" / sid / f"{iid}.json"
             if _load(out) is not None:
+                continue
+            if owners is None:  # read once per site, only when something is left to audit
+                from geoagent.crawl.export import image_owners
+
+                owners = image_owners(svc.state_dir, fetch_mod.campaign_selections(svc.state_dir, svc.images_root))
+            if owners.get(str(iid), sid) != sid:
+                # kept under a nearer site too, where it is used (export.image_owners) and audited: not paid twice.
+                # The set of sites only grows, so the site that finally uses it never skipped it
                 continue
             try:  # the file the selection kept (its thumb_field's: fetcher.image_path)
                 img_file = fetch_mod.kept_image_path(svc.images_root, sid, img)
@@ -1050,8 +1099,8 @@ def ladder_auditor(settings: CrawlSettings) -> str:
 def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Path) -> list[Path]:
     """Move every ``ladders/*.csv`` not named by the config's referenceability auditor (:func:`ladder_auditor`;
     a file whose name does not end ``_ladder_<auditor>-en.csv``: built under an auditor since renamed or
-    replaced) to ``ladders_superseded/`` (:data:`geoagent.constants.SUPERSEDED_LADDERS_DIR`), and log one
-    warning naming how many, the auditor(s) they were built under and the folder.
+    replaced) to ``ladders_superseded/`` (:data:`geoagent.constants.SUPERSEDED_LADDERS_DIR`), and give one
+    warning (:class:`geoagent.config.InputWarning`: a ``warning:`` line on the CLI's console) naming how many, the auditor(s) they were built under and the folder.
 
     Ladders are a function of the current config: a run of a crawl with rated sites rebuilds every ladder under
     the config's auditor (:func:`apply_review_verdicts`), and every reader of ``ladders/`` (the export's
@@ -1065,7 +1114,6 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     ------
     OSError
         A file could not be moved (the folder is not writable)."""
-    import logging
     import os
 
     state_dir = Path(state_dir)
@@ -1093,11 +1141,15 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
         moved.append(target)
     if not moved:
         return []
-    logging.getLogger(__name__).warning(
-        "%d ladder file%s in %s %s built under another referenceability auditor (%s) than the config's (%r): moved to "
-        "%s (kept, read by nothing); the current auditor's ladders are in %s", len(moved), "" if len(moved) == 1 else "s",
-        src, "was" if len(moved) == 1 else "were", ", ".join(repr(a) for a in sorted(auditors)),
-        ladder_auditor(settings), dest, src)
+    import warnings
+
+    from geoagent.config import InputWarning
+
+    n = len(moved)  # a "warning: ..." line on the CLI's console, as its other warnings
+    warnings.warn(f"{n} ladder file{'' if n == 1 else 's'} in {src} {'was' if n == 1 else 'were'} built under another "
+                  f"referenceability auditor ({', '.join(repr(a) for a in sorted(auditors))}) than the config's "
+                  f"({ladder_auditor(settings)!r}): moved to {dest} (kept, read by nothing); the current auditor's "
+                  f"ladders are in {src}", InputWarning, stacklevel=2)
     return moved
 
 

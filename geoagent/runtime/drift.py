@@ -15,7 +15,9 @@ now plans first and then calls :func:`decide` with what planning did:
   (``config``) and records the one not applied under ``config_not_applied``, so the next run says so again.
 
 Inputs applied after the calls (:func:`is_applied_after_key`: the crawl's ``[crawl.image_audit] human_verdicts``,
-``[crawl.referenceability] review_verdicts``, ``[crawl.ladder]`` draws) are no drift either: each run re-applies them to the stored answers (:func:`applied_after_line`).
+``[crawl.referenceability] review_verdicts``, ``[crawl.ladder]`` draws, and ``[crawl] seed`` while ``[crawl.ladder] seed`` is
+unset: it seeds the ladder draws then, :func:`crawl_seed_line`) are no drift either: each run re-applies them to the
+stored answers (:func:`applied_after_line`).
 
 Keys that only set limits or pacing (:func:`is_pacing_key`: a model's ``rate``, ``concurrency``, timeouts,
 ``max_attempts``, the estimates; ``[hosts]``; ``[queue]``) change no answer and are never listed as a change
@@ -306,6 +308,12 @@ def applied_after_line(name: str, keys: dict[str, tuple[Any, Any]], keys_text: s
     are none): the run applies them to the stored answers and asks nothing anew."""
     if not keys:
         return None
+    if "crawl.seed" in keys:  # [crawl] seed while [crawl.ladder] seed is unset (manifest.crawl_seed_draws_ladders)
+        rest = {k: v for k, v in keys.items() if k != "crawl.seed"}
+        seed_text = changed_keys_text({"crawl.seed": keys["crawl.seed"]})
+        line = crawl_seed_line(name, seed_text, keys["crawl.seed"][0])
+        other = applied_after_line(name, rest, changed_keys_text(rest)) if rest else None
+        return line if other is None else f"{line}\n{other}"
     if all(k.startswith("crawl.ladder.") for k in keys):  # [crawl.ladder] draws alone
         return (f"info: campaign {name}: the context-ladder settings changed since its last run ({keys_text}); the "
                 "ladders are drawn from the stored ratings, never in a request, so no model call is repeated and "
@@ -328,6 +336,23 @@ def applied_after_line(name: str, keys: dict[str, tuple[Any, Any]], keys_text: s
             "to the stored model answers, never sent in a request, so no model call is repeated and nothing mixes: "
             f"this run rebuilds {', '.join(tables)} with them, verify_trials.csv when the crawl is complete, and the "
             "export (export/).")
+
+
+def crawl_seed_line(name: str, seed_text: str, old_seed: Any) -> str:
+    """The info line for a changed ``[crawl] seed`` while ``[crawl.ladder] seed`` is unset (an applied-after key
+    then: :func:`geoagent.runtime.manifest.crawl_seed_draws_ladders`). What the crawl seed seeds: the ladder draws
+    (redrawn by every run from the stored ratings, :func:`geoagent.crawl.stages.write_site_ladder`), the site
+    sampler's shuffle of each city (:func:`geoagent.crawl.sampler.city_seed`; a stored sampling is kept with the
+    seed it records, so only a city sampled from now on is shuffled by the new one) and the simulated auditors'
+    answers (new calls only). ``seed_text``: the change as printed; ``old_seed``: the earlier value."""
+    keep = "" if old_seed is None else f" (set [crawl.ladder] seed = {old_seed!r} to keep the old ladders)"
+    return (f"info: campaign {name}: [crawl] seed changed since its last run ({seed_text}); with [crawl.ladder] seed "
+            "unset it also seeds the context-ladder draws, which are drawn from the stored ratings, never in a "
+            "request, so no model call is repeated: this run redraws every site's ladder (ladders/) with it, and "
+            f"the export (export/), and the manifest records it{keep}. The stored sites keep the site sampler's "
+            "shuffle they were drawn with (each city's seed is in sampling/<city>.json), so a city sampled from now "
+            "on (one added) is shuffled by the new seed, and a simulated auditor answers new calls under it; "
+            "the ratings (rated/) and verify_trials.csv do not depend on it.")
 
 
 def params_mix(responses: Iterable[dict[str, Any]], keys: set[str] | None = None) -> dict[str, list[tuple[dict[str, Any], int]]]:

@@ -575,6 +575,11 @@ def config_changes_against(old: dict[str, Any] | None, cfg: Any, *,
     pacing = {k: v for k, v in call_keys.items() if is_pacing_key(k)}
     prices = {k: v for k, v in call_keys.items() if is_price_key(k)}
     after = {k: v for k, v in call_keys.items() if is_applied_after_key(k)}
+    # [crawl] seed also seeds the ladder draws while [crawl.ladder] seed is unset: every run redraws the ladders
+    # from the stored ratings with it, so it is applied after the calls as the ladder's own seed is
+    # (geoagent.runtime.drift.crawl_seed_line says what else it seeds)
+    if "crawl.seed" in call_keys and crawl_seed_draws_ladders(now):
+        after["crawl.seed"] = call_keys["crawl.seed"]
     call_keys = {k: v for k, v in call_keys.items() if k not in pacing and k not in prices and k not in after}
     # a sampling setting sent neither before nor after (an OpenAI reasoning model's temperature) changes no request
     from geoagent.runtime.drift import unsent_sampling_changes
@@ -592,6 +597,17 @@ def config_changes_against(old: dict[str, Any] | None, cfg: Any, *,
     calls += [f"prompt:{name}" for name in sorted(set(old_prompts) & set(new_prompts))
               if old_prompts.get(name) != new_prompts.get(name)]
     return ConfigChanges(calls, scoring, geocoder, call_keys, pacing, prices, unsent, after)
+
+
+def crawl_seed_draws_ladders(config: Any) -> bool:
+    """Whether a stored config (:func:`stored_config`) draws its context ladders with ``[crawl] seed``: it has a
+    ``[crawl]`` table and its ``[crawl.ladder] seed`` is unset (:func:`geoagent.crawl.stages.write_site_ladder`:
+    ``[crawl.ladder] seed``, else ``[crawl] seed``)."""
+    crawl = config.get("crawl") if isinstance(config, dict) else None
+    if not isinstance(crawl, dict):
+        return False
+    ladder = crawl.get("ladder")
+    return not isinstance(ladder, dict) or ladder.get("seed") is None
 
 
 def stored_config(cfg: Any) -> dict[str, Any]:
