@@ -575,8 +575,10 @@ def format_status(st: dict[str, Any]) -> str:
                     f"{k} " + ("" if over else f"{float(v.get('rate_per_s') or 0.0):.2f}/s ") + f"done {v.get('done')}"
                     + (f" left {v['left']}" if not over and v.get("left") is not None else "")
                     for k, v in lanes.items() if isinstance(v, dict)))
-            # each distinct once
-            for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
+            # each distinct once; the cap's refusals of the calls in flight as one line (budget_refusals_merged)
+            # (that line whole: its amounts are the point, and their number is bounded)
+            for err in dict.fromkeys(describe_reason(e)[:None if e.endswith(_REFUSED_TAIL) else 160]
+                                     for e in budget_refusals_merged(sd.get("last_errors", []))[-2:]):
                 lines.append(f"      {error_label}: {err}")
             # errors of a host that answered again since (the running process split them off): history too
             for r in (sd.get("resolved_errors") or [])[-2:]:
@@ -619,6 +621,39 @@ def format_status(st: dict[str, Any]) -> str:
         for d in items:
             lines.append(f"  dead {edge}/{d.key} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
     return "\n".join(lines)
+
+
+#: a stage's error for a call the cost cap refused (:class:`geoagent.runtime.ledger.BudgetExhausted`, as stored:
+#: ``"BudgetStop: budget exhausted: spent $S + unknown $U + reserved $R + this call $X > cap $C"``)
+_BUDGET_REFUSAL = re.compile(r"^(?P<head>\w+: )?budget exhausted: spent \$(?P<spent>[\d.]+) \+ unknown \$(?P<unknown>[\d.]+)"
+                             r" \+ reserved \$(?P<reserved>[\d.]+) \+ this call \$(?P<call>[\d.]+) > cap \$(?P<cap>[\d.]+)$")
+#: the end of the merged refusals' line (:func:`budget_refusals_merged`)
+_REFUSED_TAIL = " calls refused at the cap)"
+
+
+def budget_refusals_merged(errors: list[str]) -> list[str]:
+    """A stage's ``last_errors`` (oldest first) with the cost cap's refusals merged into one, for display.
+
+    When the cap stops a run, every task in flight that asks for its reservation is refused
+    (:class:`geoagent.runtime.ledger.BudgetExhausted`), each with its own request's worst case ("this call $X") and
+    the ledger's figures of that moment: ``status`` showed them as two nearly identical ``last error`` lines. The
+    refusals become one entry, at the place of the latest: each amount that differs among them shown as the range
+    ``$lo to $hi`` (USD, 6 decimals, as stored), the others as they are, followed by ``" (the last N calls refused at
+    the cap)"`` when there were several (N: those among the stage's last errors, which keeps 5). Other errors are returned
+    as they are; the stored record is never changed."""
+    hits = [(i, m) for i, e in enumerate(errors) if (m := _BUDGET_REFUSAL.match(e))]
+    if len(hits) < 2:
+        return list(errors)
+
+    def span(field: str) -> str:
+        vals = sorted({float(m[field]) for _, m in hits})
+        return f"${vals[0]:.6f}" if len(vals) == 1 else f"${vals[0]:.6f} to ${vals[-1]:.6f}"
+
+    i_last, last = hits[-1]
+    merged = (f"{last['head'] or ''}budget exhausted: spent {span('spent')} + unknown {span('unknown')} + reserved "
+              f"{span('reserved')} + this call {span('call')} > cap {span('cap')} (the last {len(hits)}{_REFUSED_TAIL}")
+    at = {i for i, _ in hits}
+    return [merged if i == i_last else e for i, e in enumerate(errors) if i not in at or i == i_last]
 
 
 def idle_note(sd: dict[str, Any], counts: dict[str, QueueCounts]) -> str:

@@ -1,0 +1,62 @@
+"""Defects a new user met in a fresh-user walkthrough of the README (session 13, s13-walkf; follows
+tests/test_walk_s13.py).
+
+Each test drives the real CLI on a small campaign (the README's ``my_verify.toml`` against the local
+OpenAI-compatible fake, or a generic campaign); no function is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+
+from geoagent.cli import main
+from geoagent.config import load_config
+
+
+def _my_verify(tmp: Path, release: Path | str | None, *, cap_usd: float = 1.0, prices: bool = False,
+               provider: str = "openai", extra_geoverify: str = "") -> Path:
+    """README's ``my_verify.toml`` (the local fake, concurrency 32), its queues and state under ``tmp``;
+    ``release``: ``[paths] release_dir`` (None: none, the default folder); ``prices``: priced as a paid model
+    (USD 2.5 / 10 per 1M tokens) so that a small cap stops it."""
+    price = "price_input_usd_per_mtok = 2.5\nprice_output_usd_per_mtok = 10.0\n" if prices else ""
+    model = ('provider = "openai"\nmodel = "sandbox-gpt"\nbase_url = "http://openai.sandbox.invalid/v1"\n'
+             if provider == "openai" else 'provider = "simulated"\nmodel = "sim-1"\n')
+    rel = f'release_dir = "{release}"\n' if release is not None else ""
+    p = tmp / "my_verify.toml"
+    p.write_text(
+        f'[campaign]\nname = "my-verify"\nkind = "geoverify"\nseed = 1\n[budget]\ncap_usd = {cap_usd!r}\n'
+        f'[[models]]\nname = "sandbox-gpt"\n{model}max_output_tokens = 300\n{price}concurrency = 32\n'
+        'rate = { requests = 1000, period_s = 1.0 }\n'
+        f'[geoverify]\ntrials = "release"\n{extra_geoverify}'
+        f"[paths]\n{rel}queues = \"{tmp / 'queues'}\"\nstate = \"{tmp / 'state'}\"\n", encoding="utf-8")
+    return p
+
+
+def test_status_after_a_budget_stop_says_the_refusal_once(tmp_path, capsys, release_dir):
+    """After a budget stop of README's my_verify.toml (32 calls in flight), `status` printed two nearly identical
+    `last error: BudgetStop: budget exhausted: ...` lines: every in-flight task the cap refused recorded its own
+    refusal, differing only in its own request's worst case ("this call $0.008748" / "$0.008762"). One line
+    now, the differing amount shown as the range of the refused calls."""
+    cfgp = _my_verify(tmp_path, release_dir, cap_usd=0.1, prices=True)
+    assert main(["run", str(cfgp), "--no-live"]) == 4  # budget exhausted
+    capsys.readouterr()
+    cfg = load_config(cfgp)
+    last = json.loads(Path(cfg.state_dir(), "progress.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+    caller = next(sd for sd in last["stages"] if sd["stage"] == "model_caller")
+    refusals = [e for e in caller["last_errors"] if "budget exhausted" in e]
+    assert len(set(refusals)) >= 2, caller["last_errors"]  # the record keeps each refusal, as before
+    amounts = sorted({float(m) for e in refusals for m in re.findall(r"this call \$([\d.]+)", e)})
+
+    assert main(["status", str(cfgp)]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if "BudgetStop" in ln]
+    assert len(lines) == 1, out
+    line = lines[0]
+    assert "last error: BudgetStop: budget exhausted: spent $" in line and "> cap $0.100000" in line, line
+    if len(amounts) > 1:  # the information that differed: kept, as a range
+        assert f"this call ${amounts[0]:.6f} to ${amounts[-1]:.6f}" in line, line
+    assert f"(the last {len(refusals)} calls refused at the cap)" in line, line
+    assert "  budget exhausted" in out
