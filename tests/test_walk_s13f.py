@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 
+from geoagent import constants as C
 from geoagent.cli import main
 from geoagent.config import load_config
 
@@ -60,3 +61,17 @@ def test_status_after_a_budget_stop_says_the_refusal_once(tmp_path, capsys, rele
         assert f"this call ${amounts[0]:.6f} to ${amounts[-1]:.6f}" in line, line
     assert f"(the last {len(refusals)} calls refused at the cap)" in line, line
     assert "  budget exhausted" in out
+
+
+def test_missing_release_error_names_the_demo_crawl_alternative(tmp_path, monkeypatch, capsys):
+    """The first error a fresh clone meets (README's my_verify.toml without ../shared) said where to get the
+    release, not the alternative the README gives: run the demo, then the fresh-clone variant over its crawl
+    folder state/demo-crawl."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(C.ENV_RELEASE_DIR, raising=False)
+    cfgp = _my_verify(tmp_path, None)
+    assert main(["run", str(cfgp), "--simulate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: GeoContext release file not found: ../shared/reference/geocontext/sites.csv"), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "run `python run.py demo` first" in err and 'release_dir = "state/demo-crawl"' in err, err
