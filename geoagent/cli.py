@@ -286,6 +286,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
         # never run (here, nor on the shared Redis): opening the state would create an empty campaign
         print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}): nothing to export", file=sys.stderr)
         return 1
+    from geoagent.status import stopped_while_planning
+
+    if (planning := stopped_while_planning(cfg)) is not None:
+        # its state folder and queue files exist, yet no task was queued and no run recorded: it never ran (an
+        # export would write 0-row tables and exit 0)
+        print(f"campaign {cfg.name} has not run yet ({planning}): nothing to export", file=sys.stderr)
+        return 1
     from geoagent.runtime.export import simulated_answer_models
 
     kind = load_kind(cfg.campaign.kind)

@@ -280,6 +280,29 @@ def _state_ran(state_dir: Path) -> dict[str, Any] | None:
             "queues_dir": qdir}
 
 
+def no_task_queued_text(running: bool) -> str:
+    """What ``status`` says (and ``export`` refuses with) of a campaign whose queue files hold no task at all: a
+    run made them and was stopped (Ctrl-C) or failed while planning, before it queued its first task, or
+    (``running``: a process holds the campaign's ``run.lock``) is planning now. One line, no indent."""
+    return "no task queued yet: " + (
+        "a run is planning the campaign now" if running else
+        "a run made the queues but stopped (or failed) while planning, before it queued its first task; "
+        "nothing was sent: re-run the same command to plan and start it")
+
+
+def stopped_while_planning(cfg: Any) -> str | None:
+    """:func:`no_task_queued_text` when campaign ``cfg`` has queue files that hold no task (none ready, leased,
+    done or dead on any edge) and its state folder records no run (``manifest.json``); else None. A campaign
+    that ran before (its queues lost, say) and whose new run was stopped while planning is not one: what it
+    stored is still there. ``export`` refuses such a campaign (exit 1) as one that never ran."""
+    from geoagent.engine import run_lock_held
+
+    counts = queue_counts(cfg)
+    if not counts or any(c.total for c in counts.values()) or _state_ran(Path(cfg.state_dir())) is not None:
+        return None
+    return no_task_queued_text(bool(run_lock_held(Path(cfg.state_dir()))))
+
+
 def wrong_queues_root(cfg: Any) -> str | None:
     """The diagnosis (one line) when campaign ``cfg`` has no queue files under its queues root although its
     state folder's manifest records runs (:func:`wrong_queues_root_text`); None when it has queue files, or no
@@ -492,10 +515,7 @@ def format_status(st: dict[str, Any]) -> str:
     if complete and not any(c.ready or c.leased or c.done or c.dead for c in st["queues"].values()):
         # queue files without a single task: a run made them and was stopped (Ctrl-C) or failed while planning,
         # before it queued its first task (or is planning now); nothing was done, so nothing is complete
-        lines.append("  no task queued yet: " + (
-            "a run is planning the campaign now" if st.get("running") else
-            "a run made the queues but stopped (or failed) while planning, before it queued its first task; "
-            "nothing was sent: re-run the same command to plan and start it"))
+        lines.append("  " + no_task_queued_text(bool(st.get("running"))))
     elif complete and ended == ["no usable answers"]:  # geoagent.engine.STATUS_NO_USABLE (exit 6)
         lines.append("  campaign not usable: every queue drained, nothing dead-lettered, but the last run ended "
                      "'no usable answers' (a model answered and none of its answers parsed; that run's summary "

@@ -11,10 +11,14 @@ import json
 import re
 from pathlib import Path
 
+import anyio
 
 from geoagent import constants as C
 from geoagent.cli import main
 from geoagent.config import load_config
+from geoagent.runtime.queue import open_queue
+from geoagent.runtime.store import open_campaign_state
+from tests._model_harness import generic_campaign, model_table
 
 
 def _my_verify(tmp: Path, release: Path | str | None, *, cap_usd: float = 1.0, prices: bool = False,
@@ -75,3 +79,52 @@ def test_missing_release_error_names_the_demo_crawl_alternative(tmp_path, monkey
     assert err.startswith("error: GeoContext release file not found: ../shared/reference/geocontext/sites.csv"), err
     assert len(err.strip().splitlines()) == 1, err
     assert "run `python run.py demo` first" in err and 'release_dir = "state/demo-crawl"' in err, err
+
+
+def test_export_of_a_run_stopped_while_planning_exits_1(tmp_path, capsys):
+    """`export` of a campaign whose first run was stopped while planning (queue files, no task, no recorded run)
+    wrote 0-row results tables, exit 0, no warning; README: `export` of a campaign that never ran exits 1. It
+    now says what `status` says (no task queued yet, re-run the same command) and writes nothing."""
+    cfgp = generic_campaign(tmp_path, name="cut", n=5, cap_usd=1.0, models=model_table())
+    cfg = load_config(cfgp)
+    with open_campaign_state(cfg.name, root=cfg.state_root(), cap_usd=1.0):  # its state, opened before planning
+        pass
+
+    async def make() -> None:  # what the stopped run left: its queue files, empty
+        for edge in (C.EDGE_REQUESTS, "responses"):
+            await open_queue(cfg.queues_root(), cfg.name, edge, **cfg.queue_options()).close()
+
+    anyio.run(make)
+    before = {p.name for p in Path(cfg.state_dir()).rglob("*")}
+    assert main(["export", str(cfgp)]) == 1
+    cap = capsys.readouterr()
+    err = " ".join(cap.err.split())
+    assert "no task queued yet" in err and "stopped" in err and "re-run the same command" in err, err
+    assert "nothing to export" in err, err
+    assert "rows ->" not in cap.out, cap.out
+    assert {p.name for p in Path(cfg.state_dir()).rglob("*")} == before  # no 0-row table written
+    # the same command then runs it, and export exports it
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(cfgp)]) == 0
+    assert "results: 5 rows ->" in capsys.readouterr().out
+
+
+def test_export_of_queues_remade_after_earlier_runs_still_exports(tmp_path, capsys):
+    """The refusal above is for a campaign with no recorded run: a campaign that ran, lost its queue files and
+    was stopped while a new run planned (empty queue files again) still exports what it stored."""
+    import shutil
+
+    cfgp = generic_campaign(tmp_path, name="again", n=4, cap_usd=1.0, models=model_table())
+    cfg = load_config(cfgp)
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    shutil.rmtree(Path(cfg.queues_root()) / cfg.name)
+
+    async def make() -> None:
+        for edge in (C.EDGE_REQUESTS, "responses"):
+            await open_queue(cfg.queues_root(), cfg.name, edge, **cfg.queue_options()).close()
+
+    anyio.run(make)
+    capsys.readouterr()
+    assert main(["export", str(cfgp)]) == 0
+    assert "results: 4 rows ->" in capsys.readouterr().out
