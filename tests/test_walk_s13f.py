@@ -81,6 +81,33 @@ def test_missing_release_error_names_the_demo_crawl_alternative(tmp_path, monkey
     assert "run `python run.py demo` first" in err and 'release_dir = "state/demo-crawl"' in err, err
 
 
+def test_drift_note_is_not_printed_before_a_refusal(tmp_path, capsys, release_dir):
+    """A dry run of a campaign whose config had changed printed `note: campaign ...: geoverify changed since its
+    last run ...; the run says, once it has planned, ...` and then refused (a missing prompt template): the run
+    never planned, the note was noise before the error. The refusal now comes alone; a dry run that proceeds
+    still says it."""
+    cfgp = _my_verify(tmp_path, release_dir, provider="simulated")
+    assert main(["run", str(cfgp), "--no-live"]) == 0
+    capsys.readouterr()
+    text = cfgp.read_text(encoding="utf-8")
+    cfgp.write_text(text.replace('trials = "release"\n', 'trials = "release"\nprompt_template = "'
+                                 f'{tmp_path / "my_claim.txt"}"\n'), encoding="utf-8")
+    assert main(["run", str(cfgp), "--simulate", "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read GeoVerify prompt template" in err, err
+    assert "changed since its last run" not in err, err
+    assert main(["run", str(cfgp), "--no-live"]) == 2  # the real run: the same refusal, no note either
+    err = capsys.readouterr().err
+    assert "cannot read GeoVerify prompt template" in err and "changed since its last run" not in err, err
+
+    # the template written: the dry run plans, and the note is there (before its report)
+    (tmp_path / "my_claim.txt").write_text('Was this photo taken within {tau_m} m of "{candidate}"? Answer '
+                                           '{"verdict": "yes" or "no"}.', encoding="utf-8")
+    assert main(["run", str(cfgp), "--simulate", "--no-live"]) == 0
+    cap = capsys.readouterr()
+    assert "note: campaign my-verify: geoverify changed since its last run (geoverify.prompt_template" in cap.err, cap.err
+
+
 def test_export_of_a_run_stopped_while_planning_exits_1(tmp_path, capsys):
     """`export` of a campaign whose first run was stopped while planning (queue files, no task, no recorded run)
     wrote 0-row results tables, exit 0, no warning; README: `export` of a campaign that never ran exits 1. It
