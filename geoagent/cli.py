@@ -43,8 +43,10 @@ def _check_state_matches_queues(cfg: Any) -> None:
     check_state_matches_queues(cfg)
 
 
-def _warn_config_drift(cfg: Any, *, simulate: bool = False) -> None:
-    """Say (stderr) what changed since the campaign's last run that the run decides before planning.
+def _warn_config_drift(cfg: Any, *, simulate: bool = False, file: Any = None) -> None:
+    """Say (on ``file``, default stderr) what changed since the campaign's last run that the run decides before
+    planning. ``run`` and ``crawl`` say it once the plan was made (:class:`_DriftNotes`): a run refused
+    before (a missing template, key or release file) prints its refusal alone.
 
     A change of the call settings (:attr:`geoagent.runtime.manifest.ConfigChanges.calls`) is decided by the run
     itself after planning (:func:`geoagent.engine.config_drift_after_plan`: whether it adds work next to
@@ -61,21 +63,44 @@ def _warn_config_drift(cfg: Any, *, simulate: bool = False) -> None:
     """
     from geoagent.runtime.manifest import config_changes
 
+    file = sys.stderr if file is None else file
     changes = config_changes(cfg)
     if changes.geocoder:
-        _warn_geocoder_change(cfg, sorted(changes.geocoder))
+        _warn_geocoder_change(cfg, sorted(changes.geocoder), file=file)
     if changes.calls and simulate:
         what = f"{', '.join(changes.calls)} changed since its last run"
         if changes.call_keys:
             what += f" ({_changed_keys_text(changes.call_keys)})"
         print(f"note: campaign {cfg.name}: {what}; the run says, once it has planned, whether it adds work next "
               "to answers made under the old settings (results would mix both versions) or reaches none of them "
-              "(a new [campaign] name is then needed).", file=sys.stderr)
+              "(a new [campaign] name is then needed).", file=file)
     if changes.scoring:
         what = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.scoring.items())
         print(f"info: campaign {cfg.name}: scoring setting changed since its last run ({what}); the report is "
               "re-scored from the stored answers with the new value, no model call is repeated (recorded in the "
-              "manifest; not a change to the calls).", file=sys.stderr)
+              "manifest; not a change to the calls).", file=file)
+
+
+class _DriftNotes:
+    """:func:`_warn_config_drift`'s lines for ``run`` / ``crawl``, held until the plan was made: call the object
+    (``run_campaign(on_planned=...)``) to print them on stderr, then :meth:`flush` after the run returned (prints
+    them if the run never called it); a run refused before planning never prints them, so its refusal comes
+    alone (walkthrough: a dry run printed "note: ... changed since its last run; the run says, once it has
+    planned, ..." and then refused a missing prompt template)."""
+
+    def __init__(self, cfg: Any, *, simulate: bool) -> None:
+        import io
+
+        buf = io.StringIO()
+        _warn_config_drift(cfg, simulate=simulate, file=buf)
+        self.text: str | None = buf.getvalue()
+
+    def __call__(self) -> None:
+        if self.text:
+            print(self.text, end="", file=sys.stderr, flush=True)
+        self.text = None
+
+    flush = __call__
 
 
 def _changed_keys_text(keys: dict[str, tuple[Any, Any]]) -> str:
@@ -94,21 +119,23 @@ def _note_default_endpoints(cfg: Any) -> None:
         print(line.strip(), file=sys.stderr)
 
 
-def _warn_geocoder_change(cfg: Any, keys: list[str]) -> None:
-    """The ``[geohint.geocoder]`` part of :func:`_warn_config_drift` (``keys``: the changed keys, sorted)."""
+def _warn_geocoder_change(cfg: Any, keys: list[str], *, file: Any = None) -> None:
+    """The ``[geohint.geocoder]`` part of :func:`_warn_config_drift` (``keys``: the changed keys, sorted; printed
+    on ``file``, default stderr)."""
     from geoagent.status import queue_counts
 
+    file = sys.stderr if file is None else file
     located = queue_counts(cfg).get(C.EDGE_LOCATED)
     done = located.total if located is not None else 0
     what = f"geocoder settings changed since its last run ([geohint.geocoder] {', '.join(keys)})"
     if done == 0:
         print(f"info: campaign {cfg.name}: {what}; no answer was geocoded yet, so every answer uses the new "
-              "settings (no model call is affected).", file=sys.stderr)
+              "settings (no model call is affected).", file=file)
         return
     print(f"warning: campaign {cfg.name}: {what}: answers geocoded from now on use the new settings; the {done} "
           f"already geocoded keep the old ones, so located answers (hits, error km, unresolved) would mix both. "
           "No model call is affected; to geocode every answer with one setting, keep the old one here or run "
-          "the campaign under a new [campaign] name (which repeats its model calls).", file=sys.stderr)
+          "the campaign under a new [campaign] name (which repeats its model calls).", file=file)
 
 
 def _check_stages(cfg: Any, stages: list[str]) -> None:
@@ -177,7 +204,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     _check_state_matches_queues(cfg)
-    _warn_config_drift(cfg, simulate=bool(getattr(args, "simulate", False)))
+    notes = _DriftNotes(cfg, simulate=bool(getattr(args, "simulate", False)))
     stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages is not None else None
     if stages is not None:
         _check_stages(cfg, stages)
@@ -187,8 +214,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     outcome = anyio.run(
         lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
                              only_stages=stages, watch=args.watch,
-                             accept_config_change=args.accept_config_change)
+                             accept_config_change=args.accept_config_change, on_planned=notes)
     )
+    notes.flush()
     with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
         print(_summary(outcome, before))
     return outcome.exit_code
@@ -287,6 +315,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
         # never run (here, nor on the shared Redis): opening the state would create an empty campaign
         print(f"campaign {cfg.name} has not run yet (no {cfg.state_dir()}): nothing to export", file=sys.stderr)
         return 1
+    from geoagent.status import stopped_while_planning
+
+    if (planning := stopped_while_planning(cfg)) is not None:
+        # its state folder and queue files exist, yet no task was queued and no run recorded: it never ran (an
+        # export would write 0-row tables and exit 0)
+        print(f"campaign {cfg.name} has not run yet ({planning}): nothing to export", file=sys.stderr)
+        return 1
     from geoagent.runtime.export import simulated_answer_models
 
     kind = load_kind(cfg.campaign.kind)
@@ -341,12 +376,14 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
               f"{cfg.campaign.kind!r} (run it with `run.py run {args.config}`)", file=sys.stderr)
         return 2
     _check_state_matches_queues(cfg)
-    _warn_config_drift(cfg, simulate=args.simulate)  # the run itself says, after planning, what a change reaches
+    # printed once planned (the run itself says, after planning, what a change reaches)
+    notes = _DriftNotes(cfg, simulate=args.simulate)
     before = run_baseline(cfg)
     if not args.simulate:  # the dry run shows them in its report
         _note_default_endpoints(cfg)
     outcome = anyio.run(lambda: run_campaign(cfg, simulate=args.simulate, live=False if args.no_live else None,
-                                             watch=args.watch))
+                                             watch=args.watch, on_planned=notes))
+    notes.flush()
     with _signals_ignored():  # the run has ended: a Ctrl-C now would only cut its summary
         print(_summary(outcome, before))
     return outcome.exit_code

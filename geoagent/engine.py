@@ -1403,6 +1403,7 @@ async def run_campaign(
     export: bool = True,
     gazetteer: Any = None,
     accept_config_change: bool = False,
+    on_planned: Callable[[], None] | None = None,
 ) -> Outcome:
     """Plan and run campaign ``cfg`` to completion (or the cap, or a signal); see the module docstring.
 
@@ -1429,6 +1430,11 @@ async def run_campaign(
         Redis backend: replace the config recorded on the server by this one when they differ in what changes
         requests or results (a deliberate change for every machine; otherwise such a run is refused, exit 2:
         :func:`geoagent.runtime.backend.check_server_config`). No effect on SQLite.
+    on_planned : callable or None
+        Called once (no argument) when the plan was made: a dry run's before its estimate, a run's once its plan is
+        queued, before any stage starts; never when the run is refused before (a missing key, template or
+        release file, an empty first plan). The CLI prints its notes on the config's changes there
+        (:func:`geoagent.cli._warn_config_drift`), so a refusal comes alone.
 
     URLs on ``*.sandbox.invalid`` hosts start the local fake APIs in-process for the run
     (:mod:`geoagent.sandbox.launch`; ``gazetteer``: the places its Wikidata and Nominatim fakes know, default
@@ -1496,7 +1502,8 @@ async def run_campaign(
                 ctx.services["dotenv_path"] = dotenv_path  # where kinds' own clients look up their keys
                 ctx.services[SERVICE_LATE_SIGNALS] = late
                 outcome = await _run(cfg, kind, ctx, t0, simulate=simulate, live=live,
-                                     only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export)
+                                     only_stages=only_stages, watch=watch, handle_signals=handle_signals, export=export,
+                                     on_planned=on_planned)
     except BaseException:
         # e.g. a missing API key or a bad plan (exit 2)
         try:
@@ -1633,6 +1640,7 @@ async def _run(
     watch: bool,
     handle_signals: bool,
     export: bool,
+    on_planned: Callable[[], None] | None = None,
 ) -> Outcome:
     from geoagent.runtime.manifest import Manifest
     from geoagent.status import host_labels
@@ -1646,7 +1654,10 @@ async def _run(
     ctx.services[C.SERVICE_DRY_RUN] = simulate  # a dry run's plan keeps a refusal for its report (plan_refusals)
     plan = await kind.plan(cfg, ctx)
     if simulate:
-        return _estimate_outcome(cfg, kind, list(plan), ctx, t0)
+        planned = list(plan)  # a lazy plan's refusal (a missing template) comes here
+        if on_planned is not None:
+            on_planned()
+        return _estimate_outcome(cfg, kind, planned, ctx, t0)
     stages = kind.stages(cfg)
     if only_stages:
         unknown = set(only_stages) - {s.name for s in stages}
@@ -1680,6 +1691,8 @@ async def _run(
         check = (await PlanCheck.of(plan_q) if plan_q is not None and plans_whole_edge(cfg, kind, stages,
                                                                                       only_stages, watch) else None)
         n_planned = await enqueue_plan(plan, plan_q, check=check)
+        if on_planned is not None:  # planned and queued: the run goes on
+            on_planned()
         # what the config change means is decided now that the plan is queued: does it add work next to
         # answers made under the old settings? (decided before planning, it said "affects none of it" and then
         # planned 114 new requests)

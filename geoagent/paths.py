@@ -111,7 +111,8 @@ def missing_release_error(
         One line: ``GeoContext release file not found: <file> (<role>; the folder <dir> does not exist |
         holds no <name>); point at the release folder with GEOAGENT_RELEASE=... or [paths] release_dir ...
         (the public release: https://github.com/Yifan1209/geocontext ...)``. A relative folder is also shown
-        resolved against the working directory. For a campaign state folder (:func:`is_state_folder` under
+        resolved against the working directory. Without ``role`` (a campaign's release folder) it ends with
+        :data:`DEMO_CRAWL_HINT` (the demo's crawl instead, README's fresh-clone variant). For a campaign state folder (:func:`is_state_folder` under
         ``state_root_dir``, default the state root) and no ``role``: :func:`missing_crawl_output_error` instead.
     """
     root = Path(release_dir)
@@ -131,7 +132,15 @@ def missing_release_error(
         f"the release folder with {C.ENV_RELEASE_DIR}=/path/to/geocontext or [paths] release_dir in the campaign "
         f"file (it holds sites.csv, ladders/ and verify_raw*.jsonl). The public release is {RELEASE_URL}: "
         f"clone or download it and point at that folder (or its data/ folder), e.g. {C.ENV_RELEASE_DIR}=$HOME/geocontext"
+        + ("" if role else DEMO_CRAWL_HINT)
     )
+
+
+#: the end of :func:`missing_release_error` for a campaign's release folder (no ``role``): README's alternative
+#: on a fresh clone, a campaign over the demo's crawl (its release-form folder ``state/demo-crawl``)
+DEMO_CRAWL_HINT = ('. Without the release: run `python run.py demo` first, then set [paths] release_dir = '
+                   f'"state/{DEMO_CRAWL}" (the demo crawl\'s folder, relative to where you run; README: the fresh-clone '
+                   'variant of my_verify.toml)')
 
 
 def release_argument_error(release_dir: str | os.PathLike[str], filename: str | None = None) -> FileNotFoundError | None:

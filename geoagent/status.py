@@ -281,6 +281,29 @@ def _state_ran(state_dir: Path) -> dict[str, Any] | None:
             "queues_dir": qdir}
 
 
+def no_task_queued_text(running: bool) -> str:
+    """What ``status`` says (and ``export`` refuses with) of a campaign whose queue files hold no task at all: a
+    run made them and was stopped (Ctrl-C) or failed while planning, before it queued its first task, or
+    (``running``: a process holds the campaign's ``run.lock``) is planning now. One line, no indent."""
+    return "no task queued yet: " + (
+        "a run is planning the campaign now" if running else
+        "a run made the queues but stopped (or failed) while planning, before it queued its first task; "
+        "nothing was sent: re-run the same command to plan and start it")
+
+
+def stopped_while_planning(cfg: Any) -> str | None:
+    """:func:`no_task_queued_text` when campaign ``cfg`` has queue files that hold no task (none ready, leased,
+    done or dead on any edge) and its state folder records no run (``manifest.json``); else None. A campaign
+    that ran before (its queues lost, say) and whose new run was stopped while planning is not one: what it
+    stored is still there. ``export`` refuses such a campaign (exit 1) as one that never ran."""
+    from geoagent.engine import run_lock_held
+
+    counts = queue_counts(cfg)
+    if not counts or any(c.total for c in counts.values()) or _state_ran(Path(cfg.state_dir())) is not None:
+        return None
+    return no_task_queued_text(bool(run_lock_held(Path(cfg.state_dir()))))
+
+
 def wrong_queues_root(cfg: Any) -> str | None:
     """The diagnosis (one line) when campaign ``cfg`` has no queue files under its queues root although its
     state folder's manifest records runs (:func:`wrong_queues_root_text`); None when it has queue files, or no
@@ -508,10 +531,7 @@ def format_status(st: dict[str, Any]) -> str:
     if complete and not any(c.ready or c.leased or c.done or c.dead for c in st["queues"].values()):
         # queue files without a single task: a run made them and was stopped (Ctrl-C) or failed while planning,
         # before it queued its first task (or is planning now); nothing was done, so nothing is complete
-        lines.append("  no task queued yet: " + (
-            "a run is planning the campaign now" if st.get("running") else
-            "a run made the queues but stopped (or failed) while planning, before it queued its first task; "
-            "nothing was sent: re-run the same command to plan and start it"))
+        lines.append("  " + no_task_queued_text(bool(st.get("running"))))
     elif complete and ended == ["no usable answers"]:  # geoagent.engine.STATUS_NO_USABLE (exit 6)
         lines.append("  campaign not usable: every queue drained, nothing dead-lettered, but the last run ended "
                      "'no usable answers' (a model answered and none of its answers parsed; that run's summary "
@@ -591,8 +611,10 @@ def format_status(st: dict[str, Any]) -> str:
                     f"{k} " + ("" if over else f"{float(v.get('rate_per_s') or 0.0):.2f}/s ") + f"done {v.get('done')}"
                     + (f" left {v['left']}" if not over and v.get("left") is not None else "")
                     for k, v in lanes.items() if isinstance(v, dict)))
-            # each distinct once
-            for err in dict.fromkeys(describe_reason(e)[:160] for e in sd.get("last_errors", [])[-2:]):
+            # each distinct once; the cap's refusals of the calls in flight as one line (budget_refusals_merged)
+            # (that line whole: its amounts are the point, and their number is bounded)
+            for err in dict.fromkeys(describe_reason(e)[:None if e.endswith(_REFUSED_TAIL) else 160]
+                                     for e in budget_refusals_merged(sd.get("last_errors", []))[-2:]):
                 lines.append(f"      {error_label}: {err}")
             # errors of a host that answered again since (the running process split them off): history too
             for r in (sd.get("resolved_errors") or [])[-2:]:
@@ -635,6 +657,39 @@ def format_status(st: dict[str, Any]) -> str:
         for d in items:
             lines.append(f"  dead {edge}/{d.key} (deliveries {d.attempts}): {describe_reason(d.reason)[:160]}")
     return "\n".join(lines)
+
+
+#: a stage's error for a call the cost cap refused (:class:`geoagent.runtime.ledger.BudgetExhausted`, as stored:
+#: ``"BudgetStop: budget exhausted: spent $S + unknown $U + reserved $R + this call $X > cap $C"``)
+_BUDGET_REFUSAL = re.compile(r"^(?P<head>\w+: )?budget exhausted: spent \$(?P<spent>[\d.]+) \+ unknown \$(?P<unknown>[\d.]+)"
+                             r" \+ reserved \$(?P<reserved>[\d.]+) \+ this call \$(?P<call>[\d.]+) > cap \$(?P<cap>[\d.]+)$")
+#: the end of the merged refusals' line (:func:`budget_refusals_merged`)
+_REFUSED_TAIL = " calls refused at the cap)"
+
+
+def budget_refusals_merged(errors: list[str]) -> list[str]:
+    """A stage's ``last_errors`` (oldest first) with the cost cap's refusals merged into one, for display.
+
+    When the cap stops a run, every task in flight that asks for its reservation is refused
+    (:class:`geoagent.runtime.ledger.BudgetExhausted`), each with its own request's worst case ("this call $X") and
+    the ledger's figures of that moment: ``status`` showed them as two nearly identical ``last error`` lines. The
+    refusals become one entry, at the place of the latest: each amount that differs among them shown as the range
+    ``$lo to $hi`` (USD, 6 decimals, as stored), the others as they are, followed by ``" (the last N calls refused at
+    the cap)"`` when there were several (N: those among the stage's last errors, which keeps 5). Other errors are returned
+    as they are; the stored record is never changed."""
+    hits = [(i, m) for i, e in enumerate(errors) if (m := _BUDGET_REFUSAL.match(e))]
+    if len(hits) < 2:
+        return list(errors)
+
+    def span(field: str) -> str:
+        vals = sorted({float(m[field]) for _, m in hits})
+        return f"${vals[0]:.6f}" if len(vals) == 1 else f"${vals[0]:.6f} to ${vals[-1]:.6f}"
+
+    i_last, last = hits[-1]
+    merged = (f"{last['head'] or ''}budget exhausted: spent {span('spent')} + unknown {span('unknown')} + reserved "
+              f"{span('reserved')} + this call {span('call')} > cap {span('cap')} (the last {len(hits)}{_REFUSED_TAIL}")
+    at = {i for i, _ in hits}
+    return [merged if i == i_last else e for i, e in enumerate(errors) if i not in at or i == i_last]
 
 
 def idle_note(sd: dict[str, Any], counts: dict[str, QueueCounts]) -> str:
