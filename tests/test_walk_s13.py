@@ -101,6 +101,7 @@ def test_missing_demo_crawl_folder_says_run_the_demo(tmp_path, monkeypatch, caps
     run before the demo, it was told to "run `python run.py crawl CRAWL_CONFIG` first ... see
     geoagent/configs/crawl_sandbox.toml", a crawl that writes another folder. It now names the demo."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GEOAGENT_RELEASE", raising=False)  # it would override [paths] release_dir
     cfgp = tmp_path / "my_verify.toml"
     cfgp.write_text(
         '[campaign]\nname = "my-verify"\nkind = "geoverify"\nseed = 1\n[budget]\ncap_usd = 1.00\n'
