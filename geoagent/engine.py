@@ -585,6 +585,7 @@ class Outcome:
             )
             lines.extend(spend_detail_lines(s))
             lines.extend(overrun_lines(s))
+            lines.extend(unreported_usage_lines(s))
         if self.status == STATUS_AUTH and C.EDGE_REQUESTS not in self.counts:
             # no model requests edge (the crawl's refused Mapillary token): the stop line above says what is queued
             lines.append("  not done: the work above stays queued untouched; set the variable named above and re-run "
@@ -708,6 +709,21 @@ def overrun_lines(spend: Mapping[str, Any]) -> list[str]:
             "flight could pass the cap; more input than estimated: raise [[models]] image_input_tokens or [budget] "
             "input_estimate_factor; more output than [[models]] max_output_tokens allows: the provider does not "
             "honour the limit (model_responses.parquet lists each call's output_tokens)"]
+
+
+def unreported_usage_lines(spend: Mapping[str, Any]) -> list[str]:
+    """One warning per model whose answers came without a usage count (a ledger's ``by_model`` entries with
+    ``unreported_calls``: :meth:`geoagent.runtime.ledger.Ledger.spend_by_model`), e.g. ``  warning: model 'm'
+    answered 3 calls without a usage count: booked at the worst case ($0.0003)``; those answers are stored
+    and settled at their reservations (:func:`geoagent.workers.billing.booked_answer`), so the spend shown
+    is an upper bound for them. [] when there were none."""
+    out: list[str] = []
+    for name, m in (spend.get("by_model") or {}).items():
+        n = int(m.get("unreported_calls") or 0)
+        if n:
+            out.append(f"  warning: model '{name}' answered {_calls(n)} without a usage count: booked at the worst "
+                       f"case ({usd(m.get('unreported_usd'))})")
+    return out
 
 
 def usd(amount: float | None) -> str:

@@ -144,3 +144,27 @@ def test_budget_refusal_sends_nothing_and_leaves_the_ledger_clean(tmp_path, remo
     sent, s, problems = _budget_refused(tmp_path, remote=remote)
     assert sent == 0 and problems == []
     assert s["reserved_usd"] == 0 and s["unknown_usd"] == 0 and s["spent_usd"] == 0 and s["open_reservations"] == 0
+
+
+def test_an_answer_without_usage_is_kept_and_settled_at_its_reservation(tmp_path):
+    """s13-usage: an audit answer whose body carries ``"usage": null`` is returned (not retried, not unknown
+    spend) and settled at its reservation, the worst case, as the model caller books it."""
+
+    async def main():
+        state = open_campaign_state("audit", root=tmp_path, cap_usd=10.0)
+        try:
+            async with serve(make_app(require_auth=False, usage="null")) as base, HttpClient() as http:
+                prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt", base_url=base + "/v1"), http)
+                req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate the place 0-5.",
+                                   params={"max_output_tokens": 100})
+                resp = await metered_generate(prov, req, ledger=state.ledger, model_cfg=MODEL)
+            rows = state.ledger.db.read("SELECT amount_nusd, actual_nusd FROM reservations")
+            return resp, (await state.ledger.asummary()).to_json(), rows
+        finally:
+            state.close()
+
+    resp, s, rows = asyncio.run(main())
+    assert resp.text and resp.usage.reported is False and resp.usage.output_tokens == 100
+    assert (s["calls"], s["unknown_calls"], s["reserved_usd"]) == (1, 0, 0)
+    [(amount, actual)] = rows
+    assert actual == amount > 0  # booked at the worst case, never below it

@@ -55,15 +55,22 @@ def test_refusal_filter_and_missing_usage_settle_the_ledger_without_under_counti
             assert s2.spent_usd - s1.spent_usd == pytest.approx(cost(call["input_tokens"], 0))
             assert len(billed(app["calls"])) == 2  # sent once
 
-            # 3) no usage in the body: the call was billed but cannot be settled: its reservation (>= the bill)
-            #    stays counted as unknown-outcome spend, never 0
-            with pytest.raises(Exception) as ei:
-                await rig.handle(_task("nousage", llm_openai.NO_USAGE_MARKER))
-            assert not isinstance(ei.value, PermanentFailure) and "usage" in str(ei.value)
+            # 3) no usage in the body: an answer all the same (billed once): stored and emitted, settled at its
+            #    reservation (the worst case, >= the bill), marked not reported; asked again it is not sent again
+            #    (before s13-usage: unknown-outcome spend and a retry that paid again, up to max_attempts)
+            [(_, out)] = await rig.handle(_task("nousage", llm_openai.NO_USAGE_MARKER))
             call = billed(app["calls"])[-1]
+            assert out["usage_reported"] is False and not out["cached"] and out["text"]
+            assert out["output_tokens"] == 50  # the worst case: max_output_tokens
             s3 = led.summary()
-            assert s3.unknown_calls == 1 and s3.reserved_usd == 0
-            assert s3.unknown_usd >= cost(call["input_tokens"], call["output_tokens"]) > 0
+            assert s3.calls == 3 and s3.unknown_calls == 0 and s3.reserved_usd == 0
+            booked = s3.spent_usd - s2.spent_usd
+            assert booked >= cost(call["input_tokens"], call["output_tokens"]) > 0
+            assert out["cost_usd"] == pytest.approx(booked)
+            assert led.spend_by_model()["m"]["unreported_calls"] == 1
+            [(_, again)] = await rig.handle(_task("nousage", llm_openai.NO_USAGE_MARKER))
+            assert again["cached"] and again["usage_reported"] is False and again["text"] == out["text"]
+            assert len(billed(app["calls"])) == 3 and led.summary().calls == 3  # not paid twice
             assert led.check_consistency() == []
 
     run(main(), 60)

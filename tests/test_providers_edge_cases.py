@@ -76,9 +76,11 @@ def test_openai_usage_without_completion_tokens_uses_total_minus_prompt():
 
 
 def test_openai_usage_without_any_output_count_is_not_settled_as_zero():
-    # before: completion_tokens defaulted to 0, so a paid answer settled at the input price only (under-count)
+    # before: completion_tokens defaulted to 0, so a paid answer settled at the input price only (under-count).
+    # s13-usage: it is an answer whose usage was not reported (the model caller books it at its worst case)
     out, hits = asyncio.run(_serve_once("openai", _openai('{"city": "Porto"}', {"prompt_tokens": 12})))
-    assert isinstance(out, OutcomeUnknown) and "completion_tokens" in str(out) and len(hits) == 1
+    assert not isinstance(out, Exception) and len(hits) == 1, out
+    assert out.text == '{"city": "Porto"}' and out.usage.reported is False
 
 
 def test_gemini_usage_without_candidates_count_uses_total_minus_prompt():
@@ -157,6 +159,10 @@ def _echo_auth_html(request: web.Request) -> bytes:
                          ids=["html-echoing-key", "latin1", "empty", "null", "empty-choices"])
 def test_unusable_200_is_outcome_unknown_sent_once_and_never_shows_the_key(kind, body_of):
     out, hits = asyncio.run(_serve_raw(kind, body_of))
+    if kind == "openai" and body_of is not _echo_auth_html and b"caf" in body_of(None):
+        # s13-usage: Latin-1 text is read (lenient_json) and a missing usage is no reason to refuse the answer
+        assert not isinstance(out, Exception) and out.usage.reported is False and len(hits) == 1, out
+        return
     assert isinstance(out, OutcomeUnknown) and "unusable 2xx body" in str(out)
     assert len(hits) == 1  # may have been billed: not re-sent inside the request
     assert KEY not in str(out) and KEY not in repr(out.args) and KEY not in str(vars(out))

@@ -439,7 +439,10 @@ def test_provider_parse_malformed_directly_raises_provider_error():
     with pytest.raises(MalformedResponse):
         prov.decode(_request("openai", None), b'{"choices": [], "usage": {}}')
     with pytest.raises(MalformedResponse):
-        prov.decode(_request("openai", None), b'{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": -1}}')
+        prov.decode(_request("openai", None), b'{"choices": [{"message": {"content": 5}}], "usage": {}}')
+    # s13-usage: readable text with an impossible count is an answer whose usage was not reported
+    resp = prov.decode(_request("openai", None), b'{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": -1}}')
+    assert resp.text == "x" and resp.usage.reported is False
 
 
 # -- secrets -------------------------------------------------------------------------------------------

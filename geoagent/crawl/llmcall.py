@@ -32,7 +32,7 @@ import anyio
 
 from geoagent.providers.base import ModelRequest, ModelResponse
 from geoagent.runtime.stage import Abandoned
-from geoagent.workers.billing import close_failed_call
+from geoagent.workers.billing import booked_answer, close_failed_call
 
 
 #: why a crawl model call was given up at a stop request
@@ -150,7 +150,9 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
         raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
     # shielded: the answer is paid for; a cancel now (the runner's grace period ending) must neither leave the
     # reservation open nor keep the answer from the caller, who stores it (else the next run pays again)
-    cost_usd = model_cfg.cost_usd(resp.usage.input_tokens, resp.usage.output_tokens)
+    # an answer without a usable usage is kept and booked at its reservation, the worst case (as the model caller)
+    resp, cost_usd = booked_answer(resp, held[0], model_cfg, request, input_estimate_factor=factor,
+                                   has_image=request.image is not None or bool(request.image_id), size_px=size)
     with anyio.CancelScope(shield=True):
         if store is None:
             await ledger.asettle(held[0], resp.usage, cost_usd)

@@ -105,10 +105,19 @@ def request_key(provider: str, model: str, prompt: str, image_id: str | None, pa
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage reported by the provider (tokens)."""
+    """Token usage reported by the provider (tokens).
+
+    ``reported`` is False for an answer whose body carried no usable count (an OpenAI-compatible server or gateway
+    that leaves ``usage`` out, sends ``usage: null``, or a count no call can have:
+    :mod:`geoagent.providers.openai_compat`): the counts are then not the provider's. The model caller books such a
+    call at its reservation (the worst case) and stores these figures as that worst case
+    (:func:`geoagent.workers.billing.booked_answer`); the ledger never settles it below the reservation
+    (:meth:`geoagent.runtime.ledger.Ledger.settle`).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    reported: bool = True
 
     def cost_usd(self, price_input_per_mtok: float, price_output_per_mtok: float) -> float:
         """Cost in USD given prices in USD per 1M input/output tokens."""
@@ -124,7 +133,9 @@ class ModelResponse:
     text : str
         The raw answer text (untrusted; never executed; kept verbatim).
     usage : Usage
-        Token usage as reported by the provider.
+        Token usage as reported by the provider (``usage.reported`` False: none was; the JSON form then carries
+        ``"usage_reported": false``, and only then, so answers stored before the field existed read back as
+        reported).
     latency_s : float
         Wall time of the call in seconds (0 for replay).
     finish_reason : str or None
@@ -147,13 +158,15 @@ class ModelResponse:
             "latency_s": self.latency_s,
             "finish_reason": self.finish_reason,
             "provider_model": self.provider_model,
+            **({} if self.usage.reported else {"usage_reported": False}),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ModelResponse":
         return cls(
             text=d["text"],
-            usage=Usage(int(d.get("input_tokens", 0)), int(d.get("output_tokens", 0))),
+            usage=Usage(int(d.get("input_tokens", 0)), int(d.get("output_tokens", 0)),
+                        reported=d.get("usage_reported", True) is not False),
             latency_s=float(d.get("latency_s", 0.0)),
             finish_reason=d.get("finish_reason"),
             provider_model=d.get("provider_model"),

@@ -41,7 +41,21 @@ Wire format (OpenAI API reference, "Create chat completion"):
 * Answer: ``choices[0].message.content`` (a refusal has ``content: null`` and the text in ``refusal``;
   that text is returned as the answer), ``choices[0].finish_reason``, ``usage.prompt_tokens`` /
   ``usage.completion_tokens`` (completion tokens include reasoning tokens; when absent, ``total_tokens -
-  prompt_tokens``; a non-empty answer with neither is malformed, never settled as 0 output), ``model``.
+  prompt_tokens``), ``model``.
+* An answer without a usable ``usage`` is still an answer (:class:`~geoagent.providers.base.Usage` with
+  ``reported = False``, counts 0): ``usage`` left out or ``null``, no count in it, or counts no call can have (not
+  a non-negative integer, above :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`, ``total_tokens <
+  prompt_tokens``, answer text with neither ``completion_tokens`` nor ``total_tokens``). OpenAI documents
+  ``usage`` ("Usage statistics for the completion request": ``prompt_tokens``, ``completion_tokens``,
+  ``total_tokens``) on every chat completion object (OpenAI API reference, "The chat completion object"), but
+  compatible servers and gateways do not all send it: with ``stream_options.include_usage`` every streamed
+  chunk but the last carries ``"usage": null`` and an interrupted stream may never send the last one (same
+  reference, ``stream_options``), so a gateway that reassembles a stream can forward ``null``; Ollama lists
+  ``stream_options.include_usage`` among the fields its compatibility layer takes (docs.ollama.com,
+  "OpenAI compatibility"); vLLM returns ``usage`` in OpenAI's shape. The call was answered and billed:
+  asking again pays again and likely gets the same body (each retry of such an answer used to cost one more
+  call, up to ``[queue] max_attempts``, and end as a dead letter). The model caller stores the answer once and
+  books it at its reservation, the worst case (:func:`geoagent.workers.billing.booked_answer`).
 * ``content: null`` with ``finish_reason: "content_filter"`` (and no refusal text) is a withheld answer:
   :class:`ContentBlocked` with the reported usage (not retried).
 * OpenRouter reports errors that happen after generation started inside an HTTP 200 body
@@ -191,15 +205,24 @@ class OpenAICompatProvider(HttpProvider):
             text = ""  # content null (the unfinished reasoning in message.reasoning), api.openai.com content ""
         if not isinstance(text, str):
             raise MalformedResponse(self.kind, "choices[0].message.content is not text", body_excerpt(raw))
-        usage = data.get("usage")
-        if not isinstance(usage, dict):
-            raise MalformedResponse(self.kind, "usage missing", body_excerpt(raw))
         return ModelResponse(
             text=text,
-            usage=self._usage(usage, text, raw),
+            usage=self._answer_usage(data.get("usage"), text, raw),
             finish_reason=finish,
             provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
         )
+
+    def _answer_usage(self, usage: Any, text: str, raw: bytes) -> Usage:
+        """The usage of a readable answer: :meth:`_usage` of ``usage``, or ``Usage(0, 0, reported=False)`` when
+        the body carries none that can be used (module docstring: left out, ``null``, not an object, without a
+        single count, or counts no call can have). Never raises: the answer text was read."""
+        if not isinstance(usage, dict) or all(usage.get(k) is None for k in
+                                              ("prompt_tokens", "completion_tokens", "total_tokens")):
+            return Usage(0, 0, reported=False)
+        try:
+            return self._usage(usage, text, raw)
+        except MalformedResponse:
+            return Usage(0, 0, reported=False)
 
     def _usage(self, usage: dict[str, Any], text: str, raw: bytes) -> Usage:
         """Input and output tokens of ``usage``; output = ``completion_tokens``, else ``total_tokens -

@@ -52,6 +52,10 @@ from geoagent.runtime.stage import BudgetStop
 T = TypeVar("T")
 
 NANO_PER_USD = 1_000_000_000
+#: the ``note`` of a settled reservation whose answer reported no usable usage (``Usage.reported`` False): it was
+#: settled at its reservation, the worst case (:meth:`Ledger.settle`), and is counted per model as
+#: ``unreported_calls`` / ``unreported_usd`` (:meth:`Ledger.spend_by_model`)
+USAGE_NOT_REPORTED = "usage not reported: booked at the reservation (worst case)"
 
 
 def usd_to_nano(usd: float, *, round_up: bool = False) -> int:
@@ -582,9 +586,12 @@ class Ledger:
 
         Idempotent: settling an already-settled reservation changes nothing. A reservation marked unknown
         (e.g. by recovery) is settled too, replacing its worst-case amount with the actual cost. If the
-        actual cost exceeds the reservation the excess is recorded as ``overrun_usd``.
+        actual cost exceeds the reservation the excess is recorded as ``overrun_usd``. A usage that was not
+        reported (``usage.reported`` False: the provider's answer carried no usable count) is settled at no less
+        than the reservation amount, with the note :data:`USAGE_NOT_REPORTED`.
         """
         actual = usd_to_nano(actual_usd)
+        reported = getattr(usage, "reported", True) is not False
         n_in, n_out = int(getattr(usage, "input_tokens", 0)), int(getattr(usage, "output_tokens", 0))
         with self.db.transaction() as conn:
             row = conn.execute(
@@ -595,11 +602,19 @@ class Ledger:
             state, amount, attempts = row
             if state == "settled":
                 return
-            conn.execute(
-                "UPDATE reservations SET state = 'settled', actual_nusd = ?, input_tokens = ?, output_tokens = ?,"
-                " attempts = 1, closed_at = ? WHERE id = ?",
-                (actual, n_in, n_out, time.time(), reservation.id),
-            )
+            if reported:
+                conn.execute(
+                    "UPDATE reservations SET state = 'settled', actual_nusd = ?, input_tokens = ?, output_tokens = ?,"
+                    " attempts = 1, closed_at = ? WHERE id = ?",
+                    (actual, n_in, n_out, time.time(), reservation.id),
+                )
+            else:  # no count from the provider: the worst case, never less (the ledger must not under-count)
+                actual = max(actual, int(amount))
+                conn.execute(
+                    "UPDATE reservations SET state = 'settled', actual_nusd = ?, input_tokens = ?, output_tokens = ?,"
+                    " attempts = 1, closed_at = ?, note = ? WHERE id = ?",
+                    (actual, n_in, n_out, time.time(), USAGE_NOT_REPORTED, reservation.id),
+                )
             d_reserved = amount if state == "open" else 0
             d_unknown = amount * attempts if state == "unknown" else 0
             conn.execute(
@@ -672,19 +687,28 @@ class Ledger:
             attempts of unknown-outcome calls; open reservations), in name order. Models whose reservations
             were all released (never billed) are left out. The sums over the models equal
             :meth:`summary`'s ``spent_usd`` / ``unknown_usd`` / ``reserved_usd`` (:meth:`check_consistency`).
+            A model with settled calls whose answers reported no usage (booked at their worst case,
+            :data:`USAGE_NOT_REPORTED`) also has ``unreported_calls`` (count) and ``unreported_usd`` (USD, part
+            of its ``spent_usd``); the keys are absent for models without such calls.
         """
         rows = self.db.read(
             "SELECT COALESCE(model, ''), state,"
             " COALESCE(SUM(CASE state WHEN 'settled' THEN actual_nusd WHEN 'unknown' THEN amount_nusd * attempts"
-            " ELSE amount_nusd END), 0), COUNT(*), COALESCE(SUM(attempts), 0)"
-            " FROM reservations WHERE state != 'released' GROUP BY COALESCE(model, ''), state"
+            " ELSE amount_nusd END), 0), COUNT(*), COALESCE(SUM(attempts), 0),"
+            " COALESCE(SUM(CASE WHEN state = 'settled' AND note = ? THEN 1 ELSE 0 END), 0),"
+            " COALESCE(SUM(CASE WHEN state = 'settled' AND note = ? THEN actual_nusd ELSE 0 END), 0)"
+            " FROM reservations WHERE state != 'released' GROUP BY COALESCE(model, ''), state",
+            (USAGE_NOT_REPORTED, USAGE_NOT_REPORTED),
         )
         out: dict[str, dict[str, Any]] = {}
-        for model, state, nusd, n, attempts in sorted(rows):
+        for model, state, nusd, n, attempts, n_unreported, unreported_nusd in sorted(rows):
             m = out.setdefault(str(model), {"spent_usd": 0.0, "unknown_usd": 0.0, "reserved_usd": 0.0,
                                             "calls": 0, "unknown_calls": 0, "open_reservations": 0})
             if state == "settled":
                 m["spent_usd"], m["calls"] = nano_to_usd(int(nusd)), int(n)
+                if int(n_unreported):
+                    m["unreported_calls"] = int(n_unreported)
+                    m["unreported_usd"] = nano_to_usd(int(unreported_nusd))
             elif state == "unknown":
                 m["unknown_usd"], m["unknown_calls"] = nano_to_usd(int(nusd)), int(attempts)
             elif state == "open":

@@ -419,14 +419,19 @@ class RedisLedger:
 
     def settle(self, reservation: Reservation, usage: Any, actual_usd: float) -> None:
         """Close a reservation with the call's usage (input/output tokens) and actual cost (USD); idempotent,
-        settles unknown-outcome ones too (see :meth:`geoagent.runtime.ledger.Ledger.settle`).
+        settles unknown-outcome ones too (see :meth:`geoagent.runtime.ledger.Ledger.settle`); a usage not reported
+        is settled at no less than the reservation (the per-model ``unreported_calls`` count of the SQLite ledger
+        is not kept here: the stored answer carries ``"usage_reported": false``).
 
         Raises
         ------
         LedgerError
             No such reservation.
         """
-        self.db.script("SETTLE", reservation.id, usd_to_nano(actual_usd), int(getattr(usage, "input_tokens", 0)),
+        actual = usd_to_nano(actual_usd)
+        if getattr(usage, "reported", True) is False:  # no count from the provider: never below the worst case
+            actual = max(actual, int(reservation.amount_nusd))
+        self.db.script("SETTLE", reservation.id, actual, int(getattr(usage, "input_tokens", 0)),
                        int(getattr(usage, "output_tokens", 0)), time.time())
 
     def release(self, reservation: Reservation, *, note: str | None = None) -> None:

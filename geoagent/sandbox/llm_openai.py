@@ -52,7 +52,10 @@ in the documented shapes (OpenAI API reference "Create chat completion" and "Err
 * Prompt markers for documented non-answers: :data:`REFUSE_MARKER` -> ``content: null`` with the text in
   ``refusal``; :data:`FILTER_MARKER` -> ``content: null``, ``finish_reason: "content_filter"``, 0 output
   tokens; :data:`NO_USAGE_MARKER` -> a normal answer without ``usage`` (as some compatible servers send;
-  the call is still logged as billed).
+  the call is still logged as billed). ``make_app(usage="omit")`` does that to every answer, ``usage="null"``
+  sends ``"usage": null`` instead (what a gateway that reassembles a stream forwards: every chunk but the last
+  carries ``usage: null`` under ``stream_options.include_usage``, OpenAI API reference, "Chat Completions",
+  ``stream_options``).
 * ``moderation_flags=`` (words): a prompt containing one (case-insensitive) is refused the way OpenRouter
   refuses input its moderation flagged (OpenRouter API reference, "Errors": HTTP 403, ``{"error": {"code":
   403, "message": "... requires moderation ... your input was flagged ...", "metadata": {"reasons": [...],
@@ -166,6 +169,9 @@ MODEL_OWNER = "geoagent-sandbox"
 MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("llm_model_ids", list)
 #: how a reasoning model's answer cut off inside its reasoning looks ("openai" or "vllm": make_app's reasoning_style)
 REASONING_STYLE_KEY: web.AppKey[str] = web.AppKey("llm_reasoning_style", str)
+USAGE_MODE_KEY: web.AppKey[str] = web.AppKey("llm_usage_mode", str)
+#: how the fake reports ``usage`` in its answers (``make_app(usage=...)``)
+USAGE_MODES = ("report", "omit", "null")
 #: whether a refused key is repeated in full in the 401 body, JSON with "/" written "\\/" (make_app's echo_key)
 ECHO_KEY_KEY: web.AppKey[bool] = web.AppKey("llm_echo_key", bool)
 
@@ -463,8 +469,11 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
         "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
         "system_fingerprint": "fp_sandbox",
     }
-    if NO_USAGE_MARKER in prompt:  # a compatible server that reports no usage (billed all the same)
+    mode = request.app.get(USAGE_MODE_KEY, "report")
+    if NO_USAGE_MARKER in prompt or mode == "omit":  # a compatible server that reports no usage (billed all the same)
         del payload["usage"]
+    elif mode == "null":  # a gateway that forwards a streamed answer's "usage": null (billed all the same)
+        payload["usage"] = None
     headers = {
         "x-request-id": f"req_{ans.response_id}",
         "openai-processing-ms": "1",
@@ -539,6 +548,7 @@ def make_app(
     deployments: dict[str, str] | None = None,
     azure_api_versions: Collection[str] | None = None,
     echo_key: bool = False,
+    usage: str = "report",
 ) -> web.Application:
     """Build the fake OpenAI Chat Completions app.
 
@@ -581,6 +591,9 @@ def make_app(
     echo_key : bool
         A careless proxy (default False): the 401 for a refused key repeats the key in full, in JSON whose every
         ``/`` is written ``\\/`` (as PHP's ``json_encode`` does), instead of OpenAI's masked ``sk-...abcd``.
+    usage : str
+        ``"report"`` (default: every answer carries ``usage``), ``"omit"`` (no ``usage`` key in any answer) or
+        ``"null"`` (``"usage": null``); calls are logged as billed either way.
 
     Returns
     -------
@@ -605,6 +618,9 @@ def make_app(
     if reasoning_style not in ("openai", "vllm"):
         raise ValueError(f"reasoning_style must be 'openai' or 'vllm', got {reasoning_style!r}")
     app[REASONING_STYLE_KEY] = reasoning_style
+    if usage not in USAGE_MODES:
+        raise ValueError(f"usage must be one of {USAGE_MODES}, got {usage!r}")
+    app[USAGE_MODE_KEY] = usage
     app[ECHO_KEY_KEY] = bool(echo_key)
     app[DEPLOYMENTS_KEY] = dict(deployments or {})
     app[AZURE_API_VERSIONS_KEY] = frozenset(AZURE_API_VERSIONS if azure_api_versions is None else azure_api_versions)

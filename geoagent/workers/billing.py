@@ -31,11 +31,58 @@ spend: where unsure, the ledger over-counts rather than under-counts.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from typing import Any
 
-from geoagent.providers.base import ProviderError
+from geoagent.providers.base import ModelResponse, ModelRequest, ProviderError, Usage
 from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped, never_sent
+
+
+def booked_answer(response: ModelResponse, reservation: Any, model_cfg: Any, request: ModelRequest, *,
+                  input_estimate_factor: float, has_image: bool, size_px: tuple[int, int] | None = None
+                  ) -> tuple[ModelResponse, float]:
+    """The answer to store and the cost (USD) to settle its reservation with.
+
+    An answer whose provider reported its usage costs that usage at the model's prices. An answer that came
+    without a usable usage (``response.usage.reported`` False: :mod:`geoagent.providers.openai_compat`) is still
+    stored (it was billed once; asking again would pay again), settled at the reservation's amount, the worst
+    case the call could cost (input estimate x ``input_estimate_factor`` + the request's max output tokens,
+    :func:`geoagent.config.reservation_usd`), so the ledger never counts it below the bill (unless the provider
+    ignored the output limit, which no ledger could know). Its usage becomes those worst-case token counts,
+    still marked not reported (stored as ``"usage_reported": false``; the ledger row carries
+    :data:`geoagent.runtime.ledger.USAGE_NOT_REPORTED`).
+
+    Parameters
+    ----------
+    response : ModelResponse
+        The provider's answer.
+    reservation : geoagent.runtime.ledger.Reservation
+        The call's reservation (``amount_usd``: its worst case, USD).
+    model_cfg : geoagent.config.ModelConfig
+        The ``[[models]]`` entry (prices, image rule).
+    request : ModelRequest
+        The request as sent (prompt, params, ``max_output_tokens``).
+    input_estimate_factor : float
+        ``[budget] input_estimate_factor`` the reservation was made with (>= 1).
+    has_image, size_px
+        Whether the call attached an image, and its (width, height) in px when known (as for the reservation).
+
+    Returns
+    -------
+    (ModelResponse, float)
+        The response to store and its cost in USD.
+    """
+    usage = response.usage
+    if usage.reported:
+        return response, model_cfg.cost_usd(usage.input_tokens, usage.output_tokens)
+    from geoagent.config import reserved_input_tokens
+
+    n_in = math.ceil(reserved_input_tokens(model_cfg, request.prompt, request.params, has_image=has_image,
+                                           size_px=size_px) * input_estimate_factor)
+    worst = Usage(n_in, int(request.max_output_tokens), reported=False)
+    return dataclasses.replace(response, usage=worst), float(reservation.amount_usd)
 
 
 async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, model_cfg: Any) -> str:

@@ -70,6 +70,10 @@ that may have been billed)
 OutcomeUnknown              unknown-outcome spend               re-raised -> nack, retried (reserves again)
 MalformedResponse (2xx)     unknown-outcome spend (or settled   retried (nack)
                             with the usage the API reported)
+an answer without a usable  settled at the reservation (the      answered: stored once, emitted (never
+usage (``Usage.reported``   worst case), ledger note             asked again); the run's summary warns
+False: usage left out,      ``USAGE_NOT_REPORTED``               once per model with the count
+null, impossible counts)
 ContentBlocked              settled with reported usage, else   ``PermanentFailure``
                             unknown-outcome spend
 ReplayMiss / recorded error released (replay is free)           ``Missing``
@@ -216,7 +220,7 @@ from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, 
 from geoagent.runtime.worker import PAUSED_BY_HOST, PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
 from geoagent.secrets import redact
 from geoagent.textfmt import count_text
-from geoagent.workers.billing import close_failed_call
+from geoagent.workers.billing import booked_answer, close_failed_call
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
 
 log = logging.getLogger(__name__)
@@ -982,6 +986,7 @@ class ModelCaller(Stage):
         self._mode: dict[str, Any] = {"watch": False}
         #: calls not yet known to be sent: (cancel scope around generate, its gate)
         self._unsent: set[tuple[anyio.CancelScope, _SendGate]] = set()
+        self._unreported_said: set[str] = set()  # models whose answer without usage was logged (once each)
         #: one lane per model when the campaign has several (lanes(); set at start), else None
         self._lanes: dict[str, Lane] | None = None
         #: the HTTP limit keys of the models sent over HTTP (pace_keys(); set at start)
@@ -1191,6 +1196,7 @@ class ModelCaller(Stage):
             usage = recorded(request) if callable(recorded) else None
             known_usd = m.cost_usd(int(usage[0]), int(usage[1])) if usage is not None else 0.0
             worst_usd = max(known_usd, _worst_usd(m, request, has_image, None, factor))
+            size: tuple[int, int] | None = None  # the loaded image's size, when read (the reservation counts it)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
             gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts)
             if probe is not None:
@@ -1254,7 +1260,13 @@ class ModelCaller(Stage):
             breaker.success(m.name)
             reservation = gate.reservation
 
-            cost_usd = m.cost_usd(response.usage.input_tokens, response.usage.output_tokens)
+            # an answer without a usable usage is kept, booked at its reservation (the worst case; module table)
+            response, cost_usd = booked_answer(response, reservation, m, request, input_estimate_factor=factor,
+                                               has_image=has_image, size_px=size)
+            if not response.usage.reported and m.name not in self._unreported_said:
+                self._unreported_said.add(m.name)
+                log.warning("model %r answered without a usage count: booked at the worst case ($%.6f, the "
+                            "reservation); the run's summary counts such calls", m.name, cost_usd)
             meta = {
                 "model_name": m.name,
                 "provider": m.provider,
@@ -1447,5 +1459,7 @@ class ModelCaller(Stage):
                 "cost_usd": cost_usd if cost_usd is not None else m.cost_usd(response.usage.input_tokens, response.usage.output_tokens),
                 "cached": cached,
                 "meta": dict(task.payload.get("meta") or {}),
+                # the counts above are the worst case the call was booked at: the provider reported none
+                **({} if response.usage.reported else {"usage_reported": False}),
             },
         )
