@@ -1,5 +1,10 @@
 """An answer whose usage the provider did not report (s13-usage): kept, booked at its worst case, said once.
 
+s13-usage2: the same for the Anthropic Messages fake (:mod:`geoagent.sandbox.llm_anthropic`, ``usage="omit"`` /
+``"null"``) and the Gemini generateContent fake (:mod:`geoagent.sandbox.llm_gemini`, ``usage="omit"`` / ``"null"``
+/ ``"prompt_only"``: text with no ``candidatesTokenCount`` nor ``totalTokenCount``). Before, each such answer was
+an unusable body: 3 tasks cost 15 billed calls, ``dead 3``, rc 3.
+
 Real processes: ``run.py`` in a subprocess against the OpenAI-compatible fake of :mod:`geoagent.sandbox.llm_openai`
 started with ``usage="omit"`` (no ``usage`` key) or ``usage="null"`` (``"usage": null``), each call it answers
 written to its token log (billed). Before the fix every such answer was unusable: each task was asked
@@ -35,18 +40,29 @@ def _billed(log: Path) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.strip() and json.loads(line).get("status") == 200)
 
 
-@pytest.mark.parametrize("mode", ["omit", "null"])
-def test_an_answer_without_usage_is_stored_once_and_booked_at_its_worst_case(tmp_path, mode):
+def _models(api: str, base: str) -> str:
+    """The one ``[[models]]`` table "m" (TOML text) for the fake of ``api`` at ``base`` (its root)."""
+    text = model_table(base_url=base, key_var=KEY_VAR, concurrency=2)
+    if api == "openai":
+        return text
+    model = {"anthropic": "claude-sim", "gemini": "gemini-sim"}[api]
+    return (text.replace('provider = "openai"', f'provider = "{api}"').replace(f'"{base}/v1"', f'"{base}"')
+            .replace('model = "gpt-x"', f'model = "{model}"'))
+
+
+@pytest.mark.parametrize("api,mode", [("openai", "omit"), ("openai", "null"), ("anthropic", "omit"),
+                                      ("anthropic", "null"), ("gemini", "omit"), ("gemini", "null"),
+                                      ("gemini", "prompt_only")])
+def test_an_answer_without_usage_is_stored_once_and_booked_at_its_worst_case(tmp_path, api, mode):
     from geoagent.config import load_config
     from geoagent.runtime.store import open_campaign_state
 
     log = tmp_path / "calls.jsonl"
-    proc, base = spawn("geoagent.sandbox.llm_openai:make_app", usage=mode, token_log=str(log))
+    proc, base = spawn(f"geoagent.sandbox.llm_{api}:make_app", usage=mode, token_log=str(log))
     env = {KEY_VAR: "unreported-" + "key-0123456789"}
     try:
         wait_ready(base)
-        cfgp = generic_campaign(tmp_path, name="nousage", n=3,
-                                models=model_table(base_url=base, key_var=KEY_VAR, concurrency=2))
+        cfgp = generic_campaign(tmp_path, name="nousage", n=3, models=_models(api, base))
         run = _run_py("run", str(cfgp), env=env)
         out = run.stdout + run.stderr
         n_first = _billed(log)

@@ -18,6 +18,17 @@ Wire format (Claude API docs: Messages, Vision, Errors):
   are skipped), ``stop_reason`` (``end_turn``, ``max_tokens``, ``stop_sequence``, ``refusal``, ...),
   ``usage.input_tokens`` / ``usage.output_tokens`` (cache-creation and cache-read input tokens, when
   reported, are added to input tokens), ``model``.
+* An answer without a usable ``usage`` is still an answer (:class:`~geoagent.providers.base.Usage` with
+  ``reported = False``, counts 0): ``usage`` left out, ``null`` or not an object, ``input_tokens`` or
+  ``output_tokens`` missing, or a count no call can have (not a non-negative integer, above
+  :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`; the cache counts too, when present). The API documents
+  ``usage`` ("Billing and rate-limit usage": ``input_tokens``, ``output_tokens``, the cache counts) as a required
+  field of every Message, with ``output_tokens`` non-zero even for an empty answer (Claude API docs, Messages;
+  the SDKs' ``Message.usage``), but Anthropic-compatible servers and gateways do not all pass it on. The call was
+  answered and billed: asking again pays again and likely gets the same body (each retry of such an answer used
+  to cost one more call, up to ``[queue] max_attempts``, and end as a dead letter). The model caller stores the
+  answer once and books it at its reservation, the worst case (:func:`geoagent.workers.billing.booked_answer`),
+  as for an OpenAI-compatible answer (:mod:`geoagent.providers.openai_compat`).
 """
 
 from __future__ import annotations
@@ -72,18 +83,38 @@ class AnthropicProvider(HttpProvider):
         texts = [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
         if any(not isinstance(t, str) for t in texts):
             raise MalformedResponse(self.kind, "a text block has no text", body_excerpt(raw))
-        usage = data.get("usage")
+        stop = data.get("stop_reason")
+        return ModelResponse(
+            text="".join(texts),  # type: ignore[arg-type]
+            usage=self._answer_usage(data.get("usage"), raw),
+            finish_reason=stop if isinstance(stop, str) else None,
+            provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
+        )
+
+    def _answer_usage(self, usage: Any, raw: bytes) -> Usage:
+        """The usage of a readable answer: :meth:`_usage` of ``usage``, or ``Usage(0, 0, reported=False)`` when
+        the body carries none that can be used (module docstring: left out, ``null``, not an object, a count
+        missing, or counts no call can have). Never raises: the answer text was read."""
         if not isinstance(usage, dict):
-            raise MalformedResponse(self.kind, "usage missing", body_excerpt(raw))
+            return Usage(0, 0, reported=False)
+        try:
+            return self._usage(usage, raw)
+        except MalformedResponse:
+            return Usage(0, 0, reported=False)
+
+    def _usage(self, usage: dict[str, Any], raw: bytes) -> Usage:
+        """Input tokens (``input_tokens`` + ``cache_creation_input_tokens`` + ``cache_read_input_tokens``, the
+        cache counts when present) and output tokens (``output_tokens``) of ``usage``.
+
+        Raises
+        ------
+        MalformedResponse
+            ``input_tokens`` or ``output_tokens`` missing, or a count that is not a non-negative integer (at most
+            :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`).
+        """
         n_in = as_int(usage.get("input_tokens"), "usage.input_tokens", self.kind, raw)
         for extra in ("cache_creation_input_tokens", "cache_read_input_tokens"):
             if usage.get(extra) is not None:
                 n_in += as_int(usage.get(extra), f"usage.{extra}", self.kind, raw)
         n_out = as_int(usage.get("output_tokens"), "usage.output_tokens", self.kind, raw)
-        stop = data.get("stop_reason")
-        return ModelResponse(
-            text="".join(texts),  # type: ignore[arg-type]
-            usage=Usage(n_in, n_out),
-            finish_reason=stop if isinstance(stop, str) else None,
-            provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
-        )
+        return Usage(n_in, n_out)

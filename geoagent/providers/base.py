@@ -109,7 +109,8 @@ class Usage:
 
     ``reported`` is False for an answer whose body carried no usable count (an OpenAI-compatible server or gateway
     that leaves ``usage`` out, sends ``usage: null``, or a count no call can have:
-    :mod:`geoagent.providers.openai_compat`): the counts are then not the provider's. The model caller books such a
+    :mod:`geoagent.providers.openai_compat`; the same for Anthropic's ``usage`` and Gemini's ``usageMetadata``:
+    :mod:`geoagent.providers.anthropic`, :mod:`geoagent.providers.gemini`): the counts are then not the provider's. The model caller books such a
     call at its reservation (the worst case) and stores these figures as that worst case
     (:func:`geoagent.workers.billing.booked_answer`); the ledger never settles it below the reservation
     (:meth:`geoagent.runtime.ledger.Ledger.settle`).

@@ -23,6 +23,21 @@ Wire format (Gemini API reference ``models.generateContent``):
   :class:`ContentBlocked` carrying the usage reported. No candidates at all otherwise ->
   :class:`MalformedResponse`. A candidate without parts that stopped on ``MAX_TOKENS`` (e.g. all budget
   spent thinking) is an empty answer with finish reason ``MAX_TOKENS``, not an error.
+* An answer (a candidate with text parts, or the empty ``MAX_TOKENS`` one) without a usable ``usageMetadata``
+  is still an answer (:class:`~geoagent.providers.base.Usage` with ``reported = False``, counts 0):
+  ``usageMetadata`` left out, ``null`` or not an object, no ``promptTokenCount`` (every call has a prompt: the
+  count is never 0), text with neither ``candidatesTokenCount`` nor ``totalTokenCount``, or a count no call can
+  have (not a non-negative integer, above :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`,
+  ``totalTokenCount`` below prompt + thoughts). The API's ``UsageMetadata`` fields are protobuf integers, which
+  the JSON mapping leaves out when 0, so ``candidatesTokenCount`` is absent for an empty or blocked answer (Gemini
+  API reference, ``GenerateContentResponse.UsageMetadata``; client libraries type every count as optional),
+  but an answer with text costs output tokens: a body that counts none did not report its usage. The call was
+  answered and billed: asking again pays again and likely gets the same body (each retry of such an answer used
+  to cost one more call, up to ``[queue] max_attempts``, and end as a dead letter). The model caller stores the
+  answer once and books it at its reservation, the worst case (:func:`geoagent.workers.billing.booked_answer`),
+  as for an OpenAI-compatible answer (:mod:`geoagent.providers.openai_compat`). A blocked prompt, a withheld
+  answer and a candidate without parts on another finish reason are no answers and keep the handling above
+  (their usage read with :meth:`GeminiProvider._usage`).
 """
 
 from __future__ import annotations
@@ -99,6 +114,19 @@ class GeminiProvider(HttpProvider):
             n_out = thoughts
         return Usage(n_in, n_out)
 
+    def _answer_usage(self, data: dict[str, Any], raw: bytes, text: str) -> Usage:
+        """The usage of a readable answer (``text``: its text, possibly empty): :meth:`_usage`, or ``Usage(0, 0,
+        reported=False)`` when ``data`` carries none that can be used (module docstring: ``usageMetadata`` left
+        out, ``null``, not an object, without ``promptTokenCount``, or counts no call can have). Never raises: the
+        answer text was read."""
+        meta = data.get("usageMetadata")
+        if not isinstance(meta, dict) or meta.get("promptTokenCount") is None:
+            return Usage(0, 0, reported=False)
+        try:
+            return self._usage(data, raw, text)
+        except MalformedResponse:
+            return Usage(0, 0, reported=False)
+
     def parse(self, request: ModelRequest, data: Any, raw: bytes) -> ModelResponse:
         if not isinstance(data, dict):
             raise MalformedResponse(self.kind, "body is not a JSON object", body_excerpt(raw))
@@ -121,20 +149,21 @@ class GeminiProvider(HttpProvider):
         content = cand.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
         if not parts:
-            usage = self._usage(data, raw)
-            if finish in BLOCKING_FINISH_REASONS:
-                raise ContentBlocked(self.kind, f"answer withheld: finishReason {finish}", usage)
-            if finish == "MAX_TOKENS":
+            if finish == "MAX_TOKENS":  # an empty answer: the cap went on thinking (an answer all the same)
                 texts: list[str] = []
+                usage = self._answer_usage(data, raw, "")
+            elif finish in BLOCKING_FINISH_REASONS:
+                raise ContentBlocked(self.kind, f"answer withheld: finishReason {finish}", self._usage(data, raw))
             else:
-                raise MalformedResponse(self.kind, f"candidate has no parts (finishReason {finish})", body_excerpt(raw), usage)
+                raise MalformedResponse(self.kind, f"candidate has no parts (finishReason {finish})", body_excerpt(raw),
+                                        self._usage(data, raw))
         else:
             if not isinstance(parts, list):
                 raise MalformedResponse(self.kind, "content.parts is not a list", body_excerpt(raw))
             texts = [
                 p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
             ]
-            usage = self._usage(data, raw, "".join(texts))
+            usage = self._answer_usage(data, raw, "".join(texts))
         return ModelResponse(
             text="".join(texts),
             usage=usage,

@@ -20,7 +20,10 @@
   ``request-id`` header on every answer.
 * Success: ``{"id": "msg_...", "type": "message", "role": "assistant", "model", "content": [{"type": "text",
   "text"}], "stop_reason": "end_turn"|"max_tokens", "stop_sequence": null, "usage": {"input_tokens",
-  "output_tokens", "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}``.
+  "output_tokens", "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}``. ``make_app(usage="omit")``
+  leaves ``usage`` out of every answer and ``usage="null"`` sends ``"usage": null`` (an Anthropic-compatible
+  server or gateway that does not pass the count on; the API documents ``usage`` on every Message: "Billing and
+  rate-limit usage"); the call is logged as billed either way.
 * Injected faults (``faults=``) answer in this error shape: 429 ``rate_limit_error``, 500 ``api_error``,
   and a 503 fault is sent as 529 ``overloaded_error`` (Anthropic's overload status); ``Retry-After`` kept.
 * ``GET /v1/models``: Anthropic's "List Models" (Claude API docs, Models, "List Models",
@@ -74,6 +77,9 @@ MODEL_CREATED_AT = "2023-11-14T22:13:20Z"
 LIST_LIMIT_DEFAULT = 20
 LIST_LIMIT_MAX = 1000
 MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("anthropic_model_ids", list)
+#: how the fake reports ``usage`` in its answers (``make_app(usage=...)``)
+USAGE_MODES = ("report", "omit", "null")
+USAGE_MODE_KEY: web.AppKey[str] = web.AppKey("anthropic_usage_mode", str)
 
 
 def _err(status: int, type_: str, message: str) -> web.Response:
@@ -317,6 +323,11 @@ async def messages(request: web.Request) -> web.Response:
         "usage": {"input_tokens": ans.input_tokens, "output_tokens": ans.output_tokens,
                   "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     }
+    mode = request.app.get(USAGE_MODE_KEY, "report")
+    if mode == "omit":  # a compatible server that reports no usage (billed all the same)
+        del payload["usage"]
+    elif mode == "null":  # a gateway that forwards "usage": null (billed all the same)
+        payload["usage"] = None
     return json_response(payload, headers={"request-id": f"req_{ans.response_id}"})
 
 
@@ -329,10 +340,15 @@ def make_app(
     calls_max: int | None = None,
     models: Collection[str] | None = None,
     image_billing: str = "simulated",
+    usage: str = "report",
 ) -> web.Application:
     """Build the fake Anthropic Messages app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
     ``models``: the ids ``GET /v1/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
-    /v1/models/{model_id}`` answers for the listed ids)."""
+    /v1/models/{model_id}`` answers for the listed ids; ``usage``: ``"report"`` (default: every answer carries
+    ``usage``), ``"omit"`` (no ``usage`` key) or ``"null"`` (``"usage": null``), one of :data:`USAGE_MODES`,
+    else ``ValueError``; calls are logged as billed either way)."""
+    if usage not in USAGE_MODES:
+        raise ValueError(f"usage must be one of {USAGE_MODES}, got {usage!r}")
     app = build_app(
         [("POST", "/v1/messages", messages), ("GET", "/v1/models", list_models),
          ("GET", "/v1/models/{model_id}", get_model)],
@@ -346,6 +362,7 @@ def make_app(
         image_billing=image_billing,
     )
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
+    app[USAGE_MODE_KEY] = usage
     return app
 
 

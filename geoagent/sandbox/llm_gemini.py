@@ -21,7 +21,10 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
 * Errors: ``{"error": {"code", "message", "status"[, "details"]}}``.
 * Success: ``{"candidates": [{"content": {"role": "model", "parts": [{"text"}]}, "finishReason":
   "STOP"|"MAX_TOKENS", "index": 0}], "usageMetadata": {"promptTokenCount", "candidatesTokenCount",
-  "totalTokenCount"}, "modelVersion", "responseId"}``.
+  "totalTokenCount"}, "modelVersion", "responseId"}``. ``make_app(usage=...)`` changes ``usageMetadata`` in
+  every answer (a candidate, with or without parts): ``"omit"`` leaves it out, ``"null"`` sends ``null``,
+  ``"prompt_only"`` sends only ``promptTokenCount`` (no ``candidatesTokenCount`` nor ``totalTokenCount`` for an
+  answer with text: what a gateway that drops the output count forwards); calls are logged as billed either way.
 * A prompt containing :data:`BLOCK_MARKER` is answered like a prompt the safety filter blocked:
   ``promptFeedback.blockReason = "OTHER"``, no ``candidates`` (usage reports only prompt tokens).
 
@@ -86,6 +89,21 @@ OUTPUT_TOKEN_LIMIT = 65_536
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 1000
 MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("gemini_model_ids", list)
+#: how the fake reports ``usageMetadata`` in its answers (``make_app(usage=...)``)
+USAGE_MODES = ("report", "omit", "null", "prompt_only")
+USAGE_MODE_KEY: web.AppKey[str] = web.AppKey("gemini_usage_mode", str)
+
+
+def _usage_as_set(app: web.Application, payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` (an answer with candidates) with its ``usageMetadata`` as ``make_app(usage=...)`` asks."""
+    mode = app.get(USAGE_MODE_KEY, "report")
+    if mode == "omit":
+        del payload["usageMetadata"]
+    elif mode == "null":
+        payload["usageMetadata"] = None
+    elif mode == "prompt_only":
+        payload["usageMetadata"] = {"promptTokenCount": payload["usageMetadata"]["promptTokenCount"]}
+    return payload
 
 _STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}
 _TOP_FIELDS = {
@@ -368,12 +386,12 @@ async def generate_content(request: web.Request) -> web.Response:
         log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=max_out, image_id=image_id,
                  image_sha256=sha256_hex(image), finish_reason="MAX_TOKENS")
         note_model(request.app[MODEL_IDS_KEY], model)
-        return json_response({
+        return json_response(_usage_as_set(request.app, {
             "candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS", "index": 0}],
             "usageMetadata": {"promptTokenCount": n_in, "totalTokenCount": n_in + max_out, "thoughtsTokenCount": max_out},
             "modelVersion": model,
             "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns()),
-        })
+        }))
     ans = answer_and_log(request, API, model=model, prompt=prompt, system=system, image=image,
                          max_output_tokens=max_out, finish_reasons=("STOP", "MAX_TOKENS"))
     note_model(request.app[MODEL_IDS_KEY], model)
@@ -384,7 +402,7 @@ async def generate_content(request: web.Request) -> web.Response:
         "modelVersion": model,
         "responseId": ans.response_id,
     }
-    return json_response(payload)
+    return json_response(_usage_as_set(request.app, payload))
 
 
 def make_app(
@@ -396,10 +414,15 @@ def make_app(
     calls_max: int | None = None,
     models: Collection[str] | None = None,
     image_billing: str = "simulated",
+    usage: str = "report",
 ) -> web.Application:
     """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
     ``models``: the ids ``GET /v1beta/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
-    /v1beta/models/{model}`` answers for the listed ids)."""
+    /v1beta/models/{model}`` answers for the listed ids; ``usage``: ``"report"`` (default), ``"omit"``,
+    ``"null"`` or ``"prompt_only"``, one of :data:`USAGE_MODES` (module docstring), else ``ValueError``; a
+    blocked prompt's answer keeps its usage)."""
+    if usage not in USAGE_MODES:
+        raise ValueError(f"usage must be one of {USAGE_MODES}, got {usage!r}")
     routes = [("POST", "/v1beta/models/{name}", generate_content), ("GET", "/v1beta/models", list_models),
               ("GET", "/v1beta/models/{name}", get_model)]
     app = build_app(
@@ -414,6 +437,7 @@ def make_app(
         image_billing=image_billing,
     )
     app[MODEL_IDS_KEY] = list(dict.fromkeys(DEFAULT_MODEL_IDS if models is None else models))
+    app[USAGE_MODE_KEY] = usage
     return app
 
 

@@ -46,7 +46,8 @@ def booked_answer(response: ModelResponse, reservation: Any, model_cfg: Any, req
     """The answer to store and the cost (USD) to settle its reservation with.
 
     An answer whose provider reported its usage costs that usage at the model's prices. An answer that came
-    without a usable usage (``response.usage.reported`` False: :mod:`geoagent.providers.openai_compat`) is still
+    without a usable usage (``response.usage.reported`` False: :mod:`geoagent.providers.openai_compat`,
+    :mod:`geoagent.providers.anthropic`, :mod:`geoagent.providers.gemini`) is still
     stored (it was billed once; asking again would pay again), settled at the reservation's amount, the worst
     case the call could cost (input estimate x ``input_estimate_factor`` + the request's max output tokens,
     :func:`geoagent.config.reservation_usd`), so the ledger never counts it below the bill (unless the provider
