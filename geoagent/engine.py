@@ -670,12 +670,21 @@ def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
     :data:`UNKNOWN_OUTCOME_MEANING`), then the spend per model (``spend["by_model"]``,
     :meth:`geoagent.runtime.ledger.Ledger.spend_by_model`): one line per model, ``    NAME: $X settled (N
     calls)`` plus its unknown-outcome and reserved amounts where not zero. Amounts in USD; [] when there is
-    nothing to add."""
+    nothing to add.
+
+    ``spend["gone_usd"]`` / ``spend["gone_calls"]`` (USD, count; ``status`` sets them,
+    :func:`geoagent.status.campaign_status`): the open reservations whose holder process is gone
+    (:func:`gone_reservations`, e.g. after a forced exit); a line says the next run books them as
+    unknown-outcome spend, and where every open reservation is such, the per-model amounts say "reserved by N
+    calls of a process that is gone" instead of "still open" (no call of theirs is in flight)."""
     out: list[str] = []
     unknown = float(spend.get("unknown_usd") or 0.0)
     if unknown > 0:
         n = int(spend.get("unknown_calls") or 0)
         out.append(f"  unknown-outcome: {usd(unknown)} ({n} call{'s' if n != 1 else ''}): {UNKNOWN_OUTCOME_MEANING}")
+    n_gone = int(spend.get("gone_calls") or 0)
+    # every open reservation is a gone process's: none is a call in flight
+    all_gone = n_gone > 0 and n_gone >= int(spend.get("open_reservations") or 0)
     by = spend.get("by_model") or {}
     if by:
         out.append("  spend per model:")
@@ -685,8 +694,15 @@ def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
                 line += f" + {usd(m.get('unknown_usd'))} unknown-outcome ({_calls(m.get('unknown_calls'))})"
             if float(m.get("reserved_usd") or 0.0) > 0:
                 n_open = int(m.get("open_reservations") or 0)
-                line += f" + {usd(m.get('reserved_usd'))} reserved by {n_open} call{'s' if n_open != 1 else ''} still open"
+                held = "of a process that is gone" if all_gone else "still open"
+                line += f" + {usd(m.get('reserved_usd'))} reserved by {n_open} call{'s' if n_open != 1 else ''} {held}"
             out.append(line)
+    if n_gone:
+        reserved = float(spend.get("reserved_usd") or 0.0)
+        share = "" if all_gone else f" of the {usd(reserved)} reserved"
+        out.append(f"  reserved by a process that is gone: {usd(spend.get('gone_usd'))}{share} ({_calls(n_gone)}; "
+                   "stopped without closing them: a forced exit or a kill); the next run of the campaign books them as "
+                   "unknown-outcome spend at their reservations (they already count against the cap)")
     return out
 
 
