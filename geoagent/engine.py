@@ -344,10 +344,19 @@ def reused_phrase(n: int) -> str:
     return f"{n} answer{'s' if n != 1 else ''} reused (stored by an earlier run, used instead of a call)"
 
 
-def done_before_phrase(n: int) -> str:
+def done_before_phrase(n: int, meanwhile: int = 0, *, known: bool = True) -> str:
     """``"; 120 requests done by earlier runs"`` for ``n`` planned requests already answered when this run
-    started (nothing left to ask for them), or ``""`` when ``n`` is 0."""
-    return f"; {n} request{'s' if n != 1 else ''} done by earlier runs" if n > 0 else ""
+    started (nothing left to ask for them), then ``"; 20 requests done meanwhile by other runs of the campaign"``
+    for ``meanwhile`` answered while it ran by another ``run`` process of the campaign (they share the queues);
+    each left out when 0, ``""`` when both are. ``known=False``: the answers at the start were not read, so
+    ``n`` (every answer not this process's) is ``"done by other runs"``, earlier or at the same time."""
+    def reqs(k: int) -> str:
+        return f"{k} request{'s' if k != 1 else ''}"
+
+    if not known:
+        return f"; {reqs(n)} done by other runs" if n > 0 else ""
+    return ((f"; {reqs(n)} done by earlier runs" if n > 0 else "")
+            + (f"; {reqs(meanwhile)} done meanwhile by other runs of the campaign" if meanwhile > 0 else ""))
 
 
 #: the spend line's clause when every model is simulated (:attr:`Outcome.spend_note`)
@@ -387,6 +396,11 @@ class Outcome:
     #: the planned number); empty when the plan holds no model calls (a crawl) or nothing was measured
     planned_by_model: dict[str, int] = field(default_factory=dict)
     answered_by_model: dict[str, int] = field(default_factory=dict)
+    #: stored answers to the plan's requests when this run started (once planned, before any worker ran; the sum
+    #: of :attr:`answered_by_model` read then): those are "done by earlier runs", the rest this process did not do
+    #: were done meanwhile by another run of the campaign (two ``run`` processes at once share the queues); None
+    #: when not read (every answer not this process's is then said done by other runs)
+    answered_at_start: int | None = None
     #: of :attr:`process_calls`, the answers ``replay`` models read from their recorded file (no model was
     #: called), per file as the config names it
     process_replayed: dict[str, int] = field(default_factory=dict)
@@ -539,9 +553,14 @@ class Outcome:
         # every replay file when replay is all there is, else those that answered something
         parts += [f"{n} answer{'s' if n != 1 else ''} replayed from {path}" for path, n in self.process_replayed.items()
                   if n or not parts]
-        before = max(0, sum(self.answered_by_model.values()) - (answered or 0)) if answered is not None else 0
+        others = max(0, sum(self.answered_by_model.values()) - (answered or 0)) if answered is not None else 0
+        if self.answered_at_start is None:
+            done = done_before_phrase(others, known=False)
+        else:  # answered before this run started, and the rest another run of the campaign did meanwhile
+            before = min(others, max(0, self.answered_at_start))
+            done = done_before_phrase(before, others - before)
         return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; {reused_phrase(reused)}"
-                f"{done_before_phrase(before)}")
+                f"{done}")
 
     def summary_with_this_run(self, notes: NotesOnce | None = None) -> str:
         """:meth:`summary` with :meth:`this_run_line` under its spend line (what ``run`` and ``demo`` print);
@@ -670,12 +689,21 @@ def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
     :data:`UNKNOWN_OUTCOME_MEANING`), then the spend per model (``spend["by_model"]``,
     :meth:`geoagent.runtime.ledger.Ledger.spend_by_model`): one line per model, ``    NAME: $X settled (N
     calls)`` plus its unknown-outcome and reserved amounts where not zero. Amounts in USD; [] when there is
-    nothing to add."""
+    nothing to add.
+
+    ``spend["gone_usd"]`` / ``spend["gone_calls"]`` (USD, count; ``status`` sets them,
+    :func:`geoagent.status.campaign_status`): the open reservations whose holder process is gone
+    (:func:`gone_reservations`, e.g. after a forced exit); a line says the next run books them as
+    unknown-outcome spend, and where every open reservation is such, the per-model amounts say "reserved by N
+    calls of a process that is gone" instead of "still open" (no call of theirs is in flight)."""
     out: list[str] = []
     unknown = float(spend.get("unknown_usd") or 0.0)
     if unknown > 0:
         n = int(spend.get("unknown_calls") or 0)
         out.append(f"  unknown-outcome: {usd(unknown)} ({n} call{'s' if n != 1 else ''}): {UNKNOWN_OUTCOME_MEANING}")
+    n_gone = int(spend.get("gone_calls") or 0)
+    # every open reservation is a gone process's: none is a call in flight
+    all_gone = n_gone > 0 and n_gone >= int(spend.get("open_reservations") or 0)
     by = spend.get("by_model") or {}
     if by:
         out.append("  spend per model:")
@@ -685,8 +713,15 @@ def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
                 line += f" + {usd(m.get('unknown_usd'))} unknown-outcome ({_calls(m.get('unknown_calls'))})"
             if float(m.get("reserved_usd") or 0.0) > 0:
                 n_open = int(m.get("open_reservations") or 0)
-                line += f" + {usd(m.get('reserved_usd'))} reserved by {n_open} call{'s' if n_open != 1 else ''} still open"
+                held = "of a process that is gone" if all_gone else "still open"
+                line += f" + {usd(m.get('reserved_usd'))} reserved by {n_open} call{'s' if n_open != 1 else ''} {held}"
             out.append(line)
+    if n_gone:
+        reserved = float(spend.get("reserved_usd") or 0.0)
+        share = "" if all_gone else f" of the {usd(reserved)} reserved"
+        out.append(f"  reserved by a process that is gone: {usd(spend.get('gone_usd'))}{share} ({_calls(n_gone)}; "
+                   "stopped without closing them: a forced exit or a kill); the next run of the campaign books them as "
+                   "unknown-outcome spend at their reservations (they already count against the cap)")
     return out
 
 
@@ -1727,6 +1762,9 @@ async def _run(
     if watch:
         print(WATCH_BANNER, flush=True)  # also when stdout is not a terminal (no live display there)
     lane_work = _lane_work(cfg, kind, planned_by_model, only_stages)
+    # the plan's answers stored before any worker of this run ran: the summary tells "done by earlier runs" from
+    # answers another run of the campaign stores meanwhile (Outcome.answered_at_start)
+    answered_at_start = sum(_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge).values())
     manifest = Manifest(ctx.services.get("config_as_written", cfg), state_dir=cfg.state_dir())
     run_id = manifest.start_run(command="run", extra={"planned": n_planned, "stages": [s.name for s in stages],
                                                       # where its queues are: `status` with another queues root
@@ -1875,6 +1913,7 @@ async def _run(
             process_answered=sum(r.stats.done for r in callers) if callers else None,
             planned_by_model=planned_by_model,
             answered_by_model=_answered_by_model(ctx, planned_by_model, cfg, kind.plan_edge),
+            answered_at_start=answered_at_start,
             planned_while_watching=n_watched,
             superseded=superseded,
             shared_queues=uses_redis(cfg),

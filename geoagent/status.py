@@ -198,6 +198,13 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         with open_state(cfg, recover=False) as state:
             spend = state.ledger.summary().to_json()
             spend["by_model"] = state.ledger.spend_by_model()
+            from geoagent.engine import gone_reservations
+
+            # open reservations whose holder is gone (a forced exit, a kill), by the rule the next run's start-up
+            # recovery books them as unknown-outcome spend with: not "still open" calls (spend_detail_lines)
+            gone_usd, gone_n = gone_reservations(state.ledger)
+            if gone_n:
+                spend["gone_usd"], spend["gone_calls"] = gone_usd, gone_n
             answered = state.store.count_responses_by_model()
     # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
     # earlier plan held would overstate a model's share (geoagent.runtime.scope)

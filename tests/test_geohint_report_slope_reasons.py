@@ -62,3 +62,41 @@ def test_no_line_without_a_failed_fit():
     agg = GeoHintAggregator()
     agg.add_many(synth_results(seed=5, n_sites=12))
     assert _no_fit_lines(table6(agg).notes) == []
+
+
+# --- n of a failed fit -------------------------------------------------------------------------------------------
+# Before (session 13 review): a row whose fit failed printed n = 0 in Tables 6/7 while its "No fit" line said
+# "need more than 2 rows to fit, have 2" (m-few's two context answers) or nothing of its rows at all (m-flat's six
+# answers, all with the hint 1 km away): n and the note disagreed. n is now the rows the fit had, made or not.
+
+
+def test_table6_n_of_a_failed_fit_is_its_rows():
+    agg = _agg()
+    rows = {r[0]: r for r in table6(agg).rows}
+    assert rows["m-few"][1] == 2  # before: 0, while the note says "have 2"
+    assert rows["m-flat"][1] == agg.regression(models=["m-flat"], condition="forced").nobs == 6  # before: 0
+    assert any(FEW in ln for ln in _no_fit_lines(table6(agg).notes))
+    assert rows["All"][1] == sum(rows[m][1] for m in ("m-a", "m-b", "m-c", "m-few", "m-flat"))
+
+
+def test_table7_n_agrees_with_the_have_count_of_its_no_fit_line():
+    import re
+    agg = _agg()
+    t = table7(agg)
+    rows = {r[0]: r for r in t.rows}
+    col = {"illegible": t.columns.index("n illegible"), "legible": t.columns.index("n legible"),
+           "all": t.columns.index("n all")}
+    assert rows["m-few"][col["all"]] == 2  # before: 0
+    assert rows["m-flat"][col["all"]] == 6  # before: 0
+    checked = 0
+    for ln in _no_fit_lines(t.notes):
+        have = re.search(r"have (\d+)\.$", ln)
+        if not have:
+            continue
+        cells = ln[ln.index(" in ") + 4:ln.index("):")].split("; ")
+        for c in cells:
+            m = re.fullmatch(r"(\S+) beta (illegible|legible|all), p \2", c)
+            if m:
+                assert rows[m.group(1)][col[m.group(2)]] == int(have.group(1)), (c, ln)
+                checked += 1
+    assert checked >= 2

@@ -500,6 +500,27 @@ def _permanent(exc: Exception) -> bool:
     return isinstance(exc, (OverpassQueryError, WdqsQueryError, WdqsAreaTooDense, ValueError))
 
 
+def record_watched_city(record: Callable[[], None] | None, city: CitySpec) -> None:
+    """Record a city a ``--watch`` crawl planned from its edited config in the run's manifest entry now
+    (``record``: the engine's ``record_run_so_far``, :meth:`geoagent.runtime.manifest.Manifest.record_progress`;
+    None: nothing to call), not only at the run's end, which a crawl killed outright never reaches. A failure
+    (any exception of ``record``) does not stop the crawl, whose end records the city again: it is said in a
+    warning (:class:`geoagent.config.InputWarning`: a ``warning:`` line on the CLI's console, as the crawl's other
+    warnings), e.g. ``warning: crawl --watch: the city 'Lyon' added while watching is not recorded in the manifest
+    yet (the end of the run records it): ...``."""
+    if record is None:
+        return
+    try:
+        record()
+    except Exception as exc:  # noqa: BLE001 - the run's end records it again; the crawl goes on
+        import warnings
+
+        from geoagent.config import InputWarning
+
+        warnings.warn(f"crawl --watch: the city {city.city!r} added while watching is not recorded in the manifest "
+                      f"yet (the end of the run records it): {exc}", InputWarning, stacklevel=2)
+
+
 class CityScreenerStage(_CrawlStage):
     """cities -> admitted: screen one city (Sec. 3.1, 3.2.1); rewrite ``city_pool.csv``."""
 
@@ -545,16 +566,7 @@ class CityScreenerStage(_CrawlStage):
                 # recorded in the run's manifest entry now, not only at the run's end: a crawl killed outright
                 # (SIGKILL) would leave the config of its start there, and the next run would call the added
                 # city a config change
-                record = ctx.services.get(C.SERVICE_RECORD_RUN_SO_FAR)
-                if record is not None:
-                    try:
-                        record()
-                    except Exception as exc:  # noqa: BLE001 - the run's end records it again; the crawl goes on
-                        import logging
-
-                        logging.getLogger(__name__).warning(
-                            "crawl --watch: the city %r added while watching is not recorded in the manifest yet "
-                            "(the end of the run records it): %s", city.city, exc)
+                record_watched_city(ctx.services.get(C.SERVICE_RECORD_RUN_SO_FAR), city)
 
             def on_read(cities: list[CitySpec]) -> None:
                 seen["last_read"] = list(cities)
@@ -1260,8 +1272,10 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
                               on_new: Callable[[CitySpec], None] | None = None,
                               on_read: Callable[[list[CitySpec]], None] | None = None) -> None:
     """Re-read the config every ``interval_s`` and enqueue cities added to ``[[crawl.cities]]`` (daemon
-    ``--watch``: editing the config file is how a city is added to a running crawl). A config that fails to
-    parse is skipped (logged) and the previous cities stay.
+    ``--watch``: editing the config file is how a city is added to a running crawl). A config that cannot be
+    read or fails to parse is skipped and the previous cities stay; a warning says so
+    (:class:`geoagent.config.InputWarning`: a ``warning: crawl --watch: cannot re-read CONFIG ...`` line on the
+    CLI's console, once per distinct error).
 
     Each city that is new to the ``cities`` queue (its key ``city:<slug>`` was never queued, in any state) is
     logged on its own line (``crawl --watch: planned new city 'Name' (city:<slug>), found in CONFIG``: the file
@@ -1296,7 +1310,14 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
                     if on_new is not None:
                         on_new(city)
         except (OSError, ValueError) as e:
-            log.warning("crawl: cannot re-read %s: %s", config_path, e)
+            # a "warning: ..." line on the CLI's console, as the crawl's other warnings (InputWarning); the same
+            # text every interval_s while the file stays broken is printed once (Python's default filter)
+            import warnings
+
+            from geoagent.config import InputWarning
+
+            warnings.warn(f"crawl --watch: cannot re-read {config_path} (its cities stay as last read): {e}",
+                          InputWarning, stacklevel=2)
         try:
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
         except asyncio.TimeoutError:

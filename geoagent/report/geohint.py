@@ -873,6 +873,18 @@ def _slope_cells(agg: GeoHintAggregator, models: Sequence[str] | None, condition
         return None
 
 
+def _fit_rows(r: Any, agg: GeoHintAggregator, models: Sequence[str] | None, condition: str,
+              sites: set[str] | None = None) -> int:
+    """The ``n`` a Table 6/7 slope row prints: the rows of its fit (``r.nobs``), and where the fit failed
+    (``r`` None, :func:`_slope_cells`) the rows it had all the same
+    (:meth:`geoagent.scoring.regression.ClusterOLS.rows`), the count its ``No fit`` line names ("need more than 2
+    rows to fit, have 2"); before, such a row printed 0 whatever rows it had."""
+    if r is not None:
+        return r.nobs
+    ols = agg.regression(models=models, condition=condition, fine_only=False)
+    return ols.rows(sorted(sites) if sites is not None else None)
+
+
 def no_fit_note(failed: Mapping[str, Sequence[str]]) -> str:
     """The notes' lines on slope cells printed as dashes because their fit failed (:func:`_slope_cells`): one line
     per reason the regression gave, said once, naming the cells it blanks in the table's order, as GeoVerify's
@@ -997,7 +1009,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
         nan = float("nan")
         share = r.slope / rr.slope if (r and rr and rr.slope) else nan
         rows.append([
-            label, r.nobs if r else 0, r.slope if r else nan, _shown_se(r, p_reference),
+            label, _fit_rows(r, agg, ms, condition), r.slope if r else nan, _shown_se(r, p_reference),
             _shown_p(r, p_reference, hidden), rf.slope if rf else nan, rr.slope if rr else nan, share,
         ])
     return Table(
@@ -1038,7 +1050,7 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
             r = _slope_cells(agg, ms, condition, False, sites, p_reference=p_reference, failed=failed,
                              cell=f"{label} beta {regime}, p {regime}")
             clusters += _clusters(r)
-            row += [r.nobs if r else 0, r.slope if r else nan, _shown_p(r, p_reference, hidden)]
+            row += [_fit_rows(r, agg, ms, condition, sites), r.slope if r else nan, _shown_p(r, p_reference, hidden)]
             regime_slopes.append(r.slope if r else nan)
         # finer-than-city answers only, per regime (Table 6's "beta (fine only)" within a regime)
         for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE])):

@@ -194,6 +194,18 @@ class ClusterOLS:
     def nobs(self) -> int:
         return sum(st.n for st in self.clusters.values())
 
+    def _chosen(self, clusters: Iterable[Hashable] | None) -> list:
+        """The non-empty cluster statistics a fit on ``clusters`` (None = all) uses; a label given twice counts once."""
+        if clusters is None:
+            return [st for st in self.clusters.values() if st.n > 0]
+        return [self.clusters[g] for g in dict.fromkeys(clusters) if g in self.clusters and self.clusters[g].n > 0]
+
+    def rows(self, clusters: Iterable[Hashable] | None = None) -> int:
+        """Rows (observations) a :meth:`fit` on ``clusters`` (None = all) uses, whether or not that fit succeeds:
+        the ``n`` that :meth:`fit`'s "need more than k rows to fit, have n" names, and the fit's ``nobs`` when it
+        is made."""
+        return sum(st.n for st in self._chosen(clusters))
+
     # --- fitting ----------------------------------------------------------------------------
     def fit(self, clusters: Iterable[Hashable] | None = None, *, use_t: bool = False,
             warn_few_clusters: bool = True) -> ClusterOLSResult:
@@ -210,10 +222,7 @@ class ClusterOLS:
             Fewer rows than regressors, or a ``X'X`` that is singular up to rounding (e.g. every hint
             distance equal: the slope is not identified).
         """
-        if clusters is None:
-            chosen = [st for st in self.clusters.values() if st.n > 0]
-        else:  # a label given twice is one cluster, counted once
-            chosen = [self.clusters[g] for g in dict.fromkeys(clusters) if g in self.clusters and self.clusters[g].n > 0]
+        chosen = self._chosen(clusters)  # a label given twice is one cluster, counted once
         k = self.k
         n = sum(st.n for st in chosen)
         G = len(chosen)
