@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +171,31 @@ def _point(geom: Any) -> tuple[float, float] | None:
     return lat, lon
 
 
+#: slack past the present for a ``captured_at`` (ms): a camera clock a little ahead, time zones written as UTC
+_FUTURE_SLACK_MS = 86_400_000
+
+
+def captured_at_ms(value: Any) -> int | None:
+    """A ``captured_at`` value (epoch milliseconds: an integer, a whole float or a digit string) as an int, or None
+    when it is absent, not a number (a date string, a JSON ``true``) or not a time a camera took a photo at:
+    before 1970 or more than a day after now (a value of 1e20 ms would crash the export's ISO conversion).
+    Source: Mapillary API v4 image fields (``captured_at``: "timestamp, ms since epoch")."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, float):
+            if not value.is_integer():
+                return None
+            ms = int(value)
+        else:
+            ms = int(str(value).strip()) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not 0 <= ms <= time.time() * 1000 + _FUTURE_SLACK_MS:
+        return None
+    return ms
+
+
 def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> MapillaryImage | None:
     """Parse one image object; None when the id is not digits or there is no usable position."""
     try:
@@ -179,11 +205,7 @@ def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> Mapillar
     pt = _point(obj.get("computed_geometry")) or _point(obj.get("geometry"))
     if pt is None:
         return None
-    cap = obj.get("captured_at")
-    try:
-        cap_ms = int(cap) if cap is not None else None
-    except (TypeError, ValueError):
-        cap_ms = None
+    cap_ms = captured_at_ms(obj.get("captured_at"))
     ang = obj.get("compass_angle")
     try:
         angle = float(ang) if ang is not None else None

@@ -1,0 +1,43 @@
+"""Adversarial review (session 13): ``captured_at`` values no camera wrote. Mapillary's ``captured_at`` is epoch
+milliseconds; a value far out of range (1e20, -1e18) was kept in the image's metadata and crashed the export
+(``OSError: Value too large``, ``ValueError: year ... out of range`` in the ISO conversion) of the whole crawl, a
+date after the download (2100) was exported as a capture time, and a JSON ``true`` became 1 ms (1970). Such a value
+is now unknown (None), as a string that is not a number already was. Real client, the Mapillary fake."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from geoagent.clients.mapillary import MapillaryClient
+from geoagent.crawl.export import _iso
+from geoagent.runtime.http import HostPolicy, HttpClient
+from geoagent.sandbox import mapillary as fake_mly
+from geoagent.sandbox.server import serve
+
+UA = "geoagent-test/0.1 (contact: mailto:test@example.org)"
+FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.05,
+                  timeout_s=5)
+LAT0, LON0 = 41.39, 2.17
+GOOD = 1_700_000_000_000
+
+
+def test_out_of_range_or_non_numeric_captured_at_is_unknown():
+    caps = {"800000000001": 10**20, "800000000002": 4_102_444_800_000, "800000000003": True,
+            "800000000004": -10**18, "800000000005": "2023-01-01T00:00:00Z", "800000000006": GOOD,
+            "800000000007": str(GOOD), "800000000008": float(GOOD)}
+    imgs = [fake_mly.FakeImage(iid, LAT0 + 0.0001 * i, LON0) for i, iid in enumerate(caps)]
+    for img in imgs:
+        img.captured_at_ms = caps[img.image_id]
+    st = fake_mly.MapillaryFakeState(images=imgs)
+
+    async def go():
+        async with serve(fake_mly.make_app(state=st)) as base, HttpClient(default_policy=FAST) as http:
+            return await MapillaryClient(http, base, "MLY|1|tok", UA).images_within(LAT0, LON0, 150)
+
+    got = {img.image_id: img.captured_at_ms for img, _ in asyncio.run(go())}
+    assert got == {"800000000001": None, "800000000002": None, "800000000003": None, "800000000004": None,
+                   "800000000005": None, "800000000006": GOOD, "800000000007": GOOD, "800000000008": GOOD}
+    for ms in got.values():  # every value kept converts for the export
+        iso = _iso(ms)
+        assert iso is None or iso <= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
