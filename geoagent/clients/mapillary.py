@@ -624,8 +624,8 @@ class MapillaryClient:
         Raises
         ------
         ThumbnailUnavailable
-            No thumbnail URL, the CDN refuses a fresh URL too, or the body is not a JPEG (per image:
-            skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP layer's errors.
+            No thumbnail URL, the CDN refuses a fresh URL too or redirects without end, or the body is not a
+            JPEG (per image: skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP layer's errors.
         """
         for attempt in (1, 2):
             url = await self.fresh_thumb_url(image_id, thumb_field)
@@ -638,6 +638,10 @@ class MapillaryClient:
                 if e.last.startswith("invalid body"):
                     raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG: {e.last}",
                                                kind="not_jpeg") from None
+                if "TooManyRedirects" in e.last:
+                    # the CDN answered, with redirects without end: this URL's condition, not the host's reach
+                    raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: the CDN redirects without end "
+                                               f"(TooManyRedirects, {e.attempts} attempts)", kind="refused") from None
                 raise
             except PermanentHTTPError as e:
                 if e.status in self.REFRESH_STATUSES and attempt == 1:
