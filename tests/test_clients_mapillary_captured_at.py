@@ -41,3 +41,21 @@ def test_out_of_range_or_non_numeric_captured_at_is_unknown():
     for ms in got.values():  # every value kept converts for the export
         iso = _iso(ms)
         assert iso is None or iso <= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def test_compass_angle_is_a_bearing_or_unknown():
+    """Same review: ``compass_angle`` (degrees, 0-360 per the API) was kept as sent: 720 or -90 exported as such, a
+    JSON ``true`` as 1 degree, the string "inf" as infinity. A finite number is now taken modulo 360; anything else is
+    unknown (None)."""
+    angles = {"800000000001": 720.0, "800000000002": -90.0, "800000000003": True, "800000000004": "inf",
+              "800000000005": "abc", "800000000006": 123.5, "800000000007": "45"}
+    imgs = [fake_mly.FakeImage(iid, LAT0 + 0.0001 * i, LON0, compass_angle=a) for i, (iid, a) in enumerate(angles.items())]
+    st = fake_mly.MapillaryFakeState(images=imgs)
+
+    async def go():
+        async with serve(fake_mly.make_app(state=st)) as base, HttpClient(default_policy=FAST) as http:
+            return await MapillaryClient(http, base, "MLY|1|tok", UA).images_within(LAT0, LON0, 150)
+
+    got = {img.image_id: img.compass_angle for img, _ in asyncio.run(go())}
+    assert got == {"800000000001": 0.0, "800000000002": 270.0, "800000000003": None, "800000000004": None,
+                   "800000000005": None, "800000000006": 123.5, "800000000007": 45.0}

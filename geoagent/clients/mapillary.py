@@ -196,6 +196,18 @@ def captured_at_ms(value: Any) -> int | None:
     return ms
 
 
+def compass_deg(value: Any) -> float | None:
+    """A ``compass_angle`` value (degrees clockwise from north: a number or a numeric string) as a bearing in
+    [0, 360), or None when it is absent, a JSON ``true``/``false``, not a number or not finite."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        deg = float(value)
+    except (TypeError, ValueError):
+        return None
+    return deg % 360.0 if math.isfinite(deg) else None
+
+
 def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> MapillaryImage | None:
     """Parse one image object; None when the id is not digits or there is no usable position."""
     try:
@@ -206,11 +218,7 @@ def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> Mapillar
     if pt is None:
         return None
     cap_ms = captured_at_ms(obj.get("captured_at"))
-    ang = obj.get("compass_angle")
-    try:
-        angle = float(ang) if ang is not None else None
-    except (TypeError, ValueError):
-        angle = None
+    angle = compass_deg(obj.get("compass_angle"))
     thumb = obj.get(thumb_field) if thumb_field else None
     return MapillaryImage(image_id, pt[0], pt[1], cap_ms, bool(obj.get("is_pano", False)), obj.get("camera_type"),
                           angle, thumb if isinstance(thumb, str) else None)
