@@ -620,6 +620,18 @@ class MapillaryClient:
             raise ThumbnailUnavailable(f"Mapillary image {image_id} has no {thumb_field} (got {url!r})", kind="no_url")
         return url
 
+    def _thumb_host_policy(self, host: str) -> None:
+        """Note a thumbnail host (:attr:`thumb_hosts`) and give it the thumbnails policy when it has no policy of
+        its own yet: never the Graph API host's, nor another API's host whose usage policy is set (a thumbnail URL
+        naming, say, the WDQS host must not lift WDQS's limits to the thumbnails')."""
+        first = host not in self.thumb_hosts
+        self.thumb_hosts.add(host)
+        if self.thumb_policy is None or not first or host == self.host:
+            return
+        # a host without a policy of its own gets the HTTP client's default, as a name no request uses does
+        if self.http.policy_for(host) is self.http.policy_for("no-policy-set.invalid"):
+            self.http.set_policy(host, self.thumb_policy)
+
     #: CDN statuses that mean "this URL is no good" (expired or bad signature, gone): ask for a new URL once
     REFRESH_STATUSES = frozenset({403, 404, 410})
 
@@ -637,9 +649,7 @@ class MapillaryClient:
         """
         for attempt in (1, 2):
             url = await self.fresh_thumb_url(image_id, thumb_field)
-            self.thumb_hosts.add(host_of(url))
-            if self.thumb_policy is not None:
-                self.http.set_policy(host_of(url), self.thumb_policy)
+            self._thumb_host_policy(host_of(url))
             try:
                 resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
             except RetriesExhausted as e:
