@@ -208,6 +208,16 @@ def compass_deg(value: Any) -> float | None:
     return deg % 360.0 if math.isfinite(deg) else None
 
 
+def pano_flag(value: Any) -> bool:
+    """An ``is_pano`` value as a flag: a boolean as it is, the texts ``"true"``/``"false"`` (any case) as they spell;
+    anything else counts as a panorama, so it never counts as perspective coverage (``bool("false")`` is True)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return True
+
+
 def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> MapillaryImage | None:
     """Parse one image object; None when the id is not digits or there is no usable position."""
     try:
@@ -220,7 +230,7 @@ def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> Mapillar
     cap_ms = captured_at_ms(obj.get("captured_at"))
     angle = compass_deg(obj.get("compass_angle"))
     thumb = obj.get(thumb_field) if thumb_field else None
-    return MapillaryImage(image_id, pt[0], pt[1], cap_ms, bool(obj.get("is_pano", False)), obj.get("camera_type"),
+    return MapillaryImage(image_id, pt[0], pt[1], cap_ms, pano_flag(obj.get("is_pano", False)), obj.get("camera_type"),
                           angle, thumb if isinstance(thumb, str) else None)
 
 

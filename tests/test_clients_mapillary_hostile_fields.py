@@ -1,4 +1,6 @@
-"""Adversarial review (session 13): ``captured_at`` values no camera wrote. Mapillary's ``captured_at`` is epoch
+"""Adversarial review (session 13): image fields of hostile value (``captured_at``, ``compass_angle``, ``is_pano``).
+
+``captured_at`` values no camera wrote. Mapillary's ``captured_at`` is epoch
 milliseconds; a value far out of range (1e20, -1e18) was kept in the image's metadata and crashed the export
 (``OSError: Value too large``, ``ValueError: year ... out of range`` in the ISO conversion) of the whole crawl, a
 date after the download (2100) was exported as a capture time, and a JSON ``true`` became 1 ms (1970). Such a value
@@ -59,3 +61,21 @@ def test_compass_angle_is_a_bearing_or_unknown():
     got = {img.image_id: img.compass_angle for img, _ in asyncio.run(go())}
     assert got == {"800000000001": 0.0, "800000000002": 270.0, "800000000003": None, "800000000004": None,
                    "800000000005": None, "800000000006": 123.5, "800000000007": 45.0}
+
+
+def test_is_pano_as_text_is_read_as_the_flag_it_spells():
+    """Same review: ``is_pano`` sent as the text "false" was ``bool("false")``, True: a perspective image counted as a
+    panorama, lowering a site's or city's coverage count (and so its admission). "true"/"false" read as the flags they
+    spell; a value that is neither a boolean nor such a text counts as a panorama (never as perspective coverage)."""
+    panos = {"800000000001": "false", "800000000002": "true", "800000000003": False, "800000000004": True,
+             "800000000005": "maybe", "800000000006": 0}
+    imgs = [fake_mly.FakeImage(iid, LAT0 + 0.0001 * i, LON0, is_pano=p) for i, (iid, p) in enumerate(panos.items())]
+    st = fake_mly.MapillaryFakeState(images=imgs)
+
+    async def go():
+        async with serve(fake_mly.make_app(state=st)) as base, HttpClient(default_policy=FAST) as http:
+            return await MapillaryClient(http, base, "MLY|1|tok", UA).images_within(LAT0, LON0, 150)
+
+    got = {img.image_id: img.is_pano for img, _ in asyncio.run(go())}
+    assert got == {"800000000001": False, "800000000002": True, "800000000003": False, "800000000004": True,
+                   "800000000005": True, "800000000006": True}
