@@ -79,3 +79,23 @@ def test_is_pano_as_text_is_read_as_the_flag_it_spells():
     got = {img.image_id: img.is_pano for img, _ in asyncio.run(go())}
     assert got == {"800000000001": False, "800000000002": True, "800000000003": False, "800000000004": True,
                    "800000000005": True, "800000000006": True}
+
+
+def test_camera_type_that_is_no_text_does_not_break_the_coverage_count():
+    """Same review: ``camera_type`` sent as a list or an object raised ``TypeError: unhashable type`` from
+    :attr:`MapillaryImage.perspective`, out of the coverage count, failing the city's screening or the site walk. A
+    value that is not text is now absent (None): the image is judged by ``is_pano`` alone, as one without the field."""
+    types = {"800000000001": ["perspective"], "800000000002": {"a": 1}, "800000000003": "fisheye",
+             "800000000004": "perspective"}
+    imgs = [fake_mly.FakeImage(iid, LAT0 + 0.0001 * i, LON0, camera_type=t) for i, (iid, t) in enumerate(types.items())]
+    st = fake_mly.MapillaryFakeState(images=imgs)
+
+    async def go():
+        async with serve(fake_mly.make_app(state=st)) as base, HttpClient(default_policy=FAST) as http:
+            m = MapillaryClient(http, base, "MLY|1|tok", UA)
+            return await m.images_within(LAT0, LON0, 150), await m.count_images_within(LAT0, LON0, 150)
+
+    found, count = asyncio.run(go())
+    assert {i.image_id: i.camera_type for i, _ in found} == {"800000000001": None, "800000000002": None,
+                                                              "800000000003": "fisheye", "800000000004": "perspective"}
+    assert (count.total, count.perspective) == (4, 4)

@@ -230,8 +230,9 @@ def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> Mapillar
     cap_ms = captured_at_ms(obj.get("captured_at"))
     angle = compass_deg(obj.get("compass_angle"))
     thumb = obj.get(thumb_field) if thumb_field else None
-    return MapillaryImage(image_id, pt[0], pt[1], cap_ms, pano_flag(obj.get("is_pano", False)), obj.get("camera_type"),
-                          angle, thumb if isinstance(thumb, str) else None)
+    camera = obj.get("camera_type")  # a value that is not text (a list, an object) counts as absent
+    return MapillaryImage(image_id, pt[0], pt[1], cap_ms, pano_flag(obj.get("is_pano", False)),
+                          camera if isinstance(camera, str) else None, angle, thumb if isinstance(thumb, str) else None)
 
 
 def bbox_around(lat: float, lon: float, radius_m: float) -> tuple[float, float, float, float]:
