@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +171,53 @@ def _point(geom: Any) -> tuple[float, float] | None:
     return lat, lon
 
 
+#: slack past the present for a ``captured_at`` (ms): a camera clock a little ahead, time zones written as UTC
+_FUTURE_SLACK_MS = 86_400_000
+
+
+def captured_at_ms(value: Any) -> int | None:
+    """A ``captured_at`` value (epoch milliseconds: an integer, a whole float or a digit string) as an int, or None
+    when it is absent, not a number (a date string, a JSON ``true``) or not a time a camera took a photo at:
+    before 1970 or more than a day after now (a value of 1e20 ms would crash the export's ISO conversion).
+    Source: Mapillary API v4 image fields (``captured_at``: "timestamp, ms since epoch")."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, float):
+            if not value.is_integer():
+                return None
+            ms = int(value)
+        else:
+            ms = int(str(value).strip()) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not 0 <= ms <= time.time() * 1000 + _FUTURE_SLACK_MS:
+        return None
+    return ms
+
+
+def compass_deg(value: Any) -> float | None:
+    """A ``compass_angle`` value (degrees clockwise from north: a number or a numeric string) as a bearing in
+    [0, 360), or None when it is absent, a JSON ``true``/``false``, not a number or not finite."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        deg = float(value)
+    except (TypeError, ValueError):
+        return None
+    return deg % 360.0 if math.isfinite(deg) else None
+
+
+def pano_flag(value: Any) -> bool:
+    """An ``is_pano`` value as a flag: a boolean as it is, the texts ``"true"``/``"false"`` (any case) as they spell;
+    anything else counts as a panorama, so it never counts as perspective coverage (``bool("false")`` is True)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return True
+
+
 def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> MapillaryImage | None:
     """Parse one image object; None when the id is not digits or there is no usable position."""
     try:
@@ -179,19 +227,12 @@ def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> Mapillar
     pt = _point(obj.get("computed_geometry")) or _point(obj.get("geometry"))
     if pt is None:
         return None
-    cap = obj.get("captured_at")
-    try:
-        cap_ms = int(cap) if cap is not None else None
-    except (TypeError, ValueError):
-        cap_ms = None
-    ang = obj.get("compass_angle")
-    try:
-        angle = float(ang) if ang is not None else None
-    except (TypeError, ValueError):
-        angle = None
+    cap_ms = captured_at_ms(obj.get("captured_at"))
+    angle = compass_deg(obj.get("compass_angle"))
     thumb = obj.get(thumb_field) if thumb_field else None
-    return MapillaryImage(image_id, pt[0], pt[1], cap_ms, bool(obj.get("is_pano", False)), obj.get("camera_type"),
-                          angle, thumb if isinstance(thumb, str) else None)
+    camera = obj.get("camera_type")  # a value that is not text (a list, an object) counts as absent
+    return MapillaryImage(image_id, pt[0], pt[1], cap_ms, pano_flag(obj.get("is_pano", False)),
+                          camera if isinstance(camera, str) else None, angle, thumb if isinstance(thumb, str) else None)
 
 
 def bbox_around(lat: float, lon: float, radius_m: float) -> tuple[float, float, float, float]:
@@ -590,6 +631,18 @@ class MapillaryClient:
             raise ThumbnailUnavailable(f"Mapillary image {image_id} has no {thumb_field} (got {url!r})", kind="no_url")
         return url
 
+    def _thumb_host_policy(self, host: str) -> None:
+        """Note a thumbnail host (:attr:`thumb_hosts`) and give it the thumbnails policy when it has no policy of
+        its own yet: never the Graph API host's, nor another API's host whose usage policy is set (a thumbnail URL
+        naming, say, the WDQS host must not lift WDQS's limits to the thumbnails')."""
+        first = host not in self.thumb_hosts
+        self.thumb_hosts.add(host)
+        if self.thumb_policy is None or not first or host == self.host:
+            return
+        # a host without a policy of its own gets the HTTP client's default, as a name no request uses does
+        if self.http.policy_for(host) is self.http.policy_for("no-policy-set.invalid"):
+            self.http.set_policy(host, self.thumb_policy)
+
     #: CDN statuses that mean "this URL is no good" (expired or bad signature, gone): ask for a new URL once
     REFRESH_STATUSES = frozenset({403, 404, 410})
 
@@ -602,20 +655,22 @@ class MapillaryClient:
         Raises
         ------
         ThumbnailUnavailable
-            No thumbnail URL, the CDN refuses a fresh URL too, or the body is not a JPEG (per image:
-            skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP layer's errors.
+            No thumbnail URL, the CDN refuses a fresh URL too or redirects without end, or the body is not a
+            JPEG (per image: skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP layer's errors.
         """
         for attempt in (1, 2):
             url = await self.fresh_thumb_url(image_id, thumb_field)
-            self.thumb_hosts.add(host_of(url))
-            if self.thumb_policy is not None:
-                self.http.set_policy(host_of(url), self.thumb_policy)
+            self._thumb_host_policy(host_of(url))
             try:
                 resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
             except RetriesExhausted as e:
                 if e.last.startswith("invalid body"):
                     raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG: {e.last}",
                                                kind="not_jpeg") from None
+                if "TooManyRedirects" in e.last:
+                    # the CDN answered, with redirects without end: this URL's condition, not the host's reach
+                    raise ThumbnailUnavailable(f"thumbnail of {image_id} refused: the CDN redirects without end "
+                                               f"(TooManyRedirects, {e.attempts} attempts)", kind="refused") from None
                 raise
             except PermanentHTTPError as e:
                 if e.status in self.REFRESH_STATUSES and attempt == 1:

@@ -100,10 +100,13 @@ class PageviewsClient:
         and window asked again is answered from memory (one request per URL while it is among the client's
         ``cache_size`` most recent answers).
 
+        Each day (item ``timestamp``) counts once; items dated outside ``start``..``end`` are left out.
+
         Raises
         ------
         PageviewsError
-            On a body that is not the documented ``{"items": [...]}`` shape.
+            On a body that is not the documented ``{"items": [...]}`` shape (each item a ``timestamp`` and a
+            ``views`` count: a non-negative integer).
         geoagent.runtime.http.PermanentHTTPError
             On 4xx other than 404 (404 is read as 0 views).
         geoagent.runtime.http.RetriesStopped
@@ -130,10 +133,16 @@ class PageviewsClient:
             try:
                 data = orjson.loads(resp.body)
                 items = data["items"]
-                views = sum(int(it["views"]) for it in items)
+                per_day: dict[str, int] = {}
+                for it in items:
+                    n, stamp = it["views"], str(it["timestamp"])
+                    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                        raise ValueError(f"views {n!r} is not a count")
+                    if start[:8] <= stamp[:8] <= end[:8]:  # a day outside the range asked for is no answer to it
+                        per_day.setdefault(stamp, n)  # a day listed twice counts once
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 raise PageviewsError(f"pageviews answered an unexpected body: {resp.text[:200]!r}") from None
-            total = PageviewTotal(title, views, len(items))
+            total = PageviewTotal(title, sum(per_day.values()), len(per_day))
         if self.cache_size:
             self._totals[url] = total
             self._totals.move_to_end(url)

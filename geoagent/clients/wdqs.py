@@ -377,6 +377,12 @@ def _box_reaches_circle(box: Box, lat: float, lon: float, radius_km: float) -> b
     return haversine_km(lat, lon, near_lat, near_lon) <= radius_km * 1.01 + 0.05
 
 
+def within_circle(lat: float, lon: float, radius_km: float, p_lat: float, p_lon: float) -> bool:
+    """Whether the point ``(p_lat, p_lon)`` lies within ``radius_km`` of the centre (haversine, degrees and km),
+    with the 1% + 50 m margin of :func:`_box_reaches_circle` for the service's own distance rounding."""
+    return haversine_km(lat, lon, p_lat, p_lon) <= radius_km * 1.01 + 0.05
+
+
 def _box_km2(box: Box) -> float:
     """Approximate area of a box in km^2 (for the split log)."""
     w, s, e, n = box
@@ -416,6 +422,11 @@ class WdqsClient:
         self.queries_sent = 0
         #: spatial splits made by the area queries' timeout fallback (whole circle and boxes)
         self.splits = 0
+        #: area-query rows dropped because their point lies outside the circle asked for (a ``Point(LAT LON)``
+        #: written latitude first, a mixed-up answer): the service filters by distance, so they are no answer
+        self.outside_radius = 0
+        #: the QIDs of those rows, in the order met
+        self.outside_radius_qids: list[str] = []
         if policy is not None:
             http.set_policy(self.host, policy)
 
@@ -494,7 +505,22 @@ class WdqsClient:
                           radius_km: float, page_size: int, *, area: str, what: str, max_split_depth: int,
                           on_split: Callable[[dict[str, Any]], Any] | None) -> list[WdEntity]:
         """The area query with the spatial-split fallback (module docstring); ``make_query(limit, offset,
-        box)`` builds one page (``box=None``: the whole circle)."""
+        box)`` builds one page (``box=None``: the whole circle). Rows whose point lies outside the circle are
+        dropped and counted (:attr:`outside_radius`)."""
+        found = await self._split_area_rows(make_query, lat, lon, radius_km, page_size, area=area, what=what,
+                                            max_split_depth=max_split_depth, on_split=on_split)
+        out = []
+        for ent in found:
+            if within_circle(lat, lon, radius_km, ent.lat, ent.lon):
+                out.append(ent)
+            else:
+                self.outside_radius += 1
+                self.outside_radius_qids.append(ent.qid)
+        return out
+
+    async def _split_area_rows(self, make_query: Callable[[int, int, Box | None], str], lat: float, lon: float,
+                               radius_km: float, page_size: int, *, area: str, what: str, max_split_depth: int,
+                               on_split: Callable[[dict[str, Any]], Any] | None) -> list[WdEntity]:
         try:
             return await self._paged(lambda lim, off: make_query(lim, off, None), page_size)
         except WdqsTimeout as e:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,8 +153,8 @@ def _best_statements(claims: Any, prop: str) -> list[dict[str, Any]]:
     for st in claims.get(prop) or []:
         if not isinstance(st, dict) or st.get("rank") not in _RANK_ORDER:
             continue
-        snak = st.get("mainsnak") or {}
-        if snak.get("snaktype") != "value" or not isinstance(snak.get("datavalue"), dict):
+        snak = st.get("mainsnak")
+        if not isinstance(snak, dict) or snak.get("snaktype") != "value" or not isinstance(snak.get("datavalue"), dict):
             continue
         out.append(st)
     out.sort(key=lambda st: _RANK_ORDER[st["rank"]])
@@ -165,23 +166,29 @@ def parse_entity(qid: str, obj: Any) -> Entity:
 
     Unknown keys are ignored; a ``missing`` marker (``""`` or ``true``) gives ``missing=True``.
     Coordinates are taken from the first usable P625 statement (see :class:`Entity`); values that are
-    not finite numbers within [-90, 90] x [-180, 180] are skipped.
+    not finite numbers within [-90, 90] x [-180, 180] are skipped. Parts of another shape than the API's (``labels``
+    as a list or a string, a term ``value`` that is not text, a ``mainsnak`` that is no object) count as absent;
+    an ``id`` that is no QID leaves the requested ``qid``.
     """
     if not isinstance(obj, dict) or "missing" in obj:
         return Entity(qid=qid, missing=True)
-    labels = {
-        str(lang): str(v.get("value"))
-        for lang, v in (obj.get("labels") or {}).items()
-        if isinstance(v, dict) and v.get("value")
-    }
+
+    def mapping(key: str) -> dict[str, Any]:  # a part of another shape (a list, a string) counts as absent
+        v = obj.get(key)
+        return v if isinstance(v, dict) else {}
+
+    def text(v: Any) -> str | None:  # a term's ``value``: non-empty text, else none
+        value = v.get("value") if isinstance(v, dict) else None
+        return value if isinstance(value, str) and value else None
+
+    labels = {str(lang): t for lang, v in mapping("labels").items() if (t := text(v)) is not None}
     aliases: dict[str, tuple[str, ...]] = {}
-    for lang, vs in (obj.get("aliases") or {}).items():
+    for lang, vs in mapping("aliases").items():
         if isinstance(vs, list):
-            texts = tuple(str(v.get("value")) for v in vs if isinstance(v, dict) and v.get("value"))
+            texts = tuple(t for v in vs if (t := text(v)) is not None)
             if texts:
                 aliases[str(lang)] = texts
-    desc_obj = (obj.get("descriptions") or {}).get("en")
-    description = str(desc_obj.get("value") or "") if isinstance(desc_obj, dict) else ""
+    description = text(mapping("descriptions").get("en")) or ""
     lat = lon = None
     for st in _best_statements(obj.get("claims"), "P625"):
         v = st["mainsnak"]["datavalue"].get("value") or {}
@@ -202,7 +209,7 @@ def parse_entity(qid: str, obj: Any) -> Entity:
         elif isinstance(v, dict) and isinstance(v.get("numeric-id"), int):
             classes.append(f"Q{v['numeric-id']}")
     return Entity(
-        qid=str(obj.get("id") or qid),
+        qid=obj_id if isinstance(obj_id := obj.get("id"), str) and re.fullmatch(r"Q[0-9]+", obj_id) else qid,
         labels=labels,
         aliases=aliases,
         description=description,

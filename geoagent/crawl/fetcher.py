@@ -28,7 +28,9 @@ per ``thumb_field``, kept or not.
 Undecodable thumbnails are recorded too. A thumbnail downloaded whole (a complete JPEG, ``FFD8`` ... ``FFD9``)
 that PIL cannot decode gets the same kind of record (:func:`record_unreadable`: ``"unreadable": true`` and the
 reason, no measurements), and a later walk rejects it from the record, with the same reason, under any settings
-(:func:`load_unreadable`): the verdict depends on the image's bytes alone. Remove the ``.rejected.json`` to have it
+(:func:`load_unreadable`): the verdict depends on the image's bytes alone. So does a complete JPEG whose size,
+read from its header before any decoding, is no thumbnail's (:func:`size_problem`: an edge under 16 px, a tracking
+pixel; or over Pillow's decompression-bomb limit): it is not decoded and gets the same record. Remove the ``.rejected.json`` to have it
 downloaded again. An answer that is no complete JPEG (an HTML error page served with status 200, a body cut short;
 :class:`~geoagent.clients.mapillary.ThumbnailUnavailable` ``kind`` ``"not_jpeg"``, after the HTTP layer's retries)
 is a failed transfer, not a verdict on the image: like an image whose thumbnail could not be had at all (no URL,
@@ -52,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,19 +79,45 @@ SELECTION_VERSION = 2
 NOT_PERSPECTIVE = "not a perspective camera"
 
 
+#: the shortest edge (px) of a thumbnail worth keeping: Mapillary's smallest thumbnail is 256 px wide
+#: (``thumb_256_url``), the sandbox renders 64; a narrower image is a placeholder or a tracking pixel, no photo
+MIN_THUMB_EDGE_PX = 16
+
+
+def size_problem(size: tuple[int, int]) -> str | None:
+    """Why an image of ``size`` = ``(width, height)`` px is no usable thumbnail, or None: an edge under
+    :data:`MIN_THUMB_EDGE_PX`, or more pixels than Pillow's decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``,
+    about 89 megapixels; Pillow only warns up to twice that, and a JPEG of that size can be a few hundred KB)."""
+    w, h = size
+    if min(w, h) < MIN_THUMB_EDGE_PX:
+        return f"not a usable image: too small ({w}x{h} px, an edge under {MIN_THUMB_EDGE_PX} px)"
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and w * h > limit:
+        return f"not a usable image: too large ({w}x{h} px, over {limit} pixels: a decompression bomb)"
+    return None
+
+
 def mean_brightness(jpeg: bytes, size_px: int = 32) -> float:
     """Mean grey level (0-255) of a ``size_px`` x ``size_px`` greyscale copy of the image.
 
     Raises
     ------
     ValueError
-        When the bytes are not a readable image.
+        When the bytes are not a readable image, or its size (read from the header, before any decoding) is no
+        thumbnail's (:func:`size_problem`).
     """
     try:
-        with Image.open(io.BytesIO(jpeg)) as im:
-            grey = im.convert("L").resize((size_px, size_px), Image.Resampling.BILINEAR)
+        with warnings.catch_warnings():  # above the bomb limit: refused below, before decoding
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(jpeg))
+        with im:
+            problem = size_problem(im.size)
+            if problem is None:
+                grey = im.convert("L").resize((size_px, size_px), Image.Resampling.BILINEAR)
     except Exception as e:  # PIL raises several types for bad data
         raise ValueError(f"not a readable image: {type(e).__name__}: {e}") from None
+    if problem is not None:
+        raise ValueError(problem)
     return float(ImageStat.Stat(grey).mean[0])
 
 

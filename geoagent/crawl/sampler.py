@@ -285,13 +285,19 @@ async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: Samp
     A candidate query that times out is split spatially (``settings.wdqs_split_depth``); ``on_split``
     receives each split's record (the crawl's decision log), ``on_note`` the record of a coverage count that is a
     lower bound (:meth:`geoagent.clients.mapillary.CoverageCount.note`: a search box still full at the minimum
-    size; the walk uses it as "at least N"). Raises
+    size; the walk uses it as "at least N"). A candidate whose every row's sitelink count does not read as a number
+    is left out before the shuffle (walk decision ``skip_no_sitelinks``, first in the walk). Raises
     :class:`geoagent.clients.wdqs.WdqsAreaTooDense` (naming the city) when that is not enough."""
     type_qids = list(settings.site_types.values())
     ents = await wdqs.site_candidates(city.lat, city.lon, settings.radius_km, type_qids, settings.max_sitelinks,
                                       page_size=settings.page_size, area=f"city {city.city}",
                                       max_split_depth=settings.wdqs_split_depth, on_split=on_split)
-    cands = [c for c in merge_candidates(ents, type_qids) if c.sitelinks <= settings.max_sitelinks]
+    # the candidate query binds ?links for every row (it filters on it): a row whose count did not read (None) is no
+    # answer to the max_sitelinks rule, and merged as 0 it would pass it unchecked
+    unreadable = sorted({e.qid for e in ents if e.sitelinks is None} - {e.qid for e in ents if e.sitelinks is not None},
+                        key=lambda q: int(q[1:]))
+    cands = [c for c in merge_candidates([e for e in ents if e.sitelinks is not None], type_qids)
+             if c.sitelinks <= settings.max_sitelinks]
 
     async def coverage(lat: float, lon: float, radius_m: float) -> Any:
         counts = await mapillary.count_images_within(lat, lon, radius_m)
@@ -300,8 +306,10 @@ async def sample_sites(city: CitySpec, wdqs: Any, mapillary: Any, settings: Samp
             await on_note(note | {"lat": lat, "lon": lon, "radius_m": radius_m})
         return counts if hasattr(counts, "lower_bound") else int(counts.perspective)
 
-    return await walk_candidates(city, shuffled(cands, seed), coverage, settings, seed, n_candidates=len(cands),
-                                 taken_ids=taken_ids, claimed=claimed)
+    res = await walk_candidates(city, shuffled(cands, seed), coverage, settings, seed, n_candidates=len(cands),
+                                taken_ids=taken_ids, claimed=claimed)
+    res.walk[:0] = [{"qid": q, "decision": "skip_no_sitelinks"} for q in unreadable]
+    return res
 
 
 def _csv_value(v: Any) -> Any:

@@ -88,14 +88,17 @@ def place_nodes_from_overpass(elements: Iterable[Any]) -> list[PlaceNode]:
     Skipped, never raised on: elements that are not objects, non-nodes, nodes without an integer ``id`` or without
     a usable position (missing or null ``lat``/``lon``, not a number, outside [-90, 90] x [-180, 180]). ``tags`` may
     be absent (api-notes section 1: omitted when a node has none); one that is not an object counts as absent, and a
-    ``name``/``place`` that is not text as missing."""
+    ``name``/``place`` that is not text as missing. A node id seen before in the same answer (a mirror or proxy
+    repeating elements) is skipped: a second copy would be its own nearest neighbour at 0 km."""
     out = []
+    seen: set[int] = set()
     for el in elements:
         if not isinstance(el, dict) or el.get("type") != "node":
             continue
         osm_id, lat, lon = el.get("id"), _coordinate(el.get("lat"), 90.0), _coordinate(el.get("lon"), 180.0)
-        if not isinstance(osm_id, int) or isinstance(osm_id, bool) or lat is None or lon is None:
+        if not isinstance(osm_id, int) or isinstance(osm_id, bool) or lat is None or lon is None or osm_id in seen:
             continue
+        seen.add(osm_id)
         tags = el.get("tags")
         tags = tags if isinstance(tags, dict) else {}
         name, place = tags.get("name"), tags.get("place")

@@ -12,7 +12,8 @@ over ``max_bbox_deg2`` -> 400; ``GET /{id}`` of an unknown or deleted image -> 4
 code 100, subcode 33 ("Unsupported get request. Object with ID ... does not exist", as the Graph API answers); a "dense" box (more than ``dense_threshold`` images) -> 500 (the client
 must split it); thumbnail URLs carry an expiry (``ttl_s``) and a signature: an expired or forged one
 gets 403 with a text body (``FakeImage.cdn_expired_first`` makes a URL expire before its first uses);
-an image may have no thumbnail (``thumb_*_url`` null) or a CDN answer that is not a JPEG. Thumbnails are JPEGs rendered on demand whose mean grey level is the image's
+an image may have no thumbnail (``thumb_*_url`` null), a CDN answer that is not a JPEG, or a CDN URL that
+redirects to itself without end (``FakeImage.cdn_redirect_loop``). Thumbnails are JPEGs rendered on demand whose mean grey level is the image's
 ``brightness`` (so the brightness filter has something real to measure).
 
 Graph API error shapes on demand (:class:`GraphErrorShape`; ``FakeImage.graph_error`` for ``GET /{id}``,
@@ -111,6 +112,8 @@ class FakeImage:
     has_thumb: bool = True
     #: served by the CDN instead of the rendered JPEG (e.g. an HTML error page with status 200)
     cdn_body: bytes | None = None
+    #: every CDN request of this image answers 302 back to the same URL (a CDN edge redirecting in a loop)
+    cdn_redirect_loop: bool = False
     #: the first N CDN requests of this image answer 403 "URL signature expired" (a URL that aged
     #: between the Graph API call and the download)
     cdn_expired_first: int = 0
@@ -308,6 +311,8 @@ async def _cdn(request: web.Request) -> web.Response:
     img = st.by_id().get(iid)
     if img is None:
         return web.Response(status=404, text="Not Found", content_type="text/plain")
+    if img.cdn_redirect_loop:
+        raise web.HTTPFound(str(request.rel_url))
     if img.cdn_expired_first > 0:
         img.cdn_expired_first -= 1
         return web.Response(status=403, text="URL signature expired", content_type="text/plain")

@@ -27,6 +27,9 @@ class PageviewsFakeState:
     daily_views: dict[str, int] = field(default_factory=dict)  # title with underscores -> views/day
     zero_every: int = 7
     requests: list[str] = field(default_factory=list)
+    #: title with underscores -> items appended verbatim to that article's answer (hostile shapes a client must
+    #: survive: a day listed twice, negative views, a day outside the range asked for)
+    extra_items: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
 
 PAGEVIEWS_STATE: web.AppKey[PageviewsFakeState] = web.AppKey("pageviews_state", PageviewsFakeState)
@@ -70,6 +73,7 @@ async def _per_article(request: web.Request) -> web.Response:
                           "views": per_day})
         day += dt.timedelta(days=1)
         i += 1
+    items.extend(st.extra_items.get(article, []))
     if not items:
         return _problem(404, "not_found", "Not found.", "The date(s) you used are valid, but we either do not have data "
                         "for those date(s), or the project you asked for is not loaded yet.", raw_path)

@@ -73,6 +73,9 @@ class FakeEntity:
     #: globe IRI before the point as WDQS writes coordinates on another globe, a malformed number); the fake's
     #: own distance and box tests still use ``lat``/``lon``
     coord_wkt: str | None = None
+    #: served verbatim as the ``?links`` literal instead of ``sitelinks`` (a hostile value: "many", ""); the fake's
+    #: own ``FILTER(?links <= N)`` still uses ``sitelinks``
+    links_literal: str | None = None
     #: labels in other languages than English (language code -> label)
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -219,7 +222,7 @@ def answer(st: WdqsFakeState, query: str) -> tuple[list[str], list[dict[str, Any
             "itemLabel": _lit(found[0], lang=found[1]) if (found := e.label_in(langs)) else _lit(e.qid),
             "coord": _lit(e.coord_wkt if e.coord_wkt is not None else f"Point({e.lon} {e.lat})", WKT),
             "dist": _lit(f"{d:.3f}", XSD + "double"),
-            "links": _lit(e.sitelinks, XSD + "integer"),
+            "links": _lit(e.links_literal if e.links_literal is not None else e.sitelinks, XSD + "integer"),
         }
         if types is None:
             if e.title:

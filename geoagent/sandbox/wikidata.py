@@ -85,6 +85,9 @@ class WikidataFakeState:
     #: ``"redirects": {"from", "to"}`` (Wikibase's ResultBuilder; public client fixtures show this shape).
     #: A redirected id that still has a gazetteer entry keeps turning up in search, like a lagging index.
     redirects: dict[str, str] = field(default_factory=dict)
+    #: id -> keys written over that entity's ``wbgetentities`` object verbatim (hostile shapes a client must
+    #: survive: ``labels`` as a list or a string, a ``mainsnak`` that is no object, an ``id`` that is no QID)
+    entity_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def count(self, action: str | None = None, outcome: str | None = None) -> int:
         """Number of logged requests, optionally of one action and/or outcome."""
@@ -253,7 +256,7 @@ async def _api(request: web.Request) -> web.Response:
     if action == "wbsearchentities":
         return _search(params, gaz, record)
     if action == "wbgetentities":
-        return _getentities(params, gaz, record, state.redirects)
+        return _getentities(params, gaz, record, state.redirects, state.entity_overrides)
     record["outcome"] = "badvalue"
     return _error("badvalue", f'Unrecognized value for parameter "action": {action}.')
 
@@ -290,7 +293,8 @@ def _search(params: dict[str, str], gaz: Gazetteer, record: dict[str, Any]) -> w
 
 
 def _getentities(params: dict[str, str], gaz: Gazetteer, record: dict[str, Any],
-                 redirects: dict[str, str] | None = None) -> web.Response:
+                 redirects: dict[str, str] | None = None,
+                 overrides: dict[str, dict[str, Any]] | None = None) -> web.Response:
     raw_ids = params.get("ids")
     if not raw_ids:
         record["outcome"] = "noids"
@@ -320,6 +324,8 @@ def _getentities(params: dict[str, str], gaz: Gazetteer, record: dict[str, Any],
             continue
         entry = gaz.get(qid)
         entities[qid] = {"id": qid, "missing": ""} if entry is None else _entity_json(entry, props, languages)
+        if entry is not None and qid in (overrides or {}):
+            entities[qid] = {**entities[qid], **(overrides or {})[qid]}
     return web.json_response({"entities": entities, "success": 1})
 
 
