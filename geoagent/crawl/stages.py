@@ -1181,21 +1181,22 @@ def apply_review_verdicts(settings: CrawlSettings, state_dir: str | Path) -> dic
 
     state_dir = Path(state_dir)
     decisions = review_verdicts_of(settings.referenceability.review_verdicts)
-    model: dict[tuple[str, str], Any] = {}
-    n = 0
-    for rec in _rated_records(state_dir):
-        site = rec["site"]
-        for r in rec["rated"]:
-            model[(str(site["site"]), str(r["qid"]))] = r.get("familiarity")
-        write_site_ladder(settings, state_dir, site, rec, decisions)
-        n += 1
-    return {"sites": n, **write_resolution(state_dir, decisions, model)}
+    records = _rated_records(state_dir)
+    for rec in records:
+        write_site_ladder(settings, state_dir, rec["site"], rec, decisions)
+    return {"sites": len(records), **write_resolution(state_dir, decisions, _model_ratings(records))}
 
 
 def _rated_records(state_dir: Path) -> list[dict[str, Any]]:
     """Every readable ``rated/<site>.json`` record of a crawl, in file-name order."""
     paths_ = sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []
     return [rec for p in paths_ if (rec := _load(p))]
+
+
+def _model_ratings(records: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+    """The auditor's own rating of each rated candidate: ``{(site id, qid): familiarity 0-5 or None}`` over
+    ``rated/`` records (:func:`_rated_records`)."""
+    return {(str(rec["site"]["site"]), str(r["qid"])): r.get("familiarity") for rec in records for r in rec["rated"]}
 
 
 def refresh_review_resolution(settings: CrawlSettings, state_dir: str | Path) -> dict[str, int]:
@@ -1215,9 +1216,7 @@ def refresh_review_resolution(settings: CrawlSettings, state_dir: str | Path) ->
 
     state_dir = Path(state_dir)
     decisions = review_verdicts_of(settings.referenceability.review_verdicts)
-    model = {(str(rec["site"]["site"]), str(r["qid"])): r.get("familiarity")
-             for rec in _rated_records(state_dir) for r in rec["rated"]}
-    return write_resolution(state_dir, decisions, model, warn_unmatched=False)
+    return write_resolution(state_dir, decisions, _model_ratings(_rated_records(state_dir)), warn_unmatched=False)
 
 
 #: ctx.services key of a ``--watch`` crawl's config watcher: ``{"added": [CitySpec, ...], "last_read": [CitySpec, ...] |
