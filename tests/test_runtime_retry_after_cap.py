@@ -18,7 +18,6 @@ import email.utils
 import logging
 import time
 
-import anyio
 import pytest
 
 from geoagent.runtime.http import (DEFAULT_MAX_RETRY_AFTER_S, HostPolicy, HttpClient, RetriesExhausted, host_key,
@@ -89,41 +88,18 @@ def test_a_retry_after_within_the_cap_is_honoured_as_asked(caplog):
 # ----------------------------------------------------------------------------------- a campaign against the fake
 def _run(tmp_path, monkeypatch, faults, *, max_attempts: int, heal: bool = False):
     """The 1-request generic campaign of tests/test_cost_dead_letter_deliveries.py against the OpenAI fake with
-    ``faults``; its host's ``[hosts]`` entry caps Retry-After at 1 s. ``heal``: faults off once one call was
-    answered. Returns (outcome, seconds the run took)."""
-    from test_cost_dead_letter_deliveries import KEY, _cfg
+    ``faults`` (tests/test_s12_pauses.py ``_run_dead``); its host's ``[hosts]`` entry caps Retry-After at 1 s.
+    ``heal``: faults off once one call was answered. Returns (outcome, seconds the run took)."""
+    from test_s12_pauses import _run_dead
 
-    from geoagent.config import load_config
-    from geoagent.engine import run_campaign
-    from geoagent.sandbox import llm_openai
-    from geoagent.sandbox.faults import FAULTS_KEY
+    def heal_faults(f) -> None:
+        f.rate = 0.0
 
-    monkeypatch.setenv("DEAD_TEST_KEY", KEY)
-    app = llm_openai.make_app(faults=faults, api_keys=[KEY])
-
-    async def go():
-        async with serve(app) as base:
-            p = _cfg(tmp_path, base)
-            host = base.split("//", 1)[1].rstrip("/")
-            p.write_text(p.read_text().replace("max_attempts = 8", f"max_attempts = {max_attempts}")
-                         .replace("n_requests = 3", "n_requests = 1")
-                         + f'\n[hosts."{host}"]\nrate = 1000\nmax_attempts = 3\nmax_retry_after_s = 1\n',
-                         encoding="utf-8")
-
-            async def watch():
-                while not app[FAULTS_KEY].log:
-                    await anyio.sleep(0.01)
-                faults.rate = 0.0
-
-            t0 = time.monotonic()
-            with anyio.fail_after(60):  # before: the task waited 86,400 s in the queue
-                async with anyio.create_task_group() as tg:
-                    if heal:
-                        tg.start_soon(watch)
-                    out = await run_campaign(load_config(p), live=False, handle_signals=False, export=False)
-            return out, time.monotonic() - t0
-
-    return anyio.run(go)
+    t0 = time.monotonic()
+    out = _run_dead(tmp_path, monkeypatch, faults, max_attempts=max_attempts, switch=heal_faults if heal else None,
+                    host="rate = 1000\nmax_attempts = 3\nmax_retry_after_s = 1\n",
+                    limit_s=60)  # before: the task waited 86,400 s in the queue
+    return out, time.monotonic() - t0
 
 
 @pytest.mark.parametrize("as_date", [False, True], ids=["delta-seconds", "http-date"])

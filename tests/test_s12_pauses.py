@@ -130,11 +130,17 @@ def test_a_run_whose_model_is_paused_prints_the_line_on_the_console(tmp_path, mo
 
 
 # --------------------------------------------------------------------------- 2. dead reasons after pauses
-def _run_dead(tmp_path, monkeypatch, faults, *, max_attempts: int, switch=None):
+#: the model host's [hosts] entry of :func:`_run_dead` by default: backoff_max_s 0.05 s, so a 1-s Retry-After pauses
+#: the task in the queue
+PAUSING_HOST = "rate = 1000\nbackoff_max_s = 0.05\nmax_attempts = 3\n"
+
+
+def _run_dead(tmp_path, monkeypatch, faults, *, max_attempts: int, switch=None, host: str = PAUSING_HOST,
+              limit_s: float | None = None):
     """Run the 1-request campaign of tests/test_cost_dead_letter_deliveries.py against the OpenAI fake with
-    ``faults`` ([queue] max_attempts ``max_attempts``; the model host's backoff_max_s 0.05 s, so a 1-s Retry-After
-    pauses the task in the queue). ``switch(faults)``, if given, runs once the fake has answered one call.
-    Returns the run's outcome."""
+    ``faults`` ([queue] max_attempts ``max_attempts``; ``host``: the body of the model host's ``[hosts]`` entry).
+    ``switch(faults)``, if given, runs once the fake has answered one call; ``limit_s``: the run fails after that
+    many seconds. Returns the run's outcome."""
     import anyio
 
     from test_cost_dead_letter_deliveries import KEY, _cfg
@@ -150,21 +156,21 @@ def _run_dead(tmp_path, monkeypatch, faults, *, max_attempts: int, switch=None):
     async def go():
         async with serve(app) as base:
             p = _cfg(tmp_path, base)
-            host = base.split("//", 1)[1].rstrip("/")
+            name = base.split("//", 1)[1].rstrip("/")
             p.write_text(p.read_text().replace("max_attempts = 8", f"max_attempts = {max_attempts}")
                          .replace("n_requests = 3", "n_requests = 1")
-                         + f'\n[hosts."{host}"]\nrate = 1000\nbackoff_max_s = 0.05\nmax_attempts = 3\n',
-                         encoding="utf-8")
+                         + f'\n[hosts."{name}"]\n{host}', encoding="utf-8")
 
             async def watch():
                 while not app[FAULTS_KEY].log:
                     await anyio.sleep(0.01)
                 switch(faults)
 
-            async with anyio.create_task_group() as tg:
-                if switch is not None:
-                    tg.start_soon(watch)
-                return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)
+            with anyio.fail_after(limit_s):
+                async with anyio.create_task_group() as tg:
+                    if switch is not None:
+                        tg.start_soon(watch)
+                    return await run_campaign(load_config(p), live=False, handle_signals=False, export=False)
 
     return anyio.run(go)
 
