@@ -871,21 +871,13 @@ class Manifest:
         now = time.time()
         with _locked(self.path):
             data = read_manifest(self.state_dir)
-            runs = (data or {}).get("runs", [])
-            for run in runs:
-                if run.get("run_id") == run_id:
-                    run["stopped_at"] = _iso(now)
-                    run["duration_s"] = round(now - float(run.get("started_unix", now)), 3)
-                    run["status"] = status
-                    if summary is not None:
-                        run["summary"] = summary
-                    if planned is not None:
-                        run["planned"] = int(planned)
-                    if config is not None:
-                        self._record_ended_config(data, run, config)
-                    break
-            else:
-                raise KeyError(f"{self.path}: no run {run_id!r}")
+            run = self._run_entry(data, run_id)
+            run["stopped_at"] = _iso(now)
+            run["duration_s"] = round(now - float(run.get("started_unix", now)), 3)
+            run["status"] = status
+            if summary is not None:
+                run["summary"] = summary
+            self._record_so_far(data, run, planned, config)
             if params_mix:
                 data["answers_by_request_params"] = params_mix
             elif params_mix is not None:
@@ -909,17 +901,28 @@ class Manifest:
         now = time.time()
         with _locked(self.path):
             data = read_manifest(self.state_dir)
-            for run in (data or {}).get("runs", []):
-                if run.get("run_id") == run_id:
-                    if planned is not None:
-                        run["planned"] = int(planned)
-                    if config is not None:
-                        self._record_ended_config(data, run, config)
-                    break
-            else:
-                raise KeyError(f"{self.path}: no run {run_id!r}")
+            self._record_so_far(data, self._run_entry(data, run_id), planned, config)
             data["updated_at"] = _iso(now)
             _write(self.path, data)
+
+    def _run_entry(self, data: dict[str, Any] | None, run_id: str) -> dict[str, Any]:
+        """Run ``run_id``'s entry in ``data`` (the manifest, read under its lock).
+
+        Raises
+        ------
+        KeyError
+            No run ``run_id`` in the manifest."""
+        for run in (data or {}).get("runs", []):
+            if run.get("run_id") == run_id:
+                return run
+        raise KeyError(f"{self.path}: no run {run_id!r}")
+
+    def _record_so_far(self, data: dict[str, Any], run: dict[str, Any], planned: int | None, config: Any) -> None:
+        """:meth:`stop_run`'s and :meth:`record_progress`'s ``planned`` and ``config`` (None: left as it is) for ``run``."""
+        if planned is not None:
+            run["planned"] = int(planned)
+        if config is not None:
+            self._record_ended_config(data, run, config)
 
     def _record_ended_config(self, data: dict[str, Any], run: dict[str, Any], config: Any) -> None:
         """:meth:`stop_run`'s ``config``: record it in ``data`` (the manifest, read under its lock) for ``run``."""
