@@ -216,7 +216,10 @@ def test_fault_middleware_rate_and_kinds_and_client_recovers():
 
     async def go():
         app = make_app(faults=cfg)
-        pol = HostPolicy(rate=1000, concurrency=16, max_attempts=10, backoff_base_s=0.005, backoff_max_s=0.05, timeout_s=0.3)
+        # timeout_s below the injected timeout's 1.0 s delay (so it fires) but far above a loaded loop's stall: at
+        # 0.3 s a plain request delayed by a busy machine timed out before the server logged it, and the client's
+        # count of attempts ran ahead of the server's log (a full-suite run: 206 vs 190)
+        pol = HostPolicy(rate=1000, concurrency=16, max_attempts=10, backoff_base_s=0.005, backoff_max_s=0.05, timeout_s=0.8)
         async with serve(app) as base, HttpClient(default_policy=pol) as http:
             resps = await asyncio.gather(*(http.request("GET", base + "/echo", params={"i": str(i)}, validate=_json_ok) for i in range(n)))
             return app, resps, http.stats()[host_key(base)]
