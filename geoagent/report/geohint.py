@@ -214,7 +214,7 @@ def _md_cell(text: str) -> str:
 class Table:
     """A report table: raw values in ``rows`` and a display format per column.
 
-    Formats: ``text``, ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
+    Formats: ``text``, ``count_of`` (a count as text, ``"0 of 14"``: right-aligned as the numbers are), ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
     signed, 2 decimals), ``pps`` (percentage points, unsigned, 2 decimals: an SD), ``f2``, ``f4`` (signed 4
     decimals), ``p`` (p-value, 2 significant digits), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
     ``[lo, hi]`` in %; two CSV columns).
@@ -346,7 +346,7 @@ def _csv_fraction_name(name: str) -> str:
 def _fmt(v: Any, f: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return DASH
-    if f == "text":
+    if f in ("text", "count_of"):
         return str(v)
     if f == "int":
         return f"{int(v)}"
@@ -1475,7 +1475,8 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
     the other tables leave out), with a row per model over all conditions and a total row.
 
     When answers were counted and none was cut off, Markdown and the terminal show one row (:attr:`Table.shown`):
-    ``All | all | 0 of N`` under ``Answers cut off`` (N = every scored answer), with a ``No finish reason`` column
+    ``All | all | 0 of N`` under ``Answers cut off`` (N = every scored answer; right-aligned, format ``count_of``,
+    as the counts of the full table and GeoVerify's ``0 of N`` cells), with a ``No finish reason`` column
     only where that count is not 0, as the GeoVerify report's cut-off section (its ``answers cut off (all arms)``
     row, :func:`geoagent.report.geoverify._truncation_rows`); ``cutoff.csv`` keeps every row and column."""
     rows = []
@@ -1500,7 +1501,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
         extra = [all_.n_no_reason] if all_.n_no_reason else []
         shown = Table("cutoff", title,
                       ["Model", "Condition", "Answers cut off", *(["No finish reason"] if extra else [])],
-                      ["text", "text", "text", *(["int"] if extra else [])],
+                      ["text", "text", "count_of", *(["int"] if extra else [])],
                       [["All", "all", f"{all_.n_truncated} of {all_.n}", *extra]],
                       _join_notes(notes, CUTOFF_COLLAPSED_NOTE))
     return Table(
