@@ -576,7 +576,7 @@ class Outcome:
         """The run's summary, one line per fact (headline, plan, queues, spend, the campaign kind's lines, reports).
 
         Each note is said once (:class:`geoagent.notes.NotesOnce`: the cut-off definition, a simulated-answers
-        banner, a long note line): within this summary, and with ``notes`` (one instance shared by everything a
+        banner, a GeoVerify small-n note, :data:`geoagent.notes.NOTE_OPENINGS`): within this summary, and with ``notes`` (one instance shared by everything a
         process prints, e.g. the demo's three summaries and its tables) across them; None: a fresh one."""
         return (notes or NotesOnce()).say("\n".join(self._summary_lines()))
 

@@ -15,8 +15,11 @@ Rules, per line, in the order the text is said:
   :data:`CUT_OFF_SEE_ABOVE` (the line's own counts stay);
 * a line holding a simulated-answers banner (``Simulated answers: ...``): left out when that banner was said
   already (another campaign's banner, e.g. GeoHint's, which says more, is a different one);
-* a prose line of at least :data:`NOTE_MIN_CHARS` characters, half of them letters (not a table row: no
-  box-drawing or Markdown table character; not a rule such as ``====``) already said word for word: left out.
+* a note line (its text opens with one of :data:`NOTE_OPENINGS`: GeoVerify's ``Small n (...)`` lines and its
+  ``† d' rests on ...`` footnote, said by the summary and by the table text under it) already said word for word:
+  left out. No other line is: a summary or table that gives a line twice on purpose keeps both (before session
+  14 every prose line of 100 characters or more said before was left out, e.g. a second campaign's identical
+  ``this run: ...`` line). A table row (a box-drawing or Markdown table character) is never a note.
 """
 
 from __future__ import annotations
@@ -27,17 +30,19 @@ from geoagent.scoring.truncation import LEGEND_LINE
 CUT_OFF_SEE_ABOVE = "cut off: see above"
 #: the words that open the simulated-answers banner (:func:`geoagent.sandbox.launch.simulated_note`)
 SIMULATED_BANNER = "Simulated answers: "
-#: a prose line at least this long (characters, stripped) is a note: left out when said word for word before
-NOTE_MIN_CHARS = 100
+#: how a note line opens (stripped): GeoVerify's small-n lines (:func:`geoagent.report.geoverify.small_n_warnings`)
+#: and its footnote on the small-n mark (:func:`geoagent.report.geoverify.small_n_note`); such a line is left out
+#: when said word for word before, no other line is
+NOTE_OPENINGS = ("Small n (", "\u2020 d' rests on fewer than ")
 #: characters of table rows (rich's box drawing, Markdown's cell separator): such a line is never left out
 TABLE_CHARS = frozenset("│┃|━─┏┓┗┛┡┩└┘╇╈┳┻╋┼")
 
 
-def _prose(line: str) -> bool:
-    """Whether ``line`` (stripped) is a note: at least :data:`NOTE_MIN_CHARS` characters, half of them letters
-    (not a rule of ``=`` or a row of numbers), and no table character (:data:`TABLE_CHARS`)."""
-    return (len(line) >= NOTE_MIN_CHARS and sum(ch.isalpha() for ch in line) >= len(line) // 2
-            and not TABLE_CHARS.intersection(line))
+def is_note(line: str) -> bool:
+    """Whether ``line`` is a note :class:`NotesOnce` says once: its stripped text opens with one of
+    :data:`NOTE_OPENINGS` and holds no table character (:data:`TABLE_CHARS`)."""
+    key = line.strip()
+    return key.startswith(NOTE_OPENINGS) and not TABLE_CHARS.intersection(key)
 
 
 class NotesOnce:
@@ -79,7 +84,7 @@ class NotesOnce:
                     line = line.replace(LEGEND_LINE, CUT_OFF_SEE_ABOVE)
                 self._cut_off_said = True
             key = line.strip()
-            if _prose(key):
+            if is_note(key):
                 if key in self._lines:
                     continue
                 self._lines.add(key)

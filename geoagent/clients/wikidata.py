@@ -114,6 +114,9 @@ class Entity:
         ``instance of`` (P31) values, deprecated statements skipped.
     missing : bool
         True when the API reported the id as missing.
+    sitelinks : int or None
+        Number of sitelinks (Wikipedia and sister-project pages), when ``props`` asked for ``sitelinks``; None
+        when not asked (or the part had another shape than the API's object).
     """
 
     qid: str
@@ -124,6 +127,7 @@ class Entity:
     lon: float | None = None
     classes: tuple[str, ...] = ()
     missing: bool = False
+    sitelinks: int | None = None
 
     @property
     def has_coordinates(self) -> bool:
@@ -216,6 +220,7 @@ def parse_entity(qid: str, obj: Any) -> Entity:
         lat=lat,
         lon=lon,
         classes=tuple(dict.fromkeys(classes)),
+        sitelinks=len(links) if isinstance(links := obj.get("sitelinks"), dict) else None,
     )
 
 

@@ -168,7 +168,8 @@ class Cell:
     #: the paper's "2 responses out of 2799 are unparseable" (module doc)
     n_unparseable: int = 0
     #: checklist answers whose text geoagent's parser never read (:func:`answer_text_read` False: rows of a judged
-    #: file, parsed fields only): Table 11 cannot be computed from them (seed 000: from the raw responses)
+    #: file, parsed fields only): Table 11 cannot be computed from them (seed 000: from the raw responses), so it
+    #: is computed from the others (:attr:`n_text_read`) and the checklist counts above are theirs alone
     n_text_unread: int = 0
 
     def add(self, r: GeoHintResult) -> None:
@@ -193,7 +194,11 @@ class Cell:
             elif r.dist_km is not None and r.dist_km > 0 and r.error_km == 0:
                 self.n_zero_err += 1
         if r.condition in CHECKLIST_CONDITIONS:
-            self.n_text_unread += not answer_text_read(r)
+            if not answer_text_read(r):
+                # a judged file's row: no text, so no evidence object to count and no parse to judge; Table 11
+                # leaves it out and says how many (geoagent.report.geohint.table11)
+                self.n_text_unread += 1
+                return
             self.evidence_parsed += bool(r.parse_ok)
             self.n_unparseable += no_json_object(r)
             if r.evidence is not None:  # an evidence object, whatever else parsed (module doc)
@@ -215,6 +220,12 @@ class Cell:
         return self
 
     # --- derived (NaN when undefined) ---
+    @property
+    def n_text_read(self) -> int:
+        """Answers whose text was read, in a cell of checklist answers (:meth:`GeoHintAggregator.compliance`): Table
+        11's n, :attr:`n` less :attr:`n_text_unread`."""
+        return self.n - self.n_text_unread
+
     @property
     def hit_rate(self) -> float:
         return self.hits / self.n if self.n else float("nan")

@@ -24,7 +24,16 @@ Protocol (seed 000 Sec. 4.2-4.3, Sec. 7, Appendix B):
 5. **No global fallback (fault 3).** A candidate farther than ``anchor_radius_km`` from the anchor is
    rejected; if no candidate lies within the radius the level fails (trace outcome
    ``out-of-anchor``). With no anchor (the city did not resolve) nothing finer is tried and the
-   level is ``none``.
+   level is ``none``. Among several exact Wikidata matches within the radius, ``candidate_rule`` picks one
+   (:data:`CANDIDATE_RULES`): ``"first"`` (default) the first in the search's order; ``"most_sitelinks"`` the
+   one with the most sitelinks (ties: the first), the release's rule (``geocontext/geocode.py``
+   ``geocode``: ``max(close, key=sitelinks)`` over the candidates within ``near_km=60.0`` of the anchor;
+   set ``anchor_radius_km = 60`` with it, :data:`RELEASE_ANCHOR_RADIUS_KM`). The paper gives neither (Sec. 4.2:
+   "Ambiguous names are disambiguated using an anchor derived from the model's own answered city"; Sec. 4.3
+   fault 3 removes only the global most-linked fallback), so the default stays. Under either rule the release
+   differs in its candidates too: it takes the first 8 search hits of any name match, here only exact matches
+   of the variant (point 3); and the city itself is the most-linked of its hits there, the first of a city
+   class here. Nominatim's fallback has no sitelinks: its first match within the radius.
 6. **City level is censored (fault 4).** A ``city`` result keeps its coordinate and ``error_km`` for
    reference, but :attr:`LocatedAnswer.hit` is always False for it: the answer is only known to be no
    finer than the city. An area or building candidate that *is* the anchor city (same QID) counts as
@@ -64,6 +73,16 @@ LINEAR_CLASSES = frozenset({"Q79007", "Q34442", "Q83620", "Q7543083", "Q207934",
 #: big city Q1549591, capital Q5119, city with millions of inhabitants Q1637706, metropolis Q200250,
 #: city of the United States Q1093829.
 CITY_CLASSES = frozenset({"Q515", "Q1549591", "Q5119", "Q1637706", "Q200250", "Q1093829"})
+
+#: how the geocoder picks among several exact Wikidata matches of one name within the anchor radius (module doc,
+#: point 5): the first in the search's order, or the most-linked (the release's ``geocode``)
+CANDIDATE_FIRST = "first"
+CANDIDATE_MOST_SITELINKS = "most_sitelinks"
+CANDIDATE_RULES = (CANDIDATE_FIRST, CANDIDATE_MOST_SITELINKS)
+DEFAULT_CANDIDATE_RULE = CANDIDATE_FIRST
+#: the release's anchor radius, km (``geocontext/geocode.py``: ``geocode(..., near_km=60.0)``), to pair with
+#: ``candidate_rule = "most_sitelinks"`` to geocode as the release does
+RELEASE_ANCHOR_RADIUS_KM = 60.0
 
 LEVELS = ("building", "area", "city", "none")
 #: Our level names -> the release's ``resolved_level`` values (``answers_judged*.csv``).
@@ -257,11 +276,16 @@ class Geocoder:
         Name variants tried per level.
     linear_classes : frozenset of str
         Wikidata classes treated as linear features.
+    candidate_rule : str
+        Which of several exact Wikidata matches within the radius is taken (:data:`CANDIDATE_RULES`; default
+        :data:`DEFAULT_CANDIDATE_RULE`, ``"first"``); ``"most_sitelinks"`` asks Wikidata for sitelinks too and
+        takes the most-linked (module doc, point 5).
 
     Raises
     ------
     ValueError
-        If ``anchor_radius_km`` is not a positive finite number.
+        If ``anchor_radius_km`` is not a positive finite number, or ``candidate_rule`` is not one of
+        :data:`CANDIDATE_RULES`.
     """
 
     def __init__(
@@ -274,9 +298,13 @@ class Geocoder:
         search_limit: int = 10,
         max_variants: int = 6,
         linear_classes: frozenset[str] = LINEAR_CLASSES,
+        candidate_rule: str = DEFAULT_CANDIDATE_RULE,
     ) -> None:
         if not (isinstance(anchor_radius_km, (int, float)) and math.isfinite(anchor_radius_km) and anchor_radius_km > 0):
             raise ValueError(f"anchor_radius_km must be a positive number of km, got {anchor_radius_km!r}")
+        if candidate_rule not in CANDIDATE_RULES:
+            raise ValueError(f"candidate_rule must be one of {', '.join(map(repr, CANDIDATE_RULES))}, got {candidate_rule!r}")
+        self.candidate_rule = candidate_rule
         self.wikidata = wikidata
         self.nominatim = nominatim
         self.anchor_radius_km = float(anchor_radius_km)
@@ -415,8 +443,11 @@ class Geocoder:
         if not hits:
             trace.append(Lookup(level, variant, "wikidata", "no-match"))
             return None
-        ents = await self.wikidata.get_entities(hits, props=("labels", "claims"), languages=self._langs())
+        most_linked = self.candidate_rule == CANDIDATE_MOST_SITELINKS
+        props = ("labels", "claims", "sitelinks") if most_linked else ("labels", "claims")
+        ents = await self.wikidata.get_entities(hits, props=props, languages=self._langs())
         nearest: tuple[float, Entity] | None = None
+        within: list[tuple[float, Entity]] = []  # most_sitelinks: every candidate within the radius, search order
         for qid in hits:
             ent = ents[qid]
             if not ent.has_coordinates:
@@ -428,11 +459,20 @@ class Geocoder:
                 continue
             d = haversine_km(anchor.lat, anchor.lon, ent.lat, ent.lon)  # type: ignore[arg-type]
             if d <= self.anchor_radius_km:
+                if most_linked:
+                    within.append((d, ent))
+                    continue
                 cand = self._from_entity(ent)
                 trace.append(Lookup(level, variant, "wikidata", "resolved", cand.qid, cand.label, round(d, 3)))
                 return cand
             if nearest is None or d < nearest[0]:
                 nearest = (d, ent)
+        if within:
+            # the release's rule: the most-linked candidate within the radius (max keeps the first of a tie)
+            d, ent = max(within, key=lambda t: t[1].sitelinks or 0)
+            cand = self._from_entity(ent)
+            trace.append(Lookup(level, variant, "wikidata", "resolved", cand.qid, cand.label, round(d, 3)))
+            return cand
         if nearest is None:
             if not any(ents[q].qid == anchor.qid for q in hits):
                 trace.append(Lookup(level, variant, "wikidata", "no-coordinates", hits[0]))

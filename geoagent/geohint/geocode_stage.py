@@ -36,7 +36,8 @@ from geoagent.clients.cache import ResponseCache
 from geoagent.clients.nominatim import NOMINATIM_URL, NominatimBudgetExceeded, NominatimClient
 from geoagent.clients.wikidata import WIKIDATA_API_URL, WikidataClient, WikidataError
 from geoagent.config import expand_home
-from geoagent.geohint.geocode import DEFAULT_ANCHOR_RADIUS_KM, Geocoder, LocatedAnswer, ParsedAnswer
+from geoagent.geohint.geocode import (CANDIDATE_RULES, DEFAULT_ANCHOR_RADIUS_KM, DEFAULT_CANDIDATE_RULE, Geocoder,
+                                      LocatedAnswer, ParsedAnswer)
 from geoagent.qid import is_qid
 from geoagent.runtime.http import host_key
 from geoagent.runtime.queue import Task
@@ -61,6 +62,10 @@ class GeocoderSettings:
         Nominatim root; empty or None disables the Nominatim fallback.
     anchor_radius_km : float
         Anchor radius in km (:data:`~geoagent.geohint.geocode.DEFAULT_ANCHOR_RADIUS_KM`).
+    candidate_rule : str
+        Which of several exact Wikidata matches within the radius is taken: ``"first"`` (default) or
+        ``"most_sitelinks"`` (the release's rule; with ``anchor_radius_km = 60`` as the release geocodes),
+        :data:`~geoagent.geohint.geocode.CANDIDATE_RULES`.
     language : str
         Search language.
     cache_path : str or None
@@ -78,6 +83,7 @@ class GeocoderSettings:
     wikidata_url: str = WIKIDATA_API_URL
     nominatim_url: str | None = NOMINATIM_URL
     anchor_radius_km: float = DEFAULT_ANCHOR_RADIUS_KM
+    candidate_rule: str = DEFAULT_CANDIDATE_RULE
     language: str = "en"
     cache_path: str | None = None
     cache_ttl_s: float | None = None
@@ -134,6 +140,8 @@ class GeocoderSettings:
                 return "nominatim_url", problem
         if not number(self.anchor_radius_km):
             return "anchor_radius_km", "a positive number of km"
+        if self.candidate_rule not in CANDIDATE_RULES:
+            return "candidate_rule", f"one of {', '.join(map(repr, CANDIDATE_RULES))}"
         if not text(self.language):
             return "language", "a language code such as 'en'"
         if self.contact is not None and not isinstance(self.contact, str):
@@ -217,7 +225,8 @@ def build_geocoder(
             max_requests=settings.nominatim_max_requests,
             **nm_kw,
         )
-    return Geocoder(wikidata, nominatim, anchor_radius_km=settings.anchor_radius_km, language=settings.language)
+    return Geocoder(wikidata, nominatim, anchor_radius_km=settings.anchor_radius_km, language=settings.language,
+                    candidate_rule=settings.candidate_rule)
 
 
 def _num(v: Any) -> float | None:

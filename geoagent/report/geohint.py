@@ -214,7 +214,7 @@ def _md_cell(text: str) -> str:
 class Table:
     """A report table: raw values in ``rows`` and a display format per column.
 
-    Formats: ``text``, ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
+    Formats: ``text``, ``count_of`` (a count as text, ``"0 of 14"``: right-aligned as the numbers are), ``int``, ``pct`` (fraction shown x100, 1 decimal), ``pp`` (percentage points,
     signed, 2 decimals), ``pps`` (percentage points, unsigned, 2 decimals: an SD), ``f2``, ``f4`` (signed 4
     decimals), ``p`` (p-value, 2 significant digits), ``pctci`` (an interval ``(lo, hi)`` of fractions or None, shown
     ``[lo, hi]`` in %; two CSV columns).
@@ -346,7 +346,7 @@ def _csv_fraction_name(name: str) -> str:
 def _fmt(v: Any, f: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return DASH
-    if f == "text":
+    if f in ("text", "count_of"):
         return str(v)
     if f == "int":
         return f"{int(v)}"
@@ -1385,7 +1385,11 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     2799 are unparseable"; an object naming no place is parsed there). Every key of an evidence object that names
     a category is a slot of it (:func:`geoagent.geohint.parse.evidence_slot_counts`, as the release's script).
 
-    n is every response, as the paper's ("2799 is every forced_chain response", "2 responses out of 2799 are
+    Only answers whose text was read count (:func:`geoagent.geohint.aggregate.answer_text_read`): the rows of a
+    judged file among them (parsed fields only, no evidence object) are left out and the notes say how many; when
+    every answer is such a row there is no row (:func:`table11_withheld` says why).
+
+    n is every response whose text was read, as the paper's ("2799 is every forced_chain response", "2 responses out of 2799 are
     unparseable"; seed 000 Sec. 6.3.2) and as the release's ``analysis/chain_compliance.py`` counts it (every line
     of the raw file): :meth:`GeoHintAggregator.compliance`, every answer of ``condition`` and of its no-context
     variant, also context answers whose reference point is not in the site's ladder and answers cut off at the
@@ -1395,16 +1399,19 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     an ``evidence`` object); the "not visible" shares run over the slots of those evidence objects.
     """
     rows = []
-    n_left = n_cut = 0
+    n_left = n_cut = n_unread = 0
     conds = (condition, f"{condition}_baseline")
     for m in _checklist_models(agg, condition):
         c = agg.compliance(m, condition)
-        if not c.n:
+        n_unread += c.n_text_unread
+        n = c.n_text_read
+        if not n:
             continue
-        n_left += sum(agg.without_ladder_cells[(m, cond)].n for cond in conds if (m, cond) in agg.without_ladder_cells)
-        n_cut += sum(agg.no_answer_cells[(m, cond)].n for cond in conds if (m, cond) in agg.no_answer_cells)
+        n_left += sum(agg.without_ladder_cells[(m, cond)].n_text_read for cond in conds
+                      if (m, cond) in agg.without_ladder_cells)
+        n_cut += sum(agg.no_answer_cells[(m, cond)].n_text_read for cond in conds if (m, cond) in agg.no_answer_cells)
         rows.append([
-            m, c.n, c.evidence_present / c.n,
+            m, n, c.evidence_present / n,
             *[(c.slots_not_visible.get(k, 0) / c.slots_filled[k]) if c.slots_filled.get(k) else float("nan") for k in EVIDENCE_CATEGORIES],
             c.n_unparseable,
         ])
@@ -1420,13 +1427,17 @@ def table11(agg: GeoHintAggregator, condition: str = "forced_chain") -> Table:
     only_note = (f"Only the {condition} answers (and their no-context variant) are counted here, as the paper's Table 11 "
                  f"counts every forced_chain response and nothing else; the other conditions of these data "
                  f"({', '.join(others)}) are not in it." if others else "")
+    unread_note = (f"Left out: {_answers(n_unread, f'{condition} answer')} of a judged file, whose text was never "
+                   "read (it keeps the parsed fields only, no evidence object; the paper computes Table 11 from the "
+                   "raw forced_chain responses, seed 000 Reproducibility); n counts the answers whose text was read."
+                   if n_unread and rows else "")
     return Table(
         "table11",
         f"Table 11: {condition} compliance: evidence object present (% of responses) and 'not visible' share per category (%)",
         ["Model", "n", "Evidence", "Infra.", "Veg.", "Arch.", "Script", "Terrain", "Unparseable"],
         ["text", "int", "pct", "pct", "pct", "pct", "pct", "pct", "int"],
         rows,
-        _join_notes(only_note, left_note, cut_note),
+        _join_notes(only_note, unread_note, left_note, cut_note),
     )
 
 
@@ -1446,12 +1457,13 @@ def table11_withheld(agg: GeoHintAggregator, condition: str = "forced_chain") ->
     11 is computed from" (Reproducibility; the release's ``analysis/chain_compliance.py`` reads
     ``forced_chain_raw.jsonl``), whose evidence objects it counts. Answers whose text geoagent never read
     (:func:`geoagent.geohint.aggregate.answer_text_read`: the rows of a judged file, parsed fields only) would
-    show as carrying no evidence object (0 %), so the table is withheld when any of them is among its answers."""
+    show as carrying no evidence object (0 %), so the table leaves them out (:func:`table11`, whose notes count them)
+    and is withheld when every one of its answers is such a row."""
     cells = [agg.compliance(m, condition) for m in _checklist_models(agg, condition)]
     n, unread = sum(c.n for c in cells), sum(c.n_text_unread for c in cells)
-    if not unread:
+    if not unread or unread < n:
         return ""
-    which = f"its {n}" if unread == n else f"{unread} of its {n}"
+    which = f"its {n}"
     return (f"Table 11 ({which} {condition} answer{'s' if n != 1 else ''} carry no answer text: a judged file keeps "
             "the parsed fields only, no evidence object, and the paper computes Table 11 from the raw forced_chain "
             "responses (seed 000, Reproducibility), as the release's chain_compliance.py does; from a release: python "
@@ -1475,7 +1487,8 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
     the other tables leave out), with a row per model over all conditions and a total row.
 
     When answers were counted and none was cut off, Markdown and the terminal show one row (:attr:`Table.shown`):
-    ``All | all | 0 of N`` under ``Answers cut off`` (N = every scored answer), with a ``No finish reason`` column
+    ``All | all | 0 of N`` under ``Answers cut off`` (N = every scored answer; right-aligned, format ``count_of``,
+    as the counts of the full table and GeoVerify's ``0 of N`` cells), with a ``No finish reason`` column
     only where that count is not 0, as the GeoVerify report's cut-off section (its ``answers cut off (all arms)``
     row, :func:`geoagent.report.geoverify._truncation_rows`); ``cutoff.csv`` keeps every row and column."""
     rows = []
@@ -1500,7 +1513,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
         extra = [all_.n_no_reason] if all_.n_no_reason else []
         shown = Table("cutoff", title,
                       ["Model", "Condition", "Answers cut off", *(["No finish reason"] if extra else [])],
-                      ["text", "text", "text", *(["int"] if extra else [])],
+                      ["text", "text", "count_of", *(["int"] if extra else [])],
                       [["All", "all", f"{all_.n_truncated} of {all_.n}", *extra]],
                       _join_notes(notes, CUTOFF_COLLAPSED_NOTE))
     return Table(
@@ -1575,8 +1588,8 @@ def build_tables(
         tables.append(table9(agg, "forced_warn", condition, baseline, n_flips=n_flips, seed=seed))
     if "forced_chain" in agg.conditions and condition in agg.conditions and condition != "forced_chain":
         tables.append(table_paired(agg, "forced_chain", condition, baseline, name="table10", n_flips=n_flips, seed=seed))
-    # Table 11 needs no pair (every forced_chain response, seed 000 Sec. 6.3.2), but the answers' text: withheld
-    # for a judged file's rows (table11_withheld)
+    # Table 11 needs no pair (every forced_chain response, seed 000 Sec. 6.3.2), but the answers' text: a judged
+    # file's rows are left out (its notes count them), and it is withheld when they are all it has (table11_withheld)
     t11 = table11(agg)
     if t11.rows and not table11_withheld(agg):
         tables.append(t11)
@@ -1796,7 +1809,7 @@ def left_out_text(agg: GeoHintAggregator) -> str:
 
     def kept(cells: dict[tuple[str, str], Any]) -> str:
         # Table 11 alone counts the checklist ones (forced_chain: GeoHintAggregator.compliance), when it is given
-        k = 0 if withheld else sum(c.n for (_m, cond), c in cells.items() if cond in CHECKLIST_CONDITIONS)
+        k = 0 if withheld else sum(c.n_text_read for (_m, cond), c in cells.items() if cond in CHECKLIST_CONDITIONS)
         return f" (Table 11 counts the {k} forced_chain one{'s' if k != 1 else ''}: every forced_chain response)" if k else ""
 
     parts = []

@@ -175,9 +175,10 @@ def _entity_json(entry: GazetteerEntry, props: set[str], languages: set[str] | N
             ],
         }
     if "sitelinks" in props:
-        out["sitelinks"] = (
-            {"enwiki": {"site": "enwiki", "title": entry.label_en, "badges": []}} if entry.sitelinks > 0 else {}
-        )
+        # as many sitelinks as the entry has (the geocoder's most_sitelinks rule counts them): enwiki, then
+        # placeholder wikis named by number
+        sites = ["enwiki", *(f"x{i}wiki" for i in range(1, entry.sitelinks))][: max(0, entry.sitelinks)]
+        out["sitelinks"] = {site: {"site": site, "title": entry.label_en, "badges": []} for site in sites}
     return out
 
 
