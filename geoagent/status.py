@@ -198,13 +198,17 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         with open_state(cfg, recover=False) as state:
             spend = state.ledger.summary().to_json()
             spend["by_model"] = state.ledger.spend_by_model()
-            from geoagent.engine import gone_reservations
+            from geoagent.engine import gone_reservations, gone_reservations_by_model
 
             # open reservations whose holder is gone (a forced exit, a kill), by the rule the next run's start-up
             # recovery books them as unknown-outcome spend with: not "still open" calls (spend_detail_lines)
             gone_usd, gone_n = gone_reservations(state.ledger)
             if gone_n:
                 spend["gone_usd"], spend["gone_calls"] = gone_usd, gone_n
+                # and per model (s14): which model's reservations a gone process left open (spend_detail_lines)
+                for name, (m_usd, m_n) in gone_reservations_by_model(state.ledger).items():
+                    if name in spend["by_model"]:
+                        spend["by_model"][name].update(gone_usd=m_usd, gone_calls=m_n)
             answered = state.store.count_responses_by_model()
     # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
     # earlier plan held would overstate a model's share (geoagent.runtime.scope)

@@ -203,7 +203,12 @@ def test_same_host_dead_pid_is_gone_before_its_heartbeat_expires(tmp_path, redis
         assert here.ledger.recover() == 0
         kid.send_signal(signal.SIGKILL)
         kid.wait(30)
+        here.ledger.reserve("live", 0.1, model="m")  # this process's own: alive, not counted
+        # s14-usage: per model too (status's "reserved by N calls of a process that is gone" per model)
+        assert here.ledger.gone_open_by_model() == {"m": (pytest.approx(0.3), 3)}
+        assert here.ledger.gone_open() == (pytest.approx(0.3), 3)
         assert here.ledger.recover() == 3  # its 600 s heartbeat still lives; the pid check decides
+        assert here.ledger.gone_open_by_model() == {}
 
 
 def test_close_retires_the_owner_and_a_bad_url_is_not_repeated(tmp_path, redis_url, raw):

@@ -373,15 +373,28 @@ class RedisLedger:
     def gone_open(self) -> tuple[float, int]:
         """``(USD, count)`` of open reservations whose owner is gone by the owner rule: what :meth:`recover`
         would convert now. Read-only."""
-        c, total, n = self.db.client, 0, 0
+        by = self._gone_nusd_by_model()
+        return nano_to_usd(sum(t for t, _ in by.values())), sum(n for _, n in by.values())
+
+    def gone_open_by_model(self) -> dict[str, tuple[float, int]]:
+        """:meth:`gone_open` per model name (``""``: reserved without one): name -> ``(USD, count)``, in name order;
+        models without such reservations are left out. Read-only (the shape of
+        :meth:`geoagent.runtime.ledger.Ledger.gone_open_by_model`)."""
+        return {m: (nano_to_usd(t), n) for m, (t, n) in sorted(self._gone_nusd_by_model().items())}
+
+    def _gone_nusd_by_model(self) -> dict[str, tuple[int, int]]:
+        """model -> (nano-USD, count) of the open reservations of gone owners (owner rule, module docstring)."""
+        c, out = self.db.client, {}
         for owner, mode in self._judged_owners():
             if mode == "hb" and c.exists(self.db.key("hb:" + owner)):
                 continue
             for rid in c.smembers(self.db.key("oopen:" + owner)):
-                amount = c.hget(self.db.key("r:" + _text(rid)), "amount")
+                amount, model = c.hmget(self.db.key("r:" + _text(rid)), ["amount", "model"])
                 if amount is not None:
-                    total, n = total + int(amount), n + 1
-        return nano_to_usd(total), n
+                    name = "" if model is None else _text(model)
+                    t, n = out.get(name, (0, 0))
+                    out[name] = (t + int(amount), n + 1)
+        return out
 
     def retire(self) -> None:
         """Forget this owner (record and heartbeat) if it holds no open reservation; stop its heartbeat."""
