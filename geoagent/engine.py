@@ -694,8 +694,11 @@ def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
     ``spend["gone_usd"]`` / ``spend["gone_calls"]`` (USD, count; ``status`` sets them,
     :func:`geoagent.status.campaign_status`): the open reservations whose holder process is gone
     (:func:`gone_reservations`, e.g. after a forced exit); a line says the next run books them as
-    unknown-outcome spend, and where every open reservation is such, the per-model amounts say "reserved by N
-    calls of a process that is gone" instead of "still open" (no call of theirs is in flight)."""
+    unknown-outcome spend. Per model, a ``by_model`` entry's ``gone_usd`` / ``gone_calls`` (``status`` sets them,
+    :func:`gone_reservations_by_model`) split its open reservations: ``+ $X reserved by N calls still open`` for those
+    of live processes and ``+ $Y reserved by K calls of a process that is gone`` for the others. Without per-model
+    figures (an older record), every model's open reservations read "of a process that is gone" where every open
+    reservation is such, else "still open"."""
     out: list[str] = []
     unknown = float(spend.get("unknown_usd") or 0.0)
     if unknown > 0:
@@ -705,16 +708,24 @@ def spend_detail_lines(spend: Mapping[str, Any]) -> list[str]:
     # every open reservation is a gone process's: none is a call in flight
     all_gone = n_gone > 0 and n_gone >= int(spend.get("open_reservations") or 0)
     by = spend.get("by_model") or {}
+    per_model = any("gone_calls" in m for m in by.values())  # status: each model's gone share (s14)
+    gone_word = "of a process that is gone"
     if by:
         out.append("  spend per model:")
         for name, m in by.items():
             line = f"    {name or '(no model named)'}: {usd(m.get('spent_usd'))} settled ({_calls(m.get('calls'))})"
             if float(m.get("unknown_usd") or 0.0) > 0:
                 line += f" + {usd(m.get('unknown_usd'))} unknown-outcome ({_calls(m.get('unknown_calls'))})"
-            if float(m.get("reserved_usd") or 0.0) > 0:
-                n_open = int(m.get("open_reservations") or 0)
-                held = "of a process that is gone" if all_gone else "still open"
-                line += f" + {usd(m.get('reserved_usd'))} reserved by {n_open} call{'s' if n_open != 1 else ''} {held}"
+            reserved, n_open = float(m.get("reserved_usd") or 0.0), int(m.get("open_reservations") or 0)
+            if reserved > 0 and per_model:
+                g_usd, g_n = float(m.get("gone_usd") or 0.0), min(n_open, int(m.get("gone_calls") or 0))
+                if n_open > g_n:
+                    line += f" + {usd(max(0.0, reserved - g_usd))} reserved by {_calls(n_open - g_n)} still open"
+                if g_n:
+                    line += f" + {usd(g_usd)} reserved by {_calls(g_n)} {gone_word}"
+            elif reserved > 0:
+                held = gone_word if all_gone else "still open"
+                line += f" + {usd(reserved)} reserved by {_calls(n_open)} {held}"
             out.append(line)
     if n_gone:
         reserved = float(spend.get("reserved_usd") or 0.0)
@@ -2724,6 +2735,14 @@ def booked_usd(ledger: Any) -> float:
     if ledger is None:
         return 0.0
     return float(ledger.summary().total_usd) + gone_reservations(ledger)[0]
+
+
+def gone_reservations_by_model(ledger: Any) -> dict[str, tuple[float, int]]:
+    """:func:`gone_reservations` per model name (:meth:`geoagent.runtime.ledger.Ledger.gone_open_by_model`): name
+    -> ``(USD, count)``, only models with such reservations; ``{}`` without a ledger. Read-only."""
+    if ledger is None:
+        return {}
+    return {str(m): (float(u), int(n)) for m, (u, n) in ledger.gone_open_by_model().items()}
 
 
 def gone_reservations(ledger: Any) -> tuple[float, int]:

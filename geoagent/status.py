@@ -198,13 +198,17 @@ def campaign_status(cfg: Any) -> dict[str, Any]:
         with open_state(cfg, recover=False) as state:
             spend = state.ledger.summary().to_json()
             spend["by_model"] = state.ledger.spend_by_model()
-            from geoagent.engine import gone_reservations
+            from geoagent.engine import gone_reservations, gone_reservations_by_model
 
             # open reservations whose holder is gone (a forced exit, a kill), by the rule the next run's start-up
             # recovery books them as unknown-outcome spend with: not "still open" calls (spend_detail_lines)
             gone_usd, gone_n = gone_reservations(state.ledger)
             if gone_n:
                 spend["gone_usd"], spend["gone_calls"] = gone_usd, gone_n
+                # and per model (s14): which model's reservations a gone process left open (spend_detail_lines)
+                for name, (m_usd, m_n) in gone_reservations_by_model(state.ledger).items():
+                    if name in spend["by_model"]:
+                        spend["by_model"][name].update(gone_usd=m_usd, gone_calls=m_n)
             answered = state.store.count_responses_by_model()
     # answers to the current plan's requests only (the recorded plan's tasks done): answers kept from tasks an
     # earlier plan held would overstate a model's share (geoagent.runtime.scope)
@@ -620,9 +624,10 @@ def format_status(st: dict[str, Any]) -> str:
                     + (f" left {v['left']}" if not over and v.get("left") is not None else "")
                     for k, v in lanes.items() if isinstance(v, dict)))
             # each distinct once; the cap's refusals of the calls in flight as one line (budget_refusals_merged)
-            # (that line whole: its amounts are the point, and their number is bounded)
+            # (that line whole: its amounts are the point, and their number is bounded), after the stage's last two
+            # real errors: the refusals are kept apart (the record's budget_refusals; in last_errors before s14)
             for err in dict.fromkeys(describe_reason(e)[:None if e.endswith(_REFUSED_TAIL) else 160]
-                                     for e in budget_refusals_merged(sd.get("last_errors", []))[-2:]):
+                                     for e in stage_error_lines(sd)):
                 lines.append(f"      {error_label}: {err}")
             # errors of a host that answered again since (the running process split them off): history too
             for r in (sd.get("resolved_errors") or [])[-2:]:
@@ -673,6 +678,16 @@ _BUDGET_REFUSAL = re.compile(r"^(?P<head>\w+: )?budget exhausted: spent \$(?P<sp
                              r" \+ reserved \$(?P<reserved>[\d.]+) \+ this call \$(?P<call>[\d.]+) > cap \$(?P<cap>[\d.]+)$")
 #: the end of the merged refusals' line (:func:`budget_refusals_merged`)
 _REFUSED_TAIL = " calls refused at the cap)"
+
+
+def stage_error_lines(sd: dict[str, Any]) -> list[str]:
+    """The errors ``status`` shows for a stage record ``sd``: its last two real errors (``last_errors``), then the cost
+    cap's refusals as one entry (:func:`budget_refusals_merged` over ``budget_refusals``, and over any refusal an
+    older record kept in ``last_errors``), oldest first. The refusals never take a real error's place."""
+    errors = [str(e) for e in sd.get("last_errors") or []]
+    real = [e for e in errors if not _BUDGET_REFUSAL.match(e)]
+    refused = [e for e in errors if _BUDGET_REFUSAL.match(e)] + [str(e) for e in sd.get("budget_refusals") or []]
+    return real[-2:] + budget_refusals_merged(refused)[-1:]
 
 
 def budget_refusals_merged(errors: list[str]) -> list[str]:

@@ -83,11 +83,33 @@ def test_openai_usage_without_any_output_count_is_not_settled_as_zero():
     assert out.text == '{"city": "Porto"}' and out.usage.reported is False
 
 
-def test_gemini_usage_without_candidates_count_uses_total_minus_prompt():
+def test_gemini_usage_without_candidates_count_is_not_counted_from_the_total():
+    # s14-usage: before, output = total - prompt (15 here); a body without candidatesTokenCount says 0 candidate
+    # tokens (the JSON mapping omits zeros) beside text, and its total may be a stream chunk's running total
     body = _gemini([{"text": '{"city": "Porto"}'}], {"promptTokenCount": 30, "totalTokenCount": 45, "thoughtsTokenCount": 5})
+    out, hits = asyncio.run(_serve_once("gemini", body))
+    assert not isinstance(out, Exception) and len(hits) == 1, out
+    assert out.text == '{"city": "Porto"}' and out.usage.reported is False
+
+
+def test_gemini_empty_answer_without_candidates_count_is_counted_from_the_total():
+    body = {"candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}],
+            "usageMetadata": {"promptTokenCount": 30, "totalTokenCount": 45, "thoughtsTokenCount": 15}}
     out, _ = asyncio.run(_serve_once("gemini", body))
-    assert not isinstance(out, Exception), out
-    assert (out.usage.input_tokens, out.usage.output_tokens) == (30, 15)  # 45 - 30 (thoughts included)
+    assert (out.usage.input_tokens, out.usage.output_tokens, out.usage.reported) == (30, 15, True)
+
+
+@pytest.mark.parametrize("api,body", [
+    ("openai", _openai('{"city": "Porto"}', {"prompt_tokens": 12, "completion_tokens": 0, "total_tokens": 12})),
+    ("openai", _openai('{"city": "Porto"}', {"prompt_tokens": 12, "total_tokens": 12})),
+    ("gemini", _gemini([{"text": '{"city": "Porto"}'}], {"promptTokenCount": 30, "candidatesTokenCount": 0,
+                                                         "thoughtsTokenCount": 7, "totalTokenCount": 37}))],
+    ids=["openai-zero", "openai-total-equals-prompt", "gemini-zero-candidates"])
+def test_zero_output_for_a_non_empty_answer_is_not_reported(api, body):
+    # s14-usage: before, accepted as free output (settled at the input price only)
+    out, hits = asyncio.run(_serve_once(api, body))
+    assert not isinstance(out, Exception) and len(hits) == 1, out
+    assert out.usage.reported is False
 
 
 def test_gemini_answer_without_any_output_count_is_not_settled_as_zero():
@@ -159,8 +181,9 @@ def test_gemini_blocked_prompt_and_withheld_answer_keep_their_handling():
     assert isinstance(out, ContentBlocked) and (out.usage.input_tokens, out.usage.output_tokens) == (5, 0)
     out, _ = asyncio.run(_serve_once("gemini", {"promptFeedback": {"blockReason": "OTHER"}}))
     assert isinstance(out, ContentBlocked) and out.usage is None
+    # s14-usage: a withheld answer without usageMetadata is withheld all the same (before: OutcomeUnknown, retried)
     out, hits = asyncio.run(_serve_once("gemini", {"candidates": [{"finishReason": "SAFETY", "index": 0}]}))
-    assert isinstance(out, OutcomeUnknown) and "usageMetadata" in str(out) and len(hits) == 1
+    assert isinstance(out, ContentBlocked) and out.usage is None and "SAFETY" in str(out) and len(hits) == 1
 
 
 def test_gemini_empty_max_tokens_answer_without_candidates_count_is_zero_output():

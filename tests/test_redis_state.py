@@ -41,6 +41,12 @@ def _campaign(tmp_path: Path) -> str:
 def _drive(state, rng: random.Random) -> None:
     """A mixed sequence of every ledger and store operation, the same for both backends (same seed)."""
     led, store = state.ledger, state.store
+    # s14-usage: answers without a usage count, booked at their worst case (through the store and the ledger): before,
+    # the Redis ledger kept no per-model unreported_calls / unreported_usd count (no warning, nothing in status)
+    r = led.reserve("unrep-1", 0.05, model="a")
+    store.put("unrep-1", {"model_name": "a", "provider": "openai"}, ModelResponse("no count", Usage(0, 0, reported=False)),
+              r, cost_usd=0.01)  # below the reservation: booked at it
+    led.settle(led.reserve("unrep-2", 0.04, model="b"), Usage(0, 0, reported=False), 0.0)
     held = []
     for i in range(60):
         model = rng.choice(["a", "b", None])
@@ -106,6 +112,8 @@ def test_redis_state_answers_every_read_as_the_sqlite_state(tmp_path, redis_url)
     assert sqlite_view["summary"]["calls"] > 10 and sqlite_view["summary"]["overrun_calls"] > 0
     assert sqlite_view["summary"]["unknown_calls"] > 0 and sqlite_view["summary"]["open_reservations"] > 0
     assert sqlite_view["consistency"] == [] and len(sqlite_view["responses"]) > 10
+    assert sqlite_view["by_model"]["a"]["unreported_calls"] == 1 and sqlite_view["by_model"]["b"]["unreported_calls"] == 1
+    assert sqlite_view["by_model"]["a"]["unreported_usd"] == pytest.approx(0.05)
     for part in sqlite_view:
         assert redis_view[part] == sqlite_view[part], part
 
@@ -195,7 +203,12 @@ def test_same_host_dead_pid_is_gone_before_its_heartbeat_expires(tmp_path, redis
         assert here.ledger.recover() == 0
         kid.send_signal(signal.SIGKILL)
         kid.wait(30)
+        here.ledger.reserve("live", 0.1, model="m")  # this process's own: alive, not counted
+        # s14-usage: per model too (status's "reserved by N calls of a process that is gone" per model)
+        assert here.ledger.gone_open_by_model() == {"m": (pytest.approx(0.3), 3)}
+        assert here.ledger.gone_open() == (pytest.approx(0.3), 3)
         assert here.ledger.recover() == 3  # its 600 s heartbeat still lives; the pid check decides
+        assert here.ledger.gone_open_by_model() == {}
 
 
 def test_close_retires_the_owner_and_a_bad_url_is_not_repeated(tmp_path, redis_url, raw):

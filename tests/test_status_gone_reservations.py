@@ -63,3 +63,34 @@ def test_status_keeps_still_open_for_a_live_holder(tmp_path):
         text = format_status(campaign_status(cfg))
         assert "reserved by 2 calls still open" in text, text
         assert "process that is gone" not in text, text
+
+
+_HOLD_TWO = textwrap.dedent("""
+    import os, sys
+    from geoagent.runtime.store import open_campaign_state
+    st = open_campaign_state(sys.argv[1], root=sys.argv[2], recover=False)
+    st.ledger.reserve("gone-m-0", 0.01, model="m")
+    st.ledger.reserve("gone-m-1", 0.01, model="m")
+    st.ledger.reserve("gone-x-0", 0.02, model="x")
+    os._exit(0)
+""")
+
+
+def test_status_gives_a_gone_process_reservations_per_model(tmp_path):
+    """s14-usage: before, the reservations of a gone process were given as a total only; with a live process holding
+    others, every model's line said "reserved by N calls still open", the gone ones included."""
+    cfg = _campaign(tmp_path)
+    subprocess.run([sys.executable, "-c", _HOLD_TWO, cfg.name, str(cfg.state_root())], check=True)
+    with open_state(cfg, recover=False) as state:  # this process holds one of model m: alive
+        state.ledger.reserve("live-m-0", 0.01, model="m")
+        st = campaign_status(cfg)
+        text = format_status(st)
+    by = st["spend"]["by_model"]
+    assert (by["m"]["gone_calls"], by["m"]["gone_usd"]) == (2, 0.02) and by["m"]["open_reservations"] == 3, by
+    assert (by["x"]["gone_calls"], by["x"]["gone_usd"]) == (1, 0.02), by
+    assert st["spend"]["gone_calls"] == 3  # the total, as before
+    # before: "m: ... + $0.0300 reserved by 3 calls still open" and "x: ... + $0.0200 reserved by 1 call still open"
+    assert ("m: <$0.0001 settled (4 calls) + $0.0100 reserved by 1 call still open + $0.0200 reserved by 2 calls of a "
+            "process that is gone") in text, text
+    assert "x: $0.0000 settled (0 calls) + $0.0200 reserved by 1 call of a process that is gone" in text, text
+    assert "reserved by a process that is gone: $0.0400 of the $0.0500 reserved (3 calls;" in text, text

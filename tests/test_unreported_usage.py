@@ -23,6 +23,7 @@ import pytest
 from _model_harness import generic_campaign, model_table
 
 from geoagent.sandbox.server import spawn, wait_ready
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
 
 REPO = Path(__file__).resolve().parents[1]
 KEY_VAR = "S13_UNREPORTED_KEY"
@@ -102,6 +103,48 @@ def test_an_answer_without_usage_is_stored_once_and_booked_at_its_worst_case(tmp
     from geoagent.status import campaign_status
 
     assert campaign_status(cfg)["spend"]["by_model"]["m"]["unreported_calls"] == 3
+    manifest = json.loads((Path(cfg.state_dir()) / "manifest.json").read_text())
+    ends = [r for r in manifest["runs"] if (r.get("summary") or {}).get("spend")]
+    assert ends and ends[-1]["summary"]["spend"]["by_model"]["m"]["unreported_calls"] == 3, manifest["runs"]
+
+
+def test_on_redis_the_answers_without_usage_are_counted_warned_and_shown(tmp_path, redis_url):
+    """s14-usage: the same campaign with ``[backend] kind = "redis"``. Before, the Redis ledger booked each such answer
+    at its worst case but kept no per-model count: no warning in the run's summary, none in ``status``, no
+    ``unreported_calls`` in the manifest or in ``campaign_status``."""
+    from geoagent.config import load_config
+    from geoagent.runtime.backend import open_state
+    from geoagent.status import campaign_status
+
+    log = tmp_path / "calls.jsonl"
+    proc, base = spawn("geoagent.sandbox.llm_openai:make_app", usage="omit", token_log=str(log))
+    env = {KEY_VAR: "unreported-" + "key-0123456789", "GA_TEST_REDIS_S14": redis_url}
+    try:
+        wait_ready(base)
+        cfgp = generic_campaign(tmp_path, name="nousager", n=3, models=_models("openai", base))
+        cfgp.write_text(cfgp.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS_S14"\n',
+                        encoding="utf-8")
+        run = _run_py("run", str(cfgp), env=env)
+        out = run.stdout + run.stderr
+        status = _run_py("status", str(cfgp), env=env)
+    finally:
+        proc.terminate()
+        proc.join(10)
+    assert run.returncode == 0 and "done 3  dead 0" in run.stdout, out
+    assert _billed(log) == 3
+    line = "warning: model 'm' answered 3 calls without a usage count: booked at the worst case ($"
+    assert out.count(line) == 1, out
+    assert line in status.stdout, status.stdout
+    os.environ["GA_TEST_REDIS_S14"] = redis_url
+    try:
+        cfg = load_config(cfgp)
+        by_model = campaign_status(cfg)["spend"]["by_model"]["m"]
+        with open_state(cfg, recover=False) as st:
+            assert st.ledger.check_consistency() == []
+            reserved = sum(r["request_meta"]["reserved_usd"] for r in st.store.iter_responses())
+    finally:
+        del os.environ["GA_TEST_REDIS_S14"]
+    assert by_model["unreported_calls"] == 3 and by_model["unreported_usd"] == pytest.approx(reserved)
     manifest = json.loads((Path(cfg.state_dir()) / "manifest.json").read_text())
     ends = [r for r in manifest["runs"] if (r.get("summary") or {}).get("spend")]
     assert ends and ends[-1]["summary"]["spend"]["by_model"]["m"]["unreported_calls"] == 3, manifest["runs"]

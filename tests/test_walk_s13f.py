@@ -51,8 +51,10 @@ def test_status_after_a_budget_stop_says_the_refusal_once(tmp_path, capsys, rele
     cfg = load_config(cfgp)
     last = json.loads(Path(cfg.state_dir(), "progress.jsonl").read_text(encoding="utf-8").splitlines()[-1])
     caller = next(sd for sd in last["stages"] if sd["stage"] == "model_caller")
-    refusals = [e for e in caller["last_errors"] if "budget exhausted" in e]
-    assert len(set(refusals)) >= 2, caller["last_errors"]  # the record keeps each refusal, as before
+    # the record keeps each refusal (s14-usage: in budget_refusals, out of the stage's real errors)
+    refusals = [e for e in caller["budget_refusals"] if "budget exhausted" in e]
+    assert len(set(refusals)) >= 2, caller["budget_refusals"]
+    assert not any("budget exhausted" in e for e in caller["last_errors"]), caller["last_errors"]
     amounts = sorted({float(m) for e in refusals for m in re.findall(r"this call \$([\d.]+)", e)})
 
     assert main(["status", str(cfgp)]) == 0

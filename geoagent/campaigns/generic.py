@@ -77,6 +77,10 @@ class Collector(Stage):
             "cost_usd": p.get("cost_usd"),
             "cached": p.get("cached"),
             "finish_reason": p.get("finish_reason"),
+            # False: the tokens and cost above are the worst case the call was booked at, the provider reported no
+            # usable count (the model caller's message carries the field only then: geoagent.runtime.export,
+            # "Usage reported")
+            "usage_reported": p.get("usage_reported") is not False,
         }
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:

@@ -21,7 +21,8 @@ Wire format (Claude API docs: Messages, Vision, Errors):
 * An answer without a usable ``usage`` is still an answer (:class:`~geoagent.providers.base.Usage` with
   ``reported = False``, counts 0): ``usage`` left out, ``null`` or not an object, ``input_tokens`` or
   ``output_tokens`` missing, or a count no call can have (not a non-negative integer, above
-  :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`; the cache counts too, when present). The API documents
+  :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`; the cache counts too, when present; ``output_tokens`` 0 beside
+  a non-empty answer text, impossible where text is output). The API documents
   ``usage`` ("Billing and rate-limit usage": ``input_tokens``, ``output_tokens``, the cache counts) as a required
   field of every Message, with ``output_tokens`` non-zero even for an empty answer (Claude API docs, Messages;
   the SDKs' ``Message.usage``), but Anthropic-compatible servers and gateways do not all pass it on. The call was
@@ -86,35 +87,40 @@ class AnthropicProvider(HttpProvider):
         stop = data.get("stop_reason")
         return ModelResponse(
             text="".join(texts),  # type: ignore[arg-type]
-            usage=self._answer_usage(data.get("usage"), raw),
+            usage=self._answer_usage(data.get("usage"), raw, "".join(texts)),  # type: ignore[arg-type]
             finish_reason=stop if isinstance(stop, str) else None,
             provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
         )
 
-    def _answer_usage(self, usage: Any, raw: bytes) -> Usage:
+    def _answer_usage(self, usage: Any, raw: bytes, text: str = "") -> Usage:
         """The usage of a readable answer: :meth:`_usage` of ``usage``, or ``Usage(0, 0, reported=False)`` when
         the body carries none that can be used (module docstring: left out, ``null``, not an object, a count
-        missing, or counts no call can have). Never raises: the answer text was read."""
+        missing, or counts no call can have, 0 output tokens for the non-empty ``text`` among them). Never raises:
+        the answer text was read."""
         if not isinstance(usage, dict):
             return Usage(0, 0, reported=False)
         try:
-            return self._usage(usage, raw)
+            return self._usage(usage, raw, text)
         except MalformedResponse:
             return Usage(0, 0, reported=False)
 
-    def _usage(self, usage: dict[str, Any], raw: bytes) -> Usage:
+    def _usage(self, usage: dict[str, Any], raw: bytes, text: str = "") -> Usage:
         """Input tokens (``input_tokens`` + ``cache_creation_input_tokens`` + ``cache_read_input_tokens``, the
         cache counts when present) and output tokens (``output_tokens``) of ``usage``.
 
         Raises
         ------
         MalformedResponse
-            ``input_tokens`` or ``output_tokens`` missing, or a count that is not a non-negative integer (at most
-            :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`).
+            ``input_tokens`` or ``output_tokens`` missing, a count that is not a non-negative integer (at most
+            :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`), or ``output_tokens`` 0 beside a non-empty
+            ``text`` (the answer's text is output; the Messages reference documents ``output_tokens`` as non-zero
+            even for an empty answer: a zero count beside text is a count no call can have, not free output).
         """
         n_in = as_int(usage.get("input_tokens"), "usage.input_tokens", self.kind, raw)
         for extra in ("cache_creation_input_tokens", "cache_read_input_tokens"):
             if usage.get(extra) is not None:
                 n_in += as_int(usage.get(extra), f"usage.{extra}", self.kind, raw)
         n_out = as_int(usage.get("output_tokens"), "usage.output_tokens", self.kind, raw)
+        if text and n_out == 0:
+            raise MalformedResponse(self.kind, "usage.output_tokens is 0 for a non-empty answer", body_excerpt(raw))
         return Usage(n_in, n_out)

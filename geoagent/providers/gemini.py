@@ -15,29 +15,49 @@ Wire format (Gemini API reference ``models.generateContent``):
   (:mod:`geoagent.providers.sampling`, with the sources); ``thinking_budget = 0`` turns Flash's thinking off.
 * Answer: the ``text`` parts of ``candidates[0].content.parts`` joined in order (``thought`` parts of
   thinking models skipped), ``candidates[0].finishReason``, ``usageMetadata.promptTokenCount`` and
-  output = ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output; without
-  ``candidatesTokenCount``, ``totalTokenCount - promptTokenCount``; a non-empty answer with neither is
-  malformed, never settled as 0 output), ``modelVersion``.
+  output = ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output), ``modelVersion``.
+* Counting from the total (s14): an answer with text needs ``candidatesTokenCount`` > 0; ``totalTokenCount -
+  promptTokenCount - thoughtsTokenCount`` does not stand in for it. The ``UsageMetadata`` counts are protobuf
+  integers, which the JSON mapping leaves out when 0 (Gemini API reference, ``GenerateContentResponse.UsageMetadata``,
+  https://ai.google.dev/api/generate-content#UsageMetadata; the client libraries type every count as optional), so a
+  body without ``candidatesTokenCount`` says zero candidate tokens, which an answer with text cannot have. The
+  documented bodies that carry text and a total without that count are a streamed answer's chunks before the last,
+  whose ``totalTokenCount`` is the running total (``promptTokenCount`` alone there: google-gemini-php/client#72;
+  googleapis/python-genai#1204: only the last chunk has the call's counts): the difference can be 0 or anything up to
+  the real count. The total is also no output measure: it sums prompt, candidates, tool-use prompt and thoughts
+  tokens (Google Gen AI SDK, ``GenerateContentResponseUsageMetadata.total_token_count``,
+  https://googleapis.github.io/kotlin-genai/google-genai-kotlin/com.google.genai.kotlin.types/-generate-content-response-usage-metadata/total-token-count.html).
+  Such an answer, and one with ``candidatesTokenCount: 0`` beside its text, is booked as usage not reported (below),
+  never counted from a difference that can under-count. Before s14 it was counted as ``total - prompt``.
 * A blocked prompt comes back as ``promptFeedback.blockReason`` with no ``candidates``; a blocked answer
   as a candidate without ``content`` and ``finishReason`` ``SAFETY`` (or similar): both raise
   :class:`ContentBlocked` carrying the usage reported. No candidates at all otherwise ->
   :class:`MalformedResponse`. A candidate without parts that stopped on ``MAX_TOKENS`` (e.g. all budget
   spent thinking) is an empty answer with finish reason ``MAX_TOKENS``, not an error.
+* Withheld answers (s14): a blocked prompt or a withheld answer without a usable ``usageMetadata`` is still
+  :class:`ContentBlocked` (its ``usage`` None), not a malformed body: the API answered with HTTP 200 and said what
+  happened, and a retry pays again (the billing FAQ, https://ai.google.dev/gemini-api/docs/billing, spares only
+  requests that fail with a 400 or 500 error; pricing is per token) for the same prompt judged by the same
+  thresholds (the safety settings guide, https://ai.google.dev/gemini-api/docs/safety-settings: what is blocked
+  follows from the request's ``safetySettings``, which a retry leaves as they were). A blocked prompt is judged on
+  the prompt alone; a withheld answer at a non-zero temperature might be sampled otherwise, but a withheld answer
+  that did carry its usage was already final (:class:`ContentBlocked` is not retryable), and whether the count came
+  along says nothing about what a retry would get. Before
+  s14 it was retried (each attempt billed) and booked as unknown-outcome spend. The model caller dead-letters it with
+  its reason (``answer withheld: finishReason SAFETY``) and books it at its reservation, the worst case, as usage
+  not reported (:func:`geoagent.workers.billing.close_failed_call`).
 * An answer (a candidate with text parts, or the empty ``MAX_TOKENS`` one) without a usable ``usageMetadata``
   is still an answer (:class:`~geoagent.providers.base.Usage` with ``reported = False``, counts 0):
   ``usageMetadata`` left out, ``null`` or not an object, no ``promptTokenCount`` (every call has a prompt: the
-  count is never 0), text with neither ``candidatesTokenCount`` nor ``totalTokenCount``, or a count no call can
-  have (not a non-negative integer, above :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`,
-  ``totalTokenCount`` below prompt + thoughts). The API's ``UsageMetadata`` fields are protobuf integers, which
-  the JSON mapping leaves out when 0, so ``candidatesTokenCount`` is absent for an empty or blocked answer (Gemini
-  API reference, ``GenerateContentResponse.UsageMetadata``; client libraries type every count as optional),
-  but an answer with text costs output tokens: a body that counts none did not report its usage. The call was
-  answered and billed: asking again pays again and likely gets the same body (each retry of such an answer used
-  to cost one more call, up to ``[queue] max_attempts``, and end as a dead letter). The model caller stores the
-  answer once and books it at its reservation, the worst case (:func:`geoagent.workers.billing.booked_answer`),
-  as for an OpenAI-compatible answer (:mod:`geoagent.providers.openai_compat`). A blocked prompt, a withheld
-  answer and a candidate without parts on another finish reason are no answers and keep the handling above
-  (their usage read with :meth:`GeminiProvider._usage`).
+  count is never 0), text with no (or a zero) ``candidatesTokenCount``, or a count no call can have (not a
+  non-negative integer, above :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`, ``totalTokenCount`` below
+  prompt + thoughts). An empty answer without ``candidatesTokenCount`` has none: its output is the thoughts (or
+  ``totalTokenCount - promptTokenCount`` when the total is given). The call was answered and billed: asking again
+  pays again and likely gets the same body (each retry of such an answer used to cost one more call, up to
+  ``[queue] max_attempts``, and end as a dead letter). The model caller stores the answer once and books it at its
+  reservation, the worst case (:func:`geoagent.workers.billing.booked_answer`), as for an OpenAI-compatible answer
+  (:mod:`geoagent.providers.openai_compat`). A candidate without parts on another finish reason is no answer and
+  keeps the handling above (its usage read with :meth:`GeminiProvider._usage`).
 """
 
 from __future__ import annotations
@@ -86,15 +106,18 @@ class GeminiProvider(HttpProvider):
         return f"{self.base_url}/v1beta/models/{quote(model, safe='-._~')}:generateContent", body, headers
 
     def _usage(self, data: dict[str, Any], raw: bytes, text: str = "") -> Usage:
-        """Input = ``promptTokenCount``; output = ``candidatesTokenCount + thoughtsTokenCount``, or, when
-        ``candidatesTokenCount`` is absent (the API omits zero counts), ``totalTokenCount -
-        promptTokenCount``; with neither, 0 candidate tokens only when no ``text`` came back.
+        """Input = ``promptTokenCount``; output = ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are
+        billed as output). Without ``candidatesTokenCount`` (the JSON mapping leaves a zero count out) the answer has
+        no candidate tokens: for an empty answer (no ``text``) the output is ``totalTokenCount - promptTokenCount``
+        when the total is given (at least the thoughts), else the thoughts.
 
         Raises
         ------
         MalformedResponse
-            No ``usageMetadata``, a count that is not a non-negative integer, or answer text with no way to
-            count its tokens (a paid answer never settles as free output).
+            No ``usageMetadata``, a count that is not a non-negative integer, a total below prompt + thoughts, or
+            answer text with 0 candidate tokens: ``candidatesTokenCount: 0``, or no ``candidatesTokenCount`` at all,
+            whatever the total says (module docstring, "Counting from the total"): a paid answer never settles as
+            free output nor as a difference of counts that cannot be trusted.
         """
         meta = data.get("usageMetadata")
         if not isinstance(meta, dict):
@@ -102,17 +125,33 @@ class GeminiProvider(HttpProvider):
         n_in = as_int(meta.get("promptTokenCount", 0), "usageMetadata.promptTokenCount", self.kind, raw)
         thoughts = as_int(meta.get("thoughtsTokenCount", 0), "usageMetadata.thoughtsTokenCount", self.kind, raw)
         if meta.get("candidatesTokenCount") is not None:
-            n_out = thoughts + as_int(meta["candidatesTokenCount"], "usageMetadata.candidatesTokenCount", self.kind, raw)
+            candidates = as_int(meta["candidatesTokenCount"], "usageMetadata.candidatesTokenCount", self.kind, raw)
+            if text and candidates == 0:
+                raise MalformedResponse(self.kind, "usageMetadata.candidatesTokenCount is 0 for a non-empty answer",
+                                        body_excerpt(raw))
+            n_out = thoughts + candidates
+        elif text:
+            raise MalformedResponse(self.kind, "usageMetadata has no candidatesTokenCount (0 by the JSON mapping) for "
+                                    "a non-empty answer", body_excerpt(raw))
         elif meta.get("totalTokenCount") is not None:
             n_out = as_int(meta["totalTokenCount"], "usageMetadata.totalTokenCount", self.kind, raw) - n_in
             if n_out < thoughts:
                 raise MalformedResponse(self.kind, "usageMetadata.totalTokenCount < prompt + thoughts", body_excerpt(raw))
-        elif text:
-            raise MalformedResponse(self.kind, "usageMetadata has no candidatesTokenCount (nor totalTokenCount) "
-                                    "for a non-empty answer", body_excerpt(raw))
         else:
             n_out = thoughts
         return Usage(n_in, n_out)
+
+    def _withheld_usage(self, data: dict[str, Any], raw: bytes) -> Usage | None:
+        """The usage of a withheld answer or a blocked prompt: :meth:`_usage`, or None when the body carries none
+        that can be used (``usageMetadata`` left out, ``null``, not an object, without ``promptTokenCount``, or
+        counts no call can have). Never raises: the body said what happened (module docstring, "Withheld answers")."""
+        meta = data.get("usageMetadata")
+        if not isinstance(meta, dict) or meta.get("promptTokenCount") is None:
+            return None
+        try:
+            return self._usage(data, raw)
+        except MalformedResponse:
+            return None
 
     def _answer_usage(self, data: dict[str, Any], raw: bytes, text: str) -> Usage:
         """The usage of a readable answer (``text``: its text, possibly empty): :meth:`_usage`, or ``Usage(0, 0,
@@ -138,9 +177,9 @@ class GeminiProvider(HttpProvider):
         feedback = data.get("promptFeedback")
         block = feedback.get("blockReason") if isinstance(feedback, dict) else None
         if not candidates:
-            usage = self._usage(data, raw) if isinstance(data.get("usageMetadata"), dict) else None
             if block:
-                raise ContentBlocked(self.kind, f"prompt blocked: {block}", usage)
+                raise ContentBlocked(self.kind, f"prompt blocked: {block}", self._withheld_usage(data, raw))
+            usage = self._usage(data, raw) if isinstance(data.get("usageMetadata"), dict) else None
             raise MalformedResponse(self.kind, "no candidates", body_excerpt(raw), usage)
         if not isinstance(candidates, list) or not isinstance(candidates[0], dict):
             raise MalformedResponse(self.kind, "candidates is not a list of objects", body_excerpt(raw))
@@ -153,7 +192,7 @@ class GeminiProvider(HttpProvider):
                 texts: list[str] = []
                 usage = self._answer_usage(data, raw, "")
             elif finish in BLOCKING_FINISH_REASONS:
-                raise ContentBlocked(self.kind, f"answer withheld: finishReason {finish}", self._usage(data, raw))
+                raise ContentBlocked(self.kind, f"answer withheld: finishReason {finish}", self._withheld_usage(data, raw))
             else:
                 raise MalformedResponse(self.kind, f"candidate has no parts (finishReason {finish})", body_excerpt(raw),
                                         self._usage(data, raw))

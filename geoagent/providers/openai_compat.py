@@ -45,7 +45,8 @@ Wire format (OpenAI API reference, "Create chat completion"):
 * An answer without a usable ``usage`` is still an answer (:class:`~geoagent.providers.base.Usage` with
   ``reported = False``, counts 0): ``usage`` left out or ``null``, no count in it, or counts no call can have (not
   a non-negative integer, above :data:`~geoagent.providers.http_base.MAX_USAGE_TOKENS`, ``total_tokens <
-  prompt_tokens``, answer text with neither ``completion_tokens`` nor ``total_tokens``). OpenAI documents
+  prompt_tokens``, answer text with neither ``completion_tokens`` nor ``total_tokens``, or with 0 of them: text is
+  made of completion tokens, so a zero count beside it is impossible, not free output). OpenAI documents
   ``usage`` ("Usage statistics for the completion request": ``prompt_tokens``, ``completion_tokens``,
   ``total_tokens``) on every chat completion object (OpenAI API reference, "The chat completion object"), but
   compatible servers and gateways do not all send it: with ``stream_options.include_usage`` every streamed
@@ -231,7 +232,10 @@ class OpenAICompatProvider(HttpProvider):
         Raises
         ------
         MalformedResponse
-            ``prompt_tokens`` missing or not a count, or text came back with no way to count its tokens.
+            ``prompt_tokens`` missing or not a count, text came back with no way to count its tokens, or with 0
+            output tokens (``completion_tokens: 0``, or a total equal to the prompt's): the answer's text is made of
+            completion tokens (OpenAI API reference, "The chat completion object": ``usage.completion_tokens``,
+            "Number of tokens in the generated completion"), so a zero count beside text is a count no call can have.
         """
         n_in = as_int(usage.get("prompt_tokens"), "usage.prompt_tokens", self.kind, raw)
         if usage.get("completion_tokens") is not None:
@@ -245,4 +249,6 @@ class OpenAICompatProvider(HttpProvider):
                                     "answer", body_excerpt(raw))
         else:
             n_out = 0
+        if text and n_out == 0:  # every token of the text is a completion token: none for text is no count
+            raise MalformedResponse(self.kind, "usage counts 0 completion tokens for a non-empty answer", body_excerpt(raw))
         return Usage(n_in, n_out)

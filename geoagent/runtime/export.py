@@ -27,6 +27,17 @@ figures) in each Parquet file's key-value metadata (:data:`PARQUET_NOTE_KEY`) an
 (or fail on the column count) unless told to skip it, so the per-row column carries the fact into any reader
 and any concatenation of exports, and the note file gives the details.
 
+Usage reported (s14). ``model_responses`` and the generic campaign's ``results`` have the Boolean column
+``usage_reported`` (before ``replayed``): True where the row's ``input_tokens`` / ``output_tokens`` (and
+``cost_usd``) are the provider's own counts; False where the answer came without a usable usage count (left out,
+``null``, or a count no call can have: :class:`geoagent.providers.base.Usage`), so the row's tokens are the worst
+case the call was booked at (the reservation's input estimate and the request's ``max_output_tokens``:
+:func:`geoagent.workers.billing.booked_answer`), an upper bound, not a measurement. Before s14 the column appeared
+in ``model_responses`` only in an export that held such an answer (the stored answer carries the field only when
+False); now every export has it, so exports concatenate and a reader can filter on it. A stored response without
+the field reads True (answers without a count were not stored before the field existed). In ``results`` a row
+written before s14 has it null: the row's stored response (``model_responses``, same ``request_key``) says.
+
 Simulated answers get the same treatment: every declared table ends, after ``replayed``, with the Boolean column
 ``simulated``: True on a row whose answer came from geoagent's simulator (a ``[[models]]`` entry with provider
 ``"simulated"`` or a ``base_url`` on a local ``*.sandbox.invalid`` model fake), False on a row of any other model,
@@ -72,7 +83,8 @@ _EVIDENCE_COLUMNS = {f"evidence.{c}": pl.String for c in ("infrastructure", "veg
 
 #: declared column types of each results table (besides the leading ``key``, always ``String``); units as in the
 #: row writers: ``*_km`` km, ``lat``/``lon`` degrees, ``cost_usd`` USD, ``*_tokens`` tokens, ``latency_s`` s;
-#: ``replayed`` and ``simulated`` are added by the export (module docstring)
+#: ``replayed`` and ``simulated`` are added by the export, ``usage_reported`` by the export (``model_responses``) or
+#: the generic collector (``results``): module docstring, "Usage reported"
 TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     # geoagent.geoverify.score.scored_row plus what GeoVerifyScorerStage adds
     "geoverify_scored": {
@@ -102,13 +114,13 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "results": {
         "model": pl.String, "request_key": pl.String, "index": pl.Int64, "text": pl.String,
         "input_tokens": pl.Int64, "output_tokens": pl.Int64, "cost_usd": pl.Float64, "cached": pl.Boolean,
-        "finish_reason": pl.String, "replayed": pl.Boolean, "simulated": pl.Boolean,
+        "finish_reason": pl.String, "usage_reported": pl.Boolean, "replayed": pl.Boolean, "simulated": pl.Boolean,
     },
     # geoagent.runtime.store.ResponseStore.iter_responses (ModelResponse.to_json plus the store's columns)
     RESPONSES_TABLE: {
         "model": pl.String, "cost_usd": pl.Float64, "created_at": pl.Float64, "text": pl.String,
         "input_tokens": pl.Int64, "output_tokens": pl.Int64, "latency_s": pl.Float64, "finish_reason": pl.String,
-        "provider_model": pl.String, "replayed": pl.Boolean, "simulated": pl.Boolean,
+        "provider_model": pl.String, "usage_reported": pl.Boolean, "replayed": pl.Boolean, "simulated": pl.Boolean,
     },
 }
 
@@ -234,9 +246,12 @@ def write_frame(df: pl.DataFrame, parquet_path: str | os.PathLike[str], csv_path
 
 
 def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The stored responses as ``(key, row)`` pairs, each with ``usage_reported`` (module docstring, "Usage
+    reported"): False where the stored answer says ``"usage_reported": false``, else True."""
     for rec in store.iter_responses():
         row = dict(rec)
         key = row.pop("key")
+        row["usage_reported"] = row.get("usage_reported", True) is not False
         yield key, row
 
 

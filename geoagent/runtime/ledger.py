@@ -536,6 +536,18 @@ class Ledger:
                                 f" WHERE state = 'open' AND owner IN ({marks})", tuple(dead))[0]
         return nano_to_usd(int(total)), int(n)
 
+    def gone_open_by_model(self) -> dict[str, tuple[float, int]]:
+        """:meth:`gone_open` per ``[[models]]`` name (the name each reservation recorded; ``""`` for reservations made
+        without one): name -> ``(USD, count)`` of the open reservations whose owner process is gone, in name order;
+        models without such reservations are left out (``{}`` when there are none). Read-only."""
+        dead = self._gone_owners(self.db.read(self._OPEN_OWNERS_SQL))
+        if not dead:
+            return {}
+        marks = ",".join("?" * len(dead))
+        rows = self.db.read(f"SELECT COALESCE(model, ''), COALESCE(SUM(amount_nusd), 0), COUNT(*) FROM reservations"
+                            f" WHERE state = 'open' AND owner IN ({marks}) GROUP BY COALESCE(model, '')", tuple(dead))
+        return {str(m): (nano_to_usd(int(total)), int(n)) for m, total, n in sorted(rows)}
+
     def retire(self) -> None:
         """Forget this process's owner record if it holds no open reservation (call before closing)."""
         with self.db.transaction() as conn:

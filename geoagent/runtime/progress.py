@@ -807,8 +807,8 @@ def merge_records(
         left them, as a one-process run's last record shows them; over none when none runs but one is silent:
         an ended or silent process's rate is never summed as if live); ``idle_s`` the least and
         ``stall_after_s`` the largest of the running ones; ``pids`` says which
-        processes ran the stage, ``rate_pids`` whose figures of the moment are summed; ``last_errors`` and
-        ``resolved_errors`` of all (each distinct once). A model's ``host_waits`` entry (one per model and host)
+        processes ran the stage, ``rate_pids`` whose figures of the moment are summed; ``last_errors``,
+        ``resolved_errors`` and ``budget_refusals`` of all (each distinct once), ``budget_refused`` summed. A model's ``host_waits`` entry (one per model and host)
         and an ``unreachable`` host's entry come from those same processes (and, for ``unreachable``, from those
         that ended; a process not running has no next probe), with the ``pids`` that report it and ``held``
         summed. The ETA is :func:`pipeline_eta` over the running
@@ -853,12 +853,15 @@ def merge_records(
                 "stage": name, **{k: 0 for k in _SUMMED + _RUNNING_ONLY}, "rate_per_s": 0.0, "capacity_per_s": 0.0,
                 "idle_s": None, "stall_after_s": None, "finished": True,
                 "budget_stopped": False, "last_errors": [], "resolved_errors": [], "unreachable": {},
+                "budget_refusals": [], "budget_refused": 0,
                 "input_edge": sd.get("input_edge"), "pids": [], "rate_pids": []})
             for k in _SUMMED:
                 m[k] += int(sd.get(k) or 0)
             m["pids"].append(pid)
             m["budget_stopped"] = m["budget_stopped"] or bool(sd.get("budget_stopped"))
             m["last_errors"] += [e for e in sd.get("last_errors", []) if e not in m["last_errors"]]
+            m["budget_refusals"] += [e for e in sd.get("budget_refusals") or [] if e not in m["budget_refusals"]]
+            m["budget_refused"] += int(sd.get("budget_refused") or 0)
             m["resolved_errors"] += [r for r in sd.get("resolved_errors") or [] if r not in m["resolved_errors"]]
             if not any(counted):
                 m["finished"] = m["finished"] and bool(sd.get("finished"))

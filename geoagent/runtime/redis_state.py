@@ -50,7 +50,8 @@ suffix                       type    content
                                      attempts, created, closed, note
 ``oopen:<owner>``            set     ids of the owner's open reservations
 ``kopen:<request key>``      hash    id -> owner of the key's open reservations
-``models`` / ``m:<model>``   set/h   model names; per model the same sums as ``totals`` (``spend_by_model``)
+``models`` / ``m:<model>``   set/h   model names; per model the same sums as ``totals`` (``spend_by_model``), plus
+                                     ``unreported_calls`` / ``unreported_nusd`` (usage not reported)
 ``settled_by_owner[:<o>]``   hash    settled calls per owner (and per model of one owner)
 ``owners`` / ``hb:<owner>``  hash/s  owner -> JSON {host, pid, proc_start, started_at}; heartbeat (PX TTL)
 ``resp`` / ``resp_seq``      h/zset  request key -> JSON record; key -> insertion number (iteration order)
@@ -98,6 +99,7 @@ from geoagent.paths import safe_name
 from geoagent.providers.base import ModelResponse
 from geoagent.runtime import redis_state_scripts as S
 from geoagent.runtime.ledger import (
+    USAGE_NOT_REPORTED,
     BudgetExhausted,
     Ledger,
     LedgerError,
@@ -279,6 +281,12 @@ class RedisStateDB:
             self.client.close()
 
 
+def _unreported_note(usage: Any) -> str:
+    """The settle scripts' last argument: :data:`~geoagent.runtime.ledger.USAGE_NOT_REPORTED` for a usage the
+    provider did not report (``usage.reported`` False), else ``""``."""
+    return USAGE_NOT_REPORTED if getattr(usage, "reported", True) is False else ""
+
+
 class RedisLedger:
     """:class:`geoagent.runtime.ledger.Ledger` on Redis: reserve / settle / release / mark-unknown against a hard
     cap shared by every process on every machine (module docstring: money rules, owner rule).
@@ -365,15 +373,28 @@ class RedisLedger:
     def gone_open(self) -> tuple[float, int]:
         """``(USD, count)`` of open reservations whose owner is gone by the owner rule: what :meth:`recover`
         would convert now. Read-only."""
-        c, total, n = self.db.client, 0, 0
+        by = self._gone_nusd_by_model()
+        return nano_to_usd(sum(t for t, _ in by.values())), sum(n for _, n in by.values())
+
+    def gone_open_by_model(self) -> dict[str, tuple[float, int]]:
+        """:meth:`gone_open` per model name (``""``: reserved without one): name -> ``(USD, count)``, in name order;
+        models without such reservations are left out. Read-only (the shape of
+        :meth:`geoagent.runtime.ledger.Ledger.gone_open_by_model`)."""
+        return {m: (nano_to_usd(t), n) for m, (t, n) in sorted(self._gone_nusd_by_model().items())}
+
+    def _gone_nusd_by_model(self) -> dict[str, tuple[int, int]]:
+        """model -> (nano-USD, count) of the open reservations of gone owners (owner rule, module docstring)."""
+        c, out = self.db.client, {}
         for owner, mode in self._judged_owners():
             if mode == "hb" and c.exists(self.db.key("hb:" + owner)):
                 continue
             for rid in c.smembers(self.db.key("oopen:" + owner)):
-                amount = c.hget(self.db.key("r:" + _text(rid)), "amount")
+                amount, model = c.hmget(self.db.key("r:" + _text(rid)), ["amount", "model"])
                 if amount is not None:
-                    total, n = total + int(amount), n + 1
-        return nano_to_usd(total), n
+                    name = "" if model is None else _text(model)
+                    t, n = out.get(name, (0, 0))
+                    out[name] = (t + int(amount), n + 1)
+        return out
 
     def retire(self) -> None:
         """Forget this owner (record and heartbeat) if it holds no open reservation; stop its heartbeat."""
@@ -419,20 +440,19 @@ class RedisLedger:
 
     def settle(self, reservation: Reservation, usage: Any, actual_usd: float) -> None:
         """Close a reservation with the call's usage (input/output tokens) and actual cost (USD); idempotent,
-        settles unknown-outcome ones too (see :meth:`geoagent.runtime.ledger.Ledger.settle`); a usage not reported
-        is settled at no less than the reservation (the per-model ``unreported_calls`` count of the SQLite ledger
-        is not kept here: the stored answer carries ``"usage_reported": false``).
+        settles unknown-outcome ones too (see :meth:`geoagent.runtime.ledger.Ledger.settle`). A usage not reported
+        (``usage.reported`` False) is settled at no less than the reservation, its reservation noted
+        :data:`~geoagent.runtime.ledger.USAGE_NOT_REPORTED` and counted per model as ``unreported_calls`` /
+        ``unreported_usd`` (:meth:`spend_by_model`), as the SQLite ledger does (inside the script: atomic with the
+        settlement, also when :meth:`RedisResponseStore.put` settles).
 
         Raises
         ------
         LedgerError
             No such reservation.
         """
-        actual = usd_to_nano(actual_usd)
-        if getattr(usage, "reported", True) is False:  # no count from the provider: never below the worst case
-            actual = max(actual, int(reservation.amount_nusd))
-        self.db.script("SETTLE", reservation.id, actual, int(getattr(usage, "input_tokens", 0)),
-                       int(getattr(usage, "output_tokens", 0)), time.time())
+        self.db.script("SETTLE", reservation.id, usd_to_nano(actual_usd), int(getattr(usage, "input_tokens", 0)),
+                       int(getattr(usage, "output_tokens", 0)), time.time(), _unreported_note(usage))
 
     def release(self, reservation: Reservation, *, note: str | None = None) -> None:
         """Drop an open reservation: the call was certainly not sent or not billed. No-op if not open."""
@@ -458,7 +478,9 @@ class RedisLedger:
     def spend_by_model(self) -> dict[str, dict[str, Any]]:
         """Spend per model name, in name order, the shape of :meth:`geoagent.runtime.ledger.Ledger.spend_by_model`
         (USD ``spent_usd``/``unknown_usd``/``reserved_usd``; counts ``calls``/``unknown_calls``/
-        ``open_reservations``); models with only released reservations are left out."""
+        ``open_reservations``; ``unreported_calls`` (count) and ``unreported_usd`` (USD, part of ``spent_usd``) for a
+        model with settled calls whose answers reported no usage, absent otherwise); models with only released
+        reservations are left out."""
         c = self.db.client
         names = sorted(_text(m) for m in c.smembers(self.db.key("models")))
         pipe = c.pipeline(transaction=True)
@@ -472,6 +494,9 @@ class RedisLedger:
             out[m] = {"spent_usd": nano_to_usd(v.get("spent_nusd", 0)), "unknown_usd": nano_to_usd(v.get("unknown_nusd", 0)),
                       "reserved_usd": nano_to_usd(v.get("reserved_nusd", 0)), "calls": v.get("calls", 0),
                       "unknown_calls": v.get("unknown_calls", 0), "open_reservations": v.get("open_reservations", 0)}
+            if v.get("unreported_calls"):
+                out[m]["unreported_calls"] = v["unreported_calls"]
+                out[m]["unreported_usd"] = nano_to_usd(v.get("unreported_nusd", 0))
         return out
 
     def _totals(self) -> dict[str, int]:
@@ -593,7 +618,7 @@ class RedisResponseStore:
             "PUT_RESPONSE", uuid.uuid4().hex, round(REPLY_TTL_S * 1000), key, _dumps(record),
             _NONE_MODEL if model is None else str(model), "" if reservation is None else reservation.id,
             usd_to_nano(cost_usd), int(getattr(usage, "input_tokens", 0)), int(getattr(usage, "output_tokens", 0)),
-            time.time())
+            time.time(), _unreported_note(usage))
         return int(out) == 1
 
     def count_responses(self) -> int:

@@ -48,14 +48,18 @@ local function to_unknown(id, now, note, attempts)
   redis.call('HINCRBY', P .. 'm:' .. model, 'unknown_calls', attempts)
   return 1
 end
--- close reservation `id` with its actual cost; 0 if already settled (idempotent); the caller checked it exists
-local function settle(id, actual, n_in, n_out, now)
+-- close reservation `id` with its actual cost; 0 if already settled (idempotent); the caller checked it exists.
+-- `unreported` (a note, '' = the usage was reported): the answer carried no usable usage count, so the call is
+-- booked at no less than its reservation (the worst case), the note kept on the reservation and the call counted
+-- per model as `unreported_calls` / `unreported_nusd` (the SQLite ledger's USAGE_NOT_REPORTED rows)
+local function settle(id, actual, n_in, n_out, now, unreported)
   local r = P .. 'r:' .. id
   local f = redis.call('HMGET', r, 'state', 'amount', 'attempts', 'owner', 'key', 'model')
   local state = f[1]
   if state == 'settled' then return 0 end
   local amount, attempts, owner, model = tonumber(f[2]), num(f[3]), f[4], f[6] or ''
   local M = P .. 'm:' .. model
+  if unreported and unreported ~= '' and actual < amount then actual = amount end
   if state == 'open' then
     unopen(id, owner, f[5], model, amount)
   elseif state == 'unknown' then
@@ -66,6 +70,11 @@ local function settle(id, actual, n_in, n_out, now)
   end
   redis.call('HSET', r, 'state', 'settled', 'actual', actual, 'in', n_in, 'out', n_out, 'attempts', 1,
              'closed', now)
+  if unreported and unreported ~= '' then
+    redis.call('HSET', r, 'note', unreported)
+    redis.call('HINCRBY', M, 'unreported_calls', 1)
+    redis.call('HINCRBY', M, 'unreported_nusd', actual)
+  end
   local over = actual - amount
   if over > 0 then
     redis.call('HINCRBY', T, 'overrun_nusd', over)
@@ -125,13 +134,14 @@ redis.call('SET', rep, id, 'PX', ARGV[3])
 return {'reserved', id}
 """
 
-#: ARGV: prefix, reservation id, actual (nano-USD), input tokens, output tokens, now. Returns 1, 0 (already
+#: ARGV: prefix, reservation id, actual (nano-USD), input tokens, output tokens, now, unreported note ('' or absent:
+#: the usage was reported; else :data:`geoagent.runtime.ledger.USAGE_NOT_REPORTED`). Returns 1, 0 (already
 #: settled) or the error ``no reservation <id>``.
 SETTLE = _PRELUDE + r"""
 if redis.call('EXISTS', P .. 'r:' .. ARGV[2]) == 0 then
   return redis.error_reply('no reservation ' .. ARGV[2])
 end
-return settle(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6])
+return settle(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7])
 """
 
 #: ARGV: prefix, reservation id, now, note. Returns 1 if it was open (now released), else 0.
@@ -193,8 +203,9 @@ return 1
 """
 
 #: ARGV: prefix, reply token, reply ttl (ms), key, record (JSON), model field ('\0' = none), reservation id
-#: ('' = none), actual (nano-USD), input tokens, output tokens, now. Stores the record unless the key has one
-#: and settles the reservation, both or neither. Returns 1 (stored now) or 0 (kept the earlier one).
+#: ('' = none), actual (nano-USD), input tokens, output tokens, now, unreported note (as for ``SETTLE``). Stores the
+#: record unless the key has one and settles the reservation, both or neither. Returns 1 (stored now) or 0 (kept the
+#: earlier one).
 PUT_RESPONSE = _PRELUDE + r"""
 local rep = P .. 'reply:' .. ARGV[2]
 local prev = redis.call('GET', rep)
@@ -208,7 +219,7 @@ if stored == 1 then
   redis.call('ZADD', P .. 'resp_seq', redis.call('INCR', P .. 'resp_n'), ARGV[4])
   redis.call('HINCRBY', P .. 'resp_models', ARGV[6], 1)
 end
-if rid ~= '' then settle(rid, tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]) end
+if rid ~= '' then settle(rid, tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12]) end
 redis.call('SET', rep, stored, 'PX', ARGV[3])
 return stored
 """

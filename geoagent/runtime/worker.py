@@ -241,6 +241,12 @@ class StageStats:
     finished: bool = False
     budget_stopped: bool = False
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
+    #: the cost cap's refusals of tasks (:class:`~geoagent.runtime.stage.BudgetStop`), the 5 latest, kept apart from
+    #: ``last_errors`` (s14): when the cap stops a run every task in flight is refused, and those refusals pushed the
+    #: real errors out of the 5; ``status`` shows them as one line (:func:`geoagent.status.budget_refusals_merged`)
+    budget_refusals: deque[str] = field(default_factory=lambda: deque(maxlen=5))
+    #: how many tasks the cost cap refused in all (``budget_refusals`` keeps the latest 5 reasons)
+    budget_refused: int = 0
     #: per reason in ``last_errors``: (when it last happened, Unix time s; the host it concerns or None; whether it
     #: dead-lettered a task), so a reader can tell an error of a host that has answered since (:meth:`note_error`)
     error_info: dict[str, tuple[float, str | None, bool]] = field(default_factory=dict)
@@ -272,6 +278,12 @@ class StageStats:
         if len(self.error_info) > 4 * (self.last_errors.maxlen or 5):  # forget reasons gone from last_errors
             kept = set(self.last_errors)
             self.error_info = {k: v for k, v in self.error_info.items() if k in kept}
+
+    def note_refusal(self, reason: str) -> None:
+        """Record a task the cost cap refused (``reason``: the :class:`~geoagent.runtime.stage.BudgetStop` text, its
+        amounts) in ``budget_refusals`` and ``budget_refused``, never in ``last_errors`` (kept for real errors)."""
+        self.budget_refusals.append(reason)
+        self.budget_refused += 1
 
     def record_done(self, n: int, now: float | None = None) -> None:
         """Count ``n`` tasks committed at ``now`` (``time.monotonic()`` seconds; default: the clock now)."""
@@ -397,6 +409,8 @@ class StageStats:
             "finished": self.finished,
             "budget_stopped": self.budget_stopped,
             "last_errors": list(self.last_errors),
+            "budget_refusals": list(self.budget_refusals),
+            "budget_refused": self.budget_refused,
             "unreachable": {h: self._unreachable_info(h, n, last) for h, (n, last) in self.unreachable.items()},
             **lanes,
         }
@@ -1227,7 +1241,7 @@ class StageRunner:
             self.stats.released += 1
         elif isinstance(exc, BudgetStop):
             self._budget.set()
-            self.stats.note_error(_reason(exc))
+            self.stats.note_refusal(_reason(exc))  # not among the stage's real errors (StageStats.budget_refusals)
             await self._safe(self.inq.release(task))
             self.stats.released += 1
         elif isinstance(exc, (PermanentFailure, PermanentHTTPError)):

@@ -78,7 +78,7 @@ LIST_LIMIT_DEFAULT = 20
 LIST_LIMIT_MAX = 1000
 MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("anthropic_model_ids", list)
 #: how the fake reports ``usage`` in its answers (``make_app(usage=...)``)
-USAGE_MODES = ("report", "omit", "null")
+USAGE_MODES = ("report", "omit", "null", "zero_output")
 USAGE_MODE_KEY: web.AppKey[str] = web.AppKey("anthropic_usage_mode", str)
 
 
@@ -328,6 +328,8 @@ async def messages(request: web.Request) -> web.Response:
         del payload["usage"]
     elif mode == "null":  # a gateway that forwards "usage": null (billed all the same)
         payload["usage"] = None
+    elif mode == "zero_output":  # a gateway that counts no output for an answer with text (impossible usage)
+        payload["usage"]["output_tokens"] = 0
     return json_response(payload, headers={"request-id": f"req_{ans.response_id}"})
 
 
@@ -345,7 +347,8 @@ def make_app(
     """Build the fake Anthropic Messages app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
     ``models``: the ids ``GET /v1/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
     /v1/models/{model_id}`` answers for the listed ids; ``usage``: ``"report"`` (default: every answer carries
-    ``usage``), ``"omit"`` (no ``usage`` key) or ``"null"`` (``"usage": null``), one of :data:`USAGE_MODES`,
+    ``usage``), ``"omit"`` (no ``usage`` key), ``"null"`` (``"usage": null``) or ``"zero_output"`` (``output_tokens: 0``
+    beside the answer's text: a count no call with text can have), one of :data:`USAGE_MODES`,
     else ``ValueError``; calls are logged as billed either way)."""
     if usage not in USAGE_MODES:
         raise ValueError(f"usage must be one of {USAGE_MODES}, got {usage!r}")

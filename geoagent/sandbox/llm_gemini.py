@@ -24,7 +24,11 @@ the documented shapes (Gemini API reference ``models.generateContent``, ``Genera
   "totalTokenCount"}, "modelVersion", "responseId"}``. ``make_app(usage=...)`` changes ``usageMetadata`` in
   every answer (a candidate, with or without parts): ``"omit"`` leaves it out, ``"null"`` sends ``null``,
   ``"prompt_only"`` sends only ``promptTokenCount`` (no ``candidatesTokenCount`` nor ``totalTokenCount`` for an
-  answer with text: what a gateway that drops the output count forwards); calls are logged as billed either way.
+  answer with text: what a gateway that drops the output count forwards), ``"total_only"`` sends
+  ``promptTokenCount`` and ``totalTokenCount`` without ``candidatesTokenCount`` (the answer's tokens counted in the
+  total) and ``"zero_output"`` sends ``candidatesTokenCount: 0`` beside the text; calls are logged as billed either way.
+* A prompt containing :data:`WITHHOLD_MARKER` is answered like an answer the safety filter withheld: one candidate
+  without ``content``, ``finishReason`` ``SAFETY`` (billed: the prompt's tokens; usage as ``usage=`` asks).
 * A prompt containing :data:`BLOCK_MARKER` is answered like a prompt the safety filter blocked:
   ``promptFeedback.blockReason = "OTHER"``, no ``candidates`` (usage reports only prompt tokens).
 
@@ -90,7 +94,10 @@ PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 1000
 MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("gemini_model_ids", list)
 #: how the fake reports ``usageMetadata`` in its answers (``make_app(usage=...)``)
-USAGE_MODES = ("report", "omit", "null", "prompt_only")
+USAGE_MODES = ("report", "omit", "null", "prompt_only", "total_only", "zero_output")
+#: Prompt text that makes the fake withhold its answer: a candidate without ``content``, ``finishReason``
+#: ``SAFETY`` (usage as ``make_app(usage=...)`` asks: ``"omit"`` sends none)
+WITHHOLD_MARKER = "[[sandbox:withhold]]"
 USAGE_MODE_KEY: web.AppKey[str] = web.AppKey("gemini_usage_mode", str)
 
 
@@ -103,6 +110,13 @@ def _usage_as_set(app: web.Application, payload: dict[str, Any]) -> dict[str, An
         payload["usageMetadata"] = None
     elif mode == "prompt_only":
         payload["usageMetadata"] = {"promptTokenCount": payload["usageMetadata"]["promptTokenCount"]}
+    elif mode == "total_only":  # a gateway that drops candidatesTokenCount but keeps the total
+        meta = payload["usageMetadata"]
+        payload["usageMetadata"] = {"promptTokenCount": meta["promptTokenCount"], "totalTokenCount": meta["totalTokenCount"]}
+    elif mode == "zero_output":  # an explicit zero output count beside the answer's text
+        meta = payload["usageMetadata"]
+        payload["usageMetadata"] = {"promptTokenCount": meta["promptTokenCount"], "candidatesTokenCount": 0,
+                                    "totalTokenCount": meta["promptTokenCount"]}
     return payload
 
 _STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}
@@ -379,6 +393,21 @@ async def generate_content(request: web.Request) -> web.Response:
                 "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns()),
             }
         )
+    if WITHHOLD_MARKER in prompt:
+        image_id = image_id_for(request, image)
+        n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
+            billed_image_tokens(request, API, model, image) if image is not None else 0)
+        log_call(request, API, 200, model=model, input_tokens=n_in, output_tokens=0, image_id=image_id,
+                 image_sha256=sha256_hex(image), finish_reason="SAFETY")
+        payload = {"candidates": [{"finishReason": "SAFETY", "index": 0}],
+                   "usageMetadata": {"promptTokenCount": n_in, "totalTokenCount": n_in},
+                   "modelVersion": model, "responseId": short_id(request.headers.get("X-Request-Key"), time.time_ns())}
+        mode = request.app.get(USAGE_MODE_KEY, "report")
+        if mode == "omit":
+            del payload["usageMetadata"]
+        elif mode == "null":
+            payload["usageMetadata"] = None
+        return json_response(payload)
     if thoughts and max_out <= thoughts:  # the cap went on thinking: no text part at all
         image_id = image_id_for(request, image)
         n_in = math.ceil((len(system) + len(prompt)) / SIM_CHARS_PER_TOKEN) + (
@@ -419,7 +448,7 @@ def make_app(
     """Build the fake Gemini generateContent app (parameters as :func:`geoagent.sandbox.llm_openai.make_app`;
     ``models``: the ids ``GET /v1beta/models`` lists first, default :data:`DEFAULT_MODEL_IDS`; ``GET
     /v1beta/models/{model}`` answers for the listed ids; ``usage``: ``"report"`` (default), ``"omit"``,
-    ``"null"`` or ``"prompt_only"``, one of :data:`USAGE_MODES` (module docstring), else ``ValueError``; a
+    ``"null"``, ``"prompt_only"``, ``"total_only"`` or ``"zero_output"``, one of :data:`USAGE_MODES` (module docstring), else ``ValueError``; a
     blocked prompt's answer keeps its usage)."""
     if usage not in USAGE_MODES:
         raise ValueError(f"usage must be one of {USAGE_MODES}, got {usage!r}")

