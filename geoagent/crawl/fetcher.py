@@ -393,7 +393,9 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         from its record (:func:`load_rejection`), downloaded only when the current settings keep it.
     on_note : async callable, optional
         Receives a decision-log record (``event`` ``"mapillary_box_full"``) when a search box was still full at
-        the minimum box size (the images found there are used; ``full_boxes`` in the record).
+        the minimum box size (the images found there are used; ``full_boxes`` in the record), and one (``event``
+        ``"mapillary_captured_at"``, ``converted_from_seconds`` and ``unknown``: image ids) when images sent a
+        ``captured_at`` that was not read as sent (:func:`geoagent.clients.mapillary.read_captured_at`).
     """
     sid = safe_name(str(site["site"]), what="site id")
     lat, lon = float(site["lat"]), float(site["lon"])
@@ -407,6 +409,14 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
             await on_note({"event": "mapillary_box_full", "n_found": len(found), "full_boxes": res.full_boxes,
                            "reason": (f"{len(full)} search box(es) still held the page limit at the minimum box "
                                       "size; the images found there were used, more may exist")})
+    converted = [img.image_id for img, _ in found if img.captured_at_note and img.captured_at_ms is not None]
+    unknown = [img.image_id for img, _ in found if img.captured_at_note and img.captured_at_ms is None]
+    if (converted or unknown) and on_note is not None:
+        await on_note({"event": "mapillary_captured_at", "converted_from_seconds": converted, "unknown": unknown,
+                       "reason": (f"captured_at is epoch milliseconds (Mapillary API v4); {len(converted)} image(s) "
+                                  "sent a value plausible only as seconds (read as seconds, times 1000), "
+                                  f"{len(unknown)} a time before 1990 either way (unknown); each image's "
+                                  "captured_at_note in the selection record")})
     hashes: list[int] = []
     for img, d_m in found:
         if len(res.kept) >= settings.max_images_per_site:
