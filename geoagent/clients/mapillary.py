@@ -46,6 +46,15 @@ from geoagent.paths import safe_image_id
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
 MAX_LIMIT = 2000
+#: default cap on one thumbnail download's body, bytes, per ``thumb_*_url`` field (``[crawl.fetcher]
+#: max_thumb_bytes`` overrides it). Sizes: Mapillary API v4 image fields (https://www.mapillary.com/developer/
+#: api-documentation: ``thumb_256_url``, ``thumb_1024_url``, ``thumb_2048_url``: "URL to the 256px / 1024px / 2048px
+#: wide thumbnail"; api-notes section 6). A JPEG is smaller than its raw pixels, so the raw RGB size of a portrait
+#: twice as tall as wide (w x 2w px, 3 bytes each: 384 KiB, 6 MiB, 24 MiB) rounded up to a power of two bounds any
+#: such thumbnail with room to spare (a 1024-px street photo is typically 100-400 KB). ``thumb_original_url`` has
+#: no fixed size: the HTTP layer's default (64 MiB, :class:`geoagent.runtime.http.HostPolicy` ``max_body_bytes``).
+THUMB_MAX_BYTES: dict[str, int] = {"thumb_256_url": 1 << 20, "thumb_1024_url": 8 << 20, "thumb_2048_url": 32 << 20,
+                                   "thumb_original_url": 64 << 20}
 SEARCH_FIELDS = ("id", "computed_geometry", "geometry", "captured_at", "is_pano", "camera_type", "compass_angle")
 PANO_CAMERA_TYPES = frozenset({"equirectangular", "spherical"})
 
@@ -115,8 +124,9 @@ class ThumbnailUnavailable(MapillaryError):
     the CDN refuses the URL even when freshly issued (403/404/410), or the bytes are not a JPEG. A per-image
     condition, not an API outage: callers skip the image (``status`` is the HTTP status when there was one).
 
-    ``kind`` says which: ``"no_url"``, ``"gone"``, ``"not_permitted"``, ``"refused"`` (the CDN) or
-    ``"not_jpeg"`` (the downloaded bytes are not a JPEG: the only kind that is about the bytes themselves)."""
+    ``kind`` says which: ``"no_url"``, ``"gone"``, ``"not_permitted"``, ``"refused"`` (the CDN),
+    ``"not_jpeg"`` (the downloaded bytes are not a JPEG) or ``"too_large"`` (the body passed the download's cap,
+    :data:`THUMB_MAX_BYTES`)."""
 
     def __init__(self, message: str, *, status: int | None = None, kind: str | None = None) -> None:
         self.kind = kind
@@ -684,24 +694,39 @@ class MapillaryClient:
     #: CDN statuses that mean "this URL is no good" (expired or bad signature, gone): ask for a new URL once
     REFRESH_STATUSES = frozenset({403, 404, 410})
 
-    async def download_thumbnail(self, image_id: str, thumb_field: str = "thumb_1024_url") -> bytes:
+    async def download_thumbnail(self, image_id: str, thumb_field: str = "thumb_1024_url", *,
+                                 max_bytes: int | None = None) -> bytes:
         """Fetch a fresh thumbnail URL and download it at once; returns the JPEG bytes.
 
         A URL the CDN refuses with 403/404/410 (signed URLs expire, sometimes between the Graph API call
-        and the download) is replaced by a newly issued one once before giving up.
+        and the download) is replaced by a newly issued one once before giving up. The body is capped at
+        ``max_bytes`` (default :data:`THUMB_MAX_BYTES` of ``thumb_field``, 64 MiB for a field not listed there),
+        counted after decompression: a longer body is refused by its Content-Length before reading, or abandoned
+        while streaming (the CDN host's policy otherwise applies: rate, concurrency, retries, timeouts).
 
         Raises
         ------
         ThumbnailUnavailable
-            No thumbnail URL, the CDN refuses a fresh URL too or redirects without end, or the body is not a
-            JPEG (per image: skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP layer's errors.
+            No thumbnail URL, the CDN refuses a fresh URL too or redirects without end, the body is not a
+            JPEG, or it is larger than the cap (``kind`` ``"too_large"``) (per image: skip it). Transport failures
+            (429, 5xx, timeouts) propagate as the HTTP layer's errors.
         """
+        import dataclasses
+
+        cap = int(max_bytes if max_bytes is not None else THUMB_MAX_BYTES.get(thumb_field, 64 << 20))
         for attempt in (1, 2):
             url = await self.fresh_thumb_url(image_id, thumb_field)
-            self._thumb_host_policy(host_of(url))
+            host = host_of(url)
+            self._thumb_host_policy(host)
+            policy = dataclasses.replace(self.http.policy_for(host), max_body_bytes=cap)
             try:
-                resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
+                resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body,
+                                               policy=policy)
             except RetriesExhausted as e:
+                if "body too large" in e.last:
+                    raise ThumbnailUnavailable(
+                        f"thumbnail of {image_id} ({thumb_field}) is larger than the cap of {cap} bytes "
+                        f"([crawl.fetcher] max_thumb_bytes; {e.last[:160]})", kind="too_large") from None
                 if e.last.startswith("invalid body"):
                     raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG: {e.last}",
                                                kind="not_jpeg") from None
