@@ -67,9 +67,10 @@ auditor) is fed by the image auditor here, which keeps the chain linear for the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -642,10 +643,9 @@ class SiteSamplerStage(_CrawlStage):
         key = city_key(city.city)
         path = svc.state_dir / "sampling" / f"{key}.json"
         # one city at a time: a landmark already a site of a city sampled before is skipped (sampler version 5), so
-        # the city sampled first keeps it whatever the stage's concurrency (within this process: two processes
-        # sampling at once are not serialised, and the trials' hand-off warning names a landmark they both took); a
-        # stored record is kept as it is (resume)
-        async with svc.lock("sampling"):
+        # the city sampled first keeps it whatever the stage's concurrency, and across the processes of the campaign
+        # (--stages) sharing its state folder (sampling_lock); a stored record is kept as it is (resume)
+        async with sampling_lock(svc):
             rec = _load(path)
             if rec is None:
                 seed = city_seed(svc.settings.seed, city.city)
@@ -666,6 +666,47 @@ class SiteSamplerStage(_CrawlStage):
             rows = [s for p in sorted((svc.state_dir / "sampling").glob("*.json")) if (r := _load(p)) for s in r["sites"]]
             write_sites_csv(rows, svc.state_dir / "sites.csv")
         return [(f"site:{s['site']}", {"site": s}) for s in rec["sites"]]
+
+
+#: the site sampler's cross-process lock file, in the campaign's state folder (:func:`sampling_lock`)
+SAMPLING_LOCK_FILE = "sampling.lock"
+#: how often a process waiting for another's sampling lock tries again, s
+SAMPLING_LOCK_POLL_S = 0.05
+
+
+@contextlib.asynccontextmanager
+async def sampling_lock(svc: CrawlServices) -> AsyncIterator[None]:
+    """Hold the site sampler's lock: one city sampled at a time by the whole campaign, so that the city sampled
+    first keeps a landmark two cities share (sampler version 5, :func:`claimed_sites`).
+
+    Two levels: the process's own ``asyncio.Lock`` (``svc.lock("sampling")``: the stage's concurrent tasks), then an
+    exclusive ``fcntl.flock`` on ``<state_dir>/sampling.lock`` (:data:`SAMPLING_LOCK_FILE`) for the processes of one
+    campaign sharing its state folder (``run.py crawl CONFIG --stages ...``; a Redis-backed campaign on several
+    machines shares no folder, so only processes on one machine are serialised). The flock is taken without blocking
+    and retried every :data:`SAMPLING_LOCK_POLL_S` s, so a waiting task stays cancellable (a stop cancels samplings
+    in flight) and never blocks the event loop; it is released by closing the file, also when the process dies
+    (the kernel drops a dead process's flock). Where the file system has no ``flock`` (``OSError`` other than
+    "would block"), only the process's own lock applies.
+
+    Raises
+    ------
+    OSError
+        The lock file cannot be created (the state folder is not writable)."""
+    import fcntl
+
+    async with svc.lock("sampling"):
+        path = Path(svc.state_dir) / SAMPLING_LOCK_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+b") as fh:
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:  # another process samples a city now
+                    await asyncio.sleep(SAMPLING_LOCK_POLL_S)
+                except OSError:  # no flock on this file system: the process's own lock only
+                    break
+            yield  # closing the file releases the flock
 
 
 def claimed_sites(state_dir: str | Path, *, exclude: str | None = None) -> dict[str, str]:
