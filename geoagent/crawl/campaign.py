@@ -68,7 +68,10 @@ class CrawlCampaign(CampaignKind):
         (:func:`geoagent.crawl.stages.apply_review_verdicts`; no request, ``rated/`` untouched). Before that, ladders
         built under another referenceability auditor than the config's are moved to ``ladders_superseded/`` with a
         warning (:func:`geoagent.crawl.stages.set_aside_other_auditor_ladders`): ``ladders/`` holds the current
-        auditor's only."""
+        auditor's only.
+
+        A config whose ``[crawl.endpoints]`` name the sandbox's fakes and whose cities include one the sandbox world
+        does not hold gets one warning line naming it (:func:`sandbox_world_note`), in the dry run and the run."""
         from geoagent.crawl.image_audit import human_verdicts_of
         from geoagent.crawl.review import review_verdicts_of
 
@@ -76,6 +79,13 @@ class CrawlCampaign(CampaignKind):
         human_verdicts_of(settings.image_audit.human_verdicts)
         review_verdicts_of(settings.referenceability.review_verdicts)
         services = getattr(ctx, "services", {}) or {}
+        note = sandbox_world_note(_settings(services.get("config_as_written") or cfg))
+        if note:  # a "warning: ..." line on the CLI's console (said once per process: Python's warning filter)
+            import warnings
+
+            from geoagent.config import ConfigWarning
+
+            warnings.warn(note, ConfigWarning, stacklevel=2)
         state_dir = Path(services.get("state_dir") or cfg.state_dir())
         if (not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY)
                 and (state_dir / "image_audit").is_dir()):
@@ -289,6 +299,44 @@ class CrawlCampaign(CampaignKind):
         if warning:
             lines.append(f"  {warning}")
         return lines
+
+
+def sandbox_world_note(settings: CrawlSettings) -> str | None:
+    """One line naming the ``[[crawl.cities]]`` the sandbox fakes know nothing about, or None.
+
+    ``settings`` as written (before :func:`geoagent.sandbox.launch.launch` points the endpoints at local ports):
+    when ``[crawl.endpoints]`` name any of the crawl's fakes (``overpass``, ``wdqs``, ``pageviews``, ``mapillary`` on
+    ``*.sandbox.invalid``), which serve only the demo's world (:func:`geoagent.demo.demo_world`), every configured
+    city with none of its data within :data:`geoagent.sandbox.city.WORLD_DATA_RADIUS_KM` of its centre
+    (:func:`geoagent.sandbox.city.cities_outside_world`) is named. None when no endpoint is a fake or every city
+    lies in the world."""
+    from geoagent.sandbox.launch import WORLD_FAKES, fake_name
+
+    ep = settings.endpoints
+    fakes = []
+    for api in WORLD_FAKES:
+        try:
+            name = fake_name(str(getattr(ep, api, "") or ""))
+        except ValueError:  # a *.sandbox.invalid host naming no fake: launch refuses it with its own message
+            name = None
+        if name in WORLD_FAKES:
+            fakes.append(api)
+    if not fakes or not settings.cities:
+        return None
+    from geoagent.demo import demo_world
+    from geoagent.sandbox.city import WORLD_DATA_RADIUS_KM, cities_outside_world
+
+    world = demo_world()
+    outside = cities_outside_world([(c.city, c.lat, c.lon) for c in settings.cities], world)
+    if not outside:
+        return None
+    known = ", ".join(str(c["city"]) for c in world.cities)
+    them = "it" if len(outside) == 1 else "them"
+    return (f"{count_text(len(outside), 'city', 'cities')} of [[crawl.cities]] "
+            f"({', '.join(repr(n) for n in outside)}) lie{'s' if len(outside) == 1 else ''} outside the sandbox world: "
+            f"[crawl.endpoints] {', '.join(fakes)} name the local fakes (*.sandbox.invalid), which know only {known} "
+            f"(no place, entity or image within {WORLD_DATA_RADIUS_KM:g} km of {them}), so the crawl finds nothing "
+            f"there and does not admit {them}; to crawl a real city, drop [crawl.endpoints] (the public APIs)")
 
 
 def images_kept(state_dir: str | Path) -> int:
