@@ -123,11 +123,14 @@ def test_selection_key_changes_with_every_setting_and_the_site():
     base = selection_key(selection_settings(site, FetcherSettings()))
     assert base == selection_key(selection_settings({**site, "lat": "48.85"}, FetcherSettings()))  # a CSV string
     changed = {"radius_m": 200.0, "min_separation_m": 30.0, "max_images_per_site": 3, "min_brightness": 80.0,
-               "grey_size_px": 16, "thumb_field": "thumb_2048_url", "dedupe_hamming_max": 6}
+               "grey_size_px": 16, "thumb_field": "thumb_2048_url", "dedupe_hamming_max": 6,
+               "max_thumb_bytes": 1 << 20}
     assert set(changed) == set(FetcherSettings.model_fields)  # a new setting must be listed here
     keys = {selection_key(selection_settings(site, FetcherSettings(**{k: v}))) for k, v in changed.items()}
     keys.add(selection_key(selection_settings({**site, "lon": 2.36}, FetcherSettings())))
     assert base not in keys and len(keys) == len(changed) + 1
+    # max_thumb_bytes at its default (None) is left out: a selection made before the key existed keeps its key
+    assert "max_thumb_bytes" not in selection_settings(site, FetcherSettings())["fetcher"]
     assert selection_path("/r", "s", base).name == f"images-{base}.json"
     for bad in ("../x", "ABCDEF0123456789", "12"):
         try:

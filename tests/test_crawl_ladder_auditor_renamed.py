@@ -1,16 +1,21 @@
-"""A crawl re-run under a renamed referenceability auditor keeps one set of ladders: the current auditor's.
+"""A crawl re-run under a renamed referenceability auditor keeps one set of ladders, each named by the model
+that rated its site.
 
 Each ladder file is named by its auditor (``ladders/<site>_ladder_<auditor>-en.csv``, the release's layout), and a
-run of a crawl with rated sites rebuilds every ladder from the stored ratings under the config's auditor
+run of a crawl with rated sites rebuilds every ladder from the stored ratings
 (:func:`geoagent.crawl.stages.apply_review_verdicts`). Renaming ``[crawl.referenceability] model`` (the
-``[[models]]`` name) and re-running left the old auditor's files beside the rebuilt ones: ``ladders/`` held two
-ladders per site, and every reader of the folder (the export's ``ladders`` table, a GeoHint campaign over the
-crawl, the gazetteer) read both. Ladders are a function of the current config: those named by another auditor are
-now moved to ``ladders_superseded/`` (kept, read by nothing) with a warning naming how many and from which
-auditor. The shipped offline crawl (local fakes, started in-process) through the CLI entry."""
+``[[models]]`` name) and re-running left the old auditor's files beside the rebuilt ones (session 12); the fix then
+named every rebuilt ladder by the config's new auditor, though its ratings were the old one's: ``rated/*.json`` did
+not record which model rated (session 13 leftover). The rated record now names the rating model (``rating_model``)
+and a ladder is named by it (:func:`geoagent.crawl.stages.rated_auditor`): after a rename the stored sites' ladders
+keep the name of the model that rated them, and nothing is set aside. A record without the field (an older
+crawl's) takes the config's auditor as before: its ladders under another name are moved to ``ladders_superseded/``
+(kept, read by nothing) with a warning naming how many and from which auditor. The shipped offline crawl (local
+fakes, started in-process) through the CLI entry."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -27,8 +32,7 @@ def _ladders(state: Path, folder: str = "ladders") -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.glob("*.csv"))} if d.is_dir() else {}
 
 
-def test_a_renamed_auditor_leaves_one_ladder_per_site_and_keeps_the_old_ones_aside(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+def _crawl_then_rename(tmp_path, capsys, strip_rating_model=False):
     text = CONFIG.read_text(encoding="utf-8")
     assert text.count('"sandbox-text-auditor"') == 2  # the [[models]] name and [crawl.referenceability] model
     p = tmp_path / "crawl.toml"
@@ -37,19 +41,46 @@ def test_a_renamed_auditor_leaves_one_ladder_per_site_and_keeps_the_old_ones_asi
     state = tmp_path / "state" / "crawl-sandbox"
     first = _ladders(state)
     assert first and all(n.endswith("_ladder_sandbox-text-auditor-en.csv") for n in first)
+    rated = sorted((state / "rated").glob("*.json"))
+    assert rated and all(json.loads(r.read_text())["rating_model"] == "sandbox-text-auditor" for r in rated)
+    if strip_rating_model:  # a crawl from before the rated record named its rating model
+        for r in rated:
+            rec = json.loads(r.read_text())
+            del rec["rating_model"], rec["rating_model_id"]
+            r.write_text(json.dumps(rec))
     capsys.readouterr()
-
     p.write_text(p.read_text().replace('"sandbox-text-auditor"', '"sandbox-text-auditor-v2"'))
     assert main(["crawl", str(p), "--no-live"]) == 0
-    err = capsys.readouterr().err
+    return p, state, first, capsys.readouterr().err
+
+
+def test_a_renamed_auditor_keeps_the_ladders_named_by_the_model_that_rated(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    p, state, first, err = _crawl_then_rename(tmp_path, capsys)
+    # before: every ladder renamed to _ladder_sandbox-text-auditor-v2-en.csv, though no site was rated again
+    assert _ladders(state) == first
+    assert not _ladders(state, C.SUPERSEDED_LADDERS_DIR)
+    assert C.SUPERSEDED_LADDERS_DIR not in err
+    lad = pl.read_parquet(state / C.EXPORT_DIR / "ladders.parquet")
+    assert set(lad["ladder"].unique()) == {"sandbox-text-auditor-en"}
+    assert lad["site"].n_unique() == len(first)
+    # the stored records keep naming the model that rated them
+    assert all(json.loads(r.read_text())["rating_model"] == "sandbox-text-auditor"
+               for r in (state / "rated").glob("*.json"))
+
+
+def test_an_older_crawl_without_the_rating_model_falls_back_to_the_config_and_sets_the_old_ladders_aside(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    p, state, first, err = _crawl_then_rename(tmp_path, capsys, strip_rating_model=True)
     second = _ladders(state)
-    # one ladder per site, each named by the current auditor, built from the same stored ratings
+    # one ladder per site, each named by the current auditor (the record cannot say who rated), same ratings
     assert sorted(second) == sorted(n.replace("_ladder_sandbox-text-auditor-en", "_ladder_sandbox-text-auditor-v2-en")
                                     for n in first)
     assert sorted(second.values()) == sorted(first.values())
     # the old auditor's files are kept, byte for byte, where no reader of ladders/ looks
     assert _ladders(state, C.SUPERSEDED_LADDERS_DIR) == first
-    # one "warning:" line, as the CLI's other warnings (before: a logging record, "... WARNING geoagent.crawl.stages: ...")
+    # one "warning:" line, as the CLI's other warnings
     warned = [ln for ln in err.splitlines() if C.SUPERSEDED_LADDERS_DIR in ln]
     assert len(warned) == 1 and warned[0].startswith("warning: ") and f"{len(first)} ladder" in warned[0] and "'sandbox-text-auditor'" in warned[0]
     assert "'sandbox-text-auditor-v2'" in warned[0]

@@ -19,7 +19,8 @@ the official mapillary-python-sdk field list.
   token's refusal (:meth:`MapillaryClient.token_refused`); throttling (:data:`RATE_LIMIT_CODES`, at any HTTP
   status) is retried with backoff and, when it persists, raised as a retryable
   :class:`~geoagent.runtime.http.RetriesExhausted`, never as a deleted image or a refused token.
-* ``captured_at`` is milliseconds since the epoch; geometries are GeoJSON ``[lon, lat]``.
+* ``captured_at`` is milliseconds since the epoch (a value that is plausible only as seconds is read as seconds,
+  with a note: :func:`read_captured_at`); geometries are GeoJSON ``[lon, lat]``.
 * ``thumb_*_url`` are signed CDN URLs that expire: fetch them per image right before downloading
   (:meth:`MapillaryClient.fresh_thumb_url`) and download at once.
 
@@ -45,6 +46,15 @@ from geoagent.paths import safe_image_id
 from geoagent.runtime.http import HostPolicy, PermanentHTTPError, RetriesExhausted, RetriesStopped
 
 MAX_LIMIT = 2000
+#: default cap on one thumbnail download's body, bytes, per ``thumb_*_url`` field (``[crawl.fetcher]
+#: max_thumb_bytes`` overrides it). Sizes: Mapillary API v4 image fields (https://www.mapillary.com/developer/
+#: api-documentation: ``thumb_256_url``, ``thumb_1024_url``, ``thumb_2048_url``: "URL to the 256px / 1024px / 2048px
+#: wide thumbnail"; api-notes section 6). A JPEG is smaller than its raw pixels, so the raw RGB size of a portrait
+#: twice as tall as wide (w x 2w px, 3 bytes each: 384 KiB, 6 MiB, 24 MiB) rounded up to a power of two bounds any
+#: such thumbnail with room to spare (a 1024-px street photo is typically 100-400 KB). ``thumb_original_url`` has
+#: no fixed size: the HTTP layer's default (64 MiB, :class:`geoagent.runtime.http.HostPolicy` ``max_body_bytes``).
+THUMB_MAX_BYTES: dict[str, int] = {"thumb_256_url": 1 << 20, "thumb_1024_url": 8 << 20, "thumb_2048_url": 32 << 20,
+                                   "thumb_original_url": 64 << 20}
 SEARCH_FIELDS = ("id", "computed_geometry", "geometry", "captured_at", "is_pano", "camera_type", "compass_angle")
 PANO_CAMERA_TYPES = frozenset({"equirectangular", "spherical"})
 
@@ -114,8 +124,9 @@ class ThumbnailUnavailable(MapillaryError):
     the CDN refuses the URL even when freshly issued (403/404/410), or the bytes are not a JPEG. A per-image
     condition, not an API outage: callers skip the image (``status`` is the HTTP status when there was one).
 
-    ``kind`` says which: ``"no_url"``, ``"gone"``, ``"not_permitted"``, ``"refused"`` (the CDN) or
-    ``"not_jpeg"`` (the downloaded bytes are not a JPEG: the only kind that is about the bytes themselves)."""
+    ``kind`` says which: ``"no_url"``, ``"gone"``, ``"not_permitted"``, ``"refused"`` (the CDN),
+    ``"not_jpeg"`` (the downloaded bytes are not a JPEG) or ``"too_large"`` (the body passed the download's cap,
+    :data:`THUMB_MAX_BYTES`)."""
 
     def __init__(self, message: str, *, status: int | None = None, kind: str | None = None) -> None:
         self.kind = kind
@@ -125,7 +136,9 @@ class ThumbnailUnavailable(MapillaryError):
 @dataclass(frozen=True, slots=True)
 class MapillaryImage:
     """Metadata of one image. ``lat``/``lon`` are the camera position (computed geometry when present,
-    else the raw GPS geometry), degrees; ``captured_at_ms`` epoch milliseconds; ``compass_angle`` degrees."""
+    else the raw GPS geometry), degrees; ``captured_at_ms`` epoch milliseconds; ``compass_angle`` degrees;
+    ``captured_at_note`` the decision taken on the sent ``captured_at`` when it was not read as sent (seconds
+    converted, or a time before 1990 taken as unknown: :func:`read_captured_at`), else None."""
 
     image_id: str
     lat: float
@@ -135,6 +148,7 @@ class MapillaryImage:
     camera_type: str | None
     compass_angle: float | None
     thumb_url: str | None = None
+    captured_at_note: str | None = None
 
     @property
     def perspective(self) -> bool:
@@ -152,8 +166,12 @@ class MapillaryImage:
         return self.camera_type == "perspective" and not self.is_pano
 
     def to_json(self) -> dict[str, Any]:
-        return {"image_id": self.image_id, "lat": self.lat, "lon": self.lon, "captured_at_ms": self.captured_at_ms,
-                "is_pano": self.is_pano, "camera_type": self.camera_type, "compass_angle": self.compass_angle}
+        """The image's metadata as kept in selection records (``captured_at_note`` only when there is one)."""
+        out = {"image_id": self.image_id, "lat": self.lat, "lon": self.lon, "captured_at_ms": self.captured_at_ms,
+               "is_pano": self.is_pano, "camera_type": self.camera_type, "compass_angle": self.compass_angle}
+        if self.captured_at_note:
+            out["captured_at_note"] = self.captured_at_note
+        return out
 
 
 def _point(geom: Any) -> tuple[float, float] | None:
@@ -173,27 +191,56 @@ def _point(geom: Any) -> tuple[float, float] | None:
 
 #: slack past the present for a ``captured_at`` (ms): a camera clock a little ahead, time zones written as UTC
 _FUTURE_SLACK_MS = 86_400_000
+#: the earliest capture time taken as real, epoch ms (1990-01-01T00:00:00Z): no street-level photo with a position
+#: is older (consumer GPS and digital cameras came later; Mapillary started in 2013). A ``captured_at`` that reads
+#: as an earlier time in milliseconds is no capture time: seconds (:func:`read_captured_at`) or unknown
+EARLIEST_CAPTURE_MS = 631_152_000_000
 
 
-def captured_at_ms(value: Any) -> int | None:
-    """A ``captured_at`` value (epoch milliseconds: an integer, a whole float or a digit string) as an int, or None
-    when it is absent, not a number (a date string, a JSON ``true``) or not a time a camera took a photo at:
-    before 1970 or more than a day after now (a value of 1e20 ms would crash the export's ISO conversion).
-    Source: Mapillary API v4 image fields (``captured_at``: "timestamp, ms since epoch")."""
+def read_captured_at(value: Any) -> tuple[int | None, str | None]:
+    """A ``captured_at`` value as ``(epoch milliseconds or None, note)``; ``note`` is None when the value was read
+    as sent, else the decision taken (a sentence for the crawl's decision log).
+
+    Source: Mapillary API v4 image fields (https://www.mapillary.com/developer/api-documentation, "captured_at:
+    timestamp, ms since epoch"; api-notes section 6: "a number of milliseconds since the Unix epoch (clients
+    divide by 1000)"). Read as an integer (an int, a whole float or a digit string); None without a note when it
+    is absent, not a number (a date string, a JSON ``true``), negative or more than a day after now (a value of
+    1e20 ms would crash the export's ISO conversion).
+
+    Seconds instead of milliseconds (the rule): a value ``v`` below :data:`EARLIEST_CAPTURE_MS` reads, as ms, as a
+    time before 1990 (seconds since 1990 read as ms fall in January 1970, 1626443291 on 1970-01-19). When ``v``
+    read as SECONDS lies between 1990-01-01 and a day after now, it is taken as seconds: ``v * 1000`` with the
+    note ``"captured_at ... read as seconds"`` (a sender that wrote seconds; both readings cannot be plausible at
+    once, since plausible ms values are 1000 times larger than plausible second values). Any other value before
+    1990 as ms (0, a placeholder, a clock never set) is unknown (None) with a note saying so."""
     if value is None or isinstance(value, bool):
-        return None
+        return None, None
     try:
         if isinstance(value, float):
             if not value.is_integer():
-                return None
-            ms = int(value)
+                return None, None
+            v = int(value)
         else:
-            ms = int(str(value).strip()) if isinstance(value, str) else int(value)
+            v = int(str(value).strip()) if isinstance(value, str) else int(value)
     except (TypeError, ValueError, OverflowError):
-        return None
-    if not 0 <= ms <= time.time() * 1000 + _FUTURE_SLACK_MS:
-        return None
-    return ms
+        return None, None
+    now_ms = time.time() * 1000 + _FUTURE_SLACK_MS
+    if not 0 <= v <= now_ms:
+        return None, None
+    if v >= EARLIEST_CAPTURE_MS:
+        return v, None
+    if EARLIEST_CAPTURE_MS <= v * 1000 <= now_ms:
+        return v * 1000, (f"captured_at {v} read as seconds (as milliseconds it would be a time in 1970, before "
+                          "1990-01-01; as seconds it is a plausible capture time)")
+    return None, (f"captured_at {v} is unknown: as milliseconds it is a time before 1990-01-01, and as seconds "
+                  "too, so it is no capture time")
+
+
+def captured_at_ms(value: Any) -> int | None:
+    """A ``captured_at`` value as epoch milliseconds, or None when it is no capture time: the value of
+    :func:`read_captured_at` (whose docstring gives the rule, including seconds sent instead of milliseconds),
+    without its note."""
+    return read_captured_at(value)[0]
 
 
 def compass_deg(value: Any) -> float | None:
@@ -227,12 +274,13 @@ def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> Mapillar
     pt = _point(obj.get("computed_geometry")) or _point(obj.get("geometry"))
     if pt is None:
         return None
-    cap_ms = captured_at_ms(obj.get("captured_at"))
+    cap_ms, cap_note = read_captured_at(obj.get("captured_at"))
     angle = compass_deg(obj.get("compass_angle"))
     thumb = obj.get(thumb_field) if thumb_field else None
     camera = obj.get("camera_type")  # a value that is not text (a list, an object) counts as absent
     return MapillaryImage(image_id, pt[0], pt[1], cap_ms, pano_flag(obj.get("is_pano", False)),
-                          camera if isinstance(camera, str) else None, angle, thumb if isinstance(thumb, str) else None)
+                          camera if isinstance(camera, str) else None, angle, thumb if isinstance(thumb, str) else None,
+                          cap_note)
 
 
 def bbox_around(lat: float, lon: float, radius_m: float) -> tuple[float, float, float, float]:
@@ -646,24 +694,39 @@ class MapillaryClient:
     #: CDN statuses that mean "this URL is no good" (expired or bad signature, gone): ask for a new URL once
     REFRESH_STATUSES = frozenset({403, 404, 410})
 
-    async def download_thumbnail(self, image_id: str, thumb_field: str = "thumb_1024_url") -> bytes:
+    async def download_thumbnail(self, image_id: str, thumb_field: str = "thumb_1024_url", *,
+                                 max_bytes: int | None = None) -> bytes:
         """Fetch a fresh thumbnail URL and download it at once; returns the JPEG bytes.
 
         A URL the CDN refuses with 403/404/410 (signed URLs expire, sometimes between the Graph API call
-        and the download) is replaced by a newly issued one once before giving up.
+        and the download) is replaced by a newly issued one once before giving up. The body is capped at
+        ``max_bytes`` (default :data:`THUMB_MAX_BYTES` of ``thumb_field``, 64 MiB for a field not listed there),
+        counted after decompression: a longer body is refused by its Content-Length before reading, or abandoned
+        while streaming (the CDN host's policy otherwise applies: rate, concurrency, retries, timeouts).
 
         Raises
         ------
         ThumbnailUnavailable
-            No thumbnail URL, the CDN refuses a fresh URL too or redirects without end, or the body is not a
-            JPEG (per image: skip it). Transport failures (429, 5xx, timeouts) propagate as the HTTP layer's errors.
+            No thumbnail URL, the CDN refuses a fresh URL too or redirects without end, the body is not a
+            JPEG, or it is larger than the cap (``kind`` ``"too_large"``) (per image: skip it). Transport failures
+            (429, 5xx, timeouts) propagate as the HTTP layer's errors.
         """
+        import dataclasses
+
+        cap = int(max_bytes if max_bytes is not None else THUMB_MAX_BYTES.get(thumb_field, 64 << 20))
         for attempt in (1, 2):
             url = await self.fresh_thumb_url(image_id, thumb_field)
-            self._thumb_host_policy(host_of(url))
+            host = host_of(url)
+            self._thumb_host_policy(host)
+            policy = dataclasses.replace(self.http.policy_for(host), max_body_bytes=cap)
             try:
-                resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body)
+                resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body,
+                                               policy=policy)
             except RetriesExhausted as e:
+                if "body too large" in e.last:
+                    raise ThumbnailUnavailable(
+                        f"thumbnail of {image_id} ({thumb_field}) is larger than the cap of {cap} bytes "
+                        f"([crawl.fetcher] max_thumb_bytes; {e.last[:160]})", kind="too_large") from None
                 if e.last.startswith("invalid body"):
                     raise ThumbnailUnavailable(f"thumbnail of {image_id} is not a JPEG: {e.last}",
                                                kind="not_jpeg") from None

@@ -68,7 +68,10 @@ class CrawlCampaign(CampaignKind):
         (:func:`geoagent.crawl.stages.apply_review_verdicts`; no request, ``rated/`` untouched). Before that, ladders
         built under another referenceability auditor than the config's are moved to ``ladders_superseded/`` with a
         warning (:func:`geoagent.crawl.stages.set_aside_other_auditor_ladders`): ``ladders/`` holds the current
-        auditor's only."""
+        auditor's only.
+
+        A config whose ``[crawl.endpoints]`` name the sandbox's fakes and whose cities include one the sandbox world
+        does not hold gets one warning line naming it (:func:`sandbox_world_note`), in the dry run and the run."""
         from geoagent.crawl.image_audit import human_verdicts_of
         from geoagent.crawl.review import review_verdicts_of
 
@@ -76,6 +79,13 @@ class CrawlCampaign(CampaignKind):
         human_verdicts_of(settings.image_audit.human_verdicts)
         review_verdicts_of(settings.referenceability.review_verdicts)
         services = getattr(ctx, "services", {}) or {}
+        note = sandbox_world_note(_settings(services.get("config_as_written") or cfg))
+        if note:  # a "warning: ..." line on the CLI's console (said once per process: Python's warning filter)
+            import warnings
+
+            from geoagent.config import ConfigWarning
+
+            warnings.warn(note, ConfigWarning, stacklevel=2)
         state_dir = Path(services.get("state_dir") or cfg.state_dir())
         if (not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY)
                 and (state_dir / "image_audit").is_dir()):
@@ -289,6 +299,44 @@ class CrawlCampaign(CampaignKind):
         if warning:
             lines.append(f"  {warning}")
         return lines
+
+
+def sandbox_world_note(settings: CrawlSettings) -> str | None:
+    """One line naming the ``[[crawl.cities]]`` the sandbox fakes know nothing about, or None.
+
+    ``settings`` as written (before :func:`geoagent.sandbox.launch.launch` points the endpoints at local ports):
+    when ``[crawl.endpoints]`` name any of the crawl's fakes (``overpass``, ``wdqs``, ``pageviews``, ``mapillary`` on
+    ``*.sandbox.invalid``), which serve only the demo's world (:func:`geoagent.demo.demo_world`), every configured
+    city with none of its data within :data:`geoagent.sandbox.city.WORLD_DATA_RADIUS_KM` of its centre
+    (:func:`geoagent.sandbox.city.cities_outside_world`) is named. None when no endpoint is a fake or every city
+    lies in the world."""
+    from geoagent.sandbox.launch import WORLD_FAKES, fake_name
+
+    ep = settings.endpoints
+    fakes = []
+    for api in WORLD_FAKES:
+        try:
+            name = fake_name(str(getattr(ep, api, "") or ""))
+        except ValueError:  # a *.sandbox.invalid host naming no fake: launch refuses it with its own message
+            name = None
+        if name in WORLD_FAKES:
+            fakes.append(api)
+    if not fakes or not settings.cities:
+        return None
+    from geoagent.demo import demo_world
+    from geoagent.sandbox.city import WORLD_DATA_RADIUS_KM, cities_outside_world
+
+    world = demo_world()
+    outside = cities_outside_world([(c.city, c.lat, c.lon) for c in settings.cities], world)
+    if not outside:
+        return None
+    known = ", ".join(str(c["city"]) for c in world.cities)
+    them = "it" if len(outside) == 1 else "them"
+    return (f"{count_text(len(outside), 'city', 'cities')} of [[crawl.cities]] "
+            f"({', '.join(repr(n) for n in outside)}) lie{'s' if len(outside) == 1 else ''} outside the sandbox world: "
+            f"[crawl.endpoints] {', '.join(fakes)} name the local fakes (*.sandbox.invalid), which know only {known} "
+            f"(no place, entity or image within {WORLD_DATA_RADIUS_KM:g} km of {them}), so the crawl finds nothing "
+            f"there and does not admit {them}; to crawl a real city, drop [crawl.endpoints] (the public APIs)")
 
 
 def images_kept(state_dir: str | Path) -> int:
@@ -766,7 +814,8 @@ def crawl_budget_outline(cfg: Any, settings: CrawlSettings) -> list[str]:
     Sec. 3.2, App. A.4), at most cities x ``sites_per_city`` x ``max_images_per_site``; two referenceability
     calls (the 0-5 rating and the sensitivity screen, Sec. 3.3) per batch of ``batch_size`` candidates of a
     city, shown for :data:`OUTLINE_CANDIDATES` candidates in a city (re-asks of an unparseable batch, split in
-    halves, come on top). Returns lines indented for the dry-run report; a model without prices reads "free".
+    halves, come on top); then the total of those worst cases against ``[budget] cap_usd``
+    (:func:`_outline_total`). Returns lines indented for the dry-run report; a model without prices reads "free".
     """
     import math
 
@@ -800,5 +849,45 @@ def crawl_budget_outline(cfg: Any, settings: CrawlSettings) -> list[str]:
                      "plus re-asks: an answer that does not cover every candidate is asked again in halves")
     else:
         lines.append(f"    referenceability (model {rs.model!r}): {how}, free (no prices)")
+    lines.extend(_outline_total(cfg, settings, f))
     lines.append(f"    the [budget] cap (${cfg.budget.cap_usd:,.2f}) holds: no call starts that could pass it")
+    return lines
+
+
+def _outline_total(cfg: Any, settings: CrawlSettings, f: dict[str, Any]) -> list[str]:
+    """The outline's total against the cap (:func:`crawl_budget_outline`), as the evaluation campaigns' dry run
+    gives it (:func:`geoagent.engine.estimate_lines`: ``worst $W, cap $C (within cap)`` and ``!!! OVER CAP``).
+
+    Worst case, USD: every image audit the config allows (``max_image_audits``) at its worst case, plus the
+    referenceability calls for :data:`OUTLINE_CANDIDATES` candidates in each configured city (2 calls per batch of
+    ``batch_size``, each batch at its worst case); a model without prices counts $0. The candidate count is
+    illustrative (the real one depends on what the crawl finds), and re-asks of unparseable batches are not in it.
+    Over the cap, the second line says how many candidates per city the cap pays for at the worst case once every
+    image audit is paid (whole batches). The cap itself never depends on this figure: the ledger stops the crawl
+    before any call that could pass it (exit 4). Returns one or two lines, indented as the outline's."""
+    import math
+
+    cap = float(cfg.budget.cap_usd)
+    n_cities = len(settings.cities)
+    img = (f["image_audit_usd"] or 0.0) * f["max_image_audits"]
+    per_batch = (f["rating_usd"] or 0.0) + (f["screen_usd"] or 0.0)
+    n_batches = math.ceil(OUTLINE_CANDIDATES / f["batch_size"])
+    ref = per_batch * n_batches * n_cities
+    worst = img + ref
+    within = worst <= cap + 1e-12
+    bound = "" if f["image_bounded"] else " (image audits of originals at a 2048-px photo: not an upper bound)"
+    lines = [f"    total (worst case): ${worst:.4f} = image audits ${img:.4f} + referenceability ${ref:.4f} "
+             f"({OUTLINE_CANDIDATES:,} candidates in each of {count_text(n_cities, 'city', 'cities')}; the real count "
+             f"depends on what the crawl finds){bound}; cap ${cap:,.2f} ({'within' if within else 'OVER'} cap)"]
+    if not within:
+        if per_batch > 0 and n_cities and cap > img:
+            # + 1e-9: a quotient that is whole in decimal must not floor to one less
+            fit = int((cap - img) / n_cities / per_batch + 1e-9) * f["batch_size"]
+            pays = (f"after every image audit at its worst case, the cap pays for about {fit:,} candidates per city "
+                    "at theirs")
+        else:
+            pays = "the cap does not pay for every image audit at its worst case"
+        lines.append(f"    !!! OVER CAP: the worst case ${worst:.4f} exceeds [budget] cap_usd ${cap:,.2f}: a crawl that "
+                     f"finds that much stops at the cap (exit 4) before it finishes; {pays}. Raise cap_usd, or plan "
+                     "fewer cities, sites_per_city or max_images_per_site")
     return lines

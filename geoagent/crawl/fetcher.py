@@ -34,7 +34,9 @@ pixel; or over Pillow's decompression-bomb limit): it is not decoded and gets th
 downloaded again. An answer that is no complete JPEG (an HTML error page served with status 200, a body cut short;
 :class:`~geoagent.clients.mapillary.ThumbnailUnavailable` ``kind`` ``"not_jpeg"``, after the HTTP layer's retries)
 is a failed transfer, not a verdict on the image: like an image whose thumbnail could not be had at all (no URL,
-gone, not permitted, refused by the CDN), it gets no record, and the next walk asks again.
+gone, not permitted, refused by the CDN), it gets no record, and the next walk asks again. So does a thumbnail
+whose body passes the download's cap (``[crawl.fetcher] max_thumb_bytes``, by default the size of the ``thumb_field``'s
+thumbnail: :data:`~geoagent.clients.mapillary.THUMB_MAX_BYTES`): refused unread, the image rejected with the reason.
 
 Selections are per settings. The images root is shared by every campaign under a state root, so a
 selection record says what made it: ``selection`` holds the site's coordinates and every
@@ -203,15 +205,18 @@ def too_close(img: MapillaryImage, kept: list[dict[str, Any]], min_sep_m: float)
 def selection_settings(site: dict[str, Any], settings: FetcherSettings) -> dict[str, Any]:
     """Everything that decides which images a site gets: the walk's version, the site's coordinates
     (degrees, as floats) and every ``[crawl.fetcher]`` setting (``radius_m``, ``min_separation_m``,
-    ``max_images_per_site``, ``min_brightness``, ``grey_size_px``, ``thumb_field``, ``dedupe_hamming_max``).
+    ``max_images_per_site``, ``min_brightness``, ``grey_size_px``, ``thumb_field``, ``dedupe_hamming_max``, and
+    ``max_thumb_bytes`` when set: left out at its default, so selections made before the key existed keep their key).
 
     Raises
     ------
     KeyError, TypeError, ValueError
         When ``site`` has no usable ``lat``/``lon``.
     """
-    return {"version": SELECTION_VERSION, "lat": float(site["lat"]), "lon": float(site["lon"]),
-            "fetcher": settings.model_dump(mode="json")}
+    fetcher = settings.model_dump(mode="json")
+    if fetcher.get("max_thumb_bytes") is None:  # the default cap: absent, so earlier selections keep their key
+        fetcher.pop("max_thumb_bytes", None)
+    return {"version": SELECTION_VERSION, "lat": float(site["lat"]), "lon": float(site["lon"]), "fetcher": fetcher}
 
 
 def selection_key(selection: dict[str, Any]) -> str:
@@ -393,7 +398,9 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
         from its record (:func:`load_rejection`), downloaded only when the current settings keep it.
     on_note : async callable, optional
         Receives a decision-log record (``event`` ``"mapillary_box_full"``) when a search box was still full at
-        the minimum box size (the images found there are used; ``full_boxes`` in the record).
+        the minimum box size (the images found there are used; ``full_boxes`` in the record), and one (``event``
+        ``"mapillary_captured_at"``, ``converted_from_seconds`` and ``unknown``: image ids) when images sent a
+        ``captured_at`` that was not read as sent (:func:`geoagent.clients.mapillary.read_captured_at`).
     """
     sid = safe_name(str(site["site"]), what="site id")
     lat, lon = float(site["lat"]), float(site["lon"])
@@ -407,6 +414,14 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
             await on_note({"event": "mapillary_box_full", "n_found": len(found), "full_boxes": res.full_boxes,
                            "reason": (f"{len(full)} search box(es) still held the page limit at the minimum box "
                                       "size; the images found there were used, more may exist")})
+    converted = [img.image_id for img, _ in found if img.captured_at_note and img.captured_at_ms is not None]
+    unknown = [img.image_id for img, _ in found if img.captured_at_note and img.captured_at_ms is None]
+    if (converted or unknown) and on_note is not None:
+        await on_note({"event": "mapillary_captured_at", "converted_from_seconds": converted, "unknown": unknown,
+                       "reason": (f"captured_at is epoch milliseconds (Mapillary API v4); {len(converted)} image(s) "
+                                  "sent a value plausible only as seconds (read as seconds, times 1000), "
+                                  f"{len(unknown)} a time before 1990 either way (unknown); each image's "
+                                  "captured_at_note in the selection record")})
     hashes: list[int] = []
     for img, d_m in found:
         if len(res.kept) >= settings.max_images_per_site:
@@ -447,8 +462,9 @@ async def fetch_site_images(site: dict[str, Any], mapillary: Any, settings: Fetc
             # kept under the current settings (e.g. a lower min_brightness): its file is needed now
         if jpeg is None:
             try:
-                jpeg = await mapillary.download_thumbnail(img.image_id, settings.thumb_field)
-            except ThumbnailUnavailable as e:  # this image only (no URL, gone, refused, not a JPEG): skip it
+                jpeg = await mapillary.download_thumbnail(img.image_id, settings.thumb_field,
+                                                          max_bytes=settings.thumb_max_bytes)
+            except ThumbnailUnavailable as e:  # this image only (no URL, gone, refused, not a JPEG, too large): skip it
                 # no record, not even for "not_jpeg": a body that is no complete JPEG (an HTML page served with 200,
                 # a transfer cut short) says nothing about the image, so the next walk asks again (module doc)
                 res.rejected.append(meta | {"reason": f"no thumbnail: {e}"})

@@ -149,14 +149,58 @@ def apply_decisions(site: str, cands: Iterable[RatedCandidate],
     return out
 
 
+#: the site under which a review-queue record is counted when no site can be read for it (:func:`queue_site`)
+UNKNOWN_SITE = "(site not recorded)"
+
+
+def queue_site(rec: Mapping[str, Any], rated_sites: Mapping[str, list[str]] | None = None) -> str:
+    """The site of one ``audit_review_queue.jsonl`` record: its ``site`` field; else the site in its ``model``
+    (``review|<site>``, as the first versions wrote it; the auditor's queue log reads it the same way,
+    :class:`geoagent.crawl.referenceability.ReviewQueueLog`); else, with ``rated_sites`` (QID -> the sites whose
+    ``rated/<site>.json`` lists it), the one rated site that lists the record's QID; else :data:`UNKNOWN_SITE`
+    (never ``"None"``: such records are counted apart, and a decision naming a real site does not match them)."""
+    site = rec.get("site")
+    if site is not None and str(site).strip():
+        return str(site)
+    model = rec.get("model")
+    if isinstance(model, str) and model.startswith("review|") and model[len("review|"):].strip():
+        return model[len("review|"):]
+    sites = (rated_sites or {}).get(str(rec.get("qid")), [])
+    return sites[0] if len(sites) == 1 else UNKNOWN_SITE
+
+
+def _rated_sites_by_qid(state_dir: Path) -> dict[str, list[str]]:
+    """QID -> the site ids whose ``rated/<site>.json`` lists it (unreadable records are left out)."""
+    import orjson
+
+    out: dict[str, list[str]] = {}
+    folder = state_dir / "rated"
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = orjson.loads(p.read_bytes())
+            site = str(rec["site"]["site"])
+            qids = {str(r["qid"]) for r in rec["rated"]}
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+        for q in sorted(qids):
+            out.setdefault(q, []).append(site)
+    return out
+
+
 def _queue(state_dir: Path) -> list[dict[str, Any]]:
+    """The review queue's items, one per (site, QID) (the first record of each), sorted; each record's ``site``
+    is the one :func:`queue_site` reads (a record without the field gets it, the file is not changed)."""
     from geoagent.crawl.referenceability import REVIEW_QUEUE_FILE
 
     path = state_dir / REVIEW_QUEUE_FILE
     items: dict[tuple[str, str], dict[str, Any]] = {}
+    rated: dict[str, list[str]] | None = None
     if path.is_file():
         for _n, r in iter_jsonl_objects(path, skip_torn=True):  # a record cut short by a crash is skipped
-            items.setdefault((str(r.get("site")), str(r.get("qid"))), r)
+            if r.get("site") is None and not str(r.get("model", "")).startswith("review|") and rated is None:
+                rated = _rated_sites_by_qid(state_dir)  # read only when a record needs it
+            site = queue_site(r, rated)
+            items.setdefault((site, str(r.get("qid"))), {**r, "site": site})
     return [items[k] for k in sorted(items)]
 
 

@@ -182,6 +182,17 @@ class FetcherSettings(_Section):
     grey_size_px: int = Field(32, ge=4)
     thumb_field: str = "thumb_1024_url"
     dedupe_hamming_max: int = Field(4, ge=0, le=64)
+    #: cap on one thumbnail download's body, bytes; None (default): :data:`geoagent.clients.mapillary.THUMB_MAX_BYTES`
+    #: of ``thumb_field`` (8 MiB for ``thumb_1024_url``); a larger body rejects that image only (:attr:`thumb_max_bytes`)
+    max_thumb_bytes: int | None = Field(None, ge=1)
+
+    @property
+    def thumb_max_bytes(self) -> int:
+        """The cap in force on one thumbnail download's body, bytes: ``max_thumb_bytes`` when set, else the
+        default of ``thumb_field`` (:data:`geoagent.clients.mapillary.THUMB_MAX_BYTES`)."""
+        from geoagent.clients.mapillary import THUMB_MAX_BYTES
+
+        return self.max_thumb_bytes if self.max_thumb_bytes is not None else THUMB_MAX_BYTES[self.thumb_field]
 
     @field_validator("thumb_field")
     @classmethod

@@ -67,9 +67,10 @@ auditor) is fed by the image auditor here, which keeps the chain linear for the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -642,10 +643,9 @@ class SiteSamplerStage(_CrawlStage):
         key = city_key(city.city)
         path = svc.state_dir / "sampling" / f"{key}.json"
         # one city at a time: a landmark already a site of a city sampled before is skipped (sampler version 5), so
-        # the city sampled first keeps it whatever the stage's concurrency (within this process: two processes
-        # sampling at once are not serialised, and the trials' hand-off warning names a landmark they both took); a
-        # stored record is kept as it is (resume)
-        async with svc.lock("sampling"):
+        # the city sampled first keeps it whatever the stage's concurrency, and across the processes of the campaign
+        # (--stages) sharing its state folder (sampling_lock); a stored record is kept as it is (resume)
+        async with sampling_lock(svc):
             rec = _load(path)
             if rec is None:
                 seed = city_seed(svc.settings.seed, city.city)
@@ -666,6 +666,47 @@ class SiteSamplerStage(_CrawlStage):
             rows = [s for p in sorted((svc.state_dir / "sampling").glob("*.json")) if (r := _load(p)) for s in r["sites"]]
             write_sites_csv(rows, svc.state_dir / "sites.csv")
         return [(f"site:{s['site']}", {"site": s}) for s in rec["sites"]]
+
+
+#: the site sampler's cross-process lock file, in the campaign's state folder (:func:`sampling_lock`)
+SAMPLING_LOCK_FILE = "sampling.lock"
+#: how often a process waiting for another's sampling lock tries again, s
+SAMPLING_LOCK_POLL_S = 0.05
+
+
+@contextlib.asynccontextmanager
+async def sampling_lock(svc: CrawlServices) -> AsyncIterator[None]:
+    """Hold the site sampler's lock: one city sampled at a time by the whole campaign, so that the city sampled
+    first keeps a landmark two cities share (sampler version 5, :func:`claimed_sites`).
+
+    Two levels: the process's own ``asyncio.Lock`` (``svc.lock("sampling")``: the stage's concurrent tasks), then an
+    exclusive ``fcntl.flock`` on ``<state_dir>/sampling.lock`` (:data:`SAMPLING_LOCK_FILE`) for the processes of one
+    campaign sharing its state folder (``run.py crawl CONFIG --stages ...``; a Redis-backed campaign on several
+    machines shares no folder, so only processes on one machine are serialised). The flock is taken without blocking
+    and retried every :data:`SAMPLING_LOCK_POLL_S` s, so a waiting task stays cancellable (a stop cancels samplings
+    in flight) and never blocks the event loop; it is released by closing the file, also when the process dies
+    (the kernel drops a dead process's flock). Where the file system has no ``flock`` (``OSError`` other than
+    "would block"), only the process's own lock applies.
+
+    Raises
+    ------
+    OSError
+        The lock file cannot be created (the state folder is not writable)."""
+    import fcntl
+
+    async with svc.lock("sampling"):
+        path = Path(svc.state_dir) / SAMPLING_LOCK_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+b") as fh:
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:  # another process samples a city now
+                    await asyncio.sleep(SAMPLING_LOCK_POLL_S)
+                except OSError:  # no flock on this file system: the process's own lock only
+                    break
+            yield  # closing the file releases the flock
 
 
 def claimed_sites(state_dir: str | Path, *, exclude: str | None = None) -> dict[str, str]:
@@ -917,9 +958,12 @@ class ReferenceabilityAuditorStage(_CrawlStage):
             # all decided for the site's city by now: no rating call
             rated = await svc.ref_auditor.audit(sid, cands, city=_rating_city(site))
             coords = {c.qid: (c.lat, c.lon) for c in cands}
+            # rating_model: the [[models]] name whose ratings these are (the ladder's file name, rated_auditor)
             _dump(out, {"site": site, "n_candidates": len(cands), "rated": [_rated_json(r) for r in rated],
                         "coords": {q: list(v) for q, v in coords.items()},
-                        "sitelinks": {c.qid: c.sitelinks for c in cands}})
+                        "sitelinks": {c.qid: c.sitelinks for c in cands},
+                        "rating_model": svc.settings.referenceability.model,
+                        "rating_model_id": getattr(svc.ref_model_cfg, "model", None)})
         async with svc.lock("candidate_referenceability"):
             write_candidate_referenceability(svc.state_dir)
         return [(f"site:{sid}", {"site": site})]
@@ -1096,31 +1140,47 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
     seed = ls.seed if ls.seed is not None else settings.seed
     rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
                         site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
-    out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, ladder_auditor(settings), "en")
+    out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, rated_auditor(settings, rec), "en")
     write_ladder_csv(rows, out)
     return out
 
 
+def _auditor_part(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "auditor"
+
+
 def ladder_auditor(settings: CrawlSettings) -> str:
-    """The auditor part of the crawl's ladder file names (``<site>_ladder_<auditor>-en.csv``): the
-    ``[crawl.referenceability] model`` name, each run of characters other than ``A-Za-z0-9_.-`` written ``-``
-    (``"auditor"`` when nothing is left)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", settings.referenceability.model).strip("-") or "auditor"
+    """The auditor part of the crawl's ladder file names (``<site>_ladder_<auditor>-en.csv``) for sites the config's
+    auditor rates: the ``[crawl.referenceability] model`` name, each run of characters other than ``A-Za-z0-9_.-``
+    written ``-`` (``"auditor"`` when nothing is left). A stored site's ladder is named by the model that rated
+    it (:func:`rated_auditor`)."""
+    return _auditor_part(settings.referenceability.model)
+
+
+def rated_auditor(settings: CrawlSettings, rec: Any) -> str:
+    """The auditor part of the ladder file name of a site whose ``rated/<site>.json`` record is ``rec``: the model
+    that rated it, as the record names it (``rating_model``: the ``[[models]]`` name of the auditor that rated, recorded
+    since 2026-12-02), written as :func:`ladder_auditor` writes names; a record without it (an older crawl's, which
+    did not record who rated) takes the config's auditor (:func:`ladder_auditor`). So a ladder rebuilt after the
+    auditor was renamed or replaced keeps the name of the model whose ratings it holds."""
+    model = rec.get("rating_model") if isinstance(rec, dict) else None
+    return _auditor_part(model) if isinstance(model, str) and model.strip() else ladder_auditor(settings)
 
 
 def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Path) -> list[Path]:
-    """Move every ``ladders/*.csv`` not named by the config's referenceability auditor (:func:`ladder_auditor`;
-    a file whose name does not end ``_ladder_<auditor>-en.csv``: built under an auditor since renamed or
-    replaced) to ``ladders_superseded/`` (:data:`geoagent.constants.SUPERSEDED_LADDERS_DIR`), and give one
-    warning (:class:`geoagent.config.InputWarning`: a ``warning:`` line on the CLI's console) naming how many, the auditor(s) they were built under and the folder.
+    """Move every ``ladders/*.csv`` not named by the auditor that rated its site to ``ladders_superseded/``
+    (:data:`geoagent.constants.SUPERSEDED_LADDERS_DIR`), and give one warning (:class:`geoagent.config.InputWarning`:
+    a ``warning:`` line on the CLI's console) naming how many, the auditor(s) they were built under and the folder.
 
-    Ladders are a function of the current config: a run of a crawl with rated sites rebuilds every ladder under
-    the config's auditor (:func:`apply_review_verdicts`), and every reader of ``ladders/`` (the export's
-    ``ladders`` table, a GeoHint campaign over the crawl, the gazetteer) takes every CSV there, so the old
-    auditor's files beside the rebuilt ones would count each site twice. They are moved, never deleted (a
-    second file of the same name already set aside with other bytes is kept too: the newcomer gets a ``.N``
-    before ``.csv``; one with the same bytes is simply replaced). Returns the new paths (``[]`` when nothing
-    was moved, or there is no ``ladders/``).
+    The name a site's ladder must have is ``<site>_ladder_<auditor>-en.csv`` with the auditor of its
+    ``rated/<site>.json`` record (:func:`rated_auditor`: the model recorded as having rated it; the config's auditor,
+    :func:`ladder_auditor`, for a record that names none, an older crawl's, and for a ladder whose site has no rated
+    record). Ladders are a function of the stored ratings: a run of a crawl with rated sites rebuilds every ladder
+    (:func:`apply_review_verdicts`), and every reader of ``ladders/`` (the export's ``ladders`` table, a GeoHint
+    campaign over the crawl, the gazetteer) takes every CSV there, so a second file of one site under another auditor's
+    name would count the site twice. They are moved, never deleted (a second file of the same name already set
+    aside with other bytes is kept too: the newcomer gets a ``.N`` before ``.csv``; one with the same bytes is simply
+    replaced). Returns the new paths (``[]`` when nothing was moved, or there is no ``ladders/``).
 
     Raises
     ------
@@ -1133,14 +1193,31 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     if not src.is_dir():
         return []
     suffix = f"_ladder_{ladder_auditor(settings)}-en.csv"
-    stale = [p for p in sorted(src.glob("*.csv")) if not p.name.endswith(suffix)]
-    if not stale:
+    expected: set[str] = set()
+    prefixes: list[str] = []
+    for p in sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []:
+        rec = _load(p)
+        try:
+            expected.add(ladder_file_name(p.stem, rated_auditor(settings, rec), "en"))
+        except ValueError:  # not a site id a ladder can be named by
+            continue
+        prefixes.append(f"{p.stem}_ladder_")
+
+    def stale(p: Path) -> bool:
+        if p.name in expected:
+            return False
+        if any(p.name.startswith(pre) for pre in prefixes):
+            return True  # its site's record names another auditor
+        return not p.name.endswith(suffix)  # no rated record of its site: the config's auditor, as before
+
+    stale_paths = [p for p in sorted(src.glob("*.csv")) if stale(p)]
+    if not stale_paths:
         return []
     dest = state_dir / C.SUPERSEDED_LADDERS_DIR
     dest.mkdir(parents=True, exist_ok=True)
     moved: list[Path] = []
     auditors: set[str] = set()
-    for p in stale:
+    for p in stale_paths:
         _site, sep, rest = p.stem.partition("_ladder_")
         auditors.add(rest.rsplit("-", 1)[0] if sep else "?")
         target, n = dest / p.name, 1
@@ -1159,9 +1236,10 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
 
     n = len(moved)  # a "warning: ..." line on the CLI's console, as its other warnings
     warnings.warn(f"{n} ladder file{'' if n == 1 else 's'} in {src} {'was' if n == 1 else 'were'} built under another "
-                  f"referenceability auditor ({', '.join(repr(a) for a in sorted(auditors))}) than the config's "
-                  f"({ladder_auditor(settings)!r}): moved to {dest} (kept, read by nothing); the current auditor's "
-                  f"ladders are in {src}", InputWarning, stacklevel=2)
+                  f"referenceability auditor ({', '.join(repr(a) for a in sorted(auditors))}) than the one that rated "
+                  f"{'its site' if n == 1 else 'their sites'} (rated/<site>.json rating_model; the config's, "
+                  f"{ladder_auditor(settings)!r}, for a site whose record names none): moved to {dest} (kept, read by "
+                  f"nothing); the ladders of the stored ratings are in {src}", InputWarning, stacklevel=2)
     return moved
 
 

@@ -160,6 +160,30 @@ def build_world(seed: int = 0, *, n_ladder_entities: int = 260) -> SandboxWorld:
     return world
 
 
+#: a configured city with none of the world's place nodes, entities or images within this distance of its centre
+#: (km) is outside the sandbox world (:func:`cities_outside_world`): 10 km covers the crawl's widest query around
+#: a centre (the screener's 6 km place nodes, the referenceability auditor's 6 km around sites within 3 km)
+WORLD_DATA_RADIUS_KM = 10.0
+
+
+def cities_outside_world(cities: list[tuple[str, float, float]], world: SandboxWorld,
+                         radius_km: float = WORLD_DATA_RADIUS_KM) -> list[str]:
+    """The names of ``cities`` (``(name, lat, lon)``, degrees) with no data of ``world`` (no OSM place node,
+    Wikidata entity or Mapillary image) within ``radius_km`` of their centre, in the given order: cities the sandbox
+    fakes know nothing about (a crawl of them finds nothing; the screener does not admit them)."""
+    from geoagent.geo import haversine_km
+
+    points = ([(float(e["lat"]), float(e["lon"])) for e in world.overpass_elements]
+              + [(e.lat, e.lon) for e in world.entities] + [(i.lat, i.lon) for i in world.images])
+    out = []
+    for name, lat, lon in cities:
+        dlat = radius_km / KM_PER_DEG_LAT  # a cheap box first: the haversine for points near the centre only
+        if not any(abs(p_lat - lat) <= dlat and haversine_km(lat, lon, p_lat, p_lon) <= radius_km
+                   for p_lat, p_lon in points):
+            out.append(name)
+    return out
+
+
 def make_apps(world: SandboxWorld, faults: FaultConfig | None = None) -> dict[str, Any]:
     """The four fake apps for ``world`` (fresh state each call)."""
     return {
