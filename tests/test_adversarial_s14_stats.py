@@ -90,3 +90,35 @@ def test_the_confidence_share_and_median_are_those_of_the_stated_values_not_of_r
     agg.update([_vrow("a", "yes", band=DECOY_BAND_LABELS[0], conf=80 / 100),
                 _vrow("b", "yes", band=DECOY_BAND_LABELS[0], conf=0.1 + 0.7)])
     assert agg.scores()["m"].fa_conf_share_high == 1.0
+
+
+# --- a model named like the pooled column ----------------------------------------------------------------------
+
+
+def test_a_model_named_pooled_is_refused_not_merged_into_the_pooled_column():
+    """Attack: a ``[[models]]`` entry named "pooled" (or a replayed recording of a model of that name). Scores
+    are keyed by model name and the pooled column is ``"pooled"``: the model's own column was overwritten by the
+    pooled one (its H became the pool's), and its cut-off counts were added to the pool twice. The plan refuses
+    the name (as it refuses two entries reporting under one name), and the scorer refuses cells holding it."""
+    from types import SimpleNamespace
+
+    from geoagent.geoverify.plan import check_report_names
+
+    rows = [_vrow("a", "yes", model="pooled"), _vrow("b", "no", model="pooled"),
+            _vrow("c", "no", model="other"), _vrow("d", "no", model="other")]
+    ref = _reference(rows, "pooled")
+    agg = GeoVerifyAggregator()
+    agg.update(rows)
+    with pytest.raises(ValueError, match="pooled"):
+        scores = agg.scores()
+        # before: no error, and the model's column was the pool's
+        assert scores["pooled"].h == pytest.approx(ref["h"])
+    with pytest.raises(ValueError, match="pooled"):
+        check_report_names([SimpleNamespace(name="pooled", provider="openai", model="x")], [])
+    with pytest.raises(ValueError, match="pooled"):
+        check_report_names([SimpleNamespace(name="rec", provider="replay", model="recorded")], ["pooled", "m2"])
+    # names that merely resemble it are distinct models and score as such
+    agg = GeoVerifyAggregator()
+    agg.update([{**r, "model": "Pooled" if r["model"] == "pooled" else r["model"]} for r in rows])
+    scores = agg.scores()
+    assert scores["Pooled"].h == pytest.approx(ref["h"]) and scores[sdt.POOLED].h == pytest.approx(0.25)

@@ -186,7 +186,8 @@ def check_tolerance(trials: Iterable[VerifyTrial], tau_km: float, *, source: str
 
 
 def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
-    """Refuse two ``[[models]]`` entries whose answers the report would count under one model name.
+    """Refuse two ``[[models]]`` entries whose answers the report would count under one model name, and an entry
+    reporting under ``"pooled"`` (:data:`geoagent.scoring.sdt.POOLED`, the pooled column's name).
 
     A replay model whose ``model`` is no recorded model name replays every recorded model and reports each under
     its recorded name (module docstring); every other entry reports under its own ``name``. The GeoVerify
@@ -205,6 +206,14 @@ def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
         names = recorded if m.provider == "replay" and m.model not in recorded else [m.name]
         for n in names:
             by_name.setdefault(n, []).append(m.name)
+    from geoagent.scoring.sdt import POOLED
+
+    if POOLED in by_name:
+        raise ValueError(
+            f"GeoVerify: [[models]] entry {by_name[POOLED][0]!r} would report under the model name {POOLED!r}, the "
+            "name of the report's pooled column (every model's answers together): the two would share one column. "
+            "Rename the entry" + (" (or set the replay model's model to one other recorded name)"
+                                  if by_name[POOLED][0] != POOLED else ""))
     clashes = {n: owners for n, owners in by_name.items() if len(owners) > 1}
     if clashes:
         what = "; ".join(f"{n!r}: {', '.join(repr(o) for o in owners)}" for n, owners in sorted(clashes.items()))
