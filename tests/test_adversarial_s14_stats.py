@@ -122,3 +122,159 @@ def test_a_model_named_pooled_is_refused_not_merged_into_the_pooled_column():
     agg.update([{**r, "model": "Pooled" if r["model"] == "pooled" else r["model"]} for r in rows])
     scores = agg.scores()
     assert scores["Pooled"].h == pytest.approx(ref["h"]) and scores[sdt.POOLED].h == pytest.approx(0.25)
+
+
+# --- arrival order, batching, redeliveries, awkward names: equal to numpy over the raw rows --------------------
+
+
+@pytest.mark.parametrize("seed", [3, 14])
+def test_incremental_scores_equal_an_independent_recount_whatever_the_order_batching_and_redeliveries(seed):
+    """Attack: the same stored answers fed in shuffled orders, in batches of 1 to 40 with redeliveries of
+    already counted rows (a SIGKILL between storing and acknowledging), models whose names differ only in case
+    or are non-ASCII, a site named with a snowman, confidences NaN / None / at the 0.8 edge, a model with only
+    parse failures. Every Table 12 figure must equal a pandas/scipy recount of the raw rows (seed 000 Sec. 5.3:
+    H, F, log-linear d' per band, median and share >= 0.8 of false-acceptance confidence)."""
+    rng = random.Random(seed)
+    models = ["gpt", "GPT", "Ünï-𝔪odel", "模型"]
+    sites = [f"s{i}" for i in range(6)] + ["Zürich ☃"]
+    confs = [None, 0.8, 0.79999999, 0.95, 0.5, float("nan"), 1.0, 0.0]
+    rows = _random_rows(rng, 500, models, sites, confs)
+    rows += [_vrow(f"f{i}", None, model="only-failures", site="s0") for i in range(3)]
+    stream = rows[:] + rng.sample(rows, 80)
+    rng.shuffle(stream)
+    agg = GeoVerifyAggregator()
+    i = 0
+    while i < len(stream):
+        k = rng.randint(1, 40)
+        agg.update(stream[i:i + k])
+        i += k
+    scores = agg.scores()
+    assert sorted(scores) == sorted([*models, "only-failures", sdt.POOLED])
+    for m in [*models, None]:
+        s = scores[m or sdt.POOLED]
+        ref = _reference(rows, m)
+        for f in ("h", "f", "fa_conf_median", "fa_conf_share_high"):
+            assert _same(getattr(s, f), ref[f]), (m, f, getattr(s, f), ref[f])
+        for b in s.bands:
+            assert _same(b.d_prime, ref[f"d'[{b.band}]"]), (m, b.band)
+    s = scores["only-failures"]
+    assert s.n_parse_failures == 3 and s.n_signal == 0 and math.isnan(s.h) and s.readout.verdict == sdt.READOUT_NO_DATA
+
+
+# --- a live aggregator across a re-plan (``--watch`` over a crawl's folder) --------------------------------------
+
+
+def _scored(i: int, verdict: str | None, *, model: str = "m", band: str = BAND_SIGNAL) -> tuple[str, dict]:
+    tid = f"img{i}|main|cand{i}"
+    row = {**_vrow(tid, verdict, model=model, site=f"s{i % 6}", band=band, conf=0.9),
+           "request_key": f"rk{i}", "parse_ok": verdict is not None, "finish_reason": "stop"}
+    return f"{tid}|{model}", row
+
+
+def _verify_stage_after_replan(tmp_path, plan_a, plan_b, new_rows):
+    """A live GeoVerify aggregator started under plan A (rows of A stored), then the campaign plans again (B:
+    what :class:`geoagent.engine.WatchReplanTick` does when a crawl's hand-off replaces the trial table) and
+    the new trials' scored rows arrive (stored first, as the scorer does). Returns the stage and the store."""
+    import anyio
+
+    from geoagent import constants as C
+    from geoagent.geoverify.stages import SCORED_TABLE, SERVICE_PLAN_KEYS, GeoVerifyAggregatorStage
+    from geoagent.runtime.queue import Task
+    from geoagent.runtime.stage import StageContext
+    from geoagent.runtime.store import open_campaign_state
+
+    state = open_campaign_state("adv-replan", root=tmp_path / "state", cap_usd=0.0)
+    store = state.store
+    for key, row in plan_a:
+        store.put_result(SCORED_TABLE, key, row)
+    ctx = StageContext("adv-replan", {"store": store, SERVICE_PLAN_KEYS: frozenset(k for k, _ in plan_a),
+                                      "report_dir": tmp_path / "report", C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
+    stage = GeoVerifyAggregatorStage(report_interval_s=3600)
+
+    async def go():
+        await stage.start(ctx)
+        ctx.services[SERVICE_PLAN_KEYS] = frozenset(k for k, _ in plan_b)  # the kind's plan() sets it anew
+        for key, row in new_rows:
+            store.put_result(SCORED_TABLE, key, row)
+            await stage.handle(Task(key, dict(row), 0, "lease"), ctx)
+        await stage.flush(ctx)
+        await stage.stop(ctx)
+
+    anyio.run(go)
+    return stage, state
+
+
+def test_a_live_geoverify_aggregator_follows_a_replan_of_its_campaign(tmp_path):
+    """Attack: a ``--watch`` GeoVerify campaign over a crawl's folder plans again when the crawl hands off a new
+    trial table (``WatchReplanTick``). The live aggregator kept the scope of the plan it started with, so every
+    new trial's answer was dropped as "not in the current plan" (and trials the new table no longer holds stayed
+    counted) in the live report, for as long as the run watched; the campaign's report, built from the store
+    with the new plan, counted them. The live counts must equal that rebuild."""
+    from geoagent.geoverify.campaign import aggregate_from_store
+    from geoagent.geoverify.stages import ScoredScope
+
+    old = [_scored(i, "yes") for i in range(6)] + [_scored(100 + i, "no", band=DECOY_BAND_LABELS[0]) for i in range(6)]
+    new = [_scored(200 + i, "no") for i in range(6)] + [_scored(300 + i, "yes", band=DECOY_BAND_LABELS[0])
+                                                         for i in range(6)]
+    plan_b = old[:6] + new  # the new table keeps the signal trials, drops the old decoys, adds new trials
+    stage, state = _verify_stage_after_replan(tmp_path, old, plan_b, new)
+    try:
+        want = aggregate_from_store(state.store, ScoredScope({k for k, _ in plan_b})).scores()["m"]
+        got = stage.agg.scores()["m"]
+        assert (want.n_signal, want.n_hits, want.n_noise, want.n_false_acceptances) == (12, 6, 6, 6)
+        assert (got.n_signal, got.n_hits, got.n_noise, got.n_false_acceptances) == (12, 6, 6, 6)
+    finally:
+        state.close()
+
+
+def test_a_live_geohint_aggregator_follows_a_replan_of_its_campaign(tmp_path):
+    """Attack: the same re-plan under a ``--watch`` GeoHint campaign (a crawl's hand-off adds images). The live
+    aggregator's scope stayed the first plan's: the new images' answers never entered the live report, and
+    answers of images the new plan no longer holds stayed in it. Its counts must equal the store rebuilt under
+    the new plan (:func:`geoagent.geohint.stages.scored_scope`, what the campaign's report counts)."""
+    import anyio
+
+    from geoagent import constants as C
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.geohint.result import GeoHintResult
+    from geoagent.geohint.stages import SCORED_TABLE, SERVICE_PLAN_KEYS, GeoHintAggregatorStage, scored_scope
+    from geoagent.runtime.queue import Task
+    from geoagent.runtime.stage import StageContext
+    from geoagent.runtime.store import open_campaign_state
+
+    def res(i: int, hit: bool) -> tuple[str, dict]:
+        key = f"gh|m|s{i % 3}|img{i}|baseline||r0"
+        return key, GeoHintResult(key=key, site=f"s{i % 3}", image_id=f"img{i}", model="m", condition="baseline",
+                                  schema="forced", resolved_level="area", error_km=0.4 if hit else 2.5,
+                                  hit=hit).to_json()
+
+    old = [res(i, True) for i in range(6)]
+    new = [res(100 + i, False) for i in range(6)]
+    plan_b = old[:3] + new
+    state = open_campaign_state("adv-replan-gh", root=tmp_path / "state", cap_usd=0.0)
+    store = state.store
+    for key, row in old:
+        store.put_result(SCORED_TABLE, key, row)
+    ctx = StageContext("adv-replan-gh", {"store": store, SERVICE_PLAN_KEYS: frozenset(k for k, _ in old),
+                                         "report_dir": tmp_path / "report", C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
+    stage = GeoHintAggregatorStage(report_interval_s=3600, figures=False, n_boot=0)
+
+    async def go():
+        await stage.start(ctx)
+        ctx.services[SERVICE_PLAN_KEYS] = frozenset(k for k, _ in plan_b)
+        for key, row in new:
+            store.put_result(SCORED_TABLE, key, row)
+            await stage.handle(Task(key, dict(row), 0, "lease"), ctx)
+        await stage.flush(ctx)
+        await stage.stop(ctx)
+
+    try:
+        anyio.run(go)
+        want = GeoHintAggregator()
+        for row in scored_scope({k for k, _ in plan_b}).rows(store):
+            want.add(GeoHintResult.from_json(row))
+        assert (want.select().n, want.select().hits) == (9, 3)
+        assert sorted(stage.agg.keys) == sorted(want.keys)
+        assert (stage.agg.select().n, stage.agg.select().hits) == (9, 3)
+    finally:
+        state.close()

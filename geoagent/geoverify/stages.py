@@ -309,7 +309,9 @@ class GeoVerifyAggregatorStage(Stage):
     in a worker thread) and at stop (awaited).
 
     On start it rebuilds its counts from results table ``geoverify_scored`` (if a store exists), so a
-    restart after a crash loses nothing; rows delivered again are recognised by (trial_id, model).
+    restart after a crash loses nothing; rows delivered again are recognised by (trial_id, model). It counts the
+    rows of the campaign's current plan, and rebuilds so again when the campaign plans anew while it runs (a
+    ``--watch`` re-plan, :meth:`_follow_plan`).
 
     The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
     time, at least ``report_interval_s`` after the previous one ended; a flush while one runs skips. While
@@ -348,9 +350,17 @@ class GeoVerifyAggregatorStage(Stage):
         return paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
 
     async def start(self, ctx: StageContext) -> None:
+        self._load(ctx)
+        if self.report_interval_s is None:
+            self.report_interval_s = float(ctx.services.get("geoverify_report_interval_s", 5.0))
+
+    def _load(self, ctx: StageContext) -> None:
+        """Scope of the campaign's current plan (ctx service :data:`SERVICE_PLAN_KEYS`) and counts rebuilt from
+        the store's scored rows in it (a fresh aggregator)."""
         store = ctx.services.get("store")
-        plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
+        self._plan_keys = plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
         self.scope = ScoredScope(set(plan_keys) if plan_keys is not None else None)
+        self.agg = GeoVerifyAggregator()
         if store is not None and hasattr(store, "iter_results"):
             batch: list[dict[str, Any]] = []
             for row in self.scope.rows(store):
@@ -359,10 +369,26 @@ class GeoVerifyAggregatorStage(Stage):
                     self.agg.update(batch)
                     batch = []
             self.agg.update(batch)
-        if self.report_interval_s is None:
-            self.report_interval_s = float(ctx.services.get("geoverify_report_interval_s", 5.0))
+
+    def _follow_plan(self, ctx: StageContext) -> None:
+        """When the campaign planned again since :meth:`start` (a ``--watch`` run over a crawl's folder whose trial
+        table a hand-off replaced: :class:`geoagent.engine.WatchReplanTick` sets :data:`SERVICE_PLAN_KEYS` anew),
+        rebuild the counts from the store under the new plan, as the campaign's report does: the scope of the
+        first plan dropped every new trial's answer and kept counting trials the new table no longer holds. The
+        rows pending are dropped with the old counts: the scorer stores each row before it sends it, so the store
+        holds them. Not while a live rewrite reads the aggregator (the next call does it), nor without a store."""
+        if ctx.services.get(SERVICE_PLAN_KEYS) is getattr(self, "_plan_keys", None) or self.live.busy:
+            return
+        if not hasattr(ctx.services.get("store"), "iter_results"):
+            plan_keys = self._plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
+            self.scope = ScoredScope(set(plan_keys) if plan_keys is not None else None)
+            return
+        self._load(ctx)
+        self._pending = []
+        self._dirty = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        self._follow_plan(ctx)
         scope = getattr(self, "scope", None)
         if scope is not None and not scope.keep(task.key, task.payload):
             return []  # a task of an earlier plan, or an answer already counted: stored, not scored
@@ -380,6 +406,7 @@ class GeoVerifyAggregatorStage(Stage):
     def write_report(self, ctx: StageContext) -> dict[str, Path]:
         """Write the report now (Table 12 text/Markdown/CSV + plot) from the current counts (synchronous:
         the caller makes sure nothing changes the aggregator meanwhile)."""
+        self._follow_plan(ctx)
         self._drain()
         self._dirty = False
         return self._write(self._report_dir(ctx))
@@ -402,6 +429,7 @@ class GeoVerifyAggregatorStage(Stage):
         if self.live.busy:
             self.live.skipped += 1
             return
+        self._follow_plan(ctx)
         self._drain()
         if self._dirty and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
             self._dirty = False
@@ -410,6 +438,7 @@ class GeoVerifyAggregatorStage(Stage):
 
     async def stop(self, ctx: StageContext) -> None:
         await self.live.wait()
+        self._follow_plan(ctx)
         self._drain()
         out_dir = self._report_dir(ctx)
         try:
