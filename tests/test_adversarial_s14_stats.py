@@ -278,3 +278,40 @@ def test_a_live_geohint_aggregator_follows_a_replan_of_its_campaign(tmp_path):
         assert (stage.agg.select().n, stage.agg.select().hits) == (9, 3)
     finally:
         state.close()
+
+
+# --- a report rewritten after a plan change leaves no table of the earlier design -----------------------------
+
+
+def test_a_geohint_report_rewritten_without_a_condition_leaves_no_csv_of_its_tables(tmp_path):
+    """Attack: a GeoHint campaign ran baseline, forced, forced_warn and forced_chain (report/table8.csv, table9.csv,
+    table10.csv, table11.csv written); it is re-run with forced_warn and forced_chain removed from the config (a
+    plan change): the report, scoped to the new plan, builds none of those tables, but their CSV files from the
+    earlier design stayed beside it, with figures the current report.md no longer states (a reader globbing
+    report/*.csv pools two designs). Every table CSV in the folder must be one the current report built."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _geohint_synth import synth_results
+
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.report.geohint import write_report
+
+    rows = synth_results(seed=2, n_sites=6, models=("m-a", "m-b"), images_per_site=1, baseline_repeats=1)
+    full = GeoHintAggregator()
+    full.add_many(rows)
+    out = tmp_path / "report"
+    before = {t.name for t in write_report(full, out, n_flips=50, n_splits=4, n_boot=0, figures=False)}
+    assert {"table8", "table9", "table10"} <= before
+    (out / "notes_of_mine.csv").write_text("kept\n")  # a file the report did not write is never touched
+    cut = GeoHintAggregator()
+    cut.add_many(r for r in rows if r.condition in ("baseline", "forced"))
+    after = {t.name for t in write_report(cut, out, n_flips=50, n_splits=4, n_boot=0, figures=False)}
+    assert not {"table8", "table9", "table10", "table11"} & after
+    on_disk = {p.stem for p in out.glob("*.csv")} - {"missing", "notes_of_mine"}
+    assert on_disk == after, sorted(on_disk - after)
+    assert (out / "notes_of_mine.csv").read_text() == "kept\n"
+    # the list the report cleans by names every table it can build
+    from geoagent.report.geohint import REPORT_TABLE_NAMES
+    assert before <= set(REPORT_TABLE_NAMES)
