@@ -315,3 +315,36 @@ def test_a_geohint_report_rewritten_without_a_condition_leaves_no_csv_of_its_tab
     # the list the report cleans by names every table it can build
     from geoagent.report.geohint import REPORT_TABLE_NAMES
     assert before <= set(REPORT_TABLE_NAMES)
+
+
+# --- two [[models]] entries asking identical requests ----------------------------------------------------------
+
+
+def _twin_cfg(rel, names, **second):
+    from geoagent.config import config_from_dict
+
+    def entry(name, **kw):
+        return {"name": name, "provider": "openai", "model": "sandbox-gpt", "base_url": "http://openai.sandbox.invalid/v1",
+                "max_output_tokens": 300, **kw}
+    return config_from_dict({
+        "campaign": {"name": "adv-twins", "kind": "geoverify", "seed": 1}, "budget": {"cap_usd": 1.0},
+        "models": [entry(names[0]), entry(names[1], **second)],
+        "geoverify": {"release_dir": str(rel)},
+    })
+
+
+def test_two_geoverify_models_asking_identical_requests_are_refused(release_dir, tmp_path, monkeypatch):
+    """Attack: two ``[[models]]`` entries that differ only in name (e.g. "GPT" and "gpt", names differing only in
+    case) and call one model with the same parameters. Their requests have one request key, so one answer is
+    stored for both; the report counts one answer per model request, so the second entry's column vanished from
+    the campaign's report (a walkthrough: "gpt-b" absent, 170 answers "left out of scoring"), while the live
+    report, which keeps the first answer to arrive, showed it with some trials: the live and the final report
+    disagreed. The plan refuses such twins, naming both, as the config refuses twins that differ only in
+    base_url; entries that differ in a parameter (a seed) ask their own requests and plan."""
+    from geoagent.geoverify.plan import plan_campaign
+
+    monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
+    with pytest.raises(ValueError, match="'GPT'.*'gpt'|'gpt'.*'GPT'"):
+        plan_campaign(_twin_cfg(release_dir, ("GPT", "gpt")), store_data=False)
+    plan = plan_campaign(_twin_cfg(release_dir, ("GPT", "gpt"), seed=7), store_data=False)
+    assert {p["model"] for _, p in plan.messages} == {"GPT", "gpt"}

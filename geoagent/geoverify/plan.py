@@ -224,6 +224,39 @@ def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
             "recorded name (it then replays that model only, under its own name)")
 
 
+def check_twin_models(models: Iterable[Any]) -> None:
+    """Refuse two ``[[models]]`` entries that ask identical requests: same provider, model id and request
+    parameters (:meth:`geoagent.config.ModelConfig.default_params`), whatever their names (e.g. "GPT" and "gpt").
+
+    The request key hashes the provider, the model id, the prompt, the image and the parameters, not the entry's
+    name (:func:`geoagent.providers.base.request_key`), so such twins share one stored answer per trial; the report
+    counts each model request once (:class:`geoagent.geoverify.stages.ScoredScope`), so the second entry's column
+    vanished from the campaign's report while the live report, which keeps whichever answer arrived first, showed
+    it with some of the trials. (The config already refuses twins that differ only in ``base_url``.)
+
+    Raises
+    ------
+    ValueError
+        Naming the twins and the fix (drop one, or make them differ, e.g. in ``seed`` or ``params``).
+    """
+    import orjson
+
+    first: dict[tuple[Any, ...], str] = {}
+    for m in models:
+        try:
+            params = orjson.dumps(m.default_params(), option=orjson.OPT_SORT_KEYS)
+        except (AttributeError, TypeError):
+            continue  # not a model entry of the config (a test double): nothing to compare
+        ident = (m.provider, m.model, params)
+        other = first.setdefault(ident, m.name)
+        if other != m.name:
+            raise ValueError(
+                f"GeoVerify: models {other!r} and {m.name!r} ask identical requests (provider {m.provider!r}, model "
+                f"{m.model!r}, the same parameters): one answer per trial would be stored for both and the report "
+                f"counts it once, so one of them would have no answers; drop one, or make them differ (e.g. a "
+                f"`seed`, or another `params` value) to ask the model twice")
+
+
 def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool = True) -> CampaignPlan:
     """Plan every request message of a GeoVerify campaign (see module docstring).
 
@@ -241,7 +274,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         The release folder has no ``sites.csv``.
     ValueError
         With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`);
-        two ``[[models]]`` entries the report would count under one model name (:func:`check_report_names`).
+        two ``[[models]]`` entries the report would count under one model name (:func:`check_report_names`), or
+        two that ask identical requests (:func:`check_twin_models`).
     geoagent.geoverify.prompt.TemplateError
         The configured prompt template is missing or lacks ``{candidate}``.
     """
@@ -283,6 +317,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     for note in notes:
         log.warning("GeoVerify: %s", note)
     check_report_names(cfg.models, recorded)
+    check_twin_models(cfg.models)
     common = dict(template=template, max_output_tokens=s.max_output_tokens, image_root=s.image_root, tau_km=tau_km)
     messages: list[Message] = []
     per_model: dict[str, int] = {}
