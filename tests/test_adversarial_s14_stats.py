@@ -348,3 +348,25 @@ def test_two_geoverify_models_asking_identical_requests_are_refused(release_dir,
         plan_campaign(_twin_cfg(release_dir, ("GPT", "gpt")), store_data=False)
     plan = plan_campaign(_twin_cfg(release_dir, ("GPT", "gpt"), seed=7), store_data=False)
     assert {p["model"] for _, p in plan.messages} == {"GPT", "gpt"}
+
+
+def test_two_geohint_models_asking_identical_requests_are_refused():
+    """Attack: the same twins in a GeoHint campaign. GeoHint counts every planned task's answer, so the one
+    stored answer per request was counted under both names: every pooled statistic ("All" rows, the paired
+    tables, the regimes' pooled no-context hit rate) counted each answer twice, as if a second model had given
+    the same answers. The plan refuses them, as GeoVerify's does; a seed makes them two requests."""
+    from geoagent.config import config_from_dict
+    from geoagent.geohint.stages import plan_from_config
+
+    def cfg(**second):
+        def entry(name, **kw):
+            return {"name": name, "provider": "simulated", "model": "sim-1", **kw}
+        return config_from_dict({"campaign": {"name": "adv-twins-gh", "kind": "geohint", "seed": 1,
+                                              "contact": "adv@example.org"},
+                                 "budget": {"cap_usd": 1.0}, "models": [entry("Sim"), entry("sim", **second)],
+                                 "geohint": {}})
+
+    with pytest.raises(ValueError, match="'Sim'.*'sim'"):
+        plan_from_config(cfg(), {}, [], {})
+    messages, _ = plan_from_config(cfg(seed=3), {}, [], {})
+    assert messages == []

@@ -99,10 +99,24 @@ def plan_from_config(
 ) -> tuple[list[Message], PlanSummary]:
     """Planner driven by a :class:`~geoagent.config.CampaignConfig`: models (names, sampling rates) from
     ``[[models]]`` and ``[geohint] sample_rates``; conditions, repeats, image cap, prompts folder, image
-    root and output cap from ``[geohint]``; the seed from ``[campaign] seed``."""
+    root and output cap from ``[geohint]``; the seed from ``[campaign] seed``.
+
+    Raises
+    ------
+    ValueError
+        Two ``[[models]]`` entries that ask identical requests (:func:`geoagent.runtime.scope.twin_models`): they
+        would share one stored answer per request, which every pooled statistic would count twice.
+    """
     from geoagent.geohint.conditions import conditions_from_config
     from geoagent.geohint.plan import models_from_config
     from geoagent.geohint.settings import GeoHintSettings
+    from geoagent.runtime.scope import twin_models, twin_models_text
+
+    twins = twin_models(getattr(cfg, "models", []))
+    if twins:
+        raise ValueError(f"GeoHint: {twin_models_text(twins)}: one answer per request would be stored for both and "
+                         "counted under each name, so every pooled statistic would count it twice; drop one, or make "
+                         "them differ (e.g. a `seed`, or another `params` value) to ask the model twice")
 
     sec = cfg.section("geohint")
     if not isinstance(sec, GeoHintSettings):

@@ -225,36 +225,23 @@ def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
 
 
 def check_twin_models(models: Iterable[Any]) -> None:
-    """Refuse two ``[[models]]`` entries that ask identical requests: same provider, model id and request
-    parameters (:meth:`geoagent.config.ModelConfig.default_params`), whatever their names (e.g. "GPT" and "gpt").
-
-    The request key hashes the provider, the model id, the prompt, the image and the parameters, not the entry's
-    name (:func:`geoagent.providers.base.request_key`), so such twins share one stored answer per trial; the report
-    counts each model request once (:class:`geoagent.geoverify.stages.ScoredScope`), so the second entry's column
-    vanished from the campaign's report while the live report, which keeps whichever answer arrived first, showed
-    it with some of the trials. (The config already refuses twins that differ only in ``base_url``.)
+    """Refuse two ``[[models]]`` entries that ask identical requests (:func:`geoagent.runtime.scope.twin_models`):
+    they share one stored answer per trial, and the report counts each model request once
+    (:class:`geoagent.geoverify.stages.ScoredScope`), so the second entry's column vanished from the campaign's
+    report while the live report, which keeps whichever answer arrived first, showed it with some of the trials.
 
     Raises
     ------
     ValueError
         Naming the twins and the fix (drop one, or make them differ, e.g. in ``seed`` or ``params``).
     """
-    import orjson
+    from geoagent.runtime.scope import twin_models, twin_models_text
 
-    first: dict[tuple[Any, ...], str] = {}
-    for m in models:
-        try:
-            params = orjson.dumps(m.default_params(), option=orjson.OPT_SORT_KEYS)
-        except (AttributeError, TypeError):
-            continue  # not a model entry of the config (a test double): nothing to compare
-        ident = (m.provider, m.model, params)
-        other = first.setdefault(ident, m.name)
-        if other != m.name:
-            raise ValueError(
-                f"GeoVerify: models {other!r} and {m.name!r} ask identical requests (provider {m.provider!r}, model "
-                f"{m.model!r}, the same parameters): one answer per trial would be stored for both and the report "
-                f"counts it once, so one of them would have no answers; drop one, or make them differ (e.g. a "
-                f"`seed`, or another `params` value) to ask the model twice")
+    twins = twin_models(models)
+    if twins:
+        raise ValueError(f"GeoVerify: {twin_models_text(twins)}: one answer per trial would be stored for both and the "
+                         "report counts it once, so one of them would have no answers; drop one, or make them differ "
+                         "(e.g. a `seed`, or another `params` value) to ask the model twice")
 
 
 def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool = True) -> CampaignPlan:
