@@ -370,3 +370,102 @@ def test_two_geohint_models_asking_identical_requests_are_refused():
         plan_from_config(cfg(), {}, [], {})
     messages, _ = plan_from_config(cfg(seed=3), {}, [], {})
     assert messages == []
+
+
+# --- a stored answer re-scored differently while the live aggregator runs (a re-parse) ------------------------
+
+
+def test_a_live_geoverify_aggregator_follows_a_stored_row_rescored_differently(tmp_path):
+    """Attack: a parse failure is stored and counted; later its answer is parsed again and scored anew (the
+    queues were lost and rebuilt, so the stored answers went through the parser again, now one that reads
+    them): the scorer overwrites the stored row with the parsed verdict and sends it on. The live aggregator
+    had the key counted, so it took the new row for a redelivery and kept the failure, while the store (and the
+    campaign's report built from it) held the verdict: the live report disagreed with a recount from the store."""
+    import anyio
+
+    from geoagent import constants as C
+    from geoagent.geoverify.campaign import aggregate_from_store
+    from geoagent.geoverify.stages import SCORED_TABLE, SERVICE_PLAN_KEYS, GeoVerifyAggregatorStage, ScoredScope
+    from geoagent.runtime.queue import Task
+    from geoagent.runtime.stage import StageContext
+    from geoagent.runtime.store import open_campaign_state
+
+    rows = [_scored(i, None) for i in range(3)] + [_scored(10 + i, "yes") for i in range(3)]
+    state = open_campaign_state("adv-reparse", root=tmp_path / "state", cap_usd=0.0)
+    store = state.store
+    for key, row in rows:
+        store.put_result(SCORED_TABLE, key, row)
+    plan = frozenset(k for k, _ in rows)
+    ctx = StageContext("adv-reparse", {"store": store, SERVICE_PLAN_KEYS: plan, "report_dir": tmp_path / "report",
+                                       C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
+    stage = GeoVerifyAggregatorStage(report_interval_s=0)
+    reparsed = [_scored(i, "yes") for i in range(3)]
+
+    async def go():
+        await stage.start(ctx)
+        assert stage.agg.scores()["m"].n_parse_failures == 3
+        for key, row in [*reparsed, rows[3]]:  # the re-scored rows, and a plain redelivery of a counted one
+            store.put_result(SCORED_TABLE, key, row)
+            await stage.handle(Task(key, dict(row), 0, "lease"), ctx)
+        await stage.flush(ctx)
+        await stage.live.wait()
+        await stage.stop(ctx)
+
+    try:
+        anyio.run(go)
+        want = aggregate_from_store(store, ScoredScope(set(plan))).scores()["m"]
+        got = stage.agg.scores()["m"]
+        assert (want.n_parse_failures, want.n_signal, want.n_hits) == (0, 6, 6)
+        assert (got.n_parse_failures, got.n_signal, got.n_hits) == (0, 6, 6)
+        assert stage.agg.parse_failures() == []
+    finally:
+        state.close()
+
+
+def test_a_live_geohint_aggregator_follows_a_stored_row_rescored_differently(tmp_path):
+    """Attack: the GeoHint form: a counted answer is scored anew with another outcome (parsed or geocoded again
+    after the queues were rebuilt: a miss is now a hit) and the new row overwrites the stored one. The live
+    aggregator kept the old outcome (its key was counted: "a redelivery"); it must equal the store's recount."""
+    import anyio
+
+    from geoagent import constants as C
+    from geoagent.geohint.aggregate import GeoHintAggregator
+    from geoagent.geohint.result import GeoHintResult
+    from geoagent.geohint.stages import SCORED_TABLE, SERVICE_PLAN_KEYS, GeoHintAggregatorStage, scored_scope
+    from geoagent.runtime.queue import Task
+    from geoagent.runtime.stage import StageContext
+    from geoagent.runtime.store import open_campaign_state
+
+    def res(i: int, hit: bool) -> tuple[str, dict]:
+        key = f"gh|m|s{i % 3}|img{i}|baseline||r0"
+        return key, GeoHintResult(key=key, site=f"s{i % 3}", image_id=f"img{i}", model="m", condition="baseline",
+                                  schema="forced", resolved_level="area", error_km=0.4 if hit else 2.5,
+                                  hit=hit).to_json()
+
+    rows = [res(i, False) for i in range(6)]
+    state = open_campaign_state("adv-rescore-gh", root=tmp_path / "state", cap_usd=0.0)
+    store = state.store
+    for key, row in rows:
+        store.put_result(SCORED_TABLE, key, row)
+    plan = frozenset(k for k, _ in rows)
+    ctx = StageContext("adv-rescore-gh", {"store": store, SERVICE_PLAN_KEYS: plan, "report_dir": tmp_path / "report",
+                                          C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
+    stage = GeoHintAggregatorStage(report_interval_s=3600, figures=False, n_boot=0)
+
+    async def go():
+        await stage.start(ctx)
+        for key, row in [res(0, True), res(1, True), rows[2]]:
+            store.put_result(SCORED_TABLE, key, row)
+            await stage.handle(Task(key, dict(row), 0, "lease"), ctx)
+        await stage.flush(ctx)
+        await stage.stop(ctx)
+
+    try:
+        anyio.run(go)
+        want = GeoHintAggregator()
+        for row in scored_scope(set(plan)).rows(store):
+            want.add(GeoHintResult.from_json(row))
+        assert (want.select().n, want.select().hits) == (6, 2)
+        assert (stage.agg.select().n, stage.agg.select().hits) == (6, 2)
+    finally:
+        state.close()

@@ -58,7 +58,7 @@ from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
 from geoagent.geohint.result import GeoHintResult
 from geoagent.runtime.queue import Task
-from geoagent.runtime.scope import ScoredScope
+from geoagent.runtime.scope import ScoredScope, row_digest
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
 from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF, is_no_answer
@@ -464,8 +464,10 @@ class GeoHintAggregatorStage(Stage):
         self._plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
         self.scope = scored_scope(self._plan_keys)
         self.agg = GeoHintAggregator(echo_rule=self.agg.echo_rule, regime_threshold=self.agg.regime_threshold)
+        self._digests: dict[str, bytes] = {}
+        self._stale = False
         if store is not None and hasattr(store, "iter_results"):
-            for row in self.scope.rows(store):
+            for _key, row in self.scope.items(store, digests=self._digests):
                 self.agg.add(GeoHintResult.from_json(row))
 
     def _follow_plan(self, ctx: StageContext) -> None:
@@ -474,8 +476,12 @@ class GeoHintAggregatorStage(Stage):
         rebuild the sums from the store under the new plan, as the campaign's report does: the first plan's
         scope dropped every new answer and kept counting answers the new plan no longer holds. Held rows go with
         the old sums (the scorer stores each row before it sends it). Not while a live rewrite reads the
-        aggregator (the next call does it), nor without a store (then only the scope follows)."""
-        if ctx.services.get(SERVICE_PLAN_KEYS) is getattr(self, "_plan_keys", None) or self.live.busy:
+        aggregator (the next call does it), nor without a store (then only the scope follows). The same rebuild
+        follows a counted row scored anew with another content (:meth:`handle` marks it stale: an answer parsed or
+        geocoded again after the queues were rebuilt; the aggregator would take the new row for a redelivery and
+        keep the old outcome, which the store no longer holds)."""
+        changed = ctx.services.get(SERVICE_PLAN_KEYS) is not getattr(self, "_plan_keys", None)
+        if not (changed or getattr(self, "_stale", False)) or self.live.busy:
             return
         if not hasattr(ctx.services.get("store"), "iter_results"):
             self._plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
@@ -490,6 +496,12 @@ class GeoHintAggregatorStage(Stage):
         scope = getattr(self, "scope", None)
         if scope is not None and not scope.keep(task.key, task.payload):
             return []  # a task of an earlier plan: stored, not scored
+        digests = getattr(self, "_digests", None)
+        if digests is not None:
+            digest = row_digest(task.payload)
+            if digests.setdefault(task.key, digest) != digest:
+                self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
+                digests[task.key] = digest
         try:
             res = GeoHintResult.from_json(task.payload)
         except (TypeError, ValueError) as exc:

@@ -35,6 +35,7 @@ from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.score import scored_row
 from geoagent.runtime.queue import Task
 from geoagent.runtime.scope import ScoredScope as _ScoredScope
+from geoagent.runtime.scope import row_digest
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.responses import response_text, with_stored_finish_reason
 
@@ -361,9 +362,11 @@ class GeoVerifyAggregatorStage(Stage):
         self._plan_keys = plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
         self.scope = ScoredScope(set(plan_keys) if plan_keys is not None else None)
         self.agg = GeoVerifyAggregator()
+        self._digests: dict[str, bytes] = {}
+        self._stale = False
         if store is not None and hasattr(store, "iter_results"):
             batch: list[dict[str, Any]] = []
-            for row in self.scope.rows(store):
+            for _key, row in self.scope.items(store, digests=self._digests):
                 batch.append(row)
                 if len(batch) >= 5000:
                     self.agg.update(batch)
@@ -376,8 +379,12 @@ class GeoVerifyAggregatorStage(Stage):
         rebuild the counts from the store under the new plan, as the campaign's report does: the scope of the
         first plan dropped every new trial's answer and kept counting trials the new table no longer holds. The
         rows pending are dropped with the old counts: the scorer stores each row before it sends it, so the store
-        holds them. Not while a live rewrite reads the aggregator (the next call does it), nor without a store."""
-        if ctx.services.get(SERVICE_PLAN_KEYS) is getattr(self, "_plan_keys", None) or self.live.busy:
+        holds them. Not while a live rewrite reads the aggregator (the next call does it), nor without a store.
+        The same rebuild follows a counted row scored anew with another content (:meth:`handle` marks it stale:
+        a stored parse failure parsed again after the queues were rebuilt; the aggregator would take the new row
+        for a redelivery and keep the old outcome, which the store no longer holds)."""
+        changed = ctx.services.get(SERVICE_PLAN_KEYS) is not getattr(self, "_plan_keys", None)
+        if not (changed or getattr(self, "_stale", False)) or self.live.busy:
             return
         if not hasattr(ctx.services.get("store"), "iter_results"):
             plan_keys = self._plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
@@ -392,6 +399,12 @@ class GeoVerifyAggregatorStage(Stage):
         scope = getattr(self, "scope", None)
         if scope is not None and not scope.keep(task.key, task.payload):
             return []  # a task of an earlier plan, or an answer already counted: stored, not scored
+        digests = getattr(self, "_digests", None)
+        if digests is not None:
+            digest = row_digest(task.payload)
+            if digests.setdefault(task.key, digest) != digest:
+                self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
+                digests[task.key] = digest
         self._pending.append(task.payload)
         if len(self._pending) >= 256 and not self.live.busy:  # busy: the report thread reads the aggregator
             self._drain()
