@@ -124,7 +124,8 @@ def test_the_export_marks_the_scored_rows_and_superseded_tasks_are_not_missing(i
     crawl_dir, images = state / "crawl-sandbox", state / "images"
 
     def with_models(p: Path, *names: str) -> Path:
-        extra = "".join(SECOND_MODEL.replace("sim2", n) for n in names)
+        # each entry its own model id ("sim3": "sim-3"): two entries asking identical requests are refused
+        extra = "".join(SECOND_MODEL.replace("sim2", n).replace("sim-2", f"sim-{n[3:]}") for n in names)
         p.write_text(p.read_text(encoding="utf-8").replace("[geoverify]", extra + "[geoverify]"), encoding="utf-8")
         return p
 

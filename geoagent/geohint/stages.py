@@ -58,7 +58,7 @@ from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
 from geoagent.geohint.result import GeoHintResult
 from geoagent.runtime.queue import Task
-from geoagent.runtime.scope import ScoredScope
+from geoagent.runtime.scope import ScoredScope, row_digest
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
 from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF, is_no_answer
@@ -99,10 +99,24 @@ def plan_from_config(
 ) -> tuple[list[Message], PlanSummary]:
     """Planner driven by a :class:`~geoagent.config.CampaignConfig`: models (names, sampling rates) from
     ``[[models]]`` and ``[geohint] sample_rates``; conditions, repeats, image cap, prompts folder, image
-    root and output cap from ``[geohint]``; the seed from ``[campaign] seed``."""
+    root and output cap from ``[geohint]``; the seed from ``[campaign] seed``.
+
+    Raises
+    ------
+    ValueError
+        Two ``[[models]]`` entries that ask identical requests (:func:`geoagent.runtime.scope.twin_models`): they
+        would share one stored answer per request, which every pooled statistic would count twice.
+    """
     from geoagent.geohint.conditions import conditions_from_config
     from geoagent.geohint.plan import models_from_config
     from geoagent.geohint.settings import GeoHintSettings
+    from geoagent.runtime.scope import twin_models, twin_models_text
+
+    twins = twin_models(getattr(cfg, "models", []))
+    if twins:
+        raise ValueError(f"GeoHint: {twin_models_text(twins)}: one answer per request would be stored for both and "
+                         "counted under each name, so every pooled statistic would count it twice; drop one, or make "
+                         "them differ (e.g. a `seed`, or another `params` value) to ask the model twice")
 
     sec = cfg.section("geohint")
     if not isinstance(sec, GeoHintSettings):
@@ -381,7 +395,9 @@ class GeoHintAggregatorStage(Stage):
     in a worker thread) and at stop (awaited).
 
     On start it rebuilds from the results table ``geohint_scored`` (if a store exists), so a restart
-    loses nothing; a row delivered again is recognised by its key and ignored.
+    loses nothing; a row delivered again is recognised by its key and ignored. It counts the rows of the
+    campaign's current plan, and rebuilds so again when the campaign plans anew while it runs (a ``--watch``
+    re-plan, :meth:`_follow_plan`).
 
     The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
     time, at least ``report_interval_s`` after the previous one ended; a flush while one runs skips. While
@@ -437,18 +453,55 @@ class GeoHintAggregatorStage(Stage):
         return Path(d) if d else paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
 
     async def start(self, ctx: StageContext) -> None:
-        store = ctx.services.get("store")
-        self.scope = scored_scope(ctx.services.get(SERVICE_PLAN_KEYS))
-        if store is not None and hasattr(store, "iter_results"):
-            for row in self.scope.rows(store):
-                self.agg.add(GeoHintResult.from_json(row))
+        self._load(ctx)
         if self.report_interval_s is None:
             self.report_interval_s = float(ctx.services.get("geohint_report_interval_s", 5.0))
 
+    def _load(self, ctx: StageContext) -> None:
+        """Scope of the campaign's current plan (ctx service :data:`SERVICE_PLAN_KEYS`) and a fresh aggregator
+        rebuilt from the store's scored rows in it."""
+        store = ctx.services.get("store")
+        self._plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
+        self.scope = scored_scope(self._plan_keys)
+        self.agg = GeoHintAggregator(echo_rule=self.agg.echo_rule, regime_threshold=self.agg.regime_threshold)
+        self._digests: dict[str, bytes] = {}
+        self._stale = False
+        if store is not None and hasattr(store, "iter_results"):
+            for _key, row in self.scope.items(store, digests=self._digests):
+                self.agg.add(GeoHintResult.from_json(row))
+
+    def _follow_plan(self, ctx: StageContext) -> None:
+        """When the campaign planned again since :meth:`start` (a ``--watch`` run over a crawl's folder whose
+        images a hand-off added: :class:`geoagent.engine.WatchReplanTick` sets :data:`SERVICE_PLAN_KEYS` anew),
+        rebuild the sums from the store under the new plan, as the campaign's report does: the first plan's
+        scope dropped every new answer and kept counting answers the new plan no longer holds. Held rows go with
+        the old sums (the scorer stores each row before it sends it). Not while a live rewrite reads the
+        aggregator (the next call does it), nor without a store (then only the scope follows). The same rebuild
+        follows a counted row scored anew with another content (:meth:`handle` marks it stale: an answer parsed or
+        geocoded again after the queues were rebuilt; the aggregator would take the new row for a redelivery and
+        keep the old outcome, which the store no longer holds)."""
+        changed = ctx.services.get(SERVICE_PLAN_KEYS) is not getattr(self, "_plan_keys", None)
+        if not (changed or getattr(self, "_stale", False)) or self.live.busy:
+            return
+        if not hasattr(ctx.services.get("store"), "iter_results"):
+            self._plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
+            self.scope = scored_scope(self._plan_keys)
+            return
+        self._load(ctx)
+        self._held = []
+        self._dirty = True
+
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        self._follow_plan(ctx)
         scope = getattr(self, "scope", None)
         if scope is not None and not scope.keep(task.key, task.payload):
             return []  # a task of an earlier plan: stored, not scored
+        digests = getattr(self, "_digests", None)
+        if digests is not None:
+            digest = row_digest(task.payload)
+            if digests.setdefault(task.key, digest) != digest:
+                self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
+                digests[task.key] = digest
         try:
             res = GeoHintResult.from_json(task.payload)
         except (TypeError, ValueError) as exc:
@@ -470,6 +523,7 @@ class GeoHintAggregatorStage(Stage):
     def write_report(self, ctx: StageContext) -> list[Any]:
         """Write the report now from the current sums; returns the tables (synchronous: the caller makes
         sure nothing changes the aggregator meanwhile)."""
+        self._follow_plan(ctx)
         self._add_held()
         self._dirty = False
         return self._write(self._report_dir(ctx))
@@ -493,6 +547,7 @@ class GeoHintAggregatorStage(Stage):
         if self.live.busy:
             self.live.skipped += 1
             return
+        self._follow_plan(ctx)
         self._add_held()
         if self._dirty and self.agg.keys and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
             self._dirty = False
@@ -501,6 +556,7 @@ class GeoHintAggregatorStage(Stage):
 
     async def stop(self, ctx: StageContext) -> None:
         await self.live.wait()
+        self._follow_plan(ctx)
         self._add_held()
         # under the campaign engine the campaign's report (rebuilt from the store, with the missing work)
         # follows at once and replaces this one: do not write it twice

@@ -3,8 +3,9 @@
 State (the sufficient statistics of every statistic in :mod:`geoagent.scoring.sdt`):
 
 * ``cells``: one row per (model, site, arm, band, truth) with ``n_yes``, ``n_no``, ``n_fail``;
-* ``conf``: one row per (model, arm, band, verdict, conf) with a count ``n`` (confidence rounded to
-  ``CONF_DECIMALS``), from which medians, shares and confidence sums follow exactly;
+* ``conf``: one row per (model, arm, band, verdict, conf) with a count ``n`` (each stated confidence as the
+  scored row holds it, never rounded: rounded to 6 decimals, a stated 0.7999999 became 0.8 and counted as
+  "confidence >= 0.8"), from which medians, shares and confidence sums follow exactly;
 * the set of (trial_id, model) keys already counted, so a redelivered scored row is not counted twice;
 * ``truncation``: per (model, arm) a :class:`~geoagent.scoring.truncation.TruncationCount` of answers cut
   off at the output-token limit (from each row's ``finish_reason``; a row without one counts as not cut off).
@@ -25,7 +26,6 @@ from geoagent.files import atomic_open
 from geoagent.scoring import sdt
 from geoagent.scoring.truncation import TruncationCount
 
-CONF_DECIMALS = 6
 CELL_KEYS = ["model", "site", "arm", "band", "truth"]
 CONF_KEYS = ["model", "arm", "band", "verdict", "conf"]
 ROW_SCHEMA = {
@@ -38,13 +38,13 @@ TRUNC_SCHEMA = {"model": pl.Utf8, "arm": pl.Utf8, "n": pl.Int64, "n_truncated": 
 
 
 def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
-    """Scored rows (dicts) -> a DataFrame with the columns the aggregator needs (``conf`` rounded)."""
+    """Scored rows (dicts) -> a DataFrame with the columns the aggregator needs (``conf`` as a float, unrounded)."""
     data = {k: [] for k in ROW_SCHEMA}
     for r in rows:
         for k in ROW_SCHEMA:
             v = r.get(k)
             if k == "conf" and v is not None:
-                v = round(float(v), CONF_DECIMALS)
+                v = float(v)
             elif k == "finish_reason" and v is not None and not isinstance(v, str):
                 v = str(v)
             data[k].append(v)
@@ -84,7 +84,7 @@ class GeoVerifyAggregator:
             return 0
         sdt.check_verdicts(df)  # before any key is marked seen: a rejected batch leaves no trace
         if "conf" in df.columns:
-            df = df.with_columns(pl.col("conf").cast(pl.Float64).round(CONF_DECIMALS))
+            df = df.with_columns(pl.col("conf").cast(pl.Float64))
         keys = (df["trial_id"].cast(pl.Utf8) + "|" + df["model"]).to_list()
         keep = []
         for k in keys:

@@ -186,7 +186,8 @@ def check_tolerance(trials: Iterable[VerifyTrial], tau_km: float, *, source: str
 
 
 def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
-    """Refuse two ``[[models]]`` entries whose answers the report would count under one model name.
+    """Refuse two ``[[models]]`` entries whose answers the report would count under one model name, and an entry
+    reporting under ``"pooled"`` (:data:`geoagent.scoring.sdt.POOLED`, the pooled column's name).
 
     A replay model whose ``model`` is no recorded model name replays every recorded model and reports each under
     its recorded name (module docstring); every other entry reports under its own ``name``. The GeoVerify
@@ -205,6 +206,14 @@ def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
         names = recorded if m.provider == "replay" and m.model not in recorded else [m.name]
         for n in names:
             by_name.setdefault(n, []).append(m.name)
+    from geoagent.scoring.sdt import POOLED
+
+    if POOLED in by_name:
+        raise ValueError(
+            f"GeoVerify: [[models]] entry {by_name[POOLED][0]!r} would report under the model name {POOLED!r}, the "
+            "name of the report's pooled column (every model's answers together): the two would share one column. "
+            "Rename the entry" + (" (or set the replay model's model to one other recorded name)"
+                                  if by_name[POOLED][0] != POOLED else ""))
     clashes = {n: owners for n, owners in by_name.items() if len(owners) > 1}
     if clashes:
         what = "; ".join(f"{n!r}: {', '.join(repr(o) for o in owners)}" for n, owners in sorted(clashes.items()))
@@ -213,6 +222,26 @@ def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
             f"({what}); a replay model whose model is no recorded name (e.g. model = \"recorded\") reports every "
             "recorded model under its recorded name. Rename the other entry, or set the replay model's model to one "
             "recorded name (it then replays that model only, under its own name)")
+
+
+def check_twin_models(models: Iterable[Any]) -> None:
+    """Refuse two ``[[models]]`` entries that ask identical requests (:func:`geoagent.runtime.scope.twin_models`):
+    they share one stored answer per trial, and the report counts each model request once
+    (:class:`geoagent.geoverify.stages.ScoredScope`), so the second entry's column vanished from the campaign's
+    report while the live report, which keeps whichever answer arrived first, showed it with some of the trials.
+
+    Raises
+    ------
+    ValueError
+        Naming the twins and the fix (drop one, or make them differ, e.g. in ``seed`` or ``params``).
+    """
+    from geoagent.runtime.scope import twin_models, twin_models_text
+
+    twins = twin_models(models)
+    if twins:
+        raise ValueError(f"GeoVerify: {twin_models_text(twins)}: one answer per trial would be stored for both and the "
+                         "report counts it once, so one of them would have no answers; drop one, or make them differ "
+                         "(e.g. a `seed`, or another `params` value) to ask the model twice")
 
 
 def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool = True) -> CampaignPlan:
@@ -232,7 +261,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         The release folder has no ``sites.csv``.
     ValueError
         With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`);
-        two ``[[models]]`` entries the report would count under one model name (:func:`check_report_names`).
+        two ``[[models]]`` entries the report would count under one model name (:func:`check_report_names`), or
+        two that ask identical requests (:func:`check_twin_models`).
     geoagent.geoverify.prompt.TemplateError
         The configured prompt template is missing or lacks ``{candidate}``.
     """
@@ -274,6 +304,7 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
     for note in notes:
         log.warning("GeoVerify: %s", note)
     check_report_names(cfg.models, recorded)
+    check_twin_models(cfg.models)
     common = dict(template=template, max_output_tokens=s.max_output_tokens, image_root=s.image_root, tau_km=tau_km)
     messages: list[Message] = []
     per_model: dict[str, int] = {}

@@ -35,6 +35,7 @@ from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.score import scored_row
 from geoagent.runtime.queue import Task
 from geoagent.runtime.scope import ScoredScope as _ScoredScope
+from geoagent.runtime.scope import row_digest
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.responses import response_text, with_stored_finish_reason
 
@@ -309,7 +310,9 @@ class GeoVerifyAggregatorStage(Stage):
     in a worker thread) and at stop (awaited).
 
     On start it rebuilds its counts from results table ``geoverify_scored`` (if a store exists), so a
-    restart after a crash loses nothing; rows delivered again are recognised by (trial_id, model).
+    restart after a crash loses nothing; rows delivered again are recognised by (trial_id, model). It counts the
+    rows of the campaign's current plan, and rebuilds so again when the campaign plans anew while it runs (a
+    ``--watch`` re-plan, :meth:`_follow_plan`).
 
     The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
     time, at least ``report_interval_s`` after the previous one ended; a flush while one runs skips. While
@@ -348,24 +351,60 @@ class GeoVerifyAggregatorStage(Stage):
         return paths.state_root() / paths.safe_name(ctx.campaign, what="campaign") / C.REPORT_DIR
 
     async def start(self, ctx: StageContext) -> None:
+        self._load(ctx)
+        if self.report_interval_s is None:
+            self.report_interval_s = float(ctx.services.get("geoverify_report_interval_s", 5.0))
+
+    def _load(self, ctx: StageContext) -> None:
+        """Scope of the campaign's current plan (ctx service :data:`SERVICE_PLAN_KEYS`) and counts rebuilt from
+        the store's scored rows in it (a fresh aggregator)."""
         store = ctx.services.get("store")
-        plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
+        self._plan_keys = plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
         self.scope = ScoredScope(set(plan_keys) if plan_keys is not None else None)
+        self.agg = GeoVerifyAggregator()
+        self._digests: dict[str, bytes] = {}
+        self._stale = False
         if store is not None and hasattr(store, "iter_results"):
             batch: list[dict[str, Any]] = []
-            for row in self.scope.rows(store):
+            for _key, row in self.scope.items(store, digests=self._digests):
                 batch.append(row)
                 if len(batch) >= 5000:
                     self.agg.update(batch)
                     batch = []
             self.agg.update(batch)
-        if self.report_interval_s is None:
-            self.report_interval_s = float(ctx.services.get("geoverify_report_interval_s", 5.0))
+
+    def _follow_plan(self, ctx: StageContext) -> None:
+        """When the campaign planned again since :meth:`start` (a ``--watch`` run over a crawl's folder whose trial
+        table a hand-off replaced: :class:`geoagent.engine.WatchReplanTick` sets :data:`SERVICE_PLAN_KEYS` anew),
+        rebuild the counts from the store under the new plan, as the campaign's report does: the scope of the
+        first plan dropped every new trial's answer and kept counting trials the new table no longer holds. The
+        rows pending are dropped with the old counts: the scorer stores each row before it sends it, so the store
+        holds them. Not while a live rewrite reads the aggregator (the next call does it), nor without a store.
+        The same rebuild follows a counted row scored anew with another content (:meth:`handle` marks it stale:
+        a stored parse failure parsed again after the queues were rebuilt; the aggregator would take the new row
+        for a redelivery and keep the old outcome, which the store no longer holds)."""
+        changed = ctx.services.get(SERVICE_PLAN_KEYS) is not getattr(self, "_plan_keys", None)
+        if not (changed or getattr(self, "_stale", False)) or self.live.busy:
+            return
+        if not hasattr(ctx.services.get("store"), "iter_results"):
+            plan_keys = self._plan_keys = ctx.services.get(SERVICE_PLAN_KEYS)
+            self.scope = ScoredScope(set(plan_keys) if plan_keys is not None else None)
+            return
+        self._load(ctx)
+        self._pending = []
+        self._dirty = True
 
     async def handle(self, task: Task, ctx: StageContext) -> list[Message]:
+        self._follow_plan(ctx)
         scope = getattr(self, "scope", None)
         if scope is not None and not scope.keep(task.key, task.payload):
             return []  # a task of an earlier plan, or an answer already counted: stored, not scored
+        digests = getattr(self, "_digests", None)
+        if digests is not None:
+            digest = row_digest(task.payload)
+            if digests.setdefault(task.key, digest) != digest:
+                self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
+                digests[task.key] = digest
         self._pending.append(task.payload)
         if len(self._pending) >= 256 and not self.live.busy:  # busy: the report thread reads the aggregator
             self._drain()
@@ -380,6 +419,7 @@ class GeoVerifyAggregatorStage(Stage):
     def write_report(self, ctx: StageContext) -> dict[str, Path]:
         """Write the report now (Table 12 text/Markdown/CSV + plot) from the current counts (synchronous:
         the caller makes sure nothing changes the aggregator meanwhile)."""
+        self._follow_plan(ctx)
         self._drain()
         self._dirty = False
         return self._write(self._report_dir(ctx))
@@ -402,6 +442,7 @@ class GeoVerifyAggregatorStage(Stage):
         if self.live.busy:
             self.live.skipped += 1
             return
+        self._follow_plan(ctx)
         self._drain()
         if self._dirty and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
             self._dirty = False
@@ -410,6 +451,7 @@ class GeoVerifyAggregatorStage(Stage):
 
     async def stop(self, ctx: StageContext) -> None:
         await self.live.wait()
+        self._follow_plan(ctx)
         self._drain()
         out_dir = self._report_dir(ctx)
         try:

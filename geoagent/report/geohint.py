@@ -1875,7 +1875,9 @@ def write_report(
     n_boot_source: str = N_BOOT_KEY,
     source_note: str | None = None,
 ) -> list[Table]:
-    """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables.
+    """Write ``report.md``, ``<table>.csv`` and the figures under ``out_dir``; return the tables. The CSV of a table
+    of :data:`REPORT_TABLE_NAMES` that this report does not build (left by an earlier report of another design) is
+    removed; no other file is touched.
     ``n_boot``: site-bootstrap resamples of Table 1's and Fig. 2's intervals (0 = none: the notes name
     ``n_boot_source``, :func:`no_boot_note`), seeded by ``boot_seed``
     (``[geohint] boot_seed``, an integer >= 0; None = ``seed``, the ``[campaign] seed``, as before the setting);
@@ -1997,6 +1999,10 @@ def write_report(
     for t in tables:
         md.append(t.to_markdown())
         _atomic_write(out / f"{t.name}.csv", t.to_csv())
+    for name in sorted(set(REPORT_TABLE_NAMES) - {t.name for t in tables}):
+        # a table an earlier report wrote here and this one does not build (its condition is no longer in the
+        # plan, e.g. forced_warn removed from the config): its CSV would state figures of another design
+        (out / f"{name}.csv").unlink(missing_ok=True)
     from geoagent.report import figure_note, write_csv_note
     from geoagent.sandbox.launch import simulated_note
 
@@ -2028,6 +2034,12 @@ def write_report(
                f"context answers with an echo verdict.", "", "![echo rate heatmap](fig_echo_heatmap.png)", ""]
     _atomic_write(out / "report.md", "\n".join(md))
     return tables
+
+
+#: every table :func:`build_tables` can build (``<name>.csv`` in the report folder); :func:`write_report` removes the
+#: CSV of each one it did not build this time, so the folder holds the current report's tables only
+REPORT_TABLE_NAMES = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "nocontext_near",
+                      "building_vs_nocontext", "table8", "table9", "table10", "table11", "cutoff", "unresolved")
 
 
 def empty_figure_note(agg: GeoHintAggregator, baseline: str) -> str:

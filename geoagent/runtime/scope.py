@@ -125,6 +125,48 @@ def left_in_plan(state_dir: str | os.PathLike[str], queues_root: str | os.PathLi
     return count_left(queues_root, campaign, edge, entries, chunk=chunk)
 
 
+def row_digest(row: Mapping[str, Any]) -> bytes:
+    """A 16-byte digest of a scored row's content (canonical JSON, sorted keys; BLAKE2b): equal for a redelivered
+    row, different for a row scored anew with another outcome (a live aggregator's check that a key it counted
+    still holds what it counted)."""
+    import hashlib
+
+    import orjson
+
+    return hashlib.blake2b(orjson.dumps(row, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS),
+                           digest_size=16).digest()
+
+
+def twin_models(models: Iterable[Any]) -> list[tuple[str, str]]:
+    """Pairs ``(first name, later name)`` of ``[[models]]`` entries that ask identical requests: the same provider,
+    model id and request parameters (:meth:`geoagent.config.ModelConfig.default_params`), whatever their names
+    (e.g. "GPT" and "gpt"). The request key hashes the provider, the model id, the prompt, the image and the
+    parameters, not the entry's name (:func:`geoagent.providers.base.request_key`), so such twins share one stored
+    answer per request: a report that counts each request once (GeoVerify) loses one twin, one that counts every
+    task (GeoHint) counts each answer twice. The config already refuses twins that differ only in ``base_url``.
+    Entries without :meth:`default_params` (not config model entries) are not compared."""
+    import orjson
+
+    first: dict[tuple[Any, ...], str] = {}
+    out: list[tuple[str, str]] = []
+    for m in models:
+        try:
+            params = orjson.dumps(m.default_params(), option=orjson.OPT_SORT_KEYS)
+        except (AttributeError, TypeError):
+            continue
+        other = first.setdefault((m.provider, m.model, params), m.name)
+        if other != m.name:
+            out.append((other, m.name))
+    return out
+
+
+def twin_models_text(twins: list[tuple[str, str]]) -> str:
+    """``"models 'a' and 'b' ask identical requests (same provider, model id and parameters)"`` for the pairs of
+    :func:`twin_models` (joined with "; ")."""
+    return "; ".join(f"models {a!r} and {b!r} ask identical requests (same provider, model id and parameters)"
+                     for a, b in twins)
+
+
 class ScoredScope:
     """Which stored scored rows a report counts: those of the current plan's tasks, each model request once.
 
@@ -195,9 +237,18 @@ class ScoredScope:
 
     def rows(self, store: Any) -> Iterator[dict[str, Any]]:
         """The counted rows of the results table (each passed through ``fill`` when given)."""
+        for _key, row in self.items(store):
+            yield row
+
+    def items(self, store: Any, *, digests: dict[str, bytes] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(key, row)`` of the counted rows of the results table, in store order (each row passed through
+        ``fill`` when given): :meth:`rows` with the keys. ``digests``: filled with each counted row's
+        :func:`row_digest`, taken before ``fill`` (as the scorer sent the row)."""
         for key, row in store.iter_results(self.table):
             if self.keep(key, row):
-                yield self._fill(row, store) if self._fill is not None else row
+                if digests is not None:
+                    digests[key] = row_digest(row)
+                yield key, (self._fill(row, store) if self._fill is not None else row)
 
     def mark(self, rows: Iterable[tuple[str, dict[str, Any]]], column: str = "scored", *,
              reason_column: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:

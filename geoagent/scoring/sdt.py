@@ -743,6 +743,12 @@ def score(
     dict of model name -> ModelScores
         Models in sorted order, then ``"pooled"`` (sums of all models' counts; a site's trials across
         models resample together).
+
+    Raises
+    ------
+    ValueError
+        ``n_boot`` < 0, ``ci_level`` outside (0, 1), or (with ``pooled``) a model named :data:`POOLED`, whose
+        column the pooled one would replace.
     """
     if n_boot < 0:
         raise ValueError(f"n_boot must be >= 0, got {n_boot}")
@@ -751,6 +757,9 @@ def score(
     conf = conf if conf is not None else empty_conf()
     out: dict[str, ModelScores] = {}
     models = sorted(cells["model"].unique().to_list()) if cells.height else []
+    if pooled and POOLED in models:
+        raise ValueError(f"a model is named {POOLED!r}, the name of the pooled column: its scores and the pooled "
+                         "ones would share one key (the model's column replaced by the pool's); rename the model")
     sites = sorted(cells["site"].unique().to_list()) if cells.height else []
     boot_idx = bootstrap_site_indices(len(sites), n_boot, seed) if n_boot > 0 and sites else None
     for m in models:
