@@ -1,0 +1,50 @@
+"""Session 14 walkthrough (a new user following README only): an evaluation campaign of an OpenAI-compatible and
+an Anthropic model with keys from ``.env``, run against local fakes, interrupted and resumed, then scaled out on
+Redis. The defects it met, each checked through ``run.py`` as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from _model_harness import generic_campaign, model_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run_py(*args: str, cwd: Path, env: dict[str, str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` run from ``cwd`` (a user's project folder, where ``.env`` lies), with this checkout's
+    package first on the path and none of the ``GEOAGENT_*`` roots of the calling environment."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    full = {**base, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_geoagent_roots_written_in_dotenv_are_named_not_silently_ignored(tmp_path):
+    """A user keeps the API keys in ``.env`` (README: keys and the Redis URL come from the environment or
+    ``.env``) and puts ``GEOAGENT_RELEASE`` (or ``GEOAGENT_STATE``) there too. Those roots are read from the
+    environment only, so the line was ignored without a word: a GeoVerify campaign then stopped with
+    "GeoContext release file not found ...; point at the release folder with GEOAGENT_RELEASE=...", the very
+    variable the user had set, and ``status`` looked for the campaign in another state folder. Now every command
+    that loads the config says which ``.env`` lines it does not use, and how to set them."""
+    (tmp_path / ".env").write_text(
+        "OPENAI_API_KEY=walk-local-key-42\n"
+        f"GEOAGENT_STATE={tmp_path / 'elsewhere'}\n"
+        "export GEOAGENT_RELEASE=/somewhere/geocontext\n", encoding="utf-8")
+    cfgp = generic_campaign(tmp_path, name="dotenvroots", n=2, models=model_table())
+    out = _run_py("status", str(cfgp), cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    warned = [ln for ln in out.stderr.splitlines() if "GEOAGENT_STATE" in ln]
+    assert warned, out.stderr
+    line = warned[0]
+    assert "GEOAGENT_RELEASE" in line and ".env" in line and "environment only" in line, line
+    assert "export" in line, line
+    assert "OPENAI_API_KEY" not in line and "walk-local-key-42" not in out.stdout + out.stderr, line
+    # a variable set in the environment is the one used: no warning for it
+    env_set = _run_py("status", str(cfgp), cwd=tmp_path,
+                      env={"GEOAGENT_STATE": str(tmp_path / "state"), "GEOAGENT_RELEASE": "/x"})
+    assert "environment only" not in env_set.stderr, env_set.stderr
