@@ -48,3 +48,39 @@ def test_geoagent_roots_written_in_dotenv_are_named_not_silently_ignored(tmp_pat
     env_set = _run_py("status", str(cfgp), cwd=tmp_path,
                       env={"GEOAGENT_STATE": str(tmp_path / "state"), "GEOAGENT_RELEASE": "/x"})
     assert "environment only" not in env_set.stderr, env_set.stderr
+
+
+def _stopped_early(args: list[str], cwd: Path, wait_s: float) -> subprocess.CompletedProcess:
+    """Start ``run.py ARGS`` from ``cwd``, SIGTERM it after ``wait_s`` s (a Ctrl-C takes the same path before a
+    run's workers start: ``geoagent.cli._interrupt_on_term``) and return its outcome."""
+    import signal
+    import time
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+    proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), *args], cwd=cwd,
+                            env={**base, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        time.sleep(wait_s)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_dry_run_stopped_early_says_nothing_was_called_or_written(tmp_path):
+    """Ctrl-C (or SIGTERM) during a long dry run said "interrupted (Ctrl-C) before the run started its workers
+    (while loading or planning, ...): acknowledged work is durable; re-run the same command to start or resume":
+    a dry run has no workers and nothing to resume, and a user who pressed Ctrl-C to stop an estimate was left
+    wondering whether a run had started. Now the line says it was the dry run and that nothing was called or
+    written (and the dry run leaves no state folder, as README says)."""
+    cfgp = generic_campaign(tmp_path, name="bigdry", n=1_000_000, models=model_table(), cap_usd=1000.0)
+    out = _stopped_early(["run", str(cfgp), "--simulate"], tmp_path, wait_s=5.0)
+    assert out.returncode == 130, (out.returncode, out.stdout[-500:], out.stderr[-1500:])
+    assert "interrupted (SIGTERM)" in out.stderr and "dry run" in out.stderr, out.stderr[-1500:]
+    assert "resume" not in out.stderr and "workers" not in out.stderr, out.stderr[-1500:]
+    assert not (tmp_path / "state" / "bigdry").exists()
