@@ -97,6 +97,8 @@ SERVICE_LATE_SIGNALS = "late_signals"
 #: ``accepted_config_change`` (``given_at``, ``changed_keys`` as names only, ``server_record_replaced``, ``note``;
 #: :class:`geoagent.runtime.backend.ServerConfigCheck`)
 SERVICE_ACCEPTED_CONFIG_CHANGE = "accepted_config_change"
+#: services key: another process of the campaign held its run lock when this run took it (:attr:`Outcome.others_at_start`)
+SERVICE_OTHERS_AT_START = "others_at_start"
 
 #: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
 STATUS_AUTH = "authentication failed"
@@ -344,18 +346,23 @@ def reused_phrase(n: int) -> str:
     return f"{n} answer{'s' if n != 1 else ''} reused (stored by an earlier run, used instead of a call)"
 
 
-def done_before_phrase(n: int, meanwhile: int = 0, *, known: bool = True) -> str:
+def done_before_phrase(n: int, meanwhile: int = 0, *, known: bool = True, others_at_start: bool = False) -> str:
     """``"; 120 requests done by earlier runs"`` for ``n`` planned requests already answered when this run
     started (nothing left to ask for them), then ``"; 20 requests done meanwhile by other runs of the campaign"``
     for ``meanwhile`` answered while it ran by another ``run`` process of the campaign (they share the queues);
     each left out when 0, ``""`` when both are. ``known=False``: the answers at the start were not read, so
-    ``n`` (every answer not this process's) is ``"done by other runs"``, earlier or at the same time."""
+    ``n`` (every answer not this process's) is ``"done by other runs"``, earlier or at the same time.
+    ``others_at_start``: another run of the campaign was going when this one started (:attr:`Outcome.others_at_start`),
+    so ``n`` reads ``"done before this run started (another run of the campaign was already going)"``: some of
+    them are that run's, not an earlier run's."""
     def reqs(k: int) -> str:
         return f"{k} request{'s' if k != 1 else ''}"
 
     if not known:
         return f"; {reqs(n)} done by other runs" if n > 0 else ""
-    return ((f"; {reqs(n)} done by earlier runs" if n > 0 else "")
+    before = ("done before this run started (another run of the campaign was already going)" if others_at_start
+              else "done by earlier runs")
+    return ((f"; {reqs(n)} {before}" if n > 0 else "")
             + (f"; {reqs(meanwhile)} done meanwhile by other runs of the campaign" if meanwhile > 0 else ""))
 
 
@@ -422,6 +429,9 @@ class Outcome:
     #: the queues are shared with other machines (``[backend] kind = "redis"``): work this process left queued
     #: may be taken by processes elsewhere, so the summary does not call it left by this process's stop
     shared_queues: bool = False
+    #: another process of the campaign held its run lock on this machine when this run took it (a second shell
+    #: joining a running campaign): the answers stored at the start are then not all "done by earlier runs"
+    others_at_start: bool = False
 
     @property
     def missing(self) -> int:
@@ -558,7 +568,7 @@ class Outcome:
             done = done_before_phrase(others, known=False)
         else:  # answered before this run started, and the rest another run of the campaign did meanwhile
             before = min(others, max(0, self.answered_at_start))
-            done = done_before_phrase(before, others - before)
+            done = done_before_phrase(before, others - before, others_at_start=self.others_at_start)
         return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; {reused_phrase(reused)}"
                 f"{done}")
 
@@ -1541,10 +1551,11 @@ async def run_campaign(
     late = LateSignals() if handle_signals and not simulate else None
     try:
         # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
-        with campaign_run_lock(cfg, simulate=simulate):
+        with campaign_run_lock(cfg, simulate=simulate) as alone:
             async with launch(cfg, gazetteer=gazetteer) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
+                ctx.services[SERVICE_OTHERS_AT_START] = not alone  # another run held the campaign (Outcome)
                 from geoagent.sandbox.launch import provider_kinds
 
                 # what answers each model, recorded with each stored answer (request_meta.provider_kind)
@@ -1917,6 +1928,7 @@ async def _run(
             planned_while_watching=n_watched,
             superseded=superseded,
             shared_queues=uses_redis(cfg),
+            others_at_start=bool(ctx.services.get(SERVICE_OTHERS_AT_START)),
             **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
                if baseline is not None else {}),
             **_replay_figures(cfg, ledger),

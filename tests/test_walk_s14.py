@@ -84,3 +84,54 @@ def test_a_dry_run_stopped_early_says_nothing_was_called_or_written(tmp_path):
     assert "interrupted (SIGTERM)" in out.stderr and "dry run" in out.stderr, out.stderr[-1500:]
     assert "resume" not in out.stderr and "workers" not in out.stderr, out.stderr[-1500:]
     assert not (tmp_path / "state" / "bigdry").exists()
+
+
+def test_a_second_process_started_beside_a_running_one_does_not_credit_earlier_runs(tmp_path):
+    """README's scale-out: start the campaign in one shell, then the same command in a second shell, which joins
+    it. The second process's summary said ``16 requests done by earlier runs`` on a fresh campaign: those answers
+    were the first process's, still running when the second started (no earlier run existed). Now, when another
+    run of the campaign holds it at the start, they are ``done before this run started (another run of the
+    campaign was already going)``. Real ``run.py`` processes against the OpenAI-compatible fake."""
+    import json
+    import time
+
+    from geoagent.config import load_config
+    from geoagent.sandbox.server import spawn, wait_ready
+
+    key = "walk-s14-" + "concurrent-key"
+    server, base = spawn("geoagent.sandbox.llm_openai:make_app", api_keys=[key])
+    try:
+        wait_ready(base)
+        cfgp = generic_campaign(tmp_path, name="joined", n=120, cap_usd=1.0,
+                                models=model_table(base_url=base, key_var="WALK_KEY", rate_requests=12))  # ~10 s
+        progress = Path(load_config(cfgp).state_dir()) / "progress.jsonl"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GEOAGENT_")}
+        env.update({"PYTHONPATH": str(REPO), "WALK_KEY": key})
+        cmd = [sys.executable, str(REPO / "run.py"), "run", str(cfgp), "--no-live"]
+        first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+
+            def answered() -> int:
+                if not progress.is_file():
+                    return 0
+                lines = progress.read_bytes().splitlines()
+                stages = json.loads(lines[-1]).get("stages", []) if lines else []
+                return sum(int(st.get("done") or 0) for st in stages if st.get("stage") == "model_caller")
+
+            while answered() < 10 and first.poll() is None:
+                assert time.monotonic() < deadline, "the first run answered nothing within 60 s"
+                time.sleep(0.1)
+            assert first.poll() is None, "the first run ended before the second started"
+            second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+            out, err = first.communicate(timeout=120)
+        finally:
+            if first.poll() is None:
+                first.kill()
+    finally:
+        server.terminate()
+        server.join(10)
+    assert first.returncode == 0 and second.returncode == 0, (err[-2000:], second.stderr[-2000:])
+    line = next(ln for ln in second.stdout.splitlines() if ln.startswith("  this run:"))
+    assert "done by earlier runs" not in line, line
+    assert "done before this run started (another run of the campaign was already going)" in line, line
