@@ -191,3 +191,36 @@ def test_a_redis_restart_during_start_up_after_the_first_contact_is_ridden_out(t
         assert time.monotonic() - t1 < 10
     finally:
         server.stop()
+
+
+def test_a_redis_outage_past_the_window_during_start_up_is_an_outage_not_a_config_error(tmp_path, monkeypatch):
+    """After the process reached the server, an outage longer than the retry window during the start-up checks
+    ended the command as a config error (``BackendError`` "cannot be used", exit 2). README: "a longer outage ends
+    the run with exit 3 (re-run once it answers)". Now it stays the Redis connection error (URL scrubbed), which
+    the CLI reports as the server failing during the command, exit 3. Real redis-server, retry window 1 s."""
+    import pytest
+    import redis
+
+    from geoagent.config import load_config
+    from geoagent.runtime.backend import BackendError, check_server_config, check_server_kind
+    from test_queue_contract import RedisServer, _redis_binary
+
+    monkeypatch.setenv("GEOAGENT_REDIS_RETRY_S", "1")
+    server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "no")
+    server.start()
+    try:
+        monkeypatch.setenv("GEOAGENT_REDIS_URL", server.url)
+        cfgp = generic_campaign(tmp_path, name="longout", n=2, models=model_table())
+        cfgp.write_text(cfgp.read_text(encoding="utf-8") + '\n[backend]\nkind = "redis"\n', encoding="utf-8")
+        cfg = load_config(cfgp)
+        check_server_kind(cfg, record=True)  # the first contact
+    finally:
+        server.stop()
+    with pytest.raises(redis.ConnectionError) as caught:
+        check_server_config(cfg, record=True)
+    assert not isinstance(caught.value, BackendError), caught.value
+    assert server.url not in str(caught.value)
+    from geoagent.cli import _redis_failure
+
+    assert _redis_failure(caught.value) is caught.value  # the CLI's exit-3 path
+

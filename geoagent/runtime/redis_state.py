@@ -801,6 +801,12 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
 _REACHED_URLS: set[str] = set()
 
 
+def was_reached(url: str) -> bool:
+    """Whether a ``PING`` of this process to ``url`` was answered (:func:`redis_client`): a connection error after
+    that is an outage of a server that exists, not a wrong URL."""
+    return _url_digest(url) in _REACHED_URLS
+
+
 def _url_digest(url: str) -> str:
     """SHA-256 hex digest of ``url`` (a key of :data:`_REACHED_URLS`)."""
     import hashlib
