@@ -224,3 +224,69 @@ def test_a_redis_outage_past_the_window_during_start_up_is_an_outage_not_a_confi
 
     assert _redis_failure(caught.value) is caught.value  # the CLI's exit-3 path
 
+
+def test_a_first_contact_with_a_server_still_loading_its_data_waits_for_it(tmp_path, monkeypatch):
+    """Restart the Redis server and start the campaign again at once (a user's natural order): the server
+    listens but answers ``-LOADING`` while it reads its append-only file (6.8 s for the walkthrough's 106 MB). The
+    run's first ``PING`` is fail-fast (a wrong URL is reported at once), and it took the loading reply for an
+    unusable server: exit 2, "the Redis server named by [backend] url_env cannot be used: BusyLoadingError: Redis
+    is loading the dataset in memory". A loading server is there: the first contact now waits for it (within the
+    retry window). Real redis-server, its load slowed by its ``key-load-delay`` setting (10,000 commands x 0.3 ms;
+    it answers clients every 1,000 commands)."""
+    import socket
+    import subprocess as sp
+    import time
+
+    import redis
+
+    from geoagent.config import load_config
+    from geoagent.runtime.backend import check_server_kind
+    from test_queue_contract import _die_with_parent, _free_port, _redis_binary
+
+    binary = _redis_binary()
+    port = _free_port()
+    aof = ["--appendonly", "yes", "--aof-use-rdb-preamble", "no", "--save", ""]
+
+    def server(*extra: str) -> sp.Popen:
+        with open(tmp_path / "redis.log", "ab") as log:
+            proc = sp.Popen([str(binary), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), *aof,
+                             *extra], stdout=log, stderr=sp.STDOUT, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + 15
+        while True:  # listening (the restarted one answers -LOADING for a while)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return proc
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not listen"
+                time.sleep(0.02)
+
+    first = server()
+    try:
+        raw = redis.Redis(host="127.0.0.1", port=port)
+        for _ in range(100):
+            try:
+                raw.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        pipe = raw.pipeline(transaction=False)
+        for i in range(10000):
+            pipe.set(f"k{i}", "v")
+        pipe.execute()
+        raw.close()
+    finally:
+        first.terminate()  # SIGTERM: the server flushes its append-only file and exits
+        first.wait(10)
+    proc = server("--key-load-delay", "300")
+    try:
+        monkeypatch.setenv("GEOAGENT_REDIS_URL", f"redis://127.0.0.1:{port}/0")
+        cfgp = generic_campaign(tmp_path, name="loading", n=2, models=model_table())
+        cfgp.write_text(cfgp.read_text(encoding="utf-8") + '\n[backend]\nkind = "redis"\n', encoding="utf-8")
+        # before: BackendError "... cannot be used: BusyLoadingError: Redis is loading the dataset in memory"
+        assert check_server_kind(load_config(cfgp), record=True)
+        check = redis.Redis(host="127.0.0.1", port=port)
+        assert check.dbsize() == 10001  # the loaded keys and the kind record: it waited for the load to finish
+        check.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)

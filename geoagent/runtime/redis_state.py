@@ -756,7 +756,8 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
     ``ping`` (default): send one ``PING`` with no retry first (:func:`~geoagent.runtime.redis_retry.ping_once`),
     so an unreachable server fails at once instead of after the window; once a ``PING`` to ``url`` has been answered
     in this process, a later client's ``PING`` is retried for the window like any command (a restart of the server
-    during a run's start-up, between its checks, holds the start up instead of ending it with "cannot be used"). ``url`` may carry a password: it is never
+    during a run's start-up, between its checks, holds the start up instead of ending it with "cannot be used"), and
+    so is a first ``PING`` that the server answers ``-LOADING`` (it is there, reading its data after a restart). ``url`` may carry a password: it is never
     logged or stored, and a malformed one raises a ValueError that does not repeat it.
     https://redis.readthedocs.io/en/stable/connections.html#redis.Redis.from_url
 
@@ -788,7 +789,10 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
             if reached in _REACHED_URLS:
                 client.ping()  # the server answered this process before: ride out an outage (retry window)
             else:
-                ping_once(client)
+                try:
+                    ping_once(client)
+                except redis.BusyLoadingError:  # the server is there, still reading its data (a restart): wait
+                    client.ping()
                 _REACHED_URLS.add(reached)
         except BaseException:
             client.close()
