@@ -497,13 +497,20 @@ class Outcome:
         """``  N requests not sent yet: left queued by the interrupt; re-run the same command to send them`` when an
         interrupt left model requests queued (ready or leased on the ``requests`` edge) and this process runs the
         model caller; None otherwise (a budget stop has its own line; a ``--stages`` process without the model
-        caller leaves them to the model caller's process)."""
+        caller leaves them to the model caller's process). Redis (:attr:`shared_queues`): "left in the shared queues
+        (other processes of the campaign ... may be sending them)"; a run started beside another run of the campaign
+        (:attr:`others_at_start`): "left in the campaign's queues (another run ... may be sending them)"."""
         n = self.remaining(C.EDGE_REQUESTS)
         if self.status != "interrupted" or not n or (self.own_stages and C.STAGE_MODEL_CALLER not in self.own_stages):
             return None
         if self.shared_queues:
-            return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left in the shared queues (processes on other "
-                    "machines may be sending them); re-run the same command here to take part again")
+            return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left in the shared queues (other processes of "
+                    "the campaign, on this machine or other machines, may be sending them); re-run the same command "
+                    "here to take part again")
+        if self.others_at_start:  # another run was going when this one started: it may be sending them now
+            return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left in the campaign's queues (another run "
+                    "of the campaign was going when this one started and may be sending them); re-run the same "
+                    "command to take part again")
         return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left queued by the interrupt; re-run the same "
                 "command to send them")
 

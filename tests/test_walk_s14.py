@@ -290,3 +290,23 @@ def test_a_first_contact_with_a_server_still_loading_its_data_waits_for_it(tmp_p
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_an_interrupted_process_beside_another_run_does_not_claim_the_work_waits_for_it():
+    """Two ``run`` processes of one campaign (README's scale-out); Ctrl-C on the second: its summary said
+    ``N requests not sent yet: left queued by the interrupt; re-run the same command to send them`` while the first
+    went on sending them (SQLite), and on Redis ``(processes on other machines may be sending them)`` although the
+    other process was on this machine. Now a process that started beside another run says that run may be sending
+    them, and the Redis line names this machine too."""
+    from geoagent.engine import Outcome
+    from geoagent.runtime.queue import QueueCounts
+
+    counts = {"requests": QueueCounts(ready=264, leased=12, done=64, dead=0),
+              "responses": QueueCounts(ready=0, leased=0, done=64, dead=0)}
+    beside = Outcome("two", "interrupted", 130, 340, counts, None, others_at_start=True).unsent_line()
+    assert "276 requests not sent yet" in beside and "left queued by the interrupt" not in beside, beside
+    assert "another run of the campaign" in beside, beside
+    alone = Outcome("one", "interrupted", 130, 340, counts, None).unsent_line()
+    assert "left queued by the interrupt; re-run the same command to send them" in alone, alone
+    shared = Outcome("rs", "interrupted", 130, 340, counts, None, shared_queues=True).unsent_line()
+    assert "this machine or other machines" in shared and "shared queues" in shared, shared
