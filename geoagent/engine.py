@@ -340,10 +340,14 @@ def load_kind(kind: str) -> CampaignKind:
     return getattr(importlib.import_module(module), name)()
 
 
-def reused_phrase(n: int) -> str:
+def reused_phrase(n: int, *, others_at_start: bool = False) -> str:
     """What the ``this run:`` line says of ``n`` request tasks this run finished from the response store:
-    ``"2 answers reused (stored by an earlier run, used instead of a call)"``."""
-    return f"{n} answer{'s' if n != 1 else ''} reused (stored by an earlier run, used instead of a call)"
+    ``"2 answers reused (stored by an earlier run, used instead of a call)"``; ``others_at_start`` (another run of
+    the campaign was going when this one started, :attr:`Outcome.others_at_start`): ``"(stored by another run of
+    the campaign, ...)"``, since that run may have stored them (e.g. one killed after storing, before its ack);
+    for ``n`` = 0 the parenthesis only defines the term and keeps the usual wording."""
+    by = "another run of the campaign" if others_at_start and n > 0 else "an earlier run"
+    return f"{n} answer{'s' if n != 1 else ''} reused (stored by {by}, used instead of a call)"
 
 
 def done_before_phrase(n: int, meanwhile: int = 0, *, known: bool = True, others_at_start: bool = False) -> str:
@@ -576,7 +580,8 @@ class Outcome:
         else:  # answered before this run started, and the rest another run of the campaign did meanwhile
             before = min(others, max(0, self.answered_at_start))
             done = done_before_phrase(before, others - before, others_at_start=self.others_at_start)
-        return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; {reused_phrase(reused)}"
+        return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; "
+                f"{reused_phrase(reused, others_at_start=self.others_at_start)}"
                 f"{done}")
 
     def summary_with_this_run(self, notes: NotesOnce | None = None) -> str:

@@ -310,3 +310,20 @@ def test_an_interrupted_process_beside_another_run_does_not_claim_the_work_waits
     assert "left queued by the interrupt; re-run the same command to send them" in alone, alone
     shared = Outcome("rs", "interrupted", 130, 340, counts, None, shared_queues=True).unsent_line()
     assert "this machine or other machines" in shared and "shared queues" in shared, shared
+
+
+def test_an_answer_reused_beside_another_run_is_not_credited_to_an_earlier_run():
+    """The walkthrough killed the first of two processes of a fresh Redis campaign after it had stored an answer but
+    before it acknowledged the task; the survivor finished that task from the store and said ``1 answer reused
+    (stored by an earlier run, used instead of a call)``: no earlier run existed. A process that started beside
+    another run now says the answer was stored by another run of the campaign."""
+    from geoagent.engine import Outcome
+    from geoagent.runtime.queue import QueueCounts
+
+    counts = {"requests": QueueCounts(ready=0, leased=0, done=340, dead=0)}
+    kw = dict(process_calls=322, process_answered=323, planned_by_model={"m": 340}, answered_by_model={"m": 340},
+              answered_at_start=0)
+    beside = Outcome("two", "complete", 0, 340, counts, None, others_at_start=True, **kw).this_run_line()
+    assert "1 answer reused (stored by another run of the campaign, used instead of a call)" in beside, beside
+    alone = Outcome("one", "complete", 0, 340, counts, None, **kw).this_run_line()
+    assert "1 answer reused (stored by an earlier run, used instead of a call)" in alone, alone
