@@ -559,7 +559,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (see :mod:`geoagent.engine` for campaign codes)."""
+    global _COMMAND
     args = build_parser().parse_args(argv)
+    _COMMAND = args
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from geoagent.secrets import install_log_redaction
@@ -681,13 +683,30 @@ INTERRUPTED_EARLY = ("interrupted (Ctrl-C) before the run started its workers (w
                      "the demo's campaigns): acknowledged work is durable; re-run the same command to start or resume")
 #: the same for a SIGTERM (:func:`_interrupt_on_term`)
 INTERRUPTED_EARLY_TERM = INTERRUPTED_EARLY.replace("(Ctrl-C)", "(SIGTERM)")
+#: the same for a dry run (``run`` / ``crawl`` ``--simulate``), which has no workers and nothing to resume
+INTERRUPTED_DRY_RUN = ("interrupted (Ctrl-C) during the dry run (--simulate): no call was made and nothing was queued "
+                       "or written; run it again for the whole estimate")
+#: the same for a command that only reads the campaign (``status``, ``dead`` without ``--requeue``)
+INTERRUPTED_READ_ONLY = "interrupted (Ctrl-C): `{command}` only reads the campaign's files; nothing was changed"
 #: set by :func:`_interrupt_on_term`: the KeyboardInterrupt being handled came from a SIGTERM
 _TERM_RECEIVED = False
+#: the parsed command line (:func:`main`), so that an early interrupt's line can say what was stopped
+_COMMAND: argparse.Namespace | None = None
 
 
 def _interrupted_early_line() -> str:
-    """:data:`INTERRUPTED_EARLY`, or :data:`INTERRUPTED_EARLY_TERM` when a SIGTERM raised the interrupt."""
-    return INTERRUPTED_EARLY_TERM if _TERM_RECEIVED else INTERRUPTED_EARLY
+    """The line for an interrupt before a command's workers run: :data:`INTERRUPTED_DRY_RUN` for a dry run,
+    :data:`INTERRUPTED_READ_ONLY` for ``status`` or ``dead`` without ``--requeue``, else :data:`INTERRUPTED_EARLY`;
+    ``(SIGTERM)`` in place of ``(Ctrl-C)`` when a SIGTERM raised the interrupt."""
+    args = _COMMAND
+    command = getattr(args, "command", None)
+    if command in ("run", "crawl") and getattr(args, "simulate", False):
+        line = INTERRUPTED_DRY_RUN
+    elif command == "status" or (command == "dead" and not getattr(args, "requeue", False)):
+        line = INTERRUPTED_READ_ONLY.format(command=command)
+    else:
+        line = INTERRUPTED_EARLY
+    return line.replace("(Ctrl-C)", "(SIGTERM)") if _TERM_RECEIVED else line
 
 
 def _interrupt_on_term(signum: int, frame: Any) -> None:

@@ -1185,7 +1185,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Camp
     if problems or cfg is None:
         raise ConfigError(source, problems)
     for text in (_unused_host_warnings(cfg) + shared_host_warnings(cfg) + output_room_warnings(cfg)
-                 + reasoning_host_warnings(cfg) + root_override_warnings(cfg)):
+                 + reasoning_host_warnings(cfg) + root_override_warnings(cfg) + dotenv_unused_warnings()):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
     for text in system_message_warnings(cfg):
         warnings.warn(f"{source}: {text}", ConfigWarning, stacklevel=2)
@@ -1371,6 +1371,35 @@ def root_override_warnings(cfg: "CampaignConfig") -> list[str]:
         out.append(f"[paths] {key} = {written!r} is overridden by ${env} = {value!r} (the environment wins); "
                    f"unset {env} to use the file's folder")
     return out
+
+
+#: variables read from the process environment only, never from ``.env`` (which is read for secrets alone: API keys,
+#: ``MAPILLARY_TOKEN``, the Redis URL; :mod:`geoagent.secrets`)
+ENV_ONLY_VARIABLES = (C.ENV_QUEUES_ROOT, C.ENV_STATE_ROOT, C.ENV_RELEASE_DIR, "GEOAGENT_REDIS_RETRY_S")
+
+
+def dotenv_unused_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line when the ``.env`` file (:func:`geoagent.secrets.dotenv_path_default`) sets a variable of
+    :data:`ENV_ONLY_VARIABLES` that the environment does not: geoagent reads those from the environment only, so
+    the line would be ignored without a word (a campaign then read another release or state folder than the user
+    wrote, and the missing-release error asked for the variable the user had set). Names the variables, never
+    their values; [] when there is none, or the file cannot be read (the key lookup reports that).
+
+    ``environ``: the environment to compare with (default ``os.environ``)."""
+    from geoagent.secrets import dotenv_path_default, read_dotenv
+
+    env = os.environ if environ is None else environ
+    try:
+        values = read_dotenv()
+    except (OSError, ValueError):
+        return []
+    names = [n for n in ENV_ONLY_VARIABLES if values.get(n) and not env.get(n)]
+    if not names:
+        return []
+    return [f"{dotenv_path_default()} sets {', '.join(names)}, which geoagent reads from the environment only (.env "
+            f"is read for API keys, MAPILLARY_TOKEN and the Redis URL): not used by this command; export "
+            f"{'them' if len(names) > 1 else 'it'} in the shell (export {names[0]}=...)"
+            + (" or use [paths] in the config" if set(names) - {"GEOAGENT_REDIS_RETRY_S"} else "")]
 
 
 def _unused_host_warnings(cfg: "CampaignConfig") -> list[str]:

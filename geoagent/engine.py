@@ -97,6 +97,8 @@ SERVICE_LATE_SIGNALS = "late_signals"
 #: ``accepted_config_change`` (``given_at``, ``changed_keys`` as names only, ``server_record_replaced``, ``note``;
 #: :class:`geoagent.runtime.backend.ServerConfigCheck`)
 SERVICE_ACCEPTED_CONFIG_CHANGE = "accepted_config_change"
+#: services key: another process of the campaign held its run lock when this run took it (:attr:`Outcome.others_at_start`)
+SERVICE_OTHERS_AT_START = "others_at_start"
 
 #: status of a run stopped by a model's authentication breaker (:mod:`geoagent.workers.model_caller`)
 STATUS_AUTH = "authentication failed"
@@ -338,24 +340,33 @@ def load_kind(kind: str) -> CampaignKind:
     return getattr(importlib.import_module(module), name)()
 
 
-def reused_phrase(n: int) -> str:
+def reused_phrase(n: int, *, others_at_start: bool = False) -> str:
     """What the ``this run:`` line says of ``n`` request tasks this run finished from the response store:
-    ``"2 answers reused (stored by an earlier run, used instead of a call)"``."""
-    return f"{n} answer{'s' if n != 1 else ''} reused (stored by an earlier run, used instead of a call)"
+    ``"2 answers reused (stored by an earlier run, used instead of a call)"``; ``others_at_start`` (another run of
+    the campaign was going when this one started, :attr:`Outcome.others_at_start`): ``"(stored by another run of
+    the campaign, ...)"``, since that run may have stored them (e.g. one killed after storing, before its ack);
+    for ``n`` = 0 the parenthesis only defines the term and keeps the usual wording."""
+    by = "another run of the campaign" if others_at_start and n > 0 else "an earlier run"
+    return f"{n} answer{'s' if n != 1 else ''} reused (stored by {by}, used instead of a call)"
 
 
-def done_before_phrase(n: int, meanwhile: int = 0, *, known: bool = True) -> str:
+def done_before_phrase(n: int, meanwhile: int = 0, *, known: bool = True, others_at_start: bool = False) -> str:
     """``"; 120 requests done by earlier runs"`` for ``n`` planned requests already answered when this run
     started (nothing left to ask for them), then ``"; 20 requests done meanwhile by other runs of the campaign"``
     for ``meanwhile`` answered while it ran by another ``run`` process of the campaign (they share the queues);
     each left out when 0, ``""`` when both are. ``known=False``: the answers at the start were not read, so
-    ``n`` (every answer not this process's) is ``"done by other runs"``, earlier or at the same time."""
+    ``n`` (every answer not this process's) is ``"done by other runs"``, earlier or at the same time.
+    ``others_at_start``: another run of the campaign was going when this one started (:attr:`Outcome.others_at_start`),
+    so ``n`` reads ``"done before this run started (another run of the campaign was already going)"``: some of
+    them are that run's, not an earlier run's."""
     def reqs(k: int) -> str:
         return f"{k} request{'s' if k != 1 else ''}"
 
     if not known:
         return f"; {reqs(n)} done by other runs" if n > 0 else ""
-    return ((f"; {reqs(n)} done by earlier runs" if n > 0 else "")
+    before = ("done before this run started (another run of the campaign was already going)" if others_at_start
+              else "done by earlier runs")
+    return ((f"; {reqs(n)} {before}" if n > 0 else "")
             + (f"; {reqs(meanwhile)} done meanwhile by other runs of the campaign" if meanwhile > 0 else ""))
 
 
@@ -422,6 +433,9 @@ class Outcome:
     #: the queues are shared with other machines (``[backend] kind = "redis"``): work this process left queued
     #: may be taken by processes elsewhere, so the summary does not call it left by this process's stop
     shared_queues: bool = False
+    #: another process of the campaign held its run lock on this machine when this run took it (a second shell
+    #: joining a running campaign): the answers stored at the start are then not all "done by earlier runs"
+    others_at_start: bool = False
 
     @property
     def missing(self) -> int:
@@ -487,13 +501,20 @@ class Outcome:
         """``  N requests not sent yet: left queued by the interrupt; re-run the same command to send them`` when an
         interrupt left model requests queued (ready or leased on the ``requests`` edge) and this process runs the
         model caller; None otherwise (a budget stop has its own line; a ``--stages`` process without the model
-        caller leaves them to the model caller's process)."""
+        caller leaves them to the model caller's process). Redis (:attr:`shared_queues`): "left in the shared queues
+        (other processes of the campaign ... may be sending them)"; a run started beside another run of the campaign
+        (:attr:`others_at_start`): "left in the campaign's queues (another run ... may be sending them)"."""
         n = self.remaining(C.EDGE_REQUESTS)
         if self.status != "interrupted" or not n or (self.own_stages and C.STAGE_MODEL_CALLER not in self.own_stages):
             return None
         if self.shared_queues:
-            return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left in the shared queues (processes on other "
-                    "machines may be sending them); re-run the same command here to take part again")
+            return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left in the shared queues (other processes of "
+                    "the campaign, on this machine or other machines, may be sending them); re-run the same command "
+                    "here to take part again")
+        if self.others_at_start:  # another run was going when this one started: it may be sending them now
+            return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left in the campaign's queues (another run "
+                    "of the campaign was going when this one started and may be sending them); re-run the same "
+                    "command to take part again")
         return (f"  {n} request{'s' if n != 1 else ''} not sent yet: left queued by the interrupt; re-run the same "
                 "command to send them")
 
@@ -558,8 +579,9 @@ class Outcome:
             done = done_before_phrase(others, known=False)
         else:  # answered before this run started, and the rest another run of the campaign did meanwhile
             before = min(others, max(0, self.answered_at_start))
-            done = done_before_phrase(before, others - before)
-        return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; {reused_phrase(reused)}"
+            done = done_before_phrase(before, others - before, others_at_start=self.others_at_start)
+        return (f"  this run: {'; '.join(parts)}{' by this process' if own else ''}; "
+                f"{reused_phrase(reused, others_at_start=self.others_at_start)}"
                 f"{done}")
 
     def summary_with_this_run(self, notes: NotesOnce | None = None) -> str:
@@ -1552,10 +1574,11 @@ async def run_campaign(
     late = LateSignals() if handle_signals and not simulate else None
     try:
         # a dry run is read-only: it leaves the start-up recovery of dead processes' leases to the real run
-        with campaign_run_lock(cfg, simulate=simulate):
+        with campaign_run_lock(cfg, simulate=simulate) as alone:
             async with launch(cfg, gazetteer=gazetteer) as cfg, open_services(cfg, dotenv_path=dotenv_path, require_keys=not simulate,
                                                                 dry_run=simulate) as ctx:
                 ctx.services["config_as_written"] = written
+                ctx.services[SERVICE_OTHERS_AT_START] = not alone  # another run held the campaign (Outcome)
                 from geoagent.sandbox.launch import provider_kinds
 
                 # what answers each model, recorded with each stored answer (request_meta.provider_kind)
@@ -1928,6 +1951,7 @@ async def _run(
             planned_while_watching=n_watched,
             superseded=superseded,
             shared_queues=uses_redis(cfg),
+            others_at_start=bool(ctx.services.get(SERVICE_OTHERS_AT_START)),
             **({"watched_how": f"planned from the changed {kind.plan_inputs_label} while watching"}
                if baseline is not None else {}),
             **_replay_figures(cfg, ledger),

@@ -434,13 +434,23 @@ def _client(url: str) -> Any:
 
 def _scrubbed(exc: BaseException, url: str) -> BaseException:
     """A Redis or OS error as a :class:`BackendError` whose message has the URL and password scrubbed; any other
-    exception as it is."""
+    exception as it is. A connection error or timeout from a server this process has reached before
+    (:func:`geoagent.runtime.redis_state.was_reached`: an outage that outlasted the retry window, not a wrong URL)
+    stays a redis-py error of its type, its message scrubbed, so the CLI ends the command as the server failing
+    (exit 3, "re-run once it answers"), not as a config error (exit 2)."""
     try:
+        from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import RedisError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
     except ImportError:  # pragma: no cover - redis-py is needed for kind = "redis" anyway
-        RedisError = OSError  # noqa: N806
+        RedisError = RedisConnectionError = RedisTimeoutError = OSError  # noqa: N806
     if not isinstance(exc, (RedisError, OSError)):
         return exc
+    if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+        from geoagent.runtime.redis_state import was_reached
+
+        if was_reached(url):
+            return type(exc)(scrub(str(exc), url))
     text = scrub(f"{type(exc).__name__}: {exc}", url)
     return BackendError(f"the Redis server named by [backend] url_env cannot be used: {text}")
 

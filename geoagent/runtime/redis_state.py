@@ -779,7 +779,10 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
     ``options`` name their own (:mod:`geoagent.runtime.redis_retry`).
 
     ``ping`` (default): send one ``PING`` with no retry first (:func:`~geoagent.runtime.redis_retry.ping_once`),
-    so an unreachable server fails at once instead of after the window. ``url`` may carry a password: it is never
+    so an unreachable server fails at once instead of after the window; once a ``PING`` to ``url`` has been answered
+    in this process, a later client's ``PING`` is retried for the window like any command (a restart of the server
+    during a run's start-up, between its checks, holds the start up instead of ending it with "cannot be used"), and
+    so is a first ``PING`` that the server answers ``-LOADING`` (it is there, reading its data after a restart). ``url`` may carry a password: it is never
     logged or stored, and a malformed one raises a ValueError that does not repeat it.
     https://redis.readthedocs.io/en/stable/connections.html#redis.Redis.from_url
 
@@ -806,12 +809,38 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
         raise ValueError(f"not a usable Redis URL ({type(exc).__name__}; the URL is not repeated here: it may "
                          "hold a password)") from None
     if ping:
+        reached = _url_digest(url)
         try:
-            ping_once(client)
+            if reached in _REACHED_URLS:
+                client.ping()  # the server answered this process before: ride out an outage (retry window)
+            else:
+                try:
+                    ping_once(client)
+                except redis.BusyLoadingError:  # the server is there, still reading its data (a restart): wait
+                    client.ping()
+                _REACHED_URLS.add(reached)
         except BaseException:
             client.close()
             raise
     return client
+
+
+#: digests of the Redis URLs a ``PING`` of this process has reached (:func:`redis_client`): only a first contact
+#: fails fast; digests, so that no URL (which may hold a password) is kept in memory longer than its client
+_REACHED_URLS: set[str] = set()
+
+
+def was_reached(url: str) -> bool:
+    """Whether a ``PING`` of this process to ``url`` was answered (:func:`redis_client`): a connection error after
+    that is an outage of a server that exists, not a wrong URL."""
+    return _url_digest(url) in _REACHED_URLS
+
+
+def _url_digest(url: str) -> str:
+    """SHA-256 hex digest of ``url`` (a key of :data:`_REACHED_URLS`)."""
+    import hashlib
+
+    return hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 _warned_persistence = False
