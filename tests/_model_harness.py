@@ -345,7 +345,14 @@ def run_with_calls_on_the_wire(tmp: Path, *, name: str, latency_ms: int, key: st
 
 #: ``[[models]]`` blocks and the GeoHint geocoder block of campaign files against the in-process sandbox fakes
 #: (``*.sandbox.invalid``, started by :mod:`geoagent.sandbox.launch`): a priced OpenAI-compatible model, and
-#: ``g5``, a reasoning model whose 256-token cap the fake uses up (empty answer, finish reason length)
+#: ``g5``, a reasoning model whose 256-token cap the fake uses up (empty answer, finish reason length).
+#: Both set the pace of a local fake (as geoagent/configs/geohint_sandbox.toml does): the model default,
+#: 10 requests/s with 8 in flight, is a courtesy to a real provider and paced every campaign of these tests
+#: (a 3-site GeoHint campaign of 81 calls spent 8 of its 13 s waiting for the rate limiter); nothing here is
+#: about the model host's rate.
+SANDBOX_MODEL_PACE_TOML = """concurrency = 16
+rate = { requests = 1000, period_s = 1.0 }
+"""
 SANDBOX_GPT_TOML = """[[models]]
 name = "sandbox-gpt"
 provider = "openai"
@@ -354,7 +361,7 @@ base_url = "http://openai.sandbox.invalid/v1"
 price_input_usd_per_mtok = 0.15
 price_output_usd_per_mtok = 0.60
 max_output_tokens = 300
-"""
+""" + SANDBOX_MODEL_PACE_TOML
 SANDBOX_G5_TOML = """[[models]]
 name = "g5"
 provider = "openai"
@@ -364,7 +371,7 @@ base_url = "http://openai.sandbox.invalid/v1"
 price_input_usd_per_mtok = 0.15
 price_output_usd_per_mtok = 0.60
 max_output_tokens = 256
-"""
+""" + SANDBOX_MODEL_PACE_TOML
 SANDBOX_GEOCODER_TOML = """[geohint.geocoder]
 wikidata_url = "http://wikidata.sandbox.invalid/w/api.php"
 nominatim_url = "http://nominatim.sandbox.invalid"

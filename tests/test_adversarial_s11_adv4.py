@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,26 @@ def _demo(workdir: Path) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run([sys.executable, str(REPO / "run.py"), "demo", "--workdir", str(workdir), "--no-live"],
                           cwd=workdir.parent, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def fresh_demo(tmp_path_factory) -> tuple[Path, Path]:
+    """One fresh demo, run once for the tests below (each a full demo of about 20-40 s on 2 cores); each test
+    works on a copy of it (:func:`_copy_of_fresh_demo`), so they stay independent of each other and of order.
+
+    The demo runs in ``<tmp>/work``, which is then renamed to ``<tmp>/pristine``: the folder the demo recorded
+    no longer exists, so a copy placed anywhere is a demo workdir moved away from where it ran (a run that
+    still used a recorded path would find nothing there). Returns ``(pristine folder, recorded workdir)``."""
+    base = tmp_path_factory.mktemp("adv4-demo")
+    first = _demo(base / "work")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    (base / "work").rename(base / "pristine")
+    return base / "pristine", base / "work"
+
+
+def _copy_of_fresh_demo(fresh_demo: tuple[Path, Path], to: Path) -> Path:
+    shutil.copytree(fresh_demo[0], to, symlinks=True)
+    return to
 
 
 def _as_an_earlier_demo_recorded(state: Path) -> None:
@@ -45,15 +66,15 @@ def _as_an_earlier_demo_recorded(state: Path) -> None:
 
 
 @pytest.mark.slow
-def test_demo_after_an_earlier_demos_state_with_loopback_ports_prints_no_drift(tmp_path):
+def test_demo_after_an_earlier_demos_state_with_loopback_ports_prints_no_drift(tmp_path, fresh_demo):
     # before: a workdir holding an earlier session's demo state (its manifests recorded the fakes' loopback ports)
     # made every later demo print 'models changed since its last run (models[0].base_url: http://127.0.0.1:36979/v1
     # -> http://openai.sandbox.invalid/v1) ... Use a new [campaign] name to run with the change' and pacing lines
     # for hosts.127.0.0.1:PORT, on every demo from then on (the change was 'not applied', so the manifest kept the
     # loopback config)
-    work = tmp_path / "work"
-    first = _demo(work)
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    # a finished fresh demo (the fixture's, copied here: it ran in another folder, which a moved workdir may
+    # do without any drift line, test_demo_in_a_moved_workdir_prints_no_drift_for_its_own_folders)
+    work = _copy_of_fresh_demo(fresh_demo, tmp_path / "work")
     _as_an_earlier_demo_recorded(work / "state")
     for attempt in ("second", "third"):
         p = _demo(work)
@@ -196,16 +217,15 @@ def test_a_campaign_moved_with_its_queues_and_state_runs_on_without_the_not_carr
 
 
 @pytest.mark.slow
-def test_demo_in_a_moved_workdir_prints_no_drift_for_its_own_folders(tmp_path):
+def test_demo_in_a_moved_workdir_prints_no_drift_for_its_own_folders(tmp_path, fresh_demo):
     # before: `mv work work2; demo --workdir work2` said 'info: campaign demo-geoverify: geoverify changed since its
     # last run (geoverify.image_root: '/x/work/state/images' -> '/x/work2/state/images'; geoverify.release_dir:
     # ...) ... Use a new [campaign] name to run with the change' (and the same for GeoHint) on that demo and every
     # later one (a change 'not applied'): the demo's own folders, moved with it, read as changed call settings
-    import shutil
-
-    first = _demo(tmp_path / "work")
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    shutil.move(str(tmp_path / "work"), str(tmp_path / "work2"))
+    # the fixture's fresh demo ran in a folder that is gone now (renamed); its copy here is that workdir moved
+    ran_in = fresh_demo[1]
+    assert not ran_in.exists()
+    _copy_of_fresh_demo(fresh_demo, tmp_path / "work2")
     p = _demo(tmp_path / "work2")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     both = p.stdout + p.stderr
@@ -213,4 +233,4 @@ def test_demo_in_a_moved_workdir_prints_no_drift_for_its_own_folders(tmp_path):
     assert "this run: 0 new model calls" in both
     for name in DEMO_CAMPAIGNS:
         data = json.loads((tmp_path / "work2" / "state" / name / "manifest.json").read_text(encoding="utf-8"))
-        assert str(tmp_path / "work") + "/" not in json.dumps(data.get("config")), name
+        assert str(ran_in) + "/" not in json.dumps(data.get("config")), name

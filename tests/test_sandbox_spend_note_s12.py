@@ -34,6 +34,9 @@ def test_spend_line_of_a_sandbox_only_run_says_nothing_was_billed(release_dir, t
            "budget": {"cap_usd": 5.0},
            "models": [{"name": "fake-gpt", "provider": "openai", "model": "sandbox-gpt",
                        "base_url": "http://openai.sandbox.invalid/v1", "max_output_tokens": 200, "concurrency": 16,
+                       # a local fake's pace: the model default, 10/s, is for a real provider, and this test
+                       # spent ~17 of its 21 s waiting for it; the spend note, not the pace, is what it is about
+                       "rate": {"requests": 1000, "period_s": 1.0},
                        "price_input_usd_per_mtok": 0.15, "price_output_usd_per_mtok": 0.60}],
            "images": {"missing": "placeholder"},
            "geoverify": {"trials": "release", "n_boot": 0}}

@@ -117,6 +117,11 @@ class ResponseCache:
         try:
             self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
             enable_wal(self._db, timeout_s=30.0)  # several crawl processes may open a new cache at once
+            # WAL + NORMAL: a commit is durable across a process crash (SIGKILL) and the file stays
+            # consistent on power loss; only the last entries may be lost then, which a cache can afford.
+            # FULL (SQLite's default) synced the WAL on every put: one fdatasync per geocoder request,
+            # on the event loop (6,370 of them in a 109-site GeoHint sandbox run).
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise sqlite3.DatabaseError(f"response cache {self.path}: {exc}") from exc

@@ -31,7 +31,6 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(slots=True)
@@ -262,6 +261,8 @@ class ClusterOLS:
         bse = np.sqrt(np.diag(cov))
         with np.errstate(divide="ignore", invalid="ignore"):
             tvalues = beta / bse
+        from scipy import stats  # here, not at module level: see geoagent.scoring.geohint
+
         if use_t and G >= 2:
             pvalues = 2 * stats.t.sf(np.abs(tvalues), df=G - 1)
         else:

@@ -77,7 +77,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from scipy.stats import norm
 
 from geoagent.data.model import ARM_BLANK, ARM_MAIN, ARM_MISMATCH, BAND_SIGNAL, DECOY_BAND_LABELS
 
@@ -154,6 +153,8 @@ def dprime_c(h_yes: Any, h_n: Any, f_yes: Any, f_n: Any) -> tuple[Any, Any]:
     (d_prime, c) : floats or arrays of shape (k,)
         NaN where ``h_n == 0`` or ``f_n == 0`` (no trials: undefined, never silently 0).
     """
+    from scipy.stats import norm  # here, not at module level: see geoagent.scoring.geohint
+
     h_n_a, f_n_a = np.asarray(h_n, dtype=float), np.asarray(f_n, dtype=float)
     zh = norm.ppf(loglinear_rate(h_yes, h_n_a))
     zf = norm.ppf(loglinear_rate(f_yes, f_n_a))
