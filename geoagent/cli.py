@@ -562,13 +562,42 @@ def main(argv: list[str] | None = None) -> int:
     global _COMMAND
     args = build_parser().parse_args(argv)
     _COMMAND = args
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(ConsoleLogFormatter(verbose=bool(args.verbose)))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
     from geoagent.secrets import install_log_redaction
 
     install_log_redaction()
     with _config_warnings_as_lines():
         return _run_command(args)
+
+
+#: the format of a logging record on the console with ``-v`` (every record, debug ones too)
+VERBOSE_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class ConsoleLogFormatter(logging.Formatter):
+    """How the CLI prints logging records on stderr (:func:`main`).
+
+    Without ``-v`` only warnings and errors are printed, and they are said to the user like the CLI's other
+    warnings: ``warning: MESSAGE`` (``error: MESSAGE`` for an error; a traceback, if the record has one, follows),
+    e.g. the engine's ``warning: campaign c: 2 task(s) leased by a stopped process are redelivered now``, not
+    ``2026-12-02 04:55:01,123 WARNING geoagent.engine: campaign c: ...``; a record of a logger outside
+    ``geoagent`` (a library's) names it: ``warning: asyncio: ...``. With ``-v`` (``verbose``) every record keeps
+    the logging format with time, level and logger (:data:`VERBOSE_LOG_FORMAT`)."""
+
+    def __init__(self, *, verbose: bool = False) -> None:
+        super().__init__(VERBOSE_LOG_FORMAT if verbose else "%(message)s")
+        self.verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if self.verbose:
+            return text
+        prefix = ("error: " if record.levelno >= logging.ERROR else "warning: " if record.levelno >= logging.WARNING
+                  else "note: ")  # below WARNING only from a logger given a level of its own
+        name = record.name or ""
+        return prefix + ("" if name == "geoagent" or name.startswith("geoagent.") or name == "root" else f"{name}: ") + text
 
 
 @contextlib.contextmanager

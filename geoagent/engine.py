@@ -2250,7 +2250,7 @@ class WatchReplanTick:
             line = (f"watch: the {label} changed since planning ({names}), but planning again failed: "
                     f"{exception_text(exc)}; fix it (it is looked at again when it changes) or re-run to "
                     f"include its new {kind.plan_unit}")
-            log.warning("%s", line)
+            log.info("%s", line)  # said on stdout below: a warning record would repeat it on stderr
             print(line, flush=True)
             self.replans.append(line)
             return
@@ -2271,7 +2271,7 @@ class WatchReplanTick:
         for w in kind.plan_warnings(self.cfg):
             if w not in self._warnings:
                 self._warnings.add(w)
-                log.warning("%s", w)
+                log.info("%s", w)  # said on stdout below: a warning record would repeat it on stderr
                 print(f"warning: {w}", flush=True)
 
 

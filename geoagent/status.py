@@ -875,7 +875,7 @@ def _which_processes(sd: dict[str, Any], pids: list[Any], *, waiting: bool) -> s
     return text
 
 
-def format_eta(progress: dict[str, Any]) -> str:
+def format_eta(progress: dict[str, Any], *, compact: bool = False) -> str:
     """``"20 s (bounded by geocoder)"`` from a progress record's ``eta_s`` / ``eta_stage``; ``"unknown"``
     when no stage has a measured rate yet; ``"unknown while waiting for host H (model M)"`` (or ``(stage S)``;
     several joined by ``and``) while a watch-mode run holds work for an unreachable host (the record's
@@ -884,7 +884,10 @@ def format_eta(progress: dict[str, Any]) -> str:
     is stalled (the record's ``eta_stalled``, :func:`geoagent.runtime.progress.stalled_stages`): its rate is old,
     so no time is given from it; ``"estimating (model_caller: 2 of 5 completions over 3 of 5 s measured)"`` right
     after a start or resume, while no stage with work ahead has its rate measured well enough yet (the record's
-    ``eta_estimating``, :meth:`geoagent.runtime.worker.StageStats.eta_ready`). A record of a ``--stages`` process (``eta_scope`` lists its
+    ``eta_estimating``, :meth:`geoagent.runtime.worker.StageStats.eta_ready`); ``compact`` (the live display's caption,
+    which an 80-column terminal must hold on one line) says the same as ``"estimating: model_caller 2/5 done, 3/5 s"``
+    (completions and seconds measured, each of the number needed) and words the scope of a ``--stages`` process
+    as ``" [stage(s) S only, with the work upstream]"``. A record of a ``--stages`` process (``eta_scope`` lists its
     stages) says that its ETA covers only those stages, over the work still upstream of them too; a record merged
     from a scale-out run's processes (:func:`geoagent.runtime.progress.merge_records`) is timed by the running
     processes' combined capacities and names the stages no running process times."""
@@ -897,6 +900,8 @@ def format_eta(progress: dict[str, Any]) -> str:
         covers = (f" [from the running processes' combined rates, for stage(s) {', '.join(scope)}, counting the work "
                   "still upstream" + (f"; no running process for stage(s) {', '.join(untimed)}: not timed"
                                       if untimed else "") + "]")
+    if scope and compact:  # the live display: its own process's record
+        covers = f" [stage(s) {', '.join(scope)} only, with the work upstream]"
     waiting = [w for w in progress.get("eta_waiting") or [] if isinstance(w, dict)]
     if waiting:
         what = [f"host {w.get('host')} (" + (f"model {w['model']}" if w.get("model") else f"stage {w.get('stage')}")
@@ -912,6 +917,11 @@ def format_eta(progress: dict[str, Any]) -> str:
     if eta is None and estimating:
         from geoagent.runtime.worker import ETA_MIN_COMPLETIONS, ETA_MIN_WINDOW_S
 
+        if compact:
+            return "estimating: " + "; ".join(
+                f"{e.get('stage')} {min(int(e.get('done') or 0), ETA_MIN_COMPLETIONS)}/{ETA_MIN_COMPLETIONS} done, "
+                f"{min(float(e.get('over_s') or 0.0), ETA_MIN_WINDOW_S):.0f}/{ETA_MIN_WINDOW_S:.0f} s"
+                for e in estimating) + covers
         return "estimating (" + "; ".join(
             f"{e.get('stage')}: {min(int(e.get('done') or 0), ETA_MIN_COMPLETIONS)} of {ETA_MIN_COMPLETIONS} "
             f"completions over {min(float(e.get('over_s') or 0.0), ETA_MIN_WINDOW_S):.0f} of {ETA_MIN_WINDOW_S:.0f} s "

@@ -115,3 +115,36 @@ def test_merged_status_of_a_scale_out_run_also_estimates():
     old = [rec(1), rec(2)]  # records of an older version: no eta_ready, their capacities as before
     merged = merge_records(old, running=[True, True], now=1000.0, counts=counts, pipeline=pipeline)
     assert merged["eta_s"] == pytest.approx(40 / 10.0, abs=0.1)
+
+
+def test_the_live_displays_estimating_eta_fits_one_line_of_an_80_column_terminal():
+    """The live display's caption said "ETA estimating (model_caller: 5 of 5 completions over 0 of 5 s measured;
+    parser: 0 of 5 completions over 0 of 5 s measured)" inside a table about 65 columns wide, between the spend
+    and the legend: 4 wrapped lines on an 80-column terminal. Now the ETA has a line of its own, in a compact
+    form that keeps each stage's completions and seconds measured of those needed, and fits."""
+    from rich.console import Console
+
+    from geoagent.runtime.progress import live_table
+
+    rec = {"campaign": "demo", "elapsed_s": 3.0, "spend": {"spent_usd": 0.01, "cap_usd": 1.0},
+           "stages": [{"stage": s, "done": d, "in_flight": 1, "failed": 0, "dead": 0, "rate_per_s": 1.0}
+                      for s, d in (("model_caller", 5), ("parser", 0))],
+           "eta_s": None,
+           "eta_estimating": [{"stage": "model_caller", "done": 5, "over_s": 0.2},
+                              {"stage": "parser", "done": 0, "over_s": 0.0}]}
+    console = Console(width=80, record=True, color_system=None)
+    console.print(live_table(rec, final=False))
+    lines = console.export_text().splitlines()
+    eta = [ln for ln in lines if "ETA" in ln]
+    assert len(eta) == 1, lines
+    assert eta[0].strip() == "ETA estimating: model_caller 5/5 done, 0/5 s; parser 0/5 done, 0/5 s", lines
+    # the line after it is the legend's own line, not the rest of the ETA
+    after = lines[lines.index(eta[0]) + 1].strip()
+    assert after.startswith("leased:"), lines
+    assert all(len(ln) <= 80 for ln in lines), lines
+    # `status` keeps the long form
+    assert format_eta(rec) == ("estimating (model_caller: 5 of 5 completions over 0 of 5 s measured; parser: 0 of 5 "
+                               "completions over 0 of 5 s measured)")
+    # a --stages process's live display: its scope is said in a few words
+    assert format_eta({**rec, "eta_scope": ["model_caller"]}, compact=True).endswith(
+        " [stage(s) model_caller only, with the work upstream]")

@@ -218,9 +218,13 @@ def test_watching_geohint_plans_the_images_a_handoff_adds(release_dir, tmp_path,
 
 
 def test_a_changed_table_that_cannot_be_planned_is_a_warning_and_the_run_goes_on(release_dir, tmp_path, monkeypatch,
-                                                                               capsys):
+                                                                               capsys, caplog):
     """A replaced table the planner refuses (a truth label Eq. 1 contradicts at the configured tau_m) is a warning
-    line saying so and what to do; the watching run keeps its plan and ends as it would have."""
+    line saying so and what to do; the watching run keeps its plan and ends as it would have. The line is said
+    once: not again as a warning record (the CLI prints those as ``warning:`` lines on stderr too)."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="geoagent")
     monkeypatch.setenv("GEOAGENT_QUEUES", str(tmp_path / "queues"))
     monkeypatch.setenv("GEOAGENT_STATE", str(tmp_path / "state"))
     rel = _release(release_dir, tmp_path / "crawl", 30)
@@ -262,6 +266,8 @@ def test_a_changed_table_that_cannot_be_planned_is_a_warning_and_the_run_goes_on
     line = next(ln for ln in "".join(seen).splitlines() if "planning again failed" in ln)
     assert line.startswith(REPLANNED) and "tau_m" in line and "re-run to include its new requests" in line, line
     assert box["o"].status == "complete" and box["o"].planned == n_first
+    said = [r for r in caplog.records if "planning again failed" in r.getMessage()]
+    assert said and all(r.levelno < logging.WARNING for r in said), [(r.levelname, r.getMessage()) for r in said]
 
 
 def test_the_new_trials_are_under_the_same_cost_cap(release_dir, tmp_path, monkeypatch, capsys):

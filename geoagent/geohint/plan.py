@@ -254,6 +254,33 @@ def plan_requests(
     return out, summary
 
 
+def check_report_names(names: Iterable[str]) -> None:
+    """Refuse a ``[[models]]`` entry whose name the GeoHint report cannot hold apart from another row or field:
+    ``"All"`` (:data:`geoagent.report.geohint.POOLED_ROW`, the pooled row of Tables 6 and 7 and of the cut-off
+    and unresolved tables: the model's row and the pooled one would read alike) and a name holding ``|`` (the
+    separator of the request keys ``gh|model|site|image|condition|ref|rN``, :func:`message_key`, which
+    ``missing.csv`` reads the model back from).
+
+    Raises
+    ------
+    ValueError
+        Naming the entry, why, and the fix (rename it).
+    """
+    from geoagent.report.geohint import POOLED_ROW
+
+    for name in names:
+        if name == POOLED_ROW:
+            raise ValueError(
+                f"GeoHint: [[models]] entry {name!r}: the report's pooled row (every model together) of Tables 6 and 7 "
+                f"and of the cut-off and unresolved tables is named {POOLED_ROW!r}, so this model's row would read "
+                "like it. Rename the entry")
+        if "|" in name:
+            raise ValueError(
+                f"GeoHint: [[models]] entry {name!r} holds '|', which separates the fields of the campaign's request "
+                "keys (gh|model|site|image|condition|ref|rN; missing.csv reads the model back from them). Rename the "
+                "entry without '|'")
+
+
 def models_from_config(config: Any) -> list[ModelSpec]:
     """Model specs from a campaign config.
 

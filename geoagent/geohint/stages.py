@@ -105,13 +105,15 @@ def plan_from_config(
     ------
     ValueError
         Two ``[[models]]`` entries that ask identical requests (:func:`geoagent.runtime.scope.twin_models`): they
-        would share one stored answer per request, which every pooled statistic would count twice.
+        would share one stored answer per request, which every pooled statistic would count twice; an entry named
+        ``All`` or holding ``|`` (:func:`geoagent.geohint.plan.check_report_names`).
     """
     from geoagent.geohint.conditions import conditions_from_config
-    from geoagent.geohint.plan import models_from_config
+    from geoagent.geohint.plan import check_report_names, models_from_config
     from geoagent.geohint.settings import GeoHintSettings
     from geoagent.runtime.scope import twin_models, twin_models_text
 
+    check_report_names(str(getattr(m, "name", "")) for m in getattr(cfg, "models", []))
     twins = twin_models(getattr(cfg, "models", []))
     if twins:
         raise ValueError(f"GeoHint: {twin_models_text(twins)}: one answer per request would be stored for both and "

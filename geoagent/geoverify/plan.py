@@ -186,8 +186,13 @@ def check_tolerance(trials: Iterable[VerifyTrial], tau_km: float, *, source: str
 
 
 def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
-    """Refuse two ``[[models]]`` entries whose answers the report would count under one model name, and an entry
-    reporting under ``"pooled"`` (:data:`geoagent.scoring.sdt.POOLED`, the pooled column's name).
+    """Refuse two ``[[models]]`` entries whose answers the report would count under one model name, an entry
+    reporting under ``"pooled"`` (:data:`geoagent.scoring.sdt.POOLED`, the pooled column's name), under a name
+    holding ``|`` (the separator of the request keys ``trial|model``, :func:`geoagent.geoverify.stages.
+    message_key`, read back to say whose dead-lettered trial ``missing.csv`` lists, and of the Markdown table's
+    cells), and under a name that is a column of ``geoverify_table.csv`` already (:func:`geoagent.report.
+    geoverify.render_csv`): ``section``, ``row`` or ``label``, or another model's (or ``pooled``'s) ``<name>_lo``,
+    ``_hi`` or ``_text`` (e.g. ``gpt_lo`` beside ``gpt``): the CSV would have two columns of one name.
 
     A replay model whose ``model`` is no recorded model name replays every recorded model and reports each under
     its recorded name (module docstring); every other entry reports under its own ``name``. The GeoVerify
@@ -198,7 +203,7 @@ def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
     Raises
     ------
     ValueError
-        Naming the shared report name and the entries that would report under it, and the fix.
+        Naming the shared (or refused) report name, the entries that would report under it, why, and the fix.
     """
     recorded = list(recorded)
     by_name: dict[str, list[str]] = {}
@@ -214,6 +219,26 @@ def check_report_names(models: Iterable[Any], recorded: Iterable[str]) -> None:
             "name of the report's pooled column (every model's answers together): the two would share one column. "
             "Rename the entry" + (" (or set the replay model's model to one other recorded name)"
                                   if by_name[POOLED][0] != POOLED else ""))
+    for n, owners in by_name.items():
+        if "|" in n:
+            raise ValueError(
+                f"GeoVerify: [[models]] entry {owners[0]!r} would report under the model name {n!r}, which holds '|': "
+                "'|' separates the fields of the campaign's request keys (trial|model; missing.csv reads the model "
+                "back from them) and the cells of the report's Markdown table. Rename the entry without '|'"
+                + (" (or set the replay model's model to one other recorded name)" if owners[0] != n else ""))
+    from geoagent.report.geoverify import CSV_FIXED_COLUMNS, CSV_MODEL_SUFFIXES
+
+    columns = [*sorted(by_name), POOLED]
+    for n, owners in sorted(by_name.items()):
+        why = (f"the name of geoverify_table.csv's own column {n!r}" if n in CSV_FIXED_COLUMNS else next(
+            (f"the name of the column {n!r} geoverify_table.csv derives from the model column {c!r} (its "
+             f"{suf[1:]} column)" for c in columns for suf in CSV_MODEL_SUFFIXES if c != n and n == c + suf), None))
+        if why:
+            raise ValueError(
+                f"GeoVerify: [[models]] entry {owners[0]!r} would report under the model name {n!r}, {why}: the CSV "
+                "would have two columns of that name (columns: section, row, then <model>, <model>_lo, <model>_hi, "
+                "<model>_text per model and pooled, then label). Rename the entry"
+                + (" (or set the replay model's model to one other recorded name)" if owners[0] != n else ""))
     clashes = {n: owners for n, owners in by_name.items() if len(owners) > 1}
     if clashes:
         what = "; ".join(f"{n!r}: {', '.join(repr(o) for o in owners)}" for n, owners in sorted(clashes.items()))
@@ -261,7 +286,8 @@ def plan_campaign(cfg: Any, *, release: Release | None = None, store_data: bool 
         The release folder has no ``sites.csv``.
     ValueError
         With ``trials = "release"``, a ``tau_m`` the table's truth labels disagree with (:func:`check_tolerance`);
-        two ``[[models]]`` entries the report would count under one model name (:func:`check_report_names`), or
+        two ``[[models]]`` entries the report would count under one model name, or one reporting under a name the
+        report cannot hold (``pooled``, one with ``|``, a CSV column's name: :func:`check_report_names`), or
         two that ask identical requests (:func:`check_twin_models`).
     geoagent.geoverify.prompt.TemplateError
         The configured prompt template is missing or lacks ``{candidate}``.

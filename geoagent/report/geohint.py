@@ -116,6 +116,9 @@ ECHO_TABLES = ("table1", "table2", "table4", "table8", "table10")
 TIERS_ORDER = ("high", "mid", "low")
 #: Table 4's row label of each tier, with its referenceability range as the paper's Table 4 gives it
 TIER_LABELS = {"high": "High (4-5)", "mid": "Mid (2-3)", "low": "Low (0-1)"}
+#: the pooled row (every model together) of Tables 6 and 7 and of the cut-off and unresolved tables; a model of
+#: that name is refused at plan time (:func:`geoagent.geohint.plan.check_report_names`)
+POOLED_ROW = "All"
 #: Table 4's pooled row (the paper's group "Pooled", row "All")
 TABLE4_POOLED = "Pooled: All"
 DASH = "\u2014"
@@ -1001,7 +1004,7 @@ def table6(agg: GeoHintAggregator, condition: str = "forced", *, p_reference: st
     zeros = [f"all levels {agg.n_zero_err(condition=condition)}",
              f"fine only {agg.n_zero_err(condition=condition, fine_only=True)}"]
     failed: dict[str, list[str]] = {}  # why a fit failed -> the cells it leaves as dashes (no_fit_note)
-    for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], ("All", models)]:
+    for label, ms in [*[(m, [m]) for m in sorted(models, key=lambda m: _slope_sort(agg, m, condition))], (POOLED_ROW, models)]:
         r = _slope_cells(agg, ms, condition, False, p_reference=p_reference, failed=failed, cell=f"{label} beta, SE, p")
         clusters += _clusters(r)
         rf = _slope_cells(agg, ms, condition, True, failed=failed, cell=f"{label} beta (fine only)")
@@ -1043,7 +1046,7 @@ def table7(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     models = _model_order(agg, condition)
     nan = float("nan")
     failed: dict[str, list[str]] = {}  # why a fit failed -> the cells it leaves as dashes (no_fit_note)
-    for label, ms in [*[(m, [m]) for m in models], ("All", models)]:
+    for label, ms in [*[(m, [m]) for m in models], (POOLED_ROW, models)]:
         row: list[Any] = [label]
         regime_slopes = []
         for regime, sites in ((ILLEGIBLE, groups[ILLEGIBLE]), (LEGIBLE, groups[LEGIBLE]), ("all", None)):
@@ -1503,7 +1506,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
         if len(per) > 1:
             rows.append(row(m, "all", total(per)))
     all_ = total(agg.truncation)
-    rows.append(row("All", "all", all_))
+    rows.append(row(POOLED_ROW, "all", all_))
     title = ("Answers cut off at the output-token limit (max_output_tokens), per model and condition; share in % (a "
              "fraction in cutoff.csv)")
     notes = _join_notes("cut off: defined under Terms (said once per report).", *truncation_warnings(agg))
@@ -1514,7 +1517,7 @@ def table_cutoff(agg: GeoHintAggregator) -> Table:
         shown = Table("cutoff", title,
                       ["Model", "Condition", "Answers cut off", *(["No finish reason"] if extra else [])],
                       ["text", "text", "count_of", *(["int"] if extra else [])],
-                      [["All", "all", f"{all_.n_truncated} of {all_.n}", *extra]],
+                      [[POOLED_ROW, "all", f"{all_.n_truncated} of {all_.n}", *extra]],
                       _join_notes(notes, CUTOFF_COLLAPSED_NOTE))
     return Table(
         "cutoff",
@@ -1537,7 +1540,7 @@ def table_unresolved(agg: GeoHintAggregator) -> Table:
             if c.n:
                 rows.append([m, cond, c.n, c.n_none, c.unresolved_share])
     t = agg.select()
-    rows.append(["All", "all", t.n, t.n_none, t.unresolved_share])
+    rows.append([POOLED_ROW, "all", t.n, t.n_none, t.unresolved_share])
     return Table(
         "unresolved",
         "Answers that did not geocode (resolved level none), per model and condition; share in % (a fraction in "

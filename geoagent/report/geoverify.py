@@ -618,7 +618,7 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
     if not scores:
         return "_no scored GeoVerify responses yet_\n"
     cols = _columns(scores)
-    out = ["| | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    out = ["| | " + " | ".join(md_cell(c) for c in cols) + " |", "|---|" + "---:|" * len(cols)]
     section = None
     for sec, label, _, fmt, _key in _rows(scores):
         if sec != section:
@@ -643,6 +643,20 @@ def render_markdown(scores: Mapping[str, ModelScores]) -> str:
             + "\n\n" + "\n".join(notes) + "\n\nTerms:\n\n" + "\n".join(legend_lines()) + "\n")
 
 
+#: geoverify_table.csv's own columns (:func:`render_csv`); a model named like one is refused at plan time
+#: (:func:`geoagent.geoverify.plan.check_report_names`)
+CSV_FIXED_COLUMNS = ("section", "row", "label")
+#: the suffixes of the columns geoverify_table.csv derives from each model column ``<model>``
+CSV_MODEL_SUFFIXES = ("_lo", "_hi", "_text")
+
+
+def md_cell(text: object) -> str:
+    """``text`` as one Markdown table cell: line breaks joined with spaces, ``|`` escaped (``\\|``), so a model
+    name holding ``|`` (refused by :func:`geoagent.geoverify.plan.check_report_names`, but possible in scores
+    built outside a plan) stays in its own column."""
+    return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
 #: CSV row labels of delta_1's site-bootstrap range (text: band labels), after the ``delta_1`` row
 DELTA_RANGE_ROWS = ("delta_1 range lo", "delta_1 range hi")
 
@@ -663,7 +677,8 @@ def render_csv(scores: Mapping[str, ModelScores]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = _columns(scores)
-    w.writerow(["section", "row", *[x for c in cols for x in (c, f"{c}_lo", f"{c}_hi", f"{c}_text")], "label"])
+    w.writerow([*CSV_FIXED_COLUMNS[:2], *[x for c in cols for x in (c, *(c + s for s in CSV_MODEL_SUFFIXES))],
+                CSV_FIXED_COLUMNS[2]])
     band_labels = [b.band for b in next(iter(scores.values())).bands] if scores else []
 
     def shown(label: str) -> str:  # the row label of Markdown and the terminal (:func:`_rows` with pretty=True)

@@ -342,6 +342,11 @@ class Progress:
             self._live = None
 
 
+#: the live display table's least width (columns; the terminal's width where narrower): its caption lines (spend,
+#: ETA, the legend) are wrapped at the table's width, so a narrower table wrapped them on an 80-column terminal
+LIVE_MIN_WIDTH = 80
+
+
 def live_table(record: dict[str, Any], final: bool):
     """The live display's table (a ``rich.table.Table``) of one progress record (:meth:`Progress.snapshot`).
 
@@ -349,13 +354,16 @@ def live_table(record: dict[str, Any], final: bool):
     campaign's totals over every run). Columns per stage: ``done``, ``leased`` (tasks the stage has taken from
     its queue: being sent, or waiting for a model's concurrency or rate slot, so more than the models'
     ``concurrency`` added up; it read ``in flight`` and looked like a broken limit), ``retried``, ``dead``,
-    ``rate/s`` and ``idle`` (s without a commit past the stall threshold). Caption: spend / cap, ETA (not when
-    ``final``), a stop reason, and what ``leased`` means."""
+    ``rate/s`` and ``idle`` (s without a commit past the stall threshold). Caption, one line each: spend / cap,
+    ETA (not when ``final``; :func:`geoagent.status.format_eta` in its compact form), a stop reason, and what
+    ``leased`` means; the table is at least 80 columns wide (:data:`LIVE_MIN_WIDTH`, or the terminal's width if
+    narrower) so that each caption line fits on one line of an 80-column terminal."""
     from rich.table import Table
 
     from geoagent.status import format_eta, format_usd, stop_reason  # status imports this module
 
-    table = Table(title=f"campaign {record['campaign']}  this run: elapsed {record['elapsed_s']:.0f} s", expand=False)
+    table = Table(title=f"campaign {record['campaign']}  this run: elapsed {record['elapsed_s']:.0f} s", expand=False,
+                  min_width=LIVE_MIN_WIDTH)
     for col in ("stage", "done", "leased", "retried", "dead", "rate/s", "idle"):
         table.add_column(col, justify="right" if col != "stage" else "left")
     for s in record["stages"]:
@@ -370,12 +378,12 @@ def live_table(record: dict[str, Any], final: bool):
     if spend:
         caption.append(f"spend {format_usd(spend.get('spent_usd'))} / cap {format_usd(spend.get('cap_usd'))}")
     if not final:
-        caption.append(f"ETA {format_eta(record)}")
+        caption.append(f"ETA {format_eta(record, compact=True)}")
     reason = stop_reason(record)
     if reason:
         caption.append(reason.upper() + (" - draining" if record.get("budget_stopped") else ""))
     caption.append("leased: being sent, or waiting for a model's concurrency or rate slot")
-    table.caption = "   ".join(caption)
+    table.caption = "\n".join(caption)
     return table
 
 
