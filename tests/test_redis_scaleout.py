@@ -296,4 +296,5 @@ def test_a_server_that_goes_away_ends_the_run_within_the_retry_window_plus_a_bou
     errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Redis server" in errors[0] and "re-run" in errors[0], text[-3000:]
     assert "Traceback" not in text, text[-3000:]
-    assert took <= window + EXIT_MARGIN_S, f"exit {took:.1f} s after the server died (window {window} s)\n" + text[-3000:]
+    assert took <= window + EXIT_MARGIN_S, \
+        f"exit {took:.1f} s after the server died (window {window} s)\n{text[-3000:]}"

@@ -18,9 +18,9 @@ campaign on every machine waits for the server for the same time.
   and from then on (the server is *lost*) every call fails at its first error instead of waiting a window of its
   own, until one succeeds again. So a run whose server goes away ends about one window after the server's first
   failure, not after one window per step of its shutdown (handing leases back, closing the campaign, leaving the
-  host-share board, ...), while an outage shorter than the window is still ridden out by every call. Retrying is safe: every call whose repetition would change its
-  outcome carries a call token and answers a retry from its reply record (:mod:`geoagent.runtime.redis_queue`,
-  "Retries after a lost reply"), and the others are idempotent.
+  host-share board, ...), while an outage shorter than the window is still ridden out by every call. Retrying is
+  safe: every call whose repetition would change its outcome carries a call token and answers a retry from its
+  reply record (:mod:`geoagent.runtime.redis_queue`, "Retries after a lost reply"), and the others are idempotent.
 * **Timeouts** (:data:`SOCKET_TIMEOUT_S` = 30 s per reply, :data:`SOCKET_CONNECT_TIMEOUT_S` = 10 s per connect,
   unless the URL's query or the caller's options name their own): a server that stops answering without closing
   the connection (a partition, a hung host) is noticed after 30 s and retried, instead of after TCP's own timeout
