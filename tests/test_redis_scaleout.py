@@ -243,3 +243,58 @@ def test_a_rerun_on_the_same_machine_takes_over_a_killed_process_leases_at_once(
             assert s.open_reservations == 0 and st.ledger.check_consistency() == []
     finally:
         fake.close()
+
+
+#: margin (s) allowed between the end of the retry window and the process's exit when the Redis server goes away:
+#: the clients notice the loss at their next call (milliseconds at this campaign's pace), give up once the window
+#: has passed since the first failure, and the run's shutdown (handing leases back, releasing reservations, leaving
+#: the host-share board) then fails at once instead of waiting a window per step; the rest is asyncio/thread teardown
+#: and interpreter exit, well under a second on an idle machine. 6 s leaves room for a loaded 2-core machine
+#: (other test processes, the model fake) while staying far below the ~17 s past the window seen before the fix.
+EXIT_MARGIN_S = 6.0
+
+
+def test_a_server_that_goes_away_ends_the_run_within_the_retry_window_plus_a_bounded_margin(tmp_path):
+    """The Redis server is killed mid-run (the retry window shortened to 2 s). Before: the run took about 19 s to
+    exit: every Redis call of the run's shutdown (handing the queue's leases back, the campaign's close, the
+    host-share board's last ticks and leave, the ledger's retire, the stages' queue check) waited a fresh window of
+    its own, one after the other, while the host-share board kept retrying every ~3 s. Now the clients of a process
+    share one outage clock per server: once the server has failed for the window with no success in between, every
+    later call fails at its first error, and the process exits within the window plus :data:`EXIT_MARGIN_S`, with
+    the same one ``error:`` line and exit code 3."""
+    from test_queue_contract import RedisServer, _redis_binary
+
+    window = 2.0
+    server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    server.start()
+    fake = ModelFake(tmp_path / "calls.jsonl", seed=5, latency_ms=150.0)
+    try:
+        models = model_table("m", base_url=fake.base_url, key_var="GA_FAKE_KEY", concurrency=2)
+        cfg = generic_campaign(tmp_path, name="quick", n=40, models=models, cap_usd=1.0,
+                               queue={"visibility_timeout_s": 3.0})
+        cfg.write_text(cfg.read_text() + '\n[backend]\nkind = "redis"\nurl_env = "GA_TEST_REDIS"\n', encoding="utf-8")
+        env = {**_env(server.url, tmp_path / "state"), "GEOAGENT_REDIS_RETRY_S": str(window)}
+        run = _start(cfg, env, tmp_path / "run.log")
+        deadline = time.monotonic() + 60
+        while len(fake.calls()) < 8 and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.02)
+        assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        server.proc.kill()  # gone at once (no shutdown), as a crashed server or host
+        server.proc.wait()
+        died = time.monotonic()
+        try:
+            rc = run.wait(60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+        took = time.monotonic() - died
+        text = (tmp_path / "run.log").read_text()
+    finally:
+        fake.close()
+        server.stop()
+    assert rc == 3, text[-3000:]
+    errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Redis server" in errors[0] and "re-run" in errors[0], text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert took <= window + EXIT_MARGIN_S, \
+        f"exit {took:.1f} s after the server died (window {window} s)\n{text[-3000:]}"

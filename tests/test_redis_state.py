@@ -479,3 +479,62 @@ def test_the_default_heartbeat_outlives_the_clients_retry_window(tmp_path, redis
     monkeypatch.setenv(RETRY_WINDOW_ENV, "100")
     with open_redis_campaign_state(redis_url, campaign, tmp_path / "b") as st:
         assert raw.pttl(state_prefix(campaign) + "hb:" + st.ledger.owner) > 195_000
+
+
+def test_clients_of_one_server_share_one_outage_clock_so_a_lost_server_fails_the_next_call_at_once(tmp_path,
+                                                                                                   monkeypatch):
+    """Two clients of one server in one process (as the ledger, the store, the queues and the host-share board of
+    a run are). The server goes away for longer than the retry window (1.5 s here): the first call gives up after
+    about the window. Before: the next call, of the other client, waited a window of its own (and so did every step
+    of a run's shutdown, one after the other: about 19 s to exit with a 2 s window). Now the clients share the
+    server's outage clock: the next call fails at its first error. Once the server answers again the clock starts
+    afresh: an outage shorter than the window is ridden out again."""
+    import threading
+
+    import redis
+
+    from geoagent.runtime.redis_retry import RETRY_WINDOW_ENV
+    from geoagent.runtime.redis_state import redis_client
+    from test_queue_contract import RedisServer, _redis_binary
+
+    window = 1.5
+    monkeypatch.setenv(RETRY_WINDOW_ENV, str(window))
+    server = RedisServer(_redis_binary(), tmp_path, "--appendonly", "yes")
+    server.start()
+    a = redis_client(server.url)
+    b = redis_client(server.url)
+    try:
+        a.set("x", "1")
+        server.stop()
+        t0 = time.monotonic()
+        with pytest.raises(redis.ConnectionError):
+            a.get("x")
+        first = time.monotonic() - t0
+        assert window - 0.1 <= first < window + 3.0, first  # rode out the window, then gave up
+        t0 = time.monotonic()
+        with pytest.raises(redis.ConnectionError):
+            b.get("x")
+        assert time.monotonic() - t0 < 0.5 * window  # the server is lost: no window of its own
+
+        server.start()  # same port, same append-only file
+        assert b.get("x") == b"1"  # answered: the clock starts afresh at the next failure
+        server.stop()
+        got: dict = {}
+
+        def read() -> None:
+            try:
+                got["v"] = a.get("x")
+            except Exception as exc:  # noqa: BLE001 - checked below
+                got["error"] = exc
+
+        caller = threading.Thread(target=read)
+        caller.start()
+        time.sleep(0.5)  # an outage shorter than the window
+        assert caller.is_alive()
+        server.start()  # from this thread: the server dies with the thread that started it
+        caller.join(30)
+        assert got == {"v": b"1"}, got
+    finally:
+        a.close()
+        b.close()
+        server.stop()

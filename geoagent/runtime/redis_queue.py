@@ -163,7 +163,7 @@ import orjson
 from geoagent import constants as C
 from geoagent.paths import safe_name
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
-from geoagent.runtime.redis_retry import REPLY_TTL_S, client_defaults, retry_span_s, window_retry
+from geoagent.runtime.redis_retry import REPLY_TTL_S, client_defaults, retry_span_s, server_key, window_retry
 from geoagent.runtime.queue import DeadLetter, QueueCounts, QueueError, Refund, RefundResult, Task, WorkQueue, check_refunds
 from geoagent.runtime.sqlite_queue import _as_list, _encode, _stale, _take
 
@@ -1256,6 +1256,6 @@ def open_redis_queue(
                 "window plus twice socket_connect_timeout + socket_timeout): raise reply_ttl_s or lower the "
                 "timeouts"
             )
-        client_options["retry"] = window_retry(asynchronous=True)
+        client_options["retry"] = window_retry(asynchronous=True, server=server_key(url))
     client = aioredis.Redis.from_url(url, **client_options)
     return RedisStreamsQueue(client, campaign, edge, owns_client=True, **options)

@@ -11,9 +11,16 @@ campaign on every machine waits for the server for the same time.
   "incomplete: re-run to resume"). A restart of the server (seconds) or a Sentinel failover (typically 10-30 s)
   therefore holds the run up instead of ending it, and answers paid for meanwhile are stored once it is back.
   redis-py retries at two levels (the command, and the connect inside it); one window covers both, so a command
-  gives up after about the window, not twice it. Retrying is safe: every call whose repetition would change its
-  outcome carries a call token and answers a retry from its reply record (:mod:`geoagent.runtime.redis_queue`,
-  "Retries after a lost reply"), and the others are idempotent.
+  gives up after about the window, not twice it. The window is the SERVER's, not each call's: the clients of one
+  process that name the same server (the ``server`` key of :func:`window_retry`: the queues, the ledger and store,
+  the host-share board) share one outage clock (:class:`_Outage`), started by the first failure after the last
+  success of any of them and stopped by the next success. A call gives up once that clock has run for the window,
+  and from then on (the server is *lost*) every call fails at its first error instead of waiting a window of its
+  own, until one succeeds again. So a run whose server goes away ends about one window after the server's first
+  failure, not after one window per step of its shutdown (handing leases back, closing the campaign, leaving the
+  host-share board, ...), while an outage shorter than the window is still ridden out by every call. Retrying is
+  safe: every call whose repetition would change its outcome carries a call token and answers a retry from its
+  reply record (:mod:`geoagent.runtime.redis_queue`, "Retries after a lost reply"), and the others are idempotent.
 * **Timeouts** (:data:`SOCKET_TIMEOUT_S` = 30 s per reply, :data:`SOCKET_CONNECT_TIMEOUT_S` = 10 s per connect,
   unless the URL's query or the caller's options name their own): a server that stops answering without closing
   the connection (a partition, a hung host) is noticed after 30 s and retried, instead of after TCP's own timeout
@@ -39,13 +46,14 @@ from __future__ import annotations
 
 import contextvars
 import os
+import threading
 import time
 from typing import Any
 
 __all__ = [
     "RETRY_WINDOW_S", "RETRY_WINDOW_ENV", "MAX_RETRY_WINDOW_S", "BACKOFF_CAP_S", "SOCKET_TIMEOUT_S",
     "SOCKET_CONNECT_TIMEOUT_S", "REPLY_TTL_S", "retry_window_s", "retry_span_s", "client_defaults", "ping_once",
-    "window_retry",
+    "window_retry", "server_key", "server_lost",
 ]
 
 #: how long (s) a command keeps being retried after its first connection error or timeout
@@ -116,9 +124,68 @@ def client_defaults(url_options: dict[str, Any], options: dict[str, Any]) -> dic
     return out
 
 
-def _check_window(error: BaseException, window_s: float) -> None:
-    """Called after each failure, before redis-py's backoff: raise ``error`` once the window has passed (or at the
-    first failure under :func:`ping_once`)."""
+class _Outage:
+    """The outage clock one process keeps for one server (module docstring), shared by its clients' retries.
+
+    ``since``: monotonic s of the first failure after the last success (None while the server answers); ``lost``:
+    some call gave up after the window, so later calls fail at their first error. Updated from the event loop and
+    from worker threads (the synchronous clients run in threads), hence the lock.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.since: float | None = None
+        self.lost = False
+
+    def failed(self, now: float, window_s: float, call_since: float) -> bool:
+        """Record a failure at ``now`` of a call failing since ``call_since``; True: give up (window passed)."""
+        with self.lock:
+            if self.since is None:
+                self.since = now
+            if self.lost or now - min(self.since, call_since) >= window_s:
+                self.lost = True
+                return True
+            return False
+
+    def succeeded(self) -> None:
+        """A call got its reply: the server is there; the next failure starts a new outage."""
+        with self.lock:
+            self.since = None
+            self.lost = False
+
+
+_OUTAGES: dict[str, _Outage] = {}
+_OUTAGES_LOCK = threading.Lock()
+
+
+def _outage(server: str) -> _Outage:
+    """The process's outage clock for ``server`` (created at first use)."""
+    with _OUTAGES_LOCK:
+        out = _OUTAGES.get(server)
+        if out is None:
+            out = _OUTAGES[server] = _Outage()
+        return out
+
+
+def server_lost(server: str) -> bool:
+    """Whether a call of this process to ``server`` (a :func:`window_retry` key) gave up after the retry window
+    and none has succeeded since: later calls to it fail at their first error."""
+    out = _OUTAGES.get(server)
+    return bool(out is not None and out.lost)
+
+
+def _is_reply(do: Any) -> bool:
+    """Whether a successful ``call_with_retry`` of ``do`` proves that the server answered: every outermost call but
+    a connection's ``connect()`` (redis-py's ``AbstractConnection.connect``, sync and asyncio), which a pool runs
+    before each command and which returns at once, without a word to the server, on a socket still open from
+    before the outage. The command that follows it tells."""
+    return ".connect.<locals>" not in getattr(do, "__qualname__", "")
+
+
+def _check_window(error: BaseException, window_s: float, outage: _Outage) -> None:
+    """Called after each failure, before redis-py's backoff: raise ``error`` once the server's outage clock (or this
+    call's own first failure, whichever is earlier) is a window old, or at once when the server is already lost
+    (or under :func:`ping_once`)."""
     if _NO_RETRY.get():
         raise error
     box = _WINDOW.get()
@@ -127,14 +194,17 @@ def _check_window(error: BaseException, window_s: float) -> None:
     now = time.monotonic()
     if box[0] is None:
         box[0] = now
-    elif now - box[0] >= window_s:
+    if outage.failed(now, window_s, box[0]):
         raise error
 
 
-def window_retry(*, asynchronous: bool, window_s: float | None = None) -> Any:
+def window_retry(*, asynchronous: bool, window_s: float | None = None, server: str = "") -> Any:
     """A redis-py ``Retry`` (``redis.asyncio.retry.Retry`` when ``asynchronous``, else ``redis.retry.Retry``) that
     retries a connection error or timeout until ``window_s`` (default :func:`retry_window_s`) s have passed since
-    the call's first failure, with equal-jitter backoff (50 ms doubling, at most :data:`BACKOFF_CAP_S`).
+    the first failure of the outage of ``server`` (a key naming the server, e.g. :func:`server_key` of its URL;
+    every client of this process built with the same key shares the clock, module docstring) or of the call,
+    whichever is earlier, with equal-jitter backoff (50 ms doubling, at most :data:`BACKOFF_CAP_S`). Once a call
+    gave up, later calls with that key fail at their first error until one succeeds.
 
     Raises
     ------
@@ -144,6 +214,7 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None) -> Any:
     from redis.backoff import EqualJitterBackoff
 
     window = retry_window_s() if window_s is None else float(window_s)
+    outage = _outage(server)
     backoff = EqualJitterBackoff(cap=BACKOFF_CAP_S, base=0.05)
     if asynchronous:
         from redis.asyncio.retry import Retry as AsyncRetry
@@ -156,11 +227,14 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None) -> Any:
 
                 async def failed(error: BaseException, *rest: Any) -> Any:
                     out = await fail(error, *rest)
-                    _check_window(error, window)
+                    _check_window(error, window, outage)
                     return out
 
                 try:
-                    return await super().call_with_retry(do, failed, *args, **kwargs)
+                    result = await super().call_with_retry(do, failed, *args, **kwargs)
+                    if token is not None and _is_reply(do):
+                        outage.succeeded()
+                    return result
                 finally:
                     if token is not None:
                         _WINDOW.reset(token)
@@ -177,16 +251,34 @@ def window_retry(*, asynchronous: bool, window_s: float | None = None) -> Any:
 
             def failed(error: BaseException, *rest: Any) -> Any:
                 out = fail(error, *rest)
-                _check_window(error, window)
+                _check_window(error, window, outage)
                 return out
 
             try:
-                return super().call_with_retry(do, failed, *args, **kwargs)
+                result = super().call_with_retry(do, failed, *args, **kwargs)
+                if token is not None and _is_reply(do):
+                    outage.succeeded()
+                return result
             finally:
                 if token is not None:
                     _WINDOW.reset(token)
 
     return _WindowRetry(backoff, -1)
+
+
+def server_key(url: str) -> str:
+    """The outage-clock key of the server at ``url`` (:func:`window_retry`): a SHA-256 digest of its address
+    (scheme, host, port, database or socket path), never the URL itself (it may hold a password); ``""`` when the
+    URL cannot be parsed (the client's own error follows)."""
+    import hashlib
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        where = f"{u.scheme}|{u.hostname}|{u.port}|{u.path}"
+    except ValueError:
+        return ""
+    return hashlib.sha256(where.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def ping_once(client: Any) -> Any:

@@ -110,7 +110,7 @@ from geoagent.runtime.ledger import (
 )
 from geoagent.runtime.procs import boot_id, proc_start, process_alive
 from geoagent.runtime.redis_retry import REPLY_TTL_S as _REPLY_TTL_S
-from geoagent.runtime.redis_retry import client_defaults, ping_once, window_retry
+from geoagent.runtime.redis_retry import client_defaults, ping_once, server_key, window_retry
 from geoagent.runtime.store import ResponseStore, _check_table, _dumps
 
 T = TypeVar("T")
@@ -802,7 +802,7 @@ def redis_client(url: str, *, ping: bool = True, **options: Any) -> Any:
         raise ValueError(f"not a usable Redis URL ({type(exc).__name__}; the URL is not repeated here: it may "
                          "hold a password)") from None
     options = {**client_defaults(parsed, options), **options}
-    options.setdefault("retry", window_retry(asynchronous=False))
+    options.setdefault("retry", window_retry(asynchronous=False, server=server_key(url)))
     try:
         client = redis.Redis.from_url(url, **options)
     except (ValueError, TypeError) as exc:
