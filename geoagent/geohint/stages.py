@@ -552,7 +552,8 @@ class GeoHintAggregatorStage(Stage):
             return
         self._follow_plan(ctx)
         self._add_held()
-        if self._dirty and self.agg.keys and time.monotonic() - self._last_write >= self.live.gap_s(self.report_interval_s):
+        since = time.monotonic() - self._last_write
+        if self._dirty and self.agg.keys and since >= self.live.gap_s(self.report_interval_s):
             self._dirty = False
             out_dir = self._report_dir(ctx)
             self.live.start(lambda: self._write(out_dir))
