@@ -168,3 +168,36 @@ def test_an_answer_without_usage_is_kept_and_settled_at_its_reservation(tmp_path
     assert (s["calls"], s["unknown_calls"], s["reserved_usd"]) == (1, 0, 0)
     [(amount, actual)] = rows
     assert actual == amount > 0  # booked at the worst case, never below it
+
+
+def test_a_withheld_audit_answer_books_its_worst_case_tokens(tmp_path):
+    """A crawl audit call whose answer the safety filter withheld (Gemini fake, no usageMetadata) is settled at its
+    reservation, as in the model caller; before, with 0 tokens (close_failed_call had no request to count them from),
+    now with the worst-case counts its reservation was priced from: the prompt's estimate in, the request's
+    max_output_tokens out."""
+    from geoagent.providers.base import ProviderError
+    from geoagent.providers.gemini import GeminiProvider
+    from geoagent.sandbox import llm_gemini
+
+    gem = ModelConfig(name="auditor", provider="gemini", model="gemini-sim", price_input_usd_per_mtok=1.0,
+                      price_output_usd_per_mtok=4.0, max_output_tokens=100)
+
+    async def main():
+        state = open_campaign_state("audit", root=tmp_path, cap_usd=10.0)
+        try:
+            async with serve(llm_gemini.make_app(require_auth=False, usage="omit")) as base:
+                async with HttpClient(default_policy=HostPolicy(max_attempts=2, backoff_base_s=0.01)) as http:
+                    prov = GeminiProvider(ProviderSettings(kind="gemini", model="gemini-sim", base_url=base), http)
+                    req = ModelRequest(provider="gemini", model="gemini-sim", params={"max_tokens": 100},
+                                       prompt="Rate the place 0-5. " + llm_gemini.WITHHOLD_MARKER)
+                    with pytest.raises(ProviderError):
+                        await metered_generate(prov, req, ledger=state.ledger, model_cfg=gem)
+            rows = state.db.read("SELECT amount_nusd, actual_nusd, input_tokens, output_tokens FROM reservations")
+            return (await state.ledger.asummary()), rows, req.max_output_tokens
+        finally:
+            state.close()
+
+    s, [(amount, actual, n_in, n_out)], max_out = asyncio.run(main())
+    assert (s.calls, s.unknown_calls) == (1, 0) and actual == amount
+    assert (s.input_tokens, s.output_tokens) == (n_in, n_out) and n_out == max_out and n_in > 0  # before: (0, 0)
+    assert gem.worst_case_usd(n_in, n_out) == pytest.approx(amount / 1e9, rel=1e-6)

@@ -28,9 +28,12 @@ FAST = HostPolicy(rate=1000, period_s=1.0, concurrency=8, max_attempts=2, backof
 LAT, LON = 41.39, 2.17
 
 
-def _fetch(imgs, settings, root):
+def _fetch(imgs, settings, root, policy=FAST, state_out=None):
     async def go():
-        async with serve(fake.make_app(imgs)) as base, HttpClient(default_policy=FAST) as http:
+        app = fake.make_app(imgs)
+        if state_out is not None:
+            state_out.append(app[fake.MAPILLARY_STATE])
+        async with serve(app) as base, HttpClient(default_policy=policy) as http:
             c = MapillaryClient(http, base, "MLY|1|tok", UA)
             return await fetch_site_images({"site": "s1", "lat": LAT, "lon": LON}, c, settings, root)
     return asyncio.run(go())
@@ -69,3 +72,23 @@ def test_a_configured_cap_applies(tmp_path):
     assert "larger than" in {r["image_id"]: r["reason"] for r in res.rejected}["800000000002"]
     with pytest.raises((CrawlConfigError, ValueError)):
         FetcherSettings(max_thumb_bytes=0)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_refused_thumbnail_is_not_downloaded_again(tmp_path, chunked):
+    """Leftover of the cap: "body too large" was retried like a cut-short body, max_attempts times (here 4), though
+    the same URL serves the same bytes: refused by its Content-Length (before: 4 CDN requests of the image), or
+    streamed up to the cap each try (chunked, no Content-Length: 4 x 40 KB read for nothing). Now the first refusal
+    is final either way: the CDN fake sees one request of the image, and the image is rejected as before."""
+    padded = fake.FakeImage("800000000002", LAT + 0.001, LON, brightness=150, cdn_body=_jpeg_shaped(200_000),
+                            cdn_chunked=chunked)
+    small = fake.FakeImage("800000000001", LAT, LON, brightness=150)
+    policy = HostPolicy(**{**{f: getattr(FAST, f) for f in FAST.__slots__}, "max_attempts": 4})
+    states = []
+    res = _fetch([small, padded], FetcherSettings(max_thumb_bytes=40_000), tmp_path, policy=policy, state_out=states)
+    assert [k["image_id"] for k in res.kept] == ["800000000001"]
+    reason = {r["image_id"]: r["reason"] for r in res.rejected}["800000000002"]
+    assert reason.startswith("no thumbnail:") and "larger than the cap of 40000 bytes" in reason
+    assert ("no Content-Length" in reason) == chunked and ("Content-Length 200000" in reason) != chunked
+    assert states[0].thumb_requests.count("800000000002") == 1, states[0].thumb_requests
+    assert states[0].thumb_requests.count("800000000001") == 1

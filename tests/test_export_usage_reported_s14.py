@@ -53,3 +53,33 @@ def test_the_generic_results_say_whether_usage_was_reported(tmp_path):
     # before: no usage_reported column; t1's 100 output tokens read as measured
     assert df["usage_reported"].to_list() == [True, False, None]  # None: a row written before the column existed
     assert dict(df.schema) == {"key": pl.String, **TABLE_SCHEMAS["results"]}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_results_rows_from_before_the_column_read_their_stored_response(tmp_path, request, kind):
+    """Leftover: a ``results`` row written before the collector added ``usage_reported`` exported null, though its
+    stored response (same ``request_key``) says it, as ``replayed`` is already read from there. Now the export fills
+    it from the stored response: False where the answer was stored as ``"usage_reported": false``, True where it
+    carries no such field; null only for a row without a stored response. A row that has the column keeps it."""
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+    payload = {"model": "m", "text": "Paris", "input_tokens": 30, "output_tokens": 100, "cost_usd": 0.001,
+               "cached": False, "finish_reason": "stop", "meta": {"index": 0}}
+
+    def old_row(rk):  # as the collector wrote it before s14: no usage_reported
+        row = Collector._row(Task(rk, {**payload, "request_key": rk}, 0, "x"))
+        del row["usage_reported"]
+        return row
+
+    with open_state(kind, url, "old", tmp_path, cap_usd=1.0) as st:
+        for rk, usage in (("rk0", Usage(10, 5)), ("rk1", Usage(30, 100, reported=False))):
+            r = st.ledger.reserve(rk, 0.01, model="m")
+            st.store.put(rk, {"model_name": "m", "provider": "openai"}, ModelResponse("Paris", usage), r,
+                         cost_usd=0.001)
+        rows = [("t0", old_row("rk0")), ("t1", old_row("rk1")), ("t2", old_row("rk-none")),
+                ("t3", Collector._row(Task("t3", {**payload, "request_key": "rk1"}, 0, "x")))]  # says True itself
+        st.store.put_results("results", rows)
+        t = export_table(st.store, "results", tmp_path / "out")
+    df = pl.read_parquet(t.parquet).sort("key")
+    # before: [None, None, None, True]
+    assert df["usage_reported"].to_list() == [True, False, None, True]
+    assert df.schema["usage_reported"] == pl.Boolean

@@ -14,6 +14,7 @@ import csv
 import io
 import re
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from geoagent.geoverify.score import scored_rows_from_release
 from geoagent.geoverify.stages import GeoVerifyAggregatorStage
 from geoagent.report.live import LiveReport
 from geoagent.runtime.daemon import open_edge_queues, run_pipeline
-from geoagent.runtime.stage import Stage, StageContext
+from geoagent.runtime.stage import Stage, StageContext, Task
 
 FAST_ROWS = 100  # fed at once; the rest one per SLOW_S until the live report is on disk
 SLOW_S = 0.05
@@ -128,6 +129,9 @@ def test_geohint_live_report_during_run_and_complete_final(tmp_path):
     # the final report counts every row once
     md = report.read_text(encoding="utf-8")
     assert re.search(r"^(\d+) scored responses", md, re.M).group(1) == str(len(results))
+    from geoagent.report.live import REWRITE_BACKOFF
+
+    assert agg.live.gap_s(0.02) == pytest.approx(REWRITE_BACKOFF * agg.live.last_duration_s) and REWRITE_BACKOFF == 4
     rows = _csv_rows(tmp_path / "report" / "table1.csv")
     assert rows[0][:3] == ["Model", "n", "Hit rate (fraction)"]
     forced = [r for r in results if r.condition == "forced" and r.dist_km is not None]
@@ -211,3 +215,84 @@ def test_one_rewrite_in_flight_and_failures_logged(caplog):
     anyio.run(main)
     assert ran == ["slow"] and (live.started, live.skipped, live.failed) == (2, 1, 2)
     assert "test live report failed" in caplog.text and "disk full" in caplog.text
+
+
+class _SlowBuilder(GeoHintAggregatorStage):
+    """A GeoHint aggregator whose report takes ``SLOW_WRITE_S`` longer to build (a big campaign's report on a
+    busy machine); it notes the wall interval of every write and the thread it ran in."""
+
+    SLOW_WRITE_S = 0.12
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.spans: list[tuple[float, float, int]] = []
+
+    def _write(self, out_dir):
+        t0 = time.monotonic()
+        time.sleep(self.SLOW_WRITE_S)
+        try:
+            return super()._write(out_dir)
+        finally:
+            self.spans.append((t0, time.monotonic(), threading.get_ident()))
+
+
+def test_live_rewrite_share_bounded_with_slow_builder_and_final_report_unchanged(tmp_path):
+    """Before: a rewrite started at every flush once the interval (here 0.02 s) had passed since the last one
+    ended, so a report slower than the interval was rebuilt back to back (a 0.03-0.05 s gap after a 0.5 s rewrite).
+    After: the next live rewrite waits max(interval, REWRITE_BACKOFF x the last one's duration), <= 1/(1+4) of the
+    wall time. Checked on the gaps between rewrites, not on a fixed window, so a slow machine does not flake it.
+    The final report at stop is the one a fresh stage writes from the same rows, at the full draws."""
+    results = synth_results(seed=3, n_sites=4)
+    kw = dict(n_flips=100, n_splits=5, n_boot=10, figures=False)
+    agg = _SlowBuilder(report_interval_s=0.02, **kw)
+    ctx = StageContext("cadence-test", {"report_dir": tmp_path / "live"})
+    loop_thread = threading.get_ident()
+
+    async def main():
+        await agg.start(ctx)
+        t_start = time.monotonic()
+        i = 0
+        # rows trickle in (the runner flushes after each commit) until 3 live rewrites are done (10 s at most)
+        while i < len(results) and len(agg.spans) < 3 and time.monotonic() - t_start < 10.0:
+            await agg.handle(Task(results[i].key, results[i].to_json(), 0, "l"), ctx)
+            i += 1
+            await agg.flush(ctx)
+            await anyio.sleep(0.02)
+        for r in results[i:]:
+            await agg.handle(Task(r.key, r.to_json(), 0, "l"), ctx)
+        await agg.live.wait()
+        live_spans = [(a, b) for a, b, th in agg.spans if th != loop_thread]
+        await agg.stop(ctx)
+        return t_start, live_spans
+
+    t_start, live_spans = anyio.run(main)
+    assert len(live_spans) >= 2, "the live report must still be rewritten during the run"
+    # each rewrite waited at least 4x the previous one's duration after it ended (timer slack 10 ms) ...
+    for (a0, b0), (a1, _) in zip(live_spans, live_spans[1:]):
+        assert a1 - b0 >= 4 * (b0 - a0) - 0.01, (a1 - b0, b0 - a0)
+    # ... so until the last one started they took at most 1/(1+4) of the wall time; before the fix ~0.9
+    busy = sum(b - a for a, b in live_spans[:-1])
+    share = busy / (live_spans[-1][0] - t_start)
+    assert share < 0.22, f"live rewrites took {share:.0%} of wall time ({len(live_spans)} rewrites)"
+
+    # the final report: every row, the configured draws, identical to a fresh stage's report of the same rows
+    ref = GeoHintAggregatorStage(**kw)
+    ref_ctx = StageContext("cadence-test", {"report_dir": tmp_path / "ref"})
+
+    async def ref_main():
+        await ref.start(ref_ctx)
+        for r in results:
+            await ref.handle(Task(r.key, r.to_json(), 0, "l"), ref_ctx)
+        await ref.stop(ref_ctx)
+
+    anyio.run(ref_main)
+    assert agg.n_flips == 100 and agg.n_boot == 10 and agg.n_splits == 5
+    names = sorted(p.name for p in (tmp_path / "ref").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "live").iterdir())
+    for n in names:
+        assert (tmp_path / "live" / n).read_bytes() == (tmp_path / "ref" / n).read_bytes(), n
+    md = (tmp_path / "live" / "report.md").read_text(encoding="utf-8")
+    assert re.search(r"^(\d+) scored responses", md, re.M).group(1) == str(len(results))
+    from geoagent.report.live import REWRITE_BACKOFF
+
+    assert agg.live.gap_s(0.02) == pytest.approx(REWRITE_BACKOFF * agg.live.last_duration_s) and REWRITE_BACKOFF == 4

@@ -127,3 +127,33 @@ def test_a_withheld_gemini_answer_without_usage_is_booked_once_not_retried(tmp_p
         assert rig.state.ledger.spend_by_model()["m"]["unreported_calls"] == 1
     finally:
         rig.state.close()
+
+
+def test_a_withheld_answer_books_its_worst_case_tokens_with_its_cost(tmp_path, monkeypatch):
+    """Leftover: the withheld answer above was settled at its reservation's cost but with 0 input and 0 output
+    tokens (close_failed_call has no request to count them from), so the ledger's token totals left out a call its
+    dollars count. Now the reservation keeps the worst-case token counts its amount was priced from, and the
+    withheld answer is booked with them: max_output_tokens out, the reserved input estimate in, priced at the
+    reservation."""
+    monkeypatch.setenv(KEY_VAR, KEY_VALUE)
+
+    async def main():
+        app = llm_gemini.make_app(seed=3, api_keys=[KEY_VALUE], usage="omit")
+        async with serve(app) as base, HttpClient() as http:
+            rig = await CallerRig(tmp_path, _config(tmp_path, "gemini", base), http).start()
+            with pytest.raises(PermanentFailure):
+                await rig.handle(_task(0, " " + llm_gemini.WITHHOLD_MARKER))
+            return rig
+
+    rig = run(main(), 60)
+    try:
+        s = rig.state.ledger.summary()
+        [(amount, actual, n_in, n_out)] = rig.state.db.read(
+            "SELECT amount_nusd, actual_nusd, input_tokens, output_tokens FROM reservations")
+        # before: (0, 0) in both the summary and the reservation row
+        assert (s.input_tokens, s.output_tokens) == (n_in, n_out) and n_out == MAX_OUT and n_in > 0
+        m = rig.cfg.models[0]
+        assert actual == amount and m.worst_case_usd(n_in, n_out) == pytest.approx(amount / 1e9, rel=1e-6, abs=1e-9)
+        assert rig.state.ledger.check_consistency() == []
+    finally:
+        rig.state.close()

@@ -702,7 +702,9 @@ class MapillaryClient:
         and the download) is replaced by a newly issued one once before giving up. The body is capped at
         ``max_bytes`` (default :data:`THUMB_MAX_BYTES` of ``thumb_field``, 64 MiB for a field not listed there),
         counted after decompression: a longer body is refused by its Content-Length before reading, or abandoned
-        while streaming (the CDN host's policy otherwise applies: rate, concurrency, retries, timeouts).
+        while streaming, at the first attempt and for good: that refusal is not retried (the same URL serves the
+        same bytes; one request of the image). The CDN host's policy otherwise applies: rate, concurrency,
+        retries, timeouts.
 
         Raises
         ------
@@ -720,8 +722,10 @@ class MapillaryClient:
             self._thumb_host_policy(host)
             policy = dataclasses.replace(self.http.policy_for(host), max_body_bytes=cap)
             try:
+                # over the cap is final: the same URL serves the same bytes again, so no attempt more
+                # (by its Content-Length) and no second stream up to the cap (without one)
                 resp = await self.http.request("GET", url, headers={"User-Agent": self.user_agent}, validate=_jpeg_body,
-                                               policy=policy)
+                                               policy=policy, too_large_final=True)
             except RetriesExhausted as e:
                 if "body too large" in e.last:
                     raise ThumbnailUnavailable(

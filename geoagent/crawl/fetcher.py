@@ -36,7 +36,8 @@ downloaded again. An answer that is no complete JPEG (an HTML error page served 
 is a failed transfer, not a verdict on the image: like an image whose thumbnail could not be had at all (no URL,
 gone, not permitted, refused by the CDN), it gets no record, and the next walk asks again. So does a thumbnail
 whose body passes the download's cap (``[crawl.fetcher] max_thumb_bytes``, by default the size of the ``thumb_field``'s
-thumbnail: :data:`~geoagent.clients.mapillary.THUMB_MAX_BYTES`): refused unread, the image rejected with the reason.
+thumbnail: :data:`~geoagent.clients.mapillary.THUMB_MAX_BYTES`): refused unread (by its Content-Length) or abandoned
+at the cap (without one), at the first attempt and without a retry, the image rejected with the reason.
 
 Selections are per settings. The images root is shared by every campaign under a state root, so a
 selection record says what made it: ``selection`` holds the site's coordinates and every

@@ -32,7 +32,8 @@ import anyio
 
 from geoagent.providers.base import ModelRequest, ModelResponse
 from geoagent.runtime.stage import Abandoned
-from geoagent.workers.billing import booked_answer, close_failed_call
+from geoagent.runtime.ledger import with_worst_tokens
+from geoagent.workers.billing import booked_answer, close_failed_call, worst_case_usage
 
 
 #: why a crawl model call was given up at a stop request
@@ -116,9 +117,11 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
 
     factor = DEFAULT_INPUT_ESTIMATE_FACTOR if input_estimate_factor is None else float(input_estimate_factor)
     size = image_size_px(None, None, request.image) if request.image is not None else None
+    has_image = request.image is not None or bool(request.image_id)
     worst_usd = reservation_usd(model_cfg, request.prompt, request.params, request.max_output_tokens,
-                                input_estimate_factor=factor,
-                                has_image=request.image is not None or bool(request.image_id), size_px=size)
+                                input_estimate_factor=factor, has_image=has_image, size_px=size)
+    # the token counts that amount is priced from, kept with the reservation (a withheld answer books them)
+    worst = worst_case_usage(model_cfg, request, input_estimate_factor=factor, has_image=has_image, size_px=size)
     held: list[Any] = []  # the reservation, once made
 
     async def reserve() -> None:
@@ -131,7 +134,7 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
             with anyio.CancelScope(shield=True):  # a cancel now must not leave it open
                 await ledger.arelease(reservation, note="stop requested before sending")
             raise Abandoned(STOP_NOT_SENT)
-        held.append(reservation)
+        held.append(with_worst_tokens(reservation, worst.input_tokens, worst.output_tokens))
 
     if getattr(provider, "supports_before_send", False):
         # reserve at send time, once the host admitted the request (as the model caller does): a call

@@ -35,7 +35,8 @@ other row).
 Services read from the :class:`~geoagent.runtime.stage.StageContext` (all optional): ``store`` (response
 text by request key; results table ``geohint_scored``), ``report_dir`` (default
 ``<state root>/<campaign>/report``), ``geohint_report_interval_s`` (minimum seconds from the end
-of one live report rewrite, done in a worker thread, to the next; default 5).
+of one live report rewrite, done in a worker thread, to the next; default 5; stretched to 4x the last
+rewrite's duration when that is longer, :data:`geoagent.report.live.REWRITE_BACKOFF`).
 """
 
 from __future__ import annotations
@@ -402,7 +403,9 @@ class GeoHintAggregatorStage(Stage):
     re-plan, :meth:`_follow_plan`).
 
     The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
-    time, at least ``report_interval_s`` after the previous one ended; a flush while one runs skips. While
+    time, at least ``max(report_interval_s, REWRITE_BACKOFF x the previous rewrite's duration)`` after the
+    previous one ended (:meth:`LiveReport.gap_s`: a slow report is rewritten less often, so its share of the
+    campaign's CPU stays bounded); a flush while one runs skips. While
     it runs, newly handled rows are held back and added when it is done, so the thread reads one
     consistent state of the aggregator. The final report at :meth:`stop` waits for a rewrite in flight,
     adds every held row and is written to completion before ``stop`` returns.
@@ -551,7 +554,8 @@ class GeoHintAggregatorStage(Stage):
             return
         self._follow_plan(ctx)
         self._add_held()
-        if self._dirty and self.agg.keys and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
+        since = time.monotonic() - self._last_write
+        if self._dirty and self.agg.keys and since >= self.live.gap_s(self.report_interval_s):
             self._dirty = False
             out_dir = self._report_dir(ctx)
             self.live.start(lambda: self._write(out_dir))

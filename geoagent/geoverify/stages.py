@@ -14,7 +14,8 @@ Services read from the :class:`~geoagent.runtime.stage.StageContext` (all option
 results table), ``report_dir`` (folder of the live report; default ``<state_dir>/report``, with
 ``state_dir`` the service of that name or ``<state root>/<campaign>``),
 ``geoverify_report_interval_s`` (minimum seconds from the end of one live report rewrite, done in a worker
-thread, to the next; default 5).
+thread, to the next; default 5; stretched to 4x the last rewrite's duration when that is longer,
+:data:`geoagent.report.live.REWRITE_BACKOFF`).
 """
 
 from __future__ import annotations
@@ -315,7 +316,9 @@ class GeoVerifyAggregatorStage(Stage):
     ``--watch`` re-plan, :meth:`_follow_plan`).
 
     The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
-    time, at least ``report_interval_s`` after the previous one ended; a flush while one runs skips. While
+    time, at least ``max(report_interval_s, REWRITE_BACKOFF x the previous rewrite's duration)`` after the
+    previous one ended (:meth:`LiveReport.gap_s`: a slow report is rewritten less often, so its share of the
+    campaign's CPU stays bounded); a flush while one runs skips. While
     it runs, handled rows stay in the pending batch (the aggregator is not updated), so the thread reads
     one consistent state. The final report at :meth:`stop` waits for a rewrite in flight, merges every
     pending row and is written to completion before ``stop`` returns.
@@ -444,7 +447,7 @@ class GeoVerifyAggregatorStage(Stage):
             return
         self._follow_plan(ctx)
         self._drain()
-        if self._dirty and time.monotonic() - self._last_write >= (self.report_interval_s or 0.0):
+        if self._dirty and time.monotonic() - self._last_write >= self.live.gap_s(self.report_interval_s):
             self._dirty = False
             out_dir = self._report_dir(ctx)
             self.live.start(lambda: self._write(out_dir))

@@ -36,7 +36,8 @@ case the call was booked at (the reservation's input estimate and the request's 
 in ``model_responses`` only in an export that held such an answer (the stored answer carries the field only when
 False); now every export has it, so exports concatenate and a reader can filter on it. A stored response without
 the field reads True (answers without a count were not stored before the field existed). In ``results`` a row
-written before s14 has it null: the row's stored response (``model_responses``, same ``request_key``) says.
+written before s14 lacks it: the export reads it from the row's stored response (``model_responses``, same
+``request_key``), as it reads ``replayed`` (:func:`_with_usage_reported`); null only for a row without one.
 
 Simulated answers get the same treatment: every declared table ends, after ``replayed``, with the Boolean column
 ``simulated``: True on a row whose answer came from geoagent's simulator (a ``[[models]]`` entry with provider
@@ -255,6 +256,26 @@ def _response_rows(store: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         yield key, row
 
 
+def _with_usage_reported(store: Any, rows: Iterable[tuple[str, dict[str, Any]]], *, chunk: int = 1000
+                         ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``rows`` with ``usage_reported`` filled in where it is missing or null (a generic ``results`` row written
+    before the collector recorded it) from the stored response of the row's request key
+    (:meth:`geoagent.runtime.store.ResponseStore.response_usage_reported`): False for an answer booked at its worst
+    case, True for the provider's own counts; left null without a stored response. A row that has the column keeps
+    it. One store query per ``chunk`` rows; nothing stored is changed."""
+    it = iter(rows)
+    while True:
+        batch = list(islice(it, chunk))
+        if not batch:
+            return
+        need = [s[1] for _, row in batch if row.get("usage_reported") is None and (s := _raw_slot(row)) is not None]
+        found = store.response_usage_reported(need) if need and hasattr(store, "response_usage_reported") else {}
+        for key, row in batch:
+            if row.get("usage_reported") is None and (slot := _raw_slot(row)) is not None and slot[1] in found:
+                row["usage_reported"] = found[slot[1]]
+            yield key, row
+
+
 def _raw_slot(row: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
     """Where a results row keeps its request key and raw answer text: the row itself (GeoVerify's
     ``request_key`` / ``raw``) or its ``extra`` dict (GeoHint's ``extra.request_key`` / ``extra.raw``);
@@ -335,14 +356,16 @@ def export_table(
     rows = _response_rows(store) if table == RESPONSES_TABLE else with_raw_text(store, store.iter_results(table))
     if rows_hook is not None and table != RESPONSES_TABLE:
         rows = rows_hook(rows)
+    if schema is None:
+        schema = TABLE_SCHEMAS.get(table)
+    if table != RESPONSES_TABLE and schema is not None and "usage_reported" in schema:
+        rows = _with_usage_reported(store, rows)  # rows written before the column: their stored response says
     fallback = {"simulated": 0}  # rows whose simulated flag came from the config (counted as they stream past)
     if replayed is not None:
         rows = _with_replayed(store, rows, replayed, simulated=simulated, fallback=fallback)
     out = Path(out_dir)
     name = stem or table
     parquet, csv = out / f"{name}.parquet", out / f"{name}.csv"
-    if schema is None:
-        schema = TABLE_SCHEMAS.get(table)
     first = list(islice(rows, batch_rows))
     if len(first) < batch_rows:
         df = rows_to_frame(first, schema)

@@ -1362,6 +1362,7 @@ class HttpClient:
         expected_status: Collection[int] | Mapping[int, str] = (),
         no_retry: Callable[[HttpResponse], bool] | None = None,
         limit: str | None = None,
+        too_large_final: bool = False,
     ) -> HttpResponse:
         """Send one request with the host's limits and the retry policy; return a 2xx/3xx response.
 
@@ -1411,6 +1412,12 @@ class HttpClient:
             ``Retry-After`` on a 503 (the service is overloaded: a host-wide condition), the counters
             (:meth:`stats`) and the unreachable streak. Without a policy for the key (or with ``None``) the
             host's limits apply, as for every other client.
+        too_large_final : bool, optional
+            True: a body over ``policy.max_body_bytes`` ends the request at its first attempt with
+            :class:`RetriesExhausted` (``last`` starting ``"body too large"``), refused by its Content-Length or
+            abandoned while streaming alike, instead of being retried like a cut-short body. For a cap that is a
+            verdict on the resource (a Mapillary thumbnail over ``[crawl.fetcher] max_thumb_bytes``: the same URL
+            serves the same bytes again). Default False (retried, as before).
 
         Returns
         -------
@@ -1463,7 +1470,7 @@ class HttpClient:
         counter = SimpleNamespace(attempts=0, possibly_billed=0, sent=0, unreached=False)
         try:
             args = (host, lim, pol, method, url, shown_url, secrets, params, data, headers, validate, counter,
-                    expected, no_retry)
+                    expected, no_retry, too_large_final)
             last: _Retryable | None = None
             # Fast path: the first attempt runs without tenacity's per-call machinery (most calls succeed).
             try:
@@ -1572,6 +1579,7 @@ class HttpClient:
         counter: SimpleNamespace,
         expected: frozenset[int] = frozenset(),
         no_retry: Callable[[HttpResponse], bool] | None = None,
+        too_large_final: bool = False,
         before_send: Callable[[], Awaitable[object]] | None = None,
         retry: bool = False,
     ) -> HttpResponse:
@@ -1725,7 +1733,7 @@ class HttpClient:
                 too_large.possibly_billed = counter.possibly_billed + 1  # type: ignore[attr-defined]
                 raise too_large
             counter.possibly_billed += 1
-            raise _Retryable("body too large", f"http {status}: {body}")
+            raise _Retryable("body too large", f"http {status}: {body}", final=too_large_final)
 
         resp = HttpResponse(status=status, headers=resp_headers, body=body, url=shown_url, elapsed_s=elapsed)
         if 300 <= status < 400 and not follow:

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace as _dc_replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -403,16 +403,32 @@ def _pid_alive(pid: int, started: str | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """An open reservation: ``amount_usd`` is held against the cap until settled, released or marked unknown."""
+    """An open reservation: ``amount_usd`` is held against the cap until settled, released or marked unknown.
+
+    ``input_tokens`` / ``output_tokens``: the worst-case token counts ``amount_usd`` was priced from (the input
+    estimate x ``[budget] input_estimate_factor`` and the request's ``max_output_tokens``), kept with the
+    reservation in memory by the caller that made it (:func:`with_worst_tokens`; not stored), so a call booked at
+    its worst case without a request at hand (:func:`geoagent.workers.billing.close_failed_call`) books these
+    tokens with its cost; 0 when the caller did not say.
+    """
 
     id: int
     request_key: str
     amount_nusd: int
     model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
 
     @property
     def amount_usd(self) -> float:
         return nano_to_usd(self.amount_nusd)
+
+
+def with_worst_tokens(reservation: Reservation, input_tokens: int, output_tokens: int) -> Reservation:
+    """``reservation`` with the worst-case token counts its amount was priced from (tokens, >= 0; see
+    :class:`Reservation`). The same reservation for the ledger (its ``id``); only the copy in hand carries them."""
+    return _dc_replace(reservation, input_tokens=max(0, int(input_tokens)),
+                               output_tokens=max(0, int(output_tokens)))
 
 
 @dataclass(frozen=True, slots=True)

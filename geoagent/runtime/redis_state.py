@@ -663,6 +663,11 @@ class RedisResponseStore:
                 out[k] = text
         return out
 
+    def response_usage_reported(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, bool]:
+        """Request key -> whether the stored response's usage counts are the provider's own (see the SQLite
+        store's docstring), for those of ``keys`` that have a stored response."""
+        return {k: rec["response"].get("usage_reported", True) is not False for k, rec in self._chunked(keys, chunk)}
+
     def response_sources(self, keys: Iterable[str], *, chunk: int = 500
                          ) -> dict[str, tuple[str | None, str | None, str | None]]:
         """Request key -> ``(model, provider, provider_kind)`` of the stored response (see the SQLite store's

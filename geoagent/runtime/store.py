@@ -226,6 +226,24 @@ class ResponseStore:
                     out[key] = text
         return out
 
+    def response_usage_reported(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, bool]:
+        """Request key -> whether the stored response's usage counts are the provider's own (False where the
+        answer was stored with ``"usage_reported": false``, a worst-case booking; True without the field), for
+        those of ``keys`` that have a stored response; one query per ``chunk`` keys. Read by the export's
+        ``usage_reported`` column of ``results`` rows written before it (:mod:`geoagent.runtime.export`)."""
+        wanted = list(dict.fromkeys(k for k in keys if isinstance(k, str)))
+        out: dict[str, bool] = {}
+        for i in range(0, len(wanted), chunk):
+            part = wanted[i:i + chunk]
+            marks = ",".join("?" * len(part))
+            for key, resp in self.db.read(f"SELECT key, response FROM responses WHERE key IN ({marks})", tuple(part)):
+                try:
+                    got = orjson.loads(resp)
+                except orjson.JSONDecodeError:
+                    continue  # unreadable: no answer (the column stays null)
+                out[key] = not (isinstance(got, dict) and got.get("usage_reported", True) is False)
+        return out
+
     def response_sources(self, keys: Iterable[str], *, chunk: int = 500
                          ) -> dict[str, tuple[str | None, str | None, str | None]]:
         """Request key -> ``(model, provider, provider_kind)`` of the stored response: the ``[[models]]`` name that

@@ -112,6 +112,9 @@ class FakeImage:
     has_thumb: bool = True
     #: served by the CDN instead of the rendered JPEG (e.g. an HTML error page with status 200)
     cdn_body: bytes | None = None
+    #: True: the CDN sends ``cdn_body`` chunked, without a Content-Length (the client learns its size only by
+    #: reading it)
+    cdn_chunked: bool = False
     #: every CDN request of this image answers 302 back to the same URL (a CDN edge redirecting in a loop)
     cdn_redirect_loop: bool = False
     #: the first N CDN requests of this image answer 403 "URL signature expired" (a URL that aged
@@ -316,6 +319,17 @@ async def _cdn(request: web.Request) -> web.Response:
     if img.cdn_expired_first > 0:
         img.cdn_expired_first -= 1
         return web.Response(status=403, text="URL signature expired", content_type="text/plain")
+    if img.cdn_body is not None and img.cdn_chunked:
+        resp = web.StreamResponse(headers={"Content-Type": "image/jpeg"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            for i in range(0, len(img.cdn_body), 64 * 1024):
+                await resp.write(img.cdn_body[i:i + 64 * 1024])
+            await resp.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client abandoned the body (its cap): nothing more to send
+        return resp
     if img.cdn_body is not None:
         return web.Response(body=img.cdn_body, content_type="text/html")
     key = f"{iid}:{st.thumb_px}"

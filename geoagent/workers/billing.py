@@ -17,7 +17,8 @@ between attempts)           next run sends it again)
 OutcomeUnknown              unknown-outcome spend (at least one attempt)
 ProviderError with usage    settled with the reported usage
 ContentBlocked, no usage    settled at the reservation as usage not reported (a withheld answer
-                            came back with HTTP 200: billed, by an amount the body does not say)
+                            came back with HTTP 200: billed, by an amount the body does not say),
+                            with the worst-case tokens the reservation was priced from
 ProviderError, no usage     released for a free model's non-retryable error; else unknown
 raised before sending       released: anything else (cancellation included) that ended the HTTP
                             request before any attempt was handed to the connection, as the
@@ -41,6 +42,20 @@ from typing import Any
 from geoagent.providers.base import ModelResponse, ModelRequest, ProviderError, Usage
 from geoagent.providers.errors import ContentBlocked
 from geoagent.runtime.http import OutcomeUnknown, PermanentHTTPError, RetriesExhausted, RetriesStopped, never_sent
+
+
+def worst_case_usage(model_cfg: Any, request: ModelRequest, *, input_estimate_factor: float, has_image: bool,
+                     size_px: tuple[int, int] | None = None) -> Usage:
+    """The worst-case token counts of ``request`` that its reservation is priced from, marked not reported.
+
+    Input: :func:`geoagent.config.reserved_input_tokens` (prompt, params, the image by ``has_image`` /
+    ``size_px``) x ``input_estimate_factor``, rounded up; output: the request's ``max_output_tokens``. Tokens.
+    """
+    from geoagent.config import reserved_input_tokens
+
+    n_in = math.ceil(reserved_input_tokens(model_cfg, request.prompt, request.params, has_image=has_image,
+                                           size_px=size_px) * input_estimate_factor)
+    return Usage(n_in, int(request.max_output_tokens), reported=False)
 
 
 def booked_answer(response: ModelResponse, reservation: Any, model_cfg: Any, request: ModelRequest, *,
@@ -81,11 +96,8 @@ def booked_answer(response: ModelResponse, reservation: Any, model_cfg: Any, req
     usage = response.usage
     if usage.reported:
         return response, model_cfg.cost_usd(usage.input_tokens, usage.output_tokens)
-    from geoagent.config import reserved_input_tokens
-
-    n_in = math.ceil(reserved_input_tokens(model_cfg, request.prompt, request.params, has_image=has_image,
-                                           size_px=size_px) * input_estimate_factor)
-    worst = Usage(n_in, int(request.max_output_tokens), reported=False)
+    worst = worst_case_usage(model_cfg, request, input_estimate_factor=input_estimate_factor, has_image=has_image,
+                             size_px=size_px)
     return dataclasses.replace(response, usage=worst), float(reservation.amount_usd)
 
 
@@ -96,7 +108,8 @@ async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, m
     ----------
     ledger : geoagent.runtime.ledger.Ledger
     reservation : geoagent.runtime.ledger.Reservation
-        The call's open reservation (worst case, USD).
+        The call's open reservation (worst case, USD; with the worst-case token counts it was priced from when its
+        caller kept them, :func:`geoagent.runtime.ledger.with_worst_tokens`, booked with a withheld answer).
     exc : BaseException
         What the provider raised (see the module table).
     model_cfg : geoagent.config.ModelConfig
@@ -138,8 +151,11 @@ async def close_failed_call(ledger: Any, reservation: Any, exc: BaseException, m
         if isinstance(exc, ContentBlocked):
             # answered (HTTP 200: the Gemini billing FAQ, https://ai.google.dev/gemini-api/docs/billing, spares only
             # requests that fail with a 400 or 500 error) but without a count: a known outcome, booked at its worst
-            # case like an answer without usage (Ledger.settle keeps a not-reported usage at the reservation)
-            await ledger.asettle(reservation, Usage(0, 0, reported=False), float(reservation.amount_usd))
+            # case like an answer without usage (Ledger.settle keeps a not-reported usage at the reservation), with
+            # the worst-case tokens the reservation was priced from (0 where its caller did not keep them)
+            worst = Usage(int(getattr(reservation, "input_tokens", 0) or 0),
+                          int(getattr(reservation, "output_tokens", 0) or 0), reported=False)
+            await ledger.asettle(reservation, worst, float(reservation.amount_usd))
             return "settled"
         await ledger.amark_unknown(reservation, note=type(exc).__name__)
         return "unknown"

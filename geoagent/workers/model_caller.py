@@ -215,14 +215,14 @@ from geoagent.runtime.http import (
     host_key,
 )
 from geoagent.runtime.errors import PicklableError
-from geoagent.runtime.ledger import BudgetExhausted
+from geoagent.runtime.ledger import BudgetExhausted, with_worst_tokens
 from geoagent.runtime.queue import Task
 from geoagent.runtime.stage import (Abandoned, BudgetStop, Held, Lane, Message, Missing, PermanentFailure, Stage,
                                     StageContext)
 from geoagent.runtime.worker import PAUSED_BY_HOST, PROBE_AFTER_S, PROBE_MAX_S, UNREACHABLE_AFTER
 from geoagent.secrets import redact
 from geoagent.textfmt import count_text
-from geoagent.workers.billing import booked_answer, close_failed_call
+from geoagent.workers.billing import booked_answer, close_failed_call, worst_case_usage
 from geoagent.workers.images import ImageNotFound, load_image, resolve_image_path
 
 log = logging.getLogger(__name__)
@@ -773,6 +773,14 @@ def _worst_usd(m: Any, request: ModelRequest, has_image: bool, size_px: tuple[in
                            has_image=has_image, size_px=size_px)
 
 
+def _worst_tokens(m: Any, request: ModelRequest, has_image: bool, size_px: tuple[int, int] | None,
+                  factor: float) -> tuple[int, int]:
+    """The worst-case (input, output) token counts :func:`_worst_usd` prices (as :func:`booked_answer` books an
+    answer without usage: :func:`geoagent.workers.billing.worst_case_usage`)."""
+    u = worst_case_usage(m, request, input_estimate_factor=factor, has_image=has_image, size_px=size_px)
+    return u.input_tokens, u.output_tokens
+
+
 async def _lookup_or_reserve(store: Any, ledger: Any, key: str, worst_usd: float, model_name: str) -> tuple[Any, Any]:
     """On the database thread: the stored response for ``key``, else a new reservation (or the refusal).
 
@@ -848,9 +856,12 @@ class _SendGate:
     stopping : callable, optional
         Returns True once a stop was requested: the gate then raises
         :class:`~geoagent.runtime.stage.Abandoned` (nothing sent, no reservation; the task is released).
+    tokens : (int, int), optional
+        The worst-case (input, output) token counts ``worst_usd`` was priced from: kept with the reservation
+        (:func:`geoagent.runtime.ledger.with_worst_tokens`) for a withheld answer's booking.
     """
 
-    __slots__ = ("_args", "reservation", "breaker", "stopping", "hosts")
+    __slots__ = ("_args", "reservation", "breaker", "stopping", "hosts", "tokens")
 
     #: the HTTP layer raises :class:`~geoagent.runtime.http.PausedUnsent` (nothing sent) instead of waiting out a
     #: host pause longer than the call's backoff that arrives after this gate reserved: the reservation is released
@@ -858,8 +869,10 @@ class _SendGate:
     defer_long_pause = True
 
     def __init__(self, store: Any, ledger: Any, key: str, worst_usd: float, model_name: str,
-                 breaker: "AuthBreaker | None" = None, stopping: Any = None, hosts: "HostBreaker | None" = None) -> None:
+                 breaker: "AuthBreaker | None" = None, stopping: Any = None, hosts: "HostBreaker | None" = None,
+                 tokens: tuple[int, int] | None = None) -> None:
         self._args = (store, ledger, key, worst_usd, model_name)
+        self.tokens = tokens
         self.reservation: Any = None
         self.breaker = breaker
         self.stopping = stopping
@@ -893,7 +906,7 @@ class _SendGate:
             ledger = self._args[1]
             ledger.db.submit(ledger.release, reservation)
             raise Abandoned(STOP_NOT_SENT)
-        self.reservation = reservation
+        self.reservation = reservation if self.tokens is None else with_worst_tokens(reservation, *self.tokens)
 
 
 class _KeyTurn:
@@ -1200,7 +1213,8 @@ class ModelCaller(Stage):
             worst_usd = max(known_usd, _worst_usd(m, request, has_image, None, factor))
             size: tuple[int, int] | None = None  # the loaded image's size, when read (the reservation counts it)
             # store lookup and reservation happen in the gate, at send time (module docstring: crash safety)
-            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts)
+            gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
+                             tokens=_worst_tokens(m, request, has_image, None, factor))
             if probe is not None:
                 probe.append(gate)
 
@@ -1225,7 +1239,8 @@ class ModelCaller(Stage):
                     # the image's size (header only) may make the provider bill it above image_input_tokens
                     size = image_size_px(None, None, img.data) if m.provider != "replay" else None
                     worst_usd = max(known_usd, _worst_usd(m, request, True, size, factor))
-                    gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts)
+                    gate = _SendGate(store, ledger, key, worst_usd, m.name, breaker, self._is_stopping, gate_hosts,
+                                     tokens=_worst_tokens(m, request, True, size, factor))
                     if probe is not None:
                         probe.append(gate)
 
