@@ -59,7 +59,7 @@ from geoagent.geohint.parse import parse_answer
 from geoagent.geohint.plan import ModelSpec, PlanSummary, plan_requests
 from geoagent.geohint.result import GeoHintResult
 from geoagent.runtime.queue import Task
-from geoagent.runtime.scope import ScoredScope, row_digest
+from geoagent.runtime.scope import ScoredScope, counted_anew
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.scoring.geohint import is_hit, normalize_level
 from geoagent.scoring.truncation import NO_ANSWER_CUT_OFF, is_no_answer
@@ -502,11 +502,8 @@ class GeoHintAggregatorStage(Stage):
         if scope is not None and not scope.keep(task.key, task.payload):
             return []  # a task of an earlier plan: stored, not scored
         digests = getattr(self, "_digests", None)
-        if digests is not None:
-            digest = row_digest(task.payload)
-            if digests.setdefault(task.key, digest) != digest:
-                self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
-                digests[task.key] = digest
+        if digests is not None and counted_anew(digests, task.key, task.payload):
+            self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
         try:
             res = GeoHintResult.from_json(task.payload)
         except (TypeError, ValueError) as exc:

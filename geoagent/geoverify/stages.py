@@ -36,7 +36,7 @@ from geoagent.geoverify.prompt import render_claim
 from geoagent.geoverify.score import scored_row
 from geoagent.runtime.queue import Task
 from geoagent.runtime.scope import ScoredScope as _ScoredScope
-from geoagent.runtime.scope import row_digest
+from geoagent.runtime.scope import counted_anew
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.responses import response_text, with_stored_finish_reason
 
@@ -403,11 +403,8 @@ class GeoVerifyAggregatorStage(Stage):
         if scope is not None and not scope.keep(task.key, task.payload):
             return []  # a task of an earlier plan, or an answer already counted: stored, not scored
         digests = getattr(self, "_digests", None)
-        if digests is not None:
-            digest = row_digest(task.payload)
-            if digests.setdefault(task.key, digest) != digest:
-                self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
-                digests[task.key] = digest
+        if digests is not None and counted_anew(digests, task.key, task.payload):
+            self._stale = True  # scored anew with another outcome: rebuilt from the store (_follow_plan)
         self._pending.append(task.payload)
         if len(self._pending) >= 256 and not self.live.busy:  # busy: the report thread reads the aggregator
             self._drain()

@@ -137,6 +137,18 @@ def row_digest(row: Mapping[str, Any]) -> bytes:
                            digest_size=16).digest()
 
 
+def counted_anew(digests: dict[str, bytes], key: str, row: Mapping[str, Any]) -> bool:
+    """Whether ``row`` (a scored row about to be counted under request ``key``) differs from the content counted
+    before under that key, by :func:`row_digest`; ``digests`` (key -> digest, filled by
+    :meth:`ScoredScope.items` and here) is updated to the new content. True: the row was scored anew with another
+    outcome and a live aggregator must rebuild from the store; False for a first sighting or a redelivery."""
+    digest = row_digest(row)
+    if digests.setdefault(key, digest) == digest:
+        return False
+    digests[key] = digest
+    return True
+
+
 def twin_models(models: Iterable[Any]) -> list[tuple[str, str]]:
     """Pairs ``(first name, later name)`` of ``[[models]]`` entries that ask identical requests: the same provider,
     model id and request parameters (:meth:`geoagent.config.ModelConfig.default_params`), whatever their names

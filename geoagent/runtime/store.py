@@ -212,18 +212,23 @@ class ResponseStore:
                     **orjson.loads(resp),
                 }
 
-    def response_texts(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, str]:
-        """Request key -> stored answer text (:attr:`ModelResponse.text`, verbatim) for those of ``keys`` that
-        have a stored response; one query per ``chunk`` keys (SQLite's parameter limit)."""
+    def _rows_by_key(self, keys: Iterable[str], columns: str, chunk: int) -> Iterator[tuple[Any, ...]]:
+        """Rows ``(key, *columns)`` of the stored responses of ``keys`` (non-string keys and repeats ignored), one
+        query per ``chunk`` keys (SQLite's parameter limit); ``columns`` is a fixed column list of this class."""
         wanted = list(dict.fromkeys(k for k in keys if isinstance(k, str)))
-        out: dict[str, str] = {}
         for i in range(0, len(wanted), chunk):
             part = wanted[i:i + chunk]
             marks = ",".join("?" * len(part))
-            for key, resp in self.db.read(f"SELECT key, response FROM responses WHERE key IN ({marks})", tuple(part)):
-                text = orjson.loads(resp).get("text")
-                if isinstance(text, str):
-                    out[key] = text
+            yield from self.db.read(f"SELECT key, {columns} FROM responses WHERE key IN ({marks})", tuple(part))
+
+    def response_texts(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, str]:
+        """Request key -> stored answer text (:attr:`ModelResponse.text`, verbatim) for those of ``keys`` that
+        have a stored response; one query per ``chunk`` keys (SQLite's parameter limit)."""
+        out: dict[str, str] = {}
+        for key, resp in self._rows_by_key(keys, "response", chunk):
+            text = orjson.loads(resp).get("text")
+            if isinstance(text, str):
+                out[key] = text
         return out
 
     def response_usage_reported(self, keys: Iterable[str], *, chunk: int = 500) -> dict[str, bool]:
@@ -231,17 +236,13 @@ class ResponseStore:
         answer was stored with ``"usage_reported": false``, a worst-case booking; True without the field), for
         those of ``keys`` that have a stored response; one query per ``chunk`` keys. Read by the export's
         ``usage_reported`` column of ``results`` rows written before it (:mod:`geoagent.runtime.export`)."""
-        wanted = list(dict.fromkeys(k for k in keys if isinstance(k, str)))
         out: dict[str, bool] = {}
-        for i in range(0, len(wanted), chunk):
-            part = wanted[i:i + chunk]
-            marks = ",".join("?" * len(part))
-            for key, resp in self.db.read(f"SELECT key, response FROM responses WHERE key IN ({marks})", tuple(part)):
-                try:
-                    got = orjson.loads(resp)
-                except orjson.JSONDecodeError:
-                    continue  # unreadable: no answer (the column stays null)
-                out[key] = not (isinstance(got, dict) and got.get("usage_reported", True) is False)
+        for key, resp in self._rows_by_key(keys, "response", chunk):
+            try:
+                got = orjson.loads(resp)
+            except orjson.JSONDecodeError:
+                continue  # unreadable: no answer (the column stays null)
+            out[key] = not (isinstance(got, dict) and got.get("usage_reported", True) is False)
         return out
 
     def response_sources(self, keys: Iterable[str], *, chunk: int = 500
@@ -252,18 +253,13 @@ class ResponseStore:
         None for a response stored before it was recorded), each None when not recorded, for those of ``keys`` that
         have a stored response; one query per ``chunk`` keys. Read by the export's ``replayed`` and ``simulated``
         columns (:mod:`geoagent.runtime.export`)."""
-        wanted = list(dict.fromkeys(k for k in keys if isinstance(k, str)))
         out: dict[str, tuple[str | None, str | None, str | None]] = {}
-        for i in range(0, len(wanted), chunk):
-            part = wanted[i:i + chunk]
-            marks = ",".join("?" * len(part))
-            for key, model, meta in self.db.read(
-                    f"SELECT key, model, request_meta FROM responses WHERE key IN ({marks})", tuple(part)):
-                try:
-                    rm = orjson.loads(meta)
-                except orjson.JSONDecodeError:
-                    rm = None
-                out[key] = (model if isinstance(model, str) else None, *request_meta_source(rm))
+        for key, model, meta in self._rows_by_key(keys, "model, request_meta", chunk):
+            try:
+                rm = orjson.loads(meta)
+            except orjson.JSONDecodeError:
+                rm = None
+            out[key] = (model if isinstance(model, str) else None, *request_meta_source(rm))
         return out
 
     # -- results tables ---------------------------------------------------------------------------
