@@ -46,6 +46,10 @@ class ModelFake:
     def calls(self) -> list[dict[str, Any]]:
         return CallLog.read(self.log)
 
+    def tail(self) -> "CallLogTail":
+        """A reader of this fake's call log that parses only what was appended since its last read."""
+        return CallLogTail(self.log)
+
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -53,6 +57,47 @@ class ModelFake:
         except subprocess.TimeoutExpired:  # pragma: no cover
             self.proc.kill()
             self.proc.wait(10)
+
+
+class CallLogTail:
+    """Incremental reader of a JSONL call log written by :class:`~geoagent.sandbox.llm_common.CallLog`.
+
+    Polling the kill moment with :meth:`CallLog.read` re-parsed the whole log (thousands of records) every
+    poll; this reads only the bytes appended since the last :meth:`count` and keeps running totals. It
+    counts the records :meth:`CallLog.read` would return: complete lines that parse as JSON (a line without
+    its newline yet is counted once it is complete), in total and per ``model``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._offset = 0  # bytes consumed (up to the last complete line)
+        self.total = 0
+        self.by_model: dict[str, int] = defaultdict(int)
+
+    def count(self, model: str | None = None) -> int:
+        """Records logged so far (all, or those whose ``model`` is ``model``)."""
+        import orjson
+
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            data = b""
+        end = data.rfind(b"\n")
+        if end >= 0:
+            self._offset += end + 1
+            for line in data[:end].split(b"\n"):
+                if not line.strip():
+                    continue
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                self.total += 1
+                if isinstance(rec, dict):
+                    self.by_model[rec.get("model")] += 1
+        return self.total if model is None else self.by_model[model]
 
 
 def queue_rows(path: Path) -> int:
@@ -116,8 +161,9 @@ def labelled(label: str, make: Callable[[], Trigger]) -> Callable[[], Trigger]:
 def after_new_calls(fake: ModelFake, n: int) -> Callable[[], Trigger]:
     """Fires once the model fake has logged ``n`` more calls than when the run started."""
     def make() -> Trigger:
-        start = len(fake.calls())
-        return lambda: len(fake.calls()) - start >= n
+        tail = fake.tail()
+        start = tail.count()
+        return lambda: tail.count() - start >= n
     return labelled(f"after {n} model calls", make)
 
 
@@ -313,12 +359,10 @@ def after_new_files(folder: Path, suffix: str, n: int) -> Callable[[], Trigger]:
 
 def after_model_calls(fake: ModelFake, model: str, n: int) -> Callable[[], Trigger]:
     """Fires once the model fake has logged ``n`` more calls to ``model`` than when the run started."""
-    def count() -> int:
-        return sum(1 for r in fake.calls() if r.get("model") == model)
-
     def make() -> Trigger:
-        start = count()
-        return lambda: count() - start >= n
+        tail = fake.tail()
+        start = tail.count(model)
+        return lambda: tail.count(model) - start >= n
     return labelled(f"after {n} calls to {model}", make)
 
 

@@ -136,15 +136,33 @@ def _stored_answers(state: Path) -> int:
         return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 
 
-@pytest.fixture()
-def ran_campaign(tmp_path):
-    """A generic campaign run to completion; returns (config path, state folder, queues folder)."""
+@pytest.fixture(scope="module")
+def _ran_once(tmp_path_factory):
+    """The generic campaign run to completion once per module; returns (root, a pristine copy of the root)."""
+    import shutil
+
     from geoagent.cli import main
 
-    cfg = tmp_path / "g.toml"
-    cfg.write_text(GENERIC.format(tmp=tmp_path))
+    root = tmp_path_factory.mktemp("ran")
+    cfg = root / "g.toml"
+    cfg.write_text(GENERIC.format(tmp=root))
     assert main(["run", str(cfg), "--no-live"]) == 0
-    return cfg, tmp_path / "state" / "adv-state", tmp_path / "queues" / "adv-state"
+    pristine = tmp_path_factory.mktemp("ran-pristine") / "root"
+    shutil.copytree(root, pristine, symlinks=True)
+    return root, pristine
+
+
+@pytest.fixture()
+def ran_campaign(_ran_once):
+    """A generic campaign run to completion; returns (config path, state folder, queues folder). The campaign
+    runs once per module; each test gets the finished run put back at the same path (the paths in its config
+    and manifest stay its own)."""
+    import shutil
+
+    root, pristine = _ran_once
+    shutil.rmtree(root)
+    shutil.copytree(pristine, root, symlinks=True)
+    return root / "g.toml", root / "state" / "adv-state", root / "queues" / "adv-state"
 
 
 @pytest.mark.parametrize("which", ["queues/requests.sqlite", "state/campaign.sqlite", "state/hosts.sqlite"])
@@ -333,14 +351,41 @@ CRAWL_CONFIG = Path(__file__).resolve().parents[1] / "geoagent" / "configs" / "c
 CRAWL_LOGS = ("audit_decisions", "audit_sensitive", "audit_review_queue", "crawl_decisions")
 
 
-@pytest.fixture()
-def crawled(isolated_roots, monkeypatch):
-    """The shipped sandbox crawl, run to completion; returns its state folder."""
+@pytest.fixture(scope="module")
+def _crawl_once(tmp_path_factory):
+    """The shipped sandbox crawl, run to completion once per module under a root of its own; returns
+    (root, a pristine copy of the root's queues and state)."""
+    import shutil
+
     from geoagent.cli import main
 
+    root = tmp_path_factory.mktemp("crawled")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GEOAGENT_QUEUES", str(root / "queues"))
+        mp.setenv("GEOAGENT_STATE", str(root / "state"))
+        mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+        assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
+    pristine = tmp_path_factory.mktemp("crawled-pristine")
+    for sub in ("queues", "state"):
+        shutil.copytree(root / sub, pristine / sub, symlinks=True)
+    return root, pristine
+
+
+@pytest.fixture()
+def crawled(_crawl_once, monkeypatch):
+    """The shipped sandbox crawl, run to completion; returns its state folder. The crawl runs once per module;
+    each test gets the finished crawl put back at the same path (so every path its manifests and queues
+    record is its own) and the data roots pointed at it."""
+    import shutil
+
+    root, pristine = _crawl_once
+    for sub in ("queues", "state"):
+        shutil.rmtree(root / sub, ignore_errors=True)
+        shutil.copytree(pristine / sub, root / sub, symlinks=True)
+    monkeypatch.setenv("GEOAGENT_QUEUES", str(root / "queues"))
+    monkeypatch.setenv("GEOAGENT_STATE", str(root / "state"))
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
-    return isolated_roots / "state" / "crawl-sandbox"
+    return root / "state" / "crawl-sandbox"
 
 
 def test_a_torn_log_line_from_a_crash_does_not_stop_the_crawl_or_its_export(crawled, capsys):
@@ -455,8 +500,9 @@ def test_human_verdicts_saved_by_excel_with_a_bom_are_read(crawled, tmp_path, ca
     images = [r["image"] for r in csv.DictReader((crawled / "image_audit.csv").open())][:3]
     hv = tmp_path / "hv.csv"
     _write_verdicts(hv, "utf-8-sig", images)
-    shutil.rmtree(tmp_path / "state")  # crawl again from scratch, with the verdicts from the start
-    shutil.rmtree(tmp_path / "queues")
+    root = crawled.parents[1]
+    shutil.rmtree(root / "state")  # crawl again from scratch, with the verdicts from the start
+    shutil.rmtree(root / "queues")
     capsys.readouterr()
     assert main(["crawl", str(_crawl_with_verdicts(tmp_path, hv)), "--no-live"]) == 0, capsys.readouterr().out
     rows = {r["image"]: r for r in csv.DictReader((crawled / "image_audit.csv").open(encoding="utf-8"))}

@@ -27,6 +27,7 @@ import pytest
 
 from geoagent.sandbox.llm_common import CallLog
 from geoagent.sandbox.server import free_port, wait_ready
+from tests._crash_harness import CallLogTail
 
 REPO = Path(__file__).resolve().parents[1]
 N_CALLS = 2000
@@ -97,10 +98,11 @@ def test_sigkill_three_times_then_complete_exactly_once(tmp_path):
             if kills < 3:
                 # kill at a random moment once the daemon has started making calls
                 deadline = time.monotonic() + 60
-                start_lines = len(CallLog.read(log_path)) if log_path.exists() else 0
+                tail = CallLogTail(log_path)  # reads only what the server appended since the last poll
+                start_lines = tail.count()
                 target = rng.randint(150, 450)
                 while time.monotonic() < deadline and proc.poll() is None:
-                    n = len(CallLog.read(log_path)) if log_path.exists() else 0
+                    n = tail.count()
                     if n - start_lines >= target:
                         break
                     time.sleep(0.05)
