@@ -301,3 +301,27 @@ def test_a_crash_after_the_answers_were_logged_sends_no_call(runs):
     assert again["rec"].calls == [] and again["calls"] == 0
     assert again["replayed"] == len(_lines(state / RAW_ANSWERS_FILE))
     assert _outcome(state) == _outcome(base / "forward" / "state")
+    assert _city_records(state) == _city_records(base / "forward" / "state")
+
+
+def test_a_crash_after_the_decisions_were_logged_before_the_city_record_sends_no_call(runs):
+    """Killed after a city's step logged every decision but before its record (``ref_cities/<city>.json``) and
+    the rated sites were written: the next run redoes the step from the decision log alone (no call, no replay)
+    and writes the same city records, apart from the step facts."""
+    base, sites = runs["base"], runs["sites"]
+    root = base / "unrecorded"
+    shutil.copytree(base / "forward", root)
+    state = root / "state"
+    (state / "candidate_referenceability.csv").unlink()
+    for d in ("rated", "ref_cities"):
+        shutil.rmtree(state / d)
+    again = asyncio.run(_audit(root, sites, "reverse"))
+    assert again["rec"].calls == [] and again["calls"] == 0 and again["replayed"] == 0
+    assert _outcome(state) == _outcome(base / "forward" / "state")
+    assert _city_records(state) == _city_records(base / "forward" / "state")
+
+
+def _city_records(state: Path) -> dict[str, dict]:
+    """Each city's rating record without the step facts (:data:`STEP_FACTS`)."""
+    return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if k not in STEP_FACTS}
+            for p in sorted((state / "ref_cities").glob("*.json"))}
