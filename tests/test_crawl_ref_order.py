@@ -198,6 +198,28 @@ def test_every_interleaving_sends_the_same_rating_calls_and_gets_the_same_rating
     assert first["forward"] == first["reverse"][::-1] and len(first["forward"]) == 2
 
 
+#: fields of a city's rating record (``ref_cities/<city>.json``) that say how the step ran, not what it decided
+STEP_FACTS = ("site", "model_calls", "answers_replayed", "rating_batches_asked", "screening_batches_asked", "ts")
+
+
+def test_each_citys_rating_record_differs_by_order_only_in_the_site_that_ran_the_step(runs):
+    """The record of a city's rating step names the site whose task ran it (the first of the city's sites to
+    arrive), so it follows the order; everything else in it (the sites gathered, candidates, batches, QIDs) does
+    not. The crash test (tests/test_crash_campaigns.py) leaves ``site`` out of its comparison for that reason."""
+    base = runs["base"]
+    recs = {m: {p.name: json.loads(p.read_text()) for p in sorted((base / m / "state" / "ref_cities").glob("*.json"))}
+            for m in MODES}
+    assert len(recs["forward"]) == 2, recs["forward"].keys()
+    strip = lambda d: {k: v for k, v in d.items() if k not in STEP_FACTS}  # noqa: E731
+    for m in MODES:
+        assert sorted(recs[m]) == sorted(recs["forward"]), m
+        for name, rec in recs[m].items():
+            assert rec["site"] in rec["sites"] and len(rec["sites"]) == 3, (m, rec)
+            assert strip(rec) == strip(recs["forward"][name]), (m, name)
+    for name, rec in recs["forward"].items():  # sites one by one in key order, then in reverse
+        assert (rec["site"], recs["reverse"][name]["site"]) == (rec["sites"][0], rec["sites"][-1]), name
+
+
 def _block(prompt: str) -> list[tuple[str, float]]:
     """(label, km) of each numbered candidate line of a rating prompt."""
     head, tail = TEMPLATE.split("{candidates}")
@@ -279,3 +301,27 @@ def test_a_crash_after_the_answers_were_logged_sends_no_call(runs):
     assert again["rec"].calls == [] and again["calls"] == 0
     assert again["replayed"] == len(_lines(state / RAW_ANSWERS_FILE))
     assert _outcome(state) == _outcome(base / "forward" / "state")
+    assert _city_records(state) == _city_records(base / "forward" / "state")
+
+
+def test_a_crash_after_the_decisions_were_logged_before_the_city_record_sends_no_call(runs):
+    """Killed after a city's step logged every decision but before its record (``ref_cities/<city>.json``) and
+    the rated sites were written: the next run redoes the step from the decision log alone (no call, no replay)
+    and writes the same city records, apart from the step facts."""
+    base, sites = runs["base"], runs["sites"]
+    root = base / "unrecorded"
+    shutil.copytree(base / "forward", root)
+    state = root / "state"
+    (state / "candidate_referenceability.csv").unlink()
+    for d in ("rated", "ref_cities"):
+        shutil.rmtree(state / d)
+    again = asyncio.run(_audit(root, sites, "reverse"))
+    assert again["rec"].calls == [] and again["calls"] == 0 and again["replayed"] == 0
+    assert _outcome(state) == _outcome(base / "forward" / "state")
+    assert _city_records(state) == _city_records(base / "forward" / "state")
+
+
+def _city_records(state: Path) -> dict[str, dict]:
+    """Each city's rating record without the step facts (:data:`STEP_FACTS`)."""
+    return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if k not in STEP_FACTS}
+            for p in sorted((state / "ref_cities").glob("*.json"))}
