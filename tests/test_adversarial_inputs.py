@@ -353,22 +353,10 @@ CRAWL_LOGS = ("audit_decisions", "audit_sensitive", "audit_review_queue", "crawl
 
 @pytest.fixture(scope="module")
 def _crawl_once(tmp_path_factory):
-    """The shipped sandbox crawl, run to completion once per module under a root of its own; returns
-    (root, a pristine copy of the root's queues and state)."""
-    import shutil
+    """The shipped sandbox crawl, run to completion once per module (tests/_crawl_once.py)."""
+    from tests._crawl_once import run_crawl_once
 
-    from geoagent.cli import main
-
-    root = tmp_path_factory.mktemp("crawled")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEOAGENT_QUEUES", str(root / "queues"))
-        mp.setenv("GEOAGENT_STATE", str(root / "state"))
-        mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-        assert main(["crawl", str(CRAWL_CONFIG), "--no-live"]) == 0
-    pristine = tmp_path_factory.mktemp("crawled-pristine")
-    for sub in ("queues", "state"):
-        shutil.copytree(root / sub, pristine / sub, symlinks=True)
-    return root, pristine
+    return run_crawl_once(tmp_path_factory, CRAWL_CONFIG)
 
 
 @pytest.fixture()
@@ -376,15 +364,10 @@ def crawled(_crawl_once, monkeypatch):
     """The shipped sandbox crawl, run to completion; returns its state folder. The crawl runs once per module;
     each test gets the finished crawl put back at the same path (so every path its manifests and queues
     record is its own) and the data roots pointed at it."""
-    import shutil
+    from tests._crawl_once import restore_crawl
 
-    root, pristine = _crawl_once
-    for sub in ("queues", "state"):
-        shutil.rmtree(root / sub, ignore_errors=True)
-        shutil.copytree(pristine / sub, root / sub, symlinks=True)
-    monkeypatch.setenv("GEOAGENT_QUEUES", str(root / "queues"))
-    monkeypatch.setenv("GEOAGENT_STATE", str(root / "state"))
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    root, pristine, _ = _crawl_once
+    restore_crawl(root, pristine, monkeypatch)
     return root / "state" / "crawl-sandbox"
 
 

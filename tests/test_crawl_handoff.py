@@ -55,39 +55,20 @@ max_output_tokens = 100
 
 @pytest.fixture(scope="module")
 def _crawl_once(tmp_path_factory):
-    """The sandbox crawl run once per module under a root of its own: (root, a pristine copy of the root's
-    queues and state, what the crawl printed)."""
-    import contextlib
-    import io
-    import shutil
+    """The sandbox crawl run once per module (tests/_crawl_once.py): (root, pristine copy, what it printed)."""
+    from tests._crawl_once import run_crawl_once
 
-    root = tmp_path_factory.mktemp("crawled")
-    printed = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
-        mp.setenv("GEOAGENT_QUEUES", str(root / "queues"))
-        mp.setenv("GEOAGENT_STATE", str(root / "state"))
-        mp.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-        assert main(["crawl", str(CONFIG), "--no-live"]) == 0
-    pristine = tmp_path_factory.mktemp("crawled-pristine")
-    for sub in ("queues", "state"):
-        shutil.copytree(root / sub, pristine / sub, symlinks=True)
-    return root, pristine, printed.getvalue()
+    return run_crawl_once(tmp_path_factory, CONFIG)
 
 
 @pytest.fixture()
 def crawled(_crawl_once, monkeypatch):
     """(root, what the crawl printed): the finished sandbox crawl put back at the same path for each test (so
     the paths its manifests and queues record are its own), with the data roots pointed at it."""
-    import shutil
+    from tests._crawl_once import restore_crawl
 
     root, pristine, out = _crawl_once
-    for entry in root.iterdir():  # what an earlier test added (its own campaigns, configs) goes too
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    for sub in ("queues", "state"):
-        shutil.copytree(pristine / sub, root / sub, symlinks=True)
-    monkeypatch.setenv("GEOAGENT_QUEUES", str(root / "queues"))
-    monkeypatch.setenv("GEOAGENT_STATE", str(root / "state"))
-    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    restore_crawl(root, pristine, monkeypatch)
     return root, out
 
 
