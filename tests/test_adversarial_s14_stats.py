@@ -171,37 +171,58 @@ def _scored(i: int, verdict: str | None, *, model: str = "m", band: str = BAND_S
     return f"{tid}|{model}", row
 
 
-def _verify_stage_after_replan(tmp_path, plan_a, plan_b, new_rows):
-    """A live GeoVerify aggregator started under plan A (rows of A stored), then the campaign plans again (B:
-    what :class:`geoagent.engine.WatchReplanTick` does when a crawl's hand-off replaces the trial table) and
-    the new trials' scored rows arrive (stored first, as the scorer does). Returns the stage and the store."""
+def _run_live_stage(tmp_path, stage, stages_module, stored, arriving, *, plan_after=None, on_start=None):
+    """A live aggregator ``stage`` (of ``stages_module``: geoverify.stages or geohint.stages, for its
+    SCORED_TABLE and SERVICE_PLAN_KEYS) started over the ``stored`` (key, row) pairs, its plan their keys; then,
+    with ``plan_after``, the campaign plans again (the plan keys set anew, as
+    :class:`geoagent.engine.WatchReplanTick` does when a crawl's hand-off replaces the trial table or adds
+    images); then the ``arriving`` rows are stored first and handed to the stage, as the scorer does; flushed, its
+    live rewrite waited for, stopped. ``on_start(stage)`` runs right after start. Returns (stage, the campaign
+    state: the caller closes it)."""
     import anyio
 
     from geoagent import constants as C
-    from geoagent.geoverify.stages import SCORED_TABLE, SERVICE_PLAN_KEYS, GeoVerifyAggregatorStage
     from geoagent.runtime.queue import Task
     from geoagent.runtime.stage import StageContext
     from geoagent.runtime.store import open_campaign_state
 
-    state = open_campaign_state("adv-replan", root=tmp_path / "state", cap_usd=0.0)
+    table, plan_service = stages_module.SCORED_TABLE, stages_module.SERVICE_PLAN_KEYS
+    state = open_campaign_state("adv-live", root=tmp_path / "state", cap_usd=0.0)
     store = state.store
-    for key, row in plan_a:
-        store.put_result(SCORED_TABLE, key, row)
-    ctx = StageContext("adv-replan", {"store": store, SERVICE_PLAN_KEYS: frozenset(k for k, _ in plan_a),
-                                      "report_dir": tmp_path / "report", C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
-    stage = GeoVerifyAggregatorStage(report_interval_s=3600)
+    for key, row in stored:
+        store.put_result(table, key, row)
+    ctx = StageContext("adv-live", {"store": store, plan_service: frozenset(k for k, _ in stored),
+                                    "report_dir": tmp_path / "report", C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
 
     async def go():
         await stage.start(ctx)
-        ctx.services[SERVICE_PLAN_KEYS] = frozenset(k for k, _ in plan_b)  # the kind's plan() sets it anew
-        for key, row in new_rows:
-            store.put_result(SCORED_TABLE, key, row)
+        if on_start is not None:
+            on_start(stage)
+        if plan_after is not None:
+            ctx.services[plan_service] = frozenset(k for k, _ in plan_after)  # the kind's plan() sets it anew
+        for key, row in arriving:
+            store.put_result(table, key, row)
             await stage.handle(Task(key, dict(row), 0, "lease"), ctx)
         await stage.flush(ctx)
+        await stage.live.wait()
         await stage.stop(ctx)
 
-    anyio.run(go)
+    try:
+        anyio.run(go)
+    except BaseException:
+        state.close()
+        raise
     return stage, state
+
+
+def _gh_res(i: int, hit: bool) -> tuple[str, dict]:
+    """A scored GeoHint row of model m, image img<i> at site s<i % 3>: an area-level hit (0.4 km) or miss."""
+    from geoagent.geohint.result import GeoHintResult
+
+    key = f"gh|m|s{i % 3}|img{i}|baseline||r0"
+    return key, GeoHintResult(key=key, site=f"s{i % 3}", image_id=f"img{i}", model="m", condition="baseline",
+                              schema="forced", resolved_level="area", error_km=0.4 if hit else 2.5,
+                              hit=hit).to_json()
 
 
 def test_a_live_geoverify_aggregator_follows_a_replan_of_its_campaign(tmp_path):
@@ -210,14 +231,16 @@ def test_a_live_geoverify_aggregator_follows_a_replan_of_its_campaign(tmp_path):
     new trial's answer was dropped as "not in the current plan" (and trials the new table no longer holds stayed
     counted) in the live report, for as long as the run watched; the campaign's report, built from the store
     with the new plan, counted them. The live counts must equal that rebuild."""
+    from geoagent.geoverify import stages
     from geoagent.geoverify.campaign import aggregate_from_store
-    from geoagent.geoverify.stages import ScoredScope
+    from geoagent.geoverify.stages import GeoVerifyAggregatorStage, ScoredScope
 
     old = [_scored(i, "yes") for i in range(6)] + [_scored(100 + i, "no", band=DECOY_BAND_LABELS[0]) for i in range(6)]
     new = [_scored(200 + i, "no") for i in range(6)] + [_scored(300 + i, "yes", band=DECOY_BAND_LABELS[0])
                                                          for i in range(6)]
     plan_b = old[:6] + new  # the new table keeps the signal trials, drops the old decoys, adds new trials
-    stage, state = _verify_stage_after_replan(tmp_path, old, plan_b, new)
+    stage, state = _run_live_stage(tmp_path, GeoVerifyAggregatorStage(report_interval_s=3600), stages, old, new,
+                                   plan_after=plan_b)
     try:
         want = aggregate_from_store(state.store, ScoredScope({k for k, _ in plan_b})).scores()["m"]
         got = stage.agg.scores()["m"]
@@ -232,55 +255,25 @@ def test_a_live_geohint_aggregator_follows_a_replan_of_its_campaign(tmp_path):
     aggregator's scope stayed the first plan's: the new images' answers never entered the live report, and
     answers of images the new plan no longer holds stayed in it. Its counts must equal the store rebuilt under
     the new plan (:func:`geoagent.geohint.stages.scored_scope`, what the campaign's report counts)."""
-    import anyio
-
-    from geoagent import constants as C
+    from geoagent.geohint import stages
     from geoagent.geohint.aggregate import GeoHintAggregator
     from geoagent.geohint.result import GeoHintResult
-    from geoagent.geohint.stages import SCORED_TABLE, SERVICE_PLAN_KEYS, GeoHintAggregatorStage, scored_scope
-    from geoagent.runtime.queue import Task
-    from geoagent.runtime.stage import StageContext
-    from geoagent.runtime.store import open_campaign_state
+    from geoagent.geohint.stages import GeoHintAggregatorStage, scored_scope
 
-    def res(i: int, hit: bool) -> tuple[str, dict]:
-        key = f"gh|m|s{i % 3}|img{i}|baseline||r0"
-        return key, GeoHintResult(key=key, site=f"s{i % 3}", image_id=f"img{i}", model="m", condition="baseline",
-                                  schema="forced", resolved_level="area", error_km=0.4 if hit else 2.5,
-                                  hit=hit).to_json()
-
-    old = [res(i, True) for i in range(6)]
-    new = [res(100 + i, False) for i in range(6)]
+    old = [_gh_res(i, True) for i in range(6)]
+    new = [_gh_res(100 + i, False) for i in range(6)]
     plan_b = old[:3] + new
-    state = open_campaign_state("adv-replan-gh", root=tmp_path / "state", cap_usd=0.0)
-    store = state.store
-    for key, row in old:
-        store.put_result(SCORED_TABLE, key, row)
-    ctx = StageContext("adv-replan-gh", {"store": store, SERVICE_PLAN_KEYS: frozenset(k for k, _ in old),
-                                         "report_dir": tmp_path / "report", C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
-    stage = GeoHintAggregatorStage(report_interval_s=3600, figures=False, n_boot=0)
-
-    async def go():
-        await stage.start(ctx)
-        ctx.services[SERVICE_PLAN_KEYS] = frozenset(k for k, _ in plan_b)
-        for key, row in new:
-            store.put_result(SCORED_TABLE, key, row)
-            await stage.handle(Task(key, dict(row), 0, "lease"), ctx)
-        await stage.flush(ctx)
-        await stage.stop(ctx)
-
+    stage, state = _run_live_stage(tmp_path, GeoHintAggregatorStage(report_interval_s=3600, figures=False, n_boot=0),
+                                   stages, old, new, plan_after=plan_b)
     try:
-        anyio.run(go)
         want = GeoHintAggregator()
-        for row in scored_scope({k for k, _ in plan_b}).rows(store):
+        for row in scored_scope({k for k, _ in plan_b}).rows(state.store):
             want.add(GeoHintResult.from_json(row))
         assert (want.select().n, want.select().hits) == (9, 3)
         assert sorted(stage.agg.keys) == sorted(want.keys)
         assert (stage.agg.select().n, stage.agg.select().hits) == (9, 3)
     finally:
         state.close()
-
-
-# --- a report rewritten after a plan change leaves no table of the earlier design -----------------------------
 
 
 def test_a_geohint_report_rewritten_without_a_condition_leaves_no_csv_of_its_tables(tmp_path):
@@ -381,39 +374,20 @@ def test_a_live_geoverify_aggregator_follows_a_stored_row_rescored_differently(t
     them): the scorer overwrites the stored row with the parsed verdict and sends it on. The live aggregator
     had the key counted, so it took the new row for a redelivery and kept the failure, while the store (and the
     campaign's report built from it) held the verdict: the live report disagreed with a recount from the store."""
-    import anyio
-
-    from geoagent import constants as C
+    from geoagent.geoverify import stages
     from geoagent.geoverify.campaign import aggregate_from_store
-    from geoagent.geoverify.stages import SCORED_TABLE, SERVICE_PLAN_KEYS, GeoVerifyAggregatorStage, ScoredScope
-    from geoagent.runtime.queue import Task
-    from geoagent.runtime.stage import StageContext
-    from geoagent.runtime.store import open_campaign_state
+    from geoagent.geoverify.stages import GeoVerifyAggregatorStage, ScoredScope
 
     rows = [_scored(i, None) for i in range(3)] + [_scored(10 + i, "yes") for i in range(3)]
-    state = open_campaign_state("adv-reparse", root=tmp_path / "state", cap_usd=0.0)
-    store = state.store
-    for key, row in rows:
-        store.put_result(SCORED_TABLE, key, row)
-    plan = frozenset(k for k, _ in rows)
-    ctx = StageContext("adv-reparse", {"store": store, SERVICE_PLAN_KEYS: plan, "report_dir": tmp_path / "report",
-                                       C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
-    stage = GeoVerifyAggregatorStage(report_interval_s=0)
     reparsed = [_scored(i, "yes") for i in range(3)]
-
-    async def go():
-        await stage.start(ctx)
-        assert stage.agg.scores()["m"].n_parse_failures == 3
-        for key, row in [*reparsed, rows[3]]:  # the re-scored rows, and a plain redelivery of a counted one
-            store.put_result(SCORED_TABLE, key, row)
-            await stage.handle(Task(key, dict(row), 0, "lease"), ctx)
-        await stage.flush(ctx)
-        await stage.live.wait()
-        await stage.stop(ctx)
-
+    started_with: list[int] = []
+    # the re-scored rows, and a plain redelivery of a counted one
+    stage, state = _run_live_stage(
+        tmp_path, GeoVerifyAggregatorStage(report_interval_s=0), stages, rows, [*reparsed, rows[3]],
+        on_start=lambda st: started_with.append(st.agg.scores()["m"].n_parse_failures))
     try:
-        anyio.run(go)
-        want = aggregate_from_store(store, ScoredScope(set(plan))).scores()["m"]
+        assert started_with == [3]
+        want = aggregate_from_store(state.store, ScoredScope({k for k, _ in rows})).scores()["m"]
         got = stage.agg.scores()["m"]
         assert (want.n_parse_failures, want.n_signal, want.n_hits) == (0, 6, 6)
         assert (got.n_parse_failures, got.n_signal, got.n_hits) == (0, 6, 6)
@@ -426,44 +400,17 @@ def test_a_live_geohint_aggregator_follows_a_stored_row_rescored_differently(tmp
     """Attack: the GeoHint form: a counted answer is scored anew with another outcome (parsed or geocoded again
     after the queues were rebuilt: a miss is now a hit) and the new row overwrites the stored one. The live
     aggregator kept the old outcome (its key was counted: "a redelivery"); it must equal the store's recount."""
-    import anyio
-
-    from geoagent import constants as C
+    from geoagent.geohint import stages
     from geoagent.geohint.aggregate import GeoHintAggregator
     from geoagent.geohint.result import GeoHintResult
-    from geoagent.geohint.stages import SCORED_TABLE, SERVICE_PLAN_KEYS, GeoHintAggregatorStage, scored_scope
-    from geoagent.runtime.queue import Task
-    from geoagent.runtime.stage import StageContext
-    from geoagent.runtime.store import open_campaign_state
+    from geoagent.geohint.stages import GeoHintAggregatorStage, scored_scope
 
-    def res(i: int, hit: bool) -> tuple[str, dict]:
-        key = f"gh|m|s{i % 3}|img{i}|baseline||r0"
-        return key, GeoHintResult(key=key, site=f"s{i % 3}", image_id=f"img{i}", model="m", condition="baseline",
-                                  schema="forced", resolved_level="area", error_km=0.4 if hit else 2.5,
-                                  hit=hit).to_json()
-
-    rows = [res(i, False) for i in range(6)]
-    state = open_campaign_state("adv-rescore-gh", root=tmp_path / "state", cap_usd=0.0)
-    store = state.store
-    for key, row in rows:
-        store.put_result(SCORED_TABLE, key, row)
-    plan = frozenset(k for k, _ in rows)
-    ctx = StageContext("adv-rescore-gh", {"store": store, SERVICE_PLAN_KEYS: plan, "report_dir": tmp_path / "report",
-                                          C.SERVICE_CAMPAIGN_WRITES_REPORT: True})
-    stage = GeoHintAggregatorStage(report_interval_s=3600, figures=False, n_boot=0)
-
-    async def go():
-        await stage.start(ctx)
-        for key, row in [res(0, True), res(1, True), rows[2]]:
-            store.put_result(SCORED_TABLE, key, row)
-            await stage.handle(Task(key, dict(row), 0, "lease"), ctx)
-        await stage.flush(ctx)
-        await stage.stop(ctx)
-
+    rows = [_gh_res(i, False) for i in range(6)]
+    stage, state = _run_live_stage(tmp_path, GeoHintAggregatorStage(report_interval_s=3600, figures=False, n_boot=0),
+                                   stages, rows, [_gh_res(0, True), _gh_res(1, True), rows[2]])
     try:
-        anyio.run(go)
         want = GeoHintAggregator()
-        for row in scored_scope(set(plan)).rows(store):
+        for row in scored_scope({k for k, _ in rows}).rows(state.store):
             want.add(GeoHintResult.from_json(row))
         assert (want.select().n, want.select().hits) == (6, 2)
         assert (stage.agg.select().n, stage.agg.select().hits) == (6, 2)
