@@ -117,6 +117,13 @@ already in flight cannot be recalled. Every pause also closes the gate until the
 AFTER the pause ends, so a process that wakes from a pause checks for a longer pause posted meanwhile
 before its first send.
 
+A board that fails (the SQLite file locked past ``busy_timeout``, the Redis server gone)
+-------------------------------------------------------------------------------------------
+The background task keeps ticking every :data:`POLL_S` (the lease closes the gates meanwhile, so nothing is
+sent on a stale share) and a turn keeps looking. The log says so once per outage, not once per failed board
+call: one warning at the first failure (:class:`_BoardOutage`), the later failures of the same outage at debug
+level, and one warning line when a board call succeeds again (how long it failed, how many calls).
+
 Limits
 ------
 * One machine (this SQLite board): liveness uses pids, ``/proc`` start times and boot id, and times are
@@ -333,6 +340,38 @@ class _Turn:
             self.host.turn_done(self.token, when_s if sent else None)
 
 
+class _BoardOutage:
+    """One warning per board outage instead of one per failed board call (module docstring).
+
+    The background task ticks every ``poll_s`` and a turn looks again every ``poll_s`` while the board fails,
+    so logging every failure floods the log (4 lines/s) until the run closes. :meth:`failed` logs the first
+    failure of an outage as a warning and the others at debug level; :meth:`ok` logs one warning line when the
+    board answers again (seconds since the first failure, failed calls). Used on the event loop only.
+    """
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+        self.since: float | None = None  # monotonic s of the outage's first failure (None: the board answers)
+        self.failures = 0  # failed board calls of the current outage
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        """A board call (``what``: ``"tick"``, ``"turn of <host>"``, ...) failed with ``exc``."""
+        self.failures += 1
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("hostshare: board %s (%s): %s; retrying every poll, logged once until the board answers again",
+                        self.where, what, exc)
+        else:
+            log.debug("hostshare: board %s (%s) still failing (%d calls): %s", self.where, what, self.failures, exc)
+
+    def ok(self) -> None:
+        """A board call succeeded: ends the outage (one line) if there was one."""
+        if self.since is not None:
+            log.warning("hostshare: board %s answers again after %.1f s (%d failed call(s))", self.where,
+                        time.monotonic() - self.since, self.failures)
+            self.since, self.failures = None, 0
+
+
 class _Host:
     """This process's view of one shared host; also the ``gate`` of its ``_HostState``."""
 
@@ -394,9 +433,10 @@ class _Host:
                 try:
                     look = await share._run(share._turn_db, self.key, token, self.seq or 0, self.spacing_s)
                 except share.board_errors as exc:
-                    log.warning("hostshare: board %s (turn of %s): %s", share.db_path, self.key, exc)
+                    share.outage.failed(f"turn of {self.key}", exc)
                     await asyncio.sleep(share.poll_s)
                     continue
+                share.outage.ok()
                 now = time.monotonic()
                 if look["ahead"] > 0:
                     # the tickets ahead send at max(now, next_at) + k * spacing at the earliest
@@ -508,6 +548,7 @@ class HostShare:
         self._closing = False
         self.stopped = False  # the background task has ended (gates are detached)
         self.ticks = 0  # board transactions made (diagnostics; about 1 / poll_s per second while calling)
+        self.outage = _BoardOutage(self.db_path)  # one warning per board outage, one line when it ends
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     async def __aenter__(self) -> HostShare:
@@ -575,7 +616,8 @@ class HostShare:
 
         def _check(f: asyncio.Future[None]) -> None:
             if f.cancelled() or f.exception() is not None:
-                log.warning("hostshare: could not pass the turn of %s on (%s); retrying", key, None if f.cancelled() else f.exception())
+                exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+                self.outage.failed(f"passing the turn of {key} on; retried by the next tick", exc)
                 self.pending_releases.append(item)
                 self.wake()
 
@@ -605,13 +647,14 @@ class HostShare:
                 try:
                     self.ticks += 1
                     snapshot = await self._run(self._tick_db, inp)
+                    self.outage.ok()
                     self._apply(snapshot)
                 except Exception as exc:  # noqa: BLE001 - keep going: the lease closes the gates meanwhile
                     for key, until in inp["pauses"].items():  # publish them on the next tick
                         self.pending_pauses[key] = max(until, self.pending_pauses.get(key, 0.0))
                     self.pending_releases.extend(inp["releases"])
                     if isinstance(exc, self.board_errors):
-                        log.warning("hostshare: board %s: %s", self.db_path, exc)
+                        self.outage.failed("tick", exc)
                     else:
                         log.exception("hostshare: tick failed")
                     if not self._closing:
