@@ -310,6 +310,15 @@ def with_raw_text(store: Any, rows: Iterable[tuple[str, dict[str, Any]]], *, chu
             yield key, row
 
 
+def fills_raw_text(schema: Mapping[str, Any] | None) -> bool:
+    """Whether the export fills in the answer text (:func:`with_raw_text`) for a results table of declared
+    ``schema``: when it declares ``raw`` or ``extra.raw`` (``geoverify_scored``, ``geohint_scored``: the scorers keep
+    no answer text on their rows), and for a table without a declared schema (None). The generic campaign's
+    ``results`` declares neither: its ``text`` column already holds the model's answer text verbatim (the stored
+    response's ``text``), so a filled ``raw`` was a copy of it outside the schema."""
+    return schema is None or "raw" in schema or "extra.raw" in schema
+
+
 #: rows per in-memory frame when exporting a large table (bounds the export's memory)
 BATCH_ROWS = 20_000
 
@@ -353,11 +362,16 @@ def export_table(
         Whether each model of the config answers from the simulator (:func:`geoagent.sandbox.launch.simulated_models`):
         fills the column ``simulated`` as ``replayed`` fills its own (only with ``replayed`` given).
     """
-    rows = _response_rows(store) if table == RESPONSES_TABLE else with_raw_text(store, store.iter_results(table))
-    if rows_hook is not None and table != RESPONSES_TABLE:
-        rows = rows_hook(rows)
     if schema is None:
         schema = TABLE_SCHEMAS.get(table)
+    if table == RESPONSES_TABLE:
+        rows = _response_rows(store)
+    elif fills_raw_text(schema):
+        rows = with_raw_text(store, store.iter_results(table))
+    else:  # e.g. the generic ``results``: its ``text`` is the answer text already (fills_raw_text)
+        rows = store.iter_results(table)
+    if rows_hook is not None and table != RESPONSES_TABLE:
+        rows = rows_hook(rows)
     if table != RESPONSES_TABLE and schema is not None and "usage_reported" in schema:
         rows = _with_usage_reported(store, rows)  # rows written before the column: their stored response says
     fallback = {"simulated": 0}  # rows whose simulated flag came from the config (counted as they stream past)
