@@ -31,7 +31,7 @@ from geoagent.data.store import data_db_path
 from geoagent.engine import CampaignKind
 from geoagent.geoverify.aggregate import GeoVerifyAggregator
 from geoagent.geoverify.plan import plan_campaign, settings_of
-from geoagent.geoverify.stages import SERVICE_PLAN_KEYS, ScoredScope, geoverify_stages
+from geoagent.geoverify.stages import SERVICE_LIVE_MISSING, SERVICE_PLAN_KEYS, ScoredScope, geoverify_stages
 from geoagent.runtime.stage import Message, Stage, StageContext
 from geoagent.scoring.sdt import POOLED
 from geoagent.scoring.truncation import LEGEND_LINE as TRUNCATION_LEGEND
@@ -177,6 +177,8 @@ class GeoVerifyCampaign(CampaignKind):
         self._plan = plan_campaign(cfg, store_data=not ctx.services.get(C.SERVICE_READ_ONLY))
         # the report and the live aggregator score exactly this plan's tasks (ScoredScope)
         ctx.services[SERVICE_PLAN_KEYS] = frozenset(key for key, _ in self._plan.messages)
+        # and the live report lists the missing work as it stands at each rewrite, as report() does at the end
+        ctx.services[SERVICE_LIVE_MISSING] = lambda: self.live_missing(cfg)
         self._image_warning = None
         self._refusals: list[str] = []
         if self._plan.images is not None:
@@ -288,15 +290,28 @@ class GeoVerifyCampaign(CampaignKind):
         self._scope_note = scope.note()
         self._scores = agg.scores(n_boot=s.n_boot, seed=s.boot_seed)
         out = Path(ctx.services.get("state_dir") or cfg.state_dir()) / C.REPORT_DIR
-        plan = getattr(self, "_plan", None)
         return list(write_report(self._scores, out, parse_failures=agg.parse_failures(),
-                                 missing=missing_work(cfg), interim=outcome.interim_note(),
+                                 interim=outcome.interim_note(),
                                  image_note=getattr(self, "_image_warning", None),
                                  simulated=_simulated(cfg, ctx),
                                  config_mix=params_mix_lines(ctx.services.get(C.SERVICE_PARAMS_MIX) or {}, not_sent_of(cfg)),
                                  scope_note=self._scope_note, replay_note=replay_note(cfg),
-                                 unreplayed=plan.unreplayed if plan is not None else None,
-                                 n_trials=len(plan.trials) if plan is not None else None).values())
+                                 **self.live_missing(cfg)).values())  # missing, unreplayed, n_trials
+
+    def live_missing(self, cfg: Any) -> dict[str, Any]:
+        """The missing work the report lists, now: ``missing`` (:func:`missing_work`, read from the queues),
+        ``unreplayed`` and ``n_trials`` of the current plan (None before one), as keyword arguments of
+        :func:`geoagent.report.geoverify.write_report`. The live report reads it at each rewrite (ctx service
+        :data:`geoagent.geoverify.stages.SERVICE_LIVE_MISSING`; in its worker thread: the queues are opened anew).
+
+        Raises
+        ------
+        sqlite3.Error, redis.RedisError
+            The queues cannot be read (the live report logs it and keeps the previous list).
+        """
+        plan = getattr(self, "_plan", None)
+        return {"missing": missing_work(cfg), "unreplayed": plan.unreplayed if plan is not None else None,
+                "n_trials": len(plan.trials) if plan is not None else None}
 
     @staticmethod
     def _scope(ctx: StageContext) -> ScoredScope:

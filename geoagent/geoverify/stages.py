@@ -20,9 +20,10 @@ thread, to the next; default 5; stretched to 4x the last rewrite's duration when
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ from geoagent.runtime.scope import ScoredScope as _ScoredScope
 from geoagent.runtime.scope import counted_anew
 from geoagent.runtime.stage import Message, PermanentFailure, Stage, StageContext
 from geoagent.workers.responses import response_text, with_stored_finish_reason
+
+log = logging.getLogger(__name__)
 
 TASK_NAME = "geoverify"
 SCORED_TABLE = "geoverify_scored"
@@ -279,6 +282,12 @@ class GeoVerifyScorerStage(Stage):
 #: ctx service: the message keys of the campaign's current plan (set by the campaign kind when it plans), so the
 #: live aggregator scores only those (:class:`ScoredScope`)
 SERVICE_PLAN_KEYS = "geoverify_plan_keys"
+#: ctx service: a callable returning the missing work the report lists, as keyword arguments of
+#: :func:`geoagent.report.geoverify.write_report` (``missing``, ``unreplayed``, ``n_trials``), read anew at each live
+#: rewrite (in its worker thread); set by the campaign kind when it plans
+#: (:meth:`geoagent.geoverify.campaign.GeoVerifyCampaign.live_missing`). Without it the live report leaves
+#: ``geoverify_missing.csv`` as it is.
+SERVICE_LIVE_MISSING = "geoverify_live_missing"
 
 
 class ScoredScope(_ScoredScope):
@@ -318,7 +327,10 @@ class GeoVerifyAggregatorStage(Stage):
     The live rewrite runs off the event loop (:class:`~geoagent.report.live.LiveReport`), at most one at a
     time, at least ``max(report_interval_s, REWRITE_BACKOFF x the previous rewrite's duration)`` after the
     previous one ended (:meth:`LiveReport.gap_s`: a slow report is rewritten less often, so its share of the
-    campaign's CPU stays bounded); a flush while one runs skips. While
+    campaign's CPU stays bounded); a flush while one runs skips. Each live rewrite lists the missing work as it
+    stands then (ctx service :data:`SERVICE_LIVE_MISSING`: dead-lettered and unreplayed trials), so
+    ``geoverify_missing.csv`` and the table's "missing" note follow the run (a re-run after ``run.py dead
+    --requeue`` empties them as the trials are answered) instead of keeping the previous run's list. While
     it runs, handled rows stay in the pending batch (the aggregator is not updated), so the thread reads
     one consistent state. The final report at :meth:`stop` waits for a rewrite in flight, merges every
     pending row and is written to completion before ``stop`` returns.
@@ -343,6 +355,8 @@ class GeoVerifyAggregatorStage(Stage):
         self._dirty = True
         self.live = LiveReport("GeoVerify")
         self.report_paths: dict[str, Path] = {}
+        #: the ctx service SERVICE_LIVE_MISSING, taken when a rewrite starts (None: missing work not listed)
+        self._live_missing: Callable[[], Mapping[str, Any]] | None = None
 
     def _report_dir(self, ctx: StageContext) -> Path:
         d = ctx.services.get("report_dir")
@@ -422,7 +436,24 @@ class GeoVerifyAggregatorStage(Stage):
         self._follow_plan(ctx)
         self._drain()
         self._dirty = False
+        self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
         return self._write(self._report_dir(ctx))
+
+    @staticmethod
+    def _missing_kw(live_missing: Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
+        """The missing work's keyword arguments of ``write_report`` from ``live_missing`` (the ctx service
+        :data:`SERVICE_LIVE_MISSING`); ``{}`` without one, or when it cannot be read (logged: the report is still
+        rewritten, ``geoverify_missing.csv`` is left as it was)."""
+        if live_missing is None:
+            return {}
+        try:
+            return dict(live_missing())
+        except Exception as exc:  # noqa: BLE001 - the queues may be briefly unreadable; the counts still go out
+            from geoagent.report.geoverify import MISSING_CSV
+
+            log.warning("GeoVerify live report: could not read the missing work (%s); %s left as it was", exc,
+                        MISSING_CSV)
+            return {}
 
     def _write(self, out_dir: Path) -> dict[str, Path]:
         from geoagent.report.geoverify import write_report
@@ -430,6 +461,7 @@ class GeoVerifyAggregatorStage(Stage):
         try:
             self.report_paths = write_report(
                 self.agg.scores(n_boot=self.n_boot, seed=self.seed), out_dir, parse_failures=self.agg.parse_failures(),
+                **self._missing_kw(self._live_missing),
             )
         except BaseException:
             self._dirty = True  # try again at the next flush after the interval
@@ -447,6 +479,7 @@ class GeoVerifyAggregatorStage(Stage):
         if self._dirty and time.monotonic() - self._last_write >= self.live.gap_s(self.report_interval_s):
             self._dirty = False
             out_dir = self._report_dir(ctx)
+            self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)  # read by _write in the report thread
             self.live.start(lambda: self._write(out_dir))
 
     async def stop(self, ctx: StageContext) -> None:
@@ -458,6 +491,7 @@ class GeoVerifyAggregatorStage(Stage):
             # under the campaign engine the campaign's report (rebuilt from the store, with the missing
             # work) follows at once and replaces this one: do not write it twice
             if not ctx.services.get(C.SERVICE_CAMPAIGN_WRITES_REPORT):
+                self._live_missing = ctx.services.get(SERVICE_LIVE_MISSING)
                 await self.live.run(lambda: self._write(out_dir))
         finally:
             self.live.close()
