@@ -61,3 +61,27 @@ def test_a_rerun_live_report_rewrites_the_missing_list(tmp_path, release_dir, ca
     assert "Missing trials (dead-lettered): none." in seen["md"]  # before: no word of missing work in the live table
     final = _missing_rows((report / "geoverify_missing.csv").read_text())
     assert live == final  # the live report listed what the final one lists
+
+
+def test_a_live_rewrite_whose_missing_work_cannot_be_read_still_writes_the_tables(tmp_path, caplog):
+    """The queues unreadable for a moment (a locked file, a Redis outage): the live rewrite still writes the tables,
+    says so once in the log, and leaves the previous ``geoverify_missing.csv`` as it was (never an empty list that
+    would read as "nothing missing")."""
+    from geoagent.geoverify.stages import GeoVerifyAggregatorStage
+
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "geoverify_missing.csv").write_text("model,edge,key,reason\nm,requests,t|m,HTTP 500\n")
+    stage = GeoVerifyAggregatorStage(report_interval_s=0)
+
+    def unreadable():
+        raise OSError("database is locked")
+
+    stage._live_missing = unreadable
+    with caplog.at_level("WARNING", logger="geoagent.geoverify.stages"):
+        paths = stage._write(out)
+    assert paths["md"].is_file() and "missing" not in paths
+    assert (out / "geoverify_missing.csv").read_text().count("\n") == 2  # the earlier list, untouched
+    assert [r.getMessage() for r in caplog.records] == [
+        "GeoVerify live report: could not read the missing work (database is locked); geoverify_missing.csv left "
+        "as it was"]
