@@ -1140,7 +1140,7 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
     seed = ls.seed if ls.seed is not None else settings.seed
     rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
                         site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
-    out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, rated_auditor(settings, rec), "en")
+    out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, rated_auditor(settings, rec, state_dir), "en")
     write_ladder_csv(rows, out)
     return out
 
@@ -1157,13 +1157,84 @@ def ladder_auditor(settings: CrawlSettings) -> str:
     return _auditor_part(settings.referenceability.model)
 
 
-def rated_auditor(settings: CrawlSettings, rec: Any) -> str:
+#: (path, mtime_ns, size) of the last ``audit_decisions.jsonl`` read by :func:`logged_rating_model`, and its index
+_LOGGED_DECISIONS: dict[str, Any] = {"stamp": None, "index": {}}
+
+
+def _logged_decisions(state_dir: Path) -> dict[tuple[str, str | None], dict[str, dict[str, Any]]]:
+    """``{(qid, city): {model: decision}}`` over the crawl's ``audit_decisions.jsonl`` (the last record of each model,
+    QID and city, as the auditor reads it: :class:`geoagent.crawl.referenceability.JsonlLog`); rating models only
+    (``sens|...`` and ``review|...`` records name no rating model). Read again only when the file changed."""
+    from geoagent.crawl.referenceability import JsonlLog
+
+    path = state_dir / C.AUDIT_DECISIONS_FILE
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    stamp = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if _LOGGED_DECISIONS["stamp"] != stamp:
+        index: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {}
+        for (model, qid, city), rec in JsonlLog(path).records.items():
+            if not model.startswith(("sens|", "review|")):
+                index.setdefault((qid, city), {})[model] = rec
+        _LOGGED_DECISIONS.update(stamp=stamp, index=index)
+    return _LOGGED_DECISIONS["index"]
+
+
+def logged_rating_model(state_dir: str | Path, rec: Any) -> str | None:
+    """The model that made the ratings of a ``rated/<site>.json`` record ``rec``, read from the crawl's decision log
+    (``audit_decisions.jsonl``, where every rating decision is logged with its ``model``): the one rating model whose
+    logged decision for each of the record's candidates (made for the site's city, :func:`_rating_city`, or, in a log
+    of a version before ratings were kept per city, for none) has the record's ``familiarity`` and ``ok``, as the
+    record was built from them (:meth:`geoagent.crawl.referenceability.ReferenceabilityAuditor.audit`). A candidate
+    the record holds unrated (``familiarity`` None) may have no decision; at least one must have one.
+
+    For records from before ``rating_model`` was recorded (:func:`rated_auditor`). Returns None when the log cannot
+    single one model out: no log, no record, no model with those decisions, or several models with the very same
+    ones (a renamed auditor that rated the same candidates alike)."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("rated"), list) or not rec["rated"]:
+        return None
+    index = _logged_decisions(Path(state_dir))
+    if not index:
+        return None
+    site = rec.get("site")
+    city = _rating_city(site) if isinstance(site, dict) else None
+    logged: list[tuple[Any, bool, dict[str, dict[str, Any]]]] = []
+    for r in rec["rated"]:
+        if not isinstance(r, dict) or "qid" not in r:
+            return None
+        qid = str(r["qid"])
+        logged.append((r.get("familiarity"), bool(r.get("ok")), {**index.get((qid, None), {}), **index.get((qid, city), {})}))
+
+    def made_it(model: str) -> bool:
+        decided = False
+        for fam, ok, by_model in logged:
+            d = by_model.get(model)
+            if d is None:
+                if fam is not None:
+                    return False
+                continue  # an unrated candidate: a model may have logged nothing for it
+            if d.get("familiarity") != fam or bool(d.get("ok")) != ok:
+                return False
+            decided = True
+        return decided
+
+    models = {m for m in set().union(*(by_model for _, _, by_model in logged)) if made_it(m)}
+    return next(iter(models)) if len(models) == 1 else None
+
+
+def rated_auditor(settings: CrawlSettings, rec: Any, state_dir: str | Path | None = None) -> str:
     """The auditor part of the ladder file name of a site whose ``rated/<site>.json`` record is ``rec``: the model
     that rated it, as the record names it (``rating_model``: the ``[[models]]`` name of the auditor that rated, recorded
-    since 2026-12-02), written as :func:`ladder_auditor` writes names; a record without it (an older crawl's, which
-    did not record who rated) takes the config's auditor (:func:`ladder_auditor`). So a ladder rebuilt after the
-    auditor was renamed or replaced keeps the name of the model whose ratings it holds."""
+    since 2026-12-02), written as :func:`ladder_auditor` writes names. A record without it (an older crawl's, which
+    did not record who rated) takes the model the crawl's decision log names for its ratings
+    (:func:`logged_rating_model`, with ``state_dir``: the crawl's state folder), and the config's auditor
+    (:func:`ladder_auditor`) where the log cannot say. So a ladder rebuilt after the auditor was renamed or replaced
+    keeps the name of the model whose ratings it holds."""
     model = rec.get("rating_model") if isinstance(rec, dict) else None
+    if not (isinstance(model, str) and model.strip()) and state_dir is not None:
+        model = logged_rating_model(state_dir, rec)
     return _auditor_part(model) if isinstance(model, str) and model.strip() else ladder_auditor(settings)
 
 
@@ -1173,8 +1244,9 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     a ``warning:`` line on the CLI's console) naming how many, the auditor(s) they were built under and the folder.
 
     The name a site's ladder must have is ``<site>_ladder_<auditor>-en.csv`` with the auditor of its
-    ``rated/<site>.json`` record (:func:`rated_auditor`: the model recorded as having rated it; the config's auditor,
-    :func:`ladder_auditor`, for a record that names none, an older crawl's, and for a ladder whose site has no rated
+    ``rated/<site>.json`` record (:func:`rated_auditor`: the model recorded as having rated it; for a record that names
+    none, an older crawl's, the model its decisions in ``audit_decisions.jsonl`` name, :func:`logged_rating_model`;
+    the config's auditor, :func:`ladder_auditor`, where the log cannot say and for a ladder whose site has no rated
     record). Ladders are a function of the stored ratings: a run of a crawl with rated sites rebuilds every ladder
     (:func:`apply_review_verdicts`), and every reader of ``ladders/`` (the export's ``ladders`` table, a GeoHint
     campaign over the crawl, the gazetteer) takes every CSV there, so a second file of one site under another auditor's
@@ -1198,7 +1270,7 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     for p in sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []:
         rec = _load(p)
         try:
-            expected.add(ladder_file_name(p.stem, rated_auditor(settings, rec), "en"))
+            expected.add(ladder_file_name(p.stem, rated_auditor(settings, rec, state_dir), "en"))
         except ValueError:  # not a site id a ladder can be named by
             continue
         prefixes.append(f"{p.stem}_ladder_")
@@ -1237,8 +1309,9 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     n = len(moved)  # a "warning: ..." line on the CLI's console, as its other warnings
     warnings.warn(f"{n} ladder file{'' if n == 1 else 's'} in {src} {'was' if n == 1 else 'were'} built under another "
                   f"referenceability auditor ({', '.join(repr(a) for a in sorted(auditors))}) than the one that rated "
-                  f"{'its site' if n == 1 else 'their sites'} (rated/<site>.json rating_model; the config's, "
-                  f"{ladder_auditor(settings)!r}, for a site whose record names none): moved to {dest} (kept, read by "
+                  f"{'its site' if n == 1 else 'their sites'} (rated/<site>.json rating_model, or for an older record "
+                  f"the model its decisions in {C.AUDIT_DECISIONS_FILE} name; the config's, {ladder_auditor(settings)!r}, "
+                  f"where neither says): moved to {dest} (kept, read by "
                   f"nothing); the ladders of the stored ratings are in {src}", InputWarning, stacklevel=2)
     return moved
 
