@@ -114,12 +114,16 @@ class CrawlCampaign(CampaignKind):
         planned cities added to the config file (:func:`geoagent.crawl.stages.cities_run_with`, in the file's
         order), so the manifest records them and a re-run of the unchanged file reports no config change; None
         when the run planned none anew (or did not watch). Only the cities are taken from the file: another edit
-        made while watching was not run with, and the next run's drift check names it."""
+        made while watching was not run with, and the next run's drift check names it. ``cfg`` itself when every
+        city recorded was taken back (:func:`geoagent.crawl.stages.watch_config_cities` ``on_not_queued``), so the
+        entry records the start's config again."""
         from geoagent.crawl.stages import SERVICE_WATCHED_CITIES, cities_run_with
 
         seen = ctx.services.get(SERVICE_WATCHED_CITIES)
-        if not isinstance(seen, dict) or not seen.get("added"):
+        if not isinstance(seen, dict) or not (seen.get("added") or seen.get("recorded")):
             return None
+        if not seen.get("added"):  # every city it recorded was taken back (queued by another process): the start's
+            return cfg
         raw = dict(cfg.tasks.get("crawl") or {})
         cities = cities_run_with(_settings(cfg).cities, seen["added"], seen.get("last_read"))
         raw["cities"] = [c.model_dump(mode="json", exclude_unset=False) for c in cities]

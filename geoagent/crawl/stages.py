@@ -70,7 +70,7 @@ import asyncio
 import contextlib
 import random
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -564,16 +564,25 @@ class CityScreenerStage(_CrawlStage):
             def on_new(city: CitySpec) -> None:
                 added[0] += 1
                 seen["added"].append(city)
-                # recorded in the run's manifest entry now, not only at the run's end: a crawl killed outright
-                # (SIGKILL) would leave the config of its start there, and the next run would call the added
-                # city a config change
+                seen["recorded"] = True  # config_at_end: a record taken back later restores the start's config
+                # recorded in the run's manifest entry now, before the city is queued (watch_config_cities), not
+                # only at the run's end: a crawl killed outright (SIGKILL) would leave the config of its start
+                # there, and the next run would call the added city a config change
+                record_watched_city(ctx.services.get(C.SERVICE_RECORD_RUN_SO_FAR), city)
+
+            def on_not_queued(city: CitySpec) -> None:
+                # the queue held it already (another process of the campaign queued it) or the put failed: not
+                # planned by this run after all, so its record is taken back
+                added[0] -= 1
+                seen["added"] = [c for c in seen["added"] if c is not city]
                 record_watched_city(ctx.services.get(C.SERVICE_RECORD_RUN_SO_FAR), city)
 
             def on_read(cities: list[CitySpec]) -> None:
                 seen["last_read"] = list(cities)
 
-            self._watch = asyncio.create_task(watch_config_cities(str(source), self._watch_queue, stop=self._stop_watch,
-                                                                  on_new=on_new, on_read=on_read))
+            self._watch = asyncio.create_task(watch_config_cities(
+                str(source), self._watch_queue, stop=self._stop_watch, on_new=on_new, on_read=on_read,
+                on_not_queued=on_not_queued, known_keys=[key for key, _ in city_messages(svc.settings.cities)]))
 
     async def stop(self, ctx: StageContext) -> None:
         if self._watch is not None:
@@ -1380,6 +1389,7 @@ def refresh_review_resolution(settings: CrawlSettings, state_dir: str | Path) ->
 
 #: ctx.services key of a ``--watch`` crawl's config watcher: ``{"added": [CitySpec, ...], "last_read": [CitySpec, ...] |
 #: None}``: the cities it planned anew (in the order found) and the file's ``[[crawl.cities]]`` as last read
+#: (``"recorded": True`` once a city was recorded: the run's manifest entry holds a config of its own since)
 SERVICE_WATCHED_CITIES = "crawl_watched_cities"
 
 
@@ -1428,7 +1438,9 @@ async def enqueue_cities(queue: WorkQueue, cities: Sequence[CitySpec]) -> int:
 async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, interval_s: float = 10.0,
                               stop: asyncio.Event | None = None,
                               on_new: Callable[[CitySpec], None] | None = None,
-                              on_read: Callable[[list[CitySpec]], None] | None = None) -> None:
+                              on_read: Callable[[list[CitySpec]], None] | None = None,
+                              on_not_queued: Callable[[CitySpec], None] | None = None,
+                              known_keys: Iterable[str] = ()) -> None:
     """Re-read the config every ``interval_s`` and enqueue cities added to ``[[crawl.cities]]`` (daemon
     ``--watch``: editing the config file is how a city is added to a running crawl). A config that cannot be
     read or fails to parse is skipped and the previous cities stay; a warning says so
@@ -1438,9 +1450,17 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
     Each city that is new to the ``cities`` queue (its key ``city:<slug>`` was never queued, in any state) is
     logged on its own line (``crawl --watch: planned new city 'Name' (city:<slug>), found in CONFIG``: the file
     is only read, never edited; printed, since a watching crawl is
-    interactive) and passed to ``on_new``; cities already queued (the run's own plan, an earlier run's) are
-    not. ``on_read`` gets the file's whole ``[[crawl.cities]]`` list (in its order) after each read that parsed.
-    Source: issue 5 (the crawl daemon's watch mode)."""
+    interactive); cities already queued (the run's own plan, an earlier run's) are not. ``on_read`` gets the
+    file's whole ``[[crawl.cities]]`` list (in its order) after each read that parsed.
+
+    Record first, then queue (crash safety): a city not among ``known_keys`` (the keys the run planned at its
+    start) nor queued by an earlier read is passed to ``on_new`` (the crawl records it in the run's manifest entry)
+    BEFORE it is put on the queue, so a process killed between the two steps leaves it recorded and not queued,
+    which the next run, planning every city of its config, queues; never queued and unrecorded. When the put
+    finds the key queued already (another process of the campaign) or raises, ``on_not_queued`` gets the city (the
+    crawl takes its record back; a failed put is tried again at the next read; a put cancelled by a stop keeps the
+    record, as it may have committed). Source: issue 5 (the crawl
+    daemon's watch mode); the order: session 14's leftover (a kill between queueing and recording)."""
     import logging
     import tomllib
 
@@ -1448,7 +1468,7 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
 
     log = logging.getLogger(__name__)
     stop = stop or asyncio.Event()
-    known: set[str] = set()
+    known: set[str] = set(known_keys)
     while not stop.is_set():
         try:
             with open(config_path, "rb") as f:  # as load_config reads it: a byte-order mark is dropped
@@ -1459,14 +1479,24 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
             for key, payload in city_messages(settings.cities):
                 if key in known:
                     continue
+                city = CitySpec.model_validate(payload["city"])
+                if on_new is not None:  # recorded before it is queued: a kill between the two leaves it recorded
+                    on_new(city)
+                try:
+                    queued = await queue.put(key, payload)
+                except Exception:  # not queued: taken back, tried again at the next read
+                    if on_not_queued is not None:
+                        on_not_queued(city)
+                    raise
+                # (a stop cancelling the put leaves the record: the put may have committed, and a city recorded but
+                # not queued is queued by the next run, which plans every city of its config)
                 known.add(key)
-                if await queue.put(key, payload):
-                    city = CitySpec.model_validate(payload["city"])
+                if queued:
                     line = f"crawl --watch: planned new city {city.city!r} ({key}), found in {config_path}"
                     log.info("%s", line)
                     print(line, flush=True)
-                    if on_new is not None:
-                        on_new(city)
+                elif on_not_queued is not None:
+                    on_not_queued(city)
         except (OSError, ValueError) as e:
             # a "warning: ..." line on the CLI's console, as the crawl's other warnings (InputWarning); the same
             # text every interval_s while the file stays broken is printed once (Python's default filter)
