@@ -98,3 +98,35 @@ def test_a_resumed_crawl_corrects_capture_times_stored_before_the_rule(tmp_path,
     assert "captured_at" not in capsys.readouterr().err
     logged = [json.loads(ln) for ln in (state / C.CRAWL_DECISIONS_FILE).read_text().splitlines()]
     assert len([r for r in logged if r.get("event") == "mapillary_captured_at" and r.get("stored")]) == 1
+
+
+def test_a_campaign_reusing_a_shared_selection_stored_before_the_rule_takes_the_corrected_times(
+        tmp_path, monkeypatch, capsys):
+    """Another campaign with the same ``[crawl.fetcher]`` settings reuses a site's shared record
+    (``<site>/images-<key>.json``, no request): stored before the rule, it becomes the new campaign's own record
+    corrected, with the decision logged in the new campaign's folder."""
+    monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
+    text = CONFIG.read_text(encoding="utf-8") + f'\n[paths]\nstate = "{tmp_path / "state"}"\nqueues = "{tmp_path / "queues"}"\n'
+    first = tmp_path / "first.toml"
+    first.write_text(text)
+    assert main(["crawl", str(first), "--no-live"]) == 0
+    rec_path = sorted((tmp_path / "state" / "crawl-sandbox" / "image_selection").glob("*.json"))[0]
+    site, rec = rec_path.stem, json.loads(rec_path.read_text())
+    iid = rec["kept"][0]["image_id"]
+    shared = tmp_path / "state" / "images" / site / f"images-{rec['selection_key']}.json"
+    _as_before_the_rule(shared, {iid: SECONDS})
+    second = tmp_path / "second.toml"
+    assert text.count('name = "crawl-sandbox"') == 1
+    second.write_text(text.replace('name = "crawl-sandbox"', 'name = "crawl-sandbox-2"'))
+    capsys.readouterr()
+
+    assert main(["crawl", str(second), "--no-live"]) == 0
+    state = tmp_path / "state" / "crawl-sandbox-2"
+    own = {m["image_id"]: m for m in json.loads((state / "image_selection" / f"{site}.json").read_text())["kept"]}
+    # before: 1626443291 (1970-01-19) copied into the new campaign's record and images.csv
+    assert own[iid]["captured_at_ms"] == SECONDS * 1000 and "before this rule" in own[iid]["captured_at_note"]
+    images = read_crawl_csv(state / "images.csv")
+    assert dict(zip(images["image_id"], images["captured_at"]))[iid] == "2021-07-16T13:48:11Z"
+    logged = [json.loads(ln) for ln in (state / C.CRAWL_DECISIONS_FILE).read_text().splitlines()]
+    recs = [r for r in logged if r.get("event") == "mapillary_captured_at" and r.get("stored")]
+    assert len(recs) == 1 and recs[0]["site"] == site and recs[0]["converted_from_seconds"] == [iid]

@@ -315,7 +315,8 @@ def correct_stored_capture_times(state_dir: str | Path) -> dict[str, dict[str, l
     """Correct, in the crawl's own selection records (``image_selection/<site>.json``), the capture times stored
     before the ``captured_at`` rule (:func:`geoagent.crawl.fetcher.correct_campaign_selections`: a value plausible
     only as seconds, which the client before the rule kept as milliseconds, a time in 1970, is read as seconds; any
-    other time before 1990 is unknown). Each site corrected gets one ``crawl_decisions.jsonl`` record (stage
+    other time before 1990 is unknown). Each site corrected gets one ``crawl_decisions.jsonl`` record, logged before
+    the records are rewritten (a kill between the two repeats the record at the next run) (stage
     ``imagery_fetcher``, ``event`` ``"mapillary_captured_at"``, ``stored`` true, the image ids:
     :func:`geoagent.crawl.fetcher.captured_at_correction_note`), and one warning (:class:`geoagent.config.InputWarning`:
     a ``warning:`` line on the CLI's console) gives the counts. Returns ``{site: image ids changed}``; ``{}`` (no
@@ -333,13 +334,16 @@ def correct_stored_capture_times(state_dir: str | Path) -> dict[str, dict[str, l
     from geoagent.files import append_jsonl
 
     state_dir = Path(state_dir)
-    fixed = correct_campaign_selections(state_dir)
+
+    def log(fixed: dict[str, dict[str, list[str]]]) -> None:  # before the records are rewritten
+        ts = round(time.time(), 3)
+        append_jsonl(state_dir / C.CRAWL_DECISIONS_FILE,
+                     [{"ts": ts, "stage": C.STAGE_FETCHER, "site": site, **captured_at_correction_note(f)}
+                      for site, f in fixed.items()])
+
+    fixed = correct_campaign_selections(state_dir, before_writing=log)
     if not fixed:
         return fixed
-    ts = round(time.time(), 3)
-    append_jsonl(state_dir / C.CRAWL_DECISIONS_FILE,
-                 [{"ts": ts, "stage": C.STAGE_FETCHER, "site": site, **captured_at_correction_note(f)}
-                  for site, f in fixed.items()])
     n_sec = sum(len(f["converted_from_seconds"]) for f in fixed.values())
     n_unknown = sum(len(f["unknown"]) for f in fixed.values())
     warnings.warn(f"{count_text(n_sec + n_unknown, 'image')} of {count_text(len(fixed), 'site')} kept a capture time "

@@ -282,44 +282,42 @@ def captured_at_correction_note(fixed: dict[str, list[str]]) -> dict[str, Any]:
                        "1990 either way, now unknown; each image's captured_at_note in the selection record")}
 
 
-def correct_campaign_selections(state_dir: str | Path) -> dict[str, dict[str, list[str]]]:
+def correct_campaign_selections(state_dir: str | Path, *, before_writing: Any = None) -> dict[str, dict[str, list[str]]]:
     """Rewrite (atomically) each of the campaign's own selection records (``<state_dir>/image_selection/<site>.json``)
     that holds capture times stored before the ``captured_at`` rule, corrected (:func:`correct_stored_captured_at`);
     returns ``{site: the image ids changed}`` for the records rewritten (``{}`` when there were none). Records of
     other campaigns in the shared images root are not rewritten: every reader corrects them
-    (:func:`load_selection`, :func:`campaign_selections`).
+    (:func:`load_selection`, :func:`campaign_selections`). ``before_writing`` (a callable, optional) gets that
+    mapping before any record is rewritten (the crawl logs the decisions first: a kill before the rewrite repeats
+    them at the next run, never leaves a rewrite unlogged).
 
     Raises
     ------
     OSError
         A record could not be rewritten."""
     own = Path(state_dir) / SELECTION_DIR
+    todo: list[tuple[Path, dict[str, Any]]] = []
     out: dict[str, dict[str, list[str]]] = {}
     for p in sorted(own.glob("*.json")) if own.is_dir() else []:
-        if (fixed := correct_selection_file(p)) is not None:
-            out[p.stem] = fixed
+        if (got := read_corrected_selection(p)) is not None:
+            todo.append((p, got[0]))
+            out[p.stem] = got[1]
+    if out and before_writing is not None:
+        before_writing(out)
+    for p, rec in todo:
+        _atomic_write(p, orjson.dumps(rec, option=orjson.OPT_INDENT_2))
     return out
 
 
-def correct_selection_file(path: str | Path) -> dict[str, list[str]] | None:
-    """Rewrite (atomically) the selection record at ``path`` when it holds capture times stored before the
-    ``captured_at`` rule, corrected (:func:`correct_stored_captured_at`); returns the image ids changed, or None when
-    nothing was (no file, an unreadable one, or nothing to correct).
-
-    Raises
-    ------
-    OSError
-        The record could not be rewritten."""
-    path = Path(path)
+def read_corrected_selection(path: Path) -> tuple[dict[str, Any], dict[str, list[str]]] | None:
+    """The selection record at ``path`` corrected (:func:`correct_stored_captured_at`; the file is not rewritten) and
+    the image ids changed, or None when nothing was (no file, an unreadable one, or nothing to correct)."""
     try:
         rec = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
     fixed = correct_stored_captured_at(rec)
-    if not (fixed["converted_from_seconds"] or fixed["unknown"]):
-        return None
-    _atomic_write(path, orjson.dumps(rec, option=orjson.OPT_INDENT_2))
-    return fixed
+    return (rec, fixed) if fixed["converted_from_seconds"] or fixed["unknown"] else None
 
 
 def load_selection(path: str | Path, key: str, *, images_root: str | Path | None = None,

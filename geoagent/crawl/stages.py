@@ -784,12 +784,10 @@ class ImageryFetcherStage(_CrawlStage):
         except (KeyError, TypeError, ValueError) as e:
             raise PermanentFailure(f"site {sid}: no usable coordinates ({e!r})") from None
         own = svc.state_dir / fetch_mod.SELECTION_DIR / f"{sid}.json"
-        # capture times stored before the captured_at rule (geoagent.crawl.fetcher.correct_stored_captured_at): the
-        # campaign's own record is rewritten corrected (the run's start does it for every site: a process that
-        # started before the record was stored), a shared one is corrected as it becomes the campaign's own
+        # the campaign's own record holds no capture time stored before the captured_at rule: the start of every
+        # run (and process) corrects them (geoagent.crawl.campaign.correct_stored_capture_times); a shared record
+        # of an earlier version comes back corrected and becomes the campaign's own so, the decision logged first
         corrected: list[dict[str, list[str]]] = []
-        if (fixed := fetch_mod.correct_selection_file(own)) is not None:
-            corrected.append(fixed)
         rec = fetch_mod.load_selection(own, key)
         if rec is None:
             rec = fetch_mod.load_selection(fetch_mod.selection_path(svc.images_root, sid, key), key,
@@ -804,9 +802,9 @@ class ImageryFetcherStage(_CrawlStage):
                     raise
                 svc.downloads_this_run += res.downloads
                 rec = res.to_json()
+            for fixed in corrected:
+                await svc.decision_logger(self.name, site=sid)(fetch_mod.captured_at_correction_note(fixed))
             _dump(own, rec)
-        for fixed in corrected:
-            await svc.decision_logger(self.name, site=sid)(fetch_mod.captured_at_correction_note(fixed))
         return [(f"site:{sid}", {"site": site, "images": rec["kept"]})]
 
 
