@@ -106,7 +106,8 @@ def test_a_campaign_reusing_a_shared_selection_stored_before_the_rule_takes_the_
     (``<site>/images-<key>.json``, no request): stored before the rule, it becomes the new campaign's own record
     corrected, with the decision logged in the new campaign's folder."""
     monkeypatch.setenv("MAPILLARY_TOKEN", "MLY|sandbox")
-    text = CONFIG.read_text(encoding="utf-8") + f'\n[paths]\nstate = "{tmp_path / "state"}"\nqueues = "{tmp_path / "queues"}"\n'
+    text = (CONFIG.read_text(encoding="utf-8")
+            + f'\n[paths]\nstate = "{tmp_path / "state"}"\nqueues = "{tmp_path / "queues"}"\n')
     first = tmp_path / "first.toml"
     first.write_text(text)
     assert main(["crawl", str(first), "--no-live"]) == 0

@@ -315,11 +315,11 @@ def correct_stored_capture_times(state_dir: str | Path) -> dict[str, dict[str, l
     """Correct, in the crawl's own selection records (``image_selection/<site>.json``), the capture times stored
     before the ``captured_at`` rule (:func:`geoagent.crawl.fetcher.correct_campaign_selections`: a value plausible
     only as seconds, which the client before the rule kept as milliseconds, a time in 1970, is read as seconds; any
-    other time before 1990 is unknown). Each site corrected gets one ``crawl_decisions.jsonl`` record, logged before
-    the records are rewritten (a kill between the two repeats the record at the next run) (stage
+    other time before 1990 is unknown). Each site corrected gets one ``crawl_decisions.jsonl`` record (stage
     ``imagery_fetcher``, ``event`` ``"mapillary_captured_at"``, ``stored`` true, the image ids:
-    :func:`geoagent.crawl.fetcher.captured_at_correction_note`), and one warning (:class:`geoagent.config.InputWarning`:
-    a ``warning:`` line on the CLI's console) gives the counts. Returns ``{site: image ids changed}``; ``{}`` (no
+    :func:`geoagent.crawl.fetcher.captured_at_correction_note`), logged before the records are rewritten (a kill
+    between the two repeats the record at the next run), and one warning (:class:`geoagent.config.InputWarning`: a
+    ``warning:`` line on the CLI's console) gives the counts. Returns ``{site: image ids changed}``; ``{}`` (no
     record, no warning) when nothing was left to correct, so a second run says nothing.
 
     Raises
@@ -347,10 +347,11 @@ def correct_stored_capture_times(state_dir: str | Path) -> dict[str, dict[str, l
     n_sec = sum(len(f["converted_from_seconds"]) for f in fixed.values())
     n_unknown = sum(len(f["unknown"]) for f in fixed.values())
     warnings.warn(f"{count_text(n_sec + n_unknown, 'image')} of {count_text(len(fixed), 'site')} kept a capture time "
-                  f"stored before the captured_at rule (a value sent in seconds kept as milliseconds: a time in 1970): "
+                  "stored before the captured_at rule (a value sent in seconds kept as milliseconds: a time in "
+                  "1970): "
                   f"{n_sec} read as seconds now, {n_unknown} unknown (a time before 1990 either way); corrected in "
-                  f"{state_dir / SELECTION_DIR} (each image's captured_at_note), one mapillary_captured_at decision per "
-                  f"site in {C.CRAWL_DECISIONS_FILE}", InputWarning, stacklevel=2)
+                  f"{state_dir / SELECTION_DIR} (each image's captured_at_note), one mapillary_captured_at decision "
+                  f"per site in {C.CRAWL_DECISIONS_FILE}", InputWarning, stacklevel=2)
     return fixed
 
 

@@ -282,7 +282,8 @@ def captured_at_correction_note(fixed: dict[str, list[str]]) -> dict[str, Any]:
                        "1990 either way, now unknown; each image's captured_at_note in the selection record")}
 
 
-def correct_campaign_selections(state_dir: str | Path, *, before_writing: Any = None) -> dict[str, dict[str, list[str]]]:
+def correct_campaign_selections(state_dir: str | Path, *,
+                                before_writing: Any = None) -> dict[str, dict[str, list[str]]]:
     """Rewrite (atomically) each of the campaign's own selection records (``<state_dir>/image_selection/<site>.json``)
     that holds capture times stored before the ``captured_at`` rule, corrected (:func:`correct_stored_captured_at`);
     returns ``{site: the image ids changed}`` for the records rewritten (``{}`` when there were none). Records of

@@ -1220,7 +1220,8 @@ def logged_rating_model(state_dir: str | Path, rec: Any) -> str | None:
         if not isinstance(r, dict) or "qid" not in r:
             return None
         qid = str(r["qid"])
-        logged.append((r.get("familiarity"), bool(r.get("ok")), {**index.get((qid, None), {}), **index.get((qid, city), {})}))
+        by_model = {**index.get((qid, None), {}), **index.get((qid, city), {})}  # the city's decision wins
+        logged.append((r.get("familiarity"), bool(r.get("ok")), by_model))
 
     def made_it(model: str) -> bool:
         decided = False
@@ -1325,7 +1326,8 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     warnings.warn(f"{n} ladder file{'' if n == 1 else 's'} in {src} {'was' if n == 1 else 'were'} built under another "
                   f"referenceability auditor ({', '.join(repr(a) for a in sorted(auditors))}) than the one that rated "
                   f"{'its site' if n == 1 else 'their sites'} (rated/<site>.json rating_model, or for an older record "
-                  f"the model its decisions in {C.AUDIT_DECISIONS_FILE} name; the config's, {ladder_auditor(settings)!r}, "
+                  f"the model its decisions in {C.AUDIT_DECISIONS_FILE} name; the config's, "
+                  f"{ladder_auditor(settings)!r}, "
                   f"where neither says): moved to {dest} (kept, read by "
                   f"nothing); the ladders of the stored ratings are in {src}", InputWarning, stacklevel=2)
     return moved
