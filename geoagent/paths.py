@@ -184,11 +184,23 @@ def safe_name(value: str, *, what: str = "name") -> str:
 
 
 def safe_image_id(value: str | int) -> str:
-    """Return a Mapillary image id as a string if it is 1-32 decimal digits, else raise ``ValueError``."""
+    """A Mapillary image id in its canonical form: 1-32 ASCII decimal digits, written without leading zeros
+    (``"0800000000001"`` -> ``"800000000001"``; ``"0"`` stays ``"0"``).
+
+    Source: Mapillary Graph API v4, an image's ``id`` is a numeric id sent as a string (api-notes section 6; the
+    official SDK also takes it as an integer). A leading zero writes the same number another way, so it names the
+    same image: every id becomes a file name, a dictionary key or a request path through this function, and two
+    spellings of one id always give one image.
+
+    Raises
+    ------
+    ValueError
+        Anything that is not 1-32 ASCII digits (a sign, a space, a newline, a superscript or other Unicode digit).
+    """
     text = str(value)
     if not _DIGITS.fullmatch(text):
         raise ValueError(f"image id must be decimal digits, got {text!r}")
-    return text
+    return text.lstrip("0") or "0"
 
 
 

@@ -265,8 +265,17 @@ def pano_flag(value: Any) -> bool:
     return True
 
 
+def _canonical_id(value: Any) -> str | None:
+    """``value`` as a canonical image id (:func:`geoagent.paths.safe_image_id`), None when it is none."""
+    try:
+        return safe_image_id(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    except ValueError:
+        return None
+
+
 def parse_image(obj: dict[str, Any], thumb_field: str | None = None) -> MapillaryImage | None:
-    """Parse one image object; None when the id is not digits or there is no usable position."""
+    """Parse one image object; None when the id is not digits or there is no usable position. The id is kept in
+    its canonical form (:func:`geoagent.paths.safe_image_id`: ``"0123"`` is image ``"123"``)."""
     try:
         image_id = safe_image_id(obj.get("id", ""))
     except ValueError:
@@ -638,7 +647,7 @@ class MapillaryClient:
             (:meth:`_graph_get`), then raised as :class:`~geoagent.runtime.http.RetriesExhausted`."""
         iid = safe_image_id(image_id)
         data = await self._graph_get(f"{self.base_url}/{iid}", {"fields": ",".join(fields)})
-        if not isinstance(data, dict) or str(data.get("id")) != iid:
+        if not isinstance(data, dict) or _canonical_id(data.get("id")) != iid:  # "0123" is image 123 (safe_image_id)
             raise MapillaryError(f"Mapillary image {iid}: unexpected body {orjson.dumps(data)[:200]!r}")
         return data
 

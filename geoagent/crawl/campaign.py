@@ -62,6 +62,10 @@ class CrawlCampaign(CampaignKind):
         added to a finished crawl reach ``images.csv``, ``image_audit.csv``, the agreement files and the
         export this run writes; the hand-off then builds ``verify_trials.csv`` with them.
 
+        Before that, a run (not a dry run) corrects the capture times its selection records hold from before the
+        ``captured_at`` rule (:func:`correct_stored_capture_times`: a value sent in seconds kept as a time in 1970),
+        with a decision per site and one warning.
+
         The human review decisions (``[crawl.referenceability] review_verdicts``) are read here too (same errors,
         :func:`geoagent.crawl.review.review_verdicts_of`), and a run of a crawl that has rated sites rebuilds every
         ladder with them and writes the resolution table and decision log
@@ -87,6 +91,8 @@ class CrawlCampaign(CampaignKind):
 
             warnings.warn(note, ConfigWarning, stacklevel=2)
         state_dir = Path(services.get("state_dir") or cfg.state_dir())
+        if not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY):
+            correct_stored_capture_times(state_dir)
         if (not services.get(C.SERVICE_DRY_RUN) and not services.get(C.SERVICE_READ_ONLY)
                 and (state_dir / "image_audit").is_dir()):
             from geoagent.crawl.stages import rewrite_image_tables
@@ -108,12 +114,16 @@ class CrawlCampaign(CampaignKind):
         planned cities added to the config file (:func:`geoagent.crawl.stages.cities_run_with`, in the file's
         order), so the manifest records them and a re-run of the unchanged file reports no config change; None
         when the run planned none anew (or did not watch). Only the cities are taken from the file: another edit
-        made while watching was not run with, and the next run's drift check names it."""
+        made while watching was not run with, and the next run's drift check names it. ``cfg`` itself when every
+        city recorded was taken back (:func:`geoagent.crawl.stages.watch_config_cities` ``on_not_queued``), so the
+        entry records the start's config again."""
         from geoagent.crawl.stages import SERVICE_WATCHED_CITIES, cities_run_with
 
         seen = ctx.services.get(SERVICE_WATCHED_CITIES)
-        if not isinstance(seen, dict) or not seen.get("added"):
+        if not isinstance(seen, dict) or not (seen.get("added") or seen.get("recorded")):
             return None
+        if not seen.get("added"):  # every city it recorded was taken back (queued by another process): the start's
+            return cfg
         raw = dict(cfg.tasks.get("crawl") or {})
         cities = cities_run_with(_settings(cfg).cities, seen["added"], seen.get("last_read"))
         raw["cities"] = [c.model_dump(mode="json", exclude_unset=False) for c in cities]
@@ -299,6 +309,50 @@ class CrawlCampaign(CampaignKind):
         if warning:
             lines.append(f"  {warning}")
         return lines
+
+
+def correct_stored_capture_times(state_dir: str | Path) -> dict[str, dict[str, list[str]]]:
+    """Correct, in the crawl's own selection records (``image_selection/<site>.json``), the capture times stored
+    before the ``captured_at`` rule (:func:`geoagent.crawl.fetcher.correct_campaign_selections`: a value plausible
+    only as seconds, which the client before the rule kept as milliseconds, a time in 1970, is read as seconds; any
+    other time before 1990 is unknown). Each site corrected gets one ``crawl_decisions.jsonl`` record (stage
+    ``imagery_fetcher``, ``event`` ``"mapillary_captured_at"``, ``stored`` true, the image ids:
+    :func:`geoagent.crawl.fetcher.captured_at_correction_note`), logged before the records are rewritten (a kill
+    between the two repeats the record at the next run), and one warning (:class:`geoagent.config.InputWarning`: a
+    ``warning:`` line on the CLI's console) gives the counts. Returns ``{site: image ids changed}``; ``{}`` (no
+    record, no warning) when nothing was left to correct, so a second run says nothing.
+
+    Raises
+    ------
+    OSError
+        A record or the decision log could not be written."""
+    import time
+    import warnings
+
+    from geoagent.config import InputWarning
+    from geoagent.crawl.fetcher import SELECTION_DIR, captured_at_correction_note, correct_campaign_selections
+    from geoagent.files import append_jsonl
+
+    state_dir = Path(state_dir)
+
+    def log(fixed: dict[str, dict[str, list[str]]]) -> None:  # before the records are rewritten
+        ts = round(time.time(), 3)
+        append_jsonl(state_dir / C.CRAWL_DECISIONS_FILE,
+                     [{"ts": ts, "stage": C.STAGE_FETCHER, "site": site, **captured_at_correction_note(f)}
+                      for site, f in fixed.items()])
+
+    fixed = correct_campaign_selections(state_dir, before_writing=log)
+    if not fixed:
+        return fixed
+    n_sec = sum(len(f["converted_from_seconds"]) for f in fixed.values())
+    n_unknown = sum(len(f["unknown"]) for f in fixed.values())
+    warnings.warn(f"{count_text(n_sec + n_unknown, 'image')} of {count_text(len(fixed), 'site')} kept a capture time "
+                  "stored before the captured_at rule (a value sent in seconds kept as milliseconds: a time in "
+                  "1970): "
+                  f"{n_sec} read as seconds now, {n_unknown} unknown (a time before 1990 either way); corrected in "
+                  f"{state_dir / SELECTION_DIR} (each image's captured_at_note), one mapillary_captured_at decision "
+                  f"per site in {C.CRAWL_DECISIONS_FILE}", InputWarning, stacklevel=2)
+    return fixed
 
 
 def sandbox_world_note(settings: CrawlSettings) -> str | None:

@@ -65,7 +65,7 @@ from typing import Any
 import orjson
 from PIL import Image, ImageStat
 
-from geoagent.clients.mapillary import MapillaryImage, ThumbnailUnavailable
+from geoagent.clients.mapillary import EARLIEST_CAPTURE_MS, MapillaryImage, ThumbnailUnavailable, read_captured_at
 from geoagent.crawl.settings import FetcherSettings
 from geoagent.geo import haversine_km
 from geoagent.paths import safe_image_id, safe_name
@@ -233,17 +233,111 @@ def selection_path(images_root: str | Path, site: str, key: str) -> Path:
     return site_dir(images_root, site) / f"images-{key}.json"
 
 
-def load_selection(path: str | Path, key: str, *, images_root: str | Path | None = None) -> dict[str, Any] | None:
+#: the end of the ``captured_at_note`` of a capture time corrected in a selection record stored before the rule
+#: of :func:`geoagent.clients.mapillary.read_captured_at` (:func:`correct_stored_captured_at`)
+STORED_BEFORE_RULE = ("corrected when read: the selection was stored before this rule (2026-12-02), which kept the "
+                      "value as milliseconds")
+
+
+def correct_stored_captured_at(rec: Any) -> dict[str, list[str]]:
+    """Apply the ``captured_at`` rule (:func:`geoagent.clients.mapillary.read_captured_at`: a value plausible only as
+    seconds is read as seconds, any other time before 1990 is unknown) to the images of a selection record ``rec``
+    stored before the rule, in place; returns the image ids changed, ``{"converted_from_seconds": [...],
+    "unknown": [...]}`` (in record order, kept then rejected; both empty when nothing was changed).
+
+    Such a value is recognised exactly: before the rule the client stored the value sent, as it came, whenever it
+    lay between 0 and now as milliseconds; since the rule no stored ``captured_at_ms`` lies before 1990-01-01
+    (:data:`~geoagent.clients.mapillary.EARLIEST_CAPTURE_MS`: the value was read as seconds, times 1000, or is None,
+    each with a ``captured_at_note``). So an integer ``captured_at_ms`` below it without a note is the value sent,
+    and the rule gives what a fetch now would: ``captured_at_ms`` is replaced and ``captured_at_note`` says the
+    decision, ending with :data:`STORED_BEFORE_RULE`. Entries of another shape are left as they are."""
+    out: dict[str, list[str]] = {"converted_from_seconds": [], "unknown": []}
+    if not isinstance(rec, dict):
+        return out
+    for part in ("kept", "rejected"):
+        entries = rec.get(part)
+        for m in entries if isinstance(entries, list) else []:
+            if not isinstance(m, dict) or m.get("captured_at_note"):
+                continue
+            v = m.get("captured_at_ms")
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < EARLIEST_CAPTURE_MS:
+                continue
+            ms, note = read_captured_at(v)
+            if note is None:  # not reachable for such a value; left as it is rather than guessed at
+                continue
+            m["captured_at_ms"] = ms
+            m["captured_at_note"] = f"{note}; {STORED_BEFORE_RULE}"
+            out["converted_from_seconds" if ms is not None else "unknown"].append(str(m.get("image_id")))
+    return out
+
+
+def captured_at_correction_note(fixed: dict[str, list[str]]) -> dict[str, Any]:
+    """The decision-log record (``event`` ``"mapillary_captured_at"``, ``stored`` true) of the capture times of one
+    site's stored selection corrected by :func:`correct_stored_captured_at` (``fixed``: its return value)."""
+    return {"event": "mapillary_captured_at", "stored": True,
+            "converted_from_seconds": list(fixed["converted_from_seconds"]), "unknown": list(fixed["unknown"]),
+            "reason": (f"selection stored before the captured_at rule (epoch milliseconds, Mapillary API v4): "
+                       f"{len(fixed['converted_from_seconds'])} image(s) kept a value plausible only as seconds as "
+                       f"milliseconds (a time in 1970), now read as seconds; {len(fixed['unknown'])} a time before "
+                       "1990 either way, now unknown; each image's captured_at_note in the selection record")}
+
+
+def correct_campaign_selections(state_dir: str | Path, *,
+                                before_writing: Any = None) -> dict[str, dict[str, list[str]]]:
+    """Rewrite (atomically) each of the campaign's own selection records (``<state_dir>/image_selection/<site>.json``)
+    that holds capture times stored before the ``captured_at`` rule, corrected (:func:`correct_stored_captured_at`);
+    returns ``{site: the image ids changed}`` for the records rewritten (``{}`` when there were none). Records of
+    other campaigns in the shared images root are not rewritten: every reader corrects them
+    (:func:`load_selection`, :func:`campaign_selections`). ``before_writing`` (a callable, optional) gets that
+    mapping before any record is rewritten (the crawl logs the decisions first: a kill before the rewrite repeats
+    them at the next run, never leaves a rewrite unlogged).
+
+    Raises
+    ------
+    OSError
+        A record could not be rewritten."""
+    own = Path(state_dir) / SELECTION_DIR
+    todo: list[tuple[Path, dict[str, Any]]] = []
+    out: dict[str, dict[str, list[str]]] = {}
+    for p in sorted(own.glob("*.json")) if own.is_dir() else []:
+        if (got := read_corrected_selection(p)) is not None:
+            todo.append((p, got[0]))
+            out[p.stem] = got[1]
+    if out and before_writing is not None:
+        before_writing(out)
+    for p, rec in todo:
+        _atomic_write(p, orjson.dumps(rec, option=orjson.OPT_INDENT_2))
+    return out
+
+
+def read_corrected_selection(path: Path) -> tuple[dict[str, Any], dict[str, list[str]]] | None:
+    """The selection record at ``path`` corrected (:func:`correct_stored_captured_at`; the file is not rewritten) and
+    the image ids changed, or None when nothing was (no file, an unreadable one, or nothing to correct)."""
+    try:
+        rec = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    fixed = correct_stored_captured_at(rec)
+    return (rec, fixed) if fixed["converted_from_seconds"] or fixed["unknown"] else None
+
+
+def load_selection(path: str | Path, key: str, *, images_root: str | Path | None = None,
+                   corrected: list[dict[str, list[str]]] | None = None) -> dict[str, Any] | None:
     """The selection record at ``path`` if it was made with the settings of ``key`` (its ``selection_key``),
     else None (missing, unreadable, made with other settings, or by a version that recorded none). With
     ``images_root``, also None when a kept image's thumbnail is not on disk there (the selection is redone,
-    downloading what is missing)."""
+    downloading what is missing). Capture times stored before the ``captured_at`` rule come back corrected
+    (:func:`correct_stored_captured_at`; the file is not rewritten here), and ``corrected`` (a list, when given)
+    gets the image ids changed when there were any."""
     try:
         rec = orjson.loads(Path(path).read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
     if not isinstance(rec, dict) or rec.get("selection_key") != key or not isinstance(rec.get("kept"), list):
         return None
+    fixed = correct_stored_captured_at(rec)
+    if corrected is not None and (fixed["converted_from_seconds"] or fixed["unknown"]):
+        corrected.append(fixed)
     if images_root is not None:
         for k in rec["kept"]:
             try:
@@ -260,7 +354,8 @@ def campaign_selections(state_dir: str | Path, images_root: str | Path) -> dict[
     The campaign's own records (``<state_dir>/image_selection/<site>.json``); for a site without one that the
     campaign audited (``<state_dir>/image_audit/<site>/``: a crawl before this version), the site's
     ``images.json`` in the images root, as those crawls read it. Another campaign's selections in the shared
-    images root are never counted."""
+    images root are never counted. Capture times stored before the ``captured_at`` rule come back corrected
+    (:func:`correct_stored_captured_at`; the files are not rewritten here: :func:`correct_campaign_selections`)."""
     state_dir, images_root = Path(state_dir), Path(images_root)
     out: dict[str, dict[str, Any]] = {}
 
@@ -274,12 +369,14 @@ def campaign_selections(state_dir: str | Path, images_root: str | Path) -> dict[
     for p in sorted(own.glob("*.json")) if own.is_dir() else []:
         rec = load(p)
         if isinstance(rec, dict):
+            correct_stored_captured_at(rec)
             out[p.stem] = rec
     audited = state_dir / "image_audit"
     for d in sorted(audited.iterdir()) if audited.is_dir() else []:
         if d.is_dir() and d.name not in out:
             rec = load(images_root / d.name / METADATA_FILE)
             if isinstance(rec, dict):
+                correct_stored_captured_at(rec)
                 out[d.name] = rec
     return dict(sorted(out.items()))
 

@@ -24,6 +24,7 @@ from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, extract_json_lik
 from geoagent.crawl.settings import ImageAuditSettings
 from geoagent.files import atomic_open
 from geoagent.providers.base import ModelRequest
+from geoagent.paths import safe_image_id
 
 SCENE_TYPES = ("street", "indoor", "vehicle_interior", "closeup", "other")
 #: keys that mark an object in the answer as the audit itself (not an aside in the prose)
@@ -141,14 +142,19 @@ _ID_IN_PATH = re.compile(r"([0-9]{1,32})\.jpe?g$", re.I)
 
 
 def image_key(path_or_id: str) -> str:
-    """Image id from ``streetview\\site\\123.jpg``, ``images/site/123.jpg`` or ``123``."""
+    """Image id from ``streetview\\site\\123.jpg``, ``images/site/123.jpg`` or ``123``, in its canonical form
+    (:func:`geoagent.paths.safe_image_id`: ``0123`` and ``123`` are one image).
+
+    Raises
+    ------
+    ValueError
+        No image id there (ASCII digits only: a Unicode digit such as ``"\u00b2"`` is none)."""
     s = str(path_or_id).strip()
     m = _ID_IN_PATH.search(s.replace("\\", "/"))
-    if m:
-        return m.group(1)
-    if s.isdigit():
-        return s
-    raise ValueError(f"cannot find an image id in {path_or_id!r}")
+    try:
+        return safe_image_id(m.group(1) if m else s)
+    except ValueError:
+        raise ValueError(f"cannot find an image id in {path_or_id!r}") from None
 
 
 def read_human_verdicts(path: str | Path) -> dict[str, dict[str, str]]:

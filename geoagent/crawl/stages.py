@@ -70,7 +70,7 @@ import asyncio
 import contextlib
 import random
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -564,16 +564,25 @@ class CityScreenerStage(_CrawlStage):
             def on_new(city: CitySpec) -> None:
                 added[0] += 1
                 seen["added"].append(city)
-                # recorded in the run's manifest entry now, not only at the run's end: a crawl killed outright
-                # (SIGKILL) would leave the config of its start there, and the next run would call the added
-                # city a config change
+                seen["recorded"] = True  # config_at_end: a record taken back later restores the start's config
+                # recorded in the run's manifest entry now, before the city is queued (watch_config_cities), not
+                # only at the run's end: a crawl killed outright (SIGKILL) would leave the config of its start
+                # there, and the next run would call the added city a config change
+                record_watched_city(ctx.services.get(C.SERVICE_RECORD_RUN_SO_FAR), city)
+
+            def on_not_queued(city: CitySpec) -> None:
+                # the queue held it already (another process of the campaign queued it) or the put failed: not
+                # planned by this run after all, so its record is taken back
+                added[0] -= 1
+                seen["added"] = [c for c in seen["added"] if c is not city]
                 record_watched_city(ctx.services.get(C.SERVICE_RECORD_RUN_SO_FAR), city)
 
             def on_read(cities: list[CitySpec]) -> None:
                 seen["last_read"] = list(cities)
 
-            self._watch = asyncio.create_task(watch_config_cities(str(source), self._watch_queue, stop=self._stop_watch,
-                                                                  on_new=on_new, on_read=on_read))
+            self._watch = asyncio.create_task(watch_config_cities(
+                str(source), self._watch_queue, stop=self._stop_watch, on_new=on_new, on_read=on_read,
+                on_not_queued=on_not_queued, known_keys=[key for key, _ in city_messages(svc.settings.cities)]))
 
     async def stop(self, ctx: StageContext) -> None:
         if self._watch is not None:
@@ -775,10 +784,14 @@ class ImageryFetcherStage(_CrawlStage):
         except (KeyError, TypeError, ValueError) as e:
             raise PermanentFailure(f"site {sid}: no usable coordinates ({e!r})") from None
         own = svc.state_dir / fetch_mod.SELECTION_DIR / f"{sid}.json"
+        # the campaign's own record holds no capture time stored before the captured_at rule: the start of every
+        # run (and process) corrects them (geoagent.crawl.campaign.correct_stored_capture_times); a shared record
+        # of an earlier version comes back corrected and becomes the campaign's own so, the decision logged first
+        corrected: list[dict[str, list[str]]] = []
         rec = fetch_mod.load_selection(own, key)
         if rec is None:
             rec = fetch_mod.load_selection(fetch_mod.selection_path(svc.images_root, sid, key), key,
-                                           images_root=svc.images_root)
+                                           images_root=svc.images_root, corrected=corrected)
             if rec is None:
                 self._token_gate(svc)
                 try:
@@ -789,6 +802,8 @@ class ImageryFetcherStage(_CrawlStage):
                     raise
                 svc.downloads_this_run += res.downloads
                 rec = res.to_json()
+            for fixed in corrected:
+                await svc.decision_logger(self.name, site=sid)(fetch_mod.captured_at_correction_note(fixed))
             _dump(own, rec)
         return [(f"site:{sid}", {"site": site, "images": rec["kept"]})]
 
@@ -1140,7 +1155,7 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
     seed = ls.seed if ls.seed is not None else settings.seed
     rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
                         site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
-    out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, rated_auditor(settings, rec), "en")
+    out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, rated_auditor(settings, rec, state_dir), "en")
     write_ladder_csv(rows, out)
     return out
 
@@ -1157,13 +1172,85 @@ def ladder_auditor(settings: CrawlSettings) -> str:
     return _auditor_part(settings.referenceability.model)
 
 
-def rated_auditor(settings: CrawlSettings, rec: Any) -> str:
+#: (path, mtime_ns, size) of the last ``audit_decisions.jsonl`` read by :func:`logged_rating_model`, and its index
+_LOGGED_DECISIONS: dict[str, Any] = {"stamp": None, "index": {}}
+
+
+def _logged_decisions(state_dir: Path) -> dict[tuple[str, str | None], dict[str, dict[str, Any]]]:
+    """``{(qid, city): {model: decision}}`` over the crawl's ``audit_decisions.jsonl`` (the last record of each model,
+    QID and city, as the auditor reads it: :class:`geoagent.crawl.referenceability.JsonlLog`); rating models only
+    (``sens|...`` and ``review|...`` records name no rating model). Read again only when the file changed."""
+    from geoagent.crawl.referenceability import JsonlLog
+
+    path = state_dir / C.AUDIT_DECISIONS_FILE
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    stamp = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if _LOGGED_DECISIONS["stamp"] != stamp:
+        index: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {}
+        for (model, qid, city), rec in JsonlLog(path).records.items():
+            if not model.startswith(("sens|", "review|")):
+                index.setdefault((qid, city), {})[model] = rec
+        _LOGGED_DECISIONS.update(stamp=stamp, index=index)
+    return _LOGGED_DECISIONS["index"]
+
+
+def logged_rating_model(state_dir: str | Path, rec: Any) -> str | None:
+    """The model that made the ratings of a ``rated/<site>.json`` record ``rec``, read from the crawl's decision log
+    (``audit_decisions.jsonl``, where every rating decision is logged with its ``model``): the one rating model whose
+    logged decision for each of the record's candidates (made for the site's city, :func:`_rating_city`, or, in a log
+    of a version before ratings were kept per city, for none) has the record's ``familiarity`` and ``ok``, as the
+    record was built from them (:meth:`geoagent.crawl.referenceability.ReferenceabilityAuditor.audit`). A candidate
+    the record holds unrated (``familiarity`` None) may have no decision; at least one must have one.
+
+    For records from before ``rating_model`` was recorded (:func:`rated_auditor`). Returns None when the log cannot
+    single one model out: no log, no record, no model with those decisions, or several models with the very same
+    ones (a renamed auditor that rated the same candidates alike)."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("rated"), list) or not rec["rated"]:
+        return None
+    index = _logged_decisions(Path(state_dir))
+    if not index:
+        return None
+    site = rec.get("site")
+    city = _rating_city(site) if isinstance(site, dict) else None
+    logged: list[tuple[Any, bool, dict[str, dict[str, Any]]]] = []
+    for r in rec["rated"]:
+        if not isinstance(r, dict) or "qid" not in r:
+            return None
+        qid = str(r["qid"])
+        by_model = {**index.get((qid, None), {}), **index.get((qid, city), {})}  # the city's decision wins
+        logged.append((r.get("familiarity"), bool(r.get("ok")), by_model))
+
+    def made_it(model: str) -> bool:
+        decided = False
+        for fam, ok, by_model in logged:
+            d = by_model.get(model)
+            if d is None:
+                if fam is not None:
+                    return False
+                continue  # an unrated candidate: a model may have logged nothing for it
+            if d.get("familiarity") != fam or bool(d.get("ok")) != ok:
+                return False
+            decided = True
+        return decided
+
+    models = {m for m in set().union(*(by_model for _, _, by_model in logged)) if made_it(m)}
+    return next(iter(models)) if len(models) == 1 else None
+
+
+def rated_auditor(settings: CrawlSettings, rec: Any, state_dir: str | Path | None = None) -> str:
     """The auditor part of the ladder file name of a site whose ``rated/<site>.json`` record is ``rec``: the model
     that rated it, as the record names it (``rating_model``: the ``[[models]]`` name of the auditor that rated, recorded
-    since 2026-12-02), written as :func:`ladder_auditor` writes names; a record without it (an older crawl's, which
-    did not record who rated) takes the config's auditor (:func:`ladder_auditor`). So a ladder rebuilt after the
-    auditor was renamed or replaced keeps the name of the model whose ratings it holds."""
+    since 2026-12-02), written as :func:`ladder_auditor` writes names. A record without it (an older crawl's, which
+    did not record who rated) takes the model the crawl's decision log names for its ratings
+    (:func:`logged_rating_model`, with ``state_dir``: the crawl's state folder), and the config's auditor
+    (:func:`ladder_auditor`) where the log cannot say. So a ladder rebuilt after the auditor was renamed or replaced
+    keeps the name of the model whose ratings it holds."""
     model = rec.get("rating_model") if isinstance(rec, dict) else None
+    if not (isinstance(model, str) and model.strip()) and state_dir is not None:
+        model = logged_rating_model(state_dir, rec)
     return _auditor_part(model) if isinstance(model, str) and model.strip() else ladder_auditor(settings)
 
 
@@ -1173,8 +1260,9 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     a ``warning:`` line on the CLI's console) naming how many, the auditor(s) they were built under and the folder.
 
     The name a site's ladder must have is ``<site>_ladder_<auditor>-en.csv`` with the auditor of its
-    ``rated/<site>.json`` record (:func:`rated_auditor`: the model recorded as having rated it; the config's auditor,
-    :func:`ladder_auditor`, for a record that names none, an older crawl's, and for a ladder whose site has no rated
+    ``rated/<site>.json`` record (:func:`rated_auditor`: the model recorded as having rated it; for a record that names
+    none, an older crawl's, the model its decisions in ``audit_decisions.jsonl`` name, :func:`logged_rating_model`;
+    the config's auditor, :func:`ladder_auditor`, where the log cannot say and for a ladder whose site has no rated
     record). Ladders are a function of the stored ratings: a run of a crawl with rated sites rebuilds every ladder
     (:func:`apply_review_verdicts`), and every reader of ``ladders/`` (the export's ``ladders`` table, a GeoHint
     campaign over the crawl, the gazetteer) takes every CSV there, so a second file of one site under another auditor's
@@ -1198,7 +1286,7 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     for p in sorted((state_dir / "rated").glob("*.json")) if (state_dir / "rated").is_dir() else []:
         rec = _load(p)
         try:
-            expected.add(ladder_file_name(p.stem, rated_auditor(settings, rec), "en"))
+            expected.add(ladder_file_name(p.stem, rated_auditor(settings, rec, state_dir), "en"))
         except ValueError:  # not a site id a ladder can be named by
             continue
         prefixes.append(f"{p.stem}_ladder_")
@@ -1237,8 +1325,10 @@ def set_aside_other_auditor_ladders(settings: CrawlSettings, state_dir: str | Pa
     n = len(moved)  # a "warning: ..." line on the CLI's console, as its other warnings
     warnings.warn(f"{n} ladder file{'' if n == 1 else 's'} in {src} {'was' if n == 1 else 'were'} built under another "
                   f"referenceability auditor ({', '.join(repr(a) for a in sorted(auditors))}) than the one that rated "
-                  f"{'its site' if n == 1 else 'their sites'} (rated/<site>.json rating_model; the config's, "
-                  f"{ladder_auditor(settings)!r}, for a site whose record names none): moved to {dest} (kept, read by "
+                  f"{'its site' if n == 1 else 'their sites'} (rated/<site>.json rating_model, or for an older record "
+                  f"the model its decisions in {C.AUDIT_DECISIONS_FILE} name; the config's, "
+                  f"{ladder_auditor(settings)!r}, "
+                  f"where neither says): moved to {dest} (kept, read by "
                   f"nothing); the ladders of the stored ratings are in {src}", InputWarning, stacklevel=2)
     return moved
 
@@ -1299,6 +1389,7 @@ def refresh_review_resolution(settings: CrawlSettings, state_dir: str | Path) ->
 
 #: ctx.services key of a ``--watch`` crawl's config watcher: ``{"added": [CitySpec, ...], "last_read": [CitySpec, ...] |
 #: None}``: the cities it planned anew (in the order found) and the file's ``[[crawl.cities]]`` as last read
+#: (``"recorded": True`` once a city was recorded: the run's manifest entry holds a config of its own since)
 SERVICE_WATCHED_CITIES = "crawl_watched_cities"
 
 
@@ -1347,7 +1438,9 @@ async def enqueue_cities(queue: WorkQueue, cities: Sequence[CitySpec]) -> int:
 async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, interval_s: float = 10.0,
                               stop: asyncio.Event | None = None,
                               on_new: Callable[[CitySpec], None] | None = None,
-                              on_read: Callable[[list[CitySpec]], None] | None = None) -> None:
+                              on_read: Callable[[list[CitySpec]], None] | None = None,
+                              on_not_queued: Callable[[CitySpec], None] | None = None,
+                              known_keys: Iterable[str] = ()) -> None:
     """Re-read the config every ``interval_s`` and enqueue cities added to ``[[crawl.cities]]`` (daemon
     ``--watch``: editing the config file is how a city is added to a running crawl). A config that cannot be
     read or fails to parse is skipped and the previous cities stay; a warning says so
@@ -1357,9 +1450,17 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
     Each city that is new to the ``cities`` queue (its key ``city:<slug>`` was never queued, in any state) is
     logged on its own line (``crawl --watch: planned new city 'Name' (city:<slug>), found in CONFIG``: the file
     is only read, never edited; printed, since a watching crawl is
-    interactive) and passed to ``on_new``; cities already queued (the run's own plan, an earlier run's) are
-    not. ``on_read`` gets the file's whole ``[[crawl.cities]]`` list (in its order) after each read that parsed.
-    Source: issue 5 (the crawl daemon's watch mode)."""
+    interactive); cities already queued (the run's own plan, an earlier run's) are not. ``on_read`` gets the
+    file's whole ``[[crawl.cities]]`` list (in its order) after each read that parsed.
+
+    Record first, then queue (crash safety): a city not among ``known_keys`` (the keys the run planned at its
+    start) nor queued by an earlier read is passed to ``on_new`` (the crawl records it in the run's manifest entry)
+    BEFORE it is put on the queue, so a process killed between the two steps leaves it recorded and not queued,
+    which the next run, planning every city of its config, queues; never queued and unrecorded. When the put
+    finds the key queued already (another process of the campaign) or raises, ``on_not_queued`` gets the city (the
+    crawl takes its record back; a failed put is tried again at the next read; a put cancelled by a stop keeps the
+    record, as it may have committed). Source: issue 5 (the crawl
+    daemon's watch mode); the order: session 14's leftover (a kill between queueing and recording)."""
     import logging
     import tomllib
 
@@ -1367,7 +1468,7 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
 
     log = logging.getLogger(__name__)
     stop = stop or asyncio.Event()
-    known: set[str] = set()
+    known: set[str] = set(known_keys)
     while not stop.is_set():
         try:
             with open(config_path, "rb") as f:  # as load_config reads it: a byte-order mark is dropped
@@ -1378,14 +1479,24 @@ async def watch_config_cities(config_path: str | Path, queue: WorkQueue, *, inte
             for key, payload in city_messages(settings.cities):
                 if key in known:
                     continue
+                city = CitySpec.model_validate(payload["city"])
+                if on_new is not None:  # recorded before it is queued: a kill between the two leaves it recorded
+                    on_new(city)
+                try:
+                    queued = await queue.put(key, payload)
+                except Exception:  # not queued: taken back, tried again at the next read
+                    if on_not_queued is not None:
+                        on_not_queued(city)
+                    raise
+                # (a stop cancelling the put leaves the record: the put may have committed, and a city recorded but
+                # not queued is queued by the next run, which plans every city of its config)
                 known.add(key)
-                if await queue.put(key, payload):
-                    city = CitySpec.model_validate(payload["city"])
+                if queued:
                     line = f"crawl --watch: planned new city {city.city!r} ({key}), found in {config_path}"
                     log.info("%s", line)
                     print(line, flush=True)
-                    if on_new is not None:
-                        on_new(city)
+                elif on_not_queued is not None:
+                    on_not_queued(city)
         except (OSError, ValueError) as e:
             # a "warning: ..." line on the CLI's console, as the crawl's other warnings (InputWarning); the same
             # text every interval_s while the file stays broken is printed once (Python's default filter)
