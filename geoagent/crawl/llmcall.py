@@ -23,6 +23,7 @@ the crawl's own record of the answer (the image audit's ``image_audit/<site>/<im
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 from collections.abc import Callable
@@ -38,6 +39,23 @@ from geoagent.workers.billing import booked_answer, close_failed_call, worst_cas
 
 #: why a crawl model call was given up at a stop request
 STOP_NOT_SENT = "stop requested before the model call was sent: released unsent"
+#: how long (s) a metered call whose request key is in flight in another process of the campaign waits for that
+#: call's stored answer before giving up (retryable, nothing sent): the model caller's ``budget_wait_s`` default
+IN_FLIGHT_WAIT_S = 600.0
+#: how often (s) such a wait runs the ledger's crash recovery, so a dead owner's reservation cannot hold it for ever
+IN_FLIGHT_RECOVER_S = 5.0
+
+
+class _AnsweredElsewhere(Exception):
+    """Raised by the send hook: the store already holds the answer (nothing sent)."""
+
+    def __init__(self, response: ModelResponse) -> None:
+        super().__init__("answer already stored")
+        self.response = response
+
+
+class _InFlightElsewhere(Exception):
+    """Raised by the send hook: another process of the campaign holds an open reservation for the key."""
 
 
 def auditor_provider_kind(section: Any, model_cfg: Any = None, kinds: Any = None) -> str | None:
@@ -81,7 +99,13 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     (sharing ``ledger``'s database). The answer is then stored under the request key and its reservation
     settled in ONE transaction, as the model caller does, and a request whose answer is stored is answered
     from the store (no call, no reservation). Without it the answer is settled here and kept only by the
-    caller's own files, so a process killed between the two would pay for that answer again on resume.
+    caller's own files, so a process killed between the two would pay for that answer again on resume. With a
+    store the send-time step is the model caller's send gate (:func:`geoagent.workers.model_caller._lookup_or_reserve`):
+    an answer stored meanwhile is returned unsent, and a request key another process of the campaign holds an open
+    reservation for (its task's lease expired while that call was still on the wire, and the task came here) is not
+    sent: the call waits, polling with backoff up to 0.25 s and running the ledger's crash recovery every
+    :data:`IN_FLIGHT_RECOVER_S` s, until that answer is stored (returned) or the reservation is closed (then sent),
+    for at most :data:`IN_FLIGHT_WAIT_S` s.
     ``provider_kind`` (optional): what answers this auditor (:func:`auditor_provider_kind`), recorded with the
     stored answer as ``request_meta.provider_kind``; None records the request's provider when it is
     ``"simulated"`` or ``"replay"``, else nothing.
@@ -92,6 +116,9 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
         ``stopping()`` was true before the call was sent (nothing sent, no reservation).
     geoagent.runtime.ledger.BudgetExhausted
         The reservation does not fit under the cap (nothing was sent).
+    geoagent.workers.model_caller.CallFailed
+        The request key stayed in flight in another process for :data:`IN_FLIGHT_WAIT_S` s (nothing was sent;
+        retryable: the runner nacks the task).
     Exception
         Whatever the provider raised, after the reservation was closed by
         :func:`geoagent.workers.billing.close_failed_call`.
@@ -123,10 +150,27 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     # the token counts that amount is priced from, kept with the reservation (a withheld answer books them)
     worst = worst_case_usage(model_cfg, request, input_estimate_factor=factor, has_image=has_image, size_px=size)
     held: list[Any] = []  # the reservation, once made
+    name = getattr(model_cfg, "name", request.model)
 
     async def reserve() -> None:
         check_stop()  # at send time: a call that waited for its host while the stop came is not sent
-        reservation = await ledger.areserve(request.key(), worst_usd, model=getattr(model_cfg, "name", request.model))
+        if store is None:
+            reservation = await ledger.areserve(request.key(), worst_usd, model=name)
+        else:
+            # the model caller's send gate, in one database step: the stored answer; else, when another process of
+            # the campaign has this key in flight (its lease expired and the task came here while its call is still
+            # on the wire), nothing (sending now would pay twice); else the reservation (or the cap's refusal)
+            from geoagent.runtime.ledger import BudgetExhausted
+            from geoagent.workers.model_caller import _ELSEWHERE, _lookup_or_reserve
+
+            cached, got = await _lookup_or_reserve(store, ledger, request.key(), worst_usd, name)
+            if cached is not None:
+                raise _AnsweredElsewhere(cached)
+            if got is _ELSEWHERE:
+                raise _InFlightElsewhere()
+            if isinstance(got, BudgetExhausted):
+                raise got
+            reservation = got
         if stopping is not None and stopping():
             # the stop came while the reservation's database job ran (the model caller's send gate does the
             # same): sending now would put a request on the wire after the stop, which the grace period's
@@ -136,19 +180,45 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
             raise Abandoned(STOP_NOT_SENT)
         held.append(with_worst_tokens(reservation, worst.input_tokens, worst.output_tokens))
 
-    if getattr(provider, "supports_before_send", False):
+    hooked = bool(getattr(provider, "supports_before_send", False))
+    if hooked:
         # reserve at send time, once the host admitted the request (as the model caller does): a call
         # still waiting for its host holds no reservation, so a crash leaves no unknown spend for it
         request = dataclasses.replace(request, before_send=reserve)
-    else:
-        await reserve()
-    try:
-        resp = await provider.generate(request)
-    except BaseException as exc:
-        if held:  # else the reservation itself failed (e.g. BudgetExhausted): nothing was sent
-            # released only when certainly not billed; a cancelled or dropped call counts as unknown spend
-            await close_failed_call(ledger, held[0], exc, model_cfg)
-        raise
+    loop = asyncio.get_running_loop()
+    deadline = next_recover = 0.0
+    delay_s = 0.01
+    while True:
+        try:
+            if not hooked:
+                await reserve()
+            resp = await provider.generate(request)
+        except _AnsweredElsewhere as answered:  # stored meanwhile (by another process): no call
+            return answered.response
+        except _InFlightElsewhere:
+            # nothing sent, nothing reserved: wait for the other process's call (its stored answer, or its
+            # reservation closed), then look again; crash recovery turns a dead owner's reservation into
+            # unknown-outcome spend, after which this call is sent
+            now = loop.time()
+            if not deadline:
+                deadline, next_recover = now + IN_FLIGHT_WAIT_S, now + IN_FLIGHT_RECOVER_S
+            if now >= deadline:
+                from geoagent.workers.model_caller import CallFailed
+
+                raise CallFailed("the same request stayed in flight in another process") from None
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.25)
+            check_stop()
+            if loop.time() >= next_recover:
+                await ledger.db.run(ledger.recover)
+                next_recover = loop.time() + IN_FLIGHT_RECOVER_S
+            continue
+        except BaseException as exc:
+            if held:  # else the reservation itself failed (e.g. BudgetExhausted): nothing was sent
+                # released only when certainly not billed; a cancelled or dropped call counts as unknown spend
+                await close_failed_call(ledger, held[0], exc, model_cfg)
+            raise
+        break
     if not held:
         raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
     # shielded: the answer is paid for; a cancel now (the runner's grace period ending) must neither leave the
