@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.procs import proc_start, process_alive
-from geoagent.runtime.sqlite_wal import enable_wal
+from geoagent.runtime.sqlite_wal import connect, enable_wal
 from geoagent.runtime.stage import BudgetStop
 
 T = TypeVar("T")
@@ -134,7 +134,7 @@ class CampaignDB:
             raise ValueError("synchronous must be NORMAL or FULL")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
+        self._conn = connect(  # sqlite3.connect; a read-only folder is one clear error (DatabaseAccessError)
             self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
         self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
