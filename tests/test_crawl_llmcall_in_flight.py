@@ -5,7 +5,13 @@ second time: :func:`geoagent.crawl.llmcall.metered_generate` waits for the other
 model caller's send gate does (:func:`geoagent.workers.model_caller._lookup_or_reserve`). Before, the crawl
 looked the store up once, before its host slot, never asked whether the key was held elsewhere, and paid a
 second time. Two campaign states on one file (SQLite) or one server (Redis) are the two processes (each its
-own ledger owner); the local OpenAI-compatible fake answers slowly and logs every call it bills."""
+own ledger owner); the local OpenAI-compatible fake answers slowly and logs every call it bills.
+
+The same holds inside one process: a stage runner whose lease expired while its own worker was still on the call
+(the wall clock stepped forward past the visibility timeout: a suspend and resume, an NTP step) leases the task
+again and hands it to a second worker. Both calls have the same ledger owner, so "held elsewhere" cannot see the
+first; the second now waits for the key's turn in the process (as the model caller does, ``_one_call_per_key``)
+and gets the stored answer."""
 
 from __future__ import annotations
 
@@ -29,8 +35,9 @@ MODEL = ModelConfig(name="auditor", provider="openai", model="sim-gpt", price_in
                     price_output_usd_per_mtok=4.0, max_output_tokens=100)
 
 
+@pytest.mark.parametrize("same_process", [False, True], ids=["two-processes", "one-process"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_key_in_flight_in_another_process_is_not_sent_again(tmp_path, kind, request):
+def test_key_in_flight_in_another_process_is_not_sent_again(tmp_path, kind, same_process, request):
     url = request.getfixturevalue("redis_url") if kind == "redis" else None
 
     async def main():
@@ -41,7 +48,8 @@ def test_key_in_flight_in_another_process_is_not_sent_again(tmp_path, kind, requ
             req = ModelRequest(provider="openai", model="sim-gpt", prompt="Rate the place 0-5.",
                                params={"max_tokens": 100})
             first = open_state(kind, url, "audit", tmp_path, cap_usd=10.0)
-            second = open_state(kind, url, "audit", tmp_path, cap_usd=10.0)  # another process's ledger owner
+            # another process's ledger owner, or the same one (a second worker of the same process)
+            second = first if same_process else open_state(kind, url, "audit", tmp_path, cap_usd=10.0)
             try:
                 async with HttpClient(default_policy=policy) as http:
                     prov = OpenAICompatProvider(ProviderSettings(kind="openai", model="sim-gpt",
@@ -56,7 +64,8 @@ def test_key_in_flight_in_another_process_is_not_sent_again(tmp_path, kind, requ
                     a = await a
                 summary = (await first.ledger.asummary()).to_json()
             finally:
-                second.close()
+                if second is not first:
+                    second.close()
                 first.close()
             return a, b, summary, list(app[CALLS_KEY])
 
