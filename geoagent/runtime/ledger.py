@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.procs import proc_start, process_alive
-from geoagent.runtime.sqlite_wal import connect, enable_wal
+from geoagent.runtime.sqlite_wal import connect, damaged_file_error, enable_wal
 from geoagent.runtime.stage import BudgetStop
 
 T = TypeVar("T")
@@ -190,11 +190,24 @@ class CampaignDB:
             self._conn.execute("COMMIT")
 
     def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """Run one read-only query (autocommit snapshot) and return all rows."""
+        """Run one read-only query (autocommit snapshot) and return all rows.
+
+        Raises
+        ------
+        geoagent.runtime.sqlite_wal.DatabaseFileError
+            The query reached a damaged part of the file (``database disk image is malformed``: a file whose
+            header is whole opens, and its damage shows only here); the message names the file and what to do.
+        """
         with self._lock:
             if self._closed:
                 raise LedgerError(f"{self.path}: database is closed")
-            return self._conn.execute(sql, params).fetchall()
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                damaged = damaged_file_error(None, exc, self.path)
+                if damaged is None:
+                    raise
+                raise damaged from None
 
     def executescript(self, script: str) -> None:
         with self._lock:
