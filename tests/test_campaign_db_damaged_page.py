@@ -3,7 +3,8 @@ still opens, since its header and schema are whole; the damage shows only when a
 and ``export`` then ended with a ``sqlite3.DatabaseError: database disk image is malformed`` traceback (exit 1),
 and so did ``run`` at its end, after all its work, when it exported. Now a read that meets the damage names the
 file and what to do in one ``error:`` line (exit 2), as a file damaged at its start already did when opened
-(:func:`geoagent.runtime.sqlite_wal.damaged_file_error`)."""
+(:func:`geoagent.runtime.sqlite_wal.damaged_file_error`). The same for a queue file damaged inside (``status``
+read its task keys there)."""
 
 from __future__ import annotations
 
@@ -54,15 +55,19 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=240)
 
 
-def test_a_damaged_page_of_stored_answers_is_one_clear_error(tmp_path):
+@pytest.mark.parametrize("where, table, commands", [
+    ("state/dmg/campaign.sqlite", "responses", ("status", "export")),
+    ("queues/dmg/requests.sqlite", "tasks", ("status",)),
+])
+def test_a_damaged_page_of_stored_answers_is_one_clear_error(tmp_path, where, table, commands):
     cfg = _config(tmp_path)
     first = _cli("run", str(cfg), "--no-live")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    db = tmp_path / "state" / "dmg" / "campaign.sqlite"
+    db = tmp_path / where
     with sqlite3.connect(db) as conn:
         try:
-            pages = conn.execute("SELECT pageno FROM dbstat WHERE name = 'responses' AND pagetype = 'leaf'"
-                                 " ORDER BY pageno").fetchall()
+            pages = conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf'"
+                                 " ORDER BY pageno", (table,)).fetchall()
         except sqlite3.OperationalError:
             pytest.skip("this SQLite has no dbstat table to find a page of the stored answers")
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -70,8 +75,8 @@ def test_a_damaged_page_of_stored_answers_is_one_clear_error(tmp_path):
     with open(db, "r+b") as f:  # one leaf page of the stored answers overwritten
         f.seek((page - 1) * page_size)
         f.write(b"\xde\xad\xbe\xef" * (page_size // 4))
-    for command in (["status", str(cfg)], ["export", str(cfg)]):
-        out = _cli(*command)
+    for command in commands:
+        out = _cli(command, str(cfg))
         assert "Traceback" not in out.stderr, out.stderr[-3000:]
         assert out.returncode == 2, (command, out.returncode, out.stderr[-2000:])
         errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]

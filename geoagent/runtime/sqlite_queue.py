@@ -464,6 +464,13 @@ class SQLiteQueue(WorkQueue):
             if not wait and is_busy(exc):
                 raise _Busy from exc
             raise QueueError(f"queue {self.name!r} ({self.path}): {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            # a file whose header is whole opens, and damage inside it shows only when a statement reaches it:
+            # one clear line naming the file (the CLI prints it, exit 2), as at open
+            damaged = damaged_file_error(None, exc, self.path)
+            if damaged is None:
+                raise
+            raise QueueFileError(f"queue {self.name!r}: {damaged}") from None
         finally:
             if not wait:
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
