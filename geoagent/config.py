@@ -278,6 +278,11 @@ class PathsSection(_Section):
         return expand_home(v)
 
 
+#: the largest ``[budget] cap_usd`` (USD): the ledger counts integer nano-USD in 64-bit integers (SQLite and Redis),
+#: which hold up to about $9.22e9; a round $9e9 leaves room for binary-float rounding of the conversion
+MAX_CAP_USD = 9_000_000_000.0
+
+
 class BudgetSection(_Section):
     """``[budget]``: the hard cost cap in USD and how much each call reserves before it starts.
 
@@ -285,7 +290,7 @@ class BudgetSection(_Section):
     ``max_output_tokens`` x output price (issue 2 point 7).
     """
 
-    cap_usd: float = Field(ge=0, allow_inf_nan=False)
+    cap_usd: float = Field(ge=0, le=MAX_CAP_USD, allow_inf_nan=False)  # USD; at most MAX_CAP_USD (ledger integers)
     reserve: Literal["worst_case"] = "worst_case"
     input_estimate_factor: float = Field(default=DEFAULT_INPUT_ESTIMATE_FACTOR, ge=1.0)
 

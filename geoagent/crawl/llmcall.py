@@ -23,6 +23,7 @@ the crawl's own record of the answer (the image audit's ``image_audit/<site>/<im
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 from collections.abc import Callable
@@ -38,6 +39,27 @@ from geoagent.workers.billing import booked_answer, close_failed_call, worst_cas
 
 #: why a crawl model call was given up at a stop request
 STOP_NOT_SENT = "stop requested before the model call was sent: released unsent"
+#: how long (s) a metered call whose request key is in flight in another process of the campaign waits for that
+#: call's stored answer before giving up (retryable, nothing sent): the model caller's ``budget_wait_s`` default
+IN_FLIGHT_WAIT_S = 600.0
+#: how often (s) such a wait runs the ledger's crash recovery, so a dead owner's reservation cannot hold it for ever
+IN_FLIGHT_RECOVER_S = 5.0
+
+
+#: request key -> (lock, users): the key's turn in this process (:func:`metered_generate`; model_caller._KeyTurn)
+_KEY_TURNS: dict[str, tuple[asyncio.Lock, int]] = {}
+
+
+class _AnsweredElsewhere(Exception):
+    """Raised by the send hook: the store already holds the answer (nothing sent)."""
+
+    def __init__(self, response: ModelResponse) -> None:
+        super().__init__("answer already stored")
+        self.response = response
+
+
+class _InFlightElsewhere(Exception):
+    """Raised by the send hook: another process of the campaign holds an open reservation for the key."""
 
 
 def auditor_provider_kind(section: Any, model_cfg: Any = None, kinds: Any = None) -> str | None:
@@ -81,7 +103,15 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
     (sharing ``ledger``'s database). The answer is then stored under the request key and its reservation
     settled in ONE transaction, as the model caller does, and a request whose answer is stored is answered
     from the store (no call, no reservation). Without it the answer is settled here and kept only by the
-    caller's own files, so a process killed between the two would pay for that answer again on resume.
+    caller's own files, so a process killed between the two would pay for that answer again on resume. With a
+    store the send-time step is the model caller's send gate (:func:`geoagent.workers.model_caller._lookup_or_reserve`):
+    an answer stored meanwhile is returned unsent, and a request key another process of the campaign holds an open
+    reservation for (its task's lease expired while that call was still on the wire, and the task came here) is not
+    sent: the call waits, polling with backoff up to 0.25 s and running the ledger's crash recovery every
+    :data:`IN_FLIGHT_RECOVER_S` s, until that answer is stored (returned) or the reservation is closed (then sent),
+    for at most :data:`IN_FLIGHT_WAIT_S` s. Inside one process (one ledger owner) the same key is never in flight
+    twice either: a second call with it (its task leased again by the same runner after a wall-clock step past the
+    visibility timeout) waits for the first one's turn and gets its stored answer.
     ``provider_kind`` (optional): what answers this auditor (:func:`auditor_provider_kind`), recorded with the
     stored answer as ``request_meta.provider_kind``; None records the request's provider when it is
     ``"simulated"`` or ``"replay"``, else nothing.
@@ -92,6 +122,9 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
         ``stopping()`` was true before the call was sent (nothing sent, no reservation).
     geoagent.runtime.ledger.BudgetExhausted
         The reservation does not fit under the cap (nothing was sent).
+    geoagent.workers.model_caller.CallFailed
+        The request key stayed in flight in another process for :data:`IN_FLIGHT_WAIT_S` s (nothing was sent;
+        retryable: the runner nacks the task).
     Exception
         Whatever the provider raised, after the reservation was closed by
         :func:`geoagent.workers.billing.close_failed_call`.
@@ -108,69 +141,126 @@ async def metered_generate(provider: Any, request: ModelRequest, *, ledger: Any 
 
             request = dataclasses.replace(request, before_send=gate)
         return await provider.generate(request)
-    if store is not None:
-        cached = await store.aget(request.key())
-        if cached is not None:  # paid and stored by a run killed before its caller kept the answer
-            return cached
-    # the model caller's reservation for the same request, [budget] input_estimate_factor included
-    from geoagent.config import DEFAULT_INPUT_ESTIMATE_FACTOR, image_size_px, reservation_usd
 
-    factor = DEFAULT_INPUT_ESTIMATE_FACTOR if input_estimate_factor is None else float(input_estimate_factor)
-    size = image_size_px(None, None, request.image) if request.image is not None else None
-    has_image = request.image is not None or bool(request.image_id)
-    worst_usd = reservation_usd(model_cfg, request.prompt, request.params, request.max_output_tokens,
-                                input_estimate_factor=factor, has_image=has_image, size_px=size)
-    # the token counts that amount is priced from, kept with the reservation (a withheld answer books them)
-    worst = worst_case_usage(model_cfg, request, input_estimate_factor=factor, has_image=has_image, size_px=size)
-    held: list[Any] = []  # the reservation, once made
+    async def call(request: ModelRequest) -> ModelResponse:
+        """The metered call itself (with a store: run in the request key's turn, below)."""
+        if store is not None:
+            cached = await store.aget(request.key())
+            if cached is not None:  # paid and stored by a run killed before its caller kept the answer
+                return cached
+        # the model caller's reservation for the same request, [budget] input_estimate_factor included
+        from geoagent.config import DEFAULT_INPUT_ESTIMATE_FACTOR, image_size_px, reservation_usd
 
-    async def reserve() -> None:
-        check_stop()  # at send time: a call that waited for its host while the stop came is not sent
-        reservation = await ledger.areserve(request.key(), worst_usd, model=getattr(model_cfg, "name", request.model))
-        if stopping is not None and stopping():
-            # the stop came while the reservation's database job ran (the model caller's send gate does the
-            # same): sending now would put a request on the wire after the stop, which the grace period's
-            # cancel could cut in flight (unknown-outcome spend, paid again on resume). Release it, send nothing.
-            with anyio.CancelScope(shield=True):  # a cancel now must not leave it open
-                await ledger.arelease(reservation, note="stop requested before sending")
-            raise Abandoned(STOP_NOT_SENT)
-        held.append(with_worst_tokens(reservation, worst.input_tokens, worst.output_tokens))
+        factor = DEFAULT_INPUT_ESTIMATE_FACTOR if input_estimate_factor is None else float(input_estimate_factor)
+        size = image_size_px(None, None, request.image) if request.image is not None else None
+        has_image = request.image is not None or bool(request.image_id)
+        worst_usd = reservation_usd(model_cfg, request.prompt, request.params, request.max_output_tokens,
+                                    input_estimate_factor=factor, has_image=has_image, size_px=size)
+        # the token counts that amount is priced from, kept with the reservation (a withheld answer books them)
+        worst = worst_case_usage(model_cfg, request, input_estimate_factor=factor, has_image=has_image, size_px=size)
+        held: list[Any] = []  # the reservation, once made
+        name = getattr(model_cfg, "name", request.model)
 
-    if getattr(provider, "supports_before_send", False):
-        # reserve at send time, once the host admitted the request (as the model caller does): a call
-        # still waiting for its host holds no reservation, so a crash leaves no unknown spend for it
-        request = dataclasses.replace(request, before_send=reserve)
-    else:
-        await reserve()
-    try:
-        resp = await provider.generate(request)
-    except BaseException as exc:
-        if held:  # else the reservation itself failed (e.g. BudgetExhausted): nothing was sent
-            # released only when certainly not billed; a cancelled or dropped call counts as unknown spend
-            await close_failed_call(ledger, held[0], exc, model_cfg)
-        raise
-    if not held:
-        raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
-    # shielded: the answer is paid for; a cancel now (the runner's grace period ending) must neither leave the
-    # reservation open nor keep the answer from the caller, who stores it (else the next run pays again)
-    # an answer without a usable usage is kept and booked at its reservation, the worst case (as the model caller)
-    resp, cost_usd = booked_answer(resp, held[0], model_cfg, request, input_estimate_factor=factor,
-                                   has_image=request.image is not None or bool(request.image_id), size_px=size)
-    with anyio.CancelScope(shield=True):
-        if store is None:
-            await ledger.asettle(held[0], resp.usage, cost_usd)
-        else:  # store + settle in one transaction (geoagent.runtime.store.ResponseStore.put)
-            meta = {"model_name": getattr(model_cfg, "name", request.model), "provider": request.provider,
-                    "model": request.model, "image_id": request.image_id, "params": request.params,
-                    "prompt_sha256": hashlib.sha256(request.prompt.encode("utf-8")).hexdigest(),
-                    "prompt_chars": len(request.prompt), "reserved_usd": held[0].amount_usd,
-                    "task": (request.meta or {}).get("task")}
-            from geoagent import constants as C
+        async def reserve() -> None:
+            check_stop()  # at send time: a call that waited for its host while the stop came is not sent
+            if store is None:
+                reservation = await ledger.areserve(request.key(), worst_usd, model=name)
+            else:
+                # the model caller's send gate, in one database step: the stored answer; else, when another process of
+                # the campaign has this key in flight (its lease expired and the task came here while its call is still
+                # on the wire), nothing (sending now would pay twice); else the reservation (or the cap's refusal)
+                from geoagent.runtime.ledger import BudgetExhausted
+                from geoagent.workers.model_caller import _ELSEWHERE, _lookup_or_reserve
 
-            # what answered, as a fact of this call (the exports' simulated column reads it)
-            kind = provider_kind if provider_kind in C.PROVIDER_KINDS else (
-                request.provider if request.provider in (C.PROVIDER_KIND_SIMULATED, C.PROVIDER_KIND_REPLAY) else None)
-            if kind is not None:
-                meta[C.REQUEST_META_PROVIDER_KIND] = kind
-            await store.aput(request.key(), meta, resp, held[0], cost_usd=cost_usd)
-    return resp
+                cached, got = await _lookup_or_reserve(store, ledger, request.key(), worst_usd, name)
+                if cached is not None:
+                    raise _AnsweredElsewhere(cached)
+                if got is _ELSEWHERE:
+                    raise _InFlightElsewhere()
+                if isinstance(got, BudgetExhausted):
+                    raise got
+                reservation = got
+            if stopping is not None and stopping():
+                # the stop came while the reservation's database job ran (the model caller's send gate does the
+                # same): sending now would put a request on the wire after the stop, which the grace period's
+                # cancel could cut in flight (unknown-outcome spend, paid again on resume). Release it, send nothing.
+                with anyio.CancelScope(shield=True):  # a cancel now must not leave it open
+                    await ledger.arelease(reservation, note="stop requested before sending")
+                raise Abandoned(STOP_NOT_SENT)
+            held.append(with_worst_tokens(reservation, worst.input_tokens, worst.output_tokens))
+
+        hooked = bool(getattr(provider, "supports_before_send", False))
+        if hooked:
+            # reserve at send time, once the host admitted the request (as the model caller does): a call
+            # still waiting for its host holds no reservation, so a crash leaves no unknown spend for it
+            request = dataclasses.replace(request, before_send=reserve)
+        loop = asyncio.get_running_loop()
+        deadline = next_recover = 0.0
+        delay_s = 0.01
+        while True:
+            try:
+                if not hooked:
+                    await reserve()
+                resp = await provider.generate(request)
+            except _AnsweredElsewhere as answered:  # stored meanwhile (by another process): no call
+                return answered.response
+            except _InFlightElsewhere:
+                # nothing sent, nothing reserved: wait for the other process's call (its stored answer, or its
+                # reservation closed), then look again; crash recovery turns a dead owner's reservation into
+                # unknown-outcome spend, after which this call is sent
+                now = loop.time()
+                if not deadline:
+                    deadline, next_recover = now + IN_FLIGHT_WAIT_S, now + IN_FLIGHT_RECOVER_S
+                if now >= deadline:
+                    from geoagent.workers.model_caller import CallFailed
+
+                    raise CallFailed("the same request stayed in flight in another process") from None
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.25)
+                check_stop()
+                if loop.time() >= next_recover:
+                    await ledger.db.run(ledger.recover)
+                    next_recover = loop.time() + IN_FLIGHT_RECOVER_S
+                continue
+            except BaseException as exc:
+                if held:  # else the reservation itself failed (e.g. BudgetExhausted): nothing was sent
+                    # released only when certainly not billed; a cancelled or dropped call counts as unknown spend
+                    await close_failed_call(ledger, held[0], exc, model_cfg)
+                raise
+            break
+        if not held:
+            raise RuntimeError(f"{type(provider).__name__} answered without awaiting request.before_send")
+        # shielded: the answer is paid for; a cancel now (the runner's grace period ending) must neither leave the
+        # reservation open nor keep the answer from the caller, who stores it (else the next run pays again)
+        # an answer without a usable usage is kept and booked at its reservation, the worst case (as the model caller)
+        resp, cost_usd = booked_answer(resp, held[0], model_cfg, request, input_estimate_factor=factor,
+                                       has_image=request.image is not None or bool(request.image_id), size_px=size)
+        with anyio.CancelScope(shield=True):
+            if store is None:
+                await ledger.asettle(held[0], resp.usage, cost_usd)
+            else:  # store + settle in one transaction (geoagent.runtime.store.ResponseStore.put)
+                meta = {"model_name": getattr(model_cfg, "name", request.model), "provider": request.provider,
+                        "model": request.model, "image_id": request.image_id, "params": request.params,
+                        "prompt_sha256": hashlib.sha256(request.prompt.encode("utf-8")).hexdigest(),
+                        "prompt_chars": len(request.prompt), "reserved_usd": held[0].amount_usd,
+                        "task": (request.meta or {}).get("task")}
+                from geoagent import constants as C
+
+                # what answered, as a fact of this call (the exports' simulated column reads it)
+                kind = provider_kind if provider_kind in C.PROVIDER_KINDS else (
+                    request.provider if request.provider in (C.PROVIDER_KIND_SIMULATED, C.PROVIDER_KIND_REPLAY) else None)
+                if kind is not None:
+                    meta[C.REQUEST_META_PROVIDER_KIND] = kind
+                await store.aput(request.key(), meta, resp, held[0], cost_usd=cost_usd)
+        return resp
+
+    if store is None:
+        return await call(request)
+    # one call per request key in this process, as the model caller's _one_call_per_key: a second worker with the
+    # same key (its task leased again here after its lease expired, e.g. a wall-clock step past the visibility
+    # timeout) waits for the first one's turn and then finds its stored answer; "held elsewhere" cannot see it
+    # (one ledger owner per process)
+    from geoagent.workers.model_caller import _KeyTurn
+
+    async with _KeyTurn(_KEY_TURNS, request.key()):
+        return await call(request)

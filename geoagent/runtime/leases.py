@@ -10,7 +10,10 @@ lease of every task the runner has leased and not yet settled (:meth:`WorkQueue.
 visibility timeout. A crashed process renews nothing, so its tasks still come back one visibility timeout
 later at the latest (a campaign run hands a dead process's leases back sooner: :func:`geoagent.engine.run_lock`,
 its start-up scan and periodic dead-owner sweep). Held tasks (:mod:`geoagent.runtime.worker`, "Held tasks") are settled as far as the keeper goes: their
-leases expire as designed. A backend without ``extend`` (it returns None) is simply not renewed.
+leases expire as designed. A backend without ``extend`` (it returns None) is simply not renewed. A lease that expires
+anyway while a worker of the runner is still on its task (the wall clock, which lease deadlines use, stepped forward
+past the visibility timeout, or the process was stopped that long) and comes back to the same runner at its next
+lease is kept for that worker (:meth:`LeaseKeeper.relet`; :mod:`geoagent.runtime.worker`, "Leases taken again").
 
 Renewal has a ceiling: a task hanging in :meth:`Stage.handle` (a call that never returns) must not keep its
 lease for the life of the process (days under ``run --watch``). When a worker starts handling a task the runner
@@ -54,6 +57,9 @@ class LeaseKeeper:
         self.queue = queue
         self.visibility_timeout_s = float(visibility_timeout_s)
         self._live: dict[str, Task] = {}
+        #: task key -> the lease id its worker holds, for a task leased again here while that worker was still on
+        #: it (:meth:`relet`): ``_live`` then holds the new lease, and the worker's task still settles it
+        self._held_as: dict[str, str] = {}
         #: task key -> ``time.monotonic()`` after which its lease is renewed no more (module docstring)
         self._until: dict[str, float] = {}
         self.renewals = 0  # leases renewed (for tests and diagnostics)
@@ -64,11 +70,29 @@ class LeaseKeeper:
         for t in tasks:
             self._live[t.key] = t
 
+    def _holds(self, task: Task) -> bool:
+        """Whether ``task`` (a worker's) is the one this keeper renews, under its own lease or a newer one."""
+        cur = self._live.get(task.key)
+        return cur is not None and (cur.lease_id == task.lease_id or self._held_as.get(task.key) == task.lease_id)
+
+    def relet(self, task: Task) -> bool:
+        """``task`` was just leased, but this keeper already holds its key under an older lease: the lease expired
+        while a worker of the runner was still on the task (the wall clock stepped forward past the visibility
+        timeout: a suspend and resume, an NTP step; or the process was stopped that long), and the queue handed
+        it out again, here. Renew the new lease from now on, for the worker already on the task, and return True
+        (the runner does not hand it to a second worker); False when the key is not held here."""
+        cur = self._live.get(task.key)
+        if cur is None or cur.lease_id == task.lease_id:
+            return False
+        self._held_as.setdefault(task.key, cur.lease_id)
+        self._live[task.key] = task
+        return True
+
     def limit(self, task: Task, until: float) -> None:
         """Renew ``task``'s lease no more after ``until`` (``time.monotonic()`` seconds; ``math.inf``: no limit, also
         lifting one set before): its ceiling, set when a worker starts handling it, lifted while the task waits for
         its host's slots (module docstring; :mod:`geoagent.runtime.worker`, "Task ceiling")."""
-        if (cur := self._live.get(task.key)) is not None and cur.lease_id == task.lease_id:
+        if self._holds(task):
             if until < math.inf:
                 self._until[task.key] = until
             else:
@@ -77,9 +101,10 @@ class LeaseKeeper:
     def drop(self, tasks: Iterable[Task]) -> None:
         """Tasks settled (handled: outputs pending commit, failed, held or released): stop renewing them."""
         for t in tasks:
-            if (cur := self._live.get(t.key)) is not None and cur.lease_id == t.lease_id:
+            if self._holds(t):
                 del self._live[t.key]
                 self._until.pop(t.key, None)
+                self._held_as.pop(t.key, None)
 
     async def run(self) -> None:
         """Renew every ``visibility_timeout_s / 3`` seconds until cancelled (the runner's task group)."""
@@ -110,5 +135,9 @@ class LeaseKeeper:
             return False
         self.renewals += len(tasks) - len(stale)
         gone = set(stale)
-        self.drop(t for t in tasks if t.key in gone)
+        for t in tasks:
+            if t.key in gone and self._live.get(t.key) is t:
+                del self._live[t.key]
+                self._until.pop(t.key, None)
+                self._held_as.pop(t.key, None)
         return True

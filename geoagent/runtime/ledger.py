@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from geoagent.runtime.errors import PicklableError
 from geoagent.runtime.procs import proc_start, process_alive
-from geoagent.runtime.sqlite_wal import enable_wal
+from geoagent.runtime.sqlite_wal import connect, damaged_file_error, enable_wal
 from geoagent.runtime.stage import BudgetStop
 
 T = TypeVar("T")
@@ -58,13 +58,27 @@ NANO_PER_USD = 1_000_000_000
 USAGE_NOT_REPORTED = "usage not reported: booked at the reservation (worst case)"
 
 
+#: binary-float noise tolerated before a reservation is rounded up, relative to the nano-USD amount: ``usd * 1e9``
+#: is within about one unit in the last place (2.2e-16 relative) of the decimal amount meant; 1e-15 is ~4.5 of them
+_ROUND_UP_NOISE = 1e-15
+
+
 def usd_to_nano(usd: float, *, round_up: bool = False) -> int:
-    """USD -> integer nano-USD (ceil when ``round_up``, for reservations; else nearest)."""
+    """USD -> integer nano-USD (ceil when ``round_up``, for reservations; else nearest).
+
+    Rounding up first takes off the binary-float noise of the product, so an amount that is a whole number of
+    nano-USD stays that number (``0.05 * 1e9 = 50000000.00000001``, ``32.02 * 1e9 = 32020000000.000004``): the noise
+    grows with the amount, so the tolerance is relative (:data:`_ROUND_UP_NOISE`), and at least 1e-6 nano-USD.
+
+    Raises
+    ------
+    ValueError
+        ``usd`` is negative, NaN or infinite.
+    """
     if not math.isfinite(usd) or usd < 0:
         raise ValueError(f"amount must be a finite, non-negative number of USD, got {usd!r}")
     scaled = usd * NANO_PER_USD
-    # tolerate binary-float noise (0.05 * 1e9 = 50000000.00000001) before rounding up
-    return int(math.ceil(scaled - 1e-6)) if round_up else int(round(scaled))
+    return int(math.ceil(scaled - max(1e-6, scaled * _ROUND_UP_NOISE))) if round_up else int(round(scaled))
 
 
 def nano_to_usd(nano: int) -> float:
@@ -134,7 +148,7 @@ class CampaignDB:
             raise ValueError("synchronous must be NORMAL or FULL")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
+        self._conn = connect(  # sqlite3.connect; a read-only folder is one clear error (DatabaseAccessError)
             self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
         self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
@@ -176,11 +190,24 @@ class CampaignDB:
             self._conn.execute("COMMIT")
 
     def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """Run one read-only query (autocommit snapshot) and return all rows."""
+        """Run one read-only query (autocommit snapshot) and return all rows.
+
+        Raises
+        ------
+        geoagent.runtime.sqlite_wal.DatabaseFileError
+            The query reached a damaged part of the file (``database disk image is malformed``: a file whose
+            header is whole opens, and its damage shows only here); the message names the file and what to do.
+        """
         with self._lock:
             if self._closed:
                 raise LedgerError(f"{self.path}: database is closed")
-            return self._conn.execute(sql, params).fetchall()
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                damaged = damaged_file_error(None, exc, self.path)
+                if damaged is None:
+                    raise
+                raise damaged from None
 
     def executescript(self, script: str) -> None:
         with self._lock:

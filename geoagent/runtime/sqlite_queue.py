@@ -145,7 +145,7 @@ from geoagent.runtime.queue import (
     WorkQueue,
     check_refunds,
 )
-from geoagent.runtime.sqlite_wal import DatabaseFileError, damaged_file_error, enable_wal, is_busy
+from geoagent.runtime.sqlite_wal import DatabaseFileError, connect, damaged_file_error, enable_wal, is_busy
 
 __all__ = ["SQLiteQueue", "queue_path", "queue_files", "read_counts", "SCHEMA_VERSION"]
 
@@ -387,7 +387,8 @@ class SQLiteQueue(WorkQueue):
         return cls(path, **options)
 
     def _connect(self, busy_timeout_s: float, synchronous: str, cache_size_kib: int) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
+        # sqlite3.connect; a read-only folder is one clear error naming the file (DatabaseAccessError, an OSError)
+        conn = connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             mode = enable_wal(conn, timeout_s=busy_timeout_s)  # retries concurrent first opens
@@ -463,6 +464,13 @@ class SQLiteQueue(WorkQueue):
             if not wait and is_busy(exc):
                 raise _Busy from exc
             raise QueueError(f"queue {self.name!r} ({self.path}): {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            # a file whose header is whole opens, and damage inside it shows only when a statement reaches it:
+            # one clear line naming the file (the CLI prints it, exit 2), as at open
+            damaged = damaged_file_error(None, exc, self.path)
+            if damaged is None:
+                raise
+            raise QueueFileError(f"queue {self.name!r}: {damaged}") from None
         finally:
             if not wait:
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")

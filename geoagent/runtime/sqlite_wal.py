@@ -9,8 +9,12 @@ database file in this project goes through :func:`enable_wal`, which retries unt
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 import time
+from pathlib import Path
+from typing import Any
 
 
 class DatabaseFileError(ValueError):
@@ -21,6 +25,85 @@ class DatabaseFileError(ValueError):
 
 #: SQLite primary result codes that mean "this file is not a (sound) database"
 _DAMAGED_CODES = (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
+#: SQLite primary result codes of a file (or its ``-wal`` / ``-shm`` companions) that cannot be opened or written
+_ACCESS_CODES = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
+
+
+class DatabaseAccessError(OSError):
+    """A SQLite file of the campaign cannot be opened for writing because its folder or the file is read-only
+    (``errno.EROFS``: a read-only file system; ``errno.EACCES``: this user may not write there); SQLite says
+    ``unable to open database file`` (``SQLITE_CANTOPEN``: in WAL mode even a reader must make the ``-shm`` file
+    beside it), ``attempt to write a readonly database`` or ``access permission denied``. The message names the
+    file and why; nothing was written to it. An ``OSError`` of those errno values: the CLI prints it as one
+    ``error:`` line with the ``[paths]`` hint (exit 2) instead of a traceback."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _not_writable(path: Path) -> tuple[int, str] | None:
+    """``(errno, why)`` when ``path`` or its folder cannot be written here (a read-only file system, or no write
+    permission for this user), else None."""
+    folder = path.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return errno.EROFS, f"its folder {folder} is on a read-only file system"
+    except OSError:
+        return None
+    if not os.access(folder, os.W_OK):
+        return errno.EACCES, f"this user may not write in its folder {folder}"
+    for companion in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if companion.exists() and not os.access(companion, os.W_OK):
+            return errno.EACCES, f"{companion.name} is read-only for this user"
+    return None
+
+
+def unwritable_file_error(conn: sqlite3.Connection | None, exc: sqlite3.Error, path: Any = None
+                          ) -> DatabaseAccessError | None:
+    """A :class:`DatabaseAccessError` naming the file when ``exc`` is SQLite's refusal to open or write it
+    (:data:`_ACCESS_CODES`) and the file or its folder is indeed not writable (read-only file system, or no
+    permission: :func:`_not_writable`), else None (the caller's own error).
+
+    Parameters
+    ----------
+    conn : sqlite3.Connection or None
+        The connection that raised (its main file is looked up when ``path`` is not given).
+    exc : sqlite3.Error
+        The error SQLite raised.
+    path : path-like, optional
+        The file, when the caller knows it.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    text = str(exc).lower()
+    refused = (code & 0xFF in _ACCESS_CODES) if code is not None else (
+        "unable to open" in text or "readonly" in text or "permission" in text)
+    if not refused:
+        return None
+    if path is None and conn is not None:
+        try:
+            path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), None)
+        except sqlite3.Error:
+            path = None
+    if not path:
+        return None
+    why = _not_writable(Path(path))
+    if why is None:
+        return None
+    return DatabaseAccessError(why[0], f"{path}: cannot be opened for writing ({exc}): {why[1]}; nothing was "
+                                       "written to it. Run with a writable folder")
+
+
+def connect(path: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
+    """``sqlite3.connect(path, **kwargs)``; a file that cannot be made or opened because its folder or the file is
+    read-only raises :class:`DatabaseAccessError` (naming it) instead of SQLite's ``unable to open database file``.
+    """
+    try:
+        return sqlite3.connect(path, **kwargs)
+    except sqlite3.OperationalError as exc:
+        refused = unwritable_file_error(None, exc, path)
+        if refused is None:
+            raise
+        raise refused from None
 
 
 def damaged_file_error(conn: sqlite3.Connection | None, exc: sqlite3.DatabaseError,
@@ -83,6 +166,9 @@ def enable_wal(conn: sqlite3.Connection, *, timeout_s: float, retry_s: float = 0
     ------
     DatabaseFileError
         The file is not a SQLite database or is damaged (the message names it; nothing was written).
+    DatabaseAccessError
+        The file or its folder is read-only (a read-only file system, or no write permission): in WAL mode even
+        a reader makes the ``-shm`` file (the message names the file; nothing was written).
     sqlite3.OperationalError
         Any other error than busy, or busy for longer than ``timeout_s``.
     """
@@ -92,6 +178,9 @@ def enable_wal(conn: sqlite3.Connection, *, timeout_s: float, retry_s: float = 0
             return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
         except sqlite3.OperationalError as exc:
             if not is_busy(exc) or time.monotonic() > deadline:
+                refused = unwritable_file_error(conn, exc)
+                if refused is not None:
+                    raise refused from None
                 raise
             time.sleep(retry_s)
         except sqlite3.DatabaseError as exc:  # not a database, malformed: name the file instead of a traceback

@@ -121,6 +121,16 @@ dead reason is worded by :func:`dead_reason` instead: the deliveries used up, th
 status and body) and whether the delivery before was paused too; a dead letter of any other failure whose previous
 delivery was paused (``Task.last_error``) says that after its own reason.
 
+Leases taken again
+------------------
+A task's lease can expire while a worker of this runner is still on it: the wall clock (which lease deadlines
+use) stepped forward past the visibility timeout, a suspend and resume or an NTP step, or the process was stopped
+that long. The queue then hands the task out again, and the next lease may hand it to this runner itself. The
+runner does not give it to a second worker (that would do the task twice at once): it keeps the new lease for the
+worker already on it (:meth:`LeaseKeeper.relet`, which renews the new lease from then on) and logs a warning, and
+that worker's ack, nack, release or dead letter goes out under the new lease id (:class:`_CurrentLeases`). Leased
+by another process instead, the task is done twice as before, and the keyed outputs make that harmless.
+
 Task ceiling
 ------------
 A task may not stay in :meth:`Stage.handle` (or a batch in :meth:`Stage.handle_batch`) for ever: a call that never
@@ -167,6 +177,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -683,7 +694,8 @@ class StageRunner:
         self.stage = stage
         self.lease_ahead = lease_ahead
         self.visibility_timeout_s = visibility_timeout_s or stage.visibility_timeout_s
-        self.inq = input_queue
+        # the input queue, each task settled under its newest lease (module docstring, "Leases taken again")
+        self.inq: Any = _CurrentLeases(input_queue)
         self._leases = LeaseKeeper(input_queue, self.visibility_timeout_s)  # renews leases while tasks are worked on
         self.outq = output_queue
         self.ctx = ctx
@@ -918,6 +930,8 @@ class StageRunner:
             # after a lease that deferred tasks of full lanes, lease whole batches to get past them quickly
             n = self.stage.lease_batch if walks else min(free, self.stage.lease_batch)
             tasks = await self.inq.lease(n, self.visibility_timeout_s)
+            if tasks and not (tasks := self._relet(tasks)):
+                continue  # only tasks this runner is still on, leased again: lease on
             if not tasks:
                 walks = 0
                 if await self._input_exhausted():
@@ -959,6 +973,8 @@ class StageRunner:
             return
         await self._flush_refunds()  # nothing of ours in flight: the streak's tasks are all back in the queue
         tasks = await self.inq.lease(1, self.visibility_timeout_s)
+        if tasks and not self._relet(tasks):
+            return  # a task this runner is still on, leased again
         if not tasks:
             await self._maybe_commit()
             await self._sleep_or_stop(self.poll_s)
@@ -970,6 +986,22 @@ class StageRunner:
         self._leases.add(tasks)  # worked on like any task: a slow probe must not lose its lease mid-request
         send.send_nowait(tasks[0])
         await anyio.sleep(0)
+
+    def _relet(self, tasks: list[Task]) -> list[Task]:
+        """The tasks of ``tasks`` (just leased) to hand to workers: those a worker of this runner is still on, their
+        old lease expired, are kept for that worker under the new lease instead (module docstring, "Leases taken
+        again")."""
+        fresh: list[Task] = []
+        for t in tasks:
+            if self._leases.relet(t):
+                self.inq.current[t.key] = t.lease_id
+                log.warning("stage %s: task %s was leased again while this process was still handling it (its lease "
+                            "expired: the wall clock stepped forward past the visibility timeout of %g s, or the process "
+                            "was stopped that long); kept under the new lease, not handled twice",
+                            self.stage.name, t.key, self.visibility_timeout_s)
+            else:
+                fresh.append(t)
+        return fresh
 
     def _probe_outcome(self, task: Task, exc: BaseException | None) -> bool:
         """Settle the breaker when ``task`` is the half-open probe (``exc``: its failure, None if it succeeded).
@@ -1545,6 +1577,44 @@ class StageRunner:
             if time.monotonic() - self._last_flush >= self.flush_interval_s:
                 self._last_flush = time.monotonic()
                 await self.stage.flush(self.ctx)
+
+
+class _CurrentLeases:
+    """A stage runner's input queue whose ``ack``, ``nack``, ``release`` and ``dead_letter`` settle each task under its
+    newest lease (module docstring, "Leases taken again"); everything else is the queue's own.
+
+    ``current`` maps a task key to the lease id the runner took again for the worker still on that task
+    (:meth:`StageRunner._relet`); a task named with its older lease id is sent with that one, and the entry goes
+    once the task is settled. Empty (the usual case), every call goes straight to the queue.
+    """
+
+    def __init__(self, queue: WorkQueue) -> None:
+        self._queue = queue
+        self.current: dict[str, str] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    def _newest(self, task: Task) -> Task:
+        lease_id = self.current.pop(task.key, None)
+        return task if lease_id is None or lease_id == task.lease_id else dataclasses.replace(task, lease_id=lease_id)
+
+    def _all_newest(self, tasks: Task | Any) -> Any:
+        if not self.current:
+            return tasks
+        return self._newest(tasks) if isinstance(tasks, Task) else [self._newest(t) for t in tasks]
+
+    async def ack(self, tasks: Any) -> None:
+        await self._queue.ack(self._all_newest(tasks))
+
+    async def release(self, tasks: Any, **kwargs: Any) -> None:
+        await self._queue.release(self._all_newest(tasks), **kwargs)
+
+    async def nack(self, task: Task, reason: str, **kwargs: Any) -> Any:
+        return await self._queue.nack(self._all_newest(task), reason, **kwargs)
+
+    async def dead_letter(self, task: Task, reason: str) -> None:
+        await self._queue.dead_letter(self._all_newest(task), reason)
 
 
 def _short(obj: Any, limit: int = 80) -> str:

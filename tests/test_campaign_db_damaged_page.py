@@ -1,0 +1,83 @@
+"""A ``campaign.sqlite`` damaged inside (a data page of its stored answers overwritten: a disk error, a bad copy)
+still opens, since its header and schema are whole; the damage shows only when a query reaches the page. ``status``
+and ``export`` then ended with a ``sqlite3.DatabaseError: database disk image is malformed`` traceback (exit 1),
+and so did ``run`` at its end, after all its work, when it exported. Now a read that meets the damage names the
+file and what to do in one ``error:`` line (exit 2), as a file damaged at its start already did when opened
+(:func:`geoagent.runtime.sqlite_wal.damaged_file_error`). The same for a queue file damaged inside (``status``
+read its task keys there)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _config(tmp: Path) -> Path:
+    cfg = tmp / "dmg.toml"
+    cfg.write_text(f"""
+[campaign]
+name = "dmg"
+kind = "generic"
+seed = 1
+
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+
+[budget]
+cap_usd = 1.0
+
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 50
+concurrency = 8
+
+[generic]
+n_requests = 200
+""")
+    return cfg
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "run.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=240)
+
+
+@pytest.mark.parametrize("where, table, commands", [
+    ("state/dmg/campaign.sqlite", "responses", ("status", "export")),
+    ("queues/dmg/requests.sqlite", "tasks", ("status",)),
+])
+def test_a_damaged_page_of_stored_answers_is_one_clear_error(tmp_path, where, table, commands):
+    cfg = _config(tmp_path)
+    first = _cli("run", str(cfg), "--no-live")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    db = tmp_path / where
+    with sqlite3.connect(db) as conn:
+        try:
+            pages = conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf'"
+                                 " ORDER BY pageno", (table,)).fetchall()
+        except sqlite3.OperationalError:
+            pytest.skip("this SQLite has no dbstat table to find a page of the stored answers")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    page = pages[len(pages) // 2][0]
+    with open(db, "r+b") as f:  # one leaf page of the stored answers overwritten
+        f.seek((page - 1) * page_size)
+        f.write(b"\xde\xad\xbe\xef" * (page_size // 4))
+    for command in commands:
+        out = _cli(command, str(cfg))
+        assert "Traceback" not in out.stderr, out.stderr[-3000:]
+        assert out.returncode == 2, (command, out.returncode, out.stderr[-2000:])
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and str(db) in errors[0] and "damaged" in errors[0], out.stderr

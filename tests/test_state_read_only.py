@@ -1,0 +1,97 @@
+"""A campaign whose state or queue folder is read-only (a read-only mount, an archived copy, another user's
+folder) ends ``run`` and ``status`` with one ``error:`` line naming the SQLite file and why, exit 2, not a
+traceback: in WAL mode even a reader must make the ``-shm`` file beside the database, so SQLite answers
+``unable to open database file`` (:class:`geoagent.runtime.sqlite_wal.DatabaseAccessError`). Before, both
+commands died with ``sqlite3.OperationalError`` / ``QueueError`` tracebacks (exit 1).
+
+The folder is made read-only for the command alone: as root by a read-only bind mount in a private mount
+namespace (``unshare -m``; root ignores file modes), otherwise by taking the write permission away."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RO_MOUNT = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+
+
+def _config(tmp: Path) -> Path:
+    cfg = tmp / "ro.toml"
+    cfg.write_text(f"""
+[campaign]
+name = "ro"
+kind = "generic"
+seed = 1
+
+[paths]
+queues = "{tmp / 'queues'}"
+state = "{tmp / 'state'}"
+
+[budget]
+cap_usd = 1.0
+
+[[models]]
+name = "sim"
+provider = "simulated"
+model = "sim-1"
+price_input_usd_per_mtok = 0.15
+price_output_usd_per_mtok = 0.60
+max_output_tokens = 50
+concurrency = 4
+
+[generic]
+n_requests = 4
+""")
+    return cfg
+
+
+def _cli(*args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([*(prefix or []), sys.executable, "run.py", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def _read_only(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """``run.py ARGS`` with ``folder`` read-only for that command only."""
+    if os.geteuid() == 0:
+        probe = subprocess.run(["unshare", "-m", "sh", "-c", RO_MOUNT, "sh", str(folder), "true"],
+                               capture_output=True) if shutil.which("unshare") else None
+        if probe is None or probe.returncode != 0:
+            pytest.skip("root without a private mount namespace: cannot make a folder read-only")
+        return _cli(*args, prefix=["unshare", "-m", "sh", "-c", RO_MOUNT, "sh", str(folder)])
+    modes = {p: p.stat().st_mode for p in [folder, *folder.rglob("*")] if p.is_dir()}
+    for p in modes:
+        p.chmod(0o555)
+    try:
+        return _cli(*args)
+    finally:
+        for p, mode in modes.items():
+            p.chmod(mode)
+
+
+@pytest.mark.parametrize("root, edge_file", [("state", "campaign.sqlite"), ("queues", "requests.sqlite")])
+def test_read_only_campaign_folder_is_one_clear_error(tmp_path, root, edge_file):
+    cfg = _config(tmp_path)
+    first = _cli("run", str(cfg), "--no-live")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    folder = tmp_path / root / "ro"
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    for command in (["run", str(cfg), "--no-live"], ["status", str(cfg)]):
+        out = _read_only(folder, *command)
+        text = out.stdout + out.stderr
+        assert "Traceback" not in text, text[-3000:]
+        assert out.returncode == 2, text[-3000:]
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, out.stderr
+        assert str(folder / edge_file) in errors[0] and "cannot be opened for writing" in errors[0]
+        assert "read-only file system" in errors[0] or "may not write" in errors[0]
+    after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    assert after == before  # nothing was written
+    again = _cli("status", str(cfg))  # writable again: the campaign reads as before
+    assert again.returncode == 0 and "done" in again.stdout, again.stdout + again.stderr
