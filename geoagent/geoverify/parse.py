@@ -113,7 +113,11 @@ def _norm_conf(v: Any, rules: set[str]) -> float | None:
         if v is not None:
             rules.add(RULE_CONF_INVALID)
         return None
-    x = float(v)
+    try:
+        x = float(v)
+    except OverflowError:  # an integer too large for a float (400 digits): as unusable as 1e309, the verdict stands
+        rules.add(RULE_CONF_INVALID)
+        return None
     if pct or 1.0 < x <= 100.0:
         rules.add(RULE_CONF_PERCENT)
         x /= 100.0
