@@ -6,7 +6,16 @@ hostile answer; no client or server is involved.
 
 from __future__ import annotations
 
+from geoagent.crawl.image_audit import parse_image_audit
 from geoagent.geoverify.parse import parse_verdict
+
+# the example object of prompts/crawl_image_audit.txt, as a model repeats it before its own answer
+AUDIT_EXAMPLE = ('{"answer_overlay": false, "overlay_text": "", "scene_type": "street", "through_glass": false, '
+                 '"tourist_infrastructure": false, "quality": 4, "usable": true, '
+                 '"why": "sharp street view with shopfronts and a tram stop"}')
+AUDIT_LEAK = ('{"answer_overlay": true, "overlay_text": "Rue de Rivoli, Paris", "scene_type": "street", '
+              '"through_glass": false, "tourist_infrastructure": false, "quality": 4, "usable": false, '
+              '"why": "caption bar names the street"}')
 
 
 # --- GeoVerify: a confidence too large for a float -------------------------------------------------
@@ -26,3 +35,32 @@ def test_geoverify_confidence_too_large_for_a_float_keeps_the_verdict():
         assert "confidence_invalid" in p.rules
         assert p.raw == text
     assert parse_verdict('{"verdict": "no", "confidence": -' + big + ', "evidence": ["tram"]}').evidence == ("tram",)
+
+
+# --- image audit: the prompt's example repeated before the real audit ------------------------------
+
+def test_image_audit_echoed_example_then_a_leaking_audit_is_no_keep():
+    """A model that repeats the prompt's example audit (usable, no overlay) and then gives its own, which reports
+    overlay text naming the street, was read as the example: the image was kept although the answer says it
+    leaks the place (answer leakage is the one hard exclusion, seed 000 Sec. 3.2). Two audits in one answer that
+    disagree are now an unparsed answer (the image is not kept without a human verdict), never the first one."""
+    text = "Format, for example:\n" + AUDIT_EXAMPLE + "\n\nMy audit of this photo:\n" + AUDIT_LEAK
+    a = parse_image_audit(text)
+    assert not a.parsed
+    assert a.keeps_image is None
+    assert "conflicting" in a.reason
+    assert a.raw == text
+    # the leaking audit first and a correction after it: also no first guess
+    assert not parse_image_audit(AUDIT_LEAK + "\nActually:\n" + AUDIT_EXAMPLE).parsed
+    # in a code fence and repeated in the prose, the same audit twice is one audit
+    same = "```json\n" + AUDIT_LEAK + "\n```\nSo: " + AUDIT_LEAK
+    b = parse_image_audit(same)
+    assert b.parsed and b.answer_overlay is True and b.keeps_image is False
+
+
+def test_image_audit_agreeing_audits_differing_only_in_wording_stay_parsed():
+    """Two objects with the same decision fields (overlay, scene, quality, usable, glass, tourist) and other
+    wording of ``why`` are one audit (the first is taken, as before)."""
+    other = AUDIT_EXAMPLE.replace("sharp street view with shopfronts and a tram stop", "clear street")
+    a = parse_image_audit(AUDIT_EXAMPLE + "\n" + other)
+    assert a.parsed and a.keeps_image is True and a.why.startswith("sharp")
