@@ -7,6 +7,7 @@ hostile answer; no client or server is involved.
 from __future__ import annotations
 
 from geoagent.crawl.image_audit import parse_image_audit
+from geoagent.crawl.referenceability import parse_ref_batch, parse_sensitive_batch
 from geoagent.geoverify.parse import parse_verdict
 
 # the example object of prompts/crawl_image_audit.txt, as a model repeats it before its own answer
@@ -16,6 +17,9 @@ AUDIT_EXAMPLE = ('{"answer_overlay": false, "overlay_text": "", "scene_type": "s
 AUDIT_LEAK = ('{"answer_overlay": true, "overlay_text": "Rue de Rivoli, Paris", "scene_type": "street", '
               '"through_glass": false, "tourist_infrastructure": false, "quality": 4, "usable": false, '
               '"why": "caption bar names the street"}')
+# the example array of prompts/crawl_referenceability.txt
+REF_EXAMPLE = ('[{"idx": 0, "ok": true, "familiarity": 4, "zh": "<Chinese name>", '
+               '"en": "San Jose Municipal Rose Garden", "why": "well-known garden people meet at"}]')
 
 
 # --- GeoVerify: a confidence too large for a float -------------------------------------------------
@@ -64,3 +68,34 @@ def test_image_audit_agreeing_audits_differing_only_in_wording_stay_parsed():
     other = AUDIT_EXAMPLE.replace("sharp street view with shopfronts and a tram stop", "clear street")
     a = parse_image_audit(AUDIT_EXAMPLE + "\n" + other)
     assert a.parsed and a.keeps_image is True and a.why.startswith("sharp")
+
+
+# --- referenceability: the prompt's example array repeated before the real ratings ----------------
+
+def test_ref_batch_echoed_example_array_is_not_candidate_zeros_rating():
+    """A rating answer that repeats the prompt's example array (idx 0: ok, familiarity 4, en "San Jose Municipal
+    Rose Garden") before the real array was read as the example: candidate 0 got familiarity 4 and the example's
+    English name, which becomes its hint name in the ladders ("I took this photo near San Jose Municipal Rose
+    Garden" for a Paris site), while the real answer's rating of it was dropped. Now every array in the answer is
+    read; an idx that two elements rate differently is left undecided (asked again), the others are taken."""
+    real = ('[{"idx": 0, "ok": false, "familiarity": 1, "zh": null, "en": "3rd arrondissement", "why": "admin area"}, '
+            '{"idx": 1, "ok": true, "familiarity": 3, "zh": null, "en": "Place des Vosges", "why": "square"}]')
+    out = parse_ref_batch("Like the example " + REF_EXAMPLE + " here are my ratings:\n" + real, 2)
+    assert out is not None
+    assert 0 not in out  # rated two ways: asked again, never the example's rating
+    assert out[1]["familiarity"] == 3 and out[1]["name_en"] == "Place des Vosges"
+    # one array rating an idx twice with different values: undecided too (was: the first element won)
+    twice = parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 5}, {"idx": 0, "ok": false, "familiarity": 0}]', 1)
+    assert twice == {}
+    # the same rating twice (fenced and repeated) is one rating
+    one = '[{"idx": 0, "ok": true, "familiarity": 2, "en": "Louvre"}]'
+    again = parse_ref_batch("```json\n" + one + "\n```\n" + one, 1)
+    assert again is not None and again[0]["familiarity"] == 2
+
+
+def test_sensitive_batch_conflicting_elements_leave_the_candidate_unscreened():
+    """The screening pass: an idx said sensitive and not sensitive (two arrays, or twice in one) was screened by
+    the first element (a sensitive place could pass as not sensitive); now it is asked again."""
+    text = '[{"idx": 0, "sensitive": false}] corrected: [{"idx": 0, "sensitive": true}, {"idx": 1, "sensitive": false}]'
+    out = parse_sensitive_batch(text, 2)
+    assert out is not None and 0 not in out and out[1]["sensitive"] is False
