@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from geoagent.crawl.image_audit import parse_image_audit
 from geoagent.crawl.referenceability import parse_ref_batch, parse_sensitive_batch
+from geoagent.geohint.parse import parse_answer
 from geoagent.geoverify.parse import parse_verdict
 
 # the example object of prompts/crawl_image_audit.txt, as a model repeats it before its own answer
@@ -99,3 +100,31 @@ def test_sensitive_batch_conflicting_elements_leave_the_candidate_unscreened():
     text = '[{"idx": 0, "sensitive": false}] corrected: [{"idx": 0, "sensitive": true}, {"idx": 1, "sensitive": false}]'
     out = parse_sensitive_batch(text, 2)
     assert out is not None and 0 not in out and out[1]["sensitive"] is False
+
+
+# --- a confidence written with a decimal comma --------------------------------------------------
+
+def test_geoverify_decimal_comma_confidence_is_not_read_as_zero():
+    """``{"verdict": "yes", "confidence": 0,85}`` (a decimal comma: no JSON) fell to the pattern reader, which read
+    the digits before the comma: confidence 0.0 where the model stated 0.85, pulling down the report's median
+    confidence on false acceptances and its share >= 0.8. A decimal comma is now an unusable confidence (None,
+    rule ``confidence_invalid``), as the same text inside a JSON string (``"0,85"``) already was; the verdict
+    stands."""
+    for text in ('{"verdict": "yes", "confidence": 0,85}', "Verdict: yes\nConfidence: 0,85"):
+        p = parse_verdict(text)
+        assert p.ok and p.verdict == "yes"
+        assert p.confidence is None, text
+        assert "confidence_invalid" in p.rules
+    # a list separator after the number is no decimal comma
+    assert parse_verdict("verdict: no, confidence: 1, because the tram lines differ").confidence == 1.0
+    assert parse_verdict('{"verdict": "yes", "confidence": "0,85"}').confidence is None  # unchanged
+
+
+def test_geohint_decimal_comma_confidence_is_not_read_as_zero():
+    """The GeoHint pattern reader (no JSON object: ``0,85`` breaks it) read ``"confidence_area": 0,85`` as 0.0;
+    now it is no confidence (None), the places still read."""
+    p = parse_answer('{"city": "Paris", "area": "Le Marais", "confidence_area": 0,85, "confidence_building": 0.2}')
+    assert p.ok and p.city == "Paris" and p.area == "Le Marais"
+    assert p.confidence_area is None
+    assert p.confidence_building == 0.2
+    assert parse_answer('{"city": "Paris", "confidence": 0,7}').confidence_area is None

@@ -40,8 +40,9 @@ EVIDENCE_CATEGORIES = ("infrastructure", "vegetation", "architecture", "script",
 NOT_VISIBLE = "not visible"
 
 # a key starts at a word start (the lookbehind): trying every position inside a long run of letters made the
-# fallback quadratic (minutes for a looping answer)
-_PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?))""")
+# fallback quadratic (minutes for a looping answer); a number followed by a decimal comma (``0,85``) is no value (it
+# read as 0.0, the digits before the comma)
+_PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?)(?!,\d))""")
 
 
 @dataclass(slots=True)
