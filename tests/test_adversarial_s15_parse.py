@@ -6,6 +6,8 @@ hostile answer; no client or server is involved.
 
 from __future__ import annotations
 
+import pytest
+
 from geoagent.crawl.image_audit import parse_image_audit
 from geoagent.crawl.referenceability import parse_ref_batch, parse_sensitive_batch
 from geoagent.geohint.parse import parse_answer
@@ -128,3 +130,30 @@ def test_geohint_decimal_comma_confidence_is_not_read_as_zero():
     assert p.confidence_area is None
     assert p.confidence_building == 0.2
     assert parse_answer('{"city": "Paris", "confidence": 0,7}').confidence_area is None
+
+
+# --- a huge looping answer read by GeoHint's pattern fallback --------------------------------------
+
+@pytest.mark.timeout(60)
+def test_geohint_pattern_fallback_over_a_long_looping_answer_reads_linearly():
+    """An answer with no usable JSON object and a long run of ``"key": "value"`` pairs (a model looping until a
+    large output limit) went to the pattern fallback, which tested every pattern match against every JSON string
+    span of the text: quadratic, 5 s at 40,000 characters and minutes at 200,000 (a stage worker stalled on one
+    answer). The span test is now a binary search; the timeout is a hang guard, not a benchmark."""
+    unit = '"clue": "tram", '
+    text = 'city: "Lisbon", ' + unit * (200_000 // len(unit))
+    ans = parse_answer(text)
+    assert ans.ok and ans.method == "regex" and ans.city == "Lisbon"
+    assert ans.raw == text
+
+
+def test_geohint_pattern_fallback_clue_starting_like_a_field_is_no_field():
+    """The pattern fallback skipped a ``key: value`` pattern starting strictly inside a JSON string, but a clue whose
+    text starts like a field (``["city: 'Lyon'"]``) matched from the string's opening quote, read as a quoted key:
+    the city was "Lyon", taken from the clue, ahead of the answer's own ``"city": "Paris"`` (the object is malformed,
+    a comma missing, so the fallback reads it)."""
+    ans = parse_answer('{"clues": ["city: \'Lyon\'"], "city": "Paris" "area": "Belem"}')
+    assert ans.ok and ans.method == "regex"
+    assert (ans.city, ans.area) == ("Paris", "Belem")
+    # a real quoted key is still read
+    assert parse_answer('"city": "Porto" "area": "Ribeira"').city == "Porto"
