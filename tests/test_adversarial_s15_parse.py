@@ -157,3 +157,59 @@ def test_geohint_pattern_fallback_clue_starting_like_a_field_is_no_field():
     assert (ans.city, ans.area) == ("Paris", "Belem")
     # a real quoted key is still read
     assert parse_answer('"city": "Porto" "area": "Ribeira"').city == "Porto"
+
+
+# --- a recorded answer holding a lone surrogate escape (an emoji cut in half) ------------------------
+
+def _surrogate_release(release_dir, tmp_path):
+    """A copy of the release sample whose first GeoVerify raw answer ends with half an emoji, written as Python's
+    ``json.dumps`` writes it (``"\\ud83d"``, default ``ensure_ascii``); returns (folder, that record)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "release"
+    shutil.copytree(release_dir, folder)
+    path = folder / "verify_raw_sample.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rec = json.loads(lines[0])
+    rec["raw"] = rec["raw"] + " \ud83d"
+    lines[0] = json.dumps(rec)
+    assert "\\ud83d" in lines[0]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder, rec
+
+
+def test_release_raw_answer_with_a_lone_surrogate_escape_is_imported(release_dir, tmp_path):
+    """A GeoVerify raw answer in the release whose text ends with half an emoji (a lone UTF-16 surrogate escape,
+    which Python's json module writes and reads) was dropped by the importer as "invalid JSON: no low surrogate in
+    string" (orjson refuses it): the model's answer was missing from the replayed campaign (336 -> 335 responses).
+    It is read as ``json.loads`` reads it, the lone half replaced by U+FFFD (the providers' rule for such an API
+    body), so the answer and its verdict are kept."""
+    from geoagent.data.importer import import_release
+
+    folder, rec = _surrogate_release(release_dir, tmp_path)
+    rel = import_release(folder)
+    assert len(rel.raw) == 336
+    assert not [i for i in rel.report.issues if "surrogate" in i.reason]
+    got = next(r for r in rel.raw if r.trial_id == rec["trial_id"] and r.model == rec["model"])
+    assert got.raw.endswith(" \ufffd")
+    got.raw.encode("utf-8")  # storable
+    assert parse_verdict(got.raw).verdict == parse_verdict(rec["raw"][:-2]).verdict
+
+
+def test_replay_file_with_a_lone_surrogate_escape_replays(release_dir, tmp_path):
+    """The replay provider refused the whole release file at start ("not valid JSON") for one such line; it now
+    replays it, the lone half as U+FFFD, and every other record as before."""
+    import asyncio
+
+    from geoagent.providers import ModelRequest, ProviderSettings, make_provider
+
+    folder, rec = _surrogate_release(release_dir, tmp_path)
+    prov = make_provider(ProviderSettings(kind="replay", model="any", replay_path=str(folder / "verify_raw_sample.jsonl"),
+                                          replay_key_field="replay_key", replay_key_fields=("trial_id", "model"),
+                                          replay_text_field="raw", replay_usage_field="usage"))
+    req = ModelRequest(provider="replay", model=rec["model"], prompt="(not used)",
+                       meta={"replay_key": [rec["trial_id"], rec["model"]]})
+    out = asyncio.run(prov.generate(req))
+    assert out.text == rec["raw"][:-1] + "\ufffd"
+    out.text.encode("utf-8")
