@@ -1,7 +1,9 @@
-"""Adversarial review of how model output is read (session 15, s15-parse): each test failed on main before its fix.
+"""Adversarial review of how model output is read (session 15, s15-parse): each test failed on main before its fix,
+except the guards that say what must stay as it was (agreeing audits, a real quoted key, an unchanged case).
 
-The parsers are pure functions over the model's verbatim text, so these tests call them directly with the
-hostile answer; no client or server is involved.
+The parsers are pure functions over the model's verbatim text, so these tests call them directly with the hostile
+answer; the recorded-answer tests read a copy of the release sample (the importer and the replay provider read
+files, no server is involved).
 """
 
 from __future__ import annotations
