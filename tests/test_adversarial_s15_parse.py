@@ -215,3 +215,20 @@ def test_replay_file_with_a_lone_surrogate_escape_replays(release_dir, tmp_path)
     out = asyncio.run(prov.generate(req))
     assert out.text == rec["raw"][:-1] + "\ufffd"
     out.text.encode("utf-8")
+
+
+# --- GeoHint's pattern fallback keeps a value's escapes -------------------------------------------
+
+def test_geohint_pattern_fallback_decodes_escapes_in_values():
+    """An answer the JSON reader cannot read (a comma missing) is read by the pattern fallback, which kept each
+    value's backslash escapes as written: the city ``S\\u00e3o Paulo`` (an ``ensure_ascii`` writer's São Paulo)
+    went to the geocoders with a literal backslash-u and resolved to nothing, ``The \\"Old\\" Mill`` and
+    ``Xi\\'an`` kept their backslashes. The values are now decoded as the JSON reader decodes a string."""
+    a = parse_answer('{"city": "S\\u00e3o Paulo" "area": "Liberdade"}')
+    assert a.method == "regex" and a.city == "São Paulo" and a.area == "Liberdade"
+    b = parse_answer('{"city": "Paris" "building": "The \\"Old\\" Mill \\ud83d\\udccd"}')
+    assert b.method == "regex" and b.building == 'The "Old" Mill \U0001f4cd'
+    c = parse_answer("{'city': 'Xi\\'an' 'area': 'Beilin'}")
+    assert c.method == "regex" and c.city == "Xi'an"
+    d = parse_answer('{"city": "Oslo" "area": "half \\ud83d"}')  # a lone half: U+FFFD, storable
+    assert d.area == "half \ufffd"

@@ -29,7 +29,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from geoagent.llmjson import Candidate, Percent, fenced_blocks, iter_candidates
+from geoagent.llmjson import Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates
 
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
@@ -379,8 +379,10 @@ def parse_answer(text: str | None) -> ParsedAnswer:
             continue
         if _inside_span(m, starts, inside):  # "city: 'Lyon'" within a clue's text is no key
             continue
-        val = m.group("dq") if m.group("dq") is not None else m.group("sq") if m.group("sq") is not None else m.group("num")
-        pairs[key] = val if m.group("num") is None else float(val)  # a bare number is no place name
+        if m.group("num") is not None:
+            pairs[key] = float(m.group("num"))  # a bare number is no place name
+        else:  # escapes decoded as the JSON reader decodes a string ("S\u00e3o Paulo" is São Paulo)
+            pairs[key] = decode_string_body(m.group("dq") if m.group("dq") is not None else m.group("sq"))
     if pairs:
         _fill(ans, pairs)
         ans.ok, ans.method = True, "regex"
