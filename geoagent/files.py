@@ -404,6 +404,48 @@ def append_jsonl(path: str | Path, records: Any, *, fsync: bool = True) -> None:
             os.fsync(f.fileno())
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """``value`` (a decoded JSON value) with every lone UTF-16 surrogate in its strings, keys too, replaced by U+FFFD
+    (the Unicode replacement character): such a string cannot be written as UTF-8 (SQLite, the exports)."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def loads_record(data: bytes) -> Any:
+    """One JSON value of a recorded line (a release's raw-answer JSONL): ``orjson.loads``, except that a string
+    holding a lone UTF-16 surrogate escape (``"\\ud83d"``: an emoji cut in half at the output-token limit, as
+    Python's ``json.dumps`` writes one with its default ``ensure_ascii``), which orjson refuses, is read as
+    ``json.loads`` reads it, each lone surrogate then replaced by U+FFFD (:func:`without_lone_surrogates`), as the
+    providers read such an API body (:func:`geoagent.providers.http_base.lenient_json`). Refused, the line's answer
+    was lost: the release importer dropped it as "invalid JSON", and one such line stopped a replay file at start.
+
+    Raises
+    ------
+    orjson.JSONDecodeError
+        The line is not JSON (or not UTF-8) for another reason (orjson's error, as before).
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in str(exc):
+            raise
+        import json
+
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except (ValueError, RecursionError):
+            raise exc from None
+        return without_lone_surrogates(value)
+
+
 def is_torn_record(line: bytes) -> bool:
     """Whether ``line`` is the beginning of a JSON object cut short, as a crash mid-append leaves it.
 

@@ -455,6 +455,21 @@ def _next_opener(text: str, openers: str, i: int) -> int:
     return min(hits) if hits else -1
 
 
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+
+
+def decode_string_body(body: str) -> str:
+    """The text of a quoted string's body (what lies between its quotes) as the reader decodes a string: the usual
+    backslash escapes (``\\"`` -> ``"``, ``\\'`` -> ``'``, ``\\n`` -> a line break, an unknown one -> the character)
+    and ``\\uXXXX``, a surrogate pair as one character and a lone half as U+FFFD. For text found by a pattern
+    rather than read (GeoHint's pattern fallback), which kept ``S\\u00e3o Paulo`` as written."""
+    def one(m: re.Match[str]) -> str:
+        e = m.group(1)
+        return chr(int(e[1:], 16)) if len(e) == 5 else _ESC.get(e, e)
+
+    return _fix_surrogates(_ESCAPE.sub(one, body)) if "\\" in body else body
+
+
 def fenced_blocks(text: str) -> list[str]:
     """Bodies of the Markdown code fences in ``text``, in order (an unterminated last fence runs to the end)."""
     return [m.group(1) for m in FENCE.finditer(text)]

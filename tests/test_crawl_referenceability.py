@@ -150,6 +150,10 @@ def test_parse_ref_batch_defensive():
     assert parse_ref_batch("no json here", 3) is None
     got = parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 4}, {"idx": 0, "ok": false, "familiarity": 1},'
                           ' {"idx": 1, "ok": "yes", "familiarity": 9}, {"idx": 7, "ok": true, "familiarity": 2}, "junk"]', 3)
+    # idx 0 rated two ways: left out, asked again (s15-parse; was the first element's rating); 1 and 7 invalid
+    assert got == {}
+    got = parse_ref_batch('[{"idx": 0, "ok": true, "familiarity": 4}, {"idx": 0, "ok": true, "familiarity": 4, "why": "x"},'
+                          ' {"idx": 1, "ok": "yes", "familiarity": 9}, {"idx": 7, "ok": true, "familiarity": 2}, "junk"]', 3)
     assert got == {0: {"ok": True, "familiarity": 4, "name_zh": None, "name_en": None, "why": ""}}
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, extract_json_like
 from geoagent.crawl.settings import ImageAuditSettings
 from geoagent.files import atomic_open
+from geoagent.llmjson import fenced_blocks, iter_candidates
 from geoagent.providers.base import ModelRequest
 from geoagent.paths import safe_image_id
 
@@ -96,11 +97,49 @@ class ImageAudit:
 
 def parse_image_audit(text: str | None) -> ImageAudit:
     """Parse the model's answer (untrusted text); never raises. Missing ``usable`` is filled by the rule;
-    an unknown scene type or a quality outside 0-5 makes the answer unparsed."""
+    an unknown scene type or a quality outside 0-5 makes the answer unparsed.
+
+    The audit is the first JSON object holding an audit key (fenced blocks first, then the whole text). When the
+    answer holds another complete audit object whose fields read differently (``answer_overlay``, ``scene_type``,
+    ``quality``, ``usable``, ``through_glass`` or ``tourist_infrastructure``), e.g. the prompt's example repeated
+    before the model's own audit, or a correction after it, the answer is unparsed ("conflicting audits in one
+    answer"), never the first one: the example reads usable, and taking it kept images whose real audit reported
+    overlay text naming the place. The same audit given twice (in a fence and again in the prose) is one audit."""
     raw = text if isinstance(text, str) else ""
     obj = extract_json_like(raw, dict, lambda o: bool(_AUDIT_KEYS & set(o)))
     if obj is None:
         return ImageAudit(False, reason="no JSON object in the answer", raw=raw)
+    audit = _read_audit(obj, raw)
+    if audit.parsed:
+        seen = {_decision(audit)}
+        for other in _audit_objects(raw):
+            read = _read_audit(other, raw)
+            if read.parsed:
+                seen.add(_decision(read))
+        if len(seen) > 1:
+            return ImageAudit(False, reason=f"conflicting audits in one answer ({len(seen)} different readings of "
+                                            "its audit objects)", raw=raw)
+    return audit
+
+
+def _decision(a: ImageAudit) -> tuple[Any, ...]:
+    """The fields of a parsed audit that two audit objects of one answer must agree on."""
+    return (a.answer_overlay, a.scene_type, a.quality, a.usable, a.through_glass, a.tourist_infrastructure)
+
+
+def _audit_objects(raw: str) -> list[dict[str, Any]]:
+    """Every complete JSON object in ``raw`` (fenced blocks, then the whole text; nested ones too, as
+    :func:`~geoagent.llmjson.extract_json` searches) that holds an audit key."""
+    out: list[dict[str, Any]] = []
+    for src in [*fenced_blocks(raw), raw]:
+        for cand in iter_candidates(src, "{"):
+            if cand.ok and not cand.truncated and isinstance(cand.value, dict) and _AUDIT_KEYS & set(cand.value):
+                out.append(cand.value)
+    return out
+
+
+def _read_audit(obj: dict[str, Any], raw: str) -> ImageAudit:
+    """One audit object's fields (:func:`parse_image_audit`'s rules), unparsed with a reason when invalid."""
     overlay = as_bool(obj.get("answer_overlay"))
     scene = str(obj.get("scene_type", "")).strip().lower().replace(" ", "_").replace("-", "_")
     quality = as_int_in(obj.get("quality"), 0, 5)

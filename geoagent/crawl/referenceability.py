@@ -89,7 +89,8 @@ import orjson
 
 from geoagent.crawl.image_audit import load_prompt
 from geoagent.crawl.ladder import RatedCandidate, tier_for
-from geoagent.crawl.llmjson import as_bool, as_int_in, as_text, extract_json_like
+from geoagent.crawl.llmjson import as_bool, as_int_in, as_text
+from geoagent.llmjson import fenced_blocks, iter_candidates
 from geoagent.crawl.settings import ReferenceabilitySettings
 from geoagent.files import append_jsonl
 from geoagent.geo import haversine_km
@@ -251,7 +252,8 @@ def parse_ref_batch(text: str | None, n: int) -> dict[int, dict[str, Any]] | Non
     -------
     dict or None
         idx -> {"ok", "familiarity", "name_zh", "name_en", "why"} for each element that is complete and
-        valid (``ok`` boolean, ``familiarity`` integer 0-5, idx in range, first occurrence wins; names and ``why``
+        valid (``ok`` boolean, ``familiarity`` integer 0-5, idx in range; an idx read two ways is left out, see
+        :func:`_by_idx`; names and ``why``
         text only, else None and ``""``, :func:`~geoagent.crawl.llmjson.as_text`); None when
         no JSON array can be found at all. Candidates missing from the dict must be asked again.
     """
@@ -278,22 +280,51 @@ def parse_sensitive_batch(text: str | None, n: int) -> dict[int, dict[str, Any]]
 
 
 def _by_idx(text: str | None, n: int, read: Any) -> dict[int, dict[str, Any]] | None:
-    """The JSON array in ``text`` as idx -> ``read(element)``: elements that are objects with an ``idx`` in
-    [0, n) and that ``read`` accepts (not None); the first valid element of an idx wins; None if no array."""
-    arr = extract_json_like(text, list, lambda a: any(isinstance(el, dict) and "idx" in el for el in a))
-    if arr is None:
+    """The JSON arrays in ``text`` as idx -> ``read(element)``: elements that are objects with an ``idx`` in
+    [0, n) and that ``read`` accepts (not None); None if no complete array at all.
+
+    Every complete array holding an object with an ``idx`` is read (fenced blocks first, then the whole text, as
+    :func:`~geoagent.llmjson.extract_json` searches). An idx whose accepted elements read differently (their
+    ``why`` aside) is left out, so it is asked again, never its first reading: an answer that repeated the prompt's
+    example array (idx 0: familiarity 4, "San Jose Municipal Rose Garden") before its own ratings gave candidate 0
+    the example's rating and English name, its hint name in the ladders. The same element given twice (in a fence
+    and again in the prose) is one reading."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    arrays: list[list[Any]] = []
+    found = False
+    for src in [*fenced_blocks(text), text]:
+        for cand in iter_candidates(src, "["):
+            if cand.ok and not cand.truncated and isinstance(cand.value, list):
+                found = True
+                if any(isinstance(el, dict) and "idx" in el for el in cand.value):
+                    arrays.append(cand.value)
+    if not found:
         return None
     out: dict[int, dict[str, Any]] = {}
-    for el in arr:
-        if not isinstance(el, dict):
-            continue
-        idx = as_int_in(el.get("idx"), 0, n - 1)
-        if idx is None or idx in out:
-            continue
-        row = read(el)
-        if row is not None:
+    conflicting: set[int] = set()
+    for arr in arrays:
+        for el in arr:
+            if not isinstance(el, dict):
+                continue
+            idx = as_int_in(el.get("idx"), 0, n - 1)
+            if idx is None or idx in conflicting:
+                continue
+            row = read(el)
+            if row is None:
+                continue
+            if idx in out:
+                if _without_why(out[idx]) != _without_why(row):  # two readings of one candidate: ask again
+                    conflicting.add(idx)
+                    del out[idx]
+                continue
             out[idx] = row
     return out
+
+
+def _without_why(row: dict[str, Any]) -> dict[str, Any]:
+    """A parsed element's decision fields (its free-text ``why`` left out)."""
+    return {k: v for k, v in row.items() if k != "why"}
 
 
 class JsonlLog:

@@ -24,6 +24,7 @@ import orjson
 
 from geoagent import constants as C
 from geoagent import paths
+from geoagent.files import loads_record
 from geoagent.geo import continent_code
 from geoagent.data.model import (
     ContextLadder,
@@ -439,7 +440,7 @@ def read_raw_jsonl(path: Path, report: ImportReport) -> Iterator[RawVerifyRespon
             if not line.strip():
                 continue
             try:
-                d = orjson.loads(line)
+                d = loads_record(line)  # a lone surrogate escape (an emoji cut in half) is U+FFFD
             except orjson.JSONDecodeError as exc:
                 report.add(path, lineno, f"invalid JSON: {exc}")
                 continue

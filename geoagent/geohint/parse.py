@@ -24,11 +24,12 @@ and an evidence slot its text (a slot that is not a string keeps its category wi
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from geoagent.llmjson import Candidate, Percent, fenced_blocks, iter_candidates
+from geoagent.llmjson import Candidate, Percent, decode_string_body, fenced_blocks, iter_candidates
 
 SCHEMA_KEYS = frozenset(
     {"city", "area", "building", "place", "country", "confidence", "confidence_area", "confidence_building", "clues", "evidence"}
@@ -40,8 +41,9 @@ EVIDENCE_CATEGORIES = ("infrastructure", "vegetation", "architecture", "script",
 NOT_VISIBLE = "not visible"
 
 # a key starts at a word start (the lookbehind): trying every position inside a long run of letters made the
-# fallback quadratic (minutes for a looping answer)
-_PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?))""")
+# fallback quadratic (minutes for a looping answer); a number followed by a decimal comma (``0,85``) is no value (it
+# read as 0.0, the digits before the comma)
+_PAIR = re.compile(r"""["']?(?<![A-Za-z_])(?P<key>[A-Za-z_]+)["']?\s*:\s*(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)'|(?P<num>-?\d+(?:\.\d+)?)(?!,\d))""")
 
 
 @dataclass(slots=True)
@@ -297,6 +299,20 @@ def _json_string_spans(raw: str) -> list[tuple[int, int]]:
     return [(m.start() + len(m.group(1)), m.end()) for m in _JSON_STRING.finditer(raw)]
 
 
+def _inside_span(m: re.Match[str], starts: list[int], spans: list[tuple[int, int]]) -> bool:
+    """Whether the ``key: value`` pattern match ``m`` is text inside a JSON string of ``spans``
+    (:func:`_json_string_spans`: in order, not overlapping; ``starts`` their start offsets): it starts strictly
+    inside one, or at one's opening quote while that string runs on past the key (``["city: 'Lyon'"]``, a clue whose
+    text starts like a field; a real key's string, ``"city"``, closes right after it). By binary search: testing every
+    span for every match was quadratic (minutes for a long looping answer)."""
+    pos = m.start()
+    i = bisect.bisect_right(starts, pos) - 1  # the last span starting at or before pos
+    if i < 0:
+        return False
+    s, e = spans[i]
+    return s < pos < e or (s == pos and m.end("key") + 1 < e)
+
+
 def _score(obj: dict[str, Any]) -> int:
     return sum(1 for k in obj if str(k).strip().lower() in SCHEMA_KEYS)
 
@@ -356,13 +372,17 @@ def parse_answer(text: str | None) -> ParsedAnswer:
         return ans
     pairs = {}
     inside = _json_string_spans(raw)
+    starts = [s for s, _ in inside]
     for m in _PAIR.finditer(raw):
-        if any(s < m.start() < e for s, e in inside):  # "city: 'Lyon'" within a clue's text is no key
-            continue
         key = m.group("key").lower()
-        if key in SCHEMA_KEYS and key not in pairs:
-            val = m.group("dq") if m.group("dq") is not None else m.group("sq") if m.group("sq") is not None else m.group("num")
-            pairs[key] = val if m.group("num") is None else float(val)  # a bare number is no place name
+        if key not in SCHEMA_KEYS or key in pairs:
+            continue
+        if _inside_span(m, starts, inside):  # "city: 'Lyon'" within a clue's text is no key
+            continue
+        if m.group("num") is not None:
+            pairs[key] = float(m.group("num"))  # a bare number is no place name
+        else:  # escapes decoded as the JSON reader decodes a string ("S\u00e3o Paulo" is São Paulo)
+            pairs[key] = decode_string_body(m.group("dq") if m.group("dq") is not None else m.group("sq"))
     if pairs:
         _fill(ans, pairs)
         ans.ok, ans.method = True, "regex"

@@ -113,7 +113,11 @@ def _norm_conf(v: Any, rules: set[str]) -> float | None:
         if v is not None:
             rules.add(RULE_CONF_INVALID)
         return None
-    x = float(v)
+    try:
+        x = float(v)
+    except OverflowError:  # an integer too large for a float (400 digits): as unusable as 1e309, the verdict stands
+        rules.add(RULE_CONF_INVALID)
+        return None
     if pct or 1.0 < x <= 100.0:
         rules.add(RULE_CONF_PERCENT)
         x /= 100.0
@@ -144,7 +148,8 @@ def _lookup(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
 # one character class between the label and the value (not ``\s*[\"']*\s*``: two quantifiers over the same
 # whitespace made a long run after "verdict:" quadratic, minutes for a looping answer)
 _RX_VERDICT = re.compile(r"[\"']?verdict[\"']?\s*[:=][\s\"'*]*(yes|no)\b(?!\s*(?:/|\bor\b))", re.I)
-_RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*%?)", re.I)
+# a decimal comma (``0,85``) is taken with the number, which then reads as no confidence (not 0.0, the digits before it)
+_RX_CONF = re.compile(r"[\"']?confidence[\"']?\s*[:=][\s\"']*([-+]?(?:\d+(?:\.\d*|,\d+)?|\.\d+)\s*%?)", re.I)
 # a verdict word standing alone: followed (after quotes/markup on the same line) by the end of the text, a
 # line break or a clause delimiter; "No doubt ...", "no-entry sign ...", "Yes and no" are not verdicts
 _STANDALONE = r"(?=[ \t\"'`*_]*(?:\Z|[\r\n.!,;:)]))"
@@ -178,7 +183,7 @@ def parse_verdict(raw: str | None) -> ParsedVerdict:
     way, and so does another object, or a labelled ``verdict: yes|no`` in the prose outside the objects, that
     states the opposite verdict; text inside an object's string values (its evidence) is never read as one.
     Confidence in percent (``"80%"`` or a number in (1, 100]) is divided by 100; anything else outside
-    [0, 1] becomes None (rule ``confidence_invalid``).
+    [0, 1], and a number with a decimal comma (``0,85``), becomes None (rule ``confidence_invalid``).
     """
     try:
         return _parse(raw)

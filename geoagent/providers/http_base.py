@@ -12,13 +12,13 @@ from __future__ import annotations
 import abc
 import base64
 import dataclasses
-import re
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
+from geoagent.files import without_lone_surrogates
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider, ProviderError
 from geoagent.providers.errors import ContentBlocked, MalformedResponse, body_excerpt
 from geoagent.providers.settings import ProviderSettings
@@ -76,20 +76,6 @@ def _scrub_exception(exc: BaseException, secret: str) -> BaseException | None:
 
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _clean_text(value: Any) -> Any:
-    """``value`` with every lone UTF-16 surrogate in its strings (keys too) replaced by U+FFFD."""
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_clean_text(v) for v in value]
-    if isinstance(value, dict):
-        return {_clean_text(k): _clean_text(v) for k, v in value.items()}
-    return value
-
-
 def lenient_json(body: bytes) -> Any:
     """Parse a JSON body that orjson refused only for its text encoding; None when it is not JSON at all.
 
@@ -115,7 +101,7 @@ def lenient_json(body: bytes) -> Any:
     import json
 
     try:
-        return _clean_text(json.loads(body.decode("utf-8", errors="replace")))
+        return without_lone_surrogates(json.loads(body.decode("utf-8", errors="replace")))
     except (ValueError, RecursionError):
         return None
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from geoagent.files import loads_record
 from geoagent.paths import missing_release_error
 from geoagent.providers.base import ModelRequest, ModelResponse, Provider, Usage, register
 from geoagent.providers.errors import ReplayMiss, ReplayRecordedError
@@ -77,7 +78,7 @@ class ReplayIndex:
                 stripped = line.strip()
                 if stripped:
                     try:
-                        rec = orjson.loads(stripped)
+                        rec = loads_record(stripped)  # a lone surrogate escape: U+FFFD, not a refused file
                     except orjson.JSONDecodeError as exc:
                         raise ValueError(f"{self.path}:{lineno}: not valid JSON ({exc})") from None
                     if not isinstance(rec, dict):
@@ -117,7 +118,7 @@ class ReplayIndex:
             data = os.pread(fd, length, offset)
         finally:
             os.close(fd)
-        return orjson.loads(data)
+        return loads_record(data)
 
 
 @register
