@@ -2,8 +2,11 @@
 
 Seed 000: Sec. 4.2 (hit = error < 1 km *and* resolution finer than city; city-level resolution is
 censored), Sec. 6.2.2 (Table 5: geometric means of d_ref and err, median of err/d_ref, on answers that
-resolved finer than city level with a positive error), Fig. 2 (95 % binomial intervals: Wilson score,
-a choice: the paper says only "binomial").
+resolved finer than city level with a positive error), Fig. 2 (the paper's error bars are "95 % binomial
+intervals"; :func:`wilson_interval` is that interval for one pooled count, Wilson score being a choice, as the paper
+says only "binomial"). The report's Fig. 2 does not draw it: it draws site-bootstrap percentile intervals
+(:func:`geoagent.report.geohint.hit_by_band_points`), because a binomial interval treats every response as
+independent and Sec. 6 makes the site the unit of resampling.
 
 Resolution levels use the geocoder's names ``building``, ``area``, ``city``, ``none``; the release's
 ``place`` (and an empty field) map to ``building`` (and ``none``) via :func:`normalize_level`.
@@ -129,7 +132,8 @@ def geometric_mean(x_km: np.ndarray, *, floor_km: float | None = None) -> float:
 
 
 def wilson_interval(k: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion ``k / n`` (Fig. 2 error bars).
+    """Wilson score interval for a binomial proportion ``k / n`` (the paper's Fig. 2 "binomial" bars; the report
+    draws site-bootstrap intervals there instead, module docstring).
 
     Returns ``(nan, nan)`` when ``n == 0``. The bounds at the ends are exact: at ``k == n`` the upper bound is 1
     and at ``k == 0`` the lower bound is 0 (``centre +- half`` is exactly 1 or 0 there; the floating-point sum
