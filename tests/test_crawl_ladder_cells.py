@@ -158,3 +158,30 @@ def test_geohint_left_out_note_names_changed_reference_points():
     scope = scored_scope({"gh|m|s1|i1|forced|Q2|r0"})
     assert not scope.keep("gh|m|s1|i1|forced|Q1|r0", {})
     assert "reference points" in scope.note()
+
+
+def test_one_place_per_name_in_a_ladder():
+    """Walkthrough (the demo with per-cell draws): two places named "Hazel Cafe", 1.35 km and 1.84 km from a site,
+    were drawn in two cells, so the GeoHint plan held two requests with one text (16 of 880 answered from the
+    other's stored answer, each scored in two bands). Version 2 keeps the nearest of same-named places."""
+    cands = _cands() + [
+        RatedCandidate(qid="Q901", label_raw="Hazel Cafe", dist_km=1.348, familiarity=1, name_en="Hazel Cafe"),
+        RatedCandidate(qid="Q902", label_raw="Hazel Cafe", dist_km=1.841, familiarity=0, name_en="Hazel Cafe"),
+        RatedCandidate(qid="Q903", label_raw="Hazel Cafe", dist_km=4.2, familiarity=5, name_en="hazel  café"),
+    ]
+    for seed in range(20):
+        rows = build_ladder(cands, cell_seed=f"{seed}:s", one_name_per_site=True, draws_per_cell=10)
+        hazel = [r for r in rows if r["name_en"].lower().startswith("hazel")]
+        assert [r["qid"] for r in hazel] == ["Q901"]
+        names = [r["name_en"] for r in rows]
+        assert len(names) == len(set(names))
+    # version 1 (and the per-cell rule alone) keep one per name within a cell only
+    rows = build_ladder(cands, cell_seed="0:s", draws_per_cell=10)
+    assert {r["qid"] for r in rows} >= {"Q901", "Q902", "Q903"}
+
+
+def test_a_new_crawl_ladder_names_each_place_once(crawled):
+    tmp, _world, _run, _apps, _counts = crawled
+    for p in (tmp / "state" / "ladders").glob("*.csv"):
+        names = [r["name_en"].casefold() for r in _csv(p)]
+        assert len(names) == len(set(names)), p.name

@@ -41,7 +41,8 @@ DIST_DECIMALS = 3
 #: one decision on a 0.5-1.5 km candidate changed all twelve draws of the site's 1.5-3 and 3-6 km cells, and a
 #: GeoHint campaign over the crawl re-asked 64 requests per model and left their earlier answers out of scoring).
 #: 2 (2026-12-02): a stream per (band, tier) cell, seeded by the site's seed and the cell, so only the cells whose
-#: pool changed are redrawn. A crawl whose ladders were drawn before keeps version 1 (its ladders do not change
+#: pool changed are redrawn; and one place per name in the whole ladder, the nearest (``one_name_per_site``: two
+#: places named alike in two cells gave one hint text two distances, one model request scored in two bands). A crawl whose ladders were drawn before keeps version 1 (its ladders do not change
 #: under it); a crawl that writes its first ladder from then on uses version 2.
 LADDER_DRAW_VERSION = 2
 
@@ -210,7 +211,7 @@ def one_per_place(cell: Iterable[RatedCandidate]) -> list[RatedCandidate]:
 
 
 def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random | None = None,
-                 cell_seed: str | None = None, draws_per_cell: int = 2,
+                 cell_seed: str | None = None, one_name_per_site: bool = False, draws_per_cell: int = 2,
                  site_qid: str | None = None, site_names: Sequence[str] = (),
                  bands_km: Sequence[tuple[float, float]] = C.LADDER_BANDS_KM) -> list[dict[str, Any]]:
     """Build one site's context ladder.
@@ -225,6 +226,10 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random | N
     cell_seed : str, optional
         Seed text of the site (e.g. ``"<crawl seed>:<site id>"``); each (band, tier) cell draws from
         ``random.Random(f"{cell_seed}:{band}:{tier}")`` (version 2: a cell's draws depend on its own pool only).
+    one_name_per_site : bool
+        Apply :func:`one_per_place` to the whole site's banded candidates, not only within each cell (version 2):
+        of places sharing a name in different cells only the nearest stays, because two ladder rows with one
+        name give one hint text two distances (and the model one request for both, scored in two bands).
     draws_per_cell : int
         Maximum reference points per (band, tier) cell; 2 in the paper.
     site_qid, site_names
@@ -257,6 +262,9 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random | N
         if band is None or tier is None:
             continue
         cells.setdefault((band, tier), []).append(c)
+    if one_name_per_site:  # the nearest of same-named places in any cell (ties: the smaller QID text)
+        kept = {c.qid for c in one_per_place(c for cell in cells.values() for c in cell)}
+        cells = {k: [c for c in cell if c.qid in kept] for k, cell in cells.items()}
     rows: list[dict[str, Any]] = []
     for lo, hi in bands_km:
         band = band_label(lo, hi)

@@ -1147,8 +1147,8 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
     """Build and write one site's ladder CSV from its ``rated/<site>.json`` record ``rec`` with the human review
     ``decisions`` ((site, qid) -> decision, :func:`geoagent.crawl.review.read_review_verdicts`) applied to the
     ratings (:func:`geoagent.crawl.review.apply_decisions`; the record itself is not changed), drawn with the crawl's
-    ladder draw version (:func:`geoagent.crawl.ladder.ladder_draw_version`: a random stream per cell, or one per
-    site for a crawl whose ladders were drawn before 2026-12-02). Returns its path."""
+    ladder draw version (:func:`geoagent.crawl.ladder.ladder_draw_version`: a random stream per cell and one place
+    per name, or one stream per site for a crawl whose ladders were drawn before 2026-12-02). Returns its path."""
     from geoagent.crawl.review import apply_decisions
 
     sid = paths.safe_name(str(site["site"]), what="site id")
@@ -1157,7 +1157,8 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
     seed = ls.seed if ls.seed is not None else settings.seed
     site_seed = f"{seed}:{sid}"
     # the crawl's ladder draw version: one stream per cell, or (ladders drawn before 2026-12-02) one per site
-    draw = ({"rng": random.Random(site_seed)} if ladder_draw_version(state_dir) == 1 else {"cell_seed": site_seed})
+    draw = ({"rng": random.Random(site_seed)} if ladder_draw_version(state_dir) == 1
+            else {"cell_seed": site_seed, "one_name_per_site": True})
     rows = build_ladder(cands, **draw, draws_per_cell=ls.draws_per_cell,
                         site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
     out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, rated_auditor(settings, rec, state_dir), "en")
