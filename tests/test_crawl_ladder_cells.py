@@ -141,6 +141,7 @@ def test_a_crawl_whose_ladders_were_drawn_before_keeps_its_draws(crawled, tmp_pa
 def test_a_new_crawl_records_the_current_version_and_a_bad_record_is_named(tmp_path):
     assert ladder_draw_version(tmp_path / "new") == LADDER_DRAW_VERSION
     assert ladder_draw_version(tmp_path / "new") == LADDER_DRAW_VERSION  # read back, not decided again
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == [LADDER_DRAW_FILE]  # no temporary file left
     (tmp_path / "old" / "ladders").mkdir(parents=True)
     (tmp_path / "old" / "ladders" / "s_ladder_a-en.csv").write_text("band\n", encoding="utf-8")
     assert ladder_draw_version(tmp_path / "old") == 1

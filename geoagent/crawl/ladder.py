@@ -335,7 +335,6 @@ def ladder_draw_version(state_dir: str | Path) -> int:
         The file exists but holds no version 1 or 2 (names the file)."""
     import json
     import os
-    import uuid
 
     state_dir = Path(state_dir)
     path = state_dir / LADDER_DRAW_FILE
@@ -353,16 +352,22 @@ def ladder_draw_version(state_dir: str | Path) -> int:
 
     if path.exists():
         return read()
+    from geoagent.files import _create_temp
+
     legacy = any((state_dir / C.LADDERS_DIR).glob("*.csv"))
     version = 1 if legacy else LADDER_DRAW_VERSION
     state_dir.mkdir(parents=True, exist_ok=True)
-    tmp = state_dir / f".{LADDER_DRAW_FILE}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(json.dumps({"version": version, "decided": "ladders already drawn" if legacy else "new crawl"})
-                   + "\n", encoding="utf-8")
+    # a locked temporary file of the project's naming (a kill leaves one the next run's cleanup removes)
+    fd, tmp = _create_temp(path)
     try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
+        os.write(fd, (json.dumps({"version": version, "decided": "ladders already drawn" if legacy else "new crawl"})
+                      + "\n").encode("utf-8"))
+        os.fsync(fd)
+        try:
+            os.link(tmp, path)  # created whole, and only if no other process decided first
+        except FileExistsError:
+            pass
     finally:
+        os.close(fd)
         tmp.unlink(missing_ok=True)
     return read()
