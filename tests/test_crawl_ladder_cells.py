@@ -186,3 +186,14 @@ def test_a_new_crawl_ladder_names_each_place_once(crawled):
     for p in (tmp / "state" / "ladders").glob("*.csv"):
         names = [r["name_en"].casefold() for r in _csv(p)]
         assert len(names) == len(set(names)), p.name
+
+
+def test_no_release_ladder_names_a_place_twice(release_dir):
+    """The rule of version 2 agrees with the release: none of its 109 ladders holds one name in two rows."""
+    from geoagent.crawl.ladder import normalise_name
+
+    files = sorted((release_dir / "ladders").glob("*.csv"))
+    assert len(files) == 109
+    for p in files:
+        names = [normalise_name(r["name_en"] or r["label_raw"]) for r in _csv(p)]
+        assert len(names) == len(set(names)), p.name
