@@ -56,3 +56,47 @@ def test_two_answers_per_site_give_every_column():
     t3 = GH.table3(agg, "forced", "baseline", n_splits=30)
     assert all(math.isfinite(v) for r in t3.rows for v in r[2:6])
     assert "single no-context answer" not in t3.notes and "On average" in t3.notes
+
+
+def _ungeocoded_rows(model: str, baseline: dict[str, int], near: dict[str, int]) -> list[GeoHintResult]:
+    """Answers of ``model`` none of which geocoded (resolved level none): per site, that many no-context and
+    near-band forced answers."""
+    out = []
+    for site, n in baseline.items():
+        out += [GeoHintResult(key=f"b|{model}|{site}|{r}", site=site, image_id=f"{site}-img", model=model,
+                              condition="baseline", schema="forced", repeat=r, resolved_level="none", error_km=None,
+                              hit=False) for r in range(n)]
+    for site, n in near.items():
+        out += [GeoHintResult(key=f"c|{model}|{site}|{i}", site=site, image_id=f"{site}-img", model=model,
+                              condition="forced", schema="forced", ref_qid=f"Q{site}{i}", ref_name=f"P{i}",
+                              band="0.5-1.5km", tier="high", dist_km=1.0, area="Somewhere", resolved_level="none",
+                              error_km=None, hit=False, echo=False) for i in range(n)]
+    return out
+
+
+def test_a_model_none_of_whose_answers_geocoded_has_no_difference_not_zero(tmp_path):
+    """Walkthrough (GeoHint over a crawl, a second model behind a fake whose answers never geocoded): Tables 1-2
+    and the paired no-context/near-band table gave that model's hit rates as undetermined (an em dash), but
+    Table 3 gave it "+0.00" uncorrected and corrected, SD 0.00: 0 % minus 0 %, both rates measuring the
+    geocoder. Its row is undetermined (NaN), the other model's is unchanged, and the note says why."""
+    base = {"s1": [1, 1], "s2": [1, 0], "s3": [0, 0], "s4": [0, 1]}
+    alone = GeoHintAggregator()
+    alone.add_many(_rows(base, NEAR))
+    agg = GeoHintAggregator()
+    agg.add_many(_rows(base, NEAR))
+    agg.add_many(_ungeocoded_rows("u", {s: 2 for s in base}, {s: 2 for s in NEAR}))
+    t3 = GH.table3(agg, "forced", "baseline", n_splits=30)
+    rows = {(r[0], r[1]): r for r in t3.rows}
+    for regime in ("legible", "illegible"):
+        assert all(math.isnan(v) for v in rows[(regime, "u")][2:6]), rows[(regime, "u")]
+    # the geocoded model's row keeps its value; the regimes pool every model's no-context answers (u's count
+    # as misses), so by hand: s1 2 of 4 (legible), s2 1 of 4, s3 0 of 4, s4 1 of 4 (illegible); m's near-band
+    # minus no-context in the illegible sites s2-s4: 3/6 - 2/6
+    m_ill = rows[("illegible", "m")]
+    assert m_ill[2] == pytest.approx(100 * (3 / 6 - 2 / 6))
+    assert math.isfinite(m_ill[3])
+    assert "no answer of one side geocoded" in t3.notes
+    GH.write_report(agg, tmp_path, n_flips=10, n_splits=30, figures=False)
+    block = (tmp_path / "report.md").read_text(encoding="utf-8").split("### Table 3")[1].split("### ")[0]
+    assert "| illegible | u | — | — | — | — |" in block
+    assert "+0.00" not in block.split("| illegible | u |")[1].split("\n")[0]

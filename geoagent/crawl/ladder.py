@@ -8,7 +8,8 @@ site's own entity and name are excluded, each cell keeps one item per place (:fu
 sharing an English name or raw label are one place), and each (band, tier) cell gets up to ``draws_per_cell``
 random draws (default 2, as in the paper; the release holds up to 4): random, never sorted by distance,
 because sorting once cost the most diagnostic condition (Sec. 3.3). One CSV per site with the release's
-ladder columns.
+ladder columns. Each cell draws from a random stream of its own (ladder draw version 2,
+:data:`LADDER_DRAW_VERSION`), so a changed rating redraws only the cells it moves a candidate out of or into.
 """
 
 from __future__ import annotations
@@ -32,6 +33,21 @@ LADDER_COLUMNS: tuple[str, ...] = (
 
 #: Decimals of a ladder row's ``dist_km`` (km); the band is read from this rounded value (the release's rule).
 DIST_DECIMALS = 3
+
+#: Version of the ladder draw a crawl uses, recorded once per crawl in its state folder
+#: (:data:`LADDER_DRAW_FILE`, :func:`ladder_draw_version`). 1: one random stream per site, shared by its cells in
+#: band and tier order, so a rating that moved one candidate between cells (a human review decision, a re-rating)
+#: redrew every later cell of the site too, reference points the decision had nothing to do with (a walkthrough:
+#: one decision on a 0.5-1.5 km candidate changed all twelve draws of the site's 1.5-3 and 3-6 km cells, and a
+#: GeoHint campaign over the crawl re-asked 64 requests per model and left their earlier answers out of scoring).
+#: 2 (2026-12-02): a stream per (band, tier) cell, seeded by the site's seed and the cell, so only the cells whose
+#: pool changed are redrawn; and one place per name in the whole ladder, the nearest (``one_name_per_site``: two
+#: places named alike in two cells gave one hint text two distances, one model request scored in two bands). A crawl whose ladders were drawn before keeps version 1 (its ladders do not change
+#: under it); a crawl that writes its first ladder from then on uses version 2.
+LADDER_DRAW_VERSION = 2
+
+#: the file in a crawl's state folder that records its ladder draw version (``{"version": N}``)
+LADDER_DRAW_FILE = "ladder_draw.json"
 
 #: Tier names and the referenceability scores (0-5) they cover.
 TIERS: tuple[tuple[str, tuple[int, ...]], ...] = (("high", (4, 5)), ("mid", (2, 3)), ("low", (0, 1)))
@@ -194,7 +210,8 @@ def one_per_place(cell: Iterable[RatedCandidate]) -> list[RatedCandidate]:
     return kept
 
 
-def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, draws_per_cell: int = 2,
+def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random | None = None,
+                 cell_seed: str | None = None, one_name_per_site: bool = False, draws_per_cell: int = 2,
                  site_qid: str | None = None, site_names: Sequence[str] = (),
                  bands_km: Sequence[tuple[float, float]] = C.LADDER_BANDS_KM) -> list[dict[str, Any]]:
     """Build one site's context ladder.
@@ -203,8 +220,16 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
     ----------
     candidates : iterable of RatedCandidate
         Audited candidates around the site (any order; duplicates by QID allowed).
-    rng : random.Random
-        Source of the within-cell draws (seed it from the campaign seed and site id for reproducibility).
+    rng : random.Random, optional
+        One source of the within-cell draws for every cell in turn (ladder draw version 1: a change in one
+        cell's pool shifts the draws of every later cell). Give ``rng`` or ``cell_seed``, not both.
+    cell_seed : str, optional
+        Seed text of the site (e.g. ``"<crawl seed>:<site id>"``); each (band, tier) cell draws from
+        ``random.Random(f"{cell_seed}:{band}:{tier}")`` (version 2: a cell's draws depend on its own pool only).
+    one_name_per_site : bool
+        Apply :func:`one_per_place` to the whole site's banded candidates, not only within each cell (version 2):
+        of places sharing a name in different cells only the nearest stays, because two ladder rows with one
+        name give one hint text two distances (and the model one request for both, scored in two bands).
     draws_per_cell : int
         Maximum reference points per (band, tier) cell; 2 in the paper.
     site_qid, site_names
@@ -219,9 +244,17 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
         ``dist_km`` is rounded to :data:`DIST_DECIMALS` and the band is that of the rounded value (a
         candidate 1.4996 km away is a 1.5 km row in 1.5-3.0 km; one at 5.9996 km, a 6.0 km row, is in no
         band), so ``band_for(dist_km) == band`` holds for every row, as in the release.
+
+    Raises
+    ------
+    ValueError
+        ``draws_per_cell`` below 1, or not exactly one of ``rng`` and ``cell_seed``.
     """
     if draws_per_cell < 1:
         raise ValueError(f"draws_per_cell must be >= 1, got {draws_per_cell}")
+    if (rng is None) == (cell_seed is None):
+        raise ValueError("build_ladder needs exactly one of rng (one stream for every cell) and cell_seed (a stream "
+                         "per cell)")
     cells: dict[tuple[str, str], list[RatedCandidate]] = {}
     for c in eligible_candidates(candidates, site_qid=site_qid, site_names=site_names):
         band = band_for(round(c.dist_km, DIST_DECIMALS), bands_km)  # the distance the row will show
@@ -229,6 +262,9 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
         if band is None or tier is None:
             continue
         cells.setdefault((band, tier), []).append(c)
+    if one_name_per_site:  # the nearest of same-named places in any cell (ties: the smaller QID text)
+        kept = {c.qid for c in one_per_place(c for cell in cells.values() for c in cell)}
+        cells = {k: [c for c in cell if c.qid in kept] for k, cell in cells.items()}
     rows: list[dict[str, Any]] = []
     for lo, hi in bands_km:
         band = band_label(lo, hi)
@@ -236,7 +272,8 @@ def build_ladder(candidates: Iterable[RatedCandidate], *, rng: random.Random, dr
             pool = sorted(one_per_place(cells.get((band, tier), [])), key=lambda c: c.qid)  # canonical order
             if not pool:
                 continue
-            taken = rng.sample(pool, min(draws_per_cell, len(pool)))
+            draw = rng if rng is not None else random.Random(f"{cell_seed}:{band}:{tier}")
+            taken = draw.sample(pool, min(draws_per_cell, len(pool)))
             for c in taken:
                 rows.append({
                     "band": band,
@@ -283,3 +320,54 @@ def ladder_file_name(site: str, auditor: str = "auditor", lang: str = "en") -> s
     from geoagent.paths import safe_name
 
     return f"{safe_name(site, what='site id')}_ladder_{safe_name(auditor, what='auditor')}-{safe_name(lang, what='lang')}.csv"
+
+
+def ladder_draw_version(state_dir: str | Path) -> int:
+    """The ladder draw version (:data:`LADDER_DRAW_VERSION`) of the crawl whose state folder is ``state_dir``, as
+    recorded in its :data:`LADDER_DRAW_FILE`. Without that file it is decided once and recorded: 1 when the crawl
+    already holds ladders (``ladders/*.csv``, drawn before versions were recorded, so they keep their draws), else
+    the current version. The file is created whole or not at all (a hard link of a finished temporary file), so
+    processes of one crawl deciding at once all read the first one's decision.
+
+    Raises
+    ------
+    ValueError
+        The file exists but holds no version 1 or 2 (names the file)."""
+    import json
+    import os
+
+    state_dir = Path(state_dir)
+    path = state_dir / LADDER_DRAW_FILE
+
+    def read() -> int:
+        try:
+            version = json.loads(path.read_text(encoding="utf-8")).get("version")
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{path}: not a ladder draw record ({e}); delete it only if the crawl has no ladders "
+                             "yet") from None
+        if version not in (1, LADDER_DRAW_VERSION):
+            raise ValueError(f"{path}: unknown ladder draw version {version!r} (this geoagent draws 1 or "
+                             f"{LADDER_DRAW_VERSION})")
+        return int(version)
+
+    if path.exists():
+        return read()
+    from geoagent.files import _create_temp
+
+    legacy = any((state_dir / C.LADDERS_DIR).glob("*.csv"))
+    version = 1 if legacy else LADDER_DRAW_VERSION
+    state_dir.mkdir(parents=True, exist_ok=True)
+    # a locked temporary file of the project's naming (a kill leaves one the next run's cleanup removes)
+    fd, tmp = _create_temp(path)
+    try:
+        os.write(fd, (json.dumps({"version": version, "decided": "ladders already drawn" if legacy else "new crawl"})
+                      + "\n").encode("utf-8"))
+        os.fsync(fd)
+        try:
+            os.link(tmp, path)  # created whole, and only if no other process decided first
+        except FileExistsError:
+            pass
+    finally:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+    return read()

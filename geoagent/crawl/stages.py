@@ -86,7 +86,7 @@ from geoagent.clients.wdqs import WdqsAreaTooDense, WdqsClient, WdqsQueryError
 from geoagent.crawl import fetcher as fetch_mod
 from geoagent.crawl import image_audit as ia
 from geoagent.crawl.llmcall import metered_generate
-from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_file_name, write_ladder_csv
+from geoagent.crawl.ladder import RatedCandidate, build_ladder, ladder_draw_version, ladder_file_name, write_ladder_csv
 from geoagent.crawl.referenceability import (
     RefCandidate,
     ReferenceabilityAuditor,
@@ -1146,14 +1146,20 @@ def write_site_ladder(settings: CrawlSettings, state_dir: Path, site: dict[str, 
                       decisions: Any) -> Path:
     """Build and write one site's ladder CSV from its ``rated/<site>.json`` record ``rec`` with the human review
     ``decisions`` ((site, qid) -> decision, :func:`geoagent.crawl.review.read_review_verdicts`) applied to the
-    ratings (:func:`geoagent.crawl.review.apply_decisions`; the record itself is not changed). Returns its path."""
+    ratings (:func:`geoagent.crawl.review.apply_decisions`; the record itself is not changed), drawn with the crawl's
+    ladder draw version (:func:`geoagent.crawl.ladder.ladder_draw_version`: a random stream per cell and one place
+    per name, or one stream per site for a crawl whose ladders were drawn before 2026-12-02). Returns its path."""
     from geoagent.crawl.review import apply_decisions
 
     sid = paths.safe_name(str(site["site"]), what="site id")
     cands = apply_decisions(str(site["site"]), [RatedCandidate(**r) for r in rec["rated"]], decisions)
     ls = settings.ladder
     seed = ls.seed if ls.seed is not None else settings.seed
-    rows = build_ladder(cands, rng=random.Random(f"{seed}:{sid}"), draws_per_cell=ls.draws_per_cell,
+    site_seed = f"{seed}:{sid}"
+    # the crawl's ladder draw version: one stream per cell, or (ladders drawn before 2026-12-02) one per site
+    draw = ({"rng": random.Random(site_seed)} if ladder_draw_version(state_dir) == 1
+            else {"cell_seed": site_seed, "one_name_per_site": True})
+    rows = build_ladder(cands, **draw, draws_per_cell=ls.draws_per_cell,
                         site_qid=site.get("qid"), site_names=[site.get("landmark", "")])
     out = state_dir / C.LADDERS_DIR / ladder_file_name(sid, rated_auditor(settings, rec, state_dir), "en")
     write_ladder_csv(rows, out)

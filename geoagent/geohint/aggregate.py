@@ -813,6 +813,23 @@ class GeoHintAggregator:
                 out += [True] * g + [False] * (n - g)
         return out
 
+    def context_geocoded_flags(self, condition: str, band: str) -> list[bool]:
+        """Whether each response of :meth:`context_arrays` (same order) geocoded: per (site, model) its hits, then
+        its geocoded misses, then its unresolved answers (a hit always geocoded; within a group the order carries
+        no information, as in :meth:`baseline_geocoded_flags`)."""
+        acc: dict[tuple[str, str], list[int]] = {}
+        for (site, model, c, b, _t), cell in self.cells.items():
+            if c == condition and b == band:
+                kgn = acc.setdefault((site, model), [0, 0, 0])
+                kgn[0] += cell.hits
+                kgn[1] += cell.n - cell.n_none
+                kgn[2] += cell.n
+        out: list[bool] = []
+        for (_site, _model), (k, g, n) in sorted(acc.items()):
+            g = min(n, max(k, g))
+            out += [True] * g + [False] * (n - g)
+        return out
+
     def context_arrays(self, condition: str, band: str) -> tuple[list[str], list[str], list[int]]:
         """Context responses of one condition and band as per-response arrays (site, model, hit)."""
         s_out, m_out, h_out = [], [], []

@@ -560,6 +560,13 @@ UNGEOCODED_NOTE = (f"{DASH} in a hit-rate column: no answer geocoded behind that
                    "geocoder), as for a site whose regime is undetermined. Echo is a text match and is still given.")
 
 
+#: Table 3's note where a model's near-band or no-context answers in a regime none geocoded
+TABLE3_UNGEOCODED_NOTE = (f"{DASH} in Uncorrected and Corrected: no answer of one side geocoded (the model's near-band "
+                          "or no-context answers in that regime's sites, or in a split's no-context half, all "
+                          "unresolved), so that hit rate, and the difference, are undetermined, not 0 (0 % minus "
+                          "0 % would measure the geocoder).")
+
+
 def _ungeocoded(*cells: Any) -> bool:
     """Whether some cell (with answers) has no geocoded answer: its :attr:`Cell.geocoded_hit_rate` is NaN."""
     return any(c.n and c.n_none == c.n for c in cells)
@@ -758,12 +765,18 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
     ns, nm, nh = agg.context_arrays(condition, BANDS[0])
     rows = []
     notes = ""
+    undetermined = False
     if bs and ns:
         res = split_half_correction(bs, bm, bh, ns, nm, nh, threshold=agg.regime_threshold, n_splits=n_splits, seed=seed,
-                                    baseline_geocoded=agg.baseline_geocoded_flags(baseline))
+                                    baseline_geocoded=agg.baseline_geocoded_flags(baseline),
+                                    near_geocoded=agg.context_geocoded_flags(condition, BANDS[0]))
         order = {m: i for i, m in enumerate(_model_order(agg, condition))}
+        groups = _regime_sites(agg, baseline)
         for r in sorted(res.rows, key=lambda r: (REGIMES.index(r.regime), order.get(r.model, 99))):
             rows.append([r.regime, r.model, r.uncorrected, r.corrected, r.corrected_sd, r.shift])
+            sites = groups.get(r.regime, [])
+            undetermined |= _ungeocoded(agg.select(sites=sites, model=r.model, condition=baseline),
+                                        agg.select(sites=sites, model=r.model, condition=condition, band=BANDS[0]))
         per_site = {site: sum(n for _k, n in per.values()) for site, per in agg.baseline_counts(baseline).items()}
         single = sum(n == 1 for n in per_site.values())
         if single == len(per_site):
@@ -786,7 +799,7 @@ def table3(agg: GeoHintAggregator, condition: str = "forced", baseline: str = "b
         ["Regime", "Model", "Uncorrected", "Corrected", "SD", "Shift"],
         ["text", "text", "pp", "pp", "pps", "pp"],
         rows,
-        _join_notes(notes, regime_note(agg, baseline)),
+        _join_notes(notes, regime_note(agg, baseline), TABLE3_UNGEOCODED_NOTE if undetermined else ""),
     )
 
 

@@ -32,7 +32,9 @@ rate that measures the geocoder, not the image. Such a site has no regime (:data
 A site with at least one geocoded no-context answer is assigned as before (its unresolved answers still
 count as misses), so results where the geocoder resolved something at every site do not change. The split-half
 correction applies the same rule to each split's half A (:func:`split_half_correction` with
-``baseline_geocoded``): a site whose half A holds no geocoded answer has no regime in that split.
+``baseline_geocoded``): a site whose half A holds no geocoded answer has no regime in that split. A rate is
+undetermined by the same rule: a (regime, model) none of whose near-band answers (``near_geocoded``) or none of
+whose no-context answers (all, or a split's half B) geocoded has no difference (NaN), not 0 % minus 0 %.
 """
 
 from __future__ import annotations
@@ -188,6 +190,7 @@ def split_half_correction(
     n_splits: int = DEFAULT_N_SPLITS,
     seed: int = 0,
     baseline_geocoded: Sequence[bool] | None = None,
+    near_geocoded: Sequence[bool] | None = None,
 ) -> CorrectionResult:
     """Table 3: near-band minus no-context hit rate per (regime, model), uncorrected and split-half corrected.
 
@@ -207,12 +210,18 @@ def split_half_correction(
         Whether each no-context response geocoded (a hit always did). Given: a site is assigned a regime, on
         all its responses or in a split's half A, only when at least one of those responses geocoded (the
         undetermined rule of the module docstring, applied to each split as to the full data); None: every
-        site with responses is assigned.
+        site with responses is assigned. Given, it also decides which no-context rates exist: a (regime, model)
+        whose no-context responses in the regime's sites (all of them, or a split's half B) include none that
+        geocoded has no no-context hit rate (undetermined, not 0: an answer that did not geocode counts as a
+        miss, so 0 % would measure the geocoder), and its difference is NaN.
+    near_geocoded : sequence of bool of length n_c, optional
+        Whether each near-band response geocoded; given, a (regime, model) none of whose near-band responses in
+        the regime's sites geocoded has a NaN difference (the same rule). None: every rate counts.
 
     Raises
     ------
     ValueError
-        ``baseline_geocoded`` of another length than the baseline responses, a ``threshold`` that is not a
+        ``baseline_geocoded`` (``near_geocoded``) of another length than the baseline (near-band) responses, a ``threshold`` that is not a
         fraction in (0, 1) (:func:`check_threshold`), ``n_splits`` below 1 (no split: nothing to correct with), or
         a hit that is not 0 or 1 (NaN included; names the response and its site): a missing answer is left out of
         the arrays, never passed as NaN, which would empty its site's cells without a word (the report's caller,
@@ -240,9 +249,13 @@ def split_half_correction(
         return k, n
 
     near_k, near_n = site_model(ns, nm, nh)
+    if near_geocoded is not None and len(near_geocoded) != len(ns):
+        raise ValueError(f"near_geocoded has {len(near_geocoded)} flags for {len(ns)} near-band responses")
+    near_g = None if near_geocoded is None else site_model(ns, nm, np.asarray(near_geocoded, dtype=float))[0]
 
-    def diff_table(assign: np.ndarray, nc_k: np.ndarray, nc_n: np.ndarray) -> np.ndarray:
-        """assign: (S,) in {-1 unassigned, 0 illegible, 1 legible} -> (2, M) near - no-context, pp."""
+    def diff_table(assign: np.ndarray, nc_k: np.ndarray, nc_n: np.ndarray, nc_g: np.ndarray | None = None) -> np.ndarray:
+        """assign: (S,) in {-1 unassigned, 0 illegible, 1 legible} -> (2, M) near - no-context, pp; ``nc_g``: the
+        no-context responses that geocoded per (site, model), NaN where a side has none (undetermined)."""
         out = np.full((2, M), np.nan)
         for r in (0, 1):
             sel = assign == r
@@ -250,6 +263,10 @@ def split_half_correction(
             k0, n0 = nc_k[sel].sum(0), nc_n[sel].sum(0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[r] = 100 * (k1 / n1 - k0 / n0)
+            if near_g is not None:
+                out[r][near_g[sel].sum(0) == 0] = np.nan
+            if nc_g is not None:
+                out[r][nc_g[sel].sum(0) == 0] = np.nan
         return out
 
     if baseline_geocoded is not None and len(baseline_geocoded) != len(bs):
@@ -268,7 +285,7 @@ def split_half_correction(
 
     full_k, full_n = site_model(bs, bm, bh)
     full_assign = assign_from(full_k, full_n)
-    uncorrected = diff_table(full_assign, full_k, full_n)
+    uncorrected = diff_table(full_assign, full_k, full_n, None if bg is None else site_model(bs, bm, bg)[0])
 
     rng = np.random.default_rng(seed)
     groups = bs  # split each site's baseline responses (all models together), Sec. 6.1.3
@@ -279,7 +296,7 @@ def split_half_correction(
         ka, na = site_model(bs, bm, bh, mask_a.astype(float))
         kb, nb = site_model(bs, bm, bh, (~mask_a).astype(float))
         a = assign_from(ka, na, mask_a.astype(float))
-        draws[i] = diff_table(a, kb, nb)
+        draws[i] = diff_table(a, kb, nb, None if bg is None else site_model(bs, bm, bg, (~mask_a).astype(float))[0])
         both = (a >= 0) & (full_assign >= 0)
         switching[i] = np.count_nonzero(a[both] != full_assign[both])
     rows = []
